@@ -1,0 +1,281 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// DefaultMargin is the part of the budget kept back from SIGKILL for clock
+// skew, request latency and the process's own exit when no margin is set.
+const DefaultMargin = 5 * time.Second
+
+// MinimumGracePeriod is the kubelet's minimumGracePeriodInSeconds: when a
+// preStop hook leaves less than this of the grace period, the kubelet still
+// waits this long between SIGTERM and SIGKILL (the "one-off 2 second
+// extension").
+const MinimumGracePeriod = 2 * time.Second
+
+// Anchor says which event fixed a Budget's start (T0).
+type Anchor string
+
+// The events that can fix T0.
+const (
+	// AnchorNone: T0 is not fixed yet; the budget reads as if termination
+	// started now.
+	AnchorNone Anchor = ""
+	// AnchorPreStop: the kubelet started the preStop hook.
+	AnchorPreStop Anchor = "preStop"
+	// AnchorSIGTERM: SIGTERM arrived and no preStop hook had run.
+	AnchorSIGTERM Anchor = "SIGTERM"
+	// AnchorDeletionTimestamp: the pod's metadata.deletionTimestamp gave the
+	// SIGKILL time directly.
+	AnchorDeletionTimestamp Anchor = "deletionTimestamp"
+)
+
+// Option configures a Budget.
+type Option func(*Budget)
+
+// WithMargin sets how long before the expected SIGKILL the budget's
+// Deadline falls. The default is DefaultMargin; zero is allowed.
+func WithMargin(d time.Duration) Option {
+	return func(b *Budget) { b.margin = d }
+}
+
+// A Budget is the time a terminating pod has: from T0, when termination
+// started, to the SIGKILL the kubelet will send. Its Deadline is SIGKILL
+// minus a safety margin; every phase of a shutdown ends by it.
+//
+// A Budget is created when the server starts, from the pod's grace period,
+// and anchored later by the first termination event it is told about
+// (OnPreStop or OnSIGTERM). OnSIGTERM refines the SIGKILL time with the
+// kubelet's own arithmetic. A Budget is safe for concurrent use.
+type Budget struct {
+	grace  time.Duration
+	margin time.Duration
+
+	mu      sync.Mutex
+	anchor  Anchor
+	start   time.Time // T0; zero until anchored
+	kill    time.Time // expected SIGKILL; zero until anchored
+	sigterm time.Time // when SIGTERM arrived; zero until then
+	changed chan struct{}
+}
+
+// New returns a Budget for a pod whose termination grace period is grace
+// (the kubelet's G). T0 is fixed later by OnPreStop or OnSIGTERM.
+//
+// New fails if grace is not positive, if the margin is negative, or if the
+// margin is not smaller than grace; the error names the field.
+func New(grace time.Duration, opts ...Option) (*Budget, error) {
+	b := &Budget{grace: grace, margin: DefaultMargin, changed: make(chan struct{})}
+	for _, o := range opts {
+		o(b)
+	}
+	if grace <= 0 {
+		return nil, fmt.Errorf("deadline: grace must be positive, got %v", grace)
+	}
+	if err := b.checkMargin(grace); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// FromKillTime returns a Budget anchored now whose SIGKILL is at kill, as
+// read from the pod's metadata.deletionTimestamp. Its grace is the time from
+// now to kill.
+//
+// FromKillTime fails if kill is not in the future or the margin does not fit
+// before it; the error names the field.
+func FromKillTime(kill time.Time, opts ...Option) (*Budget, error) {
+	now := time.Now()
+	if !kill.After(now) {
+		return nil, fmt.Errorf("deadline: deletionTimestamp %s is not in the future (now %s)",
+			kill.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	b := &Budget{grace: kill.Sub(now), margin: DefaultMargin, changed: make(chan struct{})}
+	for _, o := range opts {
+		o(b)
+	}
+	if err := b.checkMargin(b.grace); err != nil {
+		return nil, err
+	}
+	b.anchor, b.start, b.kill = AnchorDeletionTimestamp, now, kill
+	return b, nil
+}
+
+func (b *Budget) checkMargin(grace time.Duration) error {
+	if b.margin < 0 {
+		return fmt.Errorf("deadline: margin must not be negative, got %v", b.margin)
+	}
+	if b.margin >= grace {
+		return fmt.Errorf("deadline: margin %v must be smaller than the grace period %v", b.margin, grace)
+	}
+	return nil
+}
+
+// OnPreStop tells the budget that the kubelet started the preStop hook at
+// at. The first termination event fixes T0 = at and SIGKILL = at + grace;
+// OnPreStop reports whether it was that event. Later calls change nothing.
+func (b *Budget) OnPreStop(at time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.anchor != AnchorNone {
+		return false
+	}
+	b.anchor, b.start, b.kill = AnchorPreStop, at, at.Add(b.grace)
+	b.notifyLocked()
+	return true
+}
+
+// OnSIGTERM tells the budget that SIGTERM arrived at at, and refines the
+// SIGKILL time exactly as the kubelet computes it:
+//
+//   - no preStop hook ran: T0 = at, SIGKILL = at + grace;
+//   - a preStop hook started at T0: the kubelet subtracts the hook's elapsed
+//     time, truncated to whole seconds, from the grace period and raises what
+//     is left to at least MinimumGracePeriod, so SIGKILL =
+//     at + max(grace - trunc(at - T0), 2s). A hook that overran the grace
+//     period therefore leaves exactly 2 s after SIGTERM;
+//   - anchored by a deletionTimestamp: SIGKILL stays at that time, unless the
+//     kubelet's 2 s floor puts it later.
+//
+// Only the first call has an effect; OnSIGTERM reports whether it was it.
+func (b *Budget) OnSIGTERM(at time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.sigterm.IsZero() {
+		return false
+	}
+	b.sigterm = at
+	switch b.anchor {
+	case AnchorNone:
+		b.anchor, b.start, b.kill = AnchorSIGTERM, at, at.Add(b.grace)
+	case AnchorPreStop:
+		b.kill = at.Add(KubeletRemaining(b.grace, at.Sub(b.start)))
+	case AnchorDeletionTimestamp:
+		if floor := at.Add(MinimumGracePeriod); b.kill.Before(floor) {
+			b.kill = floor
+		}
+	}
+	b.notifyLocked()
+	return true
+}
+
+// KubeletRemaining is the time the kubelet leaves between SIGTERM and SIGKILL
+// after a preStop hook that ran for hookElapsed out of a grace period of
+// grace: grace minus the elapsed time truncated to whole seconds, and never
+// less than MinimumGracePeriod.
+func KubeletRemaining(grace, hookElapsed time.Duration) time.Duration {
+	left := grace - hookElapsed.Truncate(time.Second)
+	return max(left, MinimumGracePeriod)
+}
+
+// Tighten moves the expected SIGKILL earlier to kill, for example when the
+// pod's deletionTimestamp shows that `kubectl delete --grace-period=N`
+// shortened the grace period. It never moves SIGKILL later, and reports
+// whether it changed anything. On an unanchored budget it anchors T0 at now.
+func (b *Budget) Tighten(kill time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.anchor == AnchorNone {
+		now := time.Now()
+		if !kill.Before(now.Add(b.grace)) {
+			return false
+		}
+		b.anchor, b.start, b.kill = AnchorDeletionTimestamp, now, kill
+		b.notifyLocked()
+		return true
+	}
+	if !kill.Before(b.kill) {
+		return false
+	}
+	b.kill = kill
+	b.notifyLocked()
+	return true
+}
+
+func (b *Budget) notifyLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// Changed returns a channel that is closed the next time the budget's
+// anchor or SIGKILL time changes. Waiters that computed a deadline from the
+// budget select on it to recompute.
+func (b *Budget) Changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
+// Anchored reports whether T0 has been fixed.
+func (b *Budget) Anchored() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.anchor != AnchorNone
+}
+
+// Start returns T0. Until the budget is anchored it returns the current time.
+func (b *Budget) Start() time.Time { return b.State().Start }
+
+// Kill returns the expected SIGKILL time. Until the budget is anchored it
+// reads as if termination started now.
+func (b *Budget) Kill() time.Time { return b.State().Kill }
+
+// Deadline returns the time by which all work must be done: SIGKILL minus the
+// margin. When SIGTERM leaves less than twice the margin (the kubelet's 2 s
+// floor after an overrunning hook), the margin shrinks to half of what is
+// left, so the server still gets to use part of it.
+func (b *Budget) Deadline() time.Time { return b.State().Deadline }
+
+// Remaining returns the time left until Deadline, or zero if it has passed.
+func (b *Budget) Remaining() time.Duration {
+	return max(time.Until(b.Deadline()), 0)
+}
+
+// Grace returns the grace period the budget was built with.
+func (b *Budget) Grace() time.Duration { return b.grace }
+
+// Margin returns the configured safety margin.
+func (b *Budget) Margin() time.Duration { return b.margin }
+
+// Context returns a context derived from parent whose deadline is the
+// budget's Deadline at the time of the call.
+func (b *Budget) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(parent, b.Deadline())
+}
+
+// State is a point-in-time view of a Budget, ready for logs and reports.
+type State struct {
+	Anchor   Anchor        `json:"anchor"`
+	Start    time.Time     `json:"start"`
+	SIGTERM  time.Time     `json:"sigterm,omitzero"`
+	Kill     time.Time     `json:"kill"`
+	Deadline time.Time     `json:"deadline"`
+	Grace    time.Duration `json:"grace_ns"`
+	Margin   time.Duration `json:"margin_ns"`
+}
+
+// State returns the budget's current view.
+func (b *Budget) State() State {
+	b.mu.Lock()
+	s := State{Anchor: b.anchor, Start: b.start, SIGTERM: b.sigterm, Kill: b.kill, Grace: b.grace, Margin: b.margin}
+	b.mu.Unlock()
+	if s.Anchor == AnchorNone {
+		s.Start = time.Now()
+		s.Kill = s.Start.Add(b.grace)
+	}
+	margin := b.margin
+	if !s.SIGTERM.IsZero() {
+		margin = min(margin, s.Kill.Sub(s.SIGTERM)/2)
+	}
+	s.Deadline = s.Kill.Add(-margin)
+	return s
+}
+
+// ErrNotTerminating is returned by PodReader when the pod has no
+// deletionTimestamp yet.
+var ErrNotTerminating = errors.New("deadline: pod has no deletionTimestamp (not terminating)")

@@ -1,0 +1,102 @@
+package deadline
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// estimatorWindow is how many recent observations the quantile is taken over.
+const estimatorWindow = 64
+
+// An Estimator keeps a running estimate of a duration, such as how long one
+// sandbox takes to preserve, so reserves follow what was observed instead of
+// a constant. Its Estimate is the larger of an exponentially weighted mean
+// and the 90th percentile of the last 64 observations: conservative, because
+// a reserve that is too small costs sandboxes.
+//
+// The zero value is ready to use and estimates zero until it observes
+// something; NewEstimator gives it a prior. An Estimator is safe for
+// concurrent use.
+type Estimator struct {
+	mu     sync.Mutex
+	prior  time.Duration
+	mean   float64 // EWMA in nanoseconds
+	count  int
+	recent [estimatorWindow]time.Duration
+}
+
+// ewmaWeight is the weight of a new observation in the mean.
+const ewmaWeight = 0.2
+
+// NewEstimator returns an Estimator that estimates prior until its first
+// observation.
+func NewEstimator(prior time.Duration) *Estimator {
+	return &Estimator{prior: max(prior, 0)}
+}
+
+// Observe records one measured duration. Negative durations count as zero.
+func (e *Estimator) Observe(d time.Duration) {
+	d = max(d, 0)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.count == 0 {
+		e.mean = float64(d)
+	} else {
+		e.mean += ewmaWeight * (float64(d) - e.mean)
+	}
+	e.recent[e.count%estimatorWindow] = d
+	e.count++
+}
+
+// Count returns how many durations were observed.
+func (e *Estimator) Count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.count
+}
+
+// Mean returns the exponentially weighted mean, or the prior before any
+// observation.
+func (e *Estimator) Mean() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.count == 0 {
+		return e.prior
+	}
+	return time.Duration(e.mean)
+}
+
+// Quantile returns the q-quantile (0 <= q <= 1, nearest rank) of the last 64
+// observations, or the prior before any observation.
+func (e *Estimator) Quantile(q float64) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.quantileLocked(q)
+}
+
+func (e *Estimator) quantileLocked(q float64) time.Duration {
+	n := min(e.count, estimatorWindow)
+	if n == 0 {
+		return e.prior
+	}
+	s := slices.Clone(e.recent[:n])
+	slices.Sort(s)
+	q = min(max(q, 0), 1)
+	i := int(q*float64(n)+0.999999) - 1 // nearest rank: ceil(q*n)-1
+	return s[min(max(i, 0), n-1)]
+}
+
+// Estimate returns max(Mean, 90th percentile), or the prior before any
+// observation. A nil Estimator estimates zero.
+func (e *Estimator) Estimate() time.Duration {
+	if e == nil {
+		return 0
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.count == 0 {
+		return e.prior
+	}
+	return max(time.Duration(e.mean), e.quantileLocked(0.9))
+}

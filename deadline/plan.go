@@ -1,0 +1,165 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// A Reserve is the time a phase needs. It is evaluated live, every time a
+// deadline is computed, so it can follow the work that is left (see Work).
+// It must be safe for concurrent use and return quickly; a negative result
+// counts as zero.
+type Reserve func() time.Duration
+
+// Fixed returns a Reserve of constant length d.
+func Fixed(d time.Duration) Reserve { return func() time.Duration { return d } }
+
+// Work returns a Reserve for items units of work done parallel at a time,
+// each taking about each.Estimate(): ceil(items/parallel) x estimate. This is
+// "running sandboxes x estimated pause / concurrency". A parallel below 1
+// counts as 1.
+func Work(items func() int, each *Estimator, parallel func() int) Reserve {
+	return func() time.Duration {
+		n, k := items(), parallel()
+		if n <= 0 {
+			return 0
+		}
+		k = max(k, 1)
+		rounds := (n + k - 1) / k
+		return time.Duration(rounds) * each.Estimate()
+	}
+}
+
+// A Phase is one named stage of a shutdown and the Reserve it needs.
+// A nil Reserve means the phase reserves nothing.
+type Phase struct {
+	Name    string
+	Reserve Reserve
+}
+
+// A Plan splits a Budget into ordered phases. A phase's deadline is the
+// budget's deadline minus the reserves of all later phases, so time a phase
+// leaves unused flows to the next, and a phase whose successors need less
+// (fewer sandboxes left) may run longer. When the budget is too small, later
+// reserves win: earlier phases shrink, down to zero length at T0, and
+// Shortfall says by how much the budget is short.
+//
+// Deadlines are absolute times computed at the moment they are asked for.
+// A Plan is safe for concurrent use.
+type Plan struct {
+	budget *Budget
+	phases []Phase
+	index  map[string]int
+}
+
+// NewPlan returns a Plan over b with phases in the order they run.
+// It fails, naming the field, if b is nil, there are no phases, a name is
+// empty or repeated, or a Fixed reserve is negative.
+func NewPlan(b *Budget, phases ...Phase) (*Plan, error) {
+	if b == nil {
+		return nil, fmt.Errorf("deadline: plan budget must not be nil")
+	}
+	if len(phases) == 0 {
+		return nil, fmt.Errorf("deadline: plan needs at least one phase")
+	}
+	p := &Plan{budget: b, phases: make([]Phase, len(phases)), index: make(map[string]int, len(phases))}
+	for i, ph := range phases {
+		if ph.Name == "" {
+			return nil, fmt.Errorf("deadline: phase %d: name must not be empty", i)
+		}
+		if _, dup := p.index[ph.Name]; dup {
+			return nil, fmt.Errorf("deadline: phase %q: duplicate name", ph.Name)
+		}
+		if ph.Reserve == nil {
+			ph.Reserve = Fixed(0)
+		} else if r := ph.Reserve(); r < 0 {
+			return nil, fmt.Errorf("deadline: phase %q: reserve must not be negative, got %v", ph.Name, r)
+		}
+		p.index[ph.Name] = i
+		p.phases[i] = ph
+	}
+	return p, nil
+}
+
+// Budget returns the budget the plan divides.
+func (p *Plan) Budget() *Budget { return p.budget }
+
+// Deadline returns the absolute deadline of the named phase, as of now.
+// It panics if the plan has no phase of that name: names are fixed at
+// construction, so an unknown one is a programming error.
+func (p *Plan) Deadline(name string) time.Time {
+	i := p.mustIndex(name)
+	return p.Windows()[i].Deadline
+}
+
+// Context returns a context derived from parent whose deadline is the named
+// phase's deadline at the time of the call.
+func (p *Plan) Context(parent context.Context, name string) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(parent, p.Deadline(name))
+}
+
+// Shortfall returns by how much the budget is too small for all reserves
+// together, as of now: sum of reserves - (Deadline - T0), or zero if they fit.
+func (p *Plan) Shortfall() time.Duration {
+	st := p.budget.State()
+	return shortfall(st.Deadline.Sub(st.Start), p.reserves())
+}
+
+// A Window is one phase's place in the plan at a moment.
+type Window struct {
+	Name     string        `json:"name"`
+	Reserve  time.Duration `json:"reserve_ns"`
+	Deadline time.Time     `json:"deadline"`
+	// Squeezed is how much later the deadline would be if the budget were
+	// large enough for all reserves after this phase.
+	Squeezed time.Duration `json:"squeezed_ns,omitempty"`
+}
+
+// Windows returns every phase's reserve and deadline, evaluated once, now.
+func (p *Plan) Windows() []Window {
+	st := p.budget.State()
+	res := p.reserves()
+	out := make([]Window, len(p.phases))
+	var later time.Duration
+	for i := len(p.phases) - 1; i >= 0; i-- {
+		want := st.Deadline.Add(-later)
+		d := want
+		if d.Before(st.Start) {
+			d = st.Start
+		}
+		if d.After(st.Deadline) { // deadline already before start: nothing fits
+			d = st.Deadline
+		}
+		out[i] = Window{Name: p.phases[i].Name, Reserve: res[i], Deadline: d, Squeezed: d.Sub(want)}
+		if out[i].Squeezed < 0 {
+			out[i].Squeezed = 0
+		}
+		later += res[i]
+	}
+	return out
+}
+
+func (p *Plan) reserves() []time.Duration {
+	res := make([]time.Duration, len(p.phases))
+	for i, ph := range p.phases {
+		res[i] = max(ph.Reserve(), 0)
+	}
+	return res
+}
+
+func shortfall(span time.Duration, reserves []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, r := range reserves {
+		sum += r
+	}
+	return max(sum-max(span, 0), 0)
+}
+
+func (p *Plan) mustIndex(name string) int {
+	i, ok := p.index[name]
+	if !ok {
+		panic(fmt.Sprintf("deadline: plan has no phase %q", name))
+	}
+	return i
+}
