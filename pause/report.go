@@ -1,0 +1,57 @@
+package pause
+
+import "time"
+
+// An Outcome is what happened to one sandbox during a Run.
+type Outcome string
+
+// The outcomes a Report can hold. Every sandbox any pass listed gets exactly
+// one.
+const (
+	// Preserved: Preserve returned nil.
+	Preserved Outcome = "preserved"
+	// Failed: Preserve returned a permanent error, or transient errors until
+	// no retry fitted in the time left, or panicked.
+	Failed Outcome = "failed"
+	// TimedOut: Preserve was running when its bound or the deadline came.
+	TimedOut Outcome = "timed_out"
+	// NotStarted: its turn never came before the deadline.
+	NotStarted Outcome = "not_started"
+	// Vanished: Preserve returned ErrGone, or a later pass no longer listed it
+	// before its turn.
+	Vanished Outcome = "vanished"
+)
+
+// An Entry is the account of one sandbox.
+type Entry struct {
+	ID       string        `json:"id"`
+	Outcome  Outcome       `json:"outcome"`
+	Pass     int           `json:"pass"`               // the pass that first listed it, from 1
+	Attempts int           `json:"attempts"`           // Preserve calls made
+	Start    time.Time     `json:"start,omitzero"`     // first attempt
+	End      time.Time     `json:"end,omitzero"`       // when the outcome was decided
+	Duration time.Duration `json:"duration_ns"`        // End - Start, zero if never started
+	Error    string        `json:"error,omitempty"`    // last error
+	Stack    string        `json:"stack,omitempty"`    // set when Preserve panicked
+	Priority int           `json:"priority,omitempty"` // from Prioritized
+	Estimate time.Duration `json:"estimate_ns,omitempty"`
+}
+
+// A Report accounts for every sandbox a Run saw. It is JSON-marshalable.
+type Report struct {
+	Start    time.Time       `json:"start"`
+	End      time.Time       `json:"end"`
+	Deadline time.Time       `json:"deadline"`      // the phase deadline: no preserve started after it
+	Hard     time.Time       `json:"hard,omitzero"` // in-flight preserves were abandoned at it
+	Passes   int             `json:"passes"`        // listing passes made
+	Limit    int             `json:"limit"`         // the concurrency limit at the end
+	Counts   map[Outcome]int `json:"counts"`        // entries by outcome
+	Entries  []Entry         `json:"entries"`       // one per sandbox, in the order first listed
+	ListErr  string          `json:"list_error,omitempty"`
+}
+
+// Lost returns the number of sandboxes that were not preserved and did not
+// vanish: the ones a SIGKILL would take.
+func (r *Report) Lost() int {
+	return r.Counts[Failed] + r.Counts[TimedOut] + r.Counts[NotStarted]
+}

@@ -1,0 +1,53 @@
+package pause
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// A Sandbox is one unit of user work on the node that must be preserved
+// (paused and persisted, or checkpointed) before the node goes away. A server
+// implements it over its own runtime.
+type Sandbox interface {
+	// ID names the sandbox uniquely on the node; the Report is keyed by it.
+	ID() string
+	// Preserve pauses the sandbox and persists it so it survives the
+	// process. It should return when ctx is done; one that does not is
+	// abandoned at the hard deadline and reported TimedOut. It returns
+	// ErrGone (possibly wrapped) when the sandbox no longer exists or is
+	// already preserved.
+	Preserve(ctx context.Context) error
+}
+
+// Estimated is implemented by a Sandbox that can estimate how long its
+// Preserve takes, for example from its memory size. The Preserver orders by
+// it and sizes its concurrency from it.
+type Estimated interface {
+	EstimatedPreserve() time.Duration
+}
+
+// Prioritized is implemented by a Sandbox that must be preserved before
+// others: higher priorities start first.
+type Prioritized interface {
+	Priority() int
+}
+
+// ErrGone is returned by Preserve (and may be wrapped) when the sandbox is
+// already gone or already preserved. The Preserver reports it as Vanished and
+// does not retry it.
+var ErrGone = errors.New("pause: sandbox gone or already preserved")
+
+// A Lister lists the sandboxes that still need preserving. The Preserver
+// calls it once per pass, so a sandbox that turned running during the drain
+// (a resume racing the shutdown) is caught by the next pass. It must return
+// by ctx's deadline.
+type Lister interface {
+	List(ctx context.Context) ([]Sandbox, error)
+}
+
+// ListFunc adapts a function to a Lister.
+type ListFunc func(ctx context.Context) ([]Sandbox, error)
+
+// List calls f(ctx).
+func (f ListFunc) List(ctx context.Context) ([]Sandbox, error) { return f(ctx) }
