@@ -1,0 +1,187 @@
+// Package fakesandbox provides fake sandboxes and a fake node for tests and
+// examples: each Preserve takes a configurable time (honouring its context)
+// and can be scripted to fail, per attempt, with a transient error, a
+// permanent error, a hang that ignores its context, a panic, or by
+// vanishing. A Node lists the sandboxes that still need preserving, counts
+// how many preserves run at once, and lets a test add or remove sandboxes
+// while a Run is going on.
+//
+// Everything here uses the real clock, so tests run it under
+// testing/synctest to make hours pass in milliseconds:
+//
+//	synctest.Test(t, func(t *testing.T) {
+//		node := fakesandbox.NewNode()
+//		node.AddN("sb", 200, 2*time.Second)
+//		p, _ := pause.New(node, pause.WithLimit(16))
+//		ctx, cancel := context.WithTimeout(t.Context(), 600*time.Second)
+//		defer cancel()
+//		report := p.Run(ctx, time.Time{})
+//		_ = report // 200 preserved, about 26 s of virtual time
+//	})
+package fakesandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+// A Fault is what one Preserve attempt does instead of succeeding.
+type Fault int
+
+// The faults an attempt can be scripted with.
+const (
+	// OK: the attempt takes Latency (or returns ctx's error if it ends
+	// first) and succeeds.
+	OK Fault = iota
+	// Transient: the attempt takes Latency and returns ErrTransient.
+	Transient
+	// Permanent: the attempt takes Latency and returns
+	// backoff.Permanent(ErrPermanent).
+	Permanent
+	// Plain: the attempt takes Latency and returns ErrPermanent unwrapped,
+	// for classifier tests.
+	Plain
+	// Hang: the attempt ignores its context and returns ErrHung only after
+	// HangFor (default DefaultHang).
+	Hang
+	// Panic: the attempt panics with "fakesandbox: injected panic".
+	Panic
+	// Vanish: the sandbox disappears: the attempt returns pause.ErrGone and
+	// the Node no longer lists it.
+	Vanish
+)
+
+// DefaultHang is how long a Hang attempt blocks when HangFor is zero: far
+// beyond any grace period, yet finite so that synctest bubbles end.
+const DefaultHang = 24 * time.Hour
+
+// The errors fake attempts return.
+var (
+	ErrTransient = errors.New("fakesandbox: transient failure")
+	ErrPermanent = errors.New("fakesandbox: permanent failure")
+	ErrHung      = errors.New("fakesandbox: returned after hanging")
+)
+
+// A Sandbox is a fake pause.Sandbox. Set its fields before the Run; read
+// its results through its methods, which are safe for concurrent use.
+// It implements pause.Estimated and pause.Prioritized; an Estimate of zero
+// means unknown.
+type Sandbox struct {
+	Name     string
+	Latency  time.Duration // how long an attempt takes
+	Estimate time.Duration // what EstimatedPreserve reports; zero: unknown
+	Prio     int           // what Priority reports
+	// Faults scripts the attempts in order: attempt i does Faults[i]; the
+	// attempts after the script succeed.
+	Faults  []Fault
+	HangFor time.Duration // how long a Hang lasts; zero: DefaultHang
+
+	node *Node
+
+	mu        sync.Mutex
+	attempts  int
+	preserved bool
+	started   []time.Time
+}
+
+// ID returns the sandbox's Name.
+func (s *Sandbox) ID() string { return s.Name }
+
+// EstimatedPreserve returns Estimate.
+func (s *Sandbox) EstimatedPreserve() time.Duration { return s.Estimate }
+
+// Priority returns Prio.
+func (s *Sandbox) Priority() int { return s.Prio }
+
+// Preserve runs the next scripted attempt.
+func (s *Sandbox) Preserve(ctx context.Context) error {
+	s.mu.Lock()
+	fault := OK
+	if s.attempts < len(s.Faults) {
+		fault = s.Faults[s.attempts]
+	}
+	s.attempts++
+	s.started = append(s.started, time.Now())
+	s.mu.Unlock()
+
+	if s.node != nil {
+		s.node.enter()
+		defer s.node.leave()
+	}
+	switch fault {
+	case Panic:
+		panic("fakesandbox: injected panic")
+	case Hang:
+		time.Sleep(cmpOr(s.HangFor, DefaultHang))
+		return ErrHung
+	case Vanish:
+		if s.node != nil {
+			s.node.Remove(s.Name)
+		}
+		return fmt.Errorf("fakesandbox: %s: %w", s.Name, pause.ErrGone)
+	}
+	if err := sleep(ctx, s.Latency); err != nil {
+		return err
+	}
+	switch fault {
+	case Transient:
+		return ErrTransient
+	case Permanent:
+		return backoff.Permanent(ErrPermanent)
+	case Plain:
+		return ErrPermanent
+	}
+	s.mu.Lock()
+	s.preserved = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Attempts returns how many times Preserve was called.
+func (s *Sandbox) Attempts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attempts
+}
+
+// Preserved reports whether an attempt succeeded.
+func (s *Sandbox) Preserved() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.preserved
+}
+
+// Starts returns when each attempt started.
+func (s *Sandbox) Starts() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.started...)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}

@@ -1,0 +1,130 @@
+package fakesandbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+// A Node is a fake sandbox server: a pause.Lister over its sandboxes that
+// lists, in the order they were added, those neither preserved nor removed.
+// It counts the preserves running at once. The zero value is not ready:
+// use NewNode. A Node is safe for concurrent use.
+type Node struct {
+	// OnList, if set, is called at the start of every List with the
+	// 1-based listing number, before the listing is taken; a test uses it
+	// to add sandboxes between passes (a resume racing the shutdown).
+	OnList func(n int)
+	// ListErr, if set, is returned by the listings it returns non-nil for.
+	ListErr func(n int) error
+
+	mu        sync.Mutex
+	sandboxes []*Sandbox
+	removed   map[string]bool
+	lists     int
+	inFlight  int
+	maxFlight int
+}
+
+// NewNode returns an empty Node.
+func NewNode() *Node { return &Node{removed: make(map[string]bool)} }
+
+// Add puts sandboxes on the node and returns them.
+func (n *Node) Add(sbs ...*Sandbox) []*Sandbox {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range sbs {
+		s.node = n
+		n.sandboxes = append(n.sandboxes, s)
+	}
+	return sbs
+}
+
+// AddN adds count sandboxes named prefix-0, prefix-1, ... whose preserve
+// takes latency and which estimate it exactly, and returns them.
+func (n *Node) AddN(prefix string, count int, latency time.Duration) []*Sandbox {
+	sbs := make([]*Sandbox, count)
+	for i := range sbs {
+		sbs[i] = &Sandbox{Name: fmt.Sprintf("%s-%d", prefix, i), Latency: latency, Estimate: latency}
+	}
+	return n.Add(sbs...)
+}
+
+// Remove takes a sandbox off the node: later listings leave it out.
+func (n *Node) Remove(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.removed[id] = true
+}
+
+// List implements pause.Lister.
+func (n *Node) List(ctx context.Context) ([]pause.Sandbox, error) {
+	n.mu.Lock()
+	n.lists++
+	count, hook, fail := n.lists, n.OnList, n.ListErr
+	n.mu.Unlock()
+	if hook != nil {
+		hook(count)
+	}
+	if fail != nil {
+		if err := fail(count); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]pause.Sandbox, 0, len(n.sandboxes))
+	for _, s := range n.sandboxes {
+		if !n.removed[s.Name] && !s.Preserved() {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// Lists returns how many times List was called.
+func (n *Node) Lists() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lists
+}
+
+// MaxInFlight returns the most preserves that ran at the same time.
+func (n *Node) MaxInFlight() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.maxFlight
+}
+
+// InFlight returns how many preserves are running now.
+func (n *Node) InFlight() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.inFlight
+}
+
+// Sandboxes returns every sandbox ever added, removed ones included.
+func (n *Node) Sandboxes() []*Sandbox {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*Sandbox(nil), n.sandboxes...)
+}
+
+func (n *Node) enter() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.inFlight++
+	n.maxFlight = max(n.maxFlight, n.inFlight)
+}
+
+func (n *Node) leave() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.inFlight--
+}

@@ -1,0 +1,38 @@
+// Package pause preserves the sandboxes of a terminating node in parallel,
+// inside the time the node has left, and accounts for every one of them.
+// Preserving them one at a time, as sandbox servers do today, needs N x
+// (pause time) after SIGTERM, and whatever is not reached before SIGKILL is
+// lost.
+//
+// A server implements Sandbox (an ID and a Preserve that pauses and
+// persists) over its runtime and a Lister that returns the sandboxes still
+// needing it. Typical wiring, in the SIGTERM path:
+//
+//	pauses := deadline.NewEstimator(2 * time.Second)
+//	preserver, err := pause.New(pause.ListFunc(server.RunningSandboxes),
+//		pause.WithLimit(8), pause.WithMaxLimit(32), // 32: what the disk takes
+//		pause.WithEstimator(pauses),
+//		pause.WithInFlight(pause.FinishInFlight), // never abort a pause halfway
+//		pause.WithLogger(logger))
+//	...
+//	ctx, cancel := plan.Context(ctx, "preserve")
+//	defer cancel()
+//	report := preserver.Run(ctx, budget.Deadline())
+//	logger.Info("preserve done", "preserved", report.Counts[pause.Preserved], "lost", report.Lost())
+//
+// Guarantees. No preserve starts after the phase deadline (the deadline of
+// Run's context), and a pass waiting for a slot gives up at it. Running
+// preserves are cancelled at the phase deadline, or with FinishInFlight
+// left to run until the hard deadline. Run returns by the later of the two
+// deadlines even if a Preserve ignores its context (that one is reported
+// TimedOut). No more than the current limit of preserves run at once, and
+// the limit never exceeds the maximum. No retry starts whose backoff wait
+// would end past the sandbox's deadline. A panicking Preserve is recovered
+// and reported with its stack. The Report has exactly one entry for every
+// sandbox any pass listed.
+//
+// For runtimes that preserve by signalling (a gVisor actor saves its state
+// on SIGTERM), Escalation sends the signal, waits a bounded grace, SIGKILLs
+// and waits a bounded time more, telling apart a clean exit, an exit after
+// SIGKILL and an unknown end.
+package pause

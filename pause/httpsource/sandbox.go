@@ -1,0 +1,114 @@
+package httpsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// sandbox is one sandbox of a Source: Preserve sends its pause request.
+type sandbox struct {
+	src *Source
+	id  string
+}
+
+// ID implements pause.Sandbox.
+func (b *sandbox) ID() string { return b.id }
+
+// Preserve sends the pause request and returns nil on a 2xx answer. It
+// returns by ctx's deadline. Errors are classified as described on Source;
+// an overload answer is handled inside (see Source) as long as the
+// Retry-After wait fits before ctx's deadline.
+func (b *sandbox) Preserve(ctx context.Context) error {
+	s := b.src
+	ctx, span := s.tracer.Start(ctx, "httpsource.Pause")
+	defer span.End()
+	span.SetAttributes(attribute.String("sandbox.id", b.id))
+	err := b.preserve(ctx)
+	if err != nil {
+		spanError(span, err)
+	}
+	return err
+}
+
+func (b *sandbox) preserve(ctx context.Context) error {
+	s := b.src
+	target := s.resolve(strings.ReplaceAll(s.cfg.pausePath, "{id}", url.PathEscape(b.id)))
+	for {
+		if err := b.holdOff(ctx); err != nil {
+			return err
+		}
+		if err := s.lim.acquire(ctx); err != nil {
+			return fmt.Errorf("httpsource: pause %s: waiting for a request slot: %w", b.id, err)
+		}
+		rctx, cancel := withTimeout(ctx, s.cfg.pauseTimeout)
+		_, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
+		cancel()
+		var se *StatusError
+		overloaded := errors.As(err, &se) && se.Overloaded()
+		others := s.lim.release(overloaded, err == nil)
+		switch {
+		case err == nil:
+			return nil
+		case !overloaded:
+			if se != nil {
+				return classify(se, s.cfg.gone)
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("httpsource: pause %s: %w", b.id, ctx.Err())
+			}
+			return err
+		case others > 0:
+			// Our own concurrency explains the overload: the limiter now
+			// holds this request back until a slot frees, which is when
+			// the server finished one of the others.
+			s.cfg.logger.Debug("httpsource: server overloaded, lowering concurrency",
+				"sandbox", b.id, "limit", s.lim.current())
+			continue
+		}
+		if se.RetryAfter <= 0 {
+			return se // transient; the Preserver's backoff spaces the retry
+		}
+		until := time.Now().Add(se.RetryAfter)
+		s.setNotBefore(b.id, until)
+		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
+			return fmt.Errorf("%w: %w", se, errNoFit)
+		}
+	}
+}
+
+// holdOff waits until the sandbox's Retry-After time, if one is set and it
+// fits before ctx's deadline; otherwise it fails at once without a request.
+func (b *sandbox) holdOff(ctx context.Context) error {
+	s := b.src
+	s.mu.Lock()
+	until := s.notBefore[b.id]
+	s.mu.Unlock()
+	wait := time.Until(until)
+	if wait <= 0 {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok && until.After(dl) {
+		return fmt.Errorf("httpsource: pause %s: server asked to wait until %s: %w",
+			b.id, until.UTC().Format(time.RFC3339Nano), errNoFit)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("httpsource: pause %s: waiting for Retry-After: %w", b.id, ctx.Err())
+	}
+}
+
+func (s *Source) setNotBefore(id string, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notBefore[id] = t
+}

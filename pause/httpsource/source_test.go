@@ -1,0 +1,362 @@
+package httpsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
+	cases := []struct {
+		name  string
+		url   string
+		opts  []Option
+		field string
+	}{
+		{"relative url", "127.0.0.1:8080", nil, "baseURL"},
+		{"ftp url", "ftp://host", nil, "baseURL"},
+		{"query", "http://host/?a=1", nil, "baseURL"},
+		{"list path", "http://host", []Option{WithListPath("sandboxes")}, "list path"},
+		{"pause path without id", "http://host", []Option{WithPause("POST", "/pause")}, "pause path"},
+		{"pause method", "http://host", []Option{WithPause("", "/s/{id}")}, "pause method"},
+		{"id field", "http://host", []Option{WithFields("", "", "state")}, "id field"},
+		{"running states", "http://host", []Option{WithRunningStates()}, "running states"},
+		{"list timeout", "http://host", []Option{WithListTimeout(-1)}, "list timeout"},
+		{"pause timeout", "http://host", []Option{WithPauseTimeout(-1)}, "pause timeout"},
+		{"max in flight", "http://host", []Option{WithMaxInFlight(-1)}, "max in flight"},
+		{"gone status", "http://host", []Option{WithGoneStatus(500)}, "gone status"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New(c.url, c.opts...)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.field)
+		})
+	}
+	_, err := New("http://127.0.0.1:1/api/", WithFields("", "id", ""), WithRunningStates())
+	assert.NoError(t, err, "no state field needs no running states")
+}
+
+func TestListReturnsOnlyRunningSandboxesInServerOrder(t *testing.T) {
+	f := newFakeServer(0)
+	f.add("one", "running")
+	f.add("two", "paused")
+	f.add("three", "RUNNING")
+	f.add("four", "pausing")
+	src, err := New(f.start(t))
+	require.NoError(t, err)
+
+	got, err := src.List(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"one", "three"}, ids(got))
+}
+
+func TestListReadsConfiguredFields(t *testing.T) {
+	body := `{"sandboxes":[{"sandboxID":7,"phase":"Active"},{"sandboxID":"x","phase":"Paused"},{"sandboxID":"y"}]}`
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v2/list", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, body) })
+	src := inProcess(t, mux, WithListPath("/v2/list"), WithFields("sandboxes", "sandboxID", "phase"),
+		WithRunningStates("active", "resuming"))
+
+	got, err := src.List(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"7", "y"}, ids(got), "numbers are IDs too; no state field counts as running")
+}
+
+func TestListWithoutStateFieldTakesEverySandbox(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `[{"id":"a","state":"paused"},{"id":"b"}]`)
+	})
+	src := inProcess(t, mux, WithFields("", "id", ""))
+	got, err := src.List(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b"}, ids(got))
+}
+
+func TestListRejectsMalformedAnswersAsPermanent(t *testing.T) {
+	for name, body := range map[string]string{
+		"not json":        `<html>`,
+		"object":          `{"id":"a"}`,
+		"missing id":      `[{"state":"running"}]`,
+		"empty id":        `[{"id":"","state":"running"}]`,
+		"id is an object": `[{"id":{},"state":"running"}]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, body) })
+			_, err := inProcess(t, mux).List(t.Context())
+			require.Error(t, err)
+			assert.True(t, isPermanent(err), "a malformed list does not get better by asking again: %v", err)
+		})
+	}
+}
+
+func TestAPIKeyIsSentAndItsAbsenceIsPermanent(t *testing.T) {
+	f := newFakeServer(2, func(f *fakeServer) { f.apiKey = "s3cret" })
+	url := f.start(t)
+
+	without, err := New(url)
+	require.NoError(t, err)
+	_, err = without.List(t.Context())
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusUnauthorized, se.StatusCode)
+	assert.True(t, isPermanent(err))
+
+	with, err := New(url, WithAPIKey("", "s3cret"))
+	require.NoError(t, err)
+	got, err := with.List(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, got, 2)
+	require.NoError(t, got[0].Preserve(t.Context()))
+	assert.Equal(t, []string{got[0].ID()}, f.paused())
+}
+
+func TestPreserveClassifiesAnswers(t *testing.T) {
+	cases := []struct {
+		status    int
+		gone      bool
+		permanent bool
+	}{
+		{http.StatusNoContent, false, false},
+		{http.StatusOK, false, false},
+		{http.StatusNotFound, true, false},
+		{http.StatusGone, true, false},
+		{http.StatusConflict, false, true},
+		{http.StatusBadRequest, false, true},
+		{http.StatusForbidden, false, true},
+		{http.StatusRequestTimeout, false, false},
+		{http.StatusTooManyRequests, false, false},
+		{http.StatusInternalServerError, false, false},
+		{http.StatusBadGateway, false, false},
+		{http.StatusServiceUnavailable, false, false},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(c.status)
+			})
+			err := inProcess(t, mux).Sandbox("a").Preserve(t.Context())
+			if c.status/100 == 2 {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			var se *StatusError
+			require.ErrorAs(t, err, &se)
+			assert.Equal(t, c.status, se.StatusCode)
+			assert.Equal(t, c.gone, errors.Is(err, pause.ErrGone), "gone")
+			assert.Equal(t, c.permanent, isPermanent(err), "permanent")
+		})
+	}
+}
+
+func TestGoneStatusIsConfigurable(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+	})
+	err := inProcess(t, mux, WithGoneStatus(404, 409)).Sandbox("a").Preserve(t.Context())
+	assert.ErrorIs(t, err, pause.ErrGone)
+}
+
+func TestPreservePathEscapesTheID(t *testing.T) {
+	var got string
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /api/vms/{id}/suspend", func(w http.ResponseWriter, r *http.Request) {
+		got = r.PathValue("id")
+	})
+	s, err := New("http://sandbox-server.test/api/", WithPause(http.MethodPut, "/vms/{id}/suspend"),
+		WithClient(&http.Client{Transport: handlerTransport{mux}}))
+	require.NoError(t, err)
+	require.NoError(t, s.Sandbox("a/b c").Preserve(t.Context()))
+	assert.Equal(t, "a/b c", got)
+}
+
+func TestConnectionErrorsAreTransient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "http://" + ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+
+	src, err := New(url)
+	require.NoError(t, err)
+	_, err = src.List(t.Context())
+	require.Error(t, err)
+	assert.False(t, isPermanent(err))
+	err = src.Sandbox("a").Preserve(t.Context())
+	require.Error(t, err)
+	assert.False(t, isPermanent(err))
+	assert.NotErrorIs(t, err, pause.ErrGone)
+}
+
+func TestPauseTimeoutBoundsEachRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done() // a pause that hangs
+		})
+		src := inProcess(t, mux, WithPauseTimeout(30*time.Second))
+		start := time.Now()
+		err := src.Sandbox("a").Preserve(ctxWithDeadline(t, time.Hour))
+		require.Error(t, err)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.False(t, isPermanent(err), "a timed-out request may be retried")
+		assert.Equal(t, 30*time.Second, time.Since(start))
+	})
+}
+
+func TestRequestsEndAtTheContextDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mux := http.NewServeMux()
+		hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+		mux.HandleFunc("GET /sandboxes", hang)
+		mux.HandleFunc("POST /sandboxes/{id}/pause", hang)
+		src := inProcess(t, mux, WithListTimeout(time.Minute), WithPauseTimeout(time.Minute))
+
+		start := time.Now()
+		_, err := src.List(ctxWithDeadline(t, 3*time.Second))
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 3*time.Second, time.Since(start), "the budget wins over the list timeout")
+
+		start = time.Now()
+		err = src.Sandbox("a").Preserve(ctxWithDeadline(t, 4*time.Second))
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 4*time.Second, time.Since(start), "the budget wins over the pause timeout")
+	})
+}
+
+func TestListTimeoutDefaultBoundsAHungList(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		start := time.Now()
+		_, err := inProcess(t, mux).List(ctxWithDeadline(t, time.Hour))
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, DefaultListTimeout, time.Since(start))
+	})
+}
+
+// rateLimited answers 429 with the given Retry-After to the first n pause
+// requests and 204 after, recording when each request came.
+func rateLimited(n int, retryAfter string) (http.Handler, *[]time.Time) {
+	var at []time.Time
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		at = append(at, time.Now())
+		if len(at) <= n {
+			w.Header().Set("Retry-After", retryAfter)
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux, &at
+}
+
+func TestRetryAfterIsWaitedWhenItFits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, at := rateLimited(1, "5")
+		src := inProcess(t, h)
+		start := time.Now()
+		require.NoError(t, src.Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute)))
+		require.Len(t, *at, 2)
+		assert.Equal(t, 5*time.Second, (*at)[1].Sub((*at)[0]), "retried exactly when the server said")
+		assert.Equal(t, 5*time.Second, time.Since(start))
+	})
+}
+
+func TestRetryAfterThatDoesNotFitIsNotWaitedNorCutShort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, at := rateLimited(1, "120")
+		src := inProcess(t, h)
+		sb := src.Sandbox("a")
+		start := time.Now()
+		err := sb.Preserve(ctxWithDeadline(t, time.Minute))
+		require.Error(t, err)
+		assert.Zero(t, time.Since(start), "returns at once instead of sleeping past the deadline")
+		var se *StatusError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, 120*time.Second, se.RetryAfter)
+		assert.False(t, isPermanent(err), "a later, longer phase may still retry it")
+
+		// The Preserver retries within the minute: no request reaches the
+		// server before its Retry-After time.
+		time.Sleep(10 * time.Second)
+		err = sb.Preserve(ctxWithDeadline(t, time.Minute))
+		assert.ErrorIs(t, err, errNoFit)
+		assert.Len(t, *at, 1)
+
+		// With enough time left, the retry waits for the Retry-After time.
+		require.NoError(t, sb.Preserve(ctxWithDeadline(t, 5*time.Minute)))
+		require.Len(t, *at, 2)
+		assert.Equal(t, 120*time.Second, (*at)[1].Sub((*at)[0]))
+	})
+}
+
+func TestRetryAfterAsHTTPDate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, at := rateLimited(1, time.Now().Add(7*time.Second).UTC().Format(http.TimeFormat))
+		require.NoError(t, inProcess(t, h).Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute)))
+		require.Len(t, *at, 2)
+		// HTTP dates have whole seconds: the wait is 6 to 7 s.
+		assert.InDelta(t, 7*time.Second, (*at)[1].Sub((*at)[0]), float64(time.Second))
+	})
+}
+
+func TestOverloadWithoutRetryAfterIsLeftToTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusTooManyRequests)
+		})
+		err := inProcess(t, mux).Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute))
+		var se *StatusError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, http.StatusTooManyRequests, se.StatusCode)
+		assert.False(t, isPermanent(err))
+	})
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	assert.Equal(t, 3*time.Second, parseRetryAfter(" 3 ", now))
+	assert.Equal(t, 90*time.Second, parseRetryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now))
+	assert.Zero(t, parseRetryAfter(now.Add(-time.Minute).Format(http.TimeFormat), now))
+	assert.Zero(t, parseRetryAfter("-4", now))
+	assert.Zero(t, parseRetryAfter("soon", now))
+	assert.Zero(t, parseRetryAfter("", now))
+}
+
+func TestStatusErrorMessageNamesTheRequest(t *testing.T) {
+	e := &StatusError{Op: "pause", URL: "http://h/sandboxes/a/pause", StatusCode: 429,
+		RetryAfter: time.Second, Body: strings.Repeat("x", 10)}
+	assert.Equal(t, "httpsource: pause http://h/sandboxes/a/pause: 429 Too Many Requests (retry after 1s): xxxxxxxxxx", e.Error())
+}
+
+func ids(sbs []pause.Sandbox) []string {
+	out := make([]string, len(sbs))
+	for i, s := range sbs {
+		out[i] = s.ID()
+	}
+	return out
+}
+
+func isPermanent(err error) bool {
+	var p *backoff.PermanentError
+	return errors.As(err, &p)
+}

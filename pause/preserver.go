@@ -1,0 +1,124 @@
+package pause
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+)
+
+// A Preserver preserves every sandbox a Lister returns, a bounded number at
+// a time, before a deadline, and accounts for each one in a Report.
+//
+// A Preserver is safe for concurrent use; its configuration is fixed at New.
+// Runs may follow each other (a preStop sweep, then the SIGTERM run); each
+// Run has its own slots, and a Run is meant to have the node to itself.
+type Preserver struct {
+	list  Lister
+	cfg   config
+	tel   *telemetry
+	limit atomic.Int64
+}
+
+// New returns a Preserver over list. It fails, naming the field, when list
+// is nil, the limit is below 1, the maximum limit is below the limit, a
+// timeout or interval is negative, or an option is nil or undefined.
+func New(list Lister, opts ...Option) (*Preserver, error) {
+	c := config{
+		limit:       DefaultLimit,
+		newBackOff:  defaultBackOff,
+		isPermanent: func(error) bool { return false },
+		tp:          otel.GetTracerProvider(),
+		mp:          otel.GetMeterProvider(),
+		log:         slog.New(slog.DiscardHandler),
+		progress:    DefaultProgressInterval,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	err := c.validate()
+	if list == nil || isNilFunc(list) {
+		err = errors.Join(errors.New("pause: lister must not be nil"), err)
+	}
+	if c.isPermanent == nil {
+		err = errors.Join(err, errors.New("pause: permanent-error classifier must not be nil"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	tel, err := newTelemetry(c.tp, c.mp)
+	if err != nil {
+		return nil, err
+	}
+	p := &Preserver{list: list, cfg: c, tel: tel}
+	p.limit.Store(int64(c.limit))
+	return p, nil
+}
+
+func isNilFunc(l Lister) bool {
+	f, ok := l.(ListFunc)
+	return ok && f == nil
+}
+
+// Limit returns the current concurrency limit: the initial limit before the
+// first Run, raised during a Run when the work left does not fit the time
+// left, and kept after the Run. Use it for deadline.Work reserves.
+func (p *Preserver) Limit() int { return int(p.limit.Load()) }
+
+// Run preserves, in passes, every sandbox the Lister returns, and returns
+// the Report.
+//
+// The deadline of ctx is the phase deadline: no preserve starts after it,
+// and a pass waiting for a free slot gives up at it. hard is the budget's
+// deadline, by which everything must be over; the zero time means the same
+// as ctx's deadline, and a ctx without a deadline takes hard as its phase
+// deadline. At the phase deadline (or when ctx is cancelled) running
+// preserves are cancelled (CancelAtDeadline) or left to finish until hard
+// (FinishInFlight). A Preserve that ignores its context is abandoned at the
+// later of the two deadlines: it is reported TimedOut and Run returns, with
+// that Preserve still running in its goroutine.
+//
+// A pass lists the sandboxes, orders the ones no earlier pass saw, and
+// preserves them; Run lists again after each pass and stops when a pass
+// finds nothing new or the phase deadline has passed. A sandbox is
+// preserved at most once per Run. The Report has one entry for every
+// sandbox any pass listed.
+//
+// Run returns by max(ctx's deadline, hard) at the latest; with neither, it
+// returns when every preserve has.
+func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
+	r := p.newRun(ctx, hard)
+	defer r.close()
+	for pass := 1; ; pass++ {
+		found := r.pass(pass)
+		if found == 0 || r.phaseOver() {
+			break
+		}
+	}
+	return r.finish()
+}
+
+// deadlines returns the phase deadline and the hard deadline of a Run
+// called with ctx and hard; zero times mean none.
+func deadlines(ctx context.Context, hard time.Time) (phase, hardline time.Time) {
+	phase, ok := ctx.Deadline()
+	if !ok {
+		phase = hard
+	}
+	hardline = phase
+	if hard.After(hardline) {
+		hardline = hard
+	}
+	return phase, hardline
+}
+
+func fmtLeft(deadline time.Time) string {
+	if deadline.IsZero() {
+		return "none"
+	}
+	return fmt.Sprint(time.Until(deadline).Round(time.Millisecond))
+}

@@ -1,0 +1,322 @@
+package pause
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
+)
+
+// A run is the state of one Run call. Only the Run goroutine touches its
+// plain fields; preserve goroutines touch their own task and the atomics.
+type run struct {
+	p        *Preserver
+	cfg      *config
+	ctx      context.Context // Run's context, carrying the run span
+	work     context.Context // parent of every Preserve's context
+	stopWork context.CancelFunc
+	span     trace.Span
+	traced   bool // per-sandbox spans only when the run span records
+	phase    time.Time
+	hard     time.Time
+
+	sem      *semaphore.Weighted
+	reserved int64 // weight held back from sem until the limit is raised
+	limit    int
+
+	rep  *Report
+	seen map[string]struct{}
+
+	queue    queueStats // estimates of the tasks not started yet
+	estTick  int
+	unknown  time.Duration // cached Estimator estimate for tasks without one
+	left     atomic.Int64  // sandboxes listed and not settled
+	finished atomic.Int64  // sandboxes settled
+
+	stopProgress chan struct{}
+	progressDone sync.WaitGroup
+}
+
+func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
+	r := &run{p: p, cfg: &p.cfg, seen: make(map[string]struct{})}
+	r.phase, r.hard = deadlines(ctx, hard)
+	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run", trace.WithAttributes(
+		attribute.String("pause.deadline", r.phase.Format(time.RFC3339Nano)),
+		attribute.String("pause.hard", r.hard.Format(time.RFC3339Nano)),
+		attribute.Int("pause.limit", p.cfg.limit),
+		attribute.Int("pause.max_limit", p.cfg.maxLimit),
+		attribute.String("pause.in_flight", p.cfg.inFlight.String()),
+	))
+	r.traced = r.span.IsRecording()
+	if !r.phase.IsZero() {
+		var cancel context.CancelFunc
+		r.ctx, cancel = context.WithDeadline(r.ctx, r.phase)
+		r.stopWork = cancel
+	}
+	r.work = r.ctx
+	if p.cfg.inFlight == FinishInFlight {
+		base := context.WithoutCancel(r.ctx)
+		if r.hard.IsZero() {
+			r.work, r.stopWork = withCancel(base, r.stopWork)
+		} else {
+			r.work, r.stopWork = withDeadline(base, r.hard, r.stopWork)
+		}
+	}
+	r.limit = p.cfg.limit
+	p.limit.Store(int64(r.limit))
+	r.sem = semaphore.NewWeighted(int64(p.cfg.maxLimit))
+	r.reserved = int64(p.cfg.maxLimit - p.cfg.limit)
+	if r.reserved > 0 {
+		_ = r.sem.Acquire(context.Background(), r.reserved) // empty semaphore: never blocks
+	}
+	r.rep = &Report{Start: time.Now(), Deadline: r.phase, Counts: make(map[Outcome]int)}
+	if !r.hard.Equal(r.phase) {
+		r.rep.Hard = r.hard
+	}
+	r.startProgress()
+	p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run started",
+		slog.String("time_left", fmtLeft(r.phase)), slog.Int("limit", r.limit),
+		slog.Int("max_limit", p.cfg.maxLimit), slog.String("in_flight", p.cfg.inFlight.String()))
+	return r
+}
+
+func withCancel(parent context.Context, prev context.CancelFunc) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	return ctx, chain(prev, cancel)
+}
+
+func withDeadline(parent context.Context, d time.Time, prev context.CancelFunc) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(parent, d)
+	return ctx, chain(prev, cancel)
+}
+
+func chain(a, b context.CancelFunc) context.CancelFunc {
+	if a == nil {
+		return b
+	}
+	return func() { b(); a() }
+}
+
+// phaseOver reports whether no preserve may start any more.
+func (r *run) phaseOver() bool {
+	if r.ctx.Err() != nil {
+		return true
+	}
+	return !r.phase.IsZero() && !time.Now().Before(r.phase)
+}
+
+// pass makes one listing pass and returns how many new sandboxes it found.
+func (r *run) pass(n int) int {
+	if n > 1 && r.phaseOver() {
+		return 0
+	}
+	list, err := r.p.list.List(r.ctx)
+	r.rep.Passes = n
+	if err != nil {
+		r.rep.ListErr = err.Error()
+		r.p.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed",
+			slog.Int("pass", n), slog.String("error", err.Error()))
+		return 0
+	}
+	tasks := r.admit(list, n)
+	if len(tasks) == 0 {
+		return 0
+	}
+	order := r.order(tasks)
+	r.p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
+		slog.Int("pass", n), slog.Int("new", len(tasks)), slog.String("order", order.String()),
+		slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
+	ps := &passState{done: make(chan struct{})}
+	ps.pending.Store(1)
+	r.dispatch(ps, tasks)
+	ps.finishOne()
+	r.await(ps)
+	r.settle(tasks)
+	return len(tasks)
+}
+
+// admit makes a task and a Report entry for every sandbox of list that this
+// Run has not seen, in list order.
+func (r *run) admit(list []Sandbox, pass int) []*task {
+	fresh := 0
+	for _, sb := range list {
+		if sb != nil {
+			if _, ok := r.seen[sb.ID()]; !ok {
+				fresh++
+			}
+		}
+	}
+	if fresh == 0 {
+		return nil
+	}
+	backing := make([]task, fresh)
+	tasks := make([]*task, 0, fresh)
+	r.rep.Entries = growEntries(r.rep.Entries, fresh)
+	for _, sb := range list {
+		if sb == nil {
+			continue
+		}
+		id := sb.ID()
+		if _, ok := r.seen[id]; ok {
+			continue
+		}
+		r.seen[id] = struct{}{}
+		t := &backing[len(tasks)]
+		t.init(r, sb, id, len(r.rep.Entries))
+		r.rep.Entries = append(r.rep.Entries, Entry{ID: id, Pass: pass, Priority: t.prio, Estimate: t.est})
+		tasks = append(tasks, t)
+	}
+	r.left.Add(int64(len(tasks)))
+	return tasks
+}
+
+func growEntries(e []Entry, n int) []Entry {
+	if cap(e)-len(e) >= n {
+		return e
+	}
+	out := make([]Entry, len(e), len(e)+n)
+	copy(out, e)
+	return out
+}
+
+// A passState counts the preserves of one pass still running, plus one
+// for the dispatcher, and closes done when the count reaches zero.
+type passState struct {
+	pending atomic.Int64
+	done    chan struct{}
+}
+
+func (ps *passState) finishOne() {
+	if ps.pending.Add(-1) == 0 {
+		close(ps.done)
+	}
+}
+
+// dispatch starts tasks in order, each once a slot is free, until all have
+// started or the phase is over. Tasks it did not start stay queued.
+func (r *run) dispatch(ps *passState, tasks []*task) {
+	for _, t := range tasks {
+		if r.phaseOver() {
+			return
+		}
+		r.adapt()
+		if err := r.sem.Acquire(r.ctx, 1); err != nil {
+			return
+		}
+		// Acquire may succeed after the deadline passed: check again.
+		if r.phaseOver() {
+			r.sem.Release(1)
+			return
+		}
+		r.queue.remove(t)
+		ps.pending.Add(1)
+		t.start(ps)
+	}
+}
+
+// await waits until every started preserve of the pass has returned, or
+// until the hard deadline.
+func (r *run) await(ps *passState) {
+	if r.hard.IsZero() {
+		<-ps.done
+		return
+	}
+	timer := time.NewTimer(time.Until(r.hard))
+	defer timer.Stop()
+	select {
+	case <-ps.done:
+	case <-timer.C:
+	}
+}
+
+// settle writes the Report entry of every task of a pass: the outcome of
+// the ones that returned, TimedOut for the ones abandoned still running,
+// NotStarted for the ones whose turn never came.
+func (r *run) settle(tasks []*task) {
+	now := time.Now()
+	for _, t := range tasks {
+		switch {
+		case t.state.CompareAndSwap(stateQueued, stateAbandoned):
+			res := result{outcome: NotStarted, end: now}
+			r.queue.remove(t)
+			r.record(t, &res)
+			r.rep.Entries[t.entry].fill(t, &res)
+		case t.state.CompareAndSwap(stateRunning, stateAbandoned):
+			res := result{outcome: TimedOut, end: now, err: errAbandoned}
+			t.endSpan(&res)
+			r.record(t, &res)
+			r.rep.Entries[t.entry].fill(t, &res)
+		default: // returned: its goroutine wrote res before it set stateDone
+			r.rep.Entries[t.entry].fill(t, &t.res)
+		}
+	}
+}
+
+// record accounts for a settled task in metrics and progress; the task's
+// goroutine calls it for the tasks that returned, settle for the others.
+func (r *run) record(t *task, res *result) {
+	r.left.Add(-1)
+	r.finished.Add(1)
+	r.p.tel.outcome(r.ctx, t, res)
+}
+
+func (r *run) finish() *Report {
+	rep := r.rep
+	rep.End = time.Now()
+	rep.Limit = r.limit
+	for i := range rep.Entries {
+		rep.Counts[rep.Entries[i].Outcome]++
+	}
+	for _, o := range []Outcome{Preserved, Failed, TimedOut, NotStarted, Vanished} {
+		r.span.SetAttributes(attribute.Int("pause."+string(o), rep.Counts[o]))
+	}
+	r.span.SetAttributes(attribute.Int("pause.passes", rep.Passes), attribute.Int("pause.final_limit", rep.Limit))
+	if lost := rep.Lost(); lost > 0 {
+		r.span.SetStatus(codes.Error, "sandboxes lost")
+	}
+	r.p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run finished",
+		slog.Int("preserved", rep.Counts[Preserved]), slog.Int("lost", rep.Lost()),
+		slog.Int("vanished", rep.Counts[Vanished]), slog.Int("passes", rep.Passes),
+		slog.Duration("took", rep.End.Sub(rep.Start)), slog.Int("limit", rep.Limit))
+	return rep
+}
+
+func (r *run) close() {
+	close(r.stopProgress)
+	r.progressDone.Wait()
+	if r.stopWork != nil {
+		r.stopWork()
+	}
+	r.span.End()
+}
+
+// startProgress logs a progress line every progress interval until close.
+func (r *run) startProgress() {
+	r.stopProgress = make(chan struct{})
+	every := r.cfg.progress
+	if every <= 0 {
+		return
+	}
+	r.progressDone.Add(1)
+	go func() {
+		defer r.progressDone.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-r.stopProgress:
+				return
+			case <-tick.C:
+				r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: progress",
+					slog.Int64("done", r.finished.Load()), slog.Int64("left", r.left.Load()),
+					slog.String("time_left", fmtLeft(r.phase)), slog.Int64("limit", r.p.limit.Load()))
+			}
+		}
+	}()
+}

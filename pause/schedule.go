@@ -1,0 +1,139 @@
+package pause
+
+import (
+	"cmp"
+	"log/slog"
+	"slices"
+	"time"
+)
+
+// queueStats sums the estimates of the tasks not started yet, so the
+// adaptive limit costs O(1) per start.
+type queueStats struct {
+	n       int           // tasks queued
+	known   time.Duration // sum of their own estimates
+	unknown int           // tasks queued without an estimate of their own
+}
+
+func (q *queueStats) add(t *task) {
+	q.n++
+	if t.est > 0 {
+		q.known += t.est
+	} else {
+		q.unknown++
+	}
+}
+
+func (q *queueStats) remove(t *task) {
+	q.n--
+	if t.est > 0 {
+		q.known -= t.est
+	} else {
+		q.unknown--
+	}
+}
+
+// work is the estimated total preserve time of the queue, with each for
+// the tasks without an estimate of their own.
+func (q *queueStats) work(each time.Duration) time.Duration {
+	return q.known + time.Duration(q.unknown)*each
+}
+
+// estimate returns t's estimated preserve time: its own, or the
+// Estimator's.
+func (r *run) estimate(t *task) time.Duration {
+	if t.est > 0 {
+		return t.est
+	}
+	return r.unknown
+}
+
+// order queues tasks and sorts them for dispatch: priority first, then by
+// the Order, resolving OrderAuto from the estimates and the time left. It
+// returns the order used.
+func (r *run) order(tasks []*task) Order {
+	r.unknown = r.cfg.estimator.Estimate()
+	for _, t := range tasks {
+		r.queue.add(t)
+	}
+	o := r.cfg.order
+	if o == OrderAuto {
+		o = r.choose(tasks)
+	}
+	slices.SortStableFunc(tasks, func(a, b *task) int {
+		if c := cmp.Compare(b.prio, a.prio); c != 0 {
+			return c
+		}
+		switch o {
+		case OrderShortestFirst:
+			return cmp.Compare(r.estimate(a), r.estimate(b))
+		case OrderLongestFirst:
+			return cmp.Compare(r.estimate(b), r.estimate(a))
+		}
+		return 0
+	})
+	return o
+}
+
+// choose resolves OrderAuto for a pass. With no estimate at all it keeps
+// the Lister's order. When even the maximum limit cannot preserve every
+// sandbox before the phase deadline, shortest first preserves the most of
+// them; otherwise longest first (LPT) ends the pass soonest, within 4/3 of
+// the optimal makespan and usually within a few percent.
+func (r *run) choose(tasks []*task) Order {
+	var work, longest time.Duration
+	for _, t := range tasks {
+		e := r.estimate(t)
+		work += e
+		longest = max(longest, e)
+	}
+	switch {
+	case work == 0:
+		return OrderFIFO
+	case r.phase.IsZero():
+		return OrderLongestFirst
+	}
+	makespan := max(longest, work/time.Duration(r.cfg.maxLimit))
+	if makespan > time.Until(r.phase) {
+		return OrderShortestFirst
+	}
+	return OrderLongestFirst
+}
+
+// adapt raises the limit, up to the maximum, when the queued work does not
+// fit in the time left at the current limit: it picks the smallest limit k
+// for which ceil(queued / k) rounds of the average estimate fit.
+func (r *run) adapt() {
+	if r.limit >= r.cfg.maxLimit || r.phase.IsZero() || r.queue.n == 0 {
+		return
+	}
+	if r.estTick++; r.estTick%32 == 0 && r.cfg.estimator != nil {
+		r.unknown = r.cfg.estimator.Estimate()
+	}
+	work := r.queue.work(r.unknown)
+	if work <= 0 {
+		return
+	}
+	avg := work / time.Duration(r.queue.n)
+	need := r.cfg.maxLimit
+	if rounds := int(time.Until(r.phase) / max(avg, 1)); rounds > 0 {
+		need = (r.queue.n + rounds - 1) / rounds
+	}
+	if need <= r.limit {
+		return
+	}
+	r.raise(min(need, r.cfg.maxLimit))
+}
+
+// raise gives the semaphore the weight held back for limits above the
+// current one.
+func (r *run) raise(to int) {
+	delta := to - r.limit
+	r.sem.Release(int64(delta))
+	r.reserved -= int64(delta)
+	r.limit = to
+	r.p.limit.Store(int64(to))
+	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency raised",
+		slog.Int("limit", to), slog.Int("max_limit", r.cfg.maxLimit),
+		slog.Int("queued", r.queue.n), slog.String("time_left", fmtLeft(r.phase)))
+}
