@@ -66,7 +66,7 @@ func TestLimiterProbesUpAfterAStreakOfSuccesses(t *testing.T) {
 	require.NoError(t, l.acquire(ctx))
 	l.release(true, false)
 	assert.Equal(t, 1, l.current())
-	l.release(false, true)
+	l.release(false, false) // a 500: neither overload nor success
 	for i := range probeAfter {
 		require.NoError(t, l.acquire(ctx))
 		assert.Equal(t, 1, l.current(), "success %d", i)

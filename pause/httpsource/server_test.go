@@ -3,7 +3,6 @@ package httpsource
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -267,8 +266,6 @@ func inProcess(t testing.TB, h http.Handler, opts ...Option) *Source {
 	}
 	return s
 }
-
-var errTest = errors.New("test")
 
 func ctxWithDeadline(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
