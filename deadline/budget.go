@@ -31,7 +31,8 @@ const (
 	// AnchorSIGTERM: SIGTERM arrived and no preStop hook had run.
 	AnchorSIGTERM Anchor = "SIGTERM"
 	// AnchorDeletionTimestamp: the pod's metadata.deletionTimestamp gave the
-	// SIGKILL time directly.
+	// SIGKILL time directly (FromKillTime, or Tighten before any other
+	// event).
 	AnchorDeletionTimestamp Anchor = "deletionTimestamp"
 )
 
@@ -39,7 +40,8 @@ const (
 type Option func(*Budget)
 
 // WithMargin sets how long before the expected SIGKILL the budget's
-// Deadline falls. The default is DefaultMargin; zero is allowed.
+// Deadline falls. The default is DefaultMargin; zero is allowed, negative is
+// an error at construction.
 func WithMargin(d time.Duration) Option {
 	return func(b *Budget) { b.margin = d }
 }
@@ -51,7 +53,15 @@ func WithMargin(d time.Duration) Option {
 // A Budget is created when the server starts, from the pod's grace period,
 // and anchored later by the first termination event it is told about
 // (OnPreStop or OnSIGTERM). OnSIGTERM refines the SIGKILL time with the
-// kubelet's own arithmetic. A Budget is safe for concurrent use.
+// kubelet's own arithmetic; Tighten (or TightenFromPod) moves it earlier when
+// the pod's deletion shortened the grace period.
+//
+// Once anchored, the budget never moves T0, and it keeps these invariants:
+// T0 <= Deadline <= Kill, and once SIGTERM is known, Kill >= SIGTERM +
+// MinimumGracePeriod (the kubelet never kills sooner after SIGTERM).
+//
+// A Budget is safe for concurrent use. Create it with New or FromKillTime;
+// the zero Budget has a zero grace period, so its deadline is always now.
 type Budget struct {
 	grace  time.Duration
 	margin time.Duration
@@ -65,60 +75,59 @@ type Budget struct {
 }
 
 // New returns a Budget for a pod whose termination grace period is grace
-// (the kubelet's G). T0 is fixed later by OnPreStop or OnSIGTERM.
+// (the kubelet's G, normally spec.terminationGracePeriodSeconds). T0 is
+// fixed later by OnPreStop or OnSIGTERM.
 //
 // New fails if grace is not positive, if the margin is negative, or if the
 // margin is not smaller than grace; the error names the field.
 func New(grace time.Duration, opts ...Option) (*Budget, error) {
-	b := &Budget{grace: grace, margin: DefaultMargin, changed: make(chan struct{})}
+	b := &Budget{grace: grace, margin: DefaultMargin}
 	for _, o := range opts {
 		o(b)
 	}
 	if grace <= 0 {
 		return nil, fmt.Errorf("deadline: grace must be positive, got %v", grace)
 	}
-	if err := b.checkMargin(grace); err != nil {
-		return nil, err
+	if b.margin < 0 {
+		return nil, fmt.Errorf("deadline: margin must not be negative, got %v", b.margin)
+	}
+	if b.margin >= grace {
+		return nil, fmt.Errorf("deadline: margin %v must be smaller than the grace period %v", b.margin, grace)
 	}
 	return b, nil
 }
 
-// FromKillTime returns a Budget anchored now whose SIGKILL is at kill, as
-// read from the pod's metadata.deletionTimestamp. Its grace is the time from
-// now to kill.
+// FromKillTime returns a Budget anchored now (T0 = time.Now()) whose SIGKILL
+// is at kill, as read from the pod's metadata.deletionTimestamp. Its grace is
+// the time from now to kill. Unlike New, a margin that does not fit is not an
+// error here (a server may learn its deletionTimestamp late): the margin then
+// shrinks as Deadline describes.
 //
-// FromKillTime fails if kill is not in the future or the margin does not fit
-// before it; the error names the field.
+// FromKillTime fails if kill is not in the future or the margin is negative;
+// the error names the field.
 func FromKillTime(kill time.Time, opts ...Option) (*Budget, error) {
 	now := time.Now()
 	if !kill.After(now) {
 		return nil, fmt.Errorf("deadline: deletionTimestamp %s is not in the future (now %s)",
-			kill.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+			kill.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
-	b := &Budget{grace: kill.Sub(now), margin: DefaultMargin, changed: make(chan struct{})}
+	b := &Budget{grace: kill.Sub(now), margin: DefaultMargin}
 	for _, o := range opts {
 		o(b)
 	}
-	if err := b.checkMargin(b.grace); err != nil {
-		return nil, err
+	if b.margin < 0 {
+		return nil, fmt.Errorf("deadline: margin must not be negative, got %v", b.margin)
 	}
 	b.anchor, b.start, b.kill = AnchorDeletionTimestamp, now, kill
 	return b, nil
 }
 
-func (b *Budget) checkMargin(grace time.Duration) error {
-	if b.margin < 0 {
-		return fmt.Errorf("deadline: margin must not be negative, got %v", b.margin)
-	}
-	if b.margin >= grace {
-		return fmt.Errorf("deadline: margin %v must be smaller than the grace period %v", b.margin, grace)
-	}
-	return nil
-}
-
 // OnPreStop tells the budget that the kubelet started the preStop hook at
 // at. The first termination event fixes T0 = at and SIGKILL = at + grace;
-// OnPreStop reports whether it was that event. Later calls change nothing.
+// OnPreStop reports whether it was that event. Later calls, and calls after
+// OnSIGTERM or Tighten anchored the budget, change nothing.
+//
+// Call it at the very start of the preStop handler, with time.Now().
 func (b *Budget) OnPreStop(at time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -133,16 +142,19 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 // OnSIGTERM tells the budget that SIGTERM arrived at at, and refines the
 // SIGKILL time exactly as the kubelet computes it:
 //
-//   - no preStop hook ran: T0 = at, SIGKILL = at + grace;
+//   - no preStop hook ran: T0 = at, SIGKILL = at + max(grace, 2s);
 //   - a preStop hook started at T0: the kubelet subtracts the hook's elapsed
 //     time, truncated to whole seconds, from the grace period and raises what
 //     is left to at least MinimumGracePeriod, so SIGKILL =
-//     at + max(grace - trunc(at - T0), 2s). A hook that overran the grace
-//     period therefore leaves exactly 2 s after SIGTERM;
+//     at + KubeletRemaining(G, at - T0). A hook that overran the grace
+//     period therefore leaves exactly 2 s after SIGTERM. G here is the
+//     grace period as tightened so far (SIGKILL - T0), so a Tighten during
+//     the hook (kubectl delete --grace-period=N) is honoured;
 //   - anchored by a deletionTimestamp: SIGKILL stays at that time, unless the
-//     kubelet's 2 s floor puts it later.
+//     kubelet's 2 s floor after SIGTERM puts it later.
 //
 // Only the first call has an effect; OnSIGTERM reports whether it was it.
+// Call it first thing in the SIGTERM handler, with time.Now().
 func (b *Budget) OnSIGTERM(at time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -152,22 +164,25 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 	b.sigterm = at
 	switch b.anchor {
 	case AnchorNone:
-		b.anchor, b.start, b.kill = AnchorSIGTERM, at, at.Add(b.grace)
+		b.anchor, b.start, b.kill = AnchorSIGTERM, at, at.Add(KubeletRemaining(b.grace, 0))
 	case AnchorPreStop:
-		b.kill = at.Add(KubeletRemaining(b.grace, at.Sub(b.start)))
-	case AnchorDeletionTimestamp:
-		if floor := at.Add(MinimumGracePeriod); b.kill.Before(floor) {
-			b.kill = floor
-		}
+		// b.kill - b.start is the configured grace unless Tighten cut it:
+		// the kubelet then works from the shorter DeletionGracePeriodSeconds.
+		b.kill = at.Add(KubeletRemaining(b.kill.Sub(b.start), at.Sub(b.start)))
+	default:
+		b.kill = laterOf(b.kill, at.Add(MinimumGracePeriod))
 	}
+	b.kill = laterOf(b.kill, b.start) // only a SIGTERM time before T0 could break this
 	b.notifyLocked()
 	return true
 }
 
 // KubeletRemaining is the time the kubelet leaves between SIGTERM and SIGKILL
 // after a preStop hook that ran for hookElapsed out of a grace period of
-// grace: grace minus the elapsed time truncated to whole seconds, and never
-// less than MinimumGracePeriod.
+// grace: grace minus the elapsed time truncated to whole seconds (the
+// kubelet's int64(elapsed.Seconds())), and never less than
+// MinimumGracePeriod. With hookElapsed = 0 it is the wait when there was no
+// hook.
 func KubeletRemaining(grace, hookElapsed time.Duration) time.Duration {
 	left := grace - hookElapsed.Truncate(time.Second)
 	return max(left, MinimumGracePeriod)
@@ -176,7 +191,15 @@ func KubeletRemaining(grace, hookElapsed time.Duration) time.Duration {
 // Tighten moves the expected SIGKILL earlier to kill, for example when the
 // pod's deletionTimestamp shows that `kubectl delete --grace-period=N`
 // shortened the grace period. It never moves SIGKILL later, and reports
-// whether it changed anything. On an unanchored budget it anchors T0 at now.
+// whether it changed anything.
+//
+// Two floors keep the budget consistent: SIGKILL never moves before T0,
+// and once SIGTERM is known never before SIGTERM + MinimumGracePeriod (the
+// kubelet always waits that long after SIGTERM, so a deletionTimestamp read
+// after an overrunning hook does not erase the 2 s extension).
+//
+// On an unanchored budget, Tighten anchors T0 at now (AnchorDeletionTimestamp)
+// if kill is earlier than now + grace; otherwise it changes nothing.
 func (b *Budget) Tighten(kill time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -185,9 +208,13 @@ func (b *Budget) Tighten(kill time.Time) bool {
 		if !kill.Before(now.Add(b.grace)) {
 			return false
 		}
-		b.anchor, b.start, b.kill = AnchorDeletionTimestamp, now, kill
+		b.anchor, b.start, b.kill = AnchorDeletionTimestamp, now, laterOf(kill, now)
 		b.notifyLocked()
 		return true
+	}
+	kill = laterOf(kill, b.start)
+	if !b.sigterm.IsZero() {
+		kill = laterOf(kill, b.sigterm.Add(MinimumGracePeriod))
 	}
 	if !kill.Before(b.kill) {
 		return false
@@ -197,17 +224,30 @@ func (b *Budget) Tighten(kill time.Time) bool {
 	return true
 }
 
+func laterOf(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
+}
+
 func (b *Budget) notifyLocked() {
-	close(b.changed)
+	if b.changed != nil {
+		close(b.changed)
+	}
 	b.changed = make(chan struct{})
 }
 
 // Changed returns a channel that is closed the next time the budget's
-// anchor or SIGKILL time changes. Waiters that computed a deadline from the
-// budget select on it to recompute.
+// anchor or SIGKILL time changes (OnPreStop, OnSIGTERM or Tighten taking
+// effect). Waiters that computed a deadline from the budget select on it to
+// recompute; call Changed again afterwards for the next change.
 func (b *Budget) Changed() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
 	return b.changed
 }
 
@@ -226,9 +266,11 @@ func (b *Budget) Start() time.Time { return b.State().Start }
 func (b *Budget) Kill() time.Time { return b.State().Kill }
 
 // Deadline returns the time by which all work must be done: SIGKILL minus the
-// margin. When SIGTERM leaves less than twice the margin (the kubelet's 2 s
-// floor after an overrunning hook), the margin shrinks to half of what is
-// left, so the server still gets to use part of it.
+// margin. The margin never takes more than half of the time from the latest
+// termination event (SIGTERM if it arrived, else T0) to SIGKILL: after an
+// overrunning hook the kubelet's 2 s leave a 1 s margin, so the server still
+// gets to use the other second. Deadline is never before T0 and never after
+// SIGKILL.
 func (b *Budget) Deadline() time.Time { return b.State().Deadline }
 
 // Remaining returns the time left until Deadline, or zero if it has passed.
@@ -236,30 +278,35 @@ func (b *Budget) Remaining() time.Duration {
 	return max(time.Until(b.Deadline()), 0)
 }
 
-// Grace returns the grace period the budget was built with.
+// Grace returns the grace period the budget was built with (for
+// FromKillTime, the time from construction to the kill time). Tighten does
+// not change it; Kill - Start is the grace as tightened.
 func (b *Budget) Grace() time.Duration { return b.grace }
 
-// Margin returns the configured safety margin.
+// Margin returns the configured safety margin; State().Deadline shows the
+// margin in effect.
 func (b *Budget) Margin() time.Duration { return b.margin }
 
 // Context returns a context derived from parent whose deadline is the
-// budget's Deadline at the time of the call.
+// budget's Deadline at the time of the call. A later change of the budget
+// (see Changed) does not move the context's deadline.
 func (b *Budget) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(parent, b.Deadline())
 }
 
 // State is a point-in-time view of a Budget, ready for logs and reports.
 type State struct {
-	Anchor   Anchor        `json:"anchor"`
-	Start    time.Time     `json:"start"`
-	SIGTERM  time.Time     `json:"sigterm,omitzero"`
-	Kill     time.Time     `json:"kill"`
-	Deadline time.Time     `json:"deadline"`
-	Grace    time.Duration `json:"grace_ns"`
-	Margin   time.Duration `json:"margin_ns"`
+	Anchor   Anchor        `json:"anchor"`           // which event fixed T0
+	Start    time.Time     `json:"start"`            // T0
+	SIGTERM  time.Time     `json:"sigterm,omitzero"` // when SIGTERM arrived; zero before
+	Kill     time.Time     `json:"kill"`             // expected SIGKILL
+	Deadline time.Time     `json:"deadline"`         // Kill minus the margin in effect
+	Grace    time.Duration `json:"grace_ns"`         // the grace period the budget was built with
+	Margin   time.Duration `json:"margin_ns"`        // the configured margin
 }
 
-// State returns the budget's current view.
+// State returns the budget's current view. Until the budget is anchored,
+// Start is now and Kill is now + grace.
 func (b *Budget) State() State {
 	b.mu.Lock()
 	s := State{Anchor: b.anchor, Start: b.start, SIGTERM: b.sigterm, Kill: b.kill, Grace: b.grace, Margin: b.margin}
@@ -268,14 +315,16 @@ func (b *Budget) State() State {
 		s.Start = time.Now()
 		s.Kill = s.Start.Add(b.grace)
 	}
-	margin := b.margin
+	last := s.Start
 	if !s.SIGTERM.IsZero() {
-		margin = min(margin, s.Kill.Sub(s.SIGTERM)/2)
+		last = laterOf(s.SIGTERM, s.Start)
 	}
+	margin := min(b.margin, max(s.Kill.Sub(last)/2, 0))
 	s.Deadline = s.Kill.Add(-margin)
 	return s
 }
 
-// ErrNotTerminating is returned by PodReader when the pod has no
-// deletionTimestamp yet.
+// ErrNotTerminating is returned by PodReader (and TightenFromPod) when the
+// pod has no deletionTimestamp yet: nobody deleted it, or it is being
+// stopped by graceful node shutdown, which does not set one.
 var ErrNotTerminating = errors.New("deadline: pod has no deletionTimestamp (not terminating)")

@@ -1,6 +1,7 @@
 package deadline
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -36,6 +37,8 @@ func NewEstimator(prior time.Duration) *Estimator {
 }
 
 // Observe records one measured duration. Negative durations count as zero.
+// The first observation replaces the prior; each later one moves the mean by
+// a fifth of its difference to it.
 func (e *Estimator) Observe(d time.Duration) {
 	d = max(d, 0)
 	e.mu.Lock()
@@ -51,14 +54,20 @@ func (e *Estimator) Observe(d time.Duration) {
 
 // Count returns how many durations were observed.
 func (e *Estimator) Count() int {
+	if e == nil {
+		return 0
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.count
 }
 
 // Mean returns the exponentially weighted mean, or the prior before any
-// observation.
+// observation. A nil Estimator returns zero.
 func (e *Estimator) Mean() time.Duration {
+	if e == nil {
+		return 0
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.count == 0 {
@@ -67,9 +76,14 @@ func (e *Estimator) Mean() time.Duration {
 	return time.Duration(e.mean)
 }
 
-// Quantile returns the q-quantile (0 <= q <= 1, nearest rank) of the last 64
-// observations, or the prior before any observation.
+// Quantile returns the q-quantile (nearest rank: the smallest observation
+// with at least q of the window at or below it) of the last 64 observations,
+// or the prior before any observation. q is clamped to [0, 1]; NaN counts as
+// 0. A nil Estimator returns zero.
 func (e *Estimator) Quantile(q float64) time.Duration {
+	if e == nil {
+		return 0
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.quantileLocked(q)
@@ -82,8 +96,12 @@ func (e *Estimator) quantileLocked(q float64) time.Duration {
 	}
 	s := slices.Clone(e.recent[:n])
 	slices.Sort(s)
-	q = min(max(q, 0), 1)
-	i := int(q*float64(n)+0.999999) - 1 // nearest rank: ceil(q*n)-1
+	if !(q > 0) { // also NaN
+		q = 0
+	}
+	// Nearest rank is ceil(q*n); the small slack keeps float error in q*n
+	// (0.14*50 = 7.000000000000001) from skipping a rank.
+	i := int(math.Ceil(min(q, 1)*float64(n)-1e-9)) - 1
 	return s[min(max(i, 0), n-1)]
 }
 

@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -17,17 +18,30 @@ func Fixed(d time.Duration) Reserve { return func() time.Duration { return d } }
 
 // Work returns a Reserve for items units of work done parallel at a time,
 // each taking about each.Estimate(): ceil(items/parallel) x estimate. This is
-// "running sandboxes x estimated pause / concurrency". A parallel below 1
-// counts as 1.
+// "running sandboxes x estimated pause / concurrency". items and parallel are
+// called every time the reserve is evaluated, so the reserve follows the live
+// count. A nil items, or a count <= 0, reserves nothing; a nil parallel, or a
+// parallel below 1, counts as 1; a nil each estimates zero. The product
+// saturates instead of overflowing.
 func Work(items func() int, each *Estimator, parallel func() int) Reserve {
 	return func() time.Duration {
-		n, k := items(), parallel()
+		if items == nil {
+			return 0
+		}
+		n := items()
 		if n <= 0 {
 			return 0
 		}
-		k = max(k, 1)
-		rounds := (n + k - 1) / k
-		return time.Duration(rounds) * each.Estimate()
+		k := 1
+		if parallel != nil {
+			k = max(parallel(), 1)
+		}
+		rounds := int64(n/k) + int64(min(n%k, 1))
+		est := each.Estimate()
+		if est > 0 && rounds > math.MaxInt64/int64(est) {
+			return math.MaxInt64
+		}
+		return time.Duration(rounds) * est
 	}
 }
 
@@ -55,26 +69,28 @@ type Plan struct {
 
 // NewPlan returns a Plan over b with phases in the order they run.
 // It fails, naming the field, if b is nil, there are no phases, a name is
-// empty or repeated, or a Fixed reserve is negative.
+// empty or repeated, or a reserve is negative when NewPlan evaluates it once
+// (so a negative Fixed reserve is caught here; a live reserve that turns
+// negative later counts as zero).
 func NewPlan(b *Budget, phases ...Phase) (*Plan, error) {
 	if b == nil {
-		return nil, fmt.Errorf("deadline: plan budget must not be nil")
+		return nil, fmt.Errorf("deadline: NewPlan: budget must not be nil")
 	}
 	if len(phases) == 0 {
-		return nil, fmt.Errorf("deadline: plan needs at least one phase")
+		return nil, fmt.Errorf("deadline: NewPlan: phases: need at least one phase")
 	}
 	p := &Plan{budget: b, phases: make([]Phase, len(phases)), index: make(map[string]int, len(phases))}
 	for i, ph := range phases {
 		if ph.Name == "" {
-			return nil, fmt.Errorf("deadline: phase %d: name must not be empty", i)
+			return nil, fmt.Errorf("deadline: NewPlan: phases[%d].Name must not be empty", i)
 		}
-		if _, dup := p.index[ph.Name]; dup {
-			return nil, fmt.Errorf("deadline: phase %q: duplicate name", ph.Name)
+		if j, dup := p.index[ph.Name]; dup {
+			return nil, fmt.Errorf("deadline: NewPlan: phases[%d].Name %q duplicates phases[%d].Name", i, ph.Name, j)
 		}
 		if ph.Reserve == nil {
 			ph.Reserve = Fixed(0)
 		} else if r := ph.Reserve(); r < 0 {
-			return nil, fmt.Errorf("deadline: phase %q: reserve must not be negative, got %v", ph.Name, r)
+			return nil, fmt.Errorf("deadline: NewPlan: phases[%d].Reserve (phase %q) must not be negative, got %v", i, ph.Name, r)
 		}
 		p.index[ph.Name] = i
 		p.phases[i] = ph
@@ -85,22 +101,36 @@ func NewPlan(b *Budget, phases ...Phase) (*Plan, error) {
 // Budget returns the budget the plan divides.
 func (p *Plan) Budget() *Budget { return p.budget }
 
-// Deadline returns the absolute deadline of the named phase, as of now.
-// It panics if the plan has no phase of that name: names are fixed at
-// construction, so an unknown one is a programming error.
+// Phases returns the phase names in the order they run.
+func (p *Plan) Phases() []string {
+	names := make([]string, len(p.phases))
+	for i, ph := range p.phases {
+		names[i] = ph.Name
+	}
+	return names
+}
+
+// Deadline returns the absolute deadline of the named phase, as of now:
+// the budget's Deadline minus the reserves of all later phases, but never
+// before T0. It panics if the plan has no phase of that name: names are
+// fixed at construction, so an unknown one is a programming error.
 func (p *Plan) Deadline(name string) time.Time {
 	i := p.mustIndex(name)
 	return p.Windows()[i].Deadline
 }
 
 // Context returns a context derived from parent whose deadline is the named
-// phase's deadline at the time of the call.
+// phase's deadline at the time of the call. The context does not follow
+// later changes of the reserves or the budget; a phase that should run
+// longer when later work shrinks (a preStop wait) re-reads Deadline instead.
+// It panics on an unknown name, like Deadline.
 func (p *Plan) Context(parent context.Context, name string) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(parent, p.Deadline(name))
 }
 
 // Shortfall returns by how much the budget is too small for all reserves
-// together, as of now: sum of reserves - (Deadline - T0), or zero if they fit.
+// together, as of now: sum of reserves - (Deadline - T0), or zero if they
+// fit. It is positive exactly when Windows squeezes some phase.
 func (p *Plan) Shortfall() time.Duration {
 	st := p.budget.State()
 	return shortfall(st.Deadline.Sub(st.Start), p.reserves())
@@ -109,33 +139,32 @@ func (p *Plan) Shortfall() time.Duration {
 // A Window is one phase's place in the plan at a moment.
 type Window struct {
 	Name     string        `json:"name"`
-	Reserve  time.Duration `json:"reserve_ns"`
-	Deadline time.Time     `json:"deadline"`
+	Reserve  time.Duration `json:"reserve_ns"` // the phase's own reserve, as evaluated
+	Deadline time.Time     `json:"deadline"`   // absolute; T0 <= Deadline <= budget Deadline
 	// Squeezed is how much later the deadline would be if the budget were
 	// large enough for all reserves after this phase.
 	Squeezed time.Duration `json:"squeezed_ns,omitempty"`
 }
 
-// Windows returns every phase's reserve and deadline, evaluated once, now.
+// Windows returns every phase's reserve and deadline, in plan order, with
+// each reserve evaluated once, now. Deadlines never decrease along the plan;
+// the last phase's deadline is the budget's Deadline.
 func (p *Plan) Windows() []Window {
 	st := p.budget.State()
 	res := p.reserves()
 	out := make([]Window, len(p.phases))
-	var later time.Duration
+	var later time.Duration // sum of the reserves after phase i
 	for i := len(p.phases) - 1; i >= 0; i-- {
 		want := st.Deadline.Add(-later)
 		d := want
-		if d.Before(st.Start) {
+		if d.Before(st.Start) { // later reserves win: squeeze this phase
 			d = st.Start
 		}
-		if d.After(st.Deadline) { // deadline already before start: nothing fits
+		if d.After(st.Deadline) {
 			d = st.Deadline
 		}
-		out[i] = Window{Name: p.phases[i].Name, Reserve: res[i], Deadline: d, Squeezed: d.Sub(want)}
-		if out[i].Squeezed < 0 {
-			out[i].Squeezed = 0
-		}
-		later += res[i]
+		out[i] = Window{Name: p.phases[i].Name, Reserve: res[i], Deadline: d, Squeezed: max(d.Sub(want), 0)}
+		later = addSat(later, res[i])
 	}
 	return out
 }
@@ -151,9 +180,17 @@ func (p *Plan) reserves() []time.Duration {
 func shortfall(span time.Duration, reserves []time.Duration) time.Duration {
 	var sum time.Duration
 	for _, r := range reserves {
-		sum += r
+		sum = addSat(sum, r)
 	}
 	return max(sum-max(span, 0), 0)
+}
+
+// addSat adds two non-negative durations, saturating at the largest one.
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 func (p *Plan) mustIndex(name string) int {

@@ -1,0 +1,396 @@
+package deadline_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/deadline"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// s turns fractional seconds into a Duration exactly enough for the table
+// (2999.9 s and the like).
+func s(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }
+
+// event is one thing that happens to a budget, at an offset from the start
+// of the synctest bubble (virtual time, so offsets are exact).
+type event struct {
+	at     time.Duration
+	kind   string        // "preStop", "sigterm", "tighten"
+	target time.Duration // tighten: the new SIGKILL, as an offset from bubble start
+	want   bool          // what the call reports
+}
+
+func preStop(at time.Duration) event { return event{at: at, kind: "preStop", want: true} }
+func sigterm(at time.Duration) event { return event{at: at, kind: "sigterm", want: true} }
+func tighten(at, kill time.Duration) event {
+	return event{at: at, kind: "tighten", target: kill, want: true}
+}
+func ignored(e event) event { e.want = false; return e }
+
+// TestBudgetKubeletArithmetic replays every case of
+// shared/research/kubelet-termination.md at full scale (G = 3600 s) in
+// virtual time. Times in the table are offsets from the bubble's start:
+//
+//	T0 ── preStop hook ──── SIGTERM ── max(G - trunc(hook), 2 s) ── SIGKILL
+//	                                               Deadline = SIGKILL - margin ┘
+func TestBudgetKubeletArithmetic(t *testing.T) {
+	const G = 3600 * time.Second
+	tests := []struct {
+		name     string
+		grace    time.Duration
+		margin   time.Duration
+		events   []event
+		anchor   deadline.Anchor
+		start    time.Duration
+		kill     time.Duration
+		deadline time.Duration
+	}{
+		{name: "no preStop: SIGKILL = SIGTERM + G", grace: G, margin: 5 * time.Second,
+			events: []event{sigterm(s(100))},
+			anchor: deadline.AnchorSIGTERM, start: s(100), kill: s(3700), deadline: s(3695)},
+		{name: "no preStop, grace below the kubelet's 2 s minimum is raised to 2 s", grace: time.Second, margin: 0,
+			events: []event{sigterm(0)},
+			anchor: deadline.AnchorSIGTERM, start: 0, kill: s(2), deadline: s(2)},
+		{name: "preStop anchored, before SIGTERM: SIGKILL = T0 + G", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(s(10))},
+			anchor: deadline.AnchorPreStop, start: s(10), kill: s(3610), deadline: s(3605)},
+		{name: "preStop finishes early: elapsed truncated, 2999.9 s counts as 2999 s", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(s(2999.9))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(2999.9) + s(601), deadline: s(2999.9) + s(596)},
+		{name: "preStop finishes on a whole second", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(s(3000))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3600), deadline: s(3595)},
+		{name: "preStop runs exactly G: 2 s extension, margin shrinks to 1 s", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(G)},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3602), deadline: s(3601)},
+		{name: "preStop overruns and is abandoned: SIGKILL = SIGTERM + 2 s", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(s(3600.7))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3602.7), deadline: s(3601.7)},
+		{name: "remaining 1 s is raised to 2 s", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(s(3599.2))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3601.2), deadline: s(3600.2)},
+		{name: "remaining exactly 2 s is kept", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(s(3598.5))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3600.5), deadline: s(3599.5)},
+		{name: "remaining 6 s: margin shrinks to half of it", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(s(3594))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3600), deadline: s(3597)},
+		{name: "remaining 10 s: the full margin fits", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(s(3590))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3600), deadline: s(3595)},
+		{name: "second OnPreStop is ignored", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), ignored(preStop(s(10)))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3600), deadline: s(3595)},
+		{name: "second OnSIGTERM is ignored", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(s(100)), ignored(sigterm(s(3600)))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3600), deadline: s(3595)},
+		{name: "OnPreStop after SIGTERM is ignored", grace: G, margin: 5 * time.Second,
+			events: []event{sigterm(s(5)), ignored(preStop(s(6)))},
+			anchor: deadline.AnchorSIGTERM, start: s(5), kill: s(3605), deadline: s(3600)},
+		{name: "Tighten shorter during preStop (kubectl delete --grace-period=30)", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), tighten(s(1), s(30))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(30), deadline: s(25)},
+		{name: "SIGTERM after a tightened preStop uses the tightened grace", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), tighten(s(1), s(30)), sigterm(s(30))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(32), deadline: s(31)},
+		{name: "hook ends early after Tighten: truncation applies to the tightened grace", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), tighten(s(1), s(30)), sigterm(s(10.5))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(30.5), deadline: s(25.5)},
+		{name: "Tighten longer is ignored", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), ignored(tighten(s(1), s(4000)))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3600), deadline: s(3595)},
+		{name: "Tighten to the same time is ignored", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), ignored(tighten(s(1), s(3600)))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3600), deadline: s(3595)},
+		{name: "Tighten after an overrun keeps the kubelet's 2 s", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), sigterm(G), ignored(tighten(s(3600.5), s(3599)))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(3602), deadline: s(3601)},
+		{name: "Tighten after SIGTERM stops at SIGTERM + 2 s", grace: G, margin: 5 * time.Second,
+			events: []event{sigterm(0), tighten(s(1), s(30)), tighten(s(2), s(1))},
+			anchor: deadline.AnchorSIGTERM, start: 0, kill: s(2), deadline: s(1)},
+		{name: "Tighten before T0 stops at T0", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(s(100)), tighten(s(101), s(50))},
+			anchor: deadline.AnchorPreStop, start: s(100), kill: s(100), deadline: s(100)},
+		{name: "Tighten with a short kill shrinks the margin to half", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), tighten(s(1), s(6))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(6), deadline: s(3)},
+		{name: "Tighten on an unanchored budget anchors at now", grace: G, margin: 5 * time.Second,
+			events: []event{tighten(s(5), s(35)), ignored(preStop(s(6)))},
+			anchor: deadline.AnchorDeletionTimestamp, start: s(5), kill: s(35), deadline: s(30)},
+		{name: "deletionTimestamp anchor: SIGTERM leaves SIGKILL where it is", grace: G, margin: 5 * time.Second,
+			events: []event{tighten(0, s(600)), sigterm(s(10))},
+			anchor: deadline.AnchorDeletionTimestamp, start: 0, kill: s(600), deadline: s(595)},
+		{name: "deletionTimestamp anchor: a late SIGTERM still gets 2 s", grace: G, margin: 5 * time.Second,
+			events: []event{tighten(0, s(600)), sigterm(s(599.5))},
+			anchor: deadline.AnchorDeletionTimestamp, start: 0, kill: s(601.5), deadline: s(600.5)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := time.Now()
+				b, err := deadline.New(tc.grace, deadline.WithMargin(tc.margin))
+				require.NoError(t, err)
+				for i, e := range tc.events {
+					time.Sleep(time.Until(base.Add(e.at)))
+					var got bool
+					switch e.kind {
+					case "preStop":
+						got = b.OnPreStop(time.Now())
+					case "sigterm":
+						got = b.OnSIGTERM(time.Now())
+					case "tighten":
+						got = b.Tighten(base.Add(e.target))
+					}
+					assert.Equal(t, e.want, got, "event %d (%s at %v) reported", i, e.kind, e.at)
+				}
+				st := b.State()
+				assert.Equal(t, tc.anchor, st.Anchor, "anchor")
+				assert.Equal(t, tc.start, st.Start.Sub(base), "T0")
+				assert.Equal(t, tc.kill, st.Kill.Sub(base), "SIGKILL")
+				assert.Equal(t, tc.deadline, st.Deadline.Sub(base), "deadline")
+				assert.Equal(t, st.Start, b.Start())
+				assert.Equal(t, st.Kill, b.Kill())
+				assert.Equal(t, st.Deadline, b.Deadline())
+				assert.True(t, b.Anchored())
+			})
+		})
+	}
+}
+
+func TestKubeletRemaining(t *testing.T) {
+	const G = 3600 * time.Second
+	tests := []struct {
+		grace, elapsed, want time.Duration
+	}{
+		{G, 0, G},
+		{G, s(2999.9), s(601)},
+		{G, s(2999), s(601)},
+		{G, s(3000), s(600)},
+		{G, s(3597.999), s(3)},
+		{G, s(3598), s(2)},
+		{G, s(3599), s(2)},
+		{G, G, s(2)},
+		{G, G + s(0.9), s(2)},
+		{G, 10 * G, s(2)},
+		{s(1), 0, s(2)},
+		{s(30), s(0.4), s(30)},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.want, deadline.KubeletRemaining(tc.grace, tc.elapsed), "grace %v, hook ran %v", tc.grace, tc.elapsed)
+	}
+}
+
+func TestBudgetUnanchoredReadsAsIfTerminationStartedNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(3600*time.Second, deadline.WithMargin(10*time.Second))
+		require.NoError(t, err)
+		assert.False(t, b.Anchored())
+		for range 3 {
+			now := time.Now()
+			st := b.State()
+			assert.Equal(t, deadline.AnchorNone, st.Anchor)
+			assert.Equal(t, now, st.Start)
+			assert.Equal(t, now.Add(3600*time.Second), st.Kill)
+			assert.Equal(t, now.Add(3590*time.Second), st.Deadline)
+			assert.Equal(t, 3590*time.Second, b.Remaining())
+			time.Sleep(time.Hour)
+		}
+		assert.Equal(t, 3600*time.Second, b.Grace())
+		assert.Equal(t, 10*time.Second, b.Margin())
+	})
+}
+
+func TestBudgetRemainingCountsDownToZero(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(3600 * time.Second)
+		require.NoError(t, err)
+		b.OnPreStop(time.Now())
+		assert.Equal(t, 3595*time.Second, b.Remaining())
+		time.Sleep(3000 * time.Second)
+		assert.Equal(t, 595*time.Second, b.Remaining())
+		time.Sleep(600 * time.Second)
+		assert.Zero(t, b.Remaining())
+	})
+}
+
+func TestBudgetContextFiresExactlyAtDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		b, err := deadline.New(3600 * time.Second)
+		require.NoError(t, err)
+		b.OnPreStop(start)
+		ctx, cancel := b.Context(t.Context())
+		defer cancel()
+		dl, ok := ctx.Deadline()
+		require.True(t, ok)
+		assert.Equal(t, start.Add(3595*time.Second), dl)
+		<-ctx.Done()
+		assert.Equal(t, start.Add(3595*time.Second), time.Now())
+		assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+	})
+}
+
+func TestBudgetChangedWakesWaitersOnEachChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		b, err := deadline.New(3600 * time.Second)
+		require.NoError(t, err)
+		var woke []time.Duration
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 3 {
+				<-b.Changed()
+				woke = append(woke, time.Since(start))
+			}
+		}()
+		synctest.Wait()
+		time.Sleep(10 * time.Second)
+		b.OnPreStop(time.Now()) // change 1
+		synctest.Wait()
+		time.Sleep(20 * time.Second)
+		b.Tighten(start.Add(3700 * time.Second)) // later: no change, no wake-up
+		b.Tighten(start.Add(600 * time.Second))  // change 2
+		synctest.Wait()
+		time.Sleep(30 * time.Second)
+		b.OnPreStop(time.Now()) // ignored: no wake-up
+		b.OnSIGTERM(time.Now()) // change 3
+		<-done
+		assert.Equal(t, []time.Duration{10 * time.Second, 30 * time.Second, 60 * time.Second}, woke)
+	})
+}
+
+func TestFromKillTimeAnchorsNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		b, err := deadline.FromKillTime(now.Add(30 * time.Second))
+		require.NoError(t, err)
+		st := b.State()
+		assert.Equal(t, deadline.AnchorDeletionTimestamp, st.Anchor)
+		assert.Equal(t, now, st.Start)
+		assert.Equal(t, now.Add(30*time.Second), st.Kill)
+		assert.Equal(t, now.Add(25*time.Second), st.Deadline)
+		assert.Equal(t, 30*time.Second, b.Grace())
+		assert.False(t, b.OnPreStop(now), "a deletionTimestamp anchor is not replaced by preStop")
+	})
+}
+
+func TestFromKillTimeLateShrinksMargin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		b, err := deadline.FromKillTime(now.Add(4 * time.Second)) // default margin 5 s does not fit
+		require.NoError(t, err)
+		assert.Equal(t, now.Add(2*time.Second), b.Deadline())
+	})
+}
+
+func TestZeroBudgetDoesNotPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b deadline.Budget
+		ch := b.Changed()
+		require.NotNil(t, ch)
+		now := time.Now()
+		assert.Equal(t, now, b.Deadline())
+		assert.True(t, b.OnPreStop(now))
+		select {
+		case <-ch:
+		default:
+			t.Fatal("Changed not closed by OnPreStop")
+		}
+		assert.True(t, b.OnSIGTERM(now))
+		assert.Equal(t, now.Add(deadline.MinimumGracePeriod), b.Kill())
+	})
+}
+
+func TestBudgetBadInputNamesTheField(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		tests := []struct {
+			name  string
+			build func() (*deadline.Budget, error)
+			field string
+		}{
+			{"zero grace", func() (*deadline.Budget, error) { return deadline.New(0) }, "grace"},
+			{"negative grace", func() (*deadline.Budget, error) { return deadline.New(-time.Second) }, "grace"},
+			{"margin equal to grace", func() (*deadline.Budget, error) {
+				return deadline.New(5*time.Second, deadline.WithMargin(5*time.Second))
+			}, "margin"},
+			{"margin above grace", func() (*deadline.Budget, error) { return deadline.New(3 * time.Second) }, "margin"},
+			{"negative margin", func() (*deadline.Budget, error) {
+				return deadline.New(time.Hour, deadline.WithMargin(-time.Nanosecond))
+			}, "margin"},
+			{"deletionTimestamp in the past", func() (*deadline.Budget, error) {
+				return deadline.FromKillTime(now.Add(-time.Second))
+			}, "deletionTimestamp"},
+			{"deletionTimestamp now", func() (*deadline.Budget, error) { return deadline.FromKillTime(now) }, "deletionTimestamp"},
+			{"negative margin with deletionTimestamp", func() (*deadline.Budget, error) {
+				return deadline.FromKillTime(now.Add(time.Hour), deadline.WithMargin(-time.Second))
+			}, "margin"},
+		}
+		for _, tc := range tests {
+			b, err := tc.build()
+			assert.Nil(t, b, tc.name)
+			if assert.Error(t, err, tc.name) {
+				assert.Contains(t, err.Error(), tc.field, tc.name)
+			}
+		}
+	})
+}
+
+func TestBudgetConcurrentUse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		b, err := deadline.New(3600 * time.Second)
+		require.NoError(t, err)
+		done := make(chan struct{})
+		for i := range 8 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for j := range 100 {
+					switch (i + j) % 5 {
+					case 0:
+						b.OnPreStop(start)
+					case 1:
+						b.OnSIGTERM(start.Add(time.Duration(j) * time.Second))
+					case 2:
+						b.Tighten(start.Add(time.Duration(3600-j) * time.Second))
+					case 3:
+						st := b.State()
+						if !st.Start.IsZero() && st.Deadline.Before(st.Start) {
+							t.Errorf("deadline %v before T0 %v", st.Deadline, st.Start)
+						}
+					default:
+						<-b.Changed()
+					}
+				}
+			}()
+		}
+		// Keep changing the budget so that Changed waiters are released.
+		stop := make(chan struct{})
+		tightened := make(chan struct{})
+		go func() {
+			defer close(tightened)
+			for j := 0; ; j++ {
+				b.Tighten(start.Add(time.Duration(3000-j) * time.Second))
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}()
+		for range 8 {
+			<-done
+		}
+		close(stop)
+		<-tightened
+	})
+}

@@ -1,0 +1,317 @@
+package deadline_test
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+)
+
+// offsets returns each window's deadline as an offset from base.
+func offsets(base time.Time, ws []deadline.Window) []time.Duration {
+	out := make([]time.Duration, len(ws))
+	for i, w := range ws {
+		out[i] = w.Deadline.Sub(base)
+	}
+	return out
+}
+
+func newBudget(t *testing.T, grace time.Duration, opts ...deadline.Option) *deadline.Budget {
+	t.Helper()
+	b, err := deadline.New(grace, opts...)
+	require.NoError(t, err)
+	return b
+}
+
+func newPlan(t *testing.T, b *deadline.Budget, phases ...deadline.Phase) *deadline.Plan {
+	t.Helper()
+	p, err := deadline.NewPlan(b, phases...)
+	require.NoError(t, err)
+	return p
+}
+
+// TestPlanPhaseDeadlinesAreBudgetDeadlineMinusLaterReserves:
+//
+//	T0 ─ drain ─ 2930 ─ preserve (600) ─ 3530 ─ teardown (60) ─ 3590 ─ exit (5) ─ 3595 = Deadline ─ 3600 SIGKILL
+func TestPlanPhaseDeadlinesAreBudgetDeadlineMinusLaterReserves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 3600*time.Second)
+		b.OnPreStop(t0)
+		p := newPlan(t, b,
+			deadline.Phase{Name: "drain"},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(600 * time.Second)},
+			deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(60 * time.Second)},
+			deadline.Phase{Name: "exit", Reserve: deadline.Fixed(5 * time.Second)},
+		)
+		assert.Equal(t, []string{"drain", "preserve", "teardown", "exit"}, p.Phases())
+		assert.Same(t, b, p.Budget())
+		ws := p.Windows()
+		assert.Equal(t, []time.Duration{2930 * time.Second, 3530 * time.Second, 3590 * time.Second, 3595 * time.Second}, offsets(t0, ws))
+		assert.Equal(t, []time.Duration{0, 600 * time.Second, 60 * time.Second, 5 * time.Second},
+			[]time.Duration{ws[0].Reserve, ws[1].Reserve, ws[2].Reserve, ws[3].Reserve})
+		for _, w := range ws {
+			assert.Zero(t, w.Squeezed, w.Name)
+			assert.Equal(t, w.Deadline, p.Deadline(w.Name))
+		}
+		assert.Zero(t, p.Shortfall())
+	})
+}
+
+// TestPlanReserveFollowsLiveSandboxCount: the preserve reserve is
+// running x estimate / concurrency, re-evaluated on every call, so the drain
+// (preStop) deadline moves later as sandboxes finish.
+func TestPlanReserveFollowsLiveSandboxCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 3600*time.Second)
+		b.OnPreStop(t0)
+		var running atomic.Int64
+		pauses := deadline.NewEstimator(10 * time.Second)
+		p := newPlan(t, b,
+			deadline.Phase{Name: "drain"},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Work(func() int { return int(running.Load()) }, pauses, func() int { return 4 })},
+			deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(30 * time.Second)},
+		)
+		for _, tc := range []struct {
+			running int64
+			drain   time.Duration // offset from T0
+		}{
+			{400, 3595*time.Second - 30*time.Second - 100*10*time.Second},
+			{41, 3595*time.Second - 30*time.Second - 11*10*time.Second}, // ceil(41/4) = 11 rounds
+			{40, 3595*time.Second - 30*time.Second - 10*10*time.Second},
+			{1, 3595*time.Second - 30*time.Second - 10*time.Second},
+			{0, 3595*time.Second - 30*time.Second},
+		} {
+			running.Store(tc.running)
+			assert.Equal(t, tc.drain, p.Deadline("drain").Sub(t0), "running=%d", tc.running)
+			assert.Equal(t, t0.Add(3565*time.Second), p.Deadline("preserve"), "running=%d", tc.running)
+		}
+		// The estimate moves the reserve too: pauses observed at 20 s double it.
+		running.Store(40)
+		pauses.Observe(20 * time.Second)
+		assert.Equal(t, 3595*time.Second-30*time.Second-10*20*time.Second, p.Deadline("drain").Sub(t0))
+	})
+}
+
+// TestPlanUnusedTimeFlowsToNextPhase: the preStop (drain) phase ends early at
+// 100 s; SIGTERM follows. Preserve keeps its absolute deadline, so it gets
+// the 2830 s drain did not use on top of its own 600 s reserve.
+func TestPlanUnusedTimeFlowsToNextPhase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 3600*time.Second)
+		b.OnPreStop(t0)
+		p := newPlan(t, b,
+			deadline.Phase{Name: "drain"},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(600 * time.Second)},
+			deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(60 * time.Second)},
+		)
+		drainCtx, cancel := p.Context(t.Context(), "drain")
+		time.Sleep(100 * time.Second) // every sandbox finished early
+		require.NoError(t, drainCtx.Err(), "drain ended before its deadline")
+		cancel()
+		b.OnSIGTERM(time.Now())
+		ctx, cancel := p.Context(t.Context(), "preserve")
+		defer cancel()
+		dl, _ := ctx.Deadline()
+		assert.Equal(t, t0.Add(3535*time.Second), dl)
+		assert.Equal(t, 3435*time.Second, time.Until(dl), "preserve gets the drain's unused time")
+	})
+}
+
+// TestPlanSqueezesEarlierPhasesAndReportsShortfall: a 60 s budget (55 s after
+// the margin) cannot hold 30 s + 40 s of reserves.
+func TestPlanSqueezesEarlierPhasesAndReportsShortfall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 60*time.Second)
+		b.OnPreStop(t0)
+		teardown := 40 * time.Second
+		p := newPlan(t, b,
+			deadline.Phase{Name: "drain"},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(30 * time.Second)},
+			deadline.Phase{Name: "teardown", Reserve: func() time.Duration { return teardown }},
+		)
+		ws := p.Windows()
+		assert.Equal(t, []time.Duration{0, 15 * time.Second, 55 * time.Second}, offsets(t0, ws))
+		assert.Equal(t, []time.Duration{15 * time.Second, 0, 0}, []time.Duration{ws[0].Squeezed, ws[1].Squeezed, ws[2].Squeezed})
+		assert.Equal(t, 15*time.Second, p.Shortfall())
+
+		teardown = 60 * time.Second // teardown alone exceeds the budget: preserve shrinks to zero too
+		ws = p.Windows()
+		assert.Equal(t, []time.Duration{0, 0, 55 * time.Second}, offsets(t0, ws))
+		assert.Equal(t, []time.Duration{35 * time.Second, 5 * time.Second, 0}, []time.Duration{ws[0].Squeezed, ws[1].Squeezed, ws[2].Squeezed})
+		assert.Equal(t, 35*time.Second, p.Shortfall())
+
+		teardown = 25 * time.Second // exactly fits
+		assert.Equal(t, []time.Duration{0, 30 * time.Second, 55 * time.Second}, offsets(t0, p.Windows()))
+		assert.Zero(t, p.Shortfall())
+	})
+}
+
+// TestPlanContextsFireExactlyAtPhaseDeadlines runs the whole AgentENV
+// timeline at full scale in virtual time.
+func TestPlanContextsFireExactlyAtPhaseDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 3600*time.Second)
+		b.OnPreStop(t0)
+		p := newPlan(t, b,
+			deadline.Phase{Name: "drain"},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(540 * time.Second)},
+			deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(60 * time.Second)},
+		)
+		want := map[string]time.Duration{"drain": 2995 * time.Second, "preserve": 3535 * time.Second, "teardown": 3595 * time.Second}
+		for _, name := range p.Phases() {
+			if name == "preserve" {
+				b.OnSIGTERM(time.Now()) // the preStop hook returned at the drain deadline
+			}
+			ctx, cancel := p.Context(t.Context(), name)
+			dl, ok := ctx.Deadline()
+			require.True(t, ok, name)
+			assert.Equal(t, t0.Add(want[name]), dl, name)
+			<-ctx.Done()
+			assert.Equal(t, t0.Add(want[name]), time.Now(), "%s fired at the wrong time", name)
+			assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded, name)
+			cancel()
+		}
+	})
+}
+
+// TestPlanAfterOverrunLaterPhasesWin: a hook that overran leaves SIGTERM +
+// 2 s, of which the 1 s margin leaves 1 s: it goes to the last phase, the
+// preserve phase's deadline has already passed.
+func TestPlanAfterOverrunLaterPhasesWin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 3600*time.Second)
+		b.OnPreStop(t0)
+		p := newPlan(t, b,
+			deadline.Phase{Name: "preserve"},
+			deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(60 * time.Second)},
+		)
+		time.Sleep(3600 * time.Second)
+		b.OnSIGTERM(time.Now())
+		assert.Equal(t, []time.Duration{3541 * time.Second, 3601 * time.Second}, offsets(t0, p.Windows()))
+		preserve, cancel := p.Context(t.Context(), "preserve")
+		defer cancel()
+		assert.ErrorIs(t, preserve.Err(), context.DeadlineExceeded)
+		teardown, cancel := p.Context(t.Context(), "teardown")
+		defer cancel()
+		<-teardown.Done()
+		assert.Equal(t, t0.Add(3601*time.Second), time.Now())
+	})
+}
+
+func TestPlanDeadlineUnknownPhasePanics(t *testing.T) {
+	b := newBudget(t, time.Hour)
+	p := newPlan(t, b, deadline.Phase{Name: "drain"})
+	assert.PanicsWithValue(t, `deadline: plan has no phase "preserve"`, func() { p.Deadline("preserve") })
+	assert.Panics(t, func() { p.Context(t.Context(), "preserve") })
+}
+
+func TestNewPlanBadInputNamesTheField(t *testing.T) {
+	b := newBudget(t, time.Hour)
+	tests := []struct {
+		name   string
+		budget *deadline.Budget
+		phases []deadline.Phase
+		field  string
+	}{
+		{"nil budget", nil, []deadline.Phase{{Name: "drain"}}, "budget"},
+		{"no phases", b, nil, "phases"},
+		{"empty name", b, []deadline.Phase{{Name: "drain"}, {Name: ""}}, "phases[1].Name"},
+		{"duplicate name", b, []deadline.Phase{{Name: "drain"}, {Name: "exit"}, {Name: "drain"}}, `phases[2].Name "drain" duplicates phases[0].Name`},
+		{"negative fixed reserve", b, []deadline.Phase{{Name: "drain"}, {Name: "teardown", Reserve: deadline.Fixed(-time.Second)}}, "phases[1].Reserve"},
+	}
+	for _, tc := range tests {
+		p, err := deadline.NewPlan(tc.budget, tc.phases...)
+		assert.Nil(t, p, tc.name)
+		if assert.Error(t, err, tc.name) {
+			assert.Contains(t, err.Error(), tc.field, tc.name)
+		}
+	}
+}
+
+func TestPlanLiveReserveTurningNegativeCountsAsZero(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 100*time.Second)
+		b.OnPreStop(t0)
+		r := 10 * time.Second
+		p := newPlan(t, b, deadline.Phase{Name: "a"}, deadline.Phase{Name: "b", Reserve: func() time.Duration { return r }})
+		assert.Equal(t, t0.Add(85*time.Second), p.Deadline("a"))
+		r = -time.Hour
+		assert.Equal(t, t0.Add(95*time.Second), p.Deadline("a"))
+		assert.Zero(t, p.Windows()[1].Reserve)
+	})
+}
+
+func TestWork(t *testing.T) {
+	est := deadline.NewEstimator(3 * time.Second)
+	n := func(v int) func() int { return func() int { return v } }
+	tests := []struct {
+		name string
+		r    deadline.Reserve
+		want time.Duration
+	}{
+		{"ceil rounds", deadline.Work(n(9), est, n(4)), 9 * time.Second},
+		{"exact rounds", deadline.Work(n(8), est, n(4)), 6 * time.Second},
+		{"fewer items than workers", deadline.Work(n(1), est, n(16)), 3 * time.Second},
+		{"no items", deadline.Work(n(0), est, n(4)), 0},
+		{"negative items", deadline.Work(n(-3), est, n(4)), 0},
+		{"nil items", deadline.Work(nil, est, n(4)), 0},
+		{"zero parallel counts as 1", deadline.Work(n(5), est, n(0)), 15 * time.Second},
+		{"nil parallel counts as 1", deadline.Work(n(5), est, nil), 15 * time.Second},
+		{"nil estimator", deadline.Work(n(5), nil, n(1)), 0},
+		{"saturates", deadline.Work(n(math.MaxInt), deadline.NewEstimator(time.Hour), n(1)), math.MaxInt64},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.want, tc.r(), tc.name)
+	}
+	assert.Equal(t, 7*time.Second, deadline.Fixed(7*time.Second)())
+}
+
+func TestPlanConcurrentUse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 3600*time.Second)
+		var running atomic.Int64
+		running.Store(1000)
+		est := deadline.NewEstimator(time.Second)
+		p := newPlan(t, b,
+			deadline.Phase{Name: "drain"},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Work(func() int { return int(running.Load()) }, est, func() int { return 8 })},
+			deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(time.Minute)},
+		)
+		done := make(chan struct{})
+		go func() {
+			b.OnPreStop(t0)
+			for range 1000 {
+				running.Add(-1)
+				est.Observe(2 * time.Second)
+			}
+			b.OnSIGTERM(time.Now())
+			close(done)
+		}()
+		for range 1000 {
+			ws := p.Windows()
+			for i := 1; i < len(ws); i++ {
+				if ws[i].Deadline.Before(ws[i-1].Deadline) {
+					t.Fatalf("deadlines decrease: %+v", ws)
+				}
+			}
+			_ = p.Shortfall()
+		}
+		<-done
+		synctest.Wait()
+	})
+}
