@@ -1,0 +1,163 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// A Class names a kind of operation the Gate admits, such as creating or
+// pausing a sandbox. The Gate counts admitted operations by class.
+type Class string
+
+// Classes of operations that sandbox servers have. A server may use its own.
+const (
+	Create     Class = "create"
+	Resume     Class = "resume"
+	Fork       Class = "fork"
+	Snapshot   Class = "snapshot"
+	KeepAlive  Class = "keepalive"
+	Pause      Class = "pause"
+	Checkpoint Class = "checkpoint"
+	Delete     Class = "delete"
+)
+
+// ErrDraining is returned (wrapped) by Gate.Enter for an operation of a
+// gated class once the gate is closed: the node is draining and new work
+// belongs on another node.
+var ErrDraining = errors.New("drain: node is draining, not accepting new work")
+
+// A Gate admits operations until the node starts draining, then rejects new
+// operations of gated classes with ErrDraining while exempt classes (the
+// ones that move work off the node: pause, checkpoint, delete) still pass.
+// It counts admitted operations in flight, so a shutdown can wait for the
+// gated ones to finish.
+//
+// The zero value is an open gate that gates every class. Exempt and
+// RetryAfter must be set before the gate is first used and not changed
+// after. A Gate is safe for concurrent use and must not be copied after
+// first use.
+type Gate struct {
+	// Exempt lists the classes admitted even after Close, for example
+	// []Class{Pause, Checkpoint, Delete}.
+	Exempt []Class
+	// RetryAfter is the Retry-After the HTTP middleware sends with its 503.
+	// Zero means DefaultRetryAfter.
+	RetryAfter time.Duration
+
+	mu       sync.Mutex
+	closed   bool
+	draining chan struct{} // closed by Close; made lazily
+	inflight map[Class]int
+	gated    int           // in-flight operations of gated classes
+	idle     chan struct{} // closed when gated drops to 0; nil while gated == 0
+}
+
+// Enter admits one operation of class c. On success it returns a leave
+// function that the caller must call when the operation ends; calling it
+// more than once has no further effect. Once the gate is closed, Enter
+// returns an error wrapping ErrDraining for a gated class and leaves the
+// counts unchanged; exempt classes are always admitted.
+func (g *Gate) Enter(c Class) (leave func(), err error) {
+	exempt := slices.Contains(g.Exempt, c)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed && !exempt {
+		return nil, fmt.Errorf("%w (%s)", ErrDraining, c)
+	}
+	if g.inflight == nil {
+		g.inflight = make(map[Class]int)
+	}
+	g.inflight[c]++
+	if !exempt {
+		if g.gated == 0 {
+			g.idle = make(chan struct{})
+		}
+		g.gated++
+	}
+	var once sync.Once
+	return func() { once.Do(func() { g.leave(c, exempt) }) }, nil
+}
+
+func (g *Gate) leave(c Class, exempt bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.inflight[c]--
+	if exempt {
+		return
+	}
+	g.gated--
+	if g.gated == 0 {
+		close(g.idle)
+		g.idle = nil
+	}
+}
+
+// Close closes the gate: from now on operations of gated classes are
+// rejected and Draining's channel is closed. Close is idempotent; it reports
+// whether this call was the one that closed the gate.
+func (g *Gate) Close() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.closed = true
+	g.drainingLocked()
+	close(g.draining)
+	return true
+}
+
+// Closed reports whether Close has been called.
+func (g *Gate) Closed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+// Draining returns a channel that is closed when the gate closes, like the
+// lifecycle signals of k8s.io/apiserver: code that must react to the start
+// of the drain selects on it instead of polling.
+func (g *Gate) Draining() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.drainingLocked()
+}
+
+func (g *Gate) drainingLocked() chan struct{} {
+	if g.draining == nil {
+		g.draining = make(chan struct{})
+	}
+	return g.draining
+}
+
+// InFlight returns how many operations of class c are admitted and not yet
+// left.
+func (g *Gate) InFlight(c Class) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inflight[c]
+}
+
+// Wait blocks until no operation of a gated class is in flight, or ctx is
+// done, in which case it returns ctx.Err(). Exempt operations are not waited
+// for: they keep being admitted while draining, so waiting for them might
+// never end. Wait is meant to be called after Close; before it, new gated
+// operations can start while Wait waits.
+func (g *Gate) Wait(ctx context.Context) error {
+	g.mu.Lock()
+	idle := g.idle
+	g.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,90 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// DefaultRetryAfter is the Retry-After a Gate's HTTP middleware sends when
+// Gate.RetryAfter is zero.
+const DefaultRetryAfter = 5 * time.Second
+
+// Admit returns a handler that admits each request to h as one operation of
+// class c. While the gate is closed and c is gated, it answers
+// 503 Service Unavailable with a Retry-After header instead of calling h.
+// An admitted request counts as in flight until h returns.
+func (g *Gate) Admit(c Class, h http.Handler) http.Handler {
+	return g.Middleware(func(*http.Request) Class { return c })(h)
+}
+
+// Middleware returns HTTP middleware that classifies each request with
+// classify and admits it through the gate like Admit.
+func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			leave, err := g.Enter(classify(r))
+			if err != nil {
+				w.Header().Set("Retry-After", retryAfterSeconds(g.RetryAfter))
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			defer leave()
+			h.ServeHTTP(w, r)
+		})
+	}
+}
+
+func retryAfterSeconds(d time.Duration) string {
+	if d <= 0 {
+		d = DefaultRetryAfter
+	}
+	secs := (d + time.Second - 1) / time.Second // round up: 0.5 s is 1, never 0
+	return strconv.FormatInt(int64(secs), 10)
+}
+
+// Readiness returns a readiness-probe handler: 503 Service Unavailable from
+// the moment the gate closes, so the pod's endpoints stop receiving new work
+// at once; before that it defers to check, or answers 200 "ok" when check is
+// nil. Liveness must not use it: a draining node is alive.
+func (g *Gate) Readiness(check http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.Closed() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		if check != nil {
+			check.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+}
+
+// ShutdownHTTP shuts srv down within ctx: it calls srv.Shutdown(ctx), which
+// closes the listeners and waits for active requests to finish, and when ctx
+// ends first it calls srv.Close, which closes every remaining connection
+// (including hijacked ones Shutdown leaves alone). It returns the error of
+// Shutdown, or nil if srv was already closed.
+func ShutdownHTTP(ctx context.Context, srv *http.Server) error {
+	err := srv.Shutdown(ctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	if err != nil {
+		_ = srv.Close()
+	}
+	return err
+}
+
+// HTTPServerStep returns a teardown Step that runs ShutdownHTTP on srv with
+// the step's context: Shutdown, then Close at the step's deadline.
+func HTTPServerStep(name string, srv *http.Server, reserve time.Duration) Step {
+	return Step{Name: name, Reserve: reserve, Run: func(ctx context.Context) error {
+		return ShutdownHTTP(ctx, srv)
+	}}
+}
