@@ -1,0 +1,147 @@
+package httpsource
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Over a real loopback server that answers slowly and fails some pauses:
+// every running sandbox is preserved or accounted for.
+func TestPreserverPreservesEveryRunningSandboxOverLoopback(t *testing.T) {
+	const n = 30
+	f := newFakeServer(n, func(f *fakeServer) {
+		f.pauseDelay = 5 * time.Millisecond
+		for i := 0; i < n; i += 5 {
+			f.failFirst[sandboxID(i)] = 2 // two 500s, then it pauses
+		}
+	})
+	f.add("already-paused", "paused")
+	src, err := New(f.start(t))
+	require.NoError(t, err)
+	vanishing := sandboxID(7)
+	first := true
+	list := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		sbs, err := src.List(ctx)
+		if first { // deleted by its user after the listing
+			f.remove(vanishing)
+			first = false
+		}
+		return sbs, err
+	})
+	p, err := pause.New(list, pause.WithLimit(8))
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rep := p.Run(ctx, time.Time{})
+
+	assert.Equal(t, n-1, rep.Counts[pause.Preserved])
+	assert.Equal(t, 1, rep.Counts[pause.Vanished])
+	assert.Zero(t, rep.Lost())
+	assert.Len(t, rep.Entries, n, "the paused one is not listed, the others each once")
+	assert.Equal(t, pause.Vanished, entry(t, rep, vanishing).Outcome)
+	for i := 0; i < n; i += 5 {
+		e := entry(t, rep, sandboxID(i))
+		assert.Equal(t, pause.Preserved, e.Outcome, e.ID)
+		assert.Equal(t, 3, e.Attempts, "%s: two 500s were retried", e.ID)
+	}
+	assert.Len(t, f.paused(), n, "n-1 preserved plus the one that was paused already")
+}
+
+// A pause the server refuses for good is reported Failed after one attempt;
+// the others go on.
+func TestPermanentRefusalIsFailedAndNotRetried(t *testing.T) {
+	f := newFakeServer(4)
+	mux := http.NewServeMux()
+	mux.Handle("/", f.handler())
+	mux.HandleFunc("POST /sandboxes/sb-ab/pause", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"message":"sandbox is being forked"}`, http.StatusBadRequest)
+	})
+	src := inProcess(t, mux)
+	p, err := pause.New(src, pause.WithLimit(4))
+	require.NoError(t, err)
+	rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+	assert.Equal(t, 3, rep.Counts[pause.Preserved])
+	e := entry(t, rep, "sb-ab")
+	assert.Equal(t, pause.Failed, e.Outcome)
+	assert.Equal(t, 1, e.Attempts)
+	assert.Contains(t, e.Error, "400 Bad Request")
+}
+
+// A slow server: pauses take 10 s, the phase ends at 35 s. Three rounds of
+// four finish, the fourth is cut at the deadline, the rest never start, and
+// the Run ends at the deadline, not when the server finishes.
+func TestSlowServerIsCutAtThePhaseDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeServer(20, func(f *fakeServer) { f.pauseDelay = 10 * time.Second })
+		p, err := pause.New(inProcess(t, f.handler()), pause.WithLimit(4), pause.WithOrder(pause.OrderFIFO))
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(ctxWithDeadline(t, 35*time.Second), time.Time{})
+		assert.Equal(t, 35*time.Second, time.Since(start))
+		assert.Equal(t, 12, rep.Counts[pause.Preserved])
+		assert.Equal(t, 4, rep.Counts[pause.TimedOut])
+		assert.Equal(t, 4, rep.Counts[pause.NotStarted])
+		time.Sleep(10 * time.Second) // let the server's own pauses end
+	})
+}
+
+// The server pauses one sandbox at a time, answering 429 (reject) or
+// queueing (block) when busy. With a Preserver limit of 8 instead of 1 every
+// sandbox is still preserved, the server is never idle while work is left
+// (same makespan, exactly, in virtual time), and the 429s are few: the
+// Source learns the server handles one at a time.
+func TestOneAtATimeServerIsNoWorseAtHigherConcurrency(t *testing.T) {
+	const n, pauseTime = 24, 2500 * time.Millisecond
+	for _, mode := range []serial{reject, block} {
+		t.Run(fmt.Sprint(map[serial]string{reject: "reject", block: "block"}[mode]), func(t *testing.T) {
+			run := func(limit int) (makespan time.Duration, rejected int, rep *pause.Report) {
+				synctest.Test(t, func(t *testing.T) {
+					f := newFakeServer(n, func(f *fakeServer) { f.pauseDelay, f.serial = pauseTime, mode })
+					p, err := pause.New(inProcess(t, f.handler()), pause.WithLimit(limit))
+					require.NoError(t, err)
+					start := time.Now()
+					rep = p.Run(ctxWithDeadline(t, time.Hour), time.Time{})
+					makespan = time.Since(start)
+					var maxIn int
+					rejected, maxIn = f.stats()
+					assert.Equal(t, 1, maxIn, "the server never ran two pauses")
+					assert.Len(t, f.paused(), n)
+				})
+				return makespan, rejected, rep
+			}
+			one, rejected1, rep1 := run(1)
+			eight, rejected8, rep8 := run(8)
+			t.Logf("makespan limit 1: %v, limit 8: %v; 429s: %d vs %d", one, eight, rejected1, rejected8)
+			assert.Equal(t, n, rep1.Counts[pause.Preserved])
+			assert.Equal(t, n, rep8.Counts[pause.Preserved])
+			assert.Equal(t, time.Duration(n)*pauseTime, one, "sequential")
+			assert.LessOrEqual(t, eight, one, "limit 8 must not be slower than limit 1")
+			assert.Zero(t, rejected1)
+			if mode == reject {
+				// 7 while discovering the limit, then one probe per probeAfter pauses.
+				assert.LessOrEqual(t, rejected8, 7+n/probeAfter+1)
+			}
+		})
+	}
+}
+
+func entry(t *testing.T, rep *pause.Report, id string) pause.Entry {
+	t.Helper()
+	for _, e := range rep.Entries {
+		if e.ID == id {
+			return e
+		}
+	}
+	t.Fatalf("no entry for %s", id)
+	return pause.Entry{}
+}
