@@ -1,0 +1,388 @@
+package fakeublk
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Mode is how a fake daemon reacts to a stop request.
+type Mode string
+
+const (
+	// Cooperative stops its devices one by one, Step apart, and exits 0.
+	Cooperative Mode = "cooperative"
+	// Slow is Cooperative with a long Step (default 1 s per device).
+	Slow Mode = "slow"
+	// Hung ignores SIGTERM and never answers a request; only SIGKILL ends
+	// it, and its devices stay live.
+	Hung Mode = "hung"
+	// Crash stops CrashAfter devices, then exits with status 3, leaving
+	// the rest of its devices in the tree (live), as a daemon that crashes
+	// mid-teardown does.
+	Crash Mode = "crash"
+)
+
+// EnvDaemon is the environment variable that makes MainIfDaemon run a fake
+// daemon; its value is the DaemonConfig as JSON.
+const EnvDaemon = "FAKEUBLK_DAEMON"
+
+// CrashStatus is the exit status of a daemon in Crash mode.
+const CrashStatus = 3
+
+// DaemonConfig configures a fake device daemon.
+type DaemonConfig struct {
+	// SysRoot is the fake sysfs root (a Tree's Root); required.
+	SysRoot string `json:"sys_root"`
+	// Devices are created live at start.
+	Devices []DeviceSpec `json:"devices"`
+	// Socket, if set, is the Unix socket path the daemon listens on for
+	// length-prefixed JSON requests (4-byte big-endian length, then
+	// {"kind":"shutdown"}, answered by {"status":"ok"}).
+	Socket string `json:"socket,omitempty"`
+	// Mode is the behaviour on a stop request; default Cooperative.
+	Mode Mode `json:"mode,omitempty"`
+	// Step is the pause before each device is stopped and again before it
+	// is deleted; default 20 ms (1 s in Slow mode).
+	Step time.Duration `json:"step,omitempty"`
+	// CrashAfter is how many devices a Crash-mode daemon removes before it
+	// dies; default 1.
+	CrashAfter int `json:"crash_after,omitempty"`
+	// EventLog, if set, is a file the daemon appends one line to per event
+	// ("start", "sigterm", "request shutdown", "stop N", "delete N",
+	// "crash", "exit"), so a test can tell what it was asked to do.
+	EventLog string `json:"event_log,omitempty"`
+}
+
+func (c DaemonConfig) withDefaults() (DaemonConfig, error) {
+	if c.SysRoot == "" {
+		return c, errors.New("fakeublk: DaemonConfig.SysRoot is required")
+	}
+	if c.Mode == "" {
+		c.Mode = Cooperative
+	}
+	switch c.Mode {
+	case Cooperative, Slow, Hung, Crash:
+	default:
+		return c, fmt.Errorf("fakeublk: DaemonConfig.Mode %q unknown", c.Mode)
+	}
+	if c.Step <= 0 {
+		c.Step = 20 * time.Millisecond
+		if c.Mode == Slow {
+			c.Step = time.Second
+		}
+	}
+	if c.CrashAfter <= 0 {
+		c.CrashAfter = 1
+	}
+	return c, nil
+}
+
+// MainIfDaemon runs a fake daemon and exits the process when EnvDaemon is
+// set, and returns at once otherwise. Call it first in TestMain (or main)
+// of any binary that starts fake daemons with Start:
+//
+//	func TestMain(m *testing.M) {
+//		fakeublk.MainIfDaemon()
+//		goleak.VerifyTestMain(m)
+//	}
+func MainIfDaemon() {
+	raw := os.Getenv(EnvDaemon)
+	if raw == "" {
+		return
+	}
+	var cfg DaemonConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "fakeublk:", err)
+		os.Exit(2)
+	}
+	os.Exit(RunDaemon(cfg, os.Stdout))
+}
+
+// RunDaemon runs a fake daemon in this process until it has stopped its
+// devices (or crashed, in Crash mode) and returns the exit status. It
+// writes "ready\n" to ready once the devices exist, the socket listens and
+// SIGTERM is handled. It installs signal handlers, so it is meant for a
+// process of its own (MainIfDaemon).
+func RunDaemon(cfg DaemonConfig, ready io.Writer) int {
+	d, err := newDaemon(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return d.run(ready)
+}
+
+type daemon struct {
+	cfg  DaemonConfig
+	tree *Tree
+	ln   net.Listener
+	stop chan string
+	once sync.Once
+	log  sync.Mutex
+}
+
+func newDaemon(cfg DaemonConfig) (*daemon, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	tree, err := NewTree(cfg.SysRoot)
+	if err != nil {
+		return nil, err
+	}
+	for _, spec := range cfg.Devices {
+		if err := tree.AddDevice(spec); err != nil {
+			return nil, err
+		}
+	}
+	d := &daemon{cfg: cfg, tree: tree, stop: make(chan string, 1)}
+	if cfg.Socket != "" {
+		_ = os.Remove(cfg.Socket)
+		if d.ln, err = net.Listen("unix", cfg.Socket); err != nil {
+			return nil, fmt.Errorf("fakeublk: %w", err)
+		}
+	}
+	return d, nil
+}
+
+func (d *daemon) event(format string, args ...any) {
+	if d.cfg.EventLog == "" {
+		return
+	}
+	d.log.Lock()
+	defer d.log.Unlock()
+	f, err := os.OpenFile(d.cfg.EventLog, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(f, format+"\n", args...)
+	f.Close()
+}
+
+func (d *daemon) trigger(why string) {
+	d.once.Do(func() { d.stop <- why })
+}
+
+func (d *daemon) run(ready io.Writer) int {
+	sig := make(chan os.Signal, 1)
+	if d.cfg.Mode == Hung {
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
+	} else {
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	}
+	if d.ln != nil {
+		go d.serve()
+	}
+	d.event("start")
+	fmt.Fprintln(ready, "ready")
+	go func() {
+		for range sig {
+			d.event("sigterm")
+			d.trigger("sigterm")
+		}
+	}()
+	<-d.stop
+	if d.cfg.Mode == Hung {
+		select {} // only SIGKILL ends a hung daemon
+	}
+	return d.teardown()
+}
+
+func (d *daemon) teardown() int {
+	for i, spec := range d.cfg.Devices {
+		if d.cfg.Mode == Crash && i == d.cfg.CrashAfter {
+			d.event("crash")
+			return CrashStatus // devices from here on stay live
+		}
+		time.Sleep(d.cfg.Step)
+		_ = d.tree.SetInflight(spec.ID, 0, 0) // the live queues drain the in-flight I/O
+		_ = d.tree.StopDevice(spec.ID)
+		d.event("stop %d", spec.ID)
+		time.Sleep(d.cfg.Step)
+		_ = d.tree.DeleteDevice(spec.ID)
+		d.event("delete %d", spec.ID)
+	}
+	if d.ln != nil {
+		d.ln.Close()
+	}
+	d.event("exit")
+	return 0
+}
+
+func (d *daemon) serve() {
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		go d.handle(c)
+	}
+}
+
+// handle answers one request per connection, as AgentENV's daemon does.
+func (d *daemon) handle(c net.Conn) {
+	var req struct {
+		Kind string `json:"kind"`
+	}
+	if err := ReadFrame(c, &req); err != nil {
+		c.Close()
+		return
+	}
+	d.event("request %s", req.Kind)
+	if d.cfg.Mode == Hung {
+		return // keep the connection open and never answer
+	}
+	defer c.Close()
+	switch req.Kind {
+	case "shutdown":
+		_ = WriteFrame(c, map[string]string{"status": "ok"})
+		d.trigger("request")
+	case "status":
+		_ = WriteFrame(c, map[string]any{"status": "ok", "devices": d.tree.Devices()})
+	default:
+		_ = WriteFrame(c, map[string]string{"status": "error", "error": "unknown kind " + req.Kind})
+	}
+}
+
+// maxFrame bounds a frame so a corrupt length cannot make a reader
+// allocate gigabytes.
+const maxFrame = 1 << 20
+
+// WriteFrame writes v as JSON preceded by its 4-byte big-endian length.
+func WriteFrame(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 4+len(b))
+	binary.BigEndian.PutUint32(buf, uint32(len(b)))
+	copy(buf[4:], b)
+	_, err = w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one length-prefixed JSON frame into v.
+func ReadFrame(r io.Reader, v any) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > maxFrame {
+		return fmt.Errorf("fakeublk: frame of %d bytes", n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// Child is a fake daemon running as a child process.
+type Child struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start starts a fake daemon as a child process by re-executing the
+// current binary (os.Args[0]) with EnvDaemon set; that binary must call
+// MainIfDaemon first thing. Start returns once the daemon has created its
+// devices and handles SIGTERM and requests, or fails when ctx ends first
+// (the child is then killed). The child is killed by the kernel if this
+// process dies (Linux). Call Close when done with it.
+func Start(ctx context.Context, cfg DaemonConfig) (*Child, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), EnvDaemon+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	setPdeathsig(cmd)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("fakeublk: start daemon: %w", err)
+	}
+	c := &Child{cmd: cmd, done: make(chan struct{})}
+	readyc := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err == nil && line != "ready\n" {
+			err = fmt.Errorf("fakeublk: daemon said %q", line)
+		}
+		readyc <- err
+		_, _ = io.Copy(io.Discard, out)
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	select {
+	case err := <-readyc:
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("fakeublk: daemon not ready: %w", err)
+		}
+		return c, nil
+	case <-ctx.Done():
+		c.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// Pid returns the daemon's process ID.
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// Done is closed once the daemon has exited and been reaped.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// ExitCode returns the daemon's exit status: -1 while it runs or when it
+// was killed by a signal.
+func (c *Child) ExitCode() int {
+	select {
+	case <-c.done:
+		return c.cmd.ProcessState.ExitCode()
+	default:
+		return -1
+	}
+}
+
+// Signaled reports whether the daemon exited because of signal s.
+func (c *Child) Signaled(s syscall.Signal) bool {
+	select {
+	case <-c.done:
+		ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		return ok && ws.Signaled() && ws.Signal() == s
+	default:
+		return false
+	}
+}
+
+// Close kills the daemon if it still runs and waits until it is reaped.
+func (c *Child) Close() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}

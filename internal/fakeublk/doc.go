@@ -1,0 +1,37 @@
+// Package fakeublk fakes what a ublk server looks like from the outside, so
+// that the ublk teardown step, the drain orchestrator's end-to-end test and
+// the examples can be exercised on machines without the ublk module: a
+// sysfs tree laid out as the kernel lays out ublk devices (Tree), and a
+// device daemon that runs as a real child process, owns devices in that
+// tree and removes them over time after SIGTERM or a Unix-socket request
+// (Start, MainIfDaemon).
+//
+// Typical wiring in a test binary:
+//
+//	func TestMain(m *testing.M) {
+//		fakeublk.MainIfDaemon() // becomes the daemon when started by Start
+//		goleak.VerifyTestMain(m)
+//	}
+//
+//	func TestTeardown(t *testing.T) {
+//		sys := t.TempDir()
+//		d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{
+//			SysRoot: sys,
+//			Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 259, Minor: 0, Reads: 2}},
+//			Socket:  filepath.Join(t.TempDir(), "ublkd.sock"),
+//			Mode:    fakeublk.Cooperative,
+//		})
+//		defer d.Close()
+//		// point ublk.WithSysfsRoot(sys) and a daemon for d.Pid() at it
+//	}
+//
+// Wire protocol of the socket (AgentENV's): one request per connection, a
+// 4-byte big-endian length then JSON. {"kind":"shutdown"} is answered
+// {"status":"ok"} and starts the teardown; {"kind":"status"} returns the
+// device IDs still present; anything else gets {"status":"error"}.
+//
+// Guarantees: Start returns by ctx's deadline (killing the child if it was
+// not ready); Close kills and reaps the child; on Linux a child never
+// outlives the process that started it. Everything else is test scaffolding:
+// this package is internal and not a stable API.
+package fakeublk

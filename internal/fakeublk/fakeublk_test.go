@@ -1,0 +1,158 @@
+package fakeublk
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	MainIfDaemon()
+	goleak.VerifyTestMain(m)
+}
+
+func TestTreeFollowsDeviceLifecycle(t *testing.T) {
+	tree, err := NewTree(t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, tree.AddDevice(DeviceSpec{ID: 3, Major: 259, Minor: 7, Reads: 2, Writes: 5}))
+	assert.Equal(t, []int{3}, tree.Devices())
+	dev, err := os.ReadFile(filepath.Join(tree.Root, "block/ublkb3/dev"))
+	require.NoError(t, err)
+	assert.Equal(t, "259:7\n", string(dev))
+	in, err := os.ReadFile(filepath.Join(tree.Root, "block/ublkb3/inflight"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"2", "5"}, strings.Fields(string(in)))
+	fi, err := os.Lstat(filepath.Join(tree.Root, "class/ublk-char/ublkc3"))
+	require.NoError(t, err)
+	assert.True(t, fi.Mode()&os.ModeSymlink != 0, "class entries are symlinks, as in sysfs")
+
+	require.NoError(t, tree.StopDevice(3))
+	assert.False(t, tree.HasDisk(3))
+	assert.True(t, tree.HasChar(3))
+	require.NoError(t, tree.DeleteDevice(3))
+	assert.Empty(t, tree.Devices())
+	require.NoError(t, tree.DeleteDevice(3), "deleting twice is not an error")
+}
+
+func startDaemon(t *testing.T, cfg DaemonConfig) *Child {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	return d
+}
+
+func waitDone(t *testing.T, d *Child) {
+	t.Helper()
+	select {
+	case <-d.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("daemon did not exit")
+	}
+}
+
+func twoDevices() []DeviceSpec {
+	return []DeviceSpec{{ID: 0, Major: 259, Minor: 0, Reads: 1}, {ID: 1, Major: 259, Minor: 1, Writes: 4}}
+}
+
+func TestCooperativeDaemonStopsOnSIGTERM(t *testing.T) {
+	sys, log := t.TempDir(), filepath.Join(t.TempDir(), "events")
+	d := startDaemon(t, DaemonConfig{SysRoot: sys, Devices: twoDevices(), EventLog: log})
+	tree := &Tree{Root: sys}
+	assert.Equal(t, []int{0, 1}, tree.Devices(), "devices exist once Start returns")
+	require.NoError(t, syscall.Kill(d.Pid(), syscall.SIGTERM))
+	waitDone(t, d)
+	assert.Equal(t, 0, d.ExitCode())
+	assert.Empty(t, tree.Devices())
+	ev, _ := os.ReadFile(log)
+	assert.Equal(t, "start\nsigterm\nstop 0\ndelete 0\nstop 1\ndelete 1\nexit\n", string(ev))
+}
+
+func TestShutdownRequestOnTheWire(t *testing.T) {
+	sys, sock := t.TempDir(), filepath.Join(t.TempDir(), "d.sock")
+	d := startDaemon(t, DaemonConfig{SysRoot: sys, Devices: twoDevices(), Socket: sock})
+	c, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	defer c.Close()
+	body := []byte(`{"kind":"shutdown"}`)
+	_, err = c.Write(append([]byte{0, 0, 0, byte(len(body))}, body...))
+	require.NoError(t, err)
+	var hdr [4]byte
+	_, err = c.Read(hdr[:])
+	require.NoError(t, err)
+	resp := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	_, err = c.Read(resp)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"status":"ok"}`, string(resp))
+	waitDone(t, d)
+	assert.Equal(t, 0, d.ExitCode())
+	assert.Empty(t, (&Tree{Root: sys}).Devices())
+}
+
+func TestUnknownRequestIsAnError(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	d := startDaemon(t, DaemonConfig{SysRoot: t.TempDir(), Socket: sock})
+	c, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, WriteFrame(c, map[string]string{"kind": "reboot"}))
+	var resp map[string]string
+	require.NoError(t, ReadFrame(c, &resp))
+	assert.Equal(t, "error", resp["status"])
+	assert.Equal(t, -1, d.ExitCode(), "still running")
+}
+
+func TestHungDaemonIgnoresSIGTERMAndRequests(t *testing.T) {
+	sys, sock := t.TempDir(), filepath.Join(t.TempDir(), "d.sock")
+	d := startDaemon(t, DaemonConfig{SysRoot: sys, Devices: twoDevices(), Socket: sock, Mode: Hung})
+	require.NoError(t, syscall.Kill(d.Pid(), syscall.SIGTERM))
+	c, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, WriteFrame(c, map[string]string{"kind": "shutdown"}))
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
+	var resp map[string]string
+	err = ReadFrame(c, &resp)
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "a hung daemon never answers")
+	assert.Equal(t, -1, d.ExitCode())
+	assert.Equal(t, []int{0, 1}, (&Tree{Root: sys}).Devices())
+	d.Close()
+	assert.True(t, d.Signaled(syscall.SIGKILL))
+}
+
+func TestCrashingDaemonLeavesRemainingDevices(t *testing.T) {
+	sys := t.TempDir()
+	d := startDaemon(t, DaemonConfig{SysRoot: sys, Devices: twoDevices(), Mode: Crash})
+	require.NoError(t, syscall.Kill(d.Pid(), syscall.SIGTERM))
+	waitDone(t, d)
+	assert.Equal(t, CrashStatus, d.ExitCode())
+	tree := &Tree{Root: sys}
+	assert.Equal(t, []int{1}, tree.Devices())
+	assert.True(t, tree.HasDisk(1), "the device it did not reach stays live")
+}
+
+func TestConfigValidation(t *testing.T) {
+	_, err := Start(context.Background(), DaemonConfig{})
+	assert.ErrorContains(t, err, "SysRoot")
+	_, err = Start(context.Background(), DaemonConfig{SysRoot: "x", Mode: "sleepy"})
+	assert.ErrorContains(t, err, "Mode")
+}
+
+func TestReadFrameRejectsHugeLength(t *testing.T) {
+	var v any
+	err := ReadFrame(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff}), &v)
+	assert.ErrorContains(t, err, "frame of")
+}

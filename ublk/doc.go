@@ -1,0 +1,2 @@
+// Package ublk is drainkit's block-device teardown step for ublk servers.
+package ublk
