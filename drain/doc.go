@@ -1,0 +1,41 @@
+// Package drain takes a Kubernetes sandbox node through its termination:
+// it stops admitting new work, waits in the preStop hook only as long as
+// the budget allows, preserves every running sandbox in parallel, tears
+// down devices and servers in order, and reports on every phase. Without
+// it, a preStop wait with no deadline eats the grace period and SIGKILL
+// lands in the middle of a one-at-a-time shutdown, losing sandboxes and
+// killing the block-device daemon with live devices.
+//
+// Typical wiring, at server start:
+//
+//	budget, err := deadline.New(grace) // the pod's terminationGracePeriodSeconds, from one flag
+//	gate := &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Checkpoint, drain.Delete}}
+//	d, err := drain.New(drain.Config{
+//		Budget:    budget,
+//		Gate:      gate,
+//		Sandboxes: pause.ListFunc(listRunning),
+//		Steps: []drain.Step{
+//			{Name: "ublk", Reserve: 30 * time.Second, Run: teardown.Run},
+//			drain.HTTPServerStep("http", srv, 5*time.Second),
+//		},
+//	})
+//	mux.Handle("POST /sandboxes", gate.Admit(drain.Create, create))
+//	mux.Handle("GET /readyz", gate.Readiness(nil))
+//	mux.Handle("GET /drain", d.PreStop()) // lifecycle.preStop.httpGet.path
+//	go srv.Serve(ln)
+//	rep := d.HandleSignals(ctx) // SIGTERM starts Shutdown; a second signal forces
+//
+// Guarantees, with T0 the preStop call (or SIGTERM without one) and the
+// budget's deadline SIGKILL minus its margin:
+//   - the preStop wait ends by the drain phase's deadline: the budget's
+//     deadline minus the live reserves of the preserve phase (running
+//     sandboxes x estimated preserve / concurrency) and of every step;
+//   - Shutdown's gate wait ends by the drain deadline and InFlightWait; no
+//     preserve starts after the preserve phase's deadline, and the
+//     Preserver returns by the budget's deadline;
+//   - each step ends by its own deadline (the budget's deadline minus the
+//     reserves of the steps after it) or is abandoned at it, and runs even
+//     when preservation or an earlier step failed;
+//   - nothing in the package calls os.Exit; the Report says what happened
+//     and how long before SIGKILL it ended.
+package drain

@@ -1,0 +1,93 @@
+package drain
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// fixture is a node under test: fake sandboxes whose preserve takes a fixed
+// time and that never finish on their own (24 h timeouts), a budget, and a
+// Drainer over them.
+type fixture struct {
+	node   *fakesandbox.Node
+	budget *deadline.Budget
+	d      *Drainer
+}
+
+type fixtureOpts struct {
+	grace, margin time.Duration
+	sandboxes     int
+	latency       time.Duration
+	limit         int
+	steps         []Step
+	edit          func(*Config)
+}
+
+func newFixture(t *testing.T, o fixtureOpts) *fixture {
+	t.Helper()
+	b, err := deadline.New(o.grace, deadline.WithMargin(o.margin))
+	require.NoError(t, err)
+	node := fakesandbox.NewNode()
+	node.AddN("sb", o.sandboxes, o.latency)
+	cfg := Config{
+		Budget:       b,
+		Sandboxes:    node,
+		Estimator:    deadline.NewEstimator(o.latency),
+		PauseOptions: []pause.Option{pause.WithLimit(max(o.limit, 1))},
+		Steps:        o.steps,
+	}
+	if o.edit != nil {
+		o.edit(&cfg)
+	}
+	d, err := New(cfg)
+	require.NoError(t, err)
+	return &fixture{node: node, budget: b, d: d}
+}
+
+// preStopCall is one in-flight call of the preStop handler.
+type preStopCall struct {
+	done chan struct{}
+	rec  *httptest.ResponseRecorder
+	at   time.Time // when the answer came
+}
+
+// callPreStop calls the preStop handler in its own goroutine, as the
+// kubelet's httpGet does.
+func (f *fixture) callPreStop(ctx context.Context, query string) *preStopCall {
+	c := &preStopCall{done: make(chan struct{}), rec: httptest.NewRecorder()}
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/drain"+query, nil)
+	go func() {
+		defer close(c.done)
+		f.d.PreStop().ServeHTTP(c.rec, req)
+		c.at = time.Now()
+	}()
+	return c
+}
+
+func (c *preStopCall) wait(t *testing.T) PreStopSummary {
+	t.Helper()
+	<-c.done
+	require.Equal(t, http.StatusOK, c.rec.Code)
+	var sum PreStopSummary
+	require.NoError(t, json.Unmarshal(c.rec.Body.Bytes(), &sum))
+	return sum
+}
+
+// recordStep returns a step that records when it ran and waits for its
+// context when block is set.
+func recordStep(name string, reserve time.Duration, ran *[]string) Step {
+	return Step{Name: name, Reserve: reserve, Run: func(ctx context.Context) error {
+		*ran = append(*ran, name)
+		return nil
+	}}
+}

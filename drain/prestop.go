@@ -1,0 +1,206 @@
+package drain
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Reasons a preStop wait ended, in PreStopSummary.Reason.
+const (
+	ReasonWaiting  = "waiting"  // still waiting (a ?wait= bound or the client gave up first)
+	ReasonDrained  = "drained"  // no running sandboxes left
+	ReasonDeadline = "deadline" // the drain phase's deadline came
+	ReasonSIGTERM  = "sigterm"  // Shutdown started
+	ReasonForced   = "forced"   // Force was called
+)
+
+// A PreStopSummary is what the preStop handler answers, as JSON.
+type PreStopSummary struct {
+	Start time.Time `json:"start"`        // T0: the first preStop call
+	End   time.Time `json:"end,omitzero"` // when the wait ended
+	Done  bool      `json:"done"`         // the wait is over
+	// Reason is one of the Reason constants.
+	Reason        string        `json:"reason"`
+	Running       int           `json:"running"`        // running sandboxes at the last count
+	DrainDeadline time.Time     `json:"drain_deadline"` // the drain phase's deadline at the last count
+	Kill          time.Time     `json:"kill"`           // the expected SIGKILL
+	Waited        time.Duration `json:"waited_ns"`
+}
+
+// preStopRun is the one drain wait that the first preStop call starts and
+// later calls join.
+type preStopRun struct {
+	done chan struct{}
+	mu   sync.Mutex
+	sum  PreStopSummary
+}
+
+func (r *preStopRun) summary() PreStopSummary {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sum
+	if !s.Done {
+		s.Waited = time.Since(s.Start)
+	}
+	return s
+}
+
+func (r *preStopRun) update(f func(*PreStopSummary)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.sum)
+}
+
+// PreStop returns the http.Handler for the kubelet's preStop hook (httpGet,
+// or an exec hook that calls it, see RunExecHook).
+//
+// The first call fixes T0 in the budget (Budget.OnPreStop), closes the gate,
+// which turns readiness to 503, and starts the drain wait: while the Lister
+// still lists running sandboxes AND the drain phase's deadline has not
+// passed, it counts them again every PollInterval. The drain deadline is the
+// budget's deadline minus the live reserves of the later phases (the
+// preserve reserve follows the running count), so the wait always leaves
+// the SIGTERM shutdown the time it needs. The wait also ends when Shutdown
+// starts or on Force. Without a Lister the wait ends at once.
+//
+// Every call answers 200 with a JSON PreStopSummary once the wait is over; a
+// second call joins the first's wait; a call after Shutdown started answers
+// at once. A request with ?wait=DURATION (a Go duration) answers after at
+// most that long, with Done false if the wait goes on, so a caller with a
+// per-request timeout can poll. The wait itself does not depend on any
+// request: a client that disconnects does not end it.
+func (d *Drainer) PreStop() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var bound <-chan time.Time
+		if v := r.URL.Query().Get("wait"); v != "" {
+			wait, err := time.ParseDuration(v)
+			if err != nil || wait < 0 {
+				http.Error(w, "wait: want a non-negative Go duration such as 30s", http.StatusBadRequest)
+				return
+			}
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			bound = t.C
+		}
+		sum := d.preStop(r.Context(), bound)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(sum)
+	})
+}
+
+// preStop starts or joins the drain wait and returns its summary when it
+// ends, ctx ends or bound fires.
+func (d *Drainer) preStop(ctx context.Context, bound <-chan time.Time) PreStopSummary {
+	run := d.startPreStop(time.Now())
+	if run == nil {
+		st := d.budget.State()
+		return PreStopSummary{Start: st.Start, Done: true, Reason: ReasonSIGTERM, Running: d.Running(),
+			DrainDeadline: d.plan.Deadline(PhaseDrain), Kill: st.Kill}
+	}
+	select {
+	case <-run.done:
+	case <-ctx.Done():
+	case <-bound:
+	}
+	return run.summary()
+}
+
+// startPreStop returns the drain wait, starting it on the first call. It
+// returns nil when Shutdown started before any preStop call.
+func (d *Drainer) startPreStop(at time.Time) *preStopRun {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.prestop != nil {
+		return d.prestop
+	}
+	if d.started {
+		return nil
+	}
+	d.budget.OnPreStop(at)
+	d.gate.Close()
+	run := &preStopRun{done: make(chan struct{}), sum: PreStopSummary{Start: d.budget.Start(), Reason: ReasonWaiting}}
+	d.prestop = run
+	go d.drainWait(run)
+	d.log.Info("drain: preStop: gate closed, waiting for running sandboxes", "t0", run.sum.Start, "kill", d.budget.Kill())
+	return run
+}
+
+// drainWait waits while sandboxes are running and the drain deadline has
+// not passed, recomputing the deadline at every count and whenever the
+// budget changes.
+func (d *Drainer) drainWait(run *preStopRun) {
+	defer close(run.done)
+	reason := d.drainLoop(run)
+	now := time.Now()
+	run.update(func(s *PreStopSummary) {
+		s.Done, s.End, s.Reason, s.Waited, s.Kill = true, now, reason, now.Sub(s.Start), d.budget.Kill()
+	})
+	d.log.Info("drain: preStop wait over", "reason", reason, "running", d.Running(), "waited", now.Sub(run.sum.Start))
+}
+
+func (d *Drainer) drainLoop(run *preStopRun) string {
+	for {
+		if reason := d.stopReason(); reason != "" {
+			return reason
+		}
+		n := d.count(d.plan.Deadline(PhaseDrain))
+		dl := d.plan.Deadline(PhaseDrain)
+		run.update(func(s *PreStopSummary) {
+			if n >= 0 {
+				s.Running = n
+			}
+			s.DrainDeadline, s.Kill = dl, d.budget.Kill()
+		})
+		if n == 0 {
+			return ReasonDrained
+		}
+		left := time.Until(dl)
+		if left <= 0 {
+			return ReasonDeadline
+		}
+		t := time.NewTimer(min(d.poll, left))
+		select {
+		case <-t.C:
+		case <-d.budget.Changed():
+		case <-d.term.Done():
+		case <-d.force.Done():
+		}
+		t.Stop()
+	}
+}
+
+// stopReason says why waits must stop now, or "" when they need not.
+func (d *Drainer) stopReason() string {
+	switch {
+	case d.force.Err() != nil:
+		return ReasonForced
+	case d.term.Err() != nil:
+		return ReasonSIGTERM
+	}
+	return ""
+}
+
+// count lists the running sandboxes within dl (and until Shutdown or Force)
+// and records the count for the preserve reserve. Without a Lister it is 0;
+// on a listing error it returns -1 (unknown: keep waiting) and the preserve
+// reserve keeps the last count.
+func (d *Drainer) count(dl time.Time) int {
+	if d.lister == nil {
+		d.running.Store(0)
+		return 0
+	}
+	ctx, cancel := context.WithDeadline(d.term, dl)
+	defer cancel()
+	stop := context.AfterFunc(d.force, cancel)
+	defer stop()
+	sbs, err := d.lister.List(ctx)
+	if err != nil {
+		d.log.Warn("drain: listing running sandboxes failed", "err", err)
+		return -1
+	}
+	d.running.Store(int64(len(sbs)))
+	return len(sbs)
+}

@@ -1,0 +1,181 @@
+package drain
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+)
+
+// The seed's shape at full scale (AgentENV #413): grace 3600 s, sandboxes
+// that never finish on their own. The preStop wait must stop where the
+// later phases' reserves begin, not at the end of the grace period.
+//
+//	T0 ........................................ 3555 s ...... 3565 s ...... 3595 s | 3600 s
+//	preStop: gate closed, readiness 503, wait   drain deadline  preserve ends  budget deadline  SIGKILL
+//	                                            (SIGTERM)       ublk step (30 s reserve)  margin 5 s
+func TestPreStopWaitStopsAtTheDrainDeadlineLeavingTheLaterReserves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ran []string
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second,
+			sandboxes: 20, latency: 2 * time.Second, limit: 4,
+			steps: []Step{recordStep("ublk", 30*time.Second, &ran)}})
+		t0 := time.Now()
+
+		call := f.callPreStop(t.Context(), "")
+		synctest.Wait()
+		assert.True(t, f.d.Gate().Closed(), "the first preStop call closes the gate at once")
+		assert.Equal(t, deadline.AnchorPreStop, f.budget.State().Anchor)
+		assert.Equal(t, t0, f.budget.Start(), "T0 is the preStop call")
+
+		sum := call.wait(t)
+		// 3600 - 5 (margin) - 30 (ublk) - ceil(20/4) x 2 s (preserve) = 3555 s.
+		assert.Equal(t, 3555*time.Second, call.at.Sub(t0))
+		assert.True(t, sum.Done)
+		assert.Equal(t, ReasonDeadline, sum.Reason)
+		assert.Equal(t, 20, sum.Running)
+		assert.True(t, t0.Add(3555*time.Second).Equal(sum.DrainDeadline))
+
+		// The kubelet: hook took 3555 s -> SIGTERM, SIGKILL at T0 + 3600 s.
+		rep := f.d.Shutdown(context.Background())
+		assert.Equal(t, 20, rep.Preserve.Counts["preserved"])
+		assert.Equal(t, []string{"ublk"}, ran)
+		assert.True(t, t0.Add(3600*time.Second).Equal(rep.Budget.Kill))
+		assert.Equal(t, 35*time.Second, rep.Margin, "preserve took its 10 s reserve; 30 s ublk reserve + 5 s margin left")
+		require.NoError(t, rep.Err())
+	})
+}
+
+func TestPreStopReturnsAsSoonAsNoSandboxIsRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second,
+			sandboxes: 3, latency: 2 * time.Second})
+		t0 := time.Now()
+		go func() { // the sandboxes end on their own, the last at 149.5 s
+			ends := []time.Duration{50 * time.Second, 100 * time.Second, 149500 * time.Millisecond}
+			for i, s := range f.node.Sandboxes() {
+				time.Sleep(time.Until(t0.Add(ends[i])))
+				f.node.Remove(s.ID())
+			}
+		}()
+		sum := f.callPreStop(t.Context(), "").wait(t)
+		assert.Equal(t, ReasonDrained, sum.Reason)
+		assert.Equal(t, 0, sum.Running)
+		assert.Equal(t, 150*time.Second, time.Since(t0), "the last ended at 149.5 s; the next count, each second, sees none")
+		rep := f.d.Shutdown(context.Background())
+		assert.Empty(t, rep.Preserve.Entries, "nothing left to preserve")
+		assert.Equal(t, OK, rep.Phase(PhaseDrain).Result)
+	})
+}
+
+// Fault: the preStop hook is called twice (an exec hook retried, two
+// kubelet attempts). The second call joins the first wait: T0 stays the
+// first call, and both answer together.
+//
+//	0 s    call 1: T0, gate closed, wait starts
+//	10 s   call 2: joins
+//	3555 s both answer with the same summary
+func TestPreStopCalledTwiceJoinsTheFirstWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second,
+			sandboxes: 20, latency: 2 * time.Second, limit: 4,
+			steps: []Step{{Name: "ublk", Reserve: 30 * time.Second, Run: func(context.Context) error { return nil }}}})
+		t0 := time.Now()
+		first := f.callPreStop(t.Context(), "")
+		time.Sleep(10 * time.Second)
+		second := f.callPreStop(t.Context(), "")
+		s1, s2 := first.wait(t), second.wait(t)
+		assert.Equal(t, t0, f.budget.Start(), "the second call does not move T0")
+		assert.Equal(t, s1, s2)
+		assert.Equal(t, first.at, second.at)
+		assert.Equal(t, 3555*time.Second, second.at.Sub(t0))
+		f.d.Shutdown(context.Background())
+	})
+}
+
+// A caller with a per-request bound (?wait=) gets the progress so far and
+// can call again: that is how the exec-hook helper polls.
+func TestPreStopWaitQueryAnswersEarlyWithProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Second})
+		sum := f.callPreStop(t.Context(), "?wait=30s").wait(t)
+		assert.False(t, sum.Done)
+		assert.Equal(t, ReasonWaiting, sum.Reason)
+		assert.Equal(t, 2, sum.Running)
+		assert.Equal(t, 30*time.Second, sum.Waited)
+		f.d.Shutdown(context.Background())
+	})
+}
+
+// Fault: SIGTERM with no preStop hook. T0 is the SIGTERM; the whole grace
+// period is the SIGTERM phase's.
+func TestSIGTERMWithoutPreStopAnchorsTheBudgetAtSIGTERM(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ran []string
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second,
+			sandboxes: 8, latency: 2 * time.Second, limit: 4,
+			steps: []Step{recordStep("ublk", 10*time.Second, &ran)}})
+		time.Sleep(50 * time.Second) // the server runs for a while
+		sigterm := time.Now()
+		rep := f.d.Shutdown(context.Background())
+		assert.Equal(t, deadline.AnchorSIGTERM, rep.Budget.Anchor)
+		assert.Equal(t, sigterm, rep.Budget.Start)
+		assert.Equal(t, sigterm.Add(60*time.Second), rep.Budget.Kill)
+		assert.True(t, f.d.Gate().Closed())
+		assert.Nil(t, rep.Phase(PhaseDrain), "no preStop ran")
+		assert.Equal(t, []string{PhaseGate, PhasePreserve, "ublk"}, phaseNames(rep))
+		assert.Equal(t, 8, rep.Preserve.Counts["preserved"])
+		assert.Equal(t, 4*time.Second, rep.Phase(PhasePreserve).Duration, "8 sandboxes, 4 at a time, 2 s each")
+		assert.Equal(t, 56*time.Second, rep.Margin)
+	})
+}
+
+// Fault: the preStop hook arrives after SIGTERM (a slow kubelet, or a
+// retried exec hook). It answers at once and changes nothing.
+func TestPreStopAfterSIGTERMAnswersAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 4, latency: time.Second})
+		sigterm := time.Now()
+		done := make(chan *Report)
+		go func() { done <- f.d.Shutdown(context.Background()) }()
+		synctest.Wait()
+		call := f.callPreStop(t.Context(), "")
+		sum := call.wait(t)
+		assert.Equal(t, sigterm, call.at, "no wait at all")
+		assert.True(t, sum.Done)
+		assert.Equal(t, ReasonSIGTERM, sum.Reason)
+		rep := <-done
+		assert.Equal(t, deadline.AnchorSIGTERM, rep.Budget.Anchor, "the late preStop did not re-anchor the budget")
+		assert.Nil(t, rep.PreStop)
+	})
+}
+
+// SIGTERM while the preStop wait is on (the kubelet gave up on the hook, or
+// the node is shutting down) ends the wait at once.
+func TestShutdownEndsTheRunningPreStopWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second, sandboxes: 4, latency: time.Second})
+		call := f.callPreStop(t.Context(), "")
+		time.Sleep(100 * time.Second)
+		rep := f.d.Shutdown(context.Background())
+		sum := call.wait(t)
+		assert.Equal(t, ReasonSIGTERM, sum.Reason)
+		assert.Equal(t, 100*time.Second, sum.Waited)
+		require.NotNil(t, rep.PreStop)
+		assert.Equal(t, TimedOut, rep.Phase(PhaseDrain).Result)
+		assert.Equal(t, ReasonSIGTERM, rep.PreStop.Reason)
+	})
+}
+
+func phaseNames(r *Report) []string {
+	var names []string
+	for _, p := range r.Phases {
+		names = append(names, p.Name)
+	}
+	return names
+}

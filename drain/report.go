@@ -1,0 +1,129 @@
+package drain
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// A Result is how a phase or step ended.
+type Result string
+
+// The results a PhaseReport can hold.
+const (
+	// OK: the phase finished its work before its deadline.
+	OK Result = "ok"
+	// Failed: the step returned an error before its deadline, or the
+	// preserve phase lost sandboxes.
+	Failed Result = "failed"
+	// TimedOut: the phase's deadline (or force mode) ended it; a step
+	// returned in time after its context ended.
+	TimedOut Result = "timed_out"
+	// Abandoned: the step did not return by its deadline and was left
+	// running; the shutdown went on without it.
+	Abandoned Result = "abandoned"
+)
+
+// A PhaseReport is the account of one phase or teardown step.
+type PhaseReport struct {
+	Name     string        `json:"name"`
+	Start    time.Time     `json:"start"`
+	End      time.Time     `json:"end"`
+	Deadline time.Time     `json:"deadline"`
+	Duration time.Duration `json:"duration_ns"`
+	// Reserve is the time the plan reserved for the phase.
+	Reserve time.Duration `json:"reserve_ns,omitempty"`
+	// Short is how much less than its reserve the phase had from its
+	// start to its deadline: the budget (or force mode) squeezed it.
+	Short  time.Duration `json:"short_ns,omitempty"`
+	Result Result        `json:"result"`
+	Error  string        `json:"error,omitempty"`
+	Forced bool          `json:"forced,omitempty"` // force mode was on when it ended
+}
+
+// A Report is the account of one shutdown: every phase in the order it ran
+// ("drain" when a preStop hook ran, "gate", "preserve", then every step),
+// the Preserver's own Report, and the margin left before SIGKILL. It is
+// JSON-marshalable.
+type Report struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Budget is the budget at the end: T0, its anchor, SIGTERM and the
+	// expected SIGKILL.
+	Budget   deadline.State  `json:"budget"`
+	PreStop  *PreStopSummary `json:"prestop,omitempty"`
+	Phases   []PhaseReport   `json:"phases"`
+	Preserve *pause.Report   `json:"preserve,omitempty"`
+	// Shortfall is by how much the budget was too small for every reserve
+	// when the shutdown started.
+	Shortfall time.Duration `json:"shortfall_ns,omitempty"`
+	Forced    bool          `json:"forced,omitempty"`
+	ForcedAt  time.Time     `json:"forced_at,omitzero"`
+	// Margin is the expected SIGKILL minus End: the time the process had
+	// left to exit. Negative means the kubelet's SIGKILL would have come
+	// first.
+	Margin time.Duration `json:"margin_ns"`
+}
+
+// Phase returns the report of the named phase or step, or nil.
+func (r *Report) Phase(name string) *PhaseReport {
+	for i := range r.Phases {
+		if r.Phases[i].Name == name {
+			return &r.Phases[i]
+		}
+	}
+	return nil
+}
+
+// Lost returns how many sandboxes were not preserved (see pause.Report.Lost).
+func (r *Report) Lost() int {
+	if r.Preserve == nil {
+		return 0
+	}
+	return r.Preserve.Lost()
+}
+
+// Err returns nil when every sandbox was preserved or vanished and every
+// step returned nil in time; otherwise an error joining what went wrong, for
+// a caller choosing its exit code.
+func (r *Report) Err() error {
+	var errs []error
+	if n := r.Lost(); n > 0 {
+		errs = append(errs, fmt.Errorf("%d sandbox(es) not preserved", n))
+	}
+	for _, p := range r.Phases {
+		if p.Result == Failed || p.Result == Abandoned || (p.Result == TimedOut && p.Name != "drain" && p.Name != "gate") {
+			errs = append(errs, fmt.Errorf("%s: %s: %s", p.Name, p.Result, p.Error))
+		}
+	}
+	if r.Margin < 0 {
+		errs = append(errs, fmt.Errorf("finished %v after the expected SIGKILL", -r.Margin))
+	}
+	return errors.Join(errs...)
+}
+
+// LogValue summarises the report for slog: counts, margin and every phase's
+// result.
+func (r *Report) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.Time("t0", r.Budget.Start),
+		slog.String("anchor", string(r.Budget.Anchor)),
+		slog.Duration("margin", r.Margin),
+		slog.Bool("forced", r.Forced),
+		slog.Duration("shortfall", r.Shortfall),
+	}
+	if r.Preserve != nil {
+		attrs = append(attrs,
+			slog.Int("preserved", r.Preserve.Counts[pause.Preserved]),
+			slog.Int("lost", r.Preserve.Lost()),
+			slog.Int("sandboxes", len(r.Preserve.Entries)))
+	}
+	for _, p := range r.Phases {
+		attrs = append(attrs, slog.String(p.Name, fmt.Sprintf("%s in %v", p.Result, p.Duration.Round(time.Millisecond))))
+	}
+	return slog.GroupValue(attrs...)
+}
