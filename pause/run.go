@@ -241,20 +241,17 @@ func (r *run) await(ps *passState) {
 func (r *run) settle(tasks []*task) {
 	now := time.Now()
 	for _, t := range tasks {
-		switch {
-		case t.state.CompareAndSwap(stateQueued, stateAbandoned):
-			res := result{outcome: NotStarted, end: now}
-			r.queue.remove(t)
+		res, changed := t.final(now)
+		if changed {
+			if res.outcome == NotStarted {
+				r.queue.remove(t)
+			} else {
+				t.endSpan(&res)
+				r.p.tel.inflight.Add(r.ctx, -1)
+			}
 			r.record(t, &res)
-			r.rep.Entries[t.entry].fill(t, &res)
-		case t.state.CompareAndSwap(stateRunning, stateAbandoned):
-			res := result{outcome: TimedOut, end: now, err: errAbandoned}
-			t.endSpan(&res)
-			r.record(t, &res)
-			r.rep.Entries[t.entry].fill(t, &res)
-		default: // returned: its goroutine wrote res before it set stateDone
-			r.rep.Entries[t.entry].fill(t, &t.res)
 		}
+		r.rep.Entries[t.entry].fill(t, &res)
 	}
 }
 

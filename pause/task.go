@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,9 +16,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The states of a task. A task leaves stateRunning exactly once: to
-// stateDone by its goroutine, or to stateAbandoned by the Run at the hard
-// deadline; whoever wins decides the outcome.
+// The states of a task. A task leaves stateRunning exactly once, under its
+// mutex: to stateDone when its Preserve returns or when its bound plus
+// AbandonGrace passes first (the sandbox is then abandoned), or to
+// stateAbandoned when the Run reaches the hard deadline first. Whoever makes
+// the move decides the outcome.
 const (
 	stateQueued int32 = iota
 	stateRunning
@@ -25,9 +28,16 @@ const (
 	stateAbandoned
 )
 
-// errAbandoned is the error of a sandbox whose Preserve had not returned by
-// the hard deadline.
-var errAbandoned = errors.New("pause: Preserve had not returned by the hard deadline; abandoned")
+// AbandonGrace is how long a Preserve may run past its sandbox bound
+// (WithSandboxTimeout) before it is abandoned: reported TimedOut, with its
+// slot given to the next sandbox. A Preserve that ignores its context is
+// broken; holding its slot would let a few of them starve every other
+// sandbox on the node.
+const AbandonGrace = time.Second
+
+// errAbandoned is the error of a sandbox whose Preserve ignored its
+// context past a deadline.
+var errAbandoned = errors.New("pause: Preserve ignored its context past the deadline; abandoned")
 
 // A task is one sandbox of a pass.
 type task struct {
@@ -40,12 +50,15 @@ type task struct {
 
 	ctx    context.Context // Preserve's context
 	cancel context.CancelFunc
-	span   trace.Span // nil unless the run is traced
+	watch  *time.Timer // abandons the task at its bound plus AbandonGrace
+	span   trace.Span  // nil unless the run is traced
 	begin  time.Time
+	ps     *passState
 
-	state    atomic.Int32
 	attempts atomic.Int32
-	res      result // written by the goroutine before stateDone
+	mu       sync.Mutex
+	state    int32
+	res      result
 }
 
 // A result is how a task ended.
@@ -70,6 +83,7 @@ func (t *task) init(r *run, sb Sandbox, id string, entry int) {
 func (t *task) start(ps *passState) {
 	r := t.r
 	t.begin = time.Now()
+	t.ps = ps
 	ctx := r.work
 	if r.traced {
 		ctx, t.span = r.p.tel.tracer.Start(ctx, "pause.Preserve",
@@ -77,32 +91,69 @@ func (t *task) start(ps *passState) {
 	}
 	if r.cfg.timeout > 0 {
 		ctx, t.cancel = context.WithTimeout(ctx, r.cfg.timeout)
+		t.watch = time.AfterFunc(r.cfg.timeout+AbandonGrace, t.abandon)
 	}
 	t.ctx = ctx
-	t.state.Store(stateRunning)
+	t.mu.Lock()
+	t.state = stateRunning
+	t.mu.Unlock()
 	r.p.tel.inflight.Add(r.ctx, 1)
-	go t.run(ps)
+	go t.run()
 }
 
-func (t *task) run(ps *passState) {
-	r := t.r
-	defer ps.finishOne()
-	defer r.sem.Release(1)
+func (t *task) run() {
 	res := t.preserve()
+	if t.watch != nil {
+		t.watch.Stop()
+	}
+	if t.settle(res) && res.outcome == Preserved && t.r.cfg.estimator != nil {
+		t.r.cfg.estimator.Observe(res.end.Sub(t.begin))
+	}
+}
+
+// abandon settles a task whose Preserve overran its bound by AbandonGrace.
+func (t *task) abandon() {
+	t.settle(result{outcome: TimedOut, end: time.Now(), err: errAbandoned})
+}
+
+// settle moves a running task to stateDone with res, then accounts for it
+// and frees its slot. It reports whether it made the move.
+func (t *task) settle(res result) bool {
+	t.mu.Lock()
+	if t.state != stateRunning {
+		t.mu.Unlock()
+		return false
+	}
+	t.state, t.res = stateDone, res
+	t.mu.Unlock()
+	r := t.r
 	if t.cancel != nil {
 		t.cancel()
 	}
 	r.p.tel.inflight.Add(r.ctx, -1)
-	t.res = res
-	if !t.state.CompareAndSwap(stateRunning, stateDone) {
-		return // abandoned: the Run has reported it and returned
-	}
-	if res.outcome == Preserved && r.cfg.estimator != nil {
-		r.cfg.estimator.Observe(res.end.Sub(t.begin))
-	}
 	t.endSpan(&res)
 	r.record(t, &res)
 	t.log(&res)
+	r.sem.Release(1)
+	t.ps.finishOne()
+	return true
+}
+
+// final returns the task's outcome for the Report; at the hard deadline
+// (hard true) a task still running is abandoned, one not started is
+// NotStarted.
+func (t *task) final(now time.Time) (res result, changed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch t.state {
+	case stateQueued:
+		t.state, t.res = stateAbandoned, result{outcome: NotStarted, end: now}
+		return t.res, true
+	case stateRunning:
+		t.state, t.res = stateAbandoned, result{outcome: TimedOut, end: now, err: errAbandoned}
+		return t.res, true
+	}
+	return t.res, false
 }
 
 // preserve calls Preserve until it succeeds, fails permanently, or no retry

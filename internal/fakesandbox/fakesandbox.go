@@ -49,7 +49,9 @@ const (
 	// for classifier tests.
 	Plain
 	// Hang: the attempt ignores its context and returns ErrHung only after
-	// HangFor (default DefaultHang).
+	// HangFor (default DefaultHang). Its goroutine outlives a Run that
+	// abandons it: in a synctest bubble, sleep HangFor before the bubble's
+	// function returns, or synctest reports a deadlock.
 	Hang
 	// Panic: the attempt panics with "fakesandbox: injected panic".
 	Panic

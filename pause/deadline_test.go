@@ -1,0 +1,150 @@
+package pause_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Timeline (limit 1, phase deadline 10 s, hard 60 s, FinishInFlight):
+//
+//	0 s  A starts (15 s)      B waits for the slot
+//	10 s phase deadline       B's wait gives up: B is NotStarted
+//	15 s A preserved          Run returns
+func TestNoPreserveStartsAfterPhaseDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "A", Latency: 15 * time.Second},
+			&fakesandbox.Sandbox{Name: "B", Latency: time.Second})
+		p, err := pause.New(node, pause.WithLimit(1), pause.WithInFlight(pause.FinishInFlight))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
+		assert.Equal(t, pause.Preserved, entry(t, rep, "A").Outcome)
+		b := entry(t, rep, "B")
+		assert.Equal(t, pause.NotStarted, b.Outcome)
+		assert.Equal(t, 0, b.Attempts)
+		assert.True(t, b.Start.IsZero())
+		assert.Equal(t, 15*time.Second, took)
+		assert.Equal(t, 1, rep.Passes, "no pass after the phase deadline")
+	})
+}
+
+func TestCancelAtDeadlineCancelsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 4, 8*time.Second)
+		p, err := pause.New(node, pause.WithLimit(2))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 5*time.Second, 20*time.Second)
+		assert.Equal(t, 2, rep.Counts[pause.TimedOut])
+		assert.Equal(t, 2, rep.Counts[pause.NotStarted])
+		assert.Equal(t, 5*time.Second, took)
+		assert.Contains(t, rep.Entries[0].Error, "deadline exceeded")
+	})
+}
+
+// "Never abort a pause halfway": in-flight pauses run on past the phase
+// deadline and finish; nothing new starts.
+func TestFinishInFlightLetsRunningPausesFinish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 4, 8*time.Second)
+		p, err := pause.New(node, pause.WithLimit(2), pause.WithInFlight(pause.FinishInFlight))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 5*time.Second, 20*time.Second)
+		assert.Equal(t, 2, rep.Counts[pause.Preserved])
+		assert.Equal(t, 2, rep.Counts[pause.NotStarted])
+		assert.Equal(t, 8*time.Second, took)
+		assert.False(t, rep.Hard.IsZero())
+	})
+}
+
+func TestFinishInFlightStopsAtHardDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 1, 30*time.Second)
+		p, err := pause.New(node, pause.WithInFlight(pause.FinishInFlight))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 5*time.Second, 20*time.Second)
+		assert.Equal(t, pause.TimedOut, rep.Entries[0].Outcome)
+		assert.Equal(t, 20*time.Second, took)
+	})
+}
+
+// A Preserve that ignores its context cannot hold Run past the hard
+// deadline (or past the phase deadline when there is no later hard one).
+func TestHangCannotHoldRunPastHardDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		hard, want time.Duration
+	}{{30 * time.Second, 30 * time.Second}, {0, 10 * time.Second}} {
+		synctest.Test(t, func(t *testing.T) {
+			node := fakesandbox.NewNode()
+			node.Add(&fakesandbox.Sandbox{Name: "stuck", Faults: []fakesandbox.Fault{fakesandbox.Hang}})
+			node.AddN("ok", 3, time.Second)
+			p, err := pause.New(node)
+			require.NoError(t, err)
+			rep, took := runFor(t, p, 10*time.Second, tc.hard)
+			assert.Equal(t, tc.want, took)
+			stuck := entry(t, rep, "stuck")
+			assert.Equal(t, pause.TimedOut, stuck.Outcome)
+			assert.Contains(t, stuck.Error, "abandoned")
+			assert.Equal(t, 3, rep.Counts[pause.Preserved])
+			time.Sleep(fakesandbox.DefaultHang)
+		})
+	}
+}
+
+// Cancelling Run's context (a second SIGTERM, force mode) ends the phase:
+// nothing new starts and running preserves are cancelled.
+func TestCancelledContextEndsThePhase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 10, 2*time.Second)
+		p, err := pause.New(node, pause.WithLimit(2))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(3*time.Second, cancel)
+		start := time.Now()
+		rep := p.Run(ctx, time.Time{})
+		assert.Equal(t, 3*time.Second, time.Since(start))
+		assert.Equal(t, 2, rep.Counts[pause.Preserved])
+		assert.Equal(t, 2, rep.Counts[pause.TimedOut])
+		assert.Equal(t, 6, rep.Counts[pause.NotStarted])
+		assert.Equal(t, 8, rep.Lost())
+	})
+}
+
+func TestRunWithoutDeadlinePreservesEverything(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 20, time.Minute)
+		p, err := pause.New(node, pause.WithLimit(4))
+		require.NoError(t, err)
+		rep := p.Run(t.Context(), time.Time{})
+		assert.Equal(t, 20, rep.Counts[pause.Preserved])
+		assert.True(t, rep.Deadline.IsZero())
+	})
+}
+
+// hard alone bounds a Run whose context has no deadline.
+func TestHardAloneIsThePhaseDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 4, 10*time.Second)
+		p, err := pause.New(node, pause.WithLimit(1))
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(t.Context(), start.Add(25*time.Second))
+		assert.Equal(t, 25*time.Second, time.Since(start))
+		assert.Equal(t, 2, rep.Counts[pause.Preserved])
+		assert.Equal(t, 1, rep.Counts[pause.TimedOut])
+		assert.Equal(t, 1, rep.Counts[pause.NotStarted])
+	})
+}

@@ -1,0 +1,322 @@
+package pause_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+func constant(d time.Duration) pause.Option {
+	return pause.WithBackOff(func() backoff.BackOff { return backoff.NewConstantBackOff(d) })
+}
+
+func entry(t *testing.T, rep *pause.Report, id string) pause.Entry {
+	t.Helper()
+	for _, e := range rep.Entries {
+		if e.ID == id {
+			return e
+		}
+	}
+	t.Fatalf("no entry for %s", id)
+	return pause.Entry{}
+}
+
+func TestTransientErrorsAreRetriedUntilSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		sb := node.Add(&fakesandbox.Sandbox{Name: "flaky", Latency: time.Second,
+			Faults: []fakesandbox.Fault{fakesandbox.Transient, fakesandbox.Transient}})[0]
+		p, err := pause.New(node, constant(2*time.Second))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Minute, 0)
+		e := entry(t, rep, "flaky")
+		assert.Equal(t, pause.Preserved, e.Outcome)
+		assert.Equal(t, 3, e.Attempts)
+		assert.Equal(t, 3, sb.Attempts())
+		assert.Equal(t, 7*time.Second, took, "1 s + 2 s wait, twice, + 1 s")
+		assert.Empty(t, e.Error)
+	})
+}
+
+func TestPermanentErrorsAreNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "wrapped", Faults: []fakesandbox.Fault{fakesandbox.Permanent}},
+			&fakesandbox.Sandbox{Name: "classified", Faults: []fakesandbox.Fault{fakesandbox.Plain}},
+			&fakesandbox.Sandbox{Name: "other", Faults: []fakesandbox.Fault{fakesandbox.Transient}})
+		p, err := pause.New(node, constant(time.Second),
+			pause.WithPermanent(func(err error) bool { return errors.Is(err, fakesandbox.ErrPermanent) }))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		for _, id := range []string{"wrapped", "classified"} {
+			e := entry(t, rep, id)
+			assert.Equal(t, pause.Failed, e.Outcome, id)
+			assert.Equal(t, 1, e.Attempts, id)
+			assert.Contains(t, e.Error, "permanent failure", id)
+		}
+		assert.Equal(t, 2, entry(t, rep, "other").Attempts)
+	})
+}
+
+func TestUnclassifiedErrorIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "plain", Faults: []fakesandbox.Fault{fakesandbox.Plain}})
+		p, err := pause.New(node, constant(time.Second))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, pause.Preserved, entry(t, rep, "plain").Outcome)
+		assert.Equal(t, 2, entry(t, rep, "plain").Attempts)
+	})
+}
+
+// Attempts at 0, 11 and 22 s end at 1, 12 and 23 s; the next 10 s wait
+// would end at 33 s, past the 25 s deadline, so no retry starts and the
+// sandbox fails at 23 s with its last error.
+func TestNoRetryWhoseWaitEndsPastTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		always := make([]fakesandbox.Fault, 100)
+		for i := range always {
+			always[i] = fakesandbox.Transient
+		}
+		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: time.Second, Faults: always})
+		p, err := pause.New(node, constant(10*time.Second))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 25*time.Second, 0)
+		e := entry(t, rep, "broken")
+		assert.Equal(t, pause.Failed, e.Outcome)
+		assert.Equal(t, 3, e.Attempts)
+		assert.Equal(t, 23*time.Second, e.Duration)
+		assert.Equal(t, 23*time.Second, took)
+		assert.Contains(t, e.Error, "transient")
+	})
+}
+
+func TestBackOffStopEndsRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "x", Faults: []fakesandbox.Fault{fakesandbox.Transient, fakesandbox.Transient}})
+		p, err := pause.New(node, pause.WithBackOff(func() backoff.BackOff {
+			return backoff.WithMaxRetries(backoff.NewConstantBackOff(time.Second), 1)
+		}))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, pause.Failed, entry(t, rep, "x").Outcome)
+		assert.Equal(t, 2, entry(t, rep, "x").Attempts)
+	})
+}
+
+func TestPanicIsRecoveredWithStackAndOthersGoOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "boom", Faults: []fakesandbox.Fault{fakesandbox.Panic}})
+		node.AddN("ok", 5, time.Second)
+		p, err := pause.New(node, pause.WithLimit(2))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		e := entry(t, rep, "boom")
+		assert.Equal(t, pause.Failed, e.Outcome)
+		assert.Equal(t, 1, e.Attempts, "a panic is not retried")
+		assert.Contains(t, e.Error, "injected panic")
+		assert.Contains(t, e.Stack, "fakesandbox.(*Sandbox).Preserve")
+		assert.Equal(t, 5, rep.Counts[pause.Preserved])
+	})
+}
+
+func TestVanishedSandboxIsReportedNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "gone", Faults: []fakesandbox.Fault{fakesandbox.Vanish}})
+		p, err := pause.New(node, constant(time.Second))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		e := entry(t, rep, "gone")
+		assert.Equal(t, pause.Vanished, e.Outcome)
+		assert.Equal(t, 1, e.Attempts)
+		assert.Equal(t, 0, rep.Lost())
+	})
+}
+
+// A sandbox that turns Running after the first listing (a resume racing
+// the shutdown) is caught by the second pass; the third finds nothing new.
+func TestSandboxAppearingMidRunIsCaughtByNextPass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("early", 3, time.Second)
+		late := &fakesandbox.Sandbox{Name: "late", Latency: time.Second}
+		node.OnList = func(n int) {
+			if n == 2 {
+				node.Add(late)
+			}
+		}
+		p, err := pause.New(node)
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.True(t, late.Preserved())
+		e := entry(t, rep, "late")
+		assert.Equal(t, pause.Preserved, e.Outcome)
+		assert.Equal(t, 2, e.Pass)
+		assert.Equal(t, 3, rep.Passes)
+		assert.Equal(t, 4, rep.Counts[pause.Preserved])
+	})
+}
+
+func TestListErrorIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 2, time.Second)
+		node.ListErr = func(n int) error {
+			if n == 2 {
+				return errors.New("runtime unavailable")
+			}
+			return nil
+		}
+		p, err := pause.New(node)
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, 2, rep.Counts[pause.Preserved])
+		assert.Equal(t, "runtime unavailable", rep.ListErr)
+	})
+}
+
+// Hundreds of sandboxes with every fault at once: the Report has exactly
+// one entry per sandbox and the outcome each fault must produce.
+func TestAllFaultsAtOnceAccountForEverySandbox(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		node := fakesandbox.NewNode()
+		want := map[string]pause.Outcome{}
+		kinds := []struct {
+			faults  []fakesandbox.Fault
+			outcome pause.Outcome
+		}{
+			{nil, pause.Preserved},
+			{[]fakesandbox.Fault{fakesandbox.Transient, fakesandbox.Transient}, pause.Preserved},
+			{[]fakesandbox.Fault{fakesandbox.Permanent}, pause.Failed},
+			{[]fakesandbox.Fault{fakesandbox.Panic}, pause.Failed},
+			{[]fakesandbox.Fault{fakesandbox.Vanish}, pause.Vanished},
+			{[]fakesandbox.Fault{fakesandbox.Hang}, pause.TimedOut},
+		}
+		for i := range 400 {
+			k := kinds[rng.IntN(len(kinds))]
+			lat := time.Duration(500+rng.IntN(3000)) * time.Millisecond
+			id := fmt.Sprintf("sb-%03d", i)
+			node.Add(&fakesandbox.Sandbox{Name: id, Latency: lat, Estimate: lat, Faults: k.faults})
+			want[id] = k.outcome
+		}
+		late := 0
+		node.OnList = func(n int) {
+			if n == 2 {
+				for i := range 20 {
+					id := fmt.Sprintf("late-%02d", i)
+					node.Add(&fakesandbox.Sandbox{Name: id, Latency: time.Second})
+					want[id] = pause.Preserved
+					late++
+				}
+			}
+		}
+		p, err := pause.New(node, pause.WithLimit(64), constant(time.Second),
+			pause.WithSandboxTimeout(20*time.Second))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Minute, 0)
+
+		require.Len(t, rep.Entries, 420)
+		seen := map[string]bool{}
+		total := 0
+		for _, e := range rep.Entries {
+			assert.False(t, seen[e.ID], "one entry per sandbox: %s", e.ID)
+			seen[e.ID] = true
+			assert.Equal(t, want[e.ID], e.Outcome, e.ID)
+		}
+		for _, n := range rep.Counts {
+			total += n
+		}
+		assert.Equal(t, 420, total)
+		assert.Equal(t, 20, late)
+		// Abandoned hangs still run in their goroutines; everything else
+		// stays within the limit.
+		assert.LessOrEqual(t, node.MaxInFlight(), 64+rep.Counts[pause.TimedOut])
+		t.Logf("400+20 sandboxes, all faults, in %v: %v", took, rep.Counts)
+		time.Sleep(fakesandbox.DefaultHang) // let the abandoned hangs return before the bubble ends
+	})
+}
+
+func TestReportIsJSON(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 2, time.Second)
+		node.Add(&fakesandbox.Sandbox{Name: "boom", Faults: []fakesandbox.Fault{fakesandbox.Panic}})
+		p, err := pause.New(node)
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		b, err := json.Marshal(rep)
+		require.NoError(t, err)
+		var back pause.Report
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, rep.Counts, back.Counts)
+		assert.Equal(t, len(rep.Entries), len(back.Entries))
+		assert.Equal(t, rep.Entries[2].Stack, back.Entries[2].Stack)
+		assert.True(t, rep.Deadline.Equal(back.Deadline))
+		assert.Contains(t, string(b), `"outcome":"preserved"`)
+	})
+}
+
+// A Preserve that ignores its context is abandoned AbandonGrace after its
+// sandbox bound and its slot goes to the next sandbox; Run does not wait
+// for it.
+func TestHangPastItsBoundIsAbandonedAndFreesItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "stuck", Faults: []fakesandbox.Fault{fakesandbox.Hang}},
+			&fakesandbox.Sandbox{Name: "next", Latency: time.Second})
+		p, err := pause.New(node, pause.WithLimit(1), pause.WithSandboxTimeout(5*time.Second))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Hour, 0)
+		stuck, next := entry(t, rep, "stuck"), entry(t, rep, "next")
+		assert.Equal(t, pause.TimedOut, stuck.Outcome)
+		assert.Equal(t, 5*time.Second+pause.AbandonGrace, stuck.Duration)
+		assert.Contains(t, stuck.Error, "abandoned")
+		assert.Equal(t, pause.Preserved, next.Outcome)
+		assert.Equal(t, 7*time.Second, took)
+		time.Sleep(fakesandbox.DefaultHang)
+	})
+}
+
+// A Preserve that honours its context ends at its bound and is TimedOut
+// with the context's error.
+func TestSandboxTimeoutBoundsAllAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "slow", Latency: time.Minute},
+			&fakesandbox.Sandbox{Name: "retrying", Latency: 2 * time.Second,
+				Faults: []fakesandbox.Fault{fakesandbox.Transient, fakesandbox.Transient, fakesandbox.Transient}},
+			&fakesandbox.Sandbox{Name: "fast", Latency: time.Second})
+		p, err := pause.New(node, pause.WithSandboxTimeout(5*time.Second), constant(4*time.Second))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Hour, 0)
+		slow := entry(t, rep, "slow")
+		assert.Equal(t, pause.TimedOut, slow.Outcome)
+		assert.Equal(t, 5*time.Second, slow.Duration)
+		assert.Contains(t, slow.Error, "deadline exceeded")
+		// A 2 s try, then a 4 s wait that would end at 6 s, past the 5 s
+		// bound: no retry, Failed at 2 s with the last error.
+		retrying := entry(t, rep, "retrying")
+		assert.Equal(t, pause.Failed, retrying.Outcome)
+		assert.Equal(t, 1, retrying.Attempts)
+		assert.Equal(t, 2*time.Second, retrying.Duration)
+		assert.Contains(t, retrying.Error, "transient")
+		assert.Equal(t, pause.Preserved, entry(t, rep, "fast").Outcome)
+	})
+}
