@@ -1,0 +1,94 @@
+package pause_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+func TestTelemetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		spans := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 5, time.Second)
+		node.Add(&fakesandbox.Sandbox{Name: "flaky", Faults: []fakesandbox.Fault{fakesandbox.Transient}},
+			&fakesandbox.Sandbox{Name: "bad", Faults: []fakesandbox.Fault{fakesandbox.Permanent}})
+		p, err := pause.New(node, pause.WithTracerProvider(tp), pause.WithMeterProvider(mp), constant(time.Second))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		rep := p.Run(ctx, time.Time{})
+		require.Equal(t, 6, rep.Counts[pause.Preserved])
+
+		var run sdktrace.ReadOnlySpan
+		per := map[string]sdktrace.ReadOnlySpan{}
+		for _, s := range spans.Ended() {
+			assert.Equal(t, pause.ScopeName, s.InstrumentationScope().Name)
+			switch s.Name() {
+			case "pause.Run":
+				run = s
+			case "pause.Preserve":
+				per[attr(s.Attributes(), "pause.sandbox").AsString()] = s
+			}
+		}
+		require.NotNil(t, run)
+		assert.Equal(t, int64(6), attr(run.Attributes(), "pause.preserved").AsInt64())
+		assert.Equal(t, int64(1), attr(run.Attributes(), "pause.failed").AsInt64())
+		require.Len(t, per, 7)
+		flaky := per["flaky"]
+		assert.Equal(t, int64(2), attr(flaky.Attributes(), "pause.attempts").AsInt64())
+		assert.Equal(t, "preserved", attr(flaky.Attributes(), "pause.outcome").AsString())
+		assert.Equal(t, run.SpanContext().SpanID(), flaky.Parent().SpanID())
+		assert.Equal(t, "failed", attr(per["bad"].Attributes(), "pause.outcome").AsString())
+
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(context.Background(), &rm))
+		require.Len(t, rm.ScopeMetrics, 1)
+		assert.Equal(t, pause.ScopeName, rm.ScopeMetrics[0].Scope.Name)
+		got := map[string]metricdata.Metrics{}
+		for _, m := range rm.ScopeMetrics[0].Metrics {
+			got[m.Name] = m
+		}
+		counts := map[string]int64{}
+		for _, dp := range got[pause.MetricOutcomes].Data.(metricdata.Sum[int64]).DataPoints {
+			v, _ := dp.Attributes.Value("pause.outcome")
+			counts[v.AsString()] = dp.Value
+		}
+		assert.Equal(t, map[string]int64{"preserved": 6, "failed": 1}, counts)
+		var n uint64
+		for _, dp := range got[pause.MetricDuration].Data.(metricdata.Histogram[float64]).DataPoints {
+			n += dp.Count
+		}
+		assert.Equal(t, uint64(7), n)
+		inflight := got[pause.MetricInFlight].Data.(metricdata.Sum[int64]).DataPoints
+		require.Len(t, inflight, 1)
+		assert.Equal(t, int64(0), inflight[0].Value, "in-flight back to zero")
+		require.NoError(t, tp.Shutdown(context.Background()))
+		require.NoError(t, mp.Shutdown(context.Background()))
+	})
+}
+
+func attr(kvs []attribute.KeyValue, key string) attribute.Value {
+	for _, kv := range kvs {
+		if string(kv.Key) == key {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
+}
