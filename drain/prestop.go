@@ -146,7 +146,7 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 		if reason := d.stopReason(); reason != "" {
 			return reason
 		}
-		n := d.count(d.plan.Deadline(PhaseDrain))
+		n := d.count(d.term, d.plan.Deadline(PhaseDrain))
 		dl := d.plan.Deadline(PhaseDrain)
 		run.update(func(s *PreStopSummary) {
 			if n >= 0 {
@@ -183,16 +183,16 @@ func (d *Drainer) stopReason() string {
 	return ""
 }
 
-// count lists the running sandboxes within dl (and until Shutdown or Force)
+// count lists the running sandboxes within dl (and until parent ends or Force)
 // and records the count for the preserve reserve. Without a Lister it is 0;
 // on a listing error it returns -1 (unknown: keep waiting) and the preserve
 // reserve keeps the last count.
-func (d *Drainer) count(dl time.Time) int {
+func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	if d.lister == nil {
 		d.running.Store(0)
 		return 0
 	}
-	ctx, cancel := context.WithDeadline(d.term, dl)
+	ctx, cancel := context.WithDeadline(parent, dl)
 	defer cancel()
 	stop := context.AfterFunc(d.force, cancel)
 	defer stop()

@@ -70,7 +70,7 @@ func (d *Drainer) finish(rep *Report) {
 func (d *Drainer) run(ctx context.Context) *Report {
 	ctx, span := d.tracer.Start(ctx, "drain.shutdown")
 	defer span.End()
-	rep := &Report{Start: time.Now(), Shortfall: d.plan.Shortfall()}
+	rep := &Report{Start: time.Now()}
 
 	d.mu.Lock()
 	run := d.prestop
@@ -84,11 +84,15 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	}
 
 	d.phase(ctx, rep, PhaseGate, 0, d.gatePhase)
-	d.phase(ctx, rep, PhasePreserve, d.plan.Windows()[1].Reserve, func(ctx context.Context, p *PhaseReport) {
+	// Count the running sandboxes once more, so the preserve reserve is
+	// known even when no preStop counted them.
+	d.count(ctx, d.budget.Deadline())
+	rep.Shortfall = d.shortfall()
+	d.phase(ctx, rep, PhasePreserve, 1, func(ctx context.Context, p *PhaseReport) {
 		d.preservePhase(ctx, rep, p)
 	})
-	for _, s := range d.steps {
-		d.phase(ctx, rep, s.Name, s.Reserve, func(ctx context.Context, p *PhaseReport) { d.stepPhase(ctx, s, p) })
+	for i, s := range d.steps {
+		d.phase(ctx, rep, s.Name, 2+i, func(ctx context.Context, p *PhaseReport) { d.stepPhase(ctx, s, p) })
 	}
 
 	rep.End = time.Now()
@@ -113,27 +117,59 @@ func drainResult(reason string) Result {
 }
 
 // phase runs one phase under its own span and appends its PhaseReport.
-func (d *Drainer) phase(ctx context.Context, rep *Report, name string, reserve time.Duration,
+// index is the phase's place in the plan (0 for the gate phase, which has
+// no window of its own and sets its deadline itself).
+func (d *Drainer) phase(ctx context.Context, rep *Report, name string, index int,
 	fn func(context.Context, *PhaseReport)) {
 	ctx, span := d.tracer.Start(ctx, "drain."+name, trace.WithAttributes(attribute.String("drain.phase", name)))
 	defer span.End()
-	p := PhaseReport{Name: name, Start: time.Now(), Reserve: reserve}
-	if name != PhaseGate {
-		p.Deadline = d.plan.Deadline(name)
+	p := PhaseReport{Name: name, Start: time.Now()}
+	if index > 0 {
+		p.Deadline, p.Reserve = d.phaseDeadline(index)
+		p.Short = max(p.Reserve-max(p.Deadline.Sub(p.Start), 0), 0)
 	}
 	fn(ctx, &p)
 	p.End = time.Now()
 	p.Duration = p.End.Sub(p.Start)
 	p.Forced = d.force.Err() != nil
-	if reserve > 0 {
-		p.Short = max(reserve-p.Deadline.Sub(p.Start), 0)
-	}
 	d.phaseDur.Record(ctx, p.Duration.Seconds(), metric.WithAttributes(attribute.String("drain.phase", name)))
 	span.SetAttributes(attribute.String("drain.result", string(p.Result)))
 	if p.Result != OK {
 		span.SetStatus(codes.Error, p.Error)
 	}
 	rep.Phases = append(rep.Phases, p)
+}
+
+// phaseDeadline returns the deadline and reserve of the plan's phase i, as
+// of now: the plan's deadline (the budget's deadline minus the reserves of
+// the later phases) while the time left covers the reserves of this phase
+// and the later ones. When it does not (the kubelet's 2 s after an
+// overrunning hook), the time left is shared in proportion to the
+// reserves, so every phase still gets a part of it instead of the earlier
+// ones getting none.
+func (d *Drainer) phaseDeadline(i int) (time.Time, time.Duration) {
+	ws := d.plan.Windows()
+	now, end := time.Now(), d.budget.Deadline()
+	left := end.Sub(now)
+	var rest time.Duration
+	for _, w := range ws[i:] {
+		rest += w.Reserve
+	}
+	if rest <= left || left <= 0 {
+		return ws[i].Deadline, ws[i].Reserve
+	}
+	share := time.Duration(float64(left) * float64(ws[i].Reserve) / float64(rest))
+	return now.Add(share), ws[i].Reserve
+}
+
+// shortfall is by how much the reserves of the preserve phase and the steps
+// exceed the time left before the budget's deadline.
+func (d *Drainer) shortfall() time.Duration {
+	var rest time.Duration
+	for _, w := range d.plan.Windows()[1:] {
+		rest += w.Reserve
+	}
+	return max(rest-d.budget.Remaining(), 0)
 }
 
 // forceCancel returns ctx cancelled with ErrForced when Force is called.

@@ -1,0 +1,300 @@
+package drain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Fault: the kubelet overran. An exec hook that ignored its deadline held
+// the pod past the grace period; the kubelet then grants the one-off 2 s
+// and SIGKILLs. Shutdown must still run every step, squeezed, inside those
+// 2 s, and say which reserves were short.
+//
+//	T0 ...................... 60.5 s   61.5 s           62.5 s
+//	preStop (hook overruns)   SIGTERM  budget deadline  SIGKILL
+//	                          (margin shrinks to half of the 2 s)
+func TestKubeletOverrunLeavesTwoSecondsAndEveryStepStillRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ran []string
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second,
+			sandboxes: 4, latency: 2 * time.Second, limit: 8,
+			steps: []Step{recordStep("ublk", 3*time.Second, &ran), recordStep("http", time.Second, &ran)}})
+		t0 := time.Now()
+		f.budget.OnPreStop(t0) // the hook started (an exec hook that never called /drain)
+		time.Sleep(60*time.Second + 500*time.Millisecond)
+
+		rep := f.d.Shutdown(context.Background())
+		assert.True(t, t0.Add(62500*time.Millisecond).Equal(rep.Budget.Kill), "SIGTERM + the 2 s floor")
+		assert.Equal(t, []string{"ublk", "http"}, ran, "every step ran")
+		// Reserves: preserve 2 s (4 sandboxes, 8 at a time, 2 s), ublk 3 s,
+		// http 1 s; 1 s left to the budget deadline, shared in proportion.
+		assert.Equal(t, 5*time.Second, rep.Shortfall)
+		pres := rep.Phase(PhasePreserve)
+		assert.Equal(t, time.Second/3, pres.Deadline.Sub(pres.Start), "2/6 of the 1 s left")
+		assert.Equal(t, 4, rep.Preserve.Lost(), "no time for a 2 s preserve: reported, not hidden")
+		ublk := rep.Phase("ublk")
+		assert.Equal(t, 3*time.Second-ublk.Deadline.Sub(ublk.Start), ublk.Short)
+		assert.Equal(t, (time.Second-time.Second/3)*3/4, ublk.Deadline.Sub(ublk.Start), "3/4 of what preserve left")
+		assert.False(t, rep.Phase("http").Deadline.After(rep.Budget.Deadline))
+		assert.True(t, pres.Deadline.Equal(pres.End), "the preserves were cut at the phase deadline")
+		assert.Equal(t, 2*time.Second-pres.Duration, rep.Margin, "only the preserve phase took time")
+		require.Error(t, rep.Err())
+		assert.Contains(t, rep.Err().Error(), "4 sandbox(es) not preserved")
+	})
+}
+
+// Fault: a teardown step hangs and ignores its context. It is abandoned at
+// its deadline; the next step still gets its whole reserve and runs.
+//
+//	SIGTERM (T0) ......... 45 s (hang's deadline) ... 55 s (budget deadline) | 60 s SIGKILL
+//	preserve, "hang" starts  abandoned; "http" runs
+func TestHangingTeardownStepIsAbandonedAndTheNextStepRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var httpRan atomic.Bool
+		var httpLeft time.Duration
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second,
+			sandboxes: 2, latency: time.Second,
+			steps: []Step{
+				{Name: "hang", Reserve: 10 * time.Second, Run: func(ctx context.Context) error {
+					<-release // ignores ctx
+					return nil
+				}},
+				{Name: "http", Reserve: 10 * time.Second, Run: func(ctx context.Context) error {
+					httpRan.Store(true)
+					dl, _ := ctx.Deadline()
+					httpLeft = time.Until(dl)
+					return nil
+				}},
+			}})
+		t0 := time.Now()
+		rep := f.d.Shutdown(context.Background())
+		close(release)
+
+		hang := rep.Phase("hang")
+		assert.Equal(t, Abandoned, hang.Result)
+		assert.True(t, t0.Add(45*time.Second).Equal(hang.Deadline), "budget deadline 55 s minus the http reserve")
+		assert.Equal(t, returnSlack, hang.End.Sub(hang.Deadline), "abandoned a moment after its deadline")
+		assert.True(t, httpRan.Load())
+		assert.Equal(t, OK, rep.Phase("http").Result)
+		assert.Equal(t, 10*time.Second-returnSlack, httpLeft, "http kept its reserve, less the abandon slack")
+		assert.Contains(t, rep.Err().Error(), "hang: abandoned")
+		assert.Positive(t, rep.Margin)
+	})
+}
+
+// Fault: a second SIGTERM (or Ctrl-C) during the shutdown. Force mode: no
+// new preserve starts, and each remaining step gets only its reserve.
+//
+//	0 s SIGTERM: preserve 100 sandboxes one at a time (2 s each)
+//	10 s second SIGTERM: preserve stops; "ublk" gets its 3 s reserve
+//	13 s "ublk" cut off; "http" gets its 1 s reserve; 14 s report
+func TestSecondSIGTERMForcesTheStepsToTheirReserves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		waitCtx := func(ctx context.Context) error { <-ctx.Done(); return context.Cause(ctx) }
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second,
+			sandboxes: 100, latency: 2 * time.Second, limit: 1,
+			steps: []Step{{Name: "ublk", Reserve: 3 * time.Second, Run: waitCtx},
+				{Name: "http", Reserve: time.Second, Run: waitCtx}}})
+		sigs := make(chan os.Signal, 2)
+		t0 := time.Now()
+		done := make(chan *Report)
+		go func() { done <- f.d.ServeSignals(context.Background(), sigs) }()
+		sigs <- syscall.SIGTERM
+		time.Sleep(10 * time.Second)
+		sigs <- syscall.SIGTERM
+		rep := <-done
+
+		assert.True(t, rep.Forced)
+		assert.True(t, t0.Add(10*time.Second).Equal(rep.ForcedAt))
+		assert.Equal(t, 5, rep.Preserve.Counts[pause.Preserved], "2 s each, one at a time, until the second signal")
+		assert.Equal(t, 10*time.Second, rep.Phase(PhasePreserve).Duration)
+		assert.Equal(t, 3*time.Second, rep.Phase("ublk").Duration, "its reserve, not its deadline an hour away")
+		assert.Equal(t, time.Second, rep.Phase("http").Duration)
+		assert.ErrorContains(t, errors.New(rep.Phase("ublk").Error), ErrForced.Error())
+		assert.Equal(t, 14*time.Second, rep.End.Sub(t0))
+	})
+}
+
+func TestForceBeforeShutdownEndsThePreStopWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second, sandboxes: 3, latency: time.Second})
+		call := f.callPreStop(t.Context(), "")
+		time.Sleep(20 * time.Second)
+		f.d.Force()
+		sum := call.wait(t)
+		assert.Equal(t, ReasonForced, sum.Reason)
+		assert.Equal(t, 20*time.Second, sum.Waited)
+		f.d.Shutdown(context.Background())
+	})
+}
+
+func TestCancellingShutdownsContextForces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second,
+			sandboxes: 100, latency: 2 * time.Second, limit: 1})
+		ctx, cancel := context.WithTimeout(context.Background(), 7*time.Second)
+		defer cancel()
+		rep := f.d.Shutdown(ctx)
+		assert.True(t, rep.Forced)
+		assert.Equal(t, 7*time.Second, rep.End.Sub(rep.Start))
+	})
+}
+
+func TestShutdownIsSingleFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var runs atomic.Int32
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 4, latency: time.Second,
+			steps: []Step{{Name: "count", Reserve: time.Second, Run: func(context.Context) error { runs.Add(1); return nil }}}})
+		reps := make([]*Report, 5)
+		var wg sync.WaitGroup
+		for i := range reps {
+			wg.Go(func() { reps[i] = f.d.Shutdown(context.Background()) })
+		}
+		wg.Wait()
+		for _, r := range reps {
+			assert.Same(t, reps[0], r, "every caller gets the same Report")
+		}
+		assert.Equal(t, int32(1), runs.Load())
+		assert.Same(t, reps[0], f.d.Shutdown(context.Background()), "a later call too")
+		assert.Equal(t, 4, reps[0].Preserve.Counts[pause.Preserved])
+	})
+}
+
+// AgentENV skipped its network cleanup when a pause failed; here every step
+// runs whatever the preserve phase did.
+func TestStepsRunEvenWhenPreservationPartlyFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ran []string
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 3, latency: time.Second,
+			steps: []Step{recordStep("network", time.Second, &ran), {Name: "ublk", Reserve: time.Second,
+				Run: func(context.Context) error { ran = append(ran, "ublk"); return errors.New("device busy") }},
+				recordStep("http", time.Second, &ran)}})
+		f.node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: time.Second, Faults: []fakesandbox.Fault{fakesandbox.Permanent}})
+		rep := f.d.Shutdown(context.Background())
+		assert.Equal(t, []string{"network", "ublk", "http"}, ran)
+		assert.Equal(t, Failed, rep.Phase(PhasePreserve).Result)
+		assert.Equal(t, 1, rep.Lost())
+		assert.Equal(t, Failed, rep.Phase("ublk").Result)
+		assert.Equal(t, "device busy", rep.Phase("ublk").Error)
+		assert.Equal(t, OK, rep.Phase("http").Result)
+	})
+}
+
+func TestGatePhaseWaitsForInFlightCreatesBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 1, latency: time.Second,
+			edit: func(c *Config) { c.InFlightWait = 20 * time.Second }})
+		quick, err := f.d.Gate().Enter(Create)
+		require.NoError(t, err)
+		_, err = f.d.Gate().Enter(Create) // a create that never ends
+		require.NoError(t, err)
+		go func() { time.Sleep(3 * time.Second); quick() }()
+		rep := f.d.Shutdown(context.Background())
+		gate := rep.Phase(PhaseGate)
+		assert.Equal(t, TimedOut, gate.Result)
+		assert.Equal(t, 20*time.Second, gate.Duration, "bounded by InFlightWait")
+		assert.Equal(t, 1, f.d.Gate().InFlight(Create))
+	})
+}
+
+func TestReportIsJSONAndLoggedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs strings.Builder
+		var mu sync.Mutex
+		h := slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil)
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Second,
+			edit: func(c *Config) { c.Logger = slog.New(h) }})
+		rep := f.d.Shutdown(context.Background())
+		f.d.Shutdown(context.Background())
+		assert.Equal(t, 1, strings.Count(logs.String(), "drain: shutdown finished"))
+		assert.Contains(t, logs.String(), `"preserved":2`)
+
+		b, err := json.Marshal(rep)
+		require.NoError(t, err)
+		var back Report
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, rep.Margin, back.Margin)
+		assert.Equal(t, phaseNames(rep), phaseNames(&back))
+		assert.Equal(t, 2, back.Preserve.Counts[pause.Preserved])
+		assert.Equal(t, deadline.AnchorSIGTERM, back.Budget.Anchor)
+	})
+}
+
+type lockedWriter struct {
+	w  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestEveryPhaseIsASpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Millisecond,
+		steps: []Step{{Name: "ublk", Reserve: time.Second, Run: func(context.Context) error { return nil }}},
+		edit:  func(c *Config) { c.TracerProvider = tp }})
+	f.d.Shutdown(context.Background())
+	var names []string
+	for _, s := range rec.Ended() {
+		if s.InstrumentationScope().Name == scope {
+			names = append(names, s.Name())
+		}
+	}
+	assert.ElementsMatch(t, []string{"drain.gate", "drain.preserve", "drain.ublk", "drain.shutdown"}, names)
+}
+
+func TestNewNamesTheBadField(t *testing.T) {
+	b, err := deadline.New(60*time.Second, deadline.WithMargin(5*time.Second))
+	require.NoError(t, err)
+	node := fakesandbox.NewNode()
+	nop := func(context.Context) error { return nil }
+	cases := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no budget", Config{Sandboxes: node}, "Config.Budget"},
+		{"nothing to preserve", Config{Budget: b}, "Config.Sandboxes or Config.Preserver"},
+		{"empty step name", Config{Budget: b, Sandboxes: node, Steps: []Step{{Run: nop}}}, "Config.Steps[0].Name"},
+		{"duplicate step", Config{Budget: b, Sandboxes: node, Steps: []Step{{Name: "a", Run: nop}, {Name: "a", Run: nop}}}, "Config.Steps[1].Name"},
+		{"reserved name", Config{Budget: b, Sandboxes: node, Steps: []Step{{Name: "preserve", Run: nop}}}, "Config.Steps[0].Name"},
+		{"nil run", Config{Budget: b, Sandboxes: node, Steps: []Step{{Name: "a"}}}, "Config.Steps[0].Run"},
+		{"negative reserve", Config{Budget: b, Sandboxes: node, Steps: []Step{{Name: "a", Run: nop, Reserve: -1}}}, "Config.Steps[0].Reserve"},
+		{"reserves exceed grace", Config{Budget: b, Sandboxes: node, Steps: []Step{{Name: "a", Run: nop, Reserve: 40 * time.Second},
+			{Name: "b", Run: nop, Reserve: 20 * time.Second}}}, "Config.Steps: reserves sum to 1m0s"},
+		{"negative poll", Config{Budget: b, Sandboxes: node, PollInterval: -1}, "Config.PollInterval"},
+		{"negative in-flight wait", Config{Budget: b, Sandboxes: node, InFlightWait: -1}, "Config.InFlightWait"},
+		{"bad pause option", Config{Budget: b, Sandboxes: node, PauseOptions: []pause.Option{pause.WithLimit(0)}}, "Config.PauseOptions"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New(c.cfg)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
