@@ -178,14 +178,16 @@ func (p *Plan) reserves() []time.Duration {
 }
 
 func shortfall(span time.Duration, reserves []time.Duration) time.Duration {
-	var sum time.Duration
+	// Start from -span so the sum only saturates when the excess itself
+	// does not fit in a Duration.
+	acc := -max(span, 0)
 	for _, r := range reserves {
-		sum = addSat(sum, r)
+		acc = addSat(acc, r)
 	}
-	return max(sum-max(span, 0), 0)
+	return max(acc, 0)
 }
 
-// addSat adds two non-negative durations, saturating at the largest one.
+// addSat adds b >= 0 to a, saturating at the largest Duration.
 func addSat(a, b time.Duration) time.Duration {
 	if a > math.MaxInt64-b {
 		return math.MaxInt64
