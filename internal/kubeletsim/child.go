@@ -1,0 +1,107 @@
+package kubeletsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// A Child is a real child process in its own process group: Kill sends
+// SIGKILL to the whole group, as the kubelet's SIGKILL takes the whole
+// container cgroup (daemons and VMMs included).
+type Child struct {
+	Cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // from Wait; read after exited is closed
+}
+
+// Start starts cmd in a new process group and reaps it when it exits.
+func Start(cmd *exec.Cmd) (*Child, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &Child{Cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// Signal sends sig to the child.
+func (c *Child) Signal(sig os.Signal) error { return c.Cmd.Process.Signal(sig) }
+
+// Kill sends SIGKILL to the child's process group. A group already gone is
+// not an error.
+func (c *Child) Kill() error {
+	err := syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// Exited is closed once the child has exited and was reaped.
+func (c *Child) Exited() <-chan struct{} { return c.exited }
+
+// Err returns what Wait returned; valid once Exited is closed.
+func (c *Child) Err() error {
+	<-c.exited
+	return c.err
+}
+
+// HTTPGet is an httpGet preStop hook: one GET to URL, as the kubelet makes
+// it. A status outside 200-399 is an error (the kubelet records it as a
+// failed hook and goes on).
+type HTTPGet struct {
+	URL    string
+	Client *http.Client // nil: a new http.Client
+}
+
+// Run makes the request, bounded by ctx.
+func (h HTTPGet) Run(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.URL, nil)
+	if err != nil {
+		return err
+	}
+	client := h.Client
+	if client == nil {
+		client = &http.Client{}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return fmt.Errorf("preStop httpGet %s: %s", h.URL, resp.Status)
+	}
+	return nil
+}
+
+// Exec is an exec preStop hook: a command run to completion. The simulator
+// kills it when the grace period is used up.
+type Exec struct {
+	Path string
+	Args []string
+	Env  []string // nil: the simulator's environment
+}
+
+// Run runs the command, bounded by ctx.
+func (e Exec) Run(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, e.Path, e.Args...)
+	cmd.Env = e.Env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("preStop exec %s: %w: %s", e.Path, err, out)
+	}
+	return nil
+}

@@ -1,0 +1,21 @@
+// Package kubeletsim terminates a process exactly as the kubelet terminates
+// a pod's container, so tests and the drainsim example can replay a node
+// drain: run the preStop hook bounded by the grace period, subtract the
+// hook's elapsed time truncated to whole seconds, raise what is left to the
+// 2 s minimum, send SIGTERM, and SIGKILL the whole process group when that
+// runs out. It records the timeline.
+//
+// Two kinds of process: a real child (Start, over *exec.Cmd in its own
+// process group, so SIGKILL takes its daemons too, like the container's
+// cgroup), and an in-process one (NewInProcess) for code running under
+// testing/synctest, where SIGTERM arrives on a channel and SIGKILL is a
+// channel the code must obey.
+//
+//	child, err := kubeletsim.Start(exec.Command(server, args...))
+//	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: base + "/drain"}, 6*time.Second)
+//	fmt.Println(tl) // hook 0s..3.9s, SIGTERM 3.9s, exited 4.6s (SIGKILL due 6.9s)
+//
+// Guarantees: Terminate returns once the process exited; it waits for the
+// hook at most the grace period and for the exit at most the remaining
+// grace, then sends SIGKILL and waits for the exit bounded by ctx.
+package kubeletsim

@@ -1,0 +1,230 @@
+package kubeletsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// MinimumGracePeriod is the kubelet's minimumGracePeriodInSeconds: the time
+// left after a hook is never below it.
+const MinimumGracePeriod = 2 * time.Second
+
+// A Hook is a preStop hook. Run must return when ctx ends; the simulator
+// ends ctx when the grace period is used up.
+type Hook interface {
+	Run(ctx context.Context) error
+}
+
+// HookFunc adapts a function to a Hook.
+type HookFunc func(ctx context.Context) error
+
+// Run calls f(ctx).
+func (f HookFunc) Run(ctx context.Context) error { return f(ctx) }
+
+// A Process is what Terminate terminates.
+type Process interface {
+	// Signal delivers sig (SIGTERM) to the container's main process.
+	Signal(sig os.Signal) error
+	// Kill SIGKILLs every process of the container.
+	Kill() error
+	// Exited is closed when the main process has exited.
+	Exited() <-chan struct{}
+}
+
+// An Event is one moment of the timeline.
+type Event struct {
+	At   time.Time `json:"at"`
+	What string    `json:"what"`
+}
+
+// A Timeline is what happened during one termination.
+type Timeline struct {
+	Grace time.Duration `json:"grace_ns"`
+	// Start is T0: when the hook started, or SIGTERM when there was none.
+	Start    time.Time `json:"start"`
+	HookEnd  time.Time `json:"hook_end,omitzero"`
+	HookErr  string    `json:"hook_error,omitempty"`
+	HookKept bool      `json:"hook_overran,omitempty"` // the hook used the whole grace period
+	SIGTERM  time.Time `json:"sigterm"`
+	// Remaining is what the kubelet left between SIGTERM and SIGKILL:
+	// grace - trunc(hook elapsed), at least MinimumGracePeriod.
+	Remaining time.Duration `json:"remaining_ns"`
+	// KillDue is when SIGKILL was due: SIGTERM + Remaining.
+	KillDue time.Time `json:"kill_due"`
+	// Exit is when the main process exited.
+	Exit time.Time `json:"exit"`
+	// Killed reports whether SIGKILL had to be sent.
+	Killed bool    `json:"killed"`
+	Events []Event `json:"events"`
+}
+
+// Margin is how long before the SIGKILL was due the process exited;
+// negative when it had to be killed.
+func (t *Timeline) Margin() time.Duration { return t.KillDue.Sub(t.Exit) }
+
+// String renders the timeline relative to T0, one event a line.
+func (t *Timeline) String() string {
+	var b strings.Builder
+	for _, e := range t.Events {
+		fmt.Fprintf(&b, "%10s  %s\n", e.At.Sub(t.Start).Round(time.Millisecond), e.What)
+	}
+	return b.String()
+}
+
+func (t *Timeline) event(format string, args ...any) {
+	t.Events = append(t.Events, Event{At: time.Now(), What: fmt.Sprintf(format, args...)})
+}
+
+// Remaining returns what the kubelet leaves between SIGTERM and SIGKILL
+// after a preStop hook that ran for hookElapsed: the grace period minus the
+// elapsed time truncated to whole seconds (int64(elapsed.Seconds())), and
+// at least MinimumGracePeriod.
+func Remaining(grace, hookElapsed time.Duration) time.Duration {
+	left := grace - time.Duration(int64(hookElapsed.Seconds()))*time.Second
+	if left < MinimumGracePeriod {
+		left = MinimumGracePeriod
+	}
+	return left
+}
+
+// Terminate terminates p as the kubelet does with grace period grace and
+// preStop hook hook (nil for none), and returns the timeline once p has
+// exited. ctx bounds only the wait for the exit after SIGKILL; it returns
+// ctx's error if the process does not exit even then.
+func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (*Timeline, error) {
+	if grace <= 0 {
+		return nil, errors.New("kubeletsim: grace must be positive")
+	}
+	t := &Timeline{Grace: grace, Start: time.Now(), Remaining: grace}
+	if hook != nil {
+		t.event("preStop hook started (grace %v)", grace)
+		runHook(t, hook, grace)
+		t.Remaining = Remaining(grace, t.HookEnd.Sub(t.Start))
+	}
+	t.SIGTERM = time.Now()
+	t.KillDue = t.SIGTERM.Add(t.Remaining)
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.event("SIGTERM failed: %v", err)
+	} else {
+		t.event("SIGTERM (SIGKILL due in %v)", t.Remaining)
+	}
+	timer := time.NewTimer(t.Remaining)
+	defer timer.Stop()
+	select {
+	case <-p.Exited():
+		t.Exit = time.Now()
+		t.event("process exited, %v before SIGKILL", t.Margin().Round(time.Millisecond))
+		_ = p.Kill() // the container stops: whatever is left in it dies
+		return t, nil
+	case <-timer.C:
+	}
+	t.Killed = true
+	if err := p.Kill(); err != nil {
+		t.event("SIGKILL failed: %v", err)
+	} else {
+		t.event("SIGKILL to the process group")
+	}
+	select {
+	case <-p.Exited():
+		t.Exit = time.Now()
+		t.event("process exited after SIGKILL")
+		return t, nil
+	case <-ctx.Done():
+		return t, fmt.Errorf("kubeletsim: process still running after SIGKILL: %w", ctx.Err())
+	}
+}
+
+// runHook runs the hook for at most grace. Like the kubelet, it stops
+// waiting for a hook that overruns.
+func runHook(t *Timeline, hook Hook, grace time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- hook.Run(ctx) }()
+	var err error
+	select {
+	case err = <-res:
+	case <-ctx.Done():
+		t.HookKept = true
+		err = fmt.Errorf("preStop hook did not finish within the grace period %v", grace)
+	}
+	t.HookEnd = time.Now()
+	if err != nil {
+		t.HookErr = err.Error()
+		t.event("preStop hook ended: %v", err)
+	} else {
+		t.event("preStop hook returned after %v", t.HookEnd.Sub(t.Start).Round(time.Millisecond))
+	}
+}
+
+// InProcess is a Process for code running in the test's own process, for
+// example under testing/synctest: SIGTERM arrives on Signals, SIGKILL closes
+// Killed, and the code calls Exit when it is done. Code under test must
+// stop acting once Killed is closed: that is what a SIGKILL would do.
+type InProcess struct {
+	sigs   chan os.Signal
+	killed chan struct{}
+	exited chan struct{}
+	once   sync.Once
+	kill   sync.Once
+}
+
+// NewInProcess returns an InProcess process.
+func NewInProcess() *InProcess {
+	return &InProcess{sigs: make(chan os.Signal, 4), killed: make(chan struct{}), exited: make(chan struct{})}
+}
+
+// Signals delivers the signals Terminate sends, for drain.Drainer.ServeSignals.
+func (p *InProcess) Signals() <-chan os.Signal { return p.sigs }
+
+// Killed is closed by SIGKILL.
+func (p *InProcess) Killed() <-chan struct{} { return p.killed }
+
+// Exit marks the process exited. Calling it again has no effect.
+func (p *InProcess) Exit() { p.once.Do(func() { close(p.exited) }) }
+
+// Signal queues sig on Signals.
+func (p *InProcess) Signal(sig os.Signal) error {
+	select {
+	case p.sigs <- sig:
+		return nil
+	default:
+		return errors.New("kubeletsim: signal queue full")
+	}
+}
+
+// Kill closes Killed; a killed in-process process counts as exited.
+func (p *InProcess) Kill() error {
+	p.kill.Do(func() { close(p.killed) })
+	p.Exit()
+	return nil
+}
+
+// Exited is closed by Exit or Kill.
+func (p *InProcess) Exited() <-chan struct{} { return p.exited }
+
+// HandlerHook is an httpGet hook served in-process: it calls Handler with a
+// GET to Path, as the kubelet's request would arrive, without a network, so
+// it runs under testing/synctest.
+type HandlerHook struct {
+	Handler http.Handler
+	Path    string
+}
+
+// Run serves the request, bounded by ctx (the request's context).
+func (h HandlerHook) Run(ctx context.Context) error {
+	rec := httptest.NewRecorder()
+	h.Handler.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, h.Path, nil))
+	if rec.Code < 200 || rec.Code >= 400 {
+		return fmt.Errorf("preStop httpGet %s: %d", h.Path, rec.Code)
+	}
+	return ctx.Err()
+}

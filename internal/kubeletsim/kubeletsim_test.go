@@ -1,0 +1,161 @@
+package kubeletsim
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+const roleEnv = "KUBELETSIM_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(roleEnv) {
+	case "":
+		goleak.VerifyTestMain(m)
+	case "exit-on-term":
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		fmt.Println("ready")
+		<-ch
+		time.Sleep(100 * time.Millisecond)
+		os.Exit(0)
+	case "ignore-term": // and leave a grandchild in the group, like a device daemon
+		signal.Ignore(syscall.SIGTERM)
+		gc := exec.Command("sleep", "3600")
+		if err := gc.Start(); err != nil {
+			os.Exit(3)
+		}
+		_ = os.WriteFile(os.Getenv("PIDFILE"), []byte(strconv.Itoa(gc.Process.Pid)), 0o644)
+		select {}
+	}
+}
+
+func TestRemainingIsTheKubeletArithmetic(t *testing.T) {
+	for _, c := range []struct{ grace, elapsed, want time.Duration }{
+		{30 * time.Second, 0, 30 * time.Second},
+		{30 * time.Second, 999 * time.Millisecond, 30 * time.Second}, // truncated to 0 s
+		{30 * time.Second, 10500 * time.Millisecond, 20 * time.Second},
+		{30 * time.Second, 29 * time.Second, 2 * time.Second}, // 1 s raised to the floor
+		{30 * time.Second, 30 * time.Second, 2 * time.Second}, // overrun: the one-off 2 s
+		{3600 * time.Second, 3555 * time.Second, 45 * time.Second},
+	} {
+		assert.Equal(t, c.want, Remaining(c.grace, c.elapsed), "grace %v, hook %v", c.grace, c.elapsed)
+	}
+}
+
+//	0 ........ 3.7 s hook returns; SIGTERM (10 - 3 = 7 s left) ... 4.7 s exit ... 10.7 s (SIGKILL due)
+func TestHookThenSIGTERMThenCleanExit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		go func() { <-p.Signals(); time.Sleep(time.Second); p.Exit() }()
+		hook := HookFunc(func(ctx context.Context) error { time.Sleep(3700 * time.Millisecond); return nil })
+		t0 := time.Now()
+		tl, err := Terminate(context.Background(), p, hook, 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, t0, tl.Start)
+		assert.Equal(t, 3700*time.Millisecond, tl.SIGTERM.Sub(t0))
+		assert.Equal(t, 7*time.Second, tl.Remaining, "3.7 s truncated to 3 s")
+		assert.Equal(t, 10700*time.Millisecond, tl.KillDue.Sub(t0))
+		assert.False(t, tl.Killed)
+		assert.Equal(t, 6*time.Second, tl.Margin())
+		assert.Contains(t, tl.String(), "SIGTERM")
+	})
+}
+
+func TestOverrunningHookGetsTheTwoSecondFloorThenSIGKILL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		hook := HookFunc(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+		t0 := time.Now()
+		tl, err := Terminate(context.Background(), p, hook, 30*time.Second)
+		require.NoError(t, err)
+		assert.True(t, tl.HookKept)
+		assert.Equal(t, 30*time.Second, tl.SIGTERM.Sub(t0))
+		assert.Equal(t, MinimumGracePeriod, tl.Remaining)
+		assert.True(t, tl.Killed, "the process ignored SIGTERM")
+		assert.Equal(t, 32*time.Second, tl.Exit.Sub(t0))
+		select {
+		case <-p.Killed():
+		default:
+			t.Fatal("Killed not closed")
+		}
+	})
+}
+
+func TestNoHookMeansTheWholeGraceAfterSIGTERM(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		t0 := time.Now()
+		tl, err := Terminate(context.Background(), p, nil, 45*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, t0, tl.SIGTERM)
+		assert.Equal(t, 45*time.Second, tl.KillDue.Sub(t0))
+		assert.True(t, tl.Killed)
+	})
+}
+
+func TestRealChildExitsOnSIGTERM(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=exit-on-term")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	child, err := Start(cmd)
+	require.NoError(t, err)
+	line, err := bufio.NewReader(out).ReadString('\n') // its handler is in place
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	tl, err := Terminate(context.Background(), child, nil, 10*time.Second)
+	require.NoError(t, err)
+	assert.False(t, tl.Killed)
+	require.NoError(t, child.Err())
+}
+
+func TestRealChildIgnoringSIGTERMIsKilledWithItsWholeGroup(t *testing.T) {
+	pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=ignore-term", "PIDFILE="+pidfile)
+	child, err := Start(cmd)
+	require.NoError(t, err)
+	var gc int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(pidfile)
+		if err != nil || len(b) == 0 {
+			return false
+		}
+		gc, err = strconv.Atoi(string(b))
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	hook := Exec{Path: "sh", Args: []string{"-c", "sleep 1.2"}}
+	tl, err := Terminate(context.Background(), child, hook, 3*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Second, tl.Remaining, "1.2 s truncated to 1 s, 3 - 1 = 2 s")
+	assert.True(t, tl.Killed)
+	require.Error(t, child.Err())
+	require.Eventually(t, func() bool { return !alive(gc) }, 10*time.Second, 10*time.Millisecond,
+		"the grandchild in the group died with it")
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
