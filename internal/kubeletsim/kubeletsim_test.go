@@ -57,7 +57,7 @@ func TestRemainingIsTheKubeletArithmetic(t *testing.T) {
 	}
 }
 
-//	0 ........ 3.7 s hook returns; SIGTERM (10 - 3 = 7 s left) ... 4.7 s exit ... 10.7 s (SIGKILL due)
+// 0 ........ 3.7 s hook returns; SIGTERM (10 - 3 = 7 s left) ... 4.7 s exit ... 10.7 s (SIGKILL due)
 func TestHookThenSIGTERMThenCleanExit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := NewInProcess()
