@@ -71,7 +71,7 @@ func FuzzPlanInvariants(f *testing.F) {
 		}
 		ws := p.Windows()
 		D, T0 := st.Deadline, st.Start
-		span := big.NewInt(int64(D.Sub(T0)))
+		span := new(big.Int).Sub(bigNanos(D), bigNanos(T0)) // exact, even beyond a Duration
 		later := new(big.Int)
 		for i := len(ws) - 1; i >= 0; i-- {
 			d := ws[i].Deadline
@@ -82,11 +82,11 @@ func FuzzPlanInvariants(f *testing.F) {
 				t.Fatalf("phase %d deadline %v before phase %d's %v", i, d, i-1, ws[i-1].Deadline)
 			}
 			if later.Cmp(span) <= 0 {
-				if got := D.Sub(d); got != time.Duration(later.Int64()) {
-					t.Fatalf("phase %d: D - d = %v, later reserves %v fit in %v", i, got, later, D.Sub(T0))
+				if got := new(big.Int).Sub(bigNanos(D), bigNanos(d)); got.Cmp(later) != 0 {
+					t.Fatalf("phase %d: D - d = %v, later reserves %v fit in %v", i, got, later, span)
 				}
 			} else if !d.Equal(T0) {
-				t.Fatalf("phase %d: later reserves %v exceed %v but deadline %v is after T0", i, later, D.Sub(T0), d)
+				t.Fatalf("phase %d: later reserves %v exceed %v but deadline %v is after T0", i, later, span, d)
 			}
 			later.Add(later, big.NewInt(int64(ws[i].Reserve)))
 		}
@@ -102,7 +102,13 @@ func FuzzPlanInvariants(f *testing.F) {
 			}
 		}
 		if got := p.Shortfall(); got != want {
-			t.Fatalf("Shortfall = %v, want %v (reserves %v, span %v)", got, want, later, D.Sub(T0))
+			t.Fatalf("Shortfall = %v, want %v (reserves %v, span %v)", got, want, later, span)
 		}
 	})
+}
+
+// bigNanos is t in nanoseconds since the Unix epoch, without overflow.
+func bigNanos(t time.Time) *big.Int {
+	n := new(big.Int).Mul(big.NewInt(t.Unix()), big.NewInt(1e9))
+	return n.Add(n, big.NewInt(int64(t.Nanosecond())))
 }

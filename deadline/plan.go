@@ -130,10 +130,15 @@ func (p *Plan) Context(parent context.Context, name string) (context.Context, co
 
 // Shortfall returns by how much the budget is too small for all reserves
 // together, as of now: sum of reserves - (Deadline - T0), or zero if they
-// fit. It is positive exactly when Windows squeezes some phase.
+// fit. It is positive exactly when Windows squeezes some phase. It saturates
+// at the largest Duration.
 func (p *Plan) Shortfall() time.Duration {
 	st := p.budget.State()
-	return shortfall(st.Deadline.Sub(st.Start), p.reserves())
+	end := st.Start // T0 + the sum of all reserves, exact as a time.Time
+	for _, r := range p.reserves() {
+		end = end.Add(r)
+	}
+	return max(end.Sub(st.Deadline), 0)
 }
 
 // A Window is one phase's place in the plan at a moment.
@@ -153,9 +158,10 @@ func (p *Plan) Windows() []Window {
 	st := p.budget.State()
 	res := p.reserves()
 	out := make([]Window, len(p.phases))
-	var later time.Duration // sum of the reserves after phase i
+	// want walks back from the budget's deadline by each reserve. It is a
+	// time.Time, not a Duration sum, so even absurd reserves cannot overflow.
+	want := st.Deadline
 	for i := len(p.phases) - 1; i >= 0; i-- {
-		want := st.Deadline.Add(-later)
 		d := want
 		if d.Before(st.Start) { // later reserves win: squeeze this phase
 			d = st.Start
@@ -164,7 +170,7 @@ func (p *Plan) Windows() []Window {
 			d = st.Deadline
 		}
 		out[i] = Window{Name: p.phases[i].Name, Reserve: res[i], Deadline: d, Squeezed: max(d.Sub(want), 0)}
-		later = addSat(later, res[i])
+		want = want.Add(-res[i])
 	}
 	return out
 }
@@ -175,24 +181,6 @@ func (p *Plan) reserves() []time.Duration {
 		res[i] = max(ph.Reserve(), 0)
 	}
 	return res
-}
-
-func shortfall(span time.Duration, reserves []time.Duration) time.Duration {
-	// Start from -span so the sum only saturates when the excess itself
-	// does not fit in a Duration.
-	acc := -max(span, 0)
-	for _, r := range reserves {
-		acc = addSat(acc, r)
-	}
-	return max(acc, 0)
-}
-
-// addSat adds b >= 0 to a, saturating at the largest Duration.
-func addSat(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }
 
 func (p *Plan) mustIndex(name string) int {
