@@ -141,6 +141,23 @@ func (p *Plan) Shortfall() time.Duration {
 	return max(end.Sub(st.Deadline), 0)
 }
 
+// ShortfallFrom returns by how much the reserves of the named phase and all
+// later phases exceed the time left now until the budget's Deadline, or
+// zero if they fit. Where Shortfall measures the whole plan from T0,
+// ShortfallFrom measures what is left when the named phase starts: at
+// SIGTERM, ShortfallFrom("preserve") says whether the preStop wait left
+// enough. It saturates at the largest Duration and panics on an unknown
+// name, like Deadline.
+func (p *Plan) ShortfallFrom(name string) time.Duration {
+	i := p.mustIndex(name)
+	st := p.budget.State()
+	end := time.Now()
+	for _, r := range p.reserves()[i:] {
+		end = end.Add(r)
+	}
+	return max(end.Sub(st.Deadline), 0)
+}
+
 // A Window is one phase's place in the plan at a moment.
 type Window struct {
 	Name     string        `json:"name"`

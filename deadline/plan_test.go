@@ -315,3 +315,30 @@ func TestPlanConcurrentUse(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// TestPlanShortfallFromMeasuresWhatIsLeftNow: the whole plan fitted at T0,
+// but a preStop hook that overran left 2 s after SIGTERM for 60 s of work.
+func TestPlanShortfallFromMeasuresWhatIsLeftNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 3600*time.Second)
+		b.OnPreStop(t0)
+		p := newPlan(t, b,
+			deadline.Phase{Name: "drain"},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(50 * time.Second)},
+			deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(10 * time.Second)},
+		)
+		assert.Zero(t, p.ShortfallFrom("preserve"))
+		time.Sleep(3500 * time.Second) // 95 s left before the deadline
+		assert.Zero(t, p.ShortfallFrom("preserve"))
+		time.Sleep(50 * time.Second) // 45 s left
+		assert.Equal(t, 15*time.Second, p.ShortfallFrom("preserve"))
+		assert.Zero(t, p.ShortfallFrom("teardown"))
+		time.Sleep(50 * time.Second) // the hook overran
+		b.OnSIGTERM(time.Now())      // 2 s to SIGKILL, 1 s to the deadline
+		assert.Equal(t, 59*time.Second, p.ShortfallFrom("preserve"))
+		assert.Equal(t, 9*time.Second, p.ShortfallFrom("teardown"))
+		assert.Zero(t, p.Shortfall(), "measured from T0 the plan still fits")
+		assert.Panics(t, func() { p.ShortfallFrom("exit") })
+	})
+}

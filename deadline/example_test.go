@@ -1,0 +1,178 @@
+package deadline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+)
+
+// The AgentENV case (shared/seeds, AgentENV #413): a node server with a
+// 3600 s grace period whose preStop hook waits for running sandboxes. The
+// preStop wait ends at the drain deadline, which leaves the preserve reserve
+// (the live sandbox count x the estimated pause / concurrency), the ublk
+// teardown and the exit inside the same budget, so SIGTERM still has enough
+// time. Fixed times stand in for time.Now().
+func Example_agentENV() {
+	// At server start: the manifest's grace period, and what a pause costs.
+	budget, _ := deadline.New(3600 * time.Second)
+	pauses := deadline.NewEstimator(20 * time.Second) // prior; the preserver feeds it
+	running := 120                                    // live sandbox count (an atomic in a real server)
+	plan, _ := deadline.NewPlan(budget,
+		deadline.Phase{Name: "drain"}, // the preStop wait
+		deadline.Phase{Name: "preserve", Reserve: deadline.Work(
+			func() int { return running }, pauses, func() int { return 8 })},
+		deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(30 * time.Second)},
+		deadline.Phase{Name: "exit", Reserve: deadline.Fixed(5 * time.Second)},
+	)
+
+	// The kubelet calls the preStop hook: T0.
+	t0 := time.Date(2026, 10, 22, 14, 0, 0, 0, time.UTC)
+	budget.OnPreStop(t0)
+	at := func(t time.Time) time.Duration { return t.Sub(t0) }
+	fmt.Println("SIGKILL at T0 +", at(budget.Kill()), "- deadline T0 +", at(budget.Deadline()))
+	fmt.Println("120 running: preStop may wait until T0 +", at(plan.Deadline("drain")))
+
+	// Sandboxes finish while preStop waits; the drain deadline moves later.
+	running = 16
+	fmt.Println("16 running:  preStop may wait until T0 +", at(plan.Deadline("drain")))
+
+	// The hook returns at the drain deadline; SIGTERM arrives 0.4 s later.
+	// The kubelet subtracts the hook's 3520 s (truncated) from 3600 s.
+	sigterm := plan.Deadline("drain").Add(400 * time.Millisecond)
+	budget.OnSIGTERM(sigterm)
+	fmt.Println("SIGTERM at T0 +", at(sigterm), "- SIGKILL at T0 +", at(budget.Kill()))
+	for _, w := range plan.Windows()[1:] {
+		fmt.Printf("  %-8s reserve %-4v ends SIGTERM + %v\n", w.Name, w.Reserve, w.Deadline.Sub(sigterm))
+	}
+	fmt.Println("shortfall:", plan.Shortfall())
+
+	// Without the plan, the hook waited the whole hour and SIGTERM got:
+	fmt.Println("seed bug: SIGTERM + ", deadline.KubeletRemaining(3600*time.Second, 3600*time.Second))
+	// Output:
+	// SIGKILL at T0 + 1h0m0s - deadline T0 + 59m55s
+	// 120 running: preStop may wait until T0 + 54m20s
+	// 16 running:  preStop may wait until T0 + 58m40s
+	// SIGTERM at T0 + 58m40.4s - SIGKILL at T0 + 1h0m0.4s
+	//   preserve reserve 40s  ends SIGTERM + 40s
+	//   teardown reserve 30s  ends SIGTERM + 1m10s
+	//   exit     reserve 5s   ends SIGTERM + 1m15s
+	// shortfall: 0s
+	// seed bug: SIGTERM +  2s
+}
+
+// A budget too small for its reserves: later phases win, earlier ones
+// shrink to zero at T0, and Shortfall says by how much the budget is short.
+func ExamplePlan_Windows() {
+	budget, _ := deadline.New(60*time.Second, deadline.WithMargin(5*time.Second))
+	plan, _ := deadline.NewPlan(budget,
+		deadline.Phase{Name: "drain"},
+		deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(30 * time.Second)},
+		deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(40 * time.Second)},
+	)
+	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	budget.OnSIGTERM(t0) // no preStop hook: T0 is SIGTERM
+	for _, w := range plan.Windows() {
+		fmt.Printf("%-8s ends T0 + %-3v squeezed by %v\n", w.Name, w.Deadline.Sub(t0), w.Squeezed)
+	}
+	fmt.Println("shortfall:", plan.Shortfall())
+	// Output:
+	// drain    ends T0 + 0s  squeezed by 15s
+	// preserve ends T0 + 15s squeezed by 0s
+	// teardown ends T0 + 55s squeezed by 0s
+	// shortfall: 15s
+}
+
+// The kubelet's arithmetic after a preStop hook (G = 3600 s).
+func ExampleKubeletRemaining() {
+	const grace = 3600 * time.Second
+	for _, hook := range []time.Duration{
+		0,                                       // no hook
+		2999*time.Second + 900*time.Millisecond, // truncated to 2999 s
+		3599 * time.Second,                      // 1 s left, raised to 2 s
+		3600 * time.Second,                      // hook ran the whole grace period
+		3605 * time.Second,                      // overran: abandoned, still 2 s
+	} {
+		fmt.Printf("hook ran %-7v -> SIGKILL = SIGTERM + %v\n", hook, deadline.KubeletRemaining(grace, hook))
+	}
+	// Output:
+	// hook ran 0s      -> SIGKILL = SIGTERM + 1h0m0s
+	// hook ran 49m59.9s -> SIGKILL = SIGTERM + 10m1s
+	// hook ran 59m59s  -> SIGKILL = SIGTERM + 2s
+	// hook ran 1h0m0s  -> SIGKILL = SIGTERM + 2s
+	// hook ran 1h0m5s  -> SIGKILL = SIGTERM + 2s
+}
+
+// After a hook that overran, the kubelet leaves 2 s; the margin shrinks to
+// half of them so the server can still use one second.
+func ExampleBudget_OnSIGTERM() {
+	budget, _ := deadline.New(3600 * time.Second)
+	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	budget.OnPreStop(t0)
+	sigterm := t0.Add(3600 * time.Second)
+	budget.OnSIGTERM(sigterm)
+	st := budget.State()
+	fmt.Println("SIGKILL:  SIGTERM +", st.Kill.Sub(sigterm))
+	fmt.Println("deadline: SIGTERM +", st.Deadline.Sub(sigterm))
+	// Output:
+	// SIGKILL:  SIGTERM + 2s
+	// deadline: SIGTERM + 1s
+}
+
+// kubectl delete --grace-period=30 during the preStop hook: the pod's
+// deletionTimestamp cuts the manifest's hour to 30 s, and SIGTERM then
+// works from the cut grace period.
+func ExampleBudget_Tighten() {
+	budget, _ := deadline.New(3600 * time.Second)
+	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	budget.OnPreStop(t0)
+	budget.Tighten(t0.Add(30 * time.Second)) // what TightenFromPod reads
+	fmt.Println("deadline: T0 +", budget.Deadline().Sub(t0))
+	budget.OnSIGTERM(t0.Add(12500 * time.Millisecond)) // the hook ran 12.5 s
+	fmt.Println("SIGKILL:  T0 +", budget.Kill().Sub(t0))
+	// Output:
+	// deadline: T0 + 25s
+	// SIGKILL:  T0 + 30.5s
+}
+
+// The estimate follows observed pauses: an EWMA, but never below the 90th
+// percentile of the recent ones.
+func ExampleEstimator() {
+	pauses := deadline.NewEstimator(10 * time.Second)
+	fmt.Println("prior:", pauses.Estimate())
+	for _, d := range []time.Duration{2, 2, 2, 2, 2, 2, 2, 2, 2, 12} {
+		pauses.Observe(d * time.Second)
+	}
+	fmt.Println("mean:", pauses.Mean(), "p90:", pauses.Quantile(0.9), "estimate:", pauses.Estimate())
+	// Output:
+	// prior: 10s
+	// mean: 4s p90: 2s estimate: 4s
+}
+
+// In a pod: read the deletionTimestamp once, right after OnPreStop, to learn
+// whether the deletion cut the grace period below the manifest's.
+func ExampleBudget_TightenFromPod() {
+	budget, err := deadline.New(3600 * time.Second)
+	if err != nil {
+		panic(err)
+	}
+	pod, err := deadline.InClusterPodReader(os.Getenv("POD_NAME")) // Downward API
+	if err != nil {
+		slog.Warn("no API access; the manifest grace stands", "err", err)
+	}
+
+	// In the preStop handler:
+	budget.OnPreStop(time.Now())
+	if pod != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := budget.TightenFromPod(ctx, pod); err != nil && !errors.Is(err, deadline.ErrNotTerminating) {
+			slog.Warn("reading deletionTimestamp", "err", err)
+		}
+	}
+	slog.Info("termination budget", "deadline", budget.Deadline())
+}
