@@ -173,15 +173,26 @@ func reapUntil(pid int) int {
 	}
 }
 
-// dumpKernelLog writes every record of /dev/kmsg to the console behind
-// kmsgMarker, without waiting for new ones.
+// dumpKernelLog writes the kernel log to the console behind kmsgMarker.
 func dumpKernelLog() {
+	lines, err := KernelLog()
+	if err != nil {
+		say("error %v", err)
+	}
+	for _, l := range lines {
+		_, _ = os.Stdout.WriteString(kmsgMarker + l + "\n")
+	}
+}
+
+// KernelLog returns the text of every record in the kernel log
+// (/dev/kmsg), oldest first, without waiting for new ones.
+func KernelLog() ([]string, error) {
 	fd, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		say("error open /dev/kmsg: %v", err)
-		return
+		return nil, fmt.Errorf("vmtest: open /dev/kmsg: %w", err)
 	}
 	defer unix.Close(fd)
+	var lines []string
 	buf := make([]byte, 8192)
 	for {
 		n, err := unix.Read(fd, buf)
@@ -189,7 +200,7 @@ func dumpKernelLog() {
 			continue
 		}
 		if err != nil || n <= 0 {
-			return
+			return lines, nil
 		}
 		// "prio,seq,usec,flags;text\n" followed by " KEY=value" lines.
 		rec := string(buf[:n])
@@ -197,6 +208,6 @@ func dumpKernelLog() {
 			rec = rec[i+1:]
 		}
 		rec, _, _ = strings.Cut(rec, "\n")
-		_, _ = os.Stdout.WriteString(kmsgMarker + rec + "\n")
+		lines = append(lines, rec)
 	}
 }

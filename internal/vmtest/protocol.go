@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -44,4 +45,27 @@ func GuestOnly(t testing.TB) {
 	if !InGuest() {
 		t.Skip("guest test: runs inside the QEMU guest, started by the package's host test through vmtest.RunGuestTests")
 	}
+}
+
+// kernelProblemMarks are what the kernel prints when something went wrong
+// inside it: a BUG, a WARN_ON, an oops, a panic, a lockup or a task stuck
+// in D state.
+var kernelProblemMarks = []string{
+	"BUG:", "WARNING:", "Oops", "Kernel panic", "general protection fault",
+	"Call Trace:", "soft lockup", "hard LOCKUP", "blocked for more than",
+}
+
+// KernelProblems returns the lines of a kernel log that report a kernel
+// bug, warning, oops, panic, lockup or hung task.
+func KernelProblems(log []string) []string {
+	var out []string
+	for _, l := range log {
+		for _, m := range kernelProblemMarks {
+			if strings.Contains(l, m) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return out
 }

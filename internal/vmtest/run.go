@@ -32,6 +32,10 @@ type Config struct {
 	CPUs, MemoryMB int
 	// Env is added to the guest test process's environment (KEY=VALUE).
 	Env []string
+	// AllowKernelProblems lets RunGuestTests pass when the guest's kernel
+	// log reports a bug, warning, oops or hung task (see KernelProblems);
+	// by default such a log fails the host test.
+	AllowKernelProblems bool
 }
 
 func (c Config) timeout() time.Duration {
@@ -74,8 +78,9 @@ type Result struct {
 //
 // t fails when a guest test fails, when a test selected by cfg.Run was not
 // reported (the guest crashed or hung), when the boot failed or ran out of
-// time, or when the guest test binary failed outside any test; the
-// console's tail is then logged. Call it from a host-side test of the
+// time, when the guest test binary failed outside any test, or when the
+// guest's kernel log reports a bug, warning, oops or hung task (unless
+// cfg.AllowKernelProblems); the console's tail is then logged. Call it from a host-side test of the
 // package whose TestMain calls MaybeInit first.
 func RunGuestTests(t *testing.T, cfg Config) *Result {
 	t.Helper()
@@ -92,6 +97,9 @@ func RunGuestTests(t *testing.T, cfg Config) *Result {
 	failed := false
 	for _, tr := range res.Tests {
 		failed = failed || tr.Status == Fail
+	}
+	if bad := KernelProblems(res.KernelLog); len(bad) > 0 && !cfg.AllowKernelProblems {
+		problems = append(problems, "the guest kernel log reports problems:\n"+strings.Join(bad, "\n"))
 	}
 	switch {
 	case res.ExitCode == -1:

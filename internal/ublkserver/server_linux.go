@@ -1,0 +1,224 @@
+//go:build linux
+
+package ublkserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server is a running ublk server: its devices, their queues and the
+// in-memory disks behind them.
+type Server struct {
+	cfg     Config
+	ctrl    *control
+	devices []*device
+	frozen  atomic.Bool
+
+	queues   sync.WaitGroup
+	errMu    sync.Mutex
+	queueErr error
+	done     chan struct{} // closed when every queue has ended
+}
+
+// device is one ublk device pair (/dev/ublkcN, /dev/ublkbN) and its disk.
+type device struct {
+	srv     *Server
+	id      uint32
+	ioBytes int
+	cdev    *os.File
+
+	mu   sync.RWMutex
+	disk []byte
+}
+
+// Start creates cfg.Devices devices and serves them until Stop, or until
+// they are stopped from outside (STOP_DEV through /dev/ublk-control). For
+// each device: ADD_DEV, SET_PARAMS, queues set up with one FETCH_REQ per
+// tag, then START_DEV, after which /dev/ublkbN exists. On error every
+// device created so far is stopped and deleted again. ctx bounds the
+// control commands; the queues outlive it.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctrl, err := openControl()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, ctrl: ctrl, done: make(chan struct{})}
+	for range cfg.Devices {
+		if err = s.addDevice(ctx); err != nil {
+			break
+		}
+	}
+	go func() { s.queues.Wait(); close(s.done) }()
+	if err != nil {
+		// Undo in the safe order; the queues of a failed start end
+		// through STOP_DEV like any other.
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = s.stopAndDelete(cleanup)
+		_ = ctrl.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) addDevice(ctx context.Context) error {
+	info, err := s.ctrl.addDev(ctx, devInfo{
+		NrHWQueues:    uint16(s.cfg.Queues),
+		QueueDepth:    uint16(s.cfg.Depth),
+		MaxIOBufBytes: uint32(s.cfg.MaxIOBytes),
+		DevID:         autoDevID,
+		Flags:         flagCmdIoctl,
+	})
+	if err != nil {
+		return err
+	}
+	d := &device{srv: s, id: info.DevID, ioBytes: int(info.MaxIOBufBytes), disk: make([]byte, s.cfg.Size)}
+	s.devices = append(s.devices, d)
+	if err := s.ctrl.setParams(ctx, d.id, uint64(s.cfg.Size)/512, info.MaxIOBufBytes/512); err != nil {
+		return err
+	}
+	if d.cdev, err = openCharDev(ctx, d.id); err != nil {
+		return err
+	}
+	ready := make(chan error, info.NrHWQueues)
+	for qid := range info.NrHWQueues {
+		q := &queue{dev: d, qid: qid, depth: int(info.QueueDepth)}
+		s.queues.Go(func() { s.recordQueueErr(q.run(ready)) })
+	}
+	for range info.NrHWQueues {
+		if err := <-ready; err != nil {
+			return err
+		}
+	}
+	return s.ctrl.startDev(ctx, d.id, os.Getpid())
+}
+
+// openCharDev opens /dev/ublkcN, waiting for devtmpfs to create it.
+func openCharDev(ctx context.Context, id uint32) (*os.File, error) {
+	path := fmt.Sprintf("/dev/ublkc%d", id)
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err == nil || !errors.Is(err, os.ErrNotExist) {
+			return f, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ublkserver: %s did not appear: %w", path, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) recordQueueErr(err error) {
+	if err == nil {
+		return
+	}
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	s.queueErr = errors.Join(s.queueErr, err)
+}
+
+// Devices returns the ids N of the server's devices (/dev/ublkbN).
+func (s *Server) Devices() []int {
+	ids := make([]int, len(s.devices))
+	for i, d := range s.devices {
+		ids[i] = int(d.id)
+	}
+	return ids
+}
+
+// Freeze makes the queues hold every new request unanswered: I/O to the
+// devices stays in flight until Thaw. Requests already being served finish.
+func (s *Server) Freeze() { s.frozen.Store(true) }
+
+// Thaw answers the held requests and serves again.
+func (s *Server) Thaw() { s.frozen.Store(false) }
+
+// Done is closed when every queue has ended: after Stop, or after the
+// devices were stopped from outside.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Stop tears the devices down in the safe order: STOP_DEV for each device
+// while its queues still serve (the kernel removes the disk, waits for the
+// requests in flight, then aborts the idle fetches), wait for the queues
+// to end, close /dev/ublkcN, then DEL_DEV. It returns when every device is
+// deleted, or with ctx's error when ctx ends first (devices may then be
+// left live). Stop is for a server that is not frozen: a frozen server's
+// held requests keep STOP_DEV waiting.
+func (s *Server) Stop(ctx context.Context) error {
+	err := s.stopAndDelete(ctx)
+	return errors.Join(err, s.ctrl.Close())
+}
+
+func (s *Server) stopAndDelete(ctx context.Context) error {
+	var errs []error
+	for _, d := range s.devices {
+		if err := s.ctrl.stopDev(ctx, d.id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.waitQueues(ctx); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, d := range s.devices {
+		if d.cdev != nil {
+			_ = d.cdev.Close()
+		}
+		if err := s.ctrl.delDev(ctx, d.id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.errMu.Lock()
+	errs = append(errs, s.queueErr)
+	s.errMu.Unlock()
+	return errors.Join(errs...)
+}
+
+func (s *Server) waitQueues(ctx context.Context) error {
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ublkserver: queues still serving: %w", ctx.Err())
+	}
+}
+
+// do serves one request against the in-memory disk and returns the result
+// to commit: bytes transferred, or a negative errno.
+func (d *device) do(io ioDesc, buf []byte) int32 {
+	const eio, eopnotsupp = -5, -95
+	off, n := int64(io.StartSector)*512, int64(io.NrSectors)*512
+	if io.Op == opFlush {
+		return 0
+	}
+	if n > int64(len(buf)) || off < 0 || off+n > int64(len(d.disk)) {
+		return eio
+	}
+	switch io.Op {
+	case opRead:
+		d.mu.RLock()
+		copy(buf[:n], d.disk[off:off+n])
+		d.mu.RUnlock()
+	case opWrite:
+		d.mu.Lock()
+		copy(d.disk[off:off+n], buf[:n])
+		d.mu.Unlock()
+	default:
+		return eopnotsupp
+	}
+	return int32(n)
+}
+
+func (s *Server) logf(format string, args ...any) {
+	s.cfg.Logger.Warn(fmt.Sprintf(format, args...))
+}
