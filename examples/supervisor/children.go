@@ -1,0 +1,253 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A procTable starts the supervisor's children and is the only code in the
+// process that reaps: it calls wait4(-1) whenever SIGCHLD arrives and
+// hands each child's status to the child it belongs to; any other process
+// it reaps (an orphan re-parented to PID 1 or to this subreaper) is only
+// counted. Starting a child and registering its pid happen under the same
+// lock as reaping, so a child that exits at once is never mistaken for an
+// orphan and its status is never lost.
+//
+// Nothing else in the process may wait for children (no exec.Cmd.Wait, no
+// os.Process.Wait): their status would be stolen by whichever waits first.
+type procTable struct {
+	log *slog.Logger
+
+	mu       sync.Mutex
+	children map[int]*child
+	orphans  int
+}
+
+// A child is a process the supervisor started.
+type child struct {
+	name string
+	argv []string
+	proc *os.Process
+	done chan struct{} // closed once reaped
+
+	mu     sync.Mutex
+	status unix.WaitStatus
+	killed bool // the supervisor sent it SIGKILL
+}
+
+func newProcTable(log *slog.Logger) *procTable {
+	return &procTable{log: log, children: map[int]*child{}}
+}
+
+// start starts argv as a child with the supervisor's stdio and
+// environment. The child dies with the supervisor (Pdeathsig), as every
+// process in a container dies with its PID 1.
+func (t *procTable) start(name string, argv []string) (*child, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("%s: empty command", name)
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	c := &child{name: name, argv: argv, proc: p, done: make(chan struct{})}
+	t.children[p.Pid] = c
+	t.log.Info("supervisor: started child", "child", name, "pid", p.Pid, "argv", argv)
+	return c, nil
+}
+
+// reapLoop reaps on every SIGCHLD until ctx ends. It also reaps once a
+// second: SIGCHLDs coalesce, and one that arrived before Notify is not
+// delivered again.
+func (t *procTable) reapLoop(ctx context.Context) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGCHLD)
+	defer signal.Stop(sig)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		t.reap()
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+		case <-tick.C:
+		}
+	}
+}
+
+// reap collects every child that has exited, without blocking.
+func (t *procTable) reap() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 { // ECHILD: no children; 0: none exited
+			return
+		}
+		c, ok := t.children[pid]
+		if !ok {
+			t.orphans++
+			t.log.Debug("supervisor: reaped an orphan", "pid", pid, "status", describe(ws))
+			continue
+		}
+		delete(t.children, pid)
+		c.mu.Lock()
+		c.status = ws
+		c.mu.Unlock()
+		_ = c.proc.Release()
+		close(c.done)
+		t.log.Info("supervisor: child exited", "child", c.name, "pid", pid, "status", describe(ws))
+	}
+}
+
+// orphanCount returns how many processes were reaped that the supervisor
+// had not started.
+func (t *procTable) orphanCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.orphans
+}
+
+// signal sends sig to the child unless it has been reaped (its pid may
+// belong to another process by then).
+func (c *child) signal(sig syscall.Signal) error {
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	if sig == syscall.SIGKILL {
+		c.mu.Lock()
+		c.killed = true
+		c.mu.Unlock()
+	}
+	err := c.proc.Signal(sig)
+	if errors.Is(err, os.ErrProcessDone) {
+		return nil
+	}
+	return err
+}
+
+// wait returns nil once the child has been reaped, or ctx.Err().
+func (c *child) wait(ctx context.Context) error {
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop sends SIGTERM and waits for the child until ctx ends; then it sends
+// SIGKILL and waits up to killWait more. It reports how the child ended.
+func (c *child) stop(ctx context.Context, killWait time.Duration) error {
+	if err := c.signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	if c.wait(ctx) == nil {
+		return c.exitErr()
+	}
+	_ = c.signal(syscall.SIGKILL)
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
+	defer cancel()
+	if err := c.wait(kctx); err != nil {
+		return fmt.Errorf("%s did not exit by its deadline and was not reaped %v after SIGKILL", c.name, killWait)
+	}
+	return fmt.Errorf("%s did not exit by its deadline: killed", c.name)
+}
+
+// exitErr is nil for exit status 0 and describes any other ending.
+func (c *child) exitErr() error {
+	st := c.state()
+	if st.Exited && st.Code == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s %s", c.name, st.String())
+}
+
+// A ChildState is how a child ended, for the Report.
+type ChildState struct {
+	Name   string   `json:"name"`
+	Argv   []string `json:"argv"`
+	Pid    int      `json:"pid"`
+	Exited bool     `json:"exited"`           // reaped
+	Code   int      `json:"code"`             // exit code, or 128+signal
+	Signal string   `json:"signal,omitempty"` // the signal that ended it
+	Killed bool     `json:"killed,omitempty"` // the supervisor sent SIGKILL
+}
+
+// String says "exited 0", "killed by signal killed", or "running".
+func (s ChildState) String() string {
+	switch {
+	case !s.Exited:
+		return "still running"
+	case s.Signal != "":
+		return "killed by signal " + s.Signal
+	default:
+		return fmt.Sprintf("exited %d", s.Code)
+	}
+}
+
+func (c *child) state() ChildState {
+	st := ChildState{Name: c.name, Argv: c.argv, Pid: c.proc.Pid}
+	select {
+	case <-c.done:
+		st.Exited = true
+	default:
+		return st
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.Killed = c.killed
+	switch {
+	case c.status.Exited():
+		st.Code = c.status.ExitStatus()
+	case c.status.Signaled():
+		st.Signal = c.status.Signal().String()
+		st.Code = 128 + int(c.status.Signal())
+	}
+	return st
+}
+
+func describe(ws unix.WaitStatus) string {
+	if ws.Signaled() {
+		return "signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit %d", ws.ExitStatus())
+}
+
+// becomeSubreaper makes orphans of the supervisor's descendants its
+// children when it is not PID 1 (under tini, or in tests), so reaping
+// behaves the same as in a container.
+func becomeSubreaper() error {
+	if os.Getpid() == 1 {
+		return nil
+	}
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}

@@ -1,0 +1,258 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/examples/supervisor/internal/naiveserver"
+	"github.com/drainkit/drainkit/internal/fakeublk"
+)
+
+// The test binary doubles as every process the tests run: re-executed as
+// "TESTBIN helper:ROLE ARGS...", it becomes the supervisor, the naive
+// server, a fake device daemon, or one of the small stubs below.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "helper:") {
+		os.Exit(runHelper(strings.TrimPrefix(os.Args[1], "helper:"), os.Args[2:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func runHelper(role string, args []string) int {
+	switch role {
+	case "supervisor":
+		return Main(context.Background(), args, os.Stderr)
+	case "naiveserver":
+		return naiveserver.Main(args, os.Stderr)
+	case "daemon": // args[0]: the DaemonConfig as JSON
+		var cfg fakeublk.DaemonConfig
+		if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		return fakeublk.RunDaemon(cfg, os.Stdout)
+	case "stubserver":
+		return stubServer(args)
+	case "orphan": // start a grandchild that outlives us, then exit
+		cmd := exec.Command(os.Args[0], "helper:waitfile", args[0])
+		if err := cmd.Start(); err != nil {
+			return 1
+		}
+		return 0
+	case "waitfile": // exit once the file args[0] exists
+		for {
+			if _, err := os.Stat(args[0]); err == nil {
+				return 0
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "unknown helper role", role)
+	return 2
+}
+
+// stubServer is a server with an empty sandbox list that records the
+// signals it gets, can leave orphans behind, and exits with -exit on
+// SIGTERM (or on its own after -die-after).
+func stubServer(args []string) int {
+	fs := flag.NewFlagSet("stubserver", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "")
+	signals := fs.String("signals", "", "file to append received signals to")
+	exit := fs.Int("exit", 0, "exit status")
+	orphans := fs.Int("orphans", 0, "orphans to leave behind")
+	release := fs.String("release", "", "the orphans exit once this file exists")
+	dieAfter := fs.Duration("die-after", 0, "exit on its own after this long")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1)
+	for range *orphans {
+		// the middle process exits at once; its child is re-parented to
+		// the supervisor, which must reap it
+		_ = exec.Command(os.Args[0], "helper:orphan", *release).Run()
+	}
+	ln, err := net.Listen("tcp", *listen) // ready: the orphans exist
+	if err != nil {
+		return 1
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "[]") })
+	go func() { _ = http.Serve(ln, mux) }()
+	var die <-chan time.Time
+	if *dieAfter > 0 {
+		die = time.After(*dieAfter)
+	}
+	for {
+		select {
+		case <-die:
+			return *exit
+		case sig := <-sigs:
+			if *signals != "" {
+				f, _ := os.OpenFile(*signals, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+				fmt.Fprintln(f, sig)
+				f.Close()
+			}
+			if sig == syscall.SIGTERM {
+				return *exit
+			}
+		}
+	}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// helperCommand returns the argv that runs this test binary as role.
+func helperCommand(role string, args ...string) []string {
+	return append([]string{os.Args[0], "helper:" + role}, args...)
+}
+
+// A supProc is the supervisor running as a child process of the test, in
+// a process group of its own.
+type supProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startSupervisor(t *testing.T, flags []string, server []string) *supProc {
+	t.Helper()
+	argv := append(helperCommand("supervisor", flags...), "--")
+	argv = append(argv, server...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &supProc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	})
+	return p
+}
+
+func (p *supProc) pid() int { return p.cmd.Process.Pid }
+
+func (p *supProc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exitCode waits for the supervisor and returns its exit status.
+func (p *supProc) exitCode(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("supervisor still running after %v", within)
+		return -1
+	}
+}
+
+// get fetches url and returns the status code, or 0 when nothing answers.
+func get(ctx context.Context, url string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0
+	}
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// eventually polls cond every 20 ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func readReport(t *testing.T, path string) *Report {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return &rep
+}
+
+// childrenOf lists the pids whose parent is pid, zombies included.
+func childrenOf(pid int) []string {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []string
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		i := strings.LastIndexByte(string(b), ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:])) // state, ppid, ...
+		if len(f) > 1 && f[1] == fmt.Sprint(pid) {
+			out = append(out, filepath.Base(filepath.Dir(p)))
+		}
+	}
+	return out
+}
+
+// daemonCommand returns the argv of a fake ublk daemon with two devices in
+// a fake sysfs tree under dir, logging its events to events.
+func daemonCommand(t *testing.T, dir, events string) []string {
+	t.Helper()
+	cfg := fakeublk.DaemonConfig{
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 259, Minor: 0}, {ID: 1, Major: 259, Minor: 1}},
+		Socket:   filepath.Join(dir, "ublkd.sock"),
+		EventLog: events,
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(string(b), " \t\n") {
+		t.Fatalf("daemon config has spaces, -daemon cannot carry it: %s", b)
+	}
+	return helperCommand("daemon", string(b))
+}

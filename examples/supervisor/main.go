@@ -1,0 +1,121 @@
+//go:build linux
+
+// Command supervisor is a drain-aware PID 1 for a sandbox node container:
+// it runs an unmodified sandbox server (and optionally its block-device
+// daemon) as children and gets the node through termination with drainkit,
+// driving the server only through the HTTP API it already has.
+//
+//	supervisor [flags] -- SERVER_COMMAND [ARGS...]
+//
+// Flags:
+//
+//	-listen ADDR          where to serve GET /drain (the preStop hook),
+//	                      GET /readyz and GET /healthz (default :8081)
+//	-server-url URL       the server's API base (default http://127.0.0.1:8080)
+//	-grace DURATION       the pod's terminationGracePeriodSeconds (default 30s)
+//	-concurrency N        pauses sent at once (default 8)
+//	-daemon "CMD ARGS"    optional device daemon, started as a child and
+//	                      stopped last (split on spaces, no quoting)
+//	-report FILE          where to write the JSON Report at exit
+//
+// The API key, if the server needs one, is read from the environment
+// variable SUPERVISOR_API_KEY and sent as X-API-Key.
+//
+// See README.md for what happens at preStop and SIGTERM, and deploy/ for
+// the manifest.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+func main() {
+	os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
+}
+
+// Main runs the supervisor with the command-line args (without the program
+// name) and returns the exit status: the server's, 2 for bad usage, 1 when
+// the supervisor could not start.
+func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	cfg, err := parseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "supervisor:", err)
+		return 2
+	}
+	sup, err := newSupervisor(cfg, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "supervisor:", err)
+		return 2
+	}
+	return sup.run(ctx)
+}
+
+// config is the parsed command line.
+type config struct {
+	listen      string
+	serverURL   string
+	grace       time.Duration
+	concurrency int
+	daemon      []string
+	report      string
+	server      []string
+	apiKey      string
+}
+
+const usage = `usage: supervisor [flags] -- SERVER_COMMAND [ARGS...]
+
+`
+
+func parseArgs(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("supervisor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.listen, "listen", ":8081", "address for GET /drain (preStop), /readyz and /healthz")
+	fs.StringVar(&c.serverURL, "server-url", "http://127.0.0.1:8080", "the server's API base URL")
+	fs.DurationVar(&c.grace, "grace", 30*time.Second, "the pod's terminationGracePeriodSeconds")
+	fs.IntVar(&c.concurrency, "concurrency", pause.DefaultLimit, "pause requests sent at once")
+	daemon := fs.String("daemon", "", `device daemon command, "COMMAND ARGS" (split on spaces)`)
+	fs.StringVar(&c.report, "report", "", "file to write the JSON Report to at exit")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.server = fs.Args()
+	if len(args) > 0 && len(c.server) > 0 && !dashDashBefore(args, c.server) {
+		return c, fmt.Errorf("the server command must follow \"--\": %s", usage)
+	}
+	switch {
+	case len(c.server) == 0:
+		return c, fmt.Errorf("no SERVER_COMMAND: %s", strings.TrimSpace(usage))
+	case c.grace <= 0:
+		return c, fmt.Errorf("-grace must be positive, got %v", c.grace)
+	case c.concurrency < 1:
+		return c, fmt.Errorf("-concurrency must be at least 1, got %d", c.concurrency)
+	case c.listen == "":
+		return c, fmt.Errorf("-listen must not be empty")
+	}
+	c.daemon = strings.Fields(*daemon)
+	c.apiKey = os.Getenv("SUPERVISOR_API_KEY")
+	return c, nil
+}
+
+// dashDashBefore reports whether "--" precedes rest in args.
+func dashDashBefore(args, rest []string) bool {
+	i := len(args) - len(rest) - 1
+	return i >= 0 && args[i] == "--"
+}

@@ -1,0 +1,322 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/httpsource"
+)
+
+// Step names in the plan and the Report.
+const (
+	StepServer = "server"
+	StepDaemon = "daemon"
+)
+
+// forwarded are the signals passed on to the server as they come. SIGTERM
+// and SIGINT are not: the first starts the shutdown, which sends the
+// server its SIGTERM once every sandbox is preserved; a second forces.
+var forwarded = []os.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT, syscall.SIGWINCH}
+
+// A Report is what the supervisor writes to -report and logs at exit.
+type Report struct {
+	// Drain is the drain package's account of the termination: the preStop
+	// wait, every sandbox's outcome, each step and the margin left before
+	// SIGKILL. Nil when the server exited on its own.
+	Drain         *drain.Report `json:"drain,omitempty"`
+	Server        ChildState    `json:"server"`
+	Daemon        *ChildState   `json:"daemon,omitempty"`
+	OrphansReaped int           `json:"orphans_reaped"`
+	ExitCode      int           `json:"exit_code"`
+	Note          string        `json:"note,omitempty"`
+}
+
+type supervisor struct {
+	cfg     config
+	log     *slog.Logger
+	budget  *deadline.Budget
+	src     *httpsource.Source
+	drainer *drain.Drainer
+	procs   *procTable
+	server  *child
+	daemon  *child
+
+	termSent atomic.Bool // the server step has sent the server its SIGTERM
+}
+
+// stepReserve is what each teardown step (the server's exit, the daemon's
+// teardown) reserves: a tenth of the grace period, between 500 ms and 30 s.
+func stepReserve(grace time.Duration) time.Duration {
+	return min(max(grace/10, 500*time.Millisecond), 30*time.Second)
+}
+
+// margin is kept back from SIGKILL: deadline.DefaultMargin, or a tenth of a
+// short grace period.
+func margin(grace time.Duration) time.Duration { return min(deadline.DefaultMargin, grace/10) }
+
+func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
+	s := &supervisor{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, nil))}
+	s.procs = newProcTable(s.log)
+	var err error
+	if s.budget, err = deadline.New(cfg.grace, deadline.WithMargin(margin(cfg.grace))); err != nil {
+		return nil, fmt.Errorf("-grace: %w", err)
+	}
+	opts := []httpsource.Option{httpsource.WithLogger(s.log)}
+	if cfg.apiKey != "" {
+		opts = append(opts, httpsource.WithAPIKey("", cfg.apiKey))
+	}
+	if s.src, err = httpsource.New(cfg.serverURL, opts...); err != nil {
+		return nil, fmt.Errorf("-server-url: %w", err)
+	}
+	est := deadline.NewEstimator(drain.DefaultPauseEstimate)
+	p, err := pause.New(s.src, pause.WithLimit(cfg.concurrency), pause.WithInFlight(pause.FinishInFlight),
+		pause.WithEstimator(est), pause.WithLogger(s.log))
+	if err != nil {
+		return nil, fmt.Errorf("-concurrency: %w", err)
+	}
+	steps := []drain.Step{{Name: StepServer, Reserve: stepReserve(cfg.grace), Run: s.stopServer}}
+	if len(cfg.daemon) > 0 {
+		steps = append(steps, drain.Step{Name: StepDaemon, Reserve: stepReserve(cfg.grace), Run: s.stopDaemon})
+	}
+	s.drainer, err = drain.New(drain.Config{
+		Budget:    s.budget,
+		Sandboxes: s.src,
+		Preserver: limited{p, s.src},
+		Estimator: est,
+		Steps:     steps,
+		Logger:    s.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("-grace %v too short: %w", cfg.grace, err)
+	}
+	return s, nil
+}
+
+// limited is the Preserver as the plan sees it: its concurrency is never
+// more than the Source learned the server takes (after 429s), so the live
+// reserve of the preserve phase does not count on parallelism the server
+// refuses.
+type limited struct {
+	*pause.Preserver
+	src *httpsource.Source
+}
+
+func (l limited) Limit() int { return min(l.Preserver.Limit(), l.src.Limit()) }
+
+// run starts the children and supervises them until the termination is
+// over, and returns the exit status.
+func (s *supervisor) run(ctx context.Context) int {
+	if err := becomeSubreaper(); err != nil {
+		s.log.Warn("supervisor: cannot become a subreaper; orphans go to PID 1", "err", err)
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, append([]os.Signal{syscall.SIGTERM, syscall.SIGINT}, forwarded...)...)
+	defer signal.Stop(sigs)
+
+	reapCtx, stopReaping := context.WithCancel(context.WithoutCancel(ctx))
+	reaped := make(chan struct{})
+	go func() { defer close(reaped); s.procs.reapLoop(reapCtx) }()
+	defer func() { stopReaping(); <-reaped; s.procs.reap() }()
+
+	ln, err := net.Listen("tcp", s.cfg.listen)
+	if err != nil {
+		s.log.Error("supervisor: -listen", "err", err)
+		return 1
+	}
+	web := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = web.Serve(ln) }()
+	defer web.Close()
+
+	if err := s.startChildren(); err != nil {
+		s.log.Error("supervisor: starting children", "err", err)
+		s.stopAfterFailure()
+		return 1
+	}
+	rep := s.supervise(ctx, sigs)
+	s.finish(rep)
+	return rep.ExitCode
+}
+
+func (s *supervisor) startChildren() error {
+	var err error
+	if len(s.cfg.daemon) > 0 {
+		if s.daemon, err = s.procs.start(StepDaemon, s.cfg.daemon); err != nil {
+			return err
+		}
+	}
+	s.server, err = s.procs.start(StepServer, s.cfg.server)
+	return err
+}
+
+// stopAfterFailure stops a daemon that was started when the server could
+// not be.
+func (s *supervisor) stopAfterFailure() {
+	if s.daemon != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), stepReserve(s.cfg.grace))
+		defer cancel()
+		_ = s.stopDaemon(ctx)
+	}
+}
+
+// supervise forwards signals and waits for the termination to finish, or
+// for the server to exit on its own.
+func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Report {
+	var shutdown chan *drain.Report
+	serverDone := s.server.done
+	start := func() {
+		shutdown = make(chan *drain.Report, 1)
+		go func() { shutdown <- s.drainer.Shutdown(context.WithoutCancel(ctx)) }()
+	}
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case sig := <-sigs:
+			switch {
+			case sig != syscall.SIGTERM && sig != syscall.SIGINT:
+				s.log.Info("supervisor: forwarding signal", "signal", sig)
+				_ = s.server.signal(sig.(syscall.Signal))
+			case shutdown == nil:
+				s.log.Info("supervisor: termination starts", "signal", sig)
+				start()
+			default:
+				s.log.Warn("supervisor: second signal: force mode", "signal", sig)
+				s.drainer.Force()
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			if shutdown == nil {
+				start()
+			}
+		case <-serverDone:
+			serverDone = nil
+			if shutdown == nil {
+				return s.serverExited()
+			}
+			if !s.termSent.Load() {
+				s.log.Error("supervisor: the server exited during the shutdown; nothing left to preserve through it")
+				s.drainer.Force()
+			}
+		case rep := <-shutdown:
+			return s.report(rep, "")
+		}
+	}
+}
+
+// serverExited handles a server that exited before any termination: the
+// daemon is stopped, within the grace period (there is no kubelet deadline
+// yet, and a clean stop matters more than a quick one), and the supervisor
+// exits with the server's status, so the kubelet restarts the container.
+func (s *supervisor) serverExited() *Report {
+	s.log.Error("supervisor: the server exited on its own", "status", s.server.state().String())
+	if s.daemon != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.grace)
+		defer cancel()
+		if err := s.stopDaemon(ctx); err != nil {
+			s.log.Error("supervisor: stopping the daemon", "err", err)
+		}
+	}
+	return s.report(nil, "the server exited on its own before termination")
+}
+
+// stopServer is the server step: SIGTERM, with what is left of the budget
+// before the daemon's reserve; SIGKILL at the step's deadline, so the
+// daemon still gets its turn.
+func (s *supervisor) stopServer(ctx context.Context) error {
+	s.termSent.Store(true)
+	if dl, ok := ctx.Deadline(); ok {
+		s.log.Info("supervisor: SIGTERM to the server", "time_left", time.Until(dl).Round(time.Millisecond))
+	}
+	return s.server.stop(ctx, time.Second)
+}
+
+func (s *supervisor) report(d *drain.Report, note string) *Report {
+	s.procs.reap()
+	rep := &Report{Drain: d, Server: s.server.state(), Note: note}
+	if s.daemon != nil {
+		st := s.daemon.state()
+		rep.Daemon = &st
+	}
+	rep.OrphansReaped = s.procs.orphanCount()
+	rep.ExitCode = rep.Server.Code
+	if !rep.Server.Exited {
+		rep.ExitCode = 1
+	}
+	return rep
+}
+
+// finish writes the Report to -report and logs it.
+func (s *supervisor) finish(rep *Report) {
+	attrs := []any{"exit_code", rep.ExitCode, "server", rep.Server.String(), "orphans_reaped", rep.OrphansReaped}
+	if rep.Daemon != nil {
+		attrs = append(attrs, "daemon", rep.Daemon.String())
+	}
+	if rep.Drain != nil {
+		attrs = append(attrs, "lost", rep.Drain.Lost(), "margin", rep.Drain.Margin.Round(time.Millisecond))
+	}
+	s.log.Info("supervisor: report", attrs...)
+	if s.cfg.report == "" {
+		return
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err == nil {
+		err = writeFileSynced(s.cfg.report, append(b, '\n'))
+	}
+	if err != nil {
+		s.log.Error("supervisor: writing the report", "file", s.cfg.report, "err", err)
+	}
+}
+
+func writeFileSynced(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// routes serves the preStop hook, readiness and liveness.
+func (s *supervisor) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /drain", s.drainer.PreStop())
+	mux.Handle("GET /readyz", s.drainer.Gate().Readiness(http.HandlerFunc(s.ready)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// ready answers 200 when the server answers its list, 503 otherwise.
+func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.src.RunningIDs(ctx); err != nil {
+		http.Error(w, "server not answering: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}

@@ -1,0 +1,145 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseArgs(t *testing.T) {
+	var stderr bytes.Buffer
+	c, err := parseArgs([]string{"-listen", "127.0.0.1:9", "-grace", "1h", "-concurrency", "16",
+		"-daemon", "ublkd  --socket /run/u.sock", "-report", "/tmp/r.json", "--", "server", "-x"}, &stderr)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:9", c.listen)
+	assert.Equal(t, time.Hour, c.grace)
+	assert.Equal(t, 16, c.concurrency)
+	assert.Equal(t, []string{"ublkd", "--socket", "/run/u.sock"}, c.daemon)
+	assert.Equal(t, "/tmp/r.json", c.report)
+	assert.Equal(t, []string{"server", "-x"}, c.server)
+
+	for _, bad := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{}, "SERVER_COMMAND"},
+		{[]string{"--"}, "SERVER_COMMAND"},
+		{[]string{"server"}, `follow "--"`},
+		{[]string{"-grace", "0s", "--", "s"}, "-grace"},
+		{[]string{"-concurrency", "0", "--", "s"}, "-concurrency"},
+		{[]string{"-listen", "", "--", "s"}, "-listen"},
+	} {
+		_, err := parseArgs(bad.args, &stderr)
+		require.Error(t, err, "%q", bad.args)
+		assert.Contains(t, err.Error(), bad.says, "%q", bad.args)
+	}
+}
+
+func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
+	for flagName, args := range map[string][]string{
+		"-server-url": {"-server-url", "127.0.0.1:8080", "--", "true"},
+		"-grace":      {"-grace", "100ms", "--", "true"}, // step reserves do not fit
+	} {
+		var stderr bytes.Buffer
+		code := Main(t.Context(), args, &stderr)
+		assert.Equal(t, 2, code)
+		assert.Contains(t, stderr.String(), flagName)
+	}
+}
+
+// The supervisor passes SIGHUP on to the server at once, but not SIGTERM:
+// the server gets its SIGTERM from the shutdown, and the supervisor exits
+// with the server's status.
+func TestForwardsSignalsAndExitsWithTheServersStatus(t *testing.T) {
+	dir := t.TempDir()
+	signals, report := filepath.Join(dir, "signals"), filepath.Join(dir, "report.json")
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "10s", "-report", report},
+		helperCommand("stubserver", "-listen", api, "-signals", signals, "-exit", "7"))
+	ctx := t.Context()
+	eventually(t, 10*time.Second, "readyz 200", func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 })
+	assert.Equal(t, 200, get(ctx, "http://"+listen+"/healthz"))
+
+	sup.signal(t, syscall.SIGHUP)
+	sup.signal(t, syscall.SIGUSR1)
+	eventually(t, 5*time.Second, "server got SIGHUP and SIGUSR1", func() bool {
+		b, _ := os.ReadFile(signals)
+		return string(b) == "hangup\nuser defined signal 1\n"
+	})
+
+	sup.signal(t, syscall.SIGTERM)
+	assert.Equal(t, 7, sup.exitCode(t, 10*time.Second))
+	b, _ := os.ReadFile(signals)
+	assert.Equal(t, "hangup\nuser defined signal 1\nterminated\n", string(b), "one SIGTERM, from the server step")
+
+	rep := readReport(t, report)
+	assert.Equal(t, 7, rep.ExitCode)
+	assert.True(t, rep.Server.Exited)
+	assert.Equal(t, 7, rep.Server.Code)
+	assert.False(t, rep.Server.Killed)
+	require.NotNil(t, rep.Drain)
+	require.NotNil(t, rep.Drain.Phase(StepServer))
+	assert.Contains(t, rep.Drain.Phase(StepServer).Error, "exited 7")
+	assert.Positive(t, rep.Drain.Margin)
+}
+
+// Orphans re-parented to the supervisor are reaped (no zombies), and
+// reaping them never steals the server's exit status.
+func TestReapsOrphansWithoutStealingTheServersStatus(t *testing.T) {
+	dir := t.TempDir()
+	report, release := filepath.Join(dir, "report.json"), filepath.Join(dir, "release")
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "10s", "-report", report},
+		helperCommand("stubserver", "-listen", api, "-orphans", "3", "-release", release, "-exit", "5"))
+	ctx := t.Context()
+	eventually(t, 10*time.Second, "readyz 200", func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 })
+	assert.Len(t, childrenOf(sup.pid()), 4, "the server and three orphans, re-parented to the subreaper")
+	// The orphans exit once released and must not stay zombies: in the end
+	// the supervisor's only child is the server.
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	eventually(t, 10*time.Second, "orphans reaped", func() bool { return len(childrenOf(sup.pid())) == 1 })
+
+	sup.signal(t, syscall.SIGTERM)
+	assert.Equal(t, 5, sup.exitCode(t, 10*time.Second))
+	rep := readReport(t, report)
+	assert.Equal(t, 3, rep.OrphansReaped)
+	assert.Equal(t, 5, rep.Server.Code)
+}
+
+// A server that dies on its own takes the supervisor down with its status,
+// after the daemon was stopped cleanly.
+func TestServerDyingOnItsOwnStopsTheDaemonAndExitsWithItsStatus(t *testing.T) {
+	dir := t.TempDir()
+	report, events := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log")
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "10s", "-report", report,
+			"-daemon", strings.Join(daemonCommand(t, dir, events), " ")},
+		helperCommand("stubserver", "-listen", api, "-die-after", "500ms", "-exit", "3"))
+	assert.Equal(t, 3, sup.exitCode(t, 10*time.Second))
+	rep := readReport(t, report)
+	assert.Equal(t, 3, rep.ExitCode)
+	assert.Nil(t, rep.Drain)
+	assert.Contains(t, rep.Note, "exited on its own")
+	require.NotNil(t, rep.Daemon)
+	assert.Equal(t, "exited 0", rep.Daemon.String())
+	assert.Contains(t, readFile(t, events), "exit")
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
