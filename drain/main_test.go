@@ -1,9 +1,19 @@
 package drain
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the tests, or, when the end-to-end test re-executes this
+// binary, one of its helper processes (see e2e_test.go).
+func TestMain(m *testing.M) {
+	switch role := os.Getenv(e2eRoleEnv); role {
+	case "":
+		goleak.VerifyTestMain(m)
+	default:
+		os.Exit(runE2ERole(role))
+	}
+}

@@ -71,7 +71,10 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // at once. A request with ?wait=DURATION (a Go duration) answers after at
 // most that long, with Done false if the wait goes on, so a caller with a
 // per-request timeout can poll. The wait itself does not depend on any
-// request: a client that disconnects does not end it.
+// request: a client that disconnects does not end it. An exec hook passes
+// ?start=RFC3339 (its own start, see ExecHook.Start): the first call then
+// fixes T0 there, if it is earlier than the call and within the grace
+// period, so the hook's start-up latency is not mistaken for spare time.
 func (d *Drainer) PreStop() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var bound <-chan time.Time
@@ -85,7 +88,20 @@ func (d *Drainer) PreStop() http.Handler {
 			defer t.Stop()
 			bound = t.C
 		}
-		sum := d.preStop(r.Context(), bound)
+		at := time.Now()
+		if v := r.URL.Query().Get("start"); v != "" {
+			start, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				http.Error(w, "start: want an RFC 3339 time", http.StatusBadRequest)
+				return
+			}
+			// Only an earlier, recent start is believed: T0 can only move
+			// earlier, never later, than this request.
+			if start.Before(at) && at.Sub(start) < d.budget.Grace() {
+				at = start
+			}
+		}
+		sum := d.preStop(r.Context(), at, bound)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(sum)
 	})
@@ -93,8 +109,8 @@ func (d *Drainer) PreStop() http.Handler {
 
 // preStop starts or joins the drain wait and returns its summary when it
 // ends, ctx ends or bound fires.
-func (d *Drainer) preStop(ctx context.Context, bound <-chan time.Time) PreStopSummary {
-	run := d.startPreStop(time.Now())
+func (d *Drainer) preStop(ctx context.Context, at time.Time, bound <-chan time.Time) PreStopSummary {
+	run := d.startPreStop(at)
 	if run == nil {
 		st := d.budget.State()
 		return PreStopSummary{Start: st.Start, Done: true, Reason: ReasonSIGTERM, Running: d.Running(),

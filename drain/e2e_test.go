@@ -1,0 +1,313 @@
+package drain
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// The end-to-end test of the seed (AgentENV #413) with real processes: this
+// test binary, re-executed, is a sandbox server with fake sandboxes (their
+// preserve writes a state file; their 24 h timeouts never end on their own)
+// and a device-daemon child; kubeletsim terminates it exactly as the
+// kubelet would, with a grace period scaled down to 6 s.
+//
+//	drainkit: T0 preStop ... 2.6 s drain deadline -> hook returns; SIGTERM (SIGKILL due 6.6 s)
+//	          preserve 12 x 0.3 s, 8 at a time; daemon stopped; exit ~3.5 s
+//	seed:     T0 preStop waits for 0 sandboxes ... 6 s hook abandoned; SIGTERM (2 s floor)
+//	          one pause at a time ... 8 s SIGKILL: sandboxes lost, daemon killed
+
+const (
+	e2eRoleEnv = "DRAIN_E2E_ROLE"
+	e2eGrace   = 6 * time.Second
+	e2eN       = 12
+	e2ePause   = 300 * time.Millisecond
+	e2eLimit   = 8
+	// e2eMargin covers the request latency between the kubelet's T0 and
+	// the server's, which the kubelet's truncation to whole seconds can
+	// turn into up to 1 s more.
+	e2eMargin = 1500 * time.Millisecond
+)
+
+// e2eEnv is the environment of every helper process: the race detector's
+// default 1 s sleep at exit would read as a slow shutdown.
+func e2eEnv(kv ...string) []string {
+	return append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), kv...)
+}
+
+func TestEndToEndKubeletTerminationOfARealServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes and a 6 s grace period")
+	}
+	t.Run("drainkit/httpGet", func(t *testing.T) {
+		dir, tl := e2eRun(t, "drainkit", false)
+		assert.False(t, tl.Killed, "the server exited before SIGKILL:\n%s", tl)
+		assert.Positive(t, tl.Margin())
+		assert.Equal(t, e2eN, countStateFiles(t, dir), "every sandbox preserved")
+		assert.FileExists(t, filepath.Join(dir, "daemon.clean"), "the device daemon stopped cleanly")
+		rep := readReport(t, dir)
+		assert.Zero(t, rep.Lost())
+		assert.Equal(t, deadline.AnchorPreStop, rep.Budget.Anchor)
+		assert.Equal(t, ReasonDeadline, rep.PreStop.Reason, "the preStop wait gave up at the drain deadline")
+		assert.Less(t, tl.SIGTERM.Sub(tl.Start), e2eGrace, "the hook returned inside the grace period")
+		require.NoError(t, rep.Err())
+	})
+	t.Run("drainkit/exec", func(t *testing.T) {
+		dir, tl := e2eRun(t, "drainkit", true)
+		assert.False(t, tl.Killed, "the server exited before SIGKILL:\n%s", tl)
+		assert.Empty(t, tl.HookErr)
+		assert.Equal(t, e2eN, countStateFiles(t, dir))
+		assert.FileExists(t, filepath.Join(dir, "daemon.clean"))
+	})
+	t.Run("seed", func(t *testing.T) {
+		dir, tl := e2eRun(t, "seed", false)
+		assert.True(t, tl.HookKept, "the unbounded preStop wait used the whole grace period")
+		assert.Equal(t, kubeletsim.MinimumGracePeriod, tl.Remaining)
+		assert.True(t, tl.Killed, "SIGKILL came mid-shutdown:\n%s", tl)
+		assert.Less(t, countStateFiles(t, dir), e2eN, "sandboxes lost")
+		assert.NoFileExists(t, filepath.Join(dir, "daemon.clean"), "the device daemon was SIGKILLed")
+	})
+}
+
+// e2eRun starts the server in mode, terminates it with kubeletsim and
+// returns its state directory and the timeline.
+func e2eRun(t *testing.T, mode string, execHook bool) (string, *kubeletsim.Timeline) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = e2eEnv(e2eRoleEnv+"=server", "E2E_MODE="+mode, "E2E_DIR="+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	child, err := kubeletsim.Start(cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "the server did not start")
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	require.True(t, ok, "unexpected first line %q", line)
+
+	var hook kubeletsim.Hook = kubeletsim.HTTPGet{URL: "http://" + addr + "/drain"}
+	if execHook {
+		hook = kubeletsim.Exec{Path: os.Args[0], Args: []string{"-test.run=^$"},
+			Env: e2eEnv(e2eRoleEnv+"=hook", "E2E_URL=http://"+addr+"/drain")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tl, err := kubeletsim.Terminate(ctx, child, hook, e2eGrace)
+	require.NoError(t, err)
+	t.Logf("%s timeline:\n%s", mode, tl)
+	if b, err := os.ReadFile(filepath.Join(dir, "report.json")); err == nil && t.Failed() {
+		t.Logf("report: %s", b)
+	}
+	return dir, tl
+}
+
+func countStateFiles(t *testing.T, dir string) int {
+	m, err := filepath.Glob(filepath.Join(dir, "*.state"))
+	require.NoError(t, err)
+	return len(m)
+}
+
+func readReport(t *testing.T, dir string) *Report {
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	require.NoError(t, err)
+	var r Report
+	require.NoError(t, json.Unmarshal(b, &r))
+	return &r
+}
+
+// runE2ERole runs one helper process of the end-to-end test.
+func runE2ERole(role string) int {
+	var err error
+	switch role {
+	case "server":
+		err = e2eServer(os.Getenv("E2E_MODE"), os.Getenv("E2E_DIR"))
+	case "daemon":
+		err = e2eDaemon(os.Getenv("E2E_DIR"))
+	case "hook": // the exec preStop hook, as drain/cmd/drainhook runs it
+		_, err = ExecHook{URL: os.Getenv("E2E_URL"), RequestTimeout: time.Second, Start: ProcessStart()}.Run(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hook:", err)
+		}
+		return 0 // a hook always exits 0
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, role+":", err)
+		return 1
+	}
+	return 0
+}
+
+// e2eDaemon is the fake device daemon: on SIGTERM it takes a moment to
+// stop its devices, records a clean stop, and exits.
+func e2eDaemon(dir string) error {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	fmt.Println("ready")
+	<-ch
+	time.Sleep(200 * time.Millisecond) // STOP_DEV, DEL_DEV for every device
+	return os.WriteFile(filepath.Join(dir, "daemon.clean"), nil, 0o644)
+}
+
+// e2eNode is the server's sandboxes: each preserve takes e2ePause and
+// writes <id>.state; they never end on their own.
+type e2eNode struct {
+	dir string
+	mu  sync.Mutex
+	run map[string]bool
+}
+
+type e2eSandbox struct {
+	id   string
+	node *e2eNode
+}
+
+func (s e2eSandbox) ID() string { return s.id }
+
+func (s e2eSandbox) Preserve(ctx context.Context) error {
+	t := time.NewTimer(e2ePause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := os.WriteFile(filepath.Join(s.node.dir, s.id+".state"), []byte("paused"), 0o644); err != nil {
+		return err
+	}
+	s.node.mu.Lock()
+	delete(s.node.run, s.id)
+	s.node.mu.Unlock()
+	return nil
+}
+
+func (n *e2eNode) List(context.Context) ([]pause.Sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []pause.Sandbox
+	for i := range e2eN {
+		if id := "sb-" + strconv.Itoa(i); n.run[id] {
+			out = append(out, e2eSandbox{id: id, node: n})
+		}
+	}
+	return out, nil
+}
+
+func e2eServer(mode, dir string) error {
+	node := &e2eNode{dir: dir, run: map[string]bool{}}
+	for i := range e2eN {
+		node.run["sb-"+strconv.Itoa(i)] = true
+	}
+	daemon := exec.Command(os.Args[0], "-test.run=^$")
+	daemon.Env = e2eEnv(e2eRoleEnv + "=daemon")
+	daemon.Stderr = os.Stderr
+	dout, err := daemon.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := daemon.Start(); err != nil {
+		return err
+	}
+	if _, err := bufio.NewReader(dout).ReadString('\n'); err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	stopDaemon := func(ctx context.Context) error {
+		if err := daemon.Process.Signal(syscall.SIGTERM); err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() { done <- daemon.Wait() }()
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	srv := &http.Server{Handler: mux}
+	if mode == "seed" {
+		return seedServer(node, ln, mux, srv, stopDaemon)
+	}
+
+	budget, err := deadline.New(e2eGrace, deadline.WithMargin(e2eMargin))
+	if err != nil {
+		return err
+	}
+	d, err := New(Config{
+		Budget:       budget,
+		Sandboxes:    node,
+		Estimator:    deadline.NewEstimator(e2ePause),
+		PauseOptions: []pause.Option{pause.WithLimit(e2eLimit)},
+		PollInterval: 100 * time.Millisecond,
+		Steps: []Step{
+			{Name: "device-daemon", Reserve: time.Second, Run: stopDaemon},
+			HTTPServerStep("http", srv, 300*time.Millisecond),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	mux.Handle("GET /drain", d.PreStop())
+	mux.Handle("GET /readyz", d.Gate().Readiness(nil))
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println("listening", ln.Addr())
+	rep := d.HandleSignals(context.Background())
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return errors.Join(os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644), rep.Err())
+}
+
+// seedServer is the seed's behaviour, written without drainkit: a preStop
+// that waits until no sandbox runs, with no deadline, and a SIGTERM handler
+// that pauses sandboxes one at a time, then stops the daemon.
+func seedServer(node *e2eNode, ln net.Listener, mux *http.ServeMux, srv *http.Server, stopDaemon func(context.Context) error) error {
+	mux.HandleFunc("GET /drain", func(w http.ResponseWriter, r *http.Request) {
+		for {
+			sbs, _ := node.List(r.Context())
+			if len(sbs) == 0 || r.Context().Err() != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println("listening", ln.Addr())
+	<-sig
+	sbs, _ := node.List(context.Background())
+	for _, s := range sbs {
+		_ = s.Preserve(context.Background())
+	}
+	return errors.Join(stopDaemon(context.Background()), srv.Close())
+}

@@ -1,0 +1,154 @@
+package drain
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Defaults for the zero ExecHook fields.
+const (
+	DefaultHookRequestTimeout = 10 * time.Second
+	DefaultHookMaxFailures    = 5
+	DefaultHookRetryInterval  = time.Second
+)
+
+// An ExecHook is the client side of an exec preStop hook, for manifests
+// that cannot use httpGet: a tiny command (drain/cmd/drainhook) runs it
+// inside the container and it calls the server's PreStop handler.
+//
+// Unlike a shell loop around curl, it is bounded three ways: every request
+// has RequestTimeout (the server is asked to answer within it with
+// ?wait=), it gives up after MaxFailures consecutive failed requests, and it
+// never runs past the drain deadline the server reported (nor past MaxWait
+// when set). The zero value, with URL set, is ready to use.
+type ExecHook struct {
+	// URL of the PreStop handler, e.g. http://127.0.0.1:8080/drain.
+	URL string
+	// RequestTimeout bounds each request; zero means DefaultHookRequestTimeout.
+	RequestTimeout time.Duration
+	// MaxFailures is how many consecutive failed requests end the hook;
+	// zero means DefaultHookMaxFailures.
+	MaxFailures int
+	// RetryInterval is the pause after a failed request; zero means
+	// DefaultHookRetryInterval.
+	RetryInterval time.Duration
+	// MaxWait, when positive, bounds the whole hook.
+	MaxWait time.Duration
+	// Start is when the kubelet started the hook (T0), sent to the server
+	// so that the hook's own start-up does not count as drain time: use
+	// ProcessStart(). Zero means the server's time of the first request.
+	Start time.Time
+	// Client makes the requests; nil means a new http.Client.
+	Client *http.Client
+	// Logger receives one line per failure and one at the end; nil discards.
+	Logger *slog.Logger
+}
+
+// Run calls the PreStop handler until it reports the drain wait over, the
+// drain deadline it reported passes, MaxFailures consecutive requests
+// failed, MaxWait passed, or ctx ends. It returns the last summary the
+// server sent (nil if none) and why it stopped early (nil when the server
+// said the wait is over). A hook command should exit 0 whatever Run
+// returns: a failing hook only delays SIGTERM, never prevents it.
+func (h ExecHook) Run(ctx context.Context) (*PreStopSummary, error) {
+	h.defaults()
+	if h.MaxWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.MaxWait)
+		defer cancel()
+	}
+	var last *PreStopSummary
+	var drainDL time.Time // the drain deadline the server reported: never run past it
+	for failures := 0; ; {
+		sum, err := h.call(ctx, drainDL)
+		if err == nil {
+			failures, last = 0, sum
+			if sum.Done {
+				h.Logger.Info("drainhook: drain wait over", "reason", sum.Reason, "running", sum.Running)
+				return last, nil
+			}
+			drainDL = sum.DrainDeadline
+		} else {
+			failures++
+			h.Logger.Warn("drainhook: request failed", "err", err, "failures", failures)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return last, fmt.Errorf("drainhook: stopped: %w", context.Cause(ctx))
+		case !drainDL.IsZero() && !time.Now().Before(drainDL):
+			return last, fmt.Errorf("drainhook: the drain deadline %s passed", drainDL.Format(time.RFC3339Nano))
+		case failures >= h.MaxFailures:
+			return last, fmt.Errorf("drainhook: %d consecutive failures, last: %w", failures, err)
+		}
+		if err != nil {
+			t := time.NewTimer(h.RetryInterval)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+	}
+}
+
+func (h *ExecHook) defaults() {
+	if h.RequestTimeout <= 0 {
+		h.RequestTimeout = DefaultHookRequestTimeout
+	}
+	if h.MaxFailures <= 0 {
+		h.MaxFailures = DefaultHookMaxFailures
+	}
+	if h.RetryInterval <= 0 {
+		h.RetryInterval = DefaultHookRetryInterval
+	}
+	if h.Client == nil {
+		h.Client = &http.Client{}
+	}
+	if h.Logger == nil {
+		h.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// call makes one request, bounded by the request timeout and drainDL (when
+// set), asking the server to answer within 90% of the request timeout.
+func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.RequestTimeout)
+	defer cancel()
+	if !drainDL.IsZero() {
+		var cancelDL context.CancelFunc
+		ctx, cancelDL = context.WithDeadline(ctx, drainDL)
+		defer cancelDL()
+	}
+	u, err := url.Parse(h.URL)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Set("wait", (h.RequestTimeout * 9 / 10).String())
+	if !h.Start.IsZero() {
+		q.Set("start", h.Start.Format(time.RFC3339Nano))
+	}
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := h.Client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", u.Redacted(), resp.Status)
+	}
+	var sum PreStopSummary
+	if err := json.NewDecoder(resp.Body).Decode(&sum); err != nil {
+		return nil, fmt.Errorf("%s: decoding the summary: %w", u.Redacted(), err)
+	}
+	return &sum, nil
+}

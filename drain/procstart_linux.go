@@ -1,0 +1,58 @@
+package drain
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProcessStart returns when the current process started, read from
+// /proc/self/stat (10 ms resolution), or time.Now() if that fails. An exec
+// preStop hook passes it as ExecHook.Start: the kubelet started the hook
+// (T0) just before, and the hook's own start-up must not count as drain
+// time.
+func ProcessStart() time.Time {
+	now := time.Now()
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return now
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
+	if i < 0 {
+		return now
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 20 { // starttime is field 22; fields[0] is field 3
+		return now
+	}
+	ticks, err := strconv.ParseInt(fields[19], 10, 64)
+	if err != nil {
+		return now
+	}
+	boot, ok := bootTime()
+	if !ok {
+		return now
+	}
+	const clockTicks = 100 // USER_HZ: 100 on every Linux architecture Go supports
+	start := boot.Add(time.Duration(ticks) * time.Second / clockTicks)
+	if start.After(now) || now.Sub(start) > time.Hour {
+		return now
+	}
+	return start
+}
+
+func bootTime() (time.Time, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return time.Unix(secs, 0), err == nil
+		}
+	}
+	return time.Time{}, false
+}
