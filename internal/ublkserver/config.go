@@ -15,7 +15,12 @@ type Config struct {
 	Depth      int           // requests in flight per queue; 32 when zero, at most 4096
 	MaxIOBytes int           // largest request in bytes; 128 KiB when zero
 	IODelay    time.Duration // added before answering each request, to keep I/O in flight longer
-	Logger     *slog.Logger  // queue errors; discarded when nil
+	// BackingDir, when set, keeps each device's disk in the file
+	// BackingDir/ublk<N>.img (shared-mapped, so it outlives the server,
+	// even a killed one) instead of anonymous memory; tests read it after a
+	// teardown to check that every acknowledged write arrived.
+	BackingDir string
+	Logger     *slog.Logger // queue errors; discarded when nil
 }
 
 func (c Config) withDefaults() (Config, error) {

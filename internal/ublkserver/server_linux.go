@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Server is a running ublk server: its devices, their queues and the
@@ -82,8 +85,11 @@ func (s *Server) addDevice(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d := &device{srv: s, id: info.DevID, ioBytes: int(info.MaxIOBufBytes), disk: make([]byte, s.cfg.Size)}
+	d := &device{srv: s, id: info.DevID, ioBytes: int(info.MaxIOBufBytes)}
 	s.devices = append(s.devices, d)
+	if d.disk, err = newDisk(s.cfg, d.id); err != nil {
+		return err
+	}
 	if err := s.ctrl.setParams(ctx, d.id, uint64(s.cfg.Size)/512, info.MaxIOBufBytes/512); err != nil {
 		return err
 	}
@@ -102,6 +108,27 @@ func (s *Server) addDevice(ctx context.Context) error {
 	}
 	return s.ctrl.startDev(ctx, d.id, os.Getpid())
 }
+
+// newDisk returns the memory behind device id: anonymous, or the shared
+// mapping of BackingDir/ublk<id>.img.
+func newDisk(cfg Config, id uint32) ([]byte, error) {
+	if cfg.BackingDir == "" {
+		return unix.Mmap(-1, 0, int(cfg.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	}
+	f, err := os.OpenFile(BackingFile(cfg.BackingDir, int(id)), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("ublkserver: backing file: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(cfg.Size); err != nil {
+		return nil, fmt.Errorf("ublkserver: backing file: %w", err)
+	}
+	return unix.Mmap(int(f.Fd()), 0, int(cfg.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+}
+
+// BackingFile returns the path of device id's disk under dir (see
+// Config.BackingDir).
+func BackingFile(dir string, id int) string { return filepath.Join(dir, fmt.Sprintf("ublk%d.img", id)) }
 
 // openCharDev opens /dev/ublkcN, waiting for devtmpfs to create it.
 func openCharDev(ctx context.Context, id uint32) (*os.File, error) {
@@ -173,6 +200,10 @@ func (s *Server) stopAndDelete(ctx context.Context) error {
 	for _, d := range s.devices {
 		if d.cdev != nil {
 			_ = d.cdev.Close()
+		}
+		if d.disk != nil {
+			_ = unix.Munmap(d.disk)
+			d.disk = nil
 		}
 		if err := s.ctrl.delDev(ctx, d.id); err != nil {
 			errs = append(errs, err)

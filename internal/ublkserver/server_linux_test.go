@@ -39,10 +39,11 @@ func exists(path string) bool {
 // TestGuestServesReadsAndWritesAndStopsCleanly writes random data through
 // /dev/ublkb0 with O_DIRECT (so every byte goes through the queues), reads
 // it back, and stops the server in the safe order: both sysfs entries and
-// both device nodes must be gone.
+// both device nodes must be gone, and the backing file holds the data.
 func TestGuestServesReadsAndWritesAndStopsCleanly(t *testing.T) {
 	vmtest.GuestOnly(t)
-	s := startServer(t, Config{Size: 8 << 20})
+	dir := t.TempDir()
+	s := startServer(t, Config{Size: 8 << 20, BackingDir: dir})
 	require.Len(t, s.Devices(), 1)
 	id := s.Devices()[0]
 	blk := fmt.Sprintf("/dev/ublkb%d", id)
@@ -77,6 +78,10 @@ func TestGuestServesReadsAndWritesAndStopsCleanly(t *testing.T) {
 	for _, p := range []string{blk, fmt.Sprintf("/sys/block/ublkb%d", id), fmt.Sprintf("/sys/class/ublk-char/ublkc%d", id)} {
 		assert.False(t, exists(p), "%s is gone after Stop", p)
 	}
+	disk, err := os.ReadFile(BackingFile(dir, id))
+	require.NoError(t, err)
+	require.Len(t, disk, 8<<20)
+	assert.True(t, bytes.Equal(want, disk[3<<20:4<<20]), "backing file holds the written data")
 }
 
 // TestGuestFreezeHoldsIOUntilThaw checks that a frozen server keeps a
