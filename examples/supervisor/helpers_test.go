@@ -127,6 +127,17 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// helperCmd returns an exec.Cmd for argv with the test's stdio. Under the
+// race detector a process sleeps a second at exit (atexit_sleep_ms), which
+// would eat the scaled-down budgets of these tests: it is turned off for
+// the helper processes and everything they start.
+func helperCmd(argv []string) *exec.Cmd {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	return cmd
+}
+
 // helperCommand returns the argv that runs this test binary as role.
 func helperCommand(role string, args ...string) []string {
 	return append([]string{os.Args[0], "helper:" + role}, args...)
@@ -143,8 +154,7 @@ func startSupervisor(t *testing.T, flags []string, server []string) *supProc {
 	t.Helper()
 	argv := append(helperCommand("supervisor", flags...), "--")
 	argv = append(argv, server...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd := helperCmd(argv)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -243,7 +253,7 @@ func daemonCommand(t *testing.T, dir, events string) []string {
 	t.Helper()
 	cfg := fakeublk.DaemonConfig{
 		SysRoot:  filepath.Join(dir, "sys"),
-		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 259, Minor: 0}, {ID: 1, Major: 259, Minor: 1}},
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}, {ID: 1, Major: 4000, Minor: 1}}, // no real disk has these numbers
 		Socket:   filepath.Join(dir, "ublkd.sock"),
 		EventLog: events,
 	}

@@ -1,0 +1,158 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/examples/supervisor/internal/naiveserver"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// The proof, scaled down from AgentENV's 3600 s: a grace period of 6 s, 10
+// sandboxes that never finish on their own, 500 ms per pause.
+//
+//	without the supervisor (the naive server is the container's process):
+//	  0s   preStop GET /prestop ........ waits for sandboxes to finish: never
+//	  6s   kubelet gives up on the hook; SIGTERM, SIGKILL due in 2 s (floor)
+//	  6s   naive SIGTERM handler pauses one at a time: 500 ms each
+//	  8s   SIGKILL: the sandboxes not reached are lost, the daemon is killed
+//
+//	with the supervisor in front of the same, unmodified server:
+//	  0s   preStop GET /drain .......... waits while sandboxes run, until the
+//	                                      drain deadline leaves room for the rest
+//	 ~2s   SIGTERM: 10 pauses through the server's API, 8 at a time: ~1 s
+//	 ~3s   SIGTERM to the server (nothing left to pause: it exits at once),
+//	       then the daemon stops its devices and exits cleanly
+//	 ~3s   supervisor exits 0, seconds before SIGKILL was due
+//
+// After each run the server restarts from its state directory: the test
+// counts the sandboxes that come back paused.
+const (
+	e2eGrace     = 6 * time.Second
+	e2eSandboxes = 10
+	e2ePause     = 500 * time.Millisecond
+)
+
+func TestEndToEndNaiveServerLosesSandboxesWithoutTheSupervisor(t *testing.T) {
+	dir := t.TempDir()
+	state, events, api := filepath.Join(dir, "state"), filepath.Join(dir, "daemon.log"), freeAddr(t)
+	server := helperCmd(helperCommand("naiveserver", "-listen", api, "-state", state,
+		"-pause", e2ePause.String(), "-daemon", strings.Join(daemonCommand(t, dir, events), " ")))
+	child, err := kubeletsim.Start(server)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+
+	created := createSandboxes(t, "http://"+api)
+	tl, err := kubeletsim.Terminate(t.Context(), child,
+		kubeletsim.HTTPGet{URL: "http://" + api + "/prestop", Client: noKeepAlive()}, e2eGrace)
+	require.NoError(t, err)
+	t.Logf("timeline:\n%s", tl)
+
+	assert.True(t, tl.HookKept, "the naive preStop held the whole grace period")
+	assert.Equal(t, kubeletsim.MinimumGracePeriod, tl.Remaining, "SIGTERM got only the 2 s floor")
+	assert.True(t, tl.Killed, "SIGKILL landed in the middle of the naive shutdown")
+	assert.NotContains(t, readFile(t, events), "exit", "the device daemon was killed, not stopped")
+
+	paused := restartAndCountPaused(t, state, created)
+	t.Logf("paused after restart: %d of %d", paused, len(created))
+	assert.Less(t, paused, len(created), "sandboxes were lost")
+}
+
+func TestEndToEndSupervisorBringsEverySandboxBackPaused(t *testing.T) {
+	dir := t.TempDir()
+	state, events, report := filepath.Join(dir, "state"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "report.json")
+	api, listen := freeAddr(t), freeAddr(t)
+	argv := append(helperCommand("supervisor",
+		"-listen", listen, "-server-url", "http://"+api, "-grace", e2eGrace.String(), "-concurrency", "8",
+		"-daemon", strings.Join(daemonCommand(t, dir, events), " "), "-report", report, "--"),
+		// the same server, unmodified, without its own daemon
+		helperCommand("naiveserver", "-listen", api, "-state", state, "-pause", e2ePause.String())...)
+	child, err := kubeletsim.Start(helperCmd(argv))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+
+	ctx := t.Context()
+	eventually(t, 10*time.Second, "supervisor ready", func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 })
+	created := createSandboxes(t, "http://"+api)
+	tl, err := kubeletsim.Terminate(ctx, child,
+		kubeletsim.HTTPGet{URL: "http://" + listen + "/drain", Client: noKeepAlive()}, e2eGrace)
+	require.NoError(t, err)
+	t.Logf("timeline:\n%s", tl)
+
+	assert.False(t, tl.Killed, "nothing was SIGKILLed")
+	assert.False(t, tl.HookKept, "the preStop ended by the drain deadline")
+	assert.NoError(t, child.Err(), "the supervisor exited 0, with the server's status")
+	assert.Positive(t, tl.Margin())
+
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Drain)
+	require.NotNil(t, rep.Drain.Preserve)
+	assert.Equal(t, len(created), rep.Drain.Preserve.Counts[pause.Preserved], "every sandbox preserved")
+	assert.Zero(t, rep.Drain.Lost())
+	assert.Equal(t, "exited 0", rep.Server.String())
+	assert.False(t, rep.Server.Killed)
+	require.NotNil(t, rep.Daemon)
+	assert.Equal(t, "exited 0", rep.Daemon.String(), "the daemon stopped cleanly")
+	assert.False(t, rep.Daemon.Killed)
+	assert.Contains(t, readFile(t, events), "exit")
+	assert.Positive(t, rep.Drain.Margin)
+
+	assert.Equal(t, len(created), restartAndCountPaused(t, state, created), "every sandbox came back paused")
+}
+
+// createSandboxes creates the sandboxes through the server's API.
+func createSandboxes(t *testing.T, base string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c := naiveserver.NewClient(base)
+	require.NoError(t, c.Wait(ctx))
+	ids := make([]string, e2eSandboxes)
+	for i := range ids {
+		id, err := c.Create(ctx)
+		require.NoError(t, err)
+		ids[i] = id
+	}
+	return ids
+}
+
+// restartAndCountPaused starts the server again on the state directory and
+// counts the created sandboxes that came back paused.
+func restartAndCountPaused(t *testing.T, state string, created []string) int {
+	t.Helper()
+	api := freeAddr(t)
+	cmd := helperCmd(helperCommand("naiveserver", "-listen", api, "-state", state))
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c := naiveserver.NewClient("http://" + api)
+	require.NoError(t, c.Wait(ctx))
+	states, err := c.States(ctx)
+	require.NoError(t, err)
+	n := 0
+	for _, id := range created {
+		if states[id] == naiveserver.Paused {
+			n++
+		}
+	}
+	recs, err := naiveserver.LoadRecords(state)
+	require.NoError(t, err)
+	assert.Len(t, recs, n, "one record per sandbox that came back")
+	return n
+}
+
+func noKeepAlive() *http.Client {
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+}
