@@ -1,0 +1,77 @@
+package runsc
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// BenchmarkCheckpointConcurrency checkpoints 8 running counter sandboxes with real runsc,
+// once one at a time (the seed's way) and once 4 at a time, and reports both wall times and
+// their ratio. Starting the sandboxes is not timed.
+//
+//	go test -run '^$' -bench CheckpointConcurrency -benchtime 1x ./internal/runsc
+func BenchmarkCheckpointConcurrency(b *testing.B) {
+	rt := realRuntime(b)
+	const sandboxes = 8
+	dir := b.TempDir()
+	bundles := make([]Bundle, sandboxes)
+	for i := range bundles {
+		var err error
+		if bundles[i], err = WriteBundle(filepath.Join(dir, fmt.Sprint("b", i)), CounterArgs()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var seq, par time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		seq += checkpointAll(b, rt, bundles, fmt.Sprint(dir, "/r", round, "c1"), 1)
+		par += checkpointAll(b, rt, bundles, fmt.Sprint(dir, "/r", round, "c4"), 4)
+	}
+	b.ReportMetric(seq.Seconds()/float64(round), "s/8-checkpoints-c1")
+	b.ReportMetric(par.Seconds()/float64(round), "s/8-checkpoints-c4")
+	b.ReportMetric(float64(seq)/float64(par), "speedup-c4/c1")
+}
+
+// checkpointAll starts a sandbox per bundle (untimed), checkpoints them all with the given
+// concurrency (timed), deletes them and returns the checkpoint phase's wall time.
+func checkpointAll(b *testing.B, rt *Runtime, bundles []Bundle, imgDir string, concurrency int) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b.StopTimer()
+	for i, bd := range bundles {
+		id := fmt.Sprint("s", i)
+		if err := rt.Run(ctx, id, bd, filepath.Join(imgDir+".log")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bd := range bundles {
+		waitCounter(b, bd, 0)
+	}
+	b.StartTimer()
+	start := time.Now()
+	var g errgroup.Group
+	g.SetLimit(concurrency)
+	for i := range bundles {
+		id := fmt.Sprint("s", i)
+		g.Go(func() error { return rt.Checkpoint(ctx, id, filepath.Join(imgDir, id)) })
+	}
+	err := g.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range bundles {
+		if err := rt.Delete(ctx, fmt.Sprint("s", i), true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StartTimer()
+	return elapsed
+}

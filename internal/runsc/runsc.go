@@ -1,0 +1,253 @@
+package runsc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrNotExist is wrapped by the errors of [Runtime.State], [Runtime.Kill],
+// [Runtime.Wait] and [Runtime.Delete] when runsc does not know the container.
+var ErrNotExist = errors.New("runsc: container does not exist")
+
+// Runtime runs runsc commands against one state directory. Root is required; the other
+// fields have working zero values. A Runtime is safe for concurrent use; it holds no state
+// of its own beyond its configuration, which must not change while commands run.
+type Runtime struct {
+	// Binary is the runsc executable; "" means "runsc" looked up in PATH.
+	Binary string
+	// Root is runsc's --root: the directory holding the state of this Runtime's
+	// containers. Required.
+	Root string
+	// Platform is runsc's --platform ("ptrace", "kvm"); "" leaves runsc's default (ptrace).
+	Platform string
+	// Network is runsc's --network; "" means "none".
+	Network string
+	// IgnoreCgroups passes --ignore-cgroups (for hosts where runsc cannot configure cgroups).
+	IgnoreCgroups bool
+	// ExtraFlags are appended to the global flags of every command.
+	ExtraFlags []string
+	// WaitDelay bounds how long a command may hold its output after its process ended or
+	// its context was cancelled (see [exec.Cmd.WaitDelay]); 0 means one second.
+	WaitDelay time.Duration
+}
+
+// State is the output of runsc state: the OCI state of one container.
+type State struct {
+	ID     string `json:"id"`
+	Status string `json:"status"` // "created", "running", "paused" or "stopped"
+	Pid    int    `json:"pid"`
+	Bundle string `json:"bundle"`
+}
+
+// validID is what runsc accepts as a container ID.
+var validID = regexp.MustCompile(`^[\w+.-]+$`)
+
+// GlobalFlags returns the flags placed before every subcommand, in order.
+func (r *Runtime) GlobalFlags() []string {
+	network := r.Network
+	if network == "" {
+		network = "none"
+	}
+	flags := []string{"--root=" + r.Root, "--network=" + network}
+	if r.Platform != "" {
+		flags = append(flags, "--platform="+r.Platform)
+	}
+	if r.IgnoreCgroups {
+		flags = append(flags, "--ignore-cgroups")
+	}
+	return append(flags, r.ExtraFlags...)
+}
+
+// Run creates and starts container id from bundle b and returns once runsc has detached
+// (runsc run -detach). The container's stdout and stderr, and runsc's own messages, are
+// appended to the file logPath; on failure the error carries the log's new lines.
+func (r *Runtime) Run(ctx context.Context, id string, b Bundle, logPath string) error {
+	return r.detached(ctx, id, logPath, "run", "-detach", "--bundle="+b.Dir, id)
+}
+
+// Restore creates container id from bundle b and the checkpoint in imageDir and starts it
+// detached (runsc restore -detach). An ID is free again once its previous container was
+// deleted. Output goes to logPath as for [Runtime.Run].
+func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, logPath string) error {
+	return r.detached(ctx, id, logPath, "restore", "-detach", "--bundle="+b.Dir, "--image-path="+imageDir, id)
+}
+
+// Checkpoint saves container id into imageDir (created if missing) and stops the container
+// (runsc checkpoint --image-path). The stopped container must still be deleted.
+func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
+	if err := os.MkdirAll(imageDir, 0o700); err != nil {
+		return fmt.Errorf("runsc checkpoint %s: %w", id, err)
+	}
+	_, err := r.output(ctx, id, "checkpoint", "--image-path="+imageDir, id)
+	return err
+}
+
+// Kill sends sig to the container's init process, or to every process in it when all is
+// set (runsc kill [--all] id SIG).
+func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error {
+	args := []string{"kill"}
+	if all {
+		args = append(args, "--all")
+	}
+	_, err := r.output(ctx, id, append(args, id, fmt.Sprint(int(sig)))...)
+	return err
+}
+
+// Wait blocks until the container's init process exits and returns its exit status as
+// runsc reports it (128+n for a process killed by signal n). It returns ctx.Err() wrapped
+// when the context ends first.
+func (r *Runtime) Wait(ctx context.Context, id string) (int, error) {
+	out, err := r.output(ctx, id, "wait", id)
+	if err != nil {
+		return 0, err
+	}
+	var w struct {
+		ExitStatus *int `json:"exitStatus"`
+	}
+	if err := json.Unmarshal(out, &w); err != nil || w.ExitStatus == nil {
+		return 0, fmt.Errorf("runsc wait %s: unexpected output %q", id, out)
+	}
+	return *w.ExitStatus, nil
+}
+
+// State returns the container's OCI state.
+func (r *Runtime) State(ctx context.Context, id string) (State, error) {
+	var st State
+	out, err := r.output(ctx, id, "state", id)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("runsc state %s: %w in %q", id, err, out)
+	}
+	return st, nil
+}
+
+// Delete removes the container's resources; force also kills it if it runs
+// (runsc delete [-force] id).
+func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
+	args := []string{"delete"}
+	if force {
+		args = append(args, "-force")
+	}
+	_, err := r.output(ctx, id, append(args, id)...)
+	return err
+}
+
+// List returns the IDs of the containers in this Runtime's root.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	out, err := r.output(ctx, "", "list", "-quiet")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// DeleteAll force-deletes every container in this Runtime's root and returns the first
+// error. Tests call it from t.Cleanup so no sandbox outlives them.
+func (r *Runtime) DeleteAll(ctx context.Context) error {
+	ids, err := r.List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := r.Delete(ctx, id, true); err != nil && !errors.Is(err, ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// command builds the exec.Cmd for one runsc invocation about container id ("" for none),
+// bound to ctx.
+func (r *Runtime) command(ctx context.Context, id string, args ...string) (*exec.Cmd, error) {
+	if r.Root == "" {
+		return nil, errors.New("runsc: Runtime.Root is required")
+	}
+	if args[0] != "list" && !validID.MatchString(id) {
+		return nil, fmt.Errorf("runsc %s: invalid container id %q", args[0], id)
+	}
+	bin := r.Binary
+	if bin == "" {
+		bin = "runsc"
+	}
+	cmd := exec.CommandContext(ctx, bin, append(r.GlobalFlags(), args...)...)
+	cmd.WaitDelay = r.WaitDelay
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = time.Second
+	}
+	return cmd, nil
+}
+
+// output runs a command that does not leave a sandbox behind and returns its stdout.
+func (r *Runtime) output(ctx context.Context, id string, args ...string) ([]byte, error) {
+	cmd, err := r.command(ctx, id, args...)
+	if err != nil {
+		return nil, err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, commandError(ctx, args, err, stderr.Bytes())
+	}
+	return stdout.Bytes(), nil
+}
+
+// detached runs run or restore: the sandbox they fork inherits their stdio, so it goes to a
+// file and never to a pipe that would keep cmd.Wait waiting for the sandbox's exit.
+func (r *Runtime) detached(ctx context.Context, id, logPath string, args ...string) error {
+	cmd, err := r.command(ctx, id, args...)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("runsc %s: %w", args[0], err)
+	}
+	defer f.Close()
+	start, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return fmt.Errorf("runsc %s: %w", args[0], err)
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Run(); err != nil {
+		return commandError(ctx, args, err, readFrom(logPath, start, 2048))
+	}
+	return nil
+}
+
+// commandError turns a failed run into an error naming the command, wrapping ctx.Err()
+// when the context ended it and ErrNotExist when runsc did not know the container.
+func commandError(ctx context.Context, args []string, err error, msg []byte) error {
+	text := strings.TrimSpace(string(msg))
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("runsc %s: %w (%v)", strings.Join(args, " "), cerr, err)
+	}
+	if strings.Contains(text, "file does not exist") || strings.Contains(text, "container does not exist") {
+		return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), ErrNotExist, text)
+	}
+	return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), err, text)
+}
+
+// readFrom returns at most max bytes of the file from offset off, for error messages.
+func readFrom(path string, off int64, max int) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	buf := make([]byte, max)
+	n, _ := f.ReadAt(buf, off)
+	return buf[:n]
+}

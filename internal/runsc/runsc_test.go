@@ -1,0 +1,291 @@
+package runsc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// fakeEnv makes the test binary act as a fake runsc (see fakeRunsc).
+const fakeEnv = "DRAINKIT_FAKE_RUNSC"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(fakeEnv); mode != "" {
+		os.Exit(fakeRunsc(mode, os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// fakeRunsc stands in for runsc in the tests that check the wrapper's own behaviour:
+// "hang" blocks forever; "script" answers per subcommand like the real runsc does.
+func fakeRunsc(mode string, args []string) int {
+	var sub, id string
+	if len(args) > 0 {
+		id = args[len(args)-1]
+	}
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			sub = a
+			break
+		}
+	}
+	switch {
+	case mode == "hang":
+		time.Sleep(time.Hour)
+	case mode == "sandbox":
+		fmt.Println("sandbox says hello")
+		time.Sleep(time.Hour) // holds stdout like a forked runsc sandbox does
+	case sub == "wait":
+		fmt.Printf(`{"id":%q,"exitStatus":143}`, id)
+	case sub == "state" && id == "missing":
+		fmt.Fprintln(os.Stderr, "loading container: file does not exist")
+		return 128
+	case sub == "state":
+		fmt.Printf(`{"ociVersion":"1.0.2-dev","id":%q,"status":"running","pid":42,"bundle":"/b"}`, id)
+	case sub == "run":
+		// Fork a long-lived child that inherits stdout, as runsc run -detach does.
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), fakeEnv+"=sandbox")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return 1
+		}
+		fmt.Println(cmd.Process.Pid)
+	case sub == "checkpoint":
+		fmt.Fprintln(os.Stderr, "checkpoint failed: the sandbox is busy")
+		return 1
+	}
+	return 0
+}
+
+func fakeRuntime(t *testing.T, mode string) *Runtime {
+	t.Setenv(fakeEnv, mode)
+	return &Runtime{Binary: os.Args[0], Root: t.TempDir()}
+}
+
+func TestGlobalFlagsDefaultToNoNetwork(t *testing.T) {
+	rt := &Runtime{Root: "/r"}
+	assert.Equal(t, []string{"--root=/r", "--network=none"}, rt.GlobalFlags())
+	rt = &Runtime{Root: "/r", Network: "host", Platform: "kvm", IgnoreCgroups: true, ExtraFlags: []string{"--debug"}}
+	assert.Equal(t, []string{"--root=/r", "--network=host", "--platform=kvm", "--ignore-cgroups", "--debug"}, rt.GlobalFlags())
+}
+
+func TestCommandWithoutRootFailsNamingTheField(t *testing.T) {
+	_, err := (&Runtime{}).State(context.Background(), "x")
+	require.ErrorContains(t, err, "Runtime.Root")
+}
+
+func TestInvalidContainerIDIsRejectedBeforeRunning(t *testing.T) {
+	rt := fakeRuntime(t, "hang")
+	err := rt.Kill(context.Background(), "../etc", syscall.SIGTERM, false)
+	require.ErrorContains(t, err, "invalid container id")
+}
+
+func TestCommandReturnsWhenContextEnds(t *testing.T) {
+	rt := fakeRuntime(t, "hang")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := rt.Wait(ctx, "c1")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestWaitParsesExitStatus(t *testing.T) {
+	rt := fakeRuntime(t, "script")
+	status, err := rt.Wait(context.Background(), "c1")
+	require.NoError(t, err)
+	assert.Equal(t, 143, status)
+}
+
+func TestStateParsesAndMapsMissingContainer(t *testing.T) {
+	rt := fakeRuntime(t, "script")
+	st, err := rt.State(context.Background(), "c1")
+	require.NoError(t, err)
+	assert.Equal(t, State{ID: "c1", Status: "running", Pid: 42, Bundle: "/b"}, st)
+
+	_, err = rt.State(context.Background(), "missing")
+	require.ErrorIs(t, err, ErrNotExist)
+}
+
+func TestFailureCarriesRunscMessage(t *testing.T) {
+	rt := fakeRuntime(t, "script")
+	err := rt.Checkpoint(context.Background(), "c1", filepath.Join(t.TempDir(), "img"))
+	require.ErrorContains(t, err, "the sandbox is busy")
+}
+
+// runsc run -detach leaves a sandbox process holding its stdout; Run must return as soon as
+// runsc itself exits, not when that process ends (or after WaitDelay with an error).
+func TestRunDoesNotWaitForTheForkedSandbox(t *testing.T) {
+	rt := fakeRuntime(t, "script")
+	logPath := filepath.Join(t.TempDir(), "c1.log")
+	require.NoError(t, rt.Run(context.Background(), "c1", Bundle{Dir: "/b"}, logPath))
+
+	var pid int
+	require.Eventually(t, func() bool {
+		data, _ := os.ReadFile(logPath)
+		_, err := fmt.Sscan(string(data), &pid)
+		return err == nil && strings.Contains(string(data), "sandbox says hello")
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+}
+
+func TestWriteBundleWritesMinimalSpec(t *testing.T) {
+	if _, err := StaticBusybox(); err != nil {
+		t.Skip(err)
+	}
+	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), CounterArgs())
+	require.NoError(t, err)
+
+	data, err := os.ReadFile(filepath.Join(b.Dir, "config.json"))
+	require.NoError(t, err)
+	var s spec
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&s))
+	assert.Equal(t, CounterArgs(), s.Process.Args)
+	assert.False(t, s.Root.Readonly, "the counter writes into the rootfs")
+	assert.True(t, s.Process.NoNewPrivileges)
+	for _, a := range applets {
+		target, err := os.Readlink(filepath.Join(b.Rootfs(), "bin", a))
+		require.NoError(t, err)
+		assert.Equal(t, "busybox", target)
+	}
+	assert.True(t, isStatic(filepath.Join(b.Rootfs(), "bin", "busybox")))
+
+	_, err = WriteBundle(filepath.Join(t.TempDir(), "empty"), nil)
+	require.Error(t, err)
+}
+
+func TestCounterReportsMissingAndGarbage(t *testing.T) {
+	b := Bundle{Dir: t.TempDir()}
+	_, err := b.Counter()
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.NoError(t, os.MkdirAll(b.Rootfs(), 0o755))
+	write := func(s string) {
+		require.NoError(t, os.WriteFile(filepath.Join(b.Rootfs(), CounterFile), []byte(s), 0o644))
+	}
+	write("1")
+	_, err = b.Counter()
+	require.ErrorIs(t, err, os.ErrNotExist, "no complete line yet")
+	write("1\n2\n3")
+	n, err := b.Counter()
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "a torn last line is ignored")
+	write("7\n")
+	n, err = b.Counter()
+	require.NoError(t, err)
+	assert.Equal(t, 7, n)
+	write("1\nx\n")
+	_, err = b.Counter()
+	require.ErrorContains(t, err, `"x"`)
+
+	assert.True(t, ConsecutiveFromOne([]int{1, 2, 3}))
+	assert.True(t, ConsecutiveFromOne(nil))
+	assert.False(t, ConsecutiveFromOne([]int{1, 2, 1, 2}), "a restart")
+	assert.False(t, ConsecutiveFromOne([]int{1, 3}), "a gap")
+}
+
+// realRuntime returns a Runtime over the real runsc, or skips the test.
+func realRuntime(t testing.TB) *Runtime {
+	if err := Usable(); err != nil {
+		t.Skip("skipping real-runsc test: ", err)
+	}
+	rt := &Runtime{Root: t.TempDir()}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		assert.NoError(t, rt.DeleteAll(ctx))
+	})
+	return rt
+}
+
+// waitCounter waits until the bundle's counter is above min and returns it.
+func waitCounter(t testing.TB, b Bundle, min int) int {
+	var n int
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		v, err := b.Counter()
+		if err == nil && v > min {
+			return v
+		}
+		n = v
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("counter in %s did not pass %d (last %d)", b.Dir, min, n)
+	return 0
+}
+
+func TestCheckpointRestoreResumesCounter(t *testing.T) {
+	rt := realRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	b, err := WriteBundle(filepath.Join(dir, "b"), CounterArgs())
+	require.NoError(t, err)
+	logPath := filepath.Join(dir, "s.log")
+
+	require.NoError(t, rt.Run(ctx, "s", b, logPath))
+	st, err := rt.State(ctx, "s")
+	require.NoError(t, err)
+	assert.Equal(t, "running", st.Status)
+	waitCounter(t, b, 3)
+
+	img := filepath.Join(dir, "img")
+	require.NoError(t, rt.Checkpoint(ctx, "s", img))
+	st, err = rt.State(ctx, "s")
+	require.NoError(t, err)
+	assert.Equal(t, "stopped", st.Status)
+	saved, err := b.Counter()
+	require.NoError(t, err)
+	require.NoError(t, rt.Delete(ctx, "s", false))
+
+	require.NoError(t, rt.Restore(ctx, "s", b, img, logPath))
+	next := waitCounter(t, b, saved)
+	waitCounter(t, b, next)
+	counts, err := b.Counts()
+	require.NoError(t, err)
+	assert.True(t, ConsecutiveFromOne(counts), "the counter restarted or skipped: %v", counts)
+}
+
+func TestKillAndWaitReportSignalExit(t *testing.T) {
+	rt := realRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	b, err := WriteBundle(filepath.Join(dir, "b"), CounterArgs())
+	require.NoError(t, err)
+	require.NoError(t, rt.Run(ctx, "k", b, filepath.Join(dir, "k.log")))
+
+	waited := make(chan error, 1)
+	var status int
+	go func() {
+		var err error
+		status, err = rt.Wait(ctx, "k")
+		waited <- err
+	}()
+	// runsc wait must be attached before the kill, or it finds no exit status: half a
+	// second of counting gives the goroutine ample time to start it.
+	waitCounter(t, b, 5)
+	require.NoError(t, rt.Kill(ctx, "k", syscall.SIGKILL, true))
+	require.NoError(t, <-waited)
+	assert.Equal(t, 128+int(syscall.SIGKILL), status)
+
+	require.NoError(t, rt.Delete(ctx, "k", false))
+	_, err = rt.State(ctx, "k")
+	require.ErrorIs(t, err, ErrNotExist)
+	ids, err := rt.List(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, ids)
+	require.True(t, errors.Is(rt.Kill(ctx, "k", syscall.SIGTERM, false), ErrNotExist))
+}
