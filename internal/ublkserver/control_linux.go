@@ -27,6 +27,7 @@ type control struct {
 	// pinned keeps the buffers of commands abandoned on a context's end
 	// alive: the kernel may still write them.
 	pinned [][]byte
+	seq    uint64
 }
 
 func openControl() (*control, error) {
@@ -46,18 +47,28 @@ func (c *control) Close() error {
 	return errors.Join(c.ring.Close(), c.f.Close())
 }
 
-// do sends one command and returns the kernel's non-negative result.
-// buf, when not nil, is the command's in/out buffer (addr and len).
+// do sends one command and returns the kernel's non-negative result, or
+// ctx's error when ctx ends first: the command then stays with the kernel
+// (its buffer is kept alive) and its completion is skipped later. buf,
+// when not nil, is the command's in/out buffer (addr and len).
 func (c *control) do(ctx context.Context, op, devID uint32, buf []byte, data0 uint64) (int32, error) {
 	var addr uint64
 	if len(buf) > 0 {
 		addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
 	}
-	sqe := uring.URingCmd(int(c.f.Fd()), op, ctrlCmd(devID, addr, uint16(len(buf)), data0), uint64(op))
-	cqe, err := c.ring.SubmitAndWait(ctx, sqe)
-	if err != nil {
-		c.pinned = append(c.pinned, buf)
+	c.seq++
+	tag := c.seq
+	if _, err := c.ring.Submit(uring.URingCmd(int(c.f.Fd()), op, ctrlCmd(devID, addr, uint16(len(buf)), data0), tag)); err != nil {
 		return 0, err
+	}
+	var cqe uring.CQE
+	for cqe.UserData != tag {
+		var err error
+		// An abandoned earlier command may complete first; skip it.
+		if cqe, err = c.ring.WaitCQE(ctx); err != nil {
+			c.pinned = append(c.pinned, buf)
+			return 0, err
+		}
 	}
 	runtime.KeepAlive(buf)
 	if cqe.Res < 0 {
