@@ -33,7 +33,9 @@ type PreStopSummary struct {
 // preStopRun is the one drain wait that the first preStop call starts and
 // later calls join.
 type preStopRun struct {
-	done chan struct{}
+	counted chan struct{} // closed after the first count (or when the wait ends)
+	once    sync.Once
+	done    chan struct{}
 	mu   sync.Mutex
 	sum  PreStopSummary
 }
@@ -47,6 +49,8 @@ func (r *preStopRun) summary() PreStopSummary {
 	}
 	return s
 }
+
+func (r *preStopRun) markCounted() { r.once.Do(func() { close(r.counted) }) }
 
 func (r *preStopRun) update(f func(*PreStopSummary)) {
 	r.mu.Lock()
@@ -116,6 +120,10 @@ func (d *Drainer) preStop(ctx context.Context, at time.Time, bound <-chan time.T
 		return PreStopSummary{Start: st.Start, Done: true, Reason: ReasonSIGTERM, Running: d.Running(),
 			DrainDeadline: d.plan.Deadline(PhaseDrain), Kill: st.Kill}
 	}
+	select { // every answer carries a count, even with ?wait=0s
+	case <-run.counted:
+	case <-ctx.Done():
+	}
 	select {
 	case <-run.done:
 	case <-ctx.Done():
@@ -137,7 +145,7 @@ func (d *Drainer) startPreStop(at time.Time) *preStopRun {
 	}
 	d.budget.OnPreStop(at)
 	d.gate.Close()
-	run := &preStopRun{done: make(chan struct{}), sum: PreStopSummary{Start: d.budget.Start(), Reason: ReasonWaiting}}
+	run := &preStopRun{counted: make(chan struct{}), done: make(chan struct{}), sum: PreStopSummary{Start: d.budget.Start(), Reason: ReasonWaiting}}
 	d.prestop = run
 	go d.drainWait(run)
 	d.log.Info("drain: preStop: gate closed, waiting for running sandboxes", "t0", run.sum.Start, "kill", d.budget.Kill())
@@ -149,6 +157,7 @@ func (d *Drainer) startPreStop(at time.Time) *preStopRun {
 // budget changes.
 func (d *Drainer) drainWait(run *preStopRun) {
 	defer close(run.done)
+	defer run.markCounted()
 	reason := d.drainLoop(run)
 	now := time.Now()
 	run.update(func(s *PreStopSummary) {
@@ -170,6 +179,7 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 			}
 			s.DrainDeadline, s.Kill = dl, d.budget.Kill()
 		})
+		run.markCounted()
 		if n == 0 {
 			return ReasonDrained
 		}
