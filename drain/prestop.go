@@ -36,8 +36,8 @@ type preStopRun struct {
 	counted chan struct{} // closed after the first count (or when the wait ends)
 	once    sync.Once
 	done    chan struct{}
-	mu   sync.Mutex
-	sum  PreStopSummary
+	mu      sync.Mutex
+	sum     PreStopSummary
 }
 
 func (r *preStopRun) summary() PreStopSummary {
