@@ -1,0 +1,118 @@
+//go:build linux
+
+package main
+
+import (
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+)
+
+// The manifest decodes strictly into the Kubernetes types (a misspelt or
+// misplaced field fails), its supervisor command line parses with the
+// supervisor's own parser, and its numbers add up.
+func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
+	raw, err := os.ReadFile("deploy/daemonset.yaml")
+	require.NoError(t, err)
+	var ds appsv1.DaemonSet
+	require.NoError(t, yaml.UnmarshalStrict(raw, &ds))
+	misspelt := strings.Replace(string(raw), "terminationGracePeriodSeconds", "terminationGracePeriod", 1)
+	require.Error(t, yaml.UnmarshalStrict([]byte(misspelt), &appsv1.DaemonSet{}), "strict decoding catches a misspelt field")
+	assert.Equal(t, "DaemonSet", ds.Kind)
+	spec := ds.Spec.Template.Spec
+	require.NotNil(t, spec.TerminationGracePeriodSeconds)
+	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+
+	c := supervisorContainer(t, spec.Containers)
+	cfg, err := parseArgs(append(c.Command[1:], c.Args...), io.Discard)
+	require.NoError(t, err, "the manifest's command line parses")
+	assert.Equal(t, grace, cfg.grace, "-grace equals terminationGracePeriodSeconds")
+	assert.NotEmpty(t, cfg.server)
+
+	// preStop is an httpGet to the supervisor's /drain; the probes are its
+	// /readyz and /healthz, all on the -listen port.
+	_, listenPort, err := net.SplitHostPort(cfg.listen)
+	require.NoError(t, err)
+	require.NotNil(t, c.Lifecycle)
+	require.NotNil(t, c.Lifecycle.PreStop)
+	require.NotNil(t, c.Lifecycle.PreStop.HTTPGet, "preStop must be httpGet: the supervisor sees T0")
+	assert.Equal(t, "/drain", c.Lifecycle.PreStop.HTTPGet.Path)
+	assert.Equal(t, listenPort, portNumber(t, c, c.Lifecycle.PreStop.HTTPGet.Port.String()))
+	require.NotNil(t, c.ReadinessProbe.HTTPGet)
+	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+	assert.Equal(t, listenPort, portNumber(t, c, c.ReadinessProbe.HTTPGet.Port.String()))
+	require.NotNil(t, c.LivenessProbe.HTTPGet)
+	assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
+	assert.Equal(t, listenPort, portNumber(t, c, c.LivenessProbe.HTTPGet.Port.String()))
+
+	// -server-url points at the server's API port in the same pod.
+	u, err := url.Parse(cfg.serverURL)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1", u.Hostname())
+	assert.Equal(t, u.Port(), portNumber(t, c, "api"))
+
+	// The supervisor accepts it (reserves fit the grace period) and the
+	// plan leaves AgentENV's seed scenario room: 200 sandboxes x 2 s at
+	// -concurrency is 25 s of preserving; the teardown steps keep their
+	// reserves; the preStop wait may use the rest.
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	t0 := time.Now()
+	sup.budget.OnPreStop(t0) // the kubelet calls GET /drain
+	windows := sup.drainer.Plan().Windows()
+	names := make([]string, len(windows))
+	for i, w := range windows {
+		names[i] = w.Name
+	}
+	assert.Equal(t, []string{drain.PhaseDrain, drain.PhasePreserve, StepServer, StepDaemon}, names)
+	st := sup.budget.State()
+	assert.Equal(t, t0.Add(grace), st.Kill)
+	assert.Equal(t, deadline.DefaultMargin, st.Margin)
+	assert.Equal(t, 30*time.Second, windows[2].Reserve, "server step")
+	assert.Equal(t, 30*time.Second, windows[3].Reserve, "daemon step")
+	assert.Equal(t, st.Deadline, windows[3].Deadline, "the last step ends at the budget's deadline")
+
+	preserve := 200 * 2 * time.Second / time.Duration(cfg.concurrency)
+	drainEnd := st.Deadline.Add(-windows[2].Reserve - windows[3].Reserve - preserve)
+	assert.Equal(t, 3600*time.Second-5*time.Second-60*time.Second-25*time.Second, drainEnd.Sub(t0),
+		"with 200 running sandboxes the preStop wait ends at T0+3510s")
+}
+
+// supervisorContainer returns the container whose entrypoint is the
+// supervisor, and checks it is the only one.
+func supervisorContainer(t *testing.T, cs []corev1.Container) corev1.Container {
+	t.Helper()
+	var found []corev1.Container
+	for _, c := range cs {
+		if len(c.Command) > 0 && strings.HasSuffix(c.Command[0], "/supervisor") {
+			found = append(found, c)
+		}
+	}
+	require.Len(t, found, 1, "one container runs the supervisor as its entrypoint")
+	return found[0]
+}
+
+// portNumber resolves a named or numeric container port.
+func portNumber(t *testing.T, c corev1.Container, port string) string {
+	t.Helper()
+	i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == port })
+	if i < 0 {
+		return port
+	}
+	return strconv.Itoa(int(c.Ports[i].ContainerPort))
+}
