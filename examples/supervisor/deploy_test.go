@@ -31,7 +31,7 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	require.NoError(t, err)
 	var ds appsv1.DaemonSet
 	require.NoError(t, yaml.UnmarshalStrict(raw, &ds))
-	misspelt := strings.Replace(string(raw), "terminationGracePeriodSeconds", "terminationGracePeriod", 1)
+	misspelt := strings.Replace(string(raw), "terminationGracePeriodSeconds:", "terminationGracePeriod:", 1)
 	require.Error(t, yaml.UnmarshalStrict([]byte(misspelt), &appsv1.DaemonSet{}), "strict decoding catches a misspelt field")
 	assert.Equal(t, "DaemonSet", ds.Kind)
 	spec := ds.Spec.Template.Spec
