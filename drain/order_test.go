@@ -1,0 +1,143 @@
+package drain
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// The order of a termination, in the style of k8s.io/apiserver's
+// lifecycle-signal tests: checks injected at each stage assert what must
+// already hold there, and the recorded order is asserted at the end.
+//
+//	preStop ---> gate closed, readiness 503 ---> drain deadline ---> SIGTERM
+//	  ---> preserve (creates rejected, pauses admitted) ---> ublk (every sandbox preserved)
+//	  ---> http (ublk done) ---> Report
+func TestTerminationHappensInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var events []string
+		record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+		var f *fixture
+		ready := func() int {
+			rec := httptest.NewRecorder()
+			f.d.Gate().Readiness(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			return rec.Code
+		}
+		f = newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 4, latency: 2 * time.Second, limit: 4,
+			edit: func(c *Config) {
+				c.Gate = &Gate{Exempt: []Class{Pause}}
+				c.Steps = []Step{
+					{Name: "ublk", Reserve: 30 * time.Second, Run: func(context.Context) error {
+						for _, s := range f.node.Sandboxes() {
+							assert.True(t, s.Preserved(), "ublk runs after every consumer is preserved")
+						}
+						record("ublk")
+						return nil
+					}},
+					{Name: "http", Reserve: 5 * time.Second, Run: func(context.Context) error {
+						assert.Contains(t, events, "ublk")
+						record("http")
+						return nil
+					}},
+				}
+			}})
+		var once sync.Once
+		f.node.OnList = func(int) {
+			select {
+			case <-f.d.Terminating(): // a listing inside Shutdown
+			default:
+				return // a preStop count
+			}
+			once.Do(func() {
+				_, err := f.d.Gate().Enter(Create)
+				assert.ErrorIs(t, err, ErrDraining, "no create while preserving")
+				leave, err := f.d.Gate().Enter(Pause)
+				assert.NoError(t, err, "a pause request still passes")
+				if leave != nil {
+					leave()
+				}
+				record("preserve")
+			})
+		}
+
+		require.Equal(t, http.StatusOK, ready())
+		call := f.callPreStop(t.Context(), "")
+		synctest.Wait()
+		<-f.d.Gate().Draining()
+		record("gate closed")
+		assert.Equal(t, http.StatusServiceUnavailable, ready(), "readiness turned with the gate")
+		call.wait(t)
+		record("preStop returned")
+		rep := f.d.Shutdown(context.Background())
+		record("report")
+		assert.Equal(t, []string{"gate closed", "preStop returned", "preserve", "ublk", "http", "report"}, events)
+		assert.Equal(t, []string{PhaseDrain, PhaseGate, PhasePreserve, "ublk", "http"}, phaseNames(rep))
+	})
+}
+
+// hungPreserver ignores its context and the hard deadline.
+type hungPreserver struct{ release chan struct{} }
+
+func (h hungPreserver) Run(context.Context, time.Time) *pause.Report {
+	<-h.release
+	return &pause.Report{}
+}
+
+func TestAPreserverThatIgnoresItsDeadlineIsAbandonedAtTheHardDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var ublkRan bool
+		b, err := deadline.New(60*time.Second, deadline.WithMargin(5*time.Second))
+		require.NoError(t, err)
+		d, err := New(Config{Budget: b, Preserver: hungPreserver{release},
+			Steps: []Step{{Name: "ublk", Reserve: 10 * time.Second, Run: func(context.Context) error { ublkRan = true; return nil }}}})
+		require.NoError(t, err)
+		t0 := time.Now()
+		rep := d.Shutdown(context.Background())
+		close(release)
+		p := rep.Phase(PhasePreserve)
+		assert.Equal(t, Abandoned, p.Result)
+		assert.Equal(t, 55*time.Second+returnSlack, p.End.Sub(t0), "abandoned at the budget's deadline (the hard one)")
+		assert.Nil(t, rep.Preserve)
+		assert.True(t, ublkRan, "the steps still ran")
+		assert.Less(t, rep.End.Sub(t0), 60*time.Second, "before SIGKILL")
+	})
+}
+
+func TestPhaseDurationsAndMarginAreMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Millisecond,
+		edit: func(c *Config) { c.MeterProvider = mp }})
+	rep := f.d.Shutdown(context.Background())
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	got := map[string]bool{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != scope {
+			continue
+		}
+		for _, m := range sm.Metrics {
+			got[m.Name] = true
+			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && m.Name == "drain.shutdown.margin" {
+				require.Len(t, g.DataPoints, 1)
+				assert.InDelta(t, rep.Margin.Seconds(), g.DataPoints[0].Value, 1e-9)
+			}
+		}
+	}
+	assert.True(t, got["drain.phase.duration"])
+	assert.True(t, got["drain.shutdown.margin"])
+}
