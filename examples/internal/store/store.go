@@ -1,0 +1,217 @@
+package store
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// magic starts every record file; the header line is "drainkit-record/1 LENGTH SHA256".
+const magic = "drainkit-record/1"
+
+const (
+	recordExt = ".rec"
+	tempExt   = ".tmp"
+)
+
+// A Record is one paused sandbox as the server needs it to resume the sandbox later.
+type Record struct {
+	ID       string    `json:"id"`
+	State    string    `json:"state"`           // "paused"
+	Runtime  string    `json:"runtime"`         // "fake" or "runsc"
+	Image    string    `json:"image,omitempty"` // where the runtime put the sandbox's state
+	TimeoutS int       `json:"timeout_s"`       // the sandbox's timeout, restarted on resume
+	PausedAt time.Time `json:"paused_at,omitzero"`
+}
+
+// A Problem is a file in the directory that is not a good record.
+type Problem struct {
+	Path string `json:"path"`
+	// Incomplete is true for a temporary file left by a Put that never finished (the
+	// process died before its rename); false for a record file that fails its checks.
+	Incomplete bool   `json:"incomplete"`
+	Err        string `json:"error"`
+}
+
+// A Store is a directory of records, one file per sandbox. Its methods are safe for
+// concurrent use on different IDs; Puts of the same ID must not overlap.
+type Store struct {
+	dir string
+}
+
+// Open returns the store in dir, creating the directory if needed.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("store: dir is required")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir returns the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// validID keeps record names inside the directory.
+func validID(id string) error {
+	if id == "" || strings.ContainsAny(id, `/\`) || id[0] == '.' {
+		return fmt.Errorf("store: invalid record id %q", id)
+	}
+	return nil
+}
+
+// Put writes r durably, replacing any record with its ID: it writes a temporary file,
+// fsyncs it, renames it over the record and fsyncs the directory.
+func (s *Store) Put(r Record) error {
+	if err := validID(r.ID); err != nil {
+		return err
+	}
+	data, err := Encode(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(s.dir, "."+r.ID+".*"+tempExt)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, s.path(r.ID))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("store: put %s: %w", r.ID, err)
+	}
+	return s.syncDir()
+}
+
+// Delete removes the record of id durably. A missing record is not an error.
+func (s *Store) Delete(id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("store: delete %s: %w", id, err)
+	}
+	return s.syncDir()
+}
+
+// Load reads every record, sorted by ID, and reports every other file that looks like
+// one: temporary files of unfinished Puts and record files that fail their checks
+// (truncated, wrong length or checksum, bad JSON, ID not matching the file name).
+// Problem files are left in place for an operator to look at. The error is for a
+// directory that cannot be read at all.
+func (s *Store) Load() ([]Record, []Problem, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: %w", err)
+	}
+	var recs []Record
+	var problems []Problem
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(s.dir, name)
+		switch {
+		case strings.HasSuffix(name, tempExt):
+			problems = append(problems, Problem{Path: path, Incomplete: true,
+				Err: "temporary file of a write that never finished"})
+		case strings.HasSuffix(name, recordExt):
+			r, err := s.read(path, strings.TrimSuffix(name, recordExt))
+			if err != nil {
+				problems = append(problems, Problem{Path: path, Err: err.Error()})
+				continue
+			}
+			recs = append(recs, r)
+		}
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].ID < recs[j].ID })
+	return recs, problems, nil
+}
+
+func (s *Store) read(path, id string) (Record, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Record{}, err
+	}
+	r, err := Decode(data)
+	if err != nil {
+		return Record{}, err
+	}
+	if r.ID != id {
+		return Record{}, fmt.Errorf("record id %q does not match its file name", r.ID)
+	}
+	return r, nil
+}
+
+func (s *Store) path(id string) string { return filepath.Join(s.dir, id+recordExt) }
+
+func (s *Store) syncDir() error {
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("store: sync %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Encode returns r as a record file: a header line with the payload's length and SHA-256,
+// then the JSON payload.
+func Encode(r Record) ([]byte, error) {
+	payload, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	sum := sha256.Sum256(payload)
+	header := fmt.Sprintf("%s %d %s\n", magic, len(payload), hex.EncodeToString(sum[:]))
+	return append([]byte(header), payload...), nil
+}
+
+// Decode parses a record file and checks its header, length, checksum and JSON.
+func Decode(data []byte) (Record, error) {
+	var r Record
+	header, payload, ok := bytes.Cut(data, []byte("\n"))
+	if !ok {
+		return r, errors.New("no header line (truncated)")
+	}
+	fields := strings.Fields(string(header))
+	if len(fields) != 3 || fields[0] != magic {
+		return r, fmt.Errorf("bad header %q", header)
+	}
+	n, err := strconv.Atoi(fields[1])
+	if err != nil || n != len(payload) {
+		return r, fmt.Errorf("payload is %d bytes, header says %s (truncated or extended)", len(payload), fields[1])
+	}
+	sum := sha256.Sum256(payload)
+	if hex.EncodeToString(sum[:]) != fields[2] {
+		return r, errors.New("checksum mismatch")
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return r, fmt.Errorf("bad payload: %w", err)
+	}
+	if err := validID(r.ID); err != nil {
+		return r, err
+	}
+	return r, nil
+}
