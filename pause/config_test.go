@@ -65,7 +65,7 @@ func TestProgressIsLogged(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 30, 2*time.Second)
 		p, err := pause.New(node, pause.WithLimit(1), pause.WithLogger(log),
-			pause.WithProgressInterval(25*time.Second))
+			pause.WithProgressInterval(15500*time.Millisecond))
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 		defer cancel()
@@ -77,9 +77,11 @@ func TestProgressIsLogged(t *testing.T) {
 				progress = append(progress, line)
 			}
 		}
-		require.Len(t, progress, 2, "at 25 and 50 s of a 60 s run")
-		assert.Contains(t, progress[0], "done=12 left=18 time_left=59m35s")
-		assert.Contains(t, progress[1], "done=25 left=5 time_left=59m10s")
+		// Sandboxes finish at even seconds; the lines come in between.
+		require.Len(t, progress, 3, "at 15.5, 31 and 46.5 s of a 60 s run")
+		assert.Contains(t, progress[0], "done=7 left=23 time_left=59m44.5s")
+		assert.Contains(t, progress[1], "done=15 left=15 time_left=59m29s")
+		assert.Contains(t, progress[2], "done=23 left=7 time_left=59m13.5s")
 		assert.Contains(t, buf.String(), "pause: run finished")
 	})
 }

@@ -33,6 +33,9 @@ type run struct {
 	rep  *Report
 	seen map[string]struct{}
 
+	adaptive bool       // a maximum above the limit is configured
+	mu       sync.Mutex // guards queue, limit and reserved while workers run
+
 	queue    queueStats // estimates of the tasks not started yet
 	estTick  int
 	unknown  time.Duration // cached Estimator estimate for tasks without one
@@ -69,6 +72,7 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 		}
 	}
 	r.limit = p.cfg.limit
+	r.adaptive = p.cfg.maxLimit > p.cfg.limit
 	p.limit.Store(int64(r.limit))
 	r.sem = semaphore.NewWeighted(int64(p.cfg.maxLimit))
 	r.reserved = int64(p.cfg.maxLimit - p.cfg.limit)
@@ -132,11 +136,10 @@ func (r *run) pass(n int) int {
 	r.p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
 		slog.Int("pass", n), slog.Int("new", len(tasks)), slog.String("order", order.String()),
 		slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
-	ps := &passState{done: make(chan struct{})}
-	ps.pending.Store(1)
-	r.dispatch(ps, tasks)
-	ps.finishOne()
+	ps := r.newPass(tasks)
+	r.dispatch(ps)
 	r.await(ps)
+	ps.close()
 	r.settle(tasks)
 	return len(tasks)
 }
@@ -144,33 +147,38 @@ func (r *run) pass(n int) int {
 // admit makes a task and a Report entry for every sandbox of list that this
 // Run has not seen, in list order.
 func (r *run) admit(list []Sandbox, pass int) []*task {
-	fresh := 0
-	for _, sb := range list {
-		if sb != nil {
-			if _, ok := r.seen[sb.ID()]; !ok {
-				fresh++
-			}
-		}
+	if len(r.seen) == 0 {
+		r.seen = make(map[string]struct{}, len(list))
 	}
-	if fresh == 0 {
-		return nil
-	}
-	backing := make([]task, fresh)
-	tasks := make([]*task, 0, fresh)
-	r.rep.Entries = growEntries(r.rep.Entries, fresh)
+	var fresh []Sandbox
+	var ids []string
 	for _, sb := range list {
 		if sb == nil {
 			continue
 		}
 		id := sb.ID()
-		if _, ok := r.seen[id]; ok {
-			continue
+		n := len(r.seen)
+		r.seen[id] = struct{}{} // one hash operation for look-up and insert
+		if len(r.seen) == n {
+			continue // seen before
 		}
-		r.seen[id] = struct{}{}
-		t := &backing[len(tasks)]
-		t.init(r, sb, id, len(r.rep.Entries))
-		r.rep.Entries = append(r.rep.Entries, Entry{ID: id, Pass: pass, Priority: t.prio, Estimate: t.est})
-		tasks = append(tasks, t)
+		if fresh == nil {
+			fresh = make([]Sandbox, 0, len(list))
+			ids = make([]string, 0, len(list))
+		}
+		fresh, ids = append(fresh, sb), append(ids, id)
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	backing := make([]task, len(fresh))
+	tasks := make([]*task, len(fresh))
+	r.rep.Entries = growEntries(r.rep.Entries, len(fresh))
+	for i, sb := range fresh {
+		r.rep.Entries = append(r.rep.Entries, newEntry(sb, ids[i], pass))
+		t := &backing[i]
+		t.r, t.sb, t.e = r, sb, &r.rep.Entries[len(r.rep.Entries)-1]
+		tasks[i] = t
 	}
 	r.left.Add(int64(len(tasks)))
 	return tasks
@@ -185,56 +193,6 @@ func growEntries(e []Entry, n int) []Entry {
 	return out
 }
 
-// A passState counts the preserves of one pass still running, plus one
-// for the dispatcher, and closes done when the count reaches zero.
-type passState struct {
-	pending atomic.Int64
-	done    chan struct{}
-}
-
-func (ps *passState) finishOne() {
-	if ps.pending.Add(-1) == 0 {
-		close(ps.done)
-	}
-}
-
-// dispatch starts tasks in order, each once a slot is free, until all have
-// started or the phase is over. Tasks it did not start stay queued.
-func (r *run) dispatch(ps *passState, tasks []*task) {
-	for _, t := range tasks {
-		if r.phaseOver() {
-			return
-		}
-		r.adapt()
-		if err := r.sem.Acquire(r.ctx, 1); err != nil {
-			return
-		}
-		// Acquire may succeed after the deadline passed: check again.
-		if r.phaseOver() {
-			r.sem.Release(1)
-			return
-		}
-		r.queue.remove(t)
-		ps.pending.Add(1)
-		t.start(ps)
-	}
-}
-
-// await waits until every started preserve of the pass has returned, or
-// until the hard deadline.
-func (r *run) await(ps *passState) {
-	if r.hard.IsZero() {
-		<-ps.done
-		return
-	}
-	timer := time.NewTimer(time.Until(r.hard))
-	defer timer.Stop()
-	select {
-	case <-ps.done:
-	case <-timer.C:
-	}
-}
-
 // settle writes the Report entry of every task of a pass: the outcome of
 // the ones that returned, TimedOut for the ones abandoned still running,
 // NotStarted for the ones whose turn never came.
@@ -242,16 +200,16 @@ func (r *run) settle(tasks []*task) {
 	now := time.Now()
 	for _, t := range tasks {
 		res, changed := t.final(now)
-		if changed {
-			if res.outcome == NotStarted {
-				r.queue.remove(t)
-			} else {
-				t.endSpan(&res)
-				r.p.tel.inflight.Add(r.ctx, -1)
-			}
-			r.record(t, &res)
+		if !changed {
+			continue
 		}
-		r.rep.Entries[t.entry].fill(t, &res)
+		if res.outcome == NotStarted {
+			r.queue.remove(t)
+		} else {
+			t.endSpan(&res)
+			r.p.tel.inflight.Add(r.ctx, -1)
+		}
+		r.record(t, &res)
 	}
 }
 
@@ -267,8 +225,14 @@ func (r *run) finish() *Report {
 	rep := r.rep
 	rep.End = time.Now()
 	rep.Limit = r.limit
+	var counts [len(outcomes)]int
 	for i := range rep.Entries {
-		rep.Counts[rep.Entries[i].Outcome]++
+		counts[outcomeIndex(rep.Entries[i].Outcome)]++
+	}
+	for i, n := range counts {
+		if n > 0 {
+			rep.Counts[outcomes[i]] = n
+		}
 	}
 	for _, o := range []Outcome{Preserved, Failed, TimedOut, NotStarted, Vanished} {
 		r.span.SetAttributes(attribute.Int("pause."+string(o), rep.Counts[o]))

@@ -17,8 +17,8 @@ type queueStats struct {
 
 func (q *queueStats) add(t *task) {
 	q.n++
-	if t.est > 0 {
-		q.known += t.est
+	if t.e.Estimate > 0 {
+		q.known += t.e.Estimate
 	} else {
 		q.unknown++
 	}
@@ -26,8 +26,8 @@ func (q *queueStats) add(t *task) {
 
 func (q *queueStats) remove(t *task) {
 	q.n--
-	if t.est > 0 {
-		q.known -= t.est
+	if t.e.Estimate > 0 {
+		q.known -= t.e.Estimate
 	} else {
 		q.unknown--
 	}
@@ -42,8 +42,8 @@ func (q *queueStats) work(each time.Duration) time.Duration {
 // estimate returns t's estimated preserve time: its own, or the
 // Estimator's.
 func (r *run) estimate(t *task) time.Duration {
-	if t.est > 0 {
-		return t.est
+	if t.e.Estimate > 0 {
+		return t.e.Estimate
 	}
 	return r.unknown
 }
@@ -60,8 +60,11 @@ func (r *run) order(tasks []*task) Order {
 	if o == OrderAuto {
 		o = r.choose(tasks)
 	}
+	if o == OrderFIFO && samePriority(tasks) {
+		return o
+	}
 	slices.SortStableFunc(tasks, func(a, b *task) int {
-		if c := cmp.Compare(b.prio, a.prio); c != 0 {
+		if c := cmp.Compare(b.e.Priority, a.e.Priority); c != 0 {
 			return c
 		}
 		switch o {
@@ -100,10 +103,11 @@ func (r *run) choose(tasks []*task) Order {
 	return OrderLongestFirst
 }
 
-// adapt raises the limit, up to the maximum, when the queued work does not
-// fit in the time left at the current limit: it picks the smallest limit k
-// for which ceil(queued / k) rounds of the average estimate fit.
-func (r *run) adapt() {
+// adaptLocked raises the limit, up to the maximum, when the queued work
+// does not fit in the time left at the current limit: it picks the smallest
+// limit k for which ceil(queued / k) rounds of the average estimate fit.
+// The caller holds r.mu.
+func (r *run) adaptLocked() {
 	if r.limit >= r.cfg.maxLimit || r.phase.IsZero() || r.queue.n == 0 {
 		return
 	}
@@ -126,7 +130,7 @@ func (r *run) adapt() {
 }
 
 // raise gives the semaphore the weight held back for limits above the
-// current one.
+// current one; the Run goroutine acquires it and starts more workers.
 func (r *run) raise(to int) {
 	delta := to - r.limit
 	r.sem.Release(int64(delta))
@@ -136,4 +140,13 @@ func (r *run) raise(to int) {
 	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency raised",
 		slog.Int("limit", to), slog.Int("max_limit", r.cfg.maxLimit),
 		slog.Int("queued", r.queue.n), slog.String("time_left", fmtLeft(r.phase)))
+}
+
+func samePriority(tasks []*task) bool {
+	for _, t := range tasks {
+		if t.e.Priority != tasks[0].e.Priority {
+			return false
+		}
+	}
+	return true
 }

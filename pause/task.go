@@ -41,24 +41,20 @@ var errAbandoned = errors.New("pause: Preserve ignored its context past the dead
 
 // A task is one sandbox of a pass.
 type task struct {
-	r     *run
-	sb    Sandbox
-	id    string
-	entry int           // index in Report.Entries
-	est   time.Duration // EstimatedPreserve, zero if unknown
-	prio  int
+	r  *run
+	sb Sandbox
+	e  *Entry // its Report entry: ID, Priority and Estimate set at admission
 
 	ctx    context.Context // Preserve's context
 	cancel context.CancelFunc
 	watch  *time.Timer // abandons the task at its bound plus AbandonGrace
 	span   trace.Span  // nil unless the run is traced
 	begin  time.Time
-	ps     *passState
+	ps     *pass
 
 	attempts atomic.Int32
-	mu       sync.Mutex
+	mu       sync.Mutex // guards state, and the outcome fields of *e
 	state    int32
-	res      result
 }
 
 // A result is how a task ended.
@@ -69,62 +65,83 @@ type result struct {
 	stack   string
 }
 
-func (t *task) init(r *run, sb Sandbox, id string, entry int) {
-	t.r, t.sb, t.id, t.entry = r, sb, id, entry
-	if e, ok := sb.(Estimated); ok {
-		t.est = max(e.EstimatedPreserve(), 0)
+// newEntry returns the Report entry of a sandbox first listed in pass.
+func newEntry(sb Sandbox, id string, pass int) Entry {
+	e := Entry{ID: id, Pass: pass}
+	if est, ok := sb.(Estimated); ok {
+		e.Estimate = max(est.EstimatedPreserve(), 0)
 	}
 	if p, ok := sb.(Prioritized); ok {
-		t.prio = p.Priority()
+		e.Priority = p.Priority()
 	}
+	return e
 }
 
-// start launches the task's goroutine. The caller holds a slot for it.
-func (t *task) start(ps *passState) {
+// start prepares the task's context, span and bound, and reports whether
+// the task may run: not when the Run already settled it as NotStarted. It
+// runs on the worker that popped the task.
+func (t *task) start(ps *pass) bool {
 	r := t.r
-	t.begin = time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state != stateQueued {
+		return false
+	}
 	t.ps = ps
+	t.begin = time.Now()
 	ctx := r.work
 	if r.traced {
 		ctx, t.span = r.p.tel.tracer.Start(ctx, "pause.Preserve",
-			trace.WithAttributes(attribute.String("pause.sandbox", t.id)))
+			trace.WithAttributes(attribute.String("pause.sandbox", t.e.ID)))
 	}
 	if r.cfg.timeout > 0 {
 		ctx, t.cancel = context.WithTimeout(ctx, r.cfg.timeout)
 		t.watch = time.AfterFunc(r.cfg.timeout+AbandonGrace, t.abandon)
 	}
 	t.ctx = ctx
-	t.mu.Lock()
-	t.state = stateRunning
-	t.mu.Unlock()
 	r.p.tel.inflight.Add(r.ctx, 1)
-	go t.run()
+	t.state = stateRunning
+	return true
 }
 
-func (t *task) run() {
+// run preserves the task on the calling worker and reports whether the
+// worker still holds its slot (false when the task was abandoned).
+func (t *task) run(ps *pass) bool {
+	if !t.start(ps) {
+		ps.settled()
+		return true
+	}
 	res := t.preserve()
 	if t.watch != nil {
 		t.watch.Stop()
 	}
-	if t.settle(res) && res.outcome == Preserved && t.r.cfg.estimator != nil {
+	if !t.settle(res) {
+		return false
+	}
+	if res.outcome == Preserved && t.r.cfg.estimator != nil {
 		t.r.cfg.estimator.Observe(res.end.Sub(t.begin))
+	}
+	return true
+}
+
+// abandon settles a task whose Preserve overran its bound by AbandonGrace
+// and gives its worker's slot to a new worker.
+func (t *task) abandon() {
+	if t.settle(result{outcome: TimedOut, end: time.Now(), err: errAbandoned}) {
+		t.r.sem.Release(1)
 	}
 }
 
-// abandon settles a task whose Preserve overran its bound by AbandonGrace.
-func (t *task) abandon() {
-	t.settle(result{outcome: TimedOut, end: time.Now(), err: errAbandoned})
-}
-
-// settle moves a running task to stateDone with res, then accounts for it
-// and frees its slot. It reports whether it made the move.
+// settle moves a running task to stateDone with res and accounts for it.
+// It reports whether it made the move.
 func (t *task) settle(res result) bool {
 	t.mu.Lock()
 	if t.state != stateRunning {
 		t.mu.Unlock()
 		return false
 	}
-	t.state, t.res = stateDone, res
+	t.state = stateDone
+	t.e.fill(t, &res)
 	t.mu.Unlock()
 	r := t.r
 	if t.cancel != nil {
@@ -134,26 +151,28 @@ func (t *task) settle(res result) bool {
 	t.endSpan(&res)
 	r.record(t, &res)
 	t.log(&res)
-	r.sem.Release(1)
-	t.ps.finishOne()
+	t.ps.settled()
 	return true
 }
 
-// final returns the task's outcome for the Report; at the hard deadline
-// (hard true) a task still running is abandoned, one not started is
-// NotStarted.
+// final settles a task at the end of its pass: one never started is
+// NotStarted, one still running (the hard deadline came) is abandoned as
+// TimedOut. It returns the outcome it gave, and false if the task had
+// already settled.
 func (t *task) final(now time.Time) (res result, changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch t.state {
 	case stateQueued:
-		t.state, t.res = stateAbandoned, result{outcome: NotStarted, end: now}
-		return t.res, true
+		res = result{outcome: NotStarted, end: now}
 	case stateRunning:
-		t.state, t.res = stateAbandoned, result{outcome: TimedOut, end: now, err: errAbandoned}
-		return t.res, true
+		res = result{outcome: TimedOut, end: now, err: errAbandoned}
+	default:
+		return res, false
 	}
-	return t.res, false
+	t.state = stateAbandoned
+	t.e.fill(t, &res)
+	return res, true
 }
 
 // preserve calls Preserve until it succeeds, fails permanently, or no retry
@@ -189,7 +208,7 @@ func (t *task) preserve() result {
 func (t *task) call() (stack string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("pause: Preserve of %s panicked: %v", t.id, v)
+			err = fmt.Errorf("pause: Preserve of %s panicked: %v", t.e.ID, v)
 			stack = string(debug.Stack())
 		}
 	}()
@@ -247,7 +266,7 @@ func (t *task) log(res *result) {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("sandbox", t.id), slog.String("outcome", string(res.outcome)),
+		slog.String("sandbox", t.e.ID), slog.String("outcome", string(res.outcome)),
 		slog.Int("attempts", int(t.attempts.Load())), slog.Duration("took", res.end.Sub(t.begin)),
 	}
 	if res.err != nil {

@@ -1,0 +1,143 @@
+package pause
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// A pass is the queue of one listing pass and the count of its work still
+// open. Workers hold one semaphore slot each for as long as they live and
+// take tasks from the queue in order; the Run goroutine acquires a slot
+// (a wait bounded by the phase deadline) for every worker it starts.
+//
+// Taking a task is lock-free. One atomic word holds both the index of the
+// next task (high 32 bits) and the open count (low 32 bits): the tasks
+// taken and not yet settled, plus one while the queue is open. Taking a
+// task moves both at once, so the count cannot reach zero while a task is
+// being taken, and once it is zero nothing can be taken any more.
+type pass struct {
+	r      *run
+	tasks  []*task // in dispatch order
+	word   atomic.Uint64
+	closed atomic.Bool // no task starts any more
+	done   chan struct{}
+	// acquire is the context slot waits use: the phase's, cancelled early
+	// when the queue closes.
+	acquire     context.Context
+	stopAcquire context.CancelFunc
+}
+
+const (
+	openMask = 1<<32 - 1
+	takeOne  = 1<<32 + 1 // next index +1, open count +1
+)
+
+func (r *run) newPass(tasks []*task) *pass {
+	ps := &pass{r: r, tasks: tasks, done: make(chan struct{})}
+	ps.word.Store(1) // the queue's own count
+	ps.acquire, ps.stopAcquire = context.WithCancel(r.ctx)
+	return ps
+}
+
+func (ps *pass) settled() {
+	if ps.word.Add(^uint64(0))&openMask == 0 {
+		close(ps.done)
+	}
+}
+
+// pop takes the next task to start, or returns nil when the queue is
+// empty or the phase is over, closing the queue.
+func (ps *pass) pop() *task {
+	r := ps.r
+	for {
+		if ps.closed.Load() {
+			return nil
+		}
+		if r.phaseOver() {
+			ps.close()
+			return nil
+		}
+		w := ps.word.Load()
+		i := int(w >> 32)
+		if w&openMask == 0 {
+			return nil
+		}
+		if i >= len(ps.tasks) {
+			ps.close()
+			return nil
+		}
+		if !ps.word.CompareAndSwap(w, w+takeOne) {
+			continue
+		}
+		if i == len(ps.tasks)-1 {
+			ps.close()
+		}
+		t := ps.tasks[i]
+		if r.adaptive {
+			r.mu.Lock()
+			r.queue.remove(t)
+			r.adaptLocked()
+			r.mu.Unlock()
+		}
+		return t
+	}
+}
+
+// close closes the queue: tasks not taken by now never will be.
+func (ps *pass) close() {
+	if ps.closed.CompareAndSwap(false, true) {
+		ps.stopAcquire()
+		ps.settled()
+	}
+}
+
+// dispatch starts a worker for every slot it acquires while the queue is
+// open. A slot wait gives up at the phase deadline or when the queue
+// closes. Acquire may succeed after the deadline passed, so the queue is
+// checked again before a worker starts.
+func (r *run) dispatch(ps *pass) {
+	for {
+		if err := r.sem.Acquire(ps.acquire, 1); err != nil {
+			ps.close()
+			return
+		}
+		if ps.closed.Load() || r.phaseOver() {
+			r.sem.Release(1)
+			ps.close()
+			return
+		}
+		go r.worker(ps)
+	}
+}
+
+// worker preserves tasks from the queue one after the other until it is
+// empty, then gives its slot back. A worker whose task was abandoned has
+// had its slot given away and ends when that Preserve returns.
+func (r *run) worker(ps *pass) {
+	for {
+		t := ps.pop()
+		if t == nil {
+			r.sem.Release(1)
+			return
+		}
+		if !t.run(ps) {
+			return
+		}
+	}
+}
+
+// await waits until the queue is closed and every started preserve of the
+// pass is settled, or until the hard deadline.
+func (r *run) await(ps *pass) {
+	if r.hard.IsZero() {
+		<-ps.done
+		return
+	}
+	timer := time.NewTimer(time.Until(r.hard))
+	defer timer.Stop()
+	select {
+	case <-ps.done:
+	case <-timer.C:
+	}
+}
