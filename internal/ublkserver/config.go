@@ -20,7 +20,11 @@ type Config struct {
 	// even a killed one) instead of anonymous memory; tests read it after a
 	// teardown to check that every acknowledged write arrived.
 	BackingDir string
-	Logger     *slog.Logger // queue errors; discarded when nil
+	// EventLog, when set, is a file the server appends its control
+	// actions to, one "<unix nanoseconds> <event> <device id>" line each
+	// (see ReadEvents); tests order them against what they observed.
+	EventLog string
+	Logger   *slog.Logger // queue errors; discarded when nil
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -63,7 +63,8 @@ func noKernelProblems(t *testing.T) {
 
 func TestGuestDaemonCooperativeStopsOnSIGTERM(t *testing.T) {
 	vmtest.GuestOnly(t)
-	d := startDaemon(t, DaemonConfig{Config: Config{Devices: 2, Size: 4 << 20}})
+	events := filepath.Join(t.TempDir(), "events")
+	d := startDaemon(t, DaemonConfig{Config: Config{Devices: 2, Size: 4 << 20, EventLog: events}})
 	require.Len(t, d.Devices, 2)
 	for _, id := range d.Devices {
 		assert.True(t, exists(fmt.Sprintf("/sys/block/ublkb%d", id)))
@@ -72,6 +73,14 @@ func TestGuestDaemonCooperativeStopsOnSIGTERM(t *testing.T) {
 	require.NoError(t, waitExit(t, d))
 	devicesGone(t, d.Devices)
 	noKernelProblems(t)
+	ev, err := ReadEvents(events)
+	require.NoError(t, err)
+	var kinds []string
+	for _, e := range ev {
+		kinds = append(kinds, fmt.Sprintf("%s %d", e.Kind, e.Device-d.Devices[0]))
+	}
+	assert.Equal(t, []string{"started 0", "started 1", "stopping 0", "stopping 1", "deleted 0", "deleted 1"}, kinds,
+		"the safe order: both devices stopped before either is deleted")
 }
 
 func TestGuestDaemonAnswersShutdownRequest(t *testing.T) {

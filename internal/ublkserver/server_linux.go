@@ -106,7 +106,11 @@ func (s *Server) addDevice(ctx context.Context) error {
 			return err
 		}
 	}
-	return s.ctrl.startDev(ctx, d.id, os.Getpid())
+	if err := s.ctrl.startDev(ctx, d.id, os.Getpid()); err != nil {
+		return err
+	}
+	s.event(EventStarted, d.id)
+	return nil
 }
 
 // newDisk returns the memory behind device id: anonymous, or the shared
@@ -190,6 +194,7 @@ func (s *Server) Stop(ctx context.Context) error {
 func (s *Server) stopAndDelete(ctx context.Context) error {
 	var errs []error
 	for _, d := range s.devices {
+		s.event(EventStopping, d.id)
 		if err := s.ctrl.stopDev(ctx, d.id); err != nil {
 			errs = append(errs, err)
 		}
@@ -207,6 +212,8 @@ func (s *Server) stopAndDelete(ctx context.Context) error {
 		}
 		if err := s.ctrl.delDev(ctx, d.id); err != nil {
 			errs = append(errs, err)
+		} else {
+			s.event(EventDeleted, d.id)
 		}
 	}
 	s.errMu.Lock()
@@ -248,6 +255,20 @@ func (d *device) do(io ioDesc, buf []byte) int32 {
 		return eopnotsupp
 	}
 	return int32(n)
+}
+
+// event appends one line to Config.EventLog, if set.
+func (s *Server) event(kind string, id uint32) {
+	if s.cfg.EventLog == "" {
+		return
+	}
+	f, err := os.OpenFile(s.cfg.EventLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		s.logf("event log: %v", err)
+		return
+	}
+	defer f.Close()
+	_, _ = fmt.Fprintf(f, "%d %s %d\n", time.Now().UnixNano(), kind, id)
 }
 
 func (s *Server) logf(format string, args ...any) {

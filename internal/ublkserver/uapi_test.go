@@ -1,6 +1,7 @@
 package ublkserver
 
 import (
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -76,4 +77,20 @@ func TestConfigDefaultsAndFieldErrors(t *testing.T) {
 		require.Error(t, err, field)
 		assert.Contains(t, err.Error(), field)
 	}
+}
+
+func TestReadEventsParsesTheLogInOrder(t *testing.T) {
+	path := t.TempDir() + "/events"
+	require.NoError(t, os.WriteFile(path, []byte("100 started 0\n200 stopping 0\n300 deleted 0\n"), 0o600))
+	ev, err := ReadEvents(path)
+	require.NoError(t, err)
+	require.Len(t, ev, 3)
+	e, ok := First(ev, EventStopping, 0)
+	require.True(t, ok)
+	assert.Equal(t, int64(200), e.At.UnixNano())
+	_, ok = First(ev, EventStopping, 1)
+	assert.False(t, ok)
+	none, err := ReadEvents(path + ".missing")
+	require.NoError(t, err)
+	assert.Empty(t, none)
 }
