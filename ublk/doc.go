@@ -1,2 +1,58 @@
-// Package ublk is drainkit's block-device teardown step for ublk servers.
+// Package ublk is drainkit's block-device teardown step for ublk servers
+// (a userspace daemon serving /dev/ublkbN to VMs). When a node's pod is
+// SIGKILLed the daemon dies with its devices live and guest I/O in flight,
+// and on kernels 6.7 to 6.14.5 without fix f40139fde527 (Ubuntu 24.04's
+// 6.8, 6.12.y) that can crash the host; this step stops the devices in the
+// safe order inside its deadline and never kills the daemon where that is
+// unsafe.
+//
+// Typical wiring, at server start (bad options fail here, naming the
+// field):
+//
+//	daemon, err := ublk.FindProcess(ublkd.Process.Pid) // or ublk.NewSocket(path, proc)
+//	td, err := ublk.New(
+//		ublk.WithDaemon(daemon),
+//		ublk.WithFixedKernels("6.8.0-1[0-9][0-9]-generic"), // vendor kernels known to carry the fix
+//		ublk.WithLogger(logger),
+//	)
+//
+// and at shutdown, after the VMs are paused and closed, inside the
+// teardown phase's deadline:
+//
+//	report, err := td.Run(ctx)      // or {Name: "ublk", Run: td.Stop} as a drain step
+//	var unsafe *ublk.UnsafeError
+//	if errors.As(err, &unsafe) { ... } // devices live, daemon left running: tell a human
+//
+// The order (see Teardown.Run): find the devices in sysfs; wait until no
+// process holds a disk open (Holders: fds, mounts, swap, stacked devices);
+// ask the daemon to stop (SIGTERM through a pidfd, or AgentENV's socket
+// request); wait until every device has left sysfs and the daemon has
+// exited; if the daemon does not answer, crashed, or time runs short, stop
+// the devices from outside with STOP_DEV/DEL_DEV on /dev/ublk-control
+// (io_uring URING_CMD on an SQE128 ring, pure Go); kill the daemon only once
+// no device is live, or near the deadline on a kernel that is not
+// vulnerable.
+//
+// Guarantees:
+//   - Run returns by ctx's deadline (plus one sysfs read). Inside it,
+//     HolderWait (default half the budget) bounds the wait for holders,
+//     RequestTimeout (5 s) the stop request, and the control fallback starts
+//     ControlReserve+KillReserve (5 s + 2 s, each at most a quarter of the
+//     budget) before the deadline. Without a deadline Run waits until ctx is
+//     cancelled.
+//   - On a vulnerable kernel the daemon is never killed while a device's
+//     disk exists and STOP_DEV has not completed for it; Run then returns an
+//     *UnsafeError saying so ("devices still live ... daemon left running,
+//     unsafe to kill").
+//   - The daemon is never asked to stop while a process holds a disk open,
+//     unless WithStopDespiteHolders; Run then returns a *HeldError naming
+//     the holders.
+//   - The Report always has one entry per device: initial and final state,
+//     in-flight I/O before and after, holders, each action with its
+//     duration, and a Verdict.
+//   - /dev/ublkcN is never opened (on 6.15+ its close runs the device's
+//     release path).
+//
+// Linux only: on other systems the package builds, FindProcess and
+// OpenControl fail, and Run reports VerdictNothingToDo.
 package ublk

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/internal/fakeublk"
 )
 
 // Helper processes: the test binary re-executes itself with one of these
@@ -14,6 +16,7 @@ import (
 const envHold = "UBLK_TEST_HOLD" // open this block device, say "ready", wait for stdin to close
 
 func TestMain(m *testing.M) {
+	fakeublk.MainIfDaemon()
 	if p := os.Getenv(envHold); p != "" {
 		os.Exit(holdOpen(p))
 	}

@@ -1,0 +1,142 @@
+package ublk
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// DefaultControlPath is the ublk control device.
+const DefaultControlPath = "/dev/ublk-control"
+
+// ublk control commands (include/uapi/linux/ublk_cmd.h), ioctl-encoded
+// with type 'u' and a 32-byte struct ublksrv_ctrl_cmd.
+const (
+	CmdGetDevInfo        uint32 = 0x80207502
+	CmdAddDev            uint32 = 0xc0207504
+	CmdDelDev            uint32 = 0xc0207505
+	CmdStartDev          uint32 = 0xc0207506
+	CmdStopDev           uint32 = 0xc0207507
+	CmdStartUserRecovery uint32 = 0xc0207510
+	CmdEndUserRecovery   uint32 = 0xc0207511
+	CmdGetDevInfo2       uint32 = 0x80207512
+	CmdGetFeatures       uint32 = 0x80207513 // 6.5
+	CmdDelDevAsync       uint32 = 0x80207514 // 6.9
+	CmdUpdateSize        uint32 = 0xc0207515 // 6.16
+	CmdQuiesceDev        uint32 = 0xc0207516 // 6.16
+	CmdTryStopDev        uint32 = 0xc0207517 // 7.0
+)
+
+// Device feature flags (ublksrv_ctrl_dev_info.flags).
+const (
+	FlagUserRecovery       uint64 = 1 << 3
+	FlagUserRecoveryReissu uint64 = 1 << 4
+	FlagUnprivilegedDev    uint64 = 1 << 5
+	FlagUserRecoveryFailIO uint64 = 1 << 9
+	FlagQuiesce            uint64 = 1 << 12
+	FlagSafeStopDev        uint64 = 1 << 17
+)
+
+// DevState is a ublk device's state as the driver reports it.
+type DevState uint16
+
+// Device states (UBLK_S_DEV_*).
+const (
+	StateDead     DevState = 0
+	StateLive     DevState = 1
+	StateQuiesced DevState = 2
+	StateFailIO   DevState = 3
+)
+
+// String returns "dead", "live", "quiesced", "fail_io" or "state(N)".
+func (s DevState) String() string {
+	switch s {
+	case StateDead:
+		return "dead"
+	case StateLive:
+		return "live"
+	case StateQuiesced:
+		return "quiesced"
+	case StateFailIO:
+		return "fail_io"
+	}
+	return fmt.Sprintf("state(%d)", uint16(s))
+}
+
+// MarshalText makes DevState readable in JSON reports.
+func (s DevState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// DevInfo is struct ublksrv_ctrl_dev_info (64 bytes), as GET_DEV_INFO
+// returns it.
+type DevInfo struct {
+	NrHWQueues    uint16   `json:"nr_hw_queues"`
+	QueueDepth    uint16   `json:"queue_depth"`
+	State         DevState `json:"state"`
+	MaxIOBufBytes uint32   `json:"max_io_buf_bytes"`
+	DevID         uint32   `json:"dev_id"`
+	ServerPID     int32    `json:"ublksrv_pid"`
+	Flags         uint64   `json:"flags"`
+	ServerFlags   uint64   `json:"ublksrv_flags"`
+	OwnerUID      uint32   `json:"owner_uid"`
+	OwnerGID      uint32   `json:"owner_gid"`
+}
+
+// devInfoSize is sizeof(struct ublksrv_ctrl_dev_info).
+const devInfoSize = 64
+
+// ctrlCmdSize is sizeof(struct ublksrv_ctrl_cmd).
+const ctrlCmdSize = 32
+
+// encodeCtrlCmd lays out struct ublksrv_ctrl_cmd: dev_id u32 @0,
+// queue_id u16 @4 (0xffff: none), len u16 @6, addr u64 @8, data[0] u64
+// @16, dev_path_len u16 @24, pad u16 @26, reserved u32 @28.
+func encodeCtrlCmd(devID uint32, addr uint64, length uint16, data uint64) []byte {
+	b := make([]byte, ctrlCmdSize)
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], devID)
+	ne.PutUint16(b[4:], 0xffff)
+	ne.PutUint16(b[6:], length)
+	ne.PutUint64(b[8:], addr)
+	ne.PutUint64(b[16:], data)
+	return b
+}
+
+func decodeDevInfo(b []byte) DevInfo {
+	ne := binary.NativeEndian
+	return DevInfo{
+		NrHWQueues:    ne.Uint16(b[0:]),
+		QueueDepth:    ne.Uint16(b[2:]),
+		State:         DevState(ne.Uint16(b[4:])),
+		MaxIOBufBytes: ne.Uint32(b[8:]),
+		DevID:         ne.Uint32(b[12:]),
+		ServerPID:     int32(ne.Uint32(b[16:])),
+		Flags:         ne.Uint64(b[24:]),
+		ServerFlags:   ne.Uint64(b[32:]),
+		OwnerUID:      ne.Uint32(b[40:]),
+		OwnerGID:      ne.Uint32(b[44:]),
+	}
+}
+
+// Controller sends ublk control commands. *Control implements it over
+// /dev/ublk-control; tests and unusual setups supply their own through
+// WithController.
+type Controller interface {
+	// DevInfo returns GET_DEV_INFO for device id.
+	DevInfo(ctx context.Context, id int) (DevInfo, error)
+	// StopDev sends STOP_DEV: the kernel removes the disk and waits for
+	// the in-flight requests (which only live queues can complete), then
+	// aborts the queues' idle fetches. A device that does not exist
+	// (ENODEV) is not an error.
+	StopDev(ctx context.Context, id int) error
+	// DelDev sends DEL_DEV, which waits until the daemon has closed
+	// /dev/ublkcN. A device that does not exist (ENODEV) is not an error;
+	// EINTR is retried.
+	DelDev(ctx context.Context, id int) error
+	// Close releases the controller.
+	Close() error
+}
+
+// ErrNoControl is wrapped by OpenControl's error when the control device
+// does not exist: the ublk_drv module is not loaded (or not built).
+var ErrNoControl = errors.New("ublk: no ublk control device (is the ublk_drv module loaded? try modprobe ublk_drv)")

@@ -1,0 +1,28 @@
+//go:build !linux
+
+package ublk
+
+import (
+	"context"
+	"fmt"
+)
+
+// Control is a Controller over /dev/ublk-control; it exists only on Linux.
+type Control struct{}
+
+// OpenControl fails: ublk exists only on Linux.
+func OpenControl(path string) (*Control, error) {
+	return nil, fmt.Errorf("%w: %s: %w", ErrNoControl, path, errUnsupported)
+}
+
+// DevInfo is not supported on this system.
+func (c *Control) DevInfo(context.Context, int) (DevInfo, error) { return DevInfo{}, errUnsupported }
+
+// StopDev is not supported on this system.
+func (c *Control) StopDev(context.Context, int) error { return errUnsupported }
+
+// DelDev is not supported on this system.
+func (c *Control) DelDev(context.Context, int) error { return errUnsupported }
+
+// Close does nothing on this system.
+func (c *Control) Close() error { return nil }

@@ -1,0 +1,62 @@
+package ublk
+
+import (
+	"context"
+	"errors"
+)
+
+// Daemon is the ublk server process whose devices the step tears down.
+// Implementations: *Process (a child or any process found by pid: SIGTERM,
+// exit seen through a pidfd), *Socket (AgentENV's length-prefixed JSON
+// request, optionally paired with a *Process to wait and kill) and
+// DaemonFuncs (anything else, such as queues served in this process).
+type Daemon interface {
+	// RequestStop asks the daemon to stop its devices and exit. It returns
+	// once the request is delivered, not when the daemon has exited, and
+	// by ctx's deadline.
+	RequestStop(ctx context.Context) error
+	// Wait returns nil once the daemon has exited, or ctx.Err() when ctx
+	// ends first.
+	Wait(ctx context.Context) error
+	// Kill ends the daemon at once (SIGKILL) without waiting for it. The
+	// step calls it only when the kernel rule allows; implementations that
+	// cannot kill return ErrCannotKill.
+	Kill(ctx context.Context) error
+}
+
+// ErrCannotKill is returned by Daemon.Kill for daemons this process cannot
+// kill (a socket without a process, queues served in-process).
+var ErrCannotKill = errors.New("ublk: daemon cannot be killed from here")
+
+// DaemonFuncs adapts functions to Daemon. A nil StopFunc is a no-op (the
+// daemon is stopped by other means), a nil WaitFunc reports the daemon
+// exited at once, a nil KillFunc returns ErrCannotKill.
+type DaemonFuncs struct {
+	StopFunc func(ctx context.Context) error
+	WaitFunc func(ctx context.Context) error
+	KillFunc func(ctx context.Context) error
+}
+
+// RequestStop calls StopFunc.
+func (d DaemonFuncs) RequestStop(ctx context.Context) error {
+	if d.StopFunc == nil {
+		return nil
+	}
+	return d.StopFunc(ctx)
+}
+
+// Wait calls WaitFunc.
+func (d DaemonFuncs) Wait(ctx context.Context) error {
+	if d.WaitFunc == nil {
+		return nil
+	}
+	return d.WaitFunc(ctx)
+}
+
+// Kill calls KillFunc.
+func (d DaemonFuncs) Kill(ctx context.Context) error {
+	if d.KillFunc == nil {
+		return ErrCannotKill
+	}
+	return d.KillFunc(ctx)
+}

@@ -1,0 +1,80 @@
+package ublk
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// UnsafeError is Run's error when, at the deadline, devices are still live
+// on a kernel where killing their daemon can crash the host: the daemon
+// was left running. Find it with errors.As.
+type UnsafeError struct {
+	// Devices are the IDs still live.
+	Devices []int
+	// Kernel is the release string classified as vulnerable.
+	Kernel string
+	// Cause is why the devices did not go (ctx's error, a failed request,
+	// an unavailable control device), may be nil.
+	Cause error
+}
+
+func (e *UnsafeError) Error() string {
+	msg := fmt.Sprintf("ublk: %d device(s) still live (%s) on vulnerable kernel %s: daemon left running, unsafe to kill",
+		len(e.Devices), diskNames(e.Devices), e.Kernel)
+	if e.Cause != nil {
+		msg += ": " + e.Cause.Error()
+	}
+	return msg
+}
+
+// Unwrap returns Cause.
+func (e *UnsafeError) Unwrap() error { return e.Cause }
+
+// HeldError is Run's error when processes still held devices open after
+// HolderWait and the policy forbids stopping anyway: the daemon was not
+// asked to stop.
+type HeldError struct {
+	Holders map[int][]Holder // by device ID
+}
+
+func (e *HeldError) Error() string {
+	var parts []string
+	for id, hs := range e.Holders {
+		var s []string
+		for _, h := range hs {
+			s = append(s, h.String())
+		}
+		parts = append(parts, fmt.Sprintf("ublkb%d held by %s", id, strings.Join(s, ", ")))
+	}
+	slices.Sort(parts)
+	return "ublk: devices still open, daemon not asked to stop: " + strings.Join(parts, "; ")
+}
+
+// IncompleteError is Run's error when devices are left for another reason:
+// the daemon crashed and left them, it was killed on a safe kernel, or the
+// deadline came first. Report says which, per device.
+type IncompleteError struct {
+	Devices []int
+	Verdict Verdict
+	Cause   error
+}
+
+func (e *IncompleteError) Error() string {
+	msg := fmt.Sprintf("ublk: %d device(s) left (%s): %s", len(e.Devices), diskNames(e.Devices), e.Verdict)
+	if e.Cause != nil {
+		msg += ": " + e.Cause.Error()
+	}
+	return msg
+}
+
+// Unwrap returns Cause.
+func (e *IncompleteError) Unwrap() error { return e.Cause }
+
+func diskNames(ids []int) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = fmt.Sprintf("ublkb%d", id)
+	}
+	return strings.Join(s, ", ")
+}

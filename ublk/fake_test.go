@@ -1,0 +1,206 @@
+package ublk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeublk"
+)
+
+// memDaemon is an in-process fake daemon over a fakeublk.Tree, for tests
+// under testing/synctest: its "work" is time.Sleep, so it runs in virtual
+// time.
+type memDaemon struct {
+	tree *fakeublk.Tree
+	ids  []int
+	// step is the time per device stop and again per delete.
+	step time.Duration
+	// hung daemons take the request and do nothing (SIGTERM ignored);
+	// mute ones never answer it; crashAfter >= 0 makes the daemon exit
+	// after that many devices; failRequest makes RequestStop fail.
+	hung        bool
+	mute        bool
+	crashAfter  int
+	failRequest bool
+	cannotKill  bool
+
+	mu       sync.Mutex
+	events   []string
+	exited   chan struct{}
+	once     sync.Once
+	requests int
+	wg       sync.WaitGroup
+}
+
+func newMemDaemon(tree *fakeublk.Tree, ids ...int) *memDaemon {
+	return &memDaemon{tree: tree, ids: ids, step: time.Second, crashAfter: -1, exited: make(chan struct{})}
+}
+
+func (d *memDaemon) event(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.events = append(d.events, fmt.Sprintf(format, args...))
+}
+
+func (d *memDaemon) Events() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.events...)
+}
+
+func (d *memDaemon) exit(why string) {
+	d.once.Do(func() { d.event("exit %s", why); close(d.exited) })
+}
+
+func (d *memDaemon) RequestStop(ctx context.Context) error {
+	d.mu.Lock()
+	d.requests++
+	d.mu.Unlock()
+	d.event("request")
+	if d.failRequest {
+		return errors.New("connection refused")
+	}
+	if d.mute {
+		<-ctx.Done() // never answers
+		return ctx.Err()
+	}
+	if d.hung {
+		return nil
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for i, id := range d.ids {
+			if i == d.crashAfter {
+				d.exit("crash")
+				return
+			}
+			if !d.sleep(d.step) {
+				return
+			}
+			_ = d.tree.SetInflight(id, 0, 0)
+			_ = d.tree.StopDevice(id)
+			d.event("stop %d", id)
+			if !d.sleep(d.step) {
+				return
+			}
+			_ = d.tree.DeleteDevice(id)
+			d.event("delete %d", id)
+		}
+		d.exit("done")
+	}()
+	return nil
+}
+
+// sleep returns false if the daemon was killed meanwhile.
+func (d *memDaemon) sleep(t time.Duration) bool {
+	select {
+	case <-time.After(t):
+		return true
+	case <-d.exited:
+		return false
+	}
+}
+
+func (d *memDaemon) Wait(ctx context.Context) error {
+	select {
+	case <-d.exited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *memDaemon) Kill(ctx context.Context) error {
+	if d.cannotKill {
+		return ErrCannotKill
+	}
+	d.event("kill")
+	d.exit("killed")
+	return nil
+}
+
+// close waits for the daemon's goroutine; call it before the bubble ends.
+func (d *memDaemon) close() {
+	d.exit("test end")
+	d.wg.Wait()
+}
+
+// memControl is a Controller over a fakeublk.Tree: STOP_DEV removes the
+// disk, DEL_DEV the char device.
+type memControl struct {
+	tree   *fakeublk.Tree
+	d      *memDaemon
+	stopIn time.Duration
+}
+
+func (c *memControl) DevInfo(ctx context.Context, id int) (DevInfo, error) {
+	if !c.tree.HasChar(id) {
+		return DevInfo{}, fmt.Errorf("dev %d: no such device", id)
+	}
+	st := StateDead
+	if c.tree.HasDisk(id) {
+		st = StateLive
+	}
+	return DevInfo{DevID: uint32(id), State: st, NrHWQueues: 1, QueueDepth: 128}, nil
+}
+
+func (c *memControl) StopDev(ctx context.Context, id int) error {
+	select {
+	case <-time.After(c.stopIn):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if c.d != nil {
+		c.d.event("STOP_DEV %d", id)
+	}
+	return c.tree.StopDevice(id)
+}
+
+func (c *memControl) DelDev(ctx context.Context, id int) error {
+	if c.d != nil {
+		c.d.event("DEL_DEV %d", id)
+	}
+	return c.tree.DeleteDevice(id)
+}
+
+func (c *memControl) Close() error { return nil }
+
+// fixture is a fake sysfs with live devices and an empty procfs.
+type fixture struct {
+	tree *fakeublk.Tree
+	proc string
+}
+
+func newFixture(t *testing.T, ids ...int) *fixture {
+	t.Helper()
+	tree, err := fakeublk.NewTree(t.TempDir())
+	require.NoError(t, err)
+	for _, id := range ids {
+		// Major 4000 is unassigned: no real process can hold these.
+		require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: id, Major: 4000, Minor: uint32(id), Reads: 3, Writes: 1}))
+	}
+	return &fixture{tree: tree, proc: t.TempDir()}
+}
+
+// hold makes a stacked device hold device id (sysfs holders/).
+func (f *fixture) hold(t *testing.T, id int, holder string) string {
+	t.Helper()
+	dir := filepath.Join(f.tree.Root, "block", fmt.Sprintf("ublkb%d", id), "holders")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	p := filepath.Join(dir, holder)
+	require.NoError(t, os.WriteFile(p, nil, 0o644))
+	return p
+}
+
+func (f *fixture) options(extra ...Option) []Option {
+	return append([]Option{WithSysfsRoot(f.tree.Root), WithProcfsRoot(f.proc)}, extra...)
+}

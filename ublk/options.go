@@ -1,0 +1,277 @@
+package ublk
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Option configures a Teardown. Options are checked by New, which names
+// the offending field on error.
+type Option func(*config) error
+
+type config struct {
+	sysRoot, procRoot string
+	ids               []int
+	daemon            Daemon
+	release           string
+	releaseSet        bool
+	allow             []string
+	poll              time.Duration
+	holderWait        time.Duration // -1: half the budget
+	requestTimeout    time.Duration
+	stopDespite       bool
+	exitGrace         time.Duration
+	killReserve       time.Duration
+	controlReserve    time.Duration
+	openControl       func(ctx context.Context) (Controller, error)
+	logger            *slog.Logger
+	tp                trace.TracerProvider
+	mp                metric.MeterProvider
+}
+
+func defaults() config {
+	return config{
+		sysRoot:        "/sys",
+		procRoot:       "/proc",
+		poll:           100 * time.Millisecond,
+		holderWait:     -1,
+		requestTimeout: 5 * time.Second,
+		exitGrace:      5 * time.Second,
+		killReserve:    2 * time.Second,
+		controlReserve: 5 * time.Second,
+		openControl:    func(context.Context) (Controller, error) { return OpenControl(DefaultControlPath) },
+		logger:         slog.New(slog.DiscardHandler),
+		tp:             otel.GetTracerProvider(),
+		mp:             otel.GetMeterProvider(),
+	}
+}
+
+func fieldErr(field, format string, args ...any) error {
+	return fmt.Errorf("ublk: %s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// WithSysfsRoot sets where sysfs is mounted (default "/sys"); tests point
+// it at a fake tree.
+func WithSysfsRoot(path string) Option {
+	return func(c *config) error {
+		if path == "" {
+			return fieldErr("SysfsRoot", "empty path")
+		}
+		c.sysRoot = path
+		return nil
+	}
+}
+
+// WithProcfsRoot sets where procfs is mounted (default "/proc"), used for
+// the holders scan.
+func WithProcfsRoot(path string) Option {
+	return func(c *config) error {
+		if path == "" {
+			return fieldErr("ProcfsRoot", "empty path")
+		}
+		c.procRoot = path
+		return nil
+	}
+}
+
+// WithDevices limits the step to these device IDs, as the server knows
+// them, instead of every ublk device sysfs shows.
+func WithDevices(ids ...int) Option {
+	return func(c *config) error {
+		for _, id := range ids {
+			if id < 0 {
+				return fieldErr("Devices", "negative device id %d", id)
+			}
+		}
+		c.ids = append([]int(nil), ids...)
+		return nil
+	}
+}
+
+// WithDaemon sets the daemon to stop. Without one the step only waits for
+// the devices to go (and uses the control fallback).
+func WithDaemon(d Daemon) Option {
+	return func(c *config) error {
+		if d == nil {
+			return fieldErr("Daemon", "nil")
+		}
+		c.daemon = d
+		return nil
+	}
+}
+
+// WithKernelRelease sets the kernel release to classify instead of the
+// running kernel's (uname -r); tests use it to pretend a kernel.
+func WithKernelRelease(release string) Option {
+	return func(c *config) error {
+		c.release, c.releaseSet = release, true
+		return nil
+	}
+}
+
+// WithFixedKernels adds release patterns (path.Match syntax) of vendor
+// kernels known to carry fix f40139fde527; see ClassifyKernel.
+func WithFixedKernels(patterns ...string) Option {
+	return func(c *config) error {
+		if err := validatePatterns(patterns); err != nil {
+			return fieldErr("FixedKernels", "%v", err)
+		}
+		c.allow = append(c.allow, patterns...)
+		return nil
+	}
+}
+
+// WithPollInterval sets how often sysfs and procfs are re-read while
+// waiting (default 100 ms).
+func WithPollInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fieldErr("PollInterval", "must be > 0, got %v", d)
+		}
+		c.poll = d
+		return nil
+	}
+}
+
+// WithHolderWait bounds how long the step waits for processes to close the
+// devices before it asks the daemon to stop (default: half of the time
+// left when Run starts; unbounded without a deadline).
+func WithHolderWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fieldErr("HolderWait", "must be >= 0, got %v", d)
+		}
+		c.holderWait = d
+		return nil
+	}
+}
+
+// WithStopDespiteHolders makes the step ask the daemon to stop even when a
+// device is still held open after HolderWait (the holder then sees I/O
+// errors). By default the step does not: it returns a *HeldError and
+// leaves the daemon running.
+func WithStopDespiteHolders() Option {
+	return func(c *config) error { c.stopDespite = true; return nil }
+}
+
+// WithRequestTimeout bounds Daemon.RequestStop (default 5 s; never past
+// the point where the control fallback starts).
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fieldErr("RequestTimeout", "must be > 0, got %v", d)
+		}
+		c.requestTimeout = d
+		return nil
+	}
+}
+
+// WithExitGrace sets how long the daemon may take to exit once none of its
+// devices is live any more, before it is killed (default 5 s). Killing is
+// then safe on every kernel.
+func WithExitGrace(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fieldErr("ExitGrace", "must be >= 0, got %v", d)
+		}
+		c.exitGrace = d
+		return nil
+	}
+}
+
+// WithKillReserve sets the time kept before the deadline to kill the
+// daemon and see it exit (default 2 s, at most a quarter of the time left
+// when Run starts).
+func WithKillReserve(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fieldErr("KillReserve", "must be >= 0, got %v", d)
+		}
+		c.killReserve = d
+		return nil
+	}
+}
+
+// WithControlReserve sets the time kept before the kill reserve for the
+// /dev/ublk-control fallback (default 5 s, at most a quarter of the time
+// left when Run starts).
+func WithControlReserve(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fieldErr("ControlReserve", "must be >= 0, got %v", d)
+		}
+		c.controlReserve = d
+		return nil
+	}
+}
+
+// WithControlPath sets the control device of the fallback (default
+// DefaultControlPath).
+func WithControlPath(path string) Option {
+	return func(c *config) error {
+		if path == "" {
+			return fieldErr("ControlPath", "empty path")
+		}
+		c.openControl = func(context.Context) (Controller, error) { return OpenControl(path) }
+		return nil
+	}
+}
+
+// WithController supplies the fallback's Controller; open is called when
+// the fallback is first needed, and the Controller is closed at the end of
+// Run.
+func WithController(open func(ctx context.Context) (Controller, error)) Option {
+	return func(c *config) error {
+		if open == nil {
+			return fieldErr("Controller", "nil")
+		}
+		c.openControl = open
+		return nil
+	}
+}
+
+// WithoutControl disables the /dev/ublk-control fallback.
+func WithoutControl() Option {
+	return func(c *config) error { c.openControl = nil; return nil }
+}
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fieldErr("Logger", "nil")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithTracerProvider sets the OpenTelemetry tracer provider (default
+// otel.GetTracerProvider()).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) error {
+		if tp == nil {
+			return fieldErr("TracerProvider", "nil")
+		}
+		c.tp = tp
+		return nil
+	}
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider (default
+// otel.GetMeterProvider()).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return fieldErr("MeterProvider", "nil")
+		}
+		c.mp = mp
+		return nil
+	}
+}

@@ -1,0 +1,234 @@
+//go:build linux
+
+package ublk_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/ublk"
+)
+
+const (
+	vulnerable = "6.8.0-45-generic"
+	fixed      = "6.15.0"
+)
+
+// realDaemon starts a fake daemon child with devices 0 and 1 and returns
+// it, its sysfs root and its event log.
+func realDaemon(t *testing.T, mode fakeublk.Mode, step time.Duration, specs ...fakeublk.DeviceSpec) (*fakeublk.Child, string, string, string) {
+	t.Helper()
+	if len(specs) == 0 {
+		specs = []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0, Reads: 2}, {ID: 1, Major: 4000, Minor: 1, Writes: 3}}
+	}
+	sys, dir := t.TempDir(), t.TempDir()
+	log, sock := filepath.Join(dir, "events"), filepath.Join(dir, "ublkd.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Devices: specs, Socket: sock, Mode: mode, Step: step, EventLog: log})
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	return d, sys, sock, log
+}
+
+func events(t *testing.T, log string) string {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func findProcess(t *testing.T, pid int) *ublk.Process {
+	t.Helper()
+	p, err := ublk.FindProcess(pid)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func newTeardown(t *testing.T, opts ...ublk.Option) *ublk.Teardown {
+	t.Helper()
+	td, err := ublk.New(append([]ublk.Option{ublk.WithProcfsRoot(t.TempDir())}, opts...)...)
+	require.NoError(t, err)
+	return td
+}
+
+func run(t *testing.T, td *ublk.Teardown, budget time.Duration) (*ublk.Report, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	rep, err := td.Run(ctx)
+	require.NotNil(t, rep)
+	return rep, err
+}
+
+func TestRealCooperativeDaemonStopsOnSIGTERM(t *testing.T) {
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0)
+	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(vulnerable))
+	rep, err := run(t, td, 20*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	<-d.Done()
+	assert.Equal(t, 0, d.ExitCode())
+	assert.Contains(t, events(t, log), "sigterm\nstop 0\ndelete 0\nstop 1\ndelete 1\nexit\n")
+	assert.True(t, rep.Daemon.Exited, "exit seen through the pidfd")
+	assert.Equal(t, uint64(2), rep.Device(0).InflightBefore.Total())
+}
+
+func TestRealDaemonStoppedThroughItsSocket(t *testing.T) {
+	d, sys, sock, log := realDaemon(t, fakeublk.Cooperative, 0)
+	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
+	require.NoError(t, err)
+	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(s), ublk.WithKernelRelease(vulnerable))
+	rep, err := run(t, td, 20*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	ev := events(t, log)
+	assert.Contains(t, ev, "request shutdown\n")
+	assert.NotContains(t, ev, "sigterm")
+}
+
+func TestSocketWithoutProcessWaitsForTheListenerToClose(t *testing.T) {
+	d, sys, sock, _ := realDaemon(t, fakeublk.Cooperative, 0)
+	s, err := ublk.NewSocket(sock, nil)
+	require.NoError(t, err)
+	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(s), ublk.WithKernelRelease(vulnerable))
+	rep, err := run(t, td, 20*time.Second)
+	require.NoError(t, err)
+	assert.True(t, rep.Daemon.Exited)
+	<-d.Done()
+	assert.ErrorIs(t, s.Kill(context.Background()), ublk.ErrCannotKill)
+}
+
+func TestRealSlowDaemonFinishesInsideTheBudget(t *testing.T) {
+	d, sys, _, _ := realDaemon(t, fakeublk.Slow, 300*time.Millisecond)
+	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(fixed))
+	rep, err := run(t, td, 20*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	assert.False(t, rep.Daemon.Killed)
+	<-d.Done()
+	assert.Equal(t, 0, d.ExitCode())
+}
+
+func TestRealHungDaemonOnVulnerableKernelIsLeftRunning(t *testing.T) {
+	d, sys, sock, _ := realDaemon(t, fakeublk.Hung, 0)
+	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
+	require.NoError(t, err)
+	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(s), ublk.WithKernelRelease(vulnerable),
+		ublk.WithoutControl(), ublk.WithRequestTimeout(500*time.Millisecond))
+	rep, err := run(t, td, 2*time.Second)
+	var unsafe *ublk.UnsafeError
+	require.ErrorAs(t, err, &unsafe)
+	assert.Equal(t, []int{0, 1}, unsafe.Devices)
+	assert.Contains(t, err.Error(), "daemon left running, unsafe to kill")
+	assert.Equal(t, -1, d.ExitCode(), "the daemon is still running")
+	assert.False(t, rep.Daemon.Killed)
+	assert.True(t, rep.Daemon.LeftRunning)
+	assert.Contains(t, rep.Daemon.RequestError, "no answer")
+	assert.Equal(t, []int{0, 1}, (&fakeublk.Tree{Root: sys}).Devices())
+}
+
+func TestRealHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
+	d, sys, _, _ := realDaemon(t, fakeublk.Hung, 0)
+	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(fixed),
+		ublk.WithoutControl(), ublk.WithKillReserve(time.Second))
+	rep, err := run(t, td, 3*time.Second)
+	var inc *ublk.IncompleteError
+	require.ErrorAs(t, err, &inc)
+	assert.Equal(t, ublk.VerdictKilled, inc.Verdict)
+	<-d.Done()
+	assert.True(t, d.Signaled(syscall.SIGKILL))
+	assert.True(t, rep.Daemon.Killed)
+	assert.True(t, rep.Daemon.Exited, "the kill was seen through the pidfd before the deadline")
+	assert.Equal(t, ublk.VerdictKilled, rep.Device(0).Verdict)
+}
+
+func TestRealDaemonCrashingMidWay(t *testing.T) {
+	d, sys, _, log := realDaemon(t, fakeublk.Crash, 0)
+	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(vulnerable), ublk.WithoutControl())
+	rep, err := run(t, td, 20*time.Second)
+	var inc *ublk.IncompleteError
+	require.ErrorAs(t, err, &inc)
+	assert.Equal(t, []int{1}, inc.Devices)
+	assert.Equal(t, ublk.VerdictOrphaned, rep.Device(1).Verdict)
+	assert.Equal(t, ublk.VerdictStopped, rep.Device(0).Verdict)
+	<-d.Done()
+	assert.Equal(t, fakeublk.CrashStatus, d.ExitCode())
+	assert.Contains(t, events(t, log), "crash\n")
+}
+
+func TestVMMHoldingADeviceKeepsTheDaemonRunning(t *testing.T) {
+	node, dev := attachLoop(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	vmm, _ := startHolder(t, node)
+
+	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())),
+		ublk.WithKernelRelease(vulnerable), ublk.WithHolderWait(time.Second))
+	require.NoError(t, err)
+	rep, err := run(t, td, 10*time.Second)
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held)
+	require.NotEmpty(t, held.Holders[0])
+	var pids []int
+	for _, h := range held.Holders[0] {
+		pids = append(pids, h.PID)
+	}
+	assert.Contains(t, pids, vmm.Process.Pid, "the VMM is named")
+	assert.Equal(t, ublk.VerdictHeld, rep.Device(0).Verdict)
+	assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the VMM")
+	assert.False(t, strings.Contains(events(t, log), "sigterm"), "and was never asked to stop")
+}
+
+func TestTeardownProceedsOnceTheVMMCloses(t *testing.T) {
+	node, dev := attachLoop(t)
+	d, sys, _, _ := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor})
+	vmm, stdin := startHolder(t, node)
+	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(vulnerable))
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the VMM shuts down while the step waits
+		stdin.Close()
+	}()
+	rep, err := run(t, td, 20*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	require.NotEmpty(t, rep.Device(0).Holders)
+	assert.Equal(t, vmm.Process.Pid, rep.Device(0).Holders[0].PID, "the holder it waited for is reported")
+}
+
+func TestProcessWaitSeesExitAndHonoursDeadline(t *testing.T) {
+	d, _, _, _ := realDaemon(t, fakeublk.Hung, 0)
+	p := findProcess(t, d.Pid())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, p.Wait(ctx), context.DeadlineExceeded)
+	assert.False(t, p.Exited())
+	require.NoError(t, p.Kill(context.Background()))
+	require.NoError(t, p.Wait(context.Background()))
+	assert.True(t, p.Exited())
+	<-d.Done() // reaped by its parent: the pidfd still answers
+	require.NoError(t, p.Wait(context.Background()))
+	assert.NoError(t, p.RequestStop(context.Background()), "signalling an exited process is not an error")
+	require.NoError(t, p.Close())
+	assert.Error(t, p.Wait(context.Background()))
+}
+
+func TestFindProcessFailsForNoProcess(t *testing.T) {
+	_, err := ublk.FindProcess(0)
+	assert.Error(t, err)
+	_, err = ublk.FindProcess(1 << 22) // above pid_max's ceiling
+	assert.True(t, errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.EINVAL), "%v", err)
+}

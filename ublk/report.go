@@ -1,0 +1,155 @@
+package ublk
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Verdict is the outcome for one device, or for the whole step.
+type Verdict string
+
+const (
+	// VerdictNothingToDo: no ublk device and no daemon (or not Linux).
+	VerdictNothingToDo Verdict = "nothing to do"
+	// VerdictStopped: the daemon stopped and deleted the device.
+	VerdictStopped Verdict = "stopped cleanly"
+	// VerdictStoppedByControl: the device was stopped (and deleted when
+	// possible) through /dev/ublk-control.
+	VerdictStoppedByControl Verdict = "stopped through ublk-control"
+	// VerdictHeld: a process still held the device open, so the daemon was
+	// not asked to stop.
+	VerdictHeld Verdict = "held open, daemon not asked to stop"
+	// VerdictLeftLive: the device is still live on a vulnerable kernel;
+	// the daemon was left running because killing it is unsafe.
+	VerdictLeftLive Verdict = "left live, daemon left running, unsafe to kill"
+	// VerdictKilled: the daemon was killed on a kernel where that is safe;
+	// the device is left (dead or quiesced) for the next start.
+	VerdictKilled Verdict = "daemon killed on a safe kernel, device left for the next start"
+	// VerdictOrphaned: the daemon exited (crashed) and left the device.
+	VerdictOrphaned Verdict = "daemon exited and left the device"
+	// VerdictNotStopped: the device was still there at the deadline for
+	// another reason (for example a daemon that cannot be killed).
+	VerdictNotStopped Verdict = "not stopped by the deadline"
+)
+
+// StepResult is one action of the step: what, when, how long, and how it
+// went.
+type StepResult struct {
+	Name     string        `json:"name"`
+	Start    time.Time     `json:"start"`
+	Duration time.Duration `json:"duration"`
+	// Result says what happened ("3 holders", "disk removed"), Err why it
+	// failed; both may be empty.
+	Result string `json:"result,omitempty"`
+	Err    string `json:"error,omitempty"`
+}
+
+// DeviceReport is everything the step saw and did for one device.
+type DeviceReport struct {
+	ID int `json:"id"`
+	// Initial and Final are the device as sysfs showed it at the start and
+	// at the end of the step.
+	Initial Device `json:"initial"`
+	Final   Device `json:"final"`
+	// Info is the driver's view (GET_DEV_INFO) when the control fallback
+	// ran and could read it.
+	Info *DevInfo `json:"info,omitempty"`
+	// InflightBefore is the disk's in-flight I/O at the start,
+	// InflightAfter at the end (zero once the disk is gone: the kernel
+	// removes a disk only after every request on it has completed or
+	// failed).
+	InflightBefore Inflight `json:"inflight_before"`
+	InflightAfter  Inflight `json:"inflight_after"`
+	// Holders are every holder seen while waiting for the device to be
+	// closed.
+	Holders []Holder     `json:"holders,omitempty"`
+	Steps   []StepResult `json:"steps,omitempty"`
+	Verdict Verdict      `json:"verdict"`
+}
+
+// DaemonReport says what happened to the daemon.
+type DaemonReport struct {
+	// Present is false when the step had no daemon to stop.
+	Present      bool   `json:"present"`
+	Requested    bool   `json:"requested"`
+	RequestError string `json:"request_error,omitempty"`
+	Exited       bool   `json:"exited"`
+	Killed       bool   `json:"killed"`
+	KillError    string `json:"kill_error,omitempty"`
+	// LeftRunning is true when the step ended with the daemon alive.
+	LeftRunning bool `json:"left_running"`
+}
+
+// Report is the outcome of one Run.
+type Report struct {
+	Kernel      string        `json:"kernel"`
+	KernelClass KernelClass   `json:"kernel_class"`
+	Start       time.Time     `json:"start"`
+	Duration    time.Duration `json:"duration"`
+	// Deadline is ctx's deadline, zero if it had none.
+	Deadline time.Time      `json:"deadline,omitzero"`
+	Devices  []DeviceReport `json:"devices"`
+	Daemon   DaemonReport   `json:"daemon"`
+	Steps    []StepResult   `json:"steps"`
+	// Verdict is the worst device verdict, VerdictStopped when every
+	// device went, VerdictNothingToDo when there was nothing.
+	Verdict Verdict `json:"verdict"`
+	// Note explains VerdictNothingToDo or a degraded run (for example the
+	// control fallback being unavailable).
+	Note string `json:"note,omitempty"`
+}
+
+// Device returns the report for device id, or nil.
+func (r *Report) Device(id int) *DeviceReport {
+	for i := range r.Devices {
+		if r.Devices[i].ID == id {
+			return &r.Devices[i]
+		}
+	}
+	return nil
+}
+
+// Step returns the first step named name, or nil.
+func (r *Report) Step(name string) *StepResult {
+	for i := range r.Steps {
+		if r.Steps[i].Name == name {
+			return &r.Steps[i]
+		}
+	}
+	return nil
+}
+
+// String summarises the report in one line per device.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ublk teardown: %s (kernel %s, %s) in %v\n", r.Verdict, r.Kernel, r.KernelClass, r.Duration.Round(time.Millisecond))
+	for _, d := range r.Devices {
+		fmt.Fprintf(&b, "  ublkb%d: %s -> %s; in flight %d -> %d; %d holders: %s\n", d.ID,
+			d.Initial.State(), d.Final.State(), d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict)
+	}
+	return b.String()
+}
+
+// severity orders verdicts for Report.Verdict: the worst one wins.
+func severity(v Verdict) int {
+	switch v {
+	case VerdictNothingToDo:
+		return 0
+	case VerdictStopped:
+		return 1
+	case VerdictStoppedByControl:
+		return 2
+	case VerdictKilled:
+		return 3
+	case VerdictNotStopped:
+		return 4
+	case VerdictOrphaned:
+		return 5
+	case VerdictHeld:
+		return 6
+	case VerdictLeftLive:
+		return 7
+	}
+	return 8
+}

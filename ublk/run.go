@@ -1,0 +1,557 @@
+package ublk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// run is the state of one Teardown.Run.
+type run struct {
+	t   *Teardown
+	cfg *config
+	ctx context.Context
+	rep *Report
+	dev []*devState
+
+	start                           time.Time
+	holderUntil, fallbackAt, killAt time.Time // zero: never
+	requestedAt                     time.Time
+	graceFrom                       time.Time // when the daemon's ExitGrace started
+
+	exited     chan struct{} // closed when the daemon has exited
+	waiterDone chan struct{}
+	stopWaiter context.CancelFunc
+
+	held          map[int][]Holder
+	fallbackTried bool
+	ctl           Controller
+	killed        bool
+	causes        []error
+}
+
+type devState struct {
+	rep     *DeviceReport
+	cur     Device
+	stopped bool // STOP_DEV completed through the control device
+	deleted bool // DEL_DEV completed through the control device
+}
+
+// live reports whether the device can still receive block I/O that only
+// the daemon can complete.
+func (d *devState) live() bool { return d.cur.Disk && !d.stopped }
+
+func newRun(ctx context.Context, t *Teardown) *run {
+	now := time.Now()
+	r := &run{t: t, cfg: &t.cfg, ctx: ctx, start: now}
+	r.rep = &Report{Kernel: t.release, KernelClass: t.class, Start: now, Devices: []DeviceReport{}, Steps: []StepResult{}}
+	if t.classErr != nil {
+		r.rep.Note = "kernel release not recognised, treated as vulnerable: " + t.classErr.Error()
+	}
+	r.plan()
+	return r
+}
+
+// plan places the step's internal deadlines inside ctx's deadline.
+func (r *run) plan() {
+	dl, ok := r.ctx.Deadline()
+	hw := r.cfg.holderWait
+	if !ok {
+		if hw >= 0 {
+			r.holderUntil = r.start.Add(hw)
+		}
+		return
+	}
+	r.rep.Deadline = dl
+	left := max(dl.Sub(r.start), 0)
+	r.killAt = dl.Add(-min(r.cfg.killReserve, left/4))
+	r.fallbackAt = r.killAt.Add(-min(r.cfg.controlReserve, left/4))
+	if hw < 0 {
+		hw = left / 2
+	}
+	r.holderUntil = r.start.Add(hw)
+	if r.holderUntil.After(r.fallbackAt) {
+		r.holderUntil = r.fallbackAt
+	}
+}
+
+func (r *run) do() error {
+	defer r.close()
+	if err := r.discover(); err != nil {
+		r.rep.Verdict = VerdictNotStopped
+		r.rep.Duration = time.Since(r.start)
+		return err
+	}
+	if len(r.dev) == 0 && r.cfg.daemon == nil {
+		r.rep.Verdict, r.rep.Note = VerdictNothingToDo, "no ublk devices and no daemon"
+		r.rep.Duration = time.Since(r.start)
+		return nil
+	}
+	if held := r.waitHolders(); held != nil {
+		if !r.cfg.stopDespite {
+			r.held = held
+			r.finish()
+			return &HeldError{Holders: held}
+		}
+		r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the daemon although devices are still open", "holders", fmt.Sprint(held))
+	}
+	r.requestStop()
+	r.waitLoop()
+	return r.finish()
+}
+
+// discover fills r.dev from sysfs or the configured IDs.
+func (r *run) discover() error {
+	s := r.stepStart("discover")
+	var devs []Device
+	if r.cfg.ids != nil {
+		for _, id := range r.cfg.ids {
+			d, err := ReadDevice(r.cfg.sysRoot, id)
+			if err != nil {
+				return r.stepEnd(s, "", err)
+			}
+			devs = append(devs, d)
+		}
+	} else {
+		var err error
+		if devs, err = ScanDevices(r.cfg.sysRoot); err != nil {
+			return r.stepEnd(s, "", err)
+		}
+	}
+	r.rep.Devices = make([]DeviceReport, len(devs))
+	for i, d := range devs {
+		r.rep.Devices[i] = DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight}
+		r.dev = append(r.dev, &devState{rep: &r.rep.Devices[i], cur: d})
+	}
+	_ = r.stepEnd(s, fmt.Sprintf("%d device(s)", len(devs)), nil)
+	return nil
+}
+
+// refresh re-reads every device and records disappearances.
+func (r *run) refresh() {
+	now := time.Now()
+	since := r.requestedAt
+	if since.IsZero() {
+		since = r.start
+	}
+	for _, d := range r.dev {
+		next, err := ReadDevice(r.cfg.sysRoot, d.cur.ID)
+		if err != nil {
+			continue // keep the last state; a transient read error is not a change
+		}
+		by := "by the daemon"
+		if d.stopped {
+			by = "after STOP_DEV"
+		}
+		if d.cur.Disk && !next.Disk {
+			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "disk removed", Start: since, Duration: now.Sub(since), Result: by})
+		}
+		if d.cur.Char && !next.Char {
+			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "char removed", Start: since, Duration: now.Sub(since), Result: by})
+		}
+		// A disk is removed only once every request on it has completed
+		// or failed, so nothing is in flight after it is gone.
+		d.rep.InflightAfter = next.Inflight
+		d.cur = next
+	}
+}
+
+// waitHolders waits until no disk is held open, at most until
+// holderUntil. It returns the holders left, nil when there are none.
+func (r *run) waitHolders() map[int][]Holder {
+	s := r.stepStart("holders")
+	seen := 0
+	for {
+		held := map[int][]Holder{}
+		for _, d := range r.dev {
+			if !d.cur.Disk {
+				continue
+			}
+			hs := r.holdersOf(d)
+			if len(hs) > 0 {
+				held[d.cur.ID] = hs
+				seen++
+			}
+			for _, h := range hs {
+				if !slices.Contains(d.rep.Holders, h) {
+					d.rep.Holders = append(d.rep.Holders, h)
+				}
+			}
+		}
+		if len(held) == 0 {
+			_ = r.stepEnd(s, "no holders", nil)
+			return nil
+		}
+		if !r.sleep(r.holderUntil) {
+			_ = r.stepEnd(s, "", fmt.Errorf("still held open: %v", held))
+			return held
+		}
+		r.refresh()
+	}
+}
+
+func (r *run) holdersOf(d *devState) []Holder {
+	hs := stackHolders(r.cfg.sysRoot, d.cur.DiskName())
+	if d.cur.Dev == (DevNum{}) {
+		return hs
+	}
+	ph, err := Holders(r.ctx, r.cfg.procRoot, d.cur.Dev)
+	if err != nil && r.ctx.Err() == nil {
+		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan failed; proceeding", "device", d.cur.DiskName(), "err", err)
+	}
+	return append(hs, ph...)
+}
+
+// requestStop starts watching the daemon's exit and asks it to stop.
+func (r *run) requestStop() {
+	d := r.cfg.daemon
+	if d == nil {
+		return
+	}
+	r.rep.Daemon.Present = true
+	r.exited, r.waiterDone = make(chan struct{}), make(chan struct{})
+	wctx, cancel := context.WithCancel(r.ctx)
+	r.stopWaiter = cancel
+	go func() {
+		defer close(r.waiterDone)
+		if d.Wait(wctx) == nil {
+			close(r.exited)
+		}
+	}()
+	s := r.stepStart("request stop")
+	until := time.Now().Add(r.cfg.requestTimeout)
+	if !r.fallbackAt.IsZero() && r.fallbackAt.Before(until) {
+		until = r.fallbackAt
+	}
+	rctx, rcancel := context.WithDeadline(r.ctx, until)
+	err := d.RequestStop(rctx)
+	rcancel()
+	r.requestedAt = time.Now()
+	r.rep.Daemon.Requested = err == nil
+	if err != nil {
+		r.rep.Daemon.RequestError = err.Error()
+		r.causes = append(r.causes, err)
+	}
+	_ = r.stepEnd(s, "delivered", err)
+}
+
+func (r *run) daemonExited() bool {
+	if r.exited == nil {
+		return false
+	}
+	select {
+	case <-r.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitLoop waits for the devices to go and the daemon to exit, running
+// the control fallback and the kill when their time comes.
+func (r *run) waitLoop() {
+	s := r.stepStart("wait")
+	defer func() { _ = r.stepEnd(s, r.summary(), nil) }()
+	for {
+		exited := r.daemonExited() // before refresh: a daemon deletes its devices before it exits
+		r.refresh()
+		live, present := r.count()
+		now := time.Now()
+		switch {
+		case present == 0 && (r.cfg.daemon == nil || exited):
+			return
+		case exited && present > 0:
+			r.fallback("the daemon exited and left devices")
+			r.refresh()
+			return
+		case r.rep.Daemon.RequestError != "" && !r.fallbackTried && live > 0:
+			r.fallback("the stop request failed")
+			continue
+		case !r.fallbackAt.IsZero() && !now.Before(r.fallbackAt) && !r.fallbackTried && live > 0:
+			r.fallback("devices still live near the deadline")
+			continue
+		}
+		r.maybeKill(live, present, exited, now)
+		if !r.sleep(time.Time{}) {
+			return
+		}
+	}
+}
+
+func (r *run) count() (live, present int) {
+	for _, d := range r.dev {
+		if d.live() {
+			live++
+		}
+		if d.cur.Present() {
+			present++
+		}
+	}
+	return live, present
+}
+
+// maybeKill applies the kernel rule. With a live device the daemon is
+// killed only on a kernel where that is safe, KillReserve before the
+// deadline. With none live, killing is safe everywhere: the daemon gets
+// ExitGrace once every device is gone (or once STOP_DEV went through the
+// control device, as a hung daemon will not finish by itself), and until
+// KillReserve before the deadline while it is still deleting devices.
+func (r *run) maybeKill(live, present int, exited bool, now time.Time) {
+	if r.cfg.daemon == nil || exited || r.killed {
+		return
+	}
+	atKill := !r.killAt.IsZero() && !now.Before(r.killAt)
+	if live > 0 {
+		r.graceFrom = time.Time{}
+		if r.t.class.MayKillWithLiveDevices() && atKill {
+			r.kill("deadline near; kernel " + string(r.t.class) + ", devices still live")
+		}
+		return
+	}
+	if present == 0 || r.fallbackTried {
+		if r.graceFrom.IsZero() {
+			r.graceFrom = now
+		}
+		if !now.Before(r.graceFrom.Add(r.cfg.exitGrace)) {
+			r.kill("no live device left and the daemon did not exit within ExitGrace")
+			return
+		}
+	}
+	if atKill {
+		r.kill("deadline near; no live device left")
+	}
+}
+
+func (r *run) kill(why string) {
+	s := r.stepStart("kill daemon")
+	r.killed = true
+	err := r.cfg.daemon.Kill(r.ctx)
+	r.rep.Daemon.Killed = err == nil
+	if err != nil {
+		r.rep.Daemon.KillError = err.Error()
+	}
+	r.cfg.logger.WarnContext(r.ctx, "ublk: killing the daemon", "why", why, "err", err)
+	_ = r.stepEnd(s, why, err)
+}
+
+// sleep waits one poll interval (shorter if until comes first, and
+// shorter if the daemon exits). It returns false when until has passed or
+// ctx is done.
+func (r *run) sleep(until time.Time) bool {
+	d := r.cfg.poll
+	if !until.IsZero() {
+		left := time.Until(until)
+		if left <= 0 {
+			return false
+		}
+		d = min(d, left)
+	}
+	if r.daemonExited() {
+		return true // the caller's next look settles it
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-r.ctx.Done():
+		return false
+	case <-r.exited: // nil (blocks forever) without a daemon
+		return true
+	case <-tm.C:
+		return true
+	}
+}
+
+// fallback stops live devices through the control device, and deletes
+// devices the daemon no longer holds.
+func (r *run) fallback(why string) {
+	r.fallbackTried = true
+	if r.cfg.openControl == nil {
+		return
+	}
+	s := r.stepStart("control fallback")
+	if r.ctl == nil {
+		ctl, err := r.cfg.openControl(r.ctx)
+		if err != nil {
+			r.causes = append(r.causes, err)
+			r.rep.Note = joinNote(r.rep.Note, "control fallback unavailable: "+err.Error())
+			_ = r.stepEnd(s, why, err)
+			return
+		}
+		r.ctl = ctl
+	}
+	gone := r.cfg.daemon == nil || r.daemonExited()
+	for _, d := range r.dev {
+		if !d.cur.Present() {
+			continue
+		}
+		_ = r.within(r.killAt, func(ctx context.Context) error {
+			info, err := r.ctl.DevInfo(ctx, d.cur.ID)
+			if err == nil && d.rep.Info == nil {
+				d.rep.Info = &info // the state before the fallback acted
+			}
+			return err
+		})
+		if d.cur.Disk && !d.stopped {
+			until := r.killAt // keep the time to kill once every device is stopped
+			if gone {
+				until = time.Time{}
+			}
+			d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) }, until)
+		}
+		if gone && !d.deleted {
+			d.deleted = r.devStep(d, "DEL_DEV", func(ctx context.Context) error { return r.ctl.DelDev(ctx, d.cur.ID) }, time.Time{})
+		}
+	}
+	_ = r.stepEnd(s, why, nil)
+}
+
+// devStep runs one control command for d, bounded by until (or ctx), and
+// records it.
+func (r *run) devStep(d *devState, name string, f func(context.Context) error, until time.Time) bool {
+	start := time.Now()
+	err := r.within(until, f)
+	st := StepResult{Name: name, Start: start, Duration: time.Since(start), Result: "done"}
+	if err != nil {
+		st.Result, st.Err = "", err.Error()
+		r.causes = append(r.causes, err)
+	}
+	d.rep.Steps = append(d.rep.Steps, st)
+	r.cfg.logger.InfoContext(r.ctx, "ublk: "+name, "device", d.cur.ID, "err", err)
+	return err == nil
+}
+
+// within calls f with the run's context, limited to until when set.
+func (r *run) within(until time.Time, f func(context.Context) error) error {
+	if until.IsZero() {
+		return f(r.ctx)
+	}
+	ctx, cancel := context.WithDeadline(r.ctx, until)
+	defer cancel()
+	return f(ctx)
+}
+
+// finish records the final state and verdicts and builds the error.
+func (r *run) finish() error {
+	r.close()
+	r.refresh()
+	exited := r.daemonExited()
+	if r.cfg.daemon != nil {
+		r.rep.Daemon.Exited = exited
+		r.rep.Daemon.LeftRunning = !exited
+	}
+	if err := r.ctx.Err(); err != nil {
+		r.causes = append(r.causes, err)
+	}
+	r.rep.Verdict = VerdictStopped
+	var unsafe, left []int
+	worst := VerdictStopped
+	for _, d := range r.dev {
+		d.rep.Final = d.cur
+		d.rep.Verdict = r.verdict(d, exited)
+		switch d.rep.Verdict {
+		case VerdictLeftLive:
+			unsafe = append(unsafe, d.cur.ID)
+		case VerdictKilled, VerdictOrphaned, VerdictNotStopped:
+			left = append(left, d.cur.ID)
+		}
+		if severity(d.rep.Verdict) > severity(worst) {
+			worst = d.rep.Verdict
+		}
+	}
+	r.rep.Verdict = worst
+	r.rep.Duration = time.Since(r.start)
+	cause := errors.Join(r.causes...)
+	switch {
+	case r.held != nil:
+		return nil // the caller returns the HeldError
+	case len(unsafe) > 0:
+		return &UnsafeError{Devices: unsafe, Kernel: r.t.release, Cause: cause}
+	case len(left) > 0:
+		return &IncompleteError{Devices: left, Verdict: worstOf(r.dev, left, VerdictKilled), Cause: cause}
+	}
+	return nil
+}
+
+func worstOf(devs []*devState, ids []int, v Verdict) Verdict {
+	for _, d := range devs {
+		if slices.Contains(ids, d.cur.ID) && severity(d.rep.Verdict) > severity(v) {
+			v = d.rep.Verdict
+		}
+	}
+	return v
+}
+
+func (r *run) verdict(d *devState, exited bool) Verdict {
+	switch {
+	case !d.cur.Present():
+		if d.stopped || d.deleted {
+			return VerdictStoppedByControl
+		}
+		return VerdictStopped
+	case r.held != nil:
+		if _, ok := r.held[d.cur.ID]; ok {
+			return VerdictHeld
+		}
+		return VerdictNotStopped
+	case d.live() && r.cfg.daemon != nil && !exited && !r.t.class.MayKillWithLiveDevices():
+		return VerdictLeftLive
+	case r.killed && r.rep.Daemon.Killed:
+		return VerdictKilled
+	case exited:
+		return VerdictOrphaned
+	}
+	return VerdictNotStopped
+}
+
+// close stops the exit watcher and releases the controller; idempotent.
+func (r *run) close() {
+	if r.stopWaiter != nil {
+		r.stopWaiter()
+		<-r.waiterDone
+		r.stopWaiter = nil
+	}
+	if r.ctl != nil {
+		if err := r.ctl.Close(); err != nil {
+			r.cfg.logger.WarnContext(r.ctx, "ublk: closing the control device", "err", err)
+		}
+		r.ctl = nil
+	}
+}
+
+func (r *run) summary() string {
+	live, present := r.count()
+	return fmt.Sprintf("%d present, %d live, daemon exited: %v", present, live, r.daemonExited())
+}
+
+func (r *run) stepStart(name string) StepResult {
+	trace.SpanFromContext(r.ctx).AddEvent(name + " start")
+	return StepResult{Name: name, Start: time.Now()}
+}
+
+// stepEnd records a finished step and returns err.
+func (r *run) stepEnd(s StepResult, result string, err error) error {
+	s.Duration, s.Result = time.Since(s.Start), result
+	if err != nil {
+		s.Err = err.Error()
+	}
+	r.rep.Steps = append(r.rep.Steps, s)
+	attrs := []attribute.KeyValue{attribute.String("result", result), attribute.Int64("duration_ms", s.Duration.Milliseconds())}
+	if err != nil {
+		attrs = append(attrs, attribute.String("error", err.Error()))
+	}
+	trace.SpanFromContext(r.ctx).AddEvent(s.Name, trace.WithAttributes(attrs...))
+	r.cfg.logger.InfoContext(r.ctx, "ublk: "+s.Name, "result", result, "duration", s.Duration, "err", err)
+	return err
+}
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

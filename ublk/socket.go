@@ -1,0 +1,145 @@
+package ublk
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Socket is a daemon stopped by a request on its Unix socket, in the form
+// AgentENV's uvm-ublk-daemon uses: one request per connection, a 4-byte
+// big-endian length then JSON; {"kind":"shutdown"} is answered
+// {"status":"ok"}. Pair it with the daemon's Process so that Wait sees the
+// exit through a pidfd and Kill can escalate; without one, Wait treats the
+// socket refusing connections as the exit, and Kill returns ErrCannotKill.
+type Socket struct {
+	path string
+	proc *Process
+	poll time.Duration
+}
+
+// NewSocket returns a Socket daemon for the socket at path. proc may be
+// nil.
+func NewSocket(path string, proc *Process) (*Socket, error) {
+	if path == "" {
+		return nil, errors.New("ublk: NewSocket: path is empty")
+	}
+	return &Socket{path: path, proc: proc, poll: 100 * time.Millisecond}, nil
+}
+
+// Path returns the socket path.
+func (s *Socket) Path() string { return s.path }
+
+// RequestStop sends {"kind":"shutdown"} and returns nil once the daemon
+// answered {"status":"ok"}. Any other answer, a refused connection or no
+// answer by ctx's deadline is an error.
+func (s *Socket) RequestStop(ctx context.Context) error {
+	var resp struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}
+	if err := s.Request(ctx, map[string]string{"kind": "shutdown"}, &resp); err != nil {
+		return err
+	}
+	if resp.Status != "ok" {
+		return fmt.Errorf("ublk: daemon refused shutdown: status %q %s", resp.Status, resp.Error)
+	}
+	return nil
+}
+
+// Request sends req as one length-prefixed JSON frame on a new connection
+// and decodes the one-frame answer into resp. It returns by ctx's
+// deadline.
+func (s *Socket) Request(ctx context.Context, req, resp any) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", s.path)
+	if err != nil {
+		return fmt.Errorf("ublk: daemon socket: %w", err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := writeFrame(c, req); err != nil {
+		return s.ctxErr(ctx, fmt.Errorf("ublk: daemon socket: send: %w", err))
+	}
+	if err := readFrame(c, resp); err != nil {
+		return s.ctxErr(ctx, fmt.Errorf("ublk: daemon socket: no answer: %w", err))
+	}
+	return nil
+}
+
+func (s *Socket) ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", err, ctx.Err())
+	}
+	return err
+}
+
+// Wait waits for the paired Process to exit; without one, until the
+// socket refuses connections (the daemon closed its listener), polling
+// every 100 ms. It returns ctx.Err() when ctx ends first.
+func (s *Socket) Wait(ctx context.Context) error {
+	if s.proc != nil {
+		return s.proc.Wait(ctx)
+	}
+	t := time.NewTicker(s.poll)
+	defer t.Stop()
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", s.path)
+		if err == nil {
+			c.Close()
+		} else if ctx.Err() == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Kill kills the paired Process, or returns ErrCannotKill without one.
+func (s *Socket) Kill(ctx context.Context) error {
+	if s.proc == nil {
+		return ErrCannotKill
+	}
+	return s.proc.Kill(ctx)
+}
+
+const maxFrame = 1 << 20
+
+func writeFrame(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
+	_, err = w.Write(append(buf, b...))
+	return err
+}
+
+func readFrame(r io.Reader, v any) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > maxFrame {
+		return fmt.Errorf("frame of %d bytes exceeds %d", n, maxFrame)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}

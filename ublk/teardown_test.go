@@ -1,0 +1,437 @@
+package ublk
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	vulnerable = "6.8.0-45-generic"
+	fixed      = "6.14.6"
+)
+
+// runFor runs td with a budget and returns the report, the error and the
+// virtual time Run took.
+func runFor(t *testing.T, td *Teardown, budget time.Duration) (*Report, time.Duration, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	start := time.Now()
+	rep, err := td.Run(ctx)
+	require.NotNil(t, rep)
+	return rep, time.Since(start), err
+}
+
+func TestCooperativeDaemonStopsEveryDevice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		d := newMemDaemon(f.tree, 0, 1)
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable))...)
+		require.NoError(t, err)
+
+		rep, took, err := runFor(t, td, 3600*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+		assert.Equal(t, 4*time.Second, took, "returns as soon as the daemon is done, not at the deadline")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		require.Len(t, rep.Devices, 2)
+		for _, dr := range rep.Devices {
+			assert.Equal(t, VerdictStopped, dr.Verdict)
+			assert.Equal(t, "live", dr.Initial.State())
+			assert.Equal(t, "gone", dr.Final.State())
+			assert.Equal(t, uint64(4), dr.InflightBefore.Total())
+			assert.Equal(t, uint64(0), dr.InflightAfter.Total(), "the live queues drained the I/O before the disk went")
+			assert.Empty(t, dr.Holders)
+		}
+		disk := rep.Devices[1].Steps[0]
+		assert.Equal(t, "disk removed", disk.Name)
+		assert.InDelta(t, 3*time.Second, disk.Duration, float64(td.cfg.poll), "seen within one poll interval")
+		assert.True(t, rep.Daemon.Requested && rep.Daemon.Exited && !rep.Daemon.Killed && !rep.Daemon.LeftRunning)
+		assert.Same(t, rep, td.LastReport())
+	})
+}
+
+func TestSlowDaemonGetsTheWholeBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1, 2)
+		d := newMemDaemon(f.tree, 0, 1, 2)
+		d.step = 40 * time.Second // 240 s in all, inside a 300 s budget
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed))...)
+		require.NoError(t, err)
+		rep, took, err := runFor(t, td, 300*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+		assert.Equal(t, 240*time.Second, took)
+		assert.NotContains(t, d.Events(), "kill", "a daemon still making progress is not killed early")
+	})
+}
+
+func TestHungDaemonOnVulnerableKernelIsNeverKilled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		d := newMemDaemon(f.tree, 0, 1)
+		d.hung = true
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithoutControl(), WithPollInterval(5*time.Second))...)
+		require.NoError(t, err)
+
+		rep, took, err := runFor(t, td, 3600*time.Second)
+		assert.Equal(t, 3600*time.Second, took, "waits for the daemon until the deadline, not later")
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.Equal(t, []int{0, 1}, unsafe.Devices)
+		assert.Contains(t, err.Error(), "still live")
+		assert.Contains(t, err.Error(), "daemon left running, unsafe to kill")
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotContains(t, d.Events(), "kill")
+		assert.Equal(t, VerdictLeftLive, rep.Verdict)
+		assert.True(t, rep.Daemon.LeftRunning)
+		assert.False(t, rep.Daemon.Killed)
+		for _, dr := range rep.Devices {
+			assert.Equal(t, VerdictLeftLive, dr.Verdict)
+			assert.Equal(t, "live", dr.Final.State())
+			assert.Equal(t, uint64(4), dr.InflightAfter.Total())
+		}
+	})
+}
+
+func TestHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithoutControl(), WithKillReserve(3*time.Second))...)
+		require.NoError(t, err)
+
+		start := time.Now()
+		rep, took, err := runFor(t, td, 600*time.Second)
+		assert.Less(t, took, 600*time.Second)
+		var inc *IncompleteError
+		require.ErrorAs(t, err, &inc)
+		assert.Equal(t, VerdictKilled, inc.Verdict)
+		assert.Equal(t, []string{"request", "kill", "exit killed"}, d.Events())
+		kill := rep.Step("kill daemon")
+		require.NotNil(t, kill)
+		assert.Equal(t, 597*time.Second, kill.Start.Sub(start), "killed KillReserve before the deadline")
+		assert.Equal(t, VerdictKilled, rep.Devices[0].Verdict)
+		assert.True(t, rep.Daemon.Killed && rep.Daemon.Exited)
+	})
+}
+
+func TestControlFallbackMakesKillSafeOnVulnerableKernel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		d := newMemDaemon(f.tree, 0, 1)
+		d.hung = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, stopIn: time.Second}
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable),
+			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		require.NoError(t, err)
+
+		start := time.Now()
+		rep, _, err := runFor(t, td, 100*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, VerdictStoppedByControl, rep.Verdict)
+		assert.Equal(t, []string{"request", "STOP_DEV 0", "STOP_DEV 1", "kill", "exit killed", "DEL_DEV 0", "DEL_DEV 1"}, d.Events(),
+			"killed only after STOP_DEV completed for every device")
+		fb := rep.Step("control fallback")
+		require.NotNil(t, fb)
+		assert.Equal(t, 93*time.Second, fb.Start.Sub(start), "fallback starts ControlReserve+KillReserve before the deadline")
+		for _, dr := range rep.Devices {
+			assert.Equal(t, VerdictStoppedByControl, dr.Verdict)
+			require.NotNil(t, dr.Info)
+			assert.Equal(t, StateLive, dr.Info.State)
+		}
+	})
+}
+
+func TestCrashedDaemonLeavesOrphans(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1, 2)
+		d := newMemDaemon(f.tree, 0, 1, 2)
+		d.crashAfter = 1
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithoutControl())...)
+		require.NoError(t, err)
+		rep, took, err := runFor(t, td, 3600*time.Second)
+		assert.Equal(t, 2*time.Second, took, "a crash is seen at once, not at the deadline")
+		var inc *IncompleteError
+		require.ErrorAs(t, err, &inc)
+		assert.Equal(t, []int{1, 2}, inc.Devices)
+		assert.Equal(t, VerdictOrphaned, inc.Verdict)
+		assert.Equal(t, VerdictStopped, rep.Device(0).Verdict)
+		assert.Equal(t, VerdictOrphaned, rep.Device(1).Verdict)
+		assert.False(t, rep.Daemon.Killed)
+	})
+}
+
+func TestCrashedDaemonsDevicesAreDeletedThroughControl(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		d := newMemDaemon(f.tree, 0, 1)
+		d.crashAfter = 1
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d}
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable),
+			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, VerdictStopped, rep.Device(0).Verdict)
+		assert.Equal(t, VerdictStoppedByControl, rep.Device(1).Verdict)
+		assert.Contains(t, d.Events(), "DEL_DEV 1")
+	})
+}
+
+func TestHeldDeviceKeepsTheDaemonRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		f.hold(t, 1, "dm-3")
+		d := newMemDaemon(f.tree, 0, 1)
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithHolderWait(30*time.Second))...)
+		require.NoError(t, err)
+		rep, took, err := runFor(t, td, 600*time.Second)
+		assert.Equal(t, 30*time.Second, took)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Equal(t, []Holder{{Kind: HeldByStack, Detail: "dm-3"}}, held.Holders[1])
+		assert.Contains(t, err.Error(), "ublkb1 held by stacked dm-3")
+		assert.Empty(t, d.Events(), "the daemon was never asked to stop")
+		assert.Equal(t, VerdictHeld, rep.Device(1).Verdict)
+		assert.Equal(t, VerdictNotStopped, rep.Device(0).Verdict)
+		assert.Equal(t, VerdictHeld, rep.Verdict)
+		assert.True(t, rep.Daemon.LeftRunning || !rep.Daemon.Present)
+	})
+}
+
+func TestStopProceedsOnceTheHolderCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		p := f.hold(t, 0, "dm-0")
+		d := newMemDaemon(f.tree, 0)
+		defer d.close()
+		go func() { time.Sleep(12 * time.Second); _ = os.Remove(p) }()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable))...)
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 600*time.Second)
+		require.NoError(t, err)
+		h := rep.Step("holders")
+		require.NotNil(t, h)
+		assert.InDelta(t, 12*time.Second, h.Duration, float64(100*time.Millisecond))
+		assert.Equal(t, []Holder{{Kind: HeldByStack, Detail: "dm-0"}}, rep.Device(0).Holders, "the holder is reported")
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+	})
+}
+
+func TestStopDespiteHoldersPolicy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		f.hold(t, 0, "md0")
+		d := newMemDaemon(f.tree, 0)
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithHolderWait(5*time.Second), WithStopDespiteHolders())...)
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 600*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+		assert.Equal(t, "request", d.Events()[0])
+	})
+}
+
+func TestFailedRequestFallsBackToControlAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.failRequest = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d}
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithExitGrace(2*time.Second),
+			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		require.NoError(t, err)
+		start := time.Now()
+		rep, took, err := runFor(t, td, 600*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, start, rep.Step("control fallback").Start, "no waiting for a daemon that did not get the request")
+		assert.Equal(t, []string{"request", "STOP_DEV 0", "kill", "exit killed", "DEL_DEV 0"}, d.Events())
+		assert.Equal(t, 2*time.Second, took, "killed ExitGrace after its last device stopped")
+		assert.Equal(t, "connection refused", rep.Daemon.RequestError)
+	})
+}
+
+func TestUnavailableControlIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable),
+			WithControlPath(f.proc+"/no-ublk-control"))...)
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.ErrorIs(t, err, ErrNoControl)
+		assert.Contains(t, rep.Note, "control fallback unavailable")
+		assert.Contains(t, err.Error(), "modprobe ublk_drv")
+	})
+}
+
+func TestDaemonWithoutDevicesLeftIsKilledAfterExitGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		d := newMemDaemon(f.tree)
+		d.hung = true
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithExitGrace(7*time.Second))...)
+		require.NoError(t, err)
+		rep, took, err := runFor(t, td, 600*time.Second)
+		require.NoError(t, err, "no device was live, so killing was safe")
+		assert.Equal(t, 7*time.Second, took)
+		assert.True(t, rep.Daemon.Killed)
+	})
+}
+
+func TestUnkillableDaemonOnFixedKernel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung, d.cannotKill = true, true
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithoutControl())...)
+		require.NoError(t, err)
+		rep, took, err := runFor(t, td, 60*time.Second)
+		assert.Equal(t, 60*time.Second, took)
+		var inc *IncompleteError
+		require.ErrorAs(t, err, &inc)
+		assert.Equal(t, VerdictNotStopped, inc.Verdict)
+		assert.Equal(t, ErrCannotKill.Error(), rep.Daemon.KillError)
+	})
+}
+
+func TestNothingToDo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		td, err := New(f.options(WithKernelRelease(vulnerable))...)
+		require.NoError(t, err)
+		rep, took, err := runFor(t, td, time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, VerdictNothingToDo, rep.Verdict)
+		assert.Zero(t, took)
+		assert.Empty(t, rep.Devices)
+	})
+}
+
+func TestListedDevicesOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1, 7)
+		d := newMemDaemon(f.tree, 7)
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithDevices(7), WithKernelRelease(vulnerable))...)
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, rep.Devices, 1)
+		assert.Equal(t, 7, rep.Devices[0].ID)
+		assert.Equal(t, []int{0, 1}, f.tree.Devices(), "other servers' devices are left alone")
+	})
+}
+
+func TestDevicesGoingWithoutDaemonAndCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		td, err := New(f.options(WithKernelRelease(fixed), WithoutControl())...)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(90 * time.Second); cancel() }()
+		start := time.Now()
+		rep, err := td.Run(ctx)
+		assert.Equal(t, 90*time.Second, time.Since(start), "without a deadline it waits until cancelled")
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, VerdictNotStopped, rep.Verdict)
+	})
+}
+
+func TestStopIsTheStepFunction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithoutControl())...)
+		require.NoError(t, err)
+		var step func(context.Context) error = td.Stop
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = step(ctx)
+		var unsafe *UnsafeError
+		assert.True(t, errors.As(err, &unsafe))
+		assert.Equal(t, VerdictLeftLive, td.LastReport().Verdict)
+	})
+}
+
+func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
+	cases := map[string]Option{
+		"SysfsRoot":      WithSysfsRoot(""),
+		"ProcfsRoot":     WithProcfsRoot(""),
+		"Devices":        WithDevices(-1),
+		"Daemon":         WithDaemon(nil),
+		"FixedKernels":   WithFixedKernels("6.8.["),
+		"PollInterval":   WithPollInterval(0),
+		"HolderWait":     WithHolderWait(-time.Second),
+		"RequestTimeout": WithRequestTimeout(0),
+		"ExitGrace":      WithExitGrace(-1),
+		"KillReserve":    WithKillReserve(-1),
+		"ControlReserve": WithControlReserve(-1),
+		"ControlPath":    WithControlPath(""),
+		"Controller":     WithController(nil),
+		"Logger":         WithLogger(nil),
+		"TracerProvider": WithTracerProvider(nil),
+		"MeterProvider":  WithMeterProvider(nil),
+	}
+	for field, opt := range cases {
+		_, err := New(opt)
+		assert.ErrorContains(t, err, field, field)
+	}
+}
+
+func TestUnrecognisedReleaseIsTreatedAsVulnerable(t *testing.T) {
+	td, err := New(WithKernelRelease("mystery"), WithSysfsRoot(t.TempDir()))
+	require.NoError(t, err)
+	_, class := td.Kernel()
+	assert.Equal(t, KernelVulnerable, class)
+	td, err = New(WithKernelRelease("mystery"), WithFixedKernels("myst*"))
+	require.NoError(t, err)
+	_, class = td.Kernel()
+	assert.Equal(t, KernelFixed, class)
+}
+
+func TestUnansweredRequestFallsBackAfterRequestTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.mute = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d}
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithRequestTimeout(3*time.Second),
+			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		require.NoError(t, err)
+		start := time.Now()
+		rep, _, err := runFor(t, td, 600*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, 3*time.Second, rep.Step("control fallback").Start.Sub(start))
+		assert.Contains(t, rep.Daemon.RequestError, "deadline exceeded")
+		assert.Equal(t, VerdictStoppedByControl, rep.Verdict)
+	})
+}

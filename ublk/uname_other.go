@@ -1,0 +1,20 @@
+//go:build !linux
+
+package ublk
+
+import (
+	"context"
+	"runtime"
+)
+
+// supported is true where ublk exists.
+const supported = false
+
+func kernelRelease() (string, error) { return runtime.GOOS, nil }
+
+// Holders is not supported on this system.
+func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
+	return nil, errUnsupported
+}
+
+func stackHolders(sysRoot, name string) []Holder { return nil }
