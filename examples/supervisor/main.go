@@ -1,28 +1,5 @@
 //go:build linux
 
-// Command supervisor is a drain-aware PID 1 for a sandbox node container:
-// it runs an unmodified sandbox server (and optionally its block-device
-// daemon) as children and gets the node through termination with drainkit,
-// driving the server only through the HTTP API it already has.
-//
-//	supervisor [flags] -- SERVER_COMMAND [ARGS...]
-//
-// Flags:
-//
-//	-listen ADDR          where to serve GET /drain (the preStop hook),
-//	                      GET /readyz and GET /healthz (default :8081)
-//	-server-url URL       the server's API base (default http://127.0.0.1:8080)
-//	-grace DURATION       the pod's terminationGracePeriodSeconds (default 30s)
-//	-concurrency N        pauses sent at once (default 8)
-//	-daemon "CMD ARGS"    optional device daemon, started as a child and
-//	                      stopped last (split on spaces, no quoting)
-//	-report FILE          where to write the JSON Report at exit
-//
-// The API key, if the server needs one, is read from the environment
-// variable SUPERVISOR_API_KEY and sent as X-API-Key.
-//
-// See README.md for what happens at preStop and SIGTERM, and deploy/ for
-// the manifest.
 package main
 
 import (

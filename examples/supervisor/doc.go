@@ -1,0 +1,46 @@
+// Command supervisor is a drain-aware PID 1 for a sandbox node container.
+// Sandbox servers not written in Go (AgentENV is Rust) cannot import
+// drainkit; the supervisor runs beside such a server, unmodified, and gets
+// it through termination with drainkit by driving the HTTP API it already
+// has.
+//
+//	supervisor [flags] -- SERVER_COMMAND [ARGS...]
+//
+//	-listen ADDR        where to serve GET /drain (the preStop hook),
+//	                    GET /readyz and GET /healthz (default :8081)
+//	-server-url URL     the server's API base (default http://127.0.0.1:8080)
+//	-grace DURATION     the pod's terminationGracePeriodSeconds (default 30s)
+//	-concurrency N      pause requests sent at once (default 8)
+//	-daemon "CMD ARGS"  optional device daemon, started as a child, stopped
+//	                    last (split on spaces, no quoting)
+//	-report FILE        where to write the JSON Report at exit
+//
+// The API key, if the server needs one, comes from the environment
+// variable SUPERVISOR_API_KEY and is sent as X-API-Key. The server's API
+// must have AgentENV's shape: GET /sandboxes lists [{"id","state"}], POST
+// /sandboxes/{id}/pause pauses one (see package pause/httpsource).
+//
+// What it does:
+//   - starts the daemon (if any) and the server as children; reaps every
+//     child and orphan (wait4 on SIGCHLD; it makes itself a subreaper when it
+//     is not PID 1) while keeping its own children's exit statuses; forwards
+//     SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT and SIGWINCH to the server;
+//   - on GET /drain (the kubelet's preStop httpGet): fixes T0, turns
+//     /readyz 503, and waits while the server lists running sandboxes, until
+//     the drain deadline (drain.Drainer.PreStop);
+//   - on SIGTERM: pauses every running sandbox through the API in parallel
+//     within the preserve phase (pause.Preserver over httpsource, letting
+//     in-flight pauses finish), sends the server its SIGTERM with the time
+//     left, waits for it (SIGKILL at the step's deadline so the daemon still
+//     gets its turn), stops the daemon, writes the Report and exits with the
+//     server's status. A second SIGTERM or SIGINT forces: every remaining
+//     wait stops and each step gets only its reserve.
+//
+// Guarantees: with T0 the preStop call (or SIGTERM without one) and G the
+// grace, everything ends by T0 + G minus the margin (5 s, or G/10 when
+// shorter): the preStop wait by the drain deadline, no pause starts after
+// the preserve deadline, the server step by the deadline minus the daemon's
+// reserve (G/10, 0.5 s to 30 s each). If the server exits on its own before
+// termination, the daemon is stopped and the supervisor exits with the
+// server's status.
+package main

@@ -1,0 +1,28 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// How the supervisor splits AgentENV's 3600 s budget: a safety margin
+// before SIGKILL, then a reserve for the server's own exit and one for the
+// daemon's teardown; the preserve phase's reserve follows the running
+// sandboxes live, and the preStop wait gets the rest.
+func Example_budget() {
+	cfg, err := parseArgs([]string{"-grace", "3600s", "-concurrency", "16", "--", "/usr/local/bin/agentenv-server"}, io.Discard)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("server:", cfg.server)
+	fmt.Println("margin before SIGKILL:", margin(cfg.grace))
+	fmt.Println("server step reserve:", stepReserve(cfg.grace))
+	fmt.Println("daemon step reserve:", stepReserve(cfg.grace))
+	// Output:
+	// server: [/usr/local/bin/agentenv-server]
+	// margin before SIGKILL: 5s
+	// server step reserve: 30s
+	// daemon step reserve: 30s
+}
