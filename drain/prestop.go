@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/drainkit/drainkit/pause"
 )
 
 // Reasons a preStop wait ended, in PreStopSummary.Reason.
@@ -222,7 +224,12 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	defer cancel()
 	stop := context.AfterFunc(d.force, cancel)
 	defer stop()
-	sbs, err := d.lister.List(ctx)
+	var sbs []pause.Sandbox // read only when List returned
+	err := runBounded(ctx, func(ctx context.Context) error {
+		var err error
+		sbs, err = d.lister.List(ctx)
+		return err
+	})
 	if err != nil {
 		d.log.Warn("drain: listing running sandboxes failed", "err", err)
 		return -1

@@ -76,7 +76,12 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	run := d.prestop
 	d.mu.Unlock()
 	if run != nil {
-		<-run.done // ends at once: Shutdown started
+		t := time.NewTimer(2 * returnSlack) // ends at once: Shutdown started; count gives up within returnSlack
+		select {
+		case <-run.done:
+		case <-t.C:
+		}
+		t.Stop()
 		sum := run.summary()
 		rep.PreStop = &sum
 		rep.Phases = append(rep.Phases, PhaseReport{Name: PhaseDrain, Start: sum.Start, End: sum.End,
