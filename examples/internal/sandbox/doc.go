@@ -1,0 +1,21 @@
+// Package sandbox is the sandbox-server core shared by the examples: a Node that keeps the
+// node's sandboxes and their states (running, pausing, paused, resuming, deleting), over a
+// Runtime that does the work — in-process fakes whose pause takes a configurable time, or
+// real gVisor sandboxes driven through runsc — and a store of paused-sandbox records.
+//
+// A sandbox server without a node-drain library loses every sandbox that is not paused when
+// SIGKILL comes; the Node makes pausing and persisting one sandbox a single call, and lists
+// the running ones as a pause.Lister so drainkit can preserve them in parallel.
+//
+//	rt := &sandbox.Fake{Dir: imagesDir, PauseLatency: 500 * time.Millisecond}
+//	st, _ := store.Open(recordsDir)
+//	node, problems, err := sandbox.NewNode(rt, st, logger) // paused records come back paused
+//	defer node.Close()
+//	info, err := node.Create(ctx, 3600)                      // running, times out in an hour
+//	preserver, err := pause.New(pause.ListFunc(node.Running)) // pauses what runs, in parallel
+//
+// Guarantees: every Node method that calls the runtime takes a context and returns by its
+// deadline as far as the runtime does (Fake always does; Runsc kills runsc at the deadline);
+// a sandbox's record is written (durably) before Pause reports it paused, and removed before
+// Resume reports it running.
+package sandbox

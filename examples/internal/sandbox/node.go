@@ -1,0 +1,303 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// The states a sandbox goes through.
+const (
+	Creating = "creating"
+	Running  = "running"
+	Pausing  = "pausing"
+	Paused   = "paused"
+	Resuming = "resuming"
+	Deleting = "deleting"
+)
+
+var (
+	// ErrNotFound: no sandbox has the ID.
+	ErrNotFound = errors.New("sandbox not found")
+	// ErrConflict: the sandbox is not in a state that allows the operation.
+	ErrConflict = errors.New("sandbox is in the wrong state")
+)
+
+// Info is what the server says about one sandbox.
+type Info struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	TimeoutS int    `json:"timeout_s,omitempty"`
+}
+
+type entry struct {
+	Info
+	image string
+	timer *time.Timer // ends a running sandbox at its timeout
+}
+
+// A Node is the sandboxes of one server over a Runtime and a record store. It is safe for
+// concurrent use. Make one with NewNode and Close it when done.
+type Node struct {
+	rt     Runtime
+	st     *store.Store
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	sbs    map[string]*entry
+	closed bool
+	wg     sync.WaitGroup // timeouts in progress
+}
+
+// NewNode returns a Node over rt whose paused sandboxes are the good records in st, and the
+// records it did not load because they are damaged. logger may be nil.
+func NewNode(rt Runtime, st *store.Store, logger *slog.Logger) (*Node, []store.Problem, error) {
+	if rt == nil || st == nil {
+		return nil, nil, errors.New("sandbox: NewNode needs a Runtime and a Store")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	recs, problems, err := st.Load()
+	if err != nil {
+		return nil, nil, err
+	}
+	n := &Node{rt: rt, st: st, logger: logger, sbs: map[string]*entry{}}
+	for _, r := range recs {
+		if r.Runtime != rt.Name() {
+			problems = append(problems, store.Problem{Path: r.ID,
+				Err: fmt.Sprintf("record of runtime %q, server runs %q", r.Runtime, rt.Name())})
+			continue
+		}
+		n.sbs[r.ID] = &entry{Info: Info{ID: r.ID, State: Paused, TimeoutS: r.TimeoutS}, image: r.Image}
+	}
+	for _, p := range problems {
+		logger.Warn("sandbox record not loaded", "path", p.Path, "incomplete", p.Incomplete, "error", p.Err)
+	}
+	return n, problems, nil
+}
+
+// Close stops the sandboxes' timeout timers and waits for timeouts in progress. It leaves
+// the sandboxes as they are.
+func (n *Node) Close() {
+	n.mu.Lock()
+	n.closed = true
+	for _, e := range n.sbs {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+// Create starts a new sandbox that the node deletes after timeoutS seconds of running.
+func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
+	if timeoutS <= 0 {
+		return Info{}, fmt.Errorf("%w: timeout_s must be positive", ErrConflict)
+	}
+	id := newID()
+	n.mu.Lock()
+	e := &entry{Info: Info{ID: id, State: Creating, TimeoutS: timeoutS}}
+	n.sbs[id] = e
+	n.mu.Unlock()
+	if err := n.rt.Create(ctx, id); err != nil {
+		n.forget(id)
+		_ = n.rt.Destroy(context.WithoutCancel(ctx), id)
+		return Info{}, fmt.Errorf("create: %w", err)
+	}
+	return n.setRunning(e), nil
+}
+
+// Pause pauses a running sandbox and persists its record. If the runtime fails (or ctx
+// ends) the sandbox stays running.
+func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
+	e, err := n.transition(id, Running, Pausing)
+	if err != nil {
+		return Info{}, err
+	}
+	image, err := n.rt.Pause(ctx, id)
+	if err == nil {
+		err = n.st.Put(store.Record{ID: id, State: Paused, Runtime: n.rt.Name(), Image: image,
+			TimeoutS: e.TimeoutS, PausedAt: time.Now()})
+	}
+	if err != nil {
+		n.setRunning(e)
+		return Info{}, fmt.Errorf("pause %s: %w", id, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e.State, e.image = Paused, image
+	return e.Info, nil
+}
+
+// Resume starts a paused sandbox again and removes its record.
+func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
+	e, err := n.transition(id, Paused, Resuming)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := n.rt.Resume(ctx, id, e.image); err != nil {
+		n.mu.Lock()
+		e.State = Paused
+		n.mu.Unlock()
+		return Info{}, fmt.Errorf("resume %s: %w", id, err)
+	}
+	if err := n.st.Delete(id); err != nil {
+		n.logger.Warn("resumed sandbox keeps a stale record", "id", id, "error", err)
+	}
+	return n.setRunning(e), nil
+}
+
+// Delete destroys a running or paused sandbox and its record.
+func (n *Node) Delete(ctx context.Context, id string) error {
+	n.mu.Lock()
+	e, ok := n.sbs[id]
+	switch {
+	case !ok:
+		n.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	case e.State != Running && e.State != Paused:
+		n.mu.Unlock()
+		return fmt.Errorf("%w: %s is %s", ErrConflict, id, e.State)
+	}
+	e.State = Deleting
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	n.mu.Unlock()
+	err := errors.Join(n.rt.Destroy(ctx, id), n.st.Delete(id))
+	n.forget(id)
+	return err
+}
+
+// List returns every sandbox, sorted by ID.
+func (n *Node) List() []Info {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]Info, 0, len(n.sbs))
+	for _, e := range n.sbs {
+		out = append(out, e.Info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Count returns how many sandboxes are in state.
+func (n *Node) Count(state string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, e := range n.sbs {
+		if e.State == state {
+			c++
+		}
+	}
+	return c
+}
+
+// Running returns the sandboxes running now as pause.Sandboxes whose Preserve is Pause:
+// pause.ListFunc(node.Running) is the node's pause.Lister.
+func (n *Node) Running(ctx context.Context) ([]pause.Sandbox, error) {
+	var out []pause.Sandbox
+	for _, info := range n.List() {
+		if info.State == Running {
+			out = append(out, preservable{n: n, id: info.ID})
+		}
+	}
+	return out, ctx.Err()
+}
+
+// preservable is a running sandbox as the pause package sees it.
+type preservable struct {
+	n  *Node
+	id string
+}
+
+func (p preservable) ID() string { return p.id }
+
+// EstimatedPreserve reports the fake runtime's latency; other runtimes have no estimate.
+func (p preservable) EstimatedPreserve() time.Duration {
+	if f, ok := p.n.rt.(*Fake); ok {
+		return f.Latency(p.id)
+	}
+	return 0
+}
+
+// Preserve pauses the sandbox; one no longer running is pause.ErrGone.
+func (p preservable) Preserve(ctx context.Context) error {
+	_, err := p.n.Pause(ctx, p.id)
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) {
+		return fmt.Errorf("%w: %w", pause.ErrGone, err)
+	}
+	return err
+}
+
+// transition moves sandbox id from state from to state to, stopping its timer.
+func (n *Node) transition(id, from, to string) (*entry, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e, ok := n.sbs[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if e.State != from {
+		return nil, fmt.Errorf("%w: %s is %s, not %s", ErrConflict, id, e.State, from)
+	}
+	e.State = to
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	return e, nil
+}
+
+// setRunning marks e running and arms its timeout.
+func (n *Node) setRunning(e *entry) Info {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e.State = Running
+	if !n.closed {
+		id := e.ID
+		e.timer = time.AfterFunc(time.Duration(e.TimeoutS)*time.Second, func() { n.timeout(id) })
+	}
+	return e.Info
+}
+
+// timeout deletes a sandbox whose timeout passed while it was running.
+func (n *Node) timeout(id string) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.wg.Add(1)
+	n.mu.Unlock()
+	defer n.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Delete(ctx, id); err != nil && !errors.Is(err, ErrConflict) {
+		n.logger.Warn("sandbox timeout: delete failed", "id", id, "error", err)
+	}
+}
+
+func (n *Node) forget(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.sbs, id)
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,202 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/pause"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newFakeNode(t *testing.T, dir string, latency time.Duration) (*Node, []store.Problem) {
+	st, err := store.Open(filepath.Join(dir, "records"))
+	require.NoError(t, err)
+	n, problems, err := NewNode(&Fake{Dir: filepath.Join(dir, "images"), PauseLatency: latency}, st, nil)
+	require.NoError(t, err)
+	t.Cleanup(n.Close)
+	return n, problems
+}
+
+func TestPausedSandboxesSurviveTheServerAndResume(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	n, _ := newFakeNode(t, dir, time.Millisecond)
+	a, err := n.Create(ctx, 3600)
+	require.NoError(t, err)
+	assert.Equal(t, Running, a.State)
+	b, err := n.Create(ctx, 3600)
+	require.NoError(t, err)
+	p, err := n.Pause(ctx, a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, Paused, p.State)
+	_, err = n.Pause(ctx, a.ID)
+	require.ErrorIs(t, err, ErrConflict, "pausing a paused sandbox")
+	n.Close()
+
+	// The next server process: only the paused sandbox comes back, paused.
+	n2, problems := newFakeNode(t, dir, time.Millisecond)
+	assert.Empty(t, problems)
+	assert.Equal(t, []Info{{ID: a.ID, State: Paused, TimeoutS: 3600}}, n2.List())
+	_, err = n2.Resume(ctx, b.ID)
+	require.ErrorIs(t, err, ErrNotFound)
+	r, err := n2.Resume(ctx, a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, Running, r.State)
+	recs, _, err := n2.st.Load()
+	require.NoError(t, err)
+	assert.Empty(t, recs, "a resumed sandbox has no record")
+
+	require.NoError(t, n2.Delete(ctx, a.ID))
+	assert.Empty(t, n2.List())
+	require.ErrorIs(t, n2.Delete(ctx, a.ID), ErrNotFound)
+}
+
+func TestDamagedRecordIsReportedNotLoaded(t *testing.T) {
+	dir := t.TempDir()
+	n, _ := newFakeNode(t, dir, time.Millisecond)
+	a, err := n.Create(context.Background(), 60)
+	require.NoError(t, err)
+	_, err = n.Pause(context.Background(), a.ID)
+	require.NoError(t, err)
+	n.Close()
+	path := filepath.Join(dir, "records", a.ID+".rec")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, data[:len(data)/2], 0o600)) // torn by a crash
+
+	n2, problems := newFakeNode(t, dir, time.Millisecond)
+	assert.Empty(t, n2.List())
+	require.Len(t, problems, 1)
+	assert.Equal(t, path, problems[0].Path)
+}
+
+func TestRecordOfAnotherRuntimeIsNotLoaded(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "records"))
+	require.NoError(t, err)
+	require.NoError(t, st.Put(store.Record{ID: "sb-1", State: Paused, Runtime: "runsc"}))
+	n, problems := newFakeNode(t, dir, time.Millisecond)
+	assert.Empty(t, n.List())
+	require.Len(t, problems, 1)
+	assert.Contains(t, problems[0].Err, `runtime "runsc"`)
+}
+
+func TestPauseThatRunsOutOfTimeLeavesSandboxRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, _ := newFakeNode(t, t.TempDir(), 2*time.Second)
+		a, err := n.Create(t.Context(), 3600)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err = n.Pause(ctx, a.ID)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 1, n.Count(Running))
+		recs, _, err := n.st.Load()
+		require.NoError(t, err)
+		assert.Empty(t, recs, "no record for a sandbox that was not paused")
+	})
+}
+
+func TestRunningSandboxEndsAtItsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, _ := newFakeNode(t, t.TempDir(), time.Second)
+		a, err := n.Create(t.Context(), 60)
+		require.NoError(t, err)
+		_, err = n.Create(t.Context(), 120)
+		require.NoError(t, err)
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		assert.Len(t, n.List(), 2)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.Len(t, n.List(), 1)
+		assert.NotEqual(t, a.ID, n.List()[0].ID)
+		n.Close()
+	})
+}
+
+func TestPreserverPausesRunningSandboxesInParallel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, _ := newFakeNode(t, t.TempDir(), time.Second)
+		for range 8 {
+			_, err := n.Create(t.Context(), 24*3600)
+			require.NoError(t, err)
+		}
+		p, err := pause.New(pause.ListFunc(n.Running), pause.WithLimit(4))
+		require.NoError(t, err)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		rep := p.Run(ctx, time.Time{})
+		assert.Equal(t, 8, rep.Counts[pause.Preserved])
+		assert.Equal(t, 2*time.Second, time.Since(start), "8 one-second pauses, 4 at a time")
+		assert.Equal(t, 8, n.Count(Paused))
+		n.Close()
+	})
+}
+
+func TestFakeLatencyIsSpreadAndStablePerID(t *testing.T) {
+	f := &Fake{PauseLatency: time.Second, Jitter: 0.5}
+	seen := map[time.Duration]bool{}
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		l := f.Latency(id)
+		assert.Equal(t, l, f.Latency(id))
+		assert.GreaterOrEqual(t, l, 500*time.Millisecond)
+		assert.LessOrEqual(t, l, 1500*time.Millisecond)
+		seen[l] = true
+	}
+	assert.Greater(t, len(seen), 1)
+	assert.Equal(t, time.Second, (&Fake{PauseLatency: time.Second}).Latency("a"))
+}
+
+// With real gVisor: a sandbox paused by one Node is resumed by the next, and its counter
+// goes on from where it was.
+func TestRunscSandboxResumesAfterServerRestart(t *testing.T) {
+	if err := runsc.Usable(); err != nil {
+		t.Skip("skipping real-runsc test: ", err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rt := &Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root")}, Dir: dir}
+	t.Cleanup(func() { _ = rt.Runtime.DeleteAll(context.Background()) })
+	st, err := store.Open(filepath.Join(dir, "records"))
+	require.NoError(t, err)
+	n, _, err := NewNode(rt, st, nil)
+	require.NoError(t, err)
+	a, err := n.Create(ctx, 3600)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { c, err := rt.Bundle(a.ID).Counter(); return err == nil && c > 3 },
+		30*time.Second, 20*time.Millisecond)
+	_, err = n.Pause(ctx, a.ID)
+	require.NoError(t, err)
+	saved, err := rt.Bundle(a.ID).Counter()
+	require.NoError(t, err)
+	n.Close()
+
+	n2, problems, err := NewNode(rt, st, nil)
+	require.NoError(t, err)
+	defer n2.Close()
+	assert.Empty(t, problems)
+	_, err = n2.Resume(ctx, a.ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { c, err := rt.Bundle(a.ID).Counter(); return err == nil && c > saved+2 },
+		30*time.Second, 20*time.Millisecond)
+	counts, err := rt.Bundle(a.ID).Counts()
+	require.NoError(t, err)
+	assert.True(t, runsc.ConsecutiveFromOne(counts), "counter restarted: %v", counts)
+	require.NoError(t, n2.Delete(ctx, a.ID))
+	_, err = os.Stat(rt.Bundle(a.ID).Dir)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}

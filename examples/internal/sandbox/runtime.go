@@ -1,0 +1,191 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/drainkit/drainkit/internal/runsc"
+)
+
+// A Runtime runs sandboxes. The Node serialises calls for one sandbox; calls for
+// different sandboxes run concurrently.
+type Runtime interface {
+	// Name is the runtime's name in records: "fake" or "runsc".
+	Name() string
+	// Create starts a new running sandbox.
+	Create(ctx context.Context, id string) error
+	// Pause stops a running sandbox and saves its state; it returns where the state is.
+	// When it fails the sandbox is still running.
+	Pause(ctx context.Context, id string) (image string, err error)
+	// Resume starts a sandbox again from the state Pause saved in image.
+	Resume(ctx context.Context, id, image string) error
+	// Destroy stops the sandbox if it runs and removes everything it left.
+	Destroy(ctx context.Context, id string) error
+}
+
+// Fake is an in-process Runtime: a sandbox is a start time, and pausing one takes
+// PauseLatency (spread by Jitter) and writes a small image file. The zero value needs Dir.
+type Fake struct {
+	// Dir holds the image files; required.
+	Dir string
+	// PauseLatency is how long a pause takes; Jitter spreads it uniformly over
+	// PauseLatency x [1-Jitter, 1+Jitter], the same for the same ID every time.
+	PauseLatency time.Duration
+	Jitter       float64
+
+	mu      sync.Mutex
+	started map[string]time.Time
+}
+
+// fakeImage is what Fake writes for a paused sandbox.
+type fakeImage struct {
+	ID     string        `json:"id"`
+	Uptime time.Duration `json:"uptime_ns"`
+}
+
+// Name returns "fake".
+func (f *Fake) Name() string { return "fake" }
+
+// Latency returns how long pausing sandbox id takes.
+func (f *Fake) Latency(id string) time.Duration {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	u := float64(h.Sum64()%10000) / 9999 // in [0, 1], fixed per ID
+	return time.Duration(float64(f.PauseLatency) * (1 + f.Jitter*(2*u-1)))
+}
+
+// Create starts sandbox id.
+func (f *Fake) Create(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.started == nil {
+		f.started = map[string]time.Time{}
+	}
+	f.started[id] = time.Now()
+	return ctx.Err()
+}
+
+// Pause takes Latency(id), or returns ctx's error if ctx ends first (the sandbox then
+// keeps running), and writes the sandbox's image file.
+func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
+	t := time.NewTimer(f.Latency(id))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	f.mu.Lock()
+	start, ok := f.started[id]
+	delete(f.started, id)
+	f.mu.Unlock()
+	if !ok {
+		return "", fmt.Errorf("fake: sandbox %s is not running", id)
+	}
+	data, _ := json.Marshal(fakeImage{ID: id, Uptime: time.Since(start)})
+	image := filepath.Join(f.Dir, id+".img")
+	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(image, data, 0o600); err != nil {
+		return "", err
+	}
+	return image, nil
+}
+
+// Resume checks the image and starts the sandbox again.
+func (f *Fake) Resume(ctx context.Context, id, image string) error {
+	data, err := os.ReadFile(image)
+	if err != nil {
+		return fmt.Errorf("fake: resume %s: %w", id, err)
+	}
+	var img fakeImage
+	if err := json.Unmarshal(data, &img); err != nil || img.ID != id {
+		return fmt.Errorf("fake: resume %s: image %s is not this sandbox's", id, image)
+	}
+	if err := os.Remove(image); err != nil {
+		return err
+	}
+	return f.Create(ctx, id)
+}
+
+// Destroy forgets the sandbox and removes its image.
+func (f *Fake) Destroy(ctx context.Context, id string) error {
+	f.mu.Lock()
+	delete(f.started, id)
+	f.mu.Unlock()
+	if err := os.Remove(filepath.Join(f.Dir, id+".img")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// Runsc is a Runtime of real gVisor sandboxes running the runsc counter workload:
+// Create is runsc run -detach, Pause is runsc checkpoint then delete, Resume is runsc
+// restore -detach, Destroy is runsc delete -force. Each sandbox has a bundle, an image
+// directory and a log under Dir.
+type Runsc struct {
+	// Runtime runs the runsc commands; its Root must be set.
+	Runtime *runsc.Runtime
+	// Dir holds bundles/ID, images/ID and logs/ID.log; required.
+	Dir string
+}
+
+// Name returns "runsc".
+func (r *Runsc) Name() string { return "runsc" }
+
+// Bundle returns sandbox id's bundle.
+func (r *Runsc) Bundle(id string) runsc.Bundle {
+	return runsc.Bundle{Dir: filepath.Join(r.Dir, "bundles", id)}
+}
+
+func (r *Runsc) log(id string) string   { return filepath.Join(r.Dir, "logs", id+".log") }
+func (r *Runsc) image(id string) string { return filepath.Join(r.Dir, "images", id) }
+
+// Create writes the sandbox's bundle and starts it.
+func (r *Runsc) Create(ctx context.Context, id string) error {
+	if err := os.MkdirAll(filepath.Join(r.Dir, "logs"), 0o700); err != nil {
+		return err
+	}
+	b, err := runsc.WriteBundle(r.Bundle(id).Dir, runsc.CounterArgs())
+	if err != nil {
+		return err
+	}
+	return r.Runtime.Run(ctx, id, b, r.log(id))
+}
+
+// Pause checkpoints the sandbox into its image directory and deletes the stopped container.
+func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
+	image := r.image(id)
+	if err := os.RemoveAll(image); err != nil {
+		return "", err
+	}
+	if err := r.Runtime.Checkpoint(ctx, id, image); err != nil {
+		return "", err
+	}
+	return image, r.Runtime.Delete(ctx, id, true)
+}
+
+// Resume restores the sandbox from image.
+func (r *Runsc) Resume(ctx context.Context, id, image string) error {
+	// A container left by an earlier process (killed before it deleted it) holds the ID.
+	if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
+		return err
+	}
+	return r.Runtime.Restore(ctx, id, r.Bundle(id), image, r.log(id))
+}
+
+// Destroy force-deletes the container and removes its bundle and image.
+func (r *Runsc) Destroy(ctx context.Context, id string) error {
+	if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
+		return err
+	}
+	return errors.Join(os.RemoveAll(r.Bundle(id).Dir), os.RemoveAll(r.image(id)))
+}
