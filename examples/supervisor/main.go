@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -49,6 +50,7 @@ type config struct {
 	report      string
 	server      []string
 	apiKey      string
+	client      *http.Client // tests only: talks to the server in-process
 }
 
 const usage = `usage: supervisor [flags] -- SERVER_COMMAND [ARGS...]

@@ -47,14 +47,15 @@ type Report struct {
 }
 
 type supervisor struct {
-	cfg     config
-	log     *slog.Logger
-	budget  *deadline.Budget
-	src     *httpsource.Source
-	drainer *drain.Drainer
-	procs   *procTable
-	server  *child
-	daemon  *child
+	cfg       config
+	log       *slog.Logger
+	budget    *deadline.Budget
+	src       *httpsource.Source
+	drainer   *drain.Drainer
+	preserver *limited
+	procs     *procTable
+	server    *child
+	daemon    *child
 
 	termSent atomic.Bool // the server step has sent the server its SIGTERM
 }
@@ -77,6 +78,9 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		return nil, fmt.Errorf("-grace: %w", err)
 	}
 	opts := []httpsource.Option{httpsource.WithLogger(s.log)}
+	if cfg.client != nil {
+		opts = append(opts, httpsource.WithClient(cfg.client))
+	}
 	if cfg.apiKey != "" {
 		opts = append(opts, httpsource.WithAPIKey("", cfg.apiKey))
 	}
@@ -93,10 +97,12 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if len(cfg.daemon) > 0 {
 		steps = append(steps, drain.Step{Name: StepDaemon, Reserve: stepReserve(cfg.grace), Run: s.stopDaemon})
 	}
+	pres := &limited{Preserver: p, src: s.src}
+	s.preserver = pres
 	s.drainer, err = drain.New(drain.Config{
 		Budget:    s.budget,
 		Sandboxes: s.src,
-		Preserver: limited{p, s.src},
+		Preserver: pres,
 		Estimator: est,
 		Steps:     steps,
 		Logger:    s.log,
@@ -104,19 +110,37 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-grace %v too short: %w", cfg.grace, err)
 	}
+	if len(cfg.daemon) > 0 {
+		pres.hardCap = func() time.Time { return s.drainer.Plan().Deadline(StepServer) }
+	}
 	return s, nil
 }
 
-// limited is the Preserver as the plan sees it: its concurrency is never
-// more than the Source learned the server takes (after 429s), so the live
-// reserve of the preserve phase does not count on parallelism the server
-// refuses.
+// limited is the Preserver as drain sees it. Its concurrency, for the
+// preserve phase's live reserve, is never more than the Source learned the
+// server takes (after 429s), so the plan does not count on parallelism the
+// server refuses. And pauses still in flight at the preserve deadline may
+// finish only until hardCap (the server step's deadline), never into the
+// daemon's reserve: the daemon must stop before SIGKILL, and on a
+// vulnerable kernel must never be killed with live devices.
 type limited struct {
 	*pause.Preserver
-	src *httpsource.Source
+	src     *httpsource.Source
+	hardCap func() time.Time // nil: no cap
 }
 
-func (l limited) Limit() int { return min(l.Preserver.Limit(), l.src.Limit()) }
+// Limit is the concurrency the plan counts on.
+func (l *limited) Limit() int { return min(l.Preserver.Limit(), l.src.Limit()) }
+
+// Run runs the Preserver with hard capped at hardCap.
+func (l *limited) Run(ctx context.Context, hard time.Time) *pause.Report {
+	if l.hardCap != nil {
+		if c := l.hardCap(); hard.IsZero() || c.Before(hard) {
+			hard = c
+		}
+	}
+	return l.Preserver.Run(ctx, hard)
+}
 
 // run starts the children and supervises them until the termination is
 // over, and returns the exit status.

@@ -4,15 +4,24 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/pause"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -142,4 +151,52 @@ func readFile(t *testing.T, path string) string {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// A pause still in flight at the preserve deadline may finish only until
+// the server step's deadline: the daemon keeps its whole reserve.
+func TestInFlightPausesNeverEatTheDaemonsReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, `[{"id":"slow","state":"running"}]`)
+		})
+		mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done() // a pause that outlasts everything
+		})
+		cfg, err := parseArgs([]string{"-grace", "100s", "-daemon", "ublkd", "--", "server"}, io.Discard)
+		require.NoError(t, err)
+		cfg.client = &http.Client{Transport: handlerTransport{mux}}
+		sup, err := newSupervisor(cfg, io.Discard)
+		require.NoError(t, err)
+
+		t0 := time.Now()
+		sup.budget.OnSIGTERM(t0) // SIGKILL at t0+100s, deadline t0+95s
+		plan := sup.drainer.Plan()
+		assert.Equal(t, t0.Add(85*time.Second), plan.Deadline(StepServer), "95s minus the daemon's 10s")
+		ctx, cancel := plan.Context(context.Background(), drain.PhasePreserve)
+		defer cancel()
+		rep := sup.preserver.Run(ctx, sup.budget.Deadline())
+
+		assert.Equal(t, t0.Add(85*time.Second), rep.Hard, "in-flight pauses end at the server step's deadline")
+		assert.Equal(t, 1, rep.Counts[pause.TimedOut])
+		assert.LessOrEqual(t, time.Since(t0), 86*time.Second)
+	})
+}
+
+// handlerTransport serves requests with a handler in-process, for code
+// under testing/synctest.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() { defer close(done); t.h.ServeHTTP(rec, r) }()
+	select {
+	case <-done:
+		return rec.Result(), nil
+	case <-r.Context().Done():
+		<-done
+		return nil, r.Context().Err()
+	}
 }
