@@ -145,3 +145,28 @@ func entry(t *testing.T, rep *pause.Report, id string) pause.Entry {
 	t.Fatalf("no entry for %s", id)
 	return pause.Entry{}
 }
+
+// The same one-at-a-time servers over real loopback HTTP, at limit 8: every
+// sandbox preserved, and the Source learns the server's limit from its
+// 429s instead of hammering it (the benchmark compares the makespans).
+func TestOneAtATimeServerOverLoopback(t *testing.T) {
+	const n = 24
+	for name, mode := range map[string]serial{"reject": reject, "block": block} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeServer(n, func(f *fakeServer) { f.pauseDelay, f.serial = 5*time.Millisecond, mode })
+			src, err := New(f.start(t))
+			require.NoError(t, err)
+			p, err := pause.New(src, pause.WithLimit(8))
+			require.NoError(t, err)
+			rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+			assert.Equal(t, n, rep.Counts[pause.Preserved])
+			assert.Len(t, f.paused(), n)
+			rejected, _ := f.stats()
+			t.Logf("429s: %d, source limit at the end: %d", rejected, src.Limit())
+			if mode == reject {
+				assert.Less(t, rejected, n, "fewer 429s than sandboxes: the limit was learned")
+				assert.LessOrEqual(t, src.Limit(), 3)
+			}
+		})
+	}
+}
