@@ -1,0 +1,166 @@
+//go:build linux
+
+package ublkguest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/ublkserver"
+	"github.com/drainkit/drainkit/internal/vmtest"
+	"github.com/drainkit/drainkit/ublk"
+)
+
+// TestInVM runs every guest test below in one boot of the cached 6.12
+// kernel.
+func TestInVM(t *testing.T) {
+	vmtest.RunGuestTests(t, vmtest.Config{Run: "^TestGuest", Modules: []string{"ublk_drv"}, Timeout: 150 * time.Second})
+}
+
+const diskSize = 16 << 20
+
+// rig is one daemon with a backing store and an event log, and the
+// outside control handle.
+type rig struct {
+	t       *testing.T
+	dir     string
+	daemon  *ublkserver.Daemon
+	ctl     *ublkserver.Control
+	logFrom int
+}
+
+func newRig(t *testing.T, cfg ublkserver.DaemonConfig) *rig {
+	t.Helper()
+	log, err := vmtest.KernelLog()
+	require.NoError(t, err)
+	r := &rig{t: t, dir: t.TempDir(), logFrom: len(log)}
+	cfg.BackingDir = r.dir
+	cfg.EventLog = filepath.Join(r.dir, "events")
+	if cfg.Size == 0 {
+		cfg.Size = diskSize
+	}
+	r.ctl, err = ublkserver.OpenControl()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r.daemon, err = ublkserver.StartDaemon(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(r.cleanup)
+	return r
+}
+
+// cleanup leaves nothing behind even when a test failed half-way: thaw
+// the daemon (so no request is held), stop its devices from outside, then
+// kill it, which is safe once they are stopped.
+func (r *rig) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	select {
+	case <-r.daemon.Exited():
+	default:
+		_ = r.daemon.Cmd.Process.Signal(ublkserver.SignalThaw)
+		for _, id := range r.daemon.Devices {
+			_ = r.ctl.StopDev(ctx, id)
+		}
+		_ = r.daemon.Cmd.Process.Kill()
+		_ = r.daemon.Wait(ctx)
+	}
+	for _, id := range r.daemon.Devices {
+		_ = r.ctl.DelDev(ctx, id)
+	}
+	_ = r.ctl.Close()
+}
+
+func (r *rig) disk(id int) string { return fmt.Sprintf("/dev/ublkb%d", id) }
+
+func (r *rig) ctx(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(r.t.Context(), d)
+	r.t.Cleanup(cancel)
+	return ctx
+}
+
+// observe gathers what CheckSafeTeardown needs once the teardown is over.
+func (r *rig) observe(writes []Write) Observed {
+	r.t.Helper()
+	events, err := ublkserver.ReadEvents(filepath.Join(r.dir, "events"))
+	require.NoError(r.t, err)
+	disk, err := os.ReadFile(ublkserver.BackingFile(r.dir, r.daemon.Devices[0]))
+	require.NoError(r.t, err)
+	return Observed{
+		Devices:   r.daemon.Devices,
+		DaemonErr: r.daemon.Wait(r.ctx(20 * time.Second)),
+		Events:    events,
+		Writes:    writes,
+		Disk:      disk,
+		Control:   r.ctl,
+		LogFrom:   r.logFrom,
+	}
+}
+
+// startWriter starts a Writer over the whole disk and returns once it has
+// had 20 writes acknowledged, so the teardown meets a writer in full swing.
+func startWriter(t *testing.T, disk string, tag uint32) *Writer {
+	t.Helper()
+	w, err := StartWriter(disk, 0, diskSize, tag)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = w.Stop(context.Background()) })
+	require.Eventually(t, func() bool { return len(w.Writes()) >= 20 }, 20*time.Second, 5*time.Millisecond)
+	return w
+}
+
+// TestGuestKernelIsClassifiedVulnerable classifies the guest's own release
+// string: Debian's 6.12.y has no backport of the ublk cancel fix.
+func TestGuestKernelIsClassifiedVulnerable(t *testing.T) {
+	vmtest.GuestOnly(t)
+	var uts unix.Utsname
+	require.NoError(t, unix.Uname(&uts))
+	release := unix.ByteSliceToString(uts.Release[:])
+	t.Logf("guest kernel %s", release)
+	class, err := ublk.ClassifyKernel(release)
+	require.NoError(t, err)
+	assert.Equal(t, ublk.KernelVulnerable, class)
+	assert.False(t, class.MayKillWithLiveDevices())
+}
+
+// TestGuestDaemonOwnStopPassesTheChecks is the reference for the checks:
+// a cooperative daemon stopping itself on SIGTERM (the safe order) while a
+// writer loops on its disk passes every one of them.
+func TestGuestDaemonOwnStopPassesTheChecks(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{IODelay: 2 * time.Millisecond}})
+	w := startWriter(t, r.disk(r.daemon.Devices[0]), 1)
+	require.NoError(t, r.daemon.Cmd.Process.Signal(unix.SIGTERM))
+	<-w.Done() // the disk went away under it
+	writes, err := w.Stop(r.ctx(10 * time.Second))
+	require.NoError(t, err)
+	assert.True(t, CheckSafeTeardown(t, r.observe(writes)))
+	t.Logf("%d writes, last: %+v", len(writes), writes[len(writes)-1])
+}
+
+// TestGuestWrongOrderIsCaught runs the order drainkit prevents, killing
+// the daemon with a write in flight before stopping its devices, and
+// shows that the checks every teardown test applies catch it.
+func TestGuestWrongOrderIsCaught(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{IODelay: 2 * time.Millisecond}})
+	w := startWriter(t, r.disk(r.daemon.Devices[0]), 2)
+	require.NoError(t, KillFirst(r.ctx(20*time.Second), r.daemon, r.ctl))
+	writes, err := w.Stop(r.ctx(10 * time.Second))
+	require.NoError(t, err)
+
+	var rec Recorder
+	assert.False(t, CheckSafeTeardown(&rec, r.observe(writes)), "the checks must fail on the wrong order")
+	failures := strings.Join(rec.Failures, "\n")
+	t.Logf("the checks reported:\n%s", failures)
+	assert.Contains(t, failures, "daemon did not exit by itself")
+	assert.Contains(t, failures, "a write the live disk accepted failed")
+}

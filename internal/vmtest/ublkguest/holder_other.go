@@ -1,0 +1,6 @@
+//go:build !linux
+
+package ublkguest
+
+// MaybeHolder does nothing outside Linux.
+func MaybeHolder() {}
