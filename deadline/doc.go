@@ -1,28 +1,69 @@
 // Package deadline is the one time budget a terminating Kubernetes pod has,
 // from the moment termination starts (T0: the preStop hook, or SIGTERM when
 // there is none) to the SIGKILL the kubelet sends at the end of the grace
-// period. Sandbox servers lose work when their preStop wait and their
-// SIGTERM shutdown each assume they own the whole grace period; a Budget
-// shared by both, split by a Plan into ordered phases, makes that impossible.
+// period.
 //
-// Typical wiring, at server start:
+// Sandbox servers lose work when their preStop wait and their SIGTERM
+// shutdown each assume they own the whole grace period: a preStop hook that
+// waits the full hour leaves the kubelet's one-off 2 s for everything else.
+// A Budget shared by both, split by a Plan into ordered phases whose
+// reserves follow the live work, makes that impossible.
 //
-//	budget, err := deadline.New(3600*time.Second) // the pod's terminationGracePeriodSeconds
-//	pauses := deadline.NewEstimator(2 * time.Second)
+// # Typical wiring
+//
+// At server start, from the pod's terminationGracePeriodSeconds:
+//
+//	budget, err := deadline.New(3600 * time.Second)
+//	pauses := deadline.NewEstimator(20 * time.Second) // fed with observed pause times
 //	plan, err := deadline.NewPlan(budget,
-//		deadline.Phase{Name: "drain"},
-//		deadline.Phase{Name: "preserve", Reserve: deadline.Work(running, pauses, func() int { return 16 })},
+//		deadline.Phase{Name: "drain"}, // the preStop wait
+//		deadline.Phase{Name: "preserve", Reserve: deadline.Work(runningSandboxes, pauses, concurrency)},
 //		deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(30 * time.Second)},
+//		deadline.Phase{Name: "exit", Reserve: deadline.Fixed(5 * time.Second)},
 //	)
+//	pod, err := deadline.InClusterPodReader(os.Getenv("POD_NAME")) // optional, needs RBAC get pods
 //
-// then budget.OnPreStop(time.Now()) in the preStop handler, waiting until
-// plan.Deadline("drain"); budget.OnSIGTERM(time.Now()) in the signal handler,
-// and each phase under plan.Context(ctx, name).
+// In the preStop handler:
 //
-// Guarantees: every deadline a Budget or Plan hands out is an absolute time
-// no later than the budget's Deadline (SIGKILL minus the margin); phase
-// deadlines never decrease along the plan; later phases' reserves are
-// honoured whenever the budget allows, and Plan.Shortfall reports by how
-// much it does not. SIGTERM refinement follows the kubelet's arithmetic
-// exactly (KubeletRemaining).
+//	budget.OnPreStop(time.Now())
+//	budget.TightenFromPod(ctx, pod) // kubectl delete --grace-period=30 cuts the hour
+//	for running() > 0 && time.Now().Before(plan.Deadline("drain")) { ... } // re-read: it moves
+//
+// In the SIGTERM handler:
+//
+//	budget.OnSIGTERM(time.Now()) // the kubelet's arithmetic refines SIGKILL
+//	ctx, cancel := plan.Context(ctx, "preserve") // then "teardown", "exit"
+//
+// # The kubelet's clock
+//
+// With a preStop hook the kubelet waits for it at most G, subtracts its
+// elapsed time truncated to whole seconds from G, raises what is left to at
+// least 2 s (MinimumGracePeriod), sends SIGTERM, waits that long and sends
+// SIGKILL; KubeletRemaining is that rule. Without a hook SIGKILL comes G
+// after SIGTERM. G is the deletion's grace period, which can be shorter than
+// the manifest's: the pod's metadata.deletionTimestamp (deletion time + G,
+// read by PodReader) is the absolute SIGKILL time.
+//
+// # Guarantees
+//
+//   - T0 <= Budget.Deadline <= Budget.Kill; Deadline is SIGKILL minus the
+//     margin (DefaultMargin, WithMargin), and the margin never takes more
+//     than half of the time from the latest event (T0 or SIGTERM) to SIGKILL.
+//   - After OnSIGTERM, Kill is exactly what the kubelet computes from the
+//     budget's T0 and grace (as tightened); Tighten only moves SIGKILL
+//     earlier, never before T0, and never before SIGTERM + 2 s.
+//   - Every deadline a Plan hands out is an absolute time in [T0,
+//     Budget.Deadline]; phase deadlines never decrease along the plan; a
+//     phase's deadline is the budget's Deadline minus the reserves of all
+//     later phases whenever those fit after T0, so time a phase leaves
+//     unused flows to the next; otherwise the later reserves win and the
+//     phase ends at T0. Plan.Shortfall is positive exactly when the reserves
+//     do not fit after T0, and says by how much.
+//   - Reserves are evaluated live, at every Deadline, Context, Windows and
+//     Shortfall call; contexts carry the deadline of the moment they were
+//     made.
+//   - PodReader's reads return by their context's deadline.
+//
+// Budget, Plan, Estimator and PodReader are safe for concurrent use.
+// Nothing in the package keeps global state or starts goroutines.
 package deadline

@@ -187,6 +187,18 @@ func (r *PodReader) Deletion(ctx context.Context) (PodDeletion, error) {
 		return PodDeletion{}, fmt.Errorf("deadline: PodReader: GET pod %s/%s: %w", r.Namespace, r.Name, err)
 	}
 	defer resp.Body.Close()
+	d, err := r.read(resp)
+	if err != nil && !errors.Is(err, ErrNotTerminating) && ctx.Err() != nil {
+		// The context ended while the answer came in. The transport may
+		// still hand over a response that the server cut short when the
+		// connection closed; the context is the cause, so report it.
+		return PodDeletion{}, fmt.Errorf("deadline: PodReader: GET pod %s/%s: %w (%v)", r.Namespace, r.Name, ctx.Err(), err)
+	}
+	return d, err
+}
+
+// read turns the API server's response into the pod's deletion state.
+func (r *PodReader) read(resp *http.Response) (PodDeletion, error) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
 	if err != nil {
 		return PodDeletion{}, fmt.Errorf("deadline: PodReader: reading pod %s/%s: %w", r.Namespace, r.Name, err)

@@ -48,7 +48,11 @@ func Work(items func() int, each *Estimator, parallel func() int) Reserve {
 // A Phase is one named stage of a shutdown and the Reserve it needs.
 // A nil Reserve means the phase reserves nothing.
 type Phase struct {
-	Name    string
+	// Name identifies the phase in Deadline, Context and Windows; it must
+	// be unique within the plan and not empty.
+	Name string
+	// Reserve is the time this phase needs before the budget's deadline;
+	// it pushes the deadlines of all earlier phases back by that much.
 	Reserve Reserve
 }
 
