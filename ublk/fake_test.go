@@ -140,6 +140,7 @@ type memControl struct {
 	tree   *fakeublk.Tree
 	d      *memDaemon
 	stopIn time.Duration
+	flags  uint64 // reported by DevInfo
 }
 
 func (c *memControl) DevInfo(ctx context.Context, id int) (DevInfo, error) {
@@ -150,7 +151,7 @@ func (c *memControl) DevInfo(ctx context.Context, id int) (DevInfo, error) {
 	if c.tree.HasDisk(id) {
 		st = StateLive
 	}
-	return DevInfo{DevID: uint32(id), State: st, NrHWQueues: 1, QueueDepth: 128}, nil
+	return DevInfo{DevID: uint32(id), State: st, NrHWQueues: 1, QueueDepth: 128, Flags: c.flags}, nil
 }
 
 func (c *memControl) StopDev(ctx context.Context, id int) error {
@@ -199,6 +200,15 @@ func (f *fixture) hold(t *testing.T, id int, holder string) string {
 	p := filepath.Join(dir, holder)
 	require.NoError(t, os.WriteFile(p, nil, 0o644))
 	return p
+}
+
+// partition adds partition p of device id with a stacked holder.
+func (f *fixture) partitionHeld(t *testing.T, id, p int, holder string) {
+	t.Helper()
+	dir := filepath.Join(f.tree.Root, "block", fmt.Sprintf("ublkb%d", id), fmt.Sprintf("ublkb%dp%d", id, p))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "holders"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "dev"), []byte(fmt.Sprintf("4001:%d\n", p)), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "holders", holder), nil, 0o644))
 }
 
 func (f *fixture) options(extra ...Option) []Option {

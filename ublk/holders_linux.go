@@ -25,11 +25,21 @@ import (
 // a caller that is not root sees only its own user's processes. Holders
 // returns ctx.Err() if ctx ends before the scan is complete.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
+	found, err := scanHolders(ctx, procRoot, []DevNum{dev})
+	return found[dev], err
+}
+
+// scanHolders is Holders for several devices in one pass over procfs.
+func scanHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil, fmt.Errorf("ublk: holders: %w", err)
 	}
-	var out []Holder
+	want := make(map[DevNum]bool, len(devs))
+	for _, d := range devs {
+		want[d] = true
+	}
+	out := map[DevNum][]Holder{}
 	seenNS := map[string]bool{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -40,22 +50,24 @@ func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error)
 			return out, err
 		}
 		dir := filepath.Join(procRoot, e.Name())
-		comm := readComm(dir)
-		for _, fd := range fdHolders(dir, dev) {
-			out = append(out, Holder{PID: pid, Comm: comm, Kind: HeldByFD, Detail: fd})
+		var comm string
+		add := func(dev DevNum, kind HoldKind, detail string) {
+			if comm == "" {
+				comm = readComm(dir)
+			}
+			out[dev] = append(out[dev], Holder{PID: pid, Comm: comm, Kind: kind, Detail: detail})
 		}
+		fdHolders(dir, want, func(dev DevNum, fd string) { add(dev, HeldByFD, fd) })
 		ns, _ := os.Readlink(filepath.Join(dir, "ns", "mnt"))
 		if ns != "" && seenNS[ns] {
 			continue
 		}
 		seenNS[ns] = ns != ""
-		for _, mp := range mountHolders(filepath.Join(dir, "mountinfo"), dev) {
-			out = append(out, Holder{PID: pid, Comm: comm, Kind: HeldByMount, Detail: mp})
-		}
+		mountHolders(filepath.Join(dir, "mountinfo"), want, func(dev DevNum, mp string) { add(dev, HeldByMount, mp) })
 	}
-	for _, sw := range swapHolders(filepath.Join(procRoot, "swaps"), dev) {
-		out = append(out, Holder{Kind: HeldBySwap, Detail: sw})
-	}
+	swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
+		out[dev] = append(out[dev], Holder{Kind: HeldBySwap, Detail: name})
+	})
 	return out, nil
 }
 
@@ -64,26 +76,24 @@ func readComm(dir string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// fdHolders returns "fd N -> PATH" for each open file of the process that
-// is the block device dev.
-func fdHolders(dir string, dev DevNum) []string {
+// fdHolders calls found with "fd N -> PATH" for each open file of the
+// process that is one of the wanted block devices.
+func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {
 	fdDir := filepath.Join(dir, "fd")
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
-		return nil
+		return
 	}
-	var out []string
 	for _, e := range ents {
 		link := filepath.Join(fdDir, e.Name())
 		target, err := os.Readlink(link)
 		if err != nil || isAnon(target) {
 			continue // sockets, pipes and anon inodes are never block devices
 		}
-		if isBlockDev(link, dev) {
-			out = append(out, fmt.Sprintf("fd %s -> %s", e.Name(), target))
+		if dev, ok := blockDev(link); ok && want[dev] {
+			found(dev, fmt.Sprintf("fd %s -> %s", e.Name(), target))
 		}
 	}
-	return out
 }
 
 func isAnon(target string) bool {
@@ -91,55 +101,54 @@ func isAnon(target string) bool {
 		strings.HasPrefix(target, "anon_inode:")
 }
 
-// isBlockDev stats p (following links) and compares its rdev with dev.
-func isBlockDev(p string, dev DevNum) bool {
+// blockDev stats p (following links) and returns its device number if it
+// is a block device.
+func blockDev(p string) (DevNum, bool) {
 	var st unix.Stat_t
-	if err := unix.Stat(p, &st); err != nil {
-		return false
+	if err := unix.Stat(p, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return DevNum{}, false
 	}
-	return st.Mode&unix.S_IFMT == unix.S_IFBLK &&
-		unix.Major(st.Rdev) == dev.Major && unix.Minor(st.Rdev) == dev.Minor
+	return DevNum{unix.Major(st.Rdev), unix.Minor(st.Rdev)}, true
 }
 
-// mountHolders returns the mount points whose file system is on dev.
-func mountHolders(mountinfo string, dev DevNum) []string {
+// mountHolders calls found with the mount points whose file system is on
+// a wanted device.
+func mountHolders(mountinfo string, want map[DevNum]bool, found func(DevNum, string)) {
 	f, err := os.Open(mountinfo)
 	if err != nil {
-		return nil
+		return
 	}
 	defer f.Close()
-	want := dev.String()
-	var out []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
 		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw
 		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 && fields[2] == want {
-			out = append(out, unescapeOctal(fields[4]))
+		if len(fields) < 5 {
+			continue
+		}
+		if dev, err := ParseDevNum(fields[2]); err == nil && want[dev] {
+			found(dev, unescapeOctal(fields[4]))
 		}
 	}
-	return out
 }
 
-// swapHolders returns the swap areas on dev.
-func swapHolders(swaps string, dev DevNum) []string {
+// swapHolders calls found with the swap areas on a wanted device.
+func swapHolders(swaps string, want map[DevNum]bool, found func(DevNum, string)) {
 	b, err := os.ReadFile(swaps)
 	if err != nil { // no swap support, or not readable: nothing to report
-		return nil
+		return
 	}
-	var out []string
 	for i, line := range strings.Split(string(b), "\n") {
 		fields := strings.Fields(line)
 		if i == 0 || len(fields) == 0 {
 			continue // header: Filename Type Size Used Priority
 		}
 		name := unescapeOctal(fields[0])
-		if isBlockDev(name, dev) {
-			out = append(out, name)
+		if dev, ok := blockDev(name); ok && want[dev] {
+			found(dev, name)
 		}
 	}
-	return out
 }
 
 // unescapeOctal undoes the kernel's \040-style escaping in mountinfo and
@@ -162,15 +171,20 @@ func unescapeOctal(s string) string {
 	return b.String()
 }
 
-// stackHolders lists sysRoot/block/NAME/holders (device-mapper, md).
+// stackHolders lists the holders/ directories (device-mapper, md) of the
+// disk name and of its partitions.
 func stackHolders(sysRoot, name string) []Holder {
-	ents, err := os.ReadDir(filepath.Join(sysRoot, blockDir, name, "holders"))
-	if err != nil {
-		return nil
+	diskDir := filepath.Join(sysRoot, blockDir, name)
+	dirs := []string{diskDir}
+	for _, p := range partitions(sysRoot, name) {
+		dirs = append(dirs, filepath.Join(diskDir, p.name))
 	}
-	out := make([]Holder, 0, len(ents))
-	for _, e := range ents {
-		out = append(out, Holder{Kind: HeldByStack, Detail: e.Name()})
+	var out []Holder
+	for _, dir := range dirs {
+		ents, _ := os.ReadDir(filepath.Join(dir, "holders"))
+		for _, e := range ents {
+			out = append(out, Holder{Kind: HeldByStack, Detail: e.Name()})
+		}
 	}
 	return out
 }

@@ -50,6 +50,7 @@ func newRun(ctx context.Context, t *Teardown) *run {
 	now := time.Now()
 	r := &run{t: t, cfg: &t.cfg, ctx: ctx, start: now}
 	r.rep = &Report{Kernel: t.release, KernelClass: t.class, Start: now, Devices: []DeviceReport{}, Steps: []StepResult{}}
+	r.rep.Daemon.Present = t.cfg.daemon != nil
 	if t.classErr != nil {
 		r.rep.Note = "kernel release not recognised, treated as vulnerable: " + t.classErr.Error()
 	}
@@ -165,19 +166,10 @@ func (r *run) refresh() {
 // holderUntil. It returns the holders left, nil when there are none.
 func (r *run) waitHolders() map[int][]Holder {
 	s := r.stepStart("holders")
-	seen := 0
 	for {
-		held := map[int][]Holder{}
+		held := r.scanHolders()
 		for _, d := range r.dev {
-			if !d.cur.Disk {
-				continue
-			}
-			hs := r.holdersOf(d)
-			if len(hs) > 0 {
-				held[d.cur.ID] = hs
-				seen++
-			}
-			for _, h := range hs {
+			for _, h := range held[d.cur.ID] {
 				if !slices.Contains(d.rep.Holders, h) {
 					d.rep.Holders = append(d.rep.Holders, h)
 				}
@@ -195,16 +187,41 @@ func (r *run) waitHolders() map[int][]Holder {
 	}
 }
 
-func (r *run) holdersOf(d *devState) []Holder {
-	hs := stackHolders(r.cfg.sysRoot, d.cur.DiskName())
-	if d.cur.Dev == (DevNum{}) {
-		return hs
+// scanHolders finds the holders of every disk (and its partitions) in one
+// pass over procfs, by device ID.
+func (r *run) scanHolders() map[int][]Holder {
+	held := map[int][]Holder{}
+	owner := map[DevNum]int{}
+	var devs []DevNum
+	for _, d := range r.dev {
+		if !d.cur.Disk {
+			continue
+		}
+		if hs := stackHolders(r.cfg.sysRoot, d.cur.DiskName()); len(hs) > 0 {
+			held[d.cur.ID] = hs
+		}
+		if d.cur.Dev != (DevNum{}) {
+			owner[d.cur.Dev] = d.cur.ID
+			devs = append(devs, d.cur.Dev)
+		}
+		for _, p := range partitions(r.cfg.sysRoot, d.cur.DiskName()) {
+			owner[p.dev] = d.cur.ID
+			devs = append(devs, p.dev)
+		}
 	}
-	ph, err := Holders(r.ctx, r.cfg.procRoot, d.cur.Dev)
+	if len(devs) == 0 {
+		return held
+	}
+	found, err := scanHolders(r.ctx, r.cfg.procRoot, devs)
 	if err != nil && r.ctx.Err() == nil {
-		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan failed; proceeding", "device", d.cur.DiskName(), "err", err)
+		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan failed; proceeding", "err", err)
 	}
-	return append(hs, ph...)
+	for _, dev := range devs {
+		if hs := found[dev]; len(hs) > 0 {
+			held[owner[dev]] = append(held[owner[dev]], hs...)
+		}
+	}
+	return held
 }
 
 // requestStop starts watching the daemon's exit and asks it to stop.
@@ -213,7 +230,6 @@ func (r *run) requestStop() {
 	if d == nil {
 		return
 	}
-	r.rep.Daemon.Present = true
 	r.exited, r.waiterDone = make(chan struct{}), make(chan struct{})
 	wctx, cancel := context.WithCancel(r.ctx)
 	r.stopWaiter = cancel
@@ -396,6 +412,13 @@ func (r *run) fallback(why string) {
 			}
 			return err
 		})
+		if gone && d.rep.Info != nil && d.rep.Info.Flags&FlagUserRecovery != 0 {
+			// A recovery-enabled device of a dead daemon waits, quiesced,
+			// for the next server to recover it: leave it.
+			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "kept for recovery", Start: time.Now(),
+				Result: "UBLK_F_USER_RECOVERY: left " + d.rep.Info.State.String() + " for the next server"})
+			continue
+		}
 		if d.cur.Disk && !d.stopped {
 			until := r.killAt // keep the time to kill once every device is stopped
 			if gone {

@@ -179,3 +179,31 @@ func exists(p string) (bool, error) {
 		return false, fmt.Errorf("ublk: %w", err)
 	}
 }
+
+// partition is one partition of a disk (sysfs block/DISK/DISKpN).
+type partition struct {
+	name string
+	dev  DevNum
+}
+
+// partitions lists the partitions of disk under sysRoot, which a VMM may
+// hold open instead of the whole disk.
+func partitions(sysRoot, disk string) []partition {
+	dir := filepath.Join(sysRoot, blockDir, disk)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []partition
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), disk+"p") {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "dev")); err == nil {
+			if dev, err := ParseDevNum(string(b)); err == nil {
+				out = append(out, partition{e.Name(), dev})
+			}
+		}
+	}
+	return out
+}

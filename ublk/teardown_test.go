@@ -435,3 +435,40 @@ func TestUnansweredRequestFallsBackAfterRequestTimeout(t *testing.T) {
 		assert.Equal(t, VerdictStoppedByControl, rep.Verdict)
 	})
 }
+
+func TestPartitionHolderCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		f.partitionHeld(t, 0, 1, "dm-9")
+		d := newMemDaemon(f.tree, 0)
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithHolderWait(time.Second))...)
+		require.NoError(t, err)
+		_, _, err = runFor(t, td, time.Minute)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Equal(t, []Holder{{Kind: HeldByStack, Detail: "dm-9"}}, held.Holders[0])
+	})
+}
+
+func TestRecoveryDevicesOfACrashedDaemonAreKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		d := newMemDaemon(f.tree, 0, 1)
+		d.crashAfter = 1
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, flags: FlagUserRecovery}
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed),
+			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, time.Minute)
+		var inc *IncompleteError
+		require.ErrorAs(t, err, &inc)
+		assert.Equal(t, []int{1}, inc.Devices)
+		assert.NotContains(t, d.Events(), "DEL_DEV 1")
+		assert.NotContains(t, d.Events(), "STOP_DEV 1")
+		assert.Equal(t, VerdictOrphaned, rep.Device(1).Verdict)
+		last := rep.Device(1).Steps[len(rep.Device(1).Steps)-1]
+		assert.Equal(t, "kept for recovery", last.Name)
+	})
+}

@@ -18,3 +18,7 @@ func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error)
 }
 
 func stackHolders(sysRoot, name string) []Holder { return nil }
+
+func scanHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
+	return nil, errUnsupported
+}

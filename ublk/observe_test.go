@@ -1,0 +1,69 @@
+package ublk
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func TestRunReportsThroughSpanMetricsAndLog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		spans := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		var logs bytes.Buffer
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithoutControl(),
+			WithTracerProvider(tp), WithMeterProvider(mp), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+		require.NoError(t, err)
+		_, _, err = runFor(t, td, 10*time.Second)
+		require.Error(t, err)
+
+		ended := spans.Ended()
+		require.Len(t, ended, 1)
+		sp := ended[0]
+		assert.Equal(t, "ublk.Teardown", sp.Name())
+		assert.Equal(t, ScopeName, sp.InstrumentationScope().Name)
+		attrs := map[string]string{}
+		for _, kv := range sp.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.String()
+		}
+		assert.Equal(t, string(VerdictLeftLive), attrs["ublk.verdict"])
+		assert.Equal(t, "vulnerable", attrs["kernel.class"])
+		var events []string
+		for _, e := range sp.Events() {
+			events = append(events, e.Name)
+		}
+		assert.Contains(t, events, "request stop")
+		assert.Equal(t, "Error", sp.Status().Code.String())
+
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(context.Background(), &rm))
+		names := map[string]bool{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				names[m.Name] = true
+			}
+		}
+		assert.True(t, names["drainkit.ublk.devices"] && names["drainkit.ublk.teardown.duration"], "%v", names)
+
+		assert.Contains(t, logs.String(), "ublk teardown incomplete")
+		assert.Contains(t, logs.String(), "unsafe to kill")
+		require.NoError(t, tp.Shutdown(context.Background()))
+		require.NoError(t, mp.Shutdown(context.Background()))
+	})
+}
