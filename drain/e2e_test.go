@@ -23,14 +23,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // The end-to-end test of the seed (AgentENV #413) with real processes: this
 // test binary, re-executed, is a sandbox server with fake sandboxes (their
 // preserve writes a state file; their 24 h timeouts never end on their own)
-// and a device-daemon child; kubeletsim terminates it exactly as the
+// and a device daemon child (internal/fakeublk, torn down by the ublk
+// package's Teardown step); kubeletsim terminates it exactly as the
 // kubelet would, with a grace period scaled down to 6 s.
 //
 //	drainkit: T0 preStop ... 2.6 s drain deadline -> hook returns; SIGTERM (SIGKILL due 6.6 s)
@@ -65,7 +68,7 @@ func TestEndToEndKubeletTerminationOfARealServer(t *testing.T) {
 		assert.False(t, tl.Killed, "the server exited before SIGKILL:\n%s", tl)
 		assert.Positive(t, tl.Margin())
 		assert.Equal(t, e2eN, countStateFiles(t, dir), "every sandbox preserved")
-		assert.FileExists(t, filepath.Join(dir, "daemon.clean"), "the device daemon stopped cleanly")
+		assertDaemonStoppedCleanly(t, dir)
 		rep := readReport(t, dir)
 		assert.Zero(t, rep.Lost())
 		assert.Equal(t, deadline.AnchorPreStop, rep.Budget.Anchor)
@@ -78,7 +81,7 @@ func TestEndToEndKubeletTerminationOfARealServer(t *testing.T) {
 		assert.False(t, tl.Killed, "the server exited before SIGKILL:\n%s", tl)
 		assert.Empty(t, tl.HookErr)
 		assert.Equal(t, e2eN, countStateFiles(t, dir))
-		assert.FileExists(t, filepath.Join(dir, "daemon.clean"))
+		assertDaemonStoppedCleanly(t, dir)
 	})
 	t.Run("seed", func(t *testing.T) {
 		dir, tl := e2eRun(t, "seed", false)
@@ -86,7 +89,10 @@ func TestEndToEndKubeletTerminationOfARealServer(t *testing.T) {
 		assert.Equal(t, kubeletsim.MinimumGracePeriod, tl.Remaining)
 		assert.True(t, tl.Killed, "SIGKILL came mid-shutdown:\n%s", tl)
 		assert.Less(t, countStateFiles(t, dir), e2eN, "sandboxes lost")
-		assert.NoFileExists(t, filepath.Join(dir, "daemon.clean"), "the device daemon was SIGKILLed")
+		log := daemonLog(t, dir)
+		assert.NotContains(t, log, "exit", "the device daemon was SIGKILLed")
+		assert.NotContains(t, log, "sigterm", "it was never even asked to stop")
+		assert.Equal(t, []int{0, 1}, sysTree(t, dir).Devices(), "its devices were live when it died")
 	})
 }
 
@@ -123,6 +129,30 @@ func e2eRun(t *testing.T, mode string, execHook bool) (string, *kubeletsim.Timel
 	return dir, tl
 }
 
+func daemonLog(t *testing.T, dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "daemon.log"))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// assertDaemonStoppedCleanly checks the daemon's own log and the sysfs tree:
+// asked to stop, it deleted every device and exited by itself.
+func assertDaemonStoppedCleanly(t *testing.T, dir string) {
+	t.Helper()
+	log := daemonLog(t, dir)
+	assert.Contains(t, log, "sigterm")
+	assert.Contains(t, log, "delete 0\n")
+	assert.Contains(t, log, "delete 1\n")
+	assert.True(t, strings.HasSuffix(log, "exit\n"), "the daemon exited by itself:\n%s", log)
+	assert.Empty(t, sysTree(t, dir).Devices(), "every device deleted")
+}
+
+func sysTree(t *testing.T, dir string) *fakeublk.Tree {
+	tree, err := fakeublk.NewTree(filepath.Join(dir, "sys"))
+	require.NoError(t, err)
+	return tree
+}
+
 func countStateFiles(t *testing.T, dir string) int {
 	m, err := filepath.Glob(filepath.Join(dir, "*.state"))
 	require.NoError(t, err)
@@ -143,8 +173,6 @@ func runE2ERole(role string) int {
 	switch role {
 	case "server":
 		err = e2eServer(os.Getenv("E2E_MODE"), os.Getenv("E2E_DIR"))
-	case "daemon":
-		err = e2eDaemon(os.Getenv("E2E_DIR"))
 	case "hook": // the exec preStop hook, as drain/cmd/drainhook runs it
 		_, err = ExecHook{URL: os.Getenv("E2E_URL"), RequestTimeout: time.Second, Start: ProcessStart()}.Run(context.Background())
 		if err != nil {
@@ -159,17 +187,6 @@ func runE2ERole(role string) int {
 		return 1
 	}
 	return 0
-}
-
-// e2eDaemon is the fake device daemon: on SIGTERM it takes a moment to
-// stop its devices, records a clean stop, and exits.
-func e2eDaemon(dir string) error {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGTERM)
-	fmt.Println("ready")
-	<-ch
-	time.Sleep(200 * time.Millisecond) // STOP_DEV, DEL_DEV for every device
-	return os.WriteFile(filepath.Join(dir, "daemon.clean"), nil, 0o644)
 }
 
 // e2eNode is the server's sandboxes: each preserve takes e2ePause and
@@ -221,31 +238,17 @@ func e2eServer(mode, dir string) error {
 	for i := range e2eN {
 		node.run["sb-"+strconv.Itoa(i)] = true
 	}
-	daemon := exec.Command(os.Args[0], "-test.run=^$")
-	daemon.Env = e2eEnv(e2eRoleEnv + "=daemon")
-	daemon.Stderr = os.Stderr
-	dout, err := daemon.StdoutPipe()
+	// The device daemon: a real child (internal/fakeublk) serving two
+	// devices in a fake sysfs tree, which it stops and deletes on SIGTERM.
+	sys := filepath.Join(dir, "sys")
+	daemon, err := fakeublk.Start(context.Background(), fakeublk.DaemonConfig{
+		SysRoot:  sys,
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 240, Minor: 0, Reads: 3}, {ID: 1, Major: 240, Minor: 1, Writes: 2}},
+		Step:     50 * time.Millisecond,
+		EventLog: filepath.Join(dir, "daemon.log"),
+	})
 	if err != nil {
 		return err
-	}
-	if err := daemon.Start(); err != nil {
-		return err
-	}
-	if _, err := bufio.NewReader(dout).ReadString('\n'); err != nil {
-		return fmt.Errorf("daemon: %w", err)
-	}
-	stopDaemon := func(ctx context.Context) error {
-		if err := daemon.Process.Signal(syscall.SIGTERM); err != nil {
-			return err
-		}
-		done := make(chan error, 1)
-		go func() { done <- daemon.Wait() }()
-		select {
-		case err := <-done:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -254,7 +257,26 @@ func e2eServer(mode, dir string) error {
 	mux := http.NewServeMux()
 	srv := &http.Server{Handler: mux}
 	if mode == "seed" {
-		return seedServer(node, ln, mux, srv, stopDaemon)
+		return seedServer(node, ln, mux, srv, func(ctx context.Context) error {
+			if err := syscall.Kill(daemon.Pid(), syscall.SIGTERM); err != nil {
+				return err
+			}
+			select {
+			case <-daemon.Done():
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}
+	proc, err := ublk.FindProcess(daemon.Pid())
+	if err != nil {
+		return err
+	}
+	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(proc), ublk.WithoutControl(),
+		ublk.WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		return err
 	}
 
 	budget, err := deadline.New(e2eGrace, deadline.WithMargin(e2eMargin))
@@ -268,7 +290,7 @@ func e2eServer(mode, dir string) error {
 		PauseOptions: []pause.Option{pause.WithLimit(e2eLimit)},
 		PollInterval: 100 * time.Millisecond,
 		Steps: []Step{
-			{Name: "device-daemon", Reserve: time.Second, Run: stopDaemon},
+			{Name: "ublk", Reserve: time.Second, Run: td.Stop},
 			HTTPServerStep("http", srv, 300*time.Millisecond),
 		},
 	})
