@@ -37,6 +37,7 @@ func (r *run) newPass(tasks []*task) *pass {
 	ps := &pass{r: r, tasks: tasks, done: make(chan struct{})}
 	ps.word.Store(1) // the queue's own count
 	ps.acquire, ps.stopAcquire = context.WithCancel(r.ctx)
+	r.cur = ps
 	return ps
 }
 
@@ -46,15 +47,15 @@ func (ps *pass) settled() {
 	}
 }
 
-// pop takes the next task to start, or returns nil when the queue is
-// empty or the phase is over, closing the queue.
-func (ps *pass) pop() *task {
+// pop takes the next task to start at now, or returns nil when the queue
+// is empty or the phase is over, closing the queue.
+func (ps *pass) pop(now time.Time) *task {
 	r := ps.r
 	for {
 		if ps.closed.Load() {
 			return nil
 		}
-		if r.phaseOver() {
+		if r.phaseOverAt(now) {
 			ps.close()
 			return nil
 		}
@@ -115,13 +116,17 @@ func (r *run) dispatch(ps *pass) {
 // empty, then gives its slot back. A worker whose task was abandoned has
 // had its slot given away and ends when that Preserve returns.
 func (r *run) worker(ps *pass) {
+	// One clock reading per task: a task starts when the one before it on
+	// this worker ended.
+	now := time.Now()
 	for {
-		t := ps.pop()
+		t := ps.pop(now)
 		if t == nil {
 			r.sem.Release(1)
 			return
 		}
-		if !t.run(ps) {
+		var keep bool
+		if now, keep = t.run(now); !keep {
 			return
 		}
 	}

@@ -32,6 +32,7 @@ type run struct {
 
 	rep  *Report
 	seen map[string]struct{}
+	cur  *pass // the pass running now; set before its workers start
 
 	adaptive bool       // a maximum above the limit is configured
 	mu       sync.Mutex // guards queue, limit and reserved while workers run
@@ -108,11 +109,13 @@ func chain(a, b context.CancelFunc) context.CancelFunc {
 }
 
 // phaseOver reports whether no preserve may start any more.
-func (r *run) phaseOver() bool {
+func (r *run) phaseOver() bool { return r.phaseOverAt(time.Now()) }
+
+func (r *run) phaseOverAt(now time.Time) bool {
 	if r.ctx.Err() != nil {
 		return true
 	}
-	return !r.phase.IsZero() && !time.Now().Before(r.phase)
+	return !r.phase.IsZero() && !now.Before(r.phase)
 }
 
 // pass makes one listing pass and returns how many new sandboxes it found.
@@ -147,11 +150,12 @@ func (r *run) pass(n int) int {
 // admit makes a task and a Report entry for every sandbox of list that this
 // Run has not seen, in list order.
 func (r *run) admit(list []Sandbox, pass int) []*task {
-	if len(r.seen) == 0 {
+	if len(r.seen) == 0 { // first listing: nearly every sandbox is new
 		r.seen = make(map[string]struct{}, len(list))
+		r.rep.Entries = growEntries(r.rep.Entries, len(list))
 	}
+	first := len(r.rep.Entries)
 	var fresh []Sandbox
-	var ids []string
 	for _, sb := range list {
 		if sb == nil {
 			continue
@@ -164,20 +168,18 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 		}
 		if fresh == nil {
 			fresh = make([]Sandbox, 0, len(list))
-			ids = make([]string, 0, len(list))
 		}
-		fresh, ids = append(fresh, sb), append(ids, id)
+		fresh = append(fresh, sb)
+		r.rep.Entries = append(r.rep.Entries, newEntry(sb, id, pass))
 	}
 	if len(fresh) == 0 {
 		return nil
 	}
 	backing := make([]task, len(fresh))
 	tasks := make([]*task, len(fresh))
-	r.rep.Entries = growEntries(r.rep.Entries, len(fresh))
 	for i, sb := range fresh {
-		r.rep.Entries = append(r.rep.Entries, newEntry(sb, ids[i], pass))
 		t := &backing[i]
-		t.r, t.sb, t.e = r, sb, &r.rep.Entries[len(r.rep.Entries)-1]
+		t.r, t.sb, t.e = r, sb, &r.rep.Entries[first+i]
 		tasks[i] = t
 	}
 	r.left.Add(int64(len(tasks)))

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,14 +16,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The states of a task. A task leaves stateRunning exactly once, under its
-// mutex: to stateDone when its Preserve returns or when its bound plus
-// AbandonGrace passes first (the sandbox is then abandoned), or to
-// stateAbandoned when the Run reaches the hard deadline first. Whoever makes
-// the move decides the outcome.
+// The states of a task. A worker moves it queued -> starting -> running,
+// then running -> settling -> done when its Preserve returns or when its
+// bound plus AbandonGrace passes first (the sandbox is then abandoned). At
+// the end of its pass the Run moves a task still queued or running to
+// abandoned (NotStarted, or TimedOut at the hard deadline). Every move is a
+// compare-and-swap, so exactly one of them decides the outcome; starting
+// and settling are short, and the Run waits them out.
 const (
 	stateQueued int32 = iota
+	stateStarting
 	stateRunning
+	stateSettling
 	stateDone
 	stateAbandoned
 )
@@ -49,12 +53,9 @@ type task struct {
 	cancel context.CancelFunc
 	watch  *time.Timer // abandons the task at its bound plus AbandonGrace
 	span   trace.Span  // nil unless the run is traced
-	begin  time.Time
-	ps     *pass
 
 	attempts atomic.Int32
-	mu       sync.Mutex // guards state, and the outcome fields of *e
-	state    int32
+	state    atomic.Int32
 }
 
 // A result is how a task ended.
@@ -79,16 +80,13 @@ func newEntry(sb Sandbox, id string, pass int) Entry {
 
 // start prepares the task's context, span and bound, and reports whether
 // the task may run: not when the Run already settled it as NotStarted. It
-// runs on the worker that popped the task.
-func (t *task) start(ps *pass) bool {
-	r := t.r
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.state != stateQueued {
+// runs on the worker that took the task, at now.
+func (t *task) start(now time.Time) bool {
+	if !t.state.CompareAndSwap(stateQueued, stateStarting) {
 		return false
 	}
-	t.ps = ps
-	t.begin = time.Now()
+	r := t.r
+	t.e.Start = now
 	ctx := r.work
 	if r.traced {
 		ctx, t.span = r.p.tel.tracer.Start(ctx, "pause.Preserve",
@@ -100,28 +98,29 @@ func (t *task) start(ps *pass) bool {
 	}
 	t.ctx = ctx
 	r.p.tel.inflight.Add(r.ctx, 1)
-	t.state = stateRunning
+	t.state.Store(stateRunning)
 	return true
 }
 
-// run preserves the task on the calling worker and reports whether the
-// worker still holds its slot (false when the task was abandoned).
-func (t *task) run(ps *pass) bool {
-	if !t.start(ps) {
-		ps.settled()
-		return true
+// run preserves the task on the calling worker, started at now. It returns
+// when the task ended, and whether the worker still holds its slot (false
+// when the task was abandoned).
+func (t *task) run(now time.Time) (time.Time, bool) {
+	if !t.start(now) {
+		t.r.cur.settled()
+		return now, true
 	}
 	res := t.preserve()
 	if t.watch != nil {
 		t.watch.Stop()
 	}
 	if !t.settle(res) {
-		return false
+		return res.end, false
 	}
 	if res.outcome == Preserved && t.r.cfg.estimator != nil {
-		t.r.cfg.estimator.Observe(res.end.Sub(t.begin))
+		t.r.cfg.estimator.Observe(res.end.Sub(t.e.Start))
 	}
-	return true
+	return res.end, true
 }
 
 // abandon settles a task whose Preserve overran its bound by AbandonGrace
@@ -132,17 +131,14 @@ func (t *task) abandon() {
 	}
 }
 
-// settle moves a running task to stateDone with res and accounts for it.
-// It reports whether it made the move.
+// settle moves a running task to done with res and accounts for it. It
+// reports whether it made the move.
 func (t *task) settle(res result) bool {
-	t.mu.Lock()
-	if t.state != stateRunning {
-		t.mu.Unlock()
+	if !t.state.CompareAndSwap(stateRunning, stateSettling) {
 		return false
 	}
-	t.state = stateDone
 	t.e.fill(t, &res)
-	t.mu.Unlock()
+	t.state.Store(stateDone)
 	r := t.r
 	if t.cancel != nil {
 		t.cancel()
@@ -151,7 +147,7 @@ func (t *task) settle(res result) bool {
 	t.endSpan(&res)
 	r.record(t, &res)
 	t.log(&res)
-	t.ps.settled()
+	r.cur.settled()
 	return true
 }
 
@@ -160,19 +156,24 @@ func (t *task) settle(res result) bool {
 // TimedOut. It returns the outcome it gave, and false if the task had
 // already settled.
 func (t *task) final(now time.Time) (res result, changed bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch t.state {
-	case stateQueued:
-		res = result{outcome: NotStarted, end: now}
-	case stateRunning:
-		res = result{outcome: TimedOut, end: now, err: errAbandoned}
-	default:
-		return res, false
+	for {
+		s := t.state.Load()
+		switch s {
+		case stateQueued:
+			res = result{outcome: NotStarted, end: now}
+		case stateRunning:
+			res = result{outcome: TimedOut, end: now, err: errAbandoned}
+		case stateStarting, stateSettling:
+			runtime.Gosched() // a worker is midway; it takes no time
+			continue
+		default:
+			return res, false
+		}
+		if t.state.CompareAndSwap(s, stateAbandoned) {
+			t.e.fill(t, &res)
+			return res, true
+		}
 	}
-	t.state = stateAbandoned
-	t.e.fill(t, &res)
-	return res, true
 }
 
 // preserve calls Preserve until it succeeds, fails permanently, or no retry
@@ -267,7 +268,7 @@ func (t *task) log(res *result) {
 	}
 	attrs := []slog.Attr{
 		slog.String("sandbox", t.e.ID), slog.String("outcome", string(res.outcome)),
-		slog.Int("attempts", int(t.attempts.Load())), slog.Duration("took", res.end.Sub(t.begin)),
+		slog.Int("attempts", int(t.attempts.Load())), slog.Duration("took", res.end.Sub(t.e.Start)),
 	}
 	if res.err != nil {
 		attrs = append(attrs, slog.String("error", res.err.Error()))
@@ -280,9 +281,8 @@ func (e *Entry) fill(t *task, res *result) {
 	e.Outcome = res.outcome
 	e.Attempts = int(t.attempts.Load())
 	e.End = res.end
-	if res.outcome != NotStarted {
-		e.Start = t.begin
-		e.Duration = res.end.Sub(t.begin)
+	if res.outcome != NotStarted { // Start was set when the task started
+		e.Duration = res.end.Sub(e.Start)
 	}
 	if res.err != nil {
 		e.Error = res.err.Error()

@@ -68,6 +68,6 @@ func (tel *telemetry) outcome(ctx context.Context, t *task, res *result) {
 	i := outcomeIndex(res.outcome)
 	tel.count.Add(ctx, 1, tel.add[i]...)
 	if res.outcome != NotStarted {
-		tel.duration.Record(ctx, res.end.Sub(t.begin).Seconds(), tel.record[i]...)
+		tel.duration.Record(ctx, res.end.Sub(t.e.Start).Seconds(), tel.record[i]...)
 	}
 }
