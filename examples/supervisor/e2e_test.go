@@ -17,6 +17,7 @@ import (
 	"github.com/drainkit/drainkit/examples/supervisor/internal/naiveserver"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // The proof, scaled down from AgentENV's 3600 s: a grace period of 6 s, 10
@@ -78,7 +79,7 @@ func TestEndToEndSupervisorBringsEverySandboxBackPaused(t *testing.T) {
 		"-daemon", strings.Join(daemonCommand(t, dir, events), " "), "-report", report, "--"),
 		// the same server, unmodified, without its own daemon
 		helperCommand("naiveserver", "-listen", api, "-state", state, "-pause", e2ePause.String())...)
-	child, err := kubeletsim.Start(helperCmd(argv))
+	child, err := kubeletsim.Start(withSysfs(helperCmd(argv), filepath.Join(dir, "sys")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
 
@@ -106,6 +107,10 @@ func TestEndToEndSupervisorBringsEverySandboxBackPaused(t *testing.T) {
 	assert.Equal(t, "exited 0", rep.Daemon.String(), "the daemon stopped cleanly")
 	assert.False(t, rep.Daemon.Killed)
 	assert.Contains(t, readFile(t, events), "exit")
+	require.NotNil(t, rep.Ublk)
+	assert.Equal(t, ublk.VerdictStopped, rep.Ublk.Verdict, "both devices stopped and deleted by the daemon")
+	assert.Len(t, rep.Ublk.Devices, 2)
+	assert.False(t, rep.Ublk.Daemon.Killed)
 	assert.Positive(t, rep.Drain.Margin)
 
 	assert.Equal(t, len(created), restartAndCountPaused(t, state, created), "every sandbox came back paused")

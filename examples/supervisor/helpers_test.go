@@ -138,6 +138,12 @@ func helperCmd(argv []string) *exec.Cmd {
 	return cmd
 }
 
+// withSysfs makes the supervisor's daemon step read the fake sysfs tree.
+func withSysfs(cmd *exec.Cmd, root string) *exec.Cmd {
+	cmd.Env = append(cmd.Env, EnvSysfsRoot+"="+root)
+	return cmd
+}
+
 // helperCommand returns the argv that runs this test binary as role.
 func helperCommand(role string, args ...string) []string {
 	return append([]string{os.Args[0], "helper:" + role}, args...)
@@ -150,11 +156,12 @@ type supProc struct {
 	done chan struct{}
 }
 
-func startSupervisor(t *testing.T, flags []string, server []string) *supProc {
+func startSupervisor(t *testing.T, flags []string, server []string, env ...string) *supProc {
 	t.Helper()
 	argv := append(helperCommand("supervisor", flags...), "--")
 	argv = append(argv, server...)
 	cmd := helperCmd(argv)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

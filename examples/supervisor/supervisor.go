@@ -20,6 +20,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // Step names in the plan and the Report.
@@ -38,12 +39,15 @@ type Report struct {
 	// Drain is the drain package's account of the termination: the preStop
 	// wait, every sandbox's outcome, each step and the margin left before
 	// SIGKILL. Nil when the server exited on its own.
-	Drain         *drain.Report `json:"drain,omitempty"`
-	Server        ChildState    `json:"server"`
-	Daemon        *ChildState   `json:"daemon,omitempty"`
-	OrphansReaped int           `json:"orphans_reaped"`
-	ExitCode      int           `json:"exit_code"`
-	Note          string        `json:"note,omitempty"`
+	Drain  *drain.Report `json:"drain,omitempty"`
+	Server ChildState    `json:"server"`
+	Daemon *ChildState   `json:"daemon,omitempty"`
+	// Ublk is the daemon step's account: every device, the daemon's stop,
+	// and whether the kernel rule allowed a kill.
+	Ublk          *ublk.Report `json:"ublk,omitempty"`
+	OrphansReaped int          `json:"orphans_reaped"`
+	ExitCode      int          `json:"exit_code"`
+	Note          string       `json:"note,omitempty"`
 }
 
 type supervisor struct {
@@ -53,6 +57,7 @@ type supervisor struct {
 	src       *httpsource.Source
 	drainer   *drain.Drainer
 	preserver *limited
+	teardown  *ublk.Teardown // nil without -daemon
 	procs     *procTable
 	server    *child
 	daemon    *child
@@ -95,6 +100,9 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	}
 	steps := []drain.Step{{Name: StepServer, Reserve: stepReserve(cfg.grace), Run: s.stopServer}}
 	if len(cfg.daemon) > 0 {
+		if s.teardown, err = s.newTeardown(); err != nil {
+			return nil, fmt.Errorf("-daemon: %w", err)
+		}
 		steps = append(steps, drain.Step{Name: StepDaemon, Reserve: stepReserve(cfg.grace), Run: s.stopDaemon})
 	}
 	pres := &limited{Preserver: p, src: s.src}
@@ -274,6 +282,7 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 	if s.daemon != nil {
 		st := s.daemon.state()
 		rep.Daemon = &st
+		rep.Ublk = s.teardown.LastReport()
 	}
 	rep.OrphansReaped = s.procs.orphanCount()
 	rep.ExitCode = rep.Server.Code

@@ -22,6 +22,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -135,7 +136,8 @@ func TestServerDyingOnItsOwnStopsTheDaemonAndExitsWithItsStatus(t *testing.T) {
 	sup := startSupervisor(t,
 		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "10s", "-report", report,
 			"-daemon", strings.Join(daemonCommand(t, dir, events), " ")},
-		helperCommand("stubserver", "-listen", api, "-die-after", "500ms", "-exit", "3"))
+		helperCommand("stubserver", "-listen", api, "-die-after", "500ms", "-exit", "3"),
+		EnvSysfsRoot+"="+filepath.Join(dir, "sys"))
 	assert.Equal(t, 3, sup.exitCode(t, 10*time.Second))
 	rep := readReport(t, report)
 	assert.Equal(t, 3, rep.ExitCode)
@@ -144,6 +146,9 @@ func TestServerDyingOnItsOwnStopsTheDaemonAndExitsWithItsStatus(t *testing.T) {
 	require.NotNil(t, rep.Daemon)
 	assert.Equal(t, "exited 0", rep.Daemon.String())
 	assert.Contains(t, readFile(t, events), "exit")
+	require.NotNil(t, rep.Ublk)
+	assert.Equal(t, ublk.VerdictStopped, rep.Ublk.Verdict)
+	assert.Len(t, rep.Ublk.Devices, 2)
 }
 
 func readFile(t *testing.T, path string) string {
