@@ -1,11 +1,13 @@
 package fakeublk
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -155,4 +157,38 @@ func TestReadFrameRejectsHugeLength(t *testing.T) {
 	var v any
 	err := ReadFrame(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff}), &v)
 	assert.ErrorContains(t, err, "frame of")
+}
+
+func TestParseArgs(t *testing.T) {
+	cfg, err := ParseArgs([]string{"-sysfs", "/tmp/s", "-devices", "2,5", "-major", "7", "-inflight", "3,4",
+		"-socket", "/tmp/d.sock", "-mode", "slow", "-crash-after", "2", "-events", "/tmp/ev"})
+	require.NoError(t, err)
+	assert.Equal(t, DaemonConfig{SysRoot: "/tmp/s", Socket: "/tmp/d.sock", Mode: Slow, Step: time.Second, CrashAfter: 2, EventLog: "/tmp/ev",
+		Devices: []DeviceSpec{{ID: 2, Major: 7, Minor: 2, Reads: 3, Writes: 4}, {ID: 5, Major: 7, Minor: 5, Reads: 3, Writes: 4}}}, cfg)
+	for _, bad := range [][]string{{}, {"-sysfs", "x", "-devices", "a"}, {"-sysfs", "x", "-inflight", "3"}, {"-sysfs", "x", "-mode", "odd"}, {"-nope"}} {
+		_, err := ParseArgs(bad)
+		assert.Error(t, err, "%v", bad)
+	}
+}
+
+func TestFakeublkdCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	bin := filepath.Join(t.TempDir(), "fakeublkd")
+	build := exec.Command("go", "build", "-o", bin, "./fakeublkd")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+	sys := t.TempDir()
+	cmd := exec.Command(bin, "-sysfs", sys, "-devices", "0,1")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "ready\n", line)
+	assert.Equal(t, []int{0, 1}, (&Tree{Root: sys}).Devices())
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait())
+	assert.Empty(t, (&Tree{Root: sys}).Devices())
 }
