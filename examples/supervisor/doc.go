@@ -16,7 +16,9 @@
 //	-report FILE        where to write the JSON Report at exit
 //
 // The API key, if the server needs one, comes from the environment
-// variable SUPERVISOR_API_KEY and is sent as X-API-Key. The server's API
+// variable SUPERVISOR_API_KEY and is sent as X-API-Key.
+// SUPERVISOR_SYSFS_ROOT, for tests, points the daemon step at a fake sysfs
+// tree (and turns off its /dev/ublk-control fallback). The server's API
 // must have AgentENV's shape: GET /sandboxes lists [{"id","state"}], POST
 // /sandboxes/{id}/pause pauses one (see package pause/httpsource).
 //
@@ -32,8 +34,11 @@
 //     within the preserve phase (pause.Preserver over httpsource, letting
 //     in-flight pauses finish), sends the server its SIGTERM with the time
 //     left, waits for it (SIGKILL at the step's deadline so the daemon still
-//     gets its turn), stops the daemon, writes the Report and exits with the
-//     server's status. A second SIGTERM or SIGINT forces: every remaining
+//     gets its turn), stops the daemon with drainkit's ublk teardown (it waits
+//     until no process holds a device, asks the daemon to stop with SIGTERM,
+//     waits for its devices to go and for its exit, and kills it only when
+//     the kernel rule allows), writes the Report and exits with the server's
+//     status. A second SIGTERM or SIGINT forces: every remaining
 //     wait stops and each step gets only its reserve.
 //
 // Guarantees: with T0 the preStop call (or SIGTERM without one) and G the

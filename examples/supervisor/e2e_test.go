@@ -86,10 +86,18 @@ func TestEndToEndSupervisorBringsEverySandboxBackPaused(t *testing.T) {
 	ctx := t.Context()
 	eventually(t, 10*time.Second, "supervisor ready", func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 })
 	created := createSandboxes(t, "http://"+api)
+	unready := make(chan bool, 1) // readiness turns 503 once the preStop hook starts
+	go func() {
+		for get(ctx, "http://"+listen+"/readyz") == http.StatusOK {
+			time.Sleep(20 * time.Millisecond)
+		}
+		unready <- get(ctx, "http://"+listen+"/healthz") == http.StatusOK // liveness untouched
+	}()
 	tl, err := kubeletsim.Terminate(ctx, child,
 		kubeletsim.HTTPGet{URL: "http://" + listen + "/drain", Client: noKeepAlive()}, e2eGrace)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
+	assert.True(t, <-unready, "readiness turned 503 while liveness stayed 200")
 
 	assert.False(t, tl.Killed, "nothing was SIGKILLed")
 	assert.False(t, tl.HookKept, "the preStop ended by the drain deadline")
