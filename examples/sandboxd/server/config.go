@@ -1,0 +1,116 @@
+package server
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Config is sandboxd's configuration, one field per command-line flag.
+type Config struct {
+	// Listen is the HTTP address (-listen).
+	Listen string
+	// StateDir holds the records of paused sandboxes, their images and
+	// last-shutdown.json (-state-dir).
+	StateDir string
+	// Grace is the pod's termination grace period (-grace): the one number the
+	// manifest's terminationGracePeriodSeconds and the server must agree on.
+	Grace time.Duration
+	// Runtime is "fake" or "runsc" (-runtime).
+	Runtime string
+	// PauseLatency is how long one pause takes in the fake runtime (-pause-latency);
+	// PauseJitter spreads it over PauseLatency x [1-j, 1+j] (-pause-jitter).
+	PauseLatency time.Duration
+	PauseJitter  float64
+	// Concurrency is how many pauses run at once at shutdown (-concurrency).
+	Concurrency int
+	// Devices is how many fake ublk devices the fake device daemon serves in fake mode
+	// (-devices); 0 runs no daemon and no ublk step.
+	Devices int
+}
+
+// Defaults for the flags.
+const (
+	DefaultListen       = "127.0.0.1:8080"
+	DefaultGrace        = 30 * time.Second
+	DefaultPauseLatency = 500 * time.Millisecond
+	DefaultConcurrency  = 4
+	DefaultDevices      = 2
+)
+
+// ParseFlags parses sandboxd's command line (without the program name). Usage and errors
+// go to output; -h returns flag.ErrHelp.
+func ParseFlags(args []string, output io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.StringVar(&c.Listen, "listen", DefaultListen, "HTTP listen address")
+	fs.StringVar(&c.StateDir, "state-dir", "", "directory for paused-sandbox records, images and last-shutdown.json (required)")
+	fs.DurationVar(&c.Grace, "grace", DefaultGrace, "the pod's termination grace period (terminationGracePeriodSeconds)")
+	fs.StringVar(&c.Runtime, "runtime", "fake", "sandbox runtime: fake or runsc")
+	fs.DurationVar(&c.PauseLatency, "pause-latency", DefaultPauseLatency, "how long one pause takes (fake runtime)")
+	fs.Float64Var(&c.PauseJitter, "pause-jitter", 0, "spread of the pause latency, a fraction in [0, 1) (fake runtime)")
+	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown")
+	fs.IntVar(&c.Devices, "devices", DefaultDevices, "fake ublk devices served by the fake device daemon (fake runtime; 0: none)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return c, c.Validate()
+}
+
+// Validate reports the first bad field, naming its flag.
+func (c Config) Validate() error {
+	switch {
+	case c.Listen == "":
+		return errors.New("-listen is required")
+	case c.StateDir == "":
+		return errors.New("-state-dir is required")
+	case c.Grace < 2*time.Second:
+		return fmt.Errorf("-grace %v is below the kubelet's 2 s minimum", c.Grace)
+	case c.Runtime != "fake" && c.Runtime != "runsc":
+		return fmt.Errorf("-runtime %q: want fake or runsc", c.Runtime)
+	case c.PauseLatency < 0:
+		return fmt.Errorf("-pause-latency %v is negative", c.PauseLatency)
+	case c.PauseJitter < 0 || c.PauseJitter >= 1:
+		return fmt.Errorf("-pause-jitter %v is outside [0, 1)", c.PauseJitter)
+	case c.Concurrency < 1:
+		return fmt.Errorf("-concurrency %d is below 1", c.Concurrency)
+	case c.Devices < 0:
+		return fmt.Errorf("-devices %d is negative", c.Devices)
+	}
+	return nil
+}
+
+// Margin is the part of the grace period kept back from SIGKILL: a tenth of it, at least
+// 1.5 s and at most deadline.DefaultMargin (5 s). The floor covers the kubelet truncating
+// the hook's elapsed time to whole seconds from its own T0, a few milliseconds before the
+// server's: the two can disagree on SIGKILL by up to a second.
+func (c Config) Margin() time.Duration {
+	return min(5*time.Second, max(1500*time.Millisecond, c.Grace/10))
+}
+
+// UblkReserve is the time kept for the ublk step: a twentieth of the grace period, between
+// 500 ms and 30 s.
+func (c Config) UblkReserve() time.Duration {
+	return min(max(c.Grace/20, 500*time.Millisecond), 30*time.Second)
+}
+
+// HTTPReserve is the time kept for shutting the HTTP server down: a fortieth of the grace
+// period, between 250 ms and 5 s.
+func (c Config) HTTPReserve() time.Duration {
+	return min(max(c.Grace/40, 250*time.Millisecond), 5*time.Second)
+}
+
+// PauseEstimate is the first estimate of one pause, before any was measured: the fake
+// latency, or 2 s for runsc checkpoints.
+func (c Config) PauseEstimate() time.Duration {
+	if c.Runtime == "runsc" {
+		return 2 * time.Second
+	}
+	return max(c.PauseLatency, time.Millisecond)
+}

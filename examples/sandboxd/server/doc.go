@@ -1,0 +1,32 @@
+// Package server is sandboxd, an AgentENV-style sandbox server wired with drainkit, as a
+// package so that drainsim can run the same server (cmd: examples/sandboxd).
+//
+// A sandbox server that waits in its preStop hook for every sandbox to end and then pauses
+// them one at a time loses most of them to the kubelet's SIGKILL; sandboxd instead closes
+// its gate and flips readiness at the preStop call, waits only while the budget allows,
+// pauses its sandboxes in parallel, stops its device daemon and exits inside the grace
+// period, leaving paused-sandbox records that the next process loads.
+//
+// Wiring (see New and routes.go):
+//
+//	budget, _ := deadline.New(cfg.Grace, deadline.WithMargin(cfg.Margin()))
+//	d, _ := drain.New(drain.Config{
+//		Budget:       budget,
+//		Gate:         &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
+//		Sandboxes:    pause.ListFunc(node.Running),
+//		PauseOptions: []pause.Option{pause.WithLimit(cfg.Concurrency), pause.WithInFlight(pause.FinishInFlight)},
+//		Steps: []drain.Step{
+//			{Name: "ublk", Reserve: cfg.UblkReserve(), Run: teardown.Stop},
+//			drain.HTTPServerStep("http", srv, cfg.HTTPReserve()),
+//		},
+//	})
+//	mux.Handle("POST /sandboxes", d.Gate().Admit(drain.Create, create))
+//	mux.Handle("GET /readyz", d.Gate().Readiness(nil))
+//	mux.Handle("GET /drain", d.PreStop())
+//	rep := d.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+//
+// Guarantees: those of drain.Drainer with the budget of -grace; the preStop wait ends by the
+// drain deadline, every pause starts before the preserve deadline and ends by the budget's
+// deadline, the ublk step and the HTTP shutdown each end by theirs; the Report is written to
+// STATE_DIR/last-shutdown.json before Run returns.
+package server

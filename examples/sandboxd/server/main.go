@@ -1,0 +1,39 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+)
+
+// Main runs sandboxd with the command-line args (without the program name), logging to
+// stderr, and returns the exit status: 0 after a shutdown whose Report was written (even
+// one that lost sandboxes: the Report says so), 1 when the server could not start or the
+// Report could not be written, 2 for bad usage. The calling binary's main must call
+// fakeublk.MainIfDaemon first.
+func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	cfg, err := ParseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd:", err)
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	s, err := New(ctx, cfg, logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd:", err)
+		return 1
+	}
+	rep, err := s.Run(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd: writing the report:", err)
+		return 1
+	}
+	logger.Info("sandboxd exiting", "preserved", preserved(rep.Preserve), "lost", rep.Lost(), "margin", rep.Margin)
+	return 0
+}

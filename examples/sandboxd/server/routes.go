@@ -1,0 +1,105 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+)
+
+// sandboxView is a sandbox as the HTTP API shows it.
+type sandboxView struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+}
+
+// routes is sandboxd's HTTP contract. Create and resume pass the admission gate (503 with
+// Retry-After once draining); pause and delete are exempt: they move work off the node.
+func (s *Server) routes() http.Handler {
+	gate := s.drainer.Gate()
+	mux := http.NewServeMux()
+	mux.Handle("POST /sandboxes", gate.Admit(drain.Create, http.HandlerFunc(s.create)))
+	mux.HandleFunc("GET /sandboxes", s.list)
+	mux.Handle("POST /sandboxes/{id}/pause", gate.Admit(drain.Pause, http.HandlerFunc(s.pause)))
+	mux.Handle("POST /sandboxes/{id}/resume", gate.Admit(drain.Resume, http.HandlerFunc(s.resume)))
+	mux.Handle("DELETE /sandboxes/{id}", gate.Admit(drain.Delete, http.HandlerFunc(s.delete)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, "ok") })
+	mux.Handle("GET /readyz", gate.Readiness(nil))
+	mux.Handle("GET /drain", s.drainer.PreStop())
+	return mux
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		TimeoutS int `json:"timeout_s"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.TimeoutS <= 0 {
+		writeError(w, http.StatusBadRequest, errors.New(`body must be {"timeout_s": N} with N > 0`))
+		return
+	}
+	info, err := s.node.Create(r.Context(), body.TimeoutS)
+	if err != nil {
+		writeError(w, status(err), err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sandboxView{info.ID, info.State})
+}
+
+func (s *Server) list(w http.ResponseWriter, _ *http.Request) {
+	views := []sandboxView{}
+	for _, info := range s.node.List() {
+		views = append(views, sandboxView{info.ID, info.State})
+	}
+	writeJSON(w, http.StatusOK, views)
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	info, err := s.node.Pause(r.Context(), r.PathValue("id"))
+	s.transition(w, info, err)
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	info, err := s.node.Resume(r.Context(), r.PathValue("id"))
+	s.transition(w, info, err)
+}
+
+func (s *Server) transition(w http.ResponseWriter, info sandbox.Info, err error) {
+	if err != nil {
+		writeError(w, status(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sandboxView{info.ID, info.State})
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	if err := s.node.Delete(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, status(err), err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func status(err error) int {
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, sandbox.ErrConflict):
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

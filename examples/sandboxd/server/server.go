@@ -1,0 +1,239 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
+)
+
+// ReportFile is the file in the state directory that the shutdown Report is written to.
+const ReportFile = "last-shutdown.json"
+
+// A Server is one sandboxd process: the sandboxes, the HTTP API and the Drainer.
+type Server struct {
+	cfg     Config
+	logger  *slog.Logger
+	node    *sandbox.Node
+	rt      sandbox.Runtime
+	drainer *drain.Drainer
+	http    *http.Server
+	ln      net.Listener
+	daemon  *fakeublk.Child
+	// Problems are the records found damaged at start and not loaded.
+	Problems []store.Problem
+}
+
+// New builds the server: it loads the paused sandboxes, starts the fake device daemon in
+// fake mode, builds the Drainer and listens. Bad configuration fails here, naming the flag
+// or the field. The process that calls New must call fakeublk.MainIfDaemon first thing in
+// main. Call Run next, or Close if Run is never called.
+func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, logger: logger}
+	if err := s.open(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) open(ctx context.Context) error {
+	st, err := store.Open(filepath.Join(s.cfg.StateDir, "records"))
+	if err != nil {
+		return err
+	}
+	if s.cfg.Runtime == "runsc" {
+		if err := runsc.Usable(); err != nil {
+			return fmt.Errorf("-runtime runsc: %w", err)
+		}
+		dir := filepath.Join(s.cfg.StateDir, "runsc")
+		s.rt = &sandbox.Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root")}, Dir: dir}
+	} else {
+		s.rt = &sandbox.Fake{Dir: filepath.Join(s.cfg.StateDir, "images"),
+			PauseLatency: s.cfg.PauseLatency, Jitter: s.cfg.PauseJitter}
+	}
+	if s.node, s.Problems, err = sandbox.NewNode(s.rt, st, s.logger); err != nil {
+		return err
+	}
+	steps, err := s.teardownSteps(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.buildDrainer(steps); err != nil {
+		return err
+	}
+	s.http.Handler = s.routes()
+	if s.ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
+		return fmt.Errorf("-listen: %w", err)
+	}
+	return nil
+}
+
+// teardownSteps starts the fake device daemon (fake mode with devices) and returns the
+// steps after preservation: the ublk teardown, then the HTTP server.
+func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
+	s.http = &http.Server{ReadHeaderTimeout: 10 * time.Second} // Handler: once the Drainer exists
+	httpStep := drain.HTTPServerStep("http", s.http, s.cfg.HTTPReserve())
+	if s.cfg.Runtime != "fake" || s.cfg.Devices == 0 {
+		return []drain.Step{httpStep}, nil
+	}
+	sys := filepath.Join(s.cfg.StateDir, "sys")
+	if err := os.RemoveAll(sys); err != nil { // the devices of an earlier process died with it
+		return nil, err
+	}
+	cfg := fakeublk.DaemonConfig{SysRoot: sys, Socket: filepath.Join(s.cfg.StateDir, "ublkd.sock"),
+		EventLog: filepath.Join(s.cfg.StateDir, "ublkd.events")}
+	for i := range s.cfg.Devices {
+		cfg.Devices = append(cfg.Devices, fakeublk.DeviceSpec{ID: i, Major: 259, Minor: uint32(4000 + i)})
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var err error
+	if s.daemon, err = fakeublk.Start(startCtx, cfg); err != nil {
+		return nil, fmt.Errorf("device daemon: %w", err)
+	}
+	proc, err := ublk.FindProcess(s.daemon.Pid())
+	if err != nil {
+		return nil, err
+	}
+	sock, err := ublk.NewSocket(cfg.Socket, proc)
+	if err != nil {
+		return nil, err
+	}
+	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(sock), ublk.WithoutControl(),
+		ublk.WithLogger(s.logger))
+	if err != nil {
+		return nil, err
+	}
+	return []drain.Step{{Name: "ublk", Reserve: s.cfg.UblkReserve(), Run: td.Stop}, httpStep}, nil
+}
+
+func (s *Server) buildDrainer(steps []drain.Step) error {
+	budget, err := deadline.New(s.cfg.Grace, deadline.WithMargin(s.cfg.Margin()))
+	if err != nil {
+		return fmt.Errorf("-grace: %w", err)
+	}
+	estimator := deadline.NewEstimator(s.cfg.PauseEstimate())
+	s.drainer, err = drain.New(drain.Config{
+		Budget:    budget,
+		Gate:      &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
+		Sandboxes: pause.ListFunc(s.node.Running),
+		Estimator: estimator,
+		PauseOptions: []pause.Option{
+			pause.WithLimit(s.cfg.Concurrency),
+			pause.WithInFlight(pause.FinishInFlight), // never abort a checkpoint halfway
+			pause.WithLogger(s.logger),
+		},
+		Steps:        steps,
+		PollInterval: min(time.Second, s.cfg.Grace/20),
+		Logger:       s.logger,
+	})
+	return err
+}
+
+// Addr returns the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Node returns the server's sandboxes.
+func (s *Server) Node() *sandbox.Node { return s.node }
+
+// Drainer returns the server's Drainer.
+func (s *Server) Drainer() *drain.Drainer { return s.drainer }
+
+// Run serves HTTP until the first SIGTERM or SIGINT (or ctx ending), then shuts the node
+// down with the Drainer — drain, preserve, ublk teardown, HTTP shutdown, all inside the
+// grace period — writes the Report to STATE_DIR/last-shutdown.json and returns it. A second
+// signal forces the shutdown. Run never exits the process.
+func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- s.http.Serve(s.ln) }()
+	s.logger.Info("sandboxd serving", "addr", s.Addr(), "runtime", s.rt.Name(),
+		"paused", s.node.Count(sandbox.Paused), "grace", s.cfg.Grace)
+	rep := s.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.logger.Warn("http server", "error", err)
+	}
+	s.Close()
+	return rep, s.writeReport(rep)
+}
+
+// Close releases what New started: the timeout timers, the listener, the device daemon
+// (killed if the ublk step did not stop it) and, in runsc mode, the sandboxes that were
+// not preserved (they are lost either way; in a pod the container's SIGKILL takes them).
+func (s *Server) Close() {
+	if s.node != nil {
+		s.node.Close()
+	}
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	if s.daemon != nil {
+		s.daemon.Close()
+	}
+	if r, ok := s.rt.(*sandbox.Runsc); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, info := range s.node.List() {
+			if info.State != sandbox.Paused {
+				_ = r.Runtime.Delete(ctx, info.ID, true)
+			}
+		}
+	}
+}
+
+// writeReport writes rep into the state directory: temporary file, fsync, rename.
+func (s *Server) writeReport(rep *drain.Report) error {
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.cfg.StateDir, ReportFile)
+	f, err := os.CreateTemp(s.cfg.StateDir, ReportFile+".*.tmp")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// preserved counts the preserved sandboxes of a Preserver report (nil: none).
+func preserved(rep *pause.Report) int {
+	if rep == nil {
+		return 0
+	}
+	return rep.Counts[pause.Preserved]
+}

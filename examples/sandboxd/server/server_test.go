@@ -1,0 +1,208 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// started is a sandboxd running in this process on a loopback port.
+type started struct {
+	s    *Server
+	base string
+	stop context.CancelFunc
+	done chan *drain.Report
+}
+
+func start(t *testing.T, cfg Config) *started {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := New(ctx, cfg, nil)
+	require.NoError(t, err)
+	st := &started{s: s, base: "http://" + s.Addr(), stop: cancel, done: make(chan *drain.Report, 1)}
+	go func() {
+		rep, err := s.Run(ctx)
+		assert.NoError(t, err)
+		st.done <- rep
+	}()
+	t.Cleanup(func() { cancel(); <-st.done })
+	return st
+}
+
+// shutdown ends the server as a signal would and returns its Report.
+func (st *started) shutdown(t *testing.T) *drain.Report {
+	st.stop()
+	rep := <-st.done
+	st.done <- rep // for the cleanup
+	return rep
+}
+
+func testConfig(t *testing.T) Config {
+	return Config{Listen: "127.0.0.1:0", StateDir: t.TempDir(), Grace: 6 * time.Second, Runtime: "fake",
+		PauseLatency: 50 * time.Millisecond, Concurrency: 4, Devices: 1}
+}
+
+func call(t *testing.T, method, url, body string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, resp.Header, string(bytes.TrimSpace(data))
+}
+
+func createSandbox(t *testing.T, base string) string {
+	t.Helper()
+	code, _, body := call(t, "POST", base+"/sandboxes", `{"timeout_s": 86400}`)
+	require.Equal(t, http.StatusCreated, code, body)
+	var v map[string]string
+	require.NoError(t, json.Unmarshal([]byte(body), &v))
+	require.Len(t, v, 2, "exactly id and state: %s", body)
+	require.Equal(t, "running", v["state"])
+	return v["id"]
+}
+
+func TestHTTPContract(t *testing.T) {
+	st := start(t, testConfig(t))
+	a := createSandbox(t, st.base)
+	b := createSandbox(t, st.base)
+
+	code, _, body := call(t, "GET", st.base+"/sandboxes", "")
+	require.Equal(t, http.StatusOK, code)
+	var list []map[string]string
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	assert.ElementsMatch(t, []map[string]string{{"id": a, "state": "running"}, {"id": b, "state": "running"}}, list)
+
+	code, _, body = call(t, "POST", st.base+"/sandboxes/"+a+"/pause", "")
+	assert.Equal(t, http.StatusOK, code)
+	assert.JSONEq(t, `{"id":"`+a+`","state":"paused"}`, body)
+	code, _, _ = call(t, "POST", st.base+"/sandboxes/"+a+"/pause", "")
+	assert.Equal(t, http.StatusConflict, code, "pausing a paused sandbox")
+	code, _, body = call(t, "POST", st.base+"/sandboxes/"+a+"/resume", "")
+	assert.Equal(t, http.StatusOK, code)
+	assert.JSONEq(t, `{"id":"`+a+`","state":"running"}`, body)
+	code, _, _ = call(t, "DELETE", st.base+"/sandboxes/"+b, "")
+	assert.Equal(t, http.StatusNoContent, code)
+	code, _, _ = call(t, "DELETE", st.base+"/sandboxes/"+b, "")
+	assert.Equal(t, http.StatusNotFound, code)
+	code, _, _ = call(t, "POST", st.base+"/sandboxes/nope/resume", "")
+	assert.Equal(t, http.StatusNotFound, code)
+	for _, bad := range []string{``, `{}`, `{"timeout_s": 0}`, `{"timeout_s": 5, "x": 1}`} {
+		code, _, _ = call(t, "POST", st.base+"/sandboxes", bad)
+		assert.Equal(t, http.StatusBadRequest, code, "body %q", bad)
+	}
+	code, _, _ = call(t, "GET", st.base+"/healthz", "")
+	assert.Equal(t, http.StatusOK, code)
+	code, _, _ = call(t, "GET", st.base+"/readyz", "")
+	assert.Equal(t, http.StatusOK, code)
+
+	// The preStop call closes the gate: readiness and creates turn 503, liveness stays,
+	// pause (exempt) still works. ?wait=10ms answers at once while the wait goes on.
+	code, _, body = call(t, "GET", st.base+"/drain?wait=10ms", "")
+	require.Equal(t, http.StatusOK, code)
+	var sum drain.PreStopSummary
+	require.NoError(t, json.Unmarshal([]byte(body), &sum))
+	assert.Equal(t, 1, sum.Running)
+	code, _, _ = call(t, "GET", st.base+"/readyz", "")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	code, hdr, _ := call(t, "POST", st.base+"/sandboxes", `{"timeout_s": 60}`)
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.NotEmpty(t, hdr.Get("Retry-After"))
+	code, _, _ = call(t, "POST", st.base+"/sandboxes/"+a+"/resume", "")
+	assert.Equal(t, http.StatusServiceUnavailable, code, "resume is gated")
+	code, _, _ = call(t, "GET", st.base+"/healthz", "")
+	assert.Equal(t, http.StatusOK, code)
+	code, _, _ = call(t, "POST", st.base+"/sandboxes/"+a+"/pause", "")
+	assert.Equal(t, http.StatusOK, code, "pause is exempt from the gate")
+
+	// With nothing running the preStop wait ends: drained.
+	code, _, body = call(t, "GET", st.base+"/drain", "")
+	require.Equal(t, http.StatusOK, code)
+	require.NoError(t, json.Unmarshal([]byte(body), &sum))
+	assert.Equal(t, drain.ReasonDrained, sum.Reason)
+}
+
+func TestShutdownPreservesWritesReportAndRestartLoadsPaused(t *testing.T) {
+	cfg := testConfig(t)
+	st := start(t, cfg)
+	var ids []string
+	for range 6 {
+		ids = append(ids, createSandbox(t, st.base))
+	}
+	rep := st.shutdown(t)
+	require.NoError(t, rep.Err())
+	assert.Equal(t, 6, rep.Preserve.Counts[pause.Preserved])
+	assert.Equal(t, drain.OK, rep.Phase("ublk").Result, "the device daemon stopped cleanly")
+	assert.Positive(t, rep.Margin)
+
+	data, err := os.ReadFile(filepath.Join(cfg.StateDir, ReportFile))
+	require.NoError(t, err)
+	var onDisk drain.Report
+	require.NoError(t, json.Unmarshal(data, &onDisk))
+	assert.Equal(t, 6, onDisk.Preserve.Counts[pause.Preserved])
+	events, err := os.ReadFile(filepath.Join(cfg.StateDir, "ublkd.events"))
+	require.NoError(t, err)
+	assert.Contains(t, string(events), "request shutdown\n")
+	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "daemon exited on its own: %s", events)
+
+	// Tear one record as a crash mid-write would; the next process reports it and loads
+	// the other five as paused, resumable.
+	torn := filepath.Join(cfg.StateDir, "records", ids[0]+".rec")
+	data, err = os.ReadFile(torn)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(torn, data[:len(data)-7], 0o600))
+
+	next := start(t, cfg)
+	require.Len(t, next.s.Problems, 1)
+	assert.Equal(t, torn, next.s.Problems[0].Path)
+	code, _, body := call(t, "GET", next.base+"/sandboxes", "")
+	require.Equal(t, http.StatusOK, code)
+	var list []map[string]string
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Len(t, list, 5)
+	for _, v := range list {
+		assert.Equal(t, "paused", v["state"])
+		assert.NotEqual(t, ids[0], v["id"])
+	}
+	code, _, body = call(t, "POST", next.base+"/sandboxes/"+ids[1]+"/resume", "")
+	assert.Equal(t, http.StatusOK, code, body)
+}
+
+func TestBadConfigurationFailsNamingTheFlag(t *testing.T) {
+	for flagName, args := range map[string][]string{
+		"-state-dir":    {},
+		"-grace":        {"-state-dir", "x", "-grace", "1s"},
+		"-runtime":      {"-state-dir", "x", "-runtime", "docker"},
+		"-concurrency":  {"-state-dir", "x", "-concurrency", "0"},
+		"-pause-jitter": {"-state-dir", "x", "-pause-jitter", "1.5"},
+		"-devices":      {"-state-dir", "x", "-devices", "-1"},
+	} {
+		_, err := ParseFlags(args, io.Discard)
+		require.Error(t, err, flagName)
+		assert.Contains(t, err.Error(), flagName)
+	}
+	cfg, err := ParseFlags([]string{"-state-dir", "/s", "-grace", "1h", "-concurrency", "8"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, Config{Listen: DefaultListen, StateDir: "/s", Grace: time.Hour, Runtime: "fake",
+		PauseLatency: DefaultPauseLatency, Concurrency: 8, Devices: DefaultDevices}, cfg)
+
+	_, err = New(context.Background(), Config{Listen: "256.0.0.1:1", StateDir: t.TempDir(), Grace: 10 * time.Second,
+		Runtime: "fake", Concurrency: 1}, nil)
+	require.ErrorContains(t, err, "-listen")
+}
