@@ -26,13 +26,19 @@ import (
 //  1. gate: closes the gate if the preStop did not, and waits for admitted
 //     operations of gated classes to finish, at most InFlightWait and never
 //     past the drain phase's deadline;
-//  2. preserve: runs the Preserver under the preserve phase's context, with
-//     the budget's deadline as its hard deadline;
+//  2. preserve: runs the Preserver under the preserve phase's context (the
+//     budget's deadline minus every step's reserve), with the budget's
+//     deadline as its hard deadline;
 //  3. every Step in order, each under its phase's context (the budget's
 //     deadline minus the reserves of the steps after it), even when
 //     preservation partly failed or an earlier step failed. A step that has
 //     not returned shortly after its deadline is abandoned, still running,
 //     and reported Abandoned.
+//
+// When the time left is smaller than the reserves of the phases still to
+// run (the kubelet's 2 s after an overrunning hook), it is shared among them
+// in proportion to their reserves, so every phase still runs; the Report
+// says which reserves were short.
 //
 // Force (or cancelling ctx, or a second signal with HandleSignals) stops
 // the remaining waits: the gate wait ends, the Preserver starts no new
