@@ -43,7 +43,11 @@ const (
 	OrderAuto Order = iota
 	// OrderFIFO starts sandboxes in the order the Lister returned them.
 	OrderFIFO
-	// OrderShortestFirst starts the shortest estimated preserves first.
+	// OrderShortestFirst preserves the most sandboxes before a deadline:
+	// it picks the shortest estimated preserves that fit in the time left
+	// at the maximum limit and starts those longest first, so they pack
+	// tightly into the slots; the rest follow, shortest first. Without a
+	// deadline it is plain shortest first.
 	OrderShortestFirst
 	// OrderLongestFirst starts the longest estimated preserves first.
 	OrderLongestFirst

@@ -75,7 +75,32 @@ func (r *run) order(tasks []*task) Order {
 		}
 		return 0
 	})
+	if o == OrderShortestFirst && samePriority(tasks) {
+		r.pack(tasks)
+	}
 	return o
+}
+
+// pack refines shortest first when the deadline binds: of the tasks sorted
+// shortest first, the longest prefix whose estimates fit in max limit x
+// time left is the set worth preserving; started longest first, those pack
+// tightly into the slots (LPT), so the ones a slot cannot finish before the
+// deadline are the few shortest, instead of one partial preserve per slot.
+// The tasks that do not fit follow, shortest first.
+func (r *run) pack(tasks []*task) {
+	if r.phase.IsZero() {
+		return
+	}
+	capacity := time.Until(r.phase) * time.Duration(r.cfg.maxLimit)
+	var sum time.Duration
+	k := 0
+	for _, t := range tasks {
+		if sum += r.estimate(t); sum > capacity {
+			break
+		}
+		k++
+	}
+	slices.Reverse(tasks[:k])
 }
 
 // choose resolves OrderAuto for a pass. With no estimate at all it keeps

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/drainkit/drainkit/pause"
 )
 
 // sandbox is one sandbox of a Source: Preserve sends its pause request.
@@ -56,6 +61,9 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		case err == nil:
 			return nil
 		case !overloaded:
+			if se != nil && se.StatusCode == http.StatusConflict && !slices.Contains(s.cfg.gone, se.StatusCode) {
+				return b.resolveConflict(ctx, se)
+			}
 			if se != nil {
 				return classify(se, s.cfg.gone)
 			}
@@ -79,6 +87,23 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
 			return fmt.Errorf("%w: %w", se, errNoFit)
 		}
+	}
+}
+
+// resolveConflict decides what a 409 means by listing again: the sandbox
+// is no longer running (already paused, or gone) -> pause.ErrGone; it is
+// still listed running (a transitional state, such as resuming, the server
+// would not pause) -> transient, so the Preserver retries it in the time
+// left. When the list fails too, the 409 stays permanent.
+func (b *sandbox) resolveConflict(ctx context.Context, se *StatusError) error {
+	ids, err := b.src.RunningIDs(ctx)
+	switch {
+	case err != nil:
+		return backoff.Permanent(se)
+	case slices.Contains(ids, b.id):
+		return fmt.Errorf("%w (still listed running: retry)", se)
+	default:
+		return fmt.Errorf("%w: %w (no longer listed running)", pause.ErrGone, se)
 	}
 }
 

@@ -112,8 +112,7 @@ func WithRunningStates(states ...string) Option {
 
 // WithGoneStatus sets the HTTP statuses of a pause answer that mean the
 // sandbox is gone or already preserved (pause.ErrGone). Default 404 and 410.
-// AgentENV answers 409 for a sandbox that is not running; add it when a
-// conflict can only mean "already paused" on your server.
+// A 409 not listed here is settled by listing again (see Source).
 func WithGoneStatus(codes ...int) Option { return func(c *config) { c.gone = codes } }
 
 // WithListTimeout bounds each list request (and always the caller's
@@ -149,8 +148,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) 
 //
 // Error classes, as the Preserver expects them: a gone status (404, 410)
 // wraps pause.ErrGone; 408, 429, 5xx and connection errors are transient;
-// any other 4xx is wrapped in backoff.Permanent. errors.As finds the
-// *StatusError in each.
+// any other 4xx is wrapped in backoff.Permanent. A 409 Conflict (AgentENV's
+// answer for a sandbox that is not running) is settled by listing again:
+// no longer listed running means pause.ErrGone (already paused or gone),
+// still listed running means transient (a state the server will not pause
+// yet). errors.As finds the *StatusError in each.
 //
 // Overload: when the server answers 429 (or 503 with Retry-After) while other
 // pause requests of this Source were on the wire, the Source lowers the

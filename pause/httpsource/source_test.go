@@ -135,7 +135,6 @@ func TestPreserveClassifiesAnswers(t *testing.T) {
 		{http.StatusOK, false, false},
 		{http.StatusNotFound, true, false},
 		{http.StatusGone, true, false},
-		{http.StatusConflict, false, true},
 		{http.StatusBadRequest, false, true},
 		{http.StatusForbidden, false, true},
 		{http.StatusRequestTimeout, false, false},
@@ -359,4 +358,37 @@ func ids(sbs []pause.Sandbox) []string {
 func isPermanent(err error) bool {
 	var p *backoff.PermanentError
 	return errors.As(err, &p)
+}
+
+// A 409 is settled by listing again: a sandbox no longer listed running was
+// paused by someone else (gone for the Preserver); one still listed running
+// is in a state the server will not pause yet (retry).
+func TestConflictIsSettledByListingAgain(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `[{"id":"paused-meanwhile","state":"paused"},{"id":"resuming","state":"running"}]`)
+	})
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+	})
+	src := inProcess(t, mux)
+
+	err := src.Sandbox("paused-meanwhile").Preserve(t.Context())
+	assert.ErrorIs(t, err, pause.ErrGone)
+
+	err = src.Sandbox("resuming").Preserve(t.Context())
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, pause.ErrGone)
+	assert.False(t, isPermanent(err), "retried: it will be running and pausable")
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusConflict, se.StatusCode)
+
+	mux2 := http.NewServeMux()
+	mux2.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
+	mux2.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+	})
+	err = inProcess(t, mux2).Sandbox("x").Preserve(t.Context())
+	assert.True(t, isPermanent(err), "undecidable: the list failed too")
 }
