@@ -1,0 +1,121 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+)
+
+const manifest = "../deploy/daemonset.yaml"
+
+// The DaemonSet decodes strictly into the Kubernetes types, its command line parses with
+// sandboxd's own parser, -grace is terminationGracePeriodSeconds, the hook and probes hit
+// sandboxd's endpoints, and the budget adds up: with the node's design load running, the
+// preStop wait ends early enough that what the kubelet leaves after it covers preserving,
+// teardown and the margin.
+func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
+	raw, err := os.ReadFile(manifest)
+	require.NoError(t, err)
+	var ds appsv1.DaemonSet
+	require.NoError(t, yaml.UnmarshalStrict(raw, &ds))
+	misspelt := strings.Replace(string(raw), "periodSeconds: 2", "periodSecond: 2", 1)
+	require.Error(t, yaml.UnmarshalStrict([]byte(misspelt), &appsv1.DaemonSet{}), "strict decoding catches a misspelt field")
+	assert.Equal(t, "DaemonSet", ds.Kind)
+	assert.Equal(t, ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
+
+	spec := ds.Spec.Template.Spec
+	require.NotNil(t, spec.TerminationGracePeriodSeconds)
+	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	require.Len(t, spec.Containers, 1)
+	c := spec.Containers[0]
+	cfg, err := ParseFlags(c.Args, io.Discard)
+	require.NoError(t, err, "the manifest's arguments parse")
+	assert.Equal(t, grace, cfg.Grace, "-grace equals terminationGracePeriodSeconds")
+
+	_, port, err := net.SplitHostPort(cfg.Listen)
+	require.NoError(t, err)
+	require.NotNil(t, c.Lifecycle)
+	require.NotNil(t, c.Lifecycle.PreStop)
+	hook := c.Lifecycle.PreStop.HTTPGet
+	require.NotNil(t, hook, "preStop is an httpGet: sandboxd sees T0 itself")
+	assert.Equal(t, "/drain", hook.Path)
+	assert.Equal(t, port, portNumber(c, hook.Port.String()))
+	require.NotNil(t, c.ReadinessProbe.HTTPGet)
+	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+	assert.Equal(t, port, portNumber(c, c.ReadinessProbe.HTTPGet.Port.String()))
+	require.NotNil(t, c.LivenessProbe.HTTPGet)
+	assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path, "liveness must not flip while draining")
+	mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == cfg.StateDir })
+	assert.True(t, mounted, "the state directory outlives the container")
+
+	checkBudget(t, cfg)
+}
+
+// checkBudget builds sandboxd's Drainer for cfg (with the fake runtime standing in, its
+// pause estimate set to the runtime's) and 200 running sandboxes, anchors the budget at a
+// preStop call, and checks the plan against the kubelet's arithmetic.
+func checkBudget(t *testing.T, cfg Config) {
+	const load = 200
+	require.Equal(t, "runsc", cfg.Runtime)
+	estimate := cfg.PauseEstimate()
+	cfg.Runtime, cfg.PauseLatency, cfg.Devices = "fake", estimate, 0
+	cfg.Listen, cfg.StateDir = "127.0.0.1:0", t.TempDir()
+	s, err := New(context.Background(), cfg, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	defer s.Drainer().Force() // ends the preStop wait this test starts
+	for range load {
+		_, err := s.Node().Create(context.Background(), 86400)
+		require.NoError(t, err)
+	}
+	// The kubelet's preStop call anchors T0 and makes the drain wait count the load.
+	rec := httptest.NewRecorder()
+	s.Drainer().PreStop().ServeHTTP(rec, httptest.NewRequest("GET", "/drain?wait=1ms", nil))
+	require.Equal(t, 200, rec.Code)
+	require.Equal(t, load, s.Drainer().Running())
+	t0 := s.Drainer().Budget().Start()
+	windows := s.Drainer().Plan().Windows()
+	names := make([]string, len(windows))
+	for i, w := range windows {
+		names[i] = w.Name
+	}
+	require.Equal(t, []string{drain.PhaseDrain, drain.PhasePreserve, "http"}, names)
+
+	preserve := windows[1].Reserve
+	assert.Equal(t, time.Duration((load+cfg.Concurrency-1)/cfg.Concurrency)*estimate, preserve.Round(time.Second),
+		"preserve reserve: %d sandboxes x %v, %d at a time", load, estimate, cfg.Concurrency)
+	drainEnd := windows[0].Deadline.Sub(t0)
+	after := preserve + cfg.HTTPReserve() + cfg.Margin() // runsc mode has no ublk step
+	assert.Equal(t, cfg.Grace-after, drainEnd,
+		"the drain phase leaves the SIGTERM phase its reserves (drain ends at T0+%v)", drainEnd)
+	// The hook returns at the drain deadline (plus up to a second the kubelet truncates):
+	// what the kubelet then leaves before SIGKILL must cover everything after it.
+	left := deadline.KubeletRemaining(cfg.Grace, drainEnd+999*time.Millisecond)
+	assert.GreaterOrEqual(t, left, after-time.Second, "kubelet leaves %v after the hook, %v needed", left, after)
+	assert.Greater(t, drainEnd, cfg.Grace/2, "the preStop wait still gets most of the hour")
+}
+
+// portNumber resolves a named or numeric container port.
+func portNumber(c corev1.Container, port string) string {
+	i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == port })
+	if i < 0 {
+		return port
+	}
+	return strconv.Itoa(int(c.Ports[i].ContainerPort))
+}
