@@ -1,0 +1,291 @@
+//go:build linux
+
+package ublkguest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/ublkserver"
+	"github.com/drainkit/drainkit/internal/vmtest"
+	"github.com/drainkit/drainkit/ublk"
+)
+
+// step builds the real teardown step for the rig's daemon, found by pid
+// (pidfd), on the guest's own kernel and sysfs.
+func (r *rig) step(opts ...ublk.Option) *ublk.Teardown {
+	r.t.Helper()
+	p, err := ublk.FindProcess(r.daemon.Pid())
+	require.NoError(r.t, err)
+	r.t.Cleanup(func() { _ = p.Close() })
+	logger := slog.New(slog.NewTextHandler(testWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	base := []ublk.Option{ublk.WithDaemon(p), ublk.WithPollInterval(20 * time.Millisecond), ublk.WithLogger(logger)}
+	td, err := ublk.New(append(base, opts...)...)
+	require.NoError(r.t, err)
+	release, class := td.Kernel()
+	require.Equal(r.t, ublk.KernelVulnerable, class, "guest kernel %s", release)
+	return td
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+func (r *rig) alive() bool {
+	select {
+	case <-r.daemon.Exited():
+		return false
+	default:
+		return true
+	}
+}
+
+func (r *rig) state(id int) ublkserver.DeviceState {
+	r.t.Helper()
+	st, err := r.ctl.State(r.ctx(10*time.Second), id)
+	require.NoError(r.t, err)
+	return st
+}
+
+// devicesGone asserts that the step left nothing: driver, char and disk.
+func (r *rig) devicesGone() {
+	r.t.Helper()
+	for _, id := range r.daemon.Devices {
+		assert.Equal(r.t, ublkserver.StateGone, r.state(id), "ublk device %d", id)
+		for _, p := range []string{fmt.Sprintf("/sys/class/ublk-char/ublkc%d", id), fmt.Sprintf("/sys/block/ublkb%d", id)} {
+			_, err := os.Stat(p)
+			assert.ErrorIs(r.t, err, os.ErrNotExist, p)
+		}
+	}
+}
+
+func stepNamed(rep *ublk.Report, dev int, name string) *ublk.StepResult {
+	d := rep.Device(dev)
+	if d == nil {
+		return nil
+	}
+	for i := range d.Steps {
+		if d.Steps[i].Name == name {
+			return &d.Steps[i]
+		}
+	}
+	return nil
+}
+
+// TestGuestStepStopsCooperativeDaemonCleanly: the step finds both devices
+// in sysfs, asks the daemon to stop (SIGTERM through a pidfd), and waits
+// until the devices have left /sys/class/ublk-char and /sys/block and the
+// daemon has exited by itself.
+func TestGuestStepStopsCooperativeDaemonCleanly(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{Devices: 2}})
+	rep, err := r.step().Run(r.ctx(30 * time.Second))
+	require.NoError(t, err)
+	t.Log(rep.String())
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	require.Len(t, rep.Devices, 2, "the step found exactly the daemon's devices in sysfs")
+	for _, id := range r.daemon.Devices {
+		d := rep.Device(id)
+		require.NotNil(t, d, "device %d in the report", id)
+		assert.Equal(t, ublk.VerdictStopped, d.Verdict)
+		assert.True(t, d.Initial.Disk && d.Initial.Char, "initially live")
+		assert.False(t, d.Final.Present(), "finally gone")
+	}
+	assert.True(t, rep.Daemon.Requested && rep.Daemon.Exited)
+	assert.False(t, rep.Daemon.Killed)
+	assert.NoError(t, r.daemon.Wait(r.ctx(10*time.Second)), "daemon exited with status 0")
+	r.devicesGone()
+}
+
+// TestGuestStepWaitsForVMMToClose: a "VMM" process holds /dev/ublkbN open;
+// the step names it, does not ask the daemon to stop while it holds the
+// device, and proceeds once it closes.
+func TestGuestStepWaitsForVMMToClose(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{})
+	id := r.daemon.Devices[0]
+	vmm, err := StartHolder(r.ctx(20*time.Second), r.disk(id))
+	require.NoError(t, err)
+	t.Cleanup(vmm.Kill)
+
+	type result struct {
+		rep *ublk.Report
+		err error
+	}
+	done := make(chan result, 1)
+	td := r.step(ublk.WithHolderWait(30 * time.Second))
+	go func() {
+		rep, err := td.Run(r.ctx(60 * time.Second))
+		done <- result{rep, err}
+	}()
+	// Give the step time to see the holder; what is asserted below is the
+	// order of events, not this delay.
+	time.Sleep(time.Second)
+	require.True(t, r.alive())
+	closedAt, err := vmm.Release(r.ctx(10 * time.Second))
+	require.NoError(t, err)
+	res := <-done
+	require.NoError(t, res.err)
+	t.Log(res.rep.String())
+	assert.Equal(t, ublk.VerdictStopped, res.rep.Verdict)
+	holders := res.rep.Device(id).Holders
+	require.NotEmpty(t, holders, "the VMM is reported")
+	assert.Equal(t, vmm.Cmd.Process.Pid, holders[0].PID)
+	req := res.rep.Step("request stop")
+	require.NotNil(t, req)
+	assert.True(t, req.Start.After(closedAt), "the daemon was asked to stop (%v) only after the VMM closed the device (%v)",
+		req.Start.Format(time.StampMicro), closedAt.Format(time.StampMicro))
+	r.devicesGone()
+}
+
+// TestGuestStepReportsVMMStillHoldingAtItsDeadline: a VMM that never
+// closes is reported, and the daemon is not asked to stop.
+func TestGuestStepReportsVMMStillHoldingAtItsDeadline(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{})
+	id := r.daemon.Devices[0]
+	vmm, err := StartHolder(r.ctx(20*time.Second), r.disk(id))
+	require.NoError(t, err)
+	t.Cleanup(vmm.Kill)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	rep, err := r.step(ublk.WithHolderWait(time.Second)).Run(ctx)
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held)
+	t.Log(err)
+	require.NotEmpty(t, held.Holders[id])
+	assert.Equal(t, vmm.Cmd.Process.Pid, held.Holders[id][0].PID)
+	assert.Equal(t, ublk.VerdictHeld, rep.Verdict)
+	assert.False(t, rep.Daemon.Requested, "daemon not asked to stop while a VMM holds its device")
+	assert.True(t, r.alive())
+	assert.Equal(t, ublkserver.StateLive, r.state(id))
+}
+
+// TestGuestStepWithIOInFlight: a writer loops on the disk (the test
+// process holds it open, and the policy says stop anyway); the step stops
+// the daemon; every safe-teardown check must pass: no accepted write
+// aborted, acknowledged writes intact, devices gone, daemon exited 0.
+func TestGuestStepWithIOInFlight(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{IODelay: 2 * time.Millisecond}})
+	id := r.daemon.Devices[0]
+	w := startWriter(t, r.disk(id), 3)
+	rep, err := r.step(ublk.WithHolderWait(200*time.Millisecond), ublk.WithStopDespiteHolders()).Run(r.ctx(30 * time.Second))
+	require.NoError(t, err)
+	t.Log(rep.String())
+	<-w.Done()
+	writes, err := w.Stop(r.ctx(10 * time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	assert.Contains(t, holderPIDs(rep, id), os.Getpid(), "the writer (this process) is reported as a holder")
+	assert.True(t, CheckSafeTeardown(t, r.observe(writes)))
+	var acked int
+	for _, wr := range writes {
+		if wr.Err == nil {
+			acked++
+		}
+	}
+	t.Logf("%d writes acknowledged, %d in all; in flight at the start of the step: %+v", acked, len(writes), rep.Device(id).InflightBefore)
+}
+
+func holderPIDs(rep *ublk.Report, id int) []int {
+	var pids []int
+	if d := rep.Device(id); d != nil {
+		for _, h := range d.Holders {
+			pids = append(pids, h.PID)
+		}
+	}
+	return pids
+}
+
+// TestGuestStepStopsHungDaemonThroughControl: the daemon ignores SIGTERM.
+// On this vulnerable kernel the step does not kill it while its device is
+// live; near the deadline it stops the device through /dev/ublk-control
+// (STOP_DEV), after which killing is safe, and DEL_DEV once it is gone.
+func TestGuestStepStopsHungDaemonThroughControl(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung})
+	id := r.daemon.Devices[0]
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
+	defer cancel()
+	rep, err := r.step(ublk.WithRequestTimeout(time.Second), ublk.WithExitGrace(500*time.Millisecond),
+		ublk.WithControlReserve(2*time.Second), ublk.WithKillReserve(time.Second)).Run(ctx)
+	t.Log(rep.String())
+	require.NoError(t, err)
+	assert.Equal(t, ublk.VerdictStoppedByControl, rep.Verdict)
+	stop := stepNamed(rep, id, "STOP_DEV")
+	require.NotNil(t, stop, "STOP_DEV through the control device")
+	assert.Empty(t, stop.Err)
+	kill := rep.Step("kill daemon")
+	require.NotNil(t, kill, "the hung daemon is killed once that is safe")
+	assert.False(t, kill.Start.Before(stop.Start.Add(stop.Duration)), "killed only after STOP_DEV completed")
+	assert.True(t, rep.Daemon.Killed)
+	assert.Error(t, r.daemon.Wait(r.ctx(10*time.Second)), "killed")
+	r.devicesGone()
+	noKernelProblemsSince(t, r.logFrom)
+}
+
+// TestGuestStepLeavesHungDaemonHoldingIO: the hung daemon holds a read
+// in flight (its reader, this process, is a holder and the policy says
+// stop anyway), so STOP_DEV cannot complete (the kernel waits for the read).
+// The disk leaves /sys/block all the same, while the driver keeps the
+// device LIVE: the step must still not kill the daemon on this kernel. It
+// returns by its deadline with an *UnsafeError and the daemon running.
+func TestGuestStepLeavesHungDaemonHoldingIO(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung})
+	id := r.daemon.Devices[0]
+	require.NoError(t, r.daemon.Cmd.Process.Signal(ublkserver.SignalFreeze))
+	read := make(chan error, 1)
+	f, err := os.OpenFile(r.disk(id), os.O_RDONLY|unix.O_DIRECT, 0)
+	require.NoError(t, err)
+	buf, err := unix.Mmap(-1, 0, BlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	go func() { _, err := f.ReadAt(buf, 0); read <- err }()
+	require.Eventually(t, func() bool { n, _, _ := Inflight(id); return n > 0 }, 10*time.Second, 5*time.Millisecond)
+	t.Cleanup(func() { _ = f.Close() })
+
+	deadline := time.Now().Add(5 * time.Second)
+	ctx, cancel := context.WithDeadline(t.Context(), deadline)
+	defer cancel()
+	rep, err := r.step(ublk.WithHolderWait(200*time.Millisecond), ublk.WithStopDespiteHolders(),
+		ublk.WithRequestTimeout(time.Second), ublk.WithExitGrace(500*time.Millisecond),
+		ublk.WithControlReserve(2*time.Second), ublk.WithKillReserve(time.Second)).Run(ctx)
+	returned := time.Now()
+	t.Log(rep.String())
+	t.Log(err)
+	var unsafe *ublk.UnsafeError
+	assert.ErrorAs(t, err, &unsafe, "devices live, daemon left running, unsafe to kill")
+	assert.True(t, returned.Before(deadline.Add(time.Second)), "returned %v after its deadline", returned.Sub(deadline))
+	assert.False(t, rep.Daemon.Killed, "a daemon with a LIVE device was killed on a vulnerable kernel")
+	assert.True(t, r.alive(), "the daemon is left running")
+	assert.Equal(t, ublkserver.StateLive, r.state(id), "the driver still has the device live")
+
+	// Let the daemon answer: the read completes, the step's abandoned
+	// STOP_DEV finishes, and the rig's cleanup can kill the daemon safely.
+	require.NoError(t, r.daemon.Cmd.Process.Signal(ublkserver.SignalThaw))
+	require.NoError(t, <-read)
+	require.NoError(t, unix.Munmap(buf))
+	require.Eventually(t, func() bool { return r.state(id) != ublkserver.StateLive }, 10*time.Second, 10*time.Millisecond)
+	noKernelProblemsSince(t, r.logFrom)
+}
+
+func noKernelProblemsSince(t *testing.T, from int) {
+	t.Helper()
+	log, err := vmtest.KernelLog()
+	require.NoError(t, err)
+	if from <= len(log) {
+		log = log[from:]
+	}
+	assert.Empty(t, vmtest.KernelProblems(log))
+}
+
