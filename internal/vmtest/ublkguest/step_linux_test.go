@@ -288,4 +288,3 @@ func noKernelProblemsSince(t *testing.T, from int) {
 	}
 	assert.Empty(t, vmtest.KernelProblems(log))
 }
-
