@@ -38,8 +38,10 @@
 //     until no process holds a device, asks the daemon to stop with SIGTERM,
 //     waits for its devices to go and for its exit, and kills it only when
 //     the kernel rule allows), writes the Report and exits with the server's
-//     status. A second SIGTERM or SIGINT forces: every remaining
-//     wait stops and each step gets only its reserve.
+//     status. A second SIGTERM or SIGINT forces: the preStop wait ends, no
+//     new pause is sent, and each step gets only its reserve; pauses already
+//     sent are still awaited until the server step's deadline at most (the
+//     server runs them anyway).
 //
 // Guarantees: with T0 the preStop call (or SIGTERM without one) and G the
 // grace, everything ends by T0 + G minus the margin (5 s, or G/10 when
