@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -39,6 +40,13 @@ const (
 // Option configures a Budget.
 type Option func(*Budget)
 
+// WithLogger sets the logger to which the budget reports every change that
+// takes effect (the event, T0, SIGTERM, SIGKILL and deadline), at Info
+// level. The default discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return func(b *Budget) { b.log = l }
+}
+
 // WithMargin sets how long before the expected SIGKILL the budget's
 // Deadline falls. The default is DefaultMargin; zero is allowed, negative is
 // an error at construction.
@@ -65,6 +73,7 @@ func WithMargin(d time.Duration) Option {
 type Budget struct {
 	grace  time.Duration
 	margin time.Duration
+	log    *slog.Logger // nil: discard
 
 	mu      sync.Mutex
 	anchor  Anchor
@@ -130,12 +139,14 @@ func FromKillTime(kill time.Time, opts ...Option) (*Budget, error) {
 // Call it at the very start of the preStop handler, with time.Now().
 func (b *Budget) OnPreStop(at time.Time) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.anchor != AnchorNone {
+		b.mu.Unlock()
 		return false
 	}
 	b.anchor, b.start, b.kill = AnchorPreStop, at, at.Add(b.grace)
 	b.notifyLocked()
+	b.mu.Unlock()
+	b.logChange("preStop")
 	return true
 }
 
@@ -157,8 +168,8 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 // Call it first thing in the SIGTERM handler, with time.Now().
 func (b *Budget) OnSIGTERM(at time.Time) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if !b.sigterm.IsZero() {
+		b.mu.Unlock()
 		return false
 	}
 	b.sigterm = at
@@ -174,6 +185,8 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 	}
 	b.kill = laterOf(b.kill, b.start) // only a SIGTERM time before T0 could break this
 	b.notifyLocked()
+	b.mu.Unlock()
+	b.logChange("SIGTERM")
 	return true
 }
 
@@ -202,7 +215,15 @@ func KubeletRemaining(grace, hookElapsed time.Duration) time.Duration {
 // if kill is earlier than now + grace; otherwise it changes nothing.
 func (b *Budget) Tighten(kill time.Time) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	changed := b.tightenLocked(kill)
+	b.mu.Unlock()
+	if changed {
+		b.logChange("tighten")
+	}
+	return changed
+}
+
+func (b *Budget) tightenLocked(kill time.Time) bool {
 	if b.anchor == AnchorNone {
 		now := time.Now()
 		if !kill.Before(now.Add(b.grace)) {
@@ -222,6 +243,20 @@ func (b *Budget) Tighten(kill time.Time) bool {
 	b.kill = kill
 	b.notifyLocked()
 	return true
+}
+
+// logChange reports the budget's state after event took effect.
+func (b *Budget) logChange(event string) {
+	if b.log == nil {
+		return
+	}
+	st := b.State()
+	attrs := []any{"event", event, "anchor", string(st.Anchor), "t0", st.Start, "kill", st.Kill,
+		"deadline", st.Deadline, "grace", st.Grace, "remaining", max(time.Until(st.Deadline), 0)}
+	if !st.SIGTERM.IsZero() {
+		attrs = append(attrs, "sigterm", st.SIGTERM)
+	}
+	b.log.Info("deadline: budget changed", attrs...)
 }
 
 func laterOf(a, b time.Time) time.Time {

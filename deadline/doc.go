@@ -64,6 +64,13 @@
 //     made.
 //   - PodReader's reads return by their context's deadline.
 //
+// # Observability
+//
+// WithLogger makes a Budget log every change that takes effect (preStop,
+// SIGTERM, tighten) with T0, SIGKILL and the deadline: the numbers to check
+// when a pod was killed early. PodReader traces each read as a client span
+// (scope ScopeName, its TracerProvider field, default the global provider).
+//
 // Budget, Plan, Estimator and PodReader are safe for concurrent use.
 // Nothing in the package keeps global state or starts goroutines.
 package deadline

@@ -15,7 +15,15 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// ScopeName is the OpenTelemetry instrumentation scope of this package.
+const ScopeName = "github.com/drainkit/drainkit/deadline"
 
 // ServiceAccountDir is where Kubernetes mounts a pod's service account:
 // the files token, ca.crt and namespace.
@@ -57,6 +65,10 @@ type PodReader struct {
 	// and is closed afterwards (a terminating pod reads its deletion state
 	// once or twice; there is nothing to keep alive).
 	Client *http.Client
+	// TracerProvider traces every read as a client span named
+	// "deadline.PodReader.Deletion" under ScopeName. Nil means
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // PodDeletion is what the API server recorded when the pod was deleted.
@@ -158,6 +170,32 @@ func (r *PodReader) Deletion(ctx context.Context) (PodDeletion, error) {
 	if r == nil {
 		return PodDeletion{}, errors.New("deadline: PodReader is nil")
 	}
+	tp := r.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	ctx, span := tp.Tracer(ScopeName).Start(ctx, "deadline.PodReader.Deletion", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("k8s.namespace.name", r.Namespace), attribute.String("k8s.pod.name", r.Name)))
+	defer span.End()
+	d, err := r.deletion(ctx)
+	switch {
+	case err == nil:
+		span.SetAttributes(attribute.String("k8s.pod.deletion_timestamp", d.Timestamp.UTC().Format(time.RFC3339)),
+			attribute.Int64("k8s.pod.deletion_grace_period_seconds", int64(d.GracePeriod/time.Second)))
+	case errors.Is(err, ErrNotTerminating):
+		span.SetAttributes(attribute.Bool("k8s.pod.terminating", false))
+	default:
+		var apiErr *APIError
+		if errors.As(err, &apiErr) {
+			span.SetAttributes(attribute.Int("http.response.status_code", apiErr.StatusCode))
+		}
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return d, err
+}
+
+func (r *PodReader) deletion(ctx context.Context) (PodDeletion, error) {
 	if err := r.validate(); err != nil {
 		return PodDeletion{}, err
 	}
