@@ -100,19 +100,7 @@ func TestEndToEndKubeletTerminationOfARealServer(t *testing.T) {
 // returns its state directory and the timeline.
 func e2eRun(t *testing.T, mode string, execHook bool) (string, *kubeletsim.Timeline) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = e2eEnv(e2eRoleEnv+"=server", "E2E_MODE="+mode, "E2E_DIR="+dir)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	child, err := kubeletsim.Start(cmd)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err, "the server did not start")
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
-	require.True(t, ok, "unexpected first line %q", line)
-
+	child, addr := e2eStart(t, dir, "E2E_MODE="+mode)
 	var hook kubeletsim.Hook = kubeletsim.HTTPGet{URL: "http://" + addr + "/drain"}
 	if execHook {
 		hook = kubeletsim.Exec{Path: os.Args[0], Args: []string{"-test.run=^$"},
@@ -127,6 +115,64 @@ func e2eRun(t *testing.T, mode string, execHook bool) (string, *kubeletsim.Timel
 		t.Logf("report: %s", b)
 	}
 	return dir, tl
+}
+
+// e2eStart starts the server with its state in dir and returns it and its
+// address.
+func e2eStart(t *testing.T, dir string, env ...string) (*kubeletsim.Child, string) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = e2eEnv(append([]string{e2eRoleEnv + "=server", "E2E_DIR=" + dir}, env...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	child, err := kubeletsim.Start(cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "the server did not start")
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	require.True(t, ok, "unexpected first line %q", line)
+	return child, addr
+}
+
+// Fault: a second SIGTERM, with real signals. There is no preStop hook (T0
+// is the first SIGTERM); the last step would wait until the budget's
+// deadline, 4.5 s away; the second SIGTERM cuts it to its 200 ms reserve.
+//
+//	0 s SIGTERM -> preserve, ublk ... "hang" waits for its deadline (4.5 s)
+//	second SIGTERM once the daemon exited -> "hang" gets 200 ms -> exit
+func TestEndToEndSecondSIGTERMForcesTheRest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	dir := t.TempDir()
+	child, _ := e2eStart(t, dir, "E2E_MODE=drainkit", "E2E_HANG_STEP=1")
+	first := time.Now()
+	require.NoError(t, child.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { // the ublk step is done: "hang" is running
+		b, _ := os.ReadFile(filepath.Join(dir, "daemon.log"))
+		return strings.HasSuffix(string(b), "exit\n")
+	}, 10*time.Second, 10*time.Millisecond)
+	second := time.Now()
+	require.NoError(t, child.Signal(syscall.SIGTERM))
+	select {
+	case <-child.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not exit after the second SIGTERM")
+	}
+	rep := readReport(t, dir)
+	assert.True(t, rep.Forced)
+	assert.Equal(t, deadline.AnchorSIGTERM, rep.Budget.Anchor)
+	assert.Equal(t, e2eN, countStateFiles(t, dir))
+	assertDaemonStoppedCleanly(t, dir)
+	hang := rep.Phase("hang")
+	require.NotNil(t, hang)
+	assert.Equal(t, TimedOut, hang.Result)
+	assert.Contains(t, hang.Error, ErrForced.Error())
+	assert.True(t, hang.Deadline.Sub(first) > 4*time.Second, "its own deadline was seconds away")
+	assert.True(t, hang.End.Before(hang.Deadline), "force ended it before its deadline")
+	assert.True(t, rep.ForcedAt.After(rep.Phase("ublk").End), "forced by the second signal, sent after the ublk step")
+	assert.Less(t, time.Since(second), 4*time.Second, "the server did not wait for the hang step's deadline")
 }
 
 func daemonLog(t *testing.T, dir string) string {
@@ -283,7 +329,7 @@ func e2eServer(mode, dir string) error {
 	if err != nil {
 		return err
 	}
-	d, err := New(Config{
+	cfg := Config{
 		Budget:       budget,
 		Sandboxes:    node,
 		Estimator:    deadline.NewEstimator(e2ePause),
@@ -293,15 +339,22 @@ func e2eServer(mode, dir string) error {
 			{Name: "ublk", Reserve: time.Second, Run: td.Stop},
 			HTTPServerStep("http", srv, 300*time.Millisecond),
 		},
-	})
+	}
+	if os.Getenv("E2E_HANG_STEP") != "" { // a last step that waits for its context: only force ends it early
+		cfg.Steps = append(cfg.Steps, Step{Name: "hang", Reserve: 200 * time.Millisecond,
+			Run: func(ctx context.Context) error { <-ctx.Done(); return context.Cause(ctx) }})
+	}
+	d, err := New(cfg)
 	if err != nil {
 		return err
 	}
 	mux.Handle("GET /drain", d.PreStop())
 	mux.Handle("GET /readyz", d.Gate().Readiness(nil))
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT) // before anyone can signal us
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Println("listening", ln.Addr())
-	rep := d.HandleSignals(context.Background())
+	rep := d.ServeSignals(context.Background(), sigs)
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err

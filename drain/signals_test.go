@@ -1,0 +1,54 @@
+package drain
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// HandleSignals with real signals to this process: the first SIGTERM starts
+// the shutdown, a later one forces it, and the process is never exited.
+func TestHandleSignalsFirstStartsSecondForces(t *testing.T) {
+	guard := make(chan os.Signal, 64) // keeps SIGTERM from killing the test binary meanwhile
+	signal.Notify(guard, syscall.SIGTERM)
+	defer signal.Stop(guard)
+
+	stepStarted := make(chan struct{})
+	f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Millisecond,
+		steps: []Step{{Name: "hang", Reserve: 10 * time.Millisecond, Run: func(ctx context.Context) error {
+			close(stepStarted)
+			<-ctx.Done() // its deadline is minutes away: only force ends it
+			return context.Cause(ctx)
+		}}}})
+	done := make(chan *Report, 1)
+	go func() { done <- f.d.HandleSignals(context.Background()) }()
+
+	// HandleSignals registers asynchronously: signal until it has started.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for started := false; !started; {
+		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+		select {
+		case <-f.d.Terminating():
+			started = true
+		case <-tick.C:
+		}
+	}
+	<-stepStarted
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	var rep *Report
+	select {
+	case rep = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a second SIGTERM did not force the shutdown")
+	}
+	assert.True(t, rep.Forced)
+	assert.Equal(t, TimedOut, rep.Phase("hang").Result)
+	assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
+}
