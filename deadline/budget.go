@@ -166,6 +166,11 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 //
 // Only the first call has an effect; OnSIGTERM reports whether it was it.
 // Call it first thing in the SIGTERM handler, with time.Now().
+//
+// If the pod has a preStop hook the server does not see start (an exec hook
+// that does not call the server), OnSIGTERM takes SIGTERM for T0 and
+// overestimates SIGKILL by the hook's run time: follow it with
+// TightenFromPod, whose deletionTimestamp bounds SIGKILL either way.
 func (b *Budget) OnSIGTERM(at time.Time) bool {
 	b.mu.Lock()
 	if !b.sigterm.IsZero() {

@@ -128,6 +128,9 @@ func TestBudgetKubeletArithmetic(t *testing.T) {
 		{name: "deletionTimestamp anchor: SIGTERM leaves SIGKILL where it is", grace: G, margin: 5 * time.Second,
 			events: []event{tighten(0, s(600)), sigterm(s(10))},
 			anchor: deadline.AnchorDeletionTimestamp, start: 0, kill: s(600), deadline: s(595)},
+		{name: "exec hook the server did not see: SIGTERM, then the deletionTimestamp corrects SIGKILL", grace: G, margin: 5 * time.Second,
+			events: []event{sigterm(s(1800.3)), tighten(s(1800.5), s(3600))},
+			anchor: deadline.AnchorSIGTERM, start: s(1800.3), kill: s(3600), deadline: s(3595)},
 		{name: "deletionTimestamp anchor: a late SIGTERM still gets 2 s", grace: G, margin: 5 * time.Second,
 			events: []event{tighten(0, s(600)), sigterm(s(599.5))},
 			anchor: deadline.AnchorDeletionTimestamp, start: 0, kill: s(601.5), deadline: s(600.5)},
@@ -280,6 +283,24 @@ func TestFromKillTimeAnchorsNow(t *testing.T) {
 		assert.Equal(t, now.Add(25*time.Second), st.Deadline)
 		assert.Equal(t, 30*time.Second, b.Grace())
 		assert.False(t, b.OnPreStop(now), "a deletionTimestamp anchor is not replaced by preStop")
+	})
+}
+
+func TestFromKillTimeThenSIGTERM(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		b, err := deadline.FromKillTime(now.Add(600 * time.Second))
+		require.NoError(t, err)
+		time.Sleep(100 * time.Second)
+		assert.True(t, b.OnSIGTERM(time.Now()))
+		assert.Equal(t, now.Add(600*time.Second), b.Kill(), "SIGTERM does not move a deletionTimestamp")
+
+		late, err := deadline.FromKillTime(now.Add(700 * time.Second))
+		require.NoError(t, err)
+		time.Sleep(600 * time.Second) // SIGTERM after the deletionTimestamp: the kubelet still waits 2 s
+		late.OnSIGTERM(time.Now())
+		assert.Equal(t, time.Now().Add(2*time.Second), late.Kill())
+		assert.Equal(t, time.Now().Add(time.Second), late.Deadline())
 	})
 }
 

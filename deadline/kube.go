@@ -346,8 +346,9 @@ type DeletionReader interface {
 // TightenFromPod reads the pod's deletionTimestamp with r and passes it to
 // Tighten, reporting whether the budget's SIGKILL moved earlier.
 //
-// Call it once, right after OnPreStop (or OnSIGTERM when the pod has no
-// preStop hook), with a short timeout on ctx: a deletion with
+// Call it once, right after OnPreStop (or after OnSIGTERM when the server
+// does not see the preStop hook start), with a short timeout on ctx: a
+// deletion with
 // `kubectl delete --grace-period=30`, or an eviction, gives the kubelet a
 // grace period below the manifest's, and only the API server knows. If the
 // read fails, the budget is unchanged and the error is returned (wrapping
