@@ -71,6 +71,14 @@ func TestEndToEndNaiveServerLosesSandboxesWithoutTheSupervisor(t *testing.T) {
 }
 
 func TestEndToEndSupervisorBringsEverySandboxBackPaused(t *testing.T) {
+	t.Run("preStop then SIGTERM", func(t *testing.T) { runBehindSupervisor(t, true) })
+	t.Run("SIGTERM without preStop", func(t *testing.T) { runBehindSupervisor(t, false) })
+}
+
+// runBehindSupervisor terminates the supervisor in front of the naive
+// server with the kubelet simulator, with or without the preStop hook, and
+// checks that nothing was lost or killed.
+func runBehindSupervisor(t *testing.T, withHook bool) {
 	dir := t.TempDir()
 	state, events, report := filepath.Join(dir, "state"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "report.json")
 	api, listen := freeAddr(t), freeAddr(t)
@@ -86,15 +94,18 @@ func TestEndToEndSupervisorBringsEverySandboxBackPaused(t *testing.T) {
 	ctx := t.Context()
 	eventually(t, 10*time.Second, "supervisor ready", func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 })
 	created := createSandboxes(t, "http://"+api)
-	unready := make(chan bool, 1) // readiness turns 503 once the preStop hook starts
+	unready := make(chan bool, 1) // readiness turns 503 once termination starts
 	go func() {
 		for get(ctx, "http://"+listen+"/readyz") == http.StatusOK {
 			time.Sleep(20 * time.Millisecond)
 		}
 		unready <- get(ctx, "http://"+listen+"/healthz") == http.StatusOK // liveness untouched
 	}()
-	tl, err := kubeletsim.Terminate(ctx, child,
-		kubeletsim.HTTPGet{URL: "http://" + listen + "/drain", Client: noKeepAlive()}, e2eGrace)
+	var hook kubeletsim.Hook
+	if withHook {
+		hook = kubeletsim.HTTPGet{URL: "http://" + listen + "/drain", Client: noKeepAlive()}
+	}
+	tl, err := kubeletsim.Terminate(ctx, child, hook, e2eGrace)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
 	assert.True(t, <-unready, "readiness turned 503 while liveness stayed 200")
@@ -106,6 +117,7 @@ func TestEndToEndSupervisorBringsEverySandboxBackPaused(t *testing.T) {
 
 	rep := readReport(t, report)
 	require.NotNil(t, rep.Drain)
+	assert.Equal(t, withHook, rep.Drain.PreStop != nil)
 	require.NotNil(t, rep.Drain.Preserve)
 	assert.Equal(t, len(created), rep.Drain.Preserve.Counts[pause.Preserved], "every sandbox preserved")
 	assert.Zero(t, rep.Drain.Lost())
