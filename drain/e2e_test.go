@@ -139,19 +139,22 @@ func e2eStart(t *testing.T, dir string, env ...string) (*kubeletsim.Child, strin
 // is the first SIGTERM); the last step would wait until the budget's
 // deadline, 4.5 s away; the second SIGTERM cuts it to its 200 ms reserve.
 //
-//	0 s SIGTERM -> preserve, ublk ... "hang" waits for its deadline (4.5 s)
-//	second SIGTERM once the daemon exited -> "hang" gets 200 ms -> exit
+//	0 s SIGTERM -> preserve, ublk, http ... "hang" waits for its deadline (4.5 s)
+//	second SIGTERM once the listener closed -> "hang" gets 200 ms -> exit
 func TestEndToEndSecondSIGTERMForcesTheRest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes")
 	}
 	dir := t.TempDir()
-	child, _ := e2eStart(t, dir, "E2E_MODE=drainkit", "E2E_HANG_STEP=1")
+	child, addr := e2eStart(t, dir, "E2E_MODE=drainkit", "E2E_HANG_STEP=1")
 	first := time.Now()
 	require.NoError(t, child.Signal(syscall.SIGTERM))
-	require.Eventually(t, func() bool { // the ublk step is done: "hang" is running
-		b, _ := os.ReadFile(filepath.Join(dir, "daemon.log"))
-		return strings.HasSuffix(string(b), "exit\n")
+	require.Eventually(t, func() bool { // the http step closed the listener: "hang" is next
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
 	}, 10*time.Second, 10*time.Millisecond)
 	second := time.Now()
 	require.NoError(t, child.Signal(syscall.SIGTERM))
@@ -171,7 +174,7 @@ func TestEndToEndSecondSIGTERMForcesTheRest(t *testing.T) {
 	assert.Contains(t, hang.Error, ErrForced.Error())
 	assert.True(t, hang.Deadline.Sub(first) > 4*time.Second, "its own deadline was seconds away")
 	assert.True(t, hang.End.Before(hang.Deadline), "force ended it before its deadline")
-	assert.True(t, rep.ForcedAt.After(rep.Phase("ublk").End), "forced by the second signal, sent after the ublk step")
+	assert.True(t, rep.ForcedAt.After(rep.Phase("http").Start), "forced by the second signal, sent once the http step ran")
 	assert.Less(t, time.Since(second), 4*time.Second, "the server did not wait for the hang step's deadline")
 }
 
