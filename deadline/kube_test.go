@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"io"
+	"log"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -62,7 +64,8 @@ func newAPIServer(t *testing.T, serve http.HandlerFunc) (*apiServer, *deadline.P
 		}
 		a.serve(w, r)
 	}))
-	a.StartTLS() // httptest listens on 127.0.0.1
+	a.Config.ErrorLog = log.New(io.Discard, "", 0) // the wrong-CA test makes handshakes fail on purpose
+	a.StartTLS()                                   // httptest listens on 127.0.0.1
 	require.Contains(t, a.URL, "https://127.0.0.1:")
 	t.Cleanup(a.Close)
 
