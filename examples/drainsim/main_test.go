@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/examples/sandboxd/server"
+	"github.com/drainkit/drainkit/internal/fakeublk"
+)
+
+func TestMain(m *testing.M) {
+	fakeublk.MainIfDaemon()
+	switch os.Getenv(roleEnv) {
+	case modeDrainkit:
+		os.Exit(server.Main(context.Background(), os.Args[1:], os.Stderr))
+	case modeSeed:
+		os.Exit(seedMain(os.Args[1:], os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// The simulation tells the two apart: the seed's preStop hook overruns the grace period,
+// the kubelet leaves its 2 s floor, one-at-a-time pauses save a few sandboxes and the
+// device daemon is SIGKILLed; drainkit's preserves every sandbox, stops the daemon and
+// exits before SIGKILL.
+func TestSimulationShowsSeedLosingAndDrainkitPreservingAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two real terminations with a 4 s grace period")
+	}
+	opts := options{N: 8, Pause: 600 * time.Millisecond, Grace: 4 * time.Second, Concurrency: 4,
+		Runtime: "fake", SeedPoll: time.Second}
+	var out strings.Builder
+	results, err := run(context.Background(), opts, &out, io.Discard)
+	require.NoError(t, err)
+	t.Log("\n" + out.String())
+	require.Len(t, results, 2)
+
+	seed, dk := results[0], results[1]
+	assert.True(t, seed.Timeline.HookKept, "the seed's preStop used the whole grace period")
+	assert.Equal(t, 2*time.Second, seed.Timeline.Remaining, "the kubelet's 2 s floor")
+	assert.True(t, seed.Timeline.Killed)
+	assert.Less(t, seed.Preserved, opts.N, "the seed loses sandboxes")
+	assert.LessOrEqual(t, seed.Preserved, 4, "2 s of 0.6 s pauses, one at a time")
+	assert.False(t, seed.DaemonClean, "the seed's device daemon is SIGKILLed")
+
+	assert.False(t, dk.Timeline.HookKept)
+	assert.False(t, dk.Timeline.Killed)
+	assert.Positive(t, dk.Timeline.Margin())
+	assert.Equal(t, opts.N, dk.Preserved)
+	assert.True(t, dk.DaemonClean)
+	require.NotNil(t, dk.Report)
+	assert.Zero(t, dk.Report.Lost())
+
+	for _, want := range []string{"sandboxes preserved", fmt.Sprintf("%d/8", seed.Preserved), "8/8",
+		"SIGKILLed, devices live", "stopped cleanly", "in real time", "margin before SIGKILL"} {
+		assert.Contains(t, out.String(), want)
+	}
+}
+
+func TestFlagsDefaultPerRuntimeAndRejectBadValues(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 20, o.N)
+	assert.Equal(t, 8*time.Second, o.Grace)
+	o, err = parseFlags([]string{"-runtime", "runsc"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 6, o.N)
+	assert.Equal(t, 10*time.Second, o.Grace)
+	for name, args := range map[string][]string{
+		"-grace":       {"-grace", "1h"},
+		"-jitter":      {"-jitter", "1"},
+		"-concurrency": {"-concurrency", "0"},
+		"-runtime":     {"-runtime", "kvm"},
+		"-n":           {"-n", "-3"},
+	} {
+		_, err := parseFlags(args, io.Discard)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), name)
+	}
+}
