@@ -26,11 +26,15 @@ type memDaemon struct {
 	// hung daemons take the request and do nothing (SIGTERM ignored);
 	// mute ones never answer it; crashAfter >= 0 makes the daemon exit
 	// after that many devices; failRequest makes RequestStop fail.
-	hung        bool
-	mute        bool
-	crashAfter  int
-	failRequest bool
-	cannotKill  bool
+	hung bool
+	mute bool
+	// hangAfterStop stops (removes the disks of) every device, then hangs
+	// before deleting them: sysfs shows no disk, the driver says DEAD.
+	hangAfterStop bool
+	kstate        *kernelState
+	crashAfter    int
+	failRequest   bool
+	cannotKill    bool
 
 	mu       sync.Mutex
 	events   []string
@@ -41,7 +45,32 @@ type memDaemon struct {
 }
 
 func newMemDaemon(tree *fakeublk.Tree, ids ...int) *memDaemon {
-	return &memDaemon{tree: tree, ids: ids, step: time.Second, crashAfter: -1, exited: make(chan struct{})}
+	return &memDaemon{tree: tree, ids: ids, step: time.Second, crashAfter: -1, exited: make(chan struct{}), kstate: &kernelState{}}
+}
+
+// kernelState is the driver's view of device states, shared by memDaemon
+// and memControl: a device is LIVE until a STOP_DEV completes.
+type kernelState struct {
+	mu sync.Mutex
+	m  map[int]DevState
+}
+
+func (k *kernelState) set(id int, s DevState) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[int]DevState{}
+	}
+	k.m[id] = s
+}
+
+func (k *kernelState) get(id int) DevState {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if s, ok := k.m[id]; ok {
+		return s
+	}
+	return StateLive
 }
 
 func (d *memDaemon) event(format string, args ...any) {
@@ -88,14 +117,20 @@ func (d *memDaemon) RequestStop(ctx context.Context) error {
 			}
 			_ = d.tree.SetInflight(id, 0, 0)
 			_ = d.tree.StopDevice(id)
+			d.kstate.set(id, StateDead)
 			d.event("stop %d", id)
+			if d.hangAfterStop {
+				continue
+			}
 			if !d.sleep(d.step) {
 				return
 			}
 			_ = d.tree.DeleteDevice(id)
 			d.event("delete %d", id)
 		}
-		d.exit("done")
+		if !d.hangAfterStop {
+			d.exit("done")
+		}
 	}()
 	return nil
 }
@@ -134,42 +169,44 @@ func (d *memDaemon) close() {
 	d.wg.Wait()
 }
 
-// memControl is a Controller over a fakeublk.Tree: STOP_DEV removes the
-// disk, DEL_DEV the char device.
+// memControl is a Controller over a fakeublk.Tree. STOP_DEV removes the
+// disk at once (as del_gendisk removes its sysfs entry first), then takes
+// stopIn to drain, or never finishes when drainBlocks (a hung daemon
+// holds the I/O), and only then is the device DEAD. DEL_DEV removes the
+// char device.
 type memControl struct {
-	tree   *fakeublk.Tree
-	d      *memDaemon
-	stopIn time.Duration
-	flags  uint64 // reported by DevInfo
+	tree        *fakeublk.Tree
+	d           *memDaemon
+	stopIn      time.Duration
+	drainBlocks bool
+	flags       uint64 // reported by DevInfo
 }
 
 func (c *memControl) DevInfo(ctx context.Context, id int) (DevInfo, error) {
 	if !c.tree.HasChar(id) {
 		return DevInfo{}, fmt.Errorf("dev %d: no such device", id)
 	}
-	st := StateDead
-	if c.tree.HasDisk(id) {
-		st = StateLive
-	}
-	return DevInfo{DevID: uint32(id), State: st, NrHWQueues: 1, QueueDepth: 128, Flags: c.flags}, nil
+	return DevInfo{DevID: uint32(id), State: c.d.kstate.get(id), NrHWQueues: 1, QueueDepth: 128, Flags: c.flags}, nil
 }
 
 func (c *memControl) StopDev(ctx context.Context, id int) error {
+	c.d.event("STOP_DEV %d", id)
+	_ = c.tree.StopDevice(id)
+	if c.drainBlocks {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	select {
 	case <-time.After(c.stopIn):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if c.d != nil {
-		c.d.event("STOP_DEV %d", id)
-	}
-	return c.tree.StopDevice(id)
+	c.d.kstate.set(id, StateDead)
+	return nil
 }
 
 func (c *memControl) DelDev(ctx context.Context, id int) error {
-	if c.d != nil {
-		c.d.event("DEL_DEV %d", id)
-	}
+	c.d.event("DEL_DEV %d", id)
 	return c.tree.DeleteDevice(id)
 }
 

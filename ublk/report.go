@@ -55,10 +55,11 @@ type DeviceReport struct {
 	// Info is the driver's view (GET_DEV_INFO) when the control fallback
 	// ran and could read it.
 	Info *DevInfo `json:"info,omitempty"`
-	// InflightBefore is the disk's in-flight I/O at the start,
-	// InflightAfter at the end (zero once the disk is gone: the kernel
-	// removes a disk only after every request on it has completed or
-	// failed).
+	// InflightBefore is the disk's in-flight I/O at the start.
+	// InflightAfter is zero once the device is known stopped (gone, DEAD,
+	// or STOP_DEV completed: every request was answered); otherwise it is
+	// the last value read while the disk was in sysfs (the kernel removes
+	// the disk's sysfs entry before STOP_DEV has drained it).
 	InflightBefore Inflight `json:"inflight_before"`
 	InflightAfter  Inflight `json:"inflight_after"`
 	// Holders are every holder seen while waiting for the device to be

@@ -36,15 +36,25 @@ type run struct {
 }
 
 type devState struct {
-	rep     *DeviceReport
-	cur     Device
-	stopped bool // STOP_DEV completed through the control device
-	deleted bool // DEL_DEV completed through the control device
+	rep      *DeviceReport
+	cur      Device
+	inflight Inflight // last read while the disk existed
+	stopped  bool     // STOP_DEV completed through the control device
+	dead     bool     // GET_DEV_INFO said DEAD: stopped, nothing in flight
+	deleted  bool     // DEL_DEV completed through the control device
 }
 
-// live reports whether the device can still receive block I/O that only
-// the daemon can complete.
-func (d *devState) live() bool { return d.cur.Disk && !d.stopped }
+// live reports whether the device may still have block I/O that only the
+// daemon can complete, so that killing the daemon is unsafe on a
+// vulnerable kernel. The disk leaving sysfs is not enough: the kernel
+// removes /sys/block/ublkbN at the start of STOP_DEV, before it has waited
+// for the requests in flight. Only a device that is gone entirely (DEL_DEV
+// follows STOP_DEV), or whose STOP_DEV we saw complete, or that the driver
+// reports DEAD, is known not to be live.
+func (d *devState) live() bool { return d.cur.Present() && !d.stopped && !d.dead }
+
+// drained reports whether the device's in-flight I/O is known to be over.
+func (d *devState) drained() bool { return !d.live() }
 
 func newRun(ctx context.Context, t *Teardown) *run {
 	now := time.Now()
@@ -127,7 +137,7 @@ func (r *run) discover() error {
 	r.rep.Devices = make([]DeviceReport, len(devs))
 	for i, d := range devs {
 		r.rep.Devices[i] = DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight}
-		r.dev = append(r.dev, &devState{rep: &r.rep.Devices[i], cur: d})
+		r.dev = append(r.dev, &devState{rep: &r.rep.Devices[i], cur: d, inflight: d.Inflight})
 	}
 	_ = r.stepEnd(s, fmt.Sprintf("%d device(s)", len(devs)), nil)
 	return nil
@@ -155,9 +165,9 @@ func (r *run) refresh() {
 		if d.cur.Char && !next.Char {
 			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "char removed", Start: since, Duration: now.Sub(since), Result: by})
 		}
-		// A disk is removed only once every request on it has completed
-		// or failed, so nothing is in flight after it is gone.
-		d.rep.InflightAfter = next.Inflight
+		if next.Disk {
+			d.inflight = next.Inflight
+		}
 		d.cur = next
 	}
 }
@@ -253,7 +263,11 @@ func (r *run) requestStop() {
 		r.rep.Daemon.RequestError = err.Error()
 		r.causes = append(r.causes, err)
 	}
-	_ = r.stepEnd(s, "delivered", err)
+	result := "delivered"
+	if err != nil {
+		result = ""
+	}
+	_ = r.stepEnd(s, result, err)
 }
 
 func (r *run) daemonExited() bool {
@@ -292,7 +306,7 @@ func (r *run) waitLoop() {
 			r.fallback("devices still live near the deadline")
 			continue
 		}
-		r.maybeKill(live, present, exited, now)
+		r.maybeKill(live, exited, now)
 		if !r.sleep(time.Time{}) {
 			return
 		}
@@ -311,13 +325,11 @@ func (r *run) count() (live, present int) {
 	return live, present
 }
 
-// maybeKill applies the kernel rule. With a live device the daemon is
-// killed only on a kernel where that is safe, KillReserve before the
-// deadline. With none live, killing is safe everywhere: the daemon gets
-// ExitGrace once every device is gone (or once STOP_DEV went through the
-// control device, as a hung daemon will not finish by itself), and until
-// KillReserve before the deadline while it is still deleting devices.
-func (r *run) maybeKill(live, present int, exited bool, now time.Time) {
+// maybeKill applies the kernel rule. While a device may be live (see
+// devState.live) the daemon is killed only on a kernel where that is safe,
+// KillReserve before the deadline. Once none is, killing is safe
+// everywhere, and the daemon gets ExitGrace to exit by itself first.
+func (r *run) maybeKill(live int, exited bool, now time.Time) {
 	if r.cfg.daemon == nil || exited || r.killed {
 		return
 	}
@@ -329,16 +341,13 @@ func (r *run) maybeKill(live, present int, exited bool, now time.Time) {
 		}
 		return
 	}
-	if present == 0 || r.fallbackTried {
-		if r.graceFrom.IsZero() {
-			r.graceFrom = now
-		}
-		if !now.Before(r.graceFrom.Add(r.cfg.exitGrace)) {
-			r.kill("no live device left and the daemon did not exit within ExitGrace")
-			return
-		}
+	if r.graceFrom.IsZero() {
+		r.graceFrom = now
 	}
-	if atKill {
+	switch {
+	case !now.Before(r.graceFrom.Add(r.cfg.exitGrace)):
+		r.kill("no live device left and the daemon did not exit within ExitGrace")
+	case atKill:
 		r.kill("deadline near; no live device left")
 	}
 }
@@ -410,6 +419,9 @@ func (r *run) fallback(why string) {
 			if err == nil && d.rep.Info == nil {
 				d.rep.Info = &info // the state before the fallback acted
 			}
+			if err == nil && info.State == StateDead {
+				d.dead = true
+			}
 			return err
 		})
 		if gone && d.rep.Info != nil && d.rep.Info.Flags&FlagUserRecovery != 0 {
@@ -419,7 +431,7 @@ func (r *run) fallback(why string) {
 				Result: "UBLK_F_USER_RECOVERY: left " + d.rep.Info.State.String() + " for the next server"})
 			continue
 		}
-		if d.cur.Disk && !d.stopped {
+		if d.live() {
 			until := r.killAt // keep the time to kill once every device is stopped
 			if gone {
 				until = time.Time{}
@@ -475,6 +487,10 @@ func (r *run) finish() error {
 	worst := VerdictStopped
 	for _, d := range r.dev {
 		d.rep.Final = d.cur
+		d.rep.InflightAfter = d.inflight
+		if d.drained() && !d.cur.Disk {
+			d.rep.InflightAfter = Inflight{} // STOP_DEV completed: every request was answered
+		}
 		d.rep.Verdict = r.verdict(d, exited)
 		switch d.rep.Verdict {
 		case VerdictLeftLive:

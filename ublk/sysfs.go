@@ -65,7 +65,9 @@ type Device struct {
 	// added and not yet deleted.
 	Char bool `json:"char"`
 	// Disk is true while /sys/block/ublkbN exists: the device is live (or
-	// quiesced, or failing I/O) and can receive block I/O.
+	// quiesced, or failing I/O) and can receive block I/O. It turns false
+	// at the start of STOP_DEV, before the requests in flight have
+	// drained.
 	Disk bool `json:"disk"`
 	// Dev is the disk's device number; zero when there is no disk.
 	Dev DevNum `json:"dev"`
@@ -77,8 +79,9 @@ type Device struct {
 func (d Device) Present() bool { return d.Char || d.Disk }
 
 // State names what sysfs shows: "live" (the disk exists), "dead" (only
-// the char device is left: stopped or its server died, DEL_DEV pending) or
-// "gone".
+// the char device is left: stopped, being stopped, or its server died;
+// DEL_DEV pending) or "gone". Sysfs alone cannot tell a finished STOP_DEV
+// from one still waiting for in-flight I/O: the disk's entry goes first.
 func (d Device) State() string {
 	switch {
 	case d.Disk:

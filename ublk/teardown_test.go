@@ -472,3 +472,77 @@ func TestRecoveryDevicesOfACrashedDaemonAreKept(t *testing.T) {
 		assert.Equal(t, "kept for recovery", last.Name)
 	})
 }
+
+// The kernel removes /sys/block/ublkbN when STOP_DEV starts, before it has
+// drained the I/O that only the daemon can answer. A device without a disk
+// whose STOP_DEV never completed is still live: the daemon must not be
+// killed on a vulnerable kernel.
+func TestDiskGoneButStopPendingIsStillLive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, drainBlocks: true}
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithExitGrace(time.Second),
+			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		require.NoError(t, err)
+		rep, took, err := runFor(t, td, 60*time.Second)
+		assert.Equal(t, 60*time.Second, took)
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.NotContains(t, d.Events(), "kill")
+		assert.False(t, rep.Daemon.Killed)
+		dr := rep.Device(0)
+		assert.Equal(t, "dead", dr.Final.State(), "sysfs shows no disk")
+		assert.Equal(t, VerdictLeftLive, dr.Verdict, "but the driver still has it live")
+		assert.Equal(t, uint64(4), dr.InflightAfter.Total(), "the last in-flight count seen stays reported")
+		var stop *StepResult
+		for i := range dr.Steps {
+			if dr.Steps[i].Name == "STOP_DEV" {
+				stop = &dr.Steps[i]
+			}
+		}
+		require.NotNil(t, stop)
+		assert.Contains(t, stop.Err, "deadline exceeded")
+	})
+}
+
+// A daemon that stopped its disks itself and then hung before deleting
+// them: without a control device the step cannot know STOP_DEV finished,
+// so it does not kill on a vulnerable kernel; with one, GET_DEV_INFO says
+// DEAD and the kill is safe.
+func TestDaemonHungAfterStoppingItsDisks(t *testing.T) {
+	for _, withControl := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no control", true: "control"}[withControl], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, 0, 1)
+				d := newMemDaemon(f.tree, 0, 1)
+				d.hangAfterStop = true
+				defer d.close()
+				opts := f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithExitGrace(time.Second))
+				if withControl {
+					ctl := &memControl{tree: f.tree, d: d}
+					opts = append(opts, WithController(func(context.Context) (Controller, error) { return ctl, nil }))
+				} else {
+					opts = append(opts, WithoutControl())
+				}
+				td, err := New(opts...)
+				require.NoError(t, err)
+				rep, _, err := runFor(t, td, 60*time.Second)
+				if !withControl {
+					var unsafe *UnsafeError
+					require.ErrorAs(t, err, &unsafe)
+					assert.NotContains(t, d.Events(), "kill")
+					return
+				}
+				require.NoError(t, err)
+				assert.NotContains(t, d.Events(), "STOP_DEV 0", "GET_DEV_INFO said DEAD: no second STOP_DEV")
+				assert.Contains(t, d.Events(), "kill")
+				assert.Contains(t, d.Events(), "DEL_DEV 1")
+				assert.Equal(t, VerdictStoppedByControl, rep.Verdict)
+				assert.Equal(t, StateDead, rep.Device(0).Info.State)
+			})
+		})
+	}
+}
