@@ -230,7 +230,7 @@ func (r *PodReader) deletion(ctx context.Context) (PodDeletion, error) {
 		// The context ended while the answer came in. The transport may
 		// still hand over a response that the server cut short when the
 		// connection closed; the context is the cause, so report it.
-		return PodDeletion{}, fmt.Errorf("deadline: PodReader: GET pod %s/%s: %w (%v)", r.Namespace, r.Name, ctx.Err(), err)
+		return PodDeletion{}, fmt.Errorf("deadline: PodReader: GET pod %s/%s: %w (%w)", r.Namespace, r.Name, ctx.Err(), err)
 	}
 	return d, err
 }
