@@ -74,9 +74,11 @@ type Config struct {
 	// Logger receives the Report once, and the phases' progress. Nil
 	// discards.
 	Logger *slog.Logger
-	// TracerProvider and MeterProvider default to the global ones.
+	// TracerProvider makes a span per phase; nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
-	MeterProvider  metric.MeterProvider
+	// MeterProvider records phase durations and the margin; nil means
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // A Drainer takes a node through its termination: the preStop handler, the

@@ -29,7 +29,7 @@ type PreStopSummary struct {
 	Running       int           `json:"running"`        // running sandboxes at the last count
 	DrainDeadline time.Time     `json:"drain_deadline"` // the drain phase's deadline at the last count
 	Kill          time.Time     `json:"kill"`           // the expected SIGKILL
-	Waited        time.Duration `json:"waited_ns"`
+	Waited        time.Duration `json:"waited_ns"`      // how long the wait has run
 }
 
 // preStopRun is the one drain wait that the first preStop call starts and

@@ -30,18 +30,18 @@ const (
 
 // A PhaseReport is the account of one phase or teardown step.
 type PhaseReport struct {
-	Name     string        `json:"name"`
-	Start    time.Time     `json:"start"`
-	End      time.Time     `json:"end"`
-	Deadline time.Time     `json:"deadline"`
-	Duration time.Duration `json:"duration_ns"`
+	Name     string        `json:"name"`        // the phase or step name
+	Start    time.Time     `json:"start"`       // when it started
+	End      time.Time     `json:"end"`         // when it ended (or was abandoned)
+	Deadline time.Time     `json:"deadline"`    // the deadline it ran against
+	Duration time.Duration `json:"duration_ns"` // End - Start
 	// Reserve is the time the plan reserved for the phase.
 	Reserve time.Duration `json:"reserve_ns,omitempty"`
 	// Short is how much less than its reserve the phase had from its
 	// start to its deadline: the budget (or force mode) squeezed it.
 	Short  time.Duration `json:"short_ns,omitempty"`
-	Result Result        `json:"result"`
-	Error  string        `json:"error,omitempty"`
+	Result Result        `json:"result"`           // how it ended
+	Error  string        `json:"error,omitempty"`  // the error, or why the wait ended
 	Forced bool          `json:"forced,omitempty"` // force mode was on when it ended
 }
 
@@ -50,19 +50,19 @@ type PhaseReport struct {
 // the Preserver's own Report, and the margin left before SIGKILL. It is
 // JSON-marshalable.
 type Report struct {
-	Start time.Time `json:"start"`
-	End   time.Time `json:"end"`
+	Start time.Time `json:"start"` // when Shutdown started (SIGTERM)
+	End   time.Time `json:"end"`   // when the last phase ended
 	// Budget is the budget at the end: T0, its anchor, SIGTERM and the
 	// expected SIGKILL.
 	Budget   deadline.State  `json:"budget"`
-	PreStop  *PreStopSummary `json:"prestop,omitempty"`
-	Phases   []PhaseReport   `json:"phases"`
-	Preserve *pause.Report   `json:"preserve,omitempty"`
+	PreStop  *PreStopSummary `json:"prestop,omitempty"`  // the preStop wait, if a hook called PreStop
+	Phases   []PhaseReport   `json:"phases"`             // every phase and step, in order
+	Preserve *pause.Report   `json:"preserve,omitempty"` // the Preserver's account of every sandbox
 	// Shortfall is by how much the budget was too small for every reserve
 	// when the shutdown started.
 	Shortfall time.Duration `json:"shortfall_ns,omitempty"`
-	Forced    bool          `json:"forced,omitempty"`
-	ForcedAt  time.Time     `json:"forced_at,omitzero"`
+	Forced    bool          `json:"forced,omitempty"`   // force mode was switched on
+	ForcedAt  time.Time     `json:"forced_at,omitzero"` // when Force was first called
 	// Margin is the expected SIGKILL minus End: the time the process had
 	// left to exit. Negative means the kubelet's SIGKILL would have come
 	// first.

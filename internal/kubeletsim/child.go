@@ -14,7 +14,7 @@ import (
 // SIGKILL to the whole group, as the kubelet's SIGKILL takes the whole
 // container cgroup (daemons and VMMs included).
 type Child struct {
-	Cmd    *exec.Cmd
+	Cmd    *exec.Cmd // the started command; read its ProcessState once Exited is closed
 	exited chan struct{}
 	err    error // from Wait; read after exited is closed
 }
@@ -62,7 +62,7 @@ func (c *Child) Err() error {
 // it. A status outside 200-399 is an error (the kubelet records it as a
 // failed hook and goes on).
 type HTTPGet struct {
-	URL    string
+	URL    string       // the hook's URL, e.g. http://127.0.0.1:8080/drain
 	Client *http.Client // nil: a new http.Client
 }
 
@@ -90,8 +90,8 @@ func (h HTTPGet) Run(ctx context.Context) error {
 // Exec is an exec preStop hook: a command run to completion. The simulator
 // kills it when the grace period is used up.
 type Exec struct {
-	Path string
-	Args []string
+	Path string   // the command
+	Args []string // its arguments
 	Env  []string // nil: the simulator's environment
 }
 

@@ -41,19 +41,19 @@ type Process interface {
 
 // An Event is one moment of the timeline.
 type Event struct {
-	At   time.Time `json:"at"`
-	What string    `json:"what"`
+	At   time.Time `json:"at"`   // when it happened
+	What string    `json:"what"` // what happened, for people
 }
 
 // A Timeline is what happened during one termination.
 type Timeline struct {
-	Grace time.Duration `json:"grace_ns"`
+	Grace time.Duration `json:"grace_ns"` // the pod's grace period
 	// Start is T0: when the hook started, or SIGTERM when there was none.
 	Start    time.Time `json:"start"`
-	HookEnd  time.Time `json:"hook_end,omitzero"`
-	HookErr  string    `json:"hook_error,omitempty"`
+	HookEnd  time.Time `json:"hook_end,omitzero"`      // when the hook returned or was given up on
+	HookErr  string    `json:"hook_error,omitempty"`   // why the hook failed
 	HookKept bool      `json:"hook_overran,omitempty"` // the hook used the whole grace period
-	SIGTERM  time.Time `json:"sigterm"`
+	SIGTERM  time.Time `json:"sigterm"`                // when SIGTERM was sent
 	// Remaining is what the kubelet left between SIGTERM and SIGKILL:
 	// grace - trunc(hook elapsed), at least MinimumGracePeriod.
 	Remaining time.Duration `json:"remaining_ns"`
@@ -63,7 +63,7 @@ type Timeline struct {
 	Exit time.Time `json:"exit"`
 	// Killed reports whether SIGKILL had to be sent.
 	Killed bool    `json:"killed"`
-	Events []Event `json:"events"`
+	Events []Event `json:"events"` // every step, in order
 }
 
 // Margin is how long before the SIGKILL was due the process exited;
@@ -215,8 +215,8 @@ func (p *InProcess) Exited() <-chan struct{} { return p.exited }
 // GET to Path, as the kubelet's request would arrive, without a network, so
 // it runs under testing/synctest.
 type HandlerHook struct {
-	Handler http.Handler
-	Path    string
+	Handler http.Handler // the server's preStop handler
+	Path    string       // the request path, e.g. /drain
 }
 
 // Run serves the request, bounded by ctx (the request's context).
