@@ -7,7 +7,7 @@
 //
 //	go run ./examples/drainsim
 //	go run ./examples/drainsim -n 40 -pause 300ms -concurrency 8
-//	sudo go run ./examples/drainsim -runtime runsc   # real gVisor sandboxes
+//	sudo go run ./examples/drainsim -runtime runsc   # real gVisor sandboxes, about a minute
 //
 // The servers are real processes with a real device daemon child; the kubelet is simulated
 // (internal/kubeletsim) with its exact arithmetic, in real time with a scaled-down grace
@@ -67,9 +67,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("drainsim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.N, "n", 0, "running sandboxes on the node (default 20; 6 with -runtime runsc)")
-	fs.DurationVar(&o.Pause, "pause", 500*time.Millisecond, "mean time of one pause (fake runtime)")
+	fs.DurationVar(&o.Pause, "pause", 0, "mean time of one pause (default 500ms); with runsc, the servers' first estimate of a checkpoint (default 3s)")
 	fs.Float64Var(&o.Jitter, "jitter", 0.5, "pause times spread uniformly over pause x [1-jitter, 1+jitter]")
-	fs.DurationVar(&o.Grace, "grace", 0, "the pod's termination grace period (default 8s; 10s with -runtime runsc)")
+	fs.DurationVar(&o.Grace, "grace", 0, "the pod's termination grace period (default 8s; 15s with -runtime runsc)")
 	fs.IntVar(&o.Concurrency, "concurrency", 4, "pauses drainkit runs at once")
 	fs.StringVar(&o.Runtime, "runtime", "fake", "sandbox runtime: fake, or runsc for real gVisor sandboxes (root)")
 	fs.DurationVar(&o.SeedPoll, "seed-poll", 3*time.Second, "how often the seed's preStop loop polls (AgentENV: 3s)")
@@ -81,7 +81,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.N = map[bool]int{true: 6, false: 20}[o.Runtime == "runsc"]
 	}
 	if o.Grace == 0 {
-		o.Grace = map[bool]time.Duration{true: 10 * time.Second, false: 8 * time.Second}[o.Runtime == "runsc"]
+		o.Grace = map[bool]time.Duration{true: 15 * time.Second, false: 8 * time.Second}[o.Runtime == "runsc"]
+	}
+	if o.Pause == 0 {
+		o.Pause = map[bool]time.Duration{true: 3 * time.Second, false: 500 * time.Millisecond}[o.Runtime == "runsc"]
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -90,7 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-n %d is below 1", o.N)
 	case o.Grace < 3*time.Second || o.Grace > 60*time.Second:
 		return o, fmt.Errorf("-grace %v: use 3s to 60s (it is real time)", o.Grace)
-	case o.Pause <= 0:
+	case o.Pause < 0:
 		return o, fmt.Errorf("-pause %v is not positive", o.Pause)
 	case o.Jitter < 0 || o.Jitter >= 1:
 		return o, fmt.Errorf("-jitter %v is outside [0, 1)", o.Jitter)

@@ -74,7 +74,8 @@ func TestFlagsDefaultPerRuntimeAndRejectBadValues(t *testing.T) {
 	o, err = parseFlags([]string{"-runtime", "runsc"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, 6, o.N)
-	assert.Equal(t, 10*time.Second, o.Grace)
+	assert.Equal(t, 15*time.Second, o.Grace)
+	assert.Equal(t, 3*time.Second, o.Pause)
 	for name, args := range map[string][]string{
 		"-grace":       {"-grace", "1h"},
 		"-jitter":      {"-jitter", "1"},

@@ -103,7 +103,7 @@ func startServer(opts options, mode, dir, addr string, stderr io.Writer) (*kubel
 	}
 	cmd := exec.Command(self, "-listen", addr, "-state-dir", dir, "-grace", opts.Grace.String(),
 		"-runtime", opts.Runtime, "-pause-latency", opts.Pause.String(),
-		"-pause-jitter", fmt.Sprint(opts.Jitter), "-concurrency", fmt.Sprint(opts.Concurrency))
+		"-pause-jitter", fmt.Sprint(opts.Jitter), "-concurrency", fmt.Sprint(opts.Concurrency), "-devices", "2")
 	cmd.Env = append(os.Environ(), roleEnv+"="+mode, "GORACE=atexit_sleep_ms=0")
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if opts.Verbose {

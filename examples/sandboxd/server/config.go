@@ -20,14 +20,16 @@ type Config struct {
 	Grace time.Duration
 	// Runtime is "fake" or "runsc" (-runtime).
 	Runtime string
-	// PauseLatency is how long one pause takes in the fake runtime (-pause-latency);
-	// PauseJitter spreads it over PauseLatency x [1-j, 1+j] (-pause-jitter).
+	// PauseLatency is how long one pause takes (-pause-latency): exactly, in the fake
+	// runtime; with runsc, the estimate of a checkpoint until the first one is measured.
+	// PauseJitter spreads the fake latency over PauseLatency x [1-j, 1+j] (-pause-jitter).
 	PauseLatency time.Duration
 	PauseJitter  float64
 	// Concurrency is how many pauses run at once at shutdown (-concurrency).
 	Concurrency int
-	// Devices is how many fake ublk devices the fake device daemon serves in fake mode
-	// (-devices); 0 runs no daemon and no ublk step.
+	// Devices is how many fake ublk devices the fake device daemon child serves
+	// (-devices); 0 runs no daemon and no ublk step. ParseFlags makes it 2 with the fake
+	// runtime and 0 with runsc unless the flag is given.
 	Devices int
 }
 
@@ -50,12 +52,15 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&c.StateDir, "state-dir", "", "directory for paused-sandbox records, images and last-shutdown.json (required)")
 	fs.DurationVar(&c.Grace, "grace", DefaultGrace, "the pod's termination grace period (terminationGracePeriodSeconds)")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "sandbox runtime: fake or runsc")
-	fs.DurationVar(&c.PauseLatency, "pause-latency", DefaultPauseLatency, "how long one pause takes (fake runtime)")
+	fs.DurationVar(&c.PauseLatency, "pause-latency", DefaultPauseLatency, "how long one pause takes (fake runtime); with runsc, the first estimate of a checkpoint")
 	fs.Float64Var(&c.PauseJitter, "pause-jitter", 0, "spread of the pause latency, a fraction in [0, 1) (fake runtime)")
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown")
-	fs.IntVar(&c.Devices, "devices", DefaultDevices, "fake ublk devices served by the fake device daemon (fake runtime; 0: none)")
+	fs.IntVar(&c.Devices, "devices", -1, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.Devices == -1 {
+		c.Devices = map[bool]int{true: DefaultDevices, false: 0}[c.Runtime == "fake"]
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -106,11 +111,8 @@ func (c Config) HTTPReserve() time.Duration {
 	return min(max(c.Grace/40, 250*time.Millisecond), 5*time.Second)
 }
 
-// PauseEstimate is the first estimate of one pause, before any was measured: the fake
-// latency, or 2 s for runsc checkpoints.
+// PauseEstimate is the first estimate of one pause, before any was measured:
+// PauseLatency, at least a millisecond.
 func (c Config) PauseEstimate() time.Duration {
-	if c.Runtime == "runsc" {
-		return 2 * time.Second
-	}
 	return max(c.PauseLatency, time.Millisecond)
 }

@@ -96,7 +96,7 @@ func (s *Server) open(ctx context.Context) error {
 func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	s.http = &http.Server{ReadHeaderTimeout: 10 * time.Second} // Handler: once the Drainer exists
 	httpStep := drain.HTTPServerStep("http", s.http, s.cfg.HTTPReserve())
-	if s.cfg.Runtime != "fake" || s.cfg.Devices == 0 {
+	if s.cfg.Devices == 0 {
 		return []drain.Step{httpStep}, nil
 	}
 	sys := filepath.Join(s.cfg.StateDir, "sys")
