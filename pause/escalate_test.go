@@ -1,0 +1,352 @@
+package pause_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+// The test binary re-executes itself as a child process when this
+// variable names a behaviour.
+const helperEnv = "PAUSE_TEST_HELPER"
+
+// runHelperProcess runs the child behaviours and reports whether this
+// process was one:
+//
+//	trap:   on SIGTERM, write "saved" to $PAUSE_TEST_STATE and exit 0
+//	ignore: ignore SIGTERM and sleep (only SIGKILL ends it)
+//	exit:   exit 0 at once
+func runHelperProcess() bool {
+	mode := os.Getenv(helperEnv)
+	switch mode {
+	case "":
+		return false
+	case "exit":
+		os.Exit(0)
+	case "trap":
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		fmt.Println("ready")
+		<-term
+		if err := os.WriteFile(os.Getenv("PAUSE_TEST_STATE"), []byte("saved"), 0o600); err != nil {
+			os.Exit(3)
+		}
+		os.Exit(0)
+	case "ignore":
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("ready")
+		time.Sleep(time.Hour)
+	}
+	os.Exit(2)
+	return true
+}
+
+// child starts the test binary as a helper in mode and, unless it exits at
+// once, waits until it has installed its signal handling.
+func child(t *testing.T, mode string) (*exec.Cmd, string) {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	state := filepath.Join(t.TempDir(), "state")
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "PAUSE_TEST_STATE="+state)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	if mode != "exit" {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "ready\n", line)
+	}
+	return cmd, state
+}
+
+func TestEscalationChildTrappingSIGTERMSavesStateAndExits(t *testing.T) {
+	cmd, state := child(t, "trap")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	exit, err := pause.Escalation{Grace: 20 * time.Second}.Stop(ctx, pause.Cmd(cmd))
+	require.NoError(t, err)
+	assert.Equal(t, pause.Exited, exit)
+	saved, err := os.ReadFile(state)
+	require.NoError(t, err)
+	assert.Equal(t, "saved", string(saved))
+	assert.Equal(t, 0, cmd.ProcessState.ExitCode())
+}
+
+func TestEscalationKillsChildIgnoringSIGTERM(t *testing.T) {
+	cmd, state := child(t, "ignore")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	exit, err := pause.Escalation{Grace: 300 * time.Millisecond}.Stop(ctx, pause.Cmd(cmd))
+	require.NoError(t, err)
+	assert.Equal(t, pause.ExitedAfterKill, exit)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the grace is given in full")
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled())
+	assert.Equal(t, syscall.SIGKILL, ws.Signal())
+	assert.NoFileExists(t, state)
+}
+
+// The pidfd target works on the process alone, and does not reap it.
+func TestEscalationProcessTarget(t *testing.T) {
+	for _, tc := range []struct {
+		mode  string
+		grace time.Duration
+		want  pause.Exit
+	}{{"trap", 20 * time.Second, pause.Exited}, {"ignore", 300 * time.Millisecond, pause.ExitedAfterKill}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cmd, _ := child(t, tc.mode)
+			target, err := pause.Process(cmd.Process)
+			require.NoError(t, err)
+			defer target.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			exit, err := pause.Escalation{Grace: tc.grace}.Stop(ctx, target)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, exit)
+			// The child is still ours to reap.
+			err = cmd.Wait()
+			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if tc.want == pause.Exited {
+				require.NoError(t, err)
+				assert.Equal(t, 0, ws.ExitStatus())
+			} else {
+				assert.Equal(t, syscall.SIGKILL, ws.Signal())
+			}
+		})
+	}
+}
+
+// A process that already exited counts as exited: reaped (the pidfd cannot
+// even be opened) or a zombie (the pidfd is readable at once).
+func TestEscalationAlreadyExited(t *testing.T) {
+	t.Run("reaped", func(t *testing.T) {
+		cmd, _ := child(t, "exit")
+		require.NoError(t, cmd.Wait())
+		target, err := pause.Process(cmd.Process)
+		require.NoError(t, err)
+		exit, err := pause.Escalation{}.Stop(t.Context(), target)
+		require.NoError(t, err)
+		assert.Equal(t, pause.Exited, exit)
+	})
+	t.Run("zombie", func(t *testing.T) {
+		cmd, _ := child(t, "exit")
+		waitZombie(t, cmd.Process.Pid)
+		target, err := pause.Process(cmd.Process)
+		require.NoError(t, err)
+		defer target.Close()
+		exit, err := pause.Escalation{Grace: time.Minute}.Stop(t.Context(), target)
+		require.NoError(t, err)
+		assert.Equal(t, pause.Exited, exit)
+		require.NoError(t, cmd.Wait())
+	})
+}
+
+// waitZombie waits (at most 10 s) until pid has exited and not been reaped.
+func waitZombie(t *testing.T, pid int) {
+	t.Helper()
+	stat := fmt.Sprintf("/proc/%d/stat", pid)
+	for range 1000 {
+		b, err := os.ReadFile(stat)
+		require.NoError(t, err)
+		if fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); fields[0] == "Z" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("process %d did not exit", pid)
+}
+
+// A child reaper that collected the process first makes the wait fail
+// with ECHILD: that is an exit, not a failure (the runsc wait case).
+func TestEscalationECHILDCountsAsExited(t *testing.T) {
+	cmd, _ := child(t, "exit")
+	pid := cmd.Process.Pid
+	var ws syscall.WaitStatus
+	_, err := syscall.Wait4(pid, &ws, 0, nil) // the other reaper
+	require.NoError(t, err)
+	target := pause.Funcs(
+		func(context.Context, syscall.Signal) error { return nil }, // "runsc kill" succeeded
+		func(context.Context) error { _, err := syscall.Wait4(pid, nil, 0, nil); return err },
+	)
+	exit, err := pause.Escalation{Grace: time.Minute}.Stop(t.Context(), target)
+	require.NoError(t, err)
+	assert.Equal(t, pause.Exited, exit)
+}
+
+// fakeTarget exits exitAfter[sig] after receiving sig; its wait fails with
+// waitErr while failWaits > 0.
+type fakeTarget struct {
+	exitAfter map[syscall.Signal]time.Duration
+	waitErr   error
+	gone      bool
+
+	mu      sync.Mutex
+	signals []string
+	exited  chan struct{}
+	once    sync.Once
+	waits   int
+}
+
+func newFake(exitAfter map[syscall.Signal]time.Duration) *fakeTarget {
+	return &fakeTarget{exitAfter: exitAfter, exited: make(chan struct{})}
+}
+
+func (f *fakeTarget) Signal(_ context.Context, sig syscall.Signal) error {
+	if f.gone {
+		return os.ErrProcessDone
+	}
+	f.mu.Lock()
+	f.signals = append(f.signals, fmt.Sprintf("%v@%v", sig, time.Now().Format("05.000")))
+	f.mu.Unlock()
+	if d, ok := f.exitAfter[sig]; ok {
+		time.AfterFunc(d, func() { f.once.Do(func() { close(f.exited) }) })
+	}
+	return nil
+}
+
+func (f *fakeTarget) Wait(ctx context.Context) error {
+	f.mu.Lock()
+	f.waits++
+	f.mu.Unlock()
+	if f.waitErr != nil {
+		return f.waitErr
+	}
+	select {
+	case <-f.exited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fakeTarget) sent() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.signals...)
+}
+
+// PR #764's bug: a failed `runsc wait` looked like a clean exit, so SIGKILL
+// was never sent. Here the failed wait is retried through the grace, then
+// SIGKILL goes out, and the end is reported unknown with the wait's error.
+func TestEscalationFailedWaitEscalates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(nil)
+		f.waitErr = errors.New("runsc wait: exit status 128")
+		start := time.Now()
+		exit, err := pause.Escalation{Grace: 2 * time.Second, KillWait: time.Second}.Stop(t.Context(), f)
+		assert.Equal(t, pause.ExitUnknown, exit)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "runsc wait: exit status 128")
+		assert.Equal(t, []string{"terminated@00.000", "killed@02.000"}, f.sent())
+		assert.Equal(t, 3*time.Second, time.Since(start))
+		assert.Greater(t, f.waits, 2, "the wait is retried")
+	})
+}
+
+func TestEscalationTimeline(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		exitAfter map[syscall.Signal]time.Duration
+		want      pause.Exit
+		sent      []string
+		took      time.Duration
+	}{
+		{"exits on SIGTERM", map[syscall.Signal]time.Duration{syscall.SIGTERM: 1500 * time.Millisecond},
+			pause.Exited, []string{"terminated@00.000"}, 1500 * time.Millisecond},
+		{"needs SIGKILL", map[syscall.Signal]time.Duration{syscall.SIGKILL: 100 * time.Millisecond},
+			pause.ExitedAfterKill, []string{"terminated@00.000", "killed@05.000"}, 5100 * time.Millisecond},
+		{"never exits", nil,
+			pause.ExitUnknown, []string{"terminated@00.000", "killed@05.000"}, 7 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFake(tc.exitAfter)
+				start := time.Now()
+				exit, _ := pause.Escalation{Grace: 5 * time.Second, KillWait: 2 * time.Second}.Stop(t.Context(), f)
+				assert.Equal(t, tc.want, exit)
+				assert.Equal(t, tc.sent, f.sent())
+				assert.Equal(t, tc.took, time.Since(start))
+			})
+		})
+	}
+}
+
+// The grace ends KillWait before the context's deadline, whatever Grace
+// says, so the kill wait still fits.
+func TestEscalationGraceFitsTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		exit, _ := pause.Escalation{Grace: time.Hour, KillWait: 2 * time.Second}.Stop(ctx, f)
+		assert.Equal(t, pause.ExitUnknown, exit)
+		assert.Equal(t, []string{"terminated@00.000", "killed@08.000"}, f.sent())
+		assert.Equal(t, 10*time.Second, time.Since(start))
+	})
+}
+
+func TestEscalationTargetAlreadyGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(nil)
+		f.gone = true
+		exit, err := pause.Escalation{}.Stop(t.Context(), f)
+		require.NoError(t, err)
+		assert.Equal(t, pause.Exited, exit)
+		assert.Zero(t, f.waits)
+	})
+}
+
+// SignalSandbox plugs an escalation into the Preserver: an actor that
+// saves itself on SIGTERM is Preserved; one that needed SIGKILL, or whose
+// end is unknown, Failed without retry.
+func TestSignalSandboxesInAPreserver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		esc := pause.Escalation{Grace: 5 * time.Second, KillWait: 2 * time.Second}
+		sbs := []pause.Sandbox{
+			&pause.SignalSandbox{Name: "saves", Escalation: esc,
+				Target: newFake(map[syscall.Signal]time.Duration{syscall.SIGTERM: time.Second})},
+			&pause.SignalSandbox{Name: "killed", Escalation: esc,
+				Target: newFake(map[syscall.Signal]time.Duration{syscall.SIGKILL: 0})},
+			&pause.SignalSandbox{Name: "unknown", Escalation: esc, Target: newFake(nil)},
+		}
+		listed := false
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			if listed {
+				return nil, nil
+			}
+			listed = true
+			return sbs, nil
+		}))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, pause.Preserved, entry(t, rep, "saves").Outcome)
+		killed, unknown := entry(t, rep, "killed"), entry(t, rep, "unknown")
+		assert.Equal(t, pause.Failed, killed.Outcome)
+		assert.Contains(t, killed.Error, "needed SIGKILL")
+		assert.Equal(t, pause.Failed, unknown.Outcome)
+		assert.Contains(t, unknown.Error, "not seen to exit")
+		assert.Equal(t, 1, unknown.Attempts)
+		assert.Equal(t, 7*time.Second, took, "the three escalations run in parallel")
+	})
+}
