@@ -191,7 +191,7 @@ func TestBadConfigurationFailsNamingTheFlag(t *testing.T) {
 		"-runtime":      {"-state-dir", "x", "-runtime", "docker"},
 		"-concurrency":  {"-state-dir", "x", "-concurrency", "0"},
 		"-pause-jitter": {"-state-dir", "x", "-pause-jitter", "1.5"},
-		"-devices":      {"-state-dir", "x", "-devices", "-1"},
+		"-devices":      {"-state-dir", "x", "-devices", "-2"},
 	} {
 		_, err := ParseFlags(args, io.Discard)
 		require.Error(t, err, flagName)
