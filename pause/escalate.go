@@ -199,7 +199,7 @@ type funcTarget struct {
 }
 
 func (f funcTarget) Signal(ctx context.Context, sig syscall.Signal) error { return f.signal(ctx, sig) }
-func (f funcTarget) Wait(ctx context.Context) error                      { return f.wait(ctx) }
+func (f funcTarget) Wait(ctx context.Context) error                       { return f.wait(ctx) }
 
 // Cmd returns a Target over a started child process. Its Wait calls
 // c.Wait once, in a goroutine, so the child is reaped and its pipes
