@@ -224,7 +224,7 @@ func (r *Result) logFailure(t *testing.T) {
 // report turns one guest test result into a subtest of t.
 func report(t *testing.T, tr TestResult) {
 	t.Run(tr.Name, func(t *testing.T) {
-		t.Log("in the guest:\n" + strings.Join(tr.Output, "\n"))
+		t.Logf("in the guest (%s):\n%s", tr.Elapsed, strings.Join(tr.Output, "\n"))
 		switch tr.Status {
 		case Fail:
 			t.Error("guest test failed")

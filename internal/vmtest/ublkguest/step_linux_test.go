@@ -105,6 +105,28 @@ func TestGuestStepStopsCooperativeDaemonCleanly(t *testing.T) {
 	r.devicesGone()
 }
 
+// TestGuestStepWaitsForSlowDaemon: a daemon that keeps serving for a
+// while after SIGTERM before it stops is waited for, not killed.
+func TestGuestStepWaitsForSlowDaemon(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Slow, StopDelay: 1500 * time.Millisecond})
+	rep, err := r.step(ublk.WithExitGrace(100 * time.Millisecond)).Run(r.ctx(30 * time.Second))
+	require.NoError(t, err)
+	t.Log(rep.String())
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	assert.False(t, rep.Daemon.Killed)
+	assert.Nil(t, rep.Step("kill daemon"))
+	assert.NoError(t, r.daemon.Wait(r.ctx(10*time.Second)), "daemon exited with status 0")
+	events, err := ublkserver.ReadEvents(r.dir + "/events")
+	require.NoError(t, err)
+	stopping, ok := ublkserver.First(events, ublkserver.EventStopping, r.daemon.Devices[0])
+	require.True(t, ok)
+	req := rep.Step("request stop")
+	require.NotNil(t, req)
+	assert.GreaterOrEqual(t, stopping.At.Sub(req.Start), 1500*time.Millisecond, "the daemon took its StopDelay")
+	r.devicesGone()
+}
+
 // TestGuestStepWaitsForVMMToClose: a "VMM" process holds /dev/ublkbN open;
 // the step names it, does not ask the daemon to stop while it holds the
 // device, and proceeds once it closes.
