@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"flag"
+	"io"
 	"log/slog"
 	"os"
 
@@ -20,16 +21,27 @@ import (
 )
 
 func main() {
-	var h drain.ExecHook
-	flag.StringVar(&h.URL, "url", "http://127.0.0.1:8080/drain", "URL of the server's preStop handler")
-	flag.DurationVar(&h.RequestTimeout, "timeout", drain.DefaultHookRequestTimeout, "timeout of each request")
-	flag.IntVar(&h.MaxFailures, "failures", drain.DefaultHookMaxFailures, "consecutive failed requests before giving up")
-	flag.DurationVar(&h.MaxWait, "max-wait", 0, "bound on the whole hook (0: the drain deadline the server reports)")
-	flag.Parse()
-	h.Start = drain.ProcessStart() // T0: the kubelet started this hook
-	h.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// run runs the hook with the command line args, logging to logw. It
+// returns the exit status: always 0, since a failing hook must only hand
+// over to SIGTERM, never hold the pod (a bad flag is 2, before any wait).
+func run(args []string, logw io.Writer) int {
+	h := drain.ExecHook{Start: drain.ProcessStart()} // T0: the kubelet started this hook
+	fs := flag.NewFlagSet("drainhook", flag.ContinueOnError)
+	fs.SetOutput(logw)
+	fs.StringVar(&h.URL, "url", "http://127.0.0.1:8080/drain", "URL of the server's preStop handler")
+	fs.DurationVar(&h.RequestTimeout, "timeout", drain.DefaultHookRequestTimeout, "timeout of each request")
+	fs.IntVar(&h.MaxFailures, "failures", drain.DefaultHookMaxFailures, "consecutive failed requests before giving up")
+	fs.DurationVar(&h.RetryInterval, "retry", drain.DefaultHookRetryInterval, "pause after a failed request")
+	fs.DurationVar(&h.MaxWait, "max-wait", 0, "bound on the whole hook (0: the drain deadline the server reports)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	h.Logger = slog.New(slog.NewTextHandler(logw, nil))
 	if _, err := h.Run(context.Background()); err != nil {
 		h.Logger.Warn("drainhook: giving up; the kubelet proceeds to SIGTERM", "err", err)
 	}
-	// Always exit 0: a failing hook must only hand over to SIGTERM.
+	return 0
 }
