@@ -22,14 +22,19 @@ type UnsafeError struct {
 func (e *UnsafeError) Error() string {
 	msg := fmt.Sprintf("ublk: %d device(s) still live (%s) on vulnerable kernel %s: daemon left running, unsafe to kill",
 		len(e.Devices), diskNames(e.Devices), e.Kernel)
-	if e.Cause != nil {
-		msg += ": " + e.Cause.Error()
-	}
-	return msg
+	return msg + causeText(e.Cause)
 }
 
 // Unwrap returns Cause.
 func (e *UnsafeError) Unwrap() error { return e.Cause }
+
+// causeText renders a cause (often an errors.Join) on one line.
+func causeText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ": " + strings.ReplaceAll(err.Error(), "\n", "; ")
+}
 
 // HeldError is Run's error when processes still held devices open after
 // HolderWait and the policy forbids stopping anyway: the daemon was not
@@ -62,10 +67,7 @@ type IncompleteError struct {
 
 func (e *IncompleteError) Error() string {
 	msg := fmt.Sprintf("ublk: %d device(s) left (%s): %s", len(e.Devices), diskNames(e.Devices), e.Verdict)
-	if e.Cause != nil {
-		msg += ": " + e.Cause.Error()
-	}
-	return msg
+	return msg + causeText(e.Cause)
 }
 
 // Unwrap returns Cause.

@@ -479,7 +479,7 @@ func (r *run) finish() error {
 		r.rep.Daemon.Exited = exited
 		r.rep.Daemon.LeftRunning = !exited
 	}
-	if err := r.ctx.Err(); err != nil {
+	if err := r.ctx.Err(); err != nil && !errors.Is(errors.Join(r.causes...), err) {
 		r.causes = append(r.causes, err)
 	}
 	r.rep.Verdict = VerdictStopped

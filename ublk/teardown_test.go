@@ -546,3 +546,13 @@ func TestDaemonHungAfterStoppingItsDisks(t *testing.T) {
 		})
 	}
 }
+
+func TestErrorMessagesAreOneLine(t *testing.T) {
+	err := &UnsafeError{Devices: []int{0, 3}, Kernel: vulnerable,
+		Cause: errors.Join(errors.New("STOP_DEV dev 0: timeout"), context.DeadlineExceeded)}
+	assert.Equal(t, "ublk: 2 device(s) still live (ublkb0, ublkb3) on vulnerable kernel 6.8.0-45-generic: "+
+		"daemon left running, unsafe to kill: STOP_DEV dev 0: timeout; context deadline exceeded", err.Error())
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	inc := &IncompleteError{Devices: []int{1}, Verdict: VerdictKilled}
+	assert.Equal(t, "ublk: 1 device(s) left (ublkb1): "+string(VerdictKilled), inc.Error())
+}
