@@ -22,8 +22,8 @@ const DefaultKillWait = 5 * time.Second
 // terminationGracePeriodSeconds.
 const DefaultGrace = 30 * time.Second
 
-// waitRetry is the pause between two waits when a wait fails.
-const waitRetry = 100 * time.Millisecond
+// retryPause is the pause between two waits when a wait fails.
+const retryPause = 100 * time.Millisecond
 
 // An Exit is how a signalled target ended, as far as Escalation could
 // observe.
@@ -161,7 +161,7 @@ func waitUntil(ctx context.Context, t Target, until time.Time) (bool, error) {
 		if left <= 0 || ctx.Err() != nil {
 			return false, failed
 		}
-		if !sleepCtx(ctx, min(waitRetry, left)) {
+		if !sleepCtx(ctx, min(retryPause, left)) {
 			return false, failed
 		}
 	}

@@ -1,6 +1,7 @@
 package pause_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -173,21 +174,74 @@ func TestSandboxAppearingMidRunIsCaughtByNextPass(t *testing.T) {
 	})
 }
 
+// A failed listing is retried with the backoff inside the time left: a
+// transient failure of the first listing must not lose the whole node.
+func TestListErrorsAreRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 2, time.Second)
+		node.ListErr = func(n int) error {
+			if n == 1 {
+				return errors.New("runtime unavailable")
+			}
+			return nil
+		}
+		p, err := pause.New(node, constant(time.Second))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, 2, rep.Counts[pause.Preserved])
+		assert.Empty(t, rep.ListErr)
+		assert.Equal(t, 3, node.Lists(), "failed, then the two passes")
+	})
+}
+
+// A listing that keeps failing is retried until no retry fits, and the
+// Report says why nothing more was preserved.
 func TestListErrorIsReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 2, time.Second)
 		node.ListErr = func(n int) error {
-			if n == 2 {
+			if n >= 2 {
 				return errors.New("runtime unavailable")
 			}
 			return nil
 		}
-		p, err := pause.New(node)
+		p, err := pause.New(node, constant(10*time.Second))
 		require.NoError(t, err)
-		rep, _ := runFor(t, p, time.Minute, 0)
+		rep, took := runFor(t, p, time.Minute, 0)
 		assert.Equal(t, 2, rep.Counts[pause.Preserved])
 		assert.Equal(t, "runtime unavailable", rep.ListErr)
+		// Pass 2 lists at 1 s, then at 11, 21, 31, 41, 51 s; a wait to 61 s does not fit.
+		assert.Equal(t, 7, node.Lists())
+		assert.Equal(t, 51*time.Second, took)
+	})
+}
+
+func TestPermanentListErrorIsNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.ListErr = func(int) error { return backoff.Permanent(errors.New("no runtime socket")) }
+		p, err := pause.New(node, constant(time.Second))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, "no runtime socket", rep.ListErr)
+		assert.Equal(t, 1, node.Lists())
+	})
+}
+
+// A Lister that ignores its context cannot hold Run past the hard deadline.
+func TestListerIgnoringContextIsAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			time.Sleep(time.Hour)
+			return nil, nil
+		}))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 20*time.Second)
+		assert.Equal(t, 20*time.Second, took)
+		assert.Contains(t, rep.ListErr, "abandoned")
+		time.Sleep(time.Hour)
 	})
 }
 

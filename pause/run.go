@@ -123,7 +123,7 @@ func (r *run) pass(n int) int {
 	if n > 1 && r.phaseOver() {
 		return 0
 	}
-	list, err := r.p.list.List(r.ctx)
+	list, err := r.list()
 	r.rep.Passes = n
 	if err != nil {
 		r.rep.ListErr = err.Error()

@@ -192,14 +192,14 @@ func (t *task) preserve() result {
 			return result{outcome: Vanished, end: time.Now(), err: err}
 		case t.ctx.Err() != nil:
 			return result{outcome: TimedOut, end: time.Now(), err: err}
-		case t.permanent(err):
+		case t.r.permanent(err):
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 		if bo == nil {
 			bo = t.r.cfg.newBackOff()
 			bo.Reset()
 		}
-		if !t.wait(bo.NextBackOff()) {
+		if !backoffWait(t.ctx, bo.NextBackOff()) {
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 	}
@@ -214,32 +214,6 @@ func (t *task) call() (stack string, err error) {
 		}
 	}()
 	return "", t.sb.Preserve(t.ctx)
-}
-
-func (t *task) permanent(err error) bool {
-	var pe *backoff.PermanentError
-	return errors.As(err, &pe) || t.r.cfg.isPermanent(err)
-}
-
-// wait sleeps d before a retry and reports whether to retry: not when the
-// policy says Stop, when the wait would end past the task's deadline, or
-// when the context ends during the wait. backoff v4 itself would neither
-// shorten a wait nor skip one whose context is over, hence this.
-func (t *task) wait(d time.Duration) bool {
-	if d == backoff.Stop || t.ctx.Err() != nil {
-		return false
-	}
-	if dl, ok := t.ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
-		return false
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-t.ctx.Done():
-		return false
-	}
 }
 
 func (t *task) endSpan(res *result) {

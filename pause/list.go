@@ -1,0 +1,76 @@
+package pause
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// errListAbandoned is the listing error when the Lister ignored its context.
+var errListAbandoned = errors.New("pause: Lister had not returned by the hard deadline; abandoned")
+
+// list calls the Lister, retrying transient errors with the configured
+// backoff while a retry's wait ends before the phase deadline: losing a
+// whole node's sandboxes to one failed listing would be the worst outcome.
+// A Lister that ignores its context is abandoned at the hard deadline.
+func (r *run) list() ([]Sandbox, error) {
+	var bo backoff.BackOff
+	for {
+		list, err := r.listOnce()
+		if err == nil || errors.Is(err, errListAbandoned) || r.ctx.Err() != nil || r.permanent(err) {
+			return list, err
+		}
+		if bo == nil {
+			bo = r.cfg.newBackOff()
+			bo.Reset()
+		}
+		if !backoffWait(r.ctx, bo.NextBackOff()) {
+			return nil, err
+		}
+	}
+}
+
+type listing struct {
+	list []Sandbox
+	err  error
+}
+
+func (r *run) listOnce() ([]Sandbox, error) {
+	if r.hard.IsZero() {
+		return r.p.list.List(r.ctx)
+	}
+	done := make(chan listing, 1)
+	go func() {
+		list, err := r.p.list.List(r.ctx)
+		done <- listing{list, err}
+	}()
+	timer := time.NewTimer(time.Until(r.hard))
+	defer timer.Stop()
+	select {
+	case l := <-done:
+		return l.list, l.err
+	case <-timer.C:
+		return nil, errListAbandoned
+	}
+}
+
+func (r *run) permanent(err error) bool {
+	var pe *backoff.PermanentError
+	return errors.As(err, &pe) || r.cfg.isPermanent(err)
+}
+
+// backoffWait sleeps d before a retry and reports whether to retry: not when
+// the policy says Stop, when the wait would end past ctx's deadline, or
+// when ctx ends during the wait. backoff v4 itself would neither shorten a
+// wait nor skip one whose context is over, hence this.
+func backoffWait(ctx context.Context, d time.Duration) bool {
+	if d == backoff.Stop || ctx.Err() != nil {
+		return false
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
+		return false
+	}
+	return sleepCtx(ctx, d)
+}
