@@ -1,0 +1,85 @@
+package pause_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// vm is what a server's own sandbox type looks like to the Preserver.
+type vm struct {
+	id       string
+	memoryMB int
+}
+
+func (v *vm) ID() string { return v.id }
+
+// EstimatedPreserve: writing memory out dominates a pause.
+func (v *vm) EstimatedPreserve() time.Duration {
+	return time.Duration(v.memoryMB) * 20 * time.Microsecond
+}
+
+// Preserve pauses the VM and writes its state; here it just takes the
+// estimated time, and honours its context as a real one must.
+func (v *vm) Preserve(ctx context.Context) error {
+	select {
+	case <-time.After(v.EstimatedPreserve()):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Preserve every running VM of a node, 8 at a time (up to 16 if the time
+// left demands it), before the preserve phase's deadline.
+func Example() {
+	running := []pause.Sandbox{&vm{"vm-a", 512}, &vm{"vm-b", 2048}, &vm{"vm-c", 1024}, &vm{"vm-d", 256}}
+	listed := false
+	list := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		if listed { // a real server lists the sandboxes not yet paused
+			return nil, nil
+		}
+		listed = true
+		return running, nil
+	})
+	pauses := deadline.NewEstimator(2 * time.Second)
+	preserver, err := pause.New(list, pause.WithLimit(8), pause.WithMaxLimit(16),
+		pause.WithEstimator(pauses), pause.WithInFlight(pause.FinishInFlight))
+	if err != nil {
+		panic(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the phase deadline
+	defer cancel()
+	report := preserver.Run(ctx, time.Now().Add(40*time.Second)) // the budget's deadline
+	fmt.Println("preserved:", report.Counts[pause.Preserved], "lost:", report.Lost())
+	for _, e := range report.Entries {
+		fmt.Println(e.ID, e.Outcome)
+	}
+	// Output:
+	// preserved: 4 lost: 0
+	// vm-a preserved
+	// vm-b preserved
+	// vm-c preserved
+	// vm-d preserved
+}
+
+// Stop a process that saves its state on SIGTERM: `sleep` simply exits.
+// For gVisor, the target would be pause.Funcs over `runsc kill` and
+// `runsc wait`.
+func ExampleEscalation_Stop() {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		fmt.Println("no sleep binary:", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	exit, err := pause.Escalation{Grace: 5 * time.Second, KillWait: 2 * time.Second}.Stop(ctx, pause.Cmd(cmd))
+	fmt.Println(exit, err)
+	// Output: exited <nil>
+}
