@@ -5,8 +5,9 @@
 // lost.
 //
 // A server implements Sandbox (an ID and a Preserve that pauses and
-// persists) over its runtime and a Lister that returns the sandboxes still
-// needing it. Typical wiring, in the SIGTERM path:
+// persists) over its runtime, optionally Estimated and Prioritized, and a
+// Lister that returns the sandboxes still needing it. Typical wiring, in the
+// SIGTERM path:
 //
 //	pauses := deadline.NewEstimator(2 * time.Second)
 //	preserver, err := pause.New(pause.ListFunc(server.RunningSandboxes),
@@ -20,19 +21,32 @@
 //	report := preserver.Run(ctx, budget.Deadline())
 //	logger.Info("preserve done", "preserved", report.Counts[pause.Preserved], "lost", report.Lost())
 //
+// How a Run works: it lists the sandboxes, orders the new ones (priority
+// first, then FIFO, shortest first or longest first, chosen from the
+// estimates and the time left), and preserves them with at most Limit at a
+// time: workers hold slots of a golang.org/x/sync/semaphore and take the
+// sandboxes in order. When the estimated work left does not fit in the time
+// left, the limit rises toward WithMaxLimit. Transient errors are retried
+// with backoff inside the time left. After a pass it lists again, to catch a
+// sandbox that turned running meanwhile, and stops when a pass finds
+// nothing new.
+//
 // Guarantees. No preserve starts after the phase deadline (the deadline of
-// Run's context), and a pass waiting for a slot gives up at it. Running
-// preserves are cancelled at the phase deadline, or with FinishInFlight
-// left to run until the hard deadline. Run returns by the later of the two
-// deadlines even if a Preserve ignores its context (that one is reported
-// TimedOut). No more than the current limit of preserves run at once, and
-// the limit never exceeds the maximum. No retry starts whose backoff wait
-// would end past the sandbox's deadline. A panicking Preserve is recovered
-// and reported with its stack. The Report has exactly one entry for every
-// sandbox any pass listed.
+// Run's context), and waiting for a slot gives up at it. Running preserves
+// are cancelled at the phase deadline or, with FinishInFlight, left to run
+// until the hard deadline. Run returns by the later of the two deadlines
+// even if a Preserve or the Lister ignores its context; such a preserve is
+// reported TimedOut (and with WithSandboxTimeout it is abandoned, and its
+// slot reused, AbandonGrace after its own bound). At most the current limit
+// of preserves run at once, apart from abandoned ones, and the limit never
+// exceeds the maximum. No retry starts whose backoff wait would end past
+// the sandbox's deadline. A panicking Preserve is recovered and reported
+// with its stack. The Report has exactly one entry for every sandbox any
+// pass listed. With tracing off (the global no-op providers), a Run
+// allocates nothing per sandbox beyond its Report entry.
 //
 // For runtimes that preserve by signalling (a gVisor actor saves its state
 // on SIGTERM), Escalation sends the signal, waits a bounded grace, SIGKILLs
 // and waits a bounded time more, telling apart a clean exit, an exit after
-// SIGKILL and an unknown end.
+// SIGKILL and an unknown end; SignalSandbox makes it a Sandbox.
 package pause
