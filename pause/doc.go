@@ -42,8 +42,8 @@
 // exceeds the maximum. No retry starts whose backoff wait would end past
 // the sandbox's deadline. A panicking Preserve is recovered and reported
 // with its stack. The Report has exactly one entry for every sandbox any
-// pass listed. With tracing off (the global no-op providers), a Run
-// allocates nothing per sandbox beyond its Report entry.
+// pass listed. With tracing off (the global no-op providers), a Run makes a
+// few allocations per pass and none per sandbox.
 //
 // For runtimes that preserve by signalling (a gVisor actor saves its state
 // on SIGTERM), Escalation sends the signal, waits a bounded grace, SIGKILLs

@@ -161,11 +161,16 @@ func WithPermanent(isPermanent func(error) bool) Option {
 func WithEstimator(e *deadline.Estimator) Option { return func(c *config) { c.estimator = e } }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider. The default is
-// otel.GetTracerProvider().
+// otel.GetTracerProvider(). A Run records a "pause.Run" span and, when that
+// span is recording, a "pause.Preserve" span per sandbox (attributes
+// pause.sandbox, pause.attempts, pause.outcome); when it is not, no
+// per-sandbox span is started, which keeps the hot path free of
+// allocations.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
 
 // WithMeterProvider sets the OpenTelemetry meter provider. The default is
-// otel.GetMeterProvider().
+// otel.GetMeterProvider(). The instruments are MetricDuration,
+// MetricOutcomes and MetricInFlight.
 func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
 
 // WithLogger sets the logger. The default discards everything.
