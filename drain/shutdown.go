@@ -28,7 +28,8 @@ import (
 //     past the drain phase's deadline;
 //  2. preserve: runs the Preserver under the preserve phase's context (the
 //     budget's deadline minus every step's reserve), with the budget's
-//     deadline as its hard deadline;
+//     deadline as its hard deadline, or, when a step is Critical, the
+//     moment the first critical step must start;
 //  3. every Step in order, each under its phase's context (the budget's
 //     deadline minus the reserves of the steps after it), even when
 //     preservation partly failed or an earlier step failed. A step that has
@@ -212,7 +213,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, p *PhaseReport
 	defer cancel()
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
-	hard := d.budget.Deadline()
+	hard := d.hardDeadline(p.Deadline)
 	// runBounded waits for the Preserver until hard, not the phase deadline:
 	// in-flight preserves may finish until hard.
 	hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), hard)
@@ -237,6 +238,25 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, p *PhaseReport
 	default:
 		p.Result = OK
 	}
+}
+
+// hardDeadline is when preserves still in flight after the preserve phase's
+// deadline (soft) are abandoned: the budget's deadline, or the start of the
+// first Critical step's window, whichever is earlier, but never before soft.
+func (d *Drainer) hardDeadline(soft time.Time) time.Time {
+	hard := d.budget.Deadline()
+	for i, s := range d.steps {
+		if s.Critical {
+			// The phase before step i is plan phase 1+i; its deadline is
+			// where step i's window (and its reserve) begins.
+			hard = d.plan.Windows()[1+i].Deadline
+			break
+		}
+	}
+	if hard.Before(soft) {
+		return soft
+	}
+	return hard
 }
 
 func (d *Drainer) stepPhase(ctx context.Context, s Step, p *PhaseReport) {

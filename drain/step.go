@@ -23,6 +23,14 @@ type Step struct {
 	// does not is abandoned shortly after its deadline and reported
 	// Abandoned; the next step runs anyway.
 	Run func(ctx context.Context) error
+	// Critical marks a step whose reserve nothing before it may spend:
+	// preserves still in flight at the preserve phase's deadline (the
+	// pause.FinishInFlight policy) are abandoned by the time the first
+	// critical step must start, instead of at the budget's deadline. Mark
+	// the block-device teardown critical: on a kernel without the ublk
+	// cancel fix, a daemon killed with live devices can crash the host,
+	// which costs more than one unfinished pause.
+	Critical bool
 }
 
 // ErrForced is the cause of a phase context cancelled by force mode.
