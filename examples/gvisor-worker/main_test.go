@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// roleEnv makes the test binary run the worker's Main with its arguments.
+const roleEnv = "GVISOR_WORKER_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) != "" {
+		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// dial connects a Client to the worker's socket.
+func dial(t *testing.T, socket string) *Client {
+	t.Helper()
+	cc, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return NewClient(cc)
+}

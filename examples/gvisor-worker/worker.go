@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/drain/draingrpc"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// config is the worker's command line.
+type config struct {
+	Socket       string
+	StateDir     string
+	Grace        time.Duration
+	Concurrency  int
+	Runtime      string
+	PauseLatency time.Duration
+}
+
+func parseFlags(args []string, output io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("gvisor-worker", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.StringVar(&c.Socket, "socket", "", "Unix socket to serve gRPC on (default STATE_DIR/worker.sock)")
+	fs.StringVar(&c.StateDir, "state-dir", "", "directory for sandboxes, checkpoints and records (required)")
+	fs.DurationVar(&c.Grace, "grace", 30*time.Second, "the pod's termination grace period")
+	fs.IntVar(&c.Concurrency, "concurrency", 4, "checkpoints run at once at shutdown")
+	fs.StringVar(&c.Runtime, "runtime", "runsc", "runsc, or fake for in-process sandboxes")
+	fs.DurationVar(&c.PauseLatency, "pause-latency", 2*time.Second, "how long a fake checkpoint takes; with runsc, the first estimate")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.Socket == "" && c.StateDir != "" {
+		c.Socket = filepath.Join(c.StateDir, "worker.sock")
+	}
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case c.StateDir == "":
+		return c, errors.New("-state-dir is required")
+	case c.Grace < 2*time.Second:
+		return c, fmt.Errorf("-grace %v is below the kubelet's 2 s minimum", c.Grace)
+	case c.Concurrency < 1:
+		return c, fmt.Errorf("-concurrency %d is below 1", c.Concurrency)
+	case c.Runtime != "runsc" && c.Runtime != "fake":
+		return c, fmt.Errorf("-runtime %q: want runsc or fake", c.Runtime)
+	case c.PauseLatency <= 0:
+		return c, fmt.Errorf("-pause-latency %v is not positive", c.PauseLatency)
+	}
+	return c, nil
+}
+
+// clamp keeps d within [lo, hi].
+func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
+
+// A Worker serves gRPC on a Unix socket over its sandboxes, and takes them through the
+// pod's termination with drainkit.
+type Worker struct {
+	cfg     config
+	logger  *slog.Logger
+	node    *sandbox.Node
+	rt      sandbox.Runtime
+	grpc    *grpc.Server
+	drainer *drain.Drainer
+	ln      net.Listener
+}
+
+// newWorker loads the checkpointed sandboxes, builds the Drainer and listens.
+func newWorker(cfg config, logger *slog.Logger) (*Worker, error) {
+	w := &Worker{cfg: cfg, logger: logger}
+	if err := w.open(); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Worker) open() error {
+	st, err := store.Open(filepath.Join(w.cfg.StateDir, "records"))
+	if err != nil {
+		return err
+	}
+	if w.cfg.Runtime == "runsc" {
+		if err := runsc.Usable(); err != nil {
+			return fmt.Errorf("-runtime runsc: %w", err)
+		}
+		dir := filepath.Join(w.cfg.StateDir, "runsc")
+		w.rt = &sandbox.Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root")}, Dir: dir}
+	} else {
+		w.rt = &sandbox.Fake{Dir: filepath.Join(w.cfg.StateDir, "images"), PauseLatency: w.cfg.PauseLatency}
+	}
+	if w.node, _, err = sandbox.NewNode(w.rt, st, w.logger); err != nil {
+		return err
+	}
+	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}}
+	classify := draingrpc.Methods(map[string]drain.Class{
+		MethodRun:        drain.Create,
+		MethodRestore:    drain.Resume,
+		MethodCheckpoint: drain.Checkpoint,
+		MethodList:       drain.Checkpoint, // read-only: never refused
+	}, drain.Create)
+	w.grpc = grpc.NewServer(grpc.ForceServerCodec(jsonCodec{}),
+		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)))
+	w.grpc.RegisterService(&serviceDesc, w)
+	if err := w.buildDrainer(gate); err != nil {
+		return err
+	}
+	_ = os.Remove(w.cfg.Socket) // a socket left by a killed worker
+	if w.ln, err = net.Listen("unix", w.cfg.Socket); err != nil {
+		return fmt.Errorf("-socket: %w", err)
+	}
+	return nil
+}
+
+// buildDrainer wires the shutdown: at SIGTERM, checkpoint every live sandbox in parallel
+// inside the budget, then signal-escalate whatever could not be checkpointed, then stop
+// gRPC (GracefulStop, Stop at its deadline).
+func (w *Worker) buildDrainer(gate *drain.Gate) error {
+	budget, err := deadline.New(w.cfg.Grace,
+		deadline.WithMargin(clamp(w.cfg.Grace/10, 1500*time.Millisecond, 5*time.Second)))
+	if err != nil {
+		return fmt.Errorf("-grace: %w", err)
+	}
+	w.drainer, err = drain.New(drain.Config{
+		Budget:    budget,
+		Gate:      gate,
+		Sandboxes: pause.ListFunc(w.node.Running),
+		Estimator: deadline.NewEstimator(w.cfg.PauseLatency),
+		PauseOptions: []pause.Option{
+			pause.WithLimit(w.cfg.Concurrency),
+			pause.WithInFlight(pause.FinishInFlight),
+			pause.WithLogger(w.logger),
+		},
+		Steps: []drain.Step{
+			{Name: "escalate", Reserve: clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second), Run: w.escalate},
+			draingrpc.Step("grpc", w.grpc, clamp(w.cfg.Grace/40, 500*time.Millisecond, 5*time.Second)),
+		},
+		Logger: w.logger,
+	})
+	return err
+}
+
+// serve serves until SIGTERM or SIGINT (or ctx ending), then shuts down and returns the
+// Report. A second signal forces.
+func (w *Worker) serve(ctx context.Context) *drain.Report {
+	go func() { _ = w.grpc.Serve(w.ln) }()
+	w.logger.Info("worker serving", "socket", w.cfg.Socket, "runtime", w.rt.Name(),
+		"checkpointed", w.node.Count(sandbox.Paused))
+	rep := w.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+	w.close()
+	return rep
+}
+
+func (w *Worker) close() {
+	if w.grpc != nil {
+		w.grpc.Stop()
+	}
+	if w.node != nil {
+		w.node.Close()
+	}
+}
+
+// escalate is the teardown step for sandboxes the preserve phase could not checkpoint:
+// each gets SIGTERM (a gVisor actor saves its own state on it), a grace that ends
+// KillWait before the step's deadline, then SIGKILL; all in parallel. It reports an
+// error naming every sandbox that needed SIGKILL or whose end could not be seen.
+func (w *Worker) escalate(ctx context.Context) error {
+	left, _ := w.node.Running(ctx)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, sb := range left {
+		wg.Go(func() {
+			exit, err := pause.Escalation{}.Stop(ctx, w.target(sb.ID()))
+			w.logger.Warn("not checkpointed: signalled", "id", sb.ID(), "exit", exit, "error", err)
+			if r, ok := w.rt.(*sandbox.Runsc); ok { // the container's entry; the bundle stays
+				_ = r.Runtime.Delete(ctx, sb.ID(), true)
+			}
+			if exit != pause.Exited || err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %s: %w", sb.ID(), exit, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// target is a sandbox as pause.Escalation signals and waits for it.
+func (w *Worker) target(id string) pause.Target {
+	r, ok := w.rt.(*sandbox.Runsc)
+	if !ok { // an in-process fake stops at once
+		return pause.Funcs(func(context.Context, syscall.Signal) error { return nil },
+			func(context.Context) error { return nil })
+	}
+	return runscTarget(r.Runtime, id)
+}
+
+// runscTarget signals a container with runsc kill and waits with runsc wait. A failed
+// wait is not taken for an exit: only runsc state saying stopped (or no container) is.
+func runscTarget(rt *runsc.Runtime, id string) pause.Target {
+	gone := func(ctx context.Context) bool {
+		st, err := rt.State(ctx, id)
+		return errors.Is(err, runsc.ErrNotExist) || (err == nil && st.Status == "stopped")
+	}
+	return pause.Funcs(
+		func(ctx context.Context, sig syscall.Signal) error {
+			err := rt.Kill(ctx, id, sig, true)
+			if err != nil && gone(ctx) {
+				return os.ErrProcessDone
+			}
+			return err
+		},
+		func(ctx context.Context) error {
+			_, err := rt.Wait(ctx, id)
+			if err == nil || ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if gone(ctx) {
+				return os.ErrProcessDone
+			}
+			return err
+		})
+}
+
+// Run implements the Run RPC.
+func (w *Worker) Run(ctx context.Context, req *RunRequest) (*SandboxReply, error) {
+	timeout := req.TimeoutS
+	if timeout <= 0 {
+		timeout = 86400
+	}
+	info, err := w.node.Create(ctx, timeout)
+	return reply(info, err)
+}
+
+// Checkpoint implements the Checkpoint RPC.
+func (w *Worker) Checkpoint(ctx context.Context, req *IDRequest) (*SandboxReply, error) {
+	info, err := w.node.Pause(ctx, req.ID)
+	return reply(info, err)
+}
+
+// Restore implements the Restore RPC.
+func (w *Worker) Restore(ctx context.Context, req *IDRequest) (*SandboxReply, error) {
+	info, err := w.node.Resume(ctx, req.ID)
+	return reply(info, err)
+}
+
+// List implements the List RPC.
+func (w *Worker) List(context.Context, *ListRequest) (*ListReply, error) {
+	out := &ListReply{Sandboxes: []SandboxReply{}}
+	for _, info := range w.node.List() {
+		out.Sandboxes = append(out.Sandboxes, SandboxReply{ID: info.ID, State: info.State})
+	}
+	return out, nil
+}
+
+func reply(info sandbox.Info, err error) (*SandboxReply, error) {
+	switch {
+	case err == nil:
+		return &SandboxReply{ID: info.ID, State: info.State}, nil
+	case errors.Is(err, sandbox.ErrNotFound):
+		return nil, status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, sandbox.ErrConflict):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	default:
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+}

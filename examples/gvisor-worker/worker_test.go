@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/pause"
+)
+
+func fakeConfig(t *testing.T) config {
+	dir := t.TempDir()
+	return config{Socket: filepath.Join(dir, "w.sock"), StateDir: dir, Grace: 20 * time.Second,
+		Concurrency: 4, Runtime: "fake", PauseLatency: time.Second}
+}
+
+// Once the worker drains, Run and Restore answer Unavailable while Checkpoint and List
+// still reach the worker; every sandbox is checkpointed in parallel.
+func TestShutdownGatesRunAndRestoreButNotCheckpoint(t *testing.T) {
+	cfg := fakeConfig(t)
+	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan *drain.Report, 1)
+	go func() { done <- w.serve(ctx) }()
+	c := dial(t, cfg.Socket)
+	var ids []string
+	for range 3 {
+		r, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+		assert.Equal(t, sandbox.Running, r.State)
+		ids = append(ids, r.ID)
+	}
+	cp, err := c.Checkpoint(context.Background(), ids[0])
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.Paused, cp.State)
+
+	cancel() // as SIGTERM would
+	<-w.drainer.Gate().Draining()
+	_, err = c.Run(context.Background(), &RunRequest{})
+	assert.Equal(t, codes.Unavailable, status.Code(err), "Run while draining: %v", err)
+	_, err = c.Restore(context.Background(), ids[0])
+	assert.Equal(t, codes.Unavailable, status.Code(err), "Restore while draining: %v", err)
+	_, err = c.Checkpoint(context.Background(), ids[1])
+	assert.NotEqual(t, codes.Unavailable, status.Code(err), "Checkpoint stays allowed: %v", err)
+	list, err := c.List(context.Background())
+	require.NoError(t, err)
+	assert.Len(t, list.Sandboxes, 3)
+
+	rep := <-done
+	require.NoError(t, rep.Err())
+	assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved]+rep.Preserve.Counts[pause.Vanished])
+	assert.Equal(t, 3, w.node.Count(sandbox.Paused))
+	assert.Equal(t, drain.OK, rep.Phase("grpc").Result)
+}
+
+func TestBadFlagsNameTheFlag(t *testing.T) {
+	for name, args := range map[string][]string{
+		"-state-dir":     {},
+		"-grace":         {"-state-dir", "d", "-grace", "1s"},
+		"-concurrency":   {"-state-dir", "d", "-concurrency", "0"},
+		"-runtime":       {"-state-dir", "d", "-runtime", "kvm"},
+		"-pause-latency": {"-state-dir", "d", "-pause-latency", "0s"},
+	} {
+		_, err := parseFlags(args, io.Discard)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), name)
+	}
+	cfg, err := parseFlags([]string{"-state-dir", "/w"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "/w/worker.sock", cfg.Socket)
+}
+
+// The ateom bug: a `runsc wait` that failed looked like a clean exit, so SIGKILL was never
+// sent. The worker's target treats a failed wait as an exit only when runsc state agrees.
+func TestRunscTargetTellsFailedWaitFromExit(t *testing.T) {
+	if err := runsc.Usable(); err != nil {
+		t.Skip("skipping real-runsc test: ", err)
+	}
+	dir := t.TempDir()
+	rt := &runsc.Runtime{Root: filepath.Join(dir, "root")}
+	t.Cleanup(func() { _ = rt.DeleteAll(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := runsc.WriteBundle(filepath.Join(dir, "b"), runsc.CounterArgs())
+	require.NoError(t, err)
+	require.NoError(t, rt.Run(ctx, "t1", b, filepath.Join(dir, "t1.log")))
+	target := runscTarget(rt, "t1")
+
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	require.ErrorIs(t, target.Wait(short), context.DeadlineExceeded, "a running sandbox has not exited")
+
+	exit, err := pause.Escalation{Grace: 5 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, target)
+	require.NoError(t, err)
+	assert.Equal(t, pause.Exited, exit, "the counter's shell exits on SIGTERM")
+	// Waiting again on the stopped container fails in runsc ("exit status unavailable"):
+	// that is an exit, because runsc state says stopped.
+	require.ErrorIs(t, target.Wait(ctx), os.ErrProcessDone)
+	require.ErrorIs(t, target.Signal(ctx, syscall.SIGKILL), os.ErrProcessDone)
+}
