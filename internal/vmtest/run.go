@@ -248,8 +248,17 @@ func buildGuestBinary(t *testing.T, out string) {
 	if err != nil {
 		skipOrFail(t, fmt.Errorf("vmtest: the go command is needed to build the guest /init: %w", err))
 	}
-	cmd := exec.CommandContext(t.Context(), goTool, "test", "-c", "-o", out, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=")
+	args := []string{"test", "-c", "-o", out}
+	env := append(os.Environ(), "GOOS=linux", "GOARCH=amd64", "GOFLAGS=")
+	if raceEnabled {
+		// Same flags as the host test binary: the build cache is shared,
+		// and the guest code runs under the race detector too.
+		args = append(args, "-race")
+	} else {
+		env = append(env, "CGO_ENABLED=0")
+	}
+	cmd := exec.CommandContext(t.Context(), goTool, append(args, ".")...)
+	cmd.Env = env
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("vmtest: building the guest test binary: %v\n%s", err, b)
 	}
@@ -290,6 +299,11 @@ func (g *Guest) pack(t *testing.T, initPath string) {
 		fileEntry("init", 0o755, bin),
 		{name: "dev/console", mode: cpioChar | 0o600, major: 5, minor: 1},
 	}
+	libs, err := libEntries(initPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries = append(entries, libs...)
 	for _, name := range g.Config.Modules {
 		src, err := g.Assets.Module(name)
 		if err != nil {

@@ -110,7 +110,7 @@ func TestGuestStepStopsCooperativeDaemonCleanly(t *testing.T) {
 func TestGuestStepWaitsForSlowDaemon(t *testing.T) {
 	vmtest.GuestOnly(t)
 	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Slow, StopDelay: 1500 * time.Millisecond})
-	rep, err := r.step(ublk.WithExitGrace(100 * time.Millisecond)).Run(r.ctx(30 * time.Second))
+	rep, err := r.step().Run(r.ctx(30 * time.Second))
 	require.NoError(t, err)
 	t.Log(rep.String())
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
