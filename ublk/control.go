@@ -30,12 +30,12 @@ const (
 
 // Device feature flags (ublksrv_ctrl_dev_info.flags).
 const (
-	FlagUserRecovery       uint64 = 1 << 3
-	FlagUserRecoveryReissu uint64 = 1 << 4
-	FlagUnprivilegedDev    uint64 = 1 << 5
-	FlagUserRecoveryFailIO uint64 = 1 << 9
-	FlagQuiesce            uint64 = 1 << 12
-	FlagSafeStopDev        uint64 = 1 << 17
+	FlagUserRecovery        uint64 = 1 << 3
+	FlagUserRecoveryReissue uint64 = 1 << 4
+	FlagUnprivilegedDev     uint64 = 1 << 5
+	FlagUserRecoveryFailIO  uint64 = 1 << 9
+	FlagQuiesce             uint64 = 1 << 12
+	FlagSafeStopDev         uint64 = 1 << 17
 )
 
 // DevState is a ublk device's state as the driver reports it.
