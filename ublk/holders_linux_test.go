@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -108,7 +107,9 @@ func TestHoldersFindsProcessHoldingLoopDevice(t *testing.T) {
 	require.NoError(t, cmd.Wait())
 	hs, err = ublk.Holders(ctx, "/proc", dev)
 	require.NoError(t, err)
-	assert.Empty(t, hs, "nothing holds %s after the holder exited", node)
+	for _, h := range hs { // udev may probe the new device; the exited child must be gone
+		assert.NotEqual(t, cmd.Process.Pid, h.PID, "holder still reported after it exited: %v", h)
+	}
 }
 
 func TestHoldersReadsMountinfoAndSwaps(t *testing.T) {
@@ -141,5 +142,4 @@ func TestHoldersIgnoresOtherDevices(t *testing.T) {
 	hs, err := ublk.Holders(context.Background(), "/proc", ublk.DevNum{Major: 4095, Minor: 1048575})
 	require.NoError(t, err)
 	assert.Empty(t, hs)
-	assert.False(t, strings.Contains(fmt.Sprint(hs), "fd"))
 }

@@ -1,0 +1,84 @@
+package ublk
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// serveOnce answers one request on a Unix socket with resp and reports
+// the request it got.
+func serveOnce(t *testing.T, resp any) (string, <-chan map[string]string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", p)
+	require.NoError(t, err)
+	got := make(chan map[string]string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var req map[string]string
+		if readFrame(c, &req) == nil {
+			got <- req
+			_ = writeFrame(c, resp)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return p, got
+}
+
+func TestSocketRequestStopSpeaksAgentENVFraming(t *testing.T) {
+	p, got := serveOnce(t, map[string]string{"status": "ok"})
+	s, err := NewSocket(p, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.RequestStop(context.Background()))
+	assert.Equal(t, map[string]string{"kind": "shutdown"}, <-got)
+}
+
+func TestSocketRefusalIsAnError(t *testing.T) {
+	p, _ := serveOnce(t, map[string]string{"status": "error", "error": "busy"})
+	s, err := NewSocket(p, nil)
+	require.NoError(t, err)
+	err = s.RequestStop(context.Background())
+	assert.ErrorContains(t, err, `status "error" busy`)
+}
+
+func TestSocketRequestHonoursDeadline(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", p)
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c // hold it open, never answer
+		}
+	}()
+	s, err := NewSocket(p, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = s.RequestStop(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	(<-accepted).Close()
+}
+
+func TestSocketToNothingFailsAndWaitSeesItGone(t *testing.T) {
+	s, err := NewSocket(filepath.Join(t.TempDir(), "none.sock"), nil)
+	require.NoError(t, err)
+	assert.Error(t, s.RequestStop(context.Background()))
+	assert.NoError(t, s.Wait(context.Background()), "no listener: the daemon is gone")
+	_, err = NewSocket("", nil)
+	assert.ErrorContains(t, err, "path")
+}
