@@ -105,6 +105,30 @@ func TestGuestStepStopsCooperativeDaemonCleanly(t *testing.T) {
 	r.devicesGone()
 }
 
+// TestGuestStepStopsDaemonOverItsSocket: the AgentENV form, a
+// {"kind":"shutdown"} request on the daemon's Unix socket answered with
+// {"status":"ok"}, paired with the process to see it exit.
+func TestGuestStepStopsDaemonOverItsSocket(t *testing.T) {
+	vmtest.GuestOnly(t)
+	sock := t.TempDir() + "/ublk.sock"
+	r := newRig(t, ublkserver.DaemonConfig{Socket: sock})
+	p, err := ublk.FindProcess(r.daemon.Pid())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	sd, err := ublk.NewSocket(sock, p)
+	require.NoError(t, err)
+	td, err := ublk.New(ublk.WithDaemon(sd), ublk.WithDevices(r.daemon.Devices...), ublk.WithPollInterval(20*time.Millisecond))
+	require.NoError(t, err)
+	rep, err := td.Run(r.ctx(30 * time.Second))
+	require.NoError(t, err)
+	t.Log(rep.String())
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	assert.True(t, rep.Daemon.Requested && rep.Daemon.Exited)
+	assert.False(t, rep.Daemon.Killed)
+	assert.NoError(t, r.daemon.Wait(r.ctx(10*time.Second)), "daemon exited with status 0")
+	r.devicesGone()
+}
+
 // TestGuestStepWaitsForSlowDaemon: a daemon that keeps serving for a
 // while after SIGTERM before it stops is waited for, not killed.
 func TestGuestStepWaitsForSlowDaemon(t *testing.T) {
