@@ -141,7 +141,8 @@ func WithPollInterval(d time.Duration) Option {
 
 // WithHolderWait bounds how long the step waits for processes to close the
 // devices before it asks the daemon to stop (default: half of the time
-// left when Run starts; unbounded without a deadline).
+// left when Run starts, unbounded without a deadline; 0 looks once). It
+// never extends past the start of the control fallback.
 func WithHolderWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {

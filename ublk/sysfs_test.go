@@ -1,0 +1,72 @@
+package ublk
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeublk"
+)
+
+func TestScanDevicesReadsTheKernelsLayout(t *testing.T) {
+	tree, err := fakeublk.NewTree(t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 10, Major: 259, Minor: 4, Reads: 7, Writes: 2}))
+	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 2, Major: 259, Minor: 1}))
+	require.NoError(t, tree.StopDevice(2)) // dead: char only
+	for _, junk := range []string{"block/loop0", "block/ublkb", "block/ublkb01", "class/ublk-char/ublkcx"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(tree.Root, junk), 0o755))
+	}
+
+	devs, err := ScanDevices(tree.Root)
+	require.NoError(t, err)
+	assert.Equal(t, []Device{
+		{ID: 2, Char: true},
+		{ID: 10, Char: true, Disk: true, Dev: DevNum{259, 4}, Inflight: Inflight{7, 2}},
+	}, devs)
+	assert.Equal(t, "dead", devs[0].State())
+	assert.Equal(t, "live", devs[1].State())
+	assert.Equal(t, "ublkb10", devs[1].DiskName())
+	assert.Equal(t, "ublkc10", devs[1].CharName())
+
+	gone, err := ReadDevice(tree.Root, 99)
+	require.NoError(t, err)
+	assert.Equal(t, "gone", gone.State())
+}
+
+func TestScanDevicesWithoutUblkModule(t *testing.T) {
+	devs, err := ScanDevices(t.TempDir())
+	require.NoError(t, err)
+	assert.Empty(t, devs)
+}
+
+func TestParseDevNum(t *testing.T) {
+	d, err := ParseDevNum(" 259:12\n")
+	require.NoError(t, err)
+	assert.Equal(t, DevNum{259, 12}, d)
+	assert.Equal(t, "259:12", d.String())
+	for _, bad := range []string{"", "259", "a:1", "1:-2", "1:2:3"} {
+		_, err := ParseDevNum(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestReportMarshalsToJSON(t *testing.T) {
+	info := DevInfo{State: StateLive, DevID: 1}
+	rep := Report{Kernel: "6.8.0-45-generic", KernelClass: KernelVulnerable, Verdict: VerdictLeftLive,
+		Devices: []DeviceReport{{ID: 1, Info: &info, Verdict: VerdictLeftLive,
+			Holders: []Holder{{PID: 9, Comm: "firecracker", Kind: HeldByFD, Detail: "fd 5 -> /dev/ublkb1"}}}}}
+	b, err := json.Marshal(rep)
+	require.NoError(t, err)
+	var back map[string]any
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, "vulnerable", back["kernel_class"])
+	dev := back["devices"].([]any)[0].(map[string]any)
+	assert.Equal(t, "live", dev["info"].(map[string]any)["state"])
+	assert.Equal(t, "firecracker", dev["holders"].([]any)[0].(map[string]any)["comm"])
+	assert.NotContains(t, back, "deadline", "zero deadline omitted")
+}
