@@ -40,21 +40,29 @@ func attachLoop(t *testing.T) (string, ublk.DevNum) {
 		t.Skipf("no loop devices: %v", err)
 	}
 	defer ctl.Close()
-	n, err := unix.IoctlRetInt(int(ctl.Fd()), loopCtlGetFree)
-	require.NoError(t, err, "LOOP_CTL_GET_FREE")
-	node := fmt.Sprintf("/dev/loop%d", n)
-	if _, err := os.Stat(node); err != nil {
-		t.Skipf("free loop device %s has no node here: %v", node, err)
-	}
 	backing := filepath.Join(t.TempDir(), "disk.img")
 	require.NoError(t, os.WriteFile(backing, make([]byte, 1<<20), 0o600))
 	bf, err := os.OpenFile(backing, os.O_RDWR, 0)
 	require.NoError(t, err)
 	defer bf.Close()
-	lf, err := os.OpenFile(node, os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer lf.Close()
-	require.NoError(t, unix.IoctlSetInt(int(lf.Fd()), loopSetFD, int(bf.Fd())), "LOOP_SET_FD")
+	var node string
+	for attempt := 0; ; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), loopCtlGetFree)
+		require.NoError(t, err, "LOOP_CTL_GET_FREE")
+		node = fmt.Sprintf("/dev/loop%d", n)
+		lf, err := os.OpenFile(node, os.O_RDWR, 0)
+		if err != nil {
+			t.Skipf("free loop device %s has no usable node here: %v", node, err)
+		}
+		err = unix.IoctlSetInt(int(lf.Fd()), loopSetFD, int(bf.Fd()))
+		lf.Close()
+		if err == nil {
+			break
+		}
+		// Another test process may have taken the same free device.
+		require.ErrorIs(t, err, unix.EBUSY, "LOOP_SET_FD")
+		require.Less(t, attempt, 10, "no free loop device")
+	}
 	t.Cleanup(func() {
 		if f, err := os.OpenFile(node, os.O_RDWR, 0); err == nil {
 			_ = unix.IoctlSetInt(int(f.Fd()), loopClrFD, 0)
