@@ -122,3 +122,10 @@ func fmtLeft(deadline time.Time) string {
 	}
 	return fmt.Sprint(time.Until(deadline).Round(time.Millisecond))
 }
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "none"
+	}
+	return t.Format(time.RFC3339Nano)
+}

@@ -51,35 +51,15 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r := &run{p: p, cfg: &p.cfg, seen: make(map[string]struct{})}
 	r.phase, r.hard = deadlines(ctx, hard)
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run", trace.WithAttributes(
-		attribute.String("pause.deadline", r.phase.Format(time.RFC3339Nano)),
-		attribute.String("pause.hard", r.hard.Format(time.RFC3339Nano)),
+		attribute.String("pause.deadline", fmtTime(r.phase)),
+		attribute.String("pause.hard", fmtTime(r.hard)),
 		attribute.Int("pause.limit", p.cfg.limit),
 		attribute.Int("pause.max_limit", p.cfg.maxLimit),
 		attribute.String("pause.in_flight", p.cfg.inFlight.String()),
 	))
 	r.traced = r.span.IsRecording()
-	if !r.phase.IsZero() {
-		var cancel context.CancelFunc
-		r.ctx, cancel = context.WithDeadline(r.ctx, r.phase)
-		r.stopWork = cancel
-	}
-	r.work = r.ctx
-	if p.cfg.inFlight == FinishInFlight {
-		base := context.WithoutCancel(r.ctx)
-		if r.hard.IsZero() {
-			r.work, r.stopWork = withCancel(base, r.stopWork)
-		} else {
-			r.work, r.stopWork = withDeadline(base, r.hard, r.stopWork)
-		}
-	}
-	r.limit = p.cfg.limit
-	r.adaptive = p.cfg.maxLimit > p.cfg.limit
-	p.limit.Store(int64(r.limit))
-	r.sem = semaphore.NewWeighted(int64(p.cfg.maxLimit))
-	r.reserved = int64(p.cfg.maxLimit - p.cfg.limit)
-	if r.reserved > 0 {
-		_ = r.sem.Acquire(context.Background(), r.reserved) // empty semaphore: never blocks
-	}
+	r.contexts()
+	r.slots()
 	r.rep = &Report{Start: time.Now(), Deadline: r.phase, Counts: make(map[Outcome]int)}
 	if !r.hard.Equal(r.phase) {
 		r.rep.Hard = r.hard
@@ -89,6 +69,37 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 		slog.String("time_left", fmtLeft(r.phase)), slog.Int("limit", r.limit),
 		slog.Int("max_limit", p.cfg.maxLimit), slog.String("in_flight", p.cfg.inFlight.String()))
 	return r
+}
+
+// contexts bounds Run's context by the phase deadline and derives the
+// parent of every Preserve's context: Run's own with CancelAtDeadline; with
+// FinishInFlight one that ignores the phase and ends at the hard deadline.
+func (r *run) contexts() {
+	if !r.phase.IsZero() {
+		r.ctx, r.stopWork = context.WithDeadline(r.ctx, r.phase)
+	}
+	r.work = r.ctx
+	if r.cfg.inFlight == FinishInFlight {
+		base := context.WithoutCancel(r.ctx)
+		if r.hard.IsZero() {
+			r.work, r.stopWork = withCancel(base, r.stopWork)
+		} else {
+			r.work, r.stopWork = withDeadline(base, r.hard, r.stopWork)
+		}
+	}
+}
+
+// slots makes the semaphore: maxLimit slots, of which those above the
+// limit are held back until the limit is raised.
+func (r *run) slots() {
+	r.limit = r.cfg.limit
+	r.adaptive = r.cfg.maxLimit > r.cfg.limit
+	r.p.limit.Store(int64(r.limit))
+	r.sem = semaphore.NewWeighted(int64(r.cfg.maxLimit))
+	r.reserved = int64(r.cfg.maxLimit - r.cfg.limit)
+	if r.reserved > 0 {
+		_ = r.sem.Acquire(context.Background(), r.reserved) // empty semaphore: never blocks
+	}
 }
 
 func withCancel(parent context.Context, prev context.CancelFunc) (context.Context, context.CancelFunc) {
