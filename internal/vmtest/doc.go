@@ -19,9 +19,11 @@
 //		vmtest.RunGuestTests(t, vmtest.Config{Run: "^TestGuest", Modules: []string{"ublk_drv"}})
 //	}
 //
-// RunGuestTests builds the package's test binary statically
-// (CGO_ENABLED=0 go test -c) as the guest's /init, packs it with the
-// kernel modules into a gzipped newc initramfs, boots the cached kernel
+// RunGuestTests builds the package's test binary as the guest's /init
+// (statically, CGO_ENABLED=0 go test -c; or with -race when the host test
+// itself runs with -race, sharing its build cache, with the dynamic loader
+// and libc packed alongside), packs it with the kernel modules into a
+// gzipped newc initramfs, boots the cached kernel
 // under QEMU (TCG), and reports every guest test as a subtest of the host
 // test, with the guest's output. In the guest, /init mounts /proc, /sys,
 // devtmpfs and a /tmp tmpfs, loads the modules with finit_module, runs the

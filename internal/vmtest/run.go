@@ -115,9 +115,11 @@ func RunGuestTests(t *testing.T, cfg Config) *Result {
 }
 
 // BuildGuest builds the package in the working directory (go test runs
-// tests there) as a static test binary (CGO_ENABLED=0 go test -c), lists
-// the tests cfg.Run selects, and packs the initramfs: /init, its
-// configuration, the modules and a /dev/console node.
+// tests there) as a test binary (CGO_ENABLED=0 go test -c, or go test
+// -race -c when this binary was built with -race), lists the tests
+// cfg.Run selects, and packs the initramfs: /init, the shared libraries it
+// needs (none when static), its configuration, the modules and a
+// /dev/console node.
 //
 // When the kernel, a module or QEMU is missing, t is skipped with a
 // message that says how to install them, except when the environment has
