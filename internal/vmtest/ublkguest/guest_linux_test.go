@@ -153,9 +153,14 @@ func TestGuestWrongOrderIsCaught(t *testing.T) {
 	vmtest.GuestOnly(t)
 	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{IODelay: 2 * time.Millisecond}})
 	w := startWriter(t, r.disk(r.daemon.Devices[0]), 2)
+	watch, err := WatchExit(r.daemon.Pid(), r.daemon.Devices)
+	require.NoError(t, err)
 	require.NoError(t, KillFirst(r.ctx(20*time.Second), r.daemon, r.ctl))
 	writes, err := w.Stop(r.ctx(10 * time.Second))
 	require.NoError(t, err)
+	_, atExit, err := watch.Result(r.ctx(10 * time.Second))
+	require.NoError(t, err)
+	t.Logf("driver state when the killed daemon died: %v", atExit)
 
 	var rec Recorder
 	assert.False(t, CheckSafeTeardown(&rec, r.observe(writes)), "the checks must fail on the wrong order")

@@ -261,6 +261,8 @@ func TestGuestStepStopsHungDaemonThroughControl(t *testing.T) {
 	vmtest.GuestOnly(t)
 	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung})
 	id := r.daemon.Devices[0]
+	watch, err := WatchExit(r.daemon.Pid(), r.daemon.Devices)
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
 	defer cancel()
 	rep, err := r.step(ublk.WithRequestTimeout(time.Second), ublk.WithExitGrace(500*time.Millisecond),
@@ -276,6 +278,9 @@ func TestGuestStepStopsHungDaemonThroughControl(t *testing.T) {
 	assert.False(t, kill.Start.Before(stop.Start.Add(stop.Duration)), "killed only after STOP_DEV completed")
 	assert.True(t, rep.Daemon.Killed)
 	assert.Error(t, r.daemon.Wait(r.ctx(10*time.Second)), "killed")
+	_, atExit, err := watch.Result(r.ctx(10 * time.Second))
+	require.NoError(t, err)
+	assert.NotEqual(t, ublkserver.StateLive, atExit[id], "the driver's state when the daemon died")
 	r.devicesGone()
 	noKernelProblemsSince(t, r.logFrom)
 }
