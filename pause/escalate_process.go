@@ -26,13 +26,20 @@ type ProcessTarget struct {
 	gone bool // the process no longer existed when the target was made
 }
 
-// Process returns a Target over p. A process already reaped counts as
-// exited.
+// Process returns a Target over p. A process p.Wait already reaped counts
+// as exited. The pidfd is opened by PID, so p must not have been reaped by
+// anyone else, whose PID the kernel could have given to a new process.
 func Process(p *os.Process) (*ProcessTarget, error) {
 	if p == nil {
 		return nil, errors.New("pause: process must not be nil")
 	}
 	t := &ProcessTarget{p: p, fd: -1}
+	// The os.Process handle knows when it was reaped; its PID may be reused
+	// since, so it must not be opened again.
+	if err := p.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) {
+		t.gone = true
+		return t, nil
+	}
 	fd, err := openPidfd(p.Pid)
 	switch {
 	case err == nil:
