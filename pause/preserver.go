@@ -84,9 +84,13 @@ func (p *Preserver) Limit() int { return int(p.limit.Load()) }
 //
 // A pass lists the sandboxes, orders the ones no earlier pass saw, and
 // preserves them; Run lists again after each pass and stops when a pass
-// finds nothing new or the phase deadline has passed. A sandbox is
-// preserved at most once per Run. The Report has one entry for every
-// sandbox any pass listed.
+// finds nothing new or the phase deadline has passed. A failed listing is
+// retried with the backoff inside the time left. A sandbox is preserved at
+// most once per Run, even if a later pass lists it again: close admissions
+// (drain's gate) before the Run, so that nothing resumes a preserved
+// sandbox; a sandbox resumed from an earlier pause has a new chance, as a
+// pass finds it new. The Report has one entry for every sandbox any pass
+// listed.
 //
 // Run returns by max(ctx's deadline, hard) at the latest; with neither, it
 // returns when every preserve has.
