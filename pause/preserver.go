@@ -88,8 +88,8 @@ func (p *Preserver) Limit() int { return int(p.limit.Load()) }
 // retried with the backoff inside the time left. A sandbox is preserved at
 // most once per Run, even if a later pass lists it again: close admissions
 // (drain's gate) before the Run, so that nothing resumes a preserved
-// sandbox; a sandbox resumed from an earlier pause has a new chance, as a
-// pass finds it new. The Report has one entry for every sandbox any pass
+// sandbox. One that was paused before the Run and resumed during it is new
+// to the Run, and the next pass catches it. The Report has one entry for every sandbox any pass
 // listed.
 //
 // Run returns by max(ctx's deadline, hard) at the latest; with neither, it
