@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 )
 
 func TestInVM(t *testing.T) {
-	vmtest.RunGuestTests(t, vmtest.Config{Run: "^TestGuest", Modules: []string{"ublk_drv"}})
+	// Two CPUs, so that a device can have two hardware queues.
+	vmtest.RunGuestTests(t, vmtest.Config{Run: "^TestGuest", Modules: []string{"ublk_drv"}, CPUs: 2})
 }
 
 func startServer(t *testing.T, cfg Config) *Server {
@@ -82,6 +84,67 @@ func TestGuestServesReadsAndWritesAndStopsCleanly(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, disk, 8<<20)
 	assert.True(t, bytes.Equal(want, disk[3<<20:4<<20]), "backing file holds the written data")
+}
+
+// TestGuestServesTwoQueues checks the second queue's descriptor mapping
+// and thread: I/O from both CPUs lands on both queues, and every block
+// written from either reads back.
+func TestGuestServesTwoQueues(t *testing.T) {
+	vmtest.GuestOnly(t)
+	require.GreaterOrEqual(t, runtime.NumCPU(), 2, "the guest needs two CPUs")
+	s := startServer(t, Config{Size: 8 << 20, Queues: 2, Depth: 8})
+	id := s.Devices()[0]
+	mq, err := os.ReadDir(fmt.Sprintf("/sys/block/ublkb%d/mq", id))
+	require.NoError(t, err)
+	assert.Len(t, mq, 2, "two hardware queues")
+
+	f, err := os.OpenFile(fmt.Sprintf("/dev/ublkb%d", id), os.O_RDWR|unix.O_DIRECT, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	errs := make(chan error, 2)
+	for cpu := range 2 {
+		buf := alignedBuffer(t, 64<<10)
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errs <- err
+				return
+			}
+			for i := range 16 {
+				off := int64(cpu)<<22 + int64(i)<<16
+				for j := range buf {
+					buf[j] = byte(int(off>>16) + j)
+				}
+				if _, err := f.WriteAt(buf, off); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	got := alignedBuffer(t, 64<<10)
+	for cpu := range 2 {
+		for i := range 16 {
+			off := int64(cpu)<<22 + int64(i)<<16
+			_, err := f.ReadAt(got, off)
+			require.NoError(t, err)
+			for j := range got {
+				if got[j] != byte(int(off>>16)+j) {
+					t.Fatalf("byte %d of block at %d: got %d", j, off, got[j])
+				}
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, f.Close())
+	require.NoError(t, s.Stop(ctx))
 }
 
 // TestGuestFreezeHoldsIOUntilThaw checks that a frozen server keeps a
