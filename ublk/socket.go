@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 )
 
@@ -76,9 +77,14 @@ func (s *Socket) Request(ctx context.Context, req, resp any) error {
 	return nil
 }
 
+// ctxErr adds ctx's error to an I/O error caused by ctx ending. The
+// connection's own deadline (ctx's) may fire just before ctx reports it.
 func (s *Socket) ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", err, ctx.Err())
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%w (%w)", err, cerr)
+	}
+	if dl, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(dl) {
+		return fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
 	}
 	return err
 }
