@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/drainkit/drainkit/pause"
@@ -88,5 +90,39 @@ func BenchmarkOverhead(b *testing.B) {
 	b.ReportMetric(float64(base.wall)/per, "errgroup-ns/sandbox")
 	b.ReportMetric(float64(ours.wall)/float64(base.wall), "x-errgroup-wall")
 	b.ReportMetric(float64(ours.cpu)/float64(base.cpu), "x-errgroup-cpu")
+	b.ReportMetric(float64(allocs)/per, "allocs/sandbox")
+}
+
+// BenchmarkOverheadTraced is BenchmarkOverhead's Preserver side with a
+// recording tracer (OpenTelemetry SDK, always sampling, spans dropped) and
+// an SDK meter provider: the price of a span per sandbox.
+func BenchmarkOverheadTraced(b *testing.B) {
+	const n, limit = 10_000, 8
+	list := make([]pause.Sandbox, n)
+	for i := range list {
+		list[i] = noop("sb-" + strconv.Itoa(i))
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) }()
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return list, nil }),
+		pause.WithLimit(limit), pause.WithTracerProvider(tp), pause.WithMeterProvider(mp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ms runtime.MemStats
+	var allocs uint64
+	var c cost
+	for b.Loop() {
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		before := ms.Mallocs
+		got := measure(func() { p.Run(context.Background(), time.Time{}) })
+		runtime.ReadMemStats(&ms)
+		allocs += ms.Mallocs - before
+		c.wall += got.wall
+	}
+	per := float64(b.N) * n
+	b.ReportMetric(float64(c.wall)/per, "ns/sandbox")
 	b.ReportMetric(float64(allocs)/per, "allocs/sandbox")
 }
