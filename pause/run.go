@@ -217,7 +217,9 @@ func (r *run) settle(tasks []*task) {
 			continue
 		}
 		if res.outcome == NotStarted {
+			r.mu.Lock() // a worker taking a task at the hard deadline may hold it
 			r.queue.remove(t)
+			r.mu.Unlock()
 		} else {
 			t.endSpan(&res)
 			r.p.tel.inflight.Add(r.ctx, -1)
