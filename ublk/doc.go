@@ -12,7 +12,7 @@
 //	daemon, err := ublk.FindProcess(ublkd.Process.Pid) // or ublk.NewSocket(path, proc)
 //	td, err := ublk.New(
 //		ublk.WithDaemon(daemon),
-//		ublk.WithFixedKernels("6.8.0-1[0-9][0-9]-generic"), // vendor kernels known to carry the fix
+//		ublk.WithFixedKernels(verifiedReleases...), // vendor kernels you verified carry the fix
 //		ublk.WithLogger(logger),
 //	)
 //
