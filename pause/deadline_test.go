@@ -148,3 +148,21 @@ func TestHardAloneIsThePhaseDeadline(t *testing.T) {
 		assert.Equal(t, 1, rep.Counts[pause.NotStarted])
 	})
 }
+
+// The wait for a slot is bounded by the phase deadline: with the only slot
+// held by a Preserve that ignores its context, Run still returns at the
+// hard deadline, and the sandbox that waited is NotStarted.
+func TestSlotWaitGivesUpAtPhaseDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "stuck", Faults: []fakesandbox.Fault{fakesandbox.Hang}},
+			&fakesandbox.Sandbox{Name: "waiting", Latency: time.Second})
+		p, err := pause.New(node, pause.WithLimit(1), pause.WithInFlight(pause.FinishInFlight))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 30*time.Second)
+		assert.Equal(t, 30*time.Second, took)
+		assert.Equal(t, pause.TimedOut, entry(t, rep, "stuck").Outcome)
+		assert.Equal(t, pause.NotStarted, entry(t, rep, "waiting").Outcome)
+		time.Sleep(fakesandbox.DefaultHang)
+	})
+}
