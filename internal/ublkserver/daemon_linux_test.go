@@ -3,7 +3,6 @@
 package ublkserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -137,16 +136,7 @@ func TestGuestDaemonHungIsStoppedFromOutside(t *testing.T) {
 	require.NoError(t, d.Cmd.Process.Signal(unix.SIGTERM))
 
 	// The daemon froze on SIGTERM: a read stays in flight.
-	read := make(chan error, 1)
-	buf := alignedBuffer(t, 4096)
-	f, err := os.OpenFile(fmt.Sprintf("/dev/ublkb%d", id), os.O_RDONLY|unix.O_DIRECT, 0)
-	require.NoError(t, err)
-	go func() { _, err := f.ReadAt(buf, 0); read <- err }()
-	inflight := fmt.Sprintf("/sys/block/ublkb%d/inflight", id)
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(inflight)
-		return err == nil && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("0 "))
-	}, 10*time.Second, 10*time.Millisecond)
+	read := holdRead(t, id)
 	select {
 	case <-d.Exited():
 		t.Fatal("hung daemon exited on SIGTERM")
@@ -156,7 +146,6 @@ func TestGuestDaemonHungIsStoppedFromOutside(t *testing.T) {
 	// device from outside.
 	require.NoError(t, d.Cmd.Process.Signal(SignalThaw))
 	require.NoError(t, <-read)
-	require.NoError(t, f.Close())
 
 	ctl, err := openControl()
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,22 +22,32 @@ import (
 // real driver: STOP_DEV waits for requests the daemon holds, and DEL_DEV
 // waits for the daemon to close /dev/ublkcN.
 
+// holdRead reads block 0 of /dev/ublkbN in a loop until a read stays in
+// flight (a daemon freezes on a signal it handles asynchronously), and
+// returns a channel that gets the held read's error once it completes.
 func holdRead(t *testing.T, id int) <-chan error {
 	t.Helper()
 	read := make(chan error, 1)
 	buf := alignedBuffer(t, 4096)
 	f, err := os.OpenFile(fmt.Sprintf("/dev/ublkb%d", id), os.O_RDONLY|unix.O_DIRECT, 0)
 	require.NoError(t, err)
+	var held atomic.Bool
 	go func() {
-		_, err := f.ReadAt(buf, 0)
-		f.Close()
-		read <- err
+		defer f.Close()
+		for {
+			_, err := f.ReadAt(buf, 0)
+			if err != nil || held.Load() {
+				read <- err
+				return
+			}
+		}
 	}()
 	inflight := fmt.Sprintf("/sys/block/ublkb%d/inflight", id)
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(inflight)
 		return err == nil && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("0 "))
-	}, 10*time.Second, 10*time.Millisecond, "read in flight")
+	}, 10*time.Second, time.Millisecond, "read in flight")
+	held.Store(true) // the read in flight is the last one
 	return read
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/ublkserver"
 	"github.com/drainkit/drainkit/internal/vmtest"
@@ -296,14 +295,8 @@ func TestGuestStepLeavesHungDaemonHoldingIO(t *testing.T) {
 	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung})
 	id := r.daemon.Devices[0]
 	require.NoError(t, r.daemon.Cmd.Process.Signal(ublkserver.SignalFreeze))
-	read := make(chan error, 1)
-	f, err := os.OpenFile(r.disk(id), os.O_RDONLY|unix.O_DIRECT, 0)
+	held, err := StartHeldRead(r.ctx(10*time.Second), id)
 	require.NoError(t, err)
-	buf, err := unix.Mmap(-1, 0, BlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	require.NoError(t, err)
-	go func() { _, err := f.ReadAt(buf, 0); read <- err }()
-	require.Eventually(t, func() bool { n, _, _ := Inflight(id); return n > 0 }, 10*time.Second, 5*time.Millisecond)
-	t.Cleanup(func() { _ = f.Close() })
 
 	deadline := time.Now().Add(5 * time.Second)
 	ctx, cancel := context.WithDeadline(t.Context(), deadline)
@@ -324,8 +317,7 @@ func TestGuestStepLeavesHungDaemonHoldingIO(t *testing.T) {
 	// Let the daemon answer: the read completes, the step's abandoned
 	// STOP_DEV finishes, and the rig's cleanup can kill the daemon safely.
 	require.NoError(t, r.daemon.Cmd.Process.Signal(ublkserver.SignalThaw))
-	require.NoError(t, <-read)
-	require.NoError(t, unix.Munmap(buf))
+	require.NoError(t, held.Finish(r.ctx(10*time.Second)))
 	require.Eventually(t, func() bool { return r.state(id) != ublkserver.StateLive }, 10*time.Second, 10*time.Millisecond)
 	noKernelProblemsSince(t, r.logFrom)
 }
