@@ -117,9 +117,6 @@ func (t *task) run(now time.Time) (time.Time, bool) {
 	if !t.settle(res) {
 		return res.end, false
 	}
-	if res.outcome == Preserved && t.r.cfg.estimator != nil {
-		t.r.cfg.estimator.Observe(res.end.Sub(t.e.Start))
-	}
 	return res.end, true
 }
 
@@ -143,11 +140,14 @@ func (t *task) settle(res result) bool {
 	if t.cancel != nil {
 		t.cancel()
 	}
+	if res.outcome == Preserved && r.cfg.estimator != nil {
+		r.cfg.estimator.Observe(res.end.Sub(t.e.Start))
+	}
 	r.p.tel.inflight.Add(r.ctx, -1)
 	t.endSpan(&res)
 	r.record(t, &res)
 	t.log(&res)
-	r.cur.settled()
+	r.cur.settled() // last: the pass may end, and Run return, right after
 	return true
 }
 
