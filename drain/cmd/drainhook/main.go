@@ -1,13 +1,3 @@
-// Command drainhook is an exec preStop hook for manifests that cannot use
-// httpGet. It calls the server's drain.Drainer.PreStop handler until the
-// drain wait is over, bounded per request, by consecutive failures and by
-// the drain deadline the server reports, and always exits 0 so that a
-// failing hook never holds the pod:
-//
-//	lifecycle:
-//	  preStop:
-//	    exec:
-//	      command: ["/drainhook", "-url", "http://127.0.0.1:8080/drain"]
 package main
 
 import (
