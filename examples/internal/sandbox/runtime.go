@@ -128,8 +128,8 @@ func (f *Fake) Destroy(ctx context.Context, id string) error {
 }
 
 // Runsc is a Runtime of real gVisor sandboxes running the runsc counter workload:
-// Create is runsc run -detach, Pause is runsc checkpoint then delete, Resume is runsc
-// restore -detach, Destroy is runsc delete -force. Each sandbox has a bundle, an image
+// Create is runsc run -detach, Pause is runsc checkpoint, Resume is runsc delete (of the
+// stopped container) then restore -detach, Destroy is runsc delete -force. Each sandbox has a bundle, an image
 // directory and a log under Dir.
 type Runsc struct {
 	// Runtime runs the runsc commands; its Root must be set.
@@ -161,7 +161,10 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 	return r.Runtime.Run(ctx, id, b, r.log(id))
 }
 
-// Pause checkpoints the sandbox into its image directory and deletes the stopped container.
+// Pause checkpoints the sandbox into its image directory, which stops it. The stopped
+// container is deleted later, by Resume or Destroy: runsc delete of a checkpointed
+// container takes about two seconds (it waits for the sandbox process to go), which a
+// node drain should not spend before SIGKILL.
 func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 	image := r.image(id)
 	if err := os.RemoveAll(image); err != nil {
@@ -170,7 +173,7 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 	if err := r.Runtime.Checkpoint(ctx, id, image); err != nil {
 		return "", err
 	}
-	return image, r.Runtime.Delete(ctx, id, true)
+	return image, nil
 }
 
 // Resume restores the sandbox from image.
