@@ -1,18 +1,3 @@
-// Command drainsim shows, in under 30 seconds, what drainkit changes for a sandbox node
-// that Kubernetes terminates: one node with N running sandboxes goes through a kubelet
-// termination twice, first as the seed server (AgentENV before drainkit: a preStop hook that
-// waits for zero running sandboxes without a bound, then one pause at a time after SIGTERM)
-// and then as sandboxd wired with drainkit, and it prints both timelines and a table of
-// what survived.
-//
-//	go run ./examples/drainsim
-//	go run ./examples/drainsim -n 40 -pause 300ms -concurrency 8
-//	sudo go run ./examples/drainsim -runtime runsc   # real gVisor sandboxes, about a minute
-//
-// The servers are real processes with a real device daemon child; the kubelet is simulated
-// (internal/kubeletsim) with its exact arithmetic, in real time with a scaled-down grace
-// period. The same scenario at full scale (3600 s, 200 sandboxes) runs in virtual time
-// under testing/synctest in the drain package's tests.
 package main
 
 import (

@@ -1,0 +1,17 @@
+// Command gvisor-worker is the agent-substrate ateom shape done right: a gRPC worker on a
+// Unix socket that runs gVisor sandboxes through runsc (Run), checkpoints them (Checkpoint)
+// and restores them (Restore), and gets them through the pod's termination with drainkit.
+//
+//	gvisor-worker -state-dir /var/lib/worker -grace 1h -concurrency 8
+//
+// On SIGTERM: Run and Restore answer codes.Unavailable while Checkpoint stays allowed (an
+// actor may still suspend itself); every live sandbox is checkpointed in parallel inside
+// the budget the grace period leaves (not a fixed minute); a sandbox that could not be
+// checkpointed gets SIGTERM, a bounded grace and SIGKILL (pause.Escalation), where a failed
+// `runsc wait` is never mistaken for an exit; gRPC GracefulStop is bounded and followed by
+// Stop. The Report goes to STATE_DIR/last-shutdown.json; the exit status is 0 when every
+// sandbox was checkpointed and every step ended in time. A restarted worker loads the
+// checkpoints and Restore resumes each sandbox where it was.
+//
+// The service is defined by hand (api.go) with a JSON codec: no protoc.
+package main
