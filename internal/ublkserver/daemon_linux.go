@@ -36,6 +36,10 @@ const (
 	// it. Its devices can still be stopped from outside through
 	// /dev/ublk-control once no request is held; it keeps /dev/ublkcN open.
 	Hung Mode = "hung"
+	// Crash exits at once with status 3 on the request, leaving its devices
+	// to the kernel, as a daemon that crashes mid-shutdown does. With no
+	// I/O in flight the kernel then marks them DEAD; DEL_DEV remains to do.
+	Crash Mode = "crash"
 )
 
 // Signals a daemon process understands besides SIGTERM.
@@ -224,6 +228,9 @@ func daemonLoop(cfg DaemonConfig, srv *Server, sigs <-chan os.Signal, requests <
 		case Hung:
 			srv.Freeze()
 			continue
+		case Crash:
+			fmt.Fprintln(os.Stderr, "ublkserver daemon: crashing on purpose")
+			os.Exit(3)
 		case Slow:
 			time.Sleep(cfg.StopDelay)
 		}

@@ -128,6 +128,26 @@ func TestGuestStepStopsDaemonOverItsSocket(t *testing.T) {
 	r.devicesGone()
 }
 
+// TestGuestStepCleansUpAfterDaemonCrash: the daemon crashes when asked
+// to stop, leaving its devices to the kernel; the step sees it exit with
+// devices left and deletes them through /dev/ublk-control.
+func TestGuestStepCleansUpAfterDaemonCrash(t *testing.T) {
+	vmtest.GuestOnly(t)
+	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Crash, Config: ublkserver.Config{Devices: 2}})
+	rep, err := r.step().Run(r.ctx(30 * time.Second))
+	t.Log(rep.String())
+	t.Log(err)
+	assert.True(t, rep.Daemon.Exited)
+	assert.False(t, rep.Daemon.Killed)
+	assert.Error(t, r.daemon.Wait(r.ctx(10*time.Second)), "crashed with status 3")
+	for _, id := range r.daemon.Devices {
+		require.NotNil(t, rep.Device(id))
+		assert.NotNil(t, stepNamed(rep, id, "DEL_DEV"), "device %d deleted through the control device", id)
+	}
+	r.devicesGone()
+	noKernelProblemsSince(t, r.logFrom)
+}
+
 // TestGuestStepWaitsForSlowDaemon: a daemon that keeps serving for a
 // while after SIGTERM before it stops is waited for, not killed.
 func TestGuestStepWaitsForSlowDaemon(t *testing.T) {
