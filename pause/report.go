@@ -17,8 +17,8 @@ const (
 	TimedOut Outcome = "timed_out"
 	// NotStarted: its turn never came before the deadline.
 	NotStarted Outcome = "not_started"
-	// Vanished: Preserve returned ErrGone, or a later pass no longer listed it
-	// before its turn.
+	// Vanished: Preserve returned ErrGone: the sandbox was already gone or
+	// already preserved when its turn came.
 	Vanished Outcome = "vanished"
 )
 
