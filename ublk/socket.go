@@ -2,14 +2,13 @@ package ublk
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/frame"
 )
 
 // Socket is a daemon stopped by a request on its Unix socket, in the form
@@ -68,10 +67,10 @@ func (s *Socket) Request(ctx context.Context, req, resp any) error {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := writeFrame(c, req); err != nil {
+	if err := frame.Write(c, req); err != nil {
 		return s.ctxErr(ctx, fmt.Errorf("ublk: daemon socket: send: %w", err))
 	}
-	if err := readFrame(c, resp); err != nil {
+	if err := frame.Read(c, resp); err != nil {
 		return s.ctxErr(ctx, fmt.Errorf("ublk: daemon socket: no answer: %w", err))
 	}
 	return nil
@@ -120,32 +119,4 @@ func (s *Socket) Kill(ctx context.Context) error {
 		return ErrCannotKill
 	}
 	return s.proc.Kill(ctx)
-}
-
-const maxFrame = 1 << 20
-
-func writeFrame(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	buf := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
-	_, err = w.Write(append(buf, b...))
-	return err
-}
-
-func readFrame(r io.Reader, v any) error {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > maxFrame {
-		return fmt.Errorf("frame of %d bytes exceeds %d", n, maxFrame)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/frame"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,9 +29,9 @@ func serveOnce(t *testing.T, resp any) (string, <-chan map[string]string) {
 		}
 		defer c.Close()
 		var req map[string]string
-		if readFrame(c, &req) == nil {
+		if frame.Read(c, &req) == nil {
 			got <- req
-			_ = writeFrame(c, resp)
+			_ = frame.Write(c, resp)
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })

@@ -3,7 +3,6 @@ package fakeublk
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/frame"
 )
 
 // Mode is how a fake daemon reacts to a stop request.
@@ -236,7 +237,7 @@ func (d *daemon) handle(c net.Conn) {
 	var req struct {
 		Kind string `json:"kind"`
 	}
-	if err := ReadFrame(c, &req); err != nil {
+	if err := frame.Read(c, &req); err != nil {
 		c.Close()
 		return
 	}
@@ -247,47 +248,13 @@ func (d *daemon) handle(c net.Conn) {
 	defer c.Close()
 	switch req.Kind {
 	case "shutdown":
-		_ = WriteFrame(c, map[string]string{"status": "ok"})
+		_ = frame.Write(c, map[string]string{"status": "ok"})
 		d.trigger("request")
 	case "status":
-		_ = WriteFrame(c, map[string]any{"status": "ok", "devices": d.tree.Devices()})
+		_ = frame.Write(c, map[string]any{"status": "ok", "devices": d.tree.Devices()})
 	default:
-		_ = WriteFrame(c, map[string]string{"status": "error", "error": "unknown kind " + req.Kind})
+		_ = frame.Write(c, map[string]string{"status": "error", "error": "unknown kind " + req.Kind})
 	}
-}
-
-// maxFrame bounds a frame so a corrupt length cannot make a reader
-// allocate gigabytes.
-const maxFrame = 1 << 20
-
-// WriteFrame writes v as JSON preceded by its 4-byte big-endian length.
-func WriteFrame(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 4+len(b))
-	binary.BigEndian.PutUint32(buf, uint32(len(b)))
-	copy(buf[4:], b)
-	_, err = w.Write(buf)
-	return err
-}
-
-// ReadFrame reads one length-prefixed JSON frame into v.
-func ReadFrame(r io.Reader, v any) error {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > maxFrame {
-		return fmt.Errorf("fakeublk: frame of %d bytes", n)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
 }
 
 // Child is a fake daemon running as a child process.
