@@ -73,7 +73,7 @@ func (f *Fake) Create(ctx context.Context, id string) error {
 }
 
 // Pause takes Latency(id), or returns ctx's error if ctx ends first (the sandbox then
-// keeps running), and writes the sandbox's image file.
+// keeps running), and writes the sandbox's image file durably.
 func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	t := time.NewTimer(f.Latency(id))
 	defer t.Stop()
@@ -97,7 +97,7 @@ func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	if err := os.WriteFile(image, data, 0o600); err != nil {
 		return "", err
 	}
-	return image, nil
+	return image, errors.Join(syncPath(image), syncPath(f.Dir))
 }
 
 // Resume checks the image and starts the sandbox again.
@@ -161,7 +161,8 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 	return r.Runtime.Run(ctx, id, b, r.log(id))
 }
 
-// Pause checkpoints the sandbox into its image directory, which stops it. The stopped
+// Pause checkpoints the sandbox into its image directory, which stops it, and fsyncs the
+// image so that the record written after it never points at a lost image. The stopped
 // container is deleted later, by Resume or Destroy: runsc delete of a checkpointed
 // container takes about two seconds (it waits for the sandbox process to go), which a
 // node drain should not spend before SIGKILL.
@@ -173,7 +174,33 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 	if err := r.Runtime.Checkpoint(ctx, id, image); err != nil {
 		return "", err
 	}
-	return image, nil
+	// The record that points at the image is made durable next; the image must be too.
+	return image, syncTree(image)
+}
+
+// syncTree fsyncs every regular file in dir, then dir itself.
+func syncTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			if err := syncPath(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return syncPath(dir)
+}
+
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // Resume restores the sandbox from image.
