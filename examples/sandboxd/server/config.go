@@ -55,12 +55,14 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.DurationVar(&c.PauseLatency, "pause-latency", DefaultPauseLatency, "how long one pause takes (fake runtime); with runsc, the first estimate of a checkpoint")
 	fs.Float64Var(&c.PauseJitter, "pause-jitter", 0, "spread of the pause latency, a fraction in [0, 1) (fake runtime)")
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown")
-	fs.IntVar(&c.Devices, "devices", -1, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
+	fs.IntVar(&c.Devices, "devices", 0, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if c.Devices == -1 {
-		c.Devices = map[bool]int{true: DefaultDevices, false: 0}[c.Runtime == "fake"]
+	devicesSet := false
+	fs.Visit(func(f *flag.Flag) { devicesSet = devicesSet || f.Name == "devices" })
+	if !devicesSet && c.Runtime == "fake" {
+		c.Devices = DefaultDevices
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
