@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
@@ -21,7 +23,10 @@ func main() {
 	case modeSeed:
 		os.Exit(seedMain(os.Args[1:], os.Stderr))
 	}
-	os.Exit(Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // Main runs the simulation and returns the exit status: 0 when drainkit preserved every

@@ -79,6 +79,13 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 		return nil, err
 	}
 	defer func() { _ = child.Kill(); <-child.Exited() }()
+	go func() { // an interrupted drainsim takes its server down at once
+		select {
+		case <-ctx.Done():
+			_ = child.Kill()
+		case <-child.Exited():
+		}
+	}()
 	base := "http://" + addr
 	if err := populate(ctx, base, opts.N, child); err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
@@ -89,6 +96,9 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 		hook = seedHook(base, opts.SeedPoll)
 	}
 	tl, err := kubeletsim.Terminate(ctx, child, hook, opts.Grace)
+	if err == nil {
+		err = ctx.Err()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +119,7 @@ func startServer(opts options, mode, dir, addr string, stderr io.Writer) (*kubel
 	if opts.Verbose {
 		cmd.Stdout, cmd.Stderr = stderr, stderr
 	}
+	dieWithParent(cmd)
 	return kubeletsim.Start(cmd)
 }
 
