@@ -12,5 +12,5 @@
 // The servers are real processes with a real device daemon child; the kubelet is simulated
 // (internal/kubeletsim) with its exact arithmetic, in real time with a scaled-down grace
 // period. The same scenario at full scale (3600 s, 200 sandboxes) runs in virtual time
-// under testing/synctest in the drain package's tests.
+// under testing/synctest in this package's TestFullScaleInVirtualTime.
 package main

@@ -108,8 +108,9 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 	fmt.Fprintf(stdout, "Real server processes, real signals, a real device daemon child, in real time with the\n"+
 		"grace period scaled down from AgentENV's 3600 s. The kubelet is simulated (internal/kubeletsim):\n"+
 		"preStop bounded by the grace period, its elapsed time truncated to whole seconds, a 2 s floor,\n"+
-		"SIGTERM, then SIGKILL to the whole process group. Nothing here uses virtual time; the full-scale\n"+
-		"run (3600 s, 200 sandboxes x 2 s) is a virtual-time test: go test -run FullScale ./drain\n\n")
+		"SIGTERM, then SIGKILL to the whole process group. Nothing here uses virtual time; the same\n"+
+		"scenario at full scale (3600 s, 200 sandboxes x 1-3 s) runs in virtual time under testing/synctest:\n"+
+		"go test -v -run FullScale ./examples/drainsim\n\n")
 	var results []*result
 	for _, m := range []struct{ mode, title string }{
 		{modeSeed, "seed: preStop waits for zero running sandboxes, no bound; then one pause at a time"},

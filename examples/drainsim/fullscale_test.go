@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// drainsim's scenario at AgentENV's full scale, in virtual time: grace 3600 s, 200 running
+// sandboxes of the examples' fake runtime whose pauses take 1-3 s, 24 h timeouts, a device
+// daemon step of 1 s. kubeletsim terminates the in-process node exactly as the kubelet
+// would; an hour passes in milliseconds.
+func TestFullScaleInVirtualTime(t *testing.T) {
+	const grace, n = 3600 * time.Second, 200
+	t.Run("seed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			preserved, tl, _ := fullScale(t, modeSeed, grace, n)
+			t.Logf("seed: %d/%d preserved\n%s", preserved, n, tl)
+			assert.True(t, tl.HookKept, "the preStop loop ran the whole hour")
+			assert.True(t, tl.Killed)
+			assert.LessOrEqual(t, preserved, 2, "2 s after SIGTERM, one 1-3 s pause at a time")
+		})
+	})
+	t.Run("drainkit", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			preserved, tl, rep := fullScale(t, modeDrainkit, grace, n)
+			t.Logf("drainkit: %d/%d preserved, margin %v\n%s", preserved, n, tl.Margin(), tl)
+			assert.Equal(t, n, preserved)
+			assert.False(t, tl.Killed)
+			assert.GreaterOrEqual(t, tl.Margin(), 30*time.Second)
+			require.NotNil(t, rep)
+			assert.Zero(t, rep.Lost())
+			assert.Equal(t, drain.OK, rep.Phase("ublk").Result)
+		})
+	})
+}
+
+// fullScale runs one termination and returns how many sandboxes were recorded paused
+// before SIGKILL was due, the timeline and (drainkit) the Report.
+func fullScale(t *testing.T, mode string, grace time.Duration, n int) (int, *kubeletsim.Timeline, *drain.Report) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "records"))
+	require.NoError(t, err)
+	node, _, err := sandbox.NewNode(&sandbox.Fake{Dir: filepath.Join(dir, "images"), PauseLatency: 2 * time.Second,
+		Jitter: 0.5}, st, nil)
+	require.NoError(t, err)
+	defer node.Close()
+	for range n {
+		_, err := node.Create(t.Context(), 86400)
+		require.NoError(t, err)
+	}
+	proc := kubeletsim.NewInProcess()
+	killed, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-proc.Killed():
+			cancel() // SIGKILL: nothing more happens in the process
+		case <-killed.Done():
+		}
+	}()
+	stopDaemon := func(ctx context.Context) error {
+		select {
+		case <-time.After(time.Second):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+
+	var hook kubeletsim.Hook
+	var rep *drain.Report
+	if mode == modeSeed {
+		hook = kubeletsim.HookFunc(func(ctx context.Context) error {
+			for node.Count(sandbox.Running) > 0 {
+				select {
+				case <-time.After(3 * time.Second):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		})
+		go func() {
+			defer proc.Exit()
+			<-proc.Signals()
+			sbs, _ := node.Running(killed)
+			for _, sb := range sbs {
+				if sb.Preserve(killed) != nil {
+					return
+				}
+			}
+			_ = stopDaemon(killed)
+		}()
+	} else {
+		budget, err := deadline.New(grace)
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{
+			Budget:       budget,
+			Sandboxes:    pause.ListFunc(node.Running),
+			Estimator:    deadline.NewEstimator(2 * time.Second),
+			PauseOptions: []pause.Option{pause.WithLimit(16), pause.WithInFlight(pause.FinishInFlight)},
+			Steps:        []drain.Step{{Name: "ublk", Reserve: 30 * time.Second, Run: stopDaemon}},
+		})
+		require.NoError(t, err)
+		hook = kubeletsim.HandlerHook{Handler: d.PreStop(), Path: "/drain"}
+		go func() {
+			defer proc.Exit()
+			rep = d.ServeSignals(killed, proc.Signals())
+		}()
+	}
+	tl, err := kubeletsim.Terminate(context.Background(), proc, hook, grace)
+	require.NoError(t, err)
+	synctest.Wait()
+	recs, _, err := st.Load()
+	require.NoError(t, err)
+	preserved := 0
+	for _, r := range recs {
+		if !r.PausedAt.After(tl.KillDue) {
+			preserved++
+		}
+	}
+	return preserved, tl, rep
+}
