@@ -193,9 +193,6 @@ func (w *Worker) escalate(ctx context.Context) error {
 		wg.Go(func() {
 			exit, err := pause.Escalation{}.Stop(ctx, w.target(sb.ID()))
 			w.logger.Warn("not checkpointed: signalled", "id", sb.ID(), "exit", exit, "error", err)
-			if r, ok := w.rt.(*sandbox.Runsc); ok { // the container's entry; the bundle stays
-				_ = r.Runtime.Delete(ctx, sb.ID(), true)
-			}
 			if exit != pause.Exited || err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("%s: %s: %w", sb.ID(), exit, err))

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// A sandbox that cannot be checkpointed (here: its image directory cannot be created) is
+// not left running until SIGKILL: after the preserve phase the escalate step SIGTERMs it
+// (an actor saves itself on it), and the worker reports it not preserved.
+func TestSandboxThatCannotBeCheckpointedIsSignalled(t *testing.T) {
+	if err := runsc.Usable(); err != nil {
+		t.Skip("skipping real-runsc test: ", err)
+	}
+	dir := t.TempDir()
+	cfg := config{Socket: filepath.Join(dir, "w.sock"), StateDir: dir, Grace: 10 * time.Second,
+		Concurrency: 2, Runtime: "runsc", PauseLatency: time.Second}
+	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	root := &runsc.Runtime{Root: filepath.Join(dir, "runsc", "root")}
+	t.Cleanup(func() { _ = root.DeleteAll(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan *drain.Report, 1)
+	go func() { done <- w.serve(ctx) }()
+
+	r, err := dial(t, cfg.Socket).Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	bundle := runsc.Bundle{Dir: filepath.Join(dir, "runsc", "bundles", r.ID)}
+	require.Eventually(t, func() bool { n, err := bundle.Counter(); return err == nil && n > 2 },
+		time.Minute, 20*time.Millisecond)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "runsc", "images"), nil, 0o600)) // checkpoints fail
+
+	cancel() // SIGTERM
+	rep := <-done
+	require.Error(t, rep.Err(), "the sandbox was lost")
+	assert.Equal(t, 1, rep.Preserve.Counts[pause.Failed]+rep.Preserve.Counts[pause.TimedOut])
+	esc := rep.Phase("escalate")
+	require.NotNil(t, esc)
+	assert.Equal(t, drain.OK, esc.Result, "SIGTERM was enough: %s", esc.Error)
+	st, err := root.State(context.Background(), r.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "stopped", st.Status, "the signalled container exited")
+	assert.Positive(t, rep.Margin)
+}
