@@ -70,6 +70,9 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	return c, nil
 }
 
+// classList is the admission class of List: read-only, never refused.
+const classList drain.Class = "list"
+
 // clamp keeps d within [lo, hi].
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 
@@ -112,12 +115,12 @@ func (w *Worker) open() error {
 	if w.node, _, err = sandbox.NewNode(w.rt, st, w.logger); err != nil {
 		return err
 	}
-	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}}
+	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint, classList}}
 	classify := draingrpc.Methods(map[string]drain.Class{
 		MethodRun:        drain.Create,
 		MethodRestore:    drain.Resume,
 		MethodCheckpoint: drain.Checkpoint,
-		MethodList:       drain.Checkpoint, // read-only: never refused
+		MethodList:       classList,
 	}, drain.Create)
 	w.grpc = grpc.NewServer(grpc.ForceServerCodec(jsonCodec{}),
 		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)))
