@@ -50,6 +50,12 @@ func WithLogger(l *slog.Logger) Option {
 // WithMargin sets how long before the expected SIGKILL the budget's
 // Deadline falls. The default is DefaultMargin; zero is allowed, negative is
 // an error at construction.
+//
+// Keep it above one second plus the hook's request latency: the server
+// learns of the preStop hook a little after the kubelet started it, so the
+// kubelet's elapsed time, truncated to whole seconds, can be one second
+// more than the server's, and SIGKILL that much earlier than OnSIGTERM
+// computes.
 func WithMargin(d time.Duration) Option {
 	return func(b *Budget) { b.margin = d }
 }
