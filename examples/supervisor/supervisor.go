@@ -57,6 +57,7 @@ type supervisor struct {
 	src       *httpsource.Source
 	drainer   *drain.Drainer
 	preserver *limited
+	steps     []drain.Step   // the teardown steps, in order
 	teardown  *ublk.Teardown // nil without -daemon
 	procs     *procTable
 	server    *child
@@ -103,10 +104,14 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		if s.teardown, err = s.newTeardown(); err != nil {
 			return nil, fmt.Errorf("-daemon: %w", err)
 		}
-		steps = append(steps, drain.Step{Name: StepDaemon, Reserve: stepReserve(cfg.grace), Run: s.stopDaemon})
+		// Critical: pauses still in flight may use the server step's time
+		// (the server must finish them anyway) but never the daemon's: it
+		// must stop before SIGKILL, and on a vulnerable kernel must never
+		// be killed with live devices.
+		steps = append(steps, drain.Step{Name: StepDaemon, Reserve: stepReserve(cfg.grace), Run: s.stopDaemon, Critical: true})
 	}
 	pres := &limited{Preserver: p, src: s.src}
-	s.preserver = pres
+	s.preserver, s.steps = pres, steps
 	s.drainer, err = drain.New(drain.Config{
 		Budget:    s.budget,
 		Sandboxes: s.src,
@@ -118,37 +123,20 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-grace %v too short: %w", cfg.grace, err)
 	}
-	if len(cfg.daemon) > 0 {
-		pres.hardCap = func() time.Time { return s.drainer.Plan().Deadline(StepServer) }
-	}
 	return s, nil
 }
 
 // limited is the Preserver as drain sees it. Its concurrency, for the
 // preserve phase's live reserve, is never more than the Source learned the
 // server takes (after 429s), so the plan does not count on parallelism the
-// server refuses. And pauses still in flight at the preserve deadline may
-// finish only until hardCap (the server step's deadline), never into the
-// daemon's reserve: the daemon must stop before SIGKILL, and on a
-// vulnerable kernel must never be killed with live devices.
+// server refuses.
 type limited struct {
 	*pause.Preserver
-	src     *httpsource.Source
-	hardCap func() time.Time // nil: no cap
+	src *httpsource.Source
 }
 
 // Limit is the concurrency the plan counts on.
 func (l *limited) Limit() int { return min(l.Preserver.Limit(), l.src.Limit()) }
-
-// Run runs the Preserver with hard capped at hardCap.
-func (l *limited) Run(ctx context.Context, hard time.Time) *pause.Report {
-	if l.hardCap != nil {
-		if c := l.hardCap(); hard.IsZero() || c.Before(hard) {
-			hard = c
-		}
-	}
-	return l.Preserver.Run(ctx, hard)
-}
 
 // run starts the children and supervises them until the termination is
 // over, and returns the exit status.
