@@ -92,6 +92,7 @@ type APIError struct {
 	Message    string // Status.message, or the start of the body
 }
 
+// Error says which status the API server answered and why.
 func (e *APIError) Error() string {
 	msg := fmt.Sprintf("deadline: kubernetes API: %d %s", e.StatusCode, http.StatusText(e.StatusCode))
 	if e.Message != "" {

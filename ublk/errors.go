@@ -19,6 +19,8 @@ type UnsafeError struct {
 	Cause error
 }
 
+// Error names the live devices and the kernel, and says the daemon was left
+// running because killing it is unsafe.
 func (e *UnsafeError) Error() string {
 	msg := fmt.Sprintf("ublk: %d device(s) still live (%s) on vulnerable kernel %s: daemon left running, unsafe to kill",
 		len(e.Devices), diskNames(e.Devices), e.Kernel)
@@ -43,6 +45,7 @@ type HeldError struct {
 	Holders map[int][]Holder // by device ID
 }
 
+// Error names every holder of every device still held open.
 func (e *HeldError) Error() string {
 	var parts []string
 	for id, hs := range e.Holders {
@@ -65,6 +68,7 @@ type IncompleteError struct {
 	Cause   error
 }
 
+// Error names the devices left and the verdict.
 func (e *IncompleteError) Error() string {
 	msg := fmt.Sprintf("ublk: %d device(s) left (%s): %s", len(e.Devices), diskNames(e.Devices), e.Verdict)
 	return msg + causeText(e.Cause)
