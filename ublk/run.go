@@ -259,12 +259,10 @@ func (r *run) requestStop() {
 	rcancel()
 	r.requestedAt = time.Now()
 	r.rep.Daemon.Requested = err == nil
+	result := "delivered"
 	if err != nil {
 		r.rep.Daemon.RequestError = err.Error()
 		r.causes = append(r.causes, err)
-	}
-	result := "delivered"
-	if err != nil {
 		result = ""
 	}
 	_ = r.stepEnd(s, result, err)
@@ -482,9 +480,8 @@ func (r *run) finish() error {
 	if err := r.ctx.Err(); err != nil && !errors.Is(errors.Join(r.causes...), err) {
 		r.causes = append(r.causes, err)
 	}
-	r.rep.Verdict = VerdictStopped
 	var unsafe, left []int
-	worst := VerdictStopped
+	worst, worstLeft := VerdictStopped, VerdictKilled
 	for _, d := range r.dev {
 		d.rep.Final = d.cur
 		d.rep.InflightAfter = d.inflight
@@ -497,6 +494,9 @@ func (r *run) finish() error {
 			unsafe = append(unsafe, d.cur.ID)
 		case VerdictKilled, VerdictOrphaned, VerdictNotStopped:
 			left = append(left, d.cur.ID)
+			if severity(d.rep.Verdict) > severity(worstLeft) {
+				worstLeft = d.rep.Verdict
+			}
 		}
 		if severity(d.rep.Verdict) > severity(worst) {
 			worst = d.rep.Verdict
@@ -511,18 +511,9 @@ func (r *run) finish() error {
 	case len(unsafe) > 0:
 		return &UnsafeError{Devices: unsafe, Kernel: r.t.release, Cause: cause}
 	case len(left) > 0:
-		return &IncompleteError{Devices: left, Verdict: worstOf(r.dev, left, VerdictKilled), Cause: cause}
+		return &IncompleteError{Devices: left, Verdict: worstLeft, Cause: cause}
 	}
 	return nil
-}
-
-func worstOf(devs []*devState, ids []int, v Verdict) Verdict {
-	for _, d := range devs {
-		if slices.Contains(ids, d.cur.ID) && severity(d.rep.Verdict) > severity(v) {
-			v = d.rep.Verdict
-		}
-	}
-	return v
 }
 
 func (r *run) verdict(d *devState, exited bool) Verdict {
