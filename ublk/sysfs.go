@@ -152,9 +152,7 @@ func ReadDevice(sysRoot string, id int) (Device, error) {
 	if d.Disk, err = exists(disk); err != nil || !d.Disk {
 		return d, err
 	}
-	if b, err := os.ReadFile(filepath.Join(disk, "dev")); err == nil {
-		d.Dev, _ = ParseDevNum(string(b))
-	}
+	d.Dev, _ = ReadDevNum(sysRoot, d.DiskName())
 	if b, err := os.ReadFile(filepath.Join(disk, "inflight")); err == nil {
 		d.Inflight = parseInflight(string(b))
 	}
