@@ -20,8 +20,10 @@ import (
 type Socket struct {
 	path string
 	proc *Process
-	poll time.Duration
 }
+
+// socketPoll is how often Socket.Wait tries the socket without a Process.
+const socketPoll = 100 * time.Millisecond
 
 // NewSocket returns a Socket daemon for the socket at path. proc may be
 // nil.
@@ -29,7 +31,7 @@ func NewSocket(path string, proc *Process) (*Socket, error) {
 	if path == "" {
 		return nil, errors.New("ublk: NewSocket: path is empty")
 	}
-	return &Socket{path: path, proc: proc, poll: 100 * time.Millisecond}, nil
+	return &Socket{path: path, proc: proc}, nil
 }
 
 // Path returns the socket path.
@@ -95,7 +97,7 @@ func (s *Socket) Wait(ctx context.Context) error {
 	if s.proc != nil {
 		return s.proc.Wait(ctx)
 	}
-	t := time.NewTicker(s.poll)
+	t := time.NewTicker(socketPoll)
 	defer t.Stop()
 	for {
 		var d net.Dialer
