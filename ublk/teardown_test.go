@@ -212,7 +212,7 @@ func TestHeldDeviceKeepsTheDaemonRunning(t *testing.T) {
 		assert.Equal(t, VerdictHeld, rep.Device(1).Verdict)
 		assert.Equal(t, VerdictNotStopped, rep.Device(0).Verdict)
 		assert.Equal(t, VerdictHeld, rep.Verdict)
-		assert.True(t, rep.Daemon.LeftRunning || !rep.Daemon.Present)
+		assert.True(t, rep.Daemon.Present && rep.Daemon.LeftRunning)
 	})
 }
 
