@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/drainkit/drainkit/examples/internal/store"
 )
 
 func main() {
@@ -35,7 +37,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	rep := w.serve(ctx)
 	data, _ := json.MarshalIndent(rep, "", "  ")
-	if err := os.WriteFile(filepath.Join(cfg.StateDir, "last-shutdown.json"), data, 0o600); err != nil {
+	if err := store.WriteFile(filepath.Join(cfg.StateDir, "last-shutdown.json"), data, 0o600); err != nil {
 		fmt.Fprintln(stderr, "gvisor-worker:", err)
 		return 1
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 	"github.com/drainkit/drainkit/ublk"
@@ -280,7 +281,7 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 	return rep
 }
 
-// finish writes the Report to -report and logs it.
+// finish logs the Report and writes it to -report (atomically and durably).
 func (s *supervisor) finish(rep *Report) {
 	attrs := []any{"exit_code", rep.ExitCode, "server", rep.Server.String(), "orphans_reaped", rep.OrphansReaped}
 	if rep.Daemon != nil {
@@ -295,29 +296,11 @@ func (s *supervisor) finish(rep *Report) {
 	}
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err == nil {
-		err = writeFileSynced(s.cfg.report, append(b, '\n'))
+		err = store.WriteFile(s.cfg.report, append(b, '\n'), 0o666)
 	}
 	if err != nil {
 		s.log.Error("supervisor: writing the report", "file", s.cfg.report, "err", err)
 	}
-}
-
-func writeFileSynced(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(b); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // routes serves the preStop hook, readiness and liveness.

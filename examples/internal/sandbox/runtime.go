@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/runsc"
 )
 
@@ -94,10 +95,7 @@ func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(image, data, 0o600); err != nil {
-		return "", err
-	}
-	return image, errors.Join(syncPath(image), syncPath(f.Dir))
+	return image, store.WriteFile(image, data, 0o600)
 }
 
 // Resume checks the image and starts the sandbox again.

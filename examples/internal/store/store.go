@@ -70,8 +70,7 @@ func validID(id string) error {
 	return nil
 }
 
-// Put writes r durably, replacing any record with its ID: it writes a temporary file,
-// fsyncs it, renames it over the record and fsyncs the directory.
+// Put writes r durably, replacing any record with its ID, with WriteFile.
 func (s *Store) Put(r Record) error {
 	if err := validID(r.ID); err != nil {
 		return err
@@ -80,11 +79,25 @@ func (s *Store) Put(r Record) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(s.dir, "."+r.ID+".*"+tempExt)
-	if err != nil {
-		return fmt.Errorf("store: %w", err)
+	if err := WriteFile(s.path(r.ID), data, 0o600); err != nil {
+		return fmt.Errorf("store: put %s: %w", r.ID, err)
 	}
-	tmp := f.Name()
+	return nil
+}
+
+// WriteFile writes data to path atomically and durably: it writes the temporary file
+// .NAME.tmp beside path (created with perm before the umask, like os.WriteFile), fsyncs
+// it, renames it over path and fsyncs the directory. After it returns nil, path holds data
+// across a crash or power loss; a crash before that leaves path as it was, and perhaps the
+// temporary file (a Store's Load reports it as Incomplete). On an error it removes the
+// temporary file. WriteFiles of the same path must not overlap.
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	dir, name := filepath.Split(path)
+	tmp := filepath.Join(dir, "."+name+tempExt)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
 	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
@@ -93,13 +106,13 @@ func (s *Store) Put(r Record) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, s.path(r.ID))
+		err = os.Rename(tmp, path)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("store: put %s: %w", r.ID, err)
+		return err
 	}
-	return s.syncDir()
+	return syncDir(filepath.Clean(dir))
 }
 
 // Delete removes the record of id durably. A missing record is not an error.
@@ -107,10 +120,14 @@ func (s *Store) Delete(id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	err := os.Remove(s.path(id))
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		err = syncDir(s.dir)
+	}
+	if err != nil {
 		return fmt.Errorf("store: delete %s: %w", id, err)
 	}
-	return s.syncDir()
+	return nil
 }
 
 // Load reads every record, sorted by ID, and reports every other file that looks like
@@ -162,14 +179,15 @@ func (s *Store) read(path, id string) (Record, error) {
 
 func (s *Store) path(id string) string { return filepath.Join(s.dir, id+recordExt) }
 
-func (s *Store) syncDir() error {
-	d, err := os.Open(s.dir)
+// syncDir fsyncs dir, so that the entries created, renamed or removed in it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("store: %w", err)
+		return err
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("store: sync %s: %w", s.dir, err)
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }

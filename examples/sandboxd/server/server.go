@@ -203,31 +203,13 @@ func (s *Server) Close() {
 	}
 }
 
-// writeReport writes rep into the state directory: temporary file, fsync, rename.
+// writeReport writes rep into the state directory, atomically and durably.
 func (s *Server) writeReport(rep *drain.Report) error {
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(s.cfg.StateDir, ReportFile)
-	f, err := os.CreateTemp(s.cfg.StateDir, ReportFile+".*.tmp")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return store.WriteFile(filepath.Join(s.cfg.StateDir, ReportFile), data, 0o600)
 }
 
 // preserved counts the preserved sandboxes of a Preserver report (nil: none).
