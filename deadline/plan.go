@@ -138,11 +138,7 @@ func (p *Plan) Context(parent context.Context, name string) (context.Context, co
 // at the largest Duration.
 func (p *Plan) Shortfall() time.Duration {
 	st := p.budget.State()
-	end := st.Start // T0 + the sum of all reserves, exact as a time.Time
-	for _, r := range p.reserves() {
-		end = end.Add(r)
-	}
-	return max(end.Sub(st.Deadline), 0)
+	return p.overrun(0, st.Start, st.Deadline)
 }
 
 // ShortfallFrom returns by how much the reserves of the named phase and all
@@ -155,11 +151,19 @@ func (p *Plan) Shortfall() time.Duration {
 func (p *Plan) ShortfallFrom(name string) time.Duration {
 	i := p.mustIndex(name)
 	st := p.budget.State()
-	end := time.Now()
-	for _, r := range p.reserves()[i:] {
-		end = end.Add(r)
+	return p.overrun(i, time.Now(), st.Deadline)
+}
+
+// overrun returns by how much the reserves of phases[from:], laid end to
+// end from start, run past deadline, or zero. The sum is kept as a
+// time.Time, exact even for absurd reserves, and the result saturates at
+// the largest Duration.
+func (p *Plan) overrun(from int, start, deadline time.Time) time.Duration {
+	end := start
+	for _, ph := range p.phases[from:] {
+		end = end.Add(max(ph.Reserve(), 0))
 	}
-	return max(end.Sub(st.Deadline), 0)
+	return max(end.Sub(deadline), 0)
 }
 
 // A Window is one phase's place in the plan at a moment.
@@ -177,31 +181,20 @@ type Window struct {
 // the last phase's deadline is the budget's Deadline.
 func (p *Plan) Windows() []Window {
 	st := p.budget.State()
-	res := p.reserves()
 	out := make([]Window, len(p.phases))
 	// want walks back from the budget's deadline by each reserve. It is a
 	// time.Time, not a Duration sum, so even absurd reserves cannot overflow.
+	// Reserves are not negative, so want never passes the deadline, and T0
+	// never does either (a Budget invariant): a phase whose later reserves
+	// do not fit after T0 is squeezed to T0 and no further.
 	want := st.Deadline
 	for i := len(p.phases) - 1; i >= 0; i-- {
-		d := want
-		if d.Before(st.Start) { // later reserves win: squeeze this phase
-			d = st.Start
-		}
-		if d.After(st.Deadline) {
-			d = st.Deadline
-		}
-		out[i] = Window{Name: p.phases[i].Name, Reserve: res[i], Deadline: d, Squeezed: max(d.Sub(want), 0)}
-		want = want.Add(-res[i])
+		r := max(p.phases[i].Reserve(), 0)
+		d := laterOf(want, st.Start)
+		out[i] = Window{Name: p.phases[i].Name, Reserve: r, Deadline: d, Squeezed: d.Sub(want)}
+		want = want.Add(-r)
 	}
 	return out
-}
-
-func (p *Plan) reserves() []time.Duration {
-	res := make([]time.Duration, len(p.phases))
-	for i, ph := range p.phases {
-		res[i] = max(ph.Reserve(), 0)
-	}
-	return res
 }
 
 func (p *Plan) mustIndex(name string) int {
