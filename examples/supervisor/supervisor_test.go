@@ -80,6 +80,9 @@ func TestForwardsSignalsAndExitsWithTheServersStatus(t *testing.T) {
 	ctx := t.Context()
 	eventually(t, 10*time.Second, "readyz 200", func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 })
 	assert.Equal(t, 200, get(ctx, "http://"+listen+"/healthz"))
+	// The server traps its signals before it listens: once it answers, a
+	// forwarded SIGHUP cannot hit it before its handler is in place.
+	eventually(t, 10*time.Second, "server answers", func() bool { return get(ctx, "http://"+api+"/sandboxes") == 200 })
 
 	sup.signal(t, syscall.SIGHUP)
 	sup.signal(t, syscall.SIGUSR1)
