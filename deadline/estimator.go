@@ -70,6 +70,10 @@ func (e *Estimator) Mean() time.Duration {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.meanLocked()
+}
+
+func (e *Estimator) meanLocked() time.Duration {
 	if e.count == 0 {
 		return e.prior
 	}
@@ -113,8 +117,5 @@ func (e *Estimator) Estimate() time.Duration {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.count == 0 {
-		return e.prior
-	}
-	return max(time.Duration(e.mean), e.quantileLocked(0.9))
+	return max(e.meanLocked(), e.quantileLocked(0.9)) // both the prior before any observation
 }
