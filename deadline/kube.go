@@ -349,13 +349,12 @@ type DeletionReader interface {
 //
 // Call it once, right after OnPreStop (or after OnSIGTERM when the server
 // does not see the preStop hook start), with a short timeout on ctx: a
-// deletion with
-// `kubectl delete --grace-period=30`, or an eviction, gives the kubelet a
-// grace period below the manifest's, and only the API server knows. If the
-// read fails, the budget is unchanged and the error is returned (wrapping
-// ErrNotTerminating when the pod has no deletionTimestamp, as under graceful
-// node shutdown); the manifest grace then stands, so log the error and go
-// on.
+// deletion with `kubectl delete --grace-period=30`, or an eviction, gives
+// the kubelet a grace period below the manifest's, and only the API server
+// knows. If the read fails, the budget is unchanged and the error is
+// returned (wrapping ErrNotTerminating when the pod has no
+// deletionTimestamp, as under graceful node shutdown); the manifest grace
+// then stands, so log the error and go on.
 func (b *Budget) TightenFromPod(ctx context.Context, r DeletionReader) (bool, error) {
 	if r == nil {
 		return false, errors.New("deadline: TightenFromPod: reader must not be nil")
