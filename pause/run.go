@@ -138,7 +138,7 @@ func (r *run) pass(n int) int {
 	r.rep.Passes = n
 	if err != nil {
 		r.rep.ListErr = err.Error()
-		r.p.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed",
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed",
 			slog.Int("pass", n), slog.String("error", err.Error()))
 		return 0
 	}
@@ -147,7 +147,7 @@ func (r *run) pass(n int) int {
 		return 0
 	}
 	order := r.order(tasks)
-	r.p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
+	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
 		slog.Int("pass", n), slog.Int("new", len(tasks)), slog.String("order", order.String()),
 		slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
 	ps := r.newPass(tasks)
@@ -249,14 +249,14 @@ func (r *run) finish() *Report {
 			rep.Counts[outcomes[i]] = n
 		}
 	}
-	for _, o := range []Outcome{Preserved, Failed, TimedOut, NotStarted, Vanished} {
+	for _, o := range outcomes {
 		r.span.SetAttributes(attribute.Int("pause."+string(o), rep.Counts[o]))
 	}
 	r.span.SetAttributes(attribute.Int("pause.passes", rep.Passes), attribute.Int("pause.final_limit", rep.Limit))
 	if lost := rep.Lost(); lost > 0 {
 		r.span.SetStatus(codes.Error, "sandboxes lost")
 	}
-	r.p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run finished",
+	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run finished",
 		slog.Int("preserved", rep.Counts[Preserved]), slog.Int("lost", rep.Lost()),
 		slog.Int("vanished", rep.Counts[Vanished]), slog.Int("passes", rep.Passes),
 		slog.Duration("took", rep.End.Sub(rep.Start)), slog.Int("limit", rep.Limit))
