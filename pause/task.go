@@ -114,10 +114,7 @@ func (t *task) run(now time.Time) (time.Time, bool) {
 	if t.watch != nil {
 		t.watch.Stop()
 	}
-	if !t.settle(res) {
-		return res.end, false
-	}
-	return res.end, true
+	return res.end, t.settle(res)
 }
 
 // abandon settles a task whose Preserve overran its bound by AbandonGrace
