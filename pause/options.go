@@ -224,5 +224,8 @@ func (c *config) validate() error {
 	if c.log == nil {
 		errs = append(errs, errors.New("pause: logger must not be nil"))
 	}
+	if c.isPermanent == nil {
+		errs = append(errs, errors.New("pause: permanent-error classifier must not be nil"))
+	}
 	return errors.Join(errs...)
 }

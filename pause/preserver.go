@@ -44,9 +44,6 @@ func New(list Lister, opts ...Option) (*Preserver, error) {
 	if list == nil || isNilFunc(list) {
 		err = errors.Join(errors.New("pause: lister must not be nil"), err)
 	}
-	if c.isPermanent == nil {
-		err = errors.Join(err, errors.New("pause: permanent-error classifier must not be nil"))
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +86,8 @@ func (p *Preserver) Limit() int { return int(p.limit.Load()) }
 // most once per Run, even if a later pass lists it again: close admissions
 // (drain's gate) before the Run, so that nothing resumes a preserved
 // sandbox. One that was paused before the Run and resumed during it is new
-// to the Run, and the next pass catches it. The Report has one entry for every sandbox any pass
-// listed.
+// to the Run, and the next pass catches it. The Report has one entry for
+// every sandbox any pass listed.
 //
 // Run returns by max(ctx's deadline, hard) at the latest; with neither, it
 // returns when every preserve has.
