@@ -222,8 +222,8 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	}
 	ctx, cancel := context.WithDeadline(parent, dl)
 	defer cancel()
-	stop := context.AfterFunc(d.force, cancel)
-	defer stop()
+	ctx, unforce := d.forceCancel(ctx)
+	defer unforce()
 	var sbs []pause.Sandbox // read only when List returned
 	err := runBounded(ctx, func(ctx context.Context) error {
 		var err error
