@@ -87,16 +87,18 @@ func (r *Report) Lost() int {
 	return r.Preserve.Lost()
 }
 
-// Err returns nil when every sandbox was preserved or vanished and every
-// step returned nil in time; otherwise an error joining what went wrong, for
-// a caller choosing its exit code.
+// Err returns nil when every sandbox was preserved or vanished, the
+// preserve phase and every step returned in time without error, and the
+// shutdown ended before the expected SIGKILL; otherwise an error joining
+// what went wrong, for a caller choosing its exit code. A drain or gate
+// phase that timed out is not an error: its deadline ending it is the plan.
 func (r *Report) Err() error {
 	var errs []error
 	if n := r.Lost(); n > 0 {
 		errs = append(errs, fmt.Errorf("%d sandbox(es) not preserved", n))
 	}
 	for _, p := range r.Phases {
-		if p.Result == Failed || p.Result == Abandoned || (p.Result == TimedOut && p.Name != "drain" && p.Name != "gate") {
+		if p.Result == Failed || p.Result == Abandoned || (p.Result == TimedOut && p.Name != PhaseDrain && p.Name != PhaseGate) {
 			errs = append(errs, fmt.Errorf("%s: %s: %s", p.Name, p.Result, p.Error))
 		}
 	}
