@@ -83,8 +83,7 @@ func (c *preStopCall) wait(t *testing.T) PreStopSummary {
 	return sum
 }
 
-// recordStep returns a step that records when it ran and waits for its
-// context when block is set.
+// recordStep returns a step that appends its name to ran and returns nil.
 func recordStep(name string, reserve time.Duration, ran *[]string) Step {
 	return Step{Name: name, Reserve: reserve, Run: func(ctx context.Context) error {
 		*ran = append(*ran, name)
