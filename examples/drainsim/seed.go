@@ -18,7 +18,6 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/fakeublk"
-	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -54,9 +53,9 @@ func runSeed(listen, dir, rtName string, latency time.Duration, jitter float64, 
 	if err != nil {
 		return err
 	}
-	var rt sandbox.Runtime = &sandbox.Fake{Dir: filepath.Join(dir, "images"), PauseLatency: latency, Jitter: jitter}
-	if rtName == "runsc" {
-		rt = &sandbox.Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "runsc", "root")}, Dir: filepath.Join(dir, "runsc")}
+	rt, err := sandbox.NewRuntime(rtName, dir, latency, jitter)
+	if err != nil {
+		return err
 	}
 	node, _, err := sandbox.NewNode(rt, st, logger)
 	if err != nil {

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
-	"github.com/drainkit/drainkit/internal/runsc"
 )
 
 // The two ways a node can go through its termination.
@@ -64,10 +64,9 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 	defer os.RemoveAll(dir)
 	if opts.Runtime == "runsc" {
 		defer func() {
-			rt := &runsc.Runtime{Root: filepath.Join(dir, "runsc", "root")}
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_ = rt.DeleteAll(cctx) // sandboxes whose server was SIGKILLed
+			_ = sandbox.NewRunsc(filepath.Join(dir, "runsc")).Runtime.DeleteAll(cctx) // sandboxes whose server was SIGKILLed
 		}()
 	}
 	addr, err := freeAddr()

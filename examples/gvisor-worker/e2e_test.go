@@ -27,7 +27,7 @@ func TestSIGTERMCheckpointsAndRestartedWorkerRestoresCounters(t *testing.T) {
 	}
 	const grace = 30 * time.Second
 	dir := t.TempDir()
-	rt := &sandbox.Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "runsc", "root")}, Dir: filepath.Join(dir, "runsc")}
+	rt := sandbox.NewRunsc(filepath.Join(dir, "runsc"))
 	t.Cleanup(func() { _ = rt.Runtime.DeleteAll(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

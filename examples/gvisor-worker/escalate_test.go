@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -28,7 +29,8 @@ func TestSandboxThatCannotBeCheckpointedIsSignalled(t *testing.T) {
 		Concurrency: 2, Runtime: "runsc", PauseLatency: time.Second}
 	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	root := &runsc.Runtime{Root: filepath.Join(dir, "runsc", "root")}
+	rs := w.rt.(*sandbox.Runsc)
+	root := rs.Runtime
 	t.Cleanup(func() { _ = root.DeleteAll(context.Background()) })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -37,7 +39,7 @@ func TestSandboxThatCannotBeCheckpointedIsSignalled(t *testing.T) {
 
 	r, err := dial(t, cfg.Socket).Run(context.Background(), &RunRequest{})
 	require.NoError(t, err)
-	bundle := runsc.Bundle{Dir: filepath.Join(dir, "runsc", "bundles", r.ID)}
+	bundle := rs.Bundle(r.ID)
 	require.Eventually(t, func() bool { n, err := bundle.Counter(); return err == nil && n > 2 },
 		time.Minute, 20*time.Millisecond)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "runsc", "images"), nil, 0o600)) // checkpoints fail

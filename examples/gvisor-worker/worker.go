@@ -103,14 +103,8 @@ func (w *Worker) open() error {
 	if err != nil {
 		return err
 	}
-	if w.cfg.Runtime == "runsc" {
-		if err := runsc.Usable(); err != nil {
-			return fmt.Errorf("-runtime runsc: %w", err)
-		}
-		dir := filepath.Join(w.cfg.StateDir, "runsc")
-		w.rt = &sandbox.Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root")}, Dir: dir}
-	} else {
-		w.rt = &sandbox.Fake{Dir: filepath.Join(w.cfg.StateDir, "images"), PauseLatency: w.cfg.PauseLatency}
+	if w.rt, err = sandbox.NewRuntime(w.cfg.Runtime, w.cfg.StateDir, w.cfg.PauseLatency, 0); err != nil {
+		return fmt.Errorf("-runtime %s: %w", w.cfg.Runtime, err)
 	}
 	if w.node, _, err = sandbox.NewNode(w.rt, st, w.logger); err != nil {
 		return err

@@ -36,7 +36,7 @@ func BenchmarkPreserveRunscCheckpoints(b *testing.B) {
 func preserveAll(b *testing.B, limit int) time.Duration {
 	b.StopTimer()
 	dir := b.TempDir()
-	rt := &Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root")}, Dir: dir}
+	rt := NewRunsc(dir)
 	defer func() { _ = rt.Runtime.DeleteAll(context.Background()) }()
 	st, err := store.Open(filepath.Join(dir, "records"))
 	if err != nil {

@@ -2,6 +2,7 @@
 // node's sandboxes and their states (running, pausing, paused, resuming, deleting), over a
 // Runtime that does the work — in-process fakes whose pause takes a configurable time, or
 // real gVisor sandboxes driven through runsc — and a store of paused-sandbox records.
+// NewRuntime picks the Runtime by name and lays its files out in a server's state directory.
 //
 // A sandbox server without a node-drain library loses every sandbox that is not paused when
 // SIGKILL comes; the Node makes pausing and persisting one sandbox a single call, and lists

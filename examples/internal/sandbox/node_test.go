@@ -160,6 +160,25 @@ func TestFakeLatencyIsSpreadAndStablePerID(t *testing.T) {
 	assert.Equal(t, time.Second, (&Fake{PauseLatency: time.Second}).Latency("a"))
 }
 
+// NewRuntime lays a server's state directory out the same way for every example: fake
+// images in images/, runsc's files in runsc/ and its own state in runsc/root.
+func TestNewRuntimeLaysOutTheStateDirectory(t *testing.T) {
+	rt, err := NewRuntime("fake", "/state", time.Second, 0.5)
+	require.NoError(t, err)
+	assert.Equal(t, &Fake{Dir: "/state/images", PauseLatency: time.Second, Jitter: 0.5}, rt)
+
+	rt, err = NewRuntime("runsc", "/state", time.Second, 0)
+	if usable := runsc.Usable(); usable != nil {
+		assert.EqualError(t, err, usable.Error())
+	} else {
+		require.NoError(t, err)
+		assert.Equal(t, &Runsc{Runtime: &runsc.Runtime{Root: "/state/runsc/root"}, Dir: "/state/runsc"}, rt)
+	}
+
+	_, err = NewRuntime("docker", "/state", time.Second, 0)
+	assert.ErrorContains(t, err, `"docker"`)
+}
+
 // With real gVisor: a sandbox paused by one Node is resumed by the next, and its counter
 // goes on from where it was.
 func TestRunscSandboxResumesAfterServerRestart(t *testing.T) {
@@ -169,7 +188,7 @@ func TestRunscSandboxResumesAfterServerRestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rt := &Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root")}, Dir: dir}
+	rt := NewRunsc(dir)
 	t.Cleanup(func() { _ = rt.Runtime.DeleteAll(context.Background()) })
 	st, err := store.Open(filepath.Join(dir, "records"))
 	require.NoError(t, err)

@@ -136,6 +136,29 @@ type Runsc struct {
 	Dir string
 }
 
+// NewRunsc returns the Runsc with everything under dir: bundles, images and logs, and
+// runsc's own state in dir/root.
+func NewRunsc(dir string) *Runsc {
+	return &Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root")}, Dir: dir}
+}
+
+// NewRuntime returns the Runtime named name for a server whose state directory is
+// stateDir: "fake", with pauseLatency and jitter, keeps its images in stateDir/images;
+// "runsc" is NewRunsc(stateDir/runsc) and fails when real sandboxes cannot run here
+// (runsc.Usable).
+func NewRuntime(name, stateDir string, pauseLatency time.Duration, jitter float64) (Runtime, error) {
+	switch name {
+	case "fake":
+		return &Fake{Dir: filepath.Join(stateDir, "images"), PauseLatency: pauseLatency, Jitter: jitter}, nil
+	case "runsc":
+		if err := runsc.Usable(); err != nil {
+			return nil, err
+		}
+		return NewRunsc(filepath.Join(stateDir, "runsc")), nil
+	}
+	return nil, fmt.Errorf("sandbox: no runtime %q (want fake or runsc)", name)
+}
+
 // Name returns "runsc".
 func (r *Runsc) Name() string { return "runsc" }
 

@@ -18,7 +18,6 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/fakeublk"
-	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -64,15 +63,8 @@ func (s *Server) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.cfg.Runtime == "runsc" {
-		if err := runsc.Usable(); err != nil {
-			return fmt.Errorf("-runtime runsc: %w", err)
-		}
-		dir := filepath.Join(s.cfg.StateDir, "runsc")
-		s.rt = &sandbox.Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root")}, Dir: dir}
-	} else {
-		s.rt = &sandbox.Fake{Dir: filepath.Join(s.cfg.StateDir, "images"),
-			PauseLatency: s.cfg.PauseLatency, Jitter: s.cfg.PauseJitter}
+	if s.rt, err = sandbox.NewRuntime(s.cfg.Runtime, s.cfg.StateDir, s.cfg.PauseLatency, s.cfg.PauseJitter); err != nil {
+		return fmt.Errorf("-runtime %s: %w", s.cfg.Runtime, err)
 	}
 	if s.node, s.Problems, err = sandbox.NewNode(s.rt, st, s.logger); err != nil {
 		return err
