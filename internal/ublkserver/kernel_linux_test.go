@@ -32,21 +32,29 @@ func holdRead(t *testing.T, id int) <-chan error {
 	f, err := os.OpenFile(fmt.Sprintf("/dev/ublkb%d", id), os.O_RDONLY|unix.O_DIRECT, 0)
 	require.NoError(t, err)
 	var held atomic.Bool
+	var started atomic.Int64 // when the pending read began (UnixNano); 0 between reads
 	go func() {
 		defer f.Close()
 		for {
+			started.Store(time.Now().UnixNano())
 			_, err := f.ReadAt(buf, 0)
+			started.Store(0)
 			if err != nil || held.Load() {
 				read <- err
 				return
 			}
 		}
 	}()
+	// The daemon freezes asynchronously after its signal: a read it still
+	// answers shows in inflight too. Only a read pending for a while is one
+	// the frozen daemon holds.
 	inflight := fmt.Sprintf("/sys/block/ublkb%d/inflight", id)
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(inflight)
-		return err == nil && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("0 "))
-	}, 10*time.Second, time.Millisecond, "read in flight")
+		s := started.Load()
+		return err == nil && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("0 ")) &&
+			s != 0 && time.Since(time.Unix(0, s)) > 200*time.Millisecond
+	}, 10*time.Second, time.Millisecond, "read held in flight")
 	held.Store(true) // the read in flight is the last one
 	return read
 }
