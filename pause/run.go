@@ -216,13 +216,14 @@ func (r *run) settle(tasks []*task) {
 		if !changed {
 			continue
 		}
-		if res.outcome == NotStarted {
+		switch {
+		case res.outcome != NotStarted: // abandoned while running
+			t.endSpan(&res)
+			r.p.tel.inflight.Add(r.ctx, -1)
+		case r.adaptive:
 			r.mu.Lock() // a worker taking a task at the hard deadline may hold it
 			r.queue.remove(t)
 			r.mu.Unlock()
-		} else {
-			t.endSpan(&res)
-			r.p.tel.inflight.Add(r.ctx, -1)
 		}
 		r.record(t, &res)
 	}

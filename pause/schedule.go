@@ -8,7 +8,8 @@ import (
 )
 
 // queueStats sums the estimates of the tasks not started yet, so the
-// adaptive limit costs O(1) per start.
+// adaptive limit costs O(1) per start. It is kept only when the limit is
+// adaptive (a maximum above the limit): nothing else reads it.
 type queueStats struct {
 	n       int           // tasks queued
 	known   time.Duration // sum of their own estimates
@@ -53,8 +54,10 @@ func (r *run) estimate(t *task) time.Duration {
 // returns the order used.
 func (r *run) order(tasks []*task) Order {
 	r.unknown = r.cfg.estimator.Estimate()
-	for _, t := range tasks {
-		r.queue.add(t)
+	if r.adaptive {
+		for _, t := range tasks {
+			r.queue.add(t)
+		}
 	}
 	o := r.cfg.order
 	if o == OrderAuto {
