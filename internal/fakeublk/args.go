@@ -39,15 +39,10 @@ func ParseArgs(args []string) (DaemonConfig, error) {
 		return cfg, fmt.Errorf("fakeublk: %w", err)
 	}
 	cfg.Mode = Mode(mode)
-	var reads, writes uint64
-	if r, w, ok := strings.Cut(inflight, ","); ok {
-		var err1, err2 error
-		reads, err1 = strconv.ParseUint(r, 10, 64)
-		writes, err2 = strconv.ParseUint(w, 10, 64)
-		if err1 != nil || err2 != nil {
-			return cfg, fmt.Errorf("fakeublk: -inflight %q: want R,W", inflight)
-		}
-	} else {
+	r, w, ok := strings.Cut(inflight, ",")
+	reads, err1 := strconv.ParseUint(r, 10, 64)
+	writes, err2 := strconv.ParseUint(w, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
 		return cfg, fmt.Errorf("fakeublk: -inflight %q: want R,W", inflight)
 	}
 	for _, f := range strings.Split(devices, ",") {
