@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -93,10 +94,10 @@ func TestShutdownRequestOnTheWire(t *testing.T) {
 	_, err = c.Write(append([]byte{0, 0, 0, byte(len(body))}, body...))
 	require.NoError(t, err)
 	var hdr [4]byte
-	_, err = c.Read(hdr[:])
+	_, err = io.ReadFull(c, hdr[:])
 	require.NoError(t, err)
 	resp := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-	_, err = c.Read(resp)
+	_, err = io.ReadFull(c, resp)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"status":"ok"}`, string(resp))
 	waitDone(t, d)
