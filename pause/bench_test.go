@@ -22,6 +22,16 @@ type noop string
 func (n noop) ID() string                       { return string(n) }
 func (noop) Preserve(ctx context.Context) error { return nil }
 
+// noops returns n no-op sandboxes and a Lister that returns all of them on
+// every listing.
+func noops(n int) ([]pause.Sandbox, pause.Lister) {
+	list := make([]pause.Sandbox, n)
+	for i := range list {
+		list[i] = noop("sb-" + strconv.Itoa(i))
+	}
+	return list, pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return list, nil })
+}
+
 // cost is wall-clock and CPU time (user + system, all threads: workers
 // and garbage collector included).
 type cost struct{ wall, cpu time.Duration }
@@ -46,11 +56,7 @@ func measure(f func()) cost {
 // shared machine; the wall-clock ratio is reported next to it.
 func BenchmarkOverhead(b *testing.B) {
 	const n, limit = 10_000, 8
-	list := make([]pause.Sandbox, n)
-	for i := range list {
-		list[i] = noop("sb-" + strconv.Itoa(i))
-	}
-	lister := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return list, nil })
+	list, lister := noops(n)
 	p, err := pause.New(lister, pause.WithLimit(limit))
 	if err != nil {
 		b.Fatal(err)
@@ -98,15 +104,11 @@ func BenchmarkOverhead(b *testing.B) {
 // an SDK meter provider: the price of a span per sandbox.
 func BenchmarkOverheadTraced(b *testing.B) {
 	const n, limit = 10_000, 8
-	list := make([]pause.Sandbox, n)
-	for i := range list {
-		list[i] = noop("sb-" + strconv.Itoa(i))
-	}
+	_, lister := noops(n)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) }()
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return list, nil }),
-		pause.WithLimit(limit), pause.WithTracerProvider(tp), pause.WithMeterProvider(mp))
+	p, err := pause.New(lister, pause.WithLimit(limit), pause.WithTracerProvider(tp), pause.WithMeterProvider(mp))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,21 +13,26 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// The AgentENV seed at full scale: 200 running sandboxes, 2 s per pause,
-// 600 s left. One at a time that is 400 s; 16 at a time, 13 rounds = 26 s.
+// runSeed runs the AgentENV seed at full scale: 200 running sandboxes,
+// 2 s per pause, 600 s left, at the given limit. It returns the Report,
+// how long Run took and the node. It must run inside a synctest bubble.
+func runSeed(t *testing.T, limit int) (*pause.Report, time.Duration, *fakesandbox.Node) {
+	t.Helper()
+	node := fakesandbox.NewNode()
+	node.AddN("sb", 200, 2*time.Second)
+	p, err := pause.New(node, pause.WithLimit(limit))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 600*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep := p.Run(ctx, time.Time{})
+	return rep, time.Since(start), node
+}
+
+// The seed one at a time takes 400 s; 16 at a time, 13 rounds = 26 s.
 func TestSeedPreservesAllInParallel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		node := fakesandbox.NewNode()
-		node.AddN("sb", 200, 2*time.Second)
-		p, err := pause.New(node, pause.WithLimit(16))
-		require.NoError(t, err)
-
-		ctx, cancel := context.WithTimeout(t.Context(), 600*time.Second)
-		defer cancel()
-		start := time.Now()
-		rep := p.Run(ctx, time.Time{})
-		took := time.Since(start)
-
+		rep, took, node := runSeed(t, 16)
 		assert.Equal(t, 200, rep.Counts[pause.Preserved])
 		assert.Equal(t, 0, rep.Lost())
 		assert.Len(t, rep.Entries, 200)
@@ -40,17 +45,7 @@ func TestSeedPreservesAllInParallel(t *testing.T) {
 
 func TestSeedSequentialTakes400Seconds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		node := fakesandbox.NewNode()
-		node.AddN("sb", 200, 2*time.Second)
-		p, err := pause.New(node, pause.WithLimit(1))
-		require.NoError(t, err)
-
-		ctx, cancel := context.WithTimeout(t.Context(), 600*time.Second)
-		defer cancel()
-		start := time.Now()
-		rep := p.Run(ctx, time.Time{})
-		took := time.Since(start)
-
+		rep, took, node := runSeed(t, 1)
 		assert.Equal(t, 200, rep.Counts[pause.Preserved])
 		assert.Equal(t, 400*time.Second, took)
 		assert.Equal(t, 1, node.MaxInFlight())
