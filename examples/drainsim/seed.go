@@ -17,8 +17,7 @@ import (
 
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
-	"github.com/drainkit/drainkit/internal/fakeublk"
-	"github.com/drainkit/drainkit/ublk"
+	"github.com/drainkit/drainkit/examples/sandboxd/server"
 )
 
 // seedMain is the seed: the same sandboxes, records and device daemon as sandboxd, shut down
@@ -62,7 +61,7 @@ func runSeed(listen, dir, rtName string, latency time.Duration, jitter float64, 
 		return err
 	}
 	defer node.Close()
-	daemon, sock, err := startDaemon(dir, devices)
+	daemon, sock, err := server.StartDeviceDaemon(context.Background(), dir, devices)
 	if err != nil {
 		return err
 	}
@@ -92,32 +91,6 @@ func runSeed(listen, dir, rtName string, latency time.Duration, jitter float64, 
 		_ = sock.Wait(context.Background())
 	}
 	return nil
-}
-
-// startDaemon starts the fake ublk device daemon with an event log in dir.
-func startDaemon(dir string, devices int) (*fakeublk.Child, *ublk.Socket, error) {
-	cfg := fakeublk.DaemonConfig{SysRoot: filepath.Join(dir, "sys"), Socket: filepath.Join(dir, "ublkd.sock"),
-		EventLog: filepath.Join(dir, "ublkd.events")}
-	for i := range devices {
-		cfg.Devices = append(cfg.Devices, fakeublk.DeviceSpec{ID: i, Major: 259, Minor: uint32(4000 + i)})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	d, err := fakeublk.Start(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	proc, err := ublk.FindProcess(d.Pid())
-	if err != nil {
-		d.Close()
-		return nil, nil, err
-	}
-	sock, err := ublk.NewSocket(cfg.Socket, proc)
-	if err != nil {
-		d.Close()
-		return nil, nil, err
-	}
-	return d, sock, nil
 }
 
 // seedRoutes is the part of sandboxd's HTTP contract the simulation uses, with no gate.

@@ -214,7 +214,7 @@ func collect(mode string, n int, dir string, tl *kubeletsim.Timeline) (*result, 
 		}
 	}
 	sort.Slice(res.PausedAt, func(i, j int) bool { return res.PausedAt[i].Before(res.PausedAt[j]) })
-	events, err := os.ReadFile(filepath.Join(dir, "ublkd.events"))
+	events, err := os.ReadFile(filepath.Join(dir, server.EventLogFile))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}

@@ -65,7 +65,7 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, recs, n, "every sandbox paused and recorded")
 	assert.Empty(t, problems)
-	events, err := os.ReadFile(filepath.Join(dir, "ublkd.events"))
+	events, err := os.ReadFile(filepath.Join(dir, EventLogFile))
 	require.NoError(t, err)
 	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "device daemon exited on its own: %s", events)
 	data, err := os.ReadFile(filepath.Join(dir, ReportFile))

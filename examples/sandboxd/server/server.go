@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -91,30 +90,12 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	if s.cfg.Devices == 0 {
 		return []drain.Step{httpStep}, nil
 	}
-	sys := filepath.Join(s.cfg.StateDir, "sys")
-	if err := os.RemoveAll(sys); err != nil { // the devices of an earlier process died with it
-		return nil, err
-	}
-	cfg := fakeublk.DaemonConfig{SysRoot: sys, Socket: filepath.Join(s.cfg.StateDir, "ublkd.sock"),
-		EventLog: filepath.Join(s.cfg.StateDir, "ublkd.events")}
-	for i := range s.cfg.Devices {
-		cfg.Devices = append(cfg.Devices, fakeublk.DeviceSpec{ID: i, Major: 259, Minor: uint32(4000 + i)})
-	}
-	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var err error
-	if s.daemon, err = fakeublk.Start(startCtx, cfg); err != nil {
-		return nil, fmt.Errorf("device daemon: %w", err)
-	}
-	proc, err := ublk.FindProcess(s.daemon.Pid())
+	daemon, sock, err := StartDeviceDaemon(ctx, s.cfg.StateDir, s.cfg.Devices)
 	if err != nil {
 		return nil, err
 	}
-	sock, err := ublk.NewSocket(cfg.Socket, proc)
-	if err != nil {
-		return nil, err
-	}
-	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(sock), ublk.WithoutControl(),
+	s.daemon = daemon
+	td, err := ublk.New(ublk.WithSysfsRoot(sysRoot(s.cfg.StateDir)), ublk.WithDaemon(sock), ublk.WithoutControl(),
 		ublk.WithLogger(s.logger))
 	if err != nil {
 		return nil, err

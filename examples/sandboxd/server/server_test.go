@@ -156,7 +156,7 @@ func TestShutdownPreservesWritesReportAndRestartLoadsPaused(t *testing.T) {
 	var onDisk drain.Report
 	require.NoError(t, json.Unmarshal(data, &onDisk))
 	assert.Equal(t, 6, onDisk.Preserve.Counts[pause.Preserved])
-	events, err := os.ReadFile(filepath.Join(cfg.StateDir, "ublkd.events"))
+	events, err := os.ReadFile(filepath.Join(cfg.StateDir, EventLogFile))
 	require.NoError(t, err)
 	assert.Contains(t, string(events), "request shutdown\n")
 	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "daemon exited on its own: %s", events)
