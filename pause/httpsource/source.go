@@ -167,6 +167,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) 
 type Source struct {
 	cfg     config
 	base    *url.URL
+	listURL string // base + list path, resolved once
 	lim     *limiter
 	tracer  trace.Tracer
 	reqs    metric.Int64Counter
@@ -212,6 +213,7 @@ func New(baseURL string, opts ...Option) (*Source, error) {
 		cfg.mp = otel.GetMeterProvider()
 	}
 	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]time.Time{}}
+	s.listURL = s.resolve(cfg.listPath)
 	s.tracer = cfg.tp.Tracer(scope)
 	meter := cfg.mp.Meter(scope)
 	if s.reqs, err = meter.Int64Counter("drainkit.httpsource.requests",
@@ -280,7 +282,7 @@ func (s *Source) RunningIDs(ctx context.Context) ([]string, error) {
 	defer span.End()
 	ctx, cancel := withTimeout(ctx, s.cfg.listTimeout)
 	defer cancel()
-	body, err := s.do(ctx, "list", http.MethodGet, s.resolve(s.cfg.listPath))
+	body, err := s.do(ctx, "list", http.MethodGet, s.listURL)
 	if se := (*StatusError)(nil); errors.As(err, &se) {
 		err = classify(se, nil) // a 404 here is a wrong path, not a gone sandbox
 	}
@@ -290,7 +292,7 @@ func (s *Source) RunningIDs(ctx context.Context) ([]string, error) {
 	}
 	ids, err := s.parse(body)
 	if err != nil {
-		err = backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", s.resolve(s.cfg.listPath), err))
+		err = backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", s.listURL, err))
 		spanError(span, err)
 		return nil, err
 	}
