@@ -1,6 +1,7 @@
 package fakesandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,7 +102,7 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	case Panic:
 		panic("fakesandbox: injected panic")
 	case Hang:
-		time.Sleep(cmpOr(s.HangFor, DefaultHang))
+		time.Sleep(cmp.Or(s.HangFor, DefaultHang))
 		return ErrHung
 	case Vanish:
 		if s.node != nil {
@@ -159,11 +160,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
