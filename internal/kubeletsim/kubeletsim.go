@@ -87,12 +87,13 @@ func (t *Timeline) event(format string, args ...any) {
 // after a preStop hook that ran for hookElapsed: the grace period minus the
 // elapsed time truncated to whole seconds (int64(elapsed.Seconds())), and
 // at least MinimumGracePeriod.
+//
+// It is written from the kubelet's code on purpose, not as a call to
+// deadline.KubeletRemaining: the simulator is the kubelet that drainkit's
+// budget is tested against, so it must not share the budget's arithmetic.
 func Remaining(grace, hookElapsed time.Duration) time.Duration {
 	left := grace - time.Duration(int64(hookElapsed.Seconds()))*time.Second
-	if left < MinimumGracePeriod {
-		left = MinimumGracePeriod
-	}
-	return left
+	return max(left, MinimumGracePeriod)
 }
 
 // Terminate terminates p as the kubelet does with grace period grace and
