@@ -18,6 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/deadline"
 )
 
 const roleEnv = "KUBELETSIM_TEST_ROLE"
@@ -54,6 +56,20 @@ func TestRemainingIsTheKubeletArithmetic(t *testing.T) {
 		{3600 * time.Second, 3555 * time.Second, 45 * time.Second},
 	} {
 		assert.Equal(t, c.want, Remaining(c.grace, c.elapsed), "grace %v, hook %v", c.grace, c.elapsed)
+	}
+}
+
+// The simulator's kubelet and drainkit's budget compute the same wait,
+// each from its own code, on every hook duration around the whole seconds
+// and the floor.
+func TestRemainingAgreesWithTheBudget(t *testing.T) {
+	assert.Equal(t, deadline.MinimumGracePeriod, MinimumGracePeriod)
+	for _, grace := range []time.Duration{time.Second, 2 * time.Second, 30 * time.Second, 3600 * time.Second} {
+		for elapsed := time.Duration(0); elapsed <= grace+3*time.Second; elapsed += 250 * time.Millisecond {
+			for _, e := range []time.Duration{elapsed, elapsed + time.Second - time.Nanosecond} {
+				assert.Equal(t, deadline.KubeletRemaining(grace, e), Remaining(grace, e), "grace %v, hook %v", grace, e)
+			}
+		}
 	}
 }
 
@@ -142,7 +158,9 @@ func TestRealChildIgnoringSIGTERMIsKilledWithItsWholeGroup(t *testing.T) {
 	hook := Exec{Path: "sh", Args: []string{"-c", "sleep 1.2"}}
 	tl, err := Terminate(context.Background(), child, hook, 3*time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, 2*time.Second, tl.Remaining, "1.2 s truncated to 1 s, 3 - 1 = 2 s")
+	// 1.2 s truncated to 1 s leaves 3 - 1 = 2 s; a hook slowed past 2 s on
+	// a loaded machine leaves 1 s, raised to the same 2 s floor.
+	assert.Equal(t, 2*time.Second, tl.Remaining, "the hook's whole seconds subtracted, at least the 2 s floor")
 	assert.True(t, tl.Killed)
 	require.Error(t, child.Err())
 	require.Eventually(t, func() bool { return !alive(gc) }, 10*time.Second, 10*time.Millisecond,
