@@ -261,9 +261,9 @@ func (t *cmdTarget) result() error {
 // ErrKilled when it needed SIGKILL or ErrExitUnknown when its end could not
 // be observed: signalling again cannot help.
 type SignalSandbox struct {
-	Name       string
-	Target     Target
-	Escalation Escalation
+	Name       string     // the sandbox's ID
+	Target     Target     // what Preserve signals and waits for
+	Escalation Escalation // how: the signal, the grace and the kill wait
 }
 
 // The errors of a SignalSandbox's Preserve.

@@ -47,7 +47,8 @@ const (
 	// it picks the shortest estimated preserves that fit in the time left
 	// at the maximum limit and starts those longest first, so they pack
 	// tightly into the slots; the rest follow, shortest first. Without a
-	// deadline it is plain shortest first.
+	// deadline, or when the pass holds more than one priority, it is plain
+	// shortest first within each priority.
 	OrderShortestFirst
 	// OrderLongestFirst starts the longest estimated preserves first.
 	OrderLongestFirst
