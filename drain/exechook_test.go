@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -42,21 +43,41 @@ func TestExecHookGivesUpAfterConsecutiveFailures(t *testing.T) {
 	assert.Equal(t, int32(3), calls.Load())
 }
 
+// A server that reports its drain deadline, then hangs on the next request
+// and ignores ?wait=: the hook's request ends at that deadline, not after its
+// minute-long request timeout. In virtual time, so the stop is exact.
 func TestExecHookNeverOutlivesTheDrainDeadline(t *testing.T) {
-	dl := time.Now().Add(300 * time.Millisecond)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if time.Now().After(dl) {
-			<-r.Context().Done() // a server that hangs after the deadline
-			return
-		}
-		_ = json.NewEncoder(w).Encode(PreStopSummary{Reason: ReasonWaiting, DrainDeadline: dl})
-	}))
-	defer srv.Close()
-	sum, err := ExecHook{URL: srv.URL, RequestTimeout: time.Minute, MaxFailures: 100}.Run(context.Background())
-	require.ErrorContains(t, err, "drain deadline")
-	require.NotNil(t, sum)
-	assert.False(t, time.Now().Before(dl))
-	assert.Less(t, time.Since(dl), 30*time.Second, "it stopped at the reported deadline, not after its minute-long request timeout")
+	synctest.Test(t, func(t *testing.T) {
+		dl := time.Now().Add(30 * time.Second)
+		var calls atomic.Int32
+		hang := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) > 1 {
+				<-r.Context().Done()
+				return
+			}
+			_ = json.NewEncoder(w).Encode(PreStopSummary{Reason: ReasonWaiting, DrainDeadline: dl})
+		})
+		sum, err := ExecHook{URL: "http://server.test/drain", RequestTimeout: time.Minute, MaxFailures: 100,
+			Client: &http.Client{Transport: handlerTransport{hang}}}.Run(context.Background())
+		require.ErrorContains(t, err, "drain deadline")
+		require.NotNil(t, sum)
+		assert.Equal(t, ReasonWaiting, sum.Reason, "the last summary the server sent")
+		assert.WithinDuration(t, dl, time.Now(), 0, "it stopped at the reported deadline")
+		assert.Equal(t, int32(2), calls.Load())
+	})
+}
+
+// handlerTransport serves each request with h in the caller's goroutine,
+// without a network, so that a test under synctest can use an http.Client.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	return rec.Result(), nil
 }
 
 // The exec hook against the real handler: it sends its start as T0.
