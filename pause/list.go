@@ -46,13 +46,27 @@ func (r *run) listOnce() ([]Sandbox, error) {
 		list, err := r.p.list.List(r.ctx)
 		done <- listing{list, err}
 	}()
-	timer := time.NewTimer(time.Until(r.hard))
+	l, ok := receiveBy(done, r.hard)
+	if !ok {
+		return nil, errListAbandoned
+	}
+	return l.list, l.err
+}
+
+// receiveBy receives from ch, giving up at deadline (the zero time: never),
+// and reports whether it received.
+func receiveBy[T any](ch <-chan T, deadline time.Time) (T, bool) {
+	if deadline.IsZero() {
+		return <-ch, true
+	}
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {
-	case l := <-done:
-		return l.list, l.err
+	case v := <-ch:
+		return v, true
 	case <-timer.C:
-		return nil, errListAbandoned
+		var zero T
+		return zero, false
 	}
 }
 

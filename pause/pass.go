@@ -134,15 +134,4 @@ func (r *run) worker(ps *pass) {
 
 // await waits until the queue is closed and every started preserve of the
 // pass is settled, or until the hard deadline.
-func (r *run) await(ps *pass) {
-	if r.hard.IsZero() {
-		<-ps.done
-		return
-	}
-	timer := time.NewTimer(time.Until(r.hard))
-	defer timer.Stop()
-	select {
-	case <-ps.done:
-	case <-timer.C:
-	}
-}
+func (r *run) await(ps *pass) { receiveBy(ps.done, r.hard) }
