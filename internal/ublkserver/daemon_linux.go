@@ -4,7 +4,6 @@ package ublkserver
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/frame"
 )
 
 // Mode is what a daemon process does when asked to stop, by SIGTERM or by a
@@ -54,8 +55,9 @@ type DaemonConfig struct {
 	Mode      Mode          // Cooperative when empty
 	StopDelay time.Duration // Slow mode's delay between the request and Stop
 	// Socket, when set, is the path of a Unix socket on which the daemon
-	// takes shutdown requests as AgentENV does: a 4-byte big-endian length,
-	// then {"kind":"shutdown"}, answered the same way with {"status":"ok"}.
+	// takes shutdown requests as AgentENV does (internal/frame: a 4-byte
+	// big-endian length, then {"kind":"shutdown"}), answered the same way
+	// with {"status":"ok"}.
 	Socket string
 }
 
@@ -266,25 +268,16 @@ func acceptShutdowns(l net.Listener, requests chan<- net.Conn) {
 	}
 }
 
+// readRequest reads one request frame and returns its kind ("" for a bad frame).
 func readRequest(c net.Conn) string {
-	var n uint32
-	if err := binary.Read(c, binary.BigEndian, &n); err != nil || n > 1<<16 {
-		return ""
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(c, b); err != nil {
-		return ""
-	}
 	var req struct {
 		Kind string `json:"kind"`
 	}
-	_ = json.Unmarshal(b, &req)
+	_ = frame.Read(c, &req)
 	return req.Kind
 }
 
 func answer(c net.Conn) {
 	defer c.Close()
-	b := []byte(`{"status":"ok"}`)
-	_ = binary.Write(c, binary.BigEndian, uint32(len(b)))
-	_, _ = c.Write(b)
+	_ = frame.Write(c, map[string]string{"status": "ok"})
 }
