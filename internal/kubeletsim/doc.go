@@ -13,7 +13,11 @@
 //
 //	child, err := kubeletsim.Start(exec.Command(server, args...))
 //	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: base + "/drain"}, 6*time.Second)
-//	fmt.Println(tl) // hook 0s..3.9s, SIGTERM 3.9s, exited 4.6s (SIGKILL due 6.9s)
+//	fmt.Print(tl) // one event a line, relative to T0:
+//	//         0s  preStop hook started (grace 6s)
+//	//       3.9s  preStop hook returned after 3.9s
+//	//       3.9s  SIGTERM (SIGKILL due in 3s)
+//	//       4.6s  process exited, 2.3s before SIGKILL
 //
 // Guarantees: Terminate returns once the process exited; it waits for the
 // hook at most the grace period and for the exit at most the remaining
