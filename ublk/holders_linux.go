@@ -174,11 +174,11 @@ func unescapeOctal(s string) string {
 }
 
 // stackHolders lists the holders/ directories (device-mapper, md) of the
-// disk name and of its partitions.
-func stackHolders(sysRoot, name string) []Holder {
+// disk name and of its partitions parts.
+func stackHolders(sysRoot, name string, parts []partition) []Holder {
 	diskDir := filepath.Join(sysRoot, blockDir, name)
 	dirs := []string{diskDir}
-	for _, p := range partitions(sysRoot, name) {
+	for _, p := range parts {
 		dirs = append(dirs, filepath.Join(diskDir, p.name))
 	}
 	var out []Holder

@@ -207,14 +207,15 @@ func (r *run) scanHolders() map[int][]Holder {
 		if !d.cur.Disk {
 			continue
 		}
-		if hs := stackHolders(r.cfg.sysRoot, d.cur.DiskName()); len(hs) > 0 {
+		parts := partitions(r.cfg.sysRoot, d.cur.DiskName())
+		if hs := stackHolders(r.cfg.sysRoot, d.cur.DiskName(), parts); len(hs) > 0 {
 			held[d.cur.ID] = hs
 		}
 		if d.cur.Dev != (DevNum{}) {
 			owner[d.cur.Dev] = d.cur.ID
 			devs = append(devs, d.cur.Dev)
 		}
-		for _, p := range partitions(r.cfg.sysRoot, d.cur.DiskName()) {
+		for _, p := range parts {
 			owner[p.dev] = d.cur.ID
 			devs = append(devs, p.dev)
 		}

@@ -17,7 +17,7 @@ func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error)
 	return nil, errUnsupported
 }
 
-func stackHolders(sysRoot, name string) []Holder { return nil }
+func stackHolders(sysRoot, name string, parts []partition) []Holder { return nil }
 
 func scanHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
 	return nil, errUnsupported
