@@ -81,7 +81,7 @@ func (h HTTPGet) Run(ctx context.Context) error {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+	if !hookSucceeded(resp.StatusCode) {
 		return fmt.Errorf("preStop httpGet %s: %s", h.URL, resp.Status)
 	}
 	return nil

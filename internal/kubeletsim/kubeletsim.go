@@ -224,8 +224,12 @@ type HandlerHook struct {
 func (h HandlerHook) Run(ctx context.Context) error {
 	rec := httptest.NewRecorder()
 	h.Handler.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, h.Path, nil))
-	if rec.Code < 200 || rec.Code >= 400 {
+	if !hookSucceeded(rec.Code) {
 		return fmt.Errorf("preStop httpGet %s: %d", h.Path, rec.Code)
 	}
 	return ctx.Err()
 }
+
+// hookSucceeded is the kubelet's rule for an httpGet hook: a status in
+// 200-399 succeeded, any other failed.
+func hookSucceeded(status int) bool { return status >= 200 && status < 400 }
