@@ -174,7 +174,7 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 			return reason
 		}
 		n := d.count(d.term, d.plan.Deadline(PhaseDrain))
-		dl := d.plan.Deadline(PhaseDrain)
+		dl := d.plan.Deadline(PhaseDrain) // read again: the count moved the preserve reserve
 		run.update(func(s *PreStopSummary) {
 			if n >= 0 {
 				s.Running = n
