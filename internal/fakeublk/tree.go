@@ -74,7 +74,7 @@ func (t *Tree) AddDevice(d DeviceSpec) error {
 	}
 	files := map[string]string{
 		"dev":      fmt.Sprintf("%d:%d\n", d.Major, d.Minor),
-		"inflight": fmt.Sprintf("%8d %8d\n", d.Reads, d.Writes),
+		"inflight": inflightText(d.Reads, d.Writes),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(t.blockDir(d.ID), name), []byte(content), 0o644); err != nil {
@@ -94,11 +94,15 @@ func (t *Tree) AddDevice(d DeviceSpec) error {
 func (t *Tree) SetInflight(id int, reads, writes uint64) error {
 	p := filepath.Join(t.blockDir(id), "inflight")
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%8d %8d\n", reads, writes)), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(inflightText(reads, writes)), 0o644); err != nil {
 		return fmt.Errorf("fakeublk: %w", err)
 	}
 	return os.Rename(tmp, p)
 }
+
+// inflightText is the content of /sys/block/NAME/inflight, as the kernel
+// prints it.
+func inflightText(reads, writes uint64) string { return fmt.Sprintf("%8d %8d\n", reads, writes) }
 
 // StopDevice removes the disk, as STOP_DEV does. Stopping a device
 // without a disk is not an error.
