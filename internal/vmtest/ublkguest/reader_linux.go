@@ -26,13 +26,8 @@ type HeldRead struct {
 // stays in flight (the disk's inflight count shows it), and returns then;
 // it fails when ctx ends first.
 func StartHeldRead(ctx context.Context, id int) (*HeldRead, error) {
-	f, err := os.OpenFile(fmt.Sprintf("/dev/ublkb%d", id), os.O_RDONLY|unix.O_DIRECT, 0)
+	f, buf, err := openDirect(fmt.Sprintf("/dev/ublkb%d", id), os.O_RDONLY)
 	if err != nil {
-		return nil, err
-	}
-	buf, err := unix.Mmap(-1, 0, BlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	h := &HeldRead{f: f, buf: buf, done: make(chan error, 1)}

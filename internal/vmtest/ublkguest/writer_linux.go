@@ -28,13 +28,8 @@ type Writer struct {
 // StartWriter opens path and starts writing Pattern(off, tag) blocks from
 // byte offset from to to.
 func StartWriter(path string, from, to int64, tag uint32) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT, 0)
+	f, buf, err := openDirect(path, os.O_RDWR)
 	if err != nil {
-		return nil, err
-	}
-	buf, err := unix.Mmap(-1, 0, BlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	w := &Writer{stop: make(chan struct{}), done: make(chan struct{}), first: make(chan struct{})}
@@ -45,6 +40,23 @@ func StartWriter(path string, from, to int64, tag uint32) (*Writer, error) {
 		w.loop(f, buf, from, to, tag)
 	}()
 	return w, nil
+}
+
+// openDirect opens path with O_DIRECT, so that I/O goes to the device and
+// returns only once the device answered, and maps the page-aligned
+// BlockSize buffer that O_DIRECT I/O needs. The caller closes the file and
+// unmaps the buffer.
+func openDirect(path string, flag int) (*os.File, []byte, error) {
+	f, err := os.OpenFile(path, flag|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	buf, err := unix.Mmap(-1, 0, BlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, buf, nil
 }
 
 func (w *Writer) loop(f *os.File, buf []byte, from, to int64, tag uint32) {
