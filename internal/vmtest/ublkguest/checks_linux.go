@@ -44,18 +44,7 @@ type Observed struct {
 // The checks use assert, not require, so that a test can run them on a
 // recorder to show that they catch a broken order (see KillFirst).
 func CheckSafeTeardown(t assert.TestingT, o Observed) bool {
-	ok := true
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, id := range o.Devices {
-		st, err := o.Control.State(ctx, id)
-		ok = assert.NoError(t, err) && ok
-		ok = assert.Equal(t, ublkserver.StateGone, st, "ublk device %d still known to the driver", id) && ok
-		for _, p := range []string{fmt.Sprintf("/sys/class/ublk-char/ublkc%d", id), fmt.Sprintf("/sys/block/ublkb%d", id)} {
-			_, err := os.Stat(p)
-			ok = assert.True(t, errors.Is(err, os.ErrNotExist), "%s left behind", p) && ok
-		}
-	}
+	ok := CheckDevicesGone(t, o.Control, o.Devices)
 	var exit *exec.ExitError
 	if errors.As(o.DaemonErr, &exit) {
 		ok = assert.Fail(t, "daemon did not exit by itself with status 0", "%v", exit) && ok
@@ -72,6 +61,26 @@ func CheckSafeTeardown(t assert.TestingT, o Observed) bool {
 		log = log[o.LogFrom:]
 	}
 	ok = assert.Empty(t, vmtest.KernelProblems(log), "guest kernel log reports problems") && ok
+	return ok
+}
+
+// CheckDevicesGone asserts, on t, that every device in ids is gone: the
+// driver no longer knows it (GET_DEV_INFO through ctl says ENODEV) and
+// /sys/class/ublk-char/ublkcN and /sys/block/ublkbN have left sysfs. It
+// reports whether they all are.
+func CheckDevicesGone(t assert.TestingT, ctl *ublkserver.Control, ids []int) bool {
+	ok := true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, id := range ids {
+		st, err := ctl.State(ctx, id)
+		ok = assert.NoError(t, err) && ok
+		ok = assert.Equal(t, ublkserver.StateGone, st, "ublk device %d still known to the driver", id) && ok
+		for _, p := range []string{fmt.Sprintf("/sys/class/ublk-char/ublkc%d", id), fmt.Sprintf("/sys/block/ublkb%d", id)} {
+			_, err := os.Stat(p)
+			ok = assert.True(t, errors.Is(err, os.ErrNotExist), "%s left behind", p) && ok
+		}
+	}
 	return ok
 }
 

@@ -4,7 +4,6 @@ package ublkguest
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"testing"
@@ -57,13 +56,7 @@ func (r *rig) state(id int) ublkserver.DeviceState {
 // devicesGone asserts that the step left nothing: driver, char and disk.
 func (r *rig) devicesGone() {
 	r.t.Helper()
-	for _, id := range r.daemon.Devices {
-		assert.Equal(r.t, ublkserver.StateGone, r.state(id), "ublk device %d", id)
-		for _, p := range []string{fmt.Sprintf("/sys/class/ublk-char/ublkc%d", id), fmt.Sprintf("/sys/block/ublkb%d", id)} {
-			_, err := os.Stat(p)
-			assert.ErrorIs(r.t, err, os.ErrNotExist, p)
-		}
-	}
+	CheckDevicesGone(r.t, r.ctl, r.daemon.Devices)
 }
 
 func stepNamed(rep *ublk.Report, dev int, name string) *ublk.StepResult {
