@@ -92,8 +92,9 @@ func readGuestConfig() (guestConfig, error) {
 	return cfg, json.Unmarshal(b, &cfg)
 }
 
-// loadModule loads a module file with finit_module; an .xz file is handed
-// to the kernel compressed (CONFIG_MODULE_DECOMPRESS).
+// loadModule loads a module file with finit_module; a compressed one
+// (.xz, .zst, .gz) is handed to the kernel as it is, for the kernel to
+// decompress (CONFIG_MODULE_DECOMPRESS).
 func loadModule(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
