@@ -36,12 +36,11 @@ type memDaemon struct {
 	failRequest   bool
 	cannotKill    bool
 
-	mu       sync.Mutex
-	events   []string
-	exited   chan struct{}
-	once     sync.Once
-	requests int
-	wg       sync.WaitGroup
+	mu     sync.Mutex
+	events []string
+	exited chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
 }
 
 func newMemDaemon(tree *fakeublk.Tree, ids ...int) *memDaemon {
@@ -90,9 +89,6 @@ func (d *memDaemon) exit(why string) {
 }
 
 func (d *memDaemon) RequestStop(ctx context.Context) error {
-	d.mu.Lock()
-	d.requests++
-	d.mu.Unlock()
 	d.event("request")
 	if d.failRequest {
 		return errors.New("connection refused")
@@ -239,7 +235,7 @@ func (f *fixture) hold(t *testing.T, id int, holder string) string {
 	return p
 }
 
-// partition adds partition p of device id with a stacked holder.
+// partitionHeld adds partition p of device id with a stacked holder.
 func (f *fixture) partitionHeld(t *testing.T, id, p int, holder string) {
 	t.Helper()
 	dir := filepath.Join(f.tree.Root, "block", fmt.Sprintf("ublkb%d", id), fmt.Sprintf("ublkb%dp%d", id, p))
