@@ -202,7 +202,8 @@ type ChildState struct {
 	Killed bool     `json:"killed,omitempty"` // the supervisor sent SIGKILL
 }
 
-// String says "exited 0", "killed by signal killed", or "running".
+// String says "exited 0", "killed by signal killed" (the signal's name), or
+// "still running".
 func (s ChildState) String() string {
 	switch {
 	case !s.Exited:
