@@ -23,7 +23,6 @@ import (
 // control commands); its buffer stays referenced until its completion
 // arrives or Close.
 type Control struct {
-	path string
 	f    *os.File
 	ring *uring.Ring
 
@@ -51,7 +50,7 @@ func OpenControl(path string) (*Control, error) {
 		f.Close()
 		return nil, fmt.Errorf("ublk: control ring: %w", err)
 	}
-	return &Control{path: path, f: f, ring: ring, pending: map[uint64][]byte{}}, nil
+	return &Control{f: f, ring: ring, pending: map[uint64][]byte{}}, nil
 }
 
 // DevInfo sends GET_DEV_INFO for device id.
