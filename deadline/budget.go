@@ -96,18 +96,28 @@ type Budget struct {
 // New fails if grace is not positive, if the margin is negative, or if the
 // margin is not smaller than grace; the error names the field.
 func New(grace time.Duration, opts ...Option) (*Budget, error) {
+	if grace <= 0 {
+		return nil, fmt.Errorf("deadline: grace must be positive, got %v", grace)
+	}
+	b, err := build(grace, opts)
+	if err != nil {
+		return nil, err
+	}
+	if b.margin >= grace {
+		return nil, fmt.Errorf("deadline: margin %v must be smaller than the grace period %v", b.margin, grace)
+	}
+	return b, nil
+}
+
+// build returns an unanchored Budget with opts applied, failing if the
+// margin is negative.
+func build(grace time.Duration, opts []Option) (*Budget, error) {
 	b := &Budget{grace: grace, margin: DefaultMargin}
 	for _, o := range opts {
 		o(b)
 	}
-	if grace <= 0 {
-		return nil, fmt.Errorf("deadline: grace must be positive, got %v", grace)
-	}
 	if b.margin < 0 {
 		return nil, fmt.Errorf("deadline: margin must not be negative, got %v", b.margin)
-	}
-	if b.margin >= grace {
-		return nil, fmt.Errorf("deadline: margin %v must be smaller than the grace period %v", b.margin, grace)
 	}
 	return b, nil
 }
@@ -126,12 +136,9 @@ func FromKillTime(kill time.Time, opts ...Option) (*Budget, error) {
 		return nil, fmt.Errorf("deadline: deletionTimestamp %s is not in the future (now %s)",
 			kill.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
-	b := &Budget{grace: kill.Sub(now), margin: DefaultMargin}
-	for _, o := range opts {
-		o(b)
-	}
-	if b.margin < 0 {
-		return nil, fmt.Errorf("deadline: margin must not be negative, got %v", b.margin)
+	b, err := build(kill.Sub(now), opts)
+	if err != nil {
+		return nil, err
 	}
 	b.anchor, b.start, b.kill = AnchorDeletionTimestamp, now, kill
 	return b, nil
