@@ -92,7 +92,7 @@ func runBehindSupervisor(t *testing.T, withHook bool) {
 	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
 
 	ctx := t.Context()
-	eventually(t, 10*time.Second, "supervisor ready", func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 })
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond, "supervisor ready")
 	created := createSandboxes(t, "http://"+api)
 	unready := make(chan bool, 1) // readiness turns 503 once termination starts
 	go func() {

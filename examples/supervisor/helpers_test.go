@@ -211,18 +211,6 @@ func get(ctx context.Context, url string) int {
 	return resp.StatusCode
 }
 
-// eventually polls cond every 20 ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func readReport(t *testing.T, path string) *Report {
 	t.Helper()
 	b, err := os.ReadFile(path)

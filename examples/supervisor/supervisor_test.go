@@ -78,18 +78,18 @@ func TestForwardsSignalsAndExitsWithTheServersStatus(t *testing.T) {
 		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "10s", "-report", report},
 		helperCommand("stubserver", "-listen", api, "-signals", signals, "-exit", "7"))
 	ctx := t.Context()
-	eventually(t, 10*time.Second, "readyz 200", func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 })
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond, "readyz 200")
 	assert.Equal(t, 200, get(ctx, "http://"+listen+"/healthz"))
 	// The server traps its signals before it listens: once it answers, a
 	// forwarded SIGHUP cannot hit it before its handler is in place.
-	eventually(t, 10*time.Second, "server answers", func() bool { return get(ctx, "http://"+api+"/sandboxes") == 200 })
+	require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/sandboxes") == 200 }, 10*time.Second, 20*time.Millisecond, "server answers")
 
 	sup.signal(t, syscall.SIGHUP)
 	sup.signal(t, syscall.SIGUSR1)
-	eventually(t, 5*time.Second, "server got SIGHUP and SIGUSR1", func() bool {
+	require.Eventually(t, func() bool {
 		b, _ := os.ReadFile(signals)
 		return string(b) == "hangup\nuser defined signal 1\n"
-	})
+	}, 5*time.Second, 20*time.Millisecond, "server got SIGHUP and SIGUSR1")
 
 	sup.signal(t, syscall.SIGTERM)
 	assert.Equal(t, 7, sup.exitCode(t, 10*time.Second))
@@ -117,12 +117,12 @@ func TestReapsOrphansWithoutStealingTheServersStatus(t *testing.T) {
 		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "10s", "-report", report},
 		helperCommand("stubserver", "-listen", api, "-orphans", "3", "-release", release, "-exit", "5"))
 	ctx := t.Context()
-	eventually(t, 10*time.Second, "readyz 200", func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 })
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond, "readyz 200")
 	assert.Len(t, childrenOf(sup.pid()), 4, "the server and three orphans, re-parented to the subreaper")
 	// The orphans exit once released and must not stay zombies: in the end
 	// the supervisor's only child is the server.
 	require.NoError(t, os.WriteFile(release, nil, 0o644))
-	eventually(t, 10*time.Second, "orphans reaped", func() bool { return len(childrenOf(sup.pid())) == 1 })
+	require.Eventually(t, func() bool { return len(childrenOf(sup.pid())) == 1 }, 10*time.Second, 20*time.Millisecond, "orphans reaped")
 
 	sup.signal(t, syscall.SIGTERM)
 	assert.Equal(t, 5, sup.exitCode(t, 10*time.Second))
