@@ -261,7 +261,6 @@ func (d *daemon) handle(c net.Conn) {
 type Child struct {
 	cmd  *exec.Cmd
 	done chan struct{}
-	err  error
 }
 
 // Start starts a fake daemon as a child process by re-executing the
@@ -299,7 +298,7 @@ func Start(ctx context.Context, cfg DaemonConfig) (*Child, error) {
 		}
 		readyc <- err
 		_, _ = io.Copy(io.Discard, out)
-		c.err = cmd.Wait()
+		_ = cmd.Wait() // the status is in cmd.ProcessState
 		close(c.done)
 	}()
 	select {
