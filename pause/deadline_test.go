@@ -2,6 +2,7 @@ package pause_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -84,19 +85,21 @@ func TestHangCannotHoldRunPastHardDeadline(t *testing.T) {
 	for _, tc := range []struct {
 		hard, want time.Duration
 	}{{30 * time.Second, 30 * time.Second}, {0, 10 * time.Second}} {
-		synctest.Test(t, func(t *testing.T) {
-			node := fakesandbox.NewNode()
-			node.Add(&fakesandbox.Sandbox{Name: "stuck", Faults: []fakesandbox.Fault{fakesandbox.Hang}})
-			node.AddN("ok", 3, time.Second)
-			p, err := pause.New(node)
-			require.NoError(t, err)
-			rep, took := runFor(t, p, 10*time.Second, tc.hard)
-			assert.Equal(t, tc.want, took)
-			stuck := entry(t, rep, "stuck")
-			assert.Equal(t, pause.TimedOut, stuck.Outcome)
-			assert.Contains(t, stuck.Error, "abandoned")
-			assert.Equal(t, 3, rep.Counts[pause.Preserved])
-			time.Sleep(fakesandbox.DefaultHang)
+		t.Run(fmt.Sprintf("hard %v", tc.hard), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				node := fakesandbox.NewNode()
+				node.Add(&fakesandbox.Sandbox{Name: "stuck", Faults: []fakesandbox.Fault{fakesandbox.Hang}})
+				node.AddN("ok", 3, time.Second)
+				p, err := pause.New(node)
+				require.NoError(t, err)
+				rep, took := runFor(t, p, 10*time.Second, tc.hard)
+				assert.Equal(t, tc.want, took)
+				stuck := entry(t, rep, "stuck")
+				assert.Equal(t, pause.TimedOut, stuck.Outcome)
+				assert.Contains(t, stuck.Error, "abandoned")
+				assert.Equal(t, 3, rep.Counts[pause.Preserved])
+				time.Sleep(fakesandbox.DefaultHang)
+			})
 		})
 	}
 }
