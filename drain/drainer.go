@@ -245,7 +245,8 @@ func (d *Drainer) Budget() *deadline.Budget { return d.budget }
 // Plan returns the plan: "drain", "preserve", then one phase per step.
 func (d *Drainer) Plan() *deadline.Plan { return d.plan }
 
-// Running returns the last count of running sandboxes the preStop wait saw.
+// Running returns the last count of running sandboxes: the preStop wait's,
+// or the one Shutdown takes before the preserve phase.
 func (d *Drainer) Running() int { return int(d.running.Load()) }
 
 // Force switches to force mode: every remaining wait stops at once (the
