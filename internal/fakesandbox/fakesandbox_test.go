@@ -93,6 +93,16 @@ func TestNodeListsWhatNeedsPreservingAndCountsConcurrency(t *testing.T) {
 	})
 }
 
+func TestZeroNodeIsReady(t *testing.T) {
+	var node fakesandbox.Node
+	node.AddN("sb", 2, 0)
+	node.Remove("sb-0")
+	list, err := node.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, "sb-1", list[0].ID())
+}
+
 // A fake node through a Preserver: three sandboxes, one failing once.
 func Example() {
 	node := fakesandbox.NewNode()

@@ -11,8 +11,9 @@ import (
 
 // A Node is a fake sandbox server: a pause.Lister over its sandboxes that
 // lists, in the order they were added, those neither preserved nor removed.
-// It counts the preserves running at once. The zero value is not ready:
-// use NewNode. A Node is safe for concurrent use.
+// It counts the preserves running at once. The zero value is an empty
+// Node, ready to use, as is the one NewNode returns. A Node is safe for
+// concurrent use.
 type Node struct {
 	// OnList, if set, is called at the start of every List with the
 	// 1-based listing number, before the listing is taken; a test uses it
@@ -30,7 +31,7 @@ type Node struct {
 }
 
 // NewNode returns an empty Node.
-func NewNode() *Node { return &Node{removed: make(map[string]bool)} }
+func NewNode() *Node { return &Node{} }
 
 // Add puts sandboxes on the node and returns them.
 func (n *Node) Add(sbs ...*Sandbox) []*Sandbox {
@@ -57,6 +58,9 @@ func (n *Node) AddN(prefix string, count int, latency time.Duration) []*Sandbox 
 func (n *Node) Remove(id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.removed == nil {
+		n.removed = make(map[string]bool)
+	}
 	n.removed[id] = true
 }
 
