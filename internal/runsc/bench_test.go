@@ -46,7 +46,7 @@ func checkpointAll(b *testing.B, rt *Runtime, bundles []Bundle, imgDir string, c
 	b.StopTimer()
 	for i, bd := range bundles {
 		id := fmt.Sprint("s", i)
-		if err := rt.Run(ctx, id, bd, filepath.Join(imgDir+".log")); err != nil {
+		if err := rt.Run(ctx, id, bd, imgDir+".log"); err != nil {
 			b.Fatal(err)
 		}
 	}
