@@ -184,9 +184,9 @@ func (p *Plan) Windows() []Window {
 	out := make([]Window, len(p.phases))
 	// want walks back from the budget's deadline by each reserve. It is a
 	// time.Time, not a Duration sum, so even absurd reserves cannot overflow.
-	// Reserves are not negative, so want never passes the deadline, and T0
-	// never does either (a Budget invariant): a phase whose later reserves
-	// do not fit after T0 is squeezed to T0 and no further.
+	// Each deadline is want raised to T0 (later reserves win, and squeeze
+	// this phase down to T0). It is never after the budget's deadline:
+	// reserves are not negative, and T0 <= Deadline is a Budget invariant.
 	want := st.Deadline
 	for i := len(p.phases) - 1; i >= 0; i-- {
 		r := max(p.phases[i].Reserve(), 0)
