@@ -67,14 +67,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	def := options{N: 20, Grace: 8 * time.Second, Pause: 500 * time.Millisecond} // the flags' defaults
+	if o.Runtime == "runsc" {
+		def = options{N: 6, Grace: 15 * time.Second, Pause: 3 * time.Second}
+	}
 	if o.N == 0 {
-		o.N = map[bool]int{true: 6, false: 20}[o.Runtime == "runsc"]
+		o.N = def.N
 	}
 	if o.Grace == 0 {
-		o.Grace = map[bool]time.Duration{true: 15 * time.Second, false: 8 * time.Second}[o.Runtime == "runsc"]
+		o.Grace = def.Grace
 	}
 	if o.Pause == 0 {
-		o.Pause = map[bool]time.Duration{true: 3 * time.Second, false: 500 * time.Millisecond}[o.Runtime == "runsc"]
+		o.Pause = def.Pause
 	}
 	switch {
 	case fs.NArg() > 0:

@@ -71,6 +71,7 @@ func TestFlagsDefaultPerRuntimeAndRejectBadValues(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 20, o.N)
 	assert.Equal(t, 8*time.Second, o.Grace)
+	assert.Equal(t, 500*time.Millisecond, o.Pause)
 	o, err = parseFlags([]string{"-runtime", "runsc"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, 6, o.N)
