@@ -61,16 +61,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		case err == nil:
 			return nil
 		case !overloaded:
-			if se != nil && se.StatusCode == http.StatusConflict && !slices.Contains(s.cfg.gone, se.StatusCode) {
-				return b.resolveConflict(ctx, se)
-			}
-			if se != nil {
-				return classify(se, s.cfg.gone)
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("httpsource: pause %s: %w", b.id, ctx.Err())
-			}
-			return err
+			return b.failed(ctx, se, err)
 		case others > 0:
 			// Our own concurrency explains the overload: the limiter now
 			// holds this request back until a slot frees, which is when
@@ -88,6 +79,21 @@ func (b *sandbox) preserve(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", se, errNoFit)
 		}
 	}
+}
+
+// failed classifies a pause request that failed other than by overload:
+// err, and se when it is a non-2xx answer.
+func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error {
+	gone := b.src.cfg.gone
+	switch {
+	case se == nil && ctx.Err() != nil:
+		return fmt.Errorf("httpsource: pause %s: %w", b.id, ctx.Err())
+	case se == nil:
+		return err // transient: connection, timeout
+	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode):
+		return b.resolveConflict(ctx, se)
+	}
+	return classify(se, gone)
 }
 
 // resolveConflict decides what a 409 means by listing again: the sandbox
