@@ -111,9 +111,11 @@ func e2eRun(t *testing.T, mode string, execHook bool) (string, *kubeletsim.Timel
 	tl, err := kubeletsim.Terminate(ctx, child, hook, e2eGrace)
 	require.NoError(t, err)
 	t.Logf("%s timeline:\n%s", mode, tl)
-	if b, err := os.ReadFile(filepath.Join(dir, "report.json")); err == nil && t.Failed() {
-		t.Logf("report: %s", b)
-	}
+	t.Cleanup(func() { // after the caller's assertions: the report says why one failed
+		if b, err := os.ReadFile(filepath.Join(dir, "report.json")); err == nil && t.Failed() {
+			t.Logf("report: %s", b)
+		}
+	})
 	return dir, tl
 }
 
