@@ -96,10 +96,9 @@ func Stop(ctx context.Context, s Server) error {
 // context: GracefulStop, then Stop at the step's deadline.
 func Step(name string, s Server, reserve time.Duration) drain.Step {
 	return drain.Step{Name: name, Reserve: reserve, Run: func(ctx context.Context) error {
-		err := Stop(ctx, s)
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		if err := Stop(ctx, s); err != nil { // ctx's error: Stop had to cut RPCs
 			return errors.Join(errors.New("RPCs still running at the deadline; stopped them"), err)
 		}
-		return err
+		return nil
 	}}
 }
