@@ -14,27 +14,38 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// vm is a sandbox whose preserve pauses it and persists it.
-type vm struct {
-	id     string
-	paused *bool
+// host is the server's record of its one sandbox.
+type host struct {
+	mu     sync.Mutex
+	paused bool
 }
 
-func (v vm) ID() string                     { return v.id }
-func (v vm) Preserve(context.Context) error { *v.paused = true; return nil }
+// vm is a sandbox whose preserve pauses it and persists it.
+type vm struct {
+	id string
+	h  *host
+}
+
+func (v vm) ID() string { return v.id }
+
+func (v vm) Preserve(context.Context) error {
+	v.h.mu.Lock()
+	defer v.h.mu.Unlock()
+	v.h.paused = true
+	return nil
+}
 
 // An HTTP sandbox server wired with drain: creates are gated, the preStop
 // hook is GET /drain, readiness is GET /readyz, and SIGTERM runs Shutdown.
 func Example() {
-	var mu sync.Mutex
-	paused := false
+	h := &host{}
 	running := func(context.Context) ([]pause.Sandbox, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if paused {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.paused {
 			return nil, nil
 		}
-		return []pause.Sandbox{vm{id: "sb-1", paused: &paused}}, nil
+		return []pause.Sandbox{vm{id: "sb-1", h: h}}, nil
 	}
 
 	budget, _ := deadline.New(3600 * time.Second) // from the -grace flag: the pod's terminationGracePeriodSeconds
