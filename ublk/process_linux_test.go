@@ -24,8 +24,8 @@ const (
 	fixed      = "6.15.0"
 )
 
-// realDaemon starts a fake daemon child with devices 0 and 1 and returns
-// it, its sysfs root and its event log.
+// realDaemon starts a fake daemon child (devices 0 and 1 unless specs are
+// given) and returns it, its sysfs root, its socket and its event log.
 func realDaemon(t *testing.T, mode fakeublk.Mode, step time.Duration, specs ...fakeublk.DeviceSpec) (*fakeublk.Child, string, string, string) {
 	t.Helper()
 	if len(specs) == 0 {
