@@ -162,10 +162,12 @@ func (d *Drainer) drainWait(run *preStopRun) {
 	defer run.markCounted()
 	reason := d.drainLoop(run)
 	now := time.Now()
+	var waited time.Duration
 	run.update(func(s *PreStopSummary) {
-		s.Done, s.End, s.Reason, s.Waited, s.Kill = true, now, reason, now.Sub(s.Start), d.budget.Kill()
+		waited = now.Sub(s.Start)
+		s.Done, s.End, s.Reason, s.Waited, s.Kill = true, now, reason, waited, d.budget.Kill()
 	})
-	d.log.Info("drain: preStop wait over", "reason", reason, "running", d.Running(), "waited", now.Sub(run.sum.Start))
+	d.log.Info("drain: preStop wait over", "reason", reason, "running", d.Running(), "waited", waited)
 }
 
 func (d *Drainer) drainLoop(run *preStopRun) string {
