@@ -335,9 +335,12 @@ func e2eServer(mode, dir string) error {
 		return err
 	}
 	cfg := Config{
-		Budget:       budget,
-		Sandboxes:    node,
-		Estimator:    deadline.NewEstimator(e2ePause),
+		Budget:    budget,
+		Sandboxes: node,
+		// A prior of twice the real pause, as a server would set one it
+		// has not measured yet: an estimate exactly equal to the pause
+		// left no slack for an exec hook's start-up on a loaded machine.
+		Estimator:    deadline.NewEstimator(2 * e2ePause),
 		PauseOptions: []pause.Option{pause.WithLimit(e2eLimit)},
 		PollInterval: 100 * time.Millisecond,
 		Steps: []Step{
