@@ -73,9 +73,14 @@ func stepReserve(grace time.Duration) time.Duration {
 	return min(max(grace/10, 500*time.Millisecond), 30*time.Second)
 }
 
-// margin is kept back from SIGKILL: deadline.DefaultMargin, or a tenth of a
-// short grace period.
-func margin(grace time.Duration) time.Duration { return min(deadline.DefaultMargin, grace/10) }
+// margin is kept back from SIGKILL: a tenth of the grace period, at least
+// 1.5 s and at most deadline.DefaultMargin. The floor covers the kubelet
+// truncating the hook's elapsed time to whole seconds from its own T0, a few
+// milliseconds before the supervisor's: the two can disagree on SIGKILL by
+// up to a second.
+func margin(grace time.Duration) time.Duration {
+	return min(deadline.DefaultMargin, max(1500*time.Millisecond, grace/10))
+}
 
 func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	s := &supervisor{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, nil))}
