@@ -5,7 +5,8 @@
 // lost.
 //
 // A server implements Sandbox (an ID and a Preserve that pauses and
-// persists) over its runtime, optionally Estimated and Prioritized, and a
+// persists) over its runtime, optionally Estimated, Sized (its memory size,
+// the prior of its estimate) and Prioritized, and a
 // Lister that returns the sandboxes still needing it. Typical wiring, in the
 // SIGTERM path:
 //

@@ -22,6 +22,7 @@ type Preserver struct {
 	cfg   config
 	tel   *telemetry
 	limit atomic.Int64
+	rate  byteRate // measured time per byte of a Sized sandbox's preserve
 }
 
 // New returns a Preserver over list. It fails, naming the field, when list

@@ -26,15 +26,16 @@ const (
 type Entry struct {
 	ID       string        `json:"id"`
 	Outcome  Outcome       `json:"outcome"`
-	Pass     int           `json:"pass"`               // the pass that first listed it, from 1
-	Attempts int           `json:"attempts"`           // Preserve calls made
-	Start    time.Time     `json:"start,omitzero"`     // first attempt
-	End      time.Time     `json:"end,omitzero"`       // when the outcome was decided
-	Duration time.Duration `json:"duration_ns"`        // End - Start, zero if never started
-	Error    string        `json:"error,omitempty"`    // last error
-	Stack    string        `json:"stack,omitempty"`    // set when Preserve panicked
-	Priority int           `json:"priority,omitempty"` // from Prioritized
-	Estimate time.Duration `json:"estimate_ns,omitempty"`
+	Pass     int           `json:"pass"`                  // the pass that first listed it, from 1
+	Attempts int           `json:"attempts"`              // Preserve calls made
+	Start    time.Time     `json:"start,omitzero"`        // first attempt
+	End      time.Time     `json:"end,omitzero"`          // when the outcome was decided
+	Duration time.Duration `json:"duration_ns"`           // End - Start, zero if never started
+	Error    string        `json:"error,omitempty"`       // last error
+	Stack    string        `json:"stack,omitempty"`       // set when Preserve panicked
+	Priority int           `json:"priority,omitempty"`    // from Prioritized
+	Estimate time.Duration `json:"estimate_ns,omitempty"` // its own (Estimated), or its size at the rate known when its pass was ordered
+	Size     int64         `json:"size_bytes,omitempty"`  // from Sized
 }
 
 // A Report accounts for every sandbox a Run saw. It is JSON-marshalable.

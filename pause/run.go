@@ -40,6 +40,8 @@ type run struct {
 	queue    queueStats // estimates of the tasks not started yet
 	estTick  int
 	unknown  time.Duration // cached Estimator estimate for tasks without one
+	perByte  float64       // the pass's time per byte of a Sized sandbox, ns
+	untimed  bool          // perByte ranks sizes but is not a time
 	left     atomic.Int64  // sandboxes listed and not settled
 	finished atomic.Int64  // sandboxes settled
 

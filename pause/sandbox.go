@@ -27,6 +27,21 @@ type Estimated interface {
 	EstimatedPreserve() time.Duration
 }
 
+// Sized is implemented by a Sandbox that knows how many bytes its Preserve
+// moves: typically its memory size (the dirty memory a pause writes), or the
+// size of the image a checkpoint produces. It is the prior of the sandbox's
+// estimate before any preserve has been measured: the Preserver orders by
+// size (longest first when time is ample, shortest first when the deadline
+// binds) and turns sizes into times with the rate it measures, in bytes per
+// second of one preserve, from every sandbox preserved so far; before the
+// first measurement a size of the average of the pass counts as the
+// Estimator's estimate (WithEstimator). The adaptive limit measures the
+// throughput in these bytes. Zero or a negative size means unknown. An
+// Estimated sandbox's own estimate wins over its size.
+type Sized interface {
+	Size() int64
+}
+
 // Prioritized is implemented by a Sandbox that must be preserved before
 // others: higher priorities start first.
 type Prioritized interface {

@@ -40,13 +40,49 @@ func (q *queueStats) work(each time.Duration) time.Duration {
 	return q.known + time.Duration(q.unknown)*each
 }
 
-// estimate returns t's estimated preserve time: its own, or the
-// Estimator's.
+// estimate returns t's estimated preserve time: its own, else its size at
+// the pass's time per byte, else the Estimator's.
 func (r *run) estimate(t *task) time.Duration {
 	if t.e.Estimate > 0 {
 		return t.e.Estimate
 	}
+	if t.e.Size > 0 && r.perByte > 0 {
+		return time.Duration(float64(t.e.Size) * r.perByte)
+	}
 	return r.unknown
+}
+
+// sizeEstimates sets the time per byte of a pass: the measured one, else
+// the prior that a sandbox of the pass's average size takes the
+// Estimator's estimate. With neither, sizes still rank the sandboxes but
+// say nothing of time (untimed). A Sized sandbox without an estimate of
+// its own gets its size at that rate as its estimate.
+func (r *run) sizeEstimates(tasks []*task) {
+	var bytes int64
+	var sized int
+	for _, t := range tasks {
+		if t.e.Estimate == 0 && t.e.Size > 0 {
+			bytes += t.e.Size
+			sized++
+		}
+	}
+	r.perByte, r.untimed = 0, false
+	if sized == 0 {
+		return
+	}
+	var timed bool
+	if r.perByte, timed = r.p.rate.get(); !timed && r.unknown > 0 {
+		r.perByte, timed = float64(r.unknown)*float64(sized)/float64(bytes), true
+	}
+	if !timed {
+		r.perByte, r.untimed = 1, true // a rank, not a time
+		return
+	}
+	for _, t := range tasks {
+		if t.e.Estimate == 0 && t.e.Size > 0 {
+			t.e.Estimate = max(r.estimate(t), 1)
+		}
+	}
 }
 
 // order queues tasks and sorts them for dispatch: priority first, then by
@@ -54,6 +90,7 @@ func (r *run) estimate(t *task) time.Duration {
 // returns the order used.
 func (r *run) order(tasks []*task) Order {
 	r.unknown = r.cfg.estimator.Estimate()
+	r.sizeEstimates(tasks)
 	if r.adaptive {
 		for _, t := range tasks {
 			r.queue.add(t)
@@ -91,7 +128,7 @@ func (r *run) order(tasks []*task) Order {
 // deadline are the few shortest, instead of one partial preserve per slot.
 // The tasks that do not fit follow, shortest first.
 func (r *run) pack(tasks []*task) {
-	if r.phase.IsZero() {
+	if r.phase.IsZero() || r.untimed {
 		return
 	}
 	capacity := time.Until(r.phase) * time.Duration(r.cfg.maxLimit)
@@ -107,7 +144,8 @@ func (r *run) pack(tasks []*task) {
 }
 
 // choose resolves OrderAuto for a pass. With no estimate at all it keeps
-// the Lister's order. When even the maximum limit cannot preserve every
+// the Lister's order; with sizes but no time per byte, shortest first
+// when there is a deadline. When even the maximum limit cannot preserve every
 // sandbox before the phase deadline, shortest first preserves the most of
 // them; otherwise longest first (LPT) ends the pass soonest, within 4/3 of
 // the optimal makespan and usually within a few percent.
@@ -123,6 +161,8 @@ func (r *run) choose(tasks []*task) Order {
 		return OrderFIFO
 	case r.phase.IsZero():
 		return OrderLongestFirst
+	case r.untimed: // sizes without a time: the safe guess is that it binds
+		return OrderShortestFirst
 	}
 	makespan := max(longest, work/time.Duration(r.cfg.maxLimit))
 	if makespan > time.Until(r.phase) {

@@ -47,7 +47,7 @@ var errAbandoned = errors.New("pause: Preserve ignored its context past the dead
 type task struct {
 	r  *run
 	sb Sandbox
-	e  *Entry // its Report entry: ID, Priority and Estimate set at admission
+	e  *Entry // its Report entry: ID, Priority, Size and own Estimate set at admission
 
 	ctx    context.Context // Preserve's context
 	cancel context.CancelFunc
@@ -74,6 +74,9 @@ func newEntry(sb Sandbox, id string, pass int) Entry {
 	}
 	if p, ok := sb.(Prioritized); ok {
 		e.Priority = p.Priority()
+	}
+	if s, ok := sb.(Sized); ok {
+		e.Size = max(s.Size(), 0)
 	}
 	return e
 }
@@ -137,8 +140,12 @@ func (t *task) settle(res result) bool {
 	if t.cancel != nil {
 		t.cancel()
 	}
-	if res.outcome == Preserved && r.cfg.estimator != nil {
-		r.cfg.estimator.Observe(res.end.Sub(t.e.Start))
+	if res.outcome == Preserved {
+		took := res.end.Sub(t.e.Start)
+		if r.cfg.estimator != nil {
+			r.cfg.estimator.Observe(took)
+		}
+		r.p.rate.observe(t.e.Size, took)
 	}
 	r.p.tel.inflight.Add(r.ctx, -1)
 	t.endSpan(&res)

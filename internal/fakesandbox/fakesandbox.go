@@ -54,13 +54,14 @@ var (
 
 // A Sandbox is a fake pause.Sandbox. Set its fields before the Run; read
 // its results through its methods, which are safe for concurrent use.
-// It implements pause.Estimated and pause.Prioritized; an Estimate of zero
-// means unknown.
+// It implements pause.Estimated, pause.Prioritized and pause.Sized; an
+// Estimate or Bytes of zero means unknown.
 type Sandbox struct {
 	Name     string
 	Latency  time.Duration // how long an attempt takes
 	Estimate time.Duration // what EstimatedPreserve reports; zero: unknown
 	Prio     int           // what Priority reports
+	Bytes    int64         // what Size reports
 	// Faults scripts the attempts in order: attempt i does Faults[i]; the
 	// attempts after the script succeed.
 	Faults  []Fault
@@ -79,6 +80,9 @@ func (s *Sandbox) ID() string { return s.Name }
 
 // EstimatedPreserve returns Estimate.
 func (s *Sandbox) EstimatedPreserve() time.Duration { return s.Estimate }
+
+// Size returns Bytes.
+func (s *Sandbox) Size() int64 { return s.Bytes }
 
 // Priority returns Prio.
 func (s *Sandbox) Priority() int { return s.Prio }
