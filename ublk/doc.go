@@ -12,7 +12,7 @@
 //	daemon, err := ublk.FindProcess(ublkd.Process.Pid) // or ublk.NewSocket(path, proc)
 //	td, err := ublk.New(
 //		ublk.WithDaemon(daemon),
-//		ublk.WithFixedKernels(verifiedReleases...), // vendor kernels you verified carry the fix
+//		ublk.WithKernelDeclarations(decls...), // LoadKernelDeclarations("/etc/drainkit/kernels"): vendor kernels you verified
 //		ublk.WithLogger(logger),
 //	)
 //

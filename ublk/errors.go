@@ -12,8 +12,11 @@ import (
 type UnsafeError struct {
 	// Devices are the IDs still live.
 	Devices []int
-	// Kernel is the release string classified as vulnerable.
+	// Kernel is the release string, classified as Class.
 	Kernel string
+	// Class is KernelVulnerable or KernelExitMayHang; empty reads as
+	// KernelVulnerable.
+	Class KernelClass
 	// Cause is why the devices did not go (ctx's error, a failed request,
 	// an unavailable control device), may be nil.
 	Cause error
@@ -22,8 +25,12 @@ type UnsafeError struct {
 // Error names the live devices and the kernel, and says the daemon was left
 // running because killing it is unsafe.
 func (e *UnsafeError) Error() string {
-	msg := fmt.Sprintf("ublk: %d device(s) still live (%s) on vulnerable kernel %s: daemon left running, unsafe to kill",
-		len(e.Devices), diskNames(e.Devices), e.Kernel)
+	class := e.Class
+	if class == "" {
+		class = KernelVulnerable
+	}
+	msg := fmt.Sprintf("ublk: %d device(s) still live (%s) on %s kernel %s: daemon left running, unsafe to kill",
+		len(e.Devices), diskNames(e.Devices), class, e.Kernel)
 	return msg + causeText(e.Cause)
 }
 

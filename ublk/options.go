@@ -21,7 +21,7 @@ type config struct {
 	daemon            Daemon
 	release           string
 	releaseSet        bool
-	allow             []string
+	decls             []KernelDeclaration
 	poll              time.Duration
 	holderWait        time.Duration // -1: half the budget
 	requestTimeout    time.Duration
@@ -115,14 +115,35 @@ func WithKernelRelease(release string) Option {
 	}
 }
 
-// WithFixedKernels adds release patterns (path.Match syntax) of vendor
-// kernels known to carry fix f40139fde527; see ClassifyKernel.
+// WithFixedKernels declares releases (path.Match patterns over the whole
+// uname -r) known to carry fixes f40139fde527 and dd24f87f65c9: a
+// shorthand for WithKernelDeclarations with KernelFixed. See DecideKernel.
 func WithFixedKernels(patterns ...string) Option {
 	return func(c *config) error {
-		if err := validatePatterns(patterns); err != nil {
-			return fieldErr("FixedKernels", "%v", err)
+		for _, p := range patterns {
+			d := KernelDeclaration{Pattern: p, Class: KernelFixed, Source: "WithFixedKernels"}
+			if err := d.validate(); err != nil {
+				return fieldErr("FixedKernels", "%v", err)
+			}
+			c.decls = append(c.decls, d)
 		}
-		c.allow = append(c.allow, patterns...)
+		return nil
+	}
+}
+
+// WithKernelDeclarations adds the operator's declarations of which kernels
+// are fixed, vulnerable or may hang on exit (from LoadKernelDeclarations or
+// a KernelDeclarations flag). They are tried in the order given, after
+// those of earlier options, before the built-in table; the first match
+// decides. See KernelDeclaration for the Ubuntu noble example.
+func WithKernelDeclarations(decls ...KernelDeclaration) Option {
+	return func(c *config) error {
+		for _, d := range decls {
+			if err := d.validate(); err != nil {
+				return fieldErr("KernelDeclarations", "%v", err)
+			}
+		}
+		c.decls = append(c.decls, decls...)
 		return nil
 	}
 }

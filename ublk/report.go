@@ -84,10 +84,14 @@ type DaemonReport struct {
 
 // Report is the outcome of one Run.
 type Report struct {
-	Kernel      string        `json:"kernel"`
-	KernelClass KernelClass   `json:"kernel_class"`
-	Start       time.Time     `json:"start"`
-	Duration    time.Duration `json:"duration"`
+	Kernel      string      `json:"kernel"`
+	KernelClass KernelClass `json:"kernel_class"`
+	// KernelDecision says which rule of the kernel table decided
+	// KernelClass, from which release string, and which operator
+	// declaration matched if one did.
+	KernelDecision KernelDecision `json:"kernel_decision"`
+	Start          time.Time      `json:"start"`
+	Duration       time.Duration  `json:"duration"`
 	// Deadline is ctx's deadline, zero if it had none.
 	Deadline time.Time      `json:"deadline,omitzero"`
 	Devices  []DeviceReport `json:"devices"`
@@ -124,7 +128,8 @@ func (r *Report) Step(name string) *StepResult {
 // String summarises the report in one line per device.
 func (r *Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ublk teardown: %s (kernel %s, %s) in %v\n", r.Verdict, r.Kernel, r.KernelClass, r.Duration.Round(time.Millisecond))
+	fmt.Fprintf(&b, "ublk teardown: %s (kernel %s, %s by rule %q) in %v\n", r.Verdict, r.Kernel, r.KernelClass,
+		r.KernelDecision.Rule, r.Duration.Round(time.Millisecond))
 	for _, d := range r.Devices {
 		fmt.Fprintf(&b, "  ublkb%d: %s -> %s; in flight %d -> %d; %d holders: %s\n", d.ID,
 			d.Initial.State(), d.Final.State(), d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict)

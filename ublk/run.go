@@ -59,7 +59,7 @@ func (d *devState) drained() bool { return !d.live() }
 func newRun(ctx context.Context, t *Teardown) *run {
 	now := time.Now()
 	r := &run{t: t, cfg: &t.cfg, ctx: ctx, start: now}
-	r.rep = &Report{Kernel: t.release, KernelClass: t.class, Start: now, Devices: []DeviceReport{}, Steps: []StepResult{}}
+	r.rep = &Report{Kernel: t.release, KernelClass: t.class, KernelDecision: t.decision, Start: now, Devices: []DeviceReport{}, Steps: []StepResult{}}
 	r.rep.Daemon.Present = t.cfg.daemon != nil
 	if t.classErr != nil {
 		r.rep.Note = "kernel release not recognised, treated as vulnerable: " + t.classErr.Error()
@@ -510,7 +510,7 @@ func (r *run) finish() error {
 	case r.held != nil:
 		return nil // the caller returns the HeldError
 	case len(unsafe) > 0:
-		return &UnsafeError{Devices: unsafe, Kernel: r.t.release, Cause: cause}
+		return &UnsafeError{Devices: unsafe, Kernel: r.t.release, Class: r.t.class, Cause: cause}
 	case len(left) > 0:
 		return &IncompleteError{Devices: left, Verdict: worstLeft, Cause: cause}
 	}

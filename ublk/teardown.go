@@ -22,6 +22,7 @@ type Teardown struct {
 	cfg      config
 	release  string
 	class    KernelClass
+	decision KernelDecision
 	classErr error
 
 	tracer   trace.Tracer
@@ -50,7 +51,8 @@ func New(opts ...Option) (*Teardown, error) {
 		}
 		t.release = r
 	}
-	t.class, t.classErr = ClassifyKernel(t.release, cfg.allow...)
+	t.decision, t.classErr = DecideKernel(t.release, cfg.decls...)
+	t.class = t.decision.Class
 	t.tracer = cfg.tp.Tracer(ScopeName)
 	meter := cfg.mp.Meter(ScopeName)
 	var err error
@@ -67,6 +69,10 @@ func New(opts ...Option) (*Teardown, error) {
 
 // Kernel returns the release string the step classified and its class.
 func (t *Teardown) Kernel() (string, KernelClass) { return t.release, t.class }
+
+// KernelDecision returns how the kernel was classified: the class, the
+// rule of the table that decided it and the declaration that matched.
+func (t *Teardown) KernelDecision() KernelDecision { return t.decision }
 
 // Run tears the devices down in the safe order, inside ctx's deadline:
 //
@@ -104,7 +110,7 @@ func (t *Teardown) Run(ctx context.Context) (*Report, error) {
 		err = r.do()
 		rep = r.rep
 	} else {
-		rep = &Report{Kernel: t.release, KernelClass: t.class, Start: time.Now(),
+		rep = &Report{Kernel: t.release, KernelClass: t.class, KernelDecision: t.decision, Start: time.Now(),
 			Verdict: VerdictNothingToDo, Note: "ublk exists only on Linux", Devices: []DeviceReport{}}
 	}
 	t.observe(ctx, span, rep, err)

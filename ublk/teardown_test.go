@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,7 +15,8 @@ import (
 
 const (
 	vulnerable = "6.8.0-45-generic"
-	fixed      = "6.14.6"
+	fixed      = "6.14.8"
+	mayHang    = "6.14.6" // fix f40139fde527 without dd24f87f65c9
 )
 
 // runFor runs td with a budget and returns the report, the error and the
@@ -102,6 +104,46 @@ func TestHungDaemonOnVulnerableKernelIsNeverKilled(t *testing.T) {
 			assert.Equal(t, uint64(4), dr.InflightAfter.Total())
 		}
 	})
+}
+
+// A kernel whose server exit may hang is planned like a vulnerable one: the
+// daemon with live devices is left running, and the Report says why.
+func TestHungDaemonOnExitMayHangKernelIsNeverKilled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(mayHang), WithoutControl(), WithKillReserve(3*time.Second))...)
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 600*time.Second)
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.Contains(t, err.Error(), "on exit may hang kernel 6.14.6")
+		assert.NotContains(t, d.Events(), "kill")
+		assert.Equal(t, VerdictLeftLive, rep.Verdict)
+		assert.Equal(t, KernelDecision{Release: mayHang, Class: KernelExitMayHang, Rule: RuleExitMayHang}, rep.KernelDecision)
+		assert.Contains(t, rep.String(), `by rule "fix without dd24f87f65c9"`)
+	})
+}
+
+// The Report says which declaration decided, and from which release.
+func TestReportNamesTheDeclarationThatDecided(t *testing.T) {
+	decls, err := ParseKernelDeclarations(strings.NewReader("fixed 6.8.0-1[0-9][0-9]-generic\nvulnerable 6.8.0-*-generic\n"), "kernels")
+	require.NoError(t, err)
+	for release, want := range map[string]KernelDecision{
+		"6.8.0-101-generic": {Release: "6.8.0-101-generic", Class: KernelFixed, Rule: RuleDeclared, Declaration: &decls[0]},
+		"6.8.0-45-generic":  {Release: "6.8.0-45-generic", Class: KernelVulnerable, Rule: RuleDeclared, Declaration: &decls[1]},
+		"6.8.0-45-aws":      {Release: "6.8.0-45-aws", Class: KernelVulnerable, Rule: RuleVendorBuild},
+	} {
+		td, err := New(WithKernelRelease(release), WithKernelDeclarations(decls...), WithSysfsRoot(t.TempDir()))
+		require.NoError(t, err)
+		rep, err := td.Run(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, want, rep.KernelDecision, release)
+		assert.Equal(t, want, td.KernelDecision(), release)
+	}
 }
 
 func TestHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
@@ -383,22 +425,23 @@ func TestStopIsTheStepFunction(t *testing.T) {
 
 func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 	cases := map[string]Option{
-		"SysfsRoot":      WithSysfsRoot(""),
-		"ProcfsRoot":     WithProcfsRoot(""),
-		"Devices":        WithDevices(-1),
-		"Daemon":         WithDaemon(nil),
-		"FixedKernels":   WithFixedKernels("6.8.["),
-		"PollInterval":   WithPollInterval(0),
-		"HolderWait":     WithHolderWait(-time.Second),
-		"RequestTimeout": WithRequestTimeout(0),
-		"ExitGrace":      WithExitGrace(-1),
-		"KillReserve":    WithKillReserve(-1),
-		"ControlReserve": WithControlReserve(-1),
-		"ControlPath":    WithControlPath(""),
-		"Controller":     WithController(nil),
-		"Logger":         WithLogger(nil),
-		"TracerProvider": WithTracerProvider(nil),
-		"MeterProvider":  WithMeterProvider(nil),
+		"SysfsRoot":          WithSysfsRoot(""),
+		"ProcfsRoot":         WithProcfsRoot(""),
+		"Devices":            WithDevices(-1),
+		"Daemon":             WithDaemon(nil),
+		"FixedKernels":       WithFixedKernels("6.8.["),
+		"KernelDeclarations": WithKernelDeclarations(KernelDeclaration{Pattern: "6.8.*", Class: KernelUnaffected}),
+		"PollInterval":       WithPollInterval(0),
+		"HolderWait":         WithHolderWait(-time.Second),
+		"RequestTimeout":     WithRequestTimeout(0),
+		"ExitGrace":          WithExitGrace(-1),
+		"KillReserve":        WithKillReserve(-1),
+		"ControlReserve":     WithControlReserve(-1),
+		"ControlPath":        WithControlPath(""),
+		"Controller":         WithController(nil),
+		"Logger":             WithLogger(nil),
+		"TracerProvider":     WithTracerProvider(nil),
+		"MeterProvider":      WithMeterProvider(nil),
 	}
 	for field, opt := range cases {
 		_, err := New(opt)

@@ -26,6 +26,7 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 			WaitFunc: func(ctx context.Context) error { return s.daemon.wait(ctx) }, // s.daemon is set at run
 			KillFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGKILL) },
 		}),
+		ublk.WithKernelDeclarations(s.cfg.kernels...),
 		ublk.WithLogger(s.log),
 	}
 	if root := os.Getenv(EnvSysfsRoot); root != "" {

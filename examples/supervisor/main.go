@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 func main() {
@@ -50,7 +51,8 @@ type config struct {
 	report      string
 	server      []string
 	apiKey      string
-	client      *http.Client // tests only: talks to the server in-process
+	kernels     ublk.KernelDeclarations // what the operator declared about the node's kernels
+	client      *http.Client            // tests only: talks to the server in-process
 }
 
 const usage = `usage: supervisor [flags] -- SERVER_COMMAND [ARGS...]
@@ -71,6 +73,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.concurrency, "concurrency", pause.DefaultLimit, "pause requests sent at once")
 	daemon := fs.String("daemon", "", `device daemon command, "COMMAND ARGS" (split on spaces)`)
 	fs.StringVar(&c.report, "report", "", "file to write the JSON Report to at exit")
+	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -29,8 +29,10 @@ import (
 func TestParseArgs(t *testing.T) {
 	var stderr bytes.Buffer
 	c, err := parseArgs([]string{"-listen", "127.0.0.1:9", "-grace", "1h", "-concurrency", "16",
-		"-daemon", "ublkd  --socket /run/u.sock", "-report", "/tmp/r.json", "--", "server", "-x"}, &stderr)
+		"-daemon", "ublkd  --socket /run/u.sock", "-report", "/tmp/r.json",
+		"-ublk-kernel", "fixed=6.8.0-1[0-9][0-9]-generic", "-ublk-kernel", "vulnerable=6.8.0-*", "--", "server", "-x"}, &stderr)
 	require.NoError(t, err)
+	assert.Equal(t, "fixed=6.8.0-1[0-9][0-9]-generic,vulnerable=6.8.0-*", c.kernels.String())
 	assert.Equal(t, "127.0.0.1:9", c.listen)
 	assert.Equal(t, time.Hour, c.grace)
 	assert.Equal(t, 16, c.concurrency)
@@ -48,6 +50,7 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"-grace", "0s", "--", "s"}, "-grace"},
 		{[]string{"-concurrency", "0", "--", "s"}, "-concurrency"},
 		{[]string{"-listen", "", "--", "s"}, "-listen"},
+		{[]string{"-ublk-kernel", "safe=6.8.*", "--", "s"}, "-ublk-kernel"},
 	} {
 		_, err := parseArgs(bad.args, &stderr)
 		require.Error(t, err, "%q", bad.args)
@@ -221,4 +224,17 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		<-done
 		return nil, r.Context().Err()
 	}
+}
+
+// The operator's -ublk-kernel declarations reach the daemon step's kernel
+// decision.
+func TestKernelDeclarationsReachTheDaemonStep(t *testing.T) {
+	cfg, err := parseArgs([]string{"-daemon", "ublkd", "-ublk-kernel", "exit-may-hang=*", "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	d := sup.teardown.KernelDecision()
+	assert.Equal(t, ublk.KernelExitMayHang, d.Class)
+	assert.Equal(t, ublk.RuleDeclared, d.Rule)
+	assert.Equal(t, "flag", d.Declaration.Source)
 }
