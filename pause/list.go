@@ -3,6 +3,9 @@ package pause
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -17,16 +20,23 @@ var errListAbandoned = errors.New("pause: Lister had not returned by the hard de
 // A Lister that ignores its context is abandoned at the hard deadline.
 func (r *run) list() ([]Sandbox, error) {
 	var bo backoff.BackOff
+	var prev error
 	for {
 		list, err := r.listOnce()
+		if errors.Is(err, errListAbandoned) && prev != nil {
+			// The abandoned attempt says nothing of why listing fails.
+			return nil, fmt.Errorf("%w; the attempt before failed: %w", err, prev)
+		}
 		if err == nil || errors.Is(err, errListAbandoned) || r.ctx.Err() != nil || r.permanent(err) {
 			return list, err
 		}
+		prev = err
 		if bo == nil {
 			bo = r.cfg.newBackOff()
 			bo.Reset()
 		}
-		if !backoffWait(r.ctx, bo.NextBackOff()) {
+		// A wait that ended with the phase leaves no time to list in.
+		if !backoffWait(r.ctx, bo.NextBackOff()) || r.phaseOver() {
 			return nil, err
 		}
 	}
@@ -39,11 +49,11 @@ type listing struct {
 
 func (r *run) listOnce() ([]Sandbox, error) {
 	if r.hard.IsZero() {
-		return r.p.list.List(r.ctx)
+		return r.callList()
 	}
 	done := make(chan listing, 1)
 	go func() {
-		list, err := r.p.list.List(r.ctx)
+		list, err := r.callList()
 		done <- listing{list, err}
 	}()
 	l, ok := receiveBy(done, r.hard)
@@ -51,6 +61,19 @@ func (r *run) listOnce() ([]Sandbox, error) {
 		return nil, errListAbandoned
 	}
 	return l.list, l.err
+}
+
+// callList calls the Lister once and turns a panic into an error (logged
+// with its stack), which is retried like any other.
+func (r *run) callList() (list []Sandbox, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			list, err = nil, fmt.Errorf("pause: Lister panicked: %v", v)
+			r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: Lister panicked",
+				slog.String("error", err.Error()), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	return r.p.list.List(r.ctx)
 }
 
 // receiveBy receives from ch, giving up at deadline (the zero time: never),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +27,7 @@ type Preserver struct {
 }
 
 // New returns a Preserver over list. It fails, naming the field, when list
-// is nil, the limit is below 1, the maximum limit is below the limit, a
+// is nil (or a typed nil: a nil pointer, func or map in the interface), the limit is below 1, the maximum limit is below the limit, a
 // timeout or interval is negative, or an option is nil or undefined.
 func New(list Lister, opts ...Option) (*Preserver, error) {
 	c := config{
@@ -38,11 +39,16 @@ func New(list Lister, opts ...Option) (*Preserver, error) {
 		log:         slog.New(slog.DiscardHandler),
 		progress:    DefaultProgressInterval,
 	}
-	for _, o := range opts {
+	var nilOpts []error
+	for i, o := range opts {
+		if o == nil {
+			nilOpts = append(nilOpts, fmt.Errorf("pause: option %d is nil", i+1))
+			continue
+		}
 		o(&c)
 	}
-	err := c.validate()
-	if list == nil || isNilFunc(list) {
+	err := errors.Join(append(nilOpts, c.validate())...)
+	if isNil(list) {
 		err = errors.Join(errors.New("pause: lister must not be nil"), err)
 	}
 	if err != nil {
@@ -57,9 +63,18 @@ func New(list Lister, opts ...Option) (*Preserver, error) {
 	return p, nil
 }
 
-func isNilFunc(l Lister) bool {
-	f, ok := l.(ListFunc)
-	return ok && f == nil
+// isNil reports whether l is nil or holds a nil pointer, func, map,
+// slice, channel or interface: a typed nil whose List would fail or panic
+// at SIGTERM time instead of at New.
+func isNil(l Lister) bool {
+	if l == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(l); v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // Limit returns the current concurrency limit: the initial limit before the

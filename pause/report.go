@@ -1,6 +1,10 @@
 package pause
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // An Outcome is what happened to one sandbox during a Run.
 type Outcome string
@@ -42,17 +46,36 @@ type Entry struct {
 type Report struct {
 	Start    time.Time       `json:"start"`
 	End      time.Time       `json:"end"`
-	Deadline time.Time       `json:"deadline"`      // the phase deadline: no preserve started after it
-	Hard     time.Time       `json:"hard,omitzero"` // in-flight preserves were abandoned at it
-	Passes   int             `json:"passes"`        // listing passes made
-	Limit    int             `json:"limit"`         // the concurrency limit at the end
-	Counts   map[Outcome]int `json:"counts"`        // entries by outcome
-	Entries  []Entry         `json:"entries"`       // one per sandbox, in the order first listed
-	ListErr  string          `json:"list_error,omitempty"`
+	Deadline time.Time       `json:"deadline"`             // the phase deadline: no preserve started after it
+	Hard     time.Time       `json:"hard,omitzero"`        // in-flight preserves were abandoned at it
+	Passes   int             `json:"passes"`               // listing passes made
+	Limit    int             `json:"limit"`                // the concurrency limit at the end
+	Counts   map[Outcome]int `json:"counts"`               // entries by outcome
+	Entries  []Entry         `json:"entries"`              // one per sandbox, in the order first listed
+	ListErr  string          `json:"list_error,omitempty"` // the last listing error
+	// Unknown is true when no listing succeeded: the Run never learned
+	// which sandboxes the node has, so no count in the Report means
+	// anything. Err says so, with ListErr.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // Lost returns the number of sandboxes that were not preserved and did not
 // vanish: the ones a SIGKILL would take.
 func (r *Report) Lost() int {
 	return r.Counts[Failed] + r.Counts[TimedOut] + r.Counts[NotStarted]
+}
+
+// Err returns nil when a listing succeeded and every sandbox listed was
+// preserved or vanished; otherwise an error saying what went wrong: no
+// listing succeeded (the sandboxes are unknown; with the last listing
+// error), or how many sandboxes were lost.
+func (r *Report) Err() error {
+	var errs []error
+	if r.Unknown {
+		errs = append(errs, fmt.Errorf("pause: no listing succeeded, the node's sandboxes are unknown: %s", r.ListErr))
+	}
+	if n := r.Lost(); n > 0 {
+		errs = append(errs, fmt.Errorf("pause: %d of %d sandboxes not preserved", n, len(r.Entries)))
+	}
+	return errors.Join(errs...)
 }

@@ -2,7 +2,9 @@ package pause
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +32,11 @@ type run struct {
 	reserved int64 // weight held back from sem until the limit is raised
 	limit    int
 
-	rep  *Report
-	seen map[string]struct{}
-	cur  *pass // the pass running now; set before its workers start
+	rep    *Report
+	seen   map[string]int // the pass that first listed each ID
+	flaws  map[string]int // flawed listing elements reported, by kind
+	listed bool           // a listing succeeded
+	cur    *pass          // the pass running now; set before its workers start
 
 	adaptive bool       // a maximum above the limit is configured
 	mu       sync.Mutex // guards queue, limit and reserved while workers run
@@ -50,7 +54,7 @@ type run struct {
 }
 
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
-	r := &run{p: p, cfg: &p.cfg, seen: make(map[string]struct{})}
+	r := &run{p: p, cfg: &p.cfg, seen: make(map[string]int)}
 	r.phase, r.hard = deadlines(ctx, hard)
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run", trace.WithAttributes(
 		attribute.String("pause.deadline", fmtTime(r.phase)),
@@ -144,6 +148,7 @@ func (r *run) pass(n int) int {
 			slog.Int("pass", n), slog.String("error", err.Error()))
 		return 0
 	}
+	r.listed = true
 	tasks := r.admit(list, n)
 	if len(tasks) == 0 {
 		return 0
@@ -161,29 +166,57 @@ func (r *run) pass(n int) int {
 }
 
 // admit makes a task and a Report entry for every sandbox of list that this
-// Run has not seen, in list order.
+// Run has not seen, in list order. A flawed element of the listing (a nil
+// Sandbox, an empty ID, an ID listed twice, an ID, Priority or
+// EstimatedPreserve that panics) gets a Failed entry saying why and no
+// task: the Report accounts for every element, and the flaw is the
+// Lister's to fix. A later listing with the same flaws adds entries only
+// for flaws more numerous than in any listing before.
 func (r *run) admit(list []Sandbox, pass int) []*task {
 	if len(r.seen) == 0 { // first listing: nearly every sandbox is new
-		r.seen = make(map[string]struct{}, len(list))
+		r.seen = make(map[string]int, len(list))
 		r.rep.Entries = growEntries(r.rep.Entries, len(list))
 	}
-	first := len(r.rep.Entries)
 	var fresh []Sandbox
-	for _, sb := range list {
-		if sb == nil {
-			continue
+	var at []int             // the entry index of each of fresh
+	var flaws map[string]int // this listing's flaws by kind
+	for i, sb := range list {
+		e, flaw := r.entry(sb, i, pass)
+		if flaw == "" {
+			if p, ok := r.seen[e.ID]; ok {
+				if p != pass {
+					continue // listed by an earlier pass
+				}
+				flaw = fmt.Sprintf("ID %q more than once in the listing", e.ID)
+			} else {
+				r.seen[e.ID] = pass
+			}
 		}
-		id := sb.ID()
-		n := len(r.seen)
-		r.seen[id] = struct{}{} // one hash operation for look-up and insert
-		if len(r.seen) == n {
-			continue // seen before
+		if flaw != "" {
+			if flaws == nil {
+				flaws = make(map[string]int)
+			}
+			if flaws[flaw]++; flaws[flaw] <= r.flaws[flaw] {
+				continue // an earlier listing reported it
+			}
+			if r.flaws == nil {
+				r.flaws = make(map[string]int)
+			}
+			r.flaws[flaw] = flaws[flaw]
+			e.Outcome, e.End = Failed, time.Now()
+			e.Error = fmt.Sprintf("pause: listing %d, element %d: %s; not preserved", pass, i, flaw)
+			r.rep.Entries = append(r.rep.Entries, e)
+			r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: flawed listing element",
+				slog.Int("pass", pass), slog.Int("index", i), slog.String("error", e.Error))
+			continue
 		}
 		if fresh == nil {
 			fresh = make([]Sandbox, 0, len(list))
+			at = make([]int, 0, len(list))
 		}
 		fresh = append(fresh, sb)
-		r.rep.Entries = append(r.rep.Entries, newEntry(sb, id, pass))
+		at = append(at, len(r.rep.Entries))
+		r.rep.Entries = append(r.rep.Entries, e)
 	}
 	if len(fresh) == 0 {
 		return nil
@@ -192,11 +225,32 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 	tasks := make([]*task, len(fresh))
 	for i, sb := range fresh {
 		t := &backing[i]
-		t.r, t.sb, t.e = r, sb, &r.rep.Entries[first+i]
+		t.r, t.sb, t.e = r, sb, &r.rep.Entries[at[i]]
 		tasks[i] = t
 	}
 	r.left.Add(int64(len(tasks)))
 	return tasks
+}
+
+// entry makes the Report entry of element i of a listing, or says what is
+// wrong with it: nil, an empty ID, or a method that panicked (its stack
+// goes into the entry).
+func (r *run) entry(sb Sandbox, i, pass int) (e Entry, flaw string) {
+	if sb == nil {
+		return Entry{Pass: pass}, "nil Sandbox"
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			e = Entry{ID: e.ID, Pass: pass, Stack: string(debug.Stack())}
+			flaw = fmt.Sprintf("panicked: %v", v)
+		}
+	}()
+	id := sb.ID()
+	e.ID = id
+	if id == "" {
+		return Entry{Pass: pass}, "empty ID"
+	}
+	return newEntry(sb, id, pass), ""
 }
 
 func growEntries(e []Entry, n int) []Entry {
@@ -243,6 +297,7 @@ func (r *run) finish() *Report {
 	rep := r.rep
 	rep.End = time.Now()
 	rep.Limit = r.limit
+	rep.Unknown = !r.listed
 	var counts [len(outcomes)]int
 	for i := range rep.Entries {
 		counts[outcomeIndex(rep.Entries[i].Outcome)]++
@@ -256,8 +311,12 @@ func (r *run) finish() *Report {
 		r.span.SetAttributes(attribute.Int("pause."+string(o), rep.Counts[o]))
 	}
 	r.span.SetAttributes(attribute.Int("pause.passes", rep.Passes), attribute.Int("pause.final_limit", rep.Limit))
-	if lost := rep.Lost(); lost > 0 {
-		r.span.SetStatus(codes.Error, "sandboxes lost")
+	if err := rep.Err(); err != nil {
+		r.span.SetStatus(codes.Error, err.Error())
+	}
+	if rep.Unknown {
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: no listing succeeded; the node's sandboxes are unknown",
+			slog.Int("passes", rep.Passes), slog.String("last_error", rep.ListErr))
 	}
 	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run finished",
 		slog.Int("preserved", rep.Counts[Preserved]), slog.Int("lost", rep.Lost()),

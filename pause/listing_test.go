@@ -1,0 +1,147 @@
+package pause_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// A Run whose every listing failed knows nothing about the node: the
+// Report says the sandboxes are unknown and Err carries the last error,
+// even though no entry was lost.
+func TestListingThatNeverSucceededIsUnknownNotSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 20, time.Second)
+		n := 0
+		node.ListErr = func(int) error { n++; return errors.New("list: 500 Internal Server Error") }
+		p, err := pause.New(node, constant(time.Second))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, 10*time.Second, 0)
+		assert.Zero(t, rep.Lost())
+		assert.True(t, rep.Unknown, "no listing succeeded")
+		require.Error(t, rep.Err())
+		assert.Contains(t, rep.Err().Error(), "no listing succeeded")
+		assert.Contains(t, rep.Err().Error(), "500 Internal Server Error")
+		assert.Greater(t, n, 1, "the listing was retried")
+	})
+}
+
+// One listing that succeeded is enough to know the node: a later pass
+// failing to list leaves the Report known, with the error noted.
+func TestLaterListingFailureIsNotUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 2, time.Second)
+		node.ListErr = func(n int) error {
+			if n >= 2 {
+				return errors.New("runtime unavailable")
+			}
+			return nil
+		}
+		p, err := pause.New(node, constant(10*time.Second))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.False(t, rep.Unknown)
+		assert.NoError(t, rep.Err())
+		assert.Equal(t, "runtime unavailable", rep.ListErr)
+	})
+}
+
+// A Lister that panics is recovered like a Preserve: the Run goes on, the
+// listing is retried, and the Report names the panic.
+func TestListerPanicIsRecovered(t *testing.T) {
+	for _, hard := range []time.Duration{0, 20 * time.Second} { // listed inline, then in a goroutine
+		synctest.Test(t, func(t *testing.T) {
+			node := fakesandbox.NewNode()
+			node.AddN("sb", 2, time.Second)
+			calls := 0
+			p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+				if calls++; calls == 1 {
+					panic("lister bug")
+				}
+				return node.List(ctx)
+			}), constant(time.Second))
+			require.NoError(t, err)
+			rep, _ := runFor(t, p, 10*time.Second, hard)
+			assert.Equal(t, 2, rep.Counts[pause.Preserved], "hard %v", hard)
+			assert.NoError(t, rep.Err())
+
+			p, err = pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { panic("always") }),
+				constant(time.Second))
+			require.NoError(t, err)
+			rep, _ = runFor(t, p, 10*time.Second, hard)
+			assert.True(t, rep.Unknown)
+			assert.Contains(t, rep.ListErr, "panicked: always")
+		})
+	}
+}
+
+// A typed nil Lister (a nil *Node in a Lister) is rejected at New, not
+// found at SIGTERM time; so is a nil Option.
+func TestNewRejectsTypedNilListerAndNilOption(t *testing.T) {
+	var node *fakesandbox.Node
+	p, err := pause.New(node)
+	require.Error(t, err)
+	assert.Nil(t, p)
+	assert.Contains(t, err.Error(), "lister must not be nil")
+
+	p, err = pause.New(fakesandbox.NewNode(), pause.WithLimit(2), nil)
+	require.Error(t, err)
+	assert.Nil(t, p)
+	assert.Contains(t, err.Error(), "option 2 is nil")
+}
+
+// idPanics is a Sandbox whose ID panics.
+type idPanics struct{ preserved bool }
+
+func (*idPanics) ID() string { panic("ID bug") }
+func (s *idPanics) Preserve(context.Context) error {
+	s.preserved = true
+	return nil
+}
+
+// A listing's flaws are reported, never collapsed or dropped: a nil
+// Sandbox, an empty ID, an ID listed twice and a Sandbox whose ID panics
+// each get a Failed entry saying why; the good sandboxes are preserved.
+func TestListingFlawsAreReportedNotDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		good := node.AddN("sb", 2, time.Second)
+		empty := &fakesandbox.Sandbox{Name: "", Latency: time.Second}
+		node.Add(empty)
+		bad := &idPanics{}
+		p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			list, err := node.List(ctx)
+			if len(list) == 0 {
+				return list, err
+			}
+			return append(list, nil, good[0], bad), err
+		}))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, 2, rep.Counts[pause.Preserved])
+		assert.Equal(t, 4, rep.Counts[pause.Failed], "%+v", rep.Entries)
+		assert.Len(t, rep.Entries, 6, "one entry for every element of the listing")
+		var errs []string
+		for _, e := range rep.Entries {
+			if e.Outcome == pause.Failed {
+				errs = append(errs, e.Error)
+			}
+		}
+		assert.Contains(t, errs[0], "empty ID")
+		assert.Contains(t, errs[1], "nil Sandbox")
+		assert.Contains(t, errs[2], `ID "sb-0" more than once`)
+		assert.Contains(t, errs[3], "ID bug")
+		assert.False(t, bad.preserved)
+		assert.Error(t, rep.Err())
+	})
+}
