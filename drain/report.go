@@ -18,7 +18,8 @@ const (
 	// OK: the phase finished its work before its deadline.
 	OK Result = "ok"
 	// Failed: the step returned an error before its deadline, or the
-	// preserve phase lost sandboxes.
+	// preserve phase lost sandboxes or never learned them (no listing
+	// succeeded).
 	Failed Result = "failed"
 	// TimedOut: the phase's deadline (or force mode) ended it; a step
 	// returned in time after its context ended.
@@ -123,6 +124,9 @@ func (r *Report) LogValue() slog.Value {
 			slog.Int("preserved", r.Preserve.Counts[pause.Preserved]),
 			slog.Int("lost", r.Preserve.Lost()),
 			slog.Int("sandboxes", len(r.Preserve.Entries)))
+		if r.Preserve.Unknown {
+			attrs = append(attrs, slog.String("unknown", "no listing succeeded: "+r.Preserve.ListErr))
+		}
 	}
 	for _, p := range r.Phases {
 		attrs = append(attrs, slog.String(p.Name, fmt.Sprintf("%s in %v", p.Result, p.Duration.Round(time.Millisecond))))

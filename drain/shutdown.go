@@ -233,8 +233,8 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, p *PhaseReport
 		p.Result, p.Error = Failed, err.Error()
 	case rep.Preserve == nil:
 		p.Result, p.Error = Failed, "the Preserver returned no report"
-	case rep.Preserve.Lost() > 0:
-		p.Result, p.Error = Failed, fmt.Sprintf("%d of %d sandboxes not preserved", rep.Preserve.Lost(), len(rep.Preserve.Entries))
+	case rep.Preserve.Err() != nil: // sandboxes lost, or unknown: no listing succeeded
+		p.Result, p.Error = Failed, rep.Preserve.Err().Error()
 	default:
 		p.Result = OK
 	}
