@@ -170,3 +170,42 @@ func TestOneAtATimeServerOverLoopback(t *testing.T) {
 		})
 	}
 }
+
+// Fault: the server's list call fails: an HTML error page, a 500 every
+// time, or a hang. Twenty sandboxes run and none is listed; the Report
+// must not read as success: it is Unknown, and its error carries the last
+// listing error.
+func TestFailedListingIsUnknownWithTheLastError(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		want    string
+	}{
+		{"html", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<html><body>Bad Gateway</body></html>")
+		}, "list"},
+		{"500", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "boom", http.StatusInternalServerError)
+		}, "500"},
+		{"hang", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, "deadline exceeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeServer(20)
+				mux := http.NewServeMux()
+				mux.Handle("/", f.handler())
+				mux.Handle("GET /sandboxes", tc.handler)
+				p, err := pause.New(inProcess(t, mux, WithListTimeout(2*time.Second)))
+				require.NoError(t, err)
+				rep := p.Run(ctxWithDeadline(t, 10*time.Second), time.Time{})
+				assert.Zero(t, rep.Lost())
+				assert.True(t, rep.Unknown)
+				require.Error(t, rep.Err())
+				assert.Contains(t, rep.Err().Error(), "unknown")
+				assert.Contains(t, rep.Err().Error(), tc.want)
+				assert.Empty(t, f.paused())
+			})
+		})
+	}
+}
