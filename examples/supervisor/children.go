@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -251,4 +256,65 @@ func becomeSubreaper() error {
 		return nil
 	}
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+// killTree kills every process still re-parented to the supervisor (the
+// orphaned descendants of its children: without this, a grandchild of the
+// server outlives the supervisor when it is not PID 1, where the kernel
+// would have killed it) and reaps them, within wait. A killed process's
+// own children are re-parented to the supervisor in turn, so it goes on
+// until none is left or wait has passed. As PID 1 it does nothing: the
+// kernel kills the whole namespace when it exits.
+func (t *procTable) killTree(wait time.Duration) {
+	if os.Getpid() == 1 {
+		return
+	}
+	end := time.Now().Add(wait)
+	for {
+		t.reap()
+		// Zombies too: done once they are reaped. A child the supervisor
+		// started is left to its step (and its Pdeathsig).
+		pids := slices.DeleteFunc(childPids(os.Getpid()), t.isChild)
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			t.log.Warn("supervisor: killing a descendant still running at exit", "pid", pid)
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		if time.Now().After(end) {
+			t.log.Error("supervisor: descendants still running at exit", "pids", pids)
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // the kill takes effect; then reap
+	}
+}
+
+// isChild reports whether pid is a child the supervisor started and has
+// not reaped.
+func (t *procTable) isChild(pid int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.children[pid]
+	return ok
+}
+
+// childPids lists the processes whose parent is pid, from /proc.
+func childPids(pid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		i := bytes.LastIndexByte(b, ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:])) // state, ppid, ...
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			if n, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }

@@ -13,7 +13,8 @@
 //	-concurrency N      pause requests sent at once (default 8)
 //	-daemon "CMD ARGS"  optional device daemon, started as a child, stopped
 //	                    last (split on spaces, no quoting)
-//	-report FILE        where to write the JSON Report at exit
+//	-report FILE        where to write the JSON Report at exit (its
+//	                    directory is checked at start)
 //
 // The API key, if the server needs one, comes from the environment
 // variable SUPERVISOR_API_KEY and is sent as X-API-Key.
@@ -25,8 +26,12 @@
 // What it does:
 //   - starts the daemon (if any) and the server as children; reaps every
 //     child and orphan (wait4 on SIGCHLD; it makes itself a subreaper when it
-//     is not PID 1) while keeping its own children's exit statuses; forwards
-//     SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT and SIGWINCH to the server;
+//     is not PID 1) while keeping its own children's exit statuses, and at
+//     exit kills and reaps every descendant still running (as PID 1 the
+//     kernel does); forwards SIGUSR1, SIGUSR2 and SIGWINCH to the server;
+//     never forwards SIGHUP (logged and ignored: a server with the default
+//     disposition would die of it) or SIGQUIT (it dumps the supervisor's
+//     goroutines to stderr and the supervisor goes on);
 //   - on GET /drain (the kubelet's preStop httpGet): fixes T0, turns
 //     /readyz 503, and waits while the server lists running sandboxes, until
 //     the drain deadline (drain.Drainer.PreStop);
@@ -38,7 +43,9 @@
 //     until no process holds a device, asks the daemon to stop with SIGTERM,
 //     waits for its devices to go and for its exit, and kills it only when
 //     the kernel rule allows), writes the Report and exits with the server's
-//     status. A second SIGTERM or SIGINT forces: the preStop wait ends, no
+//     status (1 when the server exited 0 but no listing of the sandboxes
+//     ever succeeded: they are unknown, and the Report says so with the
+//     last error). A second SIGTERM or SIGINT forces: the preStop wait ends, no
 //     new pause is sent, and each step gets only its reserve; pauses already
 //     sent are still awaited until the server step's deadline at most (the
 //     server runs them anyway).

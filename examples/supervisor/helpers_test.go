@@ -78,6 +78,7 @@ func stubServer(args []string) int {
 	orphans := fs.Int("orphans", 0, "orphans to leave behind")
 	release := fs.String("release", "", "the orphans exit once this file exists")
 	dieAfter := fs.Duration("die-after", 0, "exit on its own after this long")
+	list := fs.String("list", "ok", "how GET /sandboxes answers: ok (an empty list), html, 500 or hang")
 	if fs.Parse(args) != nil {
 		return 2
 	}
@@ -93,7 +94,19 @@ func stubServer(args []string) int {
 		return 1
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "[]") })
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		switch *list {
+		case "html":
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<html><body>502 Bad Gateway</body></html>")
+		case "500":
+			http.Error(w, "internal error", http.StatusInternalServerError)
+		case "hang":
+			<-r.Context().Done()
+		default:
+			fmt.Fprint(w, "[]")
+		}
+	})
 	go func() { _ = http.Serve(ln, mux) }()
 	var die <-chan time.Time
 	if *dieAfter > 0 {

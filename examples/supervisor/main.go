@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,6 +33,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "supervisor:", err)
 		return 2
+	}
+	if cfg.report != "" {
+		if err := writableDir(filepath.Dir(cfg.report)); err != nil {
+			fmt.Fprintf(stderr, "supervisor: -report %s: %v\n", cfg.report, err)
+			return 2
+		}
 	}
 	sup, err := newSupervisor(cfg, stderr)
 	if err != nil {
@@ -100,4 +107,16 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 func dashDashBefore(args, rest []string) bool {
 	i := len(args) - len(rest) - 1
 	return i >= 0 && args[i] == "--"
+}
+
+// writableDir checks that dir is a directory this process can create a
+// file in, so that a Report that cannot be written fails at start, not
+// at exit.
+func writableDir(dir string) error {
+	f, err := os.CreateTemp(dir, ".supervisor-check-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,10 +32,20 @@ const (
 	StepDaemon = "daemon"
 )
 
-// forwarded are the signals passed on to the server as they come. SIGTERM
-// and SIGINT are not: the first starts the shutdown, which sends the
-// server its SIGTERM once every sandbox is preserved; a second forces.
-var forwarded = []os.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT, syscall.SIGWINCH}
+// forwarded are the signals passed on to the server as they come: each
+// is an operator's request to the server. SIGTERM and SIGINT are not: the
+// first starts the shutdown, which sends the server its SIGTERM once every
+// sandbox is preserved; a second forces. Neither are kept (below).
+var forwarded = []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+
+// kept are the signals the supervisor handles itself and never forwards: a
+// server with the default disposition dies of either, taking every sandbox
+// with it, and the supervisor with its daemon would follow. SIGHUP (a
+// closed terminal, or a reload request: the supervisor has no
+// configuration to reload) is logged and ignored; SIGQUIT dumps the
+// supervisor's goroutines to stderr, as a Go program's SIGQUIT would, and
+// the supervisor goes on. To reload the server, signal it directly.
+var kept = []os.Signal{syscall.SIGHUP, syscall.SIGQUIT}
 
 // A Report is what the supervisor writes to -report and logs at exit.
 type Report struct {
@@ -54,6 +66,7 @@ type Report struct {
 type supervisor struct {
 	cfg       config
 	log       *slog.Logger
+	stderr    io.Writer
 	budget    *deadline.Budget
 	src       *httpsource.Source
 	drainer   *drain.Drainer
@@ -83,7 +96,7 @@ func margin(grace time.Duration) time.Duration {
 }
 
 func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
-	s := &supervisor{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, nil))}
+	s := &supervisor{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, nil)), stderr: stderr}
 	s.procs = newProcTable(s.log)
 	var err error
 	if s.budget, err = deadline.New(cfg.grace, deadline.WithMargin(margin(cfg.grace))); err != nil {
@@ -151,13 +164,13 @@ func (s *supervisor) run(ctx context.Context) int {
 		s.log.Warn("supervisor: cannot become a subreaper; orphans go to PID 1", "err", err)
 	}
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, append([]os.Signal{syscall.SIGTERM, syscall.SIGINT}, forwarded...)...)
+	signal.Notify(sigs, slices.Concat([]os.Signal{syscall.SIGTERM, syscall.SIGINT}, forwarded, kept)...)
 	defer signal.Stop(sigs)
 
 	reapCtx, stopReaping := context.WithCancel(context.WithoutCancel(ctx))
 	reaped := make(chan struct{})
 	go func() { defer close(reaped); s.procs.reapLoop(reapCtx) }()
-	defer func() { stopReaping(); <-reaped; s.procs.reap() }()
+	defer func() { stopReaping(); <-reaped; s.procs.reap(); s.procs.killTree(time.Second) }()
 
 	ln, err := net.Listen("tcp", s.cfg.listen)
 	if err != nil {
@@ -213,6 +226,11 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 		select {
 		case sig := <-sigs:
 			switch {
+			case sig == syscall.SIGHUP:
+				s.log.Warn("supervisor: SIGHUP ignored (not forwarded: it would kill a server that does not handle it)")
+			case sig == syscall.SIGQUIT:
+				s.log.Warn("supervisor: SIGQUIT: goroutine dump follows; the supervisor goes on (not forwarded)")
+				_ = pprof.Lookup("goroutine").WriteTo(s.stderr, 2)
 			case sig != syscall.SIGTERM && sig != syscall.SIGINT:
 				s.log.Info("supervisor: forwarding signal", "signal", sig)
 				_ = s.server.signal(sig.(syscall.Signal))
@@ -282,6 +300,13 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 	rep.ExitCode = rep.Server.Code
 	if !rep.Server.Exited {
 		rep.ExitCode = 1
+	}
+	if d != nil && d.Preserve != nil && d.Preserve.Unknown {
+		// No listing succeeded: whatever the server says, nothing is known
+		// to be preserved.
+		rep.Note = "no listing succeeded, the sandboxes are unknown: " + d.Preserve.ListErr
+		s.log.Error("supervisor: "+rep.Note, "passes", d.Preserve.Passes)
+		rep.ExitCode = max(rep.ExitCode, 1)
 	}
 	return rep
 }

@@ -1,0 +1,115 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Fault: the server's list call fails (an HTML page, a 500, a hang) for the
+// whole termination. The server exits 0 on SIGTERM, yet the supervisor
+// must not: nothing was known to be preserved. It exits 1, and the Report
+// and the log say the sandboxes are unknown, with the last error.
+func TestFailedListingMakesTheSupervisorExitNonZero(t *testing.T) {
+	for _, mode := range []string{"html", "500", "hang"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			report := filepath.Join(dir, "report.json")
+			listen, api := freeAddr(t), freeAddr(t)
+			sup := startSupervisor(t,
+				[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "5s", "-report", report},
+				helperCommand("stubserver", "-listen", api, "-list", mode, "-exit", "0"))
+			ctx := t.Context()
+			require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/healthz") == 200 }, 10*time.Second, 20*time.Millisecond)
+			require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/healthz") != 0 }, 10*time.Second, 20*time.Millisecond)
+			sup.signal(t, syscall.SIGTERM)
+			code := sup.exitCode(t, 15*time.Second)
+			rep := readReport(t, report)
+			assert.Equal(t, code, rep.ExitCode)
+			if mode == "hang" {
+				// A listing that hangs to the budget's deadline may leave the
+				// server step no time (item 2 of issue 18): SIGKILLed, 137.
+				assert.NotZero(t, code)
+			} else {
+				assert.Equal(t, 1, code)
+				assert.Equal(t, 0, rep.Server.Code, "the server itself exited 0")
+			}
+			require.NotNil(t, rep.Drain)
+			require.NotNil(t, rep.Drain.Preserve)
+			assert.True(t, rep.Drain.Preserve.Unknown)
+			assert.NotEmpty(t, rep.Drain.Preserve.ListErr)
+			assert.Contains(t, rep.Note, "unknown")
+		})
+	}
+}
+
+// A -report whose directory does not exist fails at start, naming the
+// flag, instead of at exit with status 0.
+func TestReportToMissingDirectoryFailsAtStart(t *testing.T) {
+	var stderr bytes.Buffer
+	code := Main(t.Context(), []string{"-report", filepath.Join(t.TempDir(), "missing", "r.json"), "--", "true"}, &stderr)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr.String(), "-report")
+}
+
+// SIGHUP and SIGQUIT never reach the server: a server with the default
+// disposition dies of either, taking its sandboxes with it. The supervisor
+// logs them and goes on; SIGQUIT dumps its goroutines to stderr.
+func TestHangupAndQuitAreNotForwardedToTheServer(t *testing.T) {
+	dir := t.TempDir()
+	signals := filepath.Join(dir, "signals")
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "10s"},
+		helperCommand("stubserver", "-listen", api, "-signals", signals, "-exit", "0"))
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/sandboxes") == 200 }, 10*time.Second, 20*time.Millisecond)
+	sup.signal(t, syscall.SIGHUP)
+	sup.signal(t, syscall.SIGQUIT)
+	sup.signal(t, syscall.SIGUSR1) // still forwarded: it comes after the two above
+	require.Eventually(t, func() bool { b, _ := os.ReadFile(signals); return len(b) > 0 }, 5*time.Second, 20*time.Millisecond)
+	assert.Equal(t, 200, get(ctx, "http://"+listen+"/healthz"), "the supervisor is alive")
+	b, _ := os.ReadFile(signals)
+	assert.Equal(t, "user defined signal 1\n", string(b), "only SIGUSR1 reached the server")
+	sup.signal(t, syscall.SIGTERM)
+	assert.Equal(t, 0, sup.exitCode(t, 10*time.Second))
+}
+
+// Fault: a grandchild of the server (an orphan re-parented to the
+// supervisor) outlives the supervisor when it is not PID 1. At exit the
+// supervisor kills and reaps its whole remaining tree.
+func TestOrphansStillRunningAtExitAreKilled(t *testing.T) {
+	dir := t.TempDir()
+	release := filepath.Join(dir, "never") // never written: the orphans run until killed
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "10s"},
+		helperCommand("stubserver", "-listen", api, "-orphans", "2", "-release", release))
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	var orphans []int
+	for _, p := range childrenOf(sup.pid()) {
+		pid, _ := strconv.Atoi(p)
+		if b, _ := os.ReadFile("/proc/" + p + "/cmdline"); strings.Contains(string(b), "helper:waitfile") {
+			orphans = append(orphans, pid)
+		}
+	}
+	require.Len(t, orphans, 2, "two orphans re-parented to the supervisor")
+	sup.signal(t, syscall.SIGTERM)
+	assert.Equal(t, 0, sup.exitCode(t, 10*time.Second))
+	for _, pid := range orphans {
+		_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+		assert.True(t, os.IsNotExist(err), "orphan %d outlived the supervisor", pid)
+	}
+}
