@@ -42,8 +42,11 @@
 // of preserves run at once, apart from abandoned ones, and the limit never
 // exceeds the maximum. No retry starts whose backoff wait would end past
 // the sandbox's deadline. A panicking Preserve is recovered and reported
-// with its stack. The Report has exactly one entry for every sandbox any
-// pass listed. With tracing off (the global no-op providers), a Run makes a
+// with its stack; so is a panicking Lister, whose listing is retried. The
+// Report has exactly one entry for every sandbox any pass listed, and one
+// Failed entry for every flawed element of a listing (nil, an empty or
+// repeated ID, an ID that panics). A Run whose every listing failed is
+// Unknown: Report.Err says so with the last error, whatever the counts. With tracing off (the global no-op providers), a Run makes a
 // few allocations per pass and none per sandbox.
 //
 // For runtimes that preserve by signalling (a gVisor actor saves its state
