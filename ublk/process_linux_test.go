@@ -232,3 +232,45 @@ func TestFindProcessFailsForNoProcess(t *testing.T) {
 	_, err = ublk.FindProcess(1 << 22) // above pid_max's ceiling
 	assert.True(t, errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.EINVAL), "%v", err)
 }
+
+// AgentENV's daemon may never answer the shutdown request: it holds the
+// connection while it stops its devices and exits. With its Process paired,
+// that counts as delivered, and the teardown ends with every device
+// stopped by the daemon.
+func TestSocketSilentDaemonThatExitsIsStoppedCleanly(t *testing.T) {
+	sys, dir := t.TempDir(), t.TempDir()
+	log, sock := filepath.Join(dir, "events"), filepath.Join(dir, "ublkd.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Socket: sock, Silent: true, EventLog: log,
+		Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}, {ID: 1, Major: 4000, Minor: 1}}})
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
+	require.NoError(t, err)
+
+	require.NoError(t, s.RequestStop(ctx), "no answer, then the exit: delivered")
+	<-d.Done()
+	assert.Equal(t, 0, d.ExitCode())
+	assert.Contains(t, events(t, log), "request shutdown")
+	assert.Contains(t, events(t, log), "exit")
+	assert.NoError(t, s.RequestStop(ctx), "a daemon that has exited needs no request")
+}
+
+// A silent daemon that never exits is not taken as stopped: the request
+// fails by its deadline.
+func TestSocketSilentDaemonThatStaysIsAnError(t *testing.T) {
+	sys, dir := t.TempDir(), t.TempDir()
+	sock := filepath.Join(dir, "ublkd.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Socket: sock, Mode: fakeublk.Hung,
+		Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}}})
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
+	require.NoError(t, err)
+	rctx, rcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer rcancel()
+	assert.ErrorIs(t, s.RequestStop(rctx), context.DeadlineExceeded)
+}

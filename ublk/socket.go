@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/frame"
@@ -13,10 +15,13 @@ import (
 
 // Socket is a daemon stopped by a request on its Unix socket, in the form
 // AgentENV's uvm-ublk-daemon uses: one request per connection, a 4-byte
-// big-endian length then JSON; {"kind":"shutdown"} is answered
-// {"status":"ok"}. Pair it with the daemon's Process so that Wait sees the
-// exit through a pidfd and Kill can escalate; without one, Wait treats the
-// socket refusing connections as the exit, and Kill returns ErrCannotKill.
+// big-endian length then JSON, {"kind":"shutdown"}. Whether that daemon
+// answers it is not known (its own tests never read an answer), so an
+// answer {"status":"ok"}, and no answer followed by the daemon's exit, both
+// count as a stop delivered. Pair it with the daemon's Process so that
+// RequestStop and Wait see the exit through a pidfd and Kill can escalate;
+// without one, Wait treats the socket refusing connections as the exit,
+// and Kill returns ErrCannotKill.
 type Socket struct {
 	path string
 	proc *Process
@@ -38,21 +43,60 @@ func NewSocket(path string, proc *Process) (*Socket, error) {
 func (s *Socket) Path() string { return s.path }
 
 // RequestStop sends {"kind":"shutdown"} and returns nil once the daemon
-// answered {"status":"ok"}. Any other answer, a refused connection or no
-// answer by ctx's deadline is an error.
+// answered {"status":"ok"}, or closed the connection without an answer and
+// then exited (seen through the paired Process; without one, the close
+// alone counts), or had exited before the request. Any other answer, a
+// refused connection of a daemon still running, or neither answer nor exit
+// by ctx's deadline is an error.
 func (s *Socket) RequestStop(ctx context.Context) error {
+	if s.proc != nil && s.proc.Exited() {
+		return nil // nothing left to ask
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	if s.proc != nil {
+		go func() {
+			defer close(watched)
+			if s.proc.Wait(rctx) == nil {
+				cancel(errDaemonExited)
+			}
+		}()
+	} else {
+		close(watched)
+	}
+	defer func() { cancel(nil); <-watched }()
+
 	var resp struct {
 		Status string `json:"status"`
 		Error  string `json:"error"`
 	}
-	if err := s.Request(ctx, map[string]string{"kind": "shutdown"}, &resp); err != nil {
-		return err
-	}
-	if resp.Status != "ok" {
+	err := s.Request(rctx, map[string]string{"kind": "shutdown"}, &resp)
+	switch {
+	case err == nil && resp.Status != "ok":
 		return fmt.Errorf("ublk: daemon refused shutdown: status %q %s", resp.Status, resp.Error)
+	case err == nil:
+		return nil
+	case errors.Is(context.Cause(rctx), errDaemonExited):
+		return nil // no answer, then the exit
+	case !errors.Is(err, errUnanswered):
+		return err
+	case s.proc == nil:
+		return nil // closed without an answer: taken as delivered; Wait tells
+	}
+	// Closed without an answer: delivered if the daemon now exits.
+	if werr := s.proc.Wait(ctx); werr != nil {
+		return fmt.Errorf("%w, and the daemon did not exit: %w", err, werr)
 	}
 	return nil
 }
+
+// errDaemonExited is the cause RequestStop cancels its request with when
+// the paired Process exits first.
+var errDaemonExited = errors.New("ublk: daemon exited")
+
+// errUnanswered is wrapped by Request when the daemon closed the
+// connection after the request was sent, without an answer.
+var errUnanswered = errors.New("connection closed without an answer")
 
 // Request sends req as one length-prefixed JSON frame on a new connection
 // and decodes the one-frame answer into resp. It returns by ctx's
@@ -73,6 +117,9 @@ func (s *Socket) Request(ctx context.Context, req, resp any) error {
 		return s.ctxErr(ctx, fmt.Errorf("ublk: daemon socket: send: %w", err))
 	}
 	if err := frame.Read(c, resp); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			err = fmt.Errorf("%w: %w", errUnanswered, err)
+		}
 		return s.ctxErr(ctx, fmt.Errorf("ublk: daemon socket: no answer: %w", err))
 	}
 	return nil

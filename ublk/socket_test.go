@@ -83,3 +83,21 @@ func TestSocketToNothingFailsAndWaitSeesItGone(t *testing.T) {
 	_, err = NewSocket("", nil)
 	assert.ErrorContains(t, err, "path")
 }
+
+func TestSocketClosedWithoutAnswerIsDelivered(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", p)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			var req map[string]string
+			_ = frame.Read(c, &req)
+			c.Close() // acted on, never answered
+		}
+	}()
+	s, err := NewSocket(p, nil)
+	require.NoError(t, err)
+	assert.NoError(t, s.RequestStop(context.Background()))
+}

@@ -20,6 +20,7 @@ import (
 //	-step D           pause per device stop and delete (default 20ms; slow: 1s)
 //	-crash-after N    devices removed before a crash-mode daemon dies (default 1)
 //	-events FILE      event log
+//	-silent           act on a shutdown request without answering it
 func ParseArgs(args []string) (DaemonConfig, error) {
 	fs := flag.NewFlagSet("fakeublkd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -35,6 +36,7 @@ func ParseArgs(args []string) (DaemonConfig, error) {
 	fs.DurationVar(&cfg.Step, "step", 0, "pause per device step")
 	fs.IntVar(&cfg.CrashAfter, "crash-after", 0, "devices removed before a crash")
 	fs.StringVar(&cfg.EventLog, "events", "", "event log file")
+	fs.BoolVar(&cfg.Silent, "silent", false, "never answer a shutdown request")
 	if err := fs.Parse(args); err != nil {
 		return cfg, fmt.Errorf("fakeublk: %w", err)
 	}

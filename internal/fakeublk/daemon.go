@@ -54,6 +54,10 @@ type DaemonConfig struct {
 	Socket string `json:"socket,omitempty"`
 	// Mode is the behaviour on a stop request; default Cooperative.
 	Mode Mode `json:"mode,omitempty"`
+	// Silent makes the daemon act on a shutdown request without answering
+	// it: it holds the connection open until it exits, as AgentENV's
+	// daemon may (its tests never read an answer).
+	Silent bool `json:"silent,omitempty"`
 	// Step is the pause before each device is stopped and again before it
 	// is deleted; default 20 ms (1 s in Slow mode).
 	Step time.Duration `json:"step,omitempty"`
@@ -244,6 +248,10 @@ func (d *daemon) handle(c net.Conn) {
 	d.event("request %s", req.Kind)
 	if d.cfg.Mode == Hung {
 		return // keep the connection open and never answer
+	}
+	if req.Kind == "shutdown" && d.cfg.Silent {
+		d.trigger("request") // the connection closes when the process exits
+		return
 	}
 	defer c.Close()
 	switch req.Kind {
