@@ -21,6 +21,7 @@ import (
 //	-crash-after N    devices removed before a crash-mode daemon dies (default 1)
 //	-events FILE      event log
 //	-silent           act on a shutdown request without answering it
+//	-stop-with-parent stop, as on a request, once the parent process exits
 func ParseArgs(args []string) (DaemonConfig, error) {
 	fs := flag.NewFlagSet("fakeublkd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -37,6 +38,7 @@ func ParseArgs(args []string) (DaemonConfig, error) {
 	fs.IntVar(&cfg.CrashAfter, "crash-after", 0, "devices removed before a crash")
 	fs.StringVar(&cfg.EventLog, "events", "", "event log file")
 	fs.BoolVar(&cfg.Silent, "silent", false, "never answer a shutdown request")
+	fs.BoolVar(&cfg.StopWithParent, "stop-with-parent", false, "stop once the parent exits")
 	if err := fs.Parse(args); err != nil {
 		return cfg, fmt.Errorf("fakeublk: %w", err)
 	}

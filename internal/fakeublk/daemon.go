@@ -58,6 +58,11 @@ type DaemonConfig struct {
 	// it: it holds the connection open until it exits, as AgentENV's
 	// daemon may (its tests never read an answer).
 	Silent bool `json:"silent,omitempty"`
+	// StopWithParent makes the daemon stop its devices and exit, as on a
+	// shutdown request, once its parent process has exited (it is
+	// re-parented), as AgentENV's daemon does when its parent's pidfd
+	// becomes readable.
+	StopWithParent bool `json:"stop_with_parent,omitempty"`
 	// Step is the pause before each device is stopped and again before it
 	// is deleted; default 20 ms (1 s in Slow mode).
 	Step time.Duration `json:"step,omitempty"`
@@ -198,11 +203,24 @@ func (d *daemon) run(ready io.Writer) int {
 			d.trigger("sigterm")
 		}
 	}()
+	if d.cfg.StopWithParent {
+		go d.watchParent(os.Getppid())
+	}
 	<-d.stop
 	if d.cfg.Mode == Hung {
 		select {} // only SIGKILL ends a hung daemon
 	}
 	return d.teardown()
+}
+
+// watchParent triggers the stop once the process's parent is no longer
+// ppid.
+func (d *daemon) watchParent(ppid int) {
+	for os.Getppid() == ppid {
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.event("parent exited")
+	d.trigger("parent exited")
 }
 
 func (d *daemon) teardown() int {

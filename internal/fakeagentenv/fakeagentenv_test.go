@@ -1,0 +1,153 @@
+package fakeagentenv_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func do(t *testing.T, method, url, key string) (*http.Response, []fakeagentenv.Sandbox) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out []fakeagentenv.Sandbox
+	if resp.StatusCode == http.StatusOK {
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	}
+	return resp, out
+}
+
+func TestPagesFollowTheNextTokenAndCoverEverySandboxOnce(t *testing.T) {
+	srv, err := fakeagentenv.New(fakeagentenv.Config{APIKey: "k", PageSize: 7})
+	require.NoError(t, err)
+	for i := range 20 {
+		_, err := srv.Create(512 * (1 + i%3))
+		require.NoError(t, err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+
+	seen := map[string]int{}
+	url, pages := ts.URL+"/v2/sandboxes?state=running", 0
+	for {
+		resp, page := do(t, http.MethodGet, url, "k")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		pages++
+		for _, sb := range page {
+			seen[sb.SandboxID]++
+			assert.Equal(t, fakeagentenv.Running, sb.State)
+			assert.Positive(t, sb.MemoryMB)
+		}
+		tok := resp.Header.Get(fakeagentenv.HeaderNextToken)
+		if tok == "" {
+			break
+		}
+		url = ts.URL + "/v2/sandboxes?state=running&nextToken=" + tok
+	}
+	assert.Equal(t, 3, pages, "20 sandboxes in pages of 7")
+	assert.Len(t, seen, 20)
+	for id, n := range seen {
+		assert.Equal(t, 1, n, id)
+	}
+}
+
+func TestWithoutTheKeyEveryAPIRequestIs401(t *testing.T) {
+	srv, err := fakeagentenv.New(fakeagentenv.Config{APIKey: "k"})
+	require.NoError(t, err)
+	sb, err := srv.Create(512)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	for _, r := range [][2]string{{"GET", "/v2/sandboxes"}, {"GET", "/sandboxes"}, {"POST", "/sandboxes/" + sb.SandboxID + "/pause"}} {
+		resp, _ := do(t, r[0], ts.URL+r[1], "wrong")
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, r[1])
+	}
+	resp, _ := do(t, "GET", ts.URL+"/health", "")
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+	assert.Equal(t, fakeagentenv.Running, srv.States()[sb.SandboxID], "nothing paused without the key")
+}
+
+func TestASecondPauseWhileOneIsInProgressIs409(t *testing.T) {
+	srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 300 * time.Millisecond, StateDir: t.TempDir()})
+	require.NoError(t, err)
+	sb, err := srv.Create(1024)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	url := ts.URL + "/sandboxes/" + sb.SandboxID + "/pause"
+
+	var wg sync.WaitGroup
+	first := make(chan int, 1)
+	wg.Go(func() { resp, _ := do(t, http.MethodPost, url, ""); first <- resp.StatusCode })
+	require.Eventually(t, func() bool { return srv.States()[sb.SandboxID] == fakeagentenv.Pausing }, 5*time.Second, time.Millisecond)
+	resp, _ := do(t, http.MethodPost, url, "")
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, "pause in progress")
+	_, running := do(t, http.MethodGet, ts.URL+"/v2/sandboxes?state=running", "")
+	assert.Empty(t, running, "a pausing sandbox is not listed running")
+	wg.Wait()
+	assert.Equal(t, http.StatusNoContent, <-first)
+	resp, _ = do(t, http.MethodPost, url, "")
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, "already paused")
+	resp, _ = do(t, http.MethodPost, ts.URL+"/sandboxes/nope/pause", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.Equal(t, 2, srv.Stats().Conflicts)
+}
+
+func TestOnlyPausedSandboxesSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := fakeagentenv.New(fakeagentenv.Config{StateDir: dir})
+	require.NoError(t, err)
+	a, _ := srv.Create(512)
+	_, _ = srv.Create(512)
+	ts := httptest.NewServer(srv.Handler())
+	resp, _ := do(t, http.MethodPost, ts.URL+"/sandboxes/"+a.SandboxID+"/pause", "")
+	ts.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+
+	again, err := fakeagentenv.New(fakeagentenv.Config{StateDir: dir})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{a.SandboxID: fakeagentenv.Paused}, again.States())
+}
+
+func TestWithoutV2TheDeprecatedListStillAnswers(t *testing.T) {
+	srv, err := fakeagentenv.New(fakeagentenv.Config{NoV2: true})
+	require.NoError(t, err)
+	_, _ = srv.Create(2048)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	resp, _ := do(t, http.MethodGet, ts.URL+"/v2/sandboxes", "")
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	resp, list := do(t, http.MethodGet, ts.URL+"/sandboxes", "")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Len(t, list, 1)
+	assert.Equal(t, 2048, list[0].MemoryMB)
+}
+
+func TestShutdownRefusesCreatesAndPausesTheRestOneAtATime(t *testing.T) {
+	srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: time.Millisecond})
+	require.NoError(t, err)
+	for range 5 {
+		_, _ = srv.Create(512)
+	}
+	assert.Equal(t, 5, srv.Shutdown())
+	assert.Equal(t, 1, srv.Stats().MaxInPause)
+	_, err = srv.Create(512)
+	assert.Error(t, err)
+}

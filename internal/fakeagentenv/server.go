@@ -1,0 +1,474 @@
+package fakeagentenv
+
+import (
+	"cmp"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Sandbox states. The API shows running and paused; pausing and resuming
+// are the transitional states a pause or resume passes through.
+const (
+	Running  = "running"
+	Pausing  = "pausing"
+	Paused   = "paused"
+	Resuming = "resuming"
+)
+
+// A Sandbox is AgentENV's ListedSandbox, as GET /v2/sandboxes and GET
+// /sandboxes answer it.
+type Sandbox struct {
+	SandboxID  string            `json:"sandboxID"`
+	TemplateID string            `json:"templateID"`
+	State      string            `json:"state"`
+	StartedAt  time.Time         `json:"startedAt"`
+	EndAt      time.Time         `json:"endAt"`
+	CPUCount   int               `json:"cpuCount"`
+	MemoryMB   int               `json:"memoryMB"`
+	DiskSizeMB int               `json:"diskSizeMB"`
+	Metadata   map[string]string `json:"metadata"`
+}
+
+// DefaultPageSize and MaxPageSize bound a page of GET /v2/sandboxes.
+const (
+	DefaultPageSize = 100
+	MaxPageSize     = 100
+)
+
+// HeaderNextToken is the response header that carries the next page's
+// token; the request sends it back as the nextToken query parameter.
+const HeaderNextToken = "x-next-token"
+
+// Config configures a Server.
+type Config struct {
+	// APIKey, when set, must come in the X-API-Key header of every API
+	// request (401 otherwise). GET /health needs none.
+	APIKey string
+	// PageSize is the default page of GET /v2/sandboxes (limit overrides
+	// it, up to MaxPageSize); default DefaultPageSize.
+	PageSize int
+	// NoV2 makes GET /v2/sandboxes answer 404, as a server from before it.
+	NoV2 bool
+	// PauseBase + memoryMB/1024 x PausePerGiB is how long a pause takes.
+	PauseBase   time.Duration
+	PausePerGiB time.Duration
+	// StateDir, when set, receives one JSON record per paused sandbox
+	// (<sandboxID>.json), and the records found there at New are loaded
+	// back as paused sandboxes. Only paused sandboxes survive the process.
+	StateDir string
+	// FailFirst makes the first pause of every FailFirst-th sandbox (by
+	// creation order) answer 500 without pausing it; 0: none.
+	FailFirst int
+}
+
+// A Server is the node API of one AgentENV server. It is safe for
+// concurrent use.
+type Server struct {
+	cfg Config
+
+	mu        sync.Mutex
+	sbx       map[string]*Sandbox
+	created   int
+	failed    map[string]bool // FailFirst already answered 500
+	shutdown  bool
+	pauses    map[string]int // pause requests per sandbox
+	conflicts int            // 409 answers
+	inPause   int
+	maxPause  int
+}
+
+// New returns a Server, with the paused records of StateDir loaded.
+func New(cfg Config) (*Server, error) {
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.PageSize > MaxPageSize {
+		return nil, fmt.Errorf("fakeagentenv: PageSize %d exceeds %d", cfg.PageSize, MaxPageSize)
+	}
+	s := &Server{cfg: cfg, sbx: map[string]*Sandbox{}, failed: map[string]bool{}, pauses: map[string]int{}}
+	if cfg.StateDir == "" {
+		return s, nil
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("fakeagentenv: %w", err)
+	}
+	recs, err := LoadRecords(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		r.State = Paused
+		s.sbx[r.SandboxID] = &r
+	}
+	return s, nil
+}
+
+// LoadRecords reads the paused records of a state directory, sorted by
+// sandboxID.
+func LoadRecords(dir string) ([]Sandbox, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Sandbox, 0, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("fakeagentenv: %w", err)
+		}
+		var sb Sandbox
+		if err := json.Unmarshal(b, &sb); err != nil {
+			return nil, fmt.Errorf("fakeagentenv: %s: %w", f, err)
+		}
+		out = append(out, sb)
+	}
+	slices.SortFunc(out, func(a, b Sandbox) int { return cmp.Compare(a.SandboxID, b.SandboxID) })
+	return out, nil
+}
+
+// Create adds a running sandbox of memoryMB and returns it, or fails once
+// Shutdown has begun (the API answers 503 then).
+func (s *Server) Create(memoryMB int) (Sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown {
+		return Sandbox{}, errShuttingDown
+	}
+	s.created++
+	now := time.Now().UTC()
+	sb := &Sandbox{
+		SandboxID:  fmt.Sprintf("i%07d", s.created),
+		TemplateID: "base",
+		State:      Running,
+		StartedAt:  now.Add(time.Duration(s.created) * time.Microsecond), // distinct, in creation order
+		EndAt:      now.Add(time.Hour),
+		CPUCount:   2,
+		MemoryMB:   memoryMB,
+		DiskSizeMB: 10240,
+		Metadata:   map[string]string{"n": strconv.Itoa(s.created)},
+	}
+	s.sbx[sb.SandboxID] = sb
+	return *sb, nil
+}
+
+var errShuttingDown = errors.New("fakeagentenv: server is shutting down")
+
+// States returns every sandbox's state by ID.
+func (s *Server) States() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]string, len(s.sbx))
+	for id, sb := range s.sbx {
+		out[id] = sb.State
+	}
+	return out
+}
+
+// Stats are what a test asserts on.
+type Stats struct {
+	PauseRequests int // every POST .../pause that passed authentication
+	Conflicts     int // 409 answers
+	MaxInPause    int // most pauses running at once
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.pauses {
+		n += c
+	}
+	return Stats{PauseRequests: n, Conflicts: s.conflicts, MaxInPause: s.maxPause}
+}
+
+// Handler serves the node API:
+//
+//	GET  /health                      204, no key needed
+//	GET  /v2/sandboxes                ?state=running,paused &limit=N &nextToken=T; x-next-token
+//	GET  /sandboxes                   running sandboxes, one page (deprecated)
+//	POST /sandboxes                   {"memoryMB": N} -> 201 Sandbox; 503 while shutting down
+//	POST /sandboxes/{sandboxID}/pause 204; 409 not running; 404 unknown; 500 on FailFirst
+//	POST /sandboxes/{sandboxID}/resume 204; 409 not paused; 503 while shutting down
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /v2/sandboxes", s.auth(s.listV2))
+	mux.HandleFunc("GET /sandboxes", s.auth(s.listV1))
+	mux.HandleFunc("POST /sandboxes", s.auth(s.create))
+	mux.HandleFunc("POST /sandboxes/{sandboxID}/pause", s.auth(s.pause))
+	mux.HandleFunc("POST /sandboxes/{sandboxID}/resume", s.auth(s.resume))
+	return mux
+}
+
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.APIKey != "" && r.Header.Get("X-API-Key") != s.cfg.APIKey {
+			apiError(w, http.StatusUnauthorized, "invalid or missing X-API-Key")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func apiError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// sorted returns the sandboxes in listing order (startedAt, then ID) whose
+// state is in states (every state when states is empty).
+func (s *Server) sorted(states []string) []Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Sandbox
+	for _, sb := range s.sbx {
+		if len(states) == 0 || slices.Contains(states, sb.State) {
+			out = append(out, *sb)
+		}
+	}
+	slices.SortFunc(out, func(a, b Sandbox) int {
+		return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.SandboxID, b.SandboxID))
+	})
+	return out
+}
+
+func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.NoV2 {
+		http.NotFound(w, r)
+		return
+	}
+	q := r.URL.Query()
+	var states []string
+	for _, v := range q["state"] {
+		for st := range strings.SplitSeq(v, ",") {
+			if st != Running && st != Paused {
+				apiError(w, http.StatusBadRequest, "state must be running or paused, got "+strconv.Quote(st))
+				return
+			}
+			states = append(states, st)
+		}
+	}
+	limit := s.cfg.PageSize
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			apiError(w, http.StatusBadRequest, fmt.Sprintf("limit must be 1..%d, got %q", MaxPageSize, v))
+			return
+		}
+		limit = n
+	}
+	all := s.sorted(states)
+	start := 0
+	if tok := q.Get("nextToken"); tok != "" {
+		after, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil {
+			apiError(w, http.StatusBadRequest, "invalid nextToken")
+			return
+		}
+		// The token is the last sandbox of the previous page: the page goes
+		// on after it in listing order, even if it has gone since.
+		at, id, ok := strings.Cut(string(after), "/")
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if !ok || err != nil {
+			apiError(w, http.StatusBadRequest, "invalid nextToken")
+			return
+		}
+		start, _ = slices.BinarySearchFunc(all, Sandbox{StartedAt: t, SandboxID: id}, func(a, b Sandbox) int {
+			return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.SandboxID, b.SandboxID))
+		})
+		if start < len(all) && all[start].SandboxID == id {
+			start++
+		}
+	}
+	end := min(start+limit, len(all))
+	page := all[start:end]
+	if end < len(all) {
+		last := page[len(page)-1]
+		tok := last.StartedAt.Format(time.RFC3339Nano) + "/" + last.SandboxID
+		w.Header().Set(HeaderNextToken, base64.RawURLEncoding.EncodeToString([]byte(tok)))
+	}
+	writeJSON(w, http.StatusOK, nonNil(page))
+}
+
+func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, nonNil(s.sorted([]string{Running})))
+}
+
+func nonNil(s []Sandbox) []Sandbox {
+	if s == nil {
+		return []Sandbox{}
+	}
+	return s
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		MemoryMB int `json:"memoryMB"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.MemoryMB < 0 {
+		apiError(w, http.StatusBadRequest, "want {\"memoryMB\": N}")
+		return
+	}
+	sb, err := s.Create(cmp.Or(req.MemoryMB, 512))
+	if err != nil {
+		apiError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusCreated, sb)
+}
+
+// pause runs one pause: running -> pausing (the compare-and-swap that makes
+// a second request a 409), the pause time, the durable record, paused. A
+// client that gives up does not stop it: the server finishes what it began.
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("sandboxID")
+	d, code, msg := s.beginPause(id)
+	if code != 0 {
+		apiError(w, code, msg)
+		return
+	}
+	time.Sleep(d)
+	if err := s.finishPause(id); err != nil {
+		apiError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// beginPause moves the sandbox to pausing and returns how long its pause
+// takes, or the error answer.
+func (s *Server) beginPause(id string) (time.Duration, int, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sbx[id]
+	if !ok {
+		return 0, http.StatusNotFound, "sandbox " + id + " not found"
+	}
+	s.pauses[id]++
+	if sb.State != Running {
+		s.conflicts++
+		return 0, http.StatusConflict, "sandbox " + id + " is " + sb.State + ", not running"
+	}
+	if n := s.cfg.FailFirst; n > 0 && !s.failed[id] {
+		if seq, _ := strconv.Atoi(sb.Metadata["n"]); seq%n == 0 {
+			s.failed[id] = true
+			return 0, http.StatusInternalServerError, "snapshot failed (injected); retry"
+		}
+	}
+	sb.State = Pausing
+	s.inPause++
+	s.maxPause = max(s.maxPause, s.inPause)
+	return s.cfg.PauseBase + time.Duration(sb.MemoryMB)*s.cfg.PausePerGiB/1024, 0, ""
+}
+
+func (s *Server) finishPause(id string) error {
+	s.mu.Lock()
+	sb := *s.sbx[id]
+	s.mu.Unlock()
+	sb.State = Paused
+	err := s.writeRecord(sb)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inPause--
+	if err != nil {
+		s.sbx[id].State = Running // recoverable: resumed, retried later
+		return err
+	}
+	s.sbx[id].State = Paused
+	return nil
+}
+
+// writeRecord persists a paused sandbox durably: temp file, fsync, rename.
+func (s *Server) writeRecord(sb Sandbox) error {
+	if s.cfg.StateDir == "" {
+		return nil
+	}
+	b, err := json.Marshal(sb)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(s.cfg.StateDir, ".rec-*")
+	if err != nil {
+		return err
+	}
+	if _, err = tmp.Write(b); err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(s.cfg.StateDir, sb.SandboxID+".json"))
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("sandboxID")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sbx[id]
+	switch {
+	case s.shutdown:
+		apiError(w, http.StatusServiceUnavailable, errShuttingDown.Error())
+	case !ok:
+		apiError(w, http.StatusNotFound, "sandbox "+id+" not found")
+	case sb.State != Paused:
+		apiError(w, http.StatusConflict, "sandbox "+id+" is "+sb.State+", not paused")
+	default:
+		sb.State = Running
+		if s.cfg.StateDir != "" {
+			_ = os.Remove(filepath.Join(s.cfg.StateDir, id+".json"))
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// Shutdown is the orchestrator's shutdown as AgentENV runs it on SIGTERM:
+// it turns creates and resumes away (503), then makes up to three passes,
+// each pausing the running sandboxes one at a time. It returns how many it
+// paused.
+func (s *Server) Shutdown() int {
+	s.mu.Lock()
+	s.shutdown = true
+	s.mu.Unlock()
+	n := 0
+	for range 3 {
+		running := s.sorted([]string{Running})
+		if len(running) == 0 {
+			break
+		}
+		for _, sb := range running {
+			d, code, _ := s.beginPause(sb.SandboxID)
+			if code != 0 {
+				continue
+			}
+			time.Sleep(d)
+			if s.finishPause(sb.SandboxID) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
