@@ -6,17 +6,27 @@
 //
 // Typical wiring, in a supervisor process in front of the server:
 //
-//	src, err := httpsource.New("http://127.0.0.1:8080",
-//		httpsource.WithAPIKey("", os.Getenv("API_KEY"))) // AgentENV's shape by default
+//	src, err := httpsource.New("http://127.0.0.1:8000",
+//		httpsource.AgentENV(), // AgentENV's node API
+//		httpsource.WithAPIKey("", os.Getenv("DRAINKIT_API_KEY")))
 //	p, err := pause.New(src, pause.WithLimit(16))
 //	...
 //	ctx, cancel := plan.Context(ctx, "preserve")
 //	report := p.Run(ctx, budget.Deadline())
 //
-// The defaults are AgentENV's API: GET /sandboxes answers a JSON array of
+// The defaults are a generic shape: GET /sandboxes answers a JSON array of
 // {"id": ..., "state": ...} objects, the ones in state "running" need
 // preserving, and POST /sandboxes/{id}/pause pauses one. Paths, method, JSON
-// fields, running states and the API-key header are options.
+// fields, running states, pagination (a next-page token in a response
+// header), a fallback list path, a size field and the API-key header are
+// options. AgentENV is the preset for AgentENV's real node API: GET
+// /v2/sandboxes?state=running across x-next-token pages (the deprecated GET
+// /sandboxes when v2 answers 404), sandboxes keyed by sandboxID and sized by
+// memoryMB, POST /sandboxes/{sandboxID}/pause.
+//
+// Sizes: with a size field, the listed sandboxes are pause.Sized, so the
+// Preserver orders them by size and estimates their pauses from it until
+// it has measured some (see pause.Sized).
 //
 // Guarantees: every request returns by its context's deadline, and by the
 // per-request timeout when one is set; a Retry-After is waited only when it

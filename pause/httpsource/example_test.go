@@ -7,10 +7,12 @@ import (
 	"net/http/httptest"
 	"sync"
 
+	"github.com/drainkit/drainkit/pause"
+
 	"github.com/drainkit/drainkit/pause/httpsource"
 )
 
-// A sandbox server with AgentENV's API, written without drainkit: the
+// A sandbox server with the generic API shape, written without drainkit: the
 // Source drives it through the API it already has.
 func Example() {
 	var mu sync.Mutex
@@ -46,4 +48,32 @@ func Example() {
 	// preserve a <nil>
 	// preserve c <nil>
 	// still running: 0
+}
+
+// AgentENV's node API: pages of sandboxes keyed by sandboxID, sized by
+// memoryMB (pause.Sized, in bytes).
+func ExampleAgentENV() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v2/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("nextToken") == "" {
+			w.Header().Set("x-next-token", "p2")
+			fmt.Fprint(w, `[{"sandboxID":"a","state":"running","memoryMB":1024}]`)
+			return
+		}
+		fmt.Fprint(w, `[{"sandboxID":"b","state":"running","memoryMB":3072}]`)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	src, err := httpsource.New(srv.URL, httpsource.AgentENV())
+	if err != nil {
+		panic(err)
+	}
+	sbs, _ := src.List(context.Background())
+	for _, sb := range sbs {
+		fmt.Println(sb.ID(), sb.(pause.Sized).Size()>>20, "MiB")
+	}
+	// Output:
+	// a 1024 MiB
+	// b 3072 MiB
 }

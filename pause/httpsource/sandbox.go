@@ -25,6 +25,15 @@ type sandbox struct {
 // ID implements pause.Sandbox.
 func (b *sandbox) ID() string { return b.id }
 
+// sizedSandbox is a sandbox listed with a size (WithSizeField).
+type sizedSandbox struct {
+	sandbox
+	size int64
+}
+
+// Size implements pause.Sized: the bytes the listing gave.
+func (b *sizedSandbox) Size() int64 { return b.size }
+
 // Preserve sends the pause request and returns nil on a 2xx answer. It
 // returns by ctx's deadline. Errors are classified as described on Source;
 // an overload answer is handled inside (see Source) as long as the
@@ -52,7 +61,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 			return fmt.Errorf("httpsource: pause %s: waiting for a request slot: %w", b.id, err)
 		}
 		rctx, cancel := withTimeout(ctx, s.cfg.pauseTimeout)
-		_, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
+		_, _, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
 		cancel()
 		var se *StatusError
 		overloaded := errors.As(err, &se) && se.Overloaded()

@@ -8,10 +8,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -28,7 +33,8 @@ import (
 // scope is the instrumentation scope name: the package import path.
 const scope = "github.com/drainkit/drainkit/pause/httpsource"
 
-// The defaults: AgentENV's API shape.
+// The defaults: a generic shape (GET /sandboxes answers an array of
+// {"id", "state"} objects). AgentENV's real API is the AgentENV preset.
 const (
 	DefaultListPath     = "/sandboxes"
 	DefaultPauseMethod  = http.MethodPost
@@ -58,6 +64,11 @@ type config struct {
 	stateField   string
 	running      []string
 	gone         []int
+	fallbackList string // list path used once listPath answers 404
+	tokenHeader  string // response header holding the next page's token
+	tokenParam   string // query parameter that sends it back
+	sizeField    string // numeric field of each element: its size
+	sizeUnit     int64  // bytes per unit of the size field
 	listTimeout  time.Duration
 	pauseTimeout time.Duration
 	maxInFlight  int
@@ -87,6 +98,67 @@ func WithAPIKey(header, key string) Option {
 // WithListPath sets the path, relative to the base URL, that lists the
 // sandboxes with GET. Default DefaultListPath.
 func WithListPath(path string) Option { return func(c *config) { c.listPath = path } }
+
+// WithFallbackListPath sets a second list path, used from the first time
+// the list path answers 404 Not Found on: a server that has not got the
+// newer endpoint yet (AgentENV's deprecated GET /sandboxes behind GET
+// /v2/sandboxes). Default: none, and a 404 from the list path is a
+// permanent error.
+func WithFallbackListPath(path string) Option { return func(c *config) { c.fallbackList = path } }
+
+// WithPagination follows the list across pages: when an answer carries the
+// response header named header, the Source asks for the next page with the
+// header's value in the query parameter param, until an answer comes
+// without it (AgentENV: "x-next-token" and "nextToken"). All the pages of
+// one listing share one list timeout; a sandbox listed on two pages counts
+// once, and a token the server sends twice ends the listing with a
+// permanent error instead of a loop. Default: no pagination.
+func WithPagination(header, param string) Option {
+	return func(c *config) { c.tokenHeader, c.tokenParam = header, param }
+}
+
+// WithSizeField reads each listed sandbox's size from the numeric field
+// named field, in units of unit bytes (AgentENV's memoryMB, unit 1<<20:
+// the memory a pause writes), and makes the sandboxes List returns
+// pause.Sized: the Preserver orders them by size (longest first when time
+// is ample, shortest first when the deadline binds) and estimates each
+// pause from it until it has measured pauses (see pause.Sized). A sandbox
+// without the field, or with a size that is not a positive number, has no
+// size. Default: no size field.
+func WithSizeField(field string, unit int64) Option {
+	return func(c *config) { c.sizeField, c.sizeUnit = field, unit }
+}
+
+// The AgentENV preset's paths and fields (see AgentENV).
+const (
+	AgentENVListPath     = "/v2/sandboxes?state=running"
+	AgentENVFallbackPath = "/sandboxes"
+	AgentENVPausePath    = "/sandboxes/{id}/pause"
+	AgentENVIDField      = "sandboxID"
+	AgentENVSizeField    = "memoryMB"
+	AgentENVTokenHeader  = "x-next-token"
+	AgentENVTokenParam   = "nextToken"
+)
+
+// AgentENV sets AgentENV's node API (src/api/spec/paths/sandboxes.yml):
+// list with GET /v2/sandboxes?state=running, following the x-next-token
+// header into the nextToken parameter, and with the deprecated GET
+// /sandboxes when v2 answers 404; sandboxes are objects keyed by sandboxID
+// whose state "running" needs preserving and whose memoryMB is their size
+// (pause.Sized, in bytes); pause with
+// POST /sandboxes/{sandboxID}/pause, where 204 is done, 404 gone, and 409
+// is settled by listing again. The API key goes in X-API-Key (WithAPIKey).
+// Options after it override single settings.
+func AgentENV() Option {
+	return func(c *config) {
+		c.listPath, c.fallbackList = AgentENVListPath, AgentENVFallbackPath
+		c.tokenHeader, c.tokenParam = AgentENVTokenHeader, AgentENVTokenParam
+		c.itemsField, c.idField, c.stateField = "", AgentENVIDField, DefaultStateField
+		c.running = []string{DefaultRunningState}
+		c.pauseMethod, c.pausePath = http.MethodPost, AgentENVPausePath
+		c.sizeField, c.sizeUnit = AgentENVSizeField, 1<<20
+	}
+}
 
 // WithPause sets the method and the path template that pause one sandbox;
 // "{id}" in the template is replaced by the path-escaped sandbox ID.
@@ -173,6 +245,9 @@ type Source struct {
 	reqs    metric.Int64Counter
 	latency metric.Float64Histogram
 
+	fallbackURL string      // base + fallback list path, "" without one
+	onFallback  atomic.Bool // the list path answered 404: list with the fallback
+
 	mu        sync.Mutex
 	notBefore map[string]time.Time // per sandbox, from Retry-After
 }
@@ -214,6 +289,9 @@ func New(baseURL string, opts ...Option) (*Source, error) {
 	}
 	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]time.Time{}}
 	s.listURL = s.resolve(cfg.listPath)
+	if cfg.fallbackList != "" {
+		s.fallbackURL = s.resolve(cfg.fallbackList)
+	}
 	s.tracer = cfg.tp.Tracer(scope)
 	meter := cfg.mp.Meter(scope)
 	if s.reqs, err = meter.Int64Counter("drainkit.httpsource.requests",
@@ -238,6 +316,12 @@ func validate(baseURL string, c *config) (*url.URL, error) {
 		return nil, fmt.Errorf("httpsource: list path must start with \"/\", got %q", c.listPath)
 	case !strings.HasPrefix(c.pausePath, "/") || !strings.Contains(c.pausePath, "{id}"):
 		return nil, fmt.Errorf("httpsource: pause path must start with \"/\" and contain \"{id}\", got %q", c.pausePath)
+	case c.fallbackList != "" && !strings.HasPrefix(c.fallbackList, "/"):
+		return nil, fmt.Errorf("httpsource: fallback list path must start with \"/\", got %q", c.fallbackList)
+	case (c.tokenHeader == "") != (c.tokenParam == ""):
+		return nil, fmt.Errorf("httpsource: pagination needs both the token header and the query parameter, got %q and %q", c.tokenHeader, c.tokenParam)
+	case c.sizeField != "" && c.sizeUnit <= 0:
+		return nil, fmt.Errorf("httpsource: size unit must be positive, got %d", c.sizeUnit)
 	case c.pauseMethod == "":
 		return nil, fmt.Errorf("httpsource: pause method must not be empty")
 	case c.idField == "":
@@ -260,17 +344,22 @@ func validate(baseURL string, c *config) (*url.URL, error) {
 }
 
 // List returns the sandboxes the server reports in a running state, in the
-// order the server lists them. It implements pause.Lister. It returns by
-// ctx's deadline and the list timeout; its errors are classified as
-// described on Source.
+// order the server lists them (page after page). It implements
+// pause.Lister. With WithSizeField the sandboxes are pause.Sized. It
+// returns by ctx's deadline and the list timeout; its errors are classified
+// as described on Source.
 func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
-	ids, err := s.RunningIDs(ctx)
+	items, err := s.list(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]pause.Sandbox, len(ids))
-	for i, id := range ids {
-		out[i] = s.Sandbox(id)
+	out := make([]pause.Sandbox, len(items))
+	for i, it := range items {
+		if it.size > 0 {
+			out[i] = &sizedSandbox{sandbox{src: s, id: it.id}, it.size}
+		} else {
+			out[i] = &sandbox{src: s, id: it.id}
+		}
 	}
 	return out, nil
 }
@@ -278,26 +367,108 @@ func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 // RunningIDs returns the IDs of the sandboxes the server reports in a
 // running state: what a preStop wait polls. Same bounds and errors as List.
 func (s *Source) RunningIDs(ctx context.Context) ([]string, error) {
+	items, err := s.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.id
+	}
+	return ids, nil
+}
+
+// An item is one running sandbox of a listing.
+type item struct {
+	id   string
+	size int64 // bytes; 0: unknown
+}
+
+// maxPages bounds one listing, so a server that never stops sending tokens
+// cannot hold it until the list timeout.
+const maxPages = 10000
+
+// list fetches every page of the listing.
+func (s *Source) list(ctx context.Context) ([]item, error) {
 	ctx, span := s.tracer.Start(ctx, "httpsource.List")
 	defer span.End()
 	ctx, cancel := withTimeout(ctx, s.cfg.listTimeout)
 	defer cancel()
-	body, err := s.do(ctx, "list", http.MethodGet, s.listURL)
-	if se := (*StatusError)(nil); errors.As(err, &se) {
-		err = classify(se, nil) // a 404 here is a wrong path, not a gone sandbox
-	}
+	items, pages, err := s.pages(ctx)
 	if err != nil {
 		spanError(span, err)
 		return nil, err
 	}
-	ids, err := s.parse(body)
-	if err != nil {
-		err = backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", s.listURL, err))
-		spanError(span, err)
-		return nil, err
+	span.SetAttributes(attribute.Int("sandboxes.running", len(items)), attribute.Int("pages", pages))
+	return items, nil
+}
+
+func (s *Source) pages(ctx context.Context) ([]item, int, error) {
+	target := s.listURL
+	if s.onFallback.Load() {
+		target = s.fallbackURL
 	}
-	span.SetAttributes(attribute.Int("sandboxes.running", len(ids)))
-	return ids, nil
+	var out []item
+	seen := map[string]bool{}   // IDs already listed
+	tokens := map[string]bool{} // tokens already followed
+	token := ""
+	for page := 1; ; page++ {
+		u := target
+		if token != "" {
+			u = withQuery(target, s.cfg.tokenParam, token)
+		}
+		body, hdr, err := s.do(ctx, "list", http.MethodGet, u)
+		if se := (*StatusError)(nil); errors.As(err, &se) {
+			if se.StatusCode == http.StatusNotFound && page == 1 && target == s.listURL && s.fallbackURL != "" {
+				s.cfg.logger.Info("httpsource: list path answered 404; listing with the fallback from now on",
+					"list", s.listURL, "fallback", s.fallbackURL)
+				s.onFallback.Store(true)
+				target = s.fallbackURL
+				page = 0
+				continue
+			}
+			err = classify(se, nil) // a 404 here is a wrong path, not a gone sandbox
+		}
+		if err != nil {
+			return nil, page, err
+		}
+		items, err := s.parse(body)
+		if err != nil {
+			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", u, err))
+		}
+		for _, it := range items {
+			if !seen[it.id] {
+				seen[it.id] = true
+				out = append(out, it)
+			}
+		}
+		if s.cfg.tokenHeader == "" {
+			return out, page, nil
+		}
+		next := hdr.Get(s.cfg.tokenHeader)
+		switch {
+		case next == "":
+			return out, page, nil
+		case tokens[next]:
+			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: the server sent next token %q twice", target, next))
+		case page >= maxPages:
+			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: more than %d pages", target, maxPages))
+		}
+		tokens[next] = true
+		token = next
+	}
+}
+
+// withQuery returns target with the query parameter key set to value.
+func withQuery(target, key, value string) string {
+	u, err := url.Parse(target)
+	if err != nil { // target was resolved from a validated base and path
+		return target
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // Sandbox returns the sandbox with the given ID on this server, whether or
@@ -315,11 +486,11 @@ func (s *Source) resolve(path string) string {
 
 // do sends one request and returns the body of a 2xx answer, or a
 // classified error.
-func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, error) {
+func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, http.Header, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, method, target, nil)
 	if err != nil {
-		return nil, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
+		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
 	}
 	req.Header.Set("Accept", "application/json")
 	if s.cfg.apiKey != "" {
@@ -333,26 +504,26 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, err
 		s.latency.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), attrs)
 	}()
 	if err != nil {
-		return nil, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
+		return nil, nil, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
 	}
 	defer resp.Body.Close()
 	status = fmt.Sprint(resp.StatusCode)
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return nil, fmt.Errorf("httpsource: %s %s: reading body: %w", op, target, err)
+		return nil, nil, fmt.Errorf("httpsource: %s %s: reading body: %w", op, target, err)
 	}
 	if resp.StatusCode/100 == 2 {
-		return body, nil
+		return body, resp.Header, nil
 	}
-	return nil, &StatusError{
+	return nil, resp.Header, &StatusError{
 		Op: op, URL: target, StatusCode: resp.StatusCode,
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 		Body:       snippet(body),
 	}
 }
 
-// parse extracts the running sandboxes' IDs from a list response.
-func (s *Source) parse(body []byte) ([]string, error) {
+// parse extracts the running sandboxes from one list answer.
+func (s *Source) parse(body []byte) ([]item, error) {
 	raw := json.RawMessage(body)
 	if s.cfg.itemsField != "" {
 		var obj map[string]json.RawMessage
@@ -364,21 +535,48 @@ func (s *Source) parse(body []byte) ([]string, error) {
 			return nil, fmt.Errorf("field %q missing", s.cfg.itemsField)
 		}
 	}
-	var items []map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
+	var elems []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
 		return nil, fmt.Errorf("want an array of objects: %w", err)
 	}
-	ids := make([]string, 0, len(items))
-	for i, it := range items {
+	items := make([]item, 0, len(elems))
+	for i, it := range elems {
 		id, err := scalar(it[s.cfg.idField])
 		if err != nil || id == "" {
-			return nil, fmt.Errorf("element %d: field %q must be a non-empty string or number", i, s.cfg.idField)
+			return nil, fmt.Errorf("element %d: field %q must be a non-empty string or number (fields: %s)",
+				i, s.cfg.idField, fieldNames(it))
 		}
 		if s.needsPreserving(it) {
-			ids = append(ids, id)
+			items = append(items, item{id: id, size: s.size(it)})
 		}
 	}
-	return ids, nil
+	return items, nil
+}
+
+// size reads an element's size field in bytes: positive, or 0 (unknown).
+func (s *Source) size(it map[string]json.RawMessage) int64 {
+	if s.cfg.sizeField == "" {
+		return 0
+	}
+	v, err := scalar(it[s.cfg.sizeField])
+	if err != nil {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0) {
+		return 0
+	}
+	if b := f * float64(s.cfg.sizeUnit); b < math.MaxInt64 {
+		return int64(b)
+	}
+	return math.MaxInt64
+}
+
+// fieldNames lists an element's fields, sorted, for an error that shows
+// what the server sends instead.
+func fieldNames(it map[string]json.RawMessage) string {
+	names := slices.Sorted(maps.Keys(it))
+	return strings.Join(names, ", ")
 }
 
 // needsPreserving reports whether an element is in a running state. An

@@ -1,0 +1,186 @@
+package httpsource
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// agentenv serves the AgentENV double on loopback with n running sandboxes
+// (memoryMB 512, 1024, 2048, 4096 in turn), counting list requests by path.
+func agentenv(t *testing.T, n int, cfg fakeagentenv.Config) (*fakeagentenv.Server, string, *listCounts) {
+	t.Helper()
+	srv, err := fakeagentenv.New(cfg)
+	require.NoError(t, err)
+	for i := range n {
+		_, err := srv.Create(512 << (i % 4))
+		require.NoError(t, err)
+	}
+	counts := &listCounts{}
+	h := srv.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v2/sandboxes":
+			counts.v2.Add(1)
+		case "/sandboxes":
+			counts.v1.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	return srv, ts.URL, counts
+}
+
+type listCounts struct{ v1, v2 atomic.Int64 }
+
+func TestAgentENVPresetListsEveryPageKeyedBySandboxID(t *testing.T) {
+	srv, url, counts := agentenv(t, 200, fakeagentenv.Config{APIKey: "k", PageSize: 37})
+	src, err := New(url, AgentENV(), WithAPIKey("", "k"))
+	require.NoError(t, err)
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, sbs, 200)
+	assert.EqualValues(t, 6, counts.v2.Load(), "200 sandboxes in pages of 37")
+	states := srv.States()
+	for _, sb := range sbs {
+		assert.Equal(t, fakeagentenv.Running, states[sb.ID()], sb.ID())
+	}
+}
+
+func TestAgentENVPresetFallsBackToTheDeprecatedListOnce(t *testing.T) {
+	_, url, counts := agentenv(t, 5, fakeagentenv.Config{NoV2: true})
+	src, err := New(url, AgentENV())
+	require.NoError(t, err)
+	for range 3 {
+		ids, err := src.RunningIDs(t.Context())
+		require.NoError(t, err)
+		assert.Len(t, ids, 5)
+	}
+	assert.EqualValues(t, 1, counts.v2.Load(), "v2 asked once; its 404 is remembered")
+	assert.EqualValues(t, 3, counts.v1.Load())
+}
+
+func TestAgentENVWithoutTheKeyIsPermanent(t *testing.T) {
+	_, url, _ := agentenv(t, 1, fakeagentenv.Config{APIKey: "k"})
+	src, err := New(url, AgentENV(), WithAPIKey("", "wrong"))
+	require.NoError(t, err)
+	_, err = src.List(t.Context())
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusUnauthorized, se.StatusCode)
+	var perm *backoff.PermanentError
+	assert.ErrorAs(t, err, &perm, "a wrong key is not retried")
+}
+
+// A 409 for a sandbox whose pause is already in progress is settled by
+// listing again: no longer listed running, so gone (the pause in progress
+// is the server's).
+func TestAgentENVConflictDuringAPauseInProgressIsGone(t *testing.T) {
+	srv, url, _ := agentenv(t, 1, fakeagentenv.Config{PauseBase: 300 * time.Millisecond})
+	src, err := New(url, AgentENV())
+	require.NoError(t, err)
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- sbs[0].Preserve(t.Context()) }()
+	require.Eventually(t, func() bool { return srv.States()[sbs[0].ID()] == fakeagentenv.Pausing }, 5*time.Second, time.Millisecond)
+	err = sbs[0].Preserve(t.Context())
+	assert.ErrorIs(t, err, pause.ErrGone)
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusConflict, se.StatusCode)
+	assert.NoError(t, <-done)
+}
+
+// memoryMB is each sandbox's size, in bytes, for the Preserver: with ample
+// time and one slot it pauses the largest first, and each entry carries
+// the size and an estimate proportional to it (a sandbox of the mean size
+// takes the prior). In virtual time, through an in-process transport.
+func TestAgentENVSizesOrderThePausesAndSetTheFirstEstimate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PausePerGiB: 100 * time.Millisecond})
+		require.NoError(t, err)
+		for _, mb := range []int{1024, 4096, 512, 2048} {
+			_, err := srv.Create(mb)
+			require.NoError(t, err)
+		}
+		src := inProcess(t, srv.Handler(), AgentENV())
+		sbs, err := src.List(t.Context())
+		require.NoError(t, err)
+		var sizes []int64
+		for _, sb := range sbs {
+			sizes = append(sizes, sb.(pause.Sized).Size())
+		}
+		assert.Equal(t, []int64{1 << 30, 4 << 30, 512 << 20, 2 << 30}, sizes, "memoryMB in bytes, in listing order")
+
+		p, err := pause.New(src, pause.WithLimit(1), pause.WithEstimator(deadline.NewEstimator(1920*time.Millisecond)))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		rep := p.Run(ctx, time.Time{})
+		require.Equal(t, 4, rep.Counts[pause.Preserved])
+		entries := slices.Clone(rep.Entries)
+		slices.SortFunc(entries, func(a, b pause.Entry) int { return a.Start.Compare(b.Start) })
+		var order []int64
+		for _, e := range entries {
+			order = append(order, e.Size>>20)
+			assert.Equal(t, time.Duration(e.Size>>20)*time.Millisecond, e.Estimate, "%s: 1920 MB mean takes the 1920 ms prior", e.ID)
+		}
+		assert.Equal(t, []int64{4096, 2048, 1024, 512}, order, "longest first while the work fits")
+	})
+}
+
+// The Preserver over the preset, with a transient 500 on every fifth
+// sandbox's first pause: every sandbox across every page ends paused.
+func TestAgentENVPreserverPausesEverySandboxAcrossPages(t *testing.T) {
+	srv, url, _ := agentenv(t, 200, fakeagentenv.Config{APIKey: "k", PageSize: 37, PauseBase: time.Millisecond, FailFirst: 5})
+	src, err := New(url, AgentENV(), WithAPIKey("", "k"))
+	require.NoError(t, err)
+	p, err := pause.New(src, pause.WithLimit(16))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rep := p.Run(ctx, time.Time{})
+	assert.Equal(t, 200, rep.Counts[pause.Preserved])
+	assert.Zero(t, rep.Lost())
+	for id, st := range srv.States() {
+		assert.Equal(t, fakeagentenv.Paused, st, id)
+	}
+	assert.Equal(t, 240, srv.Stats().PauseRequests, "200 pauses and 40 retried 500s")
+}
+
+func TestPaginationStopsAtARepeatedToken(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("x-next-token", "same")
+		_, _ = w.Write([]byte(`[{"sandboxID":"a","state":"running"}]`))
+	}))
+	defer ts.Close()
+	src, err := New(ts.URL, AgentENV())
+	require.NoError(t, err)
+	_, err = src.List(t.Context())
+	assert.ErrorContains(t, err, `next token "same" twice`)
+	var perm *backoff.PermanentError
+	assert.ErrorAs(t, err, &perm)
+}
+
+func TestGenericShapeNamesTheMissingIDField(t *testing.T) {
+	_, url, _ := agentenv(t, 1, fakeagentenv.Config{})
+	src, err := New(url) // the generic shape against AgentENV: "id" is not there
+	require.NoError(t, err)
+	_, err = src.List(t.Context())
+	assert.ErrorContains(t, err, `field "id" must be`)
+	assert.ErrorContains(t, err, "sandboxID", "the error shows the fields the server sends")
+}
