@@ -28,7 +28,7 @@ func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 		{"nil ListFunc", pause.ListFunc(nil), nil, "lister"},
 		{"limit 0", node, []pause.Option{pause.WithLimit(0)}, "limit must be at least 1"},
 		{"max below limit", node, []pause.Option{pause.WithLimit(8), pause.WithMaxLimit(4)}, "max limit 4"},
-		{"max below default limit", node, []pause.Option{pause.WithMaxLimit(2)}, "max limit 2"},
+		{"max limit zero", node, []pause.Option{pause.WithMaxLimit(0)}, "max limit must be at least 1"},
 		{"negative timeout", node, []pause.Option{pause.WithSandboxTimeout(-time.Second)}, "sandbox timeout"},
 		{"negative progress", node, []pause.Option{pause.WithProgressInterval(-time.Second)}, "progress interval"},
 		{"bad order", node, []pause.Option{pause.WithOrder(pause.Order(42))}, "order"},
@@ -55,6 +55,9 @@ func TestDefaults(t *testing.T) {
 	p, err = pause.New(fakesandbox.NewNode(), pause.WithLimit(3), pause.WithMaxLimit(12))
 	require.NoError(t, err)
 	assert.Equal(t, 3, p.Limit())
+	p, err = pause.New(fakesandbox.NewNode(), pause.WithMaxLimit(2))
+	require.NoError(t, err)
+	assert.Equal(t, 2, p.Limit(), "a maximum below the default start starts at the maximum")
 }
 
 // A long Run logs a progress line every interval: done, left, time left.

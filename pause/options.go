@@ -13,12 +13,17 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 )
 
-// DefaultLimit is the concurrency limit when WithLimit is not given. A
-// preserve is dominated by writing memory and disk state to local storage or
-// the network; eight writers keep an NVMe disk or a 10 Gb/s link busy without
-// thrashing it, and already turn 200 sandboxes x 2 s from 400 s sequential
-// into 50 s.
+// DefaultLimit is where the adaptive limit starts when neither WithLimit
+// nor WithMaxLimit is given (and the fixed limit of a Preserver given only
+// WithMaxLimit(DefaultLimit)). Eight writers keep an NVMe disk or a
+// 10 Gb/s link busy without thrashing it; the limit then moves to what the
+// node measures.
 const DefaultLimit = 8
+
+// DefaultMaxLimit is the ceiling of the adaptive limit when neither
+// WithLimit nor WithMaxLimit is given: beyond 32 preserves at once, a node
+// holds too many half-written images for the last ones to finish.
+const DefaultMaxLimit = 32
 
 // DefaultProgressInterval is how often a Run logs a progress line when
 // WithProgressInterval is not given.
@@ -35,17 +40,18 @@ type Order int
 
 // The orders a Preserver can use.
 const (
-	// OrderAuto, the default, chooses per pass from the estimates and the
-	// time left: FIFO when no sandbox has an estimate; shortest first when
-	// the estimated work does not fit before the deadline even at the
-	// maximum limit (so the most sandboxes are preserved); longest first
-	// when it fits (so the whole pass ends soonest).
+	// OrderAuto, the default, chooses per pass from the estimates (own,
+	// or from sizes) and the time left: FIFO when no sandbox has an
+	// estimate; shortest first when the estimated work does not fit
+	// before the deadline at the current limit (so the most sandboxes are
+	// preserved); longest first when it fits (so the whole pass ends
+	// soonest).
 	OrderAuto Order = iota
 	// OrderFIFO starts sandboxes in the order the Lister returned them.
 	OrderFIFO
 	// OrderShortestFirst preserves the most sandboxes before a deadline:
 	// it picks the shortest estimated preserves that fit in the time left
-	// at the maximum limit and starts those longest first, so they pack
+	// at the current limit and starts those longest first, so they pack
 	// tightly into the slots; the rest follow, shortest first. Without a
 	// deadline, or when the pass holds more than one priority, it is plain
 	// shortest first within each priority.
@@ -99,8 +105,8 @@ func (f InFlight) String() string {
 type Option func(*config)
 
 type config struct {
-	limit       int
-	maxLimit    int // 0: same as limit
+	limit       int // 0: not set
+	maxLimit    int // 0: not set
 	order       Order
 	timeout     time.Duration
 	inFlight    InFlight
@@ -111,19 +117,35 @@ type config struct {
 	mp          metric.MeterProvider
 	log         *slog.Logger
 	progress    time.Duration
+	limitSet    bool
+	maxSet      bool
 }
 
-// WithLimit sets the initial concurrency limit: how many preserves run at
-// once. The default is DefaultLimit. It must be at least 1.
-func WithLimit(n int) Option { return func(c *config) { c.limit = n } }
+// WithLimit sets how many preserves run at once. Alone, it fixes the limit
+// and turns adaptation off; with WithMaxLimit above it, it is where the
+// adaptive limit starts. Without it the limit adapts, starting at
+// DefaultLimit. It must be at least 1.
+//
+// The adaptive limit measures the node's throughput (bytes per second of
+// preserves completed, when sandboxes are Sized; sandboxes per second when
+// not) and moves toward the smallest limit past which more preserves at
+// once stop adding throughput: it doubles while doubling pays more than 5%,
+// bisects back when it stops paying, halves while halving costs less than
+// 5%, then holds and probes a quarter higher now and then. It never leaves
+// [1, maximum], and when the work left at the best throughput measured
+// needs most of the time left, it stops exploring and keeps the limit
+// measured fastest. Limit reports it as it moves.
+func WithLimit(n int) Option {
+	return func(c *config) { c.limit = n; c.limitSet = true }
+}
 
-// WithMaxLimit sets the ceiling the adaptive limit may be raised to when the
-// work left does not fit in the time left at the current limit: the number of
-// concurrent preserves the disk or network can take. The default is the
-// initial limit, which turns adaptation off: going beyond what the operator
-// configured could saturate the very device the preserves write to. It must
-// be at least the initial limit.
-func WithMaxLimit(n int) Option { return func(c *config) { c.maxLimit = n } }
+// WithMaxLimit sets the ceiling of the adaptive limit: the most preserves
+// the node may run at once. The default is DefaultMaxLimit when WithLimit
+// is not given either, and otherwise the limit, which turns adaptation
+// off. It must be at least 1 and at least the limit.
+func WithMaxLimit(n int) Option {
+	return func(c *config) { c.maxLimit = n; c.maxSet = true }
+}
 
 // WithOrder forces the order in which a pass starts sandboxes. The default
 // is OrderAuto.
@@ -192,14 +214,19 @@ func defaultBackOff() backoff.BackOff {
 
 func (c *config) validate() error {
 	var errs []error
-	if c.limit < 1 {
+	switch {
+	case c.limitSet && c.limit < 1:
 		errs = append(errs, fmt.Errorf("pause: limit must be at least 1, got %d", c.limit))
-	}
-	if c.maxLimit == 0 {
-		c.maxLimit = max(c.limit, 1)
-	}
-	if c.maxLimit < c.limit {
+	case c.maxSet && c.maxLimit < 1:
+		errs = append(errs, fmt.Errorf("pause: max limit must be at least 1, got %d", c.maxLimit))
+	case c.limitSet && c.maxSet && c.maxLimit < c.limit:
 		errs = append(errs, fmt.Errorf("pause: max limit %d must be at least the limit %d", c.maxLimit, c.limit))
+	case !c.limitSet && !c.maxSet:
+		c.limit, c.maxLimit = DefaultLimit, DefaultMaxLimit
+	case !c.limitSet:
+		c.limit = min(DefaultLimit, c.maxLimit)
+	case !c.maxSet:
+		c.maxLimit = c.limit
 	}
 	if c.timeout < 0 {
 		errs = append(errs, fmt.Errorf("pause: sandbox timeout must not be negative, got %v", c.timeout))

@@ -135,10 +135,11 @@ func TestEstimatorIsFedAndUsed(t *testing.T) {
 	})
 }
 
-// 200 x 2 s in 31 s at limit 4 needs 100 s; the adaptive limit rises to 14
-// (15 rounds of 2 s fit in 31 s) and preserves everything, never above the
-// maximum. Without a maximum the limit stays 4 and 60 are preserved.
-func TestAdaptiveLimitRisesToFitTheTimeLeft(t *testing.T) {
+// 200 x 2 s in 31 s at limit 4 needs 100 s. Waiting preserves scale
+// without a knee, so the adaptive limit doubles every epoch (4 samples,
+// one round of 2 s) up to the maximum and ends in 18 s: 4+8+16+32 by 8 s,
+// then 140 at 32. Without a maximum the limit stays 4 and 60 are preserved.
+func TestAdaptiveLimitClimbsWhileThroughputScales(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 200, 2*time.Second)
@@ -146,10 +147,10 @@ func TestAdaptiveLimitRisesToFitTheTimeLeft(t *testing.T) {
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 31*time.Second, 0)
 		assert.Equal(t, 200, rep.Counts[pause.Preserved])
-		assert.Equal(t, 14, p.Limit())
-		assert.Equal(t, 14, rep.Limit)
-		assert.Equal(t, 14, node.MaxInFlight())
-		assert.Equal(t, 30*time.Second, took)
+		assert.Equal(t, 32, p.Limit())
+		assert.Equal(t, 32, rep.Limit)
+		assert.Equal(t, 32, node.MaxInFlight())
+		assert.Equal(t, 18*time.Second, took)
 	})
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
@@ -162,6 +163,8 @@ func TestAdaptiveLimitRisesToFitTheTimeLeft(t *testing.T) {
 	})
 }
 
+// From 2, an epoch needs 4 samples (two rounds at 2), then one round at 4,
+// then 8 to the end: 4+4+8+8 by 11 s, never above the maximum.
 func TestAdaptiveLimitNeverExceedsMax(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
@@ -171,7 +174,7 @@ func TestAdaptiveLimitNeverExceedsMax(t *testing.T) {
 		rep, _ := runFor(t, p, 11*time.Second, 0)
 		assert.Equal(t, 8, p.Limit())
 		assert.Equal(t, 8, node.MaxInFlight())
-		assert.Equal(t, 40, rep.Counts[pause.Preserved], "5 rounds of 8")
+		assert.Equal(t, 24, rep.Counts[pause.Preserved])
 		assert.Equal(t, 200, len(rep.Entries))
 	})
 }

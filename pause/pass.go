@@ -48,8 +48,27 @@ func (ps *pass) settled() {
 }
 
 // pop takes the next task to start at now, or returns nil when the queue
-// is empty or the phase is over, closing the queue.
+// is empty or the phase is over, closing the queue, or when the worker
+// must end because the workers exceed a lowered limit.
 func (ps *pass) pop(now time.Time) *task {
+	r := ps.r
+	if !r.adaptive {
+		return ps.take(now)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.workers > r.limit {
+		return nil
+	}
+	t := ps.take(now)
+	if t != nil {
+		r.startedLocked(t, now)
+	}
+	return t
+}
+
+// take takes the next task, lock-free.
+func (ps *pass) take(now time.Time) *task {
 	r := ps.r
 	for {
 		if ps.closed.Load() {
@@ -74,14 +93,7 @@ func (ps *pass) pop(now time.Time) *task {
 		if i == len(ps.tasks)-1 {
 			ps.close()
 		}
-		t := ps.tasks[i]
-		if r.adaptive {
-			r.mu.Lock()
-			r.queue.remove(t)
-			r.adaptLocked()
-			r.mu.Unlock()
-		}
-		return t
+		return ps.tasks[i]
 	}
 }
 
@@ -94,9 +106,10 @@ func (ps *pass) close() {
 }
 
 // dispatch starts a worker for every slot it acquires while the queue is
-// open. A slot wait gives up at the phase deadline or when the queue
-// closes. Acquire may succeed after the deadline passed, so the queue is
-// checked again before a worker starts.
+// open and, when the limit adapts, the workers are below the limit (else it
+// gives the slot back and waits for room). A wait gives up at the phase
+// deadline or when the queue closes. Acquire may succeed after the
+// deadline passed, so the queue is checked again before a worker starts.
 func (r *run) dispatch(ps *pass) {
 	for {
 		if err := r.sem.Acquire(ps.acquire, 1); err != nil {
@@ -107,6 +120,16 @@ func (r *run) dispatch(ps *pass) {
 			r.sem.Release(1)
 			ps.close()
 			return
+		}
+		if r.adaptive && !r.admitWorker() {
+			r.sem.Release(1)
+			select {
+			case <-r.room:
+				continue
+			case <-ps.acquire.Done():
+				ps.close()
+				return
+			}
 		}
 		go r.worker(ps)
 	}
@@ -122,6 +145,7 @@ func (r *run) worker(ps *pass) {
 	for {
 		t := ps.pop(now)
 		if t == nil {
+			r.workerGone()
 			r.sem.Release(1)
 			return
 		}

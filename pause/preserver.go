@@ -31,7 +31,6 @@ type Preserver struct {
 // timeout or interval is negative, or an option is nil or undefined.
 func New(list Lister, opts ...Option) (*Preserver, error) {
 	c := config{
-		limit:       DefaultLimit,
 		newBackOff:  defaultBackOff,
 		isPermanent: func(error) bool { return false },
 		tp:          otel.GetTracerProvider(),
@@ -78,8 +77,8 @@ func isNil(l Lister) bool {
 }
 
 // Limit returns the current concurrency limit: the initial limit before the
-// first Run, raised during a Run when the work left does not fit the time
-// left, and kept after the Run. Use it for deadline.Work reserves.
+// first Run; when the limit adapts, the one it has moved to, kept after the
+// Run (the next Run starts from it). Use it for deadline.Work reserves.
 func (p *Preserver) Limit() int { return int(p.limit.Load()) }
 
 // Run preserves, in passes, every sandbox the Lister returns, and returns

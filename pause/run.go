@@ -28,9 +28,8 @@ type run struct {
 	phase    time.Time
 	hard     time.Time
 
-	sem      *semaphore.Weighted
-	reserved int64 // weight held back from sem until the limit is raised
-	limit    int
+	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
+	limit int
 
 	rep    *Report
 	seen   map[string]int // the pass that first listed each ID
@@ -38,16 +37,26 @@ type run struct {
 	listed bool           // a listing succeeded
 	cur    *pass          // the pass running now; set before its workers start
 
-	adaptive bool       // a maximum above the limit is configured
-	mu       sync.Mutex // guards queue, limit and reserved while workers run
+	unknown time.Duration // Estimator estimate for tasks without one, per pass
+	perByte float64       // the pass's time per byte of a Sized sandbox, ns
+	untimed bool          // perByte ranks sizes but is not a time
 
-	queue    queueStats // estimates of the tasks not started yet
-	estTick  int
-	unknown  time.Duration // cached Estimator estimate for tasks without one
-	perByte  float64       // the pass's time per byte of a Sized sandbox, ns
-	untimed  bool          // perByte ranks sizes but is not a time
-	left     atomic.Int64  // sandboxes listed and not settled
-	finished atomic.Int64  // sandboxes settled
+	// The adaptive limit (see limit.go); mu guards what follows it while
+	// workers run.
+	adaptive      bool
+	room          chan struct{} // the dispatcher waits on it for room below the limit
+	unitScale     float64       // units per byte, fixed at the first pass
+	unitUnknown   float64       // units of a task without size or estimate
+	mu            sync.Mutex
+	climb         *climber
+	queue         queueStats
+	workers       int     // workers started and not gone
+	inflight      int     // preserves running
+	inflightUnits float64 // their units
+	area          float64 // integral of inflight over time, ns
+	areaAt        time.Time
+	left          atomic.Int64 // sandboxes listed and not settled
+	finished      atomic.Int64 // sandboxes settled
 
 	stopProgress chan struct{}
 	progressDone sync.WaitGroup
@@ -95,17 +104,20 @@ func (r *run) contexts() {
 	}
 }
 
-// slots makes the semaphore: maxLimit slots, of which those above the
-// limit are held back until the limit is raised.
+// slots makes the semaphore: the limit's slots when it is fixed; the
+// ceiling's when it adapts, the limit then being enforced under r.mu. An
+// adaptive Run starts at the limit the Preserver ended its last Run with.
 func (r *run) slots() {
 	r.limit = r.cfg.limit
 	r.adaptive = r.cfg.maxLimit > r.cfg.limit
+	if r.adaptive {
+		r.limit = min(max(r.p.Limit(), 1), r.cfg.maxLimit)
+		r.room = make(chan struct{}, 1)
+		r.areaAt = time.Now()
+		r.climb = newClimber(r.limit, r.cfg.maxLimit, r.areaAt)
+	}
 	r.p.limit.Store(int64(r.limit))
 	r.sem = semaphore.NewWeighted(int64(r.cfg.maxLimit))
-	r.reserved = int64(r.cfg.maxLimit - r.cfg.limit)
-	if r.reserved > 0 {
-		_ = r.sem.Acquire(context.Background(), r.reserved) // empty semaphore: never blocks
-	}
 }
 
 func withCancel(parent context.Context, prev context.CancelFunc) (context.Context, context.CancelFunc) {

@@ -2,43 +2,20 @@ package pause
 
 import (
 	"cmp"
-	"log/slog"
 	"slices"
 	"time"
 )
 
-// queueStats sums the estimates of the tasks not started yet, so the
-// adaptive limit costs O(1) per start. It is kept only when the limit is
-// adaptive (a maximum above the limit): nothing else reads it.
+// queueStats sums the work units of the tasks not started yet, so the
+// adaptive limit's deadline check costs O(1) per start. It is kept only
+// when the limit is adaptive: nothing else reads it.
 type queueStats struct {
-	n       int           // tasks queued
-	known   time.Duration // sum of their own estimates
-	unknown int           // tasks queued without an estimate of their own
+	n     int     // tasks queued
+	units float64 // sum of their units
 }
 
-func (q *queueStats) add(t *task) {
-	q.n++
-	if t.e.Estimate > 0 {
-		q.known += t.e.Estimate
-	} else {
-		q.unknown++
-	}
-}
-
-func (q *queueStats) remove(t *task) {
-	q.n--
-	if t.e.Estimate > 0 {
-		q.known -= t.e.Estimate
-	} else {
-		q.unknown--
-	}
-}
-
-// work is the estimated total preserve time of the queue, with each for
-// the tasks without an estimate of their own.
-func (q *queueStats) work(each time.Duration) time.Duration {
-	return q.known + time.Duration(q.unknown)*each
-}
+func (q *queueStats) add(t *task)    { q.n++; q.units += t.units }
+func (q *queueStats) remove(t *task) { q.n--; q.units -= t.units }
 
 // estimate returns t's estimated preserve time: its own, else its size at
 // the pass's time per byte, else the Estimator's.
@@ -93,6 +70,7 @@ func (r *run) order(tasks []*task) Order {
 	r.sizeEstimates(tasks)
 	if r.adaptive {
 		for _, t := range tasks {
+			t.units = r.units(t)
 			r.queue.add(t)
 		}
 	}
@@ -122,8 +100,8 @@ func (r *run) order(tasks []*task) Order {
 }
 
 // pack refines shortest first when the deadline binds: of the tasks sorted
-// shortest first, the longest prefix whose estimates fit in max limit x
-// time left is the set worth preserving; started longest first, those pack
+// shortest first, the longest prefix whose estimates fit in limit x time
+// left is the set worth preserving; started longest first, those pack
 // tightly into the slots (LPT), so the ones a slot cannot finish before the
 // deadline are the few shortest, instead of one partial preserve per slot.
 // The tasks that do not fit follow, shortest first.
@@ -131,7 +109,7 @@ func (r *run) pack(tasks []*task) {
 	if r.phase.IsZero() || r.untimed {
 		return
 	}
-	capacity := time.Until(r.phase) * time.Duration(r.cfg.maxLimit)
+	capacity := time.Until(r.phase) * time.Duration(r.limit)
 	var sum time.Duration
 	k := 0
 	for _, t := range tasks {
@@ -145,9 +123,10 @@ func (r *run) pack(tasks []*task) {
 
 // choose resolves OrderAuto for a pass. With no estimate at all it keeps
 // the Lister's order; with sizes but no time per byte, shortest first
-// when there is a deadline. When even the maximum limit cannot preserve every
-// sandbox before the phase deadline, shortest first preserves the most of
-// them; otherwise longest first (LPT) ends the pass soonest, within 4/3 of
+// when there is a deadline. When the current limit cannot preserve every
+// sandbox before the phase deadline (an adaptive limit may rise, but
+// nothing says the node's throughput will), shortest first preserves the
+// most of them; otherwise longest first (LPT) ends the pass soonest, within 4/3 of
 // the optimal makespan and usually within a few percent.
 func (r *run) choose(tasks []*task) Order {
 	var work, longest time.Duration
@@ -164,50 +143,11 @@ func (r *run) choose(tasks []*task) Order {
 	case r.untimed: // sizes without a time: the safe guess is that it binds
 		return OrderShortestFirst
 	}
-	makespan := max(longest, work/time.Duration(r.cfg.maxLimit))
+	makespan := max(longest, work/time.Duration(r.limit))
 	if makespan > time.Until(r.phase) {
 		return OrderShortestFirst
 	}
 	return OrderLongestFirst
-}
-
-// adaptLocked raises the limit, up to the maximum, when the queued work
-// does not fit in the time left at the current limit: it picks the smallest
-// limit k for which ceil(queued / k) rounds of the average estimate fit.
-// The caller holds r.mu.
-func (r *run) adaptLocked() {
-	if r.limit >= r.cfg.maxLimit || r.phase.IsZero() || r.queue.n == 0 {
-		return
-	}
-	if r.estTick++; r.estTick%32 == 0 && r.cfg.estimator != nil {
-		r.unknown = r.cfg.estimator.Estimate()
-	}
-	work := r.queue.work(r.unknown)
-	if work <= 0 {
-		return
-	}
-	avg := work / time.Duration(r.queue.n)
-	need := r.cfg.maxLimit
-	if rounds := int(time.Until(r.phase) / max(avg, 1)); rounds > 0 {
-		need = (r.queue.n + rounds - 1) / rounds
-	}
-	if need <= r.limit {
-		return
-	}
-	r.raise(min(need, r.cfg.maxLimit))
-}
-
-// raise gives the semaphore the weight held back for limits above the
-// current one; the Run goroutine acquires it and starts more workers.
-func (r *run) raise(to int) {
-	delta := to - r.limit
-	r.sem.Release(int64(delta))
-	r.reserved -= int64(delta)
-	r.limit = to
-	r.p.limit.Store(int64(to))
-	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency raised",
-		slog.Int("limit", to), slog.Int("max_limit", r.cfg.maxLimit),
-		slog.Int("queued", r.queue.n), slog.String("time_left", fmtLeft(r.phase)))
 }
 
 func samePriority(tasks []*task) bool {

@@ -56,6 +56,9 @@ type task struct {
 
 	attempts atomic.Int32
 	state    atomic.Int32
+
+	units float64 // work units for the adaptive limit (run.units)
+	area0 float64 // the in-flight integral when it started
 }
 
 // A result is how a task ended.
@@ -124,6 +127,7 @@ func (t *task) run(now time.Time) (time.Time, bool) {
 // and gives its worker's slot to a new worker.
 func (t *task) abandon() {
 	if t.settle(result{outcome: TimedOut, end: time.Now(), err: errAbandoned}) {
+		t.r.workerGone()
 		t.r.sem.Release(1)
 	}
 }
@@ -146,6 +150,9 @@ func (t *task) settle(res result) bool {
 			r.cfg.estimator.Observe(took)
 		}
 		r.p.rate.observe(t.e.Size, took)
+	}
+	if r.adaptive {
+		r.ended(t, &res)
 	}
 	r.p.tel.inflight.Add(r.ctx, -1)
 	t.endSpan(&res)

@@ -66,6 +66,9 @@ type Sandbox struct {
 	// attempts after the script succeed.
 	Faults  []Fault
 	HangFor time.Duration // how long a Hang lasts; zero: DefaultHang
+	// Disk, if set, is where a successful attempt writes Bytes after its
+	// Latency: the attempt then takes as long as the shared Disk makes it.
+	Disk *Disk
 
 	node *Node
 
@@ -116,6 +119,11 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	}
 	if err := sleep(ctx, s.Latency); err != nil {
 		return err
+	}
+	if s.Disk != nil && fault == OK {
+		if err := s.Disk.write(ctx, s.Bytes); err != nil {
+			return err
+		}
 	}
 	switch fault {
 	case Transient:
@@ -171,4 +179,57 @@ func sleep(ctx context.Context, d time.Duration) error {
 		}
 		return ctx.Err()
 	}
+}
+
+// A Disk is a fake device that preserves share: each writer gets
+// min(PerWriter, Bandwidth/writers) bytes per second, so the throughput of
+// the whole node grows with the writers up to Bandwidth/PerWriter of them
+// (the knee) and is flat beyond it, or falls when Thrash is set: with w
+// writers past the knee the bandwidth is Bandwidth / (1 + Thrash x (w -
+// knee)). A Sandbox with a Disk writes its Bytes to it in 32 chunks, the
+// rate of each chunk set by the writers at its start. Set the fields before
+// the Run; a Disk is safe for concurrent use.
+type Disk struct {
+	Bandwidth float64 // bytes per second of the device
+	PerWriter float64 // bytes per second one writer can reach; 0: Bandwidth
+	Thrash    float64
+
+	mu      sync.Mutex
+	writers int
+}
+
+// chunks is how many pieces a write is split into.
+const chunks = 32
+
+func (d *Disk) write(ctx context.Context, n int64) error {
+	d.mu.Lock()
+	d.writers++
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.writers--
+		d.mu.Unlock()
+	}()
+	for range chunks {
+		if err := sleep(ctx, time.Duration(float64(n)/chunks/d.rate()*float64(time.Second))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rate is the bytes per second one writer gets now.
+func (d *Disk) rate() float64 {
+	d.mu.Lock()
+	w := float64(d.writers)
+	d.mu.Unlock()
+	per := d.PerWriter
+	if per == 0 {
+		per = d.Bandwidth
+	}
+	bw := d.Bandwidth
+	if knee := d.Bandwidth / per; w > knee {
+		bw /= 1 + d.Thrash*(w-knee)
+	}
+	return min(per, bw/w)
 }

@@ -1,0 +1,123 @@
+package pause_test
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// diskNode lists n sandboxes of size MiB each, writing to disk.
+func diskNode(disk *fakesandbox.Disk, n int, size int64) *fakesandbox.Node {
+	node := fakesandbox.NewNode()
+	for i := range n {
+		node.Add(&fakesandbox.Sandbox{Name: fmt.Sprint("sb-", i), Bytes: size * mib, Disk: disk})
+	}
+	return node
+}
+
+// limitsTaken returns the limits a Run moved to, from its log.
+func limitsTaken(log string) []string {
+	var to []string
+	for line := range strings.Lines(log) {
+		if _, after, ok := strings.Cut(line, "pause: concurrency changed"); ok {
+			_, v, _ := strings.Cut(after, " to=")
+			v, _, _ = strings.Cut(v, " ")
+			to = append(to, v)
+		}
+	}
+	return to
+}
+
+// A disk of 64 MiB/s that one writer drives at 16 MiB/s has its knee at 4
+// writers. The default Preserver (no limit set) starts at 8, finds that 16
+// does not pay, halves while halving costs nothing, finds that 2 does cost,
+// and settles at 4; the Run ends within 10 % of the time the device needs.
+func TestDefaultLimitFindsTheKnee(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		disk := &fakesandbox.Disk{Bandwidth: 64 * mib, PerWriter: 16 * mib}
+		node := diskNode(disk, 400, 16)
+		p, err := pause.New(node, pause.WithEstimator(deadline.NewEstimator(time.Second)),
+			pause.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Hour, 0)
+		require.Equal(t, 400, rep.Counts[pause.Preserved])
+		physical := 400 * 16 * time.Second / 64
+		t.Logf("took %v, device needs %v, limits %v", took, physical, limitsTaken(buf.String()))
+		assert.Contains(t, []int{4, 5}, p.Limit(), "the knee, or a probe a quarter above it")
+		assert.Equal(t, []string{"16", "4", "2", "4"}, limitsTaken(buf.String())[:4])
+		assert.LessOrEqual(t, float64(took), 1.10*float64(physical))
+	})
+}
+
+// Past the knee a thrashing disk loses bandwidth: 32 writers would move
+// 64/(1+0.1x28) = 17 MiB/s. The default limit stays near the knee.
+func TestDefaultLimitAvoidsThrashing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		disk := &fakesandbox.Disk{Bandwidth: 64 * mib, PerWriter: 16 * mib, Thrash: 0.1}
+		node := diskNode(disk, 400, 16)
+		p, err := pause.New(node)
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Hour, 0)
+		require.Equal(t, 400, rep.Counts[pause.Preserved])
+		assert.LessOrEqual(t, p.Limit(), 5)
+		assert.LessOrEqual(t, float64(took), 1.15*float64(400*16*time.Second/64))
+		assert.LessOrEqual(t, node.MaxInFlight(), 16, "one probe of a doubling, never the ceiling")
+	})
+}
+
+// When the deadline binds, the climber does not explore below the best
+// limit measured: 200 x 1 MiB on a disk whose knee is 8 need 25 s, and
+// 28 s are left. With ample time it probes 4 (and comes back to 8); with
+// 28 s it never goes below 8, and everything is preserved.
+func TestBindingDeadlineStopsExploring(t *testing.T) {
+	run := func(left time.Duration) (*pause.Report, []string) {
+		var rep *pause.Report
+		var buf bytes.Buffer
+		synctest.Test(t, func(t *testing.T) {
+			disk := &fakesandbox.Disk{Bandwidth: 8 * mib, PerWriter: mib}
+			p, err := pause.New(diskNode(disk, 200, 1), pause.WithEstimator(deadline.NewEstimator(time.Second)),
+				pause.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+			require.NoError(t, err)
+			rep, _ = runFor(t, p, left, 0)
+		})
+		return rep, limitsTaken(buf.String())
+	}
+	rep, ample := run(time.Hour)
+	assert.Equal(t, 200, rep.Counts[pause.Preserved])
+	assert.Contains(t, ample, "4", "with ample time it explores below the knee")
+
+	rep, binding := run(28 * time.Second)
+	assert.Equal(t, 200, rep.Counts[pause.Preserved])
+	assert.NotContains(t, binding, "4")
+	assert.NotContains(t, binding, "2")
+	t.Logf("limits with ample time %v, with a binding deadline %v", ample, binding)
+}
+
+// Lowering the limit never cuts a preserve short: the workers above it end
+// after their task, and at no time do more preserves run than the limit
+// allowed when they started.
+func TestLoweredLimitDrainsWorkersWithoutCancelling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		disk := &fakesandbox.Disk{Bandwidth: 8 * mib, PerWriter: 8 * mib}
+		node := diskNode(disk, 300, 1)
+		p, err := pause.New(node)
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Hour, 0)
+		assert.Equal(t, 300, rep.Counts[pause.Preserved])
+		assert.Equal(t, 0, rep.Counts[pause.TimedOut])
+		assert.LessOrEqual(t, p.Limit(), 2, "a single writer saturates the disk")
+		assert.Equal(t, 16, node.MaxInFlight(), "8, one probe at 16, then down")
+	})
+}

@@ -1,0 +1,139 @@
+package pause
+
+import (
+	"log/slog"
+	"time"
+)
+
+// The run's side of the adaptive limit. Workers and the dispatcher meet
+// under r.mu: a worker takes a task only while the workers do not exceed
+// the limit (one above it ends instead, so lowering the limit never cuts a
+// preserve short), the dispatcher starts a worker only while they are
+// below it, and every start and end updates the in-flight integral the
+// climber's samples are made of. The semaphore still holds the ceiling.
+
+// units returns the work units of t the climber measures throughput in:
+// its size (scaled to the first pass's time per byte), else its own
+// estimate in nanoseconds, else the Estimator's estimate of the first pass
+// (one millisecond when there is none). Within a Run the scale never
+// changes, so throughputs measured at different times compare.
+func (r *run) units(t *task) float64 {
+	if r.unitScale == 0 {
+		r.unitScale = max(r.perByte, 1e-9)
+		r.unitUnknown = float64(max(r.unknown, time.Millisecond))
+	}
+	switch {
+	case t.e.Size > 0:
+		return float64(t.e.Size) * r.unitScale
+	case t.e.Estimate > 0:
+		return float64(t.e.Estimate)
+	}
+	return r.unitUnknown
+}
+
+// tick advances the in-flight integral to now. The caller holds r.mu.
+func (r *run) tick(now time.Time) {
+	if now.After(r.areaAt) {
+		r.area += float64(r.inflight) * float64(now.Sub(r.areaAt))
+		r.areaAt = now
+	}
+}
+
+// startedLocked accounts for t starting at now. The caller holds r.mu.
+func (r *run) startedLocked(t *task, now time.Time) {
+	r.queue.remove(t)
+	r.tick(now)
+	t.area0 = r.area
+	r.inflight++
+	r.inflightUnits += t.units
+}
+
+// ended accounts for t ending with res, feeds the climber a sample when t
+// was preserved at its first attempt, and applies the limit it returns.
+func (r *run) ended(t *task, res *result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tick(res.end)
+	r.inflight--
+	r.inflightUnits -= t.units
+	d := res.end.Sub(t.e.Start)
+	if res.outcome != Preserved || t.attempts.Load() != 1 || d <= 0 {
+		return
+	}
+	kbar := (r.area - t.area0) / float64(d)
+	k := r.climb.sample(t.e.Start, d, t.units, kbar, res.end)
+	if r.bindsLocked(res.end) {
+		k = r.climb.bind(res.end)
+	}
+	r.setLimitLocked(k)
+}
+
+// bindsLocked reports whether the work left, at the best throughput
+// measured, needs more than bindFrac of the time left before the phase
+// deadline: then exploring would cost sandboxes. Half of the work in
+// flight counts as left.
+func (r *run) bindsLocked(now time.Time) bool {
+	if r.phase.IsZero() {
+		return false
+	}
+	_, x := r.climb.best()
+	if x == 0 {
+		return false
+	}
+	need := (r.queue.units + r.inflightUnits/2) / x
+	return need > bindFrac*float64(r.phase.Sub(now))
+}
+
+func (r *run) setLimitLocked(k int) {
+	if k == r.limit {
+		return
+	}
+	from := r.limit
+	r.limit = k
+	r.p.limit.Store(int64(k))
+	if k > from {
+		r.poke()
+	}
+	if r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
+		_, x := r.climb.best()
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency changed",
+			slog.Int("from", from), slog.Int("to", k), slog.Int("max_limit", r.cfg.maxLimit),
+			slog.Float64("best_throughput", x*1e9), slog.Int("queued", r.queue.n),
+			slog.String("time_left", fmtLeft(r.phase)))
+	}
+}
+
+// poke wakes the dispatcher waiting for room below the limit.
+func (r *run) poke() {
+	select {
+	case r.room <- struct{}{}:
+	default:
+	}
+}
+
+// admitWorker reports whether the dispatcher may start one more worker,
+// and counts it.
+func (r *run) admitWorker() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.workers >= r.limit {
+		return false
+	}
+	r.workers++
+	return true
+}
+
+// workerGone accounts for a worker that ended or whose task was abandoned
+// (its slot given back while its Preserve runs on).
+func (r *run) workerGone() {
+	if !r.adaptive {
+		return
+	}
+	r.mu.Lock()
+	r.workers--
+	below := r.workers < r.limit
+	r.mu.Unlock()
+	if below {
+		r.poke()
+	}
+}
