@@ -12,8 +12,7 @@
 //
 //	pauses := deadline.NewEstimator(2 * time.Second)
 //	preserver, err := pause.New(pause.ListFunc(server.RunningSandboxes),
-//		pause.WithLimit(8), pause.WithMaxLimit(32), // 32: what the disk takes
-//		pause.WithEstimator(pauses),
+//		pause.WithEstimator(pauses), // no limit set: it adapts, from 8, between 1 and 32
 //		pause.WithInFlight(pause.FinishInFlight), // never abort a pause halfway
 //		pause.WithLogger(logger))
 //	...
@@ -26,8 +25,11 @@
 // first, then FIFO, shortest first or longest first, chosen from the
 // estimates and the time left), and preserves them with at most Limit at a
 // time: workers hold slots of a golang.org/x/sync/semaphore and take the
-// sandboxes in order. When the estimated work left does not fit in the time
-// left, the limit rises toward WithMaxLimit. Transient errors are retried
+// sandboxes in order. Unless WithLimit fixes it, the limit adapts: it
+// measures the node's throughput (bytes per second when sandboxes are
+// Sized) and moves toward the smallest limit past which more preserves at
+// once stop paying, never below 1 or above WithMaxLimit, and stops
+// exploring when the deadline binds. Transient errors are retried
 // with backoff inside the time left. After a pass it lists again, to catch a
 // sandbox that turned running meanwhile, and stops when a pass finds
 // nothing new.
@@ -38,9 +40,9 @@
 // until the hard deadline. Run returns by the later of the two deadlines
 // even if a Preserve or the Lister ignores its context; such a preserve is
 // reported TimedOut (and with WithSandboxTimeout it is abandoned, and its
-// slot reused, AbandonGrace after its own bound). At most the current limit
-// of preserves run at once, apart from abandoned ones, and the limit never
-// exceeds the maximum. No retry starts whose backoff wait would end past
+// slot reused, AbandonGrace after its own bound). No preserve starts while
+// as many as the current limit run (abandoned ones apart); a lowered limit
+// lets the running ones finish. The limit never leaves [1, maximum]. No retry starts whose backoff wait would end past
 // the sandbox's deadline. A panicking Preserve is recovered and reported
 // with its stack; so is a panicking Lister, whose listing is retried. The
 // Report has exactly one entry for every sandbox any pass listed, and one
