@@ -15,17 +15,24 @@ import (
 // off then: its device IDs would not be the tree's.
 const EnvSysfsRoot = "SUPERVISOR_SYSFS_ROOT"
 
-// newTeardown builds the daemon step: drainkit's ublk teardown against the
-// daemon child. It asks the daemon to stop with SIGTERM and sees its exit
-// through the supervisor's reaper (a pidfd or wait of its own would race
-// the reaper); it kills the daemon only when the kernel rule allows.
+// newTeardown builds the daemon step: drainkit's ublk teardown. Against
+// the daemon child (-daemon) it asks the daemon to stop with SIGTERM and
+// sees its exit through the supervisor's reaper (a pidfd or wait of its own
+// would race the reaper). Against the server's own daemon (-daemon-socket)
+// it asks over the daemon's socket and sees the exit through a pidfd (see
+// ownedDaemon). Either way it kills the daemon only when the kernel rule
+// allows.
 func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
+	var d ublk.Daemon = ublk.DaemonFuncs{
+		StopFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGTERM) },
+		WaitFunc: func(ctx context.Context) error { return s.daemon.wait(ctx) }, // s.daemon is set at run
+		KillFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGKILL) },
+	}
+	if s.owned != nil {
+		d = s.owned
+	}
 	opts := []ublk.Option{
-		ublk.WithDaemon(ublk.DaemonFuncs{
-			StopFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGTERM) },
-			WaitFunc: func(ctx context.Context) error { return s.daemon.wait(ctx) }, // s.daemon is set at run
-			KillFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGKILL) },
-		}),
+		ublk.WithDaemon(d),
 		ublk.WithKernelDeclarations(s.cfg.kernels...),
 		ublk.WithLogger(s.log),
 	}
@@ -41,5 +48,21 @@ func (s *supervisor) stopDaemon(ctx context.Context) error {
 	if err := s.teardown.Stop(ctx); err != nil {
 		return err
 	}
+	if s.daemon == nil {
+		return nil // the server's daemon: its exit status is its parent's to read
+	}
 	return s.daemon.exitErr()
+}
+
+// serverPid returns the server's pid and whether it has not been reaped.
+func (s *supervisor) serverPid() (int, bool) {
+	if s.server == nil {
+		return 0, false
+	}
+	select {
+	case <-s.server.done:
+		return s.server.proc.Pid, false
+	default:
+		return s.server.proc.Pid, true
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/examples/supervisor/internal/naiveserver"
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 )
 
@@ -40,6 +41,8 @@ func runHelper(role string, args []string) int {
 		return Main(context.Background(), args, os.Stderr)
 	case "naiveserver":
 		return naiveserver.Main(args, os.Stderr)
+	case "agentenv":
+		return fakeagentenv.Main(args, os.Stderr)
 	case "daemon": // args[0]: the DaemonConfig as JSON
 		var cfg fakeublk.DaemonConfig
 		if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {

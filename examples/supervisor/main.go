@@ -55,6 +55,8 @@ type config struct {
 	grace       time.Duration
 	concurrency int
 	daemon      []string
+	daemonSock  string // the server's own daemon, found by its socket
+	api         apiFlags
 	report      string
 	server      []string
 	apiKey      string
@@ -75,10 +77,12 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.listen, "listen", ":8081", "address for GET /drain (preStop), /readyz and /healthz")
-	fs.StringVar(&c.serverURL, "server-url", "http://127.0.0.1:8080", "the server's API base URL")
+	fs.StringVar(&c.serverURL, "server-url", "", "the server's API base URL (default http://127.0.0.1:8080; with -api agentenv http://127.0.0.1:8000)")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "the pod's terminationGracePeriodSeconds")
 	fs.IntVar(&c.concurrency, "concurrency", pause.DefaultLimit, "pause requests sent at once")
 	daemon := fs.String("daemon", "", `device daemon command, "COMMAND ARGS" (split on spaces)`)
+	fs.StringVar(&c.daemonSock, "daemon-socket", "", "the Unix socket of the server's own ublk daemon: found among the server's descendants, stopped over it last (never started by the supervisor)")
+	c.api.register(fs)
 	fs.StringVar(&c.report, "report", "", "file to write the JSON Report to at exit")
 	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {
@@ -97,9 +101,17 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-concurrency must be at least 1, got %d", c.concurrency)
 	case c.listen == "":
 		return c, fmt.Errorf("-listen must not be empty")
+	case *daemon != "" && c.daemonSock != "":
+		return c, fmt.Errorf("-daemon and -daemon-socket exclude each other: the daemon is either the supervisor's child or the server's")
 	}
 	c.daemon = strings.Fields(*daemon)
-	c.apiKey = os.Getenv("SUPERVISOR_API_KEY")
+	var err error
+	if c.apiKey, err = c.api.finish(fs); err != nil {
+		return c, err
+	}
+	if c.serverURL == "" {
+		c.serverURL = defaultServerURL[c.api.api]
+	}
 	return c, nil
 }
 

@@ -55,6 +55,8 @@ type Report struct {
 	Drain  *drain.Report `json:"drain,omitempty"`
 	Server ChildState    `json:"server"`
 	Daemon *ChildState   `json:"daemon,omitempty"`
+	// OwnedDaemon is the server's own daemon (-daemon-socket).
+	OwnedDaemon *OwnedDaemonState `json:"owned_daemon,omitempty"`
 	// Ublk is the daemon step's account: every device, the daemon's stop,
 	// and whether the kernel rule allowed a kill.
 	Ublk          *ublk.Report `json:"ublk,omitempty"`
@@ -72,7 +74,8 @@ type supervisor struct {
 	drainer   *drain.Drainer
 	preserver *limited
 	steps     []drain.Step   // the teardown steps, in order
-	teardown  *ublk.Teardown // nil without -daemon
+	teardown  *ublk.Teardown // nil without -daemon or -daemon-socket
+	owned     *ownedDaemon   // the server's daemon, with -daemon-socket
 	procs     *procTable
 	server    *child
 	daemon    *child
@@ -102,7 +105,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.budget, err = deadline.New(cfg.grace, deadline.WithMargin(margin(cfg.grace))); err != nil {
 		return nil, fmt.Errorf("-grace: %w", err)
 	}
-	opts := []httpsource.Option{httpsource.WithLogger(s.log)}
+	opts := append(cfg.api.options(), httpsource.WithLogger(s.log))
 	if cfg.client != nil {
 		opts = append(opts, httpsource.WithClient(cfg.client))
 	}
@@ -110,7 +113,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		opts = append(opts, httpsource.WithAPIKey("", cfg.apiKey))
 	}
 	if s.src, err = httpsource.New(cfg.serverURL, opts...); err != nil {
-		return nil, fmt.Errorf("-server-url: %w", err)
+		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 	}
 	est := deadline.NewEstimator(drain.DefaultPauseEstimate)
 	p, err := pause.New(s.src, pause.WithLimit(cfg.concurrency), pause.WithInFlight(pause.FinishInFlight),
@@ -119,7 +122,10 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		return nil, fmt.Errorf("-concurrency: %w", err)
 	}
 	steps := []drain.Step{{Name: StepServer, Reserve: stepReserve(cfg.grace), Run: s.stopServer}}
-	if len(cfg.daemon) > 0 {
+	if cfg.daemonSock != "" {
+		s.owned = newOwnedDaemon(cfg.daemonSock, s.log, s.serverPid)
+	}
+	if len(cfg.daemon) > 0 || s.owned != nil {
 		if s.teardown, err = s.newTeardown(); err != nil {
 			return nil, fmt.Errorf("-daemon: %w", err)
 		}
@@ -185,6 +191,12 @@ func (s *supervisor) run(ctx context.Context) int {
 		s.log.Error("supervisor: starting children", "err", err)
 		s.stopAfterFailure()
 		return 1
+	}
+	if s.owned != nil {
+		watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
+		watched := make(chan struct{})
+		go func() { defer close(watched); s.owned.watch(watchCtx) }()
+		defer func() { stopWatching(); <-watched; s.owned.close() }()
 	}
 	rep := s.supervise(ctx, sigs)
 	s.finish(rep)
@@ -267,7 +279,7 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 // exits with the server's status, so the kubelet restarts the container.
 func (s *supervisor) serverExited() *Report {
 	s.log.Error("supervisor: the server exited on its own", "status", s.server.state().String())
-	if s.daemon != nil {
+	if s.teardown != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.grace)
 		defer cancel()
 		if err := s.stopDaemon(ctx); err != nil {
@@ -296,6 +308,10 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		rep.Daemon = &st
 		rep.Ublk = s.teardown.LastReport()
 	}
+	if s.owned != nil {
+		rep.OwnedDaemon = s.owned.state()
+		rep.Ublk = s.teardown.LastReport()
+	}
 	rep.OrphansReaped = s.procs.orphanCount()
 	rep.ExitCode = rep.Server.Code
 	if !rep.Server.Exited {
@@ -316,6 +332,9 @@ func (s *supervisor) finish(rep *Report) {
 	attrs := []any{"exit_code", rep.ExitCode, "server", rep.Server.String(), "orphans_reaped", rep.OrphansReaped}
 	if rep.Daemon != nil {
 		attrs = append(attrs, "daemon", rep.Daemon.String())
+	}
+	if rep.OwnedDaemon != nil {
+		attrs = append(attrs, "owned_daemon_pid", rep.OwnedDaemon.Pid, "owned_daemon_exited", rep.OwnedDaemon.Exited)
 	}
 	if rep.Drain != nil {
 		attrs = append(attrs, "lost", rep.Drain.Lost(), "margin", rep.Drain.Margin.Round(time.Millisecond))

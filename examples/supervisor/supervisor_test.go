@@ -233,3 +233,59 @@ func TestKernelDeclarationsReachTheDaemonStep(t *testing.T) {
 	assert.Equal(t, ublk.RuleDeclared, d.Rule)
 	assert.Equal(t, "flag", d.Declaration.Source)
 }
+
+func TestAPIFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	c, err := parseArgs([]string{"-api", "agentenv", "--", "server"}, &stderr)
+	require.NoError(t, err)
+	assert.Equal(t, "http://127.0.0.1:8000", c.serverURL, "AgentENV serves its API on 8000")
+	assert.Len(t, c.api.options(), 1, "the preset alone")
+
+	t.Setenv(EnvAPIKey, "from-env")
+	c, err = parseArgs([]string{"--", "server"}, &stderr)
+	require.NoError(t, err)
+	assert.Equal(t, "from-env", c.apiKey)
+	assert.Equal(t, "http://127.0.0.1:8080", c.serverURL)
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte(" from-file\n"), 0o600))
+	c, err = parseArgs([]string{"-api-key-file", keyFile, "--", "server"}, &stderr)
+	require.NoError(t, err)
+	assert.Equal(t, "from-file", c.apiKey, "the file wins, trimmed")
+
+	for _, bad := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-api", "e2b", "--", "s"}, "-api"},
+		{[]string{"-api-key-file", "/nonexistent/key", "--", "s"}, "-api-key-file"},
+		{[]string{"-next-token", "x-next-token", "--", "s"}, "-next-token"},
+		{[]string{"-daemon", "d", "-daemon-socket", "/run/d.sock", "--", "s"}, "-daemon-socket"},
+	} {
+		_, err := parseArgs(bad.args, &stderr)
+		require.Error(t, err, "%q", bad.args)
+		assert.Contains(t, err.Error(), bad.says, "%q", bad.args)
+	}
+}
+
+// The preset with one setting overridden: the list is paged and keyed as
+// AgentENV's, by a different id field.
+func TestAgentENVPresetTakesSingleOverrides(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v2/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("nextToken") == "" {
+			w.Header().Set("x-next-token", "2")
+			fmt.Fprint(w, `[{"vmID":"a","state":"running","memoryMB":512}]`)
+			return
+		}
+		fmt.Fprint(w, `[{"vmID":"b","state":"running","memoryMB":512}]`)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c, err := parseArgs([]string{"-api", "agentenv", "-id-field", "vmID", "-server-url", srv.URL, "--", "s"}, io.Discard)
+	require.NoError(t, err)
+	sup, err := newSupervisor(c, io.Discard)
+	require.NoError(t, err)
+	ids, err := sup.src.RunningIDs(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b"}, ids)
+}

@@ -1,0 +1,137 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
+	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
+)
+
+// The supervisor in front of AgentENV as it really is (the double in
+// internal/fakeagentenv): 200 running sandboxes listed through GET
+// /v2/sandboxes in pages of 37 (x-next-token), keyed by sandboxID, sized by
+// memoryMB (512 MB to 4 GB, pauses of 30 to 100 ms), every tenth sandbox's
+// first pause failing with a 500, the API key required; the ublk daemon is
+// the server's own child, never answers its shutdown request, and is found
+// by the supervisor through its socket. Scaled down from 3600 s to a 10 s
+// grace period.
+//
+//	0s    preStop GET /drain: 200 running, the plan leaves no wait: the
+//	      drain deadline is already past
+//	~0s   SIGTERM: 200 pauses through the API, 16 at a time, the 500s
+//	      retried; the list again: nothing running
+//	~1s   SIGTERM to the server: it pauses nothing more, stops its daemon
+//	      (or leaves it, in the second case: the supervisor asks it over
+//	      its socket), exits 0
+//	~1s   daemon step: the daemon has stopped its devices and exited;
+//	      supervisor exits 0, long before SIGKILL
+const (
+	aeGrace     = 10 * time.Second
+	aeSandboxes = 200
+	aePage      = 37
+)
+
+func TestEndToEndAgentENVBehindTheSupervisor(t *testing.T) {
+	t.Run("server stops its daemon", func(t *testing.T) { runAgentENV(t, fakeagentenv.StopWait) })
+	t.Run("server leaves its daemon to the supervisor", func(t *testing.T) { runAgentENV(t, fakeagentenv.StopLeave) })
+}
+
+func runAgentENV(t *testing.T, stopDaemon string) {
+	dir := t.TempDir()
+	state, events, report, sock := filepath.Join(dir, "state"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "report.json"), filepath.Join(dir, "ublkd.sock")
+	keyFile := filepath.Join(dir, "api-key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("s3cret\n"), 0o600))
+	api, listen := freeAddr(t), freeAddr(t)
+
+	daemon := fakeublk.DaemonConfig{
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}, {ID: 1, Major: 4000, Minor: 1}},
+		Socket:   sock,
+		EventLog: events,
+		Silent:   true, // AgentENV's daemon may never answer
+		// With the server stopping it, it also stops when its parent goes
+		// (as AgentENV's does); left to the supervisor, only the request
+		// stops it, so the test sees who did.
+		StopWithParent: stopDaemon == fakeagentenv.StopWait,
+	}
+	cfg, err := json.Marshal(daemon)
+	require.NoError(t, err)
+	require.NotContains(t, string(cfg), " ", "-daemon is split on spaces")
+
+	argv := append(helperCommand("supervisor",
+		"-api", "agentenv", "-api-key-file", keyFile,
+		"-listen", listen, "-server-url", "http://"+api, "-grace", aeGrace.String(), "-concurrency", "16",
+		"-daemon-socket", sock, "-report", report, "--"),
+		helperCommand("agentenv", "-listen", api, "-state", state, "-sandboxes", "200", "-page-size", "37",
+			"-pause-base", "20ms", "-pause-per-gib", "20ms", "-fail-first", "10",
+			"-daemon", strings.Join(helperCommand("daemon", string(cfg)), " "), "-daemon-socket", sock,
+			"-stop-daemon", stopDaemon)...)
+	cmd := withSysfs(helperCmd(argv), daemon.SysRoot)
+	cmd.Env = append(cmd.Env, fakeagentenv.EnvAPIKey+"=s3cret")
+	child, err := kubeletsim.Start(cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond,
+		"supervisor ready: the server answers its list with the key")
+	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + listen + "/drain", Client: noKeepAlive()}, aeGrace)
+	require.NoError(t, err)
+	t.Logf("timeline:\n%s", tl)
+	rep := readReport(t, report)
+	if t.Failed() {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		t.Logf("report: %s", b)
+	}
+
+	assert.False(t, tl.Killed, "nothing was SIGKILLed")
+	assert.NoError(t, child.Err(), "the supervisor exited 0, with the server's status")
+	require.NotNil(t, rep.Drain)
+	require.NotNil(t, rep.Drain.Preserve)
+	assert.Equal(t, aeSandboxes, rep.Drain.Preserve.Counts[pause.Preserved], "every running sandbox paused through the API")
+	assert.Zero(t, rep.Drain.Lost())
+	retried := 0
+	for _, e := range rep.Drain.Preserve.Entries {
+		assert.Positive(t, e.Size, "%s: memoryMB is its size", e.ID)
+		if e.Attempts > 1 {
+			retried++
+		}
+	}
+	assert.Equal(t, aeSandboxes/10, retried, "the 500s were retried")
+	assert.Equal(t, "exited 0", rep.Server.String())
+
+	require.NotNil(t, rep.OwnedDaemon, "the server's daemon was found by its socket")
+	assert.Positive(t, rep.OwnedDaemon.Pid)
+	assert.True(t, rep.OwnedDaemon.Exited)
+	assert.Nil(t, rep.Daemon, "no daemon of the supervisor's own")
+	require.NotNil(t, rep.Ublk)
+	assert.Equal(t, ublk.VerdictStopped, rep.Ublk.Verdict, "both devices stopped and deleted by the daemon")
+	assert.True(t, rep.Ublk.Daemon.Requested)
+	assert.Empty(t, rep.Ublk.Daemon.RequestError)
+	assert.False(t, rep.Ublk.Daemon.Killed)
+	log := readFile(t, events)
+	assert.Equal(t, 1, strings.Count(log, "start"), "one daemon, started by the server: the supervisor never spawned one")
+	assert.Contains(t, log, "request shutdown")
+	assert.Contains(t, log, "delete 1")
+	assert.True(t, strings.HasSuffix(log, "exit\n"), "the daemon stopped its devices and exited:\n%s", log)
+	assert.Positive(t, rep.Drain.Margin)
+
+	recs, err := fakeagentenv.LoadRecords(state)
+	require.NoError(t, err)
+	assert.Len(t, recs, aeSandboxes, "every sandbox has its durable paused record")
+	t.Logf("preserve phase: %v for %d sandboxes; margin before SIGKILL %v",
+		rep.Drain.Preserve.End.Sub(rep.Drain.Preserve.Start).Round(time.Millisecond), aeSandboxes, tl.Margin().Round(time.Millisecond))
+}

@@ -1,0 +1,255 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/ublk"
+)
+
+// ownedDaemon is the server's own ublk daemon (-daemon-socket): AgentENV
+// spawns uvm-ublk-daemon as its child, so the supervisor neither starts it
+// nor may reap it while the server lives. It is found through its socket:
+// the peer credentials (SO_PEERCRED) of a connection name the process that
+// listens, which must be a descendant of the server (or, once the server is
+// gone, of the supervisor, which the orphan is re-parented to). From then
+// on a pidfd pins it, so a signal never reaches another process that
+// reused its pid, and its exit is seen without reaping it.
+//
+// It is a ublk.Daemon: RequestStop sends {"kind":"shutdown"} over the
+// socket (no answer followed by the exit counts as delivered), Wait polls
+// the pidfd, Kill sends SIGKILL through it. The ublk teardown applies its
+// rules (holders, kernel table, last resort) to it as to a daemon the
+// supervisor owns.
+type ownedDaemon struct {
+	path   string
+	log    *slog.Logger
+	server func() (pid int, alive bool) // the server's pid, and whether it has not been reaped
+
+	mu    sync.Mutex
+	proc  *ublk.Process
+	sock  *ublk.Socket
+	pid   int
+	argv  []string
+	found time.Time
+}
+
+// ownedPoll is how often the daemon is looked for until it is found.
+const ownedPoll = 100 * time.Millisecond
+
+func newOwnedDaemon(path string, log *slog.Logger, server func() (int, bool)) *ownedDaemon {
+	return &ownedDaemon{path: path, log: log, server: server}
+}
+
+// watch looks for the daemon every 100 ms until it is found or ctx ends:
+// the server starts it some time after its own start.
+func (o *ownedDaemon) watch(ctx context.Context) {
+	t := time.NewTicker(ownedPoll)
+	defer t.Stop()
+	for {
+		if o.find() == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// find finds the daemon through its socket, once; nil when it is known.
+func (o *ownedDaemon) find() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.proc != nil {
+		return nil
+	}
+	pid, err := peerPid(o.path)
+	if err != nil {
+		return err
+	}
+	ancestor, alive := o.server()
+	if !alive {
+		ancestor = os.Getpid() // the server is gone: its orphans are ours
+	}
+	if !descends(pid, ancestor) {
+		return fmt.Errorf("the process listening on %s (pid %d) is not a descendant of pid %d", o.path, pid, ancestor)
+	}
+	proc, err := ublk.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	// The pidfd pins pid; check again that it is the same process: one that
+	// exited between the two calls and whose pid was reused would not
+	// descend from the server.
+	if !descends(pid, ancestor) {
+		proc.Close()
+		return fmt.Errorf("pid %d exited while it was being found", pid)
+	}
+	sock, err := ublk.NewSocket(o.path, proc)
+	if err != nil {
+		proc.Close()
+		return err
+	}
+	o.proc, o.sock, o.pid, o.found = proc, sock, pid, time.Now()
+	o.argv = cmdline(pid)
+	o.log.Info("supervisor: found the server's daemon by its socket", "socket", o.path, "pid", pid, "argv", o.argv)
+	return nil
+}
+
+// socket returns the daemon's Socket, looking for the daemon once more if
+// it is not known yet; without it, a Socket with no process, which sees the
+// daemon's exit as its socket refusing connections.
+func (o *ownedDaemon) socket() *ublk.Socket {
+	if err := o.find(); err != nil {
+		o.log.Warn("supervisor: the server's daemon not found by its socket", "socket", o.path, "err", err)
+		s, _ := ublk.NewSocket(o.path, nil) // path is not empty
+		return s
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.sock
+}
+
+// RequestStop implements ublk.Daemon. A daemon never found whose socket
+// refuses connections is not running: there is nothing to ask.
+func (o *ownedDaemon) RequestStop(ctx context.Context) error {
+	s := o.socket()
+	err := s.RequestStop(ctx)
+	if err != nil && o.pidOrZero() == 0 && refused(err) {
+		o.log.Info("supervisor: the server's daemon is not running (its socket refuses connections)", "socket", o.path)
+		return nil
+	}
+	return err
+}
+
+// Wait implements ublk.Daemon.
+func (o *ownedDaemon) Wait(ctx context.Context) error { return o.socket().Wait(ctx) }
+
+// Kill implements ublk.Daemon: SIGKILL through the pidfd, or ErrCannotKill
+// for a daemon never found.
+func (o *ownedDaemon) Kill(ctx context.Context) error { return o.socket().Kill(ctx) }
+
+func (o *ownedDaemon) pidOrZero() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.pid
+}
+
+// An OwnedDaemonState is the server's daemon as the Report shows it.
+type OwnedDaemonState struct {
+	Socket string    `json:"socket"`
+	Pid    int       `json:"pid,omitempty"` // 0: never found
+	Argv   []string  `json:"argv,omitempty"`
+	Found  time.Time `json:"found,omitzero"`
+	Exited bool      `json:"exited"`
+}
+
+func (o *ownedDaemon) state() *OwnedDaemonState {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	st := &OwnedDaemonState{Socket: o.path, Pid: o.pid, Argv: o.argv, Found: o.found}
+	if o.proc != nil {
+		st.Exited = o.proc.Exited()
+	}
+	return st
+}
+
+func (o *ownedDaemon) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.proc != nil {
+		o.proc.Close()
+	}
+}
+
+// peerPid connects to the Unix socket at path and returns the pid in its
+// peer credentials: the process that listens on it. The connection is
+// closed without a request.
+func peerPid(path string) (int, error) {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("SO_PEERCRED on %s: %w", path, cerr)
+	}
+	if cred.Pid <= 0 {
+		return 0, fmt.Errorf("SO_PEERCRED on %s: no pid (the listener is in another pid namespace)", path)
+	}
+	return int(cred.Pid), nil
+}
+
+// descends reports whether pid is a descendant of ancestor, from the
+// parent links in /proc.
+func descends(pid, ancestor int) bool {
+	for range 64 { // deeper than any process tree in a container
+		ppid, err := parentPid(pid)
+		if err != nil || ppid <= 0 {
+			return false
+		}
+		if ppid == ancestor {
+			return true
+		}
+		pid = ppid
+	}
+	return false
+}
+
+// parentPid reads the parent of pid from /proc/PID/stat.
+func parentPid(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+1:])) // state, ppid, ...
+	if len(f) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	return strconv.Atoi(f[1])
+}
+
+// cmdline returns the argv of pid, for the Report.
+func cmdline(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// refused reports whether err is a connection to a socket nobody listens
+// on (or that does not exist).
+func refused(err error) bool {
+	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ENOENT)
+}
