@@ -50,9 +50,21 @@ type Target interface {
 	// Wait blocks until the target has exited, returning nil, or until ctx
 	// is done, returning ctx.Err(). Another error means the wait failed and
 	// says nothing about the target, except errors matching
-	// os.ErrProcessDone, syscall.ESRCH or syscall.ECHILD (someone else
-	// reaped it), which mean it has exited.
+	// os.ErrProcessDone or syscall.ESRCH, which mean it has exited. An
+	// error matching syscall.ECHILD says someone else reaped the waiting
+	// child (a `runsc wait` collected by a PID-1 reaper, tini, a
+	// subreaper): nothing about the target itself. Escalation then asks
+	// the target's Prober, if it has one.
 	Wait(ctx context.Context) error
+}
+
+// A Prober is a Target that can say at once, without waiting, whether it
+// has exited: the runtime's view (`runsc state`), or a pidfd of the
+// container's init. Escalation asks it when a wait was stolen (ECHILD).
+type Prober interface {
+	// Exited reports whether the target has exited. An error means the
+	// answer is unknown.
+	Exited(ctx context.Context) (bool, error)
 }
 
 // Escalation stops a target that saves its state on a signal (a gVisor
@@ -75,12 +87,18 @@ type Escalation struct {
 // the grace, and reports how it ended. It returns by ctx's deadline, or
 // after Grace + KillWait without one.
 //
-// A target that is already gone when signalled, or whose wait reports it
-// reaped by someone else (ECHILD), counts as exited. A wait that fails any
-// other way does not: it is retried until the grace ends and the target is
-// then killed; this is the bug where a failed `runsc wait` looked like a
-// clean exit and SIGKILL was never sent. The error is the last failure
-// seen, and is nil unless the exit is ExitUnknown.
+// A target that is already gone when signalled counts as exited. A wait
+// that fails does not: it is retried until the grace ends and the target
+// is then killed; this is the bug where a failed `runsc wait` looked like a
+// clean exit and SIGKILL was never sent. Neither does a wait that fails
+// with ECHILD, which only says that someone else reaped the waiting child
+// (a child reaper collected the `runsc wait` first): Stop then asks the
+// target's Prober every 100 ms instead of waiting, and a target without
+// one, or whose Prober cannot tell, is treated as still running, so it
+// gets SIGKILL when the grace ends. A Signal error matching ECHILD (the
+// signalling command's status was stolen the same way) may have been
+// delivered: the grace is kept. The error is the last failure seen, and is
+// nil unless the exit is ExitUnknown.
 func (e Escalation) Stop(ctx context.Context, t Target) (Exit, error) {
 	sig := e.Signal
 	if sig == 0 {
@@ -97,7 +115,9 @@ func (e Escalation) Stop(ctx context.Context, t Target) (Exit, error) {
 		return Exited, nil
 	} else if err != nil {
 		failures = append(failures, fmt.Errorf("pause: sending %v: %w", sig, err))
-		graceEnd = time.Now() // it will not exit on a signal it did not get
+		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
+			graceEnd = time.Now() // it will not exit on a signal it did not get
+		}
 	}
 	exited, err := waitUntil(ctx, t, graceEnd)
 	if exited {
@@ -143,18 +163,28 @@ func (e Escalation) graceEnd(ctx context.Context, killWait time.Duration) time.T
 }
 
 // waitUntil waits for t to exit until the time until, retrying a wait
-// that fails. It reports whether t exited, and the last wait failure.
+// that fails. Once a wait was stolen (ECHILD) it asks t's Prober instead.
+// It reports whether t exited, and the last failure.
 func waitUntil(ctx context.Context, t Target, until time.Time) (bool, error) {
 	var failed error
+	stolen := false
 	for {
 		wctx, cancel := context.WithDeadline(ctx, until)
-		err := t.Wait(wctx)
+		var err error
+		if stolen {
+			err = probe(wctx, t)
+		} else {
+			err = t.Wait(wctx)
+		}
 		timedOut := wctx.Err() != nil
 		cancel()
 		if err == nil || isGone(err) {
 			return true, nil
 		}
-		if !timedOut { // the wait failed, not by running out of time
+		if errors.Is(err, syscall.ECHILD) {
+			stolen = true
+		}
+		if !timedOut && !errors.Is(err, errRunning) { // the wait failed, not by running out of time
 			failed = fmt.Errorf("pause: waiting for exit: %w", err)
 		}
 		left := time.Until(until)
@@ -178,19 +208,50 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// errRunning is probe's answer when the Prober says the target still runs.
+var errRunning = errors.New("pause: target still running")
+
+// errNoProber is probe's answer for a target that cannot be asked.
+var errNoProber = fmt.Errorf("pause: the wait was stolen (%w) and the target has no Prober: exit unknown", syscall.ECHILD)
+
+// probe asks t's Prober once: nil if it exited, errRunning if not, another
+// error if unknown.
+func probe(ctx context.Context, t Target) error {
+	p, ok := t.(Prober)
+	if !ok {
+		return errNoProber
+	}
+	exited, err := p.Exited(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("pause: asking whether the target exited: %w", err)
+	case exited:
+		return nil
+	}
+	return errRunning
+}
+
 // isGone reports whether err says the target has already exited.
 func isGone(err error) bool {
-	return err != nil && (errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) ||
-		errors.Is(err, syscall.ECHILD))
+	return err != nil && (errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH))
 }
 
 // Funcs returns a Target over two functions, for runtimes driven by
 // commands such as `runsc kill <id> <signal>` and `runsc wait <id>`. The
 // functions follow the contract of Target's methods: signal reports an
 // already exited target with os.ErrProcessDone (or ESRCH), wait returns
-// nil only once the target has exited.
+// nil only once the target has exited. The Target has no Prober: give one
+// with ProbedFuncs where the runtime can be asked.
 func Funcs(signal func(ctx context.Context, sig syscall.Signal) error, wait func(ctx context.Context) error) Target {
 	return funcTarget{signal, wait}
+}
+
+// ProbedFuncs is Funcs with a Prober: exited answers, without waiting,
+// whether the target has exited (for example from `runsc state`: stopped or
+// no such container), or an error when it cannot tell.
+func ProbedFuncs(signal func(ctx context.Context, sig syscall.Signal) error, wait func(ctx context.Context) error,
+	exited func(ctx context.Context) (bool, error)) Target {
+	return probedTarget{funcTarget{signal, wait}, exited}
 }
 
 type funcTarget struct {
@@ -201,11 +262,21 @@ type funcTarget struct {
 func (f funcTarget) Signal(ctx context.Context, sig syscall.Signal) error { return f.signal(ctx, sig) }
 func (f funcTarget) Wait(ctx context.Context) error                       { return f.wait(ctx) }
 
+type probedTarget struct {
+	funcTarget
+	exited func(context.Context) (bool, error)
+}
+
+func (p probedTarget) Exited(ctx context.Context) (bool, error) { return p.exited(ctx) }
+
 // Cmd returns a Target over a started child process. Its Wait calls
 // c.Wait once, in a goroutine, so the child is reaped and its pipes
-// closed; an exit with any status or signal counts as exited, and so does
-// ECHILD (another reaper took the child first). The caller must not call
-// c.Wait itself; c.ProcessState is set once Wait returned nil.
+// closed; an exit with any status or signal counts as exited. When
+// another reaper took the child first, Wait fails with ECHILD and the
+// Target's Prober answers instead: c.Process.Signal(0), which on Linux goes
+// through the pidfd Go holds for the child, so a recycled PID is never
+// mistaken for it. The caller must not call c.Wait itself;
+// c.ProcessState is set once Wait returned nil after a real exit.
 func Cmd(c *exec.Cmd) Target { return &cmdTarget{c: c} }
 
 type cmdTarget struct {
@@ -244,6 +315,21 @@ func (t *cmdTarget) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Exited asks the process with signal 0: gone means exited.
+func (t *cmdTarget) Exited(context.Context) (bool, error) {
+	if t.c.Process == nil {
+		return false, errors.New("pause: command not started")
+	}
+	err := t.c.Process.Signal(syscall.Signal(0))
+	switch {
+	case err == nil:
+		return false, nil
+	case isGone(err):
+		return true, nil
+	}
+	return false, err
 }
 
 func (t *cmdTarget) result() error {

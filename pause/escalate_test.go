@@ -176,21 +176,96 @@ func waitZombie(t *testing.T, pid int) {
 	t.Fatalf("process %d did not exit", pid)
 }
 
-// A child reaper that collected the process first makes the wait fail
-// with ECHILD: that is an exit, not a failure (the runsc wait case).
-func TestEscalationECHILDCountsAsExited(t *testing.T) {
+// stolenWait returns a wait that fails as one whose child another reaper
+// collected first: the kernel's own ECHILD, from waiting for a child this
+// test already reaped (a `runsc wait` taken by a PID-1 reaper).
+func stolenWait(t *testing.T) func(context.Context) error {
 	cmd, _ := child(t, "exit")
 	pid := cmd.Process.Pid
 	var ws syscall.WaitStatus
 	_, err := syscall.Wait4(pid, &ws, 0, nil) // the other reaper
 	require.NoError(t, err)
-	target := pause.Funcs(
-		func(context.Context, syscall.Signal) error { return nil }, // "runsc kill" succeeded
-		func(context.Context) error { _, err := syscall.Wait4(pid, nil, 0, nil); return err },
-	)
-	exit, err := pause.Escalation{Grace: time.Minute}.Stop(t.Context(), target)
+	return func(context.Context) error {
+		_, err := syscall.Wait4(pid, nil, 0, nil)
+		require.ErrorIs(t, err, syscall.ECHILD)
+		return err
+	}
+}
+
+// exitedProbe answers from a pidfd of the process, as a runtime's state
+// would: readable once it exited.
+func exitedProbe(t *testing.T, p *os.Process) func(context.Context) (bool, error) {
+	target, err := pause.Process(p)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = target.Close() })
+	return func(ctx context.Context) (bool, error) {
+		now, cancel := context.WithTimeout(ctx, time.Millisecond)
+		defer cancel()
+		return target.Wait(now) == nil, nil
+	}
+}
+
+// A stolen wait (ECHILD) is not an exit: the runtime is asked, and a target
+// that ignores SIGTERM is SIGKILLed when its grace ends. Before, ECHILD
+// counted as "exited" and SIGKILL was never sent: the ateom review's bug.
+func TestEscalationStolenWaitAsksTheRuntimeAndKills(t *testing.T) {
+	cmd, _ := child(t, "ignore")
+	target := pause.ProbedFuncs(
+		func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
+		stolenWait(t), exitedProbe(t, cmd.Process))
+	start := time.Now()
+	exit, err := pause.Escalation{Grace: 300 * time.Millisecond}.Stop(t.Context(), target)
+	require.NoError(t, err)
+	assert.Equal(t, pause.ExitedAfterKill, exit)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the grace is given in full")
+	_ = cmd.Wait()
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v", ws)
+}
+
+// The runtime saying the target exited settles a stolen wait.
+func TestEscalationStolenWaitOfAnExitedTargetIsAnExit(t *testing.T) {
+	cmd, state := child(t, "trap")
+	target := pause.ProbedFuncs(
+		func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
+		stolenWait(t), exitedProbe(t, cmd.Process))
+	exit, err := pause.Escalation{Grace: 20 * time.Second}.Stop(t.Context(), target)
 	require.NoError(t, err)
 	assert.Equal(t, pause.Exited, exit)
+	assert.FileExists(t, state, "it saved its state on SIGTERM")
+}
+
+// Without a way to ask, a stolen wait leaves the exit unknown: the target
+// is SIGKILLed when the grace ends, and the result says it is unknown.
+func TestEscalationStolenWaitWithoutProberEscalates(t *testing.T) {
+	cmd, _ := child(t, "ignore")
+	target := pause.Funcs(
+		func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
+		stolenWait(t))
+	exit, err := pause.Escalation{Grace: 300 * time.Millisecond, KillWait: 300 * time.Millisecond}.Stop(t.Context(), target)
+	assert.Equal(t, pause.ExitUnknown, exit)
+	require.ErrorIs(t, err, syscall.ECHILD)
+	assert.ErrorContains(t, err, "no Prober")
+	_ = cmd.Wait()
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v", ws)
+}
+
+// A signalling command whose status was stolen may have delivered the
+// signal: the target keeps its grace and is not killed at once.
+func TestEscalationStolenSignalStatusKeepsTheGrace(t *testing.T) {
+	cmd, state := child(t, "trap")
+	target := pause.ProbedFuncs(
+		func(_ context.Context, sig syscall.Signal) error {
+			if err := cmd.Process.Signal(sig); err != nil {
+				return err
+			}
+			return fmt.Errorf("runsc kill: waitid: %w", syscall.ECHILD)
+		},
+		stolenWait(t), exitedProbe(t, cmd.Process))
+	exit, _ := pause.Escalation{Grace: 20 * time.Second}.Stop(t.Context(), target)
+	assert.Equal(t, pause.Exited, exit)
+	assert.FileExists(t, state)
 }
 
 // fakeTarget exits exitAfter[sig] after receiving sig; its wait fails with

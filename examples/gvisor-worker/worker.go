@@ -23,7 +23,6 @@ import (
 	"github.com/drainkit/drainkit/drain/draingrpc"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
-	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -208,34 +207,7 @@ func (w *Worker) target(id string) pause.Target {
 		return pause.Funcs(func(context.Context, syscall.Signal) error { return nil },
 			func(context.Context) error { return nil })
 	}
-	return runscTarget(r.Runtime, id)
-}
-
-// runscTarget signals a container with runsc kill and waits with runsc wait. A failed
-// wait is not taken for an exit: only runsc state saying stopped (or no container) is.
-func runscTarget(rt *runsc.Runtime, id string) pause.Target {
-	gone := func(ctx context.Context) bool {
-		st, err := rt.State(ctx, id)
-		return errors.Is(err, runsc.ErrNotExist) || (err == nil && st.Status == "stopped")
-	}
-	return pause.Funcs(
-		func(ctx context.Context, sig syscall.Signal) error {
-			err := rt.Kill(ctx, id, sig, true)
-			if err != nil && gone(ctx) {
-				return os.ErrProcessDone
-			}
-			return err
-		},
-		func(ctx context.Context) error {
-			_, err := rt.Wait(ctx, id)
-			if err == nil || ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if gone(ctx) {
-				return os.ErrProcessDone
-			}
-			return err
-		})
+	return r.Runtime.Target(id) // runsc kill/wait, and runsc state when a wait was stolen
 }
 
 // Run implements the Run RPC.

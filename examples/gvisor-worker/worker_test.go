@@ -86,7 +86,8 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 }
 
 // The ateom bug: a `runsc wait` that failed looked like a clean exit, so SIGKILL was never
-// sent. The worker's target treats a failed wait as an exit only when runsc state agrees.
+// sent. The worker's target (runsc.Runtime.Target) treats a failed wait as an exit only
+// when runsc state agrees.
 func TestRunscTargetTellsFailedWaitFromExit(t *testing.T) {
 	if err := runsc.Usable(); err != nil {
 		t.Skip("skipping real-runsc test: ", err)
@@ -99,7 +100,7 @@ func TestRunscTargetTellsFailedWaitFromExit(t *testing.T) {
 	b, err := runsc.WriteBundle(filepath.Join(dir, "b"), runsc.CounterArgs())
 	require.NoError(t, err)
 	require.NoError(t, rt.Run(ctx, "t1", b, filepath.Join(dir, "t1.log")))
-	target := runscTarget(rt, "t1")
+	target := rt.Target("t1")
 
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancelShort()

@@ -15,6 +15,12 @@ import (
 	"time"
 )
 
+// ErrStatusLost is wrapped, with syscall.ECHILD, by the errors of commands whose exit
+// status another reaper collected first (a PID-1 reaper, tini, a subreaper reaping every
+// child): the command ran, but whether it succeeded is unknown. [Runtime.State] still
+// answers when the command's output is a complete state.
+var ErrStatusLost = errors.New("runsc: exit status collected by another reaper")
+
 // ErrNotExist is wrapped by the errors of [Runtime.State], [Runtime.Kill],
 // [Runtime.Wait] and [Runtime.Delete] when runsc does not know the container.
 var ErrNotExist = errors.New("runsc: container does not exist")
@@ -124,6 +130,9 @@ func (r *Runtime) Wait(ctx context.Context, id string) (int, error) {
 func (r *Runtime) State(ctx context.Context, id string) (State, error) {
 	var st State
 	out, err := r.output(ctx, id, "state", id)
+	if errors.Is(err, ErrStatusLost) && json.Unmarshal(out, &st) == nil && st.ID == id && st.Status != "" {
+		return st, nil // the output is the state; only the exit status was stolen
+	}
 	if err != nil {
 		return st, err
 	}
@@ -199,7 +208,7 @@ func (r *Runtime) output(ctx context.Context, id string, args ...string) ([]byte
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, commandError(ctx, args, err, stderr.Bytes())
+		return stdout.Bytes(), commandError(ctx, args, err, stderr.Bytes())
 	}
 	return stdout.Bytes(), nil
 }
@@ -233,6 +242,9 @@ func commandError(ctx context.Context, args []string, err error, msg []byte) err
 	text := strings.TrimSpace(string(msg))
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("runsc %s: %w (%v)", strings.Join(args, " "), cerr, err)
+	}
+	if errors.Is(err, syscall.ECHILD) {
+		return fmt.Errorf("runsc %s: %w: %w", strings.Join(args, " "), ErrStatusLost, err)
 	}
 	if strings.Contains(text, "file does not exist") || strings.Contains(text, "container does not exist") {
 		return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), ErrNotExist, text)

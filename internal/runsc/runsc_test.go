@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeEnv); mode != "" {
 		os.Exit(fakeRunsc(mode, os.Args[1:]))
 	}
+	if args := strings.Split(os.Getenv(reaperEnv), ","); len(args) == 3 {
+		os.Exit(reaperMain(args[0], args[1], args[2]))
+	}
 	goleak.VerifyTestMain(m)
 }
 
