@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -162,10 +163,34 @@ func (s *Store) Load() ([]Record, []Problem, error) {
 	return recs, problems, nil
 }
 
+// MaxRecordSize bounds a record file: a server's record is a few hundred bytes; a
+// larger file is not read into memory.
+const MaxRecordSize = 1 << 20
+
+// read reads one record file without ever blocking or following a link: opened
+// non-blocking (a FIFO would hang a blocking open), it must be a regular file of at most
+// MaxRecordSize bytes.
 func (s *Store) read(path, id string) (Record, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|openFlags, 0)
 	if err != nil {
 		return Record{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return Record{}, err
+	case !fi.Mode().IsRegular():
+		return Record{}, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
+	case fi.Size() > MaxRecordSize:
+		return Record{}, fmt.Errorf("%d bytes, larger than the %d a record may have", fi.Size(), MaxRecordSize)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxRecordSize+1))
+	if err != nil {
+		return Record{}, err
+	}
+	if len(data) > MaxRecordSize {
+		return Record{}, fmt.Errorf("larger than the %d bytes a record may have", MaxRecordSize)
 	}
 	r, err := Decode(data)
 	if err != nil {
