@@ -32,6 +32,10 @@ var (
 	ErrConflict = errors.New("sandbox is in the wrong state")
 )
 
+// MaxTimeoutS is the largest timeout a sandbox may have: ten years, in seconds. Larger
+// ones would overflow time.Duration (at about 292 years) and fire at once.
+const MaxTimeoutS = 10 * 365 * 24 * 3600
+
 // Info is what the server says about one sandbox.
 type Info struct {
 	ID       string `json:"id"`
@@ -73,12 +77,24 @@ func NewNode(rt Runtime, st *store.Store, logger *slog.Logger) (*Node, []store.P
 	}
 	n := &Node{rt: rt, st: st, logger: logger, sbs: map[string]*entry{}}
 	for _, r := range recs {
-		if r.Runtime != rt.Name() {
+		switch {
+		case r.Runtime != rt.Name():
 			problems = append(problems, store.Problem{Path: r.ID,
 				Err: fmt.Sprintf("record of runtime %q, server runs %q", r.Runtime, rt.Name())})
 			continue
+		case r.TimeoutS <= 0 || r.TimeoutS > MaxTimeoutS:
+			problems = append(problems, store.Problem{Path: r.ID,
+				Err: fmt.Sprintf("timeout_s %d is outside [1, %d]", r.TimeoutS, MaxTimeoutS)})
+			continue
 		}
-		n.sbs[r.ID] = &entry{Info: Info{ID: r.ID, State: Paused, TimeoutS: r.TimeoutS}, image: r.Image}
+		// The image is where the runtime puts it, never where the record says: a crafted
+		// record must not make resume read, then delete, a file outside the state dir.
+		image := rt.Image(r.ID)
+		if r.Image != "" && r.Image != image {
+			logger.Warn("sandbox record names another image path; using the runtime's own",
+				"id", r.ID, "record_image", r.Image, "image", image)
+		}
+		n.sbs[r.ID] = &entry{Info: Info{ID: r.ID, State: Paused, TimeoutS: r.TimeoutS}, image: image}
 	}
 	for _, p := range problems {
 		logger.Warn("sandbox record not loaded", "path", p.Path, "incomplete", p.Incomplete, "error", p.Err)
@@ -102,8 +118,8 @@ func (n *Node) Close() {
 
 // Create starts a new sandbox that the node deletes after timeoutS seconds of running.
 func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
-	if timeoutS <= 0 {
-		return Info{}, fmt.Errorf("%w: timeout_s must be positive", ErrConflict)
+	if timeoutS <= 0 || timeoutS > MaxTimeoutS {
+		return Info{}, fmt.Errorf("%w: timeout_s must be in [1, %d]", ErrConflict, MaxTimeoutS)
 	}
 	id := newID()
 	n.mu.Lock()
@@ -126,17 +142,30 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 		return Info{}, err
 	}
 	image, err := n.rt.Pause(ctx, id)
-	if err == nil {
-		err = n.st.Put(store.Record{ID: id, State: Paused, Runtime: n.rt.Name(), Image: image,
-			TimeoutS: e.TimeoutS, PausedAt: time.Now()})
+	if err != nil { // the runtime left it running
+		n.setRunning(e)
+		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
+	err = n.st.Put(store.Record{ID: id, State: Paused, Runtime: n.rt.Name(), Image: image,
+		TimeoutS: e.TimeoutS, PausedAt: time.Now()})
 	if err != nil {
+		// Paused without a record, the sandbox would be lost with the process while the
+		// node said otherwise: undo the pause, so that it runs as the node says and a
+		// retry pauses it again. An undo that fails leaves it paused and unrecorded.
+		if uerr := n.rt.Resume(context.WithoutCancel(ctx), id, image); uerr != nil {
+			n.mu.Lock()
+			e.State, e.image = Paused, image
+			n.mu.Unlock()
+			n.logger.Error("sandbox paused but neither recorded nor resumed: lost at exit",
+				"id", id, "record_error", err, "resume_error", uerr)
+			return Info{}, fmt.Errorf("pause %s: %w (and resuming it failed: %w)", id, err, uerr)
+		}
 		n.setRunning(e)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	e.State, e.image = Paused, image
+	e.State, e.image = Paused, n.rt.Image(id)
 	return e.Info, nil
 }
 

@@ -29,6 +29,10 @@ type Runtime interface {
 	Resume(ctx context.Context, id, image string) error
 	// Destroy stops the sandbox if it runs and removes everything it left.
 	Destroy(ctx context.Context, id string) error
+	// Image returns where Pause puts sandbox id's state: a path inside the runtime's own
+	// directory, derived from the ID alone. A Node resumes from it, never from a path a
+	// record names.
+	Image(id string) string
 }
 
 // Fake is an in-process Runtime: a sandbox is a start time, and pausing one takes
@@ -73,8 +77,13 @@ func (f *Fake) Create(ctx context.Context, id string) error {
 	return ctx.Err()
 }
 
-// Pause takes Latency(id), or returns ctx's error if ctx ends first (the sandbox then
-// keeps running), and writes the sandbox's image file durably.
+// Image returns Dir/ID.img.
+func (f *Fake) Image(id string) string { return filepath.Join(f.Dir, id+".img") }
+
+// Pause takes Latency(id), or returns ctx's error if ctx ends first, and writes the
+// sandbox's image file durably. The sandbox stops running only once its image is
+// written: on any error it keeps running, so a retry pauses it again and fails, if it
+// does, with the real error.
 func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	t := time.NewTimer(f.Latency(id))
 	defer t.Stop()
@@ -85,17 +94,22 @@ func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	}
 	f.mu.Lock()
 	start, ok := f.started[id]
-	delete(f.started, id)
 	f.mu.Unlock()
 	if !ok {
 		return "", fmt.Errorf("fake: sandbox %s is not running", id)
 	}
 	data, _ := json.Marshal(fakeImage{ID: id, Uptime: time.Since(start)})
-	image := filepath.Join(f.Dir, id+".img")
+	image := f.Image(id)
 	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
 		return "", err
 	}
-	return image, store.WriteFile(image, data, 0o600)
+	if err := store.WriteFile(image, data, 0o600); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	delete(f.started, id)
+	f.mu.Unlock()
+	return image, nil
 }
 
 // Resume checks the image and starts the sandbox again.
@@ -119,7 +133,7 @@ func (f *Fake) Destroy(ctx context.Context, id string) error {
 	f.mu.Lock()
 	delete(f.started, id)
 	f.mu.Unlock()
-	if err := os.Remove(filepath.Join(f.Dir, id+".img")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(f.Image(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return ctx.Err()
@@ -167,8 +181,10 @@ func (r *Runsc) Bundle(id string) runsc.Bundle {
 	return runsc.Bundle{Dir: filepath.Join(r.Dir, "bundles", id)}
 }
 
-func (r *Runsc) log(id string) string   { return filepath.Join(r.Dir, "logs", id+".log") }
-func (r *Runsc) image(id string) string { return filepath.Join(r.Dir, "images", id) }
+func (r *Runsc) log(id string) string { return filepath.Join(r.Dir, "logs", id+".log") }
+
+// Image returns Dir/images/ID, the checkpoint directory.
+func (r *Runsc) Image(id string) string { return filepath.Join(r.Dir, "images", id) }
 
 // Create writes the sandbox's bundle and starts it.
 func (r *Runsc) Create(ctx context.Context, id string) error {
@@ -188,7 +204,7 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // container takes about two seconds (it waits for the sandbox process to go), which a
 // node drain should not spend before SIGKILL.
 func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
-	image := r.image(id)
+	image := r.Image(id)
 	if err := os.RemoveAll(image); err != nil {
 		return "", err
 	}
@@ -238,5 +254,5 @@ func (r *Runsc) Destroy(ctx context.Context, id string) error {
 	if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
 		return err
 	}
-	return errors.Join(os.RemoveAll(r.Bundle(id).Dir), os.RemoveAll(r.image(id)))
+	return errors.Join(os.RemoveAll(r.Bundle(id).Dir), os.RemoveAll(r.Image(id)))
 }
