@@ -83,7 +83,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-runtime %q: want fake or runsc", c.Runtime)
 	case c.PauseLatency < 0:
 		return fmt.Errorf("-pause-latency %v is negative", c.PauseLatency)
-	case c.PauseJitter < 0 || c.PauseJitter >= 1:
+	case !(c.PauseJitter >= 0 && c.PauseJitter < 1): // NaN fails both
 		return fmt.Errorf("-pause-jitter %v is outside [0, 1)", c.PauseJitter)
 	case c.Concurrency < 1:
 		return fmt.Errorf("-concurrency %d is below 1", c.Concurrency)

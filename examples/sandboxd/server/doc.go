@@ -25,8 +25,15 @@
 //	mux.Handle("GET /drain", d.PreStop())
 //	rep := d.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
 //
+// Signals: SIGTERM and SIGINT start the shutdown, a second one forces it. SIGHUP is logged
+// and ignored (sandboxd has nothing to reload, and a node server must never die of a
+// closed terminal); SIGQUIT dumps every goroutine's stack into the log and sandboxd goes
+// on. Neither kills it: dying at once would lose every sandbox and, through its
+// Pdeathsig, kill the device daemon with live devices.
+//
 // Guarantees: those of drain.Drainer with the budget of -grace; the preStop wait ends by the
 // drain deadline, every pause starts before the preserve deadline and ends by the budget's
 // deadline, the ublk step and the HTTP shutdown each end by theirs; the Report is written to
-// STATE_DIR/last-shutdown.json before Run returns.
+// STATE_DIR/last-shutdown.json before Run returns, and every sandbox not preserved is
+// logged, one line each, whether or not that file could be written.
 package server

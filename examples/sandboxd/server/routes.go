@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/drainkit/drainkit/drain"
@@ -32,16 +34,12 @@ func (s *Server) routes() http.Handler {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		TimeoutS int `json:"timeout_s"`
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil || body.TimeoutS <= 0 {
-		writeError(w, http.StatusBadRequest, errors.New(`body must be {"timeout_s": N} with N > 0`))
+	timeoutS, err := createBody(http.MaxBytesReader(w, r.Body, 1<<10))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf(`body must be {"timeout_s": N} with N in [1, %d]: %w`, sandbox.MaxTimeoutS, err))
 		return
 	}
-	info, err := s.node.Create(r.Context(), body.TimeoutS)
+	info, err := s.node.Create(r.Context(), timeoutS)
 	if err != nil {
 		writeError(w, status(err), err)
 		return
@@ -102,4 +100,48 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// createBody decodes a create body strictly: exactly one object with exactly one field,
+// "timeout_s" spelt exactly so (encoding/json would match "TIMEOUT_S" too), holding an
+// integer in [1, sandbox.MaxTimeoutS], and nothing after the object but white space.
+func createBody(r io.Reader) (int, error) {
+	dec := json.NewDecoder(r)
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, errors.New("not a JSON object")
+	}
+	var timeoutS int64
+	seen := false
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return 0, err
+		}
+		if key != "timeout_s" || seen {
+			return 0, fmt.Errorf("unexpected field %q", key)
+		}
+		seen = true
+		tok, err := dec.Token()
+		if err != nil {
+			return 0, err
+		}
+		n, ok := tok.(json.Number)
+		if !ok {
+			return 0, errors.New("timeout_s is not a number")
+		}
+		if timeoutS, err = n.Int64(); err != nil {
+			return 0, fmt.Errorf("timeout_s %s is not a whole number in range", n)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return 0, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return 0, errors.New("data after the JSON object")
+	}
+	if !seen || timeoutS < 1 || timeoutS > sandbox.MaxTimeoutS {
+		return 0, fmt.Errorf("timeout_s %d is out of range", timeoutS)
+	}
+	return int(timeoutS), nil
 }

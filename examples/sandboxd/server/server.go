@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
+	"sync"
 	"syscall"
 	"time"
 
@@ -118,6 +123,7 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 			pause.WithLimit(s.cfg.Concurrency),
 			pause.WithInFlight(pause.FinishInFlight), // never abort a checkpoint halfway
 			pause.WithLogger(s.logger),
+			pause.WithPermanent(diskBroken), // retrying cannot help: do not burn the window
 		},
 		Steps:        steps,
 		PollInterval: min(time.Second, s.cfg.Grace/20),
@@ -144,7 +150,10 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	go func() { serveErr <- s.http.Serve(s.ln) }()
 	s.logger.Info("sandboxd serving", "addr", s.Addr(), "runtime", s.rt.Name(),
 		"paused", s.node.Count(sandbox.Paused), "grace", s.cfg.Grace)
+	stopOthers := s.otherSignals()
 	rep := s.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+	stopOthers()
+	s.logLost(rep)
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		s.logger.Warn("http server", "error", err)
 	}
@@ -191,4 +200,63 @@ func preserved(rep *pause.Report) int {
 		return 0
 	}
 	return rep.Counts[pause.Preserved]
+}
+
+// otherSignals handles, until the returned function is called, the signals whose default
+// action would kill sandboxd at once, with no report, every sandbox lost and the device
+// daemon killed through its Pdeathsig. A node server must never die of them:
+//   - SIGHUP (a closed terminal, or a reload request: sandboxd has no configuration to
+//     reload) is logged and ignored;
+//   - SIGQUIT dumps every goroutine's stack to the log's stream, as a Go program's
+//     SIGQUIT would, and sandboxd goes on serving. To stop sandboxd, send SIGTERM.
+func (s *Server) otherSignals() (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGQUIT)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					s.logger.Warn("SIGHUP ignored: sandboxd has nothing to reload; SIGTERM stops it")
+					continue
+				}
+				var dump bytes.Buffer
+				_ = pprof.Lookup("goroutine").WriteTo(&dump, 2)
+				s.logger.Warn("SIGQUIT: goroutine dump; sandboxd goes on (SIGTERM stops it)", "goroutines", dump.String())
+			}
+		}
+	})
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		wg.Wait()
+	}
+}
+
+// logLost logs every sandbox that was not preserved, one line each, so that the
+// per-sandbox account survives a Report that cannot be written.
+func (s *Server) logLost(rep *drain.Report) {
+	if rep == nil || rep.Preserve == nil {
+		return
+	}
+	if rep.Preserve.Unknown {
+		s.logger.Error("sandboxes unknown: no listing succeeded", "error", rep.Preserve.ListErr)
+	}
+	for _, e := range rep.Preserve.Entries {
+		if e.Outcome == pause.Preserved || e.Outcome == pause.Vanished {
+			continue
+		}
+		s.logger.Error("sandbox not preserved", "id", e.ID, "outcome", e.Outcome,
+			"attempts", e.Attempts, "error", e.Error)
+	}
+}
+
+// diskBroken reports a write error that no retry within a shutdown can fix: a read-only
+// file system, or a path that is not a directory.
+func diskBroken(err error) bool {
+	return errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.ENOTDIR)
 }

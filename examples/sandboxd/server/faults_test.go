@@ -1,0 +1,278 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Fault: timeout_s of 9223372037 overflows time.Duration and the sandbox was deleted at
+// once. A timeout above MaxTimeoutS is refused with 400; the largest one allowed keeps the
+// sandbox running.
+func TestHugeTimeoutIsRefusedNotOverflowed(t *testing.T) {
+	st := start(t, testConfig(t))
+	code, _, body := call(t, "POST", st.base+"/sandboxes", `{"timeout_s": 9223372037}`)
+	assert.Equal(t, http.StatusBadRequest, code, body)
+	assert.Contains(t, body, "timeout_s")
+	code, _, body = call(t, "POST", st.base+"/sandboxes", fmt.Sprintf(`{"timeout_s": %d}`, 315360000))
+	require.Equal(t, http.StatusCreated, code, body)
+	var v map[string]string
+	require.NoError(t, json.Unmarshal([]byte(body), &v))
+	time.Sleep(200 * time.Millisecond) // the overflowed timer fired at once; this one never does
+	code, _, _ = call(t, "GET", st.base+"/sandboxes", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, 1, st.s.Node().Count("running"), "the sandbox is still running")
+}
+
+// A record holding an overflowing timeout (written by hand, or by an older server) is a
+// damaged record: reported and not loaded, never resumed into a sandbox that is deleted
+// at once.
+func TestRecordWithHugeTimeoutIsAProblem(t *testing.T) {
+	cfg := testConfig(t)
+	writeRecord(t, cfg.StateDir, store.Record{ID: "sb-huge", State: "paused", Runtime: "fake", TimeoutS: 9223372037})
+	st := start(t, cfg)
+	require.Len(t, st.s.Problems, 1)
+	assert.Contains(t, st.s.Problems[0].Err, "timeout_s")
+}
+
+// The create body is strict: trailing data after the object, field names in another
+// case, a repeated field and a fractional timeout are all 400.
+func TestCreateBodyIsStrict(t *testing.T) {
+	st := start(t, testConfig(t))
+	for _, bad := range []string{
+		`{"timeout_s": 5} garbage`, `{"timeout_s": 5}{}`, `{"Timeout_S": 5}`, `{"TIMEOUT_S": 5}`,
+		`{"timeout_s": 5, "timeout_s": 6}`, `{"timeout_s": 5.5}`, `{"timeout_s": "5"}`, `[5]`,
+	} {
+		code, _, body := call(t, "POST", st.base+"/sandboxes", bad)
+		assert.Equal(t, http.StatusBadRequest, code, "body %q: %s", bad, body)
+	}
+	code, _, body := call(t, "POST", st.base+"/sandboxes", " {\"timeout_s\": 5}\n")
+	assert.Equal(t, http.StatusCreated, code, "white space around the object is fine: %s", body)
+}
+
+// Fault: the images directory cannot be written ("images" is a file). The pause fails
+// with the real error, the sandbox is still running (the fake runtime used to forget it
+// first, so every retry said "is not running"), a retry fails the same way, and once
+// the directory is fixed the pause succeeds.
+func TestImageWriteErrorLeavesTheSandboxRunning(t *testing.T) {
+	cfg := testConfig(t)
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, "images"), nil, 0o600))
+	st := start(t, cfg)
+	id := createSandbox(t, st.base)
+	for range 2 {
+		code, _, body := call(t, "POST", st.base+"/sandboxes/"+id+"/pause", "")
+		assert.Equal(t, http.StatusInternalServerError, code)
+		assert.Contains(t, body, "not a directory")
+		assert.NotContains(t, body, "not running")
+		assert.Equal(t, 1, st.s.Node().Count("running"))
+	}
+	require.NoError(t, os.Remove(filepath.Join(cfg.StateDir, "images")))
+	code, _, body := call(t, "POST", st.base+"/sandboxes/"+id+"/pause", "")
+	assert.Equal(t, http.StatusOK, code, body)
+}
+
+// A record that cannot be written after the runtime paused the sandbox (the records
+// directory is gone, a file in its place) undoes the pause: the sandbox is running, as
+// the node says, and the error is the real one; once the directory is back the pause
+// succeeds.
+func TestRecordWriteErrorUndoesThePause(t *testing.T) {
+	cfg := testConfig(t)
+	st := start(t, cfg)
+	id := createSandbox(t, st.base)
+	records := filepath.Join(cfg.StateDir, "records")
+	require.NoError(t, os.Rename(records, records+".away"))
+	require.NoError(t, os.WriteFile(records, nil, 0o600))
+	code, _, body := call(t, "POST", st.base+"/sandboxes/"+id+"/pause", "")
+	assert.Equal(t, http.StatusInternalServerError, code)
+	assert.Contains(t, body, "not a directory")
+	assert.Equal(t, 1, st.s.Node().Count("running"))
+	require.NoError(t, os.Remove(records))
+	require.NoError(t, os.Rename(records+".away", records))
+	code, _, body = call(t, "POST", st.base+"/sandboxes/"+id+"/pause", "")
+	assert.Equal(t, http.StatusOK, code, body)
+}
+
+// Fault: a FIFO named x.rec in the records directory hung startup forever, and a huge
+// record was read into memory. Both are reported as problems; startup goes on.
+func TestFIFOAndHugeRecordDoNotHangStartup(t *testing.T) {
+	cfg := testConfig(t)
+	records := filepath.Join(cfg.StateDir, "records")
+	require.NoError(t, os.MkdirAll(records, 0o700))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(records, "x.rec"), 0o600))
+	huge, err := os.Create(filepath.Join(records, "huge.rec"))
+	require.NoError(t, err)
+	require.NoError(t, huge.Truncate(1<<30)) // sparse: 1 GB that takes no disk
+	huge.Close()
+	require.NoError(t, os.Symlink("/etc/hostname", filepath.Join(records, "link.rec")))
+
+	done := make(chan *started, 1)
+	go func() { done <- start(t, cfg) }()
+	var st *started
+	select {
+	case st = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("startup hangs on a FIFO record")
+	}
+	var errs []string
+	for _, p := range st.s.Problems {
+		errs = append(errs, filepath.Base(p.Path)+": "+p.Err)
+	}
+	require.Len(t, errs, 3, "%q", errs)
+	assert.Contains(t, strings.Join(errs, "\n"), "huge.rec: ")
+	assert.Contains(t, strings.Join(errs, "\n"), "not a regular file")
+	assert.Contains(t, strings.Join(errs, "\n"), "larger than")
+}
+
+// Fault: a record's image path was trusted: a crafted record pointing outside the state
+// directory made resume read that file and delete it. The image path comes from the state
+// directory: the file outside is never touched.
+func TestRecordImagePathIsNeverTrusted(t *testing.T) {
+	cfg := testConfig(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	require.NoError(t, os.WriteFile(victim, []byte(`{"id":"sb-evil","uptime_ns":1}`), 0o600))
+	writeRecord(t, cfg.StateDir, store.Record{ID: "sb-evil", State: "paused", Runtime: "fake", Image: victim, TimeoutS: 60})
+	st := start(t, cfg)
+	code, _, body := call(t, "POST", st.base+"/sandboxes/sb-evil/resume", "")
+	assert.NotEqual(t, http.StatusOK, code, "no image of its own in the state directory: %s", body)
+	_, err := os.Stat(victim)
+	assert.NoError(t, err, "the file outside the state directory is still there")
+}
+
+// Fault: -pause-jitter NaN passed the [0, 1) check.
+func TestNaNJitterIsRejected(t *testing.T) {
+	_, err := ParseFlags([]string{"-state-dir", "x", "-pause-jitter", "NaN"}, io.Discard)
+	require.ErrorContains(t, err, "-pause-jitter")
+}
+
+// Fault: when last-shutdown.json cannot be written the per-sandbox account was lost with
+// it. Each sandbox not preserved is logged, one line each, whatever happens to the file.
+func TestEachLostSandboxIsLoggedEvenIfTheReportCannotBeWritten(t *testing.T) {
+	cfg := testConfig(t)
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, "images"), nil, 0o600)) // every pause fails
+	require.NoError(t, os.Mkdir(filepath.Join(cfg.StateDir, ReportFile), 0o700))        // the report cannot be written
+	var logs syncBuffer
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	var ids []string
+	for range 3 {
+		info, err := s.Node().Create(context.Background(), 60)
+		require.NoError(t, err)
+		ids = append(ids, info.ID)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // as a signal would
+	rep, err := s.Run(ctx)
+	require.Error(t, err, "the report cannot be written")
+	require.NotNil(t, rep.Preserve)
+	assert.Equal(t, 3, rep.Preserve.Lost())
+	var lines []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "sandbox not preserved") {
+			lines = append(lines, l)
+		}
+	}
+	require.Len(t, lines, 3, logs.String())
+	for i, id := range ids {
+		assert.Contains(t, strings.Join(lines, "\n"), "id="+id, "line %d", i)
+	}
+	assert.Contains(t, lines[0], "not a directory")
+	assert.Contains(t, lines[0], "outcome="+string(pause.Failed))
+}
+
+// Fault: SIGHUP and SIGQUIT killed sandboxd at once: no report, every sandbox lost, the
+// device daemon killed through Pdeathsig. A real sandboxd process gets both: SIGHUP is
+// logged and ignored, SIGQUIT dumps the goroutines and sandboxd goes on; SIGTERM then
+// preserves every sandbox and sandboxd exits 0 with its daemon stopped cleanly.
+func TestHangupAndQuitDoNotKillSandboxd(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	cmd := exec.Command(os.Args[0], "-listen", addr, "-state-dir", dir, "-grace", "6s",
+		"-pause-latency", "50ms", "-devices", "1")
+	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	base := "http://" + addr
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "sandboxd did not start: %s", &stderr)
+	ids := []string{createSandbox(t, base), createSandbox(t, base)}
+
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
+		require.NoError(t, cmd.Process.Signal(sig))
+	}
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "goroutine dump") },
+		10*time.Second, 20*time.Millisecond, "SIGQUIT's dump: %s", &stderr)
+	code, _, _ := call(t, "GET", base+"/healthz", "")
+	require.Equal(t, http.StatusOK, code, "sandboxd is alive after SIGHUP and SIGQUIT")
+	assert.Contains(t, stderr.String(), "SIGHUP ignored")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		exited <- err
+		require.NoError(t, err, "exit status 0: %s", &stderr)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("sandboxd did not exit: %s", &stderr)
+	}
+	st, err := store.Open(filepath.Join(dir, "records"))
+	require.NoError(t, err)
+	recs, _, err := st.Load()
+	require.NoError(t, err)
+	assert.Len(t, recs, len(ids), "every sandbox paused and recorded")
+	events, err := os.ReadFile(filepath.Join(dir, EventLogFile))
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "device daemon exited on its own: %s", events)
+}
+
+func writeRecord(t *testing.T, stateDir string, r store.Record) {
+	t.Helper()
+	data, err := store.Encode(r)
+	require.NoError(t, err)
+	dir := filepath.Join(stateDir, "records")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, r.ID+".rec"), data, 0o600))
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
