@@ -97,6 +97,9 @@ type Report struct {
 	Devices  []DeviceReport `json:"devices"`
 	Daemon   DaemonReport   `json:"daemon"`
 	Steps    []StepResult   `json:"steps"`
+	// LastResort is what the last-resort sequence did (the holders it
+	// killed and spared, and why), nil when it did not run.
+	LastResort *LastResortReport `json:"last_resort,omitempty"`
 	// Verdict is the worst device verdict, VerdictStopped when every
 	// device went, VerdictNothingToDo when there was nothing.
 	Verdict Verdict `json:"verdict"`

@@ -22,3 +22,15 @@ func stackHolders(sysRoot, name string, parts []partition) []Holder { return nil
 func scanHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
 	return nil, errUnsupported
 }
+
+// killDoomed kills nothing where there are no cgroups to tell doomed holders
+// by.
+func killDoomed(_ context.Context, _ string, held map[int][]Holder, _ map[DevNum]int) (string, []HolderFate) {
+	var fates []HolderFate
+	for id, hs := range held {
+		for _, h := range hs {
+			fates = append(fates, HolderFate{Holder: h, Device: id, Reason: "not Linux: no cgroups to tell a doomed holder by"})
+		}
+	}
+	return "", fates
+}

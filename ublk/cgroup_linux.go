@@ -1,0 +1,226 @@
+//go:build linux
+
+package ublk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroups is a process's cgroup membership: hierarchy ("0" for cgroup v2,
+// "4:memory" style for v1) to path, as /proc/PID/cgroup lists it.
+type cgroups map[string]string
+
+// readCgroups reads /proc/PID/cgroup under procRoot ("self" for this
+// process).
+func readCgroups(procRoot, pid string) (cgroups, error) {
+	b, err := os.ReadFile(filepath.Join(procRoot, pid, "cgroup"))
+	if err != nil {
+		return nil, err
+	}
+	cg := cgroups{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// 0::/kubepods/pod1/ctr   or   4:memory:/docker/abc
+		id, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		ctrl, p, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		cg[id+":"+ctrl] = p
+	}
+	if len(cg) == 0 {
+		return nil, fmt.Errorf("ublk: no cgroup in %s", filepath.Join(procRoot, pid, "cgroup"))
+	}
+	return cg, nil
+}
+
+// String lists the memberships in a stable order, "hierarchy:path" joined
+// with ";".
+func (c cgroups) String() string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + ":" + c[k]
+	}
+	return strings.Join(parts, ";")
+}
+
+// allRoot reports whether every membership is a hierarchy's root: then
+// there is no container boundary that a pod's SIGKILL would end at.
+func (c cgroups) allRoot() bool {
+	for _, p := range c {
+		if p != "/" {
+			return false
+		}
+	}
+	return true
+}
+
+// contains reports whether a process with memberships h is inside c: in
+// every hierarchy c is in, h's path is c's or below it. That is the
+// process set the runtime kills with the container (cgroup.kill on v2
+// kills the subtree). A path outside this process's cgroup namespace reads
+// "/.." and is never inside. It returns why not when it is not.
+func (c cgroups) contains(h cgroups) (bool, string) {
+	if c.allRoot() {
+		return false, "the server is in the root cgroup: no container whose SIGKILL dooms the holder"
+	}
+	for k, p := range c {
+		hp, ok := h[k]
+		if !ok {
+			return false, fmt.Sprintf("not in hierarchy %s", k)
+		}
+		if strings.HasPrefix(hp, "/..") || !(hp == p || p == "/" || strings.HasPrefix(hp, strings.TrimSuffix(p, "/")+"/")) {
+			return false, fmt.Sprintf("in %s %s, outside the server's %s", k, hp, p)
+		}
+	}
+	return true, ""
+}
+
+// sameProcfs reports whether procRoot shows this process's PID namespace,
+// so a PID read there may be opened and signalled here.
+func sameProcfs(procRoot string) bool {
+	self, err := os.Readlink(filepath.Join(procRoot, "self"))
+	return err == nil && self == strconv.Itoa(os.Getpid())
+}
+
+// killDoomed decides each holder's fate and kills the doomed ones: fd
+// holders inside the server's cgroup (the pod's SIGKILL ends them a few
+// seconds later anyway). Mounts, swap and stacked devices are not released
+// by killing a process, holders outside the server's cgroup are never
+// killed, and neither is this process. Each kill pins the process with a
+// pidfd, checks again that it is the same holder (its cgroup and an open
+// fd on a wanted device), sends SIGKILL and waits for the pidfd to say it
+// exited, at most until ctx ends. held maps device IDs to their holders,
+// devs maps each wanted device number to its ID.
+func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[DevNum]int) (server string, fates []HolderFate) {
+	mine, err := readCgroups(procRoot, "self")
+	if err != nil {
+		mine = nil
+	}
+	server = mine.String()
+	ids := make([]int, 0, len(held))
+	for id := range held {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	same := sameProcfs(procRoot)
+	seen := map[int]int{} // pid -> index in fates
+	for _, id := range ids {
+		for _, h := range held[id] {
+			f := HolderFate{Holder: h, Device: id}
+			switch {
+			case h.Kind != HeldByFD:
+				f.Reason = fmt.Sprintf("held by %s: killing a process does not release it", h.Kind)
+			case h.PID == os.Getpid():
+				f.Reason = "the step's own process"
+			case !same:
+				f.Reason = "procfs " + procRoot + " is not this process's PID namespace: its PIDs cannot be signalled from here"
+			case mine == nil:
+				f.Reason = "the server's cgroup is unknown: " + err.Error()
+			default:
+				if i, ok := seen[h.PID]; ok {
+					f = fates[i] // one process, several fds or devices: decided once
+					f.Holder, f.Device = h, id
+					fates = append(fates, f)
+					continue
+				}
+				seen[h.PID] = len(fates)
+				f = decideAndKill(ctx, procRoot, mine, f, devs)
+			}
+			fates = append(fates, f)
+		}
+	}
+	return server, fates
+}
+
+// decideAndKill handles one fd holder of this PID namespace.
+func decideAndKill(ctx context.Context, procRoot string, mine cgroups, f HolderFate, devs map[DevNum]int) HolderFate {
+	pid := strconv.Itoa(f.Holder.PID)
+	theirs, err := readCgroups(procRoot, pid)
+	if err != nil {
+		f.Reason, f.Err = "its cgroup could not be read: not known to be doomed", err.Error()
+		return f
+	}
+	f.Cgroup = theirs.String()
+	in, why := mine.contains(theirs)
+	if !in {
+		f.Reason = "outside the server's cgroup (" + why + "): not doomed by the pod's SIGKILL, never killed"
+		return f
+	}
+	f.Doomed = true
+	fd, err := unix.PidfdOpen(f.Holder.PID, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			f.Reason = "exited by itself before the kill"
+			return f
+		}
+		f.Reason, f.Err = "doomed, but no pidfd", err.Error()
+		return f
+	}
+	defer unix.Close(fd)
+	// The PID is pinned now: check it is still the process we judged.
+	again, err := readCgroups(procRoot, pid)
+	stillHolds := false
+	fdHolders(filepath.Join(procRoot, pid), wantSet(devs), func(DevNum, string) { stillHolds = true })
+	if err != nil || again.String() != f.Cgroup || !stillHolds {
+		f.Reason = "no longer holds the device (exited or closed it) before the kill"
+		return f
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		f.Reason, f.Err = "doomed, but SIGKILL failed", err.Error()
+		return f
+	}
+	if err := waitPidfd(ctx, fd); err != nil {
+		f.Reason, f.Err = "SIGKILL sent, exit not seen", err.Error()
+		return f
+	}
+	f.Killed = true
+	f.Reason = "in the server's cgroup, so doomed by the pod's SIGKILL anyway; killed so the devices can be stopped before it"
+	return f
+}
+
+func wantSet(devs map[DevNum]int) map[DevNum]bool {
+	w := make(map[DevNum]bool, len(devs))
+	for d := range devs {
+		w[d] = true
+	}
+	return w
+}
+
+// waitPidfd waits until the pidfd is readable (the process exited), or ctx
+// ends.
+func waitPidfd(ctx context.Context, fd int) error {
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 20)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= 0 {
+			return context.DeadlineExceeded
+		}
+	}
+}

@@ -1,0 +1,142 @@
+//go:build linux
+
+package ublk_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/ublk"
+)
+
+// outsiderCgroup moves pid into a new cgroup beside this process's own, in
+// a hierarchy where this process is not at the root, and returns its path:
+// a process there is outside the server's cgroup, as a VMM of another pod
+// would be. It skips when there is no such hierarchy to write to.
+func outsiderCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	self, err := os.ReadFile("/proc/self/cgroup")
+	require.NoError(t, err)
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(self)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || parts[2] == "/" {
+			continue
+		}
+		ctrl, mine := parts[1], parts[2]
+		for _, m := range strings.Split(string(mounts), "\n") {
+			// 36 25 0:31 / /sys/fs/cgroup/memory rw,... - cgroup cgroup rw,memory
+			fields := strings.Fields(m)
+			sep := -1
+			for i, f := range fields {
+				if f == "-" {
+					sep = i
+					break
+				}
+			}
+			if sep < 0 || len(fields) < sep+4 || fields[3] != "/" {
+				continue
+			}
+			fstype, opts := fields[sep+1], strings.Split(fields[sep+3], ",")
+			v2 := ctrl == "" && fstype == "cgroup2"
+			v1 := fstype == "cgroup" && ctrl != ""
+			if v1 {
+				v1 = true
+				for _, c := range strings.Split(ctrl, ",") {
+					found := false
+					for _, o := range opts {
+						found = found || o == c
+					}
+					v1 = v1 && found
+				}
+			}
+			if !v1 && !v2 {
+				continue
+			}
+			dir := filepath.Join(fields[4], path.Dir(mine), fmt.Sprintf("drainkit-outsider-%d", pid))
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				continue
+			}
+			t.Cleanup(func() {
+				// The holder is gone by then; rmdir can race its exit.
+				for range 100 {
+					if os.Remove(dir) == nil || os.IsNotExist(os.Remove(dir)) {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			})
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+				continue
+			}
+			return path.Join(path.Dir(mine), fmt.Sprintf("drainkit-outsider-%d", pid))
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no cgroup hierarchy to make an outsider in (CI=true: must not be skipped)")
+	}
+	t.Skip("no writable cgroup hierarchy where this process is below the root")
+	return ""
+}
+
+// At the last resort, a holder in the server's own cgroup is killed (the
+// pod's SIGKILL would end it anyway) and one in another cgroup is left
+// alone; the fates say which and why.
+func TestLastResortKillsOnlyHoldersInTheServersCgroup(t *testing.T) {
+	node, dev := attachLoop(t)
+	doomed, _ := startHolder(t, node)
+	outsider, _ := startHolder(t, node)
+	other := outsiderCgroup(t, outsider.Process.Pid)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hs, err := ublk.Holders(ctx, "/proc", dev)
+	require.NoError(t, err)
+	var held []ublk.Holder
+	for _, h := range hs { // udev may probe the device too: keep only ours
+		if h.PID == doomed.Process.Pid || h.PID == outsider.Process.Pid {
+			held = append(held, h)
+		}
+	}
+	require.Len(t, held, 2)
+
+	server, fates := ublk.KillDoomed(ctx, "/proc", map[int][]ublk.Holder{7: held}, map[ublk.DevNum]int{dev: 7})
+	assert.NotEmpty(t, server)
+	require.Len(t, fates, 2)
+	byPID := map[int]ublk.HolderFate{}
+	for _, f := range fates {
+		byPID[f.Holder.PID] = f
+		assert.Equal(t, 7, f.Device)
+	}
+	k := byPID[doomed.Process.Pid]
+	assert.True(t, k.Doomed && k.Killed, "%+v", k)
+	assert.Contains(t, k.Reason, "in the server's cgroup")
+	assert.Equal(t, server, k.Cgroup)
+	s := byPID[outsider.Process.Pid]
+	assert.False(t, s.Doomed || s.Killed, "%+v", s)
+	assert.Contains(t, s.Reason, "outside the server's cgroup")
+	assert.Contains(t, s.Cgroup, other)
+
+	err = doomed.Wait()
+	ws := doomed.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the doomed holder was SIGKILLed: %v %v", ws, err)
+	hs, err = ublk.Holders(ctx, "/proc", dev)
+	require.NoError(t, err)
+	still := false
+	for _, h := range hs {
+		still = still || h.PID == outsider.Process.Pid
+	}
+	assert.True(t, still, "the outsider is alive and still holds the device: %v", hs)
+}

@@ -1,0 +1,10 @@
+//go:build linux
+
+package ublk
+
+import "context"
+
+// KillDoomed exposes the last resort's holder killing to the external tests.
+func KillDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[DevNum]int) (string, []HolderFate) {
+	return killDoomed(ctx, procRoot, held, devs)
+}
