@@ -42,9 +42,10 @@ type Option func(*Budget)
 
 // WithLogger sets the logger to which the budget reports every change that
 // takes effect (the event, T0, SIGTERM, SIGKILL and deadline), at Info
-// level. The default discards everything.
+// level. The default discards everything. It must not be nil (as in
+// package pause): leave the option out instead.
 func WithLogger(l *slog.Logger) Option {
-	return func(b *Budget) { b.log = l }
+	return func(b *Budget) { b.log, b.logSet = l, true }
 }
 
 // WithMargin sets how long before the expected SIGKILL the budget's
@@ -80,6 +81,7 @@ type Budget struct {
 	grace  time.Duration
 	margin time.Duration
 	log    *slog.Logger // nil: discard
+	logSet bool         // WithLogger was given (a nil one is an error)
 
 	mu      sync.Mutex
 	anchor  Anchor
@@ -93,8 +95,9 @@ type Budget struct {
 // (the kubelet's G, normally spec.terminationGracePeriodSeconds). T0 is
 // fixed later by OnPreStop or OnSIGTERM.
 //
-// New fails if grace is not positive, if the margin is negative, or if the
-// margin is not smaller than grace; the error names the field.
+// New fails if grace is not positive, if the margin is negative, if the
+// margin is not smaller than grace, or if an option or the logger is nil;
+// the error names the field.
 func New(grace time.Duration, opts ...Option) (*Budget, error) {
 	if grace <= 0 {
 		return nil, fmt.Errorf("deadline: grace must be positive, got %v", grace)
@@ -113,11 +116,22 @@ func New(grace time.Duration, opts ...Option) (*Budget, error) {
 // margin is negative.
 func build(grace time.Duration, opts []Option) (*Budget, error) {
 	b := &Budget{grace: grace, margin: DefaultMargin}
-	for _, o := range opts {
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("deadline: option %d is nil", i+1))
+			continue
+		}
 		o(b)
 	}
 	if b.margin < 0 {
-		return nil, fmt.Errorf("deadline: margin must not be negative, got %v", b.margin)
+		errs = append(errs, fmt.Errorf("deadline: margin must not be negative, got %v", b.margin))
+	}
+	if b.logSet && b.log == nil {
+		errs = append(errs, errors.New("deadline: logger must not be nil"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
@@ -128,8 +142,8 @@ func build(grace time.Duration, opts []Option) (*Budget, error) {
 // error here (a server may learn its deletionTimestamp late): the margin then
 // shrinks as Deadline describes.
 //
-// FromKillTime fails if kill is not in the future or the margin is negative;
-// the error names the field.
+// FromKillTime fails if kill is not in the future, the margin is negative,
+// or an option or the logger is nil; the error names the field.
 func FromKillTime(kill time.Time, opts ...Option) (*Budget, error) {
 	now := time.Now()
 	if !kill.After(now) {
