@@ -71,13 +71,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.Runtime == "runsc" {
 		def = options{N: 6, Grace: 15 * time.Second, Pause: 3 * time.Second}
 	}
-	if o.N == 0 {
+	// A default replaces only a flag left out: "-grace 0" or "-n 0" given is checked
+	// below and refused, never silently turned into the default.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["n"] {
 		o.N = def.N
 	}
-	if o.Grace == 0 {
+	if !set["grace"] {
 		o.Grace = def.Grace
 	}
-	if o.Pause == 0 {
+	if !set["pause"] {
 		o.Pause = def.Pause
 	}
 	switch {
@@ -87,9 +91,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-n %d is below 1", o.N)
 	case o.Grace < 3*time.Second || o.Grace > 60*time.Second:
 		return o, fmt.Errorf("-grace %v: use 3s to 60s (it is real time)", o.Grace)
-	case o.Pause < 0:
+	case o.Pause <= 0:
 		return o, fmt.Errorf("-pause %v is not positive", o.Pause)
-	case o.Jitter < 0 || o.Jitter >= 1:
+	case !(o.Jitter >= 0 && o.Jitter < 1): // NaN fails both
 		return o, fmt.Errorf("-jitter %v is outside [0, 1)", o.Jitter)
 	case o.Concurrency < 1:
 		return o, fmt.Errorf("-concurrency %d is below 1", o.Concurrency)

@@ -89,3 +89,18 @@ func TestFlagsDefaultPerRuntimeAndRejectBadValues(t *testing.T) {
 		assert.Contains(t, err.Error(), name)
 	}
 }
+
+// Fault: -grace 0 and -n 0 were silently replaced by the defaults, and a
+// NaN -jitter passed the [0, 1) check. Each is refused, naming the flag.
+func TestZeroAndNaNFlagsAreRefusedNotDefaulted(t *testing.T) {
+	for name, args := range map[string][]string{
+		"-grace":  {"-grace", "0"},
+		"-n":      {"-n", "0"},
+		"-pause":  {"-pause", "0s"},
+		"-jitter": {"-jitter", "NaN"},
+	} {
+		_, err := parseFlags(args, io.Discard)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), name)
+	}
+}
