@@ -42,19 +42,22 @@ type Order int
 const (
 	// OrderAuto, the default, chooses per pass from the estimates (own,
 	// or from sizes) and the time left: FIFO when no sandbox has an
-	// estimate; shortest first when the estimated work does not fit
+	// estimate; plain shortest first when the estimated work does not fit
 	// before the deadline at the current limit (so the most sandboxes are
-	// preserved); longest first when it fits (so the whole pass ends
-	// soonest).
+	// preserved, whatever the estimates' scale: it needs only their
+	// ranks); longest first when it fits (so the whole pass ends soonest).
 	OrderAuto Order = iota
 	// OrderFIFO starts sandboxes in the order the Lister returned them.
 	OrderFIFO
-	// OrderShortestFirst preserves the most sandboxes before a deadline:
-	// it picks the shortest estimated preserves that fit in the time left
-	// at the current limit and starts those longest first, so they pack
-	// tightly into the slots; the rest follow, shortest first. Without a
-	// deadline, or when the pass holds more than one priority, it is plain
-	// shortest first within each priority.
+	// OrderShortestFirst preserves the most sandboxes before a deadline
+	// when the estimates are exact: it picks the shortest estimated
+	// preserves that fit in the time left at the current limit and starts
+	// those longest first, so they pack tightly into the slots; the rest
+	// follow, shortest first. When the estimates are off in scale, the
+	// set overflows and the short ones at its end are lost: OrderAuto
+	// uses plain shortest first instead. Without a deadline, or when the
+	// pass holds more than one priority, it is plain shortest first within
+	// each priority.
 	OrderShortestFirst
 	// OrderLongestFirst starts the longest estimated preserves first.
 	OrderLongestFirst

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -50,6 +51,16 @@ func (q quality) countRatio() float64    { return float64(q.preserved) / float64
 // (the count preserved counts). It must run inside a synctest bubble.
 func measureQuality(t *testing.T) quality {
 	durs := qualityDurations()
+	return measureQualityOf(t, durs, func(i int) *fakesandbox.Sandbox {
+		return &fakesandbox.Sandbox{Name: fmt.Sprint(i), Latency: durs[i], Estimate: durs[i]}
+	})
+}
+
+// measureQualityOf is measureQuality over sandboxes whose true preserve
+// times are durs, made by mk (which sets what they estimate), preserved
+// with WithLimit(qualityLimit) and the options opts make afresh for every
+// Run. The bounds use the true times.
+func measureQualityOf(t *testing.T, durs []time.Duration, mk func(i int) *fakesandbox.Sandbox, opts ...func() pause.Option) quality {
 	var sum, longest time.Duration
 	for _, d := range durs {
 		sum += d
@@ -60,10 +71,14 @@ func measureQuality(t *testing.T) quality {
 
 	run := func(left time.Duration) (*pause.Report, time.Duration) {
 		node := fakesandbox.NewNode()
-		for i, d := range durs {
-			node.Add(&fakesandbox.Sandbox{Name: fmt.Sprint(i), Latency: d, Estimate: d})
+		for i := range durs {
+			node.Add(mk(i))
 		}
-		p, err := pause.New(node, pause.WithLimit(qualityLimit))
+		o := []pause.Option{pause.WithLimit(qualityLimit)}
+		for _, f := range opts {
+			o = append(o, f())
+		}
+		p, err := pause.New(node, o...)
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), left)
 		defer cancel()
@@ -72,7 +87,7 @@ func measureQuality(t *testing.T) quality {
 		return rep, time.Since(start)
 	}
 	rep, took := run(time.Hour)
-	require.Equal(t, qualityN, rep.Counts[pause.Preserved])
+	require.Equal(t, len(durs), rep.Counts[pause.Preserved])
 	q.makespan = took
 
 	rep, _ = run(q.deadline)
@@ -89,16 +104,47 @@ func measureQuality(t *testing.T) quality {
 	return q
 }
 
+// noisyDurations returns the scenario's estimates and true times that
+// scatter around them: true = estimate x exp(0.5 N(0,1)), fixed seed.
+func noisyDurations() (est, truth []time.Duration) {
+	est = qualityDurations()
+	rng := rand.New(rand.NewPCG(11, 16))
+	truth = make([]time.Duration, len(est))
+	for i, e := range est {
+		truth[i] = time.Duration(float64(e) * math.Exp(0.5*rng.NormFloat64())).Round(time.Millisecond)
+	}
+	return est, truth
+}
+
+// measureNoisyQuality measures the scenario with realistic estimates: each
+// sandbox's own estimate is off by lognormal noise (sigma 0.5); or, with
+// sizesOnly, it estimates nothing and reports a size proportional to that
+// noisy estimate (1 byte per microsecond), the Preserver turning sizes into
+// times with the Estimator's prior of 2 s (the median) until it measures.
+func measureNoisyQuality(t *testing.T, sizesOnly bool) quality {
+	est, truth := noisyDurations()
+	if !sizesOnly {
+		return measureQualityOf(t, truth, func(i int) *fakesandbox.Sandbox {
+			return &fakesandbox.Sandbox{Name: fmt.Sprint(i), Latency: truth[i], Estimate: est[i]}
+		})
+	}
+	return measureQualityOf(t, truth, func(i int) *fakesandbox.Sandbox {
+		return &fakesandbox.Sandbox{Name: fmt.Sprint(i), Latency: truth[i], Bytes: int64(est[i] / time.Microsecond)}
+	}, func() pause.Option { return pause.WithEstimator(deadline.NewEstimator(2 * time.Second)) })
+}
+
 // Longest first with ample time ends within 5 % of the lower bound;
-// shortest first under a binding deadline preserves at least 98 % of the
-// upper bound.
+// shortest first under a binding deadline preserves at least 97 % of the
+// upper bound (plain shortest first loses at most the 16 preserves running
+// at the deadline, 4 % of it; packing, which gains one sandbox here, is
+// not what OrderAuto does: it fails with realistic estimates).
 func TestScheduleQuality(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := measureQuality(t)
 		t.Logf("ample time: makespan %v, lower bound %v, ratio %.4f", q.makespan, q.lower, q.makespanRatio())
 		t.Logf("deadline %v: preserved %d, upper bound %d, ratio %.4f", q.deadline, q.preserved, q.upperBound, q.countRatio())
 		assert.LessOrEqual(t, q.makespanRatio(), 1.05)
-		assert.GreaterOrEqual(t, q.countRatio(), 0.98)
+		assert.GreaterOrEqual(t, q.countRatio(), 0.97)
 	})
 }
 
@@ -121,4 +167,43 @@ func BenchmarkScheduleQuality(b *testing.B) {
 	b.ReportMetric(q.countRatio(), "preserved/upper-bound")
 	b.ReportMetric(float64(q.preserved), "preserved")
 	b.ReportMetric(float64(q.upperBound), "upper-bound")
+}
+
+// BenchmarkScheduleQualityNoisy reports the same ratios when the estimates
+// are realistic: true times scattered around them with lognormal noise of
+// sigma 0.5 (-noisy), and with nothing but sizes as priors (-sizes). The
+// bounds are computed from the true times, which no schedule knew.
+//
+//	go test -run '^$' -bench ScheduleQualityNoisy -benchtime 1x ./pause
+func BenchmarkScheduleQualityNoisy(b *testing.B) {
+	var noisy, sizes quality
+	for b.Loop() {
+		ok := testing.RunTests(func(_, _ string) (bool, error) { return true, nil },
+			[]testing.InternalTest{{Name: "ScheduleQualityNoisy", F: func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { noisy = measureNoisyQuality(t, false) })
+				synctest.Test(t, func(t *testing.T) { sizes = measureNoisyQuality(t, true) })
+			}}})
+		if !ok {
+			b.Fatal("noisy schedule-quality scenario failed")
+		}
+	}
+	b.ReportMetric(noisy.makespanRatio(), "makespan/lower-bound-noisy")
+	b.ReportMetric(noisy.countRatio(), "preserved/upper-bound-noisy")
+	b.ReportMetric(sizes.makespanRatio(), "makespan/lower-bound-sizes")
+	b.ReportMetric(sizes.countRatio(), "preserved/upper-bound-sizes")
+}
+
+// With noisy estimates the schedule stays close to what no schedule can
+// beat; the bars are looser than TestScheduleQuality's exact estimates.
+func TestScheduleQualityWithNoisyEstimates(t *testing.T) {
+	for _, sizesOnly := range []bool{false, true} {
+		t.Run(fmt.Sprint("sizes-only=", sizesOnly), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := measureNoisyQuality(t, sizesOnly)
+				t.Logf("makespan/LB %.4f, preserved/UB %.4f (%d/%d)", q.makespanRatio(), q.countRatio(), q.preserved, q.upperBound)
+				assert.LessOrEqual(t, q.makespanRatio(), 1.10)
+				assert.GreaterOrEqual(t, q.countRatio(), 0.90)
+			})
+		})
+	}
 }
