@@ -21,7 +21,12 @@
 //	})
 //	mux.Handle("POST /sandboxes", gate.Admit(drain.Create, create))
 //	mux.Handle("GET /readyz", gate.Readiness(nil))
-//	mux.Handle("GET /drain", d.PreStop()) // lifecycle.preStop.httpGet.path
+//	// The hook on a listener of its own (loopback or the pod's address),
+//	// guarded: only a request with the secret (httpHeaders) may drain.
+//	hooks := http.NewServeMux()
+//	guard := &drain.HookGuard{Secret: secret, Logger: logger}
+//	hooks.Handle("GET /drain", guard.Wrap(d.PreStop())) // lifecycle.preStop.httpGet.path
+//	go http.Serve(hookLn, hooks)
 //	go srv.Serve(ln)
 //	rep := d.HandleSignals(ctx) // SIGTERM starts Shutdown; a second signal forces
 //

@@ -1,0 +1,79 @@
+package drain_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+)
+
+type podState struct {
+	ts  time.Time
+	err error
+}
+
+func (p podState) DeletionTimestamp(context.Context) (time.Time, error) { return p.ts, p.err }
+
+// Who may start a drain: each refusal answers 403, never reaches the hook,
+// and is logged with its reason and without the secret a request carried.
+func TestHookGuardRefusesEveryoneButTheSecretsHolder(t *testing.T) {
+	var logs bytes.Buffer
+	reached := 0
+	hook := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached++ })
+	guarded := func(g drain.HookGuard) http.Handler {
+		g.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		return g.Wrap(hook)
+	}
+	call := func(h http.Handler, remote string, hdr map[string]string) int {
+		r := httptest.NewRequest("GET", "/drain", nil)
+		r.RemoteAddr = remote
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	withSecret := guarded(drain.HookGuard{Secret: "s3cret"})
+	for name, tc := range map[string]struct {
+		h      http.Handler
+		remote string
+		hdr    map[string]string
+		reason string
+	}{
+		"no header":         {withSecret, "127.0.0.1:5", nil, "no X-Drain-Secret header"},
+		"wrong secret":      {withSecret, "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "guess"}, "wrong X-Drain-Secret"},
+		"other header":      {guarded(drain.HookGuard{Secret: "s3cret", Header: "X-Other"}), "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}, "no X-Other header"},
+		"no secret, remote": {guarded(drain.HookGuard{}), "10.0.0.9:5", nil, "not from loopback"},
+		"pod not terminating": {guarded(drain.HookGuard{Secret: "s3cret", Check: drain.RequireTerminating(podState{err: deadline.ErrNotTerminating}, time.Second)}),
+			"10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}, "not terminating"},
+	} {
+		logs.Reset()
+		assert.Equal(t, http.StatusForbidden, call(tc.h, tc.remote, tc.hdr), name)
+		assert.Contains(t, logs.String(), tc.reason, name)
+		assert.Contains(t, logs.String(), "remote="+tc.remote, name)
+		assert.NotContains(t, logs.String(), "guess", "%s: the secret given is not logged", name)
+	}
+	assert.Zero(t, reached, "no refused request reached the hook")
+
+	assert.Equal(t, 200, call(withSecret, "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}))
+	assert.Equal(t, 200, call(guarded(drain.HookGuard{}), "127.0.0.1:5", nil), "no secret: loopback only")
+	assert.Equal(t, 200, call(guarded(drain.HookGuard{}), "[::1]:5", nil))
+	terminating := guarded(drain.HookGuard{Secret: "s3cret", Check: drain.RequireTerminating(podState{ts: time.Now()}, time.Second)})
+	assert.Equal(t, 200, call(terminating, "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}))
+	unreadable := guarded(drain.HookGuard{Secret: "s3cret", Check: drain.RequireTerminating(podState{err: errors.New("403 from the API server")}, time.Second)})
+	assert.Equal(t, 200, call(unreadable, "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}),
+		"a pod that cannot be read is not refused: the secret vouched for the request")
+	assert.Equal(t, 5, reached)
+	assert.False(t, strings.Contains(logs.String(), "s3cret"), "the secret is never logged")
+}
