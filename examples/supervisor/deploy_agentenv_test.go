@@ -1,0 +1,223 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"sigs.k8s.io/yaml"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
+)
+
+const overlayDir = "deploy/agentenv/overlay"
+
+// kustomization is the part of a Kustomization the overlay uses, decoded
+// strictly: a field the test does not apply fails it.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Resources  []string `json:"resources"`
+	Patches    []struct {
+		Path string `json:"path"`
+	} `json:"patches"`
+	Replacements []struct {
+		Source struct {
+			Kind      string `json:"kind"`
+			Name      string `json:"name"`
+			FieldPath string `json:"fieldPath"`
+		} `json:"source"`
+		Targets []struct {
+			Select struct {
+				Kind string `json:"kind"`
+				Name string `json:"name"`
+			} `json:"select"`
+			FieldPaths []string `json:"fieldPaths"`
+		} `json:"targets"`
+	} `json:"replacements"`
+}
+
+// buildOverlay builds the overlay as kustomize does (kubectl kustomize
+// deploy/agentenv/overlay gives the same): the base, the strategic merge
+// patch with Kubernetes' own merge rules, then the one replacement that
+// copies terminationGracePeriodSeconds into DRAINKIT_GRACE_SECONDS. Every
+// document decodes strictly into the Kubernetes types.
+func buildOverlay(t *testing.T) (base, out appsv1.DaemonSet) {
+	t.Helper()
+	var k kustomization
+	raw, err := os.ReadFile(filepath.Join(overlayDir, "kustomization.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(raw, &k))
+	require.Equal(t, []string{"../base"}, k.Resources)
+	require.Len(t, k.Patches, 1)
+	require.Len(t, k.Replacements, 1)
+	r := k.Replacements[0]
+	require.Equal(t, "spec.template.spec.terminationGracePeriodSeconds", r.Source.FieldPath)
+	require.Len(t, r.Targets, 1)
+	require.Equal(t, []string{"spec.template.spec.containers.[name=agentenv].env.[name=DRAINKIT_GRACE_SECONDS].value"}, r.Targets[0].FieldPaths)
+
+	raw, err = os.ReadFile(filepath.Join(overlayDir, "../base/agentenv-daemonset.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(raw, &base))
+	baseJSON, err := yaml.YAMLToJSON(raw)
+	require.NoError(t, err)
+
+	raw, err = os.ReadFile(filepath.Join(overlayDir, k.Patches[0].Path))
+	require.NoError(t, err)
+	var patch appsv1.DaemonSet
+	require.NoError(t, yaml.UnmarshalStrict(raw, &patch), "the patch is a DaemonSet")
+	misspelt := strings.Replace(string(raw), "readinessProbe:", "readinesProbe:", 1)
+	require.Error(t, yaml.UnmarshalStrict([]byte(misspelt), &appsv1.DaemonSet{}), "strict decoding catches a misspelt field")
+	assert.Nil(t, patch.Spec.Template.Spec.TerminationGracePeriodSeconds, "the grace is stated once, in the base")
+	patchJSON, err := yaml.YAMLToJSON(raw)
+	require.NoError(t, err)
+
+	merged, err := strategicpatch.StrategicMergePatch(baseJSON, patchJSON, appsv1.DaemonSet{})
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(merged, &out))
+	assert.Equal(t, r.Source.Name, out.Name)
+	spec := &out.Spec.Template.Spec
+	require.NotNil(t, spec.TerminationGracePeriodSeconds)
+	c := &spec.Containers[slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "agentenv" })]
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "DRAINKIT_GRACE_SECONDS" })
+	require.GreaterOrEqual(t, i, 0)
+	c.Env[i].Value = strconv.FormatInt(*spec.TerminationGracePeriodSeconds, 10)
+	return base, out
+}
+
+// expand resolves $(VAR) in s from the container's literal env, as the
+// kubelet does for command and args.
+func expand(c corev1.Container, s string) string {
+	return regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(s, func(m string) string {
+		name := m[2 : len(m)-1]
+		for _, e := range c.Env {
+			if e.Name == name && e.ValueFrom == nil {
+				return e.Value
+			}
+		}
+		return m
+	})
+}
+
+// The overlay puts the supervisor in front of AgentENV's DaemonSet: PID 1,
+// preStop and readiness on the supervisor, the API key from a Secret, the
+// grace stated once; and at 3600 s with 200 running sandboxes the plan's
+// numbers are the ones the README states.
+func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
+	base, ds := buildOverlay(t)
+	spec := ds.Spec.Template.Spec
+	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	require.Equal(t, 3600*time.Second, grace)
+	c := supervisorContainer(t, spec.Containers)
+	assert.Equal(t, "agentenv", c.Name, "the server's own container, its image unchanged")
+	assert.Equal(t, base.Spec.Template.Spec.Containers[0].Image, c.Image)
+	require.Len(t, spec.InitContainers, 1)
+	assert.Equal(t, []string{"cp", "/supervisor", c.Command[0]}, spec.InitContainers[0].Command)
+
+	// The supervisor's command line, as the kubelet expands it.
+	args := make([]string, 0, len(c.Command)-1+len(c.Args))
+	for _, a := range append(slices.Clone(c.Command[1:]), c.Args...) {
+		args = append(args, expand(c, a))
+	}
+	// The key file is the Secret's mount; the test gives it a real file.
+	keyArg := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "-api-key-file=") })
+	require.GreaterOrEqual(t, keyArg, 0, "the API key comes from a file")
+	keyPath := strings.TrimPrefix(args[keyArg], "-api-key-file=")
+	mount := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == filepath.Dir(keyPath) })
+	require.GreaterOrEqual(t, mount, 0, "the key file's directory is a volume mount")
+	vol := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[mount].Name })
+	require.GreaterOrEqual(t, vol, 0)
+	require.NotNil(t, spec.Volumes[vol].Secret, "the key file comes from a Secret")
+	assert.True(t, c.VolumeMounts[mount].ReadOnly)
+	for _, e := range c.Env {
+		assert.NotEqual(t, EnvAPIKey, e.Name, "the key is a file, not in the environment the server inherits")
+	}
+	key := filepath.Join(t.TempDir(), "api-key")
+	require.NoError(t, os.WriteFile(key, []byte("k\n"), 0o400))
+	args[keyArg] = "-api-key-file=" + key
+
+	cfg, err := parseArgs(args, io.Discard)
+	require.NoError(t, err, "the overlay's command line parses")
+	assert.Equal(t, grace, cfg.grace, "-grace is terminationGracePeriodSeconds, through the replacement")
+	assert.Equal(t, APIAgentENV, cfg.api.api)
+	assert.True(t, filepath.IsAbs(cfg.daemonSock), "the server's daemon, by its socket")
+	assert.Empty(t, cfg.daemon, "never a second daemon")
+	bc := base.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, append(slices.Clone(bc.Command), bc.Args...), cfg.server, "the server command after -- is the base's")
+
+	// preStop, readiness and liveness are the supervisor's, on -listen.
+	_, listenPort, err := net.SplitHostPort(cfg.listen)
+	require.NoError(t, err)
+	require.NotNil(t, c.Lifecycle.PreStop)
+	assert.Nil(t, c.Lifecycle.PreStop.Exec, "the base's unbounded shell loop is gone")
+	require.NotNil(t, c.Lifecycle.PreStop.HTTPGet)
+	assert.Equal(t, "/drain", c.Lifecycle.PreStop.HTTPGet.Path)
+	assert.Equal(t, listenPort, portNumber(t, c, c.Lifecycle.PreStop.HTTPGet.Port.String()))
+	require.NotNil(t, c.ReadinessProbe.HTTPGet)
+	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+	assert.Equal(t, listenPort, portNumber(t, c, c.ReadinessProbe.HTTPGet.Port.String()))
+	assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
+	u := cfg.serverURL
+	assert.True(t, strings.HasSuffix(u, ":"+portNumber(t, c, "http")), "-server-url is the API port, %s", u)
+
+	// The budget at 3600 s with 200 running sandboxes (AgentENV's double
+	// behind the supervisor's own list, in virtual time): margin 5 s, 30 s
+	// for each step, ceil(200 / 16) rounds x 1 s (the first pause estimate)
+	// = 13 s of preserving; the preStop wait may last until T0 + 3522 s.
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{APIKey: "k", PageSize: 37})
+		require.NoError(t, err)
+		for i := range 200 {
+			_, err := srv.Create(512 << (i % 4))
+			require.NoError(t, err)
+		}
+		cfg := cfg
+		cfg.client = &http.Client{Transport: handlerTransport{srv.Handler()}}
+		sup, err := newSupervisor(cfg, io.Discard)
+		require.NoError(t, err)
+		t0 := time.Now()
+		preStop := func(query string) drain.PreStopSummary {
+			rec := httptest.NewRecorder()
+			sup.drainer.PreStop().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain"+query, nil))
+			var sum drain.PreStopSummary
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &sum))
+			return sum
+		}
+		sum := preStop("?wait=1ms") // the kubelet's call, answered after the first count
+		assert.Equal(t, drain.ReasonWaiting, sum.Reason)
+		assert.Equal(t, 200, sum.Running, "every page counted")
+		assert.Equal(t, grace, sum.Kill.Sub(t0))
+		st := sup.budget.State()
+		assert.Equal(t, deadline.DefaultMargin, st.Margin)
+		windows := sup.drainer.Plan().Windows()
+		assert.Equal(t, 30*time.Second, windows[2].Reserve, "server step")
+		assert.Equal(t, 30*time.Second, windows[3].Reserve, "daemon step")
+		preserve := (200 + 15) / 16 * drain.DefaultPauseEstimate
+		assert.Equal(t, grace-deadline.DefaultMargin-60*time.Second-preserve, sum.DrainDeadline.Sub(t0),
+			"the preStop wait may last until T0+3522s")
+		t.Logf("grace %v: preStop wait until T0+%v, preserve reserve %v, steps 2x30s, margin %v",
+			grace, sum.DrainDeadline.Sub(t0), preserve, st.Margin)
+		sup.drainer.Force() // ends the wait
+		assert.Equal(t, drain.ReasonForced, preStop("").Reason)
+	})
+}
