@@ -8,20 +8,28 @@
 //
 //	-listen ADDR        where to serve GET /drain (the preStop hook),
 //	                    GET /readyz and GET /healthz (default :8081)
-//	-server-url URL     the server's API base (default http://127.0.0.1:8080)
+//	-api SHAPE          the server's API: generic (default) or agentenv
+//	-server-url URL     the server's API base (default http://127.0.0.1:8080;
+//	                    with -api agentenv http://127.0.0.1:8000)
+//	-api-key-file FILE  the API key, sent as X-API-Key (default: the
+//	                    environment variable DRAINKIT_API_KEY; never argv)
 //	-grace DURATION     the pod's terminationGracePeriodSeconds (default 30s)
 //	-concurrency N      pause requests sent at once (default 8)
 //	-daemon "CMD ARGS"  optional device daemon, started as a child, stopped
 //	                    last (split on spaces, no quoting)
-//	-report FILE        where to write the JSON Report at exit (its
-//	                    directory is checked at start)
+//	-daemon-socket PATH or: the server's own ublk daemon, found by the peer
+//	                    credentials of its socket among the server's
+//	                    descendants, stopped last over that socket
+//	-report FILE        where to write the JSON Report at exit
 //
-// The API key, if the server needs one, comes from the environment
-// variable SUPERVISOR_API_KEY and is sent as X-API-Key.
+// The generic shape (GET /sandboxes lists [{"id","state"}], POST
+// /sandboxes/{id}/pause pauses one) is changed with -list-path,
+// -fallback-list-path, -pause-path, -items-field, -id-field, -state-field,
+// -size-field, -size-unit and -next-token HEADER,PARAM; with -api agentenv
+// (GET /v2/sandboxes?state=running pages, sandboxID, memoryMB, see
+// httpsource.AgentENV) the ones given override single settings.
 // SUPERVISOR_SYSFS_ROOT, for tests, points the daemon step at a fake sysfs
-// tree (and turns off its /dev/ublk-control fallback). The server's API
-// must have AgentENV's shape: GET /sandboxes lists [{"id","state"}], POST
-// /sandboxes/{id}/pause pauses one (see package pause/httpsource).
+// tree (and turns off its /dev/ublk-control fallback).
 //
 // What it does:
 //   - starts the daemon (if any) and the server as children; reaps every
