@@ -1,6 +1,9 @@
 package ublk
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // HolderFate is what the last-resort sequence decided for one holder that
 // still had a disk open when only the time for the sequence was left.
@@ -58,4 +61,26 @@ func (r *LastResortReport) Spared() []HolderFate {
 		}
 	}
 	return out
+}
+
+// KillDoomedHolders is the holder half of the last-resort sequence, for a
+// server that runs the sequence itself: held maps ublk device IDs to the
+// holders still seen (Holders, by each disk's number in disks), and the
+// holders that are doomed, fd holders inside this process's own cgroup,
+// are SIGKILLed through a pidfd and waited for, at most until ctx ends.
+// Holders outside that cgroup, mounts, swap, stacked devices and this
+// process itself are never killed. procRoot must be this process's own
+// procfs ("/proc"); with another PID namespace's nothing is killed. The
+// report has one entry per holder saying what was done and why.
+func KillDoomedHolders(ctx context.Context, procRoot string, disks map[int]DevNum, held map[int][]Holder) *LastResortReport {
+	devs := make(map[DevNum]int, len(disks))
+	for id, d := range disks {
+		devs[d] = id
+	}
+	rep := &LastResortReport{At: time.Now()}
+	rep.ServerCgroup, rep.Holders = killDoomed(ctx, procRoot, held, devs)
+	if rep.Holders == nil {
+		rep.Holders = []HolderFate{}
+	}
+	return rep
 }
