@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/drainkit/drainkit/pause/httpsource"
@@ -131,4 +132,11 @@ func pick(given bool, v, preset string) string {
 		return v
 	}
 	return preset
+}
+
+// childEnv is the environment the supervisor's children get: its own,
+// without the API key, which is the supervisor's credential and not the
+// server's.
+func childEnv(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, EnvAPIKey+"=") })
 }

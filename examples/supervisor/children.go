@@ -70,6 +70,7 @@ func (t *procTable) start(name string, argv []string) (*child, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Env:   childEnv(os.Environ()),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})

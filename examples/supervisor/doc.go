@@ -12,7 +12,8 @@
 //	-server-url URL     the server's API base (default http://127.0.0.1:8080;
 //	                    with -api agentenv http://127.0.0.1:8000)
 //	-api-key-file FILE  the API key, sent as X-API-Key (default: the
-//	                    environment variable DRAINKIT_API_KEY; never argv)
+//	                    environment variable DRAINKIT_API_KEY, which the
+//	                    children do not inherit; never argv)
 //	-grace DURATION     the pod's terminationGracePeriodSeconds (default 30s)
 //	-concurrency N      pause requests sent at once (default 8)
 //	-daemon "CMD ARGS"  optional device daemon, started as a child, stopped

@@ -289,3 +289,8 @@ func TestAgentENVPresetTakesSingleOverrides(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a", "b"}, ids)
 }
+
+func TestChildrenDoNotInheritTheAPIKey(t *testing.T) {
+	env := childEnv([]string{"PATH=/bin", EnvAPIKey + "=secret", "DRAINKIT_API_KEY_FILE=x"})
+	assert.Equal(t, []string{"PATH=/bin", "DRAINKIT_API_KEY_FILE=x"}, env)
+}

@@ -27,7 +27,8 @@
 //
 // Wire protocol of the socket (AgentENV's): one request per connection, a
 // 4-byte big-endian length then JSON. {"kind":"shutdown"} is answered
-// {"status":"ok"} and starts the teardown; {"kind":"status"} returns the
+// {"status":"ok"} (not answered at all by a Silent daemon, which holds the
+// connection until it exits) and starts the teardown; {"kind":"status"} returns the
 // device IDs still present; anything else gets {"status":"error"}.
 //
 // Guarantees: Start returns by ctx's deadline (killing the child if it was
