@@ -71,32 +71,37 @@ func (o *ownedDaemon) watch(ctx context.Context) {
 	}
 }
 
-// find finds the daemon through its socket, once; nil when it is known.
+// find finds the daemon through its socket; nil when it is known. A daemon
+// found before that has exited is replaced by the one listening now, if
+// any (a server may start its daemon again); if none listens, the exited
+// one stays, so that Wait and the Report see its exit.
 func (o *ownedDaemon) find() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.proc != nil {
+	if o.proc != nil && !o.proc.Exited() {
 		return nil
 	}
 	pid, err := peerPid(o.path)
-	if err != nil {
+	switch {
+	case err != nil && o.proc != nil:
+		return nil
+	case err != nil:
 		return err
+	case o.proc != nil && pid == o.pid:
+		return nil
 	}
-	ancestor, alive := o.server()
-	if !alive {
-		ancestor = os.Getpid() // the server is gone: its orphans are ours
-	}
-	if !descends(pid, ancestor) {
-		return fmt.Errorf("the process listening on %s (pid %d) is not a descendant of pid %d", o.path, pid, ancestor)
+	server, alive := o.server()
+	if !o.ours(pid, server, alive) {
+		return fmt.Errorf("the process listening on %s (pid %d) is neither a descendant of the server (pid %d) nor an orphan of it", o.path, pid, server)
 	}
 	proc, err := ublk.FindProcess(pid)
 	if err != nil {
 		return err
 	}
 	// The pidfd pins pid; check again that it is the same process: one that
-	// exited between the two calls and whose pid was reused would not
-	// descend from the server.
-	if !descends(pid, ancestor) {
+	// exited between the two calls and whose pid was reused would not be
+	// in the server's tree.
+	if !o.ours(pid, server, alive) {
 		proc.Close()
 		return fmt.Errorf("pid %d exited while it was being found", pid)
 	}
@@ -105,10 +110,27 @@ func (o *ownedDaemon) find() error {
 		proc.Close()
 		return err
 	}
+	if o.proc != nil {
+		o.log.Info("supervisor: the server's daemon was replaced", "old_pid", o.pid, "pid", pid)
+		o.proc.Close()
+	}
 	o.proc, o.sock, o.pid, o.found = proc, sock, pid, time.Now()
 	o.argv = cmdline(pid)
 	o.log.Info("supervisor: found the server's daemon by its socket", "socket", o.path, "pid", pid, "argv", o.argv)
 	return nil
+}
+
+// ours reports whether pid is in the server's tree: a descendant of the
+// server while it runs, or an orphan of it, re-parented to the supervisor
+// (a daemon that double-forked, or any once the server has exited).
+func (o *ownedDaemon) ours(pid, server int, alive bool) bool {
+	if pid == server || pid == os.Getpid() {
+		return false
+	}
+	if alive && descends(pid, server) {
+		return true
+	}
+	return descends(pid, os.Getpid())
 }
 
 // socket returns the daemon's Socket, looking for the daemon once more if
@@ -129,6 +151,10 @@ func (o *ownedDaemon) socket() *ublk.Socket {
 // refuses connections is not running: there is nothing to ask.
 func (o *ownedDaemon) RequestStop(ctx context.Context) error {
 	s := o.socket()
+	if st := o.state(); st.Exited {
+		o.log.Info("supervisor: the server's daemon has already exited; nothing to ask", "pid", st.Pid)
+		return nil
+	}
 	err := s.RequestStop(ctx)
 	if err != nil && o.pidOrZero() == 0 && refused(err) {
 		o.log.Info("supervisor: the server's daemon is not running (its socket refuses connections)", "socket", o.path)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,8 +24,12 @@ import (
 // child of the test process and returns it and its socket.
 func startDaemon(t *testing.T) (*exec.Cmd, string) {
 	t.Helper()
+	return startDaemonOn(t, filepath.Join(t.TempDir(), "ublkd.sock"))
+}
+
+func startDaemonOn(t *testing.T, sock string) (*exec.Cmd, string) {
+	t.Helper()
 	dir := t.TempDir()
-	sock := filepath.Join(dir, "ublkd.sock")
 	cfg, err := json.Marshal(fakeublk.DaemonConfig{SysRoot: filepath.Join(dir, "sys"), Socket: sock, Silent: true,
 		Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}}})
 	require.NoError(t, err)
@@ -50,12 +55,17 @@ func TestOwnedDaemonIsFoundByItsSocketAmongTheServersDescendants(t *testing.T) {
 	assert.Contains(t, st.Argv, "helper:daemon")
 	assert.False(t, st.Exited)
 
-	// A socket served by a process outside the server's tree is refused.
+	// A socket served by a process outside the server's tree is refused:
+	// here the supervisor's own.
+	strangerSock := filepath.Join(t.TempDir(), "other.sock")
+	ln, err := net.Listen("unix", strangerSock)
+	require.NoError(t, err)
+	defer ln.Close()
 	other := exec.Command("sleep", "30")
 	require.NoError(t, other.Start())
 	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
-	stranger := newOwnedDaemon(sock, lg, func() (int, bool) { return other.Process.Pid, true })
-	assert.ErrorContains(t, stranger.find(), "is not a descendant")
+	stranger := newOwnedDaemon(strangerSock, lg, func() (int, bool) { return other.Process.Pid, true })
+	assert.ErrorContains(t, stranger.find(), "is neither a descendant")
 
 	// Stopped over its socket without an answer, then its exit: delivered.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -73,4 +83,23 @@ func TestOwnedDaemonThatIsNotRunningNeedsNoStop(t *testing.T) {
 	assert.NoError(t, o.RequestStop(ctx), "nothing listens: nothing to stop")
 	assert.NoError(t, o.Wait(ctx))
 	assert.Zero(t, o.state().Pid, "never found")
+}
+
+// A server that starts its daemon again: the exited one is replaced by the
+// one listening now.
+func TestOwnedDaemonThatIsReplacedIsFoundAgain(t *testing.T) {
+	first, sock := startDaemon(t)
+	o := newOwnedDaemon(sock, slog.New(slog.DiscardHandler), func() (int, bool) { return os.Getpid(), true })
+	defer o.close()
+	require.NoError(t, o.find())
+	require.Equal(t, first.Process.Pid, o.state().Pid)
+	require.NoError(t, first.Process.Kill())
+	_ = first.Wait()
+	require.NoError(t, o.find(), "nothing listens: the exited one stays")
+	assert.True(t, o.state().Exited)
+
+	second, _ := startDaemonOn(t, sock)
+	require.NoError(t, o.find())
+	assert.Equal(t, second.Process.Pid, o.state().Pid)
+	assert.False(t, o.state().Exited)
 }
