@@ -2,6 +2,7 @@ package pause_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -127,4 +128,74 @@ func BenchmarkOverheadTraced(b *testing.B) {
 	per := float64(b.N) * n
 	b.ReportMetric(float64(c.wall)/per, "ns/sandbox")
 	b.ReportMetric(float64(allocs)/per, "allocs/sandbox")
+}
+
+// BenchmarkOverheadScale runs N = 10, 1k and 100k no-op sandboxes through
+// the default Preserver (adaptive limit) and through errgroup.SetLimit(
+// DefaultLimit), alternately in the same benchmark, and reports for each N
+// the CPU-time ratio x-errgroup-N (robust on a shared machine; the
+// wall-clock one is x-errgroup-wall-N), the Preserver's nanoseconds and
+// bytes allocated per sandbox, and errgroup's.
+//
+//	go test -run '^$' -bench OverheadScale -benchtime 3x ./pause
+func BenchmarkOverheadScale(b *testing.B) {
+	sizes := []int{10, 1_000, 100_000}
+	type side struct {
+		c     cost
+		bytes uint64
+		runs  int
+	}
+	ours, base := make([]side, len(sizes)), make([]side, len(sizes))
+	ctx := context.Background()
+	var ms runtime.MemStats
+	alloc := func() uint64 { runtime.ReadMemStats(&ms); return ms.TotalAlloc }
+	for b.Loop() {
+		for i, n := range sizes {
+			list, lister := noops(n)
+			reps := max(1, 100_000/n) // enough sandboxes for the clock at small N
+			p, err := pause.New(lister)
+			if err != nil {
+				b.Fatal(err)
+			}
+			runtime.GC()
+			before := alloc()
+			c := measure(func() {
+				for range reps {
+					if rep := p.Run(ctx, time.Time{}); rep.Counts[pause.Preserved] != n {
+						b.Fatalf("preserved %d of %d", rep.Counts[pause.Preserved], n)
+					}
+				}
+			})
+			ours[i].bytes += alloc() - before
+			ours[i].c.wall, ours[i].c.cpu = ours[i].c.wall+c.wall, ours[i].c.cpu+c.cpu
+			ours[i].runs += reps
+
+			runtime.GC()
+			before = alloc()
+			c = measure(func() {
+				for range reps {
+					var g errgroup.Group
+					g.SetLimit(pause.DefaultLimit)
+					for _, sb := range list {
+						g.Go(func() error { return sb.Preserve(ctx) })
+					}
+					if err := g.Wait(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			base[i].bytes += alloc() - before
+			base[i].c.wall, base[i].c.cpu = base[i].c.wall+c.wall, base[i].c.cpu+c.cpu
+			base[i].runs += reps
+		}
+	}
+	for i, n := range sizes {
+		per := float64(ours[i].runs) * float64(n)
+		b.ReportMetric(float64(ours[i].c.cpu)/float64(base[i].c.cpu), fmt.Sprint("x-errgroup-", n))
+		b.ReportMetric(float64(ours[i].c.wall)/float64(base[i].c.wall), fmt.Sprint("x-errgroup-wall-", n))
+		b.ReportMetric(float64(ours[i].c.wall)/per, fmt.Sprint("ns/sandbox-", n))
+		b.ReportMetric(float64(base[i].c.wall)/per, fmt.Sprint("errgroup-ns/sandbox-", n))
+		b.ReportMetric(float64(ours[i].bytes)/per, fmt.Sprint("B/sandbox-", n))
+		b.ReportMetric(float64(base[i].bytes)/per, fmt.Sprint("errgroup-B/sandbox-", n))
+	}
 }

@@ -21,12 +21,12 @@ import (
 )
 
 // benchScale divides the snapshot sizes of the disk and CPU mixes
-// (lognormal 16-256 MiB): DRAINKIT_BENCH_SCALE, 16 when unset, so that a
-// Run writes a few hundred MiB on a small VM.
+// (lognormal 16-256 MiB): DRAINKIT_BENCH_SCALE, 4 when unset, so that a
+// Run moves about 1 GiB on a small VM.
 func benchScale(b *testing.B) int64 {
 	s := os.Getenv("DRAINKIT_BENCH_SCALE")
 	if s == "" {
-		return 16
+		return 4
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 1 {
@@ -134,7 +134,7 @@ func BenchmarkPreserveDisk(b *testing.B) {
 func compare(b *testing.B, mix string, mk func() ([]pause.Sandbox, error), reset func() error) {
 	var sum mixbench.Comparison
 	for b.Loop() { // one round: the adaptive default, then every fixed limit
-		c, err := mixbench.Compare(context.Background(), 1, mk, reset, mixbench.Sweep,
+		c, err := mixbench.Compare(context.Background(), 1, sum.Rounds, mk, reset, mixbench.Sweep,
 			pause.WithEstimator(deadline.NewEstimator(time.Second)))
 		if err != nil {
 			b.Fatal(err)
@@ -223,13 +223,13 @@ func (h *hasher) Preserve(ctx context.Context) error {
 }
 
 // BenchmarkPreserveCPUHash: 48 sandboxes whose preserve hashes its size
-// (the disk mix's sizes divided by 4 more): bound by the machine's cores.
+// (the disk mix's sizes): bound by the machine's cores.
 // The real-checkpoint CPU mix is internal/runsc's BenchmarkPreserveRunsc.
 //
 //	go test -run '^$' -bench PreserveCPUHash -benchtime 2x ./pause
 func BenchmarkPreserveCPUHash(b *testing.B) {
 	const n = 48
-	sizes := snapshotSizes(n, 4*benchScale(b))
+	sizes := snapshotSizes(n, benchScale(b))
 	data := make([]byte, 256<<10)
 	mk := func() ([]pause.Sandbox, error) {
 		sbs := make([]pause.Sandbox, n)

@@ -104,8 +104,10 @@ type Comparison struct {
 
 // Compare runs the mix made by mk, reset before every Run (untimed), with
 // the adaptive default (opts only) and each fixed limit of sweep (opts and
-// WithLimit), in that order, rounds times, and sums the results.
-func Compare(ctx context.Context, rounds int, mk func() ([]pause.Sandbox, error), reset func() error, sweep []int, opts ...pause.Option) (Comparison, error) {
+// WithLimit), rounds times, and sums the results. Round i starts at the
+// (first+i)-th of [adaptive, sweep...] and wraps around, so that no Run
+// always comes first (a cold cache or a busy neighbour favours no one).
+func Compare(ctx context.Context, rounds, first int, mk func() ([]pause.Sandbox, error), reset func() error, sweep []int, opts ...pause.Option) (Comparison, error) {
 	c := Comparison{Fixed: make([]Result, len(sweep)), Rounds: rounds}
 	one := func(into *Result, limit int) error {
 		if err := reset(); err != nil {
@@ -128,12 +130,16 @@ func Compare(ctx context.Context, rounds int, mk func() ([]pause.Sandbox, error)
 		into.Throughput += res.Throughput / float64(rounds)
 		return nil
 	}
-	for range rounds {
-		if err := one(&c.Adaptive, 0); err != nil {
-			return c, err
-		}
-		for i, l := range sweep {
-			if err := one(&c.Fixed[i], l); err != nil {
+	for round := range rounds {
+		for j := range len(sweep) + 1 {
+			i := (first + round + j) % (len(sweep) + 1)
+			var err error
+			if i == 0 {
+				err = one(&c.Adaptive, 0)
+			} else {
+				err = one(&c.Fixed[i-1], sweep[i-1])
+			}
+			if err != nil {
 				return c, err
 			}
 		}

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/drainkit/drainkit/internal/mixbench"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // BenchmarkCheckpointConcurrency checkpoints 8 running counter sandboxes with real runsc,
@@ -74,4 +77,73 @@ func checkpointAll(b *testing.B, rt *Runtime, bundles []Bundle, imgDir string, c
 	}
 	b.StartTimer()
 	return elapsed
+}
+
+// checkpointed is a sandbox preserved by a real runsc checkpoint.
+type checkpointed struct {
+	rt  *Runtime
+	id  string
+	img string
+}
+
+func (c *checkpointed) ID() string { return c.id }
+func (c *checkpointed) Preserve(ctx context.Context) error {
+	return c.rt.Checkpoint(ctx, c.id, c.img)
+}
+
+// BenchmarkPreserveRunscMix is the CPU-bound mix: 6 running counter
+// sandboxes checkpointed by real runsc through the adaptive default
+// Preserver and through fixed limits 1, 2, 4 and 8 (16 and 32 would run
+// the same 6 at once as 8), side by side in one run. Starting the
+// sandboxes is not timed. It reports x-best-fixed-cpu.
+//
+//	go test -run '^$' -bench PreserveRunscMix -benchtime 1x ./internal/runsc
+func BenchmarkPreserveRunscMix(b *testing.B) {
+	rt := realRuntime(b)
+	const sandboxes = 6
+	dir := b.TempDir()
+	bundles := make([]Bundle, sandboxes)
+	for i := range bundles {
+		var err error
+		if bundles[i], err = WriteBundle(filepath.Join(dir, fmt.Sprint("b", i)), CounterArgs()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	runs, live := 0, false
+	reset := func() error {
+		if live {
+			for i := range bundles {
+				if err := rt.Delete(ctx, fmt.Sprint("s", i), true); err != nil {
+					return err
+				}
+			}
+			live = false
+		}
+		return nil
+	}
+	mk := func() ([]pause.Sandbox, error) {
+		runs++
+		img := fmt.Sprint(dir, "/img", runs)
+		sbs := make([]pause.Sandbox, len(bundles))
+		for i, bd := range bundles {
+			id := fmt.Sprint("s", i)
+			if err := rt.Run(ctx, id, bd, img+".log"); err != nil {
+				return nil, err
+			}
+			live = true
+			waitCounter(b, bd, 0)
+			sbs[i] = &checkpointed{rt: rt, id: id, img: filepath.Join(img, id)}
+		}
+		return sbs, nil
+	}
+	var sum mixbench.Comparison
+	for b.Loop() {
+		c, err := mixbench.Compare(ctx, 1, sum.Rounds, mk, reset, []int{1, 2, 4, 8})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum.Add(c)
+	}
+	sum.Report(b, "cpu")
 }
