@@ -73,7 +73,11 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	child, err := startServer(opts, mode, dir, addr, stderr)
+	hookAddr, err := freeAddr() // drainkit's preStop hook has a listener of its own
+	if err != nil {
+		return nil, err
+	}
+	child, err := startServer(opts, mode, dir, addr, hookAddr, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +94,7 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
 
-	var hook kubeletsim.Hook = kubeletsim.HTTPGet{URL: base + "/drain"}
+	var hook kubeletsim.Hook = kubeletsim.HTTPGet{URL: "http://" + hookAddr + "/drain"}
 	if mode == modeSeed {
 		hook = seedHook(base, opts.SeedPoll)
 	}
@@ -105,14 +109,18 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 }
 
 // startServer runs this binary as the server of mode.
-func startServer(opts options, mode, dir, addr string, stderr io.Writer) (*kubeletsim.Child, error) {
+func startServer(opts options, mode, dir, addr, hookAddr string, stderr io.Writer) (*kubeletsim.Child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-listen", addr, "-state-dir", dir, "-grace", opts.Grace.String(),
+	args := []string{"-listen", addr, "-state-dir", dir, "-grace", opts.Grace.String(),
 		"-runtime", opts.Runtime, "-pause-latency", opts.Pause.String(),
-		"-pause-jitter", fmt.Sprint(opts.Jitter), "-concurrency", fmt.Sprint(opts.Concurrency), "-devices", "2")
+		"-pause-jitter", fmt.Sprint(opts.Jitter), "-concurrency", fmt.Sprint(opts.Concurrency), "-devices", "2"}
+	if mode != modeSeed {
+		args = append(args, "-hook-listen", hookAddr) // loopback: no secret needed
+	}
+	cmd := exec.Command(self, args...)
 	cmd.Env = append(os.Environ(), roleEnv+"="+mode, "GORACE=atexit_sleep_ms=0")
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if opts.Verbose {

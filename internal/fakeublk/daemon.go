@@ -163,6 +163,11 @@ func newDaemon(cfg DaemonConfig) (*daemon, error) {
 		if d.ln, err = net.Listen("unix", cfg.Socket); err != nil {
 			return nil, fmt.Errorf("fakeublk: %w", err)
 		}
+		// Owner-only: whoever connects may stop the daemon.
+		if err = os.Chmod(cfg.Socket, 0o600); err != nil {
+			d.ln.Close()
+			return nil, fmt.Errorf("fakeublk: %w", err)
+		}
 	}
 	return d, nil
 }

@@ -64,6 +64,7 @@ func (c *Child) Err() error {
 type HTTPGet struct {
 	URL    string       // the hook's URL, e.g. http://127.0.0.1:8080/drain
 	Client *http.Client // nil: a new http.Client
+	Header http.Header  // the hook's httpHeaders, e.g. a drain secret
 }
 
 // Run makes the request, bounded by ctx.
@@ -71,6 +72,9 @@ func (h HTTPGet) Run(ctx context.Context) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.URL, nil)
 	if err != nil {
 		return err
+	}
+	for k, v := range h.Header {
+		req.Header[k] = v
 	}
 	client := h.Client
 	if client == nil {

@@ -5,13 +5,24 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"time"
 )
 
 // Config is sandboxd's configuration, one field per command-line flag.
 type Config struct {
-	// Listen is the HTTP address (-listen).
+	// Listen is the HTTP address of the API, readiness and liveness (-listen).
 	Listen string
+	// HookListen is the address of the preStop hook, GET /drain (-hook-listen): a listener
+	// of its own, loopback by default (an exec hook), or the pod's own address for the
+	// kubelet's httpGet. One drain request takes the node out of service: the API port,
+	// which untrusted sandboxes may reach, does not serve it.
+	HookListen string
+	// HookSecret is the shared secret a hook request must carry in the X-Drain-Secret
+	// header (the manifest's httpGet httpHeaders), from the environment variable
+	// HookSecretEnv. Required unless HookListen is a loopback address.
+	HookSecret string
 	// StateDir holds the records of paused sandboxes, their images and
 	// last-shutdown.json (-state-dir).
 	StateDir string
@@ -36,19 +47,25 @@ type Config struct {
 // Defaults for the flags.
 const (
 	DefaultListen       = "127.0.0.1:8080"
+	DefaultHookListen   = "127.0.0.1:8082"
 	DefaultGrace        = 30 * time.Second
 	DefaultPauseLatency = 500 * time.Millisecond
 	DefaultConcurrency  = 4
 	DefaultDevices      = 2
 )
 
-// ParseFlags parses sandboxd's command line (without the program name). Usage and errors
-// go to output; -h returns flag.ErrHelp.
+// HookSecretEnv is the environment variable holding Config.HookSecret.
+const HookSecretEnv = "SANDBOXD_HOOK_SECRET"
+
+// ParseFlags parses sandboxd's command line (without the program name), and takes
+// HookSecret from the environment variable HookSecretEnv. Usage and errors go to output;
+// -h returns flag.ErrHelp.
 func ParseFlags(args []string, output io.Writer) (Config, error) {
 	var c Config
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	fs.SetOutput(output)
-	fs.StringVar(&c.Listen, "listen", DefaultListen, "HTTP listen address")
+	fs.StringVar(&c.Listen, "listen", DefaultListen, "HTTP listen address of the API, /readyz and /healthz")
+	fs.StringVar(&c.HookListen, "hook-listen", DefaultHookListen, "listen address of the preStop hook GET /drain; not loopback: needs "+HookSecretEnv)
 	fs.StringVar(&c.StateDir, "state-dir", "", "directory for paused-sandbox records, images and last-shutdown.json (required)")
 	fs.DurationVar(&c.Grace, "grace", DefaultGrace, "the pod's termination grace period (terminationGracePeriodSeconds)")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "sandbox runtime: fake or runsc")
@@ -67,6 +84,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	c.HookSecret = os.Getenv(HookSecretEnv)
 	return c, c.Validate()
 }
 
@@ -75,6 +93,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Listen == "":
 		return errors.New("-listen is required")
+	case c.HookListen == "":
+		return errors.New("-hook-listen is required")
+	case c.HookSecret == "" && !loopback(c.HookListen):
+		return fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends", c.HookListen, HookSecretEnv)
 	case c.StateDir == "":
 		return errors.New("-state-dir is required")
 	case c.Grace < 2*time.Second:
@@ -117,4 +139,17 @@ func (c Config) HTTPReserve() time.Duration {
 // PauseLatency, at least a millisecond.
 func (c Config) PauseEstimate() time.Duration {
 	return max(c.PauseLatency, time.Millisecond)
+}
+
+// loopback reports whether addr's host is a loopback IP address or "localhost".
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

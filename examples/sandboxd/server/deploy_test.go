@@ -44,6 +44,14 @@ func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
 	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 	require.Len(t, spec.Containers, 1)
 	c := spec.Containers[0]
+	secret := ""
+	for _, e := range c.Env {
+		if e.Name == HookSecretEnv {
+			secret = e.Value
+		}
+	}
+	require.NotEmpty(t, secret, "the manifest sets %s", HookSecretEnv)
+	t.Setenv(HookSecretEnv, secret)
 	cfg, err := ParseFlags(c.Args, io.Discard)
 	require.NoError(t, err, "the manifest's arguments parse")
 	assert.Equal(t, grace, cfg.Grace, "-grace equals terminationGracePeriodSeconds")
@@ -55,7 +63,13 @@ func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
 	hook := c.Lifecycle.PreStop.HTTPGet
 	require.NotNil(t, hook, "preStop is an httpGet: sandboxd sees T0 itself")
 	assert.Equal(t, "/drain", hook.Path)
-	assert.Equal(t, port, portNumber(c, hook.Port.String()))
+	_, hookPort, err := net.SplitHostPort(cfg.HookListen)
+	require.NoError(t, err)
+	assert.Equal(t, hookPort, portNumber(c, hook.Port.String()), "the hook goes to -hook-listen's port")
+	assert.NotEqual(t, port, hookPort, "the API port does not serve the hook")
+	require.Len(t, hook.HTTPHeaders, 1)
+	assert.Equal(t, drain.DefaultHookHeader, hook.HTTPHeaders[0].Name)
+	assert.Equal(t, secret, hook.HTTPHeaders[0].Value, "the hook sends the secret sandboxd expects")
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
 	assert.Equal(t, port, portNumber(c, c.ReadinessProbe.HTTPGet.Port.String()))
@@ -75,7 +89,7 @@ func checkBudget(t *testing.T, cfg Config) {
 	require.Equal(t, "runsc", cfg.Runtime)
 	estimate := cfg.PauseEstimate()
 	cfg.Runtime, cfg.PauseLatency, cfg.Devices = "fake", estimate, 0
-	cfg.Listen, cfg.StateDir = "127.0.0.1:0", t.TempDir()
+	cfg.Listen, cfg.HookListen, cfg.StateDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	s, err := New(context.Background(), cfg, nil)
 	require.NoError(t, err)
 	defer s.Close()

@@ -30,10 +30,12 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 	}
 	const grace, n = 6 * time.Second, 10
 	dir := t.TempDir()
-	addr := freeAddr(t)
-	cmd := exec.Command(os.Args[0], "-listen", addr, "-state-dir", dir, "-grace", grace.String(),
-		"-pause-latency", "300ms", "-concurrency", "4")
-	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	addr, hookAddr := freeAddr(t), freeAddr(t)
+	const secret = "kubelet-only"
+	// With a secret set, the hook requires it even from loopback, as the kubelet sends it.
+	cmd := exec.Command(os.Args[0], "-listen", addr, "-hook-listen", hookAddr, "-state-dir", dir,
+		"-grace", grace.String(), "-pause-latency", "300ms", "-concurrency", "4")
+	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0", HookSecretEnv+"="+secret)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	child, err := kubeletsim.Start(cmd)
@@ -53,7 +55,8 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: base + "/drain"}, grace)
+	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + hookAddr + "/drain",
+		Header: http.Header{drain.DefaultHookHeader: {secret}}}, grace)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
 	assert.False(t, tl.Killed, "sandboxd was SIGKILLed:\n%s\n%s", tl, &stderr)

@@ -276,3 +276,59 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Who may start a drain (issue 18, item 14). The API port does not serve the hook; the
+// hook's own port refuses a request without the secret or with a wrong one (403, logged,
+// the gate still open); only the secret's holder drains. A hook listening beyond
+// loopback without a secret is refused at start; the state directory and the device
+// daemon's socket are owner-only.
+func TestOnlyTheHookSecretStartsADrain(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.HookSecret = "kubelet-only"
+	require.NoError(t, os.Chmod(cfg.StateDir, 0o755)) // as an operator might have made it
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := New(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { _, err := s.Run(ctx); done <- err }()
+	t.Cleanup(func() { cancel(); <-done })
+	base, hook := "http://"+s.Addr(), "http://"+s.HookAddr()
+
+	code, _, _ := call(t, "GET", base+"/drain", "")
+	assert.Equal(t, http.StatusNotFound, code, "the API port does not serve the hook")
+	code, _, _ = call(t, "GET", hook+"/drain", "")
+	assert.Equal(t, http.StatusForbidden, code, "no secret")
+	req, err := http.NewRequest("GET", hook+"/drain?wait=1ms", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Drain-Secret", "guess")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "wrong secret")
+	assert.Contains(t, logs.String(), "preStop request refused")
+	assert.NotContains(t, logs.String(), "guess")
+	code, _, _ = call(t, "GET", base+"/readyz", "")
+	assert.Equal(t, http.StatusOK, code, "no refused request closed the gate")
+
+	req.Header.Set("X-Drain-Secret", "kubelet-only")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	code, _, _ = call(t, "GET", base+"/readyz", "")
+	assert.Equal(t, http.StatusServiceUnavailable, code, "the secret's holder drained the node")
+
+	fi, err := os.Stat(cfg.StateDir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "state dir owner-only")
+	fi, err = os.Stat(filepath.Join(cfg.StateDir, "ublkd.sock"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "device daemon socket owner-only")
+
+	bad := testConfig(t)
+	bad.HookListen = "0.0.0.0:0"
+	_, err = New(context.Background(), bad, nil)
+	require.ErrorContains(t, err, "-hook-listen")
+	assert.ErrorContains(t, err, HookSecretEnv)
+}

@@ -29,7 +29,16 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("DELETE /sandboxes/{id}", gate.Admit(drain.Delete, http.HandlerFunc(s.delete)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, "ok") })
 	mux.Handle("GET /readyz", gate.Readiness(nil))
-	mux.Handle("GET /drain", s.drainer.PreStop())
+	return mux
+}
+
+// hookRoutes is the preStop hook, served on its own listener and guarded: only a request
+// with the hook secret (or, without one, from loopback) may start a drain; every other
+// one is refused 403 and logged.
+func (s *Server) hookRoutes() http.Handler {
+	guard := &drain.HookGuard{Secret: s.cfg.HookSecret, Logger: s.logger}
+	mux := http.NewServeMux()
+	mux.Handle("GET /drain", guard.Wrap(s.drainer.PreStop()))
 	return mux
 }
 

@@ -38,6 +38,8 @@ type Server struct {
 	drainer *drain.Drainer
 	http    *http.Server
 	ln      net.Listener
+	hook    *http.Server // the preStop hook, on its own listener
+	hookLn  net.Listener
 	daemon  *fakeublk.Child
 	// Problems are the records found damaged at start and not loaded.
 	Problems []store.Problem
@@ -63,6 +65,14 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error) 
 }
 
 func (s *Server) open(ctx context.Context) error {
+	// Owner-only: records and images are the sandboxes' state, and the device daemon's
+	// socket lives here too.
+	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("-state-dir: %w", err)
+	}
+	if err := os.Chmod(s.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("-state-dir: %w", err)
+	}
 	st, err := store.Open(filepath.Join(s.cfg.StateDir, "records"))
 	if err != nil {
 		return err
@@ -83,6 +93,10 @@ func (s *Server) open(ctx context.Context) error {
 	s.http.Handler = s.routes()
 	if s.ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
 		return fmt.Errorf("-listen: %w", err)
+	}
+	s.hook = &http.Server{Handler: s.hookRoutes(), ReadHeaderTimeout: 10 * time.Second}
+	if s.hookLn, err = net.Listen("tcp", s.cfg.HookListen); err != nil {
+		return fmt.Errorf("-hook-listen: %w", err)
 	}
 	return nil
 }
@@ -135,6 +149,9 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// HookAddr returns the address the preStop hook listens on.
+func (s *Server) HookAddr() string { return s.hookLn.Addr().String() }
+
 // Node returns the server's sandboxes.
 func (s *Server) Node() *sandbox.Node { return s.node }
 
@@ -148,6 +165,7 @@ func (s *Server) Drainer() *drain.Drainer { return s.drainer }
 func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.http.Serve(s.ln) }()
+	go func() { _ = s.hook.Serve(s.hookLn) }() // closed by Close
 	s.logger.Info("sandboxd serving", "addr", s.Addr(), "runtime", s.rt.Name(),
 		"paused", s.node.Count(sandbox.Paused), "grace", s.cfg.Grace)
 	stopOthers := s.otherSignals()
@@ -170,6 +188,12 @@ func (s *Server) Close() {
 	}
 	if s.ln != nil {
 		s.ln.Close()
+	}
+	if s.hook != nil {
+		s.hook.Close() // a preStop call still waiting has its answer by now: the wait ended
+	}
+	if s.hookLn != nil {
+		s.hookLn.Close()
 	}
 	if s.daemon != nil {
 		s.daemon.Close()

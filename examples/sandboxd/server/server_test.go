@@ -23,6 +23,7 @@ import (
 type started struct {
 	s    *Server
 	base string
+	hook string // the preStop hook's base URL
 	stop context.CancelFunc
 	done chan *drain.Report
 }
@@ -32,7 +33,7 @@ func start(t *testing.T, cfg Config) *started {
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := New(ctx, cfg, nil)
 	require.NoError(t, err)
-	st := &started{s: s, base: "http://" + s.Addr(), stop: cancel, done: make(chan *drain.Report, 1)}
+	st := &started{s: s, base: "http://" + s.Addr(), hook: "http://" + s.HookAddr(), stop: cancel, done: make(chan *drain.Report, 1)}
 	go func() {
 		rep, err := s.Run(ctx)
 		assert.NoError(t, err)
@@ -51,7 +52,7 @@ func (st *started) shutdown(t *testing.T) *drain.Report {
 }
 
 func testConfig(t *testing.T) Config {
-	return Config{Listen: "127.0.0.1:0", StateDir: t.TempDir(), Grace: 6 * time.Second, Runtime: "fake",
+	return Config{Listen: "127.0.0.1:0", HookListen: "127.0.0.1:0", StateDir: t.TempDir(), Grace: 6 * time.Second, Runtime: "fake",
 		PauseLatency: 50 * time.Millisecond, Concurrency: 4, Devices: 1}
 }
 
@@ -114,7 +115,7 @@ func TestHTTPContract(t *testing.T) {
 
 	// The preStop call closes the gate: readiness and creates turn 503, liveness stays,
 	// pause (exempt) still works. ?wait=10ms answers at once while the wait goes on.
-	code, _, body = call(t, "GET", st.base+"/drain?wait=10ms", "")
+	code, _, body = call(t, "GET", st.hook+"/drain?wait=10ms", "")
 	require.Equal(t, http.StatusOK, code)
 	var sum drain.PreStopSummary
 	require.NoError(t, json.Unmarshal([]byte(body), &sum))
@@ -132,7 +133,7 @@ func TestHTTPContract(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code, "pause is exempt from the gate")
 
 	// With nothing running the preStop wait ends: drained.
-	code, _, body = call(t, "GET", st.base+"/drain", "")
+	code, _, body = call(t, "GET", st.hook+"/drain", "")
 	require.Equal(t, http.StatusOK, code)
 	require.NoError(t, json.Unmarshal([]byte(body), &sum))
 	assert.Equal(t, drain.ReasonDrained, sum.Reason)
@@ -199,10 +200,10 @@ func TestBadConfigurationFailsNamingTheFlag(t *testing.T) {
 	}
 	cfg, err := ParseFlags([]string{"-state-dir", "/s", "-grace", "1h", "-concurrency", "8"}, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, Config{Listen: DefaultListen, StateDir: "/s", Grace: time.Hour, Runtime: "fake",
+	assert.Equal(t, Config{Listen: DefaultListen, HookListen: DefaultHookListen, StateDir: "/s", Grace: time.Hour, Runtime: "fake",
 		PauseLatency: DefaultPauseLatency, Concurrency: 8, Devices: DefaultDevices}, cfg)
 
-	_, err = New(context.Background(), Config{Listen: "256.0.0.1:1", StateDir: t.TempDir(), Grace: 10 * time.Second,
+	_, err = New(context.Background(), Config{Listen: "256.0.0.1:1", HookListen: "127.0.0.1:0", StateDir: t.TempDir(), Grace: 10 * time.Second,
 		Runtime: "fake", Concurrency: 1}, nil)
 	require.ErrorContains(t, err, "-listen")
 }
