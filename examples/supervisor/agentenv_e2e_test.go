@@ -54,7 +54,7 @@ func runAgentENV(t *testing.T, stopDaemon string) {
 	state, events, report, sock := filepath.Join(dir, "state"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "report.json"), filepath.Join(dir, "ublkd.sock")
 	keyFile := filepath.Join(dir, "api-key")
 	require.NoError(t, os.WriteFile(keyFile, []byte("s3cret\n"), 0o600))
-	api, listen := freeAddr(t), freeAddr(t)
+	api, listen, hook := freeAddr(t), freeAddr(t), freeAddr(t)
 
 	daemon := fakeublk.DaemonConfig{
 		SysRoot:  filepath.Join(dir, "sys"),
@@ -73,7 +73,7 @@ func runAgentENV(t *testing.T, stopDaemon string) {
 
 	argv := append(helperCommand("supervisor",
 		"-api", "agentenv", "-api-key-file", keyFile,
-		"-listen", listen, "-server-url", "http://"+api, "-grace", aeGrace.String(), "-concurrency", "16",
+		"-listen", listen, "-hook-listen", hook, "-server-url", "http://"+api, "-grace", aeGrace.String(), "-concurrency", "16",
 		"-daemon-socket", sock, "-report", report, "--"),
 		helperCommand("agentenv", "-listen", api, "-state", state, "-sandboxes", "200", "-page-size", "37",
 			"-pause-base", "20ms", "-pause-per-gib", "20ms", "-fail-first", "10",
@@ -88,7 +88,7 @@ func runAgentENV(t *testing.T, stopDaemon string) {
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond,
 		"supervisor ready: the server answers its list with the key")
-	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + listen + "/drain", Client: noKeepAlive()}, aeGrace)
+	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + hook + "/drain", Client: noKeepAlive()}, aeGrace)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
 	rep := readReport(t, report)

@@ -135,8 +135,10 @@ func pick(given bool, v, preset string) string {
 }
 
 // childEnv is the environment the supervisor's children get: its own,
-// without the API key, which is the supervisor's credential and not the
-// server's.
+// without the API key and the hook secret, which are the supervisor's
+// credentials and not the server's.
 func childEnv(env []string) []string {
-	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, EnvAPIKey+"=") })
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		return strings.HasPrefix(kv, EnvAPIKey+"=") || strings.HasPrefix(kv, EnvHookSecret+"=")
+	})
 }

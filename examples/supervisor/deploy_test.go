@@ -39,20 +39,34 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 
 	c := supervisorContainer(t, spec.Containers)
+	secret := ""
+	for _, e := range c.Env {
+		if e.Name == EnvHookSecret {
+			secret = e.Value
+		}
+	}
+	require.NotEmpty(t, secret, "the manifest sets %s", EnvHookSecret)
+	t.Setenv(EnvHookSecret, secret)
 	cfg, err := parseArgs(append(c.Command[1:], c.Args...), io.Discard)
 	require.NoError(t, err, "the manifest's command line parses")
 	assert.Equal(t, grace, cfg.grace, "-grace equals terminationGracePeriodSeconds")
 	assert.NotEmpty(t, cfg.server)
 
-	// preStop is an httpGet to the supervisor's /drain; the probes are its
-	// /readyz and /healthz, all on the -listen port.
+	// preStop is an httpGet to the supervisor's /drain on the -hook-listen
+	// port, with the secret; the probes are its /readyz and /healthz on the
+	// -listen port.
 	_, listenPort, err := net.SplitHostPort(cfg.listen)
 	require.NoError(t, err)
 	require.NotNil(t, c.Lifecycle)
 	require.NotNil(t, c.Lifecycle.PreStop)
 	require.NotNil(t, c.Lifecycle.PreStop.HTTPGet, "preStop must be httpGet: the supervisor sees T0")
 	assert.Equal(t, "/drain", c.Lifecycle.PreStop.HTTPGet.Path)
-	assert.Equal(t, listenPort, portNumber(t, c, c.Lifecycle.PreStop.HTTPGet.Port.String()))
+	_, hookPort, err := net.SplitHostPort(cfg.hookListen)
+	require.NoError(t, err)
+	assert.Equal(t, hookPort, portNumber(t, c, c.Lifecycle.PreStop.HTTPGet.Port.String()))
+	require.Len(t, c.Lifecycle.PreStop.HTTPGet.HTTPHeaders, 1)
+	assert.Equal(t, drain.DefaultHookHeader, c.Lifecycle.PreStop.HTTPGet.HTTPHeaders[0].Name)
+	assert.Equal(t, secret, c.Lifecycle.PreStop.HTTPGet.HTTPHeaders[0].Value, "the hook sends the supervisor's secret")
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
 	assert.Equal(t, listenPort, portNumber(t, c, c.ReadinessProbe.HTTPGet.Port.String()))

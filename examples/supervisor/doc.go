@@ -6,8 +6,14 @@
 //
 //	supervisor [flags] -- SERVER_COMMAND [ARGS...]
 //
-//	-listen ADDR        where to serve GET /drain (the preStop hook),
-//	                    GET /readyz and GET /healthz (default :8081)
+//	-listen ADDR        where to serve GET /readyz and GET /healthz
+//	                    (default :8081)
+//	-hook-listen ADDR   where to serve GET /drain, the preStop hook
+//	                    (default 127.0.0.1:8082; the manifest uses the
+//	                    pod's address). A request must carry the header
+//	                    X-Drain-Secret equal to SUPERVISOR_HOOK_SECRET
+//	                    (required off loopback); any other is refused 403
+//	                    and logged: one drain takes the node out of service.
 //	-api SHAPE          the server's API: generic (default) or agentenv
 //	-server-url URL     the server's API base (default http://127.0.0.1:8080;
 //	                    with -api agentenv http://127.0.0.1:8000)

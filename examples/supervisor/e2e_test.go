@@ -81,9 +81,9 @@ func TestEndToEndSupervisorBringsEverySandboxBackPaused(t *testing.T) {
 func runBehindSupervisor(t *testing.T, withHook bool) {
 	dir := t.TempDir()
 	state, events, report := filepath.Join(dir, "state"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "report.json")
-	api, listen := freeAddr(t), freeAddr(t)
+	api, listen, hookAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	argv := append(helperCommand("supervisor",
-		"-listen", listen, "-server-url", "http://"+api, "-grace", e2eGrace.String(), "-concurrency", "8",
+		"-listen", listen, "-hook-listen", hookAddr, "-server-url", "http://"+api, "-grace", e2eGrace.String(), "-concurrency", "8",
 		"-daemon", strings.Join(daemonCommand(t, dir, events), " "), "-report", report, "--"),
 		// the same server, unmodified, without its own daemon
 		helperCommand("naiveserver", "-listen", api, "-state", state, "-pause", e2ePause.String())...)
@@ -103,7 +103,7 @@ func runBehindSupervisor(t *testing.T, withHook bool) {
 	}()
 	var hook kubeletsim.Hook
 	if withHook {
-		hook = kubeletsim.HTTPGet{URL: "http://" + listen + "/drain", Client: noKeepAlive()}
+		hook = kubeletsim.HTTPGet{URL: "http://" + hookAddr + "/drain", Client: noKeepAlive()}
 	}
 	tl, err := kubeletsim.Terminate(ctx, child, hook, e2eGrace)
 	require.NoError(t, err)

@@ -4,6 +4,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
 )
 
 // Fault: the server's list call fails (an HTML page, a 500, a hang) for the
@@ -112,4 +116,46 @@ func TestOrphansStillRunningAtExitAreKilled(t *testing.T) {
 		_, err := os.Stat("/proc/" + strconv.Itoa(pid))
 		assert.True(t, os.IsNotExist(err), "orphan %d outlived the supervisor", pid)
 	}
+}
+
+// Who may start a drain (issue 18, item 14): the -listen port (probes, on
+// every interface) does not serve the hook; the hook's own port refuses a
+// request without the secret or with a wrong one, 403, logged, readiness
+// untouched; the secret's holder drains. A hook beyond loopback without a
+// secret is refused at start.
+func TestOnlyTheHookSecretStartsADrainThroughTheSupervisor(t *testing.T) {
+	listen, hook, api := freeAddr(t), freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-hook-listen", hook, "-server-url", "http://" + api, "-grace", "10s"},
+		helperCommand("stubserver", "-listen", api, "-exit", "0"), EnvHookSecret+"=kubelet-only")
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, 404, get(ctx, "http://"+listen+"/drain"), "the probe port does not serve the hook")
+	assert.Equal(t, 403, get(ctx, "http://"+hook+"/drain"), "no secret")
+	assert.Equal(t, 403, getWith(ctx, "http://"+hook+"/drain", "guess"), "wrong secret")
+	assert.Equal(t, 200, get(ctx, "http://"+listen+"/readyz"), "a refused request does not drain")
+	assert.Equal(t, 200, getWith(ctx, "http://"+hook+"/drain?wait=1ms", "kubelet-only"))
+	assert.Equal(t, 503, get(ctx, "http://"+listen+"/readyz"), "the secret's holder drained the node")
+	sup.signal(t, syscall.SIGTERM)
+	assert.Equal(t, 0, sup.exitCode(t, 10*time.Second))
+
+	var stderr bytes.Buffer
+	assert.Equal(t, 2, Main(t.Context(), []string{"-hook-listen", "0.0.0.0:0", "--", "true"}, &stderr))
+	assert.Contains(t, stderr.String(), EnvHookSecret)
+}
+
+// getWith is get with the hook's secret header.
+func getWith(ctx context.Context, url, secret string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0
+	}
+	req.Header.Set(drain.DefaultHookHeader, secret)
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

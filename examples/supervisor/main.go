@@ -8,12 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -51,6 +53,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 // config is the parsed command line.
 type config struct {
 	listen      string
+	hookListen  string // the preStop hook's own listener
+	hookSecret  string // SUPERVISOR_HOOK_SECRET: what the hook's X-Drain-Secret header must hold
 	serverURL   string
 	grace       time.Duration
 	concurrency int
@@ -76,7 +80,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.listen, "listen", ":8081", "address for GET /drain (preStop), /readyz and /healthz")
+	fs.StringVar(&c.listen, "listen", ":8081", "address for /readyz and /healthz")
+	fs.StringVar(&c.hookListen, "hook-listen", "127.0.0.1:8082", "address for GET /drain, the preStop hook; not loopback: needs "+EnvHookSecret)
 	fs.StringVar(&c.serverURL, "server-url", "", "the server's API base URL (default http://127.0.0.1:8080; with -api agentenv http://127.0.0.1:8000)")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "the pod's terminationGracePeriodSeconds")
 	fs.IntVar(&c.concurrency, "concurrency", pause.DefaultLimit, "pause requests sent at once")
@@ -101,8 +106,15 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-concurrency must be at least 1, got %d", c.concurrency)
 	case c.listen == "":
 		return c, fmt.Errorf("-listen must not be empty")
+	case c.hookListen == "":
+		return c, fmt.Errorf("-hook-listen must not be empty")
 	case *daemon != "" && c.daemonSock != "":
 		return c, fmt.Errorf("-daemon and -daemon-socket exclude each other: the daemon is either the supervisor's child or the server's")
+	}
+	c.hookSecret = os.Getenv(EnvHookSecret)
+	if c.hookSecret == "" && !loopback(c.hookListen) {
+		return c, fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends in %s",
+			c.hookListen, EnvHookSecret, drain.DefaultHookHeader)
 	}
 	c.daemon = strings.Fields(*daemon)
 	var err error
@@ -131,4 +143,19 @@ func writableDir(dir string) error {
 	}
 	f.Close()
 	return os.Remove(f.Name())
+}
+
+// EnvHookSecret is the environment variable holding the secret that a
+// preStop request must carry in the X-Drain-Secret header.
+const EnvHookSecret = "SUPERVISOR_HOOK_SECRET"
+
+// loopback reports whether addr's host is a loopback IP address or
+// "localhost".
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }

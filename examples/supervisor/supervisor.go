@@ -186,6 +186,14 @@ func (s *supervisor) run(ctx context.Context) int {
 	web := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = web.Serve(ln) }()
 	defer web.Close()
+	hookLn, err := net.Listen("tcp", s.cfg.hookListen)
+	if err != nil {
+		s.log.Error("supervisor: -hook-listen", "err", err)
+		return 1
+	}
+	hook := &http.Server{Handler: s.hookRoutes(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hook.Serve(hookLn) }()
+	defer hook.Close()
 
 	if err := s.startChildren(); err != nil {
 		s.log.Error("supervisor: starting children", "err", err)
@@ -352,10 +360,19 @@ func (s *supervisor) finish(rep *Report) {
 	}
 }
 
-// routes serves the preStop hook, readiness and liveness.
+// hookRoutes serves the preStop hook on its own listener, guarded: only a
+// request with the hook secret (or, with none, from loopback) may drain;
+// any other is refused 403 and logged.
+func (s *supervisor) hookRoutes() http.Handler {
+	guard := &drain.HookGuard{Secret: s.cfg.hookSecret, Logger: s.log}
+	mux := http.NewServeMux()
+	mux.Handle("GET /drain", guard.Wrap(s.drainer.PreStop()))
+	return mux
+}
+
+// routes serves readiness and liveness.
 func (s *supervisor) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /drain", s.drainer.PreStop())
 	mux.Handle("GET /readyz", s.drainer.Gate().Readiness(http.HandlerFunc(s.ready)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
