@@ -9,9 +9,25 @@ import (
 	"time"
 )
 
-// DefaultMargin is the part of the budget kept back from SIGKILL for clock
-// skew, request latency and the process's own exit when no margin is set.
+// DefaultMargin is the largest margin a Budget keeps back from SIGKILL when
+// no margin is set; see DefaultMarginFor.
 const DefaultMargin = 5 * time.Second
+
+// MinimumDefaultMargin is the smallest margin a Budget keeps back when no
+// margin is set: it covers the kubelet truncating the hook's elapsed time to
+// whole seconds from its own T0, a few milliseconds before the server's (the
+// two can disagree on SIGKILL by up to a second), plus request latency.
+const MinimumDefaultMargin = 1500 * time.Millisecond
+
+// DefaultMarginFor returns the margin a Budget with this grace period keeps
+// back from SIGKILL when no margin is set: a tenth of the grace period, at
+// least MinimumDefaultMargin and at most DefaultMargin. A long grace period
+// keeps 5 s for the process's exit; a short one does not give a third of
+// its time away. Deadline still never lets the margin take more than half
+// of the time left (see Budget.Deadline).
+func DefaultMarginFor(grace time.Duration) time.Duration {
+	return min(DefaultMargin, max(MinimumDefaultMargin, grace/10))
+}
 
 // MinimumGracePeriod is the kubelet's minimumGracePeriodInSeconds: when a
 // preStop hook leaves less than this of the grace period, the kubelet still
@@ -49,8 +65,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithMargin sets how long before the expected SIGKILL the budget's
-// Deadline falls. The default is DefaultMargin; zero is allowed, negative is
-// an error at construction.
+// Deadline falls. The default is DefaultMarginFor(grace); zero is allowed,
+// negative is an error at construction, and New rejects a margin that is
+// not smaller than the grace period.
 //
 // Keep it above one second plus the hook's request latency: the server
 // learns of the preStop hook a little after the kubelet started it, so the
@@ -58,7 +75,7 @@ func WithLogger(l *slog.Logger) Option {
 // more than the server's, and SIGKILL that much earlier than OnSIGTERM
 // computes.
 func WithMargin(d time.Duration) Option {
-	return func(b *Budget) { b.margin = d }
+	return func(b *Budget) { b.margin, b.marginSet = d, true }
 }
 
 // A Budget is the time a terminating pod has: from T0, when termination
@@ -78,10 +95,11 @@ func WithMargin(d time.Duration) Option {
 // A Budget is safe for concurrent use. Create it with New or FromKillTime;
 // the zero Budget has a zero grace period, so its deadline is always now.
 type Budget struct {
-	grace  time.Duration
-	margin time.Duration
-	log    *slog.Logger // nil: discard
-	logSet bool         // WithLogger was given (a nil one is an error)
+	grace     time.Duration
+	margin    time.Duration
+	marginSet bool         // WithMargin was given; else the margin is DefaultMarginFor(grace)
+	log       *slog.Logger // nil: discard
+	logSet    bool         // WithLogger was given (a nil one is an error)
 
 	mu      sync.Mutex
 	anchor  Anchor
@@ -95,9 +113,9 @@ type Budget struct {
 // (the kubelet's G, normally spec.terminationGracePeriodSeconds). T0 is
 // fixed later by OnPreStop or OnSIGTERM.
 //
-// New fails if grace is not positive, if the margin is negative, if the
-// margin is not smaller than grace, or if an option or the logger is nil;
-// the error names the field.
+// New fails if grace is not positive, if the margin is negative, if a
+// margin set with WithMargin is not smaller than grace, or if an option or
+// the logger is nil; the error names the field.
 func New(grace time.Duration, opts ...Option) (*Budget, error) {
 	if grace <= 0 {
 		return nil, fmt.Errorf("deadline: grace must be positive, got %v", grace)
@@ -106,7 +124,7 @@ func New(grace time.Duration, opts ...Option) (*Budget, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.margin >= grace {
+	if b.marginSet && b.margin >= grace {
 		return nil, fmt.Errorf("deadline: margin %v must be smaller than the grace period %v", b.margin, grace)
 	}
 	return b, nil
@@ -115,7 +133,7 @@ func New(grace time.Duration, opts ...Option) (*Budget, error) {
 // build returns an unanchored Budget with opts applied, failing if the
 // margin is negative.
 func build(grace time.Duration, opts []Option) (*Budget, error) {
-	b := &Budget{grace: grace, margin: DefaultMargin}
+	b := &Budget{grace: grace, margin: DefaultMarginFor(grace)}
 	var errs []error
 	for i, o := range opts {
 		if o == nil {

@@ -280,7 +280,7 @@ func TestFromKillTimeAnchorsNow(t *testing.T) {
 		assert.Equal(t, deadline.AnchorDeletionTimestamp, st.Anchor)
 		assert.Equal(t, now, st.Start)
 		assert.Equal(t, now.Add(30*time.Second), st.Kill)
-		assert.Equal(t, now.Add(25*time.Second), st.Deadline)
+		assert.Equal(t, now.Add(27*time.Second), st.Deadline, "default margin: a tenth of the 30 s")
 		assert.Equal(t, 30*time.Second, b.Grace())
 		assert.False(t, b.OnPreStop(now), "a deletionTimestamp anchor is not replaced by preStop")
 	})
@@ -307,7 +307,12 @@ func TestFromKillTimeThenSIGTERM(t *testing.T) {
 func TestFromKillTimeLateShrinksMargin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		now := time.Now()
-		b, err := deadline.FromKillTime(now.Add(4 * time.Second)) // default margin 5 s does not fit
+		b, err := deadline.FromKillTime(now.Add(2 * time.Second)) // default margin 1.5 s takes at most half
+		require.NoError(t, err)
+		assert.Equal(t, deadline.MinimumDefaultMargin, b.Margin())
+		assert.Equal(t, now.Add(time.Second), b.Deadline())
+
+		b, err = deadline.FromKillTime(now.Add(4*time.Second), deadline.WithMargin(5*time.Second)) // does not fit
 		require.NoError(t, err)
 		assert.Equal(t, now.Add(2*time.Second), b.Deadline())
 	})
@@ -344,7 +349,15 @@ func TestBudgetBadInputNamesTheField(t *testing.T) {
 			{"margin equal to grace", func() (*deadline.Budget, error) {
 				return deadline.New(5*time.Second, deadline.WithMargin(5*time.Second))
 			}, "margin"},
-			{"margin above grace", func() (*deadline.Budget, error) { return deadline.New(3 * time.Second) }, "margin"},
+			{"margin above grace", func() (*deadline.Budget, error) {
+				return deadline.New(3*time.Second, deadline.WithMargin(4*time.Second))
+			}, "margin"},
+			{"nil option", func() (*deadline.Budget, error) {
+				return deadline.New(time.Hour, deadline.WithMargin(time.Second), nil)
+			}, "options[1]"},
+			{"nil option with deletionTimestamp", func() (*deadline.Budget, error) {
+				return deadline.FromKillTime(now.Add(time.Hour), nil)
+			}, "options[0]"},
 			{"negative margin", func() (*deadline.Budget, error) {
 				return deadline.New(time.Hour, deadline.WithMargin(-time.Nanosecond))
 			}, "margin"},
@@ -363,6 +376,66 @@ func TestBudgetBadInputNamesTheField(t *testing.T) {
 				assert.Contains(t, err.Error(), tc.field, tc.name)
 			}
 		}
+	})
+}
+
+// TestDefaultMarginScalesWithGrace: without WithMargin the margin is a
+// tenth of the grace period, at least 1.5 s and at most 5 s, so a short
+// grace period does not give a third of its time away and a long one keeps
+// 5 s for the exit.
+func TestDefaultMarginScalesWithGrace(t *testing.T) {
+	for _, tc := range []struct{ grace, want time.Duration }{
+		{time.Second, 1500 * time.Millisecond},
+		{10 * time.Second, 1500 * time.Millisecond},
+		{15 * time.Second, 1500 * time.Millisecond},
+		{20 * time.Second, 2 * time.Second},
+		{30 * time.Second, 3 * time.Second},
+		{50 * time.Second, 5 * time.Second},
+		{3600 * time.Second, 5 * time.Second},
+	} {
+		assert.Equal(t, tc.want, deadline.DefaultMarginFor(tc.grace), "grace %v", tc.grace)
+		b, err := deadline.New(tc.grace)
+		require.NoError(t, err, "grace %v", tc.grace)
+		assert.Equal(t, tc.want, b.Margin(), "grace %v", tc.grace)
+	}
+	assert.Equal(t, deadline.MinimumDefaultMargin, deadline.DefaultMarginFor(10*time.Second))
+	assert.Equal(t, deadline.DefaultMargin, deadline.DefaultMarginFor(3600*time.Second))
+}
+
+// TestDefaultMarginAtTenSecondGrace: the README's server (grace 10 s,
+// nothing else set) keeps 1.5 s, not 5 s, back from SIGKILL.
+//
+//	T0 = SIGTERM ──────────────────── 8.5 s = Deadline ── 10 s SIGKILL
+func TestDefaultMarginAtTenSecondGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(10 * time.Second)
+		require.NoError(t, err)
+		t0 := time.Now()
+		b.OnSIGTERM(t0)
+		assert.Equal(t, t0.Add(10*time.Second), b.Kill())
+		assert.Equal(t, t0.Add(8500*time.Millisecond), b.Deadline())
+		assert.Equal(t, 8500*time.Millisecond, b.Remaining())
+	})
+}
+
+// TestShortGraceWithoutMarginIsAccepted: only a margin given with
+// WithMargin must be smaller than the grace period; the default one shrinks
+// to half of the time left, like any margin that does not fit.
+func TestShortGraceWithoutMarginIsAccepted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, deadline.MinimumDefaultMargin, b.Margin())
+		t0 := time.Now()
+		b.OnPreStop(t0)
+		assert.Equal(t, t0.Add(time.Second), b.Kill())
+		assert.Equal(t, t0.Add(500*time.Millisecond), b.Deadline(), "the margin takes at most half")
+		b.OnSIGTERM(t0) // the kubelet still waits 2 s after SIGTERM
+		assert.Equal(t, t0.Add(2*time.Second), b.Kill())
+		assert.Equal(t, t0.Add(time.Second), b.Deadline())
+
+		_, err = deadline.New(time.Second, deadline.WithMargin(time.Second))
+		assert.ErrorContains(t, err, "margin", "an explicit margin must still be smaller than the grace")
 	})
 }
 

@@ -16,7 +16,8 @@ import (
 // preStop wait ends at the drain deadline, which leaves the preserve reserve
 // (the live sandbox count x the estimated pause / concurrency), the ublk
 // teardown and the exit inside the same budget, so SIGTERM still has enough
-// time. Fixed times stand in for time.Now().
+// time. While the reserves fit, a phase's deadline does not depend on when
+// it is read, so the example reads them all at T0.
 func Example_agentENV() {
 	// At server start: the manifest's grace period, and what a pause costs.
 	budget, _ := deadline.New(3600 * time.Second)
@@ -31,7 +32,7 @@ func Example_agentENV() {
 	)
 
 	// The kubelet calls the preStop hook: T0.
-	t0 := time.Date(2026, 10, 22, 14, 0, 0, 0, time.UTC)
+	t0 := time.Now()
 	budget.OnPreStop(t0)
 	at := func(t time.Time) time.Duration { return t.Sub(t0) }
 	fmt.Println("SIGKILL at T0 +", at(budget.Kill()), "- deadline T0 +", at(budget.Deadline()))
@@ -46,7 +47,7 @@ func Example_agentENV() {
 	sigterm := plan.Deadline("drain").Add(400 * time.Millisecond)
 	budget.OnSIGTERM(sigterm)
 	fmt.Println("SIGTERM at T0 +", at(sigterm), "- SIGKILL at T0 +", at(budget.Kill()))
-	for _, w := range plan.Windows()[1:] {
+	for _, w := range plan.Windows("preserve") {
 		fmt.Printf("  %-8s reserve %-4v ends SIGTERM + %v\n", w.Name, w.Reserve, w.Deadline.Sub(sigterm))
 	}
 	fmt.Println("shortfall:", plan.Shortfall())
@@ -65,26 +66,52 @@ func Example_agentENV() {
 	// seed bug: SIGTERM +  2s
 }
 
-// A budget too small for its reserves: later phases win, earlier ones
-// shrink to zero at T0, and Shortfall says by how much the budget is short.
+// A plan laid out at SIGTERM: each phase ends where the reserves of the
+// later ones begin, and the work a phase started must be over where the
+// critical ublk teardown begins.
 func ExamplePlan_Windows() {
 	budget, _ := deadline.New(60*time.Second, deadline.WithMargin(5*time.Second))
 	plan, _ := deadline.NewPlan(budget,
-		deadline.Phase{Name: "drain"},
-		deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(30 * time.Second)},
-		deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(40 * time.Second)},
+		deadline.Phase{Name: "gate", Max: 10 * time.Second},
+		deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(20 * time.Second)},
+		deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(10 * time.Second), Critical: true},
+		deadline.Phase{Name: "exit", Reserve: deadline.Fixed(5 * time.Second)},
 	)
-	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	t0 := time.Now()
 	budget.OnSIGTERM(t0) // no preStop hook: T0 is SIGTERM
-	for _, w := range plan.Windows() {
-		fmt.Printf("%-8s ends T0 + %-3v squeezed by %v\n", w.Name, w.Deadline.Sub(t0), w.Squeezed)
+	// The gate's Max counts from this call, a moment after T0.
+	for _, w := range plan.Windows("") {
+		fmt.Printf("%-8s ends T0 + %-3v work over by T0 + %v\n", w.Name, w.Deadline.Sub(t0).Round(time.Second), w.Hard.Sub(t0))
 	}
 	fmt.Println("shortfall:", plan.Shortfall())
 	// Output:
-	// drain    ends T0 + 0s  squeezed by 15s
-	// preserve ends T0 + 15s squeezed by 0s
-	// teardown ends T0 + 55s squeezed by 0s
-	// shortfall: 15s
+	// gate     ends T0 + 10s work over by T0 + 40s
+	// preserve ends T0 + 40s work over by T0 + 40s
+	// ublk     ends T0 + 50s work over by T0 + 55s
+	// exit     ends T0 + 55s work over by T0 + 55s
+	// shortfall: 0s
+}
+
+// The kubelet's 2 s after a preStop hook that overran leave 1 s before the
+// margin for 4.6 s of reserves: the critical ublk teardown gets its 600 ms
+// first, preserve and http share the other 400 ms 3:1, and the gate, which
+// reserves nothing, gets nothing.
+func ExampleSplit() {
+	sigterm := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	for _, w := range deadline.Split(sigterm, sigterm.Add(time.Second),
+		deadline.Phase{Name: "gate"},
+		deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(3 * time.Second)},
+		deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(600 * time.Millisecond), Critical: true},
+		deadline.Phase{Name: "http", Reserve: deadline.Fixed(time.Second)},
+	) {
+		fmt.Printf("%-8s %-5v to %-5v reserve %-5v short by %v\n",
+			w.Name, w.Start.Sub(sigterm), w.Deadline.Sub(sigterm), w.Reserve, w.Short)
+	}
+	// Output:
+	// gate     0s    to 0s    reserve 0s    short by 0s
+	// preserve 0s    to 300ms reserve 3s    short by 2.7s
+	// ublk     300ms to 900ms reserve 600ms short by 0s
+	// http     900ms to 1s    reserve 1s    short by 900ms
 }
 
 // The kubelet's arithmetic after a preStop hook (G = 3600 s).

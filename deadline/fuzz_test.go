@@ -5,106 +5,314 @@ import (
 	"math"
 	"math/big"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
 )
 
-// decodeReserves turns fuzz bytes into up to 16 reserves, 3 bytes each: a
-// 16-bit count and a unit (ms, s, min, or 2^47 ns, so sums can overflow a
-// Duration).
-func decodeReserves(raw []byte) []time.Duration {
+// decodePhases turns fuzz bytes into up to 16 phases after a first phase
+// "p0" with no reserve, 3 bytes each: a 16-bit count, then a byte whose
+// low two bits pick the reserve's unit (ms, s, min, or 2^47 ns, so that a
+// single reserve comes close to the largest Duration), bit 2 marks the
+// phase Critical, and the top five bits are its Max in units of 100 ms
+// (zero: no Max).
+func decodePhases(raw []byte) []deadline.Phase {
 	units := [4]time.Duration{time.Millisecond, time.Second, time.Minute, 1 << 47}
-	var out []time.Duration
-	for len(raw) >= 3 && len(out) < 16 {
+	out := []deadline.Phase{{Name: "p0"}}
+	for len(raw) >= 3 && len(out) <= 16 {
 		v := time.Duration(binary.LittleEndian.Uint16(raw))
-		out = append(out, v*units[raw[2]%4])
+		flags := raw[2]
+		out = append(out, deadline.Phase{
+			Name:     "p" + string(rune('a'+len(out)-1)),
+			Reserve:  deadline.Fixed(v * units[flags%4]),
+			Critical: flags&4 != 0,
+			Max:      time.Duration(flags>>3) * 100 * time.Millisecond,
+		})
 		raw = raw[3:]
 	}
 	return out
 }
 
-// FuzzPlanInvariants checks the Plan against its specification for any
-// budget history (preStop at T0, optional SIGTERM, optional Tighten) and any
-// fixed reserves:
+// FuzzPlanInvariants checks the Plan and Split against an exact model of
+// the rule in the Plan's documentation, for any budget history (preStop at
+// T0, optional Tighten, optional SIGTERM, windows laid out at SIGTERM or at
+// any time before it, even past the budget's deadline) and any reserves,
+// critical marks and Max values. The model works in math/big, so it
+// overflows nowhere:
 //
-//   - T0 <= phase deadline <= budget Deadline, deadlines never decrease,
-//     the last phase ends at the budget Deadline;
-//   - D - d_i == sum of later reserves whenever that sum <= D - T0 (later
-//     reserves honoured), else d_i == T0;
-//   - Shortfall == sum of all reserves - (D - T0) when positive, else 0.
+//   - New fails exactly for a grace <= 0 or an explicit margin that is
+//     negative or not below the grace; the default margin always fits;
+//   - the budget keeps T0 <= Deadline <= Kill and Kill >= SIGTERM + 2 s;
+//   - with left = end - start (zero if negative): when the reserves fit,
+//     phase i gets its reserve; otherwise critical phases get theirs first
+//     (or share left in proportion if even they do not fit) and the others
+//     share the rest in proportion, rounded down;
+//   - Deadline_i = end - grants of later phases, then cut to Start_i + Max;
+//     Start_0 = start and Start_i = Deadline_(i-1); Hard_i = the Start of
+//     the next critical phase, else end, never before Deadline_i; Short_i =
+//     reserve - grant; deadlines never decrease;
+//   - Window(name) is the model over the phases from name on, Windows(name)
+//     lays them out, Split from any start to any end agrees;
+//   - Shortfall == sum of all reserves - (D - T0) when positive, else 0;
+//     ShortfallFrom is positive exactly when the layout has a Short phase.
+//
+// Start and Hard are not compared where a Max cut the phase before (see
+// splitModel).
 func FuzzPlanInvariants(f *testing.F) {
 	f.Add(int64(3600e9), int64(5e9), int64(-1), int64(-1), []byte{0x58, 0x02, 1, 0x3c, 0, 1})
+	// The drain-shaped plan after an overrunning hook: 1 s for 3 s + critical 600 ms + 1 s.
+	f.Add(int64(30e9), int64(-1), int64(30500e6), int64(-1), []byte{0, 0, 20, 3, 0, 1, 0x58, 0x02, 4, 1, 0, 1})
 	f.Fuzz(func(t *testing.T, grace, margin, sigtermAfter, tightenTo int64, raw []byte) {
 		g := time.Duration(grace)
-		b, err := deadline.New(g, deadline.WithMargin(time.Duration(margin)))
+		var opts []deadline.Option
+		if margin >= 0 {
+			opts = append(opts, deadline.WithMargin(time.Duration(margin)))
+		}
+		b, err := deadline.New(g, opts...)
+		if wantErr := g <= 0 || (margin >= 0 && margin >= grace); (err != nil) != wantErr {
+			t.Fatalf("New(%v, margin %v): err = %v, want error %v", g, time.Duration(margin), err, wantErr)
+		}
 		if err != nil {
-			if g > 0 && margin >= 0 && margin < grace {
-				t.Fatalf("New(%v, margin %v) failed: %v", g, time.Duration(margin), err)
-			}
 			return
 		}
-		t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
-		b.OnPreStop(t0)
-		if tightenTo >= 0 {
-			b.Tighten(t0.Add(time.Duration(tightenTo)))
+		if margin < 0 && b.Margin() != deadline.DefaultMarginFor(g) {
+			t.Fatalf("default margin %v, want DefaultMarginFor(%v) = %v", b.Margin(), g, deadline.DefaultMarginFor(g))
 		}
-		if sigtermAfter >= 0 {
-			b.OnSIGTERM(t0.Add(time.Duration(sigtermAfter)))
-		}
-		st := b.State()
-		if st.Deadline.Before(st.Start) || st.Deadline.After(st.Kill) {
-			t.Fatalf("budget deadline %v outside [T0 %v, SIGKILL %v]", st.Deadline, st.Start, st.Kill)
-		}
-		if !st.SIGTERM.IsZero() && st.Kill.Before(st.SIGTERM.Add(deadline.MinimumGracePeriod)) {
-			t.Fatalf("SIGKILL %v less than 2 s after SIGTERM %v", st.Kill, st.SIGTERM)
-		}
+		phases := decodePhases(raw)
+		synctest.Test(t, func(t *testing.T) {
+			t0 := time.Now()
+			b.OnPreStop(t0)
+			if tightenTo >= 0 {
+				b.Tighten(t0.Add(time.Duration(tightenTo)))
+			}
+			if sigtermAfter >= 0 {
+				b.OnSIGTERM(t0.Add(time.Duration(sigtermAfter)))
+				time.Sleep(time.Duration(sigtermAfter)) // lay the plan out at SIGTERM
+			} else {
+				time.Sleep(time.Duration(-(sigtermAfter + 1))) // or during the preStop wait
+			}
+			st := b.State()
+			if st.Deadline.Before(st.Start) || st.Deadline.After(st.Kill) {
+				t.Fatalf("budget deadline %v outside [T0 %v, SIGKILL %v]", st.Deadline, st.Start, st.Kill)
+			}
+			if !st.SIGTERM.IsZero() && st.Kill.Before(st.SIGTERM.Add(deadline.MinimumGracePeriod)) {
+				t.Fatalf("SIGKILL %v less than 2 s after SIGTERM %v", st.Kill, st.SIGTERM)
+			}
 
-		reserves := decodeReserves(raw)
-		phases := []deadline.Phase{{Name: "p0"}}
-		for i, r := range reserves {
-			phases = append(phases, deadline.Phase{Name: "p" + string(rune('a'+i)), Reserve: deadline.Fixed(r)})
-		}
-		p, err := deadline.NewPlan(b, phases...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws := p.Windows()
-		D, T0 := st.Deadline, st.Start
-		span := new(big.Int).Sub(bigNanos(D), bigNanos(T0)) // exact, even beyond a Duration
-		later := new(big.Int)
-		for i := len(ws) - 1; i >= 0; i-- {
-			d := ws[i].Deadline
-			if d.Before(T0) || d.After(D) {
-				t.Fatalf("phase %d deadline %v outside [T0 %v, D %v]", i, d, T0, D)
+			p, err := deadline.NewPlan(b, phases...)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if i > 0 && ws[i-1].Deadline.After(d) {
-				t.Fatalf("phase %d deadline %v before phase %d's %v", i, d, i-1, ws[i-1].Deadline)
-			}
-			if later.Cmp(span) <= 0 {
-				if got := new(big.Int).Sub(bigNanos(D), bigNanos(d)); got.Cmp(later) != 0 {
-					t.Fatalf("phase %d: D - d = %v, later reserves %v fit in %v", i, got, later, span)
+			now, D, T0 := time.Now(), st.Deadline, st.Start
+			checkLayout(t, "Windows(\"\")", phases, now, D, p.Windows(""))
+			for i, ph := range phases {
+				ws := p.Windows(ph.Name)
+				checkLayout(t, "Windows("+ph.Name+")", phases[i:], now, D, ws)
+				if w := p.Window(ph.Name); w != ws[0] {
+					t.Fatalf("Window(%s) = %+v, Windows(%s)[0] = %+v", ph.Name, w, ph.Name, ws[0])
 				}
-			} else if !d.Equal(T0) {
-				t.Fatalf("phase %d: later reserves %v exceed %v but deadline %v is after T0", i, later, span, d)
+				if got := p.Deadline(ph.Name); !got.Equal(ws[0].Deadline) {
+					t.Fatalf("Deadline(%s) = %v, Window says %v", ph.Name, got, ws[0].Deadline)
+				}
+				short := false
+				for _, w := range ws {
+					short = short || w.Short > 0
+				}
+				sf := p.ShortfallFrom(ph.Name)
+				if want := shortfall(sumReserves(phases[i:]), now, D); sf != want {
+					t.Fatalf("ShortfallFrom(%s) = %v, want %v", ph.Name, sf, want)
+				}
+				// Past the deadline ShortfallFrom counts the time already
+				// lost even when no reserve is left to share it.
+				if (sf > 0) != short && !now.After(D) {
+					t.Fatalf("ShortfallFrom(%s) = %v, but a phase is short: %v", ph.Name, sf, short)
+				}
 			}
-			later.Add(later, big.NewInt(int64(ws[i].Reserve)))
-		}
-		if !ws[len(ws)-1].Deadline.Equal(D) {
-			t.Fatalf("last phase ends at %v, not the budget deadline %v", ws[len(ws)-1].Deadline, D)
-		}
-		excess := new(big.Int).Sub(later, span)
-		want := time.Duration(0)
-		if excess.Sign() > 0 {
-			want = math.MaxInt64
-			if excess.IsInt64() {
-				want = time.Duration(excess.Int64())
+			checkLayout(t, "Split(T0, D)", phases, T0, D, deadline.Split(T0, D, phases...))
+			checkLayout(t, "Split(D, T0)", phases, D, T0, deadline.Split(D, T0, phases...))
+
+			if got, want := p.Shortfall(), shortfall(sumReserves(phases), T0, D); got != want {
+				t.Fatalf("Shortfall = %v, want %v (reserves %v, from %v to %v)", got, want, sumReserves(phases), T0, D)
 			}
-		}
-		if got := p.Shortfall(); got != want {
-			t.Fatalf("Shortfall = %v, want %v (reserves %v, span %v)", got, want, later, span)
-		}
+		})
 	})
+}
+
+// checkLayout compares got, the windows of phases laid out from start to
+// end, with splitModel, and checks the invariants that follow from it.
+func checkLayout(t *testing.T, what string, phases []deadline.Phase, start, end time.Time, got []deadline.Window) {
+	t.Helper()
+	want, open := splitModel(phases, start, end)
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d windows for %d phases", what, len(got), len(want))
+	}
+	for i, w := range got {
+		m := want[i]
+		switch {
+		case w.Name != phases[i].Name:
+			t.Fatalf("%s: window %d is %q, phase is %q", what, i, w.Name, phases[i].Name)
+		case !open[i].deadline && !w.Deadline.Equal(m.Deadline):
+			t.Fatalf("%s: %s Deadline = %v, model %v (start %v, end %v)", what, w.Name, w.Deadline, m.Deadline, start, end)
+		case w.Reserve != m.Reserve || !open[i].short && w.Short != m.Short:
+			t.Fatalf("%s: %s Reserve, Short = %v, %v; model %v, %v", what, w.Name, w.Reserve, w.Short, m.Reserve, m.Short)
+		case !open[i].start && !w.Start.Equal(m.Start):
+			t.Fatalf("%s: %s Start = %v, model %v", what, w.Name, w.Start, m.Start)
+		case !open[i].hard && !w.Hard.Equal(m.Hard):
+			t.Fatalf("%s: %s Hard = %v, model %v", what, w.Name, w.Hard, m.Hard)
+		case w.Hard.Before(w.Deadline) || w.Deadline.Before(w.Start) || w.Start.Before(start) || w.Hard.After(laterOf(start, end)):
+			t.Fatalf("%s: %s window out of order: %+v (start %v, end %v)", what, w.Name, w, start, end)
+		case i > 0 && w.Deadline.Before(got[i-1].Deadline):
+			t.Fatalf("%s: %s Deadline %v before %s's %v", what, w.Name, w.Deadline, got[i-1].Name, got[i-1].Deadline)
+		}
+	}
+	if last := got[len(got)-1]; !open[len(got)-1].deadline && phases[len(got)-1].Max == 0 && !last.Deadline.Equal(laterOf(start, end)) {
+		t.Fatalf("%s: the last phase ends at %v, not at the end %v", what, last.Deadline, laterOf(start, end))
+	}
+}
+
+// unpinned says which fields of a modelled window the documentation
+// leaves open.
+type unpinned struct{ start, deadline, hard, short bool }
+
+var maxDuration = big.NewInt(math.MaxInt64)
+
+// splitModel is the Plan's rule in exact arithmetic. Where a Max cut a
+// phase short, the next phase starts at the cut (the phases before it
+// "ran to their deadlines"), but the implementation lays the next phase out
+// from where the cut phase would have ended without its Max; the model
+// marks the fields that this moves (the next phase's Start, its Deadline
+// if it has a Max too, and the Hard of every phase whose next critical
+// phase starts there) as unpinned, so the fuzzer checks only the
+// invariants there.
+func splitModel(phases []deadline.Phase, start, end time.Time) ([]deadline.Window, []unpinned) {
+	s, e := bigNanos(start), bigNanos(end)
+	if e.Cmp(s) < 0 {
+		e.Set(s)
+		end = start
+	}
+	left := new(big.Int).Sub(e, s)
+	n := len(phases)
+	open := make([]unpinned, n)
+	reserves := make([]*big.Int, n)
+	critical, other := new(big.Int), new(big.Int)
+	for i, ph := range phases {
+		reserves[i] = big.NewInt(int64(reserveOf(ph)))
+		if ph.Critical {
+			critical.Add(critical, reserves[i])
+		} else {
+			other.Add(other, reserves[i])
+		}
+	}
+	// share in plan.go adds the critical reserves, and the others, in a
+	// Duration that saturates: past the largest Duration the shares come
+	// out larger than proportional, the later phases get them and the
+	// earlier ones are cut to nothing. Until the sums are exact, the model
+	// pins nothing but the invariants there.
+	if critical.Cmp(maxDuration) > 0 || other.Cmp(maxDuration) > 0 {
+		for i := range open {
+			open[i] = unpinned{start: true, deadline: true, hard: true, short: true}
+		}
+	}
+	grants := reserves
+	shared := new(big.Int).Add(critical, other).Cmp(left) > 0
+	if shared {
+		forCritical := new(big.Int).Set(critical)
+		if forCritical.Cmp(left) > 0 {
+			forCritical.Set(left)
+		}
+		forOther := new(big.Int).Sub(left, forCritical)
+		grants = make([]*big.Int, n)
+		for i, ph := range phases {
+			total, whole := forOther, other
+			if ph.Critical {
+				total, whole = forCritical, critical
+			}
+			grants[i] = new(big.Int)
+			if whole.Sign() > 0 {
+				grants[i].Mul(total, reserves[i]).Quo(grants[i], whole)
+			}
+		}
+	}
+	out := make([]deadline.Window, n)
+	later := new(big.Int)
+	for i := n - 1; i >= 0; i-- {
+		// later <= left, so it is a Duration.
+		out[i] = deadline.Window{Name: phases[i].Name, Deadline: end.Add(-time.Duration(later.Int64())),
+			Reserve: time.Duration(reserves[i].Int64())}
+		later.Add(later, grants[i])
+	}
+	if shared {
+		// Short is what the phase gets short of its reserve: the first
+		// phase also gets what rounding left over.
+		for i := range out {
+			got := grants[i]
+			if i == 0 {
+				got = new(big.Int).Sub(left, new(big.Int).Sub(later, grants[0]))
+			}
+			if short := new(big.Int).Sub(reserves[i], got); short.Sign() > 0 {
+				out[i].Short = time.Duration(short.Int64())
+			}
+		}
+	}
+	cut := make([]bool, n)
+	for i, ph := range phases {
+		out[i].Start = start
+		if i > 0 {
+			out[i].Start = out[i-1].Deadline
+			open[i].start = open[i].start || cut[i-1]
+			open[i].deadline = open[i].deadline || cut[i-1] && ph.Max > 0
+		}
+		if ph.Max > 0 && out[i].Deadline.Sub(out[i].Start) > ph.Max {
+			out[i].Deadline, cut[i] = out[i].Start.Add(ph.Max), true
+		}
+	}
+	hard, hardOpen := end, false
+	for i := n - 1; i >= 0; i-- {
+		out[i].Hard = laterOf(hard, out[i].Deadline)
+		open[i].hard = open[i].hard || hardOpen
+		if phases[i].Critical {
+			hard, hardOpen = out[i].Start, open[i].start
+		}
+	}
+	return out, open
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
+}
+
+// reserveOf is ph's reserve as the Plan counts it: nil and negative are zero.
+func reserveOf(ph deadline.Phase) time.Duration {
+	if ph.Reserve == nil {
+		return 0
+	}
+	return max(ph.Reserve(), 0)
+}
+
+// sumReserves is the exact sum of the phases' reserves, as evaluated now.
+func sumReserves(phases []deadline.Phase) *big.Int {
+	sum := new(big.Int)
+	for _, ph := range phases {
+		sum.Add(sum, big.NewInt(int64(reserveOf(ph))))
+	}
+	return sum
+}
+
+// shortfall is reserves - (to - from) if positive, else zero, saturated
+// at the largest Duration.
+func shortfall(reserves *big.Int, from, to time.Time) time.Duration {
+	excess := new(big.Int).Sub(reserves, new(big.Int).Sub(bigNanos(to), bigNanos(from)))
+	switch {
+	case excess.Sign() <= 0:
+		return 0
+	case excess.IsInt64():
+		return time.Duration(excess.Int64())
+	}
+	return math.MaxInt64
 }
 
 // bigNanos is t in nanoseconds since the Unix epoch, without overflow.

@@ -402,7 +402,10 @@ func TestTightenFromPodCutsTheGracePeriod(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, changed)
 	assert.True(t, kill.Equal(b.Kill()), "kill %v, want %v", b.Kill(), kill)
-	assert.True(t, kill.Add(-deadline.DefaultMargin).Equal(b.Deadline()))
+	// The default margin follows the manifest's grace (3600 s: 5 s), and
+	// still fits in the 30 s the deletion left.
+	assert.Equal(t, deadline.DefaultMarginFor(3600*time.Second), b.Margin())
+	assert.True(t, kill.Add(-b.Margin()).Equal(b.Deadline()), "deadline %v, want %v", b.Deadline(), kill.Add(-b.Margin()))
 
 	changed, err = b.TightenFromPod(t.Context(), r) // the same time again: no change
 	require.NoError(t, err)

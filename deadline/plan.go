@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -45,23 +46,46 @@ func Work(items func() int, each *Estimator, parallel func() int) Reserve {
 	}
 }
 
-// A Phase is one named stage of a shutdown and the Reserve it needs.
-// A nil Reserve means the phase reserves nothing.
+// A Phase is one named stage of a shutdown and the time it needs.
 type Phase struct {
-	// Name identifies the phase in Deadline, Context and Windows; it must
+	// Name identifies the phase in Window, Deadline and Context; it must
 	// be unique within the plan and not empty.
 	Name string
 	// Reserve is the time this phase needs before the budget's deadline;
-	// it pushes the deadlines of all earlier phases back by that much.
+	// it pushes the deadlines of all earlier phases back by that much. A
+	// nil Reserve reserves nothing.
 	Reserve Reserve
+	// Critical marks a phase whose reserve comes first when the time left
+	// is too short for every reserve, and that nothing started before it
+	// may spend: the Hard deadline of every earlier phase is where this
+	// phase's window begins. Mark a block-device teardown critical: a
+	// daemon killed with live devices can crash the host, which costs more
+	// than one unfinished pause.
+	Critical bool
+	// Max bounds how long the phase may run once it has started (zero: no
+	// bound but its deadline), for example how long to wait for admitted
+	// requests. It never moves a deadline later.
+	Max time.Duration
 }
 
-// A Plan splits a Budget into ordered phases. A phase's deadline is the
-// budget's deadline minus the reserves of all later phases, so time a phase
-// leaves unused flows to the next, and a phase whose successors need less
-// (fewer sandboxes left) may run longer. When the budget is too small, later
-// reserves win: earlier phases shrink, down to zero length at T0, and
-// Shortfall says by how much the budget is short.
+// A Plan splits a Budget into ordered phases. It is the one place where the
+// budget becomes deadlines: every phase of a shutdown asks the Plan for its
+// Window by name when it starts, and runs under it.
+//
+// While the time left covers the reserves of the phase starting now and of
+// every later one, the phase's deadline is the budget's deadline minus the
+// reserves of the later phases: time a phase leaves unused flows to the
+// next, and a phase whose successors need less (fewer sandboxes left) may
+// run longer.
+//
+// When the time left is too short for those reserves (the kubelet's 2 s
+// after an overrunning preStop hook, or a grace period cut by
+// `kubectl delete --grace-period`), one rule shares it: critical phases get
+// their reserves first, and the other phases share what remains in
+// proportion to their reserves. A phase with no reserve then gets no time;
+// if even the critical reserves do not fit, the critical phases share the
+// time left in proportion to theirs. Every phase still runs, in order, and
+// the last one ends at the budget's deadline.
 //
 // Deadlines are absolute times computed at the moment they are asked for.
 // A Plan is safe for concurrent use.
@@ -73,9 +97,9 @@ type Plan struct {
 
 // NewPlan returns a Plan over b with phases in the order they run.
 // It fails, naming the field, if b is nil, there are no phases, a name is
-// empty or repeated, or a reserve is negative when NewPlan evaluates it once
-// (so a negative Fixed reserve is caught here; a live reserve that turns
-// negative later counts as zero).
+// empty or repeated, Max is negative, or a reserve is negative when NewPlan
+// evaluates it once (so a negative Fixed reserve is caught here; a live
+// reserve that turns negative later counts as zero).
 func NewPlan(b *Budget, phases ...Phase) (*Plan, error) {
 	if b == nil {
 		return nil, fmt.Errorf("deadline: NewPlan: budget must not be nil")
@@ -90,6 +114,9 @@ func NewPlan(b *Budget, phases ...Phase) (*Plan, error) {
 		}
 		if j, dup := p.index[ph.Name]; dup {
 			return nil, fmt.Errorf("deadline: NewPlan: phases[%d].Name %q duplicates phases[%d].Name", i, ph.Name, j)
+		}
+		if ph.Max < 0 {
+			return nil, fmt.Errorf("deadline: NewPlan: phases[%d].Max (phase %q) must not be negative, got %v", i, ph.Name, ph.Max)
 		}
 		if ph.Reserve == nil {
 			ph.Reserve = Fixed(0)
@@ -114,31 +141,67 @@ func (p *Plan) Phases() []string {
 	return names
 }
 
-// Deadline returns the absolute deadline of the named phase, as of now:
-// the budget's Deadline minus the reserves of all later phases, but never
-// before T0. It panics if the plan has no phase of that name: names are
-// fixed at construction, so an unknown one is a programming error.
-func (p *Plan) Deadline(name string) time.Time {
-	i := p.mustIndex(name)
-	return p.Windows()[i].Deadline
+// A Window is the time one phase runs under: what a phase asks the Plan for
+// when it starts, and what a report shows it ran under.
+type Window struct {
+	Name  string    `json:"name"`
+	Start time.Time `json:"start"` // when the window was computed: the phase's start
+	// Deadline is when the phase must stop starting work:
+	// Start <= Deadline <= the budget's deadline.
+	Deadline time.Time `json:"deadline"`
+	// Hard is when work the phase started must be over: where the window
+	// of the next critical phase begins, or else the budget's deadline.
+	// Never before Deadline. Work still running at Deadline may go on
+	// until Hard if the phase's policy allows (pause.FinishInFlight).
+	Hard time.Time `json:"hard"`
+	// Reserve is the phase's own reserve, as evaluated.
+	Reserve time.Duration `json:"reserve_ns"`
+	// Short is how much less than its reserve the phase gets because the
+	// time left did not cover every reserve (zero when it did).
+	Short time.Duration `json:"short_ns,omitempty"`
 }
+
+// Window returns the named phase's window as if the phase started now and
+// every earlier phase were over. It panics if the plan has no phase of that
+// name: names are fixed at construction, so an unknown one is a programming
+// error.
+func (p *Plan) Window(name string) Window {
+	i := p.mustIndex(name)
+	return split(time.Now(), p.budget.Deadline(), p.phases[i:])[0]
+}
+
+// Deadline returns the named phase's deadline as if it started now:
+// Window(name).Deadline. A phase that waits for a condition (the preStop
+// wait) reads it again after every change, since it follows the live
+// reserves. It panics on an unknown name, like Window.
+func (p *Plan) Deadline(name string) time.Time { return p.Window(name).Deadline }
 
 // Context returns a context derived from parent whose deadline is the named
 // phase's deadline at the time of the call. The context does not follow
-// later changes of the reserves or the budget; a phase that should run
-// longer when later work shrinks (a preStop wait) re-reads Deadline instead.
-// It panics on an unknown name, like Deadline.
+// later changes of the reserves or the budget. It panics on an unknown
+// name, like Window.
 func (p *Plan) Context(parent context.Context, name string) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(parent, p.Deadline(name))
 }
 
+// Windows returns the window of the named phase and of every later one as
+// they would be if that phase started now and each ran to its deadline:
+// the plan laid out ahead, for a log line at SIGTERM. With name "" it
+// starts at the first phase. It panics on an unknown name, like Window.
+func (p *Plan) Windows(name string) []Window {
+	i := 0
+	if name != "" {
+		i = p.mustIndex(name)
+	}
+	return split(time.Now(), p.budget.Deadline(), p.phases[i:])
+}
+
 // Shortfall returns by how much the budget is too small for all reserves
 // together, as of now: sum of reserves - (Deadline - T0), or zero if they
-// fit. It is positive exactly when Windows squeezes some phase. It saturates
-// at the largest Duration.
+// fit. It saturates at the largest Duration.
 func (p *Plan) Shortfall() time.Duration {
 	st := p.budget.State()
-	return p.overrun(0, st.Start, st.Deadline)
+	return overrun(p.phases, st.Start, st.Deadline)
 }
 
 // ShortfallFrom returns by how much the reserves of the named phase and all
@@ -146,55 +209,137 @@ func (p *Plan) Shortfall() time.Duration {
 // zero if they fit. Where Shortfall measures the whole plan from T0,
 // ShortfallFrom measures what is left when the named phase starts: at
 // SIGTERM, ShortfallFrom("preserve") says whether the preStop wait left
-// enough. It saturates at the largest Duration and panics on an unknown
-// name, like Deadline.
+// enough. It is positive exactly when Window(name) has to share the time
+// left. It saturates at the largest Duration and panics on an unknown
+// name, like Window.
 func (p *Plan) ShortfallFrom(name string) time.Duration {
 	i := p.mustIndex(name)
-	st := p.budget.State()
-	return p.overrun(i, time.Now(), st.Deadline)
+	return overrun(p.phases[i:], time.Now(), p.budget.Deadline())
 }
 
-// overrun returns by how much the reserves of phases[from:], laid end to
-// end from start, run past deadline, or zero. The sum is kept as a
-// time.Time, exact even for absurd reserves, and the result saturates at
-// the largest Duration.
-func (p *Plan) overrun(from int, start, deadline time.Time) time.Duration {
-	end := start
-	for _, ph := range p.phases[from:] {
-		end = end.Add(max(ph.Reserve(), 0))
+// Split lays phases out between start and end by the Plan's rule (see
+// Plan) and returns one Window per phase, in order, each as if the phases
+// before it ran to their deadlines. It is the rule a step uses to divide
+// its own window among its stages, so that a step keeps no time
+// arithmetic of its own. An end before start counts as start. A nil
+// Reserve reserves nothing; a negative one, or a negative Max, counts as
+// zero.
+func Split(start, end time.Time, phases ...Phase) []Window {
+	return split(start, laterOf(end, start), phases)
+}
+
+// split is Split with end >= start.
+func split(start, end time.Time, phases []Phase) []Window {
+	out := make([]Window, len(phases))
+	reserves := make([]time.Duration, len(phases))
+	for i, ph := range phases {
+		if ph.Reserve != nil {
+			reserves[i] = max(ph.Reserve(), 0)
+		}
 	}
-	return max(end.Sub(deadline), 0)
-}
-
-// A Window is one phase's place in the plan at a moment.
-type Window struct {
-	Name     string        `json:"name"`
-	Reserve  time.Duration `json:"reserve_ns"` // the phase's own reserve, as evaluated
-	Deadline time.Time     `json:"deadline"`   // absolute; T0 <= Deadline <= budget Deadline
-	// Squeezed is how much later the deadline would be if the budget were
-	// large enough for all reserves after this phase.
-	Squeezed time.Duration `json:"squeezed_ns,omitempty"`
-}
-
-// Windows returns every phase's reserve and deadline, in plan order, with
-// each reserve evaluated once, now. Deadlines never decrease along the plan;
-// the last phase's deadline is the budget's Deadline.
-func (p *Plan) Windows() []Window {
-	st := p.budget.State()
-	out := make([]Window, len(p.phases))
-	// want walks back from the budget's deadline by each reserve. It is a
-	// time.Time, not a Duration sum, so even absurd reserves cannot overflow.
-	// Each deadline is want raised to T0 (later reserves win, and squeeze
-	// this phase down to T0). It is never after the budget's deadline:
-	// reserves are not negative, and T0 <= Deadline is a Budget invariant.
-	want := st.Deadline
-	for i := len(p.phases) - 1; i >= 0; i-- {
-		r := max(p.phases[i].Reserve(), 0)
-		d := laterOf(want, st.Start)
-		out[i] = Window{Name: p.phases[i].Name, Reserve: r, Deadline: d, Squeezed: d.Sub(want)}
-		want = want.Add(-r)
+	left := end.Sub(start)
+	var grant []time.Duration
+	if overrunBy(reserves, start, end) > 0 {
+		grant = share(phases, reserves, left)
+	}
+	// Walk back from end: deadline i is end minus what the later phases
+	// get. A time.Time, not a Duration sum, so even absurd reserves cannot
+	// overflow; raised to start, so a phase is never asked to end before
+	// it began.
+	want := end
+	for i := len(phases) - 1; i >= 0; i-- {
+		out[i] = Window{Name: phases[i].Name, Deadline: laterOf(want, start), Reserve: reserves[i]}
+		if grant != nil {
+			want = want.Add(-grant[i])
+		} else {
+			want = want.Add(-reserves[i])
+		}
+	}
+	hard := end
+	for i := len(phases) - 1; i >= 0; i-- {
+		from := start
+		if i > 0 {
+			from = out[i-1].Deadline
+		}
+		out[i].Start = from
+		out[i].Hard = laterOf(hard, out[i].Deadline)
+		if grant != nil { // what the phase gets, rounding included, against what it reserves
+			out[i].Short = max(reserves[i]-out[i].Deadline.Sub(from), 0)
+		}
+		if phases[i].Critical {
+			hard = from // work of earlier phases must be over when this one begins
+		}
+		if m := max(phases[i].Max, 0); m > 0 && out[i].Deadline.Sub(from) > m {
+			out[i].Deadline = from.Add(m)
+		}
 	}
 	return out
+}
+
+// share divides left among phases whose reserves do not fit in it:
+// critical phases first, the others in proportion to their reserves.
+func share(phases []Phase, reserves []time.Duration, left time.Duration) []time.Duration {
+	grant := make([]time.Duration, len(phases))
+	var critical, other time.Duration
+	for i, ph := range phases {
+		if ph.Critical {
+			critical = satAdd(critical, reserves[i])
+		} else {
+			other = satAdd(other, reserves[i])
+		}
+	}
+	forCritical := min(critical, left)
+	forOther := left - forCritical
+	for i, ph := range phases {
+		if ph.Critical {
+			grant[i] = portion(forCritical, reserves[i], critical)
+		} else {
+			grant[i] = portion(forOther, reserves[i], other)
+		}
+	}
+	return grant
+}
+
+// portion is total x part / whole, rounded down, exact for every
+// Duration (part <= whole), and zero when whole is zero.
+func portion(total, part, whole time.Duration) time.Duration {
+	if whole <= 0 || part <= 0 || total <= 0 {
+		return 0
+	}
+	if part >= whole {
+		return total
+	}
+	hi, lo := bits.Mul64(uint64(total), uint64(part))
+	q, _ := bits.Div64(hi, lo, uint64(whole)) // hi < whole since part < whole
+	return time.Duration(q)
+}
+
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// overrun returns by how much the reserves of phases, laid end to end from
+// start, run past deadline, or zero.
+func overrun(phases []Phase, start, deadline time.Time) time.Duration {
+	reserves := make([]time.Duration, len(phases))
+	for i, ph := range phases {
+		reserves[i] = max(ph.Reserve(), 0)
+	}
+	return overrunBy(reserves, start, deadline)
+}
+
+// overrunBy is overrun over evaluated reserves. The sum is kept as a
+// time.Time, exact even for absurd reserves, and the result saturates at
+// the largest Duration.
+func overrunBy(reserves []time.Duration, start, deadline time.Time) time.Duration {
+	end := start
+	for _, r := range reserves {
+		end = end.Add(r)
+	}
+	return max(end.Sub(deadline), 0)
 }
 
 func (p *Plan) mustIndex(name string) int {

@@ -14,6 +14,24 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 )
 
+// shorts returns each window's Short.
+func shorts(ws []deadline.Window) []time.Duration {
+	out := make([]time.Duration, len(ws))
+	for i, w := range ws {
+		out[i] = w.Short
+	}
+	return out
+}
+
+// hards returns each window's Hard.
+func hards(ws []deadline.Window) []time.Time {
+	out := make([]time.Time, len(ws))
+	for i, w := range ws {
+		out[i] = w.Hard
+	}
+	return out
+}
+
 // offsets returns each window's deadline as an offset from base.
 func offsets(base time.Time, ws []deadline.Window) []time.Duration {
 	out := make([]time.Duration, len(ws))
@@ -53,14 +71,22 @@ func TestPlanPhaseDeadlinesAreBudgetDeadlineMinusLaterReserves(t *testing.T) {
 		)
 		assert.Equal(t, []string{"drain", "preserve", "teardown", "exit"}, p.Phases())
 		assert.Same(t, b, p.Budget())
-		ws := p.Windows()
+		ws := p.Windows("")
 		assert.Equal(t, []time.Duration{2930 * time.Second, 3530 * time.Second, 3590 * time.Second, 3595 * time.Second}, offsets(t0, ws))
 		assert.Equal(t, []time.Duration{0, 600 * time.Second, 60 * time.Second, 5 * time.Second},
 			[]time.Duration{ws[0].Reserve, ws[1].Reserve, ws[2].Reserve, ws[3].Reserve})
-		for _, w := range ws {
-			assert.Zero(t, w.Squeezed, w.Name)
-			assert.Equal(t, w.Deadline, p.Deadline(w.Name))
+		for i, w := range ws {
+			assert.Zero(t, w.Short, w.Name)
+			assert.Equal(t, w.Deadline, p.Deadline(w.Name), "the deadline does not depend on when the phase starts")
+			assert.Equal(t, t0.Add(3595*time.Second), w.Hard, "%s: no critical phase, work may run to the budget's deadline", w.Name)
+			if i > 0 {
+				assert.Equal(t, ws[i-1].Deadline, w.Start, "%s starts where %s ends", w.Name, ws[i-1].Name)
+			}
 		}
+		assert.Equal(t, ws[0], p.Window("drain"))
+		later := p.Windows("teardown") // as if the teardown started now
+		assert.Equal(t, offsets(t0, ws[2:]), offsets(t0, later), "Windows(name) starts at name")
+		assert.Equal(t, t0, later[0].Start)
 		assert.Zero(t, p.Shortfall())
 	})
 }
@@ -127,33 +153,68 @@ func TestPlanUnusedTimeFlowsToNextPhase(t *testing.T) {
 	})
 }
 
-// TestPlanSqueezesEarlierPhasesAndReportsShortfall: a 60 s budget (55 s after
-// the margin) cannot hold 30 s + 40 s of reserves.
-func TestPlanSqueezesEarlierPhasesAndReportsShortfall(t *testing.T) {
+// TestPlanShortBudgetIsSharedInProportionToReserves: a 60 s budget (55 s
+// after the margin) cannot hold 40 s + 70 s of reserves. Nobody wins: each
+// phase gets 55/110 of its reserve, and the phase with no reserve (the
+// preStop wait) gets no time at all.
+//
+//	T0 = drain ─ preserve 20 of 40 ─ 20 s ─ teardown 35 of 70 ─ 55 s = Deadline
+func TestPlanShortBudgetIsSharedInProportionToReserves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
 		b := newBudget(t, 60*time.Second)
 		b.OnPreStop(t0)
-		teardown := 40 * time.Second
+		teardown := 70 * time.Second
 		p := newPlan(t, b,
 			deadline.Phase{Name: "drain"},
-			deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(30 * time.Second)},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(40 * time.Second)},
 			deadline.Phase{Name: "teardown", Reserve: func() time.Duration { return teardown }},
 		)
-		ws := p.Windows()
-		assert.Equal(t, []time.Duration{0, 15 * time.Second, 55 * time.Second}, offsets(t0, ws))
-		assert.Equal(t, []time.Duration{15 * time.Second, 0, 0}, []time.Duration{ws[0].Squeezed, ws[1].Squeezed, ws[2].Squeezed})
-		assert.Equal(t, 15*time.Second, p.Shortfall())
+		ws := p.Windows("")
+		assert.Equal(t, []time.Duration{0, 20 * time.Second, 55 * time.Second}, offsets(t0, ws))
+		assert.Equal(t, []time.Duration{0, 20 * time.Second, 35 * time.Second}, shorts(ws))
+		assert.Equal(t, 55*time.Second, p.Shortfall())
+		assert.Equal(t, p.Shortfall(), p.ShortfallFrom("drain"), "at T0 both measure the same")
 
-		teardown = 60 * time.Second // teardown alone exceeds the budget: preserve shrinks to zero too
-		ws = p.Windows()
-		assert.Equal(t, []time.Duration{0, 0, 55 * time.Second}, offsets(t0, ws))
-		assert.Equal(t, []time.Duration{35 * time.Second, 5 * time.Second, 0}, []time.Duration{ws[0].Squeezed, ws[1].Squeezed, ws[2].Squeezed})
-		assert.Equal(t, 35*time.Second, p.Shortfall())
+		teardown = 60 * time.Second // 40:60
+		ws = p.Windows("")
+		assert.Equal(t, []time.Duration{0, 22 * time.Second, 55 * time.Second}, offsets(t0, ws))
+		assert.Equal(t, []time.Duration{0, 18 * time.Second, 27 * time.Second}, shorts(ws))
+		assert.Equal(t, 45*time.Second, p.Shortfall())
 
-		teardown = 25 * time.Second // exactly fits
-		assert.Equal(t, []time.Duration{0, 30 * time.Second, 55 * time.Second}, offsets(t0, p.Windows()))
+		teardown = 15 * time.Second // exactly fits: later reserves are honoured again
+		ws = p.Windows("")
+		assert.Equal(t, []time.Duration{0, 40 * time.Second, 55 * time.Second}, offsets(t0, ws))
+		assert.Equal(t, []time.Duration{0, 0, 0}, shorts(ws))
 		assert.Zero(t, p.Shortfall())
+	})
+}
+
+// TestPlanCriticalReserveComesFirst: the same budget with the teardown
+// critical. Its 30 s come first and preserve gets the 25 s left; preserve's
+// work must be over where the teardown's window begins. A critical reserve
+// beyond the whole budget takes all of it.
+func TestPlanCriticalReserveComesFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b := newBudget(t, 60*time.Second)
+		b.OnPreStop(t0)
+		teardown := 30 * time.Second
+		p := newPlan(t, b,
+			deadline.Phase{Name: "drain"},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(40 * time.Second)},
+			deadline.Phase{Name: "teardown", Reserve: func() time.Duration { return teardown }, Critical: true},
+		)
+		ws := p.Windows("")
+		assert.Equal(t, []time.Duration{0, 25 * time.Second, 55 * time.Second}, offsets(t0, ws))
+		assert.Equal(t, []time.Duration{0, 15 * time.Second, 0}, shorts(ws))
+		assert.Equal(t, []time.Time{t0.Add(25 * time.Second), t0.Add(25 * time.Second), t0.Add(55 * time.Second)}, hards(ws))
+
+		teardown = 70 * time.Second
+		ws = p.Windows("")
+		assert.Equal(t, []time.Duration{0, 0, 55 * time.Second}, offsets(t0, ws))
+		assert.Equal(t, []time.Duration{0, 40 * time.Second, 15 * time.Second}, shorts(ws))
+		assert.Equal(t, []time.Time{t0, t0, t0.Add(55 * time.Second)}, hards(ws))
 	})
 }
 
@@ -186,10 +247,13 @@ func TestPlanContextsFireExactlyAtPhaseDeadlines(t *testing.T) {
 	})
 }
 
-// TestPlanAfterOverrunLaterPhasesWin: a hook that overran leaves SIGTERM +
-// 2 s, of which the 1 s margin leaves 1 s: it goes to the last phase, the
-// preserve phase's deadline has already passed.
-func TestPlanAfterOverrunLaterPhasesWin(t *testing.T) {
+// TestPlanAfterOverrunTheLastSecondGoesByReserve: a hook that overran
+// leaves SIGTERM + 2 s, of which the 1 s margin leaves 1 s. Preserve
+// reserves nothing and gets nothing; the teardown gets the second, 59 s
+// short of its reserve.
+//
+//	T0 ── preStop overruns ── 3600 s SIGTERM = preserve's deadline ── 3601 s teardown's = Deadline ── 3602 s SIGKILL
+func TestPlanAfterOverrunTheLastSecondGoesByReserve(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
 		b := newBudget(t, 3600*time.Second)
@@ -200,7 +264,10 @@ func TestPlanAfterOverrunLaterPhasesWin(t *testing.T) {
 		)
 		time.Sleep(3600 * time.Second)
 		b.OnSIGTERM(time.Now())
-		assert.Equal(t, []time.Duration{3541 * time.Second, 3601 * time.Second}, offsets(t0, p.Windows()))
+		ws := p.Windows("preserve")
+		assert.Equal(t, []time.Duration{3600 * time.Second, 3601 * time.Second}, offsets(t0, ws))
+		assert.Equal(t, []time.Duration{0, 59 * time.Second}, shorts(ws))
+		assert.Equal(t, 59*time.Second, p.ShortfallFrom("preserve"))
 		preserve, cancel := p.Context(t.Context(), "preserve")
 		defer cancel()
 		assert.ErrorIs(t, preserve.Err(), context.DeadlineExceeded)
@@ -215,7 +282,11 @@ func TestPlanDeadlineUnknownPhasePanics(t *testing.T) {
 	b := newBudget(t, time.Hour)
 	p := newPlan(t, b, deadline.Phase{Name: "drain"})
 	assert.PanicsWithValue(t, `deadline: plan has no phase "preserve"`, func() { p.Deadline("preserve") })
+	assert.PanicsWithValue(t, `deadline: plan has no phase "preserve"`, func() { p.Window("preserve") })
+	assert.PanicsWithValue(t, `deadline: plan has no phase "preserve"`, func() { p.Windows("preserve") })
+	assert.PanicsWithValue(t, `deadline: plan has no phase "preserve"`, func() { p.ShortfallFrom("preserve") })
 	assert.Panics(t, func() { p.Context(t.Context(), "preserve") })
+	assert.Len(t, p.Windows(""), 1, `"" is the first phase, not a name`)
 }
 
 func TestNewPlanBadInputNamesTheField(t *testing.T) {
@@ -231,6 +302,7 @@ func TestNewPlanBadInputNamesTheField(t *testing.T) {
 		{"empty name", b, []deadline.Phase{{Name: "drain"}, {Name: ""}}, "phases[1].Name"},
 		{"duplicate name", b, []deadline.Phase{{Name: "drain"}, {Name: "exit"}, {Name: "drain"}}, `phases[2].Name "drain" duplicates phases[0].Name`},
 		{"negative fixed reserve", b, []deadline.Phase{{Name: "drain"}, {Name: "teardown", Reserve: deadline.Fixed(-time.Second)}}, "phases[1].Reserve"},
+		{"negative max", b, []deadline.Phase{{Name: "drain"}, {Name: "gate", Max: -time.Second}}, "phases[1].Max"},
 	}
 	for _, tc := range tests {
 		p, err := deadline.NewPlan(tc.budget, tc.phases...)
@@ -251,7 +323,7 @@ func TestPlanLiveReserveTurningNegativeCountsAsZero(t *testing.T) {
 		assert.Equal(t, t0.Add(85*time.Second), p.Deadline("a"))
 		r = -time.Hour
 		assert.Equal(t, t0.Add(95*time.Second), p.Deadline("a"))
-		assert.Zero(t, p.Windows()[1].Reserve)
+		assert.Zero(t, p.Windows("")[1].Reserve)
 	})
 }
 
@@ -303,12 +375,13 @@ func TestPlanConcurrentUse(t *testing.T) {
 			close(done)
 		}()
 		for range 1000 {
-			ws := p.Windows()
+			ws := p.Windows("")
 			for i := 1; i < len(ws); i++ {
-				if ws[i].Deadline.Before(ws[i-1].Deadline) {
-					t.Fatalf("deadlines decrease: %+v", ws)
+				if ws[i].Deadline.Before(ws[i-1].Deadline) || ws[i].Hard.Before(ws[i].Deadline) {
+					t.Fatalf("windows out of order: %+v", ws)
 				}
 			}
+			_ = p.Window("preserve")
 			_ = p.Shortfall()
 		}
 		<-done

@@ -28,17 +28,16 @@ func TestCriticalStepReserveIsNeverSpentByInFlightPauses(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var window time.Duration
-				ublk := Step{Name: "ublk", Reserve: 20 * time.Second, Critical: critical,
-					Run: func(ctx context.Context) error {
-						dl, _ := ctx.Deadline()
-						window = time.Until(dl)
-						return nil
-					}}
-				http := Step{Name: "http", Reserve: 5 * time.Second, Run: func(context.Context) error { return nil }}
+				ublk := stepOf("ublk", 20*time.Second, critical, func(ctx context.Context) error {
+					dl, _ := ctx.Deadline()
+					window = time.Until(dl)
+					return nil
+				})
+				http := step("http", 5*time.Second, func(context.Context) error { return nil })
 				f := newFixture(t, fixtureOpts{grace: 100 * time.Second, margin: 5 * time.Second,
 					sandboxes: 1, latency: 80 * time.Second, steps: []Step{ublk, http},
 					edit: func(c *Config) {
-						c.Estimator = deadline.NewEstimator(time.Second) // the estimate is wrong
+						c.PauseOptions = append(c.PauseOptions, pause.WithEstimator(deadline.NewEstimator(time.Second))) // the estimate is wrong
 						c.PauseOptions = append(c.PauseOptions, pause.WithInFlight(pause.FinishInFlight))
 					}})
 				t0 := time.Now()

@@ -8,16 +8,14 @@
 //
 // Typical wiring, at server start:
 //
-//	budget, err := deadline.New(grace) // the pod's terminationGracePeriodSeconds, from one flag
+//	budget, err := deadline.New(grace) // the pod's terminationGracePeriodSeconds; the margin scales with it
+//	teardown, err := ublk.New(ublk.WithDaemon(daemon)) // a Step whose phase is critical
 //	gate := &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Checkpoint, drain.Delete}}
 //	d, err := drain.New(drain.Config{
 //		Budget:    budget,
 //		Gate:      gate,
 //		Sandboxes: pause.ListFunc(listRunning),
-//		Steps: []drain.Step{
-//			{Name: "ublk", Reserve: 30 * time.Second, Run: teardown.Run},
-//			drain.HTTPServerStep("http", srv, 5*time.Second),
-//		},
+//		Steps:     []drain.Step{teardown, drain.HTTPServerStep("http", srv, 5*time.Second)},
 //	})
 //	mux.Handle("POST /sandboxes", gate.Admit(drain.Create, create))
 //	mux.Handle("GET /readyz", gate.Readiness(nil))
@@ -30,17 +28,23 @@
 //	go srv.Serve(ln)
 //	rep := d.HandleSignals(ctx) // SIGTERM starts Shutdown; a second signal forces
 //
-// Guarantees, with T0 the preStop call (or SIGTERM without one) and the
-// budget's deadline SIGKILL minus its margin:
+// Every phase — the preStop wait ("drain"), the gate wait, the preserve
+// phase and each step — runs under the window the Drainer's deadline.Plan
+// gives it by name when it starts; nothing else in the package computes a
+// deadline. Guarantees, with T0 the preStop call (or SIGTERM without one)
+// and the budget's deadline SIGKILL minus its margin:
 //   - the preStop wait ends by the drain phase's deadline: the budget's
 //     deadline minus the live reserves of the preserve phase (running
 //     sandboxes x estimated preserve / concurrency) and of every step;
-//   - Shutdown's gate wait ends by the drain deadline and InFlightWait; no
-//     preserve starts after the preserve phase's deadline, and the
-//     Preserver returns by the budget's deadline;
+//   - Shutdown's gate wait ends by the gate's deadline and InFlightWait; no
+//     preserve starts after the preserve phase's deadline, and preserves in
+//     flight end by its hard deadline: where the first critical step's
+//     window begins (the ublk teardown), or else the budget's deadline;
 //   - each step ends by its own deadline (the budget's deadline minus the
 //     reserves of the steps after it) or is abandoned at it, and runs even
 //     when preservation or an earlier step failed;
+//   - when the time left is too short for the reserves, critical steps get
+//     theirs first and the other phases share the rest in proportion;
 //   - nothing in the package calls os.Exit; the Report says what happened
 //     and how long before SIGKILL it ended.
 package drain

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,9 +22,8 @@ const scope = "github.com/drainkit/drainkit/drain"
 
 // Defaults for the zero Config fields.
 const (
-	DefaultPollInterval  = time.Second
-	DefaultInFlightWait  = 10 * time.Second
-	DefaultPauseEstimate = time.Second
+	DefaultPollInterval = time.Second
+	DefaultInFlightWait = 10 * time.Second
 )
 
 // Phase names in the plan and the Report, besides the steps' own names.
@@ -34,12 +33,22 @@ const (
 	PhasePreserve = "preserve"
 )
 
-// A Preserver preserves every sandbox a Lister lists, until ctx's deadline
-// starts no new preserve and in-flight ones end by hard, and accounts for
-// each in its Report. *pause.Preserver is the implementation; Run must
-// return by hard.
+// A Preserver preserves every running sandbox at shutdown and accounts for
+// each in its Report. *pause.Preserver is the implementation; a Preserver of
+// your own must keep the same contract, since the plan is built on it.
 type Preserver interface {
+	// Run preserves the sandboxes: no preserve starts after ctx's deadline
+	// (the preserve phase's), in-flight ones end by hard (the window's Hard
+	// deadline), and Run returns by hard. A Run that has not returned
+	// shortly after hard is abandoned and reported Abandoned.
 	Run(ctx context.Context, hard time.Time) *pause.Report
+	// Limit is how many sandboxes the Preserver preserves at once, now.
+	// With Estimator and the running count it makes the preserve phase's
+	// live reserve: ceil(running / Limit) x Estimate.
+	Limit() int
+	// Estimator estimates one preserve; Run feeds it what it measures.
+	// Nil reserves no time for preserving.
+	Estimator() *deadline.Estimator
 }
 
 // A Config is what New needs. Budget and one of Sandboxes or Preserver are
@@ -52,15 +61,12 @@ type Config struct {
 	// it to list none, and the default Preserver preserves what it lists.
 	Sandboxes pause.Lister
 	// Preserver preserves the sandboxes at shutdown. Nil means
-	// pause.New(Sandboxes, PauseOptions..., pause.WithEstimator(Estimator)).
+	// pause.New(Sandboxes, options...) where the options are Logger,
+	// TracerProvider and MeterProvider from this Config, then PauseOptions
+	// (which win).
 	Preserver Preserver
 	// PauseOptions configure the default Preserver.
 	PauseOptions []pause.Option
-	// Estimator estimates one preserve; with the number of running
-	// sandboxes and the Preserver's concurrency it makes the preserve
-	// phase's live reserve. Nil means deadline.NewEstimator(DefaultPauseEstimate).
-	// Give the same Estimator to a Preserver you build yourself.
-	Estimator *deadline.Estimator
 	// Gate admits operations; nil means a new Gate that gates every class.
 	Gate *Gate
 	// Steps run in order after the preserve phase, each within its
@@ -71,13 +77,14 @@ type Config struct {
 	// InFlightWait bounds how long Shutdown waits for admitted operations
 	// of gated classes (a create in progress) before preserving.
 	InFlightWait time.Duration
-	// Logger receives the Report once, and the phases' progress. Nil
-	// discards.
+	// Logger receives the plan at SIGTERM, the phases' progress and the
+	// Report once; the default Preserver logs to it too. Nil discards.
 	Logger *slog.Logger
-	// TracerProvider makes a span per phase; nil means otel.GetTracerProvider().
+	// TracerProvider makes a span per phase, for the Drainer and the
+	// default Preserver; nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
-	// MeterProvider records phase durations and the margin; nil means
-	// otel.GetMeterProvider().
+	// MeterProvider records phase durations and the margin, for the
+	// Drainer and the default Preserver; nil means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
 
@@ -89,8 +96,8 @@ type Drainer struct {
 	gate      *Gate
 	lister    pause.Lister
 	preserver Preserver
-	est       *deadline.Estimator
 	steps     []Step
+	phases    []deadline.Phase // the steps' phases, read once
 	plan      *deadline.Plan
 	poll      time.Duration
 	inflight  time.Duration
@@ -100,6 +107,7 @@ type Drainer struct {
 	margin    metric.Float64Gauge
 
 	running atomic.Int64 // last count of running sandboxes
+	counted atomic.Bool  // a count has succeeded
 
 	term     context.Context // cancelled when Shutdown starts
 	termStop context.CancelFunc
@@ -121,14 +129,11 @@ func New(cfg Config) (*Drainer, error) {
 	}
 	d := &Drainer{
 		budget: cfg.Budget, gate: cfg.Gate, lister: cfg.Sandboxes, preserver: cfg.Preserver,
-		est: cfg.Estimator, steps: cfg.Steps, poll: cfg.PollInterval, inflight: cfg.InFlightWait,
+		steps: cfg.Steps, phases: cfg.stepPhases(), poll: cfg.PollInterval, inflight: cfg.InFlightWait,
 		log: cfg.Logger, done: make(chan struct{}),
 	}
 	if d.gate == nil {
 		d.gate = &Gate{}
-	}
-	if d.est == nil {
-		d.est = deadline.NewEstimator(DefaultPauseEstimate)
 	}
 	if d.poll == 0 {
 		d.poll = DefaultPollInterval
@@ -140,7 +145,14 @@ func New(cfg Config) (*Drainer, error) {
 		d.log = slog.New(slog.DiscardHandler)
 	}
 	if d.preserver == nil {
-		p, err := pause.New(cfg.Sandboxes, append(slices.Clip(cfg.PauseOptions), pause.WithEstimator(d.est))...)
+		opts := []pause.Option{pause.WithLogger(d.log)}
+		if cfg.TracerProvider != nil {
+			opts = append(opts, pause.WithTracerProvider(cfg.TracerProvider))
+		}
+		if cfg.MeterProvider != nil {
+			opts = append(opts, pause.WithMeterProvider(cfg.MeterProvider))
+		}
+		p, err := pause.New(cfg.Sandboxes, append(opts, cfg.PauseOptions...)...)
 		if err != nil {
 			return nil, fmt.Errorf("drain: Config.PauseOptions: %w", err)
 		}
@@ -170,27 +182,33 @@ func (cfg *Config) validate() error {
 	if cfg.InFlightWait < 0 {
 		return fmt.Errorf("drain: Config.InFlightWait must not be negative, got %v", cfg.InFlightWait)
 	}
-	seen := map[string]bool{PhaseDrain: true, PhaseGate: true, PhasePreserve: true}
-	var sum time.Duration
 	for i, s := range cfg.Steps {
-		switch {
-		case s.Name == "":
-			return fmt.Errorf("drain: Config.Steps[%d].Name must not be empty", i)
-		case seen[s.Name]:
-			return fmt.Errorf("drain: Config.Steps[%d].Name %q is a duplicate or a reserved phase name", i, s.Name)
-		case s.Run == nil:
-			return fmt.Errorf("drain: Config.Steps[%d].Run (%q) must not be nil", i, s.Name)
-		case s.Reserve < 0:
-			return fmt.Errorf("drain: Config.Steps[%d].Reserve (%q) must not be negative, got %v", i, s.Name, s.Reserve)
+		if s == nil || isNilStep(s) {
+			return fmt.Errorf("drain: Config.Steps[%d] is nil", i)
 		}
-		seen[s.Name] = true
-		sum += s.Reserve
+		if fs, ok := s.(funcStep); ok && fs.run == nil {
+			return fmt.Errorf("drain: Config.Steps[%d]: NewStep was given a nil run function", i)
+		}
 	}
-	if room := cfg.Budget.Grace() - cfg.Budget.Margin(); sum >= room {
-		return fmt.Errorf("drain: Config.Steps: reserves sum to %v, which does not fit in the grace period %v minus the margin %v",
-			sum, cfg.Budget.Grace(), cfg.Budget.Margin())
+	if cfg.Preserver != nil && isNilPreserver(cfg.Preserver) {
+		return fmt.Errorf("drain: Config.Preserver is a nil %T", cfg.Preserver)
 	}
 	return nil
+}
+
+// isNilStep reports whether s holds a nil pointer or func: a Step whose
+// methods would panic.
+func isNilStep(s Step) bool { return isNilValue(s) }
+
+func isNilPreserver(p Preserver) bool { return isNilValue(p) }
+
+// stepPhases reads every step's phase once.
+func (cfg *Config) stepPhases() []deadline.Phase {
+	out := make([]deadline.Phase, len(cfg.Steps))
+	for i, s := range cfg.Steps {
+		out[i] = s.Phase()
+	}
+	return out
 }
 
 func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) error {
@@ -214,23 +232,38 @@ func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) e
 	return nil
 }
 
-// makePlan splits the budget into drain, preserve and one phase per step.
-// The preserve reserve is live: running sandboxes x estimate / concurrency.
+// makePlan splits the budget into the preStop wait ("drain"), the gate
+// wait (at most InFlightWait), the preservation, and one phase per step.
+// The preserve reserve is live: running sandboxes x estimate / limit.
 func (d *Drainer) makePlan() error {
-	limit := func() int { return 1 }
-	if l, ok := d.preserver.(interface{ Limit() int }); ok {
-		limit = l.Limit
-	}
 	phases := []deadline.Phase{
 		{Name: PhaseDrain},
-		{Name: PhasePreserve, Reserve: deadline.Work(func() int { return int(d.running.Load()) }, d.est, limit)},
+		{Name: PhaseGate, Max: d.inflight},
+		{Name: PhasePreserve, Reserve: deadline.Work(func() int { return int(d.running.Load()) },
+			d.preserver.Estimator(), d.preserver.Limit)},
 	}
-	for _, s := range d.steps {
-		phases = append(phases, deadline.Phase{Name: s.Name, Reserve: deadline.Fixed(s.Reserve)})
+	seen := map[string]int{}
+	for i, ph := range d.phases {
+		switch j, dup := seen[ph.Name]; {
+		case ph.Name == "":
+			return fmt.Errorf("drain: Config.Steps[%d].Phase().Name must not be empty", i)
+		case ph.Name == PhaseDrain || ph.Name == PhaseGate || ph.Name == PhasePreserve:
+			return fmt.Errorf("drain: Config.Steps[%d].Phase().Name %q is one of the Drainer's own phases", i, ph.Name)
+		case dup:
+			return fmt.Errorf("drain: Config.Steps[%d].Phase().Name %q duplicates Config.Steps[%d]", i, ph.Name, j)
+		case ph.Reserve != nil && ph.Reserve() < 0:
+			return fmt.Errorf("drain: Config.Steps[%d].Phase().Reserve (%q) must not be negative, got %v", i, ph.Name, ph.Reserve())
+		}
+		seen[ph.Name] = i
+		phases = append(phases, ph)
 	}
 	p, err := deadline.NewPlan(d.budget, phases...)
 	if err != nil {
 		return fmt.Errorf("drain: Config.Steps: %w", err)
+	}
+	if short := p.Shortfall(); short > 0 {
+		return fmt.Errorf("drain: Config.Steps: the reserves need %v more than the budget's grace period %v leaves",
+			short, d.budget.Grace())
 	}
 	d.plan = p
 	return nil
@@ -242,7 +275,8 @@ func (d *Drainer) Gate() *Gate { return d.gate }
 // Budget returns the termination budget.
 func (d *Drainer) Budget() *deadline.Budget { return d.budget }
 
-// Plan returns the plan: "drain", "preserve", then one phase per step.
+// Plan returns the plan: "drain", "gate", "preserve", then one phase per
+// step. Every phase runs under the window the plan gives it by name.
 func (d *Drainer) Plan() *deadline.Plan { return d.plan }
 
 // Running returns the last count of running sandboxes: the preStop wait's,
@@ -271,3 +305,14 @@ func (d *Drainer) Terminating() <-chan struct{} { return d.term.Done() }
 
 // Done returns a channel closed once the Report is ready.
 func (d *Drainer) Done() <-chan struct{} { return d.done }
+
+// isNilValue reports whether v is an interface holding a nil pointer, map,
+// func, slice or channel.
+func isNilValue(v any) bool {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Slice, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}

@@ -224,6 +224,8 @@ func runE2ERole(role string) int {
 	switch role {
 	case "server":
 		err = e2eServer(os.Getenv("E2E_MODE"), os.Getenv("E2E_DIR"))
+	case "defaults":
+		err = defaultsServer(os.Getenv("E2E_DIR"))
 	case "hook": // the exec preStop hook, as drain/cmd/drainhook runs it
 		_, err = ExecHook{URL: os.Getenv("E2E_URL"), RequestTimeout: time.Second, Start: ProcessStart()}.Run(context.Background())
 		if err != nil {
@@ -324,7 +326,7 @@ func e2eServer(mode, dir string) error {
 	if err != nil {
 		return err
 	}
-	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(proc), ublk.WithoutControl(),
+	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(proc), ublk.WithoutControl(), ublk.WithReserve(time.Second),
 		ublk.WithPollInterval(20*time.Millisecond))
 	if err != nil {
 		return err
@@ -340,17 +342,15 @@ func e2eServer(mode, dir string) error {
 		// A prior of twice the real pause, as a server would set one it
 		// has not measured yet: an estimate exactly equal to the pause
 		// left no slack for an exec hook's start-up on a loaded machine.
-		Estimator:    deadline.NewEstimator(2 * e2ePause),
-		PauseOptions: []pause.Option{pause.WithLimit(e2eLimit)},
+		PauseOptions: []pause.Option{pause.WithLimit(e2eLimit), pause.WithEstimator(deadline.NewEstimator(2 * e2ePause))},
 		PollInterval: 100 * time.Millisecond,
 		Steps: []Step{
-			{Name: "ublk", Reserve: time.Second, Run: td.Stop},
+			td,
 			HTTPServerStep("http", srv, 300*time.Millisecond),
 		},
 	}
 	if os.Getenv("E2E_HANG_STEP") != "" { // a last step that waits for its context: only force ends it early
-		cfg.Steps = append(cfg.Steps, Step{Name: "hang", Reserve: 200 * time.Millisecond,
-			Run: func(ctx context.Context) error { <-ctx.Done(); return context.Cause(ctx) }})
+		cfg.Steps = append(cfg.Steps, step("hang", 200*time.Millisecond, func(ctx context.Context) error { <-ctx.Done(); return context.Cause(ctx) }))
 	}
 	d, err := New(cfg)
 	if err != nil {

@@ -42,8 +42,7 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	cfg := Config{
 		Budget:       b,
 		Sandboxes:    node,
-		Estimator:    deadline.NewEstimator(o.latency),
-		PauseOptions: []pause.Option{pause.WithLimit(max(o.limit, 1))},
+		PauseOptions: []pause.Option{pause.WithLimit(max(o.limit, 1)), pause.WithEstimator(deadline.NewEstimator(o.latency))},
 		Steps:        o.steps,
 	}
 	if o.edit != nil {
@@ -85,8 +84,18 @@ func (c *preStopCall) wait(t *testing.T) PreStopSummary {
 
 // recordStep returns a step that appends its name to ran and returns nil.
 func recordStep(name string, reserve time.Duration, ran *[]string) Step {
-	return Step{Name: name, Reserve: reserve, Run: func(ctx context.Context) error {
+	return step(name, reserve, func(ctx context.Context) error {
 		*ran = append(*ran, name)
 		return nil
-	}}
+	})
+}
+
+// step returns a Step named name with a fixed reserve that calls run.
+func step(name string, reserve time.Duration, run func(ctx context.Context) error) Step {
+	return stepOf(name, reserve, false, run)
+}
+
+func stepOf(name string, reserve time.Duration, critical bool, run func(ctx context.Context) error) Step {
+	return NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve), Critical: critical},
+		func(ctx context.Context) (any, error) { return nil, run(ctx) })
 }

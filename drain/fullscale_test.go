@@ -170,9 +170,8 @@ func fullScale(t *testing.T, seed bool) fullScaleResult {
 		d, err := New(Config{
 			Budget:       b,
 			Sandboxes:    node,
-			Estimator:    deadline.NewEstimator(2 * time.Second),
-			PauseOptions: []pause.Option{pause.WithLimit(16)},
-			Steps:        []Step{{Name: "ublk", Reserve: 60 * time.Second, Run: stopDaemon}},
+			PauseOptions: []pause.Option{pause.WithLimit(16), pause.WithEstimator(deadline.NewEstimator(2 * time.Second))},
+			Steps:        []Step{step("ublk", 60*time.Second, stopDaemon)},
 		})
 		require.NoError(t, err)
 		hook = kubeletsim.HandlerHook{Handler: d.PreStop(), Path: "/drain"}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/drainkit/drainkit/deadline"
 )
 
 // DefaultRetryAfter is the Retry-After a Gate's HTTP middleware sends when
@@ -84,7 +86,7 @@ func ShutdownHTTP(ctx context.Context, srv *http.Server) error {
 // HTTPServerStep returns a teardown Step that runs ShutdownHTTP on srv with
 // the step's context: Shutdown, then Close at the step's deadline.
 func HTTPServerStep(name string, srv *http.Server, reserve time.Duration) Step {
-	return Step{Name: name, Reserve: reserve, Run: func(ctx context.Context) error {
-		return ShutdownHTTP(ctx, srv)
-	}}
+	return NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve)}, func(ctx context.Context) (any, error) {
+		return nil, ShutdownHTTP(ctx, srv)
+	})
 }

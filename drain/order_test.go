@@ -40,18 +40,18 @@ func TestTerminationHappensInOrder(t *testing.T) {
 			edit: func(c *Config) {
 				c.Gate = &Gate{Exempt: []Class{Pause}}
 				c.Steps = []Step{
-					{Name: "ublk", Reserve: 30 * time.Second, Run: func(context.Context) error {
+					step("ublk", 30*time.Second, func(context.Context) error {
 						for _, s := range f.node.Sandboxes() {
 							assert.True(t, s.Preserved(), "ublk runs after every consumer is preserved")
 						}
 						record("ublk")
 						return nil
-					}},
-					{Name: "http", Reserve: 5 * time.Second, Run: func(context.Context) error {
+					}),
+					step("http", 5*time.Second, func(context.Context) error {
 						assert.Contains(t, events, "ublk")
 						record("http")
 						return nil
-					}},
+					}),
 				}
 			}})
 		var once sync.Once
@@ -96,6 +96,9 @@ func (h hungPreserver) Run(context.Context, time.Time) *pause.Report {
 	return &pause.Report{}
 }
 
+func (hungPreserver) Limit() int                     { return 1 }
+func (hungPreserver) Estimator() *deadline.Estimator { return nil }
+
 func TestAPreserverThatIgnoresItsDeadlineIsAbandonedAtTheHardDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
@@ -103,7 +106,7 @@ func TestAPreserverThatIgnoresItsDeadlineIsAbandonedAtTheHardDeadline(t *testing
 		b, err := deadline.New(60*time.Second, deadline.WithMargin(5*time.Second))
 		require.NoError(t, err)
 		d, err := New(Config{Budget: b, Preserver: hungPreserver{release},
-			Steps: []Step{{Name: "ublk", Reserve: 10 * time.Second, Run: func(context.Context) error { ublkRan = true; return nil }}}})
+			Steps: []Step{step("ublk", 10*time.Second, func(context.Context) error { ublkRan = true; return nil })}})
 		require.NoError(t, err)
 		t0 := time.Now()
 		rep := d.Shutdown(context.Background())

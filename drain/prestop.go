@@ -61,7 +61,7 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 }
 
 // PreStop returns the http.Handler for the kubelet's preStop hook (httpGet,
-// or an exec hook that calls it, see RunExecHook).
+// or an exec hook that calls it, see ExecHook and drain/cmd/drainhook).
 //
 // The first call fixes T0 in the budget (Budget.OnPreStop), closes the gate,
 // which turns readiness to 503, and starts the drain wait: while the Lister
@@ -220,6 +220,7 @@ func (d *Drainer) stopReason() string {
 func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	if d.lister == nil {
 		d.running.Store(0)
+		d.counted.Store(true)
 		return 0
 	}
 	ctx, cancel := context.WithDeadline(parent, dl)
@@ -237,5 +238,6 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 		return -1
 	}
 	d.running.Store(int64(len(sbs)))
+	d.counted.Store(true)
 	return len(sbs)
 }

@@ -84,7 +84,7 @@ func TestPreStopCalledTwiceJoinsTheFirstWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second,
 			sandboxes: 20, latency: 2 * time.Second, limit: 4,
-			steps: []Step{{Name: "ublk", Reserve: 30 * time.Second, Run: func(context.Context) error { return nil }}}})
+			steps: []Step{step("ublk", 30*time.Second, func(context.Context) error { return nil })}})
 		t0 := time.Now()
 		first := f.callPreStop(t.Context(), "")
 		time.Sleep(10 * time.Second)

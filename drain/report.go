@@ -31,10 +31,13 @@ const (
 
 // A PhaseReport is the account of one phase or teardown step.
 type PhaseReport struct {
-	Name     string        `json:"name"`        // the phase or step name
-	Start    time.Time     `json:"start"`       // when it started
-	End      time.Time     `json:"end"`         // when it ended (or was abandoned)
-	Deadline time.Time     `json:"deadline"`    // the deadline it ran against
+	Name     string    `json:"name"`     // the phase or step name
+	Start    time.Time `json:"start"`    // when it started
+	End      time.Time `json:"end"`      // when it ended (or was abandoned)
+	Deadline time.Time `json:"deadline"` // the deadline it ran against
+	// Hard is when work the phase started had to be over, where it differs
+	// from Deadline (the preserve phase's in-flight preserves).
+	Hard     time.Time     `json:"hard,omitzero"`
 	Duration time.Duration `json:"duration_ns"` // End - Start
 	// Reserve is the time the plan reserved for the phase.
 	Reserve time.Duration `json:"reserve_ns,omitempty"`
@@ -44,6 +47,9 @@ type PhaseReport struct {
 	Result Result        `json:"result"`           // how it ended
 	Error  string        `json:"error,omitempty"`  // the error, or why the wait ended
 	Forced bool          `json:"forced,omitempty"` // force mode was on when it ended
+	// Detail is what a step's Run returned about what it did (the ublk
+	// step's per-device report), or nil.
+	Detail any `json:"detail,omitempty"`
 }
 
 // A Report is the account of one shutdown: every phase in the order it ran
@@ -59,8 +65,8 @@ type Report struct {
 	PreStop  *PreStopSummary `json:"prestop,omitempty"`  // the preStop wait, if a hook called PreStop
 	Phases   []PhaseReport   `json:"phases"`             // every phase and step, in order
 	Preserve *pause.Report   `json:"preserve,omitempty"` // the Preserver's account of every sandbox
-	// Shortfall is by how much the budget was too small for every reserve
-	// when the shutdown started.
+	// Shortfall is by how much the time left when the preserve phase
+	// started was too small for its reserve and every step's.
 	Shortfall time.Duration `json:"shortfall_ns,omitempty"`
 	Forced    bool          `json:"forced,omitempty"`   // force mode was switched on
 	ForcedAt  time.Time     `json:"forced_at,omitzero"` // when Force was first called

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"log/slog"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -20,31 +23,33 @@ import (
 //
 // Shutdown treats its first call as the arrival of SIGTERM: it calls
 // Budget.OnSIGTERM, which refines the expected SIGKILL with the kubelet's
-// arithmetic (or anchors T0 now when no preStop hook ran), and ends the
-// preStop wait. Then, in order:
+// arithmetic (or anchors T0 now when no preStop hook ran), ends the preStop
+// wait, and logs the plan (every phase's deadline and reserve), with a
+// warning when the reserves do not fit in the time left. Then, in order,
+// each phase under the window the plan gives it by name when it starts:
 //
-//  1. gate: closes the gate if the preStop did not, and waits for admitted
-//     operations of gated classes to finish, at most InFlightWait and never
-//     past the drain phase's deadline;
-//  2. preserve: runs the Preserver under the preserve phase's context (the
-//     budget's deadline minus every step's reserve), with the budget's
-//     deadline as its hard deadline, or, when a step is Critical, the
-//     moment the first critical step must start;
-//  3. every Step in order, each under its phase's context (the budget's
-//     deadline minus the reserves of the steps after it), even when
+//  1. gate: closes the gate if the preStop did not, counts the running
+//     sandboxes if no preStop counted them (so the preserve reserve is
+//     known), and waits for admitted operations of gated classes to
+//     finish, at most InFlightWait;
+//  2. preserve: runs the Preserver under the preserve window: no preserve
+//     starts after its Deadline, and preserves still in flight end by its
+//     Hard deadline (the start of the first critical step's window, or the
+//     budget's deadline);
+//  3. every Step in order, each under its own window, even when
 //     preservation partly failed or an earlier step failed. A step that has
 //     not returned shortly after its deadline is abandoned, still running,
 //     and reported Abandoned.
 //
 // When the time left is smaller than the reserves of the phases still to
-// run (the kubelet's 2 s after an overrunning hook), it is shared among them
-// in proportion to their reserves, so every phase still runs; the Report
-// says which reserves were short.
+// run (the kubelet's 2 s after an overrunning hook), the plan's rule shares
+// it: critical steps first, the rest in proportion to their reserves (see
+// deadline.Plan). The Report says which phases were short.
 //
 // Force (or cancelling ctx, or a second signal with HandleSignals) stops
 // the remaining waits: the gate wait ends, the Preserver starts no new
 // preserve (in-flight ones end as its in-flight policy says), and each step
-// not yet finished gets only its Reserve. Every phase ends by the budget's
+// not yet finished gets only its reserve. Every phase ends by the budget's
 // deadline, so Shutdown returns by then unless steps are abandoned, each of
 // which costs at most a moment more.
 //
@@ -78,6 +83,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	ctx, span := d.tracer.Start(ctx, "drain.shutdown")
 	defer span.End()
 	rep := &Report{Start: time.Now()}
+	d.logPlan(ctx)
 
 	d.mu.Lock()
 	run := d.prestop
@@ -95,16 +101,15 @@ func (d *Drainer) run(ctx context.Context) *Report {
 			Deadline: sum.DrainDeadline, Duration: sum.Waited, Result: drainResult(sum.Reason), Error: sum.Reason})
 	}
 
-	d.phase(ctx, rep, PhaseGate, 0, d.gatePhase)
-	// Count the running sandboxes once more, so the preserve reserve is
-	// known even when no preStop counted them.
-	d.count(ctx, d.budget.Deadline())
-	rep.Shortfall = d.shortfall()
-	d.phase(ctx, rep, PhasePreserve, 1, func(ctx context.Context, p *PhaseReport) {
-		d.preservePhase(ctx, rep, p)
+	d.phase(ctx, rep, PhaseGate, d.gatePhase)
+	rep.Shortfall = d.plan.ShortfallFrom(PhasePreserve) // the count is in now
+	d.phase(ctx, rep, PhasePreserve, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
+		d.preservePhase(ctx, rep, w, p)
 	})
 	for i, s := range d.steps {
-		d.phase(ctx, rep, s.Name, 2+i, func(ctx context.Context, p *PhaseReport) { d.stepPhase(ctx, s, p) })
+		d.phase(ctx, rep, d.phases[i].Name, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
+			d.stepPhase(ctx, s, w, p)
+		})
 	}
 
 	rep.End = time.Now()
@@ -121,6 +126,26 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	return rep
 }
 
+// logPlan logs, at SIGTERM, the windows every phase still to run would get
+// if each ran to its deadline, and warns when their reserves do not fit in
+// the time left.
+func (d *Drainer) logPlan(ctx context.Context) {
+	short := d.plan.ShortfallFrom(PhaseGate)
+	ws := d.plan.Windows(PhaseGate)
+	attrs := make([]any, 0, len(ws)+3)
+	for _, w := range ws {
+		attrs = append(attrs, slog.Group(w.Name, "deadline", w.Deadline, "reserve", w.Reserve, "short", w.Short))
+	}
+	st := d.budget.State()
+	attrs = append(attrs, "kill", st.Kill, "deadline", st.Deadline, "running", d.Running())
+	if short > 0 {
+		d.log.Log(ctx, slog.LevelWarn, "drain: the work does not fit in the time left; phases share it",
+			append(attrs, "shortfall", short)...)
+		return
+	}
+	d.log.Log(ctx, slog.LevelInfo, "drain: SIGTERM: plan", attrs...)
+}
+
 func drainResult(reason string) Result {
 	if reason == ReasonDrained {
 		return OK
@@ -128,19 +153,18 @@ func drainResult(reason string) Result {
 	return TimedOut
 }
 
-// phase runs one phase under its own span and appends its PhaseReport.
-// index is the phase's place in the plan (0 for the gate phase, which has
-// no window of its own and sets its deadline itself).
-func (d *Drainer) phase(ctx context.Context, rep *Report, name string, index int,
-	fn func(context.Context, *PhaseReport)) {
+// phase runs one phase under its own span and the window the plan gives it
+// now, and appends its PhaseReport.
+func (d *Drainer) phase(ctx context.Context, rep *Report, name string,
+	fn func(context.Context, deadline.Window, *PhaseReport)) {
 	ctx, span := d.tracer.Start(ctx, "drain."+name, trace.WithAttributes(attribute.String("drain.phase", name)))
 	defer span.End()
-	p := PhaseReport{Name: name, Start: time.Now()}
-	if index > 0 {
-		p.Deadline, p.Reserve = d.phaseDeadline(index)
-		p.Short = max(p.Reserve-max(p.Deadline.Sub(p.Start), 0), 0)
+	w := d.plan.Window(name)
+	p := PhaseReport{Name: name, Start: w.Start, Deadline: w.Deadline, Reserve: w.Reserve, Short: w.Short}
+	if !w.Hard.Equal(w.Deadline) {
+		p.Hard = w.Hard
 	}
-	fn(ctx, &p)
+	fn(ctx, w, &p)
 	p.End = time.Now()
 	p.Duration = p.End.Sub(p.Start)
 	p.Forced = d.force.Err() != nil
@@ -152,38 +176,6 @@ func (d *Drainer) phase(ctx context.Context, rep *Report, name string, index int
 	rep.Phases = append(rep.Phases, p)
 }
 
-// phaseDeadline returns the deadline and reserve of the plan's phase i, as
-// of now: the plan's deadline (the budget's deadline minus the reserves of
-// the later phases) while the time left covers the reserves of this phase
-// and the later ones. When it does not (the kubelet's 2 s after an
-// overrunning hook), the time left is shared in proportion to the
-// reserves, so every phase still gets a part of it instead of the earlier
-// ones getting none.
-func (d *Drainer) phaseDeadline(i int) (time.Time, time.Duration) {
-	ws := d.plan.Windows()
-	now, end := time.Now(), d.budget.Deadline()
-	left := end.Sub(now)
-	var rest time.Duration
-	for _, w := range ws[i:] {
-		rest += w.Reserve
-	}
-	if rest <= left || left <= 0 {
-		return ws[i].Deadline, ws[i].Reserve
-	}
-	share := time.Duration(float64(left) * float64(ws[i].Reserve) / float64(rest))
-	return now.Add(share), ws[i].Reserve
-}
-
-// shortfall is by how much the reserves of the preserve phase and the steps
-// exceed the time left before the budget's deadline.
-func (d *Drainer) shortfall() time.Duration {
-	var rest time.Duration
-	for _, w := range d.plan.Windows()[1:] {
-		rest += w.Reserve
-	}
-	return max(rest-d.budget.Remaining(), 0)
-}
-
 // forceCancel returns ctx cancelled with ErrForced when Force is called.
 func (d *Drainer) forceCancel(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -191,11 +183,18 @@ func (d *Drainer) forceCancel(ctx context.Context) (context.Context, context.Can
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
-func (d *Drainer) gatePhase(ctx context.Context, p *PhaseReport) {
+// gatePhase closes the gate, counts the running sandboxes when no preStop
+// did, and waits for admitted gated operations until the gate's deadline,
+// which the count may bring earlier. The count is bounded by the window's
+// Hard deadline, not its Deadline: when time is short the gate gets none,
+// but without the count the preserve phase would get no share either.
+func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseReport) {
 	d.gate.Close()
-	p.Deadline = d.plan.Deadline(PhaseDrain)
-	if bound := time.Now().Add(d.inflight); bound.Before(p.Deadline) {
-		p.Deadline = bound
+	if !d.counted.Load() {
+		d.count(ctx, w.Hard)
+		if dl := d.plan.Deadline(PhaseGate); dl.Before(p.Deadline) {
+			p.Deadline = dl // the count moved the preserve reserve
+		}
 	}
 	ctx, cancel := context.WithDeadline(ctx, p.Deadline)
 	defer cancel()
@@ -208,63 +207,40 @@ func (d *Drainer) gatePhase(ctx context.Context, p *PhaseReport) {
 	p.Result = OK
 }
 
-func (d *Drainer) preservePhase(ctx context.Context, rep *Report, p *PhaseReport) {
-	ctx, cancel := context.WithDeadline(ctx, p.Deadline)
+func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
+	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
-	hard := d.hardDeadline(p.Deadline)
-	// runBounded waits for the Preserver until hard, not the phase deadline:
-	// in-flight preserves may finish until hard.
-	hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), hard)
+	// callBounded waits for the Preserver until the hard deadline, not the
+	// phase deadline: in-flight preserves may finish until then.
+	hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), w.Hard)
 	defer hcancel()
-	var pr *pause.Report // written by the goroutine, read only once it returned
-	err := runBounded(hctx, func(context.Context) error {
-		pr = d.preserver.Run(ctx, hard)
-		return nil
+	pr, err := callBounded(hctx, func(context.Context) (*pause.Report, error) {
+		return d.preserver.Run(ctx, w.Hard), nil
 	})
-	if err == nil {
-		rep.Preserve = pr
-	}
+	rep.Preserve = pr
 	switch {
 	case errors.Is(err, errAbandoned):
 		p.Result, p.Error = Abandoned, "the Preserver did not return by the hard deadline"
 	case err != nil:
 		p.Result, p.Error = Failed, err.Error()
-	case rep.Preserve == nil:
+	case pr == nil:
 		p.Result, p.Error = Failed, "the Preserver returned no report"
-	case rep.Preserve.Err() != nil: // sandboxes lost, or unknown: no listing succeeded
-		p.Result, p.Error = Failed, rep.Preserve.Err().Error()
+	case pr.Err() != nil: // sandboxes lost, or unknown: no listing succeeded
+		p.Result, p.Error = Failed, pr.Err().Error()
 	default:
 		p.Result = OK
 	}
 }
 
-// hardDeadline is when preserves still in flight after the preserve phase's
-// deadline (soft) are abandoned: the budget's deadline, or the start of the
-// first Critical step's window, whichever is earlier, but never before soft.
-func (d *Drainer) hardDeadline(soft time.Time) time.Time {
-	hard := d.budget.Deadline()
-	for i, s := range d.steps {
-		if s.Critical {
-			// The phase before step i is plan phase 1+i; its deadline is
-			// where step i's window (and its reserve) begins.
-			hard = d.plan.Windows()[1+i].Deadline
-			break
-		}
-	}
-	if hard.Before(soft) {
-		return soft
-	}
-	return hard
-}
-
-func (d *Drainer) stepPhase(ctx context.Context, s Step, p *PhaseReport) {
-	ctx, cancel := context.WithDeadline(ctx, p.Deadline)
+func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *PhaseReport) {
+	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
-	ctx, unforce := d.forceReserve(ctx, s.Reserve)
+	ctx, unforce := d.forceReserve(ctx, w.Reserve)
 	defer unforce()
-	err := runBounded(ctx, s.Run)
+	detail, err := callBounded(ctx, s.Run)
+	p.Detail = detail
 	switch {
 	case err == nil:
 		p.Result = OK

@@ -21,11 +21,11 @@ func TestHandleSignalsFirstStartsSecondForces(t *testing.T) {
 
 	stepStarted := make(chan struct{})
 	f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Millisecond,
-		steps: []Step{{Name: "hang", Reserve: 10 * time.Millisecond, Run: func(ctx context.Context) error {
+		steps: []Step{step("hang", 10*time.Millisecond, func(ctx context.Context) error {
 			close(stepStarted)
 			<-ctx.Done() // its deadline is minutes away: only force ends it
 			return context.Cause(ctx)
-		}}}})
+		})}})
 	done := make(chan *Report, 1)
 	go func() { done <- f.d.HandleSignals(context.Background()) }()
 

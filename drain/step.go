@@ -6,32 +6,40 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
+
+	"github.com/drainkit/drainkit/deadline"
 )
 
 // A Step is one teardown action run after preservation, in the order given:
 // stopping the block-device daemon, cleaning up the network, shutting down
-// the API servers. Steps are plain values; a server adds its own.
-type Step struct {
-	// Name identifies the step in the plan and the Report; unique, and not
-	// one of the phase names "drain", "gate" or "preserve".
-	Name string
-	// Reserve is the time the step needs at least. The phases before it end
-	// early enough to leave it (and every later step) its reserve; in force
-	// mode it is all the step gets.
-	Reserve time.Duration
-	// Run does the work and should return when ctx is done. A Run that
-	// does not is abandoned shortly after its deadline and reported
-	// Abandoned; the next step runs anyway.
-	Run func(ctx context.Context) error
-	// Critical marks a step whose reserve nothing before it may spend:
-	// preserves still in flight at the preserve phase's deadline (the
-	// pause.FinishInFlight policy) are abandoned by the time the first
-	// critical step must start, instead of at the budget's deadline. Mark
-	// the block-device teardown critical: on a kernel without the ublk
-	// cancel fix, a daemon killed with live devices can crash the host,
-	// which costs more than one unfinished pause.
-	Critical bool
+// the API servers. A *ublk.Teardown is a Step; NewStep makes one from a
+// function, and HTTPServerStep and draingrpc.Step make the usual ones.
+type Step interface {
+	// Phase names the step in the plan and the Report (unique, not empty,
+	// and not one of "drain", "gate" or "preserve") and says what time it
+	// needs: its reserve, which the phases before it leave it, and whether
+	// it is critical (see deadline.Phase). It is called once, by New.
+	Phase() deadline.Phase
+	// Run does the work within ctx's deadline (the step's window from the
+	// plan) and returns what it did, which the Report carries as the step's
+	// Detail (JSON-marshalable, or nil). A Run that has not returned
+	// shortly after ctx ends is abandoned and reported Abandoned; the next
+	// step runs anyway.
+	Run(ctx context.Context) (any, error)
 }
+
+// NewStep returns a Step with the given phase that calls run.
+func NewStep(phase deadline.Phase, run func(ctx context.Context) (any, error)) Step {
+	return funcStep{phase: phase, run: run}
+}
+
+type funcStep struct {
+	phase deadline.Phase
+	run   func(ctx context.Context) (any, error)
+}
+
+func (s funcStep) Phase() deadline.Phase                { return s.phase }
+func (s funcStep) Run(ctx context.Context) (any, error) { return s.run(ctx) }
 
 // ErrForced is the cause of a phase context cancelled by force mode.
 var ErrForced = errors.New("drain: forced")
@@ -48,26 +56,39 @@ var errAbandoned = errors.New("did not return by its deadline; abandoned")
 // errAbandoned if fn has not returned returnSlack after ctx ended. A panic in
 // fn is recovered and returned as an error with its stack.
 func runBounded(ctx context.Context, fn func(context.Context) error) error {
-	res := make(chan error, 1)
+	_, err := callBounded(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+	return err
+}
+
+// callBounded is runBounded for a function with a result, which is the zero
+// value when fn was abandoned or panicked.
+func callBounded[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
+	type outcome struct {
+		v   T
+		err error
+	}
+	res := make(chan outcome, 1)
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				res <- fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+				res <- outcome{err: fmt.Errorf("panic: %v\n%s", p, debug.Stack())}
 			}
 		}()
-		res <- fn(ctx)
+		v, err := fn(ctx)
+		res <- outcome{v, err}
 	}()
 	select {
-	case err := <-res:
-		return err
+	case o := <-res:
+		return o.v, o.err
 	case <-ctx.Done():
 	}
 	t := time.NewTimer(returnSlack)
 	defer t.Stop()
 	select {
-	case err := <-res:
-		return err
+	case o := <-res:
+		return o.v, o.err
 	case <-t.C:
-		return errAbandoned
+		var zero T
+		return zero, errAbandoned
 	}
 }

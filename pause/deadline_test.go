@@ -41,7 +41,7 @@ func TestCancelAtDeadlineCancelsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 4, 8*time.Second)
-		p, err := pause.New(node, pause.WithLimit(2))
+		p, err := pause.New(node, pause.WithLimit(2), pause.WithInFlight(pause.CancelAtDeadline))
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 5*time.Second, 20*time.Second)
 		assert.Equal(t, 2, rep.Counts[pause.TimedOut])
@@ -79,12 +79,13 @@ func TestFinishInFlightStopsAtHardDeadline(t *testing.T) {
 	})
 }
 
-// A Preserve that ignores its context cannot hold Run past the hard
-// deadline (or past the phase deadline when there is no later hard one).
+// A Preserve that ignores its context cannot hold Run more than
+// ReturnSlack past the hard deadline (or past the phase deadline when there
+// is no later hard one).
 func TestHangCannotHoldRunPastHardDeadline(t *testing.T) {
 	for _, tc := range []struct {
 		hard, want time.Duration
-	}{{30 * time.Second, 30 * time.Second}, {0, 10 * time.Second}} {
+	}{{30 * time.Second, 30*time.Second + pause.ReturnSlack}, {0, 10*time.Second + pause.ReturnSlack}} {
 		t.Run(fmt.Sprintf("hard %v", tc.hard), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				node := fakesandbox.NewNode()
@@ -110,7 +111,7 @@ func TestCancelledContextEndsThePhase(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 10, 2*time.Second)
-		p, err := pause.New(node, pause.WithLimit(2))
+		p, err := pause.New(node, pause.WithLimit(2), pause.WithInFlight(pause.CancelAtDeadline))
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(3*time.Second, cancel)
@@ -163,9 +164,39 @@ func TestSlotWaitGivesUpAtPhaseDeadline(t *testing.T) {
 		p, err := pause.New(node, pause.WithLimit(1), pause.WithInFlight(pause.FinishInFlight))
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 10*time.Second, 30*time.Second)
-		assert.Equal(t, 30*time.Second, took)
+		assert.Equal(t, 30*time.Second+pause.ReturnSlack, took)
 		assert.Equal(t, pause.TimedOut, entry(t, rep, "stuck").Outcome)
 		assert.Equal(t, pause.NotStarted, entry(t, rep, "waiting").Outcome)
 		time.Sleep(fakesandbox.DefaultHang)
+	})
+}
+
+// prompt is a sandbox whose Preserve takes forever but returns its
+// context's error the moment the context ends, as a well-behaved one does.
+type prompt struct{ id string }
+
+func (p prompt) ID() string { return p.id }
+func (p prompt) Preserve(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// The in-flight "abandoned" verdict is for a Preserve that outlives its
+// context; one that returns ctx.Err() at the very instant the hard
+// deadline ends its context is TimedOut with its own error.
+//
+//	0 s start    10 s phase deadline: nothing new    30 s hard: ctx ends, Preserve returns
+func TestPreserveReturningAtTheHardDeadlineIsNotAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			return []pause.Sandbox{prompt{"prompt"}}, nil
+		}))
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 30*time.Second)
+		assert.Equal(t, 30*time.Second, took, "Run returns when the Preserve does, not ReturnSlack later")
+		e := entry(t, rep, "prompt")
+		assert.Equal(t, pause.TimedOut, e.Outcome)
+		assert.Equal(t, context.DeadlineExceeded.Error(), e.Error)
+		assert.NotContains(t, e.Error, "abandoned")
 	})
 }

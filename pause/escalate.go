@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/drainkit/drainkit/deadline"
 )
 
 // DefaultKillWait is how long Escalation waits after SIGKILL when KillWait
@@ -144,22 +146,24 @@ func (e Escalation) Stop(ctx context.Context, t Target) (Exit, error) {
 	return ExitUnknown, errors.Join(failures...)
 }
 
+// graceEnd is when the wait after SIGTERM ends: Grace after now (by
+// default the rest of ctx's window, or DefaultGrace without a deadline),
+// but never into the killWait the SIGKILL and its wait need before ctx's
+// deadline, laid out by the plan's rule (deadline.Split).
 func (e Escalation) graceEnd(ctx context.Context, killWait time.Duration) time.Time {
 	now := time.Now()
-	dl, hasDeadline := ctx.Deadline()
-	var end time.Time
-	switch {
-	case e.Grace > 0:
-		end = now.Add(e.Grace)
-	case hasDeadline:
-		end = dl
-	default:
-		end = now.Add(DefaultGrace)
+	dl, ok := ctx.Deadline()
+	if !ok {
+		grace := e.Grace
+		if grace <= 0 {
+			grace = DefaultGrace
+		}
+		return now.Add(grace)
 	}
-	if hasDeadline && end.After(dl.Add(-killWait)) {
-		end = dl.Add(-killWait)
-	}
-	return end
+	ws := deadline.Split(now, dl,
+		deadline.Phase{Name: "term", Max: max(e.Grace, 0)},
+		deadline.Phase{Name: "kill", Reserve: deadline.Fixed(killWait), Critical: true})
+	return ws[0].Deadline
 }
 
 // waitUntil waits for t to exit until the time until, retrying a wait

@@ -25,6 +25,10 @@ const DefaultLimit = 8
 // holds too many half-written images for the last ones to finish.
 const DefaultMaxLimit = 32
 
+// DefaultEstimate is where the default Estimator starts, before any
+// preserve was measured.
+const DefaultEstimate = time.Second
+
 // DefaultProgressInterval is how often a Run logs a progress line when
 // WithProgressInterval is not given.
 const DefaultProgressInterval = 10 * time.Second
@@ -84,13 +88,15 @@ type InFlight int
 
 // The in-flight policies.
 const (
-	// CancelAtDeadline, the default, cancels the context of every running
-	// preserve at the phase deadline.
-	CancelAtDeadline InFlight = iota
-	// FinishInFlight lets running preserves go on until the hard deadline
-	// ("never abort a pause halfway"); no new preserve starts after the
-	// phase deadline.
-	FinishInFlight
+	// FinishInFlight, the default, lets running preserves go on until the
+	// hard deadline ("never abort a pause halfway"); no new preserve starts
+	// after the phase deadline. A preserve cut at its phase deadline is
+	// lost with the time it already spent, while the hard deadline still
+	// leaves the later phases their reserves.
+	FinishInFlight InFlight = iota
+	// CancelAtDeadline cancels the context of every running preserve at
+	// the phase deadline.
+	CancelAtDeadline
 )
 
 // String returns the policy's name.
@@ -180,10 +186,10 @@ func WithPermanent(isPermanent func(error) bool) Option {
 	return func(c *config) { c.isPermanent = isPermanent }
 }
 
-// WithEstimator sets an Estimator that is fed with the duration of every
+// WithEstimator sets the Estimator that is fed with the duration of every
 // successful preserve and estimates the sandboxes that do not implement
-// Estimated. It is typically the same Estimator the deadline.Plan uses for
-// the preserve phase's reserve.
+// Estimated; Preserver.Estimator returns it, and drain's plan reserves the
+// preserve phase's time from it. The default starts at DefaultEstimate.
 func WithEstimator(e *deadline.Estimator) Option { return func(c *config) { c.estimator = e } }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider. The default is

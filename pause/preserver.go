@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+
+	"github.com/drainkit/drainkit/deadline"
 )
 
 // A Preserver preserves every sandbox a Lister returns, a bounded number at
@@ -46,6 +48,9 @@ func New(list Lister, opts ...Option) (*Preserver, error) {
 		}
 		o(&c)
 	}
+	if c.estimator == nil {
+		c.estimator = deadline.NewEstimator(DefaultEstimate)
+	}
 	err := errors.Join(append(nilOpts, c.validate())...)
 	if isNil(list) {
 		err = errors.Join(errors.New("pause: lister must not be nil"), err)
@@ -80,6 +85,10 @@ func isNil(l Lister) bool {
 // first Run; when the limit adapts, the one it has moved to, kept after the
 // Run (the next Run starts from it). Use it for deadline.Work reserves.
 func (p *Preserver) Limit() int { return int(p.limit.Load()) }
+
+// Estimator returns the Estimator the Preserver feeds with every
+// successful preserve's duration (see WithEstimator); never nil.
+func (p *Preserver) Estimator() *deadline.Estimator { return p.cfg.estimator }
 
 // Run preserves, in passes, every sandbox the Lister returns, and returns
 // the Report.

@@ -39,6 +39,13 @@ const (
 // sandbox on the node.
 const AbandonGrace = time.Second
 
+// ReturnSlack is how long after the hard deadline Run still waits for
+// preserves whose context ended at it: a Preserve that returns at once
+// is reported with its own error (TimedOut), and only one that outlives
+// its context by more is abandoned. It is well under the time drain
+// gives a Preserver to return after its hard deadline.
+const ReturnSlack = 20 * time.Millisecond
+
 // errAbandoned is the error of a sandbox whose Preserve ignored its
 // context past a deadline.
 var errAbandoned = errors.New("pause: Preserve ignored its context past the deadline; abandoned")

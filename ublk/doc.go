@@ -19,7 +19,7 @@
 // and at shutdown, after the VMs are paused and closed, inside the
 // teardown phase's deadline:
 //
-//	report, err := td.Run(ctx)      // or {Name: "ublk", Run: td.Stop} as a drain step
+//	report, err := td.Stop(ctx)     // or drain.Config{Steps: []drain.Step{td}}
 //	var unsafe *ublk.UnsafeError
 //	if errors.As(err, &unsafe) { ... } // devices live, daemon left running: tell a human
 //
@@ -34,18 +34,19 @@
 // vulnerable.
 //
 // Guarantees:
-//   - Run returns by ctx's deadline (plus one sysfs read). Inside it,
-//     HolderWait (default half the budget) bounds the wait for holders,
-//     RequestTimeout (5 s) the stop request, and the control fallback starts
-//     ControlReserve+KillReserve (5 s + 2 s, each at most a quarter of the
-//     budget) before the deadline. Without a deadline Run waits until ctx is
-//     cancelled.
+//   - Stop returns by ctx's deadline (plus one sysfs read). Inside it, the
+//     step's reserve (WithReserve, default 7 s) is kept for the daemon's
+//     own stop (2/7), the control fallback (3/7) and the kill (2/7); the
+//     holder wait (WithHolderWait) runs before them, and RequestTimeout
+//     (5 s) bounds the stop request. When the window is
+//     shorter than the reserve, deadline.Split's rule shares it. Without a
+//     deadline Stop waits until ctx is cancelled.
 //   - On a vulnerable kernel the daemon is never killed while a device's
-//     disk exists and STOP_DEV has not completed for it; Run then returns an
+//     disk exists and STOP_DEV has not completed for it; Stop then returns an
 //     *UnsafeError saying so ("devices still live ... daemon left running,
 //     unsafe to kill").
 //   - The daemon is never asked to stop while a process holds a disk open,
-//     unless WithStopDespiteHolders; Run then returns a *HeldError naming
+//     unless WithStopDespiteHolders; Stop then returns a *HeldError naming
 //     the holders.
 //   - The Report always has one entry per device: initial and final state,
 //     in-flight I/O before and after, holders, each action with its

@@ -86,7 +86,7 @@ func ExampleTeardown_Run() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	report, err := td.Run(ctx)
+	report, err := td.Stop(ctx)
 	fmt.Println("error:", err)
 	fmt.Println("verdict:", report.Verdict)
 	for _, d := range report.Devices {

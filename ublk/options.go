@@ -23,12 +23,13 @@ type config struct {
 	releaseSet        bool
 	decls             []KernelDeclaration
 	poll              time.Duration
-	holderWait        time.Duration // -1: half the budget
+	holderWait        time.Duration // -1: until the fallback's turn
 	requestTimeout    time.Duration
 	stopDespite       bool
 	exitGrace         time.Duration
-	killReserve       time.Duration
+	stopReserve       time.Duration // the three parts of WithReserve
 	controlReserve    time.Duration
+	killReserve       time.Duration
 	openControl       func(ctx context.Context) (Controller, error)
 	logger            *slog.Logger
 	tp                trace.TracerProvider
@@ -43,8 +44,9 @@ func defaults() config {
 		holderWait:     -1,
 		requestTimeout: 5 * time.Second,
 		exitGrace:      5 * time.Second,
-		killReserve:    2 * time.Second,
-		controlReserve: 5 * time.Second,
+		stopReserve:    DefaultReserve * 2 / 7,
+		controlReserve: DefaultReserve * 3 / 7,
+		killReserve:    DefaultReserve * 2 / 7,
 		openControl:    func(context.Context) (Controller, error) { return OpenControl(DefaultControlPath) },
 		logger:         slog.New(slog.DiscardHandler),
 		tp:             otel.GetTracerProvider(),
@@ -161,9 +163,9 @@ func WithPollInterval(d time.Duration) Option {
 }
 
 // WithHolderWait bounds how long the step waits for processes to close the
-// devices before it asks the daemon to stop (default: half of the time
-// left when Run starts, unbounded without a deadline; 0 looks once). It
-// never extends past the start of the control fallback.
+// devices before it asks the daemon to stop (default: until the control
+// fallback's turn, unbounded without a deadline; 0 looks once). It never
+// extends past the start of the control fallback.
 func WithHolderWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -207,28 +209,24 @@ func WithExitGrace(d time.Duration) Option {
 	}
 }
 
-// WithKillReserve sets the time kept before the deadline to kill the
-// daemon and see it exit (default 2 s, at most a quarter of the time left
-// when Run starts).
-func WithKillReserve(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return fieldErr("KillReserve", "must be >= 0, got %v", d)
-		}
-		c.killReserve = d
-		return nil
-	}
-}
+// DefaultReserve is the time a Teardown keeps for itself by default: what
+// the daemon's own stop, the /dev/ublk-control fallback and the kill need.
+const DefaultReserve = 7 * time.Second
 
-// WithControlReserve sets the time kept before the kill reserve for the
-// /dev/ublk-control fallback (default 5 s, at most a quarter of the time
-// left when Run starts).
-func WithControlReserve(d time.Duration) Option {
+// WithReserve sets the time the step reserves before its deadline in the
+// drain plan (default DefaultReserve): the phases before it leave it this
+// much. The step divides it 2:3:2 between the daemon's own stop, the
+// /dev/ublk-control fallback and the kill, in that order; the holder wait
+// and the daemon's stop also get whatever time the window has beyond the
+// reserve. It must be positive.
+func WithReserve(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 0 {
-			return fieldErr("ControlReserve", "must be >= 0, got %v", d)
+		if d <= 0 {
+			return fieldErr("Reserve", "must be > 0, got %v", d)
 		}
-		c.controlReserve = d
+		c.stopReserve = d * 2 / 7
+		c.controlReserve = d * 3 / 7
+		c.killReserve = d - c.stopReserve - c.controlReserve
 		return nil
 	}
 }

@@ -67,7 +67,7 @@ func run(t *testing.T, td *ublk.Teardown, budget time.Duration) (*ublk.Report, e
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
-	rep, err := td.Run(ctx)
+	rep, err := td.Stop(ctx)
 	require.NotNil(t, rep)
 	return rep, err
 }
@@ -142,7 +142,7 @@ func TestRealHungDaemonOnVulnerableKernelIsLeftRunning(t *testing.T) {
 func TestRealHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
 	d, sys, _, _ := realDaemon(t, fakeublk.Hung, 0)
 	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(fixed),
-		ublk.WithoutControl(), ublk.WithKillReserve(time.Second))
+		ublk.WithoutControl(), ublk.WithReserve(3500*time.Millisecond))
 	rep, err := run(t, td, 3*time.Second)
 	var inc *ublk.IncompleteError
 	require.ErrorAs(t, err, &inc)

@@ -9,6 +9,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/drainkit/drainkit/deadline"
 )
 
 // run is the state of one Teardown.Run.
@@ -68,27 +70,33 @@ func newRun(ctx context.Context, t *Teardown) *run {
 	return r
 }
 
-// plan places the step's internal deadlines inside ctx's deadline.
+// plan places the step's stages inside ctx's deadline with the plan's
+// rule (deadline.Split): the holder wait runs until the daemon's own stop,
+// the control fallback and the kill need their reserves; when the window
+// is shorter than those reserves, the three share it in proportion. The
+// step does no time arithmetic of its own on its window.
 func (r *run) plan() {
+	if r.cfg.holderWait == 0 {
+		r.holderUntil = r.start // look once
+	}
 	dl, ok := r.ctx.Deadline()
-	hw := r.cfg.holderWait
 	if !ok {
-		if hw >= 0 {
-			r.holderUntil = r.start.Add(hw)
+		if r.cfg.holderWait > 0 {
+			r.holderUntil = r.start.Add(r.cfg.holderWait)
 		}
 		return
 	}
 	r.rep.Deadline = dl
-	left := max(dl.Sub(r.start), 0)
-	r.killAt = dl.Add(-min(r.cfg.killReserve, left/4))
-	r.fallbackAt = r.killAt.Add(-min(r.cfg.controlReserve, left/4))
-	if hw < 0 {
-		hw = left / 2
+	ws := deadline.Split(r.start, dl,
+		deadline.Phase{Name: "holders", Max: max(r.cfg.holderWait, 0)},
+		deadline.Phase{Name: "stop", Reserve: deadline.Fixed(r.cfg.stopReserve), Critical: true},
+		deadline.Phase{Name: "control", Reserve: deadline.Fixed(r.cfg.controlReserve), Critical: true},
+		deadline.Phase{Name: "kill", Reserve: deadline.Fixed(r.cfg.killReserve), Critical: true},
+	)
+	if r.holderUntil.IsZero() {
+		r.holderUntil = ws[0].Deadline
 	}
-	r.holderUntil = r.start.Add(hw)
-	if r.holderUntil.After(r.fallbackAt) {
-		r.holderUntil = r.fallbackAt
-	}
+	r.fallbackAt, r.killAt = ws[1].Deadline, ws[2].Deadline
 }
 
 func (r *run) do() error {
@@ -251,11 +259,12 @@ func (r *run) requestStop() {
 		}
 	}()
 	s := r.stepStart("request stop")
-	until := time.Now().Add(r.cfg.requestTimeout)
-	if !r.fallbackAt.IsZero() && r.fallbackAt.Before(until) {
-		until = r.fallbackAt
+	rctx, rcancel := context.WithTimeout(r.ctx, r.cfg.requestTimeout)
+	if !r.fallbackAt.IsZero() {
+		var cancelAt context.CancelFunc
+		rctx, cancelAt = context.WithDeadline(rctx, r.fallbackAt)
+		defer cancelAt()
 	}
-	rctx, rcancel := context.WithDeadline(r.ctx, until)
 	err := d.RequestStop(rctx)
 	rcancel()
 	r.requestedAt = time.Now()

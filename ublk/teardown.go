@@ -2,22 +2,25 @@ package ublk
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/drainkit/drainkit/deadline"
 )
 
 // ScopeName is the OpenTelemetry instrumentation scope of this package.
 const ScopeName = "github.com/drainkit/drainkit/ublk"
 
 // Teardown is the ublk device teardown step. Build it with New at server
-// start (so bad configuration fails then, not at SIGTERM) and call Run, or
-// use Stop as a drain teardown step. See the package documentation for
-// the order it follows and what it guarantees.
+// start (so bad configuration fails then, not at SIGTERM) and call Stop,
+// or give it to drain as a teardown step: it has the Phase and Run methods
+// of drain.Step, and its phase is critical, so no other phase may spend
+// its reserve. See the package documentation for the order it follows and
+// what it guarantees.
 type Teardown struct {
 	cfg      config
 	release  string
@@ -28,9 +31,6 @@ type Teardown struct {
 	tracer   trace.Tracer
 	verdicts metric.Int64Counter
 	duration metric.Float64Histogram
-
-	mu   sync.Mutex
-	last *Report
 }
 
 // New builds a Teardown. It reads the running kernel's release (unless
@@ -74,7 +74,25 @@ func (t *Teardown) Kernel() (string, KernelClass) { return t.release, t.class }
 // rule of the table that decided it and the declaration that matched.
 func (t *Teardown) KernelDecision() KernelDecision { return t.decision }
 
-// Run tears the devices down in the safe order, inside ctx's deadline:
+// StepName is the name of the Teardown's phase in a drain plan and Report.
+const StepName = "ublk"
+
+// Phase returns the step's place in a drain plan: named StepName, with the
+// reserve set by WithReserve, and critical: preserves still in flight must
+// end before its window begins, and when the time left is short it gets
+// its reserve before any non-critical phase. A daemon killed with live
+// devices can crash the host, which costs more than one unfinished pause.
+func (t *Teardown) Phase() deadline.Phase {
+	return deadline.Phase{Name: StepName, Reserve: deadline.Fixed(t.cfg.stopReserve + t.cfg.controlReserve + t.cfg.killReserve), Critical: true}
+}
+
+// Run is Stop for the drain orchestrator (drain.Step): it returns the
+// *Report as the step's detail, which the drain Report carries.
+func (t *Teardown) Run(ctx context.Context) (any, error) {
+	return t.Stop(ctx)
+}
+
+// Stop tears the devices down in the safe order, inside ctx's deadline:
 //
 //  1. Find the devices (sysfs, or the IDs given with WithDevices).
 //  2. Wait, at most HolderWait, until no process holds a disk open (fds,
@@ -86,20 +104,20 @@ func (t *Teardown) KernelDecision() KernelDecision { return t.decision }
 //     re-reading sysfs every PollInterval.
 //  5. Fall back to /dev/ublk-control (STOP_DEV, then DEL_DEV once the
 //     daemon is gone) when the request failed, when the daemon exited and
-//     left devices, or when ControlReserve+KillReserve before the deadline
-//     devices are still live.
+//     left devices, or when devices are still live once only the step's
+//     reserve is left before the deadline.
 //  6. Kill the daemon only when that is safe: once no device is live any
-//     more (after ExitGrace), or KillReserve before the deadline on a
-//     kernel that is not vulnerable. On a vulnerable kernel a daemon with a
-//     live device is never killed: Run waits until the deadline and
-//     returns an *UnsafeError.
+//     more (after ExitGrace), or, on a kernel that is not vulnerable, when
+//     only the kill's part of the reserve is left. On a vulnerable kernel a
+//     daemon with a live device is never killed: Stop waits until the
+//     deadline and returns an *UnsafeError.
 //
-// Run returns by ctx's deadline (plus the time of one sysfs/procfs read).
+// Stop returns by ctx's deadline (plus the time of one sysfs/procfs read).
 // The Report is always non-nil and has one DeviceReport per device. The
 // error is nil when every device went; otherwise *HeldError, *UnsafeError
 // or *IncompleteError (find them with errors.As). On systems other than
 // Linux Run does nothing and reports VerdictNothingToDo.
-func (t *Teardown) Run(ctx context.Context) (*Report, error) {
+func (t *Teardown) Stop(ctx context.Context) (*Report, error) {
 	ctx, span := t.tracer.Start(ctx, "ublk.Teardown", trace.WithAttributes(
 		attribute.String("kernel.release", t.release), attribute.String("kernel.class", string(t.class))))
 	defer span.End()
@@ -114,26 +132,7 @@ func (t *Teardown) Run(ctx context.Context) (*Report, error) {
 			Verdict: VerdictNothingToDo, Note: "ublk exists only on Linux", Devices: []DeviceReport{}}
 	}
 	t.observe(ctx, span, rep, err)
-	t.mu.Lock()
-	t.last = rep
-	t.mu.Unlock()
 	return rep, err
-}
-
-// Stop is Run for callers that want only the error, such as the drain
-// orchestrator's teardown step ({Name: "ublk", Run: t.Stop}). The report
-// is kept for LastReport.
-func (t *Teardown) Stop(ctx context.Context) error {
-	_, err := t.Run(ctx)
-	return err
-}
-
-// LastReport returns the report of the latest Run or Stop that returned,
-// or nil before the first.
-func (t *Teardown) LastReport() *Report {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.last
 }
 
 func (t *Teardown) observe(ctx context.Context, span trace.Span, rep *Report, err error) {

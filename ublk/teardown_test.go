@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
 )
 
 const (
@@ -26,7 +28,7 @@ func runFor(t *testing.T, td *Teardown, budget time.Duration) (*Report, time.Dur
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	start := time.Now()
-	rep, err := td.Run(ctx)
+	rep, err := td.Stop(ctx)
 	require.NotNil(t, rep)
 	return rep, time.Since(start), err
 }
@@ -57,7 +59,6 @@ func TestCooperativeDaemonStopsEveryDevice(t *testing.T) {
 		assert.Equal(t, "disk removed", disk.Name)
 		assert.InDelta(t, 3*time.Second, disk.Duration, float64(td.cfg.poll), "seen within one poll interval")
 		assert.True(t, rep.Daemon.Requested && rep.Daemon.Exited && !rep.Daemon.Killed && !rep.Daemon.LeftRunning)
-		assert.Same(t, rep, td.LastReport())
 	})
 }
 
@@ -114,7 +115,7 @@ func TestHungDaemonOnExitMayHangKernelIsNeverKilled(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(mayHang), WithoutControl(), WithKillReserve(3*time.Second))...)
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(mayHang), WithoutControl(), WithReserve(10500*time.Millisecond))...)
 		require.NoError(t, err)
 
 		rep, _, err := runFor(t, td, 600*time.Second)
@@ -139,7 +140,7 @@ func TestReportNamesTheDeclarationThatDecided(t *testing.T) {
 	} {
 		td, err := New(WithKernelRelease(release), WithKernelDeclarations(decls...), WithSysfsRoot(t.TempDir()))
 		require.NoError(t, err)
-		rep, err := td.Run(t.Context())
+		rep, err := td.Stop(t.Context())
 		require.NoError(t, err)
 		assert.Equal(t, want, rep.KernelDecision, release)
 		assert.Equal(t, want, td.KernelDecision(), release)
@@ -152,7 +153,7 @@ func TestHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithoutControl(), WithKillReserve(3*time.Second))...)
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithoutControl(), WithReserve(10500*time.Millisecond))...)
 		require.NoError(t, err)
 
 		start := time.Now()
@@ -164,7 +165,7 @@ func TestHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
 		assert.Equal(t, []string{"request", "kill", "exit killed"}, d.Events())
 		kill := rep.Step("kill daemon")
 		require.NotNil(t, kill)
-		assert.Equal(t, 597*time.Second, kill.Start.Sub(start), "killed KillReserve before the deadline")
+		assert.Equal(t, 597*time.Second, kill.Start.Sub(start), "killed the kill's part of the reserve (2/7 of 10.5 s) before the deadline")
 		assert.Equal(t, VerdictKilled, rep.Devices[0].Verdict)
 		assert.True(t, rep.Daemon.Killed && rep.Daemon.Exited)
 	})
@@ -189,7 +190,7 @@ func TestControlFallbackMakesKillSafeOnVulnerableKernel(t *testing.T) {
 			"killed only after STOP_DEV completed for every device")
 		fb := rep.Step("control fallback")
 		require.NotNil(t, fb)
-		assert.Equal(t, 93*time.Second, fb.Start.Sub(start), "fallback starts ControlReserve+KillReserve before the deadline")
+		assert.Equal(t, 95*time.Second, fb.Start.Sub(start), "fallback starts when only its part and the kill's part of the reserve (3 s + 2 s) are left")
 		for _, dr := range rep.Devices {
 			assert.Equal(t, VerdictStoppedByControl, dr.Verdict)
 			require.NotNil(t, dr.Info)
@@ -398,14 +399,14 @@ func TestDevicesGoingWithoutDaemonAndCancel(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(90 * time.Second); cancel() }()
 		start := time.Now()
-		rep, err := td.Run(ctx)
+		rep, err := td.Stop(ctx)
 		assert.Equal(t, 90*time.Second, time.Since(start), "without a deadline it waits until cancelled")
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.Equal(t, VerdictNotStopped, rep.Verdict)
 	})
 }
 
-func TestStopIsTheStepFunction(t *testing.T) {
+func TestRunIsTheDrainStepAndCarriesTheReport(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
 		d := newMemDaemon(f.tree, 0)
@@ -413,13 +414,22 @@ func TestStopIsTheStepFunction(t *testing.T) {
 		defer d.close()
 		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithoutControl())...)
 		require.NoError(t, err)
-		var step func(context.Context) error = td.Stop
+		var step interface {
+			Phase() deadline.Phase
+			Run(context.Context) (any, error)
+		} = td // drain.Step, which this package may not import
+		ph := step.Phase()
+		assert.Equal(t, StepName, ph.Name)
+		assert.True(t, ph.Critical, "the device teardown keeps its reserve whatever the user sets")
+		assert.Equal(t, DefaultReserve, ph.Reserve())
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		err = step(ctx)
+		detail, err := step.Run(ctx)
 		var unsafe *UnsafeError
 		assert.True(t, errors.As(err, &unsafe))
-		assert.Equal(t, VerdictLeftLive, td.LastReport().Verdict)
+		rep, ok := detail.(*Report)
+		require.True(t, ok, "the detail is the *Report, not a wrapper")
+		assert.Equal(t, VerdictLeftLive, rep.Verdict)
 	})
 }
 
@@ -435,8 +445,7 @@ func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 		"HolderWait":         WithHolderWait(-time.Second),
 		"RequestTimeout":     WithRequestTimeout(0),
 		"ExitGrace":          WithExitGrace(-1),
-		"KillReserve":        WithKillReserve(-1),
-		"ControlReserve":     WithControlReserve(-1),
+		"Reserve":            WithReserve(0),
 		"ControlPath":        WithControlPath(""),
 		"Controller":         WithController(nil),
 		"Logger":             WithLogger(nil),

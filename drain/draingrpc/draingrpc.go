@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 )
 
@@ -95,10 +96,10 @@ func Stop(ctx context.Context, s Server) error {
 // Step returns a drain teardown Step that runs Stop on s with the step's
 // context: GracefulStop, then Stop at the step's deadline.
 func Step(name string, s Server, reserve time.Duration) drain.Step {
-	return drain.Step{Name: name, Reserve: reserve, Run: func(ctx context.Context) error {
+	return drain.NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve)}, func(ctx context.Context) (any, error) {
 		if err := Stop(ctx, s); err != nil { // ctx's error: Stop had to cut RPCs
-			return errors.Join(errors.New("RPCs still running at the deadline; stopped them"), err)
+			return nil, errors.Join(errors.New("RPCs still running at the deadline; stopped them"), err)
 		}
-		return nil
-	}}
+		return nil, nil
+	})
 }

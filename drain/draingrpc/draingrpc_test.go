@@ -121,7 +121,7 @@ func TestStopOnARealServerWithAHangingRPC(t *testing.T) {
 	step := Step("grpc", srv, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err = step.Run(ctx)
+	_, err = step.Run(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "RPCs still running at the deadline")
 	_, err = stream.Recv()

@@ -110,9 +110,9 @@ func fullScale(t *testing.T, mode string, grace time.Duration, n int) (int, *kub
 		d, err := drain.New(drain.Config{
 			Budget:       budget,
 			Sandboxes:    pause.ListFunc(node.Running),
-			Estimator:    deadline.NewEstimator(2 * time.Second),
-			PauseOptions: []pause.Option{pause.WithLimit(16), pause.WithInFlight(pause.FinishInFlight)},
-			Steps:        []drain.Step{{Name: "ublk", Reserve: 30 * time.Second, Run: stopDaemon}},
+			PauseOptions: []pause.Option{pause.WithLimit(16), pause.WithEstimator(deadline.NewEstimator(2 * time.Second))},
+			Steps: []drain.Step{drain.NewStep(deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(30 * time.Second), Critical: true},
+				func(ctx context.Context) (any, error) { return nil, stopDaemon(ctx) })},
 		})
 		require.NoError(t, err)
 		hook = kubeletsim.HandlerHook{Handler: d.PreStop(), Path: "/drain"}

@@ -132,8 +132,7 @@ func (w *Worker) open() error {
 // inside the budget, then signal-escalate whatever could not be checkpointed, then stop
 // gRPC (GracefulStop, Stop at its deadline).
 func (w *Worker) buildDrainer(gate *drain.Gate) error {
-	budget, err := deadline.New(w.cfg.Grace,
-		deadline.WithMargin(clamp(w.cfg.Grace/10, 1500*time.Millisecond, 5*time.Second)))
+	budget, err := deadline.New(w.cfg.Grace) // the margin scales with the grace
 	if err != nil {
 		return fmt.Errorf("-grace: %w", err)
 	}
@@ -141,14 +140,13 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 		Budget:    budget,
 		Gate:      gate,
 		Sandboxes: pause.ListFunc(w.node.Running),
-		Estimator: deadline.NewEstimator(w.cfg.PauseLatency),
 		PauseOptions: []pause.Option{
 			pause.WithLimit(w.cfg.Concurrency),
-			pause.WithInFlight(pause.FinishInFlight),
-			pause.WithLogger(w.logger),
+			pause.WithEstimator(deadline.NewEstimator(w.cfg.PauseLatency)),
 		},
 		Steps: []drain.Step{
-			{Name: "escalate", Reserve: clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second), Run: w.escalate},
+			drain.NewStep(deadline.Phase{Name: "escalate", Reserve: deadline.Fixed(clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second))},
+				func(ctx context.Context) (any, error) { return nil, w.escalate(ctx) }),
 			draingrpc.Step("grpc", w.grpc, clamp(w.cfg.Grace/40, 500*time.Millisecond, 5*time.Second)),
 		},
 		Logger: w.logger,

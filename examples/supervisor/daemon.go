@@ -34,6 +34,7 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 	opts := []ublk.Option{
 		ublk.WithDaemon(d),
 		ublk.WithKernelDeclarations(s.cfg.kernels...),
+		ublk.WithReserve(stepReserve(s.cfg.grace)),
 		ublk.WithLogger(s.log),
 	}
 	if root := os.Getenv(EnvSysfsRoot); root != "" {
@@ -43,15 +44,16 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 }
 
 // stopDaemon is the daemon step: the ublk teardown, then the daemon's exit
-// status.
-func (s *supervisor) stopDaemon(ctx context.Context) error {
-	if err := s.teardown.Stop(ctx); err != nil {
-		return err
+// status. The teardown's report is the step's detail.
+func (s *supervisor) stopDaemon(ctx context.Context) (*ublk.Report, error) {
+	rep, err := s.teardown.Stop(ctx)
+	if err != nil {
+		return rep, err
 	}
 	if s.daemon == nil {
-		return nil // the server's daemon: its exit status is its parent's to read
+		return rep, nil // the server's daemon: its exit status is its parent's to read
 	}
-	return s.daemon.exitErr()
+	return rep, s.daemon.exitErr()
 }
 
 // serverPid returns the server's pid and whether it has not been reaped.

@@ -88,21 +88,21 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	require.NoError(t, err)
 	t0 := time.Now()
 	sup.budget.OnPreStop(t0) // the kubelet calls GET /drain
-	windows := sup.drainer.Plan().Windows()
+	windows := sup.drainer.Plan().Windows("")
 	names := make([]string, len(windows))
 	for i, w := range windows {
 		names[i] = w.Name
 	}
-	assert.Equal(t, []string{drain.PhaseDrain, drain.PhasePreserve, StepServer, StepDaemon}, names)
+	assert.Equal(t, []string{drain.PhaseDrain, drain.PhaseGate, drain.PhasePreserve, StepServer, StepDaemon}, names)
 	st := sup.budget.State()
 	assert.Equal(t, t0.Add(grace), st.Kill)
 	assert.Equal(t, deadline.DefaultMargin, st.Margin)
-	assert.Equal(t, 30*time.Second, windows[2].Reserve, "server step")
-	assert.Equal(t, 30*time.Second, windows[3].Reserve, "daemon step")
-	assert.Equal(t, st.Deadline, windows[3].Deadline, "the last step ends at the budget's deadline")
+	assert.Equal(t, 30*time.Second, windows[3].Reserve, "server step")
+	assert.Equal(t, 30*time.Second, windows[4].Reserve, "daemon step")
+	assert.Equal(t, st.Deadline, windows[4].Deadline, "the last step ends at the budget's deadline")
 
 	preserve := 200 * 2 * time.Second / time.Duration(cfg.concurrency)
-	drainEnd := st.Deadline.Add(-windows[2].Reserve - windows[3].Reserve - preserve)
+	drainEnd := st.Deadline.Add(-windows[3].Reserve - windows[4].Reserve - preserve)
 	assert.Equal(t, 3600*time.Second-5*time.Second-60*time.Second-25*time.Second, drainEnd.Sub(t0),
 		"with 200 running sandboxes the preStop wait ends at T0+3510s")
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/supervisor/internal/naiveserver"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/pause"
@@ -127,10 +129,11 @@ func runBehindSupervisor(t *testing.T, withHook bool) {
 	assert.Equal(t, "exited 0", rep.Daemon.String(), "the daemon stopped cleanly")
 	assert.False(t, rep.Daemon.Killed)
 	assert.Contains(t, readFile(t, events), "exit")
-	require.NotNil(t, rep.Ublk)
-	assert.Equal(t, ublk.VerdictStopped, rep.Ublk.Verdict, "both devices stopped and deleted by the daemon")
-	assert.Len(t, rep.Ublk.Devices, 2)
-	assert.False(t, rep.Ublk.Daemon.Killed)
+	assert.Nil(t, rep.Ublk, "during a drain the teardown's report is the daemon step's detail")
+	ur := ublkDetail(t, rep.Drain)
+	assert.Equal(t, ublk.VerdictStopped, ur.Verdict, "both devices stopped and deleted by the daemon")
+	assert.Len(t, ur.Devices, 2)
+	assert.False(t, ur.Daemon.Killed)
 	assert.Positive(t, rep.Drain.Margin)
 
 	assert.Equal(t, len(created), restartAndCountPaused(t, state, created), "every sandbox came back paused")
@@ -180,4 +183,19 @@ func restartAndCountPaused(t *testing.T, state string, created []string) int {
 
 func noKeepAlive() *http.Client {
 	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
+// ublkDetail decodes the daemon step's detail in a drain Report read back
+// from JSON: the ublk step's own report, with no wrapper.
+func ublkDetail(t *testing.T, d *drain.Report) *ublk.Report {
+	t.Helper()
+	require.NotNil(t, d)
+	step := d.Phase(StepDaemon)
+	require.NotNil(t, step)
+	require.NotNil(t, step.Detail, "the daemon step returned its report")
+	b, err := json.Marshal(step.Detail)
+	require.NoError(t, err)
+	var rep ublk.Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	return &rep
 }

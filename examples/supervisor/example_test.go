@@ -5,6 +5,8 @@ package main
 import (
 	"fmt"
 	"io"
+
+	"github.com/drainkit/drainkit/deadline"
 )
 
 // How the supervisor splits AgentENV's 3600 s budget: a safety margin
@@ -17,7 +19,7 @@ func Example_budget() {
 		panic(err)
 	}
 	fmt.Println("server:", cfg.server)
-	fmt.Println("margin before SIGKILL:", margin(cfg.grace))
+	fmt.Println("margin before SIGKILL:", deadline.DefaultMarginFor(cfg.grace))
 	fmt.Println("server step reserve:", stepReserve(cfg.grace))
 	fmt.Println("daemon step reserve:", stepReserve(cfg.grace))
 	// Output:

@@ -57,8 +57,9 @@ type Report struct {
 	Daemon *ChildState   `json:"daemon,omitempty"`
 	// OwnedDaemon is the server's own daemon (-daemon-socket).
 	OwnedDaemon *OwnedDaemonState `json:"owned_daemon,omitempty"`
-	// Ublk is the daemon step's account: every device, the daemon's stop,
-	// and whether the kernel rule allowed a kill.
+	// Ublk is the device teardown's account when the supervisor ran it
+	// outside a drain (the server exited on its own); during a drain it is
+	// the daemon step's Detail in Drain.
 	Ublk          *ublk.Report `json:"ublk,omitempty"`
 	OrphansReaped int          `json:"orphans_reaped"`
 	ExitCode      int          `json:"exit_code"`
@@ -89,20 +90,11 @@ func stepReserve(grace time.Duration) time.Duration {
 	return min(max(grace/10, 500*time.Millisecond), 30*time.Second)
 }
 
-// margin is kept back from SIGKILL: a tenth of the grace period, at least
-// 1.5 s and at most deadline.DefaultMargin. The floor covers the kubelet
-// truncating the hook's elapsed time to whole seconds from its own T0, a few
-// milliseconds before the supervisor's: the two can disagree on SIGKILL by
-// up to a second.
-func margin(grace time.Duration) time.Duration {
-	return min(deadline.DefaultMargin, max(1500*time.Millisecond, grace/10))
-}
-
 func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	s := &supervisor{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, nil)), stderr: stderr}
 	s.procs = newProcTable(s.log)
 	var err error
-	if s.budget, err = deadline.New(cfg.grace, deadline.WithMargin(margin(cfg.grace))); err != nil {
+	if s.budget, err = deadline.New(cfg.grace); err != nil {
 		return nil, fmt.Errorf("-grace: %w", err)
 	}
 	opts := append(cfg.api.options(), httpsource.WithLogger(s.log))
@@ -115,13 +107,12 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.src, err = httpsource.New(cfg.serverURL, opts...); err != nil {
 		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 	}
-	est := deadline.NewEstimator(drain.DefaultPauseEstimate)
-	p, err := pause.New(s.src, pause.WithLimit(cfg.concurrency), pause.WithInFlight(pause.FinishInFlight),
-		pause.WithEstimator(est), pause.WithLogger(s.log))
+	p, err := pause.New(s.src, pause.WithLimit(cfg.concurrency), pause.WithLogger(s.log))
 	if err != nil {
 		return nil, fmt.Errorf("-concurrency: %w", err)
 	}
-	steps := []drain.Step{{Name: StepServer, Reserve: stepReserve(cfg.grace), Run: s.stopServer}}
+	steps := []drain.Step{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: deadline.Fixed(stepReserve(cfg.grace))},
+		func(ctx context.Context) (any, error) { return nil, s.stopServer(ctx) })}
 	if cfg.daemonSock != "" {
 		s.owned = newOwnedDaemon(cfg.daemonSock, s.log, s.serverPid)
 	}
@@ -129,11 +120,13 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		if s.teardown, err = s.newTeardown(); err != nil {
 			return nil, fmt.Errorf("-daemon: %w", err)
 		}
-		// Critical: pauses still in flight may use the server step's time
-		// (the server must finish them anyway) but never the daemon's: it
-		// must stop before SIGKILL, and on a vulnerable kernel must never
-		// be killed with live devices.
-		steps = append(steps, drain.Step{Name: StepDaemon, Reserve: stepReserve(cfg.grace), Run: s.stopDaemon, Critical: true})
+		// The teardown's phase is critical: pauses still in flight may use
+		// the server step's time (the server must finish them anyway) but
+		// never the daemon's: it must stop before SIGKILL, and on a
+		// vulnerable kernel must never be killed with live devices.
+		phase := s.teardown.Phase()
+		phase.Name = StepDaemon
+		steps = append(steps, drain.NewStep(phase, func(ctx context.Context) (any, error) { return s.stopDaemon(ctx) }))
 	}
 	pres := &limited{Preserver: p, src: s.src}
 	s.preserver, s.steps = pres, steps
@@ -141,7 +134,6 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		Budget:    s.budget,
 		Sandboxes: s.src,
 		Preserver: pres,
-		Estimator: est,
 		Steps:     steps,
 		Logger:    s.log,
 	})
@@ -228,7 +220,7 @@ func (s *supervisor) stopAfterFailure() {
 	if s.daemon != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), stepReserve(s.cfg.grace))
 		defer cancel()
-		_ = s.stopDaemon(ctx)
+		_, _ = s.stopDaemon(ctx)
 	}
 }
 
@@ -290,9 +282,13 @@ func (s *supervisor) serverExited() *Report {
 	if s.teardown != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.grace)
 		defer cancel()
-		if err := s.stopDaemon(ctx); err != nil {
+		rep, err := s.stopDaemon(ctx)
+		if err != nil {
 			s.log.Error("supervisor: stopping the daemon", "err", err)
 		}
+		out := s.report(nil, "the server exited on its own before termination")
+		out.Ublk = rep
+		return out
 	}
 	return s.report(nil, "the server exited on its own before termination")
 }
@@ -314,11 +310,9 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 	if s.daemon != nil {
 		st := s.daemon.state()
 		rep.Daemon = &st
-		rep.Ublk = s.teardown.LastReport()
 	}
 	if s.owned != nil {
 		rep.OwnedDaemon = s.owned.state()
-		rep.Ublk = s.teardown.LastReport()
 	}
 	rep.OrphansReaped = s.procs.orphanCount()
 	rep.ExitCode = rep.Server.Code

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -183,9 +182,9 @@ func TestInFlightPausesNeverEatTheDaemonsReserve(t *testing.T) {
 
 		// The supervisor's own steps, with their work replaced: no children
 		// run here, and only the time each step is given matters.
-		steps := slices.Clone(sup.steps)
-		for i := range steps {
-			steps[i].Run = func(context.Context) error { return nil }
+		steps := make([]drain.Step, len(sup.steps))
+		for i, st := range sup.steps {
+			steps[i] = drain.NewStep(st.Phase(), func(context.Context) (any, error) { return nil, nil })
 		}
 		d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.src, Preserver: sup.preserver, Steps: steps})
 		require.NoError(t, err)

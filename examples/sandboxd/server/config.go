@@ -115,14 +115,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Margin is the part of the grace period kept back from SIGKILL: a tenth of it, at least
-// 1.5 s and at most deadline.DefaultMargin (5 s). The floor covers the kubelet truncating
-// the hook's elapsed time to whole seconds from its own T0, a few milliseconds before the
-// server's: the two can disagree on SIGKILL by up to a second.
-func (c Config) Margin() time.Duration {
-	return min(5*time.Second, max(1500*time.Millisecond, c.Grace/10))
-}
-
 // UblkReserve is the time kept for the ublk step: a twentieth of the grace period, between
 // 500 ms and 30 s.
 func (c Config) UblkReserve() time.Duration {
@@ -135,10 +127,12 @@ func (c Config) HTTPReserve() time.Duration {
 	return min(max(c.Grace/40, 250*time.Millisecond), 5*time.Second)
 }
 
-// PauseEstimate is the first estimate of one pause, before any was measured:
-// PauseLatency, at least a millisecond.
+// PauseEstimate is the first estimate of one pause, before any was measured: the longest
+// a pause of the fake runtime takes, PauseLatency x (1 + PauseJitter), at least a
+// millisecond. A round of parallel pauses lasts as long as its slowest, so the mean would
+// plan too little time for the preserve phase.
 func (c Config) PauseEstimate() time.Duration {
-	return max(c.PauseLatency, time.Millisecond)
+	return max(time.Duration(float64(c.PauseLatency)*(1+c.PauseJitter)), time.Millisecond)
 }
 
 // loopback reports whether addr's host is a loopback IP address or "localhost".

@@ -104,18 +104,18 @@ func checkBudget(t *testing.T, cfg Config) {
 	require.Equal(t, 200, rec.Code)
 	require.Equal(t, load, s.Drainer().Running())
 	t0 := s.Drainer().Budget().Start()
-	windows := s.Drainer().Plan().Windows()
+	windows := s.Drainer().Plan().Windows("")
 	names := make([]string, len(windows))
 	for i, w := range windows {
 		names[i] = w.Name
 	}
-	require.Equal(t, []string{drain.PhaseDrain, drain.PhasePreserve, "http"}, names)
+	require.Equal(t, []string{drain.PhaseDrain, drain.PhaseGate, drain.PhasePreserve, "http"}, names)
 
-	preserve := windows[1].Reserve
+	preserve := windows[2].Reserve
 	assert.Equal(t, time.Duration((load+cfg.Concurrency-1)/cfg.Concurrency)*estimate, preserve.Round(time.Second),
 		"preserve reserve: %d sandboxes x %v, %d at a time", load, estimate, cfg.Concurrency)
 	drainEnd := windows[0].Deadline.Sub(t0)
-	after := preserve + cfg.HTTPReserve() + cfg.Margin() // runsc mode has no ublk step
+	after := preserve + cfg.HTTPReserve() + deadline.DefaultMarginFor(cfg.Grace) // runsc mode has no ublk step
 	assert.Equal(t, cfg.Grace-after, drainEnd,
 		"the drain phase leaves the SIGTERM phase its reserves (drain ends at T0+%v)", drainEnd)
 	// The hook returns at the drain deadline (plus up to a second the kubelet truncates):

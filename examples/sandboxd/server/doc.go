@@ -9,16 +9,14 @@
 //
 // Wiring (see New and routes.go):
 //
-//	budget, _ := deadline.New(cfg.Grace, deadline.WithMargin(cfg.Margin()))
+//	budget, _ := deadline.New(cfg.Grace) // the margin scales with the grace
+//	teardown, _ := ublk.New(ublk.WithDaemon(sock), ublk.WithReserve(cfg.UblkReserve()))
 //	d, _ := drain.New(drain.Config{
 //		Budget:       budget,
 //		Gate:         &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
 //		Sandboxes:    pause.ListFunc(node.Running),
-//		PauseOptions: []pause.Option{pause.WithLimit(cfg.Concurrency), pause.WithInFlight(pause.FinishInFlight)},
-//		Steps: []drain.Step{
-//			{Name: "ublk", Reserve: cfg.UblkReserve(), Run: teardown.Stop},
-//			drain.HTTPServerStep("http", srv, cfg.HTTPReserve()),
-//		},
+//		PauseOptions: []pause.Option{pause.WithLimit(cfg.Concurrency)},
+//		Steps:        []drain.Step{teardown, drain.HTTPServerStep("http", srv, cfg.HTTPReserve())},
 //	})
 //	mux.Handle("POST /sandboxes", d.Gate().Admit(drain.Create, create))
 //	mux.Handle("GET /readyz", d.Gate().Readiness(nil))

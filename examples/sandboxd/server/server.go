@@ -115,29 +115,26 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	}
 	s.daemon = daemon
 	td, err := ublk.New(ublk.WithSysfsRoot(sysRoot(s.cfg.StateDir)), ublk.WithDaemon(sock), ublk.WithoutControl(),
-		ublk.WithLogger(s.logger))
+		ublk.WithReserve(s.cfg.UblkReserve()), ublk.WithLogger(s.logger))
 	if err != nil {
 		return nil, err
 	}
-	return []drain.Step{{Name: "ublk", Reserve: s.cfg.UblkReserve(), Run: td.Stop}, httpStep}, nil
+	return []drain.Step{td, httpStep}, nil // td's phase is critical: nothing before it spends its reserve
 }
 
 func (s *Server) buildDrainer(steps []drain.Step) error {
-	budget, err := deadline.New(s.cfg.Grace, deadline.WithMargin(s.cfg.Margin()))
+	budget, err := deadline.New(s.cfg.Grace) // the margin scales with the grace
 	if err != nil {
 		return fmt.Errorf("-grace: %w", err)
 	}
-	estimator := deadline.NewEstimator(s.cfg.PauseEstimate())
 	s.drainer, err = drain.New(drain.Config{
 		Budget:    budget,
 		Gate:      &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
 		Sandboxes: pause.ListFunc(s.node.Running),
-		Estimator: estimator,
 		PauseOptions: []pause.Option{
 			pause.WithLimit(s.cfg.Concurrency),
-			pause.WithInFlight(pause.FinishInFlight), // never abort a checkpoint halfway
-			pause.WithLogger(s.logger),
 			pause.WithPermanent(diskBroken), // retrying cannot help: do not burn the window
+			pause.WithEstimator(deadline.NewEstimator(s.cfg.PauseEstimate())),
 		},
 		Steps:        steps,
 		PollInterval: min(time.Second, s.cfg.Grace/20),

@@ -79,7 +79,7 @@ func stepNamed(rep *ublk.Report, dev int, name string) *ublk.StepResult {
 func TestGuestStepStopsCooperativeDaemonCleanly(t *testing.T) {
 	vmtest.GuestOnly(t)
 	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{Devices: 2}})
-	rep, err := r.step().Run(r.ctx(30 * time.Second))
+	rep, err := r.step().Stop(r.ctx(30 * time.Second))
 	require.NoError(t, err)
 	t.Log(rep.String())
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
@@ -111,7 +111,7 @@ func TestGuestStepStopsDaemonOverItsSocket(t *testing.T) {
 	require.NoError(t, err)
 	td, err := ublk.New(ublk.WithDaemon(sd), ublk.WithDevices(r.daemon.Devices...), ublk.WithPollInterval(20*time.Millisecond))
 	require.NoError(t, err)
-	rep, err := td.Run(r.ctx(30 * time.Second))
+	rep, err := td.Stop(r.ctx(30 * time.Second))
 	require.NoError(t, err)
 	t.Log(rep.String())
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
@@ -127,7 +127,7 @@ func TestGuestStepStopsDaemonOverItsSocket(t *testing.T) {
 func TestGuestStepCleansUpAfterDaemonCrash(t *testing.T) {
 	vmtest.GuestOnly(t)
 	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Crash, Config: ublkserver.Config{Devices: 2}})
-	rep, err := r.step().Run(r.ctx(30 * time.Second))
+	rep, err := r.step().Stop(r.ctx(30 * time.Second))
 	t.Log(rep.String())
 	t.Log(err)
 	assert.True(t, rep.Daemon.Exited)
@@ -146,7 +146,7 @@ func TestGuestStepCleansUpAfterDaemonCrash(t *testing.T) {
 func TestGuestStepWaitsForSlowDaemon(t *testing.T) {
 	vmtest.GuestOnly(t)
 	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Slow, StopDelay: 1500 * time.Millisecond})
-	rep, err := r.step().Run(r.ctx(30 * time.Second))
+	rep, err := r.step().Stop(r.ctx(30 * time.Second))
 	require.NoError(t, err)
 	t.Log(rep.String())
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
@@ -181,7 +181,7 @@ func TestGuestStepWaitsForVMMToClose(t *testing.T) {
 	done := make(chan result, 1)
 	td := r.step(ublk.WithHolderWait(30 * time.Second))
 	go func() {
-		rep, err := td.Run(r.ctx(60 * time.Second))
+		rep, err := td.Stop(r.ctx(60 * time.Second))
 		done <- result{rep, err}
 	}()
 	// Give the step time to see the holder; what is asserted below is the
@@ -216,7 +216,7 @@ func TestGuestStepReportsVMMStillHoldingAtItsDeadline(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
-	rep, err := r.step(ublk.WithHolderWait(time.Second)).Run(ctx)
+	rep, err := r.step(ublk.WithHolderWait(time.Second)).Stop(ctx)
 	var held *ublk.HeldError
 	require.ErrorAs(t, err, &held)
 	t.Log(err)
@@ -237,7 +237,7 @@ func TestGuestStepWithIOInFlight(t *testing.T) {
 	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{IODelay: 2 * time.Millisecond}})
 	id := r.daemon.Devices[0]
 	w := startWriter(t, r.disk(id), 3)
-	rep, err := r.step(ublk.WithHolderWait(200*time.Millisecond), ublk.WithStopDespiteHolders()).Run(r.ctx(30 * time.Second))
+	rep, err := r.step(ublk.WithHolderWait(200*time.Millisecond), ublk.WithStopDespiteHolders()).Stop(r.ctx(30 * time.Second))
 	require.NoError(t, err)
 	t.Log(rep.String())
 	<-w.Done()
@@ -278,7 +278,7 @@ func TestGuestStepStopsHungDaemonThroughControl(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
 	defer cancel()
 	rep, err := r.step(ublk.WithRequestTimeout(time.Second), ublk.WithExitGrace(500*time.Millisecond),
-		ublk.WithControlReserve(2*time.Second), ublk.WithKillReserve(time.Second)).Run(ctx)
+		ublk.WithReserve(3*time.Second)).Stop(ctx)
 	t.Log(rep.String())
 	require.NoError(t, err)
 	assert.Equal(t, ublk.VerdictStoppedByControl, rep.Verdict)
@@ -316,7 +316,7 @@ func TestGuestStepLeavesHungDaemonHoldingIO(t *testing.T) {
 	defer cancel()
 	rep, err := r.step(ublk.WithHolderWait(200*time.Millisecond), ublk.WithStopDespiteHolders(),
 		ublk.WithRequestTimeout(time.Second), ublk.WithExitGrace(500*time.Millisecond),
-		ublk.WithControlReserve(2*time.Second), ublk.WithKillReserve(time.Second)).Run(ctx)
+		ublk.WithReserve(3*time.Second)).Stop(ctx)
 	returned := time.Now()
 	t.Log(rep.String())
 	t.Log(err)
