@@ -47,21 +47,28 @@
 // # Guarantees
 //
 //   - T0 <= Budget.Deadline <= Budget.Kill; Deadline is SIGKILL minus the
-//     margin (DefaultMargin, WithMargin), and the margin never takes more
+//     margin (DefaultMarginFor(grace) unless WithMargin), and the margin never takes more
 //     than half of the time from the latest event (T0 or SIGTERM) to SIGKILL.
 //   - After OnSIGTERM, Kill is exactly what the kubelet computes from the
 //     budget's T0 and grace (as tightened); Tighten only moves SIGKILL
 //     earlier, never before T0, and never before SIGTERM + 2 s.
-//   - Every deadline a Plan hands out is an absolute time in [T0,
-//     Budget.Deadline]; phase deadlines never decrease along the plan; a
-//     phase's deadline is the budget's Deadline minus the reserves of all
-//     later phases whenever those fit after T0, so time a phase leaves
-//     unused flows to the next; otherwise the later reserves win and the
-//     phase ends at T0. Plan.Shortfall is positive exactly when the reserves
-//     do not fit after T0, and says by how much.
-//   - Reserves are evaluated live, at every Deadline, Context, Windows and
-//     Shortfall call; contexts carry the deadline of the moment they were
-//     made.
+//   - The Plan is the only code that turns the budget into deadlines: every
+//     phase asks it for its Window by name when it starts. A window's
+//     deadline is in [its start, Budget.Deadline] while the budget's
+//     deadline has not passed; phase deadlines never decrease along the
+//     plan; a phase's deadline is the budget's Deadline minus the reserves
+//     of all later phases whenever those fit in the time left, so time a
+//     phase leaves unused flows to the next. Otherwise one rule shares the
+//     time left: critical phases get their reserves first, the others share
+//     the rest in proportion to their reserves, and the last phase ends at
+//     the budget's Deadline. A window's Hard deadline is where the next
+//     critical phase's window begins. Split applies the same rule to any
+//     window, for a step's own stages.
+//   - Reserves are evaluated live, at every Window, Deadline, Context,
+//     Windows and Shortfall call; contexts carry the deadline of the moment
+//     they were made.
+//   - Sums of reserves saturate at the largest Duration (about 292 years):
+//     past that, shares are not exact.
 //   - PodReader's reads return by their context's deadline.
 //
 // # Observability

@@ -204,12 +204,14 @@ func splitModel(phases []deadline.Phase, start, end time.Time) ([]deadline.Windo
 			other.Add(other, reserves[i])
 		}
 	}
-	// share in plan.go adds the critical reserves, and the others, in a
-	// Duration that saturates: past the largest Duration the shares come
-	// out larger than proportional, the later phases get them and the
-	// earlier ones are cut to nothing. Until the sums are exact, the model
-	// pins nothing but the invariants there.
-	if critical.Cmp(maxDuration) > 0 || other.Cmp(maxDuration) > 0 {
+	// split and share in plan.go hold the time left, the critical reserves
+	// and the other reserves in Durations that saturate: past the largest
+	// Duration (292 years) the shares are no longer proportional (the
+	// later phases get too much and the earlier ones are cut to nothing)
+	// and a window longer than that leaves its excess to the first phase.
+	// Until those sums are exact, the model pins nothing but the
+	// invariants there.
+	if critical.Cmp(maxDuration) > 0 || other.Cmp(maxDuration) > 0 || left.Cmp(maxDuration) > 0 {
 		for i := range open {
 			open[i] = unpinned{start: true, deadline: true, hard: true, short: true}
 		}
@@ -237,8 +239,7 @@ func splitModel(phases []deadline.Phase, start, end time.Time) ([]deadline.Windo
 	out := make([]deadline.Window, n)
 	later := new(big.Int)
 	for i := n - 1; i >= 0; i-- {
-		// later <= left, so it is a Duration.
-		out[i] = deadline.Window{Name: phases[i].Name, Deadline: end.Add(-time.Duration(later.Int64())),
+		out[i] = deadline.Window{Name: phases[i].Name, Deadline: fromBigNanos(new(big.Int).Sub(e, later)),
 			Reserve: time.Duration(reserves[i].Int64())}
 		later.Add(later, grants[i])
 	}
@@ -313,6 +314,12 @@ func shortfall(reserves *big.Int, from, to time.Time) time.Duration {
 		return time.Duration(excess.Int64())
 	}
 	return math.MaxInt64
+}
+
+// fromBigNanos is the time n nanoseconds after the Unix epoch, in UTC.
+func fromBigNanos(n *big.Int) time.Time {
+	sec, nsec := new(big.Int).DivMod(n, big.NewInt(1e9), new(big.Int))
+	return time.Unix(sec.Int64(), nsec.Int64()).UTC()
 }
 
 // bigNanos is t in nanoseconds since the Unix epoch, without overflow.

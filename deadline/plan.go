@@ -146,8 +146,9 @@ func (p *Plan) Phases() []string {
 type Window struct {
 	Name  string    `json:"name"`
 	Start time.Time `json:"start"` // when the window was computed: the phase's start
-	// Deadline is when the phase must stop starting work:
-	// Start <= Deadline <= the budget's deadline.
+	// Deadline is when the phase must stop starting work: Start <=
+	// Deadline <= the budget's deadline, or Start itself once the budget's
+	// deadline has passed.
 	Deadline time.Time `json:"deadline"`
 	// Hard is when work the phase started must be over: where the window
 	// of the next critical phase begins, or else the budget's deadline.
@@ -167,7 +168,7 @@ type Window struct {
 // error.
 func (p *Plan) Window(name string) Window {
 	i := p.mustIndex(name)
-	return split(time.Now(), p.budget.Deadline(), p.phases[i:])[0]
+	return Split(time.Now(), p.budget.Deadline(), p.phases[i:]...)[0]
 }
 
 // Deadline returns the named phase's deadline as if it started now:
@@ -193,7 +194,7 @@ func (p *Plan) Windows(name string) []Window {
 	if name != "" {
 		i = p.mustIndex(name)
 	}
-	return split(time.Now(), p.budget.Deadline(), p.phases[i:])
+	return Split(time.Now(), p.budget.Deadline(), p.phases[i:]...)
 }
 
 // Shortfall returns by how much the budget is too small for all reserves
@@ -209,8 +210,9 @@ func (p *Plan) Shortfall() time.Duration {
 // zero if they fit. Where Shortfall measures the whole plan from T0,
 // ShortfallFrom measures what is left when the named phase starts: at
 // SIGTERM, ShortfallFrom("preserve") says whether the preStop wait left
-// enough. It is positive exactly when Window(name) has to share the time
-// left. It saturates at the largest Duration and panics on an unknown
+// enough. Before the budget's deadline it is positive exactly when
+// Window(name) has to share the time left; after it, it also counts the
+// time since. It saturates at the largest Duration and panics on an unknown
 // name, like Window.
 func (p *Plan) ShortfallFrom(name string) time.Duration {
 	i := p.mustIndex(name)
@@ -219,7 +221,7 @@ func (p *Plan) ShortfallFrom(name string) time.Duration {
 
 // Split lays phases out between start and end by the Plan's rule (see
 // Plan) and returns one Window per phase, in order, each as if the phases
-// before it ran to their deadlines. It is the rule a step uses to divide
+// before it ran to their deadlines (cut by their Max). It is the rule a step uses to divide
 // its own window among its stages, so that a step keeps no time
 // arithmetic of its own. An end before start counts as start. A nil
 // Reserve reserves nothing; a negative one, or a negative Max, counts as
@@ -255,22 +257,32 @@ func split(start, end time.Time, phases []Phase) []Window {
 			want = want.Add(-reserves[i])
 		}
 	}
-	hard := end
-	for i := len(phases) - 1; i >= 0; i-- {
-		from := start
-		if i > 0 {
-			from = out[i-1].Deadline
-		}
-		out[i].Start = from
-		out[i].Hard = laterOf(hard, out[i].Deadline)
+	// Forward: each phase starts where the one before it ends, after that
+	// one's Max; a Max-cut phase leaves its time to the next.
+	for i := range phases {
 		if grant != nil { // what the phase gets, rounding included, against what it reserves
+			from := start
+			if i > 0 {
+				from = out[i-1].Deadline
+			}
 			out[i].Short = max(reserves[i]-out[i].Deadline.Sub(from), 0)
 		}
-		if phases[i].Critical {
-			hard = from // work of earlier phases must be over when this one begins
-		}
+	}
+	from := start
+	for i := range phases {
+		out[i].Start = from
 		if m := max(phases[i].Max, 0); m > 0 && out[i].Deadline.Sub(from) > m {
 			out[i].Deadline = from.Add(m)
+		}
+		from = out[i].Deadline
+	}
+	// Backward: work a phase starts must be over where the next critical
+	// phase's window begins.
+	hard := end
+	for i := len(phases) - 1; i >= 0; i-- {
+		out[i].Hard = laterOf(hard, out[i].Deadline)
+		if phases[i].Critical {
+			hard = out[i].Start
 		}
 	}
 	return out
