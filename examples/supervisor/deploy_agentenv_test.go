@@ -209,10 +209,10 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 		assert.Equal(t, grace, sum.Kill.Sub(t0))
 		st := sup.budget.State()
 		assert.Equal(t, deadline.DefaultMargin, st.Margin)
-		windows := sup.drainer.Plan().Windows()
-		assert.Equal(t, 30*time.Second, windows[2].Reserve, "server step")
-		assert.Equal(t, 30*time.Second, windows[3].Reserve, "daemon step")
-		preserve := (200 + 15) / 16 * drain.DefaultPauseEstimate
+		windows := sup.drainer.Plan().Windows("")
+		assert.Equal(t, 30*time.Second, windows[3].Reserve, "server step")
+		assert.Equal(t, 30*time.Second, windows[4].Reserve, "daemon step")
+		preserve := windows[2].Reserve
 		assert.Equal(t, grace-deadline.DefaultMargin-60*time.Second-preserve, sum.DrainDeadline.Sub(t0),
 			"the preStop wait may last until T0+3522s")
 		t.Logf("grace %v: preStop wait until T0+%v, preserve reserve %v, steps 2x30s, margin %v",
