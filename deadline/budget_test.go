@@ -354,10 +354,10 @@ func TestBudgetBadInputNamesTheField(t *testing.T) {
 			}, "margin"},
 			{"nil option", func() (*deadline.Budget, error) {
 				return deadline.New(time.Hour, deadline.WithMargin(time.Second), nil)
-			}, "options[1]"},
+			}, "option 2 is nil"},
 			{"nil option with deletionTimestamp", func() (*deadline.Budget, error) {
 				return deadline.FromKillTime(now.Add(time.Hour), nil)
-			}, "options[0]"},
+			}, "option 1 is nil"},
 			{"negative margin", func() (*deadline.Budget, error) {
 				return deadline.New(time.Hour, deadline.WithMargin(-time.Nanosecond))
 			}, "margin"},

@@ -85,18 +85,18 @@ func TestMeasuredRateRefinesSizeEstimates(t *testing.T) {
 	})
 }
 
-// Sizes without any time (no Estimator, nothing measured yet) still rank
-// the pass: shortest first when there is a deadline, since nothing says the
-// work fits.
-func TestUntimedSizesRankShortestFirstUnderADeadline(t *testing.T) {
+// Sizes before anything was measured rank the pass with the default
+// Estimator's prior (DefaultEstimate for an average-sized sandbox): with
+// ample time, longest first.
+func TestSizesWithTheDefaultPriorRankLongestFirstWithAmpleTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node, sbs := sizedNode(100*time.Millisecond, 30, 10, 20)
 		p, err := pause.New(node, pause.WithLimit(1))
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Hour, 0)
 		require.Equal(t, 3, rep.Counts[pause.Preserved])
-		assert.True(t, sbs[1].Starts()[0].Before(sbs[2].Starts()[0]))
-		assert.True(t, sbs[2].Starts()[0].Before(sbs[0].Starts()[0]))
-		assert.Zero(t, rep.Entries[0].Estimate, "no time known")
+		assert.True(t, sbs[0].Starts()[0].Before(sbs[2].Starts()[0]))
+		assert.True(t, sbs[2].Starts()[0].Before(sbs[1].Starts()[0]))
+		assert.Equal(t, 3*pause.DefaultEstimate/2, rep.Entries[0].Estimate, "30 MiB of an average 20 MiB x the 1 s prior")
 	})
 }
