@@ -262,11 +262,12 @@ func becomeSubreaper() error {
 // killTree kills every process still re-parented to the supervisor (the
 // orphaned descendants of its children: without this, a grandchild of the
 // server outlives the supervisor when it is not PID 1, where the kernel
-// would have killed it) and reaps them, within wait. A killed process's
+// would have killed it) and reaps them, within wait, sparing the pids
+// spared names (the server's device daemon: only its step may stop it). A killed process's
 // own children are re-parented to the supervisor in turn, so it goes on
 // until none is left or wait has passed. As PID 1 it does nothing: the
 // kernel kills the whole namespace when it exits.
-func (t *procTable) killTree(wait time.Duration) {
+func (t *procTable) killTree(wait time.Duration, spared func(pid int) bool) {
 	if os.Getpid() == 1 {
 		return
 	}
@@ -275,7 +276,7 @@ func (t *procTable) killTree(wait time.Duration) {
 		t.reap()
 		// Zombies too: done once they are reaped. A child the supervisor
 		// started is left to its step (and its Pdeathsig).
-		pids := slices.DeleteFunc(childPids(os.Getpid()), t.isChild)
+		pids := slices.DeleteFunc(childPids(os.Getpid()), func(pid int) bool { return t.isChild(pid) || spared(pid) })
 		if len(pids) == 0 {
 			return
 		}

@@ -168,7 +168,7 @@ func (s *supervisor) run(ctx context.Context) int {
 	reapCtx, stopReaping := context.WithCancel(context.WithoutCancel(ctx))
 	reaped := make(chan struct{})
 	go func() { defer close(reaped); s.procs.reapLoop(reapCtx) }()
-	defer func() { stopReaping(); <-reaped; s.procs.reap(); s.procs.killTree(time.Second) }()
+	defer func() { stopReaping(); <-reaped; s.procs.reap(); s.procs.killTree(time.Second, s.spared) }()
 
 	ln, err := net.Listen("tcp", s.cfg.listen)
 	if err != nil {
@@ -383,4 +383,11 @@ func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+}
+
+// spared reports whether killTree must leave pid alone: the server's own
+// device daemon, which only its teardown step may stop (a kill with live
+// devices can hang the kernel).
+func (s *supervisor) spared(pid int) bool {
+	return s.owned != nil && pid == s.owned.pidOrZero()
 }
