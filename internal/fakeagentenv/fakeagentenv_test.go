@@ -85,7 +85,7 @@ func TestWithoutTheKeyEveryAPIRequestIs401(t *testing.T) {
 }
 
 func TestASecondPauseWhileOneIsInProgressIs409(t *testing.T) {
-	srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 300 * time.Millisecond, StateDir: t.TempDir()})
+	srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: time.Second, StateDir: t.TempDir()})
 	require.NoError(t, err)
 	sb, err := srv.Create(1024)
 	require.NoError(t, err)

@@ -89,7 +89,7 @@ func TestAgentENVWithoutTheKeyIsPermanent(t *testing.T) {
 // listing again: no longer listed running, so gone (the pause in progress
 // is the server's).
 func TestAgentENVConflictDuringAPauseInProgressIsGone(t *testing.T) {
-	srv, url, _ := agentenv(t, 1, fakeagentenv.Config{PauseBase: 300 * time.Millisecond})
+	srv, url, _ := agentenv(t, 1, fakeagentenv.Config{PauseBase: time.Second})
 	src, err := New(url, AgentENV())
 	require.NoError(t, err)
 	sbs, err := src.List(t.Context())
