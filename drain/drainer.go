@@ -234,13 +234,13 @@ func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) e
 
 // makePlan splits the budget into the preStop wait ("drain"), the gate
 // wait (at most InFlightWait), the preservation, and one phase per step.
-// The preserve reserve is live: running sandboxes x estimate / limit.
+// The preserve reserve is live: running sandboxes x estimate / limit (one
+// round before the first count).
 func (d *Drainer) makePlan() error {
 	phases := []deadline.Phase{
 		{Name: PhaseDrain},
 		{Name: PhaseGate, Max: d.inflight},
-		{Name: PhasePreserve, Reserve: deadline.Work(func() int { return int(d.running.Load()) },
-			d.preserver.Estimator(), d.preserver.Limit)},
+		{Name: PhasePreserve, Reserve: deadline.Work(d.toPreserve, d.preserver.Estimator(), d.preserver.Limit)},
 	}
 	seen := map[string]int{}
 	for i, ph := range d.phases {
@@ -267,6 +267,16 @@ func (d *Drainer) makePlan() error {
 	}
 	d.plan = p
 	return nil
+}
+
+// toPreserve is the number of sandboxes the preserve reserve plans for: the
+// last count, or one round's worth (1) before any count succeeded, since
+// an unknown number of sandboxes is not none.
+func (d *Drainer) toPreserve() int {
+	if !d.counted.Load() {
+		return 1
+	}
+	return int(d.running.Load())
 }
 
 // Gate returns the admission gate.

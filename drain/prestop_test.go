@@ -167,8 +167,9 @@ func TestShutdownEndsTheRunningPreStopWait(t *testing.T) {
 		assert.Equal(t, ReasonSIGTERM, sum.Reason)
 		assert.Equal(t, 100*time.Second, sum.Waited)
 		require.NotNil(t, rep.PreStop)
-		assert.Equal(t, TimedOut, rep.Phase(PhaseDrain).Result)
+		assert.Equal(t, Stopped, rep.Phase(PhaseDrain).Result, "SIGTERM ended the wait: not a timeout")
 		assert.Equal(t, ReasonSIGTERM, rep.PreStop.Reason)
+		require.NoError(t, rep.Err())
 	})
 }
 

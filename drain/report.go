@@ -27,6 +27,10 @@ const (
 	// Abandoned: the step did not return by its deadline and was left
 	// running; the shutdown went on without it.
 	Abandoned Result = "abandoned"
+	// Stopped: a wait (the preStop wait) was ended before its deadline by
+	// SIGTERM or force mode: the kubelet's timeline, not a timeout. What it
+	// waited for is the next phase's work.
+	Stopped Result = "stopped"
 )
 
 // A PhaseReport is the account of one phase or teardown step.

@@ -146,9 +146,13 @@ func (d *Drainer) logPlan(ctx context.Context) {
 	d.log.Log(ctx, slog.LevelInfo, "drain: SIGTERM: plan", attrs...)
 }
 
+// drainResult is the Result of the preStop wait that ended for reason.
 func drainResult(reason string) Result {
-	if reason == ReasonDrained {
+	switch reason {
+	case ReasonDrained:
 		return OK
+	case ReasonSIGTERM, ReasonForced:
+		return Stopped
 	}
 	return TimedOut
 }
@@ -185,13 +189,15 @@ func (d *Drainer) forceCancel(ctx context.Context) (context.Context, context.Can
 
 // gatePhase closes the gate, counts the running sandboxes when no preStop
 // did, and waits for admitted gated operations until the gate's deadline,
-// which the count may bring earlier. The count is bounded by the window's
-// Hard deadline, not its Deadline: when time is short the gate gets none,
-// but without the count the preserve phase would get no share either.
+// which the count may bring earlier. The count is bounded by the preserve
+// phase's deadline as it stands (planned for one round of preserves), not
+// the gate's: when time is short the gate gets none, but the count decides
+// the preserve phase's share; and a Lister that hangs cannot spend the
+// steps' reserves.
 func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseReport) {
 	d.gate.Close()
 	if !d.counted.Load() {
-		d.count(ctx, w.Hard)
+		d.count(ctx, d.plan.Deadline(PhasePreserve))
 		if dl := d.plan.Deadline(PhaseGate); dl.Before(p.Deadline) {
 			p.Deadline = dl // the count moved the preserve reserve
 		}

@@ -316,3 +316,48 @@ type nilStep struct{}
 
 func (*nilStep) Phase() deadline.Phase            { return deadline.Phase{Name: "x"} }
 func (*nilStep) Run(context.Context) (any, error) { return nil, nil }
+
+// Fault (an adversarial pass): a Lister that takes 5 s and ignores its
+// context. It may not spend the 2 s the last step reserved, and the Report
+// accounts for every moment from SIGTERM to the end, phase after phase.
+//
+//	0 s SIGTERM, no preStop: the gate counts, bounded by the preserve deadline (6.5 s)
+//	5 s the count returns; the gate has nothing in flight
+//	5 s preserve lists again (5 s more) ... 6.5 s listing abandoned: unknown, an error
+//	6.5 s http gets its whole 2 s; the budget's deadline is 8.5 s (10 s - 1.5 s margin)
+func TestSlowListerCannotSpendTheStepsReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 3, time.Second)
+		slow := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			time.Sleep(5 * time.Second) // ignores ctx
+			return node.List(ctx)
+		})
+		b, err := deadline.New(10 * time.Second)
+		require.NoError(t, err)
+		var window time.Duration
+		d, err := New(Config{Budget: b, Sandboxes: slow, Steps: []Step{step("http", 2*time.Second, func(ctx context.Context) error {
+			dl, _ := ctx.Deadline()
+			window = time.Until(dl)
+			return nil
+		})}})
+		require.NoError(t, err)
+		t0 := time.Now()
+		rep := d.Shutdown(context.Background())
+
+		assert.Equal(t, 2*time.Second, window, "the step got its whole reserve")
+		assert.Zero(t, rep.Phase("http").Short)
+		assert.Equal(t, 5*time.Second, rep.Phase(PhaseGate).Duration, "the count is the gate phase's time, in the Report")
+		pres := rep.Phase(PhasePreserve)
+		assert.Equal(t, Failed, pres.Result)
+		assert.Equal(t, t0.Add(6500*time.Millisecond), pres.End, "the listing was abandoned at the preserve deadline")
+		require.Error(t, rep.Err(), "a listing that never succeeded is not success")
+		// Every moment is some phase's: they follow each other with no gap.
+		assert.True(t, rep.Phases[0].Start.Equal(rep.Start))
+		for i := 1; i < len(rep.Phases); i++ {
+			assert.True(t, rep.Phases[i].Start.Equal(rep.Phases[i-1].End), "%s starts where %s ended", rep.Phases[i].Name, rep.Phases[i-1].Name)
+		}
+		assert.True(t, rep.Phases[len(rep.Phases)-1].End.Equal(rep.End))
+		time.Sleep(10 * time.Second) // let the abandoned listing return
+	})
+}

@@ -12,12 +12,14 @@ import (
 )
 
 // errListAbandoned is the listing error when the Lister ignored its context.
-var errListAbandoned = errors.New("pause: Lister had not returned by the hard deadline; abandoned")
+var errListAbandoned = errors.New("pause: Lister had not returned by the phase deadline; abandoned")
 
 // list calls the Lister, retrying transient errors with the configured
 // backoff while a retry's wait ends before the phase deadline: losing a
 // whole node's sandboxes to one failed listing would be the worst outcome.
-// A Lister that ignores its context is abandoned at the hard deadline.
+// A Lister that ignores its context is abandoned at the phase deadline: no
+// preserve may start after it, so a later answer is of no use, and waiting
+// for it would spend the time the later phases reserved.
 func (r *run) list() ([]Sandbox, error) {
 	var bo backoff.BackOff
 	var prev error
@@ -48,7 +50,7 @@ type listing struct {
 }
 
 func (r *run) listOnce() ([]Sandbox, error) {
-	if r.hard.IsZero() {
+	if r.phase.IsZero() {
 		return r.callList()
 	}
 	done := make(chan listing, 1)
@@ -56,7 +58,7 @@ func (r *run) listOnce() ([]Sandbox, error) {
 		list, err := r.callList()
 		done <- listing{list, err}
 	}()
-	l, ok := receiveBy(done, r.hard)
+	l, ok := receiveBy(done, r.phase)
 	if !ok {
 		return nil, errListAbandoned
 	}
