@@ -47,4 +47,24 @@
 //     theirs first and the other phases share the rest in proportion;
 //   - nothing in the package calls os.Exit; the Report says what happened
 //     and how long before SIGKILL it ended.
+//
+// # Telemetry
+//
+// Through Config.TracerProvider and Config.MeterProvider (the global ones
+// by default), under the scope github.com/drainkit/drainkit/drain. One trace
+// per termination: the span drain.shutdown starts at T0 (the first preStop
+// call, or Shutdown without one) and ends with the Report, with status
+// Error when Report.Err is not nil (a sandbox lost, a step failed, SIGKILL
+// first); under it one span per phase, drain.<phase>: drain.drain (the
+// preStop wait), drain.gate, drain.preserve, then one per step. Attributes
+// are drainkit.drain.phase, .result, .reason (the wait's), .forced, and on
+// the root .lost and .margin (seconds). Metrics, each with its unit:
+//   - drainkit.drain.phase.duration (s): histogram by phase and result,
+//     with boundaries from 5 ms to 2 h;
+//   - drainkit.drain.margin (s): gauge, the time left before the expected
+//     SIGKILL when the shutdown finished;
+//   - drainkit.drain.sandboxes.running ({sandbox}): gauge, recorded at every
+//     count of the preStop wait and the gate phase;
+//   - drainkit.drain.gate.rejections ({operation}): counter by
+//     drainkit.drain.class of the operations the Gate turned away.
 package drain

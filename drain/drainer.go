@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/telemetry"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -80,10 +82,12 @@ type Config struct {
 	// Logger receives the plan at SIGTERM, the phases' progress and the
 	// Report once; the default Preserver logs to it too. Nil discards.
 	Logger *slog.Logger
-	// TracerProvider makes a span per phase, for the Drainer and the
-	// default Preserver; nil means otel.GetTracerProvider().
+	// TracerProvider makes the termination's span and one child span per
+	// phase, the preStop wait included, for the Drainer and the default
+	// Preserver; nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
-	// MeterProvider records phase durations and the margin, for the
+	// MeterProvider records phase durations, the margin, the running
+	// sandboxes during the preStop wait and the Gate's rejections, for the
 	// Drainer and the default Preserver; nil means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
@@ -105,6 +109,7 @@ type Drainer struct {
 	tracer    trace.Tracer
 	phaseDur  metric.Float64Histogram
 	margin    metric.Float64Gauge
+	runGauge  metric.Int64Gauge
 
 	running atomic.Int64 // last count of running sandboxes
 	counted atomic.Bool  // a count has succeeded
@@ -116,6 +121,8 @@ type Drainer struct {
 
 	mu       sync.Mutex
 	prestop  *preStopRun
+	root     trace.Span      // the termination's span, from the first preStop call or Shutdown
+	rootCtx  context.Context // carries root
 	started  bool
 	forcedAt time.Time
 	done     chan struct{}
@@ -211,6 +218,29 @@ func (cfg *Config) stepPhases() []deadline.Phase {
 	return out
 }
 
+// The metrics the Drainer records, under its scope. See the package
+// documentation's Telemetry section for every name, unit and attribute.
+const (
+	metricPhaseDuration = "drainkit.drain.phase.duration"
+	metricMargin        = "drainkit.drain.margin"
+	metricRunning       = "drainkit.drain.sandboxes.running"
+	metricRejections    = "drainkit.drain.gate.rejections"
+
+	rejectionsHelp = "Operations the gate rejected because the node is draining, by class."
+)
+
+// Span and metric attribute keys.
+const (
+	attrPhase   = "drainkit.drain.phase"
+	attrResult  = "drainkit.drain.result"
+	attrReason  = "drainkit.drain.reason"
+	attrForced  = "drainkit.drain.forced"
+	attrMargin  = "drainkit.drain.margin" // seconds
+	attrLost    = "drainkit.drain.lost"
+	attrRunning = "drainkit.drain.running"
+	attrClass   = "drainkit.drain.class"
+)
+
 func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) error {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -220,15 +250,19 @@ func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) e
 	}
 	d.tracer = tp.Tracer(scope)
 	m := mp.Meter(scope)
-	var err error
-	if d.phaseDur, err = m.Float64Histogram("drain.phase.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of each shutdown phase and teardown step")); err != nil {
+	var err1, err2, err3, err4 error
+	d.phaseDur, err1 = m.Float64Histogram(metricPhaseDuration,
+		telemetry.Duration("Duration of each phase of the termination: the preStop wait, the gate wait, the preservation and every teardown step.")...)
+	d.margin, err2 = m.Float64Gauge(metricMargin, metric.WithUnit("s"),
+		metric.WithDescription("Time left before the expected SIGKILL when the shutdown finished; negative when it finished after."))
+	d.runGauge, err3 = m.Int64Gauge(metricRunning, metric.WithUnit("{sandbox}"),
+		metric.WithDescription("Running sandboxes at the last count of the preStop wait or the gate phase."))
+	rejects, err4 := m.Int64Counter(metricRejections, metric.WithUnit("{operation}"),
+		metric.WithDescription(rejectionsHelp))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return fmt.Errorf("drain: Config.MeterProvider: %w", err)
 	}
-	if d.margin, err = m.Float64Gauge("drain.shutdown.margin", metric.WithUnit("s"),
-		metric.WithDescription("Time left before the expected SIGKILL when the shutdown finished")); err != nil {
-		return fmt.Errorf("drain: Config.MeterProvider: %w", err)
-	}
+	d.gate.setRejects(rejects)
 	return nil
 }
 

@@ -7,6 +7,10 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // A Class names a kind of operation the Gate admits, such as creating or
@@ -34,7 +38,9 @@ var ErrDraining = errors.New("drain: node is draining, not accepting new work")
 // operations of gated classes with ErrDraining while exempt classes (the
 // ones that move work off the node: pause, checkpoint, delete) still pass.
 // It counts admitted operations in flight, so a shutdown can wait for the
-// gated ones to finish.
+// gated ones to finish, and counts every rejection in the metric
+// drainkit.drain.gate.rejections (by class, through the MeterProvider of the
+// Drainer it is given to, or the global one).
 //
 // The zero value is an open gate that gates every class. Exempt and
 // RetryAfter must be set before the gate is first used and not changed
@@ -52,8 +58,29 @@ type Gate struct {
 	closed   bool
 	draining chan struct{} // closed by Close; made lazily
 	inflight map[Class]int
-	gated    int           // in-flight operations of gated classes
-	idle     chan struct{} // closed when gated drops to 0; nil while gated == 0
+	gated    int                 // in-flight operations of gated classes
+	idle     chan struct{}       // closed when gated drops to 0; nil while gated == 0
+	rejects  metric.Int64Counter // set by New, or the global provider's at the first rejection
+}
+
+// setRejects makes the gate count its rejections in c.
+func (g *Gate) setRejects(c metric.Int64Counter) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rejects = c
+}
+
+// rejectedLocked counts one rejection of class c.
+func (g *Gate) rejectedLocked(c Class) {
+	if g.rejects == nil {
+		r, err := otel.GetMeterProvider().Meter(scope).Int64Counter(metricRejections, metric.WithUnit("{operation}"),
+			metric.WithDescription(rejectionsHelp))
+		if err != nil {
+			return // the global provider's error handler has it; counting is best effort
+		}
+		g.rejects = r
+	}
+	g.rejects.Add(context.Background(), 1, metric.WithAttributes(attribute.String(attrClass, string(c))))
 }
 
 // Enter admits one operation of class c. On success it returns a leave
@@ -66,6 +93,7 @@ func (g *Gate) Enter(c Class) (leave func(), err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed && !exempt {
+		g.rejectedLocked(c)
 		return nil, fmt.Errorf("%w (%s)", ErrDraining, c)
 	}
 	if g.inflight == nil {

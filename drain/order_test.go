@@ -11,8 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/pause"
@@ -118,29 +116,4 @@ func TestAPreserverThatIgnoresItsDeadlineIsAbandonedAtTheHardDeadline(t *testing
 		assert.True(t, ublkRan, "the steps still ran")
 		assert.Less(t, rep.End.Sub(t0), 60*time.Second, "before SIGKILL")
 	})
-}
-
-func TestPhaseDurationsAndMarginAreMetrics(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Millisecond,
-		edit: func(c *Config) { c.MeterProvider = mp }})
-	rep := f.d.Shutdown(context.Background())
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	got := map[string]bool{}
-	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != scope {
-			continue
-		}
-		for _, m := range sm.Metrics {
-			got[m.Name] = true
-			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && m.Name == "drain.shutdown.margin" {
-				require.Len(t, g.DataPoints, 1)
-				assert.InDelta(t, rep.Margin.Seconds(), g.DataPoints[0].Value, 1e-9)
-			}
-		}
-	}
-	assert.True(t, got["drain.phase.duration"])
-	assert.True(t, got["drain.shutdown.margin"])
 }

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -40,6 +43,8 @@ type preStopRun struct {
 	done    chan struct{}
 	mu      sync.Mutex
 	sum     PreStopSummary
+	ctx     context.Context // carries span
+	span    trace.Span      // the drain phase's span
 }
 
 func (r *preStopRun) summary() PreStopSummary {
@@ -147,7 +152,13 @@ func (d *Drainer) startPreStop(at time.Time) *preStopRun {
 	}
 	d.budget.OnPreStop(at)
 	d.gate.Close()
-	run := &preStopRun{counted: make(chan struct{}), done: make(chan struct{}), sum: PreStopSummary{Start: d.budget.Start(), Reason: ReasonWaiting}}
+	t0 := d.budget.Start()
+	run := &preStopRun{counted: make(chan struct{}), done: make(chan struct{}), sum: PreStopSummary{Start: t0, Reason: ReasonWaiting}}
+	// The termination's span starts here, at T0, and Shutdown ends it; the
+	// wait is its first phase.
+	d.rootCtx, d.root = d.tracer.Start(context.Background(), rootSpan, trace.WithTimestamp(t0))
+	run.ctx, run.span = d.tracer.Start(d.rootCtx, phaseSpan(PhaseDrain), trace.WithTimestamp(t0),
+		trace.WithAttributes(attribute.String(attrPhase, PhaseDrain)))
 	d.prestop = run
 	go d.drainWait(run)
 	d.log.Info("drain: preStop: gate closed, waiting for running sandboxes", "t0", run.sum.Start, "kill", d.budget.Kill())
@@ -163,10 +174,16 @@ func (d *Drainer) drainWait(run *preStopRun) {
 	reason := d.drainLoop(run)
 	now := time.Now()
 	var waited time.Duration
+	var sum PreStopSummary
 	run.update(func(s *PreStopSummary) {
 		waited = now.Sub(s.Start)
 		s.Done, s.End, s.Reason, s.Waited, s.Kill = true, now, reason, waited, d.budget.Kill()
+		sum = *s
 	})
+	run.span.SetAttributes(attribute.String(attrReason, reason), attribute.Int(attrRunning, sum.Running))
+	d.observePhase(run.ctx, run.span, PhaseReport{Name: PhaseDrain, Duration: waited, Result: drainResult(reason),
+		Forced: reason == ReasonForced})
+	run.span.End(trace.WithTimestamp(now))
 	d.log.Info("drain: preStop wait over", "reason", reason, "running", d.Running(), "waited", waited)
 }
 
@@ -221,6 +238,7 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	if d.lister == nil {
 		d.running.Store(0)
 		d.counted.Store(true)
+		d.runGauge.Record(context.WithoutCancel(parent), 0)
 		return 0
 	}
 	ctx, cancel := context.WithDeadline(parent, dl)
@@ -239,5 +257,6 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	}
 	d.running.Store(int64(len(sbs)))
 	d.counted.Store(true)
+	d.runGauge.Record(context.WithoutCancel(parent), int64(len(sbs)))
 	return len(sbs)
 }

@@ -80,14 +80,19 @@ func (d *Drainer) finish(rep *Report) {
 }
 
 func (d *Drainer) run(ctx context.Context) *Report {
-	ctx, span := d.tracer.Start(ctx, "drain.shutdown")
+	d.mu.Lock()
+	run := d.prestop
+	span := d.root
+	d.mu.Unlock()
+	if span != nil { // the preStop call started the termination's span
+		ctx = trace.ContextWithSpan(ctx, span)
+	} else {
+		ctx, span = d.tracer.Start(ctx, rootSpan)
+	}
 	defer span.End()
 	rep := &Report{Start: time.Now()}
 	d.logPlan(ctx)
 
-	d.mu.Lock()
-	run := d.prestop
-	d.mu.Unlock()
 	if run != nil {
 		t := time.NewTimer(2 * returnSlack) // ends at once: Shutdown started; count gives up within returnSlack
 		select {
@@ -120,7 +125,11 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	d.mu.Unlock()
 	rep.Forced = !rep.ForcedAt.IsZero()
 	d.margin.Record(ctx, rep.Margin.Seconds())
-	span.SetAttributes(attribute.Float64("drain.margin_s", rep.Margin.Seconds()), attribute.Int("drain.lost", rep.Lost()))
+	span.SetAttributes(attribute.Float64(attrMargin, rep.Margin.Seconds()), attribute.Int(attrLost, rep.Lost()),
+		attribute.Bool(attrForced, rep.Forced))
+	if err := rep.Err(); err != nil { // sandboxes lost, a step failed, or SIGKILL came first
+		span.SetStatus(codes.Error, err.Error())
+	}
 	level := slogLevel(rep)
 	d.log.Log(ctx, level, "drain: shutdown finished", "report", rep)
 	return rep
@@ -161,7 +170,7 @@ func drainResult(reason string) Result {
 // now, and appends its PhaseReport.
 func (d *Drainer) phase(ctx context.Context, rep *Report, name string,
 	fn func(context.Context, deadline.Window, *PhaseReport)) {
-	ctx, span := d.tracer.Start(ctx, "drain."+name, trace.WithAttributes(attribute.String("drain.phase", name)))
+	ctx, span := d.tracer.Start(ctx, phaseSpan(name), trace.WithAttributes(attribute.String(attrPhase, name)))
 	defer span.End()
 	w := d.plan.Window(name)
 	p := PhaseReport{Name: name, Start: w.Start, Deadline: w.Deadline, Reserve: w.Reserve, Short: w.Short}
@@ -172,12 +181,36 @@ func (d *Drainer) phase(ctx context.Context, rep *Report, name string,
 	p.End = time.Now()
 	p.Duration = p.End.Sub(p.Start)
 	p.Forced = d.force.Err() != nil
-	d.phaseDur.Record(ctx, p.Duration.Seconds(), metric.WithAttributes(attribute.String("drain.phase", name)))
-	span.SetAttributes(attribute.String("drain.result", string(p.Result)))
-	if p.Result != OK {
+	d.observePhase(ctx, span, p)
+	rep.Phases = append(rep.Phases, p)
+}
+
+// The termination's span, and each phase's span "drain.<phase>" under it.
+const rootSpan = "drain.shutdown"
+
+func phaseSpan(name string) string { return "drain." + name }
+
+// observePhase records p's duration and ends its span's account: the
+// result, force mode, and status Error when p counts against Report.Err.
+func (d *Drainer) observePhase(ctx context.Context, span trace.Span, p PhaseReport) {
+	d.phaseDur.Record(ctx, p.Duration.Seconds(), metric.WithAttributes(
+		attribute.String(attrPhase, p.Name), attribute.String(attrResult, string(p.Result))))
+	span.SetAttributes(attribute.String(attrResult, string(p.Result)), attribute.Bool(attrForced, p.Forced))
+	if phaseFailed(p) {
 		span.SetStatus(codes.Error, p.Error)
 	}
-	rep.Phases = append(rep.Phases, p)
+}
+
+// phaseFailed reports whether p counts against Report.Err: a drain or gate
+// phase that timed out did not fail, its deadline ending it is the plan.
+func phaseFailed(p PhaseReport) bool {
+	switch p.Result {
+	case OK:
+		return false
+	case TimedOut:
+		return p.Name != PhaseDrain && p.Name != PhaseGate
+	}
+	return true
 }
 
 // forceCancel returns ctx cancelled with ErrForced when Force is called.

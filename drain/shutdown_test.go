@@ -16,8 +16,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
@@ -259,22 +257,6 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
-}
-
-func TestEveryPhaseIsASpan(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Millisecond,
-		steps: []Step{step("ublk", time.Second, func(context.Context) error { return nil })},
-		edit:  func(c *Config) { c.TracerProvider = tp }})
-	f.d.Shutdown(context.Background())
-	var names []string
-	for _, s := range rec.Ended() {
-		if s.InstrumentationScope().Name == scope {
-			names = append(names, s.Name())
-		}
-	}
-	assert.ElementsMatch(t, []string{"drain.gate", "drain.preserve", "drain.ublk", "drain.shutdown"}, names)
 }
 
 func TestNewNamesTheBadField(t *testing.T) {
