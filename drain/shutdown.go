@@ -205,7 +205,7 @@ func (d *Drainer) observePhase(ctx context.Context, span trace.Span, p PhaseRepo
 // phase that timed out did not fail, its deadline ending it is the plan.
 func phaseFailed(p PhaseReport) bool {
 	switch p.Result {
-	case OK:
+	case OK, Stopped:
 		return false
 	case TimedOut:
 		return p.Name != PhaseDrain && p.Name != PhaseGate
