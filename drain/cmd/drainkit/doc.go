@@ -1,0 +1,18 @@
+// Command drainkit answers the three questions of a sandbox fleet's
+// operator: will my grace period be enough before I roll the DaemonSet
+// (plan), what is the node doing right now (the progress lines the
+// library logs during a drain), and what happened on the node that lost
+// sandboxes (report).
+//
+// One binary, one command per question, each with its own flags; every
+// command's -h explains what it reads, what it prints and its exit status:
+//
+//	drainkit report [-svg OUT] FILE
+//
+// report renders a drain Report (sandboxd's STATE_DIR/last-shutdown.json,
+// or the supervisor's -report file) as a text summary, and with -svg as a
+// timeline: the phases, one bar per sandbox from the start of its pause to
+// its end coloured by outcome, and the deadlines and the expected SIGKILL
+// as lines. Its exit status is 1 when the drain lost sandboxes or ended
+// after SIGKILL, so a script can act on it.
+package main

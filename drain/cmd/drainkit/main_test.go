@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// commands are drainkit's commands.
+var commands = []string{"report"}
+
+// drainkit runs the command line and returns its exit status, stdout and
+// stderr.
+func drainkit(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errw bytes.Buffer
+	code := run(context.Background(), args, &out, &errw)
+	return code, out.String(), errw.String()
+}
+
+// golden compares got with testdata/name, or rewrites it under -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test -update to create the golden file")
+	assert.Equal(t, string(want), got, "output differs from %s (go test -update rewrites it)", path)
+}
+
+func TestNoCommandPrintsTheCommandsAndIsAUsageError(t *testing.T) {
+	code, out, errw := drainkit(t)
+	assert.Equal(t, exitUsage, code)
+	assert.Empty(t, out)
+	for _, cmd := range commands {
+		assert.Contains(t, errw, "\t"+cmd+" ")
+	}
+}
+
+func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
+		code, out, _ := drainkit(t, args...)
+		assert.Equal(t, exitOK, code, args)
+		assert.Contains(t, out, "drainkit <command>", args)
+	}
+	for _, cmd := range commands {
+		code, out, errw := drainkit(t, cmd, "-h")
+		assert.Equal(t, exitOK, code, cmd)
+		assert.Empty(t, errw, cmd)
+		assert.Contains(t, out, "usage: drainkit "+cmd, cmd)
+		assert.Contains(t, out, "Examples:", cmd)
+		assert.Contains(t, out, "Flags:", cmd)
+		code, out2, _ := drainkit(t, "help", cmd)
+		assert.Equal(t, exitOK, code)
+		assert.Equal(t, out, out2, "drainkit help %s is drainkit %s -h", cmd, cmd)
+	}
+}
+
+func TestUnknownCommandNamesIt(t *testing.T) {
+	code, _, errw := drainkit(t, "rollout")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, `unknown command "rollout"`)
+}
+
+func TestFlagsMayFollowArguments(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	svg := fs.String("svg", "", "")
+	pos, err := parse(fs, []string{"a.json", "-svg", "out.svg", "b", "--", "-c"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a.json", "b", "-c"}, pos)
+	assert.Equal(t, "out.svg", *svg)
+}

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/pause"
+)
+
+const reportUsage = `usage: drainkit report [-svg OUT] [-lost N] FILE
+
+Renders a drain Report as a readable summary: when termination started and
+what anchored it, when SIGKILL was due, every phase with its deadline, reserve
+and result, the sandboxes by outcome with their pause times, and every sandbox
+that was lost, with why. FILE is sandboxd's STATE_DIR/last-shutdown.json or
+the supervisor's -report file (its "drain" member is read); "-" reads stdin.
+
+With -svg OUT it also writes a timeline as SVG, which any browser opens: the
+phases as bands, one bar per sandbox from the start of its pause to its end
+coloured by outcome (green preserved, red failed, orange timed out, light grey
+never started, blue-grey vanished), and as lines: the drain deadline (where
+the preStop wait had to end), SIGTERM, the preserve deadline (no pause
+started after it), the hard deadline where in-flight pauses had to end (when
+it differs from the preserve deadline), the budget's deadline and the
+expected SIGKILL.
+
+Exit status: 0 when every sandbox was preserved and the drain ended before
+SIGKILL, 1 when not (the summary says what went wrong), 2 when FILE cannot be
+read.
+
+Examples:
+
+	drainkit report /var/lib/sandboxd/last-shutdown.json
+	drainkit report -svg drain.svg last-shutdown.json && xdg-open drain.svg
+	kubectl exec ds/sandboxd -- cat /state/last-shutdown.json | drainkit report -
+`
+
+func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("report", reportUsage, stdout)
+	svgOut := fs.String("svg", "", "also write the timeline as SVG to `OUT`")
+	lostMax := fs.Int("lost", 20, "list at most `N` lost sandboxes (0: all)")
+	pos, err := parse(fs, args)
+	if err == nil && len(pos) != 1 {
+		err = fmt.Errorf("want one FILE, got %d arguments", len(pos))
+	}
+	if err == nil && *lostMax < 0 {
+		err = fmt.Errorf("-lost must not be negative, got %d", *lostMax)
+	}
+	if err != nil {
+		return usageError(stderr, "report", err)
+	}
+	rep, err := loadReport(pos[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "drainkit report: %v\n", err)
+		return exitUsage
+	}
+	var out bytes.Buffer
+	writeSummary(&out, rep, *lostMax)
+	if _, err := stdout.Write(trimLines(out.Bytes())); err != nil {
+		fmt.Fprintf(stderr, "drainkit report: %v\n", err)
+		return exitUsage
+	}
+	if *svgOut != "" {
+		var svg bytes.Buffer
+		writeSVG(&svg, rep)
+		if err := os.WriteFile(*svgOut, svg.Bytes(), 0o644); err != nil {
+			fmt.Fprintf(stderr, "drainkit report: -svg: %v\n", err)
+			return exitUsage
+		}
+	}
+	if rep.Err() != nil {
+		return exitNoFit
+	}
+	return exitOK
+}
+
+// loadReport reads a drain Report from path ("-" is stdin): a drain.Report
+// as sandboxd writes it, or the supervisor's report with the drain's in
+// its "drain" member.
+func loadReport(path string) (*drain.Report, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseReport(path, data)
+}
+
+func parseReport(name string, data []byte) (*drain.Report, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
+		return nil, fmt.Errorf("%s: not a JSON object: %w", name, err)
+	}
+	if _, ok := top["phases"]; !ok {
+		inner, ok := top["drain"]
+		if !ok {
+			if _, sup := top["server"]; sup {
+				return nil, fmt.Errorf("%s: a supervisor report without a drain (the server exited on its own before termination)", name)
+			}
+			return nil, fmt.Errorf("%s: neither a drain Report (no \"phases\") nor a supervisor report (no \"drain\")", name)
+		}
+		data = inner
+	}
+	var rep drain.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if rep.Budget.Start.IsZero() {
+		return nil, fmt.Errorf("%s: the report has no budget start (T0)", name)
+	}
+	return &rep, nil
+}
+
+// rel formats t as seconds from t0, or "-" for the zero time.
+func rel(t, t0 time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return fmt.Sprintf("%+.3fs", t.Sub(t0).Seconds())
+}
+
+// secs formats d in seconds with millisecond precision, or "-" for zero.
+func secs(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3fs", d.Seconds())
+}
+
+// writeSummary writes the text summary of rep, listing at most lostMax
+// lost sandboxes (0: all).
+func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
+	b := rep.Budget
+	t0 := b.Start
+	fmt.Fprintf(w, "Termination  T0 %s (anchored by %s), grace %s\n", t0.UTC().Format("2006-01-02 15:04:05.000 MST"), anchor(string(b.Anchor)), b.Grace)
+	fmt.Fprintf(w, "             SIGTERM %s, deadline %s (margin %s), SIGKILL due %s\n",
+		rel(b.SIGTERM, t0), rel(b.Deadline, t0), secs(b.Margin), rel(b.Kill, t0))
+	fmt.Fprintf(w, "Verdict      %s\n", verdict(rep))
+	if rep.Forced {
+		fmt.Fprintf(w, "Forced       at %s (a second signal: remaining waits cut short)\n", rel(rep.ForcedAt, t0))
+	}
+	if rep.Shortfall > 0 {
+		fmt.Fprintf(w, "Shortfall    when preserving started, the time left was %s short of the reserves: phases shared it\n", secs(rep.Shortfall))
+	}
+	if ps := rep.PreStop; ps != nil {
+		fmt.Fprintf(w, "preStop      waited %s for %d running sandboxes; ended: %s\n", secs(ps.Waited), ps.Running, ps.Reason)
+	}
+
+	fmt.Fprintf(w, "\nPhases (times from T0)\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  phase\tstart\tend\ttook\tdeadline\thard\treserve\tshort\tresult")
+	for _, p := range rep.Phases {
+		res := string(p.Result)
+		if p.Error != "" && p.Error != res {
+			res += ": " + oneLine(p.Error, 70)
+		}
+		if p.Forced {
+			res += " (forced)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, rel(p.Start, t0), rel(p.End, t0), secs(p.Duration),
+			rel(p.Deadline, t0), rel(p.Hard, t0), secs(p.Reserve), secs(p.Short), res)
+	}
+	tw.Flush()
+
+	pr := rep.Preserve
+	if pr == nil {
+		fmt.Fprintf(w, "\nSandboxes    no preserve phase ran\n")
+		return
+	}
+	fmt.Fprintf(w, "\nSandboxes    %d listed in %d pass(es), concurrency limit %d at the end\n", len(pr.Entries), pr.Passes, pr.Limit)
+	if pr.Unknown {
+		fmt.Fprintf(w, "             UNKNOWN: no listing succeeded, nothing here means anything: %s\n", pr.ListErr)
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  outcome\tcount\tp50\tp90\tmax")
+	for _, o := range []pause.Outcome{pause.Preserved, pause.Vanished, pause.Failed, pause.TimedOut, pause.NotStarted} {
+		n := pr.Counts[o]
+		if n == 0 {
+			continue
+		}
+		var ds []time.Duration
+		for _, e := range pr.Entries {
+			if e.Outcome == o && e.Duration > 0 {
+				ds = append(ds, e.Duration)
+			}
+		}
+		p50, p90, mx := quantiles(ds)
+		fmt.Fprintf(tw, "  %s\t%5d\t%s\t%s\t%s\n", o, n, secs(p50), secs(p90), secs(mx))
+	}
+	tw.Flush()
+	if pr.ListErr != "" && !pr.Unknown {
+		fmt.Fprintf(w, "             last listing error: %s\n", pr.ListErr)
+	}
+
+	var lost []pause.Entry
+	for _, e := range pr.Entries {
+		if e.Outcome != pause.Preserved && e.Outcome != pause.Vanished {
+			lost = append(lost, e)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	rank := map[pause.Outcome]int{pause.Failed: 0, pause.TimedOut: 1, pause.NotStarted: 2}
+	slices.SortStableFunc(lost, func(a, b pause.Entry) int { return rank[a.Outcome] - rank[b.Outcome] })
+	fmt.Fprintf(w, "\nLost (%d)\n", len(lost))
+	shown := lost
+	if lostMax > 0 && len(shown) > lostMax {
+		shown = shown[:lostMax]
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, e := range shown {
+		when := "never started"
+		if !e.Start.IsZero() {
+			when = fmt.Sprintf("%s..%s, %d attempt(s)", rel(e.Start, t0), rel(e.End, t0), e.Attempts)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", e.ID, e.Outcome, when, oneLine(e.Error, 90))
+	}
+	tw.Flush()
+	if len(shown) < len(lost) {
+		fmt.Fprintf(w, "  ... and %d more (-lost 0 lists all)\n", len(lost)-len(shown))
+	}
+}
+
+func anchor(a string) string {
+	if a == "" {
+		return "nothing: never anchored"
+	}
+	return a
+}
+
+// verdict is the one line an operator reads first.
+func verdict(rep *drain.Report) string {
+	var parts []string
+	if pr := rep.Preserve; pr != nil {
+		total := len(pr.Entries)
+		switch lost := pr.Lost(); {
+		case pr.Unknown:
+			parts = append(parts, "sandboxes UNKNOWN (no listing succeeded)")
+		case lost > 0:
+			parts = append(parts, fmt.Sprintf("%d of %d sandboxes LOST", lost, total))
+		default:
+			parts = append(parts, fmt.Sprintf("all %d sandboxes preserved", pr.Counts[pause.Preserved]))
+		}
+	}
+	if rep.Margin >= 0 {
+		parts = append(parts, fmt.Sprintf("finished %s before SIGKILL", secs(rep.Margin)))
+	} else {
+		parts = append(parts, fmt.Sprintf("finished %s AFTER the expected SIGKILL", secs(-rep.Margin)))
+	}
+	for _, p := range rep.Phases {
+		if p.Result == drain.Failed || p.Result == drain.Abandoned ||
+			(p.Result == drain.TimedOut && p.Name != drain.PhaseDrain && p.Name != drain.PhaseGate) {
+			if p.Name != drain.PhasePreserve {
+				parts = append(parts, fmt.Sprintf("step %s %s", p.Name, p.Result))
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// quantiles returns the nearest-rank median, 90th percentile and maximum.
+func quantiles(ds []time.Duration) (p50, p90, mx time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ds)
+	at := func(q float64) time.Duration {
+		i := int(q*float64(len(ds))+0.999999) - 1
+		return ds[min(max(i, 0), len(ds)-1)]
+	}
+	return at(0.5), at(0.9), ds[len(ds)-1]
+}
+
+// oneLine shortens s to one line of at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// trimLines removes the trailing blanks a tabwriter leaves after an empty
+// last column.
+func trimLines(b []byte) []byte {
+	lines := bytes.Split(b, []byte("\n"))
+	for i, l := range lines {
+		lines[i] = bytes.TrimRight(l, " \t")
+	}
+	return bytes.Join(lines, []byte("\n"))
+}

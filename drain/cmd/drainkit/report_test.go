@@ -1,0 +1,97 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The reports in testdata were written by real drains of sandboxd (fake
+// runtime): sandboxd-lost4 ran 60 sandboxes into an 8 s grace period and
+// lost four in flight at the preserve deadline; sandboxd-clean preserved
+// all twelve; sandboxd-late-sigterm got its SIGTERM four seconds after the
+// expected SIGKILL, so only the kubelet's 2 s minimum was left;
+// supervisor-clean is sandboxd-clean inside a supervisor report.
+func TestReportSummaryGolden(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		code int
+	}{
+		{"sandboxd-lost4.json", exitNoFit},
+		{"sandboxd-clean.json", exitOK},
+		{"sandboxd-late-sigterm.json", exitNoFit},
+		{"supervisor-clean.json", exitOK},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			code, out, errw := drainkit(t, "report", filepath.Join("testdata", tc.file))
+			assert.Equal(t, tc.code, code, errw)
+			assert.Empty(t, errw)
+			golden(t, strings.TrimSuffix(tc.file, ".json")+".golden", out)
+		})
+	}
+}
+
+func TestReportSummarySaysWhatWasLost(t *testing.T) {
+	_, out, _ := drainkit(t, "report", "testdata/sandboxd-lost4.json")
+	assert.Contains(t, out, "4 of 60 sandboxes LOST")
+	assert.Contains(t, out, "Lost (4)")
+	assert.Contains(t, out, "context deadline exceeded")
+	_, out, _ = drainkit(t, "report", "-lost", "6", "testdata/sandboxd-late-sigterm.json")
+	assert.Contains(t, out, "36 of 40 sandboxes LOST")
+	assert.Contains(t, out, "never started")
+	assert.Contains(t, out, "... and 30 more (-lost 0 lists all)")
+}
+
+func TestReportOfSupervisorReadsItsDrain(t *testing.T) {
+	_, sup, _ := drainkit(t, "report", "testdata/supervisor-clean.json")
+	_, plain, _ := drainkit(t, "report", "testdata/sandboxd-clean.json")
+	assert.Equal(t, plain, sup)
+}
+
+func TestReportBadInputNamesTheProblem(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ body, want string }{
+		{`not json`, "not a JSON object"},
+		{`{"start": "2026-01-01T00:00:00Z"}`, `neither a drain Report (no "phases") nor a supervisor report`},
+		{`{"server": {"pid": 1}, "exit_code": 0}`, "a supervisor report without a drain"},
+		{`{"phases": []}`, "no budget start (T0)"},
+		{`{"phases": 3}`, "cannot unmarshal"},
+	} {
+		f := filepath.Join(dir, "r.json")
+		require.NoError(t, os.WriteFile(f, []byte(tc.body), 0o644))
+		code, _, errw := drainkit(t, "report", f)
+		assert.Equal(t, exitUsage, code, tc.body)
+		assert.Contains(t, errw, tc.want, tc.body)
+		assert.Contains(t, errw, f, "the error names the file")
+	}
+	code, _, errw := drainkit(t, "report", filepath.Join(dir, "missing.json"))
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "no such file")
+	code, _, errw = drainkit(t, "report")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "want one FILE")
+	code, _, errw = drainkit(t, "report", "-lost", "-1", "x.json")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "-lost must not be negative")
+}
+
+func TestReportWritesSVG(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "t.svg")
+	code, _, errw := drainkit(t, "report", "testdata/sandboxd-lost4.json", "-svg", out)
+	assert.Equal(t, exitNoFit, code, errw)
+	svg, err := os.ReadFile(out)
+	require.NoError(t, err)
+	s := string(svg)
+	assert.True(t, strings.HasPrefix(s, `<svg xmlns="http://www.w3.org/2000/svg"`))
+	assert.Equal(t, 60, strings.Count(s, "<title>sb-"), "one bar per sandbox")
+	for _, label := range []string{"drain deadline", "preserve deadline", "budget deadline", "SIGKILL"} {
+		assert.Contains(t, s, ">"+label+" +", label)
+	}
+	code, _, errw = drainkit(t, "report", "-svg", filepath.Join(t.TempDir(), "no", "dir.svg"), "testdata/sandboxd-clean.json")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "-svg:")
+}
