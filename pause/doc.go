@@ -52,10 +52,6 @@
 // few allocations per pass and none per sandbox.
 //
 // For runtimes that preserve by signalling (a gVisor actor saves its state
-// on SIGTERM), Escalation sends the signal, waits a bounded grace, SIGKILLs
-// and waits a bounded time more, telling apart a clean exit, an exit after
-// SIGKILL and an unknown end; SignalSandbox makes it a Sandbox. A wait that
-// fails, or that a child reaper stole (ECHILD), is never taken for an exit:
-// the target's Prober (`runsc state`, a pidfd) is asked, and unknown means
-// SIGKILL at the end of the grace.
+// on SIGTERM), package pause/escalate stops the target with a bounded
+// SIGTERM, wait, SIGKILL, wait, and its escalate.Sandbox is a Sandbox.
 package pause

@@ -3,7 +3,6 @@ package pause_test
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -66,20 +65,4 @@ func Example() {
 	// vm-b preserved
 	// vm-c preserved
 	// vm-d preserved
-}
-
-// Stop a process that saves its state on SIGTERM: `sleep` simply exits.
-// For gVisor, the target would be pause.Funcs over `runsc kill` and
-// `runsc wait`.
-func ExampleEscalation_Stop() {
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		fmt.Println("no sleep binary:", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	exit, err := pause.Escalation{Grace: 5 * time.Second, KillWait: 2 * time.Second}.Stop(ctx, pause.Cmd(cmd))
-	fmt.Println(exit, err)
-	// Output: exited <nil>
 }

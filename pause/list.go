@@ -113,3 +113,15 @@ func backoffWait(ctx context.Context, d time.Duration) bool {
 	}
 	return sleepCtx(ctx, d)
 }
+
+// sleepCtx waits d, and reports false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -7,8 +7,5 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if runHelperProcess() {
-		return
-	}
 	goleak.VerifyTestMain(m)
 }

@@ -7,7 +7,7 @@
 // On SIGTERM: Run and Restore answer codes.Unavailable while Checkpoint stays allowed (an
 // actor may still suspend itself); every live sandbox is checkpointed in parallel inside
 // the budget the grace period leaves (not a fixed minute); a sandbox that could not be
-// checkpointed gets SIGTERM, a bounded grace and SIGKILL (pause.Escalation), where a failed
+// checkpointed gets SIGTERM, a bounded grace and SIGKILL (escalate.Policy), where a failed
 // `runsc wait` is never mistaken for an exit; gRPC GracefulStop is bounded and followed by
 // Stop. The Report goes to STATE_DIR/last-shutdown.json; the exit status is 0 when every
 // sandbox was checkpointed and every step ended in time. A restarted worker loads the

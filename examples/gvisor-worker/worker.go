@@ -24,6 +24,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/escalate"
 )
 
 // config is the worker's command line.
@@ -185,9 +186,9 @@ func (w *Worker) escalate(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, sb := range left {
 		wg.Go(func() {
-			exit, err := pause.Escalation{}.Stop(ctx, w.target(sb.ID()))
+			exit, err := escalate.Policy{}.Stop(ctx, w.target(sb.ID()))
 			w.logger.Warn("not checkpointed: signalled", "id", sb.ID(), "exit", exit, "error", err)
-			if exit != pause.Exited || err != nil {
+			if exit != escalate.Exited || err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("%s: %s: %w", sb.ID(), exit, err))
 				mu.Unlock()
@@ -198,11 +199,11 @@ func (w *Worker) escalate(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// target is a sandbox as pause.Escalation signals and waits for it.
-func (w *Worker) target(id string) pause.Target {
+// target is a sandbox as escalate.Policy signals and waits for it.
+func (w *Worker) target(id string) escalate.Target {
 	r, ok := w.rt.(*sandbox.Runsc)
 	if !ok { // an in-process fake stops at once
-		return pause.Funcs(func(context.Context, syscall.Signal) error { return nil },
+		return escalate.Funcs(func(context.Context, syscall.Signal) error { return nil },
 			func(context.Context) error { return nil })
 	}
 	return r.Runtime.Target(id) // runsc kill/wait, and runsc state when a wait was stolen

@@ -19,6 +19,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/escalate"
 )
 
 func fakeConfig(t *testing.T) config {
@@ -106,9 +107,9 @@ func TestRunscTargetTellsFailedWaitFromExit(t *testing.T) {
 	defer cancelShort()
 	require.ErrorIs(t, target.Wait(short), context.DeadlineExceeded, "a running sandbox has not exited")
 
-	exit, err := pause.Escalation{Grace: 5 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, target)
+	exit, err := escalate.Policy{TermWait: 5 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, target)
 	require.NoError(t, err)
-	assert.Equal(t, pause.Exited, exit, "the counter's shell exits on SIGTERM")
+	assert.Equal(t, escalate.Exited, exit, "the counter's shell exits on SIGTERM")
 	// Waiting again on the stopped container fails in runsc ("exit status unavailable"):
 	// that is an exit, because runsc state says stopped.
 	require.ErrorIs(t, target.Wait(ctx), os.ErrProcessDone)

@@ -6,23 +6,23 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/escalate"
 )
 
-// Target returns container id as a [pause.Target] for [pause.Escalation]: Signal is
-// `runsc kill --all`, Wait is `runsc wait`, and the Target is a [pause.Prober] that asks
+// Target returns container id as a [escalate.Target] for [escalate.Policy]: Signal is
+// `runsc kill --all`, Wait is `runsc wait`, and the Target is a [escalate.Prober] that asks
 // `runsc state`. Only the runtime's word ends a wait: a container runsc no longer knows,
 // or reports stopped, has exited; a `runsc wait` that failed, or whose exit status another
 // reaper collected (ECHILD), says nothing by itself, so the state is asked and, when it
-// cannot answer, the error goes to the Escalation, which treats the container as running.
-func (r *Runtime) Target(id string) pause.Target {
-	return pause.ProbedFuncs(
+// cannot answer, the error goes to the escalate.Policy, which treats the container as running.
+func (r *Runtime) Target(id string) escalate.Target {
+	return escalate.ProbedFuncs(
 		func(ctx context.Context, sig syscall.Signal) error {
 			err := r.Kill(ctx, id, sig, true)
 			if err == nil || errors.Is(err, ErrStatusLost) {
 				// A lost status: the kill ran and may have been what ended the
 				// container, so a stopped state now does not mean it was gone
-				// before. The Escalation keeps the grace and waits.
+				// before. The Policy keeps its wait after the signal and waits.
 				return err
 			}
 			if gone, _ := r.exited(ctx, id); gone {

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/escalate"
 )
 
 // reaperEnv makes the test binary run reaperMain: a PID-1-style supervisor that is a
@@ -33,7 +33,7 @@ const (
 
 // reaperResult is what reaperMain reports on its stdout.
 type reaperResult struct {
-	Exit    pause.Exit    `json:"exit"`
+	Exit    escalate.Exit `json:"exit"`
 	Err     string        `json:"error,omitempty"`
 	Elapsed time.Duration `json:"elapsed"`
 	Reaped  int64         `json:"reaped"` // children the reaper collected during Stop
@@ -43,7 +43,7 @@ type reaperResult struct {
 // processes are reparented to it), starts container id from the bundle, then reaps
 // every child as it exits (wait4(-1) in a loop, as tini or a PID-1 supervisor does),
 // so the statuses of runsc wait, runsc kill and runsc state are stolen from the code
-// that ran them, and stops the container with pause.Escalation.
+// that ran them, and stops the container with escalate.Policy.
 func reaperMain(root, id, bundle string) int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "prctl:", err)
@@ -69,7 +69,7 @@ func reaperMain(root, id, bundle string) int {
 		}
 	}()
 	start := time.Now()
-	exit, err := pause.Escalation{Grace: reaperGrace, KillWait: reaperKillWait}.Stop(ctx, rt.Target(id))
+	exit, err := escalate.Policy{TermWait: reaperGrace, KillWait: reaperKillWait}.Stop(ctx, rt.Target(id))
 	res := reaperResult{Exit: exit, Elapsed: time.Since(start), Reaped: reaped.Load()}
 	if err != nil {
 		res.Err = err.Error()
@@ -112,7 +112,7 @@ func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 	t.Logf("reaper: %+v", res)
 
 	assert.Positive(t, res.Reaped, "the reaper collected runsc's children")
-	assert.Equal(t, pause.ExitedAfterKill, res.Exit, "SIGKILL was sent and its effect seen: %s", res.Err)
+	assert.Equal(t, escalate.ExitedAfterKill, res.Exit, "SIGKILL was sent and its effect seen: %s", res.Err)
 	assert.GreaterOrEqual(t, res.Elapsed, reaperGrace, "the grace is given in full")
 	assert.Less(t, res.Elapsed, reaperGrace+reaperKillWait, "killed within its window")
 	st, err := rt.State(context.Background(), "stubborn")

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package pause
+package escalate
 
 import (
 	"errors"

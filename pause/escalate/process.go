@@ -1,4 +1,4 @@
-package pause
+package escalate
 
 import (
 	"context"
@@ -31,7 +31,7 @@ type ProcessTarget struct {
 // anyone else, whose PID the kernel could have given to a new process.
 func Process(p *os.Process) (*ProcessTarget, error) {
 	if p == nil {
-		return nil, errors.New("pause: process must not be nil")
+		return nil, errors.New("escalate: process must not be nil")
 	}
 	t := &ProcessTarget{p: p, fd: -1}
 	// The os.Process handle knows when it was reaped; its PID may be reused

@@ -1,4 +1,4 @@
-package pause
+package escalate
 
 import (
 	"context"
@@ -15,25 +15,25 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 )
 
-// DefaultKillWait is how long Escalation waits after SIGKILL when KillWait
+// DefaultKillWait is how long Policy waits after SIGKILL when KillWait
 // is zero.
 const DefaultKillWait = 5 * time.Second
 
-// DefaultGrace is how long Escalation waits after the first signal when
-// Grace is zero and the context has no deadline: the kubelet's default
+// DefaultTermWait is how long Policy waits after the first signal when
+// TermWait is zero and the context has no deadline: the kubelet's default
 // terminationGracePeriodSeconds.
-const DefaultGrace = 30 * time.Second
+const DefaultTermWait = 30 * time.Second
 
 // retryPause is the pause between two waits when a wait fails.
 const retryPause = 100 * time.Millisecond
 
-// An Exit is how a signalled target ended, as far as Escalation could
+// An Exit is how a signalled target ended, as far as Policy could
 // observe.
 type Exit string
 
-// The exits Escalation tells apart.
+// The exits Policy tells apart.
 const (
-	// Exited: the target exited on the first signal within the grace, or
+	// Exited: the target exited on the first signal within the wait after the signal, or
 	// had exited before (it had the chance to save its state).
 	Exited Exit = "exited"
 	// ExitedAfterKill: the target needed SIGKILL.
@@ -43,7 +43,7 @@ const (
 	ExitUnknown Exit = "unknown"
 )
 
-// A Target is something Escalation can signal and wait for: a process, a
+// A Target is something Policy can signal and wait for: a process, a
 // container, a sandbox.
 type Target interface {
 	// Signal sends sig. It returns an error matching os.ErrProcessDone or
@@ -55,53 +55,54 @@ type Target interface {
 	// os.ErrProcessDone or syscall.ESRCH, which mean it has exited. An
 	// error matching syscall.ECHILD says someone else reaped the waiting
 	// child (a `runsc wait` collected by a PID-1 reaper, tini, a
-	// subreaper): nothing about the target itself. Escalation then asks
+	// subreaper): nothing about the target itself. Policy then asks
 	// the target's Prober, if it has one.
 	Wait(ctx context.Context) error
 }
 
 // A Prober is a Target that can say at once, without waiting, whether it
 // has exited: the runtime's view (`runsc state`), or a pidfd of the
-// container's init. Escalation asks it when a wait was stolen (ECHILD).
+// container's init. Policy asks it when a wait was stolen (ECHILD).
 type Prober interface {
 	// Exited reports whether the target has exited. An error means the
 	// answer is unknown.
 	Exited(ctx context.Context) (bool, error)
 }
 
-// Escalation stops a target that saves its state on a signal (a gVisor
-// actor on SIGTERM): it sends Signal, waits up to Grace for the target to
+// Policy stops a target that saves its state on a signal (a gVisor
+// actor on SIGTERM): it sends Signal, waits up to TermWait for the target to
 // exit, sends SIGKILL, and waits up to KillWait more. The zero value sends
 // SIGTERM and waits until KillWait before the context's deadline.
-type Escalation struct {
+type Policy struct {
 	// Signal is the first signal; zero means SIGTERM.
 	Signal syscall.Signal
-	// Grace is the longest wait after Signal. Zero means until KillWait
-	// before ctx's deadline, or DefaultGrace without one. The grace always
-	// ends KillWait before ctx's deadline at the latest.
-	Grace time.Duration
+	// TermWait is the longest wait after Signal. Zero means until KillWait
+	// before ctx's deadline (half of a window shorter than 2 x KillWait),
+	// or DefaultTermWait without one. The wait always ends KillWait
+	// before ctx's deadline at the latest.
+	TermWait time.Duration
 	// KillWait is the longest wait after SIGKILL; zero means
 	// DefaultKillWait.
 	KillWait time.Duration
 }
 
 // Stop signals t, escalates to SIGKILL if it has not exited by the end of
-// the grace, and reports how it ended. It returns by ctx's deadline, or
-// after Grace + KillWait without one.
+// the wait after the signal, and reports how it ended. It returns by ctx's deadline, or
+// after TermWait + KillWait without one.
 //
 // A target that is already gone when signalled counts as exited. A wait
-// that fails does not: it is retried until the grace ends and the target
+// that fails does not: it is retried until the wait after the signal ends and the target
 // is then killed; this is the bug where a failed `runsc wait` looked like a
 // clean exit and SIGKILL was never sent. Neither does a wait that fails
 // with ECHILD, which only says that someone else reaped the waiting child
 // (a child reaper collected the `runsc wait` first): Stop then asks the
 // target's Prober every 100 ms instead of waiting, and a target without
 // one, or whose Prober cannot tell, is treated as still running, so it
-// gets SIGKILL when the grace ends. A Signal error matching ECHILD (the
+// gets SIGKILL when the wait after the signal ends. A Signal error matching ECHILD (the
 // signalling command's status was stolen the same way) may have been
-// delivered: the grace is kept. The error is the last failure seen, and is
+// delivered: the wait after the signal is kept. The error is the last failure seen, and is
 // nil unless the exit is ExitUnknown.
-func (e Escalation) Stop(ctx context.Context, t Target) (Exit, error) {
+func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	sig := e.Signal
 	if sig == 0 {
 		sig = syscall.SIGTERM
@@ -116,7 +117,7 @@ func (e Escalation) Stop(ctx context.Context, t Target) (Exit, error) {
 	if err := t.Signal(ctx, sig); isGone(err) {
 		return Exited, nil
 	} else if err != nil {
-		failures = append(failures, fmt.Errorf("pause: sending %v: %w", sig, err))
+		failures = append(failures, fmt.Errorf("escalate: sending %v: %w", sig, err))
 		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
 			graceEnd = time.Now() // it will not exit on a signal it did not get
 		}
@@ -131,7 +132,7 @@ func (e Escalation) Stop(ctx context.Context, t Target) (Exit, error) {
 	if err := t.Signal(ctx, syscall.SIGKILL); isGone(err) {
 		return Exited, nil // it exited on its own between the wait and the kill
 	} else if err != nil {
-		failures = append(failures, fmt.Errorf("pause: sending SIGKILL: %w", err))
+		failures = append(failures, fmt.Errorf("escalate: sending SIGKILL: %w", err))
 	}
 	killEnd := time.Now().Add(killWait)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(killEnd) {
@@ -146,22 +147,24 @@ func (e Escalation) Stop(ctx context.Context, t Target) (Exit, error) {
 	return ExitUnknown, errors.Join(failures...)
 }
 
-// graceEnd is when the wait after SIGTERM ends: Grace after now (by
-// default the rest of ctx's window, or DefaultGrace without a deadline),
+// graceEnd is when the wait after SIGTERM ends: TermWait after now (by
+// default the rest of ctx's window, or DefaultTermWait without a deadline),
 // but never into the killWait the SIGKILL and its wait need before ctx's
-// deadline, laid out by the plan's rule (deadline.Split).
-func (e Escalation) graceEnd(ctx context.Context, killWait time.Duration) time.Time {
+// deadline, laid out by the plan's rule (deadline.Split). Both waits
+// reserve killWait, so a window shorter than twice that is shared equally:
+// a target that would save itself on the signal still gets its chance.
+func (e Policy) graceEnd(ctx context.Context, killWait time.Duration) time.Time {
 	now := time.Now()
 	dl, ok := ctx.Deadline()
 	if !ok {
-		grace := e.Grace
+		grace := e.TermWait
 		if grace <= 0 {
-			grace = DefaultGrace
+			grace = DefaultTermWait
 		}
 		return now.Add(grace)
 	}
 	ws := deadline.Split(now, dl,
-		deadline.Phase{Name: "term", Max: max(e.Grace, 0)},
+		deadline.Phase{Name: "term", Reserve: deadline.Fixed(killWait), Critical: true, Max: max(e.TermWait, 0)},
 		deadline.Phase{Name: "kill", Reserve: deadline.Fixed(killWait), Critical: true})
 	return ws[0].Deadline
 }
@@ -189,7 +192,7 @@ func waitUntil(ctx context.Context, t Target, until time.Time) (bool, error) {
 			stolen = true
 		}
 		if !timedOut && !errors.Is(err, errRunning) { // the wait failed, not by running out of time
-			failed = fmt.Errorf("pause: waiting for exit: %w", err)
+			failed = fmt.Errorf("escalate: waiting for exit: %w", err)
 		}
 		left := time.Until(until)
 		if left <= 0 || ctx.Err() != nil {
@@ -213,10 +216,10 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // errRunning is probe's answer when the Prober says the target still runs.
-var errRunning = errors.New("pause: target still running")
+var errRunning = errors.New("escalate: target still running")
 
 // errNoProber is probe's answer for a target that cannot be asked.
-var errNoProber = fmt.Errorf("pause: the wait was stolen (%w) and the target has no Prober: exit unknown", syscall.ECHILD)
+var errNoProber = fmt.Errorf("escalate: the wait was stolen (%w) and the target has no Prober: exit unknown", syscall.ECHILD)
 
 // probe asks t's Prober once: nil if it exited, errRunning if not, another
 // error if unknown.
@@ -228,7 +231,7 @@ func probe(ctx context.Context, t Target) error {
 	exited, err := p.Exited(ctx)
 	switch {
 	case err != nil:
-		return fmt.Errorf("pause: asking whether the target exited: %w", err)
+		return fmt.Errorf("escalate: asking whether the target exited: %w", err)
 	case exited:
 		return nil
 	}
@@ -292,14 +295,14 @@ type cmdTarget struct {
 
 func (t *cmdTarget) Signal(_ context.Context, sig syscall.Signal) error {
 	if t.c.Process == nil {
-		return errors.New("pause: command not started")
+		return errors.New("escalate: command not started")
 	}
 	return t.c.Process.Signal(sig)
 }
 
 func (t *cmdTarget) Wait(ctx context.Context) error {
 	if t.c.Process == nil {
-		return errors.New("pause: command not started")
+		return errors.New("escalate: command not started")
 	}
 	t.once.Do(func() {
 		t.done = make(chan struct{})
@@ -324,7 +327,7 @@ func (t *cmdTarget) Wait(ctx context.Context) error {
 // Exited asks the process with signal 0: gone means exited.
 func (t *cmdTarget) Exited(context.Context) (bool, error) {
 	if t.c.Process == nil {
-		return false, errors.New("pause: command not started")
+		return false, errors.New("escalate: command not started")
 	}
 	err := t.c.Process.Signal(syscall.Signal(0))
 	switch {
@@ -344,30 +347,30 @@ func (t *cmdTarget) result() error {
 	return t.err
 }
 
-// A SignalSandbox is a Sandbox preserved by signalling: Preserve stops its
-// Target with its Escalation. The target is expected to save its state on
+// A Sandbox is a pause.Sandbox preserved by signalling: Preserve stops its
+// Target with its Policy. The target is expected to save its state on
 // the first signal and exit (a gVisor actor on SIGTERM). Preserve returns
-// nil when it exited within the grace, and a permanent error wrapping
+// nil when it exited within the wait after the signal, and a permanent error wrapping
 // ErrKilled when it needed SIGKILL or ErrExitUnknown when its end could not
 // be observed: signalling again cannot help.
-type SignalSandbox struct {
-	Name       string     // the sandbox's ID
-	Target     Target     // what Preserve signals and waits for
-	Escalation Escalation // how: the signal, the grace and the kill wait
+type Sandbox struct {
+	Name   string // the sandbox's ID
+	Target Target // what Preserve signals and waits for
+	Policy Policy // how: the signal, the wait after the signal and the kill wait
 }
 
-// The errors of a SignalSandbox's Preserve.
+// The errors of a Sandbox's Preserve.
 var (
-	ErrKilled      = errors.New("pause: target needed SIGKILL; its state may not be saved")
-	ErrExitUnknown = errors.New("pause: target not seen to exit, even after SIGKILL")
+	ErrKilled      = errors.New("escalate: target needed SIGKILL; its state may not be saved")
+	ErrExitUnknown = errors.New("escalate: target not seen to exit, even after SIGKILL")
 )
 
 // ID returns s.Name.
-func (s *SignalSandbox) ID() string { return s.Name }
+func (s *Sandbox) ID() string { return s.Name }
 
-// Preserve stops the target; see SignalSandbox.
-func (s *SignalSandbox) Preserve(ctx context.Context) error {
-	exit, err := s.Escalation.Stop(ctx, s.Target)
+// Preserve stops the target; see Sandbox.
+func (s *Sandbox) Preserve(ctx context.Context) error {
+	exit, err := s.Policy.Stop(ctx, s.Target)
 	switch exit {
 	case Exited:
 		return nil

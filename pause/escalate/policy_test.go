@@ -1,4 +1,4 @@
-package pause_test
+package escalate_test
 
 import (
 	"bufio"
@@ -20,16 +20,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/escalate"
 )
 
 // The test binary re-executes itself as a child process when this
 // variable names a behaviour.
-const helperEnv = "PAUSE_TEST_HELPER"
+const helperEnv = "ESCALATE_TEST_HELPER"
 
 // runHelperProcess runs the child behaviours and reports whether this
 // process was one:
 //
-//	trap:   on SIGTERM, write "saved" to $PAUSE_TEST_STATE and exit 0
+//	trap:   on SIGTERM, write "saved" to $ESCALATE_TEST_STATE and exit 0
 //	ignore: ignore SIGTERM and sleep (only SIGKILL ends it)
 //	exit:   exit 0 at once
 func runHelperProcess() bool {
@@ -44,7 +45,7 @@ func runHelperProcess() bool {
 		signal.Notify(term, syscall.SIGTERM)
 		fmt.Println("ready")
 		<-term
-		if err := os.WriteFile(os.Getenv("PAUSE_TEST_STATE"), []byte("saved"), 0o600); err != nil {
+		if err := os.WriteFile(os.Getenv("ESCALATE_TEST_STATE"), []byte("saved"), 0o600); err != nil {
 			os.Exit(3)
 		}
 		os.Exit(0)
@@ -65,7 +66,7 @@ func child(t *testing.T, mode string) (*exec.Cmd, string) {
 	require.NoError(t, err)
 	state := filepath.Join(t.TempDir(), "state")
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "PAUSE_TEST_STATE="+state)
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "ESCALATE_TEST_STATE="+state)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -82,9 +83,9 @@ func TestEscalationChildTrappingSIGTERMSavesStateAndExits(t *testing.T) {
 	cmd, state := child(t, "trap")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	exit, err := pause.Escalation{Grace: 20 * time.Second}.Stop(ctx, pause.Cmd(cmd))
+	exit, err := escalate.Policy{TermWait: 20 * time.Second}.Stop(ctx, escalate.Cmd(cmd))
 	require.NoError(t, err)
-	assert.Equal(t, pause.Exited, exit)
+	assert.Equal(t, escalate.Exited, exit)
 	saved, err := os.ReadFile(state)
 	require.NoError(t, err)
 	assert.Equal(t, "saved", string(saved))
@@ -96,10 +97,10 @@ func TestEscalationKillsChildIgnoringSIGTERM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	exit, err := pause.Escalation{Grace: 300 * time.Millisecond}.Stop(ctx, pause.Cmd(cmd))
+	exit, err := escalate.Policy{TermWait: 300 * time.Millisecond}.Stop(ctx, escalate.Cmd(cmd))
 	require.NoError(t, err)
-	assert.Equal(t, pause.ExitedAfterKill, exit)
-	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the grace is given in full")
+	assert.Equal(t, escalate.ExitedAfterKill, exit)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the wait after the signal is given in full")
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	assert.True(t, ws.Signaled())
 	assert.Equal(t, syscall.SIGKILL, ws.Signal())
@@ -111,22 +112,22 @@ func TestEscalationProcessTarget(t *testing.T) {
 	for _, tc := range []struct {
 		mode  string
 		grace time.Duration
-		want  pause.Exit
-	}{{"trap", 20 * time.Second, pause.Exited}, {"ignore", 300 * time.Millisecond, pause.ExitedAfterKill}} {
+		want  escalate.Exit
+	}{{"trap", 20 * time.Second, escalate.Exited}, {"ignore", 300 * time.Millisecond, escalate.ExitedAfterKill}} {
 		t.Run(tc.mode, func(t *testing.T) {
 			cmd, _ := child(t, tc.mode)
-			target, err := pause.Process(cmd.Process)
+			target, err := escalate.Process(cmd.Process)
 			require.NoError(t, err)
 			defer target.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			exit, err := pause.Escalation{Grace: tc.grace}.Stop(ctx, target)
+			exit, err := escalate.Policy{TermWait: tc.grace}.Stop(ctx, target)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, exit)
 			// The child is still ours to reap.
 			err = cmd.Wait()
 			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-			if tc.want == pause.Exited {
+			if tc.want == escalate.Exited {
 				require.NoError(t, err)
 				assert.Equal(t, 0, ws.ExitStatus())
 			} else {
@@ -142,21 +143,21 @@ func TestEscalationAlreadyExited(t *testing.T) {
 	t.Run("reaped", func(t *testing.T) {
 		cmd, _ := child(t, "exit")
 		require.NoError(t, cmd.Wait())
-		target, err := pause.Process(cmd.Process)
+		target, err := escalate.Process(cmd.Process)
 		require.NoError(t, err)
-		exit, err := pause.Escalation{}.Stop(t.Context(), target)
+		exit, err := escalate.Policy{}.Stop(t.Context(), target)
 		require.NoError(t, err)
-		assert.Equal(t, pause.Exited, exit)
+		assert.Equal(t, escalate.Exited, exit)
 	})
 	t.Run("zombie", func(t *testing.T) {
 		cmd, _ := child(t, "exit")
 		waitZombie(t, cmd.Process.Pid)
-		target, err := pause.Process(cmd.Process)
+		target, err := escalate.Process(cmd.Process)
 		require.NoError(t, err)
 		defer target.Close()
-		exit, err := pause.Escalation{Grace: time.Minute}.Stop(t.Context(), target)
+		exit, err := escalate.Policy{TermWait: time.Minute}.Stop(t.Context(), target)
 		require.NoError(t, err)
-		assert.Equal(t, pause.Exited, exit)
+		assert.Equal(t, escalate.Exited, exit)
 		require.NoError(t, cmd.Wait())
 	})
 }
@@ -195,7 +196,7 @@ func stolenWait(t *testing.T) func(context.Context) error {
 // exitedProbe answers from a pidfd of the process, as a runtime's state
 // would: readable once it exited.
 func exitedProbe(t *testing.T, p *os.Process) func(context.Context) (bool, error) {
-	target, err := pause.Process(p)
+	target, err := escalate.Process(p)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = target.Close() })
 	return func(ctx context.Context) (bool, error) {
@@ -210,14 +211,14 @@ func exitedProbe(t *testing.T, p *os.Process) func(context.Context) (bool, error
 // counted as "exited" and SIGKILL was never sent: the ateom review's bug.
 func TestEscalationStolenWaitAsksTheRuntimeAndKills(t *testing.T) {
 	cmd, _ := child(t, "ignore")
-	target := pause.ProbedFuncs(
+	target := escalate.ProbedFuncs(
 		func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
 		stolenWait(t), exitedProbe(t, cmd.Process))
 	start := time.Now()
-	exit, err := pause.Escalation{Grace: 300 * time.Millisecond}.Stop(t.Context(), target)
+	exit, err := escalate.Policy{TermWait: 300 * time.Millisecond}.Stop(t.Context(), target)
 	require.NoError(t, err)
-	assert.Equal(t, pause.ExitedAfterKill, exit)
-	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the grace is given in full")
+	assert.Equal(t, escalate.ExitedAfterKill, exit)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the wait after the signal is given in full")
 	_ = cmd.Wait()
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v", ws)
@@ -226,24 +227,24 @@ func TestEscalationStolenWaitAsksTheRuntimeAndKills(t *testing.T) {
 // The runtime saying the target exited settles a stolen wait.
 func TestEscalationStolenWaitOfAnExitedTargetIsAnExit(t *testing.T) {
 	cmd, state := child(t, "trap")
-	target := pause.ProbedFuncs(
+	target := escalate.ProbedFuncs(
 		func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
 		stolenWait(t), exitedProbe(t, cmd.Process))
-	exit, err := pause.Escalation{Grace: 20 * time.Second}.Stop(t.Context(), target)
+	exit, err := escalate.Policy{TermWait: 20 * time.Second}.Stop(t.Context(), target)
 	require.NoError(t, err)
-	assert.Equal(t, pause.Exited, exit)
+	assert.Equal(t, escalate.Exited, exit)
 	assert.FileExists(t, state, "it saved its state on SIGTERM")
 }
 
 // Without a way to ask, a stolen wait leaves the exit unknown: the target
-// is SIGKILLed when the grace ends, and the result says it is unknown.
+// is SIGKILLed when the wait after the signal ends, and the result says it is unknown.
 func TestEscalationStolenWaitWithoutProberEscalates(t *testing.T) {
 	cmd, _ := child(t, "ignore")
-	target := pause.Funcs(
+	target := escalate.Funcs(
 		func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
 		stolenWait(t))
-	exit, err := pause.Escalation{Grace: 300 * time.Millisecond, KillWait: 300 * time.Millisecond}.Stop(t.Context(), target)
-	assert.Equal(t, pause.ExitUnknown, exit)
+	exit, err := escalate.Policy{TermWait: 300 * time.Millisecond, KillWait: 300 * time.Millisecond}.Stop(t.Context(), target)
+	assert.Equal(t, escalate.ExitUnknown, exit)
 	require.ErrorIs(t, err, syscall.ECHILD)
 	assert.ErrorContains(t, err, "no Prober")
 	_ = cmd.Wait()
@@ -255,7 +256,7 @@ func TestEscalationStolenWaitWithoutProberEscalates(t *testing.T) {
 // signal: the target keeps its grace and is not killed at once.
 func TestEscalationStolenSignalStatusKeepsTheGrace(t *testing.T) {
 	cmd, state := child(t, "trap")
-	target := pause.ProbedFuncs(
+	target := escalate.ProbedFuncs(
 		func(_ context.Context, sig syscall.Signal) error {
 			if err := cmd.Process.Signal(sig); err != nil {
 				return err
@@ -263,8 +264,8 @@ func TestEscalationStolenSignalStatusKeepsTheGrace(t *testing.T) {
 			return fmt.Errorf("runsc kill: waitid: %w", syscall.ECHILD)
 		},
 		stolenWait(t), exitedProbe(t, cmd.Process))
-	exit, _ := pause.Escalation{Grace: 20 * time.Second}.Stop(t.Context(), target)
-	assert.Equal(t, pause.Exited, exit)
+	exit, _ := escalate.Policy{TermWait: 20 * time.Second}.Stop(t.Context(), target)
+	assert.Equal(t, escalate.Exited, exit)
 	assert.FileExists(t, state)
 }
 
@@ -321,15 +322,15 @@ func (f *fakeTarget) sent() []string {
 }
 
 // PR #764's bug: a failed `runsc wait` looked like a clean exit, so SIGKILL
-// was never sent. Here the failed wait is retried through the grace, then
+// was never sent. Here the failed wait is retried through the wait after the signal, then
 // SIGKILL goes out, and the end is reported unknown with the wait's error.
 func TestEscalationFailedWaitEscalates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake(nil)
 		f.waitErr = errors.New("runsc wait: exit status 128")
 		start := time.Now()
-		exit, err := pause.Escalation{Grace: 2 * time.Second, KillWait: time.Second}.Stop(t.Context(), f)
-		assert.Equal(t, pause.ExitUnknown, exit)
+		exit, err := escalate.Policy{TermWait: 2 * time.Second, KillWait: time.Second}.Stop(t.Context(), f)
+		assert.Equal(t, escalate.ExitUnknown, exit)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "runsc wait: exit status 128")
 		assert.Equal(t, []string{"terminated@00.000", "killed@02.000"}, f.sent())
@@ -342,22 +343,22 @@ func TestEscalationTimeline(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		exitAfter map[syscall.Signal]time.Duration
-		want      pause.Exit
+		want      escalate.Exit
 		sent      []string
 		took      time.Duration
 	}{
 		{"exits on SIGTERM", map[syscall.Signal]time.Duration{syscall.SIGTERM: 1500 * time.Millisecond},
-			pause.Exited, []string{"terminated@00.000"}, 1500 * time.Millisecond},
+			escalate.Exited, []string{"terminated@00.000"}, 1500 * time.Millisecond},
 		{"needs SIGKILL", map[syscall.Signal]time.Duration{syscall.SIGKILL: 100 * time.Millisecond},
-			pause.ExitedAfterKill, []string{"terminated@00.000", "killed@05.000"}, 5100 * time.Millisecond},
+			escalate.ExitedAfterKill, []string{"terminated@00.000", "killed@05.000"}, 5100 * time.Millisecond},
 		{"never exits", nil,
-			pause.ExitUnknown, []string{"terminated@00.000", "killed@05.000"}, 7 * time.Second},
+			escalate.ExitUnknown, []string{"terminated@00.000", "killed@05.000"}, 7 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFake(tc.exitAfter)
 				start := time.Now()
-				exit, _ := pause.Escalation{Grace: 5 * time.Second, KillWait: 2 * time.Second}.Stop(t.Context(), f)
+				exit, _ := escalate.Policy{TermWait: 5 * time.Second, KillWait: 2 * time.Second}.Stop(t.Context(), f)
 				assert.Equal(t, tc.want, exit)
 				assert.Equal(t, tc.sent, f.sent())
 				assert.Equal(t, tc.took, time.Since(start))
@@ -366,7 +367,7 @@ func TestEscalationTimeline(t *testing.T) {
 	}
 }
 
-// The grace ends KillWait before the context's deadline, whatever Grace
+// The grace ends KillWait before the context's deadline, whatever TermWait
 // says, so the kill wait still fits.
 func TestEscalationGraceFitsTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -374,8 +375,8 @@ func TestEscalationGraceFitsTheDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		start := time.Now()
-		exit, _ := pause.Escalation{Grace: time.Hour, KillWait: 2 * time.Second}.Stop(ctx, f)
-		assert.Equal(t, pause.ExitUnknown, exit)
+		exit, _ := escalate.Policy{TermWait: time.Hour, KillWait: 2 * time.Second}.Stop(ctx, f)
+		assert.Equal(t, escalate.ExitUnknown, exit)
 		assert.Equal(t, []string{"terminated@00.000", "killed@08.000"}, f.sent())
 		assert.Equal(t, 10*time.Second, time.Since(start))
 	})
@@ -385,25 +386,25 @@ func TestEscalationTargetAlreadyGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake(nil)
 		f.gone = true
-		exit, err := pause.Escalation{}.Stop(t.Context(), f)
+		exit, err := escalate.Policy{}.Stop(t.Context(), f)
 		require.NoError(t, err)
-		assert.Equal(t, pause.Exited, exit)
+		assert.Equal(t, escalate.Exited, exit)
 		assert.Zero(t, f.waits)
 	})
 }
 
-// SignalSandbox plugs an escalation into the Preserver: an actor that
+// Sandbox plugs an escalation into the Preserver: an actor that
 // saves itself on SIGTERM is Preserved; one that needed SIGKILL, or whose
 // end is unknown, Failed without retry.
 func TestSignalSandboxesInAPreserver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		esc := pause.Escalation{Grace: 5 * time.Second, KillWait: 2 * time.Second}
+		esc := escalate.Policy{TermWait: 5 * time.Second, KillWait: 2 * time.Second}
 		sbs := []pause.Sandbox{
-			&pause.SignalSandbox{Name: "saves", Escalation: esc,
+			&escalate.Sandbox{Name: "saves", Policy: esc,
 				Target: newFake(map[syscall.Signal]time.Duration{syscall.SIGTERM: time.Second})},
-			&pause.SignalSandbox{Name: "killed", Escalation: esc,
+			&escalate.Sandbox{Name: "killed", Policy: esc,
 				Target: newFake(map[syscall.Signal]time.Duration{syscall.SIGKILL: 0})},
-			&pause.SignalSandbox{Name: "unknown", Escalation: esc, Target: newFake(nil)},
+			&escalate.Sandbox{Name: "unknown", Policy: esc, Target: newFake(nil)},
 		}
 		listed := false
 		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
@@ -414,7 +415,20 @@ func TestSignalSandboxesInAPreserver(t *testing.T) {
 			return sbs, nil
 		}))
 		require.NoError(t, err)
-		rep, took := runFor(t, p, time.Minute, 0)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		rep := p.Run(ctx, time.Time{})
+		took := time.Since(start)
+		entry := func(t *testing.T, rep *pause.Report, id string) pause.Entry {
+			for _, e := range rep.Entries {
+				if e.ID == id {
+					return e
+				}
+			}
+			t.Fatalf("no entry for %s", id)
+			return pause.Entry{}
+		}
 		assert.Equal(t, pause.Preserved, entry(t, rep, "saves").Outcome)
 		killed, unknown := entry(t, rep, "killed"), entry(t, rep, "unknown")
 		assert.Equal(t, pause.Failed, killed.Outcome)
@@ -423,5 +437,21 @@ func TestSignalSandboxesInAPreserver(t *testing.T) {
 		assert.Contains(t, unknown.Error, "not seen to exit")
 		assert.Equal(t, 1, unknown.Attempts)
 		assert.Equal(t, 7*time.Second, took, "the three escalations run in parallel")
+	})
+}
+
+// A window shorter than twice KillWait is shared: the wait after SIGTERM
+// gets half of it, so a target that saves itself on the signal within that
+// half is not SIGKILLed at once (the zero Policy in a drain step's 1.5 s).
+//
+//	0 s SIGTERM   0.5 s the target saved itself and exited   (SIGKILL would have been due at 0.75 s)
+func TestShortWindowIsSharedBetweenTheTwoWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(map[syscall.Signal]time.Duration{syscall.SIGTERM: 500 * time.Millisecond})
+		ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+		defer cancel()
+		exit, err := escalate.Policy{}.Stop(ctx, f)
+		require.NoError(t, err)
+		assert.Equal(t, escalate.Exited, exit, "SIGTERM was enough: %v", f.signals)
 	})
 }

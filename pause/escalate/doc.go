@@ -1,0 +1,20 @@
+// Package escalate stops a target that saves its state on a signal — a
+// gVisor actor that checkpoints on SIGTERM, a process that flushes and
+// exits — with a bounded escalation: the signal, a bounded wait, SIGKILL,
+// a bounded wait more. It tells apart a clean exit, an exit after SIGKILL
+// and an end it could not observe, and never takes a failed wait for an
+// exit: a wait that a child reaper stole (ECHILD) makes it ask the target's
+// Prober (`runsc state`, a pidfd), and unknown means SIGKILL when the wait
+// after the signal ends.
+//
+// Typical wiring, for a runtime that preserves by signalling:
+//
+//	target := escalate.ProbedFuncs(signal, wait, exited) // runsc kill / runsc wait / runsc state
+//	sb := &escalate.Sandbox{Name: id, Target: target, Policy: escalate.Policy{KillWait: 2 * time.Second}}
+//	// sb is a pause.Sandbox: list it from the server's pause.Lister
+//
+// Guarantees: Policy.Stop returns by its context's deadline (or after
+// TermWait + KillWait without one); the wait after the signal always ends
+// KillWait before the deadline, laid out by deadline.Split, so SIGKILL and
+// its wait fit.
+package escalate
