@@ -195,14 +195,15 @@ func WithEstimator(e *deadline.Estimator) Option { return func(c *config) { c.es
 // WithTracerProvider sets the OpenTelemetry tracer provider. The default is
 // otel.GetTracerProvider(). A Run records a "pause.Run" span and, when that
 // span is recording, a "pause.Preserve" span per sandbox (attributes
-// pause.sandbox, pause.attempts, pause.outcome); when it is not, no
+// drainkit.pause.sandbox, .attempts, .outcome); when it is not, no
 // per-sandbox span is started, which keeps the hot path free of
 // allocations.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
 
 // WithMeterProvider sets the OpenTelemetry meter provider. The default is
 // otel.GetMeterProvider(). The instruments are MetricDuration,
-// MetricOutcomes and MetricInFlight.
+// MetricOutcomes and MetricInFlight, each by drainkit.pause.outcome where
+// it has one.
 func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
 
 // WithLogger sets the logger. The default discards everything.

@@ -44,18 +44,18 @@ func TestTelemetry(t *testing.T) {
 			case "pause.Run":
 				run = s
 			case "pause.Preserve":
-				per[attr(s.Attributes(), "pause.sandbox").AsString()] = s
+				per[attr(s.Attributes(), "drainkit.pause.sandbox").AsString()] = s
 			}
 		}
 		require.NotNil(t, run)
-		assert.Equal(t, int64(6), attr(run.Attributes(), "pause.preserved").AsInt64())
-		assert.Equal(t, int64(1), attr(run.Attributes(), "pause.failed").AsInt64())
+		assert.Equal(t, int64(6), attr(run.Attributes(), "drainkit.pause.preserved").AsInt64())
+		assert.Equal(t, int64(1), attr(run.Attributes(), "drainkit.pause.failed").AsInt64())
 		require.Len(t, per, 7)
 		flaky := per["flaky"]
-		assert.Equal(t, int64(2), attr(flaky.Attributes(), "pause.attempts").AsInt64())
-		assert.Equal(t, "preserved", attr(flaky.Attributes(), "pause.outcome").AsString())
+		assert.Equal(t, int64(2), attr(flaky.Attributes(), "drainkit.pause.attempts").AsInt64())
+		assert.Equal(t, "preserved", attr(flaky.Attributes(), "drainkit.pause.outcome").AsString())
 		assert.Equal(t, run.SpanContext().SpanID(), flaky.Parent().SpanID())
-		assert.Equal(t, "failed", attr(per["bad"].Attributes(), "pause.outcome").AsString())
+		assert.Equal(t, "failed", attr(per["bad"].Attributes(), "drainkit.pause.outcome").AsString())
 
 		var rm metricdata.ResourceMetrics
 		require.NoError(t, reader.Collect(context.Background(), &rm))
@@ -65,9 +65,19 @@ func TestTelemetry(t *testing.T) {
 		for _, m := range rm.ScopeMetrics[0].Metrics {
 			got[m.Name] = m
 		}
+		units := map[string]string{}
+		for name, m := range got {
+			units[name] = m.Unit
+		}
+		assert.Equal(t, map[string]string{"drainkit.pause.preserve.duration": "s", "drainkit.pause.sandboxes": "{sandbox}",
+			"drainkit.pause.preserve.active": "{sandbox}"}, units, "names under drainkit.pause, units beside them")
+		for _, dp := range got[pause.MetricDuration].Data.(metricdata.Histogram[float64]).DataPoints {
+			assert.Equal(t, 0.005, dp.Bounds[0], "sub-second preserves get buckets of their own")
+			assert.Equal(t, 7200.0, dp.Bounds[len(dp.Bounds)-1], "and so do hour-long ones")
+		}
 		counts := map[string]int64{}
 		for _, dp := range got[pause.MetricOutcomes].Data.(metricdata.Sum[int64]).DataPoints {
-			v, _ := dp.Attributes.Value("pause.outcome")
+			v, _ := dp.Attributes.Value("drainkit.pause.outcome")
 			counts[v.AsString()] = dp.Value
 		}
 		assert.Equal(t, map[string]int64{"preserved": 6, "failed": 1}, counts)

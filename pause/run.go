@@ -66,11 +66,11 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r := &run{p: p, cfg: &p.cfg, seen: make(map[string]int)}
 	r.phase, r.hard = deadlines(ctx, hard)
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run", trace.WithAttributes(
-		attribute.String("pause.deadline", fmtTime(r.phase)),
-		attribute.String("pause.hard", fmtTime(r.hard)),
-		attribute.Int("pause.limit", p.cfg.limit),
-		attribute.Int("pause.max_limit", p.cfg.maxLimit),
-		attribute.String("pause.in_flight", p.cfg.inFlight.String()),
+		attribute.String("drainkit.pause.deadline", fmtTime(r.phase)),
+		attribute.String("drainkit.pause.hard", fmtTime(r.hard)),
+		attribute.Int("drainkit.pause.limit", p.cfg.limit),
+		attribute.Int("drainkit.pause.max_limit", p.cfg.maxLimit),
+		attribute.String("drainkit.pause.in_flight", p.cfg.inFlight.String()),
 	))
 	r.traced = r.span.IsRecording()
 	r.contexts()
@@ -320,9 +320,9 @@ func (r *run) finish() *Report {
 		}
 	}
 	for _, o := range outcomes {
-		r.span.SetAttributes(attribute.Int("pause."+string(o), rep.Counts[o]))
+		r.span.SetAttributes(attribute.Int("drainkit.pause."+string(o), rep.Counts[o]))
 	}
-	r.span.SetAttributes(attribute.Int("pause.passes", rep.Passes), attribute.Int("pause.final_limit", rep.Limit))
+	r.span.SetAttributes(attribute.Int("drainkit.pause.passes", rep.Passes), attribute.Int("drainkit.pause.final_limit", rep.Limit))
 	if err := rep.Err(); err != nil {
 		r.span.SetStatus(codes.Error, err.Error())
 	}

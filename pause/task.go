@@ -103,7 +103,7 @@ func (t *task) start(now time.Time) bool {
 	ctx := r.work
 	if r.traced {
 		ctx, t.span = r.p.tel.tracer.Start(ctx, "pause.Preserve",
-			trace.WithAttributes(attribute.String("pause.sandbox", t.e.ID)))
+			trace.WithAttributes(attribute.String("drainkit.pause.sandbox", t.e.ID)))
 	}
 	if r.cfg.timeout > 0 {
 		ctx, t.cancel = context.WithTimeout(ctx, r.cfg.timeout)
@@ -239,8 +239,8 @@ func (t *task) endSpan(res *result) {
 		return
 	}
 	t.span.SetAttributes(
-		attribute.Int("pause.attempts", int(t.attempts.Load())),
-		attribute.String("pause.outcome", string(res.outcome)),
+		attribute.Int("drainkit.pause.attempts", int(t.attempts.Load())),
+		attribute.String("drainkit.pause.outcome", string(res.outcome)),
 	)
 	if res.err != nil && res.outcome != Vanished {
 		t.span.RecordError(res.err)

@@ -7,16 +7,27 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	otelx "github.com/drainkit/drainkit/internal/telemetry"
 )
 
 // ScopeName is the OpenTelemetry instrumentation scope of this package.
 const ScopeName = "github.com/drainkit/drainkit/pause"
 
-// The metric names this package records.
+// The metric names this package records, under its scope, in the
+// OpenTelemetry semantic-convention style: drainkit.pause.<name>, the unit
+// in the instrument, never in the name.
 const (
-	MetricDuration = "pause.preserve.duration" // histogram, seconds, by outcome, for started sandboxes
-	MetricOutcomes = "pause.preserve.outcomes" // counter, by outcome, one per sandbox
-	MetricInFlight = "pause.preserve.inflight" // up-down counter: preserves running now
+	// MetricDuration is a histogram (s) of the time from a sandbox's first
+	// Preserve attempt to its outcome, by drainkit.pause.outcome, for the
+	// sandboxes that started; its boundaries run from 5 ms to 2 h.
+	MetricDuration = "drainkit.pause.preserve.duration"
+	// MetricOutcomes is a counter ({sandbox}) of the sandboxes accounted
+	// for, one per sandbox, by drainkit.pause.outcome.
+	MetricOutcomes = "drainkit.pause.sandboxes"
+	// MetricInFlight is an up-down counter ({sandbox}) of the preserves
+	// running now.
+	MetricInFlight = "drainkit.pause.preserve.active"
 )
 
 var outcomes = [...]Outcome{Preserved, Failed, TimedOut, NotStarted, Vanished}
@@ -36,9 +47,8 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	t := &telemetry{tracer: tp.Tracer(ScopeName)}
 	m := mp.Meter(ScopeName)
 	var err1, err2, err3 error
-	t.duration, err1 = m.Float64Histogram(MetricDuration, metric.WithUnit("s"),
-		metric.WithDescription("Time from a sandbox's first Preserve attempt to its outcome."),
-		metric.WithExplicitBucketBoundaries(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600))
+	t.duration, err1 = m.Float64Histogram(MetricDuration,
+		otelx.Duration("Time from a sandbox's first Preserve attempt to its outcome.")...)
 	t.count, err2 = m.Int64Counter(MetricOutcomes, metric.WithUnit("{sandbox}"),
 		metric.WithDescription("Sandboxes accounted for by outcome."))
 	t.inflight, err3 = m.Int64UpDownCounter(MetricInFlight, metric.WithUnit("{sandbox}"),
@@ -47,7 +57,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 		return nil, errors.Join(errors.New("pause: meter provider: creating instruments failed"), err)
 	}
 	for i, o := range outcomes {
-		opt := metric.WithAttributeSet(attribute.NewSet(attribute.String("pause.outcome", string(o))))
+		opt := metric.WithAttributeSet(attribute.NewSet(attribute.String("drainkit.pause.outcome", string(o))))
 		t.record[i] = []metric.RecordOption{opt}
 		t.add[i] = []metric.AddOption{opt}
 	}

@@ -1,8 +1,11 @@
 package httpsource
 
 import (
+	"fmt"
+	"net"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,29 +39,55 @@ func TestSpansAndMetricsPerRequest(t *testing.T) {
 	ended := spans.Ended()
 	require.Len(t, ended, 3)
 	assert.Equal(t, "httpsource.List", ended[0].Name())
-	assert.Contains(t, ended[0].Attributes(), attribute.Int("sandboxes.running", 2))
+	assert.Contains(t, ended[0].Attributes(), attribute.Int("drainkit.httpsource.sandboxes", 2))
 	assert.Equal(t, "httpsource.Pause", ended[1].Name())
-	assert.Contains(t, ended[1].Attributes(), attribute.String("sandbox.id", "a"))
+	assert.Contains(t, ended[1].Attributes(), attribute.String("drainkit.pause.sandbox", "a"))
 	assert.Equal(t, codes.Unset, ended[1].Status().Code)
-	assert.Contains(t, ended[2].Attributes(), attribute.String("sandbox.id", "b"))
+	assert.Contains(t, ended[2].Attributes(), attribute.String("drainkit.pause.sandbox", "b"))
 	assert.Equal(t, codes.Error, ended[2].Status().Code)
 	assert.Equal(t, scope, ended[0].InstrumentationScope().Name)
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(t.Context(), &rm))
-	counts := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		assert.Equal(t, scope, sm.Scope.Name)
-		for _, m := range sm.Metrics {
-			if m.Name != "drainkit.httpsource.requests" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				op, _ := dp.Attributes.Value("op")
-				st, _ := dp.Attributes.Value("status")
-				counts[op.AsString()+" "+st.AsString()] = dp.Value
-			}
-		}
+	require.Len(t, rm.ScopeMetrics, 1)
+	assert.Equal(t, scope, rm.ScopeMetrics[0].Scope.Name)
+	require.Len(t, rm.ScopeMetrics[0].Metrics, 1)
+	m := rm.ScopeMetrics[0].Metrics[0]
+	assert.Equal(t, "drainkit.httpsource.request.duration", m.Name)
+	assert.Equal(t, "s", m.Unit)
+	counts := map[string]uint64{}
+	for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+		assert.Equal(t, 0.005, dp.Bounds[0])
+		op, _ := dp.Attributes.Value("drainkit.httpsource.operation")
+		method, _ := dp.Attributes.Value("http.request.method")
+		code, _ := dp.Attributes.Value("http.response.status_code")
+		counts[fmt.Sprint(op.AsString(), " ", method.AsString(), " ", code.AsInt64())] = dp.Count
 	}
-	assert.Equal(t, map[string]int64{"list 200": 1, "pause 204": 1, "pause 500": 1}, counts)
+	assert.Equal(t, map[string]uint64{"list GET 200": 1, "pause POST 204": 1, "pause POST 500": 1}, counts)
+}
+
+// A request that gets no answer is recorded with error.type instead of a
+// status code.
+func TestRequestWithoutAnAnswerRecordsErrorType(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens: connection refused
+	src, err := New("http://"+addr, WithMeterProvider(mp), WithListTimeout(time.Second))
+	require.NoError(t, err)
+	_, err = src.List(t.Context())
+	require.Error(t, err)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(t.Context(), &rm))
+	dps := rm.ScopeMetrics[0].Metrics[0].Data.(metricdata.Histogram[float64]).DataPoints
+	require.NotEmpty(t, dps)
+	for _, dp := range dps {
+		et, ok := dp.Attributes.Value("error.type")
+		assert.True(t, ok)
+		assert.Equal(t, "_OTHER", et.AsString())
+		_, ok = dp.Attributes.Value("http.response.status_code")
+		assert.False(t, ok)
+	}
 }

@@ -42,7 +42,7 @@ func (b *sandbox) Preserve(ctx context.Context) error {
 	s := b.src
 	ctx, span := s.tracer.Start(ctx, "httpsource.Pause")
 	defer span.End()
-	span.SetAttributes(attribute.String("sandbox.id", b.id))
+	span.SetAttributes(attribute.String(attrSandbox, b.id))
 	err := b.preserve(ctx)
 	if err != nil {
 		spanError(span, err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	otelx "github.com/drainkit/drainkit/internal/telemetry"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -211,6 +212,10 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
 
 // WithMeterProvider sets the meter provider. Default: otel.GetMeterProvider().
+// The one instrument is the histogram drainkit.httpsource.request.duration
+// (s) by drainkit.httpsource.operation ("list" or "pause"),
+// http.request.method, and http.response.status_code, or error.type when
+// no answer came ("timeout" or "_OTHER").
 func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
 
 // A Source lists the sandboxes of a sandbox server that need preserving and
@@ -242,7 +247,6 @@ type Source struct {
 	listURL string // base + list path, resolved once
 	lim     *limiter
 	tracer  trace.Tracer
-	reqs    metric.Int64Counter
 	latency metric.Float64Histogram
 
 	fallbackURL string      // base + fallback list path, "" without one
@@ -294,12 +298,8 @@ func New(baseURL string, opts ...Option) (*Source, error) {
 	}
 	s.tracer = cfg.tp.Tracer(scope)
 	meter := cfg.mp.Meter(scope)
-	if s.reqs, err = meter.Int64Counter("drainkit.httpsource.requests",
-		metric.WithDescription("HTTP requests to the sandbox server, by operation and status")); err != nil {
-		return nil, fmt.Errorf("httpsource: meter: %w", err)
-	}
-	if s.latency, err = meter.Float64Histogram("drainkit.httpsource.request.duration",
-		metric.WithUnit("s"), metric.WithDescription("HTTP request duration")); err != nil {
+	if s.latency, err = meter.Float64Histogram(metricRequestDuration,
+		otelx.Duration("Duration of the HTTP requests to the sandbox server, by operation and status code.")...); err != nil {
 		return nil, fmt.Errorf("httpsource: meter: %w", err)
 	}
 	return s, nil
@@ -399,7 +399,7 @@ func (s *Source) list(ctx context.Context) ([]item, error) {
 		spanError(span, err)
 		return nil, err
 	}
-	span.SetAttributes(attribute.Int("sandboxes.running", len(items)), attribute.Int("pages", pages))
+	span.SetAttributes(attribute.Int(attrSandboxes, len(items)), attribute.Int(attrPages, pages))
 	return items, nil
 }
 
@@ -497,17 +497,19 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		req.Header.Set(s.cfg.apiHeader, s.cfg.apiKey)
 	}
 	resp, err := s.cfg.client.Do(req)
-	status := "error"
+	result := attribute.String("error.type", "_OTHER") // no answer
+	if errors.Is(err, context.DeadlineExceeded) {
+		result = attribute.String("error.type", "timeout")
+	}
 	defer func() {
-		attrs := metric.WithAttributes(attribute.String("op", op), attribute.String("status", status))
-		s.reqs.Add(context.WithoutCancel(ctx), 1, attrs)
-		s.latency.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), attrs)
+		s.latency.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(
+			attribute.String(attrOperation, op), attribute.String("http.request.method", method), result))
 	}()
 	if err != nil {
 		return nil, nil, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
 	}
 	defer resp.Body.Close()
-	status = fmt.Sprint(resp.StatusCode)
+	result = attribute.Int("http.response.status_code", resp.StatusCode)
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
 		return nil, nil, fmt.Errorf("httpsource: %s %s: reading body: %w", op, target, err)
@@ -635,6 +637,17 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 	}
 	return context.WithTimeout(ctx, d)
 }
+
+// Telemetry names, in the OpenTelemetry semantic-convention style: the
+// drainkit.httpsource prefix, units in the instrument, and the HTTP
+// conventions' own attributes where they apply.
+const (
+	metricRequestDuration = "drainkit.httpsource.request.duration"
+	attrOperation         = "drainkit.httpsource.operation"
+	attrSandboxes         = "drainkit.httpsource.sandboxes" // listed as running
+	attrPages             = "drainkit.httpsource.pages"
+	attrSandbox           = "drainkit.pause.sandbox" // the ID, as the pause package names it
+)
 
 func spanError(span trace.Span, err error) {
 	span.RecordError(err)
