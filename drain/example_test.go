@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"time"
 
@@ -96,4 +98,22 @@ func Example() {
 	// preStop: waiting running: 1
 	// create: 503 ready: 503
 	// preserved: 1 lost: 0 err: <nil>
+}
+
+// The one-call path for a net/http sandbox server: four drainkit names
+// besides the server's own pause.Sandbox adapter (NewServer, ListFunc,
+// Admit, Run). The pod's manifest sets DRAINKIT_GRACE to its
+// terminationGracePeriodSeconds and points the preStop hook at
+// DRAINKIT_HOOK_LISTEN (loopback for an exec hook; the pod's address and
+// DRAINKIT_HOOK_SECRET for an httpGet one).
+func ExampleNewServer() {
+	running := func(context.Context) ([]pause.Sandbox, error) { return nil, nil } // the server's own listing
+	mux := http.NewServeMux()
+	srv := &http.Server{Addr: ":8080", Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s, err := drain.NewServer(srv, pause.ListFunc(running))
+	if err != nil {
+		log.Fatal(err) // names the variable that is wrong, e.g. DRAINKIT_GRACE
+	}
+	mux.Handle("POST /sandboxes", s.Admit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	os.Exit(s.Run(context.Background())) // serves until SIGTERM, drains, exits 0 when nothing was lost
 }

@@ -1,0 +1,190 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// The environment a Server reads, set in the pod's manifest.
+const (
+	// EnvGrace is the pod's terminationGracePeriodSeconds, as whole seconds
+	// ("3600") or a Go duration ("1h"). Kubernetes cannot pass the spec's
+	// value down (the Downward API does not expose it), so the manifest
+	// states it once and copies it here (a kustomize replacement, or a test
+	// that keeps the two equal).
+	EnvGrace = "DRAINKIT_GRACE"
+	// EnvHookListen is the address the preStop hook is served on; loopback
+	// by default. Set it to the pod's own address ($(POD_IP):8082) for an
+	// httpGet hook, together with EnvHookSecret.
+	EnvHookListen = "DRAINKIT_HOOK_LISTEN"
+	// EnvHookSecret is the shared secret the hook's httpHeaders carry in
+	// DefaultHookHeader. Required when EnvHookListen is not loopback.
+	EnvHookSecret = "DRAINKIT_HOOK_SECRET"
+)
+
+// DefaultHookListen is where a Server serves the preStop hook when
+// EnvHookListen is unset: loopback, reachable by an exec hook
+// (drain/cmd/drainhook) but not by the sandboxes on the node.
+const DefaultHookListen = "127.0.0.1:8082"
+
+// A Server is the one-call wiring of a net/http sandbox server: the
+// budget from the pod's grace period, the admission gate, readiness, the
+// guarded preStop hook on a listener of its own, the Drainer with its
+// default Preserver, the HTTP server's shutdown as the last step, and the
+// signals. For full control build a Drainer with New instead.
+//
+//	s, err := drain.NewServer(srv, pause.ListFunc(running)) // grace from DRAINKIT_GRACE
+//	mux.Handle("POST /sandboxes", s.Admit(create))          // 503 + Retry-After once draining
+//	os.Exit(s.Run(ctx))                                     // serves until SIGTERM, drains, exits
+type Server struct {
+	srv    *http.Server
+	d      *Drainer
+	hook   string
+	secret string
+	log    *slog.Logger
+
+	// listening receives the two listeners' addresses once Run serves:
+	// srv's, then the hook's (for tests that listen on port 0).
+	listening chan [2]net.Addr
+}
+
+// NewServer wires srv, whose sandboxes lists lists, for termination. steps
+// run after preservation and before srv's shutdown, which is always the
+// last step (a device teardown such as a *ublk.Teardown goes here). It
+// reads EnvGrace (required), EnvHookListen and EnvHookSecret, and wraps
+// srv.Handler to answer GET /readyz (503 once draining). Errors name the
+// variable or argument that is wrong; they come now, not at SIGTERM.
+func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server, error) {
+	if srv == nil {
+		return nil, errors.New("drain: NewServer: srv must not be nil")
+	}
+	grace, err := graceFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{srv: srv, hook: os.Getenv(EnvHookListen), secret: os.Getenv(EnvHookSecret),
+		log: slog.Default(), listening: make(chan [2]net.Addr, 1)}
+	if s.hook == "" {
+		s.hook = DefaultHookListen
+	}
+	if err := s.checkHook(); err != nil {
+		return nil, err
+	}
+	budget, err := deadline.New(grace, deadline.WithLogger(s.log))
+	if err != nil {
+		return nil, fmt.Errorf("drain: %s: %w", EnvGrace, err)
+	}
+	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
+	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
+	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log}); err != nil {
+		return nil, err
+	}
+	next := srv.Handler
+	if next == nil {
+		next = http.DefaultServeMux
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /readyz", s.d.Gate().Readiness(nil))
+	mux.Handle("/", next)
+	srv.Handler = mux
+	return s, nil
+}
+
+// graceFromEnv reads EnvGrace: whole seconds or a Go duration.
+func graceFromEnv() (time.Duration, error) {
+	v := os.Getenv(EnvGrace)
+	if v == "" {
+		return 0, fmt.Errorf("drain: %s is not set: give it the pod's terminationGracePeriodSeconds", EnvGrace)
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 || n > int64(time.Duration(1<<63-1)/time.Second) {
+			return 0, fmt.Errorf("drain: %s=%q: want a positive number of seconds", EnvGrace, v)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("drain: %s=%q: want whole seconds (3600) or a positive Go duration (1h)", EnvGrace, v)
+	}
+	return d, nil
+}
+
+// checkHook refuses a hook address anyone on the network could reach
+// without a secret: one request there drains the node.
+func (s *Server) checkHook() error {
+	host, _, err := net.SplitHostPort(s.hook)
+	if err != nil {
+		return fmt.Errorf("drain: %s=%q: %w", EnvHookListen, s.hook, err)
+	}
+	if ip := net.ParseIP(host); s.secret == "" && (ip == nil || !ip.IsLoopback()) && host != "localhost" {
+		return fmt.Errorf("drain: %s=%q is not loopback: set %s too, or anyone who can reach it can drain the node",
+			EnvHookListen, s.hook, EnvHookSecret)
+	}
+	return nil
+}
+
+// Admit returns h gated as a create: served until the drain starts, then
+// answered 503 with Retry-After, so no new sandbox lands on a node that is
+// going away. Gate operations on existing sandboxes through Drainer().Gate().
+func (s *Server) Admit(h http.Handler) http.Handler { return s.d.Gate().Admit(Create, h) }
+
+// Drainer returns the Drainer, for what the one-call path does not cover.
+func (s *Server) Drainer() *Drainer { return s.d }
+
+// Run serves srv and the preStop hook until SIGTERM (or SIGINT, or ctx
+// ending), drains, and returns the exit code: 0 when the Report has no
+// error, 1 otherwise, 2 when a listener could not be opened. A second
+// signal forces. The Report is logged through slog.Default; Run never calls
+// os.Exit.
+func (s *Server) Run(ctx context.Context) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
+	return s.serve(ctx, sigs)
+}
+
+// serve is Run with the signals from sigs.
+func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
+	ln, err := net.Listen("tcp", s.srv.Addr)
+	if err != nil {
+		s.log.Error("drain: listen", "addr", s.srv.Addr, "err", err)
+		return 2
+	}
+	hookLn, err := net.Listen("tcp", s.hook)
+	if err != nil {
+		_ = ln.Close()
+		s.log.Error("drain: listen for the preStop hook", "addr", s.hook, "err", err)
+		return 2
+	}
+	hooks := &http.Server{Handler: s.hookHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	go func() { _ = hooks.Serve(hookLn) }()
+	defer hooks.Close()
+	s.log.Info("drain: serving", "addr", ln.Addr().String(), "hook", hookLn.Addr().String())
+	s.listening <- [2]net.Addr{ln.Addr(), hookLn.Addr()}
+	rep := s.d.ServeSignals(ctx, sigs)
+	if rep.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+// hookHandler is GET /drain, guarded.
+func (s *Server) hookHandler() http.Handler {
+	mux := http.NewServeMux()
+	guard := &HookGuard{Secret: s.secret, Logger: s.log}
+	mux.Handle("GET /drain", guard.Wrap(s.d.PreStop()))
+	return mux
+}

@@ -1,0 +1,114 @@
+package drain
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+func TestNewServerNamesWhatIsWrong(t *testing.T) {
+	srv := &http.Server{Addr: "127.0.0.1:0"}
+	node := fakesandbox.NewNode()
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"grace unset":               {map[string]string{}, EnvGrace + " is not set"},
+		"grace not a number":        {map[string]string{EnvGrace: "an hour"}, EnvGrace + `="an hour"`},
+		"grace zero":                {map[string]string{EnvGrace: "0"}, "positive number of seconds"},
+		"grace negative":            {map[string]string{EnvGrace: "-1h"}, "positive Go duration"},
+		"hook address":              {map[string]string{EnvGrace: "30", EnvHookListen: "nonsense"}, EnvHookListen},
+		"hook open, no secret":      {map[string]string{EnvGrace: "30", EnvHookListen: "0.0.0.0:8082"}, EnvHookSecret},
+		"hook on pod IP, no secret": {map[string]string{EnvGrace: "30", EnvHookListen: "10.0.0.7:8082"}, "anyone who can reach it"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, k := range []string{EnvGrace, EnvHookListen, EnvHookSecret} {
+				t.Setenv(k, tc.env[k])
+			}
+			_, err := NewServer(srv, node)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	t.Run("nil server", func(t *testing.T) {
+		_, err := NewServer(nil, node)
+		assert.ErrorContains(t, err, "srv must not be nil")
+	})
+}
+
+// The one-call path end to end, on loopback: creates are served, the
+// kubelet's preStop call (from loopback, no secret needed) closes the gate
+// and readiness, a create then gets 503, SIGTERM preserves every sandbox
+// and Run returns 0.
+func TestServerOneCallWiringDrainsOnSIGTERM(t *testing.T) {
+	t.Setenv(EnvGrace, "10")
+	t.Setenv(EnvHookListen, "127.0.0.1:0")
+	t.Setenv(EnvHookSecret, "")
+	node := fakesandbox.NewNode()
+	node.AddN("sb", 5, 50*time.Millisecond)
+	mux := http.NewServeMux()
+	srv := &http.Server{Addr: "127.0.0.1:0", Handler: mux, ReadHeaderTimeout: time.Second}
+	s, err := NewServer(srv, pause.Lister(node))
+	require.NoError(t, err)
+	mux.Handle("POST /sandboxes", s.Admit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "created")
+	})))
+
+	sigs := make(chan os.Signal, 2)
+	code := make(chan int, 1)
+	go func() { code <- s.serve(context.Background(), sigs) }()
+	addrs := <-s.listening
+	api, hook := "http://"+addrs[0].String(), "http://"+addrs[1].String()
+
+	assert.Equal(t, http.StatusOK, status(t, "POST", api+"/sandboxes"))
+	assert.Equal(t, http.StatusOK, status(t, "GET", api+"/readyz"))
+	assert.Equal(t, http.StatusOK, status(t, "GET", hook+"/drain?wait=1ms"), "the preStop call")
+	assert.Equal(t, http.StatusServiceUnavailable, status(t, "POST", api+"/sandboxes"), "no new sandbox on a draining node")
+	assert.Equal(t, http.StatusServiceUnavailable, status(t, "GET", api+"/readyz"))
+
+	sigs <- syscall.SIGTERM
+	require.Equal(t, 0, <-code)
+	r := s.Drainer().Shutdown(context.Background()) // single-flight: the Report Run had
+	require.NotNil(t, r.Preserve)
+	assert.Equal(t, 5, r.Preserve.Counts[pause.Preserved])
+	assert.Equal(t, []string{PhaseDrain, PhaseGate, PhasePreserve, "http"}, phaseNames(r))
+}
+
+// With a secret, the hook refuses a call without it, even from loopback.
+func TestServerHookRefusesACallWithoutTheSecret(t *testing.T) {
+	t.Setenv(EnvGrace, "1h")
+	t.Setenv(EnvHookListen, "127.0.0.1:0")
+	t.Setenv(EnvHookSecret, "s3cret")
+	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	sigs := make(chan os.Signal, 2)
+	code := make(chan int, 1)
+	go func() { code <- s.serve(context.Background(), sigs) }()
+	addrs := <-s.listening
+	assert.Equal(t, http.StatusForbidden, status(t, "GET", "http://"+addrs[1].String()+"/drain"))
+	assert.False(t, s.Drainer().Gate().Closed(), "a refused call starts nothing")
+	sigs <- syscall.SIGTERM
+	assert.Equal(t, 0, <-code)
+}
+
+func status(t *testing.T, method, url string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(""))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
