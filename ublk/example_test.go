@@ -95,7 +95,7 @@ func ExampleTeardown_Run() {
 	}
 	// Output:
 	// error: <nil>
-	// verdict: stopped cleanly
+	// verdict: stopped
 	// ublkb0: live -> gone, in flight 2 -> 0
 	// ublkb1: live -> gone, in flight 2 -> 0
 }

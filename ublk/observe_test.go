@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/drainkit/drainkit/internal/telemetry"
 )
 
 func TestRunReportsThroughSpanMetricsAndLog(t *testing.T) {
@@ -42,24 +44,43 @@ func TestRunReportsThroughSpanMetricsAndLog(t *testing.T) {
 		for _, kv := range sp.Attributes() {
 			attrs[string(kv.Key)] = kv.Value.String()
 		}
-		assert.Equal(t, string(VerdictLeftLive), attrs["ublk.verdict"])
-		assert.Equal(t, "vulnerable", attrs["kernel.class"])
+		assert.Equal(t, "left_live", attrs["drainkit.ublk.verdict"], "the verdict is an identifier")
+		assert.Equal(t, "vulnerable", attrs["drainkit.ublk.kernel.class"])
 		var events []string
 		for _, e := range sp.Events() {
 			events = append(events, e.Name)
+			if e.Name == "request stop" {
+				keys := map[string]bool{}
+				for _, kv := range e.Attributes {
+					keys[string(kv.Key)] = true
+				}
+				assert.True(t, keys["drainkit.ublk.step.result"] && keys["drainkit.ublk.step.duration"], "%v", keys)
+			}
 		}
 		assert.Contains(t, events, "request stop")
 		assert.Equal(t, "Error", sp.Status().Code.String())
 
 		var rm metricdata.ResourceMetrics
 		require.NoError(t, reader.Collect(context.Background(), &rm))
-		names := map[string]bool{}
+		units := map[string]string{}
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
-				names[m.Name] = true
+				units[m.Name] = m.Unit
+				switch d := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					for _, dp := range d.DataPoints {
+						v, _ := dp.Attributes.Value("drainkit.ublk.verdict")
+						assert.Equal(t, "left_live", v.AsString())
+					}
+				case metricdata.Histogram[float64]:
+					for _, dp := range d.DataPoints {
+						assert.Equal(t, telemetry.DurationBuckets, dp.Bounds)
+						assert.InDelta(t, 10, dp.Sum, 1e-9, "the step ran to its 10 s deadline")
+					}
+				}
 			}
 		}
-		assert.True(t, names["drainkit.ublk.devices"] && names["drainkit.ublk.teardown.duration"], "%v", names)
+		assert.Equal(t, map[string]string{"drainkit.ublk.devices": "{device}", "drainkit.ublk.teardown.duration": "s"}, units)
 
 		assert.Contains(t, logs.String(), "ublk teardown incomplete")
 		assert.Contains(t, logs.String(), "unsafe to kill")

@@ -273,7 +273,11 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider (default
-// otel.GetTracerProvider()).
+// otel.GetTracerProvider()). Stop records one span, ublk.Teardown, with
+// the attributes drainkit.ublk.kernel.release, .kernel.class, .verdict and
+// .devices, and one event per action (drainkit.ublk.step.result,
+// .step.duration in seconds, .step.error); its status is Error when Stop
+// returns an error.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) error {
 		if tp == nil {
@@ -285,7 +289,10 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithMeterProvider sets the OpenTelemetry meter provider (default
-// otel.GetMeterProvider()).
+// otel.GetMeterProvider()). Stop records drainkit.ublk.devices ({device}),
+// a counter of the devices by drainkit.ublk.verdict, and
+// drainkit.ublk.teardown.duration (s), a histogram by the step's verdict
+// with boundaries from 5 ms to 2 h.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) error {
 		if mp == nil {

@@ -6,31 +6,34 @@ import (
 	"time"
 )
 
-// Verdict is the outcome for one device, or for the whole step.
+// Verdict is the outcome for one device, or for the whole step. Its values
+// are snake_case identifiers, the same in the Report's JSON, the span
+// attribute drainkit.ublk.verdict and the metrics' attribute of that name;
+// the constants' comments say what each means.
 type Verdict string
 
 const (
 	// VerdictNothingToDo: no ublk device and no daemon (or not Linux).
-	VerdictNothingToDo Verdict = "nothing to do"
+	VerdictNothingToDo Verdict = "nothing_to_do"
 	// VerdictStopped: the daemon stopped and deleted the device.
-	VerdictStopped Verdict = "stopped cleanly"
+	VerdictStopped Verdict = "stopped"
 	// VerdictStoppedByControl: the device was stopped (and deleted when
 	// possible) through /dev/ublk-control.
-	VerdictStoppedByControl Verdict = "stopped through ublk-control"
+	VerdictStoppedByControl Verdict = "stopped_by_control"
 	// VerdictHeld: a process still held the device open, so the daemon was
 	// not asked to stop.
-	VerdictHeld Verdict = "held open, daemon not asked to stop"
+	VerdictHeld Verdict = "held"
 	// VerdictLeftLive: the device is still live on a vulnerable kernel;
 	// the daemon was left running because killing it is unsafe.
-	VerdictLeftLive Verdict = "left live, daemon left running, unsafe to kill"
+	VerdictLeftLive Verdict = "left_live"
 	// VerdictKilled: the daemon was killed on a kernel where that is safe;
 	// the device is left (dead or quiesced) for the next start.
-	VerdictKilled Verdict = "daemon killed on a safe kernel, device left for the next start"
+	VerdictKilled Verdict = "killed"
 	// VerdictOrphaned: the daemon exited (crashed) and left the device.
-	VerdictOrphaned Verdict = "daemon exited and left the device"
+	VerdictOrphaned Verdict = "orphaned"
 	// VerdictNotStopped: the device was still there at the deadline for
 	// another reason (for example a daemon that cannot be killed).
-	VerdictNotStopped Verdict = "not stopped by the deadline"
+	VerdictNotStopped Verdict = "not_stopped"
 )
 
 // StepResult is one action of the step: what, when, how long, and how it
@@ -38,7 +41,7 @@ const (
 type StepResult struct {
 	Name     string        `json:"name"`
 	Start    time.Time     `json:"start"`
-	Duration time.Duration `json:"duration"`
+	Duration time.Duration `json:"duration_ns"`
 	// Result says what happened ("3 holders", "disk removed"), Err why it
 	// failed; both may be empty.
 	Result string `json:"result,omitempty"`
@@ -91,7 +94,7 @@ type Report struct {
 	// declaration matched if one did.
 	KernelDecision KernelDecision `json:"kernel_decision"`
 	Start          time.Time      `json:"start"`
-	Duration       time.Duration  `json:"duration"`
+	Duration       time.Duration  `json:"duration_ns"`
 	// Deadline is ctx's deadline, zero if it had none.
 	Deadline time.Time      `json:"deadline,omitzero"`
 	Devices  []DeviceReport `json:"devices"`

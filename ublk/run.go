@@ -580,9 +580,9 @@ func (r *run) stepEnd(s StepResult, result string, err error) error {
 		s.Err = err.Error()
 	}
 	r.rep.Steps = append(r.rep.Steps, s)
-	attrs := []attribute.KeyValue{attribute.String("result", result), attribute.Int64("duration_ms", s.Duration.Milliseconds())}
+	attrs := []attribute.KeyValue{attribute.String(attrStepResult, result), attribute.Float64(attrStepDuration, s.Duration.Seconds())}
 	if err != nil {
-		attrs = append(attrs, attribute.String("error", err.Error()))
+		attrs = append(attrs, attribute.String(attrStepError, err.Error()))
 	}
 	trace.SpanFromContext(r.ctx).AddEvent(s.Name, trace.WithAttributes(attrs...))
 	r.cfg.logger.InfoContext(r.ctx, "ublk: "+s.Name, "result", result, "duration", s.Duration, "err", err)

@@ -2,6 +2,7 @@ package ublk
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -10,10 +11,25 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/telemetry"
 )
 
 // ScopeName is the OpenTelemetry instrumentation scope of this package.
 const ScopeName = "github.com/drainkit/drainkit/ublk"
+
+// Telemetry names, in the OpenTelemetry semantic-convention style: the
+// drainkit.ublk prefix, the unit in the instrument, never in the name.
+const (
+	metricDevices     = "drainkit.ublk.devices"           // counter ({device}) by verdict
+	metricDuration    = "drainkit.ublk.teardown.duration" // histogram (s) by the step's verdict
+	attrVerdict       = "drainkit.ublk.verdict"
+	attrDevices       = "drainkit.ublk.devices"
+	attrKernelRelease = "drainkit.ublk.kernel.release"
+	attrKernelClass   = "drainkit.ublk.kernel.class"
+	attrStepResult    = "drainkit.ublk.step.result"
+	attrStepDuration  = "drainkit.ublk.step.duration" // seconds
+	attrStepError     = "drainkit.ublk.step.error"
+)
 
 // Teardown is the ublk device teardown step. Build it with New at server
 // start (so bad configuration fails then, not at SIGTERM) and call Stop,
@@ -56,13 +72,13 @@ func New(opts ...Option) (*Teardown, error) {
 	t.tracer = cfg.tp.Tracer(ScopeName)
 	meter := cfg.mp.Meter(ScopeName)
 	var err error
-	if t.verdicts, err = meter.Int64Counter("drainkit.ublk.devices",
-		metric.WithDescription("ublk devices torn down, by verdict")); err != nil {
-		return nil, err
+	if t.verdicts, err = meter.Int64Counter(metricDevices, metric.WithUnit("{device}"),
+		metric.WithDescription("ublk devices the teardown accounted for, by verdict.")); err != nil {
+		return nil, fmt.Errorf("ublk: WithMeterProvider: %w", err)
 	}
-	if t.duration, err = meter.Float64Histogram("drainkit.ublk.teardown.duration",
-		metric.WithUnit("s"), metric.WithDescription("duration of the ublk teardown step")); err != nil {
-		return nil, err
+	if t.duration, err = meter.Float64Histogram(metricDuration,
+		telemetry.Duration("Duration of the ublk teardown step, by its verdict.")...); err != nil {
+		return nil, fmt.Errorf("ublk: WithMeterProvider: %w", err)
 	}
 	return t, nil
 }
@@ -119,7 +135,7 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 // Linux Run does nothing and reports VerdictNothingToDo.
 func (t *Teardown) Stop(ctx context.Context) (*Report, error) {
 	ctx, span := t.tracer.Start(ctx, "ublk.Teardown", trace.WithAttributes(
-		attribute.String("kernel.release", t.release), attribute.String("kernel.class", string(t.class))))
+		attribute.String(attrKernelRelease, t.release), attribute.String(attrKernelClass, string(t.class))))
 	defer span.End()
 	var rep *Report
 	var err error
@@ -136,11 +152,11 @@ func (t *Teardown) Stop(ctx context.Context) (*Report, error) {
 }
 
 func (t *Teardown) observe(ctx context.Context, span trace.Span, rep *Report, err error) {
-	span.SetAttributes(attribute.String("ublk.verdict", string(rep.Verdict)), attribute.Int("ublk.devices", len(rep.Devices)))
+	span.SetAttributes(attribute.String(attrVerdict, string(rep.Verdict)), attribute.Int(attrDevices, len(rep.Devices)))
 	for _, d := range rep.Devices {
-		t.verdicts.Add(ctx, 1, metric.WithAttributes(attribute.String("verdict", string(d.Verdict))))
+		t.verdicts.Add(ctx, 1, metric.WithAttributes(attribute.String(attrVerdict, string(d.Verdict))))
 	}
-	t.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(attribute.String("verdict", string(rep.Verdict))))
+	t.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(attribute.String(attrVerdict, string(rep.Verdict))))
 	log := t.cfg.logger
 	if err != nil {
 		span.RecordError(err)
