@@ -3,136 +3,25 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"os"
 	"slices"
 	"strings"
 
-	"github.com/drainkit/drainkit/pause/httpsource"
+	"github.com/drainkit/drainkit/internal/apiflags"
 )
 
 // EnvAPIKey is the environment variable the API key is read from, unless
-// -api-key-file names a file. A key is never taken from the command line:
-// argv is readable by every process on the node (/proc/PID/cmdline).
-const EnvAPIKey = "DRAINKIT_API_KEY"
+// -api-key-file names a file (see apiflags).
+const EnvAPIKey = apiflags.EnvAPIKey
 
 // The API shapes -api selects.
 const (
-	APIGeneric  = "generic"
-	APIAgentENV = "agentenv"
+	APIGeneric  = apiflags.Generic
+	APIAgentENV = apiflags.AgentENV
 )
 
-// Default -server-url per API shape: AgentENV's DaemonSet serves its API on
-// port 8000.
-var defaultServerURL = map[string]string{
-	APIGeneric:  "http://127.0.0.1:8080",
-	APIAgentENV: "http://127.0.0.1:8000",
-}
-
-// apiFlags is the server's API shape as the command line gives it: -api
-// picks a preset, and the shape flags, when given, override single
-// settings of it.
-type apiFlags struct {
-	api          string
-	keyFile      string
-	listPath     string
-	fallbackList string
-	pausePath    string
-	itemsField   string
-	idField      string
-	stateField   string
-	sizeField    string
-	sizeUnit     int64
-	nextToken    string // "HEADER,PARAM"
-	set          map[string]bool
-}
-
-func (a *apiFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.api, "api", APIGeneric, "the server's API shape: generic or agentenv (AgentENV's node API: GET /v2/sandboxes pages, sandboxID, memoryMB)")
-	fs.StringVar(&a.keyFile, "api-key-file", "", "file holding the API key sent as X-API-Key (default: the environment variable "+EnvAPIKey+")")
-	fs.StringVar(&a.listPath, "list-path", httpsource.DefaultListPath, "path that lists the sandboxes (GET)")
-	fs.StringVar(&a.fallbackList, "fallback-list-path", "", "list path used once -list-path answers 404")
-	fs.StringVar(&a.pausePath, "pause-path", httpsource.DefaultPausePath, "path that pauses one sandbox (POST); {id} is its ID")
-	fs.StringVar(&a.itemsField, "items-field", "", "field of the list answer holding the array (empty: the answer is the array)")
-	fs.StringVar(&a.idField, "id-field", httpsource.DefaultIDField, "field of a listed sandbox holding its ID")
-	fs.StringVar(&a.stateField, "state-field", httpsource.DefaultStateField, "field of a listed sandbox holding its state (empty: every listed sandbox is running)")
-	fs.StringVar(&a.sizeField, "size-field", "", "numeric field of a listed sandbox holding its size (the memory a pause writes)")
-	fs.Int64Var(&a.sizeUnit, "size-unit", 1<<20, "bytes per unit of -size-field")
-	fs.StringVar(&a.nextToken, "next-token", "", "pagination: HEADER,PARAM (the answer's header with the next page's token, the query parameter that sends it back)")
-}
-
-// finish validates the flags once parsed and reads the API key.
-func (a *apiFlags) finish(fs *flag.FlagSet) (key string, err error) {
-	a.set = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { a.set[f.Name] = true })
-	if _, ok := defaultServerURL[a.api]; !ok {
-		return "", fmt.Errorf("-api must be %s or %s, got %q", APIGeneric, APIAgentENV, a.api)
-	}
-	if a.nextToken != "" {
-		if h, p, ok := strings.Cut(a.nextToken, ","); !ok || h == "" || p == "" {
-			return "", fmt.Errorf("-next-token must be HEADER,PARAM, got %q", a.nextToken)
-		}
-	}
-	if a.sizeUnit <= 0 {
-		return "", fmt.Errorf("-size-unit must be positive, got %d", a.sizeUnit)
-	}
-	if a.keyFile == "" {
-		return os.Getenv(EnvAPIKey), nil
-	}
-	b, err := os.ReadFile(a.keyFile)
-	if err != nil {
-		return "", fmt.Errorf("-api-key-file: %w", err)
-	}
-	if key = strings.TrimSpace(string(b)); key == "" {
-		return "", fmt.Errorf("-api-key-file %s is empty", a.keyFile)
-	}
-	return key, nil
-}
-
-// options returns the httpsource options of the shape: the preset, then
-// every shape flag given on the command line (all of them for generic).
-func (a *apiFlags) options() []httpsource.Option {
-	var opts []httpsource.Option
-	given := func(name string) bool { return a.api == APIGeneric || a.set[name] }
-	if a.api == APIAgentENV {
-		opts = append(opts, httpsource.AgentENV())
-	}
-	if given("list-path") {
-		opts = append(opts, httpsource.WithListPath(a.listPath))
-	}
-	if given("fallback-list-path") {
-		opts = append(opts, httpsource.WithFallbackListPath(a.fallbackList))
-	}
-	if given("pause-path") {
-		opts = append(opts, httpsource.WithPause("POST", a.pausePath))
-	}
-	if given("items-field") || given("id-field") || given("state-field") {
-		items, id, state := a.itemsField, a.idField, a.stateField
-		if a.api == APIAgentENV { // only what was given overrides the preset
-			items = pick(a.set["items-field"], items, "")
-			id = pick(a.set["id-field"], id, httpsource.AgentENVIDField)
-			state = pick(a.set["state-field"], state, httpsource.DefaultStateField)
-		}
-		opts = append(opts, httpsource.WithFields(items, id, state))
-	}
-	if a.set["size-field"] || a.set["size-unit"] || (a.api == APIGeneric && a.sizeField != "") {
-		field := pick(a.set["size-field"] || a.api == APIGeneric, a.sizeField, httpsource.AgentENVSizeField)
-		opts = append(opts, httpsource.WithSizeField(field, a.sizeUnit))
-	}
-	if given("next-token") && a.nextToken != "" {
-		h, p, _ := strings.Cut(a.nextToken, ",")
-		opts = append(opts, httpsource.WithPagination(h, p))
-	}
-	return opts
-}
-
-func pick(given bool, v, preset string) string {
-	if given {
-		return v
-	}
-	return preset
-}
+// apiFlags is the server's API shape as the command line gives it, the
+// same flags drainkit plan reads the server with.
+type apiFlags = apiflags.Flags
 
 // childEnv is the environment the supervisor's children get: its own,
 // without the API key and the hook secret, which are the supervisor's

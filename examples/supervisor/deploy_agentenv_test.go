@@ -159,7 +159,7 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	cfg, err := parseArgs(args, io.Discard)
 	require.NoError(t, err, "the overlay's command line parses")
 	assert.Equal(t, grace, cfg.grace, "-grace is terminationGracePeriodSeconds, through the replacement")
-	assert.Equal(t, APIAgentENV, cfg.api.api)
+	assert.Equal(t, APIAgentENV, cfg.api.API)
 	assert.True(t, filepath.IsAbs(cfg.daemonSock), "the server's daemon, by its socket")
 	assert.Empty(t, cfg.daemon, "never a second daemon")
 	bc := base.Spec.Template.Spec.Containers[0]

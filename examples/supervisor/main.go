@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/apiflags"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -87,7 +88,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.concurrency, "concurrency", pause.DefaultLimit, "pause requests sent at once")
 	daemon := fs.String("daemon", "", `device daemon command, "COMMAND ARGS" (split on spaces)`)
 	fs.StringVar(&c.daemonSock, "daemon-socket", "", "the Unix socket of the server's own ublk daemon: found among the server's descendants, stopped over it last (never started by the supervisor)")
-	c.api.register(fs)
+	c.api.Register(fs)
 	fs.StringVar(&c.report, "report", "", "file to write the JSON Report to at exit")
 	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {
@@ -118,11 +119,11 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	c.daemon = strings.Fields(*daemon)
 	var err error
-	if c.apiKey, err = c.api.finish(fs); err != nil {
+	if c.apiKey, err = c.api.Finish(fs); err != nil {
 		return c, err
 	}
 	if c.serverURL == "" {
-		c.serverURL = defaultServerURL[c.api.api]
+		c.serverURL = apiflags.DefaultServerURL[c.api.API]
 	}
 	return c, nil
 }

@@ -97,7 +97,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.budget, err = deadline.New(cfg.grace); err != nil {
 		return nil, fmt.Errorf("-grace: %w", err)
 	}
-	opts := append(cfg.api.options(), httpsource.WithLogger(s.log))
+	opts := append(cfg.api.Options(), httpsource.WithLogger(s.log))
 	if cfg.client != nil {
 		opts = append(opts, httpsource.WithClient(cfg.client))
 	}

@@ -238,7 +238,7 @@ func TestAPIFlags(t *testing.T) {
 	c, err := parseArgs([]string{"-api", "agentenv", "--", "server"}, &stderr)
 	require.NoError(t, err)
 	assert.Equal(t, "http://127.0.0.1:8000", c.serverURL, "AgentENV serves its API on 8000")
-	assert.Len(t, c.api.options(), 1, "the preset alone")
+	assert.Len(t, c.api.Options(), 1, "the preset alone")
 
 	t.Setenv(EnvAPIKey, "from-env")
 	c, err = parseArgs([]string{"--", "server"}, &stderr)

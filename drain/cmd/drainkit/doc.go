@@ -7,7 +7,18 @@
 // One binary, one command per question, each with its own flags; every
 // command's -h explains what it reads, what it prints and its exit status:
 //
+//	drainkit plan (-server URL | -sizes FILE | -count N) [-state-dir DIR] [-grace SECONDS]
 //	drainkit report [-svg OUT] FILE
+//
+// plan counts the sandboxes (the live server's API, read with
+// pause/httpsource exactly as the supervisor reads it; or a JSON list of
+// sizes), takes what the server learned at its last shutdown
+// (STATE_DIR/learned-rates.json: the estimate of one pause, the
+// concurrency, the grace period and the teardown steps' reserves), lays
+// out the plan the server's drain.Drainer would make with deadline.Plan,
+// and prints the predicted preserve time, the margin left, whether every
+// sandbox would be preserved and the smallest terminationGracePeriodSeconds
+// that fits. It exits 1 when the sandboxes do not fit, to gate a rollout.
 //
 // report renders a drain Report (sandboxd's STATE_DIR/last-shutdown.json,
 // or the supervisor's -report file) as a text summary, and with -svg as a

@@ -28,6 +28,10 @@ Usage:
 
 Commands:
 
+	plan     before the rollout: will every sandbox be preserved inside the grace period?
+	         Reads the live server (or a JSON list of sandbox sizes) and the rates the
+	         server learned; exits 1 when the sandboxes do not fit, so it can gate a
+	         rollout in CI/CD.
 	report   afterwards: what happened on the node. Renders a drain Report
 	         (sandboxd's last-shutdown.json, or the supervisor's -report file) as text,
 	         and with -svg as a timeline that opens in a browser.
@@ -45,6 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) int{
+		"plan":   runPlan,
 		"report": runReport,
 	}
 	switch name := args[0]; name {

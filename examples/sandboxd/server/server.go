@@ -22,6 +22,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -41,6 +42,10 @@ type Server struct {
 	hook    *http.Server // the preStop hook, on its own listener
 	hookLn  net.Listener
 	daemon  *fakeublk.Child
+	// est estimates one preserve; it starts from STATE_DIR/learned-rates.json
+	// when an earlier shutdown wrote one, and is saved there at shutdown.
+	est   *deadline.Estimator
+	steps []drain.Step
 	// Problems are the records found damaged at start and not loaded.
 	Problems []store.Problem
 }
@@ -87,6 +92,7 @@ func (s *Server) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.steps = steps
 	if err := s.buildDrainer(steps); err != nil {
 		return err
 	}
@@ -127,6 +133,7 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 	if err != nil {
 		return fmt.Errorf("-grace: %w", err)
 	}
+	s.est = deadline.NewEstimator(s.learnedEstimate())
 	s.drainer, err = drain.New(drain.Config{
 		Budget:    budget,
 		Gate:      &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
@@ -134,7 +141,7 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 		PauseOptions: []pause.Option{
 			pause.WithLimit(s.cfg.Concurrency),
 			pause.WithPermanent(diskBroken), // retrying cannot help: do not burn the window
-			pause.WithEstimator(deadline.NewEstimator(s.cfg.PauseEstimate())),
+			pause.WithEstimator(s.est),
 		},
 		Steps:        steps,
 		PollInterval: min(time.Second, s.cfg.Grace/20),
@@ -173,7 +180,48 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 		s.logger.Warn("http server", "error", err)
 	}
 	s.Close()
+	s.writeRates(rep)
 	return rep, s.writeReport(rep)
+}
+
+// learnedEstimate is where the estimate of one preserve starts: what the last shutdown
+// learned (STATE_DIR/learned-rates.json), or else the configured PauseEstimate.
+func (s *Server) learnedEstimate() time.Duration {
+	path := filepath.Join(s.cfg.StateDir, learned.File)
+	r, err := learned.Read(path)
+	switch {
+	case errors.Is(err, learned.ErrNone):
+		return s.cfg.PauseEstimate()
+	case err != nil:
+		s.logger.Warn("learned rates unreadable; starting from -pause-latency", "error", err)
+		return s.cfg.PauseEstimate()
+	case r.Estimate <= 0:
+		return s.cfg.PauseEstimate()
+	}
+	s.logger.Info("learned rates loaded", "file", path, "estimate", r.Estimate,
+		"observations", r.Observations, "written", r.Written)
+	return r.Estimate
+}
+
+// writeRates saves what this process learned for the next one and for drainkit plan:
+// the estimate of one preserve, the concurrency, the budget and the steps' reserves. A
+// failure is logged, never fatal: the Report matters more.
+func (s *Server) writeRates(rep *drain.Report) {
+	b := s.drainer.Budget()
+	r := learned.Rates{Written: time.Now(), Limit: s.cfg.Concurrency, Grace: b.Grace(), Margin: b.Margin()}
+	if rep != nil && rep.Preserve != nil && rep.Preserve.Limit > 0 {
+		r.Limit = rep.Preserve.Limit
+	}
+	r.FromEstimator(s.est)
+	for _, st := range s.steps {
+		r.Steps = append(r.Steps, learned.StepsOf(st.Phase())...)
+	}
+	path := filepath.Join(s.cfg.StateDir, learned.File)
+	if err := r.Write(path); err != nil {
+		s.logger.Warn("learned rates not saved", "file", path, "error", err)
+		return
+	}
+	s.logger.Info("learned rates saved", "file", path, "estimate", r.Estimate, "observations", r.Observations, "limit", r.Limit)
 }
 
 // Close releases what New started: the timeout timers, the listener, the device daemon

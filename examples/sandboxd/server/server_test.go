@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -206,4 +207,40 @@ func TestBadConfigurationFailsNamingTheFlag(t *testing.T) {
 	_, err = New(context.Background(), Config{Listen: "256.0.0.1:1", HookListen: "127.0.0.1:0", StateDir: t.TempDir(), Grace: 10 * time.Second,
 		Runtime: "fake", Concurrency: 1}, nil)
 	require.ErrorContains(t, err, "-listen")
+}
+
+// What one shutdown measured is where the next process starts: the estimate of a pause
+// (the fake runtime's 50 ms, not the 1 s configured next time), the concurrency, the
+// budget and the steps' reserves, in STATE_DIR/learned-rates.json.
+func TestLearnedRatesSurviveARestart(t *testing.T) {
+	cfg := testConfig(t)
+	st := start(t, cfg)
+	for range 8 {
+		createSandbox(t, st.base)
+	}
+	rep := st.shutdown(t)
+	require.Zero(t, rep.Lost())
+
+	r, err := learned.Read(filepath.Join(cfg.StateDir, learned.File))
+	require.NoError(t, err)
+	assert.Equal(t, 8, r.Observations)
+	assert.GreaterOrEqual(t, r.Estimate, 50*time.Millisecond, "a pause takes at least the fake latency")
+	assert.Less(t, r.Estimate, time.Second)
+	assert.Equal(t, 4, r.Limit)
+	assert.Equal(t, cfg.Grace, r.Grace)
+	require.Len(t, r.Steps, 2)
+	assert.Equal(t, "ublk", r.Steps[0].Name)
+	assert.True(t, r.Steps[0].Critical, "the device teardown is critical")
+	assert.Equal(t, cfg.UblkReserve(), r.Steps[0].Reserve)
+	assert.Equal(t, "http", r.Steps[1].Name)
+	assert.Equal(t, cfg.HTTPReserve(), r.Steps[1].Reserve)
+
+	cfg.PauseLatency = time.Second // what the next start is configured with
+	st = start(t, cfg)
+	assert.Equal(t, r.Estimate, st.s.est.Estimate(), "the next process starts from what was learned")
+	st.shutdown(t)
+
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, learned.File), []byte("{"), 0o600))
+	st = start(t, cfg)
+	assert.Equal(t, cfg.PauseEstimate(), st.s.est.Estimate(), "an unreadable file falls back to -pause-latency")
 }

@@ -1,0 +1,532 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/apiflags"
+	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/httpsource"
+)
+
+const planUsage = `usage: drainkit plan (-server URL | -sizes FILE | -count N) [-state-dir DIR | -rates FILE] [-grace SECONDS] [flags]
+
+Answers, before a rollout, whether the node's grace period is enough: would
+every sandbox be preserved if the pod were terminated now? It counts the
+sandboxes, takes the estimate of one pause and the concurrency the server
+learned at its last shutdown, lays out the same plan the server's drain.Drainer
+makes (deadline.Plan: the preserve reserve is ceil(sandboxes / concurrency) x
+estimate, then the teardown steps' reserves, all before the budget's deadline,
+the grace period less its margin before SIGKILL), and prints:
+
+  - the predicted preserve time at the chosen or learned concurrency,
+  - the margin left (how much more work would still fit),
+  - whether every sandbox would be preserved,
+  - the smallest terminationGracePeriodSeconds that would fit.
+
+The sandboxes come from one of:
+  -server URL   the live server's API, read exactly as the supervisor reads it
+                (pause/httpsource; -api agentenv for AgentENV's node API, and
+                the same shape flags as the supervisor). Sandboxes with a size
+                (-size-field) are planned by size with -rate-mib.
+  -sizes FILE   a JSON list of sandbox sizes in bytes, e.g. [2147483648, 536870912]
+                ("-" reads stdin)
+  -count N      N sandboxes of the learned estimate each
+
+What the server learned comes from -state-dir DIR (sandboxd writes
+DIR/learned-rates.json at every shutdown and starts from it) or -rates FILE;
+-estimate, -concurrency, -grace and -step override it, and are needed where
+no rates file exists (a server that does not write one).
+
+Exit status: 0 when every sandbox fits, 1 when not (so it can gate a rollout
+in CI/CD), 2 for bad flags, a server that cannot be read or a bad file.
+
+Examples:
+
+	drainkit plan -server http://127.0.0.1:8080 -state-dir /var/lib/sandboxd
+	drainkit plan -api agentenv -server http://127.0.0.1:8000 -api-key-file key -grace 3600 -estimate 12s -concurrency 8
+	drainkit plan -sizes sizes.json -rate-mib 400 -concurrency 8 -grace 600 -step ublk=30s,critical
+	drainkit plan -count 200 -state-dir /var/lib/sandboxd -grace 30 || echo "raise terminationGracePeriodSeconds"
+`
+
+// stepFlags collects repeated -step NAME=DURATION[,critical].
+type stepFlags []learned.Step
+
+func (s *stepFlags) String() string { return "" }
+
+func (s *stepFlags) Set(v string) error {
+	name, rest, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want NAME=DURATION[,critical], got %q", v)
+	}
+	durS, crit, _ := strings.Cut(rest, ",")
+	d, err := time.ParseDuration(durS)
+	if err != nil || d < 0 {
+		return fmt.Errorf("step %s: want a non-negative duration such as 1.5s, got %q", name, durS)
+	}
+	if crit != "" && crit != "critical" {
+		return fmt.Errorf("step %s: the only flag after the duration is \"critical\", got %q", name, crit)
+	}
+	*s = append(*s, learned.Step{Name: name, Reserve: d, Critical: crit == "critical"})
+	return nil
+}
+
+// graceFlag is a grace period given as whole seconds (as in the manifest's
+// terminationGracePeriodSeconds) or as a Go duration.
+type graceFlag struct{ d time.Duration }
+
+func (g *graceFlag) String() string {
+	if g.d == 0 {
+		return ""
+	}
+	return g.d.String()
+}
+
+func (g *graceFlag) Set(v string) error {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		g.d = time.Duration(n) * time.Second
+	} else if g.d, err = time.ParseDuration(v); err != nil {
+		return fmt.Errorf("want seconds (30) or a duration (30s), got %q", v)
+	}
+	if g.d <= 0 {
+		return fmt.Errorf("must be positive, got %q", v)
+	}
+	return nil
+}
+
+// planInput is everything a plan is made of, with where each came from.
+type planInput struct {
+	source      string  // where the sandboxes came from
+	sizes       []int64 // one per sandbox; 0 unknown
+	estimate    time.Duration
+	estimateSrc string
+	limit       int
+	limitSrc    string
+	grace       time.Duration
+	graceSrc    string
+	margin      time.Duration // 0: the default for the grace
+	rateMiB     float64       // MiB/s of one pause, 0: none
+	steps       []learned.Step
+	stepsSrc    string
+	rates       *learned.Rates
+	ratesPath   string
+}
+
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("plan", planUsage, stdout)
+	server := fs.String("server", "", "the live server's API base `URL` (sandboxd: http://127.0.0.1:8080)")
+	sizesFile := fs.String("sizes", "", "JSON list of sandbox sizes in bytes (`FILE`, - for stdin)")
+	count := fs.Int("count", -1, "plan for `N` sandboxes of the estimate each")
+	stateDir := fs.String("state-dir", "", "the server's state `DIR`; its "+learned.File+" holds what it learned")
+	ratesFile := fs.String("rates", "", "the learned rates `FILE` (default: STATE_DIR/"+learned.File+")")
+	var grace graceFlag
+	fs.Var(&grace, "grace", "terminationGracePeriodSeconds, in `SECONDS` or as a duration (default: the server's, from the rates)")
+	margin := fs.Duration("margin", 0, "margin kept before SIGKILL (default: the library's for the grace, a tenth of it within [1.5s, 5s])")
+	estimate := fs.Duration("estimate", 0, "time one pause takes (default: learned, else "+pause.DefaultEstimate.String()+")")
+	limit := fs.Int("concurrency", 0, "pauses at once (default: learned, else "+strconv.Itoa(pause.DefaultLimit)+")")
+	rate := fs.Float64("rate-mib", 0, "MiB per second one pause writes, to plan sized sandboxes by size (0: by count)")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on listing the live server")
+	var steps stepFlags
+	fs.Var(&steps, "step", "a teardown step after preserving, `NAME=DURATION[,critical]`; repeatable, replaces the learned steps")
+	var api apiflags.Flags
+	api.Register(fs)
+	pos, err := parse(fs, args)
+	var key string
+	if err == nil {
+		key, err = api.Finish(fs)
+	}
+	if err == nil {
+		err = checkPlanFlags(pos, *server, *sizesFile, *count, *margin, *estimate, *limit, *rate)
+	}
+	if err != nil {
+		return usageError(stderr, "plan", err)
+	}
+
+	in := planInput{margin: *margin, rateMiB: *rate}
+	if err := in.loadRates(*stateDir, *ratesFile); err != nil {
+		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
+		return exitUsage
+	}
+	switch {
+	case *server != "":
+		opts := api.Options()
+		if key != "" {
+			opts = append(opts, httpsource.WithAPIKey("", key))
+		}
+		err = in.listServer(ctx, *server, *timeout, opts)
+	case *sizesFile != "":
+		err = in.readSizes(*sizesFile)
+	default:
+		in.sizes, in.source = make([]int64, *count), fmt.Sprintf("-count %d", *count)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
+		return exitUsage
+	}
+	if err := in.resolve(grace.d, *estimate, *limit, steps); err != nil {
+		return usageError(stderr, "plan", err)
+	}
+	res, err := in.plan()
+	if err != nil {
+		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
+		return exitUsage
+	}
+	var out bytes.Buffer
+	res.print(&out, &in)
+	if _, err := stdout.Write(trimLines(out.Bytes())); err != nil {
+		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
+		return exitUsage
+	}
+	if !res.fits {
+		return exitNoFit
+	}
+	return exitOK
+}
+
+func checkPlanFlags(pos []string, server, sizes string, count int, margin, estimate time.Duration, limit int, rate float64) error {
+	given := 0
+	for _, g := range []bool{server != "", sizes != "", count >= 0} {
+		if g {
+			given++
+		}
+	}
+	switch {
+	case len(pos) > 0:
+		return fmt.Errorf("unexpected arguments %q", pos)
+	case given != 1:
+		return errors.New("give exactly one of -server, -sizes and -count")
+	case margin < 0:
+		return fmt.Errorf("-margin must not be negative, got %v", margin)
+	case estimate < 0:
+		return fmt.Errorf("-estimate must not be negative, got %v", estimate)
+	case limit < 0:
+		return fmt.Errorf("-concurrency must be at least 1, got %d", limit)
+	case !(rate >= 0):
+		return fmt.Errorf("-rate-mib must not be negative, got %v", rate)
+	}
+	return nil
+}
+
+func (in *planInput) loadRates(stateDir, file string) error {
+	switch {
+	case file != "":
+		in.ratesPath = file
+	case stateDir != "":
+		in.ratesPath = filepath.Join(stateDir, learned.File)
+	default:
+		return nil
+	}
+	r, err := learned.Read(in.ratesPath)
+	if errors.Is(err, learned.ErrNone) {
+		return fmt.Errorf("%w: the server writes it at its first shutdown; until then give -estimate, -concurrency and -grace", err)
+	}
+	in.rates = r
+	return err
+}
+
+func (in *planInput) listServer(ctx context.Context, url string, timeout time.Duration, opts []httpsource.Option) error {
+	src, err := httpsource.New(url, opts...)
+	if err != nil {
+		return fmt.Errorf("-server or the API flags: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sbs, err := src.List(ctx)
+	if err != nil {
+		return fmt.Errorf("-server %s: listing the sandboxes: %w", url, err)
+	}
+	in.source = fmt.Sprintf("%s (live)", url)
+	for _, sb := range sbs {
+		var size int64
+		if s, ok := sb.(pause.Sized); ok {
+			size = s.Size()
+		}
+		in.sizes = append(in.sizes, size)
+	}
+	return nil
+}
+
+func (in *planInput) readSizes(path string) error {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return fmt.Errorf("-sizes: %w", err)
+	}
+	var sizes []int64
+	if err := json.Unmarshal(data, &sizes); err != nil {
+		return fmt.Errorf("-sizes %s: want a JSON list of sizes in bytes such as [2147483648, 536870912]: %w", path, err)
+	}
+	for i, s := range sizes {
+		if s < 0 {
+			return fmt.Errorf("-sizes %s: element %d is negative (%d)", path, i, s)
+		}
+	}
+	in.sizes, in.source = sizes, path
+	return nil
+}
+
+// resolve picks every input from the flags, else the rates, else the
+// library's defaults, and says where each came from.
+func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []learned.Step) error {
+	r := in.rates
+	switch {
+	case estimate > 0:
+		in.estimate, in.estimateSrc = estimate, "-estimate"
+	case r != nil && r.Estimate > 0:
+		in.estimate = r.Estimate
+		in.estimateSrc = fmt.Sprintf("learned from %d pauses: mean %s, p90 %s", r.Observations, secs(r.Mean), secs(r.P90))
+		if r.Observations == 0 {
+			in.estimateSrc = "the server's prior (no pause measured yet)"
+		}
+	default:
+		in.estimate, in.estimateSrc = pause.DefaultEstimate, "the library's default: nothing learned, no -estimate"
+	}
+	switch {
+	case limit > 0:
+		in.limit, in.limitSrc = limit, "-concurrency"
+	case r != nil && r.Limit > 0:
+		in.limit, in.limitSrc = r.Limit, "learned"
+	default:
+		in.limit, in.limitSrc = pause.DefaultLimit, "the library's default: nothing learned, no -concurrency"
+	}
+	switch {
+	case grace > 0:
+		in.grace, in.graceSrc = grace, "-grace"
+	case r != nil && r.Grace > 0:
+		in.grace, in.graceSrc = r.Grace, "the server's"
+	default:
+		return errors.New("-grace is required without a rates file that has the server's grace period")
+	}
+	switch {
+	case len(steps) > 0:
+		in.steps, in.stepsSrc = steps, "-step"
+	case r != nil:
+		in.steps, in.stepsSrc = r.Steps, "the server's"
+	default:
+		in.stepsSrc = "none given"
+	}
+	seen := map[string]bool{drain.PhaseDrain: true, drain.PhaseGate: true, drain.PhasePreserve: true}
+	for _, s := range in.steps {
+		if seen[s.Name] {
+			return fmt.Errorf("-step %s: the name is taken (the drain's own phases are drain, gate and preserve; steps are unique)", s.Name)
+		}
+		seen[s.Name] = true
+	}
+	if in.ratesPath != "" && r != nil {
+		in.estimateSrc += fmt.Sprintf(" (%s, written %s)", in.ratesPath, r.Written.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// planResult is what the plan says.
+type planResult struct {
+	predicted time.Duration // the preserve reserve
+	byRounds  bool          // predicted is ceil(n/limit) x estimate (else by size)
+	windows   []deadline.Window
+	spare     time.Duration // the drain window: what the work could grow by
+	shortfall time.Duration
+	fits      bool
+	minGrace  time.Duration // 0: none up to maxGrace
+	budget    deadline.State
+}
+
+// maxGrace bounds the search for the smallest grace period that fits.
+const maxGrace = 24 * time.Hour
+
+// preserveReserve is the preserve phase's reserve: the Drainer's own,
+// ceil(sandboxes / limit) x estimate (deadline.Work), or, for sandboxes
+// with sizes and a -rate-mib, the time the longest-first schedule over
+// limit slots takes to pause them all.
+func (in *planInput) preserveReserve() (deadline.Reserve, bool) {
+	sized := in.rateMiB > 0 && slices.ContainsFunc(in.sizes, func(s int64) bool { return s > 0 })
+	if !sized {
+		n := len(in.sizes)
+		return deadline.Work(func() int { return n }, deadline.NewEstimator(in.estimate), func() int { return in.limit }), true
+	}
+	times := make([]time.Duration, len(in.sizes))
+	for i, s := range in.sizes {
+		if s > 0 {
+			times[i] = time.Duration(float64(s) / (in.rateMiB * (1 << 20)) * float64(time.Second))
+		} else {
+			times[i] = in.estimate // unknown size: the estimate
+		}
+	}
+	span := makespan(times, in.limit)
+	return deadline.Fixed(span), false
+}
+
+// makespan is when the last of times ends when they start longest first,
+// each on the first of slots slots to come free.
+func makespan(times []time.Duration, slots int) time.Duration {
+	sorted := slices.Clone(times)
+	slices.SortFunc(sorted, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+	free := make([]time.Duration, max(slots, 1))
+	for _, t := range sorted {
+		i := slices.Index(free, slices.Min(free))
+		free[i] += t
+	}
+	return slices.Max(free)
+}
+
+// phasesFor returns the Drainer's plan phases with this preserve reserve
+// and the steps.
+func (in *planInput) phasesFor(reserve deadline.Reserve) []deadline.Phase {
+	phases := []deadline.Phase{
+		{Name: drain.PhaseDrain},
+		{Name: drain.PhaseGate, Max: drain.DefaultInFlightWait},
+		{Name: drain.PhasePreserve, Reserve: reserve},
+	}
+	r := learned.Rates{Steps: in.steps}
+	return append(phases, r.Phases()...)
+}
+
+func (in *planInput) budget(grace time.Duration) (*deadline.Budget, error) {
+	if in.margin > 0 {
+		return deadline.New(grace, deadline.WithMargin(in.margin))
+	}
+	return deadline.New(grace)
+}
+
+func (in *planInput) plan() (*planResult, error) {
+	reserve, byRounds := in.preserveReserve()
+	res := &planResult{predicted: reserve(), byRounds: byRounds}
+	phases := in.phasesFor(reserve)
+	b, err := in.budget(in.grace)
+	if err != nil {
+		return nil, fmt.Errorf("-grace %v, -margin %v: %w", in.grace, in.margin, err)
+	}
+	p, err := deadline.NewPlan(b, phases...)
+	if err != nil {
+		return nil, err
+	}
+	res.budget = b.State()
+	res.windows = p.Windows("")
+	res.shortfall = p.Shortfall()
+	res.fits = res.shortfall == 0
+	res.spare = res.windows[0].Deadline.Sub(res.windows[0].Start) // the drain window: what is not reserved
+	res.minGrace = in.smallestGrace(phases)
+	return res, nil
+}
+
+// fitsIn reports whether phases fit in a budget of grace: the plan's own
+// Shortfall is zero.
+func (in *planInput) fitsIn(grace time.Duration, phases []deadline.Phase) bool {
+	b, err := in.budget(grace)
+	if err != nil {
+		return false
+	}
+	p, err := deadline.NewPlan(b, phases...)
+	return err == nil && p.Shortfall() == 0
+}
+
+// smallestGrace is the smallest whole number of seconds that fits, by
+// bisection (a longer grace never fits less), or 0 if none up to maxGrace.
+func (in *planInput) smallestGrace(phases []deadline.Phase) time.Duration {
+	lo, hi := int64(0), int64(maxGrace/time.Second)
+	if !in.fitsIn(time.Duration(hi)*time.Second, phases) {
+		return 0
+	}
+	for hi-lo > 1 { // lo does not fit, hi does
+		mid := (lo + hi) / 2
+		if in.fitsIn(time.Duration(mid)*time.Second, phases) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return time.Duration(hi) * time.Second
+}
+
+func (res *planResult) print(w io.Writer, in *planInput) {
+	n := len(in.sizes)
+	fmt.Fprintf(w, "Plan for %d sandboxes from %s, grace %s (%s)\n\n", n, in.source, in.grace, in.graceSrc)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  estimate of one pause\t%s\t%s\n", secs(in.estimate), in.estimateSrc)
+	fmt.Fprintf(tw, "  concurrency\t%d\t%s\n", in.limit, in.limitSrc)
+	if res.byRounds {
+		rounds := (n + in.limit - 1) / in.limit
+		fmt.Fprintf(tw, "  predicted preserve time\t%s\t%d round(s) of %d at %s (ceil(sandboxes / concurrency) x estimate)\n",
+			secs(res.predicted), rounds, in.limit, secs(in.estimate))
+	} else {
+		fmt.Fprintf(tw, "  predicted preserve time\t%s\tby size at %g MiB/s per pause, longest first over %d slots\n",
+			secs(res.predicted), in.rateMiB, in.limit)
+	}
+	st := res.budget
+	fmt.Fprintf(tw, "  budget\t%s\tgrace %s less a margin of %s before SIGKILL\n", secs(st.Deadline.Sub(st.Start)), in.grace, secs(st.Kill.Sub(st.Deadline)))
+	tw.Flush()
+
+	fmt.Fprintf(w, "\n  The plan from T0 (deadline.Plan; steps: %s):\n", in.stepsSrc)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "    phase\tfrom\tto\treserve\tshort\t")
+	t0 := res.windows[0].Start
+	for _, win := range res.windows {
+		note := ""
+		switch win.Name {
+		case drain.PhaseDrain:
+			note = "spare: the preStop wait may use it"
+		case drain.PhasePreserve:
+			note = "pausing"
+		}
+		for _, s := range in.steps {
+			if s.Name == win.Name && s.Critical {
+				note = "critical"
+			}
+		}
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\t%s\n", win.Name, rel(win.Start, t0), rel(win.Deadline, t0), secs(win.Reserve), secs(win.Short), note)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if res.fits {
+		fmt.Fprintf(tw, "  margin left\t%s\tthe work could take this much longer and still fit\n", secs(res.spare))
+		fmt.Fprintf(tw, "  verdict\tFITS\tevery sandbox would be preserved\n")
+	} else {
+		fmt.Fprintf(tw, "  margin left\t-%s\tthe work is this much longer than the budget\n", secs(res.shortfall))
+		fmt.Fprintf(tw, "  verdict\tDOES NOT FIT\tabout %d of %d sandboxes would not be preserved\n", in.lostEstimate(res), n)
+	}
+	if res.minGrace > 0 {
+		fmt.Fprintf(tw, "  smallest grace that fits\t%ds\tterminationGracePeriodSeconds: %d (with the step reserves as given)\n",
+			int64(res.minGrace/time.Second), int64(res.minGrace/time.Second))
+	} else {
+		fmt.Fprintf(tw, "  smallest grace that fits\tnone\tnot even %s fits\n", maxGrace)
+	}
+	tw.Flush()
+}
+
+// lostEstimate is how many sandboxes would not fit: those beyond the
+// rounds the preserve window holds, by the same rounds rule.
+func (in *planInput) lostEstimate(res *planResult) int {
+	n := len(in.sizes)
+	if res.predicted <= 0 || n == 0 {
+		return 0
+	}
+	var window time.Duration
+	for _, w := range res.windows {
+		if w.Name == drain.PhasePreserve {
+			window = w.Deadline.Sub(w.Start)
+		}
+	}
+	kept := int(float64(n) * window.Seconds() / res.predicted.Seconds())
+	return max(n-kept, 0)
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The plans in testdata: the rates sandboxd learned in an 8 s grace period
+// (a pause took 0.452 s at p90, four at a time), for 20 sandboxes (fits)
+// and 60 (does not: 10 s would); and eight sandboxes by size at 400 MiB/s
+// with a critical 2 s device teardown.
+func TestPlanGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"plan-fits", []string{"-count", "20", "-state-dir", "testdata/state"}, exitOK},
+		{"plan-does-not-fit", []string{"-count", "60", "-state-dir", "testdata/state"}, exitNoFit},
+		{"plan-sizes", []string{"-sizes", "testdata/sizes.json", "-rate-mib", "400", "-concurrency", "2",
+			"-grace", "30", "-step", "ublk=2s,critical", "-step", "http=500ms"}, exitOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errw := drainkit(t, append([]string{"plan"}, tc.args...)...)
+			assert.Equal(t, tc.code, code, errw)
+			assert.Empty(t, errw)
+			golden(t, tc.name+".golden", out)
+		})
+	}
+}
+
+// The verdict flips exactly at the smallest grace the plan names: the
+// plan's own Shortfall decides both.
+func TestPlanSmallestGraceIsTheBoundary(t *testing.T) {
+	_, out, _ := drainkit(t, "plan", "-count", "60", "-state-dir", "testdata/state")
+	assert.Contains(t, out, "terminationGracePeriodSeconds: 10")
+	code, out, _ := drainkit(t, "plan", "-count", "60", "-state-dir", "testdata/state", "-grace", "10")
+	assert.Equal(t, exitOK, code, out)
+	assert.Contains(t, out, "FITS")
+	code, out, _ = drainkit(t, "plan", "-count", "60", "-state-dir", "testdata/state", "-grace", "9")
+	assert.Equal(t, exitNoFit, code, out)
+	assert.Contains(t, out, "DOES NOT FIT")
+}
+
+func TestPlanFlagsOverrideTheLearnedRates(t *testing.T) {
+	_, out, _ := drainkit(t, "plan", "-count", "8", "-state-dir", "testdata/state", "-concurrency", "8", "-estimate", "1s", "-grace", "1m")
+	assert.Regexp(t, `concurrency\s+8\s+-concurrency`, out)
+	assert.Regexp(t, `estimate of one pause\s+1.000s\s+-estimate`, out)
+	assert.Regexp(t, `predicted preserve time\s+1.000s\s+1 round`, out)
+	assert.Contains(t, out, "grace 1m0s (-grace)")
+}
+
+// The live server is read through httpsource with the supervisor's flags:
+// here an AgentENV-shaped API with sizes in MiB behind an API key.
+func TestPlanReadsALiveAgentENVServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-API-Key") != "k" {
+			http.Error(w, "no key", http.StatusUnauthorized)
+			return
+		}
+		_ = json.NewEncoder(w).Encode([]map[string]any{
+			{"sandboxID": "a", "state": "running", "memoryMB": 4096},
+			{"sandboxID": "b", "state": "running", "memoryMB": 1024},
+			{"sandboxID": "c", "state": "paused", "memoryMB": 1024},
+		})
+	}))
+	defer srv.Close()
+	key := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(key, []byte("k\n"), 0o600))
+	code, out, errw := drainkit(t, "plan", "-api", "agentenv", "-server", srv.URL, "-api-key-file", key,
+		"-grace", "60", "-concurrency", "2", "-rate-mib", "1024")
+	require.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "Plan for 2 sandboxes from "+srv.URL+" (live)", "the paused one needs no preserving")
+	assert.Regexp(t, `predicted preserve time\s+4.000s\s+by size at 1024 MiB/s`, out, "4 GiB at 1 GiB/s is the longest")
+
+	code, _, errw = drainkit(t, "plan", "-api", "agentenv", "-server", srv.URL, "-grace", "60")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "listing the sandboxes")
+	assert.Contains(t, errw, "401")
+}
+
+func TestPlanBadInputIsNamed(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "sizes.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"a": 1}`), 0o600))
+	neg := filepath.Join(dir, "neg.json")
+	require.NoError(t, os.WriteFile(neg, []byte(`[1, -2]`), 0o600))
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{}, "give exactly one of -server, -sizes and -count"},
+		{[]string{"-count", "3", "-sizes", bad}, "give exactly one of"},
+		{[]string{"-count", "3"}, "-grace is required"},
+		{[]string{"-count", "3", "-grace", "0"}, "must be positive"},
+		{[]string{"-count", "3", "-grace", "soon"}, "want seconds (30) or a duration (30s)"},
+		{[]string{"-count", "3", "-grace", "30", "-step", "ublk"}, "want NAME=DURATION[,critical]"},
+		{[]string{"-count", "3", "-grace", "30", "-step", "ublk=1s,fast"}, `the only flag after the duration is "critical"`},
+		{[]string{"-count", "3", "-grace", "30", "-step", "preserve=1s"}, "-step preserve: the name is taken"},
+		{[]string{"-count", "3", "-grace", "30", "-concurrency", "-1"}, "-concurrency must be at least 1"},
+		{[]string{"-count", "3", "-grace", "30", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-sizes", bad, "-grace", "30"}, "want a JSON list of sizes in bytes"},
+		{[]string{"-sizes", neg, "-grace", "30"}, "element 1 is negative"},
+		{[]string{"-count", "3", "-state-dir", dir}, "no learned rates yet"},
+		{[]string{"-count", "3", "-grace", "1", "-margin", "2s"}, "margin 2s must be smaller than the grace period"},
+	} {
+		code, _, errw := drainkit(t, append([]string{"plan"}, tc.args...)...)
+		assert.Equal(t, exitUsage, code, tc.args)
+		assert.Contains(t, errw, tc.says, tc.args)
+	}
+}

@@ -1,0 +1,16 @@
+// Package apiflags is the command line of a sandbox server's HTTP API
+// shape, shared by the programs that reach a server through
+// pause/httpsource (the supervisor, drainkit plan), so that both read the
+// server the same way:
+//
+//	var api apiflags.Flags
+//	api.Register(fs)
+//	_ = fs.Parse(args)
+//	key, err := api.Finish(fs) // validates, reads the API key
+//	src, err := httpsource.New(url, append(api.Options(), httpsource.WithAPIKey("", key))...)
+//
+// -api picks a preset (generic, or AgentENV's node API); the shape flags
+// (-list-path, -id-field, -size-field, ...) override single settings of
+// it. The API key comes from -api-key-file or the environment, never from
+// argv.
+package apiflags

@@ -1,0 +1,26 @@
+package apiflags_test
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/drainkit/drainkit/internal/apiflags"
+	"github.com/drainkit/drainkit/pause/httpsource"
+)
+
+// A program that reaches AgentENV's node API: the preset, with the list
+// path overridden on the command line.
+func Example() {
+	fs := flag.NewFlagSet("prog", flag.ContinueOnError)
+	var api apiflags.Flags
+	api.Register(fs)
+	_ = fs.Parse([]string{"-api", "agentenv", "-list-path", "/v2/sandboxes"})
+	key, err := api.Finish(fs)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	src, err := httpsource.New(apiflags.DefaultServerURL[api.API], append(api.Options(), httpsource.WithAPIKey("", key+"k"))...)
+	fmt.Println(api.API, len(api.Options()), src != nil, err)
+	// Output: agentenv 2 true <nil>
+}

@@ -1,0 +1,139 @@
+package learned
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+)
+
+// File is the name of the rates file in a server's state directory.
+const File = "learned-rates.json"
+
+// Rates are what a server learned about its own shutdown, and what its
+// plan is made of: the estimate of one preserve, the concurrency, and the
+// budget and step reserves the server plans with. A server writes them at
+// shutdown and loads the estimate at start; drainkit plan reads them.
+type Rates struct {
+	// Written is when the server wrote the file.
+	Written time.Time `json:"written"`
+	// Estimate is the Estimator's estimate of one preserve: max(mean,
+	// p90) of the last observations. It is what the plan reserves per
+	// round of Limit preserves, and the prior the server starts with.
+	Estimate time.Duration `json:"estimate_ns"`
+	// Mean and P90 are the Estimator's exponentially weighted mean and
+	// 90th percentile, Observations how many preserves it measured in
+	// the process that wrote the file (zero: Estimate is still a prior).
+	Mean         time.Duration `json:"mean_ns"`
+	P90          time.Duration `json:"p90_ns"`
+	Observations int           `json:"observations"`
+	// Limit is how many preserves ran at once at the end of the last
+	// shutdown.
+	Limit int `json:"limit"`
+	// Grace and Margin are the budget's: the grace period the server was
+	// started with and the margin it keeps before SIGKILL.
+	Grace  time.Duration `json:"grace_ns"`
+	Margin time.Duration `json:"margin_ns"`
+	// Steps are the teardown steps after the preserve phase, in order,
+	// with their reserves.
+	Steps []Step `json:"steps,omitempty"`
+}
+
+// A Step is one teardown step of the plan.
+type Step struct {
+	Name     string        `json:"name"`
+	Reserve  time.Duration `json:"reserve_ns"`
+	Critical bool          `json:"critical,omitempty"`
+}
+
+// FromEstimator fills the estimate fields from e.
+func (r *Rates) FromEstimator(e *deadline.Estimator) {
+	r.Estimate, r.Mean, r.P90, r.Observations = e.Estimate(), e.Mean(), e.Quantile(0.9), e.Count()
+}
+
+// StepsOf returns the plan steps of phases, evaluating each reserve now.
+func StepsOf(phases ...deadline.Phase) []Step {
+	out := make([]Step, 0, len(phases))
+	for _, ph := range phases {
+		var r time.Duration
+		if ph.Reserve != nil {
+			r = ph.Reserve()
+		}
+		out = append(out, Step{Name: ph.Name, Reserve: r, Critical: ph.Critical})
+	}
+	return out
+}
+
+// Phases returns the steps as plan phases with fixed reserves.
+func (r *Rates) Phases() []deadline.Phase {
+	out := make([]deadline.Phase, 0, len(r.Steps))
+	for _, s := range r.Steps {
+		out = append(out, deadline.Phase{Name: s.Name, Reserve: deadline.Fixed(s.Reserve), Critical: s.Critical})
+	}
+	return out
+}
+
+// Write writes r to path atomically: a temporary file in the same
+// directory, synced, then renamed over path.
+func (r *Rates) Write(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".learned-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after the rename, a no-op
+	if _, err = f.Write(append(data, '\n')); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// ErrNone is returned (wrapped) by Read when the file does not exist: the
+// server has not shut down yet with this state directory.
+var ErrNone = errors.New("no learned rates yet")
+
+// Read reads the rates at path. A missing file is ErrNone; a file that is
+// not valid rates is an error naming the path and the field.
+func Read(path string) (*Rates, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", path, ErrNone)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r Rates
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	switch {
+	case r.Estimate < 0:
+		return nil, fmt.Errorf("%s: estimate_ns is negative", path)
+	case r.Limit < 0:
+		return nil, fmt.Errorf("%s: limit is negative", path)
+	case r.Grace < 0 || r.Margin < 0:
+		return nil, fmt.Errorf("%s: grace_ns and margin_ns must not be negative", path)
+	}
+	for i, s := range r.Steps {
+		if s.Name == "" || s.Reserve < 0 {
+			return nil, fmt.Errorf("%s: steps[%d] needs a name and a non-negative reserve_ns", path, i)
+		}
+	}
+	return &r, nil
+}
