@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,15 +36,34 @@ func buildSandboxd(t *testing.T) string {
 type sandboxd struct {
 	cmd    *exec.Cmd
 	base   string
-	stderr *strings.Builder
+	stderr *syncBuffer
 	done   chan error
+}
+
+// syncBuffer is a strings.Builder that the process's stderr copier and the
+// test may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func startSandboxd(t *testing.T, bin, dir string, args ...string) *sandboxd {
 	t.Helper()
 	addr, hook := freeAddr(t), freeAddr(t)
 	cmd := exec.Command(bin, append([]string{"-listen", addr, "-hook-listen", hook, "-state-dir", dir}, args...)...)
-	s := &sandboxd{cmd: cmd, base: "http://" + addr, stderr: &strings.Builder{}, done: make(chan error, 1)}
+	s := &sandboxd{cmd: cmd, base: "http://" + addr, stderr: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = s.stderr
 	require.NoError(t, cmd.Start())
 	go func() { s.done <- cmd.Wait() }()
@@ -129,7 +149,8 @@ func TestPlanPredictsAMeasuredDrainOfSandboxd(t *testing.T) {
 	require.Equal(t, n, r.Observations)
 
 	s = startSandboxd(t, bin, dir, args...)
-	assert.Contains(t, s.stderr.String(), "learned rates loaded")
+	assert.Eventually(t, func() bool { return strings.Contains(s.stderr.String(), "learned rates loaded") },
+		10*time.Second, 10*time.Millisecond, "sandboxd logs that it starts from what it learned")
 	for _, id := range ids {
 		post(t, s.base+"/sandboxes/"+id+"/resume", "")
 	}
