@@ -9,6 +9,7 @@
 //
 //	drainkit plan (-server URL | -sizes FILE | -count N) [-state-dir DIR] [-grace SECONDS]
 //	drainkit report [-svg OUT] FILE
+//	drainkit sim [-nodes M] [-sandboxes N|LO-HI] [-grace SECONDS] [-max-unavailable U]
 //
 // plan counts the sandboxes (the live server's API, read with
 // pause/httpsource exactly as the supervisor reads it; or a JSON list of
@@ -26,4 +27,14 @@
 // its end coloured by outcome, and the deadlines and the expected SIGKILL
 // as lines. Its exit status is 1 when the drain lost sandboxes or ended
 // after SIGKILL, so a script can act on it.
+//
+// sim plans past one machine: a DaemonSet rolling update over a fleet, in
+// virtual time, with the seed server, drainkit, and drainkit without a
+// preStop wait side by side (rollout duration, sandboxes lost, nodes
+// SIGKILLed, device daemons killed with live devices). It is a
+// discrete-event model, not the servers: each node's termination is laid
+// out with deadline.Budget (the kubelet's arithmetic) and deadline.Split
+// over the Drainer's phases and reserves, and the pauses are scheduled over
+// the concurrency slots inside the preserve window. The real library under
+// testing/synctest is examples/drainsim's TestFullScaleInVirtualTime.
 package main

@@ -35,6 +35,8 @@ Commands:
 	report   afterwards: what happened on the node. Renders a drain Report
 	         (sandboxd's last-shutdown.json, or the supervisor's -report file) as text,
 	         and with -svg as a timeline that opens in a browser.
+	sim      past one machine: a DaemonSet rolling update over a fleet in virtual time,
+	         the seed's behaviour beside drainkit's.
 
 Run "drainkit <command> -h" for a command's flags and examples.
 During a drain, the server's own log has a progress line every few seconds
@@ -51,6 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) int{
 		"plan":   runPlan,
 		"report": runReport,
+		"sim":    runSim,
 	}
 	switch name := args[0]; name {
 	case "-h", "-help", "--help", "help":

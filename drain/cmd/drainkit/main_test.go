@@ -18,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // commands are drainkit's commands.
-var commands = []string{"plan", "report"}
+var commands = []string{"plan", "report", "sim"}
 
 // drainkit runs the command line and returns its exit status, stdout and
 // stderr.

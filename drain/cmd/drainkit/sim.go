@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+)
+
+const simUsage = `usage: drainkit sim [-nodes M] [-sandboxes N|LO-HI] [-pause D] [-jitter J] [-grace SECONDS] [-max-unavailable U] [flags]
+
+Plans past one machine: a DaemonSet rolling update over M nodes, each with
+its running sandboxes, in virtual time, three ways side by side:
+
+  seed       the server before drainkit (AgentENV's issue 413): a preStop hook
+             that waits for zero running sandboxes with no bound, so it holds
+             the pod for the whole grace period; the kubelet's 2 s after
+             SIGTERM; then one pause at a time until SIGKILL, which also
+             kills the device daemon with live devices.
+  drainkit   the preStop wait ends at the drain deadline the plan computes,
+             SIGTERM preserves the sandboxes at the learned concurrency
+             before the preserve deadline, the device teardown runs in its
+             critical reserve, and the server exits before SIGKILL.
+  drainkit, no preStop wait
+             the same server in a manifest without the preStop hook:
+             SIGTERM comes at once and the node is handed back as soon as
+             its sandboxes are preserved.
+
+The rollout replaces at most -max-unavailable pods at once; a node is
+unavailable from its pod's deletion until the new pod is ready (-startup
+after the old one exits). It prints the rollout's duration, the sandboxes
+lost, the nodes SIGKILLed and the device daemons killed with live devices.
+
+How it runs: a discrete-event model in virtual time, not the servers
+themselves. Each node's termination is laid out with the library's own clock:
+a deadline.Budget anchored at the preStop (or SIGTERM) and refined with the
+kubelet's arithmetic, deadline.Split for every phase's window with the
+Drainer's phases and reserves (deadline.Work for the preserve reserve: ceil
+(sandboxes / concurrency) x estimate), and the pauses scheduled over the
+concurrency slots inside the preserve window (no pause starts after its
+deadline; one still running at the hard deadline is lost). The real drain,
+pause and ublk code under testing/synctest is what
+examples/drainsim's TestFullScaleInVirtualTime runs, one node at a time.
+
+Sandboxes never finish on their own here (their timeouts outlast the grace
+period, as in the seed report); pause times are uniform in
+pause x [1-jitter, 1+jitter], drawn per sandbox from -seed.
+
+Examples:
+
+	drainkit sim                                   # 100 nodes x 200 sandboxes, grace 3600 s
+	drainkit sim -nodes 500 -sandboxes 50-300 -max-unavailable 10
+	drainkit sim -grace 600 -pause 5s -jitter 0.8 -concurrency 4
+`
+
+// simConfig is the fleet and the servers' settings.
+type simConfig struct {
+	nodes          int
+	minSB, maxSB   int
+	pause          time.Duration
+	jitter         float64
+	estimate       time.Duration // the learned estimate; 0: the p90 of the distribution
+	concurrency    int
+	grace          time.Duration
+	maxUnavailable int
+	startup        time.Duration
+	teardown       time.Duration // how long the device teardown takes
+	seed           uint64
+}
+
+// countFlag is N or LO-HI.
+type countFlag struct{ lo, hi int }
+
+func (c *countFlag) String() string {
+	if c.lo == c.hi {
+		return strconv.Itoa(c.lo)
+	}
+	return fmt.Sprintf("%d-%d", c.lo, c.hi)
+}
+
+func (c *countFlag) Set(v string) error {
+	lo, hi, ranged := strings.Cut(v, "-")
+	a, err1 := strconv.Atoi(lo)
+	b, err2 := a, error(nil)
+	if ranged {
+		b, err2 = strconv.Atoi(hi)
+	}
+	if err1 != nil || err2 != nil || a < 0 || b < a {
+		return fmt.Errorf("want N or LO-HI with 0 <= LO <= HI, got %q", v)
+	}
+	c.lo, c.hi = a, b
+	return nil
+}
+
+func runSim(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("sim", simUsage, stdout)
+	var c simConfig
+	fs.IntVar(&c.nodes, "nodes", 100, "nodes in the fleet (`M`)")
+	counts := countFlag{200, 200}
+	fs.Var(&counts, "sandboxes", "running sandboxes per node, `N` or LO-HI (uniform)")
+	fs.DurationVar(&c.pause, "pause", 2*time.Second, "median time of one pause")
+	fs.Float64Var(&c.jitter, "jitter", 0.5, "pause times are uniform in pause x [1-J, 1+J]")
+	fs.DurationVar(&c.estimate, "estimate", 0, "the estimate the servers learned (default: the p90 of the pause times)")
+	fs.IntVar(&c.concurrency, "concurrency", 8, "pauses at once on a drainkit node")
+	grace := graceFlag{3600 * time.Second}
+	fs.Var(&grace, "grace", "terminationGracePeriodSeconds, in `SECONDS` or as a duration")
+	fs.IntVar(&c.maxUnavailable, "max-unavailable", 1, "the DaemonSet's rollingUpdate.maxUnavailable")
+	fs.DurationVar(&c.startup, "startup", 30*time.Second, "from the old pod's exit until the new pod is ready")
+	fs.DurationVar(&c.teardown, "teardown", time.Second, "how long the device teardown takes")
+	fs.Uint64Var(&c.seed, "seed", 1, "random seed of the pause times and counts")
+	pos, err := parse(fs, args)
+	c.grace = grace.d
+	c.minSB, c.maxSB = counts.lo, counts.hi
+	if err == nil {
+		err = c.check(pos)
+	}
+	if err != nil {
+		return usageError(stderr, "sim", err)
+	}
+	res := []fleetResult{c.rollout(modeSeed), c.rollout(modeDrainkit), c.rollout(modeNoWait)}
+	var out bytes.Buffer
+	c.print(&out, res)
+	if _, err := stdout.Write(trimLines(out.Bytes())); err != nil {
+		fmt.Fprintf(stderr, "drainkit sim: %v\n", err)
+		return exitUsage
+	}
+	return exitOK
+}
+
+func (c *simConfig) check(pos []string) error {
+	switch {
+	case len(pos) > 0:
+		return fmt.Errorf("unexpected arguments %q", pos)
+	case c.nodes < 1 || c.nodes > 100000:
+		return fmt.Errorf("-nodes must be in [1, 100000], got %d", c.nodes)
+	case c.maxSB > 100000:
+		return fmt.Errorf("-sandboxes must be at most 100000 per node, got %d", c.maxSB)
+	case c.pause <= 0:
+		return fmt.Errorf("-pause must be positive, got %v", c.pause)
+	case !(c.jitter >= 0 && c.jitter < 1):
+		return fmt.Errorf("-jitter must be in [0, 1), got %v", c.jitter)
+	case c.estimate < 0:
+		return fmt.Errorf("-estimate must not be negative, got %v", c.estimate)
+	case c.concurrency < 1:
+		return fmt.Errorf("-concurrency must be at least 1, got %d", c.concurrency)
+	case c.maxUnavailable < 1:
+		return fmt.Errorf("-max-unavailable must be at least 1, got %d", c.maxUnavailable)
+	case c.startup < 0 || c.teardown < 0:
+		return fmt.Errorf("-startup and -teardown must not be negative")
+	}
+	return nil
+}
+
+// The ways a node is terminated.
+const (
+	modeSeed = iota
+	modeDrainkit
+	modeNoWait
+)
+
+var modeNames = []string{"seed", "drainkit", "drainkit, no preStop wait"}
+
+// nodeResult is one node's termination.
+type nodeResult struct {
+	sandboxes, lost int
+	took            time.Duration // from deletion (T0) to the process's end
+	killed          bool          // SIGKILL came first
+	liveDevices     bool          // the device daemon did not stop before the end
+	margin          time.Duration // SIGKILL minus the end (drainkit)
+}
+
+// fleetResult is the rollout's.
+type fleetResult struct {
+	mode                int
+	duration            time.Duration
+	sandboxes, lost     int
+	killed, liveDevices int
+	tookP50, tookMax    time.Duration
+	minMargin           time.Duration
+}
+
+// epoch is virtual time's origin; only differences are printed.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// rollout terminates every node in order, at most maxUnavailable at once,
+// and returns the fleet's account. Every mode sees the same nodes: the same
+// counts and pause times, from the same seed.
+func (c *simConfig) rollout(mode int) fleetResult {
+	rng := rand.New(rand.NewPCG(c.seed, c.seed^0x9e3779b97f4a7c15))
+	lanes := make([]time.Duration, c.maxUnavailable) // when each slot of the rollout frees
+	res := fleetResult{mode: mode, minMargin: math.MaxInt64}
+	var took []time.Duration
+	for range c.nodes {
+		n := c.minSB + rng.IntN(c.maxSB-c.minSB+1)
+		times := make([]time.Duration, n)
+		for i := range times {
+			f := 1 + c.jitter*(2*rng.Float64()-1)
+			times[i] = time.Duration(float64(c.pause) * f)
+		}
+		var r nodeResult
+		switch mode {
+		case modeSeed:
+			r = c.seedNode(times)
+		default:
+			r = c.drainkitNode(times, mode == modeDrainkit)
+		}
+		i := slices.Index(lanes, slices.Min(lanes))
+		lanes[i] += r.took + c.startup
+		res.sandboxes += r.sandboxes
+		res.lost += r.lost
+		if r.killed {
+			res.killed++
+		}
+		if r.liveDevices {
+			res.liveDevices++
+		}
+		if mode != modeSeed {
+			res.minMargin = min(res.minMargin, r.margin)
+		}
+		took = append(took, r.took)
+	}
+	res.duration = slices.Max(lanes)
+	slices.Sort(took)
+	res.tookP50, res.tookMax = took[(len(took)-1)/2], took[len(took)-1]
+	return res
+}
+
+// seedNode: the preStop loop holds the pod for the whole grace period (the
+// sandboxes never reach zero), SIGTERM then leaves the kubelet's 2 s, and
+// the server pauses one sandbox at a time until SIGKILL.
+func (c *simConfig) seedNode(times []time.Duration) nodeResult {
+	b := c.budget()
+	t0 := epoch
+	b.OnPreStop(t0)
+	sigterm := b.Kill() // the hook overran the grace period
+	b.OnSIGTERM(sigterm)
+	kill := b.Kill()
+	now, preserved := sigterm, 0
+	for _, d := range times {
+		if now.Add(d).After(kill) {
+			break
+		}
+		now = now.Add(d)
+		preserved++
+	}
+	return nodeResult{sandboxes: len(times), lost: len(times) - preserved, took: kill.Sub(t0), killed: true, liveDevices: true}
+}
+
+func (c *simConfig) budget() *deadline.Budget {
+	b, err := deadline.New(c.grace)
+	if err != nil {
+		panic(err) // grace is positive: checked
+	}
+	return b
+}
+
+// estimator is the servers' learned estimate of one pause.
+func (c *simConfig) estimator() *deadline.Estimator {
+	if c.estimate > 0 {
+		return deadline.NewEstimator(c.estimate)
+	}
+	return deadline.NewEstimator(time.Duration(float64(c.pause) * (1 + 0.8*c.jitter))) // p90 of the uniform
+}
+
+// phases are the Drainer's plan for running sandboxes: the drain wait, the
+// gate, the preserve phase, the critical device teardown and the server's
+// exit, with the supervisor's step reserves.
+func (c *simConfig) phases(running *int) []deadline.Phase {
+	step := min(max(c.grace/10, 500*time.Millisecond), 30*time.Second)
+	return []deadline.Phase{
+		{Name: drain.PhaseDrain},
+		{Name: drain.PhaseGate, Max: drain.DefaultInFlightWait},
+		{Name: drain.PhasePreserve, Reserve: deadline.Work(func() int { return *running }, c.estimator(), func() int { return c.concurrency })},
+		{Name: "server", Reserve: deadline.Fixed(step)},
+		{Name: "ublk", Reserve: deadline.Fixed(step), Critical: true},
+	}
+}
+
+// drainkitNode lays the termination out with the library's clock: the
+// budget, anchored at the preStop (or at SIGTERM without one) and refined
+// at SIGTERM with the kubelet's arithmetic; every window from
+// deadline.Split over the Drainer's phases, asked when the phase starts.
+func (c *simConfig) drainkitNode(times []time.Duration, preStop bool) nodeResult {
+	b := c.budget()
+	running := len(times)
+	phases := c.phases(&running)
+	t0 := epoch
+	sigterm := t0
+	if preStop {
+		b.OnPreStop(t0)
+		// The sandboxes never finish on their own: the wait ends at the
+		// drain deadline, and the kubelet sends SIGTERM when the hook
+		// returns.
+		sigterm = deadline.Split(t0, b.Deadline(), phases...)[0].Deadline
+	}
+	b.OnSIGTERM(sigterm)
+	// The gate is instant (no admitted operation in flight); the preserve
+	// phase asks for its window as it starts.
+	w := deadline.Split(sigterm, b.Deadline(), phases[2:]...)[0]
+	end, lost := schedule(times, c.concurrency, sigterm, w.Deadline, w.Hard)
+	running = 0
+	// The server's exit, then the device teardown, each in its window.
+	srv := deadline.Split(end, b.Deadline(), phases[3:]...)[0]
+	end = laterTime(end, srv.Start)
+	td := deadline.Split(end, b.Deadline(), phases[4:]...)[0]
+	live := false
+	if fin := end.Add(c.teardown); fin.After(td.Deadline) {
+		end, live = td.Deadline, true
+	} else {
+		end = fin
+	}
+	kill := b.Kill()
+	return nodeResult{sandboxes: len(times), lost: lost, took: end.Sub(t0), killed: end.After(kill),
+		liveDevices: live || end.After(kill), margin: kill.Sub(end)}
+}
+
+func laterTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// schedule runs the pauses, in order, over slots slots from start: none
+// starts at or after dl, and one still running at hard is lost. It returns
+// when the last pause ended (or hard) and how many sandboxes were lost.
+func schedule(times []time.Duration, slots int, start, dl, hard time.Time) (time.Time, int) {
+	free := make([]time.Time, slots)
+	for i := range free {
+		free[i] = start
+	}
+	end, lost := start, 0
+	for _, d := range times {
+		i := 0
+		for j := range free {
+			if free[j].Before(free[i]) {
+				i = j
+			}
+		}
+		at := free[i]
+		if !at.Before(dl) { // no slot before the deadline: neither this one nor any later
+			lost++
+			continue
+		}
+		fin := at.Add(d)
+		if fin.After(hard) {
+			lost++
+			fin = hard
+		}
+		free[i] = fin
+		end = laterTime(end, fin)
+	}
+	return end, lost
+}
+
+func (c *simConfig) print(w io.Writer, res []fleetResult) {
+	sb := strconv.Itoa(c.minSB)
+	if c.maxSB != c.minSB {
+		sb = fmt.Sprintf("%d-%d (uniform)", c.minSB, c.maxSB)
+	}
+	est := c.estimator().Estimate()
+	fmt.Fprintf(w, "Fleet: %d nodes x %s sandboxes, pauses %s-%s (uniform), grace %s, maxUnavailable %d,\n",
+		c.nodes, sb, secs(time.Duration(float64(c.pause)*(1-c.jitter))), secs(time.Duration(float64(c.pause)*(1+c.jitter))),
+		c.grace, c.maxUnavailable)
+	fmt.Fprintf(w, "new pod ready %s after the old one exits; drainkit: %d pauses at once, estimate %s, device teardown %s.\n",
+		c.startup, c.concurrency, secs(est), secs(c.teardown))
+	fmt.Fprintf(w, "Virtual time, seed %d (a discrete-event model on deadline.Budget and deadline.Split; see -h).\n\n", c.seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprint(tw, "\t")
+	for _, r := range res {
+		fmt.Fprintf(tw, "%s\t", modeNames[r.mode])
+	}
+	fmt.Fprintln(tw)
+	row := func(name string, f func(fleetResult) string) {
+		fmt.Fprintf(tw, "%s\t", name)
+		for _, r := range res {
+			fmt.Fprintf(tw, "%s\t", f(r))
+		}
+		fmt.Fprintln(tw)
+	}
+	row("rollout duration", func(r fleetResult) string { return human(r.duration) })
+	row("sandboxes lost", func(r fleetResult) string {
+		return fmt.Sprintf("%d of %d (%.1f %%)", r.lost, r.sandboxes, 100*float64(r.lost)/float64(max(r.sandboxes, 1)))
+	})
+	row("nodes SIGKILLed", func(r fleetResult) string { return strconv.Itoa(r.killed) })
+	row("daemons killed with live devices", func(r fleetResult) string { return strconv.Itoa(r.liveDevices) })
+	row("node termination, median", func(r fleetResult) string { return human(r.tookP50) })
+	row("node termination, longest", func(r fleetResult) string { return human(r.tookMax) })
+	row("least margin before SIGKILL", func(r fleetResult) string {
+		if r.mode == modeSeed {
+			return "none: SIGKILLed"
+		}
+		return secs(r.minMargin)
+	})
+	tw.Flush()
+}
+
+// human formats d as 1h02m03s, 4m05s or 6.5s.
+func human(d time.Duration) string {
+	switch {
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh%02dm%02ds", int(d.Hours()), int(d.Minutes())%60, int(d.Seconds())%60)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The issue's fleet: 100 nodes x 200 sandboxes, grace 3600 s, pauses of
+// 1-3 s, one node at a time.
+func TestSimGolden(t *testing.T) {
+	code, out, errw := drainkit(t, "sim")
+	require.Equal(t, exitOK, code, errw)
+	golden(t, "sim-default.golden", out)
+}
+
+// lostRE reads the three "sandboxes lost" cells.
+var lostRE = regexp.MustCompile(`sandboxes lost\s+(\d+) of (\d+) \S+ %\)\s+(\d+) of \d+ \S+ %\)\s+(\d+) of`)
+
+func simLost(t *testing.T, args ...string) (seed, dk, noWait, total int) {
+	t.Helper()
+	code, out, errw := drainkit(t, append([]string{"sim"}, args...)...)
+	require.Equal(t, exitOK, code, errw)
+	m := lostRE.FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	n := func(s string) int { v, _ := strconv.Atoi(s); return v }
+	return n(m[1]), n(m[3]), n(m[4]), n(m[2])
+}
+
+func TestSimSeedLosesAlmostEverythingAndDrainkitNothing(t *testing.T) {
+	seed, dk, noWait, total := simLost(t, "-nodes", "20", "-sandboxes", "100-300")
+	assert.Greater(t, seed, total*99/100, "2 s after SIGTERM, one 1-3 s pause at a time")
+	assert.Zero(t, dk)
+	assert.Zero(t, noWait)
+}
+
+// When the work does not fit in the grace period, drainkit loses what the
+// preserve window cannot hold, still never more than the seed, and is
+// never SIGKILLed: the device teardown keeps its critical reserve.
+func TestSimTightGraceLosesWhatDoesNotFitButNeverTheDaemon(t *testing.T) {
+	seed, dk, noWait, total := simLost(t, "-nodes", "5", "-sandboxes", "200", "-grace", "60", "-concurrency", "2")
+	assert.Positive(t, dk, "200 x 2 s / 2 slots is 200 s, the grace 60 s")
+	assert.Less(t, dk, seed)
+	assert.Equal(t, dk, noWait, "without time to spare the preStop wait ends at once either way")
+	assert.Equal(t, 1000, total)
+	_, out, _ := drainkit(t, "sim", "-nodes", "5", "-sandboxes", "200", "-grace", "60", "-concurrency", "2")
+	assert.Regexp(t, `nodes SIGKILLed\s+5\s+0\s+0`, out)
+	assert.Regexp(t, `daemons killed with live devices\s+5\s+0\s+0`, out)
+}
+
+// maxUnavailable divides the rollout: ten at once take a tenth as long.
+func TestSimMaxUnavailableShortensTheRollout(t *testing.T) {
+	one := (&simConfig{nodes: 40, minSB: 10, maxSB: 10, pause: time.Second, jitter: 0, concurrency: 10,
+		grace: 60 * time.Second, maxUnavailable: 1, startup: 10 * time.Second, teardown: time.Second, seed: 1}).rollout(modeNoWait)
+	c := simConfig{nodes: 40, minSB: 10, maxSB: 10, pause: time.Second, jitter: 0, concurrency: 10,
+		grace: 60 * time.Second, maxUnavailable: 10, startup: 10 * time.Second, teardown: time.Second, seed: 1}
+	ten := c.rollout(modeNoWait)
+	assert.Equal(t, one.duration, 10*ten.duration)
+	// Each node: one round of ten 1 s pauses, the 1 s teardown, 10 s until ready.
+	assert.Equal(t, 4*(12*time.Second), ten.duration)
+}
+
+func TestScheduleStopsStartingAtTheDeadlineAndCutsAtHard(t *testing.T) {
+	t0 := epoch
+	s := time.Second
+	times := []time.Duration{s, s, s, 3 * s, s}
+	end, lost := schedule(times, 2, t0, t0.Add(2*s), t0.Add(3*s))
+	// slot A: 0-1, 1-2 (2 starts at 1), then at 2 nothing more starts; slot B: 0-1, 1-4 cut at 3.
+	assert.Equal(t, 2, lost, "the 3 s pause cut at hard, the last never started")
+	assert.Equal(t, t0.Add(3*s), end)
+}
+
+func TestSimBadFlagsAreNamed(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-nodes", "0"}, "-nodes must be in [1, 100000]"},
+		{[]string{"-sandboxes", "5-2"}, "want N or LO-HI"},
+		{[]string{"-pause", "0s"}, "-pause must be positive"},
+		{[]string{"-jitter", "1"}, "-jitter must be in [0, 1)"},
+		{[]string{"-concurrency", "0"}, "-concurrency must be at least 1"},
+		{[]string{"-max-unavailable", "0"}, "-max-unavailable must be at least 1"},
+		{[]string{"-grace", "-5"}, "must be positive"},
+		{[]string{"now"}, `unexpected arguments ["now"]`},
+	} {
+		code, _, errw := drainkit(t, append([]string{"sim"}, tc.args...)...)
+		assert.Equal(t, exitUsage, code, tc.args)
+		assert.Contains(t, errw, tc.says, tc.args)
+	}
+}
