@@ -22,7 +22,18 @@
 //	d, err := drain.New(drain.Config{Budget: budget, Gate: gate, Sandboxes: lister,
 //		Steps: []drain.Step{draingrpc.Step("grpc", srv, 5*time.Second)}})
 //
+//
+// The standard health service (grpc.health.v1.Health, for example
+// google.golang.org/grpc/health's server) needs no wiring of its own: the
+// interceptors never gate it, whatever the Classifier says, and from the
+// moment the gate closes its Check and List answer NOT_SERVING where the
+// health server says SERVING, and an open Watch receives NOT_SERVING at
+// once. Load balancers and Kubernetes gRPC readiness probes therefore stop
+// routing to the node as soon as the preStop hook (or SIGTERM) closes the
+// gate, while the probes themselves keep getting answers.
+//
 // Guarantees: a gated RPC arriving after the gate closed never reaches its
-// handler; Stop returns by its context's deadline plus the time Stop takes
-// to close the connections.
+// handler; a health RPC always does, and never reports SERVING after the
+// gate closed; Stop returns by its context's deadline plus the time Stop
+// takes to close the connections.
 package draingrpc

@@ -33,8 +33,21 @@ func Methods(table map[string]drain.Class, def drain.Class) Classifier {
 // class is gated it answers codes.Unavailable ("node draining: ...") without
 // calling the handler, so clients retry on another node; an admitted RPC
 // counts as in flight until its handler returns.
+//
+// The health service (grpc.health.v1.Health: Check, List) is never gated,
+// whatever classify says, and once the gate is closed every SERVING it
+// answers becomes NOT_SERVING: load balancers and gRPC readiness probes
+// stop sending work at once, without the server flipping its health
+// server itself.
 func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if isHealth(info.FullMethod) {
+			resp, err := h(ctx, req)
+			if err == nil && g.Closed() {
+				resp = notServing(resp)
+			}
+			return resp, err
+		}
 		leave, err := enter(g, classify, info.FullMethod)
 		if err != nil {
 			return nil, err
@@ -45,9 +58,14 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 }
 
 // StreamServerInterceptor is UnaryServerInterceptor for streaming RPCs: a
-// stream counts as in flight until its handler returns.
+// stream counts as in flight until its handler returns. The health
+// service's Watch is never gated; a Watch open when the gate closes
+// receives NOT_SERVING at once, and no SERVING after it.
 func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if isHealth(info.FullMethod) {
+			return watchHealth(g, srv, ss, h)
+		}
 		leave, err := enter(g, classify, info.FullMethod)
 		if err != nil {
 			return err

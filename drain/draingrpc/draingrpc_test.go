@@ -3,6 +3,7 @@ package draingrpc
 import (
 	"context"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -10,82 +11,228 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/pause"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// serve starts a real gRPC server on loopback with the health service,
-// Check gated as Create and Watch (a stream) as Resume, unless exempt.
-func serve(t *testing.T, g *drain.Gate) (healthpb.HealthClient, *grpc.Server) {
+// worker is a real gRPC service besides health: EmptyCall (unary) stands
+// for a create, FullDuplexCall (a stream that echoes until the client
+// closes) for a long operation.
+type worker struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (worker) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
+	return &testgrpc.Empty{}, nil
+}
+
+func (worker) FullDuplexCall(s testgrpc.TestService_FullDuplexCallServer) error {
+	for {
+		if _, err := s.Recv(); err != nil {
+			return nil
+		}
+		if err := s.Send(&testgrpc.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+}
+
+// server is a real gRPC server with drainkit's interceptors, the worker
+// service and the standard health server, and clients of both.
+type server struct {
+	srv    *grpc.Server
+	health *health.Server
+	worker testgrpc.TestServiceClient
+	hc     healthpb.HealthClient
+}
+
+// serve starts a server on network ("tcp" on loopback, or "unix") with
+// EmptyCall gated as Create and FullDuplexCall as Resume.
+func serve(t *testing.T, g *drain.Gate, network string) *server {
 	t.Helper()
 	classify := Methods(map[string]drain.Class{
-		healthpb.Health_Check_FullMethodName: drain.Create,
-		healthpb.Health_Watch_FullMethodName: drain.Resume,
+		testgrpc.TestService_EmptyCall_FullMethodName:      drain.Create,
+		testgrpc.TestService_FullDuplexCall_FullMethodName: drain.Resume,
 	}, drain.Create)
-	srv := grpc.NewServer(
+	s := &server{health: health.NewServer()}
+	s.srv = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(UnaryServerInterceptor(g, classify)),
 		grpc.ChainStreamInterceptor(StreamServerInterceptor(g, classify)),
 	)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testgrpc.RegisterTestServiceServer(s.srv, worker{})
+	healthpb.RegisterHealthServer(s.srv, s.health)
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "grpc.sock")
+	}
+	ln, err := net.Listen(network, addr)
 	require.NoError(t, err)
-	go func() { _ = srv.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	go func() { _ = s.srv.Serve(ln) }()
+	target := ln.Addr().String()
+	if network == "unix" {
+		target = "unix://" + target
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(); srv.Stop() })
-	return healthpb.NewHealthClient(conn), srv
+	t.Cleanup(func() { conn.Close(); s.srv.Stop() })
+	s.worker, s.hc = testgrpc.NewTestServiceClient(conn), healthpb.NewHealthClient(conn)
+	return s
+}
+
+// openStream opens a FullDuplexCall and waits until its handler runs.
+func openStream(t *testing.T, ctx context.Context, c testgrpc.TestServiceClient) (testgrpc.TestService_FullDuplexCallClient, error) {
+	t.Helper()
+	stream, err := c.FullDuplexCall(ctx)
+	require.NoError(t, err)
+	if err := stream.Send(&testgrpc.StreamingOutputCallRequest{}); err != nil {
+		return nil, err
+	}
+	_, err = stream.Recv()
+	return stream, err
 }
 
 func TestInterceptorsAnswerUnavailableOnceDraining(t *testing.T) {
 	g := &drain.Gate{Exempt: []drain.Class{drain.Resume}}
-	client, _ := serve(t, g)
+	s := serve(t, g, "tcp")
 	ctx := t.Context()
 
-	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+	_, err := s.worker.EmptyCall(ctx, &testgrpc.Empty{})
 	require.NoError(t, err, "admitted while the gate is open")
 
 	g.Close()
-	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{})
+	_, err = s.worker.EmptyCall(ctx, &testgrpc.Empty{})
 	require.Equal(t, codes.Unavailable, status.Code(err))
 	assert.Contains(t, status.Convert(err).Message(), "node draining")
-	assert.Contains(t, status.Convert(err).Message(), "/grpc.health.v1.Health/Check")
+	assert.Contains(t, status.Convert(err).Message(), testgrpc.TestService_EmptyCall_FullMethodName)
 
-	stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = stream.Recv()
+	_, err = openStream(t, ctx, s.worker)
 	require.NoError(t, err, "the exempt stream still passes")
 }
 
 func TestStreamInterceptorGatesStreams(t *testing.T) {
 	g := &drain.Gate{}
-	client, _ := serve(t, g)
+	s := serve(t, g, "tcp")
 	g.Close()
-	stream, err := client.Watch(t.Context(), &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = stream.Recv()
+	_, err := openStream(t, t.Context(), s.worker)
 	require.Equal(t, codes.Unavailable, status.Code(err))
 }
 
 func TestAdmittedStreamCountsAsInFlightUntilItEnds(t *testing.T) {
 	g := &drain.Gate{}
-	client, _ := serve(t, g)
+	s := serve(t, g, "tcp")
 	ctx, cancel := context.WithCancel(t.Context())
-	stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
-	require.NoError(t, err)
-	_, err = stream.Recv()
+	_, err := openStream(t, ctx, s.worker)
 	require.NoError(t, err)
 	assert.Equal(t, 1, g.InFlight(drain.Resume))
 	cancel()
 	require.Eventually(t, func() bool { return g.InFlight(drain.Resume) == 0 }, 10*time.Second, time.Millisecond)
+}
+
+// The default gated class gates everything, yet health is never gated: it
+// answers, and says NOT_SERVING from the moment the gate closes, for the
+// server ("") and every service, over a Unix socket as on loopback.
+func TestHealthIsNeverGatedAndReportsNotServingOnceDraining(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			g := &drain.Gate{}
+			budget, err := deadline.New(60 * time.Second)
+			require.NoError(t, err)
+			_, err = drain.New(drain.Config{Budget: budget, Gate: g, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+				Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
+			require.NoError(t, err)
+			s := serve(t, g, network)
+			s.health.SetServingStatus("worker", healthpb.HealthCheckResponse_SERVING)
+			ctx := t.Context()
+			check := func(service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+				r, err := s.hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+				return r.GetStatus(), err
+			}
+			st, err := check("")
+			require.NoError(t, err)
+			assert.Equal(t, healthpb.HealthCheckResponse_SERVING, st)
+
+			g.Close()
+			for _, svc := range []string{"", "worker"} {
+				st, err := check(svc)
+				require.NoError(t, err, "health is not gated")
+				assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, st, "service %q", svc)
+			}
+			_, err = check("nope")
+			assert.Equal(t, codes.NotFound, status.Code(err), "an unknown service stays unknown")
+			list, err := s.hc.List(ctx, &healthpb.HealthListRequest{})
+			require.NoError(t, err)
+			require.Len(t, list.GetStatuses(), 2)
+			for name, st := range list.GetStatuses() {
+				assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, st.GetStatus(), name)
+			}
+			st, err = check("")
+			require.NoError(t, err)
+			assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, st, "the health server's own answer was not changed")
+
+			_, err = s.worker.EmptyCall(ctx, &testgrpc.Empty{})
+			require.Equal(t, codes.Unavailable, status.Code(err), "work is still gated")
+
+			var rm metricdata.ResourceMetrics
+			require.NoError(t, reader.Collect(ctx, &rm))
+			var rejected int64
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					if m.Name == "drainkit.drain.gate.rejections" {
+						for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+							rejected += dp.Value
+						}
+					}
+				}
+			}
+			assert.Equal(t, int64(1), rejected, "the one gated RPC; health calls are not rejections")
+		})
+	}
+}
+
+// A Watch open when the gate closes hears NOT_SERVING at once although the
+// health server did not change, and never SERVING after it; it is not an
+// operation in flight, so the gate's wait does not wait for it.
+func TestHealthWatchTurnsNotServingWhenTheGateCloses(t *testing.T) {
+	g := &drain.Gate{}
+	s := serve(t, g, "unix")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a Recv that never comes fails, not hangs
+	defer cancel()
+	watch, err := s.hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	r, err := watch.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, r.GetStatus())
+
+	g.Close()
+	r, err = watch.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, r.GetStatus())
+
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING) // suppressed: the node drains
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_UNKNOWN)
+	r, err = watch.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_UNKNOWN, r.GetStatus(), "no SERVING came in between")
+
+	wctx, wcancel := context.WithTimeout(t.Context(), time.Second)
+	defer wcancel()
+	require.NoError(t, g.Wait(wctx), "an open Watch is not a gated operation in flight")
 }
 
 // stuckServer's GracefulStop waits for an RPC that never ends, until Stop.
@@ -113,12 +260,10 @@ func TestStopCallsStopAtTheDeadline(t *testing.T) {
 
 func TestStopOnARealServerWithAHangingRPC(t *testing.T) {
 	g := &drain.Gate{}
-	client, srv := serve(t, g)
-	stream, err := client.Watch(t.Context(), &healthpb.HealthCheckRequest{}) // never ends on its own
+	s := serve(t, g, "tcp")
+	stream, err := openStream(t, t.Context(), s.worker) // never ends on its own
 	require.NoError(t, err)
-	_, err = stream.Recv()
-	require.NoError(t, err)
-	step := Step("grpc", srv, time.Second)
+	step := Step("grpc", s.srv, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err = step.Run(ctx)
@@ -129,6 +274,6 @@ func TestStopOnARealServerWithAHangingRPC(t *testing.T) {
 }
 
 func TestStopReturnsNilWhenIdle(t *testing.T) {
-	_, srv := serve(t, &drain.Gate{})
-	require.NoError(t, Stop(context.Background(), srv))
+	s := serve(t, &drain.Gate{}, "tcp")
+	require.NoError(t, Stop(context.Background(), s.srv))
 }

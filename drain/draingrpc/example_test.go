@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -18,17 +19,29 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
+// worker stands in for a sandbox service: its EmptyCall is "Run".
+type worker struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (worker) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
+	return &testgrpc.Empty{}, nil
+}
+
 // A gRPC worker in the ateom shape: Run is gated, Checkpoint stays open
-// while draining, and the server stops within its own step's reserve.
+// while draining, the standard health service turns NOT_SERVING when the
+// node drains (and is never gated itself), and the server stops within its
+// own step's reserve.
 func Example() {
 	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}}
 	classify := draingrpc.Methods(map[string]drain.Class{
-		healthpb.Health_Check_FullMethodName: drain.Create, // stands in for Run
+		testgrpc.TestService_EmptyCall_FullMethodName: drain.Create, // Run
 	}, drain.Create)
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)),
 		grpc.ChainStreamInterceptor(draingrpc.StreamServerInterceptor(gate, classify)),
 	)
+	testgrpc.RegisterTestServiceServer(srv, worker{})
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	go func() { _ = srv.Serve(ln) }()
@@ -46,18 +59,23 @@ func Example() {
 
 	conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	defer conn.Close()
-	client := healthpb.NewHealthClient(conn)
-	_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{})
-	fmt.Println("before SIGTERM:", status.Code(err))
+	run := testgrpc.NewTestServiceClient(conn)
+	hc := healthpb.NewHealthClient(conn)
+	ctx := context.Background()
+
+	_, err = run.EmptyCall(ctx, &testgrpc.Empty{})
+	h, _ := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	fmt.Println("before SIGTERM: Run", status.Code(err), "/ health", h.GetStatus())
 
 	gate.Close() // what the preStop handler or Shutdown does first
-	_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{})
-	fmt.Println("while draining:", status.Code(err))
+	_, err = run.EmptyCall(ctx, &testgrpc.Empty{})
+	h, _ = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	fmt.Println("while draining: Run", status.Code(err), "/ health", h.GetStatus())
 
-	rep := d.Shutdown(context.Background()) // in main: d.HandleSignals(ctx)
+	rep := d.Shutdown(ctx) // in main: d.HandleSignals(ctx)
 	fmt.Println("grpc step:", rep.Phase("grpc").Result)
 	// Output:
-	// before SIGTERM: OK
-	// while draining: Unavailable
+	// before SIGTERM: Run OK / health SERVING
+	// while draining: Run Unavailable / health NOT_SERVING
 	// grpc step: ok
 }
