@@ -22,7 +22,6 @@
 //	d, err := drain.New(drain.Config{Budget: budget, Gate: gate, Sandboxes: lister,
 //		Steps: []drain.Step{draingrpc.Step("grpc", srv, 5*time.Second)}})
 //
-//
 // The standard health service (grpc.health.v1.Health, for example
 // google.golang.org/grpc/health's server) needs no wiring of its own: the
 // interceptors never gate it, whatever the Classifier says, and from the
