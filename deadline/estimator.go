@@ -2,7 +2,6 @@ package deadline
 
 import (
 	"math"
-	"slices"
 	"sync"
 	"time"
 )
@@ -98,15 +97,48 @@ func (e *Estimator) quantileLocked(q float64) time.Duration {
 	if n == 0 {
 		return e.prior
 	}
-	s := slices.Clone(e.recent[:n])
-	slices.Sort(s)
 	if !(q > 0) { // also NaN
 		q = 0
 	}
 	// Nearest rank is ceil(q*n); the small slack keeps float error in q*n
 	// (0.14*50 = 7.000000000000001) from skipping a rank.
 	i := int(math.Ceil(min(q, 1)*float64(n)-1e-9)) - 1
-	return s[min(max(i, 0), n-1)]
+	var s [estimatorWindow]time.Duration // on the stack: Estimate runs once a pass
+	copy(s[:], e.recent[:n])
+	return selectRank(s[:n], min(max(i, 0), n-1))
+}
+
+// selectRank returns the element of rank k (from 0) of s, reordering s
+// (Hoare's quickselect, the middle element as pivot): linear on average,
+// where sorting the window costs a pass a few microseconds.
+func selectRank(s []time.Duration, k int) time.Duration {
+	lo, hi := 0, len(s)-1
+	for lo < hi {
+		pivot := s[lo+(hi-lo)/2]
+		i, j := lo, hi
+		for i <= j {
+			for s[i] < pivot {
+				i++
+			}
+			for s[j] > pivot {
+				j--
+			}
+			if i <= j {
+				s[i], s[j] = s[j], s[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return s[k]
+		}
+	}
+	return s[k]
 }
 
 // Estimate returns max(Mean, 90th percentile), or the prior before any

@@ -48,11 +48,10 @@ func (r *run) startedLocked(t *task, now time.Time) {
 	r.inflightUnits += t.units
 }
 
-// ended accounts for t ending with res, feeds the climber a sample when t
-// was preserved at its first attempt, and applies the limit it returns.
-func (r *run) ended(t *task, res *result) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// endedLocked accounts for t ending with res, feeds the climber a sample
+// when t was preserved at its first attempt, and applies the limit it
+// returns. The caller holds r.mu.
+func (r *run) endedLocked(t *task, res *result) {
 	r.tick(res.end)
 	r.inflight--
 	r.inflightUnits -= t.units
@@ -95,6 +94,14 @@ func (r *run) setLimitLocked(k int) {
 		r.poke()
 	}
 	if r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
+		r.logLimit(from, k)
+	}
+}
+
+// logLimit logs a change of the limit; apart from setLimitLocked, whose
+// frame is on every worker's stack, so that its attributes are not.
+func (r *run) logLimit(from, k int) {
+	{
 		_, x := r.climb.best()
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency changed",
 			slog.Int("from", from), slog.Int("to", k), slog.Int("max_limit", r.cfg.maxLimit),

@@ -145,3 +145,61 @@ func TestListingFlawsAreReportedNotDropped(t *testing.T) {
 		assert.Error(t, rep.Err())
 	})
 }
+
+// flakyPriority's Priority panics the first time it is asked.
+type flakyPriority struct {
+	*fakesandbox.Sandbox
+	asked bool
+}
+
+func (f *flakyPriority) Priority() int {
+	if !f.asked {
+		f.asked = true
+		panic("priority not ready")
+	}
+	return 0
+}
+
+// Listings that reorder, grow and repeat themselves between passes are
+// admitted by ID, not by position: every sandbox is preserved once, a
+// sandbox seen by an earlier pass is neither preserved again nor a flaw
+// when a later listing has it twice or at another index, a new ID listed
+// twice is a flaw, and an element whose entry panicked is admitted by the
+// next listing that can read it, even at the same index.
+func TestListingsThatChangeBetweenPassesAreAdmittedByID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sb := map[string]*fakesandbox.Sandbox{}
+		for _, id := range []string{"a", "b", "c", "d", "e", "x"} {
+			sb[id] = &fakesandbox.Sandbox{Name: id, Latency: time.Second}
+		}
+		x := &flakyPriority{Sandbox: sb["x"]}
+		listings := [][]pause.Sandbox{
+			{sb["a"], sb["b"], sb["c"], sb["d"], x},
+			{sb["b"], sb["a"], sb["e"], sb["c"], x, sb["e"], sb["a"]},
+			{sb["b"], sb["a"], sb["e"], sb["c"], x, sb["e"], sb["a"]},
+		}
+		var n int
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			l := listings[min(n, len(listings)-1)]
+			n++
+			return l, nil
+		}))
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, 3, rep.Passes, "the third listing finds nothing new")
+		for id, s := range sb {
+			assert.Equal(t, 1, s.Attempts(), "sandbox %s", id)
+		}
+		assert.Equal(t, 6, rep.Counts[pause.Preserved])
+		var flaws []string
+		for _, e := range rep.Entries {
+			if e.Outcome == pause.Failed {
+				flaws = append(flaws, e.Error)
+			}
+		}
+		require.Len(t, flaws, 2, "%+v", rep.Entries)
+		assert.Contains(t, flaws[0], "listing 1, element 4: panicked: priority not ready")
+		assert.Contains(t, flaws[1], `listing 2, element 5: ID "e" more than once`)
+		assert.Len(t, rep.Entries, 8)
+	})
+}

@@ -57,6 +57,12 @@ func (ps *pass) pop(now time.Time) *task {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return ps.popLocked(now)
+}
+
+// popLocked is pop when the limit adapts; the caller holds r.mu.
+func (ps *pass) popLocked(now time.Time) *task {
+	r := ps.r
 	if r.workers > r.limit {
 		return nil
 	}
@@ -112,6 +118,9 @@ func (ps *pass) close() {
 // deadline passed, so the queue is checked again before a worker starts.
 func (r *run) dispatch(ps *pass) {
 	for {
+		if ps.closed.Load() { // the last task is taken: no worker to start
+			return
+		}
 		if err := r.sem.Acquire(ps.acquire, 1); err != nil {
 			ps.close()
 			return
@@ -142,18 +151,14 @@ func (r *run) worker(ps *pass) {
 	// One clock reading per task: a task starts when the one before it on
 	// this worker ended.
 	now := time.Now()
-	for {
-		t := ps.pop(now)
-		if t == nil {
-			r.workerGone()
-			r.sem.Release(1)
-			return
-		}
+	for t := ps.pop(now); t != nil; {
 		var keep bool
-		if now, keep = t.run(now); !keep {
+		if now, t, keep = t.run(ps, now); !keep {
 			return
 		}
 	}
+	r.workerGone()
+	r.sem.Release(1)
 }
 
 // await waits until the queue is closed and every started preserve of the

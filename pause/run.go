@@ -31,11 +31,12 @@ type run struct {
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
 
-	rep    *Report
-	seen   map[string]int // the pass that first listed each ID
-	flaws  map[string]int // flawed listing elements reported, by kind
-	listed bool           // a listing succeeded
-	cur    *pass          // the pass running now; set before its workers start
+	rep     *Report
+	seen    map[string]int // the pass that first listed each ID
+	flaws   map[string]int // flawed listing elements reported, by kind
+	listed  bool           // a listing succeeded
+	lastIDs []string       // the IDs of the last listing by index, "" where not in seen
+	cur     *pass          // the pass running now; set before its workers start
 
 	unknown time.Duration // Estimator estimate for tasks without one, per pass
 	perByte float64       // the pass's time per byte of a Sized sandbox, ns
@@ -58,8 +59,9 @@ type run struct {
 	left          atomic.Int64 // sandboxes listed and not settled
 	finished      atomic.Int64 // sandboxes settled
 
-	stopProgress chan struct{}
-	progressDone sync.WaitGroup
+	progress     *time.Timer // logs progress; nil when off
+	progressMu   sync.Mutex  // held while a progress line is logged
+	progressDone bool        // the Run returned: log no more
 }
 
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
@@ -138,7 +140,12 @@ func chain(a, b context.CancelFunc) context.CancelFunc {
 }
 
 // phaseOver reports whether no preserve may start any more.
-func (r *run) phaseOver() bool { return r.phaseOverAt(time.Now()) }
+func (r *run) phaseOver() bool {
+	if r.phase.IsZero() {
+		return r.ctx.Err() != nil // no clock to read
+	}
+	return r.phaseOverAt(time.Now())
+}
 
 func (r *run) phaseOverAt(now time.Time) bool {
 	if r.ctx.Err() != nil {
@@ -184,25 +191,53 @@ func (r *run) pass(n int) int {
 // task: the Report accounts for every element, and the flaw is the
 // Lister's to fix. A later listing with the same flaws adds entries only
 // for flaws more numerous than in any listing before.
+//
+// The cost per element is what a large node pays twice (the first listing
+// and the one that finds nothing new), so the common cases take no more
+// than one map operation: an element whose ID is the one the listing
+// before had at the same index was seen (the Lister returned the same
+// order), and in the first listing one insert tells a duplicate by the
+// map not growing.
 func (r *run) admit(list []Sandbox, pass int) []*task {
-	if len(r.seen) == 0 { // first listing: nearly every sandbox is new
+	first := len(r.seen) == 0
+	if first { // nearly every sandbox is new
 		r.seen = make(map[string]int, len(list))
 		r.rep.Entries = growEntries(r.rep.Entries, len(list))
+	}
+	prev := r.lastIDs
+	if len(prev) < len(list) {
+		prev = append(prev, make([]string, len(list)-len(prev))...)
 	}
 	var fresh []Sandbox
 	var at []int             // the entry index of each of fresh
 	var flaws map[string]int // this listing's flaws by kind
 	for i, sb := range list {
-		e, flaw := r.entry(sb, i, pass)
-		if flaw == "" {
-			if p, ok := r.seen[e.ID]; ok {
+		id, e, flaw := ident(sb, pass)
+		if flaw == "" && id == prev[i] {
+			continue // at the same index in the listing before: seen
+		}
+		prev[i] = "" // set again below once id is in seen
+		dup := false
+		if flaw == "" && !first {
+			if p, ok := r.seen[id]; ok {
+				prev[i] = id
 				if p != pass {
 					continue // listed by an earlier pass
 				}
-				flaw = fmt.Sprintf("ID %q more than once in the listing", e.ID)
-			} else {
-				r.seen[e.ID] = pass
+				dup = true
 			}
+		}
+		if flaw == "" {
+			e, flaw = entry(sb, id, pass)
+		}
+		if flaw == "" && !dup {
+			n := len(r.seen)
+			r.seen[id] = pass
+			prev[i] = id
+			dup = len(r.seen) == n // only in the first listing: else looked up above
+		}
+		if dup && flaw == "" {
+			flaw = fmt.Sprintf("ID %q more than once in the listing", id)
 		}
 		if flaw != "" {
 			if flaws == nil {
@@ -230,6 +265,7 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 		at = append(at, len(r.rep.Entries))
 		r.rep.Entries = append(r.rep.Entries, e)
 	}
+	r.lastIDs = prev[:len(list)]
 	if len(fresh) == 0 {
 		return nil
 	}
@@ -244,24 +280,34 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 	return tasks
 }
 
-// entry makes the Report entry of element i of a listing, or says what is
-// wrong with it: nil, an empty ID, or a method that panicked (its stack
-// goes into the entry).
-func (r *run) entry(sb Sandbox, i, pass int) (e Entry, flaw string) {
+// ident returns the ID of element sb of a listing, or, with the entry that
+// reports it, what is wrong with it: nil, an empty ID, or an ID method
+// that panicked (its stack goes into the entry).
+func ident(sb Sandbox, pass int) (id string, e Entry, flaw string) {
 	if sb == nil {
-		return Entry{Pass: pass}, "nil Sandbox"
+		return "", Entry{Pass: pass}, "nil Sandbox"
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			e = Entry{ID: e.ID, Pass: pass, Stack: string(debug.Stack())}
+			id, e = "", Entry{Pass: pass, Stack: string(debug.Stack())}
 			flaw = fmt.Sprintf("panicked: %v", v)
 		}
 	}()
-	id := sb.ID()
-	e.ID = id
-	if id == "" {
-		return Entry{Pass: pass}, "empty ID"
+	if id = sb.ID(); id == "" {
+		return "", Entry{Pass: pass}, "empty ID"
 	}
+	return id, Entry{}, ""
+}
+
+// entry makes the Report entry of a sandbox with a valid ID, or says that
+// one of its methods panicked (its stack goes into the entry).
+func entry(sb Sandbox, id string, pass int) (e Entry, flaw string) {
+	defer func() {
+		if v := recover(); v != nil {
+			e = Entry{ID: id, Pass: pass, Stack: string(debug.Stack())}
+			flaw = fmt.Sprintf("panicked: %v", v)
+		}
+	}()
 	return newEntry(sb, id, pass), ""
 }
 
@@ -338,8 +384,12 @@ func (r *run) finish() *Report {
 }
 
 func (r *run) close() {
-	close(r.stopProgress)
-	r.progressDone.Wait()
+	if r.progress != nil {
+		r.progressMu.Lock()
+		r.progressDone = true
+		r.progress.Stop()
+		r.progressMu.Unlock()
+	}
 	if r.stopWork != nil {
 		r.stopWork()
 	}
@@ -347,26 +397,22 @@ func (r *run) close() {
 }
 
 // startProgress logs a progress line every progress interval until close.
+// A timer, not a goroutine: a Run shorter than the interval, the common
+// case on a small node, pays for nothing but arming it.
 func (r *run) startProgress() {
-	r.stopProgress = make(chan struct{})
 	every := r.cfg.progress
 	if every <= 0 {
 		return
 	}
-	r.progressDone.Add(1)
-	go func() {
-		defer r.progressDone.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-r.stopProgress:
-				return
-			case <-tick.C:
-				r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: progress",
-					slog.Int64("done", r.finished.Load()), slog.Int64("left", r.left.Load()),
-					slog.String("time_left", fmtLeft(r.phase)), slog.Int64("limit", r.p.limit.Load()))
-			}
+	r.progress = time.AfterFunc(every, func() {
+		r.progressMu.Lock()
+		defer r.progressMu.Unlock()
+		if r.progressDone {
+			return
 		}
-	}()
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: progress",
+			slog.Int64("done", r.finished.Load()), slog.Int64("left", r.left.Load()),
+			slog.String("time_left", fmtLeft(r.phase)), slog.Int64("limit", r.p.limit.Load()))
+		r.progress.Reset(every)
+	})
 }

@@ -115,35 +115,40 @@ func (t *task) start(now time.Time) bool {
 	return true
 }
 
-// run preserves the task on the calling worker, started at now. It returns
-// when the task ended, and whether the worker still holds its slot (false
-// when the task was abandoned).
-func (t *task) run(now time.Time) (time.Time, bool) {
+// run preserves the task on the calling worker of ps, started at now. It
+// returns when the task ended, the worker's next task (nil when there is
+// none: the worker then ends) and whether the worker still holds its slot
+// (false when the task was abandoned). The next task is taken as the task
+// settles, in the same critical section when the limit adapts.
+func (t *task) run(ps *pass, now time.Time) (time.Time, *task, bool) {
 	if !t.start(now) {
-		t.r.cur.settled()
-		return now, true
+		next := ps.pop(now)
+		ps.settled()
+		return now, next, true
 	}
 	res := t.preserve()
 	if t.watch != nil {
 		t.watch.Stop()
 	}
-	return res.end, t.settle(res)
+	ok, next := t.settle(res, ps)
+	return res.end, next, ok
 }
 
 // abandon settles a task whose Preserve overran its bound by AbandonGrace
 // and gives its worker's slot to a new worker.
 func (t *task) abandon() {
-	if t.settle(result{outcome: TimedOut, end: time.Now(), err: errAbandoned}) {
+	if ok, _ := t.settle(result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, nil); ok {
 		t.r.workerGone()
 		t.r.sem.Release(1)
 	}
 }
 
 // settle moves a running task to done with res and accounts for it. It
-// reports whether it made the move.
-func (t *task) settle(res result) bool {
+// reports whether it made the move and, when it did and ps is the pass of
+// the worker that ran t, returns that worker's next task.
+func (t *task) settle(res result, ps *pass) (bool, *task) {
 	if !t.state.CompareAndSwap(stateRunning, stateSettling) {
-		return false
+		return false, nil
 	}
 	t.e.fill(t, &res)
 	t.state.Store(stateDone)
@@ -158,15 +163,24 @@ func (t *task) settle(res result) bool {
 		}
 		r.p.rate.observe(t.e.Size, took)
 	}
-	if r.adaptive {
-		r.ended(t, &res)
+	var next *task // taken before t counts as settled, so the pass stays open
+	switch {
+	case r.adaptive:
+		r.mu.Lock()
+		r.endedLocked(t, &res)
+		if ps != nil {
+			next = ps.popLocked(res.end)
+		}
+		r.mu.Unlock()
+	case ps != nil:
+		next = ps.take(res.end)
 	}
 	r.p.tel.inflight.Add(r.ctx, -1)
 	t.endSpan(&res)
 	r.record(t, &res)
 	t.log(&res)
 	r.cur.settled() // last: the pass may end, and Run return, right after
-	return true
+	return true, next
 }
 
 // final settles a task at the end of its pass: one never started is
@@ -234,10 +248,15 @@ func (t *task) call() (stack string, err error) {
 	return "", t.sb.Preserve(t.ctx)
 }
 
+// endSpan ends t's span, if it has one. The checks that usually return are
+// apart from the work, so that a worker's frames stay small.
 func (t *task) endSpan(res *result) {
-	if t.span == nil {
-		return
+	if t.span != nil {
+		t.endSpanSlow(res)
 	}
+}
+
+func (t *task) endSpanSlow(res *result) {
 	t.span.SetAttributes(
 		attribute.Int("drainkit.pause.attempts", int(t.attempts.Load())),
 		attribute.String("drainkit.pause.outcome", string(res.outcome)),
@@ -255,9 +274,13 @@ func (t *task) log(res *result) {
 	if res.outcome == Failed || res.outcome == TimedOut {
 		level = slog.LevelWarn
 	}
-	if !l.Enabled(t.r.ctx, level) {
-		return
+	if l.Enabled(t.r.ctx, level) {
+		t.logSlow(res, level)
 	}
+}
+
+func (t *task) logSlow(res *result, level slog.Level) {
+	l := t.r.cfg.log
 	attrs := []slog.Attr{
 		slog.String("sandbox", t.e.ID), slog.String("outcome", string(res.outcome)),
 		slog.Int("attempts", int(t.attempts.Load())), slog.Duration("took", res.end.Sub(t.e.Start)),
