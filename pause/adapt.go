@@ -23,14 +23,25 @@ import (
 // Σ k̄·b / Σ d: the duration-weighted mean, so a few tiny preserves do
 // not swing it.
 //
+// Noise. A shared disk or a busy neighbour scatters the samples, and two
+// epochs of a few samples each can differ by more than any knee. Every
+// level keeps the duration-weighted mean and variance of all its samples,
+// so a level measured again is measured better, and a comparison counts
+// only when the difference exceeds noiseZ standard errors of the two
+// means. When it does not, the epoch goes on collecting samples, up to
+// maxStretch times its width; only then does the climber decide on the
+// means alone (the best guess, as before this rule).
+//
 // Moving. Starting at the initial limit, the climber doubles while a
 // doubling pays (throughput grows by more than payFrac); when one does not,
 // it bisects between the last level that paid and the one that did not;
 // when the first doubling did not pay it halves instead, while halving
 // costs less than payFrac, since fewer preserves at the same throughput
 // finish each one sooner. It then holds, and every holdEpochs epochs
-// probes a quarter more, keeping it only if it pays. It never leaves
-// [1, ceiling].
+// probes a quarter more, keeping it only if it pays, or, every other time,
+// a quarter fewer, keeping it unless the level held pays over it: a move
+// made on an unlucky epoch is undone by the next probes instead of held
+// for the rest of the Run. It never leaves [1, ceiling].
 //
 // The deadline. A probe below the best level measured costs throughput.
 // When the work left, at the best throughput measured, needs more than
@@ -54,7 +65,8 @@ const (
 	holdEpochs    = 8    // epochs held between two probes upward
 	bindFrac      = 0.8  // the deadline binds when the work left needs this much of the time left
 	minEpochWidth = 4    // samples an epoch needs at least
-	sampleWeight  = 0.5  // weight of a new epoch's throughput at a level measured before
+	maxStretch    = 3    // an undecided epoch grows to this many times its width
+	noiseZ        = 1.0  // standard errors a difference must exceed to count
 )
 
 // The moves of the climber.
@@ -66,6 +78,44 @@ const (
 	climbPinned
 )
 
+// A stat is the samples of a level or an epoch: their count and the
+// duration-weighted sums of their throughputs (x = k̄·b/d, weight d).
+type stat struct {
+	n               int
+	w, wx, wxx, wsq float64 // Σd, Σd·x, Σd·x², Σd²
+}
+
+func (s *stat) add(d, x float64) {
+	s.n++
+	s.w += d
+	s.wx += d * x
+	s.wxx += d * x * x
+	s.wsq += d * d
+}
+
+func (s stat) plus(o stat) stat {
+	return stat{s.n + o.n, s.w + o.w, s.wx + o.wx, s.wxx + o.wxx, s.wsq + o.wsq}
+}
+
+// mean is the throughput: Σ k̄·b / Σ d; 0 when unmeasured.
+func (s stat) mean() float64 {
+	if s.w == 0 {
+		return 0
+	}
+	return s.wx / s.w
+}
+
+// se is the standard error of the mean: the weighted variance over the
+// effective number of samples, (Σd)²/Σd².
+func (s stat) se() float64 {
+	if s.n < 2 || s.w == 0 {
+		return math.Inf(1)
+	}
+	m := s.mean()
+	v := max(s.wxx/s.w-m*m, 0)
+	return math.Sqrt(v * s.wsq / (s.w * s.w))
+}
+
 // A climber is the adaptive limit's state. It is not safe for concurrent
 // use: the run calls it under its mutex.
 type climber struct {
@@ -73,20 +123,34 @@ type climber struct {
 	k     int       // the limit now
 	since time.Time // start of the epoch: earlier preserves are not its samples
 
-	n          int     // samples this epoch
-	work, took float64 // Σ k̄·b and Σ d of the epoch
+	epoch     stat   // the samples of this epoch
+	lv        []stat // lv[k]: every sample measured at limit k
+	undecided bool   // a comparison of this epoch was within the noise
+	stretch   bool   // the epoch may still grow
 
-	x      []float64 // x[k]: throughput measured at limit k, units per ns; 0 unmeasured
 	move   int
 	prev   int // the level measured before k (up and down moves)
 	lo, hi int // narrow: lo paid, hi did not
 	held   int
+	probes int // probes made while holding: they alternate up and down
 	start  int
 }
 
 func newClimber(start, ceil int, now time.Time) *climber {
-	return &climber{ceil: ceil, k: start, start: start, since: now, x: make([]float64, ceil+1)}
+	return &climber{ceil: ceil, k: start, start: start, since: now, lv: make([]stat, ceil+1)}
 }
+
+// at returns what level k measured, this epoch's samples included.
+func (c *climber) at(k int) stat {
+	if k == c.k {
+		return c.lv[k].plus(c.epoch)
+	}
+	return c.lv[k]
+}
+
+// x returns the throughput measured at level k (units per ns), 0 when
+// unmeasured.
+func (c *climber) x(k int) float64 { return c.at(k).mean() }
 
 // sample records a preserve that started at start, took d, moved b units
 // at an average concurrency kbar, and returns the limit.
@@ -94,29 +158,40 @@ func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, now 
 	if c.move == climbPinned || d <= 0 || start.Before(c.since) {
 		return c.k
 	}
-	c.n++
-	c.work += kbar * b
-	c.took += float64(d)
-	if c.n < max(minEpochWidth, c.k/4) {
+	c.epoch.add(float64(d), kbar*b/float64(d))
+	width := max(minEpochWidth, c.k/4)
+	if c.epoch.n < width {
 		return c.k
 	}
-	got := c.work / c.took
-	if old := c.x[c.k]; old > 0 {
-		got = old + sampleWeight*(got-old)
+	saved := *c
+	c.undecided = false
+	k := c.next(c.epoch.n < maxStretch*width)
+	if c.undecided { // within the noise: measure on
+		*c = saved
+		return c.k
 	}
-	c.x[c.k] = got
-	c.set(c.next(), now)
+	c.lv[c.k] = c.lv[c.k].plus(c.epoch)
+	c.set(k, now)
 	return c.k
 }
 
 // pays reports whether level b delivered enough more than level a < b to
-// be worth its extra preserves.
+// be worth its extra preserves. While the epoch may still grow, a
+// difference within the noise is no answer: it marks the epoch undecided.
 func (c *climber) pays(a, b int) bool {
-	return c.x[b] > c.x[a]*(1+payFrac*math.Log2(float64(b)/float64(a)))
+	sa, sb := c.at(a), c.at(b)
+	need := sa.mean() * (1 + payFrac*math.Log2(float64(b)/float64(a)))
+	diff := sb.mean() - need
+	if c.stretch && math.Abs(diff) <= noiseZ*math.Hypot(sa.se(), sb.se()) {
+		c.undecided = true
+	}
+	return diff > 0
 }
 
-// next decides the level after an epoch at c.k.
-func (c *climber) next() int {
+// next decides the level after an epoch at c.k; stretch says whether the
+// epoch may still grow (see pays).
+func (c *climber) next(stretch bool) int {
+	c.stretch = stretch
 	k := c.k
 	switch c.move {
 	case climbUp:
@@ -129,7 +204,7 @@ func (c *climber) next() int {
 			return c.up(k, min(2*k, c.ceil))
 		case c.pays(c.prev, k):
 			return c.hold(k)
-		case c.prev == c.start && c.x[max(c.start/2, 1)] == 0 && c.start > 1:
+		case c.prev == c.start && c.x(max(c.start/2, 1)) == 0 && c.start > 1:
 			return c.down(c.prev) // the first doubling did not pay: try fewer
 		default:
 			return c.narrow(c.prev, k)
@@ -154,11 +229,20 @@ func (c *climber) next() int {
 			}
 			return c.hold(c.prev)
 		}
-		if c.held++; c.held >= holdEpochs && k < c.ceil {
-			c.held = 0
-			c.prev = k
-			return min(k+max(1, k/4), c.ceil)
+		if k < c.prev { // a probe downward ended
+			if c.pays(k, c.prev) {
+				return c.hold(c.prev)
+			}
+			return c.hold(k) // as fast with fewer: keep fewer
 		}
+		if c.held++; c.held < holdEpochs {
+			return k
+		}
+		c.held, c.prev = 0, k
+		if c.probes++; c.probes%2 == 0 && k > 1 || k == c.ceil {
+			return k - max(1, k/4)
+		}
+		return min(k+max(1, k/4), c.ceil)
 	}
 	return k
 }
@@ -178,7 +262,7 @@ func (c *climber) down(from int) int {
 func (c *climber) narrow(lo, hi int) int {
 	c.lo, c.hi = lo, hi
 	mid := (lo + hi) / 2
-	if hi-lo <= max(1, lo/4) || mid == lo || c.x[mid] > 0 {
+	if hi-lo <= max(1, lo/4) || mid == lo || c.x(mid) > 0 {
 		return c.hold(lo)
 	}
 	c.move = climbNarrow
@@ -194,15 +278,15 @@ func (c *climber) hold(k int) int {
 func (c *climber) set(k int, now time.Time) {
 	c.k = min(max(k, 1), c.ceil)
 	c.since = now
-	c.n, c.work, c.took = 0, 0, 0
+	c.epoch = stat{}
 }
 
-// best returns the level measured fastest (the smallest of equals) and its
+// best returns the level measured fastest in the epochs decided (the smallest of equals) and its
 // throughput (units per ns), or (c.k, 0) before any measurement.
 func (c *climber) best() (int, float64) {
 	k, x := c.k, 0.0
-	for i, v := range c.x {
-		if v > x {
+	for i, l := range c.lv { // epochs decided, not the one under way
+		if v := l.mean(); v > x {
 			k, x = i, v
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -189,13 +191,33 @@ func sleep(ctx context.Context, d time.Duration) error {
 // knee)). A Sandbox with a Disk writes its Bytes to it in 32 chunks, the
 // rate of each chunk set by the writers at its start. Set the fields before
 // the Run; a Disk is safe for concurrent use.
+//
+// Jitter makes the device noisy, as a virtual disk shared with busy
+// neighbours is: each write takes exp(Jitter x N(0,1)) times as long as the
+// device would make it, drawn from a generator seeded with Seed.
 type Disk struct {
 	Bandwidth float64 // bytes per second of the device
 	PerWriter float64 // bytes per second one writer can reach; 0: Bandwidth
 	Thrash    float64
+	Jitter    float64 // sigma of the lognormal factor on each write's time
+	Seed      uint64
 
 	mu      sync.Mutex
 	writers int
+	rng     *rand.Rand
+}
+
+// factor returns the noise factor of one write.
+func (d *Disk) factor() float64 {
+	if d.Jitter == 0 {
+		return 1
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.rng == nil {
+		d.rng = rand.New(rand.NewPCG(d.Seed, d.Seed^0x9e3779b97f4a7c15))
+	}
+	return math.Exp(d.Jitter * d.rng.NormFloat64())
 }
 
 // chunks is how many pieces a write is split into.
@@ -210,8 +232,9 @@ func (d *Disk) write(ctx context.Context, n int64) error {
 		d.writers--
 		d.mu.Unlock()
 	}()
+	f := d.factor()
 	for range chunks {
-		if err := sleep(ctx, time.Duration(float64(n)/chunks/d.rate()*float64(time.Second))); err != nil {
+		if err := sleep(ctx, time.Duration(f*float64(n)/chunks/d.rate()*float64(time.Second))); err != nil {
 			return err
 		}
 	}
