@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -188,6 +189,7 @@ func (d *Drainer) drainWait(run *preStopRun) {
 }
 
 func (d *Drainer) drainLoop(run *preStopRun) string {
+	nextProgress := time.Now().Add(progressInterval)
 	for {
 		if reason := d.stopReason(); reason != "" {
 			return reason
@@ -207,6 +209,10 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 		left := time.Until(dl)
 		if left <= 0 {
 			return ReasonDeadline
+		}
+		if now := time.Now(); !now.Before(nextProgress) {
+			d.logWaitProgress(n, left)
+			nextProgress = now.Add(progressInterval)
 		}
 		t := time.NewTimer(min(d.poll, left))
 		select {
@@ -259,4 +265,27 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	d.counted.Store(true)
 	d.runGauge.Record(context.WithoutCancel(parent), int64(len(sbs)))
 	return len(sbs)
+}
+
+// progressInterval is how often the preStop wait logs a progress line: the
+// rhythm of the preserve phase's (pause.DefaultProgressInterval).
+const progressInterval = pause.DefaultProgressInterval
+
+// logWaitProgress logs the line an operator reads during a long preStop
+// wait: "drain: preStop wait: 120 running, 41s to the drain deadline".
+func (d *Drainer) logWaitProgress(running int, left time.Duration) {
+	count := fmt.Sprintf("%d running", running)
+	if running < 0 {
+		count = "running unknown (listing failed)"
+	}
+	d.log.Info(fmt.Sprintf("drain: preStop wait: %s, %s to the drain deadline", count, roughly(left)),
+		"running", running, "time_left", left)
+}
+
+// roughly rounds d for a person: whole seconds from 10 s, tenths below.
+func roughly(d time.Duration) string {
+	if d >= 10*time.Second {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
 }

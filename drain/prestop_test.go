@@ -1,7 +1,11 @@
 package drain
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -179,4 +183,47 @@ func phaseNames(r *Report) []string {
 		names = append(names, p.Name)
 	}
 	return names
+}
+
+// A long preStop wait logs where it stands every ten seconds: how many
+// sandboxes still run and how long until the drain deadline.
+func TestPreStopWaitLogsProgressAtASteadyRhythm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf syncBuffer
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second,
+			sandboxes: 4, latency: 2 * time.Second, limit: 4,
+			edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&buf, nil)) }})
+		call := f.callPreStop(t.Context(), "")
+		sum := call.wait(t) // 60 - 5 (margin) - 2 (one round of four) = 53 s
+		assert.Equal(t, ReasonDeadline, sum.Reason)
+		var lines []string
+		for line := range strings.Lines(buf.String()) {
+			if strings.Contains(line, "drain: preStop wait: ") {
+				lines = append(lines, line)
+			}
+		}
+		require.Len(t, lines, 5, "at 10, 20, 30, 40 and 50 s of a 53 s wait")
+		assert.Contains(t, lines[0], `msg="drain: preStop wait: 4 running, 43s to the drain deadline" running=4 time_left=43s`)
+		assert.Contains(t, lines[4], `msg="drain: preStop wait: 4 running, 3s to the drain deadline"`)
+		f.d.Shutdown(context.Background())
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's and the test's
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -82,10 +82,36 @@ func TestProgressIsLogged(t *testing.T) {
 		}
 		// Sandboxes finish at even seconds; the lines come in between.
 		require.Len(t, progress, 3, "at 15.5, 31 and 46.5 s of a 60 s run")
-		assert.Contains(t, progress[0], "done=7 left=23 time_left=59m44.5s")
+		assert.Contains(t, progress[0], `msg="pause: progress: preserved 7/30, 0 failed, 59m45s to the preserve deadline"`)
+		assert.Contains(t, progress[0], "preserved=7 failed=0 done=7 left=23 time_left=59m44.5s")
 		assert.Contains(t, progress[1], "done=15 left=15 time_left=59m29s")
 		assert.Contains(t, progress[2], "done=23 left=7 time_left=59m13.5s")
 		assert.Contains(t, buf.String(), "pause: run finished")
+	})
+}
+
+// The progress line counts failures apart, and once the phase deadline
+// passed it says how long in-flight preserves have until the hard deadline.
+func TestProgressCountsFailuresAndTheHardDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		node := fakesandbox.NewNode()
+		sbs := node.AddN("sb", 10, 2*time.Second)
+		sbs[0].Faults = []fakesandbox.Fault{fakesandbox.Permanent}
+		sbs[1].Faults = []fakesandbox.Fault{fakesandbox.Permanent}
+		p, err := pause.New(node, pause.WithLimit(1), pause.WithInFlight(pause.FinishInFlight),
+			pause.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), pause.WithProgressInterval(5500*time.Millisecond))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 11*time.Second)
+		defer cancel()
+		rep := p.Run(ctx, time.Now().Add(15*time.Second))
+		assert.Equal(t, 2, rep.Counts[pause.Failed])
+		out := buf.String()
+		// FIFO, one at a time, 2 s each: two failures, then preserves.
+		assert.Contains(t, out, `msg="pause: progress: preserved 0/10, 2 failed, 5.5s to the preserve deadline"`)
+		// At 11 s: preserved at 6, 8 and 10 s; the sixth started at 10 s, before the
+		// deadline, and runs on to 12 s, inside the hard deadline at 15 s.
+		assert.Contains(t, out, `msg="pause: progress: preserved 3/10, 2 failed, preserve deadline passed, in-flight preserves have 4s to the hard deadline"`)
 	})
 }
 

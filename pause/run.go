@@ -58,6 +58,8 @@ type run struct {
 	areaAt        time.Time
 	left          atomic.Int64 // sandboxes listed and not settled
 	finished      atomic.Int64 // sandboxes settled
+	preservedN    atomic.Int64 // of them, preserved
+	failedN       atomic.Int64 // of them, failed or timed out
 
 	progress     *time.Timer // logs progress; nil when off
 	progressMu   sync.Mutex  // held while a progress line is logged
@@ -348,6 +350,12 @@ func (r *run) settle(tasks []*task) {
 func (r *run) record(t *task, res *result) {
 	r.left.Add(-1)
 	r.finished.Add(1)
+	switch res.outcome {
+	case Preserved:
+		r.preservedN.Add(1)
+	case Failed, TimedOut:
+		r.failedN.Add(1)
+	}
 	r.p.tel.outcome(r.ctx, t, res)
 }
 
@@ -410,9 +418,43 @@ func (r *run) startProgress() {
 		if r.progressDone {
 			return
 		}
-		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: progress",
-			slog.Int64("done", r.finished.Load()), slog.Int64("left", r.left.Load()),
-			slog.String("time_left", fmtLeft(r.phase)), slog.Int64("limit", r.p.limit.Load()))
+		r.logProgress(time.Now())
 		r.progress.Reset(every)
 	})
+}
+
+// logProgress logs the line an operator reads during a long preserve phase:
+// "pause: progress: preserved 120/200, 3 failed, 41s to the preserve
+// deadline", with the same counts as attributes. The total is what the
+// passes listed so far.
+func (r *run) logProgress(now time.Time) {
+	done, left := r.finished.Load(), r.left.Load()
+	preserved, failed := r.preservedN.Load(), r.failedN.Load()
+	msg := fmt.Sprintf("pause: progress: preserved %d/%d, %d failed, %s", preserved, done+left, failed, r.untilDeadline(now))
+	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, msg,
+		slog.Int64("preserved", preserved), slog.Int64("failed", failed),
+		slog.Int64("done", done), slog.Int64("left", left),
+		slog.String("time_left", fmtLeft(r.phase)), slog.Int64("limit", r.p.limit.Load()))
+}
+
+// untilDeadline says how far the phase deadline is, or, once it passed, the
+// hard deadline in-flight preserves run to.
+func (r *run) untilDeadline(now time.Time) string {
+	switch {
+	case r.phase.IsZero():
+		return "no deadline"
+	case now.Before(r.phase):
+		return roughly(r.phase.Sub(now)) + " to the preserve deadline"
+	case now.Before(r.hard):
+		return "preserve deadline passed, in-flight preserves have " + roughly(r.hard.Sub(now)) + " to the hard deadline"
+	}
+	return "deadline passed"
+}
+
+// roughly rounds d for a person: whole seconds from 10 s, tenths below.
+func roughly(d time.Duration) string {
+	if d >= 10*time.Second {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
 }
