@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -139,4 +140,81 @@ func TestLastResortKillsOnlyHoldersInTheServersCgroup(t *testing.T) {
 		still = still || h.PID == outsider.Process.Pid
 	}
 	assert.True(t, still, "the outsider is alive and still holds the device: %v", hs)
+}
+
+func fateOf(rep *ublk.Report, pid int) *ublk.HolderFate {
+	if rep.LastResort == nil {
+		return nil
+	}
+	for i := range rep.LastResort.Holders {
+		if rep.LastResort.Holders[i].Holder.PID == pid {
+			return &rep.LastResort.Holders[i]
+		}
+	}
+	return nil
+}
+
+// The step runs the last resort by default: a VMM in the server's cgroup
+// that never closes the disk is killed at the last-resort point, then the
+// daemon is asked to stop and stops cleanly, long before the deadline.
+func TestStepLastResortKillsDoomedVMMThenStopsTheDaemon(t *testing.T) {
+	node, dev := attachLoop(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	vmm, _ := startHolder(t, node)
+
+	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())),
+		ublk.WithKernelRelease(vulnerable), ublk.WithHolderWait(time.Second), ublk.WithoutControl())
+	require.NoError(t, err)
+	require.True(t, td.LastResort(), "on by default on a vulnerable kernel")
+	rep, err := run(t, td, 20*time.Second)
+	t.Log(rep.String())
+	require.NoError(t, err)
+	require.NotNil(t, rep.LastResort, "the last resort ran")
+	f := fateOf(rep, vmm.Process.Pid)
+	require.NotNil(t, f, "the VMM is named: %+v", rep.LastResort.Holders)
+	assert.True(t, f.Doomed && f.Killed, "%+v", f)
+	assert.Contains(t, f.Reason, "in the server's cgroup")
+	_ = vmm.Wait()
+	ws := vmm.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the VMM was SIGKILLed: %v", ws)
+
+	lr, req := rep.Step("last resort"), rep.Step("request stop")
+	require.NotNil(t, lr)
+	require.NotNil(t, req, "the daemon was asked to stop once the VMM was gone")
+	assert.False(t, req.Start.Before(lr.Start.Add(lr.Duration)), "asked after the last resort")
+	assert.InDelta(t, time.Second, lr.Start.Sub(rep.Start), float64(500*time.Millisecond), "at the end of the holder wait")
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	assert.True(t, rep.Daemon.Exited && !rep.Daemon.Killed)
+	<-d.Done()
+	assert.Equal(t, 0, d.ExitCode(), "the daemon exited by itself")
+	assert.Contains(t, events(t, log), "sigterm")
+}
+
+// A VMM of another cgroup (another pod, the host) is never killed: the
+// last resort reports it, and the step stays conservative: the daemon keeps
+// serving it and is never asked to stop.
+func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
+	node, dev := attachLoop(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	outsider, _ := startHolder(t, node)
+	other := outsiderCgroup(t, outsider.Process.Pid)
+
+	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())),
+		ublk.WithKernelRelease(vulnerable), ublk.WithHolderWait(time.Second), ublk.WithoutControl())
+	require.NoError(t, err)
+	rep, err := run(t, td, 10*time.Second)
+	t.Log(rep.String())
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held)
+	f := fateOf(rep, outsider.Process.Pid)
+	require.NotNil(t, f, "the outsider is reported")
+	assert.False(t, f.Doomed || f.Killed, "%+v", f)
+	assert.Contains(t, f.Reason, "outside the server's cgroup")
+	assert.Contains(t, f.Cgroup, other)
+	require.NoError(t, outsider.Process.Signal(syscall.Signal(0)), "the outsider is alive")
+	assert.Equal(t, ublk.VerdictHeld, rep.Device(0).Verdict)
+	assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the outsider")
+	assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
 }

@@ -2,6 +2,9 @@ package ublk
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"slices"
 	"time"
 )
 
@@ -83,4 +86,62 @@ func KillDoomedHolders(ctx context.Context, procRoot string, disks map[int]DevNu
 		rep.Holders = []HolderFate{}
 	}
 	return rep
+}
+
+// runLastResort is the last resort, run at the last-resort point with
+// holders left, inside its window (run.plan): kill the doomed holders,
+// STOP_DEV every device no holder is left on while the daemon still serves
+// it, and return the devices still held (nil when none is: the daemon may
+// then be asked to stop, and its exit is safe). This process's own fds do
+// not keep a device from stopping: it is the server, and it asked for the
+// stop. Without the control device the daemon's own stop does the
+// STOP_DEV once it is asked.
+func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
+	s := r.stepStart("last resort")
+	ctx, cancel := context.WithDeadline(r.ctx, r.lastResort.Deadline)
+	defer cancel()
+	lr := &LastResortReport{At: s.Start}
+	r.rep.LastResort = lr
+	lr.ServerCgroup, lr.Holders = r.cfg.killHolders(ctx, r.cfg.procRoot, held, r.devNums)
+	if lr.Holders == nil {
+		lr.Holders = []HolderFate{}
+	}
+	for _, f := range lr.Holders {
+		r.cfg.logger.WarnContext(r.ctx, "ublk: last resort", "holder", f.Holder.String(), "device", f.Device,
+			"killed", f.Killed, "doomed", f.Doomed, "cgroup", f.Cgroup, "why", f.Reason, "err", f.Err)
+	}
+	r.refresh()
+	left := r.scanHolders()
+	r.noteHolders(left)
+	self := os.Getpid()
+	for id, hs := range left {
+		hs = slices.DeleteFunc(hs, func(h Holder) bool { return h.Kind == HeldByFD && h.PID == self })
+		if len(hs) == 0 {
+			delete(left, id)
+		} else {
+			left[id] = hs
+		}
+	}
+	stopped, failed := 0, 0
+	for _, d := range r.dev {
+		if _, ok := left[d.cur.ID]; ok || !d.live() || r.cfg.openControl == nil {
+			continue
+		}
+		if r.openControl() != nil {
+			break // the daemon's own stop does it, if it is asked
+		}
+		if d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) },
+			r.lastResort.Deadline); d.stopped {
+			stopped++
+		} else {
+			failed++
+		}
+	}
+	result := fmt.Sprintf("%d holder(s) killed, %d spared; STOP_DEV done for %d device(s), failed for %d; %d device(s) still held",
+		len(lr.Killed()), len(lr.Spared()), stopped, failed, len(left))
+	_ = r.stepEnd(s, result, nil)
+	if len(left) == 0 {
+		return nil
+	}
+	return left
 }

@@ -27,30 +27,37 @@ type config struct {
 	requestTimeout    time.Duration
 	stopDespite       bool
 	exitGrace         time.Duration
-	stopReserve       time.Duration // the three parts of WithReserve
+	lastResortReserve time.Duration // the four parts of WithReserve
+	stopReserve       time.Duration
 	controlReserve    time.Duration
 	killReserve       time.Duration
-	openControl       func(ctx context.Context) (Controller, error)
-	logger            *slog.Logger
-	tp                trace.TracerProvider
-	mp                metric.MeterProvider
+	lastResortOff     bool
+	// killHolders is the holder half of the last resort; tests of this
+	// package replace it (a fake procfs has no process to kill).
+	killHolders func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[DevNum]int) (string, []HolderFate)
+	openControl func(ctx context.Context) (Controller, error)
+	logger      *slog.Logger
+	tp          trace.TracerProvider
+	mp          metric.MeterProvider
 }
 
 func defaults() config {
 	return config{
-		sysRoot:        "/sys",
-		procRoot:       "/proc",
-		poll:           100 * time.Millisecond,
-		holderWait:     -1,
-		requestTimeout: 5 * time.Second,
-		exitGrace:      5 * time.Second,
-		stopReserve:    DefaultReserve * 2 / 7,
-		controlReserve: DefaultReserve * 3 / 7,
-		killReserve:    DefaultReserve * 2 / 7,
-		openControl:    func(context.Context) (Controller, error) { return OpenControl(DefaultControlPath) },
-		logger:         slog.New(slog.DiscardHandler),
-		tp:             otel.GetTracerProvider(),
-		mp:             otel.GetMeterProvider(),
+		sysRoot:           "/sys",
+		procRoot:          "/proc",
+		poll:              100 * time.Millisecond,
+		holderWait:        -1,
+		requestTimeout:    5 * time.Second,
+		exitGrace:         5 * time.Second,
+		lastResortReserve: DefaultReserve * 3 / 10,
+		stopReserve:       DefaultReserve * 2 / 10,
+		controlReserve:    DefaultReserve * 3 / 10,
+		killReserve:       DefaultReserve * 2 / 10,
+		killHolders:       killDoomed,
+		openControl:       func(context.Context) (Controller, error) { return OpenControl(DefaultControlPath) },
+		logger:            slog.New(slog.DiscardHandler),
+		tp:                otel.GetTracerProvider(),
+		mp:                otel.GetMeterProvider(),
 	}
 }
 
@@ -163,9 +170,11 @@ func WithPollInterval(d time.Duration) Option {
 }
 
 // WithHolderWait bounds how long the step waits for processes to close the
-// devices before it asks the daemon to stop (default: until the control
-// fallback's turn, unbounded without a deadline; 0 looks once). It never
-// extends past the start of the control fallback.
+// devices before it asks the daemon to stop (default: until the last-resort
+// point, where only the step's reserve is left; unbounded without a
+// deadline; 0 looks once). It never extends past the last-resort point;
+// when it ends earlier with holders left, the last resort (see
+// WithoutLastResort) runs then.
 func WithHolderWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -178,8 +187,11 @@ func WithHolderWait(d time.Duration) Option {
 
 // WithStopDespiteHolders makes the step ask the daemon to stop even when a
 // device is still held open after HolderWait (the holder then sees I/O
-// errors). By default the step does not: it returns a *HeldError and
-// leaves the daemon running.
+// errors), instead of running the last resort. By default the step does
+// not: on a kernel not known fixed it runs the last resort (see
+// WithoutLastResort), and where that is off, not applicable, or leaves a
+// holder it may not kill, it returns a *HeldError and leaves the daemon
+// running.
 func WithStopDespiteHolders() Option {
 	return func(c *config) error { c.stopDespite = true; return nil }
 }
@@ -210,25 +222,46 @@ func WithExitGrace(d time.Duration) Option {
 }
 
 // DefaultReserve is the time a Teardown keeps for itself by default: what
-// the daemon's own stop, the /dev/ublk-control fallback and the kill need.
-const DefaultReserve = 7 * time.Second
+// the last resort, the daemon's own stop, the /dev/ublk-control fallback
+// and the kill need.
+const DefaultReserve = 10 * time.Second
 
 // WithReserve sets the time the step reserves before its deadline in the
 // drain plan (default DefaultReserve): the phases before it leave it this
-// much. The step divides it 2:3:2 between the daemon's own stop, the
-// /dev/ublk-control fallback and the kill, in that order; the holder wait
-// and the daemon's stop also get whatever time the window has beyond the
-// reserve. It must be positive.
+// much. The step divides it 3:2:3:2 between the last resort (killing the
+// doomed holders and STOP_DEV of the devices they free), the daemon's own
+// stop, the /dev/ublk-control fallback and the kill, in that order, with
+// deadline.Split; the holder wait and the daemon's stop also get whatever
+// time the window has beyond the reserve. The last resort's part is kept
+// even when it does not run (it is then the daemon's stop's), so the
+// holder wait ends at the same point on every kernel. It must be positive.
 func WithReserve(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fieldErr("Reserve", "must be > 0, got %v", d)
 		}
-		c.stopReserve = d * 2 / 7
-		c.controlReserve = d * 3 / 7
-		c.killReserve = d - c.stopReserve - c.controlReserve
+		c.lastResortReserve = d * 3 / 10
+		c.stopReserve = d * 2 / 10
+		c.controlReserve = d * 3 / 10
+		c.killReserve = d - c.lastResortReserve - c.stopReserve - c.controlReserve
 		return nil
 	}
+}
+
+// WithoutLastResort turns the last resort off. By default, on a kernel
+// that is not known fixed (vulnerable, exit may hang, an undeclared vendor
+// build), when a disk is still held open at the last-resort point (the
+// end of the holder wait, where only the step's reserve is left) the step
+// SIGKILLs the holders inside its own cgroup, which the pod's SIGKILL would
+// end a few seconds later anyway, stops every device they free with
+// STOP_DEV and asks the daemon to stop, so the daemon exits with no live
+// device before SIGKILL instead of dying with one (the host-crash path).
+// Turn it off only where a holder in the server's cgroup must never be
+// killed, for example a VMM that runs its own shutdown past the grace
+// period; the step then returns a *HeldError and leaves the daemon
+// running, and SIGKILL kills it with live devices.
+func WithoutLastResort() Option {
+	return func(c *config) error { c.lastResortOff = true; return nil }
 }
 
 // WithControlPath sets the control device of the fallback (default

@@ -168,14 +168,16 @@ func TestRealDaemonCrashingMidWay(t *testing.T) {
 	assert.Contains(t, events(t, log), "crash\n")
 }
 
-func TestVMMHoldingADeviceKeepsTheDaemonRunning(t *testing.T) {
+// With the last resort off, a VMM that never closes keeps the daemon
+// running: the step reports it and never asks the daemon to stop.
+func TestVMMHoldingADeviceKeepsTheDaemonRunningWithoutLastResort(t *testing.T) {
 	node, dev := attachLoop(t)
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	vmm, _ := startHolder(t, node)
 
 	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())),
-		ublk.WithKernelRelease(vulnerable), ublk.WithHolderWait(time.Second))
+		ublk.WithKernelRelease(vulnerable), ublk.WithHolderWait(time.Second), ublk.WithoutLastResort())
 	require.NoError(t, err)
 	rep, err := run(t, td, 10*time.Second)
 	var held *ublk.HeldError

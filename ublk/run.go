@@ -22,7 +22,8 @@ type run struct {
 	dev []*devState
 
 	start                           time.Time
-	holderUntil, fallbackAt, killAt time.Time // zero: never
+	holderUntil, fallbackAt, killAt time.Time       // zero: never
+	lastResort                      deadline.Window // its Deadline is zero without a deadline: it never runs
 	requestedAt                     time.Time
 	graceFrom                       time.Time // when the daemon's ExitGrace started
 
@@ -31,8 +32,10 @@ type run struct {
 	stopWaiter context.CancelFunc
 
 	held          map[int][]Holder
+	devNums       map[DevNum]int // every disk and partition number scanned, to its device ID
 	fallbackTried bool
 	ctl           Controller
+	ctlErr        error // opening the control device failed
 	killed        bool
 	causes        []error
 }
@@ -71,10 +74,11 @@ func newRun(ctx context.Context, t *Teardown) *run {
 }
 
 // plan places the step's stages inside ctx's deadline with the plan's
-// rule (deadline.Split): the holder wait runs until the daemon's own stop,
-// the control fallback and the kill need their reserves; when the window
-// is shorter than those reserves, the three share it in proportion. The
-// step does no time arithmetic of its own on its window.
+// rule (deadline.Split): the holder wait runs until the last-resort point,
+// the last resort, the daemon's own stop, the control fallback and the
+// kill need their reserves; when the window is shorter than those
+// reserves, the four share it in proportion. The step does no time
+// arithmetic of its own on its window.
 func (r *run) plan() {
 	if r.cfg.holderWait == 0 {
 		r.holderUntil = r.start // look once
@@ -89,6 +93,7 @@ func (r *run) plan() {
 	r.rep.Deadline = dl
 	ws := deadline.Split(r.start, dl,
 		deadline.Phase{Name: "holders", Max: max(r.cfg.holderWait, 0)},
+		deadline.Phase{Name: "last resort", Reserve: deadline.Fixed(r.cfg.lastResortReserve), Critical: true},
 		deadline.Phase{Name: "stop", Reserve: deadline.Fixed(r.cfg.stopReserve), Critical: true},
 		deadline.Phase{Name: "control", Reserve: deadline.Fixed(r.cfg.controlReserve), Critical: true},
 		deadline.Phase{Name: "kill", Reserve: deadline.Fixed(r.cfg.killReserve), Critical: true},
@@ -96,7 +101,8 @@ func (r *run) plan() {
 	if r.holderUntil.IsZero() {
 		r.holderUntil = ws[0].Deadline
 	}
-	r.fallbackAt, r.killAt = ws[1].Deadline, ws[2].Deadline
+	r.lastResort = ws[1]
+	r.fallbackAt, r.killAt = ws[2].Deadline, ws[3].Deadline
 }
 
 func (r *run) do() error {
@@ -112,12 +118,17 @@ func (r *run) do() error {
 		return nil
 	}
 	if held := r.waitHolders(); held != nil {
-		if !r.cfg.stopDespite {
+		switch {
+		case r.cfg.stopDespite:
+			r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the daemon although devices are still open", "holders", fmt.Sprint(held))
+		case r.t.LastResort() && !r.lastResort.Deadline.IsZero() && r.ctx.Err() == nil: // no deadline: no SIGKILL to get ahead of
+			held = r.runLastResort(held)
+		}
+		if held != nil && !r.cfg.stopDespite {
 			r.held = held
 			r.finish()
 			return &HeldError{Holders: held}
 		}
-		r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the daemon although devices are still open", "holders", fmt.Sprint(held))
 	}
 	r.requestStop()
 	r.waitLoop()
@@ -186,13 +197,7 @@ func (r *run) waitHolders() map[int][]Holder {
 	s := r.stepStart("holders")
 	for {
 		held := r.scanHolders()
-		for _, d := range r.dev {
-			for _, h := range held[d.cur.ID] {
-				if !slices.Contains(d.rep.Holders, h) {
-					d.rep.Holders = append(d.rep.Holders, h)
-				}
-			}
-		}
+		r.noteHolders(held)
 		if len(held) == 0 {
 			_ = r.stepEnd(s, "no holders", nil)
 			return nil
@@ -205,11 +210,23 @@ func (r *run) waitHolders() map[int][]Holder {
 	}
 }
 
+// noteHolders adds holders not seen before to the device reports.
+func (r *run) noteHolders(held map[int][]Holder) {
+	for _, d := range r.dev {
+		for _, h := range held[d.cur.ID] {
+			if !slices.Contains(d.rep.Holders, h) {
+				d.rep.Holders = append(d.rep.Holders, h)
+			}
+		}
+	}
+}
+
 // scanHolders finds the holders of every disk (and its partitions) in one
 // pass over procfs, by device ID.
 func (r *run) scanHolders() map[int][]Holder {
 	held := map[int][]Holder{}
 	owner := map[DevNum]int{}
+	r.devNums = owner
 	var devs []DevNum
 	for _, d := range r.dev {
 		if !d.cur.Disk {
@@ -407,15 +424,9 @@ func (r *run) fallback(why string) {
 		return
 	}
 	s := r.stepStart("control fallback")
-	if r.ctl == nil {
-		ctl, err := r.cfg.openControl(r.ctx)
-		if err != nil {
-			r.causes = append(r.causes, err)
-			r.rep.Note = joinNote(r.rep.Note, "control fallback unavailable: "+err.Error())
-			_ = r.stepEnd(s, why, err)
-			return
-		}
-		r.ctl = ctl
+	if err := r.openControl(); err != nil {
+		_ = r.stepEnd(s, why, err)
+		return
 	}
 	gone := r.cfg.daemon == nil || r.daemonExited()
 	for _, d := range r.dev {
@@ -451,6 +462,23 @@ func (r *run) fallback(why string) {
 		}
 	}
 	_ = r.stepEnd(s, why, nil)
+}
+
+// openControl opens the control device once; a failure is recorded once
+// and returned again on later calls.
+func (r *run) openControl() error {
+	if r.ctl != nil || r.ctlErr != nil {
+		return r.ctlErr
+	}
+	ctl, err := r.cfg.openControl(r.ctx)
+	if err != nil {
+		r.ctlErr = err
+		r.causes = append(r.causes, err)
+		r.rep.Note = joinNote(r.rep.Note, "control fallback unavailable: "+err.Error())
+		return err
+	}
+	r.ctl = ctl
+	return nil
 }
 
 // devStep runs one control command for d, bounded by until (or ctx), and
@@ -536,6 +564,9 @@ func (r *run) verdict(d *devState, exited bool) Verdict {
 	case r.held != nil:
 		if _, ok := r.held[d.cur.ID]; ok {
 			return VerdictHeld
+		}
+		if d.stopped {
+			return VerdictStoppedByControl // by the last resort, the daemon left serving the held ones
 		}
 		return VerdictNotStopped
 	case d.live() && r.cfg.daemon != nil && !exited && !r.t.class.MayKillWithLiveDevices():

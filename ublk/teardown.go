@@ -99,7 +99,16 @@ const StepName = "ublk"
 // its reserve before any non-critical phase. A daemon killed with live
 // devices can crash the host, which costs more than one unfinished pause.
 func (t *Teardown) Phase() deadline.Phase {
-	return deadline.Phase{Name: StepName, Reserve: deadline.Fixed(t.cfg.stopReserve + t.cfg.controlReserve + t.cfg.killReserve), Critical: true}
+	c := &t.cfg
+	return deadline.Phase{Name: StepName, Reserve: deadline.Fixed(c.lastResortReserve + c.stopReserve + c.controlReserve + c.killReserve), Critical: true}
+}
+
+// LastResort reports whether the step runs the last resort when disks are
+// still held open at the last-resort point: true unless WithoutLastResort
+// or WithStopDespiteHolders was given, and the kernel is not known to be
+// safe to kill a daemon on (KernelClass.MayKillWithLiveDevices).
+func (t *Teardown) LastResort() bool {
+	return !t.cfg.lastResortOff && !t.cfg.stopDespite && !t.class.MayKillWithLiveDevices()
 }
 
 // Run is Stop for the drain orchestrator (drain.Step): it returns the
@@ -111,18 +120,29 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 // Stop tears the devices down in the safe order, inside ctx's deadline:
 //
 //  1. Find the devices (sysfs, or the IDs given with WithDevices).
-//  2. Wait, at most HolderWait, until no process holds a disk open (fds,
-//     mounts, swap, stacked devices). If some still do, return a
-//     *HeldError without asking the daemon to stop, unless
+//  2. Wait, at most HolderWait and never past the last-resort point (where
+//     only the step's reserve is left), until no process holds a disk open
+//     (fds, mounts, swap, stacked devices).
+//  3. If some still do, on a kernel not known fixed, run the last resort
+//     (unless WithoutLastResort), within its part of the reserve: SIGKILL
+//     every holder inside this process's own cgroup (doomed by the pod's
+//     SIGKILL anyway; pinned with a pidfd and waited for), then STOP_DEV
+//     through /dev/ublk-control every device no holder is left on (this
+//     process's own fds do not count: it is the server). Holders outside
+//     the cgroup (another pod, the host), mounts, swap and stacked devices
+//     are never killed; Report.LastResort names every holder, killed or
+//     spared, and why. If a device is still held then, or where the last
+//     resort does not run, return a *HeldError without asking the daemon
+//     to stop (the daemon keeps serving the held device), unless
 //     WithStopDespiteHolders.
-//  3. Ask the daemon to stop (RequestStop, bounded by RequestTimeout).
-//  4. Wait until every device has left sysfs and the daemon has exited,
+//  4. Ask the daemon to stop (RequestStop, bounded by RequestTimeout).
+//  5. Wait until every device has left sysfs and the daemon has exited,
 //     re-reading sysfs every PollInterval.
-//  5. Fall back to /dev/ublk-control (STOP_DEV, then DEL_DEV once the
+//  6. Fall back to /dev/ublk-control (STOP_DEV, then DEL_DEV once the
 //     daemon is gone) when the request failed, when the daemon exited and
 //     left devices, or when devices are still live once only the step's
 //     reserve is left before the deadline.
-//  6. Kill the daemon only when that is safe: once no device is live any
+//  7. Kill the daemon only when that is safe: once no device is live any
 //     more (after ExitGrace), or, on a kernel that is not vulnerable, when
 //     only the kill's part of the reserve is left. On a vulnerable kernel a
 //     daemon with a live device is never killed: Stop waits until the

@@ -115,7 +115,7 @@ func TestHungDaemonOnExitMayHangKernelIsNeverKilled(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(mayHang), WithoutControl(), WithReserve(10500*time.Millisecond))...)
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(mayHang), WithoutControl(), WithReserve(15*time.Second))...)
 		require.NoError(t, err)
 
 		rep, _, err := runFor(t, td, 600*time.Second)
@@ -153,7 +153,7 @@ func TestHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithoutControl(), WithReserve(10500*time.Millisecond))...)
+		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithoutControl(), WithReserve(15*time.Second))...)
 		require.NoError(t, err)
 
 		start := time.Now()
@@ -165,7 +165,7 @@ func TestHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
 		assert.Equal(t, []string{"request", "kill", "exit killed"}, d.Events())
 		kill := rep.Step("kill daemon")
 		require.NotNil(t, kill)
-		assert.Equal(t, 597*time.Second, kill.Start.Sub(start), "killed the kill's part of the reserve (2/7 of 10.5 s) before the deadline")
+		assert.Equal(t, 597*time.Second, kill.Start.Sub(start), "killed the kill's part of the reserve (2/10 of 15 s) before the deadline")
 		assert.Equal(t, VerdictKilled, rep.Devices[0].Verdict)
 		assert.True(t, rep.Daemon.Killed && rep.Daemon.Exited)
 	})
