@@ -1,0 +1,185 @@
+package ublk
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeKiller stands in for killDoomed over the fake sysfs, where holders
+// are entries of holders/ and no process can be killed: a holder named in
+// doomed is "killed" (its entry removed) after exit, the time a VMM takes
+// to die; every other one is spared as outside the server's cgroup.
+type fakeKiller struct {
+	f      *fixture
+	doomed map[string]bool
+	exit   time.Duration
+	calls  []time.Time
+}
+
+func (k *fakeKiller) kill(ctx context.Context, _ string, held map[int][]Holder, _ map[DevNum]int) (string, []HolderFate) {
+	k.calls = append(k.calls, time.Now())
+	var fates []HolderFate
+	for id, hs := range held {
+		for _, h := range hs {
+			f := HolderFate{Holder: h, Device: id, Cgroup: "0::/kubepods/other"}
+			if k.doomed[h.Detail] {
+				f.Doomed, f.Cgroup = true, "0::/kubepods/pod1/ctr"
+				select {
+				case <-time.After(k.exit):
+				case <-ctx.Done():
+					f.Reason, f.Err = "SIGKILL sent, exit not seen", ctx.Err().Error()
+					fates = append(fates, f)
+					continue
+				}
+				path := filepath.Join(k.f.tree.Root, "block", "ublkb"+strconv.Itoa(id), "holders", h.Detail)
+				if os.Remove(path) == nil {
+					f.Killed, f.Reason = true, "in the server's cgroup, so doomed by the pod's SIGKILL anyway"
+				}
+			} else {
+				f.Reason = "outside the server's cgroup: never killed"
+			}
+			fates = append(fates, f)
+		}
+	}
+	return "0::/kubepods/pod1/ctr", fates
+}
+
+// lastResortRig is two live devices of a cooperative daemon, a control
+// device whose STOP_DEV takes a second, and a fake killer.
+func lastResortRig(t *testing.T, opts ...Option) (*fixture, *memDaemon, *fakeKiller, *Teardown) {
+	t.Helper()
+	f := newFixture(t, 0, 1)
+	d := newMemDaemon(f.tree, 0, 1)
+	d.step = 500 * time.Millisecond
+	t.Cleanup(d.close)
+	ctl := &memControl{tree: f.tree, d: d, stopIn: time.Second}
+	k := &fakeKiller{f: f, doomed: map[string]bool{"vmm": true}, exit: 500 * time.Millisecond}
+	base := []Option{WithDaemon(d), WithKernelRelease(vulnerable),
+		WithController(func(context.Context) (Controller, error) { return ctl, nil })}
+	td, err := New(f.options(append(base, opts...)...)...)
+	require.NoError(t, err)
+	td.cfg.killHolders = k.kill
+	return f, d, k, td
+}
+
+// The timeline of the last resort, 60 s budget, default reserve (10 s:
+// last resort 3, daemon's stop 2, control 3, kill 2):
+//
+//	0s       holder wait: ublkb0 held by a VMM that never closes
+//	50s      last-resort point (60 - 10): the VMM, doomed, is killed
+//	50.5s    it is gone: STOP_DEV 0, while the daemon serves
+//	51.5s    STOP_DEV 1 (the control device takes one command at a time)
+//	52.5s    both stopped: the daemon is asked to stop
+//	54.5s    it has deleted both devices and exited by itself
+//	60s      (SIGKILL)
+func TestLastResortTimeline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, d, k, td := lastResortRig(t)
+		f.hold(t, 0, "vmm")
+		start := time.Now()
+		rep, took, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		t.Log(rep.String())
+
+		require.Len(t, k.calls, 1)
+		assert.Equal(t, 50*time.Second, k.calls[0].Sub(start), "holders killed when only the reserve is left")
+		require.NotNil(t, rep.LastResort)
+		assert.Equal(t, 50*time.Second, rep.LastResort.At.Sub(start))
+		assert.Equal(t, "0::/kubepods/pod1/ctr", rep.LastResort.ServerCgroup)
+		require.Len(t, rep.LastResort.Killed(), 1)
+		assert.Equal(t, "vmm", rep.LastResort.Killed()[0].Holder.Detail)
+		assert.Empty(t, rep.LastResort.Spared())
+
+		for id, at := range []time.Duration{50500 * time.Millisecond, 51500 * time.Millisecond} {
+			stop := rep.Device(id).Steps[0]
+			assert.Equal(t, "STOP_DEV", stop.Name)
+			assert.Equal(t, at, stop.Start.Sub(start), "device %d stopped once the VMM was gone", id)
+			assert.Empty(t, stop.Err)
+		}
+		req := rep.Step("request stop")
+		require.NotNil(t, req)
+		assert.Equal(t, 52500*time.Millisecond, req.Start.Sub(start), "asked to stop after STOP_DEV of both devices")
+		assert.Equal(t, []string{"STOP_DEV 0", "STOP_DEV 1", "request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		assert.Equal(t, 54500*time.Millisecond, took, "the daemon exited by itself before SIGKILL")
+		assert.True(t, rep.Daemon.Exited && !rep.Daemon.Killed)
+		assert.Equal(t, VerdictStoppedByControl, rep.Verdict)
+	})
+}
+
+// With WithReserve the last-resort point moves with the reserve: 3/10 of
+// it for the last resort, and the rest for the stop, control and kill.
+func TestLastResortPointFollowsTheReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, _, k, td := lastResortRig(t, WithReserve(40*time.Second))
+		f.hold(t, 0, "vmm")
+		start := time.Now()
+		_, _, err := runFor(t, td, 600*time.Second)
+		require.NoError(t, err)
+		require.Len(t, k.calls, 1)
+		assert.Equal(t, 560*time.Second, k.calls[0].Sub(start))
+	})
+}
+
+// A holder outside the server's cgroup is never killed: the device it
+// holds stays live and the daemon keeps serving it, never asked to stop;
+// the free device is stopped all the same.
+func TestLastResortSparesOutsiderAndStaysConservative(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, d, k, td := lastResortRig(t)
+		f.hold(t, 0, "other-pod")
+		start := time.Now()
+		rep, took, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Equal(t, []Holder{{Kind: HeldByStack, Detail: "other-pod"}}, held.Holders[0])
+		require.Len(t, k.calls, 1)
+		assert.Equal(t, 50*time.Second, k.calls[0].Sub(start))
+		require.Len(t, rep.LastResort.Spared(), 1)
+		assert.Contains(t, rep.LastResort.Spared()[0].Reason, "outside the server's cgroup")
+		assert.Empty(t, rep.LastResort.Killed())
+		assert.Equal(t, []string{"STOP_DEV 1"}, d.Events(), "the free device is stopped; the daemon is never asked to stop")
+		assert.Equal(t, 51*time.Second, took)
+		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
+		assert.Equal(t, VerdictStoppedByControl, rep.Device(1).Verdict)
+		assert.True(t, rep.Daemon.LeftRunning && !rep.Daemon.Killed)
+	})
+}
+
+// Turned off, or on a kernel known fixed, the last resort does not run:
+// the step ends at the same point with a *HeldError and kills nothing.
+func TestLastResortOffOrOnFixedKernel(t *testing.T) {
+	for name, opts := range map[string][]Option{
+		"WithoutLastResort": {WithoutLastResort()},
+		"fixed kernel":      {WithKernelRelease(fixed)},
+		"stop despite":      {WithStopDespiteHolders()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f, d, k, td := lastResortRig(t, opts...)
+				f.hold(t, 0, "vmm")
+				assert.False(t, td.LastResort())
+				rep, _, err := runFor(t, td, 60*time.Second)
+				assert.Empty(t, k.calls, "nothing killed")
+				assert.Nil(t, rep.LastResort)
+				if name == "stop despite" {
+					require.NoError(t, err)
+					assert.Equal(t, "request", d.Events()[0], "asked to stop with the holder left, at the same point")
+					assert.Equal(t, 50*time.Second, rep.Step("request stop").Start.Sub(rep.Start))
+					return
+				}
+				var held *HeldError
+				require.ErrorAs(t, err, &held)
+				assert.Equal(t, 50*time.Second, rep.Duration)
+				assert.Empty(t, d.Events())
+			})
+		})
+	}
+}
