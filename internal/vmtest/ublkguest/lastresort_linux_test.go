@@ -3,6 +3,7 @@
 package ublkguest
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -41,47 +42,54 @@ func guestCgroups(t *testing.T) func(pid int) {
 	return func(pid int) { move("other", pid) }
 }
 
-// heldNow scans the holders of device id's disk, and returns them with
-// the disk's number.
-func (r *rig) heldNow(id int) (map[int]ublk.DevNum, map[int][]ublk.Holder) {
-	r.t.Helper()
-	d, err := ublk.ReadDevice("/sys", id)
-	require.NoError(r.t, err)
-	hs, err := ublk.Holders(r.ctx(10*time.Second), "/proc", d.Dev)
-	require.NoError(r.t, err)
-	return map[int]ublk.DevNum{id: d.Dev}, map[int][]ublk.Holder{id: hs}
-}
-
-func fateOf(rep *ublk.LastResortReport, pid int) *ublk.HolderFate {
-	for i := range rep.Holders {
-		if rep.Holders[i].Holder.PID == pid {
-			return &rep.Holders[i]
+func fateOf(rep *ublk.Report, pid int) *ublk.HolderFate {
+	if rep.LastResort == nil {
+		return nil
+	}
+	for i := range rep.LastResort.Holders {
+		if rep.LastResort.Holders[i].Holder.PID == pid {
+			return &rep.LastResort.Holders[i]
 		}
 	}
 	return nil
 }
 
-// TestGuestLastResortKillsDoomedHolderStopsAndDaemonExits: a VMM in the
-// server's own cgroup never closes the disk while a writer has I/O in
-// flight. At the last-resort point the VMM is killed (doomed by the pod's
-// SIGKILL anyway), STOP_DEV completes through /dev/ublk-control with the
-// daemon still serving, and the daemon, asked to stop, exits by itself
-// well before the simulated SIGKILL. No BUG/WARN, acknowledged writes
-// intact.
-func TestGuestLastResortKillsDoomedHolderStopsAndDaemonExits(t *testing.T) {
+// lastResortBudget is the step's window: it ends at the simulated SIGKILL
+// of the pod. With the default reserve (10 s) the last-resort point is 2 s
+// in.
+const lastResortBudget = 12 * time.Second
+
+// TestGuestStepLastResortKillsDoomedHolderStopsAndDaemonExits: a VMM in
+// the server's own cgroup never closes the disk while a writer (this
+// process, the server) has I/O in flight. The teardown step, on this
+// vulnerable kernel and with its defaults, kills the VMM at the
+// last-resort point (doomed by the pod's SIGKILL anyway), stops the device
+// with STOP_DEV while the daemon still serves it, and asks the daemon to
+// stop; the daemon exits by itself well before the simulated SIGKILL. No
+// BUG/WARN, no accepted write aborted, acknowledged writes intact.
+func TestGuestStepLastResortKillsDoomedHolderStopsAndDaemonExits(t *testing.T) {
 	vmtest.GuestOnly(t)
 	guestCgroups(t)
 	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{IODelay: 2 * time.Millisecond}})
 	id := r.daemon.Devices[0]
-	sigkill := time.Now().Add(10 * time.Second) // the simulated SIGKILL of the pod
 	w := startWriter(t, r.disk(id), 5)
 	vmm, err := StartHolder(r.ctx(20*time.Second), r.disk(id))
 	require.NoError(t, err)
 	t.Cleanup(vmm.Kill)
 
-	disks, held := r.heldNow(id)
-	rep := ublk.KillDoomedHolders(r.ctx(5*time.Second), "/proc", disks, held)
-	t.Logf("last resort: server %s, holders %+v", rep.ServerCgroup, rep.Holders)
+	td := r.step()
+	require.True(t, td.LastResort(), "on by default")
+	sigkill := time.Now().Add(lastResortBudget) // the simulated SIGKILL of the pod
+	ctx, cancel := context.WithDeadline(t.Context(), sigkill)
+	defer cancel()
+	rep, err := td.Stop(ctx)
+	t.Log(rep.String())
+	require.NoError(t, err)
+
+	require.NotNil(t, rep.LastResort, "the last resort ran")
+	t.Logf("last resort at +%v: server %s, holders %+v", rep.LastResort.At.Sub(rep.Start), rep.LastResort.ServerCgroup, rep.LastResort.Holders)
+	assert.InDelta(t, sigkill.Add(-ublk.DefaultReserve).Sub(rep.Start), rep.LastResort.At.Sub(rep.Start), float64(500*time.Millisecond),
+		"at the last-resort point: SIGKILL minus the step's reserve")
 	f := fateOf(rep, vmm.Cmd.Process.Pid)
 	require.NotNil(t, f, "the VMM is in the report")
 	assert.True(t, f.Doomed && f.Killed, "%+v", f)
@@ -92,21 +100,21 @@ func TestGuestLastResortKillsDoomedHolderStopsAndDaemonExits(t *testing.T) {
 	_ = vmm.Cmd.Wait()
 	assert.Equal(t, "signal: killed", vmm.Cmd.ProcessState.String())
 
-	ctl, err := ublk.OpenControl(ublk.DefaultControlPath)
-	require.NoError(t, err)
-	defer ctl.Close()
-	stopAt := time.Now()
-	require.NoError(t, ctl.StopDev(r.ctx(5*time.Second), id), "STOP_DEV completes while the daemon serves")
-	require.NoError(t, r.daemon.Cmd.Process.Signal(unix.SIGTERM))
+	stop := stepNamed(rep, id, "STOP_DEV")
+	require.NotNil(t, stop, "STOP_DEV by the last resort")
+	assert.Empty(t, stop.Err, "STOP_DEV completes while the daemon serves")
+	assert.False(t, stop.Start.Before(rep.LastResort.At))
+	req := rep.Step("request stop")
+	require.NotNil(t, req, "the daemon was asked to stop")
+	assert.False(t, req.Start.Before(stop.Start.Add(stop.Duration)), "asked only after STOP_DEV completed")
+	assert.True(t, rep.Daemon.Exited && !rep.Daemon.Killed, "%+v", rep.Daemon)
+	assert.True(t, rep.Start.Add(rep.Duration).Before(sigkill), "the daemon exited by itself %v before SIGKILL",
+		sigkill.Sub(rep.Start.Add(rep.Duration)))
+	assert.Equal(t, ublk.VerdictStoppedByControl, rep.Verdict)
+
 	<-w.Done()
 	writes, err := w.Stop(r.ctx(10 * time.Second))
 	require.NoError(t, err)
-	select {
-	case <-r.daemon.Exited():
-	case <-time.After(time.Until(sigkill)):
-		t.Fatal("the daemon had not exited by the simulated SIGKILL")
-	}
-	assert.True(t, time.Now().Before(sigkill), "the daemon exited by itself before SIGKILL")
 	o := r.observe(writes)
 	assert.NoError(t, o.DaemonErr, "the daemon exited by itself with status 0")
 	CheckDevicesGone(t, r.ctl, r.daemon.Devices)
@@ -115,20 +123,22 @@ func TestGuestLastResortKillsDoomedHolderStopsAndDaemonExits(t *testing.T) {
 		if wr.Err == nil {
 			acked++
 		} else {
-			assert.False(t, wr.Start.Before(stopAt), "a write issued %v before STOP_DEV failed: in-flight I/O aborted: %v",
-				stopAt.Sub(wr.Start), wr.Err)
+			assert.False(t, wr.Start.Before(stop.Start), "a write issued %v before STOP_DEV failed: in-flight I/O aborted: %v",
+				stop.Start.Sub(wr.Start), wr.Err)
 		}
 	}
 	assert.Positive(t, acked)
 	assert.Empty(t, VerifyAcked(o.Disk, writes), "acknowledged writes intact")
-	t.Logf("%d writes acknowledged of %d; STOP_DEV at +%v", acked, len(writes), stopAt.Sub(writes[0].Start))
+	t.Logf("%d writes acknowledged of %d; last resort at +%v, STOP_DEV took %v, step done %v before SIGKILL",
+		acked, len(writes), rep.LastResort.At.Sub(rep.Start), stop.Duration, sigkill.Sub(rep.Start.Add(rep.Duration)))
 	noKernelProblemsSince(t, r.logFrom)
 }
 
-// TestGuestLastResortSparesHolderInAnotherCgroup: a holder in another
-// cgroup (another pod, the host) is never killed: it is reported with its
-// cgroup, and nothing else is done to its device.
-func TestGuestLastResortSparesHolderInAnotherCgroup(t *testing.T) {
+// TestGuestStepLastResortSparesHolderInAnotherCgroup: a holder in another
+// cgroup (another pod, the host) is never killed: the step reports it with
+// its cgroup, leaves its device live and the daemon serving it, never
+// asked to stop, and returns a *HeldError.
+func TestGuestStepLastResortSparesHolderInAnotherCgroup(t *testing.T) {
 	vmtest.GuestOnly(t)
 	toOther := guestCgroups(t)
 	r := newRig(t, ublkserver.DaemonConfig{})
@@ -138,16 +148,24 @@ func TestGuestLastResortSparesHolderInAnotherCgroup(t *testing.T) {
 	t.Cleanup(outsider.Kill)
 	toOther(outsider.Cmd.Process.Pid)
 
-	disks, held := r.heldNow(id)
-	rep := ublk.KillDoomedHolders(r.ctx(5*time.Second), "/proc", disks, held)
-	t.Logf("last resort: server %s, holders %+v", rep.ServerCgroup, rep.Holders)
+	ctx, cancel := context.WithTimeout(t.Context(), lastResortBudget)
+	defer cancel()
+	rep, err := r.step().Stop(ctx)
+	t.Log(rep.String())
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held)
+	require.NotNil(t, rep.LastResort, "the last resort ran")
+	t.Logf("last resort: server %s, holders %+v", rep.LastResort.ServerCgroup, rep.LastResort.Holders)
 	f := fateOf(rep, outsider.Cmd.Process.Pid)
 	require.NotNil(t, f)
 	assert.False(t, f.Doomed || f.Killed, "%+v", f)
 	assert.Contains(t, f.Reason, "outside the server's cgroup")
 	assert.Contains(t, f.Cgroup, "/other")
-	assert.Contains(t, rep.ServerCgroup, "/server")
+	assert.Contains(t, rep.LastResort.ServerCgroup, "/server")
 	require.NoError(t, outsider.Cmd.Process.Signal(unix.Signal(0)), "the outsider is alive")
+	assert.False(t, rep.Daemon.Requested, "the daemon was not asked to stop")
+	assert.True(t, r.alive())
+	assert.Equal(t, ublk.VerdictHeld, rep.Device(id).Verdict)
 	assert.Equal(t, ublkserver.StateLive, r.state(id))
 	noKernelProblemsSince(t, r.logFrom)
 }
