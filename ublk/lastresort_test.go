@@ -165,7 +165,7 @@ func TestLastResortOffOrOnFixedKernel(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f, d, k, td := lastResortRig(t, opts...)
 				f.hold(t, 0, "vmm")
-				assert.False(t, td.LastResort())
+				assert.Equal(t, name == "fixed kernel", td.LastResort(), "on unless turned off")
 				rep, _, err := runFor(t, td, 60*time.Second)
 				assert.Empty(t, k.calls, "nothing killed")
 				assert.Nil(t, rep.LastResort)

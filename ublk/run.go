@@ -121,7 +121,7 @@ func (r *run) do() error {
 		switch {
 		case r.cfg.stopDespite:
 			r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the daemon although devices are still open", "holders", fmt.Sprint(held))
-		case r.t.LastResort() && !r.lastResort.Deadline.IsZero() && r.ctx.Err() == nil: // no deadline: no SIGKILL to get ahead of
+		case r.t.LastResort() && !r.t.class.MayKillWithLiveDevices() && !r.lastResort.Deadline.IsZero() && r.ctx.Err() == nil: // no deadline: no SIGKILL to get ahead of
 			held = r.runLastResort(held)
 		}
 		if held != nil && !r.cfg.stopDespite {

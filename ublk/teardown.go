@@ -103,13 +103,13 @@ func (t *Teardown) Phase() deadline.Phase {
 	return deadline.Phase{Name: StepName, Reserve: deadline.Fixed(c.lastResortReserve + c.stopReserve + c.controlReserve + c.killReserve), Critical: true}
 }
 
-// LastResort reports whether the step runs the last resort when disks are
-// still held open at the last-resort point: true unless WithoutLastResort
-// or WithStopDespiteHolders was given, and the kernel is not known to be
-// safe to kill a daemon on (KernelClass.MayKillWithLiveDevices).
-func (t *Teardown) LastResort() bool {
-	return !t.cfg.lastResortOff && !t.cfg.stopDespite && !t.class.MayKillWithLiveDevices()
-}
+// LastResort reports whether the step runs the last resort (see
+// WithoutLastResort) when disks are still held open at the last-resort
+// point on a kernel not known fixed: true unless WithoutLastResort or
+// WithStopDespiteHolders was given. On a kernel where killing the daemon
+// with live devices is safe (KernelClass.MayKillWithLiveDevices) it never
+// runs.
+func (t *Teardown) LastResort() bool { return !t.cfg.lastResortOff && !t.cfg.stopDespite }
 
 // Run is Stop for the drain orchestrator (drain.Step): it returns the
 // *Report as the step's detail, which the drain Report carries.

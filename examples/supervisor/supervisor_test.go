@@ -293,3 +293,25 @@ func TestChildrenDoNotInheritTheAPIKey(t *testing.T) {
 	env := childEnv([]string{"PATH=/bin", EnvAPIKey + "=secret", "DRAINKIT_API_KEY_FILE=x"})
 	assert.Equal(t, []string{"PATH=/bin", "DRAINKIT_API_KEY_FILE=x"}, env)
 }
+
+// Both daemons, the supervisor's own child (-daemon) and the server's
+// (-daemon-socket), are torn down by a ublk step that runs the last resort
+// by default: on a kernel not known fixed, VMMs of this pod still holding
+// a disk at the last-resort point are killed so the daemon can stop its
+// devices and exit before SIGKILL.
+func TestDaemonStepRunsTheLastResortByDefault(t *testing.T) {
+	for name, args := range map[string][]string{
+		"-daemon":        {"-daemon", "ublkd"},
+		"-daemon-socket": {"-daemon-socket", filepath.Join(t.TempDir(), "ublkd.sock")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := parseArgs(append(args, "--", "server"), io.Discard)
+			require.NoError(t, err)
+			sup, err := newSupervisor(cfg, io.Discard)
+			require.NoError(t, err)
+			require.NotNil(t, sup.teardown)
+			assert.True(t, sup.teardown.LastResort())
+			assert.Contains(t, sup.drainer.Plan().Phases(), StepDaemon)
+		})
+	}
+}

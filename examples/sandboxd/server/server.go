@@ -46,6 +46,7 @@ type Server struct {
 	// when an earlier shutdown wrote one, and is saved there at shutdown.
 	est   *deadline.Estimator
 	steps []drain.Step
+	ublk  *ublk.Teardown // nil without devices
 	// Problems are the records found damaged at start and not loaded.
 	Problems []store.Problem
 }
@@ -120,11 +121,15 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 		return nil, err
 	}
 	s.daemon = daemon
+	// The last resort is on (ublk's default): on a kernel not known fixed, a VMM of this
+	// pod still holding a disk when only the step's reserve is left is killed (the pod's
+	// SIGKILL would end it anyway) so the daemon can stop its devices and exit first.
 	td, err := ublk.New(ublk.WithSysfsRoot(sysRoot(s.cfg.StateDir)), ublk.WithDaemon(sock), ublk.WithoutControl(),
 		ublk.WithReserve(s.cfg.UblkReserve()), ublk.WithLogger(s.logger))
 	if err != nil {
 		return nil, err
 	}
+	s.ublk = td
 	return []drain.Step{td, httpStep}, nil // td's phase is critical: nothing before it spends its reserve
 }
 

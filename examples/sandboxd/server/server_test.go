@@ -18,6 +18,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // started is a sandboxd running in this process on a loopback port.
@@ -243,4 +244,18 @@ func TestLearnedRatesSurviveARestart(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, learned.File), []byte("{"), 0o600))
 	st = start(t, cfg)
 	assert.Equal(t, cfg.PauseEstimate(), st.s.est.Estimate(), "an unreadable file falls back to -pause-latency")
+}
+
+// The device teardown runs ublk's last resort by default: on a kernel not
+// known fixed, VMMs of this pod still holding a disk at the last-resort
+// point are killed so the daemon stops its devices and exits before
+// SIGKILL; its part of the reserve is in the plan.
+func TestUblkStepRunsTheLastResortByDefault(t *testing.T) {
+	s, err := New(context.Background(), testConfig(t), nil)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NotNil(t, s.ublk, "-devices 1: a ublk step")
+	assert.True(t, s.ublk.LastResort())
+	assert.Equal(t, s.cfg.UblkReserve(), s.ublk.Phase().Reserve(), "the step's reserve, the last resort's part included")
+	assert.Contains(t, s.drainer.Plan().Phases(), ublk.StepName)
 }
