@@ -23,8 +23,9 @@
 //	var unsafe *ublk.UnsafeError
 //	if errors.As(err, &unsafe) { ... } // devices live, daemon left running: tell a human
 //
-// The order (see Teardown.Run): find the devices in sysfs; wait until no
+// The order (see Teardown.Stop): find the devices in sysfs; wait until no
 // process holds a disk open (Holders: fds, mounts, swap, stacked devices);
+// if some still do at the last-resort point, run the last resort (below);
 // ask the daemon to stop (SIGTERM through a pidfd, or AgentENV's socket
 // request); wait until every device has left sysfs and the daemon has
 // exited; if the daemon does not answer, crashed, or time runs short, stop
@@ -33,21 +34,42 @@
 // no device is live, or near the deadline on a kernel that is not
 // vulnerable.
 //
+// The last resort. The pod's SIGKILL takes the whole container cgroup: a
+// VMM in it that still holds a disk when the step's time runs out dies a
+// few seconds later anyway, and leaving it alive only makes sure the daemon
+// dies with a live device, the host-crash path. So on a kernel not known
+// fixed (vulnerable, exit may hang, an undeclared vendor build), when
+// holders remain at the last-resort point (the end of the holder wait:
+// the deadline minus the step's reserve, or HolderWait), the step
+// SIGKILLs the holders inside its own cgroup (same cgroup or below in every
+// hierarchy; pinned with a pidfd, checked again, waited for), STOP_DEVs
+// every device no holder is left on while the daemon still serves it, and
+// asks the daemon to stop, which then exits with no live device, all
+// within its part of the reserve. Holders outside the cgroup (another pod,
+// the host) are never killed, nor are mounts, swap and stacked devices: a
+// device they hold stays live, the daemon keeps serving it and is not asked
+// to stop, and Stop returns a *HeldError. Report.LastResort names every
+// holder, killed or spared, its cgroup and why. WithoutLastResort turns it
+// off; WithStopDespiteHolders replaces it.
+//
 // Guarantees:
 //   - Stop returns by ctx's deadline (plus one sysfs read). Inside it, the
-//     step's reserve (WithReserve, default 7 s) is kept for the daemon's
-//     own stop (2/7), the control fallback (3/7) and the kill (2/7); the
-//     holder wait (WithHolderWait) runs before them, and RequestTimeout
-//     (5 s) bounds the stop request. When the window is
-//     shorter than the reserve, deadline.Split's rule shares it. Without a
-//     deadline Stop waits until ctx is cancelled.
+//     step's reserve (WithReserve, default DefaultReserve, 10 s) is kept for
+//     the last resort (3/10), the daemon's own stop (2/10), the control
+//     fallback (3/10) and the kill (2/10), laid out with deadline.Split;
+//     the holder wait (WithHolderWait) runs before them, and RequestTimeout
+//     (5 s) bounds the stop request. When the window is shorter than the
+//     reserve, deadline.Split's rule shares it. Without a deadline Stop
+//     waits until ctx is cancelled, and the last resort never runs.
 //   - On a vulnerable kernel the daemon is never killed while a device's
 //     disk exists and STOP_DEV has not completed for it; Stop then returns an
 //     *UnsafeError saying so ("devices still live ... daemon left running,
 //     unsafe to kill").
-//   - The daemon is never asked to stop while a process holds a disk open,
+//   - The daemon is never asked to stop while a process holds a disk open
+//     (after the last resort: a process other than this one, the server),
 //     unless WithStopDespiteHolders; Stop then returns a *HeldError naming
-//     the holders.
+//     the holders. Only the last resort kills a holder, and only one in
+//     this process's cgroup.
 //   - The Report always has one entry per device: initial and final state,
 //     in-flight I/O before and after, holders, each action with its
 //     duration, and a Verdict.

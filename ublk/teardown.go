@@ -123,25 +123,25 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //  2. Wait, at most HolderWait and never past the last-resort point (where
 //     only the step's reserve is left), until no process holds a disk open
 //     (fds, mounts, swap, stacked devices).
-//  3. If some still do, on a kernel not known fixed, run the last resort
-//     (unless WithoutLastResort), within its part of the reserve: SIGKILL
-//     every holder inside this process's own cgroup (doomed by the pod's
-//     SIGKILL anyway; pinned with a pidfd and waited for), then STOP_DEV
-//     through /dev/ublk-control every device no holder is left on (this
-//     process's own fds do not count: it is the server). Holders outside
-//     the cgroup (another pod, the host), mounts, swap and stacked devices
-//     are never killed; Report.LastResort names every holder, killed or
-//     spared, and why. If a device is still held then, or where the last
-//     resort does not run, return a *HeldError without asking the daemon
-//     to stop (the daemon keeps serving the held device), unless
-//     WithStopDespiteHolders.
+//  3. If some still do, on a kernel not known fixed and under a deadline,
+//     run the last resort (unless WithoutLastResort), within its part of
+//     the reserve: SIGKILL every holder inside this process's own cgroup
+//     (doomed by the pod's SIGKILL anyway; pinned with a pidfd and waited
+//     for), then STOP_DEV through /dev/ublk-control every device no holder
+//     is left on (this process's own fds do not count: it is the server).
+//     Holders outside the cgroup (another pod, the host), mounts, swap and
+//     stacked devices are never killed; Report.LastResort names every
+//     holder, killed or spared, and why. If a device is still held then,
+//     or where the last resort does not run, return a *HeldError without
+//     asking the daemon to stop (the daemon keeps serving the held
+//     device), unless WithStopDespiteHolders.
 //  4. Ask the daemon to stop (RequestStop, bounded by RequestTimeout).
 //  5. Wait until every device has left sysfs and the daemon has exited,
 //     re-reading sysfs every PollInterval.
 //  6. Fall back to /dev/ublk-control (STOP_DEV, then DEL_DEV once the
 //     daemon is gone) when the request failed, when the daemon exited and
-//     left devices, or when devices are still live once only the step's
-//     reserve is left before the deadline.
+//     left devices, or when devices are still live once only the control
+//     fallback's and the kill's parts of the reserve are left.
 //  7. Kill the daemon only when that is safe: once no device is live any
 //     more (after ExitGrace), or, on a kernel that is not vulnerable, when
 //     only the kill's part of the reserve is left. On a vulnerable kernel a
