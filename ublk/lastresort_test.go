@@ -97,6 +97,7 @@ func TestLastResortTimeline(t *testing.T) {
 		require.Len(t, rep.LastResort.Killed(), 1)
 		assert.Equal(t, "vmm", rep.LastResort.Killed()[0].Holder.Detail)
 		assert.Empty(t, rep.LastResort.Spared())
+		assert.Contains(t, rep.String(), "last resort at +50s: 1 killed, 0 spared\n    killed stacked vmm (ublkb0): in the server's cgroup")
 
 		for id, at := range []time.Duration{50500 * time.Millisecond, 51500 * time.Millisecond} {
 			stop := rep.Device(id).Steps[0]

@@ -140,6 +140,16 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "  ublkb%d: %s -> %s; in flight %d -> %d; %d holders: %s\n", d.ID,
 			d.Initial.State(), d.Final.State(), d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict)
 	}
+	if lr := r.LastResort; lr != nil {
+		fmt.Fprintf(&b, "  last resort at +%v: %d killed, %d spared\n", lr.At.Sub(r.Start).Round(time.Millisecond), len(lr.Killed()), len(lr.Spared()))
+		for _, h := range lr.Holders {
+			verb := "spared"
+			if h.Killed {
+				verb = "killed"
+			}
+			fmt.Fprintf(&b, "    %s %s (ublkb%d): %s\n", verb, h.Holder, h.Device, h.Reason)
+		}
+	}
 	return b.String()
 }
 
