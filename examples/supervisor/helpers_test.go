@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,6 +175,10 @@ type supProc struct {
 
 func startSupervisor(t *testing.T, flags []string, server []string, env ...string) *supProc {
 	t.Helper()
+	if !slices.Contains(flags, "-hook-listen") {
+		// Not the default port: other test processes on the machine may hold it.
+		flags = append([]string{"-hook-listen", freeAddr(t)}, flags...)
+	}
 	argv := append(helperCommand("supervisor", flags...), "--")
 	argv = append(argv, server...)
 	cmd := helperCmd(argv)
