@@ -1,258 +1,39 @@
 package fakesandbox
 
-import (
-	"cmp"
-	"context"
-	"errors"
-	"fmt"
-	"math"
-	"math/rand/v2"
-	"sync"
-	"time"
+import "github.com/drainkit/drainkit/draintest"
 
-	"github.com/cenkalti/backoff/v4"
-
-	"github.com/drainkit/drainkit/pause"
+// The fakes, under the names the repository's tests use.
+type (
+	// Sandbox is draintest.Sandbox.
+	Sandbox = draintest.Sandbox
+	// Node is draintest.Node.
+	Node = draintest.Node
+	// Fault is draintest.Fault.
+	Fault = draintest.Fault
+	// Disk is draintest.Disk.
+	Disk = draintest.Disk
 )
 
-// A Fault is what one Preserve attempt does instead of succeeding.
-type Fault int
-
-// The faults an attempt can be scripted with.
+// The faults, as in draintest.
 const (
-	// OK: the attempt takes Latency (or returns ctx's error if it ends
-	// first) and succeeds.
-	OK Fault = iota
-	// Transient: the attempt takes Latency and returns ErrTransient.
-	Transient
-	// Permanent: the attempt takes Latency and returns
-	// backoff.Permanent(ErrPermanent).
-	Permanent
-	// Plain: the attempt takes Latency and returns ErrPermanent unwrapped,
-	// for classifier tests.
-	Plain
-	// Hang: the attempt ignores its context and returns ErrHung only after
-	// HangFor (default DefaultHang). Its goroutine outlives a Run that
-	// abandons it: in a synctest bubble, sleep HangFor before the bubble's
-	// function returns, or synctest reports a deadlock.
-	Hang
-	// Panic: the attempt panics with "fakesandbox: injected panic".
-	Panic
-	// Vanish: the sandbox disappears: the attempt returns pause.ErrGone and
-	// the Node no longer lists it.
-	Vanish
+	OK        = draintest.OK
+	Transient = draintest.Transient
+	Permanent = draintest.Permanent
+	Plain     = draintest.Plain
+	Hang      = draintest.Hang
+	Panic     = draintest.Panic
+	Vanish    = draintest.Vanish
 )
 
-// DefaultHang is how long a Hang attempt blocks when HangFor is zero: far
-// beyond any grace period, yet finite so that synctest bubbles end.
-const DefaultHang = 24 * time.Hour
+// DefaultHang is draintest.DefaultHang.
+const DefaultHang = draintest.DefaultHang
 
-// The errors fake attempts return.
+// The errors fake attempts return, as in draintest.
 var (
-	ErrTransient = errors.New("fakesandbox: transient failure")
-	ErrPermanent = errors.New("fakesandbox: permanent failure")
-	ErrHung      = errors.New("fakesandbox: returned after hanging")
+	ErrTransient = draintest.ErrTransient
+	ErrPermanent = draintest.ErrPermanent
+	ErrHung      = draintest.ErrHung
 )
 
-// A Sandbox is a fake pause.Sandbox. Set its fields before the Run; read
-// its results through its methods, which are safe for concurrent use.
-// It implements pause.Estimated, pause.Prioritized and pause.Sized; an
-// Estimate or Bytes of zero means unknown.
-type Sandbox struct {
-	Name     string
-	Latency  time.Duration // how long an attempt takes
-	Estimate time.Duration // what EstimatedPreserve reports; zero: unknown
-	Prio     int           // what Priority reports
-	Bytes    int64         // what Size reports
-	// Faults scripts the attempts in order: attempt i does Faults[i]; the
-	// attempts after the script succeed.
-	Faults  []Fault
-	HangFor time.Duration // how long a Hang lasts; zero: DefaultHang
-	// Disk, if set, is where a successful attempt writes Bytes after its
-	// Latency: the attempt then takes as long as the shared Disk makes it.
-	Disk *Disk
-
-	node *Node
-
-	mu        sync.Mutex
-	attempts  int
-	preserved bool
-	started   []time.Time
-}
-
-// ID returns the sandbox's Name.
-func (s *Sandbox) ID() string { return s.Name }
-
-// EstimatedPreserve returns Estimate.
-func (s *Sandbox) EstimatedPreserve() time.Duration { return s.Estimate }
-
-// Size returns Bytes.
-func (s *Sandbox) Size() int64 { return s.Bytes }
-
-// Priority returns Prio.
-func (s *Sandbox) Priority() int { return s.Prio }
-
-// Preserve runs the next scripted attempt.
-func (s *Sandbox) Preserve(ctx context.Context) error {
-	s.mu.Lock()
-	fault := OK
-	if s.attempts < len(s.Faults) {
-		fault = s.Faults[s.attempts]
-	}
-	s.attempts++
-	s.started = append(s.started, time.Now())
-	s.mu.Unlock()
-
-	if s.node != nil {
-		s.node.enter()
-		defer s.node.leave()
-	}
-	switch fault {
-	case Panic:
-		panic("fakesandbox: injected panic")
-	case Hang:
-		time.Sleep(cmp.Or(s.HangFor, DefaultHang))
-		return ErrHung
-	case Vanish:
-		if s.node != nil {
-			s.node.Remove(s.Name)
-		}
-		return fmt.Errorf("fakesandbox: %s: %w", s.Name, pause.ErrGone)
-	}
-	if err := sleep(ctx, s.Latency); err != nil {
-		return err
-	}
-	if s.Disk != nil && fault == OK {
-		if err := s.Disk.write(ctx, s.Bytes); err != nil {
-			return err
-		}
-	}
-	switch fault {
-	case Transient:
-		return ErrTransient
-	case Permanent:
-		return backoff.Permanent(ErrPermanent)
-	case Plain:
-		return ErrPermanent
-	}
-	s.mu.Lock()
-	s.preserved = true
-	s.mu.Unlock()
-	return nil
-}
-
-// Attempts returns how many times Preserve was called.
-func (s *Sandbox) Attempts() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.attempts
-}
-
-// Preserved reports whether an attempt succeeded.
-func (s *Sandbox) Preserved() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.preserved
-}
-
-// Starts returns when each attempt started.
-func (s *Sandbox) Starts() []time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Time(nil), s.started...)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	end := time.Now().Add(d)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		// Under synctest the work's timer and ctx's deadline can fire at
-		// the same instant, and select picks either: work that ended at
-		// that very moment is done, whichever was picked.
-		if !time.Now().Before(end) {
-			return nil
-		}
-		return ctx.Err()
-	}
-}
-
-// A Disk is a fake device that preserves share: each writer gets
-// min(PerWriter, Bandwidth/writers) bytes per second, so the throughput of
-// the whole node grows with the writers up to Bandwidth/PerWriter of them
-// (the knee) and is flat beyond it, or falls when Thrash is set: with w
-// writers past the knee the bandwidth is Bandwidth / (1 + Thrash x (w -
-// knee)). A Sandbox with a Disk writes its Bytes to it in 32 chunks, the
-// rate of each chunk set by the writers at its start. Set the fields before
-// the Run; a Disk is safe for concurrent use.
-//
-// Jitter makes the device noisy, as a virtual disk shared with busy
-// neighbours is: each write takes exp(Jitter x N(0,1)) times as long as the
-// device would make it, drawn from a generator seeded with Seed.
-type Disk struct {
-	Bandwidth float64 // bytes per second of the device
-	PerWriter float64 // bytes per second one writer can reach; 0: Bandwidth
-	Thrash    float64
-	Jitter    float64 // sigma of the lognormal factor on each write's time
-	Seed      uint64
-
-	mu      sync.Mutex
-	writers int
-	rng     *rand.Rand
-}
-
-// factor returns the noise factor of one write.
-func (d *Disk) factor() float64 {
-	if d.Jitter == 0 {
-		return 1
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.rng == nil {
-		d.rng = rand.New(rand.NewPCG(d.Seed, d.Seed^0x9e3779b97f4a7c15))
-	}
-	return math.Exp(d.Jitter * d.rng.NormFloat64())
-}
-
-// chunks is how many pieces a write is split into.
-const chunks = 32
-
-func (d *Disk) write(ctx context.Context, n int64) error {
-	d.mu.Lock()
-	d.writers++
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		d.writers--
-		d.mu.Unlock()
-	}()
-	f := d.factor()
-	for range chunks {
-		if err := sleep(ctx, time.Duration(f*float64(n)/chunks/d.rate()*float64(time.Second))); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// rate is the bytes per second one writer gets now.
-func (d *Disk) rate() float64 {
-	d.mu.Lock()
-	w := float64(d.writers)
-	d.mu.Unlock()
-	per := d.PerWriter
-	if per == 0 {
-		per = d.Bandwidth
-	}
-	bw := d.Bandwidth
-	if knee := d.Bandwidth / per; w > knee {
-		bw /= 1 + d.Thrash*(w-knee)
-	}
-	return min(per, bw/w)
-}
+// NewNode returns an empty Node.
+func NewNode() *Node { return draintest.NewNode() }

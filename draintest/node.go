@@ -1,4 +1,4 @@
-package fakesandbox
+package draintest
 
 import (
 	"context"

@@ -1,0 +1,247 @@
+package draintest_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/draintest"
+	"github.com/drainkit/drainkit/pause"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestRecipe is the package documentation's recipe, line for line.
+func TestRecipe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := draintest.NewNode()
+		node.AddN("sb", 40, 2*time.Second) // 40 sandboxes, 2 s per preserve
+		node.Add(&draintest.Sandbox{Name: "flaky", Latency: time.Second,
+			Faults: []draintest.Fault{draintest.Transient}})
+		budget, err := deadline.New(60 * time.Second) // the pod's grace period
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node,
+			PauseOptions: []pause.Option{pause.WithLimit(8)}})
+		require.NoError(t, err)
+
+		sigs := make(chan os.Signal, 1)
+		reports := make(chan *drain.Report, 1)
+		go func() { reports <- d.ServeSignals(t.Context(), sigs) }()
+		start := time.Now()
+		sigs <- syscall.SIGTERM // the kubelet's SIGTERM
+		rep := <-reports
+
+		require.NoError(t, rep.Err())
+		assert.Equal(t, 41, rep.Preserve.Counts[pause.Preserved])
+		// 40 x 2 s at 8 at a time is 10 s of virtual time; the retry adds a jittered backoff.
+		assert.Less(t, time.Since(start), 15*time.Second)
+		assert.Greater(t, rep.Margin, time.Duration(0)) // before SIGKILL
+	})
+}
+
+// The preStop hook under synctest: the wait holds while sandboxes run,
+// SIGTERM comes when the kubelet's hook call would end, and the shutdown
+// preserves what is left.
+func TestRecipeWithThePreStopHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := draintest.NewNode()
+		node.AddN("sb", 4, 3*time.Second)
+		budget, err := deadline.New(120 * time.Second)
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node})
+		require.NoError(t, err)
+
+		hook := httptest.NewRecorder()
+		hookDone := make(chan struct{})
+		go func() {
+			defer close(hookDone)
+			d.PreStop().ServeHTTP(hook, httptest.NewRequest(http.MethodGet, "/drain", nil))
+		}()
+		time.Sleep(30 * time.Second) // the sandboxes keep running; the hook still waits
+		synctest.Wait()
+		assert.True(t, d.Gate().Closed(), "the preStop call closed the gate")
+		select {
+		case <-hookDone:
+			t.Fatal("the preStop wait ended while sandboxes ran and time was left")
+		default:
+		}
+
+		sigs := make(chan os.Signal, 1)
+		reports := make(chan *drain.Report, 1)
+		go func() { reports <- d.ServeSignals(t.Context(), sigs) }()
+		sigs <- syscall.SIGTERM
+		rep := <-reports
+		<-hookDone
+		require.NoError(t, rep.Err())
+		assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
+		assert.Equal(t, drain.Stopped, rep.Phase(drain.PhaseDrain).Result, "SIGTERM ended the wait")
+	})
+}
+
+func TestScriptedAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sb := &draintest.Sandbox{Name: "x", Latency: time.Second, Faults: []draintest.Fault{
+			draintest.Transient, draintest.Permanent, draintest.Plain}}
+		ctx := t.Context()
+		start := time.Now()
+		assert.ErrorIs(t, sb.Preserve(ctx), draintest.ErrTransient)
+		err := sb.Preserve(ctx)
+		var perm *backoff.PermanentError
+		assert.ErrorAs(t, err, &perm)
+		assert.ErrorIs(t, err, draintest.ErrPermanent)
+		err = sb.Preserve(ctx)
+		assert.ErrorIs(t, err, draintest.ErrPermanent)
+		assert.False(t, errors.As(err, &perm))
+		assert.False(t, sb.Preserved())
+		require.NoError(t, sb.Preserve(ctx))
+		assert.True(t, sb.Preserved())
+		assert.Equal(t, 4, sb.Attempts())
+		assert.Equal(t, 4*time.Second, time.Since(start))
+		assert.Len(t, sb.Starts(), 4)
+	})
+}
+
+func TestPreserveHonoursContextButHangDoesNot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		start := time.Now()
+		slow := &draintest.Sandbox{Name: "slow", Latency: time.Minute}
+		assert.ErrorIs(t, slow.Preserve(ctx), context.DeadlineExceeded)
+		assert.Equal(t, time.Second, time.Since(start))
+		hang := &draintest.Sandbox{Name: "hang", HangFor: time.Hour, Faults: []draintest.Fault{draintest.Hang}}
+		assert.ErrorIs(t, hang.Preserve(ctx), draintest.ErrHung)
+		assert.Equal(t, time.Hour+time.Second, time.Since(start))
+	})
+}
+
+func TestPanicAndVanish(t *testing.T) {
+	node := draintest.NewNode()
+	sbs := node.Add(&draintest.Sandbox{Name: "p", Faults: []draintest.Fault{draintest.Panic}},
+		&draintest.Sandbox{Name: "v", Faults: []draintest.Fault{draintest.Vanish}})
+	assert.PanicsWithValue(t, "draintest: injected panic", func() { _ = sbs[0].Preserve(t.Context()) })
+	assert.ErrorIs(t, sbs[1].Preserve(t.Context()), pause.ErrGone)
+	list, err := node.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, list, 1, "the vanished one is no longer listed")
+	assert.Equal(t, "p", list[0].ID())
+}
+
+func TestNodeListsWhatNeedsPreservingAndCountsConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := draintest.NewNode()
+		sbs := node.AddN("sb", 3, time.Second)
+		var hooks []int
+		node.OnList = func(n int) { hooks = append(hooks, n) }
+		for _, sb := range sbs[:2] {
+			go func() { _ = sb.Preserve(t.Context()) }()
+		}
+		synctest.Wait()
+		assert.Equal(t, 2, node.InFlight())
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, 0, node.InFlight())
+		assert.Equal(t, 2, node.MaxInFlight())
+		node.Remove("sb-2")
+		list, err := node.List(t.Context())
+		require.NoError(t, err)
+		assert.Empty(t, list)
+		assert.Equal(t, []int{1}, hooks)
+		assert.Len(t, node.Sandboxes(), 3)
+		assert.Equal(t, 1, node.Lists())
+	})
+}
+
+func TestNodeListingFaults(t *testing.T) {
+	node := draintest.NewNode()
+	node.AddN("sb", 1, 0)
+	boom := errors.New("boom")
+	node.ListErr = func(n int) error {
+		if n == 1 {
+			return boom
+		}
+		return nil
+	}
+	_, err := node.List(t.Context())
+	require.ErrorIs(t, err, boom)
+	list, err := node.List(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, list, 1, "the second listing succeeds")
+}
+
+func TestZeroNodeIsReady(t *testing.T) {
+	var node draintest.Node
+	node.AddN("sb", 2, 0)
+	node.Remove("sb-0")
+	list, err := node.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, "sb-1", list[0].ID())
+}
+
+// Two writers share a Disk's bandwidth: each takes twice as long as one
+// alone.
+func TestDiskSharesItsBandwidth(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const mib = 1 << 20
+		disk := &draintest.Disk{Bandwidth: 2 * mib}
+		alone := &draintest.Sandbox{Name: "alone", Bytes: mib, Disk: disk}
+		start := time.Now()
+		require.NoError(t, alone.Preserve(t.Context()))
+		assert.Equal(t, 500*time.Millisecond, time.Since(start).Round(time.Millisecond))
+
+		a := &draintest.Sandbox{Name: "a", Bytes: mib, Disk: disk}
+		b := &draintest.Sandbox{Name: "b", Bytes: mib, Disk: disk}
+		start = time.Now()
+		errs := make(chan error, 1)
+		go func() { errs <- a.Preserve(t.Context()) }()
+		require.NoError(t, b.Preserve(t.Context()))
+		require.NoError(t, <-errs)
+		assert.Equal(t, time.Second, time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// The recipe in doc.go and TestRecipe are the same code, so the documented
+// recipe compiles and passes.
+func TestDocRecipeIsTestRecipe(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	src, err := os.ReadFile("draintest_test.go")
+	require.NoError(t, err)
+	body := func(text, opening, prefix string) []string {
+		var out []string
+		in := false
+		for _, line := range strings.Split(text, "\n") {
+			if prefix != "" && strings.TrimSpace(line) == "//" {
+				line = "" // a blank line in a doc comment's code block
+			}
+			line = strings.TrimPrefix(line, prefix)
+			switch {
+			case strings.HasPrefix(line, opening):
+				in = true
+			case in && line == "}":
+				return out
+			case in:
+				out = append(out, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	}
+	want := body(string(src), "func TestRecipe(", "")
+	require.NotEmpty(t, want)
+	assert.Equal(t, want, body(string(doc), "func TestShutdownPreservesEverySandboxBeforeSIGKILL(", "//\t"))
+}
