@@ -131,7 +131,7 @@ func TestPanicIsRecoveredWithStackAndOthersGoOn(t *testing.T) {
 		assert.Equal(t, pause.Failed, e.Outcome)
 		assert.Equal(t, 1, e.Attempts, "a panic is not retried")
 		assert.Contains(t, e.Error, "injected panic")
-		assert.Contains(t, e.Stack, "fakesandbox.(*Sandbox).Preserve")
+		assert.Contains(t, e.Stack, "draintest.(*Sandbox).Preserve")
 		assert.Equal(t, 5, rep.Counts[pause.Preserved])
 	})
 }
