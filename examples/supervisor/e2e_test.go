@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -83,10 +84,11 @@ func TestEndToEndSupervisorBringsEverySandboxBackPaused(t *testing.T) {
 func runBehindSupervisor(t *testing.T, withHook bool) {
 	dir := t.TempDir()
 	state, events, report := filepath.Join(dir, "state"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "report.json")
+	termLog := filepath.Join(dir, "termination-log")
 	api, listen, hookAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	argv := append(helperCommand("supervisor",
 		"-listen", listen, "-hook-listen", hookAddr, "-server-url", "http://"+api, "-grace", e2eGrace.String(), "-concurrency", "8",
-		"-daemon", strings.Join(daemonCommand(t, dir, events), " "), "-report", report, "--"),
+		"-daemon", strings.Join(daemonCommand(t, dir, events), " "), "-report", report, "-termination-log", termLog, "--"),
 		// the same server, unmodified, without its own daemon
 		helperCommand("naiveserver", "-listen", api, "-state", state, "-pause", e2ePause.String())...)
 	child, err := kubeletsim.Start(withSysfs(helperCmd(argv), filepath.Join(dir, "sys")))
@@ -130,6 +132,12 @@ func runBehindSupervisor(t *testing.T, withHook bool) {
 	assert.False(t, rep.Daemon.Killed)
 	assert.Contains(t, readFile(t, events), "exit")
 	assert.Nil(t, rep.Ublk, "during a drain the teardown's report is the daemon step's detail")
+	// The pod's last state: the summary in the termination message, within 4 KiB.
+	msg := readFile(t, termLog)
+	assert.LessOrEqual(t, len(msg), 4096)
+	assert.True(t, strings.HasPrefix(msg, fmt.Sprintf("drainkit: all %d sandboxes preserved; exited ", len(created))), msg)
+	assert.Contains(t, msg, "server exited 0; supervisor exit code 0\n")
+	assert.Contains(t, msg, "full report: "+report)
 	ur := ublkDetail(t, rep.Drain)
 	assert.Equal(t, ublk.VerdictStopped, ur.Verdict, "both devices stopped and deleted by the daemon")
 	assert.Len(t, ur.Devices, 2)

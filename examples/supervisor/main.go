@@ -17,6 +17,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/apiflags"
+	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -63,6 +64,7 @@ type config struct {
 	daemonSock  string // the server's own daemon, found by its socket
 	api         apiFlags
 	report      string
+	termLog     string // the termination message path; empty: the default if it exists
 	server      []string
 	apiKey      string
 	kernels     ublk.KernelDeclarations // what the operator declared about the node's kernels
@@ -90,6 +92,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.daemonSock, "daemon-socket", "", "the Unix socket of the server's own ublk daemon: found among the server's descendants, stopped over it last (never started by the supervisor)")
 	c.api.Register(fs)
 	fs.StringVar(&c.report, "report", "", "file to write the JSON Report to at exit")
+	fs.StringVar(&c.termLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -21,6 +21,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 	"github.com/drainkit/drainkit/ublk"
@@ -342,6 +343,7 @@ func (s *supervisor) finish(rep *Report) {
 		attrs = append(attrs, "lost", rep.Drain.Lost(), "margin", rep.Drain.Margin.Round(time.Millisecond))
 	}
 	s.log.Info("supervisor: report", attrs...)
+	s.writeTerminationMessage(rep)
 	if s.cfg.report == "" {
 		return
 	}
@@ -390,4 +392,25 @@ func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 // devices can hang the kernel).
 func (s *supervisor) spared(pid int) bool {
 	return s.owned != nil && pid == s.owned.pidOrZero()
+}
+
+// writeTerminationMessage writes the termination's summary to the
+// termination message path, so the pod's last state says what happened
+// (at most 4 KiB; the full Report is in -report). A failure is logged.
+func (s *supervisor) writeTerminationMessage(rep *Report) {
+	extra := []string{fmt.Sprintf("server %s; supervisor exit code %d", rep.Server.String(), rep.ExitCode)}
+	if rep.Note != "" {
+		extra = append(extra, "note: "+rep.Note)
+	}
+	if s.cfg.report != "" {
+		extra = append(extra, "full report: "+s.cfg.report)
+	}
+	path, explicit := termmsg.Path(s.cfg.termLog)
+	wrote, err := termmsg.Write(path, explicit, termmsg.Summary(rep.Drain, extra...))
+	switch {
+	case err != nil:
+		s.log.Warn("supervisor: termination message not written", "err", err)
+	case wrote:
+		s.log.Info("supervisor: termination message written", "file", path)
+	}
 }

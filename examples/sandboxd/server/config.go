@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/termmsg"
 )
 
 // Config is sandboxd's configuration, one field per command-line flag.
@@ -42,6 +44,10 @@ type Config struct {
 	// (-devices); 0 runs no daemon and no ublk step. ParseFlags makes it 2 with the fake
 	// runtime and 0 with runsc unless the flag is given.
 	Devices int
+	// TerminationLog is the container's termination message path (-termination-log, or
+	// the environment variable DRAINKIT_TERMINATION_LOG), where the drain's summary goes
+	// at exit; empty means /dev/termination-log when it exists, as the kubelet mounts it.
+	TerminationLog string
 }
 
 // Defaults for the flags.
@@ -72,6 +78,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.DurationVar(&c.PauseLatency, "pause-latency", DefaultPauseLatency, "how long one pause takes (fake runtime); with runsc, the first estimate of a checkpoint")
 	fs.Float64Var(&c.PauseJitter, "pause-jitter", 0, "spread of the pause latency, a fraction in [0, 1) (fake runtime)")
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown")
+	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.IntVar(&c.Devices, "devices", 0, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -23,6 +23,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -186,7 +187,27 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	}
 	s.Close()
 	s.writeRates(rep)
-	return rep, s.writeReport(rep)
+	err := s.writeReport(rep)
+	s.writeTerminationMessage(rep, err)
+	return rep, err
+}
+
+// writeTerminationMessage writes the drain's summary to the termination message path, so
+// the pod's last state says what happened (at most 4 KiB; the full Report is in the state
+// directory). A failure is logged: it must not change the exit.
+func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr error) {
+	where := "full report: " + filepath.Join(s.cfg.StateDir, ReportFile)
+	if reportErr != nil {
+		where = "the full report could not be written: " + reportErr.Error()
+	}
+	path, explicit := termmsg.Path(s.cfg.TerminationLog)
+	wrote, err := termmsg.Write(path, explicit, termmsg.Summary(rep, where))
+	switch {
+	case err != nil:
+		s.logger.Warn("termination message not written", "error", err)
+	case wrote:
+		s.logger.Info("termination message written", "file", path)
+	}
 }
 
 // learnedEstimate is where the estimate of one preserve starts: what the last shutdown

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -258,4 +259,24 @@ func TestUblkStepRunsTheLastResortByDefault(t *testing.T) {
 	assert.True(t, s.ublk.LastResort())
 	assert.Equal(t, s.cfg.UblkReserve(), s.ublk.Phase().Reserve(), "the step's reserve, the last resort's part included")
 	assert.Contains(t, s.drainer.Plan().Phases(), ublk.StepName)
+}
+
+// At exit the drain's summary goes to the termination message path, where the kubelet
+// reads it into the pod's last state: the verdict first, within 4 KiB.
+func TestTerminationMessageSummarisesTheDrain(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.TerminationLog = filepath.Join(t.TempDir(), "termination-log")
+	st := start(t, cfg)
+	for range 5 {
+		createSandbox(t, st.base)
+	}
+	rep := st.shutdown(t)
+	require.Zero(t, rep.Lost())
+	msg, err := os.ReadFile(cfg.TerminationLog)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(msg), termmsg.MaxBytes)
+	assert.Regexp(t, `^drainkit: all 5 sandboxes preserved; exited \d+\.\d{3}s before SIGKILL\n`, string(msg))
+	assert.Contains(t, string(msg), "sandboxes: 5: preserved 5\n")
+	assert.Contains(t, string(msg), "phases: gate ok ")
+	assert.Contains(t, string(msg), "full report: "+filepath.Join(cfg.StateDir, ReportFile))
 }

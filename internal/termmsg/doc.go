@@ -1,0 +1,16 @@
+// Package termmsg writes a drain's compact summary to the container's
+// termination message path, so that it shows in the pod's last state
+// (kubectl describe pod, .status.containerStatuses[].lastState.terminated.message)
+// after the process is gone: the verdict, T0 and SIGKILL, every phase, the
+// sandboxes by outcome and as many lost sandbox IDs as fit in the kubelet's
+// 4 KiB.
+//
+//	path, explicit := termmsg.Path(*flagTerminationLog) // flag, else DRAINKIT_TERMINATION_LOG, else /dev/termination-log
+//	msg := termmsg.Summary(rep, "full report: "+reportPath)
+//	if _, err := termmsg.Write(path, explicit, msg); err != nil {
+//		logger.Warn("termination message not written", "error", err)
+//	}
+//
+// The default path is written only when it exists (the kubelet mounts it
+// into the container), so a server run by hand creates no file in /dev.
+package termmsg

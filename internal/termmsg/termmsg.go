@@ -1,0 +1,184 @@
+package termmsg
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// MaxBytes is the kubelet's limit on a container's termination message:
+// it reads at most this much of the file.
+const MaxBytes = 4096
+
+// DefaultPath is the container's terminationMessagePath when the manifest
+// does not set one.
+const DefaultPath = "/dev/termination-log"
+
+// EnvPath names the environment variable that overrides the path (the
+// -termination-log flag wins over it).
+const EnvPath = "DRAINKIT_TERMINATION_LOG"
+
+// Summary returns the compact account of a drain for the pod's last state,
+// at most MaxBytes: the verdict first, then T0 and SIGKILL, every phase's
+// result and duration, the sandboxes by outcome, as many lost sandbox IDs
+// as fit, and the lines of extra (for example where the full Report is).
+// A nil rep says that no drain ran. The lines an operator needs most come
+// first, so a cut loses the least.
+func Summary(rep *drain.Report, extra ...string) string {
+	var head []string
+	if rep == nil {
+		head = append(head, "drainkit: no drain ran")
+	} else {
+		head = append(head, "drainkit: "+verdict(rep))
+		b := rep.Budget
+		line := fmt.Sprintf("T0 %s (%s), grace %s", b.Start.UTC().Format(time.RFC3339), b.Anchor, b.Grace)
+		if !b.SIGTERM.IsZero() {
+			line += ", SIGTERM " + rel(b.SIGTERM, b.Start)
+		}
+		head = append(head, line+", SIGKILL due "+rel(b.Kill, b.Start))
+		var phases []string
+		for _, p := range rep.Phases {
+			phases = append(phases, fmt.Sprintf("%s %s %.3fs", p.Name, p.Result, p.Duration.Seconds()))
+		}
+		head = append(head, "phases: "+strings.Join(phases, "; "))
+		if pr := rep.Preserve; pr != nil {
+			var counts []string
+			for _, o := range []pause.Outcome{pause.Preserved, pause.Vanished, pause.Failed, pause.TimedOut, pause.NotStarted} {
+				if n := pr.Counts[o]; n > 0 {
+					counts = append(counts, fmt.Sprintf("%s %d", o, n))
+				}
+			}
+			if pr.Unknown {
+				counts = append(counts, "UNKNOWN: no listing succeeded: "+pr.ListErr)
+			}
+			head = append(head, fmt.Sprintf("sandboxes: %d: %s", len(pr.Entries), strings.Join(counts, ", ")))
+		}
+	}
+	head = append(head, extra...)
+	out := strings.Join(head, "\n") + "\n"
+	if len(out) > MaxBytes {
+		return cut(out)
+	}
+	if rep == nil || rep.Preserve == nil || rep.Preserve.Lost() == 0 {
+		return out
+	}
+	lost := lostIDs(rep.Preserve)
+	const prefix = "lost: "
+	room := MaxBytes - len(out) - len(prefix) - 1
+	var ids []string
+	used := 0
+	for i, id := range lost {
+		more := ""
+		if left := len(lost) - i - 1; left > 0 {
+			more = fmt.Sprintf(" ... and %d more", left)
+		}
+		if used+len(id)+1+len(more) > room {
+			ids = append(ids, fmt.Sprintf("... and %d more", len(lost)-i))
+			break
+		}
+		ids = append(ids, id)
+		used += len(id) + 1
+	}
+	return out + prefix + strings.Join(ids, " ") + "\n"
+}
+
+// lostIDs lists the sandboxes not preserved, failures first, each with its
+// outcome.
+func lostIDs(pr *pause.Report) []string {
+	rank := map[pause.Outcome]int{pause.Failed: 0, pause.TimedOut: 1, pause.NotStarted: 2}
+	var lost []pause.Entry
+	for _, e := range pr.Entries {
+		if _, ok := rank[e.Outcome]; ok {
+			lost = append(lost, e)
+		}
+	}
+	slices.SortStableFunc(lost, func(a, b pause.Entry) int { return rank[a.Outcome] - rank[b.Outcome] })
+	out := make([]string, len(lost))
+	for i, e := range lost {
+		out[i] = e.ID + "(" + string(e.Outcome) + ")"
+	}
+	return out
+}
+
+// cut shortens s to MaxBytes, on a character boundary, marking the cut.
+func cut(s string) string {
+	const mark = "...\n"
+	b := s[:MaxBytes-len(mark)]
+	for !utf8.ValidString(b) {
+		b = b[:len(b)-1]
+	}
+	return b + mark
+}
+
+func verdict(rep *drain.Report) string {
+	var parts []string
+	if pr := rep.Preserve; pr != nil {
+		switch lost := pr.Lost(); {
+		case pr.Unknown:
+			parts = append(parts, "sandboxes UNKNOWN (no listing succeeded)")
+		case lost > 0:
+			parts = append(parts, fmt.Sprintf("%d of %d sandboxes LOST", lost, len(pr.Entries)))
+		default:
+			parts = append(parts, fmt.Sprintf("all %d sandboxes preserved", pr.Counts[pause.Preserved]))
+		}
+	}
+	if rep.Margin >= 0 {
+		parts = append(parts, fmt.Sprintf("exited %.3fs before SIGKILL", rep.Margin.Seconds()))
+	} else {
+		parts = append(parts, fmt.Sprintf("ended %.3fs AFTER the expected SIGKILL", -rep.Margin.Seconds()))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func rel(t, t0 time.Time) string { return fmt.Sprintf("%+.3fs", t.Sub(t0).Seconds()) }
+
+// Path resolves where the message goes: the flag's value if given, else
+// EnvPath's, else DefaultPath. explicit says whether a flag or the
+// environment chose it.
+func Path(flagValue string) (path string, explicit bool) {
+	if flagValue != "" {
+		return flagValue, true
+	}
+	if v := os.Getenv(EnvPath); v != "" {
+		return v, true
+	}
+	return DefaultPath, false
+}
+
+// Write writes msg (cut to MaxBytes) to path. Unless explicit, it writes
+// only to a file that already exists, as the kubelet's mount of the
+// termination message path does in a container: a server run by hand does
+// not create /dev/termination-log. It returns whether it wrote.
+func Write(path string, explicit bool, msg string) (bool, error) {
+	if len(msg) > MaxBytes {
+		msg = cut(msg)
+	}
+	flags := os.O_WRONLY | os.O_TRUNC
+	if explicit {
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if !explicit && errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("termination message %s: %w", path, err)
+	}
+	if _, err = f.WriteString(msg); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, fmt.Errorf("termination message %s: %w", path, err)
+	}
+	return true, nil
+}

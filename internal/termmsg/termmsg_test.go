@@ -1,0 +1,118 @@
+package termmsg_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/termmsg"
+	"github.com/drainkit/drainkit/pause"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// report is a drain of n sandboxes of which lost were never started.
+func report(n, lost int) *drain.Report {
+	t0 := time.Date(2026, 12, 1, 9, 9, 7, 0, time.UTC)
+	pr := &pause.Report{Counts: map[pause.Outcome]int{}}
+	for i := range n {
+		e := pause.Entry{ID: fmt.Sprintf("sb-%012x", i*7919), Outcome: pause.Preserved}
+		if i < lost {
+			e.Outcome = pause.NotStarted
+		}
+		if i == 0 && lost > 0 {
+			e.Outcome = pause.Failed
+		}
+		pr.Entries = append(pr.Entries, e)
+		pr.Counts[e.Outcome]++
+	}
+	return &drain.Report{
+		Budget: deadline.State{Anchor: deadline.AnchorPreStop, Start: t0, SIGTERM: t0.Add(3555 * time.Second),
+			Kill: t0.Add(3600 * time.Second), Grace: time.Hour},
+		Phases: []drain.PhaseReport{{Name: "drain", Result: drain.TimedOut, Duration: 3555 * time.Second},
+			{Name: "preserve", Result: drain.Failed, Duration: 10 * time.Second}},
+		Preserve: pr, Margin: 30 * time.Second,
+	}
+}
+
+func TestSummaryLeadsWithTheVerdictAndNamesTheLost(t *testing.T) {
+	msg := termmsg.Summary(report(200, 3), "full report: /state/last-shutdown.json")
+	lines := strings.Split(strings.TrimSuffix(msg, "\n"), "\n")
+	require.Len(t, lines, 6)
+	assert.Equal(t, "drainkit: 3 of 200 sandboxes LOST; exited 30.000s before SIGKILL", lines[0])
+	assert.Equal(t, "T0 2026-12-01T09:09:07Z (preStop), grace 1h0m0s, SIGTERM +3555.000s, SIGKILL due +3600.000s", lines[1])
+	assert.Equal(t, "phases: drain timed_out 3555.000s; preserve failed 10.000s", lines[2])
+	assert.Equal(t, "sandboxes: 200: preserved 197, failed 1, not_started 2", lines[3])
+	assert.Equal(t, "full report: /state/last-shutdown.json", lines[4])
+	assert.Equal(t, "lost: sb-000000000000(failed) sb-000000001eef(not_started) sb-000000003dde(not_started)", lines[5],
+		"failures first")
+	assert.Equal(t, "drainkit: all 200 sandboxes preserved; exited 30.000s before SIGKILL\n",
+		strings.SplitAfter(termmsg.Summary(report(200, 0)), "\n")[0])
+	assert.Equal(t, "drainkit: no drain ran\nthe server exited on its own\n", termmsg.Summary(nil, "the server exited on its own"))
+}
+
+// The kubelet reads 4 KiB: a node that lost thousands says how many it
+// could not name.
+func TestSummaryFitsTheKubeletsLimit(t *testing.T) {
+	msg := termmsg.Summary(report(10000, 5000))
+	assert.LessOrEqual(t, len(msg), termmsg.MaxBytes)
+	assert.Greater(t, len(msg), termmsg.MaxBytes-64, "the room is used")
+	assert.Regexp(t, `\.\.\. and \d+ more\n$`, msg)
+	assert.True(t, strings.HasPrefix(msg, "drainkit: 5000 of 10000 sandboxes LOST"))
+
+	long := termmsg.Summary(report(10, 0), strings.Repeat("é", 3000)) // 6000 bytes of two-byte runes
+	assert.LessOrEqual(t, len(long), termmsg.MaxBytes)
+	assert.True(t, utf8.ValidString(long), "cut on a character boundary")
+	assert.True(t, strings.HasSuffix(long, "...\n"))
+}
+
+func TestPathComesFromTheFlagThenTheEnvironment(t *testing.T) {
+	t.Setenv(termmsg.EnvPath, "")
+	p, explicit := termmsg.Path("")
+	assert.Equal(t, termmsg.DefaultPath, p)
+	assert.False(t, explicit)
+	t.Setenv(termmsg.EnvPath, "/tmp/from-env")
+	p, explicit = termmsg.Path("")
+	assert.Equal(t, "/tmp/from-env", p)
+	assert.True(t, explicit)
+	p, _ = termmsg.Path("/tmp/from-flag")
+	assert.Equal(t, "/tmp/from-flag", p)
+}
+
+func TestWriteReplacesTheMountedFileAndCreatesNoDefault(t *testing.T) {
+	dir := t.TempDir()
+	mounted := filepath.Join(dir, "termination-log")
+	require.NoError(t, os.WriteFile(mounted, []byte(strings.Repeat("old ", 2000)), 0o644))
+	wrote, err := termmsg.Write(mounted, false, "drainkit: all 3 sandboxes preserved\n")
+	require.NoError(t, err)
+	assert.True(t, wrote)
+	got, err := os.ReadFile(mounted)
+	require.NoError(t, err)
+	assert.Equal(t, "drainkit: all 3 sandboxes preserved\n", string(got), "truncated, not appended")
+
+	absent := filepath.Join(dir, "not-mounted")
+	wrote, err = termmsg.Write(absent, false, "x")
+	require.NoError(t, err)
+	assert.False(t, wrote, "outside a container the default path is left alone")
+	assert.NoFileExists(t, absent)
+
+	wrote, err = termmsg.Write(absent, true, strings.Repeat("y", 5000))
+	require.NoError(t, err)
+	assert.True(t, wrote, "a path given explicitly is created")
+	got, err = os.ReadFile(absent)
+	require.NoError(t, err)
+	assert.Len(t, got, termmsg.MaxBytes)
+
+	_, err = termmsg.Write(filepath.Join(dir, "no", "dir"), true, "x")
+	assert.ErrorContains(t, err, "termination message")
+}
