@@ -204,7 +204,9 @@ func TestEachLostSandboxIsLoggedEvenIfTheReportCannotBeWritten(t *testing.T) {
 func TestHangupAndQuitDoNotKillSandboxd(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	cmd := exec.Command(os.Args[0], "-listen", addr, "-state-dir", dir, "-grace", "6s",
+	// A hook address of its own: the default 127.0.0.1:8082 is the supervisor's too, whose
+	// tests may run at the same time.
+	cmd := exec.Command(os.Args[0], "-listen", addr, "-hook-listen", freeAddr(t), "-state-dir", dir, "-grace", "6s",
 		"-pause-latency", "50ms", "-devices", "1")
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
 	var stderr syncBuffer
