@@ -1,0 +1,134 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/ublk"
+)
+
+// attachLoop binds a fresh 1 MiB file to a free loop device and returns
+// the node and its number: a real block device whose holders the daemon
+// step's holders scan sees, standing for a ublk disk. It skips when not
+// root or without /dev/loop-control.
+func attachLoop(t *testing.T) (string, ublk.DevNum) {
+	t.Helper()
+	const setFD, clrFD, getFree = 0x4C00, 0x4C01, 0x4C82 // linux/loop.h
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to attach a loop device")
+	}
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no loop devices: %v", err)
+	}
+	defer ctl.Close()
+	backing := filepath.Join(t.TempDir(), "disk.img")
+	require.NoError(t, os.WriteFile(backing, make([]byte, 1<<20), 0o600))
+	bf, err := os.OpenFile(backing, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer bf.Close()
+	var node string
+	for attempt := 0; ; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), getFree)
+		require.NoError(t, err, "LOOP_CTL_GET_FREE")
+		node = fmt.Sprintf("/dev/loop%d", n)
+		lf, err := os.OpenFile(node, os.O_RDWR, 0)
+		if err != nil {
+			t.Skipf("free loop device %s has no usable node here: %v", node, err)
+		}
+		err = unix.IoctlSetInt(int(lf.Fd()), setFD, int(bf.Fd()))
+		lf.Close()
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, unix.EBUSY, "LOOP_SET_FD") // another test process took it
+		require.Less(t, attempt, 10, "no free loop device")
+	}
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(node, os.O_RDWR, 0); err == nil {
+			_ = unix.IoctlSetInt(int(f.Fd()), clrFD, 0)
+			f.Close()
+		}
+	})
+	dev, err := ublk.ReadDevNum("/sys", filepath.Base(node))
+	require.NoError(t, err)
+	return node, dev
+}
+
+// The supervisor's daemon step runs ublk's last resort with its defaults.
+// The server dies on its own; a "VMM" (a child of this test, so in the
+// supervisor's cgroup: the supervisor's exit takes it anyway) holds the
+// daemon's disk and never closes it. At the last-resort point the step
+// SIGKILLs it, the daemon, asked to stop, stops its devices and exits 0,
+// and the supervisor's report names the holder it killed and why.
+func TestSupervisorDaemonStepKillsDoomedHolderAtTheLastResort(t *testing.T) {
+	node, dev := attachLoop(t)
+	dir := t.TempDir()
+	report, events := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log")
+	cfg := fakeublk.DaemonConfig{
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: dev.Major, Minor: dev.Minor}}, // the disk is the loop device
+		Socket:   filepath.Join(dir, "ublkd.sock"),
+		EventLog: events,
+	}
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	require.False(t, strings.ContainsAny(string(b), " \t\n"), "-daemon cannot carry spaces: %s", b)
+
+	// The VMM: its stdin is the disk; this process keeps no fd on it (it
+	// shares the supervisor's cgroup and would be doomed too).
+	disk, err := os.Open(node)
+	require.NoError(t, err)
+	vmm := exec.Command("sleep", "120")
+	vmm.Stdin = disk
+	require.NoError(t, vmm.Start())
+	disk.Close()
+	vmmDone := make(chan struct{})
+	go func() { _ = vmm.Wait(); close(vmmDone) }()
+	t.Cleanup(func() { _ = vmm.Process.Kill(); <-vmmDone })
+
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "4s", "-report", report,
+			"-ublk-kernel", "vulnerable=*", "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
+		helperCommand("stubserver", "-listen", api, "-die-after", "500ms", "-exit", "3"),
+		EnvSysfsRoot+"="+cfg.SysRoot)
+	assert.Equal(t, 3, sup.exitCode(t, 20*time.Second), "the server's status")
+
+	select {
+	case <-vmmDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the VMM is still running")
+	}
+	ws := vmm.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the VMM was SIGKILLed: %v", ws)
+
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Ublk)
+	t.Log(rep.Ublk.String())
+	assert.Equal(t, ublk.KernelVulnerable, rep.Ublk.KernelClass)
+	require.NotNil(t, rep.Ublk.LastResort, "the last resort ran")
+	killed := rep.Ublk.LastResort.Killed()
+	require.Len(t, killed, 1, "%+v", rep.Ublk.LastResort.Holders)
+	assert.Equal(t, vmm.Process.Pid, killed[0].Holder.PID)
+	assert.Contains(t, killed[0].Reason, "in the server's cgroup")
+	assert.Equal(t, ublk.VerdictStopped, rep.Ublk.Verdict, "the daemon stopped its device itself")
+	assert.True(t, rep.Ublk.Daemon.Requested && rep.Ublk.Daemon.Exited && !rep.Ublk.Daemon.Killed)
+	require.NotNil(t, rep.Daemon)
+	assert.Equal(t, "exited 0", rep.Daemon.String())
+	assert.Contains(t, readFile(t, events), "exit")
+}
