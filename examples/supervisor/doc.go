@@ -55,7 +55,10 @@
 //     in-flight pauses finish), sends the server its SIGTERM with the time
 //     left, waits for it (SIGKILL at the step's deadline so the daemon still
 //     gets its turn), stops the daemon with drainkit's ublk teardown (it waits
-//     until no process holds a device, asks the daemon to stop with SIGTERM,
+//     until no process holds a device; on a kernel not known fixed, holders
+//     still there when only its reserve is left are SIGKILLed if they are in
+//     the supervisor's own cgroup, doomed anyway, and reported and spared
+//     otherwise (ublk's last resort); it asks the daemon to stop with SIGTERM,
 //     waits for its devices to go and for its exit, and kills it only when
 //     the kernel rule allows), writes the Report and exits with the server's
 //     status (1 when the server exited 0 but no listing of the sandboxes
