@@ -29,15 +29,17 @@ func TestHandleSignalsFirstStartsSecondForces(t *testing.T) {
 	done := make(chan *Report, 1)
 	go func() { done <- f.d.HandleSignals(context.Background()) }()
 
-	// HandleSignals registers asynchronously: signal until it has started.
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
+	// HandleSignals registers asynchronously: signal until it has started,
+	// one signal at a time. Each is seen delivered (guard gets every one)
+	// before the next is sent, and a registered HandleSignals starts the
+	// shutdown within the wait, so no extra signal is queued to force it.
 	for started := false; !started; {
 		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+		<-guard
 		select {
 		case <-f.d.Terminating():
 			started = true
-		case <-tick.C:
+		case <-time.After(time.Second):
 		}
 	}
 	<-stepStarted

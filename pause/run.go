@@ -412,6 +412,10 @@ func (r *run) startProgress() {
 	if every <= 0 {
 		return
 	}
+	// The timer is assigned under progressMu, which its callback takes
+	// before it reads r.progress: a first tick cannot race the assignment.
+	r.progressMu.Lock()
+	defer r.progressMu.Unlock()
 	r.progress = time.AfterFunc(every, func() {
 		r.progressMu.Lock()
 		defer r.progressMu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,12 +87,31 @@ func TestSIGTERMCheckpointsAndRestartedWorkerRestoresCounters(t *testing.T) {
 }
 
 // startWorker runs the test binary as a worker on dir, in its own process group.
-func startWorker(t *testing.T, dir string, grace time.Duration) (*kubeletsim.Child, *strings.Builder) {
+// lockedBuffer is a child's stderr, written by exec's copying goroutine
+// while a failing assertion reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startWorker(t *testing.T, dir string, grace time.Duration) (*kubeletsim.Child, *lockedBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-state-dir", dir, "-grace", grace.String(), "-runtime", "runsc",
 		"-concurrency", "3")
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
-	var stderr strings.Builder
+	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	child, err := kubeletsim.Start(cmd)
 	require.NoError(t, err)
