@@ -36,6 +36,7 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 		ublk.WithKernelDeclarations(s.cfg.kernels...),
 		ublk.WithReserve(stepReserve(s.cfg.grace)),
 		ublk.WithLogger(s.log),
+		ublk.WithMeterProvider(s.meters),
 	}
 	if root := os.Getenv(EnvSysfsRoot); root != "" {
 		opts = append(opts, ublk.WithSysfsRoot(root), ublk.WithoutControl())

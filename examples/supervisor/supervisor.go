@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"io"
 	"log/slog"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
@@ -83,6 +85,12 @@ type supervisor struct {
 	daemon    *child
 
 	termSent atomic.Bool // the server step has sent the server its SIGTERM
+
+	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
+	// the drain, the pauses, the API requests and the device teardown, in
+	// Prometheus's format.
+	meters  *sdkmetric.MeterProvider
+	metrics http.Handler
 }
 
 // stepReserve is what each teardown step (the server's exit, the daemon's
@@ -98,7 +106,10 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.budget, err = deadline.New(cfg.grace); err != nil {
 		return nil, fmt.Errorf("-grace: %w", err)
 	}
-	opts := append(cfg.api.Options(), httpsource.WithLogger(s.log))
+	if s.meters, s.metrics, err = promexport.New(); err != nil {
+		return nil, err
+	}
+	opts := append(cfg.api.Options(), httpsource.WithLogger(s.log), httpsource.WithMeterProvider(s.meters))
 	if cfg.client != nil {
 		opts = append(opts, httpsource.WithClient(cfg.client))
 	}
@@ -108,7 +119,8 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.src, err = httpsource.New(cfg.serverURL, opts...); err != nil {
 		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 	}
-	p, err := pause.New(s.src, pause.WithLimit(cfg.concurrency), pause.WithLogger(s.log))
+	p, err := pause.New(s.src, pause.WithLimit(cfg.concurrency), pause.WithLogger(s.log),
+		pause.WithMeterProvider(s.meters))
 	if err != nil {
 		return nil, fmt.Errorf("-concurrency: %w", err)
 	}
@@ -132,11 +144,12 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	pres := &limited{Preserver: p, src: s.src}
 	s.preserver, s.steps = pres, steps
 	s.drainer, err = drain.New(drain.Config{
-		Budget:    s.budget,
-		Sandboxes: s.src,
-		Preserver: pres,
-		Steps:     steps,
-		Logger:    s.log,
+		Budget:        s.budget,
+		Sandboxes:     s.src,
+		Preserver:     pres,
+		Steps:         steps,
+		Logger:        s.log,
+		MeterProvider: s.meters,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("-grace %v too short: %w", cfg.grace, err)
@@ -373,6 +386,7 @@ func (s *supervisor) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
+	mux.Handle("GET /metrics", s.metrics)
 	return mux
 }
 

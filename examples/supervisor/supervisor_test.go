@@ -315,3 +315,29 @@ func TestDaemonStepRunsTheLastResortByDefault(t *testing.T) {
 		})
 	}
 }
+
+// GET /metrics on -listen: the supervisor's own OpenTelemetry metrics in
+// Prometheus's format, the API requests it made among them.
+func TestMetricsInPrometheusFormat(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `[{"id": "a", "state": "running"}, {"id": "b", "state": "running"}]`)
+	}))
+	defer api.Close()
+	cfg, err := parseArgs([]string{"-server-url", api.URL, "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	defer sup.drainer.Force() // ends the preStop wait
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "http://127.0.0.1/drain?wait=0s", nil)
+	req.RemoteAddr = "127.0.0.1:40000" // the hook answers loopback only, without a secret
+	sup.hookRoutes().ServeHTTP(rec, req)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+
+	rec = httptest.NewRecorder()
+	sup.routes().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	body := rec.Body.String()
+	assert.Regexp(t, `(?m)^drainkit_drain_sandboxes_running 2$`, body)
+	assert.Contains(t, body, "drainkit_httpsource_request_duration_seconds_count{")
+}

@@ -29,6 +29,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("DELETE /sandboxes/{id}", gate.Admit(drain.Delete, http.HandlerFunc(s.delete)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, "ok") })
 	mux.Handle("GET /readyz", gate.Readiness(nil))
+	mux.Handle("GET /metrics", s.metrics)
 	return mux
 }
 

@@ -17,12 +17,15 @@ import (
 	"syscall"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
@@ -47,7 +50,10 @@ type Server struct {
 	// when an earlier shutdown wrote one, and is saved there at shutdown.
 	est   *deadline.Estimator
 	steps []drain.Step
-	ublk  *ublk.Teardown // nil without devices
+	// meters feeds GET /metrics: the OpenTelemetry metrics in Prometheus's format.
+	meters  *sdkmetric.MeterProvider
+	metrics http.Handler
+	ublk    *ublk.Teardown // nil without devices
 	// Problems are the records found damaged at start and not loaded.
 	Problems []store.Problem
 }
@@ -90,6 +96,9 @@ func (s *Server) open(ctx context.Context) error {
 	if s.node, s.Problems, err = sandbox.NewNode(s.rt, st, s.logger); err != nil {
 		return err
 	}
+	if s.meters, s.metrics, err = promexport.New(); err != nil {
+		return err
+	}
 	steps, err := s.teardownSteps(ctx)
 	if err != nil {
 		return err
@@ -126,7 +135,8 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	// pod still holding a disk when only the step's reserve is left is killed (the pod's
 	// SIGKILL would end it anyway) so the daemon can stop its devices and exit first.
 	td, err := ublk.New(ublk.WithSysfsRoot(sysRoot(s.cfg.StateDir)), ublk.WithDaemon(sock), ublk.WithoutControl(),
-		ublk.WithReserve(s.cfg.UblkReserve()), ublk.WithLogger(s.logger))
+		ublk.WithReserve(s.cfg.UblkReserve()), ublk.WithLogger(s.logger),
+		ublk.WithMeterProvider(s.meters))
 	if err != nil {
 		return nil, err
 	}
@@ -149,9 +159,10 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 			pause.WithPermanent(diskBroken), // retrying cannot help: do not burn the window
 			pause.WithEstimator(s.est),
 		},
-		Steps:        steps,
-		PollInterval: min(time.Second, s.cfg.Grace/20),
-		Logger:       s.logger,
+		Steps:         steps,
+		PollInterval:  min(time.Second, s.cfg.Grace/20),
+		Logger:        s.logger,
+		MeterProvider: s.meters,
 	})
 	return err
 }

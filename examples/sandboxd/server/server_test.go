@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -279,4 +280,42 @@ func TestTerminationMessageSummarisesTheDrain(t *testing.T) {
 	assert.Contains(t, string(msg), "sandboxes: 5: preserved 5\n")
 	assert.Contains(t, string(msg), "phases: gate ok ")
 	assert.Contains(t, string(msg), "full report: "+filepath.Join(cfg.StateDir, ReportFile))
+}
+
+// GET /metrics exposes the OpenTelemetry metrics in Prometheus's text format: once the
+// preStop wait has counted the running sandboxes and the gate refused a create, both show.
+func TestMetricsInPrometheusFormat(t *testing.T) {
+	st := start(t, testConfig(t))
+	for range 3 {
+		createSandbox(t, st.base)
+	}
+	code, _, body := call(t, "GET", st.hook+"/drain?wait=0s", "")
+	require.Equal(t, http.StatusOK, code, body)
+	code, _, _ = call(t, "POST", st.base+"/sandboxes", `{"timeout_s": 60}`)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	code, hdr, body := call(t, "GET", st.base+"/metrics", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, hdr.Get("Content-Type"), "text/plain")
+	t.Logf("metrics:\n%s", body)
+	assert.Regexp(t, `(?m)^drainkit_drain_sandboxes_running(\{[^}]*\})? 3$`, body)
+	assert.Regexp(t, `(?m)^drainkit_drain_gate_rejections_total\{[^}]*class="create"[^}]*\} 1$`, body)
+	st.shutdown(t)
+
+	// After the drain (the API is closed by now; the handler still answers): every phase,
+	// every pause and the device teardown.
+	rec := httptest.NewRecorder()
+	st.s.metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	after := rec.Body.String()
+	t.Logf("metrics after the drain:\n%s", after)
+	for _, want := range []string{
+		`drainkit_drain_phase_duration_seconds_count{drainkit_drain_phase="preserve",drainkit_drain_result="ok"} 1`,
+		`drainkit_drain_phase_duration_seconds_count{drainkit_drain_phase="ublk",drainkit_drain_result="ok"} 1`,
+		`drainkit_pause_sandboxes_total{drainkit_pause_outcome="preserved"} 3`,
+		`drainkit_ublk_devices_total{drainkit_ublk_verdict="stopped"} 1`,
+		`drainkit_pause_preserve_duration_seconds_count`,
+		`drainkit_ublk_teardown_duration_seconds_count`,
+		`drainkit_drain_margin_seconds `,
+	} {
+		assert.Contains(t, after, want)
+	}
 }
