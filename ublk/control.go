@@ -13,29 +13,29 @@ const DefaultControlPath = "/dev/ublk-control"
 // ublk control commands (include/uapi/linux/ublk_cmd.h), ioctl-encoded
 // with type 'u' and a 32-byte struct ublksrv_ctrl_cmd.
 const (
-	CmdGetDevInfo        uint32 = 0x80207502
-	CmdAddDev            uint32 = 0xc0207504
-	CmdDelDev            uint32 = 0xc0207505
-	CmdStartDev          uint32 = 0xc0207506
-	CmdStopDev           uint32 = 0xc0207507
-	CmdStartUserRecovery uint32 = 0xc0207510
-	CmdEndUserRecovery   uint32 = 0xc0207511
-	CmdGetDevInfo2       uint32 = 0x80207512
-	CmdGetFeatures       uint32 = 0x80207513 // 6.5
-	CmdDelDevAsync       uint32 = 0x80207514 // 6.9
-	CmdUpdateSize        uint32 = 0xc0207515 // 6.16
-	CmdQuiesceDev        uint32 = 0xc0207516 // 6.16
-	CmdTryStopDev        uint32 = 0xc0207517 // 7.0
+	cmdGetDevInfo        uint32 = 0x80207502
+	cmdAddDev            uint32 = 0xc0207504
+	cmdDelDev            uint32 = 0xc0207505
+	cmdStartDev          uint32 = 0xc0207506
+	cmdStopDev           uint32 = 0xc0207507
+	cmdStartUserRecovery uint32 = 0xc0207510
+	cmdEndUserRecovery   uint32 = 0xc0207511
+	cmdGetDevInfo2       uint32 = 0x80207512
+	cmdGetFeatures       uint32 = 0x80207513 // 6.5
+	cmdDelDevAsync       uint32 = 0x80207514 // 6.9
+	cmdUpdateSize        uint32 = 0xc0207515 // 6.16
+	cmdQuiesceDev        uint32 = 0xc0207516 // 6.16
+	cmdTryStopDev        uint32 = 0xc0207517 // 7.0
 )
 
 // Device feature flags (ublksrv_ctrl_dev_info.flags).
 const (
-	FlagUserRecovery        uint64 = 1 << 3
-	FlagUserRecoveryReissue uint64 = 1 << 4
-	FlagUnprivilegedDev     uint64 = 1 << 5
-	FlagUserRecoveryFailIO  uint64 = 1 << 9
-	FlagQuiesce             uint64 = 1 << 12
-	FlagSafeStopDev         uint64 = 1 << 17
+	flagUserRecovery        uint64 = 1 << 3
+	flagUserRecoveryReissue uint64 = 1 << 4
+	flagUnprivilegedDev     uint64 = 1 << 5
+	flagUserRecoveryFailIO  uint64 = 1 << 9
+	flagQuiesce             uint64 = 1 << 12
+	flagSafeStopDev         uint64 = 1 << 17
 )
 
 // DevState is a ublk device's state as the driver reports it.

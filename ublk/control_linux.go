@@ -56,7 +56,7 @@ func OpenControl(path string) (*Control, error) {
 // DevInfo sends GET_DEV_INFO for device id.
 func (c *Control) DevInfo(ctx context.Context, id int) (DevInfo, error) {
 	buf := make([]byte, devInfoSize)
-	if err := c.do(ctx, CmdGetDevInfo, id, buf); err != nil {
+	if err := c.do(ctx, cmdGetDevInfo, id, buf); err != nil {
 		return DevInfo{}, err
 	}
 	return decodeDevInfo(buf), nil
@@ -64,7 +64,7 @@ func (c *Control) DevInfo(ctx context.Context, id int) (DevInfo, error) {
 
 // StopDev sends STOP_DEV for device id; ENODEV counts as done.
 func (c *Control) StopDev(ctx context.Context, id int) error {
-	err := c.do(ctx, CmdStopDev, id, nil)
+	err := c.do(ctx, cmdStopDev, id, nil)
 	if errors.Is(err, unix.ENODEV) {
 		return nil
 	}
@@ -75,7 +75,7 @@ func (c *Control) StopDev(ctx context.Context, id int) error {
 // retried while ctx lasts.
 func (c *Control) DelDev(ctx context.Context, id int) error {
 	for {
-		err := c.do(ctx, CmdDelDev, id, nil)
+		err := c.do(ctx, cmdDelDev, id, nil)
 		switch {
 		case errors.Is(err, unix.ENODEV):
 			return nil
@@ -135,11 +135,11 @@ func (c *Control) Close() error {
 
 func cmdName(op uint32) string {
 	switch op {
-	case CmdGetDevInfo:
+	case cmdGetDevInfo:
 		return "GET_DEV_INFO"
-	case CmdStopDev:
+	case cmdStopDev:
 		return "STOP_DEV"
-	case CmdDelDev:
+	case cmdDelDev:
 		return "DEL_DEV"
 	}
 	return fmt.Sprintf("cmd %#x", op)

@@ -15,26 +15,26 @@ func ioc(dir, typ, nr, size uint32) uint32 { return dir<<30 | size<<16 | typ<<8 
 func TestCommandCodesMatchTheUAPI(t *testing.T) {
 	const r, rw, u = 2, 3, 'u'
 	for code, want := range map[uint32]uint32{
-		CmdGetDevInfo:        0x80207502,
-		CmdAddDev:            0xc0207504,
-		CmdDelDev:            0xc0207505,
-		CmdStartDev:          0xc0207506,
-		CmdStopDev:           0xc0207507,
-		CmdStartUserRecovery: 0xc0207510,
-		CmdEndUserRecovery:   0xc0207511,
-		CmdGetDevInfo2:       0x80207512,
-		CmdGetFeatures:       0x80207513,
-		CmdDelDevAsync:       0x80207514,
-		CmdUpdateSize:        0xc0207515,
-		CmdQuiesceDev:        0xc0207516,
-		CmdTryStopDev:        0xc0207517,
+		cmdGetDevInfo:        0x80207502,
+		cmdAddDev:            0xc0207504,
+		cmdDelDev:            0xc0207505,
+		cmdStartDev:          0xc0207506,
+		cmdStopDev:           0xc0207507,
+		cmdStartUserRecovery: 0xc0207510,
+		cmdEndUserRecovery:   0xc0207511,
+		cmdGetDevInfo2:       0x80207512,
+		cmdGetFeatures:       0x80207513,
+		cmdDelDevAsync:       0x80207514,
+		cmdUpdateSize:        0xc0207515,
+		cmdQuiesceDev:        0xc0207516,
+		cmdTryStopDev:        0xc0207517,
 	} {
 		assert.Equal(t, want, code)
 	}
-	assert.Equal(t, CmdGetDevInfo, ioc(r, u, 0x02, ctrlCmdSize))
-	assert.Equal(t, CmdStopDev, ioc(rw, u, 0x07, ctrlCmdSize))
-	assert.Equal(t, CmdDelDev, ioc(rw, u, 0x05, ctrlCmdSize))
-	assert.Equal(t, CmdDelDevAsync, ioc(r, u, 0x14, ctrlCmdSize))
+	assert.Equal(t, cmdGetDevInfo, ioc(r, u, 0x02, ctrlCmdSize))
+	assert.Equal(t, cmdStopDev, ioc(rw, u, 0x07, ctrlCmdSize))
+	assert.Equal(t, cmdDelDev, ioc(rw, u, 0x05, ctrlCmdSize))
+	assert.Equal(t, cmdDelDevAsync, ioc(r, u, 0x14, ctrlCmdSize))
 }
 
 func TestCtrlCmdLayout(t *testing.T) {
@@ -64,7 +64,7 @@ func TestDevInfoDecode(t *testing.T) {
 	ne.PutUint32(b[44:], 1001)       // owner_gid
 	got := decodeDevInfo(b)
 	assert.Equal(t, DevInfo{NrHWQueues: 4, QueueDepth: 128, State: StateQuiesced, MaxIOBufBytes: 512 << 10,
-		DevID: 9, ServerPID: 4242, Flags: FlagUserRecovery | FlagSafeStopDev, ServerFlags: 5, OwnerUID: 1000, OwnerGID: 1001}, got)
+		DevID: 9, ServerPID: 4242, Flags: flagUserRecovery | flagSafeStopDev, ServerFlags: 5, OwnerUID: 1000, OwnerGID: 1001}, got)
 	assert.Equal(t, "quiesced", got.State.String())
 	assert.Equal(t, "state(9)", DevState(9).String())
 }

@@ -443,7 +443,7 @@ func (r *run) fallback(why string) {
 			}
 			return err
 		})
-		if gone && d.rep.Info != nil && d.rep.Info.Flags&FlagUserRecovery != 0 {
+		if gone && d.rep.Info != nil && d.rep.Info.Flags&flagUserRecovery != 0 {
 			// A recovery-enabled device of a dead daemon waits, quiesced,
 			// for the next server to recover it: leave it.
 			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "kept for recovery", Start: time.Now(),

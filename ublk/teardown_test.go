@@ -509,7 +509,7 @@ func TestRecoveryDevicesOfACrashedDaemonAreKept(t *testing.T) {
 		d := newMemDaemon(f.tree, 0, 1)
 		d.crashAfter = 1
 		defer d.close()
-		ctl := &memControl{tree: f.tree, d: d, flags: FlagUserRecovery}
+		ctl := &memControl{tree: f.tree, d: d, flags: flagUserRecovery}
 		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed),
 			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
 		require.NoError(t, err)
