@@ -91,8 +91,9 @@ func (h HTTPGet) Run(ctx context.Context) error {
 	return nil
 }
 
-// Exec is an exec preStop hook: a command run to completion. The simulator
-// kills it when the grace period is used up.
+// Exec is an exec preStop hook: a command run to completion. Like the
+// kubelet, the simulator never cuts it at the grace period; it is killed
+// once the process has exited, as a real one dies with its container.
 type Exec struct {
 	Path string   // the command
 	Args []string // its arguments

@@ -20,6 +20,10 @@
 //	//       4.6s  process exited, 2.3s before SIGKILL
 //
 // Guarantees: Terminate returns once the process exited; it waits for the
-// hook at most the grace period and for the exit at most the remaining
-// grace, then sends SIGKILL and waits for the exit bounded by ctx.
+// hook at most the grace period (and, like the kubelet, never cancels it:
+// an overrunning hook runs on until the process is gone) and for the exit
+// at most the remaining grace, never less than the 2 s floor, hook or no
+// hook; then it sends SIGKILL and waits for the exit bounded by ctx.
+// Measured holds the timings the real kubelet showed for the same
+// scenarios; the simulator agrees with them within 0.2 s.
 package kubeletsim

@@ -17,8 +17,11 @@ import (
 // left after a hook is never below it.
 const MinimumGracePeriod = 2 * time.Second
 
-// A Hook is a preStop hook. Run must return when ctx ends; the simulator
-// ends ctx when the grace period is used up.
+// A Hook is a preStop hook. Like the kubelet, the simulator never cancels
+// a hook: it stops waiting for it once the grace period is used up and goes
+// on to SIGTERM while the hook runs on. The hook's ctx ends only once the
+// process has exited, as a real hook ends then (an httpGet fails with EOF,
+// an exec dies with its container). Run must return when ctx ends.
 type Hook interface {
 	Run(ctx context.Context) error
 }
@@ -98,18 +101,44 @@ func Remaining(grace, hookElapsed time.Duration) time.Duration {
 
 // Terminate terminates p as the kubelet does with grace period grace and
 // preStop hook hook (nil for none), and returns the timeline once p has
-// exited. ctx bounds only the wait for the exit after SIGKILL; it returns
-// ctx's error if the process does not exit even then.
+// exited and the hook has returned. What SIGTERM leaves is Remaining's
+// arithmetic, with or without a hook (without one, a grace of 1 s still
+// leaves the 2 s floor). A hook that overruns the grace period is not
+// cancelled: its ctx ends when p has exited. ctx bounds only the waits
+// after SIGKILL (for the exit, then for the hook); Terminate returns ctx's
+// error if either does not end even then.
 func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (*Timeline, error) {
 	if grace <= 0 {
 		return nil, errors.New("kubeletsim: grace must be positive")
 	}
-	t := &Timeline{Grace: grace, Start: time.Now(), Remaining: grace}
+	t := &Timeline{Grace: grace, Start: time.Now(), Remaining: Remaining(grace, 0)}
+	hookCtx, endHook := context.WithCancel(context.Background())
+	defer endHook()
+	hookDone := make(chan struct{})
 	if hook != nil {
 		t.event("preStop hook started (grace %v)", grace)
-		runHook(t, hook, grace)
+		runHook(hookCtx, t, hook, grace, hookDone)
 		t.Remaining = Remaining(grace, t.HookEnd.Sub(t.Start))
+	} else {
+		close(hookDone)
 	}
+	exited, err := signalAndWait(ctx, t, p)
+	// The process is gone, and with it whatever the hook was talking to.
+	endHook()
+	if !exited {
+		return t, err
+	}
+	select {
+	case <-hookDone:
+		return t, nil
+	case <-ctx.Done():
+		return t, fmt.Errorf("kubeletsim: preStop hook still running after the process exited: %w", ctx.Err())
+	}
+}
+
+// signalAndWait sends SIGTERM, waits the remaining grace for p's exit, then
+// SIGKILLs it and waits bounded by ctx. It reports whether p exited.
+func signalAndWait(ctx context.Context, t *Timeline, p Process) (bool, error) {
 	t.SIGTERM = time.Now()
 	t.KillDue = t.SIGTERM.Add(t.Remaining)
 	if err := p.Signal(syscall.SIGTERM); err != nil {
@@ -124,7 +153,7 @@ func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (
 		t.Exit = time.Now()
 		t.event("process exited, %v before SIGKILL", t.Margin().Round(time.Millisecond))
 		_ = p.Kill() // the container stops: whatever is left in it dies
-		return t, nil
+		return true, nil
 	case <-timer.C:
 	}
 	t.Killed = true
@@ -137,25 +166,30 @@ func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (
 	case <-p.Exited():
 		t.Exit = time.Now()
 		t.event("process exited after SIGKILL")
-		return t, nil
+		return true, nil
 	case <-ctx.Done():
-		return t, fmt.Errorf("kubeletsim: process still running after SIGKILL: %w", ctx.Err())
+		return false, fmt.Errorf("kubeletsim: process still running after SIGKILL: %w", ctx.Err())
 	}
 }
 
-// runHook runs the hook for at most grace. Like the kubelet, it stops
-// waiting for a hook that overruns.
-func runHook(t *Timeline, hook Hook, grace time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
+// runHook starts the hook with ctx and waits for it at most grace. Like
+// the kubelet (a time.After beside the hook, whose request has no context
+// and whose client no timeout), it then stops waiting and lets the hook run
+// on; done is closed when the hook has returned.
+func runHook(ctx context.Context, t *Timeline, hook Hook, grace time.Duration, done chan<- struct{}) {
 	res := make(chan error, 1)
-	go func() { res <- hook.Run(ctx) }()
+	go func() {
+		defer close(done)
+		res <- hook.Run(ctx)
+	}()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
 	var err error
 	select {
 	case err = <-res:
-	case <-ctx.Done():
+	case <-timer.C:
 		t.HookKept = true
-		err = fmt.Errorf("preStop hook did not finish within the grace period %v", grace)
+		err = fmt.Errorf("preStop hook did not finish within the grace period %v; the kubelet stops waiting (it does not cancel it)", grace)
 	}
 	t.HookEnd = time.Now()
 	if err != nil {

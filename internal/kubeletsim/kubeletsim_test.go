@@ -177,3 +177,53 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+// The simulator's SIGTERM and exit agree within 0.2 s with what the real
+// kubelet did in the same scenarios (Measured).
+func TestSimulatorMatchesTheMeasuredKubelet(t *testing.T) {
+	for _, s := range Measured {
+		t.Run(s.Name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				term, exit, err := s.Simulate(context.Background())
+				require.NoError(t, err)
+				assert.InDelta(t, s.SIGTERM.Seconds(), term.Seconds(), 0.2, "SIGTERM: simulated %v, measured %v", term, s.SIGTERM)
+				assert.InDelta(t, s.Exit.Seconds(), exit.Seconds(), 0.2, "exit: simulated %v, measured %v", exit, s.Exit)
+			})
+		})
+	}
+}
+
+// Without a hook the kubelet still applies the 2 s floor: a grace of 1 s
+// SIGKILLs 2 s after SIGTERM.
+func TestNoHookGraceOfOneSecondGetsTheTwoSecondFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		t0 := time.Now()
+		tl, err := Terminate(context.Background(), p, nil, time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, MinimumGracePeriod, tl.Remaining)
+		assert.Equal(t, 2*time.Second, tl.Exit.Sub(t0))
+	})
+}
+
+// A hook that overruns is not cancelled at the grace period: it still runs
+// after SIGTERM, and its context ends only when the process has exited.
+func TestOverrunningHookIsNotCancelledUntilTheProcessExits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		t0 := time.Now()
+		var hookEnded time.Time
+		hook := HookFunc(func(ctx context.Context) error { <-ctx.Done(); hookEnded = time.Now(); return ctx.Err() })
+		go func() {
+			<-p.Signals()
+			time.Sleep(1500 * time.Millisecond) // shutting down, with the hook still running
+			p.Exit()
+		}()
+		tl, err := Terminate(context.Background(), p, hook, 5*time.Second)
+		require.NoError(t, err)
+		assert.True(t, tl.HookKept)
+		assert.Equal(t, 5*time.Second, tl.SIGTERM.Sub(t0))
+		assert.Equal(t, 6500*time.Millisecond, hookEnded.Sub(t0), "the hook ran until the process exited")
+		assert.False(t, tl.Killed)
+	})
+}

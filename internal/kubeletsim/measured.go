@@ -1,0 +1,95 @@
+package kubeletsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A HookKind is what a Scenario's preStop hook does.
+type HookKind int
+
+// The hooks of the scenarios.
+const (
+	NoHook      HookKind = iota // no preStop hook
+	HookReturns                 // an httpGet that answers after Scenario.HookTakes
+	HookHangs                   // an httpGet that never answers
+)
+
+// A Scenario is one way a pod's container meets its termination, with the
+// moments the real kubelet SIGTERMed it and saw it die, from T0 (the hook's
+// start, or SIGTERM when there is no hook).
+type Scenario struct {
+	Name      string
+	Grace     time.Duration // terminationGracePeriodSeconds
+	Hook      HookKind
+	HookTakes time.Duration // HookReturns: how long the hook takes
+	// ExitOnSIGTERM: the process exits at once on SIGTERM; otherwise it
+	// ignores it and dies by SIGKILL.
+	ExitOnSIGTERM bool
+	SIGTERM       time.Duration // when SIGTERM arrived
+	Exit          time.Duration // when the process was dead
+}
+
+// Measured holds the scenarios as the real kubelet v1.34.4 (containerd
+// 1.6.20, runc 1.1.5, cgroup v1, 2 cores) ran them in
+// internal/realkubelet's TestRealKubeletTimings, rounded to 10 ms. That
+// test checks that the real kubelet still agrees with them within 0.2 s;
+// this package's TestSimulatorMatchesTheMeasuredKubelet checks the
+// simulator does.
+var Measured = []Scenario{
+	{Name: "hook returns at once, SIGTERM ignored", Grace: 3 * time.Second, Hook: HookReturns,
+		SIGTERM: 10 * time.Millisecond, Exit: 3030 * time.Millisecond},
+	{Name: "hook takes 1.5 s (truncated to 1 s), SIGTERM ignored", Grace: 3 * time.Second, Hook: HookReturns, HookTakes: 1500 * time.Millisecond,
+		SIGTERM: 1510 * time.Millisecond, Exit: 3530 * time.Millisecond},
+	{Name: "hook hangs past the grace: the 2 s floor", Grace: 3 * time.Second, Hook: HookHangs,
+		SIGTERM: 3010 * time.Millisecond, Exit: 5030 * time.Millisecond},
+	{Name: "no hook, grace 1 s: the 2 s floor", Grace: time.Second, Hook: NoHook,
+		SIGTERM: 0, Exit: 2030 * time.Millisecond},
+	{Name: "hook returns at once, exits on SIGTERM", Grace: 3 * time.Second, Hook: HookReturns, ExitOnSIGTERM: true,
+		SIGTERM: 10 * time.Millisecond, Exit: 20 * time.Millisecond},
+}
+
+// Simulate runs s through Terminate with an in-process process and hook,
+// and returns when SIGTERM was sent and when the process exited, from T0.
+// Run it under testing/synctest: its waits are the scenario's own.
+func (s Scenario) Simulate(ctx context.Context) (sigterm, exit time.Duration, err error) {
+	p := NewInProcess()
+	var hook Hook
+	switch s.Hook {
+	case NoHook:
+	case HookReturns:
+		hook = HookFunc(func(ctx context.Context) error {
+			select {
+			case <-time.After(s.HookTakes):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	case HookHangs:
+		hook = HookFunc(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	default:
+		return 0, 0, fmt.Errorf("kubeletsim: scenario %q: unknown hook kind %d", s.Name, s.Hook)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-p.Signals():
+			if s.ExitOnSIGTERM {
+				p.Exit()
+			}
+		case <-stop:
+		}
+	}()
+	tl, err := Terminate(ctx, p, hook, s.Grace)
+	if err != nil {
+		return 0, 0, err
+	}
+	if tl.Exit.IsZero() {
+		return 0, 0, errors.New("kubeletsim: the process did not exit")
+	}
+	return tl.SIGTERM.Sub(tl.Start), tl.Exit.Sub(tl.Start), nil
+}

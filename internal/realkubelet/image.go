@@ -1,0 +1,174 @@
+package realkubelet
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A Binary is one program of an image: Package (a path relative to the
+// module root, such as "./examples/sandboxd") built static, as /Name.
+type Binary struct {
+	Name    string
+	Package string
+}
+
+// An Image is a docker-archive tarball of one layer, ready for Start.
+type Image struct {
+	Ref  string // its reference, e.g. drainkit.local/e2e:v1
+	Path string // the tarball
+}
+
+// ImageRef is the reference BuildImage gives its image.
+const ImageRef = "drainkit.local/e2e:v1"
+
+// BuildImage builds each binary with CGO_ENABLED=0 (static, so the image
+// needs nothing else) and packs them into one image, ImageRef, whose
+// entrypoint is /Name of the first binary. The build runs in the module
+// root; the tarball lives in a directory removed in t.Cleanup.
+func BuildImage(t testing.TB, bins ...Binary) *Image {
+	t.Helper()
+	if len(bins) == 0 {
+		t.Fatal("realkubelet: BuildImage needs a binary")
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := map[string]string{}
+	start := time.Now()
+	for _, b := range bins {
+		out := filepath.Join(dir, b.Name)
+		cmd := exec.Command("go", "build", "-trimpath", "-o", out, b.Package)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
+		if data, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("realkubelet: go build %s: %v\n%s", b.Package, err, data)
+		}
+		files[b.Name] = out
+	}
+	t.Logf("realkubelet: built %d binaries in %v", len(bins), time.Since(start).Round(time.Millisecond))
+	img := &Image{Ref: ImageRef, Path: filepath.Join(dir, "image.tar")}
+	if err := writeImage(img, "/"+bins[0].Name, bins, files); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// moduleRoot is the directory of the go.mod the go command sees from here
+// (a test runs in its package's directory).
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("realkubelet: go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("realkubelet: not inside a Go module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// writeImage writes a docker archive: manifest.json, the config JSON and
+// one layer.tar with the binaries and the directories a container expects.
+func writeImage(img *Image, entrypoint string, bins []Binary, files map[string]string) error {
+	var layer bytes.Buffer
+	lw := tar.NewWriter(&layer)
+	mtime := time.Unix(0, 0)
+	for _, d := range []string{"tmp/", "etc/", "proc/", "sys/", "dev/", "state/"} {
+		mode := int64(0o755)
+		if d == "tmp/" {
+			mode = 0o1777
+		}
+		if err := lw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: mode, ModTime: mtime}); err != nil {
+			return err
+		}
+	}
+	for _, b := range bins {
+		data, err := os.ReadFile(files[b.Name])
+		if err != nil {
+			return err
+		}
+		if err := lw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: b.Name, Mode: 0o755, Size: int64(len(data)), ModTime: mtime}); err != nil {
+			return err
+		}
+		if _, err := lw.Write(data); err != nil {
+			return err
+		}
+	}
+	if err := lw.Close(); err != nil {
+		return err
+	}
+	layerSum := sha256.Sum256(layer.Bytes())
+	layerID := hex.EncodeToString(layerSum[:])
+	config, err := json.Marshal(map[string]any{
+		"architecture": runtime.GOARCH,
+		"os":           "linux",
+		"created":      mtime.UTC().Format(time.RFC3339),
+		"config": map[string]any{
+			"Entrypoint": []string{entrypoint},
+			"Env":        []string{"PATH=/"},
+			"WorkingDir": "/",
+		},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerID}},
+	})
+	if err != nil {
+		return err
+	}
+	configSum := sha256.Sum256(config)
+	configName := hex.EncodeToString(configSum[:]) + ".json"
+	manifest, err := json.Marshal([]map[string]any{{
+		"Config":   configName,
+		"RepoTags": []string{img.Ref},
+		"Layers":   []string{layerID + "/layer.tar"},
+	}})
+	if err != nil {
+		return err
+	}
+
+	f, err := os.Create(img.Path)
+	if err != nil {
+		return err
+	}
+	w := tar.NewWriter(f)
+	entries := []struct {
+		name string
+		data []byte
+	}{
+		{layerID + "/layer.tar", layer.Bytes()},
+		{configName, config},
+		{"manifest.json", manifest},
+	}
+	if err := w.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: layerID + "/", Mode: 0o755, ModTime: mtime}); err != nil {
+		f.Close()
+		return err
+	}
+	for _, e := range entries {
+		if err := w.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: mtime}); err != nil {
+			f.Close()
+			return err
+		}
+		if _, err := io.Copy(w, bytes.NewReader(e.data)); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Close(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

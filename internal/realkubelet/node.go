@@ -1,0 +1,645 @@
+//go:build linux
+
+package realkubelet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// KubeletVersion is the kubelet line these tests run: v1.34 still runs on
+// cgroup v1 (failCgroupV1: false) and speaks CRI v1 to containerd 1.6.
+const KubeletVersion = "v1.34.4"
+
+// EnvKubelet names the kubelet binary to use; unset, Require looks where
+// .ci/build-kubelet caches it.
+const EnvKubelet = "DRAINKIT_KUBELET"
+
+// NodeName is the kubelet's --hostname-override: static pods are named
+// NAME-NodeName.
+const NodeName = "drainkit-e2e"
+
+// lockFile serializes Nodes on one machine and names the one running, so
+// that a Start after a killed test process can clean up what it left.
+const lockFile = "/run/drainkit-realkubelet.json"
+
+// Require returns the kubelet binary's path once every part a Node needs is
+// there. Where one is missing it skips the test with a message naming it,
+// and fails it instead under CI=true.
+func Require(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("realkubelet: a real kubelet, containerd and pods: not in -short mode")
+	}
+	missing := func(format string, args ...any) {
+		t.Helper()
+		msg := "realkubelet: " + fmt.Sprintf(format, args...)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg + " (CI=true: .ci/run must provide it)")
+		}
+		t.Skip(msg)
+	}
+	if runtime.GOOS != "linux" {
+		missing("needs Linux")
+	}
+	if os.Geteuid() != 0 {
+		missing("needs root (containerd, runc, mounts and cgroups)")
+	}
+	for _, cmd := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "go"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			missing("%s not on PATH (apt-get install containerd runc)", cmd)
+		}
+	}
+	path, err := KubeletPath()
+	if err != nil {
+		missing("%v (run .ci/build-kubelet, or set %s)", err, EnvKubelet)
+	}
+	return path
+}
+
+// KubeletPath returns the kubelet binary: $DRAINKIT_KUBELET, else where
+// .ci/build-kubelet caches it (/var/cache/drainkit as root, else
+// $HOME/.cache/drainkit). It is an error when that file is not executable.
+func KubeletPath() (string, error) {
+	var candidates []string
+	if p := os.Getenv(EnvKubelet); p != "" {
+		candidates = []string{p}
+	} else {
+		candidates = append(candidates, filepath.Join("/var/cache/drainkit", "kubelet-"+KubeletVersion, "kubelet"))
+		if home, err := os.UserHomeDir(); err == nil {
+			candidates = append(candidates, filepath.Join(home, ".cache/drainkit", "kubelet-"+KubeletVersion, "kubelet"))
+		}
+	}
+	for _, p := range candidates {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no kubelet %s binary at %s", KubeletVersion, strings.Join(candidates, " or "))
+}
+
+// A Node is containerd and a standalone kubelet running static pods, all
+// under Dir.
+type Node struct {
+	// Dir holds everything: containerd's root and state, the kubelet's
+	// root, the manifests, the pods' logs and the two daemons' logs.
+	Dir string
+
+	manifests  string
+	sock       string
+	containerd *daemon
+	kubelet    *daemon
+	lock       *os.File
+}
+
+// A daemon is containerd or the kubelet, a child of the test process.
+type daemon struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  string
+}
+
+// lockState is what lockFile records about the Node running.
+type lockState struct {
+	Dir  string `json:"dir"`
+	Pids []int  `json:"pids"`
+}
+
+// Start starts containerd and the kubelet under a new temporary directory,
+// imports the image tarballs images (docker archives, such as BuildImage
+// writes; the first one also serves as the pod sandbox image), and returns
+// once the kubelet answers its health check. It fails the test on an error.
+// Everything is stopped and removed in t.Cleanup, also when the test fails.
+func Start(t testing.TB, kubelet string, images ...*Image) *Node {
+	t.Helper()
+	if len(images) == 0 {
+		t.Fatal("realkubelet: Start needs at least one image (the first is the sandbox image)")
+	}
+	lock, err := takeLock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "dk-kubelet-")
+	if err != nil {
+		lock.Close()
+		t.Fatal(err)
+	}
+	n := &Node{Dir: dir, manifests: filepath.Join(dir, "manifests"), sock: filepath.Join(dir, "containerd.sock"), lock: lock}
+	t.Cleanup(func() {
+		if t.Failed() {
+			n.dumpLogs(t)
+		}
+		if err := n.stop(); err != nil {
+			t.Errorf("realkubelet: cleanup: %v", err)
+		}
+	})
+	for _, d := range []string{n.manifests, filepath.Join(dir, "pod-logs"), filepath.Join(dir, "kubelet"), filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cfg := filepath.Join(dir, "containerd.toml")
+	if err := os.WriteFile(cfg, []byte(containerdConfig(dir, images[0].Ref)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.containerd, err = n.startDaemon("containerd", "containerd", "--config", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := n.waitContainerd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range images {
+		out, err := exec.CommandContext(ctx, "ctr", "--address", n.sock, "--namespace", "k8s.io",
+			"images", "import", "--snapshotter", "overlayfs", img.Path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("realkubelet: importing %s: %v: %s", img.Path, err, out)
+		}
+	}
+
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcfg := filepath.Join(dir, "kubelet.yaml")
+	if err := os.WriteFile(kcfg, []byte(kubeletConfig(dir, n.manifests, n.sock, port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.kubelet, err = n.startDaemon("kubelet", kubelet, "--config", kcfg,
+		"--root-dir", filepath.Join(dir, "kubelet"), "--cert-dir", filepath.Join(dir, "kubelet", "pki"),
+		"--volume-plugin-dir", filepath.Join(dir, "volume-plugins"), "--hostname-override", NodeName, "--v", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.writeLock(); err != nil {
+		t.Fatal(err)
+	}
+	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", port)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	for {
+		if resp, err := client.Get(healthz); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return n
+			}
+		}
+		select {
+		case <-n.kubelet.done:
+			t.Fatalf("realkubelet: the kubelet exited at start (%s)", n.kubelet.cmd.ProcessState)
+		case <-ctx.Done():
+			t.Fatalf("realkubelet: the kubelet is not healthy after 60 s")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// AddPod writes pod as a static pod manifest; the kubelet sees it within a
+// second (fileCheckFrequency). The file is named after the pod and appears
+// whole (written aside, then renamed).
+func (n *Node) AddPod(t testing.TB, pod *corev1.Pod) {
+	t.Helper()
+	if pod.APIVersion == "" {
+		pod.APIVersion, pod.Kind = "v1", "Pod"
+	}
+	data, err := json.MarshalIndent(pod, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(n.Dir, "tmp", pod.Name+".json")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, n.manifestPath(pod.Name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// DeletePod removes the manifest of the static pod name and returns when it
+// did: the kubelet then terminates the pod as it would any deleted pod.
+func (n *Node) DeletePod(t testing.TB, name string) time.Time {
+	t.Helper()
+	if err := os.Remove(n.manifestPath(name)); err != nil {
+		t.Fatal(err)
+	}
+	return time.Now()
+}
+
+func (n *Node) manifestPath(name string) string { return filepath.Join(n.manifests, name+".json") }
+
+// PodLog returns what the containers of the static pod name wrote to stdout
+// and stderr so far (the kubelet's pod logs, CRI format), for test logs.
+func (n *Node) PodLog(name string) string {
+	var b strings.Builder
+	files, _ := filepath.Glob(filepath.Join(n.Dir, "pod-logs", "*_"+name+"-"+NodeName+"_*", "*", "*.log"))
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		fmt.Fprintf(&b, "== %s\n%s", strings.TrimPrefix(f, n.Dir), data)
+	}
+	return b.String()
+}
+
+func (n *Node) startDaemon(name, path string, args ...string) (*daemon, error) {
+	logPath := filepath.Join(n.Dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Join(n.Dir, "tmp"))
+	// Both die with the test process; the next Start cleans up the rest.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("realkubelet: starting %s: %w", name, err)
+	}
+	d := &daemon{cmd: cmd, done: make(chan struct{}), log: logPath}
+	go func() { _ = cmd.Wait(); close(d.done) }()
+	return d, nil
+}
+
+func (n *Node) waitContainerd(ctx context.Context) error {
+	for {
+		if exec.CommandContext(ctx, "ctr", "--address", n.sock, "version").Run() == nil {
+			return nil
+		}
+		select {
+		case <-n.containerd.done:
+			return fmt.Errorf("realkubelet: containerd exited at start (%s); see %s", n.containerd.cmd.ProcessState, n.containerd.log)
+		case <-ctx.Done():
+			return errors.New("realkubelet: containerd does not answer after 60 s")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stop ends the kubelet first (so it restarts nothing), then every
+// container process, the shims and containerd, and removes what they left.
+func (n *Node) stop() error {
+	defer n.lock.Close()
+	for _, d := range []*daemon{n.kubelet} {
+		if d != nil {
+			d.stop(10 * time.Second)
+		}
+	}
+	errs := []error{cleanupDir(n.Dir)}
+	if n.containerd != nil {
+		n.containerd.stop(10 * time.Second)
+	}
+	errs = append(errs, removeLeftovers(n.Dir))
+	if err := os.Remove(lockFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// stop sends SIGTERM, then SIGKILL after grace, and waits for the exit.
+func (d *daemon) stop(grace time.Duration) {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+		return
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+	<-d.done
+}
+
+// cleanupDir kills every process of the pods (all of them live in the
+// kubelet's kubepods cgroups) and the containerd shims serving dir's
+// containerd, and waits until they are gone.
+func cleanupDir(dir string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pids := append(kubepodsProcs(), shimProcs(dir)...)
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v still alive after SIGKILL", pids)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// removeLeftovers unmounts whatever is still mounted under dir, removes the
+// kubepods cgroups and the kubelet's machine-wide files, and deletes dir.
+func removeLeftovers(dir string) error {
+	var errs []error
+	for range 10 {
+		mounts := mountsUnder(dir)
+		if len(mounts) == 0 {
+			break
+		}
+		for _, m := range mounts {
+			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+			}
+		}
+	}
+	errs = append(errs, removeKubepods())
+	_ = os.Remove("/var/lib/kubelet/device-plugins/kubelet.sock")
+	if links, _ := filepath.Glob("/var/log/containers/*_" + NodeName + "*"); len(links) > 0 {
+		for _, l := range links {
+			_ = os.Remove(l)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// kubepodsProcs lists the processes in any of the kubelet's kubepods
+// cgroups (cgroup v1: every controller's hierarchy; v2: the unified one).
+func kubepodsProcs() []int {
+	seen := map[int]bool{}
+	var pids []int
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	if st, err := os.Stat("/sys/fs/cgroup/kubepods"); err == nil && st.IsDir() {
+		roots = append(roots, "/sys/fs/cgroup/kubepods")
+	}
+	for _, root := range roots {
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			data, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+					seen[pid] = true
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+	}
+	return pids
+}
+
+// shimProcs lists the containerd shims started by the containerd of dir
+// (their command line carries its socket's path).
+func shimProcs(dir string) []int {
+	var pids []int
+	for _, p := range processes() {
+		if strings.Contains(p.cmdline, "containerd-shim") && strings.Contains(p.cmdline, dir+"/") {
+			pids = append(pids, p.pid)
+		}
+	}
+	return pids
+}
+
+// removeKubepods removes the kubepods cgroups, deepest first.
+func removeKubepods() error {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	if st, err := os.Stat("/sys/fs/cgroup/kubepods"); err == nil && st.IsDir() {
+		roots = append(roots, "/sys/fs/cgroup/kubepods")
+	}
+	var errs []error
+	for _, root := range roots {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			var err error
+			for range 50 { // a cgroup whose last process just died can be busy a moment
+				if err = unix.Rmdir(dirs[i]); err == nil || errors.Is(err, unix.ENOENT) {
+					err = nil
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("rmdir %s: %w", dirs[i], err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountsUnder returns the mount points under dir (dir included), deepest
+// first.
+func mountsUnder(dir string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	// deepest first: longer paths are below shorter ones
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if len(out[j]) > len(out[i]) {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// takeLock takes the machine-wide Node lock, waiting up to 10 minutes for a
+// Node of another test process, and cleans up after a Node whose process
+// died without doing so.
+func takeLock() (*os.File, error) {
+	f, err := os.OpenFile(lockFile+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("realkubelet: %w", err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, errors.New("realkubelet: another Node has held " + lockFile + ".lock for 10 minutes")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if data, err := os.ReadFile(lockFile); err == nil {
+		var st lockState
+		if json.Unmarshal(data, &st) == nil && strings.HasPrefix(st.Dir, os.TempDir()) {
+			for _, pid := range st.Pids {
+				if p, ok := processByPid(pid); ok && strings.Contains(p.cmdline, st.Dir) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			_ = cleanupDir(st.Dir)
+			_ = removeLeftovers(st.Dir)
+		}
+		_ = os.Remove(lockFile)
+	}
+	// cgroups of a Node that never recorded itself
+	_ = cleanupDirless()
+	return f, nil
+}
+
+// cleanupDirless kills what is left in kubepods and removes the cgroups.
+func cleanupDirless() error {
+	for _, pid := range kubepodsProcs() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return removeKubepods()
+}
+
+func (n *Node) writeLock() error {
+	st := lockState{Dir: n.Dir, Pids: []int{n.containerd.cmd.Process.Pid, n.kubelet.cmd.Process.Pid}}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(lockFile, data, 0o644)
+}
+
+func (n *Node) dumpLogs(t testing.TB) {
+	for _, d := range []*daemon{n.containerd, n.kubelet} {
+		if d == nil {
+			continue
+		}
+		data, _ := os.ReadFile(d.log)
+		lines := strings.Split(string(data), "\n")
+		if len(lines) > 60 {
+			lines = lines[len(lines)-60:]
+		}
+		t.Logf("realkubelet: last lines of %s:\n%s", d.log, strings.Join(lines, "\n"))
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// containerdConfig is containerd 1.6's configuration: everything under dir,
+// the CRI plugin with runc through cgroupfs, the sandbox image imported by
+// Start, and restrict_oom_score_adj, without which every sandbox fails on
+// machines that lack CAP_SYS_RESOURCE ("can't get final child's PID from
+// pipe: EOF": runc cannot lower oom_score_adj to the kubelet's -998).
+func containerdConfig(dir, sandboxImage string) string {
+	return fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+temp = %[3]q
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = %[4]q
+
+[ttrpc]
+  address = %[5]q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[6]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[7]q
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[8]q
+    conf_dir = %[9]q
+`, filepath.Join(dir, "containerd/root"), filepath.Join(dir, "containerd/state"), filepath.Join(dir, "tmp"),
+		filepath.Join(dir, "containerd.sock"), filepath.Join(dir, "containerd.sock.ttrpc"), filepath.Join(dir, "containerd/opt"),
+		sandboxImage, filepath.Join(dir, "cni/bin"), filepath.Join(dir, "cni/conf"))
+}
+
+// kubeletConfig is a standalone KubeletConfiguration: static pods from
+// manifests (checked every second), containerd through cgroupfs on cgroup
+// v1, no server on 10250, health on 127.0.0.1:healthz, no eviction or image
+// garbage collection to get in the way.
+func kubeletConfig(dir, manifests, sock string, healthz int) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: %[1]q
+fileCheckFrequency: 1s
+syncFrequency: 10s
+cgroupDriver: cgroupfs
+failSwapOn: false
+failCgroupV1: false
+containerRuntimeEndpoint: unix://%[2]s
+imageServiceEndpoint: unix://%[2]s
+podLogsDir: %[3]q
+enableServer: false
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %[4]d
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+`, manifests, sock, filepath.Join(dir, "pod-logs"), healthz)
+}

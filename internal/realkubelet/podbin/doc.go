@@ -1,0 +1,13 @@
+// Command podbin is the small programs the real-kubelet tests run in their
+// pods, one per first argument:
+//
+//	podbin [pause]
+//	    the pod sandbox's process (the image's entrypoint, so no argument
+//	    means pause): sleeps, reaps, exits on SIGTERM or SIGINT
+//	podbin probe -listen ADDR -events FILE [-hook return|hang|DURATION] [-term exit|ignore]
+//	    records, one line "EVENT UNIXNANO" each, when it is ready, when the
+//	    preStop GET /hook arrives and when SIGTERM does; the hook answers at
+//	    once, after DURATION, or never; SIGTERM ends it or is ignored
+//	podbin ublkd CONFIG_JSON
+//	    a fake ublk device daemon (internal/fakeublk), for the supervisor
+package main

@@ -1,0 +1,326 @@
+//go:build linux
+
+package realkubelet
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
+)
+
+// allBinaries is every program the real-kubelet pods run; podbin first,
+// as the image's entrypoint and pod sandbox.
+var allBinaries = []Binary{
+	{Name: "podbin", Package: "./internal/realkubelet/podbin"},
+	{Name: "sandboxd", Package: "./examples/sandboxd"},
+	{Name: "drainhook", Package: "./drain/cmd/drainhook"},
+	{Name: "supervisor", Package: "./examples/supervisor"},
+	{Name: "naiveserver", Package: "./examples/supervisor/internal/cmd/naiveserver"},
+}
+
+// A sandboxdCase is one termination of examples/sandboxd as a static pod.
+type sandboxdCase struct {
+	grace       int64 // terminationGracePeriodSeconds, and sandboxd's -grace
+	sandboxes   int
+	pause       time.Duration // -pause-latency
+	concurrency int
+	exec        bool // preStop exec /drainhook instead of httpGet /drain
+}
+
+// examples/sandboxd as the kubelet runs it (hostNetwork, its state dir on
+// a hostPath, its fake device daemon a child in the same container): its
+// sandboxes are created over the API, the manifest deleted, the kubelet
+// runs the preStop hook, SIGTERM and, past the grace, SIGKILL. sandboxd
+// must exit before SIGKILL with every sandbox accounted for in
+// last-shutdown.json and its daemon stopped cleanly; started again on the
+// same state dir, it must list every preserved sandbox as paused.
+func TestRealKubeletSandboxd(t *testing.T) {
+	kubelet := Require(t)
+	node := Start(t, kubelet, BuildImage(t, allBinaries...))
+
+	// 0 ... preStop GET /drain: waits while sandboxes run, until the drain
+	//       deadline (T0 + 10 s - 1.5 s margin - the reserves) ... SIGTERM:
+	//       8 pauses, 4 at a time, 0.6 s ... daemon stopped ... exit 0,
+	//       seconds before SIGKILL (T0 + 10 s)
+	t.Run("ample grace, httpGet hook", func(t *testing.T) {
+		rep := runSandboxd(t, node, "sandboxd-ample", sandboxdCase{grace: 10, sandboxes: 8, pause: 300 * time.Millisecond, concurrency: 4})
+		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved])
+		assert.Zero(t, rep.Lost())
+		assert.Equal(t, drain.ReasonDeadline, rep.PreStop.Reason, "the preStop wait ended at the drain deadline")
+	})
+	// The same through the exec hook: the kubelet runs /drainhook in the
+	// container, which calls /drain until the wait is over.
+	t.Run("ample grace, exec hook drainhook", func(t *testing.T) {
+		rep := runSandboxd(t, node, "sandboxd-exec", sandboxdCase{grace: 10, sandboxes: 8, pause: 300 * time.Millisecond, concurrency: 4, exec: true})
+		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved])
+		assert.Zero(t, rep.Lost())
+		require.NotNil(t, rep.PreStop)
+	})
+	// 12 pauses of 1 s, 2 at a time, need 6 s; the grace is 3 s. The
+	// preStop returns at once (the drain deadline has passed), the two
+	// pauses started before the preserve deadline finish, the rest are
+	// never started, and sandboxd still exits before SIGKILL with every
+	// sandbox in its Report.
+	t.Run("grace too short for the work", func(t *testing.T) {
+		rep := runSandboxd(t, node, "sandboxd-short", sandboxdCase{grace: 3, sandboxes: 12, pause: time.Second, concurrency: 2})
+		assert.Positive(t, rep.Preserve.Counts[pause.Preserved], "the pauses started in time finished")
+		assert.Positive(t, rep.Preserve.Counts[pause.NotStarted], "the work did not fit")
+		assert.Zero(t, rep.Preserve.Counts[pause.TimedOut], "no pause was cut halfway")
+	})
+}
+
+// runSandboxd runs sandboxd as static pod name, creates c.sandboxes,
+// deletes the manifest, waits for the process to die, checks what every
+// case must hold, starts sandboxd again on the same state dir, and returns
+// the Report.
+func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.Report {
+	t.Helper()
+	state := filepath.Join(node.Dir, "state-"+name)
+	port, err := freePort()
+	require.NoError(t, err)
+	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	base := "http://" + listen
+	var hook *corev1.LifecycleHandler
+	if c.exec {
+		hook = ExecHook("/drainhook", "-url", base+"/drain")
+	} else {
+		hook = HTTPGetHook(port, "/drain")
+	}
+	grace := time.Duration(c.grace) * time.Second
+	node.AddPod(t, Pod(name, c.grace, state, hook, sandboxdCommand(listen, grace, c)...))
+	pid := WaitProcess(t, "-listen "+listen, 2*time.Minute)
+	w, err := WatchProcess(pid)
+	require.NoError(t, err)
+	started := time.Now()
+	waitHTTP(t, base+"/healthz", node, name)
+	var ids []string
+	for range c.sandboxes {
+		ids = append(ids, createSandbox(t, base, `{"timeout_s": 86400}`))
+	}
+	time.Sleep(time.Until(started.Add(settle))) // not timing logic: see settle
+	deleted := node.DeletePod(t, name)
+	died, err := w.Wait(grace + time.Minute)
+	require.NoError(t, err, "pod log:\n%s", node.PodLog(name))
+	t.Logf("sandboxd died %v after the manifest was deleted", died.Sub(deleted).Round(time.Millisecond))
+
+	rep := readJSON[drain.Report](t, filepath.Join(state, "last-shutdown.json"), node, name)
+	require.NotNil(t, rep.Preserve, "the Report has the preserve phase")
+	t0 := rep.Budget.Start
+	t.Logf("from T0 (%s): SIGTERM +%v, exit +%v, SIGKILL due +%v; %v", rep.Budget.Anchor,
+		rep.Budget.SIGTERM.Sub(t0).Round(time.Millisecond), died.Sub(t0).Round(time.Millisecond), grace, rep.Preserve.Counts)
+	assert.Less(t, died.Sub(t0), grace, "sandboxd exited before the kubelet's SIGKILL (T0 + grace)")
+	assert.Positive(t, rep.Margin, "the Report says it ended before the expected SIGKILL")
+	total := 0
+	for _, n := range rep.Preserve.Counts {
+		total += n
+	}
+	assert.Equal(t, c.sandboxes, total, "every sandbox accounted for: %v", rep.Preserve.Counts)
+	events, err := os.ReadFile(filepath.Join(state, "ublkd.events"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
+
+	// Started again on the same state dir: the preserved sandboxes, and
+	// only they, come back paused.
+	again := name + "-again"
+	port2, err := freePort()
+	require.NoError(t, err)
+	listen2 := fmt.Sprintf("127.0.0.1:%d", port2)
+	node.AddPod(t, Pod(again, c.grace, state, HTTPGetHook(port2, "/drain"), sandboxdCommand(listen2, grace, c)...))
+	pid2 := WaitProcess(t, "-listen "+listen2, 2*time.Minute)
+	w2, err := WatchProcess(pid2)
+	require.NoError(t, err)
+	waitHTTP(t, "http://"+listen2+"/healthz", node, again)
+	states := listSandboxes(t, "http://"+listen2)
+	preserved := map[string]bool{}
+	for _, e := range rep.Preserve.Entries {
+		preserved[e.ID] = e.Outcome == pause.Preserved
+	}
+	for _, id := range ids {
+		if preserved[id] {
+			assert.Equal(t, "paused", states[id], "sandbox %s was preserved: it must come back paused", id)
+		} else {
+			assert.NotContains(t, states, id, "sandbox %s was not preserved", id)
+		}
+	}
+	assert.Len(t, states, rep.Preserve.Counts[pause.Preserved], "nothing else came back: %v", states)
+	node.DeletePod(t, again)
+	_, err = w2.Wait(grace + time.Minute)
+	require.NoError(t, err)
+	return rep
+}
+
+func sandboxdCommand(listen string, grace time.Duration, c sandboxdCase) []string {
+	return []string{"/sandboxd", "-listen", listen, "-state-dir", StateMount, "-grace", grace.String(),
+		"-pause-latency", c.pause.String(), "-concurrency", fmt.Sprint(c.concurrency), "-devices", "2"}
+}
+
+// The supervisor as the container's entrypoint in front of the naive
+// server (examples/supervisor/internal/naiveserver, written without
+// drainkit), as the DaemonSet of examples/supervisor deploys it: preStop
+// httpGet to the supervisor's /drain, SIGTERM to the supervisor, which
+// pauses every sandbox through the server's API, stops the server and then
+// the device daemon, and exits 0 before SIGKILL. Started again, the server
+// lists every sandbox as paused.
+func TestRealKubeletSupervisorInFrontOfANaiveServer(t *testing.T) {
+	const grace, sandboxes = 6, 10
+	kubelet := Require(t)
+	node := Start(t, kubelet, BuildImage(t, allBinaries...))
+	state := filepath.Join(node.Dir, "state-supervisor")
+	supPort, err := freePort()
+	require.NoError(t, err)
+	apiPort, err := freePort()
+	require.NoError(t, err)
+	sup, api := fmt.Sprintf("127.0.0.1:%d", supPort), fmt.Sprintf("127.0.0.1:%d", apiPort)
+	daemon, err := json.Marshal(fakeublk.DaemonConfig{
+		SysRoot:  StateMount + "/sys",
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}, {ID: 1, Major: 4000, Minor: 1}},
+		Socket:   StateMount + "/ublkd.sock",
+		EventLog: StateMount + "/daemon.events",
+	})
+	require.NoError(t, err)
+	require.NotContains(t, string(daemon), " ", "-daemon is split on spaces")
+	pod := Pod("supervisor", grace, state, HTTPGetHook(supPort, "/drain"),
+		"/supervisor", "-listen", sup, "-server-url", "http://"+api, "-grace", fmt.Sprintf("%ds", grace),
+		"-concurrency", "8", "-daemon", "/podbin ublkd "+string(daemon), "-report", StateMount+"/report.json",
+		"--", "/naiveserver", "-listen", api, "-state", StateMount+"/naive", "-pause", "500ms")
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "SUPERVISOR_SYSFS_ROOT", Value: StateMount + "/sys"}}
+	node.AddPod(t, pod)
+	pid := WaitProcess(t, "-listen "+sup, 2*time.Minute)
+	w, err := WatchProcess(pid)
+	require.NoError(t, err)
+	started := time.Now()
+	waitHTTP(t, "http://"+sup+"/readyz", node, "supervisor")
+	var ids []string
+	for range sandboxes {
+		ids = append(ids, createSandbox(t, "http://"+api, ""))
+	}
+	time.Sleep(time.Until(started.Add(settle))) // not timing logic: see settle
+	node.DeletePod(t, "supervisor")
+	died, err := w.Wait(grace*time.Second + time.Minute)
+	require.NoError(t, err, "pod log:\n%s", node.PodLog("supervisor"))
+
+	rep := readJSON[supervisorReport](t, filepath.Join(state, "report.json"), node, "supervisor")
+	require.NotNil(t, rep.Drain)
+	require.NotNil(t, rep.Drain.Preserve)
+	t0 := rep.Drain.Budget.Start
+	t.Logf("from T0 (%s): SIGTERM +%v, exit +%v, SIGKILL due +%ds; %v", rep.Drain.Budget.Anchor,
+		rep.Drain.Budget.SIGTERM.Sub(t0).Round(time.Millisecond), died.Sub(t0).Round(time.Millisecond), grace, rep.Drain.Preserve.Counts)
+	assert.Less(t, died.Sub(t0), grace*time.Second, "the supervisor exited before SIGKILL")
+	assert.Equal(t, 0, rep.ExitCode)
+	assert.Equal(t, sandboxes, rep.Drain.Preserve.Counts[pause.Preserved])
+	assert.Zero(t, rep.Drain.Lost())
+	assert.False(t, rep.Server.Killed)
+	assert.Zero(t, rep.Server.Code)
+	require.NotNil(t, rep.Daemon)
+	assert.True(t, rep.Daemon.Exited && rep.Daemon.Code == 0 && !rep.Daemon.Killed, "the daemon stopped cleanly: %+v", *rep.Daemon)
+	require.NotNil(t, rep.Ublk)
+	assert.Equal(t, ublk.VerdictStopped, rep.Ublk.Verdict)
+
+	// The naive server again, alone, on the same state.
+	port3, err := freePort()
+	require.NoError(t, err)
+	api3 := fmt.Sprintf("127.0.0.1:%d", port3)
+	node.AddPod(t, Pod("naive-again", grace, state, nil, "/naiveserver", "-listen", api3, "-state", StateMount+"/naive"))
+	pid3 := WaitProcess(t, "-listen "+api3, 2*time.Minute)
+	w3, err := WatchProcess(pid3)
+	require.NoError(t, err)
+	waitHTTP(t, "http://"+api3+"/sandboxes", node, "naive-again")
+	states := listSandboxes(t, "http://"+api3)
+	for _, id := range ids {
+		assert.Equal(t, "paused", states[id], "sandbox %s", id)
+	}
+	node.DeletePod(t, "naive-again")
+	_, err = w3.Wait(time.Minute)
+	require.NoError(t, err)
+}
+
+// supervisorReport is the part of examples/supervisor's Report (package
+// main there) that the test reads.
+type supervisorReport struct {
+	Drain  *drain.Report `json:"drain"`
+	Server struct {
+		Code   int  `json:"code"`
+		Killed bool `json:"killed"`
+	} `json:"server"`
+	Daemon *struct {
+		Exited bool `json:"exited"`
+		Code   int  `json:"code"`
+		Killed bool `json:"killed"`
+	} `json:"daemon"`
+	Ublk     *ublk.Report `json:"ublk"`
+	ExitCode int          `json:"exit_code"`
+}
+
+var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+
+// waitHTTP waits until url answers 200.
+func waitHTTP(t *testing.T, url string, node *Node, pod string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := client.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 2*time.Minute, 20*time.Millisecond, "%s never answered; pod log:\n%s", url, node.PodLog(pod))
+}
+
+// createSandbox creates a sandbox through an API of AgentENV's shape and
+// returns its ID.
+func createSandbox(t *testing.T, base, body string) string {
+	t.Helper()
+	resp, err := client.Post(base+"/sandboxes", "application/json", bytes.NewBufferString(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	var v struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+	require.NotEmpty(t, v.ID)
+	return v.ID
+}
+
+// listSandboxes returns the states by ID of GET /sandboxes.
+func listSandboxes(t *testing.T, base string) map[string]string {
+	t.Helper()
+	resp, err := client.Get(base + "/sandboxes")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var list []struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+	out := map[string]string{}
+	for _, s := range list {
+		out[s.ID] = s.State
+	}
+	return out
+}
+
+func readJSON[T any](t *testing.T, path string, node *Node, pod string) *T {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err, "pod log:\n%s", node.PodLog(pod))
+	var v T
+	require.NoError(t, json.Unmarshal(data, &v), "%s", data)
+	return &v
+}

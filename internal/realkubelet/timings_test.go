@@ -1,0 +1,123 @@
+//go:build linux
+
+package realkubelet
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drainkit/drainkit/internal/kubeletsim"
+)
+
+// settle is how long a pod serves before its manifest is deleted: a
+// deletion within 1-2 s of the start lands while the kubelet's first sync
+// still runs, and the termination then starts up to 1.9 s late.
+const settle = 3 * time.Second
+
+// Every scenario of kubeletsim.Measured, run under the real kubelet with
+// podbin's probe as the container: the SIGTERM and the death it sees, from
+// T0, agree within 0.2 s with the table, and with the simulator running the
+// same scenario.
+//
+//	T0 (hook GET, or SIGTERM without a hook) ... SIGTERM ... death
+func TestRealKubeletTimingsMatchTheSimulator(t *testing.T) {
+	kubelet := Require(t)
+	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
+	node := Start(t, kubelet, img)
+	for i, s := range kubeletsim.Measured {
+		t.Run(s.Name, func(t *testing.T) {
+			term, death := runProbe(t, node, fmt.Sprintf("probe-%d", i), s)
+			t.Logf("real kubelet: SIGTERM +%v, dead +%v (table: %v, %v)", term.Round(time.Millisecond), death.Round(time.Millisecond), s.SIGTERM, s.Exit)
+			var simTerm, simExit time.Duration
+			synctest.Test(t, func(t *testing.T) {
+				var err error
+				simTerm, simExit, err = s.Simulate(context.Background())
+				require.NoError(t, err)
+			})
+			assert.InDelta(t, s.SIGTERM.Seconds(), term.Seconds(), 0.2, "SIGTERM against the table")
+			assert.InDelta(t, s.Exit.Seconds(), death.Seconds(), 0.2, "death against the table")
+			assert.InDelta(t, simTerm.Seconds(), term.Seconds(), 0.2, "SIGTERM: simulator %v, kubelet %v", simTerm, term)
+			assert.InDelta(t, simExit.Seconds(), death.Seconds(), 0.2, "death: simulator %v, kubelet %v", simExit, death)
+		})
+	}
+}
+
+// runProbe runs scenario s as a static pod and returns when SIGTERM
+// arrived and when the process was dead, from T0.
+func runProbe(t *testing.T, node *Node, name string, s kubeletsim.Scenario) (term, death time.Duration) {
+	t.Helper()
+	state := filepath.Join(node.Dir, "state-"+name)
+	port, err := freePort()
+	require.NoError(t, err)
+	token := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+	hookArg := "return"
+	var hook *corev1.LifecycleHandler
+	switch s.Hook {
+	case kubeletsim.HookReturns:
+		hook = HTTPGetHook(port, "/hook")
+		if s.HookTakes > 0 {
+			hookArg = s.HookTakes.String()
+		}
+	case kubeletsim.HookHangs:
+		hook, hookArg = HTTPGetHook(port, "/hook"), "hang"
+	}
+	termArg := "ignore"
+	if s.ExitOnSIGTERM {
+		termArg = "exit"
+	}
+	node.AddPod(t, Pod(name, int64(s.Grace/time.Second), state, hook,
+		"/podbin", "probe", "-listen", fmt.Sprintf("127.0.0.1:%d", port), "-events", StateMount+"/events",
+		"-hook", hookArg, "-term", termArg, "-token", token))
+	pid := WaitProcess(t, token, 2*time.Minute)
+	w, err := WatchProcess(pid)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, ok := readEvents(t, state)["ready"]; return ok }, time.Minute, 20*time.Millisecond)
+	time.Sleep(settle) // not timing logic: see settle
+	node.DeletePod(t, name)
+	died, err := w.Wait(time.Minute)
+	require.NoError(t, err, "pod log:\n%s", node.PodLog(name))
+	ev := readEvents(t, state)
+	t0, ok := ev["hook"]
+	if s.Hook == kubeletsim.NoHook {
+		t0, ok = ev["term"]
+	}
+	require.True(t, ok, "no T0 in the events %v", ev)
+	sigterm, ok := ev["term"]
+	require.True(t, ok, "no SIGTERM in the events %v", ev)
+	return sigterm.Sub(t0), died.Sub(t0)
+}
+
+// readEvents reads podbin probe's events file: the first time of each.
+func readEvents(t *testing.T, state string) map[string]time.Time {
+	t.Helper()
+	f, err := os.Open(filepath.Join(state, "events"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	ev := map[string]time.Time{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		what, at, ok := strings.Cut(sc.Text(), " ")
+		ns, err := strconv.ParseInt(at, 10, 64)
+		if !ok || err != nil {
+			continue
+		}
+		if _, seen := ev[what]; !seen {
+			ev[what] = time.Unix(0, ns)
+		}
+	}
+	return ev
+}
