@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // A Child is a real child process in its own process group: Kill sends
@@ -109,4 +110,21 @@ func (e Exec) Run(ctx context.Context) error {
 		return fmt.Errorf("preStop exec %s: %w: %s", e.Path, err, out)
 	}
 	return nil
+}
+
+// Sleep is a sleep preStop hook (lifecycle.preStop.sleep.seconds, KEP-3960):
+// the kubelet itself waits, so the container never sees T0, and SIGTERM
+// leaves grace - the sleep.
+type Sleep time.Duration
+
+// Run waits the sleep's length, or until ctx ends.
+func (s Sleep) Run(ctx context.Context) error {
+	timer := time.NewTimer(time.Duration(s))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

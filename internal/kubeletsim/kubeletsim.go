@@ -56,9 +56,14 @@ type Timeline struct {
 	HookEnd  time.Time `json:"hook_end,omitzero"`      // when the hook returned or was given up on
 	HookErr  string    `json:"hook_error,omitempty"`   // why the hook failed
 	HookKept bool      `json:"hook_overran,omitempty"` // the hook used the whole grace period
-	SIGTERM  time.Time `json:"sigterm"`                // when SIGTERM was sent
+	// Restart is when a second deletion (ShortenGrace) restarted the
+	// termination with the shorter RestartGrace and ran the hook again.
+	Restart      time.Time     `json:"restart,omitzero"`
+	RestartGrace time.Duration `json:"restart_grace_ns,omitempty"`
+	SIGTERM      time.Time     `json:"sigterm"` // when SIGTERM was sent
 	// Remaining is what the kubelet left between SIGTERM and SIGKILL:
-	// grace - trunc(hook elapsed), at least MinimumGracePeriod.
+	// grace - trunc(hook elapsed), at least MinimumGracePeriod (after a
+	// restart: RestartGrace - trunc(time since Restart)).
 	Remaining time.Duration `json:"remaining_ns"`
 	// KillDue is when SIGKILL was due: SIGTERM + Remaining.
 	KillDue time.Time `json:"kill_due"`
@@ -99,6 +104,26 @@ func Remaining(grace, hookElapsed time.Duration) time.Duration {
 	return max(left, MinimumGracePeriod)
 }
 
+// An Option changes how Terminate terminates.
+type Option func(*options)
+
+type options struct {
+	shortenAfter time.Duration
+	shortenTo    time.Duration
+}
+
+// ShortenGrace makes a second deletion with the shorter grace period grace
+// arrive at T0 + after while the preStop hook runs, as `kubectl delete
+// --grace-period=N` on a pod already terminating does. The kubelet cancels
+// the termination in progress and starts it again: it runs the hook a
+// second time (the first call is not cancelled and runs on) and times the
+// new grace from that second start. Terminate fails if the hook has
+// already returned at T0 + after (the kubelet would then re-send SIGTERM,
+// which the simulator does not model) or if grace is not shorter.
+func ShortenGrace(after, grace time.Duration) Option {
+	return func(o *options) { o.shortenAfter, o.shortenTo = after, grace }
+}
+
 // Terminate terminates p as the kubelet does with grace period grace and
 // preStop hook hook (nil for none), and returns the timeline once p has
 // exited and the hook has returned. What SIGTERM leaves is Remaining's
@@ -107,20 +132,53 @@ func Remaining(grace, hookElapsed time.Duration) time.Duration {
 // cancelled: its ctx ends when p has exited. ctx bounds only the waits
 // after SIGKILL (for the exit, then for the hook); Terminate returns ctx's
 // error if either does not end even then.
-func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (*Timeline, error) {
+func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, opts ...Option) (*Timeline, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if grace <= 0 {
 		return nil, errors.New("kubeletsim: grace must be positive")
+	}
+	if o.shortenTo != 0 && (hook == nil || o.shortenTo <= 0 || o.shortenTo >= grace || o.shortenAfter <= 0 || o.shortenAfter >= grace) {
+		return nil, fmt.Errorf("kubeletsim: ShortenGrace(%v, %v) needs a hook, 0 < after < grace %v and 0 < the new grace < grace", o.shortenAfter, o.shortenTo, grace)
 	}
 	t := &Timeline{Grace: grace, Start: time.Now(), Remaining: Remaining(grace, 0)}
 	hookCtx, endHook := context.WithCancel(context.Background())
 	defer endHook()
-	hookDone := make(chan struct{})
+	var calls sync.WaitGroup
 	if hook != nil {
 		t.event("preStop hook started (grace %v)", grace)
-		runHook(hookCtx, t, hook, grace, hookDone)
-		t.Remaining = Remaining(grace, t.HookEnd.Sub(t.Start))
-	} else {
-		close(hookDone)
+		start, g := t.Start, grace
+		first := startHook(hookCtx, hook, &calls)
+		var (
+			ended bool
+			err   error
+		)
+		if o.shortenTo != 0 {
+			if returned, _ := waitHook(first, o.shortenAfter); returned {
+				endHook()
+				return t, fmt.Errorf("kubeletsim: the hook returned before the second deletion at %v", o.shortenAfter)
+			}
+			t.Restart, t.RestartGrace = time.Now(), o.shortenTo
+			t.event("second deletion with grace %v: the kubelet runs the preStop hook again (the first call runs on)", o.shortenTo)
+			start, g = t.Restart, o.shortenTo
+			ended, err = waitHook(startHook(hookCtx, hook, &calls), g)
+		} else {
+			ended, err = waitHook(first, g)
+		}
+		t.HookEnd = time.Now()
+		if !ended {
+			t.HookKept = true
+			err = fmt.Errorf("preStop hook did not finish within the grace period %v; the kubelet stops waiting (it does not cancel it)", g)
+		}
+		if err != nil {
+			t.HookErr = err.Error()
+			t.event("preStop hook ended: %v", err)
+		} else {
+			t.event("preStop hook returned after %v", t.HookEnd.Sub(start).Round(time.Millisecond))
+		}
+		t.Remaining = Remaining(g, t.HookEnd.Sub(start))
 	}
 	exited, err := signalAndWait(ctx, t, p)
 	// The process is gone, and with it whatever the hook was talking to.
@@ -128,11 +186,36 @@ func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (
 	if !exited {
 		return t, err
 	}
+	hooksDone := make(chan struct{})
+	go func() { calls.Wait(); close(hooksDone) }()
 	select {
-	case <-hookDone:
+	case <-hooksDone:
 		return t, nil
 	case <-ctx.Done():
 		return t, fmt.Errorf("kubeletsim: preStop hook still running after the process exited: %w", ctx.Err())
+	}
+}
+
+// startHook runs one call of the hook with ctx; its result arrives on the
+// channel returned.
+func startHook(ctx context.Context, hook Hook, calls *sync.WaitGroup) <-chan error {
+	res := make(chan error, 1)
+	calls.Go(func() { res <- hook.Run(ctx) })
+	return res
+}
+
+// waitHook waits at most d for a hook call. Like the kubelet (a time.After
+// beside the hook, whose request has no context and whose client no
+// timeout), it then stops waiting and lets the call run on. It reports
+// whether the call returned, and what it returned.
+func waitHook(res <-chan error, d time.Duration) (bool, error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case err := <-res:
+		return true, err
+	case <-timer.C:
+		return false, nil
 	}
 }
 
@@ -169,34 +252,6 @@ func signalAndWait(ctx context.Context, t *Timeline, p Process) (bool, error) {
 		return true, nil
 	case <-ctx.Done():
 		return false, fmt.Errorf("kubeletsim: process still running after SIGKILL: %w", ctx.Err())
-	}
-}
-
-// runHook starts the hook with ctx and waits for it at most grace. Like
-// the kubelet (a time.After beside the hook, whose request has no context
-// and whose client no timeout), it then stops waiting and lets the hook run
-// on; done is closed when the hook has returned.
-func runHook(ctx context.Context, t *Timeline, hook Hook, grace time.Duration, done chan<- struct{}) {
-	res := make(chan error, 1)
-	go func() {
-		defer close(done)
-		res <- hook.Run(ctx)
-	}()
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	var err error
-	select {
-	case err = <-res:
-	case <-timer.C:
-		t.HookKept = true
-		err = fmt.Errorf("preStop hook did not finish within the grace period %v; the kubelet stops waiting (it does not cancel it)", grace)
-	}
-	t.HookEnd = time.Now()
-	if err != nil {
-		t.HookErr = err.Error()
-		t.event("preStop hook ended: %v", err)
-	} else {
-		t.event("preStop hook returned after %v", t.HookEnd.Sub(t.Start).Round(time.Millisecond))
 	}
 }
 

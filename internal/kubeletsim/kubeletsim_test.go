@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -226,4 +228,77 @@ func TestOverrunningHookIsNotCancelledUntilTheProcessExits(t *testing.T) {
 		assert.Equal(t, 6500*time.Millisecond, hookEnded.Sub(t0), "the hook ran until the process exited")
 		assert.False(t, tl.Killed)
 	})
+}
+
+// A sleep hook of 4 s out of 10: SIGTERM at 4 s leaves 6 s; the container
+// saw nothing before SIGTERM.
+func TestSleepHookLeavesGraceMinusTheSleep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		t0 := time.Now()
+		tl, err := Terminate(context.Background(), p, Sleep(4*time.Second), 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, 4*time.Second, tl.SIGTERM.Sub(t0))
+		assert.Equal(t, 6*time.Second, tl.Remaining)
+		assert.Equal(t, 10*time.Second, tl.Exit.Sub(t0), "killed at T0 + grace")
+	})
+}
+
+// 0 .. hook call 1 (grace 30 s) .. 5 s: a second delete with grace 10 s:
+// the kubelet runs the hook again (call 1 runs on) and times 10 s from
+// there: the hook overruns again, SIGTERM at 15 s, SIGKILL at 17 s.
+func TestSecondDeletionRunsTheHookAgainWithTheShorterGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		t0 := time.Now()
+		var mu sync.Mutex
+		var calls []time.Duration
+		hook := HookFunc(func(ctx context.Context) error {
+			mu.Lock()
+			calls = append(calls, time.Since(t0))
+			mu.Unlock()
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		tl, err := Terminate(context.Background(), p, hook, 30*time.Second, ShortenGrace(5*time.Second, 10*time.Second))
+		require.NoError(t, err)
+		assert.Equal(t, []time.Duration{0, 5 * time.Second}, calls, "the hook ran twice")
+		assert.Equal(t, 5*time.Second, tl.Restart.Sub(t0))
+		assert.True(t, tl.HookKept)
+		assert.Equal(t, 15*time.Second, tl.SIGTERM.Sub(t0))
+		assert.Equal(t, 17*time.Second, tl.Exit.Sub(t0), "the 2 s floor after the second call overran")
+	})
+}
+
+// The second call returns after 3 s: 10 - 3 = 7 s after SIGTERM.
+func TestSecondDeletionTimesTheNewGraceFromTheSecondCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		t0 := time.Now()
+		var n atomic.Int32
+		hook := HookFunc(func(ctx context.Context) error {
+			if n.Add(1) == 1 {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			time.Sleep(3 * time.Second)
+			return nil
+		})
+		tl, err := Terminate(context.Background(), p, hook, 30*time.Second, ShortenGrace(5*time.Second, 10*time.Second))
+		require.NoError(t, err)
+		assert.False(t, tl.HookKept)
+		assert.Equal(t, 8*time.Second, tl.SIGTERM.Sub(t0))
+		assert.Equal(t, 7*time.Second, tl.Remaining)
+		assert.Equal(t, 15*time.Second, tl.Exit.Sub(t0))
+	})
+}
+
+func TestShortenGraceRejectsWhatTheKubeletWouldNotDo(t *testing.T) {
+	hook := HookFunc(func(ctx context.Context) error { return nil })
+	for _, o := range []Option{ShortenGrace(5*time.Second, 30*time.Second), ShortenGrace(0, time.Second), ShortenGrace(40*time.Second, time.Second)} {
+		_, err := Terminate(context.Background(), NewInProcess(), hook, 30*time.Second, o)
+		assert.ErrorContains(t, err, "ShortenGrace")
+	}
+	_, err := Terminate(context.Background(), NewInProcess(), nil, 30*time.Second, ShortenGrace(time.Second, time.Second))
+	assert.ErrorContains(t, err, "needs a hook")
 }
