@@ -106,7 +106,16 @@ type Node struct {
 	containerd *daemon
 	kubelet    *daemon
 	lock       *os.File
+	// machine-wide paths as they were before Start, to remove what the
+	// Node added: the shims' sockets (a killed shim leaves its socket) and
+	// /var/lib/kubelet (the device-plugin directory is not under --root-dir)
+	shimSocketsBefore map[string]bool
+	varLibKubelet     bool
 }
+
+// shimSocketDir is where containerd 1.6's shims put their sockets,
+// whatever the daemon's root.
+const shimSocketDir = "/run/containerd/s"
 
 // A daemon is containerd or the kubelet, a child of the test process.
 type daemon struct {
@@ -140,7 +149,16 @@ func Start(t testing.TB, kubelet string, images ...*Image) *Node {
 		lock.Close()
 		t.Fatal(err)
 	}
-	n := &Node{Dir: dir, manifests: filepath.Join(dir, "manifests"), sock: filepath.Join(dir, "containerd.sock"), lock: lock}
+	n := &Node{Dir: dir, manifests: filepath.Join(dir, "manifests"), sock: filepath.Join(dir, "containerd.sock"), lock: lock,
+		shimSocketsBefore: map[string]bool{}}
+	if entries, err := os.ReadDir(shimSocketDir); err == nil {
+		for _, e := range entries {
+			n.shimSocketsBefore[e.Name()] = true
+		}
+	}
+	if _, err := os.Stat("/var/lib/kubelet"); err == nil {
+		n.varLibKubelet = true
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			n.dumpLogs(t)
@@ -306,6 +324,16 @@ func (n *Node) stop() error {
 		n.containerd.stop(10 * time.Second)
 	}
 	errs = append(errs, removeLeftovers(n.Dir))
+	if entries, err := os.ReadDir(shimSocketDir); err == nil {
+		for _, e := range entries {
+			if !n.shimSocketsBefore[e.Name()] {
+				_ = os.Remove(filepath.Join(shimSocketDir, e.Name()))
+			}
+		}
+	}
+	if !n.varLibKubelet {
+		_ = os.RemoveAll("/var/lib/kubelet")
+	}
 	if err := os.Remove(lockFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
@@ -361,10 +389,10 @@ func removeLeftovers(dir string) error {
 	}
 	errs = append(errs, removeKubepods())
 	_ = os.Remove("/var/lib/kubelet/device-plugins/kubelet.sock")
-	if links, _ := filepath.Glob("/var/log/containers/*_" + NodeName + "*"); len(links) > 0 {
-		for _, l := range links {
-			_ = os.Remove(l)
-		}
+	// the kubelet's links to the pods' logs: POD-NODE_NAMESPACE_CONTAINER-ID.log
+	links, _ := filepath.Glob("/var/log/containers/*-" + NodeName + "_*")
+	for _, l := range links {
+		_ = os.Remove(l)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)

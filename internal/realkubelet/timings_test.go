@@ -28,28 +28,28 @@ const settle = 3 * time.Second
 
 // Every scenario of kubeletsim.Measured, run under the real kubelet with
 // podbin's probe as the container: the SIGTERM and the death it sees, from
-// T0, agree within 0.2 s with the table, and with the simulator running the
-// same scenario.
+// T0, agree within 0.2 s with the table, which the simulator matches too
+// (kubeletsim's TestSimulatorMatchesTheMeasuredKubelet). The simulator's own
+// times for the scenario are logged beside the real ones.
 //
 //	T0 (hook GET, or SIGTERM without a hook) ... SIGTERM ... death
-func TestRealKubeletTimingsMatchTheSimulator(t *testing.T) {
+func TestRealKubeletTimingsMatchTheTable(t *testing.T) {
 	kubelet := Require(t)
 	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
 	node := Start(t, kubelet, img)
 	for i, s := range kubeletsim.Measured {
 		t.Run(s.Name, func(t *testing.T) {
 			term, death := runProbe(t, node, fmt.Sprintf("probe-%d", i), s)
-			t.Logf("real kubelet: SIGTERM +%v, dead +%v (table: %v, %v)", term.Round(time.Millisecond), death.Round(time.Millisecond), s.SIGTERM, s.Exit)
 			var simTerm, simExit time.Duration
 			synctest.Test(t, func(t *testing.T) {
 				var err error
 				simTerm, simExit, err = s.Simulate(context.Background())
 				require.NoError(t, err)
 			})
+			t.Logf("real kubelet: SIGTERM +%v, dead +%v; table: %v, %v; simulator: %v, %v", term.Round(time.Millisecond),
+				death.Round(time.Millisecond), s.SIGTERM, s.Exit, simTerm, simExit)
 			assert.InDelta(t, s.SIGTERM.Seconds(), term.Seconds(), 0.2, "SIGTERM against the table")
 			assert.InDelta(t, s.Exit.Seconds(), death.Seconds(), 0.2, "death against the table")
-			assert.InDelta(t, simTerm.Seconds(), term.Seconds(), 0.2, "SIGTERM: simulator %v, kubelet %v", simTerm, term)
-			assert.InDelta(t, simExit.Seconds(), death.Seconds(), 0.2, "death: simulator %v, kubelet %v", simExit, death)
 		})
 	}
 }
