@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,13 +42,11 @@ type sandboxdCase struct {
 	pause       time.Duration // -pause-latency
 	concurrency int
 	exec        bool // preStop exec /drainhook instead of httpGet /drain
-	// squeezed: the work cannot fit the grace. The plan then scales every
-	// reserve down in proportion, and the preserve phase's live reserve
-	// dwarfs the ublk step's: the step gets milliseconds, pauses started
-	// late are cut at the hard deadline, and the device daemon is left to
-	// die with the container. Measured here first (see the README); the
-	// plan's rework (issue 11) owns the fix. Until then the test logs those
-	// two results instead of asserting them.
+	// squeezed: the work cannot fit the grace. The Preserver then starts
+	// pauses before the preserve deadline that cannot end by the hard
+	// deadline, and they are cut there (measured here first; see the
+	// README). Until the pause/plan contract stops that, the test logs the
+	// pauses cut instead of asserting none.
 	squeezed bool
 }
 
@@ -99,18 +99,16 @@ func TestRealKubeletSandboxd(t *testing.T) {
 func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.Report {
 	t.Helper()
 	state := filepath.Join(node.Dir, "state-"+name)
-	port, err := freePort()
-	require.NoError(t, err)
-	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	listen, hookListen := freeAddr(t), freeAddr(t)
 	base := "http://" + listen
 	var hook *corev1.LifecycleHandler
 	if c.exec {
-		hook = ExecHook("/drainhook", "-url", base+"/drain")
+		hook = ExecHook("/drainhook", "-url", "http://"+hookListen+"/drain")
 	} else {
-		hook = HTTPGetHook(port, "/drain")
+		hook = HTTPGetHook(portOf(t, hookListen), "/drain")
 	}
 	grace := time.Duration(c.grace) * time.Second
-	node.AddPod(t, Pod(name, c.grace, state, hook, sandboxdCommand(listen, grace, c)...))
+	node.AddPod(t, Pod(name, c.grace, state, hook, sandboxdCommand(listen, hookListen, grace, c)...))
 	pid := WaitProcess(t, "-listen "+listen, 2*time.Minute)
 	w, err := WatchProcess(pid)
 	require.NoError(t, err)
@@ -147,22 +145,18 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 	assert.Equal(t, c.sandboxes, total, "every sandbox accounted for: %v", rep.Preserve.Counts)
 	events, err := os.ReadFile(filepath.Join(state, "ublkd.events"))
 	require.NoError(t, err)
-	stopped := strings.HasSuffix(string(events), "exit\n")
+	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
 	if c.squeezed {
-		t.Logf("squeezed (see sandboxdCase.squeezed): device daemon stopped on its own: %v; pauses cut at the hard deadline: %d",
-			stopped, rep.Preserve.Counts[pause.TimedOut])
+		t.Logf("squeezed (see sandboxdCase.squeezed): pauses cut at the hard deadline: %d", rep.Preserve.Counts[pause.TimedOut])
 	} else {
-		assert.True(t, stopped, "the device daemon stopped on its own: %q", events)
 		assert.Zero(t, rep.Preserve.Counts[pause.TimedOut], "no pause was cut halfway")
 	}
 
 	// Started again on the same state dir: the preserved sandboxes, and
 	// only they, come back paused.
 	again := name + "-again"
-	port2, err := freePort()
-	require.NoError(t, err)
-	listen2 := fmt.Sprintf("127.0.0.1:%d", port2)
-	node.AddPod(t, Pod(again, c.grace, state, HTTPGetHook(port2, "/drain"), sandboxdCommand(listen2, grace, c)...))
+	listen2, hookListen2 := freeAddr(t), freeAddr(t)
+	node.AddPod(t, Pod(again, c.grace, state, HTTPGetHook(portOf(t, hookListen2), "/drain"), sandboxdCommand(listen2, hookListen2, grace, c)...))
 	pid2 := WaitProcess(t, "-listen "+listen2, 2*time.Minute)
 	w2, err := WatchProcess(pid2)
 	require.NoError(t, err)
@@ -186,8 +180,8 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 	return rep
 }
 
-func sandboxdCommand(listen string, grace time.Duration, c sandboxdCase) []string {
-	return []string{"/sandboxd", "-listen", listen, "-state-dir", StateMount, "-grace", grace.String(),
+func sandboxdCommand(listen, hookListen string, grace time.Duration, c sandboxdCase) []string {
+	return []string{"/sandboxd", "-listen", listen, "-hook-listen", hookListen, "-state-dir", StateMount, "-grace", grace.String(),
 		"-pause-latency", c.pause.String(), "-concurrency", fmt.Sprint(c.concurrency), "-devices", "2"}
 }
 
@@ -203,11 +197,7 @@ func TestRealKubeletSupervisorInFrontOfANaiveServer(t *testing.T) {
 	kubelet := Require(t)
 	node := Start(t, kubelet, BuildImage(t, allBinaries...))
 	state := filepath.Join(node.Dir, "state-supervisor")
-	supPort, err := freePort()
-	require.NoError(t, err)
-	apiPort, err := freePort()
-	require.NoError(t, err)
-	sup, api := fmt.Sprintf("127.0.0.1:%d", supPort), fmt.Sprintf("127.0.0.1:%d", apiPort)
+	sup, hookListen, api := freeAddr(t), freeAddr(t), freeAddr(t)
 	daemon, err := json.Marshal(fakeublk.DaemonConfig{
 		SysRoot:  StateMount + "/sys",
 		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}, {ID: 1, Major: 4000, Minor: 1}},
@@ -216,8 +206,8 @@ func TestRealKubeletSupervisorInFrontOfANaiveServer(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NotContains(t, string(daemon), " ", "-daemon is split on spaces")
-	pod := Pod("supervisor", grace, state, HTTPGetHook(supPort, "/drain"),
-		"/supervisor", "-listen", sup, "-server-url", "http://"+api, "-grace", fmt.Sprintf("%ds", grace),
+	pod := Pod("supervisor", grace, state, HTTPGetHook(portOf(t, hookListen), "/drain"),
+		"/supervisor", "-listen", sup, "-hook-listen", hookListen, "-server-url", "http://"+api, "-grace", fmt.Sprintf("%ds", grace),
 		"-concurrency", "8", "-daemon", "/podbin ublkd "+string(daemon), "-report", StateMount+"/report.json",
 		"--", "/naiveserver", "-listen", api, "-state", StateMount+"/naive", "-pause", "500ms")
 	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "SUPERVISOR_SYSFS_ROOT", Value: StateMount + "/sys"}}
@@ -250,13 +240,18 @@ func TestRealKubeletSupervisorInFrontOfANaiveServer(t *testing.T) {
 	assert.Zero(t, rep.Server.Code)
 	require.NotNil(t, rep.Daemon)
 	assert.True(t, rep.Daemon.Exited && rep.Daemon.Code == 0 && !rep.Daemon.Killed, "the daemon stopped cleanly: %+v", *rep.Daemon)
-	require.NotNil(t, rep.Ublk)
-	assert.Equal(t, ublk.VerdictStopped, rep.Ublk.Verdict)
+	step := rep.Drain.Phase("daemon") // the supervisor's daemon step; its Detail is the ublk Report
+	require.NotNil(t, step)
+	require.NotNil(t, step.Detail, "the daemon step returned its report")
+	detail, err := json.Marshal(step.Detail)
+	require.NoError(t, err)
+	var ur ublk.Report
+	require.NoError(t, json.Unmarshal(detail, &ur))
+	assert.Equal(t, ublk.VerdictStopped, ur.Verdict, "both devices stopped and deleted by the daemon")
+	assert.Len(t, ur.Devices, 2)
 
 	// The naive server again, alone, on the same state.
-	port3, err := freePort()
-	require.NoError(t, err)
-	api3 := fmt.Sprintf("127.0.0.1:%d", port3)
+	api3 := freeAddr(t)
 	node.AddPod(t, Pod("naive-again", grace, state, nil, "/naiveserver", "-listen", api3, "-state", StateMount+"/naive"))
 	pid3 := WaitProcess(t, "-listen "+api3, 2*time.Minute)
 	w3, err := WatchProcess(pid3)
@@ -284,8 +279,25 @@ type supervisorReport struct {
 		Code   int  `json:"code"`
 		Killed bool `json:"killed"`
 	} `json:"daemon"`
-	Ublk     *ublk.Report `json:"ublk"`
-	ExitCode int          `json:"exit_code"`
+	ExitCode int `json:"exit_code"`
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := freePort()
+	require.NoError(t, err)
+	return fmt.Sprintf("127.0.0.1:%d", port)
+}
+
+// portOf returns the port of a host:port address.
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	port, err := strconv.Atoi(p)
+	require.NoError(t, err)
+	return port
 }
 
 var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
