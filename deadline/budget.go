@@ -64,6 +64,16 @@ func WithLogger(l *slog.Logger) Option {
 	return func(b *Budget) { b.log, b.logSet = l, true }
 }
 
+// WithPreStopSleep declares the pod's preStop hook to be
+// lifecycle.preStop.sleep.seconds = d: the kubelet sleeps d itself, so the
+// server never sees T0, and SIGTERM leaves grace - d (at least 2 s). Without
+// it, a budget first anchored by SIGTERM assumes the whole grace is left and
+// overestimates SIGKILL by d. It does not apply once a preStop call anchored
+// the budget (an httpGet or exec hook). d must not be negative.
+func WithPreStopSleep(d time.Duration) Option {
+	return func(b *Budget) { b.sleep = d }
+}
+
 // WithMargin sets how long before the expected SIGKILL the budget's
 // Deadline falls. The default is DefaultMarginFor(grace); zero is allowed,
 // negative is an error at construction, and New rejects a margin that is
@@ -97,9 +107,10 @@ func WithMargin(d time.Duration) Option {
 type Budget struct {
 	grace     time.Duration
 	margin    time.Duration
-	marginSet bool         // WithMargin was given; else the margin is DefaultMarginFor(grace)
-	log       *slog.Logger // nil: discard
-	logSet    bool         // WithLogger was given (a nil one is an error)
+	marginSet bool          // WithMargin was given; else the margin is DefaultMarginFor(grace)
+	log       *slog.Logger  // nil: discard
+	logSet    bool          // WithLogger was given (a nil one is an error)
+	sleep     time.Duration // WithPreStopSleep: the manifest's preStop sleep
 
 	mu      sync.Mutex
 	anchor  Anchor
@@ -113,9 +124,9 @@ type Budget struct {
 // (the kubelet's G, normally spec.terminationGracePeriodSeconds). T0 is
 // fixed later by OnPreStop or OnSIGTERM.
 //
-// New fails if grace is not positive, if the margin is negative, if a
-// margin set with WithMargin is not smaller than grace, or if an option or
-// the logger is nil; the error names the field.
+// New fails if grace is not positive, if the margin or the preStop sleep is
+// negative, if a margin set with WithMargin is not smaller than grace, or if
+// an option or the logger is nil; the error names the field.
 func New(grace time.Duration, opts ...Option) (*Budget, error) {
 	if grace <= 0 {
 		return nil, fmt.Errorf("deadline: grace must be positive, got %v", grace)
@@ -147,6 +158,9 @@ func build(grace time.Duration, opts []Option) (*Budget, error) {
 	}
 	if b.logSet && b.log == nil {
 		errs = append(errs, errors.New("deadline: logger must not be nil"))
+	}
+	if b.sleep < 0 {
+		errs = append(errs, fmt.Errorf("deadline: preStop sleep must not be negative, got %v", b.sleep))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -198,7 +212,9 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 // OnSIGTERM tells the budget that SIGTERM arrived at at, and refines the
 // SIGKILL time exactly as the kubelet computes it:
 //
-//   - no preStop hook ran: T0 = at, SIGKILL = at + max(grace, 2s);
+//   - no preStop hook ran: T0 = at, SIGKILL = at + max(grace, 2s); with
+//     WithPreStopSleep(N) (a sleep hook, which the server never sees):
+//     T0 = at - N, SIGKILL = at + KubeletRemaining(grace, N);
 //   - a preStop hook started at T0: the kubelet subtracts the hook's elapsed
 //     time, truncated to whole seconds, from the grace period and raises what
 //     is left to at least MinimumGracePeriod, so SIGKILL =
@@ -225,7 +241,8 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 	b.sigterm = at
 	switch b.anchor {
 	case AnchorNone:
-		b.anchor, b.start, b.kill = AnchorSIGTERM, at, at.Add(KubeletRemaining(b.grace, 0))
+		// A sleep hook the server never sees started sleep before SIGTERM.
+		b.anchor, b.start, b.kill = AnchorSIGTERM, at.Add(-b.sleep), at.Add(KubeletRemaining(b.grace, b.sleep))
 	case AnchorPreStop:
 		// b.kill - b.start is the configured grace unless Tighten cut it:
 		// the kubelet then works from the shorter DeletionGracePeriodSeconds.
@@ -237,6 +254,37 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 	b.notifyLocked()
 	b.mu.Unlock()
 	b.logChange("SIGTERM")
+	return true
+}
+
+// OnHookAbandoned tells the budget that SIGTERM arrived at at while the
+// preStop hook was still running: the kubelet stopped waiting for it. It
+// does that only once the grace period it uses has run out since the
+// hook's start, so whatever that grace was (the manifest's, a shorter
+// deletion's, a node-shutdown slice, an eviction's), the hook overran it and
+// SIGKILL comes exactly MinimumGracePeriod after SIGTERM. The budget takes
+// that: it does what OnSIGTERM does, then moves SIGKILL to at + 2 s if that
+// is earlier. This is the one case where a server learns a grace period the
+// kubelet shortened without the API server (graceful node shutdown and
+// node-pressure eviction set no deletionTimestamp).
+//
+// Like OnSIGTERM, only the first of the two calls has an effect; it reports
+// whether it was it. The caller (drain.Drainer.Shutdown) decides the hook was
+// running: a preStop request still open when SIGTERM arrives.
+func (b *Budget) OnHookAbandoned(at time.Time) bool {
+	if !b.OnSIGTERM(at) {
+		return false
+	}
+	b.mu.Lock()
+	changed := false
+	if kill := at.Add(MinimumGracePeriod); kill.Before(b.kill) {
+		b.kill, changed = laterOf(kill, b.start), true
+		b.notifyLocked()
+	}
+	b.mu.Unlock()
+	if changed {
+		b.logChange("preStop hook abandoned by the kubelet")
+	}
 	return true
 }
 

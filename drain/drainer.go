@@ -123,6 +123,8 @@ type Drainer struct {
 	prestop  *preStopRun
 	root     trace.Span      // the termination's span, from the first preStop call or Shutdown
 	rootCtx  context.Context // carries root
+	hooks    int             // preStop requests started so far
+	hookOpen bool            // the latest preStop request has not answered yet
 	started  bool
 	forcedAt time.Time
 	done     chan struct{}

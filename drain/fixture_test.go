@@ -31,11 +31,12 @@ type fixtureOpts struct {
 	limit         int
 	steps         []Step
 	edit          func(*Config)
+	budget        []deadline.Option // beyond the margin
 }
 
 func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	t.Helper()
-	b, err := deadline.New(o.grace, deadline.WithMargin(o.margin))
+	b, err := deadline.New(o.grace, append([]deadline.Option{deadline.WithMargin(o.margin)}, o.budget...)...)
 	require.NoError(t, err)
 	node := fakesandbox.NewNode()
 	node.AddN("sb", o.sandboxes, o.latency)

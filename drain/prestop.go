@@ -87,6 +87,12 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // ?start=RFC3339 (its own start, see ExecHook.Start): the first call then
 // fixes T0 there, if it is earlier than the call and within the grace
 // period, so the hook's start-up latency is not mistaken for spare time.
+//
+// When SIGTERM (Shutdown) arrives while the latest preStop request is still
+// open, the kubelet has stopped waiting for the hook, which it does only
+// once its grace period has run out: Shutdown then tells the budget
+// (Budget.OnHookAbandoned) that SIGKILL comes 2 s after SIGTERM, whatever
+// grace the budget was built with.
 func (d *Drainer) PreStop() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var bound <-chan time.Time
@@ -113,10 +119,32 @@ func (d *Drainer) PreStop() http.Handler {
 				at = start
 			}
 		}
+		seq := d.hookOpened()
 		sum := d.preStop(r.Context(), at, bound)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(sum)
+		d.hookClosed(seq)
 	})
+}
+
+// hookOpened records a preStop request as open and returns its number.
+func (d *Drainer) hookOpened() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.hooks++
+	d.hookOpen = true
+	return d.hooks
+}
+
+// hookClosed records that preStop request seq has answered. Only the
+// latest request counts: the kubelet re-runs the hook when a second
+// deletion shortens the grace, and the first request may stay open.
+func (d *Drainer) hookClosed(seq int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if seq == d.hooks {
+		d.hookOpen = false
+	}
 }
 
 // preStop starts or joins the drain wait and returns its summary when it

@@ -23,7 +23,9 @@ import (
 //
 // Shutdown treats its first call as the arrival of SIGTERM: it calls
 // Budget.OnSIGTERM, which refines the expected SIGKILL with the kubelet's
-// arithmetic (or anchors T0 now when no preStop hook ran), ends the preStop
+// arithmetic (or anchors T0 now when no preStop hook ran), or, when the
+// latest preStop request is still open, Budget.OnHookAbandoned (the
+// kubelet gave up on the hook: SIGKILL in 2 s), ends the preStop
 // wait, and logs the plan (every phase's deadline and reserve), with a
 // warning when the reserves do not fit in the time left. Then, in order,
 // each phase under the window the plan gives it by name when it starts:
@@ -62,9 +64,14 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 	d.mu.Lock()
 	first := !d.started
 	d.started = true
+	abandoned := d.hookOpen
 	d.mu.Unlock()
 	if first {
-		d.budget.OnSIGTERM(time.Now())
+		if abandoned { // the kubelet gave up on the hook: its grace has run out
+			d.budget.OnHookAbandoned(time.Now())
+		} else {
+			d.budget.OnSIGTERM(time.Now())
+		}
 		d.termStop()
 		d.finish(d.run(context.WithoutCancel(ctx)))
 	}

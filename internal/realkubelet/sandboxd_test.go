@@ -21,6 +21,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -38,6 +39,7 @@ var allBinaries = []Binary{
 // A sandboxdCase is one termination of examples/sandboxd as a static pod.
 type sandboxdCase struct {
 	grace       int64 // terminationGracePeriodSeconds, and sandboxd's -grace
+	serverGrace int64 // sandboxd's -grace when it differs from the manifest's
 	sandboxes   int
 	pause       time.Duration // -pause-latency
 	concurrency int
@@ -85,6 +87,19 @@ func TestRealKubeletSandboxd(t *testing.T) {
 	// deadline finish, the rest are never started, the daemon still gets
 	// its turn, and sandboxd exits before SIGKILL with every sandbox in its
 	// Report.
+	// sandboxd believes 10 s; the kubelet uses 3 s, as it does when it
+	// shortens the grace itself (graceful node shutdown's slice,
+	// node-pressure eviction: no deletionTimestamp) or after a second
+	// delete. The preStop call is still open when the kubelet gives up on
+	// it at T0+3 s and sends SIGTERM: sandboxd takes that to mean SIGKILL
+	// in 2 s (deadline.Budget.OnHookAbandoned), not T0+10 s, preserves what
+	// fits, stops its daemon and exits before SIGKILL at T0+5 s.
+	t.Run("kubelet's grace shorter than sandboxd's: the hook is abandoned", func(t *testing.T) {
+		rep := runSandboxd(t, node, "sandboxd-abandoned", sandboxdCase{grace: 3, serverGrace: 10, sandboxes: 4, pause: 100 * time.Millisecond, concurrency: 4})
+		assert.InDelta(t, 2.0, rep.Budget.Kill.Sub(rep.Budget.SIGTERM).Seconds(), 0.01, "the budget expects SIGKILL 2 s after SIGTERM")
+		assert.InDelta(t, 3.0, rep.Budget.SIGTERM.Sub(rep.Budget.Start).Seconds(), 0.2, "the kubelet gave up on the hook at its 3 s")
+		assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
+	})
 	t.Run("grace too short for the work", func(t *testing.T) {
 		rep := runSandboxd(t, node, "sandboxd-short", sandboxdCase{grace: 4, sandboxes: 12, pause: time.Second, concurrency: 2, squeezed: true})
 		assert.Positive(t, rep.Preserve.Counts[pause.Preserved], "the pauses started in time finished")
@@ -108,7 +123,7 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 		hook = HTTPGetHook(portOf(t, hookListen), "/drain")
 	}
 	grace := time.Duration(c.grace) * time.Second
-	node.AddPod(t, Pod(name, c.grace, state, hook, sandboxdCommand(listen, hookListen, grace, c)...))
+	node.AddPod(t, Pod(name, c.grace, state, hook, sandboxdCommand(listen, hookListen, c)...))
 	pid := WaitProcess(t, "-listen "+listen, 2*time.Minute)
 	w, err := WatchProcess(pid)
 	require.NoError(t, err)
@@ -134,9 +149,13 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 		}
 	})
 	t0 := rep.Budget.Start
-	t.Logf("from T0 (%s): SIGTERM +%v, exit +%v, SIGKILL due +%v; %v", rep.Budget.Anchor,
-		rep.Budget.SIGTERM.Sub(t0).Round(time.Millisecond), died.Sub(t0).Round(time.Millisecond), grace, rep.Preserve.Counts)
-	assert.Less(t, died.Sub(t0), grace, "sandboxd exited before the kubelet's SIGKILL (T0 + grace)")
+	// the kubelet's SIGKILL, by its arithmetic from the server's T0 (a few
+	// ms after its own) and the SIGTERM sandboxd saw
+	kill := rep.Budget.SIGTERM.Add(kubeletsim.Remaining(grace, rep.Budget.SIGTERM.Sub(t0)))
+	t.Logf("from T0 (%s): SIGTERM +%v, exit +%v, SIGKILL due +%v (budget: +%v); %v", rep.Budget.Anchor,
+		rep.Budget.SIGTERM.Sub(t0).Round(time.Millisecond), died.Sub(t0).Round(time.Millisecond), kill.Sub(t0).Round(time.Millisecond),
+		rep.Budget.Kill.Sub(t0).Round(time.Millisecond), rep.Preserve.Counts)
+	assert.True(t, died.Before(kill), "sandboxd exited before the kubelet's SIGKILL")
 	assert.Positive(t, rep.Margin, "the Report says it ended before the expected SIGKILL")
 	total := 0
 	for _, n := range rep.Preserve.Counts {
@@ -156,7 +175,7 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 	// only they, come back paused.
 	again := name + "-again"
 	listen2, hookListen2 := freeAddr(t), freeAddr(t)
-	node.AddPod(t, Pod(again, c.grace, state, HTTPGetHook(portOf(t, hookListen2), "/drain"), sandboxdCommand(listen2, hookListen2, grace, c)...))
+	node.AddPod(t, Pod(again, c.grace, state, HTTPGetHook(portOf(t, hookListen2), "/drain"), sandboxdCommand(listen2, hookListen2, c)...))
 	pid2 := WaitProcess(t, "-listen "+listen2, 2*time.Minute)
 	w2, err := WatchProcess(pid2)
 	require.NoError(t, err)
@@ -180,8 +199,12 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 	return rep
 }
 
-func sandboxdCommand(listen, hookListen string, grace time.Duration, c sandboxdCase) []string {
-	return []string{"/sandboxd", "-listen", listen, "-hook-listen", hookListen, "-state-dir", StateMount, "-grace", grace.String(),
+func sandboxdCommand(listen, hookListen string, c sandboxdCase) []string {
+	grace := c.grace
+	if c.serverGrace != 0 {
+		grace = c.serverGrace
+	}
+	return []string{"/sandboxd", "-listen", listen, "-hook-listen", hookListen, "-state-dir", StateMount, "-grace", fmt.Sprintf("%ds", grace),
 		"-pause-latency", c.pause.String(), "-concurrency", fmt.Sprint(c.concurrency), "-devices", "2"}
 }
 
