@@ -159,11 +159,12 @@ func TestPreStopAfterSIGTERMAnswersAtOnce(t *testing.T) {
 	})
 }
 
-// SIGTERM while the preStop wait is on (the kubelet gave up on the hook, or
-// the node is shutting down) ends the wait at once.
+// SIGTERM while the preStop wait is on (the kubelet gave up on the hook:
+// the grace it used ran out) ends the wait at once, and the budget expects
+// SIGKILL 2 s later, whatever grace it was built with.
 func TestShutdownEndsTheRunningPreStopWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second, sandboxes: 4, latency: time.Second})
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second, sandboxes: 4, latency: 100 * time.Millisecond})
 		call := f.callPreStop(t.Context(), "")
 		time.Sleep(100 * time.Second)
 		rep := f.d.Shutdown(context.Background())
@@ -173,6 +174,7 @@ func TestShutdownEndsTheRunningPreStopWait(t *testing.T) {
 		require.NotNil(t, rep.PreStop)
 		assert.Equal(t, Stopped, rep.Phase(PhaseDrain).Result, "SIGTERM ended the wait: not a timeout")
 		assert.Equal(t, ReasonSIGTERM, rep.PreStop.Reason)
+		assert.Equal(t, deadline.MinimumGracePeriod, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the call was still open: the kubelet gave up on it")
 		require.NoError(t, rep.Err())
 	})
 }

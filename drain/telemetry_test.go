@@ -57,7 +57,9 @@ func TestEveryPhaseIsASpanUnderOneRootFromThePreStopCall(t *testing.T) {
 			steps: []Step{step("ublk", time.Second, func(context.Context) error { return nil })},
 			edit:  func(c *Config) { c.TracerProvider = tp }})
 		t0 := time.Now()
-		call := f.callPreStop(t.Context(), "")
+		// The call answers after 5 s and the wait goes on: SIGTERM then finds
+		// no call open, so it is not a hook the kubelet gave up on.
+		call := f.callPreStop(t.Context(), "?wait=5s")
 		time.Sleep(10 * time.Second) // the sandboxes keep running; SIGTERM comes
 		rep := f.d.Shutdown(context.Background())
 		<-call.done
@@ -158,7 +160,9 @@ func TestMetricsNamesUnitsBucketsGaugeAndRejections(t *testing.T) {
 				c.MeterProvider = mp
 				c.Gate = &Gate{Exempt: []Class{Pause}}
 			}})
-		call := f.callPreStop(t.Context(), "")
+		// The call answers after 30 min and the wait goes on: SIGTERM then
+		// finds no call open, so it is not a hook the kubelet gave up on.
+		call := f.callPreStop(t.Context(), "?wait=30m")
 		synctest.Wait()
 		running := func() int64 {
 			g := collect(t, reader)[metricRunning].Data.(metricdata.Gauge[int64])
