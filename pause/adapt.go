@@ -124,7 +124,7 @@ type climber struct {
 	since time.Time // start of the epoch: earlier preserves are not its samples
 
 	epoch     stat   // the samples of this epoch
-	lv        []stat // lv[k]: every sample measured at limit k
+	lv        []stat // lv[k]: every sample measured at limit k; grown to the highest k measured
 	undecided bool   // a comparison of this epoch was within the noise
 	stretch   bool   // the epoch may still grow
 
@@ -137,15 +137,23 @@ type climber struct {
 }
 
 func newClimber(start, ceil int, now time.Time) *climber {
-	return &climber{ceil: ceil, k: start, start: start, since: now, lv: make([]stat, ceil+1)}
+	return &climber{ceil: ceil, k: start, start: start, since: now}
 }
 
 // at returns what level k measured, this epoch's samples included.
 func (c *climber) at(k int) stat {
 	if k == c.k {
-		return c.lv[k].plus(c.epoch)
+		return c.level(k).plus(c.epoch)
 	}
-	return c.lv[k]
+	return c.level(k)
+}
+
+// level returns the samples of the epochs decided at level k.
+func (c *climber) level(k int) stat {
+	if k < len(c.lv) {
+		return c.lv[k]
+	}
+	return stat{}
 }
 
 // x returns the throughput measured at level k (units per ns), 0 when
@@ -169,6 +177,9 @@ func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, now 
 	if c.undecided { // within the noise: measure on
 		*c = saved
 		return c.k
+	}
+	if c.k >= len(c.lv) {
+		c.lv = append(c.lv, make([]stat, c.k+1-len(c.lv))...)
 	}
 	c.lv[c.k] = c.lv[c.k].plus(c.epoch)
 	c.set(k, now)

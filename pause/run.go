@@ -207,11 +207,15 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 		r.rep.Entries = growEntries(r.rep.Entries, len(list))
 	}
 	prev := r.lastIDs
-	if len(prev) < len(list) {
+	switch {
+	case prev == nil:
+		prev = make([]string, len(list))
+	case len(prev) < len(list):
 		prev = append(prev, make([]string, len(list)-len(prev))...)
 	}
-	var fresh []Sandbox
-	var at []int             // the entry index of each of fresh
+	// The tasks, each with the index of its entry until the entries stop
+	// moving (append may move them), allocated at the first new sandbox.
+	var backing []task
 	var flaws map[string]int // this listing's flaws by kind
 	for i, sb := range list {
 		id, e, flaw := ident(sb, pass)
@@ -259,23 +263,20 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 				slog.Int("pass", pass), slog.Int("index", i), slog.String("error", e.Error))
 			continue
 		}
-		if fresh == nil {
-			fresh = make([]Sandbox, 0, len(list))
-			at = make([]int, 0, len(list))
+		if backing == nil {
+			backing = make([]task, 0, len(list)-i)
 		}
-		fresh = append(fresh, sb)
-		at = append(at, len(r.rep.Entries))
+		backing = append(backing, task{r: r, sb: sb, entry: len(r.rep.Entries)})
 		r.rep.Entries = append(r.rep.Entries, e)
 	}
 	r.lastIDs = prev[:len(list)]
-	if len(fresh) == 0 {
+	if len(backing) == 0 {
 		return nil
 	}
-	backing := make([]task, len(fresh))
-	tasks := make([]*task, len(fresh))
-	for i, sb := range fresh {
+	tasks := make([]*task, len(backing))
+	for i := range backing {
 		t := &backing[i]
-		t.r, t.sb, t.e = r, sb, &r.rep.Entries[at[i]]
+		t.e = &r.rep.Entries[t.entry]
 		tasks[i] = t
 	}
 	r.left.Add(int64(len(tasks)))
@@ -373,12 +374,14 @@ func (r *run) finish() *Report {
 			rep.Counts[outcomes[i]] = n
 		}
 	}
-	for _, o := range outcomes {
-		r.span.SetAttributes(attribute.Int("drainkit.pause."+string(o), rep.Counts[o]))
-	}
-	r.span.SetAttributes(attribute.Int("drainkit.pause.passes", rep.Passes), attribute.Int("drainkit.pause.final_limit", rep.Limit))
-	if err := rep.Err(); err != nil {
-		r.span.SetStatus(codes.Error, err.Error())
+	if r.traced { // the attributes cost allocations a span that records nothing would drop
+		for _, o := range outcomes {
+			r.span.SetAttributes(attribute.Int("drainkit.pause."+string(o), rep.Counts[o]))
+		}
+		r.span.SetAttributes(attribute.Int("drainkit.pause.passes", rep.Passes), attribute.Int("drainkit.pause.final_limit", rep.Limit))
+		if err := rep.Err(); err != nil {
+			r.span.SetStatus(codes.Error, err.Error())
+		}
 	}
 	if rep.Unknown {
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: no listing succeeded; the node's sandboxes are unknown",

@@ -56,6 +56,8 @@ type task struct {
 	sb Sandbox
 	e  *Entry // its Report entry: ID, Priority, Size and own Estimate set at admission
 
+	entry int // the index of e in the Report's entries
+
 	ctx    context.Context // Preserve's context
 	cancel context.CancelFunc
 	watch  *time.Timer // abandons the task at its bound plus AbandonGrace
