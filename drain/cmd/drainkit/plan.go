@@ -34,7 +34,10 @@ makes (deadline.Plan: the preserve reserve is ceil(sandboxes / concurrency) x
 estimate, then the teardown steps' reserves, all before the budget's deadline,
 the grace period less its margin before SIGKILL), and prints:
 
-  - the predicted preserve time at the chosen or learned concurrency,
+  - the predicted preserve time at the chosen or learned concurrency (rounds
+    of the learned mean pause), beside what the drain reserves for it (rounds
+    of the estimate, max(mean, p90): conservative, since a reserve too small
+    costs sandboxes),
   - the margin left (how much more work would still fit),
   - whether every sandbox would be preserved,
   - the smallest terminationGracePeriodSeconds that would fit.
@@ -115,6 +118,8 @@ type planInput struct {
 	sizes       []int64 // one per sandbox; 0 unknown
 	estimate    time.Duration
 	estimateSrc string
+	mean        time.Duration // the learned mean of one pause; the estimate when nothing was learned
+	meanSrc     string
 	limit       int
 	limitSrc    string
 	grace       time.Duration
@@ -289,6 +294,7 @@ func (in *planInput) readSizes(path string) error {
 // library's defaults, and says where each came from.
 func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []learned.Step) error {
 	r := in.rates
+	in.mean, in.meanSrc = 0, ""
 	switch {
 	case estimate > 0:
 		in.estimate, in.estimateSrc = estimate, "-estimate"
@@ -300,6 +306,10 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 		}
 	default:
 		in.estimate, in.estimateSrc = pause.DefaultEstimate, "the library's default: nothing learned, no -estimate"
+	}
+	in.mean, in.meanSrc = in.estimate, "the estimate"
+	if estimate == 0 && r != nil && r.Observations > 0 && r.Mean > 0 {
+		in.mean, in.meanSrc = r.Mean, "the learned mean pause"
 	}
 	switch {
 	case limit > 0:
@@ -340,8 +350,9 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 
 // planResult is what the plan says.
 type planResult struct {
-	predicted time.Duration // the preserve reserve
-	byRounds  bool          // predicted is ceil(n/limit) x estimate (else by size)
+	predicted time.Duration // the preserve time expected: ceil(n/limit) x mean, or by size
+	reserve   time.Duration // the preserve reserve the plan holds: ceil(n/limit) x estimate, or by size
+	byRounds  bool          // by rounds of limit (else by size)
 	windows   []deadline.Window
 	spare     time.Duration // the drain window: what the work could grow by
 	shortfall time.Duration
@@ -409,7 +420,11 @@ func (in *planInput) budget(grace time.Duration) (*deadline.Budget, error) {
 
 func (in *planInput) plan() (*planResult, error) {
 	reserve, byRounds := in.preserveReserve()
-	res := &planResult{predicted: reserve(), byRounds: byRounds}
+	res := &planResult{reserve: reserve(), predicted: reserve(), byRounds: byRounds}
+	if byRounds { // the same rule at the mean: what the pauses will most likely take
+		n := len(in.sizes)
+		res.predicted = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return in.limit })()
+	}
 	phases := in.phasesFor(reserve)
 	b, err := in.budget(in.grace)
 	if err != nil {
@@ -465,8 +480,10 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 	fmt.Fprintf(tw, "  concurrency\t%d\t%s\n", in.limit, in.limitSrc)
 	if res.byRounds {
 		rounds := (n + in.limit - 1) / in.limit
-		fmt.Fprintf(tw, "  predicted preserve time\t%s\t%d round(s) of %d at %s (ceil(sandboxes / concurrency) x estimate)\n",
-			secs(res.predicted), rounds, in.limit, secs(in.estimate))
+		fmt.Fprintf(tw, "  predicted preserve time\t%s\t%d round(s) of %d at %s, %s\n",
+			secs(res.predicted), rounds, in.limit, secs(in.mean), in.meanSrc)
+		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / concurrency) x estimate)\n",
+			secs(res.reserve), rounds, in.limit, secs(in.estimate))
 	} else {
 		fmt.Fprintf(tw, "  predicted preserve time\t%s\tby size at %g MiB/s per pause, longest first over %d slots\n",
 			secs(res.predicted), in.rateMiB, in.limit)
@@ -518,7 +535,7 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 // rounds the preserve window holds, by the same rounds rule.
 func (in *planInput) lostEstimate(res *planResult) int {
 	n := len(in.sizes)
-	if res.predicted <= 0 || n == 0 {
+	if res.reserve <= 0 || n == 0 {
 		return 0
 	}
 	var window time.Duration
@@ -527,6 +544,6 @@ func (in *planInput) lostEstimate(res *planResult) int {
 			window = w.Deadline.Sub(w.Start)
 		}
 	}
-	kept := int(float64(n) * window.Seconds() / res.predicted.Seconds())
+	kept := int(float64(n) * window.Seconds() / res.reserve.Seconds())
 	return max(n-kept, 0)
 }

@@ -125,7 +125,10 @@ var predictedRE = regexp.MustCompile(`predicted preserve time\s+([0-9.]+)s`)
 // drain teaches sandboxd how long a pause takes (saved in its state
 // directory); after a restart the same sandboxes run again, drainkit plan
 // reads the live API and the learned rates, and its predicted preserve time
-// is within 10 % of the preserve phase the next SIGTERM actually runs.
+// (rounds of the learned mean pause) is within 10 % of the preserve phase
+// the next SIGTERM actually runs. A pause of the fake runtime takes 1 s plus
+// writing its image: long enough that a loaded machine's disk stalls in the
+// first drain do not dominate what it learns.
 func TestPlanPredictsAMeasuredDrainOfSandboxd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes: two drains of sandboxd")
@@ -133,7 +136,7 @@ func TestPlanPredictsAMeasuredDrainOfSandboxd(t *testing.T) {
 	const n, conc = 16, 4
 	bin := buildSandboxd(t)
 	dir := t.TempDir()
-	args := []string{"-grace", "60s", "-pause-latency", "500ms", "-concurrency", strconv.Itoa(conc)}
+	args := []string{"-grace", "60s", "-pause-latency", "1s", "-concurrency", strconv.Itoa(conc)}
 
 	s := startSandboxd(t, bin, dir, args...)
 	var ids []string
