@@ -339,5 +339,6 @@ func TestMetricsInPrometheusFormat(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	body := rec.Body.String()
 	assert.Regexp(t, `(?m)^drainkit_drain_sandboxes_running 2$`, body)
+	t.Logf("metrics:\n%s", body)
 	assert.Contains(t, body, "drainkit_httpsource_request_duration_seconds_count{")
 }
