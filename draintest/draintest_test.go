@@ -53,18 +53,26 @@ func TestRecipe(t *testing.T) {
 	})
 }
 
-// The preStop hook under synctest: the wait holds while sandboxes run,
-// SIGTERM comes when the kubelet's hook call would end, and the shutdown
-// preserves what is left.
+// The preStop hook under synctest, as the kubelet runs it: the wait holds
+// while sandboxes run, until the drain deadline leaves the preserve phase
+// its reserve; the hook call returns, the kubelet sends SIGTERM, and the
+// shutdown preserves what is left. (A SIGTERM while the call is still open
+// would mean the kubelet's grace ran out: SIGKILL 2 s later.)
+//
+//	T0 preStop: gate closed, 4 sandboxes run ... T0+111 s drain deadline
+//	(120 s grace - 5 s margin - one round of the 4 s estimate): the call
+//	returns; SIGTERM; 4 x 3 s preserved by T0+114 s; SIGKILL due T0+120 s
 func TestRecipeWithThePreStopHook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := draintest.NewNode()
 		node.AddN("sb", 4, 3*time.Second)
 		budget, err := deadline.New(120 * time.Second)
 		require.NoError(t, err)
-		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node})
+		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node,
+			PauseOptions: []pause.Option{pause.WithEstimator(deadline.NewEstimator(4 * time.Second))}})
 		require.NoError(t, err)
 
+		t0 := time.Now()
 		hook := httptest.NewRecorder()
 		hookDone := make(chan struct{})
 		go func() {
@@ -79,16 +87,18 @@ func TestRecipeWithThePreStopHook(t *testing.T) {
 			t.Fatal("the preStop wait ended while sandboxes ran and time was left")
 		default:
 		}
+		<-hookDone
+		assert.Equal(t, 111*time.Second, time.Since(t0), "the wait ended at the drain deadline")
 
 		sigs := make(chan os.Signal, 1)
 		reports := make(chan *drain.Report, 1)
 		go func() { reports <- d.ServeSignals(t.Context(), sigs) }()
-		sigs <- syscall.SIGTERM
+		sigs <- syscall.SIGTERM // the kubelet's, once the hook call returned
 		rep := <-reports
-		<-hookDone
 		require.NoError(t, rep.Err())
 		assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
-		assert.Equal(t, drain.Stopped, rep.Phase(drain.PhaseDrain).Result, "SIGTERM ended the wait")
+		assert.Equal(t, drain.ReasonDeadline, rep.PreStop.Reason)
+		assert.Positive(t, rep.Margin)
 	})
 }
 
