@@ -138,6 +138,9 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 	died, err := w.Wait(grace + time.Minute)
 	require.NoError(t, err, "pod log:\n%s", node.PodLog(name))
 	t.Logf("sandboxd died %v after the manifest was deleted", died.Sub(deleted).Round(time.Millisecond))
+	// Read at once: the kubelet removes the pod's directory soon after.
+	msg := terminationMessage(t, node, name)
+	t.Logf("termination message:\n%s", msg)
 
 	rep := readJSON[drain.Report](t, filepath.Join(state, "last-shutdown.json"), node, name)
 	require.NotNil(t, rep.Preserve, "the Report has the preserve phase")
@@ -162,6 +165,12 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 		total += n
 	}
 	assert.Equal(t, c.sandboxes, total, "every sandbox accounted for: %v", rep.Preserve.Counts)
+	// The summary sandboxd wrote to /dev/termination-log, as the kubelet's
+	// own mount of the container's terminationMessagePath holds it.
+	assert.LessOrEqual(t, len(msg), 4096)
+	assert.Regexp(t, `^drainkit: (all \d+ sandboxes preserved|\d+ of \d+ sandboxes LOST); exited \d+\.\d{3}s before SIGKILL\n`, msg)
+	assert.Contains(t, msg, fmt.Sprintf("sandboxes: %d: ", c.sandboxes))
+	assert.Contains(t, msg, "full report: "+StateMount+"/last-shutdown.json")
 	events, err := os.ReadFile(filepath.Join(state, "ublkd.events"))
 	require.NoError(t, err)
 	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
@@ -380,4 +389,21 @@ func readJSON[T any](t *testing.T, path string, node *Node, pod string) *T {
 	var v T
 	require.NoError(t, json.Unmarshal(data, &v), "%s", data)
 	return &v
+}
+
+// terminationMessage returns what the container called name left in the
+// file the kubelet bind-mounts at its terminationMessagePath: the kubelet's
+// root/pods/UID/containers/NAME/ID, which the kubelet reads into the
+// container's last state.
+func terminationMessage(t *testing.T, node *Node, name string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(node.Dir, "kubelet", "pods", "*", "containers", name, "*"))
+	require.NoError(t, err)
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
+			return string(b)
+		}
+	}
+	t.Fatalf("no termination message of container %s among %q", name, files)
+	return ""
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -136,7 +137,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("plan", planUsage, stdout)
 	server := fs.String("server", "", "the live server's API base `URL` (sandboxd: http://127.0.0.1:8080)")
 	sizesFile := fs.String("sizes", "", "JSON list of sandbox sizes in bytes (`FILE`, - for stdin)")
-	count := fs.Int("count", -1, "plan for `N` sandboxes of the estimate each")
+	count := fs.Int("count", 0, "plan for `N` sandboxes of the estimate each")
 	stateDir := fs.String("state-dir", "", "the server's state `DIR`; its "+learned.File+" holds what it learned")
 	ratesFile := fs.String("rates", "", "the learned rates `FILE` (default: STATE_DIR/"+learned.File+")")
 	var grace graceFlag
@@ -151,6 +152,14 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var api apiflags.Flags
 	api.Register(fs)
 	pos, err := parse(fs, args)
+	countSet := false
+	fs.Visit(func(f *flag.Flag) { countSet = countSet || f.Name == "count" })
+	switch {
+	case !countSet:
+		*count = -1 // not given
+	case *count < 0 && err == nil:
+		err = fmt.Errorf("-count must not be negative, got %d", *count)
+	}
 	var key string
 	if err == nil {
 		key, err = api.Finish(fs)

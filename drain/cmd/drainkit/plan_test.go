@@ -106,6 +106,7 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		{[]string{"-count", "3", "-grace", "30", "-step", "preserve=1s"}, "-step preserve: the name is taken"},
 		{[]string{"-count", "3", "-grace", "30", "-concurrency", "-1"}, "-concurrency must be at least 1"},
 		{[]string{"-count", "3", "-grace", "30", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-count", "-2", "-grace", "30"}, "-count must not be negative, got -2"},
 		{[]string{"-sizes", bad, "-grace", "30"}, "want a JSON list of sizes in bytes"},
 		{[]string{"-sizes", neg, "-grace", "30"}, "element 1 is negative"},
 		{[]string{"-count", "3", "-state-dir", dir}, "no learned rates yet"},
