@@ -167,7 +167,7 @@ func WithOrder(o Order) Option { return func(c *config) { c.order = o } }
 func WithSandboxTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // WithInFlight sets what happens to running preserves at the phase
-// deadline. The default is CancelAtDeadline.
+// deadline. The default is FinishInFlight.
 func WithInFlight(policy InFlight) Option { return func(c *config) { c.inFlight = policy } }
 
 // WithBackOff sets the retry policy for transient errors; newBackOff is
