@@ -108,8 +108,8 @@ func fullScale(t *testing.T, mode string, grace time.Duration, n int) (int, *kub
 		budget, err := deadline.New(grace)
 		require.NoError(t, err)
 		d, err := drain.New(drain.Config{
-			Budget:       budget,
-			Sandboxes:    pause.ListFunc(node.Running),
+			Budget:    budget,
+			Sandboxes: pause.ListFunc(node.Running),
 			// The first estimate is the longest a pause takes (2 s x 1.5), as sandboxd's
 			// is: a round of 16 parallel pauses lasts as long as its slowest, and the
 			// critical ublk step's reserve is not there for pauses still in flight.
