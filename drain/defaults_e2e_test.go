@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,10 +65,11 @@ const (
 // defaultsServer is the server of TestEndToEndDefaultsPreserveEverySandboxWhileTimeIsLeft:
 // defaultsN sandboxes, the i-th pausing for 1 s + 2 s x i/(defaultsN-1).
 func defaultsServer(dir string) error {
-	node := &spreadNode{dir: dir, run: map[string]time.Duration{}}
-	for i := range defaultsN {
-		node.run["sb-"+strconv.Itoa(i)] = time.Second + 2*time.Second*time.Duration(i)/(defaultsN-1)
+	pauses := make([]time.Duration, defaultsN)
+	for i := range pauses {
+		pauses[i] = time.Second + 2*time.Second*time.Duration(i)/(defaultsN-1)
 	}
+	node := newE2ENode(dir, pauses)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -99,50 +98,4 @@ func defaultsServer(dir string) error {
 		return err
 	}
 	return errors.Join(os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644), rep.Err())
-}
-
-// spreadNode's sandboxes each pause for their own time and write
-// <id>.state.
-type spreadNode struct {
-	dir string
-	mu  sync.Mutex
-	run map[string]time.Duration
-}
-
-type spreadSandbox struct {
-	id    string
-	pause time.Duration
-	node  *spreadNode
-}
-
-func (s spreadSandbox) ID() string { return s.id }
-
-func (s spreadSandbox) Preserve(ctx context.Context) error {
-	t := time.NewTimer(s.pause)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := os.WriteFile(filepath.Join(s.node.dir, s.id+".state"), []byte("paused"), 0o644); err != nil {
-		return err
-	}
-	s.node.mu.Lock()
-	delete(s.node.run, s.id)
-	s.node.mu.Unlock()
-	return nil
-}
-
-func (n *spreadNode) List(context.Context) ([]pause.Sandbox, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]pause.Sandbox, 0, len(n.run))
-	for i := range defaultsN {
-		id := "sb-" + strconv.Itoa(i)
-		if d, ok := n.run[id]; ok {
-			out = append(out, spreadSandbox{id: id, pause: d, node: n})
-		}
-	}
-	return out, nil
 }

@@ -192,24 +192,18 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("drain: Config.InFlightWait must not be negative, got %v", cfg.InFlightWait)
 	}
 	for i, s := range cfg.Steps {
-		if s == nil || isNilStep(s) {
+		if s == nil || isNilValue(s) {
 			return fmt.Errorf("drain: Config.Steps[%d] is nil", i)
 		}
 		if fs, ok := s.(funcStep); ok && fs.run == nil {
 			return fmt.Errorf("drain: Config.Steps[%d]: NewStep was given a nil run function", i)
 		}
 	}
-	if cfg.Preserver != nil && isNilPreserver(cfg.Preserver) {
+	if cfg.Preserver != nil && isNilValue(cfg.Preserver) {
 		return fmt.Errorf("drain: Config.Preserver is a nil %T", cfg.Preserver)
 	}
 	return nil
 }
-
-// isNilStep reports whether s holds a nil pointer or func: a Step whose
-// methods would panic.
-func isNilStep(s Step) bool { return isNilValue(s) }
-
-func isNilPreserver(p Preserver) bool { return isNilValue(p) }
 
 // stepPhases reads every step's phase once.
 func (cfg *Config) stepPhases() []deadline.Phase {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -242,23 +243,35 @@ func runE2ERole(role string) int {
 	return 0
 }
 
-// e2eNode is the server's sandboxes: each preserve takes e2ePause and
-// writes <id>.state; they never end on their own.
+// e2eNode is an end-to-end server's sandboxes, sb-0 to sb-(n-1): the i-th
+// preserve takes pauses[i] and writes <id>.state; they never end on their
+// own.
 type e2eNode struct {
-	dir string
-	mu  sync.Mutex
-	run map[string]bool
+	dir    string
+	pauses []time.Duration
+	mu     sync.Mutex
+	run    map[string]bool
+}
+
+// newE2ENode returns a node with one running sandbox per pause time.
+func newE2ENode(dir string, pauses []time.Duration) *e2eNode {
+	n := &e2eNode{dir: dir, pauses: pauses, run: map[string]bool{}}
+	for i := range pauses {
+		n.run["sb-"+strconv.Itoa(i)] = true
+	}
+	return n
 }
 
 type e2eSandbox struct {
-	id   string
-	node *e2eNode
+	id    string
+	pause time.Duration
+	node  *e2eNode
 }
 
 func (s e2eSandbox) ID() string { return s.id }
 
 func (s e2eSandbox) Preserve(ctx context.Context) error {
-	t := time.NewTimer(e2ePause)
+	t := time.NewTimer(s.pause)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -278,19 +291,16 @@ func (n *e2eNode) List(context.Context) ([]pause.Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []pause.Sandbox
-	for i := range e2eN {
+	for i, d := range n.pauses {
 		if id := "sb-" + strconv.Itoa(i); n.run[id] {
-			out = append(out, e2eSandbox{id: id, node: n})
+			out = append(out, e2eSandbox{id: id, pause: d, node: n})
 		}
 	}
 	return out, nil
 }
 
 func e2eServer(mode, dir string) error {
-	node := &e2eNode{dir: dir, run: map[string]bool{}}
-	for i := range e2eN {
-		node.run["sb-"+strconv.Itoa(i)] = true
-	}
+	node := newE2ENode(dir, slices.Repeat([]time.Duration{e2ePause}, e2eN))
 	// The device daemon: a real child (internal/fakeublk) serving two
 	// devices in a fake sysfs tree, which it stops and deletes on SIGTERM.
 	sys := filepath.Join(dir, "sys")
