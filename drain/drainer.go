@@ -111,8 +111,9 @@ type Drainer struct {
 	margin    metric.Float64Gauge
 	runGauge  metric.Int64Gauge
 
-	running atomic.Int64 // last count of running sandboxes
-	counted atomic.Bool  // a count has succeeded
+	running atomic.Int64            // last count of running sandboxes
+	counted atomic.Bool             // a count has succeeded
+	listed  atomic.Pointer[listing] // the last count's sandboxes
 
 	term     context.Context // cancelled when Shutdown starts
 	termStop context.CancelFunc

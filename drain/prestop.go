@@ -289,6 +289,7 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 		d.log.Warn("drain: listing running sandboxes failed", "err", err)
 		return -1
 	}
+	d.listed.Store(&listing{ids: sandboxIDs(sbs), at: time.Now()})
 	d.running.Store(int64(len(sbs)))
 	d.counted.Store(true)
 	d.runGauge.Record(context.WithoutCancel(parent), int64(len(sbs)))
@@ -316,4 +317,35 @@ func roughly(d time.Duration) string {
 		return d.Round(time.Second).String()
 	}
 	return d.Round(100 * time.Millisecond).String()
+}
+
+// A listing is what a count saw: the running sandboxes' IDs, and when.
+type listing struct {
+	ids []string
+	at  time.Time
+}
+
+// sandboxIDs returns the IDs of sbs, leaving out nil sandboxes and those
+// whose ID panics or is empty: the Preserver reports those flaws when it
+// lists them itself.
+func sandboxIDs(sbs []pause.Sandbox) []string {
+	ids := make([]string, 0, len(sbs))
+	for _, sb := range sbs {
+		if id := safeID(sb); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func safeID(sb pause.Sandbox) (id string) {
+	defer func() {
+		if recover() != nil {
+			id = ""
+		}
+	}()
+	if isNilValue(sb) {
+		return ""
+	}
+	return sb.ID()
 }

@@ -265,6 +265,9 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	pr, err := callBounded(hctx, func(context.Context) (*pause.Report, error) {
 		return d.preserver.Run(ctx, w.Hard), nil
 	})
+	if pr != nil && pr.Unknown {
+		accountFromCount(pr, d.listed.Load())
+	}
 	rep.Preserve = pr
 	switch {
 	case errors.Is(err, errAbandoned):
@@ -318,4 +321,28 @@ func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration) (cont
 		}
 		cancel(context.Canceled)
 	}
+}
+
+// accountFromCount fills a Report whose Run never listed (the preserve
+// window was empty, or every listing failed) with the sandboxes the drain's
+// last count saw, each not started: they are what SIGKILL takes, and the
+// Report says so by name instead of "unknown". It leaves pr alone when no
+// count succeeded either.
+func accountFromCount(pr *pause.Report, l *listing) {
+	if l == nil {
+		return
+	}
+	if pr.Counts == nil {
+		pr.Counts = make(map[pause.Outcome]int)
+	}
+	why := fmt.Sprintf("no preserve pass listed it before the preserve deadline; the drain's count at %s listed it running",
+		l.at.UTC().Format(time.RFC3339Nano))
+	if pr.ListErr != "" {
+		why += "; the preserve listing failed: " + pr.ListErr
+	}
+	for _, id := range l.ids {
+		pr.Entries = append(pr.Entries, pause.Entry{ID: id, Outcome: pause.NotStarted, Error: why})
+		pr.Counts[pause.NotStarted]++
+	}
+	pr.Unknown = false
 }

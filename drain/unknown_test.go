@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/pause"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,5 +30,44 @@ func TestFailedListingIsUnknownNotSuccess(t *testing.T) {
 		assert.Contains(t, pres.Error, "unknown")
 		require.Error(t, rep.Err())
 		assert.Contains(t, rep.Err().Error(), "500 Internal Server Error")
+	})
+}
+
+// Fault found under the real kubelet: the kubelet's grace ran out while
+// the preStop hook was still open, which leaves the 2 s floor; the
+// critical device step's reserve takes all of it, the preserve window is
+// empty and the Preserver cannot list before its deadline. The sandboxes
+// the preStop wait counted are still accounted for: each is in the
+// Report, not started, and lost — not "unknown".
+func TestEmptyPreserveWindowStillAccountsForTheCountedSandboxes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		daemon := stepOf("ublk", 2*time.Second, true, func(context.Context) error { return nil })
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second,
+			sandboxes: 4, latency: time.Second, limit: 4, steps: []Step{daemon}})
+		proc := kubeletsim.NewInProcess()
+		var rep *Report
+		go func() {
+			defer proc.Exit()
+			rep = f.d.ServeSignals(context.Background(), proc.Signals())
+		}()
+		tl, err := kubeletsim.Terminate(context.Background(), proc, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 4*time.Second)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.True(t, tl.HookKept, "the kubelet gave up on the hook")
+		require.NotNil(t, rep)
+		pres := rep.Phase(PhasePreserve)
+		require.NotNil(t, pres)
+		require.Zero(t, pres.Deadline.Sub(pres.Start), "the critical step took the whole window")
+		require.NotNil(t, rep.Preserve)
+		assert.False(t, rep.Preserve.Unknown, "the preStop wait's count listed them")
+		require.Len(t, rep.Preserve.Entries, 4)
+		for _, e := range rep.Preserve.Entries {
+			assert.Equal(t, pause.NotStarted, e.Outcome, e.ID)
+			assert.Zero(t, e.Pass, "listed by the drain's count, not by a pass")
+			assert.Contains(t, e.Error, "count")
+		}
+		assert.Equal(t, 4, rep.Lost())
+		require.Error(t, rep.Err())
+		assert.Contains(t, rep.Err().Error(), "4 of 4 sandboxes not preserved")
 	})
 }

@@ -30,7 +30,7 @@ const (
 type Entry struct {
 	ID       string        `json:"id"`
 	Outcome  Outcome       `json:"outcome"`
-	Pass     int           `json:"pass"`                  // the pass that first listed it, from 1
+	Pass     int           `json:"pass"`                  // the pass that first listed it, from 1; 0 when only the drain's count listed it
 	Attempts int           `json:"attempts"`              // Preserve calls made
 	Start    time.Time     `json:"start,omitzero"`        // first attempt
 	End      time.Time     `json:"end,omitzero"`          // when the outcome was decided
