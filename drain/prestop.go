@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/drainkit/drainkit/internal/bounded"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -280,7 +281,7 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
 	var sbs []pause.Sandbox // read only when List returned
-	err := runBounded(ctx, func(ctx context.Context) error {
+	err := bounded.Run(ctx, returnSlack, func(ctx context.Context) error {
 		var err error
 		sbs, err = d.lister.List(ctx)
 		return err

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/bounded"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -258,11 +259,11 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	defer cancel()
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
-	// callBounded waits for the Preserver until the hard deadline, not the
+	// bounded.Call waits for the Preserver until the hard deadline, not the
 	// phase deadline: in-flight preserves may finish until then.
 	hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), w.Hard)
 	defer hcancel()
-	pr, err := callBounded(hctx, func(context.Context) (*pause.Report, error) {
+	pr, err := bounded.Call(hctx, returnSlack, func(context.Context) (*pause.Report, error) {
 		return d.preserver.Run(ctx, w.Hard), nil
 	})
 	if pr != nil && pr.Unknown {
@@ -270,7 +271,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	}
 	rep.Preserve = pr
 	switch {
-	case errors.Is(err, errAbandoned):
+	case errors.Is(err, bounded.ErrAbandoned):
 		p.Result, p.Error = Abandoned, "the Preserver did not return by the hard deadline"
 	case err != nil:
 		p.Result, p.Error = Failed, err.Error()
@@ -288,12 +289,12 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 	defer cancel()
 	ctx, unforce := d.forceReserve(ctx, w.Reserve)
 	defer unforce()
-	detail, err := callBounded(ctx, s.Run)
+	detail, err := bounded.Call(ctx, returnSlack, s.Run)
 	p.Detail = detail
 	switch {
 	case err == nil:
 		p.Result = OK
-	case errors.Is(err, errAbandoned):
+	case errors.Is(err, bounded.ErrAbandoned):
 		p.Result, p.Error = Abandoned, err.Error()
 	case ctx.Err() != nil:
 		p.Result, p.Error = TimedOut, fmt.Sprintf("%v (%v)", err, context.Cause(ctx))

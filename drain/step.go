@@ -3,8 +3,6 @@ package drain
 import (
 	"context"
 	"errors"
-	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -48,47 +46,3 @@ var ErrForced = errors.New("drain: forced")
 // its context ended before it is abandoned: a cooperative Run returns within
 // it, so it is reported with its own error rather than as abandoned.
 const returnSlack = 100 * time.Millisecond
-
-// errAbandoned marks a function that did not return by its deadline.
-var errAbandoned = errors.New("did not return by its deadline; abandoned")
-
-// runBounded calls fn(ctx) in its own goroutine and returns its error, or
-// errAbandoned if fn has not returned returnSlack after ctx ended. A panic in
-// fn is recovered and returned as an error with its stack.
-func runBounded(ctx context.Context, fn func(context.Context) error) error {
-	_, err := callBounded(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
-	return err
-}
-
-// callBounded is runBounded for a function with a result, which is the zero
-// value when fn was abandoned or panicked.
-func callBounded[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
-	type outcome struct {
-		v   T
-		err error
-	}
-	res := make(chan outcome, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				res <- outcome{err: fmt.Errorf("panic: %v\n%s", p, debug.Stack())}
-			}
-		}()
-		v, err := fn(ctx)
-		res <- outcome{v, err}
-	}()
-	select {
-	case o := <-res:
-		return o.v, o.err
-	case <-ctx.Done():
-	}
-	t := time.NewTimer(returnSlack)
-	defer t.Stop()
-	select {
-	case o := <-res:
-		return o.v, o.err
-	case <-t.C:
-		var zero T
-		return zero, errAbandoned
-	}
-}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/drainkit/drainkit/internal/bounded"
 )
 
 // errListAbandoned is the listing error when the Lister ignored its context.
@@ -44,25 +46,19 @@ func (r *run) list() ([]Sandbox, error) {
 	}
 }
 
-type listing struct {
-	list []Sandbox
-	err  error
-}
-
 func (r *run) listOnce() ([]Sandbox, error) {
 	if r.phase.IsZero() {
 		return r.callList()
 	}
-	done := make(chan listing, 1)
-	go func() {
-		list, err := r.callList()
-		done <- listing{list, err}
-	}()
-	l, ok := receiveBy(done, r.phase)
-	if !ok {
+	ctx, cancel := context.WithDeadline(r.ctx, r.phase)
+	defer cancel()
+	// The Lister gets the run's context: a listing may finish after the
+	// phase deadline for the pass in progress, but none is waited for.
+	list, err := bounded.Call(ctx, 0, func(context.Context) ([]Sandbox, error) { return r.callList() })
+	if errors.Is(err, bounded.ErrAbandoned) {
 		return nil, errListAbandoned
 	}
-	return l.list, l.err
+	return list, err
 }
 
 // callList calls the Lister once and turns a panic into an error (logged
