@@ -1,14 +1,14 @@
 package drain
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/logbuf"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -191,7 +191,7 @@ func phaseNames(r *Report) []string {
 // sandboxes still run and how long until the drain deadline.
 func TestPreStopWaitLogsProgressAtASteadyRhythm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var buf syncBuffer
+		var buf logbuf.Buffer
 		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second,
 			sandboxes: 4, latency: 2 * time.Second, limit: 4,
 			edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&buf, nil)) }})
@@ -209,23 +209,4 @@ func TestPreStopWaitLogsProgressAtASteadyRhythm(t *testing.T) {
 		assert.Contains(t, lines[4], `msg="drain: preStop wait: 4 running, 3s to the drain deadline"`)
 		f.d.Shutdown(context.Background())
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's and the test's
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

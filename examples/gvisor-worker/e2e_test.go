@@ -5,10 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/logbuf"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,31 +87,12 @@ func TestSIGTERMCheckpointsAndRestartedWorkerRestoresCounters(t *testing.T) {
 }
 
 // startWorker runs the test binary as a worker on dir, in its own process group.
-// lockedBuffer is a child's stderr, written by exec's copying goroutine
-// while a failing assertion reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func startWorker(t *testing.T, dir string, grace time.Duration) (*kubeletsim.Child, *lockedBuffer) {
+func startWorker(t *testing.T, dir string, grace time.Duration) (*kubeletsim.Child, *logbuf.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-state-dir", dir, "-grace", grace.String(), "-runtime", "runsc",
 		"-concurrency", "3")
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
-	var stderr lockedBuffer
+	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	child, err := kubeletsim.Start(cmd)
 	require.NoError(t, err)

@@ -11,10 +11,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/logbuf"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,34 +37,15 @@ func buildSandboxd(t *testing.T) string {
 type sandboxd struct {
 	cmd    *exec.Cmd
 	base   string
-	stderr *syncBuffer
+	stderr *logbuf.Buffer
 	done   chan error
-}
-
-// syncBuffer is a strings.Builder that the process's stderr copier and the
-// test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startSandboxd(t *testing.T, bin, dir string, args ...string) *sandboxd {
 	t.Helper()
 	addr, hook := freeAddr(t), freeAddr(t)
 	cmd := exec.Command(bin, append([]string{"-listen", addr, "-hook-listen", hook, "-state-dir", dir}, args...)...)
-	s := &sandboxd{cmd: cmd, base: "http://" + addr, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	s := &sandboxd{cmd: cmd, base: "http://" + addr, stderr: &logbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = s.stderr
 	require.NoError(t, cmd.Start())
 	go func() { s.done <- cmd.Wait() }()

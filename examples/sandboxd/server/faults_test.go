@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,10 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/logbuf"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -168,7 +168,7 @@ func TestEachLostSandboxIsLoggedEvenIfTheReportCannotBeWritten(t *testing.T) {
 	cfg := testConfig(t)
 	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, "images"), nil, 0o600)) // every pause fails
 	require.NoError(t, os.Mkdir(filepath.Join(cfg.StateDir, ReportFile), 0o700))        // the report cannot be written
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	var ids []string
@@ -209,7 +209,7 @@ func TestHangupAndQuitDoNotKillSandboxd(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-listen", addr, "-hook-listen", freeAddr(t), "-state-dir", dir, "-grace", "6s",
 		"-pause-latency", "50ms", "-devices", "1")
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
-	var stderr syncBuffer
+	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
@@ -261,24 +261,6 @@ func writeRecord(t *testing.T, stateDir string, r store.Record) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, r.ID+".rec"), data, 0o600))
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Who may start a drain (issue 18, item 14). The API port does not serve the hook; the
 // hook's own port refuses a request without the secret or with a wrong one (403, logged,
 // the gate still open); only the secret's holder drains. A hook listening beyond
@@ -288,7 +270,7 @@ func TestOnlyTheHookSecretStartsADrain(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.HookSecret = "kubelet-only"
 	require.NoError(t, os.Chmod(cfg.StateDir, 0o755)) // as an operator might have made it
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := New(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)

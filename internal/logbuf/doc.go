@@ -1,0 +1,9 @@
+// Package logbuf is a bytes buffer that a logger and a test can use at
+// once: the tests that read what a drain logged (progress lines, the
+// Report, a lost sandbox's ID) while the logger still writes.
+//
+//	var logs logbuf.Buffer
+//	log := slog.New(slog.NewTextHandler(&logs, nil))
+//	...
+//	assert.Contains(t, logs.String(), "preserved 20/20")
+package logbuf
