@@ -23,18 +23,25 @@ import (
 	"github.com/drainkit/drainkit/drain/draingrpc"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/escalate"
 )
 
 // config is the worker's command line.
 type config struct {
-	Socket       string
+	Socket string
+	// Listen, set, is a TCP address to serve gRPC on instead of Socket (-listen): under
+	// gVisor a Unix socket on a hostPath is the sandbox's own, out of the host's reach.
+	Listen       string
 	StateDir     string
 	Grace        time.Duration
 	Concurrency  int
 	Runtime      string
 	PauseLatency time.Duration
+	// TerminationLog is where the drain's summary goes at exit (-termination-log, else
+	// $DRAINKIT_TERMINATION_LOG, else /dev/termination-log when the kubelet mounted it).
+	TerminationLog string
 }
 
 func parseFlags(args []string, output io.Writer) (config, error) {
@@ -42,11 +49,13 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs := flag.NewFlagSet("gvisor-worker", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&c.Socket, "socket", "", "Unix socket to serve gRPC on (default STATE_DIR/worker.sock)")
+	fs.StringVar(&c.Listen, "listen", "", "TCP address to serve gRPC on instead of -socket, e.g. 127.0.0.1:7070")
 	fs.StringVar(&c.StateDir, "state-dir", "", "directory for sandboxes, checkpoints and records (required)")
 	fs.DurationVar(&c.Grace, "grace", 30*time.Second, "the pod's termination grace period")
 	fs.IntVar(&c.Concurrency, "concurrency", 4, "checkpoints run at once at shutdown")
 	fs.StringVar(&c.Runtime, "runtime", "runsc", "runsc, or fake for in-process sandboxes")
 	fs.DurationVar(&c.PauseLatency, "pause-latency", 2*time.Second, "how long a fake checkpoint takes; with runsc, the first estimate")
+	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -122,6 +131,12 @@ func (w *Worker) open() error {
 	if err := w.buildDrainer(gate); err != nil {
 		return err
 	}
+	if w.cfg.Listen != "" {
+		if w.ln, err = net.Listen("tcp", w.cfg.Listen); err != nil {
+			return fmt.Errorf("-listen: %w", err)
+		}
+		return nil
+	}
 	_ = os.Remove(w.cfg.Socket) // a socket left by a killed worker
 	if w.ln, err = net.Listen("unix", w.cfg.Socket); err != nil {
 		return fmt.Errorf("-socket: %w", err)
@@ -159,7 +174,7 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 // Report. A second signal forces.
 func (w *Worker) serve(ctx context.Context) *drain.Report {
 	go func() { _ = w.grpc.Serve(w.ln) }()
-	w.logger.Info("worker serving", "socket", w.cfg.Socket, "runtime", w.rt.Name(),
+	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
 		"checkpointed", w.node.Count(sandbox.Paused))
 	rep := w.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
 	w.close()

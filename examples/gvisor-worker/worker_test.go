@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/drainkit/drainkit/drain"
@@ -114,4 +117,40 @@ func TestRunscTargetTellsFailedWaitFromExit(t *testing.T) {
 	// that is an exit, because runsc state says stopped.
 	require.ErrorIs(t, target.Wait(ctx), os.ErrProcessDone)
 	require.ErrorIs(t, target.Signal(ctx, syscall.SIGKILL), os.ErrProcessDone)
+}
+
+// -listen serves the same service on TCP (a worker under gVisor, whose Unix socket on a
+// hostPath the host cannot reach), and Main writes the drain's summary to
+// -termination-log beside last-shutdown.json.
+func TestListenOnTCPAndTerminationLog(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	termLog := filepath.Join(dir, "termination-log")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"-state-dir", dir, "-listen", addr, "-runtime", "fake", "-pause-latency", "10ms",
+			"-termination-log", termLog}, &stderr)
+	}()
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer cc.Close()
+	c := NewClient(cc)
+	var r *SandboxReply
+	require.Eventually(t, func() bool { r, err = c.Run(ctx, &RunRequest{}); return err == nil }, 30*time.Second, 20*time.Millisecond)
+	assert.Equal(t, sandbox.Running, r.State)
+	_, err = os.Stat(filepath.Join(dir, "worker.sock"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "no Unix socket with -listen")
+
+	cancel() // as SIGTERM would
+	require.Equal(t, 0, <-done, "%s", &stderr)
+	msg, err := os.ReadFile(termLog)
+	require.NoError(t, err)
+	assert.Regexp(t, `^drainkit: all 1 sandboxes preserved; `, string(msg))
+	assert.Contains(t, string(msg), "full report: "+filepath.Join(dir, "last-shutdown.json"))
 }

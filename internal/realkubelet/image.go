@@ -18,11 +18,14 @@ import (
 	"time"
 )
 
-// A Binary is one program of an image: Package (a path relative to the
-// module root, such as "./examples/sandboxd") built static, as /Name.
+// A Binary is one program of an image, as /Name: Package (a path relative
+// to the module root, such as "./examples/sandboxd") built static, or File,
+// a static executable of this host copied as it is (such as /usr/bin/runsc).
+// Name may have a directory ("bin/busybox").
 type Binary struct {
 	Name    string
 	Package string
+	File    string
 }
 
 // An Image is a docker-archive tarball of one layer, ready for Start.
@@ -51,7 +54,11 @@ func BuildImage(t testing.TB, bins ...Binary) *Image {
 	files := map[string]string{}
 	start := time.Now()
 	for _, b := range bins {
-		out := filepath.Join(dir, b.Name)
+		if b.File != "" {
+			files[b.Name] = b.File
+			continue
+		}
+		out := filepath.Join(dir, filepath.Base(b.Name))
 		cmd := exec.Command("go", "build", "-trimpath", "-o", out, b.Package)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
@@ -88,7 +95,7 @@ func writeImage(img *Image, entrypoint string, bins []Binary, files map[string]s
 	var layer bytes.Buffer
 	lw := tar.NewWriter(&layer)
 	mtime := time.Unix(0, 0)
-	for _, d := range []string{"tmp/", "etc/", "proc/", "sys/", "dev/", "state/"} {
+	for _, d := range []string{"bin/", "tmp/", "etc/", "proc/", "sys/", "dev/", "state/"} {
 		mode := int64(0o755)
 		if d == "tmp/" {
 			mode = 0o1777

@@ -73,6 +73,50 @@ func Require(t testing.TB) string {
 	return path
 }
 
+// RunscShimVersion is the gvisor.dev/gvisor version whose shim
+// .ci/build-runsc-shim builds (patched: see there).
+const RunscShimVersion = "v0.0.0-20260905035102-160fafc42237"
+
+// EnvRunscShim names the containerd-shim-runsc-v1 to use; unset,
+// RequireRunsc looks where .ci/build-runsc-shim caches it.
+const EnvRunscShim = "DRAINKIT_RUNSC_SHIM"
+
+// RequireRunsc is Require for a Node whose runtime is gVisor: it also needs
+// runsc on PATH and a containerd-shim-runsc-v1 (Debian's runsc ships none):
+// $DRAINKIT_RUNSC_SHIM, else the one .ci/build-runsc-shim caches. It returns
+// the kubelet's path and the shim's.
+func RequireRunsc(t testing.TB) (kubelet, shim string) {
+	t.Helper()
+	kubelet = Require(t)
+	missing := func(format string, args ...any) {
+		t.Helper()
+		msg := "realkubelet: " + fmt.Sprintf(format, args...)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg + " (CI=true: .ci/run must provide it)")
+		}
+		t.Skip(msg)
+	}
+	if _, err := exec.LookPath("runsc"); err != nil {
+		missing("runsc not on PATH (apt-get install runsc)")
+	}
+	var candidates []string
+	if p := os.Getenv(EnvRunscShim); p != "" {
+		candidates = []string{p}
+	} else {
+		candidates = append(candidates, filepath.Join("/var/cache/drainkit", "runsc-shim-"+RunscShimVersion, "containerd-shim-runsc-v1"))
+		if home, err := os.UserHomeDir(); err == nil {
+			candidates = append(candidates, filepath.Join(home, ".cache/drainkit", "runsc-shim-"+RunscShimVersion, "containerd-shim-runsc-v1"))
+		}
+	}
+	for _, p := range candidates {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return kubelet, p
+		}
+	}
+	missing("no containerd-shim-runsc-v1 at %s (run .ci/build-runsc-shim, or set %s)", strings.Join(candidates, " or "), EnvRunscShim)
+	return "", ""
+}
+
 // KubeletPath returns the kubelet binary: $DRAINKIT_KUBELET, else where
 // .ci/build-kubelet caches it (/var/cache/drainkit as root, else
 // $HOME/.cache/drainkit). It is an error when that file is not executable.
@@ -103,6 +147,7 @@ type Node struct {
 
 	manifests  string
 	sock       string
+	runsc      bool // containerd's default runtime is runsc
 	containerd *daemon
 	kubelet    *daemon
 	lock       *os.File
@@ -130,12 +175,29 @@ type lockState struct {
 	Pids []int  `json:"pids"`
 }
 
+// Config is how a Node runs its pods. The zero value runs them with runc.
+type Config struct {
+	// RunscShim is the path of a containerd-shim-runsc-v1 (see RequireRunsc).
+	// Set, containerd's default runtime is gVisor's runsc
+	// (io.containerd.runsc.v1, with the host's network): a standalone
+	// kubelet has no RuntimeClass lookup, so the default runtime handler
+	// is the only way its pods get runsc.
+	RunscShim string
+}
+
 // Start starts containerd and the kubelet under a new temporary directory,
 // imports the image tarballs images (docker archives, such as BuildImage
 // writes; the first one also serves as the pod sandbox image), and returns
 // once the kubelet answers its health check. It fails the test on an error.
 // Everything is stopped and removed in t.Cleanup, also when the test fails.
+// Its pods run with runc; StartConfig chooses.
 func Start(t testing.TB, kubelet string, images ...*Image) *Node {
+	t.Helper()
+	return StartConfig(t, kubelet, Config{}, images...)
+}
+
+// StartConfig is Start with the pods' runtime chosen by cfg.
+func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *Node {
 	t.Helper()
 	if len(images) == 0 {
 		t.Fatal("realkubelet: Start needs at least one image (the first is the sandbox image)")
@@ -149,7 +211,7 @@ func Start(t testing.TB, kubelet string, images ...*Image) *Node {
 		lock.Close()
 		t.Fatal(err)
 	}
-	n := &Node{Dir: dir, manifests: filepath.Join(dir, "manifests"), sock: filepath.Join(dir, "containerd.sock"), lock: lock,
+	n := &Node{Dir: dir, manifests: filepath.Join(dir, "manifests"), sock: filepath.Join(dir, "containerd.sock"), lock: lock, runsc: cfg.RunscShim != "",
 		shimSocketsBefore: map[string]bool{}}
 	if entries, err := os.ReadDir(shimSocketDir); err == nil {
 		for _, e := range entries {
@@ -173,11 +235,26 @@ func Start(t testing.TB, kubelet string, images ...*Image) *Node {
 		}
 	}
 
-	cfg := filepath.Join(dir, "containerd.toml")
-	if err := os.WriteFile(cfg, []byte(containerdConfig(dir, images[0].Ref)), 0o644); err != nil {
+	ccfg := filepath.Join(dir, "containerd.toml")
+	if err := os.WriteFile(ccfg, []byte(containerdConfig(dir, images[0].Ref, cfg.RunscShim != "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.containerd, err = n.startDaemon("containerd", "containerd", "--config", cfg)
+	var env []string
+	if cfg.RunscShim != "" {
+		if err := os.WriteFile(filepath.Join(dir, "runsc.toml"), []byte(runscConfig), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// containerd finds a runtime's shim on its PATH, by name.
+		bin := filepath.Join(dir, "bin")
+		if err := os.MkdirAll(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(cfg.RunscShim, filepath.Join(bin, "containerd-shim-runsc-v1")); err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, "PATH="+bin+":"+os.Getenv("PATH"))
+	}
+	n.containerd, err = n.startDaemon("containerd", env, "containerd", "--config", ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +279,7 @@ func Start(t testing.TB, kubelet string, images ...*Image) *Node {
 	if err := os.WriteFile(kcfg, []byte(kubeletConfig(dir, n.manifests, n.sock, port)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.kubelet, err = n.startDaemon("kubelet", kubelet, "--config", kcfg,
+	n.kubelet, err = n.startDaemon("kubelet", nil, kubelet, "--config", kcfg,
 		"--root-dir", filepath.Join(dir, "kubelet"), "--cert-dir", filepath.Join(dir, "kubelet", "pki"),
 		"--volume-plugin-dir", filepath.Join(dir, "volume-plugins"), "--hostname-override", NodeName, "--v", "2")
 	if err != nil {
@@ -275,7 +352,9 @@ func (n *Node) PodLog(name string) string {
 	return b.String()
 }
 
-func (n *Node) startDaemon(name, path string, args ...string) (*daemon, error) {
+// startDaemon starts path as the daemon name, its environment the test's
+// with env added.
+func (n *Node) startDaemon(name string, env []string, path string, args ...string) (*daemon, error) {
 	logPath := filepath.Join(n.Dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -284,7 +363,7 @@ func (n *Node) startDaemon(name, path string, args ...string) (*daemon, error) {
 	defer logf.Close()
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Join(n.Dir, "tmp"))
+	cmd.Env = append(append(os.Environ(), "TMPDIR="+filepath.Join(n.Dir, "tmp")), env...)
 	// Both die with the test process; the next Start cleans up the rest.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -598,7 +677,13 @@ func freePort() (int, error) {
 // Start, and restrict_oom_score_adj, without which every sandbox fails on
 // machines that lack CAP_SYS_RESOURCE ("can't get final child's PID from
 // pipe: EOF": runc cannot lower oom_score_adj to the kubelet's -998).
-func containerdConfig(dir, sandboxImage string) string {
+// With runsc, gVisor's runtime is the default one, configured by
+// dir/runsc.toml.
+func containerdConfig(dir, sandboxImage string, runsc bool) string {
+	def := "runc"
+	if runsc {
+		def = "runsc"
+	}
 	return fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
@@ -621,18 +706,29 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
-    default_runtime_name = "runc"
+    default_runtime_name = %[10]q
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = %[11]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[8]q
     conf_dir = %[9]q
 `, filepath.Join(dir, "containerd/root"), filepath.Join(dir, "containerd/state"), filepath.Join(dir, "tmp"),
 		filepath.Join(dir, "containerd.sock"), filepath.Join(dir, "containerd.sock.ttrpc"), filepath.Join(dir, "containerd/opt"),
-		sandboxImage, filepath.Join(dir, "cni/bin"), filepath.Join(dir, "cni/conf"))
+		sandboxImage, filepath.Join(dir, "cni/bin"), filepath.Join(dir, "cni/conf"), def, filepath.Join(dir, "runsc.toml"))
 }
+
+// runscConfig is the runsc.toml of containerd's runsc runtime: the pods'
+// sandboxes use the host's network stack (hostNetwork pods; no CNI here).
+const runscConfig = `[runsc_config]
+  network = "host"
+`
 
 // kubeletConfig is a standalone KubeletConfiguration: static pods from
 // manifests (checked every second), containerd through cgroupfs on cgroup
