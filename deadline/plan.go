@@ -153,7 +153,8 @@ type Window struct {
 	// Hard is when work the phase started must be over: where the window
 	// of the next critical phase begins, or else the budget's deadline.
 	// Never before Deadline. Work still running at Deadline may go on
-	// until Hard if the phase's policy allows (pause.FinishInFlight).
+	// until Hard if the phase's policy allows (pause's default, without
+	// Config.CancelAtDeadline).
 	Hard time.Time `json:"hard"`
 	// Reserve is the phase's own reserve, as evaluated.
 	Reserve time.Duration `json:"reserve_ns"`

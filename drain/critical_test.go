@@ -13,8 +13,8 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// A pause still in flight at the preserve phase's deadline may, with
-// pause.FinishInFlight, run on — but never into the reserve of a Critical
+// A pause still in flight at the preserve phase's deadline may, by pause's
+// default (no Config.CancelAtDeadline), run on — but never into the reserve of a Critical
 // step (the ublk teardown). Without Critical it may run until the budget's
 // deadline, and the device step gets what is left.
 //
@@ -37,8 +37,8 @@ func TestCriticalStepReserveIsNeverSpentByInFlightPauses(t *testing.T) {
 				f := newFixture(t, fixtureOpts{grace: 100 * time.Second, margin: 5 * time.Second,
 					sandboxes: 1, latency: 80 * time.Second, steps: []Step{ublk, http},
 					edit: func(c *Config) {
-						c.PauseOptions = append(c.PauseOptions, pause.WithEstimator(deadline.NewEstimator(time.Second))) // the estimate is wrong
-						c.PauseOptions = append(c.PauseOptions, pause.WithInFlight(pause.FinishInFlight))
+						c.Pause.Estimator = deadline.NewEstimator(time.Second) // the estimate is wrong
+						// CancelAtDeadline false, the default: the pause runs on past its deadline
 					}})
 				t0 := time.Now()
 				rep := f.d.Shutdown(context.Background())

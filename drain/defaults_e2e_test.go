@@ -80,10 +80,10 @@ func defaultsServer(dir string) error {
 		return err
 	}
 	d, err := New(Config{
-		Budget:       budget,
-		Sandboxes:    node,
-		PauseOptions: []pause.Option{pause.WithLimit(16)},
-		Steps:        []Step{HTTPServerStep("http", srv, 2*time.Second)},
+		Budget:    budget,
+		Sandboxes: node,
+		Pause:     pause.Config{Limit: 16},
+		Steps:     []Step{HTTPServerStep("http", srv, 2*time.Second)},
 	})
 	if err != nil {
 		return err

@@ -63,12 +63,12 @@ type Config struct {
 	// it to list none, and the default Preserver preserves what it lists.
 	Sandboxes pause.Lister
 	// Preserver preserves the sandboxes at shutdown. Nil means
-	// pause.New(Sandboxes, options...) where the options are Logger,
-	// TracerProvider and MeterProvider from this Config, then PauseOptions
-	// (which win).
+	// pause.New(Sandboxes, Pause), with Pause's Logger, TracerProvider and
+	// MeterProvider taken from this Config where Pause leaves them nil.
 	Preserver Preserver
-	// PauseOptions configure the default Preserver.
-	PauseOptions []pause.Option
+	// Pause configures the default Preserver; its zero value is pause's
+	// defaults. It is not used when Preserver is set.
+	Pause pause.Config
 	// Gate admits operations; nil means a new Gate that gates every class.
 	Gate *Gate
 	// Steps run in order after the preserve phase, each within its
@@ -155,16 +155,19 @@ func New(cfg Config) (*Drainer, error) {
 		d.log = slog.New(slog.DiscardHandler)
 	}
 	if d.preserver == nil {
-		opts := []pause.Option{pause.WithLogger(d.log)}
-		if cfg.TracerProvider != nil {
-			opts = append(opts, pause.WithTracerProvider(cfg.TracerProvider))
+		pc := cfg.Pause
+		if pc.Logger == nil {
+			pc.Logger = d.log
 		}
-		if cfg.MeterProvider != nil {
-			opts = append(opts, pause.WithMeterProvider(cfg.MeterProvider))
+		if pc.TracerProvider == nil {
+			pc.TracerProvider = cfg.TracerProvider
 		}
-		p, err := pause.New(cfg.Sandboxes, append(opts, cfg.PauseOptions...)...)
+		if pc.MeterProvider == nil {
+			pc.MeterProvider = cfg.MeterProvider
+		}
+		p, err := pause.New(cfg.Sandboxes, pc)
 		if err != nil {
-			return nil, fmt.Errorf("drain: Config.PauseOptions: %w", err)
+			return nil, fmt.Errorf("drain: Config.Pause: %w", err)
 		}
 		d.preserver = p
 	}

@@ -352,7 +352,7 @@ func e2eServer(mode, dir string) error {
 		// A prior of twice the real pause, as a server would set one it
 		// has not measured yet: an estimate exactly equal to the pause
 		// left no slack for an exec hook's start-up on a loaded machine.
-		PauseOptions: []pause.Option{pause.WithLimit(e2eLimit), pause.WithEstimator(deadline.NewEstimator(2 * e2ePause))},
+		Pause:        pause.Config{Limit: e2eLimit, Estimator: deadline.NewEstimator(2 * e2ePause)},
 		PollInterval: 100 * time.Millisecond,
 		Steps: []Step{
 			td,

@@ -41,10 +41,10 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	node := fakesandbox.NewNode()
 	node.AddN("sb", o.sandboxes, o.latency)
 	cfg := Config{
-		Budget:       b,
-		Sandboxes:    node,
-		PauseOptions: []pause.Option{pause.WithLimit(max(o.limit, 1)), pause.WithEstimator(deadline.NewEstimator(o.latency))},
-		Steps:        o.steps,
+		Budget:    b,
+		Sandboxes: node,
+		Pause:     pause.Config{Limit: max(o.limit, 1), Estimator: deadline.NewEstimator(o.latency)},
+		Steps:     o.steps,
 	}
 	if o.edit != nil {
 		o.edit(&cfg)

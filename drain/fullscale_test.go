@@ -168,10 +168,10 @@ func fullScale(t *testing.T, seed bool) fullScaleResult {
 		b, err := deadline.New(grace, deadline.WithMargin(30*time.Second))
 		require.NoError(t, err)
 		d, err := New(Config{
-			Budget:       b,
-			Sandboxes:    node,
-			PauseOptions: []pause.Option{pause.WithLimit(16), pause.WithEstimator(deadline.NewEstimator(2 * time.Second))},
-			Steps:        []Step{step("ublk", 60*time.Second, stopDaemon)},
+			Budget:    b,
+			Sandboxes: node,
+			Pause:     pause.Config{Limit: 16, Estimator: deadline.NewEstimator(2 * time.Second)},
+			Steps:     []Step{step("ublk", 60*time.Second, stopDaemon)},
 		})
 		require.NoError(t, err)
 		hook = kubeletsim.HandlerHook{Handler: d.PreStop(), Path: "/drain"}

@@ -298,8 +298,8 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 }
 
 // progressInterval is how often the preStop wait logs a progress line: the
-// rhythm of the preserve phase's (pause.DefaultProgressInterval).
-const progressInterval = pause.DefaultProgressInterval
+// rhythm of the preserve phase's (pause.Config.ProgressInterval's default).
+const progressInterval = 10 * time.Second
 
 // logWaitProgress logs the line an operator reads during a long preStop
 // wait: "drain: preStop wait: 120 running, 41s to the drain deadline".

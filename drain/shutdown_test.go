@@ -38,7 +38,7 @@ func TestKubeletOverrunLeavesTwoSecondsAndEveryStepStillRuns(t *testing.T) {
 			sandboxes: 4, latency: 2 * time.Second, limit: 8,
 			steps: []Step{recordStep("ublk", 3*time.Second, &ran), recordStep("http", time.Second, &ran)},
 			edit: func(c *Config) { // cut the preserves at their deadline, so the steps get their shares
-				c.PauseOptions = append(c.PauseOptions, pause.WithInFlight(pause.CancelAtDeadline))
+				c.Pause.CancelAtDeadline = true
 			}})
 		t0 := time.Now()
 		f.budget.OnPreStop(t0) // the hook started (an exec hook that never called /drain)
@@ -107,8 +107,8 @@ func TestHangingTeardownStepIsAbandonedAndTheNextStepRuns(t *testing.T) {
 }
 
 // Fault: a second SIGTERM (or Ctrl-C) during the shutdown. Force mode: no
-// new preserve starts, the one in flight finishes (pause.FinishInFlight,
-// the default), and each remaining step gets only its reserve.
+// new preserve starts, the one in flight finishes (pause's
+// default, without Config.CancelAtDeadline), and each remaining step gets only its reserve.
 //
 //	0 s SIGTERM: preserve 100 sandboxes one at a time (2 s each)
 //	11 s second SIGTERM: no new preserve; the sixth, started at 10 s, runs on
@@ -163,7 +163,7 @@ func TestCancellingShutdownsContextForces(t *testing.T) {
 		rep := f.d.Shutdown(ctx)
 		assert.True(t, rep.Forced)
 		// Force at 7 s starts no new preserve; the one in flight since 6 s
-		// finishes at 8 s (pause.FinishInFlight, the default).
+		// finishes at 8 s (pause's default: no CancelAtDeadline).
 		assert.Equal(t, 8*time.Second, rep.End.Sub(rep.Start))
 		assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
 	})
@@ -282,7 +282,7 @@ func TestNewNamesTheBadField(t *testing.T) {
 			step("b", 20*time.Second, nop)}}, "Config.Steps: the reserves need"},
 		{"negative poll", Config{Budget: b, Sandboxes: node, PollInterval: -1}, "Config.PollInterval"},
 		{"negative in-flight wait", Config{Budget: b, Sandboxes: node, InFlightWait: -1}, "Config.InFlightWait"},
-		{"bad pause option", Config{Budget: b, Sandboxes: node, PauseOptions: []pause.Option{pause.WithLimit(0)}}, "Config.PauseOptions"},
+		{"bad pause config", Config{Budget: b, Sandboxes: node, Pause: pause.Config{Limit: -1}}, "drain: Config.Pause: pause: Config.Limit must be >= 0, got -1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

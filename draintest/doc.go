@@ -36,7 +36,7 @@
 //			budget, err := deadline.New(60 * time.Second) // the pod's grace period
 //			require.NoError(t, err)
 //			d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node,
-//				PauseOptions: []pause.Option{pause.WithLimit(8)}})
+//				Pause: pause.Config{Limit: 8}})
 //			require.NoError(t, err)
 //
 //			sigs := make(chan os.Signal, 1)

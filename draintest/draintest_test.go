@@ -35,7 +35,7 @@ func TestRecipe(t *testing.T) {
 		budget, err := deadline.New(60 * time.Second) // the pod's grace period
 		require.NoError(t, err)
 		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node,
-			PauseOptions: []pause.Option{pause.WithLimit(8)}})
+			Pause: pause.Config{Limit: 8}})
 		require.NoError(t, err)
 
 		sigs := make(chan os.Signal, 1)
@@ -69,7 +69,7 @@ func TestRecipeWithThePreStopHook(t *testing.T) {
 		budget, err := deadline.New(120 * time.Second)
 		require.NoError(t, err)
 		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node,
-			PauseOptions: []pause.Option{pause.WithEstimator(deadline.NewEstimator(4 * time.Second))}})
+			Pause: pause.Config{Estimator: deadline.NewEstimator(4 * time.Second)}})
 		require.NoError(t, err)
 
 		t0 := time.Now()

@@ -49,8 +49,7 @@ func TestDefaultLimitFindsTheKnee(t *testing.T) {
 		var buf bytes.Buffer
 		disk := &fakesandbox.Disk{Bandwidth: 64 * mib, PerWriter: 16 * mib}
 		node := diskNode(disk, 400, 16)
-		p, err := pause.New(node, pause.WithEstimator(deadline.NewEstimator(time.Second)),
-			pause.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		p, err := pause.New(node, pause.Config{Estimator: deadline.NewEstimator(time.Second), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, time.Hour, 0)
 		require.Equal(t, 400, rep.Counts[pause.Preserved])
@@ -68,7 +67,7 @@ func TestDefaultLimitAvoidsThrashing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		disk := &fakesandbox.Disk{Bandwidth: 64 * mib, PerWriter: 16 * mib, Thrash: 0.1}
 		node := diskNode(disk, 400, 16)
-		p, err := pause.New(node)
+		p, err := pause.New(node, pause.Config{})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, time.Hour, 0)
 		require.Equal(t, 400, rep.Counts[pause.Preserved])
@@ -88,8 +87,7 @@ func TestBindingDeadlineStopsExploring(t *testing.T) {
 		var buf bytes.Buffer
 		synctest.Test(t, func(t *testing.T) {
 			disk := &fakesandbox.Disk{Bandwidth: 8 * mib, PerWriter: mib}
-			p, err := pause.New(diskNode(disk, 200, 1), pause.WithEstimator(deadline.NewEstimator(time.Second)),
-				pause.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+			p, err := pause.New(diskNode(disk, 200, 1), pause.Config{Estimator: deadline.NewEstimator(time.Second), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 			require.NoError(t, err)
 			rep, _ = runFor(t, p, left, 0)
 		})
@@ -113,7 +111,7 @@ func TestLoweredLimitDrainsWorkersWithoutCancelling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		disk := &fakesandbox.Disk{Bandwidth: 8 * mib, PerWriter: 8 * mib}
 		node := diskNode(disk, 300, 1)
-		p, err := pause.New(node)
+		p, err := pause.New(node, pause.Config{})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Hour, 0)
 		assert.Equal(t, 300, rep.Counts[pause.Preserved])
@@ -129,11 +127,11 @@ func TestLoweredLimitDrainsWorkersWithoutCancelling(t *testing.T) {
 // the Run's time over the device's (the bytes at the knee's bandwidth,
 // times the factor's mean), the final limit and the most preserves run at
 // once.
-func noisyKnee(t *testing.T, seed uint64, opts ...pause.Option) (ratio float64, limit, most int) {
+func noisyKnee(t *testing.T, seed uint64) (ratio float64, limit, most int) {
 	synctest.Test(t, func(t *testing.T) {
 		disk := &fakesandbox.Disk{Bandwidth: 64 * mib, PerWriter: 16 * mib, Thrash: 0.1, Jitter: 0.5, Seed: seed}
 		node := diskNode(disk, 400, 16)
-		p, err := pause.New(node, append([]pause.Option{pause.WithEstimator(deadline.NewEstimator(time.Second))}, opts...)...)
+		p, err := pause.New(node, pause.Config{Estimator: deadline.NewEstimator(time.Second)})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, time.Hour, 0)
 		require.Equal(t, 400, rep.Counts[pause.Preserved])

@@ -58,7 +58,7 @@ func measure(f func()) cost {
 func BenchmarkOverhead(b *testing.B) {
 	const n, limit = 10_000, 8
 	list, lister := noops(n)
-	p, err := pause.New(lister, pause.WithLimit(limit))
+	p, err := pause.New(lister, pause.Config{Limit: limit})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func BenchmarkOverheadTraced(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) }()
-	p, err := pause.New(lister, pause.WithLimit(limit), pause.WithTracerProvider(tp), pause.WithMeterProvider(mp))
+	p, err := pause.New(lister, pause.Config{Limit: limit, TracerProvider: tp, MeterProvider: mp})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func BenchmarkOverheadTraced(b *testing.B) {
 
 // BenchmarkOverheadScale runs N = 10, 1k and 100k no-op sandboxes through
 // the default Preserver (adaptive limit) and through errgroup.SetLimit(
-// DefaultLimit), alternately in the same benchmark, and reports for each N
+// 8, the adaptive limit's default start), alternately in the same benchmark, and reports for each N
 // the CPU-time ratio x-errgroup-N (robust on a shared machine; the
 // wall-clock one is x-errgroup-wall-N), the Preserver's nanoseconds and
 // bytes allocated per sandbox, and errgroup's.
@@ -155,7 +155,7 @@ func BenchmarkOverheadScale(b *testing.B) {
 	// 0.6 µs for the next one, measured on this VM), a cost of the process's
 	// first Run, not of each sandbox; the README states it apart.
 	_, warm := noops(sizes[len(sizes)-1])
-	if p, err := pause.New(warm); err != nil {
+	if p, err := pause.New(warm, pause.Config{}); err != nil {
 		b.Fatal(err)
 	} else {
 		p.Run(ctx, time.Time{})
@@ -164,7 +164,7 @@ func BenchmarkOverheadScale(b *testing.B) {
 		for i, n := range sizes {
 			list, lister := noops(n)
 			reps := max(1, 100_000/n) // enough sandboxes for the clock at small N
-			p, err := pause.New(lister)
+			p, err := pause.New(lister, pause.Config{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -19,45 +19,71 @@ import (
 func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 	node := fakesandbox.NewNode()
 	for _, tc := range []struct {
-		name  string
-		list  pause.Lister
-		opts  []pause.Option
-		field string
+		name string
+		list pause.Lister
+		cfg  pause.Config
+		want string
 	}{
-		{"nil lister", nil, nil, "lister"},
-		{"nil ListFunc", pause.ListFunc(nil), nil, "lister"},
-		{"limit 0", node, []pause.Option{pause.WithLimit(0)}, "limit must be at least 1"},
-		{"max below limit", node, []pause.Option{pause.WithLimit(8), pause.WithMaxLimit(4)}, "max limit 4"},
-		{"max limit zero", node, []pause.Option{pause.WithMaxLimit(0)}, "max limit must be at least 1"},
-		{"negative timeout", node, []pause.Option{pause.WithSandboxTimeout(-time.Second)}, "sandbox timeout"},
-		{"negative progress", node, []pause.Option{pause.WithProgressInterval(-time.Second)}, "progress interval"},
-		{"bad order", node, []pause.Option{pause.WithOrder(pause.Order(42))}, "order"},
-		{"bad in-flight", node, []pause.Option{pause.WithInFlight(pause.InFlight(7))}, "in-flight policy"},
-		{"nil backoff", node, []pause.Option{pause.WithBackOff(nil)}, "backoff"},
-		{"nil classifier", node, []pause.Option{pause.WithPermanent(nil)}, "classifier"},
-		{"nil tracer provider", node, []pause.Option{pause.WithTracerProvider(nil)}, "tracer provider"},
-		{"nil meter provider", node, []pause.Option{pause.WithMeterProvider(nil)}, "meter provider"},
-		{"nil logger", node, []pause.Option{pause.WithLogger(nil)}, "logger"},
+		{"nil lister", nil, pause.Config{}, "pause: the Lister must not be nil"},
+		{"nil ListFunc", pause.ListFunc(nil), pause.Config{}, "pause: the Lister must not be nil"},
+		{"negative limit", node, pause.Config{Limit: -1}, "pause: Config.Limit must be >= 0, got -1"},
+		{"negative max limit", node, pause.Config{MaxLimit: -2}, "pause: Config.MaxLimit must be >= 0, got -2"},
+		{"max below limit", node, pause.Config{Limit: 8, MaxLimit: 4}, "pause: Config.MaxLimit must be >= Config.Limit (8), got 4"},
+		{"negative timeout", node, pause.Config{SandboxTimeout: -time.Second}, "pause: Config.SandboxTimeout must be >= 0, got -1s"},
+		{"bad order", node, pause.Config{Order: pause.Order(42)}, "pause: Config.Order must be one of the defined orders, got Order(42)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := pause.New(tc.list, tc.opts...)
+			p, err := pause.New(tc.list, tc.cfg)
 			require.Error(t, err)
 			assert.Nil(t, p)
-			assert.Contains(t, err.Error(), tc.field)
+			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
 }
 
-func TestDefaults(t *testing.T) {
-	p, err := pause.New(fakesandbox.NewNode())
-	require.NoError(t, err)
-	assert.Equal(t, pause.DefaultLimit, p.Limit())
-	p, err = pause.New(fakesandbox.NewNode(), pause.WithLimit(3), pause.WithMaxLimit(12))
-	require.NoError(t, err)
-	assert.Equal(t, 3, p.Limit())
-	p, err = pause.New(fakesandbox.NewNode(), pause.WithMaxLimit(2))
-	require.NoError(t, err)
-	assert.Equal(t, 2, p.Limit(), "a maximum below the default start starts at the maximum")
+// Every field's zero value is its default: the limit adapts from 8 between
+// 1 and 32, a Limit alone fixes it, a MaxLimit alone caps the start.
+func TestZeroConfigIsTheDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   pause.Config
+		limit int
+	}{
+		{"zero", pause.Config{}, pause.DefaultLimit},
+		{"limit and max", pause.Config{Limit: 3, MaxLimit: 12}, 3},
+		{"limit alone", pause.Config{Limit: 5}, 5},
+		{"max below the default start", pause.Config{MaxLimit: 2}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := pause.New(fakesandbox.NewNode(), tc.cfg)
+			require.NoError(t, err)
+			assert.Equal(t, tc.limit, p.Limit())
+			require.NotNil(t, p.Estimator(), "a nil Config.Estimator means a default one")
+			assert.Equal(t, time.Second, p.Estimator().Estimate(), "the default Estimator starts at 1 s")
+		})
+	}
+}
+
+// The zero Config adapts up to 32 at once, and retries a transient error
+// with the default backoff (nil BackOff and Permanent fields are defaults,
+// not errors).
+func TestZeroConfigAdaptsAndRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 400, 10*time.Second)
+		node.Add(&fakesandbox.Sandbox{Name: "flaky", Latency: time.Second, Faults: []fakesandbox.Fault{fakesandbox.Transient}})
+		p, err := pause.New(node, pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(t.Context(), time.Time{})
+		assert.Equal(t, 401, rep.Counts[pause.Preserved])
+		assert.LessOrEqual(t, node.MaxInFlight(), 32)
+		assert.Greater(t, node.MaxInFlight(), pause.DefaultLimit, "the limit adapted above its start")
+		for _, e := range rep.Entries {
+			if e.ID == "flaky" {
+				assert.Equal(t, 2, e.Attempts)
+			}
+		}
+	})
 }
 
 // A long Run logs a progress line every interval: done, left, time left.
@@ -67,8 +93,7 @@ func TestProgressIsLogged(t *testing.T) {
 		log := slog.New(slog.NewTextHandler(&buf, nil))
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 30, 2*time.Second)
-		p, err := pause.New(node, pause.WithLimit(1), pause.WithLogger(log),
-			pause.WithProgressInterval(15500*time.Millisecond))
+		p, err := pause.New(node, pause.Config{Limit: 1, Logger: log, ProgressInterval: 15500 * time.Millisecond})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 		defer cancel()
@@ -99,8 +124,7 @@ func TestProgressCountsFailuresAndTheHardDeadline(t *testing.T) {
 		sbs := node.AddN("sb", 10, 2*time.Second)
 		sbs[0].Faults = []fakesandbox.Fault{fakesandbox.Permanent}
 		sbs[1].Faults = []fakesandbox.Fault{fakesandbox.Permanent}
-		p, err := pause.New(node, pause.WithLimit(1), pause.WithInFlight(pause.FinishInFlight),
-			pause.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), pause.WithProgressInterval(5500*time.Millisecond))
+		p, err := pause.New(node, pause.Config{Limit: 1, Logger: slog.New(slog.NewTextHandler(&buf, nil)), ProgressInterval: 5500 * time.Millisecond})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), 11*time.Second)
 		defer cancel()
@@ -120,8 +144,7 @@ func TestProgressCanBeTurnedOff(t *testing.T) {
 		var buf bytes.Buffer
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 30, 2*time.Second)
-		p, err := pause.New(node, pause.WithLimit(1), pause.WithProgressInterval(0),
-			pause.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		p, err := pause.New(node, pause.Config{Limit: 1, ProgressInterval: -1, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 		require.NoError(t, err)
 		p.Run(t.Context(), time.Time{})
 		assert.NotContains(t, buf.String(), "pause: progress")
@@ -133,7 +156,7 @@ func TestFailuresAreLoggedAsWarnings(t *testing.T) {
 		var buf bytes.Buffer
 		node := fakesandbox.NewNode()
 		node.Add(&fakesandbox.Sandbox{Name: "bad", Faults: []fakesandbox.Fault{fakesandbox.Permanent}})
-		p, err := pause.New(node, pause.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		p, err := pause.New(node, pause.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 		require.NoError(t, err)
 		p.Run(t.Context(), time.Time{})
 		assert.Contains(t, buf.String(), `level=WARN msg="pause: sandbox failed" sandbox=bad`)

@@ -14,7 +14,7 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// Timeline (limit 1, phase deadline 10 s, hard 60 s, FinishInFlight):
+// Timeline (limit 1, phase deadline 10 s, hard 60 s, in-flight preserves finish):
 //
 //	0 s  A starts (15 s)      B waits for the slot
 //	10 s phase deadline       B's wait gives up: B is NotStarted
@@ -24,7 +24,7 @@ func TestNoPreserveStartsAfterPhaseDeadline(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.Add(&fakesandbox.Sandbox{Name: "A", Latency: 15 * time.Second},
 			&fakesandbox.Sandbox{Name: "B", Latency: time.Second})
-		p, err := pause.New(node, pause.WithLimit(1), pause.WithInFlight(pause.FinishInFlight))
+		p, err := pause.New(node, pause.Config{Limit: 1})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
 		assert.Equal(t, pause.Preserved, entry(t, rep, "A").Outcome)
@@ -41,7 +41,7 @@ func TestCancelAtDeadlineCancelsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 4, 8*time.Second)
-		p, err := pause.New(node, pause.WithLimit(2), pause.WithInFlight(pause.CancelAtDeadline))
+		p, err := pause.New(node, pause.Config{Limit: 2, CancelAtDeadline: true})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 5*time.Second, 20*time.Second)
 		assert.Equal(t, 2, rep.Counts[pause.TimedOut])
@@ -57,7 +57,7 @@ func TestFinishInFlightLetsRunningPausesFinish(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 4, 8*time.Second)
-		p, err := pause.New(node, pause.WithLimit(2), pause.WithInFlight(pause.FinishInFlight))
+		p, err := pause.New(node, pause.Config{Limit: 2})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 5*time.Second, 20*time.Second)
 		assert.Equal(t, 2, rep.Counts[pause.Preserved])
@@ -71,7 +71,7 @@ func TestFinishInFlightStopsAtHardDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 1, 30*time.Second)
-		p, err := pause.New(node, pause.WithInFlight(pause.FinishInFlight))
+		p, err := pause.New(node, pause.Config{})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 5*time.Second, 20*time.Second)
 		assert.Equal(t, pause.TimedOut, rep.Entries[0].Outcome)
@@ -91,7 +91,7 @@ func TestHangCannotHoldRunPastHardDeadline(t *testing.T) {
 				node := fakesandbox.NewNode()
 				node.Add(&fakesandbox.Sandbox{Name: "stuck", Faults: []fakesandbox.Fault{fakesandbox.Hang}})
 				node.AddN("ok", 3, time.Second)
-				p, err := pause.New(node)
+				p, err := pause.New(node, pause.Config{})
 				require.NoError(t, err)
 				rep, took := runFor(t, p, 10*time.Second, tc.hard)
 				assert.Equal(t, tc.want, took)
@@ -111,7 +111,7 @@ func TestCancelledContextEndsThePhase(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 10, 2*time.Second)
-		p, err := pause.New(node, pause.WithLimit(2), pause.WithInFlight(pause.CancelAtDeadline))
+		p, err := pause.New(node, pause.Config{Limit: 2, CancelAtDeadline: true})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(3*time.Second, cancel)
@@ -129,7 +129,7 @@ func TestRunWithoutDeadlinePreservesEverything(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 20, time.Minute)
-		p, err := pause.New(node, pause.WithLimit(4))
+		p, err := pause.New(node, pause.Config{Limit: 4})
 		require.NoError(t, err)
 		rep := p.Run(t.Context(), time.Time{})
 		assert.Equal(t, 20, rep.Counts[pause.Preserved])
@@ -142,7 +142,7 @@ func TestHardAloneIsThePhaseDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 4, 10*time.Second)
-		p, err := pause.New(node, pause.WithLimit(1))
+		p, err := pause.New(node, pause.Config{Limit: 1})
 		require.NoError(t, err)
 		start := time.Now()
 		rep := p.Run(t.Context(), start.Add(25*time.Second))
@@ -161,7 +161,7 @@ func TestSlotWaitGivesUpAtPhaseDeadline(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.Add(&fakesandbox.Sandbox{Name: "stuck", Faults: []fakesandbox.Fault{fakesandbox.Hang}},
 			&fakesandbox.Sandbox{Name: "waiting", Latency: time.Second})
-		p, err := pause.New(node, pause.WithLimit(1), pause.WithInFlight(pause.FinishInFlight))
+		p, err := pause.New(node, pause.Config{Limit: 1})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 10*time.Second, 30*time.Second)
 		assert.Equal(t, 30*time.Second+pause.ReturnSlack, took)
@@ -190,7 +190,7 @@ func TestPreserveReturningAtTheHardDeadlineIsNotAbandoned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
 			return []pause.Sandbox{prompt{"prompt"}}, nil
-		}))
+		}), pause.Config{})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 10*time.Second, 30*time.Second)
 		assert.Equal(t, 30*time.Second, took, "Run returns when the Preserve does, not ReturnSlack later")

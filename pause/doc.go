@@ -10,11 +10,12 @@
 // Lister that returns the sandboxes still needing it. Typical wiring, in the
 // SIGTERM path:
 //
-//	pauses := deadline.NewEstimator(2 * time.Second)
-//	preserver, err := pause.New(pause.ListFunc(server.RunningSandboxes),
-//		pause.WithEstimator(pauses), // no limit set: it adapts, from 8, between 1 and 32
-//		pause.WithInFlight(pause.FinishInFlight), // never abort a pause halfway
-//		pause.WithLogger(logger))
+//	preserver, err := pause.New(pause.ListFunc(server.RunningSandboxes), pause.Config{
+//		Estimator: deadline.NewEstimator(2 * time.Second),
+//		Logger:    logger,
+//		// no Limit: it adapts, from 8, between 1 and 32;
+//		// no CancelAtDeadline: a pause is never aborted halfway.
+//	})
 //	...
 //	ctx, cancel := plan.Context(ctx, "preserve")
 //	defer cancel()
@@ -25,10 +26,10 @@
 // first, then FIFO, shortest first or longest first, chosen from the
 // estimates and the time left), and preserves them with at most Limit at a
 // time: workers hold slots of a golang.org/x/sync/semaphore and take the
-// sandboxes in order. Unless WithLimit fixes it, the limit adapts: it
+// sandboxes in order. Unless Config.Limit fixes it, the limit adapts: it
 // measures the node's throughput (bytes per second when sandboxes are
 // Sized) and moves toward the smallest limit past which more preserves at
-// once stop paying, never below 1 or above WithMaxLimit, and stops
+// once stop paying, never below 1 or above Config.MaxLimit, and stops
 // exploring when the deadline binds. Transient errors are retried
 // with backoff inside the time left. After a pass it lists again, to catch a
 // sandbox that turned running meanwhile, and stops when a pass finds
@@ -36,11 +37,11 @@
 //
 // Guarantees. No preserve starts after the phase deadline (the deadline of
 // Run's context), and waiting for a slot gives up at it. Running preserves
-// are cancelled at the phase deadline or, with FinishInFlight, left to run
-// until the hard deadline. Run returns by the later of the two deadlines
+// are left to run until the hard deadline or, with Config.CancelAtDeadline,
+// cancelled at the phase deadline. Run returns by the later of the two deadlines
 // even if a Preserve or the Lister ignores its context; such a preserve is
-// reported TimedOut (and with WithSandboxTimeout it is abandoned, and its
-// slot reused, AbandonGrace after its own bound). No preserve starts while
+// reported TimedOut (and with Config.SandboxTimeout it is abandoned, and its
+// slot reused, a second after its own bound). No preserve starts while
 // as many as the current limit run (abandoned ones apart); a lowered limit
 // lets the running ones finish. The limit never leaves [1, maximum]. No retry starts whose backoff wait would end past
 // the sandbox's deadline. A panicking Preserve is recovered and reported
@@ -50,6 +51,14 @@
 // repeated ID, an ID that panics). A Run whose every listing failed is
 // Unknown: Report.Err says so with the last error, whatever the counts. With tracing off (the global no-op providers), a Run makes a
 // few allocations per pass and none per sandbox.
+//
+// Telemetry, under the instrumentation scope ScopeName: a "pause.Run" span
+// with a "pause.Preserve" child per sandbox (see Config.TracerProvider), and
+// the metrics drainkit.pause.preserve.duration (histogram, s: from a
+// sandbox's first attempt to its outcome, 5 ms to 2 h buckets),
+// drainkit.pause.sandboxes (counter, {sandbox}, one per sandbox accounted
+// for) and drainkit.pause.preserve.active (up-down counter, {sandbox}: the
+// preserves running now), by drainkit.pause.outcome where they have one.
 //
 // For runtimes that preserve by signalling (a gVisor actor saves its state
 // on SIGTERM), package pause/escalate stops the target with a bounded

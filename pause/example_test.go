@@ -46,8 +46,7 @@ func Example() {
 		return running, nil
 	})
 	pauses := deadline.NewEstimator(2 * time.Second)
-	preserver, err := pause.New(list, pause.WithLimit(8), pause.WithMaxLimit(16),
-		pause.WithEstimator(pauses), pause.WithInFlight(pause.FinishInFlight))
+	preserver, err := pause.New(list, pause.Config{Limit: 8, MaxLimit: 16, Estimator: pauses})
 	if err != nil {
 		panic(err)
 	}

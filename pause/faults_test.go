@@ -18,8 +18,8 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-func constant(d time.Duration) pause.Option {
-	return pause.WithBackOff(func() backoff.BackOff { return backoff.NewConstantBackOff(d) })
+func constant(d time.Duration) func() backoff.BackOff {
+	return func() backoff.BackOff { return backoff.NewConstantBackOff(d) }
 }
 
 func entry(t *testing.T, rep *pause.Report, id string) pause.Entry {
@@ -38,7 +38,7 @@ func TestTransientErrorsAreRetriedUntilSuccess(t *testing.T) {
 		node := fakesandbox.NewNode()
 		sb := node.Add(&fakesandbox.Sandbox{Name: "flaky", Latency: time.Second,
 			Faults: []fakesandbox.Fault{fakesandbox.Transient, fakesandbox.Transient}})[0]
-		p, err := pause.New(node, constant(2*time.Second))
+		p, err := pause.New(node, pause.Config{BackOff: constant(2 * time.Second)})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, time.Minute, 0)
 		e := entry(t, rep, "flaky")
@@ -56,8 +56,7 @@ func TestPermanentErrorsAreNotRetried(t *testing.T) {
 		node.Add(&fakesandbox.Sandbox{Name: "wrapped", Faults: []fakesandbox.Fault{fakesandbox.Permanent}},
 			&fakesandbox.Sandbox{Name: "classified", Faults: []fakesandbox.Fault{fakesandbox.Plain}},
 			&fakesandbox.Sandbox{Name: "other", Faults: []fakesandbox.Fault{fakesandbox.Transient}})
-		p, err := pause.New(node, constant(time.Second),
-			pause.WithPermanent(func(err error) bool { return errors.Is(err, fakesandbox.ErrPermanent) }))
+		p, err := pause.New(node, pause.Config{BackOff: constant(time.Second), Permanent: func(err error) bool { return errors.Is(err, fakesandbox.ErrPermanent) }})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		for _, id := range []string{"wrapped", "classified"} {
@@ -74,7 +73,7 @@ func TestUnclassifiedErrorIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.Add(&fakesandbox.Sandbox{Name: "plain", Faults: []fakesandbox.Fault{fakesandbox.Plain}})
-		p, err := pause.New(node, constant(time.Second))
+		p, err := pause.New(node, pause.Config{BackOff: constant(time.Second)})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		assert.Equal(t, pause.Preserved, entry(t, rep, "plain").Outcome)
@@ -93,7 +92,7 @@ func TestNoRetryWhoseWaitEndsPastTheDeadline(t *testing.T) {
 			always[i] = fakesandbox.Transient
 		}
 		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: time.Second, Faults: always})
-		p, err := pause.New(node, constant(10*time.Second))
+		p, err := pause.New(node, pause.Config{BackOff: constant(10 * time.Second)})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 25*time.Second, 0)
 		e := entry(t, rep, "broken")
@@ -109,9 +108,9 @@ func TestBackOffStopEndsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.Add(&fakesandbox.Sandbox{Name: "x", Faults: []fakesandbox.Fault{fakesandbox.Transient, fakesandbox.Transient}})
-		p, err := pause.New(node, pause.WithBackOff(func() backoff.BackOff {
+		p, err := pause.New(node, pause.Config{BackOff: func() backoff.BackOff {
 			return backoff.WithMaxRetries(backoff.NewConstantBackOff(time.Second), 1)
-		}))
+		}})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		assert.Equal(t, pause.Failed, entry(t, rep, "x").Outcome)
@@ -124,7 +123,7 @@ func TestPanicIsRecoveredWithStackAndOthersGoOn(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.Add(&fakesandbox.Sandbox{Name: "boom", Faults: []fakesandbox.Fault{fakesandbox.Panic}})
 		node.AddN("ok", 5, time.Second)
-		p, err := pause.New(node, pause.WithLimit(2))
+		p, err := pause.New(node, pause.Config{Limit: 2})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		e := entry(t, rep, "boom")
@@ -140,7 +139,7 @@ func TestVanishedSandboxIsReportedNotRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.Add(&fakesandbox.Sandbox{Name: "gone", Faults: []fakesandbox.Fault{fakesandbox.Vanish}})
-		p, err := pause.New(node, constant(time.Second))
+		p, err := pause.New(node, pause.Config{BackOff: constant(time.Second)})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		e := entry(t, rep, "gone")
@@ -162,7 +161,7 @@ func TestSandboxAppearingMidRunIsCaughtByNextPass(t *testing.T) {
 				node.Add(late)
 			}
 		}
-		p, err := pause.New(node)
+		p, err := pause.New(node, pause.Config{})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		assert.True(t, late.Preserved())
@@ -186,7 +185,7 @@ func TestListErrorsAreRetried(t *testing.T) {
 			}
 			return nil
 		}
-		p, err := pause.New(node, constant(time.Second))
+		p, err := pause.New(node, pause.Config{BackOff: constant(time.Second)})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		assert.Equal(t, 2, rep.Counts[pause.Preserved])
@@ -207,7 +206,7 @@ func TestListErrorIsReported(t *testing.T) {
 			}
 			return nil
 		}
-		p, err := pause.New(node, constant(10*time.Second))
+		p, err := pause.New(node, pause.Config{BackOff: constant(10 * time.Second)})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, time.Minute, 0)
 		assert.Equal(t, 2, rep.Counts[pause.Preserved])
@@ -222,7 +221,7 @@ func TestPermanentListErrorIsNotRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.ListErr = func(int) error { return backoff.Permanent(errors.New("no runtime socket")) }
-		p, err := pause.New(node, constant(time.Second))
+		p, err := pause.New(node, pause.Config{BackOff: constant(time.Second)})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		assert.Equal(t, "no runtime socket", rep.ListErr)
@@ -236,7 +235,7 @@ func TestListerIgnoringContextIsAbandoned(t *testing.T) {
 		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
 			time.Sleep(time.Hour)
 			return nil, nil
-		}))
+		}), pause.Config{})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 10*time.Second, 20*time.Second)
 		assert.Equal(t, 10*time.Second, took, "abandoned at the phase deadline: no preserve could start after it, and the later phases keep their time")
@@ -281,8 +280,7 @@ func TestAllFaultsAtOnceAccountForEverySandbox(t *testing.T) {
 				}
 			}
 		}
-		p, err := pause.New(node, pause.WithLimit(64), constant(time.Second),
-			pause.WithSandboxTimeout(20*time.Second))
+		p, err := pause.New(node, pause.Config{Limit: 64, BackOff: constant(time.Second), SandboxTimeout: 20 * time.Second})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 10*time.Minute, 0)
 
@@ -312,7 +310,7 @@ func TestReportIsJSON(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 2, time.Second)
 		node.Add(&fakesandbox.Sandbox{Name: "boom", Faults: []fakesandbox.Fault{fakesandbox.Panic}})
-		p, err := pause.New(node)
+		p, err := pause.New(node, pause.Config{})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		b, err := json.Marshal(rep)
@@ -327,7 +325,7 @@ func TestReportIsJSON(t *testing.T) {
 	})
 }
 
-// A Preserve that ignores its context is abandoned AbandonGrace after its
+// A Preserve that ignores its context is abandoned a second (AbandonAfter) after its
 // sandbox bound and its slot goes to the next sandbox; Run does not wait
 // for it.
 func TestHangPastItsBoundIsAbandonedAndFreesItsSlot(t *testing.T) {
@@ -335,12 +333,12 @@ func TestHangPastItsBoundIsAbandonedAndFreesItsSlot(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.Add(&fakesandbox.Sandbox{Name: "stuck", Faults: []fakesandbox.Fault{fakesandbox.Hang}},
 			&fakesandbox.Sandbox{Name: "next", Latency: time.Second})
-		p, err := pause.New(node, pause.WithLimit(1), pause.WithSandboxTimeout(5*time.Second))
+		p, err := pause.New(node, pause.Config{Limit: 1, SandboxTimeout: 5 * time.Second})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, time.Hour, 0)
 		stuck, next := entry(t, rep, "stuck"), entry(t, rep, "next")
 		assert.Equal(t, pause.TimedOut, stuck.Outcome)
-		assert.Equal(t, 5*time.Second+pause.AbandonGrace, stuck.Duration)
+		assert.Equal(t, 5*time.Second+pause.AbandonAfter, stuck.Duration)
 		assert.Contains(t, stuck.Error, "abandoned")
 		assert.Equal(t, pause.Preserved, next.Outcome)
 		assert.Equal(t, 7*time.Second, took)
@@ -357,7 +355,7 @@ func TestSandboxTimeoutBoundsAllAttempts(t *testing.T) {
 			&fakesandbox.Sandbox{Name: "retrying", Latency: 2 * time.Second,
 				Faults: []fakesandbox.Fault{fakesandbox.Transient, fakesandbox.Transient, fakesandbox.Transient}},
 			&fakesandbox.Sandbox{Name: "fast", Latency: time.Second})
-		p, err := pause.New(node, pause.WithSandboxTimeout(5*time.Second), constant(4*time.Second))
+		p, err := pause.New(node, pause.Config{SandboxTimeout: 5 * time.Second, BackOff: constant(4 * time.Second)})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Hour, 0)
 		slow := entry(t, rep, "slow")

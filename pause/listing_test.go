@@ -23,7 +23,7 @@ func TestListingThatNeverSucceededIsUnknownNotSuccess(t *testing.T) {
 		node.AddN("sb", 20, time.Second)
 		n := 0
 		node.ListErr = func(int) error { n++; return errors.New("list: 500 Internal Server Error") }
-		p, err := pause.New(node, constant(time.Second))
+		p, err := pause.New(node, pause.Config{BackOff: constant(time.Second)})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, 10*time.Second, 0)
 		assert.Zero(t, rep.Lost())
@@ -47,7 +47,7 @@ func TestLaterListingFailureIsNotUnknown(t *testing.T) {
 			}
 			return nil
 		}
-		p, err := pause.New(node, constant(10*time.Second))
+		p, err := pause.New(node, pause.Config{BackOff: constant(10 * time.Second)})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		assert.False(t, rep.Unknown)
@@ -69,14 +69,13 @@ func TestListerPanicIsRecovered(t *testing.T) {
 					panic("lister bug")
 				}
 				return node.List(ctx)
-			}), constant(time.Second))
+			}), pause.Config{BackOff: constant(time.Second)})
 			require.NoError(t, err)
 			rep, _ := runFor(t, p, 10*time.Second, hard)
 			assert.Equal(t, 2, rep.Counts[pause.Preserved], "hard %v", hard)
 			assert.NoError(t, rep.Err())
 
-			p, err = pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { panic("always") }),
-				constant(time.Second))
+			p, err = pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { panic("always") }), pause.Config{BackOff: constant(time.Second)})
 			require.NoError(t, err)
 			rep, _ = runFor(t, p, 10*time.Second, hard)
 			assert.True(t, rep.Unknown)
@@ -86,18 +85,13 @@ func TestListerPanicIsRecovered(t *testing.T) {
 }
 
 // A typed nil Lister (a nil *Node in a Lister) is rejected at New, not
-// found at SIGTERM time; so is a nil Option.
-func TestNewRejectsTypedNilListerAndNilOption(t *testing.T) {
+// found at SIGTERM time.
+func TestNewRejectsTypedNilLister(t *testing.T) {
 	var node *fakesandbox.Node
-	p, err := pause.New(node)
+	p, err := pause.New(node, pause.Config{})
 	require.Error(t, err)
 	assert.Nil(t, p)
-	assert.Contains(t, err.Error(), "lister must not be nil")
-
-	p, err = pause.New(fakesandbox.NewNode(), pause.WithLimit(2), nil)
-	require.Error(t, err)
-	assert.Nil(t, p)
-	assert.Contains(t, err.Error(), "option 2 is nil")
+	assert.Contains(t, err.Error(), "pause: the Lister must not be nil")
 }
 
 // idPanics is a Sandbox whose ID panics.
@@ -125,7 +119,7 @@ func TestListingFlawsAreReportedNotDropped(t *testing.T) {
 				return list, err
 			}
 			return append(list, nil, good[0], bad), err
-		}))
+		}), pause.Config{})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		assert.Equal(t, 2, rep.Counts[pause.Preserved])
@@ -183,7 +177,7 @@ func TestListingsThatChangeBetweenPassesAreAdmittedByID(t *testing.T) {
 			l := listings[min(n, len(listings)-1)]
 			n++
 			return l, nil
-		}))
+		}), pause.Config{})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		assert.Equal(t, 3, rep.Passes, "the third listing finds nothing new")

@@ -152,13 +152,13 @@ func compare(b *testing.B, mix string, mk func() ([]pause.Sandbox, error), reset
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := mixbench.Run(context.Background(), sbs, pause.WithLimit(slices.Max(mixbench.Sweep))); err != nil {
+	if _, err := mixbench.Run(context.Background(), sbs, pause.Config{Limit: slices.Max(mixbench.Sweep)}); err != nil {
 		b.Fatal(err)
 	}
 	var sum mixbench.Comparison
 	for b.Loop() { // one round: the adaptive default, then every fixed limit
 		c, err := mixbench.Compare(context.Background(), 1, sum.Rounds, mk, reset, mixbench.Sweep,
-			pause.WithEstimator(deadline.NewEstimator(time.Second)))
+			pause.Config{Estimator: deadline.NewEstimator(time.Second)})
 		if err != nil {
 			b.Fatal(err)
 		}

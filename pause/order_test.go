@@ -55,7 +55,7 @@ func TestBindingDeadlineShortestFirstPreservesMore(t *testing.T) {
 	count := func(o pause.Order) int {
 		var n int
 		synctest.Test(t, func(t *testing.T) {
-			p, err := pause.New(mixedNode(), pause.WithLimit(4), pause.WithOrder(o))
+			p, err := pause.New(mixedNode(), pause.Config{Limit: 4, Order: o})
 			require.NoError(t, err)
 			rep, _ := runFor(t, p, 10500*time.Millisecond, 0)
 			assert.Len(t, rep.Entries, 40)
@@ -81,7 +81,7 @@ func TestAmpleTimeLongestFirstEndsSooner(t *testing.T) {
 				lat := time.Duration(s) * time.Second
 				node.Add(&fakesandbox.Sandbox{Name: fmt.Sprint(i), Latency: lat, Estimate: lat})
 			}
-			p, err := pause.New(node, pause.WithLimit(2), pause.WithOrder(o))
+			p, err := pause.New(node, pause.Config{Limit: 2, Order: o})
 			require.NoError(t, err)
 			rep, elapsed := runFor(t, p, time.Hour, 0)
 			assert.Equal(t, 5, rep.Counts[pause.Preserved])
@@ -105,7 +105,7 @@ func TestUnknownEstimatesKeepListOrderAfterPriority(t *testing.T) {
 		}
 		sbs[5].Prio = 10
 		node.Add(sbs...)
-		p, err := pause.New(node, pause.WithLimit(1))
+		p, err := pause.New(node, pause.Config{Limit: 1})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Hour, 0)
 		require.Equal(t, 6, rep.Counts[pause.Preserved])
@@ -128,7 +128,7 @@ func TestEstimatorIsFedAndUsed(t *testing.T) {
 			node.Add(&fakesandbox.Sandbox{Name: fmt.Sprint(i), Latency: 3 * time.Second})
 		}
 		est := deadline.NewEstimator(0)
-		p, err := pause.New(node, pause.WithLimit(2), pause.WithEstimator(est))
+		p, err := pause.New(node, pause.Config{Limit: 2, Estimator: est})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Hour, 0)
 		assert.Equal(t, 10, rep.Counts[pause.Preserved])
@@ -145,7 +145,7 @@ func TestAdaptiveLimitClimbsWhileThroughputScales(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 200, 2*time.Second)
-		p, err := pause.New(node, pause.WithLimit(4), pause.WithMaxLimit(32))
+		p, err := pause.New(node, pause.Config{Limit: 4, MaxLimit: 32})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 31*time.Second, 0)
 		assert.Equal(t, 200, rep.Counts[pause.Preserved])
@@ -157,7 +157,7 @@ func TestAdaptiveLimitClimbsWhileThroughputScales(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 200, 2*time.Second)
-		p, err := pause.New(node, pause.WithLimit(4))
+		p, err := pause.New(node, pause.Config{Limit: 4})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, 31*time.Second, 0)
 		assert.Equal(t, 60, rep.Counts[pause.Preserved])
@@ -171,7 +171,7 @@ func TestAdaptiveLimitNeverExceedsMax(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 200, 2*time.Second)
-		p, err := pause.New(node, pause.WithLimit(2), pause.WithMaxLimit(8))
+		p, err := pause.New(node, pause.Config{Limit: 2, MaxLimit: 8})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, 11*time.Second, 0)
 		assert.Equal(t, 8, p.Limit())

@@ -29,7 +29,7 @@ func TestTelemetry(t *testing.T) {
 		node.AddN("sb", 5, time.Second)
 		node.Add(&fakesandbox.Sandbox{Name: "flaky", Faults: []fakesandbox.Fault{fakesandbox.Transient}},
 			&fakesandbox.Sandbox{Name: "bad", Faults: []fakesandbox.Fault{fakesandbox.Permanent}})
-		p, err := pause.New(node, pause.WithTracerProvider(tp), pause.WithMeterProvider(mp), constant(time.Second))
+		p, err := pause.New(node, pause.Config{TracerProvider: tp, MeterProvider: mp, BackOff: constant(time.Second)})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()

@@ -162,13 +162,13 @@ func (r *run) worker(ps *pass) {
 }
 
 // await waits until the queue is closed and every started preserve of the
-// pass is settled, or until ReturnSlack after the hard deadline: a Preserve
+// pass is settled, or until returnSlack after the hard deadline: a Preserve
 // that returns as soon as its context ends (at the hard deadline) is
 // settled with its own error, not abandoned.
 func (r *run) await(ps *pass) {
 	until := r.hard
 	if !until.IsZero() {
-		until = until.Add(ReturnSlack)
+		until = until.Add(returnSlack)
 	}
 	receiveBy(ps.done, until)
 }

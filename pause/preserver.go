@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel"
 
 	"github.com/drainkit/drainkit/deadline"
 )
@@ -20,6 +17,16 @@ import (
 // A Preserver is safe for concurrent use; its configuration is fixed at New.
 // Runs may follow each other (a preStop sweep, then the SIGTERM run); each
 // Run has its own slots, and a Run is meant to have the node to itself.
+//
+// Two fixed slacks bound what a Preserve that ignores its context can cost.
+// One that runs a second past its Config.SandboxTimeout is abandoned:
+// reported TimedOut, with its slot given to the next sandbox (holding the
+// slot would let a few broken Preserves starve every other sandbox of the
+// node). And Run waits 20 ms past the hard deadline for the preserves whose
+// context ended at it, so that one that returns at once is reported with
+// its own error (TimedOut), and only one that outlives its context by more
+// is abandoned; that is well under the time drain gives a Preserver to
+// return after its hard deadline.
 type Preserver struct {
 	list  Lister
 	cfg   config
@@ -28,32 +35,14 @@ type Preserver struct {
 	rate  byteRate // measured time per byte of a Sized sandbox's preserve
 }
 
-// New returns a Preserver over list. It fails, naming the field, when list
-// is nil (or a typed nil: a nil pointer, func or map in the interface), the limit is below 1, the maximum limit is below the limit, a
-// timeout or interval is negative, or an option is nil or undefined.
-func New(list Lister, opts ...Option) (*Preserver, error) {
-	c := config{
-		newBackOff:  defaultBackOff,
-		isPermanent: func(error) bool { return false },
-		tp:          otel.GetTracerProvider(),
-		mp:          otel.GetMeterProvider(),
-		log:         slog.New(slog.DiscardHandler),
-		progress:    DefaultProgressInterval,
-	}
-	var nilOpts []error
-	for i, o := range opts {
-		if o == nil {
-			nilOpts = append(nilOpts, fmt.Errorf("pause: option %d is nil", i+1))
-			continue
-		}
-		o(&c)
-	}
-	if c.estimator == nil {
-		c.estimator = deadline.NewEstimator(DefaultEstimate)
-	}
-	err := errors.Join(append(nilOpts, c.validate())...)
+// New returns a Preserver over list, configured by cfg (its zero value is
+// the default). It fails, naming what is wrong, when list is nil (or a
+// typed nil: a nil pointer, func or map in the interface) or a field of cfg
+// is out of range.
+func New(list Lister, cfg Config) (*Preserver, error) {
+	c, err := cfg.resolve()
 	if isNil(list) {
-		err = errors.Join(errors.New("pause: lister must not be nil"), err)
+		err = errors.Join(errors.New("pause: the Lister must not be nil"), err)
 	}
 	if err != nil {
 		return nil, err
@@ -87,7 +76,8 @@ func isNil(l Lister) bool {
 func (p *Preserver) Limit() int { return int(p.limit.Load()) }
 
 // Estimator returns the Estimator the Preserver feeds with every
-// successful preserve's duration (see WithEstimator); never nil.
+// successful preserve's duration (Config.Estimator, or the default); never
+// nil.
 func (p *Preserver) Estimator() *deadline.Estimator { return p.cfg.estimator }
 
 // Run preserves, in passes, every sandbox the Lister returns, and returns
@@ -98,8 +88,8 @@ func (p *Preserver) Estimator() *deadline.Estimator { return p.cfg.estimator }
 // deadline, by which everything must be over; the zero time means the same
 // as ctx's deadline, and a ctx without a deadline takes hard as its phase
 // deadline. At the phase deadline (or when ctx is cancelled) running
-// preserves are cancelled (CancelAtDeadline) or left to finish until hard
-// (FinishInFlight). A Preserve that ignores its context is abandoned at the
+// preserves are cancelled (Config.CancelAtDeadline) or, by default, left
+// to finish until hard. A Preserve that ignores its context is abandoned at the
 // later of the two deadlines: it is reported TimedOut and Run returns, with
 // that Preserve still running in its goroutine.
 //

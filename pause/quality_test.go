@@ -53,14 +53,14 @@ func measureQuality(t *testing.T) quality {
 	durs := qualityDurations()
 	return measureQualityOf(t, durs, func(i int) *fakesandbox.Sandbox {
 		return &fakesandbox.Sandbox{Name: fmt.Sprint(i), Latency: durs[i], Estimate: durs[i]}
-	})
+	}, nil)
 }
 
 // measureQualityOf is measureQuality over sandboxes whose true preserve
 // times are durs, made by mk (which sets what they estimate), preserved
-// with WithLimit(qualityLimit) and the options opts make afresh for every
-// Run. The bounds use the true times.
-func measureQualityOf(t *testing.T, durs []time.Duration, mk func(i int) *fakesandbox.Sandbox, opts ...func() pause.Option) quality {
+// with Limit qualityLimit and, when estimator is not nil, the Estimator it
+// makes afresh for every Run. The bounds use the true times.
+func measureQualityOf(t *testing.T, durs []time.Duration, mk func(i int) *fakesandbox.Sandbox, estimator func() *deadline.Estimator) quality {
 	var sum, longest time.Duration
 	for _, d := range durs {
 		sum += d
@@ -74,11 +74,11 @@ func measureQualityOf(t *testing.T, durs []time.Duration, mk func(i int) *fakesa
 		for i := range durs {
 			node.Add(mk(i))
 		}
-		o := []pause.Option{pause.WithLimit(qualityLimit)}
-		for _, f := range opts {
-			o = append(o, f())
+		cfg := pause.Config{Limit: qualityLimit}
+		if estimator != nil {
+			cfg.Estimator = estimator()
 		}
-		p, err := pause.New(node, o...)
+		p, err := pause.New(node, cfg)
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), left)
 		defer cancel()
@@ -126,11 +126,11 @@ func measureNoisyQuality(t *testing.T, sizesOnly bool) quality {
 	if !sizesOnly {
 		return measureQualityOf(t, truth, func(i int) *fakesandbox.Sandbox {
 			return &fakesandbox.Sandbox{Name: fmt.Sprint(i), Latency: truth[i], Estimate: est[i]}
-		})
+		}, nil)
 	}
 	return measureQualityOf(t, truth, func(i int) *fakesandbox.Sandbox {
 		return &fakesandbox.Sandbox{Name: fmt.Sprint(i), Latency: truth[i], Bytes: int64(est[i] / time.Microsecond)}
-	}, func() pause.Option { return pause.WithEstimator(deadline.NewEstimator(2 * time.Second)) })
+	}, func() *deadline.Estimator { return deadline.NewEstimator(2 * time.Second) })
 }
 
 // Longest first with ample time ends within 5 % of the lower bound;

@@ -74,7 +74,7 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 		attribute.String("drainkit.pause.hard", fmtTime(r.hard)),
 		attribute.Int("drainkit.pause.limit", p.cfg.limit),
 		attribute.Int("drainkit.pause.max_limit", p.cfg.maxLimit),
-		attribute.String("drainkit.pause.in_flight", p.cfg.inFlight.String()),
+		attribute.String("drainkit.pause.in_flight", p.cfg.inFlight()),
 	))
 	r.traced = r.span.IsRecording()
 	r.contexts()
@@ -86,19 +86,19 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r.startProgress()
 	p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run started",
 		slog.String("time_left", fmtLeft(r.phase)), slog.Int("limit", r.limit),
-		slog.Int("max_limit", p.cfg.maxLimit), slog.String("in_flight", p.cfg.inFlight.String()))
+		slog.Int("max_limit", p.cfg.maxLimit), slog.String("in_flight", p.cfg.inFlight()))
 	return r
 }
 
 // contexts bounds Run's context by the phase deadline and derives the
-// parent of every Preserve's context: Run's own with CancelAtDeadline; with
-// FinishInFlight one that ignores the phase and ends at the hard deadline.
+// parent of every Preserve's context: Run's own with CancelAtDeadline; by
+// default one that ignores the phase and ends at the hard deadline.
 func (r *run) contexts() {
 	if !r.phase.IsZero() {
 		r.ctx, r.stopWork = context.WithDeadline(r.ctx, r.phase)
 	}
 	r.work = r.ctx
-	if r.cfg.inFlight == FinishInFlight {
+	if !r.cfg.cancelAtDeadline {
 		base := context.WithoutCancel(r.ctx)
 		if r.hard.IsZero() {
 			r.work, r.stopWork = withCancel(base, r.stopWork)

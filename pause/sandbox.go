@@ -35,7 +35,7 @@ type Estimated interface {
 // binds) and turns sizes into times with the rate it measures, in bytes per
 // second of one preserve, from every sandbox preserved so far; before the
 // first measurement a size of the average of the pass counts as the
-// Estimator's estimate (WithEstimator). The adaptive limit measures the
+// Estimator's estimate (Config.Estimator). The adaptive limit measures the
 // throughput in these bytes. Zero or a negative size means unknown. An
 // Estimated sandbox's own estimate wins over its size.
 type Sized interface {

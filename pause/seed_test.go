@@ -20,7 +20,7 @@ func runSeed(t *testing.T, limit int) (*pause.Report, time.Duration, *fakesandbo
 	t.Helper()
 	node := fakesandbox.NewNode()
 	node.AddN("sb", 200, 2*time.Second)
-	p, err := pause.New(node, pause.WithLimit(limit))
+	p, err := pause.New(node, pause.Config{Limit: limit})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 600*time.Second)
 	defer cancel()

@@ -33,7 +33,7 @@ func sizedNode(perMiB time.Duration, sizes ...int64) (*fakesandbox.Node, []*fake
 func TestSizesOrderLongestFirstWithAmpleTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node, sbs := sizedNode(62500*time.Microsecond, 16, 16, 16, 16, 64)
-		p, err := pause.New(node, pause.WithLimit(2), pause.WithEstimator(deadline.NewEstimator(time.Second)))
+		p, err := pause.New(node, pause.Config{Limit: 2, Estimator: deadline.NewEstimator(time.Second)})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, time.Hour, 0)
 		require.Equal(t, 5, rep.Counts[pause.Preserved])
@@ -52,7 +52,7 @@ func TestSizesOrderShortestFirstWhenTheDeadlineBinds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sizes := []int64{39, 1, 39, 1, 39, 1, 39, 1, 39, 1, 39, 1, 39, 1, 39, 1}
 		node, sbs := sizedNode(100*time.Millisecond, sizes...)
-		p, err := pause.New(node, pause.WithLimit(1), pause.WithEstimator(deadline.NewEstimator(2*time.Second)))
+		p, err := pause.New(node, pause.Config{Limit: 1, Estimator: deadline.NewEstimator(2 * time.Second)})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, 6*time.Second, 0)
 		for i, sb := range sbs {
@@ -72,7 +72,7 @@ func TestMeasuredRateRefinesSizeEstimates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node, _ := sizedNode(100*time.Millisecond, 10, 30)
 		est := deadline.NewEstimator(time.Hour) // a wildly wrong prior
-		p, err := pause.New(node, pause.WithLimit(1), pause.WithEstimator(est))
+		p, err := pause.New(node, pause.Config{Limit: 1, Estimator: est})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, 24*time.Hour, 0)
 		require.Equal(t, 2, rep.Counts[pause.Preserved])
@@ -86,17 +86,17 @@ func TestMeasuredRateRefinesSizeEstimates(t *testing.T) {
 }
 
 // Sizes before anything was measured rank the pass with the default
-// Estimator's prior (DefaultEstimate for an average-sized sandbox): with
+// Estimator's prior (1 s, the default Estimator's start, for an average-sized sandbox): with
 // ample time, longest first.
 func TestSizesWithTheDefaultPriorRankLongestFirstWithAmpleTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node, sbs := sizedNode(100*time.Millisecond, 30, 10, 20)
-		p, err := pause.New(node, pause.WithLimit(1))
+		p, err := pause.New(node, pause.Config{Limit: 1})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Hour, 0)
 		require.Equal(t, 3, rep.Counts[pause.Preserved])
 		assert.True(t, sbs[0].Starts()[0].Before(sbs[2].Starts()[0]))
 		assert.True(t, sbs[2].Starts()[0].Before(sbs[1].Starts()[0]))
-		assert.Equal(t, 3*pause.DefaultEstimate/2, rep.Entries[0].Estimate, "30 MiB of an average 20 MiB x the 1 s prior")
+		assert.Equal(t, 1500*time.Millisecond, rep.Entries[0].Estimate, "30 MiB of an average 20 MiB x the 1 s prior")
 	})
 }

@@ -18,7 +18,7 @@ import (
 
 // The states of a task. A worker moves it queued -> starting -> running,
 // then running -> settling -> done when its Preserve returns or when its
-// bound plus AbandonGrace passes first (the sandbox is then abandoned). At
+// bound plus abandonAfter passes first (the sandbox is then abandoned). At
 // the end of its pass the Run moves a task still queued or running to
 // abandoned (NotStarted, or TimedOut at the hard deadline). Every move is a
 // compare-and-swap, so exactly one of them decides the outcome; starting
@@ -32,19 +32,19 @@ const (
 	stateAbandoned
 )
 
-// AbandonGrace is how long a Preserve may run past its sandbox bound
-// (WithSandboxTimeout) before it is abandoned: reported TimedOut, with its
-// slot given to the next sandbox. A Preserve that ignores its context is
-// broken; holding its slot would let a few of them starve every other
+// abandonAfter is how long a Preserve may run past its sandbox bound
+// (Config.SandboxTimeout) before it is abandoned: reported TimedOut, with
+// its slot given to the next sandbox. A Preserve that ignores its context
+// is broken; holding its slot would let a few of them starve every other
 // sandbox on the node.
-const AbandonGrace = time.Second
+const abandonAfter = time.Second
 
-// ReturnSlack is how long after the hard deadline Run still waits for
+// returnSlack is how long after the hard deadline Run still waits for
 // preserves whose context ended at it: a Preserve that returns at once
 // is reported with its own error (TimedOut), and only one that outlives
 // its context by more is abandoned. It is well under the time drain
 // gives a Preserver to return after its hard deadline.
-const ReturnSlack = 20 * time.Millisecond
+const returnSlack = 20 * time.Millisecond
 
 // errAbandoned is the error of a sandbox whose Preserve ignored its
 // context past a deadline.
@@ -60,7 +60,7 @@ type task struct {
 
 	ctx    context.Context // Preserve's context
 	cancel context.CancelFunc
-	watch  *time.Timer // abandons the task at its bound plus AbandonGrace
+	watch  *time.Timer // abandons the task at its bound plus abandonAfter
 	span   trace.Span  // nil unless the run is traced
 
 	attempts atomic.Int32
@@ -109,7 +109,7 @@ func (t *task) start(now time.Time) bool {
 	}
 	if r.cfg.timeout > 0 {
 		ctx, t.cancel = context.WithTimeout(ctx, r.cfg.timeout)
-		t.watch = time.AfterFunc(r.cfg.timeout+AbandonGrace, t.abandon)
+		t.watch = time.AfterFunc(r.cfg.timeout+abandonAfter, t.abandon)
 	}
 	t.ctx = ctx
 	r.p.tel.inflight.Add(r.ctx, 1)
@@ -136,7 +136,7 @@ func (t *task) run(ps *pass, now time.Time) (time.Time, *task, bool) {
 	return res.end, next, ok
 }
 
-// abandon settles a task whose Preserve overran its bound by AbandonGrace
+// abandon settles a task whose Preserve overran its bound by abandonAfter
 // and gives its worker's slot to a new worker.
 func (t *task) abandon() {
 	if ok, _ := t.settle(result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, nil); ok {

@@ -16,18 +16,19 @@ const ScopeName = "github.com/drainkit/drainkit/pause"
 
 // The metric names this package records, under its scope, in the
 // OpenTelemetry semantic-convention style: drainkit.pause.<name>, the unit
-// in the instrument, never in the name.
+// in the instrument, never in the name. The package documentation lists
+// them for users.
 const (
-	// MetricDuration is a histogram (s) of the time from a sandbox's first
+	// metricDuration is a histogram (s) of the time from a sandbox's first
 	// Preserve attempt to its outcome, by drainkit.pause.outcome, for the
 	// sandboxes that started; its boundaries run from 5 ms to 2 h.
-	MetricDuration = "drainkit.pause.preserve.duration"
-	// MetricOutcomes is a counter ({sandbox}) of the sandboxes accounted
+	metricDuration = "drainkit.pause.preserve.duration"
+	// metricOutcomes is a counter ({sandbox}) of the sandboxes accounted
 	// for, one per sandbox, by drainkit.pause.outcome.
-	MetricOutcomes = "drainkit.pause.sandboxes"
-	// MetricInFlight is an up-down counter ({sandbox}) of the preserves
+	metricOutcomes = "drainkit.pause.sandboxes"
+	// metricInFlight is an up-down counter ({sandbox}) of the preserves
 	// running now.
-	MetricInFlight = "drainkit.pause.preserve.active"
+	metricInFlight = "drainkit.pause.preserve.active"
 )
 
 var outcomes = [...]Outcome{Preserved, Failed, TimedOut, NotStarted, Vanished}
@@ -47,11 +48,11 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	t := &telemetry{tracer: tp.Tracer(ScopeName)}
 	m := mp.Meter(ScopeName)
 	var err1, err2, err3 error
-	t.duration, err1 = m.Float64Histogram(MetricDuration,
+	t.duration, err1 = m.Float64Histogram(metricDuration,
 		otelx.Duration("Time from a sandbox's first Preserve attempt to its outcome.")...)
-	t.count, err2 = m.Int64Counter(MetricOutcomes, metric.WithUnit("{sandbox}"),
+	t.count, err2 = m.Int64Counter(metricOutcomes, metric.WithUnit("{sandbox}"),
 		metric.WithDescription("Sandboxes accounted for by outcome."))
-	t.inflight, err3 = m.Int64UpDownCounter(MetricInFlight, metric.WithUnit("{sandbox}"),
+	t.inflight, err3 = m.Int64UpDownCounter(metricInFlight, metric.WithUnit("{sandbox}"),
 		metric.WithDescription("Preserves running now."))
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, errors.Join(errors.New("pause: meter provider: creating instruments failed"), err)

@@ -113,7 +113,7 @@ func fullScale(t *testing.T, mode string, grace time.Duration, n int) (int, *kub
 			// The first estimate is the longest a pause takes (2 s x 1.5), as sandboxd's
 			// is: a round of 16 parallel pauses lasts as long as its slowest, and the
 			// critical ublk step's reserve is not there for pauses still in flight.
-			PauseOptions: []pause.Option{pause.WithLimit(16), pause.WithEstimator(deadline.NewEstimator(3 * time.Second))},
+			Pause: pause.Config{Limit: 16, Estimator: deadline.NewEstimator(3 * time.Second)},
 			Steps: []drain.Step{drain.NewStep(deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(30 * time.Second), Critical: true},
 				func(ctx context.Context) (any, error) { return nil, stopDaemon(ctx) })},
 		})

@@ -156,10 +156,7 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 		Budget:    budget,
 		Gate:      gate,
 		Sandboxes: pause.ListFunc(w.node.Running),
-		PauseOptions: []pause.Option{
-			pause.WithLimit(w.cfg.Concurrency),
-			pause.WithEstimator(deadline.NewEstimator(w.cfg.PauseLatency)),
-		},
+		Pause:     pause.Config{Limit: w.cfg.Concurrency, Estimator: deadline.NewEstimator(w.cfg.PauseLatency)},
 		Steps: []drain.Step{
 			drain.NewStep(deadline.Phase{Name: "escalate", Reserve: deadline.Fixed(clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second))},
 				func(ctx context.Context) (any, error) { return nil, w.escalate(ctx) }),

@@ -18,7 +18,6 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/apiflags"
 	"github.com/drainkit/drainkit/internal/termmsg"
-	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -87,7 +86,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.hookListen, "hook-listen", "127.0.0.1:8082", "address for GET /drain, the preStop hook; not loopback: needs "+EnvHookSecret)
 	fs.StringVar(&c.serverURL, "server-url", "", "the server's API base URL (default http://127.0.0.1:8080; with -api agentenv http://127.0.0.1:8000)")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "the pod's terminationGracePeriodSeconds")
-	fs.IntVar(&c.concurrency, "concurrency", pause.DefaultLimit, "pause requests sent at once")
+	fs.IntVar(&c.concurrency, "concurrency", 8, "pause requests sent at once (a fixed limit; pause's adaptive limit starts at 8 too)")
 	daemon := fs.String("daemon", "", `device daemon command, "COMMAND ARGS" (split on spaces)`)
 	fs.StringVar(&c.daemonSock, "daemon-socket", "", "the Unix socket of the server's own ublk daemon: found among the server's descendants, stopped over it last (never started by the supervisor)")
 	c.api.Register(fs)

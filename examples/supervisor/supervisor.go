@@ -119,8 +119,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.src, err = httpsource.New(cfg.serverURL, opts...); err != nil {
 		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 	}
-	p, err := pause.New(s.src, pause.WithLimit(cfg.concurrency), pause.WithLogger(s.log),
-		pause.WithMeterProvider(s.meters))
+	p, err := pause.New(s.src, pause.Config{Limit: cfg.concurrency, Logger: s.log, MeterProvider: s.meters})
 	if err != nil {
 		return nil, fmt.Errorf("-concurrency: %w", err)
 	}

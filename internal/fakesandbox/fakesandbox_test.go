@@ -21,9 +21,9 @@ func Example() {
 	node.AddN("sb", 2, 10*time.Millisecond)
 	node.Add(&fakesandbox.Sandbox{Name: "flaky", Latency: 10 * time.Millisecond,
 		Faults: []fakesandbox.Fault{fakesandbox.Transient}})
-	p, err := pause.New(node, pause.WithBackOff(func() backoff.BackOff {
+	p, err := pause.New(node, pause.Config{BackOff: func() backoff.BackOff {
 		return backoff.NewConstantBackOff(10 * time.Millisecond)
-	}))
+	}})
 	if err != nil {
 		panic(err)
 	}

@@ -4,7 +4,7 @@
 // read. The benchmarks of pause (disk, CPU and wait mixes) and
 // internal/runsc (real gVisor checkpoints) share it.
 //
-//	cmp, err := mixbench.Compare(ctx, rounds, 0, makeSandboxes, reset, mixbench.Sweep)
+//	cmp, err := mixbench.Compare(ctx, rounds, 0, makeSandboxes, reset, mixbench.Sweep, pause.Config{})
 //	cmp.Report(b, "disk") // x-best-fixed-disk, x-physical-disk, ...
 //
 // The physical limit of a mix is its bytes over the throughput measured for

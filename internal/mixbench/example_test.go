@@ -11,7 +11,7 @@ import (
 // Run one mix with the adaptive default and read what it moved.
 func ExampleRun() {
 	sbs := []pause.Sandbox{sized{"a", 16 * mib}, sized{"b", 64 * mib}}
-	res, err := mixbench.Run(context.Background(), sbs)
+	res, err := mixbench.Run(context.Background(), sbs, pause.Config{})
 	if err != nil {
 		fmt.Println(err)
 		return

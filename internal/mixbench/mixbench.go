@@ -11,7 +11,8 @@ import (
 )
 
 // Sweep is the fixed limits a comparison tries: 1 (the seed's one at a
-// time), DefaultLimit among them, and up to DefaultMaxLimit.
+// time), pause's default start (8) among them, and up to its default
+// ceiling (32).
 var Sweep = []int{1, 2, 4, 8, 16, 32}
 
 // A Result is one Run of a mix.
@@ -24,11 +25,11 @@ type Result struct {
 	FinalLimit int           // the limit at the end of the Run
 }
 
-// Run preserves sbs with a new Preserver made with opts, with no deadline,
-// and fails unless every one is preserved.
-func Run(ctx context.Context, sbs []pause.Sandbox, opts ...pause.Option) (Result, error) {
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }),
-		append([]pause.Option{pause.WithProgressInterval(0)}, opts...)...)
+// Run preserves sbs with a new Preserver made with cfg (without progress
+// lines), with no deadline, and fails unless every one is preserved.
+func Run(ctx context.Context, sbs []pause.Sandbox, cfg pause.Config) (Result, error) {
+	cfg.ProgressInterval = -1
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), cfg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -103,11 +104,11 @@ type Comparison struct {
 }
 
 // Compare runs the mix made by mk, reset before every Run (untimed), with
-// the adaptive default (opts only) and each fixed limit of sweep (opts and
-// WithLimit), rounds times, and sums the results. Round i starts at the
+// the adaptive default (cfg as it is) and each fixed limit of sweep (cfg
+// with that Limit), rounds times, and sums the results. Round i starts at the
 // (first+i)-th of [adaptive, sweep...] and wraps around, so that no Run
 // always comes first (a cold cache or a busy neighbour favours no one).
-func Compare(ctx context.Context, rounds, first int, mk func() ([]pause.Sandbox, error), reset func() error, sweep []int, opts ...pause.Option) (Comparison, error) {
+func Compare(ctx context.Context, rounds, first int, mk func() ([]pause.Sandbox, error), reset func() error, sweep []int, cfg pause.Config) (Comparison, error) {
 	c := Comparison{Fixed: make([]Result, len(sweep)), Rounds: rounds}
 	one := func(into *Result, limit int) error {
 		if err := reset(); err != nil {
@@ -117,11 +118,11 @@ func Compare(ctx context.Context, rounds, first int, mk func() ([]pause.Sandbox,
 		if err != nil {
 			return err
 		}
-		o := slices.Clip(opts)
+		o := cfg
 		if limit > 0 {
-			o = append(o, pause.WithLimit(limit))
+			o.Limit = limit
 		}
-		res, err := Run(ctx, sbs, o...)
+		res, err := Run(ctx, sbs, o)
 		if err != nil {
 			return fmt.Errorf("limit %d: %w", limit, err)
 		}
@@ -197,7 +198,7 @@ func (c Comparison) Physical() time.Duration {
 // Report reports the comparison as metrics of b, named after the mix:
 // x-best-fixed-MIX (adaptive time / best fixed time), x-physical-MIX
 // (adaptive time / physical limit), x-seed-MIX and x-default-MIX (limit 1
-// and DefaultLimit over the adaptive time: how much the adaptive one
+// and pause's default start over the adaptive time: how much the adaptive one
 // saves), best-fixed-limit-MIX, adaptive-final-limit-MIX, and the seconds
 // of each Run.
 func (c Comparison) Report(b *testing.B, mix string) {
@@ -211,7 +212,7 @@ func (c Comparison) Report(b *testing.B, mix string) {
 	if seed, ok := c.fixed(1); ok {
 		b.ReportMetric(float64(seed.Took)/float64(c.Adaptive.Took), "seed/adaptive-"+mix)
 	}
-	if def, ok := c.fixed(pause.DefaultLimit); ok {
+	if def, ok := c.fixed(defaultLimit()); ok {
 		b.ReportMetric(float64(def.Took)/float64(c.Adaptive.Took), "default-fixed/adaptive-"+mix)
 	}
 	b.ReportMetric(float64(best.Limit), "best-fixed-limit-"+mix)
@@ -220,4 +221,13 @@ func (c Comparison) Report(b *testing.B, mix string) {
 	for _, r := range c.Fixed {
 		b.ReportMetric(float64(r.Took)/n/1e9, fmt.Sprintf("s-fixed-%d-%s", r.Limit, mix))
 	}
+}
+
+// defaultLimit returns where pause's adaptive limit starts by default.
+func defaultLimit() int {
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }), pause.Config{})
+	if err != nil {
+		panic(err)
+	}
+	return p.Limit()
 }

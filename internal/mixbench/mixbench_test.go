@@ -52,7 +52,7 @@ func TestCompareRunsEveryLimit(t *testing.T) {
 		return []pause.Sandbox{sized{"a", mib}, sized{"b", 2 * mib}}, nil
 	}
 	resets := 0
-	c, err := mixbench.Compare(context.Background(), 2, 0, mk, func() error { resets++; return nil }, []int{1, 2})
+	c, err := mixbench.Compare(context.Background(), 2, 0, mk, func() error { resets++; return nil }, []int{1, 2}, pause.Config{})
 	require.NoError(t, err)
 	assert.Equal(t, 2*(1+2)+1, resets, "before every Run and once at the end")
 	assert.Equal(t, 2, c.Rounds)

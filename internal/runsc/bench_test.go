@@ -139,7 +139,7 @@ func BenchmarkPreserveRunscMix(b *testing.B) {
 	}
 	var sum mixbench.Comparison
 	for b.Loop() {
-		c, err := mixbench.Compare(ctx, 1, sum.Rounds, mk, reset, []int{1, 2, 4, 8})
+		c, err := mixbench.Compare(ctx, 1, sum.Rounds, mk, reset, []int{1, 2, 4, 8}, pause.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -413,7 +413,7 @@ func TestSignalSandboxesInAPreserver(t *testing.T) {
 			}
 			listed = true
 			return sbs, nil
-		}))
+		}), pause.Config{})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()

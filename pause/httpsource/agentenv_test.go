@@ -126,7 +126,7 @@ func TestAgentENVSizesOrderThePausesAndSetTheFirstEstimate(t *testing.T) {
 		}
 		assert.Equal(t, []int64{1 << 30, 4 << 30, 512 << 20, 2 << 30}, sizes, "memoryMB in bytes, in listing order")
 
-		p, err := pause.New(src, pause.WithLimit(1), pause.WithEstimator(deadline.NewEstimator(1920*time.Millisecond)))
+		p, err := pause.New(src, pause.Config{Limit: 1, Estimator: deadline.NewEstimator(1920 * time.Millisecond)})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 		defer cancel()
@@ -149,7 +149,7 @@ func TestAgentENVPreserverPausesEverySandboxAcrossPages(t *testing.T) {
 	srv, url, _ := agentenv(t, 200, fakeagentenv.Config{APIKey: "k", PageSize: 37, PauseBase: time.Millisecond, FailFirst: 5})
 	src, err := New(url, AgentENV(), WithAPIKey("", "k"))
 	require.NoError(t, err)
-	p, err := pause.New(src, pause.WithLimit(16))
+	p, err := pause.New(src, pause.Config{Limit: 16})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

@@ -44,7 +44,7 @@ func preserveAll(b *testing.B, mode serial, limit int) (time.Duration, int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := pause.New(src, pause.WithLimit(limit))
+	p, err := pause.New(src, pause.Config{Limit: limit})
 	if err != nil {
 		b.Fatal(err)
 	}

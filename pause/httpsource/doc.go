@@ -9,7 +9,7 @@
 //	src, err := httpsource.New("http://127.0.0.1:8000",
 //		httpsource.AgentENV(), // AgentENV's node API
 //		httpsource.WithAPIKey("", os.Getenv("DRAINKIT_API_KEY")))
-//	p, err := pause.New(src, pause.WithLimit(16))
+//	p, err := pause.New(src, pause.Config{Limit: 16})
 //	...
 //	ctx, cancel := plan.Context(ctx, "preserve")
 //	report := p.Run(ctx, budget.Deadline())

@@ -37,7 +37,7 @@ func TestPreserverPreservesEveryRunningSandboxOverLoopback(t *testing.T) {
 		}
 		return sbs, err
 	})
-	p, err := pause.New(list, pause.WithLimit(8))
+	p, err := pause.New(list, pause.Config{Limit: 8})
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -67,7 +67,7 @@ func TestPermanentRefusalIsFailedAndNotRetried(t *testing.T) {
 		http.Error(w, `{"message":"sandbox is being forked"}`, http.StatusBadRequest)
 	})
 	src := inProcess(t, mux)
-	p, err := pause.New(src, pause.WithLimit(4))
+	p, err := pause.New(src, pause.Config{Limit: 4})
 	require.NoError(t, err)
 	rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
 	assert.Equal(t, 3, rep.Counts[pause.Preserved])
@@ -83,7 +83,7 @@ func TestPermanentRefusalIsFailedAndNotRetried(t *testing.T) {
 func TestSlowServerIsCutAtThePhaseDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeServer(20, func(f *fakeServer) { f.pauseDelay = 10 * time.Second })
-		p, err := pause.New(inProcess(t, f.handler()), pause.WithLimit(4), pause.WithOrder(pause.OrderFIFO))
+		p, err := pause.New(inProcess(t, f.handler()), pause.Config{Limit: 4, Order: pause.OrderFIFO})
 		require.NoError(t, err)
 		start := time.Now()
 		rep := p.Run(ctxWithDeadline(t, 35*time.Second), time.Time{})
@@ -107,7 +107,7 @@ func TestOneAtATimeServerIsNoWorseAtHigherConcurrency(t *testing.T) {
 			run := func(limit int) (makespan time.Duration, rejected int, rep *pause.Report) {
 				synctest.Test(t, func(t *testing.T) {
 					f := newFakeServer(n, func(f *fakeServer) { f.pauseDelay, f.serial = pauseTime, mode })
-					p, err := pause.New(inProcess(t, f.handler()), pause.WithLimit(limit))
+					p, err := pause.New(inProcess(t, f.handler()), pause.Config{Limit: limit})
 					require.NoError(t, err)
 					start := time.Now()
 					rep = p.Run(ctxWithDeadline(t, time.Hour), time.Time{})
@@ -156,7 +156,7 @@ func TestOneAtATimeServerOverLoopback(t *testing.T) {
 			f := newFakeServer(n, func(f *fakeServer) { f.pauseDelay, f.serial = 5*time.Millisecond, mode })
 			src, err := New(f.start(t))
 			require.NoError(t, err)
-			p, err := pause.New(src, pause.WithLimit(8))
+			p, err := pause.New(src, pause.Config{Limit: 8})
 			require.NoError(t, err)
 			rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
 			assert.Equal(t, n, rep.Counts[pause.Preserved])
@@ -196,7 +196,7 @@ func TestFailedListingIsUnknownWithTheLastError(t *testing.T) {
 				mux := http.NewServeMux()
 				mux.Handle("/", f.handler())
 				mux.Handle("GET /sandboxes", tc.handler)
-				p, err := pause.New(inProcess(t, mux, WithListTimeout(2*time.Second)))
+				p, err := pause.New(inProcess(t, mux, WithListTimeout(2*time.Second)), pause.Config{})
 				require.NoError(t, err)
 				rep := p.Run(ctxWithDeadline(t, 10*time.Second), time.Time{})
 				assert.Zero(t, rep.Lost())

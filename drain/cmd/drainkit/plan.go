@@ -133,6 +133,18 @@ type planInput struct {
 	ratesPath   string
 }
 
+// defaultLimit and defaultEstimate are what a Preserver with pause's
+// defaults starts from: its limit and its Estimator's estimate.
+var defaultLimit, defaultEstimate = pauseDefaults()
+
+func pauseDefaults() (int, time.Duration) {
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }), pause.Config{})
+	if err != nil {
+		panic(err) // the zero Config is valid
+	}
+	return p.Limit(), p.Estimator().Estimate()
+}
+
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("plan", planUsage, stdout)
 	server := fs.String("server", "", "the live server's API base `URL` (sandboxd: http://127.0.0.1:8080)")
@@ -143,8 +155,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var grace graceFlag
 	fs.Var(&grace, "grace", "terminationGracePeriodSeconds, in `SECONDS` or as a duration (default: the server's, from the rates)")
 	margin := fs.Duration("margin", 0, "margin kept before SIGKILL (default: the library's for the grace, a tenth of it within [1.5s, 5s])")
-	estimate := fs.Duration("estimate", 0, "time one pause takes (default: learned, else "+pause.DefaultEstimate.String()+")")
-	limit := fs.Int("concurrency", 0, "pauses at once (default: learned, else "+strconv.Itoa(pause.DefaultLimit)+")")
+	estimate := fs.Duration("estimate", 0, "time one pause takes (default: learned, else "+defaultEstimate.String()+")")
+	limit := fs.Int("concurrency", 0, "pauses at once (default: learned, else "+strconv.Itoa(defaultLimit)+")")
 	rate := fs.Float64("rate-mib", 0, "MiB per second one pause writes, to plan sized sandboxes by size (0: by count)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on listing the live server")
 	var steps stepFlags
@@ -314,7 +326,7 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 			in.estimateSrc = "the server's prior (no pause measured yet)"
 		}
 	default:
-		in.estimate, in.estimateSrc = pause.DefaultEstimate, "the library's default: nothing learned, no -estimate"
+		in.estimate, in.estimateSrc = defaultEstimate, "the library's default: nothing learned, no -estimate"
 	}
 	in.mean, in.meanSrc = in.estimate, "the estimate"
 	if estimate == 0 && r != nil && r.Observations > 0 && r.Mean > 0 {
@@ -326,7 +338,7 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 	case r != nil && r.Limit > 0:
 		in.limit, in.limitSrc = r.Limit, "learned"
 	default:
-		in.limit, in.limitSrc = pause.DefaultLimit, "the library's default: nothing learned, no -concurrency"
+		in.limit, in.limitSrc = defaultLimit, "the library's default: nothing learned, no -concurrency"
 	}
 	switch {
 	case grace > 0:

@@ -58,7 +58,7 @@ func preserveAll(b *testing.B, limit int) time.Duration {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	p, err := pause.New(pause.ListFunc(node.Running), pause.WithLimit(limit))
+	p, err := pause.New(pause.ListFunc(node.Running), pause.Config{Limit: limit})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,7 +13,7 @@
 //	node, problems, err := sandbox.NewNode(rt, st, logger) // paused records come back paused
 //	defer node.Close()
 //	info, err := node.Create(ctx, 3600)                      // running, times out in an hour
-//	preserver, err := pause.New(pause.ListFunc(node.Running)) // pauses what runs, in parallel
+//	preserver, err := pause.New(pause.ListFunc(node.Running), pause.Config{}) // pauses what runs, in parallel
 //
 // Guarantees: every Node method that calls the runtime takes a context and returns by its
 // deadline as far as the runtime does (Fake always does; Runsc kills runsc at the deadline);

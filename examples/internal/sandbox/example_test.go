@@ -24,7 +24,7 @@ func Example() {
 	for range 3 {
 		_, _ = node.Create(ctx, 3600)
 	}
-	p, _ := pause.New(pause.ListFunc(node.Running), pause.WithLimit(3))
+	p, _ := pause.New(pause.ListFunc(node.Running), pause.Config{Limit: 3})
 	rep := p.Run(ctx, time.Now().Add(time.Minute))
 	fmt.Println("preserved:", rep.Counts[pause.Preserved])
 	node.Close()

@@ -133,7 +133,7 @@ func TestPreserverPausesRunningSandboxesInParallel(t *testing.T) {
 			_, err := n.Create(t.Context(), 24*3600)
 			require.NoError(t, err)
 		}
-		p, err := pause.New(pause.ListFunc(n.Running), pause.WithLimit(4))
+		p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 4})
 		require.NoError(t, err)
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

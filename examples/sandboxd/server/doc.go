@@ -15,7 +15,7 @@
 //		Budget:       budget,
 //		Gate:         &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
 //		Sandboxes:    pause.ListFunc(node.Running),
-//		PauseOptions: []pause.Option{pause.WithLimit(cfg.Concurrency)},
+//		Pause: pause.Config{Limit: cfg.Concurrency},
 //		Steps:        []drain.Step{teardown, drain.HTTPServerStep("http", srv, cfg.HTTPReserve())},
 //	})
 //	mux.Handle("POST /sandboxes", d.Gate().Admit(drain.Create, create))

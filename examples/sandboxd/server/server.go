@@ -154,10 +154,10 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 		Budget:    budget,
 		Gate:      &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
 		Sandboxes: pause.ListFunc(s.node.Running),
-		PauseOptions: []pause.Option{
-			pause.WithLimit(s.cfg.Concurrency),
-			pause.WithPermanent(diskBroken), // retrying cannot help: do not burn the window
-			pause.WithEstimator(s.est),
+		Pause: pause.Config{
+			Limit:     s.cfg.Concurrency,
+			Permanent: diskBroken, // retrying cannot help: do not burn the window
+			Estimator: s.est,
 		},
 		Steps:         steps,
 		PollInterval:  min(time.Second, s.cfg.Grace/20),

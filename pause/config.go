@@ -1,0 +1,269 @@
+package pause
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/drainkit/drainkit/deadline"
+)
+
+// The defaults of Config's zero fields.
+const (
+	// defaultLimit is where the adaptive limit starts: eight writers keep
+	// an NVMe disk or a 10 Gb/s link busy without thrashing it; the limit
+	// then moves to what the node measures.
+	defaultLimit = 8
+	// defaultMaxLimit is the ceiling of the adaptive limit: beyond 32
+	// preserves at once, a node holds too many half-written images for the
+	// last ones to finish.
+	defaultMaxLimit = 32
+	// defaultEstimate is where the default Estimator starts.
+	defaultEstimate = time.Second
+	// defaultProgressInterval is how often a Run logs a progress line.
+	defaultProgressInterval = 10 * time.Second
+	// defaultMaxRetryTime bounds the retries of one sandbox in the default
+	// backoff, so a Run without any deadline still ends.
+	defaultMaxRetryTime = 5 * time.Minute
+)
+
+// Config configures a Preserver. Its zero value is the default a node
+// should want: a limit that adapts from 8 between 1 and 32, the order chosen
+// per pass (OrderAuto), no bound per sandbox but Run's deadlines, in-flight
+// preserves left to finish until the hard deadline, exponential backoff for
+// transient errors, the global OpenTelemetry providers, no logging and a
+// progress line every 10 s once a logger is set.
+type Config struct {
+	// Limit is how many preserves run at once. Zero, the default, lets the
+	// limit adapt, starting at 8 (or at MaxLimit when that is lower). Set
+	// alone, it fixes the limit and turns adaptation off; with a MaxLimit
+	// above it, it is where the adaptive limit starts. It must be >= 0.
+	//
+	// The adaptive limit measures the node's throughput (bytes per second
+	// of preserves completed, when sandboxes are Sized; sandboxes per
+	// second when not) and moves toward the smallest limit past which more
+	// preserves at once stop adding throughput: it doubles while doubling
+	// pays more than 5%, bisects back when it stops paying, halves while
+	// halving costs less than 5%, then holds and probes a quarter higher
+	// now and then. It never leaves [1, MaxLimit], and when the work left
+	// at the best throughput measured needs most of the time left, it
+	// stops exploring and keeps the limit measured fastest.
+	// Preserver.Limit reports it as it moves.
+	Limit int
+
+	// MaxLimit is the ceiling of the adaptive limit: the most preserves
+	// the node may run at once. Zero means 32 when Limit is zero too, and
+	// otherwise Limit, which turns adaptation off. It must be >= 0 and,
+	// when both are set, >= Limit.
+	MaxLimit int
+
+	// Order forces the order in which a pass starts sandboxes. The zero
+	// value is OrderAuto.
+	Order Order
+
+	// SandboxTimeout bounds each sandbox, across all its attempts and
+	// backoff waits, to this long from its first attempt. Zero, the
+	// default, means no bound of its own: only the deadlines of Run bound
+	// it. It must be >= 0.
+	SandboxTimeout time.Duration
+
+	// CancelAtDeadline cancels the context of every running preserve at
+	// the phase deadline (the deadline of Run's context). False, the
+	// default, lets running preserves finish until the hard deadline
+	// ("never abort a pause halfway"): a preserve cut at its phase
+	// deadline is lost with the time it already spent, while the hard
+	// deadline still leaves the later phases their reserves. Either way no
+	// new preserve starts after the phase deadline.
+	CancelAtDeadline bool
+
+	// BackOff makes the retry policy for transient errors; it is called
+	// once for every sandbox that fails its first attempt. Nil, the
+	// default, is exponential: 200 ms initial, factor 1.5, jitter 0.5, at
+	// most 10 s between attempts and 5 min in all. Whatever the policy, no
+	// retry starts whose wait would end past the sandbox's deadline.
+	BackOff func() backoff.BackOff
+
+	// Permanent classifies errors that must not be retried, for example a
+	// sandbox whose memory file is corrupt. Errors wrapped with
+	// backoff.Permanent, and ErrGone, are never retried whatever it says.
+	// Nil, the default, retries every other error.
+	Permanent func(error) bool
+
+	// Estimator is fed with the duration of every successful preserve and
+	// estimates the sandboxes that do not implement Estimated;
+	// Preserver.Estimator returns it, and drain's plan reserves the
+	// preserve phase's time from it. Nil, the default, is a new Estimator
+	// that starts at 1 s.
+	Estimator *deadline.Estimator
+
+	// TracerProvider is the OpenTelemetry tracer provider; nil means
+	// otel.GetTracerProvider(). A Run records a "pause.Run" span and, when
+	// that span is recording, a "pause.Preserve" span per sandbox
+	// (attributes drainkit.pause.sandbox, .attempts, .outcome); when it is
+	// not, no per-sandbox span is started, which keeps the hot path free
+	// of allocations.
+	TracerProvider trace.TracerProvider
+
+	// MeterProvider is the OpenTelemetry meter provider; nil means
+	// otel.GetMeterProvider(). The instruments are listed in the package
+	// documentation.
+	MeterProvider metric.MeterProvider
+
+	// Logger receives the Run's log lines; nil discards them.
+	Logger *slog.Logger
+
+	// ProgressInterval is how often a Run logs a progress line (preserved
+	// so far, left, time left) at Info level. Zero means every 10 s; a
+	// negative interval turns the line off.
+	ProgressInterval time.Duration
+}
+
+// An Order says which sandboxes a pass starts first. Priority (Prioritized)
+// always comes first, whatever the Order; the Order ranks sandboxes of equal
+// priority.
+type Order int
+
+// The orders a Preserver can use.
+const (
+	// OrderAuto, the default, chooses per pass from the estimates (own,
+	// or from sizes) and the time left: FIFO when no sandbox has an
+	// estimate; plain shortest first when the estimated work does not fit
+	// before the deadline at the current limit (so the most sandboxes are
+	// preserved, whatever the estimates' scale: it needs only their
+	// ranks); longest first when it fits (so the whole pass ends soonest).
+	OrderAuto Order = iota
+	// OrderFIFO starts sandboxes in the order the Lister returned them.
+	OrderFIFO
+	// OrderShortestFirst preserves the most sandboxes before a deadline
+	// when the estimates are exact: it picks the shortest estimated
+	// preserves that fit in the time left at the current limit and starts
+	// those longest first, so they pack tightly into the slots; the rest
+	// follow, shortest first. When the estimates are off in scale, the
+	// set overflows and the short ones at its end are lost: OrderAuto
+	// uses plain shortest first instead. Without a deadline, or when the
+	// pass holds more than one priority, it is plain shortest first within
+	// each priority.
+	OrderShortestFirst
+	// OrderLongestFirst starts the longest estimated preserves first.
+	OrderLongestFirst
+)
+
+// String returns the order's name as it appears in logs and spans.
+func (o Order) String() string {
+	switch o {
+	case OrderAuto:
+		return "auto"
+	case OrderFIFO:
+		return "fifo"
+	case OrderShortestFirst:
+		return "shortest_first"
+	case OrderLongestFirst:
+		return "longest_first"
+	}
+	return fmt.Sprintf("Order(%d)", int(o))
+}
+
+// config is a Config with every default filled in.
+type config struct {
+	limit            int
+	maxLimit         int
+	order            Order
+	timeout          time.Duration
+	cancelAtDeadline bool
+	newBackOff       func() backoff.BackOff
+	isPermanent      func(error) bool
+	estimator        *deadline.Estimator
+	tp               trace.TracerProvider
+	mp               metric.MeterProvider
+	log              *slog.Logger
+	progress         time.Duration // <= 0: off
+}
+
+// inFlight names the in-flight policy in logs and spans.
+func (c *config) inFlight() string {
+	if c.cancelAtDeadline {
+		return "cancel_at_deadline"
+	}
+	return "finish_in_flight"
+}
+
+func defaultBackOff() backoff.BackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(200*time.Millisecond),
+		backoff.WithMaxInterval(10*time.Second),
+		backoff.WithMaxElapsedTime(defaultMaxRetryTime),
+	)
+}
+
+// resolve checks c, naming the offending field, and fills in the defaults.
+func (c Config) resolve() (config, error) {
+	var errs []error
+	if c.Limit < 0 {
+		errs = append(errs, fmt.Errorf("pause: Config.Limit must be >= 0, got %d", c.Limit))
+	}
+	if c.MaxLimit < 0 {
+		errs = append(errs, fmt.Errorf("pause: Config.MaxLimit must be >= 0, got %d", c.MaxLimit))
+	}
+	if c.Limit > 0 && c.MaxLimit > 0 && c.MaxLimit < c.Limit {
+		errs = append(errs, fmt.Errorf("pause: Config.MaxLimit must be >= Config.Limit (%d), got %d", c.Limit, c.MaxLimit))
+	}
+	if c.SandboxTimeout < 0 {
+		errs = append(errs, fmt.Errorf("pause: Config.SandboxTimeout must be >= 0, got %v", c.SandboxTimeout))
+	}
+	if c.Order < OrderAuto || c.Order > OrderLongestFirst {
+		errs = append(errs, fmt.Errorf("pause: Config.Order must be one of the defined orders, got %v", c.Order))
+	}
+	if len(errs) > 0 {
+		return config{}, errors.Join(errs...)
+	}
+	r := config{
+		limit:            c.Limit,
+		maxLimit:         c.MaxLimit,
+		order:            c.Order,
+		timeout:          c.SandboxTimeout,
+		cancelAtDeadline: c.CancelAtDeadline,
+		newBackOff:       c.BackOff,
+		isPermanent:      c.Permanent,
+		estimator:        c.Estimator,
+		tp:               c.TracerProvider,
+		mp:               c.MeterProvider,
+		log:              c.Logger,
+		progress:         c.ProgressInterval,
+	}
+	switch {
+	case r.limit == 0 && r.maxLimit == 0:
+		r.limit, r.maxLimit = defaultLimit, defaultMaxLimit
+	case r.limit == 0:
+		r.limit = min(defaultLimit, r.maxLimit)
+	case r.maxLimit == 0:
+		r.maxLimit = r.limit
+	}
+	if r.newBackOff == nil {
+		r.newBackOff = defaultBackOff
+	}
+	if r.isPermanent == nil {
+		r.isPermanent = func(error) bool { return false }
+	}
+	if r.estimator == nil {
+		r.estimator = deadline.NewEstimator(defaultEstimate)
+	}
+	if r.tp == nil {
+		r.tp = otel.GetTracerProvider()
+	}
+	if r.mp == nil {
+		r.mp = otel.GetMeterProvider()
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if r.progress == 0 {
+		r.progress = defaultProgressInterval
+	}
+	return r, nil
+}
