@@ -26,6 +26,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -336,8 +337,7 @@ func e2eServer(mode, dir string) error {
 	if err != nil {
 		return err
 	}
-	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(proc), ublk.WithoutControl(), ublk.WithReserve(time.Second),
-		ublk.WithPollInterval(20*time.Millisecond))
+	td, err := ublk.New(proc, ublkhook.With(ublk.Config{NoControl: true, Reserve: time.Second, PollInterval: 20 * time.Millisecond}, ublkhook.Hooks{SysfsRoot: sys}))
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -163,8 +164,7 @@ func TestStepLastResortKillsDoomedVMMThenStopsTheDaemon(t *testing.T) {
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	vmm, _ := startHolder(t, node)
 
-	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())),
-		ublk.WithKernelRelease(vulnerable), ublk.WithHolderWait(time.Second), ublk.WithoutControl())
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	require.True(t, td.LastResort(), "on by default on a vulnerable kernel")
 	rep, err := run(t, td, 20*time.Second)
@@ -201,8 +201,7 @@ func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
 	outsider, _ := startHolder(t, node)
 	other := outsiderCgroup(t, outsider.Process.Pid)
 
-	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())),
-		ublk.WithKernelRelease(vulnerable), ublk.WithHolderWait(time.Second), ublk.WithoutControl())
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	rep, err := run(t, td, 10*time.Second)
 	t.Log(rep.String())

@@ -139,7 +139,7 @@ func LoadKernelDeclarations(name string) ([]KernelDeclaration, error) {
 // KernelDeclarations is a list of declarations that is also a flag.Value:
 // each -flag value is one declaration ("fixed=6.8.0-1[0-9][0-9]-generic")
 // or "@FILE" to load a declarations file; they accumulate in order, and the
-// first match wins. Pass the list to WithKernelDeclarations.
+// first match wins. Give the list to Config.Kernels.
 type KernelDeclarations []KernelDeclaration
 
 // String lists the declarations, comma-separated.

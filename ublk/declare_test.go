@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/ublkhook"
 )
 
 func TestKernelDeclarationsFromFileAndFlag(t *testing.T) {
@@ -32,7 +34,7 @@ exit-may-hang 6.14.6-*
 	}, ds)
 	assert.Equal(t, "fixed=6.12.*+deb13-*,fixed=6.8.0-1[0-9][0-9]-generic,vulnerable=6.8.0-*-generic,exit-may-hang=6.14.6-*", ds.String())
 
-	td, err := New(WithKernelRelease("6.8.0-110-generic"), WithKernelDeclarations(ds...))
+	td, err := New(nil, Config{Kernels: ds, hooks: ublkhook.Hooks{KernelRelease: "6.8.0-110-generic"}})
 	require.NoError(t, err)
 	d := td.KernelDecision()
 	assert.Equal(t, KernelFixed, d.Class)
@@ -59,8 +61,8 @@ func TestBadKernelDeclarationsNameWhatIsWrong(t *testing.T) {
 	var ds KernelDeclarations
 	assert.ErrorIs(t, ds.Set("@"+filepath.Join(t.TempDir(), "missing")), os.ErrNotExist)
 	assert.Empty(t, ds)
-	_, err = New(WithKernelDeclarations(KernelDeclaration{Pattern: "[", Class: KernelFixed}))
-	assert.ErrorContains(t, err, "KernelDeclarations")
+	_, err = New(nil, Config{Kernels: KernelDeclarations{KernelDeclaration{Pattern: "[", Class: KernelFixed}}})
+	assert.ErrorContains(t, err, "Config.Kernels[0]")
 }
 
 func TestEmptyDeclarationsFileDeclaresNothing(t *testing.T) {

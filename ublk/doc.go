@@ -6,15 +6,12 @@
 // safe order inside its deadline and never kills the daemon where that is
 // unsafe.
 //
-// Typical wiring, at server start (bad options fail here, naming the
+// Typical wiring, at server start (a bad Config fails here, naming the
 // field):
 //
-//	daemon, err := ublk.FindProcess(ublkd.Process.Pid) // or ublk.NewSocket(path, proc)
-//	td, err := ublk.New(
-//		ublk.WithDaemon(daemon),
-//		ublk.WithKernelDeclarations(decls...), // LoadKernelDeclarations("/etc/drainkit/kernels"): vendor kernels you verified
-//		ublk.WithLogger(logger),
-//	)
+//	daemon, err := ublk.FindProcess(ublkd.Process.Pid) // or ublk.NewSocket(path, daemon)
+//	kernels, err := ublk.LoadKernelDeclarations("/etc/drainkit/kernels") // vendor kernels you verified
+//	td, err := ublk.New(daemon, ublk.Config{Kernels: kernels, Logger: logger})
 //
 // and at shutdown, after the VMs are paused and closed, inside the
 // teardown phase's deadline:
@@ -24,7 +21,7 @@
 //	if errors.As(err, &unsafe) { ... } // devices live, daemon left running: tell a human
 //
 // The order (see Teardown.Stop): find the devices in sysfs; wait until no
-// process holds a disk open (Holders: fds, mounts, swap, stacked devices);
+// process holds a disk open (fds, mounts, swap, stacked devices);
 // if some still do at the last-resort point, run the last resort (below);
 // ask the daemon to stop (SIGTERM through a pidfd, or AgentENV's socket
 // request); wait until every device has left sysfs and the daemon has
@@ -49,15 +46,15 @@
 // the host) are never killed, nor are mounts, swap and stacked devices: a
 // device they hold stays live, the daemon keeps serving it and is not asked
 // to stop, and Stop returns a *HeldError. Report.LastResort names every
-// holder, killed or spared, its cgroup and why. WithoutLastResort turns it
-// off; WithStopDespiteHolders replaces it.
+// holder, killed or spared, its cgroup and why. Config.NoLastResort turns
+// it off; Config.StopDespiteHolders replaces it.
 //
 // Guarantees:
 //   - Stop returns by ctx's deadline (plus one sysfs read). Inside it, the
-//     step's reserve (WithReserve, default DefaultReserve, 10 s) is kept for
+//     step's reserve (Config.Reserve, default DefaultReserve, 10 s) is kept for
 //     the last resort (3/10), the daemon's own stop (2/10), the control
 //     fallback (3/10) and the kill (2/10), laid out with deadline.Split;
-//     the holder wait (WithHolderWait) runs before them, and RequestTimeout
+//     the holder wait (Config.HolderWait) runs before them, and RequestTimeout
 //     (5 s) bounds the stop request. When the window is shorter than the
 //     reserve, deadline.Split's rule shares it. Without a deadline Stop
 //     waits until ctx is cancelled, and the last resort never runs.
@@ -67,7 +64,7 @@
 //     unsafe to kill").
 //   - The daemon is never asked to stop while a process holds a disk open
 //     (after the last resort: a process other than this one, the server),
-//     unless WithStopDespiteHolders; Stop then returns a *HeldError naming
+//     unless Config.StopDespiteHolders; Stop then returns a *HeldError naming
 //     the holders. Only the last resort kills a holder, and only one in
 //     this process's cgroup.
 //   - The Report always has one entry per device: initial and final state,
@@ -76,6 +73,6 @@
 //   - /dev/ublkcN is never opened (on 6.15+ its close runs the device's
 //     release path).
 //
-// Linux only: on other systems the package builds, FindProcess and
-// OpenControl fail, and Run reports VerdictNothingToDo.
+// Linux only: on other systems the package builds, FindProcess fails,
+// and Stop reports VerdictNothingToDo.
 package ublk

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -79,7 +80,7 @@ func ExampleTeardown_Run() {
 			}
 		},
 	}
-	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(daemon), ublk.WithKernelRelease("6.8.0-45-generic"))
+	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: "6.8.0-45-generic"}))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkctl"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 )
 
 // memDaemon is an in-process fake daemon over a fakeublk.Tree, for tests
@@ -51,25 +53,25 @@ func newMemDaemon(tree *fakeublk.Tree, ids ...int) *memDaemon {
 // and memControl: a device is LIVE until a STOP_DEV completes.
 type kernelState struct {
 	mu sync.Mutex
-	m  map[int]DevState
+	m  map[int]ublkctl.DevState
 }
 
-func (k *kernelState) set(id int, s DevState) {
+func (k *kernelState) set(id int, s ublkctl.DevState) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
-		k.m = map[int]DevState{}
+		k.m = map[int]ublkctl.DevState{}
 	}
 	k.m[id] = s
 }
 
-func (k *kernelState) get(id int) DevState {
+func (k *kernelState) get(id int) ublkctl.DevState {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if s, ok := k.m[id]; ok {
 		return s
 	}
-	return StateLive
+	return ublkctl.StateLive
 }
 
 func (d *memDaemon) event(format string, args ...any) {
@@ -113,7 +115,7 @@ func (d *memDaemon) RequestStop(ctx context.Context) error {
 			}
 			_ = d.tree.SetInflight(id, 0, 0)
 			_ = d.tree.StopDevice(id)
-			d.kstate.set(id, StateDead)
+			d.kstate.set(id, ublkctl.StateDead)
 			d.event("stop %d", id)
 			if d.hangAfterStop {
 				continue
@@ -178,11 +180,11 @@ type memControl struct {
 	flags       uint64 // reported by DevInfo
 }
 
-func (c *memControl) DevInfo(ctx context.Context, id int) (DevInfo, error) {
+func (c *memControl) DevInfo(ctx context.Context, id int) (ublkctl.DevInfo, error) {
 	if !c.tree.HasChar(id) {
-		return DevInfo{}, fmt.Errorf("dev %d: no such device", id)
+		return ublkctl.DevInfo{}, fmt.Errorf("dev %d: no such device", id)
 	}
-	return DevInfo{DevID: uint32(id), State: c.d.kstate.get(id), NrHWQueues: 1, QueueDepth: 128, Flags: c.flags}, nil
+	return ublkctl.DevInfo{DevID: uint32(id), State: c.d.kstate.get(id), NrHWQueues: 1, QueueDepth: 128, Flags: c.flags}, nil
 }
 
 func (c *memControl) StopDev(ctx context.Context, id int) error {
@@ -197,7 +199,7 @@ func (c *memControl) StopDev(ctx context.Context, id int) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	c.d.kstate.set(id, StateDead)
+	c.d.kstate.set(id, ublkctl.StateDead)
 	return nil
 }
 
@@ -244,6 +246,12 @@ func (f *fixture) partitionHeld(t *testing.T, id, p int, holder string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "holders", holder), nil, 0o644))
 }
 
-func (f *fixture) options(extra ...Option) []Option {
-	return append([]Option{WithSysfsRoot(f.tree.Root), WithProcfsRoot(f.proc)}, extra...)
+// config is c over f's fake sysfs and procfs, with release as the kernel
+// and, when ctl is not nil, ctl as the control fallback's Controller.
+func (f *fixture) config(release string, ctl *memControl, c Config) Config {
+	c.hooks = ublkhook.Hooks{SysfsRoot: f.tree.Root, ProcfsRoot: f.proc, KernelRelease: release}
+	if ctl != nil {
+		c.hooks.OpenControl = func(context.Context) (ublkctl.Controller, error) { return ctl, nil }
+	}
+	return c
 }

@@ -24,7 +24,7 @@ import (
 // Processes that vanish or cannot be read during the scan are skipped, so
 // a caller that is not root sees only its own user's processes, and a
 // caller in a PID namespace only that namespace's (run the step where the
-// VMMs are visible, or give it the host's procfs with WithProcfsRoot). Holders
+// VMMs are visible). Holders
 // returns ctx.Err() if ctx ends before the scan is complete.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
 	found, err := scanHolders(ctx, procRoot, []DevNum{dev})

@@ -54,7 +54,7 @@ func (k *fakeKiller) kill(ctx context.Context, _ string, held map[int][]Holder, 
 
 // lastResortRig is two live devices of a cooperative daemon, a control
 // device whose STOP_DEV takes a second, and a fake killer.
-func lastResortRig(t *testing.T, opts ...Option) (*fixture, *memDaemon, *fakeKiller, *Teardown) {
+func lastResortRig(t *testing.T, release string, c Config) (*fixture, *memDaemon, *fakeKiller, *Teardown) {
 	t.Helper()
 	f := newFixture(t, 0, 1)
 	d := newMemDaemon(f.tree, 0, 1)
@@ -62,9 +62,7 @@ func lastResortRig(t *testing.T, opts ...Option) (*fixture, *memDaemon, *fakeKil
 	t.Cleanup(d.close)
 	ctl := &memControl{tree: f.tree, d: d, stopIn: time.Second}
 	k := &fakeKiller{f: f, doomed: map[string]bool{"vmm": true}, exit: 500 * time.Millisecond}
-	base := []Option{WithDaemon(d), WithKernelRelease(vulnerable),
-		WithController(func(context.Context) (Controller, error) { return ctl, nil })}
-	td, err := New(f.options(append(base, opts...)...)...)
+	td, err := New(d, f.config(release, ctl, c))
 	require.NoError(t, err)
 	td.cfg.killHolders = k.kill
 	return f, d, k, td
@@ -82,7 +80,7 @@ func lastResortRig(t *testing.T, opts ...Option) (*fixture, *memDaemon, *fakeKil
 //	60s      (SIGKILL)
 func TestLastResortTimeline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, d, k, td := lastResortRig(t)
+		f, d, k, td := lastResortRig(t, vulnerable, Config{})
 		f.hold(t, 0, "vmm")
 		start := time.Now()
 		rep, took, err := runFor(t, td, 60*time.Second)
@@ -119,7 +117,7 @@ func TestLastResortTimeline(t *testing.T) {
 // it for the last resort, and the rest for the stop, control and kill.
 func TestLastResortPointFollowsTheReserve(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, _, k, td := lastResortRig(t, WithReserve(40*time.Second))
+		f, _, k, td := lastResortRig(t, vulnerable, Config{Reserve: 40 * time.Second})
 		f.hold(t, 0, "vmm")
 		start := time.Now()
 		_, _, err := runFor(t, td, 600*time.Second)
@@ -134,7 +132,7 @@ func TestLastResortPointFollowsTheReserve(t *testing.T) {
 // the free device is stopped all the same.
 func TestLastResortSparesOutsiderAndStaysConservative(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, d, k, td := lastResortRig(t)
+		f, d, k, td := lastResortRig(t, vulnerable, Config{})
 		f.hold(t, 0, "other-pod")
 		start := time.Now()
 		rep, took, err := runFor(t, td, 60*time.Second)
@@ -157,14 +155,17 @@ func TestLastResortSparesOutsiderAndStaysConservative(t *testing.T) {
 // Turned off, or on a kernel known fixed, the last resort does not run:
 // the step ends at the same point with a *HeldError and kills nothing.
 func TestLastResortOffOrOnFixedKernel(t *testing.T) {
-	for name, opts := range map[string][]Option{
-		"WithoutLastResort": {WithoutLastResort()},
-		"fixed kernel":      {WithKernelRelease(fixed)},
-		"stop despite":      {WithStopDespiteHolders()},
+	for name, c := range map[string]struct {
+		release string
+		cfg     Config
+	}{
+		"NoLastResort": {vulnerable, Config{NoLastResort: true}},
+		"fixed kernel": {fixed, Config{}},
+		"stop despite": {vulnerable, Config{StopDespiteHolders: true}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f, d, k, td := lastResortRig(t, opts...)
+				f, d, k, td := lastResortRig(t, c.release, c.cfg)
 				f.hold(t, 0, "vmm")
 				assert.Equal(t, name == "fixed kernel", td.LastResort(), "on unless turned off")
 				rep, _, err := runFor(t, td, 60*time.Second)

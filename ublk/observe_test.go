@@ -29,8 +29,7 @@ func TestRunReportsThroughSpanMetricsAndLog(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		var logs bytes.Buffer
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithoutControl(),
-			WithTracerProvider(tp), WithMeterProvider(mp), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, TracerProvider: tp, MeterProvider: mp, Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
 		require.NoError(t, err)
 		_, _, err = runFor(t, td, 10*time.Second)
 		require.Error(t, err)

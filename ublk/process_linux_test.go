@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -56,9 +57,10 @@ func findProcess(t *testing.T, pid int) *ublk.Process {
 	return p
 }
 
-func newTeardown(t *testing.T, opts ...ublk.Option) *ublk.Teardown {
+// newTeardown is ublk.New with an empty procfs: no holders.
+func newTeardown(t *testing.T, d ublk.Daemon, c ublk.Config) *ublk.Teardown {
 	t.Helper()
-	td, err := ublk.New(append([]ublk.Option{ublk.WithProcfsRoot(t.TempDir())}, opts...)...)
+	td, err := ublk.New(d, c)
 	require.NoError(t, err)
 	return td
 }
@@ -74,7 +76,7 @@ func run(t *testing.T, td *ublk.Teardown, budget time.Duration) (*ublk.Report, e
 
 func TestRealCooperativeDaemonStopsOnSIGTERM(t *testing.T) {
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0)
-	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(vulnerable))
+	td := newTeardown(t, findProcess(t, d.Pid()), ublkhook.With(ublk.Config{}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: vulnerable}))
 	rep, err := run(t, td, 20*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
@@ -89,7 +91,7 @@ func TestRealDaemonStoppedThroughItsSocket(t *testing.T) {
 	d, sys, sock, log := realDaemon(t, fakeublk.Cooperative, 0)
 	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
 	require.NoError(t, err)
-	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(s), ublk.WithKernelRelease(vulnerable))
+	td := newTeardown(t, s, ublkhook.With(ublk.Config{}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: vulnerable}))
 	rep, err := run(t, td, 20*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
@@ -102,7 +104,7 @@ func TestSocketWithoutProcessWaitsForTheListenerToClose(t *testing.T) {
 	d, sys, sock, _ := realDaemon(t, fakeublk.Cooperative, 0)
 	s, err := ublk.NewSocket(sock, nil)
 	require.NoError(t, err)
-	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(s), ublk.WithKernelRelease(vulnerable))
+	td := newTeardown(t, s, ublkhook.With(ublk.Config{}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: vulnerable}))
 	rep, err := run(t, td, 20*time.Second)
 	require.NoError(t, err)
 	assert.True(t, rep.Daemon.Exited)
@@ -112,7 +114,7 @@ func TestSocketWithoutProcessWaitsForTheListenerToClose(t *testing.T) {
 
 func TestRealSlowDaemonFinishesInsideTheBudget(t *testing.T) {
 	d, sys, _, _ := realDaemon(t, fakeublk.Slow, 300*time.Millisecond)
-	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(fixed))
+	td := newTeardown(t, findProcess(t, d.Pid()), ublkhook.With(ublk.Config{}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: fixed}))
 	rep, err := run(t, td, 20*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
@@ -125,8 +127,7 @@ func TestRealHungDaemonOnVulnerableKernelIsLeftRunning(t *testing.T) {
 	d, sys, sock, _ := realDaemon(t, fakeublk.Hung, 0)
 	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
 	require.NoError(t, err)
-	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(s), ublk.WithKernelRelease(vulnerable),
-		ublk.WithoutControl(), ublk.WithRequestTimeout(500*time.Millisecond))
+	td := newTeardown(t, s, ublkhook.With(ublk.Config{NoControl: true, RequestTimeout: 500 * time.Millisecond}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: vulnerable}))
 	rep, err := run(t, td, 2*time.Second)
 	var unsafe *ublk.UnsafeError
 	require.ErrorAs(t, err, &unsafe)
@@ -141,8 +142,7 @@ func TestRealHungDaemonOnVulnerableKernelIsLeftRunning(t *testing.T) {
 
 func TestRealHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
 	d, sys, _, _ := realDaemon(t, fakeublk.Hung, 0)
-	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(fixed),
-		ublk.WithoutControl(), ublk.WithReserve(3500*time.Millisecond))
+	td := newTeardown(t, findProcess(t, d.Pid()), ublkhook.With(ublk.Config{NoControl: true, Reserve: 3500 * time.Millisecond}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: fixed}))
 	rep, err := run(t, td, 3*time.Second)
 	var inc *ublk.IncompleteError
 	require.ErrorAs(t, err, &inc)
@@ -156,7 +156,7 @@ func TestRealHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
 
 func TestRealDaemonCrashingMidWay(t *testing.T) {
 	d, sys, _, log := realDaemon(t, fakeublk.Crash, 0)
-	td := newTeardown(t, ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(vulnerable), ublk.WithoutControl())
+	td := newTeardown(t, findProcess(t, d.Pid()), ublkhook.With(ublk.Config{NoControl: true}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: vulnerable}))
 	rep, err := run(t, td, 20*time.Second)
 	var inc *ublk.IncompleteError
 	require.ErrorAs(t, err, &inc)
@@ -176,8 +176,7 @@ func TestVMMHoldingADeviceKeepsTheDaemonRunningWithoutLastResort(t *testing.T) {
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	vmm, _ := startHolder(t, node)
 
-	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())),
-		ublk.WithKernelRelease(vulnerable), ublk.WithHolderWait(time.Second), ublk.WithoutLastResort())
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoLastResort: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	rep, err := run(t, td, 10*time.Second)
 	var held *ublk.HeldError
@@ -198,7 +197,7 @@ func TestTeardownProceedsOnceTheVMMCloses(t *testing.T) {
 	d, sys, _, _ := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor})
 	vmm, stdin := startHolder(t, node)
-	td, err := ublk.New(ublk.WithSysfsRoot(sys), ublk.WithDaemon(findProcess(t, d.Pid())), ublk.WithKernelRelease(vulnerable))
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	go func() {
 		time.Sleep(300 * time.Millisecond) // the VMM shuts down while the step waits

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
 // Verdict is the outcome for one device, or for the whole step. Its values
@@ -57,7 +59,7 @@ type DeviceReport struct {
 	Final   Device `json:"final"`
 	// Info is the driver's view (GET_DEV_INFO) when the control fallback
 	// ran and could read it.
-	Info *DevInfo `json:"info,omitempty"`
+	Info *ublkctl.DevInfo `json:"info,omitempty"`
 	// InflightBefore is the disk's in-flight I/O at the start.
 	// InflightAfter is zero once the device is known stopped (gone, DEAD,
 	// or STOP_DEV completed: every request was answered); otherwise it is

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
 // run is the state of one Teardown.Run.
@@ -25,7 +26,7 @@ type run struct {
 	holderUntil, fallbackAt, killAt time.Time       // zero: never
 	lastResort                      deadline.Window // its Deadline is zero without a deadline: it never runs
 	requestedAt                     time.Time
-	graceFrom                       time.Time // when the daemon's ExitGrace started
+	exitWaitFrom                    time.Time // when the daemon's ExitWait started
 
 	exited     chan struct{} // closed when the daemon has exited
 	waiterDone chan struct{}
@@ -34,7 +35,7 @@ type run struct {
 	held          map[int][]Holder
 	devNums       map[DevNum]int // every disk and partition number scanned, to its device ID
 	fallbackTried bool
-	ctl           Controller
+	ctl           ublkctl.Controller
 	ctlErr        error // opening the control device failed
 	killed        bool
 	causes        []error
@@ -80,9 +81,6 @@ func newRun(ctx context.Context, t *Teardown) *run {
 // reserves, the four share it in proportion. The step does no time
 // arithmetic of its own on its window.
 func (r *run) plan() {
-	if r.cfg.holderWait == 0 {
-		r.holderUntil = r.start // look once
-	}
 	dl, ok := r.ctx.Deadline()
 	if !ok {
 		if r.cfg.holderWait > 0 {
@@ -92,15 +90,13 @@ func (r *run) plan() {
 	}
 	r.rep.Deadline = dl
 	ws := deadline.Split(r.start, dl,
-		deadline.Phase{Name: "holders", Max: max(r.cfg.holderWait, 0)},
+		deadline.Phase{Name: "holders", Max: r.cfg.holderWait},
 		deadline.Phase{Name: "last resort", Reserve: deadline.Fixed(r.cfg.lastResortReserve), Critical: true},
 		deadline.Phase{Name: "stop", Reserve: deadline.Fixed(r.cfg.stopReserve), Critical: true},
 		deadline.Phase{Name: "control", Reserve: deadline.Fixed(r.cfg.controlReserve), Critical: true},
 		deadline.Phase{Name: "kill", Reserve: deadline.Fixed(r.cfg.killReserve), Critical: true},
 	)
-	if r.holderUntil.IsZero() {
-		r.holderUntil = ws[0].Deadline
-	}
+	r.holderUntil = ws[0].Deadline
 	r.lastResort = ws[1]
 	r.fallbackAt, r.killAt = ws[2].Deadline, ws[3].Deadline
 }
@@ -353,25 +349,25 @@ func (r *run) count() (live, present int) {
 // maybeKill applies the kernel rule. While a device may be live (see
 // devState.live) the daemon is killed only on a kernel where that is safe,
 // KillReserve before the deadline. Once none is, killing is safe
-// everywhere, and the daemon gets ExitGrace to exit by itself first.
+// everywhere, and the daemon gets ExitWait to exit by itself first.
 func (r *run) maybeKill(live int, exited bool, now time.Time) {
 	if r.cfg.daemon == nil || exited || r.killed {
 		return
 	}
 	atKill := !r.killAt.IsZero() && !now.Before(r.killAt)
 	if live > 0 {
-		r.graceFrom = time.Time{}
+		r.exitWaitFrom = time.Time{}
 		if r.t.class.MayKillWithLiveDevices() && atKill {
 			r.kill("deadline near; kernel " + string(r.t.class) + ", devices still live")
 		}
 		return
 	}
-	if r.graceFrom.IsZero() {
-		r.graceFrom = now
+	if r.exitWaitFrom.IsZero() {
+		r.exitWaitFrom = now
 	}
 	switch {
-	case !now.Before(r.graceFrom.Add(r.cfg.exitGrace)):
-		r.kill("no live device left and the daemon did not exit within ExitGrace")
+	case !now.Before(r.exitWaitFrom.Add(r.cfg.exitWait)):
+		r.kill("no live device left and the daemon did not exit within ExitWait")
 	case atKill:
 		r.kill("deadline near; no live device left")
 	}
@@ -438,12 +434,12 @@ func (r *run) fallback(why string) {
 			if err == nil && d.rep.Info == nil {
 				d.rep.Info = &info // the state before the fallback acted
 			}
-			if err == nil && info.State == StateDead {
+			if err == nil && info.State == ublkctl.StateDead {
 				d.dead = true
 			}
 			return err
 		})
-		if gone && d.rep.Info != nil && d.rep.Info.Flags&flagUserRecovery != 0 {
+		if gone && d.rep.Info != nil && d.rep.Info.Flags&ublkctl.FlagUserRecovery != 0 {
 			// A recovery-enabled device of a dead daemon waits, quiesced,
 			// for the next server to recover it: leave it.
 			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "kept for recovery", Start: time.Now(),

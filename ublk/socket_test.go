@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainkit/drainkit/internal/frame"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/frame"
 )
 
 // serveOnce answers one request on a Unix socket with resp and reports

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
 func TestScanDevicesReadsTheKernelsLayout(t *testing.T) {
@@ -56,7 +57,7 @@ func TestParseDevNum(t *testing.T) {
 }
 
 func TestReportMarshalsToJSON(t *testing.T) {
-	info := DevInfo{State: StateLive, DevID: 1}
+	info := ublkctl.DevInfo{State: ublkctl.StateLive, DevID: 1}
 	rep := Report{Kernel: "6.8.0-45-generic", KernelClass: KernelVulnerable, Verdict: VerdictLeftLive,
 		Devices: []DeviceReport{{ID: 1, Info: &info, Verdict: VerdictLeftLive,
 			Holders: []Holder{{PID: 9, Comm: "firecracker", Kind: HeldByFD, Detail: "fd 5 -> /dev/ublkb1"}}}}}

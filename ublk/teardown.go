@@ -49,36 +49,34 @@ type Teardown struct {
 	duration metric.Float64Histogram
 }
 
-// New builds a Teardown. It reads the running kernel's release (unless
-// WithKernelRelease is given) and classifies it once. It fails on a bad
-// option, naming the field.
-func New(opts ...Option) (*Teardown, error) {
-	cfg := defaults()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+// New builds a Teardown for the devices of daemon, the ublk server
+// process (see Daemon; nil when there is none to stop: the step then only
+// waits for the devices to go, and uses the control fallback). It reads
+// the running kernel's release and classifies it once. It fails on a bad
+// Config, naming the field.
+func New(daemon Daemon, c Config) (*Teardown, error) {
+	cfg, err := c.check()
+	if err != nil {
+		return nil, err
 	}
+	cfg.daemon = daemon
 	t := &Teardown{cfg: cfg, release: cfg.release}
-	if !cfg.releaseSet {
-		r, err := kernelRelease()
-		if err != nil {
+	if t.release == "" {
+		if t.release, err = kernelRelease(); err != nil {
 			return nil, err
 		}
-		t.release = r
 	}
 	t.decision, t.classErr = DecideKernel(t.release, cfg.decls...)
 	t.class = t.decision.Class
 	t.tracer = cfg.tp.Tracer(ScopeName)
 	meter := cfg.mp.Meter(ScopeName)
-	var err error
 	if t.verdicts, err = meter.Int64Counter(metricDevices, metric.WithUnit("{device}"),
 		metric.WithDescription("ublk devices the teardown accounted for, by verdict.")); err != nil {
-		return nil, fmt.Errorf("ublk: WithMeterProvider: %w", err)
+		return nil, fmt.Errorf("ublk: Config.MeterProvider: %w", err)
 	}
 	if t.duration, err = meter.Float64Histogram(metricDuration,
 		telemetry.Duration("Duration of the ublk teardown step, by its verdict.")...); err != nil {
-		return nil, fmt.Errorf("ublk: WithMeterProvider: %w", err)
+		return nil, fmt.Errorf("ublk: Config.MeterProvider: %w", err)
 	}
 	return t, nil
 }
@@ -94,7 +92,7 @@ func (t *Teardown) KernelDecision() KernelDecision { return t.decision }
 const StepName = "ublk"
 
 // Phase returns the step's place in a drain plan: named StepName, with the
-// reserve set by WithReserve, and critical: preserves still in flight must
+// reserve set by Config.Reserve, and critical: preserves still in flight must
 // end before its window begins, and when the time left is short it gets
 // its reserve before any non-critical phase. A daemon killed with live
 // devices can crash the host, which costs more than one unfinished pause.
@@ -104,9 +102,9 @@ func (t *Teardown) Phase() deadline.Phase {
 }
 
 // LastResort reports whether the step runs the last resort (see
-// WithoutLastResort) when disks are still held open at the last-resort
-// point on a kernel not known fixed: true unless WithoutLastResort or
-// WithStopDespiteHolders was given. On a kernel where killing the daemon
+// Config.NoLastResort) when disks are still held open at the last-resort
+// point on a kernel not known fixed: true unless Config.NoLastResort or
+// Config.StopDespiteHolders is set. On a kernel where killing the daemon
 // with live devices is safe (KernelClass.MayKillWithLiveDevices) it never
 // runs.
 func (t *Teardown) LastResort() bool { return !t.cfg.lastResortOff && !t.cfg.stopDespite }
@@ -119,12 +117,12 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 
 // Stop tears the devices down in the safe order, inside ctx's deadline:
 //
-//  1. Find the devices (sysfs, or the IDs given with WithDevices).
+//  1. Find the devices (sysfs, or Config.Devices).
 //  2. Wait, at most HolderWait and never past the last-resort point (where
 //     only the step's reserve is left), until no process holds a disk open
 //     (fds, mounts, swap, stacked devices).
 //  3. If some still do, on a kernel not known fixed and under a deadline,
-//     run the last resort (unless WithoutLastResort), within its part of
+//     run the last resort (unless Config.NoLastResort), within its part of
 //     the reserve: SIGKILL every holder inside this process's own cgroup
 //     (doomed by the pod's SIGKILL anyway; pinned with a pidfd and waited
 //     for), then STOP_DEV through /dev/ublk-control every device no holder
@@ -134,7 +132,7 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     holder, killed or spared, and why. If a device is still held then,
 //     or where the last resort does not run, return a *HeldError without
 //     asking the daemon to stop (the daemon keeps serving the held
-//     device), unless WithStopDespiteHolders.
+//     device), unless Config.StopDespiteHolders.
 //  4. Ask the daemon to stop (RequestStop, bounded by RequestTimeout).
 //  5. Wait until every device has left sysfs and the daemon has exited,
 //     re-reading sysfs every PollInterval.
@@ -143,7 +141,7 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     left devices, or when devices are still live once only the control
 //     fallback's and the kill's parts of the reserve are left.
 //  7. Kill the daemon only when that is safe: once no device is live any
-//     more (after ExitGrace), or, on a kernel that is not vulnerable, when
+//     more (after ExitWait), or, on a kernel that is not vulnerable, when
 //     only the kill's part of the reserve is left. On a vulnerable kernel a
 //     daemon with a live device is never killed: Stop waits until the
 //     deadline and returns an *UnsafeError.

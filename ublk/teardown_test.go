@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/ublkctl"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 )
 
 const (
@@ -38,7 +40,7 @@ func TestCooperativeDaemonStopsEveryDevice(t *testing.T) {
 		f := newFixture(t, 0, 1)
 		d := newMemDaemon(f.tree, 0, 1)
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable))...)
+		td, err := New(d, f.config(vulnerable, nil, Config{}))
 		require.NoError(t, err)
 
 		rep, took, err := runFor(t, td, 3600*time.Second)
@@ -68,7 +70,7 @@ func TestSlowDaemonGetsTheWholeBudget(t *testing.T) {
 		d := newMemDaemon(f.tree, 0, 1, 2)
 		d.step = 40 * time.Second // 240 s in all, inside a 300 s budget
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed))...)
+		td, err := New(d, f.config(fixed, nil, Config{}))
 		require.NoError(t, err)
 		rep, took, err := runFor(t, td, 300*time.Second)
 		require.NoError(t, err)
@@ -84,7 +86,7 @@ func TestHungDaemonOnVulnerableKernelIsNeverKilled(t *testing.T) {
 		d := newMemDaemon(f.tree, 0, 1)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithoutControl(), WithPollInterval(5*time.Second))...)
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, PollInterval: 5 * time.Second}))
 		require.NoError(t, err)
 
 		rep, took, err := runFor(t, td, 3600*time.Second)
@@ -115,7 +117,7 @@ func TestHungDaemonOnExitMayHangKernelIsNeverKilled(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(mayHang), WithoutControl(), WithReserve(15*time.Second))...)
+		td, err := New(d, f.config(mayHang, nil, Config{NoControl: true, Reserve: 15 * time.Second}))
 		require.NoError(t, err)
 
 		rep, _, err := runFor(t, td, 600*time.Second)
@@ -138,7 +140,7 @@ func TestReportNamesTheDeclarationThatDecided(t *testing.T) {
 		"6.8.0-45-generic":  {Release: "6.8.0-45-generic", Class: KernelVulnerable, Rule: RuleDeclared, Declaration: &decls[1]},
 		"6.8.0-45-aws":      {Release: "6.8.0-45-aws", Class: KernelVulnerable, Rule: RuleVendorBuild},
 	} {
-		td, err := New(WithKernelRelease(release), WithKernelDeclarations(decls...), WithSysfsRoot(t.TempDir()))
+		td, err := New(nil, Config{Kernels: decls, hooks: ublkhook.Hooks{KernelRelease: release, SysfsRoot: t.TempDir()}})
 		require.NoError(t, err)
 		rep, err := td.Stop(t.Context())
 		require.NoError(t, err)
@@ -153,7 +155,7 @@ func TestHungDaemonOnFixedKernelIsKilledAtTheEnd(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithoutControl(), WithReserve(15*time.Second))...)
+		td, err := New(d, f.config(fixed, nil, Config{NoControl: true, Reserve: 15 * time.Second}))
 		require.NoError(t, err)
 
 		start := time.Now()
@@ -178,8 +180,7 @@ func TestControlFallbackMakesKillSafeOnVulnerableKernel(t *testing.T) {
 		d.hung = true
 		defer d.close()
 		ctl := &memControl{tree: f.tree, d: d, stopIn: time.Second}
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable),
-			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		td, err := New(d, f.config(vulnerable, ctl, Config{}))
 		require.NoError(t, err)
 
 		start := time.Now()
@@ -194,7 +195,7 @@ func TestControlFallbackMakesKillSafeOnVulnerableKernel(t *testing.T) {
 		for _, dr := range rep.Devices {
 			assert.Equal(t, VerdictStoppedByControl, dr.Verdict)
 			require.NotNil(t, dr.Info)
-			assert.Equal(t, StateLive, dr.Info.State)
+			assert.Equal(t, ublkctl.StateLive, dr.Info.State)
 		}
 	})
 }
@@ -205,7 +206,7 @@ func TestCrashedDaemonLeavesOrphans(t *testing.T) {
 		d := newMemDaemon(f.tree, 0, 1, 2)
 		d.crashAfter = 1
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithoutControl())...)
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true}))
 		require.NoError(t, err)
 		rep, took, err := runFor(t, td, 3600*time.Second)
 		assert.Equal(t, 2*time.Second, took, "a crash is seen at once, not at the deadline")
@@ -226,8 +227,7 @@ func TestCrashedDaemonsDevicesAreDeletedThroughControl(t *testing.T) {
 		d.crashAfter = 1
 		defer d.close()
 		ctl := &memControl{tree: f.tree, d: d}
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable),
-			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		td, err := New(d, f.config(vulnerable, ctl, Config{}))
 		require.NoError(t, err)
 		rep, _, err := runFor(t, td, 60*time.Second)
 		require.NoError(t, err)
@@ -243,7 +243,7 @@ func TestHeldDeviceKeepsTheDaemonRunning(t *testing.T) {
 		f.hold(t, 1, "dm-3")
 		d := newMemDaemon(f.tree, 0, 1)
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithHolderWait(30*time.Second))...)
+		td, err := New(d, f.config(fixed, nil, Config{HolderWait: 30 * time.Second}))
 		require.NoError(t, err)
 		rep, took, err := runFor(t, td, 600*time.Second)
 		assert.Equal(t, 30*time.Second, took)
@@ -266,7 +266,7 @@ func TestStopProceedsOnceTheHolderCloses(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		defer d.close()
 		go func() { time.Sleep(12 * time.Second); _ = os.Remove(p) }()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable))...)
+		td, err := New(d, f.config(vulnerable, nil, Config{}))
 		require.NoError(t, err)
 		rep, _, err := runFor(t, td, 600*time.Second)
 		require.NoError(t, err)
@@ -284,7 +284,7 @@ func TestStopDespiteHoldersPolicy(t *testing.T) {
 		f.hold(t, 0, "md0")
 		d := newMemDaemon(f.tree, 0)
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithHolderWait(5*time.Second), WithStopDespiteHolders())...)
+		td, err := New(d, f.config(vulnerable, nil, Config{HolderWait: 5 * time.Second, StopDespiteHolders: true}))
 		require.NoError(t, err)
 		rep, _, err := runFor(t, td, 600*time.Second)
 		require.NoError(t, err)
@@ -300,8 +300,7 @@ func TestFailedRequestFallsBackToControlAtOnce(t *testing.T) {
 		d.failRequest = true
 		defer d.close()
 		ctl := &memControl{tree: f.tree, d: d}
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithExitGrace(2*time.Second),
-			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		td, err := New(d, f.config(vulnerable, ctl, Config{ExitWait: 2 * time.Second}))
 		require.NoError(t, err)
 		start := time.Now()
 		rep, took, err := runFor(t, td, 600*time.Second)
@@ -319,13 +318,12 @@ func TestUnavailableControlIsReported(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable),
-			WithControlPath(f.proc+"/no-ublk-control"))...)
+		td, err := New(d, f.config(vulnerable, nil, Config{ControlPath: f.proc + "/no-ublk-control"}))
 		require.NoError(t, err)
 		rep, _, err := runFor(t, td, 60*time.Second)
 		var unsafe *UnsafeError
 		require.ErrorAs(t, err, &unsafe)
-		assert.ErrorIs(t, err, ErrNoControl)
+		assert.ErrorIs(t, err, ublkctl.ErrNoControl)
 		assert.Contains(t, rep.Note, "control fallback unavailable")
 		assert.Contains(t, err.Error(), "modprobe ublk_drv")
 	})
@@ -337,7 +335,7 @@ func TestDaemonWithoutDevicesLeftIsKilledAfterExitGrace(t *testing.T) {
 		d := newMemDaemon(f.tree)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithExitGrace(7*time.Second))...)
+		td, err := New(d, f.config(vulnerable, nil, Config{ExitWait: 7 * time.Second}))
 		require.NoError(t, err)
 		rep, took, err := runFor(t, td, 600*time.Second)
 		require.NoError(t, err, "no device was live, so killing was safe")
@@ -352,7 +350,7 @@ func TestUnkillableDaemonOnFixedKernel(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		d.hung, d.cannotKill = true, true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed), WithoutControl())...)
+		td, err := New(d, f.config(fixed, nil, Config{NoControl: true}))
 		require.NoError(t, err)
 		rep, took, err := runFor(t, td, 60*time.Second)
 		assert.Equal(t, 60*time.Second, took)
@@ -366,7 +364,7 @@ func TestUnkillableDaemonOnFixedKernel(t *testing.T) {
 func TestNothingToDo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
-		td, err := New(f.options(WithKernelRelease(vulnerable))...)
+		td, err := New(nil, f.config(vulnerable, nil, Config{}))
 		require.NoError(t, err)
 		rep, took, err := runFor(t, td, time.Minute)
 		require.NoError(t, err)
@@ -381,7 +379,7 @@ func TestListedDevicesOnly(t *testing.T) {
 		f := newFixture(t, 0, 1, 7)
 		d := newMemDaemon(f.tree, 7)
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithDevices(7), WithKernelRelease(vulnerable))...)
+		td, err := New(d, f.config(vulnerable, nil, Config{Devices: []int{7}}))
 		require.NoError(t, err)
 		rep, _, err := runFor(t, td, time.Minute)
 		require.NoError(t, err)
@@ -394,7 +392,7 @@ func TestListedDevicesOnly(t *testing.T) {
 func TestDevicesGoingWithoutDaemonAndCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		td, err := New(f.options(WithKernelRelease(fixed), WithoutControl())...)
+		td, err := New(nil, f.config(fixed, nil, Config{NoControl: true}))
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(90 * time.Second); cancel() }()
@@ -412,7 +410,7 @@ func TestRunIsTheDrainStepAndCarriesTheReport(t *testing.T) {
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithoutControl())...)
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true}))
 		require.NoError(t, err)
 		var step interface {
 			Phase() deadline.Phase
@@ -434,36 +432,44 @@ func TestRunIsTheDrainStepAndCarriesTheReport(t *testing.T) {
 }
 
 func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
-	cases := map[string]Option{
-		"SysfsRoot":          WithSysfsRoot(""),
-		"ProcfsRoot":         WithProcfsRoot(""),
-		"Devices":            WithDevices(-1),
-		"Daemon":             WithDaemon(nil),
-		"FixedKernels":       WithFixedKernels("6.8.["),
-		"KernelDeclarations": WithKernelDeclarations(KernelDeclaration{Pattern: "6.8.*", Class: KernelUnaffected}),
-		"PollInterval":       WithPollInterval(0),
-		"HolderWait":         WithHolderWait(-time.Second),
-		"RequestTimeout":     WithRequestTimeout(0),
-		"ExitGrace":          WithExitGrace(-1),
-		"Reserve":            WithReserve(0),
-		"ControlPath":        WithControlPath(""),
-		"Controller":         WithController(nil),
-		"Logger":             WithLogger(nil),
-		"TracerProvider":     WithTracerProvider(nil),
-		"MeterProvider":      WithMeterProvider(nil),
-	}
-	for field, opt := range cases {
-		_, err := New(opt)
-		assert.ErrorContains(t, err, field, field)
+	for want, c := range map[string]Config{
+		"ublk: Config.Devices must hold IDs >= 0, got -1":   {Devices: []int{0, -1}},
+		"ublk: Config.Kernels[1] is bad":                    {Kernels: KernelDeclarations{{Pattern: "6.8.*", Class: KernelFixed}, {Pattern: "6.8.[", Class: KernelFixed}}},
+		`class "unaffected"`:                                {Kernels: KernelDeclarations{{Pattern: "6.8.*", Class: KernelUnaffected}}},
+		"ublk: Config.PollInterval must be >= 0, got -1ns":  {PollInterval: -1},
+		"ublk: Config.HolderWait must be >= 0, got -1s":     {HolderWait: -time.Second},
+		"ublk: Config.RequestTimeout must be >= 0, got -1s": {RequestTimeout: -time.Second},
+		"ublk: Config.ExitWait must be >= 0, got -1ns":      {ExitWait: -1},
+		"ublk: Config.Reserve must be >= 0, got -1s":        {Reserve: -time.Second},
+	} {
+		_, err := New(nil, c)
+		assert.ErrorContains(t, err, want)
 	}
 }
 
+// The zero Config is the safe default: the default reserve, split
+// 3:2:3:2, the last resort and the control fallback on.
+func TestZeroConfigIsTheSafeDefault(t *testing.T) {
+	td, err := New(nil, Config{hooks: ublkhook.Hooks{KernelRelease: vulnerable}})
+	require.NoError(t, err)
+	assert.Equal(t, DefaultReserve, td.Phase().Reserve())
+	assert.True(t, td.LastResort())
+	assert.NotNil(t, td.cfg.openControl, "the control fallback is on")
+	assert.Equal(t, 5*time.Second, td.cfg.exitWait)
+	assert.Equal(t, 5*time.Second, td.cfg.requestTimeout)
+	assert.Equal(t, 100*time.Millisecond, td.cfg.poll)
+	assert.Equal(t, []time.Duration{3 * time.Second, 2 * time.Second, 3 * time.Second, 2 * time.Second},
+		[]time.Duration{td.cfg.lastResortReserve, td.cfg.stopReserve, td.cfg.controlReserve, td.cfg.killReserve})
+	assert.Equal(t, "/sys", td.cfg.sysRoot)
+	assert.Equal(t, "/proc", td.cfg.procRoot)
+}
+
 func TestUnrecognisedReleaseIsTreatedAsVulnerable(t *testing.T) {
-	td, err := New(WithKernelRelease("mystery"), WithSysfsRoot(t.TempDir()))
+	td, err := New(nil, Config{hooks: ublkhook.Hooks{KernelRelease: "mystery", SysfsRoot: t.TempDir()}})
 	require.NoError(t, err)
 	_, class := td.Kernel()
 	assert.Equal(t, KernelVulnerable, class)
-	td, err = New(WithKernelRelease("mystery"), WithFixedKernels("myst*"))
+	td, err = New(nil, Config{Kernels: KernelDeclarations{{Pattern: "myst*", Class: KernelFixed}}, hooks: ublkhook.Hooks{KernelRelease: "mystery"}})
 	require.NoError(t, err)
 	_, class = td.Kernel()
 	assert.Equal(t, KernelFixed, class)
@@ -476,8 +482,7 @@ func TestUnansweredRequestFallsBackAfterRequestTimeout(t *testing.T) {
 		d.mute = true
 		defer d.close()
 		ctl := &memControl{tree: f.tree, d: d}
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithRequestTimeout(3*time.Second),
-			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		td, err := New(d, f.config(vulnerable, ctl, Config{RequestTimeout: 3 * time.Second}))
 		require.NoError(t, err)
 		start := time.Now()
 		rep, _, err := runFor(t, td, 600*time.Second)
@@ -494,7 +499,7 @@ func TestPartitionHolderCounts(t *testing.T) {
 		f.partitionHeld(t, 0, 1, "dm-9")
 		d := newMemDaemon(f.tree, 0)
 		defer d.close()
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithHolderWait(time.Second))...)
+		td, err := New(d, f.config(vulnerable, nil, Config{HolderWait: time.Second}))
 		require.NoError(t, err)
 		_, _, err = runFor(t, td, time.Minute)
 		var held *HeldError
@@ -509,9 +514,8 @@ func TestRecoveryDevicesOfACrashedDaemonAreKept(t *testing.T) {
 		d := newMemDaemon(f.tree, 0, 1)
 		d.crashAfter = 1
 		defer d.close()
-		ctl := &memControl{tree: f.tree, d: d, flags: flagUserRecovery}
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(fixed),
-			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		ctl := &memControl{tree: f.tree, d: d, flags: ublkctl.FlagUserRecovery}
+		td, err := New(d, f.config(fixed, ctl, Config{}))
 		require.NoError(t, err)
 		rep, _, err := runFor(t, td, time.Minute)
 		var inc *IncompleteError
@@ -536,8 +540,7 @@ func TestDiskGoneButStopPendingIsStillLive(t *testing.T) {
 		d.hung = true
 		defer d.close()
 		ctl := &memControl{tree: f.tree, d: d, drainBlocks: true}
-		td, err := New(f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithExitGrace(time.Second),
-			WithController(func(context.Context) (Controller, error) { return ctl, nil }))...)
+		td, err := New(d, f.config(vulnerable, ctl, Config{ExitWait: time.Second}))
 		require.NoError(t, err)
 		rep, took, err := runFor(t, td, 60*time.Second)
 		assert.Equal(t, 60*time.Second, took)
@@ -572,14 +575,11 @@ func TestDaemonHungAfterStoppingItsDisks(t *testing.T) {
 				d := newMemDaemon(f.tree, 0, 1)
 				d.hangAfterStop = true
 				defer d.close()
-				opts := f.options(WithDaemon(d), WithKernelRelease(vulnerable), WithExitGrace(time.Second))
+				var ctl *memControl
 				if withControl {
-					ctl := &memControl{tree: f.tree, d: d}
-					opts = append(opts, WithController(func(context.Context) (Controller, error) { return ctl, nil }))
-				} else {
-					opts = append(opts, WithoutControl())
+					ctl = &memControl{tree: f.tree, d: d}
 				}
-				td, err := New(opts...)
+				td, err := New(d, f.config(vulnerable, ctl, Config{ExitWait: time.Second, NoControl: !withControl}))
 				require.NoError(t, err)
 				rep, _, err := runFor(t, td, 60*time.Second)
 				if !withControl {
@@ -593,7 +593,7 @@ func TestDaemonHungAfterStoppingItsDisks(t *testing.T) {
 				assert.Contains(t, d.Events(), "kill")
 				assert.Contains(t, d.Events(), "DEL_DEV 1")
 				assert.Equal(t, VerdictStoppedByControl, rep.Verdict)
-				assert.Equal(t, StateDead, rep.Device(0).Info.State)
+				assert.Equal(t, ublkctl.StateDead, rep.Device(0).Info.State)
 			})
 		})
 	}

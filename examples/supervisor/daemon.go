@@ -7,6 +7,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -31,17 +32,17 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 	if s.owned != nil {
 		d = s.owned
 	}
-	opts := []ublk.Option{
-		ublk.WithDaemon(d),
-		ublk.WithKernelDeclarations(s.cfg.kernels...),
-		ublk.WithReserve(stepReserve(s.cfg.grace)),
-		ublk.WithLogger(s.log),
-		ublk.WithMeterProvider(s.meters),
+	cfg := ublk.Config{
+		Kernels:       s.cfg.kernels,
+		Reserve:       stepReserve(s.cfg.grace),
+		Logger:        s.log,
+		MeterProvider: s.meters,
 	}
-	if root := os.Getenv(EnvSysfsRoot); root != "" {
-		opts = append(opts, ublk.WithSysfsRoot(root), ublk.WithoutControl())
+	if root := os.Getenv(EnvSysfsRoot); root != "" { // the tests' fake devices
+		cfg.NoControl = true
+		ublkhook.Set(&cfg, ublkhook.Hooks{SysfsRoot: root})
 	}
-	return ublk.New(opts...)
+	return ublk.New(d, cfg)
 }
 
 // stopDaemon is the daemon step: the ublk teardown, then the daemon's exit

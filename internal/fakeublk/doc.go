@@ -22,7 +22,7 @@
 //			Mode:    fakeublk.Cooperative,
 //		})
 //		defer d.Close()
-//		// point ublk.WithSysfsRoot(sys) and a daemon for d.Pid() at it
+//		// point ublk at sys (ublkhook.Hooks.SysfsRoot) and a daemon for d.Pid()
 //	}
 //
 // Wire protocol of the socket (AgentENV's): one request per connection, a

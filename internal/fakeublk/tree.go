@@ -35,7 +35,7 @@ type DeviceSpec struct {
 // DEL_DEV (the char device goes). A Tree is a path; several processes may
 // work on the same root.
 type Tree struct {
-	// Root is the fake sysfs root, to be given to ublk.WithSysfsRoot.
+	// Root is the fake sysfs root, to be given to ublk as ublkhook.Hooks.SysfsRoot.
 	Root string
 }
 

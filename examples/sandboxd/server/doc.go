@@ -10,7 +10,7 @@
 // Wiring (see New and routes.go):
 //
 //	budget, _ := deadline.New(cfg.Grace) // the margin scales with the grace
-//	teardown, _ := ublk.New(ublk.WithDaemon(sock), ublk.WithReserve(cfg.UblkReserve()))
+//	teardown, _ := ublk.New(sock, ublk.Config{Reserve: cfg.UblkReserve()})
 //	d, _ := drain.New(drain.Config{
 //		Budget:       budget,
 //		Gate:         &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},

@@ -27,6 +27,7 @@ import (
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/termmsg"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -134,9 +135,9 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	// The last resort is on (ublk's default): on a kernel not known fixed, a VMM of this
 	// pod still holding a disk when only the step's reserve is left is killed (the pod's
 	// SIGKILL would end it anyway) so the daemon can stop its devices and exit first.
-	td, err := ublk.New(ublk.WithSysfsRoot(sysRoot(s.cfg.StateDir)), ublk.WithDaemon(sock), ublk.WithoutControl(),
-		ublk.WithReserve(s.cfg.UblkReserve()), ublk.WithLogger(s.logger),
-		ublk.WithMeterProvider(s.meters))
+	cfg := ublk.Config{NoControl: true, Reserve: s.cfg.UblkReserve(), Logger: s.logger, MeterProvider: s.meters}
+	ublkhook.Set(&cfg, ublkhook.Hooks{SysfsRoot: sysRoot(s.cfg.StateDir)}) // the fake devices' sysfs
+	td, err := ublk.New(sock, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,7 @@ func TestGuestStepLastResortKillsDoomedHolderStopsAndDaemonExits(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(vmm.Kill)
 
-	td := r.step()
+	td := r.step(ublk.Config{})
 	require.True(t, td.LastResort(), "on by default")
 	sigkill := time.Now().Add(lastResortBudget) // the simulated SIGKILL of the pod
 	ctx, cancel := context.WithDeadline(t.Context(), sigkill)
@@ -154,7 +154,7 @@ func TestGuestStepLastResortSparesHolderInAnotherCgroup(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), lastResortBudget)
 	defer cancel()
-	rep, err := r.step().Stop(ctx)
+	rep, err := r.step(ublk.Config{}).Stop(ctx)
 	t.Log(rep.String())
 	var held *ublk.HeldError
 	require.ErrorAs(t, err, &held)

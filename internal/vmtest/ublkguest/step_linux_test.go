@@ -19,14 +19,14 @@ import (
 
 // step builds the real teardown step for the rig's daemon, found by pid
 // (pidfd), on the guest's own kernel and sysfs.
-func (r *rig) step(opts ...ublk.Option) *ublk.Teardown {
+func (r *rig) step(c ublk.Config) *ublk.Teardown {
 	r.t.Helper()
 	p, err := ublk.FindProcess(r.daemon.Pid())
 	require.NoError(r.t, err)
 	r.t.Cleanup(func() { _ = p.Close() })
 	logger := slog.New(slog.NewTextHandler(testWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	base := []ublk.Option{ublk.WithDaemon(p), ublk.WithPollInterval(20 * time.Millisecond), ublk.WithLogger(logger)}
-	td, err := ublk.New(append(base, opts...)...)
+	c.PollInterval, c.Logger = 20*time.Millisecond, logger
+	td, err := ublk.New(p, c)
 	require.NoError(r.t, err)
 	release, class := td.Kernel()
 	require.Equal(r.t, ublk.KernelVulnerable, class, "guest kernel %s", release)
@@ -79,7 +79,7 @@ func stepNamed(rep *ublk.Report, dev int, name string) *ublk.StepResult {
 func TestGuestStepStopsCooperativeDaemonCleanly(t *testing.T) {
 	vmtest.GuestOnly(t)
 	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{Devices: 2}})
-	rep, err := r.step().Stop(r.ctx(30 * time.Second))
+	rep, err := r.step(ublk.Config{}).Stop(r.ctx(30 * time.Second))
 	require.NoError(t, err)
 	t.Log(rep.String())
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
@@ -109,7 +109,7 @@ func TestGuestStepStopsDaemonOverItsSocket(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close() })
 	sd, err := ublk.NewSocket(sock, p)
 	require.NoError(t, err)
-	td, err := ublk.New(ublk.WithDaemon(sd), ublk.WithDevices(r.daemon.Devices...), ublk.WithPollInterval(20*time.Millisecond))
+	td, err := ublk.New(sd, ublk.Config{Devices: r.daemon.Devices, PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	rep, err := td.Stop(r.ctx(30 * time.Second))
 	require.NoError(t, err)
@@ -127,7 +127,7 @@ func TestGuestStepStopsDaemonOverItsSocket(t *testing.T) {
 func TestGuestStepCleansUpAfterDaemonCrash(t *testing.T) {
 	vmtest.GuestOnly(t)
 	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Crash, Config: ublkserver.Config{Devices: 2}})
-	rep, err := r.step().Stop(r.ctx(30 * time.Second))
+	rep, err := r.step(ublk.Config{}).Stop(r.ctx(30 * time.Second))
 	t.Log(rep.String())
 	t.Log(err)
 	assert.True(t, rep.Daemon.Exited)
@@ -146,7 +146,7 @@ func TestGuestStepCleansUpAfterDaemonCrash(t *testing.T) {
 func TestGuestStepWaitsForSlowDaemon(t *testing.T) {
 	vmtest.GuestOnly(t)
 	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Slow, StopDelay: 1500 * time.Millisecond})
-	rep, err := r.step().Stop(r.ctx(30 * time.Second))
+	rep, err := r.step(ublk.Config{}).Stop(r.ctx(30 * time.Second))
 	require.NoError(t, err)
 	t.Log(rep.String())
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
@@ -179,7 +179,7 @@ func TestGuestStepWaitsForVMMToClose(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
-	td := r.step(ublk.WithHolderWait(30 * time.Second))
+	td := r.step(ublk.Config{HolderWait: 30 * time.Second})
 	go func() {
 		rep, err := td.Stop(r.ctx(60 * time.Second))
 		done <- result{rep, err}
@@ -216,7 +216,7 @@ func TestGuestStepReportsVMMStillHoldingAtItsDeadline(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
-	rep, err := r.step(ublk.WithHolderWait(time.Second)).Stop(ctx)
+	rep, err := r.step(ublk.Config{HolderWait: time.Second}).Stop(ctx)
 	var held *ublk.HeldError
 	require.ErrorAs(t, err, &held)
 	t.Log(err)
@@ -237,7 +237,7 @@ func TestGuestStepWithIOInFlight(t *testing.T) {
 	r := newRig(t, ublkserver.DaemonConfig{Config: ublkserver.Config{IODelay: 2 * time.Millisecond}})
 	id := r.daemon.Devices[0]
 	w := startWriter(t, r.disk(id), 3)
-	rep, err := r.step(ublk.WithHolderWait(200*time.Millisecond), ublk.WithStopDespiteHolders()).Stop(r.ctx(30 * time.Second))
+	rep, err := r.step(ublk.Config{HolderWait: 200 * time.Millisecond, StopDespiteHolders: true}).Stop(r.ctx(30 * time.Second))
 	require.NoError(t, err)
 	t.Log(rep.String())
 	<-w.Done()
@@ -277,8 +277,7 @@ func TestGuestStepStopsHungDaemonThroughControl(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
 	defer cancel()
-	rep, err := r.step(ublk.WithRequestTimeout(time.Second), ublk.WithExitGrace(500*time.Millisecond),
-		ublk.WithReserve(3*time.Second)).Stop(ctx)
+	rep, err := r.step(ublk.Config{RequestTimeout: time.Second, ExitWait: 500 * time.Millisecond, Reserve: 3 * time.Second}).Stop(ctx)
 	t.Log(rep.String())
 	require.NoError(t, err)
 	assert.Equal(t, ublk.VerdictStoppedByControl, rep.Verdict)
@@ -314,9 +313,7 @@ func TestGuestStepLeavesHungDaemonHoldingIO(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	ctx, cancel := context.WithDeadline(t.Context(), deadline)
 	defer cancel()
-	rep, err := r.step(ublk.WithHolderWait(200*time.Millisecond), ublk.WithStopDespiteHolders(),
-		ublk.WithRequestTimeout(time.Second), ublk.WithExitGrace(500*time.Millisecond),
-		ublk.WithReserve(3*time.Second)).Stop(ctx)
+	rep, err := r.step(ublk.Config{HolderWait: 200 * time.Millisecond, StopDespiteHolders: true, RequestTimeout: time.Second, ExitWait: 500 * time.Millisecond, Reserve: 3 * time.Second}).Stop(ctx)
 	returned := time.Now()
 	t.Log(rep.String())
 	t.Log(err)

@@ -1,4 +1,4 @@
-package ublk
+package ublkctl
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"fmt"
 )
 
-// DefaultControlPath is the ublk control device.
-const DefaultControlPath = "/dev/ublk-control"
+// DefaultPath is the ublk control device.
+const DefaultPath = "/dev/ublk-control"
 
 // ublk control commands (include/uapi/linux/ublk_cmd.h), ioctl-encoded
 // with type 'u' and a 32-byte struct ublksrv_ctrl_cmd.
@@ -30,7 +30,7 @@ const (
 
 // Device feature flags (ublksrv_ctrl_dev_info.flags).
 const (
-	flagUserRecovery        uint64 = 1 << 3
+	FlagUserRecovery        uint64 = 1 << 3
 	flagUserRecoveryReissue uint64 = 1 << 4
 	flagUnprivilegedDev     uint64 = 1 << 5
 	flagUserRecoveryFailIO  uint64 = 1 << 9
@@ -43,10 +43,14 @@ type DevState uint16
 
 // Device states (UBLK_S_DEV_*).
 const (
-	StateDead     DevState = 0
-	StateLive     DevState = 1
+	// StateDead: stopped (or never started); no block I/O in flight.
+	StateDead DevState = 0
+	// StateLive: the disk exists and its queues serve I/O.
+	StateLive DevState = 1
+	// StateQuiesced: the server is gone and recovery is pending.
 	StateQuiesced DevState = 2
-	StateFailIO   DevState = 3
+	// StateFailIO: the server is gone and I/O fails at once.
+	StateFailIO DevState = 3
 )
 
 // String returns "dead", "live", "quiesced", "fail_io" or "state(N)".
@@ -119,8 +123,7 @@ func decodeDevInfo(b []byte) DevInfo {
 }
 
 // Controller sends ublk control commands. *Control implements it over
-// /dev/ublk-control; tests and unusual setups supply their own through
-// WithController.
+// /dev/ublk-control; tests supply their own (see internal/ublkhook).
 type Controller interface {
 	// DevInfo returns GET_DEV_INFO for device id.
 	DevInfo(ctx context.Context, id int) (DevInfo, error)
@@ -137,6 +140,6 @@ type Controller interface {
 	Close() error
 }
 
-// ErrNoControl is wrapped by OpenControl's error when the control device
+// ErrNoControl is wrapped by Open's error when the control device
 // does not exist: the ublk_drv module is not loaded (or not built).
 var ErrNoControl = errors.New("ublk: no ublk control device (is the ublk_drv module loaded? try modprobe ublk_drv)")

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package ublk
+package ublkctl
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 // Control is a Controller over /dev/ublk-control; it exists only on Linux.
 type Control struct{}
 
-// OpenControl fails: ublk exists only on Linux.
-func OpenControl(path string) (*Control, error) {
+// Open fails: ublk exists only on Linux.
+func Open(path string) (*Control, error) {
 	return nil, fmt.Errorf("%w: %s: %w", ErrNoControl, path, errUnsupported)
 }
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package ublk
+package ublkctl
 
 import (
 	"context"
@@ -15,19 +15,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestOpenControlWithoutDeviceSaysLoadTheModule(t *testing.T) {
-	_, err := OpenControl(filepath.Join(t.TempDir(), "ublk-control"))
+func TestOpenWithoutDeviceSaysLoadTheModule(t *testing.T) {
+	_, err := Open(filepath.Join(t.TempDir(), "ublk-control"))
 	require.ErrorIs(t, err, ErrNoControl)
 	assert.Contains(t, err.Error(), "modprobe ublk_drv")
 }
 
-func TestOpenControlOnThisHost(t *testing.T) {
-	c, err := OpenControl("")
+func TestOpenOnThisHost(t *testing.T) {
+	c, err := Open("")
 	if errors.Is(err, ErrNoControl) {
 		t.Skipf("this host has no ublk module: %v", err)
 	}
 	if err != nil {
-		t.Skipf("cannot open %s: %v", DefaultControlPath, err)
+		t.Skipf("cannot open %s: %v", DefaultPath, err)
 	}
 	defer c.Close()
 	// No device 1<<20 exists: the driver answers ENODEV, which proves the
@@ -46,7 +46,7 @@ func TestOpenControlOnThisHost(t *testing.T) {
 func TestControlCommandsReachTheKernel(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "ublk-control")
 	require.NoError(t, os.WriteFile(p, nil, 0o600))
-	c, err := OpenControl(p)
+	c, err := Open(p)
 	if err != nil && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)) {
 		t.Skipf("io_uring unavailable: %v", err)
 	}

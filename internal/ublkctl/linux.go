@@ -1,6 +1,6 @@
 //go:build linux
 
-package ublk
+package ublkctl
 
 import (
 	"context"
@@ -31,12 +31,12 @@ type Control struct {
 	pending map[uint64][]byte // buffers the kernel may still write
 }
 
-// OpenControl opens the ublk control device at path (DefaultControlPath
+// Open opens the ublk control device at path (DefaultPath
 // when empty) and sets up its ring. A missing device fails with an error
 // wrapping ErrNoControl.
-func OpenControl(path string) (*Control, error) {
+func Open(path string) (*Control, error) {
 	if path == "" {
-		path = DefaultControlPath
+		path = DefaultPath
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENODEV) {

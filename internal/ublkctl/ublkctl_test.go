@@ -1,4 +1,4 @@
-package ublk
+package ublkctl
 
 import (
 	"encoding/binary"
@@ -64,7 +64,7 @@ func TestDevInfoDecode(t *testing.T) {
 	ne.PutUint32(b[44:], 1001)       // owner_gid
 	got := decodeDevInfo(b)
 	assert.Equal(t, DevInfo{NrHWQueues: 4, QueueDepth: 128, State: StateQuiesced, MaxIOBufBytes: 512 << 10,
-		DevID: 9, ServerPID: 4242, Flags: flagUserRecovery | flagSafeStopDev, ServerFlags: 5, OwnerUID: 1000, OwnerGID: 1001}, got)
+		DevID: 9, ServerPID: 4242, Flags: FlagUserRecovery | flagSafeStopDev, ServerFlags: 5, OwnerUID: 1000, OwnerGID: 1001}, got)
 	assert.Equal(t, "quiesced", got.State.String())
 	assert.Equal(t, "state(9)", DevState(9).String())
 }

@@ -1,0 +1,236 @@
+package ublk
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/drainkit/drainkit/internal/ublkctl"
+	"github.com/drainkit/drainkit/internal/ublkhook"
+)
+
+// DefaultReserve is the time a Teardown keeps for itself when
+// Config.Reserve is zero: what the last resort, the daemon's own stop, the
+// /dev/ublk-control fallback and the kill need.
+const DefaultReserve = 10 * time.Second
+
+// Config configures a Teardown; New checks it and names the offending
+// field. The zero value is the safe default: every ublk device sysfs
+// shows, the running kernel classified by the built-in table, a reserve of
+// DefaultReserve, the last resort and the /dev/ublk-control fallback on,
+// telemetry to the global OpenTelemetry providers and logs discarded.
+type Config struct {
+	// Devices limits the step to these device IDs, as the server knows
+	// them; empty means every ublk device sysfs shows. IDs must be >= 0.
+	Devices []int
+
+	// Kernels are the operator's declarations of which kernels are fixed,
+	// vulnerable or may hang on exit (from LoadKernelDeclarations, or a
+	// KernelDeclarations flag). They are tried in order before the
+	// built-in table; the first match decides. See KernelDeclaration for
+	// the Ubuntu noble example.
+	Kernels KernelDeclarations
+
+	// Reserve is the time the step reserves before its deadline in the
+	// drain plan; zero means DefaultReserve. The phases before it leave it
+	// this much. The step divides it 3:2:3:2 between the last resort
+	// (killing the doomed holders and STOP_DEV of the devices they free),
+	// the daemon's own stop, the /dev/ublk-control fallback and the kill,
+	// in that order, with deadline.Split; the holder wait and the daemon's
+	// stop also get whatever time the window has beyond the reserve. The
+	// last resort's part is kept even when it does not run (it is then the
+	// daemon's stop's), so the holder wait ends at the same point on every
+	// kernel. It must be >= 0.
+	Reserve time.Duration
+
+	// HolderWait bounds how long the step waits for processes to close the
+	// devices before it asks the daemon to stop. Zero means until the
+	// last-resort point, where only the step's reserve is left (unbounded
+	// without a deadline); a tiny value (1ns) looks once. It never extends
+	// past the last-resort point; when it ends earlier with holders left,
+	// the last resort (see NoLastResort) runs then. It must be >= 0.
+	HolderWait time.Duration
+
+	// RequestTimeout bounds Daemon.RequestStop; zero means 5 s. It never
+	// runs past the point where the control fallback starts. It must be
+	// >= 0.
+	RequestTimeout time.Duration
+
+	// ExitWait is how long the daemon may take to exit once none of its
+	// devices is live any more, before it is killed (killing is then safe
+	// on every kernel); zero means 5 s, a tiny value (1ns) kills at once.
+	// It must be >= 0.
+	ExitWait time.Duration
+
+	// PollInterval is how often sysfs and procfs are re-read while
+	// waiting; zero means 100 ms. It must be >= 0.
+	PollInterval time.Duration
+
+	// StopDespiteHolders makes the step ask the daemon to stop even when a
+	// device is still held open after HolderWait (the holder then sees I/O
+	// errors), instead of running the last resort. By default the step
+	// does not: on a kernel not known fixed it runs the last resort, and
+	// where that is off, not applicable, or leaves a holder it may not
+	// kill, it returns a *HeldError and leaves the daemon running.
+	StopDespiteHolders bool
+
+	// NoLastResort turns the last resort off. By default, on a kernel that
+	// is not known fixed (vulnerable, exit may hang, an undeclared vendor
+	// build), when a disk is still held open at the last-resort point (the
+	// end of the holder wait, where only the step's reserve is left) the
+	// step SIGKILLs the holders inside its own cgroup, which the pod's
+	// SIGKILL would end a few seconds later anyway, stops every device
+	// they free with STOP_DEV and asks the daemon to stop, so the daemon
+	// exits with no live device before SIGKILL instead of dying with one
+	// (the host-crash path). Turn it off only where a holder in the
+	// server's cgroup must never be killed, for example a VMM that runs
+	// its own shutdown past the grace period; the step then returns a
+	// *HeldError and leaves the daemon running, and SIGKILL kills it with
+	// live devices.
+	NoLastResort bool
+
+	// NoControl turns the /dev/ublk-control fallback off (and with it the
+	// last resort's STOP_DEV): only the daemon stops the devices.
+	NoControl bool
+
+	// ControlPath is the control device of the fallback; "" means
+	// "/dev/ublk-control".
+	ControlPath string
+
+	// Logger receives the step's progress; nil discards it.
+	Logger *slog.Logger
+
+	// TracerProvider is the OpenTelemetry tracer provider; nil means
+	// otel.GetTracerProvider(). Stop records one span, ublk.Teardown, with
+	// the attributes drainkit.ublk.kernel.release, .kernel.class, .verdict
+	// and .devices, and one event per action (drainkit.ublk.step.result,
+	// .step.duration in seconds, .step.error); its status is Error when
+	// Stop returns an error.
+	TracerProvider trace.TracerProvider
+
+	// MeterProvider is the OpenTelemetry meter provider; nil means
+	// otel.GetMeterProvider(). Stop records drainkit.ublk.devices
+	// ({device}), a counter of the devices by drainkit.ublk.verdict, and
+	// drainkit.ublk.teardown.duration (s), a histogram by the step's
+	// verdict with boundaries from 5 ms to 2 h.
+	MeterProvider metric.MeterProvider
+
+	// hooks are the test hooks, set through internal/ublkhook.
+	hooks ublkhook.Hooks
+}
+
+func init() {
+	ublkhook.Set = func(cfg any, h ublkhook.Hooks) { cfg.(*Config).hooks = h }
+}
+
+// config is a checked Config with its defaults filled in.
+type config struct {
+	sysRoot, procRoot string
+	ids               []int
+	daemon            Daemon
+	release           string // "" until New reads uname
+	decls             []KernelDeclaration
+	poll              time.Duration
+	holderWait        time.Duration // 0: until the last-resort point
+	requestTimeout    time.Duration
+	stopDespite       bool
+	exitWait          time.Duration
+	lastResortReserve time.Duration // the four parts of Reserve
+	stopReserve       time.Duration
+	controlReserve    time.Duration
+	killReserve       time.Duration
+	lastResortOff     bool
+	// killHolders is the holder half of the last resort; tests of this
+	// package replace it (a fake procfs has no process to kill).
+	killHolders func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[DevNum]int) (string, []HolderFate)
+	openControl func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
+	logger      *slog.Logger
+	tp          trace.TracerProvider
+	mp          metric.MeterProvider
+}
+
+// fieldErr is New's error about one field of Config.
+func fieldErr(field, format string, args ...any) error {
+	return fmt.Errorf("ublk: Config.%s %s", field, fmt.Sprintf(format, args...))
+}
+
+// check validates c and fills in the defaults.
+func (c Config) check() (config, error) {
+	for _, id := range c.Devices {
+		if id < 0 {
+			return config{}, fieldErr("Devices", "must hold IDs >= 0, got %d", id)
+		}
+	}
+	for i, d := range c.Kernels {
+		if err := d.validate(); err != nil {
+			return config{}, fieldErr(fmt.Sprintf("Kernels[%d]", i), "is bad: %v", err)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"Reserve", c.Reserve}, {"HolderWait", c.HolderWait}, {"RequestTimeout", c.RequestTimeout},
+		{"ExitWait", c.ExitWait}, {"PollInterval", c.PollInterval}} {
+		if f.d < 0 {
+			return config{}, fieldErr(f.name, "must be >= 0, got %v", f.d)
+		}
+	}
+	cfg := config{
+		sysRoot:        or(c.hooks.SysfsRoot, "/sys"),
+		procRoot:       or(c.hooks.ProcfsRoot, "/proc"),
+		ids:            append([]int(nil), c.Devices...),
+		release:        c.hooks.KernelRelease,
+		decls:          append([]KernelDeclaration(nil), c.Kernels...),
+		poll:           orDur(c.PollInterval, 100*time.Millisecond),
+		holderWait:     c.HolderWait,
+		requestTimeout: orDur(c.RequestTimeout, 5*time.Second),
+		stopDespite:    c.StopDespiteHolders,
+		exitWait:       orDur(c.ExitWait, 5*time.Second),
+		lastResortOff:  c.NoLastResort,
+		killHolders:    killDoomed,
+		logger:         c.Logger,
+		tp:             c.TracerProvider,
+		mp:             c.MeterProvider,
+	}
+	reserve := orDur(c.Reserve, DefaultReserve)
+	cfg.lastResortReserve = reserve * 3 / 10
+	cfg.stopReserve = reserve * 2 / 10
+	cfg.controlReserve = reserve * 3 / 10
+	cfg.killReserve = reserve - cfg.lastResortReserve - cfg.stopReserve - cfg.controlReserve
+	switch path := or(c.ControlPath, ublkctl.DefaultPath); {
+	case c.NoControl:
+	case c.hooks.OpenControl != nil:
+		cfg.openControl = c.hooks.OpenControl
+	default:
+		cfg.openControl = func(context.Context) (ublkctl.Controller, error) { return ublkctl.Open(path) }
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.tp == nil {
+		cfg.tp = otel.GetTracerProvider()
+	}
+	if cfg.mp == nil {
+		cfg.mp = otel.GetMeterProvider()
+	}
+	return cfg, nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func orDur(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
