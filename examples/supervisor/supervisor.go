@@ -109,14 +109,9 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.meters, s.metrics, err = promexport.New(); err != nil {
 		return nil, err
 	}
-	opts := append(cfg.api.Options(), httpsource.WithLogger(s.log), httpsource.WithMeterProvider(s.meters))
-	if cfg.client != nil {
-		opts = append(opts, httpsource.WithClient(cfg.client))
-	}
-	if cfg.apiKey != "" {
-		opts = append(opts, httpsource.WithAPIKey("", cfg.apiKey))
-	}
-	if s.src, err = httpsource.New(cfg.serverURL, opts...); err != nil {
+	api := cfg.api.Config()
+	api.Logger, api.MeterProvider, api.Client, api.APIKey = s.log, s.meters, cfg.client, cfg.apiKey
+	if s.src, err = httpsource.New(cfg.serverURL, api); err != nil {
 		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 	}
 	p, err := pause.New(s.src, pause.Config{Limit: cfg.concurrency, Logger: s.log, MeterProvider: s.meters})

@@ -22,6 +22,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/httpsource"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -238,7 +239,7 @@ func TestAPIFlags(t *testing.T) {
 	c, err := parseArgs([]string{"-api", "agentenv", "--", "server"}, &stderr)
 	require.NoError(t, err)
 	assert.Equal(t, "http://127.0.0.1:8000", c.serverURL, "AgentENV serves its API on 8000")
-	assert.Len(t, c.api.Options(), 1, "the preset alone")
+	assert.Equal(t, httpsource.AgentENV(), c.api.Config(), "the preset alone")
 
 	t.Setenv(EnvAPIKey, "from-env")
 	c, err = parseArgs([]string{"--", "server"}, &stderr)

@@ -50,12 +50,12 @@ type Flags struct {
 func (a *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&a.API, "api", Generic, "the server's API shape: generic or agentenv (AgentENV's node API: GET /v2/sandboxes pages, sandboxID, memoryMB)")
 	fs.StringVar(&a.keyFile, "api-key-file", "", "file holding the API key sent as X-API-Key (default: the environment variable "+EnvAPIKey+")")
-	fs.StringVar(&a.listPath, "list-path", httpsource.DefaultListPath, "path that lists the sandboxes (GET)")
+	fs.StringVar(&a.listPath, "list-path", "", "path that lists the sandboxes (GET) (default: the preset's; generic: /sandboxes)")
 	fs.StringVar(&a.fallbackList, "fallback-list-path", "", "list path used once -list-path answers 404")
-	fs.StringVar(&a.pausePath, "pause-path", httpsource.DefaultPausePath, "path that pauses one sandbox (POST); {id} is its ID")
+	fs.StringVar(&a.pausePath, "pause-path", "", "path that pauses one sandbox (POST); {id} is its ID (default: the preset's; generic: /sandboxes/{id}/pause)")
 	fs.StringVar(&a.itemsField, "items-field", "", "field of the list answer holding the array (empty: the answer is the array)")
-	fs.StringVar(&a.idField, "id-field", httpsource.DefaultIDField, "field of a listed sandbox holding its ID")
-	fs.StringVar(&a.stateField, "state-field", httpsource.DefaultStateField, "field of a listed sandbox holding its state (empty: every listed sandbox is running)")
+	fs.StringVar(&a.idField, "id-field", "", "field of a listed sandbox holding its ID (default: the preset's; generic: id)")
+	fs.StringVar(&a.stateField, "state-field", "", "field of a listed sandbox holding its state (default: state; given empty: every listed sandbox is running)")
 	fs.StringVar(&a.sizeField, "size-field", "", "numeric field of a listed sandbox holding its size (the memory a pause writes)")
 	fs.Int64Var(&a.sizeUnit, "size-unit", 1<<20, "bytes per unit of -size-field")
 	fs.StringVar(&a.nextToken, "next-token", "", "pagination: HEADER,PARAM (the answer's header with the next page's token, the query parameter that sends it back)")
@@ -91,46 +91,33 @@ func (a *Flags) Finish(fs *flag.FlagSet) (key string, err error) {
 	return key, nil
 }
 
-// Options returns the httpsource options of the shape: the preset, then
-// every shape flag given on the command line (all of them for generic).
-func (a *Flags) Options() []httpsource.Option {
-	var opts []httpsource.Option
-	given := func(name string) bool { return a.API == Generic || a.set[name] }
+// Config returns the httpsource configuration of the shape: the preset
+// (the zero Config for generic, httpsource.AgentENV for agentenv), with
+// every shape flag given on the command line overriding its field.
+func (a *Flags) Config() httpsource.Config {
+	var c httpsource.Config
 	if a.API == AgentENV {
-		opts = append(opts, httpsource.AgentENV())
+		c = httpsource.AgentENV()
 	}
-	if given("list-path") {
-		opts = append(opts, httpsource.WithListPath(a.listPath))
-	}
-	if given("fallback-list-path") {
-		opts = append(opts, httpsource.WithFallbackListPath(a.fallbackList))
-	}
-	if given("pause-path") {
-		opts = append(opts, httpsource.WithPause("POST", a.pausePath))
-	}
-	if given("items-field") || given("id-field") || given("state-field") {
-		items, id, state := a.itemsField, a.idField, a.stateField
-		if a.API == AgentENV { // only what was given overrides the preset
-			items = pick(a.set["items-field"], items, "")
-			id = pick(a.set["id-field"], id, httpsource.AgentENVIDField)
-			state = pick(a.set["state-field"], state, httpsource.DefaultStateField)
+	set := func(name string, field *string, v string) {
+		if a.set[name] {
+			*field = v
 		}
-		opts = append(opts, httpsource.WithFields(items, id, state))
 	}
-	if a.set["size-field"] || a.set["size-unit"] || (a.API == Generic && a.sizeField != "") {
-		field := pick(a.set["size-field"] || a.API == Generic, a.sizeField, httpsource.AgentENVSizeField)
-		opts = append(opts, httpsource.WithSizeField(field, a.sizeUnit))
+	set("list-path", &c.ListPath, a.listPath)
+	set("fallback-list-path", &c.FallbackListPath, a.fallbackList)
+	set("pause-path", &c.PausePath, a.pausePath)
+	set("items-field", &c.ItemsField, a.itemsField)
+	set("id-field", &c.IDField, a.idField)
+	if a.set["state-field"] {
+		c.StateField, c.NoStateField = a.stateField, a.stateField == ""
 	}
-	if given("next-token") && a.nextToken != "" {
-		h, p, _ := strings.Cut(a.nextToken, ",")
-		opts = append(opts, httpsource.WithPagination(h, p))
+	if a.set["size-field"] || a.set["size-unit"] {
+		set("size-field", &c.SizeField, a.sizeField)
+		c.SizeUnit = a.sizeUnit
 	}
-	return opts
-}
-
-func pick(given bool, v, preset string) string {
-	if given {
-		return v
+	if a.set["next-token"] && a.nextToken != "" {
+		c.PageTokenHeader, c.PageTokenParam, _ = strings.Cut(a.nextToken, ",")
 	}
-	return preset
+	return c
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/internal/apiflags"
+	"github.com/drainkit/drainkit/pause/httpsource"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,16 +28,25 @@ func parse(t *testing.T, args ...string) (*apiflags.Flags, string, error) {
 	return &a, key, err
 }
 
-func TestPresetAloneForAgentENVAndEveryShapeFlagForGeneric(t *testing.T) {
+func TestPresetWithTheShapeFlagsGivenOverridingItsFields(t *testing.T) {
 	a, _, err := parse(t, "-api", "agentenv")
 	require.NoError(t, err)
-	assert.Len(t, a.Options(), 1, "the AgentENV preset alone")
-	a, _, err = parse(t, "-api", "agentenv", "-list-path", "/v3/sandboxes")
+	assert.Equal(t, httpsource.AgentENV(), a.Config(), "the AgentENV preset alone")
+
+	a, _, err = parse(t, "-api", "agentenv", "-list-path", "/v3/sandboxes", "-size-unit", "1024")
 	require.NoError(t, err)
-	assert.Len(t, a.Options(), 2, "the preset, then the list path given")
+	want := httpsource.AgentENV()
+	want.ListPath, want.SizeUnit = "/v3/sandboxes", 1024
+	assert.Equal(t, want, a.Config(), "the preset, with the list path and size unit given")
+
 	a, _, err = parse(t)
 	require.NoError(t, err)
-	assert.Len(t, a.Options(), 4, "generic: list path, fallback list path, pause path, fields")
+	assert.Equal(t, httpsource.Config{}, a.Config(), "generic: the zero Config, httpsource's defaults")
+
+	a, _, err = parse(t, "-state-field", "", "-id-field", "uid", "-size-field", "mem", "-next-token", "x-next,page")
+	require.NoError(t, err)
+	assert.Equal(t, httpsource.Config{IDField: "uid", NoStateField: true, SizeField: "mem", SizeUnit: 1 << 20,
+		PageTokenHeader: "x-next", PageTokenParam: "page"}, a.Config())
 	assert.Equal(t, "http://127.0.0.1:8000", apiflags.DefaultServerURL[apiflags.AgentENV])
 }
 

@@ -7,7 +7,9 @@
 //	api.Register(fs)
 //	_ = fs.Parse(args)
 //	key, err := api.Finish(fs) // validates, reads the API key
-//	src, err := httpsource.New(url, append(api.Options(), httpsource.WithAPIKey("", key))...)
+//	cfg := api.Config()
+//	cfg.APIKey = key
+//	src, err := httpsource.New(url, cfg)
 //
 // -api picks a preset (generic, or AgentENV's node API); the shape flags
 // (-list-path, -id-field, -size-field, ...) override single settings of

@@ -20,7 +20,9 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	src, err := httpsource.New(apiflags.DefaultServerURL[api.API], append(api.Options(), httpsource.WithAPIKey("", key+"k"))...)
-	fmt.Println(api.API, len(api.Options()), src != nil, err)
-	// Output: agentenv 2 true <nil>
+	cfg := api.Config()
+	cfg.APIKey = key
+	src, err := httpsource.New(apiflags.DefaultServerURL[api.API], cfg)
+	fmt.Println(api.API, cfg.ListPath, cfg.IDField, src != nil, err)
+	// Output: agentenv /v2/sandboxes sandboxID true <nil>
 }

@@ -48,7 +48,7 @@ type listCounts struct{ v1, v2 atomic.Int64 }
 
 func TestAgentENVPresetListsEveryPageKeyedBySandboxID(t *testing.T) {
 	srv, url, counts := agentenv(t, 200, fakeagentenv.Config{APIKey: "k", PageSize: 37})
-	src, err := New(url, AgentENV(), WithAPIKey("", "k"))
+	src, err := New(url, agentENVWithKey("k"))
 	require.NoError(t, err)
 	sbs, err := src.List(t.Context())
 	require.NoError(t, err)
@@ -75,7 +75,7 @@ func TestAgentENVPresetFallsBackToTheDeprecatedListOnce(t *testing.T) {
 
 func TestAgentENVWithoutTheKeyIsPermanent(t *testing.T) {
 	_, url, _ := agentenv(t, 1, fakeagentenv.Config{APIKey: "k"})
-	src, err := New(url, AgentENV(), WithAPIKey("", "wrong"))
+	src, err := New(url, agentENVWithKey("wrong"))
 	require.NoError(t, err)
 	_, err = src.List(t.Context())
 	var se *StatusError
@@ -147,7 +147,7 @@ func TestAgentENVSizesOrderThePausesAndSetTheFirstEstimate(t *testing.T) {
 // sandbox's first pause: every sandbox across every page ends paused.
 func TestAgentENVPreserverPausesEverySandboxAcrossPages(t *testing.T) {
 	srv, url, _ := agentenv(t, 200, fakeagentenv.Config{APIKey: "k", PageSize: 37, PauseBase: time.Millisecond, FailFirst: 5})
-	src, err := New(url, AgentENV(), WithAPIKey("", "k"))
+	src, err := New(url, agentENVWithKey("k"))
 	require.NoError(t, err)
 	p, err := pause.New(src, pause.Config{Limit: 16})
 	require.NoError(t, err)
@@ -178,9 +178,16 @@ func TestPaginationStopsAtARepeatedToken(t *testing.T) {
 
 func TestGenericShapeNamesTheMissingIDField(t *testing.T) {
 	_, url, _ := agentenv(t, 1, fakeagentenv.Config{})
-	src, err := New(url) // the generic shape against AgentENV: "id" is not there
+	src, err := New(url, Config{}) // the generic shape against AgentENV: "id" is not there
 	require.NoError(t, err)
 	_, err = src.List(t.Context())
 	assert.ErrorContains(t, err, `field "id" must be`)
 	assert.ErrorContains(t, err, "sandboxID", "the error shows the fields the server sends")
+}
+
+// agentENVWithKey is the AgentENV preset with key as its API key.
+func agentENVWithKey(key string) Config {
+	c := AgentENV()
+	c.APIKey = key
+	return c
 }

@@ -40,7 +40,7 @@ func preserveAll(b *testing.B, mode serial, limit int) (time.Duration, int) {
 	f := newFakeServer(n, func(f *fakeServer) { f.pauseDelay, f.serial = 2*time.Millisecond, mode })
 	srv := httptest.NewServer(f.handler())
 	defer srv.Close()
-	src, err := New(srv.URL)
+	src, err := New(srv.URL, Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

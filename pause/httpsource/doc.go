@@ -6,9 +6,9 @@
 //
 // Typical wiring, in a supervisor process in front of the server:
 //
-//	src, err := httpsource.New("http://127.0.0.1:8000",
-//		httpsource.AgentENV(), // AgentENV's node API
-//		httpsource.WithAPIKey("", os.Getenv("DRAINKIT_API_KEY")))
+//	cfg := httpsource.AgentENV() // AgentENV's node API
+//	cfg.APIKey = os.Getenv("DRAINKIT_API_KEY")
+//	src, err := httpsource.New("http://127.0.0.1:8000", cfg)
 //	p, err := pause.New(src, pause.Config{Limit: 16})
 //	...
 //	ctx, cancel := plan.Context(ctx, "preserve")
@@ -19,7 +19,7 @@
 // preserving, and POST /sandboxes/{id}/pause pauses one. Paths, method, JSON
 // fields, running states, pagination (a next-page token in a response
 // header), a fallback list path, a size field and the API-key header are
-// options. AgentENV is the preset for AgentENV's real node API: GET
+// fields of Config. AgentENV returns the Config for AgentENV's real node API: GET
 // /v2/sandboxes?state=running across x-next-token pages (the deprecated GET
 // /sandboxes when v2 answers 404), sandboxes keyed by sandboxID and sized by
 // memoryMB, POST /sandboxes/{sandboxID}/pause.

@@ -33,7 +33,7 @@ func Example() {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	src, err := httpsource.New(srv.URL)
+	src, err := httpsource.New(srv.URL, httpsource.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -65,7 +65,9 @@ func ExampleAgentENV() {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	src, err := httpsource.New(srv.URL, httpsource.AgentENV())
+	cfg := httpsource.AgentENV()
+	cfg.APIKey = "secret" // sent as X-API-Key
+	src, err := httpsource.New(srv.URL, cfg)
 	if err != nil {
 		panic(err)
 	}

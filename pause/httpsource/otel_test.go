@@ -29,7 +29,7 @@ func TestSpansAndMetricsPerRequest(t *testing.T) {
 	})
 	mux.HandleFunc("POST /sandboxes/a/pause", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
 	mux.HandleFunc("POST /sandboxes/b/pause", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	src := inProcess(t, mux, WithTracerProvider(tp), WithMeterProvider(mp))
+	src := inProcess(t, mux, Config{TracerProvider: tp, MeterProvider: mp})
 
 	sbs, err := src.List(t.Context())
 	require.NoError(t, err)
@@ -75,7 +75,7 @@ func TestRequestWithoutAnAnswerRecordsErrorType(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens: connection refused
-	src, err := New("http://"+addr, WithMeterProvider(mp), WithListTimeout(time.Second))
+	src, err := New("http://"+addr, Config{MeterProvider: mp, ListTimeout: time.Second})
 	require.NoError(t, err)
 	_, err = src.List(t.Context())
 	require.Error(t, err)

@@ -25,7 +25,7 @@ func TestPreserverPreservesEveryRunningSandboxOverLoopback(t *testing.T) {
 		}
 	})
 	f.add("already-paused", "paused")
-	src, err := New(f.start(t))
+	src, err := New(f.start(t), Config{})
 	require.NoError(t, err)
 	vanishing := sandboxID(7)
 	first := true
@@ -66,7 +66,7 @@ func TestPermanentRefusalIsFailedAndNotRetried(t *testing.T) {
 	mux.HandleFunc("POST /sandboxes/sb-ab/pause", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"message":"sandbox is being forked"}`, http.StatusBadRequest)
 	})
-	src := inProcess(t, mux)
+	src := inProcess(t, mux, Config{})
 	p, err := pause.New(src, pause.Config{Limit: 4})
 	require.NoError(t, err)
 	rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
@@ -83,7 +83,7 @@ func TestPermanentRefusalIsFailedAndNotRetried(t *testing.T) {
 func TestSlowServerIsCutAtThePhaseDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeServer(20, func(f *fakeServer) { f.pauseDelay = 10 * time.Second })
-		p, err := pause.New(inProcess(t, f.handler()), pause.Config{Limit: 4, Order: pause.OrderFIFO})
+		p, err := pause.New(inProcess(t, f.handler(), Config{}), pause.Config{Limit: 4, Order: pause.OrderFIFO})
 		require.NoError(t, err)
 		start := time.Now()
 		rep := p.Run(ctxWithDeadline(t, 35*time.Second), time.Time{})
@@ -107,7 +107,7 @@ func TestOneAtATimeServerIsNoWorseAtHigherConcurrency(t *testing.T) {
 			run := func(limit int) (makespan time.Duration, rejected int, rep *pause.Report) {
 				synctest.Test(t, func(t *testing.T) {
 					f := newFakeServer(n, func(f *fakeServer) { f.pauseDelay, f.serial = pauseTime, mode })
-					p, err := pause.New(inProcess(t, f.handler()), pause.Config{Limit: limit})
+					p, err := pause.New(inProcess(t, f.handler(), Config{}), pause.Config{Limit: limit})
 					require.NoError(t, err)
 					start := time.Now()
 					rep = p.Run(ctxWithDeadline(t, time.Hour), time.Time{})
@@ -154,7 +154,7 @@ func TestOneAtATimeServerOverLoopback(t *testing.T) {
 	for name, mode := range map[string]serial{"reject": reject, "block": block} {
 		t.Run(name, func(t *testing.T) {
 			f := newFakeServer(n, func(f *fakeServer) { f.pauseDelay, f.serial = 5*time.Millisecond, mode })
-			src, err := New(f.start(t))
+			src, err := New(f.start(t), Config{})
 			require.NoError(t, err)
 			p, err := pause.New(src, pause.Config{Limit: 8})
 			require.NoError(t, err)
@@ -196,7 +196,7 @@ func TestFailedListingIsUnknownWithTheLastError(t *testing.T) {
 				mux := http.NewServeMux()
 				mux.Handle("/", f.handler())
 				mux.Handle("GET /sandboxes", tc.handler)
-				p, err := pause.New(inProcess(t, mux, WithListTimeout(2*time.Second)), pause.Config{})
+				p, err := pause.New(inProcess(t, mux, Config{ListTimeout: 2 * time.Second}), pause.Config{})
 				require.NoError(t, err)
 				rep := p.Run(ctxWithDeadline(t, 10*time.Second), time.Time{})
 				assert.Zero(t, rep.Lost())

@@ -25,7 +25,7 @@ type sandbox struct {
 // ID implements pause.Sandbox.
 func (b *sandbox) ID() string { return b.id }
 
-// sizedSandbox is a sandbox listed with a size (WithSizeField).
+// sizedSandbox is a sandbox listed with a size (Config.SizeField).
 type sizedSandbox struct {
 	sandbox
 	size int64

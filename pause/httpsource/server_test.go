@@ -257,10 +257,10 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // inProcess returns a Source over h without a network, for synctest.
-func inProcess(t testing.TB, h http.Handler, opts ...Option) *Source {
+func inProcess(t testing.TB, h http.Handler, c Config) *Source {
 	t.Helper()
-	opts = append([]Option{WithClient(&http.Client{Transport: handlerTransport{h}})}, opts...)
-	s, err := New("http://sandbox-server.test", opts...)
+	c.Client = &http.Client{Transport: handlerTransport{h}}
+	s, err := New("http://sandbox-server.test", c)
 	if err != nil {
 		t.Fatal(err)
 	}

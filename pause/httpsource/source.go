@@ -34,25 +34,155 @@ import (
 // scope is the instrumentation scope name: the package import path.
 const scope = "github.com/drainkit/drainkit/pause/httpsource"
 
-// The defaults: a generic shape (GET /sandboxes answers an array of
-// {"id", "state"} objects). AgentENV's real API is the AgentENV preset.
+// The defaults of Config's zero fields: a generic shape (GET /sandboxes
+// answers an array of {"id", "state"} objects).
 const (
-	DefaultListPath     = "/sandboxes"
-	DefaultPauseMethod  = http.MethodPost
-	DefaultPausePath    = "/sandboxes/{id}/pause"
-	DefaultIDField      = "id"
-	DefaultStateField   = "state"
-	DefaultRunningState = "running"
-	DefaultAPIKeyHeader = "X-API-Key"
-	// DefaultListTimeout bounds one list request. A list is cheap; one that
+	defaultListPath     = "/sandboxes"
+	defaultPausePath    = "/sandboxes/{id}/pause"
+	defaultIDField      = "id"
+	defaultStateField   = "state"
+	defaultRunningState = "running"
+	defaultAPIKeyHeader = "X-API-Key"
+	// defaultListTimeout bounds one list request. A list is cheap; one that
 	// takes longer than this is stuck and the next pass or poll retries it.
-	DefaultListTimeout = 10 * time.Second
+	defaultListTimeout = 10 * time.Second
 )
 
 // maxBody bounds how much of a response body is read.
 const maxBody = 32 << 20
 
-// config is what the options set.
+// Config describes the server's API and how the Source talks to it. Its
+// zero value is the generic shape: GET /sandboxes answers a JSON array of
+// {"id": ..., "state": ...} objects, the ones in state "running" need
+// preserving, and POST /sandboxes/{id}/pause pauses one; no API key, no
+// pagination, no sizes. AgentENV returns the Config of AgentENV's node API.
+type Config struct {
+	// Client sends the requests. Nil means a client of the Source's own
+	// with no overall timeout (requests are bounded by their contexts).
+	Client *http.Client
+
+	// APIKey, when not empty, is sent in the header APIKeyHeader on every
+	// request.
+	APIKey string
+	// APIKeyHeader names the API key's header; empty means "X-API-Key".
+	APIKeyHeader string
+
+	// ListPath is the path, relative to the base URL, that lists the
+	// sandboxes with GET; it may carry a query. Empty means "/sandboxes".
+	ListPath string
+	// FallbackListPath is a second list path, used from the first time
+	// ListPath answers 404 Not Found on: a server that has not got the
+	// newer endpoint yet (AgentENV's deprecated GET /sandboxes behind GET
+	// /v2/sandboxes). Empty means none, and a 404 from ListPath is a
+	// permanent error.
+	FallbackListPath string
+	// PageTokenHeader and PageTokenParam follow the list across pages:
+	// when an answer carries the response header PageTokenHeader, the
+	// Source asks for the next page with the header's value in the query
+	// parameter PageTokenParam, until an answer comes without it (AgentENV:
+	// "x-next-token" and "nextToken"). All the pages of one listing share
+	// one list timeout; a sandbox listed on two pages counts once, and a
+	// token the server sends twice ends the listing with a permanent error
+	// instead of a loop. Both empty, the default, means no pagination; one
+	// without the other is an error.
+	PageTokenHeader string
+	PageTokenParam  string
+
+	// ItemsField is the field of a top-level object that holds the array
+	// of sandboxes; empty means the answer is the array itself.
+	ItemsField string
+	// IDField is the field of each element that holds its ID (a string or
+	// a number); empty means "id".
+	IDField string
+	// StateField is the field of each element that holds its state; empty
+	// means "state". An element without it counts as running.
+	StateField string
+	// NoStateField says the elements carry no state: every listed sandbox
+	// needs preserving (a list endpoint that returns only running ones).
+	// StateField and RunningStates are then not used.
+	NoStateField bool
+	// RunningStates are the state values (compared case-insensitively) of
+	// the sandboxes that need preserving; nil means "running".
+	RunningStates []string
+	// SizeField, when not empty, is the numeric field of each element that
+	// holds its size, in units of SizeUnit bytes (AgentENV's memoryMB, unit
+	// 1<<20: the memory a pause writes), and makes the sandboxes List
+	// returns pause.Sized: the Preserver orders them by size (longest first
+	// when time is ample, shortest first when the deadline binds) and
+	// estimates each pause from it until it has measured pauses. A sandbox
+	// without the field, or with a size that is not a positive number, has
+	// no size.
+	SizeField string
+	// SizeUnit is the bytes per unit of SizeField; zero means 1. It must
+	// be >= 0.
+	SizeUnit int64
+
+	// PauseMethod is the HTTP method of the pause request; empty means
+	// POST.
+	PauseMethod string
+	// PausePath is the path template that pauses one sandbox; "{id}" in it
+	// is replaced by the path-escaped sandbox ID. Empty means
+	// "/sandboxes/{id}/pause".
+	PausePath string
+	// GoneStatus are the HTTP statuses (4xx) of a pause answer that mean
+	// the sandbox is gone or already preserved (pause.ErrGone); nil means
+	// 404 and 410. A 409 not listed here is settled by listing again (see
+	// Source).
+	GoneStatus []int
+
+	// ListTimeout bounds each listing (and always the caller's context).
+	// Zero means 10 s; a negative timeout means the context alone.
+	ListTimeout time.Duration
+	// PauseTimeout bounds each pause request, counted from when it is
+	// sent. Zero, the default, leaves the bound to the caller's context
+	// (the Preserver's per-sandbox bound and phase deadline): a pause the
+	// client gives up on keeps running on the server, so a short timeout
+	// turns a slow pause into a failed one without saving any time. It must
+	// be >= 0.
+	PauseTimeout time.Duration
+	// MaxInFlight caps how many pause requests are on the wire at once,
+	// whatever the Preserver's limit; zero, the default, means no cap of
+	// the Source's own. The Source lowers its limit below the cap when the
+	// server answers 429 (see Source). It must be >= 0.
+	MaxInFlight int
+
+	// Logger receives the Source's log lines; nil discards them.
+	Logger *slog.Logger
+	// TracerProvider makes the "httpsource.List" and "httpsource.Pause"
+	// spans; nil means otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// MeterProvider makes the one instrument, the histogram
+	// drainkit.httpsource.request.duration (s) by
+	// drainkit.httpsource.operation ("list" or "pause"),
+	// http.request.method, and http.response.status_code, or error.type
+	// when no answer came ("timeout" or "_OTHER"); nil means
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+}
+
+// AgentENV returns the Config of AgentENV's node API
+// (src/api/spec/paths/sandboxes.yml): list with GET
+// /v2/sandboxes?state=running, following the x-next-token header into the
+// nextToken parameter, and with the deprecated GET /sandboxes when v2
+// answers 404; sandboxes are objects keyed by sandboxID whose state
+// "running" needs preserving and whose memoryMB is their size (pause.Sized,
+// in bytes); pause with POST /sandboxes/{sandboxID}/pause, where 204 is
+// done, 404 gone, and 409 is settled by listing again. Set APIKey (sent in
+// X-API-Key), and change any other field, on the value it returns.
+func AgentENV() Config {
+	return Config{
+		ListPath:         "/v2/sandboxes?state=running",
+		FallbackListPath: "/sandboxes",
+		PageTokenHeader:  "x-next-token",
+		PageTokenParam:   "nextToken",
+		IDField:          "sandboxID",
+		SizeField:        "memoryMB",
+		SizeUnit:         1 << 20,
+		PausePath:        "/sandboxes/{id}/pause",
+	}
+}
+
+// config is a Config with every default filled in.
 type config struct {
 	client       *http.Client
 	apiHeader    string
@@ -62,15 +192,15 @@ type config struct {
 	pausePath    string
 	itemsField   string
 	idField      string
-	stateField   string
+	stateField   string // "": every listed sandbox is running
 	running      []string
 	gone         []int
-	fallbackList string // list path used once listPath answers 404
-	tokenHeader  string // response header holding the next page's token
-	tokenParam   string // query parameter that sends it back
-	sizeField    string // numeric field of each element: its size
-	sizeUnit     int64  // bytes per unit of the size field
-	listTimeout  time.Duration
+	fallbackList string        // list path used once listPath answers 404
+	tokenHeader  string        // response header holding the next page's token
+	tokenParam   string        // query parameter that sends it back
+	sizeField    string        // numeric field of each element: its size
+	sizeUnit     int64         // bytes per unit of the size field
+	listTimeout  time.Duration // 0: the context alone
 	pauseTimeout time.Duration
 	maxInFlight  int
 	logger       *slog.Logger
@@ -78,145 +208,48 @@ type config struct {
 	mp           metric.MeterProvider
 }
 
-// An Option configures a Source.
-type Option func(*config)
-
-// WithClient sets the HTTP client. The default is a client of its own with
-// no overall timeout (requests are bounded by their contexts).
-func WithClient(c *http.Client) Option { return func(cf *config) { cf.client = c } }
-
-// WithAPIKey sends key in the header named header on every request. An empty
-// header means DefaultAPIKeyHeader.
-func WithAPIKey(header, key string) Option {
-	return func(c *config) {
-		if header == "" {
-			header = DefaultAPIKeyHeader
+// resolve fills in the defaults of c's zero fields.
+func (c Config) resolve() config {
+	r := config{
+		client: c.Client, apiHeader: c.APIKeyHeader, apiKey: c.APIKey,
+		listPath: c.ListPath, pauseMethod: c.PauseMethod, pausePath: c.PausePath,
+		itemsField: c.ItemsField, idField: c.IDField, stateField: c.StateField,
+		running: c.RunningStates, gone: c.GoneStatus, fallbackList: c.FallbackListPath,
+		tokenHeader: c.PageTokenHeader, tokenParam: c.PageTokenParam,
+		sizeField: c.SizeField, sizeUnit: c.SizeUnit,
+		listTimeout: c.ListTimeout, pauseTimeout: c.PauseTimeout, maxInFlight: c.MaxInFlight,
+		logger: c.Logger, tp: c.TracerProvider, mp: c.MeterProvider,
+	}
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
 		}
-		c.apiHeader, c.apiKey = header, key
 	}
-}
-
-// WithListPath sets the path, relative to the base URL, that lists the
-// sandboxes with GET. Default DefaultListPath.
-func WithListPath(path string) Option { return func(c *config) { c.listPath = path } }
-
-// WithFallbackListPath sets a second list path, used from the first time
-// the list path answers 404 Not Found on: a server that has not got the
-// newer endpoint yet (AgentENV's deprecated GET /sandboxes behind GET
-// /v2/sandboxes). Default: none, and a 404 from the list path is a
-// permanent error.
-func WithFallbackListPath(path string) Option { return func(c *config) { c.fallbackList = path } }
-
-// WithPagination follows the list across pages: when an answer carries the
-// response header named header, the Source asks for the next page with the
-// header's value in the query parameter param, until an answer comes
-// without it (AgentENV: "x-next-token" and "nextToken"). All the pages of
-// one listing share one list timeout; a sandbox listed on two pages counts
-// once, and a token the server sends twice ends the listing with a
-// permanent error instead of a loop. Default: no pagination.
-func WithPagination(header, param string) Option {
-	return func(c *config) { c.tokenHeader, c.tokenParam = header, param }
-}
-
-// WithSizeField reads each listed sandbox's size from the numeric field
-// named field, in units of unit bytes (AgentENV's memoryMB, unit 1<<20:
-// the memory a pause writes), and makes the sandboxes List returns
-// pause.Sized: the Preserver orders them by size (longest first when time
-// is ample, shortest first when the deadline binds) and estimates each
-// pause from it until it has measured pauses (see pause.Sized). A sandbox
-// without the field, or with a size that is not a positive number, has no
-// size. Default: no size field.
-func WithSizeField(field string, unit int64) Option {
-	return func(c *config) { c.sizeField, c.sizeUnit = field, unit }
-}
-
-// The AgentENV preset's paths and fields (see AgentENV).
-const (
-	AgentENVListPath     = "/v2/sandboxes?state=running"
-	AgentENVFallbackPath = "/sandboxes"
-	AgentENVPausePath    = "/sandboxes/{id}/pause"
-	AgentENVIDField      = "sandboxID"
-	AgentENVSizeField    = "memoryMB"
-	AgentENVTokenHeader  = "x-next-token"
-	AgentENVTokenParam   = "nextToken"
-)
-
-// AgentENV sets AgentENV's node API (src/api/spec/paths/sandboxes.yml):
-// list with GET /v2/sandboxes?state=running, following the x-next-token
-// header into the nextToken parameter, and with the deprecated GET
-// /sandboxes when v2 answers 404; sandboxes are objects keyed by sandboxID
-// whose state "running" needs preserving and whose memoryMB is their size
-// (pause.Sized, in bytes); pause with
-// POST /sandboxes/{sandboxID}/pause, where 204 is done, 404 gone, and 409
-// is settled by listing again. The API key goes in X-API-Key (WithAPIKey).
-// Options after it override single settings.
-func AgentENV() Option {
-	return func(c *config) {
-		c.listPath, c.fallbackList = AgentENVListPath, AgentENVFallbackPath
-		c.tokenHeader, c.tokenParam = AgentENVTokenHeader, AgentENVTokenParam
-		c.itemsField, c.idField, c.stateField = "", AgentENVIDField, DefaultStateField
-		c.running = []string{DefaultRunningState}
-		c.pauseMethod, c.pausePath = http.MethodPost, AgentENVPausePath
-		c.sizeField, c.sizeUnit = AgentENVSizeField, 1<<20
+	def(&r.apiHeader, defaultAPIKeyHeader)
+	def(&r.listPath, defaultListPath)
+	def(&r.pauseMethod, http.MethodPost)
+	def(&r.pausePath, defaultPausePath)
+	def(&r.idField, defaultIDField)
+	def(&r.stateField, defaultStateField)
+	if c.NoStateField {
+		r.stateField, r.running = "", nil
+	} else if r.running == nil {
+		r.running = []string{defaultRunningState}
 	}
+	if r.gone == nil {
+		r.gone = []int{http.StatusNotFound, http.StatusGone}
+	}
+	if r.sizeUnit == 0 {
+		r.sizeUnit = 1
+	}
+	switch {
+	case r.listTimeout == 0:
+		r.listTimeout = defaultListTimeout
+	case r.listTimeout < 0:
+		r.listTimeout = 0
+	}
+	return r
 }
-
-// WithPause sets the method and the path template that pause one sandbox;
-// "{id}" in the template is replaced by the path-escaped sandbox ID.
-// Default POST DefaultPausePath.
-func WithPause(method, pathTemplate string) Option {
-	return func(c *config) { c.pauseMethod, c.pausePath = method, pathTemplate }
-}
-
-// WithFields names the JSON fields of the list response. items is the field
-// of a top-level object that holds the array ("" when the response is the
-// array itself, the default); id and state are the fields of each element.
-// An empty state means every listed sandbox needs preserving (for list
-// endpoints that return only running ones).
-func WithFields(items, id, state string) Option {
-	return func(c *config) { c.itemsField, c.idField, c.stateField = items, id, state }
-}
-
-// WithRunningStates sets the state values (compared case-insensitively) of
-// the sandboxes that need preserving. Default DefaultRunningState.
-func WithRunningStates(states ...string) Option {
-	return func(c *config) { c.running = states }
-}
-
-// WithGoneStatus sets the HTTP statuses of a pause answer that mean the
-// sandbox is gone or already preserved (pause.ErrGone). Default 404 and 410.
-// A 409 not listed here is settled by listing again (see Source).
-func WithGoneStatus(codes ...int) Option { return func(c *config) { c.gone = codes } }
-
-// WithListTimeout bounds each list request (and always the caller's
-// context). Default DefaultListTimeout; zero means the context alone.
-func WithListTimeout(d time.Duration) Option { return func(c *config) { c.listTimeout = d } }
-
-// WithPauseTimeout bounds each pause request, counted from when it is sent.
-// The default, zero, leaves the bound to the caller's context (the
-// Preserver's per-sandbox bound and phase deadline): a pause the client gives
-// up on keeps running on the server, so a short timeout turns a slow pause
-// into a failed one without saving any time.
-func WithPauseTimeout(d time.Duration) Option { return func(c *config) { c.pauseTimeout = d } }
-
-// WithMaxInFlight caps how many pause requests are on the wire at once,
-// whatever the Preserver's limit; zero (the default) means no cap of the
-// Source's own. The Source lowers its limit below the cap when the server
-// answers 429 (see Source).
-func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
-
-// WithLogger sets the logger. Default: discard.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
-
-// WithTracerProvider sets the tracer provider. Default: otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
-
-// WithMeterProvider sets the meter provider. Default: otel.GetMeterProvider().
-// The one instrument is the histogram drainkit.httpsource.request.duration
-// (s) by drainkit.httpsource.operation ("list" or "pause"),
-// http.request.method, and http.response.status_code, or error.type when
-// no answer came ("timeout" or "_OTHER").
-func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
 
 // A Source lists the sandboxes of a sandbox server that need preserving and
 // preserves them through the server's own HTTP API. It is a pause.Lister;
@@ -257,28 +290,17 @@ type Source struct {
 }
 
 // New returns a Source for the server whose API is at baseURL (for example
-// "http://127.0.0.1:8080"). It fails, naming the field, when baseURL is not
-// an absolute http(s) URL, a path does not start with "/", the pause path
-// has no "{id}", the id field is empty, no running state is given while a
-// state field is, or a timeout or the in-flight cap is negative.
-func New(baseURL string, opts ...Option) (*Source, error) {
-	cfg := config{
-		listPath:    DefaultListPath,
-		pauseMethod: DefaultPauseMethod,
-		pausePath:   DefaultPausePath,
-		idField:     DefaultIDField,
-		stateField:  DefaultStateField,
-		running:     []string{DefaultRunningState},
-		gone:        []int{http.StatusNotFound, http.StatusGone},
-		listTimeout: DefaultListTimeout,
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	base, err := validate(baseURL, &cfg)
+// "http://127.0.0.1:8080"), configured by c (its zero value is the generic
+// shape). It fails, naming the field, when baseURL is not an absolute
+// http(s) URL, a path does not start with "/", the pause path has no
+// "{id}", a running state list is empty, pagination has only one of its
+// two fields, a gone status is not a 4xx code, or a number is negative.
+func New(baseURL string, c Config) (*Source, error) {
+	base, err := validate(baseURL, c)
 	if err != nil {
 		return nil, err
 	}
+	cfg := c.resolve()
 	if cfg.client == nil {
 		cfg.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
@@ -305,47 +327,51 @@ func New(baseURL string, opts ...Option) (*Source, error) {
 	return s, nil
 }
 
-func validate(baseURL string, c *config) (*url.URL, error) {
+func validate(baseURL string, c Config) (*url.URL, error) {
 	base, err := url.Parse(baseURL)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" ||
 		base.RawQuery != "" || base.Fragment != "" {
 		return nil, fmt.Errorf("httpsource: baseURL must be an absolute http(s) URL without query, got %q", baseURL)
 	}
-	switch {
-	case !strings.HasPrefix(c.listPath, "/"):
-		return nil, fmt.Errorf("httpsource: list path must start with \"/\", got %q", c.listPath)
-	case !strings.HasPrefix(c.pausePath, "/") || !strings.Contains(c.pausePath, "{id}"):
-		return nil, fmt.Errorf("httpsource: pause path must start with \"/\" and contain \"{id}\", got %q", c.pausePath)
-	case c.fallbackList != "" && !strings.HasPrefix(c.fallbackList, "/"):
-		return nil, fmt.Errorf("httpsource: fallback list path must start with \"/\", got %q", c.fallbackList)
-	case (c.tokenHeader == "") != (c.tokenParam == ""):
-		return nil, fmt.Errorf("httpsource: pagination needs both the token header and the query parameter, got %q and %q", c.tokenHeader, c.tokenParam)
-	case c.sizeField != "" && c.sizeUnit <= 0:
-		return nil, fmt.Errorf("httpsource: size unit must be positive, got %d", c.sizeUnit)
-	case c.pauseMethod == "":
-		return nil, fmt.Errorf("httpsource: pause method must not be empty")
-	case c.idField == "":
-		return nil, fmt.Errorf("httpsource: id field must not be empty")
-	case c.stateField != "" && len(c.running) == 0:
-		return nil, fmt.Errorf("httpsource: running states must not be empty when the state field is %q", c.stateField)
-	case c.listTimeout < 0:
-		return nil, fmt.Errorf("httpsource: list timeout must not be negative, got %v", c.listTimeout)
-	case c.pauseTimeout < 0:
-		return nil, fmt.Errorf("httpsource: pause timeout must not be negative, got %v", c.pauseTimeout)
-	case c.maxInFlight < 0:
-		return nil, fmt.Errorf("httpsource: max in flight must not be negative, got %d", c.maxInFlight)
-	}
-	for _, g := range c.gone {
-		if g < 400 || g > 499 {
-			return nil, fmt.Errorf("httpsource: gone status must be a 4xx code, got %d", g)
+	path := func(field, v string) error {
+		if v != "" && !strings.HasPrefix(v, "/") {
+			return fmt.Errorf("httpsource: Config.%s must start with \"/\", got %q", field, v)
 		}
+		return nil
+	}
+	errs := []error{path("ListPath", c.ListPath), path("FallbackListPath", c.FallbackListPath), path("PausePath", c.PausePath)}
+	if c.PausePath != "" && !strings.Contains(c.PausePath, "{id}") {
+		errs = append(errs, fmt.Errorf("httpsource: Config.PausePath must contain \"{id}\", got %q", c.PausePath))
+	}
+	if (c.PageTokenHeader == "") != (c.PageTokenParam == "") {
+		errs = append(errs, fmt.Errorf("httpsource: Config.PageTokenHeader and Config.PageTokenParam must be set together, got %q and %q", c.PageTokenHeader, c.PageTokenParam))
+	}
+	if c.RunningStates != nil && len(c.RunningStates) == 0 && !c.NoStateField {
+		errs = append(errs, errors.New("httpsource: Config.RunningStates must not be empty (nil means \"running\"; NoStateField takes every listed sandbox)"))
+	}
+	for _, g := range c.GoneStatus {
+		if g < 400 || g > 499 {
+			errs = append(errs, fmt.Errorf("httpsource: Config.GoneStatus must hold 4xx codes, got %d", g))
+		}
+	}
+	if c.SizeUnit < 0 {
+		errs = append(errs, fmt.Errorf("httpsource: Config.SizeUnit must be >= 0, got %d", c.SizeUnit))
+	}
+	if c.PauseTimeout < 0 {
+		errs = append(errs, fmt.Errorf("httpsource: Config.PauseTimeout must be >= 0, got %v", c.PauseTimeout))
+	}
+	if c.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("httpsource: Config.MaxInFlight must be >= 0, got %d", c.MaxInFlight))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return base, nil
 }
 
 // List returns the sandboxes the server reports in a running state, in the
 // order the server lists them (page after page). It implements
-// pause.Lister. With WithSizeField the sandboxes are pause.Sized. It
+// pause.Lister. With Config.SizeField the sandboxes are pause.Sized. It
 // returns by ctx's deadline and the list timeout; its errors are classified
 // as described on Source.
 func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
@@ -476,7 +502,7 @@ func withQuery(target, key, value string) string {
 func (s *Source) Sandbox(id string) pause.Sandbox { return &sandbox{src: s, id: id} }
 
 // Limit returns how many pause requests the Source currently sends at once;
-// a very large number until the server answered 429 or WithMaxInFlight set
+// a very large number until the server answered 429 or Config.MaxInFlight set
 // a cap.
 func (s *Source) Limit() int { return s.lim.current() }
 

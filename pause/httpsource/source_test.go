@@ -20,33 +20,57 @@ import (
 
 func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 	cases := []struct {
-		name  string
-		url   string
-		opts  []Option
-		field string
+		name string
+		url  string
+		cfg  Config
+		want string
 	}{
-		{"relative url", "127.0.0.1:8080", nil, "baseURL"},
-		{"ftp url", "ftp://host", nil, "baseURL"},
-		{"query", "http://host/?a=1", nil, "baseURL"},
-		{"list path", "http://host", []Option{WithListPath("sandboxes")}, "list path"},
-		{"pause path without id", "http://host", []Option{WithPause("POST", "/pause")}, "pause path"},
-		{"pause method", "http://host", []Option{WithPause("", "/s/{id}")}, "pause method"},
-		{"id field", "http://host", []Option{WithFields("", "", "state")}, "id field"},
-		{"running states", "http://host", []Option{WithRunningStates()}, "running states"},
-		{"list timeout", "http://host", []Option{WithListTimeout(-1)}, "list timeout"},
-		{"pause timeout", "http://host", []Option{WithPauseTimeout(-1)}, "pause timeout"},
-		{"max in flight", "http://host", []Option{WithMaxInFlight(-1)}, "max in flight"},
-		{"gone status", "http://host", []Option{WithGoneStatus(500)}, "gone status"},
+		{"relative url", "127.0.0.1:8080", Config{}, "httpsource: baseURL must be an absolute http(s) URL"},
+		{"ftp url", "ftp://host", Config{}, "baseURL"},
+		{"query", "http://host/?a=1", Config{}, "baseURL"},
+		{"list path", "http://host", Config{ListPath: "sandboxes"}, `httpsource: Config.ListPath must start with "/", got "sandboxes"`},
+		{"fallback path", "http://host", Config{FallbackListPath: "v1"}, `Config.FallbackListPath must start with "/"`},
+		{"pause path without id", "http://host", Config{PausePath: "/pause"}, `httpsource: Config.PausePath must contain "{id}", got "/pause"`},
+		{"half pagination", "http://host", Config{PageTokenHeader: "x-next"}, "Config.PageTokenHeader and Config.PageTokenParam must be set together"},
+		{"running states", "http://host", Config{RunningStates: []string{}}, "Config.RunningStates must not be empty"},
+		{"size unit", "http://host", Config{SizeField: "mb", SizeUnit: -1}, "httpsource: Config.SizeUnit must be >= 0, got -1"},
+		{"pause timeout", "http://host", Config{PauseTimeout: -1}, "httpsource: Config.PauseTimeout must be >= 0, got -1ns"},
+		{"max in flight", "http://host", Config{MaxInFlight: -1}, "httpsource: Config.MaxInFlight must be >= 0, got -1"},
+		{"gone status", "http://host", Config{GoneStatus: []int{500}}, "httpsource: Config.GoneStatus must hold 4xx codes, got 500"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := New(c.url, c.opts...)
+			s, err := New(c.url, c.cfg)
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.field)
+			assert.Nil(t, s)
+			assert.Contains(t, err.Error(), c.want)
 		})
 	}
-	_, err := New("http://127.0.0.1:1/api/", WithFields("", "id", ""), WithRunningStates())
+	_, err := New("http://127.0.0.1:1/api/", Config{NoStateField: true, RunningStates: []string{}})
 	assert.NoError(t, err, "no state field needs no running states")
+}
+
+// The zero Config is the generic shape with its defaults: GET /sandboxes,
+// "id" and "state" fields, "running", POST /sandboxes/{id}/pause, 404 and
+// 410 gone, a 10 s list timeout, the API key (when set) in X-API-Key.
+func TestZeroConfigIsTheGenericShape(t *testing.T) {
+	c := Config{}.resolve()
+	assert.Equal(t, "/sandboxes", c.listPath)
+	assert.Equal(t, "/sandboxes/{id}/pause", c.pausePath)
+	assert.Equal(t, http.MethodPost, c.pauseMethod)
+	assert.Equal(t, "id", c.idField)
+	assert.Equal(t, "state", c.stateField)
+	assert.Equal(t, []string{"running"}, c.running)
+	assert.Equal(t, []int{http.StatusNotFound, http.StatusGone}, c.gone)
+	assert.Equal(t, 10*time.Second, c.listTimeout)
+	assert.Equal(t, "X-API-Key", c.apiHeader)
+	assert.Zero(t, Config{ListTimeout: -1}.resolve().listTimeout, "a negative list timeout leaves the context alone")
+
+	a := AgentENV().resolve()
+	assert.Equal(t, "/v2/sandboxes?state=running", a.listPath)
+	assert.Equal(t, "sandboxID", a.idField)
+	assert.Equal(t, "state", a.stateField)
+	assert.Equal(t, int64(1<<20), a.sizeUnit)
 }
 
 func TestListReturnsOnlyRunningSandboxesInServerOrder(t *testing.T) {
@@ -55,7 +79,7 @@ func TestListReturnsOnlyRunningSandboxesInServerOrder(t *testing.T) {
 	f.add("two", "paused")
 	f.add("three", "RUNNING")
 	f.add("four", "pausing")
-	src, err := New(f.start(t))
+	src, err := New(f.start(t), Config{})
 	require.NoError(t, err)
 
 	got, err := src.List(t.Context())
@@ -67,8 +91,7 @@ func TestListReadsConfiguredFields(t *testing.T) {
 	body := `{"sandboxes":[{"sandboxID":7,"phase":"Active"},{"sandboxID":"x","phase":"Paused"},{"sandboxID":"y"}]}`
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v2/list", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, body) })
-	src := inProcess(t, mux, WithListPath("/v2/list"), WithFields("sandboxes", "sandboxID", "phase"),
-		WithRunningStates("active", "resuming"))
+	src := inProcess(t, mux, Config{ListPath: "/v2/list", ItemsField: "sandboxes", IDField: "sandboxID", StateField: "phase", RunningStates: []string{"active", "resuming"}})
 
 	got, err := src.List(t.Context())
 	require.NoError(t, err)
@@ -80,7 +103,7 @@ func TestListWithoutStateFieldTakesEverySandbox(t *testing.T) {
 	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `[{"id":"a","state":"paused"},{"id":"b"}]`)
 	})
-	src := inProcess(t, mux, WithFields("", "id", ""))
+	src := inProcess(t, mux, Config{IDField: "id", NoStateField: true})
 	got, err := src.List(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a", "b"}, ids(got))
@@ -97,7 +120,7 @@ func TestListRejectsMalformedAnswersAsPermanent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			mux := http.NewServeMux()
 			mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, body) })
-			_, err := inProcess(t, mux).List(t.Context())
+			_, err := inProcess(t, mux, Config{}).List(t.Context())
 			require.Error(t, err)
 			assert.True(t, isPermanent(err), "a malformed list does not get better by asking again: %v", err)
 		})
@@ -108,7 +131,7 @@ func TestAPIKeyIsSentAndItsAbsenceIsPermanent(t *testing.T) {
 	f := newFakeServer(2, func(f *fakeServer) { f.apiKey = "s3cret" })
 	url := f.start(t)
 
-	without, err := New(url)
+	without, err := New(url, Config{})
 	require.NoError(t, err)
 	_, err = without.List(t.Context())
 	var se *StatusError
@@ -116,7 +139,7 @@ func TestAPIKeyIsSentAndItsAbsenceIsPermanent(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, se.StatusCode)
 	assert.True(t, isPermanent(err))
 
-	with, err := New(url, WithAPIKey("", "s3cret"))
+	with, err := New(url, Config{APIKey: "s3cret"})
 	require.NoError(t, err)
 	got, err := with.List(t.Context())
 	require.NoError(t, err)
@@ -149,7 +172,7 @@ func TestPreserveClassifiesAnswers(t *testing.T) {
 			mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(c.status)
 			})
-			err := inProcess(t, mux).Sandbox("a").Preserve(t.Context())
+			err := inProcess(t, mux, Config{}).Sandbox("a").Preserve(t.Context())
 			if c.status/100 == 2 {
 				require.NoError(t, err)
 				return
@@ -169,7 +192,7 @@ func TestGoneStatusIsConfigurable(t *testing.T) {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusConflict)
 	})
-	err := inProcess(t, mux, WithGoneStatus(404, 409)).Sandbox("a").Preserve(t.Context())
+	err := inProcess(t, mux, Config{GoneStatus: []int{404, 409}}).Sandbox("a").Preserve(t.Context())
 	assert.ErrorIs(t, err, pause.ErrGone)
 }
 
@@ -179,8 +202,7 @@ func TestPreservePathEscapesTheID(t *testing.T) {
 	mux.HandleFunc("PUT /api/vms/{id}/suspend", func(w http.ResponseWriter, r *http.Request) {
 		got = r.PathValue("id")
 	})
-	s, err := New("http://sandbox-server.test/api/", WithPause(http.MethodPut, "/vms/{id}/suspend"),
-		WithClient(&http.Client{Transport: handlerTransport{mux}}))
+	s, err := New("http://sandbox-server.test/api/", Config{PauseMethod: http.MethodPut, PausePath: "/vms/{id}/suspend", Client: &http.Client{Transport: handlerTransport{mux}}})
 	require.NoError(t, err)
 	require.NoError(t, s.Sandbox("a/b c").Preserve(t.Context()))
 	assert.Equal(t, "a/b c", got)
@@ -192,7 +214,7 @@ func TestConnectionErrorsAreTransient(t *testing.T) {
 	url := "http://" + ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens there now
 
-	src, err := New(url)
+	src, err := New(url, Config{})
 	require.NoError(t, err)
 	_, err = src.List(t.Context())
 	require.Error(t, err)
@@ -209,7 +231,7 @@ func TestPauseTimeoutBoundsEachRequest(t *testing.T) {
 		mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done() // a pause that hangs
 		})
-		src := inProcess(t, mux, WithPauseTimeout(30*time.Second))
+		src := inProcess(t, mux, Config{PauseTimeout: 30 * time.Second})
 		start := time.Now()
 		err := src.Sandbox("a").Preserve(ctxWithDeadline(t, time.Hour))
 		require.Error(t, err)
@@ -225,7 +247,7 @@ func TestRequestsEndAtTheContextDeadline(t *testing.T) {
 		hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 		mux.HandleFunc("GET /sandboxes", hang)
 		mux.HandleFunc("POST /sandboxes/{id}/pause", hang)
-		src := inProcess(t, mux, WithListTimeout(time.Minute), WithPauseTimeout(time.Minute))
+		src := inProcess(t, mux, Config{ListTimeout: time.Minute, PauseTimeout: time.Minute})
 
 		start := time.Now()
 		_, err := src.List(ctxWithDeadline(t, 3*time.Second))
@@ -244,9 +266,9 @@ func TestListTimeoutDefaultBoundsAHungList(t *testing.T) {
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 		start := time.Now()
-		_, err := inProcess(t, mux).List(ctxWithDeadline(t, time.Hour))
+		_, err := inProcess(t, mux, Config{}).List(ctxWithDeadline(t, time.Hour))
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Equal(t, DefaultListTimeout, time.Since(start))
+		assert.Equal(t, defaultListTimeout, time.Since(start))
 	})
 }
 
@@ -270,7 +292,7 @@ func rateLimited(n int, retryAfter string) (http.Handler, *[]time.Time) {
 func TestRetryAfterIsWaitedWhenItFits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, at := rateLimited(1, "5")
-		src := inProcess(t, h)
+		src := inProcess(t, h, Config{})
 		start := time.Now()
 		require.NoError(t, src.Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute)))
 		require.Len(t, *at, 2)
@@ -282,7 +304,7 @@ func TestRetryAfterIsWaitedWhenItFits(t *testing.T) {
 func TestRetryAfterThatDoesNotFitIsNotWaitedNorCutShort(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, at := rateLimited(1, "120")
-		src := inProcess(t, h)
+		src := inProcess(t, h, Config{})
 		sb := src.Sandbox("a")
 		start := time.Now()
 		err := sb.Preserve(ctxWithDeadline(t, time.Minute))
@@ -310,7 +332,7 @@ func TestRetryAfterThatDoesNotFitIsNotWaitedNorCutShort(t *testing.T) {
 func TestRetryAfterAsHTTPDate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, at := rateLimited(1, time.Now().Add(7*time.Second).UTC().Format(http.TimeFormat))
-		require.NoError(t, inProcess(t, h).Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute)))
+		require.NoError(t, inProcess(t, h, Config{}).Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute)))
 		require.Len(t, *at, 2)
 		// HTTP dates have whole seconds: the wait is 6 to 7 s.
 		assert.InDelta(t, 7*time.Second, (*at)[1].Sub((*at)[0]), float64(time.Second))
@@ -323,7 +345,7 @@ func TestOverloadWithoutRetryAfterIsLeftToTheCaller(t *testing.T) {
 		mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusTooManyRequests)
 		})
-		err := inProcess(t, mux).Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute))
+		err := inProcess(t, mux, Config{}).Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute))
 		var se *StatusError
 		require.ErrorAs(t, err, &se)
 		assert.Equal(t, http.StatusTooManyRequests, se.StatusCode)
@@ -371,7 +393,7 @@ func TestConflictIsSettledByListingAgain(t *testing.T) {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusConflict)
 	})
-	src := inProcess(t, mux)
+	src := inProcess(t, mux, Config{})
 
 	err := src.Sandbox("paused-meanwhile").Preserve(t.Context())
 	assert.ErrorIs(t, err, pause.ErrGone)
@@ -389,6 +411,6 @@ func TestConflictIsSettledByListingAgain(t *testing.T) {
 	mux2.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusConflict)
 	})
-	err = inProcess(t, mux2).Sandbox("x").Preserve(t.Context())
+	err = inProcess(t, mux2, Config{}).Sandbox("x").Preserve(t.Context())
 	assert.True(t, isPermanent(err), "undecidable: the list failed too")
 }

@@ -190,11 +190,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case *server != "":
-		opts := api.Options()
-		if key != "" {
-			opts = append(opts, httpsource.WithAPIKey("", key))
-		}
-		err = in.listServer(ctx, *server, *timeout, opts)
+		cfg := api.Config()
+		cfg.APIKey = key
+		err = in.listServer(ctx, *server, *timeout, cfg)
 	case *sizesFile != "":
 		err = in.readSizes(*sizesFile)
 	default:
@@ -265,8 +263,8 @@ func (in *planInput) loadRates(stateDir, file string) error {
 	return err
 }
 
-func (in *planInput) listServer(ctx context.Context, url string, timeout time.Duration, opts []httpsource.Option) error {
-	src, err := httpsource.New(url, opts...)
+func (in *planInput) listServer(ctx context.Context, url string, timeout time.Duration, cfg httpsource.Config) error {
+	src, err := httpsource.New(url, cfg)
 	if err != nil {
 		return fmt.Errorf("-server or the API flags: %w", err)
 	}
