@@ -95,7 +95,7 @@ func WithMargin(d time.Duration) Option {
 // A Budget is created when the server starts, from the pod's grace period,
 // and anchored later by the first termination event it is told about
 // (OnPreStop or OnSIGTERM). OnSIGTERM refines the SIGKILL time with the
-// kubelet's own arithmetic; Tighten (or TightenFromPod) moves it earlier when
+// kubelet's own arithmetic; Tighten (fed by kube.Pod.Tighten) moves it earlier when
 // the pod's deletion shortened the grace period.
 //
 // Once anchored, the budget never moves T0, and it keeps these invariants:
@@ -231,7 +231,7 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 // If the pod has a preStop hook the server does not see start (an exec hook
 // that does not call the server), OnSIGTERM takes SIGTERM for T0 and
 // overestimates SIGKILL by the hook's run time: follow it with
-// TightenFromPod, whose deletionTimestamp bounds SIGKILL either way.
+// kube.Pod.Tighten, whose deletionTimestamp bounds SIGKILL either way.
 func (b *Budget) OnSIGTERM(at time.Time) bool {
 	b.mu.Lock()
 	if !b.sigterm.IsZero() {
@@ -456,8 +456,3 @@ func (b *Budget) State() State {
 	s.Deadline = s.Kill.Add(-margin)
 	return s
 }
-
-// ErrNotTerminating is returned by PodReader (and TightenFromPod) when the
-// pod has no deletionTimestamp yet: nobody deleted it, or it is being
-// stopped by graceful node shutdown, which does not set one.
-var ErrNotTerminating = errors.New("deadline: pod has no deletionTimestamp (not terminating)")

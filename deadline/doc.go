@@ -21,12 +21,11 @@
 //		deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(30 * time.Second)},
 //		deadline.Phase{Name: "exit", Reserve: deadline.Fixed(5 * time.Second)},
 //	)
-//	pod, err := deadline.InClusterPodReader(os.Getenv("POD_NAME")) // optional, needs RBAC get pods
 //
 // In the preStop handler:
 //
 //	budget.OnPreStop(time.Now())
-//	budget.TightenFromPod(ctx, pod) // kubectl delete --grace-period=30 cuts the hour
+//	budget.Tighten(deletionTimestamp) // kubectl delete --grace-period=30 cuts the hour (package kube reads it)
 //	for running() > 0 && time.Now().Before(plan.Deadline("drain")) { ... } // re-read: it moves
 //
 // In the SIGTERM handler:
@@ -42,7 +41,7 @@
 // SIGKILL; KubeletRemaining is that rule. Without a hook SIGKILL comes G
 // after SIGTERM. G is the deletion's grace period, which can be shorter than
 // the manifest's: the pod's metadata.deletionTimestamp (deletion time + G,
-// read by PodReader) is the absolute SIGKILL time.
+// read from the API server by package kube) is the absolute SIGKILL time.
 //
 // # Guarantees
 //
@@ -69,15 +68,13 @@
 //     they were made.
 //   - Sums of reserves saturate at the largest Duration (about 292 years):
 //     past that, shares are not exact.
-//   - PodReader's reads return by their context's deadline.
 //
 // # Observability
 //
 // WithLogger makes a Budget log every change that takes effect (preStop,
 // SIGTERM, tighten) with T0, SIGKILL and the deadline: the numbers to check
-// when a pod was killed early. PodReader traces each read as a client span
-// (scope ScopeName, its TracerProvider field, default the global provider).
+// when a pod was killed early.
 //
-// Budget, Plan, Estimator and PodReader are safe for concurrent use.
+// Budget, Plan and Estimator are safe for concurrent use.
 // Nothing in the package keeps global state or starts goroutines.
 package deadline

@@ -1,11 +1,7 @@
 package deadline_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -157,7 +153,7 @@ func ExampleBudget_Tighten() {
 	budget, _ := deadline.New(3600 * time.Second)
 	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 	budget.OnPreStop(t0)
-	budget.Tighten(t0.Add(30 * time.Second)) // what TightenFromPod reads
+	budget.Tighten(t0.Add(30 * time.Second)) // the deletionTimestamp, as kube.Pod.Tighten reads it
 	fmt.Println("deadline: T0 +", budget.Deadline().Sub(t0))
 	budget.OnSIGTERM(t0.Add(12500 * time.Millisecond)) // the hook ran 12.5 s
 	fmt.Println("SIGKILL:  T0 +", budget.Kill().Sub(t0))
@@ -178,28 +174,4 @@ func ExampleEstimator() {
 	// Output:
 	// prior: 10s
 	// mean: 4s p90: 2s estimate: 4s
-}
-
-// In a pod: read the deletionTimestamp once, right after OnPreStop, to learn
-// whether the deletion cut the grace period below the manifest's.
-func ExampleBudget_TightenFromPod() {
-	budget, err := deadline.New(3600 * time.Second)
-	if err != nil {
-		panic(err)
-	}
-	pod, err := deadline.InClusterPodReader(os.Getenv("POD_NAME")) // Downward API
-	if err != nil {
-		slog.Warn("no API access; the manifest grace stands", "err", err)
-	}
-
-	// In the preStop handler:
-	budget.OnPreStop(time.Now())
-	if pod != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if _, err := budget.TightenFromPod(ctx, pod); err != nil && !errors.Is(err, deadline.ErrNotTerminating) {
-			slog.Warn("reading deletionTimestamp", "err", err)
-		}
-	}
-	slog.Info("termination budget", "deadline", budget.Deadline())
 }

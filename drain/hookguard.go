@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/kube"
 )
 
 // DefaultHookHeader is the request header that carries a HookGuard's secret
@@ -105,12 +105,12 @@ func loopbackPeer(r *http.Request) bool {
 // Do not use it where a pod drains without being deleted: under the
 // kubelet's graceful node shutdown the preStop hook runs with no
 // deletionTimestamp.
-func RequireTerminating(pod deadline.DeletionReader, timeout time.Duration) func(*http.Request) error {
+func RequireTerminating(pod kube.DeletionReader, timeout time.Duration) func(*http.Request) error {
 	return func(r *http.Request) error {
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		_, err := pod.DeletionTimestamp(ctx)
-		if errors.Is(err, deadline.ErrNotTerminating) {
+		if errors.Is(err, kube.ErrNotTerminating) {
 			return errors.New("the pod is not terminating (no deletionTimestamp)")
 		}
 		return nil

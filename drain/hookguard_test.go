@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/kube"
 )
 
 type podState struct {
@@ -55,7 +55,7 @@ func TestHookGuardRefusesEveryoneButTheSecretsHolder(t *testing.T) {
 		"wrong secret":      {withSecret, "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "guess"}, "wrong X-Drain-Secret"},
 		"other header":      {guarded(drain.HookGuard{Secret: "s3cret", Header: "X-Other"}), "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}, "no X-Other header"},
 		"no secret, remote": {guarded(drain.HookGuard{}), "10.0.0.9:5", nil, "not from loopback"},
-		"pod not terminating": {guarded(drain.HookGuard{Secret: "s3cret", Check: drain.RequireTerminating(podState{err: deadline.ErrNotTerminating}, time.Second)}),
+		"pod not terminating": {guarded(drain.HookGuard{Secret: "s3cret", Check: drain.RequireTerminating(podState{err: kube.ErrNotTerminating}, time.Second)}),
 			"10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}, "not terminating"},
 	} {
 		logs.Reset()

@@ -1,4 +1,4 @@
-package deadline_test
+package kube_test
 
 import (
 	"context"
@@ -14,38 +14,54 @@ import (
 	"io"
 	"log"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/kube"
 )
 
 const (
 	testNamespace = "agentenv"
 	testPod       = "agentenv-node-x7k2p"
 	testPodPath   = "/api/v1/namespaces/agentenv/pods/agentenv-node-x7k2p"
+	testEventPath = "/apis/events.k8s.io/v1/namespaces/agentenv/events"
 )
 
-// apiServer is a TLS API server on loopback that serves one pod.
+// apiServer is a TLS API server on loopback that serves one pod and takes
+// events about it.
 type apiServer struct {
 	*httptest.Server
 	mu     sync.Mutex
 	token  string   // the token it accepts
 	tokens []string // the tokens it was sent
+	gets   int      // GETs of the pod
 	serve  http.HandlerFunc
+	// postEvent answers an event's POST; nil stores it in events and
+	// answers 201.
+	postEvent http.HandlerFunc
+	events    []eventsv1.Event
 }
 
-func newAPIServer(t *testing.T, serve http.HandlerFunc) (*apiServer, *deadline.PodReader) {
+func newAPIServer(t *testing.T, serve http.HandlerFunc) (*apiServer, kube.Config) {
 	t.Helper()
 	a := &apiServer{token: "token-1", serve: serve}
 	a.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -58,11 +74,23 @@ func newAPIServer(t *testing.T, serve http.HandlerFunc) (*apiServer, *deadline.P
 			writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
 			return
 		}
-		if r.Method != http.MethodGet || r.URL.Path != testPodPath {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == testPodPath:
+			a.mu.Lock()
+			a.gets++
+			a.mu.Unlock()
+			a.serve(w, r)
+		case r.Method == http.MethodPost && r.URL.Path == testEventPath:
+			a.mu.Lock()
+			post := a.postEvent
+			a.mu.Unlock()
+			if post == nil {
+				post = a.storeEvent
+			}
+			post(w, r)
+		default:
 			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no route "+r.Method+" "+r.URL.Path)
-			return
 		}
-		a.serve(w, r)
 	}))
 	a.Config.ErrorLog = log.New(io.Discard, "", 0) // the wrong-CA test makes handshakes fail on purpose
 	a.StartTLS()                                   // httptest listens on 127.0.0.1
@@ -74,7 +102,36 @@ func newAPIServer(t *testing.T, serve http.HandlerFunc) (*apiServer, *deadline.P
 	writePEM(t, caFile, a.Certificate().Raw)
 	tokenFile := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte("token-1\n"), 0o600))
-	return a, &deadline.PodReader{Host: a.URL, TokenFile: tokenFile, CAFile: caFile, Namespace: testNamespace, Name: testPod}
+	return a, kube.Config{Host: a.URL, TokenFile: tokenFile, CAFile: caFile, Namespace: testNamespace}
+}
+
+// storeEvent keeps a posted event and answers 201 Created, as the API
+// server does.
+func (a *apiServer) storeEvent(w http.ResponseWriter, r *http.Request) {
+	var ev eventsv1.Event
+	if r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&ev) != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "not a JSON event")
+		return
+	}
+	a.mu.Lock()
+	a.events = append(a.events, ev)
+	a.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(&ev)
+}
+
+func (a *apiServer) posted() []eventsv1.Event {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]eventsv1.Event(nil), a.events...)
+}
+
+func newPod(t *testing.T, cfg kube.Config, name string) *kube.Pod {
+	t.Helper()
+	p, err := kube.New(name, cfg)
+	require.NoError(t, err)
+	return p
 }
 
 func writePEM(t *testing.T, path string, der []byte) {
@@ -128,36 +185,39 @@ func deleted(at time.Time, graceSeconds int64) func(*corev1.Pod) {
 	}
 }
 
-func TestPodReaderReadsDeletionTimestamp(t *testing.T) {
+func TestDeletionReadsDeletionTimestamp(t *testing.T) {
 	kill := time.Date(2026, 11, 30, 3, 30, 0, 0, time.UTC)
-	_, r := newAPIServer(t, podJSON(t, deleted(kill, 30)))
+	_, cfg := newAPIServer(t, podJSON(t, deleted(kill, 30)))
+	r := newPod(t, cfg, testPod)
 	d, err := r.Deletion(t.Context())
 	require.NoError(t, err)
 	assert.True(t, kill.Equal(d.Timestamp), "got %v", d.Timestamp)
-	assert.Equal(t, 30*time.Second, d.GracePeriod)
+	assert.Equal(t, 30*time.Second, d.Grace)
 
 	ts, err := r.DeletionTimestamp(t.Context())
 	require.NoError(t, err)
 	assert.True(t, kill.Equal(ts))
 }
 
-func TestPodReaderSecondPrecisionFromTheAPIServer(t *testing.T) {
+func TestDeletionSecondPrecisionFromTheAPIServer(t *testing.T) {
 	// metav1.Time drops fractions of a second, so the reader sees the kill
 	// time up to 1 s early.
 	kill := time.Date(2026, 11, 30, 3, 30, 0, 900_000_000, time.UTC)
-	_, r := newAPIServer(t, podJSON(t, deleted(kill, 30)))
+	_, cfg := newAPIServer(t, podJSON(t, deleted(kill, 30)))
+	r := newPod(t, cfg, testPod)
 	ts, err := r.DeletionTimestamp(t.Context())
 	require.NoError(t, err)
 	assert.True(t, kill.Truncate(time.Second).Equal(ts), "got %v", ts)
 }
 
-func TestPodReaderNotTerminatingYet(t *testing.T) {
-	_, r := newAPIServer(t, podJSON(t, nil))
+func TestDeletionNotTerminatingYet(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, nil))
+	r := newPod(t, cfg, testPod)
 	_, err := r.DeletionTimestamp(t.Context())
-	assert.ErrorIs(t, err, deadline.ErrNotTerminating)
+	assert.ErrorIs(t, err, kube.ErrNotTerminating)
 }
 
-func TestPodReaderAPIErrors(t *testing.T) {
+func TestDeletionAPIErrors(t *testing.T) {
 	tests := []struct {
 		name     string
 		serve    http.HandlerFunc
@@ -178,28 +238,29 @@ func TestPodReaderAPIErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, r := newAPIServer(t, tc.serve)
+			_, cfg := newAPIServer(t, tc.serve)
+			r := newPod(t, cfg, testPod)
 			_, err := r.DeletionTimestamp(t.Context())
-			var apiErr *deadline.APIError
+			var apiErr *kube.APIError
 			require.ErrorAs(t, err, &apiErr)
 			assert.Equal(t, tc.code, apiErr.StatusCode)
 			assert.Equal(t, tc.reason, apiErr.Reason)
 			assert.Contains(t, err.Error(), tc.contains)
-			assert.NotErrorIs(t, err, deadline.ErrNotTerminating)
+			assert.NotErrorIs(t, err, kube.ErrNotTerminating)
 		})
 	}
 }
 
-func TestPodReaderNotFoundForAnotherName(t *testing.T) {
-	_, r := newAPIServer(t, podJSON(t, deleted(time.Now(), 30)))
-	r.Name = "someone-else"
+func TestDeletionNotFoundForAnotherName(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, deleted(time.Now(), 30)))
+	r := newPod(t, cfg, "someone-else")
 	_, err := r.DeletionTimestamp(t.Context())
-	var apiErr *deadline.APIError
+	var apiErr *kube.APIError
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, http.StatusNotFound, apiErr.StatusCode)
 }
 
-func TestPodReaderMalformedResponses(t *testing.T) {
+func TestDeletionMalformedResponses(t *testing.T) {
 	raw := func(body string) http.HandlerFunc {
 		return func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(body)) }
 	}
@@ -217,20 +278,21 @@ func TestPodReaderMalformedResponses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, r := newAPIServer(t, tc.serve)
+			_, cfg := newAPIServer(t, tc.serve)
+			r := newPod(t, cfg, testPod)
 			_, err := r.DeletionTimestamp(t.Context())
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.contains)
-			assert.NotErrorIs(t, err, deadline.ErrNotTerminating)
+			assert.NotErrorIs(t, err, kube.ErrNotTerminating)
 		})
 	}
 }
 
-func TestPodReaderSlowServerBoundedByContext(t *testing.T) {
+func TestDeletionSlowServerBoundedByContext(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 1)
 	cancelled := make(chan struct{})
-	_, r := newAPIServer(t, func(w http.ResponseWriter, req *http.Request) {
+	_, cfg := newAPIServer(t, func(w http.ResponseWriter, req *http.Request) {
 		arrived <- struct{}{}
 		select {
 		case <-req.Context().Done():
@@ -241,6 +303,7 @@ func TestPodReaderSlowServerBoundedByContext(t *testing.T) {
 		// report the deadline, not a malformed pod.
 	})
 	defer close(release)
+	r := newPod(t, cfg, testPod)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -262,9 +325,10 @@ func TestPodReaderSlowServerBoundedByContext(t *testing.T) {
 	}
 }
 
-func TestPodReaderRejectsWrongCA(t *testing.T) {
-	a, r := newAPIServer(t, podJSON(t, deleted(time.Now(), 30)))
-	writePEM(t, r.CAFile, selfSignedCA(t))
+func TestDeletionRejectsWrongCA(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, deleted(time.Now(), 30)))
+	r := newPod(t, cfg, testPod)
+	writePEM(t, cfg.CAFile, selfSignedCA(t))
 	_, err := r.DeletionTimestamp(t.Context())
 	var verr *tls.CertificateVerificationError
 	require.ErrorAs(t, err, &verr)
@@ -289,12 +353,13 @@ func selfSignedCA(t *testing.T) []byte {
 	return der
 }
 
-func TestPodReaderRereadsRotatedToken(t *testing.T) {
-	a, r := newAPIServer(t, podJSON(t, deleted(time.Now(), 30)))
+func TestDeletionRereadsRotatedToken(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, deleted(time.Now(), 30)))
+	r := newPod(t, cfg, testPod)
 	_, err := r.DeletionTimestamp(t.Context())
 	require.NoError(t, err)
 
-	require.NoError(t, os.WriteFile(r.TokenFile, []byte("token-2"), 0o600))
+	require.NoError(t, os.WriteFile(cfg.TokenFile, []byte("token-2"), 0o600))
 	a.mu.Lock()
 	a.token = "token-2"
 	a.mu.Unlock()
@@ -305,16 +370,17 @@ func TestPodReaderRereadsRotatedToken(t *testing.T) {
 	assert.Equal(t, []string{"Bearer token-1", "Bearer token-2"}, a.tokens)
 }
 
-func TestPodReaderWithOwnClient(t *testing.T) {
-	a, r := newAPIServer(t, podJSON(t, deleted(time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC), 60)))
-	r.CAFile = ""
-	r.Client = a.Client()
+func TestDeletionWithOwnClient(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, deleted(time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC), 60)))
+	cfg.CAFile = ""
+	cfg.Client = a.Client()
+	r := newPod(t, cfg, testPod)
 	d, err := r.Deletion(t.Context())
 	require.NoError(t, err)
-	assert.Equal(t, time.Minute, d.GracePeriod)
+	assert.Equal(t, time.Minute, d.Grace)
 }
 
-func TestPodReaderBadConfigNamesTheField(t *testing.T) {
+func TestNewNamesTheBadField(t *testing.T) {
 	dir := t.TempDir()
 	token := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
@@ -322,30 +388,36 @@ func TestPodReaderBadConfigNamesTheField(t *testing.T) {
 	require.NoError(t, os.WriteFile(emptyToken, nil, 0o600))
 	notPEM := filepath.Join(dir, "ca.crt")
 	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate"), 0o600))
-	ok := deadline.PodReader{Host: "https://127.0.0.1:1", TokenFile: token, CAFile: notPEM, Namespace: "ns", Name: "pod"}
+	ok := kube.Config{Host: "https://127.0.0.1:1", TokenFile: token, CAFile: notPEM, Namespace: "ns"}
 	tests := []struct {
 		name     string
-		mutate   func(*deadline.PodReader)
+		mutate   func(*kube.Config)
 		contains []string
 	}{
-		{"everything missing", func(r *deadline.PodReader) { *r = deadline.PodReader{} },
-			[]string{"Host", "TokenFile", "Namespace", "Name", "CAFile"}},
-		{"plain http", func(r *deadline.PodReader) { r.Host = "http://10.96.0.1:443" }, []string{"Host", "https"}},
-		{"token file missing", func(r *deadline.PodReader) { r.TokenFile = filepath.Join(dir, "nope") }, []string{"token file", "nope"}},
-		{"token file empty", func(r *deadline.PodReader) { r.TokenFile = emptyToken }, []string{"token file", "empty"}},
-		{"CA not PEM", func(r *deadline.PodReader) {}, []string{"CA file", "no PEM"}},
+		{"plain http", func(c *kube.Config) { c.Host = "http://10.96.0.1:443" }, []string{"Config.Host", "https"}},
+		{"token file missing", func(c *kube.Config) { c.TokenFile = filepath.Join(dir, "nope") }, []string{"Config.TokenFile", "nope"}},
+		{"token file empty", func(c *kube.Config) { c.TokenFile = emptyToken }, []string{"Config.TokenFile", "empty"}},
+		{"CA not PEM", func(*kube.Config) {}, []string{"Config.CAFile", "no PEM"}},
+		{"negative timeout", func(c *kube.Config) { c.EventTimeout = -time.Second }, []string{"Config.EventTimeout", "-1s"}},
+		{"negative queue", func(c *kube.Config) { c.EventQueue = -1 }, []string{"Config.EventQueue", "-1"}},
 	}
 	for _, tc := range tests {
-		r := ok
-		tc.mutate(&r)
-		_, err := r.DeletionTimestamp(t.Context())
+		cfg := ok
+		tc.mutate(&cfg)
+		_, err := kube.New("pod", cfg)
 		require.Error(t, err, tc.name)
 		for _, c := range tc.contains {
 			assert.Contains(t, err.Error(), c, tc.name)
 		}
 	}
-	var nilReader *deadline.PodReader
-	_, err := nilReader.DeletionTimestamp(t.Context())
+	// With a Client, no CA file is needed.
+	cfg := ok
+	cfg.CAFile, cfg.Client = "", http.DefaultClient
+	_, err := kube.New("pod", cfg)
+	require.NoError(t, err)
+
+	var nilPod *kube.Pod
+	_, err = nilPod.DeletionTimestamp(t.Context())
 	assert.Error(t, err)
 }
 
@@ -358,47 +430,54 @@ func serviceAccountDir(t *testing.T, files map[string]string) string {
 	return dir
 }
 
-func TestInClusterPodReader(t *testing.T) {
-	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: selfSignedCA(t)}))
-	dir := serviceAccountDir(t, map[string]string{"token": "abc\n", "ca.crt": ca, "namespace": "agentenv\n"})
-	env := map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-	r, err := deadline.InClusterPodReaderFrom(testPod, func(k string) string { return env[k] }, dir)
+func TestNewInClusterFromTheServiceAccount(t *testing.T) {
+	_, api := newAPIServer(t, podJSON(t, deleted(time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC), 45)))
+	ca, err := os.ReadFile(api.CAFile)
 	require.NoError(t, err)
-	assert.Equal(t, deadline.PodReader{
-		Host: "https://10.96.0.1:443", TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt"),
-		Namespace: "agentenv", Name: testPod,
-	}, *r)
+	dir := serviceAccountDir(t, map[string]string{"token": "token-1\n", "ca.crt": string(ca), "namespace": testNamespace + "\n"})
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(api.Host, "https://"))
+	require.NoError(t, err)
+	env := map[string]string{"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+	p, err := kube.NewFrom(testPod, kube.Config{}, func(k string) string { return env[k] }, dir)
+	require.NoError(t, err)
+	assert.Equal(t, testNamespace, p.Namespace())
+	assert.Equal(t, testPod, p.Name())
+	d, err := p.Deletion(t.Context()) // the zero Config reaches the API server
+	require.NoError(t, err)
+	assert.Equal(t, 45*time.Second, d.Grace)
 
+	// An IPv6 service address is bracketed; a set field wins over the mount.
 	env["KUBERNETES_SERVICE_HOST"] = "fd00::1"
-	r, err = deadline.InClusterPodReaderFrom(testPod, func(k string) string { return env[k] }, dir)
+	p, err = kube.NewFrom(testPod, kube.Config{Namespace: "other"}, func(k string) string { return env[k] }, dir)
 	require.NoError(t, err)
-	assert.Equal(t, "https://[fd00::1]:443", r.Host)
+	assert.Equal(t, "other", p.Namespace())
 }
 
-func TestInClusterPodReaderNamesEverythingMissing(t *testing.T) {
+func TestNewInClusterNamesEverythingMissing(t *testing.T) {
 	dir := serviceAccountDir(t, map[string]string{"ca.crt": "garbage", "namespace": " \n"})
-	_, err := deadline.InClusterPodReaderFrom("", func(string) string { return "" }, dir)
+	_, err := kube.NewFrom("", kube.Config{}, func(string) string { return "" }, dir)
 	require.Error(t, err)
 	for _, want := range []string{"name", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "token file", "CA file", "namespace file"} {
 		assert.Contains(t, err.Error(), want)
 	}
 	// Outside a cluster, the real one fails the same way.
-	if _, statErr := os.Stat(deadline.ServiceAccountDir); errors.Is(statErr, os.ErrNotExist) {
-		_, err = deadline.InClusterPodReader(testPod)
+	if _, statErr := os.Stat(kube.ServiceAccountDir); errors.Is(statErr, os.ErrNotExist) {
+		_, err = kube.New(testPod, kube.Config{})
 		assert.ErrorContains(t, err, "token file")
 	}
 }
 
-func TestTightenFromPodCutsTheGracePeriod(t *testing.T) {
+func TestTightenCutsTheGracePeriod(t *testing.T) {
 	// kubectl delete --grace-period=30 during the preStop hook: the API
 	// server's deletionTimestamp is 30 s out, the manifest said 3600 s.
 	t0 := time.Now()
 	kill := t0.Truncate(time.Second).Add(30 * time.Second)
-	_, r := newAPIServer(t, podJSON(t, deleted(kill, 30)))
+	_, cfg := newAPIServer(t, podJSON(t, deleted(kill, 30)))
+	r := newPod(t, cfg, testPod)
 	b, err := deadline.New(3600 * time.Second)
 	require.NoError(t, err)
 	b.OnPreStop(t0)
-	changed, err := b.TightenFromPod(t.Context(), r)
+	changed, err := r.Tighten(t.Context(), b)
 	require.NoError(t, err)
 	assert.True(t, changed)
 	assert.True(t, kill.Equal(b.Kill()), "kill %v, want %v", b.Kill(), kill)
@@ -407,22 +486,57 @@ func TestTightenFromPodCutsTheGracePeriod(t *testing.T) {
 	assert.Equal(t, deadline.DefaultMarginFor(3600*time.Second), b.Margin())
 	assert.True(t, kill.Add(-b.Margin()).Equal(b.Deadline()), "deadline %v, want %v", b.Deadline(), kill.Add(-b.Margin()))
 
-	changed, err = b.TightenFromPod(t.Context(), r) // the same time again: no change
+	changed, err = r.Tighten(t.Context(), b) // the same time again: no change
 	require.NoError(t, err)
 	assert.False(t, changed)
 }
 
-func TestTightenFromPodLeavesBudgetAloneOnError(t *testing.T) {
-	_, r := newAPIServer(t, podJSON(t, nil))
+func TestTightenLeavesBudgetAloneOnError(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, nil))
+	r := newPod(t, cfg, testPod)
 	b, err := deadline.New(3600 * time.Second)
 	require.NoError(t, err)
 	t0 := time.Now()
 	b.OnPreStop(t0)
-	changed, err := b.TightenFromPod(t.Context(), r)
-	assert.ErrorIs(t, err, deadline.ErrNotTerminating)
+	changed, err := r.Tighten(t.Context(), b)
+	assert.ErrorIs(t, err, kube.ErrNotTerminating)
 	assert.False(t, changed)
 	assert.Equal(t, t0.Add(3600*time.Second), b.Kill())
 
-	_, err = b.TightenFromPod(t.Context(), nil)
-	assert.ErrorContains(t, err, "reader")
+	_, err = r.Tighten(t.Context(), nil)
+	assert.ErrorContains(t, err, "budget")
+}
+
+func TestDeletionTracesEachRead(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { require.NoError(t, tp.Shutdown(t.Context())) }()
+
+	kill := time.Date(2026, 11, 30, 3, 30, 0, 0, time.UTC)
+	_, cfg := newAPIServer(t, podJSON(t, deleted(kill, 30)))
+	cfg.TracerProvider = tp
+	_, err := newPod(t, cfg, testPod).DeletionTimestamp(t.Context())
+	require.NoError(t, err)
+
+	_, cfg = newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden")
+	})
+	cfg.TracerProvider = tp
+	_, err = newPod(t, cfg, testPod).DeletionTimestamp(t.Context())
+	require.Error(t, err)
+
+	spans := rec.Ended()
+	require.Len(t, spans, 2)
+	for _, s := range spans {
+		assert.Equal(t, "kube.Pod.Deletion", s.Name())
+		assert.Equal(t, trace.SpanKindClient, s.SpanKind())
+		assert.Equal(t, kube.ScopeName, s.InstrumentationScope().Name)
+		assert.Contains(t, s.Attributes(), attribute.String("k8s.pod.name", testPod))
+		assert.Contains(t, s.Attributes(), attribute.String("k8s.namespace.name", testNamespace))
+	}
+	assert.Contains(t, spans[0].Attributes(), attribute.String("k8s.pod.deletion_timestamp", "2026-11-30T03:30:00Z"))
+	assert.Contains(t, spans[0].Attributes(), attribute.Int64("k8s.pod.deletion_grace_period_seconds", 30))
+	assert.Equal(t, codes.Unset, spans[0].Status().Code)
+	assert.Equal(t, codes.Error, spans[1].Status().Code)
+	assert.Contains(t, spans[1].Attributes(), attribute.Int("http.response.status_code", 403))
 }

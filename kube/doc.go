@@ -1,0 +1,66 @@
+// Package kube is a pod's own small client of the Kubernetes API server:
+// it reads the pod's deletion (metadata.deletionTimestamp and
+// deletionGracePeriodSeconds) and posts Kubernetes Events on the pod.
+//
+// The grace period a server is given can be shorter than its manifest's
+// terminationGracePeriodSeconds (kubectl delete --grace-period=30, an
+// eviction), and only the API server knows: the pod's deletionTimestamp is
+// the absolute time of the kubelet's SIGKILL. Events are how an operator
+// sees, in `kubectl describe pod`, what the drain did: the plan at its
+// start, the sandboxes lost, the device teardown's verdict, the end.
+//
+// # Typical wiring
+//
+// drain.Config.Pod takes a *Pod and does both; by hand:
+//
+//	pod, err := kube.New(os.Getenv("POD_NAME"), kube.Config{}) // in-cluster; Downward API
+//	if err != nil {
+//		log.Print("no API access; the manifest's grace stands: ", err)
+//	}
+//	// In the preStop handler, after budget.OnPreStop:
+//	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+//	changed, err := pod.Tighten(ctx, budget) // ErrNotTerminating under node shutdown
+//	pod.Record(kube.Event{Reason: "DrainStarted", Note: "3 sandboxes to preserve"})
+//	// Before exiting:
+//	stats := pod.Flush(ctx) // posted and dropped events
+//
+// The pod's service account needs a Role in its namespace (bound to it by
+// a RoleBinding) that allows:
+//
+//	rules:
+//	- apiGroups: [""]
+//	  resources: ["pods"]
+//	  verbs: ["get"]            # Deletion, Tighten, and the UID events name
+//	- apiGroups: ["events.k8s.io"]
+//	  resources: ["events"]
+//	  verbs: ["create"]         # Record
+//
+// Without them every request fails with an *APIError whose StatusCode is
+// 403 and whose message names the missing rule.
+//
+// # Guarantees
+//
+//   - Deletion, DeletionTimestamp and Tighten return by their context's
+//     deadline, and send the token only to a server whose certificate chains
+//     to Config.CAFile (the service account's ca.crt).
+//   - Record never blocks: events wait in a queue of Config.EventQueue and
+//     are posted one at a time by one goroutine that exists only while there
+//     is something to post, each POST bounded by Config.EventTimeout. An
+//     event the API server refuses or does not take in time, or that finds
+//     the queue full, is dropped with a log line and counted (EventStats,
+//     drainkit.kube.events.dropped).
+//   - Flush returns by its context's deadline with nothing left running.
+//   - The token file is read on every request (the kubelet rotates
+//     projected tokens).
+//
+// # Why not client-go
+//
+// Two requests (GET the pod, POST an event) are a few hundred lines of
+// net/http with the k8s.io/api types this module already uses for the
+// JSON. client-go would add its dependency tree to every user of drainkit
+// for them, and its event recorders are built for long-running
+// controllers: background broadcaster goroutines, aggregation and spam
+// filtering, and retries (tools/record tries an event 12 times, 10 s
+// apart) with no deadline the caller sets. At the end of a pod's life the
+// need is the opposite: a bounded flush that says what was dropped.
+package kube

@@ -1,0 +1,195 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/drainkit/drainkit/kube"
+)
+
+const testUID = types.UID("8d3c2f1e-0000-4000-8000-000000000001") // podJSON's
+
+func TestRecordPostsEventsRegardingThePod(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, nil))
+	p := newPod(t, cfg, testPod)
+	before := time.Now()
+	p.Record(kube.Event{Reason: "DrainStarted", Note: "plan: 3 sandboxes"})
+	p.Record(kube.Event{Type: kube.Warning, Reason: "SandboxesLost", Action: "Preserve", Note: "1 lost: sb-2"})
+	stats := p.Flush(t.Context())
+	assert.Equal(t, kube.EventStats{Posted: 2}, stats)
+
+	got := a.posted()
+	require.Len(t, got, 2)
+	for _, ev := range got {
+		assert.Equal(t, "events.k8s.io/v1", ev.APIVersion)
+		assert.Equal(t, "Event", ev.Kind)
+		assert.Equal(t, testNamespace, ev.Namespace)
+		assert.True(t, strings.HasPrefix(ev.Name, testPod+"."), ev.Name)
+		assert.Equal(t, "drainkit", ev.ReportingController)
+		assert.Equal(t, testPod, ev.ReportingInstance)
+		// The UID comes from a read of the pod: kubectl describe finds
+		// events by it.
+		assert.Equal(t, "v1", ev.Regarding.APIVersion)
+		assert.Equal(t, "Pod", ev.Regarding.Kind)
+		assert.Equal(t, testNamespace, ev.Regarding.Namespace)
+		assert.Equal(t, testPod, ev.Regarding.Name)
+		assert.Equal(t, testUID, ev.Regarding.UID)
+		assert.False(t, ev.EventTime.Before(&metav1.MicroTime{Time: before.Truncate(time.Microsecond)}), "eventTime %v", ev.EventTime)
+		assert.Nil(t, ev.Series)
+		assert.Zero(t, ev.DeprecatedCount) // the v1 API refuses the legacy fields
+	}
+	assert.NotEqual(t, got[0].Name, got[1].Name)
+	assert.Equal(t, "DrainStarted", got[0].Reason)
+	assert.Equal(t, kube.Normal, got[0].Type)
+	assert.Equal(t, "Drain", got[0].Action)
+	assert.Equal(t, "plan: 3 sandboxes", got[0].Note)
+	assert.Equal(t, "SandboxesLost", got[1].Reason)
+	assert.Equal(t, kube.Warning, got[1].Type)
+	assert.Equal(t, "Preserve", got[1].Action)
+	a.mu.Lock()
+	assert.Equal(t, 1, a.gets, "the UID is read once")
+	a.mu.Unlock()
+}
+
+func TestRecordUsesTheConfiguredUIDWithoutReadingThePod(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, nil))
+	cfg.UID = "from-the-downward-api"
+	p := newPod(t, cfg, testPod)
+	p.Record(kube.Event{Reason: "DrainFinished"})
+	assert.Equal(t, 1, p.Flush(t.Context()).Posted)
+	got := a.posted()
+	require.Len(t, got, 1)
+	assert.Equal(t, types.UID("from-the-downward-api"), got[0].Regarding.UID)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	assert.Zero(t, a.gets)
+}
+
+func TestRecordCutsTheNoteToTheAPIsLimit(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, nil))
+	p := newPod(t, cfg, testPod)
+	p.Record(kube.Event{Reason: "SandboxesLost", Note: strings.Repeat("é", 600)}) // 1200 bytes
+	assert.Equal(t, 1, p.Flush(t.Context()).Posted)
+	got := a.posted()
+	require.Len(t, got, 1)
+	assert.Len(t, got[0].Note, 1024)
+	assert.Equal(t, strings.Repeat("é", 512), got[0].Note)
+}
+
+// meters returns a MeterProvider and a function that reads a counter's
+// value for one event reason.
+func meters(t *testing.T) (*sdkmetric.MeterProvider, func(name, reason string) int64) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return mp, func(name, reason string) int64 {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(t.Context(), &rm))
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != name {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					if v, ok := dp.Attributes.Value(attribute.Key("drainkit.kube.event.reason")); ok && v.AsString() == reason {
+						return dp.Value
+					}
+				}
+			}
+		}
+		return 0
+	}
+}
+
+func TestRecordDropsWhatRBACRefusesWithALogLineAndACount(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, nil))
+	a.postEvent = func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+			`events.events.k8s.io is forbidden: User "system:serviceaccount:agentenv:default" cannot create resource "events"`)
+	}
+	var logs bytes.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	mp, count := meters(t)
+	cfg.MeterProvider = mp
+	p := newPod(t, cfg, testPod)
+	p.Record(kube.Event{Reason: "DrainStarted"})
+	p.Record(kube.Event{Reason: "DrainFinished"})
+	stats := p.Flush(t.Context())
+	assert.Equal(t, 0, stats.Posted)
+	assert.Equal(t, 2, stats.Dropped)
+	assert.Contains(t, stats.LastError, "403")
+	assert.Contains(t, stats.LastError, `RBAC "create" on "events"`)
+	assert.Contains(t, stats.LastError, "DrainFinished")
+	assert.Equal(t, 2, strings.Count(logs.String(), "kube: event dropped"), logs.String())
+	assert.Equal(t, int64(1), count("drainkit.kube.events.dropped", "DrainStarted"))
+	assert.Equal(t, int64(1), count("drainkit.kube.events.dropped", "DrainFinished"))
+	assert.Equal(t, int64(0), count("drainkit.kube.events.posted", "DrainStarted"))
+}
+
+func TestRecordNeverBlocksOnASlowAPIServerAndFlushEndsByItsContext(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, nil))
+	arrived := make(chan struct{}, 8)
+	cancelled := make(chan struct{}, 8)
+	a.postEvent = func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // then the server watches the connection
+		arrived <- struct{}{}
+		<-r.Context().Done() // hangs until the client gives up
+		cancelled <- struct{}{}
+	}
+	cfg.UID = "u" // no GET first
+	cfg.EventQueue = 2
+	cfg.EventTimeout = time.Hour // only Flush ends the POST
+	p := newPod(t, cfg, testPod)
+
+	p.Record(kube.Event{Reason: "DrainStarted"})
+	<-arrived // the first event is in flight, the queue is empty
+	for _, r := range []string{"A", "B", "C", "D"} {
+		p.Record(kube.Event{Reason: r}) // returns at once: A and B wait, C and D find the queue full
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	stats := p.Flush(ctx)
+	assert.Equal(t, 0, stats.Posted)
+	assert.Equal(t, 5, stats.Dropped)
+	<-cancelled // the POST in flight was cancelled, not left running
+	assert.Empty(t, arrived, "no queued event was sent after the flush ended")
+
+	// The Pod keeps working after a flush that dropped events.
+	a.mu.Lock()
+	a.postEvent = nil
+	a.mu.Unlock()
+	p.Record(kube.Event{Reason: "DrainFinished"})
+	stats = p.Flush(t.Context())
+	assert.Equal(t, 1, stats.Posted)
+	assert.Len(t, a.posted(), 1)
+}
+
+func TestRecordDropsAnEventWithoutAReason(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, nil))
+	p := newPod(t, cfg, testPod)
+	p.Record(kube.Event{Note: "no reason"})
+	stats := p.Flush(t.Context())
+	assert.Equal(t, 1, stats.Dropped)
+	assert.Contains(t, stats.LastError, "Reason")
+}
+
+func TestFlushWithNothingRecordedReturnsAtOnce(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, nil))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	assert.Equal(t, kube.EventStats{}, newPod(t, cfg, testPod).Flush(ctx))
+}

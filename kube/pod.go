@@ -1,0 +1,437 @@
+package kube
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/drainkit/drainkit/deadline"
+)
+
+// ScopeName is the OpenTelemetry instrumentation scope of this package.
+const ScopeName = "github.com/drainkit/drainkit/kube"
+
+// ServiceAccountDir is where Kubernetes mounts a pod's service account:
+// the files token, ca.crt and namespace.
+const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// maxPodBytes bounds how much of a response is read; a Pod object with
+// managed fields is tens of kilobytes.
+const maxPodBytes = 4 << 20
+
+// Config says how to reach the API server and which pod this is. Its zero
+// value is the in-cluster configuration: every empty field is taken from
+// what Kubernetes mounts into a pod.
+type Config struct {
+	// Host is the API server's base URL, for example
+	// "https://10.96.0.1:443". It must use https. Empty means
+	// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
+	Host string
+	// Namespace is the pod's namespace. Empty means the namespace file in
+	// ServiceAccountDir.
+	Namespace string
+	// UID is the pod's metadata.uid (Downward API: fieldRef metadata.uid).
+	// Events name it so that `kubectl describe pod` lists them. Empty means
+	// it is learned from the first read of the pod.
+	UID string
+	// TokenFile holds the bearer token. It is read on every request,
+	// because the kubelet rotates projected service account tokens. Empty
+	// means the token file in ServiceAccountDir.
+	TokenFile string
+	// CAFile holds the PEM certificates the API server's certificate must
+	// chain to; it is read on every request. Empty means the ca.crt file
+	// in ServiceAccountDir. It is not used when Client is set.
+	CAFile string
+	// Client sends the requests. Nil means a fresh connection per request
+	// that trusts only the certificates in CAFile, uses no proxy, and is
+	// closed afterwards (a terminating pod makes a handful of requests;
+	// there is nothing to keep alive).
+	Client *http.Client
+	// EventTimeout bounds each event's POST; zero means
+	// DefaultEventTimeout. Reads of the pod are bounded by their context.
+	EventTimeout time.Duration
+	// EventQueue is how many events may wait to be posted; one more is
+	// dropped. Zero means DefaultEventQueue.
+	EventQueue int
+	// Logger receives a line for every event dropped. Nil discards.
+	Logger *slog.Logger
+	// TracerProvider traces every read of the pod as a client span
+	// "kube.Pod.Deletion" under ScopeName. Nil means
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// MeterProvider counts events posted and dropped
+	// (drainkit.kube.events.posted, drainkit.kube.events.dropped). Nil
+	// means otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+}
+
+// A Pod is one pod's view of the Kubernetes API server: it reads the pod's
+// deletion state (how a server learns that kubectl delete --grace-period=30
+// or an eviction cut its grace below the manifest's) and posts Kubernetes
+// Events on the pod. Make one with New. It is safe for concurrent use.
+//
+// It speaks plain HTTPS (GET /api/v1/namespaces/{ns}/pods/{name}, POST
+// /apis/events.k8s.io/v1/namespaces/{ns}/events) with a bearer token. The
+// pod's service account needs RBAC permission to get its own pod and to
+// create events (see the package documentation); a request it may not make
+// fails with an *APIError with StatusCode 403.
+type Pod struct {
+	host, ns, name, token, ca string
+	client                    *http.Client
+	tracer                    trace.Tracer
+	log                       *slog.Logger
+	events                    eventQueue
+
+	mu  sync.Mutex
+	uid string
+}
+
+// New returns the Pod called name (pass it through the Downward API: env
+// POD_NAME from fieldRef metadata.name), configured by cfg, whose empty
+// fields come from the pod's mounted service account.
+//
+// It fails, naming every missing or unusable piece, if name is empty, an
+// environment variable it needs is unset, a file it needs is missing or
+// empty, CAFile holds no PEM certificate, or Host is not an https URL. It
+// sends no request.
+func New(name string, cfg Config) (*Pod, error) {
+	return newPod(name, cfg, os.Getenv, ServiceAccountDir)
+}
+
+func newPod(name string, cfg Config, getenv func(string) string, dir string) (*Pod, error) {
+	var errs []error
+	if name == "" {
+		errs = append(errs, errors.New("name: pod name must not be empty (set it from the Downward API, fieldRef metadata.name)"))
+	}
+	if cfg.Host == "" {
+		host, port := getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
+		if host == "" {
+			errs = append(errs, errors.New("Config.Host is empty and KUBERNETES_SERVICE_HOST is not set (not running in a pod?)"))
+		}
+		if port == "" {
+			errs = append(errs, errors.New("Config.Host is empty and KUBERNETES_SERVICE_PORT is not set (not running in a pod?)"))
+		}
+		cfg.Host = "https://" + net.JoinHostPort(host, port)
+	} else if u, err := url.Parse(cfg.Host); err != nil || u.Scheme != "https" || u.Host == "" {
+		errs = append(errs, fmt.Errorf("Config.Host %q must be an https:// URL", cfg.Host))
+	}
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = filepath.Join(dir, "token")
+	}
+	if _, err := readToken(cfg.TokenFile); err != nil {
+		errs = append(errs, fmt.Errorf("Config.TokenFile: %w", err))
+	}
+	if cfg.Client == nil {
+		if cfg.CAFile == "" {
+			cfg.CAFile = filepath.Join(dir, "ca.crt")
+		}
+		if _, err := loadCA(cfg.CAFile); err != nil {
+			errs = append(errs, fmt.Errorf("Config.CAFile: %w", err))
+		}
+	}
+	if cfg.Namespace == "" {
+		path := filepath.Join(dir, "namespace")
+		ns, err := os.ReadFile(path)
+		cfg.Namespace = strings.TrimSpace(string(ns))
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("Config.Namespace is empty and the namespace file is unreadable: %w", err))
+		case cfg.Namespace == "":
+			errs = append(errs, fmt.Errorf("Config.Namespace is empty and so is the namespace file %s", path))
+		}
+	}
+	if cfg.EventTimeout < 0 {
+		errs = append(errs, fmt.Errorf("Config.EventTimeout must not be negative, got %v", cfg.EventTimeout))
+	}
+	if cfg.EventQueue < 0 {
+		errs = append(errs, fmt.Errorf("Config.EventQueue must not be negative, got %d", cfg.EventQueue))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("kube: New: %w", errors.Join(errs...))
+	}
+	p := &Pod{
+		host: strings.TrimSuffix(cfg.Host, "/"), ns: cfg.Namespace, name: name, uid: cfg.UID,
+		token: cfg.TokenFile, ca: cfg.CAFile, client: cfg.Client, log: cfg.Logger,
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	p.tracer = tp.Tracer(ScopeName)
+	if err := p.events.init(p, cfg); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Name returns the pod's name.
+func (p *Pod) Name() string { return p.name }
+
+// Namespace returns the pod's namespace.
+func (p *Pod) Namespace() string { return p.ns }
+
+// Deletion is what the API server recorded when the pod was deleted.
+type Deletion struct {
+	// Timestamp is metadata.deletionTimestamp: the deletion request time
+	// plus the grace period, the time the kubelet will SIGKILL the pod. The
+	// API server stores it with whole-second precision, so it reads up to
+	// 1 s early; Budget.Tighten therefore errs on the safe side.
+	Timestamp time.Time
+	// Grace is metadata.deletionGracePeriodSeconds: the grace period the
+	// deletion asked for, which the kubelet uses instead of the manifest's
+	// terminationGracePeriodSeconds. Zero if the field is absent.
+	Grace time.Duration
+}
+
+// ErrNotTerminating is returned by Pod.Deletion (and Tighten) when the pod
+// has no deletionTimestamp yet: nobody deleted it, or it is being stopped
+// by graceful node shutdown, which does not set one.
+var ErrNotTerminating = errors.New("kube: pod has no deletionTimestamp (not terminating)")
+
+// APIError is a response from the API server other than success. Message
+// and Reason come from the metav1.Status body when there is one.
+type APIError struct {
+	StatusCode int    // HTTP status, e.g. 403 or 404
+	Reason     string // Status.reason, e.g. "Forbidden", "NotFound"
+	Message    string // Status.message, or the start of the body
+	// Need is the RBAC rule the request needed, named in Error for a 403:
+	// `"get" on "pods"` or `"create" on "events"`.
+	Need string
+}
+
+// Error says which status the API server answered and why.
+func (e *APIError) Error() string {
+	msg := fmt.Sprintf("kube: API server: %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	if e.StatusCode == http.StatusForbidden && e.Need != "" {
+		msg += " (the pod's service account needs RBAC " + e.Need + ")"
+	}
+	return msg
+}
+
+// A DeletionReader reads the pod's metadata.deletionTimestamp, returning
+// ErrNotTerminating while there is none. *Pod is one; tests fake it.
+type DeletionReader interface {
+	DeletionTimestamp(ctx context.Context) (time.Time, error)
+}
+
+// DeletionTimestamp returns the pod's metadata.deletionTimestamp, the
+// absolute SIGKILL time, with the errors of Deletion.
+func (p *Pod) DeletionTimestamp(ctx context.Context) (time.Time, error) {
+	d, err := p.Deletion(ctx)
+	return d.Timestamp, err
+}
+
+// Deletion reads the pod and returns its deletion state. It returns
+// ErrNotTerminating if the pod has no deletionTimestamp yet (it is not
+// being deleted, or graceful node shutdown stops it, which sets none), an
+// *APIError for an answer other than 200, and ctx's error if ctx ends
+// first. It returns by ctx's deadline.
+func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
+	if p == nil {
+		return Deletion{}, errors.New("kube: Pod is nil")
+	}
+	ctx, span := p.tracer.Start(ctx, "kube.Pod.Deletion", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("k8s.namespace.name", p.ns), attribute.String("k8s.pod.name", p.name)))
+	defer span.End()
+	obj, err := p.get(ctx)
+	var d Deletion
+	if err == nil {
+		d, err = obj.deletion()
+	}
+	switch {
+	case err == nil:
+		span.SetAttributes(attribute.String("k8s.pod.deletion_timestamp", d.Timestamp.UTC().Format(time.RFC3339)),
+			attribute.Int64("k8s.pod.deletion_grace_period_seconds", int64(d.Grace/time.Second)))
+	case errors.Is(err, ErrNotTerminating):
+		span.SetAttributes(attribute.Bool("k8s.pod.terminating", false))
+	default:
+		var apiErr *APIError
+		if errors.As(err, &apiErr) {
+			span.SetAttributes(attribute.Int("http.response.status_code", apiErr.StatusCode))
+		}
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return d, err
+}
+
+// Tighten reads the pod's deletionTimestamp and passes it to b.Tighten,
+// reporting whether the budget's SIGKILL moved earlier.
+//
+// Call it right after Budget.OnPreStop (or after OnSIGTERM when the server
+// does not see the preStop hook start), with a short timeout on ctx: a
+// deletion with `kubectl delete --grace-period=30`, or an eviction, gives
+// the kubelet a grace period below the manifest's, and only the API server
+// knows. If the read fails, the budget is unchanged and the error is
+// returned (ErrNotTerminating when the pod has no deletionTimestamp, as
+// under graceful node shutdown); the manifest's grace then stands, so log
+// the error and go on. A drain.Config with its Pod set does all this.
+func (p *Pod) Tighten(ctx context.Context, b *deadline.Budget) (bool, error) {
+	if b == nil {
+		return false, errors.New("kube: Tighten: budget must not be nil")
+	}
+	kill, err := p.DeletionTimestamp(ctx)
+	if err != nil {
+		return false, err
+	}
+	return b.Tighten(kill), nil
+}
+
+// podObject is the part of a v1.Pod that Pod needs.
+type podObject struct {
+	Metadata struct {
+		Name                       string     `json:"name"`
+		Namespace                  string     `json:"namespace"`
+		UID                        string     `json:"uid"`
+		DeletionTimestamp          *time.Time `json:"deletionTimestamp"`
+		DeletionGracePeriodSeconds *int64     `json:"deletionGracePeriodSeconds"`
+	} `json:"metadata"`
+}
+
+func (o *podObject) deletion() (Deletion, error) {
+	if o.Metadata.DeletionTimestamp == nil {
+		return Deletion{}, ErrNotTerminating
+	}
+	d := Deletion{Timestamp: *o.Metadata.DeletionTimestamp}
+	if s := o.Metadata.DeletionGracePeriodSeconds; s != nil && *s > 0 {
+		d.Grace = time.Duration(*s) * time.Second
+	}
+	return d, nil
+}
+
+// get reads the pod object, and remembers its UID for events.
+func (p *Pod) get(ctx context.Context) (*podObject, error) {
+	u := p.host + "/api/v1/namespaces/" + url.PathEscape(p.ns) + "/pods/" + url.PathEscape(p.name)
+	body, err := p.do(ctx, http.MethodGet, u, nil, http.StatusOK, `"get" on "pods"`)
+	if err != nil {
+		return nil, fmt.Errorf("kube: GET pod %s/%s: %w", p.ns, p.name, err)
+	}
+	var pod podObject
+	if err := json.Unmarshal(body, &pod); err != nil {
+		return nil, fmt.Errorf("kube: pod %s/%s: malformed response: %w", p.ns, p.name, err)
+	}
+	if m := pod.Metadata; m.Name != p.name || (m.Namespace != "" && m.Namespace != p.ns) {
+		return nil, fmt.Errorf("kube: pod %s/%s: response describes %q in %q, not this pod", p.ns, p.name, m.Name, m.Namespace)
+	}
+	if pod.Metadata.UID != "" {
+		p.mu.Lock()
+		if p.uid == "" {
+			p.uid = pod.Metadata.UID
+		}
+		p.mu.Unlock()
+	}
+	return &pod, nil
+}
+
+// do sends one request with the current token and returns the body of a
+// response with status want; any other status is an *APIError.
+func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, need string) ([]byte, error) {
+	token, err := readToken(p.token)
+	if err != nil {
+		return nil, err
+	}
+	client := p.client
+	if client == nil {
+		pool, err := loadCA(p.ca)
+		if err != nil {
+			return nil, err
+		}
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+		defer tr.CloseIdleConnections()
+		client = &http.Client{Transport: tr}
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = strings.NewReader(string(body))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
+	if err == nil && resp.StatusCode != want {
+		err = apiError(resp.StatusCode, got, need)
+	}
+	if err != nil && ctx.Err() != nil {
+		// The context ended while the answer came in. The transport may
+		// still hand over a response that the server cut short when the
+		// connection closed; the context is the cause, so report it.
+		return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	return got, err
+}
+
+func apiError(code int, body []byte, need string) *APIError {
+	e := &APIError{StatusCode: code, Need: need}
+	var status struct {
+		Kind    string `json:"kind"`
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &status) == nil && status.Kind == "Status" {
+		e.Reason, e.Message = status.Reason, status.Message
+		return e
+	}
+	const maxMessage = 256
+	e.Message = strings.TrimSpace(string(body[:min(len(body), maxMessage)]))
+	return e
+}
+
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return token, nil
+}
+
+func loadCA(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
