@@ -123,21 +123,37 @@ type climber struct {
 	k     int       // the limit now
 	since time.Time // start of the epoch: earlier preserves are not its samples
 
-	epoch     stat   // the samples of this epoch
-	lv        []stat // lv[k]: every sample measured at limit k; grown to the highest k measured
-	undecided bool   // a comparison of this epoch was within the noise
-	stretch   bool   // the epoch may still grow
+	epoch     stat    // the samples of this epoch
+	lv        []level // every level measured, in the order first measured
+	lvBuf     [8]level
+	undecided bool // a comparison of this epoch was within the noise
+	stretch   bool // the epoch may still grow
 
+	moves // where the climb is; next changes it
+	start int
+}
+
+// moves is the part of the climber's state that next changes: sample
+// restores it when next found the epoch undecided (kept small: sample runs
+// on a worker's stack).
+type moves struct {
 	move   int
 	prev   int // the level measured before k (up and down moves)
 	lo, hi int // narrow: lo paid, hi did not
 	held   int
 	probes int // probes made while holding: they alternate up and down
-	start  int
+}
+
+// A level is the samples measured at limit k.
+type level struct {
+	k int
+	s stat
 }
 
 func newClimber(start, ceil int, now time.Time) *climber {
-	return &climber{ceil: ceil, k: start, start: start, since: now}
+	c := &climber{ceil: ceil, k: start, start: start, since: now}
+	c.lv = c.lvBuf[:0] // a Run measures a few levels: no allocation on a worker
+	return c
 }
 
 // at returns what level k measured, this epoch's samples included.
@@ -150,8 +166,10 @@ func (c *climber) at(k int) stat {
 
 // level returns the samples of the epochs decided at level k.
 func (c *climber) level(k int) stat {
-	if k < len(c.lv) {
-		return c.lv[k]
+	for _, l := range c.lv {
+		if l.k == k {
+			return l.s
+		}
 	}
 	return stat{}
 }
@@ -171,17 +189,14 @@ func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, now 
 	if c.epoch.n < width {
 		return c.k
 	}
-	saved := *c
+	saved := c.moves
 	c.undecided = false
 	k := c.next(c.epoch.n < maxStretch*width)
 	if c.undecided { // within the noise: measure on
-		*c = saved
+		c.moves = saved
 		return c.k
 	}
-	if c.k >= len(c.lv) {
-		c.lv = append(c.lv, make([]stat, c.k+1-len(c.lv))...)
-	}
-	c.lv[c.k] = c.lv[c.k].plus(c.epoch)
+	c.record(c.k, c.epoch)
 	c.set(k, now)
 	return c.k
 }
@@ -285,6 +300,17 @@ func (c *climber) hold(k int) int {
 	return k
 }
 
+// record adds the samples s to level k.
+func (c *climber) record(k int, s stat) {
+	for i := range c.lv {
+		if c.lv[i].k == k {
+			c.lv[i].s = c.lv[i].s.plus(s)
+			return
+		}
+	}
+	c.lv = append(c.lv, level{k, s})
+}
+
 // set starts an epoch at level k.
 func (c *climber) set(k int, now time.Time) {
 	c.k = min(max(k, 1), c.ceil)
@@ -296,9 +322,9 @@ func (c *climber) set(k int, now time.Time) {
 // throughput (units per ns), or (c.k, 0) before any measurement.
 func (c *climber) best() (int, float64) {
 	k, x := c.k, 0.0
-	for i, l := range c.lv { // epochs decided, not the one under way
-		if v := l.mean(); v > x {
-			k, x = i, v
+	for _, l := range c.lv { // epochs decided, not the one under way
+		if v := l.s.mean(); v > x || v == x && v > 0 && l.k < k {
+			k, x = l.k, v
 		}
 	}
 	return k, x

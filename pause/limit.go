@@ -110,7 +110,8 @@ func (r *run) logLimit(from, k int) {
 	}
 }
 
-// poke wakes the dispatcher waiting for room below the limit.
+// poke wakes the dispatcher waiting for room below the limit or for a
+// worker to end.
 func (r *run) poke() {
 	select {
 	case r.room <- struct{}{}:
@@ -131,9 +132,11 @@ func (r *run) admitWorker() bool {
 }
 
 // workerGone accounts for a worker that ended or whose task was abandoned
-// (its slot given back while its Preserve runs on).
+// (its slot given back while its Preserve runs on), and wakes the
+// dispatcher, which may wait for it (waitRoom).
 func (r *run) workerGone() {
 	if !r.adaptive {
+		r.poke()
 		return
 	}
 	r.mu.Lock()

@@ -1,7 +1,6 @@
 package pause
 
 import (
-	"context"
 	"sync/atomic"
 	"time"
 )
@@ -21,11 +20,11 @@ type pass struct {
 	tasks  []*task // in dispatch order
 	word   atomic.Uint64
 	closed atomic.Bool // no task starts any more
+	// claims counts the workers started that have not yet taken their
+	// first task: the dispatcher starts no worker for a task one of them
+	// will take, so a pass never has more workers than tasks to give them.
+	claims atomic.Int32
 	done   chan struct{}
-	// acquire is the context slot waits use: the phase's, cancelled early
-	// when the queue closes.
-	acquire     context.Context
-	stopAcquire context.CancelFunc
 }
 
 const (
@@ -36,7 +35,6 @@ const (
 func (r *run) newPass(tasks []*task) *pass {
 	ps := &pass{r: r, tasks: tasks, done: make(chan struct{})}
 	ps.word.Store(1) // the queue's own count
-	ps.acquire, ps.stopAcquire = context.WithCancel(r.ctx)
 	r.cur = ps
 	return ps
 }
@@ -103,25 +101,35 @@ func (ps *pass) take(now time.Time) *task {
 	}
 }
 
-// close closes the queue: tasks not taken by now never will be.
+// close closes the queue: tasks not taken by now never will be. It wakes
+// the dispatcher if it waits for room; one waiting for a slot wakes when a
+// worker ends (no context to cancel on a worker's small stack).
 func (ps *pass) close() {
 	if ps.closed.CompareAndSwap(false, true) {
-		ps.stopAcquire()
+		ps.r.poke()
 		ps.settled()
 	}
 }
 
 // dispatch starts a worker for every slot it acquires while the queue is
-// open and, when the limit adapts, the workers are below the limit (else it
+// open, some task is not claimed by a worker started before (see claims)
+// and, when the limit adapts, the workers are below the limit (else it
 // gives the slot back and waits for room). A wait gives up at the phase
-// deadline or when the queue closes. Acquire may succeed after the
-// deadline passed, so the queue is checked again before a worker starts.
+// deadline; one for room also when the queue closes, one for a slot when
+// a worker ends after it closed. Acquire may succeed after the deadline
+// passed, so the queue is checked again before a worker starts.
 func (r *run) dispatch(ps *pass) {
 	for {
 		if ps.closed.Load() { // the last task is taken: no worker to start
 			return
 		}
-		if err := r.sem.Acquire(ps.acquire, 1); err != nil {
+		if !ps.unclaimed() { // every task left has a worker coming for it
+			if !r.waitRoom(ps) {
+				return
+			}
+			continue
+		}
+		if err := r.sem.Acquire(r.ctx, 1); err != nil {
 			ps.close()
 			return
 		}
@@ -132,15 +140,35 @@ func (r *run) dispatch(ps *pass) {
 		}
 		if r.adaptive && !r.admitWorker() {
 			r.sem.Release(1)
-			select {
-			case <-r.room:
-				continue
-			case <-ps.acquire.Done():
-				ps.close()
+			if !r.waitRoom(ps) {
 				return
 			}
+			continue
 		}
+		ps.claims.Add(1)
 		go r.worker(ps)
+	}
+}
+
+// unclaimed reports whether a task is left that no worker started and
+// not yet running is coming for. Read without a lock, it may say yes once
+// too often (a worker took a task between the two loads): that worker
+// then finds the queue empty and ends.
+func (ps *pass) unclaimed() bool {
+	next := int(ps.word.Load() >> 32)
+	return next+int(ps.claims.Load()) < len(ps.tasks)
+}
+
+// waitRoom waits until a worker ends, the limit rises or the queue closes
+// (poke), and reports false, closing the queue, when the phase deadline
+// came first.
+func (r *run) waitRoom(ps *pass) bool {
+	select {
+	case <-r.room:
+		return true
+	case <-r.ctx.Done():
+		ps.close()
+		return false
 	}
 }
 
@@ -151,7 +179,9 @@ func (r *run) worker(ps *pass) {
 	// One clock reading per task: a task starts when the one before it on
 	// this worker ended.
 	now := time.Now()
-	for t := ps.pop(now); t != nil; {
+	t := ps.pop(now)
+	ps.claims.Add(-1)
+	for t != nil {
 		var keep bool
 		if now, t, keep = t.run(ps, now); !keep {
 			return

@@ -45,7 +45,7 @@ type run struct {
 	// The adaptive limit (see limit.go); mu guards what follows it while
 	// workers run.
 	adaptive      bool
-	room          chan struct{} // the dispatcher waits on it for room below the limit
+	room          chan struct{} // the dispatcher waits on it for room (waitRoom)
 	unitScale     float64       // units per byte, fixed at the first pass
 	unitUnknown   float64       // units of a task without size or estimate
 	mu            sync.Mutex
@@ -114,9 +114,9 @@ func (r *run) contexts() {
 func (r *run) slots() {
 	r.limit = r.cfg.limit
 	r.adaptive = r.cfg.maxLimit > r.cfg.limit
+	r.room = make(chan struct{}, 1)
 	if r.adaptive {
 		r.limit = min(max(r.p.Limit(), 1), r.cfg.maxLimit)
-		r.room = make(chan struct{}, 1)
 		r.areaAt = time.Now()
 		r.climb = newClimber(r.limit, r.cfg.maxLimit, r.areaAt)
 	}
