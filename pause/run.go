@@ -69,14 +69,16 @@ type run struct {
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r := &run{p: p, cfg: &p.cfg, seen: make(map[string]int)}
 	r.phase, r.hard = deadlines(ctx, hard)
-	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run", trace.WithAttributes(
-		attribute.String("drainkit.pause.deadline", fmtTime(r.phase)),
-		attribute.String("drainkit.pause.hard", fmtTime(r.hard)),
-		attribute.Int("drainkit.pause.limit", p.cfg.limit),
-		attribute.Int("drainkit.pause.max_limit", p.cfg.maxLimit),
-		attribute.String("drainkit.pause.in_flight", p.cfg.inFlight()),
-	))
-	r.traced = r.span.IsRecording()
+	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
+	if r.traced = r.span.IsRecording(); r.traced { // a span that records nothing would drop them
+		r.span.SetAttributes(
+			attribute.String("drainkit.pause.deadline", fmtTime(r.phase)),
+			attribute.String("drainkit.pause.hard", fmtTime(r.hard)),
+			attribute.Int("drainkit.pause.limit", p.cfg.limit),
+			attribute.Int("drainkit.pause.max_limit", p.cfg.maxLimit),
+			attribute.String("drainkit.pause.in_flight", p.cfg.inFlight()),
+		)
+	}
 	r.contexts()
 	r.slots()
 	r.rep = &Report{Start: time.Now(), Deadline: r.phase, Counts: make(map[Outcome]int)}
