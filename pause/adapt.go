@@ -64,6 +64,7 @@ const (
 	payFrac       = 0.05 // a doubling must add this much throughput to pay
 	holdEpochs    = 8    // epochs held between two probes upward
 	bindFrac      = 0.8  // the deadline binds when the work left needs this much of the time left
+	shortRounds   = 4    // rounds of work queued a move below the level held needs
 	minEpochWidth = 4    // samples an epoch needs at least
 	maxStretch    = 3    // an undecided epoch grows to this many times its width
 	noiseZ        = 1.0  // standard errors a difference must exceed to count
@@ -128,10 +129,16 @@ type climber struct {
 	lvBuf     [8]level
 	undecided bool // a comparison of this epoch was within the noise
 	stretch   bool // the epoch may still grow
+	short     bool // little work is queued (see sample)
 
 	moves // where the climb is; next changes it
 	start int
+	held1 bool // the climb stopped doubling once: no longer climbing
 }
+
+// climbing reports whether the limit is still in its first climb: it has
+// doubled at every epoch so far.
+func (c *climber) climbing() bool { return c.move == climbUp && !c.held1 }
 
 // moves is the part of the climber's state that next changes: sample
 // restores it when next found the epoch undecided (kept small: sample runs
@@ -180,10 +187,16 @@ func (c *climber) x(k int) float64 { return c.at(k).mean() }
 
 // sample records a preserve that started at start, took d, moved b units
 // at an average concurrency kbar, and returns the limit.
-func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, now time.Time) int {
+//
+// short says that little work is queued (less than shortRounds rounds at
+// the limit): the climber then makes no move below the level it is at
+// unless that level measured significantly less than the one below, and
+// no probe: what a move finds would come too late to be used.
+func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, short bool, now time.Time) int {
 	if c.move == climbPinned || d <= 0 || start.Before(c.since) {
 		return c.k
 	}
+	c.short = short
 	c.epoch.add(float64(d), kbar*b/float64(d))
 	width := max(minEpochWidth, c.k/4)
 	if c.epoch.n < width {
@@ -214,6 +227,28 @@ func (c *climber) pays(a, b int) bool {
 	return diff > 0
 }
 
+// costs reports whether level b delivered significantly less than level
+// a < b: by more than payFrac and more than the noise. While the epoch may
+// still grow, a difference within the noise marks it undecided.
+func (c *climber) costs(a, b int) bool {
+	sa, sb := c.at(a), c.at(b)
+	diff := sa.mean()*(1-payFrac) - sb.mean()
+	noise := noiseZ * math.Hypot(sa.se(), sb.se())
+	if c.stretch && math.Abs(diff) <= noise {
+		c.undecided = true
+	}
+	return diff > noise
+}
+
+// keep holds, when little work is left and level k did not pay over
+// lo < k, lo if k cost significantly more, else k.
+func (c *climber) keep(lo, k int) int {
+	if c.costs(lo, k) {
+		return c.hold(lo)
+	}
+	return c.hold(k)
+}
+
 // next decides the level after an epoch at c.k; stretch says whether the
 // epoch may still grow (see pays).
 func (c *climber) next(stretch bool) int {
@@ -230,6 +265,8 @@ func (c *climber) next(stretch bool) int {
 			return c.up(k, min(2*k, c.ceil))
 		case c.pays(c.prev, k):
 			return c.hold(k)
+		case c.short:
+			return c.keep(c.prev, k)
 		case c.prev == c.start && c.x(max(c.start/2, 1)) == 0 && c.start > 1:
 			return c.down(c.prev) // the first doubling did not pay: try fewer
 		default:
@@ -239,13 +276,16 @@ func (c *climber) next(stretch bool) int {
 		if c.pays(k, c.prev) { // halving cost too much
 			return c.hold(c.prev)
 		}
-		if k > 1 {
+		if k > 1 && !c.short {
 			return c.down(k)
 		}
 		return c.hold(k)
 	case climbNarrow:
 		if c.pays(c.lo, k) {
 			return c.narrow(k, c.hi)
+		}
+		if c.short {
+			return c.keep(c.lo, k)
 		}
 		return c.narrow(c.lo, k)
 	case climbHold:
@@ -261,7 +301,7 @@ func (c *climber) next(stretch bool) int {
 			}
 			return c.hold(k) // as fast with fewer: keep fewer
 		}
-		if c.held++; c.held < holdEpochs {
+		if c.held++; c.held < holdEpochs || c.short {
 			return k
 		}
 		c.held, c.prev = 0, k
@@ -316,6 +356,7 @@ func (c *climber) set(k int, now time.Time) {
 	c.k = min(max(k, 1), c.ceil)
 	c.since = now
 	c.epoch = stat{}
+	c.held1 = c.held1 || c.move != climbUp
 }
 
 // best returns the level measured fastest in the epochs decided (the smallest of equals) and its

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -160,4 +161,47 @@ func TestDefaultLimitHoldsTheKneeOnANoisyDisk(t *testing.T) {
 		assert.LessOrEqual(t, most, 16, "seed %d", seed+1)
 	}
 	assert.LessOrEqual(t, sum/seeds, 1.30, "mean over the seeds")
+}
+
+// An adaptive Run learns from completions, and longest first would give
+// it the first one only after the longest preserves' time; so while the
+// limit climbs, a longest-first pass takes its shortest preserves first,
+// at most a quarter of the pass's work, then goes on longest first. A
+// fixed limit has nothing to learn: longest first from the start.
+func TestClimbingLimitStartsWithTheShortestPreserves(t *testing.T) {
+	firstStarted := func(limit int) (first []int64, backBytes, total int64) {
+		synctest.Test(t, func(t *testing.T) {
+			disk := &fakesandbox.Disk{Bandwidth: 64 * mib, PerWriter: 16 * mib}
+			node := fakesandbox.NewNode()
+			for i := range 40 {
+				size := int64(i+1) * mib
+				total += size
+				node.Add(&fakesandbox.Sandbox{Name: fmt.Sprint("sb-", i), Bytes: size, Disk: disk})
+			}
+			p, err := pause.New(node, pause.Config{Limit: limit, Estimator: deadline.NewEstimator(time.Second)})
+			require.NoError(t, err)
+			rep, _ := runFor(t, p, time.Hour, 0)
+			require.Equal(t, 40, rep.Counts[pause.Preserved])
+			entries := slices.Clone(rep.Entries)
+			slices.SortStableFunc(entries, func(a, b pause.Entry) int { return a.Start.Compare(b.Start) })
+			for _, e := range entries[:8] {
+				first = append(first, e.Size/mib)
+			}
+			// The preserves started before the largest one were taken from the short end.
+			for _, e := range entries {
+				if e.Size == 40*mib {
+					break
+				}
+				backBytes += e.Size
+			}
+		})
+		return first, backBytes, total
+	}
+	first, back, total := firstStarted(0)
+	assert.ElementsMatch(t, []int64{1, 2, 3, 4, 5, 6, 7, 8}, first, "adaptive: the shortest first")
+	assert.Greater(t, back, int64(0))
+	assert.LessOrEqual(t, float64(back), 0.25*float64(total)+8*mib, "at most a quarter of the work (and one preserve more per worker)")
+
+	first, _, _ = firstStarted(8)
+	assert.ElementsMatch(t, []int64{40, 39, 38, 37, 36, 35, 34, 33}, first, "fixed: longest first")
 }

@@ -22,7 +22,7 @@ func feed(c *climber, n int, sigma float64, rng *rand.Rand, rate func(k int) flo
 			x *= math.Exp(sigma * rng.NormFloat64())
 		}
 		// a sample of 1 s at concurrency k moving x units per ns overall
-		if got := c.sample(*now, time.Second, x*float64(time.Second)/float64(k), float64(k), *now); got != k {
+		if got := c.sample(*now, time.Second, x*float64(time.Second)/float64(k), float64(k), false, *now); got != k {
 			moves = append(moves, got)
 		}
 	}
@@ -77,4 +77,50 @@ func TestClimberHoldingProbesDownward(t *testing.T) {
 	assert.Contains(t, moves, 10, "a probe upward")
 	assert.Contains(t, moves, 6, "a probe downward, kept")
 	assert.LessOrEqual(t, c.k, 5, "down to the knee, or a probe a quarter above it")
+}
+
+// sampleAt gives c n noiseless samples of one second at the limit it has,
+// the node moving rate(k) units per second, with short as the run says.
+func sampleAt(c *climber, n int, short bool, rate func(k int) float64, now *time.Time) {
+	for range n {
+		*now = now.Add(time.Second)
+		k := c.k
+		c.sample(*now, time.Second, rate(k)/float64(k)*float64(time.Second)/1e9, float64(k), short, *now)
+	}
+}
+
+// With little work queued, a doubling that does not pay is held instead of
+// followed by a search below it (whose finding would come too late to be
+// used); with work queued the climber searches below, as before. A
+// doubling that costs significantly more than the level below is undone
+// either way.
+func TestClimberWithLittleWorkLeftHoldsInsteadOfSearchingBelow(t *testing.T) {
+	flat := func(k int) float64 { return 100 }                // the knee is at 1 or below
+	thrash := func(k int) float64 { return 800 / float64(k) } // every preserve more costs
+	for _, tc := range []struct {
+		name  string
+		rate  func(int) float64
+		short bool
+		want  int
+	}{
+		{"flat, work queued", flat, false, 4},      // 16 did not pay: halve from 8
+		{"flat, little work left", flat, true, 16}, // held where it is
+		{"thrash, work queued", thrash, false, 4},
+		{"thrash, little work left", thrash, true, 8}, // 16 cost half: back to 8
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Unix(0, 0)
+			c := newClimber(8, 32, now)
+			sampleAt(c, 4, false, tc.rate, &now) // the first epoch doubles
+			assert.Equal(t, 16, c.k)
+			sampleAt(c, 4, tc.short, tc.rate, &now)
+			assert.Equal(t, tc.want, c.k)
+			if tc.short {
+				assert.False(t, c.climbing())
+				before := c.k
+				sampleAt(c, 4*holdEpochs*2, true, tc.rate, &now)
+				assert.Equal(t, before, c.k, "no probe with little work left")
+			}
+		})
+	}
 }

@@ -60,7 +60,8 @@ func (r *run) endedLocked(t *task, res *result) {
 		return
 	}
 	kbar := (r.area - t.area0) / float64(d)
-	k := r.climb.sample(t.e.Start, d, t.units, kbar, res.end)
+	short := r.queue.n < shortRounds*r.limit
+	k := r.climb.sample(t.e.Start, d, t.units, kbar, short, res.end)
 	if r.bindsLocked(res.end) {
 		k = r.climb.bind(res.end)
 	}

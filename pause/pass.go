@@ -25,7 +25,20 @@ type pass struct {
 	// will take, so a pass never has more workers than tasks to give them.
 	claims atomic.Int32
 	done   chan struct{}
+	// end is one past the last task not taken: tasks are taken from the
+	// front, and, while the adaptive limit climbs (see popLocked), from
+	// the back. It moves only under r.mu.
+	end atomic.Int64
+	// back says the pass may take from the back: its order is longest
+	// first, with one priority. backUnits is the work taken from there,
+	// at most backShare of units, the work of the whole pass.
+	back             bool
+	backUnits, units float64
 }
+
+// backShare is the most of a pass's work a climbing limit takes from the
+// short end of a longest-first queue.
+const backShare = 0.25
 
 const (
 	openMask = 1<<32 - 1
@@ -35,6 +48,7 @@ const (
 func (r *run) newPass(tasks []*task) *pass {
 	ps := &pass{r: r, tasks: tasks, done: make(chan struct{})}
 	ps.word.Store(1) // the queue's own count
+	ps.end.Store(int64(len(tasks)))
 	r.cur = ps
 	return ps
 }
@@ -64,7 +78,14 @@ func (ps *pass) popLocked(now time.Time) *task {
 	if r.workers > r.limit {
 		return nil
 	}
-	t := ps.take(now)
+	var t *task
+	if ps.back && ps.backUnits < backShare*ps.units && r.climb.climbing() {
+		if t = ps.takeBack(now); t != nil {
+			ps.backUnits += t.units
+		}
+	} else {
+		t = ps.take(now)
+	}
 	if t != nil {
 		r.startedLocked(t, now)
 	}
@@ -87,17 +108,51 @@ func (ps *pass) take(now time.Time) *task {
 		if w&openMask == 0 {
 			return nil
 		}
-		if i >= len(ps.tasks) {
+		end := int(ps.end.Load())
+		if i >= end {
 			ps.close()
 			return nil
 		}
 		if !ps.word.CompareAndSwap(w, w+takeOne) {
 			continue
 		}
-		if i == len(ps.tasks)-1 {
+		if i == end-1 {
 			ps.close()
 		}
 		return ps.tasks[i]
+	}
+}
+
+// takeBack takes the last task not taken, the shortest of a longest-first
+// queue; the caller holds r.mu. A climbing limit learns from completions,
+// and the longest preserves, started first, would give the first one only
+// after most of a short pass is spent at the starting limit.
+func (ps *pass) takeBack(now time.Time) *task {
+	for {
+		if ps.closed.Load() {
+			return nil
+		}
+		if ps.r.phaseOverAt(now) {
+			ps.close()
+			return nil
+		}
+		w := ps.word.Load()
+		i, end := int(w>>32), int(ps.end.Load())
+		if w&openMask == 0 {
+			return nil
+		}
+		if i >= end {
+			ps.close()
+			return nil
+		}
+		if !ps.word.CompareAndSwap(w, w+1) { // open count +1, index kept
+			continue
+		}
+		ps.end.Store(int64(end - 1))
+		if i == end-1 {
+			ps.close()
+		}
+		return ps.tasks[end-1]
 	}
 }
 
@@ -156,7 +211,7 @@ func (r *run) dispatch(ps *pass) {
 // then finds the queue empty and ends.
 func (ps *pass) unclaimed() bool {
 	next := int(ps.word.Load() >> 32)
-	return next+int(ps.claims.Load()) < len(ps.tasks)
+	return next+int(ps.claims.Load()) < int(ps.end.Load())
 }
 
 // waitRoom waits until a worker ends, the limit rises or the queue closes
