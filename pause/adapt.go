@@ -43,23 +43,41 @@ import (
 // made on an unlucky epoch is undone by the next probes instead of held
 // for the rest of the Run. It never leaves [1, ceiling].
 //
+// Short passes. A climb learns only from completions, and a search below
+// the level held costs about two rounds (the workers above the new limit
+// drain, then the new level is measured). Two rules keep a pass of a few
+// rounds from spending itself exploring. While the limit climbs, a pass
+// ordered longest first takes its shortest preserves first, up to
+// backShare of its work (pass.popLocked): longest first would give the
+// first completion only after the longest preserves' time, most of a short
+// pass at the starting limit (1.5 s of a 2 s disk Run on this project's
+// VM). And with fewer than shortRounds rounds of work queued, the climber
+// makes no move below the level it is at, unless that level measured
+// significantly less than the one below it (thrashing), and no probe: what
+// they found would come too late to be used, and above the knee a flat
+// device loses nothing.
+//
 // The deadline. A probe below the best level measured costs throughput.
 // When the work left, at the best throughput measured, needs more than
 // bindFrac of the time left, the climber stops exploring and pins the
 // limit to the level measured fastest; only a climb still paying at the
 // highest level measured may go on, since it can only help.
 //
-// Why not the published limiters as they are. Netflix's concurrency-limits
-// (Vegas, Gradient2, AIMD) serve an open stream of requests and read
-// latency: Vegas and Gradient compare the latency now with the smallest
-// (or long-term) one, AIMD backs off on drops. A preserve's latency
-// depends on its size (lognormal across sandboxes), so a no-load latency
-// does not exist, and a longer preserve at a higher limit is not a bad
-// sign when the node moves more bytes per second. And a drain is a batch
-// with a deadline: what matters is bytes per second, now. So the climber
-// takes Vegas's idea (compare what a limit delivers with what a smaller one
-// did) and BBR's startup (double while the delivery rate grows), on the
-// quantity the drain is judged by.
+// What it follows. The climb is TCP's slow start (RFC 5681: double per
+// round until the path stops delivering more) and BBR's startup exit
+// (leave when the delivery rate stops growing, here by payFrac), then a
+// hold with BBR-style gain cycling (a probe a quarter up, a quarter down).
+// The comparison of two levels' delivered throughput is Vegas's idea, and
+// the measured gradient between them decides a move, as in Netflix's
+// concurrency-limits Gradient2. Those limiters as they are do not fit:
+// Vegas and Gradient2 compare the latency now with a no-load (or
+// long-term) latency, and AIMD backs off on drops; they serve an open
+// stream of requests. A preserve's latency depends on its size (lognormal
+// across sandboxes), so a no-load latency does not exist, and a longer
+// preserve at a higher limit is not a bad sign when the node moves more
+// bytes per second. A drain is a batch with a deadline, judged by bytes
+// per second now: the climber measures that, and its exits (the deadline,
+// a short pass) are the batch's, which an open stream does not have.
 const (
 	payFrac       = 0.05 // a doubling must add this much throughput to pay
 	holdEpochs    = 8    // epochs held between two probes upward

@@ -51,7 +51,10 @@ type Config struct {
 	// preserves at once stop adding throughput: it doubles while doubling
 	// pays more than 5%, bisects back when it stops paying, halves while
 	// halving costs less than 5%, then holds and probes a quarter higher
-	// now and then. It never leaves [1, MaxLimit], and when the work left
+	// now and then; with less than four rounds of work queued it neither
+	// searches below the level it holds nor probes. While it climbs, a pass
+	// ordered longest first starts its shortest preserves (up to a quarter
+	// of its work). It never leaves [1, MaxLimit], and when the work left
 	// at the best throughput measured needs most of the time left, it
 	// stops exploring and keeps the limit measured fastest.
 	// Preserver.Limit reports it as it moves.

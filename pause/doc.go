@@ -30,7 +30,14 @@
 // measures the node's throughput (bytes per second when sandboxes are
 // Sized) and moves toward the smallest limit past which more preserves at
 // once stop paying, never below 1 or above Config.MaxLimit, and stops
-// exploring when the deadline binds. Transient errors are retried
+// exploring when the deadline binds or too little work is left to use what
+// it would find. It follows TCP's slow start and BBR's startup (double
+// while the delivered throughput grows; while it climbs, a pass ordered
+// longest first starts its shortest preserves, whose completions come
+// soonest), then holds with BBR-style probes a quarter up and down, moving
+// on the throughput two levels delivered, not on latency as Vegas,
+// Gradient2 (Netflix concurrency-limits) and AIMD do: a preserve's latency
+// grows with its size, so no no-load latency exists to compare with. Transient errors are retried
 // with backoff inside the time left. After a pass it lists again, to catch a
 // sandbox that turned running meanwhile, and stops when a pass finds
 // nothing new.
