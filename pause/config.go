@@ -53,8 +53,8 @@ type Config struct {
 	// halving costs less than 5%, then holds and probes a quarter higher
 	// now and then; with less than four rounds of work queued it neither
 	// searches below the level it holds nor probes. While it climbs, a pass
-	// ordered longest first starts its shortest preserves (up to a quarter
-	// of its work). It never leaves [1, MaxLimit], and when the work left
+	// OrderAuto orders longest first starts its shortest preserves (up to
+	// a quarter of its work). It never leaves [1, MaxLimit], and when the work left
 	// at the best throughput measured needs most of the time left, it
 	// stops exploring and keeps the limit measured fastest.
 	// Preserver.Limit reports it as it moves.
@@ -139,7 +139,10 @@ const (
 	// estimate; plain shortest first when the estimated work does not fit
 	// before the deadline at the current limit (so the most sandboxes are
 	// preserved, whatever the estimates' scale: it needs only their
-	// ranks); longest first when it fits (so the whole pass ends soonest).
+	// ranks); longest first when it fits (so the whole pass ends soonest),
+	// except that while an adaptive limit climbs, the pass starts its
+	// shortest preserves (up to a quarter of its work), whose completions
+	// the climb learns from soonest.
 	OrderAuto Order = iota
 	// OrderFIFO starts sandboxes in the order the Lister returned them.
 	OrderFIFO

@@ -32,9 +32,9 @@
 // once stop paying, never below 1 or above Config.MaxLimit, and stops
 // exploring when the deadline binds or too little work is left to use what
 // it would find. It follows TCP's slow start and BBR's startup (double
-// while the delivered throughput grows; while it climbs, a pass ordered
-// longest first starts its shortest preserves, whose completions come
-// soonest), then holds with BBR-style probes a quarter up and down, moving
+// while the delivered throughput grows; while it climbs, a pass OrderAuto
+// orders longest first starts its shortest preserves, whose completions
+// come soonest), then holds with BBR-style probes a quarter up and down, moving
 // on the throughput two levels delivered, not on latency as Vegas,
 // Gradient2 (Netflix concurrency-limits) and AIMD do: a preserve's latency
 // grows with its size, so no no-load latency exists to compare with. Transient errors are retried

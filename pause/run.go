@@ -181,7 +181,7 @@ func (r *run) pass(n int) int {
 		slog.Int("pass", n), slog.Int("new", len(tasks)), slog.String("order", order.String()),
 		slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
 	ps := r.newPass(tasks)
-	if r.adaptive && order == OrderLongestFirst && samePriority(tasks) {
+	if r.adaptive && r.cfg.order == OrderAuto && order == OrderLongestFirst && samePriority(tasks) {
 		ps.back = true
 		for _, t := range tasks {
 			ps.units += t.units
