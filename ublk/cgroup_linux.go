@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
 // cgroups is a process's cgroup membership: hierarchy ("0" for cgroup v2,
@@ -109,7 +111,7 @@ func sameProcfs(procRoot string) bool {
 // fd on a wanted device), sends SIGKILL and waits for the pidfd to say it
 // exited, at most until ctx ends. held maps device IDs to their holders,
 // devs maps each wanted device number to its ID.
-func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[DevNum]int) (server string, fates []HolderFate) {
+func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int) (server string, fates []HolderFate) {
 	mine, err := readCgroups(procRoot, "self")
 	if err != nil {
 		mine = nil
@@ -126,7 +128,7 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 		for _, h := range held[id] {
 			f := HolderFate{Holder: h, Device: id}
 			switch {
-			case h.Kind != HeldByFD:
+			case h.Kind != blockdev.FD:
 				f.Reason = fmt.Sprintf("held by %s: killing a process does not release it", h.Kind)
 			case h.PID == os.Getpid():
 				f.Reason = "the step's own process"
@@ -151,7 +153,7 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 }
 
 // decideAndKill handles one fd holder of this PID namespace.
-func decideAndKill(ctx context.Context, procRoot string, mine cgroups, f HolderFate, devs map[DevNum]int) HolderFate {
+func decideAndKill(ctx context.Context, procRoot string, mine cgroups, f HolderFate, devs map[blockdev.DevNum]int) HolderFate {
 	pid := strconv.Itoa(f.Holder.PID)
 	theirs, err := readCgroups(procRoot, pid)
 	if err != nil {
@@ -178,7 +180,7 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, f HolderF
 	// The PID is pinned now: check it is still the process we judged.
 	again, err := readCgroups(procRoot, pid)
 	stillHolds := false
-	fdHolders(filepath.Join(procRoot, pid), wantSet(devs), func(DevNum, string) { stillHolds = true })
+	blockdev.FDHolders(filepath.Join(procRoot, pid), wantSet(devs), func(blockdev.DevNum, string) { stillHolds = true })
 	if err != nil || again.String() != f.Cgroup || !stillHolds {
 		f.Reason = "no longer holds the device (exited or closed it) before the kill"
 		return f
@@ -196,8 +198,8 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, f HolderF
 	return f
 }
 
-func wantSet(devs map[DevNum]int) map[DevNum]bool {
-	w := make(map[DevNum]bool, len(devs))
+func wantSet(devs map[blockdev.DevNum]int) map[blockdev.DevNum]bool {
+	w := make(map[blockdev.DevNum]bool, len(devs))
 	for d := range devs {
 		w[d] = true
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
@@ -104,17 +105,17 @@ func TestLastResortKillsOnlyHoldersInTheServersCgroup(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	hs, err := ublk.Holders(ctx, "/proc", dev)
+	hs, err := blockdev.Holders(ctx, "/proc", dev)
 	require.NoError(t, err)
 	var held []ublk.Holder
 	for _, h := range hs { // udev may probe the device too: keep only ours
 		if h.PID == doomed.Process.Pid || h.PID == outsider.Process.Pid {
-			held = append(held, h)
+			held = append(held, ublk.Holder(h))
 		}
 	}
 	require.Len(t, held, 2)
 
-	server, fates := ublk.KillDoomed(ctx, "/proc", map[int][]ublk.Holder{7: held}, map[ublk.DevNum]int{dev: 7})
+	server, fates := ublk.KillDoomed(ctx, "/proc", map[int][]ublk.Holder{7: held}, map[blockdev.DevNum]int{dev: 7})
 	assert.NotEmpty(t, server)
 	require.Len(t, fates, 2)
 	byPID := map[int]ublk.HolderFate{}
@@ -134,7 +135,7 @@ func TestLastResortKillsOnlyHoldersInTheServersCgroup(t *testing.T) {
 	err = doomed.Wait()
 	ws := doomed.ProcessState.Sys().(syscall.WaitStatus)
 	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the doomed holder was SIGKILLed: %v %v", ws, err)
-	hs, err = ublk.Holders(ctx, "/proc", dev)
+	hs, err = blockdev.Holders(ctx, "/proc", dev)
 	require.NoError(t, err)
 	still := false
 	for _, h := range hs {

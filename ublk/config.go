@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/ublkctl"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 )
@@ -147,7 +148,7 @@ type config struct {
 	lastResortOff     bool
 	// killHolders is the holder half of the last resort; tests of this
 	// package replace it (a fake procfs has no process to kill).
-	killHolders func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[DevNum]int) (string, []HolderFate)
+	killHolders func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int) (string, []HolderFate)
 	openControl func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
 	logger      *slog.Logger
 	tp          trace.TracerProvider

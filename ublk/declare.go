@@ -13,7 +13,7 @@ import (
 // KernelDeclaration is an operator's statement about the kernels a node
 // runs: releases matching Pattern (path.Match over the whole uname -r) are
 // of Class. Declarations are how a vendor kernel's backports become known:
-// DecideKernel tries them before its own table.
+// the step tries them before its own table (see KernelDecision).
 //
 // The documented example is Ubuntu 24.04 (noble): its 6.8 kernels read
 // "6.8.0-NN-generic" whatever they carry, and the CVE-2025-37906 update
@@ -46,21 +46,21 @@ func (d KernelDeclaration) String() string {
 	return s
 }
 
-// ErrKernelDeclaration is wrapped by errors about malformed declarations.
-var ErrKernelDeclaration = errors.New("ublk: bad kernel declaration")
+// errKernelDeclaration is wrapped by errors about malformed declarations.
+var errKernelDeclaration = errors.New("ublk: bad kernel declaration")
 
 // validate checks the class and the pattern.
 func (d KernelDeclaration) validate() error {
 	switch d.Class {
 	case KernelFixed, KernelVulnerable, KernelExitMayHang:
 	default:
-		return fmt.Errorf("%w %q: class %q: want fixed, vulnerable or exit-may-hang", ErrKernelDeclaration, d.Pattern, d.Class)
+		return fmt.Errorf("%w %q: class %q: want fixed, vulnerable or exit-may-hang", errKernelDeclaration, d.Pattern, d.Class)
 	}
 	if d.Pattern == "" {
-		return fmt.Errorf("%w: empty pattern", ErrKernelDeclaration)
+		return fmt.Errorf("%w: empty pattern", errKernelDeclaration)
 	}
 	if _, err := path.Match(d.Pattern, ""); err != nil {
-		return fmt.Errorf("%w %q: %w", ErrKernelDeclaration, d.Pattern, err)
+		return fmt.Errorf("%w %q: %w", errKernelDeclaration, d.Pattern, err)
 	}
 	return nil
 }
@@ -73,16 +73,16 @@ func declWord(c KernelClass) string {
 	return string(c)
 }
 
-// ParseKernelDeclaration reads one declaration, "CLASS PATTERN" or
+// parseDeclaration reads one declaration, "CLASS PATTERN" or
 // "CLASS=PATTERN" (the form for a command-line flag), where CLASS is
 // fixed, vulnerable or exit-may-hang: "fixed=6.8.0-1[0-9][0-9]-generic".
-func ParseKernelDeclaration(s string) (KernelDeclaration, error) {
+func parseDeclaration(s string) (KernelDeclaration, error) {
 	var d KernelDeclaration
 	word, pattern, ok := strings.Cut(strings.TrimSpace(s), "=")
 	if !ok {
 		fields := strings.Fields(s)
 		if len(fields) != 2 {
-			return d, fmt.Errorf("%w %q: want CLASS PATTERN or CLASS=PATTERN", ErrKernelDeclaration, s)
+			return d, fmt.Errorf("%w %q: want CLASS PATTERN or CLASS=PATTERN", errKernelDeclaration, s)
 		}
 		word, pattern = fields[0], fields[1]
 	}
@@ -92,27 +92,27 @@ func ParseKernelDeclaration(s string) (KernelDeclaration, error) {
 		d.Class = KernelFixed
 	case "vulnerable":
 		d.Class = KernelVulnerable
-	case "exit-may-hang":
+	case "exit-may-hang", string(KernelExitMayHang):
 		d.Class = KernelExitMayHang
 	default:
-		return d, fmt.Errorf("%w %q: class %q: want fixed, vulnerable or exit-may-hang", ErrKernelDeclaration, s, word)
+		return d, fmt.Errorf("%w %q: class %q: want fixed, vulnerable or exit-may-hang", errKernelDeclaration, s, word)
 	}
 	d.Pattern = pattern
 	return d, d.validate()
 }
 
-// ParseKernelDeclarations reads declarations one per line; blank lines and
-// text after '#' are ignored. source names the input in errors and in each
+// parseDeclarations reads declarations one per line; blank lines and text
+// after '#' are ignored. source names the input in errors and in each
 // declaration's Source ("source:LINE").
-func ParseKernelDeclarations(r io.Reader, source string) ([]KernelDeclaration, error) {
-	var out []KernelDeclaration
+func parseDeclarations(r io.Reader, source string) (KernelDeclarations, error) {
+	var out KernelDeclarations
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line, _, _ := strings.Cut(sc.Text(), "#")
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		d, err := ParseKernelDeclaration(line)
+		d, err := parseDeclaration(line)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", source, n, err)
 		}
@@ -125,15 +125,19 @@ func ParseKernelDeclarations(r io.Reader, source string) ([]KernelDeclaration, e
 	return out, nil
 }
 
-// LoadKernelDeclarations reads the declarations file at name (see
-// ParseKernelDeclarations).
-func LoadKernelDeclarations(name string) ([]KernelDeclaration, error) {
+// LoadKernelDeclarations reads the declarations file at name: one
+// declaration a line, "CLASS PATTERN" where CLASS is fixed, vulnerable or
+// exit-may-hang and PATTERN a path.Match pattern over the whole uname -r;
+// blank lines and text after '#' are ignored (see KernelDeclaration for an
+// example). Errors name the file and line; each declaration's Source is
+// "name:LINE".
+func LoadKernelDeclarations(name string) (KernelDeclarations, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("ublk: kernel declarations: %w", err)
 	}
 	defer f.Close()
-	return ParseKernelDeclarations(f, name)
+	return parseDeclarations(f, name)
 }
 
 // KernelDeclarations is a list of declarations that is also a flag.Value:
@@ -165,7 +169,7 @@ func (ds *KernelDeclarations) Set(s string) error {
 		*ds = append(*ds, more...)
 		return nil
 	}
-	d, err := ParseKernelDeclaration(s)
+	d, err := parseDeclaration(s)
 	if err != nil {
 		return err
 	}

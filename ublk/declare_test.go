@@ -50,11 +50,11 @@ func TestBadKernelDeclarationsNameWhatIsWrong(t *testing.T) {
 		"fixed 6.8 6.9":     "want CLASS PATTERN",
 		"unaffected=6.1.0*": `class "unaffected"`,
 	} {
-		_, err := ParseKernelDeclaration(in)
-		require.ErrorIs(t, err, ErrKernelDeclaration, in)
+		_, err := parseDeclaration(in)
+		require.ErrorIs(t, err, errKernelDeclaration, in)
 		assert.ErrorContains(t, err, want, in)
 	}
-	_, err := ParseKernelDeclarations(strings.NewReader("fixed 6.8.0-*\n\nfixd 6.9.*\n"), "kernels")
+	_, err := parseDeclarations(strings.NewReader("fixed 6.8.0-*\n\nfixd 6.9.*\n"), "kernels")
 	assert.ErrorContains(t, err, "kernels:3: ")
 	assert.ErrorContains(t, err, `class "fixd"`)
 
@@ -66,7 +66,7 @@ func TestBadKernelDeclarationsNameWhatIsWrong(t *testing.T) {
 }
 
 func TestEmptyDeclarationsFileDeclaresNothing(t *testing.T) {
-	ds, err := ParseKernelDeclarations(io.MultiReader(strings.NewReader("# nothing yet\n")), "kernels")
+	ds, err := parseDeclarations(io.MultiReader(strings.NewReader("# nothing yet\n")), "kernels")
 	require.NoError(t, err)
 	assert.Empty(t, ds)
 	var nilDs *KernelDeclarations

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
+	"path/filepath"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
@@ -12,48 +12,47 @@ import (
 	"github.com/drainkit/drainkit/ublk"
 )
 
-func ExampleClassifyKernel() {
-	for _, release := range []string{"6.8.0-45-generic", "6.1.0-27-amd64", "6.6.58", "6.14.5", "6.14.6", "6.15.0-rc7"} {
-		class, _ := ublk.ClassifyKernel(release)
-		fmt.Printf("%-18s %-13s may kill with live devices: %v\n", release, class, class.MayKillWithLiveDevices())
-	}
-	// A vendor kernel known to carry the fixes:
-	class, _ := ublk.ClassifyKernel("6.8.0-88-generic", "6.8.0-8[0-9]-generic")
-	fmt.Println("6.8.0-88-generic  ", class)
-	// Output:
-	// 6.8.0-45-generic   vulnerable    may kill with live devices: false
-	// 6.1.0-27-amd64     vulnerable    may kill with live devices: false
-	// 6.6.58             unaffected    may kill with live devices: true
-	// 6.14.5             vulnerable    may kill with live devices: false
-	// 6.14.6             exit may hang may kill with live devices: false
-	// 6.15.0-rc7         fixed         may kill with live devices: true
-	// 6.8.0-88-generic   fixed
-}
-
 // Operators declare their kernels in a file (or with a KernelDeclarations
 // flag: -ublk-kernel=fixed=PATTERN, -ublk-kernel=@FILE); the first match
-// wins, and the decision names the rule and the declaration.
-func ExampleDecideKernel() {
-	decls, _ := ublk.ParseKernelDeclarations(strings.NewReader(`
-# Ubuntu 24.04 (noble): ABIs verified against the CVE-2025-37906 USN
+// wins, and the decision names the rule and the declaration. Releases the
+// operator did not declare are judged by the kernel.org history.
+func ExampleLoadKernelDeclarations() {
+	dir, _ := os.MkdirTemp("", "kernels")
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "kernels")
+	_ = os.WriteFile(file, []byte(`# Ubuntu 24.04 (noble): ABIs verified against the CVE-2025-37906 USN
 fixed       6.8.0-1[0-9][0-9]-generic
 vulnerable  6.8.0-*-generic
-`), "kernels")
-	for _, release := range []string{"6.8.0-101-generic", "6.8.0-45-generic", "5.14.0-427.13.1.el9_4.x86_64", "6.14.7"} {
-		d, _ := ublk.DecideKernel(release, decls...)
-		fmt.Println(d)
+`), 0o644)
+	kernels, err := ublk.LoadKernelDeclarations(file)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, release := range []string{"6.8.0-101-generic", "6.8.0-45-generic", "5.14.0-427.13.1.el9_4.x86_64", "6.14.7", "6.6.58"} {
+		cfg := ublk.Config{Kernels: kernels}
+		ublkhook.Set(&cfg, ublkhook.Hooks{KernelRelease: release}) // pretend the node runs release
+		td, err := ublk.New(nil, cfg)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		d := td.KernelDecision()
+		fmt.Printf("%-29s %-13s %-13s may kill with live devices: %v\n", d.Release, d.Class, d.Rule, d.Class.MayKillWithLiveDevices())
 	}
 	// Output:
-	// kernel "6.8.0-101-generic": fixed (declared): fixed 6.8.0-1[0-9][0-9]-generic (kernels:3)
-	// kernel "6.8.0-45-generic": vulnerable (declared): vulnerable 6.8.0-*-generic (kernels:4)
-	// kernel "5.14.0-427.13.1.el9_4.x86_64": vulnerable (vendor build, not declared)
-	// kernel "6.14.7": exit may hang (fix without dd24f87f65c9)
+	// 6.8.0-101-generic             fixed         declared      may kill with live devices: true
+	// 6.8.0-45-generic              vulnerable    declared      may kill with live devices: false
+	// 5.14.0-427.13.1.el9_4.x86_64  vulnerable    vendor_build  may kill with live devices: false
+	// 6.14.7                        exit_may_hang exit_may_hang may kill with live devices: false
+	// 6.6.58                        unaffected    before_bug    may kill with live devices: true
 }
 
 // The step against a daemon that stops its two devices when asked; here a
-// fake sysfs tree stands in for /sys and the daemon is in-process
-// (DaemonFuncs), as for a Go server that serves its ublk queues itself.
-func ExampleTeardown_Run() {
+// fake sysfs tree stands in for /sys (the test hook ublkhook.With; a
+// server leaves it out) and the daemon is in-process (DaemonFuncs), as for
+// a Go server that serves its ublk queues itself.
+func ExampleNew() {
 	sys, _ := os.MkdirTemp("", "sys")
 	defer os.RemoveAll(sys)
 	tree, _ := fakeublk.NewTree(sys)

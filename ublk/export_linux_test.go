@@ -2,9 +2,13 @@
 
 package ublk
 
-import "context"
+import (
+	"context"
+
+	"github.com/drainkit/drainkit/internal/blockdev"
+)
 
 // KillDoomed exposes the last resort's holder killing to the external tests.
-func KillDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[DevNum]int) (string, []HolderFate) {
+func KillDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int) (string, []HolderFate) {
 	return killDoomed(ctx, procRoot, held, devs)
 }

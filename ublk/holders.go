@@ -2,32 +2,23 @@ package ublk
 
 import (
 	"fmt"
+
+	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
-// HoldKind says how a holder keeps a block device busy.
-type HoldKind string
-
-const (
-	// HeldByFD: a process has the device node open (a VMM's disk).
-	HeldByFD HoldKind = "fd"
-	// HeldByMount: a file system on the device is mounted in a mount
-	// namespace; PID is one process in that namespace.
-	HeldByMount HoldKind = "mount"
-	// HeldBySwap: the device is active swap.
-	HeldBySwap HoldKind = "swap"
-	// HeldByStack: another block device (device-mapper, md) is stacked on
-	// it (sysfs holders/).
-	HeldByStack HoldKind = "stacked"
-)
-
-// Holder is one user of a block device.
+// Holder is one user of a block device: a process with the disk open, a
+// mount of a file system on it, swap on it, or a device stacked on it.
 type Holder struct {
 	// PID is the holding process, 0 for swap and stacked devices.
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
-	// Kind says how the device is held.
-	Kind HoldKind `json:"kind"`
+	// Kind says how the device is held: "fd" (a process has the device
+	// node open, a VMM's disk), "mount" (a file system on it is mounted in
+	// a mount namespace; PID is one process in that namespace), "swap"
+	// (it is active swap) or "stacked" (device-mapper or md is stacked on
+	// it).
+	Kind string `json:"kind"`
 	// Detail is the fd and path, the mount point, the swap file or the
 	// stacked device's name.
 	Detail string `json:"detail"`
@@ -39,4 +30,16 @@ func (h Holder) String() string {
 		return fmt.Sprintf("%s %s", h.Kind, h.Detail)
 	}
 	return fmt.Sprintf("pid %d (%s) %s %s", h.PID, h.Comm, h.Kind, h.Detail)
+}
+
+// holders converts the holders blockdev found.
+func holders(hs []blockdev.Holder) []Holder {
+	if hs == nil {
+		return nil
+	}
+	out := make([]Holder, len(hs))
+	for i, h := range hs {
+		out[i] = Holder(h)
+	}
+	return out
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
 // HolderFate is what the last-resort sequence decided for one holder that
@@ -66,28 +68,6 @@ func (r *LastResortReport) Spared() []HolderFate {
 	return out
 }
 
-// KillDoomedHolders is the holder half of the last-resort sequence, for a
-// server that runs the sequence itself: held maps ublk device IDs to the
-// holders still seen (Holders, by each disk's number in disks), and the
-// holders that are doomed, fd holders inside this process's own cgroup,
-// are SIGKILLed through a pidfd and waited for, at most until ctx ends.
-// Holders outside that cgroup, mounts, swap, stacked devices and this
-// process itself are never killed. procRoot must be this process's own
-// procfs ("/proc"); with another PID namespace's nothing is killed. The
-// report has one entry per holder saying what was done and why.
-func KillDoomedHolders(ctx context.Context, procRoot string, disks map[int]DevNum, held map[int][]Holder) *LastResortReport {
-	devs := make(map[DevNum]int, len(disks))
-	for id, d := range disks {
-		devs[d] = id
-	}
-	rep := &LastResortReport{At: time.Now()}
-	rep.ServerCgroup, rep.Holders = killDoomed(ctx, procRoot, held, devs)
-	if rep.Holders == nil {
-		rep.Holders = []HolderFate{}
-	}
-	return rep
-}
-
 // runLastResort is the last resort, run at the last-resort point with
 // holders left, inside its window (run.plan): kill the doomed holders,
 // STOP_DEV every device no holder is left on while the daemon still serves
@@ -115,7 +95,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	r.noteHolders(left)
 	self := os.Getpid()
 	for id, hs := range left {
-		hs = slices.DeleteFunc(hs, func(h Holder) bool { return h.Kind == HeldByFD && h.PID == self })
+		hs = slices.DeleteFunc(hs, func(h Holder) bool { return h.Kind == blockdev.FD && h.PID == self })
 		if len(hs) == 0 {
 			delete(left, id)
 		} else {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
 // fakeKiller stands in for killDoomed over the fake sysfs, where holders
@@ -24,7 +26,7 @@ type fakeKiller struct {
 	calls  []time.Time
 }
 
-func (k *fakeKiller) kill(ctx context.Context, _ string, held map[int][]Holder, _ map[DevNum]int) (string, []HolderFate) {
+func (k *fakeKiller) kill(ctx context.Context, _ string, held map[int][]Holder, _ map[blockdev.DevNum]int) (string, []HolderFate) {
 	k.calls = append(k.calls, time.Now())
 	var fates []HolderFate
 	for id, hs := range held {
@@ -138,7 +140,7 @@ func TestLastResortSparesOutsiderAndStaysConservative(t *testing.T) {
 		rep, took, err := runFor(t, td, 60*time.Second)
 		var held *HeldError
 		require.ErrorAs(t, err, &held)
-		assert.Equal(t, []Holder{{Kind: HeldByStack, Detail: "other-pod"}}, held.Holders[0])
+		assert.Equal(t, []Holder{{Kind: "stacked", Detail: "other-pod"}}, held.Holders[0])
 		require.Len(t, k.calls, 1)
 		assert.Equal(t, 50*time.Second, k.calls[0].Sub(start))
 		require.Len(t, rep.LastResort.Spared(), 1)

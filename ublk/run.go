@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
@@ -33,7 +34,7 @@ type run struct {
 	stopWaiter context.CancelFunc
 
 	held          map[int][]Holder
-	devNums       map[DevNum]int // every disk and partition number scanned, to its device ID
+	devNums       map[blockdev.DevNum]int // every disk and partition number scanned, to its device ID
 	fallbackTried bool
 	ctl           ublkctl.Controller
 	ctlErr        error // opening the control device failed
@@ -137,7 +138,7 @@ func (r *run) discover() error {
 	var devs []Device
 	if r.cfg.ids != nil {
 		for _, id := range r.cfg.ids {
-			d, err := ReadDevice(r.cfg.sysRoot, id)
+			d, err := readDevice(r.cfg.sysRoot, id)
 			if err != nil {
 				return r.stepEnd(s, "", err)
 			}
@@ -145,7 +146,7 @@ func (r *run) discover() error {
 		}
 	} else {
 		var err error
-		if devs, err = ScanDevices(r.cfg.sysRoot); err != nil {
+		if devs, err = scanDevices(r.cfg.sysRoot); err != nil {
 			return r.stepEnd(s, "", err)
 		}
 	}
@@ -166,7 +167,7 @@ func (r *run) refresh() {
 		since = r.start
 	}
 	for _, d := range r.dev {
-		next, err := ReadDevice(r.cfg.sysRoot, d.cur.ID)
+		next, err := readDevice(r.cfg.sysRoot, d.cur.ID)
 		if err != nil {
 			continue // keep the last state; a transient read error is not a change
 		}
@@ -221,36 +222,36 @@ func (r *run) noteHolders(held map[int][]Holder) {
 // pass over procfs, by device ID.
 func (r *run) scanHolders() map[int][]Holder {
 	held := map[int][]Holder{}
-	owner := map[DevNum]int{}
+	owner := map[blockdev.DevNum]int{}
 	r.devNums = owner
-	var devs []DevNum
+	var devs []blockdev.DevNum
 	for _, d := range r.dev {
 		if !d.cur.Disk {
 			continue
 		}
-		parts := partitions(r.cfg.sysRoot, d.cur.DiskName())
-		if hs := stackHolders(r.cfg.sysRoot, d.cur.DiskName(), parts); len(hs) > 0 {
-			held[d.cur.ID] = hs
+		parts := blockdev.Partitions(r.cfg.sysRoot, d.cur.DiskName())
+		if hs := blockdev.StackHolders(r.cfg.sysRoot, d.cur.DiskName(), parts); len(hs) > 0 {
+			held[d.cur.ID] = holders(hs)
 		}
-		if d.cur.Dev != (DevNum{}) {
-			owner[d.cur.Dev] = d.cur.ID
-			devs = append(devs, d.cur.Dev)
+		if n, err := blockdev.ParseDevNum(d.cur.Dev); err == nil {
+			owner[n] = d.cur.ID
+			devs = append(devs, n)
 		}
 		for _, p := range parts {
-			owner[p.dev] = d.cur.ID
-			devs = append(devs, p.dev)
+			owner[p.Dev] = d.cur.ID
+			devs = append(devs, p.Dev)
 		}
 	}
 	if len(devs) == 0 {
 		return held
 	}
-	found, err := scanHolders(r.ctx, r.cfg.procRoot, devs)
+	found, err := blockdev.Scan(r.ctx, r.cfg.procRoot, devs)
 	if err != nil && r.ctx.Err() == nil {
 		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan failed; proceeding", "err", err)
 	}
 	for _, dev := range devs {
 		if hs := found[dev]; len(hs) > 0 {
-			held[owner[dev]] = append(held[owner[dev]], hs...)
+			held[owner[dev]] = append(held[owner[dev]], holders(hs)...)
 		}
 	}
 	return held

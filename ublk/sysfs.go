@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
 // Sysfs locations, relative to the sysfs root (normally /sys).
@@ -17,33 +19,6 @@ const (
 	charClassDir = "class/ublk-char" // ublkcN: from ADD_DEV until the last reference after DEL_DEV
 	blockDir     = "block"           // ublkbN: while the disk exists (LIVE, QUIESCED, FAIL_IO)
 )
-
-// DevNum is a device number, as in /sys/block/NAME/dev ("259:3").
-type DevNum struct{ Major, Minor uint32 }
-
-// String returns "MAJOR:MINOR".
-func (d DevNum) String() string { return fmt.Sprintf("%d:%d", d.Major, d.Minor) }
-
-// ParseDevNum parses "MAJOR:MINOR" (surrounding white space allowed).
-func ParseDevNum(s string) (DevNum, error) {
-	maj, min, ok := strings.Cut(strings.TrimSpace(s), ":")
-	a, err1 := strconv.ParseUint(maj, 10, 32)
-	b, err2 := strconv.ParseUint(min, 10, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return DevNum{}, fmt.Errorf("ublk: bad device number %q", s)
-	}
-	return DevNum{uint32(a), uint32(b)}, nil
-}
-
-// ReadDevNum reads the device number of block device name (for example
-// "loop3" or "ublkb0") from sysRoot/block/NAME/dev.
-func ReadDevNum(sysRoot, name string) (DevNum, error) {
-	b, err := os.ReadFile(filepath.Join(sysRoot, blockDir, name, "dev"))
-	if err != nil {
-		return DevNum{}, err
-	}
-	return ParseDevNum(string(b))
-}
 
 // Inflight is the block layer's count of requests in flight
 // (/sys/block/NAME/inflight).
@@ -69,8 +44,9 @@ type Device struct {
 	// at the start of STOP_DEV, before the requests in flight have
 	// drained.
 	Disk bool `json:"disk"`
-	// Dev is the disk's device number; zero when there is no disk.
-	Dev DevNum `json:"dev"`
+	// Dev is the disk's device number, "MAJOR:MINOR" as in
+	// /sys/block/ublkbN/dev; empty when there is no disk.
+	Dev string `json:"dev,omitempty"`
 	// Inflight is the disk's in-flight I/O; zero when there is no disk.
 	Inflight Inflight `json:"inflight"`
 }
@@ -99,10 +75,10 @@ func (d Device) CharName() string { return "ublkc" + strconv.Itoa(d.ID) }
 // DiskName returns "ublkbN".
 func (d Device) DiskName() string { return "ublkb" + strconv.Itoa(d.ID) }
 
-// ScanDevices lists every ublk device under sysRoot (normally "/sys"),
+// scanDevices lists every ublk device under sysRoot (normally "/sys"),
 // sorted by ID. A sysfs without the ublk-char class (no ublk module) has
 // no devices, which is not an error.
-func ScanDevices(sysRoot string) ([]Device, error) {
+func scanDevices(sysRoot string) ([]Device, error) {
 	ids := map[int]bool{}
 	for dir, prefix := range map[string]string{charClassDir: "ublkc", blockDir: "ublkb"} {
 		ents, err := os.ReadDir(filepath.Join(sysRoot, dir))
@@ -120,7 +96,7 @@ func ScanDevices(sysRoot string) ([]Device, error) {
 	}
 	devs := make([]Device, 0, len(ids))
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
-		d, err := ReadDevice(sysRoot, id)
+		d, err := readDevice(sysRoot, id)
 		if err != nil {
 			return nil, err
 		}
@@ -138,11 +114,11 @@ func deviceID(name, prefix string) (int, bool) {
 	return n, err == nil && n >= 0 && strconv.Itoa(n) == rest
 }
 
-// ReadDevice reads the current state of ublk device id under sysRoot. A
+// readDevice reads the current state of ublk device id under sysRoot. A
 // device that is gone reads as Device{ID: id}, not as an error; a disk
 // whose dev or inflight file cannot be read (it is being removed) reads as
 // present with zero values.
-func ReadDevice(sysRoot string, id int) (Device, error) {
+func readDevice(sysRoot string, id int) (Device, error) {
 	d := Device{ID: id}
 	var err error
 	if d.Char, err = exists(filepath.Join(sysRoot, charClassDir, d.CharName())); err != nil {
@@ -152,7 +128,9 @@ func ReadDevice(sysRoot string, id int) (Device, error) {
 	if d.Disk, err = exists(disk); err != nil || !d.Disk {
 		return d, err
 	}
-	d.Dev, _ = ReadDevNum(sysRoot, d.DiskName())
+	if n, err := blockdev.ReadDevNum(sysRoot, d.DiskName()); err == nil {
+		d.Dev = n.String()
+	}
 	if b, err := os.ReadFile(filepath.Join(disk, "inflight")); err == nil {
 		d.Inflight = parseInflight(string(b))
 	}
@@ -179,32 +157,4 @@ func exists(p string) (bool, error) {
 	default:
 		return false, fmt.Errorf("ublk: %w", err)
 	}
-}
-
-// partition is one partition of a disk (sysfs block/DISK/DISKpN).
-type partition struct {
-	name string
-	dev  DevNum
-}
-
-// partitions lists the partitions of disk under sysRoot, which a VMM may
-// hold open instead of the whole disk.
-func partitions(sysRoot, disk string) []partition {
-	dir := filepath.Join(sysRoot, blockDir, disk)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var out []partition
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), disk+"p") {
-			continue
-		}
-		if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "dev")); err == nil {
-			if dev, err := ParseDevNum(string(b)); err == nil {
-				out = append(out, partition{e.Name(), dev})
-			}
-		}
-	}
-	return out
 }

@@ -23,44 +23,33 @@ func TestScanDevicesReadsTheKernelsLayout(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Join(tree.Root, junk), 0o755))
 	}
 
-	devs, err := ScanDevices(tree.Root)
+	devs, err := scanDevices(tree.Root)
 	require.NoError(t, err)
 	assert.Equal(t, []Device{
 		{ID: 2, Char: true},
-		{ID: 10, Char: true, Disk: true, Dev: DevNum{259, 4}, Inflight: Inflight{7, 2}},
+		{ID: 10, Char: true, Disk: true, Dev: "259:4", Inflight: Inflight{7, 2}},
 	}, devs)
 	assert.Equal(t, "dead", devs[0].State())
 	assert.Equal(t, "live", devs[1].State())
 	assert.Equal(t, "ublkb10", devs[1].DiskName())
 	assert.Equal(t, "ublkc10", devs[1].CharName())
 
-	gone, err := ReadDevice(tree.Root, 99)
+	gone, err := readDevice(tree.Root, 99)
 	require.NoError(t, err)
 	assert.Equal(t, "gone", gone.State())
 }
 
 func TestScanDevicesWithoutUblkModule(t *testing.T) {
-	devs, err := ScanDevices(t.TempDir())
+	devs, err := scanDevices(t.TempDir())
 	require.NoError(t, err)
 	assert.Empty(t, devs)
-}
-
-func TestParseDevNum(t *testing.T) {
-	d, err := ParseDevNum(" 259:12\n")
-	require.NoError(t, err)
-	assert.Equal(t, DevNum{259, 12}, d)
-	assert.Equal(t, "259:12", d.String())
-	for _, bad := range []string{"", "259", "a:1", "1:-2", "1:2:3"} {
-		_, err := ParseDevNum(bad)
-		assert.Error(t, err, bad)
-	}
 }
 
 func TestReportMarshalsToJSON(t *testing.T) {
 	info := ublkctl.DevInfo{State: ublkctl.StateLive, DevID: 1}
 	rep := Report{Kernel: "6.8.0-45-generic", KernelClass: KernelVulnerable, Verdict: VerdictLeftLive,
 		Devices: []DeviceReport{{ID: 1, Info: &info, Verdict: VerdictLeftLive,
-			Holders: []Holder{{PID: 9, Comm: "firecracker", Kind: HeldByFD, Detail: "fd 5 -> /dev/ublkb1"}}}}}
+			Holders: []Holder{{PID: 9, Comm: "firecracker", Kind: "fd", Detail: "fd 5 -> /dev/ublkb1"}}}}}
 	b, err := json.Marshal(rep)
 	require.NoError(t, err)
 	var back map[string]any

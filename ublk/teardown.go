@@ -66,7 +66,7 @@ func New(daemon Daemon, c Config) (*Teardown, error) {
 			return nil, err
 		}
 	}
-	t.decision, t.classErr = DecideKernel(t.release, cfg.decls...)
+	t.decision, t.classErr = decideKernel(t.release, cfg.decls...)
 	t.class = t.decision.Class
 	t.tracer = cfg.tp.Tracer(ScopeName)
 	meter := cfg.mp.Meter(ScopeName)

@@ -123,22 +123,26 @@ func TestHungDaemonOnExitMayHangKernelIsNeverKilled(t *testing.T) {
 		rep, _, err := runFor(t, td, 600*time.Second)
 		var unsafe *UnsafeError
 		require.ErrorAs(t, err, &unsafe)
-		assert.Contains(t, err.Error(), "on exit may hang kernel 6.14.6")
+		assert.Contains(t, err.Error(), "on exit_may_hang kernel 6.14.6")
 		assert.NotContains(t, d.Events(), "kill")
 		assert.Equal(t, VerdictLeftLive, rep.Verdict)
-		assert.Equal(t, KernelDecision{Release: mayHang, Class: KernelExitMayHang, Rule: RuleExitMayHang}, rep.KernelDecision)
-		assert.Contains(t, rep.String(), `by rule "fix without dd24f87f65c9"`)
+		assert.Equal(t, KernelDecision{Release: mayHang, Class: KernelExitMayHang, Rule: "exit_may_hang",
+			Detail: "kernel.org release with fix f40139fde527 but without dd24f87f65c9: a server exit may hang"}, rep.KernelDecision)
+		assert.Contains(t, rep.String(), `by rule "exit_may_hang"`)
 	})
 }
 
 // The Report says which declaration decided, and from which release.
 func TestReportNamesTheDeclarationThatDecided(t *testing.T) {
-	decls, err := ParseKernelDeclarations(strings.NewReader("fixed 6.8.0-1[0-9][0-9]-generic\nvulnerable 6.8.0-*-generic\n"), "kernels")
+	decls, err := parseDeclarations(strings.NewReader("fixed 6.8.0-1[0-9][0-9]-generic\nvulnerable 6.8.0-*-generic\n"), "kernels")
 	require.NoError(t, err)
 	for release, want := range map[string]KernelDecision{
-		"6.8.0-101-generic": {Release: "6.8.0-101-generic", Class: KernelFixed, Rule: RuleDeclared, Declaration: &decls[0]},
-		"6.8.0-45-generic":  {Release: "6.8.0-45-generic", Class: KernelVulnerable, Rule: RuleDeclared, Declaration: &decls[1]},
-		"6.8.0-45-aws":      {Release: "6.8.0-45-aws", Class: KernelVulnerable, Rule: RuleVendorBuild},
+		"6.8.0-101-generic": {Release: "6.8.0-101-generic", Class: KernelFixed, Rule: "declared",
+			Detail: "declared fixed by the operator (kernels:1)", Declaration: &decls[0]},
+		"6.8.0-45-generic": {Release: "6.8.0-45-generic", Class: KernelVulnerable, Rule: "declared",
+			Detail: "declared vulnerable by the operator (kernels:2)", Declaration: &decls[1]},
+		"6.8.0-45-aws": {Release: "6.8.0-45-aws", Class: KernelVulnerable, Rule: "vendor_build",
+			Detail: "vendor build, not declared: treated as vulnerable"},
 	} {
 		td, err := New(nil, Config{Kernels: decls, hooks: ublkhook.Hooks{KernelRelease: release, SysfsRoot: t.TempDir()}})
 		require.NoError(t, err)
@@ -249,7 +253,7 @@ func TestHeldDeviceKeepsTheDaemonRunning(t *testing.T) {
 		assert.Equal(t, 30*time.Second, took)
 		var held *HeldError
 		require.ErrorAs(t, err, &held)
-		assert.Equal(t, []Holder{{Kind: HeldByStack, Detail: "dm-3"}}, held.Holders[1])
+		assert.Equal(t, []Holder{{Kind: "stacked", Detail: "dm-3"}}, held.Holders[1])
 		assert.Contains(t, err.Error(), "ublkb1 held by stacked dm-3")
 		assert.Empty(t, d.Events(), "the daemon was never asked to stop")
 		assert.Equal(t, VerdictHeld, rep.Device(1).Verdict)
@@ -273,7 +277,7 @@ func TestStopProceedsOnceTheHolderCloses(t *testing.T) {
 		h := rep.Step("holders")
 		require.NotNil(t, h)
 		assert.InDelta(t, 12*time.Second, h.Duration, float64(100*time.Millisecond))
-		assert.Equal(t, []Holder{{Kind: HeldByStack, Detail: "dm-0"}}, rep.Device(0).Holders, "the holder is reported")
+		assert.Equal(t, []Holder{{Kind: "stacked", Detail: "dm-0"}}, rep.Device(0).Holders, "the holder is reported")
 		assert.Equal(t, VerdictStopped, rep.Verdict)
 	})
 }
@@ -504,7 +508,7 @@ func TestPartitionHolderCounts(t *testing.T) {
 		_, _, err = runFor(t, td, time.Minute)
 		var held *HeldError
 		require.ErrorAs(t, err, &held)
-		assert.Equal(t, []Holder{{Kind: HeldByStack, Detail: "dm-9"}}, held.Holders[0])
+		assert.Equal(t, []Holder{{Kind: "stacked", Detail: "dm-9"}}, held.Holders[0])
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -25,7 +26,7 @@ import (
 // the node and its number: a real block device whose holders the daemon
 // step's holders scan sees, standing for a ublk disk. It skips when not
 // root or without /dev/loop-control.
-func attachLoop(t *testing.T) (string, ublk.DevNum) {
+func attachLoop(t *testing.T) (string, blockdev.DevNum) {
 	t.Helper()
 	const setFD, clrFD, getFree = 0x4C00, 0x4C01, 0x4C82 // linux/loop.h
 	if os.Geteuid() != 0 {
@@ -64,7 +65,7 @@ func attachLoop(t *testing.T) (string, ublk.DevNum) {
 			f.Close()
 		}
 	})
-	dev, err := ublk.ReadDevNum("/sys", filepath.Base(node))
+	dev, err := blockdev.ReadDevNum("/sys", filepath.Base(node))
 	require.NoError(t, err)
 	return node, dev
 }

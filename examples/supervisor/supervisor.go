@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +17,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"

@@ -230,7 +230,7 @@ func TestKernelDeclarationsReachTheDaemonStep(t *testing.T) {
 	require.NoError(t, err)
 	d := sup.teardown.KernelDecision()
 	assert.Equal(t, ublk.KernelExitMayHang, d.Class)
-	assert.Equal(t, ublk.RuleDeclared, d.Rule)
+	assert.Equal(t, "declared", d.Rule)
 	assert.Equal(t, "flag", d.Declaration.Source)
 }
 

@@ -4,8 +4,11 @@ package ublkctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
+
+var errUnsupported = fmt.Errorf("ublk: not supported on this system: %w", errors.ErrUnsupported)
 
 // Control is a Controller over /dev/ublk-control; it exists only on Linux.
 type Control struct{}

@@ -125,9 +125,12 @@ func TestGuestKernelIsClassifiedVulnerable(t *testing.T) {
 	require.NoError(t, unix.Uname(&uts))
 	release := unix.ByteSliceToString(uts.Release[:])
 	t.Logf("guest kernel %s", release)
-	class, err := ublk.ClassifyKernel(release)
+	td, err := ublk.New(nil, ublk.Config{}) // reads uname itself
 	require.NoError(t, err)
+	got, class := td.Kernel()
+	assert.Equal(t, release, got)
 	assert.Equal(t, ublk.KernelVulnerable, class)
+	assert.Equal(t, "vendor_build", td.KernelDecision().Rule)
 	assert.False(t, class.MayKillWithLiveDevices())
 }
 

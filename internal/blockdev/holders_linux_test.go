@@ -1,6 +1,6 @@
 //go:build linux
 
-package ublk_test
+package blockdev_test
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/drainkit/drainkit/ublk"
+	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
 // Loop device ioctls (linux/loop.h).
@@ -30,7 +30,7 @@ const (
 // attachLoop binds a fresh 1 MiB file to a free loop device and returns
 // the device node and its number. It skips when not root or without
 // /dev/loop-control.
-func attachLoop(t *testing.T) (string, ublk.DevNum) {
+func attachLoop(t *testing.T) (string, blockdev.DevNum) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to attach a loop device")
@@ -69,7 +69,7 @@ func attachLoop(t *testing.T) (string, ublk.DevNum) {
 			f.Close()
 		}
 	})
-	dev, err := ublk.ReadDevNum("/sys", filepath.Base(node))
+	dev, err := blockdev.ReadDevNum("/sys", filepath.Base(node))
 	require.NoError(t, err)
 	return node, dev
 }
@@ -98,22 +98,22 @@ func TestHoldersFindsProcessHoldingLoopDevice(t *testing.T) {
 	defer cancel()
 
 	cmd, stdin := startHolder(t, node)
-	hs, err := ublk.Holders(ctx, "/proc", dev)
+	hs, err := blockdev.Holders(ctx, "/proc", dev)
 	require.NoError(t, err)
-	var mine []ublk.Holder
+	var mine []blockdev.Holder
 	for _, h := range hs {
 		if h.PID == cmd.Process.Pid {
 			mine = append(mine, h)
 		}
 	}
 	require.Len(t, mine, 1, "holders: %v", hs)
-	assert.Equal(t, ublk.HeldByFD, mine[0].Kind)
+	assert.Equal(t, blockdev.FD, mine[0].Kind)
 	assert.Contains(t, mine[0].Detail, node)
 	assert.NotEmpty(t, mine[0].Comm)
 
 	stdin.Close()
 	require.NoError(t, cmd.Wait())
-	hs, err = ublk.Holders(ctx, "/proc", dev)
+	hs, err = blockdev.Holders(ctx, "/proc", dev)
 	require.NoError(t, err)
 	for _, h := range hs { // udev may probe the new device; the exited child must be gone
 		assert.NotEqual(t, cmd.Process.Pid, h.PID, "holder still reported after it exited: %v", h)
@@ -131,23 +131,23 @@ func TestHoldersReadsMountinfoAndSwaps(t *testing.T) {
 	swaps := "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n" + node + "\tpartition\t1020\t0\t-2\n"
 	require.NoError(t, os.WriteFile(filepath.Join(proc, "swaps"), []byte(swaps), 0o644))
 
-	hs, err := ublk.Holders(context.Background(), proc, dev)
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []ublk.Holder{
-		{PID: 42, Comm: "qemu", Kind: ublk.HeldByMount, Detail: "/mnt/guest disk"},
-		{Kind: ublk.HeldBySwap, Detail: node},
+	assert.ElementsMatch(t, []blockdev.Holder{
+		{PID: 42, Comm: "qemu", Kind: blockdev.Mount, Detail: "/mnt/guest disk"},
+		{Kind: blockdev.Swap, Detail: node},
 	}, hs)
 }
 
 func TestHoldersStopsAtContextEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := ublk.Holders(ctx, "/proc", ublk.DevNum{Major: 7, Minor: 0})
+	_, err := blockdev.Holders(ctx, "/proc", blockdev.DevNum{Major: 7, Minor: 0})
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
 func TestHoldersIgnoresOtherDevices(t *testing.T) {
-	hs, err := ublk.Holders(context.Background(), "/proc", ublk.DevNum{Major: 4095, Minor: 1048575})
+	hs, err := blockdev.Holders(context.Background(), "/proc", blockdev.DevNum{Major: 4095, Minor: 1048575})
 	require.NoError(t, err)
 	assert.Empty(t, hs)
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package ublk
+package blockdev
 
 import (
 	"bufio"
@@ -27,12 +27,12 @@ import (
 // VMMs are visible). Holders
 // returns ctx.Err() if ctx ends before the scan is complete.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
-	found, err := scanHolders(ctx, procRoot, []DevNum{dev})
+	found, err := Scan(ctx, procRoot, []DevNum{dev})
 	return found[dev], err
 }
 
-// scanHolders is Holders for several devices in one pass over procfs.
-func scanHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
+// Scan is Holders for several devices in one pass over procfs.
+func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil, fmt.Errorf("ublk: holders: %w", err)
@@ -53,22 +53,22 @@ func scanHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNu
 		}
 		dir := filepath.Join(procRoot, e.Name())
 		var comm string
-		add := func(dev DevNum, kind HoldKind, detail string) {
+		add := func(dev DevNum, kind, detail string) {
 			if comm == "" {
 				comm = readComm(dir)
 			}
 			out[dev] = append(out[dev], Holder{PID: pid, Comm: comm, Kind: kind, Detail: detail})
 		}
-		fdHolders(dir, want, func(dev DevNum, fd string) { add(dev, HeldByFD, fd) })
+		FDHolders(dir, want, func(dev DevNum, fd string) { add(dev, FD, fd) })
 		ns, _ := os.Readlink(filepath.Join(dir, "ns", "mnt"))
 		if ns != "" && seenNS[ns] {
 			continue
 		}
 		seenNS[ns] = ns != ""
-		mountHolders(filepath.Join(dir, "mountinfo"), want, func(dev DevNum, mp string) { add(dev, HeldByMount, mp) })
+		mountHolders(filepath.Join(dir, "mountinfo"), want, func(dev DevNum, mp string) { add(dev, Mount, mp) })
 	}
 	swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
-		out[dev] = append(out[dev], Holder{Kind: HeldBySwap, Detail: name})
+		out[dev] = append(out[dev], Holder{Kind: Swap, Detail: name})
 	})
 	return out, nil
 }
@@ -78,9 +78,10 @@ func readComm(dir string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// fdHolders calls found with "fd N -> PATH" for each open file of the
-// process that is one of the wanted block devices.
-func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {
+// FDHolders calls found with "fd N -> PATH" for each open file of the
+// process whose procfs directory is dir (/proc/PID) that is one of the
+// wanted block devices.
+func FDHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {
 	fdDir := filepath.Join(dir, "fd")
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
@@ -173,19 +174,19 @@ func unescapeOctal(s string) string {
 	return b.String()
 }
 
-// stackHolders lists the holders/ directories (device-mapper, md) of the
-// disk name and of its partitions parts.
-func stackHolders(sysRoot, name string, parts []partition) []Holder {
+// StackHolders lists the holders/ directories (device-mapper, md) of the
+// disk name and of its partitions parts under sysRoot.
+func StackHolders(sysRoot, name string, parts []Partition) []Holder {
 	diskDir := filepath.Join(sysRoot, blockDir, name)
 	dirs := []string{diskDir}
 	for _, p := range parts {
-		dirs = append(dirs, filepath.Join(diskDir, p.name))
+		dirs = append(dirs, filepath.Join(diskDir, p.Name))
 	}
 	var out []Holder
 	for _, dir := range dirs {
 		ents, _ := os.ReadDir(filepath.Join(dir, "holders"))
 		for _, e := range ents {
-			out = append(out, Holder{Kind: HeldByStack, Detail: e.Name()})
+			out = append(out, Holder{Kind: Stacked, Detail: e.Name()})
 		}
 	}
 	return out

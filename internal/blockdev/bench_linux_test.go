@@ -1,6 +1,6 @@
 //go:build linux
 
-package ublk_test
+package blockdev_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainkit/drainkit/ublk"
+	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
 // readlinkWalk is the floor any holders scan pays: list /proc and read
@@ -39,7 +39,7 @@ func readlinkWalk() int {
 // the figure does not depend on how busy the machine is.
 func BenchmarkHolders(b *testing.B) {
 	ctx := context.Background()
-	dev := ublk.DevNum{Major: 4000, Minor: 0}
+	dev := blockdev.DevNum{Major: 4000, Minor: 0}
 	const rounds = 20
 	start := time.Now()
 	links := 0
@@ -49,7 +49,7 @@ func BenchmarkHolders(b *testing.B) {
 	base := time.Since(start) / rounds
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := ublk.Holders(ctx, "/proc", dev); err != nil {
+		if _, err := blockdev.Holders(ctx, "/proc", dev); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,0 +1,95 @@
+package blockdev
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// blockDir is where sysfs lists block devices, relative to its root.
+const blockDir = "block"
+
+// DevNum is a device number, as in /sys/block/NAME/dev ("259:3").
+type DevNum struct{ Major, Minor uint32 }
+
+// String returns "MAJOR:MINOR".
+func (d DevNum) String() string { return fmt.Sprintf("%d:%d", d.Major, d.Minor) }
+
+// ParseDevNum parses "MAJOR:MINOR" (surrounding white space allowed).
+func ParseDevNum(s string) (DevNum, error) {
+	maj, min, ok := strings.Cut(strings.TrimSpace(s), ":")
+	a, err1 := strconv.ParseUint(maj, 10, 32)
+	b, err2 := strconv.ParseUint(min, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return DevNum{}, fmt.Errorf("ublk: bad device number %q", s)
+	}
+	return DevNum{uint32(a), uint32(b)}, nil
+}
+
+// ReadDevNum reads the device number of block device name (for example
+// "loop3" or "ublkb0") from sysRoot/block/NAME/dev.
+func ReadDevNum(sysRoot, name string) (DevNum, error) {
+	b, err := os.ReadFile(filepath.Join(sysRoot, blockDir, name, "dev"))
+	if err != nil {
+		return DevNum{}, err
+	}
+	return ParseDevNum(string(b))
+}
+
+// Partition is one partition of a disk (sysfs block/DISK/DISKpN).
+type Partition struct {
+	Name string
+	Dev  DevNum
+}
+
+// Partitions lists the partitions of disk under sysRoot, which a VMM may
+// hold open instead of the whole disk.
+func Partitions(sysRoot, disk string) []Partition {
+	dir := filepath.Join(sysRoot, blockDir, disk)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []Partition
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), disk+"p") {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "dev")); err == nil {
+			if dev, err := ParseDevNum(string(b)); err == nil {
+				out = append(out, Partition{e.Name(), dev})
+			}
+		}
+	}
+	return out
+}
+
+// How a holder keeps a block device busy: Holder.Kind.
+const (
+	// FD: a process has the device node open (a VMM's disk).
+	FD = "fd"
+	// Mount: a file system on the device is mounted in a mount namespace;
+	// Holder.PID is one process in that namespace.
+	Mount = "mount"
+	// Swap: the device is active swap.
+	Swap = "swap"
+	// Stacked: another block device (device-mapper, md) is stacked on it
+	// (sysfs holders/).
+	Stacked = "stacked"
+)
+
+// Holder is one user of a block device. Its fields are those of
+// ublk.Holder, which converts from it.
+type Holder struct {
+	// PID is the holding process, 0 for swap and stacked devices.
+	PID int `json:"pid,omitempty"`
+	// Comm is the process's command name (/proc/PID/comm).
+	Comm string `json:"comm,omitempty"`
+	// Kind says how the device is held: FD, Mount, Swap or Stacked.
+	Kind string `json:"kind"`
+	// Detail is the fd and path, the mount point, the swap file or the
+	// stacked device's name.
+	Detail string `json:"detail"`
+}

@@ -1,0 +1,59 @@
+package blockdev_test
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/blockdev"
+)
+
+func TestParseDevNum(t *testing.T) {
+	d, err := blockdev.ParseDevNum(" 259:12\n")
+	require.NoError(t, err)
+	assert.Equal(t, blockdev.DevNum{Major: 259, Minor: 12}, d)
+	assert.Equal(t, "259:12", d.String())
+	for _, bad := range []string{"", "259", "a:1", "1:-2", "1:2:3"} {
+		_, err := blockdev.ParseDevNum(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+// write creates file p under root with content s.
+func write(t *testing.T, root, p, s string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, p), []byte(s), 0o644))
+}
+
+// A disk's number, its partitions and the devices stacked on the disk or
+// on a partition, as sysfs lays them out.
+func TestSysfsNumbersPartitionsAndStackedHolders(t *testing.T) {
+	sys := t.TempDir()
+	write(t, sys, "block/ublkb1/dev", "259:4\n")
+	write(t, sys, "block/ublkb1/ublkb1p2/dev", "259:6\n")
+	write(t, sys, "block/ublkb1/ublkb1p3/dev", "garbage\n") // skipped
+	write(t, sys, "block/ublkb1/queue/dev", "1:1\n")        // not a partition
+	write(t, sys, "block/ublkb1/holders/dm-0", "")
+	write(t, sys, "block/ublkb1/ublkb1p2/holders/md127", "")
+
+	dev, err := blockdev.ReadDevNum(sys, "ublkb1")
+	require.NoError(t, err)
+	assert.Equal(t, blockdev.DevNum{Major: 259, Minor: 4}, dev)
+	_, err = blockdev.ReadDevNum(sys, "ublkb9")
+	assert.ErrorIs(t, err, os.ErrNotExist)
+
+	parts := blockdev.Partitions(sys, "ublkb1")
+	assert.Equal(t, []blockdev.Partition{{Name: "ublkb1p2", Dev: blockdev.DevNum{Major: 259, Minor: 6}}}, parts)
+	if runtime.GOOS != "linux" {
+		return
+	}
+	assert.ElementsMatch(t, []blockdev.Holder{
+		{Kind: blockdev.Stacked, Detail: "dm-0"},
+		{Kind: blockdev.Stacked, Detail: "md127"},
+	}, blockdev.StackHolders(sys, "ublkb1", parts))
+}

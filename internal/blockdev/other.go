@@ -1,0 +1,27 @@
+//go:build !linux
+
+package blockdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+var errUnsupported = fmt.Errorf("ublk: holders scan: not supported on this system: %w", errors.ErrUnsupported)
+
+// Holders is not supported on this system.
+func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
+	return nil, errUnsupported
+}
+
+// Scan is not supported on this system.
+func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
+	return nil, errUnsupported
+}
+
+// FDHolders finds nothing on this system.
+func FDHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {}
+
+// StackHolders finds nothing on this system.
+func StackHolders(sysRoot, name string, parts []Partition) []Holder { return nil }
