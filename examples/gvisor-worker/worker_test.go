@@ -20,6 +20,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/escalate"
@@ -131,7 +132,7 @@ func TestListenOnTCPAndTerminationLog(t *testing.T) {
 	termLog := filepath.Join(dir, "termination-log")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr logbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- Main(ctx, []string{"-state-dir", dir, "-listen", addr, "-runtime", "fake", "-pause-latency", "10ms",
