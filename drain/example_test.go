@@ -108,12 +108,15 @@ func Example() {
 // DRAINKIT_HOOK_SECRET for an httpGet one).
 func ExampleNewServer() {
 	running := func(context.Context) ([]pause.Sandbox, error) { return nil, nil } // the server's own listing
+	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	ctx := context.Background()
 	mux := http.NewServeMux()
 	srv := &http.Server{Addr: ":8080", Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	s, err := drain.NewServer(srv, pause.ListFunc(running))
+
+	s, err := drain.NewServer(srv, pause.ListFunc(running)) // grace from DRAINKIT_GRACE
 	if err != nil {
 		log.Fatal(err) // names the variable that is wrong, e.g. DRAINKIT_GRACE
 	}
-	mux.Handle("POST /sandboxes", s.Admit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
-	os.Exit(s.Run(context.Background())) // serves until SIGTERM, drains, exits 0 when nothing was lost
+	mux.Handle("POST /sandboxes", s.Admit(create)) // 503 + Retry-After once draining
+	os.Exit(s.Run(ctx))                            // serves until SIGTERM, drains, exits 0 when nothing was lost
 }

@@ -25,8 +25,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestRecipe is the package documentation's recipe, line for line.
-func TestRecipe(t *testing.T) {
+// The package documentation's recipe, line for line (internal/doccheck holds them equal).
+func TestShutdownPreservesEverySandboxBeforeSIGKILL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := draintest.NewNode()
 		node.AddN("sb", 40, 2*time.Second) // 40 sandboxes, 2 s per preserve

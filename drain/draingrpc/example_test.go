@@ -33,29 +33,29 @@ func (worker) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, erro
 // node drains (and is never gated itself), and the server stops within its
 // own step's reserve.
 func Example() {
+	budget, _ := deadline.New(3600 * time.Second)
+	lister := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })
+
 	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}}
 	classify := draingrpc.Methods(map[string]drain.Class{
-		testgrpc.TestService_EmptyCall_FullMethodName: drain.Create, // Run
+		"/worker.Worker/Run":        drain.Create,
+		"/worker.Worker/Restore":    drain.Resume,
+		"/worker.Worker/Checkpoint": drain.Checkpoint,
 	}, drain.Create)
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)),
 		grpc.ChainStreamInterceptor(draingrpc.StreamServerInterceptor(gate, classify)),
 	)
-	testgrpc.RegisterTestServiceServer(srv, worker{})
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go func() { _ = srv.Serve(ln) }()
-
-	budget, _ := deadline.New(3600 * time.Second)
-	d, err := drain.New(drain.Config{
-		Budget:    budget,
-		Gate:      gate,
-		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
-		Steps:     []drain.Step{draingrpc.Step("grpc", srv, 5*time.Second)},
-	})
+	d, err := drain.New(drain.Config{Budget: budget, Gate: gate, Sandboxes: lister,
+		Steps: []drain.Step{draingrpc.Step("grpc", srv, 5*time.Second)}})
 	if err != nil {
 		panic(err)
 	}
+
+	testgrpc.RegisterTestServiceServer(srv, worker{}) // EmptyCall: drain.Create, the default class
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go func() { _ = srv.Serve(ln) }()
 
 	conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	defer conn.Close()

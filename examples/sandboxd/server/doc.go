@@ -7,21 +7,12 @@
 // pauses its sandboxes in parallel, stops its device daemon and exits inside the grace
 // period, leaving paused-sandbox records that the next process loads.
 //
-// Wiring (see New and routes.go):
-//
-//	budget, _ := deadline.New(cfg.Grace) // the margin scales with the grace
-//	teardown, _ := ublk.New(sock, ublk.Config{Reserve: cfg.UblkReserve()})
-//	d, _ := drain.New(drain.Config{
-//		Budget:       budget,
-//		Gate:         &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
-//		Sandboxes:    pause.ListFunc(node.Running),
-//		Pause: pause.Config{Limit: cfg.Concurrency},
-//		Steps:        []drain.Step{teardown, drain.HTTPServerStep("http", srv, cfg.HTTPReserve())},
-//	})
-//	mux.Handle("POST /sandboxes", d.Gate().Admit(drain.Create, create))
-//	mux.Handle("GET /readyz", d.Gate().Readiness(nil))
-//	mux.Handle("GET /drain", d.PreStop())
-//	rep := d.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+// Wiring: New in server.go builds the budget from -grace, the ublk teardown step over the
+// device daemon's socket, and the Drainer with the Gate, the Preserver at -concurrency and
+// the steps; routes.go puts each route behind its Gate class (create and resume gated,
+// pause and delete exempt), /readyz and the preStop /drain; Run serves and hands the
+// signals to the Drainer. The code is the example: it is compiled and tested, where a copy
+// here would drift.
 //
 // Signals: SIGTERM and SIGINT start the shutdown, a second one forces it. SIGHUP is logged
 // and ignored (sandboxd has nothing to reload, and a node server must never die of a
