@@ -51,11 +51,10 @@ import (
 // backShare of its work (pass.popLocked): longest first would give the
 // first completion only after the longest preserves' time, most of a short
 // pass at the starting limit (1.5 s of a 2 s disk Run on this project's
-// VM). And with fewer than shortRounds rounds of work queued, the climber
-// makes no move below the level it is at, unless that level measured
-// significantly less than the one below it (thrashing), and no probe: what
-// they found would come too late to be used, and above the knee a flat
-// device loses nothing.
+// VM). And with fewer than shortRounds rounds of work queued, a
+// comparison that does not pay settles the limit on the better measured
+// of its two levels, without a search below them and without probes: what
+// they found would come too late to be used.
 //
 // The deadline. A probe below the best level measured costs throughput.
 // When the work left, at the best throughput measured, needs more than
@@ -207,9 +206,9 @@ func (c *climber) x(k int) float64 { return c.at(k).mean() }
 // at an average concurrency kbar, and returns the limit.
 //
 // short says that little work is queued (less than shortRounds rounds at
-// the limit): the climber then makes no move below the level it is at
-// unless that level measured significantly less than the one below, and
-// no probe: what a move finds would come too late to be used.
+// the limit): the climber then settles on the better measured of the two
+// levels it compared, searches no further below and makes no probe: what
+// it found would come too late to be used.
 func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, short bool, now time.Time) int {
 	if c.move == climbPinned || d <= 0 || start.Before(c.since) {
 		return c.k
@@ -245,26 +244,15 @@ func (c *climber) pays(a, b int) bool {
 	return diff > 0
 }
 
-// costs reports whether level b delivered significantly less than level
-// a < b: by more than payFrac and more than the noise. While the epoch may
-// still grow, a difference within the noise marks it undecided.
-func (c *climber) costs(a, b int) bool {
-	sa, sb := c.at(a), c.at(b)
-	diff := sa.mean()*(1-payFrac) - sb.mean()
-	noise := noiseZ * math.Hypot(sa.se(), sb.se())
-	if c.stretch && math.Abs(diff) <= noise {
-		c.undecided = true
+// keep holds, when little work is left, the better measured of lo < hi:
+// hi only if its throughput is higher. There is no time to measure on, and
+// the means are the best guess; fewer preserves at the same throughput
+// each finish sooner.
+func (c *climber) keep(lo, hi int) int {
+	if c.x(hi) > c.x(lo) {
+		return c.hold(hi)
 	}
-	return diff > noise
-}
-
-// keep holds, when little work is left and level k did not pay over
-// lo < k, lo if k cost significantly more, else k.
-func (c *climber) keep(lo, k int) int {
-	if c.costs(lo, k) {
-		return c.hold(lo)
-	}
-	return c.hold(k)
+	return c.hold(lo)
 }
 
 // next decides the level after an epoch at c.k; stretch says whether the
@@ -294,7 +282,10 @@ func (c *climber) next(stretch bool) int {
 		if c.pays(k, c.prev) { // halving cost too much
 			return c.hold(c.prev)
 		}
-		if k > 1 && !c.short {
+		if c.short {
+			return c.keep(k, c.prev)
+		}
+		if k > 1 {
 			return c.down(k)
 		}
 		return c.hold(k)

@@ -89,24 +89,26 @@ func sampleAt(c *climber, n int, short bool, rate func(k int) float64, now *time
 	}
 }
 
-// With little work queued, a doubling that does not pay is held instead of
-// followed by a search below it (whose finding would come too late to be
-// used); with work queued the climber searches below, as before. A
-// doubling that costs significantly more than the level below is undone
-// either way.
-func TestClimberWithLittleWorkLeftHoldsInsteadOfSearchingBelow(t *testing.T) {
-	flat := func(k int) float64 { return 100 }                // the knee is at 1 or below
-	thrash := func(k int) float64 { return 800 / float64(k) } // every preserve more costs
+// With little work queued, a doubling that does not pay settles the limit
+// on the better measured of the two levels instead of a search below them
+// (whose finding would come too late to be used), and no probe follows;
+// with work queued the climber searches below, as before.
+func TestClimberWithLittleWorkLeftSettlesInsteadOfSearchingBelow(t *testing.T) {
+	flat := func(k int) float64 { return 100 }                           // the knee is at 1 or below
+	little := func(k int) float64 { return 100 + float64(min(k, 16))/4 } // 16 adds 2 %: not worth a doubling
+	thrash := func(k int) float64 { return 800 / float64(k) }            // every preserve more costs
 	for _, tc := range []struct {
 		name  string
 		rate  func(int) float64
 		short bool
 		want  int
 	}{
-		{"flat, work queued", flat, false, 4},      // 16 did not pay: halve from 8
-		{"flat, little work left", flat, true, 16}, // held where it is
+		{"flat, work queued", flat, false, 4}, // 16 did not pay: halve from 8
+		{"flat, little work left", flat, true, 8},
+		{"a little more at 16, work queued", little, false, 4},
+		{"a little more at 16, little work left", little, true, 16},
 		{"thrash, work queued", thrash, false, 4},
-		{"thrash, little work left", thrash, true, 8}, // 16 cost half: back to 8
+		{"thrash, little work left", thrash, true, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Unix(0, 0)
@@ -117,9 +119,8 @@ func TestClimberWithLittleWorkLeftHoldsInsteadOfSearchingBelow(t *testing.T) {
 			assert.Equal(t, tc.want, c.k)
 			if tc.short {
 				assert.False(t, c.climbing())
-				before := c.k
 				sampleAt(c, 4*holdEpochs*2, true, tc.rate, &now)
-				assert.Equal(t, before, c.k, "no probe with little work left")
+				assert.Equal(t, tc.want, c.k, "no probe with little work left")
 			}
 		})
 	}
