@@ -32,7 +32,7 @@ type run struct {
 	limit int
 
 	rep     *Report
-	seen    map[string]int // the pass that first listed each ID
+	seen    idSet          // every ID listed, with the index of its entry
 	flaws   map[string]int // flawed listing elements reported, by kind
 	listed  bool           // a listing succeeded
 	lastIDs []string       // the IDs of the last listing by index, "" where not in seen
@@ -67,7 +67,7 @@ type run struct {
 }
 
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
-	r := &run{p: p, cfg: &p.cfg, seen: make(map[string]int)}
+	r := &run{p: p, cfg: &p.cfg}
 	r.phase, r.hard = deadlines(ctx, hard)
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
 	if r.traced = r.span.IsRecording(); r.traced { // a span that records nothing would drop them
@@ -204,14 +204,14 @@ func (r *run) pass(n int) int {
 //
 // The cost per element is what a large node pays twice (the first listing
 // and the one that finds nothing new), so the common cases take no more
-// than one map operation: an element whose ID is the one the listing
-// before had at the same index was seen (the Lister returned the same
-// order), and in the first listing one insert tells a duplicate by the
-// map not growing.
+// than one operation on the set of IDs seen: an element whose ID is the
+// one the listing before had at the same index was seen (the Lister
+// returned the same order), and in the first listing one insert tells a
+// duplicate.
 func (r *run) admit(list []Sandbox, pass int) []*task {
-	first := len(r.seen) == 0
+	first := r.seen.len() == 0
 	if first { // nearly every sandbox is new
-		r.seen = make(map[string]int, len(list))
+		r.seen.reset(len(list))
 		r.rep.Entries = growEntries(r.rep.Entries, len(list))
 	}
 	prev := r.lastIDs
@@ -233,9 +233,9 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 		prev[i] = "" // set again below once id is in seen
 		dup := false
 		if flaw == "" && !first {
-			if p, ok := r.seen[id]; ok {
+			if j, ok := r.seen.find(id, r.rep.Entries); ok {
 				prev[i] = id
-				if p != pass {
+				if r.rep.Entries[j].Pass != pass {
 					continue // listed by an earlier pass
 				}
 				dup = true
@@ -245,10 +245,8 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 			e, flaw = entry(sb, id, pass)
 		}
 		if flaw == "" && !dup {
-			n := len(r.seen)
-			r.seen[id] = pass
+			_, dup = r.seen.insert(id, len(r.rep.Entries), r.rep.Entries) // dup only in the first listing: else looked up above
 			prev[i] = id
-			dup = len(r.seen) == n // only in the first listing: else looked up above
 		}
 		if dup && flaw == "" {
 			flaw = fmt.Sprintf("ID %q more than once in the listing", id)

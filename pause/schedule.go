@@ -79,9 +79,31 @@ func (r *run) order(tasks []*task) Order {
 	if auto {
 		o = r.choose(tasks)
 	}
-	if o == OrderFIFO && samePriority(tasks) {
+	same := samePriority(tasks)
+	if o == OrderFIFO && same {
 		return o
 	}
+	if !same || !r.sameEstimate(tasks) { // else a stable sort keeps the order
+		r.sortTasks(tasks, o)
+	}
+	if o == OrderShortestFirst && !auto && same {
+		r.pack(tasks) // only when asked for: it trusts the estimates' scale
+	}
+	return o
+}
+
+// sameEstimate reports whether every task has the same estimate.
+func (r *run) sameEstimate(tasks []*task) bool {
+	for _, t := range tasks {
+		if r.estimate(t) != r.estimate(tasks[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+// sortTasks sorts tasks by priority, then by the Order o.
+func (r *run) sortTasks(tasks []*task, o Order) {
 	slices.SortStableFunc(tasks, func(a, b *task) int {
 		if c := cmp.Compare(b.e.Priority, a.e.Priority); c != 0 {
 			return c
@@ -94,10 +116,6 @@ func (r *run) order(tasks []*task) Order {
 		}
 		return 0
 	})
-	if o == OrderShortestFirst && !auto && samePriority(tasks) {
-		r.pack(tasks) // only when asked for: it trusts the estimates' scale
-	}
-	return o
 }
 
 // pack refines shortest first when the deadline binds: of the tasks sorted
