@@ -215,8 +215,10 @@ func (w *Worker) escalate(ctx context.Context) error {
 func (w *Worker) target(id string) escalate.Target {
 	r, ok := w.rt.(*sandbox.Runsc)
 	if !ok { // an in-process fake stops at once
-		return escalate.Funcs(func(context.Context, syscall.Signal) error { return nil },
-			func(context.Context) error { return nil })
+		return escalate.Funcs{
+			SignalFunc: func(context.Context, syscall.Signal) error { return nil },
+			WaitFunc:   func(context.Context) error { return nil },
+		}
 	}
 	return r.Runtime.Target(id) // runsc kill/wait, and runsc state when a wait was stolen
 }

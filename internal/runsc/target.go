@@ -10,14 +10,13 @@ import (
 )
 
 // Target returns container id as a [escalate.Target] for [escalate.Policy]: Signal is
-// `runsc kill --all`, Wait is `runsc wait`, and the Target is a [escalate.Prober] that asks
-// `runsc state`. Only the runtime's word ends a wait: a container runsc no longer knows,
+// `runsc kill --all`, Wait is `runsc wait`, and Exited asks `runsc state`. Only the runtime's word ends a wait: a container runsc no longer knows,
 // or reports stopped, has exited; a `runsc wait` that failed, or whose exit status another
 // reaper collected (ECHILD), says nothing by itself, so the state is asked and, when it
 // cannot answer, the error goes to the escalate.Policy, which treats the container as running.
 func (r *Runtime) Target(id string) escalate.Target {
-	return escalate.ProbedFuncs(
-		func(ctx context.Context, sig syscall.Signal) error {
+	return escalate.Funcs{
+		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
 			err := r.Kill(ctx, id, sig, true)
 			if err == nil || errors.Is(err, ErrStatusLost) {
 				// A lost status: the kill ran and may have been what ended the
@@ -30,7 +29,7 @@ func (r *Runtime) Target(id string) escalate.Target {
 			}
 			return err
 		},
-		func(ctx context.Context) error {
+		WaitFunc: func(ctx context.Context) error {
 			_, err := r.Wait(ctx, id)
 			if err == nil || ctx.Err() != nil {
 				return ctx.Err()
@@ -40,7 +39,8 @@ func (r *Runtime) Target(id string) escalate.Target {
 			}
 			return err
 		},
-		func(ctx context.Context) (bool, error) { return r.exited(ctx, id) })
+		ExitedFunc: func(ctx context.Context) (bool, error) { return r.exited(ctx, id) },
+	}
 }
 
 // exited asks runsc state whether container id has exited: it is stopped, or runsc no

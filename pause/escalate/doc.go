@@ -3,15 +3,18 @@
 // exits — with a bounded escalation: the signal, a bounded wait, SIGKILL,
 // a bounded wait more. It tells apart a clean exit, an exit after SIGKILL
 // and an end it could not observe, and never takes a failed wait for an
-// exit: a wait that a child reaper stole (ECHILD) makes it ask the target's
-// Prober (`runsc state`, a pidfd), and unknown means SIGKILL when the wait
-// after the signal ends.
+// exit: a wait that a child reaper stole (ECHILD) makes it ask the target
+// whether it exited (`runsc state`, a pidfd), and unknown means SIGKILL
+// when the wait after the signal ends.
 //
 // Typical wiring, for a runtime that preserves by signalling:
 //
-//	target := escalate.ProbedFuncs(signal, wait, exited) // runsc kill / runsc wait / runsc state
+//	target := escalate.Funcs{SignalFunc: kill, WaitFunc: wait, ExitedFunc: state} // runsc kill / wait / state
 //	sb := &escalate.Sandbox{Name: id, Target: target, Policy: escalate.Policy{KillWait: 2 * time.Second}}
 //	// sb is a pause.Sandbox: list it from the server's pause.Lister
+//
+// or, for a child process the server started, escalate.Cmd(cmd), which
+// pins it with a pidfd and reaps it.
 //
 // Guarantees: Policy.Stop returns by its context's deadline (or after
 // TermWait + KillWait without one); the wait after the signal always ends

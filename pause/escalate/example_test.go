@@ -10,8 +10,8 @@ import (
 )
 
 // Stop a process that saves its state on SIGTERM: `sleep` simply exits.
-// For gVisor, the target would be escalate.Funcs over `runsc kill` and
-// `runsc wait`.
+// For gVisor, the target would be escalate.Funcs over `runsc kill`,
+// `runsc wait` and `runsc state`.
 func ExamplePolicy_Stop() {
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {

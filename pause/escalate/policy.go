@@ -13,16 +13,17 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/proc"
 )
 
-// DefaultKillWait is how long Policy waits after SIGKILL when KillWait
+// defaultKillWait is how long Policy waits after SIGKILL when KillWait
 // is zero.
-const DefaultKillWait = 5 * time.Second
+const defaultKillWait = 5 * time.Second
 
-// DefaultTermWait is how long Policy waits after the first signal when
+// defaultTermWait is how long Policy waits after the first signal when
 // TermWait is zero and the context has no deadline: the kubelet's default
 // terminationGracePeriodSeconds.
-const DefaultTermWait = 30 * time.Second
+const defaultTermWait = 30 * time.Second
 
 // retryPause is the pause between two waits when a wait fails.
 const retryPause = 100 * time.Millisecond
@@ -43,8 +44,8 @@ const (
 	ExitUnknown Exit = "unknown"
 )
 
-// A Target is something Policy can signal and wait for: a process, a
-// container, a sandbox.
+// A Target is something Policy can signal, wait for, and ask whether it
+// has exited: a process, a container, a sandbox. Cmd and Funcs make one.
 type Target interface {
 	// Signal sends sig. It returns an error matching os.ErrProcessDone or
 	// syscall.ESRCH when the target has already exited.
@@ -56,16 +57,13 @@ type Target interface {
 	// error matching syscall.ECHILD says someone else reaped the waiting
 	// child (a `runsc wait` collected by a PID-1 reaper, tini, a
 	// subreaper): nothing about the target itself. Policy then asks
-	// the target's Prober, if it has one.
+	// Exited instead.
 	Wait(ctx context.Context) error
-}
-
-// A Prober is a Target that can say at once, without waiting, whether it
-// has exited: the runtime's view (`runsc state`), or a pidfd of the
-// container's init. Policy asks it when a wait was stolen (ECHILD).
-type Prober interface {
-	// Exited reports whether the target has exited. An error means the
-	// answer is unknown.
+	// Exited reports at once, without waiting, whether the target has
+	// exited: the runtime's view (`runsc state`), or a pidfd of the
+	// container's init. Policy asks it when a wait was stolen (ECHILD).
+	// An error means the answer is unknown; a target that cannot be asked
+	// returns an error wrapping errors.ErrUnsupported.
 	Exited(ctx context.Context) (bool, error)
 }
 
@@ -76,13 +74,14 @@ type Prober interface {
 type Policy struct {
 	// Signal is the first signal; zero means SIGTERM.
 	Signal syscall.Signal
-	// TermWait is the longest wait after Signal. Zero means until KillWait
-	// before ctx's deadline (half of a window shorter than 2 x KillWait),
-	// or DefaultTermWait without one. The wait always ends KillWait
-	// before ctx's deadline at the latest.
+	// TermWait is the longest wait after Signal. Zero (or negative) means
+	// until KillWait before ctx's deadline (half of a window shorter than
+	// 2 x KillWait), or 30 s (the kubelet's default grace period) without
+	// one. The wait always ends KillWait before ctx's deadline at the
+	// latest.
 	TermWait time.Duration
-	// KillWait is the longest wait after SIGKILL; zero means
-	// DefaultKillWait.
+	// KillWait is the longest wait after SIGKILL; zero (or negative) means
+	// 5 s.
 	KillWait time.Duration
 }
 
@@ -109,9 +108,9 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	}
 	killWait := e.KillWait
 	if killWait <= 0 {
-		killWait = DefaultKillWait
+		killWait = defaultKillWait
 	}
-	graceEnd := e.graceEnd(ctx, killWait)
+	termEnd := e.termEnd(ctx, killWait)
 
 	var failures []error
 	if err := t.Signal(ctx, sig); isGone(err) {
@@ -119,10 +118,10 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	} else if err != nil {
 		failures = append(failures, fmt.Errorf("escalate: sending %v: %w", sig, err))
 		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
-			graceEnd = time.Now() // it will not exit on a signal it did not get
+			termEnd = time.Now() // it will not exit on a signal it did not get
 		}
 	}
-	exited, err := waitUntil(ctx, t, graceEnd)
+	exited, err := waitUntil(ctx, t, termEnd)
 	if exited {
 		return Exited, nil
 	}
@@ -147,21 +146,21 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	return ExitUnknown, errors.Join(failures...)
 }
 
-// graceEnd is when the wait after SIGTERM ends: TermWait after now (by
-// default the rest of ctx's window, or DefaultTermWait without a deadline),
+// termEnd is when the wait after SIGTERM ends: TermWait after now (by
+// default the rest of ctx's window, or defaultTermWait without a deadline),
 // but never into the killWait the SIGKILL and its wait need before ctx's
 // deadline, laid out by the plan's rule (deadline.Split). Both waits
 // reserve killWait, so a window shorter than twice that is shared equally:
 // a target that would save itself on the signal still gets its chance.
-func (e Policy) graceEnd(ctx context.Context, killWait time.Duration) time.Time {
+func (e Policy) termEnd(ctx context.Context, killWait time.Duration) time.Time {
 	now := time.Now()
 	dl, ok := ctx.Deadline()
 	if !ok {
-		grace := e.TermWait
-		if grace <= 0 {
-			grace = DefaultTermWait
+		wait := e.TermWait
+		if wait <= 0 {
+			wait = defaultTermWait
 		}
-		return now.Add(grace)
+		return now.Add(wait)
 	}
 	ws := deadline.Split(now, dl,
 		deadline.Phase{Name: "term", Reserve: deadline.Fixed(killWait), Critical: true, Max: max(e.TermWait, 0)},
@@ -170,7 +169,7 @@ func (e Policy) graceEnd(ctx context.Context, killWait time.Duration) time.Time 
 }
 
 // waitUntil waits for t to exit until the time until, retrying a wait
-// that fails. Once a wait was stolen (ECHILD) it asks t's Prober instead.
+// that fails. Once a wait was stolen (ECHILD) it asks t.Exited instead.
 // It reports whether t exited, and the last failure.
 func waitUntil(ctx context.Context, t Target, until time.Time) (bool, error) {
 	var failed error
@@ -215,21 +214,19 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// errRunning is probe's answer when the Prober says the target still runs.
+// errRunning is probe's answer when Exited says the target still runs.
 var errRunning = errors.New("escalate: target still running")
 
 // errNoProber is probe's answer for a target that cannot be asked.
-var errNoProber = fmt.Errorf("escalate: the wait was stolen (%w) and the target has no Prober: exit unknown", syscall.ECHILD)
+var errNoProber = fmt.Errorf("escalate: the wait was stolen (%w) and the target cannot say whether it exited: exit unknown", syscall.ECHILD)
 
-// probe asks t's Prober once: nil if it exited, errRunning if not, another
+// probe asks t.Exited once: nil if it exited, errRunning if not, another
 // error if unknown.
 func probe(ctx context.Context, t Target) error {
-	p, ok := t.(Prober)
-	if !ok {
-		return errNoProber
-	}
-	exited, err := p.Exited(ctx)
+	exited, err := t.Exited(ctx)
 	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		return errNoProber
 	case err != nil:
 		return fmt.Errorf("escalate: asking whether the target exited: %w", err)
 	case exited:
@@ -243,72 +240,121 @@ func isGone(err error) bool {
 	return err != nil && (errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH))
 }
 
-// Funcs returns a Target over two functions, for runtimes driven by
-// commands such as `runsc kill <id> <signal>` and `runsc wait <id>`. The
-// functions follow the contract of Target's methods: signal reports an
-// already exited target with os.ErrProcessDone (or ESRCH), wait returns
-// nil only once the target has exited. The Target has no Prober: give one
-// with ProbedFuncs where the runtime can be asked.
-func Funcs(signal func(ctx context.Context, sig syscall.Signal) error, wait func(ctx context.Context) error) Target {
-	return funcTarget{signal, wait}
+// Funcs is a Target over functions, for runtimes driven by commands such
+// as `runsc kill <id> <signal>`, `runsc wait <id>` and `runsc state <id>`.
+// The functions follow the contract of Target's methods: SignalFunc
+// reports an already exited target with os.ErrProcessDone (or ESRCH),
+// WaitFunc returns nil only once the target has exited, ExitedFunc answers
+// without waiting. A nil SignalFunc or WaitFunc fails with an error
+// wrapping errors.ErrUnsupported; a nil ExitedFunc means the runtime
+// cannot be asked.
+type Funcs struct {
+	SignalFunc func(ctx context.Context, sig syscall.Signal) error
+	WaitFunc   func(ctx context.Context) error
+	ExitedFunc func(ctx context.Context) (bool, error)
 }
 
-// ProbedFuncs is Funcs with a Prober: exited answers, without waiting,
-// whether the target has exited (for example from `runsc state`: stopped or
-// no such container), or an error when it cannot tell.
-func ProbedFuncs(signal func(ctx context.Context, sig syscall.Signal) error, wait func(ctx context.Context) error,
-	exited func(ctx context.Context) (bool, error)) Target {
-	return probedTarget{funcTarget{signal, wait}, exited}
+// errNoFunc is the error of a Funcs method without its function.
+func errNoFunc(name string) error {
+	return fmt.Errorf("escalate: Funcs.%s is nil: %w", name, errors.ErrUnsupported)
 }
 
-type funcTarget struct {
-	signal func(context.Context, syscall.Signal) error
-	wait   func(context.Context) error
+// Signal calls SignalFunc.
+func (f Funcs) Signal(ctx context.Context, sig syscall.Signal) error {
+	if f.SignalFunc == nil {
+		return errNoFunc("SignalFunc")
+	}
+	return f.SignalFunc(ctx, sig)
 }
 
-func (f funcTarget) Signal(ctx context.Context, sig syscall.Signal) error { return f.signal(ctx, sig) }
-func (f funcTarget) Wait(ctx context.Context) error                       { return f.wait(ctx) }
-
-type probedTarget struct {
-	funcTarget
-	exited func(context.Context) (bool, error)
+// Wait calls WaitFunc.
+func (f Funcs) Wait(ctx context.Context) error {
+	if f.WaitFunc == nil {
+		return errNoFunc("WaitFunc")
+	}
+	return f.WaitFunc(ctx)
 }
 
-func (p probedTarget) Exited(ctx context.Context) (bool, error) { return p.exited(ctx) }
+// Exited calls ExitedFunc.
+func (f Funcs) Exited(ctx context.Context) (bool, error) {
+	if f.ExitedFunc == nil {
+		return false, errNoFunc("ExitedFunc")
+	}
+	return f.ExitedFunc(ctx)
+}
 
-// Cmd returns a Target over a started child process. Its Wait calls
-// c.Wait once, in a goroutine, so the child is reaped and its pipes
-// closed; an exit with any status or signal counts as exited. When
-// another reaper took the child first, Wait fails with ECHILD and the
-// Target's Prober answers instead: c.Process.Signal(0), which on Linux goes
-// through the pidfd Go holds for the child, so a recycled PID is never
-// mistaken for it. The caller must not call c.Wait itself;
-// c.ProcessState is set once Wait returned nil after a real exit.
-func Cmd(c *exec.Cmd) Target { return &cmdTarget{c: c} }
+// Cmd returns a Target over a started child process, pinned with a pidfd
+// (internal/proc) when Cmd is called, so a signal or a probe never reaches
+// another process that reused its PID. Its Wait calls c.Wait once, in a
+// goroutine, so the child is reaped and its pipes closed; an exit with any
+// status or signal counts as exited. When another reaper took the child
+// first, Wait fails with ECHILD and Exited answers instead, from the
+// pidfd (a zombie counts as exited). Where pidfds are missing (not Linux,
+// or before 5.3) it signals through c.Process and probes with signal 0.
+// The caller must not call c.Wait itself; c.ProcessState is set once Wait
+// returned nil after a real exit.
+func Cmd(c *exec.Cmd) Target {
+	t := &cmdTarget{c: c, done: make(chan struct{}), waited: c.ProcessState != nil}
+	if c.Process != nil && !t.waited {
+		t.p, _ = proc.Open(c.Process.Pid) // not reaped yet: the PID is still the child's
+	}
+	return t
+}
 
 type cmdTarget struct {
-	c    *exec.Cmd
-	once sync.Once
-	done chan struct{}
-	err  error
+	c      *exec.Cmd
+	p      *proc.Process // nil without pidfds
+	waited bool          // c.Wait had returned before Cmd
+	once   sync.Once
+	done   chan struct{} // closed once Wait's c.Wait returned
+	err    error
 }
 
+var errNotStarted = errors.New("escalate: command not started")
+
 func (t *cmdTarget) Signal(_ context.Context, sig syscall.Signal) error {
-	if t.c.Process == nil {
-		return errors.New("escalate: command not started")
+	switch {
+	case t.c.Process == nil:
+		return errNotStarted
+	case t.reaped():
+		return os.ErrProcessDone
+	case t.p != nil:
+		err := t.p.Signal(sig)
+		if errors.Is(err, proc.ErrClosed) { // Wait reaped it meanwhile
+			return os.ErrProcessDone
+		}
+		return err
 	}
 	return t.c.Process.Signal(sig)
 }
 
+// reaped reports whether the child has been reaped.
+func (t *cmdTarget) reaped() bool {
+	if t.waited {
+		return true
+	}
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (t *cmdTarget) Wait(ctx context.Context) error {
 	if t.c.Process == nil {
-		return errors.New("escalate: command not started")
+		return errNotStarted
+	}
+	if t.waited {
+		return nil
 	}
 	t.once.Do(func() {
-		t.done = make(chan struct{})
 		go func() {
-			defer close(t.done)
 			t.err = t.c.Wait()
+			close(t.done)
+			if t.p != nil {
+				_ = t.p.Close() // reaped: the pidfd has nothing more to say
+			}
 		}()
 	})
 	select {
@@ -324,10 +370,15 @@ func (t *cmdTarget) Wait(ctx context.Context) error {
 	}
 }
 
-// Exited asks the process with signal 0: gone means exited.
+// Exited asks the pidfd (or, without one, the process with signal 0).
 func (t *cmdTarget) Exited(context.Context) (bool, error) {
-	if t.c.Process == nil {
-		return false, errors.New("escalate: command not started")
+	switch {
+	case t.c.Process == nil:
+		return false, errNotStarted
+	case t.reaped():
+		return true, nil
+	case t.p != nil:
+		return t.p.Exited() || t.reaped(), nil // closed by Wait meanwhile: reaped
 	}
 	err := t.c.Process.Signal(syscall.Signal(0))
 	switch {

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/proc"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/escalate"
 )
@@ -107,8 +108,9 @@ func TestEscalationKillsChildIgnoringSIGTERM(t *testing.T) {
 	assert.NoFileExists(t, state)
 }
 
-// The pidfd target works on the process alone, and does not reap it.
-func TestEscalationProcessTarget(t *testing.T) {
+// Cmd's target, pinned with a pidfd, stops a child that saves itself on
+// SIGTERM and kills one that ignores it, and reaps it.
+func TestEscalationCmdTarget(t *testing.T) {
 	for _, tc := range []struct {
 		mode  string
 		grace time.Duration
@@ -116,19 +118,15 @@ func TestEscalationProcessTarget(t *testing.T) {
 	}{{"trap", 20 * time.Second, escalate.Exited}, {"ignore", 300 * time.Millisecond, escalate.ExitedAfterKill}} {
 		t.Run(tc.mode, func(t *testing.T) {
 			cmd, _ := child(t, tc.mode)
-			target, err := escalate.Process(cmd.Process)
-			require.NoError(t, err)
-			defer target.Close()
+			target := escalate.Cmd(cmd)
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			exit, err := escalate.Policy{TermWait: tc.grace}.Stop(ctx, target)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, exit)
-			// The child is still ours to reap.
-			err = cmd.Wait()
+			require.NotNil(t, cmd.ProcessState, "reaped by the target's Wait")
 			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			if tc.want == escalate.Exited {
-				require.NoError(t, err)
 				assert.Equal(t, 0, ws.ExitStatus())
 			} else {
 				assert.Equal(t, syscall.SIGKILL, ws.Signal())
@@ -137,28 +135,29 @@ func TestEscalationProcessTarget(t *testing.T) {
 	}
 }
 
-// A process that already exited counts as exited: reaped (the pidfd cannot
-// even be opened) or a zombie (the pidfd is readable at once).
+// A process that already exited counts as exited: reaped before Cmd, or a
+// zombie (the pidfd is readable at once).
 func TestEscalationAlreadyExited(t *testing.T) {
 	t.Run("reaped", func(t *testing.T) {
 		cmd, _ := child(t, "exit")
 		require.NoError(t, cmd.Wait())
-		target, err := escalate.Process(cmd.Process)
-		require.NoError(t, err)
-		exit, err := escalate.Policy{}.Stop(t.Context(), target)
+		exit, err := escalate.Policy{}.Stop(t.Context(), escalate.Cmd(cmd))
 		require.NoError(t, err)
 		assert.Equal(t, escalate.Exited, exit)
 	})
 	t.Run("zombie", func(t *testing.T) {
 		cmd, _ := child(t, "exit")
 		waitZombie(t, cmd.Process.Pid)
-		target, err := escalate.Process(cmd.Process)
-		require.NoError(t, err)
-		defer target.Close()
+		target := escalate.Cmd(cmd)
+		// The leader is a zombie; its other threads may take a moment more.
+		assert.Eventually(t, func() bool {
+			exited, err := target.Exited(t.Context())
+			return err == nil && exited
+		}, 10*time.Second, 10*time.Millisecond, "a zombie has exited")
 		exit, err := escalate.Policy{TermWait: time.Minute}.Stop(t.Context(), target)
 		require.NoError(t, err)
 		assert.Equal(t, escalate.Exited, exit)
-		require.NoError(t, cmd.Wait())
+		assert.NotNil(t, cmd.ProcessState, "reaped")
 	})
 }
 
@@ -196,14 +195,10 @@ func stolenWait(t *testing.T) func(context.Context) error {
 // exitedProbe answers from a pidfd of the process, as a runtime's state
 // would: readable once it exited.
 func exitedProbe(t *testing.T, p *os.Process) func(context.Context) (bool, error) {
-	target, err := escalate.Process(p)
+	pinned, err := proc.Open(p.Pid)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = target.Close() })
-	return func(ctx context.Context) (bool, error) {
-		now, cancel := context.WithTimeout(ctx, time.Millisecond)
-		defer cancel()
-		return target.Wait(now) == nil, nil
-	}
+	t.Cleanup(func() { _ = pinned.Close() })
+	return func(context.Context) (bool, error) { return pinned.Exited(), nil }
 }
 
 // A stolen wait (ECHILD) is not an exit: the runtime is asked, and a target
@@ -211,9 +206,9 @@ func exitedProbe(t *testing.T, p *os.Process) func(context.Context) (bool, error
 // counted as "exited" and SIGKILL was never sent: the ateom review's bug.
 func TestEscalationStolenWaitAsksTheRuntimeAndKills(t *testing.T) {
 	cmd, _ := child(t, "ignore")
-	target := escalate.ProbedFuncs(
-		func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
-		stolenWait(t), exitedProbe(t, cmd.Process))
+	target := escalate.Funcs{
+		SignalFunc: func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
+		WaitFunc:   stolenWait(t), ExitedFunc: exitedProbe(t, cmd.Process)}
 	start := time.Now()
 	exit, err := escalate.Policy{TermWait: 300 * time.Millisecond}.Stop(t.Context(), target)
 	require.NoError(t, err)
@@ -227,9 +222,9 @@ func TestEscalationStolenWaitAsksTheRuntimeAndKills(t *testing.T) {
 // The runtime saying the target exited settles a stolen wait.
 func TestEscalationStolenWaitOfAnExitedTargetIsAnExit(t *testing.T) {
 	cmd, state := child(t, "trap")
-	target := escalate.ProbedFuncs(
-		func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
-		stolenWait(t), exitedProbe(t, cmd.Process))
+	target := escalate.Funcs{
+		SignalFunc: func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
+		WaitFunc:   stolenWait(t), ExitedFunc: exitedProbe(t, cmd.Process)}
 	exit, err := escalate.Policy{TermWait: 20 * time.Second}.Stop(t.Context(), target)
 	require.NoError(t, err)
 	assert.Equal(t, escalate.Exited, exit)
@@ -240,13 +235,13 @@ func TestEscalationStolenWaitOfAnExitedTargetIsAnExit(t *testing.T) {
 // is SIGKILLed when the wait after the signal ends, and the result says it is unknown.
 func TestEscalationStolenWaitWithoutProberEscalates(t *testing.T) {
 	cmd, _ := child(t, "ignore")
-	target := escalate.Funcs(
-		func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
-		stolenWait(t))
+	target := escalate.Funcs{
+		SignalFunc: func(_ context.Context, sig syscall.Signal) error { return cmd.Process.Signal(sig) },
+		WaitFunc:   stolenWait(t)}
 	exit, err := escalate.Policy{TermWait: 300 * time.Millisecond, KillWait: 300 * time.Millisecond}.Stop(t.Context(), target)
 	assert.Equal(t, escalate.ExitUnknown, exit)
 	require.ErrorIs(t, err, syscall.ECHILD)
-	assert.ErrorContains(t, err, "no Prober")
+	assert.ErrorContains(t, err, "cannot say whether it exited")
 	_ = cmd.Wait()
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v", ws)
@@ -256,14 +251,14 @@ func TestEscalationStolenWaitWithoutProberEscalates(t *testing.T) {
 // signal: the target keeps its grace and is not killed at once.
 func TestEscalationStolenSignalStatusKeepsTheGrace(t *testing.T) {
 	cmd, state := child(t, "trap")
-	target := escalate.ProbedFuncs(
-		func(_ context.Context, sig syscall.Signal) error {
+	target := escalate.Funcs{
+		SignalFunc: func(_ context.Context, sig syscall.Signal) error {
 			if err := cmd.Process.Signal(sig); err != nil {
 				return err
 			}
 			return fmt.Errorf("runsc kill: waitid: %w", syscall.ECHILD)
 		},
-		stolenWait(t), exitedProbe(t, cmd.Process))
+		WaitFunc: stolenWait(t), ExitedFunc: exitedProbe(t, cmd.Process)}
 	exit, _ := escalate.Policy{TermWait: 20 * time.Second}.Stop(t.Context(), target)
 	assert.Equal(t, escalate.Exited, exit)
 	assert.FileExists(t, state)
@@ -314,6 +309,9 @@ func (f *fakeTarget) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Exited is not asked of the fake: it cannot tell.
+func (f *fakeTarget) Exited(context.Context) (bool, error) { return false, errors.ErrUnsupported }
 
 func (f *fakeTarget) sent() []string {
 	f.mu.Lock()
