@@ -51,10 +51,11 @@ import (
 // backShare of its work (pass.popLocked): longest first would give the
 // first completion only after the longest preserves' time, most of a short
 // pass at the starting limit (1.5 s of a 2 s disk Run on this project's
-// VM). And with fewer than shortRounds rounds of work queued, a
+// VM). And a move below the level held, or a probe, to a level j is made
+// only with shortRounds rounds of work at j queued (about two go to
+// draining the workers above j and measuring it); without them a
 // comparison that does not pay settles the limit on the better measured
-// of its two levels, without a search below them and without probes: what
-// they found would come too late to be used.
+// of its two levels: what the move found would come too late to be used.
 //
 // The deadline. A probe below the best level measured costs throughput.
 // When the work left, at the best throughput measured, needs more than
@@ -81,7 +82,7 @@ const (
 	payFrac       = 0.05 // a doubling must add this much throughput to pay
 	holdEpochs    = 8    // epochs held between two probes upward
 	bindFrac      = 0.8  // the deadline binds when the work left needs this much of the time left
-	shortRounds   = 4    // rounds of work queued a move below the level held needs
+	shortRounds   = 4    // rounds of work at its level queued that a move below, or a probe, needs
 	minEpochWidth = 4    // samples an epoch needs at least
 	maxStretch    = 3    // an undecided epoch grows to this many times its width
 	noiseZ        = 1.0  // standard errors a difference must exceed to count
@@ -146,7 +147,7 @@ type climber struct {
 	lvBuf     [8]level
 	undecided bool // a comparison of this epoch was within the noise
 	stretch   bool // the epoch may still grow
-	short     bool // little work is queued (see sample)
+	queued    int  // the preserves queued (see sample)
 
 	moves // where the climb is; next changes it
 	start int
@@ -205,15 +206,16 @@ func (c *climber) x(k int) float64 { return c.at(k).mean() }
 // sample records a preserve that started at start, took d, moved b units
 // at an average concurrency kbar, and returns the limit.
 //
-// short says that little work is queued (less than shortRounds rounds at
-// the limit): the climber then settles on the better measured of the two
-// levels it compared, searches no further below and makes no probe: what
-// it found would come too late to be used.
-func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, short bool, now time.Time) int {
+// queued is the number of preserves not started: a move to a level j
+// below the one held, or a probe, is made only with shortRounds rounds of
+// work at j queued (room); else the climber settles on the better
+// measured of the two levels it compared: what the move found would come
+// too late to be used.
+func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, queued int, now time.Time) int {
 	if c.move == climbPinned || d <= 0 || start.Before(c.since) {
 		return c.k
 	}
-	c.short = short
+	c.queued = queued
 	c.epoch.add(float64(d), kbar*b/float64(d))
 	width := max(minEpochWidth, c.k/4)
 	if c.epoch.n < width {
@@ -244,6 +246,9 @@ func (c *climber) pays(a, b int) bool {
 	return diff > 0
 }
 
+// room reports whether shortRounds rounds of work at level j are queued.
+func (c *climber) room(j int) bool { return c.queued >= shortRounds*max(j, 1) }
+
 // keep holds, when little work is left, the better measured of lo < hi:
 // hi only if its throughput is higher. There is no time to measure on, and
 // the means are the best guess; fewer preserves at the same throughput
@@ -271,10 +276,13 @@ func (c *climber) next(stretch bool) int {
 			return c.up(k, min(2*k, c.ceil))
 		case c.pays(c.prev, k):
 			return c.hold(k)
-		case c.short:
-			return c.keep(c.prev, k)
 		case c.prev == c.start && c.x(max(c.start/2, 1)) == 0 && c.start > 1:
+			if !c.room(c.prev / 2) {
+				return c.keep(c.prev, k)
+			}
 			return c.down(c.prev) // the first doubling did not pay: try fewer
+		case !c.room((c.prev + k) / 2):
+			return c.keep(c.prev, k)
 		default:
 			return c.narrow(c.prev, k)
 		}
@@ -282,7 +290,7 @@ func (c *climber) next(stretch bool) int {
 		if c.pays(k, c.prev) { // halving cost too much
 			return c.hold(c.prev)
 		}
-		if c.short {
+		if k > 1 && !c.room(k/2) {
 			return c.keep(k, c.prev)
 		}
 		if k > 1 {
@@ -293,7 +301,7 @@ func (c *climber) next(stretch bool) int {
 		if c.pays(c.lo, k) {
 			return c.narrow(k, c.hi)
 		}
-		if c.short {
+		if !c.room((c.lo + k) / 2) {
 			return c.keep(c.lo, k)
 		}
 		return c.narrow(c.lo, k)
@@ -310,14 +318,19 @@ func (c *climber) next(stretch bool) int {
 			}
 			return c.hold(k) // as fast with fewer: keep fewer
 		}
-		if c.held++; c.held < holdEpochs || c.short {
+		if c.held++; c.held < holdEpochs {
 			return k
 		}
-		c.held, c.prev = 0, k
-		if c.probes++; c.probes%2 == 0 && k > 1 || k == c.ceil {
-			return k - max(1, k/4)
+		probe := min(k+max(1, k/4), c.ceil)
+		if (c.probes+1)%2 == 0 && k > 1 || k == c.ceil {
+			probe = k - max(1, k/4)
 		}
-		return min(k+max(1, k/4), c.ceil)
+		if !c.room(probe) {
+			return k // too little work left to use what it finds
+		}
+		c.held, c.prev = 0, k
+		c.probes++
+		return probe
 	}
 	return k
 }

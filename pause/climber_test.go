@@ -22,7 +22,7 @@ func feed(c *climber, n int, sigma float64, rng *rand.Rand, rate func(k int) flo
 			x *= math.Exp(sigma * rng.NormFloat64())
 		}
 		// a sample of 1 s at concurrency k moving x units per ns overall
-		if got := c.sample(*now, time.Second, x*float64(time.Second)/float64(k), float64(k), false, *now); got != k {
+		if got := c.sample(*now, time.Second, x*float64(time.Second)/float64(k), float64(k), 1<<20, *now); got != k {
 			moves = append(moves, got)
 		}
 	}
@@ -80,46 +80,48 @@ func TestClimberHoldingProbesDownward(t *testing.T) {
 }
 
 // sampleAt gives c n noiseless samples of one second at the limit it has,
-// the node moving rate(k) units per second, with short as the run says.
-func sampleAt(c *climber, n int, short bool, rate func(k int) float64, now *time.Time) {
+// the node moving rate(k) units per second, with queued preserves queued.
+func sampleAt(c *climber, n int, queued int, rate func(k int) float64, now *time.Time) {
 	for range n {
 		*now = now.Add(time.Second)
 		k := c.k
-		c.sample(*now, time.Second, rate(k)/float64(k)*float64(time.Second)/1e9, float64(k), short, *now)
+		c.sample(*now, time.Second, rate(k)/float64(k)*float64(time.Second)/1e9, float64(k), queued, *now)
 	}
 }
 
-// With little work queued, a doubling that does not pay settles the limit
-// on the better measured of the two levels instead of a search below them
-// (whose finding would come too late to be used), and no probe follows;
-// with work queued the climber searches below, as before.
+// With too little work queued for four rounds at the level below, a
+// doubling that does not pay settles the limit on the better measured of
+// the two levels instead of a search below them (whose finding would come
+// too late to be used), and no probe follows; with enough work queued the
+// climber searches below, as before.
 func TestClimberWithLittleWorkLeftSettlesInsteadOfSearchingBelow(t *testing.T) {
 	flat := func(k int) float64 { return 100 }                           // the knee is at 1 or below
 	little := func(k int) float64 { return 100 + float64(min(k, 16))/4 } // 16 adds 2 %: not worth a doubling
 	thrash := func(k int) float64 { return 800 / float64(k) }            // every preserve more costs
 	for _, tc := range []struct {
-		name  string
-		rate  func(int) float64
-		short bool
-		want  int
+		name   string
+		rate   func(int) float64
+		queued int
+		want   int
 	}{
-		{"flat, work queued", flat, false, 4}, // 16 did not pay: halve from 8
-		{"flat, little work left", flat, true, 8},
-		{"a little more at 16, work queued", little, false, 4},
-		{"a little more at 16, little work left", little, true, 16},
-		{"thrash, work queued", thrash, false, 4},
-		{"thrash, little work left", thrash, true, 8},
+		{"flat, work queued", flat, 1000, 4}, // 16 did not pay: halve from 8
+		{"flat, four rounds at 4 queued", flat, 16, 4},
+		{"flat, little work left", flat, 15, 8},
+		{"a little more at 16, work queued", little, 1000, 4},
+		{"a little more at 16, little work left", little, 15, 16},
+		{"thrash, work queued", thrash, 1000, 4},
+		{"thrash, little work left", thrash, 15, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Unix(0, 0)
 			c := newClimber(8, 32, now)
-			sampleAt(c, 4, false, tc.rate, &now) // the first epoch doubles
+			sampleAt(c, 4, 1000, tc.rate, &now) // the first epoch doubles
 			assert.Equal(t, 16, c.k)
-			sampleAt(c, 4, tc.short, tc.rate, &now)
+			sampleAt(c, 4, tc.queued, tc.rate, &now)
 			assert.Equal(t, tc.want, c.k)
-			if tc.short {
+			if tc.queued < 16 {
 				assert.False(t, c.climbing())
-				sampleAt(c, 4*holdEpochs*2, true, tc.rate, &now)
+				sampleAt(c, 4*holdEpochs*2, tc.queued, tc.rate, &now)
 				assert.Equal(t, tc.want, c.k, "no probe with little work left")
 			}
 		})

@@ -60,8 +60,7 @@ func (r *run) endedLocked(t *task, res *result) {
 		return
 	}
 	kbar := (r.area - t.area0) / float64(d)
-	short := r.queue.n < shortRounds*r.limit
-	k := r.climb.sample(t.e.Start, d, t.units, kbar, short, res.end)
+	k := r.climb.sample(t.e.Start, d, t.units, kbar, r.queue.n, res.end)
 	if r.bindsLocked(res.end) {
 		k = r.climb.bind(res.end)
 	}
