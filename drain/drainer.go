@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/telemetry"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -90,6 +91,19 @@ type Config struct {
 	// sandboxes during the preStop wait and the Gate's rejections, for the
 	// Drainer and the default Preserver; nil means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+	// Pod is the pod this process runs in (kube.New), or nil. With it, the
+	// Drainer reads the pod's deletionTimestamp when termination starts
+	// and again at SIGTERM, and tightens the budget with it (kubectl delete
+	// --grace-period, an eviction); and it posts Kubernetes Events on the
+	// pod: DrainStarted (T0, the expected SIGKILL, the plan), SandboxesLost
+	// (Warning: how many, which), StepFinished or StepFailed for each step
+	// (with the ublk step's verdicts), DrainFinished. Neither holds up the
+	// drain: reads run in the background, a failed one leaves the budget as
+	// it is; events are dropped when the API server is slow or refuses
+	// them (RBAC), and Report.Events counts them. Once the Report is made,
+	// Shutdown waits for the events still queued at most 1 s, and never
+	// more than half the time left before SIGKILL.
+	Pod *kube.Pod
 }
 
 // A Drainer takes a node through its termination: the preStop handler, the
@@ -114,6 +128,11 @@ type Drainer struct {
 	running atomic.Int64            // last count of running sandboxes
 	counted atomic.Bool             // a count has succeeded
 	listed  atomic.Pointer[listing] // the last count's sandboxes
+
+	pod      *kube.Pod
+	podReads sync.WaitGroup // readPod's reads
+	podCtx   context.Context
+	podStop  context.CancelFunc
 
 	term     context.Context // cancelled when Shutdown starts
 	termStop context.CancelFunc
@@ -140,7 +159,7 @@ func New(cfg Config) (*Drainer, error) {
 	d := &Drainer{
 		budget: cfg.Budget, gate: cfg.Gate, lister: cfg.Sandboxes, preserver: cfg.Preserver,
 		steps: cfg.Steps, phases: cfg.stepPhases(), poll: cfg.PollInterval, inflight: cfg.InFlightWait,
-		log: cfg.Logger, done: make(chan struct{}),
+		log: cfg.Logger, done: make(chan struct{}), pod: cfg.Pod,
 	}
 	if d.gate == nil {
 		d.gate = &Gate{}
@@ -178,6 +197,7 @@ func New(cfg Config) (*Drainer, error) {
 		return nil, err
 	}
 	d.term, d.termStop = context.WithCancel(context.Background())
+	d.podCtx, d.podStop = context.WithCancel(context.Background())
 	d.force, d.forceIt = context.WithCancel(context.Background())
 	return d, nil
 }

@@ -192,6 +192,8 @@ func (d *Drainer) startPreStop(at time.Time) *preStopRun {
 	d.prestop = run
 	go d.drainWait(run)
 	d.log.Info("drain: preStop: gate closed, waiting for running sandboxes", "t0", run.sum.Start, "kill", d.budget.Kill())
+	d.readPod("preStop")
+	d.eventStarted("preStop hook called: gate closed, waiting for the running sandboxes", PhaseDrain)
 	return run
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -78,6 +79,9 @@ type Report struct {
 	// left to exit. Negative means the kubelet's SIGKILL would have come
 	// first.
 	Margin time.Duration `json:"margin_ns"`
+	// Events counts the Kubernetes Events posted on the pod and dropped
+	// (Config.Pod); nil without a Pod.
+	Events *kube.EventStats `json:"events,omitempty"`
 }
 
 // Phase returns the report of the named phase or step, or nil.
@@ -137,6 +141,9 @@ func (r *Report) LogValue() slog.Value {
 		if r.Preserve.Unknown {
 			attrs = append(attrs, slog.String("unknown", "no listing succeeded: "+r.Preserve.ListErr))
 		}
+	}
+	if r.Events != nil {
+		attrs = append(attrs, slog.Int("events_posted", r.Events.Posted), slog.Int("events_dropped", r.Events.Dropped))
 	}
 	for _, p := range r.Phases {
 		attrs = append(attrs, slog.String(p.Name, fmt.Sprintf("%s in %v", p.Result, p.Duration.Round(time.Millisecond))))

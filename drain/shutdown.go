@@ -73,6 +73,7 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 		} else {
 			d.budget.OnSIGTERM(time.Now())
 		}
+		d.readPod("SIGTERM")
 		d.termStop()
 		d.finish(d.run(context.WithoutCancel(ctx)))
 	}
@@ -100,6 +101,9 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	defer span.End()
 	rep := &Report{Start: time.Now()}
 	d.logPlan(ctx)
+	if run == nil {
+		d.eventStarted("SIGTERM without a preStop call: gate closing", PhaseGate)
+	}
 
 	if run != nil {
 		t := time.NewTimer(2 * returnSlack) // ends at once: Shutdown started; count gives up within returnSlack
@@ -119,10 +123,12 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	d.phase(ctx, rep, PhasePreserve, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
 		d.preservePhase(ctx, rep, w, p)
 	})
+	d.eventLost(rep.Preserve)
 	for i, s := range d.steps {
 		d.phase(ctx, rep, d.phases[i].Name, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
 			d.stepPhase(ctx, s, w, p)
 		})
+		d.eventStep(rep.Phases[len(rep.Phases)-1])
 	}
 
 	rep.End = time.Now()
@@ -138,6 +144,8 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	if err := rep.Err(); err != nil { // sandboxes lost, a step failed, or SIGKILL came first
 		span.SetStatus(codes.Error, err.Error())
 	}
+	d.stopPodReads()
+	rep.Events = d.finishEvents(rep)
 	level := slogLevel(rep)
 	d.log.Log(ctx, level, "drain: shutdown finished", "report", rep)
 	return rep

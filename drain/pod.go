@@ -1,0 +1,192 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/drainkit/drainkit/kube"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// The Events a Drainer with Config.Pod posts on the pod, by reason.
+const (
+	eventDrainStarted  = "DrainStarted"  // Normal: T0, the expected SIGKILL and the plan
+	eventSandboxesLost = "SandboxesLost" // Warning: how many, and which (up to maxLostIDs)
+	eventStepFinished  = "StepFinished"  // Normal: a step (the device teardown) ended ok; its verdict
+	eventStepFailed    = "StepFailed"    // Warning: it did not
+	eventDrainFinished = "DrainFinished" // Normal, or Warning when Report.Err is not nil
+)
+
+const (
+	// podReadTimeout bounds each read of the pod's deletion.
+	podReadTimeout = 2 * time.Second
+	// eventsFlushMax bounds how long Shutdown waits, once the Report is
+	// made, for the events still queued; never more than half the time left
+	// before SIGKILL.
+	eventsFlushMax = time.Second
+	// maxLostIDs is how many lost sandboxes the SandboxesLost event names.
+	maxLostIDs = 20
+)
+
+// readPod reads the pod's deletionTimestamp in the background and tightens
+// the budget with it: the grace a deletion gave (kubectl delete
+// --grace-period, an eviction) can be shorter than the manifest's. A read
+// that fails leaves the budget as it is. at says which event prompted it.
+func (d *Drainer) readPod(at string) {
+	if d.pod == nil {
+		return
+	}
+	d.podReads.Go(func() {
+		ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
+		defer cancel()
+		del, err := d.pod.Deletion(ctx)
+		switch {
+		case err == nil:
+			changed := d.budget.Tighten(del.Timestamp)
+			d.log.Info("drain: the pod's deletion read", "at", at, "deletion_timestamp", del.Timestamp,
+				"grace", del.Grace, "tightened", changed, "kill", d.budget.Kill())
+		case errors.Is(err, kube.ErrNotTerminating):
+			d.log.Info("drain: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands", "at", at)
+		default:
+			d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
+		}
+	})
+}
+
+// stopPodReads ends the reads still running and waits for them.
+func (d *Drainer) stopPodReads() {
+	if d.pod == nil {
+		return
+	}
+	d.podStop()
+	d.podReads.Wait()
+}
+
+// event records an Event on the pod, if there is one. It never blocks.
+func (d *Drainer) event(typ, reason, action, note string) {
+	if d.pod != nil {
+		d.pod.Record(kube.Event{Type: typ, Reason: reason, Action: action, Note: note})
+	}
+}
+
+// eventStarted posts DrainStarted: how termination began and the plan from
+// the first phase still to run.
+func (d *Drainer) eventStarted(how, from string) {
+	if d.pod == nil {
+		return
+	}
+	st := d.budget.State()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s at %s; SIGKILL expected at T0+%v (grace %v, margin %v). Plan:",
+		how, st.Start.UTC().Format(time.RFC3339Nano), rel(st.Kill, st.Start), d.budget.Grace(), d.budget.Margin())
+	for _, w := range d.plan.Windows(from) {
+		fmt.Fprintf(&b, " %s until T0+%v", w.Name, rel(w.Deadline, st.Start))
+		if w.Reserve > 0 {
+			fmt.Fprintf(&b, " (reserve %v)", w.Reserve.Round(time.Millisecond))
+		}
+		b.WriteString(";")
+	}
+	if d.counted.Load() {
+		fmt.Fprintf(&b, " %d sandboxes running.", d.Running())
+	}
+	d.event(kube.Normal, eventDrainStarted, "Drain", strings.TrimSuffix(b.String(), ";"))
+}
+
+// eventLost posts SandboxesLost when the preserve phase lost sandboxes or
+// never learned which there were.
+func (d *Drainer) eventLost(pr *pause.Report) {
+	if d.pod == nil || pr == nil {
+		return
+	}
+	if pr.Unknown {
+		d.event(kube.Warning, eventSandboxesLost, "Preserve", "sandboxes unknown: no listing succeeded: "+pr.ListErr)
+		return
+	}
+	lost := pr.Lost()
+	if lost == 0 {
+		return
+	}
+	var ids []string
+	for _, e := range pr.Entries {
+		switch e.Outcome {
+		case pause.Preserved, pause.Vanished:
+			continue
+		}
+		if len(ids) == maxLostIDs {
+			ids = append(ids, fmt.Sprintf("and %d more", lost-maxLostIDs))
+			break
+		}
+		ids = append(ids, e.ID+"("+string(e.Outcome)+")")
+	}
+	d.event(kube.Warning, eventSandboxesLost, "Preserve",
+		fmt.Sprintf("%d of %d sandboxes not preserved: %s", lost, len(pr.Entries), strings.Join(ids, " ")))
+}
+
+// eventStep posts how a step ended, with what its Detail says of itself
+// (the ublk step's verdict per device) when it is a fmt.Stringer.
+func (d *Drainer) eventStep(p PhaseReport) {
+	if d.pod == nil {
+		return
+	}
+	typ, reason := kube.Normal, eventStepFinished
+	if p.Result != OK {
+		typ, reason = kube.Warning, eventStepFailed
+	}
+	note := fmt.Sprintf("step %s: %s in %v", p.Name, p.Result, p.Duration.Round(time.Millisecond))
+	if p.Error != "" {
+		note += ": " + p.Error
+	}
+	if s, ok := p.Detail.(fmt.Stringer); ok {
+		note += "\n" + strings.TrimSpace(s.String())
+	}
+	d.event(typ, reason, p.Name, note)
+}
+
+// finishEvents posts DrainFinished, waits a bounded time for the events
+// still queued and returns what became of them. The Report is already
+// made: the wait only delays the process's exit, at most eventsFlushMax and
+// never more than half the time left before SIGKILL.
+func (d *Drainer) finishEvents(rep *Report) *kube.EventStats {
+	if d.pod == nil {
+		return nil
+	}
+	typ := kube.Normal
+	var b strings.Builder
+	if pr := rep.Preserve; pr != nil {
+		switch {
+		case pr.Unknown:
+			b.WriteString("sandboxes unknown (no listing succeeded); ")
+		default:
+			fmt.Fprintf(&b, "%d of %d sandboxes preserved, %d lost; ", pr.Counts[pause.Preserved], len(pr.Entries), pr.Lost())
+		}
+	}
+	if rep.Margin >= 0 {
+		fmt.Fprintf(&b, "finished %v before the expected SIGKILL.", rep.Margin.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(&b, "finished %v AFTER the expected SIGKILL.", (-rep.Margin).Round(time.Millisecond))
+	}
+	b.WriteString(" Phases:")
+	for _, p := range rep.Phases {
+		fmt.Fprintf(&b, " %s %s in %v;", p.Name, p.Result, p.Duration.Round(time.Millisecond))
+	}
+	if err := rep.Err(); err != nil {
+		typ = kube.Warning
+		b.WriteString(" " + strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	d.event(typ, eventDrainFinished, "Drain", strings.TrimSuffix(b.String(), ";"))
+
+	wait := min(eventsFlushMax, time.Until(rep.Budget.Kill)/2)
+	ctx, cancel := context.WithTimeout(context.Background(), max(wait, 0))
+	defer cancel()
+	stats := d.pod.Flush(ctx)
+	if stats.Dropped > 0 {
+		d.log.Warn("drain: Kubernetes Events dropped", "posted", stats.Posted, "dropped", stats.Dropped, "last_error", stats.LastError)
+	}
+	return &stats
+}
+
+// rel is t - t0 rounded to the millisecond.
+func rel(t, t0 time.Time) time.Duration { return t.Sub(t0).Round(time.Millisecond) }

@@ -1,0 +1,210 @@
+package drain
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/draintest"
+	"github.com/drainkit/drainkit/kube"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// podAPI is an API server on loopback holding one pod, which answers as
+// answer says and keeps the events posted.
+type podAPI struct {
+	*httptest.Server
+	cfg kube.Config
+
+	mu       sync.Mutex
+	deletion *time.Time // the pod's deletionTimestamp
+	status   int        // non-zero: every request is answered with this status
+	hang     bool       // every request hangs until the client gives up
+	gets     int
+	events   []eventsv1.Event
+}
+
+func newPodAPI(t *testing.T) *podAPI {
+	t.Helper()
+	a := &podAPI{}
+	a.Server = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
+	a.Config.ErrorLog = log.New(io.Discard, "", 0)
+	a.StartTLS()
+	t.Cleanup(a.Close)
+	dir := t.TempDir()
+	a.cfg = kube.Config{Host: a.URL, Namespace: "agentenv",
+		TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt")}
+	require.NoError(t, os.WriteFile(a.cfg.TokenFile, []byte("t"), 0o600))
+	require.NoError(t, os.WriteFile(a.cfg.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.Certificate().Raw}), 0o600))
+	return a
+}
+
+func (a *podAPI) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	a.mu.Lock()
+	status, hang := a.status, a.hang
+	a.mu.Unlock()
+	if hang {
+		<-r.Context().Done()
+		return
+	}
+	if status != 0 {
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status"}, Message: "refused"})
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/agentenv/pods/sandboxd-0":
+		a.gets++
+		pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}}
+		if a.deletion != nil {
+			pod.DeletionTimestamp = &metav1.Time{Time: *a.deletion}
+		}
+		_ = json.NewEncoder(w).Encode(&pod)
+	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/agentenv/events":
+		var ev eventsv1.Event
+		if json.Unmarshal(body, &ev) != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		a.events = append(a.events, ev)
+		w.WriteHeader(http.StatusCreated)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+func (a *podAPI) posted() []eventsv1.Event {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]eventsv1.Event(nil), a.events...)
+}
+
+// verdict is a step's Detail that summarises itself, as ublk's Report does.
+type verdict string
+
+func (v verdict) String() string { return "ublk teardown: " + string(v) }
+
+func TestPodTightensTheBudgetAndTheEventsTellTheDrain(t *testing.T) {
+	api := newPodAPI(t)
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	pod, err := kube.New("sandboxd-0", api.cfg)
+	require.NoError(t, err)
+	f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 2, latency: time.Millisecond,
+		steps: []Step{
+			NewStep(stepPhase("ublk", time.Second), func(context.Context) (any, error) { return verdict("stopped"), nil }),
+			step("http", time.Second, func(context.Context) error { return errors.New("listener stuck") }),
+		},
+		edit: func(c *Config) { c.Pod, c.Logger = pod, logger }})
+	f.node.Add(&draintest.Sandbox{Name: "broken", Latency: time.Millisecond, Faults: []draintest.Fault{draintest.Permanent}})
+
+	// kubectl delete --grace-period=30 during the hour the manifest gives.
+	t0 := time.Now()
+	kill := t0.Add(30 * time.Second).Truncate(time.Second)
+	api.mu.Lock()
+	api.deletion = &kill
+	api.mu.Unlock()
+	changed := f.budget.Changed()
+	call := f.callPreStop(t.Context(), "?wait=0s")
+	<-changed // OnPreStop
+	for !f.budget.Kill().Equal(kill) {
+		<-f.budget.Changed() // the read of the pod, in the background
+	}
+	call.wait(t)
+
+	rep := f.d.Shutdown(t.Context())
+	// SIGTERM refines it with the kubelet's arithmetic, which truncates
+	// the hook's time to whole seconds: up to 1 s later, never the hour.
+	assert.WithinRange(t, rep.Budget.Kill, kill, kill.Add(time.Second))
+	require.NotNil(t, rep.Events)
+	assert.Equal(t, kube.EventStats{Posted: 5}, *rep.Events)
+
+	got := api.posted()
+	var reasons []string
+	for _, ev := range got {
+		reasons = append(reasons, ev.Reason)
+		assert.Equal(t, "sandboxd-0", ev.Regarding.Name)
+		assert.Equal(t, "uid-0", string(ev.Regarding.UID))
+		assert.Equal(t, "drainkit", ev.ReportingController)
+	}
+	require.Equal(t, []string{"DrainStarted", "SandboxesLost", "StepFinished", "StepFailed", "DrainFinished"}, reasons)
+	byReason := map[string]eventsv1.Event{}
+	for _, ev := range got {
+		byReason[ev.Reason] = ev
+	}
+	assert.Contains(t, byReason["DrainStarted"].Note, "preStop hook called")
+	assert.Contains(t, byReason["DrainStarted"].Note, "preserve until T0+")
+	assert.Equal(t, kube.Warning, byReason["SandboxesLost"].Type)
+	assert.Contains(t, byReason["SandboxesLost"].Note, "1 of 3 sandboxes not preserved: broken(failed)")
+	assert.Equal(t, "ublk", byReason["StepFinished"].Action)
+	assert.Contains(t, byReason["StepFinished"].Note, "ublk teardown: stopped")
+	assert.Equal(t, kube.Warning, byReason["StepFailed"].Type)
+	assert.Contains(t, byReason["StepFailed"].Note, "listener stuck")
+	assert.Equal(t, kube.Warning, byReason["DrainFinished"].Type)
+	assert.Contains(t, byReason["DrainFinished"].Note, "2 of 3 sandboxes preserved, 1 lost")
+	assert.Contains(t, logs.String(), "tightened=true")
+}
+
+func stepPhase(name string, reserve time.Duration) deadline.Phase {
+	return deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve)}
+}
+
+func TestPodThatRefusesEverythingDoesNotHoldUpTheDrain(t *testing.T) {
+	for name, set := range map[string]func(*podAPI){
+		"RBAC denies": func(a *podAPI) { a.status = http.StatusForbidden },
+		"API hangs":   func(a *podAPI) { a.hang = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			api := newPodAPI(t)
+			set(api)
+			var logs bytes.Buffer
+			cfg := api.cfg
+			cfg.EventTimeout = time.Hour // a hung POST ends only when Shutdown's flush ends it
+			pod, err := kube.New("sandboxd-0", cfg)
+			require.NoError(t, err)
+			f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 3, latency: time.Millisecond,
+				edit: func(c *Config) { c.Pod, c.Logger = pod, slog.New(slog.NewTextHandler(&logs, nil)) }})
+			rep := f.d.Shutdown(t.Context())
+			require.NoError(t, rep.Err())
+			assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved])
+			require.NotNil(t, rep.Events)
+			assert.Zero(t, rep.Events.Posted)
+			assert.Equal(t, 2, rep.Events.Dropped) // DrainStarted, DrainFinished
+			assert.Equal(t, time.Hour, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the manifest's grace stands")
+			assert.Contains(t, logs.String(), "Kubernetes Events dropped")
+			assert.Contains(t, logs.String(), "the budget stands")
+		})
+	}
+}
+
+func TestNoPodNoEvents(t *testing.T) {
+	f := newFixture(t, fixtureOpts{grace: time.Minute, margin: time.Second, sandboxes: 1, latency: time.Millisecond})
+	rep := f.d.Shutdown(t.Context())
+	assert.Nil(t, rep.Events)
+	data, err := json.Marshal(rep)
+	require.NoError(t, err)
+	assert.False(t, strings.Contains(string(data), `"events"`))
+}
