@@ -9,24 +9,22 @@ import (
 	"time"
 )
 
-// DefaultMargin is the largest margin a Budget keeps back from SIGKILL when
-// no margin is set; see DefaultMarginFor.
-const DefaultMargin = 5 * time.Second
+// The default margin, when Config.Margin is zero: a tenth of the grace
+// period, at least minMargin and at most maxMargin.
+const (
+	// maxMargin keeps 5 s for the process's exit after a long grace period.
+	maxMargin = 5 * time.Second
+	// minMargin covers the kubelet truncating the hook's elapsed time to
+	// whole seconds from its own T0, a few milliseconds before the
+	// server's (the two can disagree on SIGKILL by up to a second), plus
+	// request latency.
+	minMargin = 1500 * time.Millisecond
+)
 
-// MinimumDefaultMargin is the smallest margin a Budget keeps back when no
-// margin is set: it covers the kubelet truncating the hook's elapsed time to
-// whole seconds from its own T0, a few milliseconds before the server's (the
-// two can disagree on SIGKILL by up to a second), plus request latency.
-const MinimumDefaultMargin = 1500 * time.Millisecond
-
-// DefaultMarginFor returns the margin a Budget with this grace period keeps
-// back from SIGKILL when no margin is set: a tenth of the grace period, at
-// least MinimumDefaultMargin and at most DefaultMargin. A long grace period
-// keeps 5 s for the process's exit; a short one does not give a third of
-// its time away. Deadline still never lets the margin take more than half
-// of the time left (see Budget.Deadline).
-func DefaultMarginFor(grace time.Duration) time.Duration {
-	return min(DefaultMargin, max(MinimumDefaultMargin, grace/10))
+// defaultMargin returns the margin of a Budget with this grace period whose
+// Config.Margin is zero.
+func defaultMargin(grace time.Duration) time.Duration {
+	return min(maxMargin, max(minMargin, grace/10))
 }
 
 // MinimumGracePeriod is the kubelet's minimumGracePeriodInSeconds: when a
@@ -53,39 +51,37 @@ const (
 	AnchorDeletionTimestamp Anchor = "deletionTimestamp"
 )
 
-// Option configures a Budget.
-type Option func(*Budget)
+// Config configures a Budget. Its zero value is the default: a margin
+// scaled to the grace period, no preStop sleep, no logging.
+type Config struct {
+	// Margin is how long before the expected SIGKILL the budget's Deadline
+	// falls: the time kept for the process to exit. Zero means a tenth of
+	// the grace period, at least 1.5 s and at most 5 s: a long grace
+	// period keeps 5 s for the exit, a short one does not give a third of
+	// its time away. Whatever it is, Deadline never lets the margin take
+	// more than half of the time left (see Budget.Deadline). It must be
+	// >= 0 and, in New, smaller than the grace period.
+	//
+	// Keep it above one second plus the hook's request latency: the server
+	// learns of the preStop hook a little after the kubelet started it, so
+	// the kubelet's elapsed time, truncated to whole seconds, can be one
+	// second more than the server's, and SIGKILL that much earlier than
+	// OnSIGTERM computes.
+	Margin time.Duration
 
-// WithLogger sets the logger to which the budget reports every change that
-// takes effect (the event, T0, SIGTERM, SIGKILL and deadline), at Info
-// level. The default discards everything. It must not be nil (as in
-// package pause): leave the option out instead.
-func WithLogger(l *slog.Logger) Option {
-	return func(b *Budget) { b.log, b.logSet = l, true }
-}
+	// PreStopSleep declares the pod's preStop hook to be
+	// lifecycle.preStop.sleep.seconds = PreStopSleep: the kubelet sleeps
+	// that long itself, so the server never sees T0, and SIGTERM leaves
+	// grace - PreStopSleep (at least 2 s). Zero, the default, means no
+	// sleep hook: a budget first anchored by SIGTERM then assumes the whole
+	// grace is left. It does not apply once a preStop call anchored the
+	// budget (an httpGet or exec hook). It must be >= 0.
+	PreStopSleep time.Duration
 
-// WithPreStopSleep declares the pod's preStop hook to be
-// lifecycle.preStop.sleep.seconds = d: the kubelet sleeps d itself, so the
-// server never sees T0, and SIGTERM leaves grace - d (at least 2 s). Without
-// it, a budget first anchored by SIGTERM assumes the whole grace is left and
-// overestimates SIGKILL by d. It does not apply once a preStop call anchored
-// the budget (an httpGet or exec hook). d must not be negative.
-func WithPreStopSleep(d time.Duration) Option {
-	return func(b *Budget) { b.sleep = d }
-}
-
-// WithMargin sets how long before the expected SIGKILL the budget's
-// Deadline falls. The default is DefaultMarginFor(grace); zero is allowed,
-// negative is an error at construction, and New rejects a margin that is
-// not smaller than the grace period.
-//
-// Keep it above one second plus the hook's request latency: the server
-// learns of the preStop hook a little after the kubelet started it, so the
-// kubelet's elapsed time, truncated to whole seconds, can be one second
-// more than the server's, and SIGKILL that much earlier than OnSIGTERM
-// computes.
-func WithMargin(d time.Duration) Option {
-	return func(b *Budget) { b.margin, b.marginSet = d, true }
+	// Logger receives every change of the budget that takes effect (the
+	// event, T0, SIGTERM, SIGKILL and deadline), at Info level; nil
+	// discards them.
+	Logger *slog.Logger
 }
 
 // A Budget is the time a terminating pod has: from T0, when termination
@@ -105,12 +101,10 @@ func WithMargin(d time.Duration) Option {
 // A Budget is safe for concurrent use. Create it with New or FromKillTime;
 // the zero Budget has a zero grace period, so its deadline is always now.
 type Budget struct {
-	grace     time.Duration
-	margin    time.Duration
-	marginSet bool          // WithMargin was given; else the margin is DefaultMarginFor(grace)
-	log       *slog.Logger  // nil: discard
-	logSet    bool          // WithLogger was given (a nil one is an error)
-	sleep     time.Duration // WithPreStopSleep: the manifest's preStop sleep
+	grace  time.Duration
+	margin time.Duration
+	log    *slog.Logger  // nil: discard
+	sleep  time.Duration // Config.PreStopSleep: the manifest's preStop sleep
 
 	mu      sync.Mutex
 	anchor  Anchor
@@ -121,49 +115,42 @@ type Budget struct {
 }
 
 // New returns a Budget for a pod whose termination grace period is grace
-// (the kubelet's G, normally spec.terminationGracePeriodSeconds). T0 is
-// fixed later by OnPreStop or OnSIGTERM.
+// (the kubelet's G, normally spec.terminationGracePeriodSeconds), configured
+// by c (its zero value is the default). T0 is fixed later by OnPreStop or
+// OnSIGTERM.
 //
-// New fails if grace is not positive, if the margin or the preStop sleep is
-// negative, if a margin set with WithMargin is not smaller than grace, or if
-// an option or the logger is nil; the error names the field.
-func New(grace time.Duration, opts ...Option) (*Budget, error) {
+// New fails if grace is not positive, or if a field of c is negative or
+// c.Margin is not smaller than grace; the error names the field.
+func New(grace time.Duration, c Config) (*Budget, error) {
+	var errs []error
 	if grace <= 0 {
-		return nil, fmt.Errorf("deadline: grace must be positive, got %v", grace)
+		errs = append(errs, fmt.Errorf("deadline: grace must be positive, got %v", grace))
+	} else if c.Margin >= grace {
+		errs = append(errs, fmt.Errorf("deadline: Config.Margin (%v) must be smaller than the grace period %v", c.Margin, grace))
 	}
-	b, err := build(grace, opts)
-	if err != nil {
+	b, err := build(grace, c)
+	if err = errors.Join(append(errs, err)...); err != nil {
 		return nil, err
-	}
-	if b.marginSet && b.margin >= grace {
-		return nil, fmt.Errorf("deadline: margin %v must be smaller than the grace period %v", b.margin, grace)
 	}
 	return b, nil
 }
 
-// build returns an unanchored Budget with opts applied, failing if the
-// margin is negative.
-func build(grace time.Duration, opts []Option) (*Budget, error) {
-	b := &Budget{grace: grace, margin: DefaultMarginFor(grace)}
+// build returns an unanchored Budget configured by c, failing if a field
+// is negative.
+func build(grace time.Duration, c Config) (*Budget, error) {
 	var errs []error
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("deadline: option %d is nil", i+1))
-			continue
-		}
-		o(b)
+	if c.Margin < 0 {
+		errs = append(errs, fmt.Errorf("deadline: Config.Margin must be >= 0, got %v", c.Margin))
 	}
-	if b.margin < 0 {
-		errs = append(errs, fmt.Errorf("deadline: margin must not be negative, got %v", b.margin))
-	}
-	if b.logSet && b.log == nil {
-		errs = append(errs, errors.New("deadline: logger must not be nil"))
-	}
-	if b.sleep < 0 {
-		errs = append(errs, fmt.Errorf("deadline: preStop sleep must not be negative, got %v", b.sleep))
+	if c.PreStopSleep < 0 {
+		errs = append(errs, fmt.Errorf("deadline: Config.PreStopSleep must be >= 0, got %v", c.PreStopSleep))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	b := &Budget{grace: grace, margin: c.Margin, log: c.Logger, sleep: c.PreStopSleep}
+	if b.margin == 0 {
+		b.margin = defaultMargin(grace)
 	}
 	return b, nil
 }
@@ -174,15 +161,15 @@ func build(grace time.Duration, opts []Option) (*Budget, error) {
 // error here (a server may learn its deletionTimestamp late): the margin then
 // shrinks as Deadline describes.
 //
-// FromKillTime fails if kill is not in the future, the margin is negative,
-// or an option or the logger is nil; the error names the field.
-func FromKillTime(kill time.Time, opts ...Option) (*Budget, error) {
+// FromKillTime fails if kill is not in the future or a field of c is
+// negative; the error names the field.
+func FromKillTime(kill time.Time, c Config) (*Budget, error) {
 	now := time.Now()
 	if !kill.After(now) {
 		return nil, fmt.Errorf("deadline: deletionTimestamp %s is not in the future (now %s)",
 			kill.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
-	b, err := build(kill.Sub(now), opts)
+	b, err := build(kill.Sub(now), c)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +200,7 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 // SIGKILL time exactly as the kubelet computes it:
 //
 //   - no preStop hook ran: T0 = at, SIGKILL = at + max(grace, 2s); with
-//     WithPreStopSleep(N) (a sleep hook, which the server never sees):
+//     Config.PreStopSleep N (a sleep hook, which the server never sees):
 //     T0 = at - N, SIGKILL = at + KubeletRemaining(grace, N);
 //   - a preStop hook started at T0: the kubelet subtracts the hook's elapsed
 //     time, truncated to whole seconds, from the grace period and raises what

@@ -57,8 +57,8 @@ func TestBudgetKubeletArithmetic(t *testing.T) {
 			events: []event{sigterm(s(100))},
 			anchor: deadline.AnchorSIGTERM, start: s(100), kill: s(3700), deadline: s(3695)},
 		{name: "no preStop, grace below the kubelet's 2 s minimum is raised to 2 s", grace: time.Second, margin: 0,
-			events: []event{sigterm(0)},
-			anchor: deadline.AnchorSIGTERM, start: 0, kill: s(2), deadline: s(2)},
+			events: []event{sigterm(0)}, // the default margin, 1.5 s, takes at most half of the 2 s
+			anchor: deadline.AnchorSIGTERM, start: 0, kill: s(2), deadline: s(1)},
 		{name: "preStop anchored, before SIGTERM: SIGKILL = T0 + G", grace: G, margin: 5 * time.Second,
 			events: []event{preStop(s(10))},
 			anchor: deadline.AnchorPreStop, start: s(10), kill: s(3610), deadline: s(3605)},
@@ -139,7 +139,7 @@ func TestBudgetKubeletArithmetic(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				base := time.Now()
-				b, err := deadline.New(tc.grace, deadline.WithMargin(tc.margin))
+				b, err := deadline.New(tc.grace, deadline.Config{Margin: tc.margin})
 				require.NoError(t, err)
 				for i, e := range tc.events {
 					time.Sleep(time.Until(base.Add(e.at)))
@@ -193,7 +193,7 @@ func TestKubeletRemaining(t *testing.T) {
 
 func TestBudgetUnanchoredReadsAsIfTerminationStartedNow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := deadline.New(3600*time.Second, deadline.WithMargin(10*time.Second))
+		b, err := deadline.New(3600*time.Second, deadline.Config{Margin: 10 * time.Second})
 		require.NoError(t, err)
 		assert.False(t, b.Anchored())
 		for range 3 {
@@ -213,7 +213,7 @@ func TestBudgetUnanchoredReadsAsIfTerminationStartedNow(t *testing.T) {
 
 func TestBudgetRemainingCountsDownToZero(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := deadline.New(3600 * time.Second)
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		b.OnPreStop(time.Now())
 		assert.Equal(t, 3595*time.Second, b.Remaining())
@@ -227,7 +227,7 @@ func TestBudgetRemainingCountsDownToZero(t *testing.T) {
 func TestBudgetContextFiresExactlyAtDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		b, err := deadline.New(3600 * time.Second)
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		b.OnPreStop(start)
 		ctx, cancel := b.Context(t.Context())
@@ -244,7 +244,7 @@ func TestBudgetContextFiresExactlyAtDeadline(t *testing.T) {
 func TestBudgetChangedWakesWaitersOnEachChange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		b, err := deadline.New(3600 * time.Second)
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		var woke []time.Duration
 		done := make(chan struct{})
@@ -274,7 +274,7 @@ func TestBudgetChangedWakesWaitersOnEachChange(t *testing.T) {
 func TestFromKillTimeAnchorsNow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		now := time.Now()
-		b, err := deadline.FromKillTime(now.Add(30 * time.Second))
+		b, err := deadline.FromKillTime(now.Add(30*time.Second), deadline.Config{})
 		require.NoError(t, err)
 		st := b.State()
 		assert.Equal(t, deadline.AnchorDeletionTimestamp, st.Anchor)
@@ -289,13 +289,13 @@ func TestFromKillTimeAnchorsNow(t *testing.T) {
 func TestFromKillTimeThenSIGTERM(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		now := time.Now()
-		b, err := deadline.FromKillTime(now.Add(600 * time.Second))
+		b, err := deadline.FromKillTime(now.Add(600*time.Second), deadline.Config{})
 		require.NoError(t, err)
 		time.Sleep(100 * time.Second)
 		assert.True(t, b.OnSIGTERM(time.Now()))
 		assert.Equal(t, now.Add(600*time.Second), b.Kill(), "SIGTERM does not move a deletionTimestamp")
 
-		late, err := deadline.FromKillTime(now.Add(700 * time.Second))
+		late, err := deadline.FromKillTime(now.Add(700*time.Second), deadline.Config{})
 		require.NoError(t, err)
 		time.Sleep(600 * time.Second) // SIGTERM after the deletionTimestamp: the kubelet still waits 2 s
 		late.OnSIGTERM(time.Now())
@@ -307,12 +307,12 @@ func TestFromKillTimeThenSIGTERM(t *testing.T) {
 func TestFromKillTimeLateShrinksMargin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		now := time.Now()
-		b, err := deadline.FromKillTime(now.Add(2 * time.Second)) // default margin 1.5 s takes at most half
+		b, err := deadline.FromKillTime(now.Add(2*time.Second), deadline.Config{}) // default margin 1.5 s takes at most half
 		require.NoError(t, err)
 		assert.Equal(t, deadline.MinimumDefaultMargin, b.Margin())
 		assert.Equal(t, now.Add(time.Second), b.Deadline())
 
-		b, err = deadline.FromKillTime(now.Add(4*time.Second), deadline.WithMargin(5*time.Second)) // does not fit
+		b, err = deadline.FromKillTime(now.Add(4*time.Second), deadline.Config{Margin: 5 * time.Second}) // does not fit
 		require.NoError(t, err)
 		assert.Equal(t, now.Add(2*time.Second), b.Deadline())
 	})
@@ -344,30 +344,27 @@ func TestBudgetBadInputNamesTheField(t *testing.T) {
 			build func() (*deadline.Budget, error)
 			field string
 		}{
-			{"zero grace", func() (*deadline.Budget, error) { return deadline.New(0) }, "grace"},
-			{"negative grace", func() (*deadline.Budget, error) { return deadline.New(-time.Second) }, "grace"},
+			{"zero grace", func() (*deadline.Budget, error) { return deadline.New(0, deadline.Config{}) }, "grace"},
+			{"negative grace", func() (*deadline.Budget, error) { return deadline.New(-time.Second, deadline.Config{}) }, "grace"},
 			{"margin equal to grace", func() (*deadline.Budget, error) {
-				return deadline.New(5*time.Second, deadline.WithMargin(5*time.Second))
-			}, "margin"},
+				return deadline.New(5*time.Second, deadline.Config{Margin: 5 * time.Second})
+			}, "deadline: Config.Margin (5s) must be smaller than the grace period 5s"},
 			{"margin above grace", func() (*deadline.Budget, error) {
-				return deadline.New(3*time.Second, deadline.WithMargin(4*time.Second))
-			}, "margin"},
-			{"nil option", func() (*deadline.Budget, error) {
-				return deadline.New(time.Hour, deadline.WithMargin(time.Second), nil)
-			}, "option 2 is nil"},
-			{"nil option with deletionTimestamp", func() (*deadline.Budget, error) {
-				return deadline.FromKillTime(now.Add(time.Hour), nil)
-			}, "option 1 is nil"},
+				return deadline.New(3*time.Second, deadline.Config{Margin: 4 * time.Second})
+			}, "Config.Margin (4s) must be smaller"},
 			{"negative margin", func() (*deadline.Budget, error) {
-				return deadline.New(time.Hour, deadline.WithMargin(-time.Nanosecond))
-			}, "margin"},
+				return deadline.New(time.Hour, deadline.Config{Margin: -time.Nanosecond})
+			}, "deadline: Config.Margin must be >= 0, got -1ns"},
+			{"negative preStop sleep", func() (*deadline.Budget, error) {
+				return deadline.New(time.Hour, deadline.Config{PreStopSleep: -time.Second})
+			}, "deadline: Config.PreStopSleep must be >= 0, got -1s"},
 			{"deletionTimestamp in the past", func() (*deadline.Budget, error) {
-				return deadline.FromKillTime(now.Add(-time.Second))
+				return deadline.FromKillTime(now.Add(-time.Second), deadline.Config{})
 			}, "deletionTimestamp"},
-			{"deletionTimestamp now", func() (*deadline.Budget, error) { return deadline.FromKillTime(now) }, "deletionTimestamp"},
+			{"deletionTimestamp now", func() (*deadline.Budget, error) { return deadline.FromKillTime(now, deadline.Config{}) }, "deletionTimestamp"},
 			{"negative margin with deletionTimestamp", func() (*deadline.Budget, error) {
-				return deadline.FromKillTime(now.Add(time.Hour), deadline.WithMargin(-time.Second))
-			}, "margin"},
+				return deadline.FromKillTime(now.Add(time.Hour), deadline.Config{Margin: -time.Second})
+			}, "deadline: Config.Margin must be >= 0, got -1s"},
 		}
 		for _, tc := range tests {
 			b, err := tc.build()
@@ -379,7 +376,7 @@ func TestBudgetBadInputNamesTheField(t *testing.T) {
 	})
 }
 
-// TestDefaultMarginScalesWithGrace: without WithMargin the margin is a
+// TestDefaultMarginScalesWithGrace: with a zero Config.Margin the margin is a
 // tenth of the grace period, at least 1.5 s and at most 5 s, so a short
 // grace period does not give a third of its time away and a long one keeps
 // 5 s for the exit.
@@ -394,7 +391,7 @@ func TestDefaultMarginScalesWithGrace(t *testing.T) {
 		{3600 * time.Second, 5 * time.Second},
 	} {
 		assert.Equal(t, tc.want, deadline.DefaultMarginFor(tc.grace), "grace %v", tc.grace)
-		b, err := deadline.New(tc.grace)
+		b, err := deadline.New(tc.grace, deadline.Config{})
 		require.NoError(t, err, "grace %v", tc.grace)
 		assert.Equal(t, tc.want, b.Margin(), "grace %v", tc.grace)
 	}
@@ -408,7 +405,7 @@ func TestDefaultMarginScalesWithGrace(t *testing.T) {
 //	T0 = SIGTERM ──────────────────── 8.5 s = Deadline ── 10 s SIGKILL
 func TestDefaultMarginAtTenSecondGrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := deadline.New(10 * time.Second)
+		b, err := deadline.New(10*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		t0 := time.Now()
 		b.OnSIGTERM(t0)
@@ -418,12 +415,12 @@ func TestDefaultMarginAtTenSecondGrace(t *testing.T) {
 	})
 }
 
-// TestShortGraceWithoutMarginIsAccepted: only a margin given with
-// WithMargin must be smaller than the grace period; the default one shrinks
+// TestShortGraceWithoutMarginIsAccepted: only a Config.Margin that is set
+// must be smaller than the grace period; the default one shrinks
 // to half of the time left, like any margin that does not fit.
 func TestShortGraceWithoutMarginIsAccepted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := deadline.New(time.Second)
+		b, err := deadline.New(time.Second, deadline.Config{})
 		require.NoError(t, err)
 		assert.Equal(t, deadline.MinimumDefaultMargin, b.Margin())
 		t0 := time.Now()
@@ -434,15 +431,15 @@ func TestShortGraceWithoutMarginIsAccepted(t *testing.T) {
 		assert.Equal(t, t0.Add(2*time.Second), b.Kill())
 		assert.Equal(t, t0.Add(time.Second), b.Deadline())
 
-		_, err = deadline.New(time.Second, deadline.WithMargin(time.Second))
-		assert.ErrorContains(t, err, "margin", "an explicit margin must still be smaller than the grace")
+		_, err = deadline.New(time.Second, deadline.Config{Margin: time.Second})
+		assert.ErrorContains(t, err, "deadline: Config.Margin (1s) must be smaller than the grace period 1s", "an explicit margin must still be smaller than the grace")
 	})
 }
 
 func TestBudgetConcurrentUse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		b, err := deadline.New(3600 * time.Second)
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		done := make(chan struct{})
 		for i := range 8 {

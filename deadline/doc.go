@@ -13,7 +13,7 @@
 //
 // At server start, from the pod's terminationGracePeriodSeconds:
 //
-//	budget, err := deadline.New(3600 * time.Second)
+//	budget, err := deadline.New(3600*time.Second, deadline.Config{Logger: logger})
 //	pauses := deadline.NewEstimator(20 * time.Second) // fed with observed pause times
 //	plan, err := deadline.NewPlan(budget,
 //		deadline.Phase{Name: "drain"}, // the preStop wait
@@ -46,7 +46,7 @@
 // # Guarantees
 //
 //   - T0 <= Budget.Deadline <= Budget.Kill; Deadline is SIGKILL minus the
-//     margin (DefaultMarginFor(grace) unless WithMargin), and the margin never takes more
+//     margin (Config.Margin, by default a tenth of the grace within [1.5 s, 5 s]), and the margin never takes more
 //     than half of the time from the latest event (T0 or SIGTERM) to SIGKILL.
 //   - After OnSIGTERM, Kill is exactly what the kubelet computes from the
 //     budget's T0 and grace (as tightened); Tighten only moves SIGKILL
@@ -71,7 +71,7 @@
 //
 // # Observability
 //
-// WithLogger makes a Budget log every change that takes effect (preStop,
+// Config.Logger makes a Budget log every change that takes effect (preStop,
 // SIGTERM, tighten) with T0, SIGKILL and the deadline: the numbers to check
 // when a pod was killed early.
 //

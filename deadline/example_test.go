@@ -16,7 +16,7 @@ import (
 // it is read, so the example reads them all at T0.
 func Example_agentENV() {
 	// At server start: the manifest's grace period, and what a pause costs.
-	budget, _ := deadline.New(3600 * time.Second)
+	budget, _ := deadline.New(3600*time.Second, deadline.Config{})
 	pauses := deadline.NewEstimator(20 * time.Second) // prior; the preserver feeds it
 	running := 120                                    // live sandbox count (an atomic in a real server)
 	plan, _ := deadline.NewPlan(budget,
@@ -66,7 +66,7 @@ func Example_agentENV() {
 // later ones begin, and the work a phase started must be over where the
 // critical ublk teardown begins.
 func ExamplePlan_Windows() {
-	budget, _ := deadline.New(60*time.Second, deadline.WithMargin(5*time.Second))
+	budget, _ := deadline.New(60*time.Second, deadline.Config{Margin: 5 * time.Second})
 	plan, _ := deadline.NewPlan(budget,
 		deadline.Phase{Name: "gate", Max: 10 * time.Second},
 		deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(20 * time.Second)},
@@ -133,7 +133,7 @@ func ExampleKubeletRemaining() {
 // After a hook that overran, the kubelet leaves 2 s; the margin shrinks to
 // half of them so the server can still use one second.
 func ExampleBudget_OnSIGTERM() {
-	budget, _ := deadline.New(3600 * time.Second)
+	budget, _ := deadline.New(3600*time.Second, deadline.Config{})
 	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 	budget.OnPreStop(t0)
 	sigterm := t0.Add(3600 * time.Second)
@@ -150,7 +150,7 @@ func ExampleBudget_OnSIGTERM() {
 // deletionTimestamp cuts the manifest's hour to 30 s, and SIGTERM then
 // works from the cut grace period.
 func ExampleBudget_Tighten() {
-	budget, _ := deadline.New(3600 * time.Second)
+	budget, _ := deadline.New(3600*time.Second, deadline.Config{})
 	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 	budget.OnPreStop(t0)
 	budget.Tighten(t0.Add(30 * time.Second)) // the deletionTimestamp, as kube.Pod.Tighten reads it

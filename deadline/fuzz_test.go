@@ -65,18 +65,18 @@ func FuzzPlanInvariants(f *testing.F) {
 	f.Add(int64(30e9), int64(-1), int64(30500e6), int64(-1), []byte{0, 0, 20, 3, 0, 1, 0x58, 0x02, 4, 1, 0, 1})
 	f.Fuzz(func(t *testing.T, grace, margin, sigtermAfter, tightenTo int64, raw []byte) {
 		g := time.Duration(grace)
-		var opts []deadline.Option
-		if margin >= 0 {
-			opts = append(opts, deadline.WithMargin(time.Duration(margin)))
+		var c deadline.Config
+		if margin > 0 {
+			c.Margin = time.Duration(margin)
 		}
-		b, err := deadline.New(g, opts...)
-		if wantErr := g <= 0 || (margin >= 0 && margin >= grace); (err != nil) != wantErr {
+		b, err := deadline.New(g, c)
+		if wantErr := g <= 0 || (margin > 0 && margin >= grace); (err != nil) != wantErr {
 			t.Fatalf("New(%v, margin %v): err = %v, want error %v", g, time.Duration(margin), err, wantErr)
 		}
 		if err != nil {
 			return
 		}
-		if margin < 0 && b.Margin() != deadline.DefaultMarginFor(g) {
+		if margin <= 0 && b.Margin() != deadline.DefaultMarginFor(g) {
 			t.Fatalf("default margin %v, want DefaultMarginFor(%v) = %v", b.Margin(), g, deadline.DefaultMarginFor(g))
 		}
 		phases := decodePhases(raw)

@@ -17,7 +17,7 @@ import (
 // T0+30 s; OnHookAbandoned takes the kubelet's 2 s.
 func TestHookAbandonedMeansSIGKILLTwoSecondsAfterSIGTERM(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := deadline.New(30 * time.Second)
+		b, err := deadline.New(30*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		t0 := time.Now()
 		b.OnPreStop(t0)
@@ -29,7 +29,7 @@ func TestHookAbandonedMeansSIGKILLTwoSecondsAfterSIGTERM(t *testing.T) {
 		assert.Equal(t, 12*time.Second, st.Kill.Sub(t0))
 		assert.Equal(t, 11*time.Second, st.Deadline.Sub(t0), "the margin takes at most half of the 2 s")
 
-		plain, err := deadline.New(30 * time.Second)
+		plain, err := deadline.New(30*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		plain.OnPreStop(t0)
 		plain.OnSIGTERM(time.Now())
@@ -42,7 +42,7 @@ func TestHookAbandonedMeansSIGKILLTwoSecondsAfterSIGTERM(t *testing.T) {
 // effect at all.
 func TestHookAbandonedAgreesWithOnSIGTERMWhenTheGraceWasRight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := deadline.New(5 * time.Second)
+		b, err := deadline.New(5*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		t0 := time.Now()
 		b.OnPreStop(t0)
@@ -50,7 +50,7 @@ func TestHookAbandonedAgreesWithOnSIGTERMWhenTheGraceWasRight(t *testing.T) {
 		require.True(t, b.OnHookAbandoned(time.Now()))
 		assert.Equal(t, 7*time.Second, b.Kill().Sub(t0))
 
-		c, err := deadline.New(30 * time.Second)
+		c, err := deadline.New(30*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		c.OnPreStop(t0)
 		c.OnSIGTERM(time.Now())
@@ -64,7 +64,7 @@ func TestHookAbandonedAgreesWithOnSIGTERMWhenTheGraceWasRight(t *testing.T) {
 // after it, as the kubelet does (kubeletsim's Sleep hook agrees).
 func TestPreStopSleepMovesT0BeforeSIGTERM(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := deadline.New(10*time.Second, deadline.WithPreStopSleep(4*time.Second))
+		b, err := deadline.New(10*time.Second, deadline.Config{PreStopSleep: 4 * time.Second})
 		require.NoError(t, err)
 		at := time.Now()
 		b.OnSIGTERM(at)
@@ -73,12 +73,12 @@ func TestPreStopSleepMovesT0BeforeSIGTERM(t *testing.T) {
 		assert.Equal(t, -4*time.Second, st.Start.Sub(at))
 		assert.Equal(t, 6*time.Second, st.Kill.Sub(at))
 
-		long, err := deadline.New(10*time.Second, deadline.WithPreStopSleep(9500*time.Millisecond))
+		long, err := deadline.New(10*time.Second, deadline.Config{PreStopSleep: 9500 * time.Millisecond})
 		require.NoError(t, err)
 		long.OnSIGTERM(at)
 		assert.Equal(t, 2*time.Second, long.Kill().Sub(at), "the kubelet's 2 s floor")
 
-		_, err = deadline.New(10*time.Second, deadline.WithPreStopSleep(-time.Second))
-		assert.ErrorContains(t, err, "preStop sleep must not be negative")
+		_, err = deadline.New(10*time.Second, deadline.Config{PreStopSleep: -time.Second})
+		assert.ErrorContains(t, err, "deadline: Config.PreStopSleep must be >= 0, got -1s")
 	})
 }

@@ -41,9 +41,9 @@ func offsets(base time.Time, ws []deadline.Window) []time.Duration {
 	return out
 }
 
-func newBudget(t *testing.T, grace time.Duration, opts ...deadline.Option) *deadline.Budget {
+func newBudget(t *testing.T, grace time.Duration) *deadline.Budget {
 	t.Helper()
-	b, err := deadline.New(grace, opts...)
+	b, err := deadline.New(grace, deadline.Config{})
 	require.NoError(t, err)
 	return b
 }

@@ -17,7 +17,7 @@ import (
 func TestBudgetLogsEveryChangeThatTakesEffect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
-		b, err := deadline.New(3600*time.Second, deadline.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+		b, err := deadline.New(3600*time.Second, deadline.Config{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 		require.NoError(t, err)
 		t0 := time.Now()
 		b.OnPreStop(t0)

@@ -50,7 +50,7 @@ func TestEndToEndDefaultsPreserveEverySandboxWhileTimeIsLeft(t *testing.T) {
 	rep := readReport(t, dir)
 	assert.Zero(t, rep.Lost())
 	require.NoError(t, rep.Err())
-	assert.Equal(t, deadline.DefaultMarginFor(defaultsGrace), rep.Budget.Margin)
+	assert.Equal(t, 1500*time.Millisecond, rep.Budget.Margin, "the default margin: a tenth of 10 s, raised to 1.5 s")
 	pres := rep.Phase(PhasePreserve)
 	require.NotNil(t, pres)
 	assert.Equal(t, 6500*time.Millisecond, pres.Deadline.Sub(rep.Budget.Start).Round(10*time.Millisecond),
@@ -75,7 +75,7 @@ func defaultsServer(dir string) error {
 		return err
 	}
 	srv := &http.Server{Handler: http.NewServeMux()}
-	budget, err := deadline.New(defaultsGrace)
+	budget, err := deadline.New(defaultsGrace, deadline.Config{})
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@
 //
 // Typical wiring, at server start:
 //
-//	budget, err := deadline.New(grace) // the pod's terminationGracePeriodSeconds; the margin scales with it
+//	budget, err := deadline.New(grace, deadline.Config{}) // the pod's terminationGracePeriodSeconds; the margin scales with it
 //	teardown, err := ublk.New(daemon, ublk.Config{}) // a Step whose phase is critical
 //	gate := &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Checkpoint, drain.Delete}}
 //	d, err := drain.New(drain.Config{

@@ -342,7 +342,7 @@ func e2eServer(mode, dir string) error {
 		return err
 	}
 
-	budget, err := deadline.New(e2eGrace, deadline.WithMargin(e2eMargin))
+	budget, err := deadline.New(e2eGrace, deadline.Config{Margin: e2eMargin})
 	if err != nil {
 		return err
 	}

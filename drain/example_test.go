@@ -50,7 +50,7 @@ func Example() {
 		return []pause.Sandbox{vm{id: "sb-1", h: h}}, nil
 	}
 
-	budget, _ := deadline.New(3600 * time.Second) // from the -grace flag: the pod's terminationGracePeriodSeconds
+	budget, _ := deadline.New(3600*time.Second, deadline.Config{}) // from the -grace flag: the pod's terminationGracePeriodSeconds
 	gate := &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}}
 	mux := http.NewServeMux()
 	srv := httptest.NewUnstartedServer(mux)

@@ -31,12 +31,14 @@ type fixtureOpts struct {
 	limit         int
 	steps         []Step
 	edit          func(*Config)
-	budget        []deadline.Option // beyond the margin
+	budget        deadline.Config // beyond the margin
 }
 
 func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	t.Helper()
-	b, err := deadline.New(o.grace, append([]deadline.Option{deadline.WithMargin(o.margin)}, o.budget...)...)
+	bc := o.budget
+	bc.Margin = o.margin
+	b, err := deadline.New(o.grace, bc)
 	require.NoError(t, err)
 	node := fakesandbox.NewNode()
 	node.AddN("sb", o.sandboxes, o.latency)

@@ -165,7 +165,7 @@ func fullScale(t *testing.T, seed bool) fullScaleResult {
 			_ = stopDaemon(context.Background())
 		}()
 	} else {
-		b, err := deadline.New(grace, deadline.WithMargin(30*time.Second))
+		b, err := deadline.New(grace, deadline.Config{Margin: 30 * time.Second})
 		require.NoError(t, err)
 		d, err := New(Config{
 			Budget:    b,

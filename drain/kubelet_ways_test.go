@@ -72,12 +72,12 @@ func TestSIGTERMAfterTheHookReturnedKeepsTheArithmetic(t *testing.T) {
 	})
 }
 
-// A sleep hook the server never sees: with deadline.WithPreStopSleep the
+// A sleep hook the server never sees: with deadline.Config.PreStopSleep the
 // budget expects SIGKILL where the kubelet sends it.
 func TestSleepHookDeclaredToTheBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: 10 * time.Second, margin: 2 * time.Second, sandboxes: 2,
-			latency: 100 * time.Millisecond, limit: 2, budget: []deadline.Option{deadline.WithPreStopSleep(4 * time.Second)}})
+			latency: 100 * time.Millisecond, limit: 2, budget: deadline.Config{PreStopSleep: 4 * time.Second}})
 		proc := kubeletsim.NewInProcess()
 		var rep *Report
 		go func() {

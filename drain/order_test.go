@@ -101,7 +101,7 @@ func TestAPreserverThatIgnoresItsDeadlineIsAbandonedAtTheHardDeadline(t *testing
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		var ublkRan bool
-		b, err := deadline.New(60*time.Second, deadline.WithMargin(5*time.Second))
+		b, err := deadline.New(60*time.Second, deadline.Config{Margin: 5 * time.Second})
 		require.NoError(t, err)
 		d, err := New(Config{Budget: b, Preserver: hungPreserver{release},
 			Steps: []Step{step("ublk", 10*time.Second, func(context.Context) error { ublkRan = true; return nil })}})

@@ -82,7 +82,7 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	if err := s.checkHook(); err != nil {
 		return nil, err
 	}
-	budget, err := deadline.New(grace, deadline.WithLogger(s.log))
+	budget, err := deadline.New(grace, deadline.Config{Logger: s.log})
 	if err != nil {
 		return nil, fmt.Errorf("drain: %s: %w", EnvGrace, err)
 	}

@@ -260,7 +260,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 func TestNewNamesTheBadField(t *testing.T) {
-	b, err := deadline.New(60*time.Second, deadline.WithMargin(5*time.Second))
+	b, err := deadline.New(60*time.Second, deadline.Config{Margin: 5 * time.Second})
 	require.NoError(t, err)
 	node := fakesandbox.NewNode()
 	nop := func(context.Context) error { return nil }
@@ -315,7 +315,7 @@ func TestSlowListerCannotSpendTheStepsReserve(t *testing.T) {
 			time.Sleep(5 * time.Second) // ignores ctx
 			return node.List(ctx)
 		})
-		b, err := deadline.New(10 * time.Second)
+		b, err := deadline.New(10*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		var window time.Duration
 		d, err := New(Config{Budget: b, Sandboxes: slow, Steps: []Step{step("http", 2*time.Second, func(ctx context.Context) error {

@@ -32,7 +32,7 @@ func TestShutdownPreservesEverySandboxBeforeSIGKILL(t *testing.T) {
 		node.AddN("sb", 40, 2*time.Second) // 40 sandboxes, 2 s per preserve
 		node.Add(&draintest.Sandbox{Name: "flaky", Latency: time.Second,
 			Faults: []draintest.Fault{draintest.Transient}})
-		budget, err := deadline.New(60 * time.Second) // the pod's grace period
+		budget, err := deadline.New(60*time.Second, deadline.Config{}) // the pod's grace period
 		require.NoError(t, err)
 		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node,
 			Pause: pause.Config{Limit: 8}})
@@ -66,7 +66,7 @@ func TestRecipeWithThePreStopHook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := draintest.NewNode()
 		node.AddN("sb", 4, 3*time.Second)
-		budget, err := deadline.New(120 * time.Second)
+		budget, err := deadline.New(120*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node,
 			Pause: pause.Config{Estimator: deadline.NewEstimator(4 * time.Second)}})

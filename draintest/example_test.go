@@ -24,7 +24,7 @@ func Example() {
 		&draintest.Sandbox{Name: "flaky", Latency: 10 * time.Millisecond, Faults: []draintest.Fault{draintest.Transient}},
 		&draintest.Sandbox{Name: "gone", Faults: []draintest.Fault{draintest.Vanish}},
 	)
-	budget, err := deadline.New(30 * time.Second)
+	budget, err := deadline.New(30*time.Second, deadline.Config{})
 	if err != nil {
 		panic(err)
 	}

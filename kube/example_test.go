@@ -37,7 +37,7 @@ func Example() {
 		fmt.Println(err) // out of a cluster: what is missing, by name
 		return
 	}
-	budget, _ := deadline.New(3600 * time.Second) // the manifest's terminationGracePeriodSeconds
+	budget, _ := deadline.New(3600*time.Second, deadline.Config{}) // the manifest's terminationGracePeriodSeconds
 
 	// In the preStop handler:
 	budget.OnPreStop(t0)

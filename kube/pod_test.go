@@ -474,7 +474,7 @@ func TestTightenCutsTheGracePeriod(t *testing.T) {
 	kill := t0.Truncate(time.Second).Add(30 * time.Second)
 	_, cfg := newAPIServer(t, podJSON(t, deleted(kill, 30)))
 	r := newPod(t, cfg, testPod)
-	b, err := deadline.New(3600 * time.Second)
+	b, err := deadline.New(3600*time.Second, deadline.Config{})
 	require.NoError(t, err)
 	b.OnPreStop(t0)
 	changed, err := r.Tighten(t.Context(), b)
@@ -483,7 +483,7 @@ func TestTightenCutsTheGracePeriod(t *testing.T) {
 	assert.True(t, kill.Equal(b.Kill()), "kill %v, want %v", b.Kill(), kill)
 	// The default margin follows the manifest's grace (3600 s: 5 s), and
 	// still fits in the 30 s the deletion left.
-	assert.Equal(t, deadline.DefaultMarginFor(3600*time.Second), b.Margin())
+	assert.Equal(t, 5*time.Second, b.Margin(), "the default margin of a long grace")
 	assert.True(t, kill.Add(-b.Margin()).Equal(b.Deadline()), "deadline %v, want %v", b.Deadline(), kill.Add(-b.Margin()))
 
 	changed, err = r.Tighten(t.Context(), b) // the same time again: no change
@@ -494,7 +494,7 @@ func TestTightenCutsTheGracePeriod(t *testing.T) {
 func TestTightenLeavesBudgetAloneOnError(t *testing.T) {
 	_, cfg := newAPIServer(t, podJSON(t, nil))
 	r := newPod(t, cfg, testPod)
-	b, err := deadline.New(3600 * time.Second)
+	b, err := deadline.New(3600*time.Second, deadline.Config{})
 	require.NoError(t, err)
 	t0 := time.Now()
 	b.OnPreStop(t0)

@@ -150,7 +150,7 @@ func TestHealthIsNeverGatedAndReportsNotServingOnceDraining(t *testing.T) {
 		t.Run(network, func(t *testing.T) {
 			reader := sdkmetric.NewManualReader()
 			g := &drain.Gate{}
-			budget, err := deadline.New(60 * time.Second)
+			budget, err := deadline.New(60*time.Second, deadline.Config{})
 			require.NoError(t, err)
 			_, err = drain.New(drain.Config{Budget: budget, Gate: g, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 				Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})

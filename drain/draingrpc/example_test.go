@@ -33,7 +33,7 @@ func (worker) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, erro
 // node drains (and is never gated itself), and the server stops within its
 // own step's reserve.
 func Example() {
-	budget, _ := deadline.New(3600 * time.Second)
+	budget, _ := deadline.New(3600*time.Second, deadline.Config{})
 	lister := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })
 
 	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}}

@@ -105,7 +105,7 @@ func fullScale(t *testing.T, mode string, grace time.Duration, n int) (int, *kub
 			_ = stopDaemon(killed)
 		}()
 	} else {
-		budget, err := deadline.New(grace)
+		budget, err := deadline.New(grace, deadline.Config{})
 		require.NoError(t, err)
 		d, err := drain.New(drain.Config{
 			Budget:    budget,

@@ -148,7 +148,7 @@ func (w *Worker) open() error {
 // inside the budget, then signal-escalate whatever could not be checkpointed, then stop
 // gRPC (GracefulStop, Stop at its deadline).
 func (w *Worker) buildDrainer(gate *drain.Gate) error {
-	budget, err := deadline.New(w.cfg.Grace) // the margin scales with the grace
+	budget, err := deadline.New(w.cfg.Grace, deadline.Config{}) // the margin scales with the grace
 	if err != nil {
 		return fmt.Errorf("-grace: %w", err)
 	}

@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"sigs.k8s.io/yaml"
 
-	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 )
@@ -208,12 +207,13 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 		assert.Equal(t, 200, sum.Running, "every page counted")
 		assert.Equal(t, grace, sum.Kill.Sub(t0))
 		st := sup.budget.State()
-		assert.Equal(t, deadline.DefaultMargin, st.Margin)
+		const margin = 5 * time.Second // the default margin of a long grace
+		assert.Equal(t, margin, st.Margin)
 		windows := sup.drainer.Plan().Windows("")
 		assert.Equal(t, 30*time.Second, windows[3].Reserve, "server step")
 		assert.Equal(t, 30*time.Second, windows[4].Reserve, "daemon step")
 		preserve := windows[2].Reserve
-		assert.Equal(t, grace-deadline.DefaultMargin-60*time.Second-preserve, sum.DrainDeadline.Sub(t0),
+		assert.Equal(t, grace-margin-60*time.Second-preserve, sum.DrainDeadline.Sub(t0),
 			"the preStop wait may last until T0+3522s")
 		t.Logf("grace %v: preStop wait until T0+%v, preserve reserve %v, steps 2x30s, margin %v",
 			grace, sum.DrainDeadline.Sub(t0), preserve, st.Margin)

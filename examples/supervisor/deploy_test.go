@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 )
 
@@ -96,7 +95,7 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	assert.Equal(t, []string{drain.PhaseDrain, drain.PhaseGate, drain.PhasePreserve, StepServer, StepDaemon}, names)
 	st := sup.budget.State()
 	assert.Equal(t, t0.Add(grace), st.Kill)
-	assert.Equal(t, deadline.DefaultMargin, st.Margin)
+	assert.Equal(t, 5*time.Second, st.Margin, "the default margin of a long grace")
 	assert.Equal(t, 30*time.Second, windows[3].Reserve, "server step")
 	assert.Equal(t, 30*time.Second, windows[4].Reserve, "daemon step")
 	assert.Equal(t, st.Deadline, windows[4].Deadline, "the last step ends at the budget's deadline")

@@ -19,7 +19,11 @@ func Example_budget() {
 		panic(err)
 	}
 	fmt.Println("server:", cfg.server)
-	fmt.Println("margin before SIGKILL:", deadline.DefaultMarginFor(cfg.grace))
+	budget, err := deadline.New(cfg.grace, deadline.Config{}) // as the supervisor makes it
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("margin before SIGKILL:", budget.Margin())
 	fmt.Println("server step reserve:", stepReserve(cfg.grace))
 	fmt.Println("daemon step reserve:", stepReserve(cfg.grace))
 	// Output:

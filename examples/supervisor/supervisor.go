@@ -104,7 +104,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	s := &supervisor{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, nil)), stderr: stderr}
 	s.procs = newProcTable(s.log)
 	var err error
-	if s.budget, err = deadline.New(cfg.grace); err != nil {
+	if s.budget, err = deadline.New(cfg.grace, deadline.Config{}); err != nil {
 		return nil, fmt.Errorf("-grace: %w", err)
 	}
 	if s.meters, s.metrics, err = promexport.New(); err != nil {

@@ -432,9 +432,9 @@ func (in *planInput) phasesFor(reserve deadline.Reserve) []deadline.Phase {
 
 func (in *planInput) budget(grace time.Duration) (*deadline.Budget, error) {
 	if in.margin > 0 {
-		return deadline.New(grace, deadline.WithMargin(in.margin))
+		return deadline.New(grace, deadline.Config{Margin: in.margin})
 	}
-	return deadline.New(grace)
+	return deadline.New(grace, deadline.Config{})
 }
 
 func (in *planInput) plan() (*planResult, error) {

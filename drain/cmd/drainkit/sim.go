@@ -257,7 +257,7 @@ func (c *simConfig) seedNode(times []time.Duration) nodeResult {
 }
 
 func (c *simConfig) budget() *deadline.Budget {
-	b, err := deadline.New(c.grace)
+	b, err := deadline.New(c.grace, deadline.Config{})
 	if err != nil {
 		panic(err) // grace is positive: checked
 	}

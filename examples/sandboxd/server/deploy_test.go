@@ -115,7 +115,9 @@ func checkBudget(t *testing.T, cfg Config) {
 	assert.Equal(t, time.Duration((load+cfg.Concurrency-1)/cfg.Concurrency)*estimate, preserve.Round(time.Second),
 		"preserve reserve: %d sandboxes x %v, %d at a time", load, estimate, cfg.Concurrency)
 	drainEnd := windows[0].Deadline.Sub(t0)
-	after := preserve + cfg.HTTPReserve() + deadline.DefaultMarginFor(cfg.Grace) // runsc mode has no ublk step
+	budget, err := deadline.New(cfg.Grace, deadline.Config{}) // the default margin, as the server's
+	require.NoError(t, err)
+	after := preserve + cfg.HTTPReserve() + budget.Margin() // runsc mode has no ublk step
 	assert.Equal(t, cfg.Grace-after, drainEnd,
 		"the drain phase leaves the SIGTERM phase its reserves (drain ends at T0+%v)", drainEnd)
 	// The hook returns at the drain deadline (plus up to a second the kubelet truncates):

@@ -146,7 +146,7 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 }
 
 func (s *Server) buildDrainer(steps []drain.Step) error {
-	budget, err := deadline.New(s.cfg.Grace) // the margin scales with the grace
+	budget, err := deadline.New(s.cfg.Grace, deadline.Config{}) // the margin scales with the grace
 	if err != nil {
 		return fmt.Errorf("-grace: %w", err)
 	}
