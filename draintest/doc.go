@@ -33,7 +33,7 @@
 //			node.AddN("sb", 40, 2*time.Second) // 40 sandboxes, 2 s per preserve
 //			node.Add(&draintest.Sandbox{Name: "flaky", Latency: time.Second,
 //				Faults: []draintest.Fault{draintest.Transient}})
-//			budget, err := deadline.New(60 * time.Second, deadline.Config{}) // the pod's grace period
+//			budget, err := deadline.New(60*time.Second, deadline.Config{}) // the pod's grace period
 //			require.NoError(t, err)
 //			d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node,
 //				Pause: pause.Config{Limit: 8}})

@@ -110,7 +110,7 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		{[]string{"-sizes", bad, "-grace", "30"}, "want a JSON list of sizes in bytes"},
 		{[]string{"-sizes", neg, "-grace", "30"}, "element 1 is negative"},
 		{[]string{"-count", "3", "-state-dir", dir}, "no learned rates yet"},
-		{[]string{"-count", "3", "-grace", "1", "-margin", "2s"}, "margin 2s must be smaller than the grace period"},
+		{[]string{"-count", "3", "-grace", "1", "-margin", "2s"}, "Config.Margin (2s) must be smaller than the grace period 1s"},
 	} {
 		code, _, errw := drainkit(t, append([]string{"plan"}, tc.args...)...)
 		assert.Equal(t, exitUsage, code, tc.args)
