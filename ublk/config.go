@@ -15,15 +15,15 @@ import (
 	"github.com/drainkit/drainkit/internal/ublkhook"
 )
 
-// DefaultReserve is the time a Teardown keeps for itself when
+// defaultReserve is the time a Teardown keeps for itself when
 // Config.Reserve is zero: what the last resort, the daemon's own stop, the
 // /dev/ublk-control fallback and the kill need.
-const DefaultReserve = 10 * time.Second
+const defaultReserve = 10 * time.Second
 
 // Config configures a Teardown; New checks it and names the offending
 // field. The zero value is the safe default: every ublk device sysfs
 // shows, the running kernel classified by the built-in table, a reserve of
-// DefaultReserve, the last resort and the /dev/ublk-control fallback on,
+// 10 s, the last resort and the /dev/ublk-control fallback on,
 // telemetry to the global OpenTelemetry providers and logs discarded.
 type Config struct {
 	// Devices limits the step to these device IDs, as the server knows
@@ -38,7 +38,7 @@ type Config struct {
 	Kernels KernelDeclarations
 
 	// Reserve is the time the step reserves before its deadline in the
-	// drain plan; zero means DefaultReserve. The phases before it leave it
+	// drain plan; zero means 10 s. The phases before it leave it
 	// this much. The step divides it 3:2:3:2 between the last resort
 	// (killing the doomed holders and STOP_DEV of the devices they free),
 	// the daemon's own stop, the /dev/ublk-control fallback and the kill,
@@ -198,7 +198,7 @@ func (c Config) check() (config, error) {
 		tp:             c.TracerProvider,
 		mp:             c.MeterProvider,
 	}
-	reserve := orDur(c.Reserve, DefaultReserve)
+	reserve := orDur(c.Reserve, defaultReserve)
 	cfg.lastResortReserve = reserve * 3 / 10
 	cfg.stopReserve = reserve * 2 / 10
 	cfg.controlReserve = reserve * 3 / 10

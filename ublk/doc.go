@@ -9,7 +9,7 @@
 // Typical wiring, at server start (a bad Config fails here, naming the
 // field):
 //
-//	daemon, err := ublk.FindProcess(ublkd.Process.Pid) // or ublk.NewSocket(path, daemon)
+//	daemon, err := ublk.FindProcess(ublkd.Process.Pid) // or &ublk.Socket{Path: path, Process: daemon}
 //	kernels, err := ublk.LoadKernelDeclarations("/etc/drainkit/kernels") // vendor kernels you verified
 //	td, err := ublk.New(daemon, ublk.Config{Kernels: kernels, Logger: logger})
 //
@@ -51,7 +51,7 @@
 //
 // Guarantees:
 //   - Stop returns by ctx's deadline (plus one sysfs read). Inside it, the
-//     step's reserve (Config.Reserve, default DefaultReserve, 10 s) is kept for
+//     step's reserve (Config.Reserve, default 10 s) is kept for
 //     the last resort (3/10), the daemon's own stop (2/10), the control
 //     fallback (3/10) and the kill (2/10), laid out with deadline.Split;
 //     the holder wait (Config.HolderWait) runs before them, and RequestTimeout

@@ -89,8 +89,7 @@ func TestRealCooperativeDaemonStopsOnSIGTERM(t *testing.T) {
 
 func TestRealDaemonStoppedThroughItsSocket(t *testing.T) {
 	d, sys, sock, log := realDaemon(t, fakeublk.Cooperative, 0)
-	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
-	require.NoError(t, err)
+	s := &ublk.Socket{Path: sock, Process: findProcess(t, d.Pid())}
 	td := newTeardown(t, s, ublkhook.With(ublk.Config{}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: vulnerable}))
 	rep, err := run(t, td, 20*time.Second)
 	require.NoError(t, err)
@@ -102,8 +101,7 @@ func TestRealDaemonStoppedThroughItsSocket(t *testing.T) {
 
 func TestSocketWithoutProcessWaitsForTheListenerToClose(t *testing.T) {
 	d, sys, sock, _ := realDaemon(t, fakeublk.Cooperative, 0)
-	s, err := ublk.NewSocket(sock, nil)
-	require.NoError(t, err)
+	s := &ublk.Socket{Path: sock}
 	td := newTeardown(t, s, ublkhook.With(ublk.Config{}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: vulnerable}))
 	rep, err := run(t, td, 20*time.Second)
 	require.NoError(t, err)
@@ -125,8 +123,7 @@ func TestRealSlowDaemonFinishesInsideTheBudget(t *testing.T) {
 
 func TestRealHungDaemonOnVulnerableKernelIsLeftRunning(t *testing.T) {
 	d, sys, sock, _ := realDaemon(t, fakeublk.Hung, 0)
-	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
-	require.NoError(t, err)
+	s := &ublk.Socket{Path: sock, Process: findProcess(t, d.Pid())}
 	td := newTeardown(t, s, ublkhook.With(ublk.Config{NoControl: true, RequestTimeout: 500 * time.Millisecond}, ublkhook.Hooks{ProcfsRoot: t.TempDir(), SysfsRoot: sys, KernelRelease: vulnerable}))
 	rep, err := run(t, td, 2*time.Second)
 	var unsafe *ublk.UnsafeError
@@ -247,8 +244,7 @@ func TestSocketSilentDaemonThatExitsIsStoppedCleanly(t *testing.T) {
 		Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}, {ID: 1, Major: 4000, Minor: 1}}})
 	require.NoError(t, err)
 	t.Cleanup(d.Close)
-	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
-	require.NoError(t, err)
+	s := &ublk.Socket{Path: sock, Process: findProcess(t, d.Pid())}
 
 	require.NoError(t, s.RequestStop(ctx), "no answer, then the exit: delivered")
 	<-d.Done()
@@ -269,8 +265,7 @@ func TestSocketSilentDaemonThatStaysIsAnError(t *testing.T) {
 		Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}}})
 	require.NoError(t, err)
 	t.Cleanup(d.Close)
-	s, err := ublk.NewSocket(sock, findProcess(t, d.Pid()))
-	require.NoError(t, err)
+	s := &ublk.Socket{Path: sock, Process: findProcess(t, d.Pid())}
 	rctx, rcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer rcancel()
 	assert.ErrorIs(t, s.RequestStop(rctx), context.DeadlineExceeded)

@@ -13,34 +13,28 @@ import (
 	"github.com/drainkit/drainkit/internal/frame"
 )
 
-// Socket is a daemon stopped by a request on its Unix socket, in the form
-// AgentENV's uvm-ublk-daemon uses: one request per connection, a 4-byte
-// big-endian length then JSON, {"kind":"shutdown"}. Whether that daemon
-// answers it is not known (its own tests never read an answer), so an
-// answer {"status":"ok"}, and no answer followed by the daemon's exit, both
-// count as a stop delivered. Pair it with the daemon's Process so that
-// RequestStop and Wait see the exit through a pidfd and Kill can escalate;
-// without one, Wait treats the socket refusing connections as the exit,
-// and Kill returns ErrCannotKill.
+// Socket is a daemon stopped by a request on its Unix socket at Path, in
+// the form AgentENV's uvm-ublk-daemon uses: one request per connection, a
+// 4-byte big-endian length then JSON, {"kind":"shutdown"}. Whether that
+// daemon answers it is not known (its own tests never read an answer), so
+// an answer {"status":"ok"}, and no answer followed by the daemon's exit,
+// both count as a stop delivered. Pair it with the daemon's Process so
+// that RequestStop and Wait see the exit through a pidfd and Kill can
+// escalate; without one, Wait treats the socket refusing connections as
+// the exit, and Kill returns ErrCannotKill. New rejects a Socket without
+// a Path.
 type Socket struct {
-	path string
-	proc *Process
+	// Path is the daemon's socket.
+	Path string
+	// Process is the daemon's process, or nil.
+	Process *Process
 }
 
 // socketPoll is how often Socket.Wait tries the socket without a Process.
 const socketPoll = 100 * time.Millisecond
 
-// NewSocket returns a Socket daemon for the socket at path. proc may be
-// nil.
-func NewSocket(path string, proc *Process) (*Socket, error) {
-	if path == "" {
-		return nil, errors.New("ublk: NewSocket: path is empty")
-	}
-	return &Socket{path: path, proc: proc}, nil
-}
-
-// Path returns the socket path.
-func (s *Socket) Path() string { return s.path }
+// errNoPath is the error of a Socket without a Path.
+var errNoPath = errors.New("ublk: Socket.Path is empty")
 
 // RequestStop sends {"kind":"shutdown"} and returns nil once the daemon
 // answered {"status":"ok"}, or closed the connection without an answer and
@@ -49,15 +43,15 @@ func (s *Socket) Path() string { return s.path }
 // refused connection of a daemon still running, or neither answer nor exit
 // by ctx's deadline is an error.
 func (s *Socket) RequestStop(ctx context.Context) error {
-	if s.proc != nil && s.proc.Exited() {
+	if s.Process != nil && s.Process.Exited() {
 		return nil // nothing left to ask
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	watched := make(chan struct{})
-	if s.proc != nil {
+	if s.Process != nil {
 		go func() {
 			defer close(watched)
-			if s.proc.Wait(rctx) == nil {
+			if s.Process.Wait(rctx) == nil {
 				cancel(errDaemonExited)
 			}
 		}()
@@ -80,11 +74,11 @@ func (s *Socket) RequestStop(ctx context.Context) error {
 		return nil // no answer, then the exit
 	case !errors.Is(err, errUnanswered):
 		return err
-	case s.proc == nil:
+	case s.Process == nil:
 		return nil // closed without an answer: taken as delivered; Wait tells
 	}
 	// Closed without an answer: delivered if the daemon now exits.
-	if werr := s.proc.Wait(ctx); werr != nil {
+	if werr := s.Process.Wait(ctx); werr != nil {
 		return fmt.Errorf("%w, and the daemon did not exit: %w", err, werr)
 	}
 	return nil
@@ -103,7 +97,10 @@ var errUnanswered = errors.New("connection closed without an answer")
 // deadline.
 func (s *Socket) Request(ctx context.Context, req, resp any) error {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", s.path)
+	if s.Path == "" {
+		return errNoPath
+	}
+	c, err := d.DialContext(ctx, "unix", s.Path)
 	if err != nil {
 		return fmt.Errorf("ublk: daemon socket: %w", err)
 	}
@@ -141,14 +138,17 @@ func (s *Socket) ctxErr(ctx context.Context, err error) error {
 // socket refuses connections (the daemon closed its listener), polling
 // every 100 ms. It returns ctx.Err() when ctx ends first.
 func (s *Socket) Wait(ctx context.Context) error {
-	if s.proc != nil {
-		return s.proc.Wait(ctx)
+	if s.Process != nil {
+		return s.Process.Wait(ctx)
 	}
 	t := time.NewTicker(socketPoll)
 	defer t.Stop()
 	for {
 		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", s.path)
+		if s.Path == "" {
+			return errNoPath
+		}
+		c, err := d.DialContext(ctx, "unix", s.Path)
 		if err == nil {
 			c.Close()
 		} else if ctx.Err() == nil {
@@ -164,8 +164,8 @@ func (s *Socket) Wait(ctx context.Context) error {
 
 // Kill kills the paired Process, or returns ErrCannotKill without one.
 func (s *Socket) Kill(ctx context.Context) error {
-	if s.proc == nil {
+	if s.Process == nil {
 		return ErrCannotKill
 	}
-	return s.proc.Kill(ctx)
+	return s.Process.Kill(ctx)
 }

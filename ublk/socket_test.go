@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/frame"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 )
 
 // serveOnce answers one request on a Unix socket with resp and reports
@@ -41,17 +42,15 @@ func serveOnce(t *testing.T, resp any) (string, <-chan map[string]string) {
 
 func TestSocketRequestStopSpeaksAgentENVFraming(t *testing.T) {
 	p, got := serveOnce(t, map[string]string{"status": "ok"})
-	s, err := NewSocket(p, nil)
-	require.NoError(t, err)
+	s := &Socket{Path: p}
 	require.NoError(t, s.RequestStop(context.Background()))
 	assert.Equal(t, map[string]string{"kind": "shutdown"}, <-got)
 }
 
 func TestSocketRefusalIsAnError(t *testing.T) {
 	p, _ := serveOnce(t, map[string]string{"status": "error", "error": "busy"})
-	s, err := NewSocket(p, nil)
-	require.NoError(t, err)
-	err = s.RequestStop(context.Background())
+	s := &Socket{Path: p}
+	err := s.RequestStop(context.Background())
 	assert.ErrorContains(t, err, `status "error" busy`)
 }
 
@@ -67,8 +66,7 @@ func TestSocketRequestHonoursDeadline(t *testing.T) {
 			accepted <- c // hold it open, never answer
 		}
 	}()
-	s, err := NewSocket(p, nil)
-	require.NoError(t, err)
+	s := &Socket{Path: p}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	err = s.RequestStop(ctx)
@@ -77,12 +75,14 @@ func TestSocketRequestHonoursDeadline(t *testing.T) {
 }
 
 func TestSocketToNothingFailsAndWaitSeesItGone(t *testing.T) {
-	s, err := NewSocket(filepath.Join(t.TempDir(), "none.sock"), nil)
-	require.NoError(t, err)
+	s := &Socket{Path: filepath.Join(t.TempDir(), "none.sock")}
 	assert.Error(t, s.RequestStop(context.Background()))
 	assert.NoError(t, s.Wait(context.Background()), "no listener: the daemon is gone")
-	_, err = NewSocket("", nil)
-	assert.ErrorContains(t, err, "path")
+	empty := &Socket{}
+	assert.ErrorContains(t, empty.RequestStop(context.Background()), "Socket.Path is empty")
+	assert.ErrorContains(t, empty.Wait(context.Background()), "Socket.Path is empty")
+	_, err := New(empty, Config{hooks: ublkhook.Hooks{KernelRelease: vulnerable}})
+	assert.ErrorContains(t, err, "ublk: New: the daemon's ublk: Socket.Path is empty")
 }
 
 func TestSocketClosedWithoutAnswerIsDelivered(t *testing.T) {
@@ -98,7 +98,6 @@ func TestSocketClosedWithoutAnswerIsDelivered(t *testing.T) {
 			c.Close() // acted on, never answered
 		}
 	}()
-	s, err := NewSocket(p, nil)
-	require.NoError(t, err)
+	s := &Socket{Path: p}
 	assert.NoError(t, s.RequestStop(context.Background()))
 }

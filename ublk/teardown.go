@@ -59,6 +59,9 @@ func New(daemon Daemon, c Config) (*Teardown, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s, ok := daemon.(*Socket); ok && s != nil && s.Path == "" {
+		return nil, fmt.Errorf("ublk: New: the daemon's %w", errNoPath)
+	}
 	cfg.daemon = daemon
 	t := &Teardown{cfg: cfg, release: cfg.release}
 	if t.release == "" {
@@ -88,17 +91,17 @@ func (t *Teardown) Kernel() (string, KernelClass) { return t.release, t.class }
 // rule of the table that decided it and the declaration that matched.
 func (t *Teardown) KernelDecision() KernelDecision { return t.decision }
 
-// StepName is the name of the Teardown's phase in a drain plan and Report.
-const StepName = "ublk"
+// stepName is the name of the Teardown's phase in a drain plan and Report.
+const stepName = "ublk"
 
-// Phase returns the step's place in a drain plan: named StepName, with the
+// Phase returns the step's place in a drain plan: named "ublk", with the
 // reserve set by Config.Reserve, and critical: preserves still in flight must
 // end before its window begins, and when the time left is short it gets
 // its reserve before any non-critical phase. A daemon killed with live
 // devices can crash the host, which costs more than one unfinished pause.
 func (t *Teardown) Phase() deadline.Phase {
 	c := &t.cfg
-	return deadline.Phase{Name: StepName, Reserve: deadline.Fixed(c.lastResortReserve + c.stopReserve + c.controlReserve + c.killReserve), Critical: true}
+	return deadline.Phase{Name: stepName, Reserve: deadline.Fixed(c.lastResortReserve + c.stopReserve + c.controlReserve + c.killReserve), Critical: true}
 }
 
 // LastResort reports whether the step runs the last resort (see

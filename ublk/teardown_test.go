@@ -311,7 +311,7 @@ func TestFailedRequestFallsBackToControlAtOnce(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, start, rep.Step("control fallback").Start, "no waiting for a daemon that did not get the request")
 		assert.Equal(t, []string{"request", "STOP_DEV 0", "kill", "exit killed", "DEL_DEV 0"}, d.Events())
-		assert.Equal(t, 2*time.Second, took, "killed ExitGrace after its last device stopped")
+		assert.Equal(t, 2*time.Second, took, "killed ExitWait after its last device stopped")
 		assert.Equal(t, "connection refused", rep.Daemon.RequestError)
 	})
 }
@@ -333,7 +333,7 @@ func TestUnavailableControlIsReported(t *testing.T) {
 	})
 }
 
-func TestDaemonWithoutDevicesLeftIsKilledAfterExitGrace(t *testing.T) {
+func TestDaemonWithoutDevicesLeftIsKilledAfterExitWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		d := newMemDaemon(f.tree)
@@ -421,9 +421,9 @@ func TestRunIsTheDrainStepAndCarriesTheReport(t *testing.T) {
 			Run(context.Context) (any, error)
 		} = td // drain.Step, which this package may not import
 		ph := step.Phase()
-		assert.Equal(t, StepName, ph.Name)
+		assert.Equal(t, "ublk", ph.Name)
 		assert.True(t, ph.Critical, "the device teardown keeps its reserve whatever the user sets")
-		assert.Equal(t, DefaultReserve, ph.Reserve())
+		assert.Equal(t, 10*time.Second, ph.Reserve())
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		detail, err := step.Run(ctx)
@@ -456,7 +456,7 @@ func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 func TestZeroConfigIsTheSafeDefault(t *testing.T) {
 	td, err := New(nil, Config{hooks: ublkhook.Hooks{KernelRelease: vulnerable}})
 	require.NoError(t, err)
-	assert.Equal(t, DefaultReserve, td.Phase().Reserve())
+	assert.Equal(t, 10*time.Second, td.Phase().Reserve())
 	assert.True(t, td.LastResort())
 	assert.NotNil(t, td.cfg.openControl, "the control fallback is on")
 	assert.Equal(t, 5*time.Second, td.cfg.exitWait)

@@ -105,11 +105,7 @@ func (o *ownedDaemon) find() error {
 		proc.Close()
 		return fmt.Errorf("pid %d exited while it was being found", pid)
 	}
-	sock, err := ublk.NewSocket(o.path, proc)
-	if err != nil {
-		proc.Close()
-		return err
-	}
+	sock := &ublk.Socket{Path: o.path, Process: proc}
 	if o.proc != nil {
 		o.log.Info("supervisor: the server's daemon was replaced", "old_pid", o.pid, "pid", pid)
 		o.proc.Close()
@@ -139,8 +135,7 @@ func (o *ownedDaemon) ours(pid, server int, alive bool) bool {
 func (o *ownedDaemon) socket() *ublk.Socket {
 	if err := o.find(); err != nil {
 		o.log.Warn("supervisor: the server's daemon not found by its socket", "socket", o.path, "err", err)
-		s, _ := ublk.NewSocket(o.path, nil) // path is not empty
-		return s
+		return &ublk.Socket{Path: o.path}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -112,16 +112,16 @@ func TestEscalationKillsChildIgnoringSIGTERM(t *testing.T) {
 // SIGTERM and kills one that ignores it, and reaps it.
 func TestEscalationCmdTarget(t *testing.T) {
 	for _, tc := range []struct {
-		mode  string
-		grace time.Duration
-		want  escalate.Exit
+		mode string
+		wait time.Duration
+		want escalate.Exit
 	}{{"trap", 20 * time.Second, escalate.Exited}, {"ignore", 300 * time.Millisecond, escalate.ExitedAfterKill}} {
 		t.Run(tc.mode, func(t *testing.T) {
 			cmd, _ := child(t, tc.mode)
 			target := escalate.Cmd(cmd)
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			exit, err := escalate.Policy{TermWait: tc.grace}.Stop(ctx, target)
+			exit, err := escalate.Policy{TermWait: tc.wait}.Stop(ctx, target)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, exit)
 			require.NotNil(t, cmd.ProcessState, "reaped by the target's Wait")
@@ -202,7 +202,7 @@ func exitedProbe(t *testing.T, p *os.Process) func(context.Context) (bool, error
 }
 
 // A stolen wait (ECHILD) is not an exit: the runtime is asked, and a target
-// that ignores SIGTERM is SIGKILLed when its grace ends. Before, ECHILD
+// that ignores SIGTERM is SIGKILLed when its TermWait ends. Before, ECHILD
 // counted as "exited" and SIGKILL was never sent: the ateom review's bug.
 func TestEscalationStolenWaitAsksTheRuntimeAndKills(t *testing.T) {
 	cmd, _ := child(t, "ignore")
@@ -248,8 +248,8 @@ func TestEscalationStolenWaitWithoutProberEscalates(t *testing.T) {
 }
 
 // A signalling command whose status was stolen may have delivered the
-// signal: the target keeps its grace and is not killed at once.
-func TestEscalationStolenSignalStatusKeepsTheGrace(t *testing.T) {
+// signal: the target keeps its TermWait and is not killed at once.
+func TestEscalationStolenSignalStatusKeepsTheTermWait(t *testing.T) {
 	cmd, state := child(t, "trap")
 	target := escalate.Funcs{
 		SignalFunc: func(_ context.Context, sig syscall.Signal) error {
@@ -365,9 +365,9 @@ func TestEscalationTimeline(t *testing.T) {
 	}
 }
 
-// The grace ends KillWait before the context's deadline, whatever TermWait
+// The wait after the signal ends KillWait before the context's deadline, whatever TermWait
 // says, so the kill wait still fits.
-func TestEscalationGraceFitsTheDeadline(t *testing.T) {
+func TestEscalationTermWaitFitsTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake(nil)
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

@@ -40,12 +40,9 @@ func StartDeviceDaemon(ctx context.Context, stateDir string, devices int) (*fake
 		return nil, nil, fmt.Errorf("device daemon: %w", err)
 	}
 	proc, err := ublk.FindProcess(d.Pid())
-	if err == nil {
-		var sock *ublk.Socket
-		if sock, err = ublk.NewSocket(cfg.Socket, proc); err == nil {
-			return d, sock, nil
-		}
+	if err != nil {
+		d.Close()
+		return nil, nil, fmt.Errorf("device daemon: %w", err)
 	}
-	d.Close()
-	return nil, nil, fmt.Errorf("device daemon: %w", err)
+	return d, &ublk.Socket{Path: cfg.Socket, Process: proc}, nil
 }

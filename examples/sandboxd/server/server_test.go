@@ -20,7 +20,6 @@ import (
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
-	"github.com/drainkit/drainkit/ublk"
 )
 
 // started is a sandboxd running in this process on a loopback port.
@@ -259,7 +258,7 @@ func TestUblkStepRunsTheLastResortByDefault(t *testing.T) {
 	require.NotNil(t, s.ublk, "-devices 1: a ublk step")
 	assert.True(t, s.ublk.LastResort())
 	assert.Equal(t, s.cfg.UblkReserve(), s.ublk.Phase().Reserve(), "the step's reserve, the last resort's part included")
-	assert.Contains(t, s.drainer.Plan().Phases(), ublk.StepName)
+	assert.Contains(t, s.drainer.Plan().Phases(), "ublk", "the ublk teardown step")
 }
 
 // At exit the drain's summary goes to the termination message path, where the kubelet

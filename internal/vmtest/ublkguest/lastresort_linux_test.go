@@ -90,9 +90,10 @@ func TestGuestStepLastResortKillsDoomedHolderStopsAndDaemonExits(t *testing.T) {
 	t.Logf("last resort at +%v: server %s, holders %+v", rep.LastResort.At.Sub(rep.Start), rep.LastResort.ServerCgroup, rep.LastResort.Holders)
 	// The last-resort point is SIGKILL minus the step's reserve; the last
 	// resort runs inside its own part of it (3 of the 10 s).
-	point := sigkill.Add(-ublk.DefaultReserve)
+	reserve := td.Phase().Reserve() // the default, 10 s
+	point := sigkill.Add(-reserve)
 	assert.False(t, rep.LastResort.At.Before(point), "not before the last-resort point: %v early", point.Sub(rep.LastResort.At))
-	assert.True(t, rep.LastResort.At.Before(point.Add(ublk.DefaultReserve*3/10)), "inside the last resort's window: %v late",
+	assert.True(t, rep.LastResort.At.Before(point.Add(reserve*3/10)), "inside the last resort's window: %v late",
 		rep.LastResort.At.Sub(point))
 	f := fateOf(rep, vmm.Cmd.Process.Pid)
 	require.NotNil(t, f, "the VMM is in the report")

@@ -107,8 +107,7 @@ func TestGuestStepStopsDaemonOverItsSocket(t *testing.T) {
 	p, err := ublk.FindProcess(r.daemon.Pid())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
-	sd, err := ublk.NewSocket(sock, p)
-	require.NoError(t, err)
+	sd := &ublk.Socket{Path: sock, Process: p}
 	td, err := ublk.New(sd, ublk.Config{Devices: r.daemon.Devices, PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	rep, err := td.Stop(r.ctx(30 * time.Second))
