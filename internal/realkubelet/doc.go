@@ -20,6 +20,14 @@
 // The kubelet's version is v1.34: the last line that still runs on cgroup v1
 // and speaks CRI v1 to containerd 1.6.
 //
+// With gVisor: StartConfig with Config.RunscShim makes runsc containerd's
+// default runtime (a standalone kubelet has no RuntimeClass), through a
+// containerd-shim-runsc-v1 that RequireRunsc finds ($DRAINKIT_RUNSC_SHIM,
+// else the one .ci/build-runsc-shim builds and caches; Debian's runsc ships
+// none). A pod's processes then live inside gVisor's sentry, not on the
+// host: Node.WatchExit sees a container's exit through containerd's events
+// where WatchProcess (a pidfd) cannot.
+//
 // Guarantees: Start registers its cleanup with t.Cleanup before it starts
 // anything, so a failing test still ends the kubelet, every container, the
 // containerd shims and containerd, unmounts what they mounted under the

@@ -6,10 +6,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -39,20 +39,21 @@ func (n *Node) ContainerID(t testing.TB, name string, within time.Duration) stri
 // host, so a Watch (a pidfd) cannot see them; an ExitWatch works with
 // either runtime.
 type ExitWatch struct {
+	id     string
 	cancel context.CancelFunc
 	exits  chan taskExit
 	done   chan error
+
+	mu   sync.Mutex
+	seen []string // the exits of other tasks, for the error
 }
 
 // taskExit is containerd's /tasks/exit event as ctr events prints it.
 type taskExit struct {
-	ContainerID string `json:"container_id"`
-	ID          string `json:"id"`
-	ExitStatus  uint32 `json:"exit_status"`
-	ExitedAt    struct {
-		Seconds int64 `json:"seconds"`
-		Nanos   int64 `json:"nanos"`
-	} `json:"exited_at"`
+	ContainerID string    `json:"container_id"`
+	ID          string    `json:"id"`
+	ExitStatus  uint32    `json:"exit_status"` // omitted when 0
+	ExitedAt    time.Time `json:"exited_at"`   // RFC 3339, from the shim
 }
 
 // WatchExit starts watching containerd's events for the exit of container
@@ -71,7 +72,7 @@ func (n *Node) WatchExit(t testing.TB, id string) *ExitWatch {
 		cancel()
 		t.Fatalf("realkubelet: ctr events: %v", err)
 	}
-	w := &ExitWatch{cancel: cancel, exits: make(chan taskExit, 1), done: make(chan error, 1)}
+	w := &ExitWatch{id: id, cancel: cancel, exits: make(chan taskExit, 1), done: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(out)
 		sent := false
@@ -86,7 +87,11 @@ func (n *Node) WatchExit(t testing.TB, id string) *ExitWatch {
 			if json.Unmarshal([]byte(line[i+len(" /tasks/exit "):]), &e) == nil && e.ContainerID == id && e.ID == id {
 				w.exits <- e
 				sent = true
+				continue
 			}
+			w.mu.Lock()
+			w.seen = append(w.seen, line)
+			w.mu.Unlock()
 		}
 		w.done <- cmd.Wait()
 	}()
@@ -100,12 +105,14 @@ func (w *ExitWatch) Wait(within time.Duration) (time.Time, uint32, error) {
 	defer w.stop()
 	select {
 	case e := <-w.exits:
-		return time.Unix(e.ExitedAt.Seconds, e.ExitedAt.Nanos), e.ExitStatus, nil
+		return e.ExitedAt, e.ExitStatus, nil
 	case err := <-w.done:
 		w.done <- err
 		return time.Time{}, 0, fmt.Errorf("realkubelet: ctr events ended before the exit: %v", err)
 	case <-time.After(within):
-		return time.Time{}, 0, errors.New("realkubelet: the container is still running")
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return time.Time{}, 0, fmt.Errorf("realkubelet: container %s is still running (other exits seen: %q)", w.id, w.seen)
 	}
 }
 

@@ -207,3 +207,82 @@ type jsonCodec struct{}
 func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
 func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 func (jsonCodec) Name() string                       { return "json" }
+
+// examples/gvisor-worker with runsc as containerd's runtime: the worker
+// itself runs inside gVisor. Its sandboxes are the in-process fake (-runtime
+// fake): gVisor does not nest, so a worker under runsc cannot run runsc
+// sandboxes (TestRealKubeletGvisorWorker runs those). What this case proves
+// is the termination path through gVisor: the kubelet's SIGTERM reaches the
+// worker through the runsc shim and the sentry, the worker checkpoints
+// every sandbox to its hostPath state dir and exits (status 0, before
+// SIGKILL) with its summary in the termination message, and the worker
+// started again on the same state dir brings every sandbox back.
+func TestRealKubeletGvisorRuntimeWorker(t *testing.T) {
+	const grace, sandboxes = 10, 6
+	kubelet, shim := RequireRunsc(t)
+	node := StartConfig(t, kubelet, Config{RunscShim: shim}, BuildImage(t,
+		Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"},
+		Binary{Name: "gvisor-worker", Package: "./examples/gvisor-worker"}))
+	name := "gvisor-runtime-worker"
+	state := filepath.Join(node.Dir, "state-"+name)
+	// Under gVisor a Unix socket on the hostPath is the sandbox's own: the
+	// worker serves on the host's loopback (runsc's network = "host").
+	run := func(pod string) (*ExitWatch, *workerClient) {
+		addr := freeAddr(t)
+		node.AddPod(t, Pod(pod, grace, state, nil, "/gvisor-worker", "-listen", addr, "-state-dir", StateMount,
+			"-grace", fmt.Sprintf("%ds", grace), "-runtime", "fake", "-pause-latency", "300ms", "-concurrency", "3"))
+		w := node.WatchExit(t, node.ContainerID(t, pod, 2*time.Minute))
+		return w, dialWorker(t, "passthrough:///"+addr, node, pod)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	w, c := run(name)
+	started := time.Now()
+	var ids []string
+	for range sandboxes {
+		var r sandboxReply
+		require.NoError(t, c.call(ctx, "Run", struct{}{}, &r), "pod log:\n%s", node.PodLog(name))
+		ids = append(ids, r.ID)
+	}
+	time.Sleep(time.Until(started.Add(settle))) // not timing logic: see settle
+	deleted := node.DeletePod(t, name)
+	died, status, err := w.Wait(grace*time.Second + time.Minute)
+	require.NoError(t, err, "pod log:\n%s", node.PodLog(name))
+	msg := terminationMessage(t, node, name)
+	t.Logf("termination message:\n%s", msg)
+	rep := readJSON[drain.Report](t, filepath.Join(state, "last-shutdown.json"), node, name)
+	require.NotNil(t, rep.Preserve, "the Report has the preserve phase")
+	t0 := rep.Budget.Start
+	kill := t0.Add(grace * time.Second)
+	t.Logf("under runsc: manifest deleted -> SIGTERM %v; from SIGTERM: exit +%v (status %d), SIGKILL due +%v; %v",
+		t0.Sub(deleted).Round(time.Millisecond), died.Sub(t0).Round(time.Millisecond), status, kill.Sub(t0), rep.Preserve.Counts)
+	assert.Equal(t, deadline.AnchorSIGTERM, rep.Budget.Anchor, "no preStop hook: T0 is SIGTERM")
+	assert.Zero(t, status, "the worker exited 0, not by SIGKILL (137)")
+	assert.True(t, died.Before(kill), "the worker exited before the kubelet's SIGKILL")
+	assert.Equal(t, sandboxes, rep.Preserve.Counts[pause.Preserved], "every sandbox checkpointed: %v", rep.Preserve.Counts)
+	assert.Zero(t, rep.Lost())
+	assert.Regexp(t, fmt.Sprintf(`^drainkit: all %d sandboxes preserved; exited \d+\.\d{3}s before SIGKILL\n`, sandboxes), msg)
+	assert.Contains(t, msg, fmt.Sprintf("sandboxes: %d: ", sandboxes))
+
+	again := name + "-again"
+	w2, c2 := run(again)
+	var list struct {
+		Sandboxes []sandboxReply `json:"sandboxes"`
+	}
+	require.NoError(t, c2.call(ctx, "List", struct{}{}, &list))
+	states := map[string]string{}
+	for _, s := range list.Sandboxes {
+		states[s.ID] = s.State
+	}
+	for _, id := range ids {
+		assert.Equal(t, "paused", states[id], "sandbox %s was checkpointed: it must come back paused", id)
+		var r sandboxReply
+		require.NoError(t, c2.call(ctx, "Restore", map[string]string{"id": id}, &r), "pod log:\n%s", node.PodLog(again))
+		assert.Equal(t, "running", r.State)
+	}
+	node.DeletePod(t, again)
+	_, status, err = w2.Wait(grace*time.Second + time.Minute)
+	require.NoError(t, err)
+	assert.Zero(t, status)
+}

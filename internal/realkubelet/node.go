@@ -84,7 +84,9 @@ const EnvRunscShim = "DRAINKIT_RUNSC_SHIM"
 // RequireRunsc is Require for a Node whose runtime is gVisor: it also needs
 // runsc on PATH and a containerd-shim-runsc-v1 (Debian's runsc ships none):
 // $DRAINKIT_RUNSC_SHIM, else the one .ci/build-runsc-shim caches. It returns
-// the kubelet's path and the shim's.
+// the kubelet's path and the shim's. .ci/run does not build the shim and
+// skips the tests that need it (-skip RealKubeletGvisorRuntime): see
+// docs/real-kubelet.md.
 func RequireRunsc(t testing.TB) (kubelet, shim string) {
 	t.Helper()
 	kubelet = Require(t)
@@ -152,15 +154,16 @@ type Node struct {
 	kubelet    *daemon
 	lock       *os.File
 	// machine-wide paths as they were before Start, to remove what the
-	// Node added: the shims' sockets (a killed shim leaves its socket) and
-	// /var/lib/kubelet (the device-plugin directory is not under --root-dir)
-	shimSocketsBefore map[string]bool
-	varLibKubelet     bool
+	// Node added: the entries of machineDirs (a killed shim leaves its
+	// socket, runsc its state) and /var/lib/kubelet (the device-plugin
+	// directory is not under --root-dir)
+	before        map[string]bool // dir/entry
+	varLibKubelet bool
 }
 
-// shimSocketDir is where containerd 1.6's shims put their sockets,
-// whatever the daemon's root.
-const shimSocketDir = "/run/containerd/s"
+// machineDirs are where containerd 1.6's shims put their sockets and the
+// runsc shim its runsc's state, whatever the daemon's root.
+var machineDirs = []string{"/run/containerd/s", "/run/containerd/runsc/k8s.io"}
 
 // A daemon is containerd or the kubelet, a child of the test process.
 type daemon struct {
@@ -212,10 +215,11 @@ func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *No
 		t.Fatal(err)
 	}
 	n := &Node{Dir: dir, manifests: filepath.Join(dir, "manifests"), sock: filepath.Join(dir, "containerd.sock"), lock: lock, runsc: cfg.RunscShim != "",
-		shimSocketsBefore: map[string]bool{}}
-	if entries, err := os.ReadDir(shimSocketDir); err == nil {
+		before: map[string]bool{}}
+	for _, d := range machineDirs {
+		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
-			n.shimSocketsBefore[e.Name()] = true
+			n.before[filepath.Join(d, e.Name())] = true
 		}
 	}
 	if _, err := os.Stat("/var/lib/kubelet"); err == nil {
@@ -403,10 +407,11 @@ func (n *Node) stop() error {
 		n.containerd.stop(10 * time.Second)
 	}
 	errs = append(errs, removeLeftovers(n.Dir))
-	if entries, err := os.ReadDir(shimSocketDir); err == nil {
+	for _, d := range machineDirs {
+		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
-			if !n.shimSocketsBefore[e.Name()] {
-				_ = os.Remove(filepath.Join(shimSocketDir, e.Name()))
+			if p := filepath.Join(d, e.Name()); !n.before[p] {
+				_ = os.RemoveAll(p)
 			}
 		}
 	}
@@ -454,6 +459,7 @@ func cleanupDir(dir string) error {
 // removeLeftovers unmounts whatever is still mounted under dir, removes the
 // kubepods cgroups and the kubelet's machine-wide files, and deletes dir.
 func removeLeftovers(dir string) error {
+	removeRuntimeLeftovers(dir)
 	var errs []error
 	for range 10 {
 		mounts := mountsUnder(dir)
@@ -477,6 +483,25 @@ func removeLeftovers(dir string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// removeRuntimeLeftovers removes what the shims of dir's containerd left
+// outside dir, also after a test process that was killed: each task's
+// shim socket (its bundle records the address) and runsc's state of the
+// task.
+func removeRuntimeLeftovers(dir string) {
+	tasks, _ := filepath.Glob(filepath.Join(dir, "containerd/state/io.containerd.runtime.v2.task/k8s.io/*"))
+	for _, task := range tasks {
+		if addr, err := os.ReadFile(filepath.Join(task, "address")); err == nil {
+			if p, ok := strings.CutPrefix(strings.TrimSpace(string(addr)), "unix://"); ok && strings.HasPrefix(p, machineDirs[0]+"/") {
+				_ = os.Remove(p)
+			}
+		}
+		states, _ := filepath.Glob(filepath.Join(machineDirs[1], "*"+filepath.Base(task)+"*"))
+		for _, st := range states {
+			_ = os.RemoveAll(st)
+		}
+	}
 }
 
 // kubepodsProcs lists the processes in any of the kubelet's kubepods

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,10 +41,35 @@ const settle = 3 * time.Second
 //
 //	T0 (hook GET, or SIGTERM without a hook) ... SIGTERM ... death
 func TestRealKubeletTimingsMatchTheTable(t *testing.T) {
-	const tolerance, attempts = 0.2, 3
 	kubelet := Require(t)
 	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
-	node := Start(t, kubelet, img)
+	timingsMatchTheTable(t, Start(t, kubelet, img), 200*time.Millisecond)
+}
+
+// The kubelet's arithmetic is the same with gVisor as containerd's runtime,
+// and the runtime only ever makes SIGTERM and SIGKILL later: every scenario
+// of the table, with runsc, is never earlier than the table (within 0.2 s)
+// and at most runscLate later. Each signal is a `runsc kill` the shim runs,
+// a process of a 30 MB binary, and containerd starts the grace's timer only
+// once the SIGTERM call returned, so that latency comes before SIGTERM and
+// twice before the death. Measured on a 2-core VM at load 15-18: SIGTERM
+// +0.28-0.43 s after the table's, the death +0.3-0.8 s; the research
+// note's quieter machine had SIGTERM +68-97 ms after the hook's return and
+// SIGKILL at +10.03-10.16 s for a grace of 10 s. A budget that expects
+// SIGKILL at the kubelet's time is therefore never late under runsc; the
+// late signal is time it does not count on.
+func TestRealKubeletGvisorRuntimeTimingsMatchTheTable(t *testing.T) {
+	const runscLate = 1500 * time.Millisecond
+	kubelet, shim := RequireRunsc(t)
+	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
+	timingsMatchTheTable(t, StartConfig(t, kubelet, Config{RunscShim: shim}, img), runscLate)
+}
+
+// timingsMatchTheTable runs every scenario of kubeletsim.Measured on node,
+// and checks each SIGTERM and death is at most 0.2 s earlier and at most
+// late later than the table's.
+func timingsMatchTheTable(t *testing.T, node *Node, late time.Duration) {
+	const early, attempts = 200 * time.Millisecond, 3
 	warm := kubeletsim.Measured[len(kubeletsim.Measured)-1]
 	term, death := runProbe(t, node, "probe-warmup", warm)
 	t.Logf("warm-up (%s): SIGTERM +%v, dead +%v", warm.Name, term.Round(time.Millisecond), death.Round(time.Millisecond))
@@ -61,10 +85,10 @@ func TestRealKubeletTimingsMatchTheTable(t *testing.T) {
 				term, death := runProbe(t, node, fmt.Sprintf("probe-%d-%d", i, a), s)
 				t.Logf("run %d: real kubelet: SIGTERM +%v, dead +%v; table: %v, %v; simulator: %v, %v", a, term.Round(time.Millisecond),
 					death.Round(time.Millisecond), s.SIGTERM, s.Exit, simTerm, simExit)
-				agrees := math.Abs((term-s.SIGTERM).Seconds()) <= tolerance && math.Abs((death-s.Exit).Seconds()) <= tolerance
-				if agrees || a == attempts {
-					assert.InDelta(t, s.SIGTERM.Seconds(), term.Seconds(), tolerance, "SIGTERM against the table")
-					assert.InDelta(t, s.Exit.Seconds(), death.Seconds(), tolerance, "death against the table")
+				within := func(got, want time.Duration) bool { return got >= want-early && got <= want+late }
+				if agrees := within(term, s.SIGTERM) && within(death, s.Exit); agrees || a == attempts {
+					assert.True(t, within(term, s.SIGTERM), "SIGTERM +%v against the table's +%v: -%v..+%v", term, s.SIGTERM, early, late)
+					assert.True(t, within(death, s.Exit), "death +%v against the table's +%v: -%v..+%v", death, s.Exit, early, late)
 					return
 				}
 			}
@@ -98,13 +122,21 @@ func runProbe(t *testing.T, node *Node, name string, s kubeletsim.Scenario) (ter
 	node.AddPod(t, Pod(name, int64(s.Grace/time.Second), state, hook,
 		"/podbin", "probe", "-listen", fmt.Sprintf("127.0.0.1:%d", port), "-events", StateMount+"/events",
 		"-hook", hookArg, "-term", termArg, "-token", token))
-	pid := WaitProcess(t, token, 2*time.Minute)
-	w, err := WatchProcess(pid)
-	require.NoError(t, err)
+	// Under runsc the probe is not a host process: containerd's exit
+	// event tells when it died.
+	var wait func() (time.Time, error)
+	if node.runsc {
+		w := node.WatchExit(t, node.ContainerID(t, name, 2*time.Minute))
+		wait = func() (time.Time, error) { at, _, err := w.Wait(time.Minute); return at, err }
+	} else {
+		w, err := WatchProcess(WaitProcess(t, token, 2*time.Minute))
+		require.NoError(t, err)
+		wait = func() (time.Time, error) { return w.Wait(time.Minute) }
+	}
 	require.Eventually(t, func() bool { _, ok := readEvents(t, state)["ready"]; return ok }, time.Minute, 20*time.Millisecond)
 	time.Sleep(settle) // not timing logic: see settle
 	node.DeletePod(t, name)
-	died, err := w.Wait(time.Minute)
+	died, err := wait()
 	require.NoError(t, err, "pod log:\n%s", node.PodLog(name))
 	ev := readEvents(t, state)
 	t0, ok := ev["hook"]
