@@ -58,10 +58,10 @@
 // first); under it one span per phase, drain.<phase>: drain.drain (the
 // preStop wait), drain.gate, drain.preserve, then one per step. Attributes
 // are drainkit.drain.phase, .result, .reason (the wait's), .forced, and on
-// the root .lost and .margin (seconds). Metrics, each with its unit:
+// the root .lost and .headroom (seconds). Metrics, each with its unit:
 //   - drainkit.drain.phase.duration (s): histogram by phase and result,
 //     with boundaries from 5 ms to 2 h;
-//   - drainkit.drain.margin (s): gauge, the time left before the expected
+//   - drainkit.drain.headroom (s): gauge, the time left before the expected
 //     SIGKILL when the shutdown finished;
 //   - drainkit.drain.sandboxes.running ({sandbox}): gauge, recorded at every
 //     count of the preStop wait and the gate phase;

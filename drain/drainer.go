@@ -87,7 +87,7 @@ type Config struct {
 	// phase, the preStop wait included, for the Drainer and the default
 	// Preserver; nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
-	// MeterProvider records phase durations, the margin, the running
+	// MeterProvider records phase durations, the headroom, the running
 	// sandboxes during the preStop wait and the Gate's rejections, for the
 	// Drainer and the default Preserver; nil means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
@@ -122,7 +122,7 @@ type Drainer struct {
 	log       *slog.Logger
 	tracer    trace.Tracer
 	phaseDur  metric.Float64Histogram
-	margin    metric.Float64Gauge
+	headroom  metric.Float64Gauge
 	runGauge  metric.Int64Gauge
 
 	running atomic.Int64            // last count of running sandboxes
@@ -242,7 +242,7 @@ func (cfg *Config) stepPhases() []deadline.Phase {
 // documentation's Telemetry section for every name, unit and attribute.
 const (
 	metricPhaseDuration = "drainkit.drain.phase.duration"
-	metricMargin        = "drainkit.drain.margin"
+	metricHeadroom      = "drainkit.drain.headroom"
 	metricRunning       = "drainkit.drain.sandboxes.running"
 	metricRejections    = "drainkit.drain.gate.rejections"
 
@@ -251,14 +251,14 @@ const (
 
 // Span and metric attribute keys.
 const (
-	attrPhase   = "drainkit.drain.phase"
-	attrResult  = "drainkit.drain.result"
-	attrReason  = "drainkit.drain.reason"
-	attrForced  = "drainkit.drain.forced"
-	attrMargin  = "drainkit.drain.margin" // seconds
-	attrLost    = "drainkit.drain.lost"
-	attrRunning = "drainkit.drain.running"
-	attrClass   = "drainkit.drain.class"
+	attrPhase    = "drainkit.drain.phase"
+	attrResult   = "drainkit.drain.result"
+	attrReason   = "drainkit.drain.reason"
+	attrForced   = "drainkit.drain.forced"
+	attrHeadroom = "drainkit.drain.headroom" // seconds
+	attrLost     = "drainkit.drain.lost"
+	attrRunning  = "drainkit.drain.running"
+	attrClass    = "drainkit.drain.class"
 )
 
 func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) error {
@@ -273,7 +273,7 @@ func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) e
 	var err1, err2, err3, err4 error
 	d.phaseDur, err1 = m.Float64Histogram(metricPhaseDuration,
 		telemetry.Duration("Duration of each phase of the termination: the preStop wait, the gate wait, the preservation and every teardown step.")...)
-	d.margin, err2 = m.Float64Gauge(metricMargin, metric.WithUnit("s"),
+	d.headroom, err2 = m.Float64Gauge(metricHeadroom, metric.WithUnit("s"),
 		metric.WithDescription("Time left before the expected SIGKILL when the shutdown finished; negative when it finished after."))
 	d.runGauge, err3 = m.Int64Gauge(metricRunning, metric.WithUnit("{sandbox}"),
 		metric.WithDescription("Running sandboxes at the last count of the preStop wait or the gate phase."))

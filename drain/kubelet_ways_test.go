@@ -46,7 +46,7 @@ func TestSIGTERMDuringAnOpenHookMeansTheKubeletsGraceRanOut(t *testing.T) {
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "the budget knows the kubelet's SIGKILL")
 		assert.Equal(t, 4, rep.Preserve.Counts["preserved"])
 		assert.True(t, stopped, "the daemon step ran")
-		assert.Positive(t, rep.Margin)
+		assert.Positive(t, rep.Headroom)
 	})
 }
 

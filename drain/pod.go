@@ -163,10 +163,10 @@ func (d *Drainer) finishEvents(rep *Report) *kube.EventStats {
 			fmt.Fprintf(&b, "%d of %d sandboxes preserved, %d lost; ", pr.Counts[pause.Preserved], len(pr.Entries), pr.Lost())
 		}
 	}
-	if rep.Margin >= 0 {
-		fmt.Fprintf(&b, "finished %v before the expected SIGKILL.", rep.Margin.Round(time.Millisecond))
+	if rep.Headroom >= 0 {
+		fmt.Fprintf(&b, "finished %v before the expected SIGKILL.", rep.Headroom.Round(time.Millisecond))
 	} else {
-		fmt.Fprintf(&b, "finished %v AFTER the expected SIGKILL.", (-rep.Margin).Round(time.Millisecond))
+		fmt.Fprintf(&b, "finished %v AFTER the expected SIGKILL.", (-rep.Headroom).Round(time.Millisecond))
 	}
 	b.WriteString(" Phases:")
 	for _, p := range rep.Phases {

@@ -50,7 +50,7 @@ func TestPreStopWaitStopsAtTheDrainDeadlineLeavingTheLaterReserves(t *testing.T)
 		assert.Equal(t, 20, rep.Preserve.Counts["preserved"])
 		assert.Equal(t, []string{"ublk"}, ran)
 		assert.True(t, t0.Add(3600*time.Second).Equal(rep.Budget.Kill))
-		assert.Equal(t, 35*time.Second, rep.Margin, "preserve took its 10 s reserve; 30 s ublk reserve + 5 s margin left")
+		assert.Equal(t, 35*time.Second, rep.Headroom, "preserve took its 10 s reserve; 30 s ublk reserve + 5 s margin left")
 		require.NoError(t, rep.Err())
 	})
 }
@@ -135,7 +135,7 @@ func TestSIGTERMWithoutPreStopAnchorsTheBudgetAtSIGTERM(t *testing.T) {
 		assert.Equal(t, []string{PhaseGate, PhasePreserve, "ublk"}, phaseNames(rep))
 		assert.Equal(t, 8, rep.Preserve.Counts["preserved"])
 		assert.Equal(t, 4*time.Second, rep.Phase(PhasePreserve).Duration, "8 sandboxes, 4 at a time, 2 s each")
-		assert.Equal(t, 56*time.Second, rep.Margin)
+		assert.Equal(t, 56*time.Second, rep.Headroom)
 	})
 }
 

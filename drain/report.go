@@ -59,7 +59,7 @@ type PhaseReport struct {
 
 // A Report is the account of one shutdown: every phase in the order it ran
 // ("drain" when a preStop hook ran, "gate", "preserve", then every step),
-// the Preserver's own Report, and the margin left before SIGKILL. It is
+// the Preserver's own Report, and the headroom left before SIGKILL. It is
 // JSON-marshalable.
 type Report struct {
 	Start time.Time `json:"start"` // when Shutdown started (SIGTERM)
@@ -75,10 +75,10 @@ type Report struct {
 	Shortfall time.Duration `json:"shortfall_ns,omitempty"`
 	Forced    bool          `json:"forced,omitempty"`   // force mode was switched on
 	ForcedAt  time.Time     `json:"forced_at,omitzero"` // when Force was first called
-	// Margin is the expected SIGKILL minus End: the time the process had
-	// left to exit. Negative means the kubelet's SIGKILL would have come
-	// first.
-	Margin time.Duration `json:"margin_ns"`
+	// Headroom is the expected SIGKILL minus End: the time the process
+	// actually had left to exit (the budget's margin is what was planned).
+	// Negative means the kubelet's SIGKILL would have come first.
+	Headroom time.Duration `json:"headroom_ns"`
 	// Events counts the Kubernetes Events posted on the pod and dropped
 	// (Config.Pod); nil without a Pod.
 	Events *kube.EventStats `json:"events,omitempty"`
@@ -117,19 +117,19 @@ func (r *Report) Err() error {
 			errs = append(errs, fmt.Errorf("%s: %s: %s", p.Name, p.Result, p.Error))
 		}
 	}
-	if r.Margin < 0 {
-		errs = append(errs, fmt.Errorf("finished %v after the expected SIGKILL", -r.Margin))
+	if r.Headroom < 0 {
+		errs = append(errs, fmt.Errorf("finished %v after the expected SIGKILL", -r.Headroom))
 	}
 	return errors.Join(errs...)
 }
 
-// LogValue summarises the report for slog: counts, margin and every phase's
+// LogValue summarises the report for slog: counts, headroom and every phase's
 // result.
 func (r *Report) LogValue() slog.Value {
 	attrs := []slog.Attr{
 		slog.Time("t0", r.Budget.Start),
 		slog.String("anchor", string(r.Budget.Anchor)),
-		slog.Duration("margin", r.Margin),
+		slog.Duration("headroom", r.Headroom),
 		slog.Bool("forced", r.Forced),
 		slog.Duration("shortfall", r.Shortfall),
 	}

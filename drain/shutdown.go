@@ -133,13 +133,13 @@ func (d *Drainer) run(ctx context.Context) *Report {
 
 	rep.End = time.Now()
 	rep.Budget = d.budget.State()
-	rep.Margin = rep.Budget.Kill.Sub(rep.End)
+	rep.Headroom = rep.Budget.Kill.Sub(rep.End)
 	d.mu.Lock()
 	rep.ForcedAt = d.forcedAt
 	d.mu.Unlock()
 	rep.Forced = !rep.ForcedAt.IsZero()
-	d.margin.Record(ctx, rep.Margin.Seconds())
-	span.SetAttributes(attribute.Float64(attrMargin, rep.Margin.Seconds()), attribute.Int(attrLost, rep.Lost()),
+	d.headroom.Record(ctx, rep.Headroom.Seconds())
+	span.SetAttributes(attribute.Float64(attrHeadroom, rep.Headroom.Seconds()), attribute.Int(attrLost, rep.Lost()),
 		attribute.Bool(attrForced, rep.Forced))
 	if err := rep.Err(); err != nil { // sandboxes lost, a step failed, or SIGKILL came first
 		span.SetStatus(codes.Error, err.Error())

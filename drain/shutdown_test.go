@@ -60,7 +60,7 @@ func TestKubeletOverrunLeavesTwoSecondsAndEveryStepStillRuns(t *testing.T) {
 		assert.True(t, http.Deadline.Equal(rep.Budget.Deadline), "the last phase gets what the ublk step did not use")
 		assert.False(t, rep.Phase("http").Deadline.After(rep.Budget.Deadline))
 		assert.True(t, pres.Deadline.Equal(pres.End), "the preserves were cut at the phase deadline")
-		assert.Equal(t, 2*time.Second-pres.Duration, rep.Margin, "only the preserve phase took time")
+		assert.Equal(t, 2*time.Second-pres.Duration, rep.Headroom, "only the preserve phase took time")
 		require.Error(t, rep.Err())
 		assert.Contains(t, rep.Err().Error(), "4 sandbox(es) not preserved")
 	})
@@ -102,7 +102,7 @@ func TestHangingTeardownStepIsAbandonedAndTheNextStepRuns(t *testing.T) {
 		assert.Equal(t, OK, rep.Phase("http").Result)
 		assert.Equal(t, 10*time.Second-returnSlack, httpLeft, "http kept its reserve, less the abandon slack")
 		assert.Contains(t, rep.Err().Error(), "hang: abandoned")
-		assert.Positive(t, rep.Margin)
+		assert.Positive(t, rep.Headroom)
 	})
 }
 
@@ -241,7 +241,7 @@ func TestReportIsJSONAndLoggedOnce(t *testing.T) {
 		require.NoError(t, err)
 		var back Report
 		require.NoError(t, json.Unmarshal(b, &back))
-		assert.Equal(t, rep.Margin, back.Margin)
+		assert.Equal(t, rep.Headroom, back.Headroom)
 		assert.Equal(t, phaseNames(rep), phaseNames(&back))
 		assert.Equal(t, 2, back.Preserve.Counts[pause.Preserved])
 		assert.Equal(t, deadline.AnchorSIGTERM, back.Budget.Anchor)

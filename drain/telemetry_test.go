@@ -74,7 +74,7 @@ func TestEveryPhaseIsASpanUnderOneRootFromThePreStopCall(t *testing.T) {
 		assert.False(t, root.EndTime().Before(rep.End), "it ends with the Report")
 		assert.Equal(t, codes.Unset, root.Status().Code, "nothing lost, nothing failed")
 		assert.Equal(t, int64(0), attrOf(root.Attributes(), "drainkit.drain.lost").AsInt64())
-		assert.InDelta(t, rep.Margin.Seconds(), attrOf(root.Attributes(), "drainkit.drain.margin").AsFloat64(), 1e-9)
+		assert.InDelta(t, rep.Headroom.Seconds(), attrOf(root.Attributes(), "drainkit.drain.headroom").AsFloat64(), 1e-9)
 
 		for _, name := range []string{PhaseDrain, PhaseGate, PhasePreserve, "ublk"} {
 			s := spans["drain."+name]
@@ -202,7 +202,7 @@ func TestMetricsNamesUnitsBucketsGaugeAndRejections(t *testing.T) {
 			assert.NotEmpty(t, m.Unit, name)
 			assert.NotEmpty(t, m.Description, name)
 		}
-		assert.ElementsMatch(t, []string{"drainkit.drain.phase.duration", "drainkit.drain.margin",
+		assert.ElementsMatch(t, []string{"drainkit.drain.phase.duration", "drainkit.drain.headroom",
 			"drainkit.drain.sandboxes.running", "drainkit.drain.gate.rejections"}, names)
 
 		hist := got["drainkit.drain.phase.duration"]
@@ -223,9 +223,9 @@ func TestMetricsNamesUnitsBucketsGaugeAndRejections(t *testing.T) {
 		pres := byPhase[PhasePreserve]
 		assert.Equal(t, 2.5, telemetry.DurationBuckets[bucketOf(pres)], "two one-second preserves in a row are in (1, 2.5]")
 
-		margin := got["drainkit.drain.margin"]
+		margin := got["drainkit.drain.headroom"]
 		assert.Equal(t, "s", margin.Unit)
-		assert.InDelta(t, rep.Margin.Seconds(), margin.Data.(metricdata.Gauge[float64]).DataPoints[0].Value, 1e-9)
+		assert.InDelta(t, rep.Headroom.Seconds(), margin.Data.(metricdata.Gauge[float64]).DataPoints[0].Value, 1e-9)
 
 		assert.Equal(t, "{sandbox}", got[metricRunning].Unit)
 		rej := got["drainkit.drain.gate.rejections"]

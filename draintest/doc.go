@@ -50,7 +50,7 @@
 //			assert.Equal(t, 41, rep.Preserve.Counts[pause.Preserved])
 //			// 40 x 2 s at 8 at a time is 10 s of virtual time; the retry adds a jittered backoff.
 //			assert.Less(t, time.Since(start), 15*time.Second)
-//			assert.Greater(t, rep.Margin, time.Duration(0)) // before SIGKILL
+//			assert.Greater(t, rep.Headroom, time.Duration(0)) // before SIGKILL
 //		})
 //	}
 //

@@ -49,7 +49,7 @@ func TestShutdownPreservesEverySandboxBeforeSIGKILL(t *testing.T) {
 		assert.Equal(t, 41, rep.Preserve.Counts[pause.Preserved])
 		// 40 x 2 s at 8 at a time is 10 s of virtual time; the retry adds a jittered backoff.
 		assert.Less(t, time.Since(start), 15*time.Second)
-		assert.Greater(t, rep.Margin, time.Duration(0)) // before SIGKILL
+		assert.Greater(t, rep.Headroom, time.Duration(0)) // before SIGKILL
 	})
 }
 
@@ -98,7 +98,7 @@ func TestRecipeWithThePreStopHook(t *testing.T) {
 		require.NoError(t, rep.Err())
 		assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
 		assert.Equal(t, drain.ReasonDeadline, rep.PreStop.Reason)
-		assert.Positive(t, rep.Margin)
+		assert.Positive(t, rep.Headroom)
 	})
 }
 

@@ -25,5 +25,5 @@ func Example_table() {
 	// sandboxes lost          16                                   0
 	// device daemon           SIGKILLed, devices live              stopped cleanly
 	// server                  SIGKILLed                            exited by itself
-	// margin before SIGKILL   none (killed)                        2.42s
+	// headroom left at exit   none (killed)                        2.42s
 }

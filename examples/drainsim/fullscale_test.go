@@ -36,10 +36,10 @@ func TestFullScaleInVirtualTime(t *testing.T) {
 	t.Run("drainkit", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			preserved, tl, rep := fullScale(t, modeDrainkit, grace, n)
-			t.Logf("drainkit: %d/%d preserved, margin %v\n%s", preserved, n, tl.Margin(), tl)
+			t.Logf("drainkit: %d/%d preserved, headroom %v\n%s", preserved, n, tl.Headroom(), tl)
 			assert.Equal(t, n, preserved)
 			assert.False(t, tl.Killed)
-			assert.GreaterOrEqual(t, tl.Margin(), 30*time.Second)
+			assert.GreaterOrEqual(t, tl.Headroom(), 30*time.Second)
 			require.NotNil(t, rep)
 			assert.Zero(t, rep.Lost())
 			assert.Equal(t, drain.OK, rep.Phase("ublk").Result)

@@ -54,14 +54,14 @@ func TestSimulationShowsSeedLosingAndDrainkitPreservingAll(t *testing.T) {
 
 	assert.False(t, dk.Timeline.HookKept)
 	assert.False(t, dk.Timeline.Killed)
-	assert.Positive(t, dk.Timeline.Margin())
+	assert.Positive(t, dk.Timeline.Headroom())
 	assert.Equal(t, opts.N, dk.Preserved)
 	assert.True(t, dk.DaemonClean)
 	require.NotNil(t, dk.Report)
 	assert.Zero(t, dk.Report.Lost())
 
 	for _, want := range []string{"sandboxes preserved", fmt.Sprintf("%d/8", seed.Preserved), "8/8",
-		"SIGKILLed, devices live", "stopped cleanly", "in real time", "margin before SIGKILL"} {
+		"SIGKILLed, devices live", "stopped cleanly", "in real time", "headroom left at exit"} {
 		assert.Contains(t, out.String(), want)
 	}
 }

@@ -73,11 +73,11 @@ func printTable(w io.Writer, results []*result) {
 		}
 		return "exited by itself"
 	})
-	row("margin before SIGKILL", func(r *result) string {
+	row("headroom left at exit", func(r *result) string {
 		if r.Timeline.Killed {
 			return "none (killed)"
 		}
-		return seconds(r.Timeline.Margin())
+		return seconds(r.Timeline.Headroom())
 	})
 	tw.Flush()
 }

@@ -54,5 +54,5 @@ func TestSandboxThatCannotBeCheckpointedIsSignalled(t *testing.T) {
 	st, err := root.State(context.Background(), r.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "stopped", st.Status, "the signalled container exited")
-	assert.Positive(t, rep.Margin)
+	assert.Positive(t, rep.Headroom)
 }

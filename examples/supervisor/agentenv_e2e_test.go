@@ -127,11 +127,11 @@ func runAgentENV(t *testing.T, stopDaemon string) {
 	assert.Contains(t, log, "request shutdown")
 	assert.Contains(t, log, "delete 1")
 	assert.True(t, strings.HasSuffix(log, "exit\n"), "the daemon stopped its devices and exited:\n%s", log)
-	assert.Positive(t, rep.Drain.Margin)
+	assert.Positive(t, rep.Drain.Headroom)
 
 	recs, err := fakeagentenv.LoadRecords(state)
 	require.NoError(t, err)
 	assert.Len(t, recs, aeSandboxes, "every sandbox has its durable paused record")
 	t.Logf("preserve phase: %v for %d sandboxes; margin before SIGKILL %v",
-		rep.Drain.Preserve.End.Sub(rep.Drain.Preserve.Start).Round(time.Millisecond), aeSandboxes, tl.Margin().Round(time.Millisecond))
+		rep.Drain.Preserve.End.Sub(rep.Drain.Preserve.Start).Round(time.Millisecond), aeSandboxes, tl.Headroom().Round(time.Millisecond))
 }

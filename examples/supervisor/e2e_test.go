@@ -117,7 +117,7 @@ func runBehindSupervisor(t *testing.T, withHook bool) {
 	assert.False(t, tl.Killed, "nothing was SIGKILLed")
 	assert.False(t, tl.HookKept, "the preStop ended by the drain deadline")
 	assert.NoError(t, child.Err(), "the supervisor exited 0, with the server's status")
-	assert.Positive(t, tl.Margin())
+	assert.Positive(t, tl.Headroom())
 
 	rep := readReport(t, report)
 	require.NotNil(t, rep.Drain)
@@ -142,7 +142,7 @@ func runBehindSupervisor(t *testing.T, withHook bool) {
 	assert.Equal(t, ublk.VerdictStopped, ur.Verdict, "both devices stopped and deleted by the daemon")
 	assert.Len(t, ur.Devices, 2)
 	assert.False(t, ur.Daemon.Killed)
-	assert.Positive(t, rep.Drain.Margin)
+	assert.Positive(t, rep.Drain.Headroom)
 
 	assert.Equal(t, len(created), restartAndCountPaused(t, state, created), "every sandbox came back paused")
 }

@@ -54,7 +54,7 @@ var kept = []os.Signal{syscall.SIGHUP, syscall.SIGQUIT}
 // A Report is what the supervisor writes to -report and logs at exit.
 type Report struct {
 	// Drain is the drain package's account of the termination: the preStop
-	// wait, every sandbox's outcome, each step and the margin left before
+	// wait, every sandbox's outcome, each step and the headroom left before
 	// SIGKILL. Nil when the server exited on its own.
 	Drain  *drain.Report `json:"drain,omitempty"`
 	Server ChildState    `json:"server"`
@@ -348,7 +348,7 @@ func (s *supervisor) finish(rep *Report) {
 		attrs = append(attrs, "owned_daemon_pid", rep.OwnedDaemon.Pid, "owned_daemon_exited", rep.OwnedDaemon.Exited)
 	}
 	if rep.Drain != nil {
-		attrs = append(attrs, "lost", rep.Drain.Lost(), "margin", rep.Drain.Margin.Round(time.Millisecond))
+		attrs = append(attrs, "lost", rep.Drain.Lost(), "headroom", rep.Drain.Headroom.Round(time.Millisecond))
 	}
 	s.log.Info("supervisor: report", attrs...)
 	s.writeTerminationMessage(rep)

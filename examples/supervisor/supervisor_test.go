@@ -106,7 +106,7 @@ func TestForwardsSignalsAndExitsWithTheServersStatus(t *testing.T) {
 	require.NotNil(t, rep.Drain)
 	require.NotNil(t, rep.Drain.Phase(StepServer))
 	assert.Contains(t, rep.Drain.Phase(StepServer).Error, "exited 7")
-	assert.Positive(t, rep.Drain.Margin)
+	assert.Positive(t, rep.Drain.Headroom)
 }
 
 // Orphans re-parented to the supervisor are reaped (no zombies), and

@@ -74,9 +74,9 @@ type Timeline struct {
 	Events []Event `json:"events"` // every step, in order
 }
 
-// Margin is how long before the SIGKILL was due the process exited;
+// Headroom is how long before the SIGKILL was due the process exited;
 // negative when it had to be killed.
-func (t *Timeline) Margin() time.Duration { return t.KillDue.Sub(t.Exit) }
+func (t *Timeline) Headroom() time.Duration { return t.KillDue.Sub(t.Exit) }
 
 // String renders the timeline relative to T0, one event a line.
 func (t *Timeline) String() string {
@@ -234,7 +234,7 @@ func signalAndWait(ctx context.Context, t *Timeline, p Process) (bool, error) {
 	select {
 	case <-p.Exited():
 		t.Exit = time.Now()
-		t.event("process exited, %v before SIGKILL", t.Margin().Round(time.Millisecond))
+		t.event("process exited, %v before SIGKILL", t.Headroom().Round(time.Millisecond))
 		_ = p.Kill() // the container stops: whatever is left in it dies
 		return true, nil
 	case <-timer.C:

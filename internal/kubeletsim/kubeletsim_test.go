@@ -89,7 +89,7 @@ func TestHookThenSIGTERMThenCleanExit(t *testing.T) {
 		assert.Equal(t, 7*time.Second, tl.Remaining, "3.7 s truncated to 3 s")
 		assert.Equal(t, 10700*time.Millisecond, tl.KillDue.Sub(t0))
 		assert.False(t, tl.Killed)
-		assert.Equal(t, 6*time.Second, tl.Margin())
+		assert.Equal(t, 6*time.Second, tl.Headroom())
 		assert.Contains(t, tl.String(), "SIGTERM")
 	})
 }

@@ -96,7 +96,7 @@ func TestRealKubeletGvisorWorker(t *testing.T) {
 	assert.True(t, died.Before(kill), "the worker exited before the kubelet's SIGKILL")
 	assert.Equal(t, sandboxes, rep.Preserve.Counts[pause.Preserved], "every sandbox checkpointed: %v", rep.Preserve.Counts)
 	assert.Zero(t, rep.Lost())
-	assert.Positive(t, rep.Margin, "the Report says it ended before the expected SIGKILL")
+	assert.Positive(t, rep.Headroom, "the Report says it ended before the expected SIGKILL")
 	assert.Regexp(t, fmt.Sprintf(`^drainkit: all %d sandboxes preserved; exited \d+\.\d{3}s before SIGKILL\n`, sandboxes), msg)
 	assert.Contains(t, msg, fmt.Sprintf("sandboxes: %d: ", sandboxes))
 	assert.Contains(t, msg, "full report: "+StateMount+"/last-shutdown.json")

@@ -159,7 +159,7 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 		rep.Budget.SIGTERM.Sub(t0).Round(time.Millisecond), died.Sub(t0).Round(time.Millisecond), kill.Sub(t0).Round(time.Millisecond),
 		rep.Budget.Kill.Sub(t0).Round(time.Millisecond), rep.Preserve.Counts)
 	assert.True(t, died.Before(kill), "sandboxd exited before the kubelet's SIGKILL")
-	assert.Positive(t, rep.Margin, "the Report says it ended before the expected SIGKILL")
+	assert.Positive(t, rep.Headroom, "the Report says it ended before the expected SIGKILL")
 	total := 0
 	for _, n := range rep.Preserve.Counts {
 		total += n

@@ -129,10 +129,10 @@ func verdict(rep *drain.Report) string {
 			parts = append(parts, fmt.Sprintf("all %d sandboxes preserved", pr.Counts[pause.Preserved]))
 		}
 	}
-	if rep.Margin >= 0 {
-		parts = append(parts, fmt.Sprintf("exited %.3fs before SIGKILL", rep.Margin.Seconds()))
+	if rep.Headroom >= 0 {
+		parts = append(parts, fmt.Sprintf("exited %.3fs before SIGKILL", rep.Headroom.Seconds()))
 	} else {
-		parts = append(parts, fmt.Sprintf("ended %.3fs AFTER the expected SIGKILL", -rep.Margin.Seconds()))
+		parts = append(parts, fmt.Sprintf("ended %.3fs AFTER the expected SIGKILL", -rep.Headroom.Seconds()))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -41,7 +41,7 @@ func report(n, lost int) *drain.Report {
 			Kill: t0.Add(3600 * time.Second), Grace: time.Hour},
 		Phases: []drain.PhaseReport{{Name: "drain", Result: drain.TimedOut, Duration: 3555 * time.Second},
 			{Name: "preserve", Result: drain.Failed, Duration: 10 * time.Second}},
-		Preserve: pr, Margin: 30 * time.Second,
+		Preserve: pr, Headroom: 30 * time.Second,
 	}
 }
 

@@ -257,10 +257,10 @@ func verdict(rep *drain.Report) string {
 			parts = append(parts, fmt.Sprintf("all %d sandboxes preserved", pr.Counts[pause.Preserved]))
 		}
 	}
-	if rep.Margin >= 0 {
-		parts = append(parts, fmt.Sprintf("finished %s before SIGKILL", secs(rep.Margin)))
+	if rep.Headroom >= 0 {
+		parts = append(parts, fmt.Sprintf("finished %s before SIGKILL", secs(rep.Headroom)))
 	} else {
-		parts = append(parts, fmt.Sprintf("finished %s AFTER the expected SIGKILL", secs(-rep.Margin)))
+		parts = append(parts, fmt.Sprintf("finished %s AFTER the expected SIGKILL", secs(-rep.Headroom)))
 	}
 	for _, p := range rep.Phases {
 		if p.Result == drain.Failed || p.Result == drain.Abandoned ||

@@ -176,7 +176,7 @@ type nodeResult struct {
 	took            time.Duration // from deletion (T0) to the process's end
 	killed          bool          // SIGKILL came first
 	liveDevices     bool          // the device daemon did not stop before the end
-	margin          time.Duration // SIGKILL minus the end (drainkit)
+	headroom        time.Duration // SIGKILL minus the end (drainkit)
 }
 
 // fleetResult is the rollout's.
@@ -186,7 +186,7 @@ type fleetResult struct {
 	sandboxes, lost     int
 	killed, liveDevices int
 	tookP50, tookMax    time.Duration
-	minMargin           time.Duration
+	minHeadroom         time.Duration
 }
 
 // epoch is virtual time's origin; only differences are printed.
@@ -198,7 +198,7 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func (c *simConfig) rollout(mode int) fleetResult {
 	rng := rand.New(rand.NewPCG(c.seed, c.seed^0x9e3779b97f4a7c15))
 	lanes := make([]time.Duration, c.maxUnavailable) // when each slot of the rollout frees
-	res := fleetResult{mode: mode, minMargin: math.MaxInt64}
+	res := fleetResult{mode: mode, minHeadroom: math.MaxInt64}
 	var took []time.Duration
 	for range c.nodes {
 		n := c.minSB + rng.IntN(c.maxSB-c.minSB+1)
@@ -225,7 +225,7 @@ func (c *simConfig) rollout(mode int) fleetResult {
 			res.liveDevices++
 		}
 		if mode != modeSeed {
-			res.minMargin = min(res.minMargin, r.margin)
+			res.minHeadroom = min(res.minHeadroom, r.headroom)
 		}
 		took = append(took, r.took)
 	}
@@ -321,7 +321,7 @@ func (c *simConfig) drainkitNode(times []time.Duration, preStop bool) nodeResult
 	}
 	kill := b.Kill()
 	return nodeResult{sandboxes: len(times), lost: lost, took: end.Sub(t0), killed: end.After(kill),
-		liveDevices: live || end.After(kill), margin: kill.Sub(end)}
+		liveDevices: live || end.After(kill), headroom: kill.Sub(end)}
 }
 
 func laterTime(a, b time.Time) time.Time {
@@ -396,11 +396,11 @@ func (c *simConfig) print(w io.Writer, res []fleetResult) {
 	row("daemons killed with live devices", func(r fleetResult) string { return strconv.Itoa(r.liveDevices) })
 	row("node termination, median", func(r fleetResult) string { return human(r.tookP50) })
 	row("node termination, longest", func(r fleetResult) string { return human(r.tookMax) })
-	row("least margin before SIGKILL", func(r fleetResult) string {
+	row("least headroom before SIGKILL", func(r fleetResult) string {
 		if r.mode == modeSeed {
 			return "none: SIGKILLed"
 		}
-		return secs(r.minMargin)
+		return secs(r.minHeadroom)
 	})
 	tw.Flush()
 }

@@ -77,7 +77,7 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &rep))
 	assert.Zero(t, rep.Lost())
 	assert.Equal(t, drain.ReasonDeadline, rep.PreStop.Reason, "the preStop wait ended at the drain deadline")
-	assert.Positive(t, rep.Margin)
+	assert.Positive(t, rep.Headroom)
 }
 
 func freeAddr(t *testing.T) string {

@@ -34,6 +34,6 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sandboxd: writing the report:", err)
 		return 1
 	}
-	logger.Info("sandboxd exiting", "preserved", preserved(rep.Preserve), "lost", rep.Lost(), "margin", rep.Margin)
+	logger.Info("sandboxd exiting", "preserved", preserved(rep.Preserve), "lost", rep.Lost(), "headroom", rep.Headroom)
 	return 0
 }

@@ -153,7 +153,7 @@ func TestShutdownPreservesWritesReportAndRestartLoadsPaused(t *testing.T) {
 	require.NoError(t, rep.Err())
 	assert.Equal(t, 6, rep.Preserve.Counts[pause.Preserved])
 	assert.Equal(t, drain.OK, rep.Phase("ublk").Result, "the device daemon stopped cleanly")
-	assert.Positive(t, rep.Margin)
+	assert.Positive(t, rep.Headroom)
 
 	data, err := os.ReadFile(filepath.Join(cfg.StateDir, ReportFile))
 	require.NoError(t, err)
