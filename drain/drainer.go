@@ -23,10 +23,10 @@ import (
 // scope is the OpenTelemetry instrumentation scope of this package.
 const scope = "github.com/drainkit/drainkit/drain"
 
-// Defaults for the zero Config fields.
+// The defaults of the zero Config fields.
 const (
-	DefaultPollInterval = time.Second
-	DefaultInFlightWait = 10 * time.Second
+	defaultPollInterval = time.Second
+	defaultInFlightWait = 10 * time.Second
 )
 
 // Phase names in the plan and the Report, besides the steps' own names.
@@ -75,10 +75,12 @@ type Config struct {
 	// Steps run in order after the preserve phase, each within its
 	// reserve.
 	Steps []Step
-	// PollInterval is how often the preStop wait counts running sandboxes.
+	// PollInterval is how often the preStop wait counts running sandboxes;
+	// zero means every second.
 	PollInterval time.Duration
 	// InFlightWait bounds how long Shutdown waits for admitted operations
-	// of gated classes (a create in progress) before preserving.
+	// of gated classes (a create in progress) before preserving; zero
+	// means 10 s.
 	InFlightWait time.Duration
 	// Logger receives the plan at SIGTERM, the phases' progress and the
 	// Report once; the default Preserver logs to it too. Nil discards.
@@ -165,10 +167,10 @@ func New(cfg Config) (*Drainer, error) {
 		d.gate = &Gate{}
 	}
 	if d.poll == 0 {
-		d.poll = DefaultPollInterval
+		d.poll = defaultPollInterval
 	}
 	if d.inflight == 0 {
-		d.inflight = DefaultInFlightWait
+		d.inflight = defaultInFlightWait
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)

@@ -74,7 +74,7 @@ func TestEndToEndKubeletTerminationOfARealServer(t *testing.T) {
 		rep := readReport(t, dir)
 		assert.Zero(t, rep.Lost())
 		assert.Equal(t, deadline.AnchorPreStop, rep.Budget.Anchor)
-		assert.Equal(t, ReasonDeadline, rep.PreStop.Reason, "the preStop wait gave up at the drain deadline")
+		assert.Equal(t, reasonDeadline, rep.PreStop.Reason, "the preStop wait gave up at the drain deadline")
 		assert.Less(t, tl.SIGTERM.Sub(tl.Start), e2eGrace, "the hook returned inside the grace period")
 		require.NoError(t, rep.Err())
 	})

@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// Defaults for the zero ExecHook fields.
+// The defaults of the zero ExecHook fields.
 const (
-	DefaultHookRequestTimeout = 10 * time.Second
-	DefaultHookMaxFailures    = 5
-	DefaultHookRetryInterval  = time.Second
+	defaultHookRequestTimeout = 10 * time.Second
+	defaultHookMaxFailures    = 5
+	defaultHookRetryInterval  = time.Second
 )
 
 // An ExecHook is the client side of an exec preStop hook, for manifests
@@ -29,13 +29,12 @@ const (
 type ExecHook struct {
 	// URL of the PreStop handler, e.g. http://127.0.0.1:8080/drain.
 	URL string
-	// RequestTimeout bounds each request; zero means DefaultHookRequestTimeout.
+	// RequestTimeout bounds each request; zero means 10 s.
 	RequestTimeout time.Duration
 	// MaxFailures is how many consecutive failed requests end the hook;
-	// zero means DefaultHookMaxFailures.
+	// zero means 5.
 	MaxFailures int
-	// RetryInterval is the pause after a failed request; zero means
-	// DefaultHookRetryInterval.
+	// RetryInterval is the pause after a failed request; zero means 1 s.
 	RetryInterval time.Duration
 	// MaxWait, when positive, bounds the whole hook.
 	MaxWait time.Duration
@@ -98,13 +97,13 @@ func (h ExecHook) Run(ctx context.Context) (*PreStopSummary, error) {
 
 func (h *ExecHook) defaults() {
 	if h.RequestTimeout <= 0 {
-		h.RequestTimeout = DefaultHookRequestTimeout
+		h.RequestTimeout = defaultHookRequestTimeout
 	}
 	if h.MaxFailures <= 0 {
-		h.MaxFailures = DefaultHookMaxFailures
+		h.MaxFailures = defaultHookMaxFailures
 	}
 	if h.RetryInterval <= 0 {
-		h.RetryInterval = DefaultHookRetryInterval
+		h.RetryInterval = defaultHookRetryInterval
 	}
 	if h.Client == nil {
 		h.Client = &http.Client{}

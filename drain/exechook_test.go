@@ -20,7 +20,7 @@ func TestExecHookPollsUntilTheServerSaysDone(t *testing.T) {
 		n := calls.Add(1)
 		assert.Equal(t, "900ms", r.URL.Query().Get("wait"), "asks for an answer within 90% of its timeout")
 		assert.NotEmpty(t, r.URL.Query().Get("start"))
-		_ = json.NewEncoder(w).Encode(PreStopSummary{Done: n == 3, Reason: ReasonDrained,
+		_ = json.NewEncoder(w).Encode(PreStopSummary{Done: n == 3, Reason: reasonDrained,
 			DrainDeadline: time.Now().Add(time.Hour)})
 	}))
 	defer srv.Close()
@@ -55,13 +55,13 @@ func TestExecHookNeverOutlivesTheDrainDeadline(t *testing.T) {
 				<-r.Context().Done()
 				return
 			}
-			_ = json.NewEncoder(w).Encode(PreStopSummary{Reason: ReasonWaiting, DrainDeadline: dl})
+			_ = json.NewEncoder(w).Encode(PreStopSummary{Reason: reasonWaiting, DrainDeadline: dl})
 		})
 		sum, err := ExecHook{URL: "http://server.test/drain", RequestTimeout: time.Minute, MaxFailures: 100,
 			Client: &http.Client{Transport: handlerTransport{hang}}}.Run(context.Background())
 		require.ErrorContains(t, err, "drain deadline")
 		require.NotNil(t, sum)
-		assert.Equal(t, ReasonWaiting, sum.Reason, "the last summary the server sent")
+		assert.Equal(t, reasonWaiting, sum.Reason, "the last summary the server sent")
 		assert.WithinDuration(t, dl, time.Now(), 0, "it stopped at the reported deadline")
 		assert.Equal(t, int32(2), calls.Load())
 	})
@@ -88,7 +88,7 @@ func TestExecHookStartAnchorsTheBudget(t *testing.T) {
 	start := time.Now().Add(-1500 * time.Millisecond) // the hook process started 1.5 s ago
 	sum, err := ExecHook{URL: srv.URL, Start: start}.Run(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, ReasonDrained, sum.Reason)
+	assert.Equal(t, reasonDrained, sum.Reason)
 	assert.True(t, f.budget.Start().Equal(start.Round(0)), "T0 = the hook's start, not the request's arrival")
 	f.d.Shutdown(context.Background())
 }

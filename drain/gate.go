@@ -51,7 +51,7 @@ type Gate struct {
 	// []Class{Pause, Checkpoint, Delete}.
 	Exempt []Class
 	// RetryAfter is the Retry-After the HTTP middleware sends with its 503.
-	// Zero means DefaultRetryAfter.
+	// Zero means 5 s.
 	RetryAfter time.Duration
 
 	mu       sync.Mutex

@@ -13,10 +13,9 @@ import (
 	"github.com/drainkit/drainkit/kube"
 )
 
-// DefaultHookHeader is the request header that carries a HookGuard's secret
-// when HookGuard.Header is empty. The manifest's preStop httpGet sends it
-// with httpHeaders.
-const DefaultHookHeader = "X-Drain-Secret"
+// defaultHookHeader is the request header that carries a HookGuard's secret
+// when HookGuard.Header is empty.
+const defaultHookHeader = "X-Drain-Secret"
 
 // A HookGuard decides who may start a drain. One preStop call closes the
 // admission gate and turns readiness off, taking the node out of service:
@@ -31,8 +30,9 @@ type HookGuard struct {
 	// Secret is the shared secret a request must carry in Header. Empty
 	// means none: only requests from a loopback peer are let through.
 	Secret string
-	// Header is the header carrying the secret; DefaultHookHeader when
-	// empty.
+	// Header is the header carrying the secret; empty means
+	// "X-Drain-Secret". The manifest's preStop httpGet sends it with
+	// httpHeaders.
 	Header string
 	// Check, if set, is a further condition, called after the secret
 	// matched; a request it returns an error for is refused with that
@@ -48,7 +48,7 @@ type HookGuard struct {
 func (g *HookGuard) Wrap(next http.Handler) http.Handler {
 	header := g.Header
 	if header == "" {
-		header = DefaultHookHeader
+		header = defaultHookHeader
 	}
 	log := g.Logger
 	if log == nil {

@@ -52,11 +52,11 @@ func TestHookGuardRefusesEveryoneButTheSecretsHolder(t *testing.T) {
 		reason string
 	}{
 		"no header":         {withSecret, "127.0.0.1:5", nil, "no X-Drain-Secret header"},
-		"wrong secret":      {withSecret, "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "guess"}, "wrong X-Drain-Secret"},
-		"other header":      {guarded(drain.HookGuard{Secret: "s3cret", Header: "X-Other"}), "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}, "no X-Other header"},
+		"wrong secret":      {withSecret, "10.0.0.9:5", map[string]string{"X-Drain-Secret": "guess"}, "wrong X-Drain-Secret"},
+		"other header":      {guarded(drain.HookGuard{Secret: "s3cret", Header: "X-Other"}), "10.0.0.9:5", map[string]string{"X-Drain-Secret": "s3cret"}, "no X-Other header"},
 		"no secret, remote": {guarded(drain.HookGuard{}), "10.0.0.9:5", nil, "not from loopback"},
 		"pod not terminating": {guarded(drain.HookGuard{Secret: "s3cret", Check: drain.RequireTerminating(podState{err: kube.ErrNotTerminating}, time.Second)}),
-			"10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}, "not terminating"},
+			"10.0.0.9:5", map[string]string{"X-Drain-Secret": "s3cret"}, "not terminating"},
 	} {
 		logs.Reset()
 		assert.Equal(t, http.StatusForbidden, call(tc.h, tc.remote, tc.hdr), name)
@@ -66,13 +66,13 @@ func TestHookGuardRefusesEveryoneButTheSecretsHolder(t *testing.T) {
 	}
 	assert.Zero(t, reached, "no refused request reached the hook")
 
-	assert.Equal(t, 200, call(withSecret, "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}))
+	assert.Equal(t, 200, call(withSecret, "10.0.0.9:5", map[string]string{"X-Drain-Secret": "s3cret"}))
 	assert.Equal(t, 200, call(guarded(drain.HookGuard{}), "127.0.0.1:5", nil), "no secret: loopback only")
 	assert.Equal(t, 200, call(guarded(drain.HookGuard{}), "[::1]:5", nil))
 	terminating := guarded(drain.HookGuard{Secret: "s3cret", Check: drain.RequireTerminating(podState{ts: time.Now()}, time.Second)})
-	assert.Equal(t, 200, call(terminating, "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}))
+	assert.Equal(t, 200, call(terminating, "10.0.0.9:5", map[string]string{"X-Drain-Secret": "s3cret"}))
 	unreadable := guarded(drain.HookGuard{Secret: "s3cret", Check: drain.RequireTerminating(podState{err: errors.New("403 from the API server")}, time.Second)})
-	assert.Equal(t, 200, call(unreadable, "10.0.0.9:5", map[string]string{drain.DefaultHookHeader: "s3cret"}),
+	assert.Equal(t, 200, call(unreadable, "10.0.0.9:5", map[string]string{"X-Drain-Secret": "s3cret"}),
 		"a pod that cannot be read is not refused: the secret vouched for the request")
 	assert.Equal(t, 5, reached)
 	assert.False(t, strings.Contains(logs.String(), "s3cret"), "the secret is never logged")

@@ -11,9 +11,9 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 )
 
-// DefaultRetryAfter is the Retry-After a Gate's HTTP middleware sends when
+// defaultRetryAfter is the Retry-After a Gate's HTTP middleware sends when
 // Gate.RetryAfter is zero.
-const DefaultRetryAfter = 5 * time.Second
+const defaultRetryAfter = 5 * time.Second
 
 // Admit returns a handler that admits each request to h as one operation of
 // class c. While the gate is closed and c is gated, it answers
@@ -42,7 +42,7 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 
 func retryAfterSeconds(d time.Duration) string {
 	if d <= 0 {
-		d = DefaultRetryAfter
+		d = defaultRetryAfter
 	}
 	secs := (d + time.Second - 1) / time.Second // round up: 0.5 s is 1, never 0
 	return strconv.FormatInt(int64(secs), 10)

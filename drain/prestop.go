@@ -17,11 +17,11 @@ import (
 
 // Reasons a preStop wait ended, in PreStopSummary.Reason.
 const (
-	ReasonWaiting  = "waiting"  // still waiting (a ?wait= bound or the client gave up first)
-	ReasonDrained  = "drained"  // no running sandboxes left
-	ReasonDeadline = "deadline" // the drain phase's deadline came
-	ReasonSIGTERM  = "sigterm"  // Shutdown started
-	ReasonForced   = "forced"   // Force was called
+	reasonWaiting  = "waiting"  // still waiting (a ?wait= bound or the client gave up first)
+	reasonDrained  = "drained"  // no running sandboxes left
+	reasonDeadline = "deadline" // the drain phase's deadline came
+	reasonSIGTERM  = "sigterm"  // Shutdown started
+	reasonForced   = "forced"   // Force was called
 )
 
 // A PreStopSummary is what the preStop handler answers, as JSON.
@@ -29,7 +29,10 @@ type PreStopSummary struct {
 	Start time.Time `json:"start"`        // T0: the first preStop call
 	End   time.Time `json:"end,omitzero"` // when the wait ended
 	Done  bool      `json:"done"`         // the wait is over
-	// Reason is one of the Reason constants.
+	// Reason is why the wait ended, an identifier: "waiting" (not over:
+	// a ?wait= bound or the client gave up first), "drained" (no running
+	// sandboxes left), "deadline" (the drain phase's deadline came),
+	// "sigterm" (Shutdown started) or "forced" (Force was called).
 	Reason        string        `json:"reason"`
 	Running       int           `json:"running"`        // running sandboxes at the last count
 	DrainDeadline time.Time     `json:"drain_deadline"` // the drain phase's deadline at the last count
@@ -154,7 +157,7 @@ func (d *Drainer) preStop(ctx context.Context, at time.Time, bound <-chan time.T
 	run := d.startPreStop(at)
 	if run == nil {
 		st := d.budget.State()
-		return PreStopSummary{Start: st.Start, Done: true, Reason: ReasonSIGTERM, Running: d.Running(),
+		return PreStopSummary{Start: st.Start, Done: true, Reason: reasonSIGTERM, Running: d.Running(),
 			DrainDeadline: d.plan.Deadline(PhaseDrain), Kill: st.Kill}
 	}
 	select { // every answer carries a count, even with ?wait=0s
@@ -183,7 +186,7 @@ func (d *Drainer) startPreStop(at time.Time) *preStopRun {
 	d.budget.OnPreStop(at)
 	d.gate.Close()
 	t0 := d.budget.Start()
-	run := &preStopRun{counted: make(chan struct{}), done: make(chan struct{}), sum: PreStopSummary{Start: t0, Reason: ReasonWaiting}}
+	run := &preStopRun{counted: make(chan struct{}), done: make(chan struct{}), sum: PreStopSummary{Start: t0, Reason: reasonWaiting}}
 	// The termination's span starts here, at T0, and Shutdown ends it; the
 	// wait is its first phase.
 	d.rootCtx, d.root = d.tracer.Start(context.Background(), rootSpan, trace.WithTimestamp(t0))
@@ -214,7 +217,7 @@ func (d *Drainer) drainWait(run *preStopRun) {
 	})
 	run.span.SetAttributes(attribute.String(attrReason, reason), attribute.Int(attrRunning, sum.Running))
 	d.observePhase(run.ctx, run.span, PhaseReport{Name: PhaseDrain, Duration: waited, Result: drainResult(reason),
-		Forced: reason == ReasonForced})
+		Forced: reason == reasonForced})
 	run.span.End(trace.WithTimestamp(now))
 	d.log.Info("drain: preStop wait over", "reason", reason, "running", d.Running(), "waited", waited)
 }
@@ -235,11 +238,11 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 		})
 		run.markCounted()
 		if n == 0 {
-			return ReasonDrained
+			return reasonDrained
 		}
 		left := time.Until(dl)
 		if left <= 0 {
-			return ReasonDeadline
+			return reasonDeadline
 		}
 		if now := time.Now(); !now.Before(nextProgress) {
 			d.logWaitProgress(n, left)
@@ -260,9 +263,9 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 func (d *Drainer) stopReason() string {
 	switch {
 	case d.force.Err() != nil:
-		return ReasonForced
+		return reasonForced
 	case d.term.Err() != nil:
-		return ReasonSIGTERM
+		return reasonSIGTERM
 	}
 	return ""
 }

@@ -41,7 +41,7 @@ func TestPreStopWaitStopsAtTheDrainDeadlineLeavingTheLaterReserves(t *testing.T)
 		// 3600 - 5 (margin) - 30 (ublk) - ceil(20/4) x 2 s (preserve) = 3555 s.
 		assert.Equal(t, 3555*time.Second, call.at.Sub(t0))
 		assert.True(t, sum.Done)
-		assert.Equal(t, ReasonDeadline, sum.Reason)
+		assert.Equal(t, reasonDeadline, sum.Reason)
 		assert.Equal(t, 20, sum.Running)
 		assert.True(t, t0.Add(3555*time.Second).Equal(sum.DrainDeadline))
 
@@ -68,7 +68,7 @@ func TestPreStopReturnsAsSoonAsNoSandboxIsRunning(t *testing.T) {
 			}
 		}()
 		sum := f.callPreStop(t.Context(), "").wait(t)
-		assert.Equal(t, ReasonDrained, sum.Reason)
+		assert.Equal(t, reasonDrained, sum.Reason)
 		assert.Equal(t, 0, sum.Running)
 		assert.Equal(t, 150*time.Second, time.Since(t0), "the last ended at 149.5 s; the next count, each second, sees none")
 		rep := f.d.Shutdown(context.Background())
@@ -109,7 +109,7 @@ func TestPreStopWaitQueryAnswersEarlyWithProgress(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Second})
 		sum := f.callPreStop(t.Context(), "?wait=30s").wait(t)
 		assert.False(t, sum.Done)
-		assert.Equal(t, ReasonWaiting, sum.Reason)
+		assert.Equal(t, reasonWaiting, sum.Reason)
 		assert.Equal(t, 2, sum.Running)
 		assert.Equal(t, 30*time.Second, sum.Waited)
 		f.d.Shutdown(context.Background())
@@ -152,7 +152,7 @@ func TestPreStopAfterSIGTERMAnswersAtOnce(t *testing.T) {
 		sum := call.wait(t)
 		assert.Equal(t, sigterm, call.at, "no wait at all")
 		assert.True(t, sum.Done)
-		assert.Equal(t, ReasonSIGTERM, sum.Reason)
+		assert.Equal(t, reasonSIGTERM, sum.Reason)
 		rep := <-done
 		assert.Equal(t, deadline.AnchorSIGTERM, rep.Budget.Anchor, "the late preStop did not re-anchor the budget")
 		assert.Nil(t, rep.PreStop)
@@ -169,11 +169,11 @@ func TestShutdownEndsTheRunningPreStopWait(t *testing.T) {
 		time.Sleep(100 * time.Second)
 		rep := f.d.Shutdown(context.Background())
 		sum := call.wait(t)
-		assert.Equal(t, ReasonSIGTERM, sum.Reason)
+		assert.Equal(t, reasonSIGTERM, sum.Reason)
 		assert.Equal(t, 100*time.Second, sum.Waited)
 		require.NotNil(t, rep.PreStop)
 		assert.Equal(t, Stopped, rep.Phase(PhaseDrain).Result, "SIGTERM ended the wait: not a timeout")
-		assert.Equal(t, ReasonSIGTERM, rep.PreStop.Reason)
+		assert.Equal(t, reasonSIGTERM, rep.PreStop.Reason)
 		assert.Equal(t, deadline.MinimumGracePeriod, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the call was still open: the kubelet gave up on it")
 		require.NoError(t, rep.Err())
 	})
@@ -197,7 +197,7 @@ func TestPreStopWaitLogsProgressAtASteadyRhythm(t *testing.T) {
 			edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&buf, nil)) }})
 		call := f.callPreStop(t.Context(), "")
 		sum := call.wait(t) // 60 - 5 (margin) - 2 (one round of four) = 53 s
-		assert.Equal(t, ReasonDeadline, sum.Reason)
+		assert.Equal(t, reasonDeadline, sum.Reason)
 		var lines []string
 		for line := range strings.Lines(buf.String()) {
 			if strings.Contains(line, "drain: preStop wait: ") {

@@ -25,19 +25,20 @@ const (
 	// states it once and copies it here (a kustomize replacement, or a test
 	// that keeps the two equal).
 	EnvGrace = "DRAINKIT_GRACE"
-	// EnvHookListen is the address the preStop hook is served on; loopback
-	// by default. Set it to the pod's own address ($(POD_IP):8082) for an
+	// EnvHookListen is the address the preStop hook is served on; unset,
+	// it is 127.0.0.1:8082: loopback, reachable by an exec hook
+	// (drain/cmd/drainhook) but not by the sandboxes on the node. Set it to the pod's own address ($(POD_IP):8082) for an
 	// httpGet hook, together with EnvHookSecret.
 	EnvHookListen = "DRAINKIT_HOOK_LISTEN"
 	// EnvHookSecret is the shared secret the hook's httpHeaders carry in
-	// DefaultHookHeader. Required when EnvHookListen is not loopback.
+	// the header X-Drain-Secret. Required when EnvHookListen is not
+	// loopback.
 	EnvHookSecret = "DRAINKIT_HOOK_SECRET"
 )
 
-// DefaultHookListen is where a Server serves the preStop hook when
-// EnvHookListen is unset: loopback, reachable by an exec hook
-// (drain/cmd/drainhook) but not by the sandboxes on the node.
-const DefaultHookListen = "127.0.0.1:8082"
+// defaultHookListen is where a Server serves the preStop hook when
+// EnvHookListen is unset.
+const defaultHookListen = "127.0.0.1:8082"
 
 // A Server is the one-call wiring of a net/http sandbox server: the
 // budget from the pod's grace period, the admission gate, readiness, the
@@ -77,7 +78,7 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	s := &Server{srv: srv, hook: os.Getenv(EnvHookListen), secret: os.Getenv(EnvHookSecret),
 		log: slog.Default(), listening: make(chan [2]net.Addr, 1)}
 	if s.hook == "" {
-		s.hook = DefaultHookListen
+		s.hook = defaultHookListen
 	}
 	if err := s.checkHook(); err != nil {
 		return nil, err

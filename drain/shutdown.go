@@ -174,9 +174,9 @@ func (d *Drainer) logPlan(ctx context.Context) {
 // drainResult is the Result of the preStop wait that ended for reason.
 func drainResult(reason string) Result {
 	switch reason {
-	case ReasonDrained:
+	case reasonDrained:
 		return OK
-	case ReasonSIGTERM, ReasonForced:
+	case reasonSIGTERM, reasonForced:
 		return Stopped
 	}
 	return TimedOut

@@ -148,7 +148,7 @@ func TestForceBeforeShutdownEndsThePreStopWait(t *testing.T) {
 		time.Sleep(20 * time.Second)
 		f.d.Force()
 		sum := call.wait(t)
-		assert.Equal(t, ReasonForced, sum.Reason)
+		assert.Equal(t, reasonForced, sum.Reason)
 		assert.Equal(t, 20*time.Second, sum.Waited)
 		f.d.Shutdown(context.Background())
 	})

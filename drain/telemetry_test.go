@@ -87,7 +87,7 @@ func TestEveryPhaseIsASpanUnderOneRootFromThePreStopCall(t *testing.T) {
 		wait := spans["drain.drain"]
 		assert.Equal(t, t0, wait.StartTime())
 		assert.Equal(t, 10*time.Second, wait.EndTime().Sub(wait.StartTime()), "the wait lasted until SIGTERM")
-		assert.Equal(t, ReasonSIGTERM, attrOf(wait.Attributes(), "drainkit.drain.reason").AsString())
+		assert.Equal(t, reasonSIGTERM, attrOf(wait.Attributes(), "drainkit.drain.reason").AsString())
 		assert.Equal(t, codes.Unset, wait.Status().Code, "a wait that SIGTERM ended did not fail")
 		require.NoError(t, tp.Shutdown(context.Background()))
 	})
@@ -171,7 +171,7 @@ func TestMetricsNamesUnitsBucketsGaugeAndRejections(t *testing.T) {
 		}
 		assert.Equal(t, int64(3), running(), "the first count of the wait")
 		f.node.Remove("sb-0")
-		time.Sleep(DefaultPollInterval)
+		time.Sleep(defaultPollInterval)
 		synctest.Wait()
 		assert.Equal(t, int64(2), running(), "the next count")
 

@@ -97,7 +97,7 @@ func TestRecipeWithThePreStopHook(t *testing.T) {
 		rep := <-reports
 		require.NoError(t, rep.Err())
 		assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
-		assert.Equal(t, drain.ReasonDeadline, rep.PreStop.Reason)
+		assert.Equal(t, "deadline", rep.PreStop.Reason)
 		assert.Positive(t, rep.Headroom)
 	})
 }

@@ -203,7 +203,7 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 			return sum
 		}
 		sum := preStop("?wait=1ms") // the kubelet's call, answered after the first count
-		assert.Equal(t, drain.ReasonWaiting, sum.Reason)
+		assert.Equal(t, "waiting", sum.Reason)
 		assert.Equal(t, 200, sum.Running, "every page counted")
 		assert.Equal(t, grace, sum.Kill.Sub(t0))
 		st := sup.budget.State()
@@ -218,6 +218,6 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 		t.Logf("grace %v: preStop wait until T0+%v, preserve reserve %v, steps 2x30s, margin %v",
 			grace, sum.DrainDeadline.Sub(t0), preserve, st.Margin)
 		sup.drainer.Force() // ends the wait
-		assert.Equal(t, drain.ReasonForced, preStop("").Reason)
+		assert.Equal(t, "forced", preStop("").Reason)
 	})
 }

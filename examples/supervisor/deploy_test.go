@@ -64,7 +64,7 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, hookPort, portNumber(t, c, c.Lifecycle.PreStop.HTTPGet.Port.String()))
 	require.Len(t, c.Lifecycle.PreStop.HTTPGet.HTTPHeaders, 1)
-	assert.Equal(t, drain.DefaultHookHeader, c.Lifecycle.PreStop.HTTPGet.HTTPHeaders[0].Name)
+	assert.Equal(t, "X-Drain-Secret", c.Lifecycle.PreStop.HTTPGet.HTTPHeaders[0].Name)
 	assert.Equal(t, secret, c.Lifecycle.PreStop.HTTPGet.HTTPHeaders[0].Value, "the hook sends the supervisor's secret")
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)

@@ -16,8 +16,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/drainkit/drainkit/drain"
 )
 
 // Fault: the server's list call fails (an HTML page, a 500, a hang) for the
@@ -150,7 +148,7 @@ func getWith(ctx context.Context, url, secret string) int {
 	if err != nil {
 		return 0
 	}
-	req.Header.Set(drain.DefaultHookHeader, secret)
+	req.Header.Set("X-Drain-Secret", secret)
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := c.Do(req)
 	if err != nil {

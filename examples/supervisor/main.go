@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/apiflags"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/ublk"
@@ -116,8 +115,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	c.hookSecret = os.Getenv(EnvHookSecret)
 	if c.hookSecret == "" && !loopback(c.hookListen) {
-		return c, fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends in %s",
-			c.hookListen, EnvHookSecret, drain.DefaultHookHeader)
+		return c, fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends in X-Drain-Secret",
+			c.hookListen, EnvHookSecret)
 	}
 	c.daemon = strings.Fields(*daemon)
 	var err error

@@ -71,7 +71,7 @@ func TestRealKubeletSandboxd(t *testing.T) {
 		rep := runSandboxd(t, node, "sandboxd-ample", sandboxdCase{grace: 10, sandboxes: 8, pause: 300 * time.Millisecond, concurrency: 4})
 		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved])
 		assert.Zero(t, rep.Lost())
-		assert.Equal(t, drain.ReasonDeadline, rep.PreStop.Reason, "the preStop wait ended at the drain deadline")
+		assert.Equal(t, "deadline", rep.PreStop.Reason, "the preStop wait ended at the drain deadline")
 	})
 	// The same through the exec hook: the kubelet runs /drainhook in the
 	// container, which calls /drain until the wait is over.

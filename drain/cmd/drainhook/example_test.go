@@ -14,7 +14,7 @@ import (
 // drain wait is over, then exits 0 so the kubelet proceeds to SIGTERM.
 func Example() {
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(drain.PreStopSummary{Done: true, Reason: drain.ReasonDrained})
+		_ = json.NewEncoder(w).Encode(drain.PreStopSummary{Done: true, Reason: "drained"})
 	}))
 	defer server.Close()
 

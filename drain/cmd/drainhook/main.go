@@ -22,9 +22,9 @@ func run(args []string, logw io.Writer) int {
 	fs := flag.NewFlagSet("drainhook", flag.ContinueOnError)
 	fs.SetOutput(logw)
 	fs.StringVar(&h.URL, "url", "http://127.0.0.1:8080/drain", "URL of the server's preStop handler")
-	fs.DurationVar(&h.RequestTimeout, "timeout", drain.DefaultHookRequestTimeout, "timeout of each request")
-	fs.IntVar(&h.MaxFailures, "failures", drain.DefaultHookMaxFailures, "consecutive failed requests before giving up")
-	fs.DurationVar(&h.RetryInterval, "retry", drain.DefaultHookRetryInterval, "pause after a failed request")
+	fs.DurationVar(&h.RequestTimeout, "timeout", 0, "timeout of each request (0: ExecHook's default, 10s)")
+	fs.IntVar(&h.MaxFailures, "failures", 0, "consecutive failed requests before giving up (0: ExecHook's default, 5)")
+	fs.DurationVar(&h.RetryInterval, "retry", 0, "pause after a failed request (0: ExecHook's default, 1s)")
 	fs.DurationVar(&h.MaxWait, "max-wait", 0, "bound on the whole hook (0: the drain deadline the server reports)")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestExitsZeroWhenTheDrainWaitIsOver(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(drain.PreStopSummary{Done: true, Reason: drain.ReasonDrained})
+		_ = json.NewEncoder(w).Encode(drain.PreStopSummary{Done: true, Reason: "drained"})
 	}))
 	defer srv.Close()
 	var log strings.Builder

@@ -418,12 +418,16 @@ func makespan(times []time.Duration, slots int) time.Duration {
 	return slices.Max(free)
 }
 
+// gateWait bounds the gate phase as the Drainer's default does
+// (drain.Config.InFlightWait zero: 10 s).
+const gateWait = 10 * time.Second
+
 // phasesFor returns the Drainer's plan phases with this preserve reserve
 // and the steps.
 func (in *planInput) phasesFor(reserve deadline.Reserve) []deadline.Phase {
 	phases := []deadline.Phase{
 		{Name: drain.PhaseDrain},
-		{Name: drain.PhaseGate, Max: drain.DefaultInFlightWait},
+		{Name: drain.PhaseGate, Max: gateWait},
 		{Name: drain.PhasePreserve, Reserve: reserve},
 	}
 	r := learned.Rates{Steps: in.steps}

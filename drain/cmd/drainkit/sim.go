@@ -279,7 +279,7 @@ func (c *simConfig) phases(running *int) []deadline.Phase {
 	step := min(max(c.grace/10, 500*time.Millisecond), 30*time.Second)
 	return []deadline.Phase{
 		{Name: drain.PhaseDrain},
-		{Name: drain.PhaseGate, Max: drain.DefaultInFlightWait},
+		{Name: drain.PhaseGate, Max: gateWait},
 		{Name: drain.PhasePreserve, Reserve: deadline.Work(func() int { return *running }, c.estimator(), func() int { return c.concurrency })},
 		{Name: "server", Reserve: deadline.Fixed(step)},
 		{Name: "ublk", Reserve: deadline.Fixed(step), Critical: true},

@@ -68,7 +68,7 @@ func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
 	assert.Equal(t, hookPort, portNumber(c, hook.Port.String()), "the hook goes to -hook-listen's port")
 	assert.NotEqual(t, port, hookPort, "the API port does not serve the hook")
 	require.Len(t, hook.HTTPHeaders, 1)
-	assert.Equal(t, drain.DefaultHookHeader, hook.HTTPHeaders[0].Name)
+	assert.Equal(t, "X-Drain-Secret", hook.HTTPHeaders[0].Name)
 	assert.Equal(t, secret, hook.HTTPHeaders[0].Value, "the hook sends the secret sandboxd expects")
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)

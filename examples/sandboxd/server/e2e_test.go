@@ -56,7 +56,7 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + hookAddr + "/drain",
-		Header: http.Header{drain.DefaultHookHeader: {secret}}}, grace)
+		Header: http.Header{"X-Drain-Secret": {secret}}}, grace)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
 	assert.False(t, tl.Killed, "sandboxd was SIGKILLed:\n%s\n%s", tl, &stderr)
@@ -76,7 +76,7 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 	var rep drain.Report
 	require.NoError(t, json.Unmarshal(data, &rep))
 	assert.Zero(t, rep.Lost())
-	assert.Equal(t, drain.ReasonDeadline, rep.PreStop.Reason, "the preStop wait ended at the drain deadline")
+	assert.Equal(t, "deadline", rep.PreStop.Reason, "the preStop wait ended at the drain deadline")
 	assert.Positive(t, rep.Headroom)
 }
 

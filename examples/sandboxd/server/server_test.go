@@ -139,7 +139,7 @@ func TestHTTPContract(t *testing.T) {
 	code, _, body = call(t, "GET", st.hook+"/drain", "")
 	require.Equal(t, http.StatusOK, code)
 	require.NoError(t, json.Unmarshal([]byte(body), &sum))
-	assert.Equal(t, drain.ReasonDrained, sum.Reason)
+	assert.Equal(t, "drained", sum.Reason)
 }
 
 func TestShutdownPreservesWritesReportAndRestartLoadsPaused(t *testing.T) {
