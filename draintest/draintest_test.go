@@ -251,7 +251,7 @@ func TestDocRecipeIsTestRecipe(t *testing.T) {
 		}
 		return nil
 	}
-	want := body(string(src), "func TestRecipe(", "")
+	want := body(string(src), "func TestShutdownPreservesEverySandboxBeforeSIGKILL(", "")
 	require.NotEmpty(t, want)
 	assert.Equal(t, want, body(string(doc), "func TestShutdownPreservesEverySandboxBeforeSIGKILL(", "//\t"))
 }

@@ -191,14 +191,6 @@ type config struct {
 	progress         time.Duration // <= 0: off
 }
 
-// inFlight names the in-flight policy in logs and spans.
-func (c *config) inFlight() string {
-	if c.cancelAtDeadline {
-		return "cancel_at_deadline"
-	}
-	return "finish_in_flight"
-}
-
 func defaultBackOff() backoff.BackOff {
 	return backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(200*time.Millisecond),

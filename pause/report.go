@@ -28,8 +28,8 @@ const (
 
 // An Entry is the account of one sandbox.
 type Entry struct {
-	ID       string        `json:"id"`
-	Outcome  Outcome       `json:"outcome"`
+	ID       string        `json:"id"`                    // the sandbox's ID
+	Outcome  Outcome       `json:"outcome"`               // what happened to it
 	Pass     int           `json:"pass"`                  // the pass that first listed it, from 1; 0 when only the drain's count listed it
 	Attempts int           `json:"attempts"`              // Preserve calls made
 	Start    time.Time     `json:"start,omitzero"`        // first attempt
@@ -44,8 +44,8 @@ type Entry struct {
 
 // A Report accounts for every sandbox a Run saw. It is JSON-marshalable.
 type Report struct {
-	Start    time.Time       `json:"start"`
-	End      time.Time       `json:"end"`
+	Start    time.Time       `json:"start"`                // when Run started
+	End      time.Time       `json:"end"`                  // when Run returned
 	Deadline time.Time       `json:"deadline"`             // the phase deadline: no preserve started after it
 	Hard     time.Time       `json:"hard,omitzero"`        // in-flight preserves were abandoned at it
 	Passes   int             `json:"passes"`               // listing passes made

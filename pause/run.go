@@ -76,7 +76,7 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 			attribute.String("drainkit.pause.hard", fmtTime(r.hard)),
 			attribute.Int("drainkit.pause.limit", p.cfg.limit),
 			attribute.Int("drainkit.pause.max_limit", p.cfg.maxLimit),
-			attribute.String("drainkit.pause.in_flight", p.cfg.inFlight()),
+			attribute.Bool("drainkit.pause.cancel_at_deadline", p.cfg.cancelAtDeadline),
 		)
 	}
 	r.contexts()
@@ -88,7 +88,7 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r.startProgress()
 	p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run started",
 		slog.String("time_left", fmtLeft(r.phase)), slog.Int("limit", r.limit),
-		slog.Int("max_limit", p.cfg.maxLimit), slog.String("in_flight", p.cfg.inFlight()))
+		slog.Int("max_limit", p.cfg.maxLimit), slog.Bool("cancel_at_deadline", p.cfg.cancelAtDeadline))
 	return r
 }
 

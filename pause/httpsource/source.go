@@ -85,8 +85,7 @@ type Config struct {
 	// token the server sends twice ends the listing with a permanent error
 	// instead of a loop. Both empty, the default, means no pagination; one
 	// without the other is an error.
-	PageTokenHeader string
-	PageTokenParam  string
+	PageTokenHeader, PageTokenParam string
 
 	// ItemsField is the field of a top-level object that holds the array
 	// of sandboxes; empty means the answer is the array itself.

@@ -313,7 +313,7 @@ func TestMetricsInPrometheusFormat(t *testing.T) {
 		`drainkit_ublk_devices_total{drainkit_ublk_verdict="stopped"} 1`,
 		`drainkit_pause_preserve_duration_seconds_count`,
 		`drainkit_ublk_teardown_duration_seconds_count`,
-		`drainkit_drain_margin_seconds `,
+		`drainkit_drain_headroom_seconds `,
 	} {
 		assert.Contains(t, after, want)
 	}
