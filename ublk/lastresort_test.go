@@ -115,7 +115,7 @@ func TestLastResortTimeline(t *testing.T) {
 	})
 }
 
-// With WithReserve the last-resort point moves with the reserve: 3/10 of
+// With Config.Reserve the last-resort point moves with the reserve: 3/10 of
 // it for the last resort, and the rest for the stop, control and kill.
 func TestLastResortPointFollowsTheReserve(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

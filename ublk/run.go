@@ -349,7 +349,7 @@ func (r *run) count() (live, present int) {
 
 // maybeKill applies the kernel rule. While a device may be live (see
 // devState.live) the daemon is killed only on a kernel where that is safe,
-// KillReserve before the deadline. Once none is, killing is safe
+// at the kill's part of the reserve. Once none is, killing is safe
 // everywhere, and the daemon gets ExitWait to exit by itself first.
 func (r *run) maybeKill(live int, exited bool, now time.Time) {
 	if r.cfg.daemon == nil || exited || r.killed {

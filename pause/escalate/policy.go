@@ -312,6 +312,7 @@ type cmdTarget struct {
 
 var errNotStarted = errors.New("escalate: command not started")
 
+// Signal signals the child through its pidfd; a reaped child is done.
 func (t *cmdTarget) Signal(_ context.Context, sig syscall.Signal) error {
 	switch {
 	case t.c.Process == nil:
@@ -341,6 +342,8 @@ func (t *cmdTarget) reaped() bool {
 	}
 }
 
+// Wait reaps the child (c.Wait, once, in a goroutine) or returns at ctx's
+// end.
 func (t *cmdTarget) Wait(ctx context.Context) error {
 	if t.c.Process == nil {
 		return errNotStarted
