@@ -130,8 +130,12 @@ func TestPodTightensTheBudgetAndTheEventsTellTheDrain(t *testing.T) {
 	changed := f.budget.Changed()
 	call := f.callPreStop(t.Context(), "?wait=0s")
 	<-changed // OnPreStop
-	for !f.budget.Kill().Equal(kill) {
-		<-f.budget.Changed() // the read of the pod, in the background
+	for {
+		next := f.budget.Changed() // before the check: a change in between is not missed
+		if f.budget.Kill().Equal(kill) {
+			break
+		}
+		<-next // the read of the pod, in the background
 	}
 	call.wait(t)
 

@@ -1,0 +1,15 @@
+// Package realapiserver runs a real kube-apiserver (v1.34, built from the
+// Go module proxy by .ci/build-kube-apiserver) over Debian's etcd on
+// loopback, everything in a test's temporary directory, to prove package
+// kube and drain.Config.Pod against the API server they talk to in a
+// cluster: the pod's deletionTimestamp and grace after a real
+// `delete --grace-period`, the Events a drain posts, listed back, and a 403
+// from RBAC reported without holding up the drain.
+//
+//	cluster := realapiserver.Start(t) // skips, naming what is missing
+//	cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/pods", pod, http.StatusCreated, nil)
+//
+// The tests skip when the kube-apiserver binary or etcd is missing; CI
+// does not build the kube-apiserver (the README says why), so they never
+// fail there for want of it.
+package realapiserver

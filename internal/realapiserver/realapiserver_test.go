@@ -1,0 +1,244 @@
+package realapiserver_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/draintest"
+	"github.com/drainkit/drainkit/internal/realapiserver"
+	"github.com/drainkit/drainkit/kube"
+	"github.com/drainkit/drainkit/pause"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const ns = "default"
+
+// The Role the example's manifest gives sandboxd, applied as is (only its
+// namespace and subject changed) so that the test proves it is enough.
+const rbacManifest = "../../examples/sandboxd/deploy/rbac.yaml"
+
+func grantTheExamplesRole(t *testing.T, c *realapiserver.Cluster) {
+	t.Helper()
+	data, err := os.ReadFile(rbacManifest)
+	require.NoError(t, err)
+	var role *rbacv1.Role
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var r rbacv1.Role
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &r))
+		if r.Kind == "Role" {
+			role = &r
+		}
+	}
+	require.NotNil(t, role, "no Role in %s", rbacManifest)
+	role.Namespace = ns
+	c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/roles", role, http.StatusCreated, nil)
+	c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-drainkit", Namespace: ns},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: realapiserver.PodUser}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+	}, http.StatusCreated, nil)
+}
+
+// createPod creates a pod bound to a node that does not exist: no kubelet
+// ever confirms its deletion, so once deleted it stays, with its
+// deletionTimestamp, as a terminating pod's object does while its
+// containers drain.
+func createPod(t *testing.T, c *realapiserver.Cluster, name string) *corev1.Pod {
+	t.Helper()
+	var pod corev1.Pod
+	c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/pods", &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      "node-that-does-not-exist",
+			TerminationGracePeriodSeconds: new(int64(3600)),
+			Containers:                    []corev1.Container{{Name: "sandboxd", Image: "sandboxd"}},
+		},
+	}, http.StatusCreated, &pod)
+	return &pod
+}
+
+// deletePod is `kubectl delete pod NAME --grace-period=N`: the DELETE
+// with DeleteOptions.gracePeriodSeconds. It returns when the request was
+// sent and when its answer came.
+func deletePod(t *testing.T, c *realapiserver.Cluster, name string, grace int64) (sent, answered time.Time) {
+	t.Helper()
+	sent = time.Now()
+	c.MustDo(t, http.MethodDelete, "/api/v1/namespaces/"+ns+"/pods/"+name,
+		&metav1.DeleteOptions{GracePeriodSeconds: &grace}, http.StatusOK, nil)
+	return sent, time.Now()
+}
+
+func podConfig(t *testing.T, c *realapiserver.Cluster, token string) kube.Config {
+	return kube.Config{Host: c.URL, Namespace: ns, TokenFile: c.TokenFile(t, token), CAFile: c.CAFile}
+}
+
+func TestRealAPIServer(t *testing.T) {
+	c := realapiserver.Start(t)
+	// The ServiceAccount admission plugin wants the namespace's default
+	// service account, which a controller-manager would create.
+	c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/serviceaccounts",
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, http.StatusCreated, nil)
+	grantTheExamplesRole(t, c)
+
+	t.Run("PodReaderReadsTheDeletionOfDeleteGracePeriod", func(t *testing.T) {
+		createPod(t, c, "reader-0")
+		pod, err := kube.New("reader-0", podConfig(t, c, realapiserver.PodToken))
+		require.NoError(t, err)
+		_, err = pod.Deletion(t.Context())
+		require.ErrorIs(t, err, kube.ErrNotTerminating, "before the delete")
+
+		sent, answered := deletePod(t, c, "reader-0", 30)
+		d, err := pod.Deletion(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, 30*time.Second, d.Grace)
+		// The API server sets deletion time + 30 s, stored to the second.
+		assert.WithinRange(t, d.Timestamp, sent.Add(30*time.Second).Truncate(time.Second), answered.Add(30*time.Second))
+		t.Logf("DELETE sent %s, answered %s; deletionTimestamp %s, grace %v",
+			sent.Format(time.RFC3339Nano), answered.Format(time.RFC3339Nano), d.Timestamp.Format(time.RFC3339Nano), d.Grace)
+
+		// The manifest's hour is cut to the deletion's 30 s.
+		b, err := deadline.New(3600 * time.Second)
+		require.NoError(t, err)
+		b.OnPreStop(answered)
+		changed, err := pod.Tighten(t.Context(), b)
+		require.NoError(t, err)
+		assert.True(t, changed)
+		assert.True(t, b.Kill().Equal(d.Timestamp), "SIGKILL %v, want %v", b.Kill(), d.Timestamp)
+	})
+
+	t.Run("DrainPostsItsEventsOnThePod", func(t *testing.T) {
+		created := createPod(t, c, "sandboxd-0")
+		_, answered := deletePod(t, c, "sandboxd-0", 20)
+		var logs bytes.Buffer
+		cfg := podConfig(t, c, realapiserver.PodToken)
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		pod, err := kube.New("sandboxd-0", cfg)
+		require.NoError(t, err)
+		rep, _ := drainNode(t, pod, true, &logs)
+
+		require.NotNil(t, rep.Events)
+		assert.Equal(t, kube.EventStats{Posted: 4}, *rep.Events, "log:\n%s", logs.String())
+		assert.WithinRange(t, rep.Budget.Kill, answered, answered.Add(21*time.Second), "the deletion's 20 s, not the hour")
+
+		// Listed back as kubectl describe pod lists them: by the pod's
+		// name and UID, through the core/v1 API.
+		var list corev1.EventList
+		c.MustDo(t, http.MethodGet, "/api/v1/namespaces/"+ns+"/events?fieldSelector=involvedObject.name%3Dsandboxd-0,involvedObject.uid%3D"+
+			string(created.UID), nil, http.StatusOK, &list)
+		reasons := map[string]corev1.Event{}
+		for _, ev := range list.Items {
+			reasons[ev.Reason] = ev
+			assert.Equal(t, "drainkit", ev.ReportingController)
+			assert.Equal(t, "sandboxd-0", ev.ReportingInstance)
+			assert.Equal(t, "Pod", ev.InvolvedObject.Kind)
+			t.Logf("event %s %s %s: %s", ev.Type, ev.Reason, ev.Action, ev.Message)
+		}
+		require.Len(t, list.Items, 4)
+		assert.Contains(t, reasons["DrainStarted"].Message, "preStop hook called")
+		assert.Equal(t, corev1.EventTypeWarning, reasons["SandboxesLost"].Type)
+		assert.Contains(t, reasons["SandboxesLost"].Message, "broken(failed)")
+		assert.Equal(t, "ublk", reasons["StepFinished"].Action)
+		assert.Contains(t, reasons["StepFinished"].Message, "ublk teardown: stopped")
+		assert.Equal(t, corev1.EventTypeWarning, reasons["DrainFinished"].Type)
+		assert.Contains(t, reasons["DrainFinished"].Message, "2 of 3 sandboxes preserved, 1 lost")
+	})
+
+	t.Run("RBACDeniedIsReportedAndDoesNotHoldUpTheDrain", func(t *testing.T) {
+		createPod(t, c, "denied-0")
+		deletePod(t, c, "denied-0", 20)
+		var logs bytes.Buffer
+		cfg := podConfig(t, c, realapiserver.NoneToken)
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		pod, err := kube.New("denied-0", cfg)
+		require.NoError(t, err)
+
+		_, err = pod.Deletion(t.Context())
+		var apiErr *kube.APIError
+		require.ErrorAs(t, err, &apiErr)
+		assert.Equal(t, http.StatusForbidden, apiErr.StatusCode)
+		assert.Equal(t, "Forbidden", apiErr.Reason)
+		assert.Contains(t, err.Error(), `User "nobody" cannot get resource "pods"`)
+		assert.Contains(t, err.Error(), `needs RBAC "get" on "pods"`)
+
+		rep, took := drainNode(t, pod, false, &logs)
+		require.NotNil(t, rep.Events)
+		assert.Equal(t, 0, rep.Events.Posted)
+		assert.Equal(t, 4, rep.Events.Dropped)
+		assert.Contains(t, rep.Events.LastError, "403")
+		assert.Contains(t, rep.Events.LastError, `"create" on "events"`)
+		assert.Contains(t, logs.String(), "Kubernetes Events dropped")
+		assert.Contains(t, logs.String(), "the budget stands")
+		// The manifest's hour stands (SIGTERM's arithmetic truncates the
+		// hook's time to whole seconds: up to 1 s more).
+		assert.WithinRange(t, rep.Budget.Kill, rep.Budget.Start.Add(time.Hour), rep.Budget.Start.Add(time.Hour+time.Second))
+		// Not held up: the refusals come back at once; a bound, not a
+		// timing: the event queue's flush alone may take 1 s.
+		assert.Less(t, took, 30*time.Second)
+
+		var list corev1.EventList
+		c.MustDo(t, http.MethodGet, "/api/v1/namespaces/"+ns+"/events?fieldSelector=involvedObject.name%3Ddenied-0", nil, http.StatusOK, &list)
+		assert.Empty(t, list.Items)
+	})
+}
+
+// verdict is the ublk step's Detail as the drain sees it: a Stringer.
+type verdict string
+
+func (v verdict) String() string { return "ublk teardown: " + string(v) }
+
+// drainNode runs a drain with pod as Config.Pod over three sandboxes, one
+// of which fails to preserve, and a ublk-like step: the preStop call
+// (answered at once), then, once the budget has the pod's deletion if
+// tightens says it will, SIGTERM. It returns the Report and how long the
+// drain took.
+func drainNode(t *testing.T, pod *kube.Pod, tightens bool, logs *bytes.Buffer) (*drain.Report, time.Duration) {
+	t.Helper()
+	b, err := deadline.New(3600*time.Second, deadline.WithMargin(time.Second))
+	require.NoError(t, err)
+	node := draintest.NewNode()
+	node.AddN("sb", 2, time.Millisecond)
+	node.Add(&draintest.Sandbox{Name: "broken", Latency: time.Millisecond, Faults: []draintest.Fault{draintest.Permanent}})
+	d, err := drain.New(drain.Config{
+		Budget: b, Sandboxes: node, Pod: pod,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Steps: []drain.Step{drain.NewStep(deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(time.Second)},
+			func(context.Context) (any, error) { return verdict("stopped"), nil })},
+	})
+	require.NoError(t, err)
+	start := time.Now()
+	d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
+	for tightens {
+		next := b.Changed() // before the check: a change in between is not missed
+		if b.Kill().Sub(b.Start()) < time.Hour {
+			break
+		}
+		<-next // the read of the pod, in the background
+	}
+	rep := d.Shutdown(t.Context())
+	took := time.Since(start)
+	require.Error(t, rep.Err()) // the broken sandbox
+	assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
+	assert.False(t, errors.Is(rep.Err(), context.DeadlineExceeded))
+	return rep, took
+}
