@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -34,6 +35,12 @@ const (
 	// the header X-Drain-Secret. Required when EnvHookListen is not
 	// loopback.
 	EnvHookSecret = "DRAINKIT_HOOK_SECRET"
+	// EnvPodName is the pod's name, from the Downward API (fieldRef
+	// metadata.name). With it and the pod's mounted service account the
+	// Server reads the pod's deletionTimestamp and posts Events on the pod
+	// (Config.Pod, which needs RBAC: see package kube); without either, it
+	// logs why and drains on the grace of EnvGrace.
+	EnvPodName = "POD_NAME"
 )
 
 // defaultHookListen is where a Server serves the preStop hook when
@@ -89,7 +96,7 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	}
 	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
 	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
-	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log}); err != nil {
+	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: s.inCluster()}); err != nil {
 		return nil, err
 	}
 	next := srv.Handler
@@ -101,6 +108,22 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	mux.Handle("/", next)
 	srv.Handler = mux
 	return s, nil
+}
+
+// inCluster returns the pod this process runs in, or nil, logged, when
+// EnvPodName is unset or the service account is not mounted.
+func (s *Server) inCluster() *kube.Pod {
+	name := os.Getenv(EnvPodName)
+	if name == "" {
+		s.log.Info("drain: " + EnvPodName + " is not set: no deletionTimestamp from the API server, no Events")
+		return nil
+	}
+	pod, err := kube.New(name, kube.Config{Logger: s.log})
+	if err != nil {
+		s.log.Warn("drain: no Kubernetes API access: no deletionTimestamp from the API server, no Events", "error", err)
+		return nil
+	}
+	return pod
 }
 
 // graceFromEnv reads EnvGrace: whole seconds or a Go duration.

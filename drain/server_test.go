@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -111,4 +112,30 @@ func status(t *testing.T, method, url string) int {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// Outside a cluster (or without POD_NAME) the one-call path has no pod:
+// it says why in the log and starts all the same.
+func TestNewServerWithoutAPIAccessLogsWhyAndGoesOn(t *testing.T) {
+	t.Setenv(EnvGrace, "30")
+	t.Setenv(EnvHookListen, "")
+	t.Setenv(EnvHookSecret, "")
+	var logs strings.Builder
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+
+	t.Setenv(EnvPodName, "")
+	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Nil(t, s.d.pod)
+	assert.Contains(t, logs.String(), EnvPodName+" is not set")
+
+	t.Setenv(EnvPodName, "sandboxd-0")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	s, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Nil(t, s.d.pod)
+	assert.Contains(t, logs.String(), "no Kubernetes API access")
+	assert.Contains(t, logs.String(), "KUBERNETES_SERVICE_HOST is not set")
 }

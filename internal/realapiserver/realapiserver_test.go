@@ -118,7 +118,7 @@ func TestRealAPIServer(t *testing.T) {
 			sent.Format(time.RFC3339Nano), answered.Format(time.RFC3339Nano), d.Timestamp.Format(time.RFC3339Nano), d.Grace)
 
 		// The manifest's hour is cut to the deletion's 30 s.
-		b, err := deadline.New(3600 * time.Second)
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
 		require.NoError(t, err)
 		b.OnPreStop(answered)
 		changed, err := pod.Tighten(t.Context(), b)
@@ -214,7 +214,7 @@ func (v verdict) String() string { return "ublk teardown: " + string(v) }
 // drain took.
 func drainNode(t *testing.T, pod *kube.Pod, tightens bool, logs *bytes.Buffer) (*drain.Report, time.Duration) {
 	t.Helper()
-	b, err := deadline.New(3600*time.Second, deadline.WithMargin(time.Second))
+	b, err := deadline.New(3600*time.Second, deadline.Config{Margin: time.Second})
 	require.NoError(t, err)
 	node := draintest.NewNode()
 	node.AddN("sb", 2, time.Millisecond)

@@ -48,6 +48,11 @@ type Config struct {
 	// the environment variable DRAINKIT_TERMINATION_LOG), where the drain's summary goes
 	// at exit; empty means /dev/termination-log when it exists, as the kubelet mounts it.
 	TerminationLog string
+	// Pod is this pod's name for the Kubernetes API (-pod, default $POD_NAME from the
+	// Downward API): sandboxd reads its deletionTimestamp (a delete --grace-period shorter
+	// than -grace) and posts Events on it (deploy/rbac.yaml grants both). Empty, or no
+	// service account mounted: neither, logged.
+	Pod string
 }
 
 // Defaults for the flags.
@@ -79,6 +84,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.Float64Var(&c.PauseJitter, "pause-jitter", 0, "spread of the pause latency, a fraction in [0, 1) (fake runtime)")
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
+	fs.StringVar(&c.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp and Events through the Kubernetes API (needs deploy/rbac.yaml); empty: no API access")
 	fs.IntVar(&c.Devices, "devices", 0, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -134,4 +136,52 @@ func portNumber(c corev1.Container, port string) string {
 		return port
 	}
 	return strconv.Itoa(int(c.Ports[i].ContainerPort))
+}
+
+// The DaemonSet runs as the service account rbac.yaml binds to a Role that
+// lets sandboxd read its pod and post events (internal/realapiserver
+// proves the Role enough against a real API server), and gives -pod its
+// name through the Downward API.
+func TestRBACManifestGrantsWhatSandboxdNeeds(t *testing.T) {
+	raw, err := os.ReadFile(manifest)
+	require.NoError(t, err)
+	var ds appsv1.DaemonSet
+	require.NoError(t, yaml.UnmarshalStrict(raw, &ds))
+	rbac, err := os.ReadFile("../deploy/rbac.yaml")
+	require.NoError(t, err)
+	var sa corev1.ServiceAccount
+	var role rbacv1.Role
+	var binding rbacv1.RoleBinding
+	for _, doc := range strings.Split(string(rbac), "\n---\n") {
+		var meta metav1.TypeMeta
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
+		switch meta.Kind {
+		case "ServiceAccount":
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &sa))
+		case "Role":
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &role))
+		case "RoleBinding":
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &binding))
+		default:
+			t.Fatalf("unexpected kind %q in rbac.yaml", meta.Kind)
+		}
+	}
+	assert.Equal(t, ds.Spec.Template.Spec.ServiceAccountName, sa.Name)
+	assert.Equal(t, ds.Namespace, sa.Namespace)
+	assert.Equal(t, ds.Namespace, role.Namespace)
+	assert.Contains(t, role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})
+	assert.Contains(t, role.Rules, rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}})
+	assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, binding.RoleRef)
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}}, binding.Subjects)
+
+	c := ds.Spec.Template.Spec.Containers[0]
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" })
+	require.GreaterOrEqual(t, i, 0, "the manifest sets POD_NAME")
+	require.NotNil(t, c.Env[i].ValueFrom)
+	assert.Equal(t, "metadata.name", c.Env[i].ValueFrom.FieldRef.FieldPath)
+	t.Setenv(HookSecretEnv, "s")
+	t.Setenv("POD_NAME", "sandboxd-x7k2p")
+	cfg, err := ParseFlags(c.Args, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "sandboxd-x7k2p", cfg.Pod, "-pod defaults to $POD_NAME")
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/internal/ublkhook"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -164,8 +165,23 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 		PollInterval:  min(time.Second, s.cfg.Grace/20),
 		Logger:        s.logger,
 		MeterProvider: s.meters,
+		Pod:           s.pod(),
 	})
 	return err
+}
+
+// pod is this pod in the Kubernetes API (-pod), or nil when there is none or no service
+// account is mounted: the drain then goes on with -grace and posts no Events.
+func (s *Server) pod() *kube.Pod {
+	if s.cfg.Pod == "" {
+		return nil
+	}
+	pod, err := kube.New(s.cfg.Pod, kube.Config{Logger: s.logger, MeterProvider: s.meters})
+	if err != nil {
+		s.logger.Warn("no Kubernetes API access: -grace stands, no Events", "error", err)
+		return nil
+	}
+	return pod
 }
 
 // Addr returns the address the server listens on.
