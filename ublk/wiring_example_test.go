@@ -20,7 +20,7 @@ func Example_wiring() {
 	}
 	logger := slog.Default()
 
-	daemon, err := ublk.FindProcess(ublkd.Process.Pid) // or &ublk.Socket{Path: path, Process: daemon}
+	daemon, err := ublk.FindProcess(ublkd.Process.Pid)                   // or &ublk.Socket{Path: path, Process: daemon}
 	kernels, err := ublk.LoadKernelDeclarations("/etc/drainkit/kernels") // vendor kernels you verified
 	td, err := ublk.New(daemon, ublk.Config{Kernels: kernels, Logger: logger})
 	if err != nil {

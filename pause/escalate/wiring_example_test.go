@@ -19,7 +19,9 @@ func Example_runsc() {
 	runsc := func(ctx context.Context, args ...string) error {
 		return exec.CommandContext(ctx, "runsc", append([]string{"--root", "/run/runsc"}, args...)...).Run()
 	}
-	kill := func(ctx context.Context, sig syscall.Signal) error { return runsc(ctx, "kill", id, strconv.Itoa(int(sig))) }
+	kill := func(ctx context.Context, sig syscall.Signal) error {
+		return runsc(ctx, "kill", id, strconv.Itoa(int(sig)))
+	}
 	wait := func(ctx context.Context) error { return runsc(ctx, "wait", id) }
 	state := func(ctx context.Context) (bool, error) { return runsc(ctx, "state", id) != nil, nil }
 
