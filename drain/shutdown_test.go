@@ -19,6 +19,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -342,4 +343,34 @@ func TestSlowListerCannotSpendTheStepsReserve(t *testing.T) {
 		assert.True(t, rep.Phases[len(rep.Phases)-1].End.Equal(rep.End))
 		time.Sleep(10 * time.Second) // let the abandoned listing return
 	})
+}
+
+// The default Preserver logs to Config.Logger, unless Config.Pause sets a
+// Logger of its own, which wins; the same holds for the providers.
+func TestDefaultPreserverTakesTheDrainersLoggerUnlessPauseSetsOne(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			var drainLog, pauseLog logbuf.Buffer
+			b, err := deadline.New(60*time.Second, deadline.Config{})
+			require.NoError(t, err)
+			node := fakesandbox.NewNode()
+			node.AddN("sb", 2, time.Second)
+			cfg := Config{Budget: b, Sandboxes: node, Logger: slog.New(slog.NewTextHandler(&drainLog, nil))}
+			if own {
+				cfg.Pause.Logger = slog.New(slog.NewTextHandler(&pauseLog, nil))
+			}
+			d, err := New(cfg)
+			require.NoError(t, err)
+			b.OnSIGTERM(time.Now())
+			rep := d.Shutdown(t.Context())
+			require.NoError(t, rep.Err())
+			assert.Contains(t, drainLog.String(), "drain:", "the Drainer logs to Config.Logger")
+			if own {
+				assert.Contains(t, pauseLog.String(), "pause: run started")
+				assert.NotContains(t, drainLog.String(), "pause: run started", "Config.Pause.Logger wins")
+			} else {
+				assert.Contains(t, drainLog.String(), "pause: run started", "the default Preserver inherits Config.Logger")
+			}
+		})
+	}
 }
