@@ -60,7 +60,7 @@ func TestHookAbandonedAgreesWithOnSIGTERMWhenTheGraceWasRight(t *testing.T) {
 }
 
 // A sleep hook of 4 s out of 10: the server sees nothing before SIGTERM;
-// with WithPreStopSleep the budget puts T0 4 s before it and SIGKILL 6 s
+// with Config.PreStopSleep the budget puts T0 4 s before it and SIGKILL 6 s
 // after it, as the kubelet does (kubeletsim's Sleep hook agrees).
 func TestPreStopSleepMovesT0BeforeSIGTERM(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
