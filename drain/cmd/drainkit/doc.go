@@ -17,7 +17,7 @@
 // (STATE_DIR/learned-rates.json: the estimate of one pause, the
 // concurrency, the grace period and the teardown steps' reserves), lays
 // out the plan the server's drain.Drainer would make with deadline.Plan,
-// and prints the predicted preserve time, the margin left, whether every
+// and prints the predicted preserve time, the spare time (or shortfall), whether every
 // sandbox would be preserved and the smallest terminationGracePeriodSeconds
 // that fits. It exits 1 when the sandboxes do not fit, to gate a rollout.
 //

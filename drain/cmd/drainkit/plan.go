@@ -39,7 +39,7 @@ the grace period less its margin before SIGKILL), and prints:
     of the learned mean pause), beside what the drain reserves for it (rounds
     of the estimate, max(mean, p90): conservative, since a reserve too small
     costs sandboxes),
-  - the margin left (how much more work would still fit),
+  - the spare time (how much more work would still fit), or the shortfall,
   - whether every sandbox would be preserved,
   - the smallest terminationGracePeriodSeconds that would fit.
 
@@ -539,10 +539,10 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if res.fits {
-		fmt.Fprintf(tw, "  margin left\t%s\tthe work could take this much longer and still fit\n", secs(res.spare))
+		fmt.Fprintf(tw, "  spare\t%s\tthe work could take this much longer and still fit\n", secs(res.spare))
 		fmt.Fprintf(tw, "  verdict\tFITS\tevery sandbox would be preserved\n")
 	} else {
-		fmt.Fprintf(tw, "  margin left\t-%s\tthe work is this much longer than the budget\n", secs(res.shortfall))
+		fmt.Fprintf(tw, "  shortfall\t%s\tthe work is this much longer than the budget\n", secs(res.shortfall))
 		fmt.Fprintf(tw, "  verdict\tDOES NOT FIT\tabout %d of %d sandboxes would not be preserved\n", in.lostEstimate(res), n)
 	}
 	if res.minGrace > 0 {
