@@ -144,7 +144,7 @@ func (p *Plan) Phases() []string {
 // A Window is the time one phase runs under: what a phase asks the Plan for
 // when it starts, and what a report shows it ran under.
 type Window struct {
-	Name  string    `json:"name"`
+	Name  string    `json:"name"`  // the phase's name
 	Start time.Time `json:"start"` // when the window was computed: the phase's start
 	// Deadline is when the phase must stop starting work: Start <=
 	// Deadline <= the budget's deadline, or Start itself once the budget's
