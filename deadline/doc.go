@@ -30,8 +30,10 @@
 //
 // In the SIGTERM handler:
 //
-//	budget.OnSIGTERM(time.Now()) // the kubelet's arithmetic refines SIGKILL
+//	budget.OnSIGTERM(time.Now())                 // the kubelet's arithmetic refines SIGKILL
 //	ctx, cancel := plan.Context(ctx, "preserve") // then "teardown", "exit"
+//
+// (Example_wiring runs these lines.)
 //
 // # The kubelet's clock
 //

@@ -17,6 +17,9 @@
 //		Sandboxes: pause.ListFunc(listRunning),
 //		Steps:     []drain.Step{teardown, drain.HTTPServerStep("http", srv, 5*time.Second)},
 //	})
+//	if err != nil {
+//		log.Fatal(err) // names the bad field, e.g. Config.Steps[1].Phase().Name
+//	}
 //	mux.Handle("POST /sandboxes", gate.Admit(drain.Create, create))
 //	mux.Handle("GET /readyz", gate.Readiness(nil))
 //	// The hook on a listener of its own (loopback or the pod's address),
