@@ -38,6 +38,7 @@ type podAPI struct {
 
 	mu       sync.Mutex
 	deletion *time.Time // the pod's deletionTimestamp
+	grace    int64      // the pod's terminationGracePeriodSeconds, if not 0
 	status   int        // non-zero: every request is answered with this status
 	hang     bool       // every request hangs until the client gives up
 	gets     int
@@ -81,6 +82,9 @@ func (a *podAPI) serve(w http.ResponseWriter, r *http.Request) {
 		pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}}
 		if a.deletion != nil {
 			pod.DeletionTimestamp = &metav1.Time{Time: *a.deletion}
+		}
+		if a.grace != 0 {
+			pod.Spec.TerminationGracePeriodSeconds = &a.grace
 		}
 		_ = json.NewEncoder(w).Encode(&pod)
 	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/agentenv/events":

@@ -21,10 +21,11 @@ import (
 // The environment a Server reads, set in the pod's manifest.
 const (
 	// EnvGrace is the pod's terminationGracePeriodSeconds, as whole seconds
-	// ("3600") or a Go duration ("1h"). Kubernetes cannot pass the spec's
-	// value down (the Downward API does not expose it), so the manifest
-	// states it once and copies it here (a kustomize replacement, or a test
-	// that keeps the two equal).
+	// ("3600") or a Go duration ("1h"). The Downward API does not expose
+	// the spec's value, so either the manifest states it once and copies it
+	// here (a kustomize replacement, or a test that keeps the two equal),
+	// or, unset, NewServer reads it from the pod's spec through the API
+	// server (EnvPodName and RBAC "get" on "pods").
 	EnvGrace = "DRAINKIT_GRACE"
 	// EnvHookListen is the address the preStop hook is served on; unset,
 	// it is 127.0.0.1:8082: loopback, reachable by an exec hook
@@ -71,19 +72,21 @@ type Server struct {
 // NewServer wires srv, whose sandboxes lists lists, for termination. steps
 // run after preservation and before srv's shutdown, which is always the
 // last step (a device teardown such as a *ublk.Teardown goes here). It
-// reads EnvGrace (required), EnvHookListen and EnvHookSecret, and wraps
+// reads EnvGrace (or, unset, the pod's spec through the API server when
+// EnvPodName is set), EnvPodName, EnvHookListen and EnvHookSecret, and wraps
 // srv.Handler to answer GET /readyz (503 once draining). Errors name the
 // variable or argument that is wrong; they come now, not at SIGTERM.
 func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server, error) {
 	if srv == nil {
 		return nil, errors.New("drain: NewServer: srv must not be nil")
 	}
-	grace, err := graceFromEnv()
+	s := &Server{srv: srv, hook: os.Getenv(EnvHookListen), secret: os.Getenv(EnvHookSecret),
+		log: slog.Default(), listening: make(chan [2]net.Addr, 1)}
+	pod := s.inCluster()
+	grace, err := s.grace(pod)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{srv: srv, hook: os.Getenv(EnvHookListen), secret: os.Getenv(EnvHookSecret),
-		log: slog.Default(), listening: make(chan [2]net.Addr, 1)}
 	if s.hook == "" {
 		s.hook = defaultHookListen
 	}
@@ -96,7 +99,7 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	}
 	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
 	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
-	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: s.inCluster()}); err != nil {
+	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod}); err != nil {
 		return nil, err
 	}
 	next := srv.Handler
@@ -118,12 +121,36 @@ func (s *Server) inCluster() *kube.Pod {
 		s.log.Info("drain: " + EnvPodName + " is not set: no deletionTimestamp from the API server, no Events")
 		return nil
 	}
-	pod, err := kube.New(name, kube.Config{Logger: s.log})
+	pod, err := kube.New(name, inClusterConfig(s.log))
 	if err != nil {
 		s.log.Warn("drain: no Kubernetes API access: no deletionTimestamp from the API server, no Events", "error", err)
 		return nil
 	}
 	return pod
+}
+
+// inClusterConfig is the kube.Config of the pod this process runs in;
+// tests point it at an API server of their own.
+var inClusterConfig = func(log *slog.Logger) kube.Config { return kube.Config{Logger: log} }
+
+// podGraceTimeout bounds NewServer's read of the pod's spec.
+const podGraceTimeout = 5 * time.Second
+
+// grace is EnvGrace when it is set, else the pod's
+// spec.terminationGracePeriodSeconds read through the API server.
+func (s *Server) grace(pod *kube.Pod) (time.Duration, error) {
+	if os.Getenv(EnvGrace) != "" || pod == nil {
+		return graceFromEnv()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
+	defer cancel()
+	g, err := pod.Grace(ctx)
+	if err != nil {
+		_, envErr := graceFromEnv()
+		return 0, fmt.Errorf("%w, and the pod's spec could not be read: %w", envErr, err)
+	}
+	s.log.Info("drain: grace from the pod's spec.terminationGracePeriodSeconds", "grace", g)
+	return g, nil
 }
 
 // graceFromEnv reads EnvGrace: whole seconds or a Go duration.

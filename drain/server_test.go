@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -138,4 +139,37 @@ func TestNewServerWithoutAPIAccessLogsWhyAndGoesOn(t *testing.T) {
 	assert.Nil(t, s.d.pod)
 	assert.Contains(t, logs.String(), "no Kubernetes API access")
 	assert.Contains(t, logs.String(), "KUBERNETES_SERVICE_HOST is not set")
+}
+
+// In a cluster, DRAINKIT_GRACE may stay unset: the grace is the pod's
+// spec.terminationGracePeriodSeconds, read through the API server.
+func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
+	api := newPodAPI(t)
+	api.grace = 45
+	old := inClusterConfig
+	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
+	t.Cleanup(func() { inClusterConfig = old })
+	t.Setenv(EnvGrace, "")
+	t.Setenv(EnvHookListen, "")
+	t.Setenv(EnvHookSecret, "")
+	t.Setenv(EnvPodName, "sandboxd-0")
+
+	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Equal(t, 45*time.Second, s.Drainer().Budget().Grace())
+	assert.NotNil(t, s.d.pod)
+
+	t.Setenv(EnvGrace, "30") // the variable, when set, wins
+	s, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, s.Drainer().Budget().Grace())
+
+	t.Setenv(EnvGrace, "")
+	api.mu.Lock()
+	api.status = http.StatusForbidden
+	api.mu.Unlock()
+	_, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), EnvGrace+" is not set")
+	assert.Contains(t, err.Error(), "403")
 }

@@ -280,6 +280,27 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 	return d, err
 }
 
+// Grace reads the pod's spec.terminationGracePeriodSeconds: the grace the
+// kubelet gives the pod unless a deletion asks for less (see Deletion). A
+// server can size its budget with it at start instead of repeating the
+// manifest's number in a flag. It returns an *APIError for an answer other
+// than 200, an error if the spec has no positive grace, and ctx's error if
+// ctx ends first.
+func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
+	if p == nil {
+		return 0, errors.New("kube: Pod is nil")
+	}
+	obj, err := p.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	g := obj.Spec.TerminationGracePeriodSeconds
+	if g == nil || *g <= 0 || *g > int64(time.Duration(1<<63-1)/time.Second) {
+		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or not positive", p.ns, p.name)
+	}
+	return time.Duration(*g) * time.Second, nil
+}
+
 // Tighten reads the pod's deletionTimestamp and passes it to b.Tighten,
 // reporting whether the budget's SIGKILL moved earlier.
 //
@@ -311,6 +332,9 @@ type podObject struct {
 		DeletionTimestamp          *time.Time `json:"deletionTimestamp"`
 		DeletionGracePeriodSeconds *int64     `json:"deletionGracePeriodSeconds"`
 	} `json:"metadata"`
+	Spec struct {
+		TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds"`
+	} `json:"spec"`
 }
 
 func (o *podObject) deletion() (Deletion, error) {

@@ -540,3 +540,22 @@ func TestDeletionTracesEachRead(t *testing.T) {
 	assert.Equal(t, codes.Error, spans[1].Status().Code)
 	assert.Contains(t, spans[1].Attributes(), attribute.Int("http.response.status_code", 403))
 }
+
+func TestGraceReadsTheSpec(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, nil)) // terminationGracePeriodSeconds: 3600
+	g, err := newPod(t, cfg, testPod).Grace(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, g)
+
+	_, cfg = newAPIServer(t, podJSON(t, func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = nil }))
+	_, err = newPod(t, cfg, testPod).Grace(t.Context())
+	assert.ErrorContains(t, err, "spec.terminationGracePeriodSeconds")
+
+	_, cfg = newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden")
+	})
+	_, err = newPod(t, cfg, testPod).Grace(t.Context())
+	var apiErr *kube.APIError
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, http.StatusForbidden, apiErr.StatusCode)
+}

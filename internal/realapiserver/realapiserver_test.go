@@ -107,6 +107,9 @@ func TestRealAPIServer(t *testing.T) {
 		require.NoError(t, err)
 		_, err = pod.Deletion(t.Context())
 		require.ErrorIs(t, err, kube.ErrNotTerminating, "before the delete")
+		g, err := pod.Grace(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, time.Hour, g, "the spec's terminationGracePeriodSeconds")
 
 		sent, answered := deletePod(t, c, "reader-0", 30)
 		d, err := pod.Deletion(t.Context())
