@@ -51,9 +51,10 @@ import (
 // backShare of its work (pass.popLocked): longest first would give the
 // first completion only after the longest preserves' time, most of a short
 // pass at the starting limit (1.5 s of a 2 s disk Run on this project's
-// VM). And a move below the level held, or a probe, to a level j is made
-// only with shortRounds rounds of work at j queued (about two go to
-// draining the workers above j and measuring it); without them a
+// VM). And a move below the level held, or a probe, is made only with
+// shortRounds rounds of work queued at the higher of the two levels
+// (about two go to draining the workers above the lower one and measuring
+// it); without them a
 // comparison that does not pay settles the limit on the better measured
 // of its two levels: what the move found would come too late to be used.
 //
@@ -82,7 +83,7 @@ const (
 	payFrac       = 0.05 // a doubling must add this much throughput to pay
 	holdEpochs    = 8    // epochs held between two probes upward
 	bindFrac      = 0.8  // the deadline binds when the work left needs this much of the time left
-	shortRounds   = 4    // rounds of work at its level queued that a move below, or a probe, needs
+	shortRounds   = 4    // rounds of work queued that a move below, or a probe, needs (room)
 	minEpochWidth = 4    // samples an epoch needs at least
 	maxStretch    = 3    // an undecided epoch grows to this many times its width
 	noiseZ        = 1.0  // standard errors a difference must exceed to count
@@ -208,7 +209,7 @@ func (c *climber) x(k int) float64 { return c.at(k).mean() }
 //
 // queued is the number of preserves not started: a move to a level j
 // below the one held, or a probe, is made only with shortRounds rounds of
-// work at j queued (room); else the climber settles on the better
+// work queued (room); else the climber settles on the better
 // measured of the two levels it compared: what the move found would come
 // too late to be used.
 func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, queued int, now time.Time) int {
@@ -246,8 +247,11 @@ func (c *climber) pays(a, b int) bool {
 	return diff > 0
 }
 
-// room reports whether shortRounds rounds of work at level j are queued.
-func (c *climber) room(j int) bool { return c.queued >= shortRounds*max(j, 1) }
+// room reports whether a move to level j has shortRounds rounds of work
+// queued at the higher of j and the level held: a move down spends its
+// first round at the level held (the workers above j finish their
+// preserves), a probe up its rounds at j.
+func (c *climber) room(j int) bool { return c.queued >= shortRounds*max(j, c.k, 1) }
 
 // keep holds, when little work is left, the better measured of lo < hi:
 // hi only if its throughput is higher. There is no time to measure on, and

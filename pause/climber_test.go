@@ -89,7 +89,7 @@ func sampleAt(c *climber, n int, queued int, rate func(k int) float64, now *time
 	}
 }
 
-// With too little work queued for four rounds at the level below, a
+// With too little work queued for four rounds at the level held, a
 // doubling that does not pay settles the limit on the better measured of
 // the two levels instead of a search below them (whose finding would come
 // too late to be used), and no probe follows; with enough work queued the
@@ -105,7 +105,7 @@ func TestClimberWithLittleWorkLeftSettlesInsteadOfSearchingBelow(t *testing.T) {
 		want   int
 	}{
 		{"flat, work queued", flat, 1000, 4}, // 16 did not pay: halve from 8
-		{"flat, four rounds at 4 queued", flat, 16, 4},
+		{"flat, four rounds at 16 queued", flat, 64, 4},
 		{"flat, little work left", flat, 15, 8},
 		{"a little more at 16, work queued", little, 1000, 4},
 		{"a little more at 16, little work left", little, 15, 16},
@@ -119,7 +119,7 @@ func TestClimberWithLittleWorkLeftSettlesInsteadOfSearchingBelow(t *testing.T) {
 			assert.Equal(t, 16, c.k)
 			sampleAt(c, 4, tc.queued, tc.rate, &now)
 			assert.Equal(t, tc.want, c.k)
-			if tc.queued < 16 {
+			if tc.queued < 64 {
 				assert.False(t, c.climbing())
 				sampleAt(c, 4*holdEpochs*2, tc.queued, tc.rate, &now)
 				assert.Equal(t, tc.want, c.k, "no probe with little work left")
