@@ -52,11 +52,12 @@ type Config struct {
 	// pays more than 5%, bisects back when it stops paying, halves while
 	// halving costs less than 5%, then holds and probes a quarter higher
 	// now and then; a move below the level it holds, or a probe, needs
-	// four rounds of work queued at the higher of the two levels. While it climbs, a pass
-	// OrderAuto orders longest first starts its shortest preserves (up to
-	// a quarter of its work). It never leaves [1, MaxLimit], and when the work left
-	// at the best throughput measured needs most of the time left, it
-	// stops exploring and keeps the limit measured fastest.
+	// four rounds of work queued at the higher of the two levels. While
+	// it climbs, a pass OrderAuto orders longest first starts its
+	// shortest preserves (up to a quarter of its work). It never leaves
+	// [1, MaxLimit], and when the work left at the best throughput
+	// measured needs most of the time left, it stops exploring and keeps
+	// the limit measured fastest.
 	// Preserver.Limit reports it as it moves.
 	Limit int
 
