@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -223,35 +222,4 @@ func TestDiskSharesItsBandwidth(t *testing.T) {
 		require.NoError(t, <-errs)
 		assert.Equal(t, time.Second, time.Since(start).Round(time.Millisecond))
 	})
-}
-
-// The recipe in doc.go and TestRecipe are the same code, so the documented
-// recipe compiles and passes.
-func TestDocRecipeIsTestRecipe(t *testing.T) {
-	doc, err := os.ReadFile("doc.go")
-	require.NoError(t, err)
-	src, err := os.ReadFile("draintest_test.go")
-	require.NoError(t, err)
-	body := func(text, opening, prefix string) []string {
-		var out []string
-		in := false
-		for _, line := range strings.Split(text, "\n") {
-			if prefix != "" && strings.TrimSpace(line) == "//" {
-				line = "" // a blank line in a doc comment's code block
-			}
-			line = strings.TrimPrefix(line, prefix)
-			switch {
-			case strings.HasPrefix(line, opening):
-				in = true
-			case in && line == "}":
-				return out
-			case in:
-				out = append(out, strings.TrimSpace(line))
-			}
-		}
-		return nil
-	}
-	want := body(string(src), "func TestShutdownPreservesEverySandboxBeforeSIGKILL(", "")
-	require.NotEmpty(t, want)
-	assert.Equal(t, want, body(string(doc), "func TestShutdownPreservesEverySandboxBeforeSIGKILL(", "//\t"))
 }

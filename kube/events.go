@@ -129,8 +129,13 @@ func (q *eventQueue) init(p *Pod, cfg Config) error {
 // Config.EventQueue events already (the API server is slow), when the API
 // server refuses it (a 403: the service account may not create events) or
 // does not answer in time, or when Flush's context ends first. An event
-// without a Reason is dropped too. Record is safe for concurrent use.
+// without a Reason is dropped too. Record is safe for concurrent use. On
+// a nil *Pod (New failed: no API access) it does nothing, so a server keeps
+// one code path.
 func (p *Pod) Record(e Event) {
+	if p == nil {
+		return
+	}
 	q := &p.events
 	at := time.Now()
 	q.mu.Lock()
@@ -156,8 +161,12 @@ func (p *Pod) Record(e Event) {
 // until ctx ends; then it drops the events still waiting, cancels the one
 // being posted, and returns once nothing is left running. It returns the
 // counts since New. Call it before the process exits, with the time the
-// process can spare: it is what bounds how long events may take.
+// process can spare: it is what bounds how long events may take. On a nil
+// *Pod it returns zero counts at once.
 func (p *Pod) Flush(ctx context.Context) EventStats {
+	if p == nil {
+		return EventStats{}
+	}
 	q := &p.events
 	q.mu.Lock()
 	idle := q.idle

@@ -193,3 +193,13 @@ func TestFlushWithNothingRecordedReturnsAtOnce(t *testing.T) {
 	cancel()
 	assert.Equal(t, kube.EventStats{}, newPod(t, cfg, testPod).Flush(ctx))
 }
+
+// A server whose New failed (no API access) keeps one code path: a nil
+// *Pod records nothing, flushes at once, and its reads say why they fail.
+func TestNilPodIsANoOpNotAPanic(t *testing.T) {
+	var pod *kube.Pod
+	pod.Record(kube.Event{Reason: "DrainStarted"})
+	assert.Equal(t, kube.EventStats{}, pod.Flush(context.Background()))
+	_, err := pod.Deletion(context.Background())
+	assert.ErrorContains(t, err, "nil")
+}
