@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/loopdev"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -98,7 +100,7 @@ func outsiderCgroup(t *testing.T, pid int) string {
 // pod's SIGKILL would end it anyway) and one in another cgroup is left
 // alone; the fates say which and why.
 func TestLastResortKillsOnlyHoldersInTheServersCgroup(t *testing.T) {
-	node, dev := attachLoop(t)
+	node, dev := loopdev.Attach(t)
 	doomed, _ := startHolder(t, node)
 	outsider, _ := startHolder(t, node)
 	other := outsiderCgroup(t, outsider.Process.Pid)
@@ -160,7 +162,7 @@ func fateOf(rep *ublk.Report, pid int) *ublk.HolderFate {
 // that never closes the disk is killed at the last-resort point, then the
 // daemon is asked to stop and stops cleanly, long before the deadline.
 func TestStepLastResortKillsDoomedVMMThenStopsTheDaemon(t *testing.T) {
-	node, dev := attachLoop(t)
+	node, dev := loopdev.Attach(t)
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	vmm, _ := startHolder(t, node)
@@ -196,7 +198,7 @@ func TestStepLastResortKillsDoomedVMMThenStopsTheDaemon(t *testing.T) {
 // last resort reports it, and the step stays conservative: the daemon keeps
 // serving it and is never asked to stop.
 func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
-	node, dev := attachLoop(t)
+	node, dev := loopdev.Attach(t)
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	outsider, _ := startHolder(t, node)

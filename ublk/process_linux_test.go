@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/loopdev"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -168,7 +170,7 @@ func TestRealDaemonCrashingMidWay(t *testing.T) {
 // With the last resort off, a VMM that never closes keeps the daemon
 // running: the step reports it and never asks the daemon to stop.
 func TestVMMHoldingADeviceKeepsTheDaemonRunningWithoutLastResort(t *testing.T) {
-	node, dev := attachLoop(t)
+	node, dev := loopdev.Attach(t)
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	vmm, _ := startHolder(t, node)
@@ -190,7 +192,7 @@ func TestVMMHoldingADeviceKeepsTheDaemonRunningWithoutLastResort(t *testing.T) {
 }
 
 func TestTeardownProceedsOnceTheVMMCloses(t *testing.T) {
-	node, dev := attachLoop(t)
+	node, dev := loopdev.Attach(t)
 	d, sys, _, _ := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor})
 	vmm, stdin := startHolder(t, node)

@@ -4,7 +4,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,62 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/loopdev"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
-	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/ublk"
 )
-
-// attachLoop binds a fresh 1 MiB file to a free loop device and returns
-// the node and its number: a real block device whose holders the daemon
-// step's holders scan sees, standing for a ublk disk. It skips when not
-// root or without /dev/loop-control.
-func attachLoop(t *testing.T) (string, blockdev.DevNum) {
-	t.Helper()
-	const setFD, clrFD, getFree = 0x4C00, 0x4C01, 0x4C82 // linux/loop.h
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to attach a loop device")
-	}
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("no loop devices: %v", err)
-	}
-	defer ctl.Close()
-	backing := filepath.Join(t.TempDir(), "disk.img")
-	require.NoError(t, os.WriteFile(backing, make([]byte, 1<<20), 0o600))
-	bf, err := os.OpenFile(backing, os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer bf.Close()
-	var node string
-	for attempt := 0; ; attempt++ {
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), getFree)
-		require.NoError(t, err, "LOOP_CTL_GET_FREE")
-		node = fmt.Sprintf("/dev/loop%d", n)
-		lf, err := os.OpenFile(node, os.O_RDWR, 0)
-		if err != nil {
-			t.Skipf("free loop device %s has no usable node here: %v", node, err)
-		}
-		err = unix.IoctlSetInt(int(lf.Fd()), setFD, int(bf.Fd()))
-		lf.Close()
-		if err == nil {
-			break
-		}
-		require.ErrorIs(t, err, unix.EBUSY, "LOOP_SET_FD") // another test process took it
-		require.Less(t, attempt, 10, "no free loop device")
-	}
-	t.Cleanup(func() {
-		if f, err := os.OpenFile(node, os.O_RDWR, 0); err == nil {
-			_ = unix.IoctlSetInt(int(f.Fd()), clrFD, 0)
-			f.Close()
-		}
-	})
-	dev, err := blockdev.ReadDevNum("/sys", filepath.Base(node))
-	require.NoError(t, err)
-	return node, dev
-}
 
 // The supervisor's daemon step runs ublk's last resort with its defaults.
 // The server dies on its own; a "VMM" (a child of this test, so in the
@@ -77,7 +28,7 @@ func attachLoop(t *testing.T) (string, blockdev.DevNum) {
 // SIGKILLs it, the daemon, asked to stop, stops its devices and exits 0,
 // and the supervisor's report names the holder it killed and why.
 func TestSupervisorDaemonStepKillsDoomedHolderAtTheLastResort(t *testing.T) {
-	node, dev := attachLoop(t)
+	node, dev := loopdev.Attach(t)
 	dir := t.TempDir()
 	report, events := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log")
 	cfg := fakeublk.DaemonConfig{

@@ -1,0 +1,44 @@
+//go:build linux
+
+package loopdev
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/internal/blockdev"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The device is a real block device of 1 MiB whose sysfs number matches,
+// and it is detached when the test ends.
+func TestAttachGivesARealBlockDeviceAndDetachesIt(t *testing.T) {
+	var node string
+	t.Run("attached", func(t *testing.T) {
+		var dev blockdev.DevNum
+		node, dev = Attach(t)
+		fi, err := os.Stat(node)
+		require.NoError(t, err)
+		assert.Equal(t, os.ModeDevice, fi.Mode()&os.ModeDevice, "a device node")
+		size, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(node), "size"))
+		require.NoError(t, err)
+		assert.Equal(t, "2048", strings.TrimSpace(string(size)), "1 MiB in 512-byte sectors")
+		want, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(node), "dev"))
+		require.NoError(t, err)
+		assert.Equal(t, strings.TrimSpace(string(want)), dev.String())
+	})
+	if node == "" {
+		t.Skip("no loop device here")
+	}
+	size, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(node), "size"))
+	if err == nil {
+		assert.Equal(t, "0", strings.TrimSpace(string(size)), "detached: no backing file")
+	}
+}
