@@ -101,19 +101,9 @@ func RequireRunsc(t testing.TB) (kubelet, shim string) {
 	if _, err := exec.LookPath("runsc"); err != nil {
 		missing("runsc not on PATH (apt-get install runsc)")
 	}
-	var candidates []string
-	if p := os.Getenv(EnvRunscShim); p != "" {
-		candidates = []string{p}
-	} else {
-		candidates = append(candidates, filepath.Join("/var/cache/drainkit", "runsc-shim-"+RunscShimVersion, "containerd-shim-runsc-v1"))
-		if home, err := os.UserHomeDir(); err == nil {
-			candidates = append(candidates, filepath.Join(home, ".cache/drainkit", "runsc-shim-"+RunscShimVersion, "containerd-shim-runsc-v1"))
-		}
-	}
-	for _, p := range candidates {
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return kubelet, p
-		}
+	shim, candidates := cachedBinary(EnvRunscShim, "runsc-shim-"+RunscShimVersion, "containerd-shim-runsc-v1")
+	if shim != "" {
+		return kubelet, shim
 	}
 	missing("no containerd-shim-runsc-v1 at %s (run .ci/build-runsc-shim, or set %s)", strings.Join(candidates, " or "), EnvRunscShim)
 	return "", ""
@@ -123,21 +113,11 @@ func RequireRunsc(t testing.TB) (kubelet, shim string) {
 // .ci/build-kubelet caches it (/var/cache/drainkit as root, else
 // $HOME/.cache/drainkit). It is an error when that file is not executable.
 func KubeletPath() (string, error) {
-	var candidates []string
-	if p := os.Getenv(EnvKubelet); p != "" {
-		candidates = []string{p}
-	} else {
-		candidates = append(candidates, filepath.Join("/var/cache/drainkit", "kubelet-"+KubeletVersion, "kubelet"))
-		if home, err := os.UserHomeDir(); err == nil {
-			candidates = append(candidates, filepath.Join(home, ".cache/drainkit", "kubelet-"+KubeletVersion, "kubelet"))
-		}
+	p, candidates := cachedBinary(EnvKubelet, "kubelet-"+KubeletVersion, "kubelet")
+	if p == "" {
+		return "", fmt.Errorf("no kubelet %s binary at %s", KubeletVersion, strings.Join(candidates, " or "))
 	}
-	for _, p := range candidates {
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("no kubelet %s binary at %s", KubeletVersion, strings.Join(candidates, " or "))
+	return p, nil
 }
 
 // A Node is containerd and a standalone kubelet running static pods, all
@@ -791,4 +771,26 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 `, manifests, sock, filepath.Join(dir, "pod-logs"), healthz)
+}
+
+// cachedBinary returns the executable $env names, else the first of
+// name in the .ci build scripts' caches (/var/cache/drainkit/dir as root,
+// else $HOME/.cache/drainkit/dir), and the places it looked; "" when none
+// is an executable file.
+func cachedBinary(env, dir, name string) (string, []string) {
+	var candidates []string
+	if p := os.Getenv(env); p != "" {
+		candidates = []string{p}
+	} else {
+		candidates = append(candidates, filepath.Join("/var/cache/drainkit", dir, name))
+		if home, err := os.UserHomeDir(); err == nil {
+			candidates = append(candidates, filepath.Join(home, ".cache/drainkit", dir, name))
+		}
+	}
+	for _, p := range candidates {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, candidates
+		}
+	}
+	return "", candidates
 }
