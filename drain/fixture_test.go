@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -101,4 +103,23 @@ func step(name string, reserve time.Duration, run func(ctx context.Context) erro
 func stepOf(name string, reserve time.Duration, critical bool, run func(ctx context.Context) error) Step {
 	return NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve), Critical: critical},
 		func(ctx context.Context) (any, error) { return nil, run(ctx) })
+}
+
+// terminate runs the Drainer's signal handling in an in-process child that
+// the simulated kubelet terminates with hook and grace, waits until
+// everything has settled, and returns the kubelet's timeline and the
+// Report. Call it inside synctest.Test.
+func (f *fixture) terminate(t *testing.T, hook kubeletsim.Hook, grace time.Duration) (*kubeletsim.Timeline, *Report) {
+	t.Helper()
+	proc := kubeletsim.NewInProcess()
+	var rep *Report
+	go func() {
+		defer proc.Exit()
+		rep = f.d.ServeSignals(context.Background(), proc.Signals())
+	}()
+	tl, err := kubeletsim.Terminate(context.Background(), proc, hook, grace)
+	require.NoError(t, err)
+	synctest.Wait()
+	require.NotNil(t, rep)
+	return tl, rep
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
@@ -30,19 +29,10 @@ func TestSIGTERMDuringAnOpenHookMeansTheKubeletsGraceRanOut(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: 3 * time.Second, sandboxes: 4,
 			latency: 100 * time.Millisecond, limit: 4,
 			steps: []Step{stepOf("daemon", 200*time.Millisecond, true, func(ctx context.Context) error { stopped = true; return nil })}})
-		proc := kubeletsim.NewInProcess()
-		var rep *Report
-		go func() {
-			defer proc.Exit()
-			rep = f.d.ServeSignals(context.Background(), proc.Signals())
-		}()
-		tl, err := kubeletsim.Terminate(context.Background(), proc, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 4*time.Second)
-		require.NoError(t, err)
-		synctest.Wait()
+		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 4*time.Second)
 		t.Logf("timeline:\n%s", tl)
 		assert.True(t, tl.HookKept, "the kubelet gave up on the hook")
 		assert.False(t, tl.Killed, "exited before SIGKILL")
-		require.NotNil(t, rep)
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "the budget knows the kubelet's SIGKILL")
 		assert.Equal(t, 4, rep.Preserve.Counts["preserved"])
 		assert.True(t, stopped, "the daemon step ran")
@@ -56,17 +46,8 @@ func TestSIGTERMAfterTheHookReturnedKeepsTheArithmetic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: 10 * time.Second, margin: 2 * time.Second, sandboxes: 2,
 			latency: 100 * time.Millisecond, limit: 2})
-		proc := kubeletsim.NewInProcess()
-		var rep *Report
-		go func() {
-			defer proc.Exit()
-			rep = f.d.ServeSignals(context.Background(), proc.Signals())
-		}()
-		tl, err := kubeletsim.Terminate(context.Background(), proc, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 10*time.Second)
-		require.NoError(t, err)
-		synctest.Wait()
+		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 10*time.Second)
 		assert.False(t, tl.HookKept)
-		require.NotNil(t, rep)
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill)
 		assert.Greater(t, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), 2*time.Second, "more than the floor was left")
 	})
@@ -78,16 +59,7 @@ func TestSleepHookDeclaredToTheBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: 10 * time.Second, margin: 2 * time.Second, sandboxes: 2,
 			latency: 100 * time.Millisecond, limit: 2, budget: deadline.Config{PreStopSleep: 4 * time.Second}})
-		proc := kubeletsim.NewInProcess()
-		var rep *Report
-		go func() {
-			defer proc.Exit()
-			rep = f.d.ServeSignals(context.Background(), proc.Signals())
-		}()
-		tl, err := kubeletsim.Terminate(context.Background(), proc, kubeletsim.Sleep(4*time.Second), 10*time.Second)
-		require.NoError(t, err)
-		synctest.Wait()
-		require.NotNil(t, rep)
+		tl, rep := f.terminate(t, kubeletsim.Sleep(4*time.Second), 10*time.Second)
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "SIGTERM + 10 s - 4 s")
 		assert.Equal(t, tl.Start, rep.Budget.Start, "T0 is the sleep's start")
 	})

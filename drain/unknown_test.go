@@ -44,17 +44,8 @@ func TestEmptyPreserveWindowStillAccountsForTheCountedSandboxes(t *testing.T) {
 		daemon := stepOf("ublk", 2*time.Second, true, func(context.Context) error { return nil })
 		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second,
 			sandboxes: 4, latency: time.Second, limit: 4, steps: []Step{daemon}})
-		proc := kubeletsim.NewInProcess()
-		var rep *Report
-		go func() {
-			defer proc.Exit()
-			rep = f.d.ServeSignals(context.Background(), proc.Signals())
-		}()
-		tl, err := kubeletsim.Terminate(context.Background(), proc, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 4*time.Second)
-		require.NoError(t, err)
-		synctest.Wait()
+		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 4*time.Second)
 		require.True(t, tl.HookKept, "the kubelet gave up on the hook")
-		require.NotNil(t, rep)
 		pres := rep.Phase(PhasePreserve)
 		require.NotNil(t, pres)
 		require.Zero(t, pres.Deadline.Sub(pres.Start), "the critical step took the whole window")
