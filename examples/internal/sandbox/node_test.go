@@ -161,7 +161,7 @@ func TestFakeLatencyIsSpreadAndStablePerID(t *testing.T) {
 }
 
 // NewRuntime lays a server's state directory out the same way for every example: fake
-// images in images/, runsc's files in runsc/ and its own state in runsc/root.
+// images in images/, runsc's files in runsc/ and its own state in runsc/root/pidns-N.
 func TestNewRuntimeLaysOutTheStateDirectory(t *testing.T) {
 	rt, err := NewRuntime("fake", "/state", time.Second, 0.5)
 	require.NoError(t, err)
@@ -172,7 +172,7 @@ func TestNewRuntimeLaysOutTheStateDirectory(t *testing.T) {
 		assert.EqualError(t, err, usable.Error())
 	} else {
 		require.NoError(t, err)
-		assert.Equal(t, &Runsc{Runtime: &runsc.Runtime{Root: "/state/runsc/root"}, Dir: "/state/runsc"}, rt)
+		assert.Equal(t, &Runsc{Runtime: &runsc.Runtime{Root: "/state/runsc/root/" + pidNamespace()}, Dir: "/state/runsc"}, rt)
 	}
 
 	_, err = NewRuntime("docker", "/state", time.Second, 0)
@@ -218,4 +218,30 @@ func TestRunscSandboxResumesAfterServerRestart(t *testing.T) {
 	require.NoError(t, n2.Delete(ctx, a.ID))
 	_, err = os.Stat(rt.Bundle(a.ID).Dir)
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A worker restarted in a new pod has a new PID namespace: the runsc state its
+// predecessor left names PIDs that mean other processes here, so it is removed unread
+// rather than force-deleted, while this namespace's own state and the shared images stay.
+func TestRunscStateOfOtherPIDNamespacesIsForgotten(t *testing.T) {
+	dir := t.TempDir()
+	rt := NewRunsc(dir)
+	assert.Equal(t, filepath.Join(dir, "root", pidNamespace()), rt.Runtime.Root)
+	assert.Regexp(t, `^pidns-\d+$`, pidNamespace())
+
+	foreign := filepath.Join(dir, "root", "pidns-1", "sb-1_sandbox:sb-1.state")
+	own := filepath.Join(rt.Runtime.Root, "sb-2_sandbox:sb-2.state")
+	image := filepath.Join(rt.Image("sb-1"), "checkpoint.img")
+	for _, f := range []string{foreign, own, image} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(f), 0o700))
+		require.NoError(t, os.WriteFile(f, []byte(`{"pid":2}`), 0o600))
+	}
+
+	require.NoError(t, rt.forgetOtherNamespaces())
+	_, err := os.Stat(filepath.Dir(foreign))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the other namespace's state is gone")
+	assert.FileExists(t, own, "this namespace's state stays for runsc to delete")
+	assert.FileExists(t, image, "the checkpoint image stays to be restored")
+
+	require.NoError(t, NewRunsc(t.TempDir()).forgetOtherNamespaces(), "no state yet is not an error")
 }

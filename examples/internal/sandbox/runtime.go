@@ -151,15 +151,61 @@ type Runsc struct {
 }
 
 // NewRunsc returns the Runsc with everything under dir: bundles, images and logs, and
-// runsc's own state in dir/root.
+// runsc's own state in dir/root/pidns-N, N being this process's PID namespace.
+//
+// runsc's state records the PIDs of each sandbox and its gofer, and runsc delete -force
+// SIGKILLs them. Those numbers mean something only in the namespace that recorded them: a
+// worker restarted in a new pod that force-deleted what its predecessor left would SIGKILL
+// whichever of its own processes now has those numbers, itself or the runsc it just
+// started (seen in CI: "runsc delete -force: signal: killed"). Keyed by namespace, a
+// successor only ever signals PIDs its own namespace recorded; checkpoint images, bundles
+// and logs are shared, so it restores what its predecessor saved.
 func NewRunsc(dir string) *Runsc {
-	return &Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root")}, Dir: dir}
+	return &Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root", pidNamespace())}, Dir: dir}
+}
+
+// pidNamespace names this process's PID namespace "pidns-N" after its inode, or "pidns"
+// when /proc does not say.
+func pidNamespace() string {
+	link, err := os.Readlink("/proc/self/ns/pid") // "pid:[4026531836]"
+	if err != nil {
+		return "pidns"
+	}
+	var ino uint64
+	if _, err := fmt.Sscanf(link, "pid:[%d]", &ino); err != nil {
+		return "pidns"
+	}
+	return fmt.Sprintf("pidns-%d", ino)
+}
+
+// forgetOtherNamespaces removes the runsc state that other PID namespaces left under
+// dir/root. It signals nothing: the processes it names are not this namespace's to
+// signal, and they died with their namespace (a pod's container ends with its PID 1).
+func (r *Runsc) forgetOtherNamespaces() error {
+	parent := filepath.Dir(r.Runtime.Root)
+	entries, err := os.ReadDir(parent)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: runsc state: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if path := filepath.Join(parent, e.Name()); path != r.Runtime.Root {
+			errs = append(errs, os.RemoveAll(path))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sandbox: runsc state of other PID namespaces: %w", err)
+	}
+	return nil
 }
 
 // NewRuntime returns the Runtime named name for a server whose state directory is
 // stateDir: "fake", with pauseLatency and jitter, keeps its images in stateDir/images;
-// "runsc" is NewRunsc(stateDir/runsc) and fails when real sandboxes cannot run here
-// (runsc.Usable).
+// "runsc" is NewRunsc(stateDir/runsc), without the runsc state other PID namespaces
+// left, and fails when real sandboxes cannot run here (runsc.Usable).
 func NewRuntime(name, stateDir string, pauseLatency time.Duration, jitter float64) (Runtime, error) {
 	switch name {
 	case "fake":
@@ -168,7 +214,11 @@ func NewRuntime(name, stateDir string, pauseLatency time.Duration, jitter float6
 		if err := runsc.Usable(); err != nil {
 			return nil, err
 		}
-		return NewRunsc(filepath.Join(stateDir, "runsc")), nil
+		r := NewRunsc(filepath.Join(stateDir, "runsc"))
+		if err := r.forgetOtherNamespaces(); err != nil {
+			return nil, err
+		}
+		return r, nil
 	}
 	return nil, fmt.Errorf("sandbox: no runtime %q (want fake or runsc)", name)
 }
@@ -242,7 +292,8 @@ func syncPath(path string) error {
 
 // Resume restores the sandbox from image.
 func (r *Runsc) Resume(ctx context.Context, id, image string) error {
-	// A container left by an earlier process (killed before it deleted it) holds the ID.
+	// A container left by an earlier process of this PID namespace (killed before it
+	// deleted it) holds the ID.
 	if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
 		return err
 	}
