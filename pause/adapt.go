@@ -177,9 +177,16 @@ type level struct {
 }
 
 func newClimber(start, ceil int, now time.Time) *climber {
-	c := &climber{ceil: ceil, k: start, start: start, since: now}
-	c.lv = c.lvBuf[:0] // a Run measures a few levels: no allocation on a worker
+	c := new(climber)
+	c.init(start, ceil, now)
 	return c
+}
+
+// init makes c, a zero climber, start at the limit start; a run holds its
+// climber by value.
+func (c *climber) init(start, ceil int, now time.Time) {
+	c.ceil, c.k, c.start, c.since = ceil, start, start, now
+	c.lv = c.lvBuf[:0] // a Run measures a few levels: no allocation on a worker
 }
 
 // at returns what level k measured, this epoch's samples included.

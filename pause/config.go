@@ -258,11 +258,12 @@ func (c Config) resolve() (config, error) {
 	if r.mp == nil {
 		r.mp = otel.GetMeterProvider()
 	}
-	if r.log == nil {
-		r.log = slog.New(slog.DiscardHandler)
-	}
 	if r.progress == 0 {
 		r.progress = defaultProgressInterval
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+		r.progress = 0 // no line to log: no timer to arm per Run
 	}
 	return r, nil
 }

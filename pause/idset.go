@@ -12,6 +12,7 @@ type idSet struct {
 	seed  maphash.Seed
 	slots []uint64 // 0: empty; else tag<<32 | index+1
 	n     int
+	sink  uint64 // what prefetch loaded, kept so that its loads are made
 }
 
 func (s *idSet) len() int { return s.n }
@@ -48,14 +49,33 @@ func (s *idSet) find(id string, entries []Entry) (int, bool) {
 	}
 }
 
+// prefetch hashes the IDs of ids (elements with a flaw have none) and
+// loads the slots they go to, so that their cache misses overlap; insert
+// then finds the slots in the cache.
+func (s *idSet) prefetch(ids []identity) {
+	mask := uint64(len(s.slots) - 1)
+	var sink uint64
+	for i := range ids {
+		if ids[i].flaw == "" {
+			ids[i].hash = maphash.String(s.seed, ids[i].id)
+			sink += s.slots[ids[i].hash&mask]
+		}
+	}
+	s.sink = sink
+}
+
 // insert adds id with the index its entry has (or is about to get) in
 // entries, unless it is there already; it returns the index of id's entry
-// and whether it was there.
-func (s *idSet) insert(id string, index int, entries []Entry) (int, bool) {
+// and whether it was there. h is id's hash from prefetch, or 0: insert
+// then computes it.
+func (s *idSet) insert(id string, h uint64, index int, entries []Entry) (int, bool) {
 	if s.slots == nil || 2*(s.n+1) > len(s.slots) {
 		s.grow(entries)
+		h = 0 // the seed may be new
 	}
-	h := maphash.String(s.seed, id)
+	if h == 0 {
+		h = maphash.String(s.seed, id)
+	}
 	mask := uint64(len(s.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		v := s.slots[i]

@@ -17,7 +17,7 @@ func TestIDSetFindsInsertsAndGrows(t *testing.T) {
 	var entries []Entry
 	for i := range 1000 {
 		id := fmt.Sprint("sb-", i)
-		j, dup := s.insert(id, len(entries), entries)
+		j, dup := s.insert(id, 0, len(entries), entries)
 		require.False(t, dup, id)
 		require.Equal(t, i, j)
 		entries = append(entries, Entry{ID: id})
@@ -30,7 +30,7 @@ func TestIDSetFindsInsertsAndGrows(t *testing.T) {
 	}
 	_, ok := s.find("sb-1000", entries)
 	assert.False(t, ok)
-	j, dup := s.insert("sb-500", len(entries), entries)
+	j, dup := s.insert("sb-500", 0, len(entries), entries)
 	assert.True(t, dup)
 	assert.Equal(t, 500, j)
 	assert.Equal(t, 1000, s.len())

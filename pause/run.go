@@ -49,7 +49,7 @@ type run struct {
 	unitScale     float64       // units per byte, fixed at the first pass
 	unitUnknown   float64       // units of a task without size or estimate
 	mu            sync.Mutex
-	climb         *climber
+	climb         climber
 	queue         queueStats
 	workers       int     // workers started and not gone
 	inflight      int     // preserves running
@@ -120,7 +120,7 @@ func (r *run) slots() {
 	if r.adaptive {
 		r.limit = min(max(r.p.Limit(), 1), r.cfg.maxLimit)
 		r.areaAt = time.Now()
-		r.climb = newClimber(r.limit, r.cfg.maxLimit, r.areaAt)
+		r.climb.init(r.limit, r.cfg.maxLimit, r.areaAt)
 	}
 	r.p.limit.Store(int64(r.limit))
 	r.sem = semaphore.NewWeighted(int64(r.cfg.maxLimit))
@@ -225,8 +225,17 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 	// moving (append may move them), allocated at the first new sandbox.
 	var backing []task
 	var flaws map[string]int // this listing's flaws by kind
+	var ids [identChunk]identity
 	for i, sb := range list {
-		id, e, flaw := ident(sb, pass)
+		k := i % identChunk
+		if k == 0 {
+			r.identify(list[i:min(i+identChunk, len(list))], pass, ids[:], first)
+		}
+		id, flaw := ids[k].id, ids[k].flaw
+		var e Entry
+		if flaw != "" {
+			e = Entry{Pass: pass, Stack: ids[k].stack}
+		}
 		if flaw == "" && id == prev[i] {
 			continue // at the same index in the listing before: seen
 		}
@@ -241,15 +250,23 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 				dup = true
 			}
 		}
+		slot := -1 // the index of the entry filled in place
 		if flaw == "" {
-			e, flaw = entry(sb, id, pass)
+			slot = r.newSlot()
+			if flaw, e.Stack = fillEntry(&r.rep.Entries[slot], sb, id, pass); flaw != "" {
+				e = Entry{ID: id, Pass: pass, Stack: e.Stack}
+			}
 		}
 		if flaw == "" && !dup {
-			_, dup = r.seen.insert(id, len(r.rep.Entries), r.rep.Entries) // dup only in the first listing: else looked up above
+			_, dup = r.seen.insert(id, ids[k].hash, slot, r.rep.Entries) // dup only in the first listing: else looked up above
 			prev[i] = id
 		}
 		if dup && flaw == "" {
 			flaw = fmt.Sprintf("ID %q more than once in the listing", id)
+			e = r.rep.Entries[slot]
+		}
+		if flaw != "" && slot >= 0 {
+			r.dropSlot(slot)
 		}
 		if flaw != "" {
 			if flaws == nil {
@@ -272,8 +289,11 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 		if backing == nil {
 			backing = make([]task, 0, len(list)-i)
 		}
-		backing = append(backing, task{r: r, sb: sb, entry: len(r.rep.Entries)})
-		r.rep.Entries = append(r.rep.Entries, e)
+		// In place: a task literal appended would be copied with a write
+		// barrier for the whole struct while the collector runs.
+		backing = backing[:len(backing)+1]
+		t := &backing[len(backing)-1]
+		t.r, t.sb, t.entry = r, sb, slot
 	}
 	r.lastIDs = prev[:len(list)]
 	if len(backing) == 0 {
@@ -289,35 +309,78 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 	return tasks
 }
 
-// ident returns the ID of element sb of a listing, or, with the entry that
-// reports it, what is wrong with it: nil, an empty ID, or an ID method
-// that panicked (its stack goes into the entry).
-func ident(sb Sandbox, pass int) (id string, e Entry, flaw string) {
+// identChunk is how many elements of a listing identify reads at once.
+const identChunk = 32
+
+// An identity is the ID of an element of a listing and the hash the set
+// of IDs seen files it under, or what is wrong with the element.
+type identity struct {
+	id, flaw, stack string
+	hash            uint64
+}
+
+// identify reads the IDs of chunk, a run of a listing's elements, into
+// ids. In the first listing, where every ID goes into the set of IDs seen,
+// it also hashes them and loads the slots they go to, all at once: a
+// large node's set is larger than a core's cache, and the cache misses of
+// a chunk then overlap instead of coming one after the other.
+func (r *run) identify(chunk []Sandbox, pass int, ids []identity, first bool) {
+	for j, sb := range chunk {
+		ids[j] = identity{}
+		ids[j].id, ids[j].flaw, ids[j].stack = ident(sb)
+	}
+	if first {
+		r.seen.prefetch(ids[:len(chunk)])
+	}
+}
+
+// ident returns the ID of element sb of a listing, or what is wrong with
+// it: nil, an empty ID, or an ID method that panicked (with its stack).
+func ident(sb Sandbox) (id, flaw, stack string) {
 	if sb == nil {
-		return "", Entry{Pass: pass}, "nil Sandbox"
+		return "", "nil Sandbox", ""
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			id, e = "", Entry{Pass: pass, Stack: string(debug.Stack())}
-			flaw = fmt.Sprintf("panicked: %v", v)
+			id, flaw, stack = "", fmt.Sprintf("panicked: %v", v), string(debug.Stack())
 		}
 	}()
 	if id = sb.ID(); id == "" {
-		return "", Entry{Pass: pass}, "empty ID"
+		return "", "empty ID", ""
 	}
-	return id, Entry{}, ""
+	return id, "", ""
 }
 
-// entry makes the Report entry of a sandbox with a valid ID, or says that
-// one of its methods panicked (its stack goes into the entry).
-func entry(sb Sandbox, id string, pass int) (e Entry, flaw string) {
+// fillEntry fills e, a zero entry, with the account of a sandbox with a
+// valid ID, or says that one of its methods panicked, with the stack.
+func fillEntry(e *Entry, sb Sandbox, id string, pass int) (flaw, stack string) {
 	defer func() {
 		if v := recover(); v != nil {
-			e = Entry{ID: id, Pass: pass, Stack: string(debug.Stack())}
-			flaw = fmt.Sprintf("panicked: %v", v)
+			flaw, stack = fmt.Sprintf("panicked: %v", v), string(debug.Stack())
 		}
 	}()
-	return newEntry(sb, id, pass), ""
+	newEntry(e, sb, id, pass)
+	return "", ""
+}
+
+// newSlot appends a zero entry to the Report and returns its index. The
+// entries past the length are zero (made so, or cleared by dropSlot), so
+// within the capacity no copy is made: an Entry appended as a value is
+// copied with a write barrier while the collector runs.
+func (r *run) newSlot() int {
+	n := len(r.rep.Entries)
+	if n < cap(r.rep.Entries) {
+		r.rep.Entries = r.rep.Entries[:n+1]
+	} else {
+		r.rep.Entries = append(r.rep.Entries, Entry{})
+	}
+	return n
+}
+
+// dropSlot removes the last entry, slot, which newSlot appended.
+func (r *run) dropSlot(slot int) {
+	r.rep.Entries[slot] = Entry{}
+	r.rep.Entries = r.rep.Entries[:slot]
 }
 
 func growEntries(e []Entry, n int) []Entry {

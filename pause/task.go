@@ -58,16 +58,34 @@ type task struct {
 
 	entry int // the index of e in the Report's entries
 
-	ctx    context.Context // Preserve's context
-	cancel context.CancelFunc
-	watch  *time.Timer // abandons the task at its bound plus abandonAfter
-	span   trace.Span  // nil unless the run is traced
+	// x is nil unless the task has a bound (Config.SandboxTimeout) or a
+	// span: a task is allocated for every sandbox listed, and a large
+	// node's are most of a Run's memory, so what most tasks would leave
+	// zero lives apart.
+	x *taskExtra
 
 	attempts atomic.Int32
 	state    atomic.Int32
 
 	units float64 // work units for the adaptive limit (run.units)
 	area0 float64 // the in-flight integral when it started
+}
+
+// taskExtra is the part of a task that only a bound or a span needs.
+type taskExtra struct {
+	ctx    context.Context // Preserve's context
+	cancel context.CancelFunc
+	watch  *time.Timer // abandons the task at its bound plus abandonAfter
+	span   trace.Span  // nil unless the run is traced
+}
+
+// ctx returns the context of t's Preserve: the run's work context unless
+// t has a bound or a span.
+func (t *task) ctx() context.Context {
+	if t.x != nil {
+		return t.x.ctx
+	}
+	return t.r.work
 }
 
 // A result is how a task ended.
@@ -78,9 +96,10 @@ type result struct {
 	stack   string
 }
 
-// newEntry returns the Report entry of a sandbox first listed in pass.
-func newEntry(sb Sandbox, id string, pass int) Entry {
-	e := Entry{ID: id, Pass: pass}
+// newEntry fills e, a zero entry, with the account of a sandbox first
+// listed in pass.
+func newEntry(e *Entry, sb Sandbox, id string, pass int) {
+	e.ID, e.Pass = id, pass
 	if est, ok := sb.(Estimated); ok {
 		e.Estimate = max(est.EstimatedPreserve(), 0)
 	}
@@ -90,7 +109,6 @@ func newEntry(sb Sandbox, id string, pass int) Entry {
 	if s, ok := sb.(Sized); ok {
 		e.Size = max(s.Size(), 0)
 	}
-	return e
 }
 
 // start prepares the task's context, span and bound, and reports whether
@@ -102,19 +120,29 @@ func (t *task) start(now time.Time) bool {
 	}
 	r := t.r
 	t.e.Start = now
-	ctx := r.work
-	if r.traced {
-		ctx, t.span = r.p.tel.tracer.Start(ctx, "pause.Preserve",
-			trace.WithAttributes(attribute.String("drainkit.pause.sandbox", t.e.ID)))
+	if r.traced || r.cfg.timeout > 0 {
+		t.startExtra()
 	}
-	if r.cfg.timeout > 0 {
-		ctx, t.cancel = context.WithTimeout(ctx, r.cfg.timeout)
-		t.watch = time.AfterFunc(r.cfg.timeout+abandonAfter, t.abandon)
-	}
-	t.ctx = ctx
 	r.p.tel.inflight.Add(r.ctx, 1)
 	t.state.Store(stateRunning)
 	return true
+}
+
+// startExtra gives t its span and its bound.
+func (t *task) startExtra() {
+	r := t.r
+	x := &taskExtra{ctx: r.work}
+	if r.traced {
+		x.ctx, x.span = r.p.tel.tracer.Start(x.ctx, "pause.Preserve",
+			trace.WithAttributes(attribute.String("drainkit.pause.sandbox", t.e.ID)))
+	}
+	if r.cfg.timeout > 0 {
+		x.ctx, x.cancel = context.WithTimeout(x.ctx, r.cfg.timeout)
+	}
+	t.x = x // before the timer: abandon reads it
+	if r.cfg.timeout > 0 {
+		x.watch = time.AfterFunc(r.cfg.timeout+abandonAfter, t.abandon)
+	}
 }
 
 // run preserves the task on the calling worker of ps, started at now. It
@@ -129,8 +157,8 @@ func (t *task) run(ps *pass, now time.Time) (time.Time, *task, bool) {
 		return now, next, true
 	}
 	res := t.preserve()
-	if t.watch != nil {
-		t.watch.Stop()
+	if t.x != nil && t.x.watch != nil {
+		t.x.watch.Stop()
 	}
 	ok, next := t.settle(res, ps)
 	return res.end, next, ok
@@ -155,8 +183,8 @@ func (t *task) settle(res result, ps *pass) (bool, *task) {
 	t.e.fill(t, &res)
 	t.state.Store(stateDone)
 	r := t.r
-	if t.cancel != nil {
-		t.cancel()
+	if t.x != nil && t.x.cancel != nil {
+		t.x.cancel()
 	}
 	if res.outcome == Preserved {
 		took := res.end.Sub(t.e.Start)
@@ -214,9 +242,10 @@ func (t *task) final(now time.Time) (res result, changed bool) {
 // fits before the task's deadline.
 func (t *task) preserve() result {
 	var bo backoff.BackOff
+	ctx := t.ctx()
 	for {
 		t.attempts.Add(1)
-		stack, err := t.call()
+		stack, err := t.call(ctx)
 		switch {
 		case err == nil:
 			return result{outcome: Preserved, end: time.Now()}
@@ -224,7 +253,7 @@ func (t *task) preserve() result {
 			return result{outcome: Failed, end: time.Now(), err: err, stack: stack}
 		case errors.Is(err, ErrGone):
 			return result{outcome: Vanished, end: time.Now(), err: err}
-		case t.ctx.Err() != nil:
+		case ctx.Err() != nil:
 			return result{outcome: TimedOut, end: time.Now(), err: err}
 		case t.r.permanent(err):
 			return result{outcome: Failed, end: time.Now(), err: err}
@@ -233,41 +262,42 @@ func (t *task) preserve() result {
 			bo = t.r.cfg.newBackOff()
 			bo.Reset()
 		}
-		if !backoffWait(t.ctx, bo.NextBackOff()) {
+		if !backoffWait(ctx, bo.NextBackOff()) {
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 	}
 }
 
 // call runs one attempt and turns a panic into an error and its stack.
-func (t *task) call() (stack string, err error) {
+func (t *task) call(ctx context.Context) (stack string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("pause: Preserve of %s panicked: %v", t.e.ID, v)
 			stack = string(debug.Stack())
 		}
 	}()
-	return "", t.sb.Preserve(t.ctx)
+	return "", t.sb.Preserve(ctx)
 }
 
 // endSpan ends t's span, if it has one. The checks that usually return are
 // apart from the work, so that a worker's frames stay small.
 func (t *task) endSpan(res *result) {
-	if t.span != nil {
+	if t.x != nil && t.x.span != nil {
 		t.endSpanSlow(res)
 	}
 }
 
 func (t *task) endSpanSlow(res *result) {
-	t.span.SetAttributes(
+	span := t.x.span
+	span.SetAttributes(
 		attribute.Int("drainkit.pause.attempts", int(t.attempts.Load())),
 		attribute.String("drainkit.pause.outcome", string(res.outcome)),
 	)
 	if res.err != nil && res.outcome != Vanished {
-		t.span.RecordError(res.err)
-		t.span.SetStatus(codes.Error, res.err.Error())
+		span.RecordError(res.err)
+		span.SetStatus(codes.Error, res.err.Error())
 	}
-	t.span.End()
+	span.End()
 }
 
 func (t *task) log(res *result) {
