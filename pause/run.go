@@ -35,7 +35,7 @@ type run struct {
 	seen    idSet          // every ID listed, with the index of its entry
 	flaws   map[string]int // flawed listing elements reported, by kind
 	listed  bool           // a listing succeeded
-	lastIDs []string       // the IDs of the last listing by index, "" where not in seen
+	lastIDs []int32        // by index in the last listing, 1 + the index of the entry of its ID; 0 where not in seen
 	cur     *pass          // the pass running now; set before its workers start
 
 	unknown time.Duration // Estimator estimate for tasks without one, per pass
@@ -217,9 +217,9 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 	prev := r.lastIDs
 	switch {
 	case prev == nil:
-		prev = make([]string, len(list))
+		prev = make([]int32, len(list))
 	case len(prev) < len(list):
-		prev = append(prev, make([]string, len(list)-len(prev))...)
+		prev = append(prev, make([]int32, len(list)-len(prev))...)
 	}
 	// The tasks, each with the index of its entry until the entries stop
 	// moving (append may move them), allocated at the first new sandbox.
@@ -236,14 +236,14 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 		if flaw != "" {
 			e = Entry{Pass: pass, Stack: ids[k].stack}
 		}
-		if flaw == "" && id == prev[i] {
+		if flaw == "" && prev[i] > 0 && r.rep.Entries[prev[i]-1].ID == id {
 			continue // at the same index in the listing before: seen
 		}
-		prev[i] = "" // set again below once id is in seen
+		prev[i] = 0 // set again below once id is in seen
 		dup := false
 		if flaw == "" && !first {
 			if j, ok := r.seen.find(id, r.rep.Entries); ok {
-				prev[i] = id
+				prev[i] = int32(j + 1)
 				if r.rep.Entries[j].Pass != pass {
 					continue // listed by an earlier pass
 				}
@@ -258,8 +258,9 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 			}
 		}
 		if flaw == "" && !dup {
-			_, dup = r.seen.insert(id, ids[k].hash, slot, r.rep.Entries) // dup only in the first listing: else looked up above
-			prev[i] = id
+			var j int
+			j, dup = r.seen.insert(id, ids[k].hash, slot, r.rep.Entries) // dup only in the first listing: else looked up above
+			prev[i] = int32(j + 1)
 		}
 		if dup && flaw == "" {
 			flaw = fmt.Sprintf("ID %q more than once in the listing", id)
