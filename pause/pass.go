@@ -21,8 +21,13 @@ type pass struct {
 	word   atomic.Uint64
 	closed atomic.Bool // no task starts any more
 	// claims counts the workers started that have not yet taken their
-	// first task: the dispatcher starts no worker for a task one of them
-	// will take, so a pass never has more workers than tasks to give them.
+	// first task. The dispatcher starts no worker while one is claimed: the
+	// worker started last may take every task left before the next one
+	// would have started (short preserves: a goroutine start costs more
+	// than a no-op preserve, and 10 sandboxes cost 10 starts), and when
+	// preserves take longer than a goroutine's start, which is the case
+	// worth a worker, the next one starts as soon as the last took its
+	// task. So a pass never has more workers than tasks to give them.
 	claims atomic.Int32
 	done   chan struct{}
 	// end is one past the last task not taken: tasks are taken from the
@@ -167,8 +172,8 @@ func (ps *pass) close() {
 }
 
 // dispatch starts a worker for every slot it acquires while the queue is
-// open, some task is not claimed by a worker started before (see claims)
-// and, when the limit adapts, the workers are below the limit (else it
+// open, every worker started before has taken its first task and some
+// task is left for a new one (see claims), and, when the limit adapts, the workers are below the limit (else it
 // gives the slot back and waits for room). A wait gives up at the phase
 // deadline; one for room also when the queue closes, one for a slot when
 // a worker ends after it closed. Acquire may succeed after the deadline
@@ -178,7 +183,7 @@ func (r *run) dispatch(ps *pass) {
 		if ps.closed.Load() { // the last task is taken: no worker to start
 			return
 		}
-		if !ps.unclaimed() { // every task left has a worker coming for it
+		if ps.claims.Load() > 0 || !ps.unclaimed() { // see claims
 			if !r.waitRoom(ps) {
 				return
 			}
@@ -214,8 +219,8 @@ func (ps *pass) unclaimed() bool {
 	return next+int(ps.claims.Load()) < int(ps.end.Load())
 }
 
-// waitRoom waits until a worker ends, the limit rises or the queue closes
-// (poke), and reports false, closing the queue, when the phase deadline
+// waitRoom waits until a worker takes its first task or ends, the limit
+// rises or the queue closes (poke), and reports false, closing the queue, when the phase deadline
 // came first.
 func (r *run) waitRoom(ps *pass) bool {
 	select {
@@ -236,6 +241,7 @@ func (r *run) worker(ps *pass) {
 	now := time.Now()
 	t := ps.pop(now)
 	ps.claims.Add(-1)
+	r.poke() // the dispatcher may start the next worker
 	for t != nil {
 		var keep bool
 		if now, t, keep = t.run(ps, now); !keep {
