@@ -53,13 +53,17 @@ func (s *idSet) find(id string, entries []Entry) (int, bool) {
 // loads the slots they go to, so that their cache misses overlap; insert
 // then finds the slots in the cache.
 func (s *idSet) prefetch(ids []identity) {
-	mask := uint64(len(s.slots) - 1)
-	var sink uint64
 	for i := range ids {
 		if ids[i].flaw == "" {
 			ids[i].hash = maphash.String(s.seed, ids[i].id)
-			sink += s.slots[ids[i].hash&mask]
 		}
+	}
+	// Apart from the hashing, so that the loop is short enough for the
+	// processor to have every load of the chunk in flight at once.
+	mask := uint64(len(s.slots) - 1)
+	var sink uint64
+	for i := range ids {
+		sink += s.slots[ids[i].hash&mask]
 	}
 	s.sink = sink
 }

@@ -176,16 +176,13 @@ func (r *run) pass(n int) int {
 	if len(tasks) == 0 {
 		return 0
 	}
-	order := r.order(tasks)
+	order, st := r.order(tasks)
 	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
 		slog.Int("pass", n), slog.Int("new", len(tasks)), slog.String("order", order.String()),
 		slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
 	ps := r.newPass(tasks)
-	if r.adaptive && r.cfg.order == OrderAuto && order == OrderLongestFirst && samePriority(tasks) {
-		ps.back = true
-		for _, t := range tasks {
-			ps.units += t.units
-		}
+	if r.adaptive && r.cfg.order == OrderAuto && order == OrderLongestFirst && st.samePriority {
+		ps.back, ps.units = true, st.units
 	}
 	r.dispatch(ps)
 	r.await(ps)

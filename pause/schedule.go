@@ -64,42 +64,59 @@ func (r *run) sizeEstimates(tasks []*task) {
 
 // order queues tasks and sorts them for dispatch: priority first, then by
 // the Order, resolving OrderAuto from the estimates and the time left. It
-// returns the order used.
-func (r *run) order(tasks []*task) Order {
+// returns the order used and what it learned of the tasks.
+func (r *run) order(tasks []*task) (Order, passStats) {
 	r.unknown = r.cfg.estimator.Estimate()
 	r.sizeEstimates(tasks)
-	if r.adaptive {
-		for _, t := range tasks {
-			t.units = r.units(t)
-			r.queue.add(t)
-		}
-	}
+	st := r.scan(tasks)
 	o := r.cfg.order
 	auto := o == OrderAuto
 	if auto {
-		o = r.choose(tasks)
+		o = r.choose(st)
 	}
-	same := samePriority(tasks)
-	if o == OrderFIFO && same {
-		return o
+	if o == OrderFIFO && st.samePriority {
+		return o, st
 	}
-	if !same || !r.sameEstimate(tasks) { // else a stable sort keeps the order
+	if !st.samePriority || !st.sameEstimate { // else a stable sort keeps the order
 		r.sortTasks(tasks, o)
 	}
-	if o == OrderShortestFirst && !auto && same {
+	if o == OrderShortestFirst && !auto && st.samePriority {
 		r.pack(tasks) // only when asked for: it trusts the estimates' scale
 	}
-	return o
+	return o, st
 }
 
-// sameEstimate reports whether every task has the same estimate.
-func (r *run) sameEstimate(tasks []*task) bool {
+// passStats is what one loop over a pass's tasks tells the ordering and
+// the adaptive limit: a large node's tasks are larger than a core's cache,
+// and each loop over them costs a cache miss per task.
+type passStats struct {
+	work, longest time.Duration // the sum and the longest of the estimates
+	samePriority  bool          // every task has the same priority
+	sameEstimate  bool          // every task has the same estimate
+	units         float64       // the work units of the tasks, when the limit adapts
+}
+
+// scan computes the passStats of tasks and, when the limit adapts, gives
+// every task its work units and queues it.
+func (r *run) scan(tasks []*task) passStats {
+	st := passStats{samePriority: true, sameEstimate: true}
+	if len(tasks) == 0 {
+		return st
+	}
+	p0, e0 := tasks[0].e.Priority, r.estimate(tasks[0])
 	for _, t := range tasks {
-		if r.estimate(t) != r.estimate(tasks[0]) {
-			return false
+		e := r.estimate(t)
+		st.work += e
+		st.longest = max(st.longest, e)
+		st.sameEstimate = st.sameEstimate && e == e0
+		st.samePriority = st.samePriority && t.e.Priority == p0
+		if r.adaptive {
+			t.units = r.units(t)
+			r.queue.add(t)
+			st.units += t.units
 		}
 	}
-	return true
+	return st
 }
 
 // sortTasks sorts tasks by priority, then by the Order o.
@@ -150,40 +167,26 @@ func (r *run) pack(tasks []*task) {
 	slices.Reverse(tasks[:k])
 }
 
-// choose resolves OrderAuto for a pass. With no estimate at all it keeps
-// the Lister's order; with sizes but no time per byte, shortest first
-// when there is a deadline. When the current limit cannot preserve every
-// sandbox before the phase deadline (an adaptive limit may rise, but
-// nothing says the node's throughput will), shortest first preserves the
-// most of them; otherwise longest first (LPT) ends the pass soonest, within 4/3 of
-// the optimal makespan and usually within a few percent.
-func (r *run) choose(tasks []*task) Order {
-	var work, longest time.Duration
-	for _, t := range tasks {
-		e := r.estimate(t)
-		work += e
-		longest = max(longest, e)
-	}
+// choose resolves OrderAuto for a pass from its passStats. With no
+// estimate at all it keeps the Lister's order; with sizes but no time per
+// byte, shortest first when there is a deadline. When the current limit
+// cannot preserve every sandbox before the phase deadline (an adaptive
+// limit may rise, but nothing says the node's throughput will), shortest
+// first preserves the most of them; otherwise longest first (LPT) ends the
+// pass soonest, within 4/3 of the optimal makespan and usually within a
+// few percent.
+func (r *run) choose(st passStats) Order {
 	switch {
-	case work == 0:
+	case st.work == 0:
 		return OrderFIFO
 	case r.phase.IsZero():
 		return OrderLongestFirst
 	case r.untimed: // sizes without a time: the safe guess is that it binds
 		return OrderShortestFirst
 	}
-	makespan := max(longest, work/time.Duration(r.limit))
+	makespan := max(st.longest, st.work/time.Duration(r.limit))
 	if makespan > time.Until(r.phase) {
 		return OrderShortestFirst
 	}
 	return OrderLongestFirst
-}
-
-func samePriority(tasks []*task) bool {
-	for _, t := range tasks {
-		if t.e.Priority != tasks[0].e.Priority {
-			return false
-		}
-	}
-	return true
 }
