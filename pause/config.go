@@ -90,7 +90,8 @@ type Config struct {
 	// once for every sandbox that fails its first attempt. Nil, the
 	// default, is exponential: 200 ms initial, factor 1.5, jitter 0.5, at
 	// most 10 s between attempts and 5 min in all. Whatever the policy, no
-	// retry starts whose wait would end past the sandbox's deadline.
+	// retry starts whose wait would end past the phase deadline or the
+	// sandbox's deadline: a retry is a new start of Preserve.
 	BackOff func() backoff.BackOff
 
 	// Permanent classifies errors that must not be retried, for example a

@@ -51,7 +51,7 @@
 // slot reused, a second after its own bound). No preserve starts while
 // as many as the current limit run (abandoned ones apart); a lowered limit
 // lets the running ones finish. The limit never leaves [1, maximum]. No retry starts whose backoff wait would end past
-// the sandbox's deadline. A panicking Preserve is recovered and reported
+// the phase deadline or the sandbox's deadline. A panicking Preserve is recovered and reported
 // with its stack; so is a panicking Lister, whose listing is retried. The
 // Report has exactly one entry for every sandbox any pass listed, and one
 // Failed entry for every flawed element of a listing (nil, an empty or

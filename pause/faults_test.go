@@ -104,6 +104,59 @@ func TestNoRetryWhoseWaitEndsPastTheDeadline(t *testing.T) {
 	})
 }
 
+// A retry is a new start of Preserve: none starts after the phase deadline
+// even though the hard deadline is far off. Phase deadline 10 s, hard 30 s,
+// 2 s attempts that always fail, 1 s waits: attempts at 0, 3, 6 and 9 s
+// (the last wait ends at 9 s, before the phase deadline; the attempt then
+// runs on past it, as any started preserve may); the next wait would end
+// at 12 s, so the sandbox fails at 11 s with its last error, leaving the
+// 19 s to the hard deadline to the phases after the preserve phase. Before
+// the fix retries went on to 30 s, and under a real drain a retry woken
+// just past the preserve deadline took the next step's reserve.
+func TestNoRetryStartsAfterThePhaseDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		always := make([]fakesandbox.Fault, 100)
+		for i := range always {
+			always[i] = fakesandbox.Transient
+		}
+		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: 2 * time.Second, Faults: always})
+		p, err := pause.New(node, pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 30*time.Second)
+		e := entry(t, rep, "broken")
+		assert.Equal(t, pause.Failed, e.Outcome)
+		assert.Equal(t, 4, e.Attempts)
+		assert.Equal(t, 11*time.Second, e.Duration)
+		assert.Equal(t, 11*time.Second, took)
+		assert.Contains(t, e.Error, "transient")
+	})
+}
+
+// Cancelling Run's context (drain's Force) starts no retry either, even
+// in the middle of a wait that would have ended in time.
+func TestNoRetryStartsAfterRunIsCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		always := make([]fakesandbox.Fault, 100)
+		for i := range always {
+			always[i] = fakesandbox.Transient
+		}
+		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: time.Second, Faults: always})
+		p, err := pause.New(node, pause.Config{BackOff: constant(2 * time.Second)})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		time.AfterFunc(2*time.Second, cancel) // during the first wait (1 s to 3 s)
+		start := time.Now()
+		rep := p.Run(ctx, start.Add(2*time.Minute))
+		e := entry(t, rep, "broken")
+		assert.Equal(t, pause.Failed, e.Outcome)
+		assert.Equal(t, 1, e.Attempts)
+		assert.Equal(t, 2*time.Second, time.Since(start), "the wait ended at the cancel")
+	})
+}
+
 func TestBackOffStopEndsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()

@@ -262,10 +262,40 @@ func (t *task) preserve() result {
 			bo = t.r.cfg.newBackOff()
 			bo.Reset()
 		}
-		if !backoffWait(ctx, bo.NextBackOff()) {
+		if !t.retryWait(ctx, bo.NextBackOff()) {
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 	}
+}
+
+// retryWait waits d before the next attempt on ctx, the task's context, and
+// reports whether to make it.
+// A retry is a new start of Preserve, so it keeps the rule every start
+// keeps: none after the phase deadline, nor once Run's context ended
+// (drain's Force). Its wait must therefore end by the phase deadline, as
+// well as by the sandbox's own deadline (the hard deadline, or
+// Config.SandboxTimeout); a timer that fires late, past the phase
+// deadline, starts nothing either. Only an attempt already running may
+// run on to the hard deadline: a retry that started after the phase
+// deadline would take the reserves of the steps after the preserve phase.
+func (t *task) retryWait(ctx context.Context, d time.Duration) bool {
+	r := t.r
+	if d == backoff.Stop || r.phaseOver() {
+		return false
+	}
+	end := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && end.After(dl) || !r.phase.IsZero() && end.After(r.phase) {
+		return false
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return !r.phaseOver()
+	case <-ctx.Done():
+	case <-r.ctx.Done():
+	}
+	return false
 }
 
 // call runs one attempt and turns a panic into an error and its stack.
