@@ -25,8 +25,8 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeEnv); mode != "" {
 		os.Exit(fakeRunsc(mode, os.Args[1:]))
 	}
-	if args := strings.Split(os.Getenv(reaperEnv), ","); len(args) == 3 {
-		os.Exit(reaperMain(args[0], args[1], args[2]))
+	if args := strings.Split(os.Getenv(reaperEnv), ","); len(args) == 4 {
+		os.Exit(reaperMain(args[0], args[1], args[2], args[3] == "reap"))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -43,6 +43,9 @@ func fakeRunsc(mode string, args []string) int {
 			sub = a
 			break
 		}
+	}
+	if pid, ok := strings.CutPrefix(mode, "exited:"); ok {
+		return fakeExited(pid, sub, id)
 	}
 	switch {
 	case mode == "hang":
@@ -69,6 +72,26 @@ func fakeRunsc(mode string, args []string) int {
 	case sub == "checkpoint":
 		fmt.Fprintln(os.Stderr, "checkpoint failed: the sandbox is busy")
 		return 1
+	}
+	return 0
+}
+
+// fakeExited is runsc for a container whose sandbox, process pid, has exited: with pid
+// "stopped", runsc already knows (state stopped); otherwise pid is a zombie that runsc
+// takes for running, its control server gone. wait blocks, as runsc's does on both.
+func fakeExited(pid, sub, id string) int {
+	switch sub {
+	case "state":
+		if pid == "stopped" {
+			fmt.Printf(`{"id":%q,"status":"stopped","pid":-1,"bundle":"/b"}`, id)
+		} else {
+			fmt.Printf(`{"id":%q,"status":"running","pid":%s,"bundle":"/b"}`, id, pid)
+		}
+	case "wait":
+		time.Sleep(time.Hour)
+	default:
+		fmt.Fprintf(os.Stderr, "connecting to control server at PID %s: connection refused\n", pid)
+		return 128
 	}
 	return 0
 }

@@ -1,19 +1,25 @@
 package runsc
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/drainkit/drainkit/pause/escalate"
 )
 
 // Target returns container id as a [escalate.Target] for [escalate.Policy]: Signal is
-// `runsc kill --all`, Wait is `runsc wait`, and Exited asks `runsc state`. Only the runtime's word ends a wait: a container runsc no longer knows,
-// or reports stopped, has exited; a `runsc wait` that failed, or whose exit status another
-// reaper collected (ECHILD), says nothing by itself, so the state is asked and, when it
-// cannot answer, the error goes to the escalate.Policy, which treats the container as running.
+// `runsc kill --all`, Wait is `runsc wait`, and Exited asks `runsc state`. Only the
+// runtime's word, or the kernel's, ends a wait: a container runsc no longer knows, or
+// reports stopped, has exited, and so has one whose sandbox process is a zombie not yet
+// reaped; a `runsc wait` that failed, or whose exit status another reaper collected
+// (ECHILD), says nothing by itself, so the state is asked and, when it cannot answer, the
+// error goes to the escalate.Policy, which treats the container as running.
 func (r *Runtime) Target(id string) escalate.Target {
 	return escalate.Funcs{
 		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
@@ -30,7 +36,43 @@ func (r *Runtime) Target(id string) escalate.Target {
 			return err
 		},
 		WaitFunc: func(ctx context.Context) error {
-			_, err := r.Wait(ctx, id)
+			// runsc wait on a container that has already stopped does not return
+			// (it gives up after its own 5 s), and once the sandbox's control server
+			// is gone it polls the sandbox with kill(pid, 0), which a zombie passes:
+			// either way the wait would outlast the exit. So the state is asked
+			// first, and a zombie is watched for alongside the wait.
+			st, err := r.State(ctx, id)
+			switch {
+			case errors.Is(err, ErrNotExist) || err == nil && st.Status == "stopped":
+				return nil
+			case err == nil && st.Pid > 0 && zombie(st.Pid):
+				return os.ErrProcessDone
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var dead atomic.Bool
+			if err == nil && st.Pid > 0 {
+				go func() {
+					tick := time.NewTicker(zombiePoll)
+					defer tick.Stop()
+					for {
+						select {
+						case <-wctx.Done():
+							return
+						case <-tick.C:
+							if zombie(st.Pid) {
+								dead.Store(true)
+								cancel()
+								return
+							}
+						}
+					}
+				}()
+			}
+			_, err = r.Wait(wctx, id)
+			if dead.Load() {
+				return os.ErrProcessDone
+			}
 			if err == nil || ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -44,7 +86,14 @@ func (r *Runtime) Target(id string) escalate.Target {
 }
 
 // exited asks runsc state whether container id has exited: it is stopped, or runsc no
-// longer knows it.
+// longer knows it, or its sandbox process is a zombie. runsc tells a live sandbox by
+// kill(pid, 0), which a zombie passes too, so it reports a sandbox that has exited as
+// running until the zombie's parent reaps it. That parent is not runsc (its `run -detach`
+// exited long before) but whoever adopts orphans: PID 1 or a subreaper, which may reap
+// late (a busy PID 1 took seconds under load) or never. Meanwhile `runsc kill` and
+// `runsc wait` fail (the control server is gone), so without this the exit is not seen
+// before the Policy's waits run out. A zombie is the kernel's own word that the process
+// exited: only its status is still to be collected.
 func (r *Runtime) exited(ctx context.Context, id string) (bool, error) {
 	st, err := r.State(ctx, id)
 	switch {
@@ -53,5 +102,26 @@ func (r *Runtime) exited(ctx context.Context, id string) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	return st.Status == "stopped", nil
+	return st.Status == "stopped" || st.Pid > 0 && zombie(st.Pid), nil
+}
+
+// zombiePoll is how often a wait looks for the sandbox's zombie: a read of
+// /proc/PID/stat, no process started.
+const zombiePoll = 50 * time.Millisecond
+
+// zombie reports whether process pid has exited and waits to be reaped (state Z, or X
+// while it is being reaped). A process that is gone entirely is not reported: runsc
+// itself reports that one stopped.
+func zombie(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the
+	// last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return false
+	}
+	return data[i+2] == 'Z' || data[i+2] == 'X'
 }

@@ -29,6 +29,9 @@ const reaperEnv = "DRAINKIT_RUNSC_REAPER"
 const (
 	reaperGrace    = 2 * time.Second
 	reaperKillWait = 10 * time.Second
+	// unreapedGrace is the grace without reaping: long enough that only the exit, not
+	// the grace's end, can end the wait within it.
+	unreapedGrace = 40 * time.Second
 )
 
 // reaperResult is what reaperMain reports on its stdout.
@@ -40,11 +43,13 @@ type reaperResult struct {
 }
 
 // reaperMain runs in a child of the test: it becomes a child subreaper (the sandbox's
-// processes are reparented to it), starts container id from the bundle, then reaps
-// every child as it exits (wait4(-1) in a loop, as tini or a PID-1 supervisor does),
-// so the statuses of runsc wait, runsc kill and runsc state are stolen from the code
-// that ran them, and stops the container with escalate.Policy.
-func reaperMain(root, id, bundle string) int {
+// processes are reparented to it), starts container id from the bundle, then, with
+// reap, reaps every child as it exits (wait4(-1) in a loop, as tini or a PID-1
+// supervisor does), so the statuses of runsc wait, runsc kill and runsc state are
+// stolen from the code that ran them, and stops the container with escalate.Policy.
+// Without reap it never reaps an orphan, as a busy or careless PID 1: the sandbox's
+// processes stay zombies until it exits.
+func reaperMain(root, id, bundle string, reap bool) int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "prctl:", err)
 		return 1
@@ -58,6 +63,9 @@ func reaperMain(root, id, bundle string) int {
 	}
 	var reaped atomic.Int64
 	go func() {
+		if !reap {
+			return
+		}
 		runtime.LockOSThread()
 		for {
 			var ws unix.WaitStatus
@@ -68,8 +76,12 @@ func reaperMain(root, id, bundle string) int {
 			}
 		}
 	}()
+	grace := reaperGrace
+	if !reap {
+		grace = unreapedGrace
+	}
 	start := time.Now()
-	exit, err := escalate.Policy{TermWait: reaperGrace, KillWait: reaperKillWait}.Stop(ctx, rt.Target(id))
+	exit, err := escalate.Policy{TermWait: grace, KillWait: reaperKillWait}.Stop(ctx, rt.Target(id))
 	res := reaperResult{Exit: exit, Elapsed: time.Since(start), Reaped: reaped.Load()}
 	if err != nil {
 		res.Err = err.Error()
@@ -99,8 +111,26 @@ func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 	b, err := WriteBundle(filepath.Join(dir, "b"), ignoreTermArgs())
 	require.NoError(t, err)
 
+	res := runReaper(t, rt, "stubborn", b, true)
+
+	assert.Positive(t, res.Reaped, "the reaper collected runsc's children")
+	assert.Equal(t, escalate.ExitedAfterKill, res.Exit, "SIGKILL was sent and its effect seen: %s", res.Err)
+	assert.GreaterOrEqual(t, res.Elapsed, reaperGrace, "the grace is given in full")
+	assert.Less(t, res.Elapsed, reaperGrace+reaperKillWait, "killed within its window")
+	st, err := rt.State(context.Background(), "stubborn")
+	require.NoError(t, err)
+	assert.Equal(t, "stopped", st.Status)
+}
+
+// runReaper runs reaperMain in a child of the test and returns what it reports.
+func runReaper(t *testing.T, rt *Runtime, id string, b Bundle, reap bool) reaperResult {
+	t.Helper()
+	mode := "reap"
+	if !reap {
+		mode = "noreap"
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), reaperEnv+"="+rt.Root+","+"stubborn"+","+b.Dir)
+	cmd.Env = append(os.Environ(), reaperEnv+"="+rt.Root+","+id+","+b.Dir+","+mode)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -110,14 +140,84 @@ func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 	require.NoError(t, cmd.Wait())
 	require.NoError(t, decErr)
 	t.Logf("reaper: %+v", res)
+	return res
+}
 
-	assert.Positive(t, res.Reaped, "the reaper collected runsc's children")
-	assert.Equal(t, escalate.ExitedAfterKill, res.Exit, "SIGKILL was sent and its effect seen: %s", res.Err)
-	assert.GreaterOrEqual(t, res.Elapsed, reaperGrace, "the grace is given in full")
-	assert.Less(t, res.Elapsed, reaperGrace+reaperKillWait, "killed within its window")
-	st, err := rt.State(context.Background(), "stubborn")
+// A sandbox that exits on SIGTERM is seen to exit even when nobody reaps it: its
+// processes' parent (PID 1 or a subreaper, here one that never reaps) leaves them
+// zombies, which runsc state takes for running (kill(pid, 0) succeeds on a zombie)
+// while runsc kill and runsc wait fail, its control server gone. The zombie is the
+// exit: the wait after SIGTERM sees it and Stop returns Exited, where it used to wait out
+// the grace and the kill wait and return ExitUnknown (a busy PID 1 on a loaded machine
+// reaped seconds late, and the gvisor-worker's escalate step ran out of its window).
+func TestUnreapedSandboxThatExitedOnSIGTERMHasExited(t *testing.T) {
+	if err := Usable(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("real runsc needed: %v (CI=true: must not be skipped)", err)
+		}
+		t.Skip("skipping real-runsc test: ", err)
+	}
+	rt := realRuntime(t)
+	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), CounterArgs())
 	require.NoError(t, err)
-	assert.Equal(t, "stopped", st.Status)
+
+	res := runReaper(t, rt, "unreaped", b, false)
+	assert.Zero(t, res.Reaped)
+	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and its zombie says so: %s", res.Err)
+	assert.Empty(t, res.Err)
+	assert.Less(t, res.Elapsed, unreapedGrace, "the wait after SIGTERM saw the exit; it did not run out")
+	st, err := rt.State(context.Background(), "unreaped")
+	require.NoError(t, err)
+	assert.Equal(t, "stopped", st.Status, "reaped once the reaper exited")
+}
+
+// A zombie of this test: a child that has exited and that it has not reaped yet.
+func zombieChild(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	require.Eventually(t, func() bool { return zombie(pid) }, time.Minute, 5*time.Millisecond, "true exits at once")
+	return pid
+}
+
+// A container whose sandbox process has exited but is not reaped (its parent, PID 1
+// or a subreaper, has not got to it): runsc says running, runsc wait blocks, runsc
+// kill fails. The zombie is the exit: Wait returns, Exited says so, and a signal
+// finds it gone. They used to wait out their context.
+func TestZombieSandboxHasExited(t *testing.T) {
+	pid := zombieChild(t)
+	rt := fakeRuntime(t, "exited:"+fmt.Sprint(pid))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	tg := rt.Target("sb")
+	assert.ErrorIs(t, tg.Wait(ctx), os.ErrProcessDone)
+	exited, err := tg.Exited(ctx)
+	require.NoError(t, err)
+	assert.True(t, exited)
+	assert.ErrorIs(t, tg.Signal(ctx, syscall.SIGKILL), os.ErrProcessDone)
+	assert.NoError(t, ctx.Err(), "nothing waited for the context")
+	exit, err := escalate.Policy{}.Stop(ctx, tg)
+	assert.Equal(t, escalate.Exited, exit)
+	assert.NoError(t, err)
+}
+
+// A wait that starts after the container stopped returns at once: runsc wait itself
+// would block (the real one for 5 s).
+func TestWaitOnAStoppedContainerReturns(t *testing.T) {
+	rt := fakeRuntime(t, "exited:stopped")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	assert.NoError(t, rt.Target("sb").Wait(ctx))
+	assert.NoError(t, ctx.Err(), "nothing waited for the context")
+}
+
+// A process that runs is no zombie; nor is one that is gone.
+func TestZombieTellsOnlyExitedUnreapedProcesses(t *testing.T) {
+	assert.False(t, zombie(os.Getpid()))
+	assert.False(t, zombie(1<<30))
+	assert.True(t, zombie(zombieChild(t)))
 }
 
 // A lost exit status is an error of its own, wrapping ECHILD; state still answers from
