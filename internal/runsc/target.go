@@ -42,11 +42,8 @@ func (r *Runtime) Target(id string) escalate.Target {
 			// either way the wait would outlast the exit. So the state is asked
 			// first, and a zombie is watched for alongside the wait.
 			st, err := r.State(ctx, id)
-			switch {
-			case errors.Is(err, ErrNotExist) || err == nil && st.Status == "stopped":
-				return nil
-			case err == nil && st.Pid > 0 && zombie(st.Pid):
-				return os.ErrProcessDone
+			if errors.Is(err, ErrNotExist) || err == nil && (st.Status == "stopped" || st.Pid > 0 && zombie(st.Pid)) {
+				return os.ErrProcessDone // it had exited before the wait
 			}
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()

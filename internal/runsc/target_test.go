@@ -209,7 +209,7 @@ func TestWaitOnAStoppedContainerReturns(t *testing.T) {
 	rt := fakeRuntime(t, "exited:stopped")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	assert.NoError(t, rt.Target("sb").Wait(ctx))
+	assert.ErrorIs(t, rt.Target("sb").Wait(ctx), os.ErrProcessDone, "it had exited before the wait")
 	assert.NoError(t, ctx.Err(), "nothing waited for the context")
 }
 
