@@ -86,9 +86,11 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 		r.rep.Hard = r.hard
 	}
 	r.startProgress()
-	p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run started",
-		slog.String("time_left", fmtLeft(r.phase)), slog.Int("limit", r.limit),
-		slog.Int("max_limit", p.cfg.maxLimit), slog.Bool("cancel_at_deadline", p.cfg.cancelAtDeadline))
+	if p.cfg.log.Enabled(r.ctx, slog.LevelInfo) { // time_left formats a string: only for a line written
+		p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run started",
+			slog.String("time_left", fmtLeft(r.phase)), slog.Int("limit", r.limit),
+			slog.Int("max_limit", p.cfg.maxLimit), slog.Bool("cancel_at_deadline", p.cfg.cancelAtDeadline))
+	}
 	return r
 }
 
@@ -177,9 +179,11 @@ func (r *run) pass(n int) int {
 		return 0
 	}
 	order, st := r.order(tasks)
-	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
-		slog.Int("pass", n), slog.Int("new", len(tasks)), slog.String("order", order.String()),
-		slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
+	if r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
+			slog.Int("pass", n), slog.Int("new", len(tasks)), slog.String("order", order.String()),
+			slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
+	}
 	ps := r.newPass(tasks)
 	if r.adaptive && r.cfg.order == OrderAuto && order == OrderLongestFirst && st.samePriority {
 		ps.back, ps.units = true, st.units
