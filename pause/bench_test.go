@@ -210,3 +210,82 @@ func BenchmarkOverheadScale(b *testing.B) {
 		b.ReportMetric(float64(base[i].bytes)/per, fmt.Sprint("errgroup-B/sandbox-", n))
 	}
 }
+
+// BenchmarkOverheadReportFloor measures what the Report alone costs, for
+// reading BenchmarkOverheadScale: the same no-op sandboxes through
+// errgroup.SetLimit(8), alternately as they are and with an errgroup that
+// keeps, like Run, a Report entry per sandbox (its ID, pass, attempts,
+// start, end, duration and outcome) and the counts. It reports the
+// CPU-time ratio x-report-floor-N (errgroup with the Report / errgroup):
+// the part of x-errgroup-N that no scheduler keeping the Report avoids.
+//
+//	go test -run '^$' -bench OverheadReportFloor -benchtime 3x ./pause
+func BenchmarkOverheadReportFloor(b *testing.B) {
+	sizes := []int{10, 1_000, 100_000}
+	kept, base := make([]cost, len(sizes)), make([]cost, len(sizes))
+	ctx := context.Background()
+	warm, _ := noops(sizes[len(sizes)-1]) // untimed, as in BenchmarkOverheadScale
+	reportingGroup(ctx, warm)
+	for b.Loop() {
+		for i, n := range sizes {
+			list, _ := noops(n)
+			reps := max(1, 100_000/n)
+			runtime.GC()
+			c := measure(func() {
+				for range reps {
+					if rep := reportingGroup(ctx, list); rep.Counts[pause.Preserved] != n {
+						b.Fatalf("preserved %d of %d", rep.Counts[pause.Preserved], n)
+					}
+				}
+			})
+			kept[i].cpu += c.cpu
+			runtime.GC()
+			c = measure(func() {
+				for range reps {
+					var g errgroup.Group
+					g.SetLimit(pause.DefaultLimit)
+					for _, sb := range list {
+						g.Go(func() error { return sb.Preserve(ctx) })
+					}
+					if err := g.Wait(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			base[i].cpu += c.cpu
+		}
+	}
+	for i, n := range sizes {
+		b.ReportMetric(float64(kept[i].cpu)/float64(base[i].cpu), fmt.Sprint("x-report-floor-", n))
+	}
+}
+
+// reportingGroup preserves list through errgroup.SetLimit(8) and keeps a
+// Report as Run does: one entry per sandbox, written as it ends, and the
+// counts.
+func reportingGroup(ctx context.Context, list []pause.Sandbox) *pause.Report {
+	rep := &pause.Report{Start: time.Now(), Passes: 1, Limit: pause.DefaultLimit, Counts: make(map[pause.Outcome]int)}
+	rep.Entries = make([]pause.Entry, len(list))
+	var g errgroup.Group
+	g.SetLimit(pause.DefaultLimit)
+	for i, sb := range list {
+		e := &rep.Entries[i]
+		e.ID, e.Pass = sb.ID(), 1
+		g.Go(func() error {
+			e.Start, e.Attempts = time.Now(), 1
+			err := sb.Preserve(ctx)
+			e.End = time.Now()
+			e.Duration, e.Outcome = e.End.Sub(e.Start), pause.Preserved
+			if err != nil {
+				e.Outcome, e.Error = pause.Failed, err.Error()
+			}
+			return err
+		})
+	}
+	_ = g.Wait() // every error is in its entry
+	for i := range rep.Entries {
+		rep.Counts[rep.Entries[i].Outcome]++
+	}
+	rep.End = time.Now()
+	return rep
+}
