@@ -107,15 +107,26 @@ func TestGuestStepLastResortKillsDoomedHolderStopsAndDaemonExits(t *testing.T) {
 
 	stop := stepNamed(rep, id, "STOP_DEV")
 	require.NotNil(t, stop, "STOP_DEV by the last resort")
-	assert.Empty(t, stop.Err, "STOP_DEV completes while the daemon serves")
 	assert.False(t, stop.Start.Before(rep.LastResort.At))
 	req := rep.Step("request stop")
 	require.NotNil(t, req, "the daemon was asked to stop")
-	assert.False(t, req.Start.Before(stop.Start.Add(stop.Duration)), "asked only after STOP_DEV completed")
+	assert.False(t, req.Start.Before(stop.Start.Add(stop.Duration)), "asked only after STOP_DEV returned")
 	assert.True(t, rep.Daemon.Exited && !rep.Daemon.Killed, "%+v", rep.Daemon)
 	assert.True(t, rep.Start.Add(rep.Duration).Before(sigkill), "the daemon exited by itself %v before SIGKILL",
 		sigkill.Sub(rep.Start.Add(rep.Duration)))
-	assert.Equal(t, ublk.VerdictStoppedByControl, rep.Verdict)
+	if stop.Err == "" { // STOP_DEV completed while the daemon served
+		assert.Equal(t, ublk.VerdictStoppedByControl, rep.Verdict)
+	} else {
+		// The last resort has its part of the reserve (3 s) for the scans,
+		// the holder's death and STOP_DEV; emulated (TCG) on a loaded host
+		// the first two took 1.5 s and 2.2 s once, and STOP_DEV was cut at
+		// the part's end. Only that may cut it; the daemon, asked next (the
+		// disk no longer held), stops the device itself: still the safe
+		// order.
+		assert.Contains(t, stop.Err, context.DeadlineExceeded.Error(), "only the end of the last resort's part cuts STOP_DEV")
+		assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+		t.Logf("STOP_DEV cut at the end of the last resort's part (%s); the daemon stopped the device", stop.Err)
+	}
 
 	<-w.Done()
 	writes, err := w.Stop(r.ctx(10 * time.Second))
@@ -127,7 +138,7 @@ func TestGuestStepLastResortKillsDoomedHolderStopsAndDaemonExits(t *testing.T) {
 	for _, wr := range writes {
 		if wr.Err == nil {
 			acked++
-		} else {
+		} else if !errors.Is(wr.Err, unix.ENOSPC) { // ENOSPC: refused by the removed disk, never accepted (see checkAcceptedWritesCompleted)
 			assert.False(t, wr.Start.Before(stop.Start), "a write issued %v before STOP_DEV failed: in-flight I/O aborted: %v",
 				stop.Start.Sub(wr.Start), wr.Err)
 		}
