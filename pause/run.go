@@ -222,8 +222,11 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 	case len(prev) < len(list):
 		prev = append(prev, make([]int32, len(list)-len(prev))...)
 	}
-	// The tasks, each with the index of its entry until the entries stop
-	// moving (append may move them), allocated at the first new sandbox.
+	// The tasks, allocated at the first new sandbox. Their entries are the
+	// ones this listing adds that are not flawed (those have an outcome
+	// already), in the same order; each task gets a pointer to its entry
+	// once the entries stop moving (append may move them).
+	start := len(r.rep.Entries)
 	var backing []task
 	var flaws map[string]int // this listing's flaws by kind
 	var ids [identChunk]identity
@@ -294,17 +297,21 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 		// In place: a task literal appended would be copied with a write
 		// barrier for the whole struct while the collector runs.
 		backing = backing[:len(backing)+1]
-		t := &backing[len(backing)-1]
-		t.r, t.sb, t.entry = r, sb, slot
+		backing[len(backing)-1].sb = sb
 	}
 	r.lastIDs = prev[:len(list)]
 	if len(backing) == 0 {
 		return nil
 	}
 	tasks := make([]*task, len(backing))
+	j := start
 	for i := range backing {
+		for r.rep.Entries[j].Outcome != "" { // flawed
+			j++
+		}
 		t := &backing[i]
-		t.e = &r.rep.Entries[t.entry]
+		t.e = &r.rep.Entries[j]
+		j++
 		tasks[i] = t
 	}
 	r.left.Add(int64(len(tasks)))

@@ -50,13 +50,13 @@ const returnSlack = 20 * time.Millisecond
 // context past a deadline.
 var errAbandoned = errors.New("pause: Preserve ignored its context past the deadline; abandoned")
 
-// A task is one sandbox of a pass.
+// A task is one sandbox of a pass. A large node has one per sandbox
+// listed, live for the whole Run, on top of its Report entry: the run
+// they belong to is not kept in each (the worker, the Run goroutine and
+// the abandon timer pass it), so that a task is 56 bytes.
 type task struct {
-	r  *run
 	sb Sandbox
 	e  *Entry // its Report entry: ID, Priority, Size and own Estimate set at admission
-
-	entry int // the index of e in the Report's entries
 
 	// x is nil unless the task has a bound (Config.SandboxTimeout) or a
 	// span: a task is allocated for every sandbox listed, and a large
@@ -77,15 +77,16 @@ type taskExtra struct {
 	cancel context.CancelFunc
 	watch  *time.Timer // abandons the task at its bound plus abandonAfter
 	span   trace.Span  // nil unless the run is traced
+	r      *run        // for the abandon timer
 }
 
 // ctx returns the context of t's Preserve: the run's work context unless
 // t has a bound or a span.
-func (t *task) ctx() context.Context {
+func (t *task) ctx(r *run) context.Context {
 	if t.x != nil {
 		return t.x.ctx
 	}
-	return t.r.work
+	return r.work
 }
 
 // A result is how a task ended.
@@ -113,15 +114,14 @@ func newEntry(e *Entry, sb Sandbox, id string, pass int) {
 
 // start prepares the task's context, span and bound, and reports whether
 // the task may run: not when the Run already settled it as NotStarted. It
-// runs on the worker that took the task, at now.
-func (t *task) start(now time.Time) bool {
+// runs on the worker of r that took the task, at now.
+func (t *task) start(r *run, now time.Time) bool {
 	if !t.state.CompareAndSwap(stateQueued, stateStarting) {
 		return false
 	}
-	r := t.r
 	t.e.Start = now
 	if r.traced || r.cfg.timeout > 0 {
-		t.startExtra()
+		t.startExtra(r)
 	}
 	r.p.tel.inflight.Add(r.ctx, 1)
 	t.state.Store(stateRunning)
@@ -129,9 +129,8 @@ func (t *task) start(now time.Time) bool {
 }
 
 // startExtra gives t its span and its bound.
-func (t *task) startExtra() {
-	r := t.r
-	x := &taskExtra{ctx: r.work}
+func (t *task) startExtra(r *run) {
+	x := &taskExtra{ctx: r.work, r: r}
 	if r.traced {
 		x.ctx, x.span = r.p.tel.tracer.Start(x.ctx, "pause.Preserve",
 			trace.WithAttributes(attribute.String("drainkit.pause.sandbox", t.e.ID)))
@@ -151,38 +150,39 @@ func (t *task) startExtra() {
 // (false when the task was abandoned). The next task is taken as the task
 // settles, in the same critical section when the limit adapts.
 func (t *task) run(ps *pass, now time.Time) (time.Time, *task, bool) {
-	if !t.start(now) {
+	r := ps.r
+	if !t.start(r, now) {
 		next := ps.pop(now)
 		ps.settled()
 		return now, next, true
 	}
-	res := t.preserve()
+	res := t.preserve(r)
 	if t.x != nil && t.x.watch != nil {
 		t.x.watch.Stop()
 	}
-	ok, next := t.settle(res, ps)
+	ok, next := t.settle(r, res, ps)
 	return res.end, next, ok
 }
 
 // abandon settles a task whose Preserve overran its bound by abandonAfter
 // and gives its worker's slot to a new worker.
 func (t *task) abandon() {
-	if ok, _ := t.settle(result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, nil); ok {
-		t.r.workerGone()
-		t.r.sem.Release(1)
+	r := t.x.r
+	if ok, _ := t.settle(r, result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, nil); ok {
+		r.workerGone()
+		r.sem.Release(1)
 	}
 }
 
 // settle moves a running task to done with res and accounts for it. It
 // reports whether it made the move and, when it did and ps is the pass of
 // the worker that ran t, returns that worker's next task.
-func (t *task) settle(res result, ps *pass) (bool, *task) {
+func (t *task) settle(r *run, res result, ps *pass) (bool, *task) {
 	if !t.state.CompareAndSwap(stateRunning, stateSettling) {
 		return false, nil
 	}
 	t.e.fill(t, &res)
 	t.state.Store(stateDone)
-	r := t.r
 	if t.x != nil && t.x.cancel != nil {
 		t.x.cancel()
 	}
@@ -208,7 +208,7 @@ func (t *task) settle(res result, ps *pass) (bool, *task) {
 	r.p.tel.inflight.Add(r.ctx, -1)
 	t.endSpan(&res)
 	r.record(t, &res)
-	t.log(&res)
+	t.log(r, &res)
 	r.cur.settled() // last: the pass may end, and Run return, right after
 	return true, next
 }
@@ -240,9 +240,9 @@ func (t *task) final(now time.Time) (res result, changed bool) {
 
 // preserve calls Preserve until it succeeds, fails permanently, or no retry
 // fits before the task's deadline.
-func (t *task) preserve() result {
+func (t *task) preserve(r *run) result {
 	var bo backoff.BackOff
-	ctx := t.ctx()
+	ctx := t.ctx(r)
 	for {
 		t.attempts.Add(1)
 		stack, err := t.call(ctx)
@@ -255,14 +255,14 @@ func (t *task) preserve() result {
 			return result{outcome: Vanished, end: time.Now(), err: err}
 		case ctx.Err() != nil:
 			return result{outcome: TimedOut, end: time.Now(), err: err}
-		case t.r.permanent(err):
+		case r.permanent(err):
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 		if bo == nil {
-			bo = t.r.cfg.newBackOff()
+			bo = r.cfg.newBackOff()
 			bo.Reset()
 		}
-		if !t.retryWait(ctx, bo.NextBackOff()) {
+		if !t.retryWait(r, ctx, bo.NextBackOff()) {
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 	}
@@ -278,8 +278,7 @@ func (t *task) preserve() result {
 // deadline, starts nothing either. Only an attempt already running may
 // run on to the hard deadline: a retry that started after the phase
 // deadline would take the reserves of the steps after the preserve phase.
-func (t *task) retryWait(ctx context.Context, d time.Duration) bool {
-	r := t.r
+func (t *task) retryWait(r *run, ctx context.Context, d time.Duration) bool {
 	if d == backoff.Stop || r.phaseOver() {
 		return false
 	}
@@ -330,19 +329,19 @@ func (t *task) endSpanSlow(res *result) {
 	span.End()
 }
 
-func (t *task) log(res *result) {
-	l := t.r.cfg.log
+func (t *task) log(r *run, res *result) {
+	l := r.cfg.log
 	level := slog.LevelDebug
 	if res.outcome == Failed || res.outcome == TimedOut {
 		level = slog.LevelWarn
 	}
-	if l.Enabled(t.r.ctx, level) {
-		t.logSlow(res, level)
+	if l.Enabled(r.ctx, level) {
+		t.logSlow(r, res, level)
 	}
 }
 
-func (t *task) logSlow(res *result, level slog.Level) {
-	l := t.r.cfg.log
+func (t *task) logSlow(r *run, res *result, level slog.Level) {
+	l := r.cfg.log
 	attrs := []slog.Attr{
 		slog.String("sandbox", t.e.ID), slog.String("outcome", string(res.outcome)),
 		slog.Int("attempts", int(t.attempts.Load())), slog.Duration("took", res.end.Sub(t.e.Start)),
@@ -350,7 +349,7 @@ func (t *task) logSlow(res *result, level slog.Level) {
 	if res.err != nil {
 		attrs = append(attrs, slog.String("error", res.err.Error()))
 	}
-	l.LogAttrs(t.r.ctx, level, "pause: sandbox "+string(res.outcome), attrs...)
+	l.LogAttrs(r.ctx, level, "pause: sandbox "+string(res.outcome), attrs...)
 }
 
 // fill writes the account of t ending with res.
