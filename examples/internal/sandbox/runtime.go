@@ -81,17 +81,14 @@ func (f *Fake) Create(ctx context.Context, id string) error {
 func (f *Fake) Image(id string) string { return filepath.Join(f.Dir, id+".img") }
 
 // Pause takes Latency(id), or returns ctx's error if ctx ends first, and writes the
-// sandbox's image file durably. The sandbox stops running only once its image is
-// written: on any error it keeps running, so a retry pauses it again and fails, if it
-// does, with the real error.
+// sandbox's image file durably within that time: the latency is the whole pause, the
+// image included, so that an estimate of Latency is right (a disk slower than the
+// latency makes the pause as long as its write). The sandbox stops running only once
+// its image is written: on any error it keeps running, so a retry pauses it again and
+// fails, if it does, with the real error.
 func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	t := time.NewTimer(f.Latency(id))
 	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
 	f.mu.Lock()
 	start, ok := f.started[id]
 	f.mu.Unlock()
@@ -105,6 +102,12 @@ func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	}
 	if err := store.WriteFile(image, data, 0o600); err != nil {
 		return "", err
+	}
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		_ = os.Remove(image) // not paused: it keeps running
+		return "", ctx.Err()
 	}
 	f.mu.Lock()
 	delete(f.started, id)
