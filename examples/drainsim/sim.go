@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
+	"github.com/drainkit/drainkit/internal/freeport"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 )
 
@@ -236,11 +236,4 @@ func collect(mode string, n int, dir string, tl *kubeletsim.Timeline) (*result, 
 	return res, nil
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+func freeAddr() (string, error) { return freeport.Addr() }

@@ -24,6 +24,7 @@ import (
 	"github.com/drainkit/drainkit/examples/supervisor/internal/naiveserver"
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/freeport"
 )
 
 // The test binary doubles as every process the tests run: re-executed as
@@ -136,12 +137,11 @@ func stubServer(args []string) int {
 // freeAddr returns a loopback address nothing listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // helperCmd returns an exec.Cmd for argv with the test's stdio. Under the

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/freeport"
 )
 
 // Version is the Kubernetes release whose kube-apiserver the tests run:
@@ -249,10 +251,9 @@ func start(t *testing.T, dir, name, bin string, args ...string) {
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	must(t, err)
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, port, _ := net.SplitHostPort(addr)
 	return port
 }
 

@@ -21,6 +21,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drainkit/drainkit/internal/freeport"
 )
 
 // KubeletVersion is the kubelet line these tests run: v1.34 still runs on
@@ -669,12 +671,15 @@ func (n *Node) dumpLogs(t testing.TB) {
 }
 
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(port)
 }
 
 // containerdConfig is containerd 1.6's configuration: everything under dir,

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/freeport"
 	"github.com/drainkit/drainkit/internal/logbuf"
 
 	"github.com/stretchr/testify/assert"
@@ -96,10 +96,9 @@ func post(t *testing.T, url, body string) string {
 }
 
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 var predictedRE = regexp.MustCompile(`predicted preserve time\s+([0-9.]+)s\s+(\d+) round\(s\) of (\d+)`)

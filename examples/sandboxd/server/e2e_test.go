@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/freeport"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 )
 
@@ -81,8 +81,7 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 }
 
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
