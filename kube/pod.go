@@ -357,6 +357,12 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	}
 	var pod podObject
 	if err := json.Unmarshal(body, &pod); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			// A server (or a proxy) that gave up when the request was
+			// cancelled may still complete it with an empty or cut 200 that
+			// the transport hands over: the deadline is the cause.
+			return nil, fmt.Errorf("kube: GET pod %s/%s: %w (the answer after it: %v)", p.ns, p.name, cerr, err)
+		}
 		return nil, fmt.Errorf("kube: pod %s/%s: malformed response: %w", p.ns, p.name, err)
 	}
 	if m := pod.Metadata; m.Name != p.name || (m.Namespace != "" && m.Namespace != p.ns) {

@@ -325,6 +325,25 @@ func TestDeletionSlowServerBoundedByContext(t *testing.T) {
 	}
 }
 
+// The race the test above can lose on a loaded machine, made certain: the
+// deadline passes and the transport still hands over the empty 200 the
+// server wrote when it gave up. The reader reports the deadline.
+func TestEmptyAnswerAfterTheDeadlineIsTheDeadline(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, deleted(time.Now(), 30)))
+	ctx, cancel := context.WithCancel(t.Context())
+	cfg.Client = &http.Client{Transport: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		cancel() // the deadline passes while the answer comes in
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+	})}
+	_, err := newPod(t, cfg, testPod).DeletionTimestamp(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotContains(t, err.Error(), "malformed response")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
 func TestDeletionRejectsWrongCA(t *testing.T) {
 	a, cfg := newAPIServer(t, podJSON(t, deleted(time.Now(), 30)))
 	r := newPod(t, cfg, testPod)
