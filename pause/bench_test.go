@@ -81,14 +81,7 @@ func BenchmarkOverhead(b *testing.B) {
 
 		runtime.GC()
 		c = measure(func() {
-			var g errgroup.Group
-			g.SetLimit(limit)
-			for _, sb := range list {
-				g.Go(func() error { return sb.Preserve(ctx) })
-			}
-			if err := g.Wait(); err != nil {
-				b.Fatal(err)
-			}
+			errgroupRun(b, ctx, list, limit)
 		})
 		base.wall, base.cpu = base.wall+c.wall, base.cpu+c.cpu
 	}
@@ -185,14 +178,7 @@ func BenchmarkOverheadScale(b *testing.B) {
 			before = alloc()
 			c = measure(func() {
 				for range reps {
-					var g errgroup.Group
-					g.SetLimit(pause.DefaultLimit)
-					for _, sb := range list {
-						g.Go(func() error { return sb.Preserve(ctx) })
-					}
-					if err := g.Wait(); err != nil {
-						b.Fatal(err)
-					}
+					errgroupRun(b, ctx, list, pause.DefaultLimit)
 				}
 			})
 			base[i].bytes += alloc() - before
@@ -242,14 +228,7 @@ func BenchmarkOverheadReportFloor(b *testing.B) {
 			runtime.GC()
 			c = measure(func() {
 				for range reps {
-					var g errgroup.Group
-					g.SetLimit(pause.DefaultLimit)
-					for _, sb := range list {
-						g.Go(func() error { return sb.Preserve(ctx) })
-					}
-					if err := g.Wait(); err != nil {
-						b.Fatal(err)
-					}
+					errgroupRun(b, ctx, list, pause.DefaultLimit)
 				}
 			})
 			base[i].cpu += c.cpu
@@ -257,6 +236,19 @@ func BenchmarkOverheadReportFloor(b *testing.B) {
 	}
 	for i, n := range sizes {
 		b.ReportMetric(float64(kept[i].cpu)/float64(base[i].cpu), fmt.Sprint("x-report-floor-", n))
+	}
+}
+
+// errgroupRun is the baseline the overhead benchmarks divide by: list
+// preserved through errgroup.SetLimit(limit), nothing kept.
+func errgroupRun(b *testing.B, ctx context.Context, list []pause.Sandbox, limit int) {
+	var g errgroup.Group
+	g.SetLimit(limit)
+	for _, sb := range list {
+		g.Go(func() error { return sb.Preserve(ctx) })
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
 	}
 }
 

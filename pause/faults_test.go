@@ -87,11 +87,7 @@ func TestUnclassifiedErrorIsRetried(t *testing.T) {
 func TestNoRetryWhoseWaitEndsPastTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
-		always := make([]fakesandbox.Fault, 100)
-		for i := range always {
-			always[i] = fakesandbox.Transient
-		}
-		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: time.Second, Faults: always})
+		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: time.Second, Faults: alwaysTransient()})
 		p, err := pause.New(node, pause.Config{BackOff: constant(10 * time.Second)})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 25*time.Second, 0)
@@ -116,11 +112,7 @@ func TestNoRetryWhoseWaitEndsPastTheDeadline(t *testing.T) {
 func TestNoRetryStartsAfterThePhaseDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
-		always := make([]fakesandbox.Fault, 100)
-		for i := range always {
-			always[i] = fakesandbox.Transient
-		}
-		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: 2 * time.Second, Faults: always})
+		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: 2 * time.Second, Faults: alwaysTransient()})
 		p, err := pause.New(node, pause.Config{BackOff: constant(time.Second)})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 10*time.Second, 30*time.Second)
@@ -138,11 +130,7 @@ func TestNoRetryStartsAfterThePhaseDeadline(t *testing.T) {
 func TestNoRetryStartsAfterRunIsCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
-		always := make([]fakesandbox.Fault, 100)
-		for i := range always {
-			always[i] = fakesandbox.Transient
-		}
-		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: time.Second, Faults: always})
+		node.Add(&fakesandbox.Sandbox{Name: "broken", Latency: time.Second, Faults: alwaysTransient()})
 		p, err := pause.New(node, pause.Config{BackOff: constant(2 * time.Second)})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -424,4 +412,14 @@ func TestSandboxTimeoutBoundsAllAttempts(t *testing.T) {
 		assert.Contains(t, retrying.Error, "transient")
 		assert.Equal(t, pause.Preserved, entry(t, rep, "fast").Outcome)
 	})
+}
+
+// alwaysTransient is the fault list of a sandbox whose every preserve
+// fails with a retryable error.
+func alwaysTransient() []fakesandbox.Fault {
+	always := make([]fakesandbox.Fault, 100)
+	for i := range always {
+		always[i] = fakesandbox.Transient
+	}
+	return always
 }
