@@ -205,3 +205,34 @@ func TestClimbingLimitStartsWithTheShortestPreserves(t *testing.T) {
 	first, _, _ = firstStarted(8)
 	assert.ElementsMatch(t, []int64{40, 39, 38, 37, 36, 35, 34, 33}, first, "fixed: longest first")
 }
+
+// A store without a knee below the ceiling (the wait mix of
+// BenchmarkPreserveWait: 256 preserves of 20 ms each) costs the climb two
+// rounds below the ceiling: a round at 8, a round at 16, then 232 at 32,
+// which take 8 rounds since the last is not full. 10 rounds where the best
+// fixed limit (32) takes 8: 1.25, the figure the benchmark measures on a
+// real loopback store. No climb that starts below the ceiling does better
+// than 9 rounds here (its first round at 8 or 16 leaves at least 240
+// preserves, 8 rounds at 32), so x-best-fixed-wait ≤ 1.10 needs a start at
+// the ceiling, which TestDefaultLimitAvoidsThrashing's disk would pay for.
+func TestClimbOnAStoreWithoutAKneeCostsTwoRounds(t *testing.T) {
+	const n, round = 256, 20 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		node := fakesandbox.NewNode()
+		node.AddN("sb", n, round)
+		p, err := pause.New(node, pause.Config{Estimator: deadline.NewEstimator(time.Second), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Hour, 0)
+		require.Equal(t, n, rep.Counts[pause.Preserved])
+		assert.Equal(t, []string{"16", "32"}, limitsTaken(buf.String()))
+		assert.Equal(t, 10*round, took, "a round at 8, one at 16, 8 at 32")
+
+		node = fakesandbox.NewNode()
+		node.AddN("sb", n, round)
+		fixed, err := pause.New(node, pause.Config{Limit: 32})
+		require.NoError(t, err)
+		_, best := runFor(t, fixed, time.Hour, 0)
+		assert.Equal(t, 8*round, best)
+	})
+}
