@@ -19,20 +19,20 @@ const (
 	// was not yet introduced (216c8f5ef0f2 came with 6.7). A vendor build
 	// of an older base is not unaffected: enterprise kernels (RHEL 9's
 	// 5.14.0-*) backport ublk wholesale.
-	KernelUnaffected KernelClass = kernelrel.Unaffected
+	KernelUnaffected KernelClass = "unaffected"
 	// KernelVulnerable: 6.7 up to 6.14.5 and 6.15-rc1..rc3, every release
 	// string that is not a kernel.org release (a distribution or vendor
 	// build) unless declared, and every unparseable release. Killing the
 	// daemon while a device is live can crash the host.
-	KernelVulnerable KernelClass = kernelrel.Vulnerable
+	KernelVulnerable KernelClass = "vulnerable"
 	// KernelExitMayHang: 6.14.6-6.14.7 and 6.15-rc4..rc6 carry the fix but
 	// not its follow-up dd24f87f65c9, so a server exit with live devices
 	// can spin in the cancel path. Planned like KernelVulnerable: the
 	// daemon is never killed with a live device.
-	KernelExitMayHang KernelClass = kernelrel.ExitMayHang
+	KernelExitMayHang KernelClass = "exit_may_hang"
 	// KernelFixed: 6.15 and later, 6.14.8 and later 6.14.y, or a release
 	// the operator declared fixed.
-	KernelFixed KernelClass = kernelrel.Fixed
+	KernelFixed KernelClass = "fixed"
 )
 
 // MayKillWithLiveDevices reports whether the daemon may be killed while a

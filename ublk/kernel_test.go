@@ -134,3 +134,10 @@ func TestKernelClassKillRule(t *testing.T) {
 	assert.True(t, KernelFixed.MayKillWithLiveDevices())
 	assert.True(t, KernelUnaffected.MayKillWithLiveDevices())
 }
+
+// The classes are kernelrel's words: Classify's answer is converted, not
+// translated.
+func TestKernelClassesAreKernelrelWords(t *testing.T) {
+	assert.Equal(t, []string{kernelrel.Unaffected, kernelrel.Vulnerable, kernelrel.ExitMayHang, kernelrel.Fixed},
+		[]string{string(KernelUnaffected), string(KernelVulnerable), string(KernelExitMayHang), string(KernelFixed)})
+}

@@ -58,8 +58,8 @@ type DeviceReport struct {
 	Initial Device `json:"initial"`
 	Final   Device `json:"final"`
 	// Info is the driver's view (GET_DEV_INFO) when the control fallback
-	// ran and could read it.
-	Info *ublkctl.DevInfo `json:"info,omitempty"`
+	// ran and could read it, before it acted.
+	Info *DriverInfo `json:"info,omitempty"`
 	// InflightBefore is the disk's in-flight I/O at the start.
 	// InflightAfter is zero once the device is known stopped (gone, DEAD,
 	// or STOP_DEV completed: every request was answered); otherwise it is
@@ -72,6 +72,31 @@ type DeviceReport struct {
 	Holders []Holder     `json:"holders,omitempty"`
 	Steps   []StepResult `json:"steps,omitempty"`
 	Verdict Verdict      `json:"verdict"`
+}
+
+// DriverInfo is the driver's own account of a device (GET_DEV_INFO), where
+// sysfs (Device) shows only which of its files exist.
+type DriverInfo struct {
+	// State is "dead", "live", "quiesced" (its daemon is gone and a new
+	// one may recover it), "fail_io" (its daemon is gone and I/O fails at
+	// once), or "state(N)" for a state this package does not know.
+	State string `json:"state"`
+	// ServerPID is the daemon the driver serves the device through; the
+	// driver keeps it after that daemon exited.
+	ServerPID int `json:"ublksrv_pid"`
+	// Flags are the UBLK_F_* flags the device was added with;
+	// UBLK_F_USER_RECOVERY (1<<3) lets a new daemon take the device over.
+	Flags uint64 `json:"flags"`
+	// Queues and QueueDepth are the device's hardware queues and the depth
+	// of each.
+	Queues     int `json:"nr_hw_queues"`
+	QueueDepth int `json:"queue_depth"`
+}
+
+// driverInfo is the public account of what GET_DEV_INFO returned.
+func driverInfo(i ublkctl.DevInfo) *DriverInfo {
+	return &DriverInfo{State: i.State.String(), ServerPID: int(i.ServerPID), Flags: i.Flags,
+		Queues: int(i.NrHWQueues), QueueDepth: int(i.QueueDepth)}
 }
 
 // DaemonReport says what happened to the daemon.

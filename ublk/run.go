@@ -433,7 +433,7 @@ func (r *run) fallback(why string) {
 		_ = r.within(r.killAt, func(ctx context.Context) error {
 			info, err := r.ctl.DevInfo(ctx, d.cur.ID)
 			if err == nil && d.rep.Info == nil {
-				d.rep.Info = &info // the state before the fallback acted
+				d.rep.Info = driverInfo(info) // the state before the fallback acted
 			}
 			if err == nil && info.State == ublkctl.StateDead {
 				d.dead = true
@@ -444,7 +444,7 @@ func (r *run) fallback(why string) {
 			// A recovery-enabled device of a dead daemon waits, quiesced,
 			// for the next server to recover it: leave it.
 			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "kept for recovery", Start: time.Now(),
-				Result: "UBLK_F_USER_RECOVERY: left " + d.rep.Info.State.String() + " for the next server"})
+				Result: "UBLK_F_USER_RECOVERY: left " + d.rep.Info.State + " for the next server"})
 			continue
 		}
 		if d.live() {

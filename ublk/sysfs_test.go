@@ -46,9 +46,9 @@ func TestScanDevicesWithoutUblkModule(t *testing.T) {
 }
 
 func TestReportMarshalsToJSON(t *testing.T) {
-	info := ublkctl.DevInfo{State: ublkctl.StateLive, DevID: 1}
+	info := driverInfo(ublkctl.DevInfo{State: ublkctl.StateLive, DevID: 1, ServerPID: 42, Flags: ublkctl.FlagUserRecovery})
 	rep := Report{Kernel: "6.8.0-45-generic", KernelClass: KernelVulnerable, Verdict: VerdictLeftLive,
-		Devices: []DeviceReport{{ID: 1, Info: &info, Verdict: VerdictLeftLive,
+		Devices: []DeviceReport{{ID: 1, Info: info, Verdict: VerdictLeftLive,
 			Holders: []Holder{{PID: 9, Comm: "firecracker", Kind: "fd", Detail: "fd 5 -> /dev/ublkb1"}}}}}
 	b, err := json.Marshal(rep)
 	require.NoError(t, err)
@@ -56,7 +56,7 @@ func TestReportMarshalsToJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, "vulnerable", back["kernel_class"])
 	dev := back["devices"].([]any)[0].(map[string]any)
-	assert.Equal(t, "live", dev["info"].(map[string]any)["state"])
+	assert.Equal(t, map[string]any{"state": "live", "ublksrv_pid": 42.0, "flags": 8.0, "nr_hw_queues": 0.0, "queue_depth": 0.0}, dev["info"])
 	assert.Equal(t, "firecracker", dev["holders"].([]any)[0].(map[string]any)["comm"])
 	assert.NotContains(t, back, "deadline", "zero deadline omitted")
 }

@@ -199,7 +199,7 @@ func TestControlFallbackMakesKillSafeOnVulnerableKernel(t *testing.T) {
 		for _, dr := range rep.Devices {
 			assert.Equal(t, VerdictStoppedByControl, dr.Verdict)
 			require.NotNil(t, dr.Info)
-			assert.Equal(t, ublkctl.StateLive, dr.Info.State)
+			assert.Equal(t, ublkctl.StateLive.String(), dr.Info.State)
 		}
 	})
 }
@@ -597,7 +597,7 @@ func TestDaemonHungAfterStoppingItsDisks(t *testing.T) {
 				assert.Contains(t, d.Events(), "kill")
 				assert.Contains(t, d.Events(), "DEL_DEV 1")
 				assert.Equal(t, VerdictStoppedByControl, rep.Verdict)
-				assert.Equal(t, ublkctl.StateDead, rep.Device(0).Info.State)
+				assert.Equal(t, "dead", rep.Device(0).Info.State)
 			})
 		})
 	}
