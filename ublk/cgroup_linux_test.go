@@ -101,8 +101,8 @@ func outsiderCgroup(t *testing.T, pid int) string {
 // alone; the fates say which and why.
 func TestLastResortKillsOnlyHoldersInTheServersCgroup(t *testing.T) {
 	node, dev := loopdev.Attach(t)
-	doomed, _ := startHolder(t, node)
-	outsider, _ := startHolder(t, node)
+	doomed, _ := loopdev.Hold(t, node)
+	outsider, _ := loopdev.Hold(t, node)
 	other := outsiderCgroup(t, outsider.Process.Pid)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -165,7 +165,7 @@ func TestStepLastResortKillsDoomedVMMThenStopsTheDaemon(t *testing.T) {
 	node, dev := loopdev.Attach(t)
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
-	vmm, _ := startHolder(t, node)
+	vmm, _ := loopdev.Hold(t, node)
 
 	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
@@ -201,7 +201,7 @@ func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
 	node, dev := loopdev.Attach(t)
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
-	outsider, _ := startHolder(t, node)
+	outsider, _ := loopdev.Hold(t, node)
 	other := outsiderCgroup(t, outsider.Process.Pid)
 
 	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))

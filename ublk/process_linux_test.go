@@ -173,7 +173,7 @@ func TestVMMHoldingADeviceKeepsTheDaemonRunningWithoutLastResort(t *testing.T) {
 	node, dev := loopdev.Attach(t)
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
-	vmm, _ := startHolder(t, node)
+	vmm, _ := loopdev.Hold(t, node)
 
 	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoLastResort: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
@@ -195,7 +195,7 @@ func TestTeardownProceedsOnceTheVMMCloses(t *testing.T) {
 	node, dev := loopdev.Attach(t)
 	d, sys, _, _ := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor})
-	vmm, stdin := startHolder(t, node)
+	vmm, stdin := loopdev.Hold(t, node)
 	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	go func() {

@@ -3,12 +3,9 @@
 package blockdev_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,30 +18,12 @@ import (
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
-// startHolder starts a child process that holds node open; closing the
-// returned writer lets it exit.
-func startHolder(t *testing.T, node string) (*exec.Cmd, io.WriteCloser) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envHold+"="+node)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "ready\n", line)
-	return cmd, stdin
-}
-
 func TestHoldersFindsProcessHoldingLoopDevice(t *testing.T) {
 	node, dev := loopdev.Attach(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	cmd, stdin := startHolder(t, node)
+	cmd, stdin := loopdev.Hold(t, node)
 	hs, err := blockdev.Holders(ctx, "/proc", dev)
 	require.NoError(t, err)
 	var mine []blockdev.Holder

@@ -1,8 +1,12 @@
 // Package loopdev attaches real loop devices for tests: a real block device
 // whose holders (an open fd, a mount, swap) the holders scan and the ublk
-// step must see, standing for a ublk disk. One helper for the tests of
+// step must see, standing for a ublk disk; and a holder, a child process
+// that keeps one open as a VMM keeps its disk. One helper for the tests of
 // internal/blockdev, ublk and the supervisor example.
 //
 //	node, dev := loopdev.Attach(t) // skips when not root or without /dev/loop-control
-//	f, _ := os.Open(node)          // now f's process holds dev
+//	vmm, stdin := loopdev.Hold(t, node) // now vmm's process holds dev
+//	stdin.Close()                       // and now it exits
+//
+// A test binary that calls Hold calls MainIfHolder first in its TestMain.
 package loopdev

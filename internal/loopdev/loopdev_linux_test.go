@@ -3,6 +3,7 @@
 package loopdev
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,10 @@ import (
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	MainIfHolder()
+	goleak.VerifyTestMain(m)
+}
 
 // The device is a real block device of 1 MiB whose sysfs number matches,
 // and it is detached when the test ends.
@@ -41,4 +45,23 @@ func TestAttachGivesARealBlockDeviceAndDetachesIt(t *testing.T) {
 	if err == nil {
 		assert.Equal(t, "0", strings.TrimSpace(string(size)), "detached: no backing file")
 	}
+}
+
+// The holder is another process with the device open, until its stdin
+// closes; then it exits 0.
+func TestHoldKeepsTheDeviceOpenInAChildUntilStdinCloses(t *testing.T) {
+	node, _ := Attach(t)
+	cmd, stdin := Hold(t, node)
+	assert.NotEqual(t, os.Getpid(), cmd.Process.Pid)
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid))
+	require.NoError(t, err)
+	var open bool
+	for _, fd := range fds {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", cmd.Process.Pid, fd.Name()))
+		open = open || err == nil && target == node
+	}
+	assert.True(t, open, "the holder has %s open", node)
+
+	require.NoError(t, stdin.Close())
+	require.NoError(t, cmd.Wait(), "the holder exits 0 once its stdin closes")
 }

@@ -1,0 +1,65 @@
+package loopdev
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// EnvHold is the environment variable that makes MainIfHolder, in the test
+// binary Hold re-executes, open the block device it names.
+const EnvHold = "DRAINKIT_LOOPDEV_HOLD"
+
+// Hold starts a child process that holds node open, as a VMM holds its
+// disk: the test binary, re-executed with EnvHold set, which opens node,
+// says "ready" and waits for its stdin to close. Hold returns once node is
+// open; closing the returned writer lets the child exit, and the test's
+// end closes it and reaps the child. The binary's TestMain must call
+// MainIfHolder first.
+func Hold(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), EnvHold+"="+node)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	return cmd, stdin
+}
+
+// MainIfHolder plays the holder and exits the process when EnvHold is set,
+// and returns at once otherwise. Call it first in TestMain of any test
+// binary that uses Hold:
+//
+//	func TestMain(m *testing.M) {
+//		loopdev.MainIfHolder()
+//		goleak.VerifyTestMain(m)
+//	}
+func MainIfHolder() {
+	if node := os.Getenv(EnvHold); node != "" {
+		os.Exit(holdOpen(node))
+	}
+}
+
+// holdOpen keeps node open until stdin closes.
+func holdOpen(node string) int {
+	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	defer f.Close()
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	return 0
+}
