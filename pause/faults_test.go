@@ -239,17 +239,7 @@ func TestListErrorsAreRetried(t *testing.T) {
 // Report says why nothing more was preserved.
 func TestListErrorIsReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		node := fakesandbox.NewNode()
-		node.AddN("sb", 2, time.Second)
-		node.ListErr = func(n int) error {
-			if n >= 2 {
-				return errors.New("runtime unavailable")
-			}
-			return nil
-		}
-		p, err := pause.New(node, pause.Config{BackOff: constant(10 * time.Second)})
-		require.NoError(t, err)
-		rep, took := runFor(t, p, time.Minute, 0)
+		rep, took, node := runWhileLaterListingsFail(t)
 		assert.Equal(t, 2, rep.Counts[pause.Preserved])
 		assert.Equal(t, "runtime unavailable", rep.ListErr)
 		// Pass 2 lists at 1 s, then at 11, 21, 31, 41, 51 s; a wait to 61 s does not fit.

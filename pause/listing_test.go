@@ -35,21 +35,31 @@ func TestListingThatNeverSucceededIsUnknownNotSuccess(t *testing.T) {
 	})
 }
 
+// runWhileLaterListingsFail runs a Preserver for a minute, with a 10 s
+// back-off, over a node of two sandboxes whose first listing succeeds and
+// every later one fails with "runtime unavailable". It returns the Report,
+// how long Run took, and the node. Call it inside a synctest bubble.
+func runWhileLaterListingsFail(t *testing.T) (*pause.Report, time.Duration, *fakesandbox.Node) {
+	t.Helper()
+	node := fakesandbox.NewNode()
+	node.AddN("sb", 2, time.Second)
+	node.ListErr = func(n int) error {
+		if n >= 2 {
+			return errors.New("runtime unavailable")
+		}
+		return nil
+	}
+	p, err := pause.New(node, pause.Config{BackOff: constant(10 * time.Second)})
+	require.NoError(t, err)
+	rep, took := runFor(t, p, time.Minute, 0)
+	return rep, took, node
+}
+
 // One listing that succeeded is enough to know the node: a later pass
 // failing to list leaves the Report known, with the error noted.
 func TestLaterListingFailureIsNotUnknown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		node := fakesandbox.NewNode()
-		node.AddN("sb", 2, time.Second)
-		node.ListErr = func(n int) error {
-			if n >= 2 {
-				return errors.New("runtime unavailable")
-			}
-			return nil
-		}
-		p, err := pause.New(node, pause.Config{BackOff: constant(10 * time.Second)})
-		require.NoError(t, err)
-		rep, _ := runFor(t, p, time.Minute, 0)
+		rep, _, _ := runWhileLaterListingsFail(t)
 		assert.False(t, rep.Unknown)
 		assert.NoError(t, rep.Err())
 		assert.Equal(t, "runtime unavailable", rep.ListErr)
