@@ -4,15 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
-	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +22,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/draintest"
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -48,15 +45,7 @@ type podAPI struct {
 func newPodAPI(t *testing.T) *podAPI {
 	t.Helper()
 	a := &podAPI{}
-	a.Server = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
-	a.Config.ErrorLog = log.New(io.Discard, "", 0)
-	a.StartTLS()
-	t.Cleanup(a.Close)
-	dir := t.TempDir()
-	a.cfg = kube.Config{Host: a.URL, Namespace: "agentenv",
-		TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt")}
-	require.NoError(t, os.WriteFile(a.cfg.TokenFile, []byte("t"), 0o600))
-	require.NoError(t, os.WriteFile(a.cfg.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.Certificate().Raw}), 0o600))
+	a.Server, a.cfg = fakeapiserver.Start(t, http.HandlerFunc(a.serve), "agentenv", "t")
 	return a
 }
 

@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
-	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -36,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/kube"
 )
 
@@ -64,7 +64,8 @@ type apiServer struct {
 func newAPIServer(t *testing.T, serve http.HandlerFunc) (*apiServer, kube.Config) {
 	t.Helper()
 	a := &apiServer{token: "token-1", serve: serve}
-	a.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var cfg kube.Config
+	a.Server, cfg = fakeapiserver.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
 		a.mu.Lock()
 		a.tokens = append(a.tokens, got)
@@ -91,18 +92,9 @@ func newAPIServer(t *testing.T, serve http.HandlerFunc) (*apiServer, kube.Config
 		default:
 			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no route "+r.Method+" "+r.URL.Path)
 		}
-	}))
-	a.Config.ErrorLog = log.New(io.Discard, "", 0) // the wrong-CA test makes handshakes fail on purpose
-	a.StartTLS()                                   // httptest listens on 127.0.0.1
+	}), testNamespace, "token-1\n")
 	require.Contains(t, a.URL, "https://127.0.0.1:")
-	t.Cleanup(a.Close)
-
-	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.crt")
-	writePEM(t, caFile, a.Certificate().Raw)
-	tokenFile := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(tokenFile, []byte("token-1\n"), 0o600))
-	return a, kube.Config{Host: a.URL, TokenFile: tokenFile, CAFile: caFile, Namespace: testNamespace}
+	return a, cfg
 }
 
 // storeEvent keeps a posted event and answers 201 Created, as the API
