@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/manifest"
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 )
 
@@ -171,13 +172,13 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	assert.Nil(t, c.Lifecycle.PreStop.Exec, "the base's unbounded shell loop is gone")
 	require.NotNil(t, c.Lifecycle.PreStop.HTTPGet)
 	assert.Equal(t, "/drain", c.Lifecycle.PreStop.HTTPGet.Path)
-	assert.Equal(t, listenPort, portNumber(t, c, c.Lifecycle.PreStop.HTTPGet.Port.String()))
+	assert.Equal(t, listenPort, manifest.Port(c, c.Lifecycle.PreStop.HTTPGet.Port.String()))
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
-	assert.Equal(t, listenPort, portNumber(t, c, c.ReadinessProbe.HTTPGet.Port.String()))
+	assert.Equal(t, listenPort, manifest.Port(c, c.ReadinessProbe.HTTPGet.Port.String()))
 	assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
 	u := cfg.serverURL
-	assert.True(t, strings.HasSuffix(u, ":"+portNumber(t, c, "http")), "-server-url is the API port, %s", u)
+	assert.True(t, strings.HasSuffix(u, ":"+manifest.Port(c, "http")), "-server-url is the API port, %s", u)
 
 	// The budget at 3600 s with 200 running sandboxes (AgentENV's double
 	// behind the supervisor's own list, in virtual time): margin 5 s, 30 s

@@ -6,44 +6,29 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/manifest"
 )
 
 // The manifest decodes strictly into the Kubernetes types (a misspelt or
 // misplaced field fails), its supervisor command line parses with the
 // supervisor's own parser, and its numbers add up.
 func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
-	raw, err := os.ReadFile("deploy/daemonset.yaml")
-	require.NoError(t, err)
-	var ds appsv1.DaemonSet
-	require.NoError(t, yaml.UnmarshalStrict(raw, &ds))
-	misspelt := strings.Replace(string(raw), "terminationGracePeriodSeconds:", "terminationGracePeriod:", 1)
-	require.Error(t, yaml.UnmarshalStrict([]byte(misspelt), &appsv1.DaemonSet{}), "strict decoding catches a misspelt field")
-	assert.Equal(t, "DaemonSet", ds.Kind)
+	ds := manifest.DaemonSet(t, "deploy/daemonset.yaml", "terminationGracePeriodSeconds:", "terminationGracePeriod:")
 	spec := ds.Spec.Template.Spec
 	require.NotNil(t, spec.TerminationGracePeriodSeconds)
 	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 
 	c := supervisorContainer(t, spec.Containers)
-	secret := ""
-	for _, e := range c.Env {
-		if e.Name == EnvHookSecret {
-			secret = e.Value
-		}
-	}
+	secret := manifest.Env(c, EnvHookSecret)
 	require.NotEmpty(t, secret, "the manifest sets %s", EnvHookSecret)
 	t.Setenv(EnvHookSecret, secret)
 	cfg, err := parseArgs(append(c.Command[1:], c.Args...), io.Discard)
@@ -54,30 +39,21 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	// preStop is an httpGet to the supervisor's /drain on the -hook-listen
 	// port, with the secret; the probes are its /readyz and /healthz on the
 	// -listen port.
+	manifest.CheckDrainHook(t, c, cfg.hookListen, secret)
 	_, listenPort, err := net.SplitHostPort(cfg.listen)
 	require.NoError(t, err)
-	require.NotNil(t, c.Lifecycle)
-	require.NotNil(t, c.Lifecycle.PreStop)
-	require.NotNil(t, c.Lifecycle.PreStop.HTTPGet, "preStop must be httpGet: the supervisor sees T0")
-	assert.Equal(t, "/drain", c.Lifecycle.PreStop.HTTPGet.Path)
-	_, hookPort, err := net.SplitHostPort(cfg.hookListen)
-	require.NoError(t, err)
-	assert.Equal(t, hookPort, portNumber(t, c, c.Lifecycle.PreStop.HTTPGet.Port.String()))
-	require.Len(t, c.Lifecycle.PreStop.HTTPGet.HTTPHeaders, 1)
-	assert.Equal(t, "X-Drain-Secret", c.Lifecycle.PreStop.HTTPGet.HTTPHeaders[0].Name)
-	assert.Equal(t, secret, c.Lifecycle.PreStop.HTTPGet.HTTPHeaders[0].Value, "the hook sends the supervisor's secret")
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
-	assert.Equal(t, listenPort, portNumber(t, c, c.ReadinessProbe.HTTPGet.Port.String()))
+	assert.Equal(t, listenPort, manifest.Port(c, c.ReadinessProbe.HTTPGet.Port.String()))
 	require.NotNil(t, c.LivenessProbe.HTTPGet)
 	assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
-	assert.Equal(t, listenPort, portNumber(t, c, c.LivenessProbe.HTTPGet.Port.String()))
+	assert.Equal(t, listenPort, manifest.Port(c, c.LivenessProbe.HTTPGet.Port.String()))
 
 	// -server-url points at the server's API port in the same pod.
 	u, err := url.Parse(cfg.serverURL)
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1", u.Hostname())
-	assert.Equal(t, u.Port(), portNumber(t, c, "api"))
+	assert.Equal(t, u.Port(), manifest.Port(c, "api"))
 
 	// The supervisor accepts it (reserves fit the grace period) and the
 	// plan leaves AgentENV's seed scenario room: 200 sandboxes x 2 s at
@@ -118,14 +94,4 @@ func supervisorContainer(t *testing.T, cs []corev1.Container) corev1.Container {
 	}
 	require.Len(t, found, 1, "one container runs the supervisor as its entrypoint")
 	return found[0]
-}
-
-// portNumber resolves a named or numeric container port.
-func portNumber(t *testing.T, c corev1.Container, port string) string {
-	t.Helper()
-	i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == port })
-	if i < 0 {
-		return port
-	}
-	return strconv.Itoa(int(c.Ports[i].ContainerPort))
 }

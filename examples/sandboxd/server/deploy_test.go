@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,9 +21,10 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/manifest"
 )
 
-const manifest = "../deploy/daemonset.yaml"
+const daemonSet = "../deploy/daemonset.yaml"
 
 // The DaemonSet decodes strictly into the Kubernetes types, its command line parses with
 // sandboxd's own parser, -grace is terminationGracePeriodSeconds, the hook and probes hit
@@ -32,13 +32,7 @@ const manifest = "../deploy/daemonset.yaml"
 // preStop wait ends early enough that what the kubelet leaves after it covers preserving,
 // teardown and the margin.
 func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
-	raw, err := os.ReadFile(manifest)
-	require.NoError(t, err)
-	var ds appsv1.DaemonSet
-	require.NoError(t, yaml.UnmarshalStrict(raw, &ds))
-	misspelt := strings.Replace(string(raw), "periodSeconds: 2", "periodSecond: 2", 1)
-	require.Error(t, yaml.UnmarshalStrict([]byte(misspelt), &appsv1.DaemonSet{}), "strict decoding catches a misspelt field")
-	assert.Equal(t, "DaemonSet", ds.Kind)
+	ds := manifest.DaemonSet(t, daemonSet, "periodSeconds: 2", "periodSecond: 2")
 	assert.Equal(t, ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
 
 	spec := ds.Spec.Template.Spec
@@ -46,35 +40,22 @@ func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
 	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 	require.Len(t, spec.Containers, 1)
 	c := spec.Containers[0]
-	secret := ""
-	for _, e := range c.Env {
-		if e.Name == HookSecretEnv {
-			secret = e.Value
-		}
-	}
+	secret := manifest.Env(c, HookSecretEnv)
 	require.NotEmpty(t, secret, "the manifest sets %s", HookSecretEnv)
 	t.Setenv(HookSecretEnv, secret)
 	cfg, err := ParseFlags(c.Args, io.Discard)
 	require.NoError(t, err, "the manifest's arguments parse")
 	assert.Equal(t, grace, cfg.Grace, "-grace equals terminationGracePeriodSeconds")
 
+	manifest.CheckDrainHook(t, c, cfg.HookListen, secret)
 	_, port, err := net.SplitHostPort(cfg.Listen)
 	require.NoError(t, err)
-	require.NotNil(t, c.Lifecycle)
-	require.NotNil(t, c.Lifecycle.PreStop)
-	hook := c.Lifecycle.PreStop.HTTPGet
-	require.NotNil(t, hook, "preStop is an httpGet: sandboxd sees T0 itself")
-	assert.Equal(t, "/drain", hook.Path)
 	_, hookPort, err := net.SplitHostPort(cfg.HookListen)
 	require.NoError(t, err)
-	assert.Equal(t, hookPort, portNumber(c, hook.Port.String()), "the hook goes to -hook-listen's port")
 	assert.NotEqual(t, port, hookPort, "the API port does not serve the hook")
-	require.Len(t, hook.HTTPHeaders, 1)
-	assert.Equal(t, "X-Drain-Secret", hook.HTTPHeaders[0].Name)
-	assert.Equal(t, secret, hook.HTTPHeaders[0].Value, "the hook sends the secret sandboxd expects")
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
-	assert.Equal(t, port, portNumber(c, c.ReadinessProbe.HTTPGet.Port.String()))
+	assert.Equal(t, port, manifest.Port(c, c.ReadinessProbe.HTTPGet.Port.String()))
 	require.NotNil(t, c.LivenessProbe.HTTPGet)
 	assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path, "liveness must not flip while draining")
 	mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == cfg.StateDir })
@@ -129,21 +110,12 @@ func checkBudget(t *testing.T, cfg Config) {
 	assert.Greater(t, drainEnd, cfg.Grace/2, "the preStop wait still gets most of the hour")
 }
 
-// portNumber resolves a named or numeric container port.
-func portNumber(c corev1.Container, port string) string {
-	i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == port })
-	if i < 0 {
-		return port
-	}
-	return strconv.Itoa(int(c.Ports[i].ContainerPort))
-}
-
 // The DaemonSet runs as the service account rbac.yaml binds to a Role that
 // lets sandboxd read its pod and post events (internal/realapiserver
 // proves the Role enough against a real API server), and gives -pod its
 // name through the Downward API.
 func TestRBACManifestGrantsWhatSandboxdNeeds(t *testing.T) {
-	raw, err := os.ReadFile(manifest)
+	raw, err := os.ReadFile(daemonSet)
 	require.NoError(t, err)
 	var ds appsv1.DaemonSet
 	require.NoError(t, yaml.UnmarshalStrict(raw, &ds))
