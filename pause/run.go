@@ -56,10 +56,13 @@ type run struct {
 	inflightUnits float64 // their units
 	area          float64 // integral of inflight over time, ns
 	areaAt        time.Time
-	left          atomic.Int64 // sandboxes listed and not settled
-	finished      atomic.Int64 // sandboxes settled
-	preservedN    atomic.Int64 // of them, preserved
-	failedN       atomic.Int64 // of them, failed or timed out
+	// The counts a progress line reports, kept only when one can be
+	// logged (cfg.progress > 0): four atomic additions per sandbox, on
+	// words every worker writes, are a cost no one would read otherwise.
+	left       atomic.Int64 // sandboxes listed and not settled
+	finished   atomic.Int64 // sandboxes settled
+	preservedN atomic.Int64 // of them, preserved
+	failedN    atomic.Int64 // of them, failed or timed out
 
 	progress     *time.Timer // logs progress; nil when off
 	progressMu   sync.Mutex  // held while a progress line is logged
@@ -314,7 +317,9 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 		j++
 		tasks[i] = t
 	}
-	r.left.Add(int64(len(tasks)))
+	if r.cfg.progress > 0 {
+		r.left.Add(int64(len(tasks)))
+	}
 	return tasks
 }
 
@@ -427,15 +432,22 @@ func (r *run) settle(tasks []*task) {
 // record accounts for a settled task in metrics and progress; the task's
 // goroutine calls it for the tasks that returned, settle for the others.
 func (r *run) record(t *task, res *result) {
+	if r.cfg.progress > 0 {
+		r.count(res.outcome)
+	}
+	r.p.tel.outcome(r.ctx, t, res)
+}
+
+// count adds a settled sandbox to the counts of the progress line.
+func (r *run) count(o Outcome) {
 	r.left.Add(-1)
 	r.finished.Add(1)
-	switch res.outcome {
+	switch o {
 	case Preserved:
 		r.preservedN.Add(1)
 	case Failed, TimedOut:
 		r.failedN.Add(1)
 	}
-	r.p.tel.outcome(r.ctx, t, res)
 }
 
 func (r *run) finish() *Report {
