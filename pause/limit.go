@@ -16,7 +16,11 @@ import (
 // its size (scaled to the first pass's time per byte), else its own
 // estimate in nanoseconds, else the Estimator's estimate of the first pass
 // (one millisecond when there is none). Within a Run the scale never
-// changes, so throughputs measured at different times compare.
+// changes, so throughputs measured at different times compare, and a
+// task's units are the same whenever they are asked for: they are not
+// kept in the task, of which a large node has one per sandbox. The
+// first call, which fixes the scale, is the first pass's scan, on the Run
+// goroutine before any worker starts.
 func (r *run) units(t *task) float64 {
 	if r.unitScale == 0 {
 		r.unitScale = max(r.perByte, 1e-9)
@@ -39,28 +43,33 @@ func (r *run) tick(now time.Time) {
 	}
 }
 
-// startedLocked accounts for t starting at now. The caller holds r.mu.
-func (r *run) startedLocked(t *task, now time.Time) {
-	r.queue.remove(t)
+// startedLocked accounts for t starting at now and returns the in-flight
+// integral then, which the worker that runs t keeps for endedLocked (not
+// t: a large node has a task per sandbox). The caller holds r.mu.
+func (r *run) startedLocked(t *task, now time.Time) (area0 float64) {
+	u := r.units(t)
+	r.queue.remove(u)
 	r.tick(now)
-	t.area0 = r.area
 	r.inflight++
-	r.inflightUnits += t.units
+	r.inflightUnits += u
+	return r.area
 }
 
 // endedLocked accounts for t ending with res, feeds the climber a sample
 // when t was preserved at its first attempt, and applies the limit it
-// returns. The caller holds r.mu.
-func (r *run) endedLocked(t *task, res *result) {
+// returns; area0 is the in-flight integral when t started (startedLocked;
+// unused unless t was preserved). The caller holds r.mu.
+func (r *run) endedLocked(t *task, res *result, area0 float64) {
+	u := r.units(t)
 	r.tick(res.end)
 	r.inflight--
-	r.inflightUnits -= t.units
+	r.inflightUnits -= u
 	d := res.end.Sub(t.e.Start)
 	if res.outcome != Preserved || t.attempts.Load() != 1 || d <= 0 {
 		return
 	}
-	kbar := (r.area - t.area0) / float64(d)
-	k := r.climb.sample(t.e.Start, d, t.units, kbar, r.queue.n, res.end)
+	kbar := (r.area - area0) / float64(d)
+	k := r.climb.sample(t.e.Start, d, u, kbar, r.queue.n, res.end)
 	if r.bindsLocked(res.end) {
 		k = r.climb.bind(res.end)
 	}

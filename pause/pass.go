@@ -66,11 +66,13 @@ func (ps *pass) settled() {
 
 // pop takes the next task to start at now, or returns nil when the queue
 // is empty or the phase is over, closing the queue, or when the worker
-// must end because the workers exceed a lowered limit.
-func (ps *pass) pop(now time.Time) *task {
+// must end because the workers exceed a lowered limit. When the limit
+// adapts it also returns the in-flight integral at the start (see
+// startedLocked), for the worker to keep until the task ends.
+func (ps *pass) pop(now time.Time) (*task, float64) {
 	r := ps.r
 	if !r.adaptive {
-		return ps.take(now)
+		return ps.take(now), 0
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -78,23 +80,23 @@ func (ps *pass) pop(now time.Time) *task {
 }
 
 // popLocked is pop when the limit adapts; the caller holds r.mu.
-func (ps *pass) popLocked(now time.Time) *task {
+func (ps *pass) popLocked(now time.Time) (*task, float64) {
 	r := ps.r
 	if r.workers > r.limit {
-		return nil
+		return nil, 0
 	}
 	var t *task
 	if ps.back && ps.backUnits < backShare*ps.units && r.climb.climbing() {
 		if t = ps.takeBack(now); t != nil {
-			ps.backUnits += t.units
+			ps.backUnits += r.units(t)
 		}
 	} else {
 		t = ps.take(now)
 	}
-	if t != nil {
-		r.startedLocked(t, now)
+	if t == nil {
+		return nil, 0
 	}
-	return t
+	return t, r.startedLocked(t, now)
 }
 
 // take takes the next task, lock-free.
@@ -239,12 +241,12 @@ func (r *run) worker(ps *pass) {
 	// One clock reading per task: a task starts when the one before it on
 	// this worker ended.
 	now := time.Now()
-	t := ps.pop(now)
+	t, area0 := ps.pop(now)
 	ps.claims.Add(-1)
 	r.poke() // the dispatcher may start the next worker
 	for t != nil {
 		var keep bool
-		if now, t, keep = t.run(ps, now); !keep {
+		if now, t, area0, keep = t.run(ps, now, area0); !keep {
 			return
 		}
 	}

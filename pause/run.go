@@ -422,7 +422,7 @@ func (r *run) settle(tasks []*task) {
 			r.p.tel.inflight.Add(r.ctx, -1)
 		case r.adaptive:
 			r.mu.Lock() // a worker taking a task at the hard deadline may hold it
-			r.queue.remove(t)
+			r.queue.remove(r.units(t))
 			r.mu.Unlock()
 		}
 		r.record(t, &res)

@@ -14,8 +14,8 @@ type queueStats struct {
 	units float64 // sum of their units
 }
 
-func (q *queueStats) add(t *task)    { q.n++; q.units += t.units }
-func (q *queueStats) remove(t *task) { q.n--; q.units -= t.units }
+func (q *queueStats) add(units float64)    { q.n++; q.units += units }
+func (q *queueStats) remove(units float64) { q.n--; q.units -= units }
 
 // estimate returns t's estimated preserve time: its own, else its size at
 // the pass's time per byte, else the Estimator's.
@@ -96,8 +96,8 @@ type passStats struct {
 	units         float64       // the work units of the tasks, when the limit adapts
 }
 
-// scan computes the passStats of tasks and, when the limit adapts, gives
-// every task its work units and queues it.
+// scan computes the passStats of tasks and, when the limit adapts, queues
+// every task's work units.
 func (r *run) scan(tasks []*task) passStats {
 	st := passStats{samePriority: true, sameEstimate: true}
 	if len(tasks) == 0 {
@@ -111,9 +111,9 @@ func (r *run) scan(tasks []*task) passStats {
 		st.sameEstimate = st.sameEstimate && e == e0
 		st.samePriority = st.samePriority && t.e.Priority == p0
 		if r.adaptive {
-			t.units = r.units(t)
-			r.queue.add(t)
-			st.units += t.units
+			u := r.units(t)
+			r.queue.add(u)
+			st.units += u
 		}
 	}
 	return st

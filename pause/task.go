@@ -51,9 +51,12 @@ const returnSlack = 20 * time.Millisecond
 var errAbandoned = errors.New("pause: Preserve ignored its context past the deadline; abandoned")
 
 // A task is one sandbox of a pass. A large node has one per sandbox
-// listed, live for the whole Run, on top of its Report entry: the run
-// they belong to is not kept in each (the worker, the Run goroutine and
-// the abandon timer pass it), so that a task is 56 bytes.
+// listed, live for the whole Run, on top of its Report entry, so a task
+// keeps only what it must: not the run it belongs to (the worker, the Run
+// goroutine and the abandon timer pass it), nor its work units for the
+// adaptive limit (run.units computes them again) or the in-flight
+// integral at its start (its worker keeps it), so that a task is 40
+// bytes.
 type task struct {
 	sb Sandbox
 	e  *Entry // its Report entry: ID, Priority, Size and own Estimate set at admission
@@ -66,9 +69,6 @@ type task struct {
 
 	attempts atomic.Int32
 	state    atomic.Int32
-
-	units float64 // work units for the adaptive limit (run.units)
-	area0 float64 // the in-flight integral when it started
 }
 
 // taskExtra is the part of a task that only a bound or a span needs.
@@ -144,42 +144,44 @@ func (t *task) startExtra(r *run) {
 	}
 }
 
-// run preserves the task on the calling worker of ps, started at now. It
-// returns when the task ended, the worker's next task (nil when there is
-// none: the worker then ends) and whether the worker still holds its slot
-// (false when the task was abandoned). The next task is taken as the task
-// settles, in the same critical section when the limit adapts.
-func (t *task) run(ps *pass, now time.Time) (time.Time, *task, bool) {
+// run preserves the task on the calling worker of ps, started at now;
+// area0 is what pop returned with it. It returns when the task ended, the
+// worker's next task (nil when there is none: the worker then ends) with
+// its area0, and whether the worker still holds its slot (false when the
+// task was abandoned). The next task is taken as the task settles, in the
+// same critical section when the limit adapts.
+func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, float64, bool) {
 	r := ps.r
 	if !t.start(r, now) {
-		next := ps.pop(now)
+		next, area0 := ps.pop(now)
 		ps.settled()
-		return now, next, true
+		return now, next, area0, true
 	}
 	res := t.preserve(r)
 	if t.x != nil && t.x.watch != nil {
 		t.x.watch.Stop()
 	}
-	ok, next := t.settle(r, res, ps)
-	return res.end, next, ok
+	ok, next, area0 := t.settle(r, res, ps, area0)
+	return res.end, next, area0, ok
 }
 
 // abandon settles a task whose Preserve overran its bound by abandonAfter
 // and gives its worker's slot to a new worker.
 func (t *task) abandon() {
 	r := t.x.r
-	if ok, _ := t.settle(r, result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, nil); ok {
+	if ok, _, _ := t.settle(r, result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, nil, 0); ok {
 		r.workerGone()
 		r.sem.Release(1)
 	}
 }
 
-// settle moves a running task to done with res and accounts for it. It
-// reports whether it made the move and, when it did and ps is the pass of
-// the worker that ran t, returns that worker's next task.
-func (t *task) settle(r *run, res result, ps *pass) (bool, *task) {
+// settle moves a running task to done with res and accounts for it; area0
+// is the in-flight integral when t started (0 when ps is nil). It reports
+// whether it made the move and, when it did and ps is the pass of the
+// worker that ran t, returns that worker's next task, with its area0.
+func (t *task) settle(r *run, res result, ps *pass, area0 float64) (bool, *task, float64) {
 	if !t.state.CompareAndSwap(stateRunning, stateSettling) {
-		return false, nil
+		return false, nil, 0
 	}
 	t.e.fill(t, &res)
 	t.state.Store(stateDone)
@@ -194,12 +196,13 @@ func (t *task) settle(r *run, res result, ps *pass) (bool, *task) {
 		r.p.rate.observe(t.e.Size, took)
 	}
 	var next *task // taken before t counts as settled, so the pass stays open
+	var nextArea0 float64
 	switch {
 	case r.adaptive:
 		r.mu.Lock()
-		r.endedLocked(t, &res)
+		r.endedLocked(t, &res, area0)
 		if ps != nil {
-			next = ps.popLocked(res.end)
+			next, nextArea0 = ps.popLocked(res.end)
 		}
 		r.mu.Unlock()
 	case ps != nil:
@@ -210,7 +213,7 @@ func (t *task) settle(r *run, res result, ps *pass) (bool, *task) {
 	r.record(t, &res)
 	t.log(r, &res)
 	r.cur.settled() // last: the pass may end, and Run return, right after
-	return true, next
+	return true, next, nextArea0
 }
 
 // final settles a task at the end of its pass: one never started is
