@@ -17,7 +17,7 @@ import (
 // being taken, and once it is zero nothing can be taken any more.
 type pass struct {
 	r      *run
-	tasks  []*task // in dispatch order
+	tasks  taskList
 	word   atomic.Uint64
 	closed atomic.Bool // no task starts any more
 	// claims counts the workers started that have not yet taken their
@@ -50,10 +50,10 @@ const (
 	takeOne  = 1<<32 + 1 // next index +1, open count +1
 )
 
-func (r *run) newPass(tasks []*task) *pass {
+func (r *run) newPass(tasks taskList) *pass {
 	ps := &pass{r: r, tasks: tasks, done: make(chan struct{})}
 	ps.word.Store(1) // the queue's own count
-	ps.end.Store(int64(len(tasks)))
+	ps.end.Store(int64(len(tasks.all)))
 	r.cur = ps
 	return ps
 }
@@ -126,7 +126,7 @@ func (ps *pass) take(now time.Time) *task {
 		if i == end-1 {
 			ps.close()
 		}
-		return ps.tasks[i]
+		return ps.tasks.at(i)
 	}
 }
 
@@ -159,7 +159,7 @@ func (ps *pass) takeBack(now time.Time) *task {
 		if i == end-1 {
 			ps.close()
 		}
-		return ps.tasks[end-1]
+		return ps.tasks.at(end - 1)
 	}
 }
 

@@ -178,13 +178,13 @@ func (r *run) pass(n int) int {
 	}
 	r.listed = true
 	tasks := r.admit(list, n)
-	if len(tasks) == 0 {
+	if len(tasks.all) == 0 {
 		return 0
 	}
-	order, st := r.order(tasks)
+	order, st := r.order(&tasks)
 	if r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
-			slog.Int("pass", n), slog.Int("new", len(tasks)), slog.String("order", order.String()),
+			slog.Int("pass", n), slog.Int("new", len(tasks.all)), slog.String("order", order.String()),
 			slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
 	}
 	ps := r.newPass(tasks)
@@ -194,8 +194,37 @@ func (r *run) pass(n int) int {
 	r.dispatch(ps)
 	r.await(ps)
 	ps.close()
-	r.settle(tasks)
-	return len(tasks)
+	r.settle(tasks.all)
+	return len(tasks.all)
+}
+
+// A taskList is the tasks of a pass and the order they start in.
+type taskList struct {
+	all []task // in the order first listed, each with its entry
+	// order is the start order, as indices into all; nil, the usual case
+	// when nothing is known of the sandboxes (FIFO) or all are alike,
+	// means the order of all. Indices, not pointers: a large node's would
+	// be 8 bytes a sandbox for the collector to scan, for a Run's life.
+	order []int32
+}
+
+// at returns the i-th task to start.
+func (l *taskList) at(i int) *task {
+	if l.order == nil {
+		return &l.all[i]
+	}
+	return &l.all[l.order[i]]
+}
+
+// ordered returns the start order, made the order of all if there was none.
+func (l *taskList) ordered() []int32 {
+	if l.order == nil {
+		l.order = make([]int32, len(l.all))
+		for i := range l.order {
+			l.order[i] = int32(i)
+		}
+	}
+	return l.order
 }
 
 // admit makes a task and a Report entry for every sandbox of list that this
@@ -212,7 +241,7 @@ func (r *run) pass(n int) int {
 // one the listing before had at the same index was seen (the Lister
 // returned the same order), and in the first listing one insert tells a
 // duplicate.
-func (r *run) admit(list []Sandbox, pass int) []*task {
+func (r *run) admit(list []Sandbox, pass int) taskList {
 	first := r.seen.len() == 0
 	if first { // nearly every sandbox is new
 		r.seen.reset(len(list))
@@ -303,24 +332,18 @@ func (r *run) admit(list []Sandbox, pass int) []*task {
 		backing[len(backing)-1].sb = sb
 	}
 	r.lastIDs = prev[:len(list)]
-	if len(backing) == 0 {
-		return nil
-	}
-	tasks := make([]*task, len(backing))
 	j := start
 	for i := range backing {
 		for r.rep.Entries[j].Outcome != "" { // flawed
 			j++
 		}
-		t := &backing[i]
-		t.e = &r.rep.Entries[j]
+		backing[i].e = &r.rep.Entries[j]
 		j++
-		tasks[i] = t
 	}
 	if r.cfg.progress > 0 {
-		r.left.Add(int64(len(tasks)))
+		r.left.Add(int64(len(backing)))
 	}
-	return tasks
+	return taskList{all: backing}
 }
 
 // identChunk is how many elements of a listing identify reads at once.
@@ -409,9 +432,10 @@ func growEntries(e []Entry, n int) []Entry {
 // settle writes the Report entry of every task of a pass: the outcome of
 // the ones that returned, TimedOut for the ones abandoned still running,
 // NotStarted for the ones whose turn never came.
-func (r *run) settle(tasks []*task) {
+func (r *run) settle(tasks []task) {
 	now := time.Now()
-	for _, t := range tasks {
+	for i := range tasks {
+		t := &tasks[i]
 		res, changed := t.final(now)
 		if !changed {
 			continue

@@ -34,12 +34,12 @@ func (r *run) estimate(t *task) time.Duration {
 // Estimator's estimate. With neither, sizes still rank the sandboxes but
 // say nothing of time (untimed). A Sized sandbox without an estimate of
 // its own gets its size at that rate as its estimate.
-func (r *run) sizeEstimates(tasks []*task) {
+func (r *run) sizeEstimates(tasks []task) {
 	var bytes int64
 	var sized int
-	for _, t := range tasks {
-		if t.e.Estimate == 0 && t.e.Size > 0 {
-			bytes += t.e.Size
+	for i := range tasks {
+		if e := tasks[i].e; e.Estimate == 0 && e.Size > 0 {
+			bytes += e.Size
 			sized++
 		}
 	}
@@ -55,8 +55,8 @@ func (r *run) sizeEstimates(tasks []*task) {
 		r.perByte, r.untimed = 1, true // a rank, not a time
 		return
 	}
-	for _, t := range tasks {
-		if t.e.Estimate == 0 && t.e.Size > 0 {
+	for i := range tasks {
+		if t := &tasks[i]; t.e.Estimate == 0 && t.e.Size > 0 {
 			t.e.Estimate = max(r.estimate(t), 1)
 		}
 	}
@@ -65,10 +65,10 @@ func (r *run) sizeEstimates(tasks []*task) {
 // order queues tasks and sorts them for dispatch: priority first, then by
 // the Order, resolving OrderAuto from the estimates and the time left. It
 // returns the order used and what it learned of the tasks.
-func (r *run) order(tasks []*task) (Order, passStats) {
+func (r *run) order(tasks *taskList) (Order, passStats) {
 	r.unknown = r.cfg.estimator.Estimate()
-	r.sizeEstimates(tasks)
-	st := r.scan(tasks)
+	r.sizeEstimates(tasks.all)
+	st := r.scan(tasks.all)
 	o := r.cfg.order
 	auto := o == OrderAuto
 	if auto {
@@ -98,13 +98,14 @@ type passStats struct {
 
 // scan computes the passStats of tasks and, when the limit adapts, queues
 // every task's work units.
-func (r *run) scan(tasks []*task) passStats {
+func (r *run) scan(tasks []task) passStats {
 	st := passStats{samePriority: true, sameEstimate: true}
 	if len(tasks) == 0 {
 		return st
 	}
-	p0, e0 := tasks[0].e.Priority, r.estimate(tasks[0])
-	for _, t := range tasks {
+	p0, e0 := tasks[0].e.Priority, r.estimate(&tasks[0])
+	for i := range tasks {
+		t := &tasks[i]
 		e := r.estimate(t)
 		st.work += e
 		st.longest = max(st.longest, e)
@@ -120,8 +121,10 @@ func (r *run) scan(tasks []*task) passStats {
 }
 
 // sortTasks sorts tasks by priority, then by the Order o.
-func (r *run) sortTasks(tasks []*task, o Order) {
-	slices.SortStableFunc(tasks, func(a, b *task) int {
+func (r *run) sortTasks(tasks *taskList, o Order) {
+	all := tasks.all
+	slices.SortStableFunc(tasks.ordered(), func(i, j int32) int {
+		a, b := &all[i], &all[j]
 		if c := cmp.Compare(b.e.Priority, a.e.Priority); c != 0 {
 			return c
 		}
@@ -151,20 +154,22 @@ func (r *run) sortTasks(tasks []*task, o Order) {
 // plain shortest first, which needs only the ranks
 // (BenchmarkScheduleQualityNoisy). With exact estimates packing gains one
 // sandbox in 400.
-func (r *run) pack(tasks []*task) {
+func (r *run) pack(tasks *taskList) {
 	if r.phase.IsZero() || r.untimed {
 		return
 	}
 	capacity := time.Until(r.phase) * time.Duration(r.limit)
 	var sum time.Duration
 	k := 0
-	for _, t := range tasks {
-		if sum += r.estimate(t); sum > capacity {
+	for i := range tasks.all {
+		if sum += r.estimate(tasks.at(i)); sum > capacity {
 			break
 		}
 		k++
 	}
-	slices.Reverse(tasks[:k])
+	if k > 1 {
+		slices.Reverse(tasks.ordered()[:k])
+	}
 }
 
 // choose resolves OrderAuto for a pass from its passStats. With no
