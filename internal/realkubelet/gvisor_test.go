@@ -71,12 +71,7 @@ func TestRealKubeletGvisorWorker(t *testing.T) {
 	bundle := func(id string) runsc.Bundle {
 		return runsc.Bundle{Dir: filepath.Join(state, "runsc", "bundles", id)}
 	}
-	var ids []string
-	for range sandboxes {
-		var r sandboxReply
-		require.NoError(t, c.call(ctx, "Run", struct{}{}, &r), "pod log:\n%s", node.PodLog(name))
-		ids = append(ids, r.ID)
-	}
+	ids := c.runSandboxes(ctx, t, sandboxes)
 	for _, id := range ids {
 		waitCounter(t, bundle(id), 3)
 	}
@@ -110,20 +105,7 @@ func TestRealKubeletGvisorWorker(t *testing.T) {
 	// where they were.
 	again := name + "-again"
 	w2, c2 := run(again)
-	var list struct {
-		Sandboxes []sandboxReply `json:"sandboxes"`
-	}
-	require.NoError(t, c2.call(ctx, "List", struct{}{}, &list))
-	states := map[string]string{}
-	for _, s := range list.Sandboxes {
-		states[s.ID] = s.State
-	}
-	for _, id := range ids {
-		assert.Equal(t, "paused", states[id], "sandbox %s was checkpointed: it must come back paused", id)
-		var r sandboxReply
-		require.NoError(t, c2.call(ctx, "Restore", map[string]string{"id": id}, &r), "pod log:\n%s", node.PodLog(again))
-		assert.Equal(t, "running", r.State)
-	}
+	c2.restoreCheckpointed(ctx, t, ids)
 	for _, id := range ids {
 		waitCounter(t, bundle(id), saved[id]+2)
 		counts, err := bundle(id).Counts()
@@ -175,9 +157,12 @@ type sandboxReply struct {
 }
 
 // workerClient calls gvisor-worker's gRPC service (drainkit.worker.Worker,
-// JSON-coded: examples/gvisor-worker/api.go) over its Unix socket.
+// JSON-coded: examples/gvisor-worker/api.go) over its Unix socket. node
+// and pod say where the worker runs, for its log in a failure's message.
 type workerClient struct {
-	cc *grpc.ClientConn
+	cc   *grpc.ClientConn
+	node *Node
+	pod  string
 }
 
 // dialWorker connects to the worker at target (a gRPC target:
@@ -187,7 +172,7 @@ func dialWorker(t *testing.T, target string, node *Node, pod string) *workerClie
 	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { cc.Close() })
-	c := &workerClient{cc: cc}
+	c := &workerClient{cc: cc, node: node, pod: pod}
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -199,6 +184,39 @@ func dialWorker(t *testing.T, target string, node *Node, pod string) *workerClie
 
 func (c *workerClient) call(ctx context.Context, method string, req, reply any) error {
 	return c.cc.Invoke(ctx, "/drainkit.worker.Worker/"+method, req, reply, grpc.ForceCodec(jsonCodec{}))
+}
+
+// runSandboxes asks the worker to run n sandboxes and returns their IDs.
+func (c *workerClient) runSandboxes(ctx context.Context, t *testing.T, n int) []string {
+	t.Helper()
+	var ids []string
+	for range n {
+		var r sandboxReply
+		require.NoError(t, c.call(ctx, "Run", struct{}{}, &r), "pod log:\n%s", c.node.PodLog(c.pod))
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+// restoreCheckpointed checks that the worker, started again on the state
+// dir of a worker that checkpointed ids, lists each of them paused, and
+// restores each to running.
+func (c *workerClient) restoreCheckpointed(ctx context.Context, t *testing.T, ids []string) {
+	t.Helper()
+	var list struct {
+		Sandboxes []sandboxReply `json:"sandboxes"`
+	}
+	require.NoError(t, c.call(ctx, "List", struct{}{}, &list))
+	states := map[string]string{}
+	for _, s := range list.Sandboxes {
+		states[s.ID] = s.State
+	}
+	for _, id := range ids {
+		assert.Equal(t, "paused", states[id], "sandbox %s was checkpointed: it must come back paused", id)
+		var r sandboxReply
+		require.NoError(t, c.call(ctx, "Restore", map[string]string{"id": id}, &r), "pod log:\n%s", c.node.PodLog(c.pod))
+		assert.Equal(t, "running", r.State)
+	}
 }
 
 // jsonCodec is the worker's gRPC codec: plain JSON.
@@ -239,12 +257,7 @@ func TestRealKubeletGvisorRuntimeWorker(t *testing.T) {
 
 	w, c := run(name)
 	started := time.Now()
-	var ids []string
-	for range sandboxes {
-		var r sandboxReply
-		require.NoError(t, c.call(ctx, "Run", struct{}{}, &r), "pod log:\n%s", node.PodLog(name))
-		ids = append(ids, r.ID)
-	}
+	ids := c.runSandboxes(ctx, t, sandboxes)
 	time.Sleep(time.Until(started.Add(settle))) // not timing logic: see settle
 	deleted := node.DeletePod(t, name)
 	died, status, err := w.Wait(grace*time.Second + time.Minute)
@@ -267,20 +280,7 @@ func TestRealKubeletGvisorRuntimeWorker(t *testing.T) {
 
 	again := name + "-again"
 	w2, c2 := run(again)
-	var list struct {
-		Sandboxes []sandboxReply `json:"sandboxes"`
-	}
-	require.NoError(t, c2.call(ctx, "List", struct{}{}, &list))
-	states := map[string]string{}
-	for _, s := range list.Sandboxes {
-		states[s.ID] = s.State
-	}
-	for _, id := range ids {
-		assert.Equal(t, "paused", states[id], "sandbox %s was checkpointed: it must come back paused", id)
-		var r sandboxReply
-		require.NoError(t, c2.call(ctx, "Restore", map[string]string{"id": id}, &r), "pod log:\n%s", node.PodLog(again))
-		assert.Equal(t, "running", r.State)
-	}
+	c2.restoreCheckpointed(ctx, t, ids)
 	node.DeletePod(t, again)
 	_, status, err = w2.Wait(grace*time.Second + time.Minute)
 	require.NoError(t, err)
