@@ -20,15 +20,8 @@ import (
 //	go test -run '^$' -bench CheckpointConcurrency -benchtime 1x ./internal/runsc
 func BenchmarkCheckpointConcurrency(b *testing.B) {
 	rt := realRuntime(b)
-	const sandboxes = 8
 	dir := b.TempDir()
-	bundles := make([]Bundle, sandboxes)
-	for i := range bundles {
-		var err error
-		if bundles[i], err = WriteBundle(filepath.Join(dir, fmt.Sprint("b", i)), CounterArgs()); err != nil {
-			b.Fatal(err)
-		}
-	}
+	bundles := counterBundles(b, dir, 8)
 	var seq, par time.Duration
 	round := 0
 	for b.Loop() {
@@ -39,6 +32,19 @@ func BenchmarkCheckpointConcurrency(b *testing.B) {
 	b.ReportMetric(seq.Seconds()/float64(round), "s/8-checkpoints-c1")
 	b.ReportMetric(par.Seconds()/float64(round), "s/8-checkpoints-c4")
 	b.ReportMetric(float64(seq)/float64(par), "speedup-c4/c1")
+}
+
+// counterBundles writes n counter sandboxes' bundles, b0 to bN-1, in dir.
+func counterBundles(b *testing.B, dir string, n int) []Bundle {
+	b.Helper()
+	bundles := make([]Bundle, n)
+	for i := range bundles {
+		var err error
+		if bundles[i], err = WriteBundle(filepath.Join(dir, fmt.Sprint("b", i)), CounterArgs()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return bundles
 }
 
 // checkpointAll starts a sandbox per bundle (untimed), checkpoints them all with the given
@@ -100,15 +106,8 @@ func (c *checkpointed) Preserve(ctx context.Context) error {
 //	go test -run '^$' -bench PreserveRunscMix -benchtime 1x ./internal/runsc
 func BenchmarkPreserveRunscMix(b *testing.B) {
 	rt := realRuntime(b)
-	const sandboxes = 6
 	dir := b.TempDir()
-	bundles := make([]Bundle, sandboxes)
-	for i := range bundles {
-		var err error
-		if bundles[i], err = WriteBundle(filepath.Join(dir, fmt.Sprint("b", i)), CounterArgs()); err != nil {
-			b.Fatal(err)
-		}
-	}
+	bundles := counterBundles(b, dir, 6)
 	ctx := context.Background()
 	runs, live := 0, false
 	reset := func() error {
