@@ -12,7 +12,7 @@ import (
 // below it, and every start and end updates the in-flight integral the
 // climber's samples are made of. The semaphore still holds the ceiling.
 
-// units returns the work units of t the climber measures throughput in:
+// units returns the work units of the task whose entry is e the climber measures throughput in:
 // its size (scaled to the first pass's time per byte), else its own
 // estimate in nanoseconds, else the Estimator's estimate of the first pass
 // (one millisecond when there is none). Within a Run the scale never
@@ -21,16 +21,16 @@ import (
 // kept in the task, of which a large node has one per sandbox. The
 // first call, which fixes the scale, is the first pass's scan, on the Run
 // goroutine before any worker starts.
-func (r *run) units(t *task) float64 {
+func (r *run) units(e *Entry) float64 {
 	if r.unitScale == 0 {
 		r.unitScale = max(r.perByte, 1e-9)
 		r.unitUnknown = float64(max(r.unknown, time.Millisecond))
 	}
 	switch {
-	case t.e.Size > 0:
-		return float64(t.e.Size) * r.unitScale
-	case t.e.Estimate > 0:
-		return float64(t.e.Estimate)
+	case e.Size > 0:
+		return float64(e.Size) * r.unitScale
+	case e.Estimate > 0:
+		return float64(e.Estimate)
 	}
 	return r.unitUnknown
 }
@@ -43,11 +43,12 @@ func (r *run) tick(now time.Time) {
 	}
 }
 
-// startedLocked accounts for t starting at now and returns the in-flight
-// integral then, which the worker that runs t keeps for endedLocked (not
-// t: a large node has a task per sandbox). The caller holds r.mu.
-func (r *run) startedLocked(t *task, now time.Time) (area0 float64) {
-	u := r.units(t)
+// startedLocked accounts for the task whose entry is e starting at now
+// and returns the in-flight integral then, which the worker that runs it
+// keeps for endedLocked (not the task: a large node has one per sandbox).
+// The caller holds r.mu.
+func (r *run) startedLocked(e *Entry, now time.Time) (area0 float64) {
+	u := r.units(e)
 	r.queue.remove(u)
 	r.tick(now)
 	r.inflight++
@@ -55,21 +56,21 @@ func (r *run) startedLocked(t *task, now time.Time) (area0 float64) {
 	return r.area
 }
 
-// endedLocked accounts for t ending with res, feeds the climber a sample
+// endedLocked accounts for t, whose entry is e, ending with res, feeds the climber a sample
 // when t was preserved at its first attempt, and applies the limit it
 // returns; area0 is the in-flight integral when t started (startedLocked;
 // unused unless t was preserved). The caller holds r.mu.
-func (r *run) endedLocked(t *task, res *result, area0 float64) {
-	u := r.units(t)
+func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
+	u := r.units(e)
 	r.tick(res.end)
 	r.inflight--
 	r.inflightUnits -= u
-	d := res.end.Sub(t.e.Start)
+	d := res.end.Sub(e.Start)
 	if res.outcome != Preserved || t.attempts.Load() != 1 || d <= 0 {
 		return
 	}
 	kbar := (r.area - area0) / float64(d)
-	k := r.climb.sample(t.e.Start, d, u, kbar, r.queue.n, res.end)
+	k := r.climb.sample(e.Start, d, u, kbar, r.queue.n, res.end)
 	if r.bindsLocked(res.end) {
 		k = r.climb.bind(res.end)
 	}

@@ -3,6 +3,9 @@ package pause_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -207,3 +210,69 @@ func TestListingsThatChangeBetweenPassesAreAdmittedByID(t *testing.T) {
 		assert.Len(t, rep.Entries, 8)
 	})
 }
+
+// recorder is a sandbox whose Preserve records its ID.
+type recorder struct {
+	id   string
+	mu   *sync.Mutex
+	done map[string]int
+}
+
+func (s recorder) ID() string { return s.id }
+func (s recorder) Preserve(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done[s.id]++
+	return nil
+}
+
+// The slice a Lister returns is the Lister's once List has returned: a
+// server that lists from a slice it reuses, and overwrites while the
+// pass preserves (a sandbox that stopped, another one in its place),
+// still gets every sandbox of the listing preserved once, and no other.
+func TestListerMayReuseItsSliceDuringThePass(t *testing.T) {
+	var mu sync.Mutex
+	done := map[string]int{}
+	list := make([]pause.Sandbox, 50)
+	for i := range list {
+		list[i] = recorder{id: fmt.Sprintf("sb-%02d", i), mu: &mu, done: done}
+	}
+	lists := 0
+	lister := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		lists++
+		if lists > 1 {
+			return nil, nil
+		}
+		return list, nil
+	})
+	p, err := pause.New(lister, pause.Config{Limit: 1})
+	require.NoError(t, err)
+	// The first Preserve overwrites the listing's slice, as a server
+	// reusing it would, before any other sandbox starts (limit 1).
+	first := list[0].(recorder)
+	list[0] = preserveFunc{id: first.id, f: func() {
+		first.Preserve(context.Background())
+		for i := range list {
+			list[i] = recorder{id: fmt.Sprintf("other-%02d", i), mu: &mu, done: done}
+		}
+	}}
+	rep := p.Run(context.Background(), time.Time{})
+	require.NoError(t, rep.Err())
+	assert.Equal(t, 50, rep.Counts[pause.Preserved])
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, done, 50, "the sandboxes listed, and no other")
+	for id, n := range done {
+		assert.Equal(t, 1, n, id)
+		assert.True(t, strings.HasPrefix(id, "sb-"), id)
+	}
+}
+
+// preserveFunc is a sandbox whose Preserve calls f.
+type preserveFunc struct {
+	id string
+	f  func()
+}
+
+func (s preserveFunc) ID() string                     { return s.id }
+func (s preserveFunc) Preserve(context.Context) error { s.f(); return nil }

@@ -88,7 +88,7 @@ func (ps *pass) popLocked(now time.Time) (*task, float64) {
 	var t *task
 	if ps.back && ps.backUnits < backShare*ps.units && r.climb.climbing() {
 		if t = ps.takeBack(now); t != nil {
-			ps.backUnits += r.units(t)
+			ps.backUnits += r.units(ps.tasks.entry(t))
 		}
 	} else {
 		t = ps.take(now)
@@ -96,7 +96,7 @@ func (ps *pass) popLocked(now time.Time) (*task, float64) {
 	if t == nil {
 		return nil, 0
 	}
-	return t, r.startedLocked(t, now)
+	return t, r.startedLocked(ps.tasks.entry(t), now)
 }
 
 // take takes the next task, lock-free.

@@ -194,18 +194,44 @@ func (r *run) pass(n int) int {
 	r.dispatch(ps)
 	r.await(ps)
 	ps.close()
-	r.settle(tasks.all)
+	r.settle(&tasks)
 	return len(tasks.all)
 }
 
-// A taskList is the tasks of a pass and the order they start in.
+// A taskList is the tasks of a pass, the order they start in, and what
+// their indices refer to.
 type taskList struct {
-	all []task // in the order first listed, each with its entry
+	all []task // in the order first listed
 	// order is the start order, as indices into all; nil, the usual case
 	// when nothing is known of the sandboxes (FIFO) or all are alike,
 	// means the order of all. Indices, not pointers: a large node's would
 	// be 8 bytes a sandbox for the collector to scan, for a Run's life.
 	order []int32
+
+	// entries is the Report's entries as the pass's listing left them. A
+	// later listing only adds entries past the pass's, and when that moves
+	// the Report's entries to a larger array the pass is over: its
+	// entries are final, and copied as they are. So a task's entry is at
+	// its index here for as long as anything writes it.
+	entries []Entry
+	// sbs is the tasks' sandboxes, as all: copied from the listing, whose
+	// slice is the Lister's to reuse once admit returns.
+	sbs []Sandbox
+	x   []*taskExtra // as all; nil unless tasks have a bound or a span
+}
+
+// entry returns t's Report entry.
+func (l *taskList) entry(t *task) *Entry { return &l.entries[t.ei] }
+
+// sandbox returns t's sandbox.
+func (l *taskList) sandbox(t *task) Sandbox { return l.sbs[t.k] }
+
+// extra returns t's span and bound, or nil.
+func (l *taskList) extra(t *task) *taskExtra {
+	if l.x == nil {
+		return nil
+	}
+	return l.x[t.k]
 }
 
 // at returns the i-th task to start.
@@ -254,12 +280,10 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 	case len(prev) < len(list):
 		prev = append(prev, make([]int32, len(list)-len(prev))...)
 	}
-	// The tasks, allocated at the first new sandbox. Their entries are the
-	// ones this listing adds that are not flawed (those have an outcome
-	// already), in the same order; each task gets a pointer to its entry
-	// once the entries stop moving (append may move them).
-	start := len(r.rep.Entries)
+	// The tasks, allocated at the first new sandbox, each with the index of
+	// its entry, and their sandboxes.
 	var backing []task
+	var sbs []Sandbox
 	var flaws map[string]int // this listing's flaws by kind
 	var ids [identChunk]identity
 	for i, sb := range list {
@@ -325,25 +349,23 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 		}
 		if backing == nil {
 			backing = make([]task, 0, len(list)-i)
+			sbs = make([]Sandbox, 0, len(list)-i)
 		}
-		// In place: a task literal appended would be copied with a write
-		// barrier for the whole struct while the collector runs.
-		backing = backing[:len(backing)+1]
-		backing[len(backing)-1].sb = sb
+		backing = append(backing, task{ei: int32(slot), k: int32(len(backing))})
+		sbs = append(sbs, sb)
 	}
 	r.lastIDs = prev[:len(list)]
-	j := start
-	for i := range backing {
-		for r.rep.Entries[j].Outcome != "" { // flawed
-			j++
-		}
-		backing[i].e = &r.rep.Entries[j]
-		j++
+	if len(backing) == 0 {
+		return taskList{}
 	}
 	if r.cfg.progress > 0 {
 		r.left.Add(int64(len(backing)))
 	}
-	return taskList{all: backing}
+	tl := taskList{all: backing, entries: r.rep.Entries, sbs: sbs}
+	if r.traced || r.cfg.timeout > 0 {
+		tl.x = make([]*taskExtra, len(backing))
+	}
+	return tl
 }
 
 // identChunk is how many elements of a listing identify reads at once.
@@ -432,34 +454,35 @@ func growEntries(e []Entry, n int) []Entry {
 // settle writes the Report entry of every task of a pass: the outcome of
 // the ones that returned, TimedOut for the ones abandoned still running,
 // NotStarted for the ones whose turn never came.
-func (r *run) settle(tasks []task) {
+func (r *run) settle(tasks *taskList) {
 	now := time.Now()
-	for i := range tasks {
-		t := &tasks[i]
-		res, changed := t.final(now)
+	for i := range tasks.all {
+		t := &tasks.all[i]
+		e := tasks.entry(t)
+		res, changed := t.final(e, now)
 		if !changed {
 			continue
 		}
 		switch {
 		case res.outcome != NotStarted: // abandoned while running
-			t.endSpan(&res)
+			endSpan(tasks.extra(t), t, &res)
 			r.p.tel.inflight.Add(r.ctx, -1)
 		case r.adaptive:
 			r.mu.Lock() // a worker taking a task at the hard deadline may hold it
-			r.queue.remove(r.units(t))
+			r.queue.remove(r.units(e))
 			r.mu.Unlock()
 		}
-		r.record(t, &res)
+		r.record(e, &res)
 	}
 }
 
 // record accounts for a settled task in metrics and progress; the task's
 // goroutine calls it for the tasks that returned, settle for the others.
-func (r *run) record(t *task, res *result) {
+func (r *run) record(e *Entry, res *result) {
 	if r.cfg.progress > 0 {
 		r.count(res.outcome)
 	}
-	r.p.tel.outcome(r.ctx, t, res)
+	r.p.tel.outcome(r.ctx, e, res)
 }
 
 // count adds a settled sandbox to the counts of the progress line.

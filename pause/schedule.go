@@ -17,14 +17,15 @@ type queueStats struct {
 func (q *queueStats) add(units float64)    { q.n++; q.units += units }
 func (q *queueStats) remove(units float64) { q.n--; q.units -= units }
 
-// estimate returns t's estimated preserve time: its own, else its size at
-// the pass's time per byte, else the Estimator's.
-func (r *run) estimate(t *task) time.Duration {
-	if t.e.Estimate > 0 {
-		return t.e.Estimate
+// estimate returns the estimated preserve time of the sandbox whose entry
+// is e: its own, else its size at the pass's time per byte, else the
+// Estimator's.
+func (r *run) estimate(e *Entry) time.Duration {
+	if e.Estimate > 0 {
+		return e.Estimate
 	}
-	if t.e.Size > 0 && r.perByte > 0 {
-		return time.Duration(float64(t.e.Size) * r.perByte)
+	if e.Size > 0 && r.perByte > 0 {
+		return time.Duration(float64(e.Size) * r.perByte)
 	}
 	return r.unknown
 }
@@ -34,11 +35,11 @@ func (r *run) estimate(t *task) time.Duration {
 // Estimator's estimate. With neither, sizes still rank the sandboxes but
 // say nothing of time (untimed). A Sized sandbox without an estimate of
 // its own gets its size at that rate as its estimate.
-func (r *run) sizeEstimates(tasks []task) {
+func (r *run) sizeEstimates(tasks *taskList) {
 	var bytes int64
 	var sized int
-	for i := range tasks {
-		if e := tasks[i].e; e.Estimate == 0 && e.Size > 0 {
+	for i := range tasks.all {
+		if e := tasks.entry(&tasks.all[i]); e.Estimate == 0 && e.Size > 0 {
 			bytes += e.Size
 			sized++
 		}
@@ -55,9 +56,9 @@ func (r *run) sizeEstimates(tasks []task) {
 		r.perByte, r.untimed = 1, true // a rank, not a time
 		return
 	}
-	for i := range tasks {
-		if t := &tasks[i]; t.e.Estimate == 0 && t.e.Size > 0 {
-			t.e.Estimate = max(r.estimate(t), 1)
+	for i := range tasks.all {
+		if e := tasks.entry(&tasks.all[i]); e.Estimate == 0 && e.Size > 0 {
+			e.Estimate = max(r.estimate(e), 1)
 		}
 	}
 }
@@ -67,8 +68,8 @@ func (r *run) sizeEstimates(tasks []task) {
 // returns the order used and what it learned of the tasks.
 func (r *run) order(tasks *taskList) (Order, passStats) {
 	r.unknown = r.cfg.estimator.Estimate()
-	r.sizeEstimates(tasks.all)
-	st := r.scan(tasks.all)
+	r.sizeEstimates(tasks)
+	st := r.scan(tasks)
 	o := r.cfg.order
 	auto := o == OrderAuto
 	if auto {
@@ -98,21 +99,22 @@ type passStats struct {
 
 // scan computes the passStats of tasks and, when the limit adapts, queues
 // every task's work units.
-func (r *run) scan(tasks []task) passStats {
+func (r *run) scan(tasks *taskList) passStats {
 	st := passStats{samePriority: true, sameEstimate: true}
-	if len(tasks) == 0 {
+	if len(tasks.all) == 0 {
 		return st
 	}
-	p0, e0 := tasks[0].e.Priority, r.estimate(&tasks[0])
-	for i := range tasks {
-		t := &tasks[i]
-		e := r.estimate(t)
+	first := tasks.entry(&tasks.all[0])
+	p0, e0 := first.Priority, r.estimate(first)
+	for i := range tasks.all {
+		en := tasks.entry(&tasks.all[i])
+		e := r.estimate(en)
 		st.work += e
 		st.longest = max(st.longest, e)
 		st.sameEstimate = st.sameEstimate && e == e0
-		st.samePriority = st.samePriority && t.e.Priority == p0
+		st.samePriority = st.samePriority && en.Priority == p0
 		if r.adaptive {
-			u := r.units(t)
+			u := r.units(en)
 			r.queue.add(u)
 			st.units += u
 		}
@@ -124,8 +126,8 @@ func (r *run) scan(tasks []task) passStats {
 func (r *run) sortTasks(tasks *taskList, o Order) {
 	all := tasks.all
 	slices.SortStableFunc(tasks.ordered(), func(i, j int32) int {
-		a, b := &all[i], &all[j]
-		if c := cmp.Compare(b.e.Priority, a.e.Priority); c != 0 {
+		a, b := tasks.entry(&all[i]), tasks.entry(&all[j])
+		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
 			return c
 		}
 		switch o {
@@ -162,7 +164,7 @@ func (r *run) pack(tasks *taskList) {
 	var sum time.Duration
 	k := 0
 	for i := range tasks.all {
-		if sum += r.estimate(tasks.at(i)); sum > capacity {
+		if sum += r.estimate(tasks.entry(tasks.at(i))); sum > capacity {
 			break
 		}
 		k++

@@ -52,20 +52,16 @@ var errAbandoned = errors.New("pause: Preserve ignored its context past the dead
 
 // A task is one sandbox of a pass. A large node has one per sandbox
 // listed, live for the whole Run, on top of its Report entry, so a task
-// keeps only what it must: not the run it belongs to (the worker, the Run
-// goroutine and the abandon timer pass it), nor its work units for the
-// adaptive limit (run.units computes them again) or the in-flight
-// integral at its start (its worker keeps it), so that a task is 40
-// bytes.
+// keeps only what it must, and no pointer: its Report entry, its sandbox
+// and what only a bound or a span needs (taskExtra) are found by index in
+// its pass's taskList, the run is passed by the worker, the Run goroutine
+// and the abandon timer, the work units of the adaptive limit are
+// computed again when asked for (run.units), and the in-flight integral
+// at its start is kept by its worker. A task is 16 bytes, and the
+// collector never scans a pass's tasks.
 type task struct {
-	sb Sandbox
-	e  *Entry // its Report entry: ID, Priority, Size and own Estimate set at admission
-
-	// x is nil unless the task has a bound (Config.SandboxTimeout) or a
-	// span: a task is allocated for every sandbox listed, and a large
-	// node's are most of a Run's memory, so what most tasks would leave
-	// zero lives apart.
-	x *taskExtra
+	ei int32 // its Report entry: ID, Priority, Size and own Estimate set at admission
+	k  int32 // its index in its taskList: its sandbox, its extra part
 
 	attempts atomic.Int32
 	state    atomic.Int32
@@ -77,16 +73,15 @@ type taskExtra struct {
 	cancel context.CancelFunc
 	watch  *time.Timer // abandons the task at its bound plus abandonAfter
 	span   trace.Span  // nil unless the run is traced
-	r      *run        // for the abandon timer
 }
 
 // ctx returns the context of t's Preserve: the run's work context unless
 // t has a bound or a span.
-func (t *task) ctx(r *run) context.Context {
-	if t.x != nil {
-		return t.x.ctx
+func (t *task) ctx(ps *pass) context.Context {
+	if x := ps.tasks.extra(t); x != nil {
+		return x.ctx
 	}
-	return r.work
+	return ps.r.work
 }
 
 // A result is how a task ended.
@@ -112,35 +107,38 @@ func newEntry(e *Entry, sb Sandbox, id string, pass int) {
 	}
 }
 
-// start prepares the task's context, span and bound, and reports whether
-// the task may run: not when the Run already settled it as NotStarted. It
-// runs on the worker of r that took the task, at now.
-func (t *task) start(r *run, now time.Time) bool {
+// start prepares the task's context, span and bound, and returns its
+// sandbox and whether the task may run: not when the Run already settled
+// it as NotStarted. It runs on the worker of ps that took the task, at now.
+func (t *task) start(ps *pass, now time.Time) (Sandbox, bool) {
 	if !t.state.CompareAndSwap(stateQueued, stateStarting) {
-		return false
+		return nil, false
 	}
-	t.e.Start = now
+	r := ps.r
+	ps.tasks.entry(t).Start = now
+	sb := ps.tasks.sandbox(t)
 	if r.traced || r.cfg.timeout > 0 {
-		t.startExtra(r)
+		t.startExtra(ps)
 	}
 	r.p.tel.inflight.Add(r.ctx, 1)
 	t.state.Store(stateRunning)
-	return true
+	return sb, true
 }
 
 // startExtra gives t its span and its bound.
-func (t *task) startExtra(r *run) {
-	x := &taskExtra{ctx: r.work, r: r}
+func (t *task) startExtra(ps *pass) {
+	r := ps.r
+	x := &taskExtra{ctx: r.work}
 	if r.traced {
 		x.ctx, x.span = r.p.tel.tracer.Start(x.ctx, "pause.Preserve",
-			trace.WithAttributes(attribute.String("drainkit.pause.sandbox", t.e.ID)))
+			trace.WithAttributes(attribute.String("drainkit.pause.sandbox", ps.tasks.entry(t).ID)))
 	}
 	if r.cfg.timeout > 0 {
 		x.ctx, x.cancel = context.WithTimeout(x.ctx, r.cfg.timeout)
 	}
-	t.x = x // before the timer: abandon reads it
+	ps.tasks.x[t.k] = x // before the timer: abandon reads it
 	if r.cfg.timeout > 0 {
-		x.watch = time.AfterFunc(r.cfg.timeout+abandonAfter, t.abandon)
+		x.watch = time.AfterFunc(r.cfg.timeout+abandonAfter, func() { t.abandon(ps) })
 	}
 }
 
@@ -151,68 +149,72 @@ func (t *task) startExtra(r *run) {
 // task was abandoned). The next task is taken as the task settles, in the
 // same critical section when the limit adapts.
 func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, float64, bool) {
-	r := ps.r
-	if !t.start(r, now) {
+	sb, ok := t.start(ps, now)
+	if !ok {
 		next, area0 := ps.pop(now)
 		ps.settled()
 		return now, next, area0, true
 	}
-	res := t.preserve(r)
-	if t.x != nil && t.x.watch != nil {
-		t.x.watch.Stop()
+	res := t.preserve(ps, sb)
+	if x := ps.tasks.extra(t); x != nil && x.watch != nil {
+		x.watch.Stop()
 	}
-	ok, next, area0 := t.settle(r, res, ps, area0)
+	ok, next, area0 := t.settle(ps, res, true, area0)
 	return res.end, next, area0, ok
 }
 
-// abandon settles a task whose Preserve overran its bound by abandonAfter
-// and gives its worker's slot to a new worker.
-func (t *task) abandon() {
-	r := t.x.r
-	if ok, _, _ := t.settle(r, result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, nil, 0); ok {
+// abandon settles a task of ps whose Preserve overran its bound by
+// abandonAfter and gives its worker's slot to a new worker.
+func (t *task) abandon(ps *pass) {
+	r := ps.r
+	if ok, _, _ := t.settle(ps, result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, false, 0); ok {
 		r.workerGone()
 		r.sem.Release(1)
 	}
 }
 
-// settle moves a running task to done with res and accounts for it; area0
-// is the in-flight integral when t started (0 when ps is nil). It reports
-// whether it made the move and, when it did and ps is the pass of the
-// worker that ran t, returns that worker's next task, with its area0.
-func (t *task) settle(r *run, res result, ps *pass, area0 float64) (bool, *task, float64) {
+// settle moves a running task of ps to done with res and accounts for
+// it; area0 is the in-flight integral when t started (0 when not worker).
+// It reports whether it made the move and, when it did and the caller is
+// the worker that ran t (worker), returns that worker's next task, with
+// its area0.
+func (t *task) settle(ps *pass, res result, worker bool, area0 float64) (bool, *task, float64) {
 	if !t.state.CompareAndSwap(stateRunning, stateSettling) {
 		return false, nil, 0
 	}
-	t.e.fill(t, &res)
+	r := ps.r
+	e := ps.tasks.entry(t)
+	e.fill(t, &res)
 	t.state.Store(stateDone)
-	if t.x != nil && t.x.cancel != nil {
-		t.x.cancel()
+	x := ps.tasks.extra(t)
+	if x != nil && x.cancel != nil {
+		x.cancel()
 	}
 	if res.outcome == Preserved {
-		took := res.end.Sub(t.e.Start)
+		took := res.end.Sub(e.Start)
 		if r.cfg.estimator != nil {
 			r.cfg.estimator.Observe(took)
 		}
-		r.p.rate.observe(t.e.Size, took)
+		r.p.rate.observe(e.Size, took)
 	}
 	var next *task // taken before t counts as settled, so the pass stays open
 	var nextArea0 float64
 	switch {
 	case r.adaptive:
 		r.mu.Lock()
-		r.endedLocked(t, &res, area0)
-		if ps != nil {
+		r.endedLocked(t, e, &res, area0)
+		if worker {
 			next, nextArea0 = ps.popLocked(res.end)
 		}
 		r.mu.Unlock()
-	case ps != nil:
+	case worker:
 		next = ps.take(res.end)
 	}
 	r.p.tel.inflight.Add(r.ctx, -1)
-	t.endSpan(&res)
-	r.record(t, &res)
-	t.log(r, &res)
-	r.cur.settled() // last: the pass may end, and Run return, right after
+	endSpan(x, t, &res)
+	r.record(e, &res)
+	t.log(r, e, &res)
+	ps.settled() // last: the pass may end, and Run return, right after
 	return true, next, nextArea0
 }
 
@@ -220,7 +222,7 @@ func (t *task) settle(r *run, res result, ps *pass, area0 float64) (bool, *task,
 // NotStarted, one still running (the hard deadline came) is abandoned as
 // TimedOut. It returns the outcome it gave, and false if the task had
 // already settled.
-func (t *task) final(now time.Time) (res result, changed bool) {
+func (t *task) final(e *Entry, now time.Time) (res result, changed bool) {
 	for {
 		s := t.state.Load()
 		switch s {
@@ -235,20 +237,23 @@ func (t *task) final(now time.Time) (res result, changed bool) {
 			return res, false
 		}
 		if t.state.CompareAndSwap(s, stateAbandoned) {
-			t.e.fill(t, &res)
+			e.fill(t, &res)
 			return res, true
 		}
 	}
 }
 
-// preserve calls Preserve until it succeeds, fails permanently, or no retry
-// fits before the task's deadline.
-func (t *task) preserve(r *run) result {
+// preserve calls Preserve of sb, the sandbox of t, a task of ps, until it
+// succeeds, fails permanently, or no retry fits before the task's
+// deadline.
+func (t *task) preserve(ps *pass, sb Sandbox) result {
 	var bo backoff.BackOff
-	ctx := t.ctx(r)
+	r := ps.r
+	ctx := t.ctx(ps)
+	id := ps.tasks.entry(t).ID
 	for {
 		t.attempts.Add(1)
-		stack, err := t.call(ctx)
+		stack, err := call(ctx, sb, id)
 		switch {
 		case err == nil:
 			return result{outcome: Preserved, end: time.Now()}
@@ -300,27 +305,28 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration) bool {
 	return false
 }
 
-// call runs one attempt and turns a panic into an error and its stack.
-func (t *task) call(ctx context.Context) (stack string, err error) {
+// call runs one attempt of the Preserve of sb, whose ID is id, and turns a
+// panic into an error and its stack.
+func call(ctx context.Context, sb Sandbox, id string) (stack string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("pause: Preserve of %s panicked: %v", t.e.ID, v)
+			err = fmt.Errorf("pause: Preserve of %s panicked: %v", id, v)
 			stack = string(debug.Stack())
 		}
 	}()
-	return "", t.sb.Preserve(ctx)
+	return "", sb.Preserve(ctx)
 }
 
-// endSpan ends t's span, if it has one. The checks that usually return are
-// apart from the work, so that a worker's frames stay small.
-func (t *task) endSpan(res *result) {
-	if t.x != nil && t.x.span != nil {
-		t.endSpanSlow(res)
+// endSpan ends the span of t, whose extra part is x, if it has one. The
+// checks that usually return are apart from the work, so that a worker's
+// frames stay small.
+func endSpan(x *taskExtra, t *task, res *result) {
+	if x != nil && x.span != nil {
+		t.endSpanSlow(x.span, res)
 	}
 }
 
-func (t *task) endSpanSlow(res *result) {
-	span := t.x.span
+func (t *task) endSpanSlow(span trace.Span, res *result) {
 	span.SetAttributes(
 		attribute.Int("drainkit.pause.attempts", int(t.attempts.Load())),
 		attribute.String("drainkit.pause.outcome", string(res.outcome)),
@@ -332,22 +338,22 @@ func (t *task) endSpanSlow(res *result) {
 	span.End()
 }
 
-func (t *task) log(r *run, res *result) {
+func (t *task) log(r *run, e *Entry, res *result) {
 	l := r.cfg.log
 	level := slog.LevelDebug
 	if res.outcome == Failed || res.outcome == TimedOut {
 		level = slog.LevelWarn
 	}
 	if l.Enabled(r.ctx, level) {
-		t.logSlow(r, res, level)
+		t.logSlow(r, e, res, level)
 	}
 }
 
-func (t *task) logSlow(r *run, res *result, level slog.Level) {
+func (t *task) logSlow(r *run, e *Entry, res *result, level slog.Level) {
 	l := r.cfg.log
 	attrs := []slog.Attr{
-		slog.String("sandbox", t.e.ID), slog.String("outcome", string(res.outcome)),
-		slog.Int("attempts", int(t.attempts.Load())), slog.Duration("took", res.end.Sub(t.e.Start)),
+		slog.String("sandbox", e.ID), slog.String("outcome", string(res.outcome)),
+		slog.Int("attempts", int(t.attempts.Load())), slog.Duration("took", res.end.Sub(e.Start)),
 	}
 	if res.err != nil {
 		attrs = append(attrs, slog.String("error", res.err.Error()))

@@ -75,10 +75,10 @@ func outcomeIndex(o Outcome) int {
 }
 
 // outcome records a settled sandbox.
-func (tel *telemetry) outcome(ctx context.Context, t *task, res *result) {
+func (tel *telemetry) outcome(ctx context.Context, e *Entry, res *result) {
 	i := outcomeIndex(res.outcome)
 	tel.count.Add(ctx, 1, tel.add[i]...)
 	if res.outcome != NotStarted {
-		tel.duration.Record(ctx, res.end.Sub(t.e.Start).Seconds(), tel.record[i]...)
+		tel.duration.Record(ctx, res.end.Sub(e.Start).Seconds(), tel.record[i]...)
 	}
 }
