@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,13 +43,7 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
 	base := "http://" + addr
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	}, 20*time.Second, 20*time.Millisecond, "sandboxd did not start: %s", &stderr)
+	waitStarted(t, base, &stderr)
 	for range n {
 		createSandbox(t, base)
 	}
@@ -78,6 +73,19 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 	assert.Zero(t, rep.Lost())
 	assert.Equal(t, "deadline", rep.PreStop.Reason, "the preStop wait ended at the drain deadline")
 	assert.Positive(t, rep.Headroom)
+}
+
+// waitStarted waits until the sandboxd process at base answers /healthz,
+// and fails the test with the process's stderr when it has not in 20 s.
+func waitStarted(t *testing.T, base string, stderr fmt.Stringer) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "sandboxd did not start: %s", stderr)
 }
 
 func freeAddr(t *testing.T) string {

@@ -216,13 +216,7 @@ func TestHangupAndQuitDoNotKillSandboxd(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	base := "http://" + addr
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	}, 20*time.Second, 20*time.Millisecond, "sandboxd did not start: %s", &stderr)
+	waitStarted(t, base, &stderr)
 	ids := []string{createSandbox(t, base), createSandbox(t, base)}
 
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
