@@ -4,8 +4,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -140,20 +138,4 @@ func TestOnlyTheHookSecretStartsADrainThroughTheSupervisor(t *testing.T) {
 	var stderr bytes.Buffer
 	assert.Equal(t, 2, Main(t.Context(), []string{"-hook-listen", "0.0.0.0:0", "--", "true"}, &stderr))
 	assert.Contains(t, stderr.String(), EnvHookSecret)
-}
-
-// getWith is get with the hook's secret header.
-func getWith(ctx context.Context, url, secret string) int {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0
-	}
-	req.Header.Set("X-Drain-Secret", secret)
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }

@@ -218,10 +218,16 @@ func (p *supProc) exitCode(t *testing.T, within time.Duration) int {
 }
 
 // get fetches url and returns the status code, or 0 when nothing answers.
-func get(ctx context.Context, url string) int {
+func get(ctx context.Context, url string) int { return getWith(ctx, url, "") }
+
+// getWith is get with the hook's secret header, when secret is not empty.
+func getWith(ctx context.Context, url, secret string) int {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0
+	}
+	if secret != "" {
+		req.Header.Set("X-Drain-Secret", secret)
 	}
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := c.Do(req)
