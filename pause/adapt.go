@@ -145,14 +145,14 @@ type climber struct {
 
 	epoch     stat    // the samples of this epoch
 	lv        []level // every level measured, in the order first measured
-	lvBuf     [8]level
+	lvBuf     [6]level
 	undecided bool // a comparison of this epoch was within the noise
 	stretch   bool // the epoch may still grow
+	held1     bool // the climb stopped doubling once: no longer climbing
 	queued    int  // the preserves queued (see sample)
 
 	moves // where the climb is; next changes it
 	start int
-	held1 bool // the climb stopped doubling once: no longer climbing
 }
 
 // climbing reports whether the limit is still in its first climb: it has

@@ -17,13 +17,13 @@ type idSet struct {
 
 func (s *idSet) len() int { return s.n }
 
-// reset empties s and sizes it for n IDs.
+// reset empties s and sizes it for n IDs: at most two thirds full.
 func (s *idSet) reset(n int) {
 	if s.slots == nil {
 		s.seed = maphash.MakeSeed()
 	}
 	size := 8
-	for size < 2*n {
+	for 2*size < 3*n {
 		size *= 2
 	}
 	s.slots, s.n = make([]uint64, size), 0
@@ -73,7 +73,7 @@ func (s *idSet) prefetch(ids []identity) {
 // and whether it was there. h is id's hash from prefetch, or 0: insert
 // then computes it.
 func (s *idSet) insert(id string, h uint64, index int, entries []Entry) (int, bool) {
-	if s.slots == nil || 2*(s.n+1) > len(s.slots) {
+	if s.slots == nil || 3*(s.n+1) > 2*len(s.slots) {
 		s.grow(entries)
 		h = 0 // the seed may be new
 	}

@@ -24,7 +24,6 @@ type run struct {
 	work     context.Context // parent of every Preserve's context
 	stopWork context.CancelFunc
 	span     trace.Span
-	traced   bool // per-sandbox spans only when the run span records
 	phase    time.Time
 	hard     time.Time
 
@@ -34,17 +33,22 @@ type run struct {
 	rep     *Report
 	seen    idSet          // every ID listed, with the index of its entry
 	flaws   map[string]int // flawed listing elements reported, by kind
-	listed  bool           // a listing succeeded
 	lastIDs []int32        // by index in the last listing, 1 + the index of the entry of its ID; 0 where not in seen
 	cur     *pass          // the pass running now; set before its workers start
 
 	unknown time.Duration // Estimator estimate for tasks without one, per pass
 	perByte float64       // the pass's time per byte of a Sized sandbox, ns
-	untimed bool          // perByte ranks sizes but is not a time
+
+	// Flags, side by side: a run is allocated per Run, and each bool
+	// among wider fields takes eight bytes.
+	traced       bool // per-sandbox spans only when the run span records
+	listed       bool // a listing succeeded
+	untimed      bool // perByte ranks sizes but is not a time
+	adaptive     bool // the limit adapts (see limit.go)
+	progressDone bool // the Run returned: log no more (under progressMu)
 
 	// The adaptive limit (see limit.go); mu guards what follows it while
 	// workers run.
-	adaptive      bool
 	room          chan struct{} // the dispatcher waits on it for room (waitRoom)
 	unitScale     float64       // units per byte, fixed at the first pass
 	unitUnknown   float64       // units of a task without size or estimate
@@ -64,9 +68,8 @@ type run struct {
 	preservedN atomic.Int64 // of them, preserved
 	failedN    atomic.Int64 // of them, failed or timed out
 
-	progress     *time.Timer // logs progress; nil when off
-	progressMu   sync.Mutex  // held while a progress line is logged
-	progressDone bool        // the Run returned: log no more
+	progress   *time.Timer // logs progress; nil when off
+	progressMu sync.Mutex  // held while a progress line is logged
 }
 
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
