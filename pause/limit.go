@@ -12,15 +12,15 @@ import (
 // below it, and every start and end updates the in-flight integral the
 // climber's samples are made of. The semaphore still holds the ceiling.
 
-// units returns the work units of the task whose entry is e the climber measures throughput in:
-// its size (scaled to the first pass's time per byte), else its own
-// estimate in nanoseconds, else the Estimator's estimate of the first pass
-// (one millisecond when there is none). Within a Run the scale never
-// changes, so throughputs measured at different times compare, and a
-// task's units are the same whenever they are asked for: they are not
-// kept in the task, of which a large node has one per sandbox. The
-// first call, which fixes the scale, is the first pass's scan, on the Run
-// goroutine before any worker starts.
+// units returns the work units the climber measures throughput in of the
+// task whose entry is e: its size (scaled to the first pass's time per
+// byte), else its own estimate in nanoseconds, else the Estimator's
+// estimate of the first pass (one millisecond when there is none). Within
+// a Run the scale never changes, so throughputs measured at different
+// times compare, and a task's units are the same whenever they are asked
+// for: they are not kept in the task, of which a large node has one per
+// sandbox. The first call, which fixes the scale, is the first pass's
+// scan, on the Run goroutine before any worker starts.
 func (r *run) units(e *Entry) float64 {
 	if r.unitScale == 0 {
 		r.unitScale = max(r.perByte, 1e-9)
@@ -56,9 +56,9 @@ func (r *run) startedLocked(e *Entry, now time.Time) (area0 float64) {
 	return r.area
 }
 
-// endedLocked accounts for t, whose entry is e, ending with res, feeds the climber a sample
-// when t was preserved at its first attempt, and applies the limit it
-// returns; area0 is the in-flight integral when t started (startedLocked;
+// endedLocked accounts for t, whose entry is e, ending with res, feeds
+// the climber a sample when t was preserved at its first attempt, and
+// applies the limit it returns; area0 is the in-flight integral when t started (startedLocked;
 // unused unless t was preserved). The caller holds r.mu.
 func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
 	u := r.units(e)
