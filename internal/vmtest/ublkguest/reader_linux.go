@@ -51,10 +51,16 @@ func StartHeldRead(ctx context.Context, id int) (*HeldRead, error) {
 	}
 }
 
-// Finish ends the loop after the held read and returns that read's error,
-// or ctx's error when it is still held when ctx ends.
-func (h *HeldRead) Finish(ctx context.Context) error {
+// Finish lets the held read complete and returns its error, or ctx's
+// error when it is still held when ctx ends. It ends the loop first and
+// only then calls release (which lets the daemon answer, e.g. thaws it):
+// a read issued after the held one could meet a disk that is going (EOF
+// once STOP_DEV zeroed its capacity) and would not be the read held.
+func (h *HeldRead) Finish(ctx context.Context, release func() error) error {
 	h.stop.Store(true)
+	if err := release(); err != nil {
+		return err
+	}
 	select {
 	case err := <-h.done:
 		h.f.Close()

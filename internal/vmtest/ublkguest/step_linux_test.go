@@ -325,8 +325,9 @@ func TestGuestStepLeavesHungDaemonHoldingIO(t *testing.T) {
 
 	// Let the daemon answer: the read completes, the step's abandoned
 	// STOP_DEV finishes, and the rig's cleanup can kill the daemon safely.
-	require.NoError(t, r.daemon.Cmd.Process.Signal(ublkserver.SignalThaw))
-	require.NoError(t, held.Finish(r.ctx(10*time.Second)))
+	require.NoError(t, held.Finish(r.ctx(10*time.Second), func() error {
+		return r.daemon.Cmd.Process.Signal(ublkserver.SignalThaw)
+	}))
 	require.Eventually(t, func() bool { return r.state(id) != ublkserver.StateLive }, 10*time.Second, 10*time.Millisecond)
 	noKernelProblemsSince(t, r.logFrom)
 }
