@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"testing"
@@ -128,7 +129,10 @@ func BenchmarkOverheadTraced(b *testing.B) {
 // 8, the adaptive limit's default start), alternately in the same benchmark, and reports for each N
 // the CPU-time ratio x-errgroup-N (robust on a shared machine; the
 // wall-clock one is x-errgroup-wall-N), the Preserver's nanoseconds and
-// bytes allocated per sandbox, and errgroup's.
+// bytes allocated per sandbox, and errgroup's. touch-ns/B-fresh and
+// touch-ns/B-reused (touchCost) are what the machine charges per byte of
+// memory on fresh and on reused pages: a 100k Run keeps about 22 MB, of
+// pages the scavenger returned between two such Runs.
 //
 //	go test -run '^$' -bench OverheadScale -benchtime 3x ./pause
 func BenchmarkOverheadScale(b *testing.B) {
@@ -195,6 +199,37 @@ func BenchmarkOverheadScale(b *testing.B) {
 		b.ReportMetric(float64(ours[i].bytes)/per, fmt.Sprint("B/sandbox-", n))
 		b.ReportMetric(float64(base[i].bytes)/per, fmt.Sprint("errgroup-B/sandbox-", n))
 	}
+	fresh, reused := touchCost()
+	b.ReportMetric(fresh, "touch-ns/B-fresh")
+	b.ReportMetric(reused, "touch-ns/B-reused")
+}
+
+// touchCost measures, for reading x-errgroup-100000, what this machine
+// charges for the memory a Run keeps: nanoseconds per byte to allocate and
+// write 16 MB (a 100k Run's Report entries) on pages the Go runtime has
+// returned to the OS (fresh: faulted in again, as after the scavenger ran
+// between two large Runs) and on pages the heap kept (reused), 5 times
+// each, alternately.
+func touchCost() (fresh, reused float64) {
+	const size = 16 << 20
+	var f, r time.Duration
+	touch := func() time.Duration {
+		start := time.Now()
+		buf := make([]byte, size)
+		for i := 0; i < size; i += 64 {
+			buf[i] = 1
+		}
+		took := time.Since(start)
+		runtime.KeepAlive(buf)
+		return took
+	}
+	for range 5 {
+		debug.FreeOSMemory()
+		f += touch()
+		runtime.GC()
+		r += touch()
+	}
+	return float64(f) / (5 * size), float64(r) / (5 * size)
 }
 
 // BenchmarkOverheadReportFloor measures what the Report alone costs, for
