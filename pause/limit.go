@@ -43,12 +43,11 @@ func (r *run) tick(now time.Time) {
 	}
 }
 
-// startedLocked accounts for the task whose entry is e starting at now
-// and returns the in-flight integral then, which the worker that runs it
-// keeps for endedLocked (not the task: a large node has one per sandbox).
-// The caller holds r.mu.
-func (r *run) startedLocked(e *Entry, now time.Time) (area0 float64) {
-	u := r.units(e)
+// startedLocked accounts for a task of u work units (units) starting at
+// now and returns the in-flight integral then, which the worker that runs
+// it keeps for endedLocked (not the task: a large node has one per
+// sandbox). The caller holds r.mu.
+func (r *run) startedLocked(u float64, now time.Time) (area0 float64) {
 	r.queue.remove(u)
 	r.tick(now)
 	r.inflight++

@@ -86,17 +86,20 @@ func (ps *pass) popLocked(now time.Time) (*task, float64) {
 		return nil, 0
 	}
 	var t *task
-	if ps.back && ps.backUnits < backShare*ps.units && r.climb.climbing() {
-		if t = ps.takeBack(now); t != nil {
-			ps.backUnits += r.units(ps.tasks.entry(t))
-		}
+	back := ps.back && ps.backUnits < backShare*ps.units && r.climb.climbing()
+	if back {
+		t = ps.takeBack(now)
 	} else {
 		t = ps.take(now)
 	}
 	if t == nil {
 		return nil, 0
 	}
-	return t, r.startedLocked(ps.tasks.entry(t), now)
+	u := r.units(ps.tasks.entry(t))
+	if back {
+		ps.backUnits += u
+	}
+	return t, r.startedLocked(u, now)
 }
 
 // take takes the next task, lock-free.
