@@ -69,11 +69,11 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 			_ = sandbox.NewRunsc(filepath.Join(dir, "runsc")).Runtime.DeleteAll(cctx) // sandboxes whose server was SIGKILLed
 		}()
 	}
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
-	hookAddr, err := freeAddr() // drainkit's preStop hook has a listener of its own
+	hookAddr, err := freeport.Addr() // drainkit's preStop hook has a listener of its own
 	if err != nil {
 		return nil, err
 	}
@@ -235,5 +235,3 @@ func collect(mode string, n int, dir string, tl *kubeletsim.Timeline) (*result, 
 	}
 	return res, nil
 }
-
-func freeAddr() (string, error) { return freeport.Addr() }
