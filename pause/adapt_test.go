@@ -245,3 +245,29 @@ func TestClimbOnAStoreWithoutAKneeCostsTwoRounds(t *testing.T) {
 		})
 	}
 }
+
+// A MaxLimit set alone at or below the default start caps where the limit
+// starts, and the limit still adapts below it: Config.Limit left zero lets
+// it adapt, "starting at 8 (or at MaxLimit when that is lower)". On a disk
+// that one writer saturates and more writers thrash (4 writers move 3.2
+// MiB/s of its 8), MaxLimit 4 starts at 4, halves, and ends near 1; a
+// limit fixed at 4 would take 93.75 s, the device 37.5 s at the knee.
+func TestMaxLimitAloneCapsTheStartAndStillAdapts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		disk := &fakesandbox.Disk{Bandwidth: 8 * mib, PerWriter: 8 * mib, Thrash: 0.5}
+		node := diskNode(disk, 300, 1)
+		p, err := pause.New(node, pause.Config{MaxLimit: 4, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+		require.NoError(t, err)
+		assert.Equal(t, 4, p.Limit(), "the start, capped by MaxLimit")
+		rep, took := runFor(t, p, time.Hour, 0)
+		require.Equal(t, 300, rep.Counts[pause.Preserved])
+		limits := limitsTaken(buf.String())
+		t.Logf("took %v, limits %v", took, limits)
+		require.NotEmpty(t, limits, "the limit adapted")
+		assert.Equal(t, "2", limits[0], "from the ceiling, the first move halves")
+		assert.LessOrEqual(t, p.Limit(), 2)
+		assert.LessOrEqual(t, node.MaxInFlight(), 4, "never above MaxLimit")
+		assert.Less(t, took, 60*time.Second)
+	})
+}

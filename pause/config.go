@@ -181,6 +181,7 @@ func (o Order) String() string {
 type config struct {
 	limit            int
 	maxLimit         int
+	adaptive         bool // the limit adapts between 1 and maxLimit
 	order            Order
 	timeout          time.Duration
 	cancelAtDeadline bool
@@ -244,6 +245,9 @@ func (c Config) resolve() (config, error) {
 	case r.maxLimit == 0:
 		r.maxLimit = r.limit
 	}
+	// A Limit left zero adapts, also from a MaxLimit at or below the
+	// default start; only a Limit set alone, or a ceiling of 1, fixes it.
+	r.adaptive = r.maxLimit > r.limit || c.Limit == 0 && r.maxLimit > 1
 	if r.newBackOff == nil {
 		r.newBackOff = defaultBackOff
 	}

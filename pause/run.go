@@ -123,7 +123,7 @@ func (r *run) contexts() {
 // adaptive Run starts at the limit the Preserver ended its last Run with.
 func (r *run) slots() {
 	r.limit = r.cfg.limit
-	r.adaptive = r.cfg.maxLimit > r.cfg.limit
+	r.adaptive = r.cfg.adaptive
 	r.room = make(chan struct{}, 1)
 	if r.adaptive {
 		r.limit = min(max(r.p.Limit(), 1), r.cfg.maxLimit)
