@@ -200,3 +200,48 @@ func TestPreserveReturningAtTheHardDeadlineIsNotAbandoned(t *testing.T) {
 		assert.NotContains(t, e.Error, "abandoned")
 	})
 }
+
+// late is a sandbox whose Preserve ignores its context and succeeds at a
+// fixed instant.
+type late struct {
+	id string
+	at time.Time
+}
+
+func (l late) ID() string { return l.id }
+func (l late) Preserve(context.Context) error {
+	time.Sleep(time.Until(l.at))
+	return nil
+}
+
+// A Preserve that returns at the very instant Run stops waiting for it
+// (ReturnSlack past the hard deadline) may settle itself, and complete the
+// adaptive limit's first epoch, while Run is writing its Report; the
+// Report's limit is read under the limit's lock, not raced with the worker
+// moving it. Which of the two goes first varies, hence twenty Runs; the
+// race detector (go test -race) is what fails.
+//
+//	0 s  four start at limit 8   1 s three preserved (three samples)
+//	30 s + ReturnSlack: the fourth returns (the epoch's last sample: 8 -> 16) as Run stops waiting
+func TestPreserveSettlingAsRunReturnsDoesNotRaceTheReport(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			hard := time.Now().Add(30 * time.Second)
+			sbs := []pause.Sandbox{late{"slow", hard.Add(pause.ReturnSlack)}}
+			for i := range 3 {
+				sbs = append(sbs, late{fmt.Sprint("quick-", i), time.Now().Add(time.Second)})
+			}
+			p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			rep := p.Run(ctx, hard)
+			for i := range 3 {
+				assert.Equal(t, pause.Preserved, entry(t, rep, fmt.Sprint("quick-", i)).Outcome)
+			}
+			assert.Contains(t, []pause.Outcome{pause.Preserved, pause.TimedOut}, entry(t, rep, "slow").Outcome, "settled by its worker, or abandoned")
+			assert.Contains(t, []int{8, 16}, rep.Limit)
+			time.Sleep(time.Second) // the fourth's worker settles
+		})
+	}
+}

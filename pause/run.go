@@ -503,7 +503,9 @@ func (r *run) count(o Outcome) {
 func (r *run) finish() *Report {
 	rep := r.rep
 	rep.End = time.Now()
+	r.mu.Lock() // a worker settling as await gave up at the hard deadline may still move it
 	rep.Limit = r.limit
+	r.mu.Unlock()
 	rep.Unknown = !r.listed
 	var counts [len(outcomes)]int
 	for i := range rep.Entries {
