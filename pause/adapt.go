@@ -281,7 +281,10 @@ func (c *climber) next(stretch bool) int {
 		switch {
 		case c.prev == 0 && k < c.ceil: // the first epoch
 			return c.up(k, min(2*k, c.ceil))
-		case c.prev == 0:
+		case c.prev == 0: // the first epoch, at the ceiling: try fewer
+			if !c.room(k / 2) {
+				return c.hold(k)
+			}
 			return c.down(k)
 		case c.pays(c.prev, k) && k < c.ceil:
 			return c.up(k, min(2*k, c.ceil))

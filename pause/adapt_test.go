@@ -271,3 +271,44 @@ func TestMaxLimitAloneCapsTheStartAndStillAdapts(t *testing.T) {
 		assert.Less(t, took, 60*time.Second)
 	})
 }
+
+// A Run that starts at the ceiling (the limit the Run before climbed to:
+// a preStop sweep, then the SIGTERM Run) moves below it only with four
+// rounds of work queued at the ceiling, as every move below the level held
+// does: 64 preserves of 20 ms on a store without a knee take two rounds at
+// 32, where halving after the first round's samples cost a round more (the
+// 32 left ran at 16: 60 ms). With 1,024 queued it still tries 16 first.
+//
+//	Run 1: 1,024 x 20 ms, the limit climbs 8 -> 16 -> 32
+//	Run 2: 64 x 20 ms from 32: 0 ms 32 start, 20 ms 32 more, 40 ms done
+func TestRunStartingAtTheCeilingHoldsItWithLittleWorkQueued(t *testing.T) {
+	const round = 20 * time.Millisecond
+	for _, tc := range []struct {
+		n      int
+		took   time.Duration
+		limits []string
+	}{{64, 2 * round, nil}, {1024, 0, []string{"16"}}} {
+		synctest.Test(t, func(t *testing.T) {
+			var buf bytes.Buffer
+			node := fakesandbox.NewNode()
+			node.AddN("first", 1024, round)
+			p, err := pause.New(node, pause.Config{Estimator: deadline.NewEstimator(time.Second), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+			require.NoError(t, err)
+			runFor(t, p, time.Hour, 0)
+			require.Equal(t, 32, p.Limit(), "the first Run ends at the ceiling")
+
+			buf.Reset()
+			node.AddN("second", tc.n, round)
+			rep, took := runFor(t, p, time.Hour, 0)
+			require.Equal(t, tc.n, rep.Counts[pause.Preserved])
+			limits := limitsTaken(buf.String())
+			t.Logf("%d from the ceiling: %v, limits %v", tc.n, took, limits)
+			if tc.limits == nil {
+				assert.Empty(t, limits, "too little work queued to measure below the ceiling")
+				assert.Equal(t, tc.took, took)
+			} else {
+				assert.Equal(t, tc.limits, limits[:len(tc.limits)])
+			}
+		})
+	}
+}
