@@ -3,6 +3,7 @@ package pause_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -244,4 +245,39 @@ func TestPreserveSettlingAsRunReturnsDoesNotRaceTheReport(t *testing.T) {
 			time.Sleep(time.Second) // the fourth's worker settles
 		})
 	}
+}
+
+// stalling is a log handler whose every Warn line takes stall to write: a
+// log pipe that a busy node's collector drains late.
+type stalling struct{ stall time.Duration }
+
+func (h stalling) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h stalling) Handle(context.Context, slog.Record) error    { time.Sleep(h.stall); return nil }
+func (h stalling) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h stalling) WithGroup(string) slog.Handler                { return h }
+
+// A worker takes its next task as the one before settles, then logs and
+// records that one; the phase deadline may pass meanwhile, and the task it
+// took is then NotStarted, not started late (with a Start from before the
+// deadline).
+//
+//	0 s  A starts (limit 1, phase deadline 10 s, hard 60 s)
+//	9 s  A fails: B is taken; A's Warn line takes 2 s to write
+//	10 s phase deadline
+//	11 s A's line written: B must not start
+func TestTaskTakenBeforeThePhaseDeadlineDoesNotStartAfterIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "A", Latency: 9 * time.Second, Faults: []fakesandbox.Fault{fakesandbox.Permanent}},
+			&fakesandbox.Sandbox{Name: "B", Latency: time.Second})
+		p, err := pause.New(node, pause.Config{Limit: 1, Logger: slog.New(stalling{2 * time.Second})})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
+		assert.Equal(t, pause.Failed, entry(t, rep, "A").Outcome)
+		b := entry(t, rep, "B")
+		assert.Equal(t, pause.NotStarted, b.Outcome)
+		assert.Equal(t, 0, b.Attempts)
+		assert.True(t, b.Start.IsZero())
+		assert.Equal(t, 11*time.Second, took)
+	})
 }

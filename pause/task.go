@@ -109,8 +109,16 @@ func newEntry(e *Entry, sb Sandbox, id string, pass int) {
 
 // start prepares the task's context, span and bound, and returns its
 // sandbox and whether the task may run: not when the Run already settled
-// it as NotStarted. It runs on the worker of ps that took the task, at now.
+// it as NotStarted, nor once Run's context ended. It runs on the worker of
+// ps that took the task, at now.
 func (t *task) start(ps *pass, now time.Time) (Sandbox, bool) {
+	// The worker took t at now, as the task before settled, and has
+	// recorded and logged that one since: a slow log sink or span
+	// exporter may have held it past the phase deadline. An atomic load,
+	// not a clock reading; the Run settles t NotStarted.
+	if ps.r.ctx.Err() != nil {
+		return nil, false
+	}
 	if !t.state.CompareAndSwap(stateQueued, stateStarting) {
 		return nil, false
 	}
