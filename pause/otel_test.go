@@ -1,7 +1,10 @@
 package pause_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,4 +104,41 @@ func attr(kvs []attribute.KeyValue, key string) attribute.Value {
 		}
 	}
 	return attribute.Value{}
+}
+
+// The run span's drainkit.pause.limit is the limit the Run starts at, as
+// the "run started" log line says: a second Run of an adaptive Preserver
+// starts where the first one left the limit, not at the configured start.
+//
+//	Run 1: 256 x 20 ms, the limit climbs from 8 to 32
+//	Run 2: its span and its log line say 32
+func TestRunSpanCarriesTheLimitTheRunStartsAt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		spans := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+		var buf bytes.Buffer
+		node := fakesandbox.NewNode()
+		node.AddN("first", 256, 20*time.Millisecond)
+		p, err := pause.New(node, pause.Config{TracerProvider: tp, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+		require.NoError(t, err)
+		runFor(t, p, time.Hour, 0)
+		start := p.Limit()
+		require.Greater(t, start, pause.DefaultLimit, "the first Run climbed")
+
+		buf.Reset()
+		node.AddN("second", 8, 20*time.Millisecond)
+		runFor(t, p, time.Hour, 0)
+		runs := 0
+		for _, s := range spans.Ended() {
+			if s.Name() == "pause.Run" {
+				runs++
+				if runs == 2 {
+					assert.Equal(t, int64(start), attr(s.Attributes(), "drainkit.pause.limit").AsInt64())
+				}
+			}
+		}
+		require.Equal(t, 2, runs)
+		assert.Contains(t, buf.String(), fmt.Sprintf(`msg="pause: run started" time_left=1h0m0s limit=%d `, start))
+		require.NoError(t, tp.Shutdown(context.Background()))
+	})
 }

@@ -75,18 +75,18 @@ type run struct {
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r := &run{p: p, cfg: &p.cfg}
 	r.phase, r.hard = deadlines(ctx, hard)
+	r.slots() // before the span: it carries the limit the Run starts at
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
 	if r.traced = r.span.IsRecording(); r.traced { // a span that records nothing would drop them
 		r.span.SetAttributes(
 			attribute.String("drainkit.pause.deadline", fmtTime(r.phase)),
 			attribute.String("drainkit.pause.hard", fmtTime(r.hard)),
-			attribute.Int("drainkit.pause.limit", p.cfg.limit),
+			attribute.Int("drainkit.pause.limit", r.limit),
 			attribute.Int("drainkit.pause.max_limit", p.cfg.maxLimit),
 			attribute.Bool("drainkit.pause.cancel_at_deadline", p.cfg.cancelAtDeadline),
 		)
 	}
 	r.contexts()
-	r.slots()
 	r.rep = &Report{Start: time.Now(), Deadline: r.phase, Counts: make(map[Outcome]int)}
 	if !r.hard.Equal(r.phase) {
 		r.rep.Hard = r.hard
