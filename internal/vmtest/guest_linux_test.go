@@ -65,8 +65,7 @@ func TestGuestSelftestPowersOff(t *testing.T) {
 		t.Skip("powers off only in the harness self-test")
 	}
 	t.Log("powering off mid-test")
-	unix.Sync()
-	require.NoError(t, unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF))
+	PowerOff()
 }
 
 // TestHarnessReportsPassFailAndCrash boots the guest once with the
@@ -82,9 +81,11 @@ func TestHarnessReportsPassFailAndCrash(t *testing.T) {
 	})
 	res, err := g.Run(t.Context(), nil)
 	require.NoError(t, err)
-	if t.Failed() || testing.Verbose() {
-		t.Logf("console:\n%s", strings.Join(res.Console, "\n"))
-	}
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("console:\n%s", strings.Join(res.Console, "\n"))
+		}
+	})
 	assert.Equal(t, g.Assets.Release, res.Release, "the guest runs the cached kernel")
 	assert.Equal(t, []string{"TestGuestHasInitEnvironment", "TestGuestKernelLogIsReadable", "TestGuestSelftestFails", "TestGuestSelftestPowersOff"}, g.Expected)
 

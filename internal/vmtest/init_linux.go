@@ -36,11 +36,36 @@ func MaybeInit() {
 	}
 	dumpKernelLog()
 	say("exit %d", code)
-	unix.Sync()
-	// Power off; -no-reboot makes QEMU exit. Should it fail, process 1
-	// exiting panics the kernel and panic=-1 ends the boot just the same.
-	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	powerOff()
+	// Should the power-off fail, process 1 exiting panics the kernel and
+	// panic=-1 ends the boot just the same.
 	os.Exit(code)
+}
+
+// powerOff ends the machine once the console has sent every byte written
+// to it: a line still in the serial port's buffer at the power-off never
+// reaches the host (seen under load: the last test's end line lost).
+// -no-reboot makes QEMU exit.
+func powerOff() {
+	_ = unix.IoctlSetInt(int(os.Stdout.Fd()), unix.TCSBRK, 1) // tcdrain
+	unix.Sync()
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+// PowerOff ends the guest machine in the middle of the calling test, the
+// way a kernel panic would end it, except that everything the test process
+// wrote before the call reaches the host first: /init powers the machine
+// off when it relays the request, in order with the test's output. The
+// host then reports every test that had not ended as missing. It never
+// returns, and panics outside a guest.
+func PowerOff() {
+	if !InGuest() {
+		panic("vmtest: PowerOff called outside a guest")
+	}
+	_, _ = os.Stdout.WriteString(powerOffRequest + "\n")
+	for {
+		time.Sleep(time.Hour) // until /init powers the machine off
+	}
 }
 
 // say writes one status line to the console in a single write.
@@ -142,12 +167,17 @@ func runTests(cfg guestConfig, release string) (int, error) {
 	return code, nil
 }
 
-// relayLines copies each line of r to the console behind outputMarker. It
-// returns when every writer of the pipe has closed it.
+// relayLines copies each line of r to the console behind outputMarker,
+// and powers the machine off at a PowerOff request, after the lines before
+// it. It returns when every writer of the pipe has closed it.
 func relayLines(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
+		if sc.Text() == powerOffRequest {
+			say("power off requested by a guest test")
+			powerOff()
+		}
 		_, _ = os.Stdout.WriteString(outputMarker + sc.Text() + "\n")
 	}
 }

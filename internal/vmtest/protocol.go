@@ -15,6 +15,10 @@ const (
 	statusMarker = "vmtest: "      // ready / exit / error lines of /init itself
 )
 
+// powerOffRequest is the line a guest test writes (PowerOff) to have /init
+// end the machine once it has relayed every line written before it.
+const powerOffRequest = "vmtest-power-off-request"
+
 // Paths inside the initramfs.
 const (
 	guestConfigPath = "/vmtest/config.json"
