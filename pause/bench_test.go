@@ -234,25 +234,46 @@ func touchCost() (fresh, reused float64) {
 
 // BenchmarkOverheadReportFloor measures what the Report alone costs, for
 // reading BenchmarkOverheadScale: the same no-op sandboxes through
-// errgroup.SetLimit(8), alternately as they are and with an errgroup that
-// keeps, like Run, a Report entry per sandbox (its ID, pass, attempts,
-// start, end, duration and outcome) and the counts. It reports the
-// CPU-time ratio x-report-floor-N (errgroup with the Report / errgroup):
-// the part of x-errgroup-N that no scheduler keeping the Report avoids.
+// errgroup.SetLimit(8), as they are and with an errgroup that keeps, like
+// Run, a Report entry per sandbox (its ID, pass, attempts, start, end,
+// duration and outcome) and the counts, and through the default Preserver,
+// the three alternately. It reports the CPU-time ratios x-report-floor-N
+// (errgroup with the Report / errgroup: the part of x-errgroup-N that no
+// scheduler keeping the Report avoids) and x-errgroup-with-report-N (the
+// Preserver / errgroup with the Report: what the Preserver's scheduling
+// costs over the cheapest code that keeps the same Report).
 //
 //	go test -run '^$' -bench OverheadReportFloor -benchtime 3x ./pause
 func BenchmarkOverheadReportFloor(b *testing.B) {
 	sizes := []int{10, 1_000, 100_000}
-	kept, base := make([]cost, len(sizes)), make([]cost, len(sizes))
+	ours, kept, base := make([]cost, len(sizes)), make([]cost, len(sizes)), make([]cost, len(sizes))
 	ctx := context.Background()
-	warm, _ := noops(sizes[len(sizes)-1]) // untimed, as in BenchmarkOverheadScale
+	warm, lister := noops(sizes[len(sizes)-1]) // untimed, as in BenchmarkOverheadScale
 	reportingGroup(ctx, warm)
+	if p, err := pause.New(lister, pause.Config{}); err != nil {
+		b.Fatal(err)
+	} else {
+		p.Run(ctx, time.Time{})
+	}
 	for b.Loop() {
 		for i, n := range sizes {
-			list, _ := noops(n)
+			list, lister := noops(n)
 			reps := max(1, 100_000/n)
+			p, err := pause.New(lister, pause.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
 			runtime.GC()
 			c := measure(func() {
+				for range reps {
+					if rep := p.Run(ctx, time.Time{}); rep.Counts[pause.Preserved] != n {
+						b.Fatalf("preserved %d of %d", rep.Counts[pause.Preserved], n)
+					}
+				}
+			})
+			ours[i].cpu += c.cpu
+			runtime.GC()
+			c = measure(func() {
 				for range reps {
 					if rep := reportingGroup(ctx, list); rep.Counts[pause.Preserved] != n {
 						b.Fatalf("preserved %d of %d", rep.Counts[pause.Preserved], n)
@@ -271,6 +292,7 @@ func BenchmarkOverheadReportFloor(b *testing.B) {
 	}
 	for i, n := range sizes {
 		b.ReportMetric(float64(kept[i].cpu)/float64(base[i].cpu), fmt.Sprint("x-report-floor-", n))
+		b.ReportMetric(float64(ours[i].cpu)/float64(kept[i].cpu), fmt.Sprint("x-errgroup-with-report-", n))
 	}
 }
 
