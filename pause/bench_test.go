@@ -129,7 +129,9 @@ func BenchmarkOverheadTraced(b *testing.B) {
 // 8, the adaptive limit's default start), alternately in the same benchmark, and reports for each N
 // the CPU-time ratio x-errgroup-N (robust on a shared machine; the
 // wall-clock one is x-errgroup-wall-N), the Preserver's nanoseconds and
-// bytes allocated per sandbox, and errgroup's. touch-ns/B-fresh and
+// bytes allocated per sandbox, and errgroup's. Each side starts on pages
+// returned to the OS (debug.FreeOSMemory), as a process's first large Run
+// does. touch-ns/B-fresh and
 // touch-ns/B-reused (touchCost) are what the machine charges per byte of
 // memory on fresh and on reused pages: a 100k Run keeps about 22 MB, of
 // pages the scavenger returned between two such Runs.
@@ -165,7 +167,7 @@ func BenchmarkOverheadScale(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			runtime.GC()
+			debug.FreeOSMemory() // both sides on fresh pages, as in BenchmarkOverheadReportFloor
 			before := alloc()
 			c := measure(func() {
 				for range reps {
@@ -178,7 +180,7 @@ func BenchmarkOverheadScale(b *testing.B) {
 			ours[i].c.wall, ours[i].c.cpu = ours[i].c.wall+c.wall, ours[i].c.cpu+c.cpu
 			ours[i].runs += reps
 
-			runtime.GC()
+			debug.FreeOSMemory() // both sides on fresh pages, as in BenchmarkOverheadReportFloor
 			before = alloc()
 			c = measure(func() {
 				for range reps {
@@ -255,6 +257,10 @@ func BenchmarkOverheadReportFloor(b *testing.B) {
 	} else {
 		p.Run(ctx, time.Time{})
 	}
+	// Every side starts on pages returned to the OS, as the first large Run
+	// of a process does: a side that ran after another would otherwise
+	// reuse its pages, and on this VM a fresh page costs about 15 times a
+	// reused one (touch-ns/B-fresh and -reused in BenchmarkOverheadScale).
 	for b.Loop() {
 		for i, n := range sizes {
 			list, lister := noops(n)
@@ -263,7 +269,7 @@ func BenchmarkOverheadReportFloor(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			runtime.GC()
+			debug.FreeOSMemory()
 			c := measure(func() {
 				for range reps {
 					if rep := p.Run(ctx, time.Time{}); rep.Counts[pause.Preserved] != n {
@@ -272,7 +278,7 @@ func BenchmarkOverheadReportFloor(b *testing.B) {
 				}
 			})
 			ours[i].cpu += c.cpu
-			runtime.GC()
+			debug.FreeOSMemory()
 			c = measure(func() {
 				for range reps {
 					if rep := reportingGroup(ctx, list); rep.Counts[pause.Preserved] != n {
@@ -281,7 +287,7 @@ func BenchmarkOverheadReportFloor(b *testing.B) {
 				}
 			})
 			kept[i].cpu += c.cpu
-			runtime.GC()
+			debug.FreeOSMemory()
 			c = measure(func() {
 				for range reps {
 					errgroupRun(b, ctx, list, pause.DefaultLimit)
