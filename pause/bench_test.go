@@ -125,16 +125,15 @@ func BenchmarkOverheadTraced(b *testing.B) {
 }
 
 // BenchmarkOverheadScale runs N = 10, 1k and 100k no-op sandboxes through
-// the default Preserver (adaptive limit) and through errgroup.SetLimit(
-// 8, the adaptive limit's default start), alternately in the same benchmark, and reports for each N
-// the CPU-time ratio x-errgroup-N (robust on a shared machine; the
-// wall-clock one is x-errgroup-wall-N), the Preserver's nanoseconds and
-// bytes allocated per sandbox, and errgroup's. Each side starts on pages
-// returned to the OS (debug.FreeOSMemory), as a process's first large Run
-// does. touch-ns/B-fresh and
-// touch-ns/B-reused (touchCost) are what the machine charges per byte of
-// memory on fresh and on reused pages: a 100k Run keeps about 22 MB, of
-// pages the scavenger returned between two such Runs.
+// the default Preserver (adaptive limit) and through errgroup.SetLimit(8),
+// the adaptive limit's default start, alternately in the same benchmark,
+// and reports for each N the CPU-time ratio x-errgroup-N (robust on a
+// shared machine; the wall-clock one is x-errgroup-wall-N), the
+// Preserver's nanoseconds and bytes allocated per sandbox, and errgroup's.
+// Each side starts on pages returned to the OS (debug.FreeOSMemory), as a
+// process's first large Run does. touch-ns/B-fresh and touch-ns/B-reused
+// (touchCost) are what the machine charges per byte of memory on fresh and
+// on reused pages: a 100k Run keeps about 22 MB.
 //
 //	go test -run '^$' -bench OverheadScale -benchtime 3x ./pause
 func BenchmarkOverheadScale(b *testing.B) {
