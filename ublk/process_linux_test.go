@@ -272,3 +272,27 @@ func TestSocketSilentDaemonThatStaysIsAnError(t *testing.T) {
 	defer rcancel()
 	assert.ErrorIs(t, s.RequestStop(rctx), context.DeadlineExceeded)
 }
+
+// A Stop whose context is already done cannot scan the holders: the scan
+// that its context cuts short finds none, which is not the same as no
+// holder. The VMM still holds the disk, so the daemon is not asked to stop
+// (a SIGTERM would pull the disk from under it), and the error says the
+// context ended.
+func TestHolderScanCutShortByTheContextIsNotNoHolders(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	loopdev.Hold(t, node)
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the drain ran out of time before the step
+	rep, err := td.Stop(ctx)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.False(t, rep.Daemon.Requested, "the daemon is not asked to stop")
+	assert.NotContains(t, events(t, log), "sigterm", "and gets no SIGTERM")
+	assert.Equal(t, -1, d.ExitCode(), "it keeps serving the VMM")
+	assert.Equal(t, "live", rep.Device(0).Final.State())
+}

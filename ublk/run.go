@@ -114,7 +114,14 @@ func (r *run) do() error {
 		r.rep.Duration = time.Since(r.start)
 		return nil
 	}
-	if held := r.waitHolders(); held != nil {
+	held, known := r.waitHolders()
+	if !known {
+		// The context ended the holders scan before it saw every process:
+		// finding nobody then does not mean nobody holds a disk, so the
+		// daemon is not asked to stop.
+		return r.finish()
+	}
+	if held != nil {
 		switch {
 		case r.cfg.stopDespite:
 			r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the daemon although devices are still open", "holders", fmt.Sprint(held))
@@ -189,19 +196,24 @@ func (r *run) refresh() {
 }
 
 // waitHolders waits until no disk is held open, at most until
-// holderUntil. It returns the holders left, nil when there are none.
-func (r *run) waitHolders() map[int][]Holder {
+// holderUntil. It returns the holders left, nil when there are none; known
+// is false when ctx cut the last scan short before it found any.
+func (r *run) waitHolders() (held map[int][]Holder, known bool) {
 	s := r.stepStart("holders")
 	for {
-		held := r.scanHolders()
+		held, err := r.scanHolders()
 		r.noteHolders(held)
-		if len(held) == 0 {
+		switch {
+		case len(held) == 0 && err != nil:
+			_ = r.stepEnd(s, "", fmt.Errorf("holders not known: %w", err))
+			return nil, false
+		case len(held) == 0:
 			_ = r.stepEnd(s, "no holders", nil)
-			return nil
+			return nil, true
 		}
 		if !r.sleep(r.holderUntil) {
 			_ = r.stepEnd(s, "", fmt.Errorf("still held open: %v", held))
-			return held
+			return held, true
 		}
 		r.refresh()
 	}
@@ -219,8 +231,10 @@ func (r *run) noteHolders(held map[int][]Holder) {
 }
 
 // scanHolders finds the holders of every disk (and its partitions) in one
-// pass over procfs, by device ID.
-func (r *run) scanHolders() map[int][]Holder {
+// pass over procfs, by device ID. The error is ctx's when it cut the pass
+// short: processes not yet looked at may hold a disk too. A procfs that
+// cannot be read is logged, not returned.
+func (r *run) scanHolders() (map[int][]Holder, error) {
 	held := map[int][]Holder{}
 	owner := map[blockdev.DevNum]int{}
 	r.devNums = owner
@@ -243,18 +257,22 @@ func (r *run) scanHolders() map[int][]Holder {
 		}
 	}
 	if len(devs) == 0 {
-		return held
+		return held, nil
 	}
 	found, err := blockdev.Scan(r.ctx, r.cfg.procRoot, devs)
 	if err != nil && r.ctx.Err() == nil {
 		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan failed; proceeding", "err", err)
+		err = nil
 	}
 	for _, dev := range devs {
 		if hs := found[dev]; len(hs) > 0 {
 			held[owner[dev]] = append(held[owner[dev]], holders(hs)...)
 		}
 	}
-	return held
+	if err != nil {
+		err = r.ctx.Err()
+	}
+	return held, err
 }
 
 // requestStop starts watching the daemon's exit and asks it to stop.
