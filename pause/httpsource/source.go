@@ -58,7 +58,11 @@ const maxBody = 32 << 20
 // pagination, no sizes. AgentENV returns the Config of AgentENV's node API.
 type Config struct {
 	// Client sends the requests. Nil means a client of the Source's own
-	// with no overall timeout (requests are bounded by their contexts).
+	// with no overall timeout (requests are bounded by their contexts)
+	// that does not follow redirects: a 3xx answer is a permanent
+	// *StatusError. Whatever the client, an answer to a request that a
+	// redirect changed into another method (a 302 turns POST into GET) is
+	// a permanent error, never a pause.
 	Client *http.Client
 
 	// APIKey, when not empty, is sent in the header APIKeyHeader on every
@@ -301,7 +305,11 @@ func New(baseURL string, c Config) (*Source, error) {
 	}
 	cfg := c.resolve()
 	if cfg.client == nil {
-		cfg.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		cfg.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			// A redirect is not the server's answer: a 302 would turn the
+			// pause into a GET (of a proxy's sign-in page, answering 200),
+			// and the API key would follow it to another host.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
@@ -535,6 +543,10 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	}
 	defer resp.Body.Close()
 	result = attribute.Int("http.response.status_code", resp.StatusCode)
+	if r := resp.Request; r != nil && r.Method != method {
+		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s %s %s: the server redirected it to %s %s, a different request: its %d is not an answer",
+			op, method, target, r.Method, r.URL.Redacted(), resp.StatusCode))
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
 		return nil, nil, fmt.Errorf("httpsource: %s %s: reading body: %w", op, target, err)

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -413,4 +416,46 @@ func TestConflictIsSettledByListingAgain(t *testing.T) {
 	})
 	err = inProcess(t, mux2, Config{}).Sandbox("x").Preserve(t.Context())
 	assert.True(t, isPermanent(err), "undecidable: the list failed too")
+}
+
+// A proxy in front of the server that redirects to its sign-in page (302)
+// turns the pause POST into a GET of that page, which answers 200: that is
+// not a pause. Neither the Source's own client nor a client that follows
+// redirects takes it for one, and the list fails naming the redirect.
+func TestRedirectIsNotAnAnswer(t *testing.T) {
+	var signIns atomic.Int32
+	var keys []string
+	var mu sync.Mutex
+	mux := http.NewServeMux()
+	redirect := func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/sign-in", http.StatusFound) }
+	mux.HandleFunc("POST /sandboxes/{id}/pause", redirect)
+	mux.HandleFunc("GET /sandboxes", redirect)
+	mux.HandleFunc("GET /sign-in", func(w http.ResponseWriter, r *http.Request) {
+		signIns.Add(1)
+		mu.Lock()
+		keys = append(keys, r.Header.Get("X-API-Key"))
+		mu.Unlock()
+		fmt.Fprint(w, "<html>sign in</html>")
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	own, err := New(srv.URL, Config{APIKey: "s3cret"})
+	require.NoError(t, err)
+	err = own.Sandbox("a").Preserve(t.Context())
+	var se *StatusError
+	require.ErrorAs(t, err, &se, "a redirect is not a pause")
+	assert.Equal(t, http.StatusFound, se.StatusCode)
+	assert.True(t, isPermanent(err), "asking again meets the same redirect")
+	_, err = own.List(t.Context())
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusFound, se.StatusCode, "the list names the redirect, not the page's HTML")
+	assert.Zero(t, signIns.Load(), "the sign-in page was never asked, nor given the API key")
+
+	following, err := New(srv.URL, Config{Client: &http.Client{}})
+	require.NoError(t, err)
+	err = following.Sandbox("a").Preserve(t.Context())
+	require.Error(t, err, "a client that follows the redirect got 200 for a GET, not for the pause")
+	assert.True(t, isPermanent(err))
+	assert.Contains(t, err.Error(), "redirected it to GET "+srv.URL+"/sign-in")
 }
