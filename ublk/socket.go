@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"syscall"
@@ -135,8 +136,10 @@ func (s *Socket) ctxErr(ctx context.Context, err error) error {
 }
 
 // Wait waits for the paired Process to exit; without one, until the
-// socket refuses connections (the daemon closed its listener), polling
-// every 100 ms. It returns ctx.Err() when ctx ends first.
+// socket refuses connections or is gone (the daemon closed its listener),
+// polling every 100 ms; any other failure to connect (a full accept queue:
+// EAGAIN) is a daemon still running. It returns ctx.Err() when ctx ends
+// first.
 func (s *Socket) Wait(ctx context.Context) error {
 	if s.Process != nil {
 		return s.Process.Wait(ctx)
@@ -151,7 +154,7 @@ func (s *Socket) Wait(ctx context.Context) error {
 		c, err := d.DialContext(ctx, "unix", s.Path)
 		if err == nil {
 			c.Close()
-		} else if ctx.Err() == nil {
+		} else if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		select {
