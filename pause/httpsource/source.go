@@ -98,7 +98,8 @@ type Config struct {
 	// a number); empty means "id".
 	IDField string
 	// StateField is the field of each element that holds its state; empty
-	// means "state". An element without it counts as running.
+	// means "state". An element without it, or with null, counts as
+	// running.
 	StateField string
 	// NoStateField says the elements carry no state: every listed sandbox
 	// needs preserving (a list endpoint that returns only running ones).
@@ -619,8 +620,9 @@ func fieldNames(it map[string]json.RawMessage) string {
 }
 
 // needsPreserving reports whether an element is in a running state. An
-// element without the state field counts as running: pausing it needlessly
-// costs a request, missing it costs the sandbox.
+// element without the state field (or with null, or a value that is not a
+// string or number) counts as running: pausing it needlessly costs a
+// request, missing it costs the sandbox.
 func (s *Source) needsPreserving(it map[string]json.RawMessage) bool {
 	if s.cfg.stateField == "" {
 		return true
@@ -641,10 +643,11 @@ func (s *Source) needsPreserving(it map[string]json.RawMessage) bool {
 	return false
 }
 
-// scalar reads a JSON string or number as a string.
+// scalar reads a JSON string or number as a string. A missing field and
+// null are errors: neither is a value.
 func scalar(v json.RawMessage) (string, error) {
 	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
+	if len(v) == 0 || string(v) == "null" {
 		return "", errors.New("missing")
 	}
 	if v[0] == '"' {

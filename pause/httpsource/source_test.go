@@ -101,6 +101,19 @@ func TestListReadsConfiguredFields(t *testing.T) {
 	assert.Equal(t, []string{"7", "y"}, ids(got), "numbers are IDs too; no state field counts as running")
 }
 
+// A state of null is no state: the sandbox counts as running, as one
+// without the field does (pausing it needlessly costs a request, missing
+// it costs the sandbox). It read as the state "", and was skipped.
+func TestListCountsANullStateAsRunning(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `[{"id":"a","state":null},{"id":"b","state":"paused"},{"id":"c"}]`)
+	})
+	got, err := inProcess(t, mux, Config{}).List(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "c"}, ids(got))
+}
+
 func TestListWithoutStateFieldTakesEverySandbox(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
