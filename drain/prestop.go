@@ -34,8 +34,8 @@ type PreStopSummary struct {
 	// sandboxes left), "deadline" (the drain phase's deadline came),
 	// "sigterm" (Shutdown started) or "forced" (Force was called).
 	Reason        string        `json:"reason"`
-	Running       int           `json:"running"`        // running sandboxes at the last count
-	DrainDeadline time.Time     `json:"drain_deadline"` // the drain phase's deadline at the last count
+	Running       int           `json:"running"`        // running sandboxes at the last count (0 before the first)
+	DrainDeadline time.Time     `json:"drain_deadline"` // the drain phase's deadline at the last count (before the first, at T0)
 	Kill          time.Time     `json:"kill"`           // the expected SIGKILL
 	Waited        time.Duration `json:"waited_ns"`      // how long the wait has run
 }
@@ -86,8 +86,10 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // second call joins the first's wait; a call after Shutdown started answers
 // at once. A request with ?wait=DURATION (a Go duration) answers after at
 // most that long, with Done false if the wait goes on, so a caller with a
-// per-request timeout can poll. The wait itself does not depend on any
-// request: a client that disconnects does not end it. An exec hook passes
+// per-request timeout can poll; it does so even while the first count is
+// still running (a slow Lister), with Running 0 and the drain deadline as
+// planned at T0. ?wait=0s answers as soon as the first count is in. The wait itself does not depend on any request: a client
+// that disconnects does not end it. An exec hook passes
 // ?start=RFC3339 (its own start, see ExecHook.Start): the first call then
 // fixes T0 there, if it is earlier than the call and within the grace
 // period, so the hook's start-up latency is not mistaken for spare time.
@@ -99,7 +101,7 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // grace the budget was built with.
 func (d *Drainer) PreStop() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var bound <-chan time.Time
+		var bound, countBound <-chan time.Time
 		if v := r.URL.Query().Get("wait"); v != "" {
 			wait, err := time.ParseDuration(v)
 			if err != nil || wait < 0 {
@@ -109,6 +111,9 @@ func (d *Drainer) PreStop() http.Handler {
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			bound = t.C
+			if wait > 0 { // ?wait=0s: at once, but with the first count
+				countBound = t.C
+			}
 		}
 		at := time.Now()
 		if v := r.URL.Query().Get("start"); v != "" {
@@ -124,7 +129,7 @@ func (d *Drainer) PreStop() http.Handler {
 			}
 		}
 		seq := d.hookOpened()
-		sum := d.preStop(r.Context(), at, bound)
+		sum := d.preStop(r.Context(), at, bound, countBound)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(sum)
 		d.hookClosed(seq)
@@ -152,17 +157,21 @@ func (d *Drainer) hookClosed(seq int) {
 }
 
 // preStop starts or joins the drain wait and returns its summary when it
-// ends, ctx ends or bound fires.
-func (d *Drainer) preStop(ctx context.Context, at time.Time, bound <-chan time.Time) PreStopSummary {
+// ends, ctx ends or bound fires; it waits for the first count unless
+// countBound fires first.
+func (d *Drainer) preStop(ctx context.Context, at time.Time, bound, countBound <-chan time.Time) PreStopSummary {
 	run := d.startPreStop(at)
 	if run == nil {
 		st := d.budget.State()
 		return PreStopSummary{Start: st.Start, Done: true, Reason: reasonSIGTERM, Running: d.Running(),
 			DrainDeadline: d.plan.Deadline(PhaseDrain), Kill: st.Kill}
 	}
-	select { // every answer carries a count, even with ?wait=0s
+	select { // an answer carries a count, unless the count outlasts the bound
 	case <-run.counted:
 	case <-ctx.Done():
+		return run.summary()
+	case <-countBound:
+		return run.summary()
 	}
 	select {
 	case <-run.done:
@@ -186,7 +195,8 @@ func (d *Drainer) startPreStop(at time.Time) *preStopRun {
 	d.budget.OnPreStop(at)
 	d.gate.Close()
 	t0 := d.budget.Start()
-	run := &preStopRun{counted: make(chan struct{}), done: make(chan struct{}), sum: PreStopSummary{Start: t0, Reason: reasonWaiting}}
+	run := &preStopRun{counted: make(chan struct{}), done: make(chan struct{}), sum: PreStopSummary{Start: t0, Reason: reasonWaiting,
+		DrainDeadline: d.plan.Deadline(PhaseDrain), Kill: d.budget.Kill()}}
 	// The termination's span starts here, at T0, and Shutdown ends it; the
 	// wait is its first phase.
 	d.rootCtx, d.root = d.tracer.Start(context.Background(), rootSpan, trace.WithTimestamp(t0))

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // The seed's shape at full scale (AgentENV #413): grace 3600 s, sandboxes
@@ -113,6 +115,51 @@ func TestPreStopWaitQueryAnswersEarlyWithProgress(t *testing.T) {
 		assert.Equal(t, 2, sum.Running)
 		assert.Equal(t, 30*time.Second, sum.Waited)
 		f.d.Shutdown(context.Background())
+	})
+}
+
+// Fault (a fresh-eyes review): the first count is slow (an API server
+// under load: 30 s). A call with ?wait=9s, the exec hook's, whose requests
+// time out at 10 s, still answers within its bound; it waited for the count
+// instead, so every request of the exec hook timed out and after five the
+// hook gave up and let the kubelet send SIGTERM a minute into a wait of an
+// hour.
+//
+//	0 s    call ?wait=9s: T0, gate closed, the first count starts
+//	9 s    the call answers: not done, the drain deadline as planned at T0
+//	30 s   the count returns 2; a new call answers with it
+func TestPreStopWaitQueryAnswersInTimeWhileTheFirstCountIsSlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 2, time.Second)
+		slow := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			time.Sleep(30 * time.Second)
+			return node.List(ctx)
+		})
+		b, err := deadline.New(3600*time.Second, deadline.Config{Margin: 5 * time.Second})
+		require.NoError(t, err)
+		d, err := New(Config{Budget: b, Sandboxes: slow,
+			Pause: pause.Config{Limit: 1, Estimator: deadline.NewEstimator(time.Second)}})
+		require.NoError(t, err)
+		f := &fixture{node: node, budget: b, d: d}
+		t0 := time.Now()
+
+		call := f.callPreStop(t.Context(), "?wait=9s")
+		sum := call.wait(t)
+		assert.Equal(t, 9*time.Second, call.at.Sub(t0), "the bound holds while the first count runs")
+		assert.False(t, sum.Done)
+		assert.Equal(t, reasonWaiting, sum.Reason)
+		assert.Equal(t, 9*time.Second, sum.Waited)
+		assert.True(t, t0.Add(3594*time.Second).Equal(sum.DrainDeadline),
+			"before any count, the plan's: 3600 - 5 (margin) - one round of 1 s; got %v", sum.DrainDeadline.Sub(t0))
+		assert.True(t, t0.Add(3600*time.Second).Equal(sum.Kill))
+
+		time.Sleep(25 * time.Second) // the count returned at 30 s
+		sum = f.callPreStop(t.Context(), "?wait=1s").wait(t)
+		assert.Equal(t, 2, sum.Running)
+		assert.True(t, t0.Add(3593*time.Second).Equal(sum.DrainDeadline), "two rounds of 1 s now")
+		d.Shutdown(context.Background())
+		time.Sleep(30 * time.Second) // let the listings the shutdown abandoned return
 	})
 }
 
