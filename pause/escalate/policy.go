@@ -393,9 +393,13 @@ func (t *cmdTarget) Exited(context.Context) (bool, error) {
 	return false, err
 }
 
+// result is Wait's answer once c.Wait returned: nil when c.Wait reaped
+// the child (c.ProcessState is set), whatever its status and whatever
+// c.Wait said about the child's pipes (exec.ErrWaitDelay when a grandchild
+// keeps them open, a copy error); c.Wait's error otherwise (ECHILD: another
+// reaper took the child).
 func (t *cmdTarget) result() error {
-	var exit *exec.ExitError
-	if t.err == nil || errors.As(t.err, &exit) {
+	if t.c.ProcessState != nil {
 		return nil
 	}
 	return t.err

@@ -34,6 +34,7 @@ const helperEnv = "ESCALATE_TEST_HELPER"
 //	trap:   on SIGTERM, write "saved" to $ESCALATE_TEST_STATE and exit 0
 //	ignore: ignore SIGTERM and sleep (only SIGKILL ends it)
 //	exit:   exit 0 at once
+//	leak:   start a grandchild that keeps stdout open, then as trap
 func runHelperProcess() bool {
 	mode := os.Getenv(helperEnv)
 	switch mode {
@@ -49,6 +50,18 @@ func runHelperProcess() bool {
 		if err := os.WriteFile(os.Getenv("ESCALATE_TEST_STATE"), []byte("saved"), 0o600); err != nil {
 			os.Exit(3)
 		}
+		os.Exit(0)
+	case "leak":
+		// A grandchild inherits stdout and outlives this process.
+		g := exec.Command("sleep", "3600")
+		g.Stdout = os.Stdout
+		if err := g.Start(); err != nil {
+			os.Exit(4)
+		}
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		fmt.Printf("ready %d\n", g.Process.Pid)
+		<-term
 		os.Exit(0)
 	case "ignore":
 		signal.Ignore(syscall.SIGTERM)
@@ -452,4 +465,55 @@ func TestShortWindowIsSharedBetweenTheTwoWaits(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, escalate.Exited, exit, "SIGTERM was enough: %v", f.signals)
 	})
+}
+
+// lineWriter is a child's stdout that is not a file (exec.Cmd copies it
+// in a goroutine, which Cmd.WaitDelay bounds), and hands over its first
+// line.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   strings.Builder
+	first chan string
+}
+
+func (w *lineWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	had := strings.Contains(w.buf.String(), "\n")
+	w.buf.Write(b)
+	if line, _, ok := strings.Cut(w.buf.String(), "\n"); ok && !had {
+		w.first <- line
+	}
+	return len(b), nil
+}
+
+// A child that exits on SIGTERM has exited even when its stdout outlives
+// it (a grandchild inherited it): Cmd.Wait then returns exec.ErrWaitDelay
+// after WaitDelay, with the child reaped. The target's Wait took that for
+// a failed wait, so Stop waited out the whole wait after the signal for a
+// target that had exited at once.
+func TestCmdTargetSeesTheExitWhenAGrandchildHoldsStdout(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	out := &lineWriter{first: make(chan string, 1)}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=leak")
+	cmd.Stdout, cmd.WaitDelay = out, 50*time.Millisecond
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var grandchild int
+	_, err = fmt.Sscanf(<-out.first, "ready %d", &grandchild)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(grandchild, syscall.SIGKILL) })
+
+	target := escalate.Cmd(cmd)
+	require.NoError(t, target.Signal(t.Context(), syscall.SIGTERM))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, target.Wait(ctx), "the child exited (0) and was reaped")
+	require.NotNil(t, cmd.ProcessState)
+	assert.Equal(t, 0, cmd.ProcessState.ExitCode())
+	exit, err := escalate.Policy{}.Stop(ctx, target)
+	require.NoError(t, err)
+	assert.Equal(t, escalate.Exited, exit)
 }
