@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -102,7 +103,13 @@ func (g *graceFlag) String() string {
 }
 
 func (g *graceFlag) Set(v string) error {
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		switch maxSecs := int64(math.MaxInt64 / time.Second); { // beyond, n x 1e9 wraps round
+		case n <= 0:
+			return fmt.Errorf("must be positive, got %q", v)
+		case n > maxSecs:
+			return fmt.Errorf("want at most %d seconds, got %q", maxSecs, v)
+		}
 		g.d = time.Duration(n) * time.Second
 	} else if g.d, err = time.ParseDuration(v); err != nil {
 		return fmt.Errorf("want seconds (30) or a duration (30s), got %q", v)

@@ -86,6 +86,8 @@ func TestSimBadFlagsAreNamed(t *testing.T) {
 		{[]string{"-concurrency", "0"}, "-concurrency must be at least 1"},
 		{[]string{"-max-unavailable", "0"}, "-max-unavailable must be at least 1"},
 		{[]string{"-grace", "-5"}, "must be positive"},
+		{[]string{"-grace", "18446744074"}, `at most 9223372036 seconds, got "18446744074"`},
+		{[]string{"-grace", "-9223372037"}, `must be positive, got "-9223372037"`}, // x 1e9 wraps to +292 years
 		{[]string{"now"}, `unexpected arguments ["now"]`},
 	} {
 		code, _, errw := drainkit(t, append([]string{"sim"}, tc.args...)...)
