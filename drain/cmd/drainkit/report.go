@@ -178,6 +178,10 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 
 	pr := rep.Preserve
 	if pr == nil {
+		if why := noAccount(rep); why != "" {
+			fmt.Fprintf(w, "\nSandboxes    UNKNOWN: %s\n", why)
+			return
+		}
 		fmt.Fprintf(w, "\nSandboxes    no preserve phase ran\n")
 		return
 	}
@@ -246,6 +250,10 @@ func anchor(a string) string {
 // verdict is the one line an operator reads first.
 func verdict(rep *drain.Report) string {
 	var parts []string
+	if why := noAccount(rep); why != "" {
+		head, _, _ := strings.Cut(why, ": ")
+		parts = append(parts, "sandboxes UNKNOWN ("+head+")")
+	}
 	if pr := rep.Preserve; pr != nil {
 		total := len(pr.Entries)
 		switch lost := pr.Lost(); {
@@ -271,6 +279,26 @@ func verdict(rep *drain.Report) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// noAccount says why a preserve phase that ran left no account of the
+// sandboxes (the Preserver was abandoned, or returned none), or "".
+func noAccount(rep *drain.Report) string {
+	p := rep.Phase(drain.PhasePreserve)
+	if rep.Preserve != nil || p == nil || p.Result == drain.OK {
+		return ""
+	}
+	why := "the preserve phase " + string(p.Result)
+	switch p.Result {
+	case drain.Abandoned:
+		why = "the preserve phase was abandoned"
+	case drain.TimedOut:
+		why = "the preserve phase timed out"
+	}
+	if p.Error != "" {
+		why += ": " + oneLine(p.Error, 90)
+	}
+	return why
 }
 
 // quantiles returns the nearest-rank median, 90th percentile and maximum.

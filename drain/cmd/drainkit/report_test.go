@@ -1,13 +1,21 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // The reports in testdata were written by real drains of sandboxd (fake
@@ -94,4 +102,48 @@ func TestReportWritesSVG(t *testing.T) {
 	code, _, errw = drainkit(t, "report", "-svg", filepath.Join(t.TempDir(), "no", "dir.svg"), "testdata/sandboxd-clean.json")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errw, "-svg:")
+}
+
+// hungPreserver's Run ignores its deadline until release is closed.
+type hungPreserver struct{ release chan struct{} }
+
+func (h hungPreserver) Run(context.Context, time.Time) *pause.Report {
+	<-h.release
+	return &pause.Report{}
+}
+func (hungPreserver) Limit() int                     { return 1 }
+func (hungPreserver) Estimator() *deadline.Estimator { return nil }
+
+// Fault (a fresh-eyes review): a Preserver that did not return by its hard
+// deadline leaves the Report without the Preserver's account. The summary
+// said "no preserve phase ran" and its verdict, the line an operator reads
+// first, named no failure ("finished 4.900s before SIGKILL") while the exit
+// status was 1 and what became of the sandboxes is unknown.
+//
+//	0 s    SIGTERM, no preStop; the Preserver hangs
+//	55.1 s abandoned at the budget's deadline (60 s - 5 s margin) and the slack
+//	55.1 s the Report: preserve abandoned, no account of the sandboxes
+func TestReportOfAnAbandonedPreserverSaysSo(t *testing.T) {
+	var data []byte
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		b, err := deadline.New(60*time.Second, deadline.Config{Margin: 5 * time.Second})
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: b, Preserver: hungPreserver{release}})
+		require.NoError(t, err)
+		rep := d.Shutdown(context.Background())
+		close(release)
+		require.Equal(t, drain.Abandoned, rep.Phase(drain.PhasePreserve).Result)
+		data, err = json.Marshal(rep)
+		require.NoError(t, err)
+	})
+	f := filepath.Join(t.TempDir(), "last-shutdown.json")
+	require.NoError(t, os.WriteFile(f, data, 0o644))
+
+	code, out, _ := drainkit(t, "report", f)
+	assert.Equal(t, exitNoFit, code)
+	verdict, _, _ := strings.Cut(strings.SplitN(out, "Verdict", 2)[1], "\n")
+	assert.Contains(t, verdict, "sandboxes UNKNOWN (the preserve phase was abandoned", "the verdict line says it")
+	assert.NotContains(t, out, "no preserve phase ran")
+	assert.Contains(t, out, "Sandboxes    UNKNOWN: the preserve phase was abandoned: the Preserver did not return by the hard deadline")
 }
