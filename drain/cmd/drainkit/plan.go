@@ -247,8 +247,8 @@ func checkPlanFlags(pos []string, server, sizes string, count int, margin, estim
 		return fmt.Errorf("-estimate must not be negative, got %v", estimate)
 	case limit < 0:
 		return fmt.Errorf("-concurrency must be at least 1, got %d", limit)
-	case !(rate >= 0):
-		return fmt.Errorf("-rate-mib must not be negative, got %v", rate)
+	case !(rate >= 0) || math.IsInf(rate, 1):
+		return fmt.Errorf("-rate-mib must be a finite number >= 0, got %v", rate)
 	}
 	return nil
 }
@@ -403,7 +403,13 @@ func (in *planInput) preserveReserve() (deadline.Reserve, bool) {
 	times := make([]time.Duration, len(in.sizes))
 	for i, s := range in.sizes {
 		if s > 0 {
-			times[i] = time.Duration(float64(s) / (in.rateMiB * (1 << 20)) * float64(time.Second))
+			// Saturated: past the largest Duration the conversion is
+			// undefined (a tiny -rate-mib gave negative times).
+			ns := float64(s) / (in.rateMiB * (1 << 20)) * float64(time.Second)
+			times[i] = math.MaxInt64
+			if ns < math.MaxInt64 {
+				times[i] = time.Duration(ns)
+			}
 		} else {
 			times[i] = in.estimate // unknown size: the estimate
 		}
@@ -420,7 +426,11 @@ func makespan(times []time.Duration, slots int) time.Duration {
 	free := make([]time.Duration, max(slots, 1))
 	for _, t := range sorted {
 		i := slices.Index(free, slices.Min(free))
-		free[i] += t
+		if free[i] > math.MaxInt64-t { // saturated: t and free[i] are >= 0
+			free[i] = math.MaxInt64
+		} else {
+			free[i] += t
+		}
 	}
 	return slices.Max(free)
 }

@@ -49,6 +49,19 @@ func TestPlanSmallestGraceIsTheBoundary(t *testing.T) {
 	assert.Contains(t, out, "DOES NOT FIT")
 }
 
+// Fault (a fresh-eyes review): a rate so low that one pause outlasts the
+// largest Duration (a mistyped -rate-mib 1e-12: 4 GiB at a millionth of a
+// byte per second) wrapped each pause time round to a negative one, and
+// the plan said FITS, exit 0, in a grace of one second: a gate for a
+// rollout let it through. The times saturate now: it does not fit.
+func TestPlanTooSlowToPauseDoesNotFit(t *testing.T) {
+	code, out, _ := drainkit(t, "plan", "-sizes", "testdata/sizes.json", "-rate-mib", "1e-12", "-grace", "600", "-concurrency", "2")
+	assert.Equal(t, exitNoFit, code, out)
+	assert.Contains(t, out, "DOES NOT FIT")
+	assert.Contains(t, out, "about 8 of 8 sandboxes would not be preserved")
+	assert.Contains(t, out, "not even 24h0m0s fits")
+}
+
 func TestPlanFlagsOverrideTheLearnedRates(t *testing.T) {
 	_, out, _ := drainkit(t, "plan", "-count", "8", "-state-dir", "testdata/state", "-concurrency", "8", "-estimate", "1s", "-grace", "1m")
 	assert.Regexp(t, `concurrency\s+8\s+-concurrency`, out)
@@ -109,6 +122,8 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		{[]string{"-count", "3", "-grace", "30", "-step", "preserve=1s"}, "-step preserve: the name is taken"},
 		{[]string{"-count", "3", "-grace", "30", "-concurrency", "-1"}, "-concurrency must be at least 1"},
 		{[]string{"-count", "3", "-grace", "30", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-sizes", "testdata/sizes.json", "-grace", "600", "-rate-mib", "Inf"}, "-rate-mib must be a finite number >= 0, got +Inf"},
+		{[]string{"-sizes", "testdata/sizes.json", "-grace", "600", "-rate-mib", "NaN"}, "-rate-mib must be a finite number >= 0, got NaN"},
 		{[]string{"-count", "-2", "-grace", "30"}, "-count must not be negative, got -2"},
 		{[]string{"-sizes", bad, "-grace", "30"}, "want a JSON list of sizes in bytes"},
 		{[]string{"-sizes", neg, "-grace", "30"}, "element 1 is negative"},
