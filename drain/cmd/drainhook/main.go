@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
+	"time"
 
 	"github.com/drainkit/drainkit/drain"
 )
@@ -16,7 +19,8 @@ func main() {
 
 // run runs the hook with the command line args, logging to logw. It
 // returns the exit status: always 0, since a failing hook must only hand
-// over to SIGTERM, never hold the pod (a bad flag is 2, before any wait).
+// over to SIGTERM, never hold the pod (a bad flag or argument is 2, before
+// any request).
 func run(args []string, logw io.Writer) int {
 	h := drain.ExecHook{Start: drain.ProcessStart()} // T0: the kubelet started this hook
 	fs := flag.NewFlagSet("drainhook", flag.ContinueOnError)
@@ -29,9 +33,38 @@ func run(args []string, logw io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if err := check(fs.Args(), h); err != nil {
+		fmt.Fprintf(logw, "drainhook: %v\n", err)
+		return 2
+	}
 	h.Logger = slog.New(slog.NewTextHandler(logw, nil))
 	if _, err := h.Run(context.Background()); err != nil {
 		h.Logger.Warn("drainhook: giving up; the kubelet proceeds to SIGTERM", "err", err)
 	}
 	return 0
+}
+
+// check refuses what the flag package lets through: arguments after the
+// flags (a URL without -url would be ignored), a URL that is not http(s),
+// and negative bounds (zero is the default; a negative one would silently
+// be the default too, or no bound).
+func check(args []string, h drain.ExecHook) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q (the URL goes in -url)", args[0])
+	}
+	if u, err := url.Parse(h.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("-url %q: want an http:// or https:// URL such as http://127.0.0.1:8080/drain", h.URL)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"-timeout", h.RequestTimeout}, {"-retry", h.RetryInterval}, {"-max-wait", h.MaxWait}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s must not be negative, got %v", d.flag, d.v)
+		}
+	}
+	if h.MaxFailures < 0 {
+		return fmt.Errorf("-failures must not be negative, got %d", h.MaxFailures)
+	}
+	return nil
 }
