@@ -27,7 +27,8 @@ const (
 // never runs past the drain deadline the server reported (nor past MaxWait
 // when set). The zero value, with URL set, is ready to use.
 type ExecHook struct {
-	// URL of the PreStop handler, e.g. http://127.0.0.1:8080/drain.
+	// URL of the PreStop handler, e.g. http://127.0.0.1:8082/drain (drain.Server's
+	// default hook address).
 	URL string
 	// RequestTimeout bounds each request; zero means 10 s.
 	RequestTimeout time.Duration

@@ -7,5 +7,5 @@
 //	lifecycle:
 //	  preStop:
 //	    exec:
-//	      command: ["/drainhook", "-url", "http://127.0.0.1:8080/drain"]
+//	      command: ["/drainhook", "-url", "http://127.0.0.1:8082/drain"]
 package main

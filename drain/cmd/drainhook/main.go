@@ -25,7 +25,7 @@ func run(args []string, logw io.Writer) int {
 	h := drain.ExecHook{Start: drain.ProcessStart()} // T0: the kubelet started this hook
 	fs := flag.NewFlagSet("drainhook", flag.ContinueOnError)
 	fs.SetOutput(logw)
-	fs.StringVar(&h.URL, "url", "http://127.0.0.1:8080/drain", "URL of the server's preStop handler")
+	fs.StringVar(&h.URL, "url", "http://127.0.0.1:8082/drain", "URL of the server's preStop handler (the default is where drain.Server, sandboxd and the supervisor serve it)")
 	fs.DurationVar(&h.RequestTimeout, "timeout", 0, "timeout of each request (0: ExecHook's default, 10s)")
 	fs.IntVar(&h.MaxFailures, "failures", 0, "consecutive failed requests before giving up (0: ExecHook's default, 5)")
 	fs.DurationVar(&h.RetryInterval, "retry", 0, "pause after a failed request (0: ExecHook's default, 1s)")
@@ -53,7 +53,7 @@ func check(args []string, h drain.ExecHook) error {
 		return fmt.Errorf("unexpected argument %q (the URL goes in -url)", args[0])
 	}
 	if u, err := url.Parse(h.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("-url %q: want an http:// or https:// URL such as http://127.0.0.1:8080/drain", h.URL)
+		return fmt.Errorf("-url %q: want an http:// or https:// URL such as http://127.0.0.1:8082/drain", h.URL)
 	}
 	for _, d := range []struct {
 		flag string

@@ -1,18 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/pause"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,4 +69,33 @@ func TestMisusedFlagsAreUsageErrorsNamingTheFlag(t *testing.T) {
 		assert.Equal(t, 2, run(tc.args, &log), tc.args)
 		assert.Contains(t, log.String(), tc.says, tc.args)
 	}
+}
+
+// Fault (a fresh-eyes review): with no -url the hook called
+// 127.0.0.1:8080, the API port, where no drainkit server serves the hook
+// since it moved to a listener of its own: drain.Server (EnvHookListen),
+// sandboxd and the supervisor all serve GET /drain on 127.0.0.1:8082 by
+// default. A manifest that relied on the default got five 404s or refusals
+// and no drain wait at all. The default is where the hook is.
+func TestDefaultURLReachesTheHookWhereDrainkitServesIt(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:8082") // drain.EnvHookListen's default
+	if err != nil {
+		t.Skipf("127.0.0.1:8082, drainkit's default hook address, is taken here: %v", err)
+	}
+	b, err := deadline.New(time.Minute, deadline.Config{})
+	require.NoError(t, err)
+	d, err := drain.New(drain.Config{Budget: b,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
+	require.NoError(t, err)
+	hooks := http.NewServeMux()
+	hooks.Handle("GET /drain", (&drain.HookGuard{}).Wrap(d.PreStop()))
+	srv := &http.Server{Handler: hooks}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	var log strings.Builder
+	assert.Equal(t, 0, run([]string{"-failures", "1"}, &log))
+	assert.Contains(t, log.String(), "drain wait over")
+	assert.True(t, d.Gate().Closed(), "the call reached the Drainer: the drain started")
+	require.NoError(t, d.Shutdown(context.Background()).Err())
 }
