@@ -423,7 +423,7 @@ func (in *planInput) preserveReserve() (deadline.Reserve, bool) {
 func makespan(times []time.Duration, slots int) time.Duration {
 	sorted := slices.Clone(times)
 	slices.SortFunc(sorted, func(a, b time.Duration) int { return cmp.Compare(b, a) })
-	free := make([]time.Duration, max(slots, 1))
+	free := make([]time.Duration, max(min(slots, len(times)), 1)) // more slots than times: idle ones
 	for _, t := range sorted {
 		i := slices.Index(free, slices.Min(free))
 		if free[i] > math.MaxInt64-t { // saturated: t and free[i] are >= 0
@@ -519,7 +519,7 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 	fmt.Fprintf(tw, "  estimate of one pause\t%s\t%s\n", secs(in.estimate), in.estimateSrc)
 	fmt.Fprintf(tw, "  concurrency\t%d\t%s\n", in.limit, in.limitSrc)
 	if res.byRounds {
-		rounds := (n + in.limit - 1) / in.limit
+		rounds := n/in.limit + min(n%in.limit, 1) // ceil, without n + limit - 1 wrapping round
 		fmt.Fprintf(tw, "  predicted preserve time\t%s\t%d round(s) of %d at %s, %s\n",
 			secs(res.predicted), rounds, in.limit, secs(in.mean), in.meanSrc)
 		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / concurrency) x estimate)\n",

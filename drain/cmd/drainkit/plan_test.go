@@ -62,6 +62,19 @@ func TestPlanTooSlowToPauseDoesNotFit(t *testing.T) {
 	assert.Contains(t, out, "not even 24h0m0s fits")
 }
 
+// Fault (a fresh-eyes review): -concurrency beyond the sandboxes made a
+// slot per unit (-concurrency 9223372036854775807 with -rate-mib panicked:
+// makeslice) and its rounds wrapped round ("0 round(s)" for 8 sandboxes).
+func TestPlanMoreConcurrencyThanSandboxesIsOneRound(t *testing.T) {
+	const huge = "9223372036854775807"
+	code, out, errw := drainkit(t, "plan", "-count", "8", "-estimate", "1s", "-grace", "600", "-concurrency", huge)
+	require.Equal(t, exitOK, code, errw)
+	assert.Regexp(t, `predicted preserve time\s+1.000s\s+1 round\(s\) of `+huge, out)
+	code, out, errw = drainkit(t, "plan", "-sizes", "testdata/sizes.json", "-rate-mib", "400", "-grace", "600", "-concurrency", huge)
+	require.Equal(t, exitOK, code, errw)
+	assert.Regexp(t, `predicted preserve time\s+10.240s\s+by size`, out, "4 GiB at 400 MiB/s, the longest alone")
+}
+
 func TestPlanFlagsOverrideTheLearnedRates(t *testing.T) {
 	_, out, _ := drainkit(t, "plan", "-count", "8", "-state-dir", "testdata/state", "-concurrency", "8", "-estimate", "1s", "-grace", "1m")
 	assert.Regexp(t, `concurrency\s+8\s+-concurrency`, out)

@@ -197,7 +197,7 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // counts and pause times, from the same seed.
 func (c *simConfig) rollout(mode int) fleetResult {
 	rng := rand.New(rand.NewPCG(c.seed, c.seed^0x9e3779b97f4a7c15))
-	lanes := make([]time.Duration, c.maxUnavailable) // when each slot of the rollout frees
+	lanes := make([]time.Duration, min(c.maxUnavailable, c.nodes)) // when each slot of the rollout frees; more than the nodes is all at once
 	res := fleetResult{mode: mode, minHeadroom: math.MaxInt64}
 	var took []time.Duration
 	for range c.nodes {
@@ -335,7 +335,7 @@ func laterTime(a, b time.Time) time.Time {
 // starts at or after dl, and one still running at hard is lost. It returns
 // when the last pause ended (or hard) and how many sandboxes were lost.
 func schedule(times []time.Duration, slots int, start, dl, hard time.Time) (time.Time, int) {
-	free := make([]time.Time, slots)
+	free := make([]time.Time, max(min(slots, len(times)), 1)) // more slots than pauses: idle ones
 	for i := range free {
 		free[i] = start
 	}

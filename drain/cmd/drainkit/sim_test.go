@@ -3,6 +3,7 @@ package main
 import (
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,4 +95,18 @@ func TestSimBadFlagsAreNamed(t *testing.T) {
 		assert.Equal(t, exitUsage, code, tc.args)
 		assert.Contains(t, errw, tc.says, tc.args)
 	}
+}
+
+// Fault (a fresh-eyes review): a maxUnavailable or a concurrency larger
+// than the fleet or the sandboxes, which Kubernetes and the library take
+// as "all at once", made a slot per unit: at 9223372036854775807 sim
+// panicked (makeslice: len out of range) and below that it could allocate
+// gigabytes. More slots than work is the same as enough slots.
+func TestSimMoreSlotsThanWorkIsAllAtOnce(t *testing.T) {
+	const huge = "9223372036854775807"
+	code, out, errw := drainkit(t, "sim", "-nodes", "3", "-sandboxes", "5", "-max-unavailable", huge, "-concurrency", huge)
+	require.Equal(t, exitOK, code, errw)
+	_, enough, _ := drainkit(t, "sim", "-nodes", "3", "-sandboxes", "5", "-max-unavailable", "3", "-concurrency", "5")
+	table := func(s string) string { _, t, _ := strings.Cut(s, "\n\n"); return t }
+	assert.Equal(t, table(enough), table(out))
 }
