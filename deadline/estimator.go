@@ -76,6 +76,9 @@ func (e *Estimator) meanLocked() time.Duration {
 	if e.count == 0 {
 		return e.prior
 	}
+	if e.mean >= math.MaxInt64 { // the largest Duration rounds up to 2^63, which converts to the most negative
+		return math.MaxInt64
+	}
 	return time.Duration(e.mean)
 }
 

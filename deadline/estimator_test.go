@@ -1,6 +1,7 @@
 package deadline_test
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +46,21 @@ func TestEstimatorEWMA(t *testing.T) {
 	assert.Equal(t, 10*time.Second, e.Mean())
 	e.Observe(-5 * time.Second) // counts as 0: 10 + 0.2*(0-10)
 	assert.Equal(t, 8*time.Second, e.Mean())
+}
+
+// Fault (a fresh-eyes review): the mean is kept as a float64, where the
+// largest Duration rounds up to 2^63; converted back it was the most
+// negative Duration. An Estimator that observed only the largest Duration
+// had a Mean of -292 years (its Estimate held, by the 90th percentile).
+func TestEstimatorMeanOfTheLargestDurationIsTheLargest(t *testing.T) {
+	e := deadline.NewEstimator(0)
+	e.Observe(math.MaxInt64)
+	assert.Equal(t, time.Duration(math.MaxInt64), e.Mean())
+	e.Observe(math.MaxInt64 - 100)
+	assert.Equal(t, time.Duration(math.MaxInt64), e.Mean(), "rounds to 2^63 too")
+	assert.Equal(t, time.Duration(math.MaxInt64), e.Estimate())
+	e.Observe(0) // a fifth of the way down: representable again
+	assert.InDelta(t, 0.8*math.MaxInt64, float64(e.Mean()), 1e6)
 }
 
 func TestEstimatorQuantileOverLast64(t *testing.T) {
