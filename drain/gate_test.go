@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -126,6 +127,20 @@ func TestAdmitAnswers503WithRetryAfterWhileDraining(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	assert.Equal(t, "2", resp.Header.Get("Retry-After"), "1.5 s rounds up to whole seconds")
 	assert.Equal(t, http.StatusOK, post("/sandboxes/s1/pause").StatusCode, "pause is exempt")
+}
+
+// Fault (a fresh-eyes review): the round-up to whole seconds added a
+// second less a nanosecond to RetryAfter first, which wrapped round for a
+// RetryAfter within a second of the largest Duration ("retry much later"):
+// the 503 said Retry-After: -9223372035, which clients read as "at once"
+// or reject.
+func TestRetryAfterOfTheLargestDurationIsNotNegative(t *testing.T) {
+	g := &Gate{RetryAfter: math.MaxInt64}
+	g.Close()
+	rec := httptest.NewRecorder()
+	g.Admit(Create, http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sandboxes", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, "9223372037", rec.Header().Get("Retry-After"), "9223372036.854775807 s rounds up")
 }
 
 func TestAdmitCountsRequestAsInFlightUntilHandlerReturns(t *testing.T) {

@@ -44,7 +44,10 @@ func retryAfterSeconds(d time.Duration) string {
 	if d <= 0 {
 		d = defaultRetryAfter
 	}
-	secs := (d + time.Second - 1) / time.Second // round up: 0.5 s is 1, never 0
+	secs := d / time.Second // round up: 0.5 s is 1, never 0
+	if d%time.Second != 0 { // not d + 1s - 1ns first: that wraps round near the largest Duration
+		secs++
+	}
 	return strconv.FormatInt(int64(secs), 10)
 }
 
