@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,4 +147,42 @@ func TestReportOfAnAbandonedPreserverSaysSo(t *testing.T) {
 	assert.Contains(t, verdict, "sandboxes UNKNOWN (the preserve phase was abandoned", "the verdict line says it")
 	assert.NotContains(t, out, "no preserve phase ran")
 	assert.Contains(t, out, "Sandboxes    UNKNOWN: the preserve phase was abandoned: the Preserver did not return by the hard deadline")
+}
+
+// capped is an io.Writer that panics past max bytes: an SVG that never
+// ends fails the test instead of filling the memory.
+type capped struct{ n, max int }
+
+func (c *capped) Write(p []byte) (int, error) {
+	if c.n += len(p); c.n > c.max {
+		panic(fmt.Sprintf("the SVG passed %d bytes", c.max))
+	}
+	return len(p), nil
+}
+
+// Fault (a fresh-eyes review): the time axis of a drain with the largest
+// grace the library takes (drain.Server's DRAINKIT_GRACE=9223372036, 292
+// years) never ended: its tick step of 10^18 ns, added past the largest
+// Duration, wrapped round to a negative offset that was always before the
+// end, and -svg wrote ticks until the memory ran out.
+func TestReportSVGOfTheLargestGraceEnds(t *testing.T) {
+	var rep *drain.Report
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(9223372036*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: b,
+			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
+		require.NoError(t, err)
+		rep = d.Shutdown(context.Background())
+	})
+	w := &capped{max: 1 << 20}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("the time axis did not end: %v", p)
+			}
+		}()
+		writeSVG(w, rep)
+	}()
+	assert.Less(t, w.n, 20000, "an empty drain's timeline is a few kB")
 }

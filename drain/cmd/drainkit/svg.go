@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -218,6 +219,9 @@ func writeSVG(w io.Writer, rep *drain.Report) {
 		x := l.X(l.t0.Add(t))
 		p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", x, ay, x, ay+4)
 		p(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", x, ay+14, tickLabel(t))
+		if t > math.MaxInt64-step { // the next tick would wrap round to before T0 (a 292-year grace)
+			break
+		}
 	}
 	p(`<text x="8" y="%.1f" font-size="10">from T0 (%s)</text>`+"\n", ay+14, html.EscapeString(string(rep.Budget.Anchor)))
 	p("</svg>\n")
