@@ -318,12 +318,18 @@ func (d *Drainer) makePlan() error {
 		return fmt.Errorf("drain: Config.Steps: %w", err)
 	}
 	if short := p.Shortfall(); short > 0 {
-		return fmt.Errorf("drain: Config.Steps: the reserves need %v more than the budget's grace period %v leaves",
-			short, d.budget.Grace())
+		return shortfallError{fmt.Errorf("drain: Config.Steps: the reserves need %v more than the budget's grace period %v leaves",
+			short, d.budget.Grace())}
 	}
 	d.plan = p
 	return nil
 }
+
+// shortfallError is New's error when the reserves do not fit in the
+// grace period: NewServer names where the grace came from.
+type shortfallError struct{ error }
+
+func (e shortfallError) Unwrap() error { return e.error }
 
 // toPreserve is the number of sandboxes the preserve reserve plans for: the
 // last count, or one round's worth (1) before any count succeeded, since

@@ -33,6 +33,9 @@ func TestNewServerNamesWhatIsWrong(t *testing.T) {
 		"hook address":              {map[string]string{EnvGrace: "30", EnvHookListen: "nonsense"}, EnvHookListen},
 		"hook open, no secret":      {map[string]string{EnvGrace: "30", EnvHookListen: "0.0.0.0:8082"}, EnvHookSecret},
 		"hook on pod IP, no secret": {map[string]string{EnvGrace: "30", EnvHookListen: "10.0.0.7:8082"}, "anyone who can reach it"},
+		// Fault (a fresh-eyes review): the error blamed Config.Steps, a field
+		// the one-call path fills itself, and not the grace that was too short.
+		"grace too short for the reserves": {map[string]string{EnvGrace: "2"}, EnvGrace + "=2 (2s) is too short"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for _, k := range []string{EnvGrace, EnvHookListen, EnvHookSecret} {
