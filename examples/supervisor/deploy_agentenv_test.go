@@ -155,6 +155,9 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "api-key")
 	require.NoError(t, os.WriteFile(key, []byte("k\n"), 0o400))
 	args[keyArg] = "-api-key-file=" + key
+	secret := manifest.Env(c, EnvHookSecret)
+	require.NotEmpty(t, secret, "the overlay sets %s", EnvHookSecret)
+	t.Setenv(EnvHookSecret, secret)
 
 	cfg, err := parseArgs(args, io.Discard)
 	require.NoError(t, err, "the overlay's command line parses")
@@ -165,14 +168,14 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	bc := base.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, append(slices.Clone(bc.Command), bc.Args...), cfg.server, "the server command after -- is the base's")
 
-	// preStop, readiness and liveness are the supervisor's, on -listen.
-	_, listenPort, err := net.SplitHostPort(cfg.listen)
-	require.NoError(t, err)
+	// preStop is the supervisor's /drain on the -hook-listen port, with the
+	// secret; readiness and liveness are the supervisor's, on -listen.
+	require.NotNil(t, c.Lifecycle)
 	require.NotNil(t, c.Lifecycle.PreStop)
 	assert.Nil(t, c.Lifecycle.PreStop.Exec, "the base's unbounded shell loop is gone")
-	require.NotNil(t, c.Lifecycle.PreStop.HTTPGet)
-	assert.Equal(t, "/drain", c.Lifecycle.PreStop.HTTPGet.Path)
-	assert.Equal(t, listenPort, manifest.Port(c, c.Lifecycle.PreStop.HTTPGet.Port.String()))
+	manifest.CheckDrainHook(t, c, cfg.hookListen, secret)
+	_, listenPort, err := net.SplitHostPort(cfg.listen)
+	require.NoError(t, err)
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
 	assert.Equal(t, listenPort, manifest.Port(c, c.ReadinessProbe.HTTPGet.Port.String()))
