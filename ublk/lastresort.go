@@ -91,14 +91,8 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 			"killed", f.Killed, "doomed", f.Doomed, "cgroup", f.Cgroup, "why", f.Reason, "err", f.Err)
 	}
 	r.refresh()
-	left, err := r.scanHolders()
+	left := r.scanHolders()
 	r.noteHolders(left)
-	if err != nil {
-		// Cut short: a spared holder may not have been seen again, so no
-		// device is known free to STOP_DEV.
-		_ = r.stepEnd(s, "holders not known", err)
-		return held
-	}
 	self := os.Getpid()
 	for id, hs := range left {
 		hs = slices.DeleteFunc(hs, func(h Holder) bool { return h.Kind == blockdev.FD && h.PID == self })

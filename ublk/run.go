@@ -114,14 +114,7 @@ func (r *run) do() error {
 		r.rep.Duration = time.Since(r.start)
 		return nil
 	}
-	held, known := r.waitHolders()
-	if !known {
-		// The context ended the holders scan before it saw every process:
-		// finding nobody then does not mean nobody holds a disk, so the
-		// daemon is not asked to stop.
-		return r.finish()
-	}
-	if held != nil {
+	if held := r.waitHolders(); held != nil {
 		switch {
 		case r.cfg.stopDespite:
 			r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the daemon although devices are still open", "holders", fmt.Sprint(held))
@@ -196,24 +189,19 @@ func (r *run) refresh() {
 }
 
 // waitHolders waits until no disk is held open, at most until
-// holderUntil. It returns the holders left, nil when there are none; known
-// is false when ctx cut the last scan short before it found any.
-func (r *run) waitHolders() (held map[int][]Holder, known bool) {
+// holderUntil. It returns the holders left, nil when there are none.
+func (r *run) waitHolders() map[int][]Holder {
 	s := r.stepStart("holders")
 	for {
-		held, err := r.scanHolders()
+		held := r.scanHolders()
 		r.noteHolders(held)
-		switch {
-		case len(held) == 0 && err != nil:
-			_ = r.stepEnd(s, "", fmt.Errorf("holders not known: %w", err))
-			return nil, false
-		case len(held) == 0:
+		if len(held) == 0 {
 			_ = r.stepEnd(s, "no holders", nil)
-			return nil, true
+			return nil
 		}
 		if !r.sleep(r.holderUntil) {
 			_ = r.stepEnd(s, "", fmt.Errorf("still held open: %v", held))
-			return held, true
+			return held
 		}
 		r.refresh()
 	}
@@ -231,10 +219,8 @@ func (r *run) noteHolders(held map[int][]Holder) {
 }
 
 // scanHolders finds the holders of every disk (and its partitions) in one
-// pass over procfs, by device ID. The error is ctx's when it cut the pass
-// short: processes not yet looked at may hold a disk too. A procfs that
-// cannot be read is logged, not returned.
-func (r *run) scanHolders() (map[int][]Holder, error) {
+// pass over procfs, by device ID.
+func (r *run) scanHolders() map[int][]Holder {
 	held := map[int][]Holder{}
 	owner := map[blockdev.DevNum]int{}
 	r.devNums = owner
@@ -257,22 +243,22 @@ func (r *run) scanHolders() (map[int][]Holder, error) {
 		}
 	}
 	if len(devs) == 0 {
-		return held, nil
+		return held
 	}
-	found, err := blockdev.Scan(r.ctx, r.cfg.procRoot, devs)
-	if err != nil && r.ctx.Err() == nil {
+	// The scan runs to its end even when ctx ends (Stop's doc allows one
+	// procfs read past the deadline): one cut short finds fewer holders
+	// than there are, and finding none lets the daemon be asked to stop
+	// under a VMM that still holds its disk.
+	found, err := blockdev.Scan(context.WithoutCancel(r.ctx), r.cfg.procRoot, devs)
+	if err != nil {
 		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan failed; proceeding", "err", err)
-		err = nil
 	}
 	for _, dev := range devs {
 		if hs := found[dev]; len(hs) > 0 {
 			held[owner[dev]] = append(held[owner[dev]], holders(hs)...)
 		}
 	}
-	if err != nil {
-		err = r.ctx.Err()
-	}
-	return held, err
+	return held
 }
 
 // requestStop starts watching the daemon's exit and asks it to stop.
