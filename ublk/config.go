@@ -27,7 +27,8 @@ const defaultReserve = 10 * time.Second
 // telemetry to the global OpenTelemetry providers and logs discarded.
 type Config struct {
 	// Devices limits the step to these device IDs, as the server knows
-	// them; empty means every ublk device sysfs shows. IDs must be >= 0.
+	// them; empty means every ublk device sysfs shows. IDs must be >= 0,
+	// each listed once.
 	Devices []int
 
 	// Kernels are the operator's declarations of which kernels are fixed,
@@ -162,10 +163,15 @@ func fieldErr(field, format string, args ...any) error {
 
 // check validates c and fills in the defaults.
 func (c Config) check() (config, error) {
+	seen := make(map[int]bool, len(c.Devices))
 	for _, id := range c.Devices {
 		if id < 0 {
 			return config{}, fieldErr("Devices", "must hold IDs >= 0, got %d", id)
 		}
+		if seen[id] {
+			return config{}, fieldErr("Devices", "must not repeat an ID, got %d twice", id)
+		}
+		seen[id] = true
 	}
 	for i, d := range c.Kernels {
 		if err := d.validate(); err != nil {

@@ -451,6 +451,14 @@ func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 	}
 }
 
+// A device listed twice in Config.Devices was torn down twice and had two
+// DeviceReports (and two counts in drainkit.ublk.devices), where the
+// Report promises one per device. New names the repeat.
+func TestNewRejectsADeviceListedTwice(t *testing.T) {
+	_, err := New(nil, Config{Devices: []int{3, 0, 3}, hooks: ublkhook.Hooks{KernelRelease: vulnerable}})
+	assert.EqualError(t, err, "ublk: Config.Devices must not repeat an ID, got 3 twice")
+}
+
 // The zero Config is the safe default: the default reserve, split
 // 3:2:3:2, the last resort and the control fallback on.
 func TestZeroConfigIsTheSafeDefault(t *testing.T) {
