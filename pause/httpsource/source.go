@@ -59,10 +59,12 @@ const maxBody = 32 << 20
 type Config struct {
 	// Client sends the requests. Nil means a client of the Source's own
 	// with no overall timeout (requests are bounded by their contexts)
-	// that does not follow redirects: a 3xx answer is a permanent
-	// *StatusError. Whatever the client, an answer to a request that a
-	// redirect changed into another method (a 302 turns POST into GET) is
-	// a permanent error, never a pause.
+	// that follows a redirect only on the same host and with the same
+	// method (a list path's canonical URL); any other 3xx answer is a
+	// permanent *StatusError, so the API key never leaves the server's
+	// host. Whatever the client, an answer to a request that a redirect
+	// changed into another method (a 302 turns POST into GET) is a
+	// permanent error, never a pause.
 	Client *http.Client
 
 	// APIKey, when not empty, is sent in the header APIKeyHeader on every
@@ -306,11 +308,7 @@ func New(baseURL string, c Config) (*Source, error) {
 	}
 	cfg := c.resolve()
 	if cfg.client == nil {
-		cfg.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
-			// A redirect is not the server's answer: a 302 would turn the
-			// pause into a GET (of a proxy's sign-in page, answering 200),
-			// and the API key would follow it to another host.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		cfg.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: sameRequest}
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
@@ -560,6 +558,21 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 		Body:       snippet(body),
 	}
+}
+
+// sameRequest is the CheckRedirect of the Source's own client: it follows
+// a redirect (at most 10) that stays on the same host with the same method,
+// and hands any other 3xx back as the answer. A 302 would turn the pause
+// into a GET (of a proxy's sign-in page, answering 200), and the API key
+// would follow a redirect to another host.
+func sameRequest(req *http.Request, via []*http.Request) error {
+	switch first := via[0]; {
+	case req.Method != first.Method || req.URL.Host != first.URL.Host:
+		return http.ErrUseLastResponse
+	case len(via) >= 10:
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
 }
 
 // parse extracts the running sandboxes from one list answer.

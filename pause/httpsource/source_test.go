@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -434,21 +433,31 @@ func TestConflictIsSettledByListingAgain(t *testing.T) {
 // A proxy in front of the server that redirects to its sign-in page (302)
 // turns the pause POST into a GET of that page, which answers 200: that is
 // not a pause. Neither the Source's own client nor a client that follows
-// redirects takes it for one, and the list fails naming the redirect.
+// redirects takes it for one; the list fails naming the redirect, and the
+// API key never reaches the sign-in host. A redirect on the same host that
+// keeps the method (a canonical list URL) is still followed.
 func TestRedirectIsNotAnAnswer(t *testing.T) {
 	var signIns atomic.Int32
-	var keys []string
-	var mu sync.Mutex
-	mux := http.NewServeMux()
-	redirect := func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/sign-in", http.StatusFound) }
-	mux.HandleFunc("POST /sandboxes/{id}/pause", redirect)
-	mux.HandleFunc("GET /sandboxes", redirect)
-	mux.HandleFunc("GET /sign-in", func(w http.ResponseWriter, r *http.Request) {
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		signIns.Add(1)
-		mu.Lock()
-		keys = append(keys, r.Header.Get("X-API-Key"))
-		mu.Unlock()
 		fmt.Fprint(w, "<html>sign in</html>")
+	}))
+	t.Cleanup(idp.Close)
+	mux := http.NewServeMux()
+	toSignIn := func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, idp.URL+"/sign-in", http.StatusFound)
+	}
+	mux.HandleFunc("POST /sandboxes/{id}/pause", toSignIn)
+	mux.HandleFunc("GET /sandboxes", toSignIn)
+	mux.HandleFunc("POST /v2/sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/sandboxes/"+r.PathValue("id")+"/paused", http.StatusFound) // same host
+	})
+	mux.HandleFunc("GET /sandboxes/{id}/paused", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("GET /v2/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/v2/sandboxes/", http.StatusMovedPermanently)
+	})
+	mux.HandleFunc("GET /v2/sandboxes/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `[{"id":"a","state":"running"}]`)
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -463,12 +472,21 @@ func TestRedirectIsNotAnAnswer(t *testing.T) {
 	_, err = own.List(t.Context())
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusFound, se.StatusCode, "the list names the redirect, not the page's HTML")
-	assert.Zero(t, signIns.Load(), "the sign-in page was never asked, nor given the API key")
+	assert.Zero(t, signIns.Load(), "the sign-in host was never asked, nor given the API key")
+
+	v2, err := New(srv.URL, Config{APIKey: "s3cret", ListPath: "/v2/sandboxes", PausePath: "/v2/sandboxes/{id}/pause"})
+	require.NoError(t, err)
+	got, err := v2.List(t.Context())
+	require.NoError(t, err, "a same-host GET redirect is followed")
+	assert.Equal(t, []string{"a"}, ids(got))
+	err = got[0].Preserve(t.Context())
+	require.ErrorAs(t, err, &se, "a same-host redirect that turns the POST into a GET is not")
+	assert.Equal(t, http.StatusFound, se.StatusCode)
 
 	following, err := New(srv.URL, Config{Client: &http.Client{}})
 	require.NoError(t, err)
 	err = following.Sandbox("a").Preserve(t.Context())
 	require.Error(t, err, "a client that follows the redirect got 200 for a GET, not for the pause")
 	assert.True(t, isPermanent(err))
-	assert.Contains(t, err.Error(), "redirected it to GET "+srv.URL+"/sign-in")
+	assert.Contains(t, err.Error(), "redirected it to GET "+idp.URL+"/sign-in")
 }
