@@ -314,3 +314,24 @@ func TestDaemonIsAskedToStopWithTheContextAlreadyDone(t *testing.T) {
 	assert.Equal(t, 0, d.ExitCode())
 	assert.Contains(t, events(t, log), "sigterm")
 }
+
+// A daemon that died before the step asked it anything (crashed while the
+// VMM still held its disk) is reported exited, not left running: the
+// step that returns HeldError without a stop request still looks.
+func TestDaemonThatDiedDuringTheHolderWaitIsNotReportedRunning(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	d, sys, _, _ := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	loopdev.Hold(t, node)
+	daemon := findProcess(t, d.Pid())
+	d.Close() // SIGKILL: it crashed
+	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{HolderWait: time.Nanosecond, NoLastResort: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	require.NoError(t, err)
+
+	rep, err := run(t, td, 10*time.Second)
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held)
+	assert.False(t, rep.Daemon.Requested)
+	assert.True(t, rep.Daemon.Exited, "the daemon is gone")
+	assert.False(t, rep.Daemon.LeftRunning, "and was not left running")
+}

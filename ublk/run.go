@@ -512,6 +512,14 @@ func (r *run) finish() error {
 	r.close()
 	r.refresh()
 	exited := r.daemonExited()
+	if r.cfg.daemon != nil && r.exited == nil {
+		// No exit watcher ran (the step ended before asking the daemon to
+		// stop, as with a HeldError): look once, without waiting, so that a
+		// daemon that died meanwhile is not reported left running.
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.ctx))
+		cancel()
+		exited = r.cfg.daemon.Wait(ctx) == nil
+	}
 	if r.cfg.daemon != nil {
 		r.rep.Daemon.Exited = exited
 		r.rep.Daemon.LeftRunning = !exited
