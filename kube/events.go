@@ -89,6 +89,11 @@ type eventQueue struct {
 	cancel  context.CancelFunc
 	stats   EventStats
 	seq     uint64
+
+	// ended is why a Flush that waited for the running sender ended
+	// (its context's error); that sender then posts nothing more and
+	// drops what it finds. Nil otherwise.
+	ended error
 }
 
 type queued struct {
@@ -180,6 +185,9 @@ func (p *Pod) Flush(ctx context.Context) EventStats {
 				q.drop(n, fmt.Errorf("not posted before the flush ended: %w", ctx.Err()), q.queue[0].Event)
 				q.queue = nil
 			}
+			if q.sending && q.idle == idle {
+				q.ended = ctx.Err() // an event recorded from now on is not waited for
+			}
 			if q.cancel != nil {
 				q.cancel()
 			}
@@ -206,9 +214,14 @@ func (q *eventQueue) drop(n int, err error, e Event) {
 func (q *eventQueue) send() {
 	for {
 		q.mu.Lock()
+		if n := len(q.queue); n > 0 && q.ended != nil {
+			q.drop(n, fmt.Errorf("not posted before the flush ended: %w", q.ended), q.queue[0].Event)
+			q.queue = nil
+		}
 		if len(q.queue) == 0 {
 			q.sending = false
 			q.cancel = nil
+			q.ended = nil
 			close(q.idle)
 			q.mu.Unlock()
 			return

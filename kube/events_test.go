@@ -3,10 +3,12 @@ package kube_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -202,4 +205,49 @@ func TestNilPodIsANoOpNotAPanic(t *testing.T) {
 	assert.Equal(t, kube.EventStats{}, pod.Flush(context.Background()))
 	_, err := pod.Deletion(context.Background())
 	assert.ErrorContains(t, err, "nil")
+}
+
+// Flush returns by its context's deadline even when an event is recorded
+// while it waits for the POST it cancelled: the sender posts nothing more
+// once the flush has ended, and drops what it finds. It took the new
+// event and posted it, so Flush waited one more EventTimeout.
+//
+//	Record(X) ── POST X hangs ─────────────┐ cancelled by Flush
+//	Flush(ctx ended) ── waits for sender ──┤
+//	                     Record(B) ────────┘ (as the POST of X returns)
+//	                     B: dropped, never sent; Flush returns
+func TestFlushDoesNotWaitForAnEventRecordedAfterItEnded(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, nil))
+	var p *kube.Pod
+	var mu sync.Mutex
+	var sent []string
+	inFlight := make(chan struct{})
+	cfg.Client = &http.Client{Transport: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		var ev eventsv1.Event
+		_ = json.NewDecoder(req.Body).Decode(&ev)
+		mu.Lock()
+		sent = append(sent, ev.Reason)
+		mu.Unlock()
+		if ev.Reason == "X" {
+			close(inFlight)
+		}
+		<-req.Context().Done() // a slow API server
+		if ev.Reason == "X" {
+			p.Record(kube.Event{Reason: "B"}) // recorded after the flush ended
+		}
+		return nil, req.Context().Err()
+	})}
+	cfg.UID = "u" // no GET first
+	cfg.EventTimeout = 2 * time.Second
+	p = newPod(t, cfg, testPod)
+
+	p.Record(kube.Event{Reason: "X"})
+	<-inFlight
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	stats := p.Flush(ctx)
+	assert.Equal(t, kube.EventStats{Dropped: 2, LastError: stats.LastError}, stats, "X and B dropped")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"X"}, sent, "B was never sent")
 }
