@@ -78,9 +78,11 @@ func (c cgroups) allRoot() bool {
 // every hierarchy c is in, h's path is c's or below it. That is the
 // process set the runtime kills with the container (cgroup.kill on v2
 // kills the subtree). A path outside this process's cgroup namespace reads
-// "/.." and is never inside. It returns why not when it is not.
-func (c cgroups) contains(h cgroups) (bool, string) {
-	if c.allRoot() {
+// "/.." and is never inside. A c at the root everywhere contains nothing
+// unless own says that root is c's own cgroup (ownRoot). It returns why
+// not when it is not.
+func (c cgroups) contains(h cgroups, own bool) (bool, string) {
+	if c.allRoot() && !own {
 		return false, "the server is in the root cgroup: no container whose SIGKILL dooms the holder"
 	}
 	for k, p := range c {
@@ -93,6 +95,39 @@ func (c cgroups) contains(h cgroups) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// ownRoot reports whether this process's cgroup, read as "/", is its own
+// cgroup and not the host's root: on cgroup v2 alone (one membership,
+// "0::/"), when the process is at the root of a cgroup namespace set at a
+// non-root cgroup. Container runtimes (runc under containerd or CRI-O) give
+// every container on a cgroup v2 node a namespace rooted at the
+// container's cgroup, so a pod's server reads its cgroup as "/", and so
+// does every process of its container. Every cgroup but the root has a
+// cgroup.type file (the kernel's cgroup-v2.rst), so a cgroup2 mount whose
+// root is this namespace's root and that shows cgroup.type is a non-root
+// cgroup seen from inside. Without such a mount it cannot tell, and says
+// no: the last resort then kills nothing, as at the host's root.
+func ownRoot(procRoot string, mine cgroups) bool {
+	if len(mine) != 1 || mine["0:"] != "/" {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(procRoot, "self", "mountinfo"))
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		// 40 22 0:37 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw
+		mount, fs, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(mount), strings.Fields(fs)
+		if !ok || len(f) < 5 || len(g) < 1 || g[0] != "cgroup2" || f[3] != "/" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(f[4], "cgroup.type")); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // sameProcfs reports whether procRoot shows this process's PID namespace,
@@ -117,6 +152,10 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 		mine = nil
 	}
 	server = mine.String()
+	own := ownRoot(procRoot, mine)
+	if own {
+		server += " (the root of its cgroup namespace, at a container's cgroup)"
+	}
 	ids := make([]int, 0, len(held))
 	for id := range held {
 		ids = append(ids, id)
@@ -144,7 +183,7 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 					continue
 				}
 				seen[h.PID] = len(fates)
-				f = decideAndKill(ctx, procRoot, mine, f, devs)
+				f = decideAndKill(ctx, procRoot, mine, own, f, devs)
 			}
 			fates = append(fates, f)
 		}
@@ -152,8 +191,9 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 	return server, fates
 }
 
-// decideAndKill handles one fd holder of this PID namespace.
-func decideAndKill(ctx context.Context, procRoot string, mine cgroups, f HolderFate, devs map[blockdev.DevNum]int) HolderFate {
+// decideAndKill handles one fd holder of this PID namespace; own is
+// ownRoot's answer for mine.
+func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool, f HolderFate, devs map[blockdev.DevNum]int) HolderFate {
 	pid := strconv.Itoa(f.Holder.PID)
 	theirs, err := readCgroups(procRoot, pid)
 	if err != nil {
@@ -161,7 +201,7 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, f HolderF
 		return f
 	}
 	f.Cgroup = theirs.String()
-	in, why := mine.contains(theirs)
+	in, why := mine.contains(theirs, own)
 	if !in {
 		f.Reason = "outside the server's cgroup (" + why + "): not doomed by the pod's SIGKILL, never killed"
 		return f

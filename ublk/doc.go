@@ -39,7 +39,10 @@
 // holders remain at the last-resort point (the end of the holder wait:
 // the deadline minus the step's reserve, or HolderWait), the step
 // SIGKILLs the holders inside its own cgroup (same cgroup or below in every
-// hierarchy; pinned with a pidfd, checked again, waited for), STOP_DEVs
+// hierarchy; in a container on a cgroup v2 node, which sees its cgroup as
+// the root of its cgroup namespace, the container's cgroup, told from the
+// host's root by the cgroup.type file only non-root cgroups have; pinned
+// with a pidfd, checked again, waited for), STOP_DEVs
 // every device no holder is left on while the daemon still serves it, and
 // asks the daemon to stop, which then exits with no live device, all
 // within its part of the reserve. Holders outside the cgroup (another pod,

@@ -12,3 +12,7 @@ import (
 func KillDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int) (string, []HolderFate) {
 	return killDoomed(ctx, procRoot, held, devs)
 }
+
+// OwnRootV2 is ownRoot for a process whose one membership is cgroup v2's
+// "/", as in a container on a cgroup v2 node.
+func OwnRootV2(procRoot string) bool { return ownRoot(procRoot, cgroups{"0:": "/"}) }
