@@ -94,9 +94,11 @@ type Config struct {
 	// Drainer and the default Preserver; nil means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 	// Pod is the pod this process runs in (kube.New), or nil. With it, the
-	// Drainer reads the pod's deletionTimestamp when termination starts
-	// and again at SIGTERM, and tightens the budget with it (kubectl delete
-	// --grace-period, an eviction); and it posts Kubernetes Events on the
+	// Drainer reads the pod's deletionTimestamp when termination starts,
+	// again at each later run of the preStop hook (the kubelet re-runs it
+	// when a second deletion shortens the grace) and at SIGTERM, and
+	// tightens the budget with it (kubectl delete --grace-period, an
+	// eviction); and it posts Kubernetes Events on the
 	// pod: DrainStarted (T0, the expected SIGKILL, the plan), SandboxesLost
 	// (Warning: how many, which), StepFinished or StepFailed for each step
 	// (with the ublk step's verdicts), DrainFinished. Neither holds up the
@@ -147,6 +149,7 @@ type Drainer struct {
 	rootCtx  context.Context // carries root
 	hooks    int             // preStop requests started so far
 	hookOpen bool            // the latest preStop request has not answered yet
+	hookRun  string          // the latest preStop request's ?start=: which run of the hook it is
 	started  bool
 	forcedAt time.Time
 	done     chan struct{}

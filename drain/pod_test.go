@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -204,4 +205,68 @@ func TestNoPodNoEvents(t *testing.T) {
 	data, err := json.Marshal(rep)
 	require.NoError(t, err)
 	assert.False(t, strings.Contains(string(data), `"events"`))
+}
+
+// Fault (a fresh-eyes review): a second `kubectl delete --grace-period`
+// during an hour's preStop wait. The kubelet runs the termination again
+// with the shorter grace, the hook included, timed from its new start: a
+// second preStop call. The Drainer read the pod's deletionTimestamp only
+// at the first call and at SIGTERM, so its wait went on for the hour; the
+// kubelet gave up on the hook when the short grace ran out, and SIGTERM
+// left its 2 s for every sandbox and step. A later preStop call reads the
+// deletion again (once per hook run: an exec hook's polls, which carry the
+// same ?start=, do not).
+//
+//	0 s     first delete (grace 1 h): preStop call 1, its wait planned for the hour
+//	...     kubectl delete --grace-period=3: deletionTimestamp now + ~3 s
+//	        preStop call 2 (the re-run hook): the deletion read again, SIGKILL ~3 s away
+//	~2 s    the wait ends at the new drain deadline; both calls answer
+func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
+	api := newPodAPI(t)
+	pod, err := kube.New("sandboxd-0", api.cfg)
+	require.NoError(t, err)
+	f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 2, latency: time.Millisecond,
+		edit: func(c *Config) { c.Pod = pod }})
+	first := time.Now().Add(time.Hour).Truncate(time.Second) // the first delete, with the manifest's grace (whole seconds, as the API has it)
+	api.mu.Lock()
+	api.deletion = &first
+	api.mu.Unlock()
+
+	call := f.callPreStop(t.Context(), "")
+	for { // the first call's read tightens the hour by the call's latency
+		next := f.budget.Changed()
+		if f.budget.Kill().Equal(first) {
+			break
+		}
+		<-next
+	}
+
+	second := time.Now().Add(3 * time.Second).Truncate(time.Second)
+	api.mu.Lock()
+	api.deletion = &second
+	api.mu.Unlock()
+	f.callPreStop(t.Context(), "?wait=0s").wait(t) // the kubelet's re-run of the hook
+	f.d.podReads.Wait()                            // every read a call started is over
+	if !assert.True(t, f.budget.Kill().Equal(second), "the re-run's call read the shorter deletion: SIGKILL %v after it",
+		f.budget.Kill().Sub(second)) {
+		f.d.Shutdown(t.Context()) // ends the wait, planned for the hour
+		return
+	}
+
+	sum := call.wait(t)
+	assert.Equal(t, reasonDeadline, sum.Reason)
+	assert.True(t, sum.End.Before(second), "the wait ended before the new SIGKILL, not at the hour")
+
+	start := url.QueryEscape(time.Now().Add(-time.Second).Format(time.RFC3339Nano))
+	api.mu.Lock()
+	gets := api.gets
+	api.mu.Unlock()
+	f.callPreStop(t.Context(), "?wait=0s&start="+start).wait(t) // an exec hook's re-run: a new start
+	f.callPreStop(t.Context(), "?wait=0s&start="+start).wait(t) // its next poll
+	f.d.podReads.Wait()
+	api.mu.Lock()
+	assert.Equal(t, gets+1, api.gets, "one read per hook run, not per poll")
+	api.mu.Unlock()
+	rep := f.d.Shutdown(t.Context())
+	assert.Less(t, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), 3*time.Second, "SIGTERM works from the shorter grace, not the hour")
 }

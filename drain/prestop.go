@@ -94,6 +94,11 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // fixes T0 there, if it is earlier than the call and within the grace
 // period, so the hook's start-up latency is not mistaken for spare time.
 //
+// With Config.Pod, a later call that is a new run of the hook (each
+// httpGet call; an exec hook's call with a new ?start=) reads the pod's
+// deletionTimestamp again: the kubelet re-runs the hook when a second
+// deletion shortens the grace, and the wait then ends by the shorter one.
+//
 // When SIGTERM (Shutdown) arrives while the latest preStop request is still
 // open, the kubelet has stopped waiting for the hook, which it does only
 // once its grace period has run out: Shutdown then tells the budget
@@ -129,7 +134,7 @@ func (d *Drainer) PreStop() http.Handler {
 			}
 		}
 		seq := d.hookOpened()
-		sum := d.preStop(r.Context(), at, bound, countBound)
+		sum := d.preStop(r.Context(), at, r.URL.Query().Get("start"), bound, countBound)
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(sum)
 		d.hookClosed(seq)
@@ -158,9 +163,9 @@ func (d *Drainer) hookClosed(seq int) {
 
 // preStop starts or joins the drain wait and returns its summary when it
 // ends, ctx ends or bound fires; it waits for the first count unless
-// countBound fires first.
-func (d *Drainer) preStop(ctx context.Context, at time.Time, bound, countBound <-chan time.Time) PreStopSummary {
-	run := d.startPreStop(at)
+// countBound fires first. hookRun is the call's ?start=, "" without one.
+func (d *Drainer) preStop(ctx context.Context, at time.Time, hookRun string, bound, countBound <-chan time.Time) PreStopSummary {
+	run := d.startPreStop(at, hookRun)
 	if run == nil {
 		st := d.budget.State()
 		return PreStopSummary{Start: st.Start, Done: true, Reason: reasonSIGTERM, Running: d.Running(),
@@ -183,10 +188,21 @@ func (d *Drainer) preStop(ctx context.Context, at time.Time, bound, countBound <
 
 // startPreStop returns the drain wait, starting it on the first call. It
 // returns nil when Shutdown started before any preStop call.
-func (d *Drainer) startPreStop(at time.Time) *preStopRun {
+//
+// A later call that is a new run of the hook reads the pod's deletion
+// again: the kubelet re-runs the hook when a second deletion shortened the
+// grace (kubectl delete --grace-period), and gives up on it when that grace
+// runs out. hookRun tells runs apart: an exec hook sends its start with
+// every poll, while each httpGet call is a run of its own.
+func (d *Drainer) startPreStop(at time.Time, hookRun string) *preStopRun {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	newRun := hookRun == "" || hookRun != d.hookRun
+	d.hookRun = hookRun
 	if d.prestop != nil {
+		if newRun && !d.started {
+			d.readPod("preStop again")
+		}
 		return d.prestop
 	}
 	if d.started {
