@@ -178,6 +178,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		*count = -1 // not given
 	case *count < 0 && err == nil:
 		err = fmt.Errorf("-count must not be negative, got %d", *count)
+	case *count > maxCount && err == nil: // one size each is allocated
+		err = fmt.Errorf("-count must be at most %d (sandboxes on one node), got %d", maxCount, *count)
 	}
 	var key string
 	if err == nil {
@@ -386,6 +388,9 @@ type planResult struct {
 	minGrace  time.Duration // 0: none up to maxGrace
 	budget    deadline.State
 }
+
+// maxCount bounds -count: far more sandboxes than one node runs.
+const maxCount = 1000000
 
 // maxGrace bounds the search for the smallest grace period that fits.
 const maxGrace = 24 * time.Hour

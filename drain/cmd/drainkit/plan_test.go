@@ -138,6 +138,9 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		{[]string{"-sizes", "testdata/sizes.json", "-grace", "600", "-rate-mib", "Inf"}, "-rate-mib must be a finite number >= 0, got +Inf"},
 		{[]string{"-sizes", "testdata/sizes.json", "-grace", "600", "-rate-mib", "NaN"}, "-rate-mib must be a finite number >= 0, got NaN"},
 		{[]string{"-count", "-2", "-grace", "30"}, "-count must not be negative, got -2"},
+		// Fault (a fresh-eyes review): one size per sandbox was allocated
+		// first: this panicked (makeslice: len out of range), 10^9 took 8 GB.
+		{[]string{"-count", "9223372036854775807", "-grace", "30"}, "-count must be at most 1000000 (sandboxes on one node), got 9223372036854775807"},
 		{[]string{"-sizes", bad, "-grace", "30"}, "want a JSON list of sizes in bytes"},
 		{[]string{"-sizes", neg, "-grace", "30"}, "element 1 is negative"},
 		{[]string{"-count", "3", "-state-dir", dir}, "no learned rates yet"},
