@@ -59,7 +59,10 @@ type Node struct {
 	mu     sync.Mutex
 	sbs    map[string]*entry
 	closed bool
-	wg     sync.WaitGroup // timeouts in progress
+	// settled is closed, and replaced, whenever a sandbox leaves a transition
+	// (creating, pausing, resuming, deleting): Preserve waits on it.
+	settled chan struct{}
+	wg      sync.WaitGroup // timeouts in progress
 }
 
 // NewNode returns a Node over rt whose paused sandboxes are the good records in st, and the
@@ -75,7 +78,7 @@ func NewNode(rt Runtime, st *store.Store, logger *slog.Logger) (*Node, []store.P
 	if err != nil {
 		return nil, nil, err
 	}
-	n := &Node{rt: rt, st: st, logger: logger, sbs: map[string]*entry{}}
+	n := &Node{rt: rt, st: st, logger: logger, sbs: map[string]*entry{}, settled: make(chan struct{})}
 	for _, r := range recs {
 		switch {
 		case r.Runtime != rt.Name():
@@ -155,6 +158,7 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 		if uerr := n.rt.Resume(context.WithoutCancel(ctx), id, image); uerr != nil {
 			n.mu.Lock()
 			e.State, e.image = Paused, image
+			n.settle()
 			n.mu.Unlock()
 			n.logger.Error("sandbox paused but neither recorded nor resumed: lost at exit",
 				"id", id, "record_error", err, "resume_error", uerr)
@@ -166,6 +170,7 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e.State, e.image = Paused, n.rt.Image(id)
+	n.settle()
 	return e.Info, nil
 }
 
@@ -178,6 +183,7 @@ func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 	if err := n.rt.Resume(ctx, id, e.image); err != nil {
 		n.mu.Lock()
 		e.State = Paused
+		n.settle()
 		n.mu.Unlock()
 		return Info{}, fmt.Errorf("resume %s: %w", id, err)
 	}
@@ -234,12 +240,14 @@ func (n *Node) Count(state string) int {
 	return c
 }
 
-// Running returns the sandboxes running now as pause.Sandboxes whose Preserve is Pause:
-// pause.ListFunc(node.Running) is the node's pause.Lister.
+// Running returns the sandboxes running now, and those a request in flight is creating,
+// pausing or resuming (which may yet end running, after the last listing of a shutdown),
+// as pause.Sandboxes whose Preserve is Pause: pause.ListFunc(node.Running) is the node's
+// pause.Lister.
 func (n *Node) Running(context.Context) ([]pause.Sandbox, error) {
 	var out []pause.Sandbox
 	for _, info := range n.List() {
-		if info.State == Running {
+		if info.State == Running || inTransition(info.State) {
 			out = append(out, preservable{n: n, id: info.ID})
 		}
 	}
@@ -262,13 +270,28 @@ func (p preservable) EstimatedPreserve() time.Duration {
 	return 0
 }
 
-// Preserve pauses the sandbox; one no longer running is pause.ErrGone.
+// Preserve pauses the sandbox; one no longer running is pause.ErrGone. A sandbox in
+// transition is waited for, within ctx: a client's pause or resume that fails leaves it
+// running, and then only this pause saves it.
 func (p preservable) Preserve(ctx context.Context) error {
-	_, err := p.n.Pause(ctx, p.id)
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) {
-		return fmt.Errorf("%w: %w", pause.ErrGone, err)
+	for {
+		_, err := p.n.Pause(ctx, p.id)
+		if !errors.Is(err, ErrConflict) {
+			if errors.Is(err, ErrNotFound) {
+				return fmt.Errorf("%w: %w", pause.ErrGone, err)
+			}
+			return err
+		}
+		state, werr := p.n.awaitSettled(ctx, p.id)
+		switch {
+		case errors.Is(werr, ErrNotFound):
+			return fmt.Errorf("%w: %w", pause.ErrGone, werr)
+		case werr != nil:
+			return werr
+		case state != Running:
+			return fmt.Errorf("%w: %w", pause.ErrGone, err)
+		}
 	}
-	return err
 }
 
 // transition moves sandbox id from state from to state to, stopping its timer.
@@ -295,6 +318,7 @@ func (n *Node) setRunning(e *entry) Info {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e.State = Running
+	n.settle()
 	if !n.closed {
 		id := e.ID
 		e.timer = time.AfterFunc(time.Duration(e.TimeoutS)*time.Second, func() { n.timeout(id) })
@@ -323,6 +347,45 @@ func (n *Node) forget(id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.sbs, id)
+	n.settle()
+}
+
+// settle wakes whoever waits for a sandbox to leave its transition. n.mu is held.
+func (n *Node) settle() {
+	close(n.settled)
+	n.settled = make(chan struct{})
+}
+
+// inTransition reports whether a sandbox in state may yet end running: being created,
+// paused or resumed by a request in flight.
+func inTransition(state string) bool {
+	return state == Creating || state == Pausing || state == Resuming
+}
+
+// awaitSettled waits until sandbox id is no longer in transition and returns its state,
+// ErrNotFound once it is gone, or ctx's error.
+func (n *Node) awaitSettled(ctx context.Context, id string) (string, error) {
+	for {
+		n.mu.Lock()
+		e, ok := n.sbs[id]
+		var state string
+		if ok {
+			state = e.State
+		}
+		settled := n.settled
+		n.mu.Unlock()
+		switch {
+		case !ok:
+			return "", fmt.Errorf("%w: %s", ErrNotFound, id)
+		case !inTransition(state):
+			return state, nil
+		}
+		select {
+		case <-settled:
+		case <-ctx.Done():
+			return state, fmt.Errorf("%s still %s: %w", id, state, context.Cause(ctx))
+		}
+	}
 }
 
 func newID() string {

@@ -245,3 +245,31 @@ func TestRunscStateOfOtherPIDNamespacesIsForgotten(t *testing.T) {
 
 	require.NoError(t, NewRunsc(t.TempDir()).forgetOtherNamespaces(), "no state yet is not an error")
 }
+
+// A sandbox a client is pausing when the shutdown lists is still the
+// shutdown's: if that pause fails (here its client gives up), the sandbox
+// runs again after the last listing, and only the Preserver can pause it.
+// It must be in the Report, and paused.
+func TestSandboxWhoseClientPauseFailsDuringShutdownIsStillPreserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, _ := newFakeNode(t, t.TempDir(), 2*time.Second)
+		a, err := n.Create(t.Context(), 3600)
+		require.NoError(t, err)
+		client, cancel := context.WithTimeout(t.Context(), time.Second) // gives up at 1s
+		defer cancel()
+		go func() { _, _ = n.Pause(client, a.ID) }()
+		time.Sleep(500 * time.Millisecond)
+		require.Equal(t, []Info{{ID: a.ID, State: Pausing, TimeoutS: 3600}}, n.List())
+
+		p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 4})
+		require.NoError(t, err)
+		ctx, stop := context.WithTimeout(t.Context(), time.Minute)
+		defer stop()
+		rep := p.Run(ctx, time.Time{})
+		synctest.Wait()
+		require.Len(t, rep.Entries, 1, "the sandbox in the client's pause is accounted for")
+		assert.Equal(t, pause.Preserved, rep.Entries[0].Outcome)
+		assert.Equal(t, 1, n.Count(Paused), "and paused once the client's pause failed")
+		n.Close()
+	})
+}
