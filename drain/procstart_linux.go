@@ -18,12 +18,21 @@ func ProcessStart() time.Time {
 	if err != nil {
 		return now
 	}
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
+	procStat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return now
+	}
+	return processStart(string(stat), string(procStat), now)
+}
+
+// processStart is ProcessStart over the contents of /proc/self/stat and
+// /proc/stat, at now.
+func processStart(stat, procStat string, now time.Time) time.Time {
+	i := strings.LastIndexByte(stat, ')') // the command name may hold spaces
 	if i < 0 {
 		return now
 	}
-	fields := strings.Fields(s[i+1:])
+	fields := strings.Fields(stat[i+1:])
 	if len(fields) < 20 { // starttime is field 22; fields[0] is field 3
 		return now
 	}
@@ -31,24 +40,22 @@ func ProcessStart() time.Time {
 	if err != nil {
 		return now
 	}
-	boot, ok := bootTime()
+	boot, ok := bootTime(procStat)
 	if !ok {
 		return now
 	}
 	const clockTicks = 100 // USER_HZ: 100 on every Linux architecture Go supports
-	start := boot.Add(time.Duration(ticks) * time.Second / clockTicks)
+	// Whole seconds first: ticks x 10^9 wraps round past 9.2 x 10^9 ticks
+	// (a node up for 2.92 years).
+	start := boot.Add(time.Duration(ticks/clockTicks)*time.Second + time.Duration(ticks%clockTicks)*(time.Second/clockTicks))
 	if start.After(now) || now.Sub(start) > time.Hour {
 		return now
 	}
 	return start
 }
 
-func bootTime() (time.Time, bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}, false
-	}
-	for line := range strings.Lines(string(b)) {
+func bootTime(procStat string) (time.Time, bool) {
+	for line := range strings.Lines(procStat) {
 		if v, ok := strings.CutPrefix(line, "btime "); ok {
 			secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			return time.Unix(secs, 0), err == nil
