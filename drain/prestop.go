@@ -88,9 +88,10 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // most that long, with Done false if the wait goes on, so a caller with a
 // per-request timeout can poll; it does so even while the first count is
 // still running (a slow Lister), with Running 0 and the drain deadline as
-// planned at T0. ?wait=0s answers as soon as the first count is in. The wait itself does not depend on any request: a client
-// that disconnects does not end it. An exec hook passes
-// ?start=RFC3339 (its own start, see ExecHook.Start): the first call then
+// planned at T0. ?wait=0s answers as soon as the first count is in. The
+// wait itself does not depend on any request: a client that disconnects
+// does not end it. An exec hook passes ?start=RFC3339 (its own start, see
+// ExecHook.Start): the first call then
 // fixes T0 there, if it is earlier than the call and within the grace
 // period, so the hook's start-up latency is not mistaken for spare time.
 //
