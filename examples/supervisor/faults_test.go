@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeublk"
 )
 
 // Fault: the server's list call fails (an HTML page, a 500, a hang) for the
@@ -138,4 +141,50 @@ func TestOnlyTheHookSecretStartsADrainThroughTheSupervisor(t *testing.T) {
 	var stderr bytes.Buffer
 	assert.Equal(t, 2, Main(t.Context(), []string{"-hook-listen", "0.0.0.0:0", "--", "true"}, &stderr))
 	assert.Contains(t, stderr.String(), EnvHookSecret)
+}
+
+// Fault: the server dies on its own after the preStop hook fixed T0 (a
+// crash during an hour's preStop wait). The kubelet's SIGKILL is still due
+// at T0 + grace, so the daemon's teardown must end before it: a daemon
+// that does not stop (here one that ignores its SIGTERM, with live devices
+// on a kernel not known fixed) is given until the budget's deadline, not a
+// whole grace from the server's death, which would leave the last resort
+// and the daemon's stop to happen after SIGKILL.
+func TestServerDyingAfterThePreStopStopsTheDaemonBeforeSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.json")
+	b, err := json.Marshal(fakeublk.DaemonConfig{
+		SysRoot: filepath.Join(dir, "sys"),
+		Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
+		Mode:    fakeublk.Hung,
+	})
+	require.NoError(t, err)
+	const grace = 6 * time.Second
+	listen, hook, api := freeAddr(t), freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-hook-listen", hook, "-server-url", "http://" + api, "-grace", grace.String(),
+			"-report", report, "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
+		helperCommand("stubserver", "-listen", api, "-exit", "3"),
+		EnvSysfsRoot+"="+filepath.Join(dir, "sys"))
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond, "readyz 200")
+
+	require.Equal(t, 200, get(ctx, "http://"+hook+"/drain"), "the preStop hook: no sandbox runs, it returns at once")
+	t0 := time.Now() // T0 is before this: SIGKILL is due by t0 + grace
+	var server int
+	for _, pid := range childrenOf(sup.pid()) {
+		if n, _ := strconv.Atoi(pid); n != 0 && strings.Contains(readFile(t, "/proc/"+pid+"/cmdline"), "stubserver") {
+			server = n
+		}
+	}
+	require.NotZero(t, server, "the server among the supervisor's children")
+	require.NoError(t, syscall.Kill(server, syscall.SIGTERM)) // not the supervisor's doing: it dies "on its own"
+
+	assert.Equal(t, 3, sup.exitCode(t, 2*grace), "the server's status")
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Ublk)
+	require.False(t, rep.Ublk.Deadline.IsZero())
+	assert.True(t, rep.Ublk.Deadline.Before(t0.Add(grace)),
+		"the daemon's teardown ends by the budget's deadline, %v after T0, not after SIGKILL (its deadline is %v after T0 at most)",
+		rep.Ublk.Deadline.Sub(t0), grace)
 }

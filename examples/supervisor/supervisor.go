@@ -282,14 +282,16 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 	}
 }
 
-// serverExited handles a server that exited before any termination: the
-// daemon is stopped, within the grace period (there is no kubelet deadline
-// yet, and a clean stop matters more than a quick one), and the supervisor
-// exits with the server's status, so the kubelet restarts the container.
+// serverExited handles a server that exited before SIGTERM: the daemon is
+// stopped within the budget (a clean stop matters more than a quick one),
+// and the supervisor exits with the server's status, so the kubelet
+// restarts the container. Before any termination that is the grace period
+// less the margin; once the preStop hook fixed T0, the budget's deadline,
+// before the kubelet's SIGKILL.
 func (s *supervisor) serverExited() *Report {
 	s.log.Error("supervisor: the server exited on its own", "status", s.server.state().String())
 	if s.teardown != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.grace)
+		ctx, cancel := s.budget.Context(context.Background())
 		defer cancel()
 		rep, err := s.stopDaemon(ctx)
 		if err != nil {
