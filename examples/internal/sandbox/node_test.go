@@ -273,3 +273,24 @@ func TestSandboxWhoseClientPauseFailsDuringShutdownIsStillPreserved(t *testing.T
 		n.Close()
 	})
 }
+
+// A resume whose client is already gone (its request's context cancelled)
+// fails, and the sandbox stays paused: it must stay resumable, its image
+// intact, not paused with nothing to resume from.
+func TestResumeWhoseClientIsGoneLeavesTheSandboxResumable(t *testing.T) {
+	n, _ := newFakeNode(t, t.TempDir(), time.Millisecond)
+	a, err := n.Create(t.Context(), 3600)
+	require.NoError(t, err)
+	_, err = n.Pause(t.Context(), a.ID)
+	require.NoError(t, err)
+
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = n.Resume(gone, a.ID)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 1, n.Count(Paused))
+
+	r, err := n.Resume(t.Context(), a.ID)
+	require.NoError(t, err, "the sandbox is resumed from its image")
+	assert.Equal(t, Running, r.State)
+}

@@ -115,7 +115,9 @@ func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	return image, nil
 }
 
-// Resume checks the image and starts the sandbox again.
+// Resume checks the image and starts the sandbox again. The image is removed only once
+// nothing can fail any more: a Resume that fails (its ctx already ended) leaves the
+// sandbox paused with its image, to be resumed later.
 func (f *Fake) Resume(ctx context.Context, id, image string) error {
 	data, err := os.ReadFile(image)
 	if err != nil {
@@ -125,10 +127,13 @@ func (f *Fake) Resume(ctx context.Context, id, image string) error {
 	if err := json.Unmarshal(data, &img); err != nil || img.ID != id {
 		return fmt.Errorf("fake: resume %s: image %s is not this sandbox's", id, image)
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fake: resume %s: %w", id, err)
+	}
 	if err := os.Remove(image); err != nil {
 		return err
 	}
-	return f.Create(ctx, id)
+	return f.Create(context.WithoutCancel(ctx), id)
 }
 
 // Destroy forgets the sandbox and removes its image.
