@@ -184,6 +184,7 @@ func TestServerDyingAfterThePreStopStopsTheDaemonBeforeSIGKILL(t *testing.T) {
 	rep := readReport(t, report)
 	require.NotNil(t, rep.Ublk)
 	require.False(t, rep.Ublk.Deadline.IsZero())
+	t.Logf("the daemon's teardown deadline: T0 + %v at most", rep.Ublk.Deadline.Sub(t0))
 	assert.True(t, rep.Ublk.Deadline.Before(t0.Add(grace)),
 		"the daemon's teardown ends by the budget's deadline, %v after T0, not after SIGKILL (its deadline is %v after T0 at most)",
 		rep.Ublk.Deadline.Sub(t0), grace)
