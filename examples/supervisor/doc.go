@@ -28,6 +28,12 @@
 //	                    credentials of its socket among the server's
 //	                    descendants, stopped last over that socket
 //	-report FILE        where to write the JSON Report at exit
+//	-termination-log FILE  the drain's summary at exit (default:
+//	                    $DRAINKIT_TERMINATION_LOG, else /dev/termination-log
+//	                    if it exists)
+//	-ublk-kernel DECL   kernels the operator declares fixed=PATTERN,
+//	                    vulnerable=PATTERN or exit-may-hang=PATTERN, or
+//	                    @FILE of such lines (repeatable, first match wins)
 //
 // The generic shape (GET /sandboxes lists [{"id","state"}], POST
 // /sandboxes/{id}/pause pauses one) is changed with -list-path,
@@ -69,8 +75,8 @@
 //     server runs them anyway).
 //
 // Guarantees: with T0 the preStop call (or SIGTERM without one) and G the
-// grace, everything ends by T0 + G minus the margin (5 s, or G/10 when
-// shorter): the preStop wait by the drain deadline, no pause starts after
+// grace, everything ends by T0 + G minus the margin (G/10, between 1.5 s
+// and 5 s): the preStop wait by the drain deadline, no pause starts after
 // the preserve deadline, the server step by the deadline minus the daemon's
 // reserve (G/10, 0.5 s to 30 s each). If the server exits on its own before
 // termination, the daemon is stopped and the supervisor exits with the
