@@ -65,6 +65,21 @@ func TestReportToMissingDirectoryFailsAtStart(t *testing.T) {
 	assert.Contains(t, stderr.String(), "-report")
 }
 
+// A -report that names a directory (a trailing slash, or an existing
+// directory) fails at start, naming the flag: at exit the Report could not
+// be renamed over it and would be lost, with the supervisor's exit status
+// unchanged.
+func TestReportThatIsADirectoryFailsAtStart(t *testing.T) {
+	dir := t.TempDir()
+	for _, report := range []string{dir, dir + "/"} {
+		var stderr bytes.Buffer
+		code := Main(t.Context(), []string{"-hook-listen", freeAddr(t), "-listen", freeAddr(t), "-report", report, "--", "true"}, &stderr)
+		assert.Equal(t, 2, code, "-report %s", report)
+		assert.Contains(t, stderr.String(), "-report", "-report %s", report)
+		assert.Contains(t, stderr.String(), "directory", "-report %s", report)
+	}
+}
+
 // SIGHUP and SIGQUIT never reach the server: a server with the default
 // disposition dies of either, taking its sandboxes with it. The supervisor
 // logs them and goes on; SIGQUIT dumps its goroutines to stderr.

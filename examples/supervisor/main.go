@@ -37,6 +37,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	if cfg.report != "" {
+		if fi, err := os.Stat(cfg.report); strings.HasSuffix(cfg.report, "/") || (err == nil && fi.IsDir()) {
+			fmt.Fprintf(stderr, "supervisor: -report %s is a directory: name a file (the Report is written to a file of its own)\n", cfg.report)
+			return 2
+		}
 		if err := writableDir(filepath.Dir(cfg.report)); err != nil {
 			fmt.Fprintf(stderr, "supervisor: -report %s: %v\n", cfg.report, err)
 			return 2
