@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,4 +60,60 @@ func TestRunscSandboxesSurviveShutdownAndResume(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, runsc.ConsecutiveFromOne(counts), "%s restarted instead of resuming: %v", id, counts)
 	}
+}
+
+// Fault: with -runtime runsc, the gVisor sandboxes a shutdown could not preserve were
+// force-deleted (up to 10 s, one runsc delete after another) before last-shutdown.json
+// was written, though the drain ends only its margin before SIGKILL: the Report that
+// names the lost sandboxes came last, after SIGKILL when the deletes took longer than
+// the headroom. It is written before the cleanup starts.
+func TestReportIsWrittenBeforeUnpreservedRunscSandboxesAreDeleted(t *testing.T) {
+	if err := runsc.Usable(); err != nil {
+		t.Skip("skipping real-runsc test: ", err)
+	}
+	cfg := testConfig(t)
+	cfg.Runtime, cfg.Devices, cfg.Grace, cfg.PauseLatency = "runsc", 0, 30*time.Second, 2*time.Second
+	root := &runsc.Runtime{Root: filepath.Join(cfg.StateDir, "runsc", "root")}
+	t.Cleanup(func() { _ = root.DeleteAll(context.Background()) })
+	require.NoError(t, os.MkdirAll(filepath.Join(cfg.StateDir, "runsc"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, "runsc", "images"), nil, 0o600)) // every checkpoint fails
+
+	report := filepath.Join(cfg.StateDir, ReportFile)
+	seen := &cleanupSeen{report: report}
+	s, err := New(context.Background(), cfg, slog.New(seen))
+	require.NoError(t, err)
+	for range 2 {
+		_, err := s.Node().Create(context.Background(), 3600)
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // as a SIGTERM would
+	rep, err := s.Run(ctx)
+	require.NoError(t, err)
+	t.Logf("the cleanup of the sandboxes not preserved took %v", time.Since(seen.at))
+	require.NotNil(t, rep.Preserve)
+	assert.Equal(t, 2, rep.Preserve.Lost())
+	require.True(t, seen.cleanup.Load(), "the sandboxes not preserved were deleted")
+	assert.True(t, seen.reportThen.Load(), "%s was written before the cleanup started", ReportFile)
+}
+
+// cleanupSeen is a slog.Handler that notes, when sandboxd logs the start of its runsc
+// cleanup, whether the Report file exists at that moment.
+type cleanupSeen struct {
+	report              string
+	cleanup, reportThen atomic.Bool
+	at                  time.Time // when the cleanup started
+}
+
+func (c *cleanupSeen) Enabled(context.Context, slog.Level) bool { return true }
+func (c *cleanupSeen) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *cleanupSeen) WithGroup(string) slog.Handler            { return c }
+func (c *cleanupSeen) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "deleting the sandboxes not preserved" {
+		_, err := os.Stat(c.report)
+		c.at = time.Now()
+		c.cleanup.Store(true)
+		c.reportThen.Store(err == nil)
+	}
+	return nil
 }

@@ -213,10 +213,12 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		s.logger.Warn("http server", "error", err)
 	}
-	s.Close()
+	// The Report first: Close may take seconds (with runsc it force-deletes every sandbox
+	// not preserved), and the drain left only its headroom before SIGKILL.
 	s.writeRates(rep)
 	err := s.writeReport(rep)
 	s.writeTerminationMessage(rep, err)
+	s.Close()
 	return rep, err
 }
 
@@ -298,12 +300,19 @@ func (s *Server) Close() {
 		s.daemon.Close()
 	}
 	if r, ok := s.rt.(*sandbox.Runsc); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		var left []string
 		for _, info := range s.node.List() {
 			if info.State != sandbox.Paused {
-				_ = r.Runtime.Delete(ctx, info.ID, true)
+				left = append(left, info.ID)
 			}
+		}
+		if len(left) > 0 {
+			s.logger.Warn("deleting the sandboxes not preserved", "ids", left)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, id := range left {
+			_ = r.Runtime.Delete(ctx, id, true)
 		}
 	}
 }
