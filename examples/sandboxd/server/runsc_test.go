@@ -17,9 +17,11 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// With -runtime runsc: the shutdown checkpoints the running gVisor sandboxes, the next
-// sandboxd loads them as paused, and a resume restores each one where it was.
-func TestRunscSandboxesSurviveShutdownAndResume(t *testing.T) {
+// runscConfig is testConfig with -runtime runsc (no devices, a 30 s grace, 2 s pauses),
+// skipping the test when runsc is not usable; the gVisor sandboxes left are deleted
+// when the test ends.
+func runscConfig(t *testing.T) Config {
+	t.Helper()
 	if err := runsc.Usable(); err != nil {
 		t.Skip("skipping real-runsc test: ", err)
 	}
@@ -27,6 +29,13 @@ func TestRunscSandboxesSurviveShutdownAndResume(t *testing.T) {
 	cfg.Runtime, cfg.Devices, cfg.Grace, cfg.PauseLatency = "runsc", 0, 30*time.Second, 2*time.Second
 	root := &runsc.Runtime{Root: filepath.Join(cfg.StateDir, "runsc", "root")}
 	t.Cleanup(func() { _ = root.DeleteAll(context.Background()) })
+	return cfg
+}
+
+// With -runtime runsc: the shutdown checkpoints the running gVisor sandboxes, the next
+// sandboxd loads them as paused, and a resume restores each one where it was.
+func TestRunscSandboxesSurviveShutdownAndResume(t *testing.T) {
+	cfg := runscConfig(t)
 	bundle := func(id string) runsc.Bundle {
 		return runsc.Bundle{Dir: filepath.Join(cfg.StateDir, "runsc", "bundles", id)}
 	}
@@ -68,13 +77,7 @@ func TestRunscSandboxesSurviveShutdownAndResume(t *testing.T) {
 // names the lost sandboxes came last, after SIGKILL when the deletes took longer than
 // the headroom. It is written before the cleanup starts.
 func TestReportIsWrittenBeforeUnpreservedRunscSandboxesAreDeleted(t *testing.T) {
-	if err := runsc.Usable(); err != nil {
-		t.Skip("skipping real-runsc test: ", err)
-	}
-	cfg := testConfig(t)
-	cfg.Runtime, cfg.Devices, cfg.Grace, cfg.PauseLatency = "runsc", 0, 30*time.Second, 2*time.Second
-	root := &runsc.Runtime{Root: filepath.Join(cfg.StateDir, "runsc", "root")}
-	t.Cleanup(func() { _ = root.DeleteAll(context.Background()) })
+	cfg := runscConfig(t)
 	require.NoError(t, os.MkdirAll(filepath.Join(cfg.StateDir, "runsc"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, "runsc", "images"), nil, 0o600)) // every checkpoint fails
 
