@@ -112,22 +112,31 @@ func ownRoot(procRoot string, mine cgroups) bool {
 	if len(mine) != 1 || mine["0:"] != "/" {
 		return false
 	}
-	b, err := os.ReadFile(filepath.Join(procRoot, "self", "mountinfo"))
-	if err != nil {
-		return false
-	}
-	for line := range strings.Lines(string(b)) {
-		// 40 22 0:37 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw
-		mount, fs, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(mount), strings.Fields(fs)
-		if !ok || len(f) < 5 || len(g) < 1 || g[0] != "cgroup2" || f[3] != "/" {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(f[4], "cgroup.type")); err == nil {
+	for _, dir := range cgroup2Roots(procRoot) {
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.type")); err == nil {
 			return true
 		}
 	}
 	return false
+}
+
+// cgroup2Roots returns where cgroup2 is mounted at the root of this
+// process's cgroup namespace, as procRoot's self/mountinfo lists it.
+func cgroup2Roots(procRoot string) []string {
+	b, err := os.ReadFile(filepath.Join(procRoot, "self", "mountinfo"))
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for line := range strings.Lines(string(b)) {
+		// 40 22 0:37 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw
+		mount, fs, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(mount), strings.Fields(fs)
+		if ok && len(f) >= 5 && len(g) >= 1 && g[0] == "cgroup2" && f[3] == "/" {
+			dirs = append(dirs, f[4])
+		}
+	}
+	return dirs
 }
 
 // sameProcfs reports whether procRoot shows this process's PID namespace,

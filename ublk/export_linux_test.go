@@ -16,3 +16,6 @@ func KillDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 // OwnRootV2 is ownRoot for a process whose one membership is cgroup v2's
 // "/", as in a container on a cgroup v2 node.
 func OwnRootV2(procRoot string) bool { return ownRoot(procRoot, cgroups{"0:": "/"}) }
+
+// Cgroup2Roots is cgroup2Roots for this process.
+func Cgroup2Roots() []string { return cgroup2Roots("/proc") }

@@ -72,17 +72,11 @@ func cgroup2Root(t *testing.T) string {
 	if os.Geteuid() != 0 {
 		skipOrFail(t, "needs root to make cgroups and namespaces")
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	require.NoError(t, err)
-	for line := range strings.Lines(string(b)) {
-		mount, fs, _ := strings.Cut(line, " - ")
-		f, g := strings.Fields(mount), strings.Fields(fs)
-		if len(f) >= 5 && len(g) >= 1 && g[0] == "cgroup2" && f[3] == "/" {
-			return f[4]
-		}
+	roots := ublk.Cgroup2Roots()
+	if len(roots) == 0 {
+		skipOrFail(t, "no cgroup2 mounted at its root")
 	}
-	skipOrFail(t, "no cgroup2 mounted at its root")
-	return ""
+	return roots[0]
 }
 
 // A server in a container on a cgroup v2 node reads its cgroup as "/": the
