@@ -247,7 +247,7 @@ func touchCost() (fresh, reused float64) {
 //	go test -run '^$' -bench OverheadReportFloor -benchtime 3x ./pause
 func BenchmarkOverheadReportFloor(b *testing.B) {
 	sizes := []int{10, 1_000, 100_000}
-	ours, kept, base := make([]cost, len(sizes)), make([]cost, len(sizes)), make([]cost, len(sizes))
+	ours, kept, base := make([]time.Duration, len(sizes)), make([]time.Duration, len(sizes)), make([]time.Duration, len(sizes))
 	ctx := context.Background()
 	warm, lister := noops(sizes[len(sizes)-1]) // untimed, as in BenchmarkOverheadScale
 	reportingGroup(ctx, warm)
@@ -268,36 +268,27 @@ func BenchmarkOverheadReportFloor(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			debug.FreeOSMemory()
-			c := measure(func() {
-				for range reps {
-					if rep := p.Run(ctx, time.Time{}); rep.Counts[pause.Preserved] != n {
-						b.Fatalf("preserved %d of %d", rep.Counts[pause.Preserved], n)
+			cpu := func(run func()) time.Duration {
+				debug.FreeOSMemory()
+				return measure(func() {
+					for range reps {
+						run()
 					}
+				}).cpu
+			}
+			preserved := func(rep *pause.Report) {
+				if rep.Counts[pause.Preserved] != n {
+					b.Fatalf("preserved %d of %d", rep.Counts[pause.Preserved], n)
 				}
-			})
-			ours[i].cpu += c.cpu
-			debug.FreeOSMemory()
-			c = measure(func() {
-				for range reps {
-					if rep := reportingGroup(ctx, list); rep.Counts[pause.Preserved] != n {
-						b.Fatalf("preserved %d of %d", rep.Counts[pause.Preserved], n)
-					}
-				}
-			})
-			kept[i].cpu += c.cpu
-			debug.FreeOSMemory()
-			c = measure(func() {
-				for range reps {
-					errgroupRun(b, ctx, list, pause.DefaultLimit)
-				}
-			})
-			base[i].cpu += c.cpu
+			}
+			ours[i] += cpu(func() { preserved(p.Run(ctx, time.Time{})) })
+			kept[i] += cpu(func() { preserved(reportingGroup(ctx, list)) })
+			base[i] += cpu(func() { errgroupRun(b, ctx, list, pause.DefaultLimit) })
 		}
 	}
 	for i, n := range sizes {
-		b.ReportMetric(float64(kept[i].cpu)/float64(base[i].cpu), fmt.Sprint("x-report-floor-", n))
-		b.ReportMetric(float64(ours[i].cpu)/float64(kept[i].cpu), fmt.Sprint("x-errgroup-with-report-", n))
+		b.ReportMetric(float64(kept[i])/float64(base[i]), fmt.Sprint("x-report-floor-", n))
+		b.ReportMetric(float64(ours[i])/float64(kept[i]), fmt.Sprint("x-errgroup-with-report-", n))
 	}
 }
 
