@@ -95,10 +95,20 @@ func (d *Drainer) eventStarted(how, from string) {
 	d.event(kube.Normal, eventDrainStarted, "Drain", strings.TrimSuffix(b.String(), ";"))
 }
 
-// eventLost posts SandboxesLost when the preserve phase lost sandboxes or
-// never learned which there were.
-func (d *Drainer) eventLost(pr *pause.Report) {
-	if d.pod == nil || pr == nil {
+// eventLost posts SandboxesLost when the preserve phase lost sandboxes,
+// never learned which there were, or left no report of the ones the drain
+// counted.
+func (d *Drainer) eventLost(rep *Report) {
+	pr := rep.Preserve
+	if d.pod == nil {
+		return
+	}
+	if pr == nil {
+		if p := rep.Phase(PhasePreserve); rep.Unaccounted > 0 && p != nil {
+			d.event(kube.Warning, eventSandboxesLost, "Preserve", fmt.Sprintf(
+				"%d sandboxes unaccounted for: the drain counted them running, and the preserve phase %s: %s",
+				rep.Unaccounted, p.Result, p.Error))
+		}
 		return
 	}
 	if pr.Unknown {
@@ -155,13 +165,14 @@ func (d *Drainer) finishEvents(rep *Report) *kube.EventStats {
 	}
 	typ := kube.Normal
 	var b strings.Builder
-	if pr := rep.Preserve; pr != nil {
-		switch {
-		case pr.Unknown:
-			b.WriteString("sandboxes unknown (no listing succeeded); ")
-		default:
-			fmt.Fprintf(&b, "%d of %d sandboxes preserved, %d lost; ", pr.Counts[pause.Preserved], len(pr.Entries), pr.Lost())
-		}
+	switch pr := rep.Preserve; {
+	case pr == nil && rep.Unaccounted > 0:
+		fmt.Fprintf(&b, "%d sandboxes unaccounted for (the preserve phase left no report); ", rep.Unaccounted)
+	case pr == nil:
+	case pr.Unknown:
+		b.WriteString("sandboxes unknown (no listing succeeded); ")
+	default:
+		fmt.Fprintf(&b, "%d of %d sandboxes preserved, %d lost; ", pr.Counts[pause.Preserved], len(pr.Entries), pr.Lost())
 	}
 	if rep.Headroom >= 0 {
 		fmt.Fprintf(&b, "finished %v before the expected SIGKILL.", rep.Headroom.Round(time.Millisecond))

@@ -198,6 +198,30 @@ func TestPodThatRefusesEverythingDoesNotHoldUpTheDrain(t *testing.T) {
 	}
 }
 
+// Fault: a preserve phase that left no pause Report (here the Preserver
+// returned none) posted no SandboxesLost and a DrainFinished without a
+// count, though the drain had counted three sandboxes running: the pod's
+// events said nothing of them.
+func TestPreserverWithoutAReportPostsTheUnaccountedSandboxes(t *testing.T) {
+	api := newPodAPI(t)
+	pod, err := kube.New("sandboxd-0", api.cfg)
+	require.NoError(t, err)
+	f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 3, latency: time.Millisecond,
+		edit: func(c *Config) { c.Pod, c.Preserver = pod, brokenPreserver{} }})
+	rep := f.d.Shutdown(t.Context())
+	require.Nil(t, rep.Preserve)
+	byReason := map[string]eventsv1.Event{}
+	for _, ev := range api.posted() {
+		byReason[ev.Reason] = ev
+	}
+	require.Contains(t, byReason, "SandboxesLost")
+	assert.Equal(t, kube.Warning, byReason["SandboxesLost"].Type)
+	assert.Contains(t, byReason["SandboxesLost"].Note, "3 sandboxes unaccounted for")
+	assert.Contains(t, byReason["SandboxesLost"].Note, "the Preserver returned no report")
+	assert.Equal(t, kube.Warning, byReason["DrainFinished"].Type)
+	assert.Contains(t, byReason["DrainFinished"].Note, "3 sandboxes unaccounted for")
+}
+
 func TestNoPodNoEvents(t *testing.T) {
 	f := newFixture(t, fixtureOpts{grace: time.Minute, margin: time.Second, sandboxes: 1, latency: time.Millisecond})
 	rep := f.d.Shutdown(t.Context())

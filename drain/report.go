@@ -70,6 +70,13 @@ type Report struct {
 	PreStop  *PreStopSummary `json:"prestop,omitempty"`  // the preStop wait, if a hook called PreStop
 	Phases   []PhaseReport   `json:"phases"`             // every phase and step, in order
 	Preserve *pause.Report   `json:"preserve,omitempty"` // the Preserver's account of every sandbox
+	// Unaccounted is, when the preserve phase left no Preserve report (the
+	// Preserver was abandoned at its hard deadline, panicked, or returned
+	// none), how many sandboxes the drain's last count saw running: whether
+	// any of them was preserved is unknown, and Lost counts them all. It is
+	// zero when Preserve is set, and when no count succeeded (or
+	// Config.Sandboxes is nil): the preserve phase still fails Err.
+	Unaccounted int `json:"unaccounted,omitempty"`
 	// Shortfall is by how much the time left when the preserve phase
 	// started was too small for its reserve and every step's.
 	Shortfall time.Duration `json:"shortfall_ns,omitempty"`
@@ -94,10 +101,12 @@ func (r *Report) Phase(name string) *PhaseReport {
 	return nil
 }
 
-// Lost returns how many sandboxes were not preserved (see pause.Report.Lost).
+// Lost returns how many sandboxes were not preserved: Preserve's Lost (see
+// pause.Report.Lost), or Unaccounted when the preserve phase left no
+// Preserve report.
 func (r *Report) Lost() int {
 	if r.Preserve == nil {
-		return 0
+		return r.Unaccounted
 	}
 	return r.Preserve.Lost()
 }
@@ -109,7 +118,10 @@ func (r *Report) Lost() int {
 // phase that timed out is not an error: its deadline ending it is the plan.
 func (r *Report) Err() error {
 	var errs []error
-	if n := r.Lost(); n > 0 {
+	switch n := r.Lost(); {
+	case n > 0 && r.Preserve == nil:
+		errs = append(errs, fmt.Errorf("%d sandbox(es) unaccounted for: the preserve phase left no report of the ones the drain counted", n))
+	case n > 0:
 		errs = append(errs, fmt.Errorf("%d sandbox(es) not preserved", n))
 	}
 	for _, p := range r.Phases {
@@ -141,6 +153,8 @@ func (r *Report) LogValue() slog.Value {
 		if r.Preserve.Unknown {
 			attrs = append(attrs, slog.String("unknown", "no listing succeeded: "+r.Preserve.ListErr))
 		}
+	} else if r.Unaccounted > 0 {
+		attrs = append(attrs, slog.Int("lost", r.Unaccounted), slog.Int("unaccounted", r.Unaccounted))
 	}
 	if r.Events != nil {
 		attrs = append(attrs, slog.Int("events_posted", r.Events.Posted), slog.Int("events_dropped", r.Events.Dropped))

@@ -123,7 +123,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	d.phase(ctx, rep, PhasePreserve, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
 		d.preservePhase(ctx, rep, w, p)
 	})
-	d.eventLost(rep.Preserve)
+	d.eventLost(rep)
 	for i, s := range d.steps {
 		d.phase(ctx, rep, d.phases[i].Name, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
 			d.stepPhase(ctx, s, w, p)
@@ -278,6 +278,9 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 		accountFromCount(pr, d.listed.Load())
 	}
 	rep.Preserve = pr
+	if l := d.listed.Load(); pr == nil && l != nil {
+		rep.Unaccounted = len(l.ids) // the count is all the Report can say of them
+	}
 	switch {
 	case errors.Is(err, bounded.ErrAbandoned):
 		p.Result, p.Error = Abandoned, "the Preserver did not return by the hard deadline"

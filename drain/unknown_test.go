@@ -7,10 +7,14 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/drainkit/drainkit/internal/kubeletsim"
-	"github.com/drainkit/drainkit/pause"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // Fault: the listing fails every time (the runtime's API answers 500).
@@ -61,4 +65,61 @@ func TestEmptyPreserveWindowStillAccountsForTheCountedSandboxes(t *testing.T) {
 		require.Error(t, rep.Err())
 		assert.Contains(t, rep.Err().Error(), "4 of 4 sandboxes not preserved")
 	})
+}
+
+// brokenPreserver panics, or returns no Report, instead of accounting for
+// the sandboxes.
+type brokenPreserver struct{ panics bool }
+
+func (b brokenPreserver) Run(context.Context, time.Time) *pause.Report {
+	if b.panics {
+		panic("preserver bug")
+	}
+	return nil
+}
+
+func (brokenPreserver) Limit() int                     { return 1 }
+func (brokenPreserver) Estimator() *deadline.Estimator { return nil }
+
+// Fault: the preserve phase left no pause Report (the Preserver was
+// abandoned at its hard deadline, panicked or returned none) while the
+// drain's count had seen six sandboxes running. Report.Lost said 0, so a
+// caller reading it (a metrics exporter, an exit-code policy) read "none
+// lost". The six the count saw are unaccounted: Lost counts them, and Err
+// says how many.
+//
+//	SIGTERM (T0) -> gate: the count lists 6 -> preserve: no pause Report
+//	  -> Report: Preserve nil, Unaccounted 6, Lost 6
+func TestPreserverWithoutAReportLeavesTheCountedSandboxesLost(t *testing.T) {
+	for name, tc := range map[string]struct {
+		preserver func(release chan struct{}) Preserver
+		result    Result
+	}{
+		"abandoned": {func(release chan struct{}) Preserver { return hungPreserver{release} }, Abandoned},
+		"panicked":  {func(chan struct{}) Preserver { return brokenPreserver{panics: true} }, Failed},
+		"no Report": {func(chan struct{}) Preserver { return brokenPreserver{} }, Failed},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				rec := tracetest.NewSpanRecorder()
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+				f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second,
+					sandboxes: 6, latency: time.Second, limit: 4,
+					edit: func(c *Config) { c.Preserver, c.TracerProvider = tc.preserver(release), tp }})
+				rep := f.d.Shutdown(context.Background())
+				close(release)
+				require.Equal(t, tc.result, rep.Phase(PhasePreserve).Result)
+				require.Nil(t, rep.Preserve, "the preserve phase left no account")
+				assert.Equal(t, 6, rep.Unaccounted, "the drain's count")
+				assert.Equal(t, 6, rep.Lost(), "the six the drain counted are not known to be preserved")
+				require.Error(t, rep.Err())
+				assert.Contains(t, rep.Err().Error(), "6 sandbox(es) unaccounted for")
+				root := spansOf(rec)["drain.shutdown"]
+				require.NotNil(t, root)
+				assert.Equal(t, int64(6), attrOf(root.Attributes(), "drainkit.drain.lost").AsInt64(), "the span says it too")
+				require.NoError(t, tp.Shutdown(context.Background()))
+			})
+		})
+	}
 }

@@ -59,6 +59,14 @@ func Summary(rep *drain.Report, extra ...string) string {
 				counts = append(counts, "UNKNOWN: no listing succeeded: "+pr.ListErr)
 			}
 			head = append(head, fmt.Sprintf("sandboxes: %d: %s", len(pr.Entries), strings.Join(counts, ", ")))
+		} else if noAccount(rep) != "" {
+			p := rep.Phase(drain.PhasePreserve)
+			n := "unknown"
+			if rep.Unaccounted > 0 {
+				n = fmt.Sprintf("%d counted, none accounted for", rep.Unaccounted)
+			}
+			why, _, _ := strings.Cut(p.Error, "\n") // a panic's stack is in the full Report
+			head = append(head, fmt.Sprintf("sandboxes: %s: the preserve phase %s: %s", n, p.Result, why))
 		}
 	}
 	head = append(head, extra...)
@@ -119,6 +127,13 @@ func cut(s string) string {
 
 func verdict(rep *drain.Report) string {
 	var parts []string
+	if why := noAccount(rep); why != "" {
+		n := ""
+		if rep.Unaccounted > 0 { // 0 without a count, or in a Report from before the field
+			n = fmt.Sprintf("%d ", rep.Unaccounted)
+		}
+		parts = append(parts, n+"sandboxes UNKNOWN ("+why+")")
+	}
 	if pr := rep.Preserve; pr != nil {
 		switch lost := pr.Lost(); {
 		case pr.Unknown:
@@ -135,6 +150,20 @@ func verdict(rep *drain.Report) string {
 		parts = append(parts, fmt.Sprintf("ended %.3fs AFTER the expected SIGKILL", -rep.Headroom.Seconds()))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// noAccount says how a preserve phase that ran ended without the
+// Preserver's account of the sandboxes ("the preserve phase was
+// abandoned"), or "".
+func noAccount(rep *drain.Report) string {
+	p := rep.Phase(drain.PhasePreserve)
+	if rep.Preserve != nil || p == nil || p.Result == drain.OK {
+		return ""
+	}
+	if p.Result == drain.Abandoned {
+		return "the preserve phase was abandoned"
+	}
+	return "the preserve phase " + string(p.Result)
 }
 
 func rel(t, t0 time.Time) string { return fmt.Sprintf("%+.3fs", t.Sub(t0).Seconds()) }

@@ -63,6 +63,26 @@ func TestSummaryLeadsWithTheVerdictAndNamesTheLost(t *testing.T) {
 
 // The kubelet reads 4 KiB: a node that lost thousands says how many it
 // could not name.
+// Fault: a drain whose preserve phase left no pause Report (the Preserver
+// abandoned at its hard deadline) after the drain counted 200 sandboxes:
+// the pod's last state said nothing of them ("drainkit: exited 30.000s
+// before SIGKILL"). It leads with how many are unaccounted for.
+func TestSummaryOfAnAbandonedPreserverSaysTheSandboxesAreUnknown(t *testing.T) {
+	rep := report(200, 0)
+	rep.Preserve, rep.Unaccounted = nil, 200
+	rep.Phases[1] = drain.PhaseReport{Name: "preserve", Result: drain.Abandoned, Duration: 10 * time.Second,
+		Error: "the Preserver did not return by the hard deadline"}
+	lines := strings.Split(termmsg.Summary(rep), "\n")
+	assert.Equal(t, "drainkit: 200 sandboxes UNKNOWN (the preserve phase was abandoned); exited 30.000s before SIGKILL", lines[0])
+	assert.Equal(t, "sandboxes: 200 counted, none accounted for: the preserve phase abandoned: the Preserver did not return by the hard deadline",
+		lines[3])
+
+	rep.Unaccounted = 0 // no count, or a Report from before the field
+	lines = strings.Split(termmsg.Summary(rep), "\n")
+	assert.Equal(t, "drainkit: sandboxes UNKNOWN (the preserve phase was abandoned); exited 30.000s before SIGKILL", lines[0])
+	assert.Equal(t, "sandboxes: unknown: the preserve phase abandoned: the Preserver did not return by the hard deadline", lines[3])
+}
+
 func TestSummaryFitsTheKubeletsLimit(t *testing.T) {
 	msg := termmsg.Summary(report(10000, 5000))
 	assert.LessOrEqual(t, len(msg), termmsg.MaxBytes)

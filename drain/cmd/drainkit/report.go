@@ -179,6 +179,9 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 	pr := rep.Preserve
 	if pr == nil {
 		if why := noAccount(rep); why != "" {
+			if rep.Unaccounted > 0 {
+				why = fmt.Sprintf("%d the drain counted running, none accounted for: %s", rep.Unaccounted, why)
+			}
 			fmt.Fprintf(w, "\nSandboxes    UNKNOWN: %s\n", why)
 			return
 		}
@@ -252,7 +255,11 @@ func verdict(rep *drain.Report) string {
 	var parts []string
 	if why := noAccount(rep); why != "" {
 		head, _, _ := strings.Cut(why, ": ")
-		parts = append(parts, "sandboxes UNKNOWN ("+head+")")
+		n := ""
+		if rep.Unaccounted > 0 { // 0 in a Report written before the field, or without a count
+			n = fmt.Sprintf("%d ", rep.Unaccounted)
+		}
+		parts = append(parts, n+"sandboxes UNKNOWN ("+head+")")
 	}
 	if pr := rep.Preserve; pr != nil {
 		total := len(pr.Entries)

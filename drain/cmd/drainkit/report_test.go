@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/draintest"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -147,6 +148,37 @@ func TestReportOfAnAbandonedPreserverSaysSo(t *testing.T) {
 	assert.Contains(t, verdict, "sandboxes UNKNOWN (the preserve phase was abandoned", "the verdict line says it")
 	assert.NotContains(t, out, "no preserve phase ran")
 	assert.Contains(t, out, "Sandboxes    UNKNOWN: the preserve phase was abandoned: the Preserver did not return by the hard deadline")
+}
+
+// Fault: the same abandoned Preserver on a node where the drain's count
+// saw three sandboxes running. The Report's Lost said 0 (the JSON carried
+// nothing of the three), so the summary could not say how many the drain
+// left unaccounted for. It says so in the verdict and the Sandboxes line.
+func TestReportOfAnAbandonedPreserverCountsTheSandboxes(t *testing.T) {
+	var data []byte
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		b, err := deadline.New(60*time.Second, deadline.Config{Margin: 5 * time.Second})
+		require.NoError(t, err)
+		node := draintest.NewNode()
+		node.AddN("sb", 3, time.Second)
+		d, err := drain.New(drain.Config{Budget: b, Sandboxes: node, Preserver: hungPreserver{release}})
+		require.NoError(t, err)
+		rep := d.Shutdown(context.Background())
+		close(release)
+		require.Equal(t, drain.Abandoned, rep.Phase(drain.PhasePreserve).Result)
+		require.Equal(t, 3, rep.Lost())
+		data, err = json.Marshal(rep)
+		require.NoError(t, err)
+	})
+	f := filepath.Join(t.TempDir(), "last-shutdown.json")
+	require.NoError(t, os.WriteFile(f, data, 0o644))
+
+	code, out, _ := drainkit(t, "report", f)
+	assert.Equal(t, exitNoFit, code)
+	verdict, _, _ := strings.Cut(strings.SplitN(out, "Verdict", 2)[1], "\n")
+	assert.Contains(t, verdict, "3 sandboxes UNKNOWN (the preserve phase was abandoned)", "the verdict line counts them")
+	assert.Contains(t, out, "Sandboxes    UNKNOWN: 3 the drain counted running, none accounted for: the preserve phase was abandoned")
 }
 
 // capped is an io.Writer that panics past max bytes: an SVG that never

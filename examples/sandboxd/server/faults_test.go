@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -195,6 +196,21 @@ func TestEachLostSandboxIsLoggedEvenIfTheReportCannotBeWritten(t *testing.T) {
 	}
 	assert.Contains(t, lines[0], "not a directory")
 	assert.Contains(t, lines[0], "outcome="+string(pause.Failed))
+}
+
+// Fault: a shutdown whose preserve phase left no pause Report (its
+// Preserver abandoned at the hard deadline) logged nothing of the
+// sandboxes the drain had counted, so with the Report unwritable no line
+// said that any were unaccounted for.
+func TestSandboxesUnaccountedForAreLogged(t *testing.T) {
+	var logs logbuf.Buffer
+	s := &Server{logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	s.logLost(&drain.Report{Unaccounted: 4, Phases: []drain.PhaseReport{{Name: drain.PhasePreserve,
+		Result: drain.Abandoned, Error: "the Preserver did not return by the hard deadline"}}})
+	assert.Contains(t, logs.String(), "level=ERROR")
+	assert.Contains(t, logs.String(), "sandboxes unaccounted for")
+	assert.Contains(t, logs.String(), "count=4")
+	assert.Contains(t, logs.String(), "preserve=abandoned")
 }
 
 // Fault: SIGHUP and SIGQUIT killed sandboxd at once: no report, every sandbox lost, the

@@ -370,8 +370,16 @@ func (s *Server) otherSignals() (stop func()) {
 }
 
 // logLost logs every sandbox that was not preserved, one line each, so that the
-// per-sandbox account survives a Report that cannot be written.
+// per-sandbox account survives a Report that cannot be written; or, when the preserve
+// phase left no account of them, how many the drain counted.
 func (s *Server) logLost(rep *drain.Report) {
+	if rep != nil && rep.Preserve == nil && rep.Unaccounted > 0 {
+		attrs := []any{"count", rep.Unaccounted}
+		if p := rep.Phase(drain.PhasePreserve); p != nil {
+			attrs = append(attrs, "preserve", p.Result, "error", p.Error)
+		}
+		s.logger.Error("sandboxes unaccounted for: the preserve phase left no report", attrs...)
+	}
 	if rep == nil || rep.Preserve == nil {
 		return
 	}
