@@ -59,6 +59,27 @@ func Open(pid int) (*Process, error) {
 	return p, nil
 }
 
+// Dup pins op's process with a duplicate of the pidfd os.StartProcess got
+// when it made the process (clone with CLONE_PIDFD), not by its PID: unlike
+// Open, it cannot pin another process that reused the PID after the child
+// was reaped behind op's back (a wait4(-1) reaper). It fails with an error
+// wrapping os.ErrNoHandle when op has no pidfd (the kernel has none, or op
+// came from os.FindProcess without one), with one wrapping os.ErrProcessDone
+// once op.Wait has returned, and with another once op.Release was called.
+func Dup(op *os.Process) (*Process, error) {
+	fd, derr := -1, error(nil)
+	err := op.WithHandle(func(h uintptr) { fd, derr = unix.FcntlInt(h, unix.F_DUPFD_CLOEXEC, 0) })
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pidfd of pid %d: %w", op.Pid, err)
+	}
+	p := &Process{pid: op.Pid, h: &handle{fd: fd}}
+	runtime.AddCleanup(p, func(h *handle) { _ = h.close() }, p.h)
+	return p, nil
+}
+
 // Pid returns the process ID.
 func (p *Process) Pid() int { return p.pid }
 

@@ -106,3 +106,32 @@ func TestOpenFailsForNoProcess(t *testing.T) {
 		assert.ErrorIs(t, err, os.ErrProcessDone)
 	}
 }
+
+// Dup holds the child os/exec made, through its own pidfd: it signals the
+// child, still sees its exit once another reaper took it (where Open of
+// its PID would pin whichever process got the PID next), and refuses a
+// Process already waited for.
+func TestDupHoldsTheChildOsExecMade(t *testing.T) {
+	cmd := sleeper(t)
+	p, err := proc.Dup(cmd.Process)
+	if errors.Is(err, os.ErrNoHandle) {
+		t.Skipf("os/exec made the child without a pidfd (kernel before 5.4?): %v", err)
+	}
+	require.NoError(t, err)
+	defer p.Close()
+	assert.Equal(t, cmd.Process.Pid, p.Pid())
+	require.NoError(t, p.Signal(syscall.SIGTERM))
+	var ws syscall.WaitStatus
+	_, err = syscall.Wait4(cmd.Process.Pid, &ws, 0, nil) // another reaper, behind os/exec's back
+	require.NoError(t, err)
+	assert.Equal(t, syscall.SIGTERM, ws.Signal(), "the signal reached the child")
+	assert.True(t, p.Exited(), "reaped: the pidfd still says it exited")
+	assert.ErrorIs(t, p.Signal(syscall.SIGKILL), os.ErrProcessDone)
+
+	done := exec.Command("true")
+	if err := done.Run(); err != nil {
+		t.Skipf("no true binary: %v", err)
+	}
+	_, err = proc.Dup(done.Process)
+	assert.ErrorIs(t, err, os.ErrProcessDone, "waited for: its pidfd is closed")
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
 )
 
@@ -21,6 +22,9 @@ func Open(pid int) (*Process, error) {
 	}
 	return nil, errUnsupported
 }
+
+// Dup fails: pidfds exist only on Linux.
+func Dup(*os.Process) (*Process, error) { return nil, errUnsupported }
 
 // Pid returns the process ID.
 func (p *Process) Pid() int { return p.pid }

@@ -14,7 +14,7 @@
 //	// sb is a pause.Sandbox: list it from the server's pause.Lister
 //
 // or, for a child process the server started, escalate.Cmd(cmd), which
-// pins it with a pidfd and reaps it.
+// pins it with the pidfd os/exec started it with and reaps it.
 //
 // Guarantees: Policy.Stop returns by its context's deadline (or after
 // TermWait + KillWait without one); the wait after the signal always ends

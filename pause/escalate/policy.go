@@ -283,20 +283,26 @@ func (f Funcs) Exited(ctx context.Context) (bool, error) {
 	return f.ExitedFunc(ctx)
 }
 
-// Cmd returns a Target over a started child process, pinned with a pidfd
-// (internal/proc) when Cmd is called, so a signal or a probe never reaches
-// another process that reused its PID. Its Wait calls c.Wait once, in a
-// goroutine, so the child is reaped and its pipes closed; an exit with any
-// status or signal counts as exited. When another reaper took the child
-// first, Wait fails with ECHILD and Exited answers instead, from the
-// pidfd (a zombie counts as exited). Where pidfds are missing (not Linux,
-// or before 5.3) it signals through c.Process and probes with signal 0.
-// The caller must not call c.Wait itself; c.ProcessState is set once Wait
-// returned nil after a real exit.
+// Cmd returns a Target over a started child process, pinned by the pidfd
+// os/exec got when it started the child (Linux 5.4+), so a signal or a
+// probe never reaches another process that reused its PID, even when
+// another reaper took the child before Cmd was called. Its Wait calls
+// c.Wait once, in a goroutine, so the child is reaped and its pipes
+// closed; an exit with any status or signal counts as exited. When another
+// reaper took the child first, Wait fails with ECHILD and Exited answers
+// instead, from the pidfd (a zombie counts as exited). Where pidfds are
+// missing (not Linux, or an older kernel) it signals through c.Process and
+// probes with signal 0, by PID, as os/exec does. The caller must not call
+// c.Wait or c.Process.Wait itself; c.ProcessState is set once Wait returned
+// nil after a real exit.
 func Cmd(c *exec.Cmd) Target {
 	t := &cmdTarget{c: c, done: make(chan struct{}), waited: c.ProcessState != nil}
 	if c.Process != nil && !t.waited {
-		t.p, _ = proc.Open(c.Process.Pid) // not reaped yet: the PID is still the child's
+		// Not proc.Open(c.Process.Pid): a child reaped behind os/exec's back
+		// (a wait4(-1) reaper) has left its PID to whichever process gets it
+		// next. Without a pidfd, c.Process is used (its own signals say
+		// os.ErrProcessDone once it was waited for).
+		t.p, _ = proc.Dup(c.Process)
 	}
 	return t
 }
