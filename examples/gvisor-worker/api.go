@@ -26,7 +26,8 @@ const (
 )
 
 // RunRequest starts a sandbox that the worker deletes after TimeoutS seconds of running
-// (zero: a day).
+// (zero: a day; at most sandbox.MaxTimeoutS, ten years: outside [0, ten years] Run answers
+// InvalidArgument).
 type RunRequest struct {
 	TimeoutS int `json:"timeout_s,omitempty"`
 }

@@ -223,10 +223,14 @@ func (w *Worker) target(id string) escalate.Target {
 	return r.Runtime.Target(id) // runsc kill/wait, and runsc state when a wait was stolen
 }
 
-// Run implements the Run RPC.
+// Run implements the Run RPC. A timeout_s out of range is InvalidArgument, naming it.
 func (w *Worker) Run(ctx context.Context, req *RunRequest) (*SandboxReply, error) {
 	timeout := req.TimeoutS
-	if timeout <= 0 {
+	switch {
+	case timeout < 0 || timeout > sandbox.MaxTimeoutS:
+		return nil, status.Errorf(codes.InvalidArgument, "timeout_s must be in [0, %d] (0: a day), got %d",
+			sandbox.MaxTimeoutS, timeout)
+	case timeout == 0:
 		timeout = 86400
 	}
 	info, err := w.node.Create(ctx, timeout)

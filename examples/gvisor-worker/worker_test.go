@@ -168,3 +168,29 @@ func TestListenOnTCPAndTerminationLog(t *testing.T) {
 	assert.Regexp(t, `^drainkit: all 1 sandboxes preserved; `, string(msg))
 	assert.Contains(t, string(msg), "full report: "+filepath.Join(dir, "last-shutdown.json"))
 }
+
+// A Run whose timeout_s is out of range is refused as InvalidArgument naming timeout_s, and
+// starts nothing: a negative one ran the sandbox for a day, one past ten years answered
+// FailedPrecondition "sandbox is in the wrong state".
+func TestRunWithATimeoutOutOfRangeIsInvalidArgument(t *testing.T) {
+	cfg := fakeConfig(t)
+	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan *drain.Report, 1)
+	go func() { done <- w.serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	c := dial(t, cfg.Socket)
+	for _, timeout := range []int{-1, sandbox.MaxTimeoutS + 1} {
+		_, err := c.Run(context.Background(), &RunRequest{TimeoutS: timeout})
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "timeout_s %d: %v", timeout, err)
+		assert.Contains(t, status.Convert(err).Message(), "timeout_s", "timeout_s %d", timeout)
+	}
+	list, err := c.List(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, list.Sandboxes, "nothing started")
+	r, err := c.Run(context.Background(), &RunRequest{TimeoutS: sandbox.MaxTimeoutS})
+	require.NoError(t, err, "the largest timeout is taken")
+	assert.Equal(t, sandbox.Running, r.State)
+}
