@@ -11,7 +11,8 @@
 // `runsc wait` is never mistaken for an exit; gRPC GracefulStop is bounded and followed by
 // Stop. The Report goes to STATE_DIR/last-shutdown.json; the exit status is 0 when every
 // sandbox was checkpointed and every step ended in time. A restarted worker loads the
-// checkpoints and Restore resumes each sandbox where it was.
+// checkpoints and Restore resumes each sandbox where it was. SIGHUP is logged and ignored
+// and SIGQUIT dumps the goroutines to the log: neither ends the worker.
 //
 // The service is defined by hand (api.go) with a JSON codec: no protoc.
 package main

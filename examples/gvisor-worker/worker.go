@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -9,7 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -168,14 +171,50 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 }
 
 // serve serves until SIGTERM or SIGINT (or ctx ending), then shuts down and returns the
-// Report. A second signal forces.
+// Report. A second signal forces. SIGHUP and SIGQUIT never end the worker (otherSignals).
 func (w *Worker) serve(ctx context.Context) *drain.Report {
+	stopOthers := w.otherSignals()
+	defer stopOthers()
 	go func() { _ = w.grpc.Serve(w.ln) }()
 	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
 		"checkpointed", w.node.Count(sandbox.Paused))
 	rep := w.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
 	w.close()
 	return rep
+}
+
+// otherSignals handles, until the returned function is called, the signals whose default
+// action would end the worker at once, with no drain, no Report and every sandbox lost:
+//   - SIGHUP (a closed terminal, or a reload request: the worker has nothing to reload) is
+//     logged and ignored;
+//   - SIGQUIT dumps every goroutine's stack to the log, as a Go program's SIGQUIT would,
+//     and the worker goes on serving. To stop the worker, send SIGTERM.
+func (w *Worker) otherSignals() (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGQUIT)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					w.logger.Warn("SIGHUP ignored: the worker has nothing to reload; SIGTERM stops it")
+					continue
+				}
+				var dump bytes.Buffer
+				_ = pprof.Lookup("goroutine").WriteTo(&dump, 2)
+				w.logger.Warn("SIGQUIT: goroutine dump; the worker goes on (SIGTERM stops it)", "goroutines", dump.String())
+			}
+		}
+	})
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		wg.Wait()
+	}
 }
 
 func (w *Worker) close() {
