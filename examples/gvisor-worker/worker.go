@@ -140,9 +140,40 @@ func (w *Worker) open() error {
 		}
 		return nil
 	}
-	_ = os.Remove(w.cfg.Socket) // a socket left by a killed worker
+	if err := removeStaleSocket(w.cfg.Socket); err != nil {
+		return fmt.Errorf("-socket: %w", err)
+	}
 	if w.ln, err = net.Listen("unix", w.cfg.Socket); err != nil {
 		return fmt.Errorf("-socket: %w", err)
+	}
+	return nil
+}
+
+// removeStaleSocket removes the socket at path that a killed worker left, which nobody
+// listens on any more (a connection to it is refused). Anything else at path is an error
+// and stays: a socket another process serves on (a second worker would have taken it
+// from the first, whose sandboxes its clients could no longer reach), or a file that is
+// not a socket.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.Mode()&os.ModeSocket == 0:
+		return fmt.Errorf("%s exists and is not a socket", path)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	switch {
+	case err == nil:
+		c.Close()
+		return fmt.Errorf("%s: another process serves on it (a worker already running on this socket?)", path)
+	case !errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%s: not taken for a stale socket: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	return nil
 }

@@ -194,3 +194,53 @@ func TestRunWithATimeoutOutOfRangeIsInvalidArgument(t *testing.T) {
 	require.NoError(t, err, "the largest timeout is taken")
 	assert.Equal(t, sandbox.Running, r.State)
 }
+
+// A second worker given the socket of one that is serving refuses to start, naming
+// -socket, instead of unlinking it and listening in its place (clients then reached a
+// worker that knew none of the first one's sandboxes); and a -socket that names
+// something other than a socket is refused and left alone, not deleted.
+func TestSocketInUseOrNotASocketIsRefusedNotRemoved(t *testing.T) {
+	cfg := fakeConfig(t)
+	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *drain.Report, 1)
+	go func() { done <- w.serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	c := dial(t, cfg.Socket)
+	r, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+
+	second := cfg
+	second.StateDir = t.TempDir()
+	_, err = newWorker(second, slog.New(slog.DiscardHandler))
+	require.Error(t, err, "a second worker on a socket in use")
+	assert.Contains(t, err.Error(), "-socket")
+	list, err := dial(t, cfg.Socket).List(context.Background())
+	require.NoError(t, err, "the first worker still serves on its socket")
+	require.Len(t, list.Sandboxes, 1)
+	assert.Equal(t, r.ID, list.Sandboxes[0].ID)
+
+	file := filepath.Join(t.TempDir(), "notes.txt")
+	require.NoError(t, os.WriteFile(file, []byte("keep"), 0o600))
+	third := fakeConfig(t)
+	third.Socket = file
+	_, err = newWorker(third, slog.New(slog.DiscardHandler))
+	require.Error(t, err, "a -socket that is a regular file")
+	assert.Contains(t, err.Error(), "-socket")
+	data, err := os.ReadFile(file)
+	require.NoError(t, err, "the file is not removed")
+	assert.Equal(t, "keep", string(data))
+}
+
+// A socket left by a worker that was killed (nobody listens on it) is replaced.
+func TestStaleSocketOfAKilledWorkerIsReplaced(t *testing.T) {
+	cfg := fakeConfig(t)
+	ln, err := net.Listen("unix", cfg.Socket)
+	require.NoError(t, err)
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, ln.Close()) // the socket file stays, as a SIGKILL leaves it
+	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	w.close()
+}
