@@ -60,7 +60,7 @@ type Timeline struct {
 	// termination with the shorter RestartGrace and ran the hook again.
 	Restart      time.Time     `json:"restart,omitzero"`
 	RestartGrace time.Duration `json:"restart_grace_ns,omitempty"`
-	SIGTERM      time.Time     `json:"sigterm"` // when SIGTERM was sent
+	SIGTERM      time.Time     `json:"sigterm"` // when SIGTERM was sent (or due, to a process already gone)
 	// Remaining is what the kubelet left between SIGTERM and SIGKILL:
 	// grace - trunc(hook elapsed), at least MinimumGracePeriod (after a
 	// restart: RestartGrace - trunc(time since Restart)).
@@ -129,9 +129,12 @@ func ShortenGrace(after, grace time.Duration) Option {
 // exited and the hook has returned. What SIGTERM leaves is Remaining's
 // arithmetic, with or without a hook (without one, a grace of 1 s still
 // leaves the 2 s floor). A hook that overruns the grace period is not
-// cancelled: its ctx ends when p has exited. ctx bounds only the waits
-// after SIGKILL (for the exit, then for the hook); Terminate returns ctx's
-// error if either does not end even then.
+// cancelled: its ctx ends when p has exited. A process that exits during
+// the hook (a crash) ends the hook's ctx then, as a real hook dies with its
+// container, and the kubelet goes on at once; no SIGTERM is sent to it and
+// Exit is when it exited. ctx bounds only the waits after SIGKILL (for the
+// exit, then for the hook); Terminate returns ctx's error if either does
+// not end even then.
 func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, opts ...Option) (*Timeline, error) {
 	var o options
 	for _, opt := range opts {
@@ -146,6 +149,10 @@ func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, o
 	t := &Timeline{Grace: grace, Start: time.Now(), Remaining: Remaining(grace, 0)}
 	hookCtx, endHook := context.WithCancel(context.Background())
 	defer endHook()
+	// The process can die before SIGTERM (a crash during the hook). The
+	// hook ends with it, as a real one does, and its exit time is kept.
+	exit := watchExit(p, endHook)
+	defer exit.stop()
 	var calls sync.WaitGroup
 	if hook != nil {
 		t.event("preStop hook started (grace %v)", grace)
@@ -156,18 +163,26 @@ func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, o
 			err   error
 		)
 		if o.shortenTo != 0 {
-			if returned, _ := waitHook(first, o.shortenAfter); returned {
+			returned, firstErr := waitHook(first, o.shortenAfter)
+			switch {
+			case returned && !exit.seen():
 				endHook()
 				return t, fmt.Errorf("kubeletsim: the hook returned before the second deletion at %v", o.shortenAfter)
+			case returned: // the process died first: no second deletion reaches it
+				ended, err = true, firstErr
+			default:
+				t.Restart, t.RestartGrace = time.Now(), o.shortenTo
+				t.event("second deletion with grace %v: the kubelet runs the preStop hook again (the first call runs on)", o.shortenTo)
+				start, g = t.Restart, o.shortenTo
+				ended, err = waitHook(startHook(hookCtx, hook, &calls), g)
 			}
-			t.Restart, t.RestartGrace = time.Now(), o.shortenTo
-			t.event("second deletion with grace %v: the kubelet runs the preStop hook again (the first call runs on)", o.shortenTo)
-			start, g = t.Restart, o.shortenTo
-			ended, err = waitHook(startHook(hookCtx, hook, &calls), g)
 		} else {
 			ended, err = waitHook(first, g)
 		}
 		t.HookEnd = time.Now()
+		if exit.seen() {
+			t.Events = append(t.Events, Event{At: exit.at, What: "process exited during the preStop hook"})
+		}
 		if !ended {
 			t.HookKept = true
 			err = fmt.Errorf("preStop hook did not finish within the grace period %v; the kubelet stops waiting (it does not cancel it)", g)
@@ -180,7 +195,7 @@ func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, o
 		}
 		t.Remaining = Remaining(g, t.HookEnd.Sub(start))
 	}
-	exited, err := signalAndWait(ctx, t, p)
+	exited, err := signalAndWait(ctx, t, p, exit)
 	// The process is gone, and with it whatever the hook was talking to.
 	endHook()
 	if !exited {
@@ -219,12 +234,49 @@ func waitHook(res <-chan error, d time.Duration) (bool, error) {
 	}
 }
 
+// exitWatch records when a process exited, whenever that is.
+type exitWatch struct {
+	exited chan struct{} // closed once at is set
+	at     time.Time
+	done   chan struct{}
+}
+
+// watchExit watches p until stop: at p's exit it records the time and
+// calls then.
+func watchExit(p Process, then func()) *exitWatch {
+	w := &exitWatch{exited: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		select {
+		case <-p.Exited():
+			w.at = time.Now()
+			close(w.exited)
+			then()
+		case <-w.done:
+		}
+	}()
+	return w
+}
+
+// seen reports whether the process has exited.
+func (w *exitWatch) seen() bool {
+	select {
+	case <-w.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *exitWatch) stop() { close(w.done) }
+
 // signalAndWait sends SIGTERM, waits the remaining grace for p's exit, then
 // SIGKILLs it and waits bounded by ctx. It reports whether p exited.
-func signalAndWait(ctx context.Context, t *Timeline, p Process) (bool, error) {
+func signalAndWait(ctx context.Context, t *Timeline, p Process, exit *exitWatch) (bool, error) {
 	t.SIGTERM = time.Now()
 	t.KillDue = t.SIGTERM.Add(t.Remaining)
-	if err := p.Signal(syscall.SIGTERM); err != nil {
+	if exit.seen() {
+		t.event("SIGTERM not sent: the process has already exited")
+	} else if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.event("SIGTERM failed: %v", err)
 	} else {
 		t.event("SIGTERM (SIGKILL due in %v)", t.Remaining)
@@ -232,9 +284,9 @@ func signalAndWait(ctx context.Context, t *Timeline, p Process) (bool, error) {
 	timer := time.NewTimer(t.Remaining)
 	defer timer.Stop()
 	select {
-	case <-p.Exited():
-		t.Exit = time.Now()
-		t.event("process exited, %v before SIGKILL", t.Headroom().Round(time.Millisecond))
+	case <-exit.exited:
+		t.Exit = exit.at
+		t.Events = append(t.Events, Event{At: t.Exit, What: fmt.Sprintf("process exited, %v before SIGKILL", t.Headroom().Round(time.Millisecond))})
 		_ = p.Kill() // the container stops: whatever is left in it dies
 		return true, nil
 	case <-timer.C:
@@ -246,9 +298,9 @@ func signalAndWait(ctx context.Context, t *Timeline, p Process) (bool, error) {
 		t.event("SIGKILL to the process group")
 	}
 	select {
-	case <-p.Exited():
-		t.Exit = time.Now()
-		t.event("process exited after SIGKILL")
+	case <-exit.exited:
+		t.Exit = exit.at
+		t.Events = append(t.Events, Event{At: t.Exit, What: "process exited after SIGKILL"})
 		return true, nil
 	case <-ctx.Done():
 		return false, fmt.Errorf("kubeletsim: process still running after SIGKILL: %w", ctx.Err())

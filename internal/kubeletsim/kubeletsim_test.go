@@ -302,3 +302,51 @@ func TestShortenGraceRejectsWhatTheKubeletWouldNotDo(t *testing.T) {
 	_, err := Terminate(context.Background(), NewInProcess(), nil, 30*time.Second, ShortenGrace(time.Second, time.Second))
 	assert.ErrorContains(t, err, "needs a hook")
 }
+
+// 0 .. hook (waits for its ctx) .. 2 s: the process dies on its own
+// (a crash). The real hook ends with it (an httpGet fails with EOF, an
+// exec dies with its container) and the kubelet goes on at once: the
+// hook's ctx ends at 2 s, SIGTERM follows, and the exit is 2 s, not the
+// 30 s grace the simulator waited for a hook nobody could still answer.
+func TestProcessDyingDuringTheHookEndsTheHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		t0 := time.Now()
+		go func() { time.Sleep(2 * time.Second); p.Exit() }()
+		var hookEnded time.Time
+		hook := HookFunc(func(ctx context.Context) error { <-ctx.Done(); hookEnded = time.Now(); return ctx.Err() })
+		tl, err := Terminate(context.Background(), p, hook, 30*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, 2*time.Second, hookEnded.Sub(t0), "the hook's ctx ends when the process exits")
+		assert.False(t, tl.HookKept, "the hook did not use the grace period")
+		assert.Equal(t, 2*time.Second, tl.SIGTERM.Sub(t0))
+		assert.Equal(t, 2*time.Second, tl.Exit.Sub(t0), "Exit is when the process exited")
+		assert.False(t, tl.Killed)
+	})
+}
+
+// A real child that exits during a hook that does not return: its exit
+// is recorded when it happened, before SIGTERM, not when the simulator
+// got round to SIGTERM.
+func TestRealChildExitingDuringTheHookIsRecordedWhenItExited(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "read x")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	child, err := Start(cmd)
+	require.NoError(t, err)
+	var exitedAt time.Time
+	hook := HookFunc(func(ctx context.Context) error {
+		assert.NoError(t, stdin.Close()) // the child exits on its own
+		<-child.Exited()
+		exitedAt = time.Now()
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	tl, err := Terminate(context.Background(), child, hook, 10*time.Second)
+	require.NoError(t, err)
+	assert.False(t, tl.HookKept, "the hook ended with the process")
+	assert.False(t, tl.Killed)
+	assert.False(t, tl.Exit.Before(exitedAt.Add(-time.Second)), "Exit %v is when the child exited (%v)", tl.Exit.Sub(tl.Start), exitedAt.Sub(tl.Start))
+	assert.False(t, tl.Exit.After(tl.HookEnd), "the exit (%v) ended the hook (%v)", tl.Exit.Sub(tl.Start), tl.HookEnd.Sub(tl.Start))
+	assert.False(t, tl.HookEnd.After(tl.SIGTERM))
+}
