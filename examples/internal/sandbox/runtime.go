@@ -261,12 +261,21 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // container is deleted later, by Resume or Destroy: runsc delete of a checkpointed
 // container takes about two seconds (it waits for the sandbox process to go), which a
 // node drain should not spend before SIGKILL.
+//
+// ctx keeps a checkpoint from starting, never cuts one short: once runsc checkpoint has
+// reached the sandbox, gVisor writes the image and stops the sandbox whatever happens to
+// the runsc client, so killing the client at ctx's end only lost the answer: Pause failed
+// (the sandbox "still running") while it had stopped with its image written, and the
+// next Pause deleted that image. A started checkpoint takes as long as gVisor takes.
 func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("runsc checkpoint %s not started: %w", id, err)
+	}
 	image := r.Image(id)
 	if err := os.RemoveAll(image); err != nil {
 		return "", err
 	}
-	if err := r.Runtime.Checkpoint(ctx, id, image); err != nil {
+	if err := r.Runtime.Checkpoint(context.WithoutCancel(ctx), id, image); err != nil {
 		return "", err
 	}
 	// The record that points at the image is made durable next; the image must be too.
