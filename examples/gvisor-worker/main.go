@@ -20,7 +20,8 @@ func main() {
 }
 
 // Main runs the worker and returns its exit status: 0 after a clean shutdown, 1 when the
-// shutdown lost sandboxes or the worker could not start, 2 for bad usage.
+// shutdown lost sandboxes or the worker could not start, 2 for bad usage (a -grace too
+// short for the plan included).
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -34,6 +35,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	w, err := newWorker(cfg, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "gvisor-worker:", err)
+		if errors.As(err, new(usageError)) {
+			return 2
+		}
 		return 1
 	}
 	rep := w.serve(ctx)

@@ -198,8 +198,18 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 		},
 		Logger: w.logger,
 	})
-	return err
+	if err != nil { // the flags' plan does not fit: name the flags, not drain's Config
+		return usageError{fmt.Errorf("-grace %v is too short for one round of checkpoints of -pause-latency %v and the escalate and grpc steps' reserves: %w",
+			w.cfg.Grace, w.cfg.PauseLatency, err)}
+	}
+	return nil
 }
+
+// usageError is newWorker's error when the flags, valid one by one, make no plan that
+// fits: Main exits 2, as for bad usage.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
 
 // serve serves until SIGTERM or SIGINT (or ctx ending), then shuts down and returns the
 // Report. A second signal forces. SIGHUP and SIGQUIT never end the worker (otherSignals).

@@ -244,3 +244,17 @@ func TestStaleSocketOfAKilledWorkerIsReplaced(t *testing.T) {
 	require.NoError(t, err)
 	w.close()
 }
+
+// A -grace too short for one checkpoint and the steps' reserves (the kubelet takes any
+// grace from 2 s) is bad usage naming -grace and -pause-latency, the flags that set the
+// plan: the worker exited 1 blaming drain's Config.Steps, a field no flag sets.
+func TestGraceTooShortForThePlanNamesTheFlags(t *testing.T) {
+	var stderr logbuf.Buffer
+	code := Main(context.Background(), []string{"-state-dir", t.TempDir(), "-runtime", "fake", "-grace", "4s"}, &stderr)
+	assert.Equal(t, 2, code, "bad usage: %s", &stderr)
+	assert.Contains(t, stderr.String(), "-grace 4s")
+	assert.Contains(t, stderr.String(), "-pause-latency 2s")
+	code = Main(context.Background(), []string{"-state-dir", t.TempDir(), "-runtime", "fake", "-grace", "4s",
+		"-pause-latency", "10ms", "-socket", filepath.Join(t.TempDir(), "missing", "w.sock")}, io.Discard)
+	assert.Equal(t, 1, code, "with a short checkpoint the plan fits; the missing socket dir is not bad usage")
+}
