@@ -3,6 +3,7 @@ package draintest_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -221,5 +222,38 @@ func TestDiskSharesItsBandwidth(t *testing.T) {
 		require.NoError(t, b.Preserve(t.Context()))
 		require.NoError(t, <-errs)
 		assert.Equal(t, time.Second, time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// A Disk whose Bandwidth was left out, or set to something no device has, fails the
+// preserve with an error naming the field, and a write longer than the largest Duration
+// takes forever (until ctx ends): both wrote instantly and succeeded, so a concurrency
+// test over a misconfigured Disk passed without measuring anything.
+func TestDiskBadFieldsAreNamedNotInstant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const mib = 1 << 20
+		for field, disk := range map[string]*draintest.Disk{
+			"Disk.Bandwidth": {PerWriter: mib},
+			"Disk.PerWriter": {Bandwidth: mib, PerWriter: -1},
+			"Disk.Thrash":    {Bandwidth: mib, Thrash: math.NaN()},
+			"Disk.Jitter":    {Bandwidth: mib, Jitter: math.Inf(1)},
+		} {
+			start := time.Now()
+			err := (&draintest.Sandbox{Name: "sb", Bytes: mib, Disk: disk}).Preserve(t.Context())
+			require.Error(t, err, field)
+			assert.Contains(t, err.Error(), field)
+			assert.Zero(t, time.Since(start), field)
+		}
+		err := (&draintest.Sandbox{Name: "sb", Bytes: -1, Disk: &draintest.Disk{Bandwidth: mib}}).Preserve(t.Context())
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "Sandbox.Bytes")
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		huge := &draintest.Sandbox{Name: "huge", Bytes: math.MaxInt64, Disk: &draintest.Disk{Bandwidth: 1}}
+		assert.ErrorIs(t, huge.Preserve(ctx), context.DeadlineExceeded, "292 years of writing is not done at once")
+		assert.Equal(t, time.Hour, time.Since(start))
+		assert.False(t, huge.Preserved())
 	})
 }

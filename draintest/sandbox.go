@@ -195,6 +195,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 // Jitter makes the device noisy, as a virtual disk shared with busy
 // neighbours is: each write takes exp(Jitter x N(0,1)) times as long as the
 // device would make it, drawn from a generator seeded with Seed.
+//
+// Bandwidth is required; a write to a Disk whose fields no device has (a
+// Bandwidth that is not a finite number > 0, a negative or non-finite
+// PerWriter, Thrash or Jitter) fails the attempt with an error naming the
+// field. A write longer than the largest Duration takes that long.
 type Disk struct {
 	Bandwidth float64 // bytes per second of the device
 	PerWriter float64 // bytes per second one writer can reach; 0: Bandwidth
@@ -223,7 +228,39 @@ func (d *Disk) factor() float64 {
 // chunks is how many pieces a write is split into.
 const chunks = 32
 
+// check returns an error naming the first field no device can have, and a write of n
+// bytes that no Sandbox can make.
+func (d *Disk) check(n int64) error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case !(d.Bandwidth > 0) || !finite(d.Bandwidth):
+		return fmt.Errorf("draintest: Disk.Bandwidth must be a finite number of bytes per second > 0, got %v", d.Bandwidth)
+	case !(d.PerWriter >= 0) || !finite(d.PerWriter):
+		return fmt.Errorf("draintest: Disk.PerWriter must be finite and >= 0 (0: Bandwidth), got %v", d.PerWriter)
+	case !(d.Thrash >= 0) || !finite(d.Thrash):
+		return fmt.Errorf("draintest: Disk.Thrash must be finite and >= 0, got %v", d.Thrash)
+	case !(d.Jitter >= 0) || !finite(d.Jitter):
+		return fmt.Errorf("draintest: Disk.Jitter must be finite and >= 0, got %v", d.Jitter)
+	case n < 0:
+		return fmt.Errorf("draintest: Sandbox.Bytes written to a Disk must not be negative, got %d", n)
+	}
+	return nil
+}
+
+// seconds is a duration of s seconds, saturated at the largest Duration: past it the
+// conversion is undefined (it gave a negative one, which sleep took for none).
+func seconds(s float64) time.Duration {
+	ns := s * float64(time.Second)
+	if !(ns < math.MaxInt64) {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
+
 func (d *Disk) write(ctx context.Context, n int64) error {
+	if err := d.check(n); err != nil {
+		return backoff.Permanent(err) // no retry mends a test's configuration
+	}
 	d.mu.Lock()
 	d.writers++
 	d.mu.Unlock()
@@ -234,7 +271,7 @@ func (d *Disk) write(ctx context.Context, n int64) error {
 	}()
 	f := d.factor()
 	for range chunks {
-		if err := sleep(ctx, time.Duration(f*float64(n)/chunks/d.rate()*float64(time.Second))); err != nil {
+		if err := sleep(ctx, seconds(f*float64(n)/chunks/d.rate())); err != nil {
 			return err
 		}
 	}
