@@ -34,5 +34,7 @@
 // Guarantees: a gated RPC arriving after the gate closed never reaches its
 // handler; a health RPC always does, and never reports SERVING after the
 // gate closed; Stop returns by its context's deadline plus the time Stop
-// takes to close the connections.
+// takes to close the connections, even while a handler ignores its
+// cancelled context (unless the server was made with
+// grpc.WaitForHandlers(true), whose Stop waits for the handlers).
 package draingrpc

@@ -92,9 +92,16 @@ type Server interface {
 // Stop stops s within ctx: it calls GracefulStop, which stops accepting
 // connections and waits for every RPC to finish, and when ctx ends first it
 // calls Stop, which closes every connection and cancels the RPCs still
-// running. It returns once GracefulStop returned: nil, or ctx's error when
-// Stop had to be called. (GracefulStop alone has no deadline: one stuck RPC
-// would hold the process until SIGKILL.)
+// running. It returns nil once GracefulStop returned, or ctx's error once
+// Stop returned when Stop had to be called. (GracefulStop alone has no
+// deadline: one stuck RPC would hold the process until SIGKILL.)
+//
+// A *grpc.Server's GracefulStop waits for every handler to return, even
+// after Stop closed the connections: a handler that ignores its cancelled
+// context keeps GracefulStop, in a goroutine of its own, running until it
+// returns, and Stop does not wait for it (its RPC has ended for the
+// client). A server made with grpc.WaitForHandlers(true) has Stop itself
+// wait for the handlers, and then Stop returns only when they do.
 func Stop(ctx context.Context, s Server) error {
 	done := make(chan struct{})
 	go func() {
@@ -107,7 +114,6 @@ func Stop(ctx context.Context, s Server) error {
 	case <-ctx.Done():
 	}
 	s.Stop()
-	<-done
 	return ctx.Err()
 }
 

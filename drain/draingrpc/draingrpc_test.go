@@ -282,3 +282,55 @@ func TestStopReturnsNilWhenIdle(t *testing.T) {
 	s := serve(t, &drain.Gate{}, "tcp")
 	require.NoError(t, Stop(context.Background(), s.srv))
 }
+
+// stuckWorker's EmptyCall ignores its context until release is closed: a handler blocked
+// in a call that takes no context (a runtime command, a lock).
+type stuckWorker struct {
+	testgrpc.UnimplementedTestServiceServer
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (w stuckWorker) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
+	close(w.entered)
+	<-w.release
+	return &testgrpc.Empty{}, nil
+}
+
+// A handler that ignores its cancelled context does not hold Stop past its deadline:
+// grpc's GracefulStop waits for every handler to return even once Stop has closed the
+// connections, and Stop waited for GracefulStop, so one stuck handler held the step
+// until it was abandoned (and a caller of Stop for ever). Stop now returns once Stop has
+// closed the connections; the handler goes on until it returns, its RPC already ended.
+func TestStopReturnsAtTheDeadlineWhenAHandlerIgnoresItsContext(t *testing.T) {
+	w := stuckWorker{entered: make(chan struct{}), release: make(chan struct{})}
+	srv := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(srv, w)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	defer func() { <-served }()
+	defer close(w.release) // the handler returns at the end of the test, after Stop's check
+	calls := make(chan error, 1)
+	go func() {
+		_, err := testgrpc.NewTestServiceClient(conn).EmptyCall(context.Background(), &testgrpc.Empty{})
+		calls <- err
+	}()
+	<-w.entered
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- Stop(ctx, srv) }()
+	select {
+	case err := <-stopped:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(30 * time.Second): // a bound on the failure, not a timing
+		t.Fatal("Stop did not return while a handler ignored its cancelled context")
+	}
+	require.Error(t, <-calls, "the RPC ended with its connection")
+}
