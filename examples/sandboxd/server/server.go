@@ -151,22 +151,38 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 	if err != nil {
 		return fmt.Errorf("-grace: %w", err)
 	}
-	s.est = deadline.NewEstimator(s.learnedEstimate())
-	s.drainer, err = drain.New(drain.Config{
-		Budget:    budget,
-		Gate:      &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
-		Sandboxes: pause.ListFunc(s.node.Running),
-		Pause: pause.Config{
-			Limit:     s.cfg.Concurrency,
-			Permanent: diskBroken, // retrying cannot help: do not burn the window
-			Estimator: s.est,
-		},
-		Steps:         steps,
-		PollInterval:  min(time.Second, s.cfg.Grace/20),
-		Logger:        s.logger,
-		MeterProvider: s.meters,
-		Pod:           s.pod(),
-	})
+	pod := s.pod()
+	build := func(prior time.Duration) error {
+		s.est = deadline.NewEstimator(prior)
+		s.drainer, err = drain.New(drain.Config{
+			Budget:    budget,
+			Gate:      &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
+			Sandboxes: pause.ListFunc(s.node.Running),
+			Pause: pause.Config{
+				Limit:     s.cfg.Concurrency,
+				Permanent: diskBroken, // retrying cannot help: do not burn the window
+				Estimator: s.est,
+			},
+			Steps:         steps,
+			PollInterval:  min(time.Second, s.cfg.Grace/20),
+			Logger:        s.logger,
+			MeterProvider: s.meters,
+			Pod:           pod,
+		})
+		return err
+	}
+	prior := s.learnedEstimate()
+	err = build(prior)
+	if err != nil && prior != s.cfg.PauseEstimate() {
+		// The learned estimate is a prior, never a reason not to start: when one round of
+		// it no longer fits the grace (the last shutdown's pauses took most of its window,
+		// or the grace was shortened since), failing here would fail every start, the file
+		// being rewritten only at a shutdown, and serve none of the sandboxes until it was
+		// removed by hand.
+		s.logger.Warn("learned estimate does not fit the grace period; starting from -pause-latency",
+			"estimate", prior, "pause_latency", s.cfg.PauseEstimate(), "error", err)
+		err = build(s.cfg.PauseEstimate())
+	}
 	return err
 }
 
@@ -242,6 +258,8 @@ func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr error) {
 
 // learnedEstimate is where the estimate of one preserve starts: what the last shutdown
 // learned (STATE_DIR/learned-rates.json), or else the configured PauseEstimate.
+// buildDrainer starts from PauseEstimate when one round of the learned estimate does not
+// fit the grace period.
 func (s *Server) learnedEstimate() time.Duration {
 	path := filepath.Join(s.cfg.StateDir, learned.File)
 	r, err := learned.Read(path)

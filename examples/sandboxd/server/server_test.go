@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -317,4 +319,24 @@ func TestMetricsInPrometheusFormat(t *testing.T) {
 	} {
 		assert.Contains(t, after, want)
 	}
+}
+
+// A learned estimate is a prior, never a reason not to start: one whose round no longer
+// fits the grace period (the last shutdown's pauses took most of a window, or the grace
+// was shortened since) made New fail, and since the file is rewritten only at a shutdown,
+// sandboxd never started again, serving none of its checkpointed sandboxes, until the
+// file was removed by hand. It now starts from -pause-latency and says why.
+func TestLearnedEstimateThatNoLongerFitsDoesNotStopTheStart(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Grace = 30 * time.Second
+	r := learned.Rates{Written: time.Now(), Estimate: 26 * time.Second, Mean: 25 * time.Second, P90: 26 * time.Second,
+		Observations: 8, Limit: 4, Grace: cfg.Grace}
+	require.NoError(t, r.Write(filepath.Join(cfg.StateDir, learned.File)))
+	var logs logbuf.Buffer
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err, "the learned estimate must not keep sandboxd from starting")
+	defer s.Close()
+	assert.Equal(t, cfg.PauseEstimate(), s.est.Estimate(), "started from -pause-latency")
+	assert.Contains(t, logs.String(), "learned estimate does not fit")
+	assert.Contains(t, logs.String(), "estimate=26s")
 }
