@@ -12,7 +12,8 @@ import (
 // Main runs sandboxd with the command-line args (without the program name), logging to
 // stderr, and returns the exit status: 0 after a shutdown whose Report was written (even
 // one that lost sandboxes: the Report says so), 1 when the server could not start or the
-// Report could not be written, 2 for bad usage. The calling binary's main must call
+// Report could not be written, 2 for bad usage (a -grace too short for the plan
+// included). The calling binary's main must call
 // fakeublk.MainIfDaemon first.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg, err := ParseFlags(args, stderr)
@@ -27,6 +28,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	s, err := New(ctx, cfg, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd:", err)
+		if errors.As(err, new(usageError)) {
+			return 2
+		}
 		return 1
 	}
 	rep, err := s.Run(ctx)

@@ -183,8 +183,18 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 			"estimate", prior, "pause_latency", s.cfg.PauseEstimate(), "error", err)
 		err = build(s.cfg.PauseEstimate())
 	}
-	return err
+	if err != nil { // the flags' plan does not fit: name the flags, not drain's Config
+		return usageError{fmt.Errorf("-grace %v is too short for one round of pauses of -pause-latency %v and the steps' reserves: %w",
+			s.cfg.Grace, s.cfg.PauseLatency, err)}
+	}
+	return nil
 }
+
+// usageError is New's error when the flags, valid one by one, make no plan that fits:
+// Main exits 2, as for bad usage.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
 
 // pod is this pod in the Kubernetes API (-pod), or nil when there is none or no service
 // account is mounted: the drain then goes on with -grace and posts no Events.

@@ -340,3 +340,15 @@ func TestLearnedEstimateThatNoLongerFitsDoesNotStopTheStart(t *testing.T) {
 	assert.Contains(t, logs.String(), "learned estimate does not fit")
 	assert.Contains(t, logs.String(), "estimate=26s")
 }
+
+// A -grace the flag check accepts (the kubelet's 2 s minimum) but too short for one round
+// of pauses and the steps' reserves is bad usage naming -grace and -pause-latency: sandboxd
+// exited 1 blaming drain's Config.Steps, a field no flag sets.
+func TestGraceTooShortForThePlanNamesTheFlags(t *testing.T) {
+	var stderr logbuf.Buffer
+	code := Main(context.Background(), []string{"-state-dir", t.TempDir(), "-listen", "127.0.0.1:0",
+		"-hook-listen", "127.0.0.1:0", "-grace", "2s"}, &stderr)
+	assert.Equal(t, 2, code, "bad usage: %s", &stderr)
+	assert.Contains(t, stderr.String(), "-grace 2s")
+	assert.Contains(t, stderr.String(), "-pause-latency")
+}
