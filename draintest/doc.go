@@ -54,13 +54,13 @@
 //		})
 //	}
 //
-// The test above is TestRecipe in this package's tests and runs in a few
-// milliseconds. The preStop hook fits the same way: call d.PreStop() with
-// httptest in a goroutine, wait for the call to return (the drain
-// deadline, as the kubelet's httpGet would), then send SIGTERM
-// (TestRecipeWithThePreStopHook). A SIGTERM while the call is still open
-// means the kubelet's grace ran out, and the budget then expects SIGKILL
-// 2 s later.
+// The test above is TestShutdownPreservesEverySandboxBeforeSIGKILL in this
+// package's tests and runs in a few milliseconds. The preStop hook fits the
+// same way: call d.PreStop() with httptest in a goroutine, wait for the call
+// to return (the drain deadline, as the kubelet's httpGet would), then send
+// SIGTERM (TestRecipeWithThePreStopHook). A SIGTERM while the call is still
+// open means the kubelet's grace ran out, and the budget then expects
+// SIGKILL 2 s later.
 //
 // Guarantees: every fake uses the real clock and no global state, so it
 // runs as well outside a bubble (the package Example does) as inside one.
