@@ -125,6 +125,12 @@ func Read(path string) (*Rates, error) {
 	switch {
 	case r.Estimate < 0:
 		return nil, fmt.Errorf("%s: estimate_ns is negative", path)
+	case r.Mean < 0:
+		return nil, fmt.Errorf("%s: mean_ns is negative", path)
+	case r.P90 < 0:
+		return nil, fmt.Errorf("%s: p90_ns is negative", path)
+	case r.Observations < 0:
+		return nil, fmt.Errorf("%s: observations is negative", path)
 	case r.Limit < 0:
 		return nil, fmt.Errorf("%s: limit is negative", path)
 	case r.Grace < 0 || r.Margin < 0:

@@ -48,10 +48,13 @@ func TestReadSaysWhatIsWrong(t *testing.T) {
 	_, err := learned.Read(filepath.Join(dir, "none.json"))
 	assert.ErrorIs(t, err, learned.ErrNone)
 	for body, says := range map[string]string{
-		`{`:                   "unexpected end of JSON",
-		`{"estimate_ns": -1}`: "estimate_ns is negative",
-		`{"limit": -2}`:       "limit is negative",
-		`{"grace_ns": -5}`:    "grace_ns and margin_ns",
+		`{`:                    "unexpected end of JSON",
+		`{"estimate_ns": -1}`:  "estimate_ns is negative",
+		`{"limit": -2}`:        "limit is negative",
+		`{"grace_ns": -5}`:     "grace_ns and margin_ns",
+		`{"mean_ns": -3}`:      "mean_ns is negative",
+		`{"p90_ns": -4}`:       "p90_ns is negative",
+		`{"observations": -1}`: "observations is negative",
 		`{"steps": [{"name": "", "reserve_ns": 1}]}`: "steps[0] needs a name",
 	} {
 		f := filepath.Join(dir, "r.json")
