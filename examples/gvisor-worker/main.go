@@ -12,10 +12,12 @@ import (
 	"path/filepath"
 
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/pid1"
 	"github.com/drainkit/drainkit/internal/termmsg"
 )
 
 func main() {
+	pid1.Init() // as PID 1 of the pod's PID namespace: reap runsc's orphans, forward signals
 	os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
 }
 

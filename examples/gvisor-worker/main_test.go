@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/drainkit/drainkit/internal/pid1"
 )
 
 // roleEnv makes the test binary run the worker's Main with its arguments.
@@ -15,6 +18,13 @@ const roleEnv = "GVISOR_WORKER_TEST_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) != "" {
+		if os.Getenv(procEnv) != "" {
+			if err := mountProc(); err != nil {
+				fmt.Fprintln(os.Stderr, "mounting /proc:", err)
+				os.Exit(1)
+			}
+		}
+		pid1.Init() // as main does
 		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
 	}
 	goleak.VerifyTestMain(m)

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/pid1"
 )
 
 // roleEnv makes the test binary run sandboxd's Main with its arguments.
@@ -16,6 +17,7 @@ const roleEnv = "SANDBOXD_TEST_MAIN"
 func TestMain(m *testing.M) {
 	fakeublk.MainIfDaemon()
 	if os.Getenv(roleEnv) != "" {
+		pid1.Init() // as sandboxd's main does
 		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
 	}
 	goleak.VerifyTestMain(m)

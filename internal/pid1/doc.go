@@ -1,0 +1,51 @@
+// Package pid1 is the init built into drainkit's node servers (examples/gvisor-worker,
+// examples/sandboxd), the way tini or `docker run --init` put one in front of a
+// container's command, so a server is safe as PID 1 whatever its manifest says.
+//
+// Why: a pod's container runs its command as PID 1 of the pod's PID namespace, with no
+// init in front unless the manifest adds one. `runsc run -detach` and `runsc checkpoint`
+// leave gVisor's processes (runsc-sandbox, runsc-gofer, ...) re-parented to PID 1, and a
+// server that never calls wait4 for processes it did not start leaves them zombies: five
+// per checkpoint, and every later `runsc delete` of the sandbox waited for a zombie nobody
+// reaped until its 5 s ran out, so a Restore in the same pod failed. The server itself
+// cannot simply reap everything: a wait4(-1) loop would steal the exit statuses of its own
+// os/exec children (the runsc commands it runs).
+//
+// Call Init first thing in main:
+//
+//	func main() {
+//		pid1.Init() // as PID 1: runs this program as its child, reaps, exits with its status
+//		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
+//	}
+//
+// As PID 1 of its PID namespace, Init does not return: it runs the same binary again
+// (/proc/self/exe, the same arguments, environment and stdio) as its only child, forwards
+// every signal it can catch to it, reaps every process that exits (the child and every
+// orphan re-parented to it), and exits with the child's status once the child has exited.
+// The child is the program: it writes the termination message and the Report files as it
+// would as PID 1, and it gets SIGTERM as soon as PID 1 does.
+//
+// Anywhere else (a child of a supervisor, a process started by hand or by a test, a pod
+// that has an init or shares its PID namespace) Init returns at once and does nothing.
+//
+// Guarantees and limits:
+//   - Forwarded: every signal a process can catch (SIGTERM above all: the kubelet sends it
+//     to PID 1; SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, ...), as it arrives,
+//     except SIGCHLD (the init's own) and SIGURG (the Go runtime's preemption signal).
+//     SIGKILL and SIGSTOP cannot be caught: a SIGKILL to PID 1 ends the whole namespace, as
+//     it did before, and the child, started with Pdeathsig SIGKILL, never outlives the init.
+//   - The child has a process group of its own, so a signal sent to PID 1's group (a
+//     terminal's Ctrl-C) reaches it once, forwarded, not twice: a second SIGINT or SIGTERM
+//     forces a server's shutdown.
+//   - Exit status: the child's exit code, or 128+n when signal n ended it (as shells and
+//     tini report it). Processes still running when the child has exited are not waited
+//     for: PID 1's exit ends them, as the kernel ends a namespace whose init exits.
+//   - Not done: no signal is sent to the child's process group or to orphans, no
+//     subreaper is set up when the process is not PID 1 (under a supervisor, its parent
+//     reaps), nothing is logged unless the init cannot start the child (then the program
+//     runs as PID 1 without it, as before, and says so on stderr).
+//
+// The environment variable DRAINKIT_PID1_CHILD marks the child; Init removes it, so no
+// process the program starts inherits it. Never set it: a PID 1 that finds it takes itself
+// for the child and runs without the init.
+package pid1

@@ -1,0 +1,83 @@
+package pid1
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+// programEnv makes the test binary Init and then run the program it names, as a server's
+// main calls Init and then runs.
+const programEnv = "PID1_TEST_PROGRAM"
+
+func TestMain(m *testing.M) {
+	if prog := os.Getenv(programEnv); prog != "" {
+		Init()
+		os.Exit(program(prog))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// forwarded are the signals the "serve" program reports.
+var forwarded = []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1,
+	syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGTERM}
+
+// program runs the test program prog and returns its exit status:
+//   - serve: makes an orphan (starts "parent", which starts "orphan" and exits at once),
+//     prints "ready env=" and ChildEnv's value, then "got SIGNAL" for each signal of forwarded it receives, and
+//     exits 42 on SIGTERM;
+//   - parent: starts "orphan", whose stdin is a pipe it holds, and exits without waiting;
+//   - orphan: reads its stdin until its parent's end closes, then exits;
+//   - default: prints "ready" and waits for a signal, with Go's default handling of
+//     SIGTERM: it dies by it.
+func program(prog string) int {
+	self := func(name string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), programEnv+"="+name)
+		cmd.Stderr = os.Stderr
+		return cmd
+	}
+	switch prog {
+	case "serve":
+		sigs := make(chan os.Signal, len(forwarded))
+		for _, s := range forwarded {
+			signal.Notify(sigs, s)
+		}
+		if err := self("parent").Run(); err != nil { // reaps the parent, never the orphan
+			fmt.Println("parent:", err)
+			return 1
+		}
+		fmt.Println("ready env=" + os.Getenv(ChildEnv))
+		for sig := range sigs {
+			fmt.Println("got", unix.SignalName(sig.(syscall.Signal)))
+			if sig == syscall.SIGTERM {
+				return 42
+			}
+		}
+	case "parent":
+		orphan := self("orphan")
+		if _, err := orphan.StdinPipe(); err != nil {
+			return 1
+		}
+		if err := orphan.Start(); err != nil {
+			return 1
+		}
+		return 0 // the pipe's write end closes with this process
+	case "orphan":
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		return 0
+	case "default":
+		fmt.Println("ready")
+		time.Sleep(time.Hour) // until a signal ends it: not a timing assertion
+		return 0
+	}
+	return 3
+}

@@ -1,0 +1,102 @@
+package pid1
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+)
+
+// ChildEnv is the environment variable that marks the child the init started.
+const ChildEnv = "DRAINKIT_PID1_CHILD"
+
+// Init, called first thing in main, makes a process that is PID 1 of its PID namespace
+// an init for its own program and does not return: it starts the program again as its
+// child, forwards signals to it, reaps every process that exits, and exits with the
+// child's status (see the package doc). In the child, and in any process that is not
+// PID 1, it removes ChildEnv from the environment and returns at once. When the child
+// cannot be started it says so on stderr and returns, and the program runs as PID 1
+// without an init.
+func Init() {
+	_, child := os.LookupEnv(ChildEnv)
+	_ = os.Unsetenv(ChildEnv) // a process the program starts is not the child
+	if child {
+		nameAfterArgv0()
+		return
+	}
+	if os.Getpid() != 1 {
+		return
+	}
+	code, err := run(os.Args, os.Environ())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: built-in init: %v: running as PID 1 without it (orphans are not reaped)\n",
+			filepath.Base(os.Args[0]), err)
+		return
+	}
+	os.Exit(code)
+}
+
+// nameAfterArgv0 gives the child the command name the init has (ps, top and pgrep show
+// it), the base name of argv[0] cut to the kernel's 15 bytes, instead of "exe", the name
+// of the /proc/self/exe it was started from. It does nothing when /proc cannot say.
+func nameAfterArgv0() {
+	name := filepath.Base(os.Args[0])
+	_ = os.WriteFile("/proc/self/comm", []byte(name[:min(len(name), 15)]), 0)
+}
+
+// run starts /proc/self/exe with argv and env as the child, and forwards and reaps until
+// the child has exited; it returns the child's exit status.
+func run(argv, env []string) (int, error) {
+	// Pdeathsig fires when the thread that started the child exits, not the process: keep
+	// this goroutine on its thread until the init exits.
+	runtime.LockOSThread()
+	// Notified before the child exists, so no signal and no SIGCHLD is missed; the buffer
+	// holds a burst while the loop forwards.
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs)
+	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
+		Env:   append(env, ChildEnv+"=1"),
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
+	})
+	if err != nil {
+		signal.Reset()
+		runtime.UnlockOSThread()
+		return 0, fmt.Errorf("starting /proc/self/exe: %w", err)
+	}
+	for sig := range sigs {
+		if s := sig.(syscall.Signal); s != syscall.SIGCHLD && s != syscall.SIGURG {
+			// Until the child is reaped below its pid is its own (a zombie's included).
+			_ = syscall.Kill(pid, s)
+		}
+		// Reap after every signal, not only SIGCHLD: a SIGCHLD dropped while the buffer
+		// was full left a signal in it, whose turn comes after the exit it missed.
+		if ws, done := reap(pid); done {
+			if ws.Signaled() {
+				return 128 + int(ws.Signal()), nil
+			}
+			return ws.ExitStatus(), nil
+		}
+	}
+	panic("unreachable: the signal channel is never closed")
+}
+
+// reap collects every process that has exited, without blocking, and reports the
+// child's status once the child is among them.
+func reap(child int) (status syscall.WaitStatus, exited bool) {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil || pid <= 0: // ECHILD: none left; 0: none has exited
+			return status, exited
+		case pid == child:
+			status, exited = ws, true
+		}
+	}
+}
