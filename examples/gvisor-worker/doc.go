@@ -14,5 +14,12 @@
 // checkpoints and Restore resumes each sandbox where it was. SIGHUP is logged and ignored
 // and SIGQUIT dumps the goroutines to the log: neither ends the worker.
 //
+// As a pod's command the worker is PID 1 of the pod's PID namespace, where gVisor's
+// processes that `runsc run -detach` and `runsc checkpoint` leave behind are re-parented to
+// it: it has an init built in (internal/pid1), which runs the worker as its child, forwards
+// every signal to it, reaps those orphans and exits with the worker's status. Without it
+// each checkpoint left five zombies and a Restore in the same pod failed. Anywhere else (a
+// supervisor's child, a pod with an init) the worker runs as it is.
+//
 // The service is defined by hand (api.go) with a JSON codec: no protoc.
 package main

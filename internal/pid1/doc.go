@@ -19,7 +19,8 @@
 //	}
 //
 // As PID 1 of its PID namespace, Init does not return: it runs the same binary again
-// (/proc/self/exe, the same arguments, environment and stdio) as its only child, forwards
+// (/proc/self/exe, the same arguments, environment and stdio; the child takes argv[0]'s
+// base name as its command name, not "exe") as its only child, forwards
 // every signal it can catch to it, reaps every process that exits (the child and every
 // orphan re-parented to it), and exits with the child's status once the child has exited.
 // The child is the program: it writes the termination message and the Report files as it
