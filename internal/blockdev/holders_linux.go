@@ -24,8 +24,10 @@ import (
 // Processes that vanish or cannot be read during the scan are skipped, so
 // a caller that is not root sees only its own user's processes, and a
 // caller in a PID namespace only that namespace's (run the step where the
-// VMMs are visible). Holders
-// returns ctx.Err() if ctx ends before the scan is complete.
+// VMMs are visible). Open files are classified from the attributes the
+// kernel already has, so a file on a file system whose server is gone (a
+// hung NFS or FUSE mount) does not hold the scan. Holders returns ctx.Err()
+// if ctx ends before the scan is complete.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
 	found, err := Scan(ctx, procRoot, []DevNum{dev})
 	return found[dev], err
@@ -105,13 +107,19 @@ func isAnon(target string) bool {
 }
 
 // blockDev stats p (following links) and returns its device number if it
-// is a block device.
+// is a block device. It asks only for the file's type, from the attributes
+// the kernel has (AT_STATX_DONT_SYNC): a file's type and device number
+// never change, and a plain stat of a file on a network or FUSE file
+// system asks its server for fresh attributes, and waits for ever when the
+// server is gone (an NFS volume whose server went away, a hung FUSE
+// daemon), holding up the whole scan.
 func blockDev(p string) (DevNum, bool) {
-	var st unix.Stat_t
-	if err := unix.Stat(p, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+	var st unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st)
+	if err != nil || st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFBLK {
 		return DevNum{}, false
 	}
-	return DevNum{unix.Major(st.Rdev), unix.Minor(st.Rdev)}, true
+	return DevNum{st.Rdev_major, st.Rdev_minor}, true
 }
 
 // mountHolders calls found with the mount points whose file system is on

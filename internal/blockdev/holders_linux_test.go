@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
@@ -76,4 +77,46 @@ func TestHoldersIgnoresOtherDevices(t *testing.T) {
 	hs, err := blockdev.Holders(context.Background(), "/proc", blockdev.DevNum{Major: 4095, Minor: 1048575})
 	require.NoError(t, err)
 	assert.Empty(t, hs)
+}
+
+// A file held open on a file system whose server is gone (a FUSE daemon
+// that hangs, an NFS server that went away: a node's volumes often do
+// during a drain) must not hold the scan: a stat that asks such a file
+// system for fresh attributes waits in the kernel for an answer that never
+// comes, and the ublk step, which runs the scan to its end, would then
+// miss its deadline and leave the daemon to die with live devices at
+// SIGKILL. The scan still finds the VMM holding the device.
+func TestHoldersScanIsNotHeldByAFileSystemThatStoppedAnswering(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	vmm, _ := loopdev.Hold(t, node)
+	fs := mountStuckFS(t)
+	// Held by this process. Not os.Open: Go would add the file to its
+	// poller, whose epoll_ctl asks the file system (FUSE_POLL) while holding
+	// the lock the server's own wait for requests needs.
+	fd, err := unix.Open(filepath.Join(fs.Dir, "f"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	fs.Hang()
+
+	type result struct {
+		hs  []blockdev.Holder
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		hs, err := blockdev.Holders(context.Background(), "/proc", dev)
+		done <- result{hs, err}
+	}()
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		var pids []int
+		for _, h := range r.hs {
+			pids = append(pids, h.PID)
+		}
+		assert.Contains(t, pids, vmm.Process.Pid, "the VMM is still found: %v", r.hs)
+	case <-time.After(5 * time.Second): // the scan is one procfs pass: ~16 ms here
+		t.Error("the holders scan is stuck on the file system that stopped answering")
+		// The test's end aborts the FUSE connection, which ends the stat.
+	}
 }
