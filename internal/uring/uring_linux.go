@@ -242,6 +242,10 @@ var errClosed = errors.New("uring: ring closed")
 // with one io_uring_enter. It returns how many the kernel consumed. It fails
 // with ErrRingFull, without submitting anything, when fewer than len(sqes)
 // entries are free, and with an error when an entry's Cmd does not fit.
+// When the kernel consumes fewer than len(sqes) (it stops at an entry it
+// refuses at submission, whose completion carries the error) or io_uring_enter
+// fails, Submit returns an error and the entries not consumed are dropped:
+// they were not submitted and never will be.
 func (r *Ring) Submit(sqes ...SQE) (int, error) {
 	r.sqMu.Lock()
 	defer r.sqMu.Unlock()
@@ -271,10 +275,23 @@ func (r *Ring) Submit(sqes ...SQE) (int, error) {
 			continue
 		}
 		if errno != 0 {
-			return int(n), fmt.Errorf("uring: io_uring_enter: %w", errno)
+			r.unqueueLocked()
+			return 0, fmt.Errorf("uring: io_uring_enter: %w", errno)
+		}
+		if int(n) < len(sqes) {
+			r.unqueueLocked()
+			return int(n), fmt.Errorf("uring: the kernel took %d of %d entries (the first one not taken was refused at submission or could not be allocated); the rest were not submitted", n, len(sqes))
 		}
 		return int(n), nil
 	}
+}
+
+// unqueueLocked takes back the entries the kernel did not consume, so that
+// a later Submit does not send them in place of its own. Without SQPOLL the
+// kernel reads the submission queue only inside io_uring_enter, which
+// Submit alone calls with entries to submit, under sqMu.
+func (r *Ring) unqueueLocked() {
+	atomic.StoreUint32(r.sqTail, atomic.LoadUint32(r.sqHead))
 }
 
 func (s SQE) encode(b []byte) {

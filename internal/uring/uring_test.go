@@ -142,3 +142,29 @@ func TestNewRejectsZeroEntries(t *testing.T) {
 	_, err := New(0, 0)
 	assert.ErrorContains(t, err, "entries")
 }
+
+// The kernel stops a batch at an entry it refuses at submission (here an
+// unknown opcode, completed with EINVAL): the entries after it were never
+// taken. Submit says so, and they do not stay queued to be sent by a later
+// Submit in place of that call's own entries (a control command that was
+// never sent, and one sent that the caller had given up on).
+func TestEntriesTheKernelDidNotTakeAreNotSentLater(t *testing.T) {
+	r := newRing(t, 4, 0)
+	n, err := r.Submit(Nop(1), SQE{Opcode: 0xfe, UserData: 2}, Nop(3))
+	assert.Equal(t, 2, n, "the kernel took the Nop and the refused entry")
+	assert.ErrorContains(t, err, "took 2 of 3")
+
+	_, err = r.Submit(Nop(4))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	got := map[uint64]int32{}
+	for len(got) < 3 {
+		cqe, err := r.WaitCQE(ctx)
+		if err != nil {
+			break
+		}
+		got[cqe.UserData] = cqe.Res
+	}
+	assert.Equal(t, map[uint64]int32{1: 0, 2: -int32(unix.EINVAL), 4: 0}, got, "3 was never sent; 4 was")
+}
