@@ -38,7 +38,7 @@ func TestCheckpointWhoseClientIsGoneStillEndsPaused(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan *drain.Report, 1)
-	go func() { done <- w.serve(ctx) }()
+	go func() { rep, _ := w.serve(ctx); done <- rep }()
 	defer func() { cancel(); <-done }()
 	c := dial(t, cfg.Socket)
 

@@ -9,9 +9,12 @@
 // the budget the grace period leaves (not a fixed minute); a sandbox that could not be
 // checkpointed gets SIGTERM, a bounded grace and SIGKILL (escalate.Policy), where a failed
 // `runsc wait` is never mistaken for an exit; gRPC GracefulStop is bounded and followed by
-// Stop. The Report goes to STATE_DIR/last-shutdown.json; the exit status is 0 when every
-// sandbox was checkpointed and every step ended in time. A restarted worker loads the
-// checkpoints and Restore resumes each sandbox where it was. SIGHUP is logged and ignored
+// Stop. The Report goes to STATE_DIR/last-shutdown.json, and its summary to the
+// termination message, as soon as the drain ends: before the worker waits for the
+// deletions of sandboxes whose timeout passed (`runsc delete`, about 2 s), which could
+// otherwise push them past SIGKILL. The exit status is 0 when every sandbox was
+// checkpointed and every step ended in time. A restarted worker loads the checkpoints and
+// Restore resumes each sandbox where it was. SIGHUP is logged and ignored
 // and SIGQUIT dumps the goroutines to the log: neither ends the worker.
 //
 // As a pod's command the worker is PID 1 of the pod's PID namespace, where gVisor's

@@ -35,7 +35,7 @@ func TestSandboxThatCannotBeCheckpointedIsSignalled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan *drain.Report, 1)
-	go func() { done <- w.serve(ctx) }()
+	go func() { rep, _ := w.serve(ctx); done <- rep }()
 
 	r, err := dial(t, cfg.Socket).Run(context.Background(), &RunRequest{})
 	require.NoError(t, err)

@@ -28,7 +28,7 @@ func Example() {
 	}
 	ctx, shutdown := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { w.serve(ctx); close(done) }()
+	go func() { _, _ = w.serve(ctx); close(done) }()
 
 	cc, _ := grpc.NewClient("unix://"+cfg.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	defer cc.Close()

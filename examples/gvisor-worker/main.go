@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 
-	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/pid1"
-	"github.com/drainkit/drainkit/internal/termmsg"
 )
 
 func main() {
@@ -42,20 +38,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		return 1
 	}
-	rep := w.serve(ctx)
-	data, _ := json.MarshalIndent(rep, "", "  ")
-	reportPath := filepath.Join(cfg.StateDir, "last-shutdown.json")
-	err = store.WriteFile(reportPath, data, 0o600)
-	// The summary goes to the termination message path, so the pod's last state says
-	// what happened; a failure to write it must not change the exit.
-	where := "full report: " + reportPath
-	if err != nil {
-		where = "the full report could not be written: " + err.Error()
-	}
-	path, explicit := termmsg.Path(cfg.TerminationLog)
-	if _, werr := termmsg.Write(path, explicit, termmsg.Summary(rep, where)); werr != nil {
-		logger.Warn("termination message not written", "error", werr)
-	}
+	rep, err := w.serve(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "gvisor-worker:", err)
 		return 1

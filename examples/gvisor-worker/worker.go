@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -211,17 +212,43 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// serve serves until SIGTERM or SIGINT (or ctx ending), then shuts down and returns the
-// Report. A second signal forces. SIGHUP and SIGQUIT never end the worker (otherSignals).
-func (w *Worker) serve(ctx context.Context) *drain.Report {
+// serve serves until SIGTERM or SIGINT (or ctx ending), then shuts down, writes the Report
+// and the termination message (writeReport), and returns the Report and the error of
+// writing it. A second signal forces. SIGHUP and SIGQUIT never end the worker
+// (otherSignals).
+//
+// The Report is written before the sandbox node is closed: Close waits for the timeout
+// deletions in progress (`runsc delete -force`, about 2 s each), and the drain ended only
+// its margin before SIGKILL, which they would have pushed the Report past.
+func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	stopOthers := w.otherSignals()
 	defer stopOthers()
 	go func() { _ = w.grpc.Serve(w.ln) }()
 	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
 		"checkpointed", w.node.Count(sandbox.Paused))
 	rep := w.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+	err := w.writeReport(rep)
 	w.close()
-	return rep
+	return rep, err
+}
+
+// writeReport writes rep to STATE_DIR/last-shutdown.json and its summary to the
+// termination message path, so the pod's last state says what happened; a failure to
+// write the summary is logged and does not change the exit. It returns the error of
+// writing the Report.
+func (w *Worker) writeReport(rep *drain.Report) error {
+	data, _ := json.MarshalIndent(rep, "", "  ")
+	reportPath := filepath.Join(w.cfg.StateDir, "last-shutdown.json")
+	err := store.WriteFile(reportPath, data, 0o600)
+	where := "full report: " + reportPath
+	if err != nil {
+		where = "the full report could not be written: " + err.Error()
+	}
+	path, explicit := termmsg.Path(w.cfg.TerminationLog)
+	if _, werr := termmsg.Write(path, explicit, termmsg.Summary(rep, where)); werr != nil {
+		w.logger.Warn("termination message not written", "error", werr)
+	}
+	return err
 }
 
 // otherSignals handles, until the returned function is called, the signals whose default

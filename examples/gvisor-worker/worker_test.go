@@ -47,7 +47,7 @@ func TestShutdownGatesRunAndRestoreButNotCheckpoint(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan *drain.Report, 1)
-	go func() { done <- w.serve(ctx) }()
+	go func() { rep, _ := w.serve(ctx); done <- rep }()
 	c := dial(t, cfg.Socket)
 	var ids []string
 	for range 3 {
@@ -179,7 +179,7 @@ func TestRunWithATimeoutOutOfRangeIsInvalidArgument(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan *drain.Report, 1)
-	go func() { done <- w.serve(ctx) }()
+	go func() { rep, _ := w.serve(ctx); done <- rep }()
 	defer func() { cancel(); <-done }()
 	c := dial(t, cfg.Socket)
 	for _, timeout := range []int{-1, sandbox.MaxTimeoutS + 1} {
@@ -205,7 +205,7 @@ func TestSocketInUseOrNotASocketIsRefusedNotRemoved(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan *drain.Report, 1)
-	go func() { done <- w.serve(ctx) }()
+	go func() { rep, _ := w.serve(ctx); done <- rep }()
 	defer func() { cancel(); <-done }()
 	c := dial(t, cfg.Socket)
 	r, err := c.Run(context.Background(), &RunRequest{})

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/runsc"
+)
+
+// A sandbox whose timeout passed just before SIGTERM is being deleted (`runsc delete
+// -force`, about 2 s) when the drain ends, which leaves only its margin before SIGKILL.
+// The worker closed its sandbox node, which waits for deletions in progress, before it
+// wrote last-shutdown.json and the termination message: the Report was what SIGKILL cut
+// (sandboxd's entry 54, in the worker). The Report is now written first: it exists while
+// the deletion still runs.
+func TestReportIsWrittenBeforeATimeoutDeletionEnds(t *testing.T) {
+	if err := runsc.Usable(); err != nil {
+		skipOrFail(t, "skipping real-runsc test: "+err.Error())
+	}
+	dir := t.TempDir()
+	rt := sandbox.NewRunsc(filepath.Join(dir, "runsc")) // the worker's, in this PID namespace
+	t.Cleanup(func() { _ = rt.Runtime.DeleteAll(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr logbuf.Buffer
+	exit := make(chan int, 1)
+	go func() {
+		exit <- Main(ctx, []string{"-state-dir", dir, "-runtime", "runsc", "-grace", "10s",
+			"-pause-latency", "1s", "-termination-log", filepath.Join(dir, "termination-log")}, &stderr)
+	}()
+	defer func() { cancel(); <-exit }()
+	sock := filepath.Join(dir, "worker.sock")
+	require.Eventually(t, func() bool {
+		fi, err := os.Stat(sock)
+		return err == nil && fi.Mode()&os.ModeSocket != 0
+	}, 30*time.Second, 10*time.Millisecond, "worker did not start: %s", &stderr)
+	c := dial(t, sock)
+	r, err := c.Run(context.Background(), &RunRequest{TimeoutS: 1})
+	require.NoError(t, err, "%s", &stderr)
+	require.Eventually(t, func() bool {
+		list, err := c.List(context.Background())
+		return err == nil && len(list.Sandboxes) == 1 && list.Sandboxes[0].State == sandbox.Deleting
+	}, 30*time.Second, time.Millisecond, "the timeout's deletion did not start: %s", &stderr)
+
+	cancel() // SIGTERM, with the deletion in progress
+	report := filepath.Join(dir, "last-shutdown.json")
+	var deleting bool // the deletion still ran when the Report appeared
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(report)
+		if err != nil {
+			return false
+		}
+		_, err = os.Stat(rt.Bundle(r.ID).Dir) // Destroy removes it once runsc delete returned
+		deleting = err == nil
+		return true
+	}, time.Minute, time.Millisecond, "no Report: %s", &stderr)
+	assert.True(t, deleting, "last-shutdown.json was written before the sandbox node waited for the deletion")
+	assert.Equal(t, 0, <-exit, "%s", &stderr)
+	exit <- 0
+	_, err = os.Stat(rt.Bundle(r.ID).Dir)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the deletion ended before the worker exited")
+	_, err = os.Stat(filepath.Join(dir, "termination-log"))
+	assert.NoError(t, err, "the termination message is written")
+}
