@@ -94,7 +94,9 @@ func (h HTTPGet) Run(ctx context.Context) error {
 
 // Exec is an exec preStop hook: a command run to completion. Like the
 // kubelet, the simulator never cuts it at the grace period; it is killed
-// once the process has exited, as a real one dies with its container.
+// once the process has exited, as a real one dies with its container:
+// with every process it started (it runs in a process group of its own,
+// which is SIGKILLed whole).
 type Exec struct {
 	Path string   // the command
 	Args []string // its arguments
@@ -105,6 +107,8 @@ type Exec struct {
 func (e Exec) Run(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, e.Path, e.Args...)
 	cmd.Env = e.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("preStop exec %s: %w: %s", e.Path, err, out)

@@ -350,3 +350,34 @@ func TestRealChildExitingDuringTheHookIsRecordedWhenItExited(t *testing.T) {
 	assert.False(t, tl.Exit.After(tl.HookEnd), "the exit (%v) ended the hook (%v)", tl.Exit.Sub(tl.Start), tl.HookEnd.Sub(tl.Start))
 	assert.False(t, tl.HookEnd.After(tl.SIGTERM))
 }
+
+// An exec hook is a process tree in the container: when the container
+// dies, all of it dies. The hook's shell here left a child running (one
+// that keeps the hook's output open): it must die with the process too,
+// and Terminate return, not wait for it until ctx gives up.
+func TestExecHookDiesWithTheProcessChildrenIncluded(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=exit-on-term")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	child, err := Start(cmd)
+	require.NoError(t, err)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	pidfile := filepath.Join(t.TempDir(), "hook-child.pid")
+	hook := Exec{Path: "sh", Args: []string{"-c", "sleep 3600 & echo $! > " + pidfile + "; wait"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tl, err := Terminate(ctx, child, hook, 2*time.Second)
+	require.NoError(t, err, "the hook's whole tree ended with the process")
+	assert.True(t, tl.HookKept)
+	b, err := os.ReadFile(pidfile)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	assert.False(t, alive(pid), "the hook's child died with the container")
+	if alive(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
