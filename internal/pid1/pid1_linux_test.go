@@ -89,7 +89,7 @@ type pid1 struct {
 
 // startPID1 starts the test program prog as PID 1 of a new PID namespace. It needs root
 // (CAP_SYS_ADMIN): without it the test is skipped, and fails under CI=true.
-func startPID1(t *testing.T, prog string) *pid1 {
+func startPID1(t testing.TB, prog string) *pid1 {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		skipOrFail(t, "a new PID namespace needs root (run the tests as root)")
@@ -102,7 +102,7 @@ func startPID1(t *testing.T, prog string) *pid1 {
 
 // start starts cmd, reading its stdout line by line; the test's cleanup kills it (as PID
 // 1, its whole namespace).
-func start(t *testing.T, cmd *exec.Cmd) *pid1 {
+func start(t testing.TB, cmd *exec.Cmd) *pid1 {
 	t.Helper()
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -129,7 +129,7 @@ func start(t *testing.T, cmd *exec.Cmd) *pid1 {
 }
 
 // waitLine waits for the next line of stdout, which must begin with prefix.
-func (p *pid1) waitLine(t *testing.T, prefix string) {
+func (p *pid1) waitLine(t testing.TB, prefix string) {
 	t.Helper()
 	select {
 	case line, ok := <-p.lines:
@@ -184,10 +184,40 @@ func namespaceProcesses(t *testing.T, init int) []string {
 
 // skipOrFail skips t for a missing real part, and fails it under CI=true, where every
 // part must be there.
-func skipOrFail(t *testing.T, why string) {
+func skipOrFail(t testing.TB, why string) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatal(why + " (CI=true: must not be skipped)")
 	}
 	t.Skip(why)
+}
+
+// BenchmarkSignalForwarding measures what the init adds to a signal's way to the program:
+// from kill(2) to the program's answer on stdout, sent to PID 1 (the init forwards it) and
+// straight to a program that is not PID 1, alternately. It reports both and their ratio.
+func BenchmarkSignalForwarding(b *testing.B) {
+	underInit := startPID1(b, "serve")
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), programEnv+"=serve")
+	direct := start(b, cmd)
+	underInit.waitLine(b, "ready env=")
+	direct.waitLine(b, "ready env=")
+	roundTrip := func(p *pid1) time.Duration {
+		start := time.Now()
+		if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			b.Fatal(err)
+		}
+		p.waitLine(b, "got SIGUSR1")
+		return time.Since(start)
+	}
+	var viaInit, straight time.Duration
+	n := 0
+	for b.Loop() {
+		viaInit += roundTrip(underInit)
+		straight += roundTrip(direct)
+		n++
+	}
+	b.ReportMetric(float64(viaInit.Microseconds())/float64(n), "init-µs/signal")
+	b.ReportMetric(float64(straight.Microseconds())/float64(n), "direct-µs/signal")
+	b.ReportMetric(float64(viaInit)/float64(straight), "init/direct")
 }
