@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -17,6 +18,12 @@ const roleEnv = "SANDBOXD_TEST_MAIN"
 func TestMain(m *testing.M) {
 	fakeublk.MainIfDaemon()
 	if os.Getenv(roleEnv) != "" {
+		if os.Getenv(procEnv) != "" {
+			if err := mountProc(); err != nil {
+				fmt.Fprintln(os.Stderr, "mounting /proc:", err)
+				os.Exit(1)
+			}
+		}
 		pid1.Init() // as sandboxd's main does
 		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
 	}
