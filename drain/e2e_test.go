@@ -68,6 +68,7 @@ func TestEndToEndKubeletTerminationOfARealServer(t *testing.T) {
 	t.Run("drainkit/httpGet", func(t *testing.T) {
 		dir, tl := e2eRun(t, "drainkit", false)
 		assert.False(t, tl.Killed, "the server exited before SIGKILL:\n%s", tl)
+		assert.Equal(t, http.StatusOK, tl.HookStatus, "the hook reached the drain (the kubelet takes a 404 for a hook that returned)")
 		assert.Positive(t, tl.Headroom())
 		assert.Equal(t, e2eN, countStateFiles(t, dir), "every sandbox preserved")
 		assertDaemonStoppedCleanly(t, dir)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,6 +92,7 @@ func runAgentENV(t *testing.T, stopDaemon string) {
 	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + hook + "/drain", Client: noKeepAlive()}, aeGrace)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
+	assert.Equal(t, http.StatusOK, tl.HookStatus, "the hook reached the drain (the kubelet takes a 404 for a hook that returned)")
 	rep := readReport(t, report)
 	if t.Failed() {
 		b, _ := json.MarshalIndent(rep, "", "  ")

@@ -113,6 +113,9 @@ func runBehindSupervisor(t *testing.T, withHook bool) {
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
 	assert.True(t, <-unready, "readiness turned 503 while liveness stayed 200")
+	if withHook {
+		assert.Equal(t, http.StatusOK, tl.HookStatus, "the hook reached the drain (the kubelet takes a 404 for a hook that returned)")
+	}
 
 	assert.False(t, tl.Killed, "nothing was SIGKILLed")
 	assert.False(t, tl.HookKept, "the preStop ended by the drain deadline")

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -380,4 +382,46 @@ func TestExecHookDiesWithTheProcessChildrenIncluded(t *testing.T) {
 	if alive(pid) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+}
+
+// The kubelet does not check the status an httpGet hook is answered with:
+// runHTTPHandler (pkg/kubelet/lifecycle/handlers.go) returns only the
+// transport's error, so a 404 (a hook sent to the wrong port) is no failed
+// hook and no FailedPreStopHook event, just a hook that returned at once.
+// The simulator records the status apart, where a test can check it.
+func TestHTTPGetHookStatusIsRecordedNotAFailure(t *testing.T) {
+	notFound := http.NotFoundHandler()
+	t.Run("in process", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p := NewInProcess()
+			go func() { <-p.Signals(); p.Exit() }()
+			tl, err := Terminate(context.Background(), p, HandlerHook{Handler: notFound, Path: "/drain"}, 10*time.Second)
+			require.NoError(t, err)
+			assert.Empty(t, tl.HookErr, "the kubelet does not check the status")
+			assert.Equal(t, http.StatusNotFound, tl.HookStatus)
+			assert.Equal(t, tl.Start, tl.SIGTERM, "the hook returned at once")
+			assert.Contains(t, tl.String(), "404")
+		})
+	})
+	t.Run("over loopback", func(t *testing.T) {
+		srv := httptest.NewServer(notFound)
+		defer srv.Close()
+		p := NewInProcess()
+		go func() { <-p.Signals(); p.Exit() }()
+		tl, err := Terminate(context.Background(), p, HTTPGet{URL: srv.URL + "/drain"}, 10*time.Second)
+		require.NoError(t, err)
+		assert.Empty(t, tl.HookErr)
+		assert.Equal(t, http.StatusNotFound, tl.HookStatus)
+	})
+	t.Run("refused is a failure", func(t *testing.T) {
+		srv := httptest.NewServer(notFound)
+		url := srv.URL
+		srv.Close()
+		p := NewInProcess()
+		go func() { <-p.Signals(); p.Exit() }()
+		tl, err := Terminate(context.Background(), p, HTTPGet{URL: url + "/drain"}, 10*time.Second)
+		require.NoError(t, err)
+		assert.Contains(t, tl.HookErr, "refused")
+		assert.Zero(t, tl.HookStatus)
+	})
 }

@@ -54,6 +54,7 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 		Header: http.Header{"X-Drain-Secret": {secret}}}, grace)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
+	assert.Equal(t, http.StatusOK, tl.HookStatus, "the hook reached the drain (the kubelet takes a 404 for a hook that returned)")
 	assert.False(t, tl.Killed, "sandboxd was SIGKILLed:\n%s\n%s", tl, &stderr)
 	assert.NoError(t, child.Err(), "exit status 0")
 
