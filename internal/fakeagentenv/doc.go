@@ -10,7 +10,9 @@
 //   - POST /sandboxes/{sandboxID}/pause: 204 once paused and its record is
 //     durable; 409 while the sandbox is not running (a pause already in
 //     progress, paused, resuming); 404 unknown; 500 for an injected
-//     failure. Pause time grows with memoryMB.
+//     failure, recoverable (the sandbox stays running) or terminal (the
+//     sandbox is removed, and answers 404 from then on). Pause time grows
+//     with memoryMB.
 //   - Every API request without the right X-API-Key gets 401.
 //   - Run as a process (Main), the server spawns its ublk daemon as its own
 //     child, talks to it over the daemon's Unix socket, and on SIGTERM

@@ -69,6 +69,13 @@ type Config struct {
 	// FailFirst makes the first pause of every FailFirst-th sandbox (by
 	// creation order) answer 500 without pausing it; 0: none.
 	FailFirst int
+	// FailTerminal makes the first pause of every FailTerminal-th sandbox
+	// (by creation order) fail terminally, as AgentENV's pause does when
+	// the VM cannot be put back (src/orchestrator/service.rs,
+	// err.is_terminal()): the sandbox is stopped and removed, the answer
+	// is 500, and every later request for it answers 404. It takes
+	// precedence over FailFirst; 0: none.
+	FailTerminal int
 }
 
 // A Server is the node API of one AgentENV server. It is safe for
@@ -161,6 +168,16 @@ func (s *Server) Create(memoryMB int) (Sandbox, error) {
 	return *sb, nil
 }
 
+// Remove deletes a sandbox, as DELETE /sandboxes/{sandboxID} does, and
+// reports whether it existed.
+func (s *Server) Remove(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.sbx[id]
+	delete(s.sbx, id)
+	return ok
+}
+
 var errShuttingDown = errors.New("fakeagentenv: server is shutting down")
 
 // States returns every sandbox's state by ID.
@@ -198,8 +215,9 @@ func (s *Server) Stats() Stats {
 //	GET  /v2/sandboxes                ?state=running,paused &limit=N &nextToken=T; x-next-token
 //	GET  /sandboxes                   running sandboxes, one page (deprecated)
 //	POST /sandboxes                   {"memoryMB": N} -> 201 Sandbox; 503 while shutting down
-//	POST /sandboxes/{sandboxID}/pause 204; 409 not running; 404 unknown; 500 on FailFirst
+//	POST /sandboxes/{sandboxID}/pause 204; 409 not running; 404 unknown; 500 on FailFirst, FailTerminal
 //	POST /sandboxes/{sandboxID}/resume 204; 409 not paused; 503 while shutting down
+//	DELETE /sandboxes/{sandboxID}     204; 404 unknown
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
@@ -208,6 +226,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /sandboxes", s.auth(s.create))
 	mux.HandleFunc("POST /sandboxes/{sandboxID}/pause", s.auth(s.pause))
 	mux.HandleFunc("POST /sandboxes/{sandboxID}/resume", s.auth(s.resume))
+	mux.HandleFunc("DELETE /sandboxes/{sandboxID}", s.auth(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.PathValue("sandboxID"); !s.Remove(id) {
+			apiError(w, http.StatusNotFound, "sandbox "+id+" not found")
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
 	return mux
 }
 
@@ -366,6 +391,12 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 	if sb.State != Running {
 		s.conflicts++
 		return 0, http.StatusConflict, "sandbox " + id + " is " + sb.State + ", not running"
+	}
+	if n := s.cfg.FailTerminal; n > 0 {
+		if seq, _ := strconv.Atoi(sb.Metadata["n"]); seq%n == 0 {
+			delete(s.sbx, id)
+			return 0, http.StatusInternalServerError, "sandbox " + id + " operation Pause failed: snapshot failed (injected, terminal); sandbox removed"
+		}
 	}
 	if n := s.cfg.FailFirst; n > 0 && !s.failed[id] {
 		if seq, _ := strconv.Atoi(sb.Metadata["n"]); seq%n == 0 {

@@ -191,3 +191,38 @@ func agentENVWithKey(key string) Config {
 	c.APIKey = key
 	return c
 }
+
+// AgentENV removes a sandbox whose pause failed terminally (the VM could
+// not be put back) and answers 500; the retry then gets 404. That sandbox
+// is lost, not gone: the Report counts it Failed and says why, where a
+// sandbox deleted by its user before any pause of ours stays Vanished.
+func TestAgentENVSandboxRemovedAfterAFailedPauseIsLostNotVanished(t *testing.T) {
+	srv, url, _ := agentenv(t, 9, fakeagentenv.Config{APIKey: "k", PauseBase: time.Millisecond, FailTerminal: 3})
+	src, err := New(url, agentENVWithKey("k"))
+	require.NoError(t, err)
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	const deleted = "i0000001" // deleted by its user after the listing: really gone
+	require.True(t, srv.Remove(deleted))
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: 4})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rep := p.Run(ctx, time.Time{})
+
+	assert.Equal(t, 5, rep.Counts[pause.Preserved])
+	assert.Equal(t, 3, rep.Counts[pause.Failed], "the three removed after a failed pause are lost")
+	assert.Equal(t, 3, rep.Lost())
+	assert.Equal(t, 1, rep.Counts[pause.Vanished], "only the one its user deleted")
+	assert.Error(t, rep.Err())
+	for _, e := range rep.Entries {
+		switch {
+		case e.ID == deleted:
+			assert.Equal(t, pause.Vanished, e.Outcome)
+		case e.Outcome == pause.Failed:
+			assert.Contains(t, e.Error, "after a failed pause", e.ID)
+			assert.Contains(t, e.Error, "500", e.ID)
+			assert.Equal(t, 2, e.Attempts, "%s: the 500, then the 404", e.ID)
+		}
+	}
+}

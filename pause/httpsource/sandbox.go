@@ -101,6 +101,16 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 		return err // transient: connection, timeout
 	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode):
 		return b.resolveConflict(ctx, se)
+	case se.StatusCode >= 500:
+		b.src.setFailedPause(b.id, se)
+	case slices.Contains(gone, se.StatusCode):
+		if prev := b.src.failedPause(b.id); prev != nil {
+			// AgentENV removes a sandbox whose pause failed terminally
+			// (the VM could not be put back) and answers 500: the
+			// sandbox is lost, not gone.
+			return backoff.Permanent(fmt.Errorf("httpsource: pause %s: removed by the server after a failed pause, lost: the earlier pause got %d %s (%s), now %w",
+				b.id, prev.StatusCode, http.StatusText(prev.StatusCode), prev.Body, se))
+		}
 	}
 	return classify(se, gone)
 }
@@ -145,6 +155,21 @@ func (b *sandbox) holdOff(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("httpsource: pause %s: waiting for Retry-After: %w", b.id, ctx.Err())
 	}
+}
+
+// setFailedPause records that a pause of the sandbox answered se, a 5xx.
+func (s *Source) setFailedPause(id string, se *StatusError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pauseFailed[id] = se
+}
+
+// failedPause returns the 5xx answer of an earlier pause of the sandbox,
+// or nil.
+func (s *Source) failedPause(id string) *StatusError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pauseFailed[id]
 }
 
 func (s *Source) setNotBefore(id string, t time.Time) {

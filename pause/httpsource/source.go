@@ -263,7 +263,11 @@ func (c Config) resolve() config {
 // request.
 //
 // Error classes, as the Preserver expects them: a gone status (404, 410)
-// wraps pause.ErrGone; 408, 429, 5xx and connection errors are transient;
+// wraps pause.ErrGone, except after a 5xx answer to an earlier pause of the
+// same sandbox: a server that removes a sandbox whose pause failed
+// (AgentENV, when the VM cannot be put back) has lost it, so that gone
+// status is a permanent error, the sandbox Failed in the Report, never
+// Vanished; 408, 429, 5xx and connection errors are transient;
 // any other 4xx is wrapped in backoff.Permanent. A 409 Conflict (AgentENV's
 // answer for a sandbox that is not running) is settled by listing again:
 // no longer listed running means pause.ErrGone (already paused or gone),
@@ -291,8 +295,9 @@ type Source struct {
 	fallbackURL string      // base + fallback list path, "" without one
 	onFallback  atomic.Bool // the list path answered 404: list with the fallback
 
-	mu        sync.Mutex
-	notBefore map[string]time.Time // per sandbox, from Retry-After
+	mu          sync.Mutex
+	notBefore   map[string]time.Time    // per sandbox, from Retry-After
+	pauseFailed map[string]*StatusError // per sandbox, the last 5xx answer to its pause
 }
 
 // New returns a Source for the server whose API is at baseURL (for example
@@ -319,7 +324,7 @@ func New(baseURL string, c Config) (*Source, error) {
 	if cfg.mp == nil {
 		cfg.mp = otel.GetMeterProvider()
 	}
-	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]time.Time{}}
+	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]time.Time{}, pauseFailed: map[string]*StatusError{}}
 	s.listURL = s.resolve(cfg.listPath)
 	if cfg.fallbackList != "" {
 		s.fallbackURL = s.resolve(cfg.fallbackList)
