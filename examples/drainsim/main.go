@@ -30,8 +30,8 @@ func main() {
 }
 
 // Main runs the simulation and returns the exit status: 0 when drainkit preserved every
-// sandbox and stopped the daemon cleanly, 1 when it did not or the simulation failed,
-// 2 for bad usage.
+// sandbox, stopped the daemon cleanly and its server exited 0 before SIGKILL, 1 when it
+// did not or the simulation failed, 2 for bad usage.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -46,7 +46,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "drainsim:", err)
 		return 1
 	}
-	if dk := results[1]; dk.Preserved != dk.N || !dk.DaemonClean || dk.Timeline.Killed {
+	dk := results[1]
+	if dk.ExitErr != nil {
+		fmt.Fprintf(stderr, "drainsim: drainkit's server exited: %v (run with -v for its log)\n", dk.ExitErr)
+	}
+	if dk.Preserved != dk.N || !dk.DaemonClean || dk.Timeline.Killed || dk.ExitErr != nil {
 		return 1
 	}
 	return 0

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,11 +18,19 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeublk"
 )
 
+// testServerExitEnv, set in a test, is the exit status the drainkit server
+// ends with once it has done its work.
+const testServerExitEnv = "DRAINSIM_TEST_SERVER_EXIT"
+
 func TestMain(m *testing.M) {
 	fakeublk.MainIfDaemon()
 	switch os.Getenv(roleEnv) {
 	case modeDrainkit:
-		os.Exit(server.Main(context.Background(), os.Args[1:], os.Stderr))
+		code := server.Main(context.Background(), os.Args[1:], os.Stderr)
+		if c, err := strconv.Atoi(os.Getenv(testServerExitEnv)); err == nil {
+			code = c // a server that failed at its very end (its Report not written, say)
+		}
+		os.Exit(code)
 	case modeSeed:
 		os.Exit(seedMain(os.Args[1:], os.Stderr))
 	}
@@ -103,4 +112,21 @@ func TestZeroAndNaNFlagsAreRefusedNotDefaulted(t *testing.T) {
 		require.Error(t, err, name)
 		assert.Contains(t, err.Error(), name)
 	}
+}
+
+// A drainkit server that did everything it could see and then failed (exit 1:
+// its Report could not be written, the termination message was lost) is a
+// failed simulation: the table says how the server exited and drainsim
+// exits 1, where it said "exited by itself" and exited 0.
+func TestServerExitStatusIsPartOfTheVerdict(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two real terminations with a 4 s grace period")
+	}
+	t.Setenv(testServerExitEnv, "1")
+	var out, errOut strings.Builder
+	code := Main(context.Background(), []string{"-n", "4", "-pause", "300ms", "-grace", "4s", "-seed-poll", "1s"}, &out, &errOut)
+	t.Log("\n" + out.String() + errOut.String())
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out.String(), "exit status 1", "the table says how the server exited")
+	assert.Contains(t, errOut.String(), "drainkit's server exited: exit status 1")
 }

@@ -68,8 +68,11 @@ func printTable(w io.Writer, results []*result) {
 		return "SIGKILLed, devices live"
 	})
 	row("server", func(r *result) string {
-		if r.Timeline.Killed {
+		switch {
+		case r.Timeline.Killed:
 			return "SIGKILLed"
+		case r.ExitErr != nil:
+			return "exited by itself, " + r.ExitErr.Error()
 		}
 		return "exited by itself"
 	})

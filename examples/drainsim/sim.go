@@ -51,7 +51,11 @@ type result struct {
 	Preserved   int
 	PausedAt    []time.Time
 	DaemonClean bool
-	Report      *drain.Report // drainkit only
+	// ExitErr is how the server exited when it exited by itself: nil for
+	// status 0, else what Wait returned (exit status 1: a server that did
+	// its work and then failed, e.g. to write its Report).
+	ExitErr error
+	Report  *drain.Report // drainkit only
 }
 
 // simulate starts a server of the given mode as a real child process, creates opts.N
@@ -105,7 +109,11 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	return collect(mode, opts.N, dir, tl)
+	res, err := collect(mode, opts.N, dir, tl)
+	if err == nil && !tl.Killed {
+		res.ExitErr = child.Err()
+	}
+	return res, err
 }
 
 // startServer runs this binary as the server of mode.
