@@ -20,11 +20,11 @@
 //
 // As PID 1 of its PID namespace, Init does not return: it runs the same binary again
 // (/proc/self/exe, the same arguments, environment and stdio; the child takes argv[0]'s
-// base name as its command name, not "exe") as its only child, forwards
-// every signal it can catch to it, reaps every process that exits (the child and every
-// orphan re-parented to it), and exits with the child's status once the child has exited.
-// The child is the program: it writes the termination message and the Report files as it
-// would as PID 1, and it gets SIGTERM as soon as PID 1 does.
+// base name as its command name, not "exe") as its only child, forwards every signal it
+// can catch to it, reaps every process that exits (the child and every orphan re-parented
+// to it), and exits with the child's status once the child has exited. The child is the
+// program: it writes the termination message and the Report files as it would as PID 1,
+// and it gets SIGTERM about 0.1 ms after PID 1 does.
 //
 // Anywhere else (a child of a supervisor, a process started by hand or by a test, a pod
 // that has an init or shares its PID namespace) Init returns at once and does nothing.
