@@ -1,19 +1,30 @@
 // Package fakeagentenv is a test double of AgentENV's node API, faithful to
 // what a supervisor in front of the real server sees
-// (src/api/spec/paths/sandboxes.yml, shared/research/agentenv-and-ateom.md):
+// (AgentENV's src/api/spec/paths/sandboxes.yml, src/api/impls/sandbox.rs
+// and src/orchestrator/service.rs; shared/research/agentenv-and-ateom.md):
 //
 //   - GET /v2/sandboxes?state=running&limit=N&nextToken=T answers a page of
-//     ListedSandbox objects keyed by sandboxID, with memoryMB; the next
-//     page's token comes in the x-next-token header, absent on the last
-//     page. GET /sandboxes (deprecated) lists the running ones in one page;
-//     Config.NoV2 makes v2 answer 404, as an older server would.
-//   - POST /sandboxes/{sandboxID}/pause: 204 once paused and its record is
-//     durable; 409 while the sandbox is not running (a pause already in
-//     progress, paused, resuming); 404 unknown; 500 for an injected
-//     failure, recoverable (the sandbox stays running) or terminal (the
-//     sandbox is removed, and answers 404 from then on). Pause time grows
-//     with memoryMB.
-//   - Every API request without the right X-API-Key gets 401.
+//     ListedSandbox objects keyed by sandboxID, with memoryMB, newest
+//     first; the next page's token (AgentENV's cursor: padded URL-safe
+//     base64) comes in the x-next-token header, absent on the last page.
+//     state=running (or paused) filters on the exact internal state; with
+//     no state, or both, every sandbox is listed under the state the API
+//     shows: paused for pausing, paused and snapshotting, running for the
+//     rest. GET /sandboxes (deprecated) lists the running ones in one page;
+//     Config.NoV2 makes v2 answer 404, as an older server would. Unlike
+//     AgentENV, which pages only when the request has a limit, the double
+//     pages at Config.PageSize, to exercise a client's pagination.
+//   - POST /sandboxes/{sandboxID}/pause, as AgentENV's pause_sandbox
+//     (src/orchestrator/service.rs): 204 once paused and its record is
+//     durable, and at once for a sandbox already paused; a request for a
+//     sandbox being paused joins that pause and answers its outcome (204,
+//     or 409 when it failed and the sandbox runs again); 409 while the
+//     sandbox is resuming or snapshotting (Snapshot); 404 unknown; 500 for
+//     an injected failure, recoverable (the sandbox stays running) or
+//     terminal (the sandbox is removed, and answers 404 from then on).
+//     Pause time grows with memoryMB.
+//   - Every API request without exactly one X-API-Key header holding the
+//     key gets 401, with no body (AgentENV's require_auth).
 //   - Run as a process (Main), the server spawns its ublk daemon as its own
 //     child, talks to it over the daemon's Unix socket, and on SIGTERM
 //     pauses what is still running one at a time, then asks the daemon to
@@ -28,8 +39,5 @@
 //	}
 //	ts := httptest.NewServer(srv.Handler())
 //
-// Where the real server's behaviour is not known, the double chooses and
-// says so: a sandbox in a transitional state (pausing, resuming) is listed
-// only without a state filter, under its transitional state. This package
-// is internal test scaffolding, not a stable API.
+// This package is internal test scaffolding, not a stable API.
 package fakeagentenv

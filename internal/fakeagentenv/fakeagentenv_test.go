@@ -84,10 +84,16 @@ func TestWithoutTheKeyEveryAPIRequestIs401(t *testing.T) {
 	assert.Equal(t, fakeagentenv.Running, srv.States()[sb.SandboxID], "nothing paused without the key")
 }
 
-func TestASecondPauseWhileOneIsInProgressIs409(t *testing.T) {
+// As AgentENV's pause_sandbox: a second pause joins the one in progress and
+// answers its outcome; a paused sandbox answers 204 at once; a snapshotting
+// one 409; an unknown one 404. Neither a pausing nor a snapshotting sandbox
+// is listed under state=running; unfiltered, both show as paused.
+func TestPauseJoinsAPauseInProgressAndIsIdempotent(t *testing.T) {
 	srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: time.Second, StateDir: t.TempDir()})
 	require.NoError(t, err)
 	sb, err := srv.Create(1024)
+	require.NoError(t, err)
+	other, err := srv.Create(512)
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
@@ -97,17 +103,36 @@ func TestASecondPauseWhileOneIsInProgressIs409(t *testing.T) {
 	first := make(chan int, 1)
 	wg.Go(func() { resp, _ := do(t, http.MethodPost, url, ""); first <- resp.StatusCode })
 	require.Eventually(t, func() bool { return srv.States()[sb.SandboxID] == fakeagentenv.Pausing }, 5*time.Second, time.Millisecond)
-	resp, _ := do(t, http.MethodPost, url, "")
-	assert.Equal(t, http.StatusConflict, resp.StatusCode, "pause in progress")
 	_, running := do(t, http.MethodGet, ts.URL+"/v2/sandboxes?state=running", "")
-	assert.Empty(t, running, "a pausing sandbox is not listed running")
+	require.Len(t, running, 1, "a pausing sandbox is not listed running")
+	assert.Equal(t, other.SandboxID, running[0].SandboxID)
+	_, all := do(t, http.MethodGet, ts.URL+"/v2/sandboxes", "")
+	shown := map[string]string{}
+	for _, l := range all {
+		shown[l.SandboxID] = l.State
+	}
+	assert.Equal(t, map[string]string{sb.SandboxID: fakeagentenv.Paused, other.SandboxID: fakeagentenv.Running}, shown,
+		"unfiltered, a pausing sandbox shows as paused")
+	resp, _ := do(t, http.MethodPost, url, "")
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode, "joined the pause in progress, answered its outcome")
+	assert.Equal(t, fakeagentenv.Paused, srv.States()[sb.SandboxID])
 	wg.Wait()
 	assert.Equal(t, http.StatusNoContent, <-first)
 	resp, _ = do(t, http.MethodPost, url, "")
-	assert.Equal(t, http.StatusConflict, resp.StatusCode, "already paused")
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode, "already paused")
+
+	done, err := srv.Snapshot(other.SandboxID)
+	require.NoError(t, err)
+	resp, _ = do(t, http.MethodPost, ts.URL+"/sandboxes/"+other.SandboxID+"/pause", "")
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, "snapshotting")
+	_, running = do(t, http.MethodGet, ts.URL+"/v2/sandboxes?state=running", "")
+	assert.Empty(t, running, "a snapshotting sandbox is not listed running")
+	done()
+	assert.Equal(t, fakeagentenv.Running, srv.States()[other.SandboxID], "running again after the snapshot")
+
 	resp, _ = do(t, http.MethodPost, ts.URL+"/sandboxes/nope/pause", "")
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
-	assert.Equal(t, 2, srv.Stats().Conflicts)
+	assert.Equal(t, 1, srv.Stats().Conflicts)
 }
 
 func TestOnlyPausedSandboxesSurviveARestart(t *testing.T) {

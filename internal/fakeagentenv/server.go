@@ -16,14 +16,25 @@ import (
 	"time"
 )
 
-// Sandbox states. The API shows running and paused; pausing and resuming
-// are the transitional states a pause or resume passes through.
+// Sandbox states. The API shows only running and paused
+// (src/api/impls/sandbox.rs maps pausing and snapshotting to paused, every
+// other state to running); pausing, resuming and snapshotting are the
+// transitional states a pause, a resume and a snapshot pass through.
 const (
-	Running  = "running"
-	Pausing  = "pausing"
-	Paused   = "paused"
-	Resuming = "resuming"
+	Running      = "running"
+	Pausing      = "pausing"
+	Paused       = "paused"
+	Resuming     = "resuming"
+	Snapshotting = "snapshotting"
 )
+
+// shown is the state the API shows for an internal state.
+func shown(state string) string {
+	if state == Pausing || state == Paused || state == Snapshotting {
+		return Paused
+	}
+	return Running
+}
 
 // A Sandbox is AgentENV's ListedSandbox, as GET /v2/sandboxes and GET
 // /sandboxes answer it.
@@ -84,6 +95,7 @@ type Server struct {
 	cfg Config
 
 	mu        sync.Mutex
+	changed   chan struct{} // closed and replaced at every state change
 	sbx       map[string]*Sandbox
 	created   int
 	failed    map[string]bool // FailFirst already answered 500
@@ -102,7 +114,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PageSize > MaxPageSize {
 		return nil, fmt.Errorf("fakeagentenv: PageSize %d exceeds %d", cfg.PageSize, MaxPageSize)
 	}
-	s := &Server{cfg: cfg, sbx: map[string]*Sandbox{}, failed: map[string]bool{}, pauses: map[string]int{}}
+	s := &Server{cfg: cfg, changed: make(chan struct{}), sbx: map[string]*Sandbox{}, failed: map[string]bool{}, pauses: map[string]int{}}
 	if cfg.StateDir == "" {
 		return s, nil
 	}
@@ -175,7 +187,64 @@ func (s *Server) Remove(id string) bool {
 	defer s.mu.Unlock()
 	_, ok := s.sbx[id]
 	delete(s.sbx, id)
+	s.broadcastLocked()
 	return ok
+}
+
+// broadcastLocked wakes every request waiting for a state change; the
+// caller holds s.mu.
+func (s *Server) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// setState moves a sandbox to state, if it still exists.
+func (s *Server) setState(id, state string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb, ok := s.sbx[id]; ok {
+		sb.State = state
+		s.broadcastLocked()
+	}
+}
+
+// waitWhile waits until the sandbox has left state (or is gone) and
+// returns the state it is in ("" when gone). The caller holds s.mu; it is
+// released while waiting.
+func (s *Server) waitWhileLocked(id, state string) string {
+	for {
+		sb, ok := s.sbx[id]
+		if !ok {
+			return ""
+		}
+		if sb.State != state {
+			return sb.State
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
+	}
+}
+
+// Snapshot starts a snapshot of a running sandbox, as POST
+// /sandboxes/{sandboxID}/snapshots does: the sandbox is snapshotting
+// (listed as paused, not under state=running; a pause answers 409) until
+// done is called, and running again after.
+func (s *Server) Snapshot(id string) (done func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sbx[id]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("fakeagentenv: sandbox %s not found", id)
+	case sb.State != Running:
+		return nil, fmt.Errorf("fakeagentenv: sandbox %s is %s, not running", id, sb.State)
+	}
+	sb.State = Snapshotting
+	s.broadcastLocked()
+	var once sync.Once
+	return func() { once.Do(func() { s.setState(id, Running) }) }, nil
 }
 
 var errShuttingDown = errors.New("fakeagentenv: server is shutting down")
@@ -212,10 +281,12 @@ func (s *Server) Stats() Stats {
 // Handler serves the node API:
 //
 //	GET  /health                      204, no key needed
-//	GET  /v2/sandboxes                ?state=running,paused &limit=N &nextToken=T; x-next-token
+//	GET  /v2/sandboxes                ?state=running|paused &limit=N &nextToken=T; x-next-token
 //	GET  /sandboxes                   running sandboxes, one page (deprecated)
 //	POST /sandboxes                   {"memoryMB": N} -> 201 Sandbox; 503 while shutting down
-//	POST /sandboxes/{sandboxID}/pause 204; 409 not running; 404 unknown; 500 on FailFirst, FailTerminal
+//	POST /sandboxes/{sandboxID}/pause 204 paused (also already, or by the pause it joined);
+//	                                  409 resuming, snapshotting, or the joined pause failed;
+//	                                  404 unknown; 500 on FailFirst, FailTerminal
 //	POST /sandboxes/{sandboxID}/resume 204; 409 not paused; 503 while shutting down
 //	DELETE /sandboxes/{sandboxID}     204; 404 unknown
 func (s *Server) Handler() http.Handler {
@@ -238,8 +309,8 @@ func (s *Server) Handler() http.Handler {
 
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.APIKey != "" && r.Header.Get("X-API-Key") != s.cfg.APIKey {
-			apiError(w, http.StatusUnauthorized, "invalid or missing X-API-Key")
+		if keys := r.Header.Values("X-API-Key"); s.cfg.APIKey != "" && (len(keys) != 1 || keys[0] != s.cfg.APIKey) {
+			w.WriteHeader(http.StatusUnauthorized) // AgentENV's require_auth: the status alone
 			return
 		}
 		h(w, r)
@@ -258,8 +329,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// sorted returns the sandboxes in listing order (startedAt, then ID) whose
-// state is in states (every state when states is empty).
+// sorted returns the sandboxes in listing order, newest first (startedAt
+// descending, then ID ascending, as AgentENV's v2 listing), whose
+// internal state is in states (every state when states is empty).
 func (s *Server) sorted(states []string) []Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -269,9 +341,21 @@ func (s *Server) sorted(states []string) []Sandbox {
 			out = append(out, *sb)
 		}
 	}
-	slices.SortFunc(out, func(a, b Sandbox) int {
-		return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.SandboxID, b.SandboxID))
-	})
+	slices.SortFunc(out, listingOrder)
+	return out
+}
+
+func listingOrder(a, b Sandbox) int {
+	return cmp.Or(b.StartedAt.Compare(a.StartedAt), cmp.Compare(a.SandboxID, b.SandboxID))
+}
+
+// listed returns the sandboxes as the API shows them: running or paused.
+func listed(sbs []Sandbox) []Sandbox {
+	out := make([]Sandbox, len(sbs))
+	for i, sb := range sbs {
+		sb.State = shown(sb.State)
+		out[i] = sb
+	}
 	return out
 }
 
@@ -291,6 +375,9 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 			states = append(states, st)
 		}
 	}
+	if len(states) > 1 { // AgentENV: more than one state is no filter
+		states = nil
+	}
 	limit := s.cfg.PageSize
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -303,22 +390,22 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 	all := s.sorted(states)
 	start := 0
 	if tok := q.Get("nextToken"); tok != "" {
-		after, err := base64.RawURLEncoding.DecodeString(tok)
+		// AgentENV's cursor (src/api/impls/pagination.rs): URL-safe base64,
+		// padded, of "<startedAt RFC 3339, ns>__<sandboxID>", the last
+		// sandbox of the previous page: the page goes on after it in listing
+		// order, even if it has gone since.
+		after, err := base64.URLEncoding.DecodeString(tok)
 		if err != nil {
-			apiError(w, http.StatusBadRequest, "invalid nextToken")
+			apiError(w, http.StatusBadRequest, "invalid next token: "+err.Error())
 			return
 		}
-		// The token is the last sandbox of the previous page: the page goes
-		// on after it in listing order, even if it has gone since.
-		at, id, ok := strings.Cut(string(after), "/")
+		at, id, ok := strings.Cut(string(after), "__")
 		t, err := time.Parse(time.RFC3339Nano, at)
 		if !ok || err != nil {
-			apiError(w, http.StatusBadRequest, "invalid nextToken")
+			apiError(w, http.StatusBadRequest, "invalid next token: invalid cursor format")
 			return
 		}
-		start, _ = slices.BinarySearchFunc(all, Sandbox{StartedAt: t, SandboxID: id}, func(a, b Sandbox) int {
-			return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.SandboxID, b.SandboxID))
-		})
+		start, _ = slices.BinarySearchFunc(all, Sandbox{StartedAt: t, SandboxID: id}, listingOrder)
 		if start < len(all) && all[start].SandboxID == id {
 			start++
 		}
@@ -327,21 +414,14 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 	page := all[start:end]
 	if end < len(all) {
 		last := page[len(page)-1]
-		tok := last.StartedAt.Format(time.RFC3339Nano) + "/" + last.SandboxID
-		w.Header().Set(HeaderNextToken, base64.RawURLEncoding.EncodeToString([]byte(tok)))
+		tok := last.StartedAt.UTC().Format("2006-01-02T15:04:05.000000000Z") + "__" + last.SandboxID
+		w.Header().Set(HeaderNextToken, base64.URLEncoding.EncodeToString([]byte(tok)))
 	}
-	writeJSON(w, http.StatusOK, nonNil(page))
+	writeJSON(w, http.StatusOK, listed(page))
 }
 
 func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, nonNil(s.sorted([]string{Running})))
-}
-
-func nonNil(s []Sandbox) []Sandbox {
-	if s == nil {
-		return []Sandbox{}
-	}
-	return s
+	writeJSON(w, http.StatusOK, listed(s.sorted([]string{Running})))
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
@@ -360,12 +440,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sb)
 }
 
-// pause runs one pause: running -> pausing (the compare-and-swap that makes
-// a second request a 409), the pause time, the durable record, paused. A
-// client that gives up does not stop it: the server finishes what it began.
+// pause runs one pause: running -> pausing (a compare-and-swap), the pause
+// time, the durable record, paused. A client that gives up does not stop
+// it: the server finishes what it began.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("sandboxID")
 	d, code, msg := s.beginPause(id)
+	if code == http.StatusNoContent {
+		w.WriteHeader(code)
+		return
+	}
 	if code != 0 {
 		apiError(w, code, msg)
 		return
@@ -379,7 +463,12 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 }
 
 // beginPause moves the sandbox to pausing and returns how long its pause
-// takes, or the error answer.
+// takes, or the answer when there is no pause to run, as AgentENV's
+// pause_sandbox (src/orchestrator/service.rs) gives it: 204 when the
+// sandbox is paused already, or when a pause in progress, which this
+// request joins, ends paused; 409 when it is in another state (resuming,
+// snapshotting) or a pause it joined failed (running again); 404 when it
+// is gone; 500 for an injected failure.
 func (s *Server) beginPause(id string) (time.Duration, int, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -388,9 +477,24 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 		return 0, http.StatusNotFound, "sandbox " + id + " not found"
 	}
 	s.pauses[id]++
-	if sb.State != Running {
+	if sb.State == Pausing { // joined: its outcome is this request's
+		switch s.waitWhileLocked(id, Pausing) {
+		case "":
+			return 0, http.StatusNotFound, "sandbox " + id + " not found"
+		case Paused:
+			return 0, http.StatusNoContent, ""
+		default: // the pause failed: running again
+			s.conflicts++
+			return 0, http.StatusConflict, "sandbox cannot be paused from " + Running + " state"
+		}
+	}
+	switch sb.State {
+	case Paused:
+		return 0, http.StatusNoContent, ""
+	case Running:
+	default:
 		s.conflicts++
-		return 0, http.StatusConflict, "sandbox " + id + " is " + sb.State + ", not running"
+		return 0, http.StatusConflict, "sandbox cannot be paused from " + sb.State + " state"
 	}
 	if n := s.cfg.FailTerminal; n > 0 {
 		if seq, _ := strconv.Atoi(sb.Metadata["n"]); seq%n == 0 {
@@ -405,6 +509,7 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 		}
 	}
 	sb.State = Pausing
+	s.broadcastLocked()
 	s.inPause++
 	s.maxPause = max(s.maxPause, s.inPause)
 	return s.cfg.PauseBase + time.Duration(sb.MemoryMB)*s.cfg.PausePerGiB/1024, 0, ""
@@ -412,18 +517,25 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 
 func (s *Server) finishPause(id string) error {
 	s.mu.Lock()
-	sb := *s.sbx[id]
+	p, ok := s.sbx[id]
+	if !ok { // deleted while pausing
+		s.inPause--
+		s.mu.Unlock()
+		return fmt.Errorf("sandbox %s not found", id)
+	}
+	sb := *p
 	s.mu.Unlock()
 	sb.State = Paused
 	err := s.writeRecord(sb)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inPause--
+	defer s.broadcastLocked()
 	if err != nil {
-		s.sbx[id].State = Running // recoverable: resumed, retried later
+		p.State = Running // recoverable: resumed, retried later
 		return err
 	}
-	s.sbx[id].State = Paused
+	p.State = Paused
 	return nil
 }
 
@@ -469,6 +581,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusConflict, "sandbox "+id+" is "+sb.State+", not paused")
 	default:
 		sb.State = Running
+		s.broadcastLocked()
 		if s.cfg.StateDir != "" {
 			_ = os.Remove(filepath.Join(s.cfg.StateDir, id+".json"))
 		}
@@ -478,15 +591,26 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 
 // Shutdown is the orchestrator's shutdown as AgentENV runs it on SIGTERM:
 // it turns creates and resumes away (503), then makes up to three passes,
-// each pausing the running sandboxes one at a time. It returns how many it
-// paused.
+// each pausing the running sandboxes one at a time and waiting for the
+// ones in a transitional state to leave it. It returns how many it paused.
 func (s *Server) Shutdown() int {
 	s.mu.Lock()
 	s.shutdown = true
 	s.mu.Unlock()
 	n := 0
 	for range 3 {
-		running := s.sorted([]string{Running})
+		var running []Sandbox
+		for _, sb := range s.sorted(nil) {
+			switch sb.State {
+			case Running:
+				running = append(running, sb)
+			case Paused:
+			default: // transitional: waited for, as run_shutdown_cleanup does
+				s.mu.Lock()
+				s.waitWhileLocked(sb.SandboxID, sb.State)
+				s.mu.Unlock()
+			}
+		}
 		if len(running) == 0 {
 			break
 		}

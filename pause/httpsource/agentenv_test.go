@@ -85,10 +85,9 @@ func TestAgentENVWithoutTheKeyIsPermanent(t *testing.T) {
 	assert.ErrorAs(t, err, &perm, "a wrong key is not retried")
 }
 
-// A 409 for a sandbox whose pause is already in progress is settled by
-// listing again: no longer listed running, so gone (the pause in progress
-// is the server's).
-func TestAgentENVConflictDuringAPauseInProgressIsGone(t *testing.T) {
+// A second pause of a sandbox being paused joins the pause in progress
+// and gets its outcome, as AgentENV answers it: both preserve it.
+func TestAgentENVSecondPauseJoinsThePauseInProgress(t *testing.T) {
 	srv, url, _ := agentenv(t, 1, fakeagentenv.Config{PauseBase: time.Second})
 	src, err := New(url, AgentENV())
 	require.NoError(t, err)
@@ -97,12 +96,52 @@ func TestAgentENVConflictDuringAPauseInProgressIsGone(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- sbs[0].Preserve(t.Context()) }()
 	require.Eventually(t, func() bool { return srv.States()[sbs[0].ID()] == fakeagentenv.Pausing }, 5*time.Second, time.Millisecond)
-	err = sbs[0].Preserve(t.Context())
-	assert.ErrorIs(t, err, pause.ErrGone)
-	var se *StatusError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, http.StatusConflict, se.StatusCode)
+	assert.NoError(t, sbs[0].Preserve(t.Context()))
 	assert.NoError(t, <-done)
+	assert.Equal(t, fakeagentenv.Paused, srv.States()[sbs[0].ID()])
+}
+
+// AgentENV answers 409 to the pause of a sandbox it cannot pause yet
+// (snapshotting, forking, creating, resuming: none listed under
+// state=running), never to one paused or being paused. Such a sandbox runs
+// again afterwards, so the 409 is retried in the time left: it is
+// preserved once the snapshot ends, not reported vanished and left
+// running.
+func TestAgentENVConflictOfASnapshottingSandboxIsRetriedNotVanished(t *testing.T) {
+	srv, url, _ := agentenv(t, 1, fakeagentenv.Config{APIKey: "k"})
+	src, err := New(url, agentENVWithKey("k"))
+	require.NoError(t, err)
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, sbs, 1)
+	id := sbs[0].ID()
+	snapshotDone, err := srv.Snapshot(id) // a user's snapshot, started after the listing
+	require.NoError(t, err)
+	defer snapshotDone()
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: 1})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	reported := make(chan *pause.Report, 1)
+	go func() { reported <- p.Run(ctx, time.Time{}) }()
+	var rep *pause.Report
+	require.Eventually(t, func() bool {
+		select {
+		case rep = <-reported: // settled without waiting for the snapshot
+			return true
+		default:
+			return srv.Stats().PauseRequests >= 2 // retried while it snapshots
+		}
+	}, 10*time.Second, time.Millisecond)
+	snapshotDone()
+	if rep == nil {
+		rep = <-reported
+	}
+
+	e := entry(t, rep, id)
+	assert.Equal(t, pause.Preserved, e.Outcome, "%s: %s", e.ID, e.Error)
+	assert.GreaterOrEqual(t, e.Attempts, 2, "the 409 was retried")
+	assert.Equal(t, fakeagentenv.Paused, srv.States()[id])
 }
 
 // memoryMB is each sandbox's size, in bytes, for the Preserver: with ample
@@ -124,7 +163,7 @@ func TestAgentENVSizesOrderThePausesAndSetTheFirstEstimate(t *testing.T) {
 		for _, sb := range sbs {
 			sizes = append(sizes, sb.(pause.Sized).Size())
 		}
-		assert.Equal(t, []int64{1 << 30, 4 << 30, 512 << 20, 2 << 30}, sizes, "memoryMB in bytes, in listing order")
+		assert.Equal(t, []int64{2 << 30, 512 << 20, 4 << 30, 1 << 30}, sizes, "memoryMB in bytes, in listing order (newest first)")
 
 		p, err := pause.New(src, pause.Config{Limit: 1, Estimator: deadline.NewEstimator(1920 * time.Millisecond)})
 		require.NoError(t, err)

@@ -19,7 +19,8 @@ import (
 // see Source; a 404 from the list path is a wrong path, so List reports it
 // permanent), in backoff.Permanent for any other 4xx except 408 and 429, and
 // bare (transient) for 408, 429 and 5xx. A 409 from Preserve is settled by
-// listing again, as Source describes. errors.As finds it in every case.
+// listing again, or retried with Config.RetryConflict, as Source describes.
+// errors.As finds it in every case.
 type StatusError struct {
 	Op         string        // "list" or "pause"
 	URL        string        // the request URL

@@ -99,6 +99,8 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 		return fmt.Errorf("httpsource: pause %s: %w", b.id, ctx.Err())
 	case se == nil:
 		return err // transient: connection, timeout
+	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode) && b.src.cfg.retryConflict:
+		return fmt.Errorf("%w (a state the server will not pause yet: retry)", se)
 	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode):
 		return b.resolveConflict(ctx, se)
 	case se.StatusCode >= 500:

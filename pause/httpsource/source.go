@@ -133,8 +133,19 @@ type Config struct {
 	// GoneStatus are the HTTP statuses (4xx) of a pause answer that mean
 	// the sandbox is gone or already preserved (pause.ErrGone); nil means
 	// 404 and 410. A 409 not listed here is settled by listing again (see
-	// Source).
+	// Source), or retried with RetryConflict.
 	GoneStatus []int
+	// RetryConflict says the server answers 409 Conflict only for a
+	// sandbox it cannot pause yet, never for one already paused or being
+	// paused: AgentENV, whose pause answers 204 for a paused sandbox and
+	// joins a pause in progress, and answers 409 for one being created,
+	// resumed, snapshotted or forked, or running again after a pause it
+	// joined failed; each runs again afterwards. A 409 is then transient,
+	// retried in the time left (the sandbox is Failed if it never becomes
+	// pausable), instead of being settled by listing again, which would
+	// take such a sandbox, not listed running while in transition, for
+	// gone.
+	RetryConflict bool
 
 	// ListTimeout bounds each listing (and always the caller's context).
 	// Zero means 10 s; a negative timeout means the context alone.
@@ -173,8 +184,11 @@ type Config struct {
 // answers 404; sandboxes are objects keyed by sandboxID whose state
 // "running" needs preserving and whose memoryMB is their size (pause.Sized,
 // in bytes); pause with POST /sandboxes/{sandboxID}/pause, where 204 is
-// done, 404 gone, and 409 is settled by listing again. Set APIKey (sent in
-// X-API-Key), and change any other field, on the value it returns.
+// done (also for a sandbox already paused, or paused by a pause in
+// progress, which the request joins), 404 gone, and 409 a sandbox in
+// transition (creating, resuming, snapshotting, forking), retried
+// (RetryConflict). Set APIKey (sent in X-API-Key), and change any other
+// field, on the value it returns.
 func AgentENV() Config {
 	return Config{
 		ListPath:         "/v2/sandboxes?state=running",
@@ -185,33 +199,35 @@ func AgentENV() Config {
 		SizeField:        "memoryMB",
 		SizeUnit:         1 << 20,
 		PausePath:        "/sandboxes/{id}/pause",
+		RetryConflict:    true,
 	}
 }
 
 // config is a Config with every default filled in.
 type config struct {
-	client       *http.Client
-	apiHeader    string
-	apiKey       string
-	listPath     string
-	pauseMethod  string
-	pausePath    string
-	itemsField   string
-	idField      string
-	stateField   string // "": every listed sandbox is running
-	running      []string
-	gone         []int
-	fallbackList string        // list path used once listPath answers 404
-	tokenHeader  string        // response header holding the next page's token
-	tokenParam   string        // query parameter that sends it back
-	sizeField    string        // numeric field of each element: its size
-	sizeUnit     int64         // bytes per unit of the size field
-	listTimeout  time.Duration // 0: the context alone
-	pauseTimeout time.Duration
-	maxInFlight  int
-	logger       *slog.Logger
-	tp           trace.TracerProvider
-	mp           metric.MeterProvider
+	client        *http.Client
+	apiHeader     string
+	apiKey        string
+	listPath      string
+	pauseMethod   string
+	pausePath     string
+	itemsField    string
+	idField       string
+	stateField    string // "": every listed sandbox is running
+	running       []string
+	gone          []int
+	retryConflict bool          // a 409 is transient, not settled by listing again
+	fallbackList  string        // list path used once listPath answers 404
+	tokenHeader   string        // response header holding the next page's token
+	tokenParam    string        // query parameter that sends it back
+	sizeField     string        // numeric field of each element: its size
+	sizeUnit      int64         // bytes per unit of the size field
+	listTimeout   time.Duration // 0: the context alone
+	pauseTimeout  time.Duration
+	maxInFlight   int
+	logger        *slog.Logger
+	tp            trace.TracerProvider
+	mp            metric.MeterProvider
 }
 
 // resolve fills in the defaults of c's zero fields.
@@ -220,7 +236,7 @@ func (c Config) resolve() config {
 		client: c.Client, apiHeader: c.APIKeyHeader, apiKey: c.APIKey,
 		listPath: c.ListPath, pauseMethod: c.PauseMethod, pausePath: c.PausePath,
 		itemsField: c.ItemsField, idField: c.IDField, stateField: c.StateField,
-		running: c.RunningStates, gone: c.GoneStatus, fallbackList: c.FallbackListPath,
+		running: c.RunningStates, gone: c.GoneStatus, retryConflict: c.RetryConflict, fallbackList: c.FallbackListPath,
 		tokenHeader: c.PageTokenHeader, tokenParam: c.PageTokenParam,
 		sizeField: c.SizeField, sizeUnit: c.SizeUnit,
 		listTimeout: c.ListTimeout, pauseTimeout: c.PauseTimeout, maxInFlight: c.MaxInFlight,
@@ -268,11 +284,12 @@ func (c Config) resolve() config {
 // (AgentENV, when the VM cannot be put back) has lost it, so that gone
 // status is a permanent error, the sandbox Failed in the Report, never
 // Vanished; 408, 429, 5xx and connection errors are transient;
-// any other 4xx is wrapped in backoff.Permanent. A 409 Conflict (AgentENV's
-// answer for a sandbox that is not running) is settled by listing again:
-// no longer listed running means pause.ErrGone (already paused or gone),
-// still listed running means transient (a state the server will not pause
-// yet). errors.As finds the *StatusError in each.
+// any other 4xx is wrapped in backoff.Permanent. A 409 Conflict is settled
+// by listing again: no longer listed running means pause.ErrGone (already
+// paused or gone), still listed running means transient (a state the
+// server will not pause yet); with Config.RetryConflict (AgentENV, whose 409
+// means a sandbox in transition) it is transient at once. errors.As finds
+// the *StatusError in each.
 //
 // Overload: when the server answers 429 (or 503 with Retry-After) while other
 // pause requests of this Source were on the wire, the Source lowers the
