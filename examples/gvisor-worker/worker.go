@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,9 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +22,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/drain/draingrpc"
+	"github.com/drainkit/drainkit/examples/internal/hupquit"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/termmsg"
@@ -215,13 +213,14 @@ func (e usageError) Unwrap() error { return e.error }
 // serve serves until SIGTERM or SIGINT (or ctx ending), then shuts down, writes the Report
 // and the termination message (writeReport), and returns the Report and the error of
 // writing it. A second signal forces. SIGHUP and SIGQUIT never end the worker
-// (otherSignals).
+// (hupquit): their default action would end it at once, with no drain, no Report and every
+// sandbox lost.
 //
 // The Report is written before the sandbox node is closed: Close waits for the timeout
 // deletions in progress (`runsc delete -force`, about 2 s each), and the drain ended only
 // its margin before SIGKILL, which they would have pushed the Report past.
 func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
-	stopOthers := w.otherSignals()
+	stopOthers := hupquit.Handle(w.logger, "the worker")
 	defer stopOthers()
 	go func() { _ = w.grpc.Serve(w.ln) }()
 	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
@@ -249,40 +248,6 @@ func (w *Worker) writeReport(rep *drain.Report) error {
 		w.logger.Warn("termination message not written", "error", werr)
 	}
 	return err
-}
-
-// otherSignals handles, until the returned function is called, the signals whose default
-// action would end the worker at once, with no drain, no Report and every sandbox lost:
-//   - SIGHUP (a closed terminal, or a reload request: the worker has nothing to reload) is
-//     logged and ignored;
-//   - SIGQUIT dumps every goroutine's stack to the log, as a Go program's SIGQUIT would,
-//     and the worker goes on serving. To stop the worker, send SIGTERM.
-func (w *Worker) otherSignals() (stop func()) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGQUIT)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case sig := <-sigs:
-				if sig == syscall.SIGHUP {
-					w.logger.Warn("SIGHUP ignored: the worker has nothing to reload; SIGTERM stops it")
-					continue
-				}
-				var dump bytes.Buffer
-				_ = pprof.Lookup("goroutine").WriteTo(&dump, 2)
-				w.logger.Warn("SIGQUIT: goroutine dump; the worker goes on (SIGTERM stops it)", "goroutines", dump.String())
-			}
-		}
-	})
-	return func() {
-		signal.Stop(sigs)
-		close(done)
-		wg.Wait()
-	}
 }
 
 func (w *Worker) close() {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,10 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
-	"sync"
 	"syscall"
 	"time"
 
@@ -21,6 +17,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/hupquit"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/fakeublk"
@@ -232,7 +229,9 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	go func() { _ = s.hook.Serve(s.hookLn) }() // closed by Close
 	s.logger.Info("sandboxd serving", "addr", s.Addr(), "runtime", s.rt.Name(),
 		"paused", s.node.Count(sandbox.Paused), "grace", s.cfg.Grace)
-	stopOthers := s.otherSignals()
+	// SIGHUP and SIGQUIT would kill sandboxd at once, with no report, every sandbox lost and
+	// the device daemon killed through its Pdeathsig: logged, and sandboxd goes on.
+	stopOthers := hupquit.Handle(s.logger, "sandboxd")
 	rep := s.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
 	stopOthers()
 	s.logLost(rep)
@@ -360,41 +359,6 @@ func preserved(rep *pause.Report) int {
 		return 0
 	}
 	return rep.Counts[pause.Preserved]
-}
-
-// otherSignals handles, until the returned function is called, the signals whose default
-// action would kill sandboxd at once, with no report, every sandbox lost and the device
-// daemon killed through its Pdeathsig. A node server must never die of them:
-//   - SIGHUP (a closed terminal, or a reload request: sandboxd has no configuration to
-//     reload) is logged and ignored;
-//   - SIGQUIT dumps every goroutine's stack to the log's stream, as a Go program's
-//     SIGQUIT would, and sandboxd goes on serving. To stop sandboxd, send SIGTERM.
-func (s *Server) otherSignals() (stop func()) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGQUIT)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			case sig := <-sigs:
-				if sig == syscall.SIGHUP {
-					s.logger.Warn("SIGHUP ignored: sandboxd has nothing to reload; SIGTERM stops it")
-					continue
-				}
-				var dump bytes.Buffer
-				_ = pprof.Lookup("goroutine").WriteTo(&dump, 2)
-				s.logger.Warn("SIGQUIT: goroutine dump; sandboxd goes on (SIGTERM stops it)", "goroutines", dump.String())
-			}
-		}
-	})
-	return func() {
-		signal.Stop(sigs)
-		close(done)
-		wg.Wait()
-	}
 }
 
 // logLost logs every sandbox that was not preserved, one line each, so that the
