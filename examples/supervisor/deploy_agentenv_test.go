@@ -32,6 +32,11 @@ import (
 
 const overlayDir = "deploy/agentenv/overlay"
 
+// imageEntrypoint is the ENTRYPOINT of AgentENV's server image
+// (deploy/docker/Dockerfile.agentenv): its DaemonSet sets no command, so
+// this is the server command the supervisor must run after "--".
+var imageEntrypoint = []string{"/server"}
+
 // kustomization is the part of a Kustomization the overlay uses, decoded
 // strictly: a field the test does not apply fails it.
 type kustomization struct {
@@ -76,9 +81,19 @@ func buildOverlay(t *testing.T) (base, out appsv1.DaemonSet) {
 	require.Len(t, r.Targets, 1)
 	require.Equal(t, []string{"spec.template.spec.containers.[name=agentenv].env.[name=DRAINKIT_GRACE_SECONDS].value"}, r.Targets[0].FieldPaths)
 
+	raw, err = os.ReadFile(filepath.Join(overlayDir, "../base/kustomization.yaml"))
+	require.NoError(t, err)
+	var baseK struct {
+		kustomization
+		Namespace string `json:"namespace"`
+	}
+	require.NoError(t, yaml.UnmarshalStrict(raw, &baseK))
 	raw, err = os.ReadFile(filepath.Join(overlayDir, "../base/agentenv-daemonset.yaml"))
 	require.NoError(t, err)
 	require.NoError(t, yaml.UnmarshalStrict(raw, &base))
+	if base.Namespace == "" {
+		base.Namespace = baseK.Namespace
+	}
 	baseJSON, err := yaml.YAMLToJSON(raw)
 	require.NoError(t, err)
 
@@ -91,6 +106,12 @@ func buildOverlay(t *testing.T) (base, out appsv1.DaemonSet) {
 	assert.Nil(t, patch.Spec.Template.Spec.TerminationGracePeriodSeconds, "the grace is stated once, in the base")
 	patchJSON, err := yaml.YAMLToJSON(raw)
 	require.NoError(t, err)
+	// kustomize applies a patch to the resource of the same kind, name and
+	// namespace, and fails the build when the base has none; so does a
+	// replacement whose source or target it cannot find.
+	require.Equal(t, base.Name+"/"+base.Namespace, patch.Name+"/"+patch.Namespace, "the patch names the base's DaemonSet")
+	require.Equal(t, base.Name, r.Source.Name, "the replacement's source is the base's DaemonSet")
+	require.Equal(t, base.Name, r.Targets[0].Select.Name, "the replacement's target is the base's DaemonSet")
 
 	merged, err := strategicpatch.StrategicMergePatch(baseJSON, patchJSON, appsv1.DaemonSet{})
 	require.NoError(t, err)
@@ -166,7 +187,26 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	assert.True(t, filepath.IsAbs(cfg.daemonSock), "the server's daemon, by its socket")
 	assert.Empty(t, cfg.daemon, "never a second daemon")
 	bc := base.Spec.Template.Spec.Containers[0]
-	assert.Equal(t, append(slices.Clone(bc.Command), bc.Args...), cfg.server, "the server command after -- is the base's")
+	serverCmd := append(slices.Clone(bc.Command), bc.Args...)
+	if len(bc.Command) == 0 {
+		serverCmd = append(slices.Clone(imageEntrypoint), bc.Args...)
+	}
+	assert.Equal(t, serverCmd, cfg.server, "the server command after -- is the base's, or its image's entrypoint")
+	assert.Equal(t, "/run/aenv/ublk-daemon.sock", cfg.daemonSock, "AgentENV's daemon socket, $AENV_RUNTIME/ublk-daemon.sock")
+
+	// The Report's directory is a volume of the pod (the supervisor refuses
+	// to start when it cannot create a file there), and the key is the one
+	// the server checks: its Secret, its key.
+	require.NotEmpty(t, cfg.report)
+	assert.True(t, slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return !m.ReadOnly && strings.HasPrefix(filepath.Dir(cfg.report)+"/", strings.TrimSuffix(m.MountPath, "/")+"/")
+	}), "-report %s is on a writable volume mount", cfg.report)
+	baseKey := bc.Env[slices.IndexFunc(bc.Env, func(e corev1.EnvVar) bool { return e.Name == "AENV_API_KEY" })].ValueFrom.SecretKeyRef
+	keySecret := spec.Volumes[vol].Secret
+	assert.Equal(t, baseKey.Name, keySecret.SecretName, "the key file is the server's own key Secret")
+	require.Len(t, keySecret.Items, 1)
+	assert.Equal(t, baseKey.Key, keySecret.Items[0].Key)
+	assert.Equal(t, filepath.Base(keyPath), keySecret.Items[0].Path)
 
 	// preStop is the supervisor's /drain on the -hook-listen port, with the
 	// secret; readiness and liveness are the supervisor's, on -listen.
