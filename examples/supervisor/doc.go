@@ -39,7 +39,7 @@
 // /sandboxes/{id}/pause pauses one) is changed with -list-path,
 // -fallback-list-path, -pause-path, -items-field, -id-field, -state-field,
 // -size-field, -size-unit and -next-token HEADER,PARAM; with -api agentenv
-// (GET /v2/sandboxes?state=running pages, sandboxID, memoryMB, see
+// (GET /v2/sandboxes pages, the running ones, sandboxID, memoryMB, see
 // httpsource.AgentENV) the ones given override single settings.
 // SUPERVISOR_SYSFS_ROOT, for tests, points the daemon step at a fake sysfs
 // tree (and turns off its /dev/ublk-control fallback).

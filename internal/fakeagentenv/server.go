@@ -227,6 +227,27 @@ func (s *Server) waitWhileLocked(id, state string) string {
 	}
 }
 
+// BeginResume starts the resume of a paused sandbox, as POST
+// /sandboxes/{sandboxID}/connect does for a paused one: the sandbox is
+// resuming (listed as running without a state filter, not under
+// state=running; a pause answers 409) until done is called, and running
+// after.
+func (s *Server) BeginResume(id string) (done func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sbx[id]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("fakeagentenv: sandbox %s not found", id)
+	case sb.State != Paused:
+		return nil, fmt.Errorf("fakeagentenv: sandbox %s is %s, not paused", id, sb.State)
+	}
+	sb.State = Resuming
+	s.broadcastLocked()
+	var once sync.Once
+	return func() { once.Do(func() { s.setState(id, Running) }) }, nil
+}
+
 // Snapshot starts a snapshot of a running sandbox, as POST
 // /sandboxes/{sandboxID}/snapshots does: the sandbox is snapshotting
 // (listed as paused, not under state=running; a pause answers 409) until

@@ -265,3 +265,35 @@ func TestAgentENVSandboxRemovedAfterAFailedPauseIsLostNotVanished(t *testing.T) 
 		}
 	}
 }
+
+// A sandbox resuming through the whole preserve phase (a user's connect to
+// a paused sandbox: AgentENV admits it until its own SIGTERM) runs
+// afterwards. GET /v2/sandboxes?state=running never lists it while it
+// resumes; AgentENV lists it as running without a filter. So it is in the
+// Report, its pause retried until the deadline and counted lost, never
+// missing from the account.
+func TestAgentENVSandboxResumingThroughThePhaseIsInTheReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 100 * time.Millisecond})
+		require.NoError(t, err)
+		running, err := srv.Create(1024)
+		require.NoError(t, err)
+		resuming, err := srv.Create(1024)
+		require.NoError(t, err)
+		ctx := ctxWithDeadline(t, time.Minute)
+		src := inProcess(t, srv.Handler(), AgentENV())
+		require.NoError(t, src.Sandbox(resuming.SandboxID).Preserve(ctx))
+		done, err := srv.BeginResume(resuming.SandboxID) // until after the phase
+		require.NoError(t, err)
+		defer done()
+
+		p, err := pause.New(src, pause.Config{Limit: 4})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, 10*time.Second), time.Time{})
+		assert.Equal(t, pause.Preserved, entry(t, rep, running.SandboxID).Outcome)
+		e := entry(t, rep, resuming.SandboxID)
+		assert.Equal(t, pause.Failed, e.Outcome)
+		assert.Contains(t, e.Error, "resuming")
+		assert.Equal(t, 1, rep.Lost())
+	})
+}

@@ -20,7 +20,7 @@
 // fields, running states, pagination (a next-page token in a response
 // header), a fallback list path, a size field and the API-key header are
 // fields of Config. AgentENV returns the Config for AgentENV's real node API: GET
-// /v2/sandboxes?state=running across x-next-token pages (the deprecated GET
+// /v2/sandboxes across x-next-token pages, the running ones (the deprecated GET
 // /sandboxes when v2 answers 404), sandboxes keyed by sandboxID and sized by
 // memoryMB, POST /sandboxes/{sandboxID}/pause.
 //

@@ -178,12 +178,16 @@ type Config struct {
 }
 
 // AgentENV returns the Config of AgentENV's node API
-// (src/api/spec/paths/sandboxes.yml): list with GET
-// /v2/sandboxes?state=running, following the x-next-token header into the
-// nextToken parameter, and with the deprecated GET /sandboxes when v2
-// answers 404; sandboxes are objects keyed by sandboxID whose state
-// "running" needs preserving and whose memoryMB is their size (pause.Sized,
-// in bytes); pause with POST /sandboxes/{sandboxID}/pause, where 204 is
+// (src/api/spec/paths/sandboxes.yml): list with GET /v2/sandboxes, with no
+// state filter, following the x-next-token header into the nextToken
+// parameter, and with the deprecated GET /sandboxes when v2 answers 404;
+// sandboxes are objects keyed by sandboxID whose state "running" needs
+// preserving and whose memoryMB is their size (pause.Sized, in bytes).
+// Without a filter AgentENV shows a sandbox being created, resumed or
+// deleted as running, and one being paused, snapshotted or forked as
+// paused; state=running would list only the ones running at that moment,
+// so a sandbox resuming through the preserve phase, which runs afterwards,
+// would be missing from the Report. Pause with POST /sandboxes/{sandboxID}/pause, where 204 is
 // done (also for a sandbox already paused, or paused by a pause in
 // progress, which the request joins), 404 gone, and 409 a sandbox in
 // transition (creating, resuming, snapshotting, forking), retried
@@ -191,7 +195,7 @@ type Config struct {
 // field, on the value it returns.
 func AgentENV() Config {
 	return Config{
-		ListPath:         "/v2/sandboxes?state=running",
+		ListPath:         "/v2/sandboxes",
 		FallbackListPath: "/sandboxes",
 		PageTokenHeader:  "x-next-token",
 		PageTokenParam:   "nextToken",

@@ -69,7 +69,7 @@ func TestZeroConfigIsTheGenericShape(t *testing.T) {
 	assert.Zero(t, Config{ListTimeout: -1}.resolve().listTimeout, "a negative list timeout leaves the context alone")
 
 	a := AgentENV().resolve()
-	assert.Equal(t, "/v2/sandboxes?state=running", a.listPath)
+	assert.Equal(t, "/v2/sandboxes", a.listPath, "no state filter: a sandbox being created or resumed is running there")
 	assert.Equal(t, "sandboxID", a.idField)
 	assert.Equal(t, "state", a.stateField)
 	assert.Equal(t, int64(1<<20), a.sizeUnit)
