@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/drainkit/drainkit/internal/pid1"
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 )
 
 // roleEnv makes the test binary run the worker's Main with its arguments.
@@ -18,11 +19,9 @@ const roleEnv = "GVISOR_WORKER_TEST_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) != "" {
-		if os.Getenv(procEnv) != "" {
-			if err := mountProc(); err != nil {
-				fmt.Fprintln(os.Stderr, "mounting /proc:", err)
-				os.Exit(1)
-			}
+		if err := pid1test.MountProc(); err != nil {
+			fmt.Fprintln(os.Stderr, "mounting /proc:", err)
+			os.Exit(1)
 		}
 		pid1.Init() // as main does
 		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))

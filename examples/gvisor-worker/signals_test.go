@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -30,10 +31,7 @@ func TestHangupAndQuitDoNotKillTheWorker(t *testing.T) {
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
 	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	p := pid1test.Start(t, cmd)
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "worker serving") },
 		30*time.Second, 10*time.Millisecond, "worker did not start: %s", &stderr)
 	c := dial(t, sock)
@@ -43,7 +41,7 @@ func TestHangupAndQuitDoNotKillTheWorker(t *testing.T) {
 	}
 
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
-		require.NoError(t, cmd.Process.Signal(sig))
+		require.NoError(t, p.Cmd.Process.Signal(sig))
 	}
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "goroutine dump") },
 		10*time.Second, 10*time.Millisecond, "SIGQUIT's dump: %s", &stderr)
@@ -52,14 +50,8 @@ func TestHangupAndQuitDoNotKillTheWorker(t *testing.T) {
 	assert.Len(t, list.Sandboxes, 2)
 	assert.Contains(t, stderr.String(), "SIGHUP ignored")
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		exited <- err
-		require.NoError(t, err, "exit status 0: %s", &stderr)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the worker did not exit: %s", &stderr)
-	}
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.Wait(t, 30*time.Second, "the worker did not exit: %s", &stderr), "exit status 0: %s", &stderr)
 	data, err := os.ReadFile(filepath.Join(dir, "last-shutdown.json"))
 	require.NoError(t, err)
 	var rep drain.Report

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 )
 
 // An orphan (a grandchild whose parent exited) is re-parented to PID 1, which a server's
@@ -26,7 +27,7 @@ func TestOrphanIsReaped(t *testing.T) {
 	p.waitLine(t, "ready env=") // the orphan exists: its parent has been reaped
 	var procs []string
 	ok := assert.Eventually(t, func() bool {
-		procs = namespaceProcesses(t, p.cmd.Process.Pid)
+		procs = pid1test.Processes(t, p.Cmd.Process.Pid)
 		return len(procs) == 2
 	}, 10*time.Second, 5*time.Millisecond)
 	if !ok {
@@ -45,7 +46,7 @@ func TestSignalsReachTheProgramAndItsStatusIsPID1s(t *testing.T) {
 	p := startPID1(t, "serve")
 	p.waitLine(t, "ready env=")
 	for _, sig := range forwarded {
-		require.NoError(t, p.cmd.Process.Signal(sig))
+		require.NoError(t, p.Cmd.Process.Signal(sig))
 		p.waitLine(t, "got "+unix.SignalName(sig))
 	}
 	code, signalled := p.wait(t)
@@ -58,7 +59,7 @@ func TestSignalsReachTheProgramAndItsStatusIsPID1s(t *testing.T) {
 func TestProgramKilledBySignalGives128PlusN(t *testing.T) {
 	p := startPID1(t, "default")
 	p.waitLine(t, "ready")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
 	code, signalled := p.wait(t)
 	assert.Equal(t, 128+int(syscall.SIGTERM), code)
 	assert.False(t, signalled, "PID 1 exited, it was not killed")
@@ -82,9 +83,8 @@ func TestNotPID1RunsTheProgramItself(t *testing.T) {
 
 // A pid1 is a started test program and its stdout's lines.
 type pid1 struct {
-	cmd    *exec.Cmd
-	lines  chan string
-	exited chan error
+	*pid1test.Process
+	lines chan string
 }
 
 // startPID1 starts the test program prog as PID 1 of a new PID namespace. It needs root
@@ -96,35 +96,41 @@ func startPID1(t testing.TB, prog string) *pid1 {
 	}
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), programEnv+"="+prog)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
-	return start(t, cmd)
+	return startWith(t, cmd, pid1test.StartPID1)
 }
 
-// start starts cmd, reading its stdout line by line; the test's cleanup kills it (as PID
-// 1, its whole namespace).
+// start starts cmd, reading its stdout line by line; the test's cleanup kills it.
 func start(t testing.TB, cmd *exec.Cmd) *pid1 {
 	t.Helper()
-	out, err := cmd.StdoutPipe()
+	return startWith(t, cmd, pid1test.Start)
+}
+
+// startWith starts cmd with startProcess (pid1test.Start or StartPID1), reading its stdout
+// line by line; the test's cleanup kills it (as PID 1, its whole namespace).
+func startWith(t testing.TB, cmd *exec.Cmd, startProcess func(testing.TB, *exec.Cmd) *pid1test.Process) *pid1 {
+	t.Helper()
+	r, w, err := os.Pipe()
 	require.NoError(t, err)
+	cmd.Stdout = w
 	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	p := &pid1{cmd: cmd, lines: make(chan string, 16), exited: make(chan error, 1)}
+	p := &pid1{lines: make(chan string, 16)}
 	go func() {
-		sc := bufio.NewScanner(out)
+		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			p.lines <- sc.Text()
 		}
+		r.Close()
 		close(p.lines)
-		p.exited <- cmd.Wait() // after the last read, as StdoutPipe requires
 	}()
+	// Runs after startProcess's cleanup has killed the process and waited for it: the
+	// pipe's last write end closes, the reader ends.
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
+		_ = w.Close()
 		for range p.lines {
 		}
-		if err := <-p.exited; err != nil {
-			p.exited <- err
-		}
 	})
+	p.Process = startProcess(t, cmd)
+	_ = w.Close() // the process holds its own
 	return p
 }
 
@@ -146,40 +152,13 @@ func (p *pid1) wait(t *testing.T) (code int, signalled bool) {
 	t.Helper()
 	for range p.lines {
 	}
-	var err error
-	select {
-	case err = <-p.exited:
-		p.exited <- err
-	case <-time.After(30 * time.Second):
-		t.Fatal("the process did not exit")
-	}
+	err := p.Wait(t, 30*time.Second, "the process did not exit")
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatal(err)
 	}
-	ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return p.cmd.ProcessState.ExitCode(), ws.Signaled()
-}
-
-// namespaceProcesses lists, as "pid (comm) STATE", the processes of the PID namespace of
-// the host process init.
-func namespaceProcesses(t *testing.T, init int) []string {
-	t.Helper()
-	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
-	require.NoError(t, err)
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var out []string
-	for _, p := range stats {
-		data, err := os.ReadFile(p)
-		i := bytes.LastIndexByte(data, ')') // comm may hold spaces and parentheses
-		if err != nil || i < 0 || i+2 >= len(data) {
-			continue
-		}
-		if link, err := os.Readlink(filepath.Join(filepath.Dir(p), "ns/pid")); err == nil && link == ns {
-			out = append(out, string(data[:i+3]))
-		}
-	}
-	return out
+	ws := p.Cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return p.Cmd.ProcessState.ExitCode(), ws.Signaled()
 }
 
 // skipOrFail skips t for a missing real part, and fails it under CI=true, where every
@@ -204,7 +183,7 @@ func BenchmarkSignalForwarding(b *testing.B) {
 	direct.waitLine(b, "ready env=")
 	roundTrip := func(p *pid1) time.Duration {
 		start := time.Now()
-		if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		if err := p.Cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 			b.Fatal(err)
 		}
 		p.waitLine(b, "got SIGUSR1")

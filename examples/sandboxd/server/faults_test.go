@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -227,16 +228,13 @@ func TestHangupAndQuitDoNotKillSandboxd(t *testing.T) {
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
 	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	p := pid1test.Start(t, cmd)
 	base := "http://" + addr
 	waitStarted(t, base, &stderr)
 	ids := []string{createSandbox(t, base), createSandbox(t, base)}
 
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
-		require.NoError(t, cmd.Process.Signal(sig))
+		require.NoError(t, p.Cmd.Process.Signal(sig))
 	}
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "goroutine dump") },
 		10*time.Second, 20*time.Millisecond, "SIGQUIT's dump: %s", &stderr)
@@ -244,14 +242,8 @@ func TestHangupAndQuitDoNotKillSandboxd(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "sandboxd is alive after SIGHUP and SIGQUIT")
 	assert.Contains(t, stderr.String(), "SIGHUP ignored")
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		exited <- err
-		require.NoError(t, err, "exit status 0: %s", &stderr)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("sandboxd did not exit: %s", &stderr)
-	}
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.Wait(t, 20*time.Second, "sandboxd did not exit: %s", &stderr), "exit status 0: %s", &stderr)
 	st, err := store.Open(filepath.Join(dir, "records"))
 	require.NoError(t, err)
 	recs, _, err := st.Load()
