@@ -23,7 +23,7 @@ import (
 // errors.As finds it in every case.
 type StatusError struct {
 	Op         string        // "list" or "pause"
-	URL        string        // the request URL
+	URL        string        // the request URL, its password (base URL's user information) redacted
 	StatusCode int           // the HTTP status
 	RetryAfter time.Duration // from the Retry-After header, zero if absent
 	Body       string        // the start of the response body, for the report

@@ -479,7 +479,7 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		if se := (*StatusError)(nil); errors.As(err, &se) {
 			if se.StatusCode == http.StatusNotFound && page == 1 && target == s.listURL && s.fallbackURL != "" {
 				s.cfg.logger.Info("httpsource: list path answered 404; listing with the fallback from now on",
-					"list", s.listURL, "fallback", s.fallbackURL)
+					"list", redact(s.listURL), "fallback", redact(s.fallbackURL))
 				s.onFallback.Store(true)
 				target = s.fallbackURL
 				page = 0
@@ -492,7 +492,7 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		}
 		items, err := s.parse(body)
 		if err != nil {
-			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", u, err))
+			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", redact(u), err))
 		}
 		for _, it := range items {
 			if !seen[it.id] {
@@ -508,9 +508,9 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		case next == "":
 			return out, page, nil
 		case tokens[next]:
-			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: the server sent next token %q twice", target, next))
+			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: the server sent next token %q twice", redact(target), next))
 		case page >= maxPages:
-			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: more than %d pages", target, maxPages))
+			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: more than %d pages", redact(target), maxPages))
 		}
 		tokens[next] = true
 		token = next
@@ -570,20 +570,30 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	result = attribute.Int("http.response.status_code", resp.StatusCode)
 	if r := resp.Request; r != nil && r.Method != method {
 		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s %s %s: the server redirected it to %s %s, a different request: its %d is not an answer",
-			op, method, target, r.Method, r.URL.Redacted(), resp.StatusCode))
+			op, method, redact(target), r.Method, r.URL.Redacted(), resp.StatusCode))
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return nil, nil, fmt.Errorf("httpsource: %s %s: reading body: %w", op, target, err)
+		return nil, nil, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
 	}
 	if resp.StatusCode/100 == 2 {
 		return body, resp.Header, nil
 	}
 	return nil, resp.Header, &StatusError{
-		Op: op, URL: target, StatusCode: resp.StatusCode,
+		Op: op, URL: redact(target), StatusCode: resp.StatusCode,
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 		Body:       snippet(body),
 	}
+}
+
+// redact returns target with the password of its user information, if it
+// has one, replaced by "xxxxx": what errors and log lines show of a URL.
+func redact(target string) string {
+	u, err := url.Parse(target)
+	if err != nil || u.User == nil {
+		return target
+	}
+	return u.Redacted()
 }
 
 // sameRequest is the CheckRedirect of the Source's own client: it follows

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -489,4 +490,45 @@ func TestRedirectIsNotAnAnswer(t *testing.T) {
 	require.Error(t, err, "a client that follows the redirect got 200 for a GET, not for the pause")
 	assert.True(t, isPermanent(err))
 	assert.Contains(t, err.Error(), "redirected it to GET "+idp.URL+"/sign-in")
+}
+
+// A base URL may carry user information (Basic auth, to a proxy in front of
+// the server): its password is sent, and never shown in an error or a log
+// line.
+func TestBaseURLPasswordIsSentButNeverShown(t *testing.T) {
+	var auth atomic.Value
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); ok {
+			auth.Store(u + ":" + p)
+		}
+		http.Error(w, "down", http.StatusBadRequest)
+	}))
+	defer ts.Close()
+	base := strings.Replace(ts.URL, "http://", "http://drain:hunter2@", 1)
+	var logs strings.Builder
+	c := Config{FallbackListPath: "/v1", Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	src, err := New(base, c)
+	require.NoError(t, err)
+	_, listErr := src.List(t.Context())
+	require.Error(t, listErr)
+	pauseErr := src.Sandbox("a").Preserve(t.Context())
+	require.Error(t, pauseErr)
+	assert.Equal(t, "drain:hunter2", auth.Load(), "the password is sent")
+	for _, err := range []error{listErr, pauseErr} {
+		assert.NotContains(t, err.Error(), "hunter2")
+		assert.Contains(t, err.Error(), "drain:xxxxx@")
+		var se *StatusError
+		require.ErrorAs(t, err, &se)
+		assert.NotContains(t, se.URL, "hunter2")
+	}
+
+	ts404 := httptest.NewServer(http.NotFoundHandler())
+	defer ts404.Close()
+	src, err = New(strings.Replace(ts404.URL, "http://", "http://drain:hunter2@", 1), c)
+	require.NoError(t, err)
+	_, err = src.List(t.Context())
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "hunter2")
+	assert.Contains(t, logs.String(), "fallback", "the switch to the fallback is logged")
+	assert.NotContains(t, logs.String(), "hunter2")
 }
