@@ -48,7 +48,8 @@ const (
 	defaultListTimeout = 10 * time.Second
 )
 
-// maxBody bounds how much of a response body is read.
+// maxBody bounds how much of a response body is read: a 2xx answer longer
+// than this is a permanent error that says so.
 const maxBody = 32 << 20
 
 // Config describes the server's API and how the Source talks to it. Its
@@ -572,9 +573,13 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s %s %s: the server redirected it to %s %s, a different request: its %d is not an answer",
 			op, method, redact(target), r.Method, r.URL.Redacted(), resp.StatusCode))
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
+	}
+	if len(body) > maxBody && resp.StatusCode/100 == 2 {
+		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s %s: %d answer longer than %d MiB, not read further",
+			op, redact(target), resp.StatusCode, maxBody>>20))
 	}
 	if resp.StatusCode/100 == 2 {
 		return body, resp.Header, nil

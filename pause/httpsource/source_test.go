@@ -532,3 +532,26 @@ func TestBaseURLPasswordIsSentButNeverShown(t *testing.T) {
 	assert.Contains(t, logs.String(), "fallback", "the switch to the fallback is logged")
 	assert.NotContains(t, logs.String(), "hunter2")
 }
+
+// A list answer longer than the Source reads is refused with an error that
+// says so, not parsed cut short ("unexpected end of JSON input").
+func TestOversizedListAnswerIsNamed(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elem := []byte(`{"id":"` + strings.Repeat("x", 1000) + `","state":"paused"},`)
+		_, _ = w.Write([]byte("["))
+		for n := 0; n <= maxBody; n += len(elem) {
+			if _, err := w.Write(elem); err != nil {
+				return
+			}
+		}
+		_, _ = w.Write([]byte(`{"id":"last","state":"running"}]`))
+	}))
+	defer ts.Close()
+	src, err := New(ts.URL, Config{})
+	require.NoError(t, err)
+	_, err = src.List(t.Context())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "longer than 32 MiB")
+	var perm *backoff.PermanentError
+	assert.ErrorAs(t, err, &perm, "the same answer comes again")
+}
