@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/runsc"
 )
@@ -25,22 +23,8 @@ import (
 // complete image before failing, and the sandbox was lost. The worker now lets the
 // started checkpoint end: the sandbox is paused, recorded, and restores where it was.
 func TestCheckpointWhoseClientIsGoneStillEndsPaused(t *testing.T) {
-	if err := runsc.Usable(); err != nil {
-		t.Skip("skipping real-runsc test: ", err)
-	}
-	dir := t.TempDir()
-	cfg := config{Socket: filepath.Join(dir, "w.sock"), StateDir: dir, Grace: 10 * time.Second,
-		Concurrency: 2, Runtime: "runsc", PauseLatency: time.Second}
-	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
+	w, c, _ := serveWorker(t, runscConfig(t))
 	rs := w.rt.(*sandbox.Runsc)
-	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan *drain.Report, 1)
-	go func() { rep, _ := w.serve(ctx); done <- rep }()
-	defer func() { cancel(); <-done }()
-	c := dial(t, cfg.Socket)
 
 	r, err := c.Run(context.Background(), &RunRequest{})
 	require.NoError(t, err)

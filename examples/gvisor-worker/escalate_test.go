@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
-	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -21,37 +19,24 @@ import (
 // not left running until SIGKILL: after the preserve phase the escalate step SIGTERMs it
 // (an actor saves itself on it), and the worker reports it not preserved.
 func TestSandboxThatCannotBeCheckpointedIsSignalled(t *testing.T) {
-	if err := runsc.Usable(); err != nil {
-		t.Skip("skipping real-runsc test: ", err)
-	}
-	dir := t.TempDir()
-	cfg := config{Socket: filepath.Join(dir, "w.sock"), StateDir: dir, Grace: 10 * time.Second,
-		Concurrency: 2, Runtime: "runsc", PauseLatency: time.Second}
-	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
+	cfg := runscConfig(t)
+	w, c, stop := serveWorker(t, cfg)
 	rs := w.rt.(*sandbox.Runsc)
-	root := rs.Runtime
-	t.Cleanup(func() { _ = root.DeleteAll(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan *drain.Report, 1)
-	go func() { rep, _ := w.serve(ctx); done <- rep }()
 
-	r, err := dial(t, cfg.Socket).Run(context.Background(), &RunRequest{})
+	r, err := c.Run(context.Background(), &RunRequest{})
 	require.NoError(t, err)
 	bundle := rs.Bundle(r.ID)
 	require.Eventually(t, func() bool { n, err := bundle.Counter(); return err == nil && n > 2 },
 		time.Minute, 20*time.Millisecond)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "runsc", "images"), nil, 0o600)) // checkpoints fail
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, "runsc", "images"), nil, 0o600)) // checkpoints fail
 
-	cancel() // SIGTERM
-	rep := <-done
+	rep := stop() // SIGTERM
 	require.Error(t, rep.Err(), "the sandbox was lost")
 	assert.Equal(t, 1, rep.Preserve.Counts[pause.Failed]+rep.Preserve.Counts[pause.TimedOut])
 	esc := rep.Phase("escalate")
 	require.NotNil(t, esc)
 	assert.Equal(t, drain.OK, esc.Result, "SIGTERM was enough: %s", esc.Error)
-	st, err := root.State(context.Background(), r.ID)
+	st, err := rs.Runtime.State(context.Background(), r.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "stopped", st.Status, "the signalled container exited")
 	assert.Positive(t, rep.Headroom)

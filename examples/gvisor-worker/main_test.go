@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -27,6 +29,15 @@ func TestMain(m *testing.M) {
 		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
 	}
 	goleak.VerifyTestMain(m)
+}
+
+// waitSocket waits until the worker started with stderr listens on its Unix socket sock.
+func waitSocket(t *testing.T, sock string, stderr fmt.Stringer) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		fi, err := os.Stat(sock)
+		return err == nil && fi.Mode()&os.ModeSocket != 0
+	}, 30*time.Second, 10*time.Millisecond, "worker did not start: %s", stderr)
 }
 
 // dial connects a Client to the worker's socket.

@@ -46,10 +46,7 @@ func TestAsPID1RestoresInTheSamePodWithNoZombieLeft(t *testing.T) {
 	// directory.
 	p := pid1test.StartPID1(t, cmd)
 	sock := filepath.Join(dir, "worker.sock")
-	require.Eventually(t, func() bool {
-		fi, err := os.Stat(sock)
-		return err == nil && fi.Mode()&os.ModeSocket != 0
-	}, 30*time.Second, 10*time.Millisecond, "worker did not start: %s", &stderr)
+	waitSocket(t, sock, &stderr)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := dial(t, sock)

@@ -38,10 +38,7 @@ func TestReportIsWrittenBeforeATimeoutDeletionEnds(t *testing.T) {
 	}()
 	defer func() { cancel(); <-exit }()
 	sock := filepath.Join(dir, "worker.sock")
-	require.Eventually(t, func() bool {
-		fi, err := os.Stat(sock)
-		return err == nil && fi.Mode()&os.ModeSocket != 0
-	}, 30*time.Second, 10*time.Millisecond, "worker did not start: %s", &stderr)
+	waitSocket(t, sock, &stderr)
 	c := dial(t, sock)
 	r, err := c.Run(context.Background(), &RunRequest{TimeoutS: 1})
 	require.NoError(t, err, "%s", &stderr)

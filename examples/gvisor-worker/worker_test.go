@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +35,36 @@ func fakeConfig(t *testing.T) config {
 		Concurrency: 4, Runtime: "fake", PauseLatency: time.Second}
 }
 
+// runscConfig is the configuration of a worker on real runsc in a temporary state
+// directory; it skips the test when runsc is not usable here.
+func runscConfig(t *testing.T) config {
+	t.Helper()
+	if err := runsc.Usable(); err != nil {
+		t.Skip("skipping real-runsc test: ", err)
+	}
+	dir := t.TempDir()
+	return config{Socket: filepath.Join(dir, "w.sock"), StateDir: dir, Grace: 10 * time.Second,
+		Concurrency: 2, Runtime: "runsc", PauseLatency: time.Second}
+}
+
+// serveWorker makes a worker with cfg and starts it serving in the test process, with a
+// client of its socket. stop ends the serve as SIGTERM would and returns its Report; the
+// test's cleanup calls it too, then, on runsc, deletes every sandbox the worker left.
+func serveWorker(t *testing.T, cfg config) (w *Worker, c *Client, stop func() *drain.Report) {
+	t.Helper()
+	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	if rs, ok := w.rt.(*sandbox.Runsc); ok {
+		t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *drain.Report, 1)
+	go func() { rep, _ := w.serve(ctx); done <- rep }()
+	stop = sync.OnceValue(func() *drain.Report { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
+	return w, dial(t, cfg.Socket), stop
+}
+
 // Once the worker drains, Run and Restore answer Unavailable while Checkpoint and List
 // still reach the worker; the sandboxes left running are checkpointed at SIGTERM. The
 // gate closes at the preStop call, which the kubelet makes before SIGTERM: the worker
@@ -41,14 +72,7 @@ func fakeConfig(t *testing.T) config {
 // listens (after SIGTERM alone they raced the shutdown, which closes the socket once
 // the 1 s pauses end: under load the four calls took longer).
 func TestShutdownGatesRunAndRestoreButNotCheckpoint(t *testing.T) {
-	cfg := fakeConfig(t)
-	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan *drain.Report, 1)
-	go func() { rep, _ := w.serve(ctx); done <- rep }()
-	c := dial(t, cfg.Socket)
+	w, c, stop := serveWorker(t, fakeConfig(t))
 	var ids []string
 	for range 3 {
 		r, err := c.Run(context.Background(), &RunRequest{})
@@ -78,8 +102,7 @@ func TestShutdownGatesRunAndRestoreButNotCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, list.Sandboxes, 3)
 
-	cancel() // as SIGTERM would
-	rep := <-done
+	rep := stop() // as SIGTERM would
 	require.NoError(t, rep.Err())
 	assert.Equal(t, 1, rep.Preserve.Counts[pause.Preserved], "the one left running")
 	assert.Equal(t, 3, w.node.Count(sandbox.Paused))
@@ -173,15 +196,7 @@ func TestListenOnTCPAndTerminationLog(t *testing.T) {
 // starts nothing: a negative one ran the sandbox for a day, one past ten years answered
 // FailedPrecondition "sandbox is in the wrong state".
 func TestRunWithATimeoutOutOfRangeIsInvalidArgument(t *testing.T) {
-	cfg := fakeConfig(t)
-	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan *drain.Report, 1)
-	go func() { rep, _ := w.serve(ctx); done <- rep }()
-	defer func() { cancel(); <-done }()
-	c := dial(t, cfg.Socket)
+	_, c, _ := serveWorker(t, fakeConfig(t))
 	for _, timeout := range []int{-1, sandbox.MaxTimeoutS + 1} {
 		_, err := c.Run(context.Background(), &RunRequest{TimeoutS: timeout})
 		assert.Equal(t, codes.InvalidArgument, status.Code(err), "timeout_s %d: %v", timeout, err)
@@ -201,13 +216,7 @@ func TestRunWithATimeoutOutOfRangeIsInvalidArgument(t *testing.T) {
 // something other than a socket is refused and left alone, not deleted.
 func TestSocketInUseOrNotASocketIsRefusedNotRemoved(t *testing.T) {
 	cfg := fakeConfig(t)
-	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan *drain.Report, 1)
-	go func() { rep, _ := w.serve(ctx); done <- rep }()
-	defer func() { cancel(); <-done }()
-	c := dial(t, cfg.Socket)
+	_, c, _ := serveWorker(t, cfg)
 	r, err := c.Run(context.Background(), &RunRequest{})
 	require.NoError(t, err)
 
