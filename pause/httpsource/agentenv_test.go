@@ -297,3 +297,20 @@ func TestAgentENVSandboxResumingThroughThePhaseIsInTheReport(t *testing.T) {
 		assert.Equal(t, 1, rep.Lost())
 	})
 }
+
+// A 500 only marks the 404 that follows it: once a pause of the sandbox
+// succeeded, a later 404 (it was resumed, then deleted by its user) is a
+// deletion again.
+func TestAgentENVGoneAfterARecoveredPauseIsVanished(t *testing.T) {
+	srv, url, _ := agentenv(t, 1, fakeagentenv.Config{FailFirst: 1})
+	src, err := New(url, AgentENV())
+	require.NoError(t, err)
+	const id = "i0000001"
+	sb := src.Sandbox(id)
+	var se *StatusError
+	require.ErrorAs(t, sb.Preserve(t.Context()), &se)
+	require.Equal(t, http.StatusInternalServerError, se.StatusCode, "the injected recoverable failure")
+	require.NoError(t, sb.Preserve(t.Context()))
+	require.True(t, srv.Remove(id))
+	assert.ErrorIs(t, sb.Preserve(t.Context()), pause.ErrGone)
+}

@@ -68,6 +68,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		others := s.lim.release(overloaded, err == nil)
 		switch {
 		case err == nil:
+			s.clearFailedPause(b.id) // a later gone answer is a deletion again
 			return nil
 		case !overloaded:
 			return b.failed(ctx, se, err)
@@ -164,6 +165,13 @@ func (s *Source) setFailedPause(id string, se *StatusError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pauseFailed[id] = se
+}
+
+// clearFailedPause forgets the 5xx answers to the sandbox's pauses.
+func (s *Source) clearFailedPause(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pauseFailed, id)
 }
 
 // failedPause returns the 5xx answer of an earlier pause of the sandbox,

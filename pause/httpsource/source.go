@@ -285,7 +285,7 @@ func (c Config) resolve() config {
 //
 // Error classes, as the Preserver expects them: a gone status (404, 410)
 // wraps pause.ErrGone, except after a 5xx answer to an earlier pause of the
-// same sandbox: a server that removes a sandbox whose pause failed
+// same sandbox that no pause succeeded since: a server that removes a sandbox whose pause failed
 // (AgentENV, when the VM cannot be put back) has lost it, so that gone
 // status is a permanent error, the sandbox Failed in the Report, never
 // Vanished; 408, 429, 5xx and connection errors are transient;
