@@ -126,25 +126,8 @@ func (hungPreserver) Estimator() *deadline.Estimator { return nil }
 //	55.1 s abandoned at the budget's deadline (60 s - 5 s margin) and the slack
 //	55.1 s the Report: preserve abandoned, no account of the sandboxes
 func TestReportOfAnAbandonedPreserverSaysSo(t *testing.T) {
-	var data []byte
-	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		b, err := deadline.New(60*time.Second, deadline.Config{Margin: 5 * time.Second})
-		require.NoError(t, err)
-		d, err := drain.New(drain.Config{Budget: b, Preserver: hungPreserver{release}})
-		require.NoError(t, err)
-		rep := d.Shutdown(context.Background())
-		close(release)
-		require.Equal(t, drain.Abandoned, rep.Phase(drain.PhasePreserve).Result)
-		data, err = json.Marshal(rep)
-		require.NoError(t, err)
-	})
-	f := filepath.Join(t.TempDir(), "last-shutdown.json")
-	require.NoError(t, os.WriteFile(f, data, 0o644))
-
-	code, out, _ := drainkit(t, "report", f)
+	_, code, out, verdict := reportOfAnAbandonedPreserver(t, 0)
 	assert.Equal(t, exitNoFit, code)
-	verdict, _, _ := strings.Cut(strings.SplitN(out, "Verdict", 2)[1], "\n")
 	assert.Contains(t, verdict, "sandboxes UNKNOWN (the preserve phase was abandoned", "the verdict line says it")
 	assert.NotContains(t, out, "no preserve phase ran")
 	assert.Contains(t, out, "Sandboxes    UNKNOWN: the preserve phase was abandoned: the Preserver did not return by the hard deadline")
@@ -155,30 +138,44 @@ func TestReportOfAnAbandonedPreserverSaysSo(t *testing.T) {
 // nothing of the three), so the summary could not say how many the drain
 // left unaccounted for. It says so in the verdict and the Sandboxes line.
 func TestReportOfAnAbandonedPreserverCountsTheSandboxes(t *testing.T) {
+	rep, code, out, verdict := reportOfAnAbandonedPreserver(t, 3)
+	require.Equal(t, 3, rep.Lost())
+	assert.Equal(t, exitNoFit, code)
+	assert.Contains(t, verdict, "3 sandboxes UNKNOWN (the preserve phase was abandoned)", "the verdict line counts them")
+	assert.Contains(t, out, "Sandboxes    UNKNOWN: 3 the drain counted running, none accounted for: the preserve phase was abandoned")
+}
+
+// reportOfAnAbandonedPreserver runs `drainkit report` on the Report of a drain (grace
+// 60 s, margin 5 s, no preStop) whose Preserver hangs past its hard deadline, on a node
+// with running sandboxes (0: the drain has no Sandboxes to count). It returns the Report,
+// and the report command's exit code, output and verdict line.
+func reportOfAnAbandonedPreserver(t *testing.T, running int) (rep *drain.Report, code int, out, verdict string) {
+	t.Helper()
 	var data []byte
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		b, err := deadline.New(60*time.Second, deadline.Config{Margin: 5 * time.Second})
 		require.NoError(t, err)
-		node := draintest.NewNode()
-		node.AddN("sb", 3, time.Second)
-		d, err := drain.New(drain.Config{Budget: b, Sandboxes: node, Preserver: hungPreserver{release}})
+		cfg := drain.Config{Budget: b, Preserver: hungPreserver{release}}
+		if running > 0 {
+			node := draintest.NewNode()
+			node.AddN("sb", running, time.Second)
+			cfg.Sandboxes = node
+		}
+		d, err := drain.New(cfg)
 		require.NoError(t, err)
-		rep := d.Shutdown(context.Background())
+		rep = d.Shutdown(context.Background())
 		close(release)
 		require.Equal(t, drain.Abandoned, rep.Phase(drain.PhasePreserve).Result)
-		require.Equal(t, 3, rep.Lost())
 		data, err = json.Marshal(rep)
 		require.NoError(t, err)
 	})
 	f := filepath.Join(t.TempDir(), "last-shutdown.json")
 	require.NoError(t, os.WriteFile(f, data, 0o644))
 
-	code, out, _ := drainkit(t, "report", f)
-	assert.Equal(t, exitNoFit, code)
-	verdict, _, _ := strings.Cut(strings.SplitN(out, "Verdict", 2)[1], "\n")
-	assert.Contains(t, verdict, "3 sandboxes UNKNOWN (the preserve phase was abandoned)", "the verdict line counts them")
-	assert.Contains(t, out, "Sandboxes    UNKNOWN: 3 the drain counted running, none accounted for: the preserve phase was abandoned")
+	code, out, _ = drainkit(t, "report", f)
+	verdict, _, _ = strings.Cut(strings.SplitN(out, "Verdict", 2)[1], "\n")
+	return rep, code, out, verdict
 }
 
 // capped is an io.Writer that panics past max bytes: an SVG that never
