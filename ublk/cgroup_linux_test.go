@@ -21,6 +21,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -89,10 +90,7 @@ func outsiderCgroup(t *testing.T, pid int) string {
 			return path.Join(path.Dir(mine), fmt.Sprintf("drainkit-outsider-%d", pid))
 		}
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("no cgroup hierarchy to make an outsider in (CI=true: must not be skipped)")
-	}
-	t.Skip("no writable cgroup hierarchy where this process is below the root")
+	realpart.Missing(t, "no writable cgroup hierarchy where this process is below the root")
 	return ""
 }
 

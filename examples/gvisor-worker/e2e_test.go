@@ -15,6 +15,7 @@ import (
 
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
 )
 
@@ -24,7 +25,7 @@ import (
 // from where it was (1, 2, 3, ... with no restart and no gap).
 func TestSIGTERMCheckpointsAndRestartedWorkerRestoresCounters(t *testing.T) {
 	if err := runsc.Usable(); err != nil {
-		t.Skip("skipping real-runsc test: ", err)
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
 	}
 	const grace = 30 * time.Second
 	dir := t.TempDir()

@@ -24,6 +24,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/escalate"
@@ -40,7 +41,7 @@ func fakeConfig(t *testing.T) config {
 func runscConfig(t *testing.T) config {
 	t.Helper()
 	if err := runsc.Usable(); err != nil {
-		t.Skip("skipping real-runsc test: ", err)
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
 	}
 	dir := t.TempDir()
 	return config{Socket: filepath.Join(dir, "w.sock"), StateDir: dir, Grace: 10 * time.Second,
@@ -131,7 +132,7 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 // when runsc state agrees.
 func TestRunscTargetTellsFailedWaitFromExit(t *testing.T) {
 	if err := runsc.Usable(); err != nil {
-		t.Skip("skipping real-runsc test: ", err)
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
 	}
 	dir := t.TempDir()
 	rt := &runsc.Runtime{Root: filepath.Join(dir, "root")}

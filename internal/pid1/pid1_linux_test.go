@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
+	"github.com/drainkit/drainkit/internal/realpart"
 )
 
 // An orphan (a grandchild whose parent exited) is re-parented to PID 1, which a server's
@@ -92,7 +93,7 @@ type pid1 struct {
 func startPID1(t testing.TB, prog string) *pid1 {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "a new PID namespace needs root (run the tests as root)")
+		realpart.Missing(t, "a new PID namespace needs root (run the tests as root)")
 	}
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), programEnv+"="+prog)
@@ -159,16 +160,6 @@ func (p *pid1) wait(t *testing.T) (code int, signalled bool) {
 	}
 	ws := p.Cmd.ProcessState.Sys().(syscall.WaitStatus)
 	return p.Cmd.ProcessState.ExitCode(), ws.Signaled()
-}
-
-// skipOrFail skips t for a missing real part, and fails it under CI=true, where every
-// part must be there.
-func skipOrFail(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why + " (CI=true: must not be skipped)")
-	}
-	t.Skip(why)
 }
 
 // BenchmarkSignalForwarding measures what the init adds to a signal's way to the program:

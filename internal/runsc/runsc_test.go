@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/internal/realpart"
 )
 
 // fakeEnv makes the test binary act as a fake runsc (see fakeRunsc).
@@ -168,7 +170,7 @@ func TestRunDoesNotWaitForTheForkedSandbox(t *testing.T) {
 
 func TestWriteBundleWritesMinimalSpec(t *testing.T) {
 	if _, err := StaticBusybox(); err != nil {
-		t.Skip(err)
+		realpart.Missing(t, err.Error())
 	}
 	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), CounterArgs())
 	require.NoError(t, err)
@@ -225,7 +227,7 @@ func TestCounterReportsMissingAndGarbage(t *testing.T) {
 // realRuntime returns a Runtime over the real runsc, or skips the test.
 func realRuntime(t testing.TB) *Runtime {
 	if err := Usable(); err != nil {
-		t.Skip("skipping real-runsc test: ", err)
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
 	}
 	rt := &Runtime{Root: t.TempDir()}
 	t.Cleanup(func() {

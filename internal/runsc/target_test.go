@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/pause/escalate"
 )
 
@@ -101,10 +102,7 @@ func ignoreTermArgs() []string {
 // SIGKILLed when its grace ends, within its window.
 func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 	if err := Usable(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("real runsc needed: %v (CI=true: must not be skipped)", err)
-		}
-		t.Skip("skipping real-runsc test: ", err)
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
 	}
 	rt := realRuntime(t)
 	dir := t.TempDir()
@@ -152,10 +150,7 @@ func runReaper(t *testing.T, rt *Runtime, id string, b Bundle, reap bool) reaper
 // reaped seconds late, and the gvisor-worker's escalate step ran out of its window).
 func TestUnreapedSandboxThatExitedOnSIGTERMHasExited(t *testing.T) {
 	if err := Usable(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("real runsc needed: %v (CI=true: must not be skipped)", err)
-		}
-		t.Skip("skipping real-runsc test: ", err)
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
 	}
 	rt := realRuntime(t)
 	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), CounterArgs())

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -183,7 +184,7 @@ func TestNewRuntimeLaysOutTheStateDirectory(t *testing.T) {
 // goes on from where it was.
 func TestRunscSandboxResumesAfterServerRestart(t *testing.T) {
 	if err := runsc.Usable(); err != nil {
-		t.Skip("skipping real-runsc test: ", err)
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
 	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -23,7 +24,7 @@ import (
 func runscConfig(t *testing.T) Config {
 	t.Helper()
 	if err := runsc.Usable(); err != nil {
-		t.Skip("skipping real-runsc test: ", err)
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
 	}
 	cfg := testConfig(t)
 	cfg.Runtime, cfg.Devices, cfg.Grace, cfg.PauseLatency = "runsc", 0, 30*time.Second, 2*time.Second
