@@ -2,8 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,12 +16,29 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// roleEnv makes the test binary print its runsc state directory's name
+// (runscStateName) and its PID namespace, and exit: a process of a new PID
+// namespace, as a worker restarted in a new pod is.
+const roleEnv = "SANDBOX_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) == "state-name" {
+		if err := pid1test.MountProc(); err != nil {
+			fmt.Println(err)
+			os.Exit(3)
+		}
+		ns, _ := os.Readlink("/proc/self/ns/pid")
+		fmt.Println(ns, filepath.Base(NewRunsc("/state").Runtime.Root))
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func newFakeNode(t *testing.T, dir string, latency time.Duration) (*Node, []store.Problem) {
 	st, err := store.Open(filepath.Join(dir, "records"))
@@ -162,7 +182,7 @@ func TestFakeLatencyIsSpreadAndStablePerID(t *testing.T) {
 }
 
 // NewRuntime lays a server's state directory out the same way for every example: fake
-// images in images/, runsc's files in runsc/ and its own state in runsc/root/pidns-N.
+// images in images/, runsc's files in runsc/ and its own state in runsc/root/pidns-N-B-S.
 func TestNewRuntimeLaysOutTheStateDirectory(t *testing.T) {
 	rt, err := NewRuntime("fake", "/state", time.Second, 0.5)
 	require.NoError(t, err)
@@ -228,7 +248,7 @@ func TestRunscStateOfOtherPIDNamespacesIsForgotten(t *testing.T) {
 	dir := t.TempDir()
 	rt := NewRunsc(dir)
 	assert.Equal(t, filepath.Join(dir, "root", pidNamespace()), rt.Runtime.Root)
-	assert.Regexp(t, `^pidns-\d+$`, pidNamespace())
+	assert.Regexp(t, `^pidns-\d+-[0-9a-f]{8}-\d+$`, pidNamespace())
 
 	foreign := filepath.Join(dir, "root", "pidns-1", "sb-1_sandbox:sb-1.state")
 	own := filepath.Join(rt.Runtime.Root, "sb-2_sandbox:sb-2.state")
@@ -245,6 +265,39 @@ func TestRunscStateOfOtherPIDNamespacesIsForgotten(t *testing.T) {
 	assert.FileExists(t, image, "the checkpoint image stays to be restored")
 
 	require.NoError(t, NewRunsc(t.TempDir()).forgetOtherNamespaces(), "no state yet is not an error")
+}
+
+// A PID namespace's inode is reused once the namespace is gone: the next pod's
+// container can get the very number its predecessor had, and with it, were the
+// runsc state keyed by the inode alone, the predecessor's state, whose PIDs runsc
+// delete -force then SIGKILLs in the new namespace (the worker's own runsc, seen
+// as "runsc delete -force: signal: killed" on a restore in the new pod). Two
+// namespaces, one gone before the other, that share an inode have state of their
+// own.
+func TestNamespaceWithAReusedInodeHasRunscStateOfItsOwn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "a new PID namespace needs root (run the tests as root)")
+	}
+	stateName := func() (ns, name string) {
+		var out strings.Builder
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), roleEnv+"=state-name", pid1test.ProcEnv+"=1")
+		cmd.Stdout = &out
+		require.NoError(t, pid1test.StartPID1(t, cmd).Wait(t, 30*time.Second, "the namespace's process did not exit"), out.String())
+		f := strings.Fields(out.String())
+		require.Len(t, f, 2, out.String())
+		return f[0], f[1]
+	}
+	seen := map[string]string{} // namespace -> its state's name, of namespaces gone
+	for range 12 {
+		ns, name := stateName()
+		if prev, ok := seen[ns]; ok {
+			assert.NotEqual(t, prev, name, "%s reused: its state must not be its predecessor's", ns)
+			return
+		}
+		seen[ns] = name
+	}
+	t.Skipf("no PID namespace inode was reused in 12 namespaces on this kernel: %v", seen)
 }
 
 // A sandbox a client is pausing when the shutdown lists is still the

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,7 +162,8 @@ type Runsc struct {
 }
 
 // NewRunsc returns the Runsc with everything under dir: bundles, images and logs, and
-// runsc's own state in dir/root/pidns-N, N being this process's PID namespace.
+// runsc's own state in dir/root/pidns-N-B-S, for this process's PID namespace: N its
+// inode, B the boot, S when the namespace's init started.
 //
 // runsc's state records the PIDs of each sandbox and its gofer, and runsc delete -force
 // SIGKILLs them. Those numbers mean something only in the namespace that recorded them: a
@@ -167,23 +171,77 @@ type Runsc struct {
 // whichever of its own processes now has those numbers, itself or the runsc it just
 // started (seen in CI: "runsc delete -force: signal: killed"). Keyed by namespace, a
 // successor only ever signals PIDs its own namespace recorded; checkpoint images, bundles
-// and logs are shared, so it restores what its predecessor saved.
+// and logs are shared, so it restores what its predecessor saved. The inode alone is not
+// the namespace: the kernel gives a gone namespace's inode to the next one (often the
+// very next pod's), and a hostPath outlives a reboot, which starts the inodes over.
 func NewRunsc(dir string) *Runsc {
 	return &Runsc{Runtime: &runsc.Runtime{Root: filepath.Join(dir, "root", pidNamespace())}, Dir: dir}
 }
 
-// pidNamespace names this process's PID namespace "pidns-N" after its inode, or "pidns"
-// when /proc does not say.
+// pidNamespace names this process's PID namespace "pidns-N-B-S" (see NewRunsc), with
+// what /proc says of it: "pidns" when it does not say which namespace, and without B or S
+// when it does not say those.
 func pidNamespace() string {
-	link, err := os.Readlink("/proc/self/ns/pid") // "pid:[4026531836]"
+	self, err := os.Readlink("/proc/self/ns/pid") // "pid:[4026531836]"
 	if err != nil {
 		return "pidns"
 	}
 	var ino uint64
-	if _, err := fmt.Sscanf(link, "pid:[%d]", &ino); err != nil {
+	if _, err := fmt.Sscanf(self, "pid:[%d]", &ino); err != nil {
 		return "pidns"
 	}
-	return fmt.Sprintf("pidns-%d", ino)
+	name := fmt.Sprintf("pidns-%d", ino)
+	if boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil && len(boot) >= 8 {
+		name += "-" + string(boot[:8])
+	}
+	if start, ok := initStart(self); ok {
+		name += fmt.Sprintf("-%d", start)
+	}
+	return name
+}
+
+// initStart returns when the init of the PID namespace ns ("pid:[N]") started, in clock
+// ticks since boot: the earliest start among the processes /proc shows in ns (its PID 1
+// when /proc is the namespace's own, as in a container). A namespace's init outlives it,
+// so two namespaces never have the same one.
+func initStart(ns string) (uint64, bool) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, false
+	}
+	var first uint64
+	found := false
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		if link, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "pid")); err != nil || link != ns {
+			continue
+		}
+		if start, ok := procStart(e.Name()); ok && (!found || start < first) {
+			first, found = start, true
+		}
+	}
+	return first, found
+}
+
+// procStart returns field 22 of /proc/pid/stat, the process's start in clock ticks since
+// boot (fields counted after the command, which may hold spaces and parentheses).
+func procStart(pid string) (uint64, bool) {
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(stat[i+1:])) // f[0] is field 3, the state
+	if len(f) < 20 {
+		return 0, false
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	return start, err == nil
 }
 
 // forgetOtherNamespaces removes the runsc state that other PID namespaces left under
