@@ -233,19 +233,7 @@ func (s *Server) waitWhileLocked(id, state string) string {
 // state=running; a pause answers 409) until done is called, and running
 // after.
 func (s *Server) BeginResume(id string) (done func(), err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sbx[id]
-	switch {
-	case !ok:
-		return nil, fmt.Errorf("fakeagentenv: sandbox %s not found", id)
-	case sb.State != Paused:
-		return nil, fmt.Errorf("fakeagentenv: sandbox %s is %s, not paused", id, sb.State)
-	}
-	sb.State = Resuming
-	s.broadcastLocked()
-	var once sync.Once
-	return func() { once.Do(func() { s.setState(id, Running) }) }, nil
+	return s.transition(id, Paused, Resuming)
 }
 
 // Snapshot starts a snapshot of a running sandbox, as POST
@@ -253,16 +241,22 @@ func (s *Server) BeginResume(id string) (done func(), err error) {
 // (listed as paused, not under state=running; a pause answers 409) until
 // done is called, and running again after.
 func (s *Server) Snapshot(id string) (done func(), err error) {
+	return s.transition(id, Running, Snapshotting)
+}
+
+// transition moves sandbox id, which must be in state from, to the
+// transitional state during until done is called, and to Running after.
+func (s *Server) transition(id, from, during string) (done func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb, ok := s.sbx[id]
 	switch {
 	case !ok:
 		return nil, fmt.Errorf("fakeagentenv: sandbox %s not found", id)
-	case sb.State != Running:
-		return nil, fmt.Errorf("fakeagentenv: sandbox %s is %s, not running", id, sb.State)
+	case sb.State != from:
+		return nil, fmt.Errorf("fakeagentenv: sandbox %s is %s, not %s", id, sb.State, from)
 	}
-	sb.State = Snapshotting
+	sb.State = during
 	s.broadcastLocked()
 	var once sync.Once
 	return func() { once.Do(func() { s.setState(id, Running) }) }, nil
