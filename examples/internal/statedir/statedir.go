@@ -1,0 +1,233 @@
+package statedir
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// LockFile is the file in the state directory that the lock is taken on.
+const LockFile = "state.lock"
+
+// Defaults of Config's zero fields.
+const (
+	// DefaultLogEvery is Config.LogEvery's default.
+	DefaultLogEvery = 10 * time.Second
+	// DefaultPoll is Config.Poll's default.
+	DefaultPoll = 100 * time.Millisecond
+)
+
+// Config configures Acquire. The zero value waits until ctx ends, logs nothing and names
+// its owner by $POD_NAME or the host name.
+type Config struct {
+	// Owner names this process in the lock file, beside its PID, for a server waiting for
+	// the directory: the pod's name. Empty: $POD_NAME (the downward API's pod name, as the
+	// servers' manifests set it), else the host name.
+	Owner string
+	// Logger gets the waiting lines (WARN) and the line saying the lock was taken after a
+	// wait (INFO); nil logs nothing.
+	Logger *slog.Logger
+	// Signals end the wait as ctx's end does: a server passes SIGTERM and SIGINT, so that
+	// the kubelet's SIGTERM to a pod still waiting ends it with a clear error instead of
+	// the signal's default death. They are caught only while Acquire waits.
+	Signals []os.Signal
+	// LogEvery is how often a waiting Acquire says again that it is waiting; zero:
+	// DefaultLogEvery.
+	LogEvery time.Duration
+	// Poll is how often a waiting Acquire tries the lock again, so the longest it goes on
+	// waiting once the holder has exited; zero: DefaultPoll.
+	Poll time.Duration
+}
+
+// Holder is what the lock file says of the process holding the lock.
+type Holder struct {
+	// PID is the holder's process ID, in its own PID namespace.
+	PID int `json:"pid"`
+	// Owner is Config.Owner's value: the holder's pod.
+	Owner string `json:"owner"`
+	// Since is when it took the lock.
+	Since time.Time `json:"since"`
+}
+
+// String names the holder in a log line or an error: "pid 12 (sandboxd-7xk2p) since
+// 2026-12-02T00:30:00Z", or "an unknown process" when the file does not say.
+func (h Holder) String() string {
+	if h.PID == 0 {
+		return "an unknown process"
+	}
+	who := fmt.Sprintf("pid %d", h.PID)
+	if h.Owner != "" {
+		who += " (" + h.Owner + ")"
+	}
+	return who + " since " + h.Since.UTC().Format(time.RFC3339)
+}
+
+// A Lock is the held lock of a state directory.
+type Lock struct {
+	f   *os.File
+	dir string
+}
+
+// Dir returns the state directory the lock is held on.
+func (l *Lock) Dir() string { return l.dir }
+
+// Release releases the lock: the next server waiting for the directory takes it. Call it
+// once the server has stopped touching the directory; a server that exits without it
+// releases the lock all the same (the kernel does). Release is idempotent.
+func (l *Lock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing the only descriptor of the open file releases the flock
+	l.f = nil
+	return err
+}
+
+// Acquire takes the exclusive lock of the state directory dir, creating dir (mode 0700)
+// and its LockFile if need be, and writes this process's Holder into the file. While
+// another process holds the lock it waits: it logs that it waits and for whom at once and
+// every cfg.LogEvery, tries again every cfg.Poll, and returns as soon as it has the lock.
+//
+// On failure it returns an error naming dir, and the holder when there is one: when ctx
+// ends first (the error wraps ctx.Err()), when one of cfg.Signals arrives first, or when
+// dir or the lock file cannot be made or locked. It has then touched nothing in dir but
+// the lock file.
+func Acquire(ctx context.Context, dir string, cfg Config) (*Lock, error) {
+	if cfg.LogEvery <= 0 {
+		cfg.LogEvery = DefaultLogEvery
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPoll
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	path := filepath.Join(dir, LockFile)
+	// Never O_TRUNC: the file names the holder for whoever waits.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	ok, err := tryLock(f)
+	if err == nil && !ok {
+		err = wait(ctx, f, dir, cfg)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := writeHolder(f, cfg.Owner); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("state directory %s: writing the holder into %s: %w", dir, LockFile, err)
+	}
+	return &Lock{f: f, dir: dir}, nil
+}
+
+// tryLock tries the exclusive flock of f without blocking: false when another open file
+// holds it. (flock, not fcntl's POSIX locks, which closing any descriptor of the file in
+// the process would release: reading the lock file to name the holder would have.)
+func tryLock(f *os.File) (bool, error) {
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, unix.EWOULDBLOCK):
+			return false, nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		}
+		return false, fmt.Errorf("state directory %s: flock: %w", filepath.Dir(f.Name()), err)
+	}
+}
+
+// wait waits until tryLock takes f's lock, ctx ends or one of cfg.Signals arrives.
+func wait(ctx context.Context, f *os.File, dir string, cfg Config) error {
+	var sigs chan os.Signal
+	if len(cfg.Signals) > 0 {
+		sigs = make(chan os.Signal, 1)
+		signal.Notify(sigs, cfg.Signals...)
+		defer signal.Stop(sigs)
+	}
+	start := time.Now()
+	holder := readHolder(f.Name())
+	cfg.Logger.Warn("state directory held by another server; waiting for it to exit before touching it",
+		"dir", dir, "holder", holder.String())
+	poll := time.NewTicker(cfg.Poll)
+	defer poll.Stop()
+	say := time.NewTicker(cfg.LogEvery)
+	defer say.Stop()
+	gaveUp := func(why error) error {
+		return fmt.Errorf("state directory %s: gave up waiting after %v for %s, which holds it: %w",
+			dir, time.Since(start).Round(time.Millisecond), holder, why)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return gaveUp(ctx.Err())
+		case sig := <-sigs:
+			name := sig.String()
+			if n, ok := sig.(syscall.Signal); ok {
+				name = unix.SignalName(n)
+			}
+			return gaveUp(errors.New(name + " received"))
+		case <-say.C:
+			holder = readHolder(f.Name())
+			cfg.Logger.Warn("still waiting for the state directory", "dir", dir, "holder", holder.String(),
+				"waited", time.Since(start).Round(time.Second))
+		case <-poll.C:
+			ok, err := tryLock(f)
+			if err != nil {
+				return err
+			}
+			if ok {
+				cfg.Logger.Info("state directory taken", "dir", dir, "waited", time.Since(start).Round(time.Millisecond),
+					"after", holder.String())
+				return nil
+			}
+		}
+	}
+}
+
+// readHolder reads the holder from the lock file at path: the zero Holder when the file
+// does not say (a holder that has not written yet).
+func readHolder(path string) Holder {
+	var h Holder
+	if data, err := os.ReadFile(path); err == nil {
+		_ = json.Unmarshal(data, &h)
+	}
+	return h
+}
+
+// writeHolder writes this process as the holder into f, whose lock it holds.
+func writeHolder(f *os.File, owner string) error {
+	if owner == "" {
+		owner = os.Getenv("POD_NAME")
+	}
+	if owner == "" {
+		owner, _ = os.Hostname()
+	}
+	data, err := json.Marshal(Holder{PID: os.Getpid(), Owner: owner, Since: time.Now()})
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(append(data, '\n'), 0); err != nil {
+		return err
+	}
+	return f.Sync()
+}
