@@ -14,7 +14,10 @@
 // deletions of sandboxes whose timeout passed (`runsc delete`, about 2 s), which could
 // otherwise push them past SIGKILL. The exit status is 0 when every sandbox was
 // checkpointed and every step ended in time. A restarted worker loads the checkpoints and
-// Restore resumes each sandbox where it was. SIGHUP is logged and ignored
+// Restore resumes each sandbox where it was. A worker started while another still holds
+// the state directory (STATE_DIR/state.lock: it is still checkpointing into it) waits for
+// that one's exit before it touches the directory or its socket, logging for whom it
+// waits; its own SIGTERM while it waits ends it, exit status 1, with nothing touched. SIGHUP is logged and ignored
 // and SIGQUIT dumps the goroutines to the log: neither ends the worker.
 //
 // As a pod's command the worker is PID 1 of the pod's PID namespace, where gVisor's

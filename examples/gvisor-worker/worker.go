@@ -24,6 +24,7 @@ import (
 	"github.com/drainkit/drainkit/drain/draingrpc"
 	"github.com/drainkit/drainkit/examples/internal/hupquit"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/examples/internal/statedir"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
@@ -97,6 +98,8 @@ type Worker struct {
 	grpc    *grpc.Server
 	drainer *drain.Drainer
 	ln      net.Listener
+	// lock makes the state directory this process's alone until close.
+	lock *statedir.Lock
 }
 
 // newWorker loads the checkpointed sandboxes, builds the Drainer and listens.
@@ -109,7 +112,17 @@ func newWorker(cfg config, logger *slog.Logger) (*Worker, error) {
 	return w, nil
 }
 
-func (w *Worker) open() error {
+func (w *Worker) open() (err error) {
+	// The lock before anything else in the directory, the socket included: a worker
+	// started while the one before it still checkpoints into the directory (a rolling
+	// update with maxSurge, a pod started before the last one has ended) waits here,
+	// saying for whom, with nothing touched and no socket served, until that one exits;
+	// then it takes over what it left. Its own SIGTERM while it waits ends the wait:
+	// newWorker fails and Main exits 1.
+	if w.lock, err = statedir.Acquire(context.Background(), w.cfg.StateDir, statedir.Config{Logger: w.logger,
+		Signals: []os.Signal{syscall.SIGTERM, syscall.SIGINT}}); err != nil {
+		return err
+	}
 	st, err := store.Open(filepath.Join(w.cfg.StateDir, "records"))
 	if err != nil {
 		return err
@@ -251,6 +264,7 @@ func (w *Worker) writeReport(rep *drain.Report) error {
 }
 
 func (w *Worker) close() {
+	defer w.lock.Release() // last: it lets a worker waiting for the directory in
 	if w.grpc != nil {
 		w.grpc.Stop()
 	}

@@ -247,6 +247,8 @@ func procStart(pid string) (uint64, bool) {
 // forgetOtherNamespaces removes the runsc state that other PID namespaces left under
 // dir/root. It signals nothing: the processes it names are not this namespace's to
 // signal, and they died with their namespace (a pod's container ends with its PID 1).
+// That holds only under the state directory's lock (NewRuntime): the server that held
+// it before has exited.
 func (r *Runsc) forgetOtherNamespaces() error {
 	parent := filepath.Dir(r.Runtime.Root)
 	entries, err := os.ReadDir(parent)
@@ -272,6 +274,10 @@ func (r *Runsc) forgetOtherNamespaces() error {
 // stateDir: "fake", with pauseLatency and jitter, keeps its images in stateDir/images;
 // "runsc" is NewRunsc(stateDir/runsc), without the runsc state other PID namespaces
 // left, and fails when real sandboxes cannot run here (runsc.Usable).
+//
+// The caller must hold the state directory's lock (examples/internal/statedir): the
+// runsc state of other PID namespaces is dead only when no other server runs on the
+// directory, and a server still draining into it would lose its checkpoints with it.
 func NewRuntime(name, stateDir string, pauseLatency time.Duration, jitter float64) (Runtime, error) {
 	switch name {
 	case "fake":

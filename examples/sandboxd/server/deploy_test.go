@@ -58,6 +58,15 @@ func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
 	assert.Equal(t, port, manifest.Port(c, c.ReadinessProbe.HTTPGet.Port.String()))
 	require.NotNil(t, c.LivenessProbe.HTTPGet)
 	assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path, "liveness must not flip while draining")
+	// A sandboxd started while the last one drains waits for the state directory, not
+	// listening, up to that one's grace: the liveness probe (6 x 10 s) would restart it
+	// every minute of that wait, unless a startup probe holds it off for the grace.
+	require.NotNil(t, c.StartupProbe, "a startup probe covers the wait for the state directory")
+	require.NotNil(t, c.StartupProbe.HTTPGet)
+	assert.Equal(t, "/healthz", c.StartupProbe.HTTPGet.Path)
+	assert.Equal(t, port, manifest.Port(c, c.StartupProbe.HTTPGet.Port.String()))
+	assert.GreaterOrEqual(t, time.Duration(c.StartupProbe.PeriodSeconds*c.StartupProbe.FailureThreshold)*time.Second, grace,
+		"the startup probe waits at least the grace: the last sandboxd may drain for all of it")
 	mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == cfg.StateDir })
 	assert.True(t, mounted, "the state directory outlives the container")
 

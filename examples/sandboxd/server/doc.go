@@ -20,6 +20,13 @@
 // on. Neither kills it: dying at once would lose every sandbox and, through its
 // Pdeathsig, kill the device daemon with live devices.
 //
+// State directory: one sandboxd at a time. New takes its lock (internal statedir,
+// STATE_DIR/state.lock) before it touches anything in it; a sandboxd started while another
+// holds it (the last one still draining into it: a restart, an update with maxSurge) waits,
+// not listening, logging for whom, and takes over once that one has exited, SIGKILLed or
+// not. Its own SIGTERM or SIGINT while it waits makes New fail, naming the holder, with
+// nothing in the directory touched (Main exits 1).
+//
 // Guarantees: those of drain.Drainer with the budget of -grace; the preStop wait ends by the
 // drain deadline, every pause starts before the preserve deadline and ends by the budget's
 // deadline, the ublk step and the HTTP shutdown each end by theirs; the Report is written to

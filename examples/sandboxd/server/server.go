@@ -19,6 +19,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/hupquit"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/examples/internal/statedir"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/learned"
@@ -45,6 +46,8 @@ type Server struct {
 	hook    *http.Server // the preStop hook, on its own listener
 	hookLn  net.Listener
 	daemon  *fakeublk.Child
+	// lock makes the state directory this process's alone until Close.
+	lock *statedir.Lock
 	// est estimates one preserve; it starts from STATE_DIR/learned-rates.json
 	// when an earlier shutdown wrote one, and is saved there at shutdown.
 	est   *deadline.Estimator
@@ -76,12 +79,18 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error) 
 	return s, nil
 }
 
-func (s *Server) open(ctx context.Context) error {
+func (s *Server) open(ctx context.Context) (err error) {
+	// The lock before anything else in the directory: a sandboxd started while the one
+	// before it still drains into the directory (a rolling update with maxSurge, a pod
+	// started before the last one has ended) waits here, saying for whom, not ready and
+	// with nothing touched, until that one exits; then it takes over what it left. Its own
+	// SIGTERM while it waits ends the wait: New fails and Main exits 1.
+	if s.lock, err = statedir.Acquire(ctx, s.cfg.StateDir, statedir.Config{Owner: s.cfg.Pod, Logger: s.logger,
+		Signals: []os.Signal{syscall.SIGTERM, syscall.SIGINT}}); err != nil {
+		return err
+	}
 	// Owner-only: records and images are the sandboxes' state, and the device daemon's
 	// socket lives here too.
-	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("-state-dir: %w", err)
-	}
 	if err := os.Chmod(s.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("-state-dir: %w", err)
 	}
@@ -308,9 +317,11 @@ func (s *Server) writeRates(rep *drain.Report) {
 }
 
 // Close releases what New started: the timeout timers, the listener, the device daemon
-// (killed if the ublk step did not stop it) and, in runsc mode, the sandboxes that were
-// not preserved (they are lost either way; in a pod the container's SIGKILL takes them).
+// (killed if the ublk step did not stop it), in runsc mode the sandboxes that were not
+// preserved (they are lost either way; in a pod the container's SIGKILL takes them), and
+// last the state directory's lock, which lets a sandboxd waiting for the directory in.
 func (s *Server) Close() {
+	defer s.lock.Release()
 	if s.node != nil {
 		s.node.Close()
 	}
