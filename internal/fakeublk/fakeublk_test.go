@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/internal/frame"
+	"github.com/drainkit/drainkit/internal/gobuild"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -170,10 +171,8 @@ func TestFakeublkdCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}
-	bin := filepath.Join(t.TempDir(), "fakeublkd")
-	build := exec.Command("go", "build", "-o", bin, "./fakeublkd")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin, err := gobuild.Program(t.TempDir(), "./internal/fakeublk/fakeublkd")
+	require.NoError(t, err)
 	sys := t.TempDir()
 	cmd := exec.Command(bin, "-sysfs", sys, "-devices", "0,1")
 	stdout, err := cmd.StdoutPipe()

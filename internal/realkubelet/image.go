@@ -6,16 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/gobuild"
 )
 
 // A Binary is one program of an image, as /Name: Package (a path relative
@@ -37,18 +35,14 @@ type Image struct {
 // ImageRef is the reference BuildImage gives its image.
 const ImageRef = "drainkit.local/e2e:v1"
 
-// BuildImage builds each binary with CGO_ENABLED=0 (static, so the image
-// needs nothing else) and packs them into one image, ImageRef, whose
-// entrypoint is /Name of the first binary. The build runs in the module
-// root; the tarball lives in a directory removed in t.Cleanup.
+// BuildImage builds each binary with gobuild.Program (static, so the image
+// needs nothing else; with the flags CI compiles them ahead with) and packs
+// them into one image, ImageRef, whose entrypoint is /Name of the first
+// binary. The tarball lives in a directory removed in t.Cleanup.
 func BuildImage(t testing.TB, bins ...Binary) *Image {
 	t.Helper()
 	if len(bins) == 0 {
 		t.Fatal("realkubelet: BuildImage needs a binary")
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	files := map[string]string{}
@@ -58,12 +52,9 @@ func BuildImage(t testing.TB, bins ...Binary) *Image {
 			files[b.Name] = b.File
 			continue
 		}
-		out := filepath.Join(dir, filepath.Base(b.Name))
-		cmd := exec.Command("go", "build", "-trimpath", "-o", out, b.Package)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
-		if data, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("realkubelet: go build %s: %v\n%s", b.Package, err, data)
+		out, err := gobuild.Program(t.TempDir(), b.Package)
+		if err != nil {
+			t.Fatalf("realkubelet: %v", err)
 		}
 		files[b.Name] = out
 	}
@@ -73,20 +64,6 @@ func BuildImage(t testing.TB, bins ...Binary) *Image {
 		t.Fatal(err)
 	}
 	return img
-}
-
-// moduleRoot is the directory of the go.mod the go command sees from here
-// (a test runs in its package's directory).
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("realkubelet: go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("realkubelet: not inside a Go module")
-	}
-	return filepath.Dir(mod), nil
 }
 
 // writeImage writes a docker archive: manifest.json, the config JSON and

@@ -251,7 +251,10 @@ func buildGuestBinary(t *testing.T, out string) {
 		skipOrFail(t, fmt.Errorf("vmtest: the go command is needed to build the guest /init: %w", err))
 	}
 	args := []string{"test", "-c", "-o", out}
-	env := append(os.Environ(), "GOOS=linux", "GOARCH=amd64", "GOFLAGS=")
+	// GOFLAGS is kept: CI sets the compiler's flags there for every build,
+	// and the guest binary shares the host test binary's compiled packages
+	// only with the same flags.
+	env := append(os.Environ(), "GOOS=linux", "GOARCH=amd64")
 	if raceEnabled {
 		// Same flags as the host test binary: the build cache is shared,
 		// and the guest code runs under the race detector too.

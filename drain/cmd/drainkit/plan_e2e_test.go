@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/internal/freeport"
+	"github.com/drainkit/drainkit/internal/gobuild"
 	"github.com/drainkit/drainkit/internal/logbuf"
 
 	"github.com/stretchr/testify/assert"
@@ -28,10 +29,8 @@ import (
 // sandboxd is the example server built once for the tests that run it.
 func buildSandboxd(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sandboxd")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/drainkit/drainkit/examples/sandboxd")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "building sandboxd: %s", out)
+	bin, err := gobuild.Program(t.TempDir(), "./examples/sandboxd")
+	require.NoError(t, err)
 	return bin
 }
 
