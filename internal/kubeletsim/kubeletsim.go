@@ -61,7 +61,7 @@ type Timeline struct {
 	// The kubelet does not check it: a 404 is no failed hook.
 	HookStatus int  `json:"hook_status,omitempty"`
 	HookKept   bool `json:"hook_overran,omitempty"` // the hook used the whole grace period
-	// Restart is when a second deletion (ShortenGrace) restarted the
+	// Restart is when a second deletion (TerminateDeletedTwice) restarted the
 	// termination with the shorter RestartGrace and ran the hook again.
 	Restart      time.Time     `json:"restart,omitzero"`
 	RestartGrace time.Duration `json:"restart_grace_ns,omitempty"`
@@ -109,24 +109,11 @@ func Remaining(grace, hookElapsed time.Duration) time.Duration {
 	return max(left, MinimumGracePeriod)
 }
 
-// An Option changes how Terminate terminates.
-type Option func(*options)
-
-type options struct {
-	shortenAfter time.Duration
-	shortenTo    time.Duration
-}
-
-// ShortenGrace makes a second deletion with the shorter grace period grace
-// arrive at T0 + after while the preStop hook runs, as `kubectl delete
-// --grace-period=N` on a pod already terminating does. The kubelet cancels
-// the termination in progress and starts it again: it runs the hook a
-// second time (the first call is not cancelled and runs on) and times the
-// new grace from that second start. Terminate fails if the hook has
-// already returned at T0 + after (the kubelet would then re-send SIGTERM,
-// which the simulator does not model) or if grace is not shorter.
-func ShortenGrace(after, grace time.Duration) Option {
-	return func(o *options) { o.shortenAfter, o.shortenTo = after, grace }
+// A SecondDeletion is a second deletion of a pod already terminating, with
+// a shorter grace period, as `kubectl delete --grace-period=N` makes it.
+type SecondDeletion struct {
+	After time.Duration // when it arrives, since T0; the preStop hook still runs then
+	Grace time.Duration // the new grace period, shorter than the first
 }
 
 // Terminate terminates p as the kubelet does with grace period grace and
@@ -140,16 +127,29 @@ func ShortenGrace(after, grace time.Duration) Option {
 // Exit is when it exited. ctx bounds only the waits after SIGKILL (for the
 // exit, then for the hook); Terminate returns ctx's error if either does
 // not end even then.
-func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, opts ...Option) (*Timeline, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
+func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (*Timeline, error) {
+	return terminate(ctx, p, hook, grace, SecondDeletion{})
+}
+
+// TerminateDeletedTwice is Terminate with a second deletion arriving while
+// the preStop hook runs. The kubelet cancels the termination in progress
+// and starts it again: it runs the hook a second time (the first call is
+// not cancelled and runs on) and times the new grace from that second
+// start. It fails if the hook has already returned at T0 + second.After
+// (the kubelet would then re-send SIGTERM, which the simulator does not
+// model), and, before it starts, unless there is a hook and
+// 0 < second.After < grace and 0 < second.Grace < grace.
+func TerminateDeletedTwice(ctx context.Context, p Process, hook Hook, grace time.Duration, second SecondDeletion) (*Timeline, error) {
+	if hook == nil || second.Grace <= 0 || second.Grace >= grace || second.After <= 0 || second.After >= grace {
+		return nil, fmt.Errorf("kubeletsim: SecondDeletion{After: %v, Grace: %v} needs a hook, 0 < After < grace %v and 0 < Grace < grace", second.After, second.Grace, grace)
 	}
+	return terminate(ctx, p, hook, grace, second)
+}
+
+// terminate is Terminate, with a second deletion unless second is zero.
+func terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, second SecondDeletion) (*Timeline, error) {
 	if grace <= 0 {
 		return nil, errors.New("kubeletsim: grace must be positive")
-	}
-	if o.shortenTo != 0 && (hook == nil || o.shortenTo <= 0 || o.shortenTo >= grace || o.shortenAfter <= 0 || o.shortenAfter >= grace) {
-		return nil, fmt.Errorf("kubeletsim: ShortenGrace(%v, %v) needs a hook, 0 < after < grace %v and 0 < the new grace < grace", o.shortenAfter, o.shortenTo, grace)
 	}
 	t := &Timeline{Grace: grace, Start: time.Now(), Remaining: Remaining(grace, 0)}
 	var status atomic.Int64 // an httpGet hook's (hookStatusKey)
@@ -168,18 +168,18 @@ func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, o
 			ended bool
 			err   error
 		)
-		if o.shortenTo != 0 {
-			returned, firstErr := waitHook(first, o.shortenAfter)
+		if second.Grace != 0 {
+			returned, firstErr := waitHook(first, second.After)
 			switch {
 			case returned && !exit.seen():
 				endHook()
-				return t, fmt.Errorf("kubeletsim: the hook returned before the second deletion at %v", o.shortenAfter)
+				return t, fmt.Errorf("kubeletsim: the hook returned before the second deletion at %v", second.After)
 			case returned: // the process died first: no second deletion reaches it
 				ended, err = true, firstErr
 			default:
-				t.Restart, t.RestartGrace = time.Now(), o.shortenTo
-				t.event("second deletion with grace %v: the kubelet runs the preStop hook again (the first call runs on)", o.shortenTo)
-				start, g = t.Restart, o.shortenTo
+				t.Restart, t.RestartGrace = time.Now(), second.Grace
+				t.event("second deletion with grace %v: the kubelet runs the preStop hook again (the first call runs on)", second.Grace)
+				start, g = t.Restart, second.Grace
 				ended, err = waitHook(startHook(hookCtx, hook, &calls), g)
 			}
 		} else {

@@ -262,7 +262,7 @@ func TestSecondDeletionRunsTheHookAgainWithTheShorterGrace(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		tl, err := Terminate(context.Background(), p, hook, 30*time.Second, ShortenGrace(5*time.Second, 10*time.Second))
+		tl, err := TerminateDeletedTwice(context.Background(), p, hook, 30*time.Second, SecondDeletion{After: 5 * time.Second, Grace: 10 * time.Second})
 		require.NoError(t, err)
 		assert.Equal(t, []time.Duration{0, 5 * time.Second}, calls, "the hook ran twice")
 		assert.Equal(t, 5*time.Second, tl.Restart.Sub(t0))
@@ -286,7 +286,7 @@ func TestSecondDeletionTimesTheNewGraceFromTheSecondCall(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			return nil
 		})
-		tl, err := Terminate(context.Background(), p, hook, 30*time.Second, ShortenGrace(5*time.Second, 10*time.Second))
+		tl, err := TerminateDeletedTwice(context.Background(), p, hook, 30*time.Second, SecondDeletion{After: 5 * time.Second, Grace: 10 * time.Second})
 		require.NoError(t, err)
 		assert.False(t, tl.HookKept)
 		assert.Equal(t, 8*time.Second, tl.SIGTERM.Sub(t0))
@@ -295,13 +295,18 @@ func TestSecondDeletionTimesTheNewGraceFromTheSecondCall(t *testing.T) {
 	})
 }
 
-func TestShortenGraceRejectsWhatTheKubeletWouldNotDo(t *testing.T) {
+func TestSecondDeletionRejectsWhatTheKubeletWouldNotDo(t *testing.T) {
 	hook := HookFunc(func(ctx context.Context) error { return nil })
-	for _, o := range []Option{ShortenGrace(5*time.Second, 30*time.Second), ShortenGrace(0, time.Second), ShortenGrace(40*time.Second, time.Second)} {
-		_, err := Terminate(context.Background(), NewInProcess(), hook, 30*time.Second, o)
-		assert.ErrorContains(t, err, "ShortenGrace")
+	for _, second := range []SecondDeletion{
+		{After: 5 * time.Second, Grace: 30 * time.Second}, // not shorter
+		{After: 0, Grace: time.Second},                    // not during the hook
+		{After: 40 * time.Second, Grace: time.Second},     // after the grace
+		{After: time.Second},                              // no grace at all
+	} {
+		_, err := TerminateDeletedTwice(context.Background(), NewInProcess(), hook, 30*time.Second, second)
+		assert.ErrorContains(t, err, "SecondDeletion", "%+v", second)
 	}
-	_, err := Terminate(context.Background(), NewInProcess(), nil, 30*time.Second, ShortenGrace(time.Second, time.Second))
+	_, err := TerminateDeletedTwice(context.Background(), NewInProcess(), nil, 30*time.Second, SecondDeletion{After: time.Second, Grace: time.Second})
 	assert.ErrorContains(t, err, "needs a hook")
 }
 
