@@ -20,7 +20,7 @@
 //		grpc.ChainStreamInterceptor(draingrpc.StreamServerInterceptor(gate, classify)),
 //	)
 //	d, err := drain.New(drain.Config{Budget: budget, Gate: gate, Sandboxes: lister,
-//		Steps: []drain.Step{draingrpc.Step("grpc", srv, 5*time.Second)}})
+//		Steps: []drain.Step{draingrpc.Step("grpc", srv, gate, 5*time.Second)}})
 //
 // The standard health service (grpc.health.v1.Health, for example
 // google.golang.org/grpc/health's server) needs no wiring of its own: the
@@ -29,12 +29,19 @@
 // health server says SERVING, and an open Watch receives NOT_SERVING at
 // once. Load balancers and Kubernetes gRPC readiness probes therefore stop
 // routing to the node as soon as the preStop hook (or SIGTERM) closes the
-// gate, while the probes themselves keep getting answers.
+// gate, while the probes themselves keep getting answers. A Watch never
+// ends by itself, so the step, given the same gate, ends the Watches as
+// GracefulStop begins (codes.Unavailable, "server stopping", after a final
+// NOT_SERVING): GracefulStop waits for the work RPCs, not for a load
+// balancer's Watch. (A grpc-go client's own client-side health checking
+// ends its Watch when the server's GOAWAY arrives; a plain Watch stream,
+// or another client's, may not.)
 //
 // Guarantees: a gated RPC arriving after the gate closed never reaches its
 // handler; a health RPC always does, and never reports SERVING after the
-// gate closed; Stop returns by its context's deadline plus the time Stop
-// takes to close the connections, even while a handler ignores its
-// cancelled context (unless the server was made with
-// grpc.WaitForHandlers(true), whose Stop waits for the handlers).
+// gate closed; no health Watch admitted through the interceptors holds
+// Stop; Stop returns by its context's deadline plus the time Stop takes to
+// close the connections, even while a handler ignores its cancelled
+// context (unless the server was made with grpc.WaitForHandlers(true),
+// whose Stop waits for the handlers).
 package draingrpc

@@ -60,7 +60,14 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 // StreamServerInterceptor is UnaryServerInterceptor for streaming RPCs: a
 // stream counts as in flight until its handler returns. The health
 // service's Watch is never gated; a Watch open when the gate closes
-// receives NOT_SERVING at once, and no SERVING after it.
+// receives NOT_SERVING at once, and no SERVING after it. A Watch is not
+// work but never ends by itself (its handler returns only when the stream
+// does), so it would hold the server's GracefulStop: while Stop (or Step)
+// runs with the same gate, every Watch admitted here ends, after a final
+// NOT_SERVING where it last said SERVING, with codes.Unavailable ("server
+// stopping: ..."), and a Watch that arrives meanwhile ends the same way at
+// once. The health service's Watch handler must return when its stream's
+// context ends, as google.golang.org/grpc/health's does.
 func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		if isHealth(info.FullMethod) {
@@ -96,18 +103,31 @@ type Server interface {
 // Stop returned when Stop had to be called. (GracefulStop alone has no
 // deadline: one stuck RPC would hold the process until SIGKILL.)
 //
+// g is the gate s's interceptors admit through. As GracefulStop begins,
+// Stop ends the health Watch streams those interceptors admitted (see
+// StreamServerInterceptor): a Watch lasts as long as its client keeps it,
+// and a load balancer or a client that watches without grpc-go's
+// client-side health checking (which ends its Watch at the GOAWAY) would
+// otherwise hold GracefulStop until ctx ends, and Stop would cut the work
+// RPCs too. Only work RPCs are waited for. Watches that arrive while Stop
+// runs end at once; after Stop returned, g's Watches are left alone again.
+// Servers that share g share this: Stop on one ends the health Watches
+// admitted on all of them. A nil g ends no Watch.
+//
 // A *grpc.Server's GracefulStop waits for every handler to return, even
 // after Stop closed the connections: a handler that ignores its cancelled
 // context keeps GracefulStop, in a goroutine of its own, running until it
 // returns, and Stop does not wait for it (its RPC has ended for the
 // client). A server made with grpc.WaitForHandlers(true) has Stop itself
 // wait for the handlers, and then Stop returns only when they do.
-func Stop(ctx context.Context, s Server) error {
+func Stop(ctx context.Context, s Server, g *drain.Gate) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		s.GracefulStop()
 	}()
+	end := stopWatches(g)
+	defer end()
 	select {
 	case <-done:
 		return nil
@@ -117,11 +137,12 @@ func Stop(ctx context.Context, s Server) error {
 	return ctx.Err()
 }
 
-// Step returns a drain teardown Step that runs Stop on s with the step's
-// context: GracefulStop, then Stop at the step's deadline.
-func Step(name string, s Server, reserve time.Duration) drain.Step {
+// Step returns a drain teardown Step that runs Stop on s and g with the
+// step's context: GracefulStop, ending g's health Watches, then Stop at the
+// step's deadline. g is the gate of s's interceptors (drain.Config.Gate).
+func Step(name string, s Server, g *drain.Gate, reserve time.Duration) drain.Step {
 	return drain.NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve)}, func(ctx context.Context) (any, error) {
-		if err := Stop(ctx, s); err != nil { // ctx's error: Stop had to cut RPCs
+		if err := Stop(ctx, s, g); err != nil { // ctx's error: Stop had to cut RPCs
 			return nil, errors.Join(errors.New("RPCs still running at the deadline; stopped them"), err)
 		}
 		return nil, nil

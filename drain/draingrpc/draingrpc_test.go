@@ -256,7 +256,7 @@ func TestStopCallsStopAtTheDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		start := time.Now()
-		err := Stop(ctx, s)
+		err := Stop(ctx, s, nil)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Equal(t, 5*time.Second, time.Since(start))
 		assert.True(t, s.stopped)
@@ -268,7 +268,7 @@ func TestStopOnARealServerWithAHangingRPC(t *testing.T) {
 	s := serve(t, g, "tcp")
 	stream, err := openStream(t, t.Context(), s.worker) // never ends on its own
 	require.NoError(t, err)
-	step := Step("grpc", s.srv, time.Second)
+	step := Step("grpc", s.srv, g, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err = step.Run(ctx)
@@ -279,8 +279,9 @@ func TestStopOnARealServerWithAHangingRPC(t *testing.T) {
 }
 
 func TestStopReturnsNilWhenIdle(t *testing.T) {
-	s := serve(t, &drain.Gate{}, "tcp")
-	require.NoError(t, Stop(context.Background(), s.srv))
+	g := &drain.Gate{}
+	s := serve(t, g, "tcp")
+	require.NoError(t, Stop(context.Background(), s.srv, g))
 }
 
 // stuckWorker's EmptyCall ignores its context until release is closed: a handler blocked
@@ -325,7 +326,7 @@ func TestStopReturnsAtTheDeadlineWhenAHandlerIgnoresItsContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	stopped := make(chan error, 1)
-	go func() { stopped <- Stop(ctx, srv) }()
+	go func() { stopped <- Stop(ctx, srv, nil) }()
 	select {
 	case err := <-stopped:
 		require.ErrorIs(t, err, context.DeadlineExceeded)

@@ -47,7 +47,7 @@ func Example() {
 		grpc.ChainStreamInterceptor(draingrpc.StreamServerInterceptor(gate, classify)),
 	)
 	d, err := drain.New(drain.Config{Budget: budget, Gate: gate, Sandboxes: lister,
-		Steps: []drain.Step{draingrpc.Step("grpc", srv, 5*time.Second)}})
+		Steps: []drain.Step{draingrpc.Step("grpc", srv, gate, 5*time.Second)}})
 	if err != nil {
 		panic(err)
 	}

@@ -1,11 +1,16 @@
 package draingrpc
 
 import (
+	"context"
+	"runtime"
 	"strings"
 	"sync"
+	"weak"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/drainkit/drainkit/drain"
 )
@@ -39,38 +44,67 @@ func notServing(m any) any {
 // handler sends passes through notServing once the gate is closed, and
 // when the gate closes while the stream last said SERVING, the stream is
 // sent NOT_SERVING at once: Watch sends only on changes, and the health
-// server has not changed.
+// server has not changed. When a Stop with g begins (or has begun), the
+// stream ends: the handler's context is cancelled, and the stream's status
+// is codes.Unavailable instead of the handler's.
 func watchHealth(g *drain.Gate, srv any, ss grpc.ServerStream, h grpc.StreamHandler) error {
-	ws := &healthStream{ServerStream: ss, g: g}
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	ws := &healthStream{ServerStream: ss, ctx: ctx, cancel: cancel, g: g}
+	stopping := watchStops(g)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		select {
-		case <-g.Draining():
-			ws.drained()
-		case <-ss.Context().Done():
-		case <-done:
+		draining := g.Draining()
+		for {
+			select {
+			case <-draining:
+				ws.drained()
+				draining = nil
+			case <-stopping:
+				ws.stop()
+				return
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			}
 		}
 	})
 	err := h(srv, ws)
 	close(done)
 	wg.Wait() // no SendMsg after the handler returned
+	if ws.stopped() && ss.Context().Err() == nil {
+		return errServerStopping
+	}
 	return err
 }
 
-// healthStream is a Watch stream whose statuses the gate can override.
-// SendMsg is serialized: the handler and the drain notice both send.
+// errServerStopping is the status of a health Watch ended by Stop.
+var errServerStopping = status.Error(codes.Unavailable, "server stopping: health Watch ended; watch another server")
+
+// healthStream is a Watch stream whose statuses the gate can override and
+// that Stop can end. SendMsg is serialized: the handler, the drain notice
+// and the stop all send.
 type healthStream struct {
 	grpc.ServerStream
-	g    *drain.Gate
-	mu   sync.Mutex
-	sent bool                                       // a status went out
-	last healthpb.HealthCheckResponse_ServingStatus // the last status sent
+	ctx    context.Context // the handler's: cancelled by stop
+	cancel context.CancelFunc
+	g      *drain.Gate
+	mu     sync.Mutex
+	sent   bool                                       // a status went out
+	last   healthpb.HealthCheckResponse_ServingStatus // the last status sent
+	ended  bool                                       // stop ran: nothing more is sent
 }
+
+func (s *healthStream) Context() context.Context { return s.ctx }
 
 func (s *healthStream) SendMsg(m any) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ended {
+		return errServerStopping
+	}
 	r, ok := m.(*healthpb.HealthCheckResponse)
 	if !ok {
 		return s.ServerStream.SendMsg(m)
@@ -88,7 +122,28 @@ func (s *healthStream) SendMsg(m any) error {
 func (s *healthStream) drained() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sent && s.last == healthpb.HealthCheckResponse_SERVING {
+	s.notServingLocked()
+}
+
+// stop ends the stream because its server stops: a stream that last said
+// SERVING is told NOT_SERVING, nothing is sent after it, and the handler's
+// context is cancelled.
+func (s *healthStream) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notServingLocked()
+	s.ended = true
+	s.cancel()
+}
+
+func (s *healthStream) stopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}
+
+func (s *healthStream) notServingLocked() {
+	if !s.ended && s.sent && s.last == healthpb.HealthCheckResponse_SERVING {
 		_ = s.send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING})
 	}
 }
@@ -99,4 +154,71 @@ func (s *healthStream) send(r *healthpb.HealthCheckResponse) error {
 	}
 	s.sent, s.last = true, r.GetStatus()
 	return nil
+}
+
+// stops holds, for each gate, the signal that a server whose interceptors
+// admit through it is stopping. The key is a weak pointer, so a gate's
+// entry goes with the gate.
+var stops sync.Map // weak.Pointer[drain.Gate] -> *stopSignal
+
+// A stopSignal is closed while at least one Stop with its gate runs.
+type stopSignal struct {
+	mu      sync.Mutex
+	running int           // Stops running
+	ch      chan struct{} // closed while running > 0; made lazily
+}
+
+func stopSignalOf(g *drain.Gate) *stopSignal {
+	k := weak.Make(g)
+	if s, ok := stops.Load(k); ok {
+		return s.(*stopSignal)
+	}
+	s, loaded := stops.LoadOrStore(k, &stopSignal{})
+	if !loaded {
+		runtime.AddCleanup(g, func(k weak.Pointer[drain.Gate]) { stops.Delete(k) }, k)
+	}
+	return s.(*stopSignal)
+}
+
+// watchStops returns a channel closed when a Stop with g runs: at once if
+// one runs now.
+func watchStops(g *drain.Gate) <-chan struct{} {
+	if g == nil {
+		return nil // no Stop names it
+	}
+	s := stopSignalOf(g)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+// stopWatches ends g's health Watches, and those that arrive until end is
+// called. A nil g ends nothing.
+func stopWatches(g *drain.Gate) (end func()) {
+	if g == nil {
+		return func() {}
+	}
+	s := stopSignalOf(g)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running++
+	if s.running == 1 {
+		if s.ch == nil {
+			s.ch = make(chan struct{})
+		}
+		close(s.ch)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.running--; s.running == 0 {
+				s.ch = nil // the next Watch waits for the next Stop
+			}
+		})
+	}
 }

@@ -206,7 +206,7 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 		Steps: []drain.Step{
 			drain.NewStep(deadline.Phase{Name: "escalate", Reserve: deadline.Fixed(clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second))},
 				func(ctx context.Context) (any, error) { return nil, w.escalate(ctx) }),
-			draingrpc.Step("grpc", w.grpc, clamp(w.cfg.Grace/40, 500*time.Millisecond, 5*time.Second)),
+			draingrpc.Step("grpc", w.grpc, gate, clamp(w.cfg.Grace/40, 500*time.Millisecond, 5*time.Second)),
 		},
 		Logger: w.logger,
 	})
