@@ -78,18 +78,30 @@ const (
 	// Stacked: another block device (device-mapper, md) is stacked on it
 	// (sysfs holders/).
 	Stacked = "stacked"
+	// Loop: a loop device's backing file is the device (losetup
+	// /dev/loopN /dev/ublkb0): the loop driver holds it in the kernel, with
+	// no process and no open fd; Holder.Detail names the loop device.
+	// Kernel state, like Stacked: killing a process does not release it.
+	Loop = "loop"
+	// Mapped: a process has the device node memory-mapped
+	// (/proc/PID/maps), whether or not it still has an fd open on it;
+	// Holder.Detail is the address range and the mapped path. A process,
+	// like FD: its exit releases the mapping.
+	Mapped = "mapped"
 )
 
 // Holder is one user of a block device. Its fields are those of
 // ublk.Holder, which converts from it.
 type Holder struct {
-	// PID is the holding process, 0 for swap and stacked devices.
+	// PID is the holding process, 0 for swap, stacked and loop devices.
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
-	// Kind says how the device is held: FD, Mount, Swap or Stacked.
+	// Kind says how the device is held: FD, Mount, Swap, Stacked, Loop or
+	// Mapped.
 	Kind string `json:"kind"`
-	// Detail is the fd and path, the mount point, the swap file or the
-	// stacked device's name.
+	// Detail is the fd and path, the mount point, the swap file, the
+	// stacked device's name, the loop device and its backing file, or the
+	// mapping's address range and path.
 	Detail string `json:"detail"`
 }

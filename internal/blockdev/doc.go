@@ -1,9 +1,19 @@
 // Package blockdev reads what package ublk needs to know about block
 // devices: their numbers (sysfs block/NAME/dev), their partitions, and who
 // holds them open: processes with the device node open (/proc/PID/fd),
-// mounts of a file system on them (/proc/PID/mountinfo, once per mount
-// namespace), swap on them (/proc/swaps) and devices stacked on them
-// (sysfs holders/). It works for any block device, loop and ublk alike.
+// processes with the device node memory-mapped, fd closed or not
+// (/proc/PID/maps), mounts of a file system on them (/proc/PID/mountinfo,
+// once per mount namespace), swap on them (/proc/swaps), devices stacked on
+// them (sysfs holders/) and loop devices backed by them (sysfs
+// block/loopN/loop/backing_file). It works for any block device, loop and
+// ublk alike.
+//
+// No scan stats a path that could wait on a file system's server (a hung
+// FUSE daemon, an NFS server gone): open and mapped files are typed through
+// their /proc magic links with statx(AT_STATX_DONT_SYNC), and a path read
+// from the kernel (a loop's backing file, a mapping's path when
+// /proc/PID/map_files is not readable) is resolved only from the kernel's
+// lookup cache (openat2 RESOLVE_CACHED), never asking a file system.
 //
 // Linux only: elsewhere the scans fail with an error wrapping
 // errors.ErrUnsupported.

@@ -5,6 +5,7 @@ package blockdev
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,16 +18,22 @@ import (
 // Holders returns every user of the block device dev that procfs at
 // procRoot (normally "/proc") shows: processes with the device node open
 // (/proc/PID/fd links whose target is a block device with that rdev,
-// wherever the node lives, chroots included), mounts of a file system on it
-// (/proc/PID/mountinfo, one entry per mount namespace) and swap on it
-// (/proc/swaps). It works for any block device, loop and ublk alike.
+// wherever the node lives, chroots included), processes with it
+// memory-mapped, fd closed or not (/proc/PID/maps, Mapped), mounts of a
+// file system on it (/proc/PID/mountinfo, one entry per mount namespace)
+// and swap on it (/proc/swaps). It works for any block device, loop and
+// ublk alike. Devices stacked on it and loop devices backed by it are
+// kernel state that sysfs shows: StackHolders and LoopHolders.
 //
 // Processes that vanish or cannot be read during the scan are skipped, so
 // a caller that is not root sees only its own user's processes, and a
 // caller in a PID namespace only that namespace's (run the step where the
 // VMMs are visible). Open files are classified from the attributes the
 // kernel already has, so a file on a file system whose server is gone (a
-// hung NFS or FUSE mount) does not hold the scan. Holders returns ctx.Err()
+// hung NFS or FUSE mount) does not hold the scan, and so are mapped files
+// (through /proc/PID/map_files, or the mapped path resolved only from the
+// kernel's lookup cache where map_files is not readable: it needs
+// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE). Holders returns ctx.Err()
 // if ctx ends before the scan is complete.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
 	found, err := Scan(ctx, procRoot, []DevNum{dev})
@@ -45,6 +52,7 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	}
 	out := map[DevNum][]Holder{}
 	seenNS := map[string]bool{}
+	mapped := mapCache{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
@@ -62,6 +70,7 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 			out[dev] = append(out[dev], Holder{PID: pid, Comm: comm, Kind: kind, Detail: detail})
 		}
 		FDHolders(dir, want, func(dev DevNum, fd string) { add(dev, FD, fd) })
+		mapHolders(dir, want, mapped, func(dev DevNum, m string) { add(dev, Mapped, m) })
 		ns, _ := os.Readlink(filepath.Join(dir, "ns", "mnt"))
 		if ns != "" && seenNS[ns] {
 			continue
@@ -122,6 +131,143 @@ func blockDev(p string) (DevNum, bool) {
 	return DevNum{st.Rdev_major, st.Rdev_minor}, true
 }
 
+// statBlockDev is blockDev with the error: nil when p was statted, even
+// if it is not a block device.
+func statBlockDev(p string) (DevNum, bool, error) {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
+		return DevNum{}, false, err
+	}
+	if st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFBLK {
+		return DevNum{}, false, nil
+	}
+	return DevNum{st.Rdev_major, st.Rdev_minor}, true, nil
+}
+
+// resolveCached is openat2's RESOLVE_CACHED (Linux 5.12; golang.org/x/sys
+// does not name it yet): the lookup fails with EAGAIN unless every
+// component is in the kernel's lookup cache and needs no revalidation.
+const resolveCached = 0x20
+
+// cachedBlockDev is blockDev for a path read from the kernel (a swap area,
+// a loop's backing file, a mapped file): the path is resolved only from the
+// kernel's lookup cache (openat2 RESOLVE_CACHED, O_PATH), because walking a
+// path on a network or FUSE file system may revalidate a component with its
+// server and wait for ever when the server is gone, AT_STATX_DONT_SYNC or
+// not. A path that cannot be resolved so is an error (EAGAIN), and so is
+// one that no longer exists.
+func cachedBlockDev(p string) (DevNum, bool, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: resolveCached | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return DevNum{}, false, err
+	}
+	defer unix.Close(fd)
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
+		return DevNum{}, false, err
+	}
+	if st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFBLK {
+		return DevNum{}, false, nil
+	}
+	return DevNum{st.Rdev_major, st.Rdev_minor}, true, nil
+}
+
+// mapCache remembers, for one scan, whether a mapped file (by the device
+// and inode /proc/PID/maps shows) is a block device and which: the same
+// libraries are mapped by every process, and each is statted once.
+type mapCache map[string]mapped
+
+type mapped struct {
+	dev   DevNum
+	block bool
+}
+
+// MapHolders calls found with "mmap START-END PATH" for each mapping of
+// one of the wanted block devices in the process whose procfs directory is
+// dir (/proc/PID), whether or not the process still has an fd open on the
+// device: a mapping keeps the device in use, and its pages fail once the
+// device is stopped. Adjacent mappings of the same file are reported as
+// one.
+func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {
+	mapHolders(dir, want, mapCache{}, found)
+}
+
+func mapHolders(dir string, want map[DevNum]bool, cache mapCache, found func(DevNum, string)) {
+	f, err := os.Open(filepath.Join(dir, "maps"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	type hit struct {
+		key        string
+		dev        DevNum
+		start, end uint64
+		path       string
+	}
+	var hits []hit
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		// 7f2c4a000000-7f2c4a100000 rw-s 00000000 00:05 1042    /dev/ublkb0
+		line := sc.Text()
+		fields := strings.Fields(line)
+		if len(fields) < 6 || fields[4] == "0" {
+			continue // anonymous memory, [heap], [stack], [vdso]
+		}
+		lo, hi, ok := strings.Cut(fields[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if !ok || err1 != nil || err2 != nil {
+			continue
+		}
+		path := mapPath(line)
+		key := fields[3] + " " + fields[4]
+		m, seen := cache[key]
+		if !seen {
+			// map_files names the range without the zero padding maps has.
+			link := filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", start, end))
+			dev, block, err := statBlockDev(link)
+			if err != nil && !errors.Is(err, unix.ENOENT) && strings.HasPrefix(path, "/") {
+				// map_files not readable here: the path, from the cache only
+				dev, block, err = cachedBlockDev(strings.TrimSuffix(path, " (deleted)"))
+			}
+			m = mapped{dev, block}
+			if err == nil { // one unreadable now may be readable in another process
+				cache[key] = m
+			}
+		}
+		if !m.block || !want[m.dev] {
+			continue
+		}
+		if n := len(hits); n > 0 && hits[n-1].key == key && hits[n-1].end == start {
+			hits[n-1].end = end
+			continue
+		}
+		hits = append(hits, hit{key, m.dev, start, end, path})
+	}
+	for _, h := range hits {
+		found(h.dev, fmt.Sprintf("mmap %x-%x %s", h.start, h.end, h.path))
+	}
+}
+
+// mapPath returns the path of a /proc/PID/maps line: what follows its
+// five fields (it may hold spaces).
+func mapPath(line string) string {
+	rest := line
+	for range 5 {
+		rest = strings.TrimLeft(rest, " ")
+		i := strings.IndexByte(rest, ' ')
+		if i < 0 {
+			return ""
+		}
+		rest = rest[i:]
+	}
+	return strings.TrimLeft(rest, " ")
+}
+
 // mountHolders calls found with the mount points whose file system is on
 // a wanted device.
 func mountHolders(mountinfo string, want map[DevNum]bool, found func(DevNum, string)) {
@@ -156,7 +302,7 @@ func swapHolders(swaps string, want map[DevNum]bool, found func(DevNum, string))
 			continue // header: Filename Type Size Used Priority
 		}
 		name := unescapeOctal(fields[0])
-		if dev, ok := blockDev(name); ok && want[dev] {
+		if dev, ok, _ := cachedBlockDev(name); ok && want[dev] {
 			found(dev, name)
 		}
 	}
@@ -198,4 +344,60 @@ func StackHolders(sysRoot, name string, parts []Partition) []Holder {
 		}
 	}
 	return out
+}
+
+// LoopHolders returns, for each of devs, the loop devices under sysRoot
+// whose backing file is that device (losetup /dev/loopN /dev/ublkb0): the
+// loop driver holds it in the kernel, with no process and no open fd, so
+// the procfs scan cannot see it, and stopping the device fails the loop's
+// I/O. A backing file is matched by its device number (statx's rdev: a
+// node can be reached through other paths than /dev), its path resolved
+// only from the kernel's lookup cache; one that cannot be resolved so (a
+// file system that would have to be asked, a path of another mount
+// namespace) is matched by its name against the devices' kernel names
+// (sysfs dev/block/MAJ:MIN), and Detail says so.
+func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder {
+	want := make(map[DevNum]bool, len(devs))
+	for _, d := range devs {
+		want[d] = true
+	}
+	var names map[string]DevNum // kernel name -> number, read when needed
+	out := map[DevNum][]Holder{}
+	ents, _ := os.ReadDir(filepath.Join(sysRoot, blockDir))
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(sysRoot, blockDir, e.Name(), "loop", "backing_file"))
+		if err != nil {
+			continue // not a loop device, or one with no backing file
+		}
+		backing := strings.TrimSuffix(string(b), "\n")
+		p := strings.TrimSuffix(backing, " (deleted)")
+		if p == "" {
+			continue
+		}
+		dev, block, err := cachedBlockDev(p)
+		how := ""
+		if err != nil {
+			if names == nil {
+				names = kernelNames(sysRoot, devs)
+			}
+			dev, block = names[filepath.Base(p)]
+			how = fmt.Sprintf("; matched by name, the path not resolvable without asking its file system: %v", err)
+		}
+		if block && want[dev] {
+			out[dev] = append(out[dev], Holder{Kind: Loop, Detail: fmt.Sprintf("%s (backing file %s%s)", e.Name(), backing, how)})
+		}
+	}
+	return out
+}
+
+// kernelNames maps the kernel names of devs (sysfs dev/block/MAJ:MIN is a
+// link to the device's directory) to their numbers.
+func kernelNames(sysRoot string, devs []DevNum) map[string]DevNum {
+	m := make(map[string]DevNum, len(devs))
+	for _, d := range devs {
+		if target, err := os.Readlink(filepath.Join(sysRoot, "dev", blockDir, d.String())); err == nil {
+			m[filepath.Base(target)] = d
+		}
+	}
+	return m
 }

@@ -120,3 +120,92 @@ func TestHoldersScanIsNotHeldByAFileSystemThatStoppedAnswering(t *testing.T) {
 		// The test's end aborts the FUSE connection, which ends the stat.
 	}
 }
+
+// A loop device whose backing file is the device (losetup /dev/loopN
+// /dev/ublkb0) holds it in the kernel, with no process and no open fd:
+// stopping the device would fail the loop's I/O. LoopHolders names it,
+// by the backing file's device number, until it is detached.
+func TestLoopDeviceBackedByTheDeviceIsAHolder(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	var upper string
+	t.Run("stacked", func(t *testing.T) {
+		upper, _ = loopdev.AttachFile(t, node) // detached when this subtest ends
+		hs := blockdev.LoopHolders("/sys", []blockdev.DevNum{dev})[dev]
+		require.Len(t, hs, 1, "holders: %v", hs)
+		assert.Equal(t, blockdev.Loop, hs[0].Kind)
+		assert.Zero(t, hs[0].PID, "kernel state: no process")
+		assert.Equal(t, fmt.Sprintf("%s (backing file %s)", filepath.Base(upper), node), hs[0].Detail)
+		other := blockdev.DevNum{Major: 4095, Minor: 1048575}
+		assert.Empty(t, blockdev.LoopHolders("/sys", []blockdev.DevNum{other}))
+	})
+	if upper == "" {
+		t.Skip("no second loop device here")
+	}
+	assert.Empty(t, blockdev.LoopHolders("/sys", []blockdev.DevNum{dev}), "gone once detached")
+}
+
+// A backing file reached through another path than /dev (a node made
+// elsewhere, as a container's /dev is) is matched by its device number.
+func TestLoopHolderIsMatchedByDeviceNumberNotPath(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	other := filepath.Join(t.TempDir(), "disk")
+	require.NoError(t, unix.Mknod(other, unix.S_IFBLK|0o600, int(unix.Mkdev(dev.Major, dev.Minor))))
+	upper, _ := loopdev.AttachFile(t, other)
+	hs := blockdev.LoopHolders("/sys", []blockdev.DevNum{dev})[dev]
+	require.Len(t, hs, 1, "holders of %s: %v", node, hs)
+	assert.Equal(t, fmt.Sprintf("%s (backing file %s)", filepath.Base(upper), other), hs[0].Detail)
+}
+
+// A process that maps the device node and closes its fd keeps the device
+// in use without an fd the fd scan would see: its pages fail once the
+// device is stopped. The scan names it, with its PID, until it exits.
+func TestProcessMappingTheDeviceIsAHolder(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	cmd, stdin := loopdev.Map(t, node)
+	hs, err := blockdev.Holders(ctx, "/proc", dev)
+	require.NoError(t, err)
+	var mine []blockdev.Holder
+	for _, h := range hs {
+		if h.PID == cmd.Process.Pid {
+			mine = append(mine, h)
+		}
+	}
+	require.Len(t, mine, 1, "holders: %v", hs)
+	assert.Equal(t, blockdev.Mapped, mine[0].Kind)
+	assert.Regexp(t, `^mmap [0-9a-f]+-[0-9a-f]+ `+node+`$`, mine[0].Detail)
+	assert.NotEmpty(t, mine[0].Comm)
+
+	found := false
+	blockdev.MapHolders(fmt.Sprintf("/proc/%d", cmd.Process.Pid), map[blockdev.DevNum]bool{dev: true},
+		func(d blockdev.DevNum, _ string) { found = found || d == dev })
+	assert.True(t, found, "MapHolders sees it in the one process")
+
+	stdin.Close()
+	require.NoError(t, cmd.Wait())
+	hs, err = blockdev.Holders(ctx, "/proc", dev)
+	require.NoError(t, err)
+	for _, h := range hs {
+		assert.NotEqual(t, cmd.Process.Pid, h.PID, "holder still reported after it exited: %v", h)
+	}
+}
+
+// Where /proc/PID/map_files cannot be read (it needs CAP_SYS_ADMIN or
+// CAP_CHECKPOINT_RESTORE), a mapping is typed by its path in maps,
+// resolved from the kernel's lookup cache only; here a procfs whose
+// map_files is not a directory. Adjacent mappings of the node are one.
+func TestMappingIsTypedByItsPathWithoutMapFiles(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	proc := t.TempDir()
+	write(t, proc, "42/comm", "vmm\n")
+	write(t, proc, "42/map_files", "") // not a directory: every link fails ENOTDIR
+	write(t, proc, "42/maps", "00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/vmm\n"+
+		"7f0000000000-7f0000001000 r--s 00000000 00:05 1042                       "+node+"\n"+
+		"7f0000001000-7f0000003000 rw-s 00001000 00:05 1042                       "+node+"\n"+
+		"7ffd1000-7ffd2000 rw-p 00000000 00:00 0                          [stack]\n")
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.NoError(t, err)
+	assert.Equal(t, []blockdev.Holder{{PID: 42, Comm: "vmm", Kind: blockdev.Mapped, Detail: "mmap 7f0000000000-7f0000003000 " + node}}, hs)
+}

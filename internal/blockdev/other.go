@@ -25,3 +25,9 @@ func FDHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {}
 
 // StackHolders finds nothing on this system.
 func StackHolders(sysRoot, name string, parts []Partition) []Holder { return nil }
+
+// MapHolders finds nothing on this system.
+func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {}
+
+// LoopHolders finds nothing on this system.
+func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder { return nil }

@@ -15,6 +15,10 @@ import (
 // binary Hold re-executes, open the block device it names.
 const EnvHold = "DRAINKIT_LOOPDEV_HOLD"
 
+// EnvMap is the environment variable that makes MainIfHolder, in the test
+// binary Map re-executes, map the block device it names and close its fd.
+const EnvMap = "DRAINKIT_LOOPDEV_MAP"
+
 // Hold starts a child process that holds node open, as a VMM holds its
 // disk: the test binary, re-executed with EnvHold set, which opens node,
 // says "ready" and waits for its stdin to close. Hold returns once node is
@@ -23,8 +27,22 @@ const EnvHold = "DRAINKIT_LOOPDEV_HOLD"
 // MainIfHolder first.
 func Hold(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
+	return start(t, EnvHold, node)
+}
+
+// Map starts a child process that holds node as a memory mapping, with no
+// fd open on it: the test binary, re-executed with EnvMap set, which opens
+// node, maps its first page shared, closes the fd, says "ready" and waits
+// for its stdin to close. Otherwise as Hold.
+func Map(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	return start(t, EnvMap, node)
+}
+
+func start(t testing.TB, env, node string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), EnvHold+"="+node)
+	cmd.Env = append(os.Environ(), env+"="+node)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -37,7 +55,7 @@ func Hold(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
 	return cmd, stdin
 }
 
-// MainIfHolder plays the holder and exits the process when EnvHold is set,
+// MainIfHolder plays the holder (Hold's or Map's) and exits the process when EnvHold is set,
 // and returns at once otherwise. Call it first in TestMain of any test
 // binary that uses Hold:
 //
@@ -48,6 +66,9 @@ func Hold(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
 func MainIfHolder() {
 	if node := os.Getenv(EnvHold); node != "" {
 		os.Exit(holdOpen(node))
+	}
+	if node := os.Getenv(EnvMap); node != "" {
+		os.Exit(holdMapped(node))
 	}
 }
 

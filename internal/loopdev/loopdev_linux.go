@@ -3,6 +3,7 @@
 package loopdev
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,6 +38,28 @@ func Attach(t testing.TB) (string, blockdev.DevNum) {
 	defer ctl.Close()
 	backing := filepath.Join(t.TempDir(), "disk.img")
 	require.NoError(t, os.WriteFile(backing, make([]byte, 1<<20), 0o600))
+	return attach(t, ctl, backing)
+}
+
+// AttachFile binds backing (a file, or a block device node: a loop device
+// stacked on another device, as losetup /dev/loopN /dev/ublkb0 makes) to a
+// free loop device, detaches it when the test ends, and returns the device
+// node and its number. It skips the test as Attach does.
+func AttachFile(t testing.TB, backing string) (string, blockdev.DevNum) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to attach a loop device")
+	}
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no loop devices: %v", err)
+	}
+	defer ctl.Close()
+	return attach(t, ctl, backing)
+}
+
+func attach(t testing.TB, ctl *os.File, backing string) (string, blockdev.DevNum) {
+	t.Helper()
 	bf, err := os.OpenFile(backing, os.O_RDWR, 0)
 	require.NoError(t, err)
 	defer bf.Close()
@@ -67,4 +90,24 @@ func Attach(t testing.TB) (string, blockdev.DevNum) {
 	dev, err := blockdev.ReadDevNum("/sys", filepath.Base(node))
 	require.NoError(t, err)
 	return node, dev
+}
+
+// holdMapped keeps the first page of node mapped, its fd closed, until
+// stdin closes.
+func holdMapped(node string) int {
+	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		fmt.Println("error: mmap:", err)
+		return 1
+	}
+	defer unix.Munmap(mem)
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	return 0
 }
