@@ -146,13 +146,13 @@ func sameProcfs(procRoot string) bool {
 	return err == nil && self == strconv.Itoa(os.Getpid())
 }
 
-// killDoomed decides each holder's fate and kills the doomed ones: fd
-// holders inside the server's cgroup (the pod's SIGKILL ends them a few
-// seconds later anyway). Mounts, swap and stacked devices are not released
-// by killing a process, holders outside the server's cgroup are never
-// killed, and neither is this process. Each kill pins the process with a
-// pidfd, checks again that it is the same holder (its cgroup and an open
-// fd on a wanted device), sends SIGKILL and waits for the pidfd to say it
+// killDoomed decides each holder's fate and kills the doomed ones: fd and
+// mapping holders inside the server's cgroup (the pod's SIGKILL ends them
+// a few seconds later anyway). Mounts, swap, stacked and loop devices are
+// not released by killing a process, holders outside the server's cgroup
+// are never killed, and neither is this process. Each kill pins the
+// process with a pidfd, checks again that it is the same holder (its
+// cgroup and an open fd or a mapping of a wanted device), sends SIGKILL and waits for the pidfd to say it
 // exited, at most until ctx ends. held maps device IDs to their holders,
 // devs maps each wanted device number to its ID.
 func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int) (server string, fates []HolderFate) {
@@ -176,7 +176,9 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 		for _, h := range held[id] {
 			f := HolderFate{Holder: h, Device: id}
 			switch {
-			case h.Kind != blockdev.FD:
+			case h.Kind == blockdev.Loop:
+				f.Reason = "held by a loop device backed by the disk: kernel state, no process to kill; detach it (losetup -d)"
+			case !isProcess(h):
 				f.Reason = fmt.Sprintf("held by %s: killing a process does not release it", h.Kind)
 			case h.PID == os.Getpid():
 				f.Reason = "the step's own process"
@@ -200,7 +202,7 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 	return server, fates
 }
 
-// decideAndKill handles one fd holder of this PID namespace; own is
+// decideAndKill handles one fd or mapping holder of this PID namespace; own is
 // ownRoot's answer for mine.
 func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool, f HolderFate, devs map[blockdev.DevNum]int) HolderFate {
 	pid := strconv.Itoa(f.Holder.PID)
@@ -229,7 +231,11 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 	// The PID is pinned now: check it is still the process we judged.
 	again, err := readCgroups(procRoot, pid)
 	stillHolds := false
-	blockdev.FDHolders(filepath.Join(procRoot, pid), wantSet(devs), func(blockdev.DevNum, string) { stillHolds = true })
+	want := wantSet(devs)
+	blockdev.FDHolders(filepath.Join(procRoot, pid), want, func(blockdev.DevNum, string) { stillHolds = true })
+	if !stillHolds {
+		blockdev.MapHolders(filepath.Join(procRoot, pid), want, func(blockdev.DevNum, string) { stillHolds = true })
+	}
 	if err != nil || again.String() != f.Cgroup || !stillHolds {
 		f.Reason = "no longer holds the device (exited or closed it) before the kill"
 		return f

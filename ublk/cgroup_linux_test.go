@@ -218,3 +218,74 @@ func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
 	assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the outsider")
 	assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
 }
+
+// A VMM that maps the disk and closes its fd holds it as surely as one
+// with the fd open (its pages fail once the device stops): the step finds
+// it, waits for it, and at the last resort kills it as it kills an fd
+// holder in its cgroup, then asks the daemon to stop.
+func TestStepLastResortKillsDoomedMappingThenStopsTheDaemon(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	vmm, _ := loopdev.Map(t, node)
+
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 20*time.Second)
+	t.Log(rep.String())
+	require.NoError(t, err)
+	require.NotNil(t, rep.LastResort, "the last resort ran: the mapping was seen")
+	f := fateOf(rep, vmm.Process.Pid)
+	require.NotNil(t, f, "the VMM is named: %+v", rep.LastResort.Holders)
+	assert.Equal(t, "mapped", f.Holder.Kind)
+	assert.Contains(t, f.Holder.Detail, node)
+	assert.True(t, f.Doomed && f.Killed, "%+v", f)
+	_ = vmm.Wait()
+	ws := vmm.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the VMM was SIGKILLed: %v", ws)
+	var kinds []string
+	for _, h := range rep.Device(0).Holders {
+		kinds = append(kinds, h.Kind)
+	}
+	assert.Contains(t, kinds, "mapped", "the device's report names the mapping")
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	<-d.Done()
+	assert.Equal(t, 0, d.ExitCode(), "the daemon exited by itself")
+	assert.Contains(t, events(t, log), "sigterm")
+}
+
+// A loop device backed by the disk (losetup /dev/loopN /dev/ublkb0) holds
+// it in the kernel with no process: the step reports it, the last resort
+// kills nothing for it, and the daemon keeps serving the disk, never asked
+// to stop (HeldError). The loop device is real; the fake sysfs the step
+// reads shows its backing file as the kernel does.
+func TestStepReportsALoopDeviceOnTheDiskAndKillsNothing(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	upper, _ := loopdev.AttachFile(t, node)
+	name := filepath.Base(upper)
+	backing, err := os.ReadFile(filepath.Join("/sys/block", name, "loop", "backing_file"))
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(sys, "block", name, "loop"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(sys, "block", name, "loop", "backing_file"), backing, 0o644))
+
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 10*time.Second)
+	t.Log(rep.String())
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held)
+	assert.Contains(t, held.Error(), "loop "+name+" (backing file "+node+")")
+	want := ublk.Holder{Kind: "loop", Detail: name + " (backing file " + node + ")"}
+	assert.Contains(t, rep.Device(0).Holders, want)
+	require.NotNil(t, rep.LastResort)
+	require.Len(t, rep.LastResort.Holders, 1, "%+v", rep.LastResort.Holders)
+	f := rep.LastResort.Holders[0]
+	assert.Equal(t, want, f.Holder)
+	assert.False(t, f.Doomed || f.Killed, "%+v", f)
+	assert.Contains(t, f.Reason, "kernel state")
+	assert.Equal(t, ublk.VerdictHeld, rep.Device(0).Verdict)
+	assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the loop device")
+	assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
+}

@@ -45,9 +45,10 @@ func causeText(err error) string {
 	return ": " + strings.ReplaceAll(err.Error(), "\n", "; ")
 }
 
-// HeldError is Run's error when processes still held devices open after
-// HolderWait and the policy forbids stopping anyway: the daemon was not
-// asked to stop.
+// HeldError is Run's error when devices were still held after HolderWait
+// (by a process's fd or mapping, a mount, swap, a stacked device or a loop
+// device backed by a disk) and the policy forbids stopping anyway: the
+// daemon was not asked to stop.
 type HeldError struct {
 	Holders map[int][]Holder // by device ID
 }

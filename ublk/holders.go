@@ -6,21 +6,28 @@ import (
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
-// Holder is one user of a block device: a process with the disk open, a
-// mount of a file system on it, swap on it, or a device stacked on it.
+// Holder is one user of a block device: a process with the disk open or
+// memory-mapped, a mount of a file system on it, swap on it, a device
+// stacked on it, or a loop device backed by it.
 type Holder struct {
-	// PID is the holding process, 0 for swap and stacked devices.
+	// PID is the holding process, 0 for swap, stacked and loop devices.
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
 	// Kind says how the device is held: "fd" (a process has the device
-	// node open, a VMM's disk), "mount" (a file system on it is mounted in
-	// a mount namespace; PID is one process in that namespace), "swap"
-	// (it is active swap) or "stacked" (device-mapper or md is stacked on
-	// it).
+	// node open, a VMM's disk), "mapped" (a process has the device node
+	// memory-mapped, fd closed or not: a process like "fd", waited for and,
+	// at the last resort, killed when doomed), "mount" (a file system on it
+	// is mounted in a mount namespace; PID is one process in that
+	// namespace), "swap" (it is active swap), "stacked" (device-mapper or
+	// md is stacked on it) or "loop" (a loop device's backing file is the
+	// disk: kernel state with no process, never released by a kill; detach
+	// it with losetup -d).
 	Kind string `json:"kind"`
-	// Detail is the fd and path, the mount point, the swap file or the
-	// stacked device's name.
+	// Detail is the fd and path, the mapping's address range and path
+	// ("mmap 7f..-7f.. /dev/ublkb0"), the mount point, the swap file, the
+	// stacked device's name, or the loop device and its backing file
+	// ("loop3 (backing file /dev/ublkb0)").
 	Detail string `json:"detail"`
 }
 

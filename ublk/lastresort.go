@@ -74,7 +74,7 @@ func (r *LastResortReport) Spared() []HolderFate {
 // it, and return the devices still held (nil when none is: the daemon may
 // then be asked to stop, and its exit is safe). This process's own fds do
 // not keep a device from stopping: it is the server, and it asked for the
-// stop. Without the control device the daemon's own stop does the
+// stop (its fds and its mappings alike). Without the control device the daemon's own stop does the
 // STOP_DEV once it is asked.
 func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	s := r.stepStart("last resort")
@@ -95,7 +95,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	r.noteHolders(left)
 	self := os.Getpid()
 	for id, hs := range left {
-		hs = slices.DeleteFunc(hs, func(h Holder) bool { return h.Kind == blockdev.FD && h.PID == self })
+		hs = slices.DeleteFunc(hs, func(h Holder) bool { return isProcess(h) && h.PID == self })
 		if len(hs) == 0 {
 			delete(left, id)
 		} else {
@@ -125,3 +125,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	}
 	return left
 }
+
+// isProcess reports whether h is a process that holds the disk itself (an
+// open fd or a mapping of the node), so its exit releases the disk: the
+// holders the last resort may kill. Mounts, swap, stacked and loop devices
+// are kernel state that no kill releases.
+func isProcess(h Holder) bool { return h.Kind == blockdev.FD || h.Kind == blockdev.Mapped }

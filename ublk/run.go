@@ -219,7 +219,7 @@ func (r *run) noteHolders(held map[int][]Holder) {
 }
 
 // scanHolders finds the holders of every disk (and its partitions) in one
-// pass over procfs, by device ID.
+// pass over procfs and sysfs (stacked and loop devices), by device ID.
 func (r *run) scanHolders() map[int][]Holder {
 	held := map[int][]Holder{}
 	owner := map[blockdev.DevNum]int{}
@@ -253,8 +253,14 @@ func (r *run) scanHolders() map[int][]Holder {
 	if err != nil {
 		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan failed; proceeding", "err", err)
 	}
+	// A loop device backed by a disk holds it in the kernel, with no
+	// process: sysfs, like the stacked devices.
+	loops := blockdev.LoopHolders(r.cfg.sysRoot, devs)
 	for _, dev := range devs {
 		if hs := found[dev]; len(hs) > 0 {
+			held[owner[dev]] = append(held[owner[dev]], holders(hs)...)
+		}
+		if hs := loops[dev]; len(hs) > 0 {
 			held[owner[dev]] = append(held[owner[dev]], holders(hs)...)
 		}
 	}
