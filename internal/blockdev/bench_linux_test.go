@@ -34,7 +34,7 @@ func readlinkWalk() int {
 }
 
 // BenchmarkHolders measures one full holders scan of this machine's /proc
-// (fds, mountinfo per mount namespace, swaps) and reports it as a ratio to
+// (fds, maps, mountinfo per mount namespace, swaps) and reports it as a ratio to
 // the bare readlink walk measured in the same run ("x_readlink_walk"), so
 // the figure does not depend on how busy the machine is.
 func BenchmarkHolders(b *testing.B) {

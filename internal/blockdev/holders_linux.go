@@ -4,6 +4,7 @@ package blockdev
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -52,7 +53,7 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	}
 	out := map[DevNum][]Holder{}
 	seenNS := map[string]bool{}
-	mapped := mapCache{}
+	mapped := newMapCache()
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
@@ -177,12 +178,20 @@ func cachedBlockDev(p string) (DevNum, bool, error) {
 
 // mapCache remembers, for one scan, whether a mapped file (by the device
 // and inode /proc/PID/maps shows) is a block device and which: the same
-// libraries are mapped by every process, and each is statted once.
-type mapCache map[string]mapped
+// libraries are mapped by every process, and each is statted once. buf is
+// the line buffer every process's maps is read with.
+type mapCache struct {
+	files map[string]mapped
+	buf   []byte
+}
 
 type mapped struct {
 	dev   DevNum
 	block bool
+}
+
+func newMapCache() *mapCache {
+	return &mapCache{files: map[string]mapped{}, buf: make([]byte, 0, 16*1024)}
 }
 
 // MapHolders calls found with "mmap START-END PATH" for each mapping of
@@ -192,10 +201,10 @@ type mapped struct {
 // device is stopped. Adjacent mappings of the same file are reported as
 // one.
 func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {
-	mapHolders(dir, want, mapCache{}, found)
+	mapHolders(dir, want, newMapCache(), found)
 }
 
-func mapHolders(dir string, want map[DevNum]bool, cache mapCache, found func(DevNum, string)) {
+func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(DevNum, string)) {
 	f, err := os.Open(filepath.Join(dir, "maps"))
 	if err != nil {
 		return
@@ -209,63 +218,67 @@ func mapHolders(dir string, want map[DevNum]bool, cache mapCache, found func(Dev
 	}
 	var hits []hit
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	sc.Buffer(cache.buf, 1024*1024)
 	for sc.Scan() {
 		// 7f2c4a000000-7f2c4a100000 rw-s 00000000 00:05 1042    /dev/ublkb0
-		line := sc.Text()
-		fields := strings.Fields(line)
-		if len(fields) < 6 || fields[4] == "0" {
+		line := sc.Bytes()
+		addr, rest := nextField(line)
+		_, rest = nextField(rest) // perms
+		_, rest = nextField(rest) // offset
+		keyStart := len(line) - len(bytes.TrimLeft(rest, " "))
+		_, rest = nextField(rest) // device
+		inode, rest := nextField(rest)
+		if len(inode) == 0 || string(inode) == "0" {
 			continue // anonymous memory, [heap], [stack], [vdso]
 		}
-		lo, hi, ok := strings.Cut(fields[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if !ok || err1 != nil || err2 != nil {
-			continue
-		}
-		path := mapPath(line)
-		key := fields[3] + " " + fields[4]
-		m, seen := cache[key]
+		key := line[keyStart : len(line)-len(rest)]
+		m, seen := cache.files[string(key)]
 		if !seen {
+			lo, hi, _ := bytes.Cut(addr, []byte("-"))
+			start, err1 := strconv.ParseUint(string(lo), 16, 64)
+			end, err2 := strconv.ParseUint(string(hi), 16, 64)
+			if err1 != nil || err2 != nil {
+				continue
+			}
 			// map_files names the range without the zero padding maps has.
 			link := filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", start, end))
 			dev, block, err := statBlockDev(link)
-			if err != nil && !errors.Is(err, unix.ENOENT) && strings.HasPrefix(path, "/") {
+			if path := string(bytes.TrimLeft(rest, " ")); err != nil && !errors.Is(err, unix.ENOENT) && strings.HasPrefix(path, "/") {
 				// map_files not readable here: the path, from the cache only
 				dev, block, err = cachedBlockDev(strings.TrimSuffix(path, " (deleted)"))
 			}
 			m = mapped{dev, block}
 			if err == nil { // one unreadable now may be readable in another process
-				cache[key] = m
+				cache.files[string(key)] = m
 			}
 		}
 		if !m.block || !want[m.dev] {
 			continue
 		}
-		if n := len(hits); n > 0 && hits[n-1].key == key && hits[n-1].end == start {
+		lo, hi, _ := bytes.Cut(addr, []byte("-"))
+		start, err1 := strconv.ParseUint(string(lo), 16, 64)
+		end, err2 := strconv.ParseUint(string(hi), 16, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if n := len(hits); n > 0 && hits[n-1].key == string(key) && hits[n-1].end == start {
 			hits[n-1].end = end
 			continue
 		}
-		hits = append(hits, hit{key, m.dev, start, end, path})
+		hits = append(hits, hit{string(key), m.dev, start, end, string(bytes.TrimLeft(rest, " "))})
 	}
 	for _, h := range hits {
 		found(h.dev, fmt.Sprintf("mmap %x-%x %s", h.start, h.end, h.path))
 	}
 }
 
-// mapPath returns the path of a /proc/PID/maps line: what follows its
-// five fields (it may hold spaces).
-func mapPath(line string) string {
-	rest := line
-	for range 5 {
-		rest = strings.TrimLeft(rest, " ")
-		i := strings.IndexByte(rest, ' ')
-		if i < 0 {
-			return ""
-		}
-		rest = rest[i:]
+// nextField returns b's first space-separated field and what follows it.
+func nextField(b []byte) (field, rest []byte) {
+	b = bytes.TrimLeft(b, " ")
+	if i := bytes.IndexByte(b, ' '); i >= 0 {
+		return b[:i], b[i:]
 	}
-	return strings.TrimLeft(rest, " ")
+	return b, nil
 }
 
 // mountHolders calls found with the mount points whose file system is on
