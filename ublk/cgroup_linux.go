@@ -234,7 +234,11 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 	want := wantSet(devs)
 	blockdev.FDHolders(filepath.Join(procRoot, pid), want, func(blockdev.DevNum, string) { stillHolds = true })
 	if !stillHolds {
-		blockdev.MapHolders(filepath.Join(procRoot, pid), want, func(blockdev.DevNum, string) { stillHolds = true })
+		if err := blockdev.MapHolders(filepath.Join(procRoot, pid), want, func(blockdev.DevNum, string) { stillHolds = true }); err != nil {
+			// Stuck in the kernel, or gone: not known to hold the device now.
+			f.Reason, f.Err = "doomed, but its mappings could not be read again before the kill", err.Error()
+			return f
+		}
 	}
 	if err != nil || again.String() != f.Cgroup || !stillHolds {
 		f.Reason = "no longer holds the device (exited or closed it) before the kill"

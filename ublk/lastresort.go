@@ -91,7 +91,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 			"killed", f.Killed, "doomed", f.Doomed, "cgroup", f.Cgroup, "why", f.Reason, "err", f.Err)
 	}
 	r.refresh()
-	left := r.scanHolders()
+	left, _ := r.scanHolders() // a failure is logged; the holders step's Report has the first
 	r.noteHolders(left)
 	self := os.Getpid()
 	for id, hs := range left {

@@ -189,18 +189,20 @@ func (r *run) refresh() {
 }
 
 // waitHolders waits until no disk is held open, at most until
-// holderUntil. It returns the holders left, nil when there are none.
+// holderUntil. It returns the holders left, nil when there are none. What
+// the last scan could not read (a process's mappings) is the step's error
+// in the Report, beside its result.
 func (r *run) waitHolders() map[int][]Holder {
 	s := r.stepStart("holders")
 	for {
-		held := r.scanHolders()
+		held, scanErr := r.scanHolders()
 		r.noteHolders(held)
 		if len(held) == 0 {
-			_ = r.stepEnd(s, "no holders", nil)
+			_ = r.stepEnd(s, "no holders", scanErr)
 			return nil
 		}
 		if !r.sleep(r.holderUntil) {
-			_ = r.stepEnd(s, "", fmt.Errorf("still held open: %v", held))
+			_ = r.stepEnd(s, "", errors.Join(fmt.Errorf("still held open: %v", held), scanErr))
 			return held
 		}
 		r.refresh()
@@ -219,8 +221,9 @@ func (r *run) noteHolders(held map[int][]Holder) {
 }
 
 // scanHolders finds the holders of every disk (and its partitions) in one
-// pass over procfs and sysfs (stacked and loop devices), by device ID.
-func (r *run) scanHolders() map[int][]Holder {
+// pass over procfs and sysfs (stacked and loop devices), by device ID. Its
+// error says what the scan could not read; the holders are what it found.
+func (r *run) scanHolders() (map[int][]Holder, error) {
 	held := map[int][]Holder{}
 	owner := map[blockdev.DevNum]int{}
 	r.devNums = owner
@@ -243,7 +246,7 @@ func (r *run) scanHolders() map[int][]Holder {
 		}
 	}
 	if len(devs) == 0 {
-		return held
+		return held, nil
 	}
 	// The scan runs to its end even when ctx ends (Stop's doc allows one
 	// procfs read past the deadline): one cut short finds fewer holders
@@ -264,7 +267,7 @@ func (r *run) scanHolders() map[int][]Holder {
 			held[owner[dev]] = append(held[owner[dev]], holders(hs)...)
 		}
 	}
-	return held
+	return held, err
 }
 
 // requestStop starts watching the daemon's exit and asks it to stop.

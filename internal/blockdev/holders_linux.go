@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,8 +35,11 @@ import (
 // hung NFS or FUSE mount) does not hold the scan, and so are mapped files
 // (through /proc/PID/map_files, or the mapped path resolved only from the
 // kernel's lookup cache where map_files is not readable: it needs
-// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE). Holders returns ctx.Err()
-// if ctx ends before the scan is complete.
+// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE). A process's mappings are
+// waited for at most MapsWait (see MapHolders): when they are not read in
+// time the scan goes on without them and returns, with what it found, an
+// error naming the process. Holders returns ctx.Err() if ctx ends before
+// the scan is complete.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
 	found, err := Scan(ctx, procRoot, []DevNum{dev})
 	return found[dev], err
@@ -54,13 +58,14 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	out := map[DevNum][]Holder{}
 	seenNS := map[string]bool{}
 	mapped := newMapCache()
+	var unread []string // processes whose mappings were not read in time
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return out, err
+			return out, errors.Join(err, unreadErr(unread))
 		}
 		dir := filepath.Join(procRoot, e.Name())
 		var comm string
@@ -71,7 +76,9 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 			out[dev] = append(out[dev], Holder{PID: pid, Comm: comm, Kind: kind, Detail: detail})
 		}
 		FDHolders(dir, want, func(dev DevNum, fd string) { add(dev, FD, fd) })
-		mapHolders(dir, want, mapped, func(dev DevNum, m string) { add(dev, Mapped, m) })
+		if err := boundedMapHolders(dir, want, &mapped, func(dev DevNum, m string) { add(dev, Mapped, m) }); err != nil {
+			unread = append(unread, fmt.Sprintf("%d (%s)", pid, readComm(dir)))
+		}
 		ns, _ := os.Readlink(filepath.Join(dir, "ns", "mnt"))
 		if ns != "" && seenNS[ns] {
 			continue
@@ -82,7 +89,14 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
 		out[dev] = append(out[dev], Holder{Kind: Swap, Detail: name})
 	})
-	return out, nil
+	return out, unreadErr(unread)
+}
+
+func unreadErr(unread []string) error {
+	if len(unread) == 0 {
+		return nil
+	}
+	return fmt.Errorf("ublk: holders: the mappings of process %s not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it); their mappings are not known", strings.Join(unread, ", "), MapsWait)
 }
 
 func readComm(dir string) string {
@@ -194,14 +208,56 @@ func newMapCache() *mapCache {
 	return &mapCache{files: map[string]mapped{}, buf: make([]byte, 0, 16*1024)}
 }
 
+// MapsWait is the longest MapHolders waits for one process's mappings.
+// Reading /proc/PID/maps (and map_files) takes the process's memory-map
+// lock, which a thread faulting on a file of a hung FUSE or NFS mount
+// holds for as long as that file system does not answer (and a writer
+// queued behind it keeps every reader out): without a bound, the read
+// would hold the ublk step past its deadline, and the daemon would be
+// SIGKILLed with live devices. A process's maps normally read in well
+// under a millisecond.
+const MapsWait = 250 * time.Millisecond
+
 // MapHolders calls found with "mmap START-END PATH" for each mapping of
 // one of the wanted block devices in the process whose procfs directory is
 // dir (/proc/PID), whether or not the process still has an fd open on the
 // device: a mapping keeps the device in use, and its pages fail once the
 // device is stopped. Adjacent mappings of the same file are reported as
-// one.
-func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {
-	mapHolders(dir, want, newMapCache(), found)
+// one. When the mappings are not read within MapsWait it returns an error
+// and calls found for none: the read goes on in a goroutine of its own
+// until the kernel answers, then ends.
+func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) error {
+	cache := newMapCache()
+	return boundedMapHolders(dir, want, &cache, found)
+}
+
+// boundedMapHolders is mapHolders waited for at most MapsWait. A read given
+// up on keeps *cache (a goroutine still uses it), and *cache is replaced by
+// a new one for the rest of the scan.
+func boundedMapHolders(dir string, want map[DevNum]bool, cache **mapCache, found func(DevNum, string)) error {
+	type hit struct {
+		dev DevNum
+		m   string
+	}
+	done := make(chan []hit, 1)
+	c := *cache
+	go func() {
+		var hits []hit
+		mapHolders(dir, want, c, func(dev DevNum, m string) { hits = append(hits, hit{dev, m}) })
+		done <- hits
+	}()
+	wait := time.NewTimer(MapsWait)
+	defer wait.Stop()
+	select {
+	case hits := <-done:
+		for _, h := range hits {
+			found(h.dev, h.m)
+		}
+		return nil
+	case <-wait.C:
+		*cache = newMapCache()
+		return fmt.Errorf("ublk: holders: %s not read within %v", filepath.Join(dir, "maps"), MapsWait)
+	}
 }
 
 func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(DevNum, string)) {

@@ -209,3 +209,34 @@ func TestMappingIsTypedByItsPathWithoutMapFiles(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []blockdev.Holder{{PID: 42, Comm: "vmm", Kind: blockdev.Mapped, Detail: "mmap 7f0000000000-7f0000003000 " + node}}, hs)
 }
+
+// 0 .. a process's /proc/PID/maps does not answer (here a FIFO nobody
+// writes: the open waits, as a read waits for a memory-map lock held by a
+// fault on a hung FUSE mount) .. MapsWait: the scan gives up on that
+// process, names it, and still reports what the others hold. Before, it
+// waited for as long as the file system did, past the ublk step's deadline.
+func TestScanIsNotHeldByAProcessWhoseMapsDoNotAnswer(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	proc := t.TempDir()
+	write(t, proc, "42/comm", "stuck\n")
+	require.NoError(t, unix.Mkfifo(filepath.Join(proc, "42/maps"), 0o600))
+	write(t, proc, "43/comm", "vmm\n")
+	write(t, proc, "43/map_files", "")
+	write(t, proc, "43/maps", "7f0000000000-7f0000001000 rw-s 00000000 00:05 1042 "+node+"\n")
+	defer func() { // the kernel answers at last: the abandoned read ends
+		w, err := os.OpenFile(filepath.Join(proc, "42/maps"), os.O_WRONLY, 0)
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+	}()
+
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "42 (stuck)")
+	assert.Contains(t, err.Error(), "not known")
+	assert.Equal(t, []blockdev.Holder{{PID: 43, Comm: "vmm", Kind: blockdev.Mapped, Detail: "mmap 7f0000000000-7f0000001000 " + node}}, hs)
+
+	err = blockdev.MapHolders(filepath.Join(proc, "42"), map[blockdev.DevNum]bool{dev: true}, func(blockdev.DevNum, string) {
+		t.Error("a mapping reported from maps that were not read")
+	})
+	assert.ErrorContains(t, err, "not read within")
+}

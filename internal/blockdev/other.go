@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 var errUnsupported = fmt.Errorf("ublk: holders scan: not supported on this system: %w", errors.ErrUnsupported)
@@ -26,8 +27,11 @@ func FDHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {}
 // StackHolders finds nothing on this system.
 func StackHolders(sysRoot, name string, parts []Partition) []Holder { return nil }
 
+// MapsWait is the longest MapHolders waits for one process's mappings.
+const MapsWait = 250 * time.Millisecond
+
 // MapHolders finds nothing on this system.
-func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {}
+func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) error { return nil }
 
 // LoopHolders finds nothing on this system.
 func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder { return nil }
