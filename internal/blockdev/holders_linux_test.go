@@ -27,12 +27,7 @@ func TestHoldersFindsProcessHoldingLoopDevice(t *testing.T) {
 	cmd, stdin := loopdev.Hold(t, node)
 	hs, err := blockdev.Holders(ctx, "/proc", dev)
 	require.NoError(t, err)
-	var mine []blockdev.Holder
-	for _, h := range hs {
-		if h.PID == cmd.Process.Pid {
-			mine = append(mine, h)
-		}
-	}
+	mine := heldBy(hs, cmd.Process.Pid)
 	require.Len(t, mine, 1, "holders: %v", hs)
 	assert.Equal(t, blockdev.FD, mine[0].Kind)
 	assert.Contains(t, mine[0].Detail, node)
@@ -167,12 +162,7 @@ func TestProcessMappingTheDeviceIsAHolder(t *testing.T) {
 	cmd, stdin := loopdev.Map(t, node)
 	hs, err := blockdev.Holders(ctx, "/proc", dev)
 	require.NoError(t, err)
-	var mine []blockdev.Holder
-	for _, h := range hs {
-		if h.PID == cmd.Process.Pid {
-			mine = append(mine, h)
-		}
-	}
+	mine := heldBy(hs, cmd.Process.Pid)
 	require.Len(t, mine, 1, "holders: %v", hs)
 	assert.Equal(t, blockdev.Mapped, mine[0].Kind)
 	assert.Regexp(t, `^mmap [0-9a-f]+-[0-9a-f]+ `+node+`$`, mine[0].Detail)
@@ -239,4 +229,15 @@ func TestScanIsNotHeldByAProcessWhoseMapsDoNotAnswer(t *testing.T) {
 		t.Error("a mapping reported from maps that were not read")
 	})
 	assert.ErrorContains(t, err, "not read within")
+}
+
+// heldBy returns the holders in hs that are the process pid.
+func heldBy(hs []blockdev.Holder, pid int) []blockdev.Holder {
+	var out []blockdev.Holder
+	for _, h := range hs {
+		if h.PID == pid {
+			out = append(out, h)
+		}
+	}
+	return out
 }
