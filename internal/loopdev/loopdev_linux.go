@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
+	"github.com/drainkit/drainkit/internal/realpart"
 )
 
 // Loop device ioctls (linux/loop.h).
@@ -23,18 +24,13 @@ const (
 )
 
 // Attach binds a fresh 1 MiB file to a free loop device, detaches it when
-// the test ends, and returns the device node and its number. It skips the
-// test when not root or without /dev/loop-control, and retries when
-// another test process takes the same free device first.
+// the test ends, and returns the device node and its number. When not root
+// or without /dev/loop-control the part is missing (realpart.Missing: the
+// test skips, and fails under CI=true); it retries when another test
+// process takes the same free device first.
 func Attach(t testing.TB) (string, blockdev.DevNum) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to attach a loop device")
-	}
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("no loop devices: %v", err)
-	}
+	ctl := control(t)
 	defer ctl.Close()
 	backing := filepath.Join(t.TempDir(), "disk.img")
 	require.NoError(t, os.WriteFile(backing, make([]byte, 1<<20), 0o600))
@@ -44,18 +40,25 @@ func Attach(t testing.TB) (string, blockdev.DevNum) {
 // AttachFile binds backing (a file, or a block device node: a loop device
 // stacked on another device, as losetup /dev/loopN /dev/ublkb0 makes) to a
 // free loop device, detaches it when the test ends, and returns the device
-// node and its number. It skips the test as Attach does.
+// node and its number. A missing part is missing as for Attach.
 func AttachFile(t testing.TB, backing string) (string, blockdev.DevNum) {
 	t.Helper()
+	ctl := control(t)
+	defer ctl.Close()
+	return attach(t, ctl, backing)
+}
+
+// control opens /dev/loop-control, or says the part is missing.
+func control(t testing.TB) *os.File {
+	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to attach a loop device")
+		realpart.Missing(t, "needs root to attach a loop device")
 	}
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
 	if err != nil {
-		t.Skipf("no loop devices: %v", err)
+		realpart.Missing(t, fmt.Sprintf("no loop devices: %v", err))
 	}
-	defer ctl.Close()
-	return attach(t, ctl, backing)
+	return ctl
 }
 
 func attach(t testing.TB, ctl *os.File, backing string) (string, blockdev.DevNum) {
@@ -70,7 +73,7 @@ func attach(t testing.TB, ctl *os.File, backing string) (string, blockdev.DevNum
 		node = fmt.Sprintf("/dev/loop%d", n)
 		lf, err := os.OpenFile(node, os.O_RDWR, 0)
 		if err != nil {
-			t.Skipf("free loop device %s has no usable node here: %v", node, err)
+			realpart.Missing(t, fmt.Sprintf("free loop device %s has no usable node here: %v", node, err))
 		}
 		err = unix.IoctlSetInt(int(lf.Fd()), loopSetFD, int(bf.Fd()))
 		lf.Close()
