@@ -51,10 +51,7 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	if err != nil {
 		return nil, fmt.Errorf("ublk: holders: %w", err)
 	}
-	want := make(map[DevNum]bool, len(devs))
-	for _, d := range devs {
-		want[d] = true
-	}
+	want := wantSet(devs)
 	out := map[DevNum][]Holder{}
 	seenNS := map[string]bool{}
 	mapped := newMapCache()
@@ -138,12 +135,8 @@ func isAnon(target string) bool {
 // server is gone (an NFS volume whose server went away, a hung FUSE
 // daemon), holding up the whole scan.
 func blockDev(p string) (DevNum, bool) {
-	var st unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st)
-	if err != nil || st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFBLK {
-		return DevNum{}, false
-	}
-	return DevNum{st.Rdev_major, st.Rdev_minor}, true
+	dev, ok, _ := statBlockDev(p)
+	return dev, ok
 }
 
 // statBlockDev is blockDev with the error: nil when p was statted, even
@@ -153,10 +146,16 @@ func statBlockDev(p string) (DevNum, bool, error) {
 	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
 		return DevNum{}, false, err
 	}
+	dev, ok := blockOf(&st)
+	return dev, ok, nil
+}
+
+// blockOf returns the device number st names if it is a block device's.
+func blockOf(st *unix.Statx_t) (DevNum, bool) {
 	if st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFBLK {
-		return DevNum{}, false, nil
+		return DevNum{}, false
 	}
-	return DevNum{st.Rdev_major, st.Rdev_minor}, true, nil
+	return DevNum{st.Rdev_major, st.Rdev_minor}, true
 }
 
 // resolveCached is openat2's RESOLVE_CACHED (Linux 5.12; golang.org/x/sys
@@ -184,10 +183,8 @@ func cachedBlockDev(p string) (DevNum, bool, error) {
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
 		return DevNum{}, false, err
 	}
-	if st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFBLK {
-		return DevNum{}, false, nil
-	}
-	return DevNum{st.Rdev_major, st.Rdev_minor}, true, nil
+	dev, ok := blockOf(&st)
+	return dev, ok, nil
 }
 
 // mapCache remembers, for one scan, whether a mapped file (by the device
@@ -290,10 +287,8 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 		key := line[keyStart : len(line)-len(rest)]
 		m, seen := cache.files[string(key)]
 		if !seen {
-			lo, hi, _ := bytes.Cut(addr, []byte("-"))
-			start, err1 := strconv.ParseUint(string(lo), 16, 64)
-			end, err2 := strconv.ParseUint(string(hi), 16, 64)
-			if err1 != nil || err2 != nil {
+			start, end, ok := addrRange(addr)
+			if !ok {
 				continue
 			}
 			// map_files names the range without the zero padding maps has.
@@ -311,10 +306,8 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 		if !m.block || !want[m.dev] {
 			continue
 		}
-		lo, hi, _ := bytes.Cut(addr, []byte("-"))
-		start, err1 := strconv.ParseUint(string(lo), 16, 64)
-		end, err2 := strconv.ParseUint(string(hi), 16, 64)
-		if err1 != nil || err2 != nil {
+		start, end, ok := addrRange(addr)
+		if !ok {
 			continue
 		}
 		if n := len(hits); n > 0 && hits[n-1].key == string(key) && hits[n-1].end == start {
@@ -326,6 +319,14 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 	for _, h := range hits {
 		found(h.dev, fmt.Sprintf("mmap %x-%x %s", h.start, h.end, h.path))
 	}
+}
+
+// addrRange parses a maps line's "START-END" (hexadecimal).
+func addrRange(addr []byte) (start, end uint64, ok bool) {
+	lo, hi, _ := bytes.Cut(addr, []byte("-"))
+	start, err1 := strconv.ParseUint(string(lo), 16, 64)
+	end, err2 := strconv.ParseUint(string(hi), 16, 64)
+	return start, end, err1 == nil && err2 == nil
 }
 
 // nextField returns b's first space-separated field and what follows it.
@@ -426,10 +427,7 @@ func StackHolders(sysRoot, name string, parts []Partition) []Holder {
 // namespace) is matched by its name against the devices' kernel names
 // (sysfs dev/block/MAJ:MIN), and Detail says so.
 func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder {
-	want := make(map[DevNum]bool, len(devs))
-	for _, d := range devs {
-		want[d] = true
-	}
+	want := wantSet(devs)
 	var names map[string]DevNum // kernel name -> number, read when needed
 	out := map[DevNum][]Holder{}
 	ents, _ := os.ReadDir(filepath.Join(sysRoot, blockDir))
@@ -469,4 +467,13 @@ func kernelNames(sysRoot string, devs []DevNum) map[string]DevNum {
 		}
 	}
 	return m
+}
+
+// wantSet is devs as a set.
+func wantSet(devs []DevNum) map[DevNum]bool {
+	want := make(map[DevNum]bool, len(devs))
+	for _, d := range devs {
+		want[d] = true
+	}
+	return want
 }
