@@ -88,6 +88,13 @@ const (
 	// Holder.Detail is the address range and the mapped path. A process,
 	// like FD: its exit releases the mapping.
 	Mapped = "mapped"
+	// Ring: a process has the device node among an io_uring's registered
+	// files (IORING_REGISTER_FILES, as fio's registerfiles, SPDK and QEMU's
+	// io_uring do), whether or not it still has an fd open on it: the ring
+	// holds the file, and the process's fds show only the ring
+	// (anon_inode:[io_uring]). Holder.Detail is the ring's fd, the slot and
+	// the file's path. A process, like FD: its exit releases the ring.
+	Ring = "ring"
 )
 
 // Holder is one user of a block device. Its fields are those of
@@ -97,11 +104,11 @@ type Holder struct {
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
-	// Kind says how the device is held: FD, Mount, Swap, Stacked, Loop or
-	// Mapped.
+	// Kind says how the device is held: FD, Mount, Swap, Stacked, Loop,
+	// Mapped or Ring.
 	Kind string `json:"kind"`
 	// Detail is the fd and path, the mount point, the swap file, the
-	// stacked device's name, the loop device and its backing file, or the
-	// mapping's address range and path.
+	// stacked device's name, the loop device and its backing file, the
+	// mapping's address range and path, or the ring's fd, slot and path.
 	Detail string `json:"detail"`
 }

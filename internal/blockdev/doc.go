@@ -2,7 +2,9 @@
 // devices: their numbers (sysfs block/NAME/dev), their partitions, and who
 // holds them open: processes with the device node open (/proc/PID/fd),
 // processes with the device node memory-mapped, fd closed or not
-// (/proc/PID/maps), mounts of a file system on them (/proc/PID/mountinfo,
+// (/proc/PID/maps), processes with it among an io_uring's registered files,
+// fd closed or not (the ring's /proc/PID/fdinfo), mounts of a file system on
+// them (/proc/PID/mountinfo,
 // once per mount namespace), swap on them (/proc/swaps), devices stacked on
 // them (sysfs holders/) and loop devices backed by them (sysfs
 // block/loopN/loop/backing_file). It works for any block device, loop and
@@ -12,8 +14,11 @@
 // FUSE daemon, an NFS server gone): open and mapped files are typed through
 // their /proc magic links with statx(AT_STATX_DONT_SYNC), and a path read
 // from the kernel (a loop's backing file, a mapping's path when
-// /proc/PID/map_files is not readable) is resolved only from the kernel's
-// lookup cache (openat2 RESOLVE_CACHED), never asking a file system.
+// /proc/PID/map_files is not readable, a ring's registered file) is resolved
+// only from the kernel's lookup cache (openat2 RESOLVE_CACHED), never asking
+// a file system. Reads that wait in the kernel for a process's lock (its
+// memory map, its ring) are bounded (MapsWait, RingWait): the scan goes on
+// without what they would have said and names the process in its error.
 //
 // Linux only: elsewhere the scans fail with an error wrapping
 // errors.ErrUnsupported.

@@ -21,9 +21,11 @@ import (
 // procRoot (normally "/proc") shows: processes with the device node open
 // (/proc/PID/fd links whose target is a block device with that rdev,
 // wherever the node lives, chroots included), processes with it
-// memory-mapped, fd closed or not (/proc/PID/maps, Mapped), mounts of a
-// file system on it (/proc/PID/mountinfo, one entry per mount namespace)
-// and swap on it (/proc/swaps). It works for any block device, loop and
+// memory-mapped, fd closed or not (/proc/PID/maps, Mapped), processes
+// with it among an io_uring's registered files, fd closed or not (the
+// ring's /proc/PID/fdinfo, Ring), mounts of a file system on it
+// (/proc/PID/mountinfo, one entry per mount namespace) and swap on it
+// (/proc/swaps). It works for any block device, loop and
 // ublk alike. Devices stacked on it and loop devices backed by it are
 // kernel state that sysfs shows: StackHolders and LoopHolders.
 //
@@ -36,8 +38,10 @@ import (
 // (through /proc/PID/map_files, or the mapped path resolved only from the
 // kernel's lookup cache where map_files is not readable: it needs
 // CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE). A process's mappings are
-// waited for at most MapsWait (see MapHolders): when they are not read in
-// time the scan goes on without them and returns, with what it found, an
+// waited for at most MapsWait (see MapHolders), and its rings' registered
+// files, which the kernel lists only when it gets a ring's lock, are read a
+// few times within RingWait (see RingHolders): when either is not known in
+// time the scan goes on without it and returns, with what it found, an
 // error naming the process. Holders returns ctx.Err() if ctx ends before
 // the scan is complete.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
@@ -55,14 +59,15 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	out := map[DevNum][]Holder{}
 	seenNS := map[string]bool{}
 	mapped := newMapCache()
-	var unread []string // processes whose mappings were not read in time
+	var unread []string   // processes whose mappings were not read in time
+	var unlisted []string // processes whose rings' registered files were not listed
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return out, errors.Join(err, unreadErr(unread))
+			return out, errors.Join(err, unreadErr(unread), unlistedErr(unlisted))
 		}
 		dir := filepath.Join(procRoot, e.Name())
 		var comm string
@@ -72,7 +77,12 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 			}
 			out[dev] = append(out[dev], Holder{PID: pid, Comm: comm, Kind: kind, Detail: detail})
 		}
-		FDHolders(dir, want, func(dev DevNum, fd string) { add(dev, FD, fd) })
+		rings := fdHolders(dir, want, func(dev DevNum, fd string) { add(dev, FD, fd) })
+		if len(rings) > 0 {
+			if err := ringHolders(dir, rings, want, func(dev DevNum, r string) { add(dev, Ring, r) }); err != nil {
+				unlisted = append(unlisted, fmt.Sprintf("%d (%s)", pid, readComm(dir)))
+			}
+		}
 		if err := boundedMapHolders(dir, want, &mapped, func(dev DevNum, m string) { add(dev, Mapped, m) }); err != nil {
 			unread = append(unread, fmt.Sprintf("%d (%s)", pid, readComm(dir)))
 		}
@@ -86,7 +96,7 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
 		out[dev] = append(out[dev], Holder{Kind: Swap, Detail: name})
 	})
-	return out, unreadErr(unread)
+	return out, errors.Join(unreadErr(unread), unlistedErr(unlisted))
 }
 
 func unreadErr(unread []string) error {
@@ -94,6 +104,13 @@ func unreadErr(unread []string) error {
 		return nil
 	}
 	return fmt.Errorf("ublk: holders: the mappings of process %s not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it); their mappings are not known", strings.Join(unread, ", "), MapsWait)
+}
+
+func unlistedErr(unlisted []string) error {
+	if len(unlisted) == 0 {
+		return nil
+	}
+	return fmt.Errorf("ublk: holders: the io_uring registered files of process %s not listed by the kernel in %d reads within %v (/proc/PID/fdinfo lists them only when it gets the ring's lock, which a busy ring holds); the devices it holds through them are not known", strings.Join(unlisted, ", "), ringReads, RingWait)
 }
 
 func readComm(dir string) string {
@@ -105,21 +122,41 @@ func readComm(dir string) string {
 // process whose procfs directory is dir (/proc/PID) that is one of the
 // wanted block devices.
 func FDHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {
+	fdHolders(dir, want, found)
+}
+
+// ringLink is the target of an io_uring's fd in /proc/PID/fd.
+const ringLink = "anon_inode:[io_uring]"
+
+// fdHolders is FDHolders that also returns the process's io_uring fds
+// (their numbers), whose registered files ringHolders reads. With found nil
+// it only lists the rings, typing no file.
+func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) (rings []string) {
 	fdDir := filepath.Join(dir, "fd")
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
-		return
+		return nil
 	}
 	for _, e := range ents {
 		link := filepath.Join(fdDir, e.Name())
 		target, err := os.Readlink(link)
-		if err != nil || isAnon(target) {
+		if err != nil {
+			continue
+		}
+		if isAnon(target) {
+			if target == ringLink {
+				rings = append(rings, e.Name())
+			}
 			continue // sockets, pipes and anon inodes are never block devices
+		}
+		if found == nil {
+			continue
 		}
 		if dev, ok := blockDev(link); ok && want[dev] {
 			found(dev, fmt.Sprintf("fd %s -> %s", e.Name(), target))
 		}
 	}
+	return rings
 }
 
 func isAnon(target string) bool {
@@ -232,28 +269,41 @@ func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) er
 // up on keeps *cache (a goroutine still uses it), and *cache is replaced by
 // a new one for the rest of the scan.
 func boundedMapHolders(dir string, want map[DevNum]bool, cache **mapCache, found func(DevNum, string)) error {
-	type hit struct {
-		dev DevNum
-		m   string
-	}
-	done := make(chan []hit, 1)
 	c := *cache
-	go func() {
-		var hits []hit
-		mapHolders(dir, want, c, func(dev DevNum, m string) { hits = append(hits, hit{dev, m}) })
-		done <- hits
-	}()
-	wait := time.NewTimer(MapsWait)
-	defer wait.Stop()
-	select {
-	case hits := <-done:
-		for _, h := range hits {
-			found(h.dev, h.m)
-		}
-		return nil
-	case <-wait.C:
+	hits, ok := within(MapsWait, func() []holding {
+		var hits []holding
+		mapHolders(dir, want, c, func(dev DevNum, m string) { hits = append(hits, holding{dev, m}) })
+		return hits
+	})
+	if !ok {
 		*cache = newMapCache()
 		return fmt.Errorf("ublk: holders: %s not read within %v", filepath.Join(dir, "maps"), MapsWait)
+	}
+	for _, h := range hits {
+		found(h.dev, h.detail)
+	}
+	return nil
+}
+
+// holding is one device a process holds, and how (a Holder's Detail).
+type holding struct {
+	dev    DevNum
+	detail string
+}
+
+// within runs f in a goroutine of its own and returns its result when it
+// ends within d; otherwise ok is false, and f goes on until it ends by
+// itself (a read of procfs waiting in the kernel), its result dropped.
+func within[T any](d time.Duration, f func() T) (result T, ok bool) {
+	done := make(chan T, 1)
+	go func() { done <- f() }()
+	wait := time.NewTimer(d)
+	defer wait.Stop()
+	select {
+	case r := <-done:
+		return r, true
+	case <-wait.C:
+		return result, false
 	}
 }
 

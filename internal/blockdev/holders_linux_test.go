@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,4 +241,111 @@ func heldBy(hs []blockdev.Holder, pid int) []blockdev.Holder {
 		}
 	}
 	return out
+}
+
+// A process that registers the device node in an io_uring's fixed files
+// (fio's registerfiles, SPDK, QEMU's io_uring) and closes its fd keeps the
+// device open through the ring, with no fd on it: only the ring's fd,
+// anon_inode:[io_uring]. The scan names it, with its PID, until it exits.
+func TestProcessHoldingTheDeviceThroughAnIoUringIsAHolder(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	cmd, stdin := loopdev.Ring(t, node)
+	hs, err := blockdev.Holders(ctx, "/proc", dev)
+	require.NoError(t, err)
+	mine := heldBy(hs, cmd.Process.Pid)
+	require.Len(t, mine, 1, "holders: %v", hs)
+	assert.Equal(t, blockdev.Ring, mine[0].Kind)
+	assert.Regexp(t, `^io_uring fd [0-9]+ slot 0 -> (`+node+`|`+filepath.Base(node)+`)`, mine[0].Detail)
+	assert.NotEmpty(t, mine[0].Comm)
+
+	found := false
+	err = blockdev.RingHolders(fmt.Sprintf("/proc/%d", cmd.Process.Pid), map[blockdev.DevNum]bool{dev: true},
+		func(d blockdev.DevNum, _ string) { found = found || d == dev })
+	require.NoError(t, err)
+	assert.True(t, found, "RingHolders sees it in the one process")
+
+	stdin.Close()
+	require.NoError(t, cmd.Wait())
+	hs, err = blockdev.Holders(ctx, "/proc", dev)
+	require.NoError(t, err)
+	for _, h := range hs {
+		assert.NotEqual(t, cmd.Process.Pid, h.PID, "holder still reported after it exited: %v", h)
+	}
+}
+
+// ring writes a fake /proc/PID with an io_uring at fd 7 whose fdinfo is
+// info (from its UserFiles line on; the kernel prints more before it).
+func ring(t *testing.T, proc, pid, comm, info string) {
+	t.Helper()
+	write(t, proc, pid+"/comm", comm+"\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, pid, "fd"), 0o755))
+	require.NoError(t, os.Symlink("anon_inode:[io_uring]", filepath.Join(proc, pid, "fd", "7")))
+	write(t, proc, pid+"/fdinfo/7", "pos:\t0\nflags:\t02000002\nmnt_id:\t17\nino:\t1061\n"+info)
+}
+
+// The kernel lists a ring's registered files by path since Linux 6.14
+// (escaped as mountinfo is, occupied slots only), and by the node's name
+// alone before (every slot, "<none>" for an empty one): both are matched,
+// the path by its device number wherever the node lives.
+func TestRingListingIsMatchedInEveryKernelsFormat(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	elsewhere := filepath.Join(t.TempDir(), "guest disk")
+	require.NoError(t, unix.Mknod(elsewhere, unix.S_IFBLK|0o600, int(unix.Mkdev(dev.Major, dev.Minor))))
+	escaped := strings.ReplaceAll(elsewhere, " ", `\040`)
+	proc := t.TempDir()
+	ring(t, proc, "41", "fio", "UserFiles:\t3\n    1: /usr/lib/x\n    2: "+node+"\nUserBufs:\t0\n")
+	ring(t, proc, "42", "spdk", "UserFiles:\t2\n    0: <none>\n    1: "+filepath.Base(node)+"\nUserBufs:\t0\n")
+	ring(t, proc, "43", "qemu", "UserFiles:\t1\n    0: "+escaped+`\040(deleted)`+"\nUserBufs:\t0\n")
+	ring(t, proc, "44", "idle", "UserFiles:\t0\nUserBufs:\t0\n")
+
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []blockdev.Holder{
+		{PID: 41, Comm: "fio", Kind: blockdev.Ring, Detail: "io_uring fd 7 slot 2 -> " + node},
+		{PID: 42, Comm: "spdk", Kind: blockdev.Ring, Detail: "io_uring fd 7 slot 1 -> " + filepath.Base(node) +
+			" (matched by name as " + node + ": the kernel gave no path)"},
+		{PID: 43, Comm: "qemu", Kind: blockdev.Ring, Detail: "io_uring fd 7 slot 0 -> " + escaped + `\040(deleted)`},
+	}, hs)
+}
+
+// The kernel lists a ring's registered files only when its read gets the
+// ring's lock with a trylock: a busy ring's fdinfo has "UserFiles: 2" and
+// no slot lines (before 6.15), or nothing of the ring at all (since); the
+// first kernels wait for the lock instead. The scan reads it again a few
+// times, waits RingWait at most, then goes on, names the process in its
+// error, and still reports what the others hold. Before, it said nothing.
+func TestRingWhoseFilesTheKernelDoesNotListIsNamed(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	proc := t.TempDir()
+	ring(t, proc, "42", "busy", "SqThread:\t-1\nUserFiles:\t2\nUserBufs:\t0\nPollList:\n")
+	ring(t, proc, "43", "locked", "") // 6.15: nothing of the ring without its lock
+	ring(t, proc, "44", "vmm", "UserFiles:\t1\n    0: "+node+"\nUserBufs:\t0\n")
+	// The first kernels wait for the lock: here a FIFO nobody writes.
+	ring(t, proc, "45", "stuck", "")
+	fifo := filepath.Join(proc, "45/fdinfo/7")
+	require.NoError(t, os.Remove(fifo))
+	require.NoError(t, unix.Mkfifo(fifo, 0o600))
+	defer func() { // the ring's lock is free at last: the abandoned read ends
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		require.NoError(t, err)
+		// and the read after it (EOF lists nothing) finds an idle ring
+		write(t, proc, "45/fdinfo/idle", "UserFiles:\t0\n")
+		require.NoError(t, os.Rename(filepath.Join(proc, "45/fdinfo/idle"), fifo))
+		require.NoError(t, w.Close())
+	}()
+
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "42 (busy), 43 (locked), 45 (stuck)")
+	assert.Contains(t, err.Error(), "io_uring registered files")
+	assert.Contains(t, err.Error(), "not known")
+	assert.Equal(t, []blockdev.Holder{{PID: 44, Comm: "vmm", Kind: blockdev.Ring, Detail: "io_uring fd 7 slot 0 -> " + node}}, hs)
+
+	err = blockdev.RingHolders(filepath.Join(proc, "42"), map[blockdev.DevNum]bool{dev: true}, func(blockdev.DevNum, string) {
+		t.Error("a holder reported from a ring whose files were not listed")
+	})
+	assert.ErrorContains(t, err, "io_uring fd 7: the registered files not listed")
 }

@@ -39,6 +39,24 @@ func Map(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
 	return start(t, EnvMap, node)
 }
 
+// EnvRing is the environment variable that makes MainIfHolder, in the test
+// binary Ring re-executes, register the block device it names in an
+// io_uring's fixed files and close its fd.
+const EnvRing = "DRAINKIT_LOOPDEV_RING"
+
+// Ring starts a child process that holds node through an io_uring, with no
+// fd open on it, as a storage client using registered files (fio's
+// registerfiles, SPDK, QEMU's io_uring) does: the test binary, re-executed
+// with EnvRing set, which opens node, sets up a ring, registers the fd as
+// the ring's fixed file 0, closes the fd, says "ready" and waits for its
+// stdin to close. Where io_uring is not available the part is missing
+// (realpart.Missing). Otherwise as Hold.
+func Ring(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	needRing(t)
+	return start(t, EnvRing, node)
+}
+
 func start(t testing.TB, env, node string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -55,8 +73,9 @@ func start(t testing.TB, env, node string) (*exec.Cmd, io.WriteCloser) {
 	return cmd, stdin
 }
 
-// MainIfHolder plays the holder (Hold's or Map's) and exits the process when EnvHold is set,
-// and returns at once otherwise. Call it first in TestMain of any test
+// MainIfHolder plays the holder (Hold's, Map's or Ring's) and exits the
+// process when EnvHold, EnvMap or EnvRing is set, and returns at once
+// otherwise. Call it first in TestMain of any test
 // binary that uses Hold:
 //
 //	func TestMain(m *testing.M) {
@@ -69,6 +88,9 @@ func MainIfHolder() {
 	}
 	if node := os.Getenv(EnvMap); node != "" {
 		os.Exit(holdMapped(node))
+	}
+	if node := os.Getenv(EnvRing); node != "" {
+		os.Exit(holdRing(node))
 	}
 }
 

@@ -2,10 +2,27 @@
 
 package loopdev
 
-import "fmt"
+import (
+	"fmt"
+	"testing"
+
+	"github.com/drainkit/drainkit/internal/realpart"
+)
 
 // holdMapped is not supported on this system.
 func holdMapped(node string) int {
 	fmt.Println("error: mapping a block device is not supported on this system")
 	return 1
+}
+
+// holdRing is not supported on this system.
+func holdRing(node string) int {
+	fmt.Println("error: io_uring is not supported on this system")
+	return 1
+}
+
+// needRing says the part is missing: io_uring is Linux's.
+func needRing(t testing.TB) {
+	t.Helper()
+	realpart.Missing(t, "io_uring is Linux-only")
 }

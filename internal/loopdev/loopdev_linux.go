@@ -14,6 +14,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/realpart"
+	"github.com/drainkit/drainkit/internal/uring"
 )
 
 // Loop device ioctls (linux/loop.h).
@@ -110,6 +111,43 @@ func holdMapped(node string) int {
 		return 1
 	}
 	defer unix.Munmap(mem)
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	return 0
+}
+
+// needRing says the part is missing when this kernel has no io_uring (ENOSYS)
+// or has it turned off (EPERM: kernel.io_uring_disabled).
+func needRing(t testing.TB) {
+	t.Helper()
+	r, err := uring.New(1, 0)
+	if err != nil {
+		realpart.Missing(t, fmt.Sprintf("io_uring unavailable here (%v); see /proc/sys/kernel/io_uring_disabled", err))
+	}
+	r.Close()
+}
+
+// holdRing keeps node registered as fixed file 0 of an io_uring, its fd
+// closed, until stdin closes.
+func holdRing(node string) int {
+	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	r, err := uring.New(1, 0)
+	if err != nil {
+		f.Close()
+		fmt.Println("error: io_uring:", err)
+		return 1
+	}
+	defer r.Close()
+	err = r.RegisterFiles(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
 	fmt.Println("ready")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	return 0

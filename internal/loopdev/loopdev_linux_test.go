@@ -65,3 +65,29 @@ func TestHoldKeepsTheDeviceOpenInAChildUntilStdinCloses(t *testing.T) {
 	require.NoError(t, stdin.Close())
 	require.NoError(t, cmd.Wait(), "the holder exits 0 once its stdin closes")
 }
+
+// The ring holder has no fd on the node: only its ring's fd, whose fdinfo
+// lists the node among the ring's registered files.
+func TestRingHoldsTheDeviceWithNoFdOnIt(t *testing.T) {
+	node, _ := Attach(t)
+	cmd, stdin := Ring(t, node)
+	dir := fmt.Sprintf("/proc/%d", cmd.Process.Pid)
+	fds, err := os.ReadDir(dir + "/fd")
+	require.NoError(t, err)
+	var info string
+	for _, fd := range fds {
+		target, err := os.Readlink(dir + "/fd/" + fd.Name())
+		require.NoError(t, err)
+		assert.NotEqual(t, node, target, "no fd on the node")
+		if target == "anon_inode:[io_uring]" {
+			b, err := os.ReadFile(dir + "/fdinfo/" + fd.Name())
+			require.NoError(t, err)
+			info = string(b)
+		}
+	}
+	// Since Linux 6.14 the path, before it the node's name alone.
+	assert.Regexp(t, `\nUserFiles:\t1\n +0: (`+node+`|`+filepath.Base(node)+`)\n`, info)
+
+	require.NoError(t, stdin.Close())
+	require.NoError(t, cmd.Wait(), "the holder exits 0 once its stdin closes")
+}

@@ -27,9 +27,19 @@ const (
 const (
 	// OpNop completes immediately with Res 0; useful to probe a ring.
 	OpNop uint8 = 0
+	// OpRead reads SQE.Len bytes at offset SQE.Off into the buffer at
+	// SQE.Addr (IORING_OP_READ, Linux 5.6).
+	OpRead uint8 = 22
 	// OpURingCmd passes SQE.Cmd to the driver behind SQE.Fd with command
 	// SQE.CmdOp (IORING_OP_URING_CMD).
 	OpURingCmd uint8 = 46
+)
+
+// SQE flags (SQE.Flags).
+const (
+	// SQEFixedFile makes SQE.Fd an index into the ring's registered files
+	// (RegisterFiles) instead of a file descriptor (IOSQE_FIXED_FILE).
+	SQEFixedFile uint8 = 1 << 0
 )
 
 // Feature bits reported by the kernel in Ring.Features.
@@ -42,6 +52,8 @@ const (
 	offSQRing = 0
 	offCQRing = 0x8000000
 	offSQEs   = 0x10000000
+
+	registerFiles = 2 // IORING_REGISTER_FILES
 
 	enterGetEvents = 1 << 0
 	enterExtArg    = 1 << 3
@@ -237,6 +249,32 @@ func (r *Ring) Entries() uint32 { return *r.sqEntries }
 func (r *Ring) CmdSize() int { return r.sqeSize - 48 }
 
 var errClosed = errors.New("uring: ring closed")
+
+// RegisterFiles registers fds as the ring's fixed files
+// (IORING_REGISTER_FILES): slot i is fds[i], and -1 leaves a slot empty.
+// An entry with SQEFixedFile names a slot in SQE.Fd. The ring holds its
+// own reference to each file, so the caller may close the fds afterwards:
+// the files stay open, with no descriptor in any fd table, until the ring
+// is closed. A ring has one set of registered files; registering a second
+// one fails with EBUSY.
+func (r *Ring) RegisterFiles(fds ...int) error {
+	if len(fds) == 0 {
+		return errors.New("uring: RegisterFiles needs at least one fd")
+	}
+	if r.closed.Load() {
+		return errClosed
+	}
+	table := make([]int32, len(fds))
+	for i, fd := range fds {
+		table[i] = int32(fd)
+	}
+	_, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), registerFiles,
+		uintptr(unsafe.Pointer(&table[0])), uintptr(len(table)), 0, 0)
+	if errno != 0 {
+		return fmt.Errorf("uring: io_uring_register files: %w", errno)
+	}
+	return nil
+}
 
 // Submit copies sqes into the submission queue and hands them to the kernel
 // with one io_uring_enter. It returns how many the kernel consumed. It fails

@@ -6,8 +6,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -85,6 +88,36 @@ func TestURingCmdReachesTheFilesDriver(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(7), cqe.UserData)
 	assert.ErrorIs(t, cqe.Err(), unix.EOPNOTSUPP)
+}
+
+// A registered file stays usable through the ring after its fd is closed:
+// the ring holds the file, with no descriptor left in the process.
+func TestRegisteredFileIsReadThroughTheRingAfterItsFdIsClosed(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(p, []byte("held by the ring"), 0o600))
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	r := newRing(t, 2, 0)
+	require.NoError(t, r.RegisterFiles(-1, fd))
+	require.NoError(t, unix.Close(fd))
+	assert.ErrorIs(t, r.RegisterFiles(0), unix.EBUSY, "one set of files per ring")
+
+	buf := make([]byte, 64)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cqe, err := r.SubmitAndWait(ctx, SQE{Opcode: OpRead, Flags: SQEFixedFile, Fd: 1,
+		Addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), Len: uint32(len(buf)), UserData: 5})
+	runtime.KeepAlive(buf)
+	require.NoError(t, err)
+	require.NoError(t, cqe.Err())
+	assert.Equal(t, "held by the ring", string(buf[:cqe.Res]))
+
+	cqe, err = r.SubmitAndWait(ctx, SQE{Opcode: OpRead, Flags: SQEFixedFile, Fd: 0,
+		Addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), Len: uint32(len(buf)), UserData: 6})
+	runtime.KeepAlive(buf)
+	require.NoError(t, err)
+	assert.ErrorIs(t, cqe.Err(), unix.EBADF, "slot 0 was left empty")
+	assert.ErrorContains(t, r.RegisterFiles(), "at least one")
 }
 
 func TestWaitReturnsAtDeadlineWithoutCompletions(t *testing.T) {
