@@ -147,12 +147,13 @@ func sameProcfs(procRoot string) bool {
 }
 
 // killDoomed decides each holder's fate and kills the doomed ones: fd and
-// mapping holders inside the server's cgroup (the pod's SIGKILL ends them
+// mapping or ring holders inside the server's cgroup (the pod's SIGKILL ends them
 // a few seconds later anyway). Mounts, swap, stacked and loop devices are
 // not released by killing a process, holders outside the server's cgroup
 // are never killed, and neither is this process. Each kill pins the
 // process with a pidfd, checks again that it is the same holder (its
-// cgroup and an open fd or a mapping of a wanted device), sends SIGKILL and waits for the pidfd to say it
+// cgroup and an open fd, a mapping or a ring of a wanted device), sends
+// SIGKILL and waits for the pidfd to say it
 // exited, at most until ctx ends. held maps device IDs to their holders,
 // devs maps each wanted device number to its ID.
 func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int) (server string, fates []HolderFate) {
@@ -202,7 +203,7 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 	return server, fates
 }
 
-// decideAndKill handles one fd or mapping holder of this PID namespace; own is
+// decideAndKill handles one fd, mapping or ring holder of this PID namespace; own is
 // ownRoot's answer for mine.
 func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool, f HolderFate, devs map[blockdev.DevNum]int) HolderFate {
 	pid := strconv.Itoa(f.Holder.PID)
@@ -232,11 +233,20 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 	again, err := readCgroups(procRoot, pid)
 	stillHolds := false
 	want := wantSet(devs)
-	blockdev.FDHolders(filepath.Join(procRoot, pid), want, func(blockdev.DevNum, string) { stillHolds = true })
+	dir := filepath.Join(procRoot, pid)
+	holds := func(blockdev.DevNum, string) { stillHolds = true }
+	blockdev.FDHolders(dir, want, holds)
 	if !stillHolds {
-		if err := blockdev.MapHolders(filepath.Join(procRoot, pid), want, func(blockdev.DevNum, string) { stillHolds = true }); err != nil {
+		if err := blockdev.MapHolders(dir, want, holds); err != nil {
 			// Stuck in the kernel, or gone: not known to hold the device now.
 			f.Reason, f.Err = "doomed, but its mappings could not be read again before the kill", err.Error()
+			return f
+		}
+	}
+	if !stillHolds {
+		if err := blockdev.RingHolders(dir, want, holds); err != nil {
+			// A busy ring the kernel did not list: not known to hold it now.
+			f.Reason, f.Err = "doomed, but its io_uring's registered files could not be read again before the kill", err.Error()
 			return f
 		}
 	}

@@ -289,3 +289,63 @@ func TestStepReportsALoopDeviceOnTheDiskAndKillsNothing(t *testing.T) {
 	assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the loop device")
 	assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
 }
+
+// A VMM that registers the disk in an io_uring's fixed files and closes its
+// fd (QEMU's io_uring, SPDK, fio's registerfiles) holds it through the ring,
+// with no fd on it: with the last resort off, the step names it and never
+// asks the daemon to stop. Before, the scan saw no holder and the daemon
+// was asked to stop under it.
+func TestStepNamesARingHolderAndNeverStopsTheDaemonUnderIt(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	vmm, _ := loopdev.Ring(t, node)
+
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoLastResort: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 10*time.Second)
+	t.Log(rep.String())
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held)
+	var mine []ublk.Holder
+	for _, h := range held.Holders[0] {
+		if h.PID == vmm.Process.Pid {
+			mine = append(mine, h)
+		}
+	}
+	require.Len(t, mine, 1, "the VMM is named: %v", held.Holders[0])
+	assert.Equal(t, "ring", mine[0].Kind)
+	assert.Contains(t, held.Error(), fmt.Sprintf("pid %d", vmm.Process.Pid))
+	assert.Equal(t, ublk.VerdictHeld, rep.Device(0).Verdict)
+	assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the VMM")
+	assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
+}
+
+// At the last resort a ring holder in the server's cgroup is a process like
+// an fd holder: killed (its exit closes the ring and releases the disk),
+// then the daemon is asked to stop. Before, it was spared as if it were
+// kernel state, and the daemon kept serving a doomed VMM until SIGKILL.
+func TestStepLastResortKillsDoomedRingHolderThenStopsTheDaemon(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	vmm, _ := loopdev.Ring(t, node)
+
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 20*time.Second)
+	t.Log(rep.String())
+	require.NoError(t, err)
+	require.NotNil(t, rep.LastResort, "the last resort ran: the ring was seen")
+	f := fateOf(rep, vmm.Process.Pid)
+	require.NotNil(t, f, "the VMM is named: %+v", rep.LastResort.Holders)
+	assert.Equal(t, "ring", f.Holder.Kind)
+	assert.True(t, f.Doomed && f.Killed, "%+v", f)
+	_ = vmm.Wait()
+	ws := vmm.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the VMM was SIGKILLed: %v", ws)
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	<-d.Done()
+	assert.Equal(t, 0, d.ExitCode(), "the daemon exited by itself")
+	assert.Contains(t, events(t, log), "sigterm")
+}

@@ -22,7 +22,8 @@
 //
 // The order (see Teardown.Stop): find the devices in sysfs; wait until
 // nothing holds a disk (a process's fd or memory mapping of the node, a
-// mount, swap, a stacked device, a loop device backed by the disk);
+// process's io_uring with the node among its registered files, a mount,
+// swap, a stacked device, a loop device backed by the disk);
 // if some still do at the last-resort point, run the last resort (below);
 // ask the daemon to stop (SIGTERM through a pidfd, or AgentENV's socket
 // request); wait until every device has left sysfs and the daemon has
@@ -49,8 +50,9 @@
 // within its part of the reserve. Holders outside the cgroup (another pod,
 // the host) are never killed, nor are mounts, swap, stacked devices and
 // loop devices backed by a disk (kernel state: no kill releases them; a
-// process mapping a disk is a process, killed like one with an fd when it
-// is in the cgroup): a device they hold stays live, the daemon keeps serving it and is not asked
+// process mapping a disk, or holding it through an io_uring's registered
+// files, is a process, killed like one with an fd when it is in the
+// cgroup): a device they hold stays live, the daemon keeps serving it and is not asked
 // to stop, and Stop returns a *HeldError. Report.LastResort names every
 // holder, killed or spared, its cgroup and why. Config.NoLastResort turns
 // it off; Config.StopDespiteHolders replaces it.
@@ -69,8 +71,8 @@
 //     *UnsafeError saying so ("devices still live ... daemon left running,
 //     unsafe to kill").
 //   - The daemon is never asked to stop while anything holds a disk (after
-//     the last resort: anything but this process, the server, with an fd or
-//     a mapping), unless Config.StopDespiteHolders; Stop then returns a *HeldError naming
+//     the last resort: anything but this process, the server, with an fd, a
+//     mapping or a ring), unless Config.StopDespiteHolders; Stop then returns a *HeldError naming
 //     the holders. Only the last resort kills a holder, and only one in
 //     this process's cgroup.
 //   - The Report always has one entry per device: initial and final state,

@@ -6,8 +6,8 @@ import (
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
-// Holder is one user of a block device: a process with the disk open or
-// memory-mapped, a mount of a file system on it, swap on it, a device
+// Holder is one user of a block device: a process with the disk open,
+// memory-mapped or among an io_uring's registered files, a mount of a file system on it, swap on it, a device
 // stacked on it, or a loop device backed by it.
 type Holder struct {
 	// PID is the holding process, 0 for swap, stacked and loop devices.
@@ -17,7 +17,10 @@ type Holder struct {
 	// Kind says how the device is held: "fd" (a process has the device
 	// node open, a VMM's disk), "mapped" (a process has the device node
 	// memory-mapped, fd closed or not: a process like "fd", waited for and,
-	// at the last resort, killed when doomed), "mount" (a file system on it
+	// at the last resort, killed when doomed), "ring" (a process has the
+	// device node among an io_uring's registered files, fd closed or not,
+	// as QEMU's io_uring, SPDK and fio's registerfiles do: a process like
+	// "fd"), "mount" (a file system on it
 	// is mounted in a mount namespace; PID is one process in that
 	// namespace), "swap" (it is active swap), "stacked" (device-mapper or
 	// md is stacked on it) or "loop" (a loop device's backing file is the
@@ -25,7 +28,8 @@ type Holder struct {
 	// it with losetup -d).
 	Kind string `json:"kind"`
 	// Detail is the fd and path, the mapping's address range and path
-	// ("mmap 7f..-7f.. /dev/ublkb0"), the mount point, the swap file, the
+	// ("mmap 7f..-7f.. /dev/ublkb0"), the ring's fd, slot and path
+	// ("io_uring fd 7 slot 0 -> /dev/ublkb0"), the mount point, the swap file, the
 	// stacked device's name, or the loop device and its backing file
 	// ("loop3 (backing file /dev/ublkb0)").
 	Detail string `json:"detail"`

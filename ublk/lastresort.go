@@ -74,7 +74,7 @@ func (r *LastResortReport) Spared() []HolderFate {
 // it, and return the devices still held (nil when none is: the daemon may
 // then be asked to stop, and its exit is safe). This process's own fds do
 // not keep a device from stopping: it is the server, and it asked for the
-// stop (its fds and its mappings alike). Without the control device the daemon's own stop does the
+// stop (its fds, its mappings and its rings alike). Without the control device the daemon's own stop does the
 // STOP_DEV once it is asked.
 func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	s := r.stepStart("last resort")
@@ -127,7 +127,10 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 }
 
 // isProcess reports whether h is a process that holds the disk itself (an
-// open fd or a mapping of the node), so its exit releases the disk: the
-// holders the last resort may kill. Mounts, swap, stacked and loop devices
-// are kernel state that no kill releases.
-func isProcess(h Holder) bool { return h.Kind == blockdev.FD || h.Kind == blockdev.Mapped }
+// open fd, a mapping of the node, or an io_uring with the node among its
+// registered files), so its exit releases the disk: the holders the last
+// resort may kill. Mounts, swap, stacked and loop devices are kernel state
+// that no kill releases.
+func isProcess(h Holder) bool {
+	return h.Kind == blockdev.FD || h.Kind == blockdev.Mapped || h.Kind == blockdev.Ring
+}

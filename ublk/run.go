@@ -190,7 +190,8 @@ func (r *run) refresh() {
 
 // waitHolders waits until no disk is held open, at most until
 // holderUntil. It returns the holders left, nil when there are none. What
-// the last scan could not read (a process's mappings) is the step's error
+// the last scan could not read (a process's mappings, a ring's registered
+// files) is the step's error
 // in the Report, beside its result.
 func (r *run) waitHolders() map[int][]Holder {
 	s := r.stepStart("holders")

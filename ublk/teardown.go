@@ -123,16 +123,17 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //  1. Find the devices (sysfs, or Config.Devices).
 //  2. Wait, at most HolderWait and never past the last-resort point (where
 //     only the step's reserve is left), until nothing holds a disk (a
-//     process's fd or memory mapping of the node, a mount, swap, a stacked
+//     process's fd or memory mapping of the node, a process's io_uring
+//     with the node among its registered files, a mount, swap, a stacked
 //     device, a loop device backed by the disk).
 //  3. If some still do, on a kernel not known fixed and under a deadline,
 //     run the last resort (unless Config.NoLastResort), within its part of
 //     the reserve: SIGKILL every holder inside this process's own cgroup
 //     (doomed by the pod's SIGKILL anyway; pinned with a pidfd and waited
 //     for), then STOP_DEV through /dev/ublk-control every device no holder
-//     is left on (this process's own fds and mappings do not count: it is
-//     the server). A process mapping a disk is a holder like one with an
-//     fd. Holders outside the cgroup (another pod, the host), mounts, swap,
+//     is left on (this process's own fds, mappings and rings do not count:
+//     it is the server). A process mapping a disk, or holding it through
+//     an io_uring's registered files, is a holder like one with an fd. Holders outside the cgroup (another pod, the host), mounts, swap,
 //     stacked devices and loop devices (kernel state: no kill releases
 //     them) are never killed; Report.LastResort names every
 //     holder, killed or spared, and why. If a device is still held then,
