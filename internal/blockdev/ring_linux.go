@@ -34,8 +34,10 @@ const ringReads = 4
 // whether or not the process still has an fd open on the device: the ring
 // holds the file open, and its I/O fails once the device is stopped. Only
 // the process's io_uring fds (anon_inode:[io_uring]) are read. When the
-// kernel does not list a ring's files (see RingWait) within RingWait it
-// returns an error, and calls found for what the rings it could read hold.
+// kernel has not listed a ring's files after ringReads reads (see
+// RingWait), it returns an error and calls found for what the other rings
+// hold; when the reads take longer than RingWait, it returns an error and
+// calls found for none.
 //
 // The kernel's list (io_uring/fdinfo.c, "UserFiles:\t<n>" then one line
 // per slot) names each file by its path since Linux 6.14, escaped like
