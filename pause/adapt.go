@@ -58,6 +58,19 @@ import (
 // comparison that does not pay settles the limit on the better measured
 // of its two levels: what the move found would come too late to be used.
 //
+// A start from what was learned. A Config.Limit with a MaxLimit is a
+// level an earlier drain measured best on this node (target). The first
+// Run does not start there: a device that got slower since would thrash at
+// a high target for a whole round before a single completion could say so,
+// and one that got faster would spend a round at a low one. It starts
+// where the default climb starts, and its first epoch tests the target:
+// below the knee each preserve runs at least as fast as at the knee, past
+// it slower, and the Estimator a server starts from is the last drain's,
+// measured at the knee. So a target above the start is jumped to when the
+// epoch's preserves took no longer than their estimates, a target below it
+// when they took longer; otherwise the node changed, and the climb goes on
+// as it does by default. The first round is always the default one.
+//
 // The deadline. A probe below the best level measured costs throughput.
 // When the work left, at the best throughput measured, needs more than
 // bindFrac of the time left, the climber stops exploring and pins the
@@ -153,6 +166,12 @@ type climber struct {
 
 	moves // where the climb is; next changes it
 	start int
+
+	// target is a learned level above start, jumped to after the first
+	// epoch if its preserves kept to their estimates (paceD <= paceEst,
+	// their durations and estimates summed); 0 once decided.
+	target         int
+	paceD, paceEst float64
 }
 
 // climbing reports whether the limit is still in its first climb: it has
@@ -212,18 +231,23 @@ func (c *climber) level(k int) stat {
 func (c *climber) x(k int) float64 { return c.at(k).mean() }
 
 // sample records a preserve that started at start, took d, moved b units
-// at an average concurrency kbar, and returns the limit.
+// at an average concurrency kbar, and was estimated to take est (0: no
+// estimate), and returns the limit.
 //
 // queued is the number of preserves not started: a move to a level j
 // below the one held, or a probe, is made only with shortRounds rounds of
 // work queued (room); else the climber settles on the better
 // measured of the two levels it compared: what the move found would come
 // too late to be used.
-func (c *climber) sample(start time.Time, d time.Duration, b, kbar float64, queued int, now time.Time) int {
+func (c *climber) sample(start time.Time, d time.Duration, b, kbar, est float64, queued int, now time.Time) int {
 	if c.move == climbPinned || d <= 0 || start.Before(c.since) {
 		return c.k
 	}
 	c.queued = queued
+	if c.target > 0 {
+		c.paceD += float64(d)
+		c.paceEst += est
+	}
 	c.epoch.add(float64(d), kbar*b/float64(d))
 	width := max(minEpochWidth, c.k/4)
 	if c.epoch.n < width {
@@ -279,6 +303,11 @@ func (c *climber) next(stretch bool) int {
 	switch c.move {
 	case climbUp:
 		switch {
+		case c.target > k && c.paceD <= c.paceEst: // below the knee, as learned: up to it
+			return c.up(k, min(c.target, c.ceil))
+		case c.target > 0 && c.target < k && c.paceD > c.paceEst: // past the knee, as learned: down to it
+			c.move, c.prev = climbDown, k
+			return c.target
 		case c.prev == 0 && k < c.ceil: // the first epoch
 			return c.up(k, min(2*k, c.ceil))
 		case c.prev == 0: // the first epoch, at the ceiling: try fewer
@@ -389,6 +418,7 @@ func (c *climber) record(k int, s stat) {
 
 // set starts an epoch at level k.
 func (c *climber) set(k int, now time.Time) {
+	c.target = 0 // decided at the first epoch, whichever way
 	c.k = min(max(k, 1), c.ceil)
 	c.since = now
 	c.epoch = stat{}
@@ -405,6 +435,25 @@ func (c *climber) best() (int, float64) {
 		}
 	}
 	return k, x
+}
+
+// learned returns, once epochs were decided at two levels at least (a
+// comparison was made), the fewest preserves at once that delivered as
+// much as the level measured fastest, by the rule a doubling must pass to
+// pay (the fastest's throughput within payFrac of theirs): on a device
+// that is flat past its knee the levels beyond it measure the same, and
+// fewer at the same throughput finish each preserve sooner. Else 0.
+func (c *climber) learned() int {
+	if len(c.lv) < 2 {
+		return 0
+	}
+	k, x := c.best()
+	for _, l := range c.lv {
+		if l.k < k && l.s.mean()*(1+payFrac) >= x {
+			k = l.k
+		}
+	}
+	return k
 }
 
 // bind pins the limit to the level measured fastest, unless the climb is

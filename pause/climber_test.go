@@ -22,7 +22,7 @@ func feed(c *climber, n int, sigma float64, rng *rand.Rand, rate func(k int) flo
 			x *= math.Exp(sigma * rng.NormFloat64())
 		}
 		// a sample of 1 s at concurrency k moving x units per ns overall
-		if got := c.sample(*now, time.Second, x*float64(time.Second)/float64(k), float64(k), 1<<20, *now); got != k {
+		if got := c.sample(*now, time.Second, x*float64(time.Second)/float64(k), float64(k), 0, 1<<20, *now); got != k {
 			moves = append(moves, got)
 		}
 	}
@@ -85,7 +85,7 @@ func sampleAt(c *climber, n int, queued int, rate func(k int) float64, now *time
 	for range n {
 		*now = now.Add(time.Second)
 		k := c.k
-		c.sample(*now, time.Second, rate(k)/float64(k)*float64(time.Second)/1e9, float64(k), queued, *now)
+		c.sample(*now, time.Second, rate(k)/float64(k)*float64(time.Second)/1e9, float64(k), 0, queued, *now)
 	}
 }
 

@@ -43,7 +43,23 @@ type Config struct {
 	// Limit is how many preserves run at once. Zero, the default, lets the
 	// limit adapt, starting at 8 (or at MaxLimit when that is lower). Set
 	// alone, it fixes the limit and turns adaptation off; with a MaxLimit
-	// above it, it is where the adaptive limit starts. It must be >= 0.
+	// set (at or above it), the limit adapts and Limit is the level it is
+	// expected at: how a node's next drain starts from what its last one
+	// learned (Report.LearnedLimit). It must be >= 0.
+	//
+	// Such a Limit is not taken at once: the first Run starts at 8, as by
+	// default, and after its first epoch moves straight to Limit when that
+	// epoch agrees with it: Limit above 8 and the epoch's preserves took no
+	// longer than their estimates (8 is below the knee), or Limit below 8
+	// and they took longer (8 is past it). Otherwise the node changed since
+	// Limit was learned, and the limit climbs from 8 as by default. The
+	// estimates are the sandboxes' own or the Estimator's: give it the
+	// estimate of the drain that learned Limit. A start at Limit at once
+	// would run a whole round there before a completion could say that the
+	// device got slower (thrashing, every preserve of the round late) or
+	// faster (a round at a low level); this way the first round is the
+	// default one, and a learned Limit only saves the climb. Later Runs
+	// start where the last one ended.
 	//
 	// The adaptive limit measures the node's throughput (bytes per second
 	// of preserves completed, when sandboxes are Sized; sandboxes per
@@ -64,7 +80,9 @@ type Config struct {
 	// MaxLimit is the ceiling of the adaptive limit: the most preserves
 	// the node may run at once. Zero means 32 when Limit is zero too, and
 	// otherwise Limit, which turns adaptation off. It must be >= 0 and,
-	// when both are set, >= Limit.
+	// when both are set, >= Limit; set equal to Limit, the limit adapts
+	// from the ceiling (a learned limit at the ceiling is a start, not a
+	// fixed limit).
 	MaxLimit int
 
 	// Order forces the order in which a pass starts sandboxes. The zero
@@ -246,8 +264,9 @@ func (c Config) resolve() (config, error) {
 		r.maxLimit = r.limit
 	}
 	// A Limit left zero adapts, also from a MaxLimit at or below the
-	// default start; only a Limit set alone, or a ceiling of 1, fixes it.
-	r.adaptive = r.maxLimit > r.limit || c.Limit == 0 && r.maxLimit > 1
+	// default start, and so does a Limit with a MaxLimit, equal to it
+	// included; only a Limit set alone, or a ceiling of 1, fixes it.
+	r.adaptive = r.maxLimit > 1 && (c.Limit == 0 || c.MaxLimit > 0)
 	if r.newBackOff == nil {
 		r.newBackOff = defaultBackOff
 	}

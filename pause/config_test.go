@@ -42,7 +42,9 @@ func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 }
 
 // Every field's zero value is its default: the limit adapts from 8 between
-// 1 and 32, a Limit alone fixes it, a MaxLimit alone caps the start.
+// 1 and 32, a Limit alone fixes it, a MaxLimit alone caps the start, and a
+// Limit with a MaxLimit is a learned level the first Run takes after an
+// epoch at the default start (so Limit reports 8 until then).
 func TestZeroConfigIsTheDefault(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -50,7 +52,9 @@ func TestZeroConfigIsTheDefault(t *testing.T) {
 		limit int
 	}{
 		{"zero", pause.Config{}, pause.DefaultLimit},
-		{"limit and max", pause.Config{Limit: 3, MaxLimit: 12}, 3},
+		{"limit and max", pause.Config{Limit: 3, MaxLimit: 12}, pause.DefaultLimit},
+		{"limit at the default start and max", pause.Config{Limit: 8, MaxLimit: 12}, 8},
+		{"limit equal to max", pause.Config{Limit: 32, MaxLimit: 32}, pause.DefaultLimit},
 		{"limit alone", pause.Config{Limit: 5}, 5},
 		{"max below the default start", pause.Config{MaxLimit: 2}, 2},
 	} {

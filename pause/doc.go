@@ -31,7 +31,9 @@
 // Sized) and moves toward the smallest limit past which more preserves at
 // once stop paying, never below 1 or above Config.MaxLimit, and stops
 // exploring when the deadline binds or too little work is left to use what
-// it would find. It follows TCP's slow start and BBR's startup (double
+// it would find. Given a Config.Limit with a MaxLimit (the Report.LearnedLimit
+// of the node's last drain), the first epoch checks it and the limit moves
+// straight to it (see Config.Limit). It follows TCP's slow start and BBR's startup (double
 // while the delivered throughput grows; while it climbs, a pass OrderAuto
 // orders longest first starts its shortest preserves, whose completions
 // come soonest), then holds with BBR-style probes a quarter up and down, moving

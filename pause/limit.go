@@ -69,7 +69,11 @@ func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
 		return
 	}
 	kbar := (r.area - area0) / float64(d)
-	k := r.climb.sample(e.Start, d, u, kbar, r.queue.n, res.end)
+	est := float64(e.Estimate) // its own, or its size at the rate known when its pass was ordered
+	if est == 0 {
+		est = r.unitUnknown // the Estimator's, fixed at the first pass: r.unknown is the Run goroutine's
+	}
+	k := r.climb.sample(e.Start, d, u, kbar, est, r.queue.n, res.end)
 	if r.bindsLocked(res.end) {
 		k = r.climb.bind(res.end)
 	}

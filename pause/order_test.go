@@ -1,8 +1,10 @@
 package pause_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -138,21 +140,26 @@ func TestEstimatorIsFedAndUsed(t *testing.T) {
 }
 
 // 200 x 2 s in 31 s at limit 4 needs 100 s. Waiting preserves scale
-// without a knee, so the adaptive limit doubles every epoch (4 samples,
-// one round of 2 s) up to the maximum and ends in 18 s: 4+8+16+32 by 8 s,
-// then 140 at 32. Without a maximum the limit stays 4 and 60 are preserved.
+// without a knee. Given Limit 4 with a MaxLimit (a level learned on a node
+// whose knee was 4), the first epoch runs at 8 and its preserves keep to
+// their 2 s estimates: 8 is below the knee, the node is not the one that
+// learned 4, and the limit doubles every epoch (4 samples, one round of
+// 2 s) up to the maximum: 8+16 by 4 s, then 176 at 32, 16 s in all.
+// Without a maximum the limit stays 4 and 60 are preserved.
 func TestAdaptiveLimitClimbsWhileThroughputScales(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 200, 2*time.Second)
-		p, err := pause.New(node, pause.Config{Limit: 4, MaxLimit: 32})
+		p, err := pause.New(node, pause.Config{Limit: 4, MaxLimit: 32, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 31*time.Second, 0)
 		assert.Equal(t, 200, rep.Counts[pause.Preserved])
+		assert.Equal(t, []string{"16", "32"}, limitsTaken(buf.String()))
 		assert.Equal(t, 32, p.Limit())
 		assert.Equal(t, 32, rep.Limit)
 		assert.Equal(t, 32, node.MaxInFlight())
-		assert.Equal(t, 18*time.Second, took)
+		assert.Equal(t, 16*time.Second, took)
 	})
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
@@ -165,18 +172,21 @@ func TestAdaptiveLimitClimbsWhileThroughputScales(t *testing.T) {
 	})
 }
 
-// From 2, an epoch needs 4 samples (two rounds at 2), then one round at 4,
-// then 8 to the end: 4+4+8+8 by 11 s, never above the maximum.
+// With a MaxLimit of 8 the first epoch runs at 8, the ceiling; its
+// preserves keep to their 2 s estimates, so the start of 2 is not taken,
+// and the deadline binds (200 x 2 s need 50 s at 8): five rounds of 8 by
+// 10 s, the sixth cut at 11 s, never above the maximum.
 func TestAdaptiveLimitNeverExceedsMax(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 200, 2*time.Second)
 		p, err := pause.New(node, pause.Config{Limit: 2, MaxLimit: 8})
 		require.NoError(t, err)
+		assert.Equal(t, 8, p.Limit(), "the first Run starts at the default start, capped by the ceiling")
 		rep, _ := runFor(t, p, 11*time.Second, 0)
 		assert.Equal(t, 8, p.Limit())
 		assert.Equal(t, 8, node.MaxInFlight())
-		assert.Equal(t, 24, rep.Counts[pause.Preserved])
+		assert.Equal(t, 40, rep.Counts[pause.Preserved])
 		assert.Equal(t, 200, len(rep.Entries))
 	})
 }

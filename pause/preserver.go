@@ -32,7 +32,11 @@ type Preserver struct {
 	cfg   config
 	tel   *telemetry
 	limit atomic.Int64
-	rate  byteRate // measured time per byte of a Sized sandbox's preserve
+	// target is Config.Limit when the limit adapts and it is above the
+	// default start: the first Run starts at the default start and may
+	// jump to it (Config.Limit); 0 once a Run took it.
+	target atomic.Int64
+	rate   byteRate // measured time per byte of a Sized sandbox's preserve
 }
 
 // New returns a Preserver over list, configured by cfg (its zero value is
@@ -53,6 +57,10 @@ func New(list Lister, cfg Config) (*Preserver, error) {
 	}
 	p := &Preserver{list: list, cfg: c, tel: tel}
 	p.limit.Store(int64(c.limit))
+	if start := min(defaultLimit, c.maxLimit); c.adaptive && c.limit != start && cfg.Limit > 0 {
+		p.limit.Store(int64(start))
+		p.target.Store(int64(c.limit))
+	}
 	return p, nil
 }
 
@@ -70,9 +78,11 @@ func isNil(l Lister) bool {
 	return false
 }
 
-// Limit returns the current concurrency limit: the initial limit before the
-// first Run; when the limit adapts, the one it has moved to, kept after the
-// Run (the next Run starts from it). Use it for deadline.Work reserves.
+// Limit returns the current concurrency limit: before the first Run, the
+// limit it starts at (Config.Limit, or 8 when the limit adapts and
+// Config.Limit is above 8: see Config.Limit); when the limit adapts, the
+// one it has moved to, kept after the Run (the next Run starts from it).
+// Use it for deadline.Work reserves.
 func (p *Preserver) Limit() int { return int(p.limit.Load()) }
 
 // Estimator returns the Estimator the Preserver feeds with every

@@ -57,6 +57,13 @@ type Report struct {
 	// which sandboxes the node has, so no count in the Report means
 	// anything. Err says so, with ListErr.
 	Unknown bool `json:"unknown,omitempty"`
+	// LearnedLimit is the limit this Run measured fastest: set when the
+	// limit adapted and the Run decided epochs at two limits at least, so
+	// that it compared them; zero for a fixed limit or a Run too short to
+	// decide. Unlike Limit, it is never a probe, nor a start that measured
+	// nothing. It is what the node's next drain may start from:
+	// Config{Limit: LearnedLimit, MaxLimit: the same ceiling}.
+	LearnedLimit int `json:"learned_limit,omitempty"`
 }
 
 // Lost returns the number of sandboxes that were not preserved and did not

@@ -120,7 +120,10 @@ func (r *run) contexts() {
 
 // slots makes the semaphore: the limit's slots when it is fixed; the
 // ceiling's when it adapts, the limit then being enforced under r.mu. An
-// adaptive Run starts at the limit the Preserver ended its last Run with.
+// adaptive Run starts at the limit the Preserver ended its last Run with;
+// the first one, given a Config.Limit above the default start, starts at
+// the default start and may jump to Config.Limit after its first epoch
+// (adapt.go, "A start from what was learned").
 func (r *run) slots() {
 	r.limit = r.cfg.limit
 	r.adaptive = r.cfg.adaptive
@@ -129,6 +132,9 @@ func (r *run) slots() {
 		r.limit = min(max(r.p.Limit(), 1), r.cfg.maxLimit)
 		r.areaAt = time.Now()
 		r.climb.init(r.limit, r.cfg.maxLimit, r.areaAt)
+		if t := int(r.p.target.Swap(0)); t != r.limit {
+			r.climb.target = t
+		}
 	}
 	r.p.limit.Store(int64(r.limit))
 	r.sem = semaphore.NewWeighted(int64(r.cfg.maxLimit))
@@ -505,6 +511,9 @@ func (r *run) finish() *Report {
 	rep.End = time.Now()
 	r.mu.Lock() // a worker settling as await gave up at the hard deadline may still move it
 	rep.Limit = r.limit
+	if r.adaptive {
+		rep.LearnedLimit = r.climb.learned()
+	}
 	r.mu.Unlock()
 	rep.Unknown = !r.listed
 	var counts [len(outcomes)]int
