@@ -42,7 +42,12 @@ import (
 // files, which the kernel lists only when it gets a ring's lock, are read a
 // few times within RingWait (see RingHolders): when either is not known in
 // time the scan goes on without it and returns, with what it found, an
-// error naming the process. Holders returns ctx.Err() if ctx ends before
+// error naming the process. So it does for a process with an io_uring
+// mapped and no io_uring fd (the ring's fd closed, passed on, or
+// registered with IORING_REGISTER_RING_FDS): the ring, and the files
+// registered in it, live on through the mapping, but only a ring fd's
+// fdinfo lists them. A ring set up with IORING_SETUP_NO_MMAP and its fd
+// closed leaves no trace in procfs at all. Holders returns ctx.Err() if ctx ends before
 // the scan is complete.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
 	found, err := Scan(ctx, procRoot, []DevNum{dev})
@@ -61,13 +66,14 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	mapped := newMapCache()
 	var unread []string   // processes whose mappings were not read in time
 	var unlisted []string // processes whose rings' registered files were not listed
+	var fdless []string   // processes with a ring mapped and no ring fd
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return out, errors.Join(err, unreadErr(unread), unlistedErr(unlisted))
+			return out, errors.Join(err, unknownErr(unread, unlisted, fdless))
 		}
 		dir := filepath.Join(procRoot, e.Name())
 		var comm string
@@ -83,8 +89,12 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 				unlisted = append(unlisted, fmt.Sprintf("%d (%s)", pid, readComm(dir)))
 			}
 		}
-		if err := boundedMapHolders(dir, want, &mapped, func(dev DevNum, m string) { add(dev, Mapped, m) }); err != nil {
+		ringMapped, err := boundedMapHolders(dir, want, &mapped, func(dev DevNum, m string) { add(dev, Mapped, m) })
+		if err != nil {
 			unread = append(unread, fmt.Sprintf("%d (%s)", pid, readComm(dir)))
+		}
+		if ringMapped && len(rings) == 0 {
+			fdless = append(fdless, fmt.Sprintf("%d (%s)", pid, readComm(dir)))
 		}
 		ns, _ := os.Readlink(filepath.Join(dir, "ns", "mnt"))
 		if ns != "" && seenNS[ns] {
@@ -96,21 +106,24 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
 		out[dev] = append(out[dev], Holder{Kind: Swap, Detail: name})
 	})
-	return out, errors.Join(unreadErr(unread), unlistedErr(unlisted))
+	return out, unknownErr(unread, unlisted, fdless)
 }
 
-func unreadErr(unread []string) error {
-	if len(unread) == 0 {
-		return nil
+// unknownErr names the processes whose holds the scan could not know:
+// their mappings not read in time, their rings' registered files not
+// listed, or a ring they have mapped with no ring fd to read it by.
+func unknownErr(unread, unlisted, fdless []string) error {
+	var errs []error
+	if len(unread) > 0 {
+		errs = append(errs, fmt.Errorf("ublk: holders: the mappings of process %s not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it); their mappings are not known", strings.Join(unread, ", "), MapsWait))
 	}
-	return fmt.Errorf("ublk: holders: the mappings of process %s not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it); their mappings are not known", strings.Join(unread, ", "), MapsWait)
-}
-
-func unlistedErr(unlisted []string) error {
-	if len(unlisted) == 0 {
-		return nil
+	if len(unlisted) > 0 {
+		errs = append(errs, fmt.Errorf("ublk: holders: the io_uring registered files of process %s not listed by the kernel in %d reads within %v (/proc/PID/fdinfo lists them only when it gets the ring's lock, which a busy ring holds); the devices it holds through them are not known", strings.Join(unlisted, ", "), ringReads, RingWait))
 	}
-	return fmt.Errorf("ublk: holders: the io_uring registered files of process %s not listed by the kernel in %d reads within %v (/proc/PID/fdinfo lists them only when it gets the ring's lock, which a busy ring holds); the devices it holds through them are not known", strings.Join(unlisted, ", "), ringReads, RingWait)
+	if len(fdless) > 0 {
+		errs = append(errs, fmt.Errorf("ublk: holders: process %s has an io_uring mapped and no io_uring fd (the ring's fd closed, passed to another process, or registered with IORING_REGISTER_RING_FDS): the kernel lists a ring's registered files only in the fdinfo of a ring fd, so the devices it holds through them are not known", strings.Join(fdless, ", ")))
+	}
+	return errors.Join(errs...)
 }
 
 func readComm(dir string) string {
@@ -262,27 +275,31 @@ const MapsWait = 250 * time.Millisecond
 // until the kernel answers, then ends.
 func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) error {
 	cache := newMapCache()
-	return boundedMapHolders(dir, want, &cache, found)
+	_, err := boundedMapHolders(dir, want, &cache, found)
+	return err
 }
 
 // boundedMapHolders is mapHolders waited for at most MapsWait. A read given
 // up on keeps *cache (a goroutine still uses it), and *cache is replaced by
 // a new one for the rest of the scan.
-func boundedMapHolders(dir string, want map[DevNum]bool, cache **mapCache, found func(DevNum, string)) error {
+func boundedMapHolders(dir string, want map[DevNum]bool, cache **mapCache, found func(DevNum, string)) (ringMapped bool, err error) {
 	c := *cache
-	hits, ok := within(MapsWait, func() []holding {
-		var hits []holding
-		mapHolders(dir, want, c, func(dev DevNum, m string) { hits = append(hits, holding{dev, m}) })
-		return hits
+	type result struct {
+		hits       []holding
+		ringMapped bool
+	}
+	r, ok := within(MapsWait, func() (r result) {
+		r.ringMapped = mapHolders(dir, want, c, func(dev DevNum, m string) { r.hits = append(r.hits, holding{dev, m}) })
+		return r
 	})
 	if !ok {
 		*cache = newMapCache()
-		return fmt.Errorf("ublk: holders: %s not read within %v", filepath.Join(dir, "maps"), MapsWait)
+		return false, fmt.Errorf("ublk: holders: %s not read within %v", filepath.Join(dir, "maps"), MapsWait)
 	}
-	for _, h := range hits {
+	for _, h := range r.hits {
 		found(h.dev, h.detail)
 	}
-	return nil
+	return r.ringMapped, nil
 }
 
 // holding is one device a process holds, and how (a Holder's Detail).
@@ -307,10 +324,13 @@ func within[T any](d time.Duration, f func() T) (result T, ok bool) {
 	}
 }
 
-func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(DevNum, string)) {
+// mapHolders is MapHolders unbounded, reading with cache; it also says
+// whether the process has an io_uring mapped (its queues), which a ring
+// whose fd was closed lives on by.
+func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(DevNum, string)) (ringMapped bool) {
 	f, err := os.Open(filepath.Join(dir, "maps"))
 	if err != nil {
-		return
+		return false
 	}
 	defer f.Close()
 	type hit struct {
@@ -333,6 +353,10 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 		inode, rest := nextField(rest)
 		if len(inode) == 0 || string(inode) == "0" {
 			continue // anonymous memory, [heap], [stack], [vdso]
+		}
+		if bytes.HasSuffix(line, ringMapping) {
+			ringMapped = true
+			continue // the ring's queues, never a block device
 		}
 		key := line[keyStart : len(line)-len(rest)]
 		m, seen := cache.files[string(key)]
@@ -369,7 +393,11 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 	for _, h := range hits {
 		found(h.dev, fmt.Sprintf("mmap %x-%x %s", h.start, h.end, h.path))
 	}
+	return ringMapped
 }
+
+// ringMapping ends the maps line of an io_uring's queues.
+var ringMapping = []byte(" " + ringLink)
 
 // addrRange parses a maps line's "START-END" (hexadecimal).
 func addrRange(addr []byte) (start, end uint64, ok bool) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -348,4 +349,26 @@ func TestRingWhoseFilesTheKernelDoesNotListIsNamed(t *testing.T) {
 		t.Error("a holder reported from a ring whose files were not listed")
 	})
 	assert.ErrorContains(t, err, "io_uring fd 7: the registered files not listed")
+}
+
+// A ring whose fd the process closed lives on through its memory mapping
+// (as when its fd was passed to another process, or registered with
+// IORING_REGISTER_RING_FDS and closed), and so do its registered files:
+// with no ring fd, there is no fdinfo to list them. The scan names the
+// process in its error: what it holds is not known.
+func TestProcessWithARingButNoRingFdIsNamed(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	cmd, stdin := loopdev.RingMapped(t, node)
+	hs, err := blockdev.Holders(context.Background(), "/proc", dev)
+	named := regexp.MustCompile(fmt.Sprintf(`\b%d \(`, cmd.Process.Pid))
+	require.Error(t, err)
+	assert.Regexp(t, named, err.Error())
+	assert.Contains(t, err.Error(), "io_uring mapped and no io_uring fd")
+	assert.Empty(t, heldBy(hs, cmd.Process.Pid))
+
+	stdin.Close()
+	require.NoError(t, cmd.Wait())
+	if _, err = blockdev.Holders(context.Background(), "/proc", dev); err != nil {
+		assert.NotRegexp(t, named, err.Error(), "gone with the process")
+	}
 }

@@ -57,6 +57,21 @@ func Ring(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
 	return start(t, EnvRing, node)
 }
 
+// EnvRingMapped is the environment variable that makes MainIfHolder, in
+// the test binary RingMapped re-executes, register the block device it
+// names in an io_uring's fixed files and close both fds, the ring's too.
+const EnvRingMapped = "DRAINKIT_LOOPDEV_RING_MAPPED"
+
+// RingMapped is Ring whose child also closes the ring's fd: the ring lives
+// on through its memory mapping alone (as when the ring's fd was passed to
+// another process, or registered with IORING_REGISTER_RING_FDS and
+// closed), and the device with it, with no fd of the process on either.
+func RingMapped(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	needRing(t)
+	return start(t, EnvRingMapped, node)
+}
+
 func start(t testing.TB, env, node string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -73,9 +88,9 @@ func start(t testing.TB, env, node string) (*exec.Cmd, io.WriteCloser) {
 	return cmd, stdin
 }
 
-// MainIfHolder plays the holder (Hold's, Map's or Ring's) and exits the
-// process when EnvHold, EnvMap or EnvRing is set, and returns at once
-// otherwise. Call it first in TestMain of any test
+// MainIfHolder plays the holder (Hold's, Map's, Ring's or RingMapped's)
+// and exits the process when EnvHold, EnvMap, EnvRing or EnvRingMapped is
+// set, and returns at once otherwise. Call it first in TestMain of any test
 // binary that uses Hold:
 //
 //	func TestMain(m *testing.M) {
@@ -90,7 +105,10 @@ func MainIfHolder() {
 		os.Exit(holdMapped(node))
 	}
 	if node := os.Getenv(EnvRing); node != "" {
-		os.Exit(holdRing(node))
+		os.Exit(holdRing(node, false))
+	}
+	if node := os.Getenv(EnvRingMapped); node != "" {
+		os.Exit(holdRing(node, true))
 	}
 }
 

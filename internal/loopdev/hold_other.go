@@ -16,7 +16,7 @@ func holdMapped(node string) int {
 }
 
 // holdRing is not supported on this system.
-func holdRing(node string) int {
+func holdRing(node string, closeRing bool) int {
 	fmt.Println("error: io_uring is not supported on this system")
 	return 1
 }

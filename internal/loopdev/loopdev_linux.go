@@ -128,8 +128,9 @@ func needRing(t testing.TB) {
 }
 
 // holdRing keeps node registered as fixed file 0 of an io_uring, its fd
-// closed, until stdin closes.
-func holdRing(node string) int {
+// closed, until stdin closes; with closeRing the ring's fd is closed too,
+// and the ring lives on through its mapping.
+func holdRing(node string, closeRing bool) int {
 	f, err := os.OpenFile(node, os.O_RDWR, 0)
 	if err != nil {
 		fmt.Println("error:", err)
@@ -147,6 +148,13 @@ func holdRing(node string) int {
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
+	}
+	if closeRing {
+		// r.Close (deferred) then only unmaps: the process exits anyway.
+		if err := unix.Close(r.Fd()); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
 	}
 	fmt.Println("ready")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
