@@ -1,10 +1,13 @@
 package drain
 
 import (
+	"math"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 // ProcessStart returns when the current process started, read from
@@ -28,18 +31,11 @@ func ProcessStart() time.Time {
 // processStart is ProcessStart over the contents of /proc/self/stat and
 // /proc/stat, at now.
 func processStart(stat, procStat string, now time.Time) time.Time {
-	i := strings.LastIndexByte(stat, ')') // the command name may hold spaces
-	if i < 0 {
+	st, err := procstat.Parse([]byte(stat))
+	if err != nil || st.StartTime > math.MaxInt64 {
 		return now
 	}
-	fields := strings.Fields(stat[i+1:])
-	if len(fields) < 20 { // starttime is field 22; fields[0] is field 3
-		return now
-	}
-	ticks, err := strconv.ParseInt(fields[19], 10, 64)
-	if err != nil {
-		return now
-	}
+	ticks := int64(st.StartTime)
 	boot, ok := bootTime(procStat)
 	if !ok {
 		return now
