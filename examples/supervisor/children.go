@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,12 +13,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 // A procTable starts the supervisor's children and is the only code in the
@@ -306,16 +306,12 @@ func childPids(pid int) []int {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var out []int
 	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		i := bytes.LastIndexByte(b, ')')
-		if err != nil || i < 0 {
+		n, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
 			continue
 		}
-		f := strings.Fields(string(b[i+1:])) // state, ppid, ...
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			if n, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
-				out = append(out, n)
-			}
+		if st, err := procstat.Read(n); err == nil && st.PPID == pid {
+			out = append(out, n)
 		}
 	}
 	return out

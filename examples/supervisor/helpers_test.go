@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -253,18 +254,9 @@ func readReport(t *testing.T, path string) *Report {
 
 // childrenOf lists the pids whose parent is pid, zombies included.
 func childrenOf(pid int) []string {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var out []string
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		i := strings.LastIndexByte(string(b), ')')
-		if err != nil || i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:])) // state, ppid, ...
-		if len(f) > 1 && f[1] == fmt.Sprint(pid) {
-			out = append(out, filepath.Base(filepath.Dir(p)))
-		}
+	for _, child := range childPids(pid) {
+		out = append(out, strconv.Itoa(child))
 	}
 	return out
 }

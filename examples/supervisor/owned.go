@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/drainkit/drainkit/internal/procstat"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -231,33 +231,16 @@ func peerPid(path string) (int, error) {
 // parent links in /proc.
 func descends(pid, ancestor int) bool {
 	for range 64 { // deeper than any process tree in a container
-		ppid, err := parentPid(pid)
-		if err != nil || ppid <= 0 {
+		st, err := procstat.Read(pid)
+		if err != nil || st.PPID <= 0 {
 			return false
 		}
-		if ppid == ancestor {
+		if st.PPID == ancestor {
 			return true
 		}
-		pid = ppid
+		pid = st.PPID
 	}
 	return false
-}
-
-// parentPid reads the parent of pid from /proc/PID/stat.
-func parentPid(pid int) (int, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(string(b[i+1:])) // state, ppid, ...
-	if len(f) < 2 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	return strconv.Atoi(f[1])
 }
 
 // cmdline returns the argv of pid, for the Report.

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/procstat"
 	"github.com/drainkit/drainkit/internal/runsc"
 )
 
@@ -218,30 +217,15 @@ func initStart(ns string) (uint64, bool) {
 		if link, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "pid")); err != nil || link != ns {
 			continue
 		}
-		if start, ok := procStart(e.Name()); ok && (!found || start < first) {
-			first, found = start, true
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := procstat.Read(pid); err == nil && (!found || st.StartTime < first) {
+			first, found = st.StartTime, true
 		}
 	}
 	return first, found
-}
-
-// procStart returns field 22 of /proc/pid/stat, the process's start in clock ticks since
-// boot (fields counted after the command, which may hold spaces and parentheses).
-func procStart(pid string) (uint64, bool) {
-	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(stat[i+1:])) // f[0] is field 3, the state
-	if len(f) < 20 {
-		return 0, false
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	return start, err == nil
 }
 
 // forgetOtherNamespaces removes the runsc state that other PID namespaces left under
