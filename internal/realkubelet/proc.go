@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 // A proc is one process of the machine as /proc shows it.
@@ -115,12 +117,8 @@ func (w *Watch) Wait(within time.Duration) (time.Time, error) {
 	}
 }
 
+// zombie reports whether pid has exited: a zombie, or gone (its stat unreadable).
 func zombie(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
+	st, err := procstat.Read(pid)
+	return err != nil || st.State == 'Z'
 }

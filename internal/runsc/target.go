@@ -1,15 +1,14 @@
 package runsc
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/procstat"
 	"github.com/drainkit/drainkit/pause/escalate"
 )
 
@@ -110,15 +109,6 @@ const zombiePoll = 50 * time.Millisecond
 // while it is being reaped). A process that is gone entirely is not reported: runsc
 // itself reports that one stopped.
 func zombie(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the
-	// last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 || i+2 >= len(data) {
-		return false
-	}
-	return data[i+2] == 'Z' || data[i+2] == 'X'
+	st, err := procstat.Read(pid)
+	return err == nil && (st.State == 'Z' || st.State == 'X')
 }

@@ -1,11 +1,11 @@
 package pid1test
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 // ProcEnv, in the environment of a process StartPID1 starts, makes MountProc mount a /proc
@@ -110,13 +112,16 @@ func Processes(t testing.TB, init int) []string {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var out []string
 	for _, p := range stats {
-		data, err := os.ReadFile(p)
-		i := bytes.LastIndexByte(data, ')') // comm may hold spaces and parentheses
-		if err != nil || i < 0 || i+2 >= len(data) {
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
+			continue
+		}
+		st, err := procstat.Read(pid)
+		if err != nil {
 			continue
 		}
 		if link, err := os.Readlink(filepath.Join(filepath.Dir(p), "ns/pid")); err == nil && link == ns {
-			out = append(out, string(data[:i+3]))
+			out = append(out, fmt.Sprintf("%d (%s) %c", st.PID, st.Comm, st.State))
 		}
 	}
 	return out
