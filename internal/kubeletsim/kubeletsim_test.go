@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 const roleEnv = "KUBELETSIM_TEST_ROLE"
@@ -173,13 +174,8 @@ func TestRealChildIgnoringSIGTERMIsKilledWithItsWholeGroup(t *testing.T) {
 
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	st, err := procstat.Read(pid)
+	return err == nil && st.State != 'Z'
 }
 
 // The simulator's SIGTERM and exit agree within 0.2 s with what the real

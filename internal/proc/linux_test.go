@@ -5,10 +5,8 @@ package proc_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/proc"
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 // sleeper starts `sleep 60`, killed and reaped at the test's end.
@@ -33,9 +32,9 @@ func sleeper(t *testing.T) *exec.Cmd {
 // isZombie reports whether pid has exited and not been reaped.
 func isZombie(t *testing.T, pid int) bool {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	require.NoError(t, err)
-	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))[0] == "Z"
+	return st.State == 'Z'
 }
 
 // Wait honours its context, sees the exit of a zombie without reaping it,

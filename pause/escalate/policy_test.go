@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/proc"
+	"github.com/drainkit/drainkit/internal/procstat"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/escalate"
 )
@@ -177,11 +178,10 @@ func TestEscalationAlreadyExited(t *testing.T) {
 // waitZombie waits (at most 10 s) until pid has exited and not been reaped.
 func waitZombie(t *testing.T, pid int) {
 	t.Helper()
-	stat := fmt.Sprintf("/proc/%d/stat", pid)
 	for range 1000 {
-		b, err := os.ReadFile(stat)
+		st, err := procstat.Read(pid)
 		require.NoError(t, err)
-		if fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); fields[0] == "Z" {
+		if st.State == 'Z' {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
