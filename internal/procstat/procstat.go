@@ -56,10 +56,10 @@ func read(f io.Reader, path string) (Stat, error) {
 	if errors.Is(err, syscall.ESRCH) {
 		// The process was reaped after the open: the kernel answers the
 		// read with ESRCH; it is as gone as one whose file is missing.
-		return Stat{}, fmt.Errorf("procstat: read %s: %w (%w)", path, fs.ErrNotExist, err)
+		return Stat{}, fmt.Errorf("procstat: read %s: %w (%w)", path, fs.ErrNotExist, syscall.ESRCH)
 	}
 	if err != nil {
-		return Stat{}, fmt.Errorf("procstat: read %s: %w", path, err)
+		return Stat{}, fmt.Errorf("procstat: %w", err) // an *fs.PathError naming path
 	}
 	st, err := parse(b)
 	if err != nil {
