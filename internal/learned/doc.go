@@ -1,20 +1,33 @@
 // Package learned keeps what a sandbox server learned about its own
-// shutdown across restarts: the estimate of one preserve, the concurrency,
-// and the budget and step reserves its plan is made of, in
+// shutdown across restarts: the estimate of one preserve, the concurrency
+// (at the end of the shutdown, and the one its adaptive limit learned
+// best), and the budget and step reserves its plan is made of, in
 // STATE_DIR/learned-rates.json. The server writes it after every
-// shutdown and starts its Estimator from it; drainkit plan reads it to
-// predict the next drain with the same deadline.Plan rule:
+// shutdown and starts its Estimator and its adaptive limit from it;
+// drainkit plan reads it to predict the next drain with the same
+// deadline.Plan rule:
 //
 //	// at shutdown
 //	r := learned.Rates{Written: time.Now(), Limit: limit, Grace: grace, Margin: margin,
 //		Steps: learned.StepsOf(step.Phase())}
 //	r.FromEstimator(estimator)
+//	r.FromReport(preserved, last) // the learned limit; the one before when this drain learned none
 //	err := r.Write(filepath.Join(stateDir, learned.File))
 //
 //	// at start
-//	prior := configured
-//	if r, err := learned.Read(filepath.Join(stateDir, learned.File)); err == nil && r.Estimate > 0 {
-//		prior = r.Estimate
+//	prior, cfg := configured, pause.Config{} // the adaptive limit, from 8
+//	if last, err := learned.Read(filepath.Join(stateDir, learned.File)); err == nil {
+//		if last.Estimate > 0 {
+//			prior = last.Estimate
+//		}
+//		if last.LearnedLimit > 0 { // checked against the estimate by the first epoch
+//			cfg.Limit, cfg.MaxLimit = min(last.LearnedLimit, ceiling), ceiling
+//		}
 //	}
-//	estimator := deadline.NewEstimator(prior)
+//	cfg.Estimator = deadline.NewEstimator(prior)
+//
+// A file written before LearnedLimit existed (only limit) still reads: its
+// LearnedLimit is zero, and the server starts its limit cold, since the
+// limit at the end of a shutdown may be a probe or a start that measured
+// nothing.
 package learned

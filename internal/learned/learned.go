@@ -9,14 +9,16 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // File is the name of the rates file in a server's state directory.
 const File = "learned-rates.json"
 
 // Rates are what a server learned about its own shutdown, and what its
-// plan is made of: the estimate of one preserve, the concurrency, and the
-// budget and step reserves the server plans with. A server writes them at
+// plan is made of: the estimate of one preserve, the concurrency (at the
+// end of the shutdown, and the one learned best), and the budget and step
+// reserves the server plans with. A server writes them at
 // shutdown and loads the estimate at start; drainkit plan reads them.
 type Rates struct {
 	// Written is when the server wrote the file.
@@ -32,8 +34,18 @@ type Rates struct {
 	P90          time.Duration `json:"p90_ns"`
 	Observations int           `json:"observations"`
 	// Limit is how many preserves ran at once at the end of the last
-	// shutdown.
+	// shutdown: drainkit plan's concurrency. It may be a probe, or the
+	// start of a Run that measured nothing: a server does not start from
+	// it.
 	Limit int `json:"limit"`
+	// LearnedLimit is the concurrency a shutdown's adaptive limit measured
+	// best on this node (pause.Report.LearnedLimit), kept from an earlier
+	// shutdown when the last one learned none (a fixed limit, too few
+	// sandboxes to compare two limits); zero when none ever did, as in a
+	// file written before the field existed. A server starts its adaptive
+	// limit from it with the Estimate beside it (pause.Config.Limit with a
+	// MaxLimit): the first epoch checks it against that estimate.
+	LearnedLimit int `json:"learned_limit,omitempty"`
 	// Grace and Margin are the budget's: the grace period the server was
 	// started with and the margin it keeps before SIGKILL.
 	Grace  time.Duration `json:"grace_ns"`
@@ -48,6 +60,25 @@ type Step struct {
 	Name     string        `json:"name"`
 	Reserve  time.Duration `json:"reserve_ns"`
 	Critical bool          `json:"critical,omitempty"`
+}
+
+// FromReport sets LearnedLimit from the Report of the shutdown's
+// Preserver (nil: none ran), keeping the one learned before (prev, the
+// file read at start; nil: none) when this shutdown learned none, and
+// Limit from the Report's limit at the end when there is one.
+func (r *Rates) FromReport(rep *pause.Report, prev *Rates) {
+	if prev != nil {
+		r.LearnedLimit = prev.LearnedLimit
+	}
+	if rep == nil {
+		return
+	}
+	if rep.LearnedLimit > 0 {
+		r.LearnedLimit = rep.LearnedLimit
+	}
+	if rep.Limit > 0 {
+		r.Limit = rep.Limit
+	}
 }
 
 // FromEstimator fills the estimate fields from e.
@@ -133,6 +164,8 @@ func Read(path string) (*Rates, error) {
 		return nil, fmt.Errorf("%s: observations is negative", path)
 	case r.Limit < 0:
 		return nil, fmt.Errorf("%s: limit is negative", path)
+	case r.LearnedLimit < 0:
+		return nil, fmt.Errorf("%s: learned_limit is negative", path)
 	case r.Grace < 0 || r.Margin < 0:
 		return nil, fmt.Errorf("%s: grace_ns and margin_ns must not be negative", path)
 	}
