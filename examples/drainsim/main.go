@@ -64,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.Pause, "pause", 0, "mean time of one pause (default 500ms); with runsc, the servers' first estimate of a checkpoint (default 3s)")
 	fs.Float64Var(&o.Jitter, "jitter", 0.5, "pause times spread uniformly over pause x [1-jitter, 1+jitter]")
 	fs.DurationVar(&o.Grace, "grace", 0, "the pod's termination grace period (default 8s; 15s with -runtime runsc)")
-	fs.IntVar(&o.Concurrency, "concurrency", 4, "pauses drainkit runs at once")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "pauses drainkit runs at once; 0: pause's adaptive limit (from 8, between 1 and 32)")
 	fs.StringVar(&o.Runtime, "runtime", "fake", "sandbox runtime: fake, or runsc for real gVisor sandboxes (root)")
 	fs.DurationVar(&o.SeedPoll, "seed-poll", 3*time.Second, "how often the seed's preStop loop polls (AgentENV: 3s)")
 	fs.BoolVar(&o.Verbose, "v", false, "show the servers' logs")
@@ -99,8 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-pause %v is not positive", o.Pause)
 	case !(o.Jitter >= 0 && o.Jitter < 1): // NaN fails both
 		return o, fmt.Errorf("-jitter %v is outside [0, 1)", o.Jitter)
-	case o.Concurrency < 1:
-		return o, fmt.Errorf("-concurrency %d is below 1", o.Concurrency)
+	case o.Concurrency < 0:
+		return o, fmt.Errorf("-concurrency %d is negative (0 adapts)", o.Concurrency)
 	case o.Runtime != "fake" && o.Runtime != "runsc":
 		return o, fmt.Errorf("-runtime %q: want fake or runsc", o.Runtime)
 	case o.SeedPoll <= 0:
@@ -126,7 +126,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 	var results []*result
 	for _, m := range []struct{ mode, title string }{
 		{modeSeed, "seed: preStop waits for zero running sandboxes, no bound; then one pause at a time"},
-		{modeDrainkit, fmt.Sprintf("drainkit: preStop waits until the drain deadline; then %d pauses at a time", opts.Concurrency)},
+		{modeDrainkit, "drainkit: preStop waits until the drain deadline; then " + pausesAtOnce(opts.Concurrency)},
 	} {
 		fmt.Fprintf(stdout, "== %s\n", m.title)
 		r, err := simulate(ctx, opts, m.mode, stderr)
@@ -139,4 +139,12 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 	}
 	printTable(stdout, results)
 	return results, nil
+}
+
+// pausesAtOnce says how many pauses drainkit runs at once, for the title.
+func pausesAtOnce(concurrency int) string {
+	if concurrency == 0 {
+		return "pauses in parallel, as many as pay (the adaptive limit, from 8)"
+	}
+	return fmt.Sprintf("%d pauses at a time", concurrency)
 }

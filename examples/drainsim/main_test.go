@@ -89,7 +89,7 @@ func TestFlagsDefaultPerRuntimeAndRejectBadValues(t *testing.T) {
 	for name, args := range map[string][]string{
 		"-grace":       {"-grace", "1h"},
 		"-jitter":      {"-jitter", "1"},
-		"-concurrency": {"-concurrency", "0"},
+		"-concurrency": {"-concurrency", "-1"},
 		"-runtime":     {"-runtime", "kvm"},
 		"-n":           {"-n", "-3"},
 	} {

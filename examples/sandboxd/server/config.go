@@ -38,7 +38,10 @@ type Config struct {
 	// PauseJitter spreads the fake latency over PauseLatency x [1-j, 1+j] (-pause-jitter).
 	PauseLatency time.Duration
 	PauseJitter  float64
-	// Concurrency is how many pauses run at once at shutdown (-concurrency).
+	// Concurrency is how many pauses run at once at shutdown (-concurrency): n > 0 fixes
+	// it; 0 lets pause's adaptive limit find it (between 1 and MaxConcurrency), starting
+	// from the concurrency the last shutdown learned best (learned-rates.json), which its
+	// first epoch checks against the learned estimate of a pause.
 	Concurrency int
 	// Devices is how many fake ublk devices the fake device daemon child serves
 	// (-devices); 0 runs no daemon and no ublk step. ParseFlags makes it 2 with the fake
@@ -61,8 +64,10 @@ const (
 	DefaultHookListen   = "127.0.0.1:8082"
 	DefaultGrace        = 30 * time.Second
 	DefaultPauseLatency = 500 * time.Millisecond
-	DefaultConcurrency  = 4
+	DefaultConcurrency  = 0 // adaptive
 	DefaultDevices      = 2
+	// MaxConcurrency is the ceiling of the adaptive limit (-concurrency 0): pause's own.
+	MaxConcurrency = 32
 )
 
 // HookSecretEnv is the environment variable holding Config.HookSecret.
@@ -82,7 +87,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&c.Runtime, "runtime", "fake", "sandbox runtime: fake or runsc")
 	fs.DurationVar(&c.PauseLatency, "pause-latency", DefaultPauseLatency, "how long one pause takes (fake runtime); with runsc, the first estimate of a checkpoint")
 	fs.Float64Var(&c.PauseJitter, "pause-jitter", 0, "spread of the pause latency, a fraction in [0, 1) (fake runtime)")
-	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown")
+	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown; 0: adaptive, from what the last shutdown learned")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.StringVar(&c.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp and Events through the Kubernetes API (needs deploy/rbac.yaml); empty: no API access")
 	fs.IntVar(&c.Devices, "devices", 0, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
@@ -120,8 +125,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-pause-latency %v is negative", c.PauseLatency)
 	case !(c.PauseJitter >= 0 && c.PauseJitter < 1): // NaN fails both
 		return fmt.Errorf("-pause-jitter %v is outside [0, 1)", c.PauseJitter)
-	case c.Concurrency < 1:
-		return fmt.Errorf("-concurrency %d is below 1", c.Concurrency)
+	case c.Concurrency < 0:
+		return fmt.Errorf("-concurrency %d is negative (0 adapts)", c.Concurrency)
 	case c.Devices < 0:
 		return fmt.Errorf("-devices %d is negative", c.Devices)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -33,10 +34,13 @@ type started struct {
 	done chan *drain.Report
 }
 
-func start(t *testing.T, cfg Config) *started {
+func start(t *testing.T, cfg Config) *started { return startLogged(t, cfg, nil) }
+
+// startLogged is start with the server's log going to logger.
+func startLogged(t *testing.T, cfg Config, logger *slog.Logger) *started {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := New(ctx, cfg, nil)
+	s, err := New(ctx, cfg, logger)
 	require.NoError(t, err)
 	st := &started{s: s, base: "http://" + s.Addr(), hook: "http://" + s.HookAddr(), stop: cancel, done: make(chan *drain.Report, 1)}
 	go func() {
@@ -195,7 +199,7 @@ func TestBadConfigurationFailsNamingTheFlag(t *testing.T) {
 		"-state-dir":    {},
 		"-grace":        {"-state-dir", "x", "-grace", "1s"},
 		"-runtime":      {"-state-dir", "x", "-runtime", "docker"},
-		"-concurrency":  {"-state-dir", "x", "-concurrency", "0"},
+		"-concurrency":  {"-state-dir", "x", "-concurrency", "-1"},
 		"-pause-jitter": {"-state-dir", "x", "-pause-jitter", "1.5"},
 		"-devices":      {"-state-dir", "x", "-devices", "-2"},
 	} {
@@ -351,4 +355,66 @@ func TestGraceTooShortForThePlanNamesTheFlags(t *testing.T) {
 	assert.Equal(t, 2, code, "bad usage: %s", &stderr)
 	assert.Contains(t, stderr.String(), "-grace 2s")
 	assert.Contains(t, stderr.String(), "-pause-latency")
+}
+
+// With -concurrency 0 the limit adapts, and what its Run measured best is kept for the
+// next process (learned_limit); a shutdown that learns none (a fixed -concurrency) keeps
+// the one learned before it, so one short or fixed drain does not throw away what the
+// node measured.
+func TestLearnedConcurrencySurvivesARestart(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Concurrency = 0
+	st := start(t, cfg)
+	for range 40 {
+		createSandbox(t, st.base)
+	}
+	rep := st.shutdown(t)
+	require.Zero(t, rep.Lost())
+	require.NotNil(t, rep.Preserve)
+	r, err := learned.Read(filepath.Join(cfg.StateDir, learned.File))
+	require.NoError(t, err)
+	require.Positive(t, rep.Preserve.LearnedLimit, "40 pauses compare two limits at least")
+	assert.Equal(t, rep.Preserve.LearnedLimit, r.LearnedLimit)
+	assert.Equal(t, rep.Preserve.Limit, r.Limit)
+
+	cfg.Concurrency = 4
+	var logs logbuf.Buffer
+	st = startLogged(t, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	for range 4 {
+		createSandbox(t, st.base)
+	}
+	require.Zero(t, st.shutdown(t).Lost())
+	assert.Contains(t, logs.String(), fmt.Sprintf("learned_concurrency=%d", r.LearnedLimit), "loaded at start")
+	again, err := learned.Read(filepath.Join(cfg.StateDir, learned.File))
+	require.NoError(t, err)
+	assert.Equal(t, 4, again.Limit)
+	assert.Equal(t, r.LearnedLimit, again.LearnedLimit, "a fixed limit learns none: the last one is kept")
+}
+
+// What was learned never keeps sandboxd from starting: a learned concurrency above the
+// ceiling (a file from a build with a higher one, a hand edit) is capped, and one whose
+// estimate no longer fits the grace is set aside with the estimate.
+func TestLearnedConcurrencyThatNoLongerFitsDoesNotStopTheStart(t *testing.T) {
+	for name, tc := range map[string]struct {
+		r        learned.Rates
+		setAside bool
+	}{
+		"above the ceiling":  {learned.Rates{Estimate: 60 * time.Millisecond, LearnedLimit: 1000}, false},
+		"estimate too large": {learned.Rates{Estimate: 26 * time.Second, LearnedLimit: 16}, true},
+	} {
+		r := tc.r
+		cfg := testConfig(t)
+		cfg.Concurrency, cfg.Grace = 0, 30*time.Second
+		r.Written = time.Now()
+		require.NoError(t, r.Write(filepath.Join(cfg.StateDir, learned.File)))
+		var logs logbuf.Buffer
+		s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+		require.NoError(t, err, name)
+		s.Close()
+		if tc.setAside {
+			assert.Contains(t, logs.String(), "learned estimate does not fit", name)
+		} else {
+			assert.NotContains(t, logs.String(), "does not fit", "%s: capped at %d, not set aside", name, MaxConcurrency)
+		}
+	}
 }
