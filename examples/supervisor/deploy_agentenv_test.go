@@ -223,10 +223,17 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	u := cfg.serverURL
 	assert.True(t, strings.HasSuffix(u, ":"+manifest.Port(c, "http")), "-server-url is the API port, %s", u)
 
+	// What a drain learns is kept on a hostPath (not the base's /workspace,
+	// AgentENV's own), for the next drain's adaptive limit.
+	assert.Zero(t, cfg.concurrency, "the adaptive limit: AgentENV's pauses write memory to disk")
+	checkStateDir(t, cfg.stateDir, c, spec.Volumes)
+	cfg.stateDir = t.TempDir() // nothing learned yet
+
 	// The budget at 3600 s with 200 running sandboxes (AgentENV's double
 	// behind the supervisor's own list, in virtual time): margin 5 s, 30 s
-	// for each step, ceil(200 / 16) rounds x 1 s (the first pause estimate)
-	// = 13 s of preserving; the preStop wait may last until T0 + 3522 s.
+	// for each step, ceil(200 / 8) rounds (the adaptive limit's start) x
+	// 1 s (the first pause estimate) = 25 s of preserving; the preStop wait
+	// may last until T0 + 3510 s.
 	synctest.Test(t, func(t *testing.T) {
 		srv, err := fakeagentenv.New(fakeagentenv.Config{APIKey: "k", PageSize: 37})
 		require.NoError(t, err)
@@ -257,8 +264,9 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 		assert.Equal(t, 30*time.Second, windows[3].Reserve, "server step")
 		assert.Equal(t, 30*time.Second, windows[4].Reserve, "daemon step")
 		preserve := windows[2].Reserve
+		assert.Equal(t, 25*time.Second, preserve, "ceil(200/8) rounds of 1 s")
 		assert.Equal(t, grace-margin-60*time.Second-preserve, sum.DrainDeadline.Sub(t0),
-			"the preStop wait may last until T0+3522s")
+			"the preStop wait may last until T0+3510s")
 		t.Logf("grace %v: preStop wait until T0+%v, preserve reserve %v, steps 2x30s, margin %v",
 			grace, sum.DrainDeadline.Sub(t0), preserve, st.Margin)
 		sup.drainer.Force() // ends the wait

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,10 +56,15 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	assert.Equal(t, "127.0.0.1", u.Hostname())
 	assert.Equal(t, u.Port(), manifest.Port(c, "api"))
 
+	// What a drain learns is kept on a hostPath, which outlives the pod.
+	checkStateDir(t, cfg.stateDir, c, spec.Volumes)
+	cfg.stateDir = t.TempDir() // nothing learned yet
+
 	// The supervisor accepts it (reserves fit the grace period) and the
 	// plan leaves AgentENV's seed scenario room: 200 sandboxes x 2 s at
-	// -concurrency is 25 s of preserving; the teardown steps keep their
-	// reserves; the preStop wait may use the rest.
+	// the adaptive limit's start of 8 is 50 s of preserving (less once the
+	// limit climbs, or from the level the last drain learned); the teardown
+	// steps keep their reserves; the preStop wait may use the rest.
 	sup, err := newSupervisor(cfg, io.Discard)
 	require.NoError(t, err)
 	t0 := time.Now()
@@ -76,10 +82,28 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	assert.Equal(t, 30*time.Second, windows[4].Reserve, "daemon step")
 	assert.Equal(t, st.Deadline, windows[4].Deadline, "the last step ends at the budget's deadline")
 
-	preserve := 200 * 2 * time.Second / time.Duration(cfg.concurrency)
+	assert.Zero(t, cfg.concurrency, "the adaptive limit")
+	preserve := 200 * 2 * time.Second / time.Duration(sup.preserver.Limit())
 	drainEnd := st.Deadline.Add(-windows[3].Reserve - windows[4].Reserve - preserve)
-	assert.Equal(t, 3600*time.Second-5*time.Second-60*time.Second-25*time.Second, drainEnd.Sub(t0),
-		"with 200 running sandboxes the preStop wait ends at T0+3510s")
+	assert.Equal(t, 3600*time.Second-5*time.Second-60*time.Second-50*time.Second, drainEnd.Sub(t0),
+		"with 200 running sandboxes the preStop wait ends at T0+3485s")
+}
+
+// checkStateDir checks that -state-dir is on a writable volume mount of c
+// whose volume is a hostPath: what a drain learned must outlive the pod.
+func checkStateDir(t *testing.T, dir string, c corev1.Container, volumes []corev1.Volume) {
+	t.Helper()
+	require.NotEmpty(t, dir, "-state-dir is set")
+	i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return strings.HasPrefix(dir+"/", strings.TrimSuffix(m.MountPath, "/")+"/")
+	})
+	require.GreaterOrEqual(t, i, 0, "-state-dir %s is on a volume mount", dir)
+	assert.False(t, c.VolumeMounts[i].ReadOnly, "-state-dir is writable")
+	v := slices.IndexFunc(volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[i].Name })
+	require.GreaterOrEqual(t, v, 0)
+	require.NotNil(t, volumes[v].HostPath, "-state-dir is a hostPath: it outlives the pod")
+	require.NotNil(t, volumes[v].HostPath.Type)
+	assert.Equal(t, corev1.HostPathDirectoryOrCreate, *volumes[v].HostPath.Type, "the supervisor needs it to exist")
 }
 
 // supervisorContainer returns the container whose entrypoint is the

@@ -21,7 +21,12 @@
 //	                    environment variable DRAINKIT_API_KEY, which the
 //	                    children do not inherit; never argv)
 //	-grace DURATION     the pod's terminationGracePeriodSeconds (default 30s)
-//	-concurrency N      pause requests sent at once (default 8)
+//	-concurrency N      pause requests sent at once: N > 0 fixes it; 0, the
+//	                    default, is pause's adaptive limit (1 to 32), from
+//	                    the level the last drain learned (-state-dir)
+//	-state-dir DIR      where what a drain learned is kept for the next one
+//	                    (learned-rates.json, written at exit; a hostPath that
+//	                    exists); empty, the default: nothing is kept
 //	-daemon "CMD ARGS"  optional device daemon, started as a child, stopped
 //	                    last (split on spaces, no quoting)
 //	-daemon-socket PATH or: the server's own ublk daemon, found by the peer

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/internal/apiflags"
+	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -46,6 +47,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 			return 2
 		}
 	}
+	if cfg.stateDir != "" {
+		if err := writableDir(cfg.stateDir); err != nil {
+			fmt.Fprintf(stderr, "supervisor: -state-dir %s: %v\n", cfg.stateDir, err)
+			return 2
+		}
+	}
 	sup, err := newSupervisor(cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "supervisor:", err)
@@ -61,7 +68,8 @@ type config struct {
 	hookSecret  string // SUPERVISOR_HOOK_SECRET: what the hook's X-Drain-Secret header must hold
 	serverURL   string
 	grace       time.Duration
-	concurrency int
+	concurrency int    // 0: the adaptive limit
+	stateDir    string // where what a drain learned is kept for the next; empty: nowhere
 	daemon      []string
 	daemonSock  string // the server's own daemon, found by its socket
 	api         apiFlags
@@ -89,7 +97,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.hookListen, "hook-listen", "127.0.0.1:8082", "address for GET /drain, the preStop hook; not loopback: needs "+EnvHookSecret)
 	fs.StringVar(&c.serverURL, "server-url", "", "the server's API base URL (default http://127.0.0.1:8080; with -api agentenv http://127.0.0.1:8000)")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "the pod's terminationGracePeriodSeconds")
-	fs.IntVar(&c.concurrency, "concurrency", 8, "pause requests sent at once (a fixed limit; pause's adaptive limit starts at 8 too)")
+	fs.IntVar(&c.concurrency, "concurrency", 0, "pause requests sent at once: n > 0 fixes it; 0 (the default) adapts, between 1 and 32, from what the last drain learned (-state-dir)")
+	fs.StringVar(&c.stateDir, "state-dir", "", "directory (a hostPath) where what a drain learned is kept for the next one, "+learned.File+"; empty: nothing is kept")
 	daemon := fs.String("daemon", "", `device daemon command, "COMMAND ARGS" (split on spaces)`)
 	fs.StringVar(&c.daemonSock, "daemon-socket", "", "the Unix socket of the server's own ublk daemon: found among the server's descendants, stopped over it last (never started by the supervisor)")
 	c.api.Register(fs)
@@ -108,8 +117,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("no SERVER_COMMAND: %s", strings.TrimSpace(usage))
 	case c.grace <= 0:
 		return c, fmt.Errorf("-grace must be positive, got %v", c.grace)
-	case c.concurrency < 1:
-		return c, fmt.Errorf("-concurrency must be at least 1, got %d", c.concurrency)
+	case c.concurrency < 0:
+		return c, fmt.Errorf("-concurrency must be at least 0 (0 adapts), got %d", c.concurrency)
 	case c.listen == "":
 		return c, fmt.Errorf("-listen must not be empty")
 	case c.hookListen == "":

@@ -21,6 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
+	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 	"github.com/drainkit/drainkit/ublk"
@@ -48,7 +50,7 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"--"}, "SERVER_COMMAND"},
 		{[]string{"server"}, `follow "--"`},
 		{[]string{"-grace", "0s", "--", "s"}, "-grace"},
-		{[]string{"-concurrency", "0", "--", "s"}, "-concurrency"},
+		{[]string{"-concurrency", "-1", "--", "s"}, "-concurrency"},
 		{[]string{"-listen", "", "--", "s"}, "-listen"},
 		{[]string{"-ublk-kernel", "safe=6.8.*", "--", "s"}, "-ublk-kernel"},
 	} {
@@ -62,6 +64,7 @@ func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
 	for flagName, args := range map[string][]string{
 		"-server-url": {"-server-url", "127.0.0.1:8080", "--", "true"},
 		"-grace":      {"-grace", "100ms", "--", "true"}, // step reserves do not fit
+		"-state-dir":  {"-state-dir", filepath.Join(t.TempDir(), "missing"), "--", "true"},
 	} {
 		var stderr bytes.Buffer
 		code := Main(t.Context(), args, &stderr)
@@ -342,4 +345,68 @@ func TestMetricsInPrometheusFormat(t *testing.T) {
 	assert.Regexp(t, `(?m)^drainkit_drain_sandboxes_running 2$`, body)
 	t.Logf("metrics:\n%s", body)
 	assert.Contains(t, body, "drainkit_httpsource_request_duration_seconds_count{")
+}
+
+// drainOnce drains an AgentENV double with n running sandboxes of 512 MiB
+// (a pause takes 20 ms, 40 ms a GiB: disk-bound, no knee below the
+// ceiling) through a supervisor made from args, as SIGTERM would with
+// ample time, keeps what it learned as the supervisor does at exit, and
+// returns the drain's Report and the supervisor's log.
+func drainOnce(t *testing.T, n int, args ...string) (*drain.Report, string) {
+	var rep *drain.Report
+	var logs bytes.Buffer
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PausePerGiB: 40 * time.Millisecond})
+		require.NoError(t, err)
+		for range n {
+			_, err := srv.Create(512)
+			require.NoError(t, err)
+		}
+		cfg, err := parseArgs(append(args, "-api", "agentenv", "-grace", "1h", "--", "server"), io.Discard)
+		require.NoError(t, err)
+		cfg.client = &http.Client{Transport: handlerTransport{srv.Handler()}}
+		sup, err := newSupervisor(cfg, &logs)
+		require.NoError(t, err)
+		steps := make([]drain.Step, len(sup.steps)) // no children here: only the preserve phase matters
+		for i, st := range sup.steps {
+			steps[i] = drain.NewStep(st.Phase(), func(context.Context) (any, error) { return nil, nil })
+		}
+		d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.src, Preserver: sup.preserver, Steps: steps})
+		require.NoError(t, err)
+		sup.budget.OnSIGTERM(time.Now())
+		rep = d.Shutdown(context.Background())
+		sup.writeRates(rep)
+	})
+	return rep, logs.String()
+}
+
+// With -state-dir, what a drain learned is where the next supervisor's
+// adaptive limit goes: the first drain climbs 8, 16, 32 and learns 32; the
+// next one runs its first epoch at 8, finds its pauses on the learned
+// estimate's pace, and goes straight to 32, where its first drain spent a
+// round at 16. Without -state-dir nothing is kept, and -concurrency fixes
+// the limit whatever was learned.
+func TestLearnedConcurrencyIsWhereTheNextDrainGoes(t *testing.T) {
+	dir := t.TempDir()
+	rep, logs := drainOnce(t, 256, "-state-dir", dir)
+	require.Zero(t, rep.Lost())
+	assert.Equal(t, 32, rep.Preserve.LearnedLimit)
+	assert.Contains(t, logs, "from=8 to=16", "the first drain climbs")
+	r, err := learned.Read(filepath.Join(dir, learned.File))
+	require.NoError(t, err)
+	assert.Equal(t, 32, r.LearnedLimit)
+	assert.Equal(t, 20*time.Millisecond, r.Estimate, "512 MiB at 40 ms a GiB")
+
+	rep, logs = drainOnce(t, 256, "-state-dir", dir)
+	require.Zero(t, rep.Lost())
+	assert.Contains(t, logs, "learned_concurrency=32", "loaded at start")
+	assert.Contains(t, logs, "from=8 to=32", "straight to the learned level after the first epoch")
+	assert.NotContains(t, logs, "to=16")
+
+	_, logs = drainOnce(t, 256, "-state-dir", dir, "-concurrency", "4")
+	assert.NotContains(t, logs, "concurrency changed", "a fixed -concurrency")
+	r, err = learned.Read(filepath.Join(dir, learned.File))
+	require.NoError(t, err)
+	assert.Equal(t, 32, r.LearnedLimit, "a fixed drain learns none: the last one is kept")
+	assert.Equal(t, 4, r.Limit)
 }
