@@ -5,7 +5,9 @@ package ublk_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -224,21 +226,30 @@ func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
 // it, waits for it, and at the last resort kills it as it kills an fd
 // holder in its cgroup, then asks the daemon to stop.
 func TestStepLastResortKillsDoomedMappingThenStopsTheDaemon(t *testing.T) {
+	lastResortKillsDoomed(t, loopdev.Map, "mapped")
+}
+
+// lastResortKillsDoomed runs the step over a real loop device that a VMM
+// started with hold holds (as kind says), in this process's cgroup, until
+// the last resort: the VMM is named, SIGKILLed, and the daemon, asked to
+// stop after it, exits by itself.
+func lastResortKillsDoomed(t *testing.T, hold func(testing.TB, string) (*exec.Cmd, io.WriteCloser), kind string) {
+	t.Helper()
 	node, dev := loopdev.Attach(t)
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
-	vmm, _ := loopdev.Map(t, node)
+	vmm, _ := hold(t, node)
 
 	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	rep, err := run(t, td, 20*time.Second)
 	t.Log(rep.String())
 	require.NoError(t, err)
-	require.NotNil(t, rep.LastResort, "the last resort ran: the mapping was seen")
+	require.NotNil(t, rep.LastResort, "the last resort ran: the %s holder was seen", kind)
 	f := fateOf(rep, vmm.Process.Pid)
 	require.NotNil(t, f, "the VMM is named: %+v", rep.LastResort.Holders)
-	assert.Equal(t, "mapped", f.Holder.Kind)
-	assert.Contains(t, f.Holder.Detail, node)
+	assert.Equal(t, kind, f.Holder.Kind)
+	assert.Contains(t, f.Holder.Detail, filepath.Base(node))
 	assert.True(t, f.Doomed && f.Killed, "%+v", f)
 	_ = vmm.Wait()
 	ws := vmm.ProcessState.Sys().(syscall.WaitStatus)
@@ -247,7 +258,7 @@ func TestStepLastResortKillsDoomedMappingThenStopsTheDaemon(t *testing.T) {
 	for _, h := range rep.Device(0).Holders {
 		kinds = append(kinds, h.Kind)
 	}
-	assert.Contains(t, kinds, "mapped", "the device's report names the mapping")
+	assert.Contains(t, kinds, kind, "the device's report names the holder")
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
 	<-d.Done()
 	assert.Equal(t, 0, d.ExitCode(), "the daemon exited by itself")
@@ -326,26 +337,5 @@ func TestStepNamesARingHolderAndNeverStopsTheDaemonUnderIt(t *testing.T) {
 // then the daemon is asked to stop. Before, it was spared as if it were
 // kernel state, and the daemon kept serving a doomed VMM until SIGKILL.
 func TestStepLastResortKillsDoomedRingHolderThenStopsTheDaemon(t *testing.T) {
-	node, dev := loopdev.Attach(t)
-	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
-		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
-	vmm, _ := loopdev.Ring(t, node)
-
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
-	require.NoError(t, err)
-	rep, err := run(t, td, 20*time.Second)
-	t.Log(rep.String())
-	require.NoError(t, err)
-	require.NotNil(t, rep.LastResort, "the last resort ran: the ring was seen")
-	f := fateOf(rep, vmm.Process.Pid)
-	require.NotNil(t, f, "the VMM is named: %+v", rep.LastResort.Holders)
-	assert.Equal(t, "ring", f.Holder.Kind)
-	assert.True(t, f.Doomed && f.Killed, "%+v", f)
-	_ = vmm.Wait()
-	ws := vmm.ProcessState.Sys().(syscall.WaitStatus)
-	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "the VMM was SIGKILLed: %v", ws)
-	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
-	<-d.Done()
-	assert.Equal(t, 0, d.ExitCode(), "the daemon exited by itself")
-	assert.Contains(t, events(t, log), "sigterm")
+	lastResortKillsDoomed(t, loopdev.Ring, "ring")
 }

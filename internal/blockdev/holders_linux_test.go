@@ -5,7 +5,9 @@ package blockdev_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -157,23 +159,35 @@ func TestLoopHolderIsMatchedByDeviceNumberNotPath(t *testing.T) {
 // in use without an fd the fd scan would see: its pages fail once the
 // device is stopped. The scan names it, with its PID, until it exits.
 func TestProcessMappingTheDeviceIsAHolder(t *testing.T) {
+	heldUntilExit(t, loopdev.Map, blockdev.Mapped, blockdev.MapHolders,
+		func(node string) string { return `^mmap [0-9a-f]+-[0-9a-f]+ ` + node + `$` })
+}
+
+// heldUntilExit starts a process that holds a real loop device (hold) with
+// no fd on it, and checks that the scan names it, once, as kind with a
+// Detail matching detail(node), that one (the scan of one process for that
+// kind) finds it too, and that the scan no longer names it once it exited.
+func heldUntilExit(t *testing.T, hold func(testing.TB, string) (*exec.Cmd, io.WriteCloser), kind string,
+	one func(string, map[blockdev.DevNum]bool, func(blockdev.DevNum, string)) error, detail func(node string) string) {
+	t.Helper()
 	node, dev := loopdev.Attach(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	cmd, stdin := loopdev.Map(t, node)
+	cmd, stdin := hold(t, node)
 	hs, err := blockdev.Holders(ctx, "/proc", dev)
 	require.NoError(t, err)
 	mine := heldBy(hs, cmd.Process.Pid)
 	require.Len(t, mine, 1, "holders: %v", hs)
-	assert.Equal(t, blockdev.Mapped, mine[0].Kind)
-	assert.Regexp(t, `^mmap [0-9a-f]+-[0-9a-f]+ `+node+`$`, mine[0].Detail)
+	assert.Equal(t, kind, mine[0].Kind)
+	assert.Regexp(t, detail(node), mine[0].Detail)
 	assert.NotEmpty(t, mine[0].Comm)
 
 	found := false
-	blockdev.MapHolders(fmt.Sprintf("/proc/%d", cmd.Process.Pid), map[blockdev.DevNum]bool{dev: true},
+	err = one(fmt.Sprintf("/proc/%d", cmd.Process.Pid), map[blockdev.DevNum]bool{dev: true},
 		func(d blockdev.DevNum, _ string) { found = found || d == dev })
-	assert.True(t, found, "MapHolders sees it in the one process")
+	require.NoError(t, err)
+	assert.True(t, found, "the scan of the one process sees it")
 
 	stdin.Close()
 	require.NoError(t, cmd.Wait())
@@ -249,32 +263,9 @@ func heldBy(hs []blockdev.Holder, pid int) []blockdev.Holder {
 // device open through the ring, with no fd on it: only the ring's fd,
 // anon_inode:[io_uring]. The scan names it, with its PID, until it exits.
 func TestProcessHoldingTheDeviceThroughAnIoUringIsAHolder(t *testing.T) {
-	node, dev := loopdev.Attach(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	cmd, stdin := loopdev.Ring(t, node)
-	hs, err := blockdev.Holders(ctx, "/proc", dev)
-	require.NoError(t, err)
-	mine := heldBy(hs, cmd.Process.Pid)
-	require.Len(t, mine, 1, "holders: %v", hs)
-	assert.Equal(t, blockdev.Ring, mine[0].Kind)
-	assert.Regexp(t, `^io_uring fd [0-9]+ slot 0 -> (`+node+`|`+filepath.Base(node)+`)`, mine[0].Detail)
-	assert.NotEmpty(t, mine[0].Comm)
-
-	found := false
-	err = blockdev.RingHolders(fmt.Sprintf("/proc/%d", cmd.Process.Pid), map[blockdev.DevNum]bool{dev: true},
-		func(d blockdev.DevNum, _ string) { found = found || d == dev })
-	require.NoError(t, err)
-	assert.True(t, found, "RingHolders sees it in the one process")
-
-	stdin.Close()
-	require.NoError(t, cmd.Wait())
-	hs, err = blockdev.Holders(ctx, "/proc", dev)
-	require.NoError(t, err)
-	for _, h := range hs {
-		assert.NotEqual(t, cmd.Process.Pid, h.PID, "holder still reported after it exited: %v", h)
-	}
+	heldUntilExit(t, loopdev.Ring, blockdev.Ring, blockdev.RingHolders, func(node string) string {
+		return `^io_uring fd [0-9]+ slot 0 -> (` + node + `|` + filepath.Base(node) + `)` // the path since 6.14
+	})
 }
 
 // ring writes a fake /proc/PID with an io_uring at fd 7 whose fdinfo is
