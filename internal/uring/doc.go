@@ -1,7 +1,9 @@
 // Package uring is a small io_uring client in pure Go over
 // golang.org/x/sys/unix: ring setup (including IORING_SETUP_SQE128 and
 // IORING_SETUP_CQE32), building submission queue entries, submitting them and
-// reaping completions with a context deadline. It exists because the ublk
+// reaping completions with a context deadline, and registering fixed files
+// (RegisterFiles, which the holders scan's tests use to hold a device
+// through a ring). It exists because the ublk
 // control plane (/dev/ublk-control) and ublk queues (/dev/ublkcN) speak only
 // IORING_OP_URING_CMD, and drainkit wants no cgo and no third-party ring.
 //
