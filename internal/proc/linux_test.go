@@ -5,6 +5,7 @@ package proc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/proc"
 	"github.com/drainkit/drainkit/internal/procstat"
+	"github.com/drainkit/drainkit/internal/realpart"
 )
 
 // sleeper starts `sleep 60`, killed and reaped at the test's end.
@@ -23,7 +25,7 @@ func sleeper(t *testing.T) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
-		t.Skipf("no sleep binary: %v", err)
+		realpart.Missing(t, fmt.Sprintf("no sleep binary (coreutils): %v", err))
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd
@@ -98,7 +100,7 @@ func TestOpenFailsForNoProcess(t *testing.T) {
 
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
-		t.Skipf("no true binary: %v", err)
+		realpart.Missing(t, fmt.Sprintf("no true binary (coreutils): %v", err))
 	}
 	_, err = proc.Open(cmd.Process.Pid) // reaped: gone (unless the PID was reused meanwhile)
 	if err != nil {
@@ -129,7 +131,7 @@ func TestDupHoldsTheChildOsExecMade(t *testing.T) {
 
 	done := exec.Command("true")
 	if err := done.Run(); err != nil {
-		t.Skipf("no true binary: %v", err)
+		realpart.Missing(t, fmt.Sprintf("no true binary (coreutils): %v", err))
 	}
 	_, err = proc.Dup(done.Process)
 	assert.ErrorIs(t, err, os.ErrProcessDone, "waited for: its pidfd is closed")

@@ -5,6 +5,7 @@ package ublkctl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/realpart"
 )
 
 func TestOpenWithoutDeviceSaysLoadTheModule(t *testing.T) {
@@ -48,7 +51,7 @@ func TestControlCommandsReachTheKernel(t *testing.T) {
 	require.NoError(t, os.WriteFile(p, nil, 0o600))
 	c, err := Open(p)
 	if err != nil && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)) {
-		t.Skipf("io_uring unavailable: %v", err)
+		realpart.Missing(t, fmt.Sprintf("io_uring unavailable on this kernel (%v); see /proc/sys/kernel/io_uring_disabled", err))
 	}
 	require.NoError(t, err)
 	defer c.Close()

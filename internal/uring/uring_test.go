@@ -5,6 +5,7 @@ package uring
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/realpart"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,7 +28,7 @@ func newRing(t *testing.T, entries, flags uint32) *Ring {
 	t.Helper()
 	r, err := New(entries, flags)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
-		t.Skipf("io_uring unavailable on this kernel (%v); see /proc/sys/kernel/io_uring_disabled", err)
+		realpart.Missing(t, fmt.Sprintf("io_uring unavailable on this kernel (%v); see /proc/sys/kernel/io_uring_disabled", err))
 	}
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, r.Close()) })
@@ -146,13 +149,10 @@ func TestSubmitRejectsOversizedPayloadAndFullQueue(t *testing.T) {
 }
 
 func TestClosedRingRefusesWork(t *testing.T) {
-	r, err := New(2, 0)
-	if err != nil {
-		t.Skipf("io_uring unavailable: %v", err)
-	}
+	r := newRing(t, 2, 0)
 	require.NoError(t, r.Close())
 	require.NoError(t, r.Close(), "Close is idempotent")
-	_, err = r.Submit(Nop(1))
+	_, err := r.Submit(Nop(1))
 	assert.Error(t, err)
 	_, err = r.WaitCQE(context.Background())
 	assert.Error(t, err)
