@@ -137,7 +137,9 @@ func BenchmarkPreserveDisk(b *testing.B) {
 
 // compare runs a mix through mixbench.Compare once per b.Loop round and
 // reports the sums. Every Preserver gets an Estimator with a prior of one
-// second, as drain gives it one.
+// second, as drain gives it one; the learned Run after the adaptive one
+// (x-best-fixed-MIX-learned) gets what a server keeps of that Run: its
+// learned limit and an Estimator from its estimate (mixbench.FromLearned).
 //
 // An untimed warm-up Run at the sweep's highest limit comes first: the
 // first Run in a process pays for what the ones after it find ready (the
@@ -166,8 +168,9 @@ func compare(b *testing.B, mix string, mk func() ([]pause.Sandbox, error), reset
 	}
 	sum.Report(b, mix)
 	n := time.Duration(sum.Rounds)
-	b.Logf("%s: adaptive %v (final limit %d), best fixed %d: %v, physical %v", mix,
-		sum.Adaptive.Took/n, sum.Adaptive.FinalLimit, sum.Best().Limit, sum.Best().Took/n, sum.Physical())
+	b.Logf("%s: adaptive %v (final limit %d, learned %d), from what it learned %v (final limit %d), best fixed %d: %v, physical %v", mix,
+		sum.Adaptive.Took/n, sum.Adaptive.FinalLimit, sum.Adaptive.Learned, sum.Learned.Took/n, sum.Learned.FinalLimit,
+		sum.Best().Limit, sum.Best().Took/n, sum.Physical())
 }
 
 // waiter preserves by waiting on a remote store: one request to a loopback

@@ -1,7 +1,8 @@
 // Package mixbench runs one workload ("mix") of sandboxes through Preservers
-// side by side — the adaptive default and a sweep of fixed limits — and
-// reports how the adaptive one compares, as benchmark metrics a script can
-// read. The benchmarks of pause (disk, CPU and wait mixes) and
+// side by side — the adaptive default, the adaptive limit started from what
+// that Run learned (a later drain on the same node), and a sweep of fixed
+// limits — and reports how the adaptive ones compare, as benchmark metrics a
+// script can read. The benchmarks of pause (disk, CPU and wait mixes) and
 // internal/runsc (real gVisor checkpoints) share it.
 //
 //	cmp, err := mixbench.Compare(ctx, rounds, 0, makeSandboxes, reset, mixbench.Sweep, pause.Config{})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -23,6 +24,26 @@ type Result struct {
 	Count      int           // sandboxes preserved
 	Throughput float64       // bytes (or sandboxes, when unsized) per second, by Little's law
 	FinalLimit int           // the limit at the end of the Run
+	Learned    int           // the limit the Run learned (pause.Report.LearnedLimit); 0: none
+	Estimate   time.Duration // the Preserver's Estimator's estimate of one preserve at the end
+}
+
+// MaxLimit is the ceiling a Run started from a learned limit adapts under:
+// pause's default.
+const MaxLimit = 32
+
+// FromLearned returns cfg for a later drain on the same node as the Run
+// that gave res: a Preserver as a server makes one from what that drain
+// learned (internal/learned), its Estimator starting from res's estimate
+// and its limit from the limit res learned, adapting under MaxLimit (cfg
+// as it is, with its Estimator, when res learned none).
+func FromLearned(cfg pause.Config, res Result) pause.Config {
+	if res.Learned == 0 {
+		return cfg
+	}
+	cfg.Limit, cfg.MaxLimit = res.Learned, max(cfg.MaxLimit, MaxLimit)
+	cfg.Estimator = deadline.NewEstimator(res.Estimate)
+	return cfg
 }
 
 // Run preserves sbs with a new Preserver made with cfg (without progress
@@ -39,7 +60,8 @@ func Run(ctx context.Context, sbs []pause.Sandbox, cfg pause.Config) (Result, er
 	if n := rep.Counts[pause.Preserved]; n != len(sbs) {
 		return Result{}, fmt.Errorf("mixbench: preserved %d of %d (%v)", n, len(sbs), rep.Counts)
 	}
-	res := Result{Took: took, FinalLimit: p.Limit(), Throughput: Throughput(rep.Entries), Count: len(sbs)}
+	res := Result{Took: took, FinalLimit: p.Limit(), Throughput: Throughput(rep.Entries), Count: len(sbs),
+		Learned: rep.LearnedLimit, Estimate: p.Estimator().Estimate()}
 	for _, e := range rep.Entries {
 		res.Bytes += e.Size
 	}
@@ -98,47 +120,55 @@ func Throughput(entries []pause.Entry) float64 {
 // A Comparison is the adaptive default and every fixed limit of a sweep,
 // run on the same mix, summed over rounds.
 type Comparison struct {
-	Adaptive Result
-	Fixed    []Result // in sweep order
-	Rounds   int
+	Adaptive Result // cold: the node's first drain
+	// Learned is the adaptive limit started from what the Adaptive Run
+	// before it learned (FromLearned): a later drain on the same node.
+	Learned Result
+	Fixed   []Result // in sweep order
+	Rounds  int
 }
 
 // Compare runs the mix made by mk, reset before every Run (untimed), with
-// the adaptive default (cfg as it is) and each fixed limit of sweep (cfg
-// with that Limit), rounds times, and sums the results. Round i starts at the
-// (first+i)-th of [adaptive, sweep...] and wraps around, so that no Run
-// always comes first (a cold cache or a busy neighbour favours no one).
+// the adaptive default (cfg as it is), right after it the adaptive limit
+// from what that Run learned (FromLearned), and each fixed limit of sweep
+// (cfg with that Limit), rounds times, and sums the results. Round i starts
+// at the (first+i)-th of [adaptive and learned, sweep...] and wraps around,
+// so that no Run always comes first (a cold cache or a busy neighbour
+// favours no one).
 func Compare(ctx context.Context, rounds, first int, mk func() ([]pause.Sandbox, error), reset func() error, sweep []int, cfg pause.Config) (Comparison, error) {
 	c := Comparison{Fixed: make([]Result, len(sweep)), Rounds: rounds}
-	one := func(into *Result, limit int) error {
+	one := func(into *Result, limit int, o pause.Config) (Result, error) {
 		if err := reset(); err != nil {
-			return err
+			return Result{}, err
 		}
 		sbs, err := mk()
 		if err != nil {
-			return err
+			return Result{}, err
 		}
-		o := cfg
 		if limit > 0 {
 			o.Limit = limit
 		}
 		res, err := Run(ctx, sbs, o)
 		if err != nil {
-			return fmt.Errorf("limit %d: %w", limit, err)
+			return Result{}, fmt.Errorf("limit %d: %w", limit, err)
 		}
 		into.Limit, into.FinalLimit, into.Bytes, into.Count = limit, res.FinalLimit, res.Bytes, res.Count
+		into.Learned, into.Estimate = res.Learned, res.Estimate
 		into.Took += res.Took
 		into.Throughput += res.Throughput / float64(rounds)
-		return nil
+		return res, nil
 	}
 	for round := range rounds {
 		for j := range len(sweep) + 1 {
 			i := (first + round + j) % (len(sweep) + 1)
 			var err error
 			if i == 0 {
-				err = one(&c.Adaptive, 0)
+				var cold Result
+				if cold, err = one(&c.Adaptive, 0, cfg); err == nil {
+					_, err = one(&c.Learned, 0, FromLearned(cfg, cold))
+				}
 			} else {
-				err = one(&c.Fixed[i-1], sweep[i-1])
+				_, err = one(&c.Fixed[i-1], sweep[i-1], cfg)
 			}
 			if err != nil {
 				return c, err
@@ -159,9 +189,10 @@ func (c *Comparison) Add(o Comparison) {
 	add := func(into *Result, r Result) {
 		into.Took += r.Took
 		into.Throughput = w*into.Throughput + (1-w)*r.Throughput
-		into.FinalLimit = r.FinalLimit
+		into.FinalLimit, into.Learned, into.Estimate = r.FinalLimit, r.Learned, r.Estimate
 	}
 	add(&c.Adaptive, o.Adaptive)
+	add(&c.Learned, o.Learned)
 	for i := range c.Fixed {
 		add(&c.Fixed[i], o.Fixed[i])
 	}
@@ -200,7 +231,11 @@ func (c Comparison) Physical() time.Duration {
 // (adaptive time / physical limit), x-seed-MIX and x-default-MIX (limit 1
 // and pause's default start over the adaptive time: how much the adaptive one
 // saves), best-fixed-limit-MIX, adaptive-final-limit-MIX, and the seconds
-// of each Run.
+// of each Run; for the Runs from what the adaptive one learned (a later
+// drain on the same node), x-best-fixed-MIX-learned, x-physical-MIX-learned,
+// adaptive-learned-limit-MIX (the limit the last adaptive Run learned, that
+// the learned Run of its round started from; 0: none) and
+// s-adaptive-learned-MIX.
 func (c Comparison) Report(b *testing.B, mix string) {
 	n := float64(c.Rounds)
 	ad := float64(c.Adaptive.Took) / n
@@ -218,6 +253,14 @@ func (c Comparison) Report(b *testing.B, mix string) {
 	b.ReportMetric(float64(best.Limit), "best-fixed-limit-"+mix)
 	b.ReportMetric(float64(c.Adaptive.FinalLimit), "adaptive-final-limit-"+mix)
 	b.ReportMetric(ad/1e9, "s-adaptive-"+mix)
+	if c.Learned.Took > 0 {
+		b.ReportMetric(float64(c.Learned.Took)/float64(best.Took), "x-best-fixed-"+mix+"-learned")
+		if phys := c.Physical(); phys > 0 {
+			b.ReportMetric(float64(c.Learned.Took)/n/float64(phys), "x-physical-"+mix+"-learned")
+		}
+		b.ReportMetric(float64(c.Adaptive.Learned), "adaptive-learned-limit-"+mix)
+		b.ReportMetric(float64(c.Learned.Took)/n/1e9, "s-adaptive-learned-"+mix)
+	}
 	for _, r := range c.Fixed {
 		b.ReportMetric(float64(r.Took)/n/1e9, fmt.Sprintf("s-fixed-%d-%s", r.Limit, mix))
 	}
