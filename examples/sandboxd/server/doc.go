@@ -8,8 +8,8 @@
 // period, leaving paused-sandbox records that the next process loads.
 //
 // Wiring: New in server.go builds the budget from -grace, the ublk teardown step over the
-// device daemon's socket, and the Drainer with the Gate, the Preserver at -concurrency and
-// the steps; routes.go puts each route behind its Gate class (create and resume gated,
+// device daemon's socket, and the Drainer with the Gate, the Preserver at -concurrency (0,
+// the default: the adaptive limit, from what the last shutdown learned) and the steps; routes.go puts each route behind its Gate class (create and resume gated,
 // pause and delete exempt), /readyz and the preStop /drain; Run serves and hands the
 // signals to the Drainer. The code is the example: it is compiled and tested, where a copy
 // here would drift.
