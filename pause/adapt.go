@@ -75,7 +75,10 @@ import (
 // When the work left, at the best throughput measured, needs more than
 // bindFrac of the time left, the climber stops exploring and pins the
 // limit to the level measured fastest; only a climb still paying at the
-// highest level measured may go on, since it can only help.
+// highest level measured may go on, since it can only help, and so may
+// the epoch at a learned level below the start, taken on the first
+// epoch's evidence that the start is past the knee (fewer at once move as
+// much there, and each preserve ends sooner).
 //
 // What it follows. The climb is TCP's slow start (RFC 5681: double per
 // round until the path stops delivering more) and BBR's startup exit
@@ -187,6 +190,7 @@ type moves struct {
 	lo, hi int // narrow: lo paid, hi did not
 	held   int
 	probes int // probes made while holding: they alternate up and down
+	downTo int // the learned level below the start jumped to, until its epoch decides
 }
 
 // A level is the samples measured at limit k.
@@ -299,6 +303,7 @@ func (c *climber) keep(lo, hi int) int {
 // epoch may still grow (see pays).
 func (c *climber) next(stretch bool) int {
 	c.stretch = stretch
+	c.downTo = 0
 	k := c.k
 	switch c.move {
 	case climbUp:
@@ -306,7 +311,7 @@ func (c *climber) next(stretch bool) int {
 		case c.target > k && c.paceD <= c.paceEst: // below the knee, as learned: up to it
 			return c.up(k, min(c.target, c.ceil))
 		case c.target > 0 && c.target < k && c.paceD > c.paceEst: // past the knee, as learned: down to it
-			c.move, c.prev = climbDown, k
+			c.move, c.prev, c.downTo = climbDown, k, c.target
 			return c.target
 		case c.prev == 0 && k < c.ceil: // the first epoch
 			return c.up(k, min(2*k, c.ceil))
@@ -468,6 +473,12 @@ func (c *climber) bind(now time.Time) int {
 	}
 	if c.move == climbUp && c.prev > 0 && k == c.prev && c.k > c.prev {
 		return c.k // probing one doubling above the best: it can only help
+	}
+	if c.move == climbDown && c.downTo == c.k {
+		// The learned level below the start, on the first epoch's evidence that the
+		// start is past the knee: fewer at once move as much there, and each preserve
+		// ends sooner. Measured before pinning, as a climb still paying is.
+		return c.k
 	}
 	if k != c.k {
 		c.set(k, now)
