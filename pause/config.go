@@ -47,11 +47,13 @@ type Config struct {
 	// expected at: how a node's next drain starts from what its last one
 	// learned (Report.LearnedLimit). It must be >= 0.
 	//
-	// Such a Limit is not taken at once: the first Run starts at 8, as by
-	// default, and after its first epoch moves straight to Limit when that
-	// epoch agrees with it: Limit above 8 and the epoch's preserves took no
-	// longer than their estimates (8 is below the knee), or Limit below 8
-	// and they took longer (8 is past it). Otherwise the node changed since
+	// Such a Limit is not taken at once: the first Run starts at 8 (or at
+	// MaxLimit when lower), as by default, and after its first epoch moves
+	// straight to Limit when that epoch agrees with it: Limit above 8 and
+	// the epoch's preserves took no longer than their estimates (8 is below
+	// the knee), or Limit below 8 and they took longer (8 is past it: even
+	// when the deadline binds, Limit is measured before the limit is kept
+	// at the level measured fastest). Otherwise the node changed since
 	// Limit was learned, and the limit climbs from 8 as by default. The
 	// estimates are the sandboxes' own or the Estimator's: give it the
 	// estimate of the drain that learned Limit. A start at Limit at once

@@ -32,8 +32,8 @@ type Preserver struct {
 	cfg   config
 	tel   *telemetry
 	limit atomic.Int64
-	// target is Config.Limit when the limit adapts and it is above the
-	// default start: the first Run starts at the default start and may
+	// target is Config.Limit when the limit adapts from it and it is not
+	// the default start: the first Run starts at the default start and may
 	// jump to it (Config.Limit); 0 once a Run took it.
 	target atomic.Int64
 	rate   byteRate // measured time per byte of a Sized sandbox's preserve
@@ -79,10 +79,10 @@ func isNil(l Lister) bool {
 }
 
 // Limit returns the current concurrency limit: before the first Run, the
-// limit it starts at (Config.Limit, or 8 when the limit adapts and
-// Config.Limit is above 8: see Config.Limit); when the limit adapts, the
-// one it has moved to, kept after the Run (the next Run starts from it).
-// Use it for deadline.Work reserves.
+// limit it starts at (a fixed Config.Limit; when the limit adapts, 8, or
+// MaxLimit when lower, even from a Config.Limit: see Config.Limit); when
+// the limit adapts, the one it has moved to, kept after the Run (the next
+// Run starts from it). Use it for deadline.Work reserves.
 func (p *Preserver) Limit() int { return int(p.limit.Load()) }
 
 // Estimator returns the Estimator the Preserver feeds with every

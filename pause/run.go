@@ -121,9 +121,9 @@ func (r *run) contexts() {
 // slots makes the semaphore: the limit's slots when it is fixed; the
 // ceiling's when it adapts, the limit then being enforced under r.mu. An
 // adaptive Run starts at the limit the Preserver ended its last Run with;
-// the first one, given a Config.Limit above the default start, starts at
-// the default start and may jump to Config.Limit after its first epoch
-// (adapt.go, "A start from what was learned").
+// the first one, given a Config.Limit to adapt from, starts at the default
+// start and may jump to Config.Limit after its first epoch (adapt.go, "A
+// start from what was learned").
 func (r *run) slots() {
 	r.limit = r.cfg.limit
 	r.adaptive = r.cfg.adaptive
@@ -132,7 +132,7 @@ func (r *run) slots() {
 		r.limit = min(max(r.p.Limit(), 1), r.cfg.maxLimit)
 		r.areaAt = time.Now()
 		r.climb.init(r.limit, r.cfg.maxLimit, r.areaAt)
-		if t := int(r.p.target.Swap(0)); t != r.limit {
+		if t := int(r.p.target.Swap(0)); t > 0 && t != r.limit {
 			r.climb.target = t
 		}
 	}
