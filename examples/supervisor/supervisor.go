@@ -230,13 +230,17 @@ func (s *supervisor) learnedStart() (time.Duration, int) {
 
 // writeRates keeps what this drain learned for the next supervisor on the
 // node: the estimate of one pause, the concurrency at the end and the one
-// learned best (the last one's when this drain learned none), the budget
+// learned best (the last one's when this drain learned none), the ceiling
+// when the limit adapts, the budget
 // and the steps' reserves. A failure is logged: it must not change the exit.
 func (s *supervisor) writeRates(d *drain.Report) {
 	if s.cfg.stateDir == "" {
 		return
 	}
 	r := learned.Rates{Written: time.Now(), Limit: s.cfg.concurrency, Grace: s.budget.Grace(), Margin: s.budget.Margin()}
+	if s.cfg.concurrency == 0 {
+		r.MaxLimit = maxConcurrency // adaptive: drainkit plan predicts the Preserver's start from it
+	}
 	var preserved *pause.Report
 	if d != nil {
 		preserved = d.Preserve

@@ -395,6 +395,7 @@ func TestLearnedConcurrencyIsWhereTheNextDrainGoes(t *testing.T) {
 	r, err := learned.Read(filepath.Join(dir, learned.File))
 	require.NoError(t, err)
 	assert.Equal(t, 32, r.LearnedLimit)
+	assert.Equal(t, 32, r.MaxLimit, "adaptive: the ceiling, for drainkit plan")
 	assert.Equal(t, 20*time.Millisecond, r.Estimate, "512 MiB at 40 ms a GiB")
 
 	rep, logs = drainOnce(t, 256, "-state-dir", dir)
@@ -409,4 +410,5 @@ func TestLearnedConcurrencyIsWhereTheNextDrainGoes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 32, r.LearnedLimit, "a fixed drain learns none: the last one is kept")
 	assert.Equal(t, 4, r.Limit)
+	assert.Zero(t, r.MaxLimit, "a fixed limit")
 }

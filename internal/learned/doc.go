@@ -26,8 +26,14 @@
 //	}
 //	cfg.Estimator = deadline.NewEstimator(prior)
 //
+// A server whose limit adapts writes its ceiling too (MaxLimit): drainkit
+// plan then builds the Preserver that server starts (pause.Config{Limit:
+// LearnedLimit, MaxLimit: MaxLimit}) and reserves with the limit it
+// reports at the start, as the server's live plan does, not with Limit.
+//
 // A file written before LearnedLimit existed (only limit) still reads: its
 // LearnedLimit is zero, and the server starts its limit cold, since the
 // limit at the end of a shutdown may be a probe or a start that measured
-// nothing.
+// nothing; one written before MaxLimit existed is planned as a fixed limit
+// at Limit, as it was then.
 package learned

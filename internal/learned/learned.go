@@ -17,7 +17,8 @@ const File = "learned-rates.json"
 
 // Rates are what a server learned about its own shutdown, and what its
 // plan is made of: the estimate of one preserve, the concurrency (at the
-// end of the shutdown, and the one learned best), and the budget and step
+// end of the shutdown, the one learned best, and the ceiling of an
+// adaptive limit), and the budget and step
 // reserves the server plans with. A server writes them at
 // shutdown and loads the estimate at start; drainkit plan reads them.
 type Rates struct {
@@ -46,6 +47,13 @@ type Rates struct {
 	// limit from it with the Estimate beside it (pause.Config.Limit with a
 	// MaxLimit): the first epoch checks it against that estimate.
 	LearnedLimit int `json:"learned_limit,omitempty"`
+	// MaxLimit is the ceiling of the server's adaptive limit
+	// (pause.Config.MaxLimit): set, the server adapts, and its next drain
+	// starts as pause.Config{Limit: LearnedLimit, MaxLimit: MaxLimit}
+	// does (the Preserver's start, then the learned level), which drainkit
+	// plan predicts; zero, the server's limit is fixed at Limit, as in a
+	// file written before the field existed.
+	MaxLimit int `json:"max_limit,omitempty"`
 	// Grace and Margin are the budget's: the grace period the server was
 	// started with and the margin it keeps before SIGKILL.
 	Grace  time.Duration `json:"grace_ns"`
@@ -166,6 +174,8 @@ func Read(path string) (*Rates, error) {
 		return nil, fmt.Errorf("%s: limit is negative", path)
 	case r.LearnedLimit < 0:
 		return nil, fmt.Errorf("%s: learned_limit is negative", path)
+	case r.MaxLimit < 0:
+		return nil, fmt.Errorf("%s: max_limit is negative (0: a fixed limit)", path)
 	case r.Grace < 0 || r.Margin < 0:
 		return nil, fmt.Errorf("%s: grace_ns and margin_ns must not be negative", path)
 	}

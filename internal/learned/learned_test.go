@@ -22,7 +22,7 @@ func TestRatesRoundTripThroughTheFile(t *testing.T) {
 	for _, d := range []time.Duration{100, 200, 300, 400} {
 		e.Observe(d * time.Millisecond)
 	}
-	r := learned.Rates{Written: time.Unix(1700000000, 0).UTC(), Limit: 4, Grace: 30 * time.Second, Margin: 3 * time.Second,
+	r := learned.Rates{Written: time.Unix(1700000000, 0).UTC(), Limit: 4, LearnedLimit: 16, MaxLimit: 32, Grace: 30 * time.Second, Margin: 3 * time.Second,
 		Steps: learned.StepsOf(deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(1500 * time.Millisecond), Critical: true},
 			deadline.Phase{Name: "http"})}
 	r.FromEstimator(e)
@@ -53,6 +53,7 @@ func TestReadSaysWhatIsWrong(t *testing.T) {
 		`{"estimate_ns": -1}`:   "estimate_ns is negative",
 		`{"limit": -2}`:         "limit is negative",
 		`{"learned_limit": -2}`: "learned_limit is negative",
+		`{"max_limit": -32}`:    "max_limit is negative",
 		`{"grace_ns": -5}`:      "grace_ns and margin_ns",
 		`{"mean_ns": -3}`:       "mean_ns is negative",
 		`{"p90_ns": -4}`:        "p90_ns is negative",
@@ -79,6 +80,7 @@ func TestOldFileWithOnlyLimitLoadsWithNoLearnedLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 24, r.Limit)
 	assert.Zero(t, r.LearnedLimit)
+	assert.Zero(t, r.MaxLimit, "planned as a fixed limit, as before")
 	assert.Equal(t, 2*time.Second, r.Estimate)
 
 	require.NoError(t, os.WriteFile(path, []byte(`{"limit": 24, "learned_limit": -4}`), 0o600))

@@ -317,6 +317,9 @@ func (s *Server) learnedStart() (time.Duration, int) {
 func (s *Server) writeRates(rep *drain.Report) {
 	b := s.drainer.Budget()
 	r := learned.Rates{Written: time.Now(), Limit: s.cfg.Concurrency, Grace: b.Grace(), Margin: b.Margin()}
+	if s.cfg.Concurrency == 0 {
+		r.MaxLimit = MaxConcurrency // adaptive: drainkit plan predicts the Preserver's start from it
+	}
 	var preserved *pause.Report
 	if rep != nil {
 		preserved = rep.Preserve

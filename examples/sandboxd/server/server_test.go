@@ -376,6 +376,7 @@ func TestLearnedConcurrencySurvivesARestart(t *testing.T) {
 	require.Positive(t, rep.Preserve.LearnedLimit, "40 pauses compare two limits at least")
 	assert.Equal(t, rep.Preserve.LearnedLimit, r.LearnedLimit)
 	assert.Equal(t, rep.Preserve.Limit, r.Limit)
+	assert.Equal(t, MaxConcurrency, r.MaxLimit, "adaptive: the ceiling, for drainkit plan")
 
 	cfg.Concurrency = 4
 	var logs logbuf.Buffer
@@ -388,6 +389,7 @@ func TestLearnedConcurrencySurvivesARestart(t *testing.T) {
 	again, err := learned.Read(filepath.Join(cfg.StateDir, learned.File))
 	require.NoError(t, err)
 	assert.Equal(t, 4, again.Limit)
+	assert.Zero(t, again.MaxLimit, "a fixed limit")
 	assert.Equal(t, r.LearnedLimit, again.LearnedLimit, "a fixed limit learns none: the last one is kept")
 }
 
