@@ -53,6 +53,15 @@ The sandboxes come from one of:
                 ("-" reads stdin)
   -count N      N sandboxes of the learned estimate each
 
+A server whose limit adapts (its rates have max_limit: sandboxd's and the
+supervisor's default, -concurrency 0) is planned as its next drain runs: the
+drain reserves rounds of the limit its Preserver starts at (built here from
+the rates as the server builds it: 8 whatever it learned), which decides when
+the preStop wait ends; the predicted time is a round at that start, then
+rounds at the level it learned (learned_limit), and, beside it, the time of a
+climb doubling from the start, should the first round not keep to its
+estimates. -concurrency N plans a fixed limit of N instead.
+
 What the server learned comes from -state-dir DIR (sandboxd writes
 DIR/learned-rates.json at every shutdown and starts from it) or -rates FILE;
 -estimate, -concurrency, -grace and -step override it, and are needed where
@@ -128,7 +137,9 @@ type planInput struct {
 	estimateSrc string
 	mean        time.Duration // the learned mean of one pause; the estimate when nothing was learned
 	meanSrc     string
-	limit       int
+	limit       int // at the start: what the drain's reserve counts rounds of
+	level       int // what the preserve phase runs at after its first round: limit unless it adapts
+	ceiling     int // the adaptive limit's ceiling (the rates' max_limit); 0: a fixed limit
 	limitSrc    string
 	grace       time.Duration
 	graceSrc    string
@@ -144,8 +155,11 @@ type planInput struct {
 // defaults starts from: its limit and its Estimator's estimate.
 var defaultLimit, defaultEstimate = pauseDefaults()
 
+// noSandboxes lists none: the plan builds Preservers only to read them.
+var noSandboxes = pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })
+
 func pauseDefaults() (int, time.Duration) {
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }), pause.Config{})
+	p, err := pause.New(noSandboxes, pause.Config{})
 	if err != nil {
 		panic(err) // the zero Config is valid
 	}
@@ -342,10 +356,17 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 	switch {
 	case limit > 0:
 		in.limit, in.limitSrc = limit, "-concurrency"
+	case r != nil && r.MaxLimit > 0:
+		if err := in.adaptiveStart(r); err != nil {
+			return err
+		}
 	case r != nil && r.Limit > 0:
 		in.limit, in.limitSrc = r.Limit, "learned"
 	default:
 		in.limit, in.limitSrc = defaultLimit, "the library's default: nothing learned, no -concurrency"
+	}
+	if in.level == 0 {
+		in.level = in.limit
 	}
 	switch {
 	case grace > 0:
@@ -376,9 +397,44 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 	return nil
 }
 
+// adaptiveStart sets the limits of the next drain of a server whose limit
+// adapts (the rates' max_limit), as sandboxd and the supervisor start it:
+// the Preserver they build from the rates (the learned level under the
+// ceiling, only with the estimate its first epoch checks it against) is
+// built here too, and the limit it reports before its first Run is the one
+// the drain's live reserve counts rounds of at SIGTERM, and so what decides
+// when the preStop wait ends. The preserve phase then runs at the learned
+// level from its second round, when the first epoch keeps to the estimate;
+// with none learned it climbs from the start, which the plan does not
+// predict (it plans at the start).
+func (in *planInput) adaptiveStart(r *learned.Rates) error {
+	cfg := pause.Config{MaxLimit: r.MaxLimit}
+	if r.LearnedLimit > 0 && r.Estimate > 0 {
+		cfg.Limit = min(r.LearnedLimit, r.MaxLimit)
+	}
+	p, err := pause.New(noSandboxes, cfg)
+	if err != nil {
+		return fmt.Errorf("%s: max_limit %d, learned_limit %d: %w", in.ratesPath, r.MaxLimit, r.LearnedLimit, err)
+	}
+	in.limit, in.level, in.ceiling = p.Limit(), cmp.Or(cfg.Limit, p.Limit()), r.MaxLimit
+	switch {
+	case cfg.Limit == 0:
+		in.limitSrc = fmt.Sprintf("adaptive up to %d, nothing learned: starts at %d and climbs; planned at %d (what the climb gains is not predicted)",
+			in.ceiling, in.limit, in.limit)
+	case in.level == in.limit:
+		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d, the level learned", in.ceiling, in.limit)
+	default:
+		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d, the drain reserves with it; the level learned, %d, once the first round keeps to the estimate",
+			in.ceiling, in.limit, in.level)
+	}
+	return nil
+}
+
 // planResult is what the plan says.
 type planResult struct {
 	predicted time.Duration // the preserve time expected: ceil(n/limit) x mean, or by size
+	climb     time.Duration // an adaptive limit's preserve time if its first round does not confirm the level: 0, none
+	climbFrom []int         // the levels of that climb's rounds below the learned level
 	reserve   time.Duration // the preserve reserve the plan holds: ceil(n/limit) x estimate, or by size
 	byRounds  bool          // by rounds of limit (else by size)
 	windows   []deadline.Window
@@ -400,10 +456,19 @@ const maxGrace = 24 * time.Hour
 // with sizes and a -rate-mib, the time the longest-first schedule over
 // limit slots takes to pause them all.
 func (in *planInput) preserveReserve() (deadline.Reserve, bool) {
-	sized := in.rateMiB > 0 && slices.ContainsFunc(in.sizes, func(s int64) bool { return s > 0 })
-	if !sized {
+	times := in.pauseTimes()
+	if times == nil {
 		n := len(in.sizes)
 		return deadline.Work(func() int { return n }, deadline.NewEstimator(in.estimate), func() int { return in.limit }), true
+	}
+	return deadline.Fixed(makespan(times, in.limit, in.limit)), false
+}
+
+// pauseTimes is the time each sandbox's pause takes by size, or nil when
+// the plan is by rounds.
+func (in *planInput) pauseTimes() []time.Duration {
+	if in.rateMiB <= 0 || !slices.ContainsFunc(in.sizes, func(s int64) bool { return s > 0 }) {
+		return nil
 	}
 	times := make([]time.Duration, len(in.sizes))
 	for i, s := range in.sizes {
@@ -419,26 +484,73 @@ func (in *planInput) preserveReserve() (deadline.Reserve, bool) {
 			times[i] = in.estimate // unknown size: the estimate
 		}
 	}
-	span := makespan(times, in.limit)
-	return deadline.Fixed(span), false
+	return times
 }
 
 // makespan is when the last of times ends when they start longest first,
-// each on the first of slots slots to come free.
-func makespan(times []time.Duration, slots int) time.Duration {
+// each as soon as one of start slots is free, and of level slots once
+// start of them have ended (the adaptive limit's first round at its start,
+// then the level it moves to; start == level: a fixed limit).
+func makespan(times []time.Duration, start, level int) time.Duration {
 	sorted := slices.Clone(times)
 	slices.SortFunc(sorted, func(a, b time.Duration) int { return cmp.Compare(b, a) })
-	free := make([]time.Duration, max(min(slots, len(times)), 1)) // more slots than times: idle ones
+	start, level = max(start, 1), max(level, 1)
+	var running []time.Duration // when each running pause ends; never more than the slots
+	var now, last time.Duration
+	ended := 0
 	for _, t := range sorted {
-		i := slices.Index(free, slices.Min(free))
-		if free[i] > math.MaxInt64-t { // saturated: t and free[i] are >= 0
-			free[i] = math.MaxInt64
-		} else {
-			free[i] += t
+		for {
+			slots := level
+			if ended < start {
+				slots = start
+			}
+			if len(running) < slots {
+				break
+			}
+			i := slices.Index(running, slices.Min(running)) // the next to end frees its slot
+			now = running[i]
+			running = slices.Delete(running, i, i+1)
+			ended++
 		}
+		end := time.Duration(math.MaxInt64) // saturated: t and now are >= 0
+		if now <= math.MaxInt64-t {
+			end = now + t
+		}
+		running = append(running, end)
+		last = max(last, end)
 	}
-	return slices.Max(free)
+	return last
 }
+
+// climbTime is the preserve time of an adaptive limit whose first round
+// does not confirm the learned level above its start (its pauses took
+// longer than their estimates): it climbs as a cold one does, doubling
+// after each round, here up to the learned level, where the node's
+// throughput stopped growing, at the mean pause. It returns the levels of
+// the rounds below the level too.
+func (in *planInput) climbTime() (time.Duration, []int) {
+	var t time.Duration
+	var levels []int
+	left := len(in.sizes)
+	for k := in.limit; k < in.level && left > 0; k = min(2*k, in.level) {
+		levels = append(levels, k)
+		left -= min(k, left)
+		t = satAdd(t, in.mean)
+	}
+	rest := deadline.Work(func() int { return left }, deadline.NewEstimator(in.mean), func() int { return in.level })()
+	return satAdd(t, rest), levels
+}
+
+// satAdd is a + b for non-negative durations, saturated.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// rounds is ceil(n / k), without n + k - 1 wrapping round.
+func rounds(n, k int) int { return n/k + min(n%k, 1) }
 
 // gateWait bounds the gate phase as the Drainer's default does
 // (drain.Config.InFlightWait zero: 10 s).
@@ -466,9 +578,20 @@ func (in *planInput) budget(grace time.Duration) (*deadline.Budget, error) {
 func (in *planInput) plan() (*planResult, error) {
 	reserve, byRounds := in.preserveReserve()
 	res := &planResult{reserve: reserve(), predicted: reserve(), byRounds: byRounds}
-	if byRounds { // the same rule at the mean: what the pauses will most likely take
-		n := len(in.sizes)
+	n := len(in.sizes)
+	switch {
+	case !byRounds:
+		if in.level != in.limit {
+			res.predicted = makespan(in.pauseTimes(), in.limit, in.level)
+		}
+	case in.level == in.limit || n <= in.limit: // the same rule at the mean: what the pauses will most likely take
 		res.predicted = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return in.limit })()
+	default: // a first round at the start, then the rest at the level
+		rest := deadline.Work(func() int { return n - in.limit }, deadline.NewEstimator(in.mean), func() int { return in.level })()
+		res.predicted = satAdd(in.mean, rest)
+		if in.level > in.limit {
+			res.climb, res.climbFrom = in.climbTime()
+		}
 	}
 	phases := in.phasesFor(reserve)
 	b, err := in.budget(in.grace)
@@ -522,16 +645,55 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 	fmt.Fprintf(w, "Plan for %d sandboxes from %s, grace %s (%s)\n\n", n, in.source, in.grace, in.graceSrc)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  estimate of one pause\t%s\t%s\n", secs(in.estimate), in.estimateSrc)
-	fmt.Fprintf(tw, "  concurrency\t%d\t%s\n", in.limit, in.limitSrc)
-	if res.byRounds {
-		rounds := n/in.limit + min(n%in.limit, 1) // ceil, without n + limit - 1 wrapping round
+	concurrency := strconv.Itoa(in.limit)
+	if in.level != in.limit {
+		concurrency = fmt.Sprintf("%d, then %d", in.limit, in.level)
+	}
+	fmt.Fprintf(tw, "  concurrency\t%s\t%s\n", concurrency, in.limitSrc)
+	adapts := in.level != in.limit && n > in.limit
+	switch {
+	case res.byRounds && adapts:
+		how := ""
+		if in.level < in.limit {
+			how = "; a first round past the knee takes longer than the mean, which is not predicted"
+		}
+		fmt.Fprintf(tw, "  predicted preserve time\t%s\t1 round of %d, then %d round(s) of %d at %s, %s%s\n",
+			secs(res.predicted), in.limit, rounds(n-in.limit, in.level), in.level, secs(in.mean), in.meanSrc, how)
+		if res.climb > 0 {
+			from := make([]string, len(res.climbFrom))
+			for i, k := range res.climbFrom {
+				from[i] = strconv.Itoa(k)
+			}
+			left := n
+			for _, k := range res.climbFrom {
+				left -= min(k, left)
+			}
+			then := ""
+			if left > 0 {
+				then = fmt.Sprintf(", then %d round(s) of %d", rounds(left, in.level), in.level)
+			}
+			fmt.Fprintf(tw, "  if it climbs instead\t%s\trounds of %s%s at %s: when the first round is slower than its estimates\n",
+				secs(res.climb), strings.Join(from, ", "), then, secs(in.mean))
+		}
+	case res.byRounds:
 		fmt.Fprintf(tw, "  predicted preserve time\t%s\t%d round(s) of %d at %s, %s\n",
-			secs(res.predicted), rounds, in.limit, secs(in.mean), in.meanSrc)
-		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / concurrency) x estimate)\n",
-			secs(res.reserve), rounds, in.limit, secs(in.estimate))
-	} else {
+			secs(res.predicted), rounds(n, in.limit), in.limit, secs(in.mean), in.meanSrc)
+	case adapts:
+		fmt.Fprintf(tw, "  predicted preserve time\t%s\tby size at %g MiB/s per pause, longest first over %d slots, %d once %d have ended\n",
+			secs(res.predicted), in.rateMiB, in.limit, in.level, in.limit)
+	default:
 		fmt.Fprintf(tw, "  predicted preserve time\t%s\tby size at %g MiB/s per pause, longest first over %d slots\n",
 			secs(res.predicted), in.rateMiB, in.limit)
+	}
+	switch {
+	case res.byRounds && in.ceiling > 0:
+		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / the limit at the start) x estimate, as the server's plan at SIGTERM)\n",
+			secs(res.reserve), rounds(n, in.limit), in.limit, secs(in.estimate))
+	case res.byRounds:
+		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / concurrency) x estimate)\n",
+			secs(res.reserve), rounds(n, in.limit), in.limit, secs(in.estimate))
+	case adapts:
+		fmt.Fprintf(tw, "  the drain reserves\t%s\tby size, longest first over the %d slots of the start\n", secs(res.reserve), in.limit)
 	}
 	st := res.budget
 	fmt.Fprintf(tw, "  budget\t%s\tgrace %s less a margin of %s before SIGKILL\n", secs(st.Deadline.Sub(st.Start)), in.grace, secs(st.Kill.Sub(st.Deadline)))

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -179,6 +180,121 @@ func TestPlanPredictsAMeasuredDrainOfSandboxd(t *testing.T) {
 	assert.InEpsilon(t, measured, rule, 0.10, "the plan's rule, rounds x the mean pause, is the preserve phase within 10 %%")
 }
 
+var (
+	adaptivePredictedRE = regexp.MustCompile(`predicted preserve time\s+([0-9.]+)s\s+1 round of (\d+), then (\d+) round\(s\) of (\d+)`)
+	reservesRE          = regexp.MustCompile(`the drain reserves\s+([0-9.]+)s\s+(\d+) round\(s\) of (\d+)`)
+	drainWindowRE       = regexp.MustCompile(`\n\s+drain\s+\+0\.000s\s+\+([0-9.]+)s`)
+	jumpRE              = regexp.MustCompile(`concurrency changed.*from=(\d+) to=(\d+)`)
+	climbRE             = regexp.MustCompile(`if it climbs instead\s+([0-9.]+)s\s+rounds of ([0-9, ]+), then (\d+) round\(s\) of \d+`)
+)
+
+// The same with sandboxd's default, the adaptive limit: the first drain
+// climbs from 8 and learns a level (learned_limit, with max_limit, the
+// ceiling, saying that the server adapts); the restarted server builds its
+// Preserver from it, which reports 8 until its first epoch. drainkit plan
+// builds the same Preserver from the file, so its reserve is the live
+// plan's at SIGTERM, 8 rounds of 8 at the learned estimate, and so is the
+// preStop wait it leaves (the drain phase's deadline); before, it reserved
+// rounds of the limit the first drain ended at. It predicts two times: a
+// round at 8, then rounds at the learned level, when the first epoch takes
+// that level; and, when it does not, the climb doubling from 8 up to it.
+// Whichever the second drain did (its log's first move says), that rule at
+// the drain's own mean pause is its preserve phase within 15 %. With the
+// fake runtime it climbs: each sandbox estimates its own pause at
+// -pause-latency, and the image written after the timer makes every pause
+// longer than that.
+func TestPlanPredictsAnAdaptiveDrainOfSandboxd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes: two drains of sandboxd")
+	}
+	const n, start = 64, 8
+	bin := buildSandboxd(t)
+	dir := t.TempDir()
+	args := []string{"-grace", "60s", "-pause-latency", "1s"} // -concurrency 0, the default: adaptive
+
+	s := startSandboxd(t, bin, dir, args...)
+	var ids []string
+	for range n {
+		var v map[string]string
+		require.NoError(t, json.Unmarshal([]byte(post(t, s.base+"/sandboxes", `{"timeout_s": 86400}`)), &v))
+		ids = append(ids, v["id"])
+	}
+	first := s.stop(t, dir)
+	require.Zero(t, first.Lost(), "the first drain preserves every sandbox")
+	r, err := learned.Read(filepath.Join(dir, learned.File))
+	require.NoError(t, err)
+	require.Equal(t, 32, r.MaxLimit, "the file says the server adapts, up to 32")
+	require.Positive(t, r.LearnedLimit, "64 pauses of 1 s compare two levels at least: %s", s.stderr)
+	require.NotEqual(t, start, r.LearnedLimit, "1 s timers in parallel: more at once pays")
+
+	s = startSandboxd(t, bin, dir, args...)
+	for _, id := range ids {
+		post(t, s.base+"/sandboxes/"+id+"/resume", "")
+	}
+	code, out, errw := drainkit(t, "plan", "-server", s.base, "-state-dir", dir)
+	require.Equal(t, exitOK, code, "%s%s", out, errw)
+	t.Logf("drainkit plan:\n%s", out)
+	m := reservesRE.FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	reserve, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	assert.Equal(t, []string{strconv.Itoa(n / start), strconv.Itoa(start)}, m[2:], "rounds of the Preserver's start")
+	m = drainWindowRE.FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	drainEnd, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	m = adaptivePredictedRE.FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	predicted, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	level, _ := strconv.Atoi(m[4])
+	assert.Equal(t, []string{strconv.Itoa(start), strconv.Itoa((n - start + level - 1) / level), strconv.Itoa(r.LearnedLimit)}, m[2:])
+
+	second := s.stop(t, dir)
+	require.Zero(t, second.Lost())
+	pres := second.Phase(drain.PhasePreserve)
+	require.NotNil(t, pres)
+	assert.InDelta(t, pres.Reserve.Seconds(), reserve, 0.0015, "the plan reserves what the live plan reserved at SIGTERM (printed to the ms)")
+	// No preStop here, so no drain phase in the Report: the live plan laid the
+	// phases back to back before the budget's deadline, the drain phase (the
+	// preStop wait's bound) ending where the preserve reserve begins.
+	liveDrainEnd := pres.Deadline.Add(-pres.Reserve).Sub(second.Budget.Start)
+	assert.InDelta(t, liveDrainEnd.Seconds(), drainEnd, 0.0015, "the preStop wait would end where the plan says")
+
+	measured := pres.Duration.Seconds()
+	_, _, mean := pauses(second)
+	rule := float64(1+(n-start+level-1)/level) * mean.Seconds()
+	jump := jumpRE.FindStringSubmatch(s.stderr.String())
+	t.Logf("predicted %.3fs, measured %.3fs (%+.1f %%); the drain's own mean pause %v: the rule %.3fs (%+.1f %%); first move %v",
+		predicted, measured, 100*(predicted-measured)/measured, mean, rule, 100*(rule-measured)/measured, jump)
+	require.NotNil(t, jump, "the limit moved: %s", s.stderr)
+	if jump[1] == strconv.Itoa(start) && jump[2] == strconv.Itoa(level) {
+		assert.InEpsilon(t, measured, rule, 0.15, "a round at the start, then rounds at the learned level, at the drain's own mean pause")
+		return
+	}
+	// The first round was slower than its estimates, so the limit climbed
+	// as a cold one: sandboxd's fake sandboxes estimate their own pause at
+	// -pause-latency, which the image written after the timer always
+	// exceeds. The plan's second figure is that climb.
+	m = climbRE.FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	climbed, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	climbRounds := len(strings.Split(m[2], ", ")) + atoi(t, m[3])
+	assert.InDelta(t, float64(climbRounds)*r.Mean.Seconds(), climbed, 0.0015, "rounds x the learned mean pause")
+	rule = float64(climbRounds) * mean.Seconds()
+	t.Logf("it climbed: predicted %.3fs (%+.1f %%), the rule at the drain's own mean %.3fs (%+.1f %%)",
+		climbed, 100*(climbed-measured)/measured, rule, 100*(rule-measured)/measured)
+	assert.InEpsilon(t, measured, rule, 0.15, "doubling rounds up to the learned level, at the drain's own mean pause")
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err)
+	return n
+}
+
 // pauses returns the shortest, longest and mean durations of rep's
 // preserved sandboxes.
 func pauses(rep *drain.Report) (lo, hi, mean time.Duration) {
@@ -203,8 +319,22 @@ func pauses(rep *drain.Report) (lo, hi, mean time.Duration) {
 
 func TestMakespanStartsLongestFirst(t *testing.T) {
 	s := time.Second
-	assert.Equal(t, 3*s, makespan([]time.Duration{s, s, s}, 1))
-	assert.Equal(t, 7*s, makespan([]time.Duration{2 * s, 3 * s, 2 * s, 3 * s, 2 * s}, 2), "longest first: 3+2+2 and 3+2")
-	assert.Equal(t, 4*s, makespan([]time.Duration{4 * s, s}, 8))
-	assert.Zero(t, makespan(nil, 4))
+	assert.Equal(t, 3*s, makespan([]time.Duration{s, s, s}, 1, 1))
+	assert.Equal(t, 7*s, makespan([]time.Duration{2 * s, 3 * s, 2 * s, 3 * s, 2 * s}, 2, 2), "longest first: 3+2+2 and 3+2")
+	assert.Equal(t, 4*s, makespan([]time.Duration{4 * s, s}, 8, 8))
+	assert.Zero(t, makespan(nil, 4, 4))
+}
+
+// An adaptive limit runs its first round at the start and moves to the
+// level once that many pauses ended: 20 pauses of 1 s at 8, then 32, take
+// 2 s where 8 throughout takes 3 s; a level below the start (4 after 8)
+// takes 1 s and then 3 rounds of 4.
+func TestMakespanMovesToTheLevelAfterTheFirstRound(t *testing.T) {
+	s := time.Second
+	ones := slices.Repeat([]time.Duration{s}, 20)
+	assert.Equal(t, 3*s, makespan(ones, 8, 8))
+	assert.Equal(t, 2*s, makespan(ones, 8, 32))
+	assert.Equal(t, 4*s, makespan(ones, 8, 4))
+	assert.Equal(t, s, makespan(ones[:8], 8, 32), "one round: the level is never reached")
+	assert.Equal(t, 3*s, makespan([]time.Duration{2 * s, s, s}, 1, 2), "2 alone, then 1 and 1 side by side")
 }

@@ -2,20 +2,30 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // The plans in testdata: the rates sandboxd learned in an 8 s grace period
 // (a pause took 0.452 s at p90, four at a time), for 20 sandboxes (fits)
-// and 60 (does not: 10 s would); and eight sandboxes by size at 400 MiB/s
-// with a critical 2 s device teardown.
+// and 60 (does not: 10 s would); the same rates from an adaptive server
+// that learned 32 (its drain reserves 8 rounds of 8, the limit its
+// Preserver starts at); and eight sandboxes by size at 400 MiB/s with a
+// critical 2 s device teardown.
 func TestPlanGolden(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -24,6 +34,7 @@ func TestPlanGolden(t *testing.T) {
 	}{
 		{"plan-fits", []string{"-count", "20", "-state-dir", "testdata/state"}, exitOK},
 		{"plan-does-not-fit", []string{"-count", "60", "-state-dir", "testdata/state"}, exitNoFit},
+		{"plan-adaptive", []string{"-count", "60", "-state-dir", "testdata/adaptive"}, exitOK},
 		{"plan-sizes", []string{"-sizes", "testdata/sizes.json", "-rate-mib", "400", "-concurrency", "2",
 			"-grace", "30", "-step", "ublk=2s,critical", "-step", "http=500ms"}, exitOK},
 	} {
@@ -150,4 +161,69 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		assert.Equal(t, exitUsage, code, tc.args)
 		assert.Contains(t, errw, tc.says, tc.args)
 	}
+}
+
+// A server whose limit adapts (max_limit) starts its next drain as its
+// Preserver does, built from the rates: at 8 whatever it learned, which is
+// what its live plan reserves rounds of at SIGTERM, then at the learned
+// level after the first round. Before, the plan reserved rounds of the
+// limit at the end of the last drain (32: 0.904 s where the server
+// reserves 3.616 s, its preStop wait 2.7 s longer than the server's). A
+// fixed limit, an old file and -concurrency plan as before.
+func TestPlanOfAnAdaptiveServerReservesWithTheLimitItStartsAt(t *testing.T) {
+	const n, est, mean = 60, 452 * time.Millisecond, 358 * time.Millisecond
+	// The live plan's reserve, from the Preserver sandboxd builds from the rates.
+	p, err := pause.New(noSandboxes, pause.Config{Limit: 32, MaxLimit: 32, Estimator: deadline.NewEstimator(est)})
+	require.NoError(t, err)
+	live := deadline.Work(func() int { return n }, p.Estimator(), p.Limit)()
+	require.Equal(t, 8*est, live, "8 rounds of 8")
+
+	for _, tc := range []struct {
+		name  string
+		rates string
+		args  []string
+		conc  string // the concurrency row
+		pred  time.Duration
+		rsv   time.Duration
+		says  string
+	}{
+		{"learned the ceiling", `"limit": 32, "learned_limit": 32, "max_limit": 32`, nil,
+			"8, then 32", mean + 2*mean, live, "1 round of 8, then 2 round(s) of 32"},
+		{"learned above the ceiling", `"limit": 32, "learned_limit": 100, "max_limit": 32`, nil,
+			"8, then 32", 3 * mean, live, "the level learned, 32"},
+		{"learned below the start", `"limit": 4, "learned_limit": 4, "max_limit": 32`, nil,
+			"8, then 4", mean + 13*mean, live, "a first round past the knee takes longer than the mean"},
+		{"learned the start", `"limit": 16, "learned_limit": 8, "max_limit": 32`, nil,
+			"8", 8 * mean, live, "starts at 8, the level learned"},
+		{"learned none", `"limit": 16, "max_limit": 32`, nil,
+			"8", 8 * mean, live, "nothing learned: starts at 8 and climbs"},
+		{"a fixed limit", `"limit": 32`, nil,
+			"32", 2 * mean, 2 * est, "learned"},
+		{"-concurrency overrides", `"limit": 32, "learned_limit": 32, "max_limit": 32`, []string{"-concurrency", "16"},
+			"16", 4 * mean, 4 * est, "-concurrency"},
+	} {
+		dir := t.TempDir()
+		body := fmt.Sprintf(`{"estimate_ns": %d, "mean_ns": %d, "p90_ns": %d, "observations": 29, "grace_ns": 60000000000, %s}`,
+			est, mean, est, tc.rates)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, learned.File), []byte(body), 0o600))
+		code, out, errw := drainkit(t, append([]string{"plan", "-count", strconv.Itoa(n), "-state-dir", dir}, tc.args...)...)
+		require.Equal(t, exitOK, code, "%s: %s", tc.name, errw)
+		assert.Regexp(t, `concurrency\s+`+regexp.QuoteMeta(tc.conc)+`  `, out, tc.name)
+		assert.Contains(t, out, tc.says, tc.name)
+		assert.Regexp(t, `predicted preserve time\s+`+regexp.QuoteMeta(secs(tc.pred))+`\s`, out, tc.name)
+		assert.Regexp(t, `the drain reserves\s+`+regexp.QuoteMeta(secs(tc.rsv))+`\s`, out, tc.name)
+		if tc.conc == "8, then 32" {
+			assert.Regexp(t, `if it climbs instead\s+`+regexp.QuoteMeta(secs(4*mean))+`\s+rounds of 8, 16, then 2 round\(s\) of 32`, out, tc.name)
+		} else {
+			assert.NotContains(t, out, "if it climbs", tc.name)
+		}
+	}
+}
+
+func TestPlanRefusesABadMaxLimit(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, learned.File), []byte(`{"estimate_ns": 1, "limit": 8, "max_limit": -1}`), 0o600))
+	code, _, errw := drainkit(t, "plan", "-count", "3", "-state-dir", dir, "-grace", "30")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "max_limit is negative")
 }

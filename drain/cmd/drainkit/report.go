@@ -188,7 +188,11 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 		fmt.Fprintf(w, "\nSandboxes    no preserve phase ran\n")
 		return
 	}
-	fmt.Fprintf(w, "\nSandboxes    %d listed in %d pass(es), concurrency limit %d at the end\n", len(pr.Entries), pr.Passes, pr.Limit)
+	learnedBest := ""
+	if pr.LearnedLimit > 0 { // an adaptive limit that compared two levels: where the next drain may start
+		learnedBest = fmt.Sprintf(", %d learned best", pr.LearnedLimit)
+	}
+	fmt.Fprintf(w, "\nSandboxes    %d listed in %d pass(es), concurrency limit %d at the end%s\n", len(pr.Entries), pr.Passes, pr.Limit, learnedBest)
 	if pr.Unknown {
 		fmt.Fprintf(w, "             UNKNOWN: no listing succeeded, nothing here means anything: %s\n", pr.ListErr)
 	}

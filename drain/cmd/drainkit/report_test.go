@@ -215,3 +215,22 @@ func TestReportSVGOfTheLargestGraceEnds(t *testing.T) {
 	}()
 	assert.Less(t, w.n, 20000, "an empty drain's timeline is a few kB")
 }
+
+// An adaptive drain that compared two levels says which it learned best
+// (pause.Report.LearnedLimit: where the node's next drain may start)
+// beside the limit at the end, which may be a probe; a drain that learned
+// none (Example_report, a fixed limit) says only the limit at the end.
+func TestReportSaysTheLearnedLimit(t *testing.T) {
+	data, err := os.ReadFile("testdata/sandboxd-clean.json")
+	require.NoError(t, err)
+	var rep map[string]any
+	require.NoError(t, json.Unmarshal(data, &rep))
+	rep["preserve"].(map[string]any)["learned_limit"] = 16
+	data, err = json.Marshal(rep)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "last-shutdown.json")
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "Sandboxes    12 listed in 2 pass(es), concurrency limit 4 at the end, 16 learned best\n")
+}
