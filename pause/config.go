@@ -61,7 +61,9 @@ type Config struct {
 	// device got slower (thrashing, every preserve of the round late) or
 	// faster (a round at a low level); this way the first round is the
 	// default one, and a learned Limit only saves the climb. Later Runs
-	// start where the last one ended.
+	// start where the last one ended; a Run that ended before its first
+	// epoch decided (too few sandboxes, a deadline or a cancel first)
+	// tested nothing, and leaves Limit to the next Run.
 	//
 	// The adaptive limit measures the node's throughput (bytes per second
 	// of preserves completed, when sandboxes are Sized; sandboxes per

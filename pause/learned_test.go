@@ -2,6 +2,7 @@ package pause_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -247,4 +248,65 @@ func TestLearnedLevelBelowTheStartIsTakenWhenTheDeadlineBinds(t *testing.T) {
 	cold, _, coldLimits, _ := drain(t, thrashNode, 20*time.Second, learned, false)
 	assert.Equal(t, []string{"16", "8"}, coldLimits)
 	assert.Equal(t, 48, cold.Counts[pause.Preserved])
+}
+
+// A Preserver started from a learned 32 (Limit 32, MaxLimit 32) whose first
+// Run ends before its first epoch decides (three sandboxes, fewer than the
+// epoch's four; a deadline that cut its first eight preserves; a context
+// cancelled before it started) tested nothing: the next Run still holds the learned level, and
+// jumps to 32 after its first epoch on the disk that learned it, where a
+// cold one doubles to 16 first. The first Run had taken the level and lost
+// it with nothing measured.
+func TestLearnedLevelSurvivesARunThatDecidedNothing(t *testing.T) {
+	disk := &fakesandbox.Disk{Bandwidth: 1024 * mib, PerWriter: 32 * mib}
+	for _, tc := range []struct {
+		name  string
+		first func(t *testing.T, p *pause.Preserver, n *fakesandbox.Node)
+	}{
+		{"three sandboxes", func(t *testing.T, p *pause.Preserver, n *fakesandbox.Node) {
+			for i := range 3 {
+				n.Add(&fakesandbox.Sandbox{Name: fmt.Sprint("few-", i), Bytes: 16 * mib, Disk: disk})
+			}
+			rep, _ := runFor(t, p, time.Hour, 0)
+			require.Equal(t, 3, rep.Counts[pause.Preserved])
+			assert.Zero(t, rep.LearnedLimit)
+		}},
+		{"a deadline before the first completion", func(t *testing.T, p *pause.Preserver, n *fakesandbox.Node) {
+			for i := range 8 {
+				n.Add(&fakesandbox.Sandbox{Name: fmt.Sprint("cut-", i), Bytes: 16 * mib, Disk: disk})
+			}
+			rep, _ := runFor(t, p, 100*time.Millisecond, 0)
+			require.Equal(t, 8, rep.Counts[pause.TimedOut])
+			for i := range 8 {
+				n.Remove(fmt.Sprint("cut-", i))
+			}
+		}},
+		{"cancelled before it started", func(t *testing.T, p *pause.Preserver, n *fakesandbox.Node) {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			rep := p.Run(ctx, time.Time{})
+			assert.Zero(t, rep.Counts[pause.Preserved])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var buf bytes.Buffer
+				n := fakesandbox.NewNode()
+				p, err := pause.New(n, pause.Config{Limit: 32, MaxLimit: 32,
+					Estimator: deadline.NewEstimator(500 * time.Millisecond), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+				require.NoError(t, err)
+				tc.first(t, p, n)
+				assert.Equal(t, 8, p.Limit(), "%s: the next Run starts where a cold one does", tc.name)
+				buf.Reset()
+				for i := range 400 {
+					n.Add(&fakesandbox.Sandbox{Name: fmt.Sprint("sb-", i), Bytes: 16 * mib, Disk: disk})
+				}
+				rep, _ := runFor(t, p, time.Hour, 0)
+				require.Equal(t, 400, rep.Counts[pause.Preserved])
+				limits := limitsTaken(buf.String())
+				require.NotEmpty(t, limits)
+				assert.Equal(t, "32", limits[0], "%s: the learned level, still to test", tc.name)
+			})
+		})
+	}
 }

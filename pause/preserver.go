@@ -34,7 +34,8 @@ type Preserver struct {
 	limit atomic.Int64
 	// target is Config.Limit when the limit adapts from it and it is not
 	// the default start: the first Run starts at the default start and may
-	// jump to it (Config.Limit); 0 once a Run took it.
+	// jump to it (Config.Limit); 0 once a Run's first epoch decided it (a
+	// Run that decided no epoch gives it back to the next).
 	target atomic.Int64
 	rate   byteRate // measured time per byte of a Sized sandbox's preserve
 }

@@ -513,6 +513,11 @@ func (r *run) finish() *Report {
 	rep.Limit = r.limit
 	if r.adaptive {
 		rep.LearnedLimit = r.climb.learned()
+		if t := r.climb.target; t > 0 {
+			// No epoch decided (too few sandboxes, a deadline or a cancel before
+			// one): the learned level was not tested, and the next Run tests it.
+			r.p.target.CompareAndSwap(0, int64(t))
+		}
 	}
 	r.mu.Unlock()
 	rep.Unknown = !r.listed
