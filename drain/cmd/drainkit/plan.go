@@ -404,7 +404,8 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 // built here too, and the limit it reports before its first Run is the one
 // the drain's live reserve counts rounds of at SIGTERM, and so what decides
 // when the preStop wait ends. The preserve phase then runs at the learned
-// level from its second round, when the first epoch keeps to the estimate;
+// level from its second round, when the first epoch keeps to the estimate
+// (a level above the start) or is slower than it (below the start);
 // with none learned it climbs from the start, which the plan does not
 // predict (it plans at the start).
 func (in *planInput) adaptiveStart(r *learned.Rates) error {
@@ -418,11 +419,22 @@ func (in *planInput) adaptiveStart(r *learned.Rates) error {
 	}
 	in.limit, in.level, in.ceiling = p.Limit(), cmp.Or(cfg.Limit, p.Limit()), r.MaxLimit
 	switch {
+	case in.ceiling <= 1:
+		// pause fixes a limit whose ceiling is 1: nothing to adapt.
+		in.limitSrc = fmt.Sprintf("a ceiling of %d: fixed at %d", in.ceiling, in.limit)
+	case cfg.Limit == 0 && r.LearnedLimit > 0:
+		// As the servers start: a level without the estimate its first epoch checks it against is set aside.
+		in.limitSrc = fmt.Sprintf("adaptive up to %d, learned %d, not taken without a learned estimate to check it against: starts at %d and climbs; planned at %d (what the climb gains is not predicted)",
+			in.ceiling, r.LearnedLimit, in.limit, in.limit)
 	case cfg.Limit == 0:
 		in.limitSrc = fmt.Sprintf("adaptive up to %d, nothing learned: starts at %d and climbs; planned at %d (what the climb gains is not predicted)",
 			in.ceiling, in.limit, in.limit)
 	case in.level == in.limit:
 		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d, the level learned", in.ceiling, in.limit)
+	case in.level < in.limit:
+		// pause takes a level below its start when the first epoch is slower than its estimates.
+		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d, the drain reserves with it; the level learned, %d, once the first round is slower than its estimates (%d past the knee)",
+			in.ceiling, in.limit, in.level, in.limit)
 	default:
 		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d, the drain reserves with it; the level learned, %d, once the first round keeps to the estimate",
 			in.ceiling, in.limit, in.level)

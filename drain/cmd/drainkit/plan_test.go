@@ -227,3 +227,37 @@ func TestPlanRefusesABadMaxLimit(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errw, "max_limit is negative")
 }
+
+// The concurrency row says on what evidence the next drain takes the level
+// it learned, and why it does not: a level below the start is taken when
+// the first round is slower than its estimates (the start is past the
+// knee), not when it keeps to them, which is the condition of a level
+// above the start (the row said that of both); a learned level without a
+// learned estimate is not taken, the server having nothing to check it
+// against (the row said nothing was learned); a ceiling of 1 fixes the
+// limit (the row said it adapts).
+func TestPlanSaysOnWhatTheLearnedLevelIsTaken(t *testing.T) {
+	for _, tc := range []struct {
+		name, rates string
+		says        string
+		not         string
+	}{
+		{"below the start", `"estimate_ns": 452000000, "learned_limit": 4, "max_limit": 32`,
+			"the level learned, 4, once the first round is slower than its estimates (8 past the knee)", "keeps to"},
+		{"above the start", `"estimate_ns": 452000000, "learned_limit": 32, "max_limit": 32`,
+			"the level learned, 32, once the first round keeps to the estimate", "slower"},
+		{"no estimate", `"learned_limit": 16, "max_limit": 32`,
+			"learned 16, not taken without a learned estimate to check it against: starts at 8 and climbs", "nothing learned"},
+		{"a ceiling of 1", `"estimate_ns": 452000000, "learned_limit": 1, "max_limit": 1`,
+			"a ceiling of 1: fixed at 1", "adaptive"},
+	} {
+		dir := t.TempDir()
+		body := fmt.Sprintf(`{"mean_ns": 358000000, "observations": 29, "grace_ns": 600000000000, "limit": 8, %s}`, tc.rates)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, learned.File), []byte(body), 0o600))
+		code, out, errw := drainkit(t, "plan", "-count", "60", "-state-dir", dir)
+		require.Equal(t, exitOK, code, "%s: %s", tc.name, errw)
+		row := regexp.MustCompile(`(?m)^\s*concurrency\s.*$`).FindString(out)
+		assert.Contains(t, row, tc.says, tc.name)
+		assert.NotContains(t, row, tc.not, tc.name)
+	}
+}
