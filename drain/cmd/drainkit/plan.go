@@ -354,6 +354,9 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 		in.mean, in.meanSrc = r.Mean, "the learned mean pause"
 	}
 	switch {
+	case limit > 0 && r != nil && r.MaxLimit > 0:
+		// What if the server ran at a fixed limit: say that its rates are an adaptive server's.
+		in.limit, in.limitSrc = limit, fmt.Sprintf("-concurrency: a fixed limit, where the server that wrote the rates adapts (up to %d)", r.MaxLimit)
 	case limit > 0:
 		in.limit, in.limitSrc = limit, "-concurrency"
 	case r != nil && r.MaxLimit > 0:

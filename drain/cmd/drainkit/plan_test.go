@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,7 +236,9 @@ func TestPlanRefusesABadMaxLimit(t *testing.T) {
 // above the start (the row said that of both); a learned level without a
 // learned estimate is not taken, the server having nothing to check it
 // against (the row said nothing was learned); a ceiling of 1 fixes the
-// limit (the row said it adapts).
+// limit (the row said it adapts); -concurrency over an adaptive server's
+// rates plans a fixed limit, and says the server's adapts (the row said
+// only "-concurrency").
 func TestPlanSaysOnWhatTheLearnedLevelIsTaken(t *testing.T) {
 	for _, tc := range []struct {
 		name, rates string
@@ -250,11 +253,17 @@ func TestPlanSaysOnWhatTheLearnedLevelIsTaken(t *testing.T) {
 			"learned 16, not taken without a learned estimate to check it against: starts at 8 and climbs", "nothing learned"},
 		{"a ceiling of 1", `"estimate_ns": 452000000, "learned_limit": 1, "max_limit": 1`,
 			"a ceiling of 1: fixed at 1", "adaptive"},
+		{"-concurrency", `"estimate_ns": 452000000, "learned_limit": 32, "max_limit": 32, "-concurrency": 16`,
+			"-concurrency: a fixed limit, where the server that wrote the rates adapts (up to 32)", "learned"},
 	} {
 		dir := t.TempDir()
+		args := []string{"plan", "-count", "60", "-state-dir", dir}
+		if rates, ok := strings.CutSuffix(tc.rates, `, "-concurrency": 16`); ok { // a flag, not a field
+			tc.rates, args = rates, append(args, "-concurrency", "16")
+		}
 		body := fmt.Sprintf(`{"mean_ns": 358000000, "observations": 29, "grace_ns": 600000000000, "limit": 8, %s}`, tc.rates)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, learned.File), []byte(body), 0o600))
-		code, out, errw := drainkit(t, "plan", "-count", "60", "-state-dir", dir)
+		code, out, errw := drainkit(t, args...)
 		require.Equal(t, exitOK, code, "%s: %s", tc.name, errw)
 		row := regexp.MustCompile(`(?m)^\s*concurrency\s.*$`).FindString(out)
 		assert.Contains(t, row, tc.says, tc.name)
