@@ -63,7 +63,11 @@ type Config struct {
 	// default one, and a learned Limit only saves the climb. Later Runs
 	// start where the last one ended; a Run that ended before its first
 	// epoch decided (too few sandboxes, a deadline or a cancel first)
-	// tested nothing, and leaves Limit to the next Run.
+	// tested nothing, and leaves Limit to the next Run. Until a Run has
+	// tested it, a Limit below 8 is what Preserver.Limit reports, and so
+	// what a deadline.Work reserve counts on: the node was measured past
+	// its knee at 8, and a reserve of rounds of 8 there would leave the
+	// preserve phase too little time.
 	//
 	// The adaptive limit measures the node's throughput (bytes per second
 	// of preserves completed, when sandboxes are Sized; sandboxes per

@@ -44,7 +44,8 @@ func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 // Every field's zero value is its default: the limit adapts from 8 between
 // 1 and 32, a Limit alone fixes it, a MaxLimit alone caps the start, and a
 // Limit with a MaxLimit is a learned level the first Run takes after an
-// epoch at the default start (so Limit reports 8 until then).
+// epoch at the default start (so Limit reports 8 until then, or the
+// level when it is below 8: what a reserve may count on).
 func TestZeroConfigIsTheDefault(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -52,7 +53,7 @@ func TestZeroConfigIsTheDefault(t *testing.T) {
 		limit int
 	}{
 		{"zero", pause.Config{}, pause.DefaultLimit},
-		{"limit and max", pause.Config{Limit: 3, MaxLimit: 12}, pause.DefaultLimit},
+		{"limit and max", pause.Config{Limit: 3, MaxLimit: 12}, 3},
 		{"limit at the default start and max", pause.Config{Limit: 8, MaxLimit: 12}, 8},
 		{"limit equal to max", pause.Config{Limit: 32, MaxLimit: 32}, pause.DefaultLimit},
 		{"limit alone", pause.Config{Limit: 5}, 5},

@@ -310,3 +310,27 @@ func TestLearnedLevelSurvivesARunThatDecidedNothing(t *testing.T) {
 		})
 	}
 }
+
+// A node whose last drain learned 4 (8 was past its knee there) plans its
+// next drain with rounds of 4 until a Run has tested that level: 100
+// preserves estimated at 1 s reserve 25 s, not the 13 s rounds of 8 would,
+// which would end the preStop wait too late for a node that sustains 4.
+// The Run still starts at 8 and tests the level; on this node, where 8
+// keeps to the estimates, the level is not taken, the limit climbs, and the
+// reserve follows it down.
+func TestReserveCountsOnALearnedLevelBelowTheStartUntilARunTestedIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 100, time.Second)
+		p, err := pause.New(node, pause.Config{Limit: 4, MaxLimit: 32, Estimator: deadline.NewEstimator(time.Second)})
+		require.NoError(t, err)
+		reserve := deadline.Work(func() int { return 100 }, p.Estimator(), p.Limit)
+		assert.Equal(t, 25*time.Second, reserve(), "rounds of the learned 4")
+
+		rep, _ := runFor(t, p, time.Hour, 0)
+		require.Equal(t, 100, rep.Counts[pause.Preserved])
+		assert.GreaterOrEqual(t, node.MaxInFlight(), 8, "the Run started at 8, not at the learned 4")
+		assert.Greater(t, p.Limit(), 8, "8 kept to the estimates: the node got faster, the limit climbed")
+		assert.Less(t, reserve(), 13*time.Second, "the reserve follows the tested limit")
+	})
+}

@@ -182,7 +182,7 @@ func TestAdaptiveLimitNeverExceedsMax(t *testing.T) {
 		node.AddN("sb", 200, 2*time.Second)
 		p, err := pause.New(node, pause.Config{Limit: 2, MaxLimit: 8})
 		require.NoError(t, err)
-		assert.Equal(t, 8, p.Limit(), "the first Run starts at the default start, capped by the ceiling")
+		assert.Equal(t, 2, p.Limit(), "a reserve counts on the learned 2 until a Run tested it")
 		rep, _ := runFor(t, p, 11*time.Second, 0)
 		assert.Equal(t, 8, p.Limit())
 		assert.Equal(t, 8, node.MaxInFlight())

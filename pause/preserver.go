@@ -83,8 +83,18 @@ func isNil(l Lister) bool {
 // limit it starts at (a fixed Config.Limit; when the limit adapts, 8, or
 // MaxLimit when lower, even from a Config.Limit: see Config.Limit); when
 // the limit adapts, the one it has moved to, kept after the Run (the next
-// Run starts from it). Use it for deadline.Work reserves.
-func (p *Preserver) Limit() int { return int(p.limit.Load()) }
+// Run starts from it). Use it for deadline.Work reserves: so that a
+// reserve never counts on more preserves at once than the node was
+// measured to sustain, a learned Config.Limit below the start that no Run
+// has tested yet is reported instead of the start (the Run still starts at
+// the start, and tests it).
+func (p *Preserver) Limit() int {
+	l := p.limit.Load()
+	if t := p.target.Load(); t > 0 && t < l {
+		return int(t)
+	}
+	return int(l)
+}
 
 // Estimator returns the Estimator the Preserver feeds with every
 // successful preserve's duration (Config.Estimator, or the default); never

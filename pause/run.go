@@ -129,7 +129,7 @@ func (r *run) slots() {
 	r.adaptive = r.cfg.adaptive
 	r.room = make(chan struct{}, 1)
 	if r.adaptive {
-		r.limit = min(max(r.p.Limit(), 1), r.cfg.maxLimit)
+		r.limit = min(max(int(r.p.limit.Load()), 1), r.cfg.maxLimit) // the start, not a learned level Limit reports
 		r.areaAt = time.Now()
 		r.climb.init(r.limit, r.cfg.maxLimit, r.areaAt)
 		if t := int(r.p.target.Swap(0)); t > 0 && t != r.limit {

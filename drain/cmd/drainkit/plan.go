@@ -137,7 +137,8 @@ type planInput struct {
 	estimateSrc string
 	mean        time.Duration // the learned mean of one pause; the estimate when nothing was learned
 	meanSrc     string
-	limit       int // at the start: what the drain's reserve counts rounds of
+	limit       int // at the start: the preserve phase's first round
+	reserved    int // what the drain's reserve counts rounds of: limit, or an adaptive server's learned level below it, untested yet
 	level       int // what the preserve phase runs at after its first round: limit unless it adapts
 	ceiling     int // the adaptive limit's ceiling (the rates' max_limit); 0: a fixed limit
 	limitSrc    string
@@ -371,6 +372,9 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 	if in.level == 0 {
 		in.level = in.limit
 	}
+	if in.reserved == 0 {
+		in.reserved = in.limit
+	}
 	switch {
 	case grace > 0:
 		in.grace, in.graceSrc = grace, "-grace"
@@ -420,7 +424,13 @@ func (in *planInput) adaptiveStart(r *learned.Rates) error {
 	if err != nil {
 		return fmt.Errorf("%s: max_limit %d, learned_limit %d: %w", in.ratesPath, r.MaxLimit, r.LearnedLimit, err)
 	}
-	in.limit, in.level, in.ceiling = p.Limit(), cmp.Or(cfg.Limit, p.Limit()), r.MaxLimit
+	// The Preserver's Limit before its first Run is what the live reserve
+	// counts on: the start, or a learned level below it, untested yet.
+	in.limit, in.reserved, in.ceiling = min(defaultLimit, max(r.MaxLimit, 1)), p.Limit(), r.MaxLimit
+	if in.ceiling <= 1 {
+		in.limit = in.reserved
+	}
+	in.level = cmp.Or(cfg.Limit, in.limit)
 	switch {
 	case in.ceiling <= 1:
 		// pause fixes a limit whose ceiling is 1: nothing to adapt.
@@ -436,7 +446,7 @@ func (in *planInput) adaptiveStart(r *learned.Rates) error {
 		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d, the level learned", in.ceiling, in.limit)
 	case in.level < in.limit:
 		// pause takes a level below its start when the first epoch is slower than its estimates.
-		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d, the drain reserves with it; the level learned, %d, once the first round is slower than its estimates (%d past the knee)",
+		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d; the level learned, %d, once the first round is slower than its estimates (%d past the knee), and the drain reserves with it",
 			in.ceiling, in.limit, in.level, in.limit)
 	default:
 		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d, the drain reserves with it; the level learned, %d, once the first round keeps to the estimate",
@@ -474,9 +484,9 @@ func (in *planInput) preserveReserve() (deadline.Reserve, bool) {
 	times := in.pauseTimes()
 	if times == nil {
 		n := len(in.sizes)
-		return deadline.Work(func() int { return n }, deadline.NewEstimator(in.estimate), func() int { return in.limit }), true
+		return deadline.Work(func() int { return n }, deadline.NewEstimator(in.estimate), func() int { return in.reserved }), true
 	}
-	return deadline.Fixed(makespan(times, in.limit, in.limit)), false
+	return deadline.Fixed(makespan(times, in.reserved, in.reserved)), false
 }
 
 // pauseTimes is the time each sandbox's pause takes by size, or nil when
@@ -701,6 +711,9 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 			secs(res.predicted), in.rateMiB, in.limit)
 	}
 	switch {
+	case res.byRounds && in.ceiling > 0 && in.reserved < in.limit:
+		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / the learned level, below the start and not yet tested) x estimate, as the server's plan at SIGTERM)\n",
+			secs(res.reserve), rounds(n, in.reserved), in.reserved, secs(in.estimate))
 	case res.byRounds && in.ceiling > 0:
 		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / the limit at the start) x estimate, as the server's plan at SIGTERM)\n",
 			secs(res.reserve), rounds(n, in.limit), in.limit, secs(in.estimate))
@@ -708,7 +721,7 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / concurrency) x estimate)\n",
 			secs(res.reserve), rounds(n, in.limit), in.limit, secs(in.estimate))
 	case adapts:
-		fmt.Fprintf(tw, "  the drain reserves\t%s\tby size, longest first over the %d slots of the start\n", secs(res.reserve), in.limit)
+		fmt.Fprintf(tw, "  the drain reserves\t%s\tby size, longest first over %d slots (what the server's plan counts on at SIGTERM)\n", secs(res.reserve), in.reserved)
 	}
 	st := res.budget
 	fmt.Fprintf(tw, "  budget\t%s\tgrace %s less a margin of %s before SIGKILL\n", secs(st.Deadline.Sub(st.Start)), in.grace, secs(st.Kill.Sub(st.Deadline)))

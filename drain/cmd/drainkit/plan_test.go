@@ -165,9 +165,10 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 }
 
 // A server whose limit adapts (max_limit) starts its next drain as its
-// Preserver does, built from the rates: at 8 whatever it learned, which is
-// what its live plan reserves rounds of at SIGTERM, then at the learned
-// level after the first round. Before, the plan reserved rounds of the
+// Preserver does, built from the rates: at 8 whatever it learned, then at
+// the learned level after the first round; its live plan reserves at
+// SIGTERM rounds of 8, or of a learned level below 8, which a reserve
+// counts on until a drain has tested it. Before, the plan reserved rounds of the
 // limit at the end of the last drain (32: 0.904 s where the server
 // reserves 3.616 s, its preStop wait 2.7 s longer than the server's). A
 // fixed limit, an old file and -concurrency plan as before.
@@ -178,6 +179,10 @@ func TestPlanOfAnAdaptiveServerReservesWithTheLimitItStartsAt(t *testing.T) {
 	require.NoError(t, err)
 	live := deadline.Work(func() int { return n }, p.Estimator(), p.Limit)()
 	require.Equal(t, 8*est, live, "8 rounds of 8")
+	below, err := pause.New(noSandboxes, pause.Config{Limit: 4, MaxLimit: 32, Estimator: deadline.NewEstimator(est)})
+	require.NoError(t, err)
+	liveBelow := deadline.Work(func() int { return n }, below.Estimator(), below.Limit)()
+	require.Equal(t, 15*est, liveBelow, "15 rounds of the learned 4")
 
 	for _, tc := range []struct {
 		name  string
@@ -193,7 +198,7 @@ func TestPlanOfAnAdaptiveServerReservesWithTheLimitItStartsAt(t *testing.T) {
 		{"learned above the ceiling", `"limit": 32, "learned_limit": 100, "max_limit": 32`, nil,
 			"8, then 32", 3 * mean, live, "the level learned, 32"},
 		{"learned below the start", `"limit": 4, "learned_limit": 4, "max_limit": 32`, nil,
-			"8, then 4", mean + 13*mean, live, "a first round past the knee takes longer than the mean"},
+			"8, then 4", mean + 13*mean, liveBelow, "a first round past the knee takes longer than the mean"},
 		{"learned the start", `"limit": 16, "learned_limit": 8, "max_limit": 32`, nil,
 			"8", 8 * mean, live, "starts at 8, the level learned"},
 		{"learned none", `"limit": 16, "max_limit": 32`, nil,
