@@ -130,17 +130,7 @@ func TestPlanPredictsAMeasuredDrainOfSandboxd(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"-grace", "60s", "-pause-latency", "1s", "-concurrency", strconv.Itoa(conc)}
 
-	s := startSandboxd(t, bin, dir, args...)
-	var ids []string
-	for range n {
-		var v map[string]string
-		require.NoError(t, json.Unmarshal([]byte(post(t, s.base+"/sandboxes", `{"timeout_s": 86400}`)), &v))
-		ids = append(ids, v["id"])
-	}
-	first := s.stop(t, dir)
-	require.Zero(t, first.Lost(), "the first drain preserves every sandbox")
-	r, err := learned.Read(filepath.Join(dir, learned.File))
-	require.NoError(t, err, "sandboxd saved what it learned")
+	s, ids, first, r := drainFull(t, bin, dir, n, args...)
 	require.Equal(t, n, r.Observations)
 	lo, hi, _ := pauses(first)
 	assert.True(t, lo <= r.Mean && r.Mean <= hi, "the learned mean %v is a mean of the pauses measured, %v to %v", r.Mean, lo, hi)
@@ -212,17 +202,7 @@ func TestPlanPredictsAnAdaptiveDrainOfSandboxd(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"-grace", "60s", "-pause-latency", "1s"} // -concurrency 0, the default: adaptive
 
-	s := startSandboxd(t, bin, dir, args...)
-	var ids []string
-	for range n {
-		var v map[string]string
-		require.NoError(t, json.Unmarshal([]byte(post(t, s.base+"/sandboxes", `{"timeout_s": 86400}`)), &v))
-		ids = append(ids, v["id"])
-	}
-	first := s.stop(t, dir)
-	require.Zero(t, first.Lost(), "the first drain preserves every sandbox")
-	r, err := learned.Read(filepath.Join(dir, learned.File))
-	require.NoError(t, err)
+	s, ids, _, r := drainFull(t, bin, dir, n, args...)
 	require.Equal(t, 32, r.MaxLimit, "the file says the server adapts, up to 32")
 	require.Positive(t, r.LearnedLimit, "64 pauses of 1 s compare two levels at least: %s", s.stderr)
 	require.NotEqual(t, start, r.LearnedLimit, "1 s timers in parallel: more at once pays")
@@ -286,6 +266,26 @@ func TestPlanPredictsAnAdaptiveDrainOfSandboxd(t *testing.T) {
 	t.Logf("it climbed: predicted %.3fs (%+.1f %%), the rule at the drain's own mean %.3fs (%+.1f %%)",
 		climbed, 100*(climbed-measured)/measured, rule, 100*(rule-measured)/measured)
 	assert.InEpsilon(t, measured, rule, 0.15, "doubling rounds up to the learned level, at the drain's own mean pause")
+}
+
+// drainFull starts sandboxd in dir with args, creates n sandboxes that run
+// for a day and drains it: every sandbox is preserved. It returns the
+// drained server, the sandboxes' IDs, the drain's Report and what sandboxd
+// saved for the next start.
+func drainFull(t *testing.T, bin, dir string, n int, args ...string) (*sandboxd, []string, *drain.Report, *learned.Rates) {
+	t.Helper()
+	s := startSandboxd(t, bin, dir, args...)
+	var ids []string
+	for range n {
+		var v map[string]string
+		require.NoError(t, json.Unmarshal([]byte(post(t, s.base+"/sandboxes", `{"timeout_s": 86400}`)), &v))
+		ids = append(ids, v["id"])
+	}
+	first := s.stop(t, dir)
+	require.Zero(t, first.Lost(), "the first drain preserves every sandbox")
+	r, err := learned.Read(filepath.Join(dir, learned.File))
+	require.NoError(t, err, "sandboxd saved what it learned")
+	return s, ids, first, r
 }
 
 func atoi(t *testing.T, s string) int {
