@@ -460,6 +460,7 @@ type planResult struct {
 	predicted time.Duration // the preserve time expected: ceil(n/limit) x mean, or by size
 	climb     time.Duration // an adaptive limit's preserve time if its first round does not confirm the level: 0, none
 	climbFrom []int         // the levels of that climb's rounds below the learned level
+	climbLeft int           // the pauses that climb leaves to rounds at the learned level
 	reserve   time.Duration // the preserve reserve the plan holds: ceil(n/limit) x estimate, or by size
 	byRounds  bool          // by rounds of limit (else by size)
 	windows   []deadline.Window
@@ -552,8 +553,8 @@ func makespan(times []time.Duration, start, level int) time.Duration {
 // longer than their estimates): it climbs as a cold one does, doubling
 // after each round, here up to the learned level, where the node's
 // throughput stopped growing, at the mean pause. It returns the levels of
-// the rounds below the level too.
-func (in *planInput) climbTime() (time.Duration, []int) {
+// the rounds below the level and the pauses left to rounds at it too.
+func (in *planInput) climbTime() (time.Duration, []int, int) {
 	var t time.Duration
 	var levels []int
 	left := len(in.sizes)
@@ -563,7 +564,7 @@ func (in *planInput) climbTime() (time.Duration, []int) {
 		t = satAdd(t, in.mean)
 	}
 	rest := deadline.Work(func() int { return left }, deadline.NewEstimator(in.mean), func() int { return in.level })()
-	return satAdd(t, rest), levels
+	return satAdd(t, rest), levels, left
 }
 
 // satAdd is a + b for non-negative durations, saturated.
@@ -615,7 +616,7 @@ func (in *planInput) plan() (*planResult, error) {
 		rest := deadline.Work(func() int { return n - in.limit }, deadline.NewEstimator(in.mean), func() int { return in.level })()
 		res.predicted = satAdd(in.mean, rest)
 		if in.level > in.limit {
-			res.climb, res.climbFrom = in.climbTime()
+			res.climb, res.climbFrom, res.climbLeft = in.climbTime()
 		}
 	}
 	phases := in.phasesFor(reserve)
@@ -689,13 +690,9 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 			for i, k := range res.climbFrom {
 				from[i] = strconv.Itoa(k)
 			}
-			left := n
-			for _, k := range res.climbFrom {
-				left -= min(k, left)
-			}
 			then := ""
-			if left > 0 {
-				then = fmt.Sprintf(", then %d round(s) of %d", rounds(left, in.level), in.level)
+			if res.climbLeft > 0 {
+				then = fmt.Sprintf(", then %d round(s) of %d", rounds(res.climbLeft, in.level), in.level)
 			}
 			fmt.Fprintf(tw, "  if it climbs instead\t%s\trounds of %s%s at %s: when the first round is slower than its estimates\n",
 				secs(res.climb), strings.Join(from, ", "), then, secs(in.mean))
@@ -711,15 +708,16 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 			secs(res.predicted), in.rateMiB, in.limit)
 	}
 	switch {
-	case res.byRounds && in.ceiling > 0 && in.reserved < in.limit:
-		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / the learned level, below the start and not yet tested) x estimate, as the server's plan at SIGTERM)\n",
-			secs(res.reserve), rounds(n, in.reserved), in.reserved, secs(in.estimate))
-	case res.byRounds && in.ceiling > 0:
-		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / the limit at the start) x estimate, as the server's plan at SIGTERM)\n",
-			secs(res.reserve), rounds(n, in.limit), in.limit, secs(in.estimate))
 	case res.byRounds:
-		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (ceil(sandboxes / concurrency) x estimate)\n",
-			secs(res.reserve), rounds(n, in.limit), in.limit, secs(in.estimate))
+		rule := "ceil(sandboxes / concurrency) x estimate"
+		switch {
+		case in.ceiling > 0 && in.reserved < in.limit:
+			rule = "ceil(sandboxes / the learned level, below the start and not yet tested) x estimate, as the server's plan at SIGTERM"
+		case in.ceiling > 0:
+			rule = "ceil(sandboxes / the limit at the start) x estimate, as the server's plan at SIGTERM"
+		}
+		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (%s)\n",
+			secs(res.reserve), rounds(n, in.reserved), in.reserved, secs(in.estimate), rule)
 	case adapts:
 		fmt.Fprintf(tw, "  the drain reserves\t%s\tby size, longest first over %d slots (what the server's plan counts on at SIGTERM)\n", secs(res.reserve), in.reserved)
 	}
