@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"sync/atomic"
@@ -81,11 +79,10 @@ type supervisor struct {
 	src       *httpsource.Source
 	drainer   *drain.Drainer
 	preserver *limited
-	est       *deadline.Estimator // the Preserver's: saved to -state-dir at exit
-	last      *learned.Rates      // what the last drain learned (-state-dir); nil: nothing
-	steps     []drain.Step        // the teardown steps, in order
-	teardown  *ublk.Teardown      // nil without -daemon or -daemon-socket
-	owned     *ownedDaemon        // the server's daemon, with -daemon-socket
+	learned   *learned.Start // from what the last drain learned (-state-dir); saves this one's
+	steps     []drain.Step   // the teardown steps, in order
+	teardown  *ublk.Teardown // nil without -daemon or -daemon-socket
+	owned     *ownedDaemon   // the server's daemon, with -daemon-socket
 	procs     *procTable
 	server    *child
 	daemon    *child
@@ -138,14 +135,23 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		steps = append(steps, drain.NewStep(phase, func(ctx context.Context) (any, error) { return s.stopDaemon(ctx) }))
 	}
 	s.steps = steps
-	prior, limit := s.learnedStart()
-	err = s.build(prior, limit)
-	if err != nil && s.last != nil {
+	// From what the last drain learned (-state-dir): the estimate of a pause and,
+	// adaptive, the level its first epoch checks against that estimate.
+	//
+	// The supervisor takes no lock on the directory (examples/internal/statedir,
+	// docs/faults.md entry 82): the file is all it keeps there, written
+	// atomically at exit, so one started while the last still drains reads the
+	// drain before (still this node's) and the last to exit writes last; a lock
+	// would hold the server's start behind the old pod's whole drain.
+	s.learned = learned.Server{Dir: cfg.stateDir, Concurrency: cfg.concurrency, Ceiling: maxConcurrency,
+		Prior: defaultEstimate, Logger: s.log}.Start()
+	err = s.build(s.learned.Config())
+	if err != nil {
 		// What was learned is a prior, never a reason not to start: a learned estimate
 		// whose round no longer fits the grace (shortened since) is set aside.
-		s.log.Warn("supervisor: the learned estimate does not fit the grace period; starting cold",
-			"estimate", prior, "learned_concurrency", limit, "error", err)
-		err = s.build(defaultEstimate, 0)
+		if cold, ok := s.learned.Cold(err); ok {
+			err = s.build(cold)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -157,17 +163,10 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 // pause's own default.
 const defaultEstimate = time.Second
 
-// build makes the Preserver and the Drainer, the Preserver's Estimator
-// starting at prior and, when the limit adapts, its limit from the learned
-// limit (0: none, a cold start from 8).
-func (s *supervisor) build(prior time.Duration, limit int) error {
-	s.est = deadline.NewEstimator(prior)
-	pc := pause.Config{Limit: s.cfg.concurrency, Estimator: s.est, Logger: s.log, MeterProvider: s.meters}
-	if s.cfg.concurrency == 0 && limit > 0 {
-		// From what the last drain learned: the first epoch runs where a cold one
-		// does and checks it against the learned estimate.
-		pc.Limit, pc.MaxLimit = limit, maxConcurrency
-	}
+// build makes the Preserver from pc (its limit and Estimator, from what was
+// learned) and the Drainer.
+func (s *supervisor) build(pc pause.Config) error {
+	pc.Logger, pc.MeterProvider = s.log, s.meters
 	p, err := pause.New(s.src, pc)
 	if err != nil {
 		return fmt.Errorf("-concurrency: %w", err)
@@ -189,75 +188,6 @@ func (s *supervisor) build(prior time.Duration, limit int) error {
 
 // maxConcurrency is the ceiling of the adaptive limit: pause's own.
 const maxConcurrency = 32
-
-// learnedStart reads what the last drain learned (-state-dir's
-// learned-rates.json) and returns the estimate of one pause and the
-// learned limit to start from: defaultEstimate and 0 without a state
-// directory, a file, or a readable one. A learned limit is used only when
-// -concurrency is 0, capped at the ceiling, and only with the estimate it
-// was learned with, which its check needs.
-//
-// The supervisor takes no lock on the directory (examples/internal/statedir,
-// docs/faults.md entry 82): the file is all it keeps there, written
-// atomically at exit, so one started while the last still drains reads the
-// drain before (still this node's) and the last to exit writes last; a lock
-// would hold the server's start behind the old pod's whole drain.
-func (s *supervisor) learnedStart() (time.Duration, int) {
-	if s.cfg.stateDir == "" {
-		return defaultEstimate, 0
-	}
-	path := filepath.Join(s.cfg.stateDir, learned.File)
-	r, err := learned.Read(path)
-	switch {
-	case errors.Is(err, learned.ErrNone):
-		return defaultEstimate, 0
-	case err != nil:
-		s.log.Warn("supervisor: learned rates unreadable; starting cold", "error", err)
-		return defaultEstimate, 0
-	}
-	s.last = r
-	s.log.Info("supervisor: learned rates loaded", "file", path, "estimate", r.Estimate,
-		"observations", r.Observations, "learned_concurrency", r.LearnedLimit, "written", r.Written)
-	if r.Estimate <= 0 {
-		return defaultEstimate, 0
-	}
-	limit := min(r.LearnedLimit, maxConcurrency)
-	if s.cfg.concurrency > 0 {
-		limit = 0
-	}
-	return r.Estimate, limit
-}
-
-// writeRates keeps what this drain learned for the next supervisor on the
-// node: the estimate of one pause, the concurrency at the end and the one
-// learned best (the last one's when this drain learned none), the ceiling
-// when the limit adapts, the budget
-// and the steps' reserves. A failure is logged: it must not change the exit.
-func (s *supervisor) writeRates(d *drain.Report) {
-	if s.cfg.stateDir == "" {
-		return
-	}
-	r := learned.Rates{Written: time.Now(), Limit: s.cfg.concurrency, Grace: s.budget.Grace(), Margin: s.budget.Margin()}
-	if s.cfg.concurrency == 0 {
-		r.MaxLimit = maxConcurrency // adaptive: drainkit plan predicts the Preserver's start from it
-	}
-	var preserved *pause.Report
-	if d != nil {
-		preserved = d.Preserve
-	}
-	r.FromReport(preserved, s.last)
-	r.FromEstimator(s.est)
-	for _, st := range s.steps {
-		r.Steps = append(r.Steps, learned.StepsOf(st.Phase())...)
-	}
-	path := filepath.Join(s.cfg.stateDir, learned.File)
-	if err := r.Write(path); err != nil {
-		s.log.Warn("supervisor: learned rates not saved", "file", path, "error", err)
-		return
-	}
-	s.log.Info("supervisor: learned rates saved", "file", path, "estimate", r.Estimate,
-		"limit", r.Limit, "learned_concurrency", r.LearnedLimit)
-}
 
 // limited is the Preserver as drain sees it. Its concurrency, for the
 // preserve phase's live reserve, is never more than the Source learned the
@@ -316,7 +246,7 @@ func (s *supervisor) run(ctx context.Context) int {
 	}
 	rep := s.supervise(ctx, sigs)
 	s.finish(rep)
-	s.writeRates(rep.Drain)
+	s.learned.Save(rep.Drain, s.budget, s.steps)
 	return rep.ExitCode
 }
 

@@ -375,7 +375,7 @@ func drainOnce(t *testing.T, n int, args ...string) (*drain.Report, string) {
 		require.NoError(t, err)
 		sup.budget.OnSIGTERM(time.Now())
 		rep = d.Shutdown(context.Background())
-		sup.writeRates(rep)
+		sup.learned.Save(rep, sup.budget, sup.steps)
 	})
 	return rep, logs.String()
 }

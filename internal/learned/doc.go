@@ -5,26 +5,25 @@
 // STATE_DIR/learned-rates.json. The server writes it after every
 // shutdown and starts its Estimator and its adaptive limit from it;
 // drainkit plan reads it to predict the next drain with the same
-// deadline.Plan rule:
+// deadline.Plan rule. A server wires both ends through a Server, from its
+// state directory and its -concurrency (0: the adaptive limit):
 //
-//	// at shutdown
-//	r := learned.Rates{Written: time.Now(), Limit: limit, Grace: grace, Margin: margin,
-//		Steps: learned.StepsOf(step.Phase())}
-//	r.FromEstimator(estimator)
-//	r.FromReport(preserved, last) // the learned limit; the one before when this drain learned none
-//	err := r.Write(filepath.Join(stateDir, learned.File))
-//
-//	// at start
-//	prior, cfg := configured, pause.Config{} // the adaptive limit, from 8
-//	if last, err := learned.Read(filepath.Join(stateDir, learned.File)); err == nil {
-//		if last.Estimate > 0 {
-//			prior = last.Estimate
-//		}
-//		if last.LearnedLimit > 0 { // checked against the estimate by the first epoch
-//			cfg.Limit, cfg.MaxLimit = min(last.LearnedLimit, ceiling), ceiling
+//	start := learned.Server{Dir: stateDir, Concurrency: concurrency, Ceiling: 32,
+//		Prior: configured, Logger: logger}.Start()
+//	err := build(start.Config()) // the Preserver's Limit, MaxLimit and Estimator
+//	if err != nil {
+//		if cold, ok := start.Cold(err); ok { // what was learned no longer fits: set aside
+//			err = build(cold)
 //		}
 //	}
-//	cfg.Estimator = deadline.NewEstimator(prior)
+//	// ... after the shutdown's Run:
+//	start.Save(rep, budget, steps)
+//
+// Start never fails: a missing or unreadable file is a cold start (the
+// Estimator from Prior, the limit from 8), logged. An adaptive start takes
+// the level the last shutdown learned, capped at the ceiling, with the
+// estimate its first epoch checks it against:
+// pause.Config{Limit: learned, MaxLimit: 32, Estimator: deadline.NewEstimator(estimate)}.
 //
 // A server whose limit adapts writes its ceiling too (MaxLimit): drainkit
 // plan then builds the Preserver that server starts (pause.Config{Limit:

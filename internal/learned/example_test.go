@@ -1,12 +1,15 @@
 package learned_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -38,46 +41,41 @@ func Example() {
 	// Output: 250ms 40 32
 }
 
-// teardownStep stands for a drain.Step: it has the plan phase of a step.
-type teardownStep struct{ phase deadline.Phase }
-
-func (s teardownStep) Phase() deadline.Phase { return s.phase }
-
-// The wiring of the package documentation, at shutdown and at start.
+// The wiring of the package documentation: a start from what the last
+// shutdown learned, and the save after this one.
 func Example_wiring() {
 	stateDir, _ := os.MkdirTemp("", "state")
 	defer os.RemoveAll(stateDir)
-	limit, grace, margin := 8, 30*time.Second, 3*time.Second
-	step := teardownStep{deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(time.Second)}}
-	estimator := deadline.NewEstimator(time.Second)
-	estimator.Observe(2 * time.Second)
-	preserved := &pause.Report{Limit: 8} // a drain too short to compare two limits
-	last := &learned.Rates{LearnedLimit: 16}
-	{
-		// at shutdown
-		r := learned.Rates{Written: time.Now(), Limit: limit, Grace: grace, Margin: margin,
-			Steps: learned.StepsOf(step.Phase())}
-		r.FromEstimator(estimator)
-		r.FromReport(preserved, last) // the learned limit; the one before when this drain learned none
-		err := r.Write(filepath.Join(stateDir, learned.File))
+	last := learned.Rates{Written: time.Now(), Estimate: 2 * time.Second, Observations: 40, Limit: 32, LearnedLimit: 16, MaxLimit: 32}
+	if err := last.Write(filepath.Join(stateDir, learned.File)); err != nil {
 		fmt.Println(err)
+		return
 	}
-	configured, ceiling := 500*time.Millisecond, 32
-	{
-		// at start
-		prior, cfg := configured, pause.Config{} // the adaptive limit, from 8
-		if last, err := learned.Read(filepath.Join(stateDir, learned.File)); err == nil {
-			if last.Estimate > 0 {
-				prior = last.Estimate
-			}
-			if last.LearnedLimit > 0 { // checked against the estimate by the first epoch
-				cfg.Limit, cfg.MaxLimit = min(last.LearnedLimit, ceiling), ceiling
-			}
+	concurrency, configured, logger := 0, 500*time.Millisecond, slog.New(slog.DiscardHandler)
+	budget, _ := deadline.New(30*time.Second, deadline.Config{})
+	var preserver *pause.Preserver
+	build := func(cfg pause.Config) (err error) {
+		preserver, err = pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }), cfg)
+		return err
+	}
+	var steps []drain.Step
+	rep := &drain.Report{Preserve: &pause.Report{Limit: 8}} // a drain too short to compare two limits
+
+	start := learned.Server{Dir: stateDir, Concurrency: concurrency, Ceiling: 32,
+		Prior: configured, Logger: logger}.Start()
+	err := build(start.Config()) // the Preserver's Limit, MaxLimit and Estimator
+	if err != nil {
+		if cold, ok := start.Cold(err); ok { // what was learned no longer fits: set aside
+			err = build(cold)
 		}
-		cfg.Estimator = deadline.NewEstimator(prior)
-		fmt.Println(cfg.Limit, cfg.MaxLimit, cfg.Estimator.Estimate())
 	}
+	// ... after the shutdown's Run:
+	start.Save(rep, budget, steps)
+
+	fmt.Println(err, preserver.Limit(), preserver.Estimator().Estimate())
+	saved, _ := learned.Read(filepath.Join(stateDir, learned.File))
+	fmt.Println(saved.Limit, saved.LearnedLimit, saved.MaxLimit)
 	// Output:
-	// <nil>
-	// 16 32 2s
+	// <nil> 8 2s
+	// 8 16 32
 }

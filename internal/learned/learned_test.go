@@ -1,6 +1,10 @@
 package learned_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -111,4 +116,86 @@ func TestFromReportKeepsTheLastLearnedLimit(t *testing.T) {
 		assert.Equal(t, tc.limit, r.Limit, tc.name)
 		assert.Equal(t, tc.learn, r.LearnedLimit, tc.name)
 	}
+}
+
+// A Server's start: from what was learned when a file is there and valid
+// (the learned level capped at the ceiling, only when the limit adapts),
+// cold otherwise (the Estimator from Prior, the limit from 8 or fixed),
+// and never an error.
+func TestServerStartsFromWhatWasLearnedOrCold(t *testing.T) {
+	dir := t.TempDir()
+	r := learned.Rates{Estimate: 2 * time.Second, Observations: 40, LearnedLimit: 64, MaxLimit: 64}
+	require.NoError(t, r.Write(filepath.Join(dir, learned.File)))
+	bad := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bad, learned.File), []byte("{"), 0o600))
+	for _, tc := range []struct {
+		name            string
+		srv             learned.Server
+		limit, maxLimit int
+		estimate        time.Duration
+	}{
+		{"adaptive, learned level capped", learned.Server{Dir: dir, Ceiling: 32, Prior: time.Second}, 32, 32, 2 * time.Second},
+		{"fixed: the estimate only", learned.Server{Dir: dir, Concurrency: 4, Prior: time.Second}, 4, 0, 2 * time.Second},
+		{"no directory", learned.Server{Prior: 300 * time.Millisecond}, 0, 32, 300 * time.Millisecond},
+		{"no file", learned.Server{Dir: t.TempDir(), Concurrency: 4}, 4, 0, time.Second},
+		{"unreadable file", learned.Server{Dir: bad, Ceiling: 16, Prior: time.Second}, 0, 16, time.Second},
+	} {
+		cfg := tc.srv.Start().Config()
+		assert.Equal(t, tc.limit, cfg.Limit, tc.name)
+		assert.Equal(t, tc.maxLimit, cfg.MaxLimit, tc.name)
+		assert.Equal(t, tc.estimate, cfg.Estimator.Estimate(), tc.name)
+		_, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }), cfg)
+		assert.NoError(t, err, "%s: a Config pause takes", tc.name)
+	}
+}
+
+// What was learned is set aside when its Config does not fit (Cold), and
+// only then: a start that used nothing learned has nothing to set aside,
+// and the error is the server's configuration's.
+func TestColdSetsWhatWasLearnedAside(t *testing.T) {
+	dir := t.TempDir()
+	r := learned.Rates{Estimate: 26 * time.Second, LearnedLimit: 16}
+	require.NoError(t, r.Write(filepath.Join(dir, learned.File)))
+	var logs bytes.Buffer
+	st := learned.Server{Dir: dir, Prior: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+	assert.Equal(t, 16, st.Config().Limit)
+	cold, ok := st.Cold(errors.New("does not fit"))
+	require.True(t, ok)
+	assert.Zero(t, cold.Limit, "adaptive from 8")
+	assert.Equal(t, time.Second, cold.Estimator.Estimate())
+	assert.Contains(t, logs.String(), "learned estimate does not fit the grace period")
+	assert.Contains(t, logs.String(), "estimate=26s")
+	_, ok = st.Cold(errors.New("again"))
+	assert.False(t, ok, "already cold")
+
+	_, ok = learned.Server{Dir: t.TempDir()}.Start().Cold(errors.New("the flags"))
+	assert.False(t, ok, "nothing learned to set aside")
+}
+
+// Save writes what the shutdown learned, keeping the last shutdown's
+// learned level when this one learned none; without a Dir it writes
+// nothing.
+func TestSaveKeepsTheLastLearnedLevel(t *testing.T) {
+	dir := t.TempDir()
+	r := learned.Rates{Estimate: 2 * time.Second, LearnedLimit: 16, MaxLimit: 32}
+	require.NoError(t, r.Write(filepath.Join(dir, learned.File)))
+	budget, err := deadline.New(30*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	st := learned.Server{Dir: dir}.Start()
+	cfg := st.Config()
+	cfg.Estimator.Observe(time.Second)
+	step := drain.NewStep(deadline.Phase{Name: "http", Reserve: deadline.Fixed(time.Second)}, func(context.Context) (any, error) { return nil, nil })
+	st.Save(&drain.Report{Preserve: &pause.Report{Limit: 8}}, budget, []drain.Step{step})
+	got, err := learned.Read(filepath.Join(dir, learned.File))
+	require.NoError(t, err)
+	assert.Equal(t, 16, got.LearnedLimit, "this drain learned none")
+	assert.Equal(t, 8, got.Limit)
+	assert.Equal(t, 32, got.MaxLimit)
+	assert.Equal(t, 1, got.Observations)
+	assert.Equal(t, 30*time.Second, got.Grace)
+	assert.Equal(t, []learned.Step{{Name: "http", Reserve: time.Second}}, got.Steps)
+
+	none := learned.Server{}.Start()
+	none.Config()
+	none.Save(nil, budget, nil) // nowhere to write: nothing happens
 }

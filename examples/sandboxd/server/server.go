@@ -51,10 +51,10 @@ type Server struct {
 	// est estimates one preserve; it starts from STATE_DIR/learned-rates.json
 	// when an earlier shutdown wrote one, and is saved there at shutdown.
 	est *deadline.Estimator
-	// last is what the last shutdown learned (nil: nothing readable); its learned
-	// concurrency is kept when this one learns none.
-	last  *learned.Rates
-	steps []drain.Step
+	// learned is the start from what the last shutdown learned, and saves what
+	// this one learns.
+	learned *learned.Start
+	steps   []drain.Step
 	// meters feeds GET /metrics: the OpenTelemetry metrics in Prometheus's format.
 	meters  *sdkmetric.MeterProvider
 	metrics http.Handler
@@ -161,18 +161,9 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 		return fmt.Errorf("-grace: %w", err)
 	}
 	pod := s.pod()
-	build := func(prior time.Duration, limit int) error {
-		s.est = deadline.NewEstimator(prior)
-		pc := pause.Config{
-			Limit:     s.cfg.Concurrency,
-			Permanent: diskBroken, // retrying cannot help: do not burn the window
-			Estimator: s.est,
-		}
-		if s.cfg.Concurrency == 0 && limit > 0 {
-			// Adaptive, from the level the last shutdown learned: its first epoch runs
-			// where a cold one does and checks it against the learned estimate.
-			pc.Limit, pc.MaxLimit = limit, MaxConcurrency
-		}
+	build := func(pc pause.Config) error {
+		s.est = pc.Estimator
+		pc.Permanent = diskBroken // retrying cannot help: do not burn the window
 		s.drainer, err = drain.New(drain.Config{
 			Budget:        budget,
 			Gate:          &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
@@ -186,17 +177,20 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 		})
 		return err
 	}
-	prior, limit := s.learnedStart()
-	err = build(prior, limit)
-	if err != nil && (prior != s.cfg.PauseEstimate() || limit > 0) {
+	// From what the last shutdown learned: the estimate of a pause and, adaptive, the
+	// level its first epoch checks against that estimate.
+	s.learned = learned.Server{Dir: s.cfg.StateDir, Concurrency: s.cfg.Concurrency, Ceiling: MaxConcurrency,
+		Prior: s.cfg.PauseEstimate(), Logger: s.logger}.Start()
+	err = build(s.learned.Config())
+	if err != nil {
 		// What was learned is a prior, never a reason not to start: when one round of the
 		// learned estimate no longer fits the grace (the last shutdown's pauses took most
 		// of its window, or the grace was shortened since), failing here would fail every
 		// start, the file being rewritten only at a shutdown, and serve none of the
 		// sandboxes until it was removed by hand.
-		s.logger.Warn("learned estimate does not fit the grace period; starting from -pause-latency",
-			"estimate", prior, "learned_concurrency", limit, "pause_latency", s.cfg.PauseEstimate(), "error", err)
-		err = build(s.cfg.PauseEstimate(), 0)
+		if cold, ok := s.learned.Cold(err); ok {
+			err = build(cold)
+		}
 	}
 	if err != nil { // the flags' plan does not fit: name the flags, not drain's Config
 		return usageError{fmt.Errorf("-grace %v is too short for one round of pauses of -pause-latency %v and the steps' reserves: %w",
@@ -258,7 +252,7 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	}
 	// The Report first: Close may take seconds (with runsc it force-deletes every sandbox
 	// not preserved), and the drain left only its headroom before SIGKILL.
-	s.writeRates(rep)
+	s.learned.Save(rep, s.drainer.Budget(), s.steps)
 	err := s.writeReport(rep)
 	s.writeTerminationMessage(rep, err)
 	s.Close()
@@ -281,61 +275,6 @@ func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr error) {
 	case wrote:
 		s.logger.Info("termination message written", "file", path)
 	}
-}
-
-// learnedStart is where the estimate of one preserve and the adaptive limit start: what
-// the last shutdown learned (STATE_DIR/learned-rates.json), or else the configured
-// PauseEstimate and no learned concurrency (a cold start). A learned concurrency above
-// MaxConcurrency is capped, and one is used only with -concurrency 0. buildDrainer starts
-// from neither when one round of the learned estimate does not fit the grace period.
-func (s *Server) learnedStart() (time.Duration, int) {
-	path := filepath.Join(s.cfg.StateDir, learned.File)
-	r, err := learned.Read(path)
-	switch {
-	case errors.Is(err, learned.ErrNone):
-		return s.cfg.PauseEstimate(), 0
-	case err != nil:
-		s.logger.Warn("learned rates unreadable; starting from -pause-latency", "error", err)
-		return s.cfg.PauseEstimate(), 0
-	}
-	s.last = r
-	prior, limit := r.Estimate, min(r.LearnedLimit, MaxConcurrency)
-	if prior <= 0 {
-		prior, limit = s.cfg.PauseEstimate(), 0 // the learned level is checked against the learned estimate
-	}
-	if s.cfg.Concurrency > 0 {
-		limit = 0 // fixed by the flag
-	}
-	s.logger.Info("learned rates loaded", "file", path, "estimate", r.Estimate,
-		"observations", r.Observations, "learned_concurrency", r.LearnedLimit, "written", r.Written)
-	return prior, limit
-}
-
-// writeRates saves what this process learned for the next one and for drainkit plan:
-// the estimate of one preserve, the concurrency, the budget and the steps' reserves. A
-// failure is logged, never fatal: the Report matters more.
-func (s *Server) writeRates(rep *drain.Report) {
-	b := s.drainer.Budget()
-	r := learned.Rates{Written: time.Now(), Limit: s.cfg.Concurrency, Grace: b.Grace(), Margin: b.Margin()}
-	if s.cfg.Concurrency == 0 {
-		r.MaxLimit = MaxConcurrency // adaptive: drainkit plan predicts the Preserver's start from it
-	}
-	var preserved *pause.Report
-	if rep != nil {
-		preserved = rep.Preserve
-	}
-	r.FromReport(preserved, s.last) // a shutdown that learned no concurrency keeps the last one's
-	r.FromEstimator(s.est)
-	for _, st := range s.steps {
-		r.Steps = append(r.Steps, learned.StepsOf(st.Phase())...)
-	}
-	path := filepath.Join(s.cfg.StateDir, learned.File)
-	if err := r.Write(path); err != nil {
-		s.logger.Warn("learned rates not saved", "file", path, "error", err)
-		return
-	}
-	s.logger.Info("learned rates saved", "file", path, "estimate", r.Estimate, "observations", r.Observations,
-		"limit", r.Limit, "learned_concurrency", r.LearnedLimit)
 }
 
 // Close releases what New started: the timeout timers, the listener, the device daemon
