@@ -33,6 +33,10 @@
 // A file written before LearnedLimit existed (only limit) still reads: its
 // LearnedLimit is zero, and the server starts its limit cold, since the
 // limit at the end of a shutdown may be a probe or a start that measured
-// nothing; one written before MaxLimit existed is planned as a fixed limit
-// at Limit, as it was then.
+// nothing. A level is kept with the estimate it was learned with
+// (LearnedEstimate): a later drain at a fixed limit measures its preserves
+// at that limit and must not hand the level on with its own estimate. The
+// file says the running server's limit: Start rewrites Limit and MaxLimit
+// when the server's -concurrency says otherwise (a file from a build
+// before MaxLimit, planned as a fixed limit, or a changed flag).
 package learned

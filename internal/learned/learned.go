@@ -47,12 +47,22 @@ type Rates struct {
 	// limit from it with the Estimate beside it (pause.Config.Limit with a
 	// MaxLimit): the first epoch checks it against that estimate.
 	LearnedLimit int `json:"learned_limit,omitempty"`
+	// LearnedEstimate is the Estimate of the shutdown that learned
+	// LearnedLimit, kept with it: what the next adaptive start's first
+	// epoch checks the level against. A later shutdown at a fixed limit
+	// measures its preserves at that limit, not at the level, and writes
+	// its own Estimate beside it. Zero in a file written before the field
+	// existed: see Level.
+	LearnedEstimate time.Duration `json:"learned_estimate_ns,omitempty"`
 	// MaxLimit is the ceiling of the server's adaptive limit
 	// (pause.Config.MaxLimit): set, the server adapts, and its next drain
 	// starts as pause.Config{Limit: LearnedLimit, MaxLimit: MaxLimit}
 	// does (the Preserver's start, then the learned level), which drainkit
-	// plan predicts; zero, the server's limit is fixed at Limit, as in a
-	// file written before the field existed.
+	// plan predicts; zero, the server's limit is fixed at Limit. It is the
+	// running server's: written at shutdown, and rewritten at a server's
+	// start (Server.Start) when its -concurrency says otherwise, as after
+	// an upgrade from a build that wrote no MaxLimit (only limit) or a
+	// change of the flag.
 	MaxLimit int `json:"max_limit,omitempty"`
 	// Grace and Margin are the budget's: the grace period the server was
 	// started with and the margin it keeps before SIGKILL.
@@ -71,22 +81,42 @@ type Step struct {
 }
 
 // FromReport sets LearnedLimit from the Report of the shutdown's
-// Preserver (nil: none ran), keeping the one learned before (prev, the
-// file read at start; nil: none) when this shutdown learned none, and
-// Limit from the Report's limit at the end when there is one.
+// Preserver (nil: none ran), with r.Estimate as its LearnedEstimate (call
+// FromEstimator first), keeping the level learned before and its estimate
+// (prev's Level; prev is the file read at start, nil: none) when this
+// shutdown learned none, and Limit from the Report's limit at the end when
+// there is one.
 func (r *Rates) FromReport(rep *pause.Report, prev *Rates) {
 	if prev != nil {
-		r.LearnedLimit = prev.LearnedLimit
+		r.LearnedLimit, r.LearnedEstimate = prev.Level()
 	}
 	if rep == nil {
 		return
 	}
 	if rep.LearnedLimit > 0 {
-		r.LearnedLimit = rep.LearnedLimit
+		r.LearnedLimit, r.LearnedEstimate = rep.LearnedLimit, r.Estimate
 	}
 	if rep.Limit > 0 {
 		r.Limit = rep.Limit
 	}
+}
+
+// Level returns the concurrency learned best and the estimate of one
+// preserve it was learned with, which an adaptive start's first epoch
+// checks it against; 0 and 0 when none was learned, or when no estimate
+// measured at the level is known: a file written before LearnedEstimate
+// existed has one only when its writer adapted (MaxLimit), and its
+// Estimate then is an adaptive drain's.
+func (r *Rates) Level() (int, time.Duration) {
+	switch {
+	case r.LearnedLimit <= 0:
+		return 0, 0
+	case r.LearnedEstimate > 0:
+		return r.LearnedLimit, r.LearnedEstimate
+	case r.MaxLimit > 0 && r.Estimate > 0:
+		return r.LearnedLimit, r.Estimate
+	}
+	return 0, 0
 }
 
 // FromEstimator fills the estimate fields from e.
@@ -174,6 +204,8 @@ func Read(path string) (*Rates, error) {
 		return nil, fmt.Errorf("%s: limit is negative", path)
 	case r.LearnedLimit < 0:
 		return nil, fmt.Errorf("%s: learned_limit is negative", path)
+	case r.LearnedEstimate < 0:
+		return nil, fmt.Errorf("%s: learned_estimate_ns is negative", path)
 	case r.MaxLimit < 0:
 		return nil, fmt.Errorf("%s: max_limit is negative (0: a fixed limit)", path)
 	case r.Grace < 0 || r.Margin < 0:

@@ -54,15 +54,16 @@ func TestReadSaysWhatIsWrong(t *testing.T) {
 	_, err := learned.Read(filepath.Join(dir, "none.json"))
 	assert.ErrorIs(t, err, learned.ErrNone)
 	for body, says := range map[string]string{
-		`{`:                     "unexpected end of JSON",
-		`{"estimate_ns": -1}`:   "estimate_ns is negative",
-		`{"limit": -2}`:         "limit is negative",
-		`{"learned_limit": -2}`: "learned_limit is negative",
-		`{"max_limit": -32}`:    "max_limit is negative",
-		`{"grace_ns": -5}`:      "grace_ns and margin_ns",
-		`{"mean_ns": -3}`:       "mean_ns is negative",
-		`{"p90_ns": -4}`:        "p90_ns is negative",
-		`{"observations": -1}`:  "observations is negative",
+		`{`:                           "unexpected end of JSON",
+		`{"estimate_ns": -1}`:         "estimate_ns is negative",
+		`{"limit": -2}`:               "limit is negative",
+		`{"learned_limit": -2}`:       "learned_limit is negative",
+		`{"learned_estimate_ns": -2}`: "learned_estimate_ns is negative",
+		`{"max_limit": -32}`:          "max_limit is negative",
+		`{"grace_ns": -5}`:            "grace_ns and margin_ns",
+		`{"mean_ns": -3}`:             "mean_ns is negative",
+		`{"p90_ns": -4}`:              "p90_ns is negative",
+		`{"observations": -1}`:        "observations is negative",
 		`{"steps": [{"name": "", "reserve_ns": 1}]}`: "steps[0] needs a name",
 	} {
 		f := filepath.Join(dir, "r.json")
@@ -95,26 +96,52 @@ func TestOldFileWithOnlyLimitLoadsWithNoLearnedLimit(t *testing.T) {
 	assert.Contains(t, err.Error(), path)
 }
 
-// FromReport keeps what the shutdown's Preserver learned, or, when it
-// learned nothing (a fixed limit, a drain too short to compare two
-// limits, no Preserver at all), what the shutdown before it learned.
+// FromReport keeps what the shutdown's Preserver learned, with the
+// shutdown's estimate, or, when it learned nothing (a fixed limit, a drain
+// too short to compare two limits, no Preserver at all), what the shutdown
+// before it learned, with the estimate that level was learned with.
 func TestFromReportKeepsTheLastLearnedLimit(t *testing.T) {
-	prev := &learned.Rates{LearnedLimit: 16, Limit: 20}
+	prev := &learned.Rates{LearnedLimit: 16, LearnedEstimate: 2 * time.Second, Limit: 20}
 	for _, tc := range []struct {
 		name         string
 		rep          *pause.Report
 		prev         *learned.Rates
 		limit, learn int
+		estimate     time.Duration
 	}{
-		{"learned", &pause.Report{Limit: 40, LearnedLimit: 32}, prev, 40, 32},
-		{"learned none", &pause.Report{Limit: 8}, prev, 8, 16},
-		{"no preserver", nil, prev, 4, 16},
-		{"nothing before", &pause.Report{Limit: 8}, nil, 8, 0},
+		{"learned", &pause.Report{Limit: 40, LearnedLimit: 32}, prev, 40, 32, time.Second},
+		{"learned none", &pause.Report{Limit: 8}, prev, 8, 16, 2 * time.Second},
+		{"no preserver", nil, prev, 4, 16, 2 * time.Second},
+		{"nothing before", &pause.Report{Limit: 8}, nil, 8, 0, 0},
 	} {
-		r := learned.Rates{Limit: 4}
+		r := learned.Rates{Limit: 4, Estimate: time.Second}
 		r.FromReport(tc.rep, tc.prev)
 		assert.Equal(t, tc.limit, r.Limit, tc.name)
 		assert.Equal(t, tc.learn, r.LearnedLimit, tc.name)
+		assert.Equal(t, tc.estimate, r.LearnedEstimate, tc.name)
+	}
+}
+
+// The estimate a learned level is checked against is the one it was
+// learned with. A file written before learned_estimate_ns has it only when
+// its writer adapted (max_limit): then its estimate is an adaptive
+// drain's; a fixed writer's was measured at its fixed limit, and its level
+// is set aside.
+func TestLevelComesWithTheEstimateItWasLearnedWith(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		r        learned.Rates
+		level    int
+		estimate time.Duration
+	}{
+		{"kept with its estimate", learned.Rates{Estimate: time.Second, LearnedLimit: 16, LearnedEstimate: 3 * time.Second}, 16, 3 * time.Second},
+		{"before the field, adaptive writer", learned.Rates{Estimate: time.Second, LearnedLimit: 16, MaxLimit: 32}, 16, time.Second},
+		{"before the field, fixed writer", learned.Rates{Estimate: time.Second, LearnedLimit: 16, Limit: 4}, 0, 0},
+		{"none learned", learned.Rates{Estimate: time.Second, MaxLimit: 32}, 0, 0},
+	} {
+		level, est := tc.r.Level()
+		assert.Equal(t, tc.level, level, tc.name)
+		assert.Equal(t, tc.estimate, est, tc.name)
 	}
 }
 
@@ -154,7 +181,7 @@ func TestServerStartsFromWhatWasLearnedOrCold(t *testing.T) {
 // and the error is the server's configuration's.
 func TestColdSetsWhatWasLearnedAside(t *testing.T) {
 	dir := t.TempDir()
-	r := learned.Rates{Estimate: 26 * time.Second, LearnedLimit: 16}
+	r := learned.Rates{Estimate: 26 * time.Second, LearnedLimit: 16, MaxLimit: 32}
 	require.NoError(t, r.Write(filepath.Join(dir, learned.File)))
 	var logs bytes.Buffer
 	st := learned.Server{Dir: dir, Prior: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()

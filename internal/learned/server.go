@@ -57,7 +57,11 @@ func cmp0[T int | time.Duration](v, def T) T {
 // Start reads what the last shutdown learned (Dir's File) and returns the
 // server's start from it. A missing file, or no Dir, is a cold start; so
 // is a file that cannot be read or is not valid rates, logged: what was
-// learned never fails a server's start.
+// learned never fails a server's start. A file whose limit is not this
+// server's (fixed at another Limit, or adaptive where this one is fixed,
+// or the other way round) is rewritten with this server's, keeping what
+// was learned, so that drainkit plan predicts this server's next drain; a
+// failure to rewrite it is logged.
 func (s Server) Start() *Start {
 	st := &Start{srv: s, log: s.Logger}
 	if st.log == nil {
@@ -78,7 +82,31 @@ func (s Server) Start() *Start {
 	st.last = r
 	st.log.Info("learned rates loaded", "file", path, "estimate", r.Estimate,
 		"observations", r.Observations, "learned_concurrency", r.LearnedLimit, "written", r.Written)
+	st.recordLimit(path)
 	return st
+}
+
+// recordLimit rewrites the file at path when its limit (fixed at Limit, or
+// adaptive up to MaxLimit) is not this server's, keeping what was learned:
+// drainkit plan predicts the next drain from the file, and the next drain
+// is this server's, not the one's that wrote the file (a build before
+// max_limit, a fixed -concurrency since changed). A failure is logged.
+func (st *Start) recordLimit(path string) {
+	r := *st.last
+	if st.srv.Concurrency > 0 {
+		r.Limit, r.MaxLimit = st.srv.Concurrency, 0
+	} else {
+		r.MaxLimit = st.srv.ceiling()
+	}
+	if r.Limit == st.last.Limit && r.MaxLimit == st.last.MaxLimit {
+		return
+	}
+	if err := r.Write(path); err != nil {
+		st.log.Warn("learned rates: this server's limit not recorded", "file", path, "error", err)
+		return
+	}
+	st.log.Info("learned rates: this server's limit recorded for the next drain", "file", path,
+		"limit", r.Limit, "max_limit", r.MaxLimit, "was_limit", st.last.Limit, "was_max_limit", st.last.MaxLimit)
 }
 
 // A Start is a server's start from what its last shutdown learned, until
@@ -93,16 +121,21 @@ type Start struct {
 }
 
 // Config returns the Preserver's Limit, MaxLimit and Estimator (the
-// caller sets the other fields): the Estimator starts from the learned
-// estimate of one preserve, else from Prior; a fixed Concurrency is the
-// Limit; an adaptive one (0) starts from the learned level, capped at
-// Ceiling, as pause.Config{Limit: level, MaxLimit: Ceiling}, or cold from
-// 8 when none was learned. Each call makes a new Estimator, the one Save
-// reads.
+// caller sets the other fields). A fixed Concurrency is the Limit, and the
+// Estimator starts from the last shutdown's estimate of one preserve, else
+// from Prior. An adaptive one (0) starts from the level learned (Level),
+// capped at Ceiling, as pause.Config{Limit: level, MaxLimit: Ceiling},
+// with the Estimator from the estimate that level was learned with, which
+// its first epoch checks the level against; with no level, cold from 8,
+// the Estimator as for a fixed limit. Each call makes a new Estimator, the
+// one Save reads.
 func (st *Start) Config() pause.Config {
 	prior, level := st.srv.prior(), 0
 	if st.learned() {
-		prior, level = st.last.Estimate, min(st.last.LearnedLimit, st.srv.ceiling())
+		prior = st.last.Estimate
+		if lv, est := st.last.Level(); lv > 0 && st.srv.Concurrency == 0 {
+			prior, level = est, min(lv, st.srv.ceiling())
+		}
 	}
 	st.est = deadline.NewEstimator(prior)
 	if st.srv.Concurrency > 0 {
@@ -151,10 +184,10 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 	if rep != nil {
 		preserved = rep.Preserve
 	}
-	r.FromReport(preserved, st.last) // a shutdown that learned no concurrency keeps the last one's
 	if st.est != nil {
 		r.FromEstimator(st.est)
 	}
+	r.FromReport(preserved, st.last) // a shutdown that learned no concurrency keeps the last one's, with its estimate
 	for _, s := range steps {
 		r.Steps = append(r.Steps, StepsOf(s.Phase())...)
 	}

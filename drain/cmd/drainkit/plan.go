@@ -364,6 +364,12 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 		if err := in.adaptiveStart(r); err != nil {
 			return err
 		}
+		if level, est := r.Level(); level > 0 && estimate == 0 && est != r.Estimate {
+			// The server's Estimator starts from the estimate the level was learned with
+			// (a drain at a fixed limit since measured its own): the live reserve's.
+			in.estimate, in.mean = est, est
+			in.estimateSrc, in.meanSrc = fmt.Sprintf("the estimate the level %d was learned with", level), "the estimate"
+		}
 	case r != nil && r.Limit > 0:
 		in.limit, in.limitSrc = r.Limit, "learned"
 	default:
@@ -417,8 +423,8 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 // predict (it plans at the start).
 func (in *planInput) adaptiveStart(r *learned.Rates) error {
 	cfg := pause.Config{MaxLimit: r.MaxLimit}
-	if r.LearnedLimit > 0 && r.Estimate > 0 {
-		cfg.Limit = min(r.LearnedLimit, r.MaxLimit)
+	if level, _ := r.Level(); level > 0 {
+		cfg.Limit = min(level, r.MaxLimit)
 	}
 	p, err := pause.New(noSandboxes, cfg)
 	if err != nil {

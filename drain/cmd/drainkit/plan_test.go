@@ -275,3 +275,19 @@ func TestPlanSaysOnWhatTheLearnedLevelIsTaken(t *testing.T) {
 		assert.NotContains(t, row, tc.not, tc.name)
 	}
 }
+
+// An adaptive server's Estimator starts from the estimate its learned level
+// was learned with (learned_estimate_ns), not from the one a drain at a
+// fixed limit measured since (estimate_ns): the plan reserves rounds of
+// that one, as the live plan does at SIGTERM.
+func TestPlanOfAnAdaptiveServerUsesTheEstimateTheLevelWasLearnedWith(t *testing.T) {
+	const est = 452 * time.Millisecond
+	dir := t.TempDir()
+	body := fmt.Sprintf(`{"estimate_ns": 100000000, "mean_ns": 90000000, "observations": 4, "grace_ns": 60000000000, "limit": 4,
+		"learned_limit": 32, "learned_estimate_ns": %d, "max_limit": 32}`, est)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, learned.File), []byte(body), 0o600))
+	code, out, errw := drainkit(t, "plan", "-count", "60", "-state-dir", dir)
+	require.Equal(t, exitOK, code, errw)
+	assert.Regexp(t, `the drain reserves\s+`+regexp.QuoteMeta(secs(8*est))+`\s`, out, "8 rounds of 8 at the level's estimate")
+	assert.Contains(t, out, "the estimate the level 32 was learned with")
+}

@@ -420,3 +420,58 @@ func TestLearnedConcurrencyThatNoLongerFitsDoesNotStopTheStart(t *testing.T) {
 		}
 	}
 }
+
+// A drain at a fixed -concurrency measures its pauses at that limit, not at the level an
+// adaptive drain learned, so it must not hand that level on with its own estimate: the
+// next adaptive start checks the level against the estimate it was learned with (at the
+// knee), and one measured at 4 at once (faster each) would make a first epoch at 8 look
+// past the knee, one measured at 32 would make it look on pace. The fixed drain wrote its
+// own estimate beside the old level, and the next adaptive start took it.
+func TestFixedDrainKeepsTheEstimateTheLevelWasLearnedWith(t *testing.T) {
+	cfg := testConfig(t) // fixed at 4, pauses of 50 ms
+	knee := learned.Rates{Written: time.Now(), Estimate: 300 * time.Millisecond, Mean: 280 * time.Millisecond,
+		P90: 300 * time.Millisecond, Observations: 40, Limit: 16, LearnedLimit: 16, MaxLimit: MaxConcurrency, Grace: cfg.Grace}
+	require.NoError(t, knee.Write(filepath.Join(cfg.StateDir, learned.File)))
+	st := start(t, cfg)
+	for range 4 {
+		createSandbox(t, st.base)
+	}
+	require.Zero(t, st.shutdown(t).Lost())
+	r, err := learned.Read(filepath.Join(cfg.StateDir, learned.File))
+	require.NoError(t, err)
+	assert.Less(t, r.Estimate, knee.Estimate, "the fixed drain's own estimate, for drainkit plan")
+	assert.Equal(t, 16, r.LearnedLimit, "a fixed limit learns none: the last one is kept")
+	assert.Equal(t, knee.Estimate, r.LearnedEstimate, "with the estimate it was learned with")
+
+	cfg.Concurrency = 0
+	st = start(t, cfg)
+	assert.Equal(t, knee.Estimate, st.s.est.Estimate(), "the adaptive start checks the learned level against the estimate it was learned with")
+	st.shutdown(t)
+}
+
+// drainkit plan predicts the next drain from the rates file, and the next drain is the
+// running server's: a server whose limit adapts records so at start (max_limit) when the
+// file says otherwise, as one written by a fixed -concurrency or before max_limit existed
+// (only limit) does. Until the server's next shutdown rewrote the file, plan planned an
+// adaptive sandboxd as fixed at the file's limit: after an upgrade to the adaptive
+// default, or a change of -concurrency.
+func TestStartRecordsWhetherTheLimitAdapts(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Concurrency = 0
+	old := learned.Rates{Written: time.Now(), Estimate: 50 * time.Millisecond, Observations: 8, Limit: 4, Grace: cfg.Grace}
+	require.NoError(t, old.Write(filepath.Join(cfg.StateDir, learned.File)))
+	st := start(t, cfg)
+	r, err := learned.Read(filepath.Join(cfg.StateDir, learned.File))
+	require.NoError(t, err)
+	assert.Equal(t, MaxConcurrency, r.MaxLimit, "adaptive: the ceiling, for drainkit plan, before any shutdown")
+	assert.Equal(t, old.Estimate, r.Estimate, "what was learned is kept")
+	st.shutdown(t)
+
+	cfg.Concurrency = 3
+	st = start(t, cfg)
+	r, err = learned.Read(filepath.Join(cfg.StateDir, learned.File))
+	require.NoError(t, err)
+	assert.Zero(t, r.MaxLimit, "fixed")
+	assert.Equal(t, 3, r.Limit, "at -concurrency")
+	st.shutdown(t)
+}
