@@ -6,7 +6,10 @@
 //
 // On SIGTERM: Run and Restore answer codes.Unavailable while Checkpoint stays allowed (an
 // actor may still suspend itself); every live sandbox is checkpointed in parallel inside
-// the budget the grace period leaves (not a fixed minute); a sandbox that could not be
+// the budget the grace period leaves (not a fixed minute), as many at once as the node
+// takes (-concurrency 0, the default: the adaptive limit, from the level the last
+// shutdown learned, kept in STATE_DIR/learned-rates.json with the estimate of a
+// checkpoint; -concurrency N fixes it); a sandbox that could not be
 // checkpointed gets SIGTERM, a bounded grace and SIGKILL (escalate.Policy), where a failed
 // `runsc wait` is never mistaken for an exit; gRPC GracefulStop is bounded and followed by
 // Stop. The Report goes to STATE_DIR/last-shutdown.json, and its summary to the

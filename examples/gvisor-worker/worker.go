@@ -26,6 +26,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/statedir"
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/escalate"
@@ -36,9 +37,13 @@ type config struct {
 	Socket string
 	// Listen, set, is a TCP address to serve gRPC on instead of Socket (-listen): under
 	// gVisor a Unix socket on a hostPath is the sandbox's own, out of the host's reach.
-	Listen       string
-	StateDir     string
-	Grace        time.Duration
+	Listen   string
+	StateDir string
+	Grace    time.Duration
+	// Concurrency is how many checkpoints run at once at shutdown (-concurrency): n > 0
+	// fixes it; 0, the default, lets pause's adaptive limit find it (between 1 and
+	// maxConcurrency), from the level the last shutdown learned (STATE_DIR/learned-rates.json),
+	// which its first epoch checks against the estimate that level was learned with.
 	Concurrency  int
 	Runtime      string
 	PauseLatency time.Duration
@@ -55,7 +60,7 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs.StringVar(&c.Listen, "listen", "", "TCP address to serve gRPC on instead of -socket, e.g. 127.0.0.1:7070")
 	fs.StringVar(&c.StateDir, "state-dir", "", "directory for sandboxes, checkpoints and records (required)")
 	fs.DurationVar(&c.Grace, "grace", 30*time.Second, "the pod's termination grace period")
-	fs.IntVar(&c.Concurrency, "concurrency", 4, "checkpoints run at once at shutdown")
+	fs.IntVar(&c.Concurrency, "concurrency", 0, "checkpoints run at once at shutdown: n > 0 fixes it; 0 (the default) adapts, between 1 and 32, from what the last shutdown learned ("+learned.File+" in -state-dir)")
 	fs.StringVar(&c.Runtime, "runtime", "runsc", "runsc, or fake for in-process sandboxes")
 	fs.DurationVar(&c.PauseLatency, "pause-latency", 2*time.Second, "how long a fake checkpoint takes; with runsc, the first estimate")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
@@ -72,8 +77,8 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 		return c, errors.New("-state-dir is required")
 	case c.Grace < 2*time.Second:
 		return c, fmt.Errorf("-grace %v is below the kubelet's 2 s minimum", c.Grace)
-	case c.Concurrency < 1:
-		return c, fmt.Errorf("-concurrency %d is below 1", c.Concurrency)
+	case c.Concurrency < 0:
+		return c, fmt.Errorf("-concurrency %d is negative (0 adapts)", c.Concurrency)
 	case c.Runtime != "runsc" && c.Runtime != "fake":
 		return c, fmt.Errorf("-runtime %q: want runsc or fake", c.Runtime)
 	case c.PauseLatency <= 0:
@@ -100,7 +105,15 @@ type Worker struct {
 	ln      net.Listener
 	// lock makes the state directory this process's alone until close.
 	lock *statedir.Lock
+	// learned is the start from what the last shutdown learned, and saves what this
+	// one learns; steps are the teardown steps, whose reserves it saves.
+	learned *learned.Start
+	steps   []drain.Step
+	est     *deadline.Estimator // the Preserver's: it starts from what was learned
 }
+
+// maxConcurrency is the ceiling of the adaptive limit (-concurrency 0): pause's own.
+const maxConcurrency = 32
 
 // newWorker loads the checkpointed sandboxes, builds the Drainer and listens.
 func newWorker(cfg config, logger *slog.Logger) (*Worker, error) {
@@ -198,18 +211,35 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 	if err != nil {
 		return fmt.Errorf("-grace: %w", err)
 	}
-	w.drainer, err = drain.New(drain.Config{
-		Budget:    budget,
-		Gate:      gate,
-		Sandboxes: pause.ListFunc(w.node.Running),
-		Pause:     pause.Config{Limit: w.cfg.Concurrency, Estimator: deadline.NewEstimator(w.cfg.PauseLatency)},
-		Steps: []drain.Step{
-			drain.NewStep(deadline.Phase{Name: "escalate", Reserve: deadline.Fixed(clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second))},
-				func(ctx context.Context) (any, error) { return nil, w.escalate(ctx) }),
-			draingrpc.Step("grpc", w.grpc, gate, clamp(w.cfg.Grace/40, 500*time.Millisecond, 5*time.Second)),
-		},
-		Logger: w.logger,
-	})
+	w.steps = []drain.Step{
+		drain.NewStep(deadline.Phase{Name: "escalate", Reserve: deadline.Fixed(clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second))},
+			func(ctx context.Context) (any, error) { return nil, w.escalate(ctx) }),
+		draingrpc.Step("grpc", w.grpc, gate, clamp(w.cfg.Grace/40, 500*time.Millisecond, 5*time.Second)),
+	}
+	build := func(pc pause.Config) error {
+		w.est = pc.Estimator
+		w.drainer, err = drain.New(drain.Config{
+			Budget:    budget,
+			Gate:      gate,
+			Sandboxes: pause.ListFunc(w.node.Running),
+			Pause:     pc,
+			Steps:     w.steps,
+			Logger:    w.logger,
+		})
+		return err
+	}
+	// From what the last shutdown learned, as sandboxd and the supervisor start: the
+	// estimate of a checkpoint and, adaptive, the level its first epoch checks against it.
+	w.learned = learned.Server{Dir: w.cfg.StateDir, Concurrency: w.cfg.Concurrency, Ceiling: maxConcurrency,
+		Prior: w.cfg.PauseLatency, Logger: w.logger}.Start()
+	err = build(w.learned.Config())
+	if err != nil {
+		// What was learned is a prior, never a reason not to start (one round of the
+		// learned estimate no longer fits the grace): set aside, with a warning.
+		if cold, ok := w.learned.Cold(err); ok {
+			err = build(cold)
+		}
+	}
 	if err != nil { // the flags' plan does not fit: name the flags, not drain's Config
 		return usageError{fmt.Errorf("-grace %v is too short for one round of checkpoints of -pause-latency %v and the escalate and grpc steps' reserves: %w",
 			w.cfg.Grace, w.cfg.PauseLatency, err)}
@@ -239,6 +269,7 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
 		"checkpointed", w.node.Count(sandbox.Paused))
 	rep := w.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+	w.learned.Save(rep, w.drainer.Budget(), w.steps) // for the next worker and drainkit plan
 	err := w.writeReport(rep)
 	w.close()
 	return rep, err

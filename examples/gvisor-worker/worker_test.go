@@ -23,6 +23,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
@@ -114,7 +115,7 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 	for name, args := range map[string][]string{
 		"-state-dir":     {},
 		"-grace":         {"-state-dir", "d", "-grace", "1s"},
-		"-concurrency":   {"-state-dir", "d", "-concurrency", "0"},
+		"-concurrency":   {"-state-dir", "d", "-concurrency", "-1"},
 		"-runtime":       {"-state-dir", "d", "-runtime", "kvm"},
 		"-pause-latency": {"-state-dir", "d", "-pause-latency", "0s"},
 	} {
@@ -267,4 +268,36 @@ func TestGraceTooShortForThePlanNamesTheFlags(t *testing.T) {
 	code = Main(context.Background(), []string{"-state-dir", t.TempDir(), "-runtime", "fake", "-grace", "4s",
 		"-pause-latency", "10ms", "-socket", filepath.Join(t.TempDir(), "missing", "w.sock")}, io.Discard)
 	assert.Equal(t, 1, code, "with a short checkpoint the plan fits; the missing socket dir is not bad usage")
+}
+
+// Like sandboxd and the supervisor, the worker adapts its concurrency by default and keeps
+// what a shutdown learned in its state directory (learned-rates.json, a hostPath in a
+// pod): the next worker's Estimator starts from the checkpoint time measured, not from
+// -pause-latency, and drainkit plan reads the file. It kept a fixed 4 and nothing.
+func TestWorkerAdaptsAndStartsFromWhatItLearned(t *testing.T) {
+	cfg, err := parseFlags([]string{"-state-dir", t.TempDir(), "-runtime", "fake", "-pause-latency", "50ms"}, io.Discard)
+	require.NoError(t, err)
+	assert.Zero(t, cfg.Concurrency, "adaptive by default")
+	_, c, stop := serveWorker(t, cfg)
+	for range 6 {
+		_, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+	}
+	rep := stop()
+	require.NoError(t, rep.Err())
+	assert.Equal(t, 6, rep.Preserve.Counts[pause.Preserved])
+	r, err := learned.Read(filepath.Join(cfg.StateDir, learned.File))
+	require.NoError(t, err, "the shutdown saved what it learned")
+	assert.Equal(t, 6, r.Observations)
+	assert.Equal(t, maxConcurrency, r.MaxLimit, "adaptive: the ceiling, for drainkit plan")
+	assert.GreaterOrEqual(t, r.Estimate, 50*time.Millisecond, "a checkpoint takes at least the fake latency")
+	assert.Less(t, r.Estimate, time.Second)
+	assert.Equal(t, cfg.Grace, r.Grace)
+	require.Len(t, r.Steps, 2)
+	assert.Equal(t, []string{"escalate", "grpc"}, []string{r.Steps[0].Name, r.Steps[1].Name})
+
+	cfg.PauseLatency = time.Second // what the next start is configured with
+	w, _, stop := serveWorker(t, cfg)
+	assert.Equal(t, r.Estimate, w.est.Estimate(), "the next worker starts from what was learned")
+	stop()
 }
