@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,14 +25,23 @@ type noop string
 func (n noop) ID() string                       { return string(n) }
 func (noop) Preserve(ctx context.Context) error { return nil }
 
-// noops returns n no-op sandboxes and a Lister that returns all of them on
-// every listing.
+// noops returns n no-op sandboxes and a Lister that, as a node would,
+// lists all of them at the first listing of a Run and none at the second,
+// once they are preserved: a Run makes these two listings, so the Lister
+// alternates (a node listing a preserved sandbox again has it preserved
+// again).
 func noops(n int) ([]pause.Sandbox, pause.Lister) {
 	list := make([]pause.Sandbox, n)
 	for i := range list {
 		list[i] = noop("sb-" + strconv.Itoa(i))
 	}
-	return list, pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return list, nil })
+	var listings atomic.Int64
+	return list, pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		if listings.Add(1)%2 == 0 {
+			return nil, nil
+		}
+		return list, nil
+	})
 }
 
 // cost is wall-clock and CPU time (user + system, all threads: workers

@@ -41,8 +41,9 @@
 // Gradient2 (Netflix concurrency-limits) and AIMD do: a preserve's latency
 // grows with its size, so no no-load latency exists to compare with. Transient errors are retried
 // with backoff inside the time left. After a pass it lists again, to catch a
-// sandbox that turned running meanwhile, and stops when a pass finds
-// nothing new.
+// sandbox that turned running meanwhile (also one it preserved and a user
+// resumed: preserved again, and counted in its entry's Relisted), and
+// stops when a pass finds nothing to preserve.
 //
 // Guarantees. No preserve starts after the phase deadline (the deadline of
 // Run's context), and waiting for a slot gives up at it. Running preserves
@@ -66,7 +67,7 @@
 // the metrics drainkit.pause.preserve.duration (histogram, s: from a
 // sandbox's first attempt to its outcome, 5 ms to 2 h buckets),
 // drainkit.pause.sandboxes (counter, {sandbox}, one per sandbox accounted
-// for) and drainkit.pause.preserve.active (up-down counter, {sandbox}: the
+// for, and one more each time a sandbox listed again is) and drainkit.pause.preserve.active (up-down counter, {sandbox}: the
 // preserves running now), by drainkit.pause.outcome where they have one.
 //
 // For runtimes that preserve by signalling (a gVisor actor saves its state

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/drainkit/drainkit/deadline"
 )
 
@@ -116,22 +118,56 @@ func (p *Preserver) Estimator() *deadline.Estimator { return p.cfg.estimator }
 //
 // A pass lists the sandboxes, orders the ones no earlier pass saw, and
 // preserves them; Run lists again after each pass and stops when a pass
-// finds nothing new or the phase deadline has passed. A failed listing is
-// retried with the backoff inside the time left. A sandbox is preserved at
-// most once per Run, even if a later pass lists it again: close admissions
-// (drain's gate) before the Run, so that nothing resumes a preserved
-// sandbox. One that was paused before the Run and resumed during it is new
-// to the Run, and the next pass catches it. The Report has one entry for
-// every sandbox any pass listed.
+// finds nothing to preserve or the phase deadline has passed. A failed
+// listing is retried with the backoff inside the time left. One that was
+// paused before the Run and resumed during it is new to the Run, and the
+// next pass catches it.
+//
+// A sandbox a later pass lists again after it was preserved (or vanished)
+// runs again: a resume the server admitted after its preserve (drain's
+// gate closes a server's admissions before the Run; a supervisor in front
+// of a server cannot), or a listing that lags the pause. Run preserves it
+// again, within the same deadlines, and its entry counts it in Relisted:
+// its Outcome is that of its last preserve, so a sandbox resumed and not
+// preserved again in time is counted lost, never preserved; a preserve
+// again that returns ErrGone (already preserved) leaves it Preserved. One
+// whose preserve failed or timed out is counted lost already and not
+// preserved again. A pass that finds only sandboxes listed again is
+// followed by a wait of Config.BackOff before the next listing (the waits
+// grow while passes find nothing new), so that a lagging listing costs one
+// preserve again per sandbox, not a tight loop; Run stops when the policy
+// stops (the default's 5 minutes) or its wait would end past the phase
+// deadline. So a user resuming a sandbox in a loop cannot keep Run past
+// the phase deadline, and a Run with no deadline over a Lister that lists
+// preserved sandboxes still ends. The preserves again do not feed the
+// Estimator: an instant one (the server had it paused) or one that writes
+// only what changed since a resume says little of a preserve. The Report
+// has one entry for every sandbox any pass listed.
 //
 // Run returns by max(ctx's deadline, hard) at the latest; with neither, it
 // returns when every preserve has.
 func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 	r := p.newRun(ctx, hard)
 	defer r.close()
+	var bo backoff.BackOff // between passes that found only sandboxes listed again
 	for pass := 1; ; pass++ {
-		found := r.pass(pass)
-		if found == 0 || r.phaseOver() {
+		found, again := r.pass(pass)
+		if found+again == 0 || r.phaseOver() {
+			break
+		}
+		if found > 0 {
+			bo = nil
+			continue
+		}
+		// Only sandboxes preserved before, listed again: resumed, or a
+		// listing that lags the pauses. Their preserves may have been
+		// instant (the server had them paused), and listing again at
+		// once would make a tight loop of lagging listings.
+		if bo == nil {
+			bo = r.cfg.newBackOff()
+			bo.Reset()
+		}
+		if !backoffWait(r.ctx, bo.NextBackOff()) {
 			break
 		}
 	}

@@ -31,8 +31,8 @@ type Entry struct {
 	ID       string        `json:"id"`                    // the sandbox's ID
 	Outcome  Outcome       `json:"outcome"`               // what happened to it
 	Pass     int           `json:"pass"`                  // the pass that first listed it, from 1; 0 when only the drain's count listed it
-	Attempts int           `json:"attempts"`              // Preserve calls made
-	Start    time.Time     `json:"start,omitzero"`        // first attempt
+	Attempts int           `json:"attempts"`              // Preserve calls made, across its preserves
+	Start    time.Time     `json:"start,omitzero"`        // first attempt (of its last preserve)
 	End      time.Time     `json:"end,omitzero"`          // when the outcome was decided
 	Duration time.Duration `json:"duration_ns"`           // End - Start, zero if never started
 	Error    string        `json:"error,omitempty"`       // last error
@@ -40,6 +40,11 @@ type Entry struct {
 	Priority int           `json:"priority,omitempty"`    // from Prioritized
 	Estimate time.Duration `json:"estimate_ns,omitempty"` // its own (Estimated), or its size at the rate known when its pass was ordered
 	Size     int64         `json:"size_bytes,omitempty"`  // from Sized
+	// Relisted counts the later passes that listed it again after it was
+	// preserved (or vanished): it was resumed during the Run, or the
+	// listing lagged its pause. Each time it was preserved again, and
+	// Outcome, Start and Duration are those of its last preserve.
+	Relisted int `json:"relisted,omitempty"`
 }
 
 // A Report accounts for every sandbox a Run saw. It is JSON-marshalable.

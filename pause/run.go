@@ -172,10 +172,11 @@ func (r *run) phaseOverAt(now time.Time) bool {
 	return !r.phase.IsZero() && !now.Before(r.phase)
 }
 
-// pass makes one listing pass and returns how many new sandboxes it found.
-func (r *run) pass(n int) int {
+// pass makes one listing pass and returns how many new sandboxes it found,
+// and how many sandboxes it found listed again after their preserve.
+func (r *run) pass(n int) (found, again int) {
 	if n > 1 && r.phaseOver() {
-		return 0
+		return 0, 0
 	}
 	list, err := r.list()
 	r.rep.Passes = n
@@ -183,17 +184,17 @@ func (r *run) pass(n int) int {
 		r.rep.ListErr = err.Error()
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed",
 			slog.Int("pass", n), slog.String("error", err.Error()))
-		return 0
+		return 0, 0
 	}
 	r.listed = true
 	tasks := r.admit(list, n)
 	if len(tasks.all) == 0 {
-		return 0
+		return 0, 0
 	}
 	order, st := r.order(&tasks)
 	if r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
-			slog.Int("pass", n), slog.Int("new", len(tasks.all)), slog.String("order", order.String()),
+			slog.Int("pass", n), slog.Int("new", len(tasks.all)-tasks.again), slog.Int("again", tasks.again), slog.String("order", order.String()),
 			slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
 	}
 	ps := r.newPass(tasks)
@@ -204,7 +205,7 @@ func (r *run) pass(n int) int {
 	r.await(ps)
 	ps.close()
 	r.settle(&tasks)
-	return len(tasks.all)
+	return len(tasks.all) - tasks.again, tasks.again
 }
 
 // A taskList is the tasks of a pass, the order they start in, and what
@@ -227,6 +228,9 @@ type taskList struct {
 	// slice is the Lister's to reuse once admit returns.
 	sbs []Sandbox
 	x   []*taskExtra // as all; nil unless tasks have a bound or a span
+	// again is how many of the tasks are of sandboxes an earlier pass
+	// listed, listed again after their preserve (see listedAgain).
+	again int
 }
 
 // entry returns t's Report entry.
@@ -294,6 +298,7 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 	var backing []task
 	var sbs []Sandbox
 	var flaws map[string]int // this listing's flaws by kind
+	var again map[int32]bool // entries listed again, to preserve again (rare: a resume)
 	var ids [identChunk]identity
 	for i, sb := range list {
 		k := i % identChunk
@@ -306,15 +311,23 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 			e = Entry{Pass: pass, Stack: ids[k].stack}
 		}
 		if flaw == "" && prev[i] > 0 && r.rep.Entries[prev[i]-1].ID == id {
-			continue // at the same index in the listing before: seen
+			// At the same index in the listing before: seen, and
+			// preserved again if it is listed again after its preserve.
+			if j := prev[i] - 1; r.listedAgain(j, pass, &again) {
+				backing, sbs = appendTask(backing, sbs, j, sb, len(list)-i)
+			}
+			continue
 		}
 		prev[i] = 0 // set again below once id is in seen
 		dup := false
 		if flaw == "" && !first {
 			if j, ok := r.seen.find(id, r.rep.Entries); ok {
 				prev[i] = int32(j + 1)
-				if r.rep.Entries[j].Pass != pass {
-					continue // listed by an earlier pass
+				if r.rep.Entries[j].Pass != pass { // listed by an earlier pass
+					if r.listedAgain(int32(j), pass, &again) {
+						backing, sbs = appendTask(backing, sbs, int32(j), sb, len(list)-i)
+					}
+					continue
 				}
 				dup = true
 			}
@@ -356,12 +369,7 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 				slog.Int("pass", pass), slog.Int("index", i), slog.String("error", e.Error))
 			continue
 		}
-		if backing == nil {
-			backing = make([]task, 0, len(list)-i)
-			sbs = make([]Sandbox, 0, len(list)-i)
-		}
-		backing = append(backing, task{ei: int32(slot), k: int32(len(backing))})
-		sbs = append(sbs, sb)
+		backing, sbs = appendTask(backing, sbs, int32(slot), sb, len(list)-i)
 	}
 	r.lastIDs = prev[:len(list)]
 	if len(backing) == 0 {
@@ -370,11 +378,50 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 	if r.cfg.progress > 0 {
 		r.left.Add(int64(len(backing)))
 	}
-	tl := taskList{all: backing, entries: r.rep.Entries, sbs: sbs}
+	tl := taskList{all: backing, entries: r.rep.Entries, sbs: sbs, again: len(again)}
 	if r.traced || r.cfg.timeout > 0 {
 		tl.x = make([]*taskExtra, len(backing))
 	}
 	return tl
+}
+
+// appendTask appends a task for the entry at index ei and its sandbox sb,
+// allocating room for left more at the first.
+func appendTask(backing []task, sbs []Sandbox, ei int32, sb Sandbox, left int) ([]task, []Sandbox) {
+	if backing == nil {
+		backing = make([]task, 0, left)
+		sbs = make([]Sandbox, 0, left)
+	}
+	return append(backing, task{ei: ei, k: int32(len(backing))}), append(sbs, sb)
+}
+
+// listedAgain reports whether the sandbox of entry j, which an earlier
+// pass listed, must be preserved again: it is listed again after it was
+// preserved or vanished, so it runs again (a resume racing the drain) or
+// the listing lags the pause. A Lister lists only what still needs
+// preserving; an entry with another outcome (failed, timed out) is
+// already counted lost, and one listed twice in a listing is preserved
+// once. It records the entry in again, and counts the relisting in the
+// entry.
+func (r *run) listedAgain(j int32, pass int, again *map[int32]bool) bool {
+	e := &r.rep.Entries[j]
+	if e.Outcome != Preserved && e.Outcome != Vanished || (*again)[j] {
+		return false
+	}
+	if *again == nil {
+		*again = make(map[int32]bool)
+	}
+	(*again)[j] = true
+	e.Relisted++
+	if r.cfg.progress > 0 { // counted again when it settles
+		r.finished.Add(-1)
+		if e.Outcome == Preserved {
+			r.preservedN.Add(-1)
+		}
+	}
+	r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: sandbox listed again after its preserve (resumed, or the listing lags); preserving it again",
+		slog.String("sandbox", e.ID), slog.String("outcome", string(e.Outcome)), slog.Int("pass", pass), slog.Int("relisted", e.Relisted))
+	return true
 }
 
 // identChunk is how many elements of a listing identify reads at once.

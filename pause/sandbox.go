@@ -53,10 +53,13 @@ type Prioritized interface {
 // does not retry it.
 var ErrGone = errors.New("pause: sandbox gone or already preserved")
 
-// A Lister lists the sandboxes that still need preserving. The Preserver
-// calls it once per pass, so a sandbox that turned running during the drain
-// (a resume racing the shutdown) is caught by the next pass. It must return
-// by ctx's deadline.
+// A Lister lists the sandboxes that still need preserving: not one whose
+// Preserve succeeded, unless it runs again. The Preserver calls it once
+// per pass, so a sandbox that turned running during the drain (a resume
+// racing the shutdown, even of a sandbox this Run preserved) is caught,
+// and preserved again, by the next pass; a Lister that lists preserved
+// sandboxes has them preserved again, pass after pass (see
+// Preserver.Run). It must return by ctx's deadline.
 type Lister interface {
 	List(ctx context.Context) ([]Sandbox, error)
 }

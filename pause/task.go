@@ -192,13 +192,20 @@ func (t *task) settle(ps *pass, res result, worker bool, area0 float64) (bool, *
 	}
 	r := ps.r
 	e := ps.tasks.entry(t)
+	again := e.Relisted > 0 // a preserve after an earlier one succeeded or vanished
+	if again && res.outcome == Vanished && e.Outcome == Preserved {
+		res.outcome, res.err = Preserved, nil // "already preserved": the first preserve stands
+	}
 	e.fill(t, &res)
 	t.state.Store(stateDone)
 	x := ps.tasks.extra(t)
 	if x != nil && x.cancel != nil {
 		x.cancel()
 	}
-	if res.outcome == Preserved {
+	// A preserve again says little of how long one takes: instant when the
+	// server had the sandbox paused (a lagging listing), shorter than the
+	// first when it writes what changed since a resume.
+	if res.outcome == Preserved && !again {
 		took := res.end.Sub(e.Start)
 		if r.cfg.estimator != nil {
 			r.cfg.estimator.Observe(took)
@@ -372,7 +379,7 @@ func (t *task) logSlow(r *run, e *Entry, res *result, level slog.Level) {
 // fill writes the account of t ending with res.
 func (e *Entry) fill(t *task, res *result) {
 	e.Outcome = res.outcome
-	e.Attempts = int(t.attempts.Load())
+	e.Attempts += int(t.attempts.Load()) // a sandbox preserved again adds its attempts
 	e.End = res.end
 	if res.outcome != NotStarted { // Start was set when the task started
 		e.Duration = res.end.Sub(e.Start)

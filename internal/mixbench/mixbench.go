@@ -50,7 +50,14 @@ func FromLearned(cfg pause.Config, res Result) pause.Config {
 // lines), with no deadline, and fails unless every one is preserved.
 func Run(ctx context.Context, sbs []pause.Sandbox, cfg pause.Config) (Result, error) {
 	cfg.ProgressInterval = -1
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), cfg)
+	listed := false // then none: they are preserved, and a Lister lists what still needs it
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		if listed {
+			return nil, nil
+		}
+		listed = true
+		return sbs, nil
+	}), cfg)
 	if err != nil {
 		return Result{}, err
 	}

@@ -118,7 +118,7 @@ func TestAgentENVConflictOfASnapshottingSandboxIsRetriedNotVanished(t *testing.T
 	snapshotDone, err := srv.Snapshot(id) // a user's snapshot, started after the listing
 	require.NoError(t, err)
 	defer snapshotDone()
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: 1})
+	p, err := pause.New(once(sbs), pause.Config{Limit: 1})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -224,6 +224,19 @@ func TestGenericShapeNamesTheMissingIDField(t *testing.T) {
 	assert.ErrorContains(t, err, "sandboxID", "the error shows the fields the server sends")
 }
 
+// once lists sbs, then nothing: a listing taken before the Run, after
+// which nothing else needs preserving.
+func once(sbs []pause.Sandbox) pause.Lister {
+	listed := false
+	return pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		if listed {
+			return nil, nil
+		}
+		listed = true
+		return sbs, nil
+	})
+}
+
 // agentENVWithKey is the AgentENV preset with key as its API key.
 func agentENVWithKey(key string) Config {
 	c := AgentENV()
@@ -243,7 +256,7 @@ func TestAgentENVSandboxRemovedAfterAFailedPauseIsLostNotVanished(t *testing.T) 
 	require.NoError(t, err)
 	const deleted = "i0000001" // deleted by its user after the listing: really gone
 	require.True(t, srv.Remove(deleted))
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }), pause.Config{Limit: 4})
+	p, err := pause.New(once(sbs), pause.Config{Limit: 4})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

@@ -1,0 +1,141 @@
+package pause_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// resumedAt lists the node's sandboxes and, from listing n on, also the
+// sandbox sb: a user resumed it after its preserve (a server the drain's
+// gate does not close, such as AgentENV behind the supervisor), so it runs
+// and needs preserving again; until, with resumes > 0, the user stopped
+// resuming it.
+func resumedAt(node *fakesandbox.Node, sb *fakesandbox.Sandbox, n, resumes int) pause.Lister {
+	listings := 0
+	return pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		list, err := node.List(ctx)
+		if listings++; listings >= n && (resumes == 0 || listings < n+resumes) && sb.Preserved() {
+			list = append(list, sb)
+		}
+		return list, err
+	})
+}
+
+// A sandbox resumed after its preserve is listed again by the next pass
+// and preserved again: the Report says preserved because it is, and its
+// entry says it was listed again. Before, a sandbox was preserved at most
+// once per Run: the Report said preserved and the sandbox ran on, lost at
+// SIGKILL (docs/faults.md entry 93).
+//
+//	0 s   pass 1: a, b, c, 1 s each           1 s  all three preserved
+//	      the user resumes b
+//	1 s   pass 2: b listed again: preserved again  2 s
+//	2 s   only b was listed again: wait the backoff (1 s) before listing
+//	3 s   pass 3: nothing; the Run ends
+func TestSandboxResumedAfterItsPreserveIsPreservedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		sbs := node.AddN("sb", 3, time.Second)
+		b := sbs[1]
+		p, err := pause.New(resumedAt(node, b, 2, 1), pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		start := time.Now()
+		rep, took := runFor(t, p, time.Minute, 0)
+
+		assert.Equal(t, 3*time.Second, took)
+		assert.Equal(t, 3, rep.Passes)
+		assert.Equal(t, 3, rep.Counts[pause.Preserved])
+		assert.NoError(t, rep.Err())
+		e := entry(t, rep, b.Name)
+		assert.Equal(t, pause.Preserved, e.Outcome)
+		assert.Equal(t, 1, e.Relisted)
+		assert.Equal(t, 2, e.Attempts, "one Preserve call for each time it ran")
+		assert.Equal(t, 1, e.Pass, "the pass that first listed it")
+		assert.Equal(t, start.Add(time.Second), e.Start, "the start of its last preserve")
+		assert.Equal(t, time.Second, e.Duration)
+		assert.Equal(t, []time.Time{start, start.Add(time.Second)}, b.Starts())
+		for _, id := range []string{"sb-0", "sb-2"} {
+			assert.Zero(t, entry(t, rep, id).Relisted, id)
+			assert.Equal(t, 1, entry(t, rep, id).Attempts, id)
+		}
+	})
+}
+
+// A user who resumes a sandbox as soon as it is preserved, again and
+// again, cannot keep the Run going: passes that find only sandboxes listed
+// again are spaced by the backoff, and no pass starts after the phase
+// deadline.
+//
+//	0 s  pass 1: x preserved (1 s)   1 s  pass 2: x again (1 s)
+//	2 s  wait 1 s; 3 s pass 3 ... 9 s pass 6: x again, 10 s
+//	10 s the phase deadline: no wait ends before it, the Run ends
+func TestUserResumingInALoopCannotHoldTheRunPastThePhaseDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		x := node.AddN("x", 1, time.Second)[0]
+		p, err := pause.New(resumedAt(node, x, 2, 0), pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 20*time.Second)
+
+		assert.Equal(t, 10*time.Second, took)
+		assert.Equal(t, 6, rep.Passes)
+		e := entry(t, rep, x.Name)
+		assert.Equal(t, 5, e.Relisted)
+		assert.Equal(t, 6, x.Attempts())
+		assert.Equal(t, pause.Preserved, e.Outcome)
+	})
+}
+
+// With no deadline at all, a Lister that keeps listing a preserved sandbox
+// (one that breaks the Lister's contract, or a user resuming forever) still
+// lets the Run end: the default backoff between such passes stops within 5
+// minutes.
+func TestRelistingWithoutADeadlineEndsWhenTheBackoffStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sb := &fakesandbox.Sandbox{Name: "static", Latency: time.Second}
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			return []pause.Sandbox{sb}, nil
+		}), pause.Config{})
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(context.Background(), time.Time{})
+		took := time.Since(start)
+
+		assert.Greater(t, took, 4*time.Minute, "the policy's waits grow to 10 s")
+		assert.LessOrEqual(t, took, 5*time.Minute+3*time.Second, "two passes, then no wait ends past the policy's 5 minutes, then one last pass")
+		assert.Equal(t, pause.Preserved, entry(t, rep, "static").Outcome)
+		assert.Equal(t, rep.Passes-1, entry(t, rep, "static").Relisted)
+	})
+}
+
+// A preserve again that says the sandbox is already preserved (ErrGone: a
+// listing that lagged the pause) leaves it preserved, not vanished; and a
+// sandbox that failed is not preserved again when a later pass lists it:
+// it is counted lost already.
+func TestPreserveAgainThatFindsItPreservedKeepsItPreserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		lagged := &fakesandbox.Sandbox{Name: "lagged", Latency: time.Second, Faults: []fakesandbox.Fault{fakesandbox.OK, fakesandbox.Vanish}}
+		failed := &fakesandbox.Sandbox{Name: "failed", Latency: time.Second, Faults: []fakesandbox.Fault{fakesandbox.Permanent}}
+		node.Add(lagged, failed)
+		p, err := pause.New(resumedAt(node, lagged, 2, 1), pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+
+		e := entry(t, rep, "lagged")
+		assert.Equal(t, pause.Preserved, e.Outcome)
+		assert.Equal(t, 1, e.Relisted)
+		assert.Equal(t, 2, e.Attempts)
+		assert.Equal(t, pause.Failed, entry(t, rep, "failed").Outcome)
+		assert.Equal(t, 1, failed.Attempts(), "listed again by every pass, never preserved again")
+		assert.Equal(t, 1, rep.Lost())
+	})
+}
