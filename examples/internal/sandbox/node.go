@@ -262,10 +262,15 @@ type preservable struct {
 
 func (p preservable) ID() string { return p.id }
 
-// EstimatedPreserve reports the fake runtime's latency; other runtimes have no estimate.
-func (p preservable) EstimatedPreserve() time.Duration {
+// Size reports the fake runtime's size of the sandbox (Fake.Size); other runtimes have
+// none (0, unknown). It is not an estimate of its own (pause.Estimated): the Preserver
+// turns sizes into times with the estimate of a pause it was given (the one learned by the
+// last shutdown) and the rate it measures, which count everything a pause does; a fake's
+// latency leaves out the image and the record it writes, so its first round never kept to
+// it and a learned level was never taken.
+func (p preservable) Size() int64 {
 	if f, ok := p.n.rt.(*Fake); ok {
-		return f.Latency(p.id)
+		return f.Size(p.id)
 	}
 	return 0
 }

@@ -181,6 +181,31 @@ func TestFakeLatencyIsSpreadAndStablePerID(t *testing.T) {
 	assert.Equal(t, time.Second, (&Fake{PauseLatency: time.Second}).Latency("a"))
 }
 
+// A fake sandbox is Sized, in proportion to its latency, and has no estimate of its own:
+// the Preserver estimates its pause from the estimate it was given (what the last
+// shutdown measured, image and record included) and the rate it measures. Its own
+// estimate was its latency, which leaves the writes out.
+func TestFakeSandboxIsSizedNotEstimated(t *testing.T) {
+	n, _ := newFakeNode(t, t.TempDir(), time.Second)
+	n.rt.(*Fake).Jitter = 0.5
+	for range 3 {
+		_, err := n.Create(t.Context(), 3600)
+		require.NoError(t, err)
+	}
+	sbs, err := n.Running(t.Context())
+	require.NoError(t, err)
+	require.Len(t, sbs, 3)
+	for _, sb := range sbs {
+		_, estimated := sb.(pause.Estimated)
+		assert.False(t, estimated, "no estimate of its own")
+		sized, ok := sb.(pause.Sized)
+		require.True(t, ok)
+		want := int64(n.rt.(*Fake).Latency(sb.ID()).Seconds() * FakeBytesPerSecond)
+		assert.Equal(t, want, sized.Size(), "its latency at 1 GiB/s")
+	}
+	assert.Zero(t, (&Fake{}).Size("a"), "no latency: unknown")
+}
+
 // NewRuntime lays a server's state directory out the same way for every example: fake
 // images in images/, runsc's files in runsc/ and its own state in runsc/root/pidns-N-B-S.
 func TestNewRuntimeLaysOutTheStateDirectory(t *testing.T) {

@@ -79,6 +79,20 @@ func (f *Fake) Create(ctx context.Context, id string) error {
 	return ctx.Err()
 }
 
+// FakeBytesPerSecond is the nominal rate at which a fake sandbox's size (Size) stands for
+// its pause: 1 GiB a second of PauseLatency.
+const FakeBytesPerSecond = 1 << 30
+
+// Size returns sandbox id's size in bytes: what its pause stands for, Latency(id) at
+// FakeBytesPerSecond, the same for the same ID every time; 0 (unknown) with no latency. A
+// fake sandbox has no memory, but a pause of it costs more than its latency (its image
+// and its record are written and synced besides, more so with many at once), so a size
+// the Preserver turns into a time at the rate it learned says how long the pause takes,
+// where the latency alone always said too little.
+func (f *Fake) Size(id string) int64 {
+	return int64(f.Latency(id).Seconds() * FakeBytesPerSecond)
+}
+
 // Image returns Dir/ID.img.
 func (f *Fake) Image(id string) string { return filepath.Join(f.Dir, id+".img") }
 
