@@ -146,17 +146,18 @@ func sameProcfs(procRoot string) bool {
 	return err == nil && self == strconv.Itoa(os.Getpid())
 }
 
-// killDoomed decides each holder's fate and kills the doomed ones: fd and
-// mapping or ring holders inside the server's cgroup (the pod's SIGKILL ends them
-// a few seconds later anyway). Mounts, swap, stacked and loop devices are
-// not released by killing a process, holders outside the server's cgroup
-// are never killed, and neither is this process. Each kill pins the
-// process with a pidfd, checks again that it is the same holder (its
-// cgroup and an open fd, a mapping or a ring of a wanted device), sends
-// SIGKILL and waits for the pidfd to say it
-// exited, at most until ctx ends. held maps device IDs to their holders,
-// devs maps each wanted device number to its ID.
-func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int) (server string, fates []HolderFate) {
+// killDoomed decides each holder's fate and kills the doomed ones: fd,
+// mapping, ring and possible holders inside the server's cgroup (the pod's
+// SIGKILL ends them a few seconds later anyway). Mounts, swap, stacked and
+// loop devices are not released by killing a process, holders outside the
+// server's cgroup are never killed, and neither is this process nor the
+// daemon (daemon, its PID; 0 when not known). Each kill pins the process
+// with a pidfd, checks again that it is the same holder (its cgroup, and
+// an open fd, a mapping or a ring of a wanted device, or, what it holds
+// still not known, a possible holder), sends SIGKILL and waits for the
+// pidfd to say it exited, at most until ctx ends. held maps device IDs to
+// their holders, devs maps each wanted device number to its ID.
+func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (server string, fates []HolderFate) {
 	mine, err := readCgroups(procRoot, "self")
 	if err != nil {
 		mine = nil
@@ -183,6 +184,8 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 				f.Reason = fmt.Sprintf("held by %s: killing a process does not release it", h.Kind)
 			case h.PID == os.Getpid():
 				f.Reason = "the step's own process"
+			case h.PID == daemon && daemon > 0:
+				f.Reason = "the ublk daemon itself: the step asks it to stop, and killing it with a live device is the host-crash path"
 			case !same:
 				f.Reason = "procfs " + procRoot + " is not this process's PID namespace: its PIDs cannot be signalled from here"
 			case mine == nil:
@@ -216,6 +219,9 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 	in, why := mine.contains(theirs, own)
 	if !in {
 		f.Reason = "outside the server's cgroup (" + why + "): not doomed by the pod's SIGKILL, never killed"
+		if f.Holder.Kind == blockdev.Possible {
+			f.Reason += "; it may hold the disk (what it holds is not known), so the disk counts as held"
+		}
 		return f
 	}
 	f.Doomed = true
@@ -229,28 +235,14 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 		return f
 	}
 	defer unix.Close(fd)
-	// The PID is pinned now: check it is still the process we judged.
+	// The PID is pinned now: check it is still the process we judged, and
+	// that it holds a device still, or may (what it holds still not
+	// known: its mappings not read, a ring's files not listed). Doomed
+	// anyway, a process that may hold the disk is killed as one that does:
+	// sparing it would leave the daemon to die with the disk live.
 	again, err := readCgroups(procRoot, pid)
-	stillHolds := false
-	want := wantSet(devs)
-	dir := filepath.Join(procRoot, pid)
-	holds := func(blockdev.DevNum, string) { stillHolds = true }
-	blockdev.FDHolders(dir, want, holds)
-	if !stillHolds {
-		if err := blockdev.MapHolders(dir, want, holds); err != nil {
-			// Stuck in the kernel, or gone: not known to hold the device now.
-			f.Reason, f.Err = "doomed, but its mappings could not be read again before the kill", err.Error()
-			return f
-		}
-	}
-	if !stillHolds {
-		if err := blockdev.RingHolders(dir, want, holds); err != nil {
-			// A busy ring the kernel did not list: not known to hold it now.
-			f.Reason, f.Err = "doomed, but its io_uring's registered files could not be read again before the kill", err.Error()
-			return f
-		}
-	}
-	if err != nil || again.String() != f.Cgroup || !stillHolds {
+	holds, unknown := blockdev.ProcessHolds(filepath.Join(procRoot, pid), wantSet(devs))
+	if err != nil || again.String() != f.Cgroup || !holds && len(unknown) == 0 {
 		f.Reason = "no longer holds the device (exited or closed it) before the kill"
 		return f
 	}
@@ -264,6 +256,9 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 	}
 	f.Killed = true
 	f.Reason = "in the server's cgroup, so doomed by the pod's SIGKILL anyway; killed so the devices can be stopped before it"
+	if !holds {
+		f.Reason += " (it may hold the disk: " + strings.Join(unknown, "; ") + ")"
+	}
 	return f
 }
 

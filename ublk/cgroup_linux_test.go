@@ -96,6 +96,24 @@ func outsiderCgroup(t *testing.T, pid int) string {
 	return ""
 }
 
+// ownProcfs is a procfs of this process and pids alone: for each, an entry
+// linked to its /proc/PID, and "self" naming this process, as /proc does.
+// A step run over it scans, and at the last resort may kill, only the
+// processes the test started: a process of another test on the machine
+// whose holds the scan cannot read in time (a possible holder of every
+// disk, and doomed when it shares this process's cgroup) is neither
+// waited for nor killed.
+func ownProcfs(t *testing.T, pids ...int) string {
+	t.Helper()
+	dir := t.TempDir()
+	self := os.Getpid()
+	for _, pid := range append([]int{self}, pids...) {
+		require.NoError(t, os.Symlink(fmt.Sprintf("/proc/%d", pid), filepath.Join(dir, strconv.Itoa(pid))))
+	}
+	require.NoError(t, os.Symlink(strconv.Itoa(self), filepath.Join(dir, "self")))
+	return dir
+}
+
 // At the last resort, a holder in the server's own cgroup is killed (the
 // pod's SIGKILL would end it anyway) and one in another cgroup is left
 // alone; the fates say which and why.
@@ -117,7 +135,7 @@ func TestLastResortKillsOnlyHoldersInTheServersCgroup(t *testing.T) {
 	}
 	require.Len(t, held, 2)
 
-	server, fates := ublk.KillDoomed(ctx, "/proc", map[int][]ublk.Holder{7: held}, map[blockdev.DevNum]int{dev: 7})
+	server, fates := ublk.KillDoomed(ctx, "/proc", map[int][]ublk.Holder{7: held}, map[blockdev.DevNum]int{dev: 7}, 0)
 	assert.NotEmpty(t, server)
 	require.Len(t, fates, 2)
 	byPID := map[int]ublk.HolderFate{}
@@ -183,7 +201,8 @@ func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
 	outsider, _ := loopdev.Hold(t, node)
 	other := outsiderCgroup(t, outsider.Process.Pid)
 
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid(), outsider.Process.Pid), KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	rep, err := run(t, td, 10*time.Second)
 	t.Log(rep.String())
@@ -220,7 +239,8 @@ func lastResortKillsDoomed(t *testing.T, hold func(testing.TB, string) (*exec.Cm
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
 	vmm, _ := hold(t, node)
 
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid(), vmm.Process.Pid), KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	require.True(t, td.LastResort(), "on by default on a vulnerable kernel")
 	rep, err := run(t, td, 20*time.Second)
@@ -230,7 +250,9 @@ func lastResortKillsDoomed(t *testing.T, hold func(testing.TB, string) (*exec.Cm
 	f := fateOf(rep, vmm.Process.Pid)
 	require.NotNil(t, f, "the VMM is named: %+v", rep.LastResort.Holders)
 	assert.Equal(t, kind, f.Holder.Kind)
-	assert.Contains(t, f.Holder.Detail, filepath.Base(node))
+	if kind != blockdev.Possible { // a possible holder's Detail says what is not known
+		assert.Contains(t, f.Holder.Detail, filepath.Base(node))
+	}
 	assert.True(t, f.Doomed && f.Killed, "%+v", f)
 	_ = vmm.Wait()
 	ws := vmm.ProcessState.Sys().(syscall.WaitStatus)
@@ -263,7 +285,8 @@ func TestStepReportsALoopDeviceOnTheDiskAndKillsNothing(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(sys, "block", name, "loop"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(sys, "block", name, "loop", "backing_file"), backing, 0o644))
 
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid()), KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	rep, err := run(t, td, 10*time.Second)
 	t.Log(rep.String())
@@ -320,4 +343,77 @@ func TestStepNamesARingHolderAndNeverStopsTheDaemonUnderIt(t *testing.T) {
 // kernel state, and the daemon kept serving a doomed VMM until SIGKILL.
 func TestStepLastResortKillsDoomedRingHolderThenStopsTheDaemon(t *testing.T) {
 	lastResortKillsDoomed(t, loopdev.Ring, "ring")
+}
+
+// lockedRing is loopdev.RingLocked as a holder of lastResortKillsDoomed: a
+// VMM holding the disk through an io_uring whose lock it keeps, so the
+// kernel never lists the ring's files.
+func lockedRing(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
+	l := loopdev.RingLocked(t, node)
+	return l.Cmd, l.Stdin
+}
+
+// A VMM holding the disk through an io_uring whose lock is held all along
+// (a busy or stuck ring: the kernel lists none of its registered files)
+// may hold the disk: the step waits for it through the holder wait, and at
+// the last resort, in the server's cgroup, kills it as it kills a known
+// ring holder (doomed anyway, and what it holds still not known when
+// checked again), then asks the daemon to stop. Before, the scan found no
+// holder and the daemon was asked to stop at once, under the ring.
+func TestStepLastResortKillsDoomedPossibleHolderThenStopsTheDaemon(t *testing.T) {
+	rep, vmm := lastResortKillsDoomed(t, lockedRing, blockdev.Possible)
+	f := fateOf(rep, vmm.Process.Pid)
+	assert.Contains(t, f.Holder.Detail, "registered files not listed by the kernel")
+	assert.Contains(t, f.Reason, "it may hold the disk")
+}
+
+// A process outside the server's cgroup (another pod, the host) that may
+// hold the disk through a ring the kernel never lists is spared as a known
+// outside holder is: never killed, and the daemon, which keeps serving the
+// disk, is never asked to stop (HeldError naming it as a possible holder).
+// Before, the daemon was asked to stop at once, under the ring.
+func TestStepNeverStopsTheDaemonUnderAPossibleHolderOutsideItsCgroup(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	outsider, _ := lockedRing(t, node)
+	other := outsiderCgroup(t, outsider.Process.Pid)
+
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid(), outsider.Process.Pid), KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 10*time.Second)
+	t.Log(rep.String())
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held)
+	assert.Contains(t, held.Error(), fmt.Sprintf("pid %d (", outsider.Process.Pid))
+	assert.Contains(t, held.Error(), "possible io_uring fd")
+	f := fateOf(rep, outsider.Process.Pid)
+	require.NotNil(t, f, "the outsider is reported")
+	assert.Equal(t, blockdev.Possible, f.Holder.Kind)
+	assert.False(t, f.Doomed || f.Killed, "%+v", f)
+	assert.Contains(t, f.Reason, "outside the server's cgroup")
+	assert.Contains(t, f.Reason, "may hold the disk")
+	assert.Contains(t, f.Cgroup, other)
+	require.NoError(t, outsider.Process.Signal(syscall.Signal(0)), "the outsider is alive")
+	assert.Equal(t, ublk.VerdictHeld, rep.Device(0).Verdict)
+	assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the disk")
+	assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
+}
+
+// The last resort never kills the daemon, even when it holds a disk (or
+// may: a ring of its own the kernel did not list) and shares the server's
+// cgroup: killing it with a live device is the host-crash path itself.
+// Before, a daemon holding its own disk was SIGKILLed as a doomed VMM.
+func TestLastResortNeverKillsTheDaemon(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	daemon, _ := loopdev.Hold(t, node) // a daemon with its own disk open
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	held := []ublk.Holder{{PID: daemon.Process.Pid, Comm: "ublkd", Kind: blockdev.FD, Detail: "fd 3 -> " + node}}
+	_, fates := ublk.KillDoomed(ctx, "/proc", map[int][]ublk.Holder{0: held}, map[blockdev.DevNum]int{dev: 0}, daemon.Process.Pid)
+	require.Len(t, fates, 1)
+	assert.False(t, fates[0].Killed, "%+v", fates[0])
+	assert.Contains(t, fates[0].Reason, "the ublk daemon itself")
+	require.NoError(t, daemon.Process.Signal(syscall.Signal(0)), "the daemon is alive")
 }

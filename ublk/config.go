@@ -149,7 +149,7 @@ type config struct {
 	lastResortOff     bool
 	// killHolders is the holder half of the last resort; tests of this
 	// package replace it (a fake procfs has no process to kill).
-	killHolders func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int) (string, []HolderFate)
+	killHolders func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate)
 	openControl func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
 	logger      *slog.Logger
 	tp          trace.TracerProvider

@@ -8,9 +8,10 @@ import (
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
-// KillDoomed exposes the last resort's holder killing to the external tests.
-func KillDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int) (string, []HolderFate) {
-	return killDoomed(ctx, procRoot, held, devs)
+// KillDoomed exposes the last resort's holder killing to the external
+// tests; daemon is the daemon's PID, 0 when not known.
+func KillDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate) {
+	return killDoomed(ctx, procRoot, held, devs, daemon)
 }
 
 // OwnRootV2 is ownRoot for a process whose one membership is cgroup v2's

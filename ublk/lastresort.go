@@ -72,17 +72,20 @@ func (r *LastResortReport) Spared() []HolderFate {
 // holders left, inside its window (run.plan): kill the doomed holders,
 // STOP_DEV every device no holder is left on while the daemon still serves
 // it, and return the devices still held (nil when none is: the daemon may
-// then be asked to stop, and its exit is safe). This process's own fds do
-// not keep a device from stopping: it is the server, and it asked for the
-// stop (its fds, its mappings and its rings alike). Without the control device the daemon's own stop does the
-// STOP_DEV once it is asked.
+// then be asked to stop, and its exit is safe). This process's own holds
+// do not keep a device from stopping: it is the server, and it asked for
+// the stop (its fds, its mappings, its rings and what it may hold alike).
+// Nor do the daemon's, when its process is known: it is the server too,
+// asking it to stop releases them, and killing it is the host-crash path
+// the step exists to avoid. Without the control device the daemon's own
+// stop does the STOP_DEV once it is asked.
 func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	s := r.stepStart("last resort")
 	ctx, cancel := context.WithDeadline(r.ctx, r.lastResort.Deadline)
 	defer cancel()
 	lr := &LastResortReport{At: s.Start}
 	r.rep.LastResort = lr
-	lr.ServerCgroup, lr.Holders = r.cfg.killHolders(ctx, r.cfg.procRoot, held, r.devNums)
+	lr.ServerCgroup, lr.Holders = r.cfg.killHolders(ctx, r.cfg.procRoot, held, r.devNums, daemonPID(r.cfg.daemon))
 	if lr.Holders == nil {
 		lr.Holders = []HolderFate{}
 	}
@@ -93,9 +96,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	r.refresh()
 	left, _ := r.scanHolders() // a failure is logged; the holders step's Report has the first
 	r.noteHolders(left)
-	self := os.Getpid()
+	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
 	for id, hs := range left {
-		hs = slices.DeleteFunc(hs, func(h Holder) bool { return isProcess(h) && h.PID == self })
+		hs = slices.DeleteFunc(hs, func(h Holder) bool { return isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) })
 		if len(hs) == 0 {
 			delete(left, id)
 		} else {
@@ -128,9 +131,25 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 
 // isProcess reports whether h is a process that holds the disk itself (an
 // open fd, a mapping of the node, or an io_uring with the node among its
-// registered files), so its exit releases the disk: the holders the last
-// resort may kill. Mounts, swap, stacked and loop devices are kernel state
-// that no kill releases.
+// registered files) or may (a possible holder), so its exit releases the
+// disk: the holders the last resort may kill. Mounts, swap, stacked and
+// loop devices are kernel state that no kill releases.
 func isProcess(h Holder) bool {
-	return h.Kind == blockdev.FD || h.Kind == blockdev.Mapped || h.Kind == blockdev.Ring
+	return h.Kind == blockdev.FD || h.Kind == blockdev.Mapped || h.Kind == blockdev.Ring || h.Kind == blockdev.Possible
+}
+
+// daemonPID is the daemon's process ID when the step knows its process (a
+// *Process, or a *Socket paired with one), 0 otherwise.
+func daemonPID(d Daemon) int {
+	switch d := d.(type) {
+	case *Process:
+		if d != nil {
+			return d.Pid()
+		}
+	case *Socket:
+		if d != nil && d.Process != nil {
+			return d.Process.Pid()
+		}
+	}
+	return 0
 }

@@ -26,7 +26,7 @@ type fakeKiller struct {
 	calls  []time.Time
 }
 
-func (k *fakeKiller) kill(ctx context.Context, _ string, held map[int][]Holder, _ map[blockdev.DevNum]int) (string, []HolderFate) {
+func (k *fakeKiller) kill(ctx context.Context, _ string, held map[int][]Holder, _ map[blockdev.DevNum]int, _ int) (string, []HolderFate) {
 	k.calls = append(k.calls, time.Now())
 	var fates []HolderFate
 	for id, hs := range held {

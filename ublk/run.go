@@ -261,11 +261,16 @@ func (r *run) scanHolders() (map[int][]Holder, error) {
 	// process: sysfs, like the stacked devices.
 	loops := blockdev.LoopHolders(r.cfg.sysRoot, devs)
 	for _, dev := range devs {
-		if hs := found[dev]; len(hs) > 0 {
-			held[owner[dev]] = append(held[owner[dev]], holders(hs)...)
+		id := owner[dev]
+		for _, h := range holders(found[dev]) {
+			// A possible holder is listed for every number scanned, a
+			// disk's partitions included: once per device is enough.
+			if h.Kind != blockdev.Possible || !slices.Contains(held[id], h) {
+				held[id] = append(held[id], h)
+			}
 		}
 		if hs := loops[dev]; len(hs) > 0 {
-			held[owner[dev]] = append(held[owner[dev]], holders(hs)...)
+			held[id] = append(held[id], holders(hs)...)
 		}
 	}
 	return held, err

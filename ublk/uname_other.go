@@ -16,7 +16,7 @@ func kernelRelease() (string, error) { return runtime.GOOS, nil }
 
 // killDoomed kills nothing where there are no cgroups to tell doomed holders
 // by.
-func killDoomed(_ context.Context, _ string, held map[int][]Holder, _ map[blockdev.DevNum]int) (string, []HolderFate) {
+func killDoomed(_ context.Context, _ string, held map[int][]Holder, _ map[blockdev.DevNum]int, _ int) (string, []HolderFate) {
 	var fates []HolderFate
 	for id, hs := range held {
 		for _, h := range hs {

@@ -95,6 +95,14 @@ const (
 	// (anon_inode:[io_uring]). Holder.Detail is the ring's fd, the slot and
 	// the file's path. A process, like FD: its exit releases the ring.
 	Ring = "ring"
+	// Possible: a process part of whose holds the kernel did not show (its
+	// mappings not read within MapsWait, a ring's registered files not
+	// listed within RingWait, or a ring it has mapped with no ring fd to
+	// list them by): it may hold the device through them, or not.
+	// Holder.Detail says what is not known and why. A process, like FD:
+	// its exit releases whatever it holds. Scan lists it for every device
+	// it scans.
+	Possible = "possible"
 )
 
 // Holder is one user of a block device. Its fields are those of
@@ -105,10 +113,12 @@ type Holder struct {
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
 	// Kind says how the device is held: FD, Mount, Swap, Stacked, Loop,
-	// Mapped or Ring.
+	// Mapped or Ring; Possible when it may be held, the scan could not
+	// tell.
 	Kind string `json:"kind"`
 	// Detail is the fd and path, the mount point, the swap file, the
 	// stacked device's name, the loop device and its backing file, the
-	// mapping's address range and path, or the ring's fd, slot and path.
+	// mapping's address range and path, the ring's fd, slot and path, or,
+	// for a Possible holder, what of the process is not known and why.
 	Detail string `json:"detail"`
 }

@@ -18,7 +18,8 @@
 // only from the kernel's lookup cache (openat2 RESOLVE_CACHED), never asking
 // a file system. Reads that wait in the kernel for a process's lock (its
 // memory map, its ring) are bounded (MapsWait, RingWait): the scan goes on
-// without what they would have said and names the process in its error.
+// without what they would have said and lists the process as a Possible
+// holder, saying what of it is not known; the caller scans again to know.
 //
 // Linux only: elsewhere the scans fail with an error wrapping
 // errors.ErrUnsupported.

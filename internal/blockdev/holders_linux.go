@@ -29,6 +29,18 @@ import (
 // ublk alike. Devices stacked on it and loop devices backed by it are
 // kernel state that sysfs shows: StackHolders and LoopHolders.
 //
+// A process part of whose holds the kernel did not show is a Possible
+// holder, of every device scanned: its mappings when they are not read
+// within MapsWait (see MapHolders); its rings' registered files, which
+// the kernel lists only when its read gets a ring's lock, when they are not
+// listed after a few reads within RingWait (see RingHolders); and the
+// registered files of a ring it has mapped with no io_uring fd to read
+// them by (the ring's fd closed, passed on, or registered with
+// IORING_REGISTER_RING_FDS: the ring, and the files registered in it,
+// live on through the mapping, but only a ring fd's fdinfo lists them).
+// Its Detail says what is not known and why. A ring set up with
+// IORING_SETUP_NO_MMAP and its fd closed leaves no trace in procfs at all.
+//
 // Processes that vanish or cannot be read during the scan are skipped, so
 // a caller that is not root sees only its own user's processes, and a
 // caller in a PID namespace only that namespace's (run the step where the
@@ -37,24 +49,15 @@ import (
 // hung NFS or FUSE mount) does not hold the scan, and so are mapped files
 // (through /proc/PID/map_files, or the mapped path resolved only from the
 // kernel's lookup cache where map_files is not readable: it needs
-// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE). A process's mappings are
-// waited for at most MapsWait (see MapHolders), and its rings' registered
-// files, which the kernel lists only when it gets a ring's lock, are read a
-// few times within RingWait (see RingHolders): when either is not known in
-// time the scan goes on without it and returns, with what it found, an
-// error naming the process. So it does for a process with an io_uring
-// mapped and no io_uring fd (the ring's fd closed, passed on, or
-// registered with IORING_REGISTER_RING_FDS): the ring, and the files
-// registered in it, live on through the mapping, but only a ring fd's
-// fdinfo lists them. A ring set up with IORING_SETUP_NO_MMAP and its fd
-// closed leaves no trace in procfs at all. Holders returns ctx.Err() if ctx ends before
-// the scan is complete.
+// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE). Holders returns ctx.Err() if
+// ctx ends before the scan is complete, with what it found until then.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
 	found, err := Scan(ctx, procRoot, []DevNum{dev})
 	return found[dev], err
 }
 
-// Scan is Holders for several devices in one pass over procfs.
+// Scan is Holders for several devices in one pass over procfs. A Possible
+// holder is listed once for each of devs: what it holds is not known.
 func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
@@ -64,16 +67,13 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	out := map[DevNum][]Holder{}
 	seenNS := map[string]bool{}
 	mapped := newMapCache()
-	var unread []string   // processes whose mappings were not read in time
-	var unlisted []string // processes whose rings' registered files were not listed
-	var fdless []string   // processes with a ring mapped and no ring fd
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return out, errors.Join(err, unknownErr(unread, unlisted, fdless))
+			return out, err
 		}
 		dir := filepath.Join(procRoot, e.Name())
 		var comm string
@@ -83,18 +83,10 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 			}
 			out[dev] = append(out[dev], Holder{PID: pid, Comm: comm, Kind: kind, Detail: detail})
 		}
-		rings := fdHolders(dir, want, func(dev DevNum, fd string) { add(dev, FD, fd) })
-		if len(rings) > 0 {
-			if err := ringHolders(dir, rings, want, func(dev DevNum, r string) { add(dev, Ring, r) }); err != nil {
-				unlisted = append(unlisted, fmt.Sprintf("%d (%s)", pid, readComm(dir)))
+		for _, unknown := range processHolders(dir, want, &mapped, add) {
+			for _, dev := range devs {
+				add(dev, Possible, unknown)
 			}
-		}
-		ringMapped, err := boundedMapHolders(dir, want, &mapped, func(dev DevNum, m string) { add(dev, Mapped, m) })
-		if err != nil {
-			unread = append(unread, fmt.Sprintf("%d (%s)", pid, readComm(dir)))
-		}
-		if ringMapped && len(rings) == 0 {
-			fdless = append(fdless, fmt.Sprintf("%d (%s)", pid, readComm(dir)))
 		}
 		ns, _ := os.Readlink(filepath.Join(dir, "ns", "mnt"))
 		if ns != "" && seenNS[ns] {
@@ -106,24 +98,42 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
 		out[dev] = append(out[dev], Holder{Kind: Swap, Detail: name})
 	})
-	return out, unknownErr(unread, unlisted, fdless)
+	return out, nil
 }
 
-// unknownErr names the processes whose holds the scan could not know:
-// their mappings not read in time, their rings' registered files not
-// listed, or a ring they have mapped with no ring fd to read it by.
-func unknownErr(unread, unlisted, fdless []string) error {
-	var errs []error
-	if len(unread) > 0 {
-		errs = append(errs, fmt.Errorf("ublk: holders: the mappings of process %s not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it); their mappings are not known", strings.Join(unread, ", "), MapsWait))
+// processHolders calls found for each wanted device the process whose
+// procfs directory is dir holds through an fd, a mapping or a ring's
+// registered files (kind FD, Mapped or Ring), and returns what of its
+// holds is not known, one Possible holder's Detail for each reason.
+func processHolders(dir string, want map[DevNum]bool, mapped **mapCache, found func(dev DevNum, kind, detail string)) (unknown []string) {
+	rings := fdHolders(dir, want, func(dev DevNum, fd string) { found(dev, FD, fd) })
+	if len(rings) > 0 {
+		if u := ringHolders(dir, rings, want, func(dev DevNum, r string) { found(dev, Ring, r) }); u != "" {
+			unknown = append(unknown, u)
+		}
 	}
-	if len(unlisted) > 0 {
-		errs = append(errs, fmt.Errorf("ublk: holders: the io_uring registered files of process %s not listed by the kernel in %d reads within %v (/proc/PID/fdinfo lists them only when it gets the ring's lock, which a busy ring holds); the devices it holds through them are not known", strings.Join(unlisted, ", "), ringReads, RingWait))
+	ringMapped, err := boundedMapHolders(dir, want, mapped, func(dev DevNum, m string) { found(dev, Mapped, m) })
+	if err != nil {
+		unknown = append(unknown, fmt.Sprintf("mappings not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it)", MapsWait))
 	}
-	if len(fdless) > 0 {
-		errs = append(errs, fmt.Errorf("ublk: holders: process %s has an io_uring mapped and no io_uring fd (the ring's fd closed, passed to another process, or registered with IORING_REGISTER_RING_FDS): the kernel lists a ring's registered files only in the fdinfo of a ring fd, so the devices it holds through them are not known", strings.Join(fdless, ", ")))
+	if ringMapped && len(rings) == 0 {
+		unknown = append(unknown, "io_uring mapped with no io_uring fd (the ring's fd closed, passed to another process, or registered with IORING_REGISTER_RING_FDS): the kernel lists a ring's registered files only in a ring fd's fdinfo")
 	}
-	return errors.Join(errs...)
+	return unknown
+}
+
+// ProcessHolds reports whether the process whose procfs directory is dir
+// holds one of the wanted devices now through an fd, a mapping or an
+// io_uring's registered files, as Scan reads them, and, when it holds
+// none, what of its holds is not known (empty when everything is: the
+// process holds none of them). A process that has exited holds nothing.
+func ProcessHolds(dir string, want map[DevNum]bool) (holds bool, unknown []string) {
+	mapped := newMapCache()
+	unknown = processHolders(dir, want, &mapped, func(DevNum, string, string) { holds = true })
+	if holds {
+		return true, nil
+	}
+	return false, unknown
 }
 
 func readComm(dir string) string {

@@ -13,14 +13,16 @@ import (
 	"time"
 )
 
-// RingWait is the longest RingHolders (and the scan) spends on one
+// RingWait is the longest RingHolders (and one scan) spends on one
 // process's io_uring registered files. The kernel lists a ring's
 // registered files in /proc/PID/fdinfo/N only when it gets the ring's lock
 // with a trylock, and a busy ring (one submitting, or an SQPOLL thread at
 // work) often holds it: the fdinfo is read again, ringReads times at most,
 // a few milliseconds apart. The first kernels with the list (5.6, until
 // fad8e0de4426 in September 2020) wait for the lock instead, for as long as
-// the ring holds it.
+// the ring holds it. It bounds one scan's reads only: a caller that must
+// know (the ublk step) scans again, and a ring that is busy only now and
+// then is listed at a later scan.
 const RingWait = 100 * time.Millisecond
 
 // ringReads is how many times a ring's fdinfo is read before its
@@ -37,7 +39,8 @@ const ringReads = 4
 // kernel has not listed a ring's files after ringReads reads (see
 // RingWait), it returns an error and calls found for what the other rings
 // hold; when the reads take longer than RingWait, it returns an error and
-// calls found for none.
+// calls found for none. The error says what is not known: the process may
+// hold a wanted device through that ring (a Possible holder, to Scan).
 //
 // The kernel's list (io_uring/fdinfo.c, "UserFiles:\t<n>" then one line
 // per slot) names each file by its path since Linux 6.14, escaped like
@@ -50,11 +53,15 @@ func RingHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) e
 	if len(rings) == 0 {
 		return nil
 	}
-	return ringHolders(dir, rings, want, found)
+	if unknown := ringHolders(dir, rings, want, found); unknown != "" {
+		return fmt.Errorf("ublk: holders: %s: %s", dir, unknown)
+	}
+	return nil
 }
 
-// ringHolders is RingHolders for the ring fds rings of the process.
-func ringHolders(dir string, rings []string, want map[DevNum]bool, found func(DevNum, string)) error {
+// ringHolders is RingHolders for the ring fds rings of the process; it
+// returns what is not known, "" when every ring's files were listed.
+func ringHolders(dir string, rings []string, want map[DevNum]bool, found func(DevNum, string)) (unknown string) {
 	type result struct {
 		hits     []holding
 		unlisted []string
@@ -74,15 +81,15 @@ func ringHolders(dir string, rings []string, want map[DevNum]bool, found func(De
 		return r
 	})
 	if !ok {
-		return fmt.Errorf("ublk: holders: the io_uring fdinfo of %s not read within %v", dir, RingWait)
+		return fmt.Sprintf("io_uring fd %s: fdinfo not read within %v (the kernel waited for the ring's lock); its registered files are not known", strings.Join(rings, ", "), RingWait)
 	}
 	for _, h := range r.hits {
 		found(h.dev, h.detail)
 	}
 	if len(r.unlisted) > 0 {
-		return fmt.Errorf("ublk: holders: %s: io_uring fd %s: the registered files not listed in %d reads (the ring was busy)", dir, strings.Join(r.unlisted, ", "), ringReads)
+		return fmt.Sprintf("io_uring fd %s: the registered files not listed by the kernel in %d reads within %v (/proc/PID/fdinfo lists them only when it gets the ring's lock, which a busy or stuck ring holds); they are not known", strings.Join(r.unlisted, ", "), ringReads, RingWait)
 	}
-	return nil
+	return ""
 }
 
 // readRing reads a ring's fdinfo until the kernel lists its registered

@@ -72,7 +72,58 @@ func RingMapped(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
 	return start(t, EnvRingMapped, node)
 }
 
+// EnvRingLocked is the environment variable that makes MainIfHolder, in
+// the test binary RingLocked re-executes, hold the block device it names
+// through an io_uring whose lock it keeps.
+const EnvRingLocked = "DRAINKIT_LOOPDEV_RING_LOCKED"
+
+// LockedRing is a child of RingLocked.
+type LockedRing struct {
+	Cmd   *exec.Cmd
+	Stdin io.WriteCloser // closing it lets the child exit
+	out   *bufio.Reader
+}
+
+// RingLocked is Ring whose ring is then kept busy: the child calls
+// io_uring_register (IORING_REGISTER_FILES_UPDATE) with its table of fds
+// on a page of a userfaultfd that it does not serve, so the kernel holds
+// the ring's lock, waiting in the copy from user space, until Unlock (the
+// child then serves the fault with "skip" entries, and the call ends with
+// slot 0 unchanged) or the child's exit (a fatal signal ends the wait). A
+// read of the ring's fdinfo never gets the lock meanwhile: the kernel lists
+// none of its registered files (since Linux 6.15 nothing of the ring),
+// whatever the retries, as for a ring that some task keeps locked.
+// RingLocked returns once the call waits on the fault. Where
+// userfaultfd cannot catch the kernel's own faults (it needs
+// CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd) the part is missing.
+func RingLocked(t testing.TB, node string) *LockedRing {
+	t.Helper()
+	needRing(t)
+	needUserfaultfd(t)
+	cmd, stdin, out := startReading(t, EnvRingLocked, node)
+	return &LockedRing{Cmd: cmd, Stdin: stdin, out: out}
+}
+
+// Unlock lets the child's io_uring_register end, and returns once it has:
+// the ring's lock is free, and its fdinfo lists the device again.
+func (l *LockedRing) Unlock(t testing.TB) {
+	t.Helper()
+	_, err := io.WriteString(l.Stdin, "unlock\n")
+	require.NoError(t, err)
+	line, err := l.out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "unlocked\n", line)
+}
+
 func start(t testing.TB, env, node string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd, stdin, _ := startReading(t, env, node)
+	return cmd, stdin
+}
+
+// startReading is start that also returns the child's stdout after its
+// "ready" line.
+func startReading(t testing.TB, env, node string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), env+"="+node)
@@ -82,15 +133,16 @@ func start(t testing.TB, env, node string) (*exec.Cmd, io.WriteCloser) {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "ready\n", line)
-	return cmd, stdin
+	return cmd, stdin, out
 }
 
-// MainIfHolder plays the holder (Hold's, Map's, Ring's or RingMapped's)
-// and exits the process when EnvHold, EnvMap, EnvRing or EnvRingMapped is
-// set, and returns at once otherwise. Call it first in TestMain of any test
+// MainIfHolder plays the holder (Hold's, Map's, Ring's, RingMapped's or
+// RingLocked's) and exits the process when EnvHold, EnvMap, EnvRing,
+// EnvRingMapped or EnvRingLocked is set, and returns at once otherwise. Call it first in TestMain of any test
 // binary that uses Hold:
 //
 //	func TestMain(m *testing.M) {
@@ -109,6 +161,9 @@ func MainIfHolder() {
 	}
 	if node := os.Getenv(EnvRingMapped); node != "" {
 		os.Exit(holdRing(node, true))
+	}
+	if node := os.Getenv(EnvRingLocked); node != "" {
+		os.Exit(holdRingLocked(node))
 	}
 }
 

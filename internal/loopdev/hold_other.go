@@ -26,3 +26,15 @@ func needRing(t testing.TB) {
 	t.Helper()
 	realpart.Missing(t, "io_uring is Linux-only")
 }
+
+// holdRingLocked is not supported on this system.
+func holdRingLocked(node string) int {
+	fmt.Println("error: io_uring is not supported on this system")
+	return 1
+}
+
+// needUserfaultfd says the part is missing: userfaultfd is Linux's.
+func needUserfaultfd(t testing.TB) {
+	t.Helper()
+	realpart.Missing(t, "userfaultfd is Linux-only")
+}

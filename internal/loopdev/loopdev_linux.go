@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -159,4 +161,130 @@ func holdRing(node string, closeRing bool) int {
 	fmt.Println("ready")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	return 0
+}
+
+// userfaultfd's ioctls (linux/userfaultfd.h) and io_uring_register's
+// IORING_REGISTER_FILES_UPDATE.
+const (
+	uffdAPI             = 0xaa
+	uffdioAPI           = 0xc018aa3f // _IOWR(0xaa, 0x3f, struct uffdio_api)
+	uffdioRegister      = 0xc020aa00 // _IOWR(0xaa, 0x00, struct uffdio_register)
+	uffdioCopy          = 0xc028aa03 // _IOWR(0xaa, 0x03, struct uffdio_copy)
+	uffdRegisterMiss    = 1          // UFFDIO_REGISTER_MODE_MISSING
+	registerFilesUpdate = 6
+	registerFilesSkip   = -2 // IORING_REGISTER_FILES_SKIP: leave the slot as it is
+)
+
+// newUserfaultfd opens a userfaultfd that catches the kernel's faults too
+// (no UFFD_USER_MODE_ONLY), with its API handshake done.
+func newUserfaultfd() (int, error) {
+	fd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC, 0, 0)
+	if errno != 0 {
+		return -1, fmt.Errorf("userfaultfd: %w", errno)
+	}
+	api := [3]uint64{uffdAPI, 0, 0} // api, features, ioctls
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uffdioAPI, uintptr(unsafe.Pointer(&api))); errno != 0 {
+		unix.Close(int(fd))
+		return -1, fmt.Errorf("UFFDIO_API: %w", errno)
+	}
+	return int(fd), nil
+}
+
+// needUserfaultfd says the part is missing when this process may not catch
+// the kernel's faults with userfaultfd.
+func needUserfaultfd(t testing.TB) {
+	t.Helper()
+	fd, err := newUserfaultfd()
+	if err != nil {
+		realpart.Missing(t, fmt.Sprintf("userfaultfd for kernel faults unavailable here (%v); it needs CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1", err))
+	}
+	unix.Close(fd)
+}
+
+// holdRingLocked is holdRing whose ring's lock is then held by an
+// IORING_REGISTER_FILES_UPDATE waiting on a userfaultfd fault, until a line
+// "unlock" on stdin (the fault is served with skip entries) or the end of
+// stdin.
+func holdRingLocked(node string) int {
+	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	r, err := uring.New(1, 0)
+	if err != nil {
+		f.Close()
+		fmt.Println("error: io_uring:", err)
+		return 1
+	}
+	defer r.Close()
+	err = r.RegisterFiles(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	uffd, err := newUserfaultfd()
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	defer unix.Close(uffd)
+	page := os.Getpagesize()
+	mem, err := unix.Mmap(-1, 0, page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		fmt.Println("error: mmap:", err)
+		return 1
+	}
+	addr := uint64(uintptr(unsafe.Pointer(&mem[0])))
+	reg := [4]uint64{addr, uint64(page), uffdRegisterMiss, 0} // range, mode, ioctls
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(uffd), uffdioRegister, uintptr(unsafe.Pointer(&reg))); errno != 0 {
+		fmt.Println("error: UFFDIO_REGISTER:", errno)
+		return 1
+	}
+	update := struct {
+		offset, resv uint32
+		fds          uint64
+	}{fds: addr} // slot 0 from the first fd of the page, which faults
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // the thread waits in the kernel; the process exits with it
+		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.Fd()), registerFilesUpdate,
+			uintptr(unsafe.Pointer(&update)), 1, 0, 0)
+		if errno != 0 {
+			done <- errno
+			return
+		}
+		done <- nil
+	}()
+	event := make([]byte, 32) // struct uffd_msg: the fault is pending, the ring's lock held
+	if _, err := unix.Read(uffd, event); err != nil {
+		fmt.Println("error: reading the userfaultfd:", err)
+		return 1
+	}
+	fmt.Println("ready")
+	in := bufio.NewReader(os.Stdin)
+	for {
+		line, err := in.ReadString('\n')
+		if err != nil {
+			return 0 // the exit ends the wait in the kernel
+		}
+		if line != "unlock\n" {
+			continue
+		}
+		skip := make([]byte, page)
+		for i := 0; i < page; i += 4 {
+			*(*int32)(unsafe.Pointer(&skip[i])) = registerFilesSkip
+		}
+		cp := [5]uint64{addr, uint64(uintptr(unsafe.Pointer(&skip[0]))), uint64(page), 0, 0} // dst, src, len, mode, copy
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(uffd), uffdioCopy, uintptr(unsafe.Pointer(&cp))); errno != 0 {
+			fmt.Println("error: UFFDIO_COPY:", errno)
+			return 1
+		}
+		if err := <-done; err != nil {
+			fmt.Println("error: IORING_REGISTER_FILES_UPDATE:", err)
+			return 1
+		}
+		fmt.Println("unlocked")
+	}
 }

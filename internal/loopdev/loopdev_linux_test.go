@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -90,4 +91,34 @@ func TestRingHoldsTheDeviceWithNoFdOnIt(t *testing.T) {
 
 	require.NoError(t, stdin.Close())
 	require.NoError(t, cmd.Wait(), "the holder exits 0 once its stdin closes")
+}
+
+// The locked ring's fdinfo lists none of its registered files however
+// often it is read, until Unlock; then it lists the node in slot 0 again.
+func TestRingLockedHidesTheRingsFilesUntilUnlocked(t *testing.T) {
+	node, _ := Attach(t)
+	l := RingLocked(t, node)
+	dir := fmt.Sprintf("/proc/%d", l.Cmd.Process.Pid)
+	info := func() string {
+		fds, err := os.ReadDir(dir + "/fd")
+		require.NoError(t, err)
+		for _, fd := range fds {
+			if target, _ := os.Readlink(dir + "/fd/" + fd.Name()); target == "anon_inode:[io_uring]" {
+				b, err := os.ReadFile(dir + "/fdinfo/" + fd.Name())
+				require.NoError(t, err)
+				return string(b)
+			}
+		}
+		t.Fatal("no io_uring fd")
+		return ""
+	}
+	listed := regexp.MustCompile(`\n +0: (` + node + `|` + filepath.Base(node) + `)\n`)
+	for range 20 {
+		assert.NotRegexp(t, listed, info(), "listed while the ring's lock is held")
+	}
+	l.Unlock(t)
+	assert.Regexp(t, listed, info())
+
+	require.NoError(t, l.Stdin.Close())
+	require.NoError(t, l.Cmd.Wait(), "the holder exits 0 once its stdin closes")
 }
