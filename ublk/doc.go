@@ -23,7 +23,8 @@
 // The order (see Teardown.Stop): find the devices in sysfs; wait until
 // nothing holds a disk (a process's fd or memory mapping of the node, a
 // process's io_uring with the node among its registered files, a mount,
-// swap, a stacked device, a loop device backed by the disk);
+// swap, a stacked device, a loop device backed by the disk) or may (a
+// possible holder, below);
 // if some still do at the last-resort point, run the last resort (below);
 // ask the daemon to stop (SIGTERM through a pidfd, or AgentENV's socket
 // request); wait until every device has left sysfs and the daemon has
@@ -32,6 +33,21 @@
 // (io_uring URING_CMD on an SQE128 ring, pure Go); kill the daemon only once
 // no device is live, or near the deadline on a kernel that is not
 // vulnerable.
+//
+// Possible holders. The kernel lists a ring's registered files in
+// /proc/PID/fdinfo only when its read gets the ring's lock with a trylock,
+// and a process's mappings only when /proc/PID/maps gets its memory-map
+// lock; a ring mapped with no ring fd has no fdinfo at all. A process
+// whose rings' files are not listed within blockdev.RingWait, whose
+// mappings are not read within blockdev.MapsWait, or that has a ring
+// mapped and no ring fd may hold a disk through them: it is a possible
+// holder (Holder.Kind "possible") of every disk, and the step treats it
+// as one that does. Each scan reads it again, so a ring busy only now and
+// then is soon listed and the process known for what it is; one never
+// listed is waited for until the last-resort point, then killed when
+// doomed (below) and, outside the server's cgroup, spared as a known
+// holder is: the daemon is not asked to stop, and Stop returns a
+// *HeldError naming it and what is not known.
 //
 // The last resort. The pod's SIGKILL takes the whole container cgroup: a
 // VMM in it that still holds a disk when the step's time runs out dies a
@@ -50,10 +66,12 @@
 // within its part of the reserve. Holders outside the cgroup (another pod,
 // the host) are never killed, nor are mounts, swap, stacked devices and
 // loop devices backed by a disk (kernel state: no kill releases them; a
-// process mapping a disk, or holding it through an io_uring's registered
-// files, is a process, killed like one with an fd when it is in the
-// cgroup): a device they hold stays live, the daemon keeps serving it and is not asked
-// to stop, and Stop returns a *HeldError. Report.LastResort names every
+// process mapping a disk, holding it through an io_uring's registered
+// files, or a possible holder is a process, killed like one with an fd
+// when it is in the cgroup and, checked again, still holds a disk or still
+// may): a device they hold stays live, the daemon keeps serving it and is
+// not asked to stop, and Stop returns a *HeldError. The daemon itself is
+// never killed by it, whatever it holds. Report.LastResort names every
 // holder, killed or spared, its cgroup and why. Config.NoLastResort turns
 // it off; Config.StopDespiteHolders replaces it.
 //
@@ -70,11 +88,12 @@
 //     disk exists and STOP_DEV has not completed for it; Stop then returns an
 //     *UnsafeError saying so ("devices still live ... daemon left running,
 //     unsafe to kill").
-//   - The daemon is never asked to stop while anything holds a disk (after
-//     the last resort: anything but this process, the server, with an fd, a
-//     mapping or a ring), unless Config.StopDespiteHolders; Stop then returns a *HeldError naming
-//     the holders. Only the last resort kills a holder, and only one in
-//     this process's cgroup.
+//   - The daemon is never asked to stop while anything holds a disk or may
+//     (a possible holder; after the last resort: anything but this process
+//     and the daemon, the server, with an fd, a mapping, a ring or a
+//     possible hold), unless Config.StopDespiteHolders; Stop then returns a
+//     *HeldError naming the holders. Only the last resort kills a holder,
+//     and only one in this process's cgroup, never the daemon.
 //   - The Report always has one entry per device: initial and final state,
 //     in-flight I/O before and after, holders, each action with its
 //     duration, and a Verdict.

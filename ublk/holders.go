@@ -7,8 +7,10 @@ import (
 )
 
 // Holder is one user of a block device: a process with the disk open,
-// memory-mapped or among an io_uring's registered files, a mount of a file system on it, swap on it, a device
-// stacked on it, or a loop device backed by it.
+// memory-mapped or among an io_uring's registered files, a mount of a file
+// system on it, swap on it, a device stacked on it, a loop device backed by
+// it, or a process that may hold it (a possible holder: the kernel did not
+// show part of what it holds).
 type Holder struct {
 	// PID is the holding process, 0 for swap, stacked and loop devices.
 	PID int `json:"pid,omitempty"`
@@ -25,13 +27,19 @@ type Holder struct {
 	// namespace), "swap" (it is active swap), "stacked" (device-mapper or
 	// md is stacked on it) or "loop" (a loop device's backing file is the
 	// disk: kernel state with no process, never released by a kill; detach
-	// it with losetup -d).
+	// it with losetup -d), or "possible" (a process whose mappings or
+	// io_uring registered files the kernel did not show in time, or with
+	// a ring mapped and no ring fd to list them by: it may hold the disk
+	// through them, and counts as a holder until a scan knows better; a
+	// process like "fd").
 	Kind string `json:"kind"`
 	// Detail is the fd and path, the mapping's address range and path
 	// ("mmap 7f..-7f.. /dev/ublkb0"), the ring's fd, slot and path
 	// ("io_uring fd 7 slot 0 -> /dev/ublkb0"), the mount point, the swap file, the
-	// stacked device's name, or the loop device and its backing file
-	// ("loop3 (backing file /dev/ublkb0)").
+	// stacked device's name, the loop device and its backing file
+	// ("loop3 (backing file /dev/ublkb0)"), or what of a possible holder
+	// is not known and why ("io_uring fd 7: the registered files not
+	// listed by the kernel in 4 reads within 100ms ...").
 	Detail string `json:"detail"`
 }
 

@@ -189,10 +189,10 @@ func (r *run) refresh() {
 }
 
 // waitHolders waits until no disk is held open, at most until
-// holderUntil. It returns the holders left, nil when there are none. What
-// the last scan could not read (a process's mappings, a ring's registered
-// files) is the step's error
-// in the Report, beside its result.
+// holderUntil. It returns the holders left, nil when there are none. A
+// possible holder (a process part of whose holds the scan could not read:
+// its mappings, a ring's registered files) is one: every scan reads it
+// again, and it stops counting only once a scan knows it holds nothing.
 func (r *run) waitHolders() map[int][]Holder {
 	s := r.stepStart("holders")
 	for {

@@ -125,18 +125,24 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     only the step's reserve is left), until nothing holds a disk (a
 //     process's fd or memory mapping of the node, a process's io_uring
 //     with the node among its registered files, a mount, swap, a stacked
-//     device, a loop device backed by the disk).
+//     device, a loop device backed by the disk) or may: a process whose
+//     mappings or rings' registered files the kernel did not show (a
+//     possible holder) is scanned again every PollInterval until it is
+//     known, and is a holder until then.
 //  3. If some still do, on a kernel not known fixed and under a deadline,
 //     run the last resort (unless Config.NoLastResort), within its part of
 //     the reserve: SIGKILL every holder inside this process's own cgroup
 //     (doomed by the pod's SIGKILL anyway; pinned with a pidfd and waited
 //     for), then STOP_DEV through /dev/ublk-control every device no holder
-//     is left on (this process's own fds, mappings and rings do not count:
-//     it is the server). A process mapping a disk, or holding it through
-//     an io_uring's registered files, is a holder like one with an fd. Holders outside the cgroup (another pod, the host), mounts, swap,
+//     is left on (the holds of this process and of the daemon, when its
+//     process is known, do not count: they are the server). A process
+//     mapping a disk, holding it through an io_uring's registered files,
+//     or a possible holder (killed when, checked again, what it holds is
+//     still not known) is a holder like one with an fd. Holders outside
+//     the cgroup (another pod, the host: possible ones too), mounts, swap,
 //     stacked devices and loop devices (kernel state: no kill releases
-//     them) are never killed; Report.LastResort names every
-//     holder, killed or spared, and why. If a device is still held then,
+//     them) are never killed, nor is the daemon; Report.LastResort names
+//     every holder, killed or spared, and why. If a device is still held then,
 //     or where the last resort does not run, return a *HeldError without
 //     asking the daemon to stop (the daemon keeps serving the held
 //     device), unless Config.StopDespiteHolders.
