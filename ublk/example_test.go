@@ -49,12 +49,15 @@ vulnerable  6.8.0-*-generic
 }
 
 // The step against a daemon that stops its two devices when asked; here a
-// fake sysfs tree stands in for /sys (the test hook ublkhook.With; a
-// server leaves it out) and the daemon is in-process (DaemonFuncs), as for
-// a Go server that serves its ublk queues itself.
+// fake sysfs tree stands in for /sys and an empty directory for /proc, no
+// process holding the fake disks (the test hook ublkhook.With; a server
+// leaves it out), and the daemon is in-process (DaemonFuncs), as for a Go
+// server that serves its ublk queues itself.
 func ExampleNew() {
 	sys, _ := os.MkdirTemp("", "sys")
 	defer os.RemoveAll(sys)
+	proc, _ := os.MkdirTemp("", "proc")
+	defer os.RemoveAll(proc)
 	tree, _ := fakeublk.NewTree(sys)
 	for id := range 2 {
 		_ = tree.AddDevice(fakeublk.DeviceSpec{ID: id, Major: 4000, Minor: uint32(id), Reads: 2})
@@ -79,7 +82,7 @@ func ExampleNew() {
 			}
 		},
 	}
-	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: "6.8.0-45-generic"}))
+	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: proc, KernelRelease: "6.8.0-45-generic"}))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -196,7 +196,8 @@ func TestTeardownProceedsOnceTheVMMCloses(t *testing.T) {
 	d, sys, _, _ := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor})
 	vmm, stdin := loopdev.Hold(t, node)
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: sys, KernelRelease: vulnerable}))
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid(), vmm.Process.Pid), KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	go func() {
 		time.Sleep(300 * time.Millisecond) // the VMM shuts down while the step waits
