@@ -243,7 +243,7 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 	again, err := readCgroups(procRoot, pid)
 	holds, unknown := blockdev.ProcessHolds(filepath.Join(procRoot, pid), wantSet(devs))
 	if err != nil || again.String() != f.Cgroup || !holds && len(unknown) == 0 {
-		f.Reason = "no longer holds the device (exited or closed it) before the kill"
+		f.Reason = "no longer holds the device (exited or closed it, or a read shows it holds none) before the kill"
 		return f
 	}
 	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
