@@ -63,18 +63,23 @@
 //     the drain deadline (drain.Drainer.PreStop);
 //   - on SIGTERM: pauses every running sandbox through the API in parallel
 //     within the preserve phase (pause.Preserver over httpsource, letting
-//     in-flight pauses finish), sends the server its SIGTERM with the time
-//     left, waits for it (SIGKILL at the step's deadline so the daemon still
-//     gets its turn), stops the daemon with drainkit's ublk teardown (it waits
+//     in-flight pauses finish; a sandbox a user resumed after its pause is
+//     listed again and paused again: the server admits resumes until its
+//     own shutdown), lists once more and pauses whatever runs again since
+//     (the final sweep, within half the server step's time), sends the
+//     server its SIGTERM with the time left, waits for it (SIGKILL at the
+//     step's deadline so the daemon still gets its turn), stops the daemon with drainkit's ublk teardown (it waits
 //     until no process holds a device; on a kernel not known fixed, holders
 //     still there when only its reserve is left are SIGKILLed if they are in
 //     the supervisor's own cgroup, doomed anyway, and reported and spared
 //     otherwise (ublk's last resort); it asks the daemon to stop with SIGTERM,
 //     waits for its devices to go and for its exit, and kills it only when
-//     the kernel rule allows), writes the Report and exits with the server's
-//     status (1 when the server exited 0 but no listing of the sandboxes
-//     ever succeeded: they are unknown, and the Report says so with the
-//     last error). A second SIGTERM or SIGINT forces: the preStop wait ends, no
+//     the kernel rule allows), writes the Report (the final sweep's
+//     outcomes merged into the preserve phase's) and exits with the
+//     server's status (1 when the server exited 0 but sandboxes were lost,
+//     the final sweep's included, which the Report's note names, or no
+//     listing of the sandboxes ever succeeded: they are unknown, and the
+//     Report says so with the last error). A second SIGTERM or SIGINT forces: the preStop wait ends, no
 //     new pause is sent, and each step gets only its reserve; pauses already
 //     sent are still awaited until the server step's deadline at most (the
 //     server runs them anyway).

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -88,6 +90,7 @@ type supervisor struct {
 	daemon    *child
 
 	termSent atomic.Bool // the server step has sent the server its SIGTERM
+	swept    sweeper     // the final sweep's account (sweep.go)
 
 	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
 	// the drain, the pauses, the API requests and the device teardown, in
@@ -195,7 +198,17 @@ const maxConcurrency = 32
 // server refuses.
 type limited struct {
 	*pause.Preserver
-	src *httpsource.Source
+	src    *httpsource.Source
+	listed atomic.Bool // a Run's listing succeeded: the final sweep may list too
+}
+
+// Run runs the Preserver and notes whether its listing succeeded.
+func (l *limited) Run(ctx context.Context, hard time.Time) *pause.Report {
+	rep := l.Preserver.Run(ctx, hard)
+	if !rep.Unknown {
+		l.listed.Store(true)
+	}
+	return rep
 }
 
 // Limit is the concurrency the plan counts on.
@@ -342,15 +355,18 @@ func (s *supervisor) serverExited() *Report {
 	return s.report(nil, "the server exited on its own before termination")
 }
 
-// stopServer is the server step: SIGTERM, with what is left of the budget
-// before the daemon's reserve; SIGKILL at the step's deadline, so the
-// daemon still gets its turn.
+// stopServer is the server step: the final sweep (sweep.go: what runs
+// again since the preserve phase is paused, within half the step's time),
+// then SIGTERM, with what is left of the budget before the daemon's
+// reserve; SIGKILL at the step's deadline, so the daemon still gets its
+// turn. Sandboxes the sweep could not pause fail the step.
 func (s *supervisor) stopServer(ctx context.Context) error {
+	swept := s.sweep(ctx)
 	s.termSent.Store(true)
 	if dl, ok := ctx.Deadline(); ok {
 		s.log.Info("supervisor: SIGTERM to the server", "time_left", time.Until(dl).Round(time.Millisecond))
 	}
-	return s.server.stop(ctx, time.Second)
+	return errors.Join(swept, s.server.stop(ctx, time.Second))
 }
 
 func (s *supervisor) report(d *drain.Report, note string) *Report {
@@ -374,6 +390,21 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		rep.Note = "no listing succeeded, the sandboxes are unknown: " + d.Preserve.ListErr
 		s.log.Error("supervisor: "+rep.Note, "passes", d.Preserve.Passes)
 		rep.ExitCode = max(rep.ExitCode, 1)
+	}
+	if d != nil {
+		s.swept.mu.Lock()
+		mergeSweep(d.Preserve, s.swept.rep) // what runs again since the phase: the account is of the end
+		s.swept.mu.Unlock()
+		if n := d.Lost(); n > 0 && (d.Preserve == nil || !d.Preserve.Unknown) {
+			// Whatever the server says, sandboxes will be lost at SIGKILL.
+			lost := fmt.Sprintf("%d sandbox(es) not preserved", n)
+			if d.Preserve != nil {
+				lost += ": " + ids(d.Preserve.Entries, lostOutcome)
+			}
+			rep.Note = strings.TrimPrefix(rep.Note+"; "+lost, "; ")
+			s.log.Error("supervisor: " + lost)
+			rep.ExitCode = max(rep.ExitCode, 1)
+		}
 	}
 	return rep
 }

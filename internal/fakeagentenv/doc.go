@@ -23,6 +23,12 @@
 //     an injected failure, recoverable (the sandbox stays running) or
 //     terminal (the sandbox is removed, and answers 404 from then on).
 //     Pause time grows with memoryMB.
+//   - POST /sandboxes/{sandboxID}/resume resumes a paused sandbox (204; 409
+//     when it is not paused; 404 unknown), admitted until Shutdown has
+//     begun and 503 from then on, as AgentENV gates resume: a drain that
+//     cannot close AgentENV's admissions sees a sandbox it paused running
+//     again. Config.ResumeWhenNoneRunning makes users resume some right
+//     after the first listing that finds none running (a drain's last).
 //   - Every API request without exactly one X-API-Key header holding the
 //     key gets 401, with no body (AgentENV's require_auth).
 //   - Run as a process (Main), the server spawns its ublk daemon as its own

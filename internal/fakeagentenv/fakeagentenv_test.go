@@ -176,3 +176,36 @@ func TestShutdownRefusesCreatesAndPausesTheRestOneAtATime(t *testing.T) {
 	_, err = srv.Create(512)
 	assert.Error(t, err)
 }
+
+// A user's resume of a paused sandbox is admitted until the server's own
+// shutdown, then answered 503, as AgentENV gates it; with
+// ResumeWhenNoneRunning the users resume theirs right after the first
+// listing that finds none running, which still answers none running.
+func TestResumeIsAdmittedUntilShutdownAndUsersResumeAfterTheLastListing(t *testing.T) {
+	srv, err := fakeagentenv.New(fakeagentenv.Config{ResumeWhenNoneRunning: 2})
+	require.NoError(t, err)
+	for range 3 {
+		_, _ = srv.Create(512)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	_, list := do(t, http.MethodGet, ts.URL+"/v2/sandboxes?state=running", "")
+	require.Len(t, list, 3, "running: no resume yet")
+	for _, sb := range list {
+		resp, _ := do(t, http.MethodPost, ts.URL+"/sandboxes/"+sb.SandboxID+"/pause", "")
+		require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	}
+	_, list = do(t, http.MethodGet, ts.URL+"/v2/sandboxes?state=running", "")
+	assert.Empty(t, list, "the listing answers what it found")
+	_, list = do(t, http.MethodGet, ts.URL+"/v2/sandboxes?state=running", "")
+	require.Len(t, list, 2, "then its users resumed two, newest first")
+	assert.Equal(t, []string{"i0000003", "i0000002"}, []string{list[0].SandboxID, list[1].SandboxID})
+
+	resp, _ := do(t, http.MethodPost, ts.URL+"/sandboxes/i0000003/resume", "")
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, "running, not paused")
+	resp, _ = do(t, http.MethodPost, ts.URL+"/sandboxes/i0000001/resume", "")
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode, "admitted before the server's shutdown")
+	assert.Equal(t, 3, srv.Shutdown(), "the server's own shutdown pauses the three running")
+	resp, _ = do(t, http.MethodPost, ts.URL+"/sandboxes/i0000001/resume", "")
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "refused once its shutdown began")
+}

@@ -47,7 +47,8 @@ const (
 //
 // Flags: -listen ADDR, -state DIR, -sandboxes N (memoryMB cycling through
 // 512, 1024, 2048, 4096), -page-size N, -no-v2, -pause-base D,
-// -pause-per-gib D, -fail-first N, -daemon "CMD ARGS", -daemon-socket PATH,
+// -pause-per-gib D, -fail-first N, -resume-when-none-running N (see
+// Config.ResumeWhenNoneRunning), -daemon "CMD ARGS", -daemon-socket PATH,
 // -stop-daemon wait|send|leave.
 func Main(args []string, stderr io.Writer) int {
 	lg := log.New(stderr, "fakeagentenv: ", log.Lmicroseconds)
@@ -62,6 +63,7 @@ func Main(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.PauseBase, "pause-base", 20*time.Millisecond, "fixed part of a pause")
 	fs.DurationVar(&cfg.PausePerGiB, "pause-per-gib", 20*time.Millisecond, "pause time per GiB of memoryMB")
 	fs.IntVar(&cfg.FailFirst, "fail-first", 0, "first pause of every Nth sandbox answers 500")
+	fs.IntVar(&cfg.ResumeWhenNoneRunning, "resume-when-none-running", 0, "users resume N paused sandboxes after the first listing that finds none running")
 	daemon := fs.String("daemon", "", "ublk daemon command, spawned as a child")
 	socket := fs.String("daemon-socket", "", "the daemon's Unix socket")
 	stopMode := fs.String("stop-daemon", StopWait, "wait, send or leave")

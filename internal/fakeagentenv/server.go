@@ -87,6 +87,14 @@ type Config struct {
 	// is 500, and every later request for it answers 404. It takes
 	// precedence over FailFirst; 0: none.
 	FailTerminal int
+	// ResumeWhenNoneRunning resumes that many paused sandboxes (newest
+	// first) at the first listing that finds sandboxes paused and none
+	// running: users reconnecting to their sandboxes just after a drain's
+	// last listing, which AgentENV admits until its own shutdown
+	// (Shutdown; resume answers 503 from then on). That listing answers
+	// what it found (none running); every request after it sees them
+	// running. 0: none.
+	ResumeWhenNoneRunning int
 }
 
 // A Server is the node API of one AgentENV server. It is safe for
@@ -100,6 +108,7 @@ type Server struct {
 	created   int
 	failed    map[string]bool // FailFirst already answered 500
 	shutdown  bool
+	resumed   bool           // ResumeWhenNoneRunning has resumed its sandboxes
 	pauses    map[string]int // pause requests per sandbox
 	conflicts int            // 409 answers
 	inPause   int
@@ -350,6 +359,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func (s *Server) sorted(states []string) []Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.sortedLocked(states)
+}
+
+func (s *Server) sortedLocked(states []string) []Sandbox {
 	var out []Sandbox
 	for _, sb := range s.sbx {
 		if len(states) == 0 || slices.Contains(states, sb.State) {
@@ -357,6 +370,34 @@ func (s *Server) sorted(states []string) []Sandbox {
 		}
 	}
 	slices.SortFunc(out, listingOrder)
+	return out
+}
+
+// listing returns the sandboxes sorted, as sorted, for a listing, and
+// makes the users of Config.ResumeWhenNoneRunning resume theirs once the
+// listing has found none running: the listing does not show it, the
+// requests after it do.
+func (s *Server) listing(states []string) []Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.sortedLocked(states)
+	if n := s.cfg.ResumeWhenNoneRunning; n > 0 && !s.resumed && !s.shutdown {
+		var paused []*Sandbox
+		for _, sb := range s.sortedLocked(nil) {
+			switch sb.State {
+			case Paused:
+				paused = append(paused, s.sbx[sb.SandboxID])
+			case Running, Resuming:
+				return out // still running: not the last listing
+			}
+		}
+		if len(paused) > 0 {
+			s.resumed = true
+			for _, sb := range paused[:min(n, len(paused))] {
+				s.resumeLocked(sb)
+			}
+		}
+	}
 	return out
 }
 
@@ -402,7 +443,7 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	all := s.sorted(states)
+	all := s.listing(states)
 	start := 0
 	if tok := q.Get("nextToken"); tok != "" {
 		// AgentENV's cursor (src/api/impls/pagination.rs): URL-safe base64,
@@ -436,7 +477,7 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, listed(s.sorted([]string{Running})))
+	writeJSON(w, http.StatusOK, listed(s.listing([]string{Running})))
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
@@ -595,12 +636,18 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	case sb.State != Paused:
 		apiError(w, http.StatusConflict, "sandbox "+id+" is "+sb.State+", not paused")
 	default:
-		sb.State = Running
-		s.broadcastLocked()
-		if s.cfg.StateDir != "" {
-			_ = os.Remove(filepath.Join(s.cfg.StateDir, id+".json"))
-		}
+		s.resumeLocked(sb)
 		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// resumeLocked resumes a paused sandbox: running, its paused record gone.
+// The caller holds s.mu.
+func (s *Server) resumeLocked(sb *Sandbox) {
+	sb.State = Running
+	s.broadcastLocked()
+	if s.cfg.StateDir != "" {
+		_ = os.Remove(filepath.Join(s.cfg.StateDir, sb.SandboxID+".json"))
 	}
 }
 

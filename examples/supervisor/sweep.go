@@ -1,0 +1,169 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// The final sweep. The supervisor cannot close the server's admissions:
+// AgentENV admits a user's resume (and a create) until its own shutdown,
+// which starts only at the server step's SIGTERM, and stops accepting
+// connections then. The preserve phase's Run pauses again what its later
+// passes list again, but a sandbox resumed after its last listing runs on,
+// and AgentENV's own shutdown pauses such sandboxes one at a time, in the
+// server step's time: too slow for more than a few, and whatever it has
+// not reached when the step's deadline SIGKILLs the server is lost (only
+// paused records persist). So the server step lists once more just before
+// the SIGTERM and pauses, in parallel, whatever runs: what can resume
+// after that listing is what AgentENV's own shutdown finds in the few
+// milliseconds before it gates resumes. Whatever the sweep cannot pause is
+// merged into the preserve phase's account: lost, in the Report, the log
+// and the exit status.
+
+// A sweeper keeps the final sweep's account for the Report.
+type sweeper struct {
+	mu  sync.Mutex
+	rep *pause.Report // nil until a sweep ran to its end
+}
+
+// sweep lists the server's running sandboxes one last time, within the
+// server step's ctx, and pauses them: none starts after half the step's
+// time, and the ones in flight are waited for until three quarters. It
+// returns an error naming the ones it could not pause. It does nothing in
+// force mode (no new pause is sent then), once the server has exited, or
+// when no listing of the preserve phase succeeded (the Report says the
+// sandboxes are unknown; another failing listing would only take the
+// server's time).
+func (s *supervisor) sweep(ctx context.Context) error {
+	if !s.preserver.listed.Load() {
+		return nil
+	}
+	select {
+	case <-s.drainer.Forced():
+		return nil
+	case <-s.server.done:
+		return nil
+	default:
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return nil // a step always has a deadline
+	}
+	// No pause starts after half the step's time, and the ones in flight
+	// are waited for until three quarters (the server would finish them
+	// before it exits anyway): the rest is the server's, to exit by itself.
+	left := time.Until(dl)
+	start, end := time.Now().Add(left/2), time.Now().Add(left*3/4)
+	sctx, cancel := context.WithDeadline(ctx, start)
+	defer cancel()
+	p, err := pause.New(s.src, pause.Config{
+		// A Preserver of its own: what the sweep pauses (resumed sandboxes,
+		// a few) says nothing of the node's knee or of a pause's time, which
+		// the drain keeps for the next one.
+		Limit:         max(s.preserver.Limit(), 1),
+		Estimator:     deadline.NewEstimator(max(s.preserver.Estimator().Estimate(), time.Millisecond)),
+		Logger:        s.log,
+		MeterProvider: s.meters,
+	})
+	if err != nil {
+		return fmt.Errorf("final sweep: %w", err)
+	}
+	rep := p.Run(sctx, end)
+	s.swept.mu.Lock()
+	s.swept.rep = rep
+	s.swept.mu.Unlock()
+	switch {
+	case rep.Unknown:
+		s.log.Error("supervisor: final sweep: the server's sandboxes could not be listed after the preserve phase; a sandbox resumed since is not known",
+			"error", rep.ListErr)
+		return nil // the preserve phase's account stands; the log says what is not known
+	case len(rep.Entries) == 0:
+		s.log.Info("supervisor: final sweep: nothing running again after the preserve phase")
+		return nil
+	}
+	level := slog.LevelWarn
+	if rep.Lost() > 0 {
+		level = slog.LevelError
+	}
+	s.log.Log(ctx, level, "supervisor: final sweep: sandboxes running again after the preserve phase (resumed or created: the server admits both until its own shutdown)",
+		"found", len(rep.Entries), "paused", rep.Counts[pause.Preserved], "lost", rep.Lost(), "ids", ids(rep.Entries, nil))
+	if n := rep.Lost(); n > 0 {
+		return fmt.Errorf("final sweep: %d of %d sandboxes running again after the preserve phase not paused: %s",
+			n, len(rep.Entries), ids(rep.Entries, lostOutcome))
+	}
+	return nil
+}
+
+// lostOutcome reports whether an outcome loses the sandbox at SIGKILL.
+func lostOutcome(o pause.Outcome) bool { return o != pause.Preserved && o != pause.Vanished }
+
+// ids lists the entries' IDs with their outcomes, those for which keep is
+// true (every one when keep is nil), at most ten.
+func ids(entries []pause.Entry, keep func(pause.Outcome) bool) string {
+	const most = 10
+	var out []string
+	n := 0
+	for _, e := range entries {
+		if keep != nil && !keep(e.Outcome) {
+			continue
+		}
+		if n++; n <= most {
+			out = append(out, e.ID+"("+string(e.Outcome)+")")
+		}
+	}
+	if n > most {
+		out = append(out, fmt.Sprintf("and %d more", n-most))
+	}
+	return strings.Join(out, " ")
+}
+
+// mergeSweep merges the final sweep's account into the preserve phase's,
+// so that the Report says what became of every sandbox: one the phase
+// preserved and the sweep found running again counts one more Relisted,
+// with the sweep's attempts, and takes the sweep's outcome (still
+// preserved when the sweep's pause said it was already: gone); one the
+// phase never listed gets an entry, first listed by the pass after the
+// phase's last. The counts are computed again.
+func mergeSweep(into, sweep *pause.Report) {
+	if into == nil || sweep == nil || len(sweep.Entries) == 0 {
+		return
+	}
+	at := make(map[string]int, len(into.Entries))
+	for i, e := range into.Entries {
+		at[e.ID] = i
+	}
+	for _, e := range sweep.Entries {
+		i, ok := at[e.ID]
+		if !ok {
+			e.Pass += into.Passes
+			into.Entries = append(into.Entries, e)
+			continue
+		}
+		prior := &into.Entries[i]
+		if prior.Outcome == pause.Preserved || prior.Outcome == pause.Vanished {
+			e.Relisted++
+		}
+		if prior.Outcome == pause.Preserved && e.Outcome == pause.Vanished {
+			e.Outcome, e.Error = pause.Preserved, ""
+		}
+		e.Pass = prior.Pass
+		e.Attempts += prior.Attempts
+		e.Relisted += prior.Relisted
+		*prior = e
+	}
+	into.Passes += sweep.Passes
+	counts := make(map[pause.Outcome]int, len(into.Counts))
+	for _, e := range into.Entries {
+		counts[e.Outcome]++
+	}
+	into.Counts = counts
+}
