@@ -1,7 +1,9 @@
 package pause_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -45,7 +47,9 @@ func TestSandboxResumedAfterItsPreserveIsPreservedAgain(t *testing.T) {
 		node := fakesandbox.NewNode()
 		sbs := node.AddN("sb", 3, time.Second)
 		b := sbs[1]
-		p, err := pause.New(resumedAt(node, b, 2, 1), pause.Config{BackOff: constant(time.Second)})
+		var logs bytes.Buffer
+		p, err := pause.New(resumedAt(node, b, 2, 1), pause.Config{BackOff: constant(time.Second),
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		require.NoError(t, err)
 		start := time.Now()
 		rep, took := runFor(t, p, time.Minute, 0)
@@ -62,6 +66,7 @@ func TestSandboxResumedAfterItsPreserveIsPreservedAgain(t *testing.T) {
 		assert.Equal(t, start.Add(time.Second), e.Start, "the start of its last preserve")
 		assert.Equal(t, time.Second, e.Duration)
 		assert.Equal(t, []time.Time{start, start.Add(time.Second)}, b.Starts())
+		assert.Contains(t, logs.String(), `level=WARN msg="pause: sandboxes listed again after their preserve (resumed, or the listing lags); preserving them again" pass=2 again=1 first=sb-1`)
 		for _, id := range []string{"sb-0", "sb-2"} {
 			assert.Zero(t, entry(t, rep, id).Relisted, id)
 			assert.Equal(t, 1, entry(t, rep, id).Attempts, id)

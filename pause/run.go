@@ -191,6 +191,10 @@ func (r *run) pass(n int) (found, again int) {
 	if len(tasks.all) == 0 {
 		return 0, 0
 	}
+	if tasks.again > 0 {
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: sandboxes listed again after their preserve (resumed, or the listing lags); preserving them again",
+			slog.Int("pass", n), slog.Int("again", tasks.again), slog.String("first", tasks.entry(&tasks.all[tasks.firstAgain()]).ID))
+	}
 	order, st := r.order(&tasks)
 	if r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
@@ -231,6 +235,17 @@ type taskList struct {
 	// again is how many of the tasks are of sandboxes an earlier pass
 	// listed, listed again after their preserve (see listedAgain).
 	again int
+}
+
+// firstAgain returns the index in all of the first task of a sandbox
+// listed again, or 0 if none.
+func (l *taskList) firstAgain() int {
+	for i := range l.all {
+		if l.entries[l.all[i].ei].Relisted > 0 {
+			return i
+		}
+	}
+	return 0
 }
 
 // entry returns t's Report entry.
@@ -419,8 +434,10 @@ func (r *run) listedAgain(j int32, pass int, again *map[int32]bool) bool {
 			r.preservedN.Add(-1)
 		}
 	}
-	r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: sandbox listed again after its preserve (resumed, or the listing lags); preserving it again",
-		slog.String("sandbox", e.ID), slog.String("outcome", string(e.Outcome)), slog.Int("pass", pass), slog.Int("relisted", e.Relisted))
+	if r.cfg.log.Enabled(r.ctx, slog.LevelDebug) { // the pass logs their number; a lagging listing may hold every sandbox
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelDebug, "pause: sandbox listed again after its preserve; preserving it again",
+			slog.String("sandbox", e.ID), slog.String("outcome", string(e.Outcome)), slog.Int("pass", pass), slog.Int("relisted", e.Relisted))
+	}
 	return true
 }
 

@@ -71,7 +71,7 @@ func (s *supervisor) sweep(ctx context.Context) error {
 		// the drain keeps for the next one.
 		Limit:         max(s.preserver.Limit(), 1),
 		Estimator:     deadline.NewEstimator(max(s.preserver.Estimator().Estimate(), time.Millisecond)),
-		Logger:        s.log,
+		Logger:        s.log.With("run", "final sweep"),
 		MeterProvider: s.meters,
 	})
 	if err != nil {
