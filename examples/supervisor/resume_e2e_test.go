@@ -46,9 +46,10 @@ func TestSandboxesResumedAfterThePreservePhaseArePausedBeforeTheServersSIGTERM(t
 
 // The same, with pauses too long for the sweep's share of the server
 // step: the 8 resumed sandboxes are still pausing when the step's deadline
-// SIGKILLs the server, so they are lost, and the supervisor says so: in
-// the Report (their entries timed out, relisted), the log and the exit
-// status. Before, the Report said 16 preserved, none lost.
+// SIGKILLs the server, so they are lost (only paused records persist), and
+// the supervisor says so: in the Report (their entries timed out, or not
+// started, and relisted), the log and the exit status. Before, the Report
+// said 16 preserved, none lost.
 //
 //	0 s     SIGTERM (grace 6 s: the budget's deadline at 4.5 s): 16 pauses of 2.5 s
 //	2.5 s   the last listing; 8 users resume theirs; the sweep pauses them
@@ -64,8 +65,8 @@ func TestSandboxesTheSweepCannotPauseAreLostInTheReportAndTheExitStatus(t *testi
 	assert.Equal(t, 8, rep.Drain.Preserve.Counts[pause.Preserved])
 	assert.Equal(t, 8, relisted(rep.Drain.Preserve))
 	for _, e := range rep.Drain.Preserve.Entries {
-		if e.Relisted > 0 {
-			assert.Equal(t, pause.TimedOut, e.Outcome, e.ID)
+		if e.Relisted > 0 { // timed out, or not started if the sweep's listing came late
+			assert.True(t, lostOutcome(e.Outcome), "%s: %s", e.ID, e.Outcome)
 		}
 	}
 	assert.Len(t, recs, 8, "only the 8 not resumed have a paused record")
