@@ -220,7 +220,7 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 	if !in {
 		f.Reason = "outside the server's cgroup (" + why + "): not doomed by the pod's SIGKILL, never killed"
 		if f.Holder.Kind == blockdev.Possible {
-			f.Reason += "; it may hold the disk (what it holds is not known), so the disk counts as held"
+			f.Reason += "; it may hold the disk (what it holds is not known): set aside, the disk stops all the same"
 		}
 		return f
 	}

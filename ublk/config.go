@@ -74,9 +74,9 @@ type Config struct {
 	PollInterval time.Duration
 
 	// StopDespiteHolders makes the step ask the daemon to stop even when a
-	// device is still held open after HolderWait, or may be (a possible
-	// holder; a holder then sees I/O errors), instead of running the last
-	// resort. By default the step
+	// device is still held open after HolderWait (a holder then sees I/O
+	// errors), instead of running the last resort. (A possible holder
+	// never keeps a device from stopping past HolderWait: see Teardown.Stop.) By default the step
 	// does not: on a kernel not known fixed it runs the last resort, and
 	// where that is off, not applicable, or leaves a holder it may not
 	// kill, it returns a *HeldError and leaves the daemon running.

@@ -42,12 +42,15 @@
 // mappings are not read within blockdev.MapsWait, or that has a ring
 // mapped and no ring fd may hold a disk through them: it is a possible
 // holder (Holder.Kind "possible") of every disk, and the step treats it
-// as one that does. Each scan reads it again, so a ring busy only now and
-// then is soon listed and the process known for what it is; one never
-// listed is waited for until the last-resort point, then killed when
-// doomed (below) and, outside the server's cgroup, spared as a known
-// holder is: the daemon is not asked to stop, and Stop returns a
-// *HeldError naming it and what is not known.
+// as one that does until the holder wait ends. Each scan reads it again,
+// so a ring busy only now and then is soon listed and the process known
+// for what it is; one never listed is waited for until the last-resort
+// point, then killed when doomed (below), and otherwise set aside: the
+// devices stop all the same, and the Report's "possible holders" step and
+// the log name it and what is not known. Sparing its disk would leave the
+// daemon to die at the pod's SIGKILL with the disk live (the host-crash
+// path) for a process only not known to hold it; stopping the disk costs
+// that process its I/O to it, if it held it after all.
 //
 // The last resort. The pod's SIGKILL takes the whole container cgroup: a
 // VMM in it that still holds a disk when the step's time runs out dies a
@@ -88,11 +91,12 @@
 //     disk exists and STOP_DEV has not completed for it; Stop then returns an
 //     *UnsafeError saying so ("devices still live ... daemon left running,
 //     unsafe to kill").
-//   - The daemon is never asked to stop while anything holds a disk or may
-//     (a possible holder; after the last resort: anything but this process
-//     and the daemon, the server, with an fd, a mapping, a ring or a
-//     possible hold), unless Config.StopDespiteHolders; Stop then returns a
-//     *HeldError naming the holders. Only the last resort kills a holder,
+//   - The daemon is never asked to stop while anything holds a disk (after
+//     the last resort: anything but this process and the daemon, the
+//     server, with an fd, a mapping or a ring), nor, before the holder
+//     wait ends, while something may (a possible holder), unless
+//     Config.StopDespiteHolders; Stop then returns a *HeldError naming the
+//     holders. Only the last resort kills a holder,
 //     and only one in this process's cgroup, never the daemon.
 //   - The Report always has one entry per device: initial and final state,
 //     in-flight I/O before and after, holders, each action with its

@@ -47,9 +47,10 @@ func causeText(err error) string {
 
 // HeldError is Run's error when devices were still held after HolderWait
 // (by a process's fd, mapping or io_uring, a mount, swap, a stacked device
-// or a loop device backed by a disk) or may have been (a possible holder:
-// the kernel did not show part of what a process holds), and the policy
-// forbids stopping anyway: the daemon was not asked to stop.
+// or a loop device backed by a disk), and the policy forbids stopping
+// anyway: the daemon was not asked to stop. A possible holder (the kernel
+// did not show part of what a process holds) is not one of them: it is
+// set aside when the holder wait ends.
 type HeldError struct {
 	Holders map[int][]Holder // by device ID
 }

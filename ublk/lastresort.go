@@ -105,6 +105,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 			left[id] = hs
 		}
 	}
+	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
 	stopped, failed := 0, 0
 	for _, d := range r.dev {
 		if _, ok := left[d.cur.ID]; ok || !d.live() || r.cfg.openControl == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -121,6 +122,7 @@ func (r *run) do() error {
 		case r.t.LastResort() && !r.t.class.MayKillWithLiveDevices() && !r.lastResort.Deadline.IsZero() && r.ctx.Err() == nil: // no deadline: no SIGKILL to get ahead of
 			held = r.runLastResort(held)
 		}
+		held = r.setAsidePossible(held)
 		if held != nil && !r.cfg.stopDespite {
 			r.held = held
 			r.finish()
@@ -208,6 +210,50 @@ func (r *run) waitHolders() map[int][]Holder {
 		}
 		r.refresh()
 	}
+}
+
+// setAsidePossible takes the possible holders out of held once the holder
+// wait is over (and the last resort, when it ran, has killed the doomed
+// ones): it returns the holders left, nil when none is. A possible holder
+// is not known to hold anything, and sparing its disk has a known cost:
+// the daemon is not asked to stop, so it dies with the disk live at the
+// pod's SIGKILL, the host-crash path on a vulnerable kernel. Stopping the
+// disk costs only the process's I/O to it, if it held it after all; a
+// process outside the server's cgroup rarely does (the disks are the
+// sandboxes'), and one the kernel never lists (a mapping behind a hung NFS
+// or FUSE file, a ring whose fd it closed after registering it) would
+// otherwise spare every disk of every drain on its node. The step goes on,
+// and the "possible holders" step of the Report names each and what of it
+// is not known.
+func (r *run) setAsidePossible(held map[int][]Holder) map[int][]Holder {
+	var aside []string
+	for id, hs := range held {
+		hs = slices.DeleteFunc(hs, func(h Holder) bool {
+			if h.Kind != blockdev.Possible {
+				return false
+			}
+			if s := h.String(); !slices.Contains(aside, s) {
+				aside = append(aside, s)
+			}
+			return true
+		})
+		if len(hs) == 0 {
+			delete(held, id)
+		} else {
+			held[id] = hs
+		}
+	}
+	if len(aside) > 0 {
+		slices.Sort(aside)
+		s := r.stepStart("possible holders")
+		err := fmt.Errorf("not known to hold a disk at the end of the holder wait, so not waited for any longer: %s", strings.Join(aside, "; "))
+		r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the devices although processes may hold them (the kernel did not show what they hold)", "possible", strings.Join(aside, "; "))
+		_ = r.stepEnd(s, fmt.Sprintf("%d process(es) set aside", len(aside)), err)
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	return held
 }
 
 // noteHolders adds holders not seen before to the device reports.

@@ -139,10 +139,13 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     mapping a disk, holding it through an io_uring's registered files,
 //     or a possible holder (killed when, checked again, what it holds is
 //     still not known) is a holder like one with an fd. Holders outside
-//     the cgroup (another pod, the host: possible ones too), mounts, swap,
-//     stacked devices and loop devices (kernel state: no kill releases
-//     them) are never killed, nor is the daemon; Report.LastResort names
-//     every holder, killed or spared, and why. If a device is still held then,
+//     the cgroup (another pod, the host), mounts, swap, stacked devices and
+//     loop devices (kernel state: no kill releases them) are never killed,
+//     nor is the daemon; Report.LastResort names every holder, killed or
+//     spared, and why. A possible holder no kill released (outside the
+//     cgroup, or where the last resort does not run) is set aside: not
+//     known to hold a disk, it keeps none from stopping (the Report's
+//     "possible holders" step names it). If a device is still held then,
 //     or where the last resort does not run, return a *HeldError without
 //     asking the daemon to stop (the daemon keeps serving the held
 //     device), unless Config.StopDespiteHolders.
