@@ -404,6 +404,7 @@ func TestStepSetsAsideAPossibleHolderOutsideItsCgroupAndStopsTheDaemon(t *testin
 	assert.Contains(t, aside.Err, "possible io_uring fd")
 	require.NoError(t, outsider.Process.Signal(syscall.Signal(0)), "the outsider is alive")
 	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	<-d.Done() // Stop saw its exit through a pidfd; the reaper may come later
 	assert.Equal(t, 0, d.ExitCode(), "the daemon exited by itself")
 	assert.Contains(t, events(t, log), "sigterm", "asked to stop")
 }
