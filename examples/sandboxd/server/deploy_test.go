@@ -69,6 +69,7 @@ func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
 		"the startup probe waits at least the grace: the last sandboxd may drain for all of it")
 	mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == cfg.StateDir })
 	assert.True(t, mounted, "the state directory outlives the container")
+	assert.Zero(t, cfg.Concurrency, "the limit adapts, from what the last drain on the node learned (kept in the state directory)")
 
 	checkBudget(t, cfg)
 }
@@ -104,8 +105,9 @@ func checkBudget(t *testing.T, cfg Config) {
 	require.Equal(t, []string{drain.PhaseDrain, drain.PhaseGate, drain.PhasePreserve, "http"}, names)
 
 	preserve := windows[2].Reserve
-	assert.Equal(t, time.Duration((load+cfg.Concurrency-1)/cfg.Concurrency)*estimate, preserve.Round(time.Second),
-		"preserve reserve: %d sandboxes x %v, %d at a time", load, estimate, cfg.Concurrency)
+	limit := 8 // the adaptive limit's start: what the drain reserves with before one learned a level
+	assert.Equal(t, time.Duration((load+limit-1)/limit)*estimate, preserve.Round(time.Second),
+		"preserve reserve: %d sandboxes x %v, %d at a time", load, estimate, limit)
 	drainEnd := windows[0].Deadline.Sub(t0)
 	budget, err := deadline.New(cfg.Grace, deadline.Config{}) // the default margin, as the server's
 	require.NoError(t, err)
