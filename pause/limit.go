@@ -56,7 +56,8 @@ func (r *run) startedLocked(u float64, now time.Time) (area0 float64) {
 }
 
 // endedLocked accounts for t, whose entry is e, ending with res, feeds
-// the climber a sample when t was preserved at its first attempt, and
+// the climber a sample when t was preserved at its first attempt (and is
+// no preserve again), and
 // applies the limit it returns; area0 is the in-flight integral when t started (startedLocked;
 // unused unless t was preserved). The caller holds r.mu.
 func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
@@ -65,7 +66,10 @@ func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
 	r.inflight--
 	r.inflightUnits -= u
 	d := res.end.Sub(e.Start)
-	if res.outcome != Preserved || t.attempts.Load() != 1 || d <= 0 {
+	// A preserve again (e.Relisted) is no sample of the level: a round
+	// trip when the listing lagged the pause, or what changed since a
+	// resume; as it feeds no Estimator, it moves no limit.
+	if res.outcome != Preserved || t.attempts.Load() != 1 || d <= 0 || e.Relisted > 0 {
 		return
 	}
 	kbar := (r.area - area0) / float64(d)

@@ -139,10 +139,11 @@ func (p *Preserver) Estimator() *deadline.Estimator { return p.cfg.estimator }
 // stops (the default's 5 minutes) or its wait would end past the phase
 // deadline. So a user resuming a sandbox in a loop cannot keep Run past
 // the phase deadline, and a Run with no deadline over a Lister that lists
-// preserved sandboxes still ends. The preserves again do not feed the
-// Estimator: an instant one (the server had it paused) or one that writes
-// only what changed since a resume says little of a preserve. The Report
-// has one entry for every sandbox any pass listed.
+// preserved sandboxes still ends. The preserves again feed neither the
+// Estimator, the rate of Sized sandboxes nor the adaptive limit: an
+// instant one (the server had it paused) or one that writes only what
+// changed since a resume says little of a preserve. The Report has one
+// entry for every sandbox any pass listed.
 //
 // Run returns by max(ctx's deadline, hard) at the latest; with neither, it
 // returns when every preserve has.

@@ -144,3 +144,58 @@ func TestPreserveAgainThatFindsItPreservedKeepsItPreserved(t *testing.T) {
 		assert.Equal(t, 1, rep.Lost())
 	})
 }
+
+// laggedSandbox is a sandbox of a server whose listing lags its pauses: a
+// preserve of it once preserved is a round trip that says so (ErrGone).
+type laggedSandbox struct{ *fakesandbox.Sandbox }
+
+func (s laggedSandbox) Preserve(ctx context.Context) error {
+	if s.Preserved() {
+		time.Sleep(5 * time.Millisecond)
+		return pause.ErrGone
+	}
+	return s.Sandbox.Preserve(ctx)
+}
+
+// A listing that lags the pauses lists every sandbox of a large node once
+// more; their preserves again are round trips of milliseconds ("already
+// preserved"), which say nothing of how fast the disk preserves. They must
+// not feed the adaptive limit: before, each was a sample of a preserve
+// hundreds of times faster than the level's, and the limit climbed to the
+// ceiling and was handed on as the level learned (docs/faults.md entry 97).
+func TestPreservesAgainDoNotFeedTheAdaptiveLimit(t *testing.T) {
+	run := func(lag bool) (*pause.Report, []string) {
+		var rep *pause.Report
+		var buf bytes.Buffer
+		synctest.Test(t, func(t *testing.T) {
+			disk := &fakesandbox.Disk{Bandwidth: 64 * mib, PerWriter: 16 * mib}
+			var all []pause.Sandbox
+			node := diskNode(disk, 200, 16)
+			list, err := node.List(t.Context())
+			require.NoError(t, err)
+			for _, sb := range list {
+				all = append(all, laggedSandbox{sb.(*fakesandbox.Sandbox)})
+			}
+			listings := 0
+			p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+				listings++
+				if listings == 1 || lag && listings == 2 {
+					return all, nil
+				}
+				return nil, nil
+			}), pause.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil)), BackOff: constant(time.Second)})
+			require.NoError(t, err)
+			rep, _ = runFor(t, p, time.Hour, 0)
+			require.Equal(t, 200, rep.Counts[pause.Preserved])
+		})
+		return rep, limitsTaken(buf.String())
+	}
+	want, wantLimits := run(false)
+	got, gotLimits := run(true)
+	for _, e := range got.Entries {
+		require.Equal(t, 1, e.Relisted, "every sandbox listed again once: %s", e.ID)
+	}
+	assert.Equal(t, wantLimits, gotLimits, "the limits taken")
+	assert.Equal(t, want.Limit, got.Limit, "the limit the Run ended at")
+	assert.Equal(t, want.LearnedLimit, got.LearnedLimit, "the level handed on")
+}
