@@ -226,3 +226,42 @@ func TestSaveKeepsTheLastLearnedLevel(t *testing.T) {
 	none.Config()
 	none.Save(nil, budget, nil) // nowhere to write: nothing happens
 }
+
+// A start that rewrites the file's limit (Server.Start) must leave the
+// level learned as it found it: Level reads a file from before
+// learned_estimate_ns by max_limit, and max_limit is what the rewrite
+// changes. Before, a fixed start rewrote an adaptive writer's file so that
+// its level read as none (lost when the server then died before its Save,
+// and drainkit plan saw nothing learned), and an adaptive start rewrote a
+// fixed writer's file so that the level it had itself set aside (the
+// fixed drain's estimate is not the level's) was taken by the next start
+// with that estimate: fault 91 again (docs/faults.md entry 98).
+func TestStartRewritingTheLimitKeepsTheLevelLearned(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		file        learned.Rates
+		concurrency int
+		level       int
+		estimate    time.Duration
+	}{
+		{"adaptive writer, fixed start", learned.Rates{Estimate: 2 * time.Second, LearnedLimit: 16, Limit: 16, MaxLimit: 32}, 4, 16, 2 * time.Second},
+		{"fixed writer, adaptive start", learned.Rates{Estimate: time.Second, LearnedLimit: 16, Limit: 4}, 0, 0, 0},
+	} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, learned.File)
+		require.NoError(t, tc.file.Write(path))
+		srv := learned.Server{Dir: dir, Concurrency: tc.concurrency, Prior: 500 * time.Millisecond}
+		first := srv.Start().Config()
+		got, err := learned.Read(path)
+		require.NoError(t, err)
+		require.NotEqual(t, tc.file.MaxLimit, got.MaxLimit, "%s: the limit rewritten", tc.name)
+		level, est := got.Level()
+		assert.Equal(t, tc.level, level, "%s: the level", tc.name)
+		assert.Equal(t, tc.estimate, est, "%s: its estimate", tc.name)
+
+		// The server died before its Save: the next start is this one's.
+		again := srv.Start().Config()
+		assert.Equal(t, first.Limit, again.Limit, "%s: the next start's limit", tc.name)
+		assert.Equal(t, first.Estimator.Estimate(), again.Estimator.Estimate(), "%s: the next start's estimate", tc.name)
+	}
+}

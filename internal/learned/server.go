@@ -90,7 +90,8 @@ func (s Server) Start() *Start {
 // adaptive up to MaxLimit) is not this server's, keeping what was learned:
 // drainkit plan predicts the next drain from the file, and the next drain
 // is this server's, not the one's that wrote the file (a build before
-// max_limit, a fixed -concurrency since changed). A failure is logged.
+// max_limit, a fixed -concurrency since changed). The level learned is
+// kept as Level reads it before the rewrite. A failure is logged.
 func (st *Start) recordLimit(path string) {
 	r := *st.last
 	if st.srv.Concurrency > 0 {
@@ -101,6 +102,11 @@ func (st *Start) recordLimit(path string) {
 	if r.Limit == st.last.Limit && r.MaxLimit == st.last.MaxLimit {
 		return
 	}
+	// The level with its estimate, explicitly: Level reads a file from
+	// before LearnedEstimate by its MaxLimit, which this rewrite changes
+	// (a level of an adaptive writer would read as none, one a fixed
+	// writer kept would read as learned with the fixed drain's estimate).
+	r.LearnedLimit, r.LearnedEstimate = st.last.Level()
 	if err := r.Write(path); err != nil {
 		st.log.Warn("learned rates: this server's limit not recorded", "file", path, "error", err)
 		return
