@@ -43,7 +43,8 @@ type Entry struct {
 	// Relisted counts the later passes that listed it again after it was
 	// preserved (or vanished): it was resumed during the Run, or the
 	// listing lagged its pause. Each time it was preserved again, and
-	// Outcome, Start and Duration are those of its last preserve.
+	// Outcome, Start and Duration are those of its last preserve (no
+	// Start or Duration when that one never started).
 	Relisted int `json:"relisted,omitempty"`
 }
 

@@ -202,6 +202,44 @@ func TestPreservesAgainDoNotFeedTheAdaptiveLimit(t *testing.T) {
 	assert.Equal(t, want.LearnedLimit, got.LearnedLimit, "the level handed on")
 }
 
+// A sandbox listed again whose preserve again never starts (the phase
+// deadline came first) is lost, and its entry says it never started: no
+// Start, no Duration, as the Entry's fields say of one that never started.
+// Before, it kept the Start and the Duration of its first preserve beside
+// the outcome not_started, and a Duration that was not End - Start
+// (docs/faults.md entry 99).
+//
+//	0 s   pass 1: a (1 s), limit 1        1 s  a preserved; the user resumes it
+//	1 s   pass 2: c (new, 10 s), then a again: c runs to 11 s
+//	5 s   the phase deadline: a's preserve again never started
+func TestSandboxListedAgainAndNotPreservedAgainSaysItNeverStarted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := &fakesandbox.Sandbox{Name: "a", Latency: time.Second}
+		c := &fakesandbox.Sandbox{Name: "c", Latency: 10 * time.Second}
+		listings := 0
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			switch listings++; listings {
+			case 1:
+				return []pause.Sandbox{a}, nil
+			case 2:
+				return []pause.Sandbox{c, a}, nil
+			}
+			return nil, nil
+		}), pause.Config{Limit: 1})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, 5*time.Second, 20*time.Second)
+
+		e := entry(t, rep, "a")
+		assert.Equal(t, pause.NotStarted, e.Outcome)
+		assert.Equal(t, 1, e.Relisted)
+		assert.Equal(t, 1, a.Attempts(), "never preserved again")
+		assert.True(t, e.Start.IsZero(), "no start: its last preserve never started, got %v", e.Start)
+		assert.Zero(t, e.Duration, "zero if never started")
+		assert.Equal(t, pause.Preserved, entry(t, rep, "c").Outcome)
+		assert.Equal(t, 1, rep.Lost())
+	})
+}
+
 func atoi(t *testing.T, ss []string) []int {
 	out := make([]int, len(ss))
 	for i, s := range ss {

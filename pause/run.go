@@ -428,6 +428,9 @@ func (r *run) listedAgain(j int32, pass int, again *map[int32]bool) bool {
 	}
 	(*again)[j] = true
 	e.Relisted++
+	// Start and Duration are its last preserve's, and this one has not
+	// started: one that never does (the phase deadline) has neither.
+	e.Start, e.Duration = time.Time{}, 0
 	if r.cfg.progress > 0 { // counted again when it settles
 		r.finished.Add(-1)
 		if e.Outcome == Preserved {
