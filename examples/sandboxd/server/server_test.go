@@ -401,8 +401,8 @@ func TestLearnedConcurrencyThatNoLongerFitsDoesNotStopTheStart(t *testing.T) {
 		r        learned.Rates
 		setAside bool
 	}{
-		"above the ceiling":  {learned.Rates{Estimate: 60 * time.Millisecond, LearnedLimit: 1000}, false},
-		"estimate too large": {learned.Rates{Estimate: 26 * time.Second, LearnedLimit: 16}, true},
+		"above the ceiling":  {learned.Rates{Estimate: 60 * time.Millisecond, LearnedLimit: 1000, LearnedEstimate: 60 * time.Millisecond}, false},
+		"estimate too large": {learned.Rates{Estimate: 26 * time.Second, LearnedLimit: 16, LearnedEstimate: 26 * time.Second}, true},
 	} {
 		r := tc.r
 		cfg := testConfig(t)
