@@ -48,6 +48,9 @@
 //     when preservation or an earlier step failed;
 //   - when the time left is too short for the reserves, critical steps get
 //     theirs first and the other phases share the rest in proportion;
+//   - a step that preserves sandboxes itself (a final sweep, its Detail a
+//     *pause.Report) is merged into Report.Preserve as it ends, so the
+//     Report's log line, DrainFinished and Report.Err count what it lost;
 //   - nothing in the package calls os.Exit; the Report says what happened
 //     and how long before SIGKILL it ended.
 //

@@ -100,8 +100,10 @@ type Config struct {
 	// tightens the budget with it (kubectl delete --grace-period, an
 	// eviction); and it posts Kubernetes Events on the
 	// pod: DrainStarted (T0, the expected SIGKILL, the plan), SandboxesLost
-	// (Warning: how many, which), StepFinished or StepFailed for each step
-	// (with the ublk step's verdicts), DrainFinished. Neither holds up the
+	// (Warning: how many, which; again for what a step's final sweep lost,
+	// see Step), StepFinished or StepFailed for each step (with the ublk
+	// step's verdicts), DrainFinished (the Report's counts, every sweep
+	// merged in). Neither holds up the
 	// drain: reads run in the background, a failed one leaves the budget as
 	// it is; events are dropped when the API server is slow or refuses
 	// them (RBAC), and Report.Events counts them. Once the Report is made,

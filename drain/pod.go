@@ -14,7 +14,7 @@ import (
 // The Events a Drainer with Config.Pod posts on the pod, by reason.
 const (
 	eventDrainStarted  = "DrainStarted"  // Normal: T0, the expected SIGKILL and the plan
-	eventSandboxesLost = "SandboxesLost" // Warning: how many, and which (up to maxLostIDs)
+	eventSandboxesLost = "SandboxesLost" // Warning: how many, and which (up to maxLostIDs); again for a step's sweep
 	eventStepFinished  = "StepFinished"  // Normal: a step (the device teardown) ended ok; its verdict
 	eventStepFailed    = "StepFailed"    // Warning: it did not
 	eventDrainFinished = "DrainFinished" // Normal, or Warning when Report.Err is not nil
@@ -115,10 +115,16 @@ func (d *Drainer) eventLost(rep *Report) {
 		d.event(kube.Warning, eventSandboxesLost, "Preserve", "sandboxes unknown: no listing succeeded: "+pr.ListErr)
 		return
 	}
-	lost := pr.Lost()
-	if lost == 0 {
+	if pr.Lost() == 0 {
 		return
 	}
+	d.event(kube.Warning, eventSandboxesLost, "Preserve", lostNote(pr))
+}
+
+// lostNote says how many of pr's sandboxes were not preserved, and which
+// (up to maxLostIDs).
+func lostNote(pr *pause.Report) string {
+	lost := pr.Lost()
 	var ids []string
 	for _, e := range pr.Entries {
 		switch e.Outcome {
@@ -131,8 +137,7 @@ func (d *Drainer) eventLost(rep *Report) {
 		}
 		ids = append(ids, e.ID+"("+string(e.Outcome)+")")
 	}
-	d.event(kube.Warning, eventSandboxesLost, "Preserve",
-		fmt.Sprintf("%d of %d sandboxes not preserved: %s", lost, len(pr.Entries), strings.Join(ids, " ")))
+	return fmt.Sprintf("%d of %d sandboxes not preserved: %s", lost, len(pr.Entries), strings.Join(ids, " "))
 }
 
 // eventStep posts how a step ended, with what its Detail says of itself

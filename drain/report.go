@@ -66,10 +66,18 @@ type Report struct {
 	End   time.Time `json:"end"`   // when the last phase ended
 	// Budget is the budget at the end: T0, its anchor, SIGTERM and the
 	// expected SIGKILL.
-	Budget   deadline.State  `json:"budget"`
-	PreStop  *PreStopSummary `json:"prestop,omitempty"`  // the preStop wait, if a hook called PreStop
-	Phases   []PhaseReport   `json:"phases"`             // every phase and step, in order
-	Preserve *pause.Report   `json:"preserve,omitempty"` // the Preserver's account of every sandbox
+	Budget  deadline.State  `json:"budget"`
+	PreStop *PreStopSummary `json:"prestop,omitempty"` // the preStop wait, if a hook called PreStop
+	Phases  []PhaseReport   `json:"phases"`            // every phase and step, in order
+	// Preserve is the Preserver's account of every sandbox, with every
+	// step's final sweep merged in (a step whose Detail is a *pause.Report,
+	// see Step): a sandbox the sweep found running again counts one more
+	// Relisted and takes the sweep's outcome (still Preserved when the
+	// sweep's preserve found it already gone: Vanished), and one the
+	// preserve phase never listed gets an entry, its Pass counted on from
+	// the phase's passes. A sweep is not merged when the preserve phase
+	// left no account (Preserve nil, or Unknown).
+	Preserve *pause.Report `json:"preserve,omitempty"`
 	// Unaccounted is, when the preserve phase left no Preserve report (the
 	// Preserver was abandoned at its hard deadline, panicked, or returned
 	// none), how many sandboxes the drain's last count saw running: whether
@@ -163,4 +171,58 @@ func (r *Report) LogValue() slog.Value {
 		attrs = append(attrs, slog.String(p.Name, fmt.Sprintf("%s in %v", p.Result, p.Duration.Round(time.Millisecond))))
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// mergeSweep merges into rep.Preserve the final sweep the step p ran (its
+// Detail is a *pause.Report), and posts SandboxesLost for what the sweep
+// did not preserve.
+func (d *Drainer) mergeSweep(rep *Report, p PhaseReport) {
+	sweep, ok := p.Detail.(*pause.Report)
+	if !ok || sweep == nil || sweep.Unknown || len(sweep.Entries) == 0 || rep.Preserve == nil || rep.Preserve.Unknown {
+		return
+	}
+	mergeSweep(rep.Preserve, sweep)
+	if lost := sweep.Lost(); lost > 0 {
+		d.event(kube.Warning, eventSandboxesLost, p.Name, fmt.Sprintf(
+			"step %s swept the sandboxes running again after the preserve phase: %s", p.Name, lostNote(sweep)))
+	}
+}
+
+// mergeSweep merges a final sweep's account into the preserve phase's, so
+// that the Report says what became of every sandbox at the end: one the
+// phase preserved and the sweep found running again counts one more
+// Relisted, with the sweep's attempts, and takes the sweep's outcome (still
+// preserved when the sweep's preserve said it was already: gone); one the
+// phase never listed gets an entry, first listed by the pass after the
+// phase's last. The counts are computed again.
+func mergeSweep(into, sweep *pause.Report) {
+	at := make(map[string]int, len(into.Entries))
+	for i, e := range into.Entries {
+		at[e.ID] = i
+	}
+	for _, e := range sweep.Entries {
+		i, ok := at[e.ID]
+		if !ok {
+			e.Pass += into.Passes
+			into.Entries = append(into.Entries, e)
+			continue
+		}
+		prior := &into.Entries[i]
+		if prior.Outcome == pause.Preserved || prior.Outcome == pause.Vanished {
+			e.Relisted++
+		}
+		if prior.Outcome == pause.Preserved && e.Outcome == pause.Vanished {
+			e.Outcome, e.Error = pause.Preserved, ""
+		}
+		e.Pass = prior.Pass
+		e.Attempts += prior.Attempts
+		e.Relisted += prior.Relisted
+		*prior = e
+	}
+	into.Passes += sweep.Passes
+	counts := make(map[pause.Outcome]int, len(into.Counts))
+	for _, e := range into.Entries {
+		counts[e.Outcome]++
+	}
+	into.Counts = counts
 }

@@ -42,7 +42,9 @@ import (
 //  3. every Step in order, each under its own window, even when
 //     preservation partly failed or an earlier step failed. A step that has
 //     not returned shortly after its deadline is abandoned, still running,
-//     and reported Abandoned.
+//     and reported Abandoned. A step that returns a *pause.Report (a final
+//     sweep: see Step) has it merged into the preserve phase's account
+//     before anything is reported.
 //
 // When the time left is smaller than the reserves of the phases still to
 // run (the kubelet's 2 s after an overrunning hook), the plan's rule shares
@@ -56,7 +58,9 @@ import (
 // deadline, so Shutdown returns by then unless steps are abandoned, each of
 // which costs at most a moment more.
 //
-// The Report is logged once through the Logger; each phase is a span.
+// The Report is logged once through the Logger, and DrainFinished posted,
+// after the last step: what they say is the Report returned, every step's
+// sweep included; each phase is a span.
 // Shutdown never exits the process: the caller decides the exit code, for
 // example from Report.Err.
 func (d *Drainer) Shutdown(ctx context.Context) *Report {
@@ -128,7 +132,9 @@ func (d *Drainer) run(ctx context.Context) *Report {
 		d.phase(ctx, rep, d.phases[i].Name, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
 			d.stepPhase(ctx, s, w, p)
 		})
-		d.eventStep(rep.Phases[len(rep.Phases)-1])
+		p := rep.Phases[len(rep.Phases)-1]
+		d.mergeSweep(rep, p)
+		d.eventStep(p)
 	}
 
 	rep.End = time.Now()

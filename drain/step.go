@@ -23,6 +23,15 @@ type Step interface {
 	// Detail (JSON-marshalable, or nil). A Run that has not returned
 	// shortly after ctx ends is abandoned and reported Abandoned; the next
 	// step runs anyway.
+	//
+	// A Run that preserves sandboxes itself returns its *pause.Report as
+	// the Detail: a final sweep, when the server admits resumes or creates
+	// until its own shutdown, which a step starts, so that a sandbox can
+	// run again after the preserve phase's last listing. The Drainer merges
+	// it into Report.Preserve before the Report is logged or posted (see
+	// Report.Preserve), so the log line, DrainFinished, Report.Err and the
+	// caller's exit status count what the sweep could not preserve. Its
+	// error should say so too: the step then fails.
 	Run(ctx context.Context) (any, error)
 }
 

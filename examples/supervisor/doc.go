@@ -75,7 +75,8 @@
 //     otherwise (ublk's last resort); it asks the daemon to stop with SIGTERM,
 //     waits for its devices to go and for its exit, and kills it only when
 //     the kernel rule allows), writes the Report (the final sweep's
-//     outcomes merged into the preserve phase's) and exits with the
+//     outcomes, the server step's Detail, merged by drain into the
+//     preserve phase's before it logs the Report) and exits with the
 //     server's status (1 when the server exited 0 but sandboxes were lost,
 //     the final sweep's included, which the Report's note names, or no
 //     listing of the sandboxes ever succeeded: they are unknown, and the

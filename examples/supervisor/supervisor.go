@@ -90,7 +90,6 @@ type supervisor struct {
 	daemon    *child
 
 	termSent atomic.Bool // the server step has sent the server its SIGTERM
-	swept    sweeper     // the final sweep's account (sweep.go)
 
 	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
 	// the drain, the pauses, the API requests and the device teardown, in
@@ -121,7 +120,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 	}
 	steps := []drain.Step{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: deadline.Fixed(stepReserve(cfg.grace))},
-		func(ctx context.Context) (any, error) { return nil, s.stopServer(ctx) })}
+		s.stopServer)}
 	if cfg.daemonSock != "" {
 		s.owned = newOwnedDaemon(cfg.daemonSock, s.log, s.serverPid)
 	}
@@ -359,14 +358,19 @@ func (s *supervisor) serverExited() *Report {
 // again since the preserve phase is paused, within half the step's time),
 // then SIGTERM, with what is left of the budget before the daemon's
 // reserve; SIGKILL at the step's deadline, so the daemon still gets its
-// turn. Sandboxes the sweep could not pause fail the step.
-func (s *supervisor) stopServer(ctx context.Context) error {
-	swept := s.sweep(ctx)
+// turn. The sweep's account is the step's Detail, which drain merges into
+// the preserve phase's; sandboxes the sweep could not pause fail the step.
+func (s *supervisor) stopServer(ctx context.Context) (any, error) {
+	swept, err := s.sweep(ctx)
 	s.termSent.Store(true)
 	if dl, ok := ctx.Deadline(); ok {
 		s.log.Info("supervisor: SIGTERM to the server", "time_left", time.Until(dl).Round(time.Millisecond))
 	}
-	return errors.Join(swept, s.server.stop(ctx, time.Second))
+	err = errors.Join(err, s.server.stop(ctx, time.Second))
+	if swept == nil {
+		return nil, err // no Detail, not a nil *pause.Report in it
+	}
+	return swept, err
 }
 
 func (s *supervisor) report(d *drain.Report, note string) *Report {
@@ -391,10 +395,7 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		s.log.Error("supervisor: "+rep.Note, "passes", d.Preserve.Passes)
 		rep.ExitCode = max(rep.ExitCode, 1)
 	}
-	if d != nil {
-		s.swept.mu.Lock()
-		mergeSweep(d.Preserve, s.swept.rep) // what runs again since the phase: the account is of the end
-		s.swept.mu.Unlock()
+	if d != nil { // drain merged the final sweep into d.Preserve: the account is of the end
 		if n := d.Lost(); n > 0 && (d.Preserve == nil || !d.Preserve.Unknown) {
 			// Whatever the server says, sandboxes will be lost at SIGKILL.
 			lost := fmt.Sprintf("%d sandbox(es) not preserved", n)

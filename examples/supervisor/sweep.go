@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -25,38 +24,35 @@ import (
 // paused records persist). So the server step lists once more just before
 // the SIGTERM and pauses, in parallel, whatever runs: what can resume
 // after that listing is what AgentENV's own shutdown finds in the few
-// milliseconds before it gates resumes. Whatever the sweep cannot pause is
-// merged into the preserve phase's account: lost, in the Report, the log
-// and the exit status.
-
-// A sweeper keeps the final sweep's account for the Report.
-type sweeper struct {
-	mu  sync.Mutex
-	rep *pause.Report // nil until a sweep ran to its end
-}
+// milliseconds before it gates resumes. The sweep's account is the server
+// step's Detail, which drain merges into the preserve phase's before it
+// logs the Report or posts DrainFinished: whatever the sweep cannot pause
+// is lost, in the Report, drain's log line and the supervisor's, and the
+// exit status.
 
 // sweep lists the server's running sandboxes one last time, within the
 // server step's ctx, and pauses them: none starts after half the step's
 // time, and the ones in flight are waited for until three quarters. It
-// returns an error naming the ones it could not pause. It does nothing in
+// returns its account (nil when it listed nothing), and an error naming
+// the ones it could not pause. It does nothing in
 // force mode (no new pause is sent then), once the server has exited, or
 // when no listing of the preserve phase succeeded (the Report says the
 // sandboxes are unknown; another failing listing would only take the
 // server's time).
-func (s *supervisor) sweep(ctx context.Context) error {
+func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 	if !s.preserver.listed.Load() {
-		return nil
+		return nil, nil
 	}
 	select {
 	case <-s.drainer.Forced():
-		return nil
+		return nil, nil
 	case <-s.server.done:
-		return nil
+		return nil, nil
 	default:
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
-		return nil // a step always has a deadline
+		return nil, nil // a step always has a deadline
 	}
 	// No pause starts after half the step's time, and the ones in flight
 	// are waited for until three quarters (the server would finish them
@@ -75,20 +71,17 @@ func (s *supervisor) sweep(ctx context.Context) error {
 		MeterProvider: s.meters,
 	})
 	if err != nil {
-		return fmt.Errorf("final sweep: %w", err)
+		return nil, fmt.Errorf("final sweep: %w", err)
 	}
 	rep := p.Run(sctx, end)
-	s.swept.mu.Lock()
-	s.swept.rep = rep
-	s.swept.mu.Unlock()
 	switch {
 	case rep.Unknown:
 		s.log.Error("supervisor: final sweep: the server's sandboxes could not be listed after the preserve phase; a sandbox resumed since is not known",
 			"error", rep.ListErr)
-		return nil // the preserve phase's account stands; the log says what is not known
+		return nil, nil // the preserve phase's account stands; the log says what is not known
 	case len(rep.Entries) == 0:
 		s.log.Info("supervisor: final sweep: nothing running again after the preserve phase")
-		return nil
+		return nil, nil
 	}
 	level := slog.LevelWarn
 	if rep.Lost() > 0 {
@@ -97,10 +90,10 @@ func (s *supervisor) sweep(ctx context.Context) error {
 	s.log.Log(ctx, level, "supervisor: final sweep: sandboxes running again after the preserve phase (resumed or created: the server admits both until its own shutdown)",
 		"found", len(rep.Entries), "paused", rep.Counts[pause.Preserved], "lost", rep.Lost(), "ids", ids(rep.Entries, nil))
 	if n := rep.Lost(); n > 0 {
-		return fmt.Errorf("final sweep: %d of %d sandboxes running again after the preserve phase not paused: %s",
+		return rep, fmt.Errorf("final sweep: %d of %d sandboxes running again after the preserve phase not paused: %s",
 			n, len(rep.Entries), ids(rep.Entries, lostOutcome))
 	}
-	return nil
+	return rep, nil
 }
 
 // lostOutcome reports whether an outcome loses the sandbox at SIGKILL.
@@ -124,46 +117,4 @@ func ids(entries []pause.Entry, keep func(pause.Outcome) bool) string {
 		out = append(out, fmt.Sprintf("and %d more", n-most))
 	}
 	return strings.Join(out, " ")
-}
-
-// mergeSweep merges the final sweep's account into the preserve phase's,
-// so that the Report says what became of every sandbox: one the phase
-// preserved and the sweep found running again counts one more Relisted,
-// with the sweep's attempts, and takes the sweep's outcome (still
-// preserved when the sweep's pause said it was already: gone); one the
-// phase never listed gets an entry, first listed by the pass after the
-// phase's last. The counts are computed again.
-func mergeSweep(into, sweep *pause.Report) {
-	if into == nil || sweep == nil || len(sweep.Entries) == 0 {
-		return
-	}
-	at := make(map[string]int, len(into.Entries))
-	for i, e := range into.Entries {
-		at[e.ID] = i
-	}
-	for _, e := range sweep.Entries {
-		i, ok := at[e.ID]
-		if !ok {
-			e.Pass += into.Passes
-			into.Entries = append(into.Entries, e)
-			continue
-		}
-		prior := &into.Entries[i]
-		if prior.Outcome == pause.Preserved || prior.Outcome == pause.Vanished {
-			e.Relisted++
-		}
-		if prior.Outcome == pause.Preserved && e.Outcome == pause.Vanished {
-			e.Outcome, e.Error = pause.Preserved, ""
-		}
-		e.Pass = prior.Pass
-		e.Attempts += prior.Attempts
-		e.Relisted += prior.Relisted
-		*prior = e
-	}
-	into.Passes += sweep.Passes
-	counts := make(map[pause.Outcome]int, len(into.Counts))
-	for _, e := range into.Entries {
-		counts[e.Outcome]++
-	}
-	into.Counts = counts
 }
