@@ -20,8 +20,9 @@ const reportUsage = `usage: drainkit report [-svg OUT] [-lost N] FILE
 
 Renders a drain Report as a readable summary: when termination started and
 what anchored it, when SIGKILL was due, every phase with its deadline, reserve
-and result, the sandboxes by outcome with their pause times, and every sandbox
-that was lost, with why. FILE is sandboxd's STATE_DIR/last-shutdown.json or
+and result, the sandboxes by outcome with their pause times, how many ran
+again after their preserve (relisted: resumed, and preserved again) and how
+many of those were lost, and every sandbox that was lost, with why. FILE is sandboxd's STATE_DIR/last-shutdown.json or
 the supervisor's -report file (its "drain" member is read); "-" reads stdin.
 
 With -svg OUT it also writes a timeline as SVG, which any browser opens: the
@@ -193,6 +194,14 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 		learnedBest = fmt.Sprintf(", %d learned best", pr.LearnedLimit)
 	}
 	fmt.Fprintf(w, "\nSandboxes    %d listed in %d pass(es), concurrency limit %d at the end%s\n", len(pr.Entries), pr.Passes, pr.Limit, learnedBest)
+	if n, lost := relisted(pr); n > 0 { // their outcomes and times below are those of their last preserve
+		end := "none lost"
+		if lost > 0 {
+			end = fmt.Sprintf("%d LOST", lost)
+		}
+		fmt.Fprintf(w, "             %d relisted: ran again after their preserve (resumed, or listed late); preserving them again: %d preserved, %s\n",
+			n, n-lost, end)
+	}
 	if pr.Unknown {
 		fmt.Fprintf(w, "             UNKNOWN: no listing succeeded, nothing here means anything: %s\n", pr.ListErr)
 	}
@@ -239,6 +248,9 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 		if !e.Start.IsZero() {
 			when = fmt.Sprintf("%s..%s, %d attempt(s)", rel(e.Start, t0), rel(e.End, t0), e.Attempts)
 		}
+		if e.Relisted > 0 { // it was preserved, then ran again: this is the preserve after
+			when = fmt.Sprintf("preserved, ran again (relisted %d), then %s", e.Relisted, when)
+		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", e.ID, e.Outcome, when, oneLine(e.Error, 90))
 	}
 	tw.Flush()
@@ -271,7 +283,11 @@ func verdict(rep *drain.Report) string {
 		case pr.Unknown:
 			parts = append(parts, "sandboxes UNKNOWN (no listing succeeded)")
 		case lost > 0:
-			parts = append(parts, fmt.Sprintf("%d of %d sandboxes LOST", lost, total))
+			v := fmt.Sprintf("%d of %d sandboxes LOST", lost, total)
+			if _, again := relisted(pr); again > 0 {
+				v += fmt.Sprintf(" (%d ran again after their preserve)", again)
+			}
+			parts = append(parts, v)
 		default:
 			parts = append(parts, fmt.Sprintf("all %d sandboxes preserved", pr.Counts[pause.Preserved]))
 		}
@@ -290,6 +306,22 @@ func verdict(rep *drain.Report) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// relisted counts pr's sandboxes that a later listing found running again
+// after their preserve (pause.Entry.Relisted), and how many of them were
+// lost.
+func relisted(pr *pause.Report) (n, lost int) {
+	for _, e := range pr.Entries {
+		if e.Relisted == 0 {
+			continue
+		}
+		n++
+		if e.Outcome != pause.Preserved && e.Outcome != pause.Vanished {
+			lost++
+		}
+	}
+	return n, lost
 }
 
 // noAccount says why a preserve phase that ran left no account of the

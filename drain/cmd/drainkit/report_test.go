@@ -25,7 +25,12 @@ import (
 // lost four in flight at the preserve deadline; sandboxd-clean preserved
 // all twelve; sandboxd-late-sigterm got its SIGTERM four seconds after the
 // expected SIGKILL, so only the kubelet's 2 s minimum was left;
-// supervisor-clean is sandboxd-clean inside a supervisor report.
+// supervisor-clean is sandboxd-clean inside a supervisor report;
+// supervisor-resumed and supervisor-resumed-lost are the supervisor in
+// front of the AgentENV double (examples/supervisor's resume e2e tests),
+// whose users resumed 8 of 16 sandboxes after the preserve phase's last
+// listing: the final sweep paused them again, or (6 s grace, 2.5 s
+// pauses) could not in time.
 func TestReportSummaryGolden(t *testing.T) {
 	for _, tc := range []struct {
 		file string
@@ -35,6 +40,8 @@ func TestReportSummaryGolden(t *testing.T) {
 		{"sandboxd-clean.json", exitOK},
 		{"sandboxd-late-sigterm.json", exitNoFit},
 		{"supervisor-clean.json", exitOK},
+		{"supervisor-resumed.json", exitOK},
+		{"supervisor-resumed-lost.json", exitNoFit},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			code, out, errw := drainkit(t, "report", filepath.Join("testdata", tc.file))
@@ -54,6 +61,24 @@ func TestReportSummarySaysWhatWasLost(t *testing.T) {
 	assert.Contains(t, out, "36 of 40 sandboxes LOST")
 	assert.Contains(t, out, "never started")
 	assert.Contains(t, out, "... and 30 more (-lost 0 lists all)")
+}
+
+// Fault: the report of a drain whose sandboxes ran again after their
+// preserve (pause.Entry.Relisted: a user resumed them behind the
+// supervisor) said nothing of it: 16 preserved read as 16 paused once, and
+// 8 lost read as 8 pauses cut at the preserve deadline, not 8 sandboxes
+// paused, resumed, and then lost by the final sweep.
+func TestReportSaysWhichSandboxesRanAgainAfterTheirPreserve(t *testing.T) {
+	code, out, _ := drainkit(t, "report", "testdata/supervisor-resumed.json")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "all 16 sandboxes preserved")
+	assert.Contains(t, out, "8 relisted: ran again after their preserve (resumed, or listed late); preserving them again: 8 preserved, none lost")
+
+	code, out, _ = drainkit(t, "report", "testdata/supervisor-resumed-lost.json")
+	assert.Equal(t, exitNoFit, code)
+	assert.Contains(t, out, "8 of 16 sandboxes LOST (8 ran again after their preserve)")
+	assert.Contains(t, out, "preserving them again: 0 preserved, 8 LOST")
+	assert.Regexp(t, `i0000016  timed_out  preserved, ran again \(relisted 1\), then \+2\.531s\.\.\+4\.008s, 2 attempt\(s\)`, out)
 }
 
 func TestReportOfSupervisorReadsItsDrain(t *testing.T) {
