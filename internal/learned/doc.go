@@ -38,5 +38,8 @@
 // at that limit and must not hand the level on with its own estimate. The
 // file says the running server's limit: Start rewrites Limit and MaxLimit
 // when the server's -concurrency says otherwise (a file from a build
-// before MaxLimit, planned as a fixed limit, or a changed flag).
+// before MaxLimit, planned as a fixed limit, or a changed flag), and
+// writes the level with the estimate it read it with, so that the
+// rewrite changes no level (Level of a file before LearnedEstimate reads
+// MaxLimit).
 package learned
