@@ -116,12 +116,12 @@ func (p *Preserver) Estimator() *deadline.Estimator { return p.cfg.estimator }
 // later of the two deadlines: it is reported TimedOut and Run returns, with
 // that Preserve still running in its goroutine.
 //
-// A pass lists the sandboxes, orders the ones no earlier pass saw, and
-// preserves them; Run lists again after each pass and stops when a pass
-// finds nothing to preserve or the phase deadline has passed. A failed
-// listing is retried with the backoff inside the time left. One that was
-// paused before the Run and resumed during it is new to the Run, and the
-// next pass catches it.
+// A pass lists the sandboxes, orders the ones no earlier pass saw (and
+// the ones listed again, below), and preserves them; Run lists again
+// after each pass and stops when a pass finds nothing to preserve or the
+// phase deadline has passed. A failed listing is retried with the backoff
+// inside the time left. One that was paused before the Run and resumed
+// during it is new to the Run, and the next pass catches it.
 //
 // A sandbox a later pass lists again after it was preserved (or vanished)
 // runs again: a resume the server admitted after its preserve (drain's

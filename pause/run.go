@@ -282,7 +282,9 @@ func (l *taskList) ordered() []int32 {
 }
 
 // admit makes a task and a Report entry for every sandbox of list that this
-// Run has not seen, in list order. A flawed element of the listing (a nil
+// Run has not seen, in list order, and a task on its entry for every one
+// an earlier pass listed that is listed again after its preserve
+// (listedAgain). A flawed element of the listing (a nil
 // Sandbox, an empty ID, an ID listed twice, an ID, Priority or
 // EstimatedPreserve that panics) gets a Failed entry saying why and no
 // task: the Report accounts for every element, and the flaw is the
