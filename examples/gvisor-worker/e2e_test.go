@@ -98,11 +98,7 @@ func startWorker(t *testing.T, dir string, grace time.Duration) (*kubeletsim.Chi
 	child, err := kubeletsim.Start(cmd)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
-	sock := filepath.Join(dir, "worker.sock")
-	require.Eventually(t, func() bool {
-		c, err := os.Stat(sock)
-		return err == nil && c.Mode()&os.ModeSocket != 0
-	}, 30*time.Second, 10*time.Millisecond, "worker did not start: %s", &stderr)
+	waitSocket(t, filepath.Join(dir, "worker.sock"), &stderr) // the first worker's went with its clean exit
 	return child, &stderr
 }
 

@@ -31,7 +31,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// waitSocket waits until the worker started with stderr listens on its Unix socket sock.
+// waitSocket waits until the worker started with stderr listens on its Unix socket sock:
+// until sock exists, which is when the worker accepts connections on it (listenUnix). A
+// socket a killed worker left would read as ready: sock's directory must have none.
 func waitSocket(t *testing.T, sock string, stderr fmt.Stringer) {
 	t.Helper()
 	require.Eventually(t, func() bool {

@@ -168,11 +168,67 @@ func (w *Worker) open() (err error) {
 	if err := removeStaleSocket(w.cfg.Socket); err != nil {
 		return fmt.Errorf("-socket: %w", err)
 	}
-	if w.ln, err = net.Listen("unix", w.cfg.Socket); err != nil {
+	if w.ln, err = listenUnix(w.cfg.Socket); err != nil {
 		return fmt.Errorf("-socket: %w", err)
 	}
 	return nil
 }
+
+// maxSocketPath is the longest path a Unix socket can be bound at on Linux: sun_path's
+// 108 bytes, less the terminating NUL.
+const maxSocketPath = 107
+
+// listenUnix listens on a Unix socket at path that appears there only once it accepts
+// connections: it binds and listens at a hidden name beside path (".BASE.new"), then
+// renames it to path, which replaces a stale socket atomically. Closing the listener
+// removes path.
+//
+// net.Listen binds (which creates the file) and then listens, two system calls: a client
+// that took the file for the server (a test waiting for it, a script, a probe that tests
+// for it) and connected in between was refused, "connect: connection refused", on a
+// loaded node where the worker's thread can be descheduled between the two.
+func listenUnix(path string) (net.Listener, error) {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".new")
+	if len(tmp) > maxSocketPath {
+		return nil, fmt.Errorf("%s: too long for a Unix socket: with the name it is bound at before it listens (%s), %d bytes where at most %d fit",
+			path, filepath.Base(tmp), len(tmp), maxSocketPath)
+	}
+	// One left by a worker killed between its bind and its rename; under the state
+	// directory's lock no other worker of this directory is binding it.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false) // the name it would unlink is gone: path is, by Close
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		_ = os.Remove(tmp)
+		return nil, err
+	}
+	return &unixListener{UnixListener: ln, path: path}, nil
+}
+
+// unixListener is a listener from listenUnix, whose Close removes its socket.
+type unixListener struct {
+	*net.UnixListener
+	path string
+}
+
+// Close closes the listener and removes its socket at path, as net.UnixListener's Close
+// does at the name it bound.
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// Addr returns the socket's address: path, not the name it was bound at.
+func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
 
 // removeStaleSocket removes the socket at path that a killed worker left, which nobody
 // listens on any more (a connection to it is refused). Anything else at path is an error
