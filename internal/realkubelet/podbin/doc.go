@@ -5,7 +5,8 @@
 //	    the pod sandbox's process (the image's entrypoint, so no argument
 //	    means pause): sleeps, reaps, exits on SIGTERM or SIGINT
 //	podbin probe -listen ADDR -events FILE [-hook return|hang|DURATION] [-term exit|ignore]
-//	    records, one line "EVENT UNIXNANO" each, when it is ready, when the
+//	    records, one line "EVENT UNIXNANO" each, when it is ready (ADDR
+//	    accepts connections: the hook can no longer be refused), when the
 //	    preStop GET /hook arrives and when SIGTERM does; the hook answers at
 //	    once, after DURATION, or never; SIGTERM ends it or is ignored
 //	podbin ublkd CONFIG_JSON

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -87,6 +88,14 @@ func probe(args []string) int {
 		return 1
 	}
 	record := func(what string) { fmt.Fprintf(f, "%s %d\n", what, time.Now().UnixNano()) }
+	// Listening before "ready": the tests delete the pod once it is ready, and the
+	// kubelet's preStop GET /hook to an address not yet listening was refused (the hook
+	// failed, SIGTERM came at once, and the timings measured no hook).
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		return 1
+	}
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
@@ -101,13 +110,13 @@ func probe(args []string) int {
 		}
 		record("hook-end")
 	})
-	srv := &http.Server{Addr: *listen, Handler: mux}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
-		err := srv.ListenAndServe()
+		err := srv.Serve(ln)
 		fmt.Fprintln(os.Stderr, "probe:", err)
 		os.Exit(1)
 	}()
-	record("ready")
+	record("ready") // the hook's address accepts connections
 	for range sigs {
 		record("term")
 		if *term == "exit" {
