@@ -200,13 +200,18 @@ func mergeSweep(into, sweep *pause.Report) {
 	for i, e := range into.Entries {
 		at[e.ID] = i
 	}
+	merged := make(map[string]bool, len(sweep.Entries))
 	for _, e := range sweep.Entries {
 		i, ok := at[e.ID]
-		if !ok {
+		// Only the sweep's first entry for an ID is its account of that
+		// sandbox; a later one is a flaw of its listing (the ID listed
+		// twice), kept as an entry of its own as pause's Report keeps it.
+		if !ok || merged[e.ID] {
 			e.Pass += into.Passes
 			into.Entries = append(into.Entries, e)
 			continue
 		}
+		merged[e.ID] = true
 		prior := &into.Entries[i]
 		if prior.Outcome == pause.Preserved || prior.Outcome == pause.Vanished {
 			e.Relisted++

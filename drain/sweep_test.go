@@ -129,3 +129,29 @@ func TestSweepIsMergedIntoThePreservePhasesAccount(t *testing.T) {
 	assert.Equal(t, 1, phase.Lost())
 	assert.Equal(t, 4, phase.Passes)
 }
+
+// A sweep whose listing had an ID twice reports the second as a flaw of
+// its own (Failed, "listed twice"), as any pause Report does: the merge
+// keeps it as its own entry and never lets it overwrite the sandbox's
+// account. Before, the flaw replaced the merged outcome of the sandbox,
+// preserved again, with Failed.
+func TestSweepListingAnIDTwiceKeepsTheSandboxsAccount(t *testing.T) {
+	phase := &pause.Report{Passes: 2, Entries: []pause.Entry{
+		{ID: "a", Outcome: pause.Preserved, Pass: 1, Attempts: 1},
+	}, Counts: map[pause.Outcome]int{pause.Preserved: 1}}
+	sweep := &pause.Report{Passes: 1, Entries: []pause.Entry{
+		{ID: "a", Outcome: pause.Preserved, Pass: 1, Attempts: 1},
+		{ID: "a", Outcome: pause.Failed, Pass: 1, Error: "listed twice"},
+		{ID: "b", Outcome: pause.Preserved, Pass: 1, Attempts: 1},
+		{ID: "b", Outcome: pause.Failed, Pass: 1, Error: "listed twice"},
+	}}
+	mergeSweep(phase, sweep)
+
+	assert.Equal(t, []pause.Entry{
+		{ID: "a", Outcome: pause.Preserved, Pass: 1, Attempts: 2, Relisted: 1},
+		{ID: "a", Outcome: pause.Failed, Pass: 3, Error: "listed twice"},
+		{ID: "b", Outcome: pause.Preserved, Pass: 3, Attempts: 1},
+		{ID: "b", Outcome: pause.Failed, Pass: 3, Error: "listed twice"},
+	}, phase.Entries)
+	assert.Equal(t, map[pause.Outcome]int{pause.Preserved: 2, pause.Failed: 2}, phase.Counts)
+}
