@@ -131,7 +131,7 @@ func TestSweepIsMergedIntoThePreservePhasesAccount(t *testing.T) {
 }
 
 // A sweep whose listing had an ID twice reports the second as a flaw of
-// its own (Failed, "listed twice"), as any pause Report does: the merge
+// its own (Failed, "more than once in the listing"), as any pause Report does: the merge
 // keeps it as its own entry and never lets it overwrite the sandbox's
 // account. Before, the flaw replaced the merged outcome of the sandbox,
 // preserved again, with Failed.
@@ -141,17 +141,17 @@ func TestSweepListingAnIDTwiceKeepsTheSandboxsAccount(t *testing.T) {
 	}, Counts: map[pause.Outcome]int{pause.Preserved: 1}}
 	sweep := &pause.Report{Passes: 1, Entries: []pause.Entry{
 		{ID: "a", Outcome: pause.Preserved, Pass: 1, Attempts: 1},
-		{ID: "a", Outcome: pause.Failed, Pass: 1, Error: "listed twice"},
+		{ID: "a", Outcome: pause.Failed, Pass: 1, Error: `ID "a" more than once in the listing`},
 		{ID: "b", Outcome: pause.Preserved, Pass: 1, Attempts: 1},
-		{ID: "b", Outcome: pause.Failed, Pass: 1, Error: "listed twice"},
+		{ID: "b", Outcome: pause.Failed, Pass: 1, Error: `ID "b" more than once in the listing`},
 	}}
 	mergeSweep(phase, sweep)
 
 	assert.Equal(t, []pause.Entry{
 		{ID: "a", Outcome: pause.Preserved, Pass: 1, Attempts: 2, Relisted: 1},
-		{ID: "a", Outcome: pause.Failed, Pass: 3, Error: "listed twice"},
+		{ID: "a", Outcome: pause.Failed, Pass: 3, Error: `ID "a" more than once in the listing`},
 		{ID: "b", Outcome: pause.Preserved, Pass: 3, Attempts: 1},
-		{ID: "b", Outcome: pause.Failed, Pass: 3, Error: "listed twice"},
+		{ID: "b", Outcome: pause.Failed, Pass: 3, Error: `ID "b" more than once in the listing`},
 	}, phase.Entries)
 	assert.Equal(t, map[pause.Outcome]int{pause.Preserved: 2, pause.Failed: 2}, phase.Counts)
 }
