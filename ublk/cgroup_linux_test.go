@@ -191,14 +191,25 @@ func TestStepLastResortKillsDoomedVMMThenStopsTheDaemon(t *testing.T) {
 	assert.True(t, rep.Daemon.Exited && !rep.Daemon.Killed)
 }
 
-// A VMM of another cgroup (another pod, the host) is never killed: the
-// last resort reports it, and the step stays conservative: the daemon keeps
-// serving it and is never asked to stop.
-func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
+// outsiderRun is what outsiderHolds ran: the step's Report and error, the
+// outsider, the daemon, its event log and the outsider's cgroup.
+type outsiderRun struct {
+	rep      *ublk.Report
+	err      error
+	outsider *exec.Cmd
+	daemon   *fakeublk.Child
+	log      string
+	cgroup   string
+}
+
+// outsiderHolds runs the step, last resort on, over a real loop device that
+// a process started with hold holds from another cgroup (outsiderCgroup).
+func outsiderHolds(t *testing.T, hold func(testing.TB, string) (*exec.Cmd, io.WriteCloser)) outsiderRun {
+	t.Helper()
 	node, dev := loopdev.Attach(t)
 	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
-	outsider, _ := loopdev.Hold(t, node)
+	outsider, _ := hold(t, node)
 	other := outsiderCgroup(t, outsider.Process.Pid)
 
 	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
@@ -206,6 +217,15 @@ func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
 	require.NoError(t, err)
 	rep, err := run(t, td, 10*time.Second)
 	t.Log(rep.String())
+	return outsiderRun{rep: rep, err: err, outsider: outsider, daemon: d, log: log, cgroup: other}
+}
+
+// A VMM of another cgroup (another pod, the host) is never killed: the
+// last resort reports it, and the step stays conservative: the daemon keeps
+// serving it and is never asked to stop.
+func TestStepLastResortSparesVMMOutsideTheServersCgroup(t *testing.T) {
+	o := outsiderHolds(t, loopdev.Hold)
+	rep, err, outsider, d, log, other := o.rep, o.err, o.outsider, o.daemon, o.log, o.cgroup
 	var held *ublk.HeldError
 	require.ErrorAs(t, err, &held)
 	f := fateOf(rep, outsider.Process.Pid)
@@ -376,17 +396,8 @@ func TestStepLastResortKillsDoomedPossibleHolderThenStopsTheDaemon(t *testing.T)
 // the disk live, the host-crash path, for a process only not known to hold
 // it: a hung NFS mount on the node would do that to every drain.
 func TestStepSetsAsideAPossibleHolderOutsideItsCgroupAndStopsTheDaemon(t *testing.T) {
-	node, dev := loopdev.Attach(t)
-	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
-		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
-	outsider, _ := lockedRing(t, node)
-	other := outsiderCgroup(t, outsider.Process.Pid)
-
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
-		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid(), outsider.Process.Pid), KernelRelease: vulnerable}))
-	require.NoError(t, err)
-	rep, err := run(t, td, 10*time.Second)
-	t.Log(rep.String())
+	o := outsiderHolds(t, lockedRing)
+	rep, err, outsider, d, log, other := o.rep, o.err, o.outsider, o.daemon, o.log, o.cgroup
 	require.NoError(t, err)
 	holders := rep.Step("holders")
 	require.NotNil(t, holders)

@@ -129,28 +129,35 @@ func needRing(t testing.TB) {
 	r.Close()
 }
 
+// registeredRing opens node, registers it as fixed file 0 of a new
+// io_uring and closes its fd: the ring alone holds node then.
+func registeredRing(node string) (*uring.Ring, error) {
+	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := uring.New(1, 0)
+	if err != nil {
+		return nil, fmt.Errorf("io_uring: %w", err)
+	}
+	if err := r.RegisterFiles(int(f.Fd())); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
 // holdRing keeps node registered as fixed file 0 of an io_uring, its fd
 // closed, until stdin closes; with closeRing the ring's fd is closed too,
 // and the ring lives on through its mapping.
 func holdRing(node string, closeRing bool) int {
-	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	r, err := registeredRing(node)
 	if err != nil {
 		fmt.Println("error:", err)
-		return 1
-	}
-	r, err := uring.New(1, 0)
-	if err != nil {
-		f.Close()
-		fmt.Println("error: io_uring:", err)
 		return 1
 	}
 	defer r.Close()
-	err = r.RegisterFiles(int(f.Fd()))
-	f.Close()
-	if err != nil {
-		fmt.Println("error:", err)
-		return 1
-	}
 	if closeRing {
 		// r.Close (deferred) then only unmaps: the process exits anyway.
 		if err := unix.Close(r.Fd()); err != nil {
@@ -206,24 +213,12 @@ func needUserfaultfd(t testing.TB) {
 // "unlock" on stdin (the fault is served with skip entries) or the end of
 // stdin.
 func holdRingLocked(node string) int {
-	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	r, err := registeredRing(node)
 	if err != nil {
 		fmt.Println("error:", err)
-		return 1
-	}
-	r, err := uring.New(1, 0)
-	if err != nil {
-		f.Close()
-		fmt.Println("error: io_uring:", err)
 		return 1
 	}
 	defer r.Close()
-	err = r.RegisterFiles(int(f.Fd()))
-	f.Close()
-	if err != nil {
-		fmt.Println("error:", err)
-		return 1
-	}
 	uffd, err := newUserfaultfd()
 	if err != nil {
 		fmt.Println("error:", err)
