@@ -3,6 +3,7 @@ package pause_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -13,6 +14,7 @@ import (
 type vm struct {
 	id       string
 	memoryMB int
+	paused   atomic.Bool
 }
 
 func (v *vm) ID() string { return v.id }
@@ -27,6 +29,7 @@ func (v *vm) EstimatedPreserve() time.Duration {
 func (v *vm) Preserve(ctx context.Context) error {
 	select {
 	case <-time.After(v.EstimatedPreserve()):
+		v.paused.Store(true)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -36,7 +39,7 @@ func (v *vm) Preserve(ctx context.Context) error {
 // Preserve every running VM of a node, 8 at a time (up to 16 if the time
 // left demands it), before the preserve phase's deadline.
 func Example() {
-	running := []pause.Sandbox{&vm{"vm-a", 512}, &vm{"vm-b", 2048}, &vm{"vm-c", 1024}, &vm{"vm-d", 256}}
+	running := []pause.Sandbox{&vm{id: "vm-a", memoryMB: 512}, &vm{id: "vm-b", memoryMB: 2048}, &vm{id: "vm-c", memoryMB: 1024}, &vm{id: "vm-d", memoryMB: 256}}
 	listed := false
 	list := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
 		if listed { // a real server lists the sandboxes not yet paused

@@ -11,15 +11,26 @@ import (
 )
 
 // server stands in for a sandbox server's own registry.
-type server struct{ vms []pause.Sandbox }
+type server struct{ vms []*vm }
 
-func (s *server) RunningSandboxes(context.Context) ([]pause.Sandbox, error) { return s.vms, nil }
+// RunningSandboxes lists the VMs not paused: a Lister lists what still
+// needs preserving, and a Run preserves again a sandbox listed after its
+// preserve (it was resumed).
+func (s *server) RunningSandboxes(context.Context) ([]pause.Sandbox, error) {
+	var running []pause.Sandbox
+	for _, v := range s.vms {
+		if !v.paused.Load() {
+			running = append(running, v)
+		}
+	}
+	return running, nil
+}
 
 // The Preserver under a deadline.Plan, by hand (package drain does this
 // for a server): the plan's preserve phase bounds which pauses start, the
 // budget's deadline bounds the ones in flight.
 func Example_plan() {
-	server := &server{vms: []pause.Sandbox{&vm{"vm-a", 512}, &vm{"vm-b", 2048}, &vm{"vm-c", 1024}}}
+	server := &server{vms: []*vm{{id: "vm-a", memoryMB: 512}, {id: "vm-b", memoryMB: 2048}, {id: "vm-c", memoryMB: 1024}}}
 	budget, _ := deadline.New(30*time.Second, deadline.Config{})
 	plan, _ := deadline.NewPlan(budget, deadline.Phase{Name: "preserve"})
 	budget.OnSIGTERM(time.Now())
