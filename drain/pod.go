@@ -127,8 +127,7 @@ func lostNote(pr *pause.Report) string {
 	lost := pr.Lost()
 	var ids []string
 	for _, e := range pr.Entries {
-		switch e.Outcome {
-		case pause.Preserved, pause.Vanished:
+		if !e.Outcome.Lost() {
 			continue
 		}
 		if len(ids) == maxLostIDs {

@@ -26,6 +26,10 @@ const (
 	Vanished Outcome = "vanished"
 )
 
+// Lost reports whether a sandbox with this outcome is lost at SIGKILL:
+// neither preserved nor vanished.
+func (o Outcome) Lost() bool { return o != Preserved && o != Vanished }
+
 // An Entry is the account of one sandbox.
 type Entry struct {
 	ID       string        `json:"id"`                    // the sandbox's ID

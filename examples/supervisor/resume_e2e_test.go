@@ -71,7 +71,7 @@ func TestSandboxesTheSweepCannotPauseAreLostInTheReportAndTheExitStatus(t *testi
 	assert.Equal(t, 8, relisted(rep.Drain.Preserve))
 	for _, e := range rep.Drain.Preserve.Entries {
 		if e.Relisted > 0 { // timed out, or not started if the sweep's listing came late
-			assert.True(t, lostOutcome(e.Outcome), "%s: %s", e.ID, e.Outcome)
+			assert.True(t, e.Outcome.Lost(), "%s: %s", e.ID, e.Outcome)
 		}
 	}
 	assert.Len(t, recs, 8, "only the 8 not resumed have a paused record")

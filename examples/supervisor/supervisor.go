@@ -400,7 +400,7 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 			// Whatever the server says, sandboxes will be lost at SIGKILL.
 			lost := fmt.Sprintf("%d sandbox(es) not preserved", n)
 			if d.Preserve != nil {
-				lost += ": " + ids(d.Preserve.Entries, lostOutcome)
+				lost += ": " + ids(d.Preserve.Entries, pause.Outcome.Lost)
 			}
 			rep.Note = strings.TrimPrefix(rep.Note+"; "+lost, "; ")
 			s.log.Error("supervisor: " + lost)

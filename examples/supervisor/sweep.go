@@ -91,13 +91,10 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 		"found", len(rep.Entries), "paused", rep.Counts[pause.Preserved], "lost", rep.Lost(), "ids", ids(rep.Entries, nil))
 	if n := rep.Lost(); n > 0 {
 		return rep, fmt.Errorf("final sweep: %d of %d sandboxes running again after the preserve phase not paused: %s",
-			n, len(rep.Entries), ids(rep.Entries, lostOutcome))
+			n, len(rep.Entries), ids(rep.Entries, pause.Outcome.Lost))
 	}
 	return rep, nil
 }
-
-// lostOutcome reports whether an outcome loses the sandbox at SIGKILL.
-func lostOutcome(o pause.Outcome) bool { return o != pause.Preserved && o != pause.Vanished }
 
 // ids lists the entries' IDs with their outcomes, those for which keep is
 // true (every one when keep is nil), at most ten.

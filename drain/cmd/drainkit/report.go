@@ -228,7 +228,7 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 
 	var lost []pause.Entry
 	for _, e := range pr.Entries {
-		if e.Outcome != pause.Preserved && e.Outcome != pause.Vanished {
+		if e.Outcome.Lost() {
 			lost = append(lost, e)
 		}
 	}
@@ -317,7 +317,7 @@ func relisted(pr *pause.Report) (n, lost int) {
 			continue
 		}
 		n++
-		if e.Outcome != pause.Preserved && e.Outcome != pause.Vanished {
+		if e.Outcome.Lost() {
 			lost++
 		}
 	}
