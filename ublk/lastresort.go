@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
@@ -97,14 +96,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	left, _ := r.scanHolders() // a failure is logged; the holders step's Report has the first
 	r.noteHolders(left)
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
-	for id, hs := range left {
-		hs = slices.DeleteFunc(hs, func(h Holder) bool { return isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) })
-		if len(hs) == 0 {
-			delete(left, id)
-		} else {
-			left[id] = hs
-		}
-	}
+	left = dropHolders(left, func(h Holder) bool { return isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) })
 	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
 	stopped, failed := 0, 0
 	for _, d := range r.dev {

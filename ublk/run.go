@@ -227,28 +227,35 @@ func (r *run) waitHolders() map[int][]Holder {
 // is not known.
 func (r *run) setAsidePossible(held map[int][]Holder) map[int][]Holder {
 	var aside []string
-	for id, hs := range held {
-		hs = slices.DeleteFunc(hs, func(h Holder) bool {
-			if h.Kind != blockdev.Possible {
-				return false
-			}
-			if s := h.String(); !slices.Contains(aside, s) {
-				aside = append(aside, s)
-			}
-			return true
-		})
-		if len(hs) == 0 {
-			delete(held, id)
-		} else {
-			held[id] = hs
+	held = dropHolders(held, func(h Holder) bool {
+		if h.Kind != blockdev.Possible {
+			return false
 		}
-	}
+		if s := h.String(); !slices.Contains(aside, s) {
+			aside = append(aside, s)
+		}
+		return true
+	})
 	if len(aside) > 0 {
 		slices.Sort(aside)
 		s := r.stepStart("possible holders")
 		err := fmt.Errorf("not known to hold a disk at the end of the holder wait, so not waited for any longer: %s", strings.Join(aside, "; "))
 		r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the devices although processes may hold them (the kernel did not show what they hold)", "possible", strings.Join(aside, "; "))
 		_ = r.stepEnd(s, fmt.Sprintf("%d process(es) set aside", len(aside)), err)
+	}
+	return held
+}
+
+// dropHolders deletes from held the holders drop says, and the devices
+// left with none; nil when no device is left, so that a caller can tell
+// "no device still held" by a nil map.
+func dropHolders(held map[int][]Holder, drop func(Holder) bool) map[int][]Holder {
+	for id, hs := range held {
+		if hs = slices.DeleteFunc(hs, drop); len(hs) == 0 {
+			delete(held, id)
+		} else {
+			held[id] = hs
+		}
 	}
 	if len(held) == 0 {
 		return nil
