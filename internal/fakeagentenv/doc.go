@@ -22,7 +22,9 @@
 //     sandbox is resuming or snapshotting (Snapshot); 404 unknown; 500 for
 //     an injected failure, recoverable (the sandbox stays running) or
 //     terminal (the sandbox is removed, and answers 404 from then on).
-//     Pause time grows with memoryMB.
+//     Pause time grows with memoryMB. Config.ConflictWhenPaused answers
+//     409 for a sandbox paused or being paused instead, as the research
+//     note reads the API spec's 409 ("already pausing, paused, resuming").
 //   - POST /sandboxes/{sandboxID}/resume resumes a paused sandbox (204; 409
 //     when it is not paused; 404 unknown), admitted until Shutdown has
 //     begun and 503 from then on, as AgentENV gates resume: a drain that

@@ -87,6 +87,16 @@ type Config struct {
 	// is 500, and every later request for it answers 404. It takes
 	// precedence over FailFirst; 0: none.
 	FailTerminal int
+	// ConflictWhenPaused makes a pause of a sandbox already paused, or
+	// being paused, answer 409 ("sandbox cannot be paused from paused
+	// state", or "pausing") at once, as the research note
+	// (shared/research/agentenv-and-ateom.md) reads the API spec's 409
+	// "already pausing, paused, resuming: list again". AgentENV's
+	// pause_sandbox (src/orchestrator/service.rs, since its first release)
+	// answers 204 for a paused sandbox and joins a pause in progress,
+	// which is the default; a client must get the sandbox's account right
+	// under both.
+	ConflictWhenPaused bool
 	// ResumeWhenNoneRunning resumes that many paused sandboxes (newest
 	// first) at the first listing that finds sandboxes paused and none
 	// running: users reconnecting to their sandboxes just after a drain's
@@ -533,6 +543,10 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 		return 0, http.StatusNotFound, "sandbox " + id + " not found"
 	}
 	s.pauses[id]++
+	if s.cfg.ConflictWhenPaused && (sb.State == Pausing || sb.State == Paused) {
+		s.conflicts++
+		return 0, http.StatusConflict, "sandbox cannot be paused from " + sb.State + " state"
+	}
 	if sb.State == Pausing { // joined: its outcome is this request's
 		switch s.waitWhileLocked(id, Pausing) {
 		case "":

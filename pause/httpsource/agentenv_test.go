@@ -327,3 +327,40 @@ func TestAgentENVGoneAfterARecoveredPauseIsVanished(t *testing.T) {
 	require.True(t, srv.Remove(id))
 	assert.ErrorIs(t, sb.Preserve(t.Context()), pause.ErrGone)
 }
+
+// The research note reads AgentENV's API spec as answering 409 to the
+// pause of a sandbox already paused or being paused ("list again");
+// AgentENV's code answers 204 and joins the pause in progress. Under the
+// note's reading (fakeagentenv.Config.ConflictWhenPaused) a sandbox paused
+// by someone else between the listing and its pause (its own timeout's
+// auto-pause, a user) is no loss: its 409 names the state it is in, paused
+// settles it and pausing is asked again once that pause has ended. The
+// 409 was retried until the deadline and both counted lost, though paused.
+func TestAgentENVConflictOfAPausedOrPausingSandboxIsNotALoss(t *testing.T) {
+	srv, url, _ := agentenv(t, 3, fakeagentenv.Config{APIKey: "k", ConflictWhenPaused: true, PauseBase: 300 * time.Millisecond})
+	src, err := New(url, agentENVWithKey("k"))
+	require.NoError(t, err)
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, sbs, 3)
+	pausedID, pausingID, runningID := sbs[0].ID(), sbs[1].ID(), sbs[2].ID()
+	require.NoError(t, sbs[0].Preserve(t.Context()), "paused before the Run, by someone else")
+	go func() { _ = sbs[1].Preserve(context.WithoutCancel(t.Context())) }() // being paused as the Run starts
+	require.Eventually(t, func() bool { return srv.States()[pausingID] == fakeagentenv.Pausing }, 5*time.Second, time.Millisecond)
+
+	p, err := pause.New(once(sbs), pause.Config{Limit: 3})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	rep := p.Run(ctx, time.Time{})
+
+	assert.Zero(t, rep.Lost(), "%+v", rep.Entries)
+	assert.Equal(t, pause.Vanished, entry(t, rep, pausedID).Outcome, "already paused: settled by its 409 at once")
+	assert.Equal(t, 1, entry(t, rep, pausedID).Attempts)
+	assert.Equal(t, pause.Vanished, entry(t, rep, pausingID).Outcome, "paused by the pause in progress: settled once it ended")
+	assert.Equal(t, pause.Preserved, entry(t, rep, runningID).Outcome)
+	for _, id := range []string{pausedID, pausingID, runningID} {
+		assert.Equal(t, fakeagentenv.Paused, srv.States()[id], id)
+	}
+	assert.Positive(t, srv.Stats().Conflicts)
+}

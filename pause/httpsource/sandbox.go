@@ -2,6 +2,7 @@ package httpsource
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -101,6 +102,12 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 	case se == nil:
 		return err // transient: connection, timeout
 	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode) && b.src.cfg.retryConflict:
+		if conflictState(se.Body) == "paused" {
+			// Paused already (by someone else, or by a pause of ours
+			// whose answer was lost): a server answering so is the one
+			// the API spec's 409 describes, not AgentENV's code (204).
+			return fmt.Errorf("%w: %w (already paused)", pause.ErrGone, se)
+		}
 		return fmt.Errorf("%w (a state the server will not pause yet: retry)", se)
 	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode):
 		return b.resolveConflict(ctx, se)
@@ -116,6 +123,27 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 		}
 	}
 	return classify(se, gone)
+}
+
+// conflictState returns the state a 409's body names, AgentENV's way
+// ({"message": "sandbox cannot be paused from STATE state"}, lower case),
+// or "" when it names none.
+func conflictState(body string) string {
+	var msg struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal([]byte(body), &msg) == nil && msg.Message != "" {
+		body = msg.Message
+	}
+	_, rest, ok := strings.Cut(body, "cannot be paused from ")
+	if !ok {
+		return ""
+	}
+	state, _, ok := strings.Cut(rest, " state")
+	if !ok || strings.ContainsAny(state, " \t\n\"") {
+		return ""
+	}
+	return strings.ToLower(state)
 }
 
 // resolveConflict decides what a 409 means by listing again: the sandbox

@@ -145,7 +145,11 @@ type Config struct {
 	// retried in the time left (the sandbox is Failed if it never becomes
 	// pausable), instead of being settled by listing again, which would
 	// take such a sandbox, not listed running while in transition, for
-	// gone.
+	// gone. A 409 whose body names the state paused, AgentENV's way
+	// ("sandbox cannot be paused from paused state", as a server that
+	// answers the API spec's 409 for a paused sandbox would), is gone
+	// (pause.ErrGone: already preserved); one being paused ("pausing")
+	// is retried, and settled by the answer once that pause has ended.
 	RetryConflict bool
 
 	// ListTimeout bounds each listing (and always the caller's context).
