@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"testing"
 	"testing/synctest"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -412,4 +414,24 @@ func alwaysTransient() []fakesandbox.Fault {
 		always[i] = fakesandbox.Transient
 	}
 	return always
+}
+
+// A Preserve that ignores its context and is abandoned at the hard
+// deadline (no SandboxTimeout: the default) is logged at Warn with its
+// ID, as one abandoned at its SandboxTimeout, or one that returned
+// TimedOut, is: the hung VMM is the sandbox an operator most needs named,
+// and before, the log of such a Run said "lost 1" and named no sandbox.
+func TestSandboxAbandonedAtTheHardDeadlineIsLoggedByID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "vmm-hung", Faults: []fakesandbox.Fault{fakesandbox.Hang}},
+			&fakesandbox.Sandbox{Name: "fine", Latency: time.Second})
+		p, err := pause.New(node, pause.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, 5*time.Second, 8*time.Second)
+		require.Equal(t, pause.TimedOut, entry(t, rep, "vmm-hung").Outcome)
+		assert.Regexp(t, `level=WARN msg="pause: sandbox timed_out" sandbox=vmm-hung outcome=timed_out attempts=1 took=8\.\d+s error=".*abandoned"`, logs.String())
+		time.Sleep(fakesandbox.DefaultHang)
+	})
 }

@@ -545,6 +545,7 @@ func (r *run) settle(tasks *taskList) {
 		case res.outcome != NotStarted: // abandoned while running
 			endSpan(tasks.extra(t), t, &res)
 			r.p.tel.inflight.Add(r.ctx, -1)
+			t.log(r, e, &res) // at Warn, as one abandoned at its SandboxTimeout
 		case r.adaptive:
 			r.mu.Lock() // a worker taking a task at the hard deadline may hold it
 			r.queue.remove(r.units(e))
