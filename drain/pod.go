@@ -27,7 +27,8 @@ const (
 	// made, for the events still queued; never more than half the time left
 	// before SIGKILL.
 	eventsFlushMax = time.Second
-	// maxLostIDs is how many lost sandboxes the SandboxesLost event names.
+	// maxLostIDs is how many lost sandboxes the SandboxesLost event and
+	// the Report's log line name.
 	maxLostIDs = 20
 )
 
@@ -124,6 +125,12 @@ func (d *Drainer) eventLost(rep *Report) {
 // lostNote says how many of pr's sandboxes were not preserved, and which
 // (up to maxLostIDs).
 func lostNote(pr *pause.Report) string {
+	return fmt.Sprintf("%d of %d sandboxes not preserved: %s", pr.Lost(), len(pr.Entries), lostIDs(pr))
+}
+
+// lostIDs names pr's sandboxes that were not preserved, each with its
+// outcome, up to maxLostIDs and then how many more.
+func lostIDs(pr *pause.Report) string {
 	lost := pr.Lost()
 	var ids []string
 	for _, e := range pr.Entries {
@@ -136,7 +143,7 @@ func lostNote(pr *pause.Report) string {
 		}
 		ids = append(ids, e.ID+"("+string(e.Outcome)+")")
 	}
-	return fmt.Sprintf("%d of %d sandboxes not preserved: %s", lost, len(pr.Entries), strings.Join(ids, " "))
+	return strings.Join(ids, " ")
 }
 
 // eventStep posts how a step ended, with what its Detail says of itself

@@ -143,8 +143,8 @@ func (r *Report) Err() error {
 	return errors.Join(errs...)
 }
 
-// LogValue summarises the report for slog: counts, headroom and every phase's
-// result.
+// LogValue summarises the report for slog: counts, the sandboxes lost
+// (up to 20, each with its outcome), headroom and every phase's result.
 func (r *Report) LogValue() slog.Value {
 	attrs := []slog.Attr{
 		slog.Time("t0", r.Budget.Start),
@@ -158,6 +158,9 @@ func (r *Report) LogValue() slog.Value {
 			slog.Int("preserved", r.Preserve.Counts[pause.Preserved]),
 			slog.Int("lost", r.Preserve.Lost()),
 			slog.Int("sandboxes", len(r.Preserve.Entries)))
+		if r.Preserve.Lost() > 0 {
+			attrs = append(attrs, slog.String("lost_sandboxes", lostIDs(r.Preserve)))
+		}
 		if r.Preserve.Unknown {
 			attrs = append(attrs, slog.String("unknown", "no listing succeeded: "+r.Preserve.ListErr))
 		}

@@ -374,3 +374,35 @@ func TestDefaultPreserverTakesTheDrainersLoggerUnlessPauseSetsOne(t *testing.T) 
 		})
 	}
 }
+
+// The one line the Drainer logs for a shutdown names the sandboxes it
+// lost, whatever lost them: the one-call path (Server.Run) hands the caller
+// only an exit code, so without Config.Pod (whose SandboxesLost event names
+// them) that line is the operator's only account. Before, it said lost=4
+// and named none: a sandbox whose turn never came and one whose Preserve
+// hung past the hard deadline are not logged one by one.
+func TestShutdownLogLineNamesTheLostSandboxes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		b, err := deadline.New(10*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "vmm-hung", Faults: []fakesandbox.Fault{fakesandbox.Hang}},
+			&fakesandbox.Sandbox{Name: "snap-refused", Faults: []fakesandbox.Fault{fakesandbox.Permanent}},
+			&fakesandbox.Sandbox{Name: "slow", Latency: 20 * time.Second},
+			&fakesandbox.Sandbox{Name: "never-started", Latency: time.Second})
+		d, err := New(Config{Budget: b, Sandboxes: node, Pause: pause.Config{Limit: 2, Order: pause.OrderFIFO},
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))})
+		require.NoError(t, err)
+		b.OnSIGTERM(time.Now())
+		rep := d.Shutdown(t.Context())
+		require.Equal(t, 4, rep.Lost(), "%v", rep.Preserve.Counts)
+		line := logs.String()
+		assert.Contains(t, line, `msg="drain: shutdown finished"`)
+		assert.Contains(t, line, "vmm-hung(timed_out)")
+		assert.Contains(t, line, "snap-refused(failed)")
+		assert.Contains(t, line, "slow(timed_out)")
+		assert.Contains(t, line, "never-started(not_started)")
+		time.Sleep(fakesandbox.DefaultHang)
+	})
+}
