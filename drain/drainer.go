@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,7 +201,7 @@ func New(cfg Config) (*Drainer, error) {
 	if err := d.instrument(cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		return nil, err
 	}
-	if err := d.makePlan(); err != nil {
+	if err := d.makePlan(cfg.Preserver != nil); err != nil {
 		return nil, err
 	}
 	d.term, d.termStop = context.WithCancel(context.Background())
@@ -297,7 +298,7 @@ func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) e
 // wait (at most InFlightWait), the preservation, and one phase per step.
 // The preserve reserve is live: running sandboxes x estimate / limit (one
 // round before the first count).
-func (d *Drainer) makePlan() error {
+func (d *Drainer) makePlan(ownPreserver bool) error {
 	phases := []deadline.Phase{
 		{Name: PhaseDrain},
 		{Name: PhaseGate, Max: d.inflight},
@@ -323,18 +324,82 @@ func (d *Drainer) makePlan() error {
 		return fmt.Errorf("drain: Config.Steps: %w", err)
 	}
 	if short := p.Shortfall(); short > 0 {
-		return shortfallError{fmt.Errorf("drain: Config.Steps: the reserves need %v more than the budget's grace period %v leaves",
-			short, d.budget.Grace())}
+		return d.shortfall(short, ownPreserver)
 	}
 	d.plan = p
 	return nil
 }
 
-// shortfallError is New's error when the reserves do not fit in the
-// grace period: NewServer names where the grace came from.
-type shortfallError struct{ error }
+// shortfall is New's error when the reserves, short too much, do not fit
+// in the grace period.
+func (d *Drainer) shortfall(short time.Duration, ownPreserver bool) shortfallError {
+	e := shortfallError{short: short, grace: d.budget.Grace(), margin: d.budget.Margin(),
+		estimate: d.preserver.Estimator().Estimate(), estField: "Config.Pause.Estimator"}
+	if ownPreserver {
+		e.estField = "Config.Preserver's Estimator"
+	}
+	limit := max(d.preserver.Limit(), 1)
+	e.rounds = (d.toPreserve() + limit - 1) / limit
+	e.preserve = time.Duration(e.rounds) * e.estimate
+	sum := e.preserve
+	for i, ph := range d.phases {
+		if ph.Reserve == nil {
+			continue
+		}
+		if r := ph.Reserve(); r > 0 {
+			e.steps = append(e.steps, stepReserve{i, ph.Name, r})
+			sum += r
+		}
+	}
+	e.left = max(sum-short, 0)
+	return e
+}
 
-func (e shortfallError) Unwrap() error { return e.error }
+// shortfallError is New's error when the reserves do not fit in the
+// grace period: it names each reserve and the field it comes from.
+// NewServer, whose caller set none of those fields, says it in its own
+// words (detail).
+type shortfallError struct {
+	short, left, grace, margin time.Duration
+	preserve, estimate         time.Duration // preserve = rounds x estimate
+	rounds                     int
+	estField                   string
+	steps                      []stepReserve
+}
+
+// stepReserve is a step's reserve, for shortfallError.
+type stepReserve struct {
+	index   int
+	name    string
+	reserve time.Duration
+}
+
+func (e shortfallError) Error() string { return "drain: " + e.detail(true) }
+
+// detail says what does not fit: with fields, naming the Config fields
+// each reserve comes from; without, for NewServer, what the caller can
+// change.
+func (e shortfallError) detail(fields bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the reserves need %v more than the %v the grace period %v leaves after the margin %v: ",
+		e.short, e.left, e.grace, e.margin)
+	if fields {
+		fmt.Fprintf(&b, "preserve %v (%s: %d round of %v)", e.preserve, e.estField, e.rounds, e.estimate)
+	} else {
+		fmt.Fprintf(&b, "preserve %v (%d round of %v, the default estimate of one preserve)", e.preserve, e.rounds, e.estimate)
+	}
+	for _, s := range e.steps {
+		if fields {
+			fmt.Fprintf(&b, ", Config.Steps[%d] %s %v", s.index, s.name, s.reserve)
+		} else {
+			fmt.Fprintf(&b, ", step %s %v", s.name, s.reserve)
+		}
+	}
+	if !fields {
+		b.WriteString("; raise the grace period, or build the Drainer with drain.New and a Config.Pause.Estimator of the time one preserve takes")
+	}
+	return b.String()
+}
 
 // toPreserve is the number of sandboxes the preserve reserve plans for: the
 // last count, or one round's worth (1) before any count succeeded, since

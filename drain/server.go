@@ -100,12 +100,13 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
 	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
 	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod}); err != nil {
-		if errors.As(err, new(shortfallError)) { // the grace, not a Config field the caller never saw
+		var short shortfallError
+		if errors.As(err, &short) { // the grace, not a Config field the caller never saw
 			src := fmt.Sprintf("the pod's spec.terminationGracePeriodSeconds (%v)", grace)
 			if v := os.Getenv(EnvGrace); v != "" || pod == nil {
 				src = fmt.Sprintf("%s=%s (%v)", EnvGrace, v, grace)
 			}
-			return nil, fmt.Errorf("drain: %s is too short for one round of preserves and the steps' reserves: %w", src, err)
+			return nil, fmt.Errorf("drain: %s is too short for one round of preserves and the steps' reserves: %s", src, short.detail(false))
 		}
 		return nil, err
 	}

@@ -280,7 +280,7 @@ func TestNewNamesTheBadField(t *testing.T) {
 		{"nil *ublk.Teardown-like step", Config{Budget: b, Sandboxes: node, Steps: []Step{(*nilStep)(nil)}}, "Config.Steps[0] is nil"},
 		{"negative reserve", Config{Budget: b, Sandboxes: node, Steps: []Step{step("a", -1, nop)}}, "Config.Steps[0].Phase().Reserve"},
 		{"reserves exceed grace", Config{Budget: b, Sandboxes: node, Steps: []Step{step("a", 40*time.Second, nop),
-			step("b", 20*time.Second, nop)}}, "Config.Steps: the reserves need"},
+			step("b", 20*time.Second, nop)}}, "Config.Steps[0] a 40s, Config.Steps[1] b 20s"},
 		{"negative poll", Config{Budget: b, Sandboxes: node, PollInterval: -1}, "Config.PollInterval"},
 		{"negative in-flight wait", Config{Budget: b, Sandboxes: node, InFlightWait: -1}, "Config.InFlightWait"},
 		{"bad pause config", Config{Budget: b, Sandboxes: node, Pause: pause.Config{Limit: -1}}, "drain: Config.Pause: pause: Config.Limit must be >= 0, got -1"},
@@ -405,4 +405,43 @@ func TestShutdownLogLineNamesTheLostSandboxes(t *testing.T) {
 		assert.Contains(t, line, "never-started(not_started)")
 		time.Sleep(fakesandbox.DefaultHang)
 	})
+}
+
+// When the reserves do not fit in the grace period, New's error names each
+// reserve and where it comes from. Before, it blamed Config.Steps even for
+// a Drainer with no step at all, where the preserve phase's one round at
+// the default Estimator's 1 s was what did not fit in a 1 s grace.
+func TestNewShortfallNamesEachReserveAndItsField(t *testing.T) {
+	node := fakesandbox.NewNode()
+	nop := func(context.Context) error { return nil }
+	for _, c := range []struct {
+		name  string
+		grace time.Duration
+		cfg   Config
+		want  []string
+		never string
+	}{
+		{"no step", time.Second, Config{Sandboxes: node},
+			[]string{"the reserves need 500ms more than the 500ms the grace period 1s leaves after the margin",
+				"preserve 1s (Config.Pause.Estimator: 1 round of 1s)"}, "Config.Steps"},
+		{"a step", 2 * time.Second, Config{Sandboxes: node, Steps: []Step{step("http", 250*time.Millisecond, nop)}},
+			[]string{"need 250ms more than the 1s the grace period 2s leaves",
+				"preserve 1s (Config.Pause.Estimator: 1 round of 1s)", "Config.Steps[0] http 250ms"}, ""},
+		{"own estimator", 2 * time.Second, Config{Sandboxes: node, Pause: pause.Config{Estimator: deadline.NewEstimator(3 * time.Second)}},
+			[]string{"preserve 3s (Config.Pause.Estimator: 1 round of 3s)"}, "Config.Steps"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := deadline.New(c.grace, deadline.Config{})
+			require.NoError(t, err)
+			c.cfg.Budget = b
+			_, err = New(c.cfg)
+			require.Error(t, err)
+			for _, w := range c.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			if c.never != "" {
+				assert.NotContains(t, err.Error(), c.never)
+			}
+		})
+	}
 }
