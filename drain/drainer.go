@@ -111,6 +111,27 @@ type Config struct {
 	// Shutdown waits for the events still queued at most 1 s, and never
 	// more than half the time left before SIGKILL.
 	Pod *kube.Pod
+	// KubeletGrace is the grace period the kubelet gives this pod when it
+	// terminates the pod on its own, with no deletion through the API
+	// server: graceful node shutdown (the slice of shutdownGracePeriod
+	// for the pod's priority: shutdownGracePeriod minus
+	// shutdownGracePeriodCriticalPods for a pod that is not critical) and
+	// a soft node-pressure eviction (evictionMaxPodGracePeriod); the
+	// smaller of the two when the node has both. It is the kubelet's
+	// configuration, which the pod cannot read, so the manifest states it.
+	//
+	// With Pod set, a read of the pod that finds no deletionTimestamp at
+	// the preStop call or at SIGTERM means the kubelet is terminating the
+	// pod itself, and the budget's SIGKILL moves to T0 + KubeletGrace
+	// (never later), so the preStop wait ends in time to preserve and run
+	// the steps. A container the kubelet restarts (a failed liveness
+	// probe) also has no deletionTimestamp: that drain, too, ends by
+	// KubeletGrace, early rather than late. Zero, the default, means not
+	// known: the budget keeps the pod's grace, and learns the kubelet's
+	// only when SIGTERM arrives with the hook still open, 2 s before
+	// SIGKILL (deadline.Budget.OnHookAbandoned). It needs Pod, and must
+	// be >= 0.
+	KubeletGrace time.Duration
 }
 
 // A Drainer takes a node through its termination: the preStop handler, the
@@ -137,6 +158,7 @@ type Drainer struct {
 	listed  atomic.Pointer[listing] // the last count's sandboxes
 
 	pod      *kube.Pod
+	kubelet  time.Duration  // Config.KubeletGrace
 	podReads sync.WaitGroup // readPod's reads
 	podCtx   context.Context
 	podStop  context.CancelFunc
@@ -167,7 +189,7 @@ func New(cfg Config) (*Drainer, error) {
 	d := &Drainer{
 		budget: cfg.Budget, gate: cfg.Gate, lister: cfg.Sandboxes, preserver: cfg.Preserver,
 		steps: cfg.Steps, phases: cfg.stepPhases(), poll: cfg.PollInterval, inflight: cfg.InFlightWait,
-		log: cfg.Logger, done: make(chan struct{}), pod: cfg.Pod,
+		log: cfg.Logger, done: make(chan struct{}), pod: cfg.Pod, kubelet: cfg.KubeletGrace,
 	}
 	if d.gate == nil {
 		d.gate = &Gate{}
@@ -230,6 +252,12 @@ func (cfg *Config) validate() error {
 		if fs, ok := s.(funcStep); ok && fs.run == nil {
 			return fmt.Errorf("drain: Config.Steps[%d]: NewStep was given a nil run function", i)
 		}
+	}
+	if cfg.KubeletGrace < 0 {
+		return fmt.Errorf("drain: Config.KubeletGrace must not be negative, got %v", cfg.KubeletGrace)
+	}
+	if cfg.KubeletGrace > 0 && cfg.Pod == nil {
+		return fmt.Errorf("drain: Config.KubeletGrace (%v) needs Config.Pod: only the pod's missing deletionTimestamp tells the kubelet's own termination from a deletion", cfg.KubeletGrace)
 	}
 	if cfg.Preserver != nil && isNilValue(cfg.Preserver) {
 		return fmt.Errorf("drain: Config.Preserver is a nil %T", cfg.Preserver)

@@ -2,14 +2,22 @@ package drain
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/kube"
 )
 
 // The server's budget says 30 s; the kubelet uses 4 s (a node-shutdown
@@ -63,4 +71,85 @@ func TestSleepHookDeclaredToTheBudget(t *testing.T) {
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "SIGTERM + 10 s - 4 s")
 		assert.Equal(t, tl.Start, rep.Budget.Start, "T0 is the sleep's start")
 	})
+}
+
+// The kubelet terminates the pod on its own (graceful node shutdown gives
+// the pod a 4 s slice; the manifest says 30 s): the pod has no
+// deletionTimestamp. Declared as Config.KubeletGrace, that grace is what
+// the budget plans for from the preStop call on, so the wait ends in time
+// to preserve 16 sandboxes of 500 ms and stop the daemon before SIGKILL.
+// Without it, the wait plans for 30 s, the kubelet abandons the hook at
+// 4 s, and the rest must fit in the 2 s after SIGTERM: sandboxes are lost.
+//
+//	KubeletGrace 4 s                         not declared
+//	0 ...... preStop, the pod read:          0 ...... preStop, the pod read:
+//	         no deletion, SIGKILL at 4 s              no deletion, the 30 s stand
+//	~0.5 s . the wait ends: SIGTERM          4 s .... the kubelet gives up: SIGTERM
+//	~2.5 s . 16 preserved, the daemon step   6 s .... SIGKILL: 2 s for 16 × 500 ms
+//	4.x s .. SIGKILL due: not needed
+func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
+	run := func(t *testing.T, kubeletGrace time.Duration, noHook bool) (*kubeletsim.Timeline, *Report, bool) {
+		var tl *kubeletsim.Timeline
+		var rep *Report
+		stopped := false
+		synctest.Test(t, func(t *testing.T) {
+			pod := podWithoutDeletion(t)
+			f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 16,
+				latency: 500 * time.Millisecond, limit: 4,
+				steps: []Step{stepOf("daemon", 300*time.Millisecond, true, func(ctx context.Context) error { stopped = true; return nil })},
+				edit:  func(c *Config) { c.Pod, c.KubeletGrace = pod, kubeletGrace }})
+			var hook kubeletsim.Hook = kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}
+			if noHook {
+				hook = nil
+			}
+			tl, rep = f.terminate(t, hook, 4*time.Second)
+			t.Logf("timeline:\n%s\npreserved %d, lost %d", tl, rep.Preserve.Counts["preserved"], rep.Preserve.Lost())
+		})
+		return tl, rep, stopped
+	}
+
+	t.Run("declared", func(t *testing.T) {
+		tl, rep, stopped := run(t, 4*time.Second, false)
+		assert.False(t, tl.HookKept, "the wait ended before the kubelet gave up on it")
+		assert.False(t, tl.Killed, "exited before SIGKILL")
+		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "the budget knows the kubelet's SIGKILL")
+		assert.Equal(t, 16, rep.Preserve.Counts["preserved"])
+		assert.True(t, stopped, "the daemon step ran")
+		assert.Positive(t, rep.Headroom)
+	})
+	t.Run("not declared", func(t *testing.T) {
+		tl, rep, _ := run(t, 0, false)
+		assert.True(t, tl.HookKept, "the wait planned for the manifest's 30 s: the kubelet gave up on it")
+		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "SIGTERM during the open call: 2 s")
+		assert.Positive(t, rep.Preserve.Lost(), "2 s after SIGTERM is not enough for 16 × 500 ms at 4")
+	})
+	t.Run("declared, no hook", func(t *testing.T) { // the read at SIGTERM
+		tl, rep, stopped := run(t, 4*time.Second, true)
+		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "SIGTERM + 4 s, not + 30 s")
+		assert.Equal(t, 16, rep.Preserve.Counts["preserved"])
+		assert.True(t, stopped, "the daemon step ran")
+	})
+}
+
+// podWithoutDeletion is the pod reader of a pod the kubelet terminates on
+// its own: the API server has it with no deletionTimestamp. It is served
+// in memory, so that it works under synctest.
+func podWithoutDeletion(t *testing.T) *kube.Pod {
+	t.Helper()
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/agentenv/pods/sandboxd-0":
+			_ = json.NewEncoder(w).Encode(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}})
+		case r.Method == http.MethodPost:
+			w.WriteHeader(http.StatusCreated)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	})
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
+	pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", TokenFile: token,
+		Client: &http.Client{Transport: handlerTransport{api}}})
+	require.NoError(t, err)
+	return pod
 }

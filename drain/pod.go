@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -49,12 +50,29 @@ func (d *Drainer) readPod(at string) {
 			changed := d.budget.Tighten(del.Timestamp)
 			d.log.Info("drain: the pod's deletion read", "at", at, "deletion_timestamp", del.Timestamp,
 				"grace", del.Grace, "tightened", changed, "kill", d.budget.Kill())
+		case errors.Is(err, kube.ErrNotTerminating) && d.kubelet > 0:
+			// The kubelet terminates the pod itself (node shutdown, an
+			// eviction): its grace, not the manifest's.
+			changed := d.budget.Tighten(kubeletKill(d.budget.State(), d.kubelet))
+			d.log.Warn("drain: the pod has no deletionTimestamp: the kubelet is terminating it on its own (graceful node shutdown, an eviction), with its grace",
+				"at", at, "kubelet_grace", d.kubelet, "tightened", changed, "kill", d.budget.Kill())
 		case errors.Is(err, kube.ErrNotTerminating):
-			d.log.Info("drain: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands", "at", at)
+			d.log.Info("drain: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands; Config.KubeletGrace would give the kubelet's own grace", "at", at)
 		default:
 			d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
 		}
 	})
+}
+
+// kubeletKill is the SIGKILL of a kubelet that terminates the pod with
+// grace g from st.Start: the kubelet's own arithmetic once SIGTERM is
+// known (g less the hook's whole seconds, at least 2 s; with no hook, the
+// preStop sleep's), else T0 + g, which that arithmetic never puts later.
+func kubeletKill(st deadline.State, g time.Duration) time.Time {
+	if st.SIGTERM.IsZero() {
+		return st.Start.Add(g)
+	}
+	return st.SIGTERM.Add(deadline.KubeletRemaining(g, st.SIGTERM.Sub(st.Start)))
 }
 
 // stopPodReads ends the reads still running and waits for them.

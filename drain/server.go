@@ -42,6 +42,12 @@ const (
 	// (Config.Pod, which needs RBAC: see package kube); without either, it
 	// logs why and drains on the grace of EnvGrace.
 	EnvPodName = "POD_NAME"
+	// EnvKubeletGrace is Config.KubeletGrace: the grace the kubelet gives
+	// the pod when it terminates it on its own (graceful node shutdown's
+	// slice, evictionMaxPodGracePeriod), as whole seconds or a Go
+	// duration. It needs EnvPodName and API access; without them it is
+	// ignored, with a warning. Unset: not known.
+	EnvKubeletGrace = "DRAINKIT_KUBELET_GRACE"
 )
 
 // defaultHookListen is where a Server serves the preStop hook when
@@ -73,7 +79,8 @@ type Server struct {
 // run after preservation and before srv's shutdown, which is always the
 // last step (a device teardown such as a *ublk.Teardown goes here). It
 // reads EnvGrace (or, unset, the pod's spec through the API server when
-// EnvPodName is set), EnvPodName, EnvHookListen and EnvHookSecret, and wraps
+// EnvPodName is set), EnvPodName, EnvKubeletGrace, EnvHookListen and
+// EnvHookSecret, and wraps
 // srv.Handler to answer GET /readyz (503 once draining). Errors name the
 // variable or argument that is wrong; they come now, not at SIGTERM.
 func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server, error) {
@@ -93,13 +100,17 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	if err := s.checkHook(); err != nil {
 		return nil, err
 	}
+	kubelet, err := s.kubeletGrace(pod)
+	if err != nil {
+		return nil, err
+	}
 	budget, err := deadline.New(grace, deadline.Config{Logger: s.log})
 	if err != nil {
 		return nil, fmt.Errorf("drain: %s: %w", EnvGrace, err)
 	}
 	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
 	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
-	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod}); err != nil {
+	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod, KubeletGrace: kubelet}); err != nil {
 		var short shortfallError
 		if errors.As(err, &short) { // the grace, not a Config field the caller never saw
 			src := fmt.Sprintf("the pod's spec.terminationGracePeriodSeconds (%v)", grace)
@@ -161,21 +172,43 @@ func (s *Server) grace(pod *kube.Pod) (time.Duration, error) {
 	return g, nil
 }
 
-// graceFromEnv reads EnvGrace: whole seconds or a Go duration.
+// graceFromEnv reads EnvGrace.
 func graceFromEnv() (time.Duration, error) {
-	v := os.Getenv(EnvGrace)
-	if v == "" {
+	if os.Getenv(EnvGrace) == "" {
 		return 0, fmt.Errorf("drain: %s is not set: give it the pod's terminationGracePeriodSeconds", EnvGrace)
 	}
+	return durationEnv(EnvGrace)
+}
+
+// kubeletGrace reads EnvKubeletGrace; zero when it is unset, or when pod
+// is nil (logged: without the pod's deletionTimestamp a drain cannot tell
+// the kubelet's own termination from a deletion).
+func (s *Server) kubeletGrace(pod *kube.Pod) (time.Duration, error) {
+	if os.Getenv(EnvKubeletGrace) == "" {
+		return 0, nil
+	}
+	g, err := durationEnv(EnvKubeletGrace)
+	if err != nil || pod != nil {
+		return g, err
+	}
+	s.log.Warn("drain: "+EnvKubeletGrace+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+
+		"only the pod's missing deletionTimestamp tells the kubelet's own termination from a deletion", "kubelet_grace", g)
+	return 0, nil
+}
+
+// durationEnv reads the variable name: whole seconds or a positive Go
+// duration.
+func durationEnv(name string) (time.Duration, error) {
+	v := os.Getenv(name)
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 		if n <= 0 || n > int64(time.Duration(1<<63-1)/time.Second) {
-			return 0, fmt.Errorf("drain: %s=%q: want a positive number of seconds", EnvGrace, v)
+			return 0, fmt.Errorf("drain: %s=%q: want a positive number of seconds", name, v)
 		}
 		return time.Duration(n) * time.Second, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("drain: %s=%q: want whole seconds (3600) or a positive Go duration (1h)", EnvGrace, v)
+		return 0, fmt.Errorf("drain: %s=%q: want whole seconds (3600) or a positive Go duration (1h)", name, v)
 	}
 	return d, nil
 }

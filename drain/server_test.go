@@ -36,9 +36,11 @@ func TestNewServerNamesWhatIsWrong(t *testing.T) {
 		// Fault (a fresh-eyes review): the error blamed Config.Steps, a field
 		// the one-call path fills itself, and not the grace that was too short.
 		"grace too short for the reserves": {map[string]string{EnvGrace: "2"}, EnvGrace + "=2 (2s) is too short"},
+		"kubelet grace not a duration":     {map[string]string{EnvGrace: "30", EnvKubeletGrace: "soon"}, EnvKubeletGrace + `="soon"`},
+		"kubelet grace zero":               {map[string]string{EnvGrace: "30", EnvKubeletGrace: "0"}, EnvKubeletGrace + `="0": want a positive`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			for _, k := range []string{EnvGrace, EnvHookListen, EnvHookSecret} {
+			for _, k := range []string{EnvGrace, EnvHookListen, EnvHookSecret, EnvKubeletGrace} {
 				t.Setenv(k, tc.env[k])
 			}
 			_, err := NewServer(srv, node)
@@ -142,6 +144,14 @@ func TestNewServerWithoutAPIAccessLogsWhyAndGoesOn(t *testing.T) {
 	assert.Nil(t, s.d.pod)
 	assert.Contains(t, logs.String(), "no Kubernetes API access")
 	assert.Contains(t, logs.String(), "KUBERNETES_SERVICE_HOST is not set")
+
+	// Without the pod, the kubelet's own grace cannot be told apart: the
+	// server starts, and says the variable is ignored.
+	t.Setenv(EnvKubeletGrace, "15")
+	s, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Zero(t, s.d.kubelet)
+	assert.Contains(t, logs.String(), EnvKubeletGrace+" is ignored without the pod's API access")
 }
 
 // In a cluster, DRAINKIT_GRACE may stay unset: the grace is the pod's
@@ -163,9 +173,12 @@ func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 	assert.NotNil(t, s.d.pod)
 
 	t.Setenv(EnvGrace, "30") // the variable, when set, wins
+	t.Setenv(EnvKubeletGrace, "15")
 	s, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
 	require.NoError(t, err)
 	assert.Equal(t, 30*time.Second, s.Drainer().Budget().Grace())
+	assert.Equal(t, 15*time.Second, s.d.kubelet, "with the pod's API access, the kubelet's own grace is taken")
+	t.Setenv(EnvKubeletGrace, "")
 
 	t.Setenv(EnvGrace, "")
 	api.mu.Lock()

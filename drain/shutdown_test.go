@@ -283,6 +283,8 @@ func TestNewNamesTheBadField(t *testing.T) {
 			step("b", 20*time.Second, nop)}}, "Config.Steps[0] a 40s, Config.Steps[1] b 20s"},
 		{"negative poll", Config{Budget: b, Sandboxes: node, PollInterval: -1}, "Config.PollInterval"},
 		{"negative in-flight wait", Config{Budget: b, Sandboxes: node, InFlightWait: -1}, "Config.InFlightWait"},
+		{"negative kubelet grace", Config{Budget: b, Sandboxes: node, KubeletGrace: -1}, "Config.KubeletGrace must not be negative"},
+		{"kubelet grace without a pod", Config{Budget: b, Sandboxes: node, KubeletGrace: time.Second}, "Config.KubeletGrace (1s) needs Config.Pod"},
 		{"bad pause config", Config{Budget: b, Sandboxes: node, Pause: pause.Config{Limit: -1}}, "drain: Config.Pause: pause: Config.Limit must be >= 0, got -1"},
 	}
 	for _, c := range cases {

@@ -56,6 +56,12 @@ type Config struct {
 	// than -grace) and posts Events on it (deploy/rbac.yaml grants both). Empty, or no
 	// service account mounted: neither, logged.
 	Pod string
+	// KubeletGrace is the grace the kubelet gives this pod when it terminates it on its
+	// own (-kubelet-grace): graceful node shutdown's slice (shutdownGracePeriod minus
+	// shutdownGracePeriodCriticalPods), a soft eviction's evictionMaxPodGracePeriod. With
+	// -pod, a drain that finds no deletionTimestamp plans for it (drain.Config.KubeletGrace);
+	// 0: not known.
+	KubeletGrace time.Duration
 }
 
 // Defaults for the flags.
@@ -90,6 +96,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown; 0: adaptive, from what the last shutdown learned")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.StringVar(&c.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp and Events through the Kubernetes API (needs deploy/rbac.yaml); empty: no API access")
+	fs.DurationVar(&c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it terminates it on its own (graceful node shutdown's slice); needs -pod; 0: not known")
 	fs.IntVar(&c.Devices, "devices", 0, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -129,6 +136,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-concurrency %d is negative (0 adapts)", c.Concurrency)
 	case c.Devices < 0:
 		return fmt.Errorf("-devices %d is negative", c.Devices)
+	case c.KubeletGrace < 0:
+		return fmt.Errorf("-kubelet-grace %v is negative", c.KubeletGrace)
 	}
 	return nil
 }

@@ -46,6 +46,10 @@ func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
 	cfg, err := ParseFlags(c.Args, io.Discard)
 	require.NoError(t, err, "the manifest's arguments parse")
 	assert.Equal(t, grace, cfg.Grace, "-grace equals terminationGracePeriodSeconds")
+	assert.True(t, slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}), "POD_NAME, -pod's default, is the pod's name: -kubelet-grace needs the pod's deletionTimestamp")
+	assert.True(t, cfg.KubeletGrace > 0 && cfg.KubeletGrace < grace, "-kubelet-grace, the node-shutdown slice, is below the grace: %v", cfg.KubeletGrace)
 
 	manifest.CheckDrainHook(t, c, cfg.HookListen, secret)
 	_, port, err := net.SplitHostPort(cfg.Listen)

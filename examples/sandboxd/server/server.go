@@ -161,6 +161,12 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 		return fmt.Errorf("-grace: %w", err)
 	}
 	pod := s.pod()
+	kubeletGrace := s.cfg.KubeletGrace
+	if pod == nil && kubeletGrace > 0 {
+		s.logger.Warn("-kubelet-grace is ignored without the pod's API access (-pod): only its missing deletionTimestamp tells the kubelet's own termination from a deletion",
+			"kubelet_grace", kubeletGrace)
+		kubeletGrace = 0
+	}
 	build := func(pc pause.Config) error {
 		s.est = pc.Estimator
 		pc.Permanent = diskBroken // retrying cannot help: do not burn the window
@@ -174,6 +180,7 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 			Logger:        s.logger,
 			MeterProvider: s.meters,
 			Pod:           pod,
+			KubeletGrace:  kubeletGrace,
 		})
 		return err
 	}

@@ -196,12 +196,13 @@ func TestShutdownPreservesWritesReportAndRestartLoadsPaused(t *testing.T) {
 
 func TestBadConfigurationFailsNamingTheFlag(t *testing.T) {
 	for flagName, args := range map[string][]string{
-		"-state-dir":    {},
-		"-grace":        {"-state-dir", "x", "-grace", "1s"},
-		"-runtime":      {"-state-dir", "x", "-runtime", "docker"},
-		"-concurrency":  {"-state-dir", "x", "-concurrency", "-1"},
-		"-pause-jitter": {"-state-dir", "x", "-pause-jitter", "1.5"},
-		"-devices":      {"-state-dir", "x", "-devices", "-2"},
+		"-state-dir":     {},
+		"-grace":         {"-state-dir", "x", "-grace", "1s"},
+		"-runtime":       {"-state-dir", "x", "-runtime", "docker"},
+		"-concurrency":   {"-state-dir", "x", "-concurrency", "-1"},
+		"-pause-jitter":  {"-state-dir", "x", "-pause-jitter", "1.5"},
+		"-devices":       {"-state-dir", "x", "-devices", "-2"},
+		"-kubelet-grace": {"-state-dir", "x", "-kubelet-grace", "-5s"},
 	} {
 		_, err := ParseFlags(args, io.Discard)
 		require.Error(t, err, flagName)
