@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/kube"
 )
 
@@ -152,4 +154,25 @@ func podWithoutDeletion(t *testing.T) *kube.Pod {
 		Client: &http.Client{Transport: handlerTransport{api}}})
 	require.NoError(t, err)
 	return pod
+}
+
+// The kubelet giving up on the hook is logged at Warn with what the server
+// can tell of it: the grace the kubelet used (about the time from T0 to
+// SIGTERM) against the budget's, and the likely causes. Before, only the
+// budget's Info line "budget changed" said so, and the Report shows it
+// only as SIGKILL 2 s after SIGTERM: with DRAINKIT_GRACE=30 in a pod whose
+// terminationGracePeriodSeconds was 4, every drain ended with exit 0 and
+// 2 s for the preserves, and nothing above Info said the two disagree.
+func TestKubeletAbandoningTheHookIsAWarningNamingBothGraces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: 3 * time.Second, sandboxes: 4,
+			latency: 100 * time.Millisecond, limit: 4, edit: func(c *Config) {
+				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}})
+		_, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 4*time.Second)
+		require.NoError(t, rep.Err(), "2 s were enough here: the exit status is 0")
+		assert.Regexp(t, `level=WARN msg="drain: SIGTERM came while the preStop hook was still open: the kubelet's grace period ran out before the budget's`+
+			`.*" kubelet_grace=4s budget_grace=30s`, logs.String())
+	})
 }

@@ -26,7 +26,8 @@ import (
 // Budget.OnSIGTERM, which refines the expected SIGKILL with the kubelet's
 // arithmetic (or anchors T0 now when no preStop hook ran), or, when the
 // latest preStop request is still open, Budget.OnHookAbandoned (the
-// kubelet gave up on the hook: SIGKILL in 2 s), ends the preStop
+// kubelet gave up on the hook: SIGKILL in 2 s; logged at Warn with the
+// grace the kubelet used, T0 to SIGTERM, and the budget's), ends the preStop
 // wait, and logs the plan (every phase's deadline and reserve), with a
 // warning when the reserves do not fit in the time left. Then, in order,
 // each phase under the window the plan gives it by name when it starts:
@@ -73,7 +74,12 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 	d.mu.Unlock()
 	if first {
 		if abandoned { // the kubelet gave up on the hook: its grace has run out
-			d.budget.OnHookAbandoned(time.Now())
+			now := time.Now()
+			d.budget.OnHookAbandoned(now)
+			d.log.Warn("drain: SIGTERM came while the preStop hook was still open: the kubelet's grace period ran out before the budget's, "+
+				"and SIGKILL comes 2 s after SIGTERM: the grace the budget was built with (DRAINKIT_GRACE on the one-call path) is longer "+
+				"than the pod's terminationGracePeriodSeconds, or a deletion, an eviction or a node shutdown gave less",
+				"kubelet_grace", now.Sub(d.budget.Start()).Round(time.Second), "budget_grace", d.budget.Grace())
 		} else {
 			d.budget.OnSIGTERM(time.Now())
 		}
