@@ -170,6 +170,13 @@ func (g *Gate) InFlight(c Class) int {
 	return g.inflight[c]
 }
 
+// gatedInFlight returns how many operations of gated classes are in flight.
+func (g *Gate) gatedInFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.gated
+}
+
 // Wait blocks until no operation of a gated class is in flight, or ctx is
 // done, in which case it returns ctx.Err(). Exempt operations are not waited
 // for: they keep being admitted while draining, so waiting for them might

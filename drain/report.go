@@ -71,7 +71,8 @@ type Report struct {
 	Phases  []PhaseReport   `json:"phases"`            // every phase and step, in order
 	// Preserve is the Preserver's account of every sandbox, with every
 	// step's final sweep merged in (a step whose Detail is a *pause.Report,
-	// see Step): a sandbox the sweep found running again counts one more
+	// see Step), and so is the preserve phase's second Run after gated
+	// operations still in flight (see Drainer.Shutdown): a sandbox the sweep found running again counts one more
 	// Relisted and takes the sweep's outcome (still Preserved when the
 	// sweep's preserve found it already gone: Vanished), and one the
 	// preserve phase never listed gets an entry, its Pass counted on from

@@ -39,7 +39,11 @@ import (
 //  2. preserve: runs the Preserver under the preserve window: no preserve
 //     starts after its Deadline, and preserves still in flight end by its
 //     Hard deadline (the start of the first critical step's window, or the
-//     budget's deadline);
+//     budget's deadline). When the gate wait ended with gated operations
+//     still in flight (a create whose sandbox may start after the
+//     Preserver's last listing), it then waits for them until its Deadline
+//     and runs the Preserver again for what they started, merged into
+//     Report.Preserve; one still in flight at the Deadline fails the phase;
 //  3. every Step in order, each under its own window, even when
 //     preservation partly failed or an earlier step failed. A step that has
 //     not returned shortly after its deadline is abandoned, still running,
@@ -283,9 +287,16 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	// phase deadline: in-flight preserves may finish until then.
 	hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), w.Hard)
 	defer hcancel()
-	pr, err := bounded.Call(hctx, returnSlack, func(context.Context) (*pause.Report, error) {
-		return d.preserver.Run(ctx, w.Hard), nil
-	})
+	run := func() (*pause.Report, error) {
+		return bounded.Call(hctx, returnSlack, func(context.Context) (*pause.Report, error) {
+			return d.preserver.Run(ctx, w.Hard), nil
+		})
+	}
+	pr, err := run()
+	var inflight int
+	if g := rep.Phase(PhaseGate); err == nil && pr != nil && !pr.Unknown && g != nil && g.Result == TimedOut {
+		inflight, err = d.preserveAfterInFlight(ctx, pr, run)
+	}
 	if pr != nil && pr.Unknown {
 		accountFromCount(pr, d.listed.Load())
 	}
@@ -302,9 +313,38 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 		p.Result, p.Error = Failed, "the Preserver returned no report"
 	case pr.Err() != nil: // sandboxes lost, or unknown: no listing succeeded
 		p.Result, p.Error = Failed, pr.Err().Error()
+	case inflight > 0:
+		p.Result, p.Error = Failed, fmt.Sprintf("%d gated operation(s) admitted before the gate closed still in flight at the preserve deadline: "+
+			"a sandbox they start is not preserved", inflight)
 	default:
 		p.Result = OK
 	}
+}
+
+// preserveAfterInFlight is the end of a preserve phase that began with
+// gated operations still in flight (the gate wait timed out): a create
+// admitted before the gate closed may start its sandbox after the
+// Preserver's last listing, where nothing would preserve it or count it.
+// It waits for them within the phase's deadline, then runs the Preserver
+// again (run) for what they started and merges that Report into pr, as a
+// step's final sweep is merged. It returns how many gated operations were
+// still in flight when it gave up waiting (the deadline, or force), and
+// the error of an abandoned second run.
+func (d *Drainer) preserveAfterInFlight(ctx context.Context, pr *pause.Report, run func() (*pause.Report, error)) (int, error) {
+	if err := d.gate.Wait(ctx); err != nil {
+		return d.gate.gatedInFlight(), nil
+	}
+	more, err := run()
+	switch {
+	case err != nil:
+		return 0, err
+	case more == nil:
+		return 0, errors.New("the Preserver returned no report after the gated operations in flight ended")
+	case more.Unknown:
+		return 0, fmt.Errorf("listing after the gated operations in flight ended failed: %s", more.ListErr)
+	}
+	mergeSweep(pr, more)
+	return 0, nil
 }
 
 func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *PhaseReport) {

@@ -1,0 +1,77 @@
+package drain
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// A create the gate admitted just before SIGTERM (a VM that boots slowly)
+// outlives the gate phase's wait, which the plan ends so that the preserve
+// phase keeps its reserve. Before, the sandbox it started after the
+// Preserver's last listing ran on until SIGKILL and the Report said 2 of 2
+// preserved, exit 0. Now the preserve phase waits for it within its
+// deadline and preserves what it started; one still in flight at the
+// deadline fails the phase, naming it.
+//
+//	0 s     create admitted (boots for `boot`); SIGTERM, no preStop: grace 4 s,
+//	        budget deadline 2.5 s (margin 1.5 s), preserve deadline 2.25 s (http 250 ms)
+//	1.25 s  gate wait ends (preserve reserves 2 rounds of 500 ms): timed_out
+//	1.45 s  the two sandboxes preserved (100 ms each); the listing finds nothing
+//	boot    the create's sandbox starts running
+func TestSandboxOfACreateInFlightPastTheGateWaitIsPreservedOrFailsThePhase(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		boot      time.Duration
+		preserved bool
+	}{
+		{"boots before the preserve deadline", 1800 * time.Millisecond, true},
+		{"boots after it", 2400 * time.Millisecond, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, fixtureOpts{grace: 4 * time.Second, sandboxes: 2, latency: 100 * time.Millisecond,
+					limit: 1, steps: []Step{step("http", 250*time.Millisecond, func(context.Context) error { return nil })},
+					edit: func(cfg *Config) { cfg.Pause.Estimator = deadline.NewEstimator(500 * time.Millisecond) }})
+				leave, err := f.d.Gate().Enter(Create)
+				require.NoError(t, err)
+				booted := make(chan struct{})
+				go func() {
+					defer close(booted)
+					time.Sleep(c.boot) // the VM boots
+					f.node.Add(&fakesandbox.Sandbox{Name: "booted-late", Latency: 50 * time.Millisecond})
+					leave()
+				}()
+				sigs := make(chan os.Signal, 1)
+				sigs <- syscall.SIGTERM
+				rep := f.d.ServeSignals(t.Context(), sigs)
+				<-booted // by SIGKILL (4 s) at the latest
+
+				assert.Equal(t, TimedOut, rep.Phase(PhaseGate).Result, "the gate wait ended at its deadline")
+				require.NotNil(t, rep.Preserve)
+				left, err := f.node.List(context.Background())
+				require.NoError(t, err)
+				if c.preserved {
+					assert.Empty(t, left, "the create's sandbox was preserved")
+					assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved])
+					assert.NoError(t, rep.Err())
+					return
+				}
+				assert.Len(t, left, 1, "it booted after the preserve deadline: nothing could preserve it")
+				require.Error(t, rep.Err(), "a sandbox running at SIGKILL fails the shutdown")
+				assert.Contains(t, rep.Err().Error(), "1 gated operation(s) admitted before the gate closed still in flight at the preserve deadline")
+				assert.Equal(t, Failed, rep.Phase(PhasePreserve).Result)
+			})
+		})
+	}
+}
