@@ -82,7 +82,8 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 			d.budget.OnHookAbandoned(now)
 			d.log.Warn("drain: SIGTERM came while the preStop hook was still open: the kubelet's grace period ran out before the budget's, "+
 				"and SIGKILL comes 2 s after SIGTERM: the grace the budget was built with (DRAINKIT_GRACE on the one-call path) is longer "+
-				"than the pod's terminationGracePeriodSeconds, or a deletion, an eviction or a node shutdown gave less",
+				"than the pod's terminationGracePeriodSeconds, or a deletion, an eviction or a node shutdown gave less "+
+				"(Config.Pod reads a deletion's; Config.KubeletGrace, DRAINKIT_KUBELET_GRACE, declares the kubelet's own)",
 				"kubelet_grace", now.Sub(d.budget.Start()).Round(time.Second), "budget_grace", d.budget.Grace())
 		} else {
 			d.budget.OnSIGTERM(time.Now())
