@@ -239,7 +239,9 @@ func (s *Server) Drainer() *Drainer { return s.d }
 // ending), drains, and returns the exit code: 0 when the Report has no
 // error, 1 otherwise, 2 when a listener could not be opened. A second
 // signal forces. The Report is logged through slog.Default; Run never calls
-// os.Exit.
+// os.Exit. After a Run that returned 0 or 1, s.Drainer().Shutdown returns
+// that Report at once (Shutdown is single-flight), for a server that keeps
+// it in a file; after 2 nothing drained, and Shutdown would start a drain.
 func (s *Server) Run(ctx context.Context) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
