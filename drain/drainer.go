@@ -457,13 +457,19 @@ func (d *Drainer) Running() int { return int(d.running.Load()) }
 // preStop wait, the wait for in-flight operations, the start of new
 // preserves) and each teardown step that has not finished gets only its
 // Reserve from now, within the budget. Force is idempotent and does not
-// start a shutdown by itself.
+// start a shutdown by itself. Its first call is logged at Warn, so that the
+// operator who sent a second signal sees it taken.
 func (d *Drainer) Force() {
 	d.mu.Lock()
-	if d.forcedAt.IsZero() {
+	first := d.forcedAt.IsZero()
+	if first {
 		d.forcedAt = time.Now()
 	}
 	d.mu.Unlock()
+	if first {
+		d.log.Warn("drain: forced: the remaining waits stop, no new preserve starts, each step left gets only its reserve",
+			"terminating", d.term.Err() != nil)
+	}
 	d.forceIt()
 }
 

@@ -2,14 +2,18 @@ package drain
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
 // HandleSignals with real signals to this process: the first SIGTERM starts
@@ -53,4 +57,18 @@ func TestHandleSignalsFirstStartsSecondForces(t *testing.T) {
 	assert.True(t, rep.Forced)
 	assert.Equal(t, TimedOut, rep.Phase("hang").Result)
 	assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
+}
+
+// The first Force is logged at Warn, once: an operator's second Ctrl-C or
+// SIGTERM was acknowledged by no line until the Report (forced_at).
+func TestForceIsLoggedOnce(t *testing.T) {
+	var logs logbuf.Buffer
+	f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 1, latency: time.Millisecond,
+		edit: func(c *Config) {
+			c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}})
+	f.d.Force()
+	f.d.Force()
+	assert.Equal(t, 1, strings.Count(logs.String(), `level=WARN msg="drain: forced: `), logs.String())
+	assert.Contains(t, logs.String(), "terminating=false")
 }
