@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -23,17 +24,19 @@ const (
 //
 // Unlike a shell loop around curl, it is bounded three ways: every request
 // has RequestTimeout (the server is asked to answer within it with
-// ?wait=), it gives up after MaxFailures consecutive failed requests, and it
-// never runs past the drain deadline the server reported (nor past MaxWait
-// when set). The zero value, with URL set, is ready to use.
+// ?wait=), it gives up after MaxFailures consecutive failed requests, or at
+// the first refusal (a 4xx but 408 and 429: a wrong path, a secret missing
+// or wrong), which asking again cannot change, and it never runs past the
+// drain deadline the server reported (nor past MaxWait when set). The zero
+// value, with URL set, is ready to use.
 type ExecHook struct {
 	// URL of the PreStop handler, e.g. http://127.0.0.1:8082/drain (drain.Server's
 	// default hook address).
 	URL string
 	// RequestTimeout bounds each request; zero means 10 s.
 	RequestTimeout time.Duration
-	// MaxFailures is how many consecutive failed requests end the hook;
-	// zero means 5.
+	// MaxFailures is how many consecutive failed requests (no answer, a
+	// 5xx, 408 or 429) end the hook; zero means 5. A refusal ends it at once.
 	MaxFailures int
 	// RetryInterval is the pause after a failed request; zero means 1 s.
 	RetryInterval time.Duration
@@ -77,7 +80,10 @@ func (h ExecHook) Run(ctx context.Context) (*PreStopSummary, error) {
 			failures++
 			h.Logger.Warn("drainhook: request failed", "err", err, "failures", failures)
 		}
+		var refused refusedError
 		switch {
+		case errors.As(err, &refused):
+			return last, fmt.Errorf("drainhook: refused (a wrong URL, or a secret missing or wrong), not asked again: %w", err)
 		case ctx.Err() != nil:
 			return last, fmt.Errorf("drainhook: stopped: %w", context.Cause(ctx))
 		case !drainDL.IsZero() && !time.Now().Before(drainDL):
@@ -144,7 +150,11 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", u.Redacted(), resp.Status)
+		err := fmt.Errorf("%s: %s", u.Redacted(), resp.Status)
+		if c := resp.StatusCode; c >= 400 && c < 500 && c != http.StatusRequestTimeout && c != http.StatusTooManyRequests {
+			err = refusedError{err} // asked again, the server answers the same
+		}
+		return nil, err
 	}
 	var sum PreStopSummary
 	if err := json.NewDecoder(resp.Body).Decode(&sum); err != nil {
@@ -152,3 +162,10 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 	}
 	return &sum, nil
 }
+
+// refusedError is a request the server refused (a 4xx but 408 and 429):
+// asking again cannot change the answer, and every retry spends the grace
+// period the kubelet gives the hook.
+type refusedError struct{ error }
+
+func (e refusedError) Unwrap() error { return e.error }

@@ -92,3 +92,31 @@ func TestExecHookStartAnchorsTheBudget(t *testing.T) {
 	assert.True(t, f.budget.Start().Equal(start.Round(0)), "T0 = the hook's start, not the request's arrival")
 	f.d.Shutdown(context.Background())
 }
+
+// A refusal (403 from a HookGuard, 404 for a wrong path) is answered the
+// same however often it is asked: the hook gives up at the first one, so
+// the kubelet goes on to SIGTERM with the grace left. Before, it asked five
+// times a second apart: at a 4 s grace the kubelet gave up on the hook and
+// left SIGTERM its 2 s floor, while the server, which never saw a preStop
+// call, planned for 4 s and was SIGKILLed mid-preserve (scratch e2b drill,
+// real processes). A 408 or 429 is still retried, as a 5xx is.
+func TestExecHookGivesUpAtOnceWhenRefused(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		calls  int32
+	}{{http.StatusForbidden, 1}, {http.StatusNotFound, 1}, {http.StatusTooManyRequests, 3}, {http.StatusRequestTimeout, 3}} {
+		var calls atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			http.Error(w, "no", c.status)
+		}))
+		_, err := ExecHook{URL: srv.URL, MaxFailures: 3, RetryInterval: time.Millisecond}.Run(context.Background())
+		srv.Close()
+		require.Error(t, err)
+		assert.Equal(t, c.calls, calls.Load(), "%d", c.status)
+		if c.calls == 1 {
+			assert.ErrorContains(t, err, "refused")
+			assert.ErrorContains(t, err, http.StatusText(c.status))
+		}
+	}
+}
