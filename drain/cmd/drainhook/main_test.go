@@ -99,3 +99,25 @@ func TestDefaultURLReachesTheHookWhereDrainkitServesIt(t *testing.T) {
 	assert.True(t, d.Gate().Closed(), "the call reached the Drainer: the drain started")
 	require.NoError(t, d.Shutdown(context.Background()).Err())
 }
+
+// An exec hook runs in the server's container, with its environment: when
+// DRAINKIT_HOOK_SECRET is set, the server's HookGuard refuses every call
+// without it, even from loopback, so drainhook sends it. Before, it had no
+// way to: every call was refused, and the kubelet gave up on the hook at
+// the end of the grace period, leaving SIGTERM its 2 s floor.
+func TestSecretFromTheContainersEnvironmentIsSent(t *testing.T) {
+	t.Setenv(drain.EnvHookSecret, "s3cret")
+	b, err := deadline.New(time.Minute, deadline.Config{})
+	require.NoError(t, err)
+	d, err := drain.New(drain.Config{Budget: b,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
+	require.NoError(t, err)
+	srv := httptest.NewServer((&drain.HookGuard{Secret: "s3cret"}).Wrap(d.PreStop()))
+	defer srv.Close()
+
+	var log strings.Builder
+	assert.Equal(t, 0, run([]string{"-url", srv.URL + "/drain"}, &log))
+	assert.Contains(t, log.String(), "drain wait over", log.String())
+	assert.True(t, d.Gate().Closed(), "the call reached the Drainer: the drain started")
+	require.NoError(t, d.Shutdown(context.Background()).Err())
+}
