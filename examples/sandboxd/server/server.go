@@ -137,6 +137,10 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	if s.cfg.Devices == 0 {
 		return []drain.Step{httpStep}, nil
 	}
+	procfs := filepath.Join(s.cfg.StateDir, "proc") // see ublkhook.Set below
+	if err := os.MkdirAll(procfs, 0o700); err != nil {
+		return nil, err
+	}
 	daemon, sock, err := StartDeviceDaemon(ctx, s.cfg.StateDir, s.cfg.Devices)
 	if err != nil {
 		return nil, err
@@ -146,7 +150,12 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	// pod still holding a disk when only the step's reserve is left is killed (the pod's
 	// SIGKILL would end it anyway) so the daemon can stop its devices and exit first.
 	cfg := ublk.Config{NoControl: true, Reserve: s.cfg.UblkReserve(), Logger: s.logger, MeterProvider: s.meters}
-	ublkhook.Set(&cfg, ublkhook.Hooks{SysfsRoot: sysRoot(s.cfg.StateDir)}) // the fake devices' sysfs
+	// The fake devices' sysfs, and an empty procfs for the holders scan: no process can
+	// hold a fake device, and a scan of the machine's /proc, which the step makes before
+	// it asks the daemon to stop, costs what everything else running there costs (0.1 s
+	// on an idle machine, past a second on a loaded one), more than the reserve a short
+	// grace period gives the step.
+	ublkhook.Set(&cfg, ublkhook.Hooks{SysfsRoot: sysRoot(s.cfg.StateDir), ProcfsRoot: procfs})
 	td, err := ublk.New(sock, cfg)
 	if err != nil {
 		return nil, err
