@@ -69,7 +69,7 @@ func TestSandboxOfACreateInFlightPastTheGateWaitIsPreservedOrFailsThePhase(t *te
 				}
 				assert.Len(t, left, 1, "it booted after the preserve deadline: nothing could preserve it")
 				require.Error(t, rep.Err(), "a sandbox running at SIGKILL fails the shutdown")
-				assert.Contains(t, rep.Err().Error(), "1 gated operation(s) admitted before the gate closed still in flight at the preserve deadline")
+				assert.Contains(t, rep.Err().Error(), "1 gated operation(s) admitted before the gate closed still in flight when the preserve phase ended")
 				assert.Equal(t, Failed, rep.Phase(PhasePreserve).Result)
 			})
 		})

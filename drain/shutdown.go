@@ -315,7 +315,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	case pr.Err() != nil: // sandboxes lost, or unknown: no listing succeeded
 		p.Result, p.Error = Failed, pr.Err().Error()
 	case inflight > 0:
-		p.Result, p.Error = Failed, fmt.Sprintf("%d gated operation(s) admitted before the gate closed still in flight at the preserve deadline: "+
+		p.Result, p.Error = Failed, fmt.Sprintf("%d gated operation(s) admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): "+
 			"a sandbox they start is not preserved", inflight)
 	default:
 		p.Result = OK
