@@ -242,6 +242,12 @@ func (s *Server) Drainer() *Drainer { return s.d }
 // os.Exit. After a Run that returned 0 or 1, s.Drainer().Shutdown returns
 // that Report at once (Shutdown is single-flight), for a server that keeps
 // it in a file; after 2 nothing drained, and Shutdown would start a drain.
+//
+// Call Run early: until it starts, SIGTERM has Go's default action (the
+// process exits at once, no drain, no Report) and the preStop hook is not
+// served (the kubelet records the hook as failed and sends SIGTERM). A
+// server that restores sandboxes at start restores them while Run serves
+// (in a goroutine), not before it.
 func (s *Server) Run(ctx context.Context) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
