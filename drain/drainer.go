@@ -174,6 +174,7 @@ type Drainer struct {
 	rootCtx  context.Context // carries root
 	hooks    int             // preStop requests started so far
 	hookOpen bool            // the latest preStop request has not answered yet
+	starting map[Class]int   // operations that start a sandbox in flight when the gate wait timed out (Shutdown's goroutine only)
 	hookRun  string          // the latest preStop request's ?start=: which run of the hook it is
 	started  bool
 	forcedAt time.Time

@@ -60,6 +60,7 @@ type Gate struct {
 	inflight map[Class]int
 	gated    int                 // in-flight operations of gated classes
 	idle     chan struct{}       // closed when gated drops to 0; nil while gated == 0
+	left     chan struct{}       // closed when any operation leaves, for waitClasses; nil when none waits
 	rejects  metric.Int64Counter // set by New, or the global provider's at the first rejection
 }
 
@@ -114,6 +115,10 @@ func (g *Gate) leave(c Class, exempt bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.inflight[c]--
+	if g.left != nil {
+		close(g.left)
+		g.left = nil
+	}
 	if exempt {
 		return
 	}
@@ -170,11 +175,50 @@ func (g *Gate) InFlight(c Class) int {
 	return g.inflight[c]
 }
 
-// gatedInFlight returns how many operations of gated classes are in flight.
-func (g *Gate) gatedInFlight() int {
+// gatedInFlight returns, by class, how many operations of the gated
+// classes among cs are in flight; nil when none is.
+func (g *Gate) gatedInFlight(cs []Class) map[Class]int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.gated
+	var m map[Class]int
+	for _, c := range cs {
+		if n := g.inflight[c]; n > 0 && !slices.Contains(g.Exempt, c) {
+			if m == nil {
+				m = make(map[Class]int)
+			}
+			m[c] = n
+		}
+	}
+	return m
+}
+
+// waitClasses blocks until no operation of the gated classes among cs is
+// in flight, or ctx is done, in which case it returns ctx.Err().
+func (g *Gate) waitClasses(ctx context.Context, cs []Class) error {
+	for {
+		g.mu.Lock()
+		busy := false
+		for _, c := range cs {
+			if g.inflight[c] > 0 && !slices.Contains(g.Exempt, c) {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			g.mu.Unlock()
+			return nil
+		}
+		if g.left == nil {
+			g.left = make(chan struct{})
+		}
+		left := g.left
+		g.mu.Unlock()
+		select {
+		case <-left:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Wait blocks until no operation of a gated class is in flight, or ctx is

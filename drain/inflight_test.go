@@ -69,9 +69,32 @@ func TestSandboxOfACreateInFlightPastTheGateWaitIsPreservedOrFailsThePhase(t *te
 				}
 				assert.Len(t, left, 1, "it booted after the preserve deadline: nothing could preserve it")
 				require.Error(t, rep.Err(), "a sandbox running at SIGKILL fails the shutdown")
-				assert.Contains(t, rep.Err().Error(), "1 gated operation(s) admitted before the gate closed still in flight when the preserve phase ended")
+				assert.Contains(t, rep.Err().Error(), "gated operations admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): create: 1")
 				assert.Equal(t, Failed, rep.Phase(PhasePreserve).Result)
 			})
 		})
 	}
+}
+
+// Only the classes that start a sandbox (Create, Resume, Fork) are waited
+// for after the Preserver returned: a long-lived gated operation of another
+// class (a keep-alive stream) still in flight past the gate wait neither
+// holds the preserve phase to its deadline nor fails it.
+func TestOtherGatedOperationsInFlightDoNotHoldThePreservePhase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 4 * time.Second, sandboxes: 2, latency: 100 * time.Millisecond,
+			limit: 1, edit: func(cfg *Config) { cfg.Pause.Estimator = deadline.NewEstimator(500 * time.Millisecond) }})
+		leave, err := f.d.Gate().Enter(KeepAlive)
+		require.NoError(t, err)
+		defer leave()
+		sigs := make(chan os.Signal, 1)
+		sigs <- syscall.SIGTERM
+		rep := f.d.ServeSignals(t.Context(), sigs)
+
+		assert.Equal(t, TimedOut, rep.Phase(PhaseGate).Result)
+		p := rep.Phase(PhasePreserve)
+		assert.Equal(t, OK, p.Result, p.Error)
+		assert.Less(t, p.Duration, 300*time.Millisecond, "it ended with its preserves, not at its deadline")
+		require.NoError(t, rep.Err())
+	})
 }

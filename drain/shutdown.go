@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"log/slog"
@@ -40,8 +41,9 @@ import (
 //     starts after its Deadline, and preserves still in flight end by its
 //     Hard deadline (the start of the first critical step's window, or the
 //     budget's deadline). When the gate wait ended with gated operations
-//     still in flight (a create whose sandbox may start after the
-//     Preserver's last listing), it then waits for them until its Deadline
+//     that start a sandbox (Create, Resume, Fork) still in flight, whose
+//     sandbox may start after the Preserver's last listing, it then waits
+//     for them until its Deadline
 //     and runs the Preserver again for what they started, merged into
 //     Report.Preserve; one still in flight at the Deadline fails the phase;
 //  3. every Step in order, each under its own window, even when
@@ -274,10 +276,18 @@ func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseRepo
 	defer unforce()
 	if err := d.gate.Wait(ctx); err != nil {
 		p.Result, p.Error = TimedOut, fmt.Sprintf("gated operations still in flight: %v", context.Cause(ctx))
+		// The gate is closed: no new gated operation starts, so the ones
+		// counted now are all the preserve phase must wait for.
+		d.starting = d.gate.gatedInFlight(startClasses)
 		return
 	}
 	p.Result = OK
 }
+
+// startClasses are the classes of operations that start a sandbox: one
+// still in flight when the gate wait ends may start it after the
+// Preserver's last listing (see preserveAfterInFlight).
+var startClasses = []Class{Create, Resume, Fork}
 
 func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
 	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
@@ -294,8 +304,8 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 		})
 	}
 	pr, err := run()
-	var inflight int
-	if g := rep.Phase(PhaseGate); err == nil && pr != nil && !pr.Unknown && g != nil && g.Result == TimedOut {
+	var inflight map[Class]int
+	if err == nil && pr != nil && !pr.Unknown && len(d.starting) > 0 {
 		inflight, err = d.preserveAfterInFlight(ctx, pr, run)
 	}
 	if pr != nil && pr.Unknown {
@@ -314,38 +324,50 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 		p.Result, p.Error = Failed, "the Preserver returned no report"
 	case pr.Err() != nil: // sandboxes lost, or unknown: no listing succeeded
 		p.Result, p.Error = Failed, pr.Err().Error()
-	case inflight > 0:
-		p.Result, p.Error = Failed, fmt.Sprintf("%d gated operation(s) admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): "+
-			"a sandbox they start is not preserved", inflight)
+	case len(inflight) > 0:
+		p.Result, p.Error = Failed, fmt.Sprintf("gated operations admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): %s: "+
+			"a sandbox they start is not preserved", classCounts(inflight))
 	default:
 		p.Result = OK
 	}
 }
 
 // preserveAfterInFlight is the end of a preserve phase that began with
-// gated operations still in flight (the gate wait timed out): a create
-// admitted before the gate closed may start its sandbox after the
-// Preserver's last listing, where nothing would preserve it or count it.
-// It waits for them within the phase's deadline, then runs the Preserver
-// again (run) for what they started and merges that Report into pr, as a
-// step's final sweep is merged. It returns how many gated operations were
-// still in flight when it gave up waiting (the deadline, or force), and
-// the error of an abandoned second run.
-func (d *Drainer) preserveAfterInFlight(ctx context.Context, pr *pause.Report, run func() (*pause.Report, error)) (int, error) {
-	if err := d.gate.Wait(ctx); err != nil {
-		return d.gate.gatedInFlight(), nil
+// operations that start a sandbox still in flight (d.starting: the gate
+// wait timed out on them): a create admitted before the gate closed may
+// start its sandbox after the Preserver's last listing, where nothing would
+// preserve it or count it. It waits for them within the phase's deadline,
+// then runs the Preserver again (run) for what they started and merges that
+// Report into pr, as a step's final sweep is merged. It returns the ones
+// still in flight, by class, when it gave up waiting (the deadline, or
+// force), and the error of an abandoned second run.
+func (d *Drainer) preserveAfterInFlight(ctx context.Context, pr *pause.Report, run func() (*pause.Report, error)) (map[Class]int, error) {
+	if err := d.gate.waitClasses(ctx, startClasses); err != nil {
+		return d.gate.gatedInFlight(startClasses), nil
 	}
 	more, err := run()
 	switch {
 	case err != nil:
-		return 0, err
+		return nil, err
 	case more == nil:
-		return 0, errors.New("the Preserver returned no report after the gated operations in flight ended")
+		return nil, errors.New("the Preserver returned no report after the gated operations in flight ended")
 	case more.Unknown:
-		return 0, fmt.Errorf("listing after the gated operations in flight ended failed: %s", more.ListErr)
+		return nil, fmt.Errorf("listing after the gated operations in flight ended failed: %s", more.ListErr)
 	}
 	mergeSweep(pr, more)
-	return 0, nil
+	return nil, nil
+}
+
+// classCounts writes counts by class in the order of startClasses:
+// "create: 1, resume: 2".
+func classCounts(m map[Class]int) string {
+	var parts []string
+	for _, c := range startClasses {
+		if n := m[c]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d", c, n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *PhaseReport) {
