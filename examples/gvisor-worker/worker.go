@@ -351,7 +351,8 @@ func (w *Worker) writeReport(rep *drain.Report) error {
 }
 
 func (w *Worker) close() {
-	defer w.lock.Release() // last: it lets a worker waiting for the directory in
+	defer w.lock.Release()  // last: it lets a worker waiting for the directory in
+	defer w.learned.Close() // a worker closed without its Save: the rates file's lock too
 	if w.grpc != nil {
 		w.grpc.Stop()
 	}

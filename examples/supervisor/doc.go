@@ -26,7 +26,9 @@
 //	                    the level the last drain learned (-state-dir)
 //	-state-dir DIR      where what a drain learned is kept for the next one
 //	                    (learned-rates.json, written at exit; a hostPath that
-//	                    exists); empty, the default: nothing is kept
+//	                    exists; a supervisor started while another still
+//	                    drains there leaves the file to it until it exits);
+//	                    empty, the default: nothing is kept
 //	-daemon "CMD ARGS"  optional device daemon, started as a child, stopped
 //	                    last (split on spaces, no quoting)
 //	-daemon-socket PATH or: the server's own ublk daemon, found by the peer

@@ -140,11 +140,12 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	// From what the last drain learned (-state-dir): the estimate of a pause and,
 	// adaptive, the level its first epoch checks against that estimate.
 	//
-	// The supervisor takes no lock on the directory (examples/internal/statedir,
-	// docs/faults.md entry 82): the file is all it keeps there, written
-	// atomically at exit, so one started while the last still drains reads the
-	// drain before (still this node's) and the last to exit writes last; a lock
-	// would hold the server's start behind the old pod's whole drain.
+	// The supervisor does not wait for the directory (examples/internal/statedir,
+	// docs/faults.md entry 82): the rates file is all it keeps there, and a wait
+	// would hold the server's start behind the old pod's whole drain. The file's
+	// own lock (learned.Server.Start) leaves it to the old pod until that one has
+	// saved and exited: this one starts from the file as it is (the drain
+	// before, still this node's) and takes it over then.
 	s.learned = learned.Server{Dir: cfg.stateDir, Concurrency: cfg.concurrency, Ceiling: maxConcurrency,
 		Prior: defaultEstimate, Logger: s.log}.Start()
 	err = s.build(s.learned.Config())
@@ -156,6 +157,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		}
 	}
 	if err != nil {
+		s.learned.Close()
 		return nil, err
 	}
 	return s, nil
@@ -222,6 +224,7 @@ func (s *supervisor) run(ctx context.Context) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, slices.Concat([]os.Signal{syscall.SIGTERM, syscall.SIGINT}, forwarded, kept)...)
 	defer signal.Stop(sigs)
+	defer s.learned.Close() // an early return: no Save, which closes it otherwise
 
 	reapCtx, stopReaping := context.WithCancel(context.WithoutCancel(ctx))
 	reaped := make(chan struct{})

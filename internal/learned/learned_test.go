@@ -20,7 +20,12 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "helper:server" {
+		os.Exit(serverHelper(os.Args[2:]))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestRatesRoundTripThroughTheFile(t *testing.T) {
 	e := deadline.NewEstimator(time.Second)
@@ -167,7 +172,9 @@ func TestServerStartsFromWhatWasLearnedOrCold(t *testing.T) {
 		{"no file", learned.Server{Dir: t.TempDir(), Concurrency: 4}, 4, 0, time.Second},
 		{"unreadable file", learned.Server{Dir: bad, Ceiling: 16, Prior: time.Second}, 0, 16, time.Second},
 	} {
-		cfg := tc.srv.Start().Config()
+		st := tc.srv.Start()
+		cfg := st.Config()
+		st.Close()
 		assert.Equal(t, tc.limit, cfg.Limit, tc.name)
 		assert.Equal(t, tc.maxLimit, cfg.MaxLimit, tc.name)
 		assert.Equal(t, tc.estimate, cfg.Estimator.Estimate(), tc.name)
@@ -251,7 +258,8 @@ func TestStartRewritingTheLimitKeepsTheLevelLearned(t *testing.T) {
 		path := filepath.Join(dir, learned.File)
 		require.NoError(t, tc.file.Write(path))
 		srv := learned.Server{Dir: dir, Concurrency: tc.concurrency, Prior: 500 * time.Millisecond}
-		first := srv.Start().Config()
+		start := srv.Start()
+		first := start.Config()
 		got, err := learned.Read(path)
 		require.NoError(t, err)
 		require.NotEqual(t, tc.file.MaxLimit, got.MaxLimit, "%s: the limit rewritten", tc.name)
@@ -259,7 +267,9 @@ func TestStartRewritingTheLimitKeepsTheLevelLearned(t *testing.T) {
 		assert.Equal(t, tc.level, level, "%s: the level", tc.name)
 		assert.Equal(t, tc.estimate, est, "%s: its estimate", tc.name)
 
-		// The server died before its Save: the next start is this one's.
+		// The server died before its Save (its lock released with it):
+		// the next start is this one's.
+		start.Close()
 		again := srv.Start().Config()
 		assert.Equal(t, first.Limit, again.Limit, "%s: the next start's limit", tc.name)
 		assert.Equal(t, first.Estimator.Estimate(), again.Estimator.Estimate(), "%s: the next start's estimate", tc.name)

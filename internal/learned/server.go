@@ -3,7 +3,9 @@ package learned
 import (
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -62,6 +64,19 @@ func cmp0[T int | time.Duration](v, def T) T {
 // or the other way round) is rewritten with this server's, keeping what
 // was learned, so that drainkit plan predicts this server's next drain; a
 // failure to rewrite it is logged.
+//
+// The file is one server's at a time: Start takes the flock(2) of Dir's
+// LockFile without waiting, and holds it until Save or Close (the kernel
+// releases it when the process ends, SIGKILL included, so a dead server
+// never holds it). A server that finds it held (the pod before it still
+// draining: a DaemonSet update with maxSurge, a restart whose new pod
+// starts first) does not wait: it logs for whom, starts from the file as
+// it is (what the drain before that one learned, still this node's), and
+// leaves the file alone; it takes the lock within 100 ms of the holder's
+// exit, then reads the file again (what the holder saved is what Save
+// keeps), and rewrites the limit then. Without the lock, the holder's Save
+// was overwritten by the newcomer's rewrite, and the newcomer's own Save
+// kept the level of the drain before, dropping what the holder learned.
 func (s Server) Start() *Start {
 	st := &Start{srv: s, log: s.Logger}
 	if st.log == nil {
@@ -71,19 +86,105 @@ func (s Server) Start() *Start {
 		return st
 	}
 	path := filepath.Join(s.Dir, File)
+	lock, lerr := tryLock(s.Dir)
+	switch {
+	case errors.Is(lerr, errHeld):
+		st.log.Warn("learned rates: another server holds the state directory's file (still draining?); starting from it as it is, not writing it until that server has exited",
+			"lock", filepath.Join(s.Dir, LockFile), "holder", readHolder(s.Dir).String())
+	case lerr != nil:
+		st.log.Warn("learned rates: no lock on the state directory; going on without it", "error", lerr)
+	default:
+		st.lock = lock
+	}
 	r, err := Read(path)
 	switch {
 	case errors.Is(err, ErrNone):
-		return st
 	case err != nil:
 		st.log.Warn("learned rates unreadable; starting cold", "error", err)
+	default:
+		st.last = r
+		st.log.Info("learned rates loaded", "file", path, "estimate", r.Estimate,
+			"observations", r.Observations, "learned_concurrency", r.LearnedLimit, "written", r.Written)
+	}
+	if !errors.Is(lerr, errHeld) {
+		st.recordLimit(path)
 		return st
 	}
-	st.last = r
-	st.log.Info("learned rates loaded", "file", path, "estimate", r.Estimate,
-		"observations", r.Observations, "learned_concurrency", r.LearnedLimit, "written", r.Written)
-	st.recordLimit(path)
+	st.stop, st.done = make(chan struct{}), make(chan struct{})
+	go st.takeOver(path)
 	return st
+}
+
+// takeOver tries the lock every lockPoll until it is taken or Save or
+// Close stops it; once taken, it reads the file the holder left and
+// records this server's limit in it.
+func (st *Start) takeOver(path string) {
+	defer close(st.done)
+	t := time.NewTicker(lockPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-st.stop:
+			return
+		case <-t.C:
+		}
+		lock, err := tryLock(st.srv.Dir)
+		if errors.Is(err, errHeld) {
+			continue
+		}
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if err != nil {
+			st.log.Warn("learned rates: no lock on the state directory; going on without it", "error", err)
+			return
+		}
+		st.lock = lock
+		if r, err := Read(path); err == nil {
+			st.last = r
+		}
+		st.log.Info("learned rates: the server before this one has exited; the state directory's file is this server's now",
+			"file", path, "written", st.lastWritten(), "learned_concurrency", st.lastLevel())
+		st.recordLimit(path)
+		return
+	}
+}
+
+func (st *Start) lastWritten() time.Time {
+	if st.last == nil {
+		return time.Time{}
+	}
+	return st.last.Written
+}
+
+func (st *Start) lastLevel() int {
+	if st.last == nil {
+		return 0
+	}
+	lv, _ := st.last.Level()
+	return lv
+}
+
+// Close stops waiting for the lock and releases it, without saving: for a
+// server that ends without a shutdown to save. Save calls it. It is
+// idempotent, and does nothing on a nil Start.
+func (st *Start) Close() {
+	if st == nil {
+		return
+	}
+	if st.stop != nil {
+		select {
+		case <-st.stop:
+		default:
+			close(st.stop)
+		}
+		<-st.done
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.lock != nil {
+		st.lock.Close() // releases the flock
+		st.lock = nil
+	}
 }
 
 // recordLimit rewrites the file at path when its limit (fixed at Limit, or
@@ -93,6 +194,9 @@ func (s Server) Start() *Start {
 // max_limit, a fixed -concurrency since changed). The level learned is
 // kept as Level reads it before the rewrite. A failure is logged.
 func (st *Start) recordLimit(path string) {
+	if st.last == nil {
+		return
+	}
 	r := *st.last
 	if st.srv.Concurrency > 0 {
 		r.Limit, r.MaxLimit = st.srv.Concurrency, 0
@@ -121,9 +225,15 @@ func (st *Start) recordLimit(path string) {
 type Start struct {
 	srv  Server
 	log  *slog.Logger
-	last *Rates              // what the last shutdown wrote; nil: nothing readable
 	cold bool                // Cold set it aside
 	est  *deadline.Estimator // the last Config's, which Save reads
+
+	stop chan struct{} // closed by Close: takeOver ends
+	done chan struct{} // closed when takeOver has ended
+
+	mu   sync.Mutex // takeOver sets last and lock
+	last *Rates     // what the last shutdown wrote; nil: nothing readable
+	lock *os.File   // LockFile, flocked: the file is this server's; nil: not (yet)
 }
 
 // Config returns the Preserver's Limit, MaxLimit and Estimator (the
@@ -136,6 +246,12 @@ type Start struct {
 // the Estimator as for a fixed limit. Each call makes a new Estimator, the
 // one Save reads.
 func (st *Start) Config() pause.Config {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.config()
+}
+
+func (st *Start) config() pause.Config {
 	prior, level := st.srv.prior(), 0
 	if st.learned() {
 		prior = st.last.Estimate
@@ -162,13 +278,15 @@ func (st *Start) learned() bool { return !st.cold && st.last != nil && st.last.E
 // returns false when that Config already used nothing learned: then the
 // error is the server's configuration's.
 func (st *Start) Cold(err error) (pause.Config, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	if !st.learned() {
 		return pause.Config{}, false
 	}
 	st.log.Warn("learned estimate does not fit the grace period; starting cold", "estimate", st.last.Estimate,
 		"learned_concurrency", st.last.LearnedLimit, "prior", st.srv.prior(), "error", err)
 	st.cold = true
-	return st.Config(), true
+	return st.config(), true
 }
 
 // Save writes what the shutdown learned to Dir's File, for the server's
@@ -178,9 +296,45 @@ func (st *Start) Cold(err error) (pause.Config, bool) {
 // ceiling when it adapts), the budget's grace and margin, and the steps'
 // reserves, evaluated now. rep is the drain's Report (nil: none). A
 // failure is logged, never returned: the server's own Report matters more.
+//
+// Save writes only under the lock (see Start): if another server still
+// holds it, this one's drain ran beside that one's, which writes its own,
+// and Save writes nothing, logged. The level kept when this shutdown
+// learned none is the file's as it is now, when a server wrote it after
+// this one read it. Save releases the lock (Close).
 func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.Step) {
 	if st.srv.Dir == "" {
 		return
+	}
+	if st.stop != nil { // no more taking over: Save takes the lock itself
+		select {
+		case <-st.stop:
+		default:
+			close(st.stop)
+		}
+		<-st.done
+	}
+	defer st.Close()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	path := filepath.Join(st.srv.Dir, File)
+	if st.lock == nil {
+		lock, err := tryLock(st.srv.Dir)
+		switch {
+		case errors.Is(err, errHeld):
+			st.log.Warn("learned rates not saved: another server holds the state directory's file and saves its own",
+				"lock", filepath.Join(st.srv.Dir, LockFile), "holder", readHolder(st.srv.Dir).String())
+			return
+		case err != nil:
+			st.log.Warn("learned rates: no lock on the state directory; saving without it", "error", err)
+		default:
+			st.lock = lock
+		}
+	}
+	prev := st.last
+	if now, err := Read(path); err == nil && (prev == nil || now.Written.After(prev.Written)) {
+		st.log.Info("learned rates: the file was saved by another server since this one read it; keeping its level", "file", path, "written", now.Written)
+		prev = now
 	}
 	r := Rates{Written: time.Now(), Limit: st.srv.Concurrency, Grace: budget.Grace(), Margin: budget.Margin()}
 	if st.srv.Concurrency == 0 {
@@ -193,11 +347,10 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 	if st.est != nil {
 		r.FromEstimator(st.est)
 	}
-	r.FromReport(preserved, st.last) // a shutdown that learned no concurrency keeps the last one's, with its estimate
+	r.FromReport(preserved, prev) // a shutdown that learned no concurrency keeps the last one's, with its estimate
 	for _, s := range steps {
 		r.Steps = append(r.Steps, StepsOf(s.Phase())...)
 	}
-	path := filepath.Join(st.srv.Dir, File)
 	if err := r.Write(path); err != nil {
 		st.log.Warn("learned rates not saved", "file", path, "error", err)
 		return

@@ -299,6 +299,7 @@ func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr error) {
 // last the state directory's lock, which lets a sandboxd waiting for the directory in.
 func (s *Server) Close() {
 	defer s.lock.Release()
+	defer s.learned.Close() // a server closed without its Save: the rates file's lock too
 	if s.node != nil {
 		s.node.Close()
 	}

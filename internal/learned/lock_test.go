@@ -1,0 +1,186 @@
+//go:build unix
+
+package learned_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// serverHelper is a server's life as far as its learned rates go, in a
+// process of its own: "helper:server DIR CONCURRENCY LEARNED". It starts
+// from DIR (learned.Server.Start), says "started" on stdout, and at each
+// line on stdin answers "level N", the level its Save would keep, until
+// the line "save": then it saves a drain that learned LEARNED (0: none),
+// says "saved" and exits. Its log goes to stderr.
+func serverHelper(args []string) int {
+	conc, _ := strconv.Atoi(args[1])
+	lv, _ := strconv.Atoi(args[2])
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	st := learned.Server{Dir: args[0], Concurrency: conc, Logger: log}.Start()
+	st.Config().Estimator.Observe(time.Second)
+	fmt.Println("started")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() != "save" {
+			continue
+		}
+		budget, _ := deadline.New(30*time.Second, deadline.Config{})
+		st.Save(&drain.Report{Preserve: &pause.Report{Limit: 8, LearnedLimit: lv}}, budget, nil)
+		fmt.Println("saved")
+		return 0
+	}
+	return 1
+}
+
+// A helper server process, its stdin, its stdout lines and its log.
+type helperServer struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan string
+	mu    sync.Mutex
+	log   bytes.Buffer
+}
+
+func startServer(t *testing.T, dir string, concurrency, learnedLevel int) *helperServer {
+	t.Helper()
+	h := &helperServer{lines: make(chan string, 8)}
+	h.cmd = exec.Command(os.Args[0], "helper:server", dir, strconv.Itoa(concurrency), strconv.Itoa(learnedLevel))
+	h.cmd.Stderr = lockedWriter{h}
+	var err error
+	h.in, err = h.cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := h.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, h.cmd.Start())
+	t.Cleanup(func() { _ = h.cmd.Process.Kill(); _ = h.cmd.Wait() })
+	go func() {
+		defer close(h.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+	}()
+	h.expect(t, "started")
+	return h
+}
+
+type lockedWriter struct{ h *helperServer }
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	return w.h.log.Write(b)
+}
+
+func (h *helperServer) logs() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.log.String()
+}
+
+func (h *helperServer) expect(t *testing.T, line string) {
+	t.Helper()
+	select {
+	case got, ok := <-h.lines:
+		require.True(t, ok, "the helper exited before %q; its log:\n%s", line, h.logs())
+		require.Equal(t, line, got)
+	case <-time.After(30 * time.Second): // a hung helper, not a timing
+		t.Fatalf("no %q from the helper; its log:\n%s", line, h.logs())
+	}
+}
+
+// save makes the helper save and waits for its exit.
+func (h *helperServer) save(t *testing.T) {
+	t.Helper()
+	_, err := io.WriteString(h.in, "save\n")
+	require.NoError(t, err)
+	h.expect(t, "saved")
+	require.NoError(t, h.cmd.Wait(), h.logs())
+}
+
+// Two servers on one state directory, as during a DaemonSet update with
+// maxSurge: the old one (adaptive) is draining when the new one (fixed at
+// 8) starts. The new one finds the file held: it starts from the file as
+// it is and leaves it alone (its start used to rewrite the limit over what
+// the old one was about to save, or after it); once the old one has saved
+// what its drain learned (level 16) and exited, the new one takes the file
+// within 100 ms, records its own limit in it keeping that level, and its
+// own Save, after a drain that learned none, keeps 16, not the 4 of the
+// drain before (its start's read), as it did.
+func TestANewServerLeavesTheLearnedRatesToTheOneStillDraining(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, learned.File)
+	before := learned.Rates{Written: time.Now().Add(-time.Hour), Estimate: time.Second, Limit: 4, LearnedLimit: 4, LearnedEstimate: time.Second, MaxLimit: 32}
+	require.NoError(t, before.Write(path))
+
+	old := startServer(t, dir, 0, 16)
+	neu := startServer(t, dir, 8, 0)
+	assert.Contains(t, neu.logs(), "another server holds the state directory's file")
+	assert.Contains(t, neu.logs(), fmt.Sprintf("pid %d", old.cmd.Process.Pid), "it says for whom")
+	got, err := learned.Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, 32, got.MaxLimit, "the newcomer left the file alone while the old one holds it")
+	assert.Equal(t, 4, got.Limit)
+
+	old.save(t)
+	got, err = learned.Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, 16, got.LearnedLimit, "the old one saved what its drain learned")
+
+	require.Eventually(t, func() bool {
+		got, err := learned.Read(path)
+		return err == nil && got.MaxLimit == 0 && got.Limit == 8
+	}, 30*time.Second, 10*time.Millisecond, "the newcomer took the file once the old one exited and recorded its limit:\n%s", neu.logs())
+	got, err = learned.Read(path)
+	require.NoError(t, err)
+	level, _ := got.Level()
+	assert.Equal(t, 16, level, "the rewrite keeps the old one's level")
+
+	neu.save(t)
+	got, err = learned.Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, 16, got.LearnedLimit, "the newcomer's drain learned none: the old one's level stays")
+	assert.Equal(t, 8, got.Limit)
+	assert.True(t, strings.Contains(neu.logs(), "the state directory's file is this server's now"), neu.logs())
+}
+
+// A server that never gets the file (the holder still drains when it
+// saves) writes nothing, logged, and does not wait.
+func TestSaveWhileAnotherHoldsTheFileWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, learned.File)
+	holder := startServer(t, dir, 0, 16)
+	var logs bytes.Buffer
+	st := learned.Server{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+	budget, err := deadline.New(30*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	st.Config()
+	st.Save(&drain.Report{Preserve: &pause.Report{Limit: 8, LearnedLimit: 2}}, budget, nil)
+	assert.Contains(t, logs.String(), "learned rates not saved: another server holds")
+	_, err = learned.Read(path)
+	assert.ErrorIs(t, err, learned.ErrNone, "nothing written beside the holder")
+	holder.save(t)
+	got, err := learned.Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, 16, got.LearnedLimit)
+}
