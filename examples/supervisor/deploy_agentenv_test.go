@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"sigs.k8s.io/yaml"
 
@@ -73,7 +75,7 @@ func buildOverlay(t *testing.T) (base, out appsv1.DaemonSet) {
 	raw, err := os.ReadFile(filepath.Join(overlayDir, "kustomization.yaml"))
 	require.NoError(t, err)
 	require.NoError(t, yaml.UnmarshalStrict(raw, &k))
-	require.Equal(t, []string{"../base"}, k.Resources)
+	require.Equal(t, []string{"../base", "rbac.yaml"}, k.Resources)
 	require.Len(t, k.Patches, 1)
 	require.Len(t, k.Replacements, 1)
 	r := k.Replacements[0]
@@ -272,4 +274,47 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 		sup.drainer.Force() // ends the wait
 		assert.Equal(t, "forced", preStop("").Reason)
 	})
+}
+
+// The overlay gives the supervisor its pod (POD_NAME from the downward API,
+// -pod's default) and a service account of its own whose Role allows what
+// drain.Config.Pod does and nothing more: read the pod (its
+// deletionTimestamp), create Events on it; bound in the base's namespace.
+func TestAgentENVOverlayGivesTheSupervisorItsPodAndEvents(t *testing.T) {
+	base, ds := buildOverlay(t)
+	ns := base.Namespace
+	require.NotEmpty(t, ns)
+	raw, err := os.ReadFile(filepath.Join(overlayDir, "rbac.yaml"))
+	require.NoError(t, err)
+	docs := strings.Split(string(raw), "\n---\n")
+	require.Len(t, docs, 3)
+	var sa corev1.ServiceAccount
+	var role rbacv1.Role
+	var binding rbacv1.RoleBinding
+	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[0]), &sa))
+	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[1]), &role))
+	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[2]), &binding))
+	assert.Equal(t, []string{"ServiceAccount", "Role", "RoleBinding"}, []string{sa.Kind, role.Kind, binding.Kind})
+	for _, m := range []metav1.ObjectMeta{sa.ObjectMeta, role.ObjectMeta, binding.ObjectMeta} {
+		assert.Equal(t, ns, m.Namespace, "%s: in the base's namespace (the overlay sets none)", m.Name)
+	}
+	assert.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
+	}, role.Rules, "what kube.Pod needs, nothing more")
+	assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, binding.RoleRef)
+	assert.Equal(t, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}}, binding.Subjects)
+
+	spec := ds.Spec.Template.Spec
+	assert.Equal(t, sa.Name, spec.ServiceAccountName, "the node pods run as it")
+	c := supervisorContainer(t, spec.Containers)
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" })
+	require.GreaterOrEqual(t, i, 0, "POD_NAME is set")
+	require.NotNil(t, c.Env[i].ValueFrom)
+	require.NotNil(t, c.Env[i].ValueFrom.FieldRef)
+	assert.Equal(t, "metadata.name", c.Env[i].ValueFrom.FieldRef.FieldPath, "from the downward API")
+	t.Setenv("POD_NAME", "agentenv-node-x7k2p")
+	cfg, err := parseArgs([]string{"--", "/server"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "agentenv-node-x7k2p", cfg.pod, "-pod's default is POD_NAME")
 }

@@ -38,6 +38,12 @@
 //	-termination-log FILE  the drain's summary at exit (default:
 //	                    $DRAINKIT_TERMINATION_LOG, else /dev/termination-log
 //	                    if it exists)
+//	-pod NAME           this pod in the Kubernetes API (default $POD_NAME,
+//	                    the downward API's): its deletionTimestamp tightens
+//	                    the budget (kubectl delete --grace-period, an
+//	                    eviction) and the drain posts its Events on it
+//	                    (drain.Config.Pod; the overlay's rbac.yaml); no
+//	                    service account, or none set: -grace stands
 //	-ublk-kernel DECL   kernels the operator declares fixed=PATTERN,
 //	                    vulnerable=PATTERN or exit-may-hang=PATTERN, or
 //	                    @FILE of such lines (repeatable, first match wins)
@@ -49,7 +55,9 @@
 // (GET /v2/sandboxes pages, the running ones, sandboxID, memoryMB, see
 // httpsource.AgentENV) the ones given override single settings.
 // SUPERVISOR_SYSFS_ROOT, for tests, points the daemon step at a fake sysfs
-// tree (and turns off its /dev/ublk-control fallback).
+// tree (and turns off its /dev/ublk-control fallback);
+// SUPERVISOR_SERVICE_ACCOUNT_DIR, for tests, is read instead of the pod's
+// service account (token, ca.crt, namespace).
 //
 // What it does:
 //   - starts the daemon (if any) and the server as children; reaps every

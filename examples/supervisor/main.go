@@ -78,6 +78,7 @@ type config struct {
 	server      []string
 	apiKey      string
 	kernels     ublk.KernelDeclarations // what the operator declared about the node's kernels
+	pod         string                  // this pod's name for the Kubernetes API; empty: no API access
 	client      *http.Client            // tests only: talks to the server in-process
 }
 
@@ -104,6 +105,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	c.api.Register(fs)
 	fs.StringVar(&c.report, "report", "", "file to write the JSON Report to at exit")
 	fs.StringVar(&c.termLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
+	fs.StringVar(&c.pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs the overlay's RBAC); empty: no API access")
 	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/termmsg"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 	"github.com/drainkit/drainkit/ublk"
@@ -82,6 +84,7 @@ type supervisor struct {
 	drainer   *drain.Drainer
 	preserver *limited
 	learned   *learned.Start // from what the last drain learned (-state-dir); saves this one's
+	pod       *kube.Pod      // this pod in the Kubernetes API (-pod); nil: none
 	steps     []drain.Step   // the teardown steps, in order
 	teardown  *ublk.Teardown // nil without -daemon or -daemon-socket
 	owned     *ownedDaemon   // the server's daemon, with -daemon-socket
@@ -137,6 +140,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		steps = append(steps, drain.NewStep(phase, func(ctx context.Context) (any, error) { return s.stopDaemon(ctx) }))
 	}
 	s.steps = steps
+	s.pod = s.newPod()
 	// From what the last drain learned (-state-dir): the estimate of a pause and,
 	// adaptive, the level its first epoch checks against that estimate.
 	//
@@ -183,11 +187,44 @@ func (s *supervisor) build(pc pause.Config) error {
 		Steps:         s.steps,
 		Logger:        s.log,
 		MeterProvider: s.meters,
+		Pod:           s.pod,
 	})
 	if err != nil {
 		return fmt.Errorf("-grace %v too short: %w", s.cfg.grace, err)
 	}
 	return nil
+}
+
+// EnvServiceAccountDir, when set, is where the supervisor reads its service
+// account (token, ca.crt, namespace) instead of kube.ServiceAccountDir: the
+// tests' API server on loopback.
+const EnvServiceAccountDir = "SUPERVISOR_SERVICE_ACCOUNT_DIR"
+
+// newPod returns this pod in the Kubernetes API (-pod), or nil when there is
+// none or no service account is mounted: the drain then goes on with -grace
+// and posts no Events. With it, drain reads the pod's deletionTimestamp
+// (kubectl delete --grace-period, an eviction: a grace shorter than -grace)
+// and posts the drain's Events on the pod.
+func (s *supervisor) newPod() *kube.Pod {
+	if s.cfg.pod == "" {
+		return nil
+	}
+	cfg := kube.Config{Logger: s.log, MeterProvider: s.meters}
+	if dir := os.Getenv(EnvServiceAccountDir); dir != "" {
+		ns, err := os.ReadFile(filepath.Join(dir, "namespace"))
+		if err != nil {
+			s.log.Warn("supervisor: no Kubernetes API access: -grace stands, no Events", "error", err)
+			return nil
+		}
+		cfg.Namespace = strings.TrimSpace(string(ns))
+		cfg.TokenFile, cfg.CAFile = filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
+	}
+	pod, err := kube.New(s.cfg.pod, cfg)
+	if err != nil {
+		s.log.Warn("supervisor: no Kubernetes API access: -grace stands, no Events", "error", err)
+		return nil
+	}
+	return pod
 }
 
 // maxConcurrency is the ceiling of the adaptive limit: pause's own.

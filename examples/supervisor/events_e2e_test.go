@@ -1,0 +1,128 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// podAPI is the Kubernetes API server on loopback holding the supervisor's
+// pod: its deletionTimestamp once deleted, and the events posted on it.
+type podAPI struct {
+	mu       sync.Mutex
+	deletion *time.Time
+	events   []eventsv1.Event
+}
+
+func (a *podAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/agentenv-system/pods/agentenv-node-x7k2p":
+		pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agentenv-node-x7k2p", Namespace: "agentenv-system", UID: "uid-1"}}
+		if a.deletion != nil {
+			pod.DeletionTimestamp = &metav1.Time{Time: *a.deletion}
+		}
+		_ = json.NewEncoder(w).Encode(&pod)
+	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/agentenv-system/events":
+		var ev eventsv1.Event
+		if json.Unmarshal(body, &ev) != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		a.events = append(a.events, ev)
+		w.WriteHeader(http.StatusCreated)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+func (a *podAPI) reasons() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, ev := range a.events {
+		out = append(out, ev.Reason)
+	}
+	return out
+}
+
+// The supervisor is given its pod (POD_NAME, as the overlay sets it from
+// the downward API) and a service account (the overlay's RBAC): `kubectl
+// delete pod --grace-period=5` while the manifest says 30 s. It reads the
+// pod's deletionTimestamp at the preStop call and plans for the kubelet's
+// real SIGKILL, 5 s away, not 30 s, and posts the drain's Events on the
+// pod, as sandboxd and gvisor-worker do through drain.Config.Pod. Before,
+// it posted nothing and planned for 30 s: with sandboxes still running, its
+// preStop wait would have run into the SIGKILL.
+func TestSupervisorReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
+	const grace = 5 * time.Second // the deletion's; the manifest's is 30 s
+	api := &podAPI{}
+	srv, kcfg := fakeapiserver.Start(t, api, "agentenv-system", "token-1")
+	saDir := filepath.Dir(kcfg.TokenFile)
+	require.NoError(t, os.WriteFile(filepath.Join(saDir, "namespace"), []byte("agentenv-system\n"), 0o600))
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	host, port, err := net.SplitHostPort(u.Host)
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.json")
+	apiAddr, listen, hook := freeAddr(t), freeAddr(t), freeAddr(t)
+	argv := append(helperCommand("supervisor",
+		"-api", "agentenv", "-listen", listen, "-hook-listen", hook, "-server-url", "http://"+apiAddr,
+		"-grace", "30s", "-report", report, "--"),
+		helperCommand("agentenv", "-listen", apiAddr, "-sandboxes", "3", "-pause-base", "10ms", "-pause-per-gib", "0s")...)
+	cmd := helperCmd(argv)
+	cmd.Env = append(cmd.Env, "POD_NAME=agentenv-node-x7k2p", EnvServiceAccountDir+"="+saDir,
+		"KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
+	child, err := kubeletsim.Start(cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond)
+
+	kill := time.Now().Add(grace).Truncate(time.Second).Add(time.Second) // the API server's whole seconds
+	api.mu.Lock()
+	api.deletion = &kill
+	api.mu.Unlock()
+	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + hook + "/drain", Client: noKeepAlive()}, time.Until(kill))
+	require.NoError(t, err)
+	t.Logf("timeline:\n%s", tl)
+	assert.False(t, tl.Killed, "the supervisor was done before the SIGKILL")
+	assert.NoError(t, child.Err())
+
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Drain)
+	assert.WithinDuration(t, kill, rep.Drain.Budget.Kill, 10*time.Millisecond,
+		"the drain planned for the deletion's SIGKILL, not -grace's 30 s")
+	require.NotNil(t, rep.Drain.Preserve)
+	assert.Equal(t, 3, rep.Drain.Preserve.Counts[pause.Preserved])
+	require.NotNil(t, rep.Drain.Events, "the Report counts the events")
+	assert.Zero(t, rep.Drain.Events.Dropped)
+	reasons := api.reasons()
+	assert.True(t, slices.Contains(reasons, "DrainStarted"), "%v", reasons)
+	assert.True(t, slices.Contains(reasons, "DrainFinished"), "%v", reasons)
+	assert.Equal(t, len(reasons), rep.Drain.Events.Posted, "%v", reasons)
+}
