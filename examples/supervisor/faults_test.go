@@ -56,6 +56,37 @@ func TestFailedListingMakesTheSupervisorExitNonZero(t *testing.T) {
 	}
 }
 
+// Fault: the final sweep's listing fails (the server's list answers 500
+// after the preserve phase). The log said, at ERROR, that a sandbox resumed
+// since the preserve phase is not known, and the Report and the
+// termination message said nothing: they read as a clean drain. They now
+// say it too; the exit status stays the server's, since every sandbox
+// listed was preserved (nothing is known to be lost).
+func TestFinalSweepThatCannotListIsInTheReport(t *testing.T) {
+	dir := t.TempDir()
+	report, termLog := filepath.Join(dir, "report.json"), filepath.Join(dir, "termination-log")
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "5s", "-report", report, "-termination-log", termLog},
+		// Two listings answer: drain's count at SIGTERM and the preserve
+		// phase's; the final sweep's gets 500s.
+		helperCommand("stubserver", "-listen", api, "-list", "500", "-list-ok", "2", "-exit", "0"))
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/healthz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/healthz") != 0 }, 10*time.Second, 20*time.Millisecond)
+	sup.signal(t, syscall.SIGTERM)
+	code := sup.exitCode(t, 15*time.Second)
+	rep := readReport(t, report)
+	assert.Equal(t, 0, code, "nothing known to be lost: the server's status")
+	assert.Equal(t, code, rep.ExitCode)
+	require.NotNil(t, rep.Drain)
+	require.NotNil(t, rep.Drain.Preserve)
+	assert.False(t, rep.Drain.Preserve.Unknown, "the preserve phase listed")
+	assert.Contains(t, rep.Note, "final sweep")
+	assert.Contains(t, rep.Note, "500")
+	assert.Contains(t, readFile(t, termLog), "final sweep", "the termination message says it")
+}
+
 // A -report whose directory does not exist fails at start, naming the
 // flag, instead of at exit with status 0.
 func TestReportToMissingDirectoryFailsAtStart(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -85,6 +86,8 @@ func stubServer(args []string) int {
 	release := fs.String("release", "", "the orphans exit once this file exists")
 	dieAfter := fs.Duration("die-after", 0, "exit on its own after this long")
 	list := fs.String("list", "ok", "how GET /sandboxes answers: ok (an empty list), html, 500 or hang")
+	listOK := fs.Int64("list-ok", 0, "with -list other than ok: the first N listings answer ok")
+	var lists atomic.Int64
 	if fs.Parse(args) != nil {
 		return 2
 	}
@@ -101,7 +104,11 @@ func stubServer(args []string) int {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
-		switch *list {
+		mode := *list
+		if lists.Add(1) <= *listOK {
+			mode = "ok"
+		}
+		switch mode {
 		case "html":
 			w.Header().Set("Content-Type", "text/html")
 			fmt.Fprint(w, "<html><body>502 Bad Gateway</body></html>")

@@ -92,7 +92,8 @@ type supervisor struct {
 	server    *child
 	daemon    *child
 
-	termSent atomic.Bool // the server step has sent the server its SIGTERM
+	termSent     atomic.Bool            // the server step has sent the server its SIGTERM
+	sweepUnknown atomic.Pointer[string] // the final sweep could not list: the Report's note
 
 	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
 	// the drain, the pauses, the API requests and the device teardown, in
@@ -434,6 +435,9 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		rep.Note = "no listing succeeded, the sandboxes are unknown: " + d.Preserve.ListErr
 		s.log.Error("supervisor: "+rep.Note, "passes", d.Preserve.Passes)
 		rep.ExitCode = max(rep.ExitCode, 1)
+	}
+	if n := s.sweepUnknown.Load(); n != nil && d != nil {
+		rep.Note = strings.TrimPrefix(rep.Note+"; "+*n, "; ")
 	}
 	if d != nil { // drain merged the final sweep into d.Preserve: the account is of the end
 		if n := d.Lost(); n > 0 && (d.Preserve == nil || !d.Preserve.Unknown) {

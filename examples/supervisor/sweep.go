@@ -34,7 +34,9 @@ import (
 // server step's ctx, and pauses them: none starts after half the step's
 // time, and the ones in flight are waited for until three quarters. It
 // returns its account (nil when it listed nothing), and an error naming
-// the ones it could not pause. It does nothing in
+// the ones it could not pause. A listing that fails is logged and becomes
+// the Report's note (and so the termination message's): a sandbox resumed
+// since the preserve phase is not known. It does nothing in
 // force mode (no new pause is sent then), once the server has exited, or
 // when no listing of the preserve phase succeeded (the Report says the
 // sandboxes are unknown; another failing listing would only take the
@@ -78,7 +80,11 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 	case rep.Unknown:
 		s.log.Error("supervisor: final sweep: the server's sandboxes could not be listed after the preserve phase; a sandbox resumed since is not known",
 			"error", rep.ListErr)
-		return nil, nil // the preserve phase's account stands; the log says what is not known
+		// The preserve phase's account stands; the log, the Report's note
+		// and the termination message say what is not known.
+		note := "final sweep: the sandboxes could not be listed after the preserve phase, a sandbox resumed since is not known: " + rep.ListErr
+		s.sweepUnknown.Store(&note)
+		return nil, nil
 	case len(rep.Entries) == 0:
 		s.log.Info("supervisor: final sweep: nothing running again after the preserve phase")
 		return nil, nil
