@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,15 +26,20 @@ import (
 )
 
 // serverHelper is a server's life as far as its learned rates go, in a
-// process of its own: "helper:server DIR CONCURRENCY LEARNED". It starts
-// from DIR (learned.Server.Start), says "started" on stdout, and at each
-// line on stdin answers "level N", the level its Save would keep, until
-// the line "save": then it saves a drain that learned LEARNED (0: none),
-// says "saved" and exits. Its log goes to stderr.
+// process of its own: "helper:server DIR CONCURRENCY LEARNED LOG". It
+// starts from DIR (learned.Server.Start), says "started" on stdout, and at
+// the line "save" on stdin saves a drain that learned LEARNED (0: none),
+// says "saved" and exits. Its log goes to the file LOG, written before it
+// says anything on stdout (a pipe for stderr could lag behind stdout).
 func serverHelper(args []string) int {
 	conc, _ := strconv.Atoi(args[1])
 	lv, _ := strconv.Atoi(args[2])
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	f, err := os.Create(args[3])
+	if err != nil {
+		return 2
+	}
+	defer f.Close()
+	log := slog.New(slog.NewTextHandler(f, nil))
 	st := learned.Server{Dir: args[0], Concurrency: conc, Logger: log}.Start()
 	st.Config().Estimator.Observe(time.Second)
 	fmt.Println("started")
@@ -52,21 +56,23 @@ func serverHelper(args []string) int {
 	return 1
 }
 
-// A helper server process, its stdin, its stdout lines and its log.
+// A helper server process, its stdin, its stdout lines and its log file.
 type helperServer struct {
 	cmd   *exec.Cmd
 	in    io.WriteCloser
 	lines chan string
-	mu    sync.Mutex
-	log   bytes.Buffer
+	log   string
 }
 
 func startServer(t *testing.T, dir string, concurrency, learnedLevel int) *helperServer {
 	t.Helper()
 	h := &helperServer{lines: make(chan string, 8)}
-	h.cmd = exec.Command(os.Args[0], "helper:server", dir, strconv.Itoa(concurrency), strconv.Itoa(learnedLevel))
-	h.cmd.Stderr = lockedWriter{h}
-	var err error
+	f, err := os.CreateTemp(t.TempDir(), "log-")
+	require.NoError(t, err)
+	h.log = f.Name()
+	f.Close()
+	h.cmd = exec.Command(os.Args[0], "helper:server", dir, strconv.Itoa(concurrency), strconv.Itoa(learnedLevel), h.log)
+	h.cmd.Stderr = os.Stderr
 	h.in, err = h.cmd.StdinPipe()
 	require.NoError(t, err)
 	out, err := h.cmd.StdoutPipe()
@@ -84,18 +90,9 @@ func startServer(t *testing.T, dir string, concurrency, learnedLevel int) *helpe
 	return h
 }
 
-type lockedWriter struct{ h *helperServer }
-
-func (w lockedWriter) Write(b []byte) (int, error) {
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
-	return w.h.log.Write(b)
-}
-
 func (h *helperServer) logs() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.log.String()
+	b, _ := os.ReadFile(h.log)
+	return string(b)
 }
 
 func (h *helperServer) expect(t *testing.T, line string) {
