@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -35,11 +36,13 @@ func TestCriticalStepReserveIsNeverSpentByInFlightPauses(t *testing.T) {
 				})
 				http := step("http", 5*time.Second, func(context.Context) error { return nil })
 				f := newFixture(t, fixtureOpts{grace: 100 * time.Second, margin: 5 * time.Second,
-					sandboxes: 1, latency: 80 * time.Second, steps: []Step{ublk, http},
+					sandboxes: 0, latency: 80 * time.Second, steps: []Step{ublk, http},
 					edit: func(c *Config) {
 						c.Pause.Estimator = deadline.NewEstimator(time.Second) // the estimate is wrong
 						// CancelAtDeadline false, the default: the pause runs on past its deadline
 					}})
+				// No estimate of its own (pause.Estimated), which the reserve would count on.
+				f.node.Add(&fakesandbox.Sandbox{Name: "sb-0", Latency: 80 * time.Second})
 				t0 := time.Now()
 				rep := f.d.Shutdown(context.Background())
 				require.NotNil(t, rep.Preserve)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
 	"strings"
 	"sync"
@@ -48,10 +49,12 @@ type Preserver interface {
 	Run(ctx context.Context, hard time.Time) *pause.Report
 	// Limit is how many sandboxes the Preserver preserves at once, now.
 	// With Estimator and the running count it makes the preserve phase's
-	// live reserve: ceil(running / Limit) x Estimate.
+	// live reserve: ceil(running / Limit) x the mean estimate of one
+	// preserve, and at least the longest, where a listed sandbox that
+	// estimates its own (pause.Estimated) counts with its estimate.
 	Limit() int
-	// Estimator estimates one preserve; Run feeds it what it measures.
-	// Nil reserves no time for preserving.
+	// Estimator estimates one preserve of a sandbox with no estimate of its
+	// own; Run feeds it what it measures. Nil reserves no time for those.
 	Estimator() *deadline.Estimator
 }
 
@@ -331,7 +334,7 @@ func (d *Drainer) makePlan(ownPreserver bool) error {
 	phases := []deadline.Phase{
 		{Name: PhaseDrain},
 		{Name: PhaseGate, Max: d.inflight},
-		{Name: PhasePreserve, Reserve: deadline.Work(d.toPreserve, d.preserver.Estimator(), d.preserver.Limit)},
+		{Name: PhasePreserve, Reserve: d.preserveReserve},
 	}
 	seen := map[string]int{}
 	for i, ph := range d.phases {
@@ -428,6 +431,31 @@ func (e shortfallError) detail(fields bool) string {
 		b.WriteString("; raise the grace period, or build the Drainer with drain.New and a Config.Pause.Estimator of the time one preserve takes")
 	}
 	return b.String()
+}
+
+// preserveReserve is the preserve phase's live reserve: rounds of the
+// running sandboxes at the Preserver's limit, each round as long as the
+// mean estimate of one preserve (deadline.Work's rule), and never less than
+// the longest one. A sandbox that estimates its own preserve
+// (pause.Estimated) counts with its estimate, as the Preserver orders and
+// paces it; the others with the Estimator's.
+func (d *Drainer) preserveReserve() time.Duration {
+	est := d.preserver.Estimator().Estimate()
+	l := d.listed.Load()
+	if l == nil || l.ownN == 0 || len(l.ids) == 0 {
+		return deadline.Work(d.toPreserve, d.preserver.Estimator(), d.preserver.Limit)()
+	}
+	others := max(len(l.ids)-l.ownN, 0)
+	mean := (l.ownSum + time.Duration(others)*est) / time.Duration(l.ownN+others)
+	running, k := d.toPreserve(), max(d.preserver.Limit(), 1)
+	if running <= 0 {
+		return 0
+	}
+	rounds := int64((running + k - 1) / k)
+	if mean > 0 && rounds > math.MaxInt64/int64(mean) {
+		return math.MaxInt64
+	}
+	return max(time.Duration(rounds)*mean, l.ownLong)
 }
 
 // toPreserve is the number of sandboxes the preserve reserve plans for: the

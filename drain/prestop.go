@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -322,7 +323,7 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 		d.log.Warn("drain: listing running sandboxes failed", "err", err)
 		return -1
 	}
-	d.listed.Store(&listing{ids: sandboxIDs(sbs), at: time.Now()})
+	d.listed.Store(newListing(sbs, time.Now()))
 	d.running.Store(int64(len(sbs)))
 	d.counted.Store(true)
 	d.runGauge.Record(context.WithoutCancel(parent), int64(len(sbs)))
@@ -352,10 +353,42 @@ func roughly(d time.Duration) string {
 	return d.Round(100 * time.Millisecond).String()
 }
 
-// A listing is what a count saw: the running sandboxes' IDs, and when.
+// A listing is what a count saw: the running sandboxes' IDs, and when;
+// and the estimates of those that estimate their own preserve
+// (pause.Estimated): how many, their sum and the longest.
 type listing struct {
-	ids []string
-	at  time.Time
+	ids     []string
+	at      time.Time
+	ownN    int
+	ownSum  time.Duration
+	ownLong time.Duration
+}
+
+// newListing is the listing of sbs, seen at.
+func newListing(sbs []pause.Sandbox, at time.Time) *listing {
+	l := &listing{ids: sandboxIDs(sbs), at: at}
+	for _, sb := range sbs {
+		if e := ownEstimate(sb); e > 0 {
+			l.ownN++
+			l.ownSum = min(l.ownSum+e, math.MaxInt64/2) // saturates, far beyond any grace
+			l.ownLong = max(l.ownLong, e)
+		}
+	}
+	return l
+}
+
+// ownEstimate is sb's estimate of its own preserve (pause.Estimated), or 0
+// when it has none (or its method panics: the Preserver reports that).
+func ownEstimate(sb pause.Sandbox) (e time.Duration) {
+	defer func() {
+		if recover() != nil {
+			e = 0
+		}
+	}()
+	if es, ok := sb.(pause.Estimated); ok && !isNilValue(sb) {
+		return es.EstimatedPreserve()
+	}
+	return 0
 }
 
 // sandboxIDs returns the IDs of sbs, leaving out nil sandboxes and those

@@ -1,0 +1,40 @@
+package drain
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Sandboxes that estimate their own preserve (pause.Estimated, as a VM
+// knows its memory size) are what the preserve phase's reserve counts on,
+// as the Preserver orders and paces by them. Before, the reserve took only
+// the Estimator's estimate (1 s before any preserve, with the zero Config):
+// 16 sandboxes of 8 s each at 8 at a time need 16 s, the reserve said 2 s,
+// the preStop wait ran until 53 s of the 60 s grace and all 16 were lost.
+//
+//	0 s     preStop; 16 running, each estimating 8 s; limit 8
+//	39 s    drain deadline (55 s budget deadline - 2 rounds x 8 s): SIGTERM
+//	55 s    both rounds done
+func TestPreserveReserveCountsTheSandboxesOwnEstimates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 0, limit: 8,
+			edit: func(c *Config) { c.Pause.Estimator = nil }}) // the default: 1 s before any preserve
+		for i := range 16 {
+			f.node.Add(&fakesandbox.Sandbox{Name: "vm-" + string(rune('a'+i)), Latency: 8 * time.Second, Estimate: 8 * time.Second})
+		}
+		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 60*time.Second)
+		t.Logf("timeline:\n%s", tl)
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, 16, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
+		assert.False(t, tl.Killed)
+		assert.NoError(t, rep.Err())
+	})
+}
