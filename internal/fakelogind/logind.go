@@ -40,8 +40,9 @@ const EnvBusAddress = "DBUS_SYSTEM_BUS_ADDRESS"
 const DefaultInhibitDelayMax = time.Hour
 
 // handoverTimeout bounds how long a lock's descriptor may take to show up
-// in its holder's descriptor table.
-const handoverTimeout = 10 * time.Second
+// in its holder's descriptor table: it takes milliseconds; a holder that
+// closed it before it was seen there never held it.
+const handoverTimeout = 2 * time.Second
 
 // Config is how a Logind answers. The zero value reports
 // DefaultInhibitDelayMax and runs dbus-daemon from PATH.
@@ -92,9 +93,11 @@ type Lock struct {
 	releasedAt  time.Time // set before released is closed
 }
 
-// Held is closed once the caller's process has the lock's descriptor and
-// logind's copy of it is closed: from then on, the caller's close releases
-// the lock.
+// Held is closed once the caller's process was seen with the lock's
+// descriptor and logind's copy of it is closed: from then on, the caller's
+// close releases the lock. It stays open for a lock whose descriptor was
+// not seen in its caller's process within 2 s (closed at once, or the
+// caller died).
 func (k *Lock) Held() <-chan struct{} { return k.held }
 
 // PID is the process that holds the lock; 0 until Held is closed.
@@ -108,7 +111,8 @@ func (k *Lock) PID() int {
 }
 
 // Released is closed when the last copy of the lock's descriptor is
-// closed: the holder let the shutdown go on (or died).
+// closed: the holder let the shutdown go on (or died). For a lock never
+// held, that is when logind gave up seeing it handed over.
 func (k *Lock) Released() <-chan struct{} { return k.released }
 
 // ReleasedAt is when the lock was released; zero until Released is closed.
@@ -270,6 +274,32 @@ func (l *Logind) Held(ctx context.Context) (*Lock, error) {
 	}
 }
 
+// Taken returns the n-th lock taken (from 1), waiting for it until ctx
+// ends, Close is called, or dbus-daemon exits. Taken(ctx, len(Locks())+1)
+// waits for the next Inhibit call.
+func (l *Logind) Taken(ctx context.Context, n int) (*Lock, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("fakelogind: Taken counts locks from 1, got %d", n)
+	}
+	for {
+		l.mu.Lock()
+		changed, locks := l.changed, l.locks
+		l.mu.Unlock()
+		if len(locks) >= n {
+			return locks[n-1], nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("fakelogind: no lock number %d (%d taken): %w", n, len(locks), ctx.Err())
+		case <-l.closing:
+			return nil, errors.New("fakelogind: closed")
+		case <-l.exited:
+			return nil, fmt.Errorf("fakelogind: dbus-daemon exited (%s)", l.daemon.ProcessState)
+		}
+	}
+}
+
 // Locks returns every lock taken so far, in the order they were.
 func (l *Logind) Locks() []*Lock {
 	l.mu.Lock()
@@ -358,6 +388,7 @@ func (m manager) Inhibit(sender dbus.Sender, what, who, why, mode string) (dbus.
 	l.locks = append(l.locks, k)
 	l.wg.Add(1)
 	l.mu.Unlock()
+	l.notify()
 	go l.watch(k)
 	return dbus.UnixFD(k.writeFD), nil
 }
@@ -377,14 +408,16 @@ func (l *Logind) watch(k *Lock) {
 		case <-ctx.Done():
 		}
 	}()
-	pid, err := l.handover(ctx, k)
+	pid, seen, err := l.handover(ctx, k)
 	if err != nil {
 		return // closing
 	}
-	k.pid = pid
 	k.closeWrite.Do(func() { k.write.Close() })
-	close(k.held)
-	l.notify()
+	if seen {
+		k.pid = pid
+		close(k.held)
+		l.notify()
+	}
 	_, err = io.Copy(io.Discard, k.read) // EOF once every write end is closed
 	if err != nil {
 		return // closing: Close closed the read end
@@ -395,25 +428,25 @@ func (l *Logind) watch(k *Lock) {
 }
 
 // handover waits until the process of k's sender has k's descriptor and
-// returns its pid. A holder that does not show it within handoverTimeout
-// (it closed it at once, or died) is taken as having had it.
-func (l *Logind) handover(ctx context.Context, k *Lock) (int, error) {
+// returns its pid, and whether it was seen there: not when it does not show
+// within handoverTimeout (it closed it at once, or died).
+func (l *Logind) handover(ctx context.Context, k *Lock) (int, bool, error) {
 	var pid uint32
 	if err := l.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixProcessID", 0, k.Sender).Store(&pid); err != nil {
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return 0, false, ctx.Err()
 		}
-		return 0, nil
+		return 0, false, nil
 	}
 	// Stat, not Fd: Fd would put the read end in blocking mode, and Close
 	// could no longer end watch's read.
 	fi, err := k.read.Stat()
 	if err != nil {
-		return int(pid), nil
+		return int(pid), false, nil
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return int(pid), nil
+		return int(pid), false, nil
 	}
 	want := fmt.Sprintf("pipe:[%d]", st.Ino)
 	fds := fmt.Sprintf("/proc/%d/fd", pid)
@@ -423,22 +456,22 @@ func (l *Logind) handover(ctx context.Context, k *Lock) (int, error) {
 	for {
 		entries, err := os.ReadDir(fds)
 		if err != nil {
-			return int(pid), nil // the holder is gone
+			return int(pid), false, nil // the holder is gone
 		}
 		for _, e := range entries {
 			if int(pid) == os.Getpid() && e.Name() == strconv.Itoa(k.writeFD) {
 				continue // logind's own copy, when the caller is this process
 			}
 			if link, _ := os.Readlink(filepath.Join(fds, e.Name())); link == want && writeEnd(pid, e.Name()) {
-				return int(pid), nil
+				return int(pid), true, nil
 			}
 		}
 		select {
 		case <-tick.C:
 		case <-deadline:
-			return int(pid), nil
+			return int(pid), false, nil
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, false, ctx.Err()
 		}
 	}
 }

@@ -144,3 +144,29 @@ func TestInhibitRefusesABadMode(t *testing.T) {
 	assert.ErrorContains(t, err, `mode="sometimes"`)
 	assert.Empty(t, lg.Locks())
 }
+
+// A lock closed as soon as it arrives (the kubelet does so to the lock it
+// takes after a cancelled shutdown when the new descriptor got the old
+// one's number) is released all the same, held or not, and Taken finds it.
+func TestALockClosedAtOnceIsReleased(t *testing.T) {
+	lg := start(t, fakelogind.Config{})
+	c, err := dbus.Connect(lg.Address())
+	require.NoError(t, err)
+	defer c.Close()
+	var fd uint32
+	require.NoError(t, c.Object(fakelogind.Service, fakelogind.Path).Call(fakelogind.ManagerInterface+".Inhibit", 0,
+		"shutdown", "test", "closing it at once", "delay").Store(&fd))
+	require.NoError(t, syscall.Close(int(fd)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lock, err := lg.Taken(ctx, 1)
+	require.NoError(t, err)
+	assert.Equal(t, "closing it at once", lock.Why)
+	select {
+	case <-lock.Released():
+	case <-ctx.Done():
+		t.Fatal("a lock whose every descriptor is closed is not released")
+	}
+	_, err = lg.Taken(ctx, 0)
+	assert.Error(t, err, "there is no lock number 0")
+}

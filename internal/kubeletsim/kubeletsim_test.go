@@ -179,9 +179,10 @@ func alive(pid int) bool {
 }
 
 // The simulator's SIGTERM and exit agree within 0.2 s with what the real
-// kubelet did in the same scenarios (Measured).
+// kubelet did in the same scenarios (Measured), and under a graceful node
+// shutdown (MeasuredNodeShutdown), whose slice it terminates with.
 func TestSimulatorMatchesTheMeasuredKubelet(t *testing.T) {
-	for _, s := range Measured {
+	for _, s := range append(append([]Scenario(nil), Measured...), MeasuredNodeShutdown...) {
 		t.Run(s.Name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				term, exit, err := s.Simulate(context.Background())

@@ -21,10 +21,15 @@ const (
 // moments the real kubelet SIGTERMed it and saw it die, from T0 (the hook's
 // start, or SIGTERM when there is no hook).
 type Scenario struct {
-	Name      string
-	Grace     time.Duration // terminationGracePeriodSeconds
-	Hook      HookKind
-	HookTakes time.Duration // HookReturns: how long the hook takes
+	Name  string
+	Grace time.Duration // terminationGracePeriodSeconds
+	// NodeShutdown, when set, is the slice of the pod's priority group in a
+	// graceful node shutdown, which ends the pod instead of a deletion: the
+	// kubelet terminates it with min(Grace, NodeShutdown), the preStop hook
+	// bounded by that grace too, and sets no deletionTimestamp.
+	NodeShutdown time.Duration
+	Hook         HookKind
+	HookTakes    time.Duration // HookReturns: how long the hook takes
 	// ExitOnSIGTERM: the process exits at once on SIGTERM; otherwise it
 	// ignores it and dies by SIGKILL.
 	ExitOnSIGTERM bool
@@ -51,6 +56,29 @@ var Measured = []Scenario{
 		SIGTERM: 0, Exit: 2050 * time.Millisecond},
 	{Name: "hook returns at once, exits on SIGTERM", Grace: 3 * time.Second, Hook: HookReturns, ExitOnSIGTERM: true,
 		SIGTERM: 30 * time.Millisecond, Exit: 30 * time.Millisecond},
+}
+
+// MeasuredNodeShutdown holds scenarios ended by a graceful node shutdown
+// (the kubelet v1.34.4 of Measured, its shutdown manager driven through
+// internal/fakelogind by TestRealKubeletNodeShutdownTimingsMatchTheTable),
+// with a manifest grace of 10 s and a slice of 3 s: the mean of three
+// runs at load 6-8, rounded to 10 ms. The kubelet's arithmetic is a
+// deletion's with the slice as the grace (the manifest's 10 s plays no
+// part), and its latencies a deletion's too.
+var MeasuredNodeShutdown = []Scenario{
+	{Name: "node shutdown: hook hangs past the slice, the 2 s floor", Grace: 10 * time.Second, NodeShutdown: 3 * time.Second, Hook: HookHangs,
+		SIGTERM: 3040 * time.Millisecond, Exit: 5080 * time.Millisecond},
+	{Name: "node shutdown: hook takes 1.5 s (truncated to 1 s), SIGTERM ignored", Grace: 10 * time.Second, NodeShutdown: 3 * time.Second,
+		Hook: HookReturns, HookTakes: 1500 * time.Millisecond, SIGTERM: 1550 * time.Millisecond, Exit: 3590 * time.Millisecond},
+}
+
+// Effective is the grace the kubelet terminates s's pod with: Grace, or the
+// node-shutdown slice when that is shorter.
+func (s Scenario) Effective() time.Duration {
+	if s.NodeShutdown > 0 && s.NodeShutdown < s.Grace {
+		return s.NodeShutdown
+	}
+	return s.Grace
 }
 
 // Simulate runs s through Terminate with an in-process process and hook,
@@ -86,7 +114,7 @@ func (s Scenario) Simulate(ctx context.Context) (sigterm, exit time.Duration, er
 		case <-stop:
 		}
 	}()
-	tl, err := Terminate(ctx, p, hook, s.Grace)
+	tl, err := Terminate(ctx, p, hook, s.Effective())
 	if err != nil {
 		return 0, 0, err
 	}

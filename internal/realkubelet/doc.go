@@ -28,6 +28,14 @@
 // host: Node.WatchExit sees a container's exit through containerd's events
 // where WatchProcess (a pidfd) cannot.
 //
+// Graceful node shutdown: StartConfig with Config.ShutdownGracePeriod
+// gives the kubelet a system bus of its own (dbus-daemon under the Node's
+// directory, internal/fakelogind standing in for systemd-logind, the
+// address in the kubelet's environment only); Node.Shutdown emits logind's
+// PrepareForShutdown(true), and the kubelet terminates every pod with
+// min(its grace, its group's slice), setting no deletionTimestamp. It also
+// needs dbus-daemon on PATH (apt-get install dbus-daemon).
+//
 // Guarantees: Start registers its cleanup with t.Cleanup before it starts
 // anything, so a failing test still ends the kubelet, every container, the
 // containerd shims and containerd, unmounts what they mounted under the

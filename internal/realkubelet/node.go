@@ -22,7 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/drainkit/drainkit/internal/fakelogind"
 	"github.com/drainkit/drainkit/internal/freeport"
+	"github.com/drainkit/drainkit/internal/realpart"
 )
 
 // KubeletVersion is the kubelet line these tests run: v1.34 still runs on
@@ -141,6 +143,10 @@ type Node struct {
 	// directory is not under --root-dir)
 	before        map[string]bool // dir/entry
 	varLibKubelet bool
+	// with Config.ShutdownGracePeriod: logind's stand-in, and the slice of
+	// the pods without a priority
+	logind        *fakelogind.Logind
+	shutdownSlice time.Duration
 }
 
 // machineDirs are where containerd 1.6's shims put their sockets and the
@@ -168,6 +174,36 @@ type Config struct {
 	// kubelet has no RuntimeClass lookup, so the default runtime handler
 	// is the only way its pods get runsc.
 	RunscShim string
+	// ShutdownGracePeriod, when set, turns on the kubelet's graceful node
+	// shutdown (shutdownGracePeriod in its KubeletConfiguration) with
+	// ShutdownGracePeriodCriticalPods of it kept for critical pods: a
+	// fakelogind on a private system bus (dbus-daemon under Dir) stands in
+	// for systemd-logind, the kubelet alone is told its address, and
+	// Node.Shutdown sets a shutdown off. The static pods here have no
+	// priority, so each gets min(its grace, ShutdownGracePeriod -
+	// ShutdownGracePeriodCriticalPods). Whole seconds, as the kubelet's
+	// validation wants (>= 1 s; the critical part <= the whole).
+	ShutdownGracePeriod             time.Duration
+	ShutdownGracePeriodCriticalPods time.Duration
+}
+
+// shutdownSlice is the node-shutdown slice of the pods without a priority.
+func (c Config) shutdownSlice() time.Duration {
+	return c.ShutdownGracePeriod - c.ShutdownGracePeriodCriticalPods
+}
+
+// validate names the field that is wrong.
+func (c Config) validate() error {
+	switch {
+	case c.ShutdownGracePeriod < 0 || c.ShutdownGracePeriod%time.Second != 0:
+		return fmt.Errorf("realkubelet: Config.ShutdownGracePeriod must be whole seconds >= 0, got %v", c.ShutdownGracePeriod)
+	case c.ShutdownGracePeriodCriticalPods < 0 || c.ShutdownGracePeriodCriticalPods%time.Second != 0:
+		return fmt.Errorf("realkubelet: Config.ShutdownGracePeriodCriticalPods must be whole seconds >= 0, got %v", c.ShutdownGracePeriodCriticalPods)
+	case c.ShutdownGracePeriodCriticalPods > c.ShutdownGracePeriod:
+		return fmt.Errorf("realkubelet: Config.ShutdownGracePeriodCriticalPods (%v) must be <= Config.ShutdownGracePeriod (%v)",
+			c.ShutdownGracePeriodCriticalPods, c.ShutdownGracePeriod)
+	}
+	return nil
 }
 
 // Start starts containerd and the kubelet under a new temporary directory,
@@ -186,6 +222,14 @@ func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *No
 	t.Helper()
 	if len(images) == 0 {
 		t.Fatal("realkubelet: Start needs at least one image (the first is the sandbox image)")
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ShutdownGracePeriod > 0 {
+		if _, err := exec.LookPath("dbus-daemon"); err != nil {
+			realpart.Missing(t, "realkubelet: graceful node shutdown needs dbus-daemon on PATH (apt-get install dbus-daemon)")
+		}
 	}
 	lock, err := takeLock()
 	if err != nil {
@@ -262,10 +306,26 @@ func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *No
 		t.Fatal(err)
 	}
 	kcfg := filepath.Join(dir, "kubelet.yaml")
-	if err := os.WriteFile(kcfg, []byte(kubeletConfig(dir, n.manifests, n.sock, port)), 0o644); err != nil {
+	kconf := kubeletConfig(dir, n.manifests, n.sock, port)
+	var kenv []string
+	if cfg.ShutdownGracePeriod > 0 {
+		bus := filepath.Join(dir, "dbus")
+		if err := os.MkdirAll(bus, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// InhibitDelayMaxUSec of an hour: the kubelet never asks systemd
+		// (absent) to raise it.
+		if n.logind, err = fakelogind.Start(bus, fakelogind.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		n.shutdownSlice = cfg.shutdownSlice()
+		kconf += fmt.Sprintf("shutdownGracePeriod: %v\nshutdownGracePeriodCriticalPods: %v\n", cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods)
+		kenv = append(kenv, n.logind.Env()) // the kubelet's system bus, and no one else's
+	}
+	if err := os.WriteFile(kcfg, []byte(kconf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.kubelet, err = n.startDaemon("kubelet", nil, kubelet, "--config", kcfg,
+	n.kubelet, err = n.startDaemon("kubelet", kenv, kubelet, "--config", kcfg,
 		"--root-dir", filepath.Join(dir, "kubelet"), "--cert-dir", filepath.Join(dir, "kubelet", "pki"),
 		"--volume-plugin-dir", filepath.Join(dir, "volume-plugins"), "--hostname-override", NodeName, "--v", "2")
 	if err != nil {
@@ -280,6 +340,7 @@ func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *No
 		if resp, err := client.Get(healthz); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				n.waitShutdownManager(ctx, t)
 				return n
 			}
 		}
@@ -385,6 +446,9 @@ func (n *Node) stop() error {
 		}
 	}
 	errs := []error{cleanupDir(n.Dir)}
+	if n.logind != nil { // after the kubelet, whose connection it serves
+		errs = append(errs, n.logind.Close())
+	}
 	if n.containerd != nil {
 		n.containerd.stop(10 * time.Second)
 	}

@@ -43,7 +43,33 @@ const settle = 3 * time.Second
 func TestRealKubeletTimingsMatchTheTable(t *testing.T) {
 	kubelet := Require(t)
 	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
-	timingsMatchTheTable(t, Start(t, kubelet, img), 200*time.Millisecond)
+	timingsMatchTheTable(t, Start(t, kubelet, img), kubeletsim.Measured, 200*time.Millisecond)
+}
+
+// A graceful node shutdown, for real: the kubelet's shutdown manager,
+// driven by internal/fakelogind on a private system bus, terminates the
+// probe pod (grace 10 s in its manifest) with its group's slice of 3 s, and
+// every scenario of kubeletsim.MeasuredNodeShutdown agrees within 0.2 s
+// with the table, as a deletion with a grace of 3 s would: the hook cut at
+// T0 + 3 s with the GET still open and SIGKILL 2 s after SIGTERM, or a hook
+// that returned in time and SIGKILL at 3 s - trunc(hook) after SIGTERM.
+// No deletionTimestamp tells the pod any of it (there is no API server
+// here, and the kubelet sets none under node shutdown).
+//
+// The kubelet gives up on the pod at its slice's end and releases its
+// inhibitor lock then, without waiting for the SIGKILL the 2 s floor puts
+// later: each run logs when, from T0, and asserts it came before the death.
+// Warm-up, retries and logging as in TestRealKubeletTimingsMatchTheTable;
+// after each run the shutdown is cancelled (PrepareForShutdown(false)) so
+// that the kubelet admits the next pod.
+//
+//	T0 (hook GET) ... SIGTERM (T0 + 3 s, or at the hook's return) ... lock released (slice's end) ... death
+func TestRealKubeletNodeShutdownTimingsMatchTheTable(t *testing.T) {
+	kubelet := Require(t)
+	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
+	slice := kubeletsim.MeasuredNodeShutdown[0].NodeShutdown
+	node := StartConfig(t, kubelet, Config{ShutdownGracePeriod: slice}, img)
+	timingsMatchTheTable(t, node, kubeletsim.MeasuredNodeShutdown, 200*time.Millisecond)
 }
 
 // The kubelet's arithmetic is the same with gVisor as containerd's runtime,
@@ -62,18 +88,20 @@ func TestRealKubeletGvisorRuntimeTimingsMatchTheTable(t *testing.T) {
 	const runscLate = 1500 * time.Millisecond
 	kubelet, shim := RequireRunsc(t)
 	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
-	timingsMatchTheTable(t, StartConfig(t, kubelet, Config{RunscShim: shim}, img), runscLate)
+	timingsMatchTheTable(t, StartConfig(t, kubelet, Config{RunscShim: shim}, img), kubeletsim.Measured, runscLate)
 }
 
-// timingsMatchTheTable runs every scenario of kubeletsim.Measured on node,
-// and checks each SIGTERM and death is at most 0.2 s earlier and at most
-// late later than the table's.
-func timingsMatchTheTable(t *testing.T, node *Node, late time.Duration) {
+// timingsMatchTheTable runs every scenario of table on node, and checks
+// each SIGTERM and death is at most 0.2 s earlier and at most late later
+// than the table's. A pod that exits on SIGTERM, ended the way the table's
+// first scenario is, warms the kubelet up first.
+func timingsMatchTheTable(t *testing.T, node *Node, table []kubeletsim.Scenario, late time.Duration) {
 	const early, attempts = 200 * time.Millisecond, 3
-	warm := kubeletsim.Measured[len(kubeletsim.Measured)-1]
+	warm := kubeletsim.Scenario{Name: "hook returns at once, exits on SIGTERM", Grace: table[0].Grace, NodeShutdown: table[0].NodeShutdown,
+		Hook: kubeletsim.HookReturns, ExitOnSIGTERM: true}
 	term, death := runProbe(t, node, "probe-warmup", warm)
 	t.Logf("warm-up (%s): SIGTERM +%v, dead +%v", warm.Name, term.Round(time.Millisecond), death.Round(time.Millisecond))
-	for i, s := range kubeletsim.Measured {
+	for i, s := range table {
 		t.Run(s.Name, func(t *testing.T) {
 			var simTerm, simExit time.Duration
 			synctest.Test(t, func(t *testing.T) {
@@ -135,7 +163,13 @@ func runProbe(t *testing.T, node *Node, name string, s kubeletsim.Scenario) (ter
 	}
 	require.Eventually(t, func() bool { _, ok := readEvents(t, state)["ready"]; return ok }, time.Minute, 20*time.Millisecond)
 	time.Sleep(settle) // not timing logic: see settle
-	node.DeletePod(t, name)
+	var shutdown *NodeShutdown
+	if s.NodeShutdown > 0 {
+		require.Equal(t, s.NodeShutdown, node.shutdownSlice, "the Node's node-shutdown slice is the scenario's")
+		shutdown = node.Shutdown(t)
+	} else {
+		node.DeletePod(t, name)
+	}
 	died, err := wait()
 	require.NoError(t, err, "pod log:\n%s", node.PodLog(name))
 	ev := readEvents(t, state)
@@ -146,6 +180,48 @@ func runProbe(t *testing.T, node *Node, name string, s kubeletsim.Scenario) (ter
 	require.True(t, ok, "no T0 in the events %v", ev)
 	sigterm, ok := ev["term"]
 	require.True(t, ok, "no SIGTERM in the events %v", ev)
+	if shutdown != nil {
+		done := shutdown.Done(t, time.Minute)
+		start, _ := shutdown.Recorded(t)
+		released, lock := time.Time{}, "none"
+		if shutdown.Lock != nil {
+			select {
+			case <-shutdown.Lock.Released():
+				released, lock = shutdown.Lock.ReleasedAt(), "released"
+			case <-time.After(time.Second): // it comes just after the end the kubelet records
+				lock = "not released 1 s after the kubelet's end"
+			}
+		}
+		rel := func(at time.Time) string {
+			if at.IsZero() {
+				return "never"
+			}
+			if d := at.Sub(t0).Round(time.Millisecond); d < 0 {
+				return fmt.Sprintf("T0-%v", -d)
+			} else {
+				return fmt.Sprintf("T0+%v", d)
+			}
+		}
+		if !released.IsZero() {
+			lock += " " + rel(released)
+		}
+		t.Logf("%s: node shutdown began %s; the kubelet recorded it from %s to %s; its inhibitor lock: %s; SIGTERM %s, dead %s", name,
+			rel(shutdown.Began), rel(start), rel(done), lock, rel(sigterm), rel(died))
+		if !s.ExitOnSIGTERM {
+			assert.True(t, done.Before(died), "the kubelet was done with the shutdown (T0+%v) before the pod it gave up on was dead (T0+%v)",
+				done.Sub(t0), died.Sub(t0))
+		}
+		next := shutdown.Cancel(t)
+		select {
+		case <-next.Held():
+			t.Logf("%s: cancelled; the kubelet holds a new lock", name)
+		case <-next.Released():
+			t.Logf("%s: cancelled; the kubelet took a new lock and closed it at once (the old descriptor closed again)", name)
+		case <-time.After(5 * time.Second):
+			t.Logf("%s: cancelled; the kubelet's new lock is neither held nor released after 5 s", name)
+		}
+		node.DeletePod(t, name)
+	}
 	return sigterm.Sub(t0), died.Sub(t0)
 }
 
