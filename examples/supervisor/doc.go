@@ -90,7 +90,8 @@
 //     server's status (1 when the server exited 0 but sandboxes were lost,
 //     the final sweep's included, which the Report's note names, or no
 //     listing of the sandboxes ever succeeded: they are unknown, and the
-//     Report says so with the last error). A second SIGTERM or SIGINT forces: the preStop wait ends, no
+//     Report says so with the last error, or the daemon step failed: a
+//     device left, the daemon killed or crashed, which the note names). A second SIGTERM or SIGINT forces: the preStop wait ends, no
 //     new pause is sent, and each step gets only its reserve; pauses already
 //     sent are still awaited until the server step's deadline at most (the
 //     server runs them anyway).

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 )
 
@@ -234,4 +235,44 @@ func TestServerDyingAfterThePreStopStopsTheDaemonBeforeSIGKILL(t *testing.T) {
 	assert.True(t, rep.Ublk.Deadline.Before(t0.Add(grace)),
 		"the daemon's teardown ends by the budget's deadline, %v after T0, not after SIGKILL (its deadline is %v after T0 at most)",
 		rep.Ublk.Deadline.Sub(t0), grace)
+}
+
+// Fault: the device daemon crashes in the middle of its teardown, leaving
+// a device registered (on a vulnerable kernel, the host-crash path). The
+// Report's daemon step said failed, the log said it at ERROR, and the
+// supervisor exited 0, the server's status: the pod's last state read
+// "Completed". It now exits 1 when a step after the preserve phase failed,
+// as drain.Server.Run does (Report.Err), and the note names the step.
+func TestDaemonStepFailureMakesTheSupervisorExitNonZero(t *testing.T) {
+	dir := t.TempDir()
+	report, events := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log")
+	cfg := fakeublk.DaemonConfig{
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}, {ID: 1, Major: 4000, Minor: 1}},
+		EventLog: events,
+		Mode:     fakeublk.Crash, // removes one device, then dies
+	}
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "5s", "-report", report,
+			"-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
+		helperCommand("stubserver", "-listen", api, "-exit", "0"), EnvSysfsRoot+"="+cfg.SysRoot)
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { b, _ := os.ReadFile(events); return strings.Contains(string(b), "start") }, 10*time.Second, 20*time.Millisecond)
+	sup.signal(t, syscall.SIGTERM)
+	code := sup.exitCode(t, 15*time.Second)
+	rep := readReport(t, report)
+	assert.Contains(t, readFile(t, events), "crash")
+	require.NotNil(t, rep.Drain)
+	daemon := rep.Drain.Phase(StepDaemon)
+	require.NotNil(t, daemon)
+	require.Equal(t, drain.Failed, daemon.Result, daemon.Error)
+	assert.Equal(t, 0, rep.Server.Code, "the server itself exited 0")
+	assert.Zero(t, rep.Drain.Lost())
+	assert.Equal(t, 1, code, "a failed teardown is not a clean exit")
+	assert.Equal(t, code, rep.ExitCode)
+	assert.Contains(t, rep.Note, "daemon")
 }

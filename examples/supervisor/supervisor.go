@@ -436,6 +436,20 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		s.log.Error("supervisor: "+rep.Note, "passes", d.Preserve.Passes)
 		rep.ExitCode = max(rep.ExitCode, 1)
 	}
+	if d != nil {
+		// The daemon step's failure (a teardown that left devices, a daemon
+		// killed or crashed) is no clean exit whatever the server says, as
+		// drain.Report.Err has it for drain.Server.Run. The server step's
+		// own failures already show in the server's status (or as lost).
+		for _, p := range d.Phases {
+			if p.Name == StepDaemon && (p.Result == drain.Failed || p.Result == drain.Abandoned || p.Result == drain.TimedOut) {
+				msg := fmt.Sprintf("%s step %s: %s", p.Name, p.Result, p.Error)
+				rep.Note = strings.TrimPrefix(rep.Note+"; "+msg, "; ")
+				s.log.Error("supervisor: " + msg)
+				rep.ExitCode = max(rep.ExitCode, 1)
+			}
+		}
+	}
 	if n := s.sweepUnknown.Load(); n != nil && d != nil {
 		rep.Note = strings.TrimPrefix(rep.Note+"; "+*n, "; ")
 	}
