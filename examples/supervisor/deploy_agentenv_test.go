@@ -282,9 +282,16 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 // deletionTimestamp), create Events on it; bound in the base's namespace.
 func TestAgentENVOverlayGivesTheSupervisorItsPodAndEvents(t *testing.T) {
 	base, ds := buildOverlay(t)
-	ns := base.Namespace
-	require.NotEmpty(t, ns)
-	raw, err := os.ReadFile(filepath.Join(overlayDir, "rbac.yaml"))
+	require.NotEmpty(t, base.Namespace)
+	checkPodAccess(t, filepath.Join(overlayDir, "rbac.yaml"), base.Namespace, ds.Spec.Template.Spec)
+}
+
+// checkPodAccess checks the RBAC manifest at path (a ServiceAccount, its
+// Role and their RoleBinding, in namespace ns) and the pod spec that runs
+// the supervisor as it, with POD_NAME from the downward API.
+func checkPodAccess(t *testing.T, path, ns string, spec corev1.PodSpec) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	docs := strings.Split(string(raw), "\n---\n")
 	require.Len(t, docs, 3)
@@ -296,7 +303,7 @@ func TestAgentENVOverlayGivesTheSupervisorItsPodAndEvents(t *testing.T) {
 	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[2]), &binding))
 	assert.Equal(t, []string{"ServiceAccount", "Role", "RoleBinding"}, []string{sa.Kind, role.Kind, binding.Kind})
 	for _, m := range []metav1.ObjectMeta{sa.ObjectMeta, role.ObjectMeta, binding.ObjectMeta} {
-		assert.Equal(t, ns, m.Namespace, "%s: in the base's namespace (the overlay sets none)", m.Name)
+		assert.Equal(t, ns, m.Namespace, "%s: in the DaemonSet's namespace", m.Name)
 	}
 	assert.Equal(t, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
@@ -305,7 +312,6 @@ func TestAgentENVOverlayGivesTheSupervisorItsPodAndEvents(t *testing.T) {
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, binding.RoleRef)
 	assert.Equal(t, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}}, binding.Subjects)
 
-	spec := ds.Spec.Template.Spec
 	assert.Equal(t, sa.Name, spec.ServiceAccountName, "the node pods run as it")
 	c := supervisorContainer(t, spec.Containers)
 	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" })
@@ -313,6 +319,8 @@ func TestAgentENVOverlayGivesTheSupervisorItsPodAndEvents(t *testing.T) {
 	require.NotNil(t, c.Env[i].ValueFrom)
 	require.NotNil(t, c.Env[i].ValueFrom.FieldRef)
 	assert.Equal(t, "metadata.name", c.Env[i].ValueFrom.FieldRef.FieldPath, "from the downward API")
+	assert.False(t, slices.ContainsFunc(append(slices.Clone(c.Command), c.Args...), func(a string) bool { return strings.HasPrefix(a, "-pod") }),
+		"no -pod: its default, POD_NAME")
 	t.Setenv("POD_NAME", "agentenv-node-x7k2p")
 	cfg, err := parseArgs([]string{"--", "/server"}, io.Discard)
 	require.NoError(t, err)

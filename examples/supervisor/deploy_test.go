@@ -58,6 +58,9 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 
 	// What a drain learns is kept on a hostPath, which outlives the pod.
 	checkStateDir(t, cfg.stateDir, c, spec.Volumes)
+
+	// Its pod and a service account that may read it and post Events.
+	checkPodAccess(t, "deploy/rbac.yaml", ds.Namespace, spec)
 	cfg.stateDir = t.TempDir() // nothing learned yet
 
 	// The supervisor accepts it (reserves fit the grace period) and the
