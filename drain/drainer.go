@@ -365,7 +365,7 @@ func (d *Drainer) makePlan(ownPreserver bool) error {
 // shortfall is New's error when the reserves, short too much, do not fit
 // in the grace period.
 func (d *Drainer) shortfall(short time.Duration, ownPreserver bool) shortfallError {
-	e := shortfallError{short: short, grace: d.budget.Grace(), margin: d.budget.Margin(),
+	e := shortfallError{short: short, grace: d.budget.Grace(),
 		estimate: d.preserver.Estimator().Estimate(), estField: "Config.Pause.Estimator"}
 	if ownPreserver {
 		e.estField = "Config.Preserver's Estimator"
@@ -384,6 +384,7 @@ func (d *Drainer) shortfall(short time.Duration, ownPreserver bool) shortfallErr
 		}
 	}
 	e.left = max(sum-short, 0)
+	e.margin = max(e.grace-e.left, 0) // the margin in effect: at most half the grace
 	return e
 }
 

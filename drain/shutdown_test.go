@@ -424,10 +424,10 @@ func TestNewShortfallNamesEachReserveAndItsField(t *testing.T) {
 		never string
 	}{
 		{"no step", time.Second, Config{Sandboxes: node},
-			[]string{"the reserves need 500ms more than the 500ms the grace period 1s leaves after the margin",
+			[]string{"the reserves need 500ms more than the 500ms the grace period 1s leaves after the margin 500ms:",
 				"preserve 1s (Config.Pause.Estimator: 1 round of 1s)"}, "Config.Steps"},
 		{"a step", 2 * time.Second, Config{Sandboxes: node, Steps: []Step{step("http", 250*time.Millisecond, nop)}},
-			[]string{"need 250ms more than the 1s the grace period 2s leaves",
+			[]string{"need 250ms more than the 1s the grace period 2s leaves after the margin 1s:",
 				"preserve 1s (Config.Pause.Estimator: 1 round of 1s)", "Config.Steps[0] http 250ms"}, ""},
 		{"own estimator", 2 * time.Second, Config{Sandboxes: node, Pause: pause.Config{Estimator: deadline.NewEstimator(3 * time.Second)}},
 			[]string{"preserve 3s (Config.Pause.Estimator: 1 round of 3s)"}, "Config.Steps"},
