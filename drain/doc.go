@@ -9,7 +9,13 @@
 // Typical wiring, at server start:
 //
 //	budget, err := deadline.New(grace, deadline.Config{}) // the pod's terminationGracePeriodSeconds; the margin scales with it
+//	if err != nil {
+//		log.Fatal(err)
+//	}
 //	teardown, err := ublk.New(daemon, ublk.Config{}) // a Step whose phase is critical
+//	if err != nil {
+//		log.Fatal(err)
+//	}
 //	gate := &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Checkpoint, drain.Delete}}
 //	d, err := drain.New(drain.Config{
 //		Budget:    budget,
