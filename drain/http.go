@@ -18,7 +18,11 @@ const defaultRetryAfter = 5 * time.Second
 // Admit returns a handler that admits each request to h as one operation of
 // class c. While the gate is closed and c is gated, it answers
 // 503 Service Unavailable with a Retry-After header instead of calling h.
-// An admitted request counts as in flight until h returns.
+// An admitted request counts as in flight until h returns: a handler that
+// starts its sandbox in the background and returns first (202 Accepted)
+// must have the Lister list that sandbox from then on, booting or not, or
+// keep the operation in flight until it runs (Enter, and leave once
+// running), or a drain can miss it.
 func (g *Gate) Admit(c Class, h http.Handler) http.Handler {
 	return g.Middleware(func(*http.Request) Class { return c })(h)
 }

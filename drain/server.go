@@ -230,6 +230,8 @@ func (s *Server) checkHook() error {
 // Admit returns h gated as a create: served until the drain starts, then
 // answered 503 with Retry-After, so no new sandbox lands on a node that is
 // going away. Gate operations on existing sandboxes through Drainer().Gate().
+// As with Gate.Admit, a create that boots its sandbox after h returned must
+// have it listed from then on.
 func (s *Server) Admit(h http.Handler) http.Handler { return s.d.Gate().Admit(Create, h) }
 
 // Drainer returns the Drainer, for what the one-call path does not cover.
