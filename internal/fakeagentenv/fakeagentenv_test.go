@@ -1,10 +1,17 @@
 package fakeagentenv_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +22,12 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "helper:agentenv" {
+		os.Exit(fakeagentenv.Main(os.Args[2:], os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func do(t *testing.T, method, url, key string) (*http.Response, []fakeagentenv.Sandbox) {
 	t.Helper()
@@ -208,4 +220,59 @@ func TestResumeIsAdmittedUntilShutdownAndUsersResumeAfterTheLastListing(t *testi
 	assert.Equal(t, 3, srv.Shutdown(), "the server's own shutdown pauses the three running")
 	resp, _ = do(t, http.MethodPost, ts.URL+"/sandboxes/i0000001/resume", "")
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "refused once its shutdown began")
+}
+
+// AgentENV's server runs its cleanup (the orchestrator's shutdown, then the
+// daemon's) as soon as SIGTERM arrives, beside axum's graceful shutdown of
+// its connections (src/bin/server.rs), and hyper closes a connection that
+// never sent a request at once. The double ran net/http's Shutdown first and
+// its cleanup only after: a connection a client had dialed and not used (Go's
+// Transport dials spares) held the cleanup back 5 s, so a supervisor whose
+// server step had less left SIGKILLed the server mid-way (exit 137, seen in
+// TestSupervisorReadsItsPodsDeletionAndPostsEvents). With such a connection
+// open, the cleanup now finishes before the connection is closed.
+func TestSIGTERMRunsTheCleanupAtOnceWhateverConnectionsAreOpen(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(os.Args[0], "helper:agentenv", "-listen", addr, "-sandboxes", "2", "-pause-base", "1ms", "-pause-per-gib", "0s")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	next := func(want string) string {
+		for l := range lines {
+			if strings.Contains(l, want) {
+				return l
+			}
+		}
+		t.Fatalf("the server exited before %q", want)
+		return ""
+	}
+	next("serving on")
+
+	spare, err := net.Dial("tcp", addr) // dialed, no request sent
+	require.NoError(t, err)
+	defer spare.Close()
+	resp, err := http.Get("http://" + addr + "/health") // the server has accepted the spare by now
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+
+	// The server's own log, in order: the cleanup ran while the spare was
+	// still open, which was closed only after it.
+	assert.Contains(t, next("shutdown paused"), "shutdown paused 2 sandboxes")
+	assert.Contains(t, next("connection(s) that never sent a request"), "closed 1 connection(s)")
+	_, err = io.Copy(io.Discard, spare)
+	assert.NoError(t, err, "closed by the server")
+	require.NoError(t, cmd.Wait())
 }

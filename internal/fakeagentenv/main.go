@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,11 +40,16 @@ const (
 // spawns its ublk daemon as its own child (-daemon, split on spaces) and
 // waits until the daemon's socket (-daemon-socket) answers, seeds
 // -sandboxes running sandboxes, serves the API on -listen, and on SIGTERM
-// or SIGINT stops accepting connections, runs Shutdown (pausing what is
-// still running, one at a time), asks the daemon to stop over its socket
-// (4-byte big-endian length, {"kind":"shutdown"}; the answer is not read)
-// and waits up to 30 s for its exit, then exits 0. The API key comes from
-// EnvAPIKey.
+// or SIGINT, as AgentENV's server (src/bin/server.rs: axum's graceful
+// shutdown beside a cleanup task started by the same signal), stops
+// accepting connections and at once, while the requests in flight finish,
+// runs Shutdown (pausing what is still running, one at a time), asks the
+// daemon to stop over its socket (4-byte big-endian length,
+// {"kind":"shutdown"}; the answer is not read) and waits up to 30 s for its
+// exit; then it closes the connections that never sent a request (as
+// hyper's graceful shutdown does; net/http's Shutdown would wait 5 s for
+// each), waits for the requests in flight, and exits 0. The API key comes
+// from EnvAPIKey.
 //
 // Flags: -listen ADDR, -state DIR, -sandboxes N (memoryMB cycling through
 // 512, 1024, 2048, 4096), -page-size N, -no-v2, -pause-base D,
@@ -114,24 +120,49 @@ func Main(args []string, stderr io.Writer) int {
 		lg.Print(err)
 		return 1
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	var unused sync.Map // net.Conn -> struct{}: connections that have sent no request yet
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				unused.Store(c, struct{}{})
+			} else {
+				unused.Delete(c)
+			}
+		}}
 	go func() { _ = hs.Serve(ln) }()
 	lg.Printf("serving on %s", ln.Addr())
 
 	sig := <-sigs
 	lg.Printf("%v: shutting down", sig)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_ = hs.Shutdown(ctx) // stop accepting; requests in flight finish
-	cancel()
-	lg.Printf("shutdown paused %d sandboxes", srv.Shutdown())
-	if d == nil || *stopMode == StopLeave {
-		return 0
+	drained := make(chan struct{})
+	go func() { // stop accepting; requests in flight finish, beside the cleanup
+		defer close(drained)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+	}()
+	cleanup(lg, srv, d, exited, *socket, *stopMode)
+	n := 0
+	unused.Range(func(c, _ any) bool { n++; _ = c.(net.Conn).Close(); return true })
+	if n > 0 {
+		lg.Printf("closed %d connection(s) that never sent a request", n)
 	}
-	if err := requestShutdown(*socket); err != nil {
+	<-drained
+	return 0
+}
+
+// cleanup is AgentENV's shutdown task: the orchestrator's shutdown, then
+// the daemon's.
+func cleanup(lg *log.Logger, srv *Server, d *exec.Cmd, exited <-chan error, socket, stopMode string) {
+	lg.Printf("shutdown paused %d sandboxes", srv.Shutdown())
+	if d == nil || stopMode == StopLeave {
+		return
+	}
+	if err := requestShutdown(socket); err != nil {
 		lg.Printf("daemon: shutdown request: %v", err)
 	}
-	if *stopMode == StopSend {
-		return 0
+	if stopMode == StopSend {
+		return
 	}
 	select {
 	case err := <-exited:
@@ -139,7 +170,6 @@ func Main(args []string, stderr io.Writer) int {
 	case <-time.After(30 * time.Second):
 		lg.Printf("daemon did not exit within 30s")
 	}
-	return 0
 }
 
 // waitSocket waits until the Unix socket at path accepts connections.
