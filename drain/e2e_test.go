@@ -229,6 +229,8 @@ func runE2ERole(role string) int {
 		err = e2eServer(os.Getenv("E2E_MODE"), os.Getenv("E2E_DIR"))
 	case "defaults":
 		err = defaultsServer(os.Getenv("E2E_DIR"))
+	case "onecall":
+		return oneCallServer()
 	case "hook": // the exec preStop hook, as drain/cmd/drainhook runs it
 		_, err = ExecHook{URL: os.Getenv("E2E_URL"), RequestTimeout: time.Second, Start: ProcessStart()}.Run(context.Background())
 		if err != nil {

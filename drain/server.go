@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -240,7 +241,9 @@ func (s *Server) Drainer() *Drainer { return s.d }
 // Run serves srv and the preStop hook until SIGTERM (or SIGINT, or ctx
 // ending), drains, and returns the exit code: 0 when the Report has no
 // error, 1 otherwise, 2 when a listener could not be opened. A second
-// signal forces. The Report is logged through slog.Default; Run never calls
+// signal forces. SIGHUP is logged and ignored, and SIGQUIT logs every
+// goroutine's stack and Run goes on: their default action would end the
+// process at once, with no drain. The Report is logged through slog.Default; Run never calls
 // os.Exit. After a Run that returned 0 or 1, s.Drainer().Shutdown returns
 // that Report at once (Shutdown is single-flight), for a server that keeps
 // it in a file; after 2 nothing drained, and Shutdown would start a drain.
@@ -254,6 +257,10 @@ func (s *Server) Run(ctx context.Context) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sigs)
+	// Their default action would end the process at once: no drain, no
+	// Report, every sandbox lost.
+	stop := hupquit.Handle(s.log, "the server")
+	defer stop()
 	return s.serve(ctx, sigs)
 }
 

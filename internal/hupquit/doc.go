@@ -1,4 +1,4 @@
-// Package hupquit keeps the examples' node servers (examples/gvisor-worker,
+// Package hupquit keeps node servers (drain.Server.Run, examples/gvisor-worker,
 // examples/sandboxd) alive through SIGHUP and SIGQUIT. Their default action ends a Go
 // program at once: no drain, no Report, every sandbox lost (and sandboxd's device daemon
 // killed through its Pdeathsig). A node server must never die of them.

@@ -8,7 +8,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/drainkit/drainkit/examples/internal/hupquit"
+	"github.com/drainkit/drainkit/internal/hupquit"
 )
 
 // A SIGHUP to a server that handles it is logged, and the server goes on.
