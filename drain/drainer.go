@@ -127,7 +127,10 @@ type Config struct {
 	// the preStop call or at SIGTERM means the kubelet is terminating the
 	// pod itself, and the budget's SIGKILL moves to T0 + KubeletGrace
 	// (never later), so the preStop wait ends in time to preserve and run
-	// the steps. A container the kubelet restarts (a failed liveness
+	// the steps. That stays the end after SIGTERM too, even where the
+	// kubelet's arithmetic would leave the container more: under graceful
+	// node shutdown the kubelet lets the node go down at the end of its
+	// slice. A container the kubelet restarts (a failed liveness
 	// probe) also has no deletionTimestamp: that drain, too, ends by
 	// KubeletGrace, early rather than late. Zero, the default, means not
 	// known: the budget keeps the pod's grace, and learns the kubelet's
@@ -162,6 +165,7 @@ type Drainer struct {
 
 	pod      *kube.Pod
 	kubelet  time.Duration  // Config.KubeletGrace
+	own      atomic.Bool    // a read found no deletionTimestamp, with kubelet set: the kubelet's own termination
 	podReads sync.WaitGroup // readPod's reads
 	podCtx   context.Context
 	podStop  context.CancelFunc

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -90,12 +91,12 @@ func TestSleepHookDeclaredToTheBudget(t *testing.T) {
 //	~2.5 s . 16 preserved, the daemon step   6 s .... SIGKILL: 2 s for 16 × 500 ms
 //	4.x s .. SIGKILL due: not needed
 func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
-	run := func(t *testing.T, kubeletGrace time.Duration, noHook bool) (*kubeletsim.Timeline, *Report, bool) {
+	run := func(t *testing.T, kubeletGrace time.Duration, noHook bool, answered int) (*kubeletsim.Timeline, *Report, bool) {
 		var tl *kubeletsim.Timeline
 		var rep *Report
 		stopped := false
 		synctest.Test(t, func(t *testing.T) {
-			pod := podWithoutDeletion(t)
+			pod := podWithoutDeletion(t, answered)
 			f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 16,
 				latency: 500 * time.Millisecond, limit: 4,
 				steps: []Step{stepOf("daemon", 300*time.Millisecond, true, func(ctx context.Context) error { stopped = true; return nil })},
@@ -111,22 +112,29 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 	}
 
 	t.Run("declared", func(t *testing.T) {
-		tl, rep, stopped := run(t, 4*time.Second, false)
+		tl, rep, stopped := run(t, 4*time.Second, false, -1)
 		assert.False(t, tl.HookKept, "the wait ended before the kubelet gave up on it")
 		assert.False(t, tl.Killed, "exited before SIGKILL")
-		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "the budget knows the kubelet's SIGKILL")
+		assert.Equal(t, tl.Start.Add(4*time.Second), rep.Budget.Kill,
+			"the end is T0 + the kubelet's grace (node shutdown lets the node go down then), not its SIGKILL %v", tl.KillDue.Sub(tl.Start))
 		assert.Equal(t, 16, rep.Preserve.Counts["preserved"])
 		assert.True(t, stopped, "the daemon step ran")
 		assert.Positive(t, rep.Headroom)
 	})
 	t.Run("not declared", func(t *testing.T) {
-		tl, rep, _ := run(t, 0, false)
+		tl, rep, _ := run(t, 0, false, -1)
 		assert.True(t, tl.HookKept, "the wait planned for the manifest's 30 s: the kubelet gave up on it")
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "SIGTERM during the open call: 2 s")
 		assert.Positive(t, rep.Preserve.Lost(), "2 s after SIGTERM is not enough for 16 × 500 ms at 4")
 	})
+	t.Run("declared, the API server gone at SIGTERM", func(t *testing.T) {
+		_, rep, _ := run(t, 4*time.Second, false, 1)
+		assert.Equal(t, rep.Budget.Start.Add(4*time.Second), rep.Budget.Kill,
+			"SIGTERM's arithmetic (4 s less the hook's whole seconds) does not outlast the node's end, read again or not")
+		assert.Equal(t, 16, rep.Preserve.Counts["preserved"])
+	})
 	t.Run("declared, no hook", func(t *testing.T) { // the read at SIGTERM
-		tl, rep, stopped := run(t, 4*time.Second, true)
+		tl, rep, stopped := run(t, 4*time.Second, true, -1)
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "SIGTERM + 4 s, not + 30 s")
 		assert.Equal(t, 16, rep.Preserve.Counts["preserved"])
 		assert.True(t, stopped, "the daemon step ran")
@@ -134,12 +142,16 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 }
 
 // podWithoutDeletion is the pod reader of a pod the kubelet terminates on
-// its own: the API server has it with no deletionTimestamp. It is served
-// in memory, so that it works under synctest.
-func podWithoutDeletion(t *testing.T) *kube.Pod {
+// its own: the API server has it with no deletionTimestamp, and answers
+// the first answered reads (all when negative), then 503. It is served in
+// memory, so that it works under synctest.
+func podWithoutDeletion(t *testing.T, answered int) *kube.Pod {
 	t.Helper()
+	var gets atomic.Int32
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case r.Method == http.MethodGet && answered >= 0 && int(gets.Add(1)) > answered:
+			w.WriteHeader(http.StatusServiceUnavailable)
 		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/agentenv/pods/sandboxd-0":
 			_ = json.NewEncoder(w).Encode(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}})
 		case r.Method == http.MethodPost:
@@ -150,7 +162,7 @@ func podWithoutDeletion(t *testing.T) *kube.Pod {
 	})
 	token := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
-	pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", TokenFile: token,
+	pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", UID: "uid-0", TokenFile: token,
 		Client: &http.Client{Transport: handlerTransport{api}}})
 	require.NoError(t, err)
 	return pod

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -53,7 +52,8 @@ func (d *Drainer) readPod(at string) {
 		case errors.Is(err, kube.ErrNotTerminating) && d.kubelet > 0:
 			// The kubelet terminates the pod itself (node shutdown, an
 			// eviction): its grace, not the manifest's.
-			changed := d.budget.Tighten(kubeletKill(d.budget.State(), d.kubelet))
+			d.own.Store(true)
+			changed := d.tightenOwn()
 			d.log.Warn("drain: the pod has no deletionTimestamp: the kubelet is terminating it on its own (graceful node shutdown, an eviction), with its grace",
 				"at", at, "kubelet_grace", d.kubelet, "tightened", changed, "kill", d.budget.Kill())
 		case errors.Is(err, kube.ErrNotTerminating):
@@ -64,15 +64,16 @@ func (d *Drainer) readPod(at string) {
 	})
 }
 
-// kubeletKill is the SIGKILL of a kubelet that terminates the pod with
-// grace g from st.Start: the kubelet's own arithmetic once SIGTERM is
-// known (g less the hook's whole seconds, at least 2 s; with no hook, the
-// preStop sleep's), else T0 + g, which that arithmetic never puts later.
-func kubeletKill(st deadline.State, g time.Duration) time.Time {
-	if st.SIGTERM.IsZero() {
-		return st.Start.Add(g)
-	}
-	return st.SIGTERM.Add(deadline.KubeletRemaining(g, st.SIGTERM.Sub(st.Start)))
+// tightenOwn moves SIGKILL to T0 + Config.KubeletGrace, never later, once
+// a read found the kubelet terminating the pod on its own. That is the
+// end, whatever the kubelet's arithmetic after SIGTERM says (G' less the
+// hook's whole seconds, at least 2 s): under graceful node shutdown the
+// kubelet lets the node go down at its slice's end, with a container it
+// gave up on still inside its last 2 s (docs/real-kubelet.md, "Graceful
+// node shutdown"). The budget keeps its one floor, SIGTERM + 2 s, which
+// only a SIGTERM in the slice's last 2 s reaches.
+func (d *Drainer) tightenOwn() bool {
+	return d.budget.Tighten(d.budget.Start().Add(d.kubelet))
 }
 
 // stopPodReads ends the reads still running and waits for them.

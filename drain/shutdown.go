@@ -90,6 +90,9 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 		} else {
 			d.budget.OnSIGTERM(time.Now())
 		}
+		if d.own.Load() { // the arithmetic at SIGTERM does not outlast the node's own end
+			d.tightenOwn()
+		}
 		d.readPod("SIGTERM")
 		d.termStop()
 		d.finish(d.run(context.WithoutCancel(ctx)))
