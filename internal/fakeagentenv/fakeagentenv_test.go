@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -275,4 +276,29 @@ func TestSIGTERMRunsTheCleanupAtOnceWhateverConnectionsAreOpen(t *testing.T) {
 	_, err = io.Copy(io.Discard, spare)
 	assert.NoError(t, err, "closed by the server")
 	require.NoError(t, cmd.Wait())
+}
+
+// AgentENV's shutdown waits 60 s for a sandbox in a transitional state,
+// in each of its three passes over the sandboxes not paused
+// (run_shutdown_cleanup), then goes on: the double waited for ever, so a
+// snapshot that never ended held its shutdown (and the supervisor's server
+// step) until SIGKILL. In virtual time.
+func TestShutdownWaitsForATransitionOnlyAMinute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: time.Millisecond})
+		require.NoError(t, err)
+		stuck, err := srv.Create(512)
+		require.NoError(t, err)
+		other, err := srv.Create(512)
+		require.NoError(t, err)
+		done, err := srv.Snapshot(stuck.SandboxID) // never ends
+		require.NoError(t, err)
+		defer done()
+		start := time.Now()
+		assert.Equal(t, 1, srv.Shutdown(), "the other one paused")
+		assert.Equal(t, 3*fakeagentenv.TransitionWait+time.Millisecond, time.Since(start), "60 s in each of three passes, and one pause")
+		states := srv.States()
+		assert.Equal(t, fakeagentenv.Snapshotting, states[stuck.SandboxID])
+		assert.Equal(t, fakeagentenv.Paused, states[other.SandboxID])
+	})
 }

@@ -227,24 +227,41 @@ func (s *Server) setState(id, state string) {
 	}
 }
 
-// waitWhile waits until the sandbox has left state (or is gone) and
+// waitWhileLocked waits until the sandbox has left state (or is gone) and
 // returns the state it is in ("" when gone). The caller holds s.mu; it is
 // released while waiting.
 func (s *Server) waitWhileLocked(id, state string) string {
+	st, _ := s.waitWhileUntilLocked(id, state, nil)
+	return st
+}
+
+// waitWhileUntilLocked is waitWhileLocked that gives up when timeout
+// fires (nil: never), returning the state then and false.
+func (s *Server) waitWhileUntilLocked(id, state string, timeout <-chan time.Time) (string, bool) {
 	for {
 		sb, ok := s.sbx[id]
 		if !ok {
-			return ""
+			return "", true
 		}
 		if sb.State != state {
-			return sb.State
+			return sb.State, true
 		}
 		ch := s.changed
 		s.mu.Unlock()
-		<-ch
-		s.mu.Lock()
+		select {
+		case <-ch:
+			s.mu.Lock()
+		case <-timeout:
+			s.mu.Lock()
+			return state, false
+		}
 	}
 }
+
+// TransitionWait is how long Shutdown waits for a sandbox in a
+// transitional state (resuming, snapshotting, pausing) to leave it, as
+// AgentENV's run_shutdown_cleanup waits 60 s for each.
+const TransitionWait = 60 * time.Second
 
 // BeginResume starts the resume of a paused sandbox, as POST
 // /sandboxes/{sandboxID}/connect does for a paused one: the sandbox is
@@ -665,32 +682,37 @@ func (s *Server) resumeLocked(sb *Sandbox) {
 	}
 }
 
-// Shutdown is the orchestrator's shutdown as AgentENV runs it on SIGTERM:
-// it turns creates and resumes away (503), then makes up to three passes,
-// each pausing the running sandboxes one at a time and waiting for the
-// ones in a transitional state to leave it. It returns how many it paused.
+// Shutdown is the orchestrator's shutdown as AgentENV runs it on SIGTERM
+// (run_shutdown_cleanup): it turns creates and resumes away (503), then
+// makes up to three passes, each over every sandbox not paused, in listing
+// order, pausing a running one (one at a time) and waiting for one in a
+// transitional state to leave it, TransitionWait at most (one still in it
+// then is left as it is); it stops when a pass finds every sandbox paused.
+// It returns how many it paused.
 func (s *Server) Shutdown() int {
 	s.mu.Lock()
 	s.shutdown = true
 	s.mu.Unlock()
 	n := 0
 	for range 3 {
-		var running []Sandbox
+		var left []Sandbox
 		for _, sb := range s.sorted(nil) {
-			switch sb.State {
-			case Running:
-				running = append(running, sb)
-			case Paused:
-			default: // transitional: waited for, as run_shutdown_cleanup does
-				s.mu.Lock()
-				s.waitWhileLocked(sb.SandboxID, sb.State)
-				s.mu.Unlock()
+			if sb.State != Paused {
+				left = append(left, sb)
 			}
 		}
-		if len(running) == 0 {
+		if len(left) == 0 {
 			break
 		}
-		for _, sb := range running {
+		for _, sb := range left {
+			if sb.State != Running { // transitional: waited for, 60 s at most
+				t := time.NewTimer(TransitionWait)
+				s.mu.Lock()
+				s.waitWhileUntilLocked(sb.SandboxID, sb.State, t.C)
+				s.mu.Unlock()
+				t.Stop()
+				continue
+			}
 			d, code, _ := s.beginPause(sb.SandboxID)
 			if code != 0 {
 				continue
