@@ -188,13 +188,13 @@ var (
 // rounds of the limit the first drain ended at. It predicts two times: a
 // round at 8, then rounds at the learned level, when the first epoch takes
 // that level; and, when it does not, the climb doubling from 8 up to it.
-// The second drain takes the learned level after its first epoch (its log's
-// first move says so), and that rule at the drain's own mean pause is its
-// preserve phase within 15 %: the fake sandboxes are Sized, so their
+// The second drain takes one of the two, its log's first move says which
+// (the learned level when its first round kept to the learned estimate, as
+// on an unchanged node; the climb when loaded cores made that round slower
+// than the first drain's), and that rule at the drain's own mean pause is
+// its preserve phase within 15 %. The fake sandboxes are Sized, so their
 // estimates come from the learned estimate of a pause, which counts the
-// image and the record a pause writes. They estimated their own pause at
-// -pause-latency, which those writes always exceed: the first round never
-// kept to it, and the second drain climbed as a cold one.
+// image and the record a pause writes.
 func TestPlanPredictsAnAdaptiveDrainOfSandboxd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes: two drains of sandboxd")
@@ -243,28 +243,43 @@ func TestPlanPredictsAnAdaptiveDrainOfSandboxd(t *testing.T) {
 	liveDrainEnd := pres.Deadline.Add(-pres.Reserve).Sub(second.Budget.Start)
 	assert.InDelta(t, liveDrainEnd.Seconds(), drainEnd, 0.0015, "the preStop wait would end where the plan says")
 
-	measured := pres.Duration.Seconds()
-	_, _, mean := pauses(second)
-	rule := float64(1+(n-start+level-1)/level) * mean.Seconds()
-	jump := jumpRE.FindStringSubmatch(s.stderr.String())
-	t.Logf("predicted %.3fs, measured %.3fs (%+.1f %%); the drain's own mean pause %v: the rule %.3fs (%+.1f %%); first move %v",
-		predicted, measured, 100*(predicted-measured)/measured, mean, rule, 100*(rule-measured)/measured, jump)
-	require.NotNil(t, jump, "the limit moved: %s", s.stderr)
-	// The first epoch at 8 kept to the learned estimate, as on an unchanged node it does:
-	// the level is taken at once. The fake sandboxes estimated their own pause at
-	// -pause-latency, which the image and the record written with it always exceed: the
-	// first round never kept to it, and the limit climbed as a cold one.
-	require.Equal(t, []string{strconv.Itoa(start), strconv.Itoa(level)}, jump[1:],
-		"the second drain goes straight from %d to the learned level after its first epoch: %s", start, s.stderr)
-	assert.InEpsilon(t, measured, rule, 0.15, "a round at the start, then rounds at the learned level, at the drain's own mean pause")
 	// The plan's second figure, when the first round does not keep to the estimate (the
 	// node changed since): the climb doubling from 8, at the learned mean.
 	m = climbRE.FindStringSubmatch(out)
 	require.NotNil(t, m, out)
 	climbed, err := strconv.ParseFloat(m[1], 64)
 	require.NoError(t, err)
-	climbRounds := len(strings.Split(m[2], ", ")) + atoi(t, m[3])
+	climbLevels := strings.Split(m[2], ", ")
+	require.Equal(t, strconv.Itoa(start), climbLevels[0], out)
+	climbRounds := len(climbLevels) + atoi(t, m[3])
 	assert.InDelta(t, float64(climbRounds)*r.Mean.Seconds(), climbed, 0.0015, "rounds x the learned mean pause")
+
+	// The first epoch at 8 takes the learned level when its preserves kept to the learned
+	// estimate, as on an unchanged node they do. Whether they did is the machine's speed,
+	// not the plan's: a fake pause is a 1 s timer, then its image and record written and
+	// synced, and on loaded cores the second drain's first round took 1.02-1.05 s against
+	// the first drain's 1.016 s (its p90, the learned estimate). The limit then climbs as a
+	// cold one, which is the plan's second figure. Either way the drain is one the plan
+	// predicted, its first move says which, and that rule at the drain's own mean pause is
+	// its preserve phase within 15 %. (The fake sandboxes once estimated their own pause at
+	// -pause-latency, which the image and the record always exceed: the first round never
+	// kept to it, and the limit always climbed.) Which level the evidence calls for is
+	// pause's test (TestLearnedLevelIsNotTakenOnADeviceThatGotSlower).
+	measured := pres.Duration.Seconds()
+	_, _, mean := pauses(second)
+	jump := jumpRE.FindStringSubmatch(s.stderr.String())
+	require.NotNil(t, jump, "the limit moved: %s", s.stderr)
+	require.Equal(t, strconv.Itoa(start), jump[1], "the drain started at %d: %s", start, s.stderr)
+	rounds, what := 1+(n-start+level-1)/level, "a round at the start, then rounds at the learned level"
+	if jump[2] != strconv.Itoa(level) {
+		require.Equal(t, climbLevels[1], jump[2],
+			"the second drain goes from %d to the learned level %d, or climbs as the plan's second figure says: %s", start, level, s.stderr)
+		rounds, what = climbRounds, "the climb the plan predicted for a first round slower than its estimates"
+	}
+	rule := float64(rounds) * mean.Seconds()
+	t.Logf("predicted %.3fs, measured %.3fs (%+.1f %%); the drain's own mean pause %v: %d rounds of it %.3fs (%+.1f %%); first move %v",
+		predicted, measured, 100*(predicted-measured)/measured, mean, rounds, rule, 100*(rule-measured)/measured, jump[1:])
+	assert.InEpsilon(t, measured, rule, 0.15, "%s, at the drain's own mean pause", what)
 }
 
 // drainFull starts sandboxd in dir with args, creates n sandboxes that run
