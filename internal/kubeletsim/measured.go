@@ -60,7 +60,7 @@ var Measured = []Scenario{
 
 // MeasuredNodeShutdown holds scenarios ended by a graceful node shutdown
 // (the kubelet v1.34.4 of Measured, its shutdown manager driven through
-// internal/fakelogind by TestRealKubeletNodeShutdownTimingsMatchTheTable),
+// internal/fakelogind by TestRealKubeletTimingsMatchTheTable),
 // with a manifest grace of 10 s and a slice of 3 s: the mean of three
 // runs at load 6-8, rounded to 10 ms. The kubelet's arithmetic is a
 // deletion's with the slice as the grace (the manifest's 10 s plays no

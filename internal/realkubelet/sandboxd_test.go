@@ -44,6 +44,14 @@ type sandboxdCase struct {
 	pause       time.Duration // -pause-latency
 	concurrency int
 	exec        bool // preStop exec /drainhook instead of httpGet /drain
+	// nodeShutdown: a graceful node shutdown of the Node ends the pod, not
+	// the manifest's deletion; the kubelet's grace is then min(grace, the
+	// Node's slice).
+	nodeShutdown bool
+	// api: sandboxd reads its pod (-pod) from this API server, and declares
+	// the kubelet's own grace (-kubelet-grace) when kubeletGrace is set.
+	api          *podAPI
+	kubeletGrace time.Duration
 	// squeezed: the work cannot fit the grace. The Preserver then starts
 	// pauses before the preserve deadline that cannot end by the hard
 	// deadline, and they are cut there (measured here first; see the
@@ -59,9 +67,23 @@ type sandboxdCase struct {
 // must exit before SIGKILL with every sandbox accounted for in
 // last-shutdown.json and its daemon stopped cleanly; started again on the
 // same state dir, it must list every preserved sandbox as paused.
+//
+// The same Node then goes through real graceful node shutdowns (its
+// kubelet's shutdown manager driven by internal/fakelogind): the manifest
+// says 15 s, the node's slice is 4 s, and sandboxd's pod reader (-pod)
+// reads its pod from an API server on loopback (internal/fakeapiserver)
+// that shows it running with no deletionTimestamp, as a real one does then.
+// With -kubelet-grace 4s (drain.Config.KubeletGrace) that read moves the
+// budget's SIGKILL to T0 + 4 s at the preStop call: the wait ends in time,
+// all 8 sandboxes are preserved, the device daemon stops cleanly, exit
+// before SIGKILL. Without it (the control), sandboxd waits for its drain
+// deadline by 15 s, the kubelet abandons the open preStop call at T0 + 4 s
+// and SIGKILL comes 2 s after SIGTERM: what the control loses is logged.
+// The control comes first (sandboxdUnderNodeShutdown says why). Without
+// dbus-daemon those two skip (fail under CI=true).
 func TestRealKubeletSandboxd(t *testing.T) {
 	kubelet := Require(t)
-	node := Start(t, kubelet, BuildImage(t, allBinaries...))
+	node := StartConfig(t, kubelet, WithNodeShutdown(sandboxdNodeShutdownSlice), BuildImage(t, allBinaries...))
 
 	// 0 ... preStop GET /drain: waits while sandboxes run, until the drain
 	//       deadline (T0 + 10 s - 1.5 s margin - the reserves) ... SIGTERM:
@@ -113,6 +135,14 @@ func TestRealKubeletSandboxd(t *testing.T) {
 		assert.Positive(t, rep.Preserve.Counts[pause.Preserved], "the pauses started in time finished")
 		assert.Positive(t, rep.Preserve.Counts[pause.NotStarted], "the work did not fit")
 	})
+	// 0 ... preStop GET /drain, waiting by 15 s ... T0 + 4 s: the kubelet
+	//       abandons the call, SIGTERM; 2 s left ... exit
+	t.Run("node shutdown, not declared: the hook is abandoned (the control)", func(t *testing.T) { sandboxdUnderNodeShutdown(t, node, false) })
+	// 0 ... preStop GET /drain: the pod read finds no deletionTimestamp,
+	//       SIGKILL planned at T0 + 4 s ... wait ends ~T0+0.8 s ... SIGTERM:
+	//       8 pauses ... daemon stopped ... exit; the kubelet done at its
+	//       slice's end or when the pod is gone
+	t.Run("node shutdown, kubelet grace declared", func(t *testing.T) { sandboxdUnderNodeShutdown(t, node, true) })
 }
 
 // runSandboxd runs sandboxd as static pod name, creates c.sandboxes,
@@ -131,7 +161,14 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 		hook = HTTPGetHook(portOf(t, hookListen), "/drain")
 	}
 	grace := time.Duration(c.grace) * time.Second
-	node.AddPod(t, Pod(name, c.grace, state, hook, sandboxdCommand(listen, hookListen, c)...))
+	if c.nodeShutdown && node.shutdownSlice < grace {
+		grace = node.shutdownSlice // the kubelet's, and the pod's deletion then waits for no more
+	}
+	pod := Pod(name, c.grace, state, hook, sandboxdCommand(listen, hookListen, c)...)
+	if c.api != nil {
+		c.api.serveTo(t, node, pod, name)
+	}
+	node.AddPod(t, pod)
 	pid := WaitProcess(t, "-listen "+listen, 2*time.Minute)
 	w, err := WatchProcess(pid)
 	require.NoError(t, err)
@@ -142,10 +179,17 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 		ids = append(ids, createSandbox(t, base, `{"timeout_s": 86400}`))
 	}
 	time.Sleep(time.Until(started.Add(settle))) // not timing logic: see settle
-	deleted := node.DeletePod(t, name)
+	var shutdown *NodeShutdown
+	var deleted time.Time
+	if c.nodeShutdown {
+		shutdown = node.Shutdown(t)
+		deleted = shutdown.Began
+	} else {
+		deleted = node.DeletePod(t, name)
+	}
 	died, err := w.Wait(grace + time.Minute)
 	require.NoError(t, err, "pod log:\n%s", node.PodLog(name))
-	t.Logf("sandboxd died %v after the manifest was deleted", died.Sub(deleted).Round(time.Millisecond))
+	t.Logf("sandboxd died %v after the manifest was deleted or the node shutdown began", died.Sub(deleted).Round(time.Millisecond))
 	// Read at once: the kubelet removes the pod's directory soon after.
 	msg := terminationMessage(t, node, name)
 	t.Logf("termination message:\n%s", msg)
@@ -188,10 +232,19 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 		assert.Zero(t, rep.Preserve.Counts[pause.TimedOut], "no pause was cut halfway")
 	}
 
+	if shutdown != nil {
+		done := shutdown.Done(t, time.Minute)
+		t.Logf("the kubelet was done with the node shutdown at T0+%v; its log:\n%s", done.Sub(t0).Round(time.Millisecond),
+			strings.Join(node.KubeletLog("PreStop", "Shutdown manager", "inhibit"), "\n"))
+		shutdown.Cancel(t) // so that it admits the pod below
+		node.DeletePod(t, name)
+	}
+
 	// Started again on the same state dir: the preserved sandboxes, and
 	// only they, come back paused.
 	again := name + "-again"
 	listen2, hookListen2 := freeAddr(t), freeAddr(t)
+	c.api, c.kubeletGrace = nil, 0
 	node.AddPod(t, Pod(again, c.grace, state, HTTPGetHook(portOf(t, hookListen2), "/drain"), sandboxdCommand(listen2, hookListen2, c)...))
 	pid2 := WaitProcess(t, "-listen "+listen2, 2*time.Minute)
 	w2, err := WatchProcess(pid2)
@@ -221,8 +274,15 @@ func sandboxdCommand(listen, hookListen string, c sandboxdCase) []string {
 	if c.serverGrace != 0 {
 		grace = c.serverGrace
 	}
-	return []string{"/sandboxd", "-listen", listen, "-hook-listen", hookListen, "-state-dir", StateMount, "-grace", fmt.Sprintf("%ds", grace),
+	cmd := []string{"/sandboxd", "-listen", listen, "-hook-listen", hookListen, "-state-dir", StateMount, "-grace", fmt.Sprintf("%ds", grace),
 		"-pause-latency", c.pause.String(), "-concurrency", fmt.Sprint(c.concurrency), "-devices", "2"}
+	if c.api != nil {
+		cmd = append(cmd, "-pod", podAPIName)
+		if c.kubeletGrace > 0 {
+			cmd = append(cmd, "-kubelet-grace", c.kubeletGrace.String())
+		}
+	}
+	return cmd
 }
 
 // The supervisor as the container's entrypoint in front of the naive

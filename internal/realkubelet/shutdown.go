@@ -6,13 +6,36 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/fakelogind"
+	"github.com/drainkit/drainkit/internal/realpart"
 )
+
+// WithNodeShutdown is the Config of a Node whose kubelet can go through a
+// graceful node shutdown with the given slice for its pods (they have no
+// priority): ShutdownGracePeriod = slice, when dbus-daemon is on PATH; the
+// zero Config otherwise, so that a test's other cases still run and its
+// node-shutdown cases skip (requireNodeShutdown).
+func WithNodeShutdown(slice time.Duration) Config {
+	if _, err := exec.LookPath("dbus-daemon"); err != nil {
+		return Config{}
+	}
+	return Config{ShutdownGracePeriod: slice}
+}
+
+// requireNodeShutdown skips t, or fails it under CI=true, when node cannot
+// go through a graceful node shutdown (no dbus-daemon: see WithNodeShutdown).
+func requireNodeShutdown(t testing.TB, node *Node) {
+	t.Helper()
+	if node.logind == nil {
+		realpart.Missing(t, "realkubelet: graceful node shutdown needs dbus-daemon on PATH (apt-get install dbus-daemon)")
+	}
+}
 
 // A NodeShutdown is a graceful node shutdown under way: logind's stand-in
 // said PrepareForShutdown(true), and the kubelet terminates every pod with
@@ -153,4 +176,20 @@ func (n *Node) waitShutdownManager(ctx context.Context, t testing.TB) {
 		t.Fatalf("realkubelet: the inhibitor lock is held by pid %d, not by the kubelet (%d)", lock.PID(), n.kubelet.cmd.Process.Pid)
 	}
 	t.Fatalf("realkubelet: the kubelet's shutdown manager took no inhibitor lock (%v); its log says:\n%s", err, strings.Join(why, "\n"))
+}
+
+// KubeletLog returns the lines of the kubelet's log so far that contain
+// any of substrs, for a test's log.
+func (n *Node) KubeletLog(substrs ...string) []string {
+	data, _ := os.ReadFile(n.kubelet.log)
+	var out []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		for _, s := range substrs {
+			if strings.Contains(line, s) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -39,37 +39,29 @@ const settle = 3 * time.Second
 // whose measurement misses the table is measured again, up to three times:
 // it fails only when no run agrees. Every run is logged.
 //
+// The same Node then goes through graceful node shutdowns, for real
+// (Config.ShutdownGracePeriod: the kubelet's shutdown manager driven by
+// internal/fakelogind on a private system bus): the probe's manifest says
+// 10 s, its group's slice is 3 s, and every scenario of
+// kubeletsim.MeasuredNodeShutdown agrees within 0.2 s with the table, as a
+// deletion with a grace of 3 s would: the hook cut at T0 + 3 s with the GET
+// still open and SIGKILL 2 s after SIGTERM, or a hook that returned in
+// time and SIGKILL at 3 s - trunc(hook) after SIGTERM. No deletionTimestamp
+// tells the pod any of it. The kubelet is done with the shutdown (and
+// releases its inhibitor lock) at its slice's end, without waiting for
+// the SIGKILL the 2 s floor puts later: each run logs when, and asserts it
+// came before the death. After each run the shutdown is cancelled
+// (PrepareForShutdown(false)), so that the kubelet admits the next pod.
+// Without dbus-daemon those scenarios skip (fail under CI=true).
+//
 //	T0 (hook GET, or SIGTERM without a hook) ... SIGTERM ... death
+//	T0 (hook GET) ... SIGTERM (T0 + 3 s, or at the hook's return) ... the kubelet done (T0 + 3 s) ... death
 func TestRealKubeletTimingsMatchTheTable(t *testing.T) {
 	kubelet := Require(t)
 	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
-	timingsMatchTheTable(t, Start(t, kubelet, img), kubeletsim.Measured, 200*time.Millisecond)
-}
-
-// A graceful node shutdown, for real: the kubelet's shutdown manager,
-// driven by internal/fakelogind on a private system bus, terminates the
-// probe pod (grace 10 s in its manifest) with its group's slice of 3 s, and
-// every scenario of kubeletsim.MeasuredNodeShutdown agrees within 0.2 s
-// with the table, as a deletion with a grace of 3 s would: the hook cut at
-// T0 + 3 s with the GET still open and SIGKILL 2 s after SIGTERM, or a hook
-// that returned in time and SIGKILL at 3 s - trunc(hook) after SIGTERM.
-// No deletionTimestamp tells the pod any of it (there is no API server
-// here, and the kubelet sets none under node shutdown).
-//
-// The kubelet gives up on the pod at its slice's end and releases its
-// inhibitor lock then, without waiting for the SIGKILL the 2 s floor puts
-// later: each run logs when, from T0, and asserts it came before the death.
-// Warm-up, retries and logging as in TestRealKubeletTimingsMatchTheTable;
-// after each run the shutdown is cancelled (PrepareForShutdown(false)) so
-// that the kubelet admits the next pod.
-//
-//	T0 (hook GET) ... SIGTERM (T0 + 3 s, or at the hook's return) ... lock released (slice's end) ... death
-func TestRealKubeletNodeShutdownTimingsMatchTheTable(t *testing.T) {
-	kubelet := Require(t)
-	img := BuildImage(t, Binary{Name: "podbin", Package: "./internal/realkubelet/podbin"})
-	slice := kubeletsim.MeasuredNodeShutdown[0].NodeShutdown
-	node := StartConfig(t, kubelet, Config{ShutdownGracePeriod: slice}, img)
-	timingsMatchTheTable(t, node, kubeletsim.MeasuredNodeShutdown, 200*time.Millisecond)
+	node := StartConfig(t, kubelet, WithNodeShutdown(kubeletsim.MeasuredNodeShutdown[0].NodeShutdown), img)
+	table := append(append([]kubeletsim.Scenario(nil), kubeletsim.Measured...), kubeletsim.MeasuredNodeShutdown...)
+	timingsMatchTheTable(t, node, table, 200*time.Millisecond)
 }
 
 // The kubelet's arithmetic is the same with gVisor as containerd's runtime,
@@ -103,6 +95,9 @@ func timingsMatchTheTable(t *testing.T, node *Node, table []kubeletsim.Scenario,
 	t.Logf("warm-up (%s): SIGTERM +%v, dead +%v", warm.Name, term.Round(time.Millisecond), death.Round(time.Millisecond))
 	for i, s := range table {
 		t.Run(s.Name, func(t *testing.T) {
+			if s.NodeShutdown > 0 {
+				requireNodeShutdown(t, node)
+			}
 			var simTerm, simExit time.Duration
 			synctest.Test(t, func(t *testing.T) {
 				var err error
