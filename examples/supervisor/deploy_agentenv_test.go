@@ -185,6 +185,7 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	cfg, err := parseArgs(args, io.Discard)
 	require.NoError(t, err, "the overlay's command line parses")
 	assert.Equal(t, grace, cfg.grace, "-grace is terminationGracePeriodSeconds, through the replacement")
+	assert.True(t, cfg.kubelet > 0 && cfg.kubelet < grace, "-kubelet-grace, the node-shutdown slice, is below the grace: %v", cfg.kubelet)
 	assert.Equal(t, APIAgentENV, cfg.api.API)
 	assert.True(t, filepath.IsAbs(cfg.daemonSock), "the server's daemon, by its socket")
 	assert.Empty(t, cfg.daemon, "never a second daemon")

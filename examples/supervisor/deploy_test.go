@@ -35,6 +35,7 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	cfg, err := parseArgs(append(c.Command[1:], c.Args...), io.Discard)
 	require.NoError(t, err, "the manifest's command line parses")
 	assert.Equal(t, grace, cfg.grace, "-grace equals terminationGracePeriodSeconds")
+	assert.True(t, cfg.kubelet > 0 && cfg.kubelet < grace, "-kubelet-grace, the node-shutdown slice, is below the grace: %v", cfg.kubelet)
 	assert.NotEmpty(t, cfg.server)
 
 	// preStop is an httpGet to the supervisor's /drain on the -hook-listen

@@ -44,6 +44,11 @@
 //	                    eviction) and the drain posts its Events on it
 //	                    (drain.Config.Pod; the overlay's rbac.yaml); no
 //	                    service account, or none set: -grace stands
+//	-kubelet-grace D    the grace the kubelet gives this pod when it stops it
+//	                    on its own (graceful node shutdown's slice, with no
+//	                    deletionTimestamp): with -pod, a drain whose pod has
+//	                    no deletionTimestamp ends by T0 + D
+//	                    (drain.Config.KubeletGrace); 0, the default: not known
 //	-ublk-kernel DECL   kernels the operator declares fixed=PATTERN,
 //	                    vulnerable=PATTERN or exit-may-hang=PATTERN, or
 //	                    @FILE of such lines (repeatable, first match wins)

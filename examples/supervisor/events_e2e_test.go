@@ -78,30 +78,8 @@ func (a *podAPI) reasons() []string {
 // preStop wait would have run into the SIGKILL.
 func TestSupervisorReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
 	const grace = 5 * time.Second // the deletion's; the manifest's is 30 s
-	api := &podAPI{}
-	srv, kcfg := fakeapiserver.Start(t, api, "agentenv-system", "token-1")
-	saDir := filepath.Dir(kcfg.TokenFile)
-	require.NoError(t, os.WriteFile(filepath.Join(saDir, "namespace"), []byte("agentenv-system\n"), 0o600))
-	u, err := url.Parse(srv.URL)
-	require.NoError(t, err)
-	host, port, err := net.SplitHostPort(u.Host)
-	require.NoError(t, err)
-
-	dir := t.TempDir()
-	report := filepath.Join(dir, "report.json")
-	apiAddr, listen, hook := freeAddr(t), freeAddr(t), freeAddr(t)
-	argv := append(helperCommand("supervisor",
-		"-api", "agentenv", "-listen", listen, "-hook-listen", hook, "-server-url", "http://"+apiAddr,
-		"-grace", "30s", "-report", report, "--"),
-		helperCommand("agentenv", "-listen", apiAddr, "-sandboxes", "3", "-pause-base", "10ms", "-pause-per-gib", "0s")...)
-	cmd := helperCmd(argv)
-	cmd.Env = append(cmd.Env, "POD_NAME=agentenv-node-x7k2p", EnvServiceAccountDir+"="+saDir,
-		"KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
-	child, err := kubeletsim.Start(cmd)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	api, child, hook, report := startWithPod(t)
 	ctx := t.Context()
-	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond)
 
 	kill := time.Now().Add(grace).Truncate(time.Second).Add(time.Second) // the API server's whole seconds
 	api.mu.Lock()
@@ -127,4 +105,57 @@ func TestSupervisorReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
 	// loaded machine it may be dropped, and then the Report says so.
 	assert.True(t, slices.Contains(reasons, "DrainFinished") || rep.Drain.Events.Dropped > 0,
 		"DrainFinished posted or counted dropped: %v, %+v", reasons, rep.Drain.Events)
+}
+
+// startWithPod starts the supervisor, with args, in front of a fake
+// AgentENV with 3 sandboxes, as the pod agentenv-node-x7k2p of a fake API
+// server, and returns once it is ready: the API server, the supervisor,
+// its hook's address and its report file.
+func startWithPod(t *testing.T, args ...string) (api *podAPI, child *kubeletsim.Child, hook, report string) {
+	t.Helper()
+	api = &podAPI{}
+	srv, kcfg := fakeapiserver.Start(t, api, "agentenv-system", "token-1")
+	saDir := filepath.Dir(kcfg.TokenFile)
+	require.NoError(t, os.WriteFile(filepath.Join(saDir, "namespace"), []byte("agentenv-system\n"), 0o600))
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	host, port, err := net.SplitHostPort(u.Host)
+	require.NoError(t, err)
+
+	report = filepath.Join(t.TempDir(), "report.json")
+	apiAddr, listen := freeAddr(t), freeAddr(t)
+	hook = freeAddr(t)
+	argv := append(helperCommand("supervisor", append([]string{
+		"-api", "agentenv", "-listen", listen, "-hook-listen", hook, "-server-url", "http://" + apiAddr,
+		"-grace", "30s", "-report", report}, append(args, "--")...)...),
+		helperCommand("agentenv", "-listen", apiAddr, "-sandboxes", "3", "-pause-base", "10ms", "-pause-per-gib", "0s")...)
+	cmd := helperCmd(argv)
+	cmd.Env = append(cmd.Env, "POD_NAME=agentenv-node-x7k2p", EnvServiceAccountDir+"="+saDir,
+		"KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
+	child, err = kubeletsim.Start(cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	require.Eventually(t, func() bool { return get(t.Context(), "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond)
+	return api, child, hook, report
+}
+
+// Graceful node shutdown stops the pod with the node's slice (4 s here,
+// -kubelet-grace) and sets no deletionTimestamp: the supervisor's read of
+// its pod finds none, and its drain plans for T0 + 4 s instead of -grace's
+// 30 s, so the preStop wait ends before the kubelet gives up on it.
+func TestSupervisorPlansForTheKubeletsOwnGraceWhenItsPodHasNoDeletion(t *testing.T) {
+	const slice = 4 * time.Second
+	_, child, hook, report := startWithPod(t, "-kubelet-grace", slice.String())
+	tl, err := kubeletsim.Terminate(t.Context(), child, kubeletsim.HTTPGet{URL: "http://" + hook + "/drain", Client: noKeepAlive()}, slice)
+	require.NoError(t, err)
+	t.Logf("timeline:\n%s", tl)
+	assert.False(t, tl.HookKept, "the wait ended before the kubelet's 4 s, not planned for 30 s")
+	assert.False(t, tl.Killed, "the supervisor was done before the SIGKILL")
+	assert.NoError(t, child.Err())
+
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Drain)
+	assert.Equal(t, rep.Drain.Budget.Start.Add(slice), rep.Drain.Budget.Kill, "the drain's end is T0 + -kubelet-grace")
+	require.NotNil(t, rep.Drain.Preserve)
+	assert.Equal(t, 3, rep.Drain.Preserve.Counts[pause.Preserved])
 }

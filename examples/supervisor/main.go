@@ -79,6 +79,7 @@ type config struct {
 	apiKey      string
 	kernels     ublk.KernelDeclarations // what the operator declared about the node's kernels
 	pod         string                  // this pod's name for the Kubernetes API; empty: no API access
+	kubelet     time.Duration           // -kubelet-grace: the kubelet's own grace (node shutdown); 0: not known
 	client      *http.Client            // tests only: talks to the server in-process
 }
 
@@ -106,6 +107,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.report, "report", "", "file to write the JSON Report to at exit")
 	fs.StringVar(&c.termLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.StringVar(&c.pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs the overlay's RBAC); empty: no API access")
+	fs.DurationVar(&c.kubelet, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp); needs -pod; 0: not known")
 	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -119,6 +121,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("no SERVER_COMMAND: %s", strings.TrimSpace(usage))
 	case c.grace <= 0:
 		return c, fmt.Errorf("-grace must be positive, got %v", c.grace)
+	case c.kubelet < 0:
+		return c, fmt.Errorf("-kubelet-grace must not be negative, got %v", c.kubelet)
 	case c.concurrency < 0:
 		return c, fmt.Errorf("-concurrency must be at least 0 (0 adapts), got %d", c.concurrency)
 	case c.listen == "":

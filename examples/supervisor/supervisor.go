@@ -189,6 +189,7 @@ func (s *supervisor) build(pc pause.Config) error {
 		Logger:        s.log,
 		MeterProvider: s.meters,
 		Pod:           s.pod,
+		KubeletGrace:  s.kubeletGrace(),
 	})
 	if err != nil {
 		return fmt.Errorf("-grace %v too short: %w", s.cfg.grace, err)
@@ -226,6 +227,17 @@ func (s *supervisor) newPod() *kube.Pod {
 		return nil
 	}
 	return pod
+}
+
+// kubeletGrace is -kubelet-grace, or zero, logged, without the pod: only
+// its missing deletionTimestamp tells the kubelet's own termination from a
+// deletion.
+func (s *supervisor) kubeletGrace() time.Duration {
+	if s.cfg.kubelet > 0 && s.pod == nil {
+		s.log.Warn("supervisor: -kubelet-grace is ignored without the pod's API access (-pod)", "kubelet_grace", s.cfg.kubelet)
+		return 0
+	}
+	return s.cfg.kubelet
 }
 
 // maxConcurrency is the ceiling of the adaptive limit: pause's own.

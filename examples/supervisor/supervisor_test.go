@@ -51,6 +51,7 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"server"}, `follow "--"`},
 		{[]string{"-grace", "0s", "--", "s"}, "-grace"},
 		{[]string{"-concurrency", "-1", "--", "s"}, "-concurrency"},
+		{[]string{"-kubelet-grace", "-3s", "--", "s"}, "-kubelet-grace"},
 		{[]string{"-listen", "", "--", "s"}, "-listen"},
 		{[]string{"-ublk-kernel", "safe=6.8.*", "--", "s"}, "-ublk-kernel"},
 	} {
