@@ -238,7 +238,8 @@ func (s *Server) Admit(h http.Handler) http.Handler { return s.d.Gate().Admit(Cr
 // Drainer returns the Drainer, for what the one-call path does not cover.
 func (s *Server) Drainer() *Drainer { return s.d }
 
-// Run serves srv and the preStop hook until SIGTERM (or SIGINT, or ctx
+// Run serves srv (on srv.Addr, ":http" when empty, as ListenAndServe) and
+// the preStop hook until SIGTERM (or SIGINT, or ctx
 // ending), drains, and returns the exit code: 0 when the Report has no
 // error, 1 otherwise, 2 when a listener could not be opened. A second
 // signal forces. SIGHUP is logged and ignored, and SIGQUIT logs every
@@ -266,9 +267,9 @@ func (s *Server) Run(ctx context.Context) int {
 
 // serve is Run with the signals from sigs.
 func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
-	ln, err := net.Listen("tcp", s.srv.Addr)
+	ln, err := net.Listen("tcp", listenAddr(s.srv))
 	if err != nil {
-		s.log.Error("drain: listen", "addr", s.srv.Addr, "err", err)
+		s.log.Error("drain: listen", "addr", listenAddr(s.srv), "err", err)
 		return 2
 	}
 	hookLn, err := net.Listen("tcp", s.hook)
@@ -288,6 +289,16 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 		return 1
 	}
 	return 0
+}
+
+// listenAddr is where Run serves srv: srv.Addr, or ":http" when it is
+// empty, as srv.ListenAndServe would (net.Listen would take "" for a
+// random port).
+func listenAddr(srv *http.Server) string {
+	if srv.Addr == "" {
+		return ":http"
+	}
+	return srv.Addr
 }
 
 // hookHandler is GET /drain, guarded.

@@ -189,3 +189,11 @@ func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 	assert.Contains(t, err.Error(), EnvGrace+" is not set")
 	assert.Contains(t, err.Error(), "403")
 }
+
+// Run serves where srv.ListenAndServe would: an empty srv.Addr is ":http",
+// not a random port (net.Listen's reading of ""), which Run took before,
+// logging at Info an address nothing points at.
+func TestServerRunListensWhereListenAndServeWould(t *testing.T) {
+	assert.Equal(t, ":http", listenAddr(&http.Server{}))
+	assert.Equal(t, "127.0.0.1:8080", listenAddr(&http.Server{Addr: "127.0.0.1:8080"}))
+}
