@@ -188,3 +188,46 @@ func TestKubeletAbandoningTheHookIsAWarningNamingBothGraces(t *testing.T) {
 			`.*" kubelet_grace=4s budget_grace=30s`, logs.String())
 	})
 }
+
+// The kubelet never cancels an httpGet hook's request: it stops waiting at
+// its grace's end. A call whose connection closes before the wait ended
+// (the kubelet restarted, or closed the descriptor number of its inhibitor
+// lock a second time, which by then was this connection's, as the real
+// node shutdown showed) is no sign the hook returned in time: SIGTERM is
+// taken as the hook abandoned, 2 s before SIGKILL, not the manifest's
+// grace less the hook's whole seconds.
+//
+//	0 ...... preStop GET /drain (the wait plans for 30 s)
+//	3 s .... the connection closes under the call
+//	4 s .... SIGTERM: SIGKILL expected at 6 s, not at 30 s
+func TestPreStopCallClosedByItsClientCountsAsAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 2})
+		ctx, closeConn := context.WithCancel(t.Context())
+		call := f.callPreStop(ctx, "")
+		time.Sleep(3 * time.Second)
+		closeConn()
+		<-call.done
+		time.Sleep(time.Second)
+		rep := f.d.Shutdown(t.Context())
+		assert.Equal(t, rep.Budget.SIGTERM.Add(deadline.MinimumGracePeriod), rep.Budget.Kill, "SIGKILL %v after SIGTERM", rep.Budget.Kill.Sub(rep.Budget.SIGTERM))
+		assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
+	})
+}
+
+// An exec hook's poll (?wait=) ends by its bound or its own request
+// timeout all the time: a closed one says nothing of the kubelet.
+func TestExecHookPollClosedByItsClientIsNoAbandonment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 2})
+		ctx, closeConn := context.WithCancel(t.Context())
+		call := f.callPreStop(ctx, "?wait=10s")
+		time.Sleep(3 * time.Second)
+		closeConn()
+		<-call.done
+		time.Sleep(time.Second)
+		rep := f.d.Shutdown(t.Context())
+		assert.Equal(t, rep.Budget.SIGTERM.Add(deadline.KubeletRemaining(30*time.Second, 4*time.Second)), rep.Budget.Kill,
+			"the kubelet's arithmetic: 30 s less the hook's 4 s")
+	})
+}

@@ -105,7 +105,9 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // open, the kubelet has stopped waiting for the hook, which it does only
 // once its grace period has run out: Shutdown then tells the budget
 // (Budget.OnHookAbandoned) that SIGKILL comes 2 s after SIGTERM, whatever
-// grace the budget was built with.
+// grace the budget was built with. A request without ?wait= (an httpGet
+// hook's) that its client closed before the wait ended counts as still
+// open: the kubelet never cancels one.
 func (d *Drainer) PreStop() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var bound, countBound <-chan time.Time
@@ -137,6 +139,18 @@ func (d *Drainer) PreStop() http.Handler {
 		}
 		seq := d.hookOpened()
 		sum := d.preStop(r.Context(), at, r.URL.Query().Get("start"), bound, countBound)
+		if bound == nil && !sum.Done && r.Context().Err() != nil {
+			// An httpGet call gone before the wait ended: the kubelet
+			// never cancels one (it stops waiting at its grace's end), so
+			// its connection was closed under it (a kubelet restarting,
+			// or closing a descriptor number twice: docs/real-kubelet.md,
+			// "Graceful node shutdown"). It stays open for Shutdown, which
+			// then takes SIGTERM as the hook abandoned, 2 s before
+			// SIGKILL: the reading that errs early.
+			d.log.Warn("drain: the preStop call was closed by its client before the wait ended: SIGTERM will be taken as the kubelet's grace run out",
+				"waited", sum.Waited.Round(time.Millisecond))
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(sum)
 		d.hookClosed(seq)
