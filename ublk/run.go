@@ -195,14 +195,24 @@ func (r *run) refresh() {
 // possible holder (a process part of whose holds the scan could not read:
 // its mappings, a ring's registered files) is one: every scan reads it
 // again, and it stops counting only once a scan knows it holds nothing.
+// When the wait begins it logs whom it waits for: it can last until the
+// last-resort point, and the holders step's line comes only at its end.
 func (r *run) waitHolders() map[int][]Holder {
 	s := r.stepStart("holders")
-	for {
+	for waiting := false; ; {
 		held, scanErr := r.scanHolders()
 		r.noteHolders(held)
 		if len(held) == 0 {
 			_ = r.stepEnd(s, "no holders", scanErr)
 			return nil
+		}
+		if !waiting && (r.holderUntil.IsZero() || time.Now().Before(r.holderUntil)) {
+			waiting = true
+			until := "no deadline"
+			if !r.holderUntil.IsZero() {
+				until = r.holderUntil.Format(time.RFC3339Nano)
+			}
+			r.cfg.logger.InfoContext(r.ctx, "ublk: waiting for the devices' holders to close", "holders", fmt.Sprint(held), "until", until)
 		}
 		if !r.sleep(r.holderUntil) {
 			_ = r.stepEnd(s, "", errors.Join(fmt.Errorf("still held open: %v", held), scanErr))
