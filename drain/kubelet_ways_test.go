@@ -231,3 +231,32 @@ func TestExecHookPollClosedByItsClientIsNoAbandonment(t *testing.T) {
 			"the kubelet's arithmetic: 30 s less the hook's 4 s")
 	})
 }
+
+// The kubelet sends SIGTERM some time after the preStop hook answered
+// (20-70 ms measured, up to 260 ms on a loaded node), and the preserve
+// phase starts at SIGTERM. Where SIGKILL is fixed, here by the kubelet's
+// own grace (T0 + 4 s), that time would come out of the preserve phase's
+// reserve: the wait ends sigtermLag before the drain deadline, so that a
+// SIGTERM 250 ms after the answer still leaves both rounds of 4 × 300 ms
+// their time. The real node shutdown lost the second round at load 10-13.
+//
+//	0 ........ preStop: no deletionTimestamp, SIGKILL fixed at T0+4 s
+//	~1.3 s ... the wait ends, 0.3 s before the drain deadline
+//	+250 ms .. SIGTERM: 8 preserves of 300 ms at 4 at once, the daemon step
+func TestSIGTERMLagAfterTheHooksAnswerDoesNotCostTheLastRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pod := podWithoutDeletion(t, -1)
+		f := newFixture(t, fixtureOpts{grace: 15 * time.Second, margin: time.Second, sandboxes: 8, latency: 300 * time.Millisecond, limit: 4,
+			steps: []Step{stepOf("daemon", 500*time.Millisecond, true, func(ctx context.Context) error { return nil })},
+			edit:  func(c *Config) { c.Pod, c.KubeletGrace = pod, 4*time.Second }})
+		sum := f.callPreStop(t.Context(), "").wait(t)
+		require.Equal(t, reasonDeadline, sum.Reason)
+		time.Sleep(250 * time.Millisecond) // the kubelet's SIGTERM lag on a loaded node
+		rep := f.d.Shutdown(t.Context())
+		t.Logf("wait ended at T0+%v, drain deadline T0+%v, SIGTERM T0+%v, SIGKILL T0+%v; preserved %d, lost %d",
+			sum.End.Sub(sum.Start), sum.DrainDeadline.Sub(sum.Start), rep.Budget.SIGTERM.Sub(rep.Budget.Start), rep.Budget.Kill.Sub(rep.Budget.Start),
+			rep.Preserve.Counts["preserved"], rep.Preserve.Lost())
+		assert.Equal(t, 8, rep.Preserve.Counts["preserved"], "both rounds")
+		assert.Positive(t, rep.Headroom)
+	})
+}

@@ -80,8 +80,12 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // passed, it counts them again every PollInterval. The drain deadline is the
 // budget's deadline minus the live reserves of the later phases (the
 // preserve reserve follows the running count), so the wait always leaves
-// the SIGTERM shutdown the time it needs. The wait also ends when Shutdown
-// starts or on Force. Without a Lister the wait ends at once.
+// the SIGTERM shutdown the time it needs. The wait ends 300 ms before it,
+// the time the kubelet may take from the hook's answer to SIGTERM (the
+// preserve phase starts at SIGTERM, and a SIGKILL fixed by a
+// deletionTimestamp or Config.KubeletGrace does not move with it). The
+// wait also ends when Shutdown starts or on Force. Without a Lister the
+// wait ends at once.
 //
 // Every call answers 200 with a JSON PreStopSummary once the wait is over; a
 // second call joins the first's wait; a call after Shutdown started answers
@@ -283,14 +287,14 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 			return reasonDrained
 		}
 		left := time.Until(dl)
-		if left <= 0 {
+		if left <= sigtermLag {
 			return reasonDeadline
 		}
 		if now := time.Now(); !now.Before(nextProgress) {
 			d.logWaitProgress(n, left)
 			nextProgress = now.Add(progressInterval)
 		}
-		t := time.NewTimer(min(d.poll, left))
+		t := time.NewTimer(min(d.poll, left-sigtermLag))
 		select {
 		case <-t.C:
 		case <-d.budget.Changed():
@@ -347,6 +351,14 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 // progressInterval is how often the preStop wait logs a progress line: the
 // rhythm of the preserve phase's (pause.Config.ProgressInterval's default).
 const progressInterval = 10 * time.Second
+
+// sigtermLag is how long before the drain deadline the preStop wait ends:
+// the kubelet's time from the hook's answer to SIGTERM (20-70 ms measured,
+// 80-260 ms on a loaded node; docs/real-kubelet.md). The preserve phase
+// starts at SIGTERM, and where SIGKILL is fixed (a deletionTimestamp, the
+// kubelet's own grace) that time would come out of its reserve: the last
+// round of preserves, which the real node shutdown lost at load 10-13.
+const sigtermLag = 300 * time.Millisecond
 
 // logWaitProgress logs the line an operator reads during a long preStop
 // wait: "drain: preStop wait: 120 running, 41s to the drain deadline".
