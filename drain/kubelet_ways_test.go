@@ -2,7 +2,6 @@ package drain
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"os"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
@@ -147,23 +144,19 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 // memory, so that it works under synctest.
 func podWithoutDeletion(t *testing.T, answered int) *kube.Pod {
 	t.Helper()
+	api := &podAPI{} // no deletion; served in memory, not by newPodAPI's loopback server
 	var gets atomic.Int32
-	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.Method == http.MethodGet && answered >= 0 && int(gets.Add(1)) > answered:
+	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && answered >= 0 && int(gets.Add(1)) > answered {
 			w.WriteHeader(http.StatusServiceUnavailable)
-		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/agentenv/pods/sandboxd-0":
-			_ = json.NewEncoder(w).Encode(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}})
-		case r.Method == http.MethodPost:
-			w.WriteHeader(http.StatusCreated)
-		default:
-			w.WriteHeader(http.StatusNotFound)
+			return
 		}
+		api.serve(w, r)
 	})
 	token := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
 	pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", UID: "uid-0", TokenFile: token,
-		Client: &http.Client{Transport: handlerTransport{api}}})
+		Client: &http.Client{Transport: handlerTransport{serve}}})
 	require.NoError(t, err)
 	return pod
 }
@@ -202,14 +195,7 @@ func TestKubeletAbandoningTheHookIsAWarningNamingBothGraces(t *testing.T) {
 //	4 s .... SIGTERM: SIGKILL expected at 6 s, not at 30 s
 func TestPreStopCallClosedByItsClientCountsAsAbandoned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 2})
-		ctx, closeConn := context.WithCancel(t.Context())
-		call := f.callPreStop(ctx, "")
-		time.Sleep(3 * time.Second)
-		closeConn()
-		<-call.done
-		time.Sleep(time.Second)
-		rep := f.d.Shutdown(t.Context())
+		rep := sigtermAfterAClosedCall(t, "")
 		assert.Equal(t, rep.Budget.SIGTERM.Add(deadline.MinimumGracePeriod), rep.Budget.Kill, "SIGKILL %v after SIGTERM", rep.Budget.Kill.Sub(rep.Budget.SIGTERM))
 		assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
 	})
@@ -219,17 +205,24 @@ func TestPreStopCallClosedByItsClientCountsAsAbandoned(t *testing.T) {
 // timeout all the time: a closed one says nothing of the kubelet.
 func TestExecHookPollClosedByItsClientIsNoAbandonment(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 2})
-		ctx, closeConn := context.WithCancel(t.Context())
-		call := f.callPreStop(ctx, "?wait=10s")
-		time.Sleep(3 * time.Second)
-		closeConn()
-		<-call.done
-		time.Sleep(time.Second)
-		rep := f.d.Shutdown(t.Context())
+		rep := sigtermAfterAClosedCall(t, "?wait=10s")
 		assert.Equal(t, rep.Budget.SIGTERM.Add(deadline.KubeletRemaining(30*time.Second, 4*time.Second)), rep.Budget.Kill,
 			"the kubelet's arithmetic: 30 s less the hook's 4 s")
 	})
+}
+
+// sigtermAfterAClosedCall is the two tests' timeline, grace 30 s: a
+// preStop call with query at 0, its connection closed at 3 s, SIGTERM at
+// 4 s; it returns the shutdown's Report.
+func sigtermAfterAClosedCall(t *testing.T, query string) *Report {
+	f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 2})
+	ctx, closeConn := context.WithCancel(t.Context())
+	call := f.callPreStop(ctx, query)
+	time.Sleep(3 * time.Second)
+	closeConn()
+	<-call.done
+	time.Sleep(time.Second)
+	return f.d.Shutdown(t.Context())
 }
 
 // The kubelet sends SIGTERM some time after the preStop hook answered
