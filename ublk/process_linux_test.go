@@ -3,18 +3,17 @@
 package ublk_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/loopdev"
 
 	"github.com/stretchr/testify/assert"
@@ -199,7 +198,7 @@ func TestTeardownProceedsOnceTheVMMCloses(t *testing.T) {
 	d, sys, _, _ := realDaemon(t, fakeublk.Cooperative, 0,
 		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor})
 	vmm, stdin := loopdev.Hold(t, node)
-	waiting := newLogSignal("waiting for the devices' holders to close")
+	waiting := logbuf.NewSignal("waiting for the devices' holders to close")
 	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{Logger: slog.New(slog.NewTextHandler(waiting, nil))},
 		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid(), vmm.Process.Pid), KernelRelease: vulnerable}))
 	require.NoError(t, err)
@@ -208,7 +207,7 @@ func TestTeardownProceedsOnceTheVMMCloses(t *testing.T) {
 		// (300 ms after the start, as it was, the step had not always
 		// scanned once on loaded cores.)
 		select {
-		case <-waiting.seen:
+		case <-waiting.Seen():
 		case <-t.Context().Done():
 		}
 		stdin.Close()
@@ -348,24 +347,4 @@ func TestDaemonThatDiedDuringTheHolderWaitIsNotReportedRunning(t *testing.T) {
 	assert.False(t, rep.Daemon.Requested)
 	assert.True(t, rep.Daemon.Exited, "the daemon is gone")
 	assert.False(t, rep.Daemon.LeftRunning, "and was not left running")
-}
-
-// A logSignal is a log destination that closes seen once a line holding
-// want is written: a test acts when the step has logged that it reached a
-// point, not after a guessed delay.
-type logSignal struct {
-	want []byte
-	seen chan struct{}
-	once sync.Once
-}
-
-func newLogSignal(want string) *logSignal {
-	return &logSignal{want: []byte(want), seen: make(chan struct{})}
-}
-
-func (l *logSignal) Write(p []byte) (int, error) {
-	if bytes.Contains(p, l.want) {
-		l.once.Do(func() { close(l.seen) })
-	}
-	return len(p), nil
 }

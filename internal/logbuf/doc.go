@@ -6,4 +6,8 @@
 //	log := slog.New(slog.NewTextHandler(&logs, nil))
 //	...
 //	assert.Contains(t, logs.String(), "preserved 20/20")
+//
+// A Signal is the other half: a log destination that tells a test when a
+// line was written, so that the test acts at that point of the timeline
+// (the ublk step waiting for a VMM to close) instead of after a guess.
 package logbuf

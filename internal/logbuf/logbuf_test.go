@@ -50,3 +50,21 @@ func ExampleBuffer() {
 	fmt.Print(logs.String())
 	// Output: level=INFO msg="drain: preserved" preserved=20 of=20
 }
+
+func TestSignalClosesOnceTheTextIsWritten(t *testing.T) {
+	s := NewSignal("holders to close")
+	log := slog.New(slog.NewTextHandler(s, nil))
+	log.Info("ublk: stopping")
+	select {
+	case <-s.Seen():
+		t.Fatal("seen before the line was written")
+	default:
+	}
+	log.Info("ublk: waiting for the devices' holders to close")
+	log.Info("ublk: waiting for the devices' holders to close") // again: closes once
+	select {
+	case <-s.Seen():
+	default:
+		t.Fatal("not seen after the line was written")
+	}
+}

@@ -3,18 +3,17 @@
 package ublkguest
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/ublkserver"
 	"github.com/drainkit/drainkit/internal/vmtest"
 	"github.com/drainkit/drainkit/ublk"
@@ -41,26 +40,6 @@ func (r *rig) step(c ublk.Config, also ...io.Writer) *ublk.Teardown {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
-
-// A logSignal is a log destination that closes seen once a line holding
-// want is written: a test acts when the step has logged that it reached a
-// point, not after a guessed delay.
-type logSignal struct {
-	want []byte
-	seen chan struct{}
-	once sync.Once
-}
-
-func newLogSignal(want string) *logSignal {
-	return &logSignal{want: []byte(want), seen: make(chan struct{})}
-}
-
-func (l *logSignal) Write(p []byte) (int, error) {
-	if bytes.Contains(p, l.want) {
-		l.once.Do(func() { close(l.seen) })
-	}
-	return len(p), nil
-}
 
 func (r *rig) alive() bool {
 	select {
@@ -203,7 +182,7 @@ func TestGuestStepWaitsForVMMToClose(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
-	waiting := newLogSignal("waiting for the devices' holders to close")
+	waiting := logbuf.NewSignal("waiting for the devices' holders to close")
 	td := r.step(ublk.Config{HolderWait: 30 * time.Second}, waiting)
 	go func() {
 		rep, err := td.Stop(r.ctx(60 * time.Second))
@@ -213,7 +192,7 @@ func TestGuestStepWaitsForVMMToClose(t *testing.T) {
 	// as it was, the step's first scan had not always ended: it took 3.2 s
 	// in the guest on loaded cores, and the VMM was not reported.)
 	select {
-	case <-waiting.seen:
+	case <-waiting.Seen():
 	case res := <-done:
 		t.Fatalf("the step ended without waiting for the VMM: %v\n%s", res.err, res.rep)
 	}
