@@ -145,7 +145,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	// From what the last drain learned (-state-dir): the estimate of a pause and,
 	// adaptive, the level its first epoch checks against that estimate.
 	//
-	// The supervisor does not wait for the directory (examples/internal/statedir,
+	// The supervisor does not wait for the directory (internal/statedir,
 	// docs/faults.md entry 82): the rates file is all it keeps there, and a wait
 	// would hold the server's start behind the old pod's whole drain. The file's
 	// own lock (learned.Server.Start) leaves it to the old pod until that one has

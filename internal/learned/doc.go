@@ -43,12 +43,13 @@
 // rewrite changes no level (Level of a file before LearnedEstimate reads
 // MaxLimit).
 //
-// The file is one server's at a time, for the life of that server: Start
-// takes the flock(2) of STATE_DIR/learned-rates.lock without waiting and
-// Save (or Close) releases it; the kernel releases it when the process
-// ends however it ends. A server that finds it held (the old pod of a
-// DaemonSet update with maxSurge, still draining into the same hostPath)
-// starts at once from the file as it is, logs whose lock it is, leaves
-// the file alone, and takes it over within 100 ms of the holder's exit,
-// reading what the holder saved; its own Save keeps the freshest level.
+// The file is one server's at a time, for the life of that server:
+// Start takes the flock(2) of STATE_DIR/learned-rates.lock
+// (internal/statedir) without waiting and Save (or Close) releases it;
+// the kernel releases it when the process ends however it ends. A
+// server that finds it held (the old pod of a DaemonSet update with
+// maxSurge, still draining into the same hostPath) starts at once from
+// the file as it is, logs whose lock it is, leaves the file alone, and
+// takes it over within 100 ms of the holder's exit, reading what the
+// holder saved; its own Save keeps the freshest level.
 package learned

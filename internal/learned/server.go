@@ -3,15 +3,28 @@ package learned
 import (
 	"errors"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/pause"
 )
+
+// LockFile is the file in the state directory whose lock says which
+// server owns File: the one that holds it writes File, the others read it.
+const LockFile = "learned-rates.lock"
+
+// lockPoll is how often a server that found the lock held tries it again.
+const lockPoll = 100 * time.Millisecond
+
+// tryLock takes dir's LockFile without waiting: a *statedir.HeldError
+// naming the holder when another process holds it.
+func tryLock(dir string) (*statedir.Lock, error) {
+	return statedir.TryAcquire(dir, statedir.Config{File: LockFile})
+}
 
 // The defaults of Server's zero fields: pause's own.
 const (
@@ -87,10 +100,11 @@ func (s Server) Start() *Start {
 	}
 	path := filepath.Join(s.Dir, File)
 	lock, lerr := tryLock(s.Dir)
+	held, _ := errors.AsType[*statedir.HeldError](lerr)
 	switch {
-	case errors.Is(lerr, errHeld):
+	case held != nil:
 		st.log.Warn("learned rates: another server holds the state directory's file (still draining?); starting from it as it is, not writing it until that server has exited",
-			"lock", filepath.Join(s.Dir, LockFile), "holder", readHolder(s.Dir).String())
+			"lock", held.Path, "holder", held.Holder.String())
 	case lerr != nil:
 		st.log.Warn("learned rates: no lock on the state directory; going on without it", "error", lerr)
 	default:
@@ -106,7 +120,7 @@ func (s Server) Start() *Start {
 		st.log.Info("learned rates loaded", "file", path, "estimate", r.Estimate,
 			"observations", r.Observations, "learned_concurrency", r.LearnedLimit, "written", r.Written)
 	}
-	if !errors.Is(lerr, errHeld) {
+	if held == nil {
 		st.recordLimit(path)
 		return st
 	}
@@ -129,7 +143,7 @@ func (st *Start) takeOver(path string) {
 		case <-t.C:
 		}
 		lock, err := tryLock(st.srv.Dir)
-		if errors.Is(err, errHeld) {
+		if _, held := errors.AsType[*statedir.HeldError](err); held {
 			continue
 		}
 		st.mu.Lock()
@@ -182,7 +196,7 @@ func (st *Start) Close() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.lock != nil {
-		st.lock.Close() // releases the flock
+		st.lock.Release()
 		st.lock = nil
 	}
 }
@@ -231,9 +245,9 @@ type Start struct {
 	stop chan struct{} // closed by Close: takeOver ends
 	done chan struct{} // closed when takeOver has ended
 
-	mu   sync.Mutex // takeOver sets last and lock
-	last *Rates     // what the last shutdown wrote; nil: nothing readable
-	lock *os.File   // LockFile, flocked: the file is this server's; nil: not (yet)
+	mu   sync.Mutex     // takeOver sets last and lock
+	last *Rates         // what the last shutdown wrote; nil: nothing readable
+	lock *statedir.Lock // LockFile's: the file is this server's; nil: not (yet)
 }
 
 // Config returns the Preserver's Limit, MaxLimit and Estimator (the
@@ -320,10 +334,10 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 	path := filepath.Join(st.srv.Dir, File)
 	if st.lock == nil {
 		lock, err := tryLock(st.srv.Dir)
-		switch {
-		case errors.Is(err, errHeld):
+		switch held, _ := errors.AsType[*statedir.HeldError](err); {
+		case held != nil:
 			st.log.Warn("learned rates not saved: another server holds the state directory's file and saves its own",
-				"lock", filepath.Join(st.srv.Dir, LockFile), "holder", readHolder(st.srv.Dir).String())
+				"lock", held.Path, "holder", held.Holder.String())
 			return
 		case err != nil:
 			st.log.Warn("learned rates: no lock on the state directory; saving without it", "error", err)

@@ -273,7 +273,7 @@ func (r *Runsc) forgetOtherNamespaces() error {
 // "runsc" is NewRunsc(stateDir/runsc), without the runsc state other PID namespaces
 // left, and fails when real sandboxes cannot run here (runsc.Usable).
 //
-// The caller must hold the state directory's lock (examples/internal/statedir): the
+// The caller must hold the state directory's lock (internal/statedir): the
 // runsc state of other PID namespaces is dead only when no other server runs on the
 // directory, and a server still draining into it would lose its checkpoints with it.
 func NewRuntime(name, stateDir string, pauseLatency time.Duration, jitter float64) (Runtime, error) {

@@ -7,7 +7,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/drainkit/drainkit/examples/internal/statedir"
+	"github.com/drainkit/drainkit/internal/statedir"
 )
 
 // open is a server's start: the lock first, then the directory's contents.

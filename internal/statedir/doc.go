@@ -30,7 +30,12 @@
 //     own SIGTERM: the kubelet ends a pod that waited for its whole grace), with an error
 //     that names the holder and why it gave up; it has then created the directory and the
 //     lock file, and touched nothing else.
+//   - TryAcquire does not wait: it takes the lock or returns a *HeldError naming the
+//     holder, and makes nothing but the lock file. internal/learned holds its rates file
+//     so, on its own lock file (Config.File: learned-rates.lock), and starts at once
+//     when another server holds it.
 //   - Not done: the lock binds only servers that take it, on one kernel. A server inside
 //     a gVisor sandbox locks within its sandbox; two hosts sharing a network file system
-//     get whatever that file system makes of flock.
+//     get whatever that file system makes of flock. Where flock(2) does not exist (not
+//     unix) the lock is always taken.
 package statedir

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -206,4 +208,27 @@ func TestUnusableDirectoryIsNamed(t *testing.T) {
 	_, err := Acquire(context.Background(), filepath.Join(file, "state"), Config{})
 	require.ErrorContains(t, err, "state directory")
 	require.ErrorContains(t, err, file)
+}
+
+// TryAcquire does not wait: while another holds the lock it returns a *HeldError naming
+// the lock file and the holder; each Config.File is a lock of its own; it makes no
+// directory.
+func TestTryAcquireNamesTheHolderWithoutWaiting(t *testing.T) {
+	dir := t.TempDir()
+	old, err := TryAcquire(dir, Config{File: "rates.lock", Owner: "old"})
+	require.NoError(t, err)
+	_, err = TryAcquire(dir, Config{File: "rates.lock"})
+	held, ok := errors.AsType[*HeldError](err)
+	require.True(t, ok, "%v", err)
+	assert.Equal(t, filepath.Join(dir, "rates.lock"), held.Path)
+	assert.Equal(t, "old", held.Holder.Owner)
+	other, err := TryAcquire(dir, Config{})
+	require.NoError(t, err, "LockFile is another lock")
+	require.NoError(t, other.Release())
+	require.NoError(t, old.Release())
+	next, err := TryAcquire(dir, Config{File: "rates.lock"})
+	require.NoError(t, err)
+	require.NoError(t, next.Release())
+	_, err = TryAcquire(filepath.Join(dir, "none"), Config{})
+	assert.ErrorIs(t, err, fs.ErrNotExist, "no directory made")
 }

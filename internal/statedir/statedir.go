@@ -1,6 +1,7 @@
 package statedir
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,13 +10,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
-// LockFile is the file in the state directory that the lock is taken on.
+// LockFile is the file in the state directory that the lock is taken on, unless
+// Config.File names another.
 const LockFile = "state.lock"
 
 // Defaults of Config's zero fields.
@@ -29,6 +28,9 @@ const (
 // Config configures Acquire. The zero value waits until ctx ends, logs nothing and names
 // its owner by $POD_NAME or the host name.
 type Config struct {
+	// File is the lock file's name in the directory; empty: LockFile. A lock that guards
+	// one file of the directory, not all of it, has its own (internal/learned's).
+	File string
 	// Owner names this process in the lock file, beside its PID, for a server waiting for
 	// the directory: the pod's name. Empty: $POD_NAME (the downward API's pod name, as the
 	// servers' manifests set it), else the host name.
@@ -93,7 +95,7 @@ func (l *Lock) Release() error {
 }
 
 // Acquire takes the exclusive lock of the state directory dir, creating dir (mode 0700)
-// and its LockFile if need be, and writes this process's Holder into the file. While
+// and its lock file if need be, and writes this process's Holder into the file. While
 // another process holds the lock it waits: it logs that it waits and for whom at once and
 // every cfg.LogEvery, tries again every cfg.Poll, and returns as soon as it has the lock.
 //
@@ -114,15 +116,38 @@ func Acquire(ctx context.Context, dir string, cfg Config) (*Lock, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	path := filepath.Join(dir, LockFile)
+	return acquire(dir, cfg, func(f *os.File) error { return wait(ctx, f, dir, cfg) })
+}
+
+// A HeldError is TryAcquire's error when another process holds the lock.
+type HeldError struct {
+	// Path is the lock file's.
+	Path string
+	// Holder is what the lock file says of the process holding the lock.
+	Holder Holder
+}
+
+func (e *HeldError) Error() string { return e.Path + ": held by " + e.Holder.String() }
+
+// TryAcquire takes the lock as Acquire does, without waiting and without creating dir:
+// a *HeldError when another process holds it. Of cfg it reads File and Owner.
+func TryAcquire(dir string, cfg Config) (*Lock, error) {
+	return acquire(dir, cfg, func(f *os.File) error { return &HeldError{Path: f.Name(), Holder: readHolder(f.Name())} })
+}
+
+// acquire opens dir's lock file and takes its lock, calling held when another process
+// holds it (its error is acquire's, its nil that held took the lock), and writes this
+// process as the holder.
+func acquire(dir string, cfg Config, held func(*os.File) error) (*Lock, error) {
+	name := cmp.Or(cfg.File, LockFile)
 	// Never O_TRUNC: the file names the holder for whoever waits.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state directory %s: %w", dir, err)
 	}
 	ok, err := tryLock(f)
 	if err == nil && !ok {
-		err = wait(ctx, f, dir, cfg)
+		err = held(f)
 	}
 	if err != nil {
 		f.Close()
@@ -130,27 +155,9 @@ func Acquire(ctx context.Context, dir string, cfg Config) (*Lock, error) {
 	}
 	if err := writeHolder(f, cfg.Owner); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("state directory %s: writing the holder into %s: %w", dir, LockFile, err)
+		return nil, fmt.Errorf("state directory %s: writing the holder into %s: %w", dir, name, err)
 	}
 	return &Lock{f: f, dir: dir}, nil
-}
-
-// tryLock tries the exclusive flock of f without blocking: false when another open file
-// holds it. (flock, not fcntl's POSIX locks, which closing any descriptor of the file in
-// the process would release: reading the lock file to name the holder would have.)
-func tryLock(f *os.File) (bool, error) {
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, unix.EWOULDBLOCK):
-			return false, nil
-		case errors.Is(err, unix.EINTR):
-			continue
-		}
-		return false, fmt.Errorf("state directory %s: flock: %w", filepath.Dir(f.Name()), err)
-	}
 }
 
 // wait waits until tryLock takes f's lock, ctx ends or one of cfg.Signals arrives.
@@ -178,11 +185,7 @@ func wait(ctx context.Context, f *os.File, dir string, cfg Config) error {
 		case <-ctx.Done():
 			return gaveUp(ctx.Err())
 		case sig := <-sigs:
-			name := sig.String()
-			if n, ok := sig.(syscall.Signal); ok {
-				name = unix.SignalName(n)
-			}
-			return gaveUp(errors.New(name + " received"))
+			return gaveUp(errors.New(signalName(sig) + " received"))
 		case <-say.C:
 			holder = readHolder(f.Name())
 			cfg.Logger.Warn("still waiting for the state directory", "dir", dir, "holder", holder.String(),
