@@ -27,6 +27,19 @@ const (
 	Pause      Class = "pause"
 	Checkpoint Class = "checkpoint"
 	Delete     Class = "delete"
+	// Stream is a call that lasts as long as its client keeps it open: a
+	// log follow, an attach, a watch, a long-poll. Like any class it is
+	// rejected once the gate closes unless Exempt; unlike the others it is
+	// never waited for, since it does not end by itself: neither Wait nor
+	// Shutdown's gate wait and preserve phase wait for it, and a request
+	// admitted as a Stream by Admit or Middleware has its context
+	// cancelled (cause ErrDraining) when Shutdown's preserve phase ends, so
+	// that a handler that returns when its request's context ends lets the
+	// server's shutdown step end at once. A call that starts a sandbox and
+	// then streams (a create that attaches) is a Stream that enters the
+	// gate again as a Create for its start: Enter(Create) once admitted,
+	// leave once the sandbox is listed.
+	Stream Class = "stream"
 )
 
 // ErrDraining is returned (wrapped) by Gate.Enter for an operation of a
@@ -58,10 +71,12 @@ type Gate struct {
 	closed   bool
 	draining chan struct{} // closed by Close; made lazily
 	inflight map[Class]int
-	gated    int                 // in-flight operations of gated classes
-	idle     chan struct{}       // closed when gated drops to 0; nil while gated == 0
-	left     chan struct{}       // closed when any operation leaves, for waitClasses; nil when none waits
-	rejects  metric.Int64Counter // set by New, or the global provider's at the first rejection
+	gated    int                              // in-flight operations of gated classes, streams apart
+	idle     chan struct{}                    // closed when gated drops to 0; nil while gated == 0
+	left     chan struct{}                    // closed when any operation leaves, for waitClasses; nil when none waits
+	rejects  metric.Int64Counter              // set by New, or the global provider's at the first rejection
+	streams  map[*int]context.CancelCauseFunc // the Middleware's streams in flight, ended by endStreams
+	ended    bool                             // endStreams ran: a stream admitted now ends at once
 }
 
 // setRejects makes the gate count its rejections in c.
@@ -88,9 +103,12 @@ func (g *Gate) rejectedLocked(c Class) {
 // function that the caller must call when the operation ends; calling it
 // more than once has no further effect. Once the gate is closed, Enter
 // returns an error wrapping ErrDraining for a gated class and leaves the
-// counts unchanged; exempt classes are always admitted.
+// counts unchanged; exempt classes are always admitted. A Stream admitted
+// by Enter is counted but never waited for, nor ended: its server's
+// shutdown ends it (see Stream).
 func (g *Gate) Enter(c Class) (leave func(), err error) {
 	exempt := slices.Contains(g.Exempt, c)
+	waited := !exempt && c != Stream
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed && !exempt {
@@ -101,17 +119,17 @@ func (g *Gate) Enter(c Class) (leave func(), err error) {
 		g.inflight = make(map[Class]int)
 	}
 	g.inflight[c]++
-	if !exempt {
+	if waited {
 		if g.gated == 0 {
 			g.idle = make(chan struct{})
 		}
 		g.gated++
 	}
 	var once sync.Once
-	return func() { once.Do(func() { g.leave(c, exempt) }) }, nil
+	return func() { once.Do(func() { g.leave(c, waited) }) }, nil
 }
 
-func (g *Gate) leave(c Class, exempt bool) {
+func (g *Gate) leave(c Class, waited bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.inflight[c]--
@@ -119,7 +137,7 @@ func (g *Gate) leave(c Class, exempt bool) {
 		close(g.left)
 		g.left = nil
 	}
-	if exempt {
+	if !waited {
 		return
 	}
 	g.gated--
@@ -224,7 +242,8 @@ func (g *Gate) waitClasses(ctx context.Context, cs []Class) error {
 // Wait blocks until no operation of a gated class is in flight, or ctx is
 // done, in which case it returns ctx.Err(). Exempt operations are not waited
 // for: they keep being admitted while draining, so waiting for them might
-// never end. Wait is meant to be called after Close; before it, new gated
+// never end; nor are streams (Stream), which last as long as their
+// clients keep them. Wait is meant to be called after Close; before it, new gated
 // operations can start while Wait waits.
 func (g *Gate) Wait(ctx context.Context) error {
 	g.mu.Lock()
@@ -238,5 +257,45 @@ func (g *Gate) Wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// errStreamEnded is the cause with which endStreams cancels a stream's
+// request context.
+var errStreamEnded = fmt.Errorf("%w: the sandboxes are preserved, the server is shutting down (stream ended)", ErrDraining)
+
+// addStream registers cancel, the context of a stream the Middleware
+// admitted, and returns its unregister function. A stream admitted after
+// endStreams ran is cancelled at once.
+func (g *Gate) addStream(cancel context.CancelCauseFunc) (remove func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended {
+		cancel(errStreamEnded)
+		return func() {}
+	}
+	if g.streams == nil {
+		g.streams = make(map[*int]context.CancelCauseFunc)
+	}
+	key := new(int)
+	g.streams[key] = cancel
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		delete(g.streams, key)
+	}
+}
+
+// endStreams cancels the context of every stream the Middleware admitted,
+// and of every one it admits from now on (an exempt Stream): Shutdown
+// calls it once the preserve phase ended, so that the server's shutdown
+// step does not wait for calls that never end by themselves.
+func (g *Gate) endStreams() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ended = true
+	for key, cancel := range g.streams {
+		cancel(errStreamEnded)
+		delete(g.streams, key)
 	}
 }

@@ -221,3 +221,19 @@ func TestShutdownHTTPReturnsNilWhenIdle(t *testing.T) {
 	require.Error(t, err, "listener closed")
 	assert.False(t, errors.Is(err, context.DeadlineExceeded))
 }
+
+// A Stream is counted and gated, but Wait does not wait for it: it lasts
+// as long as its client.
+func TestGateWaitDoesNotWaitForAStream(t *testing.T) {
+	var g Gate
+	leave, err := g.Enter(Stream)
+	require.NoError(t, err)
+	defer leave()
+	g.Close()
+	assert.Equal(t, 1, g.InFlight(Stream))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.NoError(t, g.Wait(ctx), "nothing to wait for")
+	_, err = g.Enter(Stream)
+	assert.ErrorIs(t, err, ErrDraining, "no new stream once closed")
+}

@@ -22,7 +22,10 @@ const defaultRetryAfter = 5 * time.Second
 // starts its sandbox in the background and returns first (202 Accepted)
 // must have the Lister list that sandbox from then on, booting or not, or
 // keep the operation in flight until it runs (Enter, and leave once
-// running), or a drain can miss it.
+// running), or a drain can miss it. A request of class Stream is not
+// waited for, and its context is cancelled when Shutdown's preserve phase
+// ends (see Stream): a handler that streams until its client leaves must
+// return when r.Context() ends.
 func (g *Gate) Admit(c Class, h http.Handler) http.Handler {
 	return g.Middleware(func(*http.Request) Class { return c })(h)
 }
@@ -32,13 +35,20 @@ func (g *Gate) Admit(c Class, h http.Handler) http.Handler {
 func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler) http.Handler {
 	return func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			leave, err := g.Enter(classify(r))
+			c := classify(r)
+			leave, err := g.Enter(c)
 			if err != nil {
 				w.Header().Set("Retry-After", retryAfterSeconds(g.RetryAfter))
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 			defer leave()
+			if c == Stream {
+				ctx, cancel := context.WithCancelCause(r.Context())
+				defer cancel(nil)
+				defer g.addStream(cancel)()
+				r = r.WithContext(ctx)
+			}
 			h.ServeHTTP(w, r)
 		})
 	}

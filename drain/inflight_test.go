@@ -2,6 +2,9 @@ package drain
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"syscall"
 	"testing"
@@ -71,6 +74,7 @@ func TestSandboxOfACreateInFlightPastTheGateWaitIsPreservedOrFailsThePhase(t *te
 				require.Error(t, rep.Err(), "a sandbox running at SIGKILL fails the shutdown")
 				assert.Contains(t, rep.Err().Error(), "gated operations admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): create: 1")
 				assert.Equal(t, Failed, rep.Phase(PhasePreserve).Result)
+				assert.Contains(t, rep.Err().Error(), "is a drain.Stream, not a create", "a stream admitted as a create is told apart")
 			})
 		})
 	}
@@ -96,5 +100,70 @@ func TestOtherGatedOperationsInFlightDoNotHoldThePreservePhase(t *testing.T) {
 		assert.Equal(t, OK, p.Result, p.Error)
 		assert.Less(t, p.Duration, 300*time.Millisecond, "it ended with its preserves, not at its deadline")
 		require.NoError(t, rep.Err())
+	})
+}
+
+// A stream (a log follow that lasts as long as its client) admitted as a
+// Stream holds neither the gate wait nor the preserve phase, and ends when
+// the preserve phase does, so that the server's shutdown step, which
+// waits for the requests still open, ends at once. Before, the one-call
+// path offered only Create (Server.Admit): the stream held the gate wait to
+// its deadline and the preserve phase to its own, failed it ("create: 1
+// still in flight"), and the server's step waited for it until its
+// deadline.
+//
+//	0 s     stream open; SIGTERM, no preStop: grace 4 s, preserve deadline 2.25 s
+//	0 s     gate: nothing to wait for
+//	0.2 s   the two sandboxes preserved (100 ms each, one at a time); the stream ends
+//	0.2 s   http: the stream's handler has returned
+func TestAStreamHoldsNoWaitAndEndsWithThePreservePhase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		handled := make(chan struct{})
+		f := newFixture(t, fixtureOpts{grace: 4 * time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 1,
+			steps: []Step{step("http", 250*time.Millisecond, func(ctx context.Context) error {
+				select { // as srv.Shutdown waits for the requests still open
+				case <-handled:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})}})
+		var cause error
+		follow := f.d.Gate().Admit(Stream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for {
+				_, _ = io.WriteString(w, "a log line\n")
+				select {
+				case <-r.Context().Done():
+					cause = context.Cause(r.Context())
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}))
+		go func() {
+			defer close(handled)
+			follow.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/sandboxes/sb-0/logs?follow=1", nil))
+		}()
+		synctest.Wait()
+		require.Equal(t, 1, f.d.Gate().InFlight(Stream))
+
+		sigs := make(chan os.Signal, 1)
+		sigs <- syscall.SIGTERM
+		rep := f.d.ServeSignals(t.Context(), sigs)
+
+		g := rep.Phase(PhaseGate)
+		assert.Equal(t, OK, g.Result, g.Error)
+		assert.Zero(t, g.Duration, "nothing to wait for")
+		p := rep.Phase(PhasePreserve)
+		assert.Equal(t, OK, p.Result, p.Error)
+		assert.Less(t, p.Duration, 300*time.Millisecond, "it ended with its preserves, not at its deadline")
+		h := rep.Phase("http")
+		assert.Equal(t, OK, h.Result, h.Error)
+		assert.Zero(t, h.Duration, "the stream had ended")
+		require.NoError(t, rep.Err())
+		assert.ErrorIs(t, cause, ErrDraining)
+		rec := httptest.NewRecorder()
+		follow.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/sandboxes/sb-1/logs?follow=1", nil))
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "no new stream on a draining node")
 	})
 }

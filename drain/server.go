@@ -232,7 +232,12 @@ func (s *Server) checkHook() error {
 // answered 503 with Retry-After, so no new sandbox lands on a node that is
 // going away. Gate operations on existing sandboxes through Drainer().Gate().
 // As with Gate.Admit, a create that boots its sandbox after h returned must
-// have it listed from then on.
+// have it listed from then on. A call that streams for as long as its
+// client keeps it open (a log follow, an attach, a long-poll) is no
+// create: admitted here it would hold the preserve phase to its deadline
+// and fail it. Admit it with Drainer().Gate().Admit(drain.Stream, h): new
+// ones get 503 once draining, open ones are not waited for and end (their
+// request's context) once the sandboxes are preserved.
 func (s *Server) Admit(h http.Handler) http.Handler { return s.d.Gate().Admit(Create, h) }
 
 // Drainer returns the Drainer, for what the one-call path does not cover.

@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"log/slog"
@@ -71,12 +72,23 @@ func TestServerOneCallWiringDrainsOnSIGTERM(t *testing.T) {
 	mux.Handle("POST /sandboxes", s.Admit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "created")
 	})))
+	mux.Handle("GET /sandboxes/{id}/logs", s.Drainer().Gate().Admit(Stream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "a log line\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // follows until the client leaves, or the drain ends it
+	})))
 
 	sigs := make(chan os.Signal, 2)
 	code := make(chan int, 1)
 	go func() { code <- s.serve(context.Background(), sigs) }()
 	addrs := <-s.listening
 	api, hook := "http://"+addrs[0].String(), "http://"+addrs[1].String()
+	follow, err := http.Get(api + "/sandboxes/sb-0/logs")
+	require.NoError(t, err)
+	defer follow.Body.Close()
+	line, err := bufio.NewReader(follow.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "a log line\n", line, "the stream is open")
 
 	assert.Equal(t, http.StatusOK, status(t, "POST", api+"/sandboxes"))
 	assert.Equal(t, http.StatusOK, status(t, "GET", api+"/readyz"))
@@ -90,6 +102,12 @@ func TestServerOneCallWiringDrainsOnSIGTERM(t *testing.T) {
 	require.NotNil(t, r.Preserve)
 	assert.Equal(t, 5, r.Preserve.Counts[pause.Preserved])
 	assert.Equal(t, []string{PhaseDrain, PhaseGate, PhasePreserve, "http"}, phaseNames(r))
+	// The open stream held neither the gate wait (10 s here) nor the
+	// server's shutdown: it ended once the sandboxes were preserved.
+	assert.Less(t, r.Phase(PhaseGate).Duration, time.Second)
+	assert.Equal(t, OK, r.Phase("http").Result, r.Phase("http").Error)
+	_, err = io.Copy(io.Discard, follow.Body)
+	assert.NoError(t, err, "the stream ended cleanly")
 }
 
 // With a secret, the hook refuses a call without it, even from loopback.

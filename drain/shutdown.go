@@ -45,7 +45,10 @@ import (
 //     sandbox may start after the Preserver's last listing, it then waits
 //     for them until its Deadline
 //     and runs the Preserver again for what they started, merged into
-//     Report.Preserve; one still in flight at the Deadline fails the phase;
+//     Report.Preserve; one still in flight at the Deadline fails the phase.
+//     Streams (Stream) are never waited for; when the phase ends, those
+//     the Gate's Middleware admitted have their requests' contexts
+//     cancelled;
 //  3. every Step in order, each under its own window, even when
 //     preservation partly failed or an earlier step failed. A step that has
 //     not returned shortly after its deadline is abandoned, still running,
@@ -143,6 +146,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	d.phase(ctx, rep, PhasePreserve, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
 		d.preservePhase(ctx, rep, w, p)
 	})
+	d.gate.endStreams() // the sandboxes they stream from are preserved or lost: the server's step must not wait for them
 	d.eventLost(rep)
 	for i, s := range d.steps {
 		d.phase(ctx, rep, d.phases[i].Name, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
@@ -329,7 +333,8 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 		p.Result, p.Error = Failed, pr.Err().Error()
 	case len(inflight) > 0:
 		p.Result, p.Error = Failed, fmt.Sprintf("gated operations admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): %s: "+
-			"a sandbox they start is not preserved", classCounts(inflight))
+			"a sandbox they start is not preserved (a call that streams for as long as its client keeps it open is a drain.Stream, not a %s)",
+			classCounts(inflight), firstClass(inflight))
 	default:
 		p.Result = OK
 	}
@@ -359,6 +364,16 @@ func (d *Drainer) preserveAfterInFlight(ctx context.Context, pr *pause.Report, r
 	}
 	mergeSweep(pr, more)
 	return nil, nil
+}
+
+// firstClass is the first class of startClasses with a count in m.
+func firstClass(m map[Class]int) Class {
+	for _, c := range startClasses {
+		if m[c] > 0 {
+			return c
+		}
+	}
+	return Create
 }
 
 // classCounts writes counts by class in the order of startClasses:
