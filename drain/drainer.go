@@ -423,7 +423,7 @@ func (e shortfallError) detail(fields bool) string {
 	if fields {
 		fmt.Fprintf(&b, "preserve %v (%s: %d round of %v)", e.preserve, e.estField, e.rounds, e.estimate)
 	} else {
-		fmt.Fprintf(&b, "preserve %v (%d round of %v, the default estimate of one preserve)", e.preserve, e.rounds, e.estimate)
+		fmt.Fprintf(&b, "preserve %v (%d round of %v, the estimate of one preserve: %s, 1s when unset)", e.preserve, e.rounds, e.estimate, EnvPreserveEstimate)
 	}
 	for _, s := range e.steps {
 		if fields {
@@ -433,7 +433,7 @@ func (e shortfallError) detail(fields bool) string {
 		}
 	}
 	if !fields {
-		b.WriteString("; raise the grace period, or build the Drainer with drain.New and a Config.Pause.Estimator of the time one preserve takes")
+		b.WriteString("; raise the grace period, or set " + EnvPreserveEstimate + " to the time one preserve takes")
 	}
 	return b.String()
 }

@@ -49,6 +49,20 @@ const (
 	// duration. It needs EnvPodName and API access; without them it is
 	// ignored, with a warning. Unset: not known.
 	EnvKubeletGrace = "DRAINKIT_KUBELET_GRACE"
+	// EnvPreserveEstimate is the time one preserve takes on this node, as
+	// whole seconds or a Go duration ("500ms"): the start of the
+	// Estimator (Config.Pause.Estimator), which learns from every preserve
+	// measured. The plan reserves the preserve phase's time from it until
+	// then (and from a sandbox's own estimate, pause.Estimated), and that
+	// reserve is what ends the preStop wait: set too low, the wait leaves
+	// the preserves too little time. Unset: 1 s.
+	EnvPreserveEstimate = "DRAINKIT_PRESERVE_ESTIMATE"
+	// EnvSandboxTimeout is Config.Pause.SandboxTimeout, as whole seconds
+	// or a Go duration: a preserve still running this long after its
+	// first attempt is given up (timed_out), and one that ignores its
+	// context is abandoned a second later, its slot given to the next
+	// sandbox. Unset: no bound of its own, only the phase's deadlines.
+	EnvSandboxTimeout = "DRAINKIT_SANDBOX_TIMEOUT"
 )
 
 // defaultHookListen is where a Server serves the preStop hook when
@@ -80,8 +94,8 @@ type Server struct {
 // run after preservation and before srv's shutdown, which is always the
 // last step (a device teardown such as a *ublk.Teardown goes here). It
 // reads EnvGrace (or, unset, the pod's spec through the API server when
-// EnvPodName is set), EnvPodName, EnvKubeletGrace, EnvHookListen and
-// EnvHookSecret, and wraps
+// EnvPodName is set), EnvPodName, EnvKubeletGrace, EnvHookListen,
+// EnvHookSecret, EnvPreserveEstimate and EnvSandboxTimeout, and wraps
 // srv.Handler to answer GET /readyz (503 once draining). Errors name the
 // variable or argument that is wrong; they come now, not at SIGTERM.
 func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server, error) {
@@ -105,13 +119,18 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	if err != nil {
 		return nil, err
 	}
+	pc, err := pauseFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	budget, err := deadline.New(grace, deadline.Config{Logger: s.log})
 	if err != nil {
 		return nil, fmt.Errorf("drain: %s: %w", EnvGrace, err)
 	}
 	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
 	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
-	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod, KubeletGrace: kubelet}); err != nil {
+	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod, KubeletGrace: kubelet,
+		Pause: pc}); err != nil {
 		var short shortfallError
 		if errors.As(err, &short) { // the grace, not a Config field the caller never saw
 			src := fmt.Sprintf("the pod's spec.terminationGracePeriodSeconds (%v)", grace)
@@ -195,6 +214,26 @@ func (s *Server) kubeletGrace(pod *kube.Pod) (time.Duration, error) {
 	s.log.Warn("drain: "+EnvKubeletGrace+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+
 		"only the pod's missing deletionTimestamp tells the kubelet's own termination from a deletion", "kubelet_grace", g)
 	return 0, nil
+}
+
+// pauseFromEnv is the Preserver's configuration from EnvPreserveEstimate
+// and EnvSandboxTimeout; the zero Config when neither is set.
+func pauseFromEnv() (pause.Config, error) {
+	var pc pause.Config
+	if os.Getenv(EnvPreserveEstimate) != "" {
+		est, err := durationEnv(EnvPreserveEstimate)
+		if err != nil {
+			return pc, err
+		}
+		pc.Estimator = deadline.NewEstimator(est)
+	}
+	if os.Getenv(EnvSandboxTimeout) != "" {
+		var err error
+		if pc.SandboxTimeout, err = durationEnv(EnvSandboxTimeout); err != nil {
+			return pc, err
+		}
+	}
+	return pc, nil
 }
 
 // durationEnv reads the variable name: whole seconds or a positive Go

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -214,4 +215,41 @@ func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 func TestServerRunListensWhereListenAndServeWould(t *testing.T) {
 	assert.Equal(t, ":http", listenAddr(&http.Server{}))
 	assert.Equal(t, "127.0.0.1:8080", listenAddr(&http.Server{Addr: "127.0.0.1:8080"}))
+}
+
+// The one-call path takes the estimate of one preserve and the bound of
+// each from the environment, as drain.New takes them from Config.Pause:
+// before, it could set neither, so the plan reserved 1 s a round (the
+// default Estimator) for VMs whose preserve takes 8 s, and a hung preserve
+// held its slot until the budget's deadline.
+//
+//	0 s    Shutdown, no preStop: grace 60 s; "hung" never returns, "sb-0" takes 1 s
+//	3 s    "hung" given up (its SandboxTimeout), abandoned a second later
+func TestNewServerTakesThePreserveEstimateAndSandboxTimeoutFromTheEnvironment(t *testing.T) {
+	for k, v := range map[string]string{EnvGrace: "60", EnvHookListen: "", EnvHookSecret: "", EnvPodName: "",
+		EnvKubeletGrace: "", EnvPreserveEstimate: "8s", EnvSandboxTimeout: "3"} {
+		t.Setenv(k, v)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "hung", Faults: []fakesandbox.Fault{fakesandbox.Hang}, HangFor: 30 * time.Second})
+		node.AddN("sb", 1, time.Second)
+		s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, node)
+		require.NoError(t, err)
+		assert.Equal(t, 8*time.Second, s.Drainer().Plan().Window(PhasePreserve).Reserve, "one round of the estimate, before any count")
+
+		rep := s.Drainer().Shutdown(context.Background())
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, 1, rep.Preserve.Counts[pause.Preserved])
+		assert.Equal(t, 1, rep.Preserve.Counts[pause.TimedOut], "the hung preserve was given up")
+		assert.Less(t, rep.Phase(PhasePreserve).Duration, 5*time.Second, "at its bound, not at the phase's deadline")
+		time.Sleep(30 * time.Second) // the hung preserve's goroutine returns
+	})
+	t.Setenv(EnvPreserveEstimate, "soon")
+	_, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	assert.ErrorContains(t, err, EnvPreserveEstimate+`="soon"`)
+	t.Setenv(EnvPreserveEstimate, "")
+	t.Setenv(EnvSandboxTimeout, "-1s")
+	_, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	assert.ErrorContains(t, err, EnvSandboxTimeout+`="-1s"`)
 }
