@@ -81,7 +81,11 @@
 //     in-flight pauses finish; a sandbox a user resumed after its pause is
 //     listed again and paused again: the server admits resumes until its
 //     own shutdown), lists once more and pauses whatever runs again since
-//     (the final sweep, within half the server step's time), sends the
+//     (the final sweep, within half the server step's time; with -api
+//     agentenv every sandbox not paused, so also one being snapshotted or
+//     forked, which AgentENV lists as paused and which runs again after:
+//     its pause is retried until it runs, and it is lost, with the state
+//     in its entry's error, if it never does in that time), sends the
 //     server its SIGTERM with the time left, waits for it (SIGKILL at the
 //     step's deadline so the daemon still gets its turn), stops the daemon with drainkit's ublk teardown (it waits
 //     until no process holds a device; on a kernel not known fixed, holders

@@ -81,6 +81,7 @@ type supervisor struct {
 	stderr    io.Writer
 	budget    *deadline.Budget
 	src       *httpsource.Source
+	sweepList pause.Lister // what the final sweep lists: src's running ones, or notPaused's (settle.go)
 	drainer   *drain.Drainer
 	preserver *limited
 	learned   *learned.Start // from what the last drain learned (-state-dir); saves this one's
@@ -122,6 +123,12 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	api.Logger, api.MeterProvider, api.Client, api.APIKey = s.log, s.meters, cfg.client, cfg.apiKey
 	if s.src, err = httpsource.New(cfg.serverURL, api); err != nil {
 		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
+	}
+	s.sweepList = s.src
+	if cfg.api.API == APIAgentENV {
+		if s.sweepList, err = newNotPaused(s.src, cfg.serverURL, api); err != nil {
+			return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
+		}
 	}
 	steps := []drain.Step{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: deadline.Fixed(stepReserve(cfg.grace))},
 		s.stopServer)}

@@ -28,10 +28,15 @@ import (
 // step's Detail, which drain merges into the preserve phase's before it
 // logs the Report or posts DrainFinished: whatever the sweep cannot pause
 // is lost, in the Report, drain's log line and the supervisor's, and the
-// exit status.
+// exit status. In front of AgentENV the sweep also lists the sandboxes in
+// a transition that AgentENV shows as paused (being snapshotted, forked or
+// paused: settle.go), which no listing of the preserve phase could find:
+// each gets its entry, paused once it runs again, or lost with the state
+// that kept it from being paused.
 
-// sweep lists the server's running sandboxes one last time, within the
-// server step's ctx, and pauses them: none starts after half the step's
+// sweep lists the server's sandboxes that need a pause one last time (the
+// running ones; in front of AgentENV every one not paused: notPaused),
+// within the server step's ctx, and pauses them: none starts after half the step's
 // time, and the ones in flight are waited for until three quarters. It
 // returns its account (nil when it listed nothing), and an error naming
 // the ones it could not pause. A listing that fails is logged and becomes
@@ -63,7 +68,7 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 	start, end := time.Now().Add(left/2), time.Now().Add(left*3/4)
 	sctx, cancel := context.WithDeadline(ctx, start)
 	defer cancel()
-	p, err := pause.New(s.src, pause.Config{
+	p, err := pause.New(s.sweepList, pause.Config{
 		// A Preserver of its own: what the sweep pauses (resumed sandboxes,
 		// a few) says nothing of the node's knee or of a pause's time, which
 		// the drain keeps for the next one.
@@ -93,7 +98,7 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 	if rep.Lost() > 0 {
 		level = slog.LevelError
 	}
-	s.log.Log(ctx, level, "supervisor: final sweep: sandboxes running again after the preserve phase (resumed or created: the server admits both until its own shutdown)",
+	s.log.Log(ctx, level, "supervisor: final sweep: sandboxes running again after the preserve phase (resumed or created: the server admits both until its own shutdown), or not paused yet (snapshotted or forked: they run again after)",
 		"found", len(rep.Entries), "paused", rep.Counts[pause.Preserved], "lost", rep.Lost(), "ids", ids(rep.Entries, nil))
 	if n := rep.Lost(); n > 0 {
 		return rep, fmt.Errorf("final sweep: %d of %d sandboxes running again after the preserve phase not paused: %s",

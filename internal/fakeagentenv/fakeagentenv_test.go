@@ -142,10 +142,21 @@ func TestPauseJoinsAPauseInProgressAndIsIdempotent(t *testing.T) {
 	assert.Empty(t, running, "a snapshotting sandbox is not listed running")
 	done()
 	assert.Equal(t, fakeagentenv.Running, srv.States()[other.SandboxID], "running again after the snapshot")
+	done, err = srv.Fork(other.SandboxID)
+	require.NoError(t, err)
+	resp, _ = do(t, http.MethodPost, ts.URL+"/sandboxes/"+other.SandboxID+"/pause", "")
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, "forking")
+	_, all = do(t, http.MethodGet, ts.URL+"/v2/sandboxes", "")
+	assert.Equal(t, fakeagentenv.Paused, all[0].State, "a forking sandbox shows as paused")
+	_, paused := do(t, http.MethodGet, ts.URL+"/v2/sandboxes?state=paused", "")
+	require.Len(t, paused, 1, "state=paused lists the paused one alone, not the one forking")
+	assert.Equal(t, sb.SandboxID, paused[0].SandboxID)
+	done()
+	assert.Equal(t, fakeagentenv.Running, srv.States()[other.SandboxID], "running again after the fork")
 
 	resp, _ = do(t, http.MethodPost, ts.URL+"/sandboxes/nope/pause", "")
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
-	assert.Equal(t, 1, srv.Stats().Conflicts)
+	assert.Equal(t, 2, srv.Stats().Conflicts)
 }
 
 func TestOnlyPausedSandboxesSurviveARestart(t *testing.T) {

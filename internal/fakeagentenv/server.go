@@ -17,20 +17,22 @@ import (
 )
 
 // Sandbox states. The API shows only running and paused
-// (src/api/impls/sandbox.rs maps pausing and snapshotting to paused, every
-// other state to running); pausing, resuming and snapshotting are the
-// transitional states a pause, a resume and a snapshot pass through.
+// (src/api/impls/sandbox.rs maps pausing, snapshotting and forking to
+// paused, every other state to running); pausing, resuming, snapshotting
+// and forking are the transitional states a pause, a resume, a snapshot
+// and a fork pass through.
 const (
 	Running      = "running"
 	Pausing      = "pausing"
 	Paused       = "paused"
 	Resuming     = "resuming"
 	Snapshotting = "snapshotting"
+	Forking      = "forking"
 )
 
 // shown is the state the API shows for an internal state.
 func shown(state string) string {
-	if state == Pausing || state == Paused || state == Snapshotting {
+	if state == Pausing || state == Paused || state == Snapshotting || state == Forking {
 		return Paused
 	}
 	return Running
@@ -280,6 +282,14 @@ func (s *Server) Snapshot(id string) (done func(), err error) {
 	return s.transition(id, Running, Snapshotting)
 }
 
+// Fork starts a fork of a running sandbox, as POST
+// /sandboxes/{sandboxID}/fork does: the sandbox is forking (listed as
+// paused, not under state=running; a pause answers 409) until done is
+// called, and running again after.
+func (s *Server) Fork(id string) (done func(), err error) {
+	return s.transition(id, Running, Forking)
+}
+
 // transition moves sandbox id, which must be in state from, to the
 // transitional state during until done is called, and to Running after.
 func (s *Server) transition(id, from, during string) (done func(), err error) {
@@ -336,7 +346,7 @@ func (s *Server) Stats() Stats {
 //	GET  /sandboxes                   running sandboxes, one page (deprecated)
 //	POST /sandboxes                   {"memoryMB": N} -> 201 Sandbox; 503 while shutting down
 //	POST /sandboxes/{sandboxID}/pause 204 paused (also already, or by the pause it joined);
-//	                                  409 resuming, snapshotting, or the joined pause failed;
+//	                                  409 resuming, snapshotting, forking, or the joined pause failed;
 //	                                  404 unknown; 500 on FailFirst, FailTerminal
 //	POST /sandboxes/{sandboxID}/resume 204; 409 not paused; 503 while shutting down
 //	DELETE /sandboxes/{sandboxID}     204; 404 unknown

@@ -1,0 +1,101 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/httpsource"
+)
+
+// Sandboxes in transition. AgentENV's API shows a sandbox's state as
+// running or paused only (src/api/impls/sandbox.rs): pausing, paused,
+// snapshotting and forking show as paused; creating, resuming, running and
+// killing as running. A snapshot and a fork return the sandbox to running
+// once they end, and only a paused record survives the process: a sandbox
+// snapshotted or forked through the whole preserve phase is listed paused
+// at every pass, gets no pause and no entry in the Report, and runs again
+// afterwards, until the server step's SIGKILL takes it. GET
+// /v2/sandboxes?state=paused filters on the exact state (paused alone), so
+// the sandboxes the unfiltered listing shows and that one does not are the
+// ones not paused: running, or in a transition. The final sweep pauses
+// those: a pause of one being paused joins that pause (204 once it is
+// paused), one being snapshotted, forked, created or resumed answers 409,
+// retried until it runs again and is paused, or until the sweep's time is
+// up, when it is Failed with the 409 that names its state: lost, in the
+// Report, the log and the exit status.
+
+// notPaused lists every sandbox the server has not paused: the ones its
+// unfiltered listing shows less the ones its state=paused listing shows.
+// Their pauses go through src, the supervisor's Source (its limiter, and
+// what it knows of failed pauses).
+type notPaused struct {
+	src    *httpsource.Source
+	all    *httpsource.Source // the list path, every sandbox listed
+	paused *httpsource.Source // the list path with state=paused
+}
+
+// newNotPaused returns the lister of the sandboxes not paused for the API
+// configuration c (AgentENV's).
+func newNotPaused(src *httpsource.Source, baseURL string, c httpsource.Config) (*notPaused, error) {
+	all := c
+	all.NoStateField = true // every sandbox listed
+	paused := c
+	paused.ListPath = withQuery(c.ListPath, "state=paused")
+	paused.FallbackListPath = "" // the deprecated list has no filter
+	paused.RunningStates = []string{"paused"}
+	l := &notPaused{src: src}
+	var err error
+	if l.all, err = httpsource.New(baseURL, all); err != nil {
+		return nil, err
+	}
+	if l.paused, err = httpsource.New(baseURL, paused); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// withQuery adds the query parameter kv to path.
+func withQuery(path, kv string) string {
+	if strings.Contains(path, "?") {
+		return path + "&" + kv
+	}
+	return path + "?" + kv
+}
+
+// List implements pause.Lister: the sandboxes listed, less the ones listed
+// paused. The paused ones are listed last: a sandbox that finishes its
+// pause between the two listings is left out, one resumed between them is
+// in. A server without the filtered listing (a 404: only the deprecated
+// GET /sandboxes) cannot tell a paused sandbox from one in transition: the
+// running ones are listed, as in the preserve phase.
+func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
+	ids, err := l.all.RunningIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	paused, err := l.paused.RunningIDs(ctx)
+	var se *httpsource.StatusError
+	switch {
+	case errors.As(err, &se) && se.StatusCode == http.StatusNotFound:
+		return l.src.List(ctx)
+	case err != nil:
+		return nil, fmt.Errorf("listing the paused sandboxes: %w", err)
+	}
+	isPaused := make(map[string]bool, len(paused))
+	for _, id := range paused {
+		isPaused[id] = true
+	}
+	out := make([]pause.Sandbox, 0, len(ids))
+	for _, id := range ids {
+		if !isPaused[id] {
+			out = append(out, l.src.Sandbox(id))
+		}
+	}
+	return out, nil
+}

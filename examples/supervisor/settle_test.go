@@ -1,0 +1,109 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Fault: a sandbox snapshotted or forked through the whole drain. AgentENV
+// lists it paused (a snapshot and a fork show as paused), so no pass of the
+// preserve phase listed it and the final sweep did not either: it had no
+// entry in the Report, which said every sandbox preserved, and it ran again
+// once its snapshot ended, until SIGKILL. The sweep now lists every sandbox
+// not paused (state=paused filters on the exact state): the fork that ends
+// within the sweep's time is paused then, the snapshot that never ends is
+// lost, its 409 naming its state, in virtual time:
+//
+//	0 s     SIGTERM (grace 100 s): 2 of 4 sandboxes running, paused in 1 s
+//	1 s     server step: the sweep lists the forking and the snapshotting
+//	        ones; their pauses answer 409, retried
+//	30 s    the fork ends: the sandbox runs, the sweep pauses it
+//	48 s    the sweep's half of the step: the snapshot still runs, Failed
+func TestSandboxesSnapshottedOrForkedThroughTheDrainAreInTheReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, ids := agentenvDouble(t, 4, fakeagentenv.Config{PauseBase: time.Second})
+		endSnapshot, err := srv.Snapshot(ids[0]) // never ends
+		require.NoError(t, err)
+		defer endSnapshot()
+		endFork, err := srv.Fork(ids[1])
+		require.NoError(t, err)
+		go func() { time.Sleep(30 * time.Second); endFork() }()
+
+		rep := drainInProcess(t, srv, "100s")
+
+		require.NotNil(t, rep.Preserve)
+		assert.Len(t, rep.Preserve.Entries, 4, "every sandbox has its entry")
+		assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved])
+		assert.Equal(t, 1, rep.Lost())
+		byID := entries(rep.Preserve)
+		assert.Equal(t, pause.Preserved, byID[ids[1]].Outcome, "paused once its fork ended")
+		assert.Equal(t, pause.Failed, byID[ids[0]].Outcome, "still snapshotting when the sweep's time was up")
+		assert.Contains(t, byID[ids[0]].Error, "snapshotting")
+		assert.Equal(t, fakeagentenv.Paused, srv.States()[ids[1]])
+		require.NotNil(t, rep.Phase(StepServer))
+		assert.Equal(t, drain.Failed, rep.Phase(StepServer).Result, rep.Phase(StepServer).Error)
+	})
+}
+
+// agentenvDouble returns the AgentENV double (API key "k") with n running
+// sandboxes of 1 GiB, and their IDs in creation order.
+func agentenvDouble(t *testing.T, n int, cfg fakeagentenv.Config) (*fakeagentenv.Server, []string) {
+	t.Helper()
+	cfg.APIKey = "k"
+	srv, err := fakeagentenv.New(cfg)
+	require.NoError(t, err)
+	ids := make([]string, n)
+	for i := range ids {
+		sb, err := srv.Create(1024)
+		require.NoError(t, err)
+		ids[i] = sb.SandboxID
+	}
+	return srv, ids
+}
+
+// drainInProcess runs the supervisor's drain (-api agentenv, -grace grace,
+// no daemon) in front of srv, in-process for synctest: SIGTERM now, the
+// preserve phase, then the server step with its final sweep; no server
+// process runs, so the step sends no SIGTERM.
+func drainInProcess(t *testing.T, srv *fakeagentenv.Server, grace string) *drain.Report {
+	t.Helper()
+	cfg, err := parseArgs([]string{"-api", "agentenv", "-grace", grace, "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	cfg.apiKey, cfg.client = "k", &http.Client{Transport: handlerTransport{srv.Handler()}}
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	sup.server = &child{name: StepServer, done: make(chan struct{})} // never exits
+	step := drain.NewStep(sup.steps[0].Phase(), func(ctx context.Context) (any, error) {
+		swept, err := sup.sweep(ctx)
+		if swept == nil {
+			return nil, err
+		}
+		return swept, err
+	})
+	d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.src, Preserver: sup.preserver, Steps: []drain.Step{step}})
+	require.NoError(t, err)
+	sup.budget.OnSIGTERM(time.Now())
+	return d.Shutdown(context.Background())
+}
+
+// entries returns the Report's entries by ID.
+func entries(rep *pause.Report) map[string]pause.Entry {
+	out := make(map[string]pause.Entry, len(rep.Entries))
+	for _, e := range rep.Entries {
+		out[e.ID] = e
+	}
+	return out
+}
