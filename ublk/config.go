@@ -150,11 +150,12 @@ type config struct {
 	lastResortOff     bool
 	// killHolders is the holder half of the last resort; tests of this
 	// package replace it (a fake procfs has no process to kill).
-	killHolders func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate)
-	openControl func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
-	logger      *slog.Logger
-	tp          trace.TracerProvider
-	mp          metric.MeterProvider
+	killHolders   func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate)
+	openControl   func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
+	beforeProcess func(dir string)                                      // the holders scan's test hook
+	logger        *slog.Logger
+	tp            trace.TracerProvider
+	mp            metric.MeterProvider
 }
 
 // fieldErr is New's error about one field of Config.
@@ -201,6 +202,7 @@ func (c Config) check() (config, error) {
 		exitWait:       orDur(c.ExitWait, 5*time.Second),
 		lastResortOff:  c.NoLastResort,
 		killHolders:    killDoomed,
+		beforeProcess:  c.hooks.BeforeProcess,
 		logger:         c.Logger,
 		tp:             c.TracerProvider,
 		mp:             c.MeterProvider,

@@ -42,7 +42,11 @@
 // mappings are not read within blockdev.MapsWait, or that has a ring
 // mapped and no ring fd may hold a disk through them: it is a possible
 // holder (Holder.Kind "possible") of every disk, and the step treats it
-// as one that does until the holder wait ends. Each scan reads it again,
+// as one that does until the holder wait ends. So are, with no PID, the
+// processes a holders scan did not reach: no scan reads procfs past the
+// end of the last resort's part of the reserve, where the daemon's stop
+// needs its part (a loaded node's procfs takes seconds to read); a process
+// a scan did not reach keeps what the last scan that read it found. Each scan reads it again,
 // so a ring busy only now and then is soon listed and the process known
 // for what it is; one never listed is waited for until the last-resort
 // point, then killed when doomed (below), and otherwise set aside: the

@@ -5,6 +5,7 @@ package ublk
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -102,5 +103,95 @@ func TestStepSetsAsideAPossibleHolderAtTheEndOfTheHolderWait(t *testing.T) {
 		assert.Less(t, req.Start.Sub(rep.Start), 2*time.Second+2*td.cfg.poll, "asked when it ends")
 		assert.Equal(t, VerdictStopped, rep.Device(0).Verdict)
 		assert.Equal(t, []string{"request", "stop 0", "delete 0", "exit done"}, d.Events(), "the daemon was asked to stop, and stopped its device")
+	})
+}
+
+// slowProcfs fills f's procfs with n processes, each holding nothing, and
+// returns the hook that makes the holders scan read each in per, in
+// virtual time: a loaded node's scan, which took up to 1.5 s on a loaded
+// 2-core VM (about 16 ms quiet).
+func slowProcfs(t *testing.T, f *fixture, n int, per time.Duration) func(string) {
+	t.Helper()
+	for pid := 1; pid <= n; pid++ {
+		require.NoError(t, os.MkdirAll(filepath.Join(f.proc, strconv.Itoa(pid), "fd"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(f.proc, strconv.Itoa(pid), "comm"), []byte("idle\n"), 0o644))
+	}
+	return func(string) { time.Sleep(per) }
+}
+
+// sandboxd's reserve at a short grace (500 ms, its floor) and a window of
+// 600 ms, on a vulnerable kernel, no control device; the holders scan
+// takes 1.5 s (215 processes, 7 ms each: a loaded node). 0 .. 250 ms:
+// the scan reads what it can until the end of the last resort's part of
+// the reserve (and the one process it is reading then, 252 ms); the
+// processes it did not read are not known, a possible holder, set aside
+// like one: the holder wait is over .. 252 ms: the daemon is asked to stop
+// with its own part of the reserve and more ahead, stops both devices and
+// exits. Before, the scan ran to its end (1.5 s),
+// past the step's deadline: the daemon was asked too late, the devices
+// were left live (left_live, UnsafeError) and the daemon running, to die
+// at SIGKILL with them.
+func TestStepStopsScanningInTimeForTheDaemonsStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		cfg := f.config(vulnerable, nil, Config{NoControl: true, Reserve: 500 * time.Millisecond})
+		cfg.hooks.BeforeProcess = slowProcfs(t, f, 215, 7*time.Millisecond)
+		d := newMemDaemon(f.tree, 0, 1)
+		d.step = 20 * time.Millisecond
+		defer d.close()
+		td, err := New(d, cfg)
+		require.NoError(t, err)
+
+		rep, took, err := runFor(t, td, 600*time.Millisecond)
+		require.NoError(t, err)
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+		assert.LessOrEqual(t, took, 600*time.Millisecond, "returns by its deadline")
+		req := rep.Step("request stop")
+		require.NotNil(t, req)
+		assert.Equal(t, 252*time.Millisecond, req.Start.Sub(rep.Start), "asked when the daemon's stop's part of the reserve begins, and one process's read")
+		h, aside := rep.Step("holders"), rep.Step("possible holders")
+		require.NotNil(t, h)
+		require.NotNil(t, aside)
+		assert.Contains(t, h.Err, "180 of 215 processes not read: the holders scan stops where the daemon's stop's part of the reserve begins")
+		assert.Contains(t, aside.Err, "of 215 processes not read", "set aside")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		assert.True(t, rep.Daemon.Exited)
+	})
+}
+
+// 0 .. the scans are quick and find a file system of device 0 mounted by
+// pid 99 .. 2.4 s: procfs gets slow (10 ms a process: the node's load
+// rises), and the scan running when the holder wait ends is cut short at
+// 2.65 s, before it reaches pid 99. What it did not read is not known, but
+// pid 99's mount was: the last scan that read it stands, and the step
+// returns a HeldError naming it, the daemon not asked to stop. Without
+// that, the possible holder of the processes not read is set aside and the
+// device stopped under the mount.
+func TestScanCutShortKeepsWhatTheLastScanFoundOfAProcessItDidNotRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		require.NoError(t, os.WriteFile(filepath.Join(f.proc, "99", "mountinfo"), []byte("36 22 4000:0 / /mnt/disk rw - ext4 /dev/ublkb0 rw\n"), 0o644))
+		start := time.Now()
+		cfg := f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, Reserve: 500 * time.Millisecond})
+		cfg.hooks.BeforeProcess = func(string) {
+			if time.Since(start) >= 2400*time.Millisecond {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		d := newMemDaemon(f.tree, 0)
+		defer d.close()
+		td, err := New(d, cfg)
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 3*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Equal(t, map[int][]Holder{0: {{PID: 99, Comm: "idle", Kind: blockdev.Mount, Detail: "/mnt/disk"}}}, held.Holders)
+		h := rep.Step("holders")
+		require.NotNil(t, h)
+		assert.Contains(t, h.Err, "processes not read", "the last scan was cut short")
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the mount")
+		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
@@ -93,6 +94,11 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 			"killed", f.Killed, "doomed", f.Doomed, "cgroup", f.Cgroup, "why", f.Reason, "err", f.Err)
 	}
 	r.refresh()
+	// A killed process's holds went with it: a scan that runs out of time
+	// before it must not keep them (notRead).
+	r.lastHeld = dropHolders(r.lastHeld, func(h Holder) bool {
+		return slices.ContainsFunc(lr.Holders, func(f HolderFate) bool { return f.Killed && f.Holder.PID == h.PID })
+	})
 	left, _ := r.scanHolders() // a failure is logged; the holders step's Report has the first
 	r.noteHolders(left)
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)

@@ -35,6 +35,7 @@ type run struct {
 	stopWaiter context.CancelFunc
 
 	held          map[int][]Holder
+	lastHeld      map[int][]Holder        // what the last holders scan found, or kept (see notRead)
 	devNums       map[blockdev.DevNum]int // every disk and partition number scanned, to its device ID
 	fallbackTried bool
 	ctl           ublkctl.Controller
@@ -285,8 +286,10 @@ func (r *run) noteHolders(held map[int][]Holder) {
 }
 
 // scanHolders finds the holders of every disk (and its partitions) in one
-// pass over procfs and sysfs (stacked and loop devices), by device ID. Its
-// error says what the scan could not read; the holders are what it found.
+// pass over procfs and sysfs (stacked and loop devices), by device ID,
+// reading procfs until the end of the last resort's part of the reserve at
+// most; what it did not read by then is not known (see notRead). Its error
+// says what the scan could not read; the holders are what it found.
 func (r *run) scanHolders() (map[int][]Holder, error) {
 	held := map[int][]Holder{}
 	owner := map[blockdev.DevNum]int{}
@@ -312,12 +315,22 @@ func (r *run) scanHolders() (map[int][]Holder, error) {
 	if len(devs) == 0 {
 		return held, nil
 	}
-	// The scan runs to its end even when ctx ends (Stop's doc allows one
-	// procfs read past the deadline): one cut short finds fewer holders
-	// than there are, and finding none lets the daemon be asked to stop
-	// under a VMM that still holds its disk.
-	found, err := blockdev.Scan(context.WithoutCancel(r.ctx), r.cfg.procRoot, devs)
-	if err != nil {
+	// The scan stops where the daemon's own stop needs its part of the
+	// reserve: a scan of a loaded node's procfs takes seconds, and one run
+	// to its end asked the daemon to stop too late, or never, leaving it to
+	// die at SIGKILL with its devices live. Not at ctx's end before that
+	// (a drain's force): a scan cut short finds fewer holders than there
+	// are, and what it did not read is not known (notRead), never "no
+	// holder".
+	sctx := context.WithoutCancel(r.ctx)
+	if end := r.lastResort.Deadline; !end.IsZero() {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(sctx, end)
+		defer cancel()
+	}
+	found, err := blockdev.ScanWithHook(sctx, r.cfg.procRoot, devs, r.cfg.beforeProcess)
+	var cut *blockdev.CutError
+	if err != nil && !errors.As(err, &cut) {
 		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan failed; proceeding", "err", err)
 	}
 	// A loop device backed by a disk holds it in the kernel, with no
@@ -336,7 +349,41 @@ func (r *run) scanHolders() (map[int][]Holder, error) {
 			held[id] = append(held[id], holders(hs)...)
 		}
 	}
+	if cut != nil {
+		r.notRead(held, cut)
+	}
+	r.lastHeld = held
 	return held, err
+}
+
+// notRead adds to held what a scan cut short did not read: for each
+// process it did not reach, what the last scan that read it found (a VMM
+// found holding a disk is not forgotten because a later scan ran out of
+// time before it), and for the rest a possible holder of every disk, with
+// no PID: what those processes hold is not known. Like any possible
+// holder, it is waited for until the holder wait ends, then set aside:
+// the daemon is asked to stop in time, which sparing the disks would not
+// do.
+func (r *run) notRead(held map[int][]Holder, cut *blockdev.CutError) {
+	unread := make(map[int]bool, len(cut.Unread))
+	for _, pid := range cut.Unread {
+		unread[pid] = true
+	}
+	for id, hs := range r.lastHeld {
+		for _, h := range hs {
+			if h.PID > 0 && unread[h.PID] && !slices.Contains(held[id], h) {
+				held[id] = append(held[id], h)
+			}
+		}
+	}
+	p := Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("%d of %d processes not read: the holders scan stops where "+
+		"the daemon's stop's part of the reserve begins, and procfs took longer to read than the time left; "+
+		"what they hold is not known", len(cut.Unread), cut.Total)}
+	for _, d := range r.dev {
+		if d.cur.Disk {
+			held[d.cur.ID] = append(held[d.cur.ID], p)
+		}
+	}
 }
 
 // requestStop starts watching the daemon's exit and asks it to stop.

@@ -128,7 +128,10 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     device, a loop device backed by the disk) or may: a process whose
 //     mappings or rings' registered files the kernel did not show (a
 //     possible holder) is scanned again every PollInterval until it is
-//     known, and is a holder until then.
+//     known, and is a holder until then. No scan reads procfs past the end
+//     of the last resort's part of the reserve: the processes it did not
+//     reach by then are a possible holder too, and each keeps what the
+//     last scan that read it found.
 //  3. If some still do, on a kernel not known fixed and under a deadline,
 //     run the last resort (unless Config.NoLastResort), within its part of
 //     the reserve: SIGKILL every holder inside this process's own cgroup

@@ -38,6 +38,26 @@ func ReadDevNum(sysRoot, name string) (DevNum, error) {
 	return ParseDevNum(string(b))
 }
 
+// CutError is the error of a scan whose ctx ended before it had read every
+// process: what those hold is not known. The scan of one process stops
+// at ctx's end too, its bounded reads included (MapsWait, RingWait), and
+// that process is then one not read, though what it was found to hold is
+// reported.
+type CutError struct {
+	// Unread are the PIDs of the processes not read, Total the number of
+	// processes procfs listed.
+	Unread []int
+	Total  int
+	// Err is ctx.Err().
+	Err error
+}
+
+func (e *CutError) Error() string {
+	return fmt.Sprintf("ublk: holders: %d of %d processes not read: %v", len(e.Unread), e.Total, e.Err)
+}
+
+func (e *CutError) Unwrap() error { return e.Err }
+
 // Partition is one partition of a disk (sysfs block/DISK/DISKpN).
 type Partition struct {
 	Name string

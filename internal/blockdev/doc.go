@@ -20,6 +20,8 @@
 // memory map, its ring) are bounded (MapsWait, RingWait): the scan goes on
 // without what they would have said and lists the process as a Possible
 // holder, saying what of it is not known; the caller scans again to know.
+// A scan stops at its context's end, those reads included, and says which
+// processes it did not read (CutError).
 //
 // Linux only: elsewhere the scans fail with an error wrapping
 // errors.ErrUnsupported.

@@ -49,8 +49,10 @@ import (
 // hung NFS or FUSE mount) does not hold the scan, and so are mapped files
 // (through /proc/PID/map_files, or the mapped path resolved only from the
 // kernel's lookup cache where map_files is not readable: it needs
-// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE). Holders returns ctx.Err() if
-// ctx ends before the scan is complete, with what it found until then.
+// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE). When ctx ends before the scan
+// is complete, Holders returns what it found until then and a *CutError
+// naming the processes it did not read (wrapping ctx.Err()); swap is read
+// first, so a cut scan still has it.
 func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error) {
 	found, err := Scan(ctx, procRoot, []DevNum{dev})
 	return found[dev], err
@@ -59,23 +61,40 @@ func Holders(ctx context.Context, procRoot string, dev DevNum) ([]Holder, error)
 // Scan is Holders for several devices in one pass over procfs. A Possible
 // holder is listed once for each of devs: what it holds is not known.
 func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
+	return ScanWithHook(ctx, procRoot, devs, nil)
+}
+
+// ScanWithHook is Scan calling before, when it is not nil, with each
+// process's procfs directory before reading it: tests make a scan as slow
+// as a loaded node's with it, in virtual time.
+func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before func(dir string)) (map[DevNum][]Holder, error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil, fmt.Errorf("ublk: holders: %w", err)
 	}
 	want := wantSet(devs)
 	out := map[DevNum][]Holder{}
+	// Swap first: kernel state with no process, which a scan cut short
+	// would otherwise not have read at all.
+	swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
+		out[dev] = append(out[dev], Holder{Kind: Swap, Detail: name})
+	})
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
 	seenNS := map[string]bool{}
 	mapped := newMapCache()
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 {
-			continue
-		}
+	for i, pid := range pids {
 		if err := ctx.Err(); err != nil {
-			return out, err
+			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
 		}
-		dir := filepath.Join(procRoot, e.Name())
+		dir := filepath.Join(procRoot, strconv.Itoa(pid))
+		if before != nil {
+			before(dir)
+		}
 		var comm string
 		add := func(dev DevNum, kind, detail string) {
 			if comm == "" {
@@ -83,9 +102,13 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 			}
 			out[dev] = append(out[dev], Holder{PID: pid, Comm: comm, Kind: kind, Detail: detail})
 		}
-		for _, unknown := range processHolders(dir, want, &mapped, add) {
+		unknown := processHolders(ctx, dir, want, &mapped, add)
+		if err := ctx.Err(); err != nil { // its reads cut short: what it said is not all
+			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
+		}
+		for _, u := range unknown {
 			for _, dev := range devs {
-				add(dev, Possible, unknown)
+				add(dev, Possible, u)
 			}
 		}
 		ns, _ := os.Readlink(filepath.Join(dir, "ns", "mnt"))
@@ -95,24 +118,23 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 		seenNS[ns] = ns != ""
 		mountHolders(filepath.Join(dir, "mountinfo"), want, func(dev DevNum, mp string) { add(dev, Mount, mp) })
 	}
-	swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
-		out[dev] = append(out[dev], Holder{Kind: Swap, Detail: name})
-	})
 	return out, nil
 }
 
 // processHolders calls found for each wanted device the process whose
 // procfs directory is dir holds through an fd, a mapping or a ring's
 // registered files (kind FD, Mapped or Ring), and returns what of its
-// holds is not known, one Possible holder's Detail for each reason.
-func processHolders(dir string, want map[DevNum]bool, mapped **mapCache, found func(dev DevNum, kind, detail string)) (unknown []string) {
+// holds is not known, one Possible holder's Detail for each reason. Its
+// bounded reads end at ctx's end too; what is then not known is the
+// caller's to say (ctx.Err()).
+func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mapped **mapCache, found func(dev DevNum, kind, detail string)) (unknown []string) {
 	rings := fdHolders(dir, want, func(dev DevNum, fd string) { found(dev, FD, fd) })
 	if len(rings) > 0 {
-		if u := ringHolders(dir, rings, want, func(dev DevNum, r string) { found(dev, Ring, r) }); u != "" {
+		if u := ringHolders(ctx, dir, rings, want, func(dev DevNum, r string) { found(dev, Ring, r) }); u != "" {
 			unknown = append(unknown, u)
 		}
 	}
-	ringMapped, err := boundedMapHolders(dir, want, mapped, func(dev DevNum, m string) { found(dev, Mapped, m) })
+	ringMapped, err := boundedMapHolders(ctx, dir, want, mapped, func(dev DevNum, m string) { found(dev, Mapped, m) })
 	if err != nil {
 		unknown = append(unknown, fmt.Sprintf("mappings not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it)", MapsWait))
 	}
@@ -129,7 +151,7 @@ func processHolders(dir string, want map[DevNum]bool, mapped **mapCache, found f
 // process holds none of them). A process that has exited holds nothing.
 func ProcessHolds(dir string, want map[DevNum]bool) (holds bool, unknown []string) {
 	mapped := newMapCache()
-	unknown = processHolders(dir, want, &mapped, func(DevNum, string, string) { holds = true })
+	unknown = processHolders(context.Background(), dir, want, &mapped, func(DevNum, string, string) { holds = true })
 	if holds {
 		return true, nil
 	}
@@ -285,20 +307,20 @@ const MapsWait = 250 * time.Millisecond
 // until the kernel answers, then ends.
 func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) error {
 	cache := newMapCache()
-	_, err := boundedMapHolders(dir, want, &cache, found)
+	_, err := boundedMapHolders(context.Background(), dir, want, &cache, found)
 	return err
 }
 
-// boundedMapHolders is mapHolders waited for at most MapsWait. A read given
-// up on keeps *cache (a goroutine still uses it), and *cache is replaced by
-// a new one for the rest of the scan.
-func boundedMapHolders(dir string, want map[DevNum]bool, cache **mapCache, found func(DevNum, string)) (ringMapped bool, err error) {
+// boundedMapHolders is mapHolders waited for at most MapsWait, and not
+// past ctx's end. A read given up on keeps *cache (a goroutine still uses
+// it), and *cache is replaced by a new one for the rest of the scan.
+func boundedMapHolders(ctx context.Context, dir string, want map[DevNum]bool, cache **mapCache, found func(DevNum, string)) (ringMapped bool, err error) {
 	c := *cache
 	type result struct {
 		hits       []holding
 		ringMapped bool
 	}
-	r, ok := within(MapsWait, func() (r result) {
+	r, ok := within(ctx, MapsWait, func() (r result) {
 		r.ringMapped = mapHolders(dir, want, c, func(dev DevNum, m string) { r.hits = append(r.hits, holding{dev, m}) })
 		return r
 	})
@@ -319,9 +341,10 @@ type holding struct {
 }
 
 // within runs f in a goroutine of its own and returns its result when it
-// ends within d; otherwise ok is false, and f goes on until it ends by
-// itself (a read of procfs waiting in the kernel), its result dropped.
-func within[T any](d time.Duration, f func() T) (result T, ok bool) {
+// ends within d and before ctx ends; otherwise ok is false, and f goes on
+// until it ends by itself (a read of procfs waiting in the kernel), its
+// result dropped.
+func within[T any](ctx context.Context, d time.Duration, f func() T) (result T, ok bool) {
 	done := make(chan T, 1)
 	go func() { done <- f() }()
 	wait := time.NewTimer(d)
@@ -330,6 +353,8 @@ func within[T any](d time.Duration, f func() T) (result T, ok bool) {
 	case r := <-done:
 		return r, true
 	case <-wait.C:
+		return result, false
+	case <-ctx.Done():
 		return result, false
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/loopdev"
@@ -410,4 +412,45 @@ func TestProcessWithARingButNoRingFdIsAPossibleHolder(t *testing.T) {
 	hs, err = blockdev.Holders(context.Background(), "/proc", dev)
 	require.NoError(t, err)
 	assert.Empty(t, heldBy(hs, cmd.Process.Pid), "gone with the process")
+}
+
+// 0 .. a scan of procfs takes 10 ms a process (a loaded node's: seconds
+// for its processes) .. 205 ms: its context ends, and it stops there,
+// saying which processes it did not read (what they hold is not known)
+// and reporting what it found until then: swap, read first, and the mount
+// of a process it read. Before, it said only ctx.Err(), and the ublk step,
+// which could not tell what was not read, ran every scan to its end,
+// past its deadline.
+func TestScanCutShortSaysWhichProcessesItDidNotRead(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	synctest.Test(t, func(t *testing.T) {
+		proc := t.TempDir()
+		for pid := 1; pid <= 100; pid++ {
+			write(t, proc, fmt.Sprintf("%d/comm", pid), "p\n")
+		}
+		write(t, proc, "10/mountinfo", fmt.Sprintf("36 22 %s / /mnt/disk rw - ext4 %s rw\n", dev, node))
+		write(t, proc, "99/mountinfo", fmt.Sprintf("37 22 %s / /mnt/other rw - ext4 %s rw\n", dev, node))
+		write(t, proc, "swaps", "Filename\tType\tSize\tUsed\tPriority\n"+node+"\tpartition\t1020\t0\t-2\n")
+		ctx, cancel := context.WithTimeout(context.Background(), 205*time.Millisecond)
+		defer cancel()
+
+		var read []string
+		found, err := blockdev.ScanWithHook(ctx, proc, []blockdev.DevNum{dev}, func(dir string) {
+			read = append(read, filepath.Base(dir))
+			time.Sleep(10 * time.Millisecond)
+		})
+		var cut *blockdev.CutError
+		require.ErrorAs(t, err, &cut)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, 100, cut.Total)
+		require.Len(t, read, 21, "20 read in 200 ms, the 21st cut")
+		assert.Len(t, cut.Unread, 80, "the one cut mid-way is not read")
+		assert.Equal(t, read[20], strconv.Itoa(cut.Unread[0]))
+		assert.Contains(t, cut.Unread, 99)
+		assert.Equal(t, "ublk: holders: 80 of 100 processes not read: context deadline exceeded", err.Error())
+		assert.Equal(t, []blockdev.Holder{
+			{Kind: blockdev.Swap, Detail: node},
+			{PID: 10, Comm: "p", Kind: blockdev.Mount, Detail: "/mnt/disk"},
+		}, found[dev], "not the mount of 99, not read")
+	})
 }

@@ -21,6 +21,11 @@ func Scan(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]Hol
 	return nil, errUnsupported
 }
 
+// ScanWithHook is not supported on this system.
+func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before func(dir string)) (map[DevNum][]Holder, error) {
+	return nil, errUnsupported
+}
+
 // FDHolders finds nothing on this system.
 func FDHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {}
 

@@ -5,6 +5,7 @@ package blockdev
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -53,20 +54,21 @@ func RingHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) e
 	if len(rings) == 0 {
 		return nil
 	}
-	if unknown := ringHolders(dir, rings, want, found); unknown != "" {
+	if unknown := ringHolders(context.Background(), dir, rings, want, found); unknown != "" {
 		return fmt.Errorf("ublk: holders: %s: %s", dir, unknown)
 	}
 	return nil
 }
 
-// ringHolders is RingHolders for the ring fds rings of the process; it
-// returns what is not known, "" when every ring's files were listed.
-func ringHolders(dir string, rings []string, want map[DevNum]bool, found func(DevNum, string)) (unknown string) {
+// ringHolders is RingHolders for the ring fds rings of the process, not
+// waiting past ctx's end; it returns what is not known, "" when every
+// ring's files were listed.
+func ringHolders(ctx context.Context, dir string, rings []string, want map[DevNum]bool, found func(DevNum, string)) (unknown string) {
 	type result struct {
 		hits     []holding
 		unlisted []string
 	}
-	r, ok := within(RingWait, func() (r result) {
+	r, ok := within(ctx, RingWait, func() (r result) {
 		for _, fd := range rings {
 			files, known := readRing(filepath.Join(dir, "fdinfo", fd))
 			if !known {

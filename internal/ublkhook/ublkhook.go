@@ -21,6 +21,11 @@ type Hooks struct {
 	// opening /dev/ublk-control; it is called when the fallback is first
 	// needed, and the Controller is closed at the end of the step.
 	OpenControl func(ctx context.Context) (ublkctl.Controller, error)
+	// BeforeProcess, when not nil, is called with each process's procfs
+	// directory before the holders scan reads it: a test makes the scan as
+	// slow as a loaded node's with it (seconds for a few hundred
+	// processes), in virtual time.
+	BeforeProcess func(dir string)
 }
 
 // Set stores h in cfg, which must be a *ublk.Config; package ublk
