@@ -276,3 +276,48 @@ func TestDaemonStepFailureMakesTheSupervisorExitNonZero(t *testing.T) {
 	assert.Equal(t, code, rep.ExitCode)
 	assert.Contains(t, rep.Note, "daemon")
 }
+
+// Fault: the server crashes during the drain, after the preStop hook fixed
+// T0 and before SIGTERM, with its 4 sandboxes running (the hook was
+// waiting for them). The Report said "the server exited on its own before
+// termination" and counted nothing lost: the 4 sandboxes were in no
+// account. The ones its last listing showed are now lost with it, in the
+// Report (lost_with_server), its note, the log and the exit status.
+func TestSandboxesOfAServerThatExitsDuringTheDrainAreLost(t *testing.T) {
+	dir := t.TempDir()
+	report, logFile := filepath.Join(dir, "report.json"), filepath.Join(dir, "supervisor.log")
+	listen, hook, api := freeAddr(t), freeAddr(t), freeAddr(t)
+	logs, err := os.Create(logFile)
+	require.NoError(t, err)
+	defer logs.Close()
+	sup := startSupervisorLogging(t, logs,
+		[]string{"-api", "agentenv", "-listen", listen, "-hook-listen", hook, "-server-url", "http://" + api, "-grace", "10s", "-report", report},
+		helperCommand("agentenv", "-listen", api, "-sandboxes", "4"))
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	hooked := make(chan int, 1)
+	go func() { hooked <- get(ctx, "http://"+hook+"/drain") }() // waits: 4 sandboxes run
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 503 }, 5*time.Second, 20*time.Millisecond, "draining")
+	server := 0
+	for _, pid := range childrenOf(sup.pid()) {
+		if n, _ := strconv.Atoi(pid); n != 0 && strings.Contains(readFile(t, "/proc/"+pid+"/cmdline"), "helper:agentenv") {
+			server = n
+		}
+	}
+	require.NotZero(t, server, "the server among the supervisor's children")
+	require.NoError(t, syscall.Kill(server, syscall.SIGKILL)) // a crash
+
+	code := sup.exitCode(t, 10*time.Second)
+	<-hooked
+	rep := readReport(t, report)
+	assert.NotZero(t, code)
+	assert.Equal(t, code, rep.ExitCode)
+	assert.Nil(t, rep.Drain, "no SIGTERM came: no drain report")
+	assert.Len(t, rep.LostWithServer, 4, "the 4 sandboxes it last listed are lost with it")
+	assert.Equal(t, 4, rep.Lost())
+	assert.Contains(t, rep.Note, "during the drain")
+	assert.Contains(t, rep.Note, "4 sandbox(es)")
+	log := readFile(t, logFile)
+	assert.Contains(t, log, `level=ERROR msg="supervisor: the server exited on its own during the drain (killed by signal killed): 4 sandbox(es)`)
+	assert.Regexp(t, `msg="supervisor: report" exit_code=\d+ .* lost=4`, log)
+}

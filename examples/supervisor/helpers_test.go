@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -183,6 +184,13 @@ type supProc struct {
 
 func startSupervisor(t *testing.T, flags []string, server []string, env ...string) *supProc {
 	t.Helper()
+	return startSupervisorLogging(t, nil, flags, server, env...)
+}
+
+// startSupervisorLogging is startSupervisor whose stderr also goes to log
+// (nil: the test's alone).
+func startSupervisorLogging(t *testing.T, log io.Writer, flags []string, server []string, env ...string) *supProc {
+	t.Helper()
 	if !slices.Contains(flags, "-hook-listen") {
 		// Not the default port: other test processes on the machine may hold it.
 		flags = append([]string{"-hook-listen", freeAddr(t)}, flags...)
@@ -190,6 +198,9 @@ func startSupervisor(t *testing.T, flags []string, server []string, env ...strin
 	argv := append(helperCommand("supervisor", flags...), "--")
 	argv = append(argv, server...)
 	cmd := helperCmd(argv)
+	if log != nil {
+		cmd.Stderr = io.MultiWriter(os.Stderr, log)
+	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

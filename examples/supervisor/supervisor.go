@@ -69,10 +69,17 @@ type Report struct {
 	// Ublk is the device teardown's account when the supervisor ran it
 	// outside a drain (the server exited on its own); during a drain it is
 	// the daemon step's Detail in Drain.
-	Ublk          *ublk.Report `json:"ublk,omitempty"`
-	OrphansReaped int          `json:"orphans_reaped"`
-	ExitCode      int          `json:"exit_code"`
-	Note          string       `json:"note,omitempty"`
+	Ublk *ublk.Report `json:"ublk,omitempty"`
+	// LostWithServer lists the sandboxes lost with a server that exited on
+	// its own during a drain (after T0, before the supervisor's SIGTERM):
+	// the ones its last listing that succeeded showed not paused and that
+	// Drain has no entry for (exited.go). Its own shutdown may have paused
+	// some; nothing can list them any more, and a sandbox not known
+	// preserved is counted lost.
+	LostWithServer []string `json:"lost_with_server,omitempty"`
+	OrphansReaped  int      `json:"orphans_reaped"`
+	ExitCode       int      `json:"exit_code"`
+	Note           string   `json:"note,omitempty"`
 }
 
 type supervisor struct {
@@ -81,6 +88,7 @@ type supervisor struct {
 	stderr    io.Writer
 	budget    *deadline.Budget
 	src       *httpsource.Source
+	listed    *recorder    // src's listing, its last IDs kept (exited.go)
 	sweepList pause.Lister // what the final sweep lists: src's running ones, or notPaused's (settle.go)
 	drainer   *drain.Drainer
 	preserver *limited
@@ -94,6 +102,7 @@ type supervisor struct {
 	daemon    *child
 
 	termSent     atomic.Bool            // the server step has sent the server its SIGTERM
+	exitedDuring atomic.Bool            // the server exited on its own during a drain, before termSent
 	sweepUnknown atomic.Pointer[string] // the final sweep could not list: the Report's note
 
 	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
@@ -124,6 +133,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.src, err = httpsource.New(cfg.serverURL, api); err != nil {
 		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 	}
+	s.listed = &recorder{list: s.src, ids: s.src.RunningIDs}
 	s.sweepList = s.src
 	if cfg.api.API == APIAgentENV {
 		if s.sweepList, err = newNotPaused(s.src, cfg.serverURL, api); err != nil {
@@ -183,14 +193,14 @@ const defaultEstimate = time.Second
 // learned) and the Drainer.
 func (s *supervisor) build(pc pause.Config) error {
 	pc.Logger, pc.MeterProvider = s.log, s.meters
-	p, err := pause.New(s.src, pc)
+	p, err := pause.New(s.listed, pc)
 	if err != nil {
 		return fmt.Errorf("-concurrency: %w", err)
 	}
 	s.preserver = &limited{Preserver: p, src: s.src}
 	s.drainer, err = drain.New(drain.Config{
 		Budget:        s.budget,
-		Sandboxes:     s.src,
+		Sandboxes:     s.listed,
 		Preserver:     s.preserver,
 		Steps:         s.steps,
 		Logger:        s.log,
@@ -383,6 +393,7 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 				return s.serverExited()
 			}
 			if !s.termSent.Load() {
+				s.exitedDuring.Store(true)
 				s.log.Error("supervisor: the server exited during the shutdown; nothing left to preserve through it")
 				s.drainer.Force()
 			}
@@ -397,9 +408,16 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 // and the supervisor exits with the server's status, so the kubelet
 // restarts the container. Before any termination that is the grace period
 // less the margin; once the preStop hook fixed T0, the budget's deadline,
-// before the kubelet's SIGKILL.
+// before the kubelet's SIGKILL. Once T0 is fixed the server exited during
+// the drain: the sandboxes its last listing showed are lost with it
+// (exited.go), and the exit status is 1 at least.
 func (s *supervisor) serverExited() *Report {
 	s.log.Error("supervisor: the server exited on its own", "status", s.server.state().String())
+	note := "the server exited on its own before termination"
+	if s.budget.Anchored() {
+		s.exitedDuring.Store(true)
+		note = "the server exited on its own during the drain, before SIGTERM"
+	}
 	if s.teardown != nil {
 		ctx, cancel := s.budget.Context(context.Background())
 		defer cancel()
@@ -407,11 +425,11 @@ func (s *supervisor) serverExited() *Report {
 		if err != nil {
 			s.log.Error("supervisor: stopping the daemon", "err", err)
 		}
-		out := s.report(nil, "the server exited on its own before termination")
+		out := s.report(nil, note)
 		out.Ublk = rep
 		return out
 	}
-	return s.report(nil, "the server exited on its own before termination")
+	return s.report(nil, note)
 }
 
 // stopServer is the server step: the final sweep (sweep.go: what runs
@@ -484,7 +502,42 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 			rep.ExitCode = max(rep.ExitCode, 1)
 		}
 	}
+	s.lostWithServer(rep)
 	return rep
+}
+
+// lostWithServer counts in rep the sandboxes lost with a server that
+// exited on its own during the drain: the last listing's that the drain's
+// account has no entry for (exited.go). A drain that left no account but
+// counted them (Unaccounted) has them in its Lost already.
+func (s *supervisor) lostWithServer(rep *Report) {
+	d := rep.Drain
+	if !s.exitedDuring.Load() || (d != nil && d.Preserve == nil && d.Unaccounted > 0) {
+		return
+	}
+	var acc *pause.Report
+	if d != nil {
+		acc = d.Preserve
+	}
+	lost := lostWithServer(s.listed.lastListed(), acc)
+	if len(lost) == 0 {
+		return
+	}
+	rep.LostWithServer = lost
+	msg := serverExitNote(rep.Server.String(), lost)
+	rep.Note = strings.TrimPrefix(rep.Note+"; "+msg, "; ")
+	s.log.Error("supervisor: " + msg)
+	rep.ExitCode = max(rep.ExitCode, 1)
+}
+
+// Lost returns how many sandboxes the Report counts lost: the drain's, and
+// the ones lost with a server that exited on its own.
+func (r *Report) Lost() int {
+	n := len(r.LostWithServer)
+	if r.Drain != nil {
+		n += r.Drain.Lost()
+	}
+	return n
 }
 
 // finish logs the Report and writes it to -report (atomically and durably).
@@ -496,8 +549,11 @@ func (s *supervisor) finish(rep *Report) {
 	if rep.OwnedDaemon != nil {
 		attrs = append(attrs, "owned_daemon_pid", rep.OwnedDaemon.Pid, "owned_daemon_exited", rep.OwnedDaemon.Exited)
 	}
+	if rep.Drain != nil || rep.LostWithServer != nil {
+		attrs = append(attrs, "lost", rep.Lost())
+	}
 	if rep.Drain != nil {
-		attrs = append(attrs, "lost", rep.Drain.Lost(), "headroom", rep.Drain.Headroom.Round(time.Millisecond))
+		attrs = append(attrs, "headroom", rep.Drain.Headroom.Round(time.Millisecond))
 	}
 	s.log.Info("supervisor: report", attrs...)
 	s.writeTerminationMessage(rep)
@@ -538,7 +594,7 @@ func (s *supervisor) routes() http.Handler {
 func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if _, err := s.src.RunningIDs(ctx); err != nil {
+	if _, err := s.listed.RunningIDs(ctx); err != nil {
 		http.Error(w, "server not answering: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
