@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/kube"
@@ -109,7 +109,7 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 	}
 
 	t.Run("declared", func(t *testing.T) {
-		tl, rep, stopped := run(t, 4*time.Second, false, -1)
+		tl, rep, stopped := run(t, 4*time.Second, false, 0)
 		assert.False(t, tl.HookKept, "the wait ended before the kubelet gave up on it")
 		assert.False(t, tl.Killed, "exited before SIGKILL")
 		assert.Equal(t, tl.Start.Add(4*time.Second), rep.Budget.Kill,
@@ -119,7 +119,7 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 		assert.Positive(t, rep.Headroom)
 	})
 	t.Run("not declared", func(t *testing.T) {
-		tl, rep, _ := run(t, 0, false, -1)
+		tl, rep, _ := run(t, 0, false, 0)
 		assert.True(t, tl.HookKept, "the wait planned for the manifest's 30 s: the kubelet gave up on it")
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "SIGTERM during the open call: 2 s")
 		assert.Positive(t, rep.Preserve.Lost(), "2 s after SIGTERM is not enough for 16 × 500 ms at 4")
@@ -131,7 +131,7 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 		assert.Equal(t, 16, rep.Preserve.Counts["preserved"])
 	})
 	t.Run("declared, no hook", func(t *testing.T) { // the read at SIGTERM
-		tl, rep, stopped := run(t, 4*time.Second, true, -1)
+		tl, rep, stopped := run(t, 4*time.Second, true, 0)
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "SIGTERM + 4 s, not + 30 s")
 		assert.Equal(t, 16, rep.Preserve.Counts["preserved"])
 		assert.True(t, stopped, "the daemon step ran")
@@ -140,23 +140,15 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 
 // podWithoutDeletion is the pod reader of a pod the kubelet terminates on
 // its own: the API server has it with no deletionTimestamp, and answers
-// the first answered reads (all when negative), then 503. It is served in
+// the first answered reads (all when zero), then 503. It is served in
 // memory, so that it works under synctest.
 func podWithoutDeletion(t *testing.T, answered int) *kube.Pod {
 	t.Helper()
-	api := &podAPI{} // no deletion; served in memory, not by newPodAPI's loopback server
-	var gets atomic.Int32
-	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && answered >= 0 && int(gets.Add(1)) > answered {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		api.serve(w, r)
-	})
+	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0", ReadsAnswered: answered}
 	token := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
 	pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", UID: "uid-0", TokenFile: token,
-		Client: &http.Client{Transport: handlerTransport{serve}}})
+		Client: &http.Client{Transport: handlerTransport{api}}})
 	require.NoError(t, err)
 	return pod
 }
@@ -238,7 +230,7 @@ func sigtermAfterAClosedCall(t *testing.T, query string) *Report {
 //	+250 ms .. SIGTERM: 8 preserves of 300 ms at 4 at once, the daemon step
 func TestSIGTERMLagAfterTheHooksAnswerDoesNotCostTheLastRound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		pod := podWithoutDeletion(t, -1)
+		pod := podWithoutDeletion(t, 0)
 		f := newFixture(t, fixtureOpts{grace: 15 * time.Second, margin: time.Second, sandboxes: 8, latency: 300 * time.Millisecond, limit: 4,
 			steps: []Step{stepOf("daemon", 500*time.Millisecond, true, func(ctx context.Context) error { return nil })},
 			edit:  func(c *Config) { c.Pod, c.KubeletGrace = pod, 4*time.Second }})

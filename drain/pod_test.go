@@ -5,21 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/draintest"
@@ -28,72 +23,17 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// podAPI is an API server on loopback holding one pod, which answers as
-// answer says and keeps the events posted.
+// podAPI is an API server on loopback holding the pod sandboxd-0.
 type podAPI struct {
-	*httptest.Server
+	*fakeapiserver.Pod
 	cfg kube.Config
-
-	mu       sync.Mutex
-	deletion *time.Time // the pod's deletionTimestamp
-	grace    int64      // the pod's terminationGracePeriodSeconds, if not 0
-	status   int        // non-zero: every request is answered with this status
-	hang     bool       // every request hangs until the client gives up
-	gets     int
-	events   []eventsv1.Event
 }
 
 func newPodAPI(t *testing.T) *podAPI {
 	t.Helper()
-	a := &podAPI{}
-	a.Server, a.cfg = fakeapiserver.Start(t, http.HandlerFunc(a.serve), "agentenv", "t")
+	a := &podAPI{Pod: &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}}
+	_, a.cfg = fakeapiserver.Start(t, a.Pod, "agentenv", "t")
 	return a
-}
-
-func (a *podAPI) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	a.mu.Lock()
-	status, hang := a.status, a.hang
-	a.mu.Unlock()
-	if hang {
-		<-r.Context().Done()
-		return
-	}
-	if status != 0 {
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status"}, Message: "refused"})
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	switch {
-	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/agentenv/pods/sandboxd-0":
-		a.gets++
-		pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}}
-		if a.deletion != nil {
-			pod.DeletionTimestamp = &metav1.Time{Time: *a.deletion}
-		}
-		if a.grace != 0 {
-			pod.Spec.TerminationGracePeriodSeconds = &a.grace
-		}
-		_ = json.NewEncoder(w).Encode(&pod)
-	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/agentenv/events":
-		var ev eventsv1.Event
-		if json.Unmarshal(body, &ev) != nil {
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		a.events = append(a.events, ev)
-		w.WriteHeader(http.StatusCreated)
-	default:
-		w.WriteHeader(http.StatusNotFound)
-	}
-}
-
-func (a *podAPI) posted() []eventsv1.Event {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]eventsv1.Event(nil), a.events...)
 }
 
 // verdict is a step's Detail that summarises itself, as ublk's Report does.
@@ -118,9 +58,7 @@ func TestPodTightensTheBudgetAndTheEventsTellTheDrain(t *testing.T) {
 	// kubectl delete --grace-period=30 during the hour the manifest gives.
 	t0 := time.Now()
 	kill := t0.Add(30 * time.Second).Truncate(time.Second)
-	api.mu.Lock()
-	api.deletion = &kill
-	api.mu.Unlock()
+	api.SetDeletion(kill)
 	changed := f.budget.Changed()
 	call := f.callPreStop(t.Context(), "?wait=0s")
 	<-changed // OnPreStop
@@ -140,7 +78,7 @@ func TestPodTightensTheBudgetAndTheEventsTellTheDrain(t *testing.T) {
 	require.NotNil(t, rep.Events)
 	assert.Equal(t, kube.EventStats{Posted: 5}, *rep.Events)
 
-	got := api.posted()
+	got := api.Events()
 	var reasons []string
 	for _, ev := range got {
 		reasons = append(reasons, ev.Reason)
@@ -172,8 +110,8 @@ func stepPhase(name string, reserve time.Duration) deadline.Phase {
 
 func TestPodThatRefusesEverythingDoesNotHoldUpTheDrain(t *testing.T) {
 	for name, set := range map[string]func(*podAPI){
-		"RBAC denies": func(a *podAPI) { a.status = http.StatusForbidden },
-		"API hangs":   func(a *podAPI) { a.hang = true },
+		"RBAC denies": func(a *podAPI) { a.Refuse(http.StatusForbidden) },
+		"API hangs":   func(a *podAPI) { a.Hang() },
 	} {
 		t.Run(name, func(t *testing.T) {
 			api := newPodAPI(t)
@@ -211,7 +149,7 @@ func TestPreserverWithoutAReportPostsTheUnaccountedSandboxes(t *testing.T) {
 	rep := f.d.Shutdown(t.Context())
 	require.Nil(t, rep.Preserve)
 	byReason := map[string]eventsv1.Event{}
-	for _, ev := range api.posted() {
+	for _, ev := range api.Events() {
 		byReason[ev.Reason] = ev
 	}
 	require.Contains(t, byReason, "SandboxesLost")
@@ -252,9 +190,7 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 2, latency: time.Millisecond,
 		edit: func(c *Config) { c.Pod = pod }})
 	first := time.Now().Add(time.Hour).Truncate(time.Second) // the first delete, with the manifest's grace (whole seconds, as the API has it)
-	api.mu.Lock()
-	api.deletion = &first
-	api.mu.Unlock()
+	api.SetDeletion(first)
 
 	call := f.callPreStop(t.Context(), "")
 	for { // the first call's read tightens the hour by the call's latency
@@ -266,9 +202,7 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	}
 
 	second := time.Now().Add(3 * time.Second).Truncate(time.Second)
-	api.mu.Lock()
-	api.deletion = &second
-	api.mu.Unlock()
+	api.SetDeletion(second)
 	f.callPreStop(t.Context(), "?wait=0s").wait(t) // the kubelet's re-run of the hook
 	f.d.podReads.Wait()                            // every read a call started is over
 	if !assert.True(t, f.budget.Kill().Equal(second), "the re-run's call read the shorter deletion: SIGKILL %v after it",
@@ -282,15 +216,11 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	assert.True(t, sum.End.Before(second), "the wait ended before the new SIGKILL, not at the hour")
 
 	start := url.QueryEscape(time.Now().Add(-time.Second).Format(time.RFC3339Nano))
-	api.mu.Lock()
-	gets := api.gets
-	api.mu.Unlock()
+	gets := api.Reads()
 	f.callPreStop(t.Context(), "?wait=0s&start="+start).wait(t) // an exec hook's re-run: a new start
 	f.callPreStop(t.Context(), "?wait=0s&start="+start).wait(t) // its next poll
 	f.d.podReads.Wait()
-	api.mu.Lock()
-	assert.Equal(t, gets+1, api.gets, "one read per hook run, not per poll")
-	api.mu.Unlock()
+	assert.Equal(t, gets+1, api.Reads(), "one read per hook run, not per poll")
 	rep := f.d.Shutdown(t.Context())
 	assert.Less(t, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), 3*time.Second, "SIGTERM works from the shorter grace, not the hour")
 }

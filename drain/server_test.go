@@ -177,7 +177,7 @@ func TestNewServerWithoutAPIAccessLogsWhyAndGoesOn(t *testing.T) {
 // spec.terminationGracePeriodSeconds, read through the API server.
 func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 	api := newPodAPI(t)
-	api.grace = 45
+	api.SetGrace(45)
 	old := inClusterConfig
 	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
 	t.Cleanup(func() { inClusterConfig = old })
@@ -200,9 +200,7 @@ func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 	t.Setenv(EnvKubeletGrace, "")
 
 	t.Setenv(EnvGrace, "")
-	api.mu.Lock()
-	api.status = http.StatusForbidden
-	api.mu.Unlock()
+	api.Refuse(http.StatusForbidden)
 	_, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), EnvGrace+" is not set")

@@ -84,7 +84,7 @@ func TestStepsSweepIsInTheLogLineTheEventAndTheReport(t *testing.T) {
 
 	var reasons []string
 	byReason := map[string]eventsv1.Event{}
-	for _, ev := range api.posted() {
+	for _, ev := range api.Events() {
 		reasons = append(reasons, ev.Reason)
 		byReason[ev.Reason] = ev
 	}

@@ -3,70 +3,21 @@
 package main
 
 import (
-	"encoding/json"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/pause"
 )
-
-// podAPI is the Kubernetes API server on loopback holding the supervisor's
-// pod: its deletionTimestamp once deleted, and the events posted on it.
-type podAPI struct {
-	mu       sync.Mutex
-	deletion *time.Time
-	events   []eventsv1.Event
-}
-
-func (a *podAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	switch {
-	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/agentenv-system/pods/agentenv-node-x7k2p":
-		pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agentenv-node-x7k2p", Namespace: "agentenv-system", UID: "uid-1"}}
-		if a.deletion != nil {
-			pod.DeletionTimestamp = &metav1.Time{Time: *a.deletion}
-		}
-		_ = json.NewEncoder(w).Encode(&pod)
-	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/agentenv-system/events":
-		var ev eventsv1.Event
-		if json.Unmarshal(body, &ev) != nil {
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		a.events = append(a.events, ev)
-		w.WriteHeader(http.StatusCreated)
-	default:
-		w.WriteHeader(http.StatusNotFound)
-	}
-}
-
-func (a *podAPI) reasons() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []string
-	for _, ev := range a.events {
-		out = append(out, ev.Reason)
-	}
-	return out
-}
 
 // The supervisor is given its pod (POD_NAME, as the overlay sets it from
 // the downward API) and a service account (the overlay's RBAC): `kubectl
@@ -82,9 +33,7 @@ func TestSupervisorReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
 	ctx := t.Context()
 
 	kill := time.Now().Add(grace).Truncate(time.Second).Add(time.Second) // the API server's whole seconds
-	api.mu.Lock()
-	api.deletion = &kill
-	api.mu.Unlock()
+	api.SetDeletion(kill)
 	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + hook + "/drain", Client: noKeepAlive()}, time.Until(kill))
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
@@ -98,7 +47,7 @@ func TestSupervisorReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
 	require.NotNil(t, rep.Drain.Preserve)
 	assert.Equal(t, 3, rep.Drain.Preserve.Counts[pause.Preserved])
 	require.NotNil(t, rep.Drain.Events, "the Report counts the events")
-	reasons := api.reasons()
+	reasons := api.Reasons()
 	assert.True(t, slices.Contains(reasons, "DrainStarted"), "%v", reasons)
 	assert.Equal(t, len(reasons), rep.Drain.Events.Posted, "%v", reasons)
 	// The last one is flushed within 1 s at most (drain.Config.Pod): on a
@@ -109,11 +58,11 @@ func TestSupervisorReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
 
 // startWithPod starts the supervisor, with args, in front of a fake
 // AgentENV with 3 sandboxes, as the pod agentenv-node-x7k2p of a fake API
-// server, and returns once it is ready: the API server, the supervisor,
-// its hook's address and its report file.
-func startWithPod(t *testing.T, args ...string) (api *podAPI, child *kubeletsim.Child, hook, report string) {
+// server, and returns once it is ready: the API server's pod, the
+// supervisor, its hook's address and its report file.
+func startWithPod(t *testing.T, args ...string) (api *fakeapiserver.Pod, child *kubeletsim.Child, hook, report string) {
 	t.Helper()
-	api = &podAPI{}
+	api = &fakeapiserver.Pod{Name: "agentenv-node-x7k2p", Namespace: "agentenv-system", UID: "uid-1"}
 	srv, kcfg := fakeapiserver.Start(t, api, "agentenv-system", "token-1")
 	saDir := filepath.Dir(kcfg.TokenFile)
 	require.NoError(t, os.WriteFile(filepath.Join(saDir, "namespace"), []byte("agentenv-system\n"), 0o600))

@@ -7,6 +7,14 @@
 //	srv, cfg := fakeapiserver.Start(t, handler, "agentenv", "token-1")
 //	pod, err := kube.New("sandboxd-0", cfg) // talks to handler over TLS, trusting srv's certificate
 //
+// Pod is the handler of an API server holding one pod and taking the Events
+// posted on it, for a test of a server that reads its pod (drain's, the
+// supervisor's, realkubelet's):
+//
+//	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv"}
+//	_, cfg := fakeapiserver.Start(t, api, "agentenv", "token-1")
+//	api.SetDeletion(kill) // kubectl delete: the pod's deletionTimestamp
+//
 // internal/realapiserver runs the real kube-apiserver instead, to prove the
 // same code against what a cluster answers.
 package fakeapiserver

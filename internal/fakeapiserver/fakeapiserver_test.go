@@ -36,3 +36,34 @@ func TestConfigReachesTheHandlerWithTheToken(t *testing.T) {
 	require.Len(t, requests, 1)
 	assert.Equal(t, "GET /api/v1/namespaces/agentenv/pods/sandboxd-0 Bearer token-1", <-requests)
 }
+
+// A Pod answers a kube.Pod's reads with its deletionTimestamp and grace,
+// the first ReadsAnswered of them, keeps the Events posted, and once told
+// to refuse, refuses everything.
+func TestPodAnswersReadsAndKeepsEvents(t *testing.T) {
+	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0", ReadsAnswered: 2}
+	_, cfg := fakeapiserver.Start(t, api, "agentenv", "t")
+	cfg.UID = "uid-0" // no read for the Events
+	pod, err := kube.New("sandboxd-0", cfg)
+	require.NoError(t, err)
+	kill := time.Date(2026, 11, 30, 3, 30, 0, 0, time.UTC)
+	api.SetDeletion(kill)
+	api.SetGrace(45)
+	d, err := pod.Deletion(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, kill, d.Timestamp.UTC())
+	g, err := pod.Grace(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 45*time.Second, g)
+	_, err = pod.Deletion(t.Context())
+	assert.ErrorContains(t, err, "503", "past ReadsAnswered")
+	assert.Equal(t, 3, api.Reads())
+
+	pod.Record(kube.Event{Reason: "DrainStarted"})
+	assert.Equal(t, kube.EventStats{Posted: 1}, pod.Flush(t.Context()))
+	assert.Equal(t, []string{"DrainStarted"}, api.Reasons())
+	api.Refuse(http.StatusForbidden)
+	pod.Record(kube.Event{Reason: "DrainFinished"})
+	assert.Contains(t, pod.Flush(t.Context()).LastError, "403")
+	assert.Len(t, api.Events(), 1)
+}

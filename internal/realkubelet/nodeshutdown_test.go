@@ -3,22 +3,16 @@
 package realkubelet
 
 import (
-	"encoding/json"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
@@ -34,44 +28,19 @@ const podAPIName = "sandboxd-0"
 // graceful node shutdown: running, no deletionTimestamp (the kubelet sets
 // none). It counts the reads and keeps the Events posted.
 type podAPI struct {
-	url    *url.URL
-	cfg    kube.Config
-	mu     sync.Mutex
-	reads  int
-	events []string // reasons
+	*fakeapiserver.Pod
+	url *url.URL
+	cfg kube.Config
 }
 
 func newPodAPI(t *testing.T) *podAPI {
 	t.Helper()
-	a := &podAPI{}
-	srv, cfg := fakeapiserver.Start(t, a, "default", "token-1")
+	a := &podAPI{Pod: &fakeapiserver.Pod{Name: podAPIName, Namespace: "default", UID: "uid-1"}}
+	srv, cfg := fakeapiserver.Start(t, a.Pod, "default", "token-1")
 	u, err := url.Parse(srv.URL)
 	require.NoError(t, err)
 	a.url, a.cfg = u, cfg
 	return a
-}
-
-func (a *podAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	switch {
-	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/default/pods/"+podAPIName:
-		a.reads++
-		pod := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-			ObjectMeta: metav1.ObjectMeta{Name: podAPIName, Namespace: "default", UID: "uid-1"}}
-		_ = json.NewEncoder(w).Encode(&pod)
-	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/default/events":
-		var ev eventsv1.Event
-		if json.Unmarshal(body, &ev) != nil {
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		a.events = append(a.events, ev.Reason)
-		w.WriteHeader(http.StatusCreated)
-	default:
-		w.WriteHeader(http.StatusNotFound)
-	}
 }
 
 // serveTo gives pod a service account for a: its token, CA and namespace on
@@ -95,12 +64,6 @@ func (a *podAPI) serveTo(t *testing.T, node *Node, pod *corev1.Pod, name string)
 	c := &pod.Spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "serviceaccount", MountPath: kube.ServiceAccountDir, ReadOnly: true})
 	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
-}
-
-func (a *podAPI) counts() (reads int, events []string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.reads, append([]string(nil), a.events...)
 }
 
 // sandboxdNodeShutdownSlice is the node-shutdown slice of
@@ -129,8 +92,7 @@ func sandboxdUnderNodeShutdown(t *testing.T, node *Node, declared bool) {
 	if !declared {
 		c.squeezed = true // the control: its pauses are cut
 		rep := runSandboxd(t, node, "sandboxd-ns-control", c)
-		reads, events := api.counts()
-		t.Logf("control: %v; lost %d; pod read %d times; events %v", rep.Preserve.Counts, rep.Lost(), reads, events)
+		t.Logf("control: %v; lost %d; pod read %d times; events %v", rep.Preserve.Counts, rep.Lost(), api.Reads(), api.Reasons())
 		sigterm := rep.Budget.SIGTERM.Sub(rep.Budget.Start)
 		assert.GreaterOrEqual(t, sigterm.Seconds(), slice.Seconds()-0.2, "SIGTERM at the kubelet's 4 s, the hook still open")
 		assert.InDelta(t, 2.0, rep.Budget.Kill.Sub(rep.Budget.SIGTERM).Seconds(), 0.01, "the budget expects SIGKILL 2 s after SIGTERM")
@@ -148,8 +110,8 @@ func sandboxdUnderNodeShutdown(t *testing.T, node *Node, declared bool) {
 	// must be preserved: without the declaration none are (the control).
 	c.kubeletGrace, c.squeezed = slice, true
 	rep := runSandboxd(t, node, "sandboxd-ns-declared", c)
-	reads, events := api.counts()
-	t.Logf("declared: %v; lost %d; pod read %d times; events %v; shortfall %v", rep.Preserve.Counts, rep.Lost(), reads, events, rep.Shortfall)
+	reads := api.Reads()
+	t.Logf("declared: %v; lost %d; pod read %d times; events %v; shortfall %v", rep.Preserve.Counts, rep.Lost(), reads, api.Reasons(), rep.Shortfall)
 	assert.Positive(t, reads, "sandboxd read its pod")
 	assert.GreaterOrEqual(t, rep.Preserve.Counts[pause.Preserved], 4)
 	// the kubelet's arithmetic: SIGTERM + 4 s less the hook's whole seconds

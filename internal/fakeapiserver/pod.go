@@ -1,0 +1,128 @@
+package fakeapiserver
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// A Pod is a handler for Start that answers as an API server holding one
+// pod, for a kube.Pod: GET /api/v1/namespaces/Namespace/pods/Name answers
+// the pod, with the deletionTimestamp and terminationGracePeriodSeconds
+// last set; POST /apis/events.k8s.io/v1/namespaces/Namespace/events keeps
+// the Event and answers 201 Created (400 for a body that is no Event);
+// anything else is 404. Set its fields before it serves; its methods are
+// safe while it serves.
+type Pod struct {
+	// Name, Namespace and UID are the pod's.
+	Name, Namespace, UID string
+	// ReadsAnswered, when positive, is how many reads of the pod are
+	// answered: the later ones get 503 Service Unavailable, an API server
+	// gone. Zero answers every one.
+	ReadsAnswered int
+
+	mu       sync.Mutex
+	deletion time.Time // zero: none
+	grace    int64     // zero: none
+	status   int       // non-zero: every request is answered with it
+	hang     bool      // every request hangs until its client gives up
+	reads    int
+	events   []eventsv1.Event
+}
+
+// SetDeletion sets the pod's deletionTimestamp, as a delete does: at is
+// when the kubelet's SIGKILL is due.
+func (p *Pod) SetDeletion(at time.Time) { p.set(func() { p.deletion = at }) }
+
+// SetGrace sets the pod's spec.terminationGracePeriodSeconds.
+func (p *Pod) SetGrace(seconds int64) { p.set(func() { p.grace = seconds }) }
+
+// Refuse answers every request from now on with status and a Status
+// (403: RBAC denies the service account); zero answers again.
+func (p *Pod) Refuse(status int) { p.set(func() { p.status = status }) }
+
+// Hang makes every request from now on hang until its client gives up.
+func (p *Pod) Hang() { p.set(func() { p.hang = true }) }
+
+func (p *Pod) set(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f()
+}
+
+// Reads returns how many times the pod was read (refused and hung
+// requests aside).
+func (p *Pod) Reads() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reads
+}
+
+// Events returns the Events posted, in order.
+func (p *Pod) Events() []eventsv1.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]eventsv1.Event(nil), p.events...)
+}
+
+// Reasons returns the posted Events' reasons, in order.
+func (p *Pod) Reasons() []string {
+	var out []string
+	for _, ev := range p.Events() {
+		out = append(out, ev.Reason)
+	}
+	return out
+}
+
+// ServeHTTP answers r as the API server holding the pod.
+func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	p.mu.Lock()
+	status, hang := p.status, p.hang
+	p.mu.Unlock()
+	if hang {
+		<-r.Context().Done()
+		return
+	}
+	if status != 0 {
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status"}, Message: "refused"})
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/"+p.Namespace+"/pods/"+p.Name:
+		p.reads++
+		if p.ReadsAnswered > 0 && p.reads > p.ReadsAnswered {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		pod := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: types.UID(p.UID)}}
+		if !p.deletion.IsZero() {
+			pod.DeletionTimestamp = &metav1.Time{Time: p.deletion}
+		}
+		if p.grace != 0 {
+			pod.Spec.TerminationGracePeriodSeconds = new(p.grace)
+		}
+		_ = json.NewEncoder(w).Encode(&pod)
+	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/"+p.Namespace+"/events":
+		var ev eventsv1.Event
+		if json.Unmarshal(body, &ev) != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		p.events = append(p.events, ev)
+		w.WriteHeader(http.StatusCreated)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
