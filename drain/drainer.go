@@ -51,7 +51,10 @@ type Preserver interface {
 	// With Estimator and the running count it makes the preserve phase's
 	// live reserve: ceil(running / Limit) x the mean estimate of one
 	// preserve, and at least the longest, where a listed sandbox that
-	// estimates its own (pause.Estimated) counts with its estimate.
+	// estimates its own (pause.Estimated) counts with its estimate, and,
+	// with a Preserver that also has the method
+	// SizeEstimate(size int64) (time.Duration, bool) as *pause.Preserver
+	// does, a pause.Sized one with its size at the rate measured.
 	Limit() int
 	// Estimator estimates one preserve of a sandbox with no estimate of its
 	// own; Run feeds it what it measures. Nil reserves no time for those.
@@ -443,7 +446,8 @@ func (e shortfallError) detail(fields bool) string {
 // mean estimate of one preserve (deadline.Work's rule), and never less than
 // the longest one. A sandbox that estimates its own preserve
 // (pause.Estimated) counts with its estimate, as the Preserver orders and
-// paces it; the others with the Estimator's.
+// paces it, and a Sized one with its size at the Preserver's measured rate
+// (sizeEstimator); the others with the Estimator's.
 func (d *Drainer) preserveReserve() time.Duration {
 	est := d.preserver.Estimator().Estimate()
 	l := d.listed.Load()

@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -34,6 +35,41 @@ func TestPreserveReserveCountsTheSandboxesOwnEstimates(t *testing.T) {
 		t.Logf("timeline:\n%s", tl)
 		require.NotNil(t, rep.Preserve)
 		assert.Equal(t, 16, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
+		assert.False(t, tl.Killed)
+		assert.NoError(t, rep.Err())
+	})
+}
+
+// A Sized sandbox counts in the preserve reserve with its size at the rate
+// the Preserver measured, as the Preserver orders and paces it. Before,
+// it counted with the Estimator's estimate: after 1 GiB preserves of 1 s,
+// 8 VMs of 8 GiB (8 s each, 8 at a time) were reserved 1 s, the preStop
+// wait ran to 54 s of the 60 s grace and all 8 were lost.
+//
+//	before  4 x 1 GiB preserved in 1 s: 1 ns a byte, and the Estimator at 1 s
+//	0 s     preStop; 8 running, 8 GiB each; limit 8
+//	47 s    drain deadline (55 s budget deadline - 1 round x 8 s): SIGTERM
+//	55 s    the round done
+func TestPreserveReserveCountsSizedSandboxesAtTheMeasuredRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const gib = 1 << 30
+		node := fakesandbox.NewNode()
+		for i := range 4 {
+			node.Add(&fakesandbox.Sandbox{Name: fmt.Sprintf("small-%d", i), Latency: time.Second, Bytes: gib})
+		}
+		p, err := pause.New(node, pause.Config{Limit: 8})
+		require.NoError(t, err)
+		require.Equal(t, 4, p.Run(t.Context(), time.Time{}).Counts[pause.Preserved], "the rate is measured")
+		for i := range 8 {
+			node.Add(&fakesandbox.Sandbox{Name: fmt.Sprintf("vm-%d", i), Latency: 8 * time.Second, Bytes: 8 * gib})
+		}
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, edit: func(c *Config) {
+			c.Sandboxes, c.Preserver = node, p
+		}})
+		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 60*time.Second)
+		t.Logf("timeline:\n%s", tl)
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
 		assert.False(t, tl.Killed)
 		assert.NoError(t, rep.Err())
 	})

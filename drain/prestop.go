@@ -341,7 +341,8 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 		d.log.Warn("drain: listing running sandboxes failed", "err", err)
 		return -1
 	}
-	d.listed.Store(newListing(sbs, time.Now()))
+	size, _ := d.preserver.(sizeEstimator)
+	d.listed.Store(newListing(sbs, time.Now(), size))
 	d.running.Store(int64(len(sbs)))
 	d.counted.Store(true)
 	d.runGauge.Record(context.WithoutCancel(parent), int64(len(sbs)))
@@ -380,8 +381,9 @@ func roughly(d time.Duration) string {
 }
 
 // A listing is what a count saw: the running sandboxes' IDs, and when;
-// and the estimates of those that estimate their own preserve
-// (pause.Estimated): how many, their sum and the longest.
+// and the estimates of those whose preserve has one of its own
+// (pause.Estimated) or from its size at the rate the Preserver measured
+// (pause.Sized, sizeEstimator): how many, their sum and the longest.
 type listing struct {
 	ids     []string
 	at      time.Time
@@ -390,11 +392,12 @@ type listing struct {
 	ownLong time.Duration
 }
 
-// newListing is the listing of sbs, seen at.
-func newListing(sbs []pause.Sandbox, at time.Time) *listing {
+// newListing is the listing of sbs, seen at, with the Sized ones
+// estimated by size (nil: not by size).
+func newListing(sbs []pause.Sandbox, at time.Time, size sizeEstimator) *listing {
 	l := &listing{ids: sandboxIDs(sbs), at: at}
 	for _, sb := range sbs {
-		if e := ownEstimate(sb); e > 0 {
+		if e := ownEstimate(sb, size); e > 0 {
 			l.ownN++
 			l.ownSum = min(l.ownSum+e, math.MaxInt64/2) // saturates, far beyond any grace
 			l.ownLong = max(l.ownLong, e)
@@ -403,16 +406,34 @@ func newListing(sbs []pause.Sandbox, at time.Time) *listing {
 	return l
 }
 
-// ownEstimate is sb's estimate of its own preserve (pause.Estimated), or 0
-// when it has none (or its method panics: the Preserver reports that).
-func ownEstimate(sb pause.Sandbox) (e time.Duration) {
+// A sizeEstimator is a Preserver that turns a pause.Sized sandbox's size
+// into the time its preserve takes, at the rate it measured, as
+// *pause.Preserver does.
+type sizeEstimator interface {
+	SizeEstimate(size int64) (time.Duration, bool)
+}
+
+// ownEstimate is sb's estimate of its own preserve (pause.Estimated), else
+// its size at the rate size has measured (pause.Sized), else 0 (also when
+// its method panics: the Preserver reports that).
+func ownEstimate(sb pause.Sandbox, size sizeEstimator) (e time.Duration) {
 	defer func() {
 		if recover() != nil {
 			e = 0
 		}
 	}()
-	if es, ok := sb.(pause.Estimated); ok && !isNilValue(sb) {
-		return es.EstimatedPreserve()
+	if isNilValue(sb) {
+		return 0
+	}
+	if es, ok := sb.(pause.Estimated); ok {
+		if e := es.EstimatedPreserve(); e > 0 {
+			return e
+		}
+	}
+	if sz, ok := sb.(pause.Sized); ok && size != nil {
+		if e, ok := size.SizeEstimate(sz.Size()); ok {
+			return e
+		}
 	}
 	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,19 @@ func (p *Preserver) Limit() int {
 // successful preserve's duration (Config.Estimator, or the default); never
 // nil.
 func (p *Preserver) Estimator() *deadline.Estimator { return p.cfg.estimator }
+
+// SizeEstimate returns the time a preserve of size bytes takes at the rate
+// the Preserver has measured from the Sized sandboxes it preserved (kept
+// across Runs), and whether it has measured one; before, a Run turns sizes
+// into times from the Estimator (see Sized), and SizeEstimate returns
+// false. drain's plan counts a Sized sandbox with it.
+func (p *Preserver) SizeEstimate(size int64) (time.Duration, bool) {
+	perByte, ok := p.rate.get()
+	if !ok || size <= 0 {
+		return 0, false
+	}
+	return time.Duration(min(float64(size)*perByte, math.MaxInt64/2)), true
+}
 
 // Run preserves, in passes, every sandbox the Lister returns, and returns
 // the Report.

@@ -23,8 +23,8 @@ type Sandbox interface {
 // Estimated is implemented by a Sandbox that can estimate how long its
 // Preserve takes, for example from its memory size. The Preserver orders by
 // it and sizes its concurrency from it, and drain's plan reserves the
-// preserve phase's time from it (a Sized sandbox's estimate needs the rate
-// the Preserver measures, which the plan does not have: it counts on the
+// preserve phase's time from it (a Sized sandbox's too, at the rate the
+// Preserver has measured: Preserver.SizeEstimate; before, at the
 // Estimator's estimate).
 type Estimated interface {
 	EstimatedPreserve() time.Duration

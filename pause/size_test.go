@@ -100,3 +100,21 @@ func TestSizesWithTheDefaultPriorRankLongestFirstWithAmpleTime(t *testing.T) {
 		assert.Equal(t, 1500*time.Millisecond, rep.Entries[0].Estimate, "30 MiB of an average 20 MiB x the 1 s prior")
 	})
 }
+
+// SizeEstimate says nothing before a Sized sandbox was measured, and
+// after, a size's time at the rate measured.
+func TestSizeEstimateIsTheMeasuredRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node, _ := sizedNode(10*time.Millisecond, 100, 100)
+		p, err := pause.New(node, pause.Config{Limit: 2})
+		require.NoError(t, err)
+		_, ok := p.SizeEstimate(100 * mib)
+		assert.False(t, ok, "nothing measured yet")
+		require.Equal(t, 2, p.Run(t.Context(), time.Time{}).Counts[pause.Preserved])
+		d, ok := p.SizeEstimate(800 * mib)
+		require.True(t, ok)
+		assert.Equal(t, 8*time.Second, d.Round(time.Millisecond), "10 ms a MiB")
+		_, ok = p.SizeEstimate(0)
+		assert.False(t, ok, "an unknown size")
+	})
+}
