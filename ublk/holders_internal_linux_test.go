@@ -3,6 +3,7 @@
 package ublk
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
@@ -173,7 +175,7 @@ func TestScanCutShortKeepsWhatTheLastScanFoundOfAProcessItDidNotRead(t *testing.
 		slowProcfs(t, f, 100, 0)
 		require.NoError(t, os.WriteFile(filepath.Join(f.proc, "99", "mountinfo"), []byte("36 22 4000:0 / /mnt/disk rw - ext4 /dev/ublkb0 rw\n"), 0o644))
 		start := time.Now()
-		cfg := f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, Reserve: 500 * time.Millisecond})
+		cfg := f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, Reserve: 500 * time.Millisecond, PollInterval: 500 * time.Millisecond})
 		cfg.hooks.BeforeProcess = func(string) {
 			if time.Since(start) >= 2400*time.Millisecond {
 				time.Sleep(10 * time.Millisecond)
@@ -193,5 +195,48 @@ func TestScanCutShortKeepsWhatTheLastScanFoundOfAProcessItDidNotRead(t *testing.
 		assert.Contains(t, h.Err, "processes not read", "the last scan was cut short")
 		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the mount")
 		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
+	})
+}
+
+// 0 .. pid 99 holds device 0 open (an fd on a block node 4000:0) .. 50 s,
+// the last-resort point: it is doomed and killed, and stays listed in
+// procfs (a zombie its parent has not reaped) .. procfs gets slow, and the
+// last resort's scan is cut short at 53 s before it reaches pid 99. A
+// killed process's holds went with it: the step does not keep them from
+// the scan before, and asks the daemon to stop. Keeping them spared the
+// disk (HeldError) and left the daemon to die at SIGKILL with it live.
+func TestScanCutShortDoesNotKeepTheHoldsOfAKilledProcess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, d, _, td := lastResortRig(t, vulnerable, Config{NoControl: true, PollInterval: 5 * time.Second})
+		slowProcfs(t, f, 100, 0)
+		node := filepath.Join(t.TempDir(), "ublkb0")
+		require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
+		require.NoError(t, os.Symlink(node, filepath.Join(f.proc, "99", "fd", "3")))
+		start := time.Now()
+		td.cfg.beforeProcess = func(string) {
+			if time.Since(start) >= 50*time.Second {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		td.cfg.killHolders = func(_ context.Context, _ string, held map[int][]Holder, _ map[blockdev.DevNum]int, _ int) (string, []HolderFate) {
+			var fates []HolderFate
+			for id, hs := range held {
+				for _, h := range hs {
+					fates = append(fates, HolderFate{Holder: h, Device: id, Doomed: h.PID == 99, Killed: h.PID == 99})
+				}
+			}
+			return "0::/kubepods/pod1/ctr", fates
+		}
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		require.NotNil(t, rep.LastResort)
+		require.Len(t, rep.LastResort.Killed(), 1)
+		assert.Equal(t, 99, rep.LastResort.Killed()[0].Holder.PID)
+		last := rep.Step("last resort")
+		require.NotNil(t, last)
+		assert.Contains(t, last.Result, "0 device(s) still held")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		assert.Equal(t, VerdictStopped, rep.Verdict)
 	})
 }
