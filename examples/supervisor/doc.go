@@ -85,7 +85,10 @@
 //     agentenv every sandbox not paused, so also one being snapshotted or
 //     forked, which AgentENV lists as paused and which runs again after:
 //     its pause is retried until it runs, and it is lost, with the state
-//     in its entry's error, if it never does in that time), sends the
+//     in its entry's error, if it never does in that time; a pause it gave
+//     up on at three quarters of the step, which AgentENV goes on with, is
+//     listed until seven eighths, and preserved if listed paused then, its
+//     entry's error saying "finished late"), sends the
 //     server its SIGTERM with the time left, waits for it (SIGKILL at the
 //     step's deadline so the daemon still gets its turn), stops the daemon with drainkit's ublk teardown (it waits
 //     until no process holds a device; on a kernel not known fixed, holders

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
@@ -29,6 +31,16 @@ import (
 // retried until it runs again and is paused, or until the sweep's time is
 // up, when it is Failed with the 409 that names its state: lost, in the
 // Report, the log and the exit status.
+//
+// A pause the sweep gives up on (in flight at three quarters of the server
+// step) goes on in AgentENV, which finishes what it began whether or not
+// the client waits, and whose own shutdown waits for a sandbox being
+// paused. The sweep keeps listing those while AgentENV shows them paused
+// (being paused, or paused), until seven eighths of the step: one listed
+// paused (state=paused) is preserved, its entry's error saying it finished
+// late; one listed running again (its pause failed) or gone is left lost.
+// AgentENV stops accepting connections at its SIGTERM, so this is the last
+// time anything can list them.
 
 // notPaused lists every sandbox the server has not paused: the ones its
 // unfiltered listing shows less the ones its state=paused listing shows.
@@ -37,6 +49,7 @@ import (
 type notPaused struct {
 	src    *httpsource.Source
 	all    *httpsource.Source // the list path, every sandbox listed
+	shown  *httpsource.Source // the list path, the ones shown paused (paused or in a transition)
 	paused *httpsource.Source // the list path with state=paused
 }
 
@@ -45,6 +58,8 @@ type notPaused struct {
 func newNotPaused(src *httpsource.Source, baseURL string, c httpsource.Config) (*notPaused, error) {
 	all := c
 	all.NoStateField = true // every sandbox listed
+	shown := c
+	shown.RunningStates = []string{"paused"}
 	paused := c
 	paused.ListPath = withQuery(c.ListPath, "state=paused")
 	paused.FallbackListPath = "" // the deprecated list has no filter
@@ -52,6 +67,9 @@ func newNotPaused(src *httpsource.Source, baseURL string, c httpsource.Config) (
 	l := &notPaused{src: src}
 	var err error
 	if l.all, err = httpsource.New(baseURL, all); err != nil {
+		return nil, err
+	}
+	if l.shown, err = httpsource.New(baseURL, shown); err != nil {
 		return nil, err
 	}
 	if l.paused, err = httpsource.New(baseURL, paused); err != nil {
@@ -98,4 +116,59 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 		}
 	}
 	return out, nil
+}
+
+// settleInterval is how often settle lists while it waits.
+const settleInterval = 250 * time.Millisecond
+
+// settle waits until each of ids (sandboxes whose pause was given up on)
+// is listed paused, or is no longer shown paused (running again: its pause
+// failed; or gone), or until by, listing every settleInterval. It returns
+// when each was first listed paused. A listing that fails ends the wait
+// with what it has.
+func (l *notPaused) settle(ctx context.Context, ids []string, by time.Time) map[string]time.Time {
+	ctx, cancel := context.WithDeadline(ctx, by)
+	defer cancel()
+	waiting := map[string]bool{}
+	for _, id := range ids {
+		waiting[id] = true
+	}
+	settled := map[string]time.Time{}
+	for len(waiting) > 0 {
+		paused, err := l.paused.RunningIDs(ctx)
+		if err != nil {
+			return settled
+		}
+		shown, err := l.shown.RunningIDs(ctx)
+		if err != nil {
+			return settled
+		}
+		for _, id := range paused {
+			if waiting[id] {
+				settled[id] = time.Now()
+				delete(waiting, id)
+			}
+		}
+		for id := range waiting {
+			if !slices.Contains(shown, id) {
+				delete(waiting, id)
+			}
+		}
+		if len(waiting) == 0 || !sleepCtx(ctx, settleInterval) {
+			return settled
+		}
+	}
+	return settled
+}
+
+// sleepCtx sleeps for d and reports whether ctx was still live then.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

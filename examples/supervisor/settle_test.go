@@ -107,3 +107,43 @@ func entries(rep *pause.Report) map[string]pause.Entry {
 	}
 	return out
 }
+
+// Fault: a pause the supervisor gave up on that the server finished. The
+// final sweep waits for its pauses until three quarters of the server
+// step, then sends the SIGTERM; AgentENV goes on with a pause whose client
+// left (its own shutdown waits for a sandbox being paused), so the sandbox
+// ended paused, and durable, while the Report counted it lost (timed out)
+// and the exit status said so. The sweep now keeps listing the ones it
+// gave up on while AgentENV shows them being paused, until seven eighths
+// of the step: one listed paused then counts preserved, its entry's error
+// saying it finished late, in virtual time:
+//
+//	0 s      SIGTERM (grace 100 s): 2 sandboxes of 1 GiB paused in 2 s; a
+//	         third, of 74 GiB, is being snapshotted until 3 s
+//	2 s      server step (until 95 s): the sweep retries the third's 409
+//	3.x s    its snapshot over, its pause starts: 75 s
+//	72.5 s   three quarters of the step: the sweep gives up on it
+//	78 s     the server finishes it: listed paused, counted preserved
+//	83.75 s  seven eighths: the latest the sweep would have waited
+func TestPauseTheSweepGaveUpOnThatTheServerFinishedIsPreserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, ids := agentenvDouble(t, 2, fakeagentenv.Config{PauseBase: time.Second, PausePerGiB: time.Second})
+		big, err := srv.Create(74 * 1024)
+		require.NoError(t, err)
+		endSnapshot, err := srv.Snapshot(big.SandboxID)
+		require.NoError(t, err)
+		go func() { time.Sleep(3 * time.Second); endSnapshot() }()
+
+		rep := drainInProcess(t, srv, "100s")
+
+		require.NotNil(t, rep.Preserve)
+		e := entries(rep.Preserve)[big.SandboxID]
+		assert.Equal(t, pause.Preserved, e.Outcome, "the server finished its pause: %s", e.Error)
+		assert.Contains(t, e.Error, "finished late")
+		assert.Zero(t, rep.Lost())
+		assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved], ids)
+		assert.Equal(t, fakeagentenv.Paused, srv.States()[big.SandboxID])
+		require.NotNil(t, rep.Phase(StepServer))
+		assert.Equal(t, drain.OK, rep.Phase(StepServer).Result, rep.Phase(StepServer).Error)
+	})
+}

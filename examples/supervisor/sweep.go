@@ -37,8 +37,10 @@ import (
 // sweep lists the server's sandboxes that need a pause one last time (the
 // running ones; in front of AgentENV every one not paused: notPaused),
 // within the server step's ctx, and pauses them: none starts after half the step's
-// time, and the ones in flight are waited for until three quarters. It
-// returns its account (nil when it listed nothing), and an error naming
+// time, and the ones in flight are waited for until three quarters; in
+// front of AgentENV, the ones it gave up on then are listed until seven
+// eighths while the server shows them being paused, and each listed paused
+// is preserved, finished late (finishedLate). It returns its account (nil when it listed nothing), and an error naming
 // the ones it could not pause. A listing that fails is logged and becomes
 // the Report's note (and so the termination message's): a sandbox resumed
 // since the preserve phase is not known. It does nothing in
@@ -63,9 +65,12 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 	}
 	// No pause starts after half the step's time, and the ones in flight
 	// are waited for until three quarters (the server would finish them
-	// before it exits anyway): the rest is the server's, to exit by itself.
+	// before it exits anyway), and the ones given up on then are listed
+	// until seven eighths, while the server is still pausing them (it
+	// would wait for them at its SIGTERM anyway): the rest is the server's,
+	// to exit by itself.
 	left := time.Until(dl)
-	start, end := time.Now().Add(left/2), time.Now().Add(left*3/4)
+	start, end, settleBy := time.Now().Add(left/2), time.Now().Add(left*3/4), time.Now().Add(left*7/8)
 	sctx, cancel := context.WithDeadline(ctx, start)
 	defer cancel()
 	p, err := pause.New(s.sweepList, pause.Config{
@@ -81,6 +86,7 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 		return nil, fmt.Errorf("final sweep: %w", err)
 	}
 	rep := p.Run(sctx, end)
+	s.finishedLate(ctx, rep, settleBy)
 	switch {
 	case rep.Unknown:
 		s.log.Error("supervisor: final sweep: the server's sandboxes could not be listed after the preserve phase; a sandbox resumed since is not known",
@@ -105,6 +111,45 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 			n, len(rep.Entries), ids(rep.Entries, pause.Outcome.Lost))
 	}
 	return rep, nil
+}
+
+// finishedLate waits, until by, for the pauses of rep the sweep gave up on
+// (timed out) that the server goes on with, in front of AgentENV (settle.go):
+// each one listed paused is preserved, its error saying it finished late,
+// and rep's counts are computed again.
+func (s *supervisor) finishedLate(ctx context.Context, rep *pause.Report, by time.Time) {
+	l, ok := s.sweepList.(*notPaused)
+	if !ok {
+		return
+	}
+	var timedOut []string
+	for _, e := range rep.Entries {
+		if e.Outcome == pause.TimedOut {
+			timedOut = append(timedOut, e.ID)
+		}
+	}
+	if len(timedOut) == 0 {
+		return
+	}
+	s.log.Warn("supervisor: final sweep: waiting for the pauses it gave up on, which the server goes on with",
+		"sandboxes", len(timedOut), "until", by.Format(time.RFC3339Nano))
+	settled := l.settle(ctx, timedOut, by)
+	if len(settled) == 0 {
+		return
+	}
+	counts := map[pause.Outcome]int{}
+	for i := range rep.Entries {
+		e := &rep.Entries[i]
+		if at, ok := settled[e.ID]; ok {
+			e.Error = fmt.Sprintf("finished late: the sweep gave up on its pause at %s (%s); the server finished it, listed paused at %s",
+				e.End.Format(time.RFC3339Nano), e.Error, at.Format(time.RFC3339Nano))
+			e.Outcome, e.End = pause.Preserved, at
+			e.Duration = at.Sub(e.Start)
+			s.log.Warn("supervisor: final sweep: a pause it gave up on finished late: preserved", "sandbox", e.ID, "error", e.Error)
+		}
+		counts[e.Outcome]++
+	}
+	rep.Counts = counts
 }
 
 // ids lists the entries' IDs with their outcomes, those for which keep is
