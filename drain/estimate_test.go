@@ -31,12 +31,7 @@ func TestPreserveReserveCountsTheSandboxesOwnEstimates(t *testing.T) {
 		for i := range 16 {
 			f.node.Add(&fakesandbox.Sandbox{Name: "vm-" + string(rune('a'+i)), Latency: 8 * time.Second, Estimate: 8 * time.Second})
 		}
-		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 60*time.Second)
-		t.Logf("timeline:\n%s", tl)
-		require.NotNil(t, rep.Preserve)
-		assert.Equal(t, 16, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
-		assert.False(t, tl.Killed)
-		assert.NoError(t, rep.Err())
+		terminateAllPreserved(t, f, 16)
 	})
 }
 
@@ -66,11 +61,19 @@ func TestPreserveReserveCountsSizedSandboxesAtTheMeasuredRate(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, edit: func(c *Config) {
 			c.Sandboxes, c.Preserver = node, p
 		}})
-		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 60*time.Second)
-		t.Logf("timeline:\n%s", tl)
-		require.NotNil(t, rep.Preserve)
-		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
-		assert.False(t, tl.Killed)
-		assert.NoError(t, rep.Err())
+		terminateAllPreserved(t, f, 8)
 	})
+}
+
+// terminateAllPreserved has the simulated kubelet terminate f's node through
+// its preStop hook with a 60 s grace, and checks that all n sandboxes were
+// preserved before SIGKILL.
+func terminateAllPreserved(t *testing.T, f *fixture, n int) {
+	t.Helper()
+	tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 60*time.Second)
+	t.Logf("timeline:\n%s", tl)
+	require.NotNil(t, rep.Preserve)
+	assert.Equal(t, n, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
+	assert.False(t, tl.Killed)
+	assert.NoError(t, rep.Err())
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -41,6 +42,25 @@ func limitsTaken(log string) []string {
 	return to
 }
 
+// bestThroughputs returns the values of the log attribute key (a best
+// throughput, named with its unit) on the lines a Run logged as it moved
+// its limit.
+func bestThroughputs(t *testing.T, log, key string) []float64 {
+	t.Helper()
+	var xs []float64
+	for line := range strings.Lines(log) {
+		if _, after, ok := strings.Cut(line, "pause: concurrency changed"); ok {
+			_, v, ok := strings.Cut(after, " "+key+"=")
+			require.True(t, ok, "no %s in %q", key, line)
+			v, _, _ = strings.Cut(v, " ")
+			x, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			xs = append(xs, x)
+		}
+	}
+	return xs
+}
+
 // A disk of 64 MiB/s that one writer drives at 16 MiB/s has its knee at 4
 // writers. The default Preserver (no limit set) starts at 8, finds that 16
 // does not pay, halves while halving costs nothing, finds that 2 does cost,
@@ -58,6 +78,9 @@ func TestDefaultLimitFindsTheKnee(t *testing.T) {
 		t.Logf("took %v, device needs %v, limits %v", took, physical, limitsTaken(buf.String()))
 		assert.Contains(t, []int{4, 5}, p.Limit(), "the knee, or a probe a quarter above it")
 		assert.Equal(t, []string{"16", "4", "2", "4"}, limitsTaken(buf.String())[:4])
+		// Before, the line said best_throughput=4.06e+09: the climber's units
+		// of work per second, with no unit; the disk moves 64 MiB/s.
+		assert.InEpsilon(t, 64*mib, bestThroughputs(t, buf.String(), "best_throughput_bytes_per_s")[0], 0.05)
 		assert.LessOrEqual(t, float64(took), 1.10*float64(physical))
 	})
 }
@@ -234,6 +257,8 @@ func TestClimbOnAStoreWithoutAKneeCostsTwoRounds(t *testing.T) {
 			require.Equal(t, tc.n, rep.Counts[pause.Preserved])
 			t.Logf("n=%d: %v, limits %v", tc.n, took, limitsTaken(buf.String()))
 			assert.Equal(t, []string{"16", "32"}, limitsTaken(buf.String())[:2])
+			assert.InEpsilon(t, 8/round.Seconds(), bestThroughputs(t, buf.String(), "best_throughput_sandboxes_per_s")[0], 0.05,
+				"8 preserves of 20 ms at a time")
 			assert.Equal(t, time.Duration(tc.rounds)*round, took, "a round at 8, one at 16, the rest at 32 (and the probes)")
 
 			node = fakesandbox.NewNode()

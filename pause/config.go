@@ -82,7 +82,10 @@ type Config struct {
 	// [1, MaxLimit], and when the work left at the best throughput
 	// measured needs most of the time left, it stops exploring and keeps
 	// the limit measured fastest.
-	// Preserver.Limit reports it as it moves.
+	// Preserver.Limit reports it as it moves, and each move is logged at
+	// Info ("pause: concurrency changed") with the best throughput
+	// measured, best_throughput_bytes_per_s or, when the sandboxes are not
+	// Sized, best_throughput_sandboxes_per_s.
 	Limit int
 
 	// MaxLimit is the ceiling of the adaptive limit: the most preserves

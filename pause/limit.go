@@ -24,6 +24,7 @@ import (
 func (r *run) units(e *Entry) float64 {
 	if r.unitScale == 0 {
 		r.unitScale = max(r.perByte, 1e-9)
+		r.unitBytes = r.perByte > 0
 		r.unitUnknown = float64(max(r.unknown, time.Millisecond))
 	}
 	switch {
@@ -50,6 +51,8 @@ func (r *run) tick(now time.Time) {
 func (r *run) startedLocked(u float64, now time.Time) (area0 float64) {
 	r.queue.remove(u)
 	r.tick(now)
+	r.startedUnits += u
+	r.startedN++
 	r.inflight++
 	r.inflightUnits += u
 	return r.area
@@ -119,12 +122,30 @@ func (r *run) setLimitLocked(k int) {
 // frame is on every worker's stack, so that its attributes are not.
 func (r *run) logLimit(from, k int) {
 	{
-		_, x := r.climb.best()
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency changed",
 			slog.Int("from", from), slog.Int("to", k), slog.Int("max_limit", r.cfg.maxLimit),
-			slog.Float64("best_throughput", x*1e9), slog.Int("queued", r.queue.n),
+			r.bestThroughput(), slog.Int("queued", r.queue.n),
 			slog.String("time_left", fmtLeft(r.phase)))
 	}
+}
+
+// bestThroughput is the best throughput measured, as a log attribute
+// named with its unit: bytes per second when the Run's units are sizes
+// (its first pass had Sized sandboxes), else sandboxes per second. The
+// climber's units are neither (work per nanosecond, in units: a size at
+// the first pass's time per byte, or an estimate), so it is turned back:
+// by the time per byte, or by the mean units of the preserves started so
+// far (exact when they all have the same estimate). The caller holds r.mu.
+func (r *run) bestThroughput() slog.Attr {
+	_, x := r.climb.best()
+	perSecond := x * float64(time.Second)
+	if r.unitBytes {
+		return slog.Float64("best_throughput_bytes_per_s", perSecond/r.unitScale)
+	}
+	if r.startedN == 0 {
+		return slog.Float64("best_throughput_sandboxes_per_s", 0)
+	}
+	return slog.Float64("best_throughput_sandboxes_per_s", perSecond*float64(r.startedN)/r.startedUnits)
 }
 
 // poke wakes the dispatcher waiting for room below the limit or for a

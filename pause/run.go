@@ -52,6 +52,9 @@ type run struct {
 	room          chan struct{} // the dispatcher waits on it for room (waitRoom)
 	unitScale     float64       // units per byte, fixed at the first pass
 	unitUnknown   float64       // units of a task without size or estimate
+	unitBytes     bool          // the first pass had Sized sandboxes: units are scaled sizes
+	startedUnits  float64       // units of the preserves started, for bestThroughput
+	startedN      int           // preserves started
 	mu            sync.Mutex
 	climb         climber
 	queue         queueStats
