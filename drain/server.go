@@ -282,11 +282,14 @@ func (s *Server) Admit(h http.Handler) http.Handler { return s.d.Gate().Admit(Cr
 // Drainer returns the Drainer, for what the one-call path does not cover.
 func (s *Server) Drainer() *Drainer { return s.d }
 
-// Run serves srv (on srv.Addr, ":http" when empty, as ListenAndServe) and
-// the preStop hook until SIGTERM (or SIGINT, or ctx
+// Run serves srv and the preStop hook until SIGTERM (or SIGINT, or ctx
 // ending), drains, and returns the exit code: 0 when the Report has no
-// error, 1 otherwise, 2 when a listener could not be opened. A second
-// signal forces. SIGHUP is logged and ignored, and SIGQUIT logs every
+// error, 1 otherwise, 2 when a listener could not be opened or
+// srv.TLSConfig has no certificate. It serves srv as ListenAndServe would
+// (on srv.Addr, ":http" when empty) or, with srv.TLSConfig set, as
+// ListenAndServeTLS("", "") would: over TLS with TLSConfig's Certificates,
+// GetCertificate or GetConfigForClient, on ":https" when srv.Addr is
+// empty. A second signal forces. SIGHUP is logged and ignored, and SIGQUIT logs every
 // goroutine's stack and Run goes on: their default action would end the
 // process at once, with no drain. The Report is logged through slog.Default; Run never calls
 // os.Exit. After a Run that returned 0 or 1, s.Drainer().Shutdown returns
@@ -311,6 +314,10 @@ func (s *Server) Run(ctx context.Context) int {
 
 // serve is Run with the signals from sigs.
 func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
+	if c := s.srv.TLSConfig; c != nil && len(c.Certificates) == 0 && c.GetCertificate == nil && c.GetConfigForClient == nil {
+		s.log.Error("drain: srv.TLSConfig has no certificate (Certificates, GetCertificate or GetConfigForClient): Run has no files to load one from")
+		return 2
+	}
 	ln, err := net.Listen("tcp", listenAddr(s.srv))
 	if err != nil {
 		s.log.Error("drain: listen", "addr", listenAddr(s.srv), "err", err)
@@ -323,7 +330,7 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 		return 2
 	}
 	hooks := &http.Server{Handler: s.hookHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
+	go s.serveSrv(ln)
 	go func() { _ = hooks.Serve(hookLn) }()
 	defer hooks.Close()
 	s.log.Info("drain: serving", "addr", ln.Addr().String(), "hook", hookLn.Addr().String())
@@ -335,14 +342,31 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 	return 0
 }
 
-// listenAddr is where Run serves srv: srv.Addr, or ":http" when it is
-// empty, as srv.ListenAndServe would (net.Listen would take "" for a
-// random port).
-func listenAddr(srv *http.Server) string {
-	if srv.Addr == "" {
-		return ":http"
+// serveSrv serves srv on ln, over TLS when srv.TLSConfig is set, until
+// srv shuts down; any other end is logged.
+func (s *Server) serveSrv(ln net.Listener) {
+	var err error
+	if s.srv.TLSConfig != nil {
+		err = s.srv.ServeTLS(ln, "", "") // the certificates are TLSConfig's (checked by serve)
+	} else {
+		err = s.srv.Serve(ln)
 	}
-	return srv.Addr
+	if !errors.Is(err, http.ErrServerClosed) {
+		s.log.Error("drain: serving stopped", "addr", ln.Addr().String(), "err", err)
+	}
+}
+
+// listenAddr is where Run serves srv: srv.Addr, or when it is empty
+// ":http" (":https" with srv.TLSConfig), as srv.ListenAndServe (and
+// ListenAndServeTLS) would; net.Listen would take "" for a random port.
+func listenAddr(srv *http.Server) string {
+	switch {
+	case srv.Addr != "":
+		return srv.Addr
+	case srv.TLSConfig != nil:
+		return ":https"
+	}
+	return ":http"
 }
 
 // hookHandler is GET /drain, guarded.

@@ -3,9 +3,11 @@ package drain
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"syscall"
@@ -250,4 +252,40 @@ func TestNewServerTakesThePreserveEstimateAndSandboxTimeoutFromTheEnvironment(t 
 	t.Setenv(EnvSandboxTimeout, "-1s")
 	_, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
 	assert.ErrorContains(t, err, EnvSandboxTimeout+`="-1s"`)
+}
+
+// With srv.TLSConfig set, Run serves srv over TLS, as ListenAndServeTLS
+// does with the certificates in its TLSConfig; before, it served plain
+// HTTP on the same address, and every HTTPS client failed its handshake
+// ("server gave HTTP response to HTTPS client"). A TLSConfig without a
+// certificate is refused at once (exit 2), not served plain or not at all.
+func TestServerRunServesTLSWhenTheServerHasATLSConfig(t *testing.T) {
+	t.Setenv(EnvGrace, "10")
+	t.Setenv(EnvHookListen, "127.0.0.1:0")
+	t.Setenv(EnvHookSecret, "")
+	t.Setenv(EnvPodName, "")
+	ts := httptest.NewTLSServer(nil) // for its certificate (127.0.0.1) and a client that trusts it
+	client := ts.Client()
+	certs := ts.TLS.Certificates
+	ts.Close()
+
+	srv := &http.Server{Addr: "127.0.0.1:0", TLSConfig: &tls.Config{Certificates: certs}, ReadHeaderTimeout: time.Second}
+	assert.Equal(t, ":https", listenAddr(&http.Server{TLSConfig: srv.TLSConfig}), "as ListenAndServeTLS")
+	s, err := NewServer(srv, fakesandbox.NewNode())
+	require.NoError(t, err)
+	sigs := make(chan os.Signal, 2)
+	code := make(chan int, 1)
+	go func() { code <- s.serve(context.Background(), sigs) }()
+	addrs := <-s.listening
+	resp, err := client.Get("https://" + addrs[0].String() + "/readyz")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NotNil(t, resp.TLS, "served over TLS")
+	sigs <- syscall.SIGTERM
+	assert.Equal(t, 0, <-code)
+
+	noCert, err := NewServer(&http.Server{Addr: "127.0.0.1:0", TLSConfig: &tls.Config{}}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Equal(t, 2, noCert.serve(context.Background(), sigs))
 }
