@@ -88,8 +88,10 @@
 //     in its entry's error, if it never does in that time; a pause it gave
 //     up on at three quarters of the step, which AgentENV goes on with, is
 //     listed until seven eighths, and preserved if listed paused then, its
-//     entry's error saying "finished late"), sends the
-//     server its SIGTERM with the time left, waits for it (SIGKILL at the
+//     entry's error saying "finished late"), closes its API client's idle
+//     connections (nothing is asked of the server after its SIGTERM, and a
+//     graceful shutdown that waits for open connections would wait for
+//     ours), sends the server its SIGTERM with the time left, waits for it (SIGKILL at the
 //     step's deadline so the daemon still gets its turn), stops the daemon with drainkit's ublk teardown (it waits
 //     until no process holds a device; on a kernel not known fixed, holders
 //     still there when only its reserve is left are SIGKILLed if they are in

@@ -118,6 +118,14 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 	return out, nil
 }
 
+// closeIdleConnections closes the idle connections of the listers' clients
+// (httpsource.Source.CloseIdleConnections).
+func (l *notPaused) closeIdleConnections() {
+	for _, src := range []*httpsource.Source{l.all, l.shown, l.paused} {
+		src.CloseIdleConnections()
+	}
+}
+
 // settleInterval is how often settle lists while it waits.
 const settleInterval = 250 * time.Millisecond
 

@@ -5,7 +5,11 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -76,18 +80,29 @@ func agentenvDouble(t *testing.T, n int, cfg fakeagentenv.Config) (*fakeagentenv
 
 // drainInProcess runs the supervisor's drain (-api agentenv, -grace grace,
 // no daemon) in front of srv, in-process for synctest: SIGTERM now, the
-// preserve phase, then the server step with its final sweep; no server
-// process runs, so the step sends no SIGTERM.
+// preserve phase, then the server step up to the server's SIGTERM, which
+// it does not send: no server process runs.
 func drainInProcess(t *testing.T, srv *fakeagentenv.Server, grace string) *drain.Report {
 	t.Helper()
-	cfg, err := parseArgs([]string{"-api", "agentenv", "-grace", grace, "--", "server"}, io.Discard)
+	return drainBeforeSIGTERM(t, &http.Client{Transport: handlerTransport{srv.Handler()}}, nil, "-grace", grace)
+}
+
+// drainBeforeSIGTERM is drainInProcess for the server client talks to (at
+// -server-url, among args), which calls atSIGTERM (unless nil) where the
+// server step would send the SIGTERM.
+func drainBeforeSIGTERM(t *testing.T, client *http.Client, atSIGTERM func(), args ...string) *drain.Report {
+	t.Helper()
+	cfg, err := parseArgs(append(append([]string{"-api", "agentenv"}, args...), "--", "server"), io.Discard)
 	require.NoError(t, err)
-	cfg.apiKey, cfg.client = "k", &http.Client{Transport: handlerTransport{srv.Handler()}}
+	cfg.apiKey, cfg.client = "k", client
 	sup, err := newSupervisor(cfg, io.Discard)
 	require.NoError(t, err)
 	sup.server = &child{name: StepServer, done: make(chan struct{})} // never exits
 	step := drain.NewStep(sup.steps[0].Phase(), func(ctx context.Context) (any, error) {
-		swept, err := sup.sweep(ctx)
+		swept, err := sup.beforeSIGTERM(ctx)
+		if atSIGTERM != nil {
+			atSIGTERM()
+		}
 		if swept == nil {
 			return nil, err
 		}
@@ -146,4 +161,51 @@ func TestPauseTheSweepGaveUpOnThatTheServerFinishedIsPreserved(t *testing.T) {
 		require.NotNil(t, rep.Phase(StepServer))
 		assert.Equal(t, drain.OK, rep.Phase(StepServer).Result, rep.Phase(StepServer).Error)
 	})
+}
+
+// Fault: the supervisor's API client kept its connections to the server
+// open (idle, kept alive for a next request) when the server got its
+// SIGTERM. Nothing is asked of the server after it (AgentENV accepts no
+// connection then), and a server whose graceful shutdown waits for its open
+// connections (hyper's waits for one that never sent a request, which a Go
+// transport can keep after a dial whose request was given up; axum's has
+// been seen held by an idle keep-alive) would wait for ours until the
+// step's SIGKILL. The AgentENV double, net/http's Shutdown, closes idle
+// connections at once, as AgentENV's hyper does one between requests: the
+// test counts the client's connections still open at the SIGTERM instead.
+func TestNoConnectionOfTheSupervisorIsOpenWhenTheServerGetsItsSIGTERM(t *testing.T) {
+	srv, _ := agentenvDouble(t, 8, fakeagentenv.Config{PauseBase: 10 * time.Millisecond})
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	var open, opened atomic.Int64
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		open.Add(1)
+		opened.Add(1)
+		return &countedConn{Conn: c, open: &open}, nil
+	}}
+	defer tr.CloseIdleConnections()
+	atSIGTERM := int64(-1)
+	rep := drainBeforeSIGTERM(t, &http.Client{Transport: tr}, func() { atSIGTERM = open.Load() },
+		"-grace", "10s", "-concurrency", "4", "-server-url", ts.URL)
+
+	require.NotNil(t, rep.Preserve)
+	assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved])
+	assert.Positive(t, opened.Load())
+	assert.Zero(t, atSIGTERM, "connections of the supervisor's open when the server got its SIGTERM (of %d opened)", opened.Load())
+}
+
+// countedConn is a connection that counts itself out of open when closed.
+type countedConn struct {
+	net.Conn
+	open *atomic.Int64
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
 }

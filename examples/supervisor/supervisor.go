@@ -439,7 +439,7 @@ func (s *supervisor) serverExited() *Report {
 // turn. The sweep's account is the step's Detail, which drain merges into
 // the preserve phase's; sandboxes the sweep could not pause fail the step.
 func (s *supervisor) stopServer(ctx context.Context) (any, error) {
-	swept, err := s.sweep(ctx)
+	swept, err := s.beforeSIGTERM(ctx)
 	s.termSent.Store(true)
 	if dl, ok := ctx.Deadline(); ok {
 		s.log.Info("supervisor: SIGTERM to the server", "time_left", time.Until(dl).Round(time.Millisecond))
@@ -447,6 +447,21 @@ func (s *supervisor) stopServer(ctx context.Context) (any, error) {
 	err = errors.Join(err, s.server.stop(ctx, time.Second))
 	if swept == nil {
 		return nil, err // no Detail, not a nil *pause.Report in it
+	}
+	return swept, err
+}
+
+// beforeSIGTERM is what the server step does before the server's SIGTERM:
+// the final sweep, then closing the idle connections of the API client.
+// Nothing is asked of the server after its SIGTERM (AgentENV accepts no
+// connection then), and a server whose graceful shutdown waits for its
+// open connections would wait for ours, kept alive for a next request that
+// never comes, until the step's SIGKILL.
+func (s *supervisor) beforeSIGTERM(ctx context.Context) (*pause.Report, error) {
+	swept, err := s.sweep(ctx)
+	s.src.CloseIdleConnections()
+	if l, ok := s.sweepList.(*notPaused); ok {
+		l.closeIdleConnections()
 	}
 	return swept, err
 }

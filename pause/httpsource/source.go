@@ -538,6 +538,15 @@ func withQuery(target, key, value string) string {
 // not it is listed.
 func (s *Source) Sandbox(id string) pause.Sandbox { return &sandbox{src: s, id: id} }
 
+// CloseIdleConnections closes the connections of the Source's client that
+// are kept open for a next request and carry none now (http.Client's
+// CloseIdleConnections). A caller about to stop the server calls it first:
+// a server whose graceful shutdown waits for its open connections (hyper's
+// waits for one that never sent a request, which a Go transport can keep:
+// a dial that finished after its request was given up) is not held by the
+// Source's. A later request opens a new connection.
+func (s *Source) CloseIdleConnections() { s.cfg.client.CloseIdleConnections() }
+
 // Limit returns how many pause requests the Source currently sends at once;
 // a very large number until the server answered 429 or Config.MaxInFlight set
 // a cap.
