@@ -34,26 +34,27 @@ func readlinkWalk() int {
 }
 
 // BenchmarkHolders measures one full holders scan of this machine's /proc
-// (fds, maps, mountinfo per mount namespace, swaps) and reports it as a ratio to
-// the bare readlink walk measured in the same run ("x_readlink_walk"), so
-// the figure does not depend on how busy the machine is.
+// (fds, maps, mountinfo per mount namespace, swaps) and reports it as a
+// ratio to the bare readlink walk ("x_readlink_walk"), each scan paired
+// with a walk just before it, so the figure does not depend on how busy
+// the machine is, nor on how its load changes during the run.
 func BenchmarkHolders(b *testing.B) {
 	ctx := context.Background()
 	dev := blockdev.DevNum{Major: 4000, Minor: 0}
-	const rounds = 20
-	start := time.Now()
+	var walks, scans time.Duration
 	links := 0
-	for range rounds {
-		links = readlinkWalk()
-	}
-	base := time.Since(start) / rounds
-	b.ResetTimer()
 	for b.Loop() {
+		b.StopTimer()
+		start := time.Now()
+		links = readlinkWalk()
+		walks += time.Since(start)
+		b.StartTimer()
+		start = time.Now()
 		if _, err := blockdev.Holders(ctx, "/proc", dev); err != nil {
 			b.Fatal(err)
 		}
+		scans += time.Since(start)
 	}
-	per := b.Elapsed() / time.Duration(b.N)
-	b.ReportMetric(float64(per)/float64(base), "x_readlink_walk")
+	b.ReportMetric(float64(scans)/float64(walks), "x_readlink_walk")
 	b.ReportMetric(float64(links), "fds")
 }

@@ -21,7 +21,8 @@
 // without what they would have said and lists the process as a Possible
 // holder, saying what of it is not known; the caller scans again to know.
 // A scan stops at its context's end, those reads included, and says which
-// processes it did not read (CutError).
+// processes it did not read (CutError). A process with no fd and no memory
+// map (a kernel thread) is not read past its fds: it can hold nothing.
 //
 // Linux only: elsewhere the scans fail with an error wrapping
 // errors.ErrUnsupported.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -128,7 +129,10 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 // bounded reads end at ctx's end too; what is then not known is the
 // caller's to say (ctx.Err()).
 func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mapped **mapCache, found func(dev DevNum, kind, detail string)) (unknown []string) {
-	rings := fdHolders(dir, want, func(dev DevNum, fd string) { found(dev, FD, fd) })
+	rings, fds := fdHolders(dir, want, func(dev DevNum, fd string) { found(dev, FD, fd) })
+	if fds == 0 && noMemory(dir) {
+		return nil // a kernel thread: no file and no memory to hold a disk with
+	}
 	if len(rings) > 0 {
 		if u := ringHolders(ctx, dir, rings, want, func(dev DevNum, r string) { found(dev, Ring, r) }); u != "" {
 			unknown = append(unknown, u)
@@ -170,17 +174,27 @@ func FDHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {
 	fdHolders(dir, want, found)
 }
 
+// noMemory reports whether the process whose procfs directory is dir has
+// no memory map: a kernel thread, or a process whose exit has released it
+// (its exe link is gone with it). It can map nothing, nor hold a ring
+// through a mapping.
+func noMemory(dir string) bool {
+	_, err := os.Readlink(filepath.Join(dir, "exe"))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
 // ringLink is the target of an io_uring's fd in /proc/PID/fd.
 const ringLink = "anon_inode:[io_uring]"
 
 // fdHolders is FDHolders that also returns the process's io_uring fds
-// (their numbers), whose registered files ringHolders reads. With found nil
+// (their numbers), whose registered files ringHolders reads, and how many
+// fds it has (-1 when its fd directory could not be read). With found nil
 // it only lists the rings, typing no file.
-func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) (rings []string) {
+func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) (rings []string, fds int) {
 	fdDir := filepath.Join(dir, "fd")
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
-		return nil
+		return nil, -1
 	}
 	for _, e := range ents {
 		link := filepath.Join(fdDir, e.Name())
@@ -201,7 +215,7 @@ func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) (ri
 			found(dev, fmt.Sprintf("fd %s -> %s", e.Name(), target))
 		}
 	}
-	return rings
+	return rings, len(ents)
 }
 
 func isAnon(target string) bool {

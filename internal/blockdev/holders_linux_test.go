@@ -217,6 +217,28 @@ func TestMappingIsTypedByItsPathWithoutMapFiles(t *testing.T) {
 	assert.Equal(t, []blockdev.Holder{{PID: 42, Comm: "vmm", Kind: blockdev.Mapped, Detail: "mmap 7f0000000000-7f0000003000 " + node}}, hs)
 }
 
+// A kernel thread (no fd, no exe link: no memory map) can hold nothing
+// and is not read past its fds: on a node most processes are kernel
+// threads (per CPU), and reading their maps costs the scan a tenth of its
+// time here. A process with no fd left but a memory map is read in full:
+// it may have mapped the disk and closed the fd. (Process 43's maps is not
+// one a kernel thread has, only the proof that it is not read.)
+func TestScanReadsTheMappingsOfAProcessWithNoFdButNotOfAKernelThread(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	proc := t.TempDir()
+	maps := "7f0000000000-7f0000001000 r--s 00000000 00:05 1042                       " + node + "\n"
+	for _, pid := range []string{"42", "43"} {
+		write(t, proc, pid+"/comm", "p"+pid+"\n")
+		write(t, proc, pid+"/map_files", "") // typed by its path (see above)
+		write(t, proc, pid+"/maps", maps)
+		require.NoError(t, os.MkdirAll(filepath.Join(proc, pid, "fd"), 0o755))
+	}
+	require.NoError(t, os.Symlink("/usr/bin/vmm", filepath.Join(proc, "42", "exe")))
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.NoError(t, err)
+	assert.Equal(t, []blockdev.Holder{{PID: 42, Comm: "p42", Kind: blockdev.Mapped, Detail: "mmap 7f0000000000-7f0000001000 " + node}}, hs)
+}
+
 // 0 .. a process's /proc/PID/maps does not answer (here a FIFO nobody
 // writes: the open waits, as a read waits for a memory-map lock held by a
 // fault on a hung FUSE mount) .. MapsWait: the scan gives up on that
