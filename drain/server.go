@@ -129,8 +129,9 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	}
 	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
 	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
+	gate := &Gate{Exempt: []Class{Pause, Checkpoint, Delete}} // they move work off the node: never refused
 	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod, KubeletGrace: kubelet,
-		Pause: pc}); err != nil {
+		Pause: pc, Gate: gate}); err != nil {
 		var short shortfallError
 		if errors.As(err, &short) { // the grace, not a Config field the caller never saw
 			src := fmt.Sprintf("the pod's spec.terminationGracePeriodSeconds (%v)", grace)
@@ -269,7 +270,9 @@ func (s *Server) checkHook() error {
 
 // Admit returns h gated as a create: served until the drain starts, then
 // answered 503 with Retry-After, so no new sandbox lands on a node that is
-// going away. Gate operations on existing sandboxes through Drainer().Gate().
+// going away. Gate operations on existing sandboxes through Drainer().Gate(),
+// whose Pause, Checkpoint and Delete are exempt: they take work off the
+// node, and are admitted while it drains.
 // As with Gate.Admit, a create that boots its sandbox after h returned must
 // have it listed from then on. A call that streams for as long as its
 // client keeps it open (a log follow, an attach, a long-poll) is no

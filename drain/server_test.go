@@ -75,6 +75,9 @@ func TestServerOneCallWiringDrainsOnSIGTERM(t *testing.T) {
 	mux.Handle("POST /sandboxes", s.Admit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "created")
 	})))
+	mux.Handle("DELETE /sandboxes/{id}", s.Drainer().Gate().Admit(Delete, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		node.Remove(r.PathValue("id"))
+	})))
 	mux.Handle("GET /sandboxes/{id}/logs", s.Drainer().Gate().Admit(Stream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "a log line\n")
 		w.(http.Flusher).Flush()
@@ -97,13 +100,16 @@ func TestServerOneCallWiringDrainsOnSIGTERM(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status(t, "GET", api+"/readyz"))
 	assert.Equal(t, http.StatusOK, status(t, "GET", hook+"/drain?wait=1ms"), "the preStop call")
 	assert.Equal(t, http.StatusServiceUnavailable, status(t, "POST", api+"/sandboxes"), "no new sandbox on a draining node")
+	// A delete takes work off the node: refused, it would leave the
+	// sandbox for the preStop wait to wait for and the drain to preserve.
+	assert.Equal(t, http.StatusOK, status(t, "DELETE", api+"/sandboxes/sb-4"), "a delete while draining")
 	assert.Equal(t, http.StatusServiceUnavailable, status(t, "GET", api+"/readyz"))
 
 	sigs <- syscall.SIGTERM
 	require.Equal(t, 0, <-code)
 	r := s.Drainer().Shutdown(context.Background()) // single-flight: the Report Run had
 	require.NotNil(t, r.Preserve)
-	assert.Equal(t, 5, r.Preserve.Counts[pause.Preserved])
+	assert.Equal(t, 4, r.Preserve.Counts[pause.Preserved], "the deleted one is not preserved")
 	assert.Equal(t, []string{PhaseDrain, PhaseGate, PhasePreserve, "http"}, phaseNames(r))
 	// The open stream held neither the gate wait (10 s here) nor the
 	// server's shutdown: it ended once the sandboxes were preserved.
