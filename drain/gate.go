@@ -35,7 +35,8 @@ const (
 	// admitted as a Stream by Admit or Middleware has its context
 	// cancelled (cause ErrDraining) when Shutdown's preserve phase ends, so
 	// that a handler that returns when its request's context ends lets the
-	// server's shutdown step end at once. A call that starts a sandbox and
+	// server's shutdown step end at once (draingrpc's interceptors end a
+	// gRPC one as their server's step begins). A call that starts a sandbox and
 	// then streams (a create that attaches) is a Stream that enters the
 	// gate again as a Create for its start: Enter(Create) once admitted,
 	// leave once the sandbox is listed.

@@ -3,6 +3,8 @@ package draingrpc
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -48,7 +50,7 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 			}
 			return resp, err
 		}
-		leave, err := enter(g, classify, info.FullMethod)
+		leave, err := enter(g, classify(info.FullMethod), info.FullMethod)
 		if err != nil {
 			return nil, err
 		}
@@ -68,27 +70,76 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 // stopping: ..."), and a Watch that arrives meanwhile ends the same way at
 // once. The health service's Watch handler must return when its stream's
 // context ends, as google.golang.org/grpc/health's does.
+//
+// A stream of class drain.Stream (a log follow, an attach, a watch of
+// your own) is never waited for by the drain, and never by Stop either:
+// like a health Watch it ends as a Stop with the same gate begins (its
+// handler's context cancelled, its status codes.Unavailable, "server
+// stopping: ..."), so that GracefulStop waits only for the work RPCs. Its
+// handler must return when its stream's context ends: one blocked in
+// RecvMsg is not woken by it.
 func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		if isHealth(info.FullMethod) {
 			return watchHealth(g, srv, ss, h)
 		}
-		leave, err := enter(g, classify, info.FullMethod)
+		c := classify(info.FullMethod)
+		leave, err := enter(g, c, info.FullMethod)
 		if err != nil {
 			return err
 		}
 		defer leave()
+		if c == drain.Stream {
+			return stream(g, srv, ss, h)
+		}
 		return h(srv, ss)
 	}
 }
 
-func enter(g *drain.Gate, classify Classifier, method string) (func(), error) {
-	leave, err := g.Enter(classify(method))
+func enter(g *drain.Gate, c drain.Class, method string) (func(), error) {
+	leave, err := g.Enter(c)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "node draining: not accepting new work (%s): retry on another node", method)
 	}
 	return leave, nil
 }
+
+// errStreamStopping is the status of a drain.Stream that Stop ended.
+var errStreamStopping = status.Error(codes.Unavailable, "server stopping: stream ended; open it again on another server")
+
+// stream runs h on ss, a drain.Stream, with a context cancelled when a
+// Stop with g begins (or has begun); the stream then ends with
+// errStreamStopping, whatever the handler returned.
+func stream(g *drain.Gate, srv any, ss grpc.ServerStream, h grpc.StreamHandler) error {
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	stopping := watchStops(g)
+	var stopped atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-stopping:
+			stopped.Store(true)
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	err := h(srv, ctxStream{ss, ctx})
+	cancel()
+	wg.Wait()
+	if stopped.Load() && ss.Context().Err() == nil {
+		return errStreamStopping
+	}
+	return err
+}
+
+// ctxStream is a ServerStream with the context of its handler.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s ctxStream) Context() context.Context { return s.ctx }
 
 // A Server is what Stop needs of a *grpc.Server.
 type Server interface {
@@ -104,9 +155,9 @@ type Server interface {
 // deadline: one stuck RPC would hold the process until SIGKILL.)
 //
 // g is the gate s's interceptors admit through. As GracefulStop begins,
-// Stop ends the health Watch streams those interceptors admitted (see
-// StreamServerInterceptor): a Watch lasts as long as its client keeps it,
-// and a load balancer or a client that watches without grpc-go's
+// Stop ends the health Watch streams those interceptors admitted, and
+// their streams of class drain.Stream (see StreamServerInterceptor): each
+// lasts as long as its client keeps it, and a load balancer or a client that watches without grpc-go's
 // client-side health checking (which ends its Watch at the GOAWAY) would
 // otherwise hold GracefulStop until ctx ends, and Stop would cut the work
 // RPCs too. Only work RPCs are waited for. Watches that arrive while Stop

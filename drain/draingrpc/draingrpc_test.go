@@ -42,6 +42,16 @@ func (worker) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, erro
 	return &testgrpc.Empty{}, nil
 }
 
+// StreamingOutputCall stands for a log follow: it sends one message, then
+// streams until its context ends.
+func (worker) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest, s testgrpc.TestService_StreamingOutputCallServer) error {
+	if err := s.Send(&testgrpc.StreamingOutputCallResponse{}); err != nil {
+		return err
+	}
+	<-s.Context().Done()
+	return s.Context().Err()
+}
+
 func (worker) FullDuplexCall(s testgrpc.TestService_FullDuplexCallServer) error {
 	for {
 		if _, err := s.Recv(); err != nil {
@@ -63,12 +73,14 @@ type server struct {
 }
 
 // serve starts a server on network ("tcp" on loopback, or "unix") with
-// EmptyCall gated as Create and FullDuplexCall as Resume.
+// EmptyCall gated as Create, FullDuplexCall as Resume and
+// StreamingOutputCall as Stream.
 func serve(t *testing.T, g *drain.Gate, network string) *server {
 	t.Helper()
 	classify := Methods(map[string]drain.Class{
-		testgrpc.TestService_EmptyCall_FullMethodName:      drain.Create,
-		testgrpc.TestService_FullDuplexCall_FullMethodName: drain.Resume,
+		testgrpc.TestService_EmptyCall_FullMethodName:           drain.Create,
+		testgrpc.TestService_FullDuplexCall_FullMethodName:      drain.Resume,
+		testgrpc.TestService_StreamingOutputCall_FullMethodName: drain.Stream,
 	}, drain.Create)
 	s := &server{health: health.NewServer()}
 	s.srv = grpc.NewServer(
@@ -334,4 +346,30 @@ func TestStopReturnsAtTheDeadlineWhenAHandlerIgnoresItsContext(t *testing.T) {
 		t.Fatal("Stop did not return while a handler ignored its cancelled context")
 	}
 	require.Error(t, <-calls, "the RPC ended with its connection")
+}
+
+// A stream the drain never waits for (drain.Stream: here a
+// StreamingOutputCall its client keeps open, as a log follow) ends as Stop
+// begins, with
+// Unavailable, "server stopping", so GracefulStop returns at once instead
+// of waiting for it until its deadline and then cutting every RPC: before,
+// Stop returned the deadline's error after the 5 s and the step failed.
+func TestStopEndsAStreamOfClassStream(t *testing.T) {
+	g := &drain.Gate{}
+	s := serve(t, g, "tcp")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	follow, err := s.worker.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+	require.NoError(t, err)
+	_, err = follow.Recv()
+	require.NoError(t, err, "the stream is open")
+	assert.Equal(t, 1, g.InFlight(drain.Stream))
+	require.True(t, g.Close())
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stopCancel()
+	require.NoError(t, Stop(stopCtx, s.srv, g), "GracefulStop returned: the stream ended as Stop began")
+	_, err = follow.Recv()
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Contains(t, status.Convert(err).Message(), "server stopping")
+	assert.Zero(t, g.InFlight(drain.Stream))
 }
