@@ -200,10 +200,12 @@ func TestOnlyTheHookSecretStartsADrainThroughTheSupervisor(t *testing.T) {
 func TestServerDyingAfterThePreStopStopsTheDaemonBeforeSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.json")
+	events := filepath.Join(dir, "daemon.log")
 	b, err := json.Marshal(fakeublk.DaemonConfig{
-		SysRoot: filepath.Join(dir, "sys"),
-		Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
-		Mode:    fakeublk.Hung,
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
+		Mode:     fakeublk.Hung,
+		EventLog: events,
 	})
 	require.NoError(t, err)
 	const grace = 6 * time.Second
@@ -225,11 +227,13 @@ func TestServerDyingAfterThePreStopStopsTheDaemonBeforeSIGKILL(t *testing.T) {
 		}
 	}
 	require.NotZero(t, server, "the server among the supervisor's children")
+	daemonStarted(t, events)                                  // its device made: else the teardown has nothing to wait for
 	require.NoError(t, syscall.Kill(server, syscall.SIGTERM)) // not the supervisor's doing: it dies "on its own"
 
 	assert.Equal(t, 3, sup.exitCode(t, 2*grace), "the server's status")
 	rep := readReport(t, report)
 	require.NotNil(t, rep.Ublk)
+	assert.Len(t, rep.Ublk.Devices, 1, "the daemon's device, left live")
 	require.False(t, rep.Ublk.Deadline.IsZero())
 	t.Logf("the daemon's teardown deadline: T0 + %v at most", rep.Ublk.Deadline.Sub(t0))
 	assert.True(t, rep.Ublk.Deadline.Before(t0.Add(grace)),

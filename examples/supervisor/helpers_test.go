@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/examples/supervisor/internal/naiveserver"
@@ -77,7 +78,7 @@ func runHelper(role string, args []string) int {
 
 // stubServer is a server with an empty sandbox list that records the
 // signals it gets, can leave orphans behind, and exits with -exit on
-// SIGTERM (or on its own after -die-after).
+// SIGTERM (or on its own once the file -die-when exists).
 func stubServer(args []string) int {
 	fs := flag.NewFlagSet("stubserver", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "")
@@ -85,7 +86,7 @@ func stubServer(args []string) int {
 	exit := fs.Int("exit", 0, "exit status")
 	orphans := fs.Int("orphans", 0, "orphans to leave behind")
 	release := fs.String("release", "", "the orphans exit once this file exists")
-	dieAfter := fs.Duration("die-after", 0, "exit on its own after this long")
+	dieWhen := fs.String("die-when", "", "exit on its own once this file exists")
 	list := fs.String("list", "ok", "how GET /sandboxes answers: ok (an empty list), html, 500 or hang")
 	listOK := fs.Int64("list-ok", 0, "with -list other than ok: the first N listings answer ok")
 	var lists atomic.Int64
@@ -122,9 +123,19 @@ func stubServer(args []string) int {
 		}
 	})
 	go func() { _ = http.Serve(ln, mux) }()
-	var die <-chan time.Time
-	if *dieAfter > 0 {
-		die = time.After(*dieAfter)
+	var die <-chan struct{}
+	if *dieWhen != "" {
+		exists := make(chan struct{})
+		go func() {
+			for {
+				if _, err := os.Stat(*dieWhen); err == nil {
+					close(exists)
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+		die = exists
 	}
 	for {
 		select {
@@ -297,4 +308,12 @@ func daemonCommand(t *testing.T, dir, events string) []string {
 		t.Fatalf("daemon config has spaces, -daemon cannot carry it: %s", b)
 	}
 	return helperCommand("daemon", string(b))
+}
+
+// daemonStarted waits until the fake ublk daemon logging its events to
+// events has made its devices and handles SIGTERM.
+func daemonStarted(t *testing.T, events string) {
+	t.Helper()
+	require.Eventually(t, func() bool { b, _ := os.ReadFile(events); return strings.Contains(string(b), "start") },
+		10*time.Second, 10*time.Millisecond, "the daemon started")
 }

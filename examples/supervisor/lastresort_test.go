@@ -72,8 +72,10 @@ func TestSupervisorDaemonStepKillsDoomedHolderAtTheLastResort(t *testing.T) {
 	sup := startSupervisor(t,
 		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "20s", "-report", report,
 			"-ublk-kernel", "vulnerable=*", "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
-		helperCommand("stubserver", "-listen", api, "-die-after", "500ms", "-exit", "3"),
+		helperCommand("stubserver", "-listen", api, "-die-when", filepath.Join(dir, "die"), "-exit", "3"),
 		EnvSysfsRoot+"="+cfg.SysRoot)
+	daemonStarted(t, events) // a SIGTERM before its handler would kill it, and no last resort would run
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "die"), nil, 0o644))
 	assert.Equal(t, 3, sup.exitCode(t, time.Minute), "the server's status")
 
 	select {
