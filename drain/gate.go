@@ -29,7 +29,9 @@ const (
 	Delete     Class = "delete"
 	// Stream is a call that lasts as long as its client keeps it open: a
 	// log follow, an attach, a watch, a long-poll. Like any class it is
-	// rejected once the gate closes unless Exempt; unlike the others it is
+	// rejected once the gate closes unless Exempt (exempt, a follow of a
+	// sandbox still running on the draining node is served, as on the
+	// one-call path, NewServer); unlike the others it is
 	// never waited for, since it does not end by itself: neither Wait nor
 	// Shutdown's gate wait and preserve phase wait for it, and a request
 	// admitted as a Stream by Admit or Middleware has its context

@@ -129,7 +129,9 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	}
 	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
 	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
-	gate := &Gate{Exempt: []Class{Pause, Checkpoint, Delete}} // they move work off the node: never refused
+	// Pause, Checkpoint and Delete take work off the node; a Stream
+	// follows a sandbox that is still on it, and ends once it is preserved.
+	gate := &Gate{Exempt: []Class{Pause, Checkpoint, Delete, Stream}}
 	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod, KubeletGrace: kubelet,
 		Pause: pc, Gate: gate}); err != nil {
 		var short shortfallError
@@ -271,15 +273,16 @@ func (s *Server) checkHook() error {
 // Admit returns h gated as a create: served until the drain starts, then
 // answered 503 with Retry-After, so no new sandbox lands on a node that is
 // going away. Gate operations on existing sandboxes through Drainer().Gate(),
-// whose Pause, Checkpoint and Delete are exempt: they take work off the
-// node, and are admitted while it drains.
+// whose Pause, Checkpoint and Delete are exempt (they take work off the
+// node, and are admitted while it drains), and so is Stream (a follow of a
+// sandbox still running here has nowhere else to go).
 // As with Gate.Admit, a create that boots its sandbox after h returned must
 // have it listed from then on. A call that streams for as long as its
 // client keeps it open (a log follow, an attach, a long-poll) is no
 // create: admitted here it would hold the preserve phase to its deadline
-// and fail it. Admit it with Drainer().Gate().Admit(drain.Stream, h): new
-// ones get 503 once draining, open ones are not waited for and end (their
-// request's context) once the sandboxes are preserved.
+// and fail it. Admit it with Drainer().Gate().Admit(drain.Stream, h): it
+// is served while the sandboxes run, never waited for, and ended (its
+// request's context) once they are preserved.
 func (s *Server) Admit(h http.Handler) http.Handler { return s.d.Gate().Admit(Create, h) }
 
 // Drainer returns the Drainer, for what the one-call path does not cover.

@@ -89,12 +89,7 @@ func TestServerOneCallWiringDrainsOnSIGTERM(t *testing.T) {
 	go func() { code <- s.serve(context.Background(), sigs) }()
 	addrs := <-s.listening
 	api, hook := "http://"+addrs[0].String(), "http://"+addrs[1].String()
-	follow, err := http.Get(api + "/sandboxes/sb-0/logs")
-	require.NoError(t, err)
-	defer follow.Body.Close()
-	line, err := bufio.NewReader(follow.Body).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "a log line\n", line, "the stream is open")
+	follow := openFollow(t, api+"/sandboxes/sb-0/logs")
 
 	assert.Equal(t, http.StatusOK, status(t, "POST", api+"/sandboxes"))
 	assert.Equal(t, http.StatusOK, status(t, "GET", api+"/readyz"))
@@ -103,6 +98,9 @@ func TestServerOneCallWiringDrainsOnSIGTERM(t *testing.T) {
 	// A delete takes work off the node: refused, it would leave the
 	// sandbox for the preStop wait to wait for and the drain to preserve.
 	assert.Equal(t, http.StatusOK, status(t, "DELETE", api+"/sandboxes/sb-4"), "a delete while draining")
+	// The preStop wait waits for running sandboxes, whose users may still
+	// follow them: a follow of a sandbox on this node has nowhere else to go.
+	again := openFollow(t, api+"/sandboxes/sb-1/logs")
 	assert.Equal(t, http.StatusServiceUnavailable, status(t, "GET", api+"/readyz"))
 
 	sigs <- syscall.SIGTERM
@@ -115,8 +113,23 @@ func TestServerOneCallWiringDrainsOnSIGTERM(t *testing.T) {
 	// server's shutdown: it ended once the sandboxes were preserved.
 	assert.Less(t, r.Phase(PhaseGate).Duration, time.Second)
 	assert.Equal(t, OK, r.Phase("http").Result, r.Phase("http").Error)
-	_, err = io.Copy(io.Discard, follow.Body)
-	assert.NoError(t, err, "the stream ended cleanly")
+	for _, f := range []*http.Response{follow, again} {
+		_, err = io.Copy(io.Discard, f.Body)
+		assert.NoError(t, err, "the stream ended cleanly")
+	}
+}
+
+// openFollow opens the log follow at url and reads its first line.
+func openFollow(t *testing.T, url string) *http.Response {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "a log line\n", line, "the stream is open")
+	return resp
 }
 
 // With a secret, the hook refuses a call without it, even from loopback.
