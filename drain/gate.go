@@ -29,19 +29,18 @@ const (
 	Delete     Class = "delete"
 	// Stream is a call that lasts as long as its client keeps it open: a
 	// log follow, an attach, a watch, a long-poll. Like any class it is
-	// rejected once the gate closes unless Exempt (exempt, a follow of a
-	// sandbox still running on the draining node is served, as on the
-	// one-call path, NewServer); unlike the others it is
-	// never waited for, since it does not end by itself: neither Wait nor
-	// Shutdown's gate wait and preserve phase wait for it, and a request
-	// admitted as a Stream by Admit or Middleware has its context
-	// cancelled (cause ErrDraining) when Shutdown's preserve phase ends, so
-	// that a handler that returns when its request's context ends lets the
-	// server's shutdown step end at once (draingrpc's interceptors end a
-	// gRPC one as their server's step begins). A call that starts a sandbox and
-	// then streams (a create that attaches) is a Stream that enters the
-	// gate again as a Create for its start: Enter(Create) once admitted,
-	// leave once the sandbox is listed.
+	// rejected once the gate closes unless Exempt (exempt, as on the
+	// one-call path, a follow of a sandbox still running on the draining
+	// node is served). Unlike the others it is never waited for, since it
+	// does not end by itself: neither Wait nor Shutdown's gate wait and
+	// preserve phase wait for it. A request admitted as a Stream by Admit
+	// or Middleware has its context cancelled (cause ErrDraining) when
+	// Shutdown's preserve phase ends, so that a handler that returns when
+	// its request's context ends lets the server's shutdown step end at
+	// once; draingrpc's interceptors end a gRPC one as their server's step
+	// begins. A call that starts a sandbox and then streams (a create that
+	// attaches) is a Stream that enters the gate again as a Create for its
+	// start: Enter(Create) once admitted, leave once the sandbox is listed.
 	Stream Class = "stream"
 )
 
