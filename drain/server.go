@@ -84,6 +84,7 @@ type Server struct {
 	hook   string
 	secret string
 	log    *slog.Logger
+	ready  *http.ServeMux // srv.Handler as NewServer (or Run) wrapped it: GET /readyz in front
 
 	// listening receives the two listeners' addresses once Run serves:
 	// srv's, then the hook's (for tests that listen on port 0).
@@ -96,7 +97,8 @@ type Server struct {
 // reads EnvGrace (or, unset, the pod's spec through the API server when
 // EnvPodName is set), EnvPodName, EnvKubeletGrace, EnvHookListen,
 // EnvHookSecret, EnvPreserveEstimate and EnvSandboxTimeout, and wraps
-// srv.Handler to answer GET /readyz (503 once draining). Errors name the
+// srv.Handler to answer GET /readyz (503 once draining); Run wraps it again
+// when srv.Handler was set after NewServer. Errors name the
 // variable or argument that is wrong; they come now, not at SIGTERM.
 func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server, error) {
 	if srv == nil {
@@ -144,15 +146,25 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 		}
 		return nil, err
 	}
-	next := srv.Handler
+	s.wrapHandler()
+	return s, nil
+}
+
+// wrapHandler serves GET /readyz in front of srv.Handler, unless srv's
+// handler is already that wrapper, and reports whether it wrapped.
+func (s *Server) wrapHandler() bool {
+	if h, ok := s.srv.Handler.(*http.ServeMux); ok && h == s.ready {
+		return false
+	}
+	next := s.srv.Handler
 	if next == nil {
 		next = http.DefaultServeMux
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /readyz", s.d.Gate().Readiness(nil))
-	mux.Handle("/", next)
-	srv.Handler = mux
-	return s, nil
+	s.ready = http.NewServeMux()
+	s.ready.Handle("GET /readyz", s.d.Gate().Readiness(nil))
+	s.ready.Handle("/", next)
+	s.srv.Handler = s.ready
+	return true
 }
 
 // inCluster returns the pod this process runs in, or nil, logged, when
@@ -323,6 +335,9 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 	if c := s.srv.TLSConfig; c != nil && len(c.Certificates) == 0 && c.GetCertificate == nil && c.GetConfigForClient == nil {
 		s.log.Error("drain: srv.TLSConfig has no certificate (Certificates, GetCertificate or GetConfigForClient): Run has no files to load one from")
 		return 2
+	}
+	if s.wrapHandler() {
+		s.log.Info("drain: srv.Handler was set after NewServer: GET /readyz is served in front of it again")
 	}
 	ln, err := net.Listen("tcp", listenAddr(s.srv))
 	if err != nil {

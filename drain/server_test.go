@@ -308,3 +308,32 @@ func TestServerRunServesTLSWhenTheServerHasATLSConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, noCert.serve(context.Background(), sigs))
 }
+
+// A handler set on srv after NewServer (a router built later) replaced the
+// one NewServer wrapped: GET /readyz went to the router (404, so the pod
+// never turned Ready; or a /readyz of its own that never said draining).
+// Run serves /readyz in front of it again.
+func TestServerRunServesReadinessInFrontOfAHandlerSetAfterNewServer(t *testing.T) {
+	t.Setenv(EnvGrace, "10")
+	t.Setenv(EnvHookListen, "127.0.0.1:0")
+	t.Setenv(EnvHookSecret, "")
+	t.Setenv(EnvPodName, "")
+	srv := &http.Server{Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second}
+	s, err := NewServer(srv, fakesandbox.NewNode())
+	require.NoError(t, err)
+	router := http.NewServeMux()
+	router.HandleFunc("GET /sandboxes", func(http.ResponseWriter, *http.Request) {})
+	srv.Handler = router
+
+	sigs := make(chan os.Signal, 2)
+	code := make(chan int, 1)
+	go func() { code <- s.serve(context.Background(), sigs) }()
+	addrs := <-s.listening
+	api, hook := "http://"+addrs[0].String(), "http://"+addrs[1].String()
+	assert.Equal(t, http.StatusOK, status(t, "GET", api+"/readyz"))
+	assert.Equal(t, http.StatusOK, status(t, "GET", api+"/sandboxes"), "the router serves the rest")
+	assert.Equal(t, http.StatusOK, status(t, "GET", hook+"/drain?wait=1ms"), "the preStop call")
+	assert.Equal(t, http.StatusServiceUnavailable, status(t, "GET", api+"/readyz"), "draining")
+	sigs <- syscall.SIGTERM
+	assert.Equal(t, 0, <-code)
+}
