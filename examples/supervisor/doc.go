@@ -108,7 +108,8 @@
 //     device left, the daemon killed or crashed, which the note names). A second SIGTERM or SIGINT forces: the preStop wait ends, no
 //     new pause is sent, and each step gets only its reserve; pauses already
 //     sent are still awaited until the server step's deadline at most (the
-//     server runs them anyway).
+//     server runs them anyway); the final sweep still lists, and what it
+//     would have paused is in the Report, not started: lost.
 //
 // Guarantees: with T0 the preStop call (or SIGTERM without one) and G the
 // grace, everything ends by T0 + G minus the margin (G/10, between 1.5 s

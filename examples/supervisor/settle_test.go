@@ -62,6 +62,37 @@ func TestSandboxesSnapshottedOrForkedThroughTheDrainAreInTheReport(t *testing.T)
 	})
 }
 
+// Fault: force mode (a second SIGTERM) during the drain. The final sweep
+// did nothing then (no new pause is sent in force mode): a sandbox being
+// snapshotted through the drain, which no listing of the preserve phase
+// shows, had no entry, and the Report said 2 of 2 preserved, 0 lost. The
+// sweep now still lists, and accounts for what it would have paused: not
+// started, lost, in virtual time:
+//
+//	0 s      SIGTERM (grace 100 s): 2 of 3 running, pauses of 1 s
+//	0.5 s    second SIGTERM: the 2 pauses in flight finish at 1 s
+//	1 s      server step: the sweep lists the snapshotting one, not_started
+func TestForcedSweepStillAccountsForWhatItDoesNotPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, ids := agentenvDouble(t, 3, fakeagentenv.Config{PauseBase: time.Second})
+		endSnapshot, err := srv.Snapshot(ids[0]) // never ends
+		require.NoError(t, err)
+		defer endSnapshot()
+
+		rep := drainBeforeSIGTERM(t, &http.Client{Transport: handlerTransport{srv.Handler()}}, hooks{forceAfter: 500 * time.Millisecond}, "-grace", "100s")
+
+		assert.True(t, rep.Forced)
+		require.NotNil(t, rep.Preserve)
+		assert.Len(t, rep.Preserve.Entries, 3, "every sandbox has its entry")
+		assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
+		assert.Equal(t, 1, rep.Lost())
+		e := entries(rep.Preserve)[ids[0]]
+		assert.Equal(t, pause.NotStarted, e.Outcome)
+		assert.Contains(t, e.Error, "force mode")
+		assert.Equal(t, 2, srv.Stats().PauseRequests, "the 2 pauses, and none sent in force mode")
+	})
+}
+
 // agentenvDouble returns the AgentENV double (API key "k") with n running
 // sandboxes of 1 GiB, and their IDs in creation order.
 func agentenvDouble(t *testing.T, n int, cfg fakeagentenv.Config) (*fakeagentenv.Server, []string) {
@@ -84,13 +115,18 @@ func agentenvDouble(t *testing.T, n int, cfg fakeagentenv.Config) (*fakeagentenv
 // it does not send: no server process runs.
 func drainInProcess(t *testing.T, srv *fakeagentenv.Server, grace string) *drain.Report {
 	t.Helper()
-	return drainBeforeSIGTERM(t, &http.Client{Transport: handlerTransport{srv.Handler()}}, nil, "-grace", grace)
+	return drainBeforeSIGTERM(t, &http.Client{Transport: handlerTransport{srv.Handler()}}, hooks{}, "-grace", grace)
+}
+
+// hooks are what drainBeforeSIGTERM does besides the drain.
+type hooks struct {
+	atSIGTERM  func()        // called where the server step would send the SIGTERM
+	forceAfter time.Duration // a second SIGTERM this long after the first; 0: none
 }
 
 // drainBeforeSIGTERM is drainInProcess for the server client talks to (at
-// -server-url, among args), which calls atSIGTERM (unless nil) where the
-// server step would send the SIGTERM.
-func drainBeforeSIGTERM(t *testing.T, client *http.Client, atSIGTERM func(), args ...string) *drain.Report {
+// -server-url, among args), with h.
+func drainBeforeSIGTERM(t *testing.T, client *http.Client, h hooks, args ...string) *drain.Report {
 	t.Helper()
 	cfg, err := parseArgs(append(append([]string{"-api", "agentenv"}, args...), "--", "server"), io.Discard)
 	require.NoError(t, err)
@@ -100,17 +136,22 @@ func drainBeforeSIGTERM(t *testing.T, client *http.Client, atSIGTERM func(), arg
 	sup.server = &child{name: StepServer, done: make(chan struct{})} // never exits
 	step := drain.NewStep(sup.steps[0].Phase(), func(ctx context.Context) (any, error) {
 		swept, err := sup.beforeSIGTERM(ctx)
-		if atSIGTERM != nil {
-			atSIGTERM()
+		if h.atSIGTERM != nil {
+			h.atSIGTERM()
 		}
 		if swept == nil {
 			return nil, err
 		}
 		return swept, err
 	})
-	d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.src, Preserver: sup.preserver, Steps: []drain.Step{step}})
+	d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.listed, Preserver: sup.preserver, Steps: []drain.Step{step}})
 	require.NoError(t, err)
+	sup.drainer = d
 	sup.budget.OnSIGTERM(time.Now())
+	if h.forceAfter > 0 {
+		forced := time.AfterFunc(h.forceAfter, d.Force)
+		defer forced.Stop()
+	}
 	return d.Shutdown(context.Background())
 }
 
@@ -189,7 +230,7 @@ func TestNoConnectionOfTheSupervisorIsOpenWhenTheServerGetsItsSIGTERM(t *testing
 	}}
 	defer tr.CloseIdleConnections()
 	atSIGTERM := int64(-1)
-	rep := drainBeforeSIGTERM(t, &http.Client{Transport: tr}, func() { atSIGTERM = open.Load() },
+	rep := drainBeforeSIGTERM(t, &http.Client{Transport: tr}, hooks{atSIGTERM: func() { atSIGTERM = open.Load() }},
 		"-grace", "10s", "-concurrency", "4", "-server-url", ts.URL)
 
 	require.NotNil(t, rep.Preserve)

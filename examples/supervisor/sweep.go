@@ -36,25 +36,25 @@ import (
 
 // sweep lists the server's sandboxes that need a pause one last time (the
 // running ones; in front of AgentENV every one not paused: notPaused),
-// within the server step's ctx, and pauses them: none starts after half the step's
-// time, and the ones in flight are waited for until three quarters; in
-// front of AgentENV, the ones it gave up on then are listed until seven
-// eighths while the server shows them being paused, and each listed paused
-// is preserved, finished late (finishedLate). It returns its account (nil when it listed nothing), and an error naming
-// the ones it could not pause. A listing that fails is logged and becomes
-// the Report's note (and so the termination message's): a sandbox resumed
-// since the preserve phase is not known. It does nothing in
-// force mode (no new pause is sent then), once the server has exited, or
-// when no listing of the preserve phase succeeded (the Report says the
-// sandboxes are unknown; another failing listing would only take the
-// server's time).
+// within the server step's ctx, and pauses them: none starts after half
+// the step's time, and the ones in flight are waited for until three
+// quarters; in front of AgentENV, the ones it gave up on then are listed
+// until seven eighths while the server shows them being paused, and each
+// listed paused is preserved, finished late (finishedLate). It returns its
+// account (nil when it listed nothing), and an error naming the ones it
+// could not pause. A listing that fails is logged and becomes the Report's
+// note (and so the termination message's): a sandbox resumed since the
+// preserve phase is not known. In force mode it sends no pause (no new
+// pause is sent then) but still lists, within a quarter of the step's
+// time, and what it would have paused is in its account, not started:
+// lost. It does nothing once the server has exited, or when no listing of
+// the preserve phase succeeded (the Report says the sandboxes are unknown;
+// another failing listing would only take the server's time).
 func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 	if !s.preserver.listed.Load() {
 		return nil, nil
 	}
 	select {
-	case <-s.drainer.Forced():
-		return nil, nil
 	case <-s.server.done:
 		return nil, nil
 	default:
@@ -63,6 +63,21 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 	if !ok {
 		return nil, nil // a step always has a deadline
 	}
+	var rep *pause.Report
+	select {
+	case <-s.drainer.Forced():
+		rep = s.listForced(ctx, time.Now().Add(time.Until(dl)/4))
+	default:
+		var err error
+		if rep, err = s.sweepRun(ctx, dl); err != nil {
+			return nil, err
+		}
+	}
+	return s.sweepAccount(ctx, rep)
+}
+
+// sweepRun pauses what the sweep lists, by step deadline dl (see sweep).
+func (s *supervisor) sweepRun(ctx context.Context, dl time.Time) (*pause.Report, error) {
 	// No pause starts after half the step's time, and the ones in flight
 	// are waited for until three quarters (the server would finish them
 	// before it exits anyway), and the ones given up on then are listed
@@ -87,6 +102,35 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 	}
 	rep := p.Run(sctx, end)
 	s.finishedLate(ctx, rep, settleBy)
+	return rep, nil
+}
+
+// listForced is the sweep in force mode: it lists, by deadline by, and
+// accounts for every sandbox listed as not started (no pause is sent in
+// force mode). A listing that fails is an Unknown account.
+func (s *supervisor) listForced(ctx context.Context, by time.Time) *pause.Report {
+	lctx, cancel := context.WithDeadline(ctx, by)
+	defer cancel()
+	start := time.Now()
+	rep := &pause.Report{Start: start, Deadline: start, Passes: 1, Counts: map[pause.Outcome]int{}}
+	sbs, err := s.sweepList.List(lctx)
+	rep.End = time.Now()
+	if err != nil {
+		rep.Unknown, rep.ListErr = true, err.Error()
+		return rep
+	}
+	for _, sb := range sbs {
+		rep.Entries = append(rep.Entries, pause.Entry{ID: sb.ID(), Outcome: pause.NotStarted, Pass: 1, End: rep.End,
+			Error: "force mode: no new pause is sent"})
+		rep.Counts[pause.NotStarted]++
+	}
+	return rep
+}
+
+// sweepAccount logs the sweep's account rep and returns it (nil when it
+// listed nothing, or could not list: the Report's note says so), with an
+// error naming the sandboxes it did not pause.
+func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*pause.Report, error) {
 	switch {
 	case rep.Unknown:
 		s.log.Error("supervisor: final sweep: the server's sandboxes could not be listed after the preserve phase; a sandbox resumed since is not known",
