@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -84,10 +85,7 @@ func TestServerOneCallWiringDrainsOnSIGTERM(t *testing.T) {
 		<-r.Context().Done() // follows until the client leaves, or the drain ends it
 	})))
 
-	sigs := make(chan os.Signal, 2)
-	code := make(chan int, 1)
-	go func() { code <- s.serve(context.Background(), sigs) }()
-	addrs := <-s.listening
+	sigs, code, addrs := serveLoopback(s)
 	api, hook := "http://"+addrs[0].String(), "http://"+addrs[1].String()
 	follow := openFollow(t, api+"/sandboxes/sb-0/logs")
 
@@ -139,10 +137,7 @@ func TestServerHookRefusesACallWithoutTheSecret(t *testing.T) {
 	t.Setenv(EnvHookSecret, "s3cret")
 	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second}, fakesandbox.NewNode())
 	require.NoError(t, err)
-	sigs := make(chan os.Signal, 2)
-	code := make(chan int, 1)
-	go func() { code <- s.serve(context.Background(), sigs) }()
-	addrs := <-s.listening
+	sigs, code, addrs := serveLoopback(s)
 	assert.Equal(t, http.StatusForbidden, status(t, "GET", "http://"+addrs[1].String()+"/drain"))
 	assert.False(t, s.Drainer().Gate().Closed(), "a refused call starts nothing")
 	sigs <- syscall.SIGTERM
@@ -292,10 +287,7 @@ func TestServerRunServesTLSWhenTheServerHasATLSConfig(t *testing.T) {
 	assert.Equal(t, ":https", listenAddr(&http.Server{TLSConfig: srv.TLSConfig}), "as ListenAndServeTLS")
 	s, err := NewServer(srv, fakesandbox.NewNode())
 	require.NoError(t, err)
-	sigs := make(chan os.Signal, 2)
-	code := make(chan int, 1)
-	go func() { code <- s.serve(context.Background(), sigs) }()
-	addrs := <-s.listening
+	sigs, code, addrs := serveLoopback(s)
 	resp, err := client.Get("https://" + addrs[0].String() + "/readyz")
 	require.NoError(t, err)
 	_ = resp.Body.Close()
@@ -325,10 +317,7 @@ func TestServerRunServesReadinessInFrontOfAHandlerSetAfterNewServer(t *testing.T
 	router.HandleFunc("GET /sandboxes", func(http.ResponseWriter, *http.Request) {})
 	srv.Handler = router
 
-	sigs := make(chan os.Signal, 2)
-	code := make(chan int, 1)
-	go func() { code <- s.serve(context.Background(), sigs) }()
-	addrs := <-s.listening
+	sigs, code, addrs := serveLoopback(s)
 	api, hook := "http://"+addrs[0].String(), "http://"+addrs[1].String()
 	assert.Equal(t, http.StatusOK, status(t, "GET", api+"/readyz"))
 	assert.Equal(t, http.StatusOK, status(t, "GET", api+"/sandboxes"), "the router serves the rest")
@@ -336,4 +325,13 @@ func TestServerRunServesReadinessInFrontOfAHandlerSetAfterNewServer(t *testing.T
 	assert.Equal(t, http.StatusServiceUnavailable, status(t, "GET", api+"/readyz"), "draining")
 	sigs <- syscall.SIGTERM
 	assert.Equal(t, 0, <-code)
+}
+
+// serveLoopback runs s as Run does, with signals from sigs, and returns
+// the addresses it serves srv and the hook on once it listens; Run's exit
+// code arrives on code.
+func serveLoopback(s *Server) (sigs chan os.Signal, code chan int, addrs [2]net.Addr) {
+	sigs, code = make(chan os.Signal, 2), make(chan int, 1)
+	go func() { code <- s.serve(context.Background(), sigs) }()
+	return sigs, code, <-s.listening
 }
