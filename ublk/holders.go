@@ -12,7 +12,9 @@ import (
 // it, or a process that may hold it (a possible holder: the kernel did not
 // show part of what it holds).
 type Holder struct {
-	// PID is the holding process, 0 for swap, stacked and loop devices.
+	// PID is the holding process, 0 for swap, stacked and loop devices,
+	// and for the possible holder that stands for the processes a holders
+	// scan did not read in time.
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
@@ -31,7 +33,9 @@ type Holder struct {
 	// io_uring registered files the kernel did not show in time, or with
 	// a ring mapped and no ring fd to list them by: it may hold the disk
 	// through them, and counts as a holder until a scan knows better; a
-	// process like "fd").
+	// process like "fd"; with PID 0, the processes a holders scan did not
+	// read before the end of the last resort's part of the reserve, which
+	// nothing kills).
 	Kind string `json:"kind"`
 	// Detail is the fd and path, the mapping's address range and path
 	// ("mmap 7f..-7f.. /dev/ublkb0"), the ring's fd, slot and path
