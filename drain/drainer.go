@@ -54,7 +54,8 @@ type Preserver interface {
 	// estimates its own (pause.Estimated) counts with its estimate, and,
 	// with a Preserver that also has the method
 	// SizeEstimate(size int64) (time.Duration, bool) as *pause.Preserver
-	// does, a pause.Sized one with its size at the rate measured.
+	// does, a pause.Sized one with its size at the rate measured (before
+	// one is, at the Estimator's estimate for the average size).
 	Limit() int
 	// Estimator estimates one preserve of a sandbox with no estimate of its
 	// own; Run feeds it what it measures. Nil reserves no time for those.
@@ -447,11 +448,14 @@ func (e shortfallError) detail(fields bool) string {
 // the longest one. A sandbox that estimates its own preserve
 // (pause.Estimated) counts with its estimate, as the Preserver orders and
 // paces it, and a Sized one with its size at the Preserver's measured rate
-// (sizeEstimator); the others with the Estimator's.
+// (sizeEstimator); the others with the Estimator's. Before the Preserver
+// has measured a rate, the Sized ones count with the Estimator's too, as a
+// Run's prior has the sandbox of the average size take it, and the largest
+// of them is the longest at that prior.
 func (d *Drainer) preserveReserve() time.Duration {
 	est := d.preserver.Estimator().Estimate()
 	l := d.listed.Load()
-	if l == nil || l.ownN == 0 || len(l.ids) == 0 {
+	if l == nil || l.ownN+l.sizedN == 0 || len(l.ids) == 0 {
 		return deadline.Work(d.toPreserve, d.preserver.Estimator(), d.preserver.Limit)()
 	}
 	others := max(len(l.ids)-l.ownN, 0)
@@ -464,7 +468,7 @@ func (d *Drainer) preserveReserve() time.Duration {
 	if mean > 0 && rounds > math.MaxInt64/int64(mean) {
 		return math.MaxInt64
 	}
-	return max(time.Duration(rounds)*mean, l.ownLong)
+	return max(time.Duration(rounds)*mean, l.ownLong, l.priorLong(est))
 }
 
 // toPreserve is the number of sandboxes the preserve reserve plans for: the

@@ -77,3 +77,25 @@ func terminateAllPreserved(t *testing.T, f *fixture, n int) {
 	assert.False(t, tl.Killed)
 	assert.NoError(t, rep.Err())
 }
+
+// Before any preserve was measured (a server's first drain), a Run takes
+// a Sized sandbox of the average size to take the Estimator's estimate,
+// and a larger one longer in proportion; the preserve reserve counts the
+// largest so, as its longest. Before, it counted each with the estimate:
+// 1, 1, 1 and 29 GiB at 8 s for the average 8 GiB were reserved one round
+// of 8 s, SIGTERM came at 46.7 s and the 29 GiB VM, started first, ran
+// into SIGKILL.
+//
+//	0 s     preStop; 4 running (1, 1, 1, 29 GiB; 1 s a GiB); limit 8; estimate 8 s
+//	25.7 s  drain deadline (55 s budget deadline - 29 s): SIGTERM
+//	54.7 s  the 29 GiB VM done
+func TestPreserveReserveCountsTheLargestSizedSandboxAtTheEstimatorsPrior(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const gib = 1 << 30
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, latency: 8 * time.Second, limit: 8})
+		for i, size := range []int64{1, 1, 1, 29} {
+			f.node.Add(&fakesandbox.Sandbox{Name: fmt.Sprintf("vm-%d", i), Latency: time.Duration(size) * time.Second, Bytes: size * gib})
+		}
+		terminateAllPreserved(t, f, 4)
+	})
+}

@@ -381,15 +381,20 @@ func roughly(d time.Duration) string {
 }
 
 // A listing is what a count saw: the running sandboxes' IDs, and when;
-// and the estimates of those whose preserve has one of its own
+// the estimates of those whose preserve has one of its own
 // (pause.Estimated) or from its size at the rate the Preserver measured
-// (pause.Sized, sizeEstimator): how many, their sum and the longest.
+// (pause.Sized, sizeEstimator): how many, their sum and the longest; and,
+// while the Preserver has measured no rate, the sizes of the Sized ones
+// without an estimate: how many, their sum and the largest.
 type listing struct {
-	ids     []string
-	at      time.Time
-	ownN    int
-	ownSum  time.Duration
-	ownLong time.Duration
+	ids      []string
+	at       time.Time
+	ownN     int
+	ownSum   time.Duration
+	ownLong  time.Duration
+	sizedN   int
+	sizedSum float64 // bytes
+	sizedMax int64
 }
 
 // newListing is the listing of sbs, seen at, with the Sized ones
@@ -401,9 +406,37 @@ func newListing(sbs []pause.Sandbox, at time.Time, size sizeEstimator) *listing 
 			l.ownN++
 			l.ownSum = min(l.ownSum+e, math.MaxInt64/2) // saturates, far beyond any grace
 			l.ownLong = max(l.ownLong, e)
+		} else if b := sizeOf(sb); b > 0 && size != nil {
+			l.sizedN++
+			l.sizedSum += float64(b)
+			l.sizedMax = max(l.sizedMax, b)
 		}
 	}
 	return l
+}
+
+// priorLong is the estimate of the largest Sized sandbox without an
+// estimate while no rate is measured, as a Run orders it (pause.Sized): a
+// sandbox of the average size takes est; 0 when there is none.
+func (l *listing) priorLong(est time.Duration) time.Duration {
+	if l.sizedN == 0 || l.sizedSum <= 0 {
+		return 0
+	}
+	return time.Duration(min(float64(est)*float64(l.sizedMax)*float64(l.sizedN)/l.sizedSum, math.MaxInt64/2))
+}
+
+// sizeOf is sb's size (pause.Sized), or 0 when it has none (or its method
+// panics).
+func sizeOf(sb pause.Sandbox) (b int64) {
+	defer func() {
+		if recover() != nil {
+			b = 0
+		}
+	}()
+	if sz, ok := sb.(pause.Sized); ok && !isNilValue(sb) {
+		return sz.Size()
+	}
+	return 0
 }
 
 // A sizeEstimator is a Preserver that turns a pause.Sized sandbox's size

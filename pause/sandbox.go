@@ -24,8 +24,8 @@ type Sandbox interface {
 // Preserve takes, for example from its memory size. The Preserver orders by
 // it and sizes its concurrency from it, and drain's plan reserves the
 // preserve phase's time from it (a Sized sandbox's too, at the rate the
-// Preserver has measured: Preserver.SizeEstimate; before, at the
-// Estimator's estimate).
+// Preserver has measured: Preserver.SizeEstimate; before, with the
+// Estimator's estimate for the average size).
 type Estimated interface {
 	EstimatedPreserve() time.Duration
 }
