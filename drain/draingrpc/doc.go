@@ -34,7 +34,8 @@
 // GracefulStop begins (codes.Unavailable, "server stopping", after a final
 // NOT_SERVING): GracefulStop waits for the work RPCs, not for a load
 // balancer's Watch. A stream the Classifier says is a drain.Stream (a log
-// follow, an attach) ends the same way, and the drain never waits for it. (A grpc-go client's own client-side health checking
+// follow, an attach), or a unary RPC it says is one (a long-poll), ends
+// the same way, and the drain never waits for it. (A grpc-go client's own client-side health checking
 // ends its Watch when the server's GOAWAY arrives; a plain Watch stream,
 // or another client's, may not.)
 //

@@ -41,6 +41,11 @@ func Methods(table map[string]drain.Class, def drain.Class) Classifier {
 // answers becomes NOT_SERVING: load balancers and gRPC readiness probes
 // stop sending work at once, without the server flipping its health
 // server itself.
+//
+// A unary RPC of class drain.Stream (a long-poll) ends as a Stop with the
+// same gate begins, as a streaming one does (see StreamServerInterceptor):
+// its handler's context is cancelled and it answers codes.Unavailable,
+// "server stopping: ...".
 func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if isHealth(info.FullMethod) {
@@ -50,12 +55,21 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 			}
 			return resp, err
 		}
-		leave, err := enter(g, classify(info.FullMethod), info.FullMethod)
+		c := classify(info.FullMethod)
+		leave, err := enter(g, c, info.FullMethod)
 		if err != nil {
 			return nil, err
 		}
 		defer leave()
-		return h(ctx, req)
+		if c != drain.Stream {
+			return h(ctx, req)
+		}
+		ctx, stopped, end := untilStop(g, ctx)
+		resp, err := h(ctx, req)
+		if end(); stopped() {
+			return nil, errStreamStopping
+		}
+		return resp, err
 	}
 }
 
@@ -111,26 +125,36 @@ var errStreamStopping = status.Error(codes.Unavailable, "server stopping: stream
 // Stop with g begins (or has begun); the stream then ends with
 // errStreamStopping, whatever the handler returned.
 func stream(g *drain.Gate, srv any, ss grpc.ServerStream, h grpc.StreamHandler) error {
-	ctx, cancel := context.WithCancel(ss.Context())
-	defer cancel()
+	ctx, stopped, end := untilStop(g, ss.Context())
+	err := h(srv, ctxStream{ss, ctx})
+	if end(); stopped() {
+		return errStreamStopping
+	}
+	return err
+}
+
+// untilStop returns a context of parent's that is also cancelled when a
+// Stop with g begins (or has begun), for the handler of a drain.Stream.
+// Once the handler has returned, the caller calls end, and then stopped
+// reports whether Stop ended the call (and not its client).
+func untilStop(g *drain.Gate, parent context.Context) (ctx context.Context, stopped func() bool, end func()) {
+	ctx, cancel := context.WithCancel(parent)
 	stopping := watchStops(g)
-	var stopped atomic.Bool
+	var byStop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		select {
 		case <-stopping:
-			stopped.Store(true)
+			byStop.Store(true)
 			cancel()
 		case <-ctx.Done():
 		}
 	})
-	err := h(srv, ctxStream{ss, ctx})
-	cancel()
-	wg.Wait()
-	if stopped.Load() && ss.Context().Err() == nil {
-		return errStreamStopping
+	end = func() {
+		cancel()
+		wg.Wait()
 	}
-	return err
+	return ctx, func() bool { return byStop.Load() && parent.Err() == nil }, end
 }
 
 // ctxStream is a ServerStream with the context of its handler.

@@ -52,6 +52,17 @@ func (worker) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest, s test
 	return s.Context().Err()
 }
 
+// UnaryCall stands for a long-poll (a wait for a sandbox's next event):
+// it answers when its context ends, or at once when the request says so
+// (ResponseSize 0 asks to wait).
+func (worker) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	if req.GetResponseSize() == 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return &testgrpc.SimpleResponse{}, nil
+}
+
 func (worker) FullDuplexCall(s testgrpc.TestService_FullDuplexCallServer) error {
 	for {
 		if _, err := s.Recv(); err != nil {
@@ -73,14 +84,15 @@ type server struct {
 }
 
 // serve starts a server on network ("tcp" on loopback, or "unix") with
-// EmptyCall gated as Create, FullDuplexCall as Resume and
-// StreamingOutputCall as Stream.
+// EmptyCall gated as Create, FullDuplexCall as Resume, and
+// StreamingOutputCall and UnaryCall (a long-poll) as Stream.
 func serve(t *testing.T, g *drain.Gate, network string) *server {
 	t.Helper()
 	classify := Methods(map[string]drain.Class{
 		testgrpc.TestService_EmptyCall_FullMethodName:           drain.Create,
 		testgrpc.TestService_FullDuplexCall_FullMethodName:      drain.Resume,
 		testgrpc.TestService_StreamingOutputCall_FullMethodName: drain.Stream,
+		testgrpc.TestService_UnaryCall_FullMethodName:           drain.Stream,
 	}, drain.Create)
 	s := &server{health: health.NewServer()}
 	s.srv = grpc.NewServer(
@@ -369,6 +381,33 @@ func TestStopEndsAStreamOfClassStream(t *testing.T) {
 	defer stopCancel()
 	require.NoError(t, Stop(stopCtx, s.srv, g), "GracefulStop returned: the stream ended as Stop began")
 	_, err = follow.Recv()
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Contains(t, status.Convert(err).Message(), "server stopping")
+	assert.Zero(t, g.InFlight(drain.Stream))
+}
+
+// A unary RPC of class drain.Stream (a long-poll, which drain.Stream's doc
+// names) ends as Stop begins, as a streaming one does, with Unavailable,
+// "server stopping": before, the unary interceptor ran it with its own
+// context alone, so GracefulStop waited for it until Stop's deadline, then
+// Stop cut every RPC and the step failed (Stop returned the deadline's
+// error after the 2 s).
+func TestStopEndsAUnaryCallOfClassStream(t *testing.T) {
+	g := &drain.Gate{}
+	s := serve(t, g, "tcp")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	polled := make(chan error, 1)
+	go func() {
+		_, err := s.worker.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+		polled <- err
+	}()
+	require.Eventually(t, func() bool { return g.InFlight(drain.Stream) == 1 }, 5*time.Second, time.Millisecond, "the long-poll is in its handler")
+	require.True(t, g.Close())
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer stopCancel()
+	require.NoError(t, Stop(stopCtx, s.srv, g), "GracefulStop returned: the long-poll ended as Stop began")
+	err := <-polled
 	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 	assert.Contains(t, status.Convert(err).Message(), "server stopping")
 	assert.Zero(t, g.InFlight(drain.Stream))
