@@ -154,8 +154,10 @@ func sameProcfs(procRoot string) bool {
 // daemon (daemon, its PID; 0 when not known). Each kill pins the process
 // with a pidfd, checks again that it is the same holder (its cgroup, and
 // an open fd, a mapping or a ring of a wanted device, or, what it holds
-// still not known, a possible holder), sends SIGKILL and waits for the
-// pidfd to say it exited, at most until ctx ends. held maps device IDs to
+// still not known, a possible holder; that check stops at the first hold
+// it finds and reads nothing past ctx's end, what it did not read is not
+// known), sends SIGKILL and waits for the pidfd to say it exited, at most
+// until ctx ends. held maps device IDs to
 // their holders, devs maps each wanted device number to its ID.
 func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (server string, fates []HolderFate) {
 	mine, err := readCgroups(procRoot, "self")
@@ -243,7 +245,7 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 	// anyway, a process that may hold the disk is killed as one that does:
 	// sparing it would leave the daemon to die with the disk live.
 	again, err := readCgroups(procRoot, pid)
-	holds, unknown := blockdev.ProcessHolds(filepath.Join(procRoot, pid), wantSet(devs))
+	holds, unknown := blockdev.ProcessHolds(ctx, filepath.Join(procRoot, pid), wantSet(devs))
 	if err != nil || again.String() != f.Cgroup || !holds && len(unknown) == 0 {
 		f.Reason = "no longer holds the device (exited or closed it, or a read shows it holds none) before the kill"
 		return f

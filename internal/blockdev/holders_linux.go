@@ -133,6 +133,9 @@ func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mappe
 	if fds == 0 && noMemory(dir) {
 		return nil // a kernel thread: no file and no memory to hold a disk with
 	}
+	if ctx.Err() != nil {
+		return nil // the caller says what is not known
+	}
 	if len(rings) > 0 {
 		if u := ringHolders(ctx, dir, rings, want, func(dev DevNum, r string) { found(dev, Ring, r) }); u != "" {
 			unknown = append(unknown, u)
@@ -153,11 +156,22 @@ func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mappe
 // io_uring's registered files, as Scan reads them, and, when it holds
 // none, what of its holds is not known (empty when everything is: the
 // process holds none of them). A process that has exited holds nothing.
-func ProcessHolds(dir string, want map[DevNum]bool) (holds bool, unknown []string) {
+// It stops at the first hold it finds (an fd is read before the rings and
+// the maps, which take up to RingWait and MapsWait), and at ctx's end:
+// what it did not read by then is not known.
+func ProcessHolds(ctx context.Context, dir string, want map[DevNum]bool) (holds bool, unknown []string) {
+	// One hold answers: the reads after it are given up, as the reads
+	// past ctx's end are (the ublk step's last resort checks a holder
+	// with this just before its SIGKILL, inside its part of the reserve).
+	rctx, found := context.WithCancel(ctx)
+	defer found()
 	mapped := newMapCache()
-	unknown = processHolders(context.Background(), dir, want, &mapped, func(DevNum, string, string) { holds = true })
-	if holds {
+	unknown = processHolders(rctx, dir, want, &mapped, func(DevNum, string, string) { holds = true; found() })
+	switch {
+	case holds:
 		return true, nil
+	case ctx.Err() != nil:
+		return false, []string{fmt.Sprintf("its fds, rings and mappings not all read before the check's end (%v)", ctx.Err())}
 	}
 	return false, unknown
 }
@@ -357,8 +371,11 @@ type holding struct {
 // within runs f in a goroutine of its own and returns its result when it
 // ends within d and before ctx ends; otherwise ok is false, and f goes on
 // until it ends by itself (a read of procfs waiting in the kernel), its
-// result dropped.
+// result dropped. When ctx has ended already, f does not start.
 func within[T any](ctx context.Context, d time.Duration, f func() T) (result T, ok bool) {
+	if ctx.Err() != nil {
+		return result, false // not started: its reads would be dropped
+	}
 	done := make(chan T, 1)
 	go func() { done <- f() }()
 	wait := time.NewTimer(d)
