@@ -206,11 +206,15 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 //     time, truncated to whole seconds, from the grace period and raises what
 //     is left to at least MinimumGracePeriod, so SIGKILL =
 //     at + KubeletRemaining(G, at - T0). A hook that overran the grace
-//     period therefore leaves exactly 2 s after SIGTERM. G here is the
-//     grace period as tightened so far (SIGKILL - T0), so a Tighten during
-//     the hook (kubectl delete --grace-period=N) is honoured;
-//   - anchored by a deletionTimestamp: SIGKILL stays at that time, unless the
-//     kubelet's 2 s floor after SIGTERM puts it later.
+//     period therefore leaves exactly 2 s after SIGTERM;
+//   - anchored by a deletionTimestamp, or a preStop hook's SIGKILL cut by
+//     Tighten (kubectl delete --grace-period=N during the hook): SIGKILL
+//     stays at that time, unless the kubelet's 2 s floor after SIGTERM puts
+//     it later. The kubelet's arithmetic then runs on its own T0 and the
+//     deletion's whole-second grace, which the server does not see; the
+//     SIGKILL it computes is never before the deletionTimestamp (deletion +
+//     grace), so the budget keeps that time whether the pod's read landed
+//     before SIGTERM or after it (Tighten after SIGTERM gives the same).
 //
 // Only the first call has an effect; OnSIGTERM reports whether it was it.
 // Call it first thing in the SIGTERM handler, with time.Now().
@@ -231,9 +235,15 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 		// A sleep hook the server never sees started sleep before SIGTERM.
 		b.anchor, b.start, b.kill = AnchorSIGTERM, at.Add(-b.sleep), at.Add(KubeletRemaining(b.grace, b.sleep))
 	case AnchorPreStop:
-		// b.kill - b.start is the configured grace unless Tighten cut it:
-		// the kubelet then works from the shorter DeletionGracePeriodSeconds.
-		b.kill = at.Add(KubeletRemaining(b.kill.Sub(b.start), at.Sub(b.start)))
+		if b.kill.Equal(b.start.Add(b.grace)) { // Tighten did not cut it
+			b.kill = at.Add(KubeletRemaining(b.grace, at.Sub(b.start)))
+			break
+		}
+		// Subtracting the hook's whole seconds from SIGKILL - T0 would add
+		// the fraction of a second the server's hook time has past them: up
+		// to 1 s after the deletionTimestamp, only when its read landed
+		// before SIGTERM.
+		b.kill = laterOf(b.kill, at.Add(MinimumGracePeriod))
 	default:
 		b.kill = laterOf(b.kill, at.Add(MinimumGracePeriod))
 	}

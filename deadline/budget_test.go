@@ -2,6 +2,7 @@ package deadline_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,9 +102,12 @@ func TestBudgetKubeletArithmetic(t *testing.T) {
 		{name: "SIGTERM after a tightened preStop uses the tightened grace", grace: G, margin: 5 * time.Second,
 			events: []event{preStop(0), tighten(s(1), s(30)), sigterm(s(30))},
 			anchor: deadline.AnchorPreStop, start: 0, kill: s(32), deadline: s(31)},
-		{name: "hook ends early after Tighten: truncation applies to the tightened grace", grace: G, margin: 5 * time.Second,
+		{name: "hook ends early after Tighten: SIGKILL stays at the deletionTimestamp", grace: G, margin: 5 * time.Second,
 			events: []event{preStop(0), tighten(s(1), s(30)), sigterm(s(10.5))},
-			anchor: deadline.AnchorPreStop, start: 0, kill: s(30.5), deadline: s(25.5)},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(30), deadline: s(25)},
+		{name: "hook ends late after Tighten: SIGTERM + 2 s is later than the deletionTimestamp", grace: G, margin: 5 * time.Second,
+			events: []event{preStop(0), tighten(s(1), s(30)), sigterm(s(28.5))},
+			anchor: deadline.AnchorPreStop, start: 0, kill: s(30.5), deadline: s(29.5)},
 		{name: "Tighten longer is ignored", grace: G, margin: 5 * time.Second,
 			events: []event{preStop(0), ignored(tighten(s(1), s(4000)))},
 			anchor: deadline.AnchorPreStop, start: 0, kill: s(3600), deadline: s(3595)},
@@ -165,6 +169,48 @@ func TestBudgetKubeletArithmetic(t *testing.T) {
 				assert.True(t, b.Anchored())
 			})
 		})
+	}
+}
+
+// TestTightenAndSIGTERMGiveOneSIGKILLInEitherOrder pins that the pod's
+// deletionTimestamp (SIGKILL at T0 + 30 s here) read during the preStop hook
+// gives the same SIGKILL as the same read landing after SIGTERM: the
+// deletionTimestamp, or SIGTERM + 2 s when that is later. A drain reads the
+// pod beside its preStop wait and again at SIGTERM, so which comes first is
+// a race. Before, the read landing first had SIGTERM subtract the hook's
+// whole seconds from the cut grace, which added the rest of the second:
+// 30.5 s for a hook of 10.5 s, 30.053 s for one of 53 ms, where the read
+// landing after SIGTERM gave 30 s.
+func TestTightenAndSIGTERMGiveOneSIGKILLInEitherOrder(t *testing.T) {
+	const deletion = 30 * time.Second // the deletionTimestamp, from T0
+	for _, tc := range []struct{ sigterm, kill time.Duration }{
+		{s(0.053), deletion},
+		{s(10.5), deletion},
+		{s(27.9), deletion},
+		{s(28), deletion},
+		{s(28.5), s(30.5)}, // the kubelet's 2 s after SIGTERM
+		{s(31.2), s(33.2)}, // the hook overran the deletion's grace
+	} {
+		for _, readFirst := range []bool{true, false} {
+			name := fmt.Sprintf("SIGTERM at T0+%v, read landing before it %v", tc.sigterm, readFirst)
+			t.Run(name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					t0 := time.Now()
+					b, err := deadline.New(3600*time.Second, deadline.Config{})
+					require.NoError(t, err)
+					b.OnPreStop(t0)
+					if readFirst {
+						b.Tighten(t0.Add(deletion))
+					}
+					time.Sleep(tc.sigterm)
+					b.OnSIGTERM(time.Now())
+					if !readFirst {
+						b.Tighten(t0.Add(deletion))
+					}
+					assert.Equal(t, tc.kill, b.Kill().Sub(t0), "SIGKILL")
+				})
+			})
+		}
 	}
 }
 

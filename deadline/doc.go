@@ -51,8 +51,10 @@
 //     margin (Config.Margin, by default a tenth of the grace within [1.5 s, 5 s]), and the margin never takes more
 //     than half of the time from the latest event (T0 or SIGTERM) to SIGKILL.
 //   - After OnSIGTERM, Kill is exactly what the kubelet computes from the
-//     budget's T0 and grace (as tightened); Tighten only moves SIGKILL
-//     earlier, never before T0, and never before SIGTERM + 2 s.
+//     budget's T0 and grace; once Tighten gave it a time (a
+//     deletionTimestamp), it stays at that time, or SIGTERM + 2 s if later,
+//     in whichever order Tighten and OnSIGTERM came. Tighten only moves
+//     SIGKILL earlier, never before T0, and never before SIGTERM + 2 s.
 //   - The Plan is the only code that turns the budget into deadlines: every
 //     phase asks it for its Window by name when it starts. A window's
 //     deadline is in [its start, Budget.Deadline] while the budget's

@@ -147,8 +147,9 @@ func ExampleBudget_OnSIGTERM() {
 }
 
 // kubectl delete --grace-period=30 during the preStop hook: the pod's
-// deletionTimestamp cuts the manifest's hour to 30 s, and SIGTERM then
-// works from the cut grace period.
+// deletionTimestamp cuts the manifest's hour to 30 s, and SIGKILL stays
+// there at SIGTERM: the kubelet, timing the hook from its own start, never
+// kills before the deletionTimestamp.
 func ExampleBudget_Tighten() {
 	budget, _ := deadline.New(3600*time.Second, deadline.Config{})
 	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
@@ -159,7 +160,7 @@ func ExampleBudget_Tighten() {
 	fmt.Println("SIGKILL:  T0 +", budget.Kill().Sub(t0))
 	// Output:
 	// deadline: T0 + 25s
-	// SIGKILL:  T0 + 30.5s
+	// SIGKILL:  T0 + 30s
 }
 
 // The estimate follows observed pauses: an EWMA, but never below the 90th

@@ -86,8 +86,8 @@ func preStopWait(tl *timeline, p *deadline.Plan) time.Time {
 // A grace cut to 8 s by the deletionTimestamp during the preStop wait (grace 3600 s):
 //
 //	T0 ── 2 000 Tighten: SIGKILL 8 000, Deadline 4 000; 2 s for 4.6 s: the preStop wait ends now
-//	2 500 SIGTERM: SIGKILL 8 500 (the kubelet truncates 2.5 s to 2), margin 3 s, Deadline 5 500
-//	2 500 gate ─ 2 500 preserve (1 800 of 3 000) ─ done at 3 500 ─ ublk (fits again) ─ 4 000 http ─ 5 500
+//	2 600 SIGTERM: SIGKILL stays at the deletionTimestamp, 8 000; margin 2.7 s (half), Deadline 5 300
+//	2 600 gate ─ 2 600 preserve (1 575 of 3 000) ─ done at 3 500 ─ ublk (fits again) ─ 4 000 http ─ 5 300
 //
 // Ample time (grace 60 s, margin 5 s):
 //
@@ -129,10 +129,10 @@ func TestPlanShortBudgetRuleAtEveryPhase(t *testing.T) {
 			steps: []step{
 				{at: 0, phase: "drain", dl: ms(3590400), hard: ms(3593400)},
 				{at: ms(2000), event: atTighten(8 * time.Second), phase: "drain", dl: ms(2000), hard: ms(3050)},
-				{at: ms(2500), event: atSIGTERM(), phase: "gate", dl: ms(2500), hard: ms(4300)},
-				{at: ms(2500), phase: "preserve", dl: ms(4300), hard: ms(4300), short: ms(1200)},
-				{at: ms(3500), event: setRunning(0), phase: "ublk", dl: ms(4500), hard: ms(5500)},
-				{at: ms(4000), phase: "http", dl: ms(5500), hard: ms(5500)},
+				{at: ms(2600), event: atSIGTERM(), phase: "gate", dl: ms(2600), hard: ms(4175)},
+				{at: ms(2600), phase: "preserve", dl: ms(4175), hard: ms(4175), short: ms(1425)},
+				{at: ms(3500), event: setRunning(0), phase: "ublk", dl: ms(4300), hard: ms(5300)},
+				{at: ms(4000), phase: "http", dl: ms(5300), hard: ms(5300)},
 			},
 		},
 		{
