@@ -187,7 +187,10 @@ func TestStepLastResortKillsDoomedVMMThenStopsTheDaemon(t *testing.T) {
 	require.NotNil(t, lr)
 	require.NotNil(t, req, "the daemon was asked to stop once the VMM was gone")
 	assert.False(t, req.Start.Before(lr.Start.Add(lr.Duration)), "asked after the last resort")
-	assert.InDelta(t, time.Second, lr.Start.Sub(rep.Start), float64(500*time.Millisecond), "at the end of the holder wait")
+	// At the end of the holder wait (HolderWait, 1 s), not at the
+	// last-resort point its deadline sets (20 s less the 10 s reserve).
+	assert.False(t, lr.Start.Before(rep.Start.Add(time.Second)), "not before the holder wait's end")
+	assert.True(t, lr.Start.Before(rep.Deadline.Add(-10*time.Second)), "before the last-resort point: %v after the start", lr.Start.Sub(rep.Start))
 	assert.True(t, rep.Daemon.Exited && !rep.Daemon.Killed)
 }
 
