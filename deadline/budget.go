@@ -230,21 +230,18 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 		return false
 	}
 	b.sigterm = at
-	switch b.anchor {
-	case AnchorNone:
+	switch {
+	case b.anchor == AnchorNone:
 		// A sleep hook the server never sees started sleep before SIGTERM.
 		b.anchor, b.start, b.kill = AnchorSIGTERM, at.Add(-b.sleep), at.Add(KubeletRemaining(b.grace, b.sleep))
-	case AnchorPreStop:
-		if b.kill.Equal(b.start.Add(b.grace)) { // Tighten did not cut it
-			b.kill = at.Add(KubeletRemaining(b.grace, at.Sub(b.start)))
-			break
-		}
-		// Subtracting the hook's whole seconds from SIGKILL - T0 would add
-		// the fraction of a second the server's hook time has past them: up
-		// to 1 s after the deletionTimestamp, only when its read landed
-		// before SIGTERM.
-		b.kill = laterOf(b.kill, at.Add(MinimumGracePeriod))
+	case b.anchor == AnchorPreStop && b.kill.Equal(b.start.Add(b.grace)): // Tighten did not cut it
+		b.kill = at.Add(KubeletRemaining(b.grace, at.Sub(b.start)))
 	default:
+		// A time the budget was given (a deletionTimestamp). Subtracting
+		// the hook's whole seconds from SIGKILL - T0 instead would add the
+		// fraction of a second the server's hook time has past them: up to
+		// 1 s after the deletionTimestamp, and only when its read landed
+		// before SIGTERM.
 		b.kill = laterOf(b.kill, at.Add(MinimumGracePeriod))
 	}
 	b.kill = laterOf(b.kill, b.start) // only a SIGTERM time before T0 could break this
