@@ -156,8 +156,9 @@ func sameProcfs(procRoot string) bool {
 // an open fd, a mapping or a ring of a wanted device, or, what it holds
 // still not known, a possible holder; that check stops at the first hold
 // it finds and reads nothing past ctx's end, what it did not read is not
-// known), sends SIGKILL and waits for the pidfd to say it exited, at most
-// until ctx ends. held maps device IDs to
+// known), sends SIGKILL (HolderFate.Signalled) and waits for the pidfd to
+// say it exited (Killed), at most until ctx ends; once ctx has ended, a
+// doomed holder still gets its SIGKILL, with no wait. held maps device IDs to
 // their holders, devs maps each wanted device number to its ID.
 func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (server string, fates []HolderFate) {
 	mine, err := readCgroups(procRoot, "self")
@@ -254,8 +255,10 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 		f.Reason, f.Err = "doomed, but SIGKILL failed", err.Error()
 		return f
 	}
+	f.Signalled = true
 	if err := waitPidfd(ctx, fd); err != nil {
-		f.Reason, f.Err = "SIGKILL sent, exit not seen", err.Error()
+		f.Reason, f.Err = "SIGKILL sent, its exit not seen by the end of the last resort's part of the reserve: "+
+			"it runs no more code, and the disk stops all the same", err.Error()
 		return f
 	}
 	f.Killed = true
@@ -275,11 +278,18 @@ func wantSet(devs map[blockdev.DevNum]int) map[blockdev.DevNum]bool {
 }
 
 // waitPidfd waits until the pidfd is readable (the process exited), or ctx
-// ends.
+// ends; once ctx has ended it looks once, without waiting.
 func waitPidfd(ctx context.Context, fd int) error {
 	for {
+		wait := 20 * time.Millisecond
+		if dl, ok := ctx.Deadline(); ok {
+			wait = max(0, min(wait, time.Until(dl)))
+		}
+		if ctx.Err() != nil {
+			wait = 0
+		}
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 20)
+		n, err := unix.Poll(fds, int((wait+time.Millisecond-1)/time.Millisecond))
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			return err
 		}

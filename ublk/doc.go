@@ -45,8 +45,10 @@
 // as one that does until the holder wait ends. So are, with no PID, the
 // processes a holders scan did not reach: no scan reads procfs past the
 // end of the last resort's part of the reserve, where the daemon's stop
-// needs its part (a loaded node's procfs takes seconds to read); a process
-// a scan did not reach keeps what the last scan that read it found. Each scan reads it again,
+// needs its part (a loaded node's procfs takes seconds to read), and the
+// holder wait's scans stop halfway through it, the rest the last resort's;
+// a process a scan did not reach keeps what the last scan that read it
+// found. Each scan reads it again,
 // so a ring busy only now and then is soon listed and the process known
 // for what it is; one never listed is waited for until the last-resort
 // point, then killed when doomed (below), and otherwise set aside: the
@@ -67,7 +69,9 @@
 // hierarchy; in a container on a cgroup v2 node, which sees its cgroup as
 // the root of its cgroup namespace, the container's cgroup, told from the
 // host's root by the cgroup.type file only non-root cgroups have; pinned
-// with a pidfd, checked again, waited for), STOP_DEVs
+// with a pidfd, checked again, waited for; one whose exit is not seen
+// by the end of the last resort's part of the reserve runs no more code
+// and no longer keeps a disk from stopping), STOP_DEVs
 // every device no holder is left on while the daemon still serves it, and
 // asks the daemon to stop, which then exits with no live device, all
 // within its part of the reserve. Holders outside the cgroup (another pod,
@@ -97,7 +101,8 @@
 //     unsafe to kill").
 //   - The daemon is never asked to stop while anything holds a disk (after
 //     the last resort: anything but this process and the daemon, the
-//     server, with an fd, a mapping or a ring), nor, before the holder
+//     server, with an fd, a mapping or a ring, and a holder the last
+//     resort sent SIGKILL, its exit seen or not), nor, before the holder
 //     wait ends, while something may (a possible holder), unless
 //     Config.StopDespiteHolders; Stop then returns a *HeldError naming the
 //     holders. Only the last resort kills a holder,

@@ -123,11 +123,13 @@ func slowProcfs(t *testing.T, f *fixture, n int, per time.Duration) func(string)
 
 // sandboxd's reserve at a short grace (500 ms, its floor) and a window of
 // 600 ms, on a vulnerable kernel, no control device; the holders scan
-// takes 1.5 s (215 processes, 7 ms each: a loaded node). 0 .. 250 ms:
-// the scan reads what it can until the end of the last resort's part of
-// the reserve (and the one process it is reading then, 252 ms); the
-// processes it did not read are not known, a possible holder, set aside
-// like one: the holder wait is over .. 252 ms: the daemon is asked to stop
+// takes 1.5 s (250 processes, 6 ms each: a loaded node). 0 .. 175 ms:
+// the scan reads what it can until halfway through the last resort's part
+// of the reserve (and the one process it is reading then, 180 ms); the
+// processes it did not read are not known, a possible holder: the holder
+// wait is over, and the last resort, with no process to kill, scans again
+// until the end of its part (252 ms), and sets the processes it did not
+// read aside like any possible holder .. 252 ms: the daemon is asked to stop
 // with its own part of the reserve and more ahead, stops both devices and
 // exits. Before, the scan ran to its end (1.5 s),
 // past the step's deadline: the daemon was asked too late, the devices
@@ -137,7 +139,7 @@ func TestStepStopsScanningInTimeForTheDaemonsStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0, 1)
 		cfg := f.config(vulnerable, nil, Config{NoControl: true, Reserve: 500 * time.Millisecond})
-		cfg.hooks.BeforeProcess = slowProcfs(t, f, 215, 7*time.Millisecond)
+		cfg.hooks.BeforeProcess = slowProcfs(t, f, 250, 6*time.Millisecond)
 		d := newMemDaemon(f.tree, 0, 1)
 		d.step = 20 * time.Millisecond
 		defer d.close()
@@ -154,8 +156,9 @@ func TestStepStopsScanningInTimeForTheDaemonsStop(t *testing.T) {
 		h, aside := rep.Step("holders"), rep.Step("possible holders")
 		require.NotNil(t, h)
 		require.NotNil(t, aside)
-		assert.Contains(t, h.Err, "180 of 215 processes not read: the holders scan stops where the daemon's stop's part of the reserve begins")
-		assert.Contains(t, aside.Err, "of 215 processes not read", "set aside")
+		assert.Contains(t, h.Err, "221 of 250 processes not read: the holders scan stops in time for the last resort's kill and the daemon's stop")
+		assert.Equal(t, 180*time.Millisecond, h.Start.Add(h.Duration).Sub(rep.Start), "halfway through the last resort's window, and one process's read")
+		assert.Contains(t, aside.Err, "of 250 processes not read", "set aside")
 		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
 		assert.True(t, rep.Daemon.Exited)
 	})
@@ -238,5 +241,92 @@ func TestScanCutShortDoesNotKeepTheHoldsOfAKilledProcess(t *testing.T) {
 		assert.Contains(t, last.Result, "0 device(s) still held")
 		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
 		assert.Equal(t, VerdictStopped, rep.Verdict)
+	})
+}
+
+// slowExit stands in for the last resort's killer over a fake procfs: pid
+// 99 is in the server's cgroup, and SIGKILLed it takes exit to go (its fd
+// link removed then: a large VM's memory takes time to free); the kill
+// waits for that until ctx ends. Every other holder is spared.
+func slowExit(f *fixture, exit time.Duration) func(context.Context, string, map[int][]Holder, map[blockdev.DevNum]int, int) (string, []HolderFate) {
+	return func(ctx context.Context, _ string, held map[int][]Holder, _ map[blockdev.DevNum]int, _ int) (string, []HolderFate) {
+		var fates []HolderFate
+		var gone chan struct{}
+		for id, hs := range held {
+			for _, h := range hs {
+				fate := HolderFate{Holder: h, Device: id, Reason: "none known to kill"}
+				if h.PID == 99 {
+					if gone == nil {
+						gone = make(chan struct{})
+						time.AfterFunc(exit, func() {
+							_ = os.RemoveAll(filepath.Join(f.proc, "99", "fd"))
+							close(gone)
+						})
+					}
+					fate.Doomed, fate.Signalled = true, true
+					select {
+					case <-gone:
+						fate.Killed, fate.Reason = true, "in the server's cgroup, so doomed by the pod's SIGKILL anyway"
+					case <-ctx.Done():
+						fate.Reason, fate.Err = "SIGKILL sent, exit not seen", ctx.Err().Error()
+					}
+				}
+				fates = append(fates, fate)
+			}
+		}
+		return "0::/kubepods/pod1/ctr", fates
+	}
+}
+
+// sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, no
+// control device; pid 99, a VMM in the server's cgroup, holds device 0
+// open and never closes it, and procfs reads 7 ms a process (100 of them:
+// 700 ms a scan, a loaded node's). 59.2 s: a scan starts, and the
+// last-resort point comes at 59.5 s, the last resort's 150 ms ending at
+// 59.65 s. The scan stops halfway through them, at 59.578 s (the process
+// it is reading then), the rest of the window the kill's; the VMM,
+// SIGKILLed, takes 200 ms to exit, more than is left: at 59.65 s its exit
+// is not seen, but it runs no more code, and the daemon is asked to stop
+// then and stops both devices, the VMM's too. Before, the scan ran until
+// 59.65 s, the end of the window; the kill's exit wait failed at once, the
+// last resort's own scan read nothing and kept the VMM's fd from the one
+// before, and the step returned a HeldError, the daemon never asked to
+// stop: the pod's SIGKILL 350 ms later found both devices live.
+func TestLastResortOutOfTimeStillAsksTheDaemonToStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		cfg := f.config(vulnerable, nil, Config{NoControl: true, Reserve: 500 * time.Millisecond})
+		cfg.hooks.BeforeProcess = slowProcfs(t, f, 100, 7*time.Millisecond)
+		node := filepath.Join(t.TempDir(), "ublkb0")
+		require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
+		require.NoError(t, os.Symlink(node, filepath.Join(f.proc, "99", "fd", "3")))
+		d := newMemDaemon(f.tree, 0, 1)
+		d.step = 10 * time.Millisecond
+		defer d.close()
+		td, err := New(d, cfg)
+		require.NoError(t, err)
+		td.cfg.killHolders = slowExit(f, 200*time.Millisecond)
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		h, last, req := rep.Step("holders"), rep.Step("last resort"), rep.Step("request stop")
+		require.NotNil(t, h)
+		require.NotNil(t, last)
+		require.NotNil(t, req)
+		assert.Equal(t, 59578*time.Millisecond, h.Start.Add(h.Duration).Sub(rep.Start), "the scan stops halfway through the last resort's window")
+		assert.Equal(t, 59650*time.Millisecond, req.Start.Sub(rep.Start), "asked at the end of the last resort's window")
+		require.NotNil(t, rep.LastResort)
+		dying := rep.LastResort.Dying()
+		require.Len(t, dying, 1)
+		assert.Equal(t, 99, dying[0].Holder.PID)
+		assert.True(t, dying[0].Doomed && dying[0].Signalled && !dying[0].Killed, "%+v", dying[0])
+		for _, s := range rep.LastResort.Spared() {
+			assert.Zero(t, s.Holder.PID, "the VMM is SIGKILLed, not spared: %+v", s)
+		}
+		assert.Contains(t, last.Result, "1 SIGKILLed with its exit not seen")
+		assert.Contains(t, rep.String(), "SIGKILLed, exit not seen pid 99")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+		assert.True(t, rep.Daemon.Exited)
 	})
 }

@@ -25,6 +25,13 @@ type HolderFate struct {
 	// Killed is true when the step killed it (SIGKILL through a pidfd) and
 	// saw it exit.
 	Killed bool `json:"killed"`
+	// Signalled is true when the step sent it SIGKILL, its exit seen
+	// (Killed) or not. One whose exit was not seen by the end of the last
+	// resort's part of the reserve no longer keeps a disk from stopping
+	// all the same: it runs no more code, the daemon still serves the I/O
+	// it has in flight, and waiting for it would leave the daemon to the
+	// pod's SIGKILL with the disk live.
+	Signalled bool `json:"signalled"`
 	// Reason says why it was killed or spared.
 	Reason string `json:"reason"`
 	Err    string `json:"error,omitempty"`
@@ -46,22 +53,28 @@ type LastResortReport struct {
 	Holders []HolderFate `json:"holders"`
 }
 
-// Killed returns the holders the sequence killed.
+// Killed returns the holders the sequence killed and saw exit.
 func (r *LastResortReport) Killed() []HolderFate {
-	var out []HolderFate
-	for _, h := range r.Holders {
-		if h.Killed {
-			out = append(out, h)
-		}
-	}
-	return out
+	return r.fates(func(h HolderFate) bool { return h.Killed })
 }
 
-// Spared returns the holders the sequence left alive.
+// Spared returns the holders the sequence left alive: those it sent no
+// SIGKILL.
 func (r *LastResortReport) Spared() []HolderFate {
+	return r.fates(func(h HolderFate) bool { return !h.Signalled && !h.Killed })
+}
+
+// Dying returns the holders the sequence sent SIGKILL and did not see
+// exit before the end of its part of the reserve (see
+// HolderFate.Signalled).
+func (r *LastResortReport) Dying() []HolderFate {
+	return r.fates(func(h HolderFate) bool { return h.Signalled && !h.Killed })
+}
+
+func (r *LastResortReport) fates(keep func(HolderFate) bool) []HolderFate {
 	var out []HolderFate
 	for _, h := range r.Holders {
-		if !h.Killed {
+		if keep(h) {
 			out = append(out, h)
 		}
 	}
@@ -69,9 +82,10 @@ func (r *LastResortReport) Spared() []HolderFate {
 }
 
 // runLastResort is the last resort, run at the last-resort point with
-// holders left, inside its window (run.plan): kill the doomed holders,
-// STOP_DEV every device no holder is left on while the daemon still serves
-// it, and return the devices still held (nil when none is: the daemon may
+// holders left, inside its window (run.plan): kill the doomed holders
+// (one SIGKILLed whose exit its window was too short to see counts as
+// killed here), STOP_DEV every device no holder is left on while the
+// daemon still serves it, and return the devices still held (nil when none is: the daemon may
 // then be asked to stop, and its exit is safe). This process's own holds
 // do not keep a device from stopping: it is the server, and it asked for
 // the stop (its fds, its mappings, its rings and what it may hold alike).
@@ -94,15 +108,23 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 			"killed", f.Killed, "doomed", f.Doomed, "cgroup", f.Cgroup, "why", f.Reason, "err", f.Err)
 	}
 	r.refresh()
-	// A killed process's holds went with it: a scan that runs out of time
-	// before it must not keep them (notRead).
-	r.lastHeld = dropHolders(r.lastHeld, func(h Holder) bool {
-		return slices.ContainsFunc(lr.Holders, func(f HolderFate) bool { return f.Killed && f.Holder.PID == h.PID })
-	})
-	left, _ := r.scanHolders() // a failure is logged; the holders step's Report has the first
+	// A killed process's holds went with it, and a process SIGKILLed whose
+	// exit the window was too short to see (a large VM's memory takes time
+	// to free) runs no more code: its fds close as it exits, and the
+	// daemon serves its I/O in flight until then. Neither keeps a disk
+	// from stopping, whether a scan still lists it or runs out of time
+	// before it (notRead); waiting for its exit past the window would
+	// leave the daemon to the pod's SIGKILL with the disk live.
+	signalled := func(h Holder) bool {
+		return h.PID > 0 && slices.ContainsFunc(lr.Holders, func(f HolderFate) bool { return (f.Signalled || f.Killed) && f.Holder.PID == h.PID })
+	}
+	r.lastHeld = dropHolders(r.lastHeld, signalled)
+	left, _ := r.scanHolders(r.lastResort.Deadline) // a failure is logged; the holders step's Report has the first
 	r.noteHolders(left)
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
-	left = dropHolders(left, func(h Holder) bool { return isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) })
+	left = dropHolders(left, func(h Holder) bool {
+		return isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) || signalled(h)
+	})
 	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
 	stopped, failed := 0, 0
 	for _, d := range r.dev {
@@ -121,6 +143,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	}
 	result := fmt.Sprintf("%d holder(s) killed, %d spared; STOP_DEV done for %d device(s), failed for %d; %d device(s) still held",
 		len(lr.Killed()), len(lr.Spared()), stopped, failed, len(left))
+	if n := len(lr.Dying()); n > 0 {
+		result = fmt.Sprintf("%d SIGKILLed with its exit not seen in time (not waited for), ", n) + result
+	}
 	_ = r.stepEnd(s, result, nil)
 	if len(left) == 0 {
 		return nil

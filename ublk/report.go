@@ -168,11 +168,18 @@ func (r *Report) String() string {
 			d.Initial.State(), d.Final.State(), d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict)
 	}
 	if lr := r.LastResort; lr != nil {
-		fmt.Fprintf(&b, "  last resort at +%v: %d killed, %d spared\n", lr.At.Sub(r.Start).Round(time.Millisecond), len(lr.Killed()), len(lr.Spared()))
+		dying := ""
+		if n := len(lr.Dying()); n > 0 {
+			dying = fmt.Sprintf(", %d SIGKILLed (exit not seen)", n)
+		}
+		fmt.Fprintf(&b, "  last resort at +%v: %d killed%s, %d spared\n", lr.At.Sub(r.Start).Round(time.Millisecond), len(lr.Killed()), dying, len(lr.Spared()))
 		for _, h := range lr.Holders {
 			verb := "spared"
-			if h.Killed {
+			switch {
+			case h.Killed:
 				verb = "killed"
+			case h.Signalled:
+				verb = "SIGKILLed, exit not seen"
 			}
 			fmt.Fprintf(&b, "    %s %s (ublkb%d): %s\n", verb, h.Holder, h.Device, h.Reason)
 		}

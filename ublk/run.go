@@ -201,7 +201,7 @@ func (r *run) refresh() {
 func (r *run) waitHolders() map[int][]Holder {
 	s := r.stepStart("holders")
 	for waiting := false; ; {
-		held, scanErr := r.scanHolders()
+		held, scanErr := r.scanHolders(r.killFloor())
 		r.noteHolders(held)
 		if len(held) == 0 {
 			_ = r.stepEnd(s, "no holders", scanErr)
@@ -285,12 +285,27 @@ func (r *run) noteHolders(held map[int][]Holder) {
 	}
 }
 
+// killFloor is where the holder wait's scans stop reading procfs:
+// halfway through the last resort's part of the reserve (zero without a
+// deadline: never). The scan running at the last-resort point may finish
+// what it can in the first half; the second is the last resort's, for the
+// kill of a doomed holder, its exit, the last resort's own scan and its
+// STOP_DEVs. A scan that took the whole window left the kill no time to
+// see its holder exit, and the daemon was not asked to stop under it.
+func (r *run) killFloor() time.Time {
+	if r.lastResort.Deadline.IsZero() {
+		return time.Time{}
+	}
+	return r.holderUntil.Add(r.lastResort.Deadline.Sub(r.holderUntil) / 2)
+}
+
 // scanHolders finds the holders of every disk (and its partitions) in one
 // pass over procfs and sysfs (stacked and loop devices), by device ID,
-// reading procfs until the end of the last resort's part of the reserve at
-// most; what it did not read by then is not known (see notRead). Its error
-// says what the scan could not read; the holders are what it found.
-func (r *run) scanHolders() (map[int][]Holder, error) {
+// reading procfs until end at most (zero: no end), never past the end of
+// the last resort's part of the reserve; what it did not read by then is
+// not known (see notRead). Its error says what the scan could not read;
+// the holders are what it found.
+func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	held := map[int][]Holder{}
 	owner := map[blockdev.DevNum]int{}
 	r.devNums = owner
@@ -323,7 +338,7 @@ func (r *run) scanHolders() (map[int][]Holder, error) {
 	// are, and what it did not read is not known (notRead), never "no
 	// holder".
 	sctx := context.WithoutCancel(r.ctx)
-	if end := r.lastResort.Deadline; !end.IsZero() {
+	if !end.IsZero() {
 		var cancel context.CancelFunc
 		sctx, cancel = context.WithDeadline(sctx, end)
 		defer cancel()
@@ -376,8 +391,8 @@ func (r *run) notRead(held map[int][]Holder, cut *blockdev.CutError) {
 			}
 		}
 	}
-	p := Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("%d of %d processes not read: the holders scan stops where "+
-		"the daemon's stop's part of the reserve begins, and procfs took longer to read than the time left; "+
+	p := Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("%d of %d processes not read: the holders scan stops in time "+
+		"for the last resort's kill and the daemon's stop, and procfs took longer to read than the time left; "+
 		"what they hold is not known", len(cut.Unread), cut.Total)}
 	for _, d := range r.dev {
 		if d.cur.Disk {
