@@ -63,15 +63,7 @@ func TestSupervisorReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
 // supervisor, its hook's address and its report file.
 func startWithPod(t *testing.T, args ...string) (api *fakeapiserver.Pod, child *kubeletsim.Child, hook, report string) {
 	t.Helper()
-	api = &fakeapiserver.Pod{Name: "agentenv-node-x7k2p", Namespace: "agentenv-system", UID: "uid-1"}
-	srv, kcfg := fakeapiserver.Start(t, api, "agentenv-system", "token-1")
-	saDir := filepath.Dir(kcfg.TokenFile)
-	require.NoError(t, os.WriteFile(filepath.Join(saDir, "namespace"), []byte("agentenv-system\n"), 0o600))
-	u, err := url.Parse(srv.URL)
-	require.NoError(t, err)
-	host, port, err := net.SplitHostPort(u.Host)
-	require.NoError(t, err)
-
+	api, env := podAPI(t)
 	report = filepath.Join(t.TempDir(), "report.json")
 	apiAddr, listen := freeAddr(t), freeAddr(t)
 	hook = freeAddr(t)
@@ -80,13 +72,28 @@ func startWithPod(t *testing.T, args ...string) (api *fakeapiserver.Pod, child *
 		"-grace", "30s", "-report", report}, append(args, "--")...)...),
 		helperCommand("agentenv", "-listen", apiAddr, "-sandboxes", "3", "-pause-base", "10ms", "-pause-per-gib", "0s")...)
 	cmd := helperCmd(argv)
-	cmd.Env = append(cmd.Env, "POD_NAME=agentenv-node-x7k2p", EnvServiceAccountDir+"="+saDir,
-		"KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
-	child, err = kubeletsim.Start(cmd)
+	cmd.Env = append(append(cmd.Env, "POD_NAME=agentenv-node-x7k2p"), env...)
+	child, err := kubeletsim.Start(cmd)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
 	require.Eventually(t, func() bool { return get(t.Context(), "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond)
 	return api, child, hook, report
+}
+
+// podAPI starts a fake API server with the pod agentenv-node-x7k2p and
+// returns it and the environment (KEY=value) that gives the supervisor its
+// service account there.
+func podAPI(t *testing.T) (*fakeapiserver.Pod, []string) {
+	t.Helper()
+	api := &fakeapiserver.Pod{Name: "agentenv-node-x7k2p", Namespace: "agentenv-system", UID: "uid-1"}
+	srv, kcfg := fakeapiserver.Start(t, api, "agentenv-system", "token-1")
+	saDir := filepath.Dir(kcfg.TokenFile)
+	require.NoError(t, os.WriteFile(filepath.Join(saDir, "namespace"), []byte("agentenv-system\n"), 0o600))
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	host, port, err := net.SplitHostPort(u.Host)
+	require.NoError(t, err)
+	return api, []string{EnvServiceAccountDir + "=" + saDir, "KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port}
 }
 
 // Graceful node shutdown stops the pod with the node's slice (4 s here,

@@ -4,10 +4,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -17,8 +20,12 @@ import (
 // more, so what the supervisor knows is the last listing that succeeded:
 // the sandboxes it showed that the drain's account does not already hold
 // (no entry: the preserve phase had not listed, or never could) are
-// counted lost, in the Report (LostWithServer), its note, the log and the
-// exit status. The server's own shutdown may have paused some of them; the
+// counted lost, in the Report (LostWithServer), its note, the log, the
+// termination message's first line and the exit status; and in drain's
+// account too, which the server step gives them when it runs after the
+// exit (lostBeforeSIGTERM), so that drain's log line and DrainFinished
+// count them, or in a DrainFinished of the supervisor's own when the exit
+// came before SIGTERM (eventServerExited). The server's own shutdown may have paused some of them; the
 // supervisor cannot tell, and a sandbox not known preserved is counted
 // lost.
 
@@ -84,6 +91,87 @@ func lostWithServer(last []string, rep *pause.Report) []string {
 		}
 	}
 	return out
+}
+
+// errLostWithServer is the error of a sandbox's entry in the server step's
+// account when the server exited on its own before that step's SIGTERM.
+const errLostWithServer = "lost with the server: it exited on its own during the drain; its last listing showed this sandbox not paused and no preserve accounted for it"
+
+// lostBeforeSIGTERM is what the server step accounts for when the server
+// exited on its own before its SIGTERM: the sandboxes its last listing
+// showed that neither a Run of the preserve phase nor the final sweep's
+// account swept (nil: none) has an entry for, each not started, lost,
+// added to swept (a new account when nil), so that drain merges them into
+// Report.Preserve before it logs the Report and posts DrainFinished; and an
+// error naming them. swept comes back as it is while the server runs.
+func (s *supervisor) lostBeforeSIGTERM(swept *pause.Report) (*pause.Report, error) {
+	select {
+	case <-s.server.done:
+	default:
+		return swept, nil
+	}
+	s.exitedDuring.Store(true) // before supervise's loop may see it
+	var lost []string
+	for _, id := range lostWithServer(s.listed.lastListed(), swept) {
+		if !s.preserver.hasEntry(id) {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) == 0 {
+		return swept, nil
+	}
+	if swept == nil {
+		now := time.Now()
+		swept = &pause.Report{Start: now, Deadline: now, End: now}
+	}
+	counts := map[pause.Outcome]int{}
+	for _, id := range lost {
+		swept.Entries = append(swept.Entries, pause.Entry{ID: id, Outcome: pause.NotStarted, End: swept.End, Error: errLostWithServer})
+	}
+	for _, e := range swept.Entries {
+		counts[e.Outcome]++
+	}
+	swept.Counts = counts
+	return swept, errors.New(serverExitNote(s.server.state().String(), lost))
+}
+
+// lostByServerStep returns the sandboxes of the account rep (nil: none)
+// that the server step counted lost with the server (lostBeforeSIGTERM).
+func lostByServerStep(rep *pause.Report) []string {
+	if rep == nil {
+		return nil
+	}
+	var out []string
+	for _, e := range rep.Entries {
+		if e.Error == errLostWithServer {
+			out = append(out, e.ID)
+		}
+	}
+	return out
+}
+
+// eventServerExited posts DrainFinished, a Warning, for a drain the
+// server's own exit ended before SIGTERM (rep has no drain account): drain
+// posted DrainStarted at the preStop call, and its Shutdown, which posts
+// DrainFinished, never ran. The note counts the sandboxes lost with the
+// server and gives the exit status, as the Report does. The wait for the
+// event is bounded as drain bounds its own: 1 s, and never more than half
+// the time left before SIGKILL.
+func (s *supervisor) eventServerExited(rep *Report) {
+	if s.pod == nil || rep.Drain != nil || !s.budget.Anchored() {
+		return
+	}
+	note := fmt.Sprintf("the server exited on its own during the drain, before SIGTERM (%s): %d sandboxes lost with it; supervisor exit code %d",
+		rep.Server.String(), rep.Lost(), rep.ExitCode)
+	if rep.Note != "" {
+		note += ". " + rep.Note
+	}
+	s.pod.Record(kube.Event{Type: kube.Warning, Reason: "DrainFinished", Action: "Drain", Note: note})
+	ctx, cancel := context.WithTimeout(context.Background(), max(min(time.Second, time.Until(s.budget.Kill())/2), 0))
+	defer cancel()
+	if st := s.pod.Flush(ctx); st.Dropped > 0 {
+		s.log.Warn("supervisor: Kubernetes Events dropped", "posted", st.Posted, "dropped", st.Dropped, "last_error", st.LastError)
+	}
 }
 
 // serverExitNote is the Report's note for sandboxes lost with a server that

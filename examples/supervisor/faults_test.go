@@ -290,12 +290,14 @@ func TestDaemonStepFailureMakesTheSupervisorExitNonZero(t *testing.T) {
 func TestSandboxesOfAServerThatExitsDuringTheDrainAreLost(t *testing.T) {
 	dir := t.TempDir()
 	report, logFile := filepath.Join(dir, "report.json"), filepath.Join(dir, "supervisor.log")
+	termLog := filepath.Join(dir, "termination-log")
 	listen, hook, api := freeAddr(t), freeAddr(t), freeAddr(t)
 	logs, err := os.Create(logFile)
 	require.NoError(t, err)
 	defer logs.Close()
 	sup := startSupervisorLogging(t, logs,
-		[]string{"-api", "agentenv", "-listen", listen, "-hook-listen", hook, "-server-url", "http://" + api, "-grace", "10s", "-report", report},
+		[]string{"-api", "agentenv", "-listen", listen, "-hook-listen", hook, "-server-url", "http://" + api, "-grace", "10s", "-report", report,
+			"-termination-log", termLog},
 		helperCommand("agentenv", "-listen", api, "-sandboxes", "4"))
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
@@ -324,4 +326,6 @@ func TestSandboxesOfAServerThatExitsDuringTheDrainAreLost(t *testing.T) {
 	log := readFile(t, logFile)
 	assert.Contains(t, log, `level=ERROR msg="supervisor: the server exited on its own during the drain (killed by signal killed): 4 sandbox(es)`)
 	assert.Regexp(t, `msg="supervisor: report" exit_code=\d+ .* lost=4`, log)
+	first, _, _ := strings.Cut(readFile(t, termLog), "\n")
+	assert.True(t, strings.HasPrefix(first, "drainkit: 4 sandboxes LOST with the server"), first)
 }

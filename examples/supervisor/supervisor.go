@@ -17,6 +17,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -73,9 +74,12 @@ type Report struct {
 	// LostWithServer lists the sandboxes lost with a server that exited on
 	// its own during a drain (after T0, before the supervisor's SIGTERM):
 	// the ones its last listing that succeeded showed not paused and that
-	// Drain has no entry for (exited.go). Its own shutdown may have paused
-	// some; nothing can list them any more, and a sandbox not known
-	// preserved is counted lost.
+	// no preserve accounted for (exited.go). Its own shutdown may have
+	// paused some; nothing can list them any more, and a sandbox not known
+	// preserved is counted lost. When the drain's server step ran after
+	// the exit, they are in Drain's account too, not started (counted once
+	// by Lost), so that drain's log line, DrainFinished and Report.Err
+	// count them.
 	LostWithServer []string `json:"lost_with_server,omitempty"`
 	OrphansReaped  int      `json:"orphans_reaped"`
 	ExitCode       int      `json:"exit_code"`
@@ -268,15 +272,34 @@ type limited struct {
 	*pause.Preserver
 	src    *httpsource.Source
 	listed atomic.Bool // a Run's listing succeeded: the final sweep may list too
+
+	mu        sync.Mutex
+	accounted map[string]bool // the sandboxes its Runs have an entry for (exited.go)
 }
 
-// Run runs the Preserver and notes whether its listing succeeded.
+// Run runs the Preserver and notes whether its listing succeeded, and the
+// sandboxes its account has an entry for.
 func (l *limited) Run(ctx context.Context, hard time.Time) *pause.Report {
 	rep := l.Preserver.Run(ctx, hard)
 	if !rep.Unknown {
 		l.listed.Store(true)
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.accounted == nil {
+		l.accounted = make(map[string]bool, len(rep.Entries))
+	}
+	for _, e := range rep.Entries {
+		l.accounted[e.ID] = true
+	}
 	return rep
+}
+
+// hasEntry reports whether a Run's account has an entry for the sandbox id.
+func (l *limited) hasEntry(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.accounted[id]
 }
 
 // Limit is the concurrency the plan counts on.
@@ -427,9 +450,12 @@ func (s *supervisor) serverExited() *Report {
 		}
 		out := s.report(nil, note)
 		out.Ublk = rep
+		s.eventServerExited(out)
 		return out
 	}
-	return s.report(nil, note)
+	out := s.report(nil, note)
+	s.eventServerExited(out)
+	return out
 }
 
 // stopServer is the server step: the final sweep (sweep.go: what runs
@@ -438,8 +464,16 @@ func (s *supervisor) serverExited() *Report {
 // reserve; SIGKILL at the step's deadline, so the daemon still gets its
 // turn. The sweep's account is the step's Detail, which drain merges into
 // the preserve phase's; sandboxes the sweep could not pause fail the step.
+//
+// A server that exited on its own before its SIGTERM took its sandboxes
+// with it: the ones its last listing showed that no Run of the preserve
+// phase accounted for are the step's Detail instead, lost (lostWithServer
+// in exited.go), so that drain's Report, log line, DrainFinished and
+// Report.Err count them as the supervisor's Report does.
 func (s *supervisor) stopServer(ctx context.Context) (any, error) {
 	swept, err := s.beforeSIGTERM(ctx)
+	swept, lostErr := s.lostBeforeSIGTERM(swept)
+	err = errors.Join(err, lostErr)
 	s.termSent.Store(true)
 	if dl, ok := ctx.Deadline(); ok {
 		s.log.Info("supervisor: SIGTERM to the server", "time_left", time.Until(dl).Round(time.Millisecond))
@@ -534,7 +568,7 @@ func (s *supervisor) lostWithServer(rep *Report) {
 	if d != nil {
 		acc = d.Preserve
 	}
-	lost := lostWithServer(s.listed.lastListed(), acc)
+	lost := append(lostByServerStep(acc), lostWithServer(s.listed.lastListed(), acc)...)
 	if len(lost) == 0 {
 		return
 	}
@@ -546,11 +580,27 @@ func (s *supervisor) lostWithServer(rep *Report) {
 }
 
 // Lost returns how many sandboxes the Report counts lost: the drain's, and
-// the ones lost with a server that exited on its own.
+// the ones lost with a server that exited on its own that the drain's
+// account has no entry for.
 func (r *Report) Lost() int {
-	n := len(r.LostWithServer)
+	n := r.lostOutsideDrain()
 	if r.Drain != nil {
 		n += r.Drain.Lost()
+	}
+	return n
+}
+
+// lostOutsideDrain is how many of LostWithServer the drain's account has
+// no entry for (the server step gave it the others: exited.go).
+func (r *Report) lostOutsideDrain() int {
+	if r.Drain == nil || r.Drain.Preserve == nil {
+		return len(r.LostWithServer)
+	}
+	n := 0
+	for _, id := range r.LostWithServer {
+		if !slices.ContainsFunc(r.Drain.Preserve.Entries, func(e pause.Entry) bool { return e.ID == id }) {
+			n++
+		}
 	}
 	return n
 }
@@ -635,11 +685,31 @@ func (s *supervisor) writeTerminationMessage(rep *Report) {
 		extra = append(extra, "full report: "+s.cfg.report)
 	}
 	path, explicit := termmsg.Path(s.cfg.termLog)
-	wrote, err := termmsg.Write(path, explicit, termmsg.Summary(rep.Drain, extra...))
+	wrote, err := termmsg.Write(path, explicit, summary(rep, extra))
 	switch {
 	case err != nil:
 		s.log.Warn("supervisor: termination message not written", "err", err)
 	case wrote:
 		s.log.Info("supervisor: termination message written", "file", path)
 	}
+}
+
+// summary is the termination message of rep: termmsg's summary of the
+// drain, its first line (the verdict) counting too the sandboxes lost with
+// a server that exited on its own that the drain's account has no entry
+// for, as the exit status does.
+func summary(rep *Report, extra []string) string {
+	msg := termmsg.Summary(rep.Drain, extra...)
+	n := rep.lostOutsideDrain()
+	if n == 0 {
+		return msg
+	}
+	first, rest, _ := strings.Cut(msg, "\n")
+	line := fmt.Sprintf("drainkit: %d sandboxes LOST with the server, which exited on its own during the drain", n)
+	if rep.Drain == nil {
+		line += " before SIGTERM (no drain report)"
+	} else {
+		line += "; " + strings.TrimPrefix(first, "drainkit: ")
+	}
+	return line + "\n" + rest
 }
