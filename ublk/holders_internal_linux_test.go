@@ -278,6 +278,25 @@ func slowExit(f *fixture, exit time.Duration) func(context.Context, string, map[
 	}
 }
 
+// slowExitRig is a cooperative daemon (10 ms a step) of f's devices 0 and
+// 1 and its step with cfg, where pid 99 of f's procfs, a VMM in the
+// server's cgroup, holds device 0 open, and SIGKILLed takes exit to go
+// (slowExit).
+func slowExitRig(t *testing.T, f *fixture, cfg Config, exit time.Duration) (*memDaemon, *Teardown) {
+	t.Helper()
+	node := filepath.Join(t.TempDir(), "ublkb0")
+	require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
+	require.NoError(t, os.MkdirAll(filepath.Join(f.proc, "99", "fd"), 0o755))
+	require.NoError(t, os.Symlink(node, filepath.Join(f.proc, "99", "fd", "3")))
+	d := newMemDaemon(f.tree, 0, 1)
+	d.step = 10 * time.Millisecond
+	t.Cleanup(d.close)
+	td, err := New(d, cfg)
+	require.NoError(t, err)
+	td.cfg.killHolders = slowExit(f, exit)
+	return d, td
+}
+
 // sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, no
 // control device; pid 99, a VMM in the server's cgroup, holds device 0
 // open and never closes it, and procfs reads 7 ms a process (100 of them:
@@ -297,15 +316,7 @@ func TestLastResortOutOfTimeStillAsksTheDaemonToStop(t *testing.T) {
 		f := newFixture(t, 0, 1)
 		cfg := f.config(vulnerable, nil, Config{NoControl: true, Reserve: 500 * time.Millisecond})
 		cfg.hooks.BeforeProcess = slowProcfs(t, f, 100, 7*time.Millisecond)
-		node := filepath.Join(t.TempDir(), "ublkb0")
-		require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
-		require.NoError(t, os.Symlink(node, filepath.Join(f.proc, "99", "fd", "3")))
-		d := newMemDaemon(f.tree, 0, 1)
-		d.step = 10 * time.Millisecond
-		defer d.close()
-		td, err := New(d, cfg)
-		require.NoError(t, err)
-		td.cfg.killHolders = slowExit(f, 200*time.Millisecond)
+		d, td := slowExitRig(t, f, cfg, 200*time.Millisecond)
 
 		rep, _, err := runFor(t, td, 60*time.Second)
 		require.NoError(t, err)
@@ -328,5 +339,37 @@ func TestLastResortOutOfTimeStillAsksTheDaemonToStop(t *testing.T) {
 		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
 		assert.Equal(t, VerdictStopped, rep.Verdict)
 		assert.True(t, rep.Daemon.Exited)
+	})
+}
+
+// 0 .. pid 99, a VMM in the server's cgroup, holds device 0 open and never
+// closes it; procfs reads at once .. 59.5 s, the last-resort point of a
+// 60 s window with sandboxd's 500 ms reserve: the VMM is SIGKILLed and
+// takes 200 ms to exit, more than the last resort's 150 ms .. 59.65 s: the
+// window is over, and the last resort does not scan procfs again (a scan
+// with no time left lists procfs and sysfs and reads no process, right
+// before the daemon's stop): the holders are the last scan's, less the
+// VMM, and the daemon is asked to stop. Before, it scanned all the same,
+// and its Report said that no process was read because procfs took longer
+// to read than the time left (a possible holder of every disk, set aside
+// with a WARN), where none had been tried.
+func TestLastResortDoesNotScanAgainOnceItsWindowIsOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		slowProcfs(t, f, 10, 0)
+		d, td := slowExitRig(t, f, f.config(vulnerable, nil, Config{NoControl: true, Reserve: 500 * time.Millisecond, PollInterval: 5 * time.Second}), 200*time.Millisecond)
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		last, req := rep.Step("last resort"), rep.Step("request stop")
+		require.NotNil(t, last)
+		require.NotNil(t, req)
+		assert.Equal(t, 59500*time.Millisecond, last.Start.Sub(rep.Start))
+		assert.Contains(t, last.Result, "not scanned again: its part of the reserve was over")
+		assert.Nil(t, rep.Step("possible holders"), "no process said not read for want of time: none was tried")
+		assert.Equal(t, 59650*time.Millisecond, req.Start.Sub(rep.Start))
+		require.Len(t, rep.LastResort.Dying(), 1)
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		assert.Equal(t, VerdictStopped, rep.Verdict)
 	})
 }

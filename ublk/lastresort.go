@@ -119,8 +119,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		return h.PID > 0 && slices.ContainsFunc(lr.Holders, func(f HolderFate) bool { return (f.Signalled || f.Killed) && f.Holder.PID == h.PID })
 	}
 	r.lastHeld = dropHolders(r.lastHeld, signalled)
-	left, _ := r.scanHolders(r.lastResort.Deadline) // a failure is logged; the holders step's Report has the first
-	r.noteHolders(left)
+	left, scanned := r.heldAfterKill()
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
 	left = dropHolders(left, func(h Holder) bool {
 		return isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) || signalled(h)
@@ -143,6 +142,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	}
 	result := fmt.Sprintf("%d holder(s) killed, %d spared; STOP_DEV done for %d device(s), failed for %d; %d device(s) still held",
 		len(lr.Killed()), len(lr.Spared()), stopped, failed, len(left))
+	if !scanned {
+		result += "; not scanned again: its part of the reserve was over, the holders are the last scan's less what it killed"
+	}
 	if n := len(lr.Dying()); n > 0 {
 		result = fmt.Sprintf("%d SIGKILLed with its exit not seen in time (not waited for), ", n) + result
 	}
@@ -151,6 +153,25 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		return nil
 	}
 	return left
+}
+
+// heldAfterKill is what holds the disks once the last resort has killed
+// what it could: a new scan's findings while its part of the reserve
+// lasts (scanned), and once that is over, the last scan's, less what the
+// kill released (r.lastHeld). A scan then would read no process, only list
+// procfs and sysfs, right before the daemon's stop, and its Report would
+// say every process was not read for want of time, where none was tried.
+func (r *run) heldAfterKill() (held map[int][]Holder, scanned bool) {
+	if time.Now().Before(r.lastResort.Deadline) {
+		held, _ = r.scanHolders(r.lastResort.Deadline) // a failure is logged; the holders step's Report has the first
+		r.noteHolders(held)
+		return held, true
+	}
+	held = make(map[int][]Holder, len(r.lastHeld))
+	for id, hs := range r.lastHeld {
+		held[id] = slices.Clone(hs) // dropHolders edits the slices in place
+	}
+	return held, false
 }
 
 // isProcess reports whether h is a process that holds the disk itself (an

@@ -328,6 +328,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		}
 	}
 	if len(devs) == 0 {
+		r.lastHeld = held
 		return held, nil
 	}
 	// The scan stops where the daemon's own stop needs its part of the
