@@ -37,7 +37,8 @@ const (
 	// or Middleware has its context cancelled (cause ErrDraining) when
 	// Shutdown's preserve phase ends, so that a handler that returns when
 	// its request's context ends lets the server's shutdown step end at
-	// once; draingrpc's interceptors end a gRPC one as their server's step
+	// once, and one that comes after is refused, exempt or not (503, as a
+	// refused call: its client goes to another node); draingrpc's interceptors end a gRPC one as their server's step
 	// begins. A call that starts a sandbox and then streams (a create that
 	// attaches) is a Stream that enters the gate again as a Create for its
 	// start: Enter(Create) once admitted, leave once the sandbox is listed.
@@ -78,7 +79,7 @@ type Gate struct {
 	left     chan struct{}                    // closed when any operation leaves, for waitClasses; nil when none waits
 	rejects  metric.Int64Counter              // set by New, or the global provider's at the first rejection
 	streams  map[*int]context.CancelCauseFunc // the Middleware's streams in flight, ended by endStreams
-	ended    bool                             // endStreams ran: a stream admitted now ends at once
+	ended    bool                             // endStreams ran: the Middleware refuses a stream now
 }
 
 // setRejects makes the gate count its rejections in c.
@@ -266,15 +267,21 @@ func (g *Gate) Wait(ctx context.Context) error {
 // request context.
 var errStreamEnded = fmt.Errorf("%w: the sandboxes are preserved, the server is shutting down (stream ended)", ErrDraining)
 
+// errStreamRefused is the error of a stream the Middleware refuses once
+// endStreams ran.
+var errStreamRefused = fmt.Errorf("%w (%s): the sandboxes are preserved, the server is shutting down", ErrDraining, Stream)
+
 // addStream registers cancel, the context of a stream the Middleware
-// admitted, and returns its unregister function. A stream admitted after
-// endStreams ran is cancelled at once.
-func (g *Gate) addStream(cancel context.CancelCauseFunc) (remove func()) {
+// admitted, and returns its unregister function. Once endStreams ran it
+// registers nothing, counts a rejection and returns errStreamRefused: a
+// stream admitted then would end at once, and its client, seeing a normal
+// end, would open it again here.
+func (g *Gate) addStream(cancel context.CancelCauseFunc) (remove func(), err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.ended {
-		cancel(errStreamEnded)
-		return func() {}
+		g.rejectedLocked(Stream)
+		return nil, errStreamRefused
 	}
 	if g.streams == nil {
 		g.streams = make(map[*int]context.CancelCauseFunc)
@@ -285,11 +292,11 @@ func (g *Gate) addStream(cancel context.CancelCauseFunc) (remove func()) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		delete(g.streams, key)
-	}
+	}, nil
 }
 
 // endStreams cancels the context of every stream the Middleware admitted,
-// and of every one it admits from now on (an exempt Stream): Shutdown
+// and has it refuse every one from now on (an exempt Stream): Shutdown
 // calls it once the preserve phase ended, so that the server's shutdown
 // step does not wait for calls that never end by themselves.
 func (g *Gate) endStreams() {

@@ -237,3 +237,30 @@ func TestGateWaitDoesNotWaitForAStream(t *testing.T) {
 	_, err = g.Enter(Stream)
 	assert.ErrorIs(t, err, ErrDraining, "no new stream once closed")
 }
+
+// Fault: on the one-call path (Stream exempt), a stream opened once the
+// preserve phase ended was served with its context already cancelled:
+// its client saw a 200 and a normal end, and opened it again, in a loop
+// until the server stopped. It now gets a refusal's answer: 503 with
+// Retry-After, the gate's error, and a rejection counted; the handler
+// never runs and nothing stays in flight.
+func TestStreamOpenedOnceThePreservePhaseEndedIsRefused(t *testing.T) {
+	g := &Gate{Exempt: []Class{Pause, Checkpoint, Delete, Stream}} // NewServer's
+	served := false
+	follow := g.Admit(Stream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served = true }))
+	create := g.Admit(Create, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	g.Close()
+	g.endStreams() // Shutdown, once the preserve phase ended
+
+	rec := httptest.NewRecorder()
+	follow.ServeHTTP(rec, httptest.NewRequest("GET", "/sandboxes/sb-0/logs", nil))
+	refused := httptest.NewRecorder()
+	create.ServeHTTP(refused, httptest.NewRequest("POST", "/sandboxes", nil))
+
+	assert.False(t, served, "the handler does not run")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, refused.Header().Get("Retry-After"), rec.Header().Get("Retry-After"))
+	assert.Contains(t, rec.Body.String(), ErrDraining.Error())
+	assert.Contains(t, rec.Body.String(), "the sandboxes are preserved")
+	assert.Zero(t, g.InFlight(Stream))
+}

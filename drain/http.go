@@ -25,7 +25,10 @@ const defaultRetryAfter = 5 * time.Second
 // running), or a drain can miss it. A request of class Stream is not
 // waited for, and its context is cancelled when Shutdown's preserve phase
 // ends (see Stream): a handler that streams until its client leaves must
-// return when r.Context() ends.
+// return when r.Context() ends. A Stream that comes once the preserve phase
+// ended, exempt or not, is answered the 503 of a refusal: what it would
+// follow is preserved and the server is about to stop, so its client
+// should go to another node rather than reopen it here.
 func (g *Gate) Admit(c Class, h http.Handler) http.Handler {
 	return g.Middleware(func(*http.Request) Class { return c })(h)
 }
@@ -37,18 +40,23 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			c := classify(r)
 			leave, err := g.Enter(c)
+			if err == nil && c == Stream {
+				ctx, cancel := context.WithCancelCause(r.Context())
+				defer cancel(nil)
+				var remove func()
+				if remove, err = g.addStream(cancel); err == nil {
+					defer remove()
+					r = r.WithContext(ctx)
+				} else {
+					leave()
+				}
+			}
 			if err != nil {
 				w.Header().Set("Retry-After", retryAfterSeconds(g.RetryAfter))
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 			defer leave()
-			if c == Stream {
-				ctx, cancel := context.WithCancelCause(r.Context())
-				defer cancel(nil)
-				defer g.addStream(cancel)()
-				r = r.WithContext(ctx)
-			}
 			h.ServeHTTP(w, r)
 		})
 	}
