@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -301,8 +302,9 @@ func (s *Server) Admit(h http.Handler) http.Handler { return s.d.Gate().Admit(Cr
 func (s *Server) Drainer() *Drainer { return s.d }
 
 // Run serves srv and the preStop hook until SIGTERM (or SIGINT, or ctx
-// ending), drains, and returns the exit code: 0 when the Report has no
-// error, 1 otherwise, 2 when a listener could not be opened or
+// ending, or srv's serving stopping: below), drains, and returns the exit
+// code: 0 when the Report has no error and serving never stopped on its
+// own, 1 otherwise, 2 when a listener could not be opened or
 // srv.TLSConfig has no certificate. It serves srv as ListenAndServe would
 // (on srv.Addr, ":http" when empty) or, with srv.TLSConfig set, as
 // ListenAndServeTLS("", "") would: over TLS with TLSConfig's Certificates,
@@ -313,6 +315,15 @@ func (s *Server) Drainer() *Drainer { return s.d }
 // os.Exit. After a Run that returned 0 or 1, s.Drainer().Shutdown returns
 // that Report at once (Shutdown is single-flight), for a server that keeps
 // it in a file; after 2 nothing drained, and Shutdown would start a drain.
+//
+// Serving that stops on its own (the listener's Accept fails for good) is
+// logged and makes Run return 1. When srv stops, Run drains at once, as at
+// SIGTERM: a server no client nor readiness probe can reach is of no use,
+// its sandboxes are preserved while the process still holds them (a Run
+// that returned at once would take them with it), and the exit status
+// lets the kubelet restart the container. When the hook's server stops,
+// Run goes on serving srv and drains at SIGTERM (the kubelet's preStop
+// call fails and it sends SIGTERM at once), then returns 1.
 //
 // Call Run early: until it starts, SIGTERM has Go's default action (the
 // process exits at once, no drain, no Report) and the preStop hook is not
@@ -339,42 +350,61 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 	if s.wrapHandler() {
 		s.log.Info("drain: srv.Handler was set after NewServer: GET /readyz is served in front of it again")
 	}
-	ln, err := net.Listen("tcp", listenAddr(s.srv))
+	ln, err := listenTCP("tcp", listenAddr(s.srv))
 	if err != nil {
 		s.log.Error("drain: listen", "addr", listenAddr(s.srv), "err", err)
 		return 2
 	}
-	hookLn, err := net.Listen("tcp", s.hook)
+	hookLn, err := listenTCP("tcp", s.hook)
 	if err != nil {
 		_ = ln.Close()
 		s.log.Error("drain: listen for the preStop hook", "addr", s.hook, "err", err)
 		return 2
 	}
 	hooks := &http.Server{Handler: s.hookHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go s.serveSrv(ln)
-	go func() { _ = hooks.Serve(hookLn) }()
+	ctx, stopped := context.WithCancel(ctx)
+	defer stopped()
+	var failed atomic.Bool // srv or the hook stopped serving on its own
+	go func() {
+		if s.serveSrv(ln) {
+			failed.Store(true)
+			stopped() // drain now: see Run
+		}
+	}()
+	go func() {
+		if err := hooks.Serve(hookLn); !errors.Is(err, http.ErrServerClosed) {
+			failed.Store(true)
+			s.log.Error("drain: serving the preStop hook stopped: the kubelet's preStop call fails, SIGTERM still drains; Run will return 1",
+				"addr", hookLn.Addr().String(), "err", err)
+		}
+	}()
 	defer hooks.Close()
 	s.log.Info("drain: serving", "addr", ln.Addr().String(), "hook", hookLn.Addr().String())
 	s.listening <- [2]net.Addr{ln.Addr(), hookLn.Addr()}
 	rep := s.d.ServeSignals(ctx, sigs)
-	if rep.Err() != nil {
+	if rep.Err() != nil || failed.Load() {
 		return 1
 	}
 	return 0
 }
 
+// listenTCP is net.Listen; tests make the listeners fail.
+var listenTCP = net.Listen
+
 // serveSrv serves srv on ln, over TLS when srv.TLSConfig is set, until
-// srv shuts down; any other end is logged.
-func (s *Server) serveSrv(ln net.Listener) {
+// srv shuts down, and reports whether it stopped otherwise (logged).
+func (s *Server) serveSrv(ln net.Listener) bool {
 	var err error
 	if s.srv.TLSConfig != nil {
 		err = s.srv.ServeTLS(ln, "", "") // the certificates are TLSConfig's (checked by serve)
 	} else {
 		err = s.srv.Serve(ln)
 	}
-	if !errors.Is(err, http.ErrServerClosed) {
-		s.log.Error("drain: serving stopped", "addr", ln.Addr().String(), "err", err)
+	if errors.Is(err, http.ErrServerClosed) {
+		return false
 	}
+	s.log.Error("drain: serving stopped: draining now; Run will return 1", "addr", ln.Addr().String(), "err", err)
+	return true
 }
 
 // listenAddr is where Run serves srv: srv.Addr, or when it is empty

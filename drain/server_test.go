@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -334,4 +336,94 @@ func serveLoopback(s *Server) (sigs chan os.Signal, code chan int, addrs [2]net.
 	sigs, code = make(chan os.Signal, 2), make(chan int, 1)
 	go func() { code <- s.serve(context.Background(), sigs) }()
 	return sigs, code, <-s.listening
+}
+
+// Fault: srv's serving stopped on its own (its listener's Accept failed
+// for good). Run logged it and went on with nothing served, no drain and
+// no exit status: the sandboxes ran on, unreachable, the pod unready, until
+// someone sent SIGTERM, and then Run returned 0. It now drains at once,
+// preserving them, and returns 1. The hook's serving stopping was not even
+// logged: it is now, and Run returns 1 after its drain at SIGTERM.
+func TestServingThatStopsOnItsOwnDrainsAndExitsNonZero(t *testing.T) {
+	t.Setenv(EnvGrace, "10")
+	t.Setenv(EnvHookListen, "127.0.0.1:0")
+	t.Setenv(EnvHookSecret, "")
+	var logs logbuf.Buffer
+	hookStopped := logbuf.NewSignal("serving the preStop hook stopped")
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.MultiWriter(&logs, hookStopped), nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	var breaks []chan struct{} // srv's listener's, the hook's
+	oldListen := listenTCP
+	listenTCP = func(network, addr string) (net.Listener, error) {
+		ln, err := net.Listen(network, addr)
+		b := make(chan struct{})
+		breaks = append(breaks, b)
+		return breakable{ln, b}, err
+	}
+	t.Cleanup(func() { listenTCP = oldListen })
+
+	t.Run("srv", func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 2, 10*time.Millisecond)
+		breaks = nil
+		s, err := NewServer(&http.Server{Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second}, pause.Lister(node))
+		require.NoError(t, err)
+		sigs, code, addrs := serveLoopback(s)
+		assert.Equal(t, http.StatusOK, status(t, "GET", "http://"+addrs[0].String()+"/readyz"))
+		close(breaks[0])
+		select {
+		case c := <-code:
+			assert.Equal(t, 1, c)
+		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+			sigs <- syscall.SIGTERM
+			<-code
+			t.Fatal("Run went on without serving srv: no drain until SIGTERM")
+		}
+		rep := s.Drainer().Shutdown(context.Background())
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved], "drained at once")
+		assert.Contains(t, logs.String(), `level=ERROR msg="drain: serving stopped: draining now`)
+	})
+	t.Run("hook", func(t *testing.T) {
+		breaks = nil
+		s, err := NewServer(&http.Server{Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second}, fakesandbox.NewNode())
+		require.NoError(t, err)
+		sigs, code, addrs := serveLoopback(s)
+		close(breaks[1])
+		select {
+		case <-hookStopped.Seen():
+		case <-time.After(10 * time.Second): // a hang guard
+			t.Error("the hook's serving stopped, not logged")
+		}
+		assert.Equal(t, http.StatusOK, status(t, "GET", "http://"+addrs[0].String()+"/readyz"), "srv still served")
+		sigs <- syscall.SIGTERM
+		assert.Equal(t, 1, <-code)
+	})
+}
+
+// breakable is a listener whose Accept fails for good once broken is
+// closed, as one whose descriptor something else closed.
+type breakable struct {
+	net.Listener
+	broken chan struct{}
+}
+
+func (l breakable) Accept() (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	got := make(chan result, 1)
+	go func() { c, err := l.Listener.Accept(); got <- result{c, err} }()
+	select {
+	case r := <-got:
+		return r.c, r.err
+	case <-l.broken:
+		_ = l.Listener.Close()
+		if r := <-got; r.c != nil {
+			_ = r.c.Close()
+		}
+		return nil, errors.New("accept: the listener broke")
+	}
 }
