@@ -63,6 +63,8 @@ const (
 	// first attempt is given up (timed_out), and one that ignores its
 	// context is abandoned a second later, its slot given to the next
 	// sandbox. Unset: no bound of its own, only the phase's deadlines.
+	// Below EnvPreserveEstimate NewServer warns, naming both: a preserve
+	// that takes the estimate would be given up before it ends.
 	EnvSandboxTimeout = "DRAINKIT_SANDBOX_TIMEOUT"
 )
 
@@ -126,6 +128,7 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	if err != nil {
 		return nil, err
 	}
+	s.checkSandboxTimeout(pc)
 	budget, err := deadline.New(grace, deadline.Config{Logger: s.log})
 	if err != nil {
 		return nil, fmt.Errorf("drain: %s: %w", EnvGrace, err)
@@ -250,6 +253,21 @@ func pauseFromEnv() (pause.Config, error) {
 		}
 	}
 	return pc, nil
+}
+
+// checkSandboxTimeout warns when EnvSandboxTimeout is below
+// EnvPreserveEstimate: a preserve that takes the estimate is given up
+// before it ends. Not an error: an estimate raised on purpose above the
+// usual preserve (a plan that reserves for the slowest) is legitimate.
+func (s *Server) checkSandboxTimeout(pc pause.Config) {
+	if pc.Estimator == nil || pc.SandboxTimeout == 0 {
+		return
+	}
+	if est := pc.Estimator.Estimate(); pc.SandboxTimeout < est {
+		s.log.Warn("drain: "+EnvSandboxTimeout+" is below "+EnvPreserveEstimate+": a preserve that takes the estimate is given up (timed_out) before it ends; "+
+			"raise the timeout unless the estimate is above the usual preserve on purpose",
+			EnvSandboxTimeout, pc.SandboxTimeout, EnvPreserveEstimate, est)
+	}
 }
 
 // durationEnv reads the variable name: whole seconds or a positive Go

@@ -427,3 +427,32 @@ func (l breakable) Accept() (net.Conn, error) {
 		return nil, errors.New("accept: the listener broke")
 	}
 }
+
+// Fault: DRAINKIT_SANDBOX_TIMEOUT below DRAINKIT_PRESERVE_ESTIMATE was
+// accepted silently, though every preserve that takes the estimate is
+// then given up before it ends. NewServer now warns, naming both values;
+// it still starts (an estimate raised on purpose is legitimate), and says
+// nothing when the timeout is not below the estimate.
+func TestNewServerWarnsOfASandboxTimeoutBelowThePreserveEstimate(t *testing.T) {
+	for k, v := range map[string]string{EnvGrace: "60", EnvHookListen: "", EnvHookSecret: "", EnvPodName: "",
+		EnvKubeletGrace: "", EnvPreserveEstimate: "8s", EnvSandboxTimeout: "3"} {
+		t.Setenv(k, v)
+	}
+	var logs logbuf.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+
+	_, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Contains(t, logs.String(), `level=WARN msg="drain: DRAINKIT_SANDBOX_TIMEOUT is below DRAINKIT_PRESERVE_ESTIMATE`)
+	assert.Contains(t, logs.String(), "DRAINKIT_SANDBOX_TIMEOUT=3s DRAINKIT_PRESERVE_ESTIMATE=8s")
+
+	for _, timeout := range []string{"8", ""} {
+		t.Setenv(EnvSandboxTimeout, timeout)
+		before := logs.String()
+		_, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+		require.NoError(t, err)
+		assert.NotContains(t, strings.TrimPrefix(logs.String(), before), "is below", "timeout %q", timeout)
+	}
+}
