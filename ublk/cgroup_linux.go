@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
+	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
+	"github.com/drainkit/drainkit/internal/proc"
 )
 
 // cgroups is a process's cgroup membership: hierarchy ("0" for cgroup v2,
@@ -156,11 +158,32 @@ func sameProcfs(procRoot string) bool {
 // an open fd, a mapping or a ring of a wanted device, or, what it holds
 // still not known, a possible holder; that check stops at the first hold
 // it finds and reads nothing past ctx's end, what it did not read is not
-// known), sends SIGKILL (HolderFate.Signalled) and waits for the pidfd to
-// say it exited (Killed), at most until ctx ends; once ctx has ended, a
-// doomed holder still gets its SIGKILL, with no wait. held maps device IDs to
-// their holders, devs maps each wanted device number to its ID.
+// known) and sends SIGKILL (HolderFate.Signalled); once every doomed
+// holder has its SIGKILL, it waits for their pidfds to say they exited
+// (Killed), together and at most until ctx ends: N holders cost one exit
+// wait, and a slow one delays no other's SIGKILL. Once ctx has ended, a
+// doomed holder still gets its SIGKILL, and the wait looks once. held
+// maps device IDs to their holders, devs maps each wanted device number
+// to its ID.
 func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (server string, fates []HolderFate) {
+	return killPinned(ctx, procRoot, held, devs, daemon, pinProcess)
+}
+
+// pinned is a process the last resort holds by a pidfd: internal/proc's,
+// or a test's fake in virtual time.
+type pinned interface {
+	Signal(syscall.Signal) error
+	Wait(ctx context.Context) error
+	Close() error
+}
+
+// pinProcess pins pid with a pidfd; it fails with an error wrapping
+// os.ErrProcessDone when pid has exited.
+func pinProcess(pid int) (pinned, error) { return proc.Open(pid) }
+
+// killPinned is killDoomed with pin to pin each doomed holder.
+func killPinned(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int,
+	pin func(pid int) (pinned, error)) (server string, fates []HolderFate) {
 	mine, err := readCgroups(procRoot, "self")
 	if err != nil {
 		mine = nil
@@ -176,7 +199,8 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 	}
 	slices.Sort(ids)
 	same := sameProcfs(procRoot)
-	seen := map[int]int{} // pid -> index in fates
+	seen := map[int]int{}      // pid -> index in fates
+	killed := map[int]pinned{} // pid -> the process sent SIGKILL
 	for _, id := range ids {
 		for _, h := range held[id] {
 			f := HolderFate{Holder: h, Device: id}
@@ -203,22 +227,28 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 					continue
 				}
 				seen[h.PID] = len(fates)
-				f = decideAndKill(ctx, procRoot, mine, own, f, devs)
+				var p pinned
+				if f, p = decideAndSignal(ctx, procRoot, mine, own, f, devs, pin); p != nil {
+					killed[h.PID] = p
+				}
 			}
 			fates = append(fates, f)
 		}
 	}
+	waitExits(ctx, killed, fates)
 	return server, fates
 }
 
-// decideAndKill handles one fd, mapping or ring holder of this PID namespace; own is
-// ownRoot's answer for mine.
-func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool, f HolderFate, devs map[blockdev.DevNum]int) HolderFate {
+// decideAndSignal handles one fd, mapping or ring holder of this PID
+// namespace; own is ownRoot's answer for mine. It returns the process
+// pinned when it sent it SIGKILL (f.Signalled), its exit not waited for.
+func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own bool, f HolderFate, devs map[blockdev.DevNum]int,
+	pin func(pid int) (pinned, error)) (HolderFate, pinned) {
 	pid := strconv.Itoa(f.Holder.PID)
 	theirs, err := readCgroups(procRoot, pid)
 	if err != nil {
 		f.Reason, f.Err = "its cgroup could not be read: not known to be doomed", err.Error()
-		return f
+		return f, nil
 	}
 	f.Cgroup = theirs.String()
 	in, why := mine.contains(theirs, own)
@@ -227,19 +257,18 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 		if f.Holder.Kind == blockdev.Possible {
 			f.Reason += "; it may hold the disk (what it holds is not known): set aside, the disk stops all the same"
 		}
-		return f
+		return f, nil
 	}
 	f.Doomed = true
-	fd, err := unix.PidfdOpen(f.Holder.PID, 0)
+	p, err := pin(f.Holder.PID)
 	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
+		if errors.Is(err, os.ErrProcessDone) {
 			f.Reason = "exited by itself before the kill"
-			return f
+			return f, nil
 		}
 		f.Reason, f.Err = "doomed, but no pidfd", err.Error()
-		return f
+		return f, nil
 	}
-	defer unix.Close(fd)
 	// The PID is pinned now: check it is still the process we judged, and
 	// that it holds a device still, or may (what it holds still not
 	// known: its mappings not read, a ring's files not listed). Doomed
@@ -248,25 +277,52 @@ func decideAndKill(ctx context.Context, procRoot string, mine cgroups, own bool,
 	again, err := readCgroups(procRoot, pid)
 	holds, unknown := blockdev.ProcessHolds(ctx, filepath.Join(procRoot, pid), wantSet(devs))
 	if err != nil || again.String() != f.Cgroup || !holds && len(unknown) == 0 {
+		_ = p.Close()
 		f.Reason = "no longer holds the device (exited or closed it, or a read shows it holds none) before the kill"
-		return f
+		return f, nil
 	}
-	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+	if err := p.Signal(unix.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		_ = p.Close()
 		f.Reason, f.Err = "doomed, but SIGKILL failed", err.Error()
-		return f
+		return f, nil
 	}
 	f.Signalled = true
-	if err := waitPidfd(ctx, fd); err != nil {
-		f.Reason, f.Err = "SIGKILL sent, its exit not seen by the end of the last resort's part of the reserve: "+
-			"it runs no more code, and the disk stops all the same", err.Error()
-		return f
-	}
-	f.Killed = true
 	f.Reason = "in the server's cgroup, so doomed by the pod's SIGKILL anyway; killed so the devices can be stopped before it"
 	if !holds {
 		f.Reason += " (it may hold the disk: " + strings.Join(unknown, "; ") + ")"
 	}
-	return f
+	return f, p
+}
+
+// waitExits waits for the processes sent SIGKILL (killed, by PID) to
+// exit, together, until ctx ends (once it has, it looks once), closes
+// them, and completes the fates of each: Killed when its exit was seen;
+// otherwise, still Signalled, why not.
+func waitExits(ctx context.Context, killed map[int]pinned, fates []HolderFate) {
+	errs := make(map[int]error, len(killed))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for pid, p := range killed {
+		wg.Go(func() {
+			err := p.Wait(ctx)
+			_ = p.Close()
+			mu.Lock()
+			errs[pid] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for i, f := range fates {
+		err, ok := errs[f.Holder.PID]
+		switch {
+		case !ok || !f.Signalled:
+		case err == nil:
+			fates[i].Killed = true
+		default:
+			fates[i].Reason, fates[i].Err = "SIGKILL sent, its exit not seen by the end of the last resort's part of the reserve: "+
+				"it runs no more code, and the disk stops all the same", err.Error()
+		}
+	}
 }
 
 func wantSet(devs map[blockdev.DevNum]int) map[blockdev.DevNum]bool {
@@ -275,32 +331,4 @@ func wantSet(devs map[blockdev.DevNum]int) map[blockdev.DevNum]bool {
 		w[d] = true
 	}
 	return w
-}
-
-// waitPidfd waits until the pidfd is readable (the process exited), or ctx
-// ends; once ctx has ended it looks once, without waiting.
-func waitPidfd(ctx context.Context, fd int) error {
-	for {
-		wait := 20 * time.Millisecond
-		if dl, ok := ctx.Deadline(); ok {
-			wait = max(0, min(wait, time.Until(dl)))
-		}
-		if ctx.Err() != nil {
-			wait = 0
-		}
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, int((wait+time.Millisecond-1)/time.Millisecond))
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return err
-		}
-		if n > 0 {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= 0 {
-			return context.DeadlineExceeded
-		}
-	}
 }

@@ -70,9 +70,10 @@
 // hierarchy; in a container on a cgroup v2 node, which sees its cgroup as
 // the root of its cgroup namespace, the container's cgroup, told from the
 // host's root by the cgroup.type file only non-root cgroups have; pinned
-// with a pidfd, checked again, waited for; one whose exit is not seen
-// by the end of the last resort's part of the reserve runs no more code
-// and no longer keeps a disk from stopping), STOP_DEVs
+// with a pidfd, checked again, sent SIGKILL, all of them before any exit
+// wait, then waited for together; one whose exit is not seen by the end
+// of the last resort's part of the reserve runs no more code and no
+// longer keeps a disk from stopping), STOP_DEVs
 // every device no holder is left on while the daemon still serves it, and
 // asks the daemon to stop, which then exits with no live device, all
 // within its part of the reserve. Holders outside the cgroup (another pod,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -369,6 +370,107 @@ func TestLastResortDoesNotScanAgainOnceItsWindowIsOver(t *testing.T) {
 		assert.Nil(t, rep.Step("possible holders"), "no process said not read for want of time: none was tried")
 		assert.Equal(t, 59650*time.Millisecond, req.Start.Sub(rep.Start))
 		require.Len(t, rep.LastResort.Dying(), 1)
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+	})
+}
+
+// fakeVMM is a process pinned by the last resort in a fake procfs, in
+// virtual time: SIGKILLed, it takes exit to go (its fd links removed
+// then), and Wait sees that.
+type fakeVMM struct {
+	dir  string
+	exit time.Duration
+	sent []time.Time // when each SIGKILL came
+	gone chan struct{}
+}
+
+func (v *fakeVMM) Signal(syscall.Signal) error {
+	v.sent = append(v.sent, time.Now())
+	if len(v.sent) == 1 {
+		time.AfterFunc(v.exit, func() {
+			_ = os.RemoveAll(filepath.Join(v.dir, "fd"))
+			close(v.gone)
+		})
+	}
+	return nil
+}
+
+func (v *fakeVMM) Wait(ctx context.Context) error {
+	select {
+	case <-v.gone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (v *fakeVMM) Close() error { return nil }
+
+// doomedVMMs writes f's procfs as this process's, in the cgroup
+// 0::/kubepods/pod1/ctr, with one fake VMM per PID of exit in a cgroup
+// below it, each holding device 0 (block node 4000:0) open, and sets td's
+// last resort to kill them as the real one does, pinned as fakeVMMs.
+func doomedVMMs(t *testing.T, f *fixture, td *Teardown, exit map[int]time.Duration) map[int]*fakeVMM {
+	t.Helper()
+	self := strconv.Itoa(os.Getpid())
+	require.NoError(t, os.MkdirAll(filepath.Join(f.proc, self, "fd"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(f.proc, self, "cgroup"), []byte("0::/kubepods/pod1/ctr\n"), 0o644))
+	require.NoError(t, os.Symlink(self, filepath.Join(f.proc, "self")))
+	node := filepath.Join(t.TempDir(), "ublkb0")
+	require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
+	vmms := map[int]*fakeVMM{}
+	for pid, exit := range exit {
+		dir := filepath.Join(f.proc, strconv.Itoa(pid))
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "fd"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "comm"), []byte("qemu\n"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/kubepods/pod1/ctr/vmm\n"), 0o644))
+		require.NoError(t, os.Symlink(node, filepath.Join(dir, "fd", "3")))
+		vmms[pid] = &fakeVMM{dir: dir, exit: exit, gone: make(chan struct{})}
+	}
+	td.cfg.killHolders = func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate) {
+		return killPinned(ctx, procRoot, held, devs, daemon, func(pid int) (pinned, error) {
+			if v, ok := vmms[pid]; ok {
+				return v, nil
+			}
+			return nil, os.ErrProcessDone
+		})
+	}
+	return vmms
+}
+
+// sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, no
+// control device; three VMMs of the pod hold device 0 open and never close
+// it, and each takes 100 ms to exit once SIGKILLed (a VM's memory to
+// free). 59.5 s, the last-resort point: all three get their SIGKILL ..
+// 59.6 s: all three are seen exiting, the last resort's 150 ms not over;
+// the daemon is asked to stop and stops both devices. Before, each kill
+// waited for its exit before the next SIGKILL: the second VMM got it at
+// 59.6 s and was not seen exiting by 59.65 s, the third got it at 59.65 s
+// with no wait at all, and the daemon was asked only then.
+func TestLastResortSignalsEveryDoomedHolderBeforeWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		d := newMemDaemon(f.tree, 0, 1)
+		d.step = 10 * time.Millisecond
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, Reserve: 500 * time.Millisecond, PollInterval: 5 * time.Second}))
+		require.NoError(t, err)
+		vmms := doomedVMMs(t, f, td, map[int]time.Duration{97: 100 * time.Millisecond, 98: 100 * time.Millisecond, 99: 100 * time.Millisecond})
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		for pid, v := range vmms {
+			require.Len(t, v.sent, 1, "pid %d", pid)
+			assert.Equal(t, 59500*time.Millisecond, v.sent[0].Sub(rep.Start), "pid %d SIGKILLed at the last-resort point", pid)
+		}
+		require.NotNil(t, rep.LastResort)
+		assert.Len(t, rep.LastResort.Killed(), 3, "all three seen exiting: %+v", rep.LastResort.Holders)
+		assert.Empty(t, rep.LastResort.Dying())
+		assert.Empty(t, rep.LastResort.Spared())
+		req := rep.Step("request stop")
+		require.NotNil(t, req)
+		assert.Equal(t, 59600*time.Millisecond, req.Start.Sub(rep.Start), "asked once the three exits were seen, one exit wait")
 		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
 		assert.Equal(t, VerdictStopped, rep.Verdict)
 	})
