@@ -76,7 +76,9 @@ func (d *Drainer) tightenOwn() bool {
 	return d.budget.Tighten(d.budget.Start().Add(d.kubelet))
 }
 
-// stopPodReads ends the reads still running and waits for them.
+// stopPodReads ends the reads still running and waits for them: once it
+// returns, no read tightens the budget again (Shutdown has started, so no
+// preStop call starts another).
 func (d *Drainer) stopPodReads() {
 	if d.pod == nil {
 		return

@@ -70,7 +70,10 @@ import (
 //
 // The Report is logged once through the Logger, and DrainFinished posted,
 // after the last step: what they say is the Report returned, every step's
-// sweep included; each phase is a span.
+// sweep included; each phase is a span. The reads of the pod's deletion
+// (Config.Pod) still in flight are ended, and waited for, before the
+// Report is made: its Budget and Headroom are the budget the drain ended
+// with, a deletion read last included.
 // Shutdown never exits the process: the caller decides the exit code, for
 // example from Report.Err.
 func (d *Drainer) Shutdown(ctx context.Context) *Report {
@@ -157,6 +160,12 @@ func (d *Drainer) run(ctx context.Context) *Report {
 		d.eventStep(p)
 	}
 
+	// A read of the pod still in flight may yet tighten the budget: it is
+	// stopped, and waited for, before the Report copies the budget, so
+	// that Budget, Headroom and all that tells them (the log line,
+	// DrainFinished, the span, a termination message) are the budget the
+	// drain ended with.
+	d.stopPodReads()
 	rep.End = time.Now()
 	rep.Budget = d.budget.State()
 	rep.Headroom = rep.Budget.Kill.Sub(rep.End)
@@ -170,7 +179,6 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	if err := rep.Err(); err != nil { // sandboxes lost, a step failed, or SIGKILL came first
 		span.SetStatus(codes.Error, err.Error())
 	}
-	d.stopPodReads()
 	rep.Events = d.finishEvents(rep)
 	level := slogLevel(rep)
 	d.log.Log(ctx, level, "drain: shutdown finished", "report", rep)
