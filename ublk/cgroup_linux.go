@@ -274,19 +274,27 @@ func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own boo
 	// known: its mappings not read, a ring's files not listed). Doomed
 	// anyway, a process that may hold the disk is killed as one that does:
 	// sparing it would leave the daemon to die with the disk live.
+	// Its start time, read now, is the pinned process's if the SIGKILL
+	// below reaches it: it had not exited, so its PID was not given to
+	// another process in between.
 	again, err := readCgroups(procRoot, pid)
+	start, serr := startTime(procRoot, f.Holder.PID)
 	holds, unknown := blockdev.ProcessHolds(ctx, filepath.Join(procRoot, pid), wantSet(devs))
-	if err != nil || again.String() != f.Cgroup || !holds && len(unknown) == 0 {
+	if err != nil || serr != nil || again.String() != f.Cgroup || !holds && len(unknown) == 0 {
 		_ = p.Close()
 		f.Reason = "no longer holds the device (exited or closed it, or a read shows it holds none) before the kill"
 		return f, nil
 	}
-	if err := p.Signal(unix.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	err = p.Signal(unix.SIGKILL)
+	switch {
+	case errors.Is(err, os.ErrProcessDone):
+		start = 0 // it exited first: any process at its PID now is another
+	case err != nil:
 		_ = p.Close()
 		f.Reason, f.Err = "doomed, but SIGKILL failed", err.Error()
 		return f, nil
 	}
-	f.Signalled = true
+	f.Signalled, f.start = true, start
 	f.Reason = "in the server's cgroup, so doomed by the pod's SIGKILL anyway; killed so the devices can be stopped before it"
 	if !holds {
 		f.Reason += " (it may hold the disk: " + strings.Join(unknown, "; ") + ")"

@@ -104,7 +104,8 @@
 //   - The daemon is never asked to stop while anything holds a disk (after
 //     the last resort: anything but this process and the daemon, the
 //     server, with an fd, a mapping or a ring, and a holder the last
-//     resort sent SIGKILL, its exit seen or not), nor, before the holder
+//     resort sent SIGKILL, its exit seen or not; a process that got its
+//     PID since, told by its start time, is another), nor, before the holder
 //     wait ends, while something may (a possible holder), unless
 //     Config.StopDespiteHolders; Stop then returns a *HeldError naming the
 //     holders. Only the last resort kills a holder,

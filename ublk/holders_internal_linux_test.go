@@ -4,9 +4,11 @@ package ublk
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -378,11 +380,16 @@ func TestLastResortDoesNotScanAgainOnceItsWindowIsOver(t *testing.T) {
 // fakeVMM is a process pinned by the last resort in a fake procfs, in
 // virtual time: SIGKILLed, it takes exit to go (its fd links removed
 // then), and Wait sees that.
+// When reused, the kernel gives its PID at once to a new process, started
+// later, that opens the disk too.
 type fakeVMM struct {
-	dir  string
-	exit time.Duration
-	sent []time.Time // when each SIGKILL came
-	gone chan struct{}
+	t      *testing.T
+	dir    string
+	node   string
+	exit   time.Duration
+	reused bool
+	sent   []time.Time // when each SIGKILL came
+	gone   chan struct{}
 }
 
 func (v *fakeVMM) Signal(syscall.Signal) error {
@@ -390,10 +397,24 @@ func (v *fakeVMM) Signal(syscall.Signal) error {
 	if len(v.sent) == 1 {
 		time.AfterFunc(v.exit, func() {
 			_ = os.RemoveAll(filepath.Join(v.dir, "fd"))
+			if v.reused {
+				v.start("qemu-new", 2000)
+			}
 			close(v.gone)
 		})
 	}
 	return nil
+}
+
+// start writes the process at v's PID: comm, its /proc/PID/stat started
+// at the given clock tick, and an fd on the disk.
+func (v *fakeVMM) start(comm string, tick int) {
+	pid := filepath.Base(v.dir)
+	stat := fmt.Sprintf("%s (%s) S 1 %s%d 0 0\n", pid, comm, strings.Repeat("0 ", 17), tick)
+	require.NoError(v.t, os.MkdirAll(filepath.Join(v.dir, "fd"), 0o755))
+	require.NoError(v.t, os.WriteFile(filepath.Join(v.dir, "stat"), []byte(stat), 0o644))
+	require.NoError(v.t, os.WriteFile(filepath.Join(v.dir, "comm"), []byte(comm+"\n"), 0o644))
+	require.NoError(v.t, os.Symlink(v.node, filepath.Join(v.dir, "fd", "3")))
 }
 
 func (v *fakeVMM) Wait(ctx context.Context) error {
@@ -407,12 +428,20 @@ func (v *fakeVMM) Wait(ctx context.Context) error {
 
 func (v *fakeVMM) Close() error { return nil }
 
-// doomedVMMs writes f's procfs as this process's, in the cgroup
+// doomedVMMs is sandboxd's 500 ms reserve on a vulnerable kernel with no
+// control device, and a cooperative daemon (10 ms a step) of devices 0
+// and 1; the fake procfs is this process's, in the cgroup
 // 0::/kubepods/pod1/ctr, with one fake VMM per PID of exit in a cgroup
-// below it, each holding device 0 (block node 4000:0) open, and sets td's
-// last resort to kill them as the real one does, pinned as fakeVMMs.
-func doomedVMMs(t *testing.T, f *fixture, td *Teardown, exit map[int]time.Duration) map[int]*fakeVMM {
+// below it, each holding device 0 (block node 4000:0) open; the step's
+// last resort kills them as the real one does, pinned as fakeVMMs.
+func doomedVMMs(t *testing.T, exit map[int]time.Duration) (*memDaemon, *Teardown, map[int]*fakeVMM) {
 	t.Helper()
+	f := newFixture(t, 0, 1)
+	d := newMemDaemon(f.tree, 0, 1)
+	d.step = 10 * time.Millisecond
+	t.Cleanup(d.close)
+	td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, Reserve: 500 * time.Millisecond, PollInterval: 5 * time.Second}))
+	require.NoError(t, err)
 	self := strconv.Itoa(os.Getpid())
 	require.NoError(t, os.MkdirAll(filepath.Join(f.proc, self, "fd"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(f.proc, self, "cgroup"), []byte("0::/kubepods/pod1/ctr\n"), 0o644))
@@ -421,12 +450,10 @@ func doomedVMMs(t *testing.T, f *fixture, td *Teardown, exit map[int]time.Durati
 	require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
 	vmms := map[int]*fakeVMM{}
 	for pid, exit := range exit {
-		dir := filepath.Join(f.proc, strconv.Itoa(pid))
-		require.NoError(t, os.MkdirAll(filepath.Join(dir, "fd"), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "comm"), []byte("qemu\n"), 0o644))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/kubepods/pod1/ctr/vmm\n"), 0o644))
-		require.NoError(t, os.Symlink(node, filepath.Join(dir, "fd", "3")))
-		vmms[pid] = &fakeVMM{dir: dir, exit: exit, gone: make(chan struct{})}
+		v := &fakeVMM{t: t, dir: filepath.Join(f.proc, strconv.Itoa(pid)), node: node, exit: exit, gone: make(chan struct{})}
+		v.start("qemu", 1000)
+		require.NoError(t, os.WriteFile(filepath.Join(v.dir, "cgroup"), []byte("0::/kubepods/pod1/ctr/vmm\n"), 0o644))
+		vmms[pid] = v
 	}
 	td.cfg.killHolders = func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate) {
 		return killPinned(ctx, procRoot, held, devs, daemon, func(pid int) (pinned, error) {
@@ -436,7 +463,7 @@ func doomedVMMs(t *testing.T, f *fixture, td *Teardown, exit map[int]time.Durati
 			return nil, os.ErrProcessDone
 		})
 	}
-	return vmms
+	return d, td, vmms
 }
 
 // sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, no
@@ -450,13 +477,7 @@ func doomedVMMs(t *testing.T, f *fixture, td *Teardown, exit map[int]time.Durati
 // with no wait at all, and the daemon was asked only then.
 func TestLastResortSignalsEveryDoomedHolderBeforeWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, 0, 1)
-		d := newMemDaemon(f.tree, 0, 1)
-		d.step = 10 * time.Millisecond
-		defer d.close()
-		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, Reserve: 500 * time.Millisecond, PollInterval: 5 * time.Second}))
-		require.NoError(t, err)
-		vmms := doomedVMMs(t, f, td, map[int]time.Duration{97: 100 * time.Millisecond, 98: 100 * time.Millisecond, 99: 100 * time.Millisecond})
+		d, td, vmms := doomedVMMs(t, map[int]time.Duration{97: 100 * time.Millisecond, 98: 100 * time.Millisecond, 99: 100 * time.Millisecond})
 
 		rep, _, err := runFor(t, td, 60*time.Second)
 		require.NoError(t, err)
@@ -473,5 +494,33 @@ func TestLastResortSignalsEveryDoomedHolderBeforeWaiting(t *testing.T) {
 		assert.Equal(t, 59600*time.Millisecond, req.Start.Sub(rep.Start), "asked once the three exits were seen, one exit wait")
 		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
 		assert.Equal(t, VerdictStopped, rep.Verdict)
+	})
+}
+
+// sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, no
+// control device; a VMM of the pod, pid 98, holds device 0 open. 59.5 s,
+// the last-resort point: it is SIGKILLed, exits 10 ms later and is seen
+// exiting; its PID goes at once to a new process of the pod that opens
+// the disk (a PID is reused once its process is reaped) .. 59.51 s: the
+// last resort's scan lists pid 98 holding device 0, a process that
+// started later than the one it killed: its holds are its own, and the
+// daemon is not asked to stop under it (HeldError). Before, every hold of
+// a PID the last resort signalled was dropped, and the daemon was asked
+// to stop with the new process holding the disk.
+func TestLastResortKeepsTheHoldsOfAProcessThatReusedASignalledPID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, td, vmms := doomedVMMs(t, map[int]time.Duration{98: 10 * time.Millisecond})
+		vmms[98].reused = true
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		require.Len(t, held.Holders[0], 1)
+		assert.Equal(t, 98, held.Holders[0][0].PID)
+		assert.Equal(t, "qemu-new", held.Holders[0][0].Comm)
+		require.Len(t, rep.LastResort.Killed(), 1, "the first process at pid 98 was killed")
+		assert.Equal(t, "qemu", rep.LastResort.Killed()[0].Holder.Comm)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the new process")
+		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
 	})
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 // HolderFate is what the last-resort sequence decided for one holder that
@@ -35,6 +38,11 @@ type HolderFate struct {
 	// Reason says why it was killed or spared.
 	Reason string `json:"reason"`
 	Err    string `json:"error,omitempty"`
+
+	// start is when the process sent SIGKILL started (/proc/PID/stat's
+	// field 22), read once it was pinned: with its PID, which the kernel
+	// gives to another process once it is reaped, it is the process.
+	start uint64
 }
 
 // LastResortReport is what the last-resort sequence did: on a kernel that
@@ -115,14 +123,19 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	// from stopping, whether a scan still lists it or runs out of time
 	// before it (notRead); waiting for its exit past the window would
 	// leave the daemon to the pod's SIGKILL with the disk live.
-	signalled := func(h Holder) bool {
-		return h.PID > 0 && slices.ContainsFunc(lr.Holders, func(f HolderFate) bool { return (f.Signalled || f.Killed) && f.Holder.PID == h.PID })
-	}
-	r.lastHeld = dropHolders(r.lastHeld, signalled)
+	// The scans before the kill saw the process it signalled at its PID;
+	// a scan after it may see another one the PID was given to once the
+	// first was reaped, whose holds are its own: it is the signalled one
+	// only while the PID's process started when that one did.
+	r.lastHeld = dropHolders(r.lastHeld, func(h Holder) bool { return signalledFate(lr.Holders, h.PID) != nil })
 	left, scanned := r.heldAfterKill()
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
 	left = dropHolders(left, func(h Holder) bool {
-		return isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) || signalled(h)
+		if isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) {
+			return true
+		}
+		f := signalledFate(lr.Holders, h.PID)
+		return f != nil && (!scanned || r.stillSignalled(f))
 	})
 	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
 	stopped, failed := 0, 0
@@ -153,6 +166,42 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		return nil
 	}
 	return left
+}
+
+// signalledFate returns the fate of the process at pid the last resort
+// sent SIGKILL, nil when it sent pid none.
+func signalledFate(fates []HolderFate, pid int) *HolderFate {
+	if pid <= 0 {
+		return nil
+	}
+	i := slices.IndexFunc(fates, func(f HolderFate) bool { return (f.Signalled || f.Killed) && f.Holder.PID == pid })
+	if i < 0 {
+		return nil
+	}
+	return &fates[i]
+}
+
+// stillSignalled reports whether the process procfs shows at f's PID now
+// is the one f sent SIGKILL (it started when that one did), or there is
+// none: a scan that lists the PID holding a disk then saw the process
+// that runs no more code, or one gone since. One that started at another
+// time got the PID once the signalled one was reaped, and holds what it
+// holds. A stat that cannot be read for another reason does not tell it
+// from the signalled one.
+func (r *run) stillSignalled(f *HolderFate) bool {
+	start, err := startTime(r.cfg.procRoot, f.Holder.PID)
+	return err != nil || start == f.start
+}
+
+// startTime reads when the process at pid started, /proc/PID/stat's field
+// 22, from procRoot.
+func startTime(procRoot string, pid int) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	st, err := procstat.Parse(b)
+	return st.StartTime, err
 }
 
 // heldAfterKill is what holds the disks once the last resort has killed
