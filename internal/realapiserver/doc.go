@@ -10,7 +10,7 @@
 //	cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/pods", pod, http.StatusCreated, nil)
 //
 // The tests skip when the kube-apiserver binary or etcd is missing, and
-// fail under CI=true like every test of a real part. CI does not build the
-// kube-apiserver (the README says why), so .ci/run leaves them out by name
-// (-skip RealAPIServer).
+// fail under CI=true like every test of a real part. .ci/run installs etcd
+// and builds the kube-apiserver after the kubelet, with its flags and build
+// cache, and runs these tests after the real-kubelet suite.
 package realapiserver
