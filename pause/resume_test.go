@@ -249,3 +249,41 @@ func atoi(t *testing.T, ss []string) []int {
 	}
 	return out
 }
+
+// comeback is a sandbox that was gone when its first preserve came (its
+// server had stopped it) and ran again by the next listing (a user
+// restarted it): its second preserve succeeds.
+type comeback struct{ calls int }
+
+func (c *comeback) ID() string { return "comeback" }
+func (c *comeback) Preserve(context.Context) error {
+	if c.calls++; c.calls == 1 {
+		return pause.ErrGone
+	}
+	return nil
+}
+
+// A sandbox preserved again after its first preserve found it gone has the
+// account of its last preserve: preserved, with no error. Before, its entry
+// kept the first preserve's "gone" error beside the outcome preserved.
+func TestPreserveAgainReplacesTheErrorOfTheFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sb := &comeback{}
+		listings := 0
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			if listings++; listings <= 2 {
+				return []pause.Sandbox{sb}, nil
+			}
+			return nil, nil
+		}), pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+
+		e := entry(t, rep, "comeback")
+		assert.Equal(t, 2, sb.calls)
+		assert.Equal(t, pause.Preserved, e.Outcome)
+		assert.Equal(t, 1, e.Relisted)
+		assert.Empty(t, e.Error, "the error of the preserve before")
+		assert.NoError(t, rep.Err())
+	})
+}

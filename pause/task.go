@@ -384,6 +384,7 @@ func (e *Entry) fill(t *task, res *result) {
 	if res.outcome != NotStarted { // Start was set when the task started
 		e.Duration = res.end.Sub(e.Start)
 	}
+	e.Error = "" // a preserve again (Relisted) replaces the account of the one before
 	if res.err != nil {
 		e.Error = res.err.Error()
 	}
