@@ -74,8 +74,11 @@
 //     disposition would die of it) or SIGQUIT (it dumps the supervisor's
 //     goroutines to stderr and the supervisor goes on);
 //   - on GET /drain (the kubelet's preStop httpGet): fixes T0, turns
-//     /readyz 503, and waits while the server lists running sandboxes, until
-//     the drain deadline (drain.Drainer.PreStop);
+//     /readyz 503, and waits while the server lists running sandboxes (with
+//     -api agentenv every sandbox not paused, so also one being
+//     snapshotted or forked, which runs again after and needs its pause:
+//     the plan's preserve reserve counts it too), until the drain deadline
+//     (drain.Drainer.PreStop);
 //   - on SIGTERM: pauses every running sandbox through the API in parallel
 //     within the preserve phase (pause.Preserver over httpsource, letting
 //     in-flight pauses finish; a sandbox a user resumed after its pause is

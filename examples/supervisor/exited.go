@@ -30,13 +30,18 @@ import (
 // lost.
 
 // recorder is a lister of the server's sandboxes that keeps the IDs of its
-// last listing that succeeded.
+// last listing that succeeded, in last, which recorders of other listings
+// of the same server may share.
 type recorder struct {
 	list pause.Lister
-	ids  func(context.Context) ([]string, error) // the same listing, IDs only
+	ids  func(context.Context) ([]string, error) // the same listing, IDs only; nil: List's
+	last *lastListing
+}
 
-	mu   sync.Mutex
-	last []string
+// lastListing is the IDs of the last listing that succeeded.
+type lastListing struct {
+	mu  sync.Mutex
+	ids []string
 }
 
 // List implements pause.Lister and records the IDs listed.
@@ -54,6 +59,17 @@ func (r *recorder) List(ctx context.Context) ([]pause.Sandbox, error) {
 
 // RunningIDs lists the IDs only (a readiness probe) and records them.
 func (r *recorder) RunningIDs(ctx context.Context) ([]string, error) {
+	if r.ids == nil {
+		sbs, err := r.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]string, len(sbs))
+		for i, sb := range sbs {
+			ids[i] = sb.ID()
+		}
+		return ids, nil
+	}
 	ids, err := r.ids(ctx)
 	if err == nil {
 		r.record(slices.Clone(ids))
@@ -62,16 +78,16 @@ func (r *recorder) RunningIDs(ctx context.Context) ([]string, error) {
 }
 
 func (r *recorder) record(ids []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.last = ids
+	r.last.mu.Lock()
+	defer r.last.mu.Unlock()
+	r.last.ids = ids
 }
 
 // lastListed returns the IDs of the last listing that succeeded.
 func (r *recorder) lastListed() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.last)
+	r.last.mu.Lock()
+	defer r.last.mu.Unlock()
+	return slices.Clone(r.last.ids)
 }
 
 // lostWithServer returns the sandboxes the last listing showed for which

@@ -61,7 +61,7 @@ func TestSandboxesLostWithTheServerAreInTheDrainsAccount(t *testing.T) {
 			close(server.done)
 			return sup.stopServer(ctx)
 		})
-		d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.listed, Preserver: sup.preserver, Steps: []drain.Step{step}})
+		d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.counted, Preserver: sup.preserver, Steps: []drain.Step{step}})
 		require.NoError(t, err)
 		sup.drainer = d
 		sup.budget.OnSIGTERM(time.Now())

@@ -91,9 +91,10 @@ func withQuery(path, kv string) string {
 // pause between the two listings is left out, one resumed between them is
 // in. A server without the filtered listing (a 404: only the deprecated
 // GET /sandboxes) cannot tell a paused sandbox from one in transition: the
-// running ones are listed, as in the preserve phase.
+// running ones are listed, as in the preserve phase. Each has the size
+// the listing gave it (pause.Sized); its pause goes through src.
 func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
-	ids, err := l.all.RunningIDs(ctx)
+	listed, err := l.all.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -109,14 +110,30 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 	for _, id := range paused {
 		isPaused[id] = true
 	}
-	out := make([]pause.Sandbox, 0, len(ids))
-	for _, id := range ids {
-		if !isPaused[id] {
-			out = append(out, l.src.Sandbox(id))
+	out := make([]pause.Sandbox, 0, len(listed))
+	for _, sb := range listed {
+		if isPaused[sb.ID()] {
+			continue
+		}
+		if sz, ok := sb.(pause.Sized); ok {
+			out = append(out, &sizedSandbox{Sandbox: l.src.Sandbox(sb.ID()), size: sz.Size()})
+		} else {
+			out = append(out, l.src.Sandbox(sb.ID()))
 		}
 	}
 	return out, nil
 }
+
+// A sizedSandbox is a sandbox of src with the size the unfiltered listing
+// gave it (memoryMB): the drain's plan and the Preserver count its pause
+// by its size, as they do a running one's.
+type sizedSandbox struct {
+	pause.Sandbox
+	size int64
+}
+
+// Size implements pause.Sized.
+func (b *sizedSandbox) Size() int64 { return b.size }
 
 // closeIdleConnections closes the idle connections of the listers' clients
 // (httpsource.Source.CloseIdleConnections).

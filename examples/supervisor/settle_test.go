@@ -93,6 +93,49 @@ func TestForcedSweepStillAccountsForWhatItDoesNotPause(t *testing.T) {
 	})
 }
 
+// Fault: the preStop wait and the drain plan counted the running
+// sandboxes only. AgentENV lists a sandbox being snapshotted or forked as
+// paused, and it runs again once that ends: the preserve phase's reserve
+// left it out, so the wait ended as late as if it needed no pause, and the
+// ones whose snapshot ended just before SIGTERM were paused in what was
+// left of the preserve phase and the final sweep, or lost. With -api
+// agentenv the wait counts every sandbox not paused (as the final sweep
+// lists them), in virtual time, one pause at a time (-concurrency 1) of
+// 1 s (the estimate):
+//
+//	0 s       preStop (grace 60 s: margin 5 s, server step 6 s, preserve
+//	          deadline 49 s): 2 sandboxes running, 8 being snapshotted
+//	before:   the wait counted 2, a 2 s reserve: it ended at 46.7 s, the 8
+//	          ran again at 46.8 s, SIGTERM at 47 s: 5 paused, 5 lost
+//	now:      it counts 10, a 10 s reserve: it ends at 38.7 s, the 8 run
+//	          again at 38.8 s, SIGTERM at 39 s: all 10 paused by 49 s
+func TestPreStopWaitCountsSandboxesSnapshottedOrForked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, ids := agentenvDouble(t, 10, fakeagentenv.Config{PauseBase: time.Second})
+		var ends []func()
+		for _, id := range ids[2:] {
+			end, err := srv.Snapshot(id)
+			require.NoError(t, err)
+			ends = append(ends, end)
+		}
+		t0 := time.Now()
+		var answered time.Time
+		rep := drainBeforeSIGTERM(t, &http.Client{Transport: handlerTransport{srv.Handler()}}, hooks{preStop: func() {
+			answered = time.Now()
+			for _, end := range ends {
+				time.AfterFunc(100*time.Millisecond, end) // just before SIGTERM
+			}
+		}}, "-grace", "60s", "-concurrency", "1")
+
+		require.NotNil(t, rep.PreStop)
+		assert.Equal(t, 10, rep.PreStop.Running, "the wait counted the ones being snapshotted")
+		assert.Equal(t, 38700*time.Millisecond, answered.Sub(t0), "the wait ended with 10 pauses of 1 s reserved")
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, 10, rep.Preserve.Counts[pause.Preserved], ids)
+		assert.Zero(t, rep.Lost())
+	})
+}
+
 // agentenvDouble returns the AgentENV double (API key "k") with n running
 // sandboxes of 1 GiB, and their IDs in creation order.
 func agentenvDouble(t *testing.T, n int, cfg fakeagentenv.Config) (*fakeagentenv.Server, []string) {
@@ -122,6 +165,9 @@ func drainInProcess(t *testing.T, srv *fakeagentenv.Server, grace string) *drain
 type hooks struct {
 	atSIGTERM  func()        // called where the server step would send the SIGTERM
 	forceAfter time.Duration // a second SIGTERM this long after the first; 0: none
+	// preStop, when set, makes the kubelet's preStop call first (T0), and
+	// is called when it answers; SIGTERM follows 300 ms later.
+	preStop func()
 }
 
 // drainBeforeSIGTERM is drainInProcess for the server client talks to (at
@@ -144,9 +190,14 @@ func drainBeforeSIGTERM(t *testing.T, client *http.Client, h hooks, args ...stri
 		}
 		return swept, err
 	})
-	d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.listed, Preserver: sup.preserver, Steps: []drain.Step{step}})
+	d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.counted, Preserver: sup.preserver, Steps: []drain.Step{step}})
 	require.NoError(t, err)
 	sup.drainer = d
+	if h.preStop != nil {
+		d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/drain", nil))
+		h.preStop()
+		time.Sleep(300 * time.Millisecond) // the kubelet's lag to SIGTERM
+	}
 	sup.budget.OnSIGTERM(time.Now())
 	if h.forceAfter > 0 {
 		forced := time.AfterFunc(h.forceAfter, d.Force)

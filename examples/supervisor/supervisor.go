@@ -93,6 +93,7 @@ type supervisor struct {
 	budget    *deadline.Budget
 	src       *httpsource.Source
 	listed    *recorder    // src's listing, its last IDs kept (exited.go)
+	counted   *recorder    // what the preStop wait and the plan count: listed, or notPaused's, sharing its last IDs
 	sweepList pause.Lister // what the final sweep lists: src's running ones, or notPaused's (settle.go)
 	drainer   *drain.Drainer
 	preserver *limited
@@ -137,12 +138,18 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.src, err = httpsource.New(cfg.serverURL, api); err != nil {
 		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 	}
-	s.listed = &recorder{list: s.src, ids: s.src.RunningIDs}
-	s.sweepList = s.src
+	s.listed = &recorder{list: s.src, ids: s.src.RunningIDs, last: &lastListing{}}
+	s.sweepList, s.counted = s.src, s.listed
 	if cfg.api.API == APIAgentENV {
-		if s.sweepList, err = newNotPaused(s.src, cfg.serverURL, api); err != nil {
+		np, err := newNotPaused(s.src, cfg.serverURL, api)
+		if err != nil {
 			return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 		}
+		// A sandbox being snapshotted or forked, which AgentENV lists as
+		// paused, runs again once that ends and needs its pause: the
+		// preStop wait waits for it, and the plan's preserve reserve counts
+		// it, as the final sweep lists it.
+		s.sweepList, s.counted = np, &recorder{list: np, last: s.listed.last}
 	}
 	steps := []drain.Step{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: deadline.Fixed(stepReserve(cfg.grace))},
 		s.stopServer)}
@@ -204,7 +211,7 @@ func (s *supervisor) build(pc pause.Config) error {
 	s.preserver = &limited{Preserver: p, src: s.src}
 	s.drainer, err = drain.New(drain.Config{
 		Budget:        s.budget,
-		Sandboxes:     s.listed,
+		Sandboxes:     s.counted,
 		Preserver:     s.preserver,
 		Steps:         s.steps,
 		Logger:        s.log,
