@@ -92,6 +92,9 @@ type Server struct {
 	// listening receives the two listeners' addresses once Run serves:
 	// srv's, then the hook's (for tests that listen on port 0).
 	listening chan [2]net.Addr
+	// running is set while Run runs and stays set once it served: Run
+	// serves and drains once.
+	running atomic.Bool
 }
 
 // NewServer wires srv, whose sandboxes lists lists, for termination. steps
@@ -334,6 +337,12 @@ func (s *Server) Drainer() *Drainer { return s.d }
 // that Report at once (Shutdown is single-flight), for a server that keeps
 // it in a file; after 2 nothing drained, and Shutdown would start a drain.
 //
+// Run serves and drains once. A second call, while the first runs or
+// after it returned, serves nothing: it logs "drain: Server.Run called
+// twice" at Error and returns 2 at once, leaving the first alone. Only a
+// Run that returned 2 before serving (a listener it could not open, no
+// certificate) may be called again.
+//
 // Serving that stops on its own (the listener's Accept fails for good) is
 // logged and makes Run return 1. When srv stops, Run drains at once, as at
 // SIGTERM: a server no client nor readiness probe can reach is of no use,
@@ -361,6 +370,16 @@ func (s *Server) Run(ctx context.Context) int {
 
 // serve is Run with the signals from sigs.
 func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
+	if !s.running.CompareAndSwap(false, true) {
+		s.log.Error("drain: Server.Run called twice: it serves and drains once; this call serves nothing")
+		return 2
+	}
+	served := false
+	defer func() {
+		if !served { // nothing served, nothing drained: Run may be called again
+			s.running.Store(false)
+		}
+	}()
 	if c := s.srv.TLSConfig; c != nil && len(c.Certificates) == 0 && c.GetCertificate == nil && c.GetConfigForClient == nil {
 		s.log.Error("drain: srv.TLSConfig has no certificate (Certificates, GetCertificate or GetConfigForClient): Run has no files to load one from")
 		return 2
@@ -397,8 +416,12 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 		}
 	}()
 	defer hooks.Close()
+	served = true
 	s.log.Info("drain: serving", "addr", ln.Addr().String(), "hook", hookLn.Addr().String())
-	s.listening <- [2]net.Addr{ln.Addr(), hookLn.Addr()}
+	select { // tests read it; nobody else does
+	case s.listening <- [2]net.Addr{ln.Addr(), hookLn.Addr()}:
+	default:
+	}
 	rep := s.d.ServeSignals(ctx, sigs)
 	if rep.Err() != nil || failed.Load() {
 		return 1

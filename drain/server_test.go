@@ -456,3 +456,66 @@ func TestNewServerWarnsOfASandboxTimeoutBelowThePreserveEstimate(t *testing.T) {
 		assert.NotContains(t, strings.TrimPrefix(logs.String(), before), "is below", "timeout %q", timeout)
 	}
 }
+
+// Fault: a second Server.Run hung, or drained the node under the first.
+// After the first returned, it took the srv.TLSConfig net/http sets up for
+// HTTP/2 in Serve for one without a certificate (exit 2, a misleading
+// error) or, HTTP/1 only, listened again, served a server already shut
+// down, and blocked sending its addresses where nobody reads (a goroutine
+// and two listeners leaked, and the caller's os.Exit never came). During
+// the first, it failed to listen on the same address, blaming the address,
+// or with port 0 served a second copy of the hook; or, past the TLS check
+// before the first's Serve, its ServeTLS failed and it drained the node,
+// shutting the first's server down (exit 1). Run now serves and drains
+// once: a second call, during the first or after it, logs "drain:
+// Server.Run called twice" at ERROR and returns 2 at once, the first one
+// untouched. A Run that returned 2 before serving (a listener it could not
+// open) drained nothing and may be called again.
+func TestSecondServerRunReturnsAtOnce(t *testing.T) {
+	t.Setenv(EnvGrace, "10")
+	t.Setenv(EnvHookListen, "127.0.0.1:0")
+	t.Setenv(EnvHookSecret, "")
+	t.Setenv(EnvPodName, "")
+	for name, srv := range map[string]*http.Server{
+		"default": {Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second},
+		// Serve sets no TLSConfig up for HTTP/2: the second Run hung.
+		"http/1": {Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second, TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var logs logbuf.Buffer
+			old := slog.Default()
+			slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+			t.Cleanup(func() { slog.SetDefault(old) })
+			oldListen := listenTCP
+			t.Cleanup(func() { listenTCP = oldListen })
+			listenTCP = func(string, string) (net.Listener, error) { return nil, errors.New("the port is taken") }
+
+			s, err := NewServer(srv, fakesandbox.NewNode())
+			require.NoError(t, err)
+			second := func() int {
+				t.Helper()
+				code := make(chan int, 1)
+				go func() { code <- s.serve(context.Background(), make(chan os.Signal)) }()
+				select {
+				case c := <-code:
+					return c
+				case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+					t.Fatal("a second Run hung")
+					return 0
+				}
+			}
+			assert.Equal(t, 2, second(), "no listener: nothing served, nothing drained")
+			assert.NotContains(t, logs.String(), "called twice")
+			listenTCP = oldListen
+
+			sigs, code, addrs := serveLoopback(s) // served: a Run that may be called once
+			assert.Equal(t, 2, second(), "during the first")
+			assert.Equal(t, http.StatusOK, status(t, "GET", "http://"+addrs[0].String()+"/readyz"), "the first one still serves")
+			assert.False(t, s.Drainer().Gate().Closed(), "nor drained")
+			sigs <- syscall.SIGTERM
+			assert.Equal(t, 0, <-code)
+			assert.Equal(t, 2, second(), "after the first")
+			assert.Equal(t, 2, strings.Count(logs.String(), `level=ERROR msg="drain: Server.Run called twice`), logs.String())
+		})
+	}
+}
