@@ -168,6 +168,7 @@ type hooks struct {
 	// preStop, when set, makes the kubelet's preStop call first (T0), and
 	// is called when it answers; SIGTERM follows 300 ms later.
 	preStop func()
+	made    func(*supervisor) // called once the supervisor and its drainer are made
 }
 
 // drainBeforeSIGTERM is drainInProcess for the server client talks to (at
@@ -193,6 +194,9 @@ func drainBeforeSIGTERM(t *testing.T, client *http.Client, h hooks, args ...stri
 	d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.counted, Preserver: sup.preserver, Steps: []drain.Step{step}})
 	require.NoError(t, err)
 	sup.drainer = d
+	if h.made != nil {
+		h.made(sup)
+	}
 	if h.preStop != nil {
 		d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/drain", nil))
 		h.preStop()
