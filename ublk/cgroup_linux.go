@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -246,7 +247,11 @@ func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own boo
 	pin func(pid int) (pinned, error)) (HolderFate, pinned) {
 	pid := strconv.Itoa(f.Holder.PID)
 	theirs, err := readCgroups(procRoot, pid)
-	if err != nil {
+	switch {
+	case exited(err):
+		f.Reason, f.released = "exited by itself before the kill", true
+		return f, nil
+	case err != nil:
 		f.Reason, f.Err = "its cgroup could not be read: not known to be doomed", err.Error()
 		return f, nil
 	}
@@ -263,7 +268,7 @@ func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own boo
 	p, err := pin(f.Holder.PID)
 	if err != nil {
 		if errors.Is(err, os.ErrProcessDone) {
-			f.Reason = "exited by itself before the kill"
+			f.Reason, f.released = "exited by itself before the kill", true
 			return f, nil
 		}
 		f.Reason, f.Err = "doomed, but no pidfd", err.Error()
@@ -280,9 +285,24 @@ func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own boo
 	again, err := readCgroups(procRoot, pid)
 	start, serr := startTime(procRoot, f.Holder.PID)
 	holds, unknown := blockdev.ProcessHolds(ctx, filepath.Join(procRoot, pid), wantSet(devs))
-	if err != nil || serr != nil || again.String() != f.Cgroup || !holds && len(unknown) == 0 {
+	// What it was seen holding before is gone when it has exited, or
+	// holds none now (released): the process at its PID now holds none,
+	// and one seen there before is that process or one gone since.
+	spare := true
+	switch {
+	case exited(err) || exited(serr):
+		f.Reason, f.released = "exited by itself before the kill", true
+	case err != nil || serr != nil:
+		f.Reason, f.Err = "its cgroup or start time could not be read again once pinned: not known to be the process judged, not killed", errors.Join(err, serr).Error()
+	case again.String() != f.Cgroup:
+		f.Reason = "its cgroup changed before the kill (" + again.String() + "): not known to be the process judged, not killed"
+	case !holds && len(unknown) == 0:
+		f.Reason, f.released = "no longer holds the device (closed it: a read once pinned shows it holds none) before the kill", true
+	default:
+		spare = false
+	}
+	if spare {
 		_ = p.Close()
-		f.Reason = "no longer holds the device (exited or closed it, or a read shows it holds none) before the kill"
 		return f, nil
 	}
 	err = p.Signal(unix.SIGKILL)
@@ -331,6 +351,13 @@ func waitExits(ctx context.Context, killed map[int]pinned, fates []HolderFate) {
 				"it runs no more code, and the disk stops all the same", err.Error()
 		}
 	}
+}
+
+// exited reports whether err, from reading a process's procfs files, says
+// the process is gone: its directory removed once it was reaped
+// (ENOENT), or reaped while the file was open (ESRCH).
+func exited(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 func wantSet(devs map[blockdev.DevNum]int) map[blockdev.DevNum]bool {

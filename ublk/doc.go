@@ -47,7 +47,9 @@
 // end of the last resort's part of the reserve, where the daemon's stop
 // needs its part (a loaded node's procfs takes seconds to read), and the
 // holder wait's scans stop halfway through it, the rest the last resort's
-// (which, that part over, does not scan again: the last scan stands);
+// (which, that part over, does not scan again: the last scan stands,
+// less the processes it killed and those its check before a kill found
+// exited or holding no disk);
 // a process a scan did not reach keeps what the last scan that read it
 // found. Each scan reads it again,
 // so a ring busy only now and then is soon listed and the process known

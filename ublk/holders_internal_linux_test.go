@@ -524,3 +524,47 @@ func TestLastResortKeepsTheHoldsOfAProcessThatReusedASignalledPID(t *testing.T) 
 		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
 	})
 }
+
+// sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, no
+// control device; three VMMs of the pod hold device 0 open. 59.5 s, the
+// last-resort point: the holder wait's last scan lists pids 96 and 97
+// holding it, then, as it reads on, pid 96 exits (reaped, gone from
+// procfs) and pid 97 closes the disk, each as its server shuts it down;
+// the check before each SIGKILL finds pid 96 gone and pid 97 holding
+// nothing, and spares them; pid 98 is SIGKILLed and takes 200 ms to exit,
+// more than the last resort's 150 ms, so the last resort does not scan
+// again: the holders are the last scan's, less what its checks found gone
+// .. 59.65 s: the daemon is asked to stop and stops both devices. Before,
+// only the holds of the process it SIGKILLed were taken from the last
+// scan's: pids 96 and 97 were still held to hold the disk, and the step
+// returned a HeldError naming a process that no longer existed and one
+// that had closed the disk, the daemon never asked to stop (the pod's
+// SIGKILL 350 ms later found both devices live: the host-crash path).
+func TestLastResortDropsTheHoldsItsChecksFoundGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, td, vmms := doomedVMMs(t, map[int]time.Duration{96: time.Hour, 97: time.Hour, 98: 200 * time.Millisecond})
+		start := time.Now()
+		td.cfg.beforeProcess = func(dir string) {
+			if dir == vmms[98].dir && time.Since(start) >= 59500*time.Millisecond { // 96 and 97 read
+				_ = os.RemoveAll(vmms[96].dir)
+				_ = os.Remove(filepath.Join(vmms[97].dir, "fd", "3"))
+			}
+		}
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		for _, pid := range []int{96, 97} {
+			assert.Empty(t, vmms[pid].sent, "pid %d not SIGKILLed: it holds no disk any more", pid)
+		}
+		require.NotNil(t, rep.LastResort)
+		require.Len(t, rep.LastResort.Dying(), 1)
+		assert.Equal(t, 98, rep.LastResort.Dying()[0].Holder.PID)
+		last, req := rep.Step("last resort"), rep.Step("request stop")
+		require.NotNil(t, last)
+		require.NotNil(t, req)
+		assert.Contains(t, last.Result, "0 device(s) still held")
+		assert.Equal(t, 59650*time.Millisecond, req.Start.Sub(rep.Start), "asked at the end of the last resort's window")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+	})
+}

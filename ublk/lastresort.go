@@ -39,6 +39,12 @@ type HolderFate struct {
 	Reason string `json:"reason"`
 	Err    string `json:"error,omitempty"`
 
+	// released is true when the check before its SIGKILL found that the
+	// process holds no disk any more: it had exited, or a read once it
+	// was pinned shows it holds none. What a scan before saw it hold at
+	// its PID is gone: that process, or one gone since.
+	released bool
+
 	// start is when the process sent SIGKILL started (/proc/PID/stat's
 	// field 22), read once it was pinned: with its PID, which the kernel
 	// gives to another process once it is reaped, it is the process.
@@ -127,7 +133,13 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	// a scan after it may see another one the PID was given to once the
 	// first was reaped, whose holds are its own: it is the signalled one
 	// only while the PID's process started when that one did.
-	r.lastHeld = dropHolders(r.lastHeld, func(h Holder) bool { return signalledFate(lr.Holders, h.PID) != nil })
+	// What the checks before the SIGKILLs found gone (a process that
+	// exited, or closed the disk, after the last scan read it) is gone
+	// too: kept, it spared the disk when the last resort does not scan
+	// again, and the daemon was left to die with it live.
+	r.lastHeld = dropHolders(r.lastHeld, func(h Holder) bool {
+		return signalledFate(lr.Holders, h.PID) != nil || isProcess(h) && releasedAt(lr.Holders, h.PID)
+	})
 	left, scanned := r.heldAfterKill()
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
 	left = dropHolders(left, func(h Holder) bool {
@@ -179,6 +191,12 @@ func signalledFate(fates []HolderFate, pid int) *HolderFate {
 		return nil
 	}
 	return &fates[i]
+}
+
+// releasedAt reports whether the last resort's check found the process
+// at pid holding no disk any more (HolderFate.released).
+func releasedAt(fates []HolderFate, pid int) bool {
+	return pid > 0 && slices.ContainsFunc(fates, func(f HolderFate) bool { return f.released && f.Holder.PID == pid })
 }
 
 // stillSignalled reports whether the process procfs shows at f's PID now
