@@ -89,6 +89,9 @@ func TestForcedSweepStillAccountsForWhatItDoesNotPause(t *testing.T) {
 		e := entries(rep.Preserve)[ids[0]]
 		assert.Equal(t, pause.NotStarted, e.Outcome)
 		assert.Contains(t, e.Error, "force mode")
+		assert.Equal(t, int64(1<<30), e.Size, "its size, as the preserve phase's entries have theirs")
+		assert.Equal(t, time.Second, e.End.Sub(rep.Start), "when the sweep listed it")
+		assert.True(t, e.Start.IsZero(), "never started: no Start, as pause's not_started entries")
 		assert.Equal(t, 2, srv.Stats().PauseRequests, "the 2 pauses, and none sent in force mode")
 	})
 }

@@ -107,7 +107,9 @@ func (s *supervisor) sweepRun(ctx context.Context, dl time.Time) (*pause.Report,
 
 // listForced is the sweep in force mode: it lists, by deadline by, and
 // accounts for every sandbox listed as not started (no pause is sent in
-// force mode). A listing that fails is an Unknown account.
+// force mode), as a Run's not_started entries are: End when the listing
+// answered, no Start (never started), the size the listing gave it. A
+// listing that fails is an Unknown account.
 func (s *supervisor) listForced(ctx context.Context, by time.Time) *pause.Report {
 	lctx, cancel := context.WithDeadline(ctx, by)
 	defer cancel()
@@ -120,8 +122,12 @@ func (s *supervisor) listForced(ctx context.Context, by time.Time) *pause.Report
 		return rep
 	}
 	for _, sb := range sbs {
-		rep.Entries = append(rep.Entries, pause.Entry{ID: sb.ID(), Outcome: pause.NotStarted, Pass: 1, End: rep.End,
-			Error: "force mode: no new pause is sent"})
+		e := pause.Entry{ID: sb.ID(), Outcome: pause.NotStarted, Pass: 1, End: rep.End,
+			Error: "force mode: no new pause is sent"}
+		if sz, ok := sb.(pause.Sized); ok {
+			e.Size = sz.Size()
+		}
+		rep.Entries = append(rep.Entries, e)
 		rep.Counts[pause.NotStarted]++
 	}
 	return rep
