@@ -33,15 +33,20 @@ const (
 	// one-call path, a follow of a sandbox still running on the draining
 	// node is served). Unlike the others it is never waited for, since it
 	// does not end by itself: neither Wait nor Shutdown's gate wait and
-	// preserve phase wait for it. A request admitted as a Stream by Admit
-	// or Middleware has its context cancelled (cause ErrDraining) when
-	// Shutdown's preserve phase ends, so that a handler that returns when
-	// its request's context ends lets the server's shutdown step end at
-	// once, and one that comes after is refused, exempt or not (503, as a
-	// refused call: its client goes to another node); draingrpc's interceptors end a gRPC one as their server's step
-	// begins. A call that starts a sandbox and then streams (a create that
-	// attaches) is a Stream that enters the gate again as a Create for its
-	// start: Enter(Create) once admitted, leave once the sandbox is listed.
+	// preserve phase wait for it. Every stream ends at one moment: when
+	// Shutdown's preserve phase ends (the sandboxes it follows are
+	// preserved or lost), which closes the channel of StreamsEnded, so
+	// that a server's shutdown step never waits for one. A request Admit
+	// or Middleware admitted has its context cancelled then (cause
+	// ErrDraining), a gRPC one draingrpc's interceptors admitted ends with
+	// codes.Unavailable, and the holder of one admitted by Enter ends it
+	// itself when StreamsEnded's channel closes. From then on a Stream is
+	// refused, exempt or not (Enter's error, the middleware's 503,
+	// draingrpc's codes.Unavailable): its client goes to another node
+	// instead of reopening it here. A call that starts a sandbox and then
+	// streams (a create that attaches) is a Stream that enters the gate
+	// again as a Create for its start: Enter(Create) once admitted, leave
+	// once the sandbox is listed.
 	Stream Class = "stream"
 )
 
@@ -79,7 +84,8 @@ type Gate struct {
 	left     chan struct{}                    // closed when any operation leaves, for waitClasses; nil when none waits
 	rejects  metric.Int64Counter              // set by New, or the global provider's at the first rejection
 	streams  map[*int]context.CancelCauseFunc // the Middleware's streams in flight, ended by endStreams
-	ended    bool                             // endStreams ran: the Middleware refuses a stream now
+	ended    bool                             // endStreams ran: a stream is refused now
+	streamsC chan struct{}                    // closed by endStreams; made lazily
 }
 
 // setRejects makes the gate count its rejections in c.
@@ -106,14 +112,19 @@ func (g *Gate) rejectedLocked(c Class) {
 // function that the caller must call when the operation ends; calling it
 // more than once has no further effect. Once the gate is closed, Enter
 // returns an error wrapping ErrDraining for a gated class and leaves the
-// counts unchanged; exempt classes are always admitted. A Stream admitted
-// by Enter is counted but never waited for, nor ended: its server's
-// shutdown ends it (see Stream).
+// counts unchanged; exempt classes are admitted, except a Stream once
+// StreamsEnded's channel is closed. A Stream admitted by Enter is counted
+// but never waited for, and the gate cannot end it: its holder must end it
+// (and call leave) when StreamsEnded's channel closes (see Stream).
 func (g *Gate) Enter(c Class) (leave func(), err error) {
 	exempt := slices.Contains(g.Exempt, c)
 	waited := !exempt && c != Stream
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if c == Stream && g.ended {
+		g.rejectedLocked(c)
+		return nil, errStreamRefused
+	}
 	if g.closed && !exempt {
 		g.rejectedLocked(c)
 		return nil, fmt.Errorf("%w (%s)", ErrDraining, c)
@@ -267,8 +278,7 @@ func (g *Gate) Wait(ctx context.Context) error {
 // request context.
 var errStreamEnded = fmt.Errorf("%w: the sandboxes are preserved, the server is shutting down (stream ended)", ErrDraining)
 
-// errStreamRefused is the error of a stream the Middleware refuses once
-// endStreams ran.
+// errStreamRefused is the error of a stream refused once endStreams ran.
 var errStreamRefused = fmt.Errorf("%w (%s): the sandboxes are preserved, the server is shutting down", ErrDraining, Stream)
 
 // addStream registers cancel, the context of a stream the Middleware
@@ -295,14 +305,39 @@ func (g *Gate) addStream(cancel context.CancelCauseFunc) (remove func(), err err
 	}, nil
 }
 
+// StreamsEnded returns a channel that is closed when every Stream the gate
+// admitted must end: when Shutdown's preserve phase ends, the sandboxes the
+// streams follow preserved or lost, before the first step. From then on
+// Enter refuses a Stream, exempt or not. The holder of a Stream admitted by
+// Enter selects on it and ends the stream (and calls leave) when it
+// closes; Admit, Middleware and draingrpc's interceptors end theirs
+// themselves. It never closes for a gate no Drainer's Shutdown runs with.
+func (g *Gate) StreamsEnded() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.streamsEndedLocked()
+}
+
+func (g *Gate) streamsEndedLocked() chan struct{} {
+	if g.streamsC == nil {
+		g.streamsC = make(chan struct{})
+	}
+	return g.streamsC
+}
+
 // endStreams cancels the context of every stream the Middleware admitted,
-// and has it refuse every one from now on (an exempt Stream): Shutdown
-// calls it once the preserve phase ended, so that the server's shutdown
-// step does not wait for calls that never end by themselves.
+// closes StreamsEnded's channel, and has the gate refuse every stream from
+// now on (an exempt Stream too): Shutdown calls it once the preserve phase
+// ended, so that the server's shutdown step does not wait for calls that
+// never end by themselves. Only its first call does anything.
 func (g *Gate) endStreams() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.ended {
+		return
+	}
 	g.ended = true
+	close(g.streamsEndedLocked())
 	for key, cancel := range g.streams {
 		cancel(errStreamEnded)
 		delete(g.streams, key)

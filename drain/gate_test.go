@@ -264,3 +264,22 @@ func TestStreamOpenedOnceThePreservePhaseEndedIsRefused(t *testing.T) {
 	assert.Contains(t, rec.Body.String(), "the sandboxes are preserved")
 	assert.Zero(t, g.InFlight(Stream))
 }
+
+// Once the gate's streams ended (Shutdown's preserve phase), Enter refuses
+// a Stream, exempt or not, as the Middleware and draingrpc's interceptors
+// do: before, Enter admitted one, which nothing would ever end. Other
+// exempt classes are still admitted, and the refusal is counted.
+func TestEnterRefusesAStreamOnceStreamsEnded(t *testing.T) {
+	g := &Gate{Exempt: []Class{Delete, Stream}}
+	g.Close()
+	leave, err := g.Enter(Stream)
+	require.NoError(t, err, "exempt: admitted while the sandboxes run")
+	leave()
+	g.endStreams()
+	_, err = g.Enter(Stream)
+	assert.ErrorIs(t, err, ErrDraining)
+	assert.Zero(t, g.InFlight(Stream))
+	leave, err = g.Enter(Delete)
+	require.NoError(t, err, "still exempt")
+	leave()
+}

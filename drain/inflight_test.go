@@ -167,3 +167,53 @@ func TestAStreamHoldsNoWaitAndEndsWithThePreservePhase(t *testing.T) {
 		assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "no new stream on a draining node")
 	})
 }
+
+// Fault: a Stream its holder admitted with Gate.Enter itself (a websocket
+// handler that hijacks its connection, a transport of its own: not Admit,
+// Middleware nor draingrpc) was never told to end: Enter's doc said "its
+// server's shutdown ends it", but nothing said when, so the server's step
+// waited for it until its deadline (a hijacked connection, which
+// http.Server.Shutdown does not wait for, ran on to the process's end)
+// and the drain failed with every sandbox preserved. The gate now says
+// when: StreamsEnded's channel closes as the preserve phase ends, the
+// moment its HTTP and gRPC streams end, and Enter refuses a Stream from
+// then on, exempt or not.
+//
+//	0 s      a stream entered by hand; SIGTERM, no preStop: grace 4 s
+//	0.2 s    2 sandboxes preserved (limit 1): StreamsEnded, the holder leaves
+//	0.2 s    the server step finds nothing open
+func TestAStreamEnteredByItsHolderEndsWhenTheGateSaysStreamsEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		handled := make(chan struct{})
+		f := newFixture(t, fixtureOpts{grace: 4 * time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 1,
+			edit: func(c *Config) { c.Gate = &Gate{Exempt: []Class{Stream}} }, // NewServer's, for streams
+			steps: []Step{step("server", 250*time.Millisecond, func(ctx context.Context) error {
+				select { // as the server's shutdown waits for its connection
+				case <-handled:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})}})
+		g := f.d.Gate()
+		leave, err := g.Enter(Stream)
+		require.NoError(t, err)
+		var endedAt time.Time
+		go func() {
+			defer close(handled)
+			defer leave()
+			<-g.StreamsEnded() // and the stream's own end: its client leaving
+			endedAt = time.Now()
+		}()
+
+		rep := f.d.Shutdown(t.Context())
+		p, s := rep.Phase(PhasePreserve), rep.Phase("server")
+		assert.Equal(t, OK, s.Result, s.Error)
+		assert.Zero(t, s.Duration, "the stream had ended")
+		require.NoError(t, rep.Err())
+		assert.Equal(t, p.End, endedAt, "as the preserve phase ended")
+		assert.Zero(t, g.InFlight(Stream))
+		_, err = g.Enter(Stream)
+		assert.ErrorIs(t, err, ErrDraining, "an exempt Stream once streams ended")
+	})
+}

@@ -46,9 +46,10 @@ import (
 //     for them until its Deadline
 //     and runs the Preserver again for what they started, merged into
 //     Report.Preserve; one still in flight at the Deadline fails the phase.
-//     Streams (Stream) are never waited for; when the phase ends, those
-//     the Gate's Middleware admitted have their requests' contexts
-//     cancelled;
+//     Streams (Stream) are never waited for; when the phase ends, every
+//     stream the gate admitted must end: the Gate's StreamsEnded channel
+//     closes, those its Middleware admitted have their requests' contexts
+//     cancelled, and the gate refuses a Stream from then on;
 //  3. every Step in order, each under its own window, even when
 //     preservation partly failed or an earlier step failed. A step that has
 //     not returned shortly after its deadline is abandoned, still running,

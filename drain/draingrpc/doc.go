@@ -35,7 +35,10 @@
 // NOT_SERVING): GracefulStop waits for the work RPCs, not for a load
 // balancer's Watch. A stream the Classifier says is a drain.Stream (a log
 // follow, an attach), or a unary RPC it says is one (a long-poll), ends
-// the same way, and the drain never waits for it. (A grpc-go client's own client-side health checking
+// the same way (codes.Unavailable, "server stopping"), at the moment an
+// HTTP one the gate admitted ends: when the drain's preserve phase ends
+// (drain.Gate.StreamsEnded), or as a Stop with the gate begins if that is
+// first; the drain never waits for it. (A grpc-go client's own client-side health checking
 // ends its Watch when the server's GOAWAY arrives; a plain Watch stream,
 // or another client's, may not.)
 //

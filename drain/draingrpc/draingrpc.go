@@ -42,10 +42,9 @@ func Methods(table map[string]drain.Class, def drain.Class) Classifier {
 // stop sending work at once, without the server flipping its health
 // server itself.
 //
-// A unary RPC of class drain.Stream (a long-poll) ends as a Stop with the
-// same gate begins, as a streaming one does (see StreamServerInterceptor):
-// its handler's context is cancelled and it answers codes.Unavailable,
-// "server stopping: ...".
+// A unary RPC of class drain.Stream (a long-poll) ends as a streaming one
+// does (see StreamServerInterceptor): its handler's context is cancelled
+// and it answers codes.Unavailable, "server stopping: ...".
 func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if isHealth(info.FullMethod) {
@@ -86,11 +85,15 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 // context ends, as google.golang.org/grpc/health's does.
 //
 // A stream of class drain.Stream (a log follow, an attach, a watch of
-// your own) is never waited for by the drain, and never by Stop either:
-// like a health Watch it ends as a Stop with the same gate begins (its
-// handler's context cancelled, its status codes.Unavailable, "server
-// stopping: ..."), so that GracefulStop waits only for the work RPCs. Its
-// handler must return when its stream's context ends: one blocked in
+// your own) is never waited for by the drain, and never by Stop either.
+// It ends when the gate's streams end (g.StreamsEnded: the drain's
+// preserve phase ended), as an HTTP one the gate admitted does, or as a
+// Stop with the same gate begins if that comes first (a Stop without a
+// drain): its handler's context is cancelled and its status is
+// codes.Unavailable, "server stopping: ...", so that GracefulStop waits
+// only for the work RPCs. One that arrives after the gate's streams ended
+// is refused (codes.Unavailable, its handler not called), exempt or not.
+// Its handler must return when its stream's context ends: one blocked in
 // RecvMsg is not woken by it.
 func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
@@ -121,9 +124,9 @@ func enter(g *drain.Gate, c drain.Class, method string) (func(), error) {
 // errStreamStopping is the status of a drain.Stream that Stop ended.
 var errStreamStopping = status.Error(codes.Unavailable, "server stopping: stream ended; open it again on another server")
 
-// stream runs h on ss, a drain.Stream, with a context cancelled when a
-// Stop with g begins (or has begun); the stream then ends with
-// errStreamStopping, whatever the handler returned.
+// stream runs h on ss, a drain.Stream, with a context cancelled when g's
+// streams end or a Stop with g begins (or either has); the stream then
+// ends with errStreamStopping, whatever the handler returned.
 func stream(g *drain.Gate, srv any, ss grpc.ServerStream, h grpc.StreamHandler) error {
 	ctx, stopped, end := untilStop(g, ss.Context())
 	err := h(srv, ctxStream{ss, ctx})
@@ -133,22 +136,25 @@ func stream(g *drain.Gate, srv any, ss grpc.ServerStream, h grpc.StreamHandler) 
 	return err
 }
 
-// untilStop returns a context of parent's that is also cancelled when a
-// Stop with g begins (or has begun), for the handler of a drain.Stream.
-// Once the handler has returned, the caller calls end, and then stopped
-// reports whether Stop ended the call (and not its client).
+// untilStop returns a context of parent's that is also cancelled when g's
+// streams end (g.StreamsEnded) or a Stop with g begins (or either has),
+// for the handler of a drain.Stream. Once the handler has returned, the
+// caller calls end, and then stopped reports whether the drain or Stop
+// ended the call (and not its client).
 func untilStop(g *drain.Gate, parent context.Context) (ctx context.Context, stopped func() bool, end func()) {
 	ctx, cancel := context.WithCancel(parent)
-	stopping := watchStops(g)
+	stopping, ended := watchStops(g), g.StreamsEnded()
 	var byStop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		select {
 		case <-stopping:
-			byStop.Store(true)
-			cancel()
+		case <-ended:
 		case <-ctx.Done():
+			return
 		}
+		byStop.Store(true)
+		cancel()
 	})
 	end = func() {
 		cancel()
@@ -180,7 +186,9 @@ type Server interface {
 //
 // g is the gate s's interceptors admit through. As GracefulStop begins,
 // Stop ends the health Watch streams those interceptors admitted, and
-// their streams of class drain.Stream (see StreamServerInterceptor): each
+// their streams of class drain.Stream still open (see
+// StreamServerInterceptor: in a drain they ended with its preserve phase,
+// before any step): each
 // lasts as long as its client keeps it, and a load balancer or a client that watches without grpc-go's
 // client-side health checking (which ends its Watch at the GOAWAY) would
 // otherwise hold GracefulStop until ctx ends, and Stop would cut the work

@@ -412,3 +412,62 @@ func TestStopEndsAUnaryCallOfClassStream(t *testing.T) {
 	assert.Contains(t, status.Convert(err).Message(), "server stopping")
 	assert.Zero(t, g.InFlight(drain.Stream))
 }
+
+// Fault: a gRPC stream of class drain.Stream ended at the grpc step's
+// Stop, an HTTP one the same gate admitted as the preserve phase ended:
+// with a step before the grpc one (the ublk teardown), a log follow over
+// gRPC stayed open through it, following a sandbox already preserved, and
+// one opened then was served, where HTTP answered 503. Both now end at
+// the one moment the gate says streams end (drain.Gate.StreamsEnded, the
+// preserve phase's end): the follow ends with Unavailable before the
+// first step runs, and one opened after it is refused, exempt or not.
+// Before: the first step's 5 s guard ran out with the follow still open.
+func TestAStreamEndsWithThePreservePhaseNotAtTheGrpcStep(t *testing.T) {
+	g := &drain.Gate{Exempt: []drain.Class{drain.Stream}} // as the one-call path
+	s := serve(t, g, "tcp")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	follow, err := s.worker.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+	require.NoError(t, err)
+	_, err = follow.Recv()
+	require.NoError(t, err, "the stream is open")
+	followEnded := make(chan error, 1)
+	go func() {
+		_, err := follow.Recv()
+		followEnded <- err
+	}()
+
+	var ended, fresh error
+	teardown := drain.NewStep(deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(time.Second)}, func(ctx context.Context) (any, error) {
+		guard := time.NewTimer(5 * time.Second) // a hang guard, not a timing assertion
+		defer guard.Stop()
+		select {
+		case ended = <-followEnded:
+		case <-guard.C:
+			return nil, errors.New("the follow was still open when the first step ran")
+		}
+		again, err := s.worker.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+		if err == nil {
+			_, err = again.Recv()
+		}
+		fresh = err
+		return nil, nil
+	})
+	budget, err := deadline.New(60*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	d, err := drain.New(drain.Config{Budget: budget, Gate: g,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
+		Steps:     []drain.Step{teardown, Step("grpc", s.srv, g, 5*time.Second)}})
+	require.NoError(t, err)
+
+	rep := d.Shutdown(context.Background())
+	td := rep.Phase("teardown")
+	require.Equal(t, drain.OK, td.Result, td.Error)
+	assert.Equal(t, codes.Unavailable, status.Code(ended), "%v", ended)
+	assert.Contains(t, status.Convert(ended).Message(), "server stopping")
+	assert.Equal(t, codes.Unavailable, status.Code(fresh), "a stream opened after: %v", fresh)
+	assert.Contains(t, status.Convert(fresh).Message(), "node draining", "refused, not served")
+	grpcStep := rep.Phase("grpc")
+	assert.Equal(t, drain.OK, grpcStep.Result, grpcStep.Error)
+	require.NoError(t, rep.Err())
+}
