@@ -159,7 +159,9 @@ func sameProcfs(procRoot string) bool {
 // an open fd, a mapping or a ring of a wanted device, or, what it holds
 // still not known, a possible holder; that check stops at the first hold
 // it finds and reads nothing past ctx's end, what it did not read is not
-// known) and sends SIGKILL (HolderFate.Signalled); once every doomed
+// known) and sends SIGKILL (HolderFate.Signalled), checkParallel
+// holders at a time, so that a slow procfs read delays no other
+// holder's SIGKILL much; once every doomed
 // holder has its SIGKILL, it waits for their pidfds to say they exited
 // (Killed), together and at most until ctx ends: N holders cost one exit
 // wait, and a slow one delays no other's SIGKILL. Once ctx has ended, a
@@ -200,8 +202,9 @@ func killPinned(ctx context.Context, procRoot string, held map[int][]Holder, dev
 	}
 	slices.Sort(ids)
 	same := sameProcfs(procRoot)
-	seen := map[int]int{}      // pid -> index in fates
-	killed := map[int]pinned{} // pid -> the process sent SIGKILL
+	seen := map[int]int{} // pid -> index in fates of the hold its check decides
+	dup := map[int]int{}  // index in fates -> that of the same process's first hold
+	var checks []int      // indexes in fates of the holds to check, one per process
 	for _, id := range ids {
 		for _, h := range held[id] {
 			f := HolderFate{Holder: h, Device: id}
@@ -222,23 +225,52 @@ func killPinned(ctx context.Context, procRoot string, held map[int][]Holder, dev
 				f.Reason = "the server's cgroup is unknown: " + err.Error()
 			default:
 				if i, ok := seen[h.PID]; ok {
-					f = fates[i] // one process, several fds or devices: decided once
-					f.Holder, f.Device = h, id
-					fates = append(fates, f)
-					continue
-				}
-				seen[h.PID] = len(fates)
-				var p pinned
-				if f, p = decideAndSignal(ctx, procRoot, mine, own, f, devs, pin); p != nil {
-					killed[h.PID] = p
+					dup[len(fates)] = i // one process, several fds or devices: decided once
+				} else {
+					seen[h.PID] = len(fates)
+					checks = append(checks, len(fates))
 				}
 			}
 			fates = append(fates, f)
 		}
 	}
+	// The checks run side by side, as the exit waits do: each reads
+	// procfs (the cgroup, the start time, the fds), and on a loaded node
+	// one after another they took N times a slow read, the last holders
+	// getting their SIGKILL after the window, with no time to see them
+	// exit, and the daemon asked late.
+	pins := make([]pinned, len(fates))
+	sem := make(chan struct{}, checkParallel)
+	var wg sync.WaitGroup
+	for _, i := range checks {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fates[i], pins[i] = decideAndSignal(ctx, procRoot, mine, own, fates[i], devs, pin)
+		})
+	}
+	wg.Wait()
+	killed := map[int]pinned{} // pid -> the process sent SIGKILL
+	for i := range fates {
+		if j, ok := dup[i]; ok {
+			f := fates[j]
+			f.Holder, f.Device = fates[i].Holder, fates[i].Device
+			fates[i] = f
+		}
+		if pins[i] != nil {
+			killed[fates[i].Holder.PID] = pins[i]
+		}
+	}
 	waitExits(ctx, killed, fates)
 	return server, fates
 }
+
+// checkParallel is how many doomed holders the last resort checks (and
+// sends SIGKILL) at a time: enough that a read waiting in the kernel (a
+// cgroup file behind a busy cgroup lock, a long fd table) holds back no
+// other holder's SIGKILL, few enough that hundreds of VMMs do not each
+// walk procfs at once on a node whose CPUs are already the bottleneck.
+const checkParallel = 8
 
 // decideAndSignal handles one fd, mapping or ring holder of this PID
 // namespace; own is ownRoot's answer for mine. It returns the process

@@ -72,8 +72,8 @@
 // hierarchy; in a container on a cgroup v2 node, which sees its cgroup as
 // the root of its cgroup namespace, the container's cgroup, told from the
 // host's root by the cgroup.type file only non-root cgroups have; pinned
-// with a pidfd, checked again, sent SIGKILL, all of them before any exit
-// wait, then waited for together; one whose exit is not seen by the end
+// with a pidfd, checked again, sent SIGKILL, eight checks at a time and
+// all of them before any exit wait, then waited for together; one whose exit is not seen by the end
 // of the last resort's part of the reserve runs no more code and no
 // longer keeps a disk from stopping), STOP_DEVs
 // every device no holder is left on while the daemon still serves it, and

@@ -568,3 +568,49 @@ func TestLastResortDropsTheHoldsItsChecksFoundGone(t *testing.T) {
 		assert.Equal(t, VerdictStopped, rep.Verdict)
 	})
 }
+
+// sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, no
+// control device; twenty VMMs of the pod hold device 0 open and never
+// close it, each takes 50 ms to exit once SIGKILLed, and the check before
+// each one's SIGKILL (its cgroup, its pidfd, its start time, its fds) takes
+// 10 ms: procfs on a loaded node. 59.5 s, the last-resort point: the
+// checks run side by side, eight at a time, and every VMM has its SIGKILL
+// by 59.53 s .. 59.58 s: all twenty seen exiting, well inside the last
+// resort's 150 ms; the daemon is asked to stop and stops both devices.
+// Before, the checks ran one after another: the twentieth SIGKILL came at
+// 59.7 s, five VMMs got theirs after the window's end with no exit wait,
+// and the daemon was asked at 59.7 s, 50 ms into its own part of the
+// reserve.
+func TestLastResortChecksTheDoomedHoldersSideBySide(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exits := map[int]time.Duration{}
+		for pid := 200; pid < 220; pid++ {
+			exits[pid] = 50 * time.Millisecond
+		}
+		d, td, vmms := doomedVMMs(t, exits)
+		td.cfg.killHolders = func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate) {
+			return killPinned(ctx, procRoot, held, devs, daemon, func(pid int) (pinned, error) {
+				time.Sleep(10 * time.Millisecond) // the check's procfs reads on a loaded node
+				if v, ok := vmms[pid]; ok {
+					return v, nil
+				}
+				return nil, os.ErrProcessDone
+			})
+		}
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		for pid, v := range vmms {
+			require.Len(t, v.sent, 1, "pid %d", pid)
+			assert.LessOrEqual(t, v.sent[0].Sub(rep.Start), 59530*time.Millisecond, "pid %d SIGKILLed by the third round of checks", pid)
+		}
+		require.NotNil(t, rep.LastResort)
+		assert.Len(t, rep.LastResort.Killed(), 20, "all twenty seen exiting")
+		assert.Empty(t, rep.LastResort.Dying())
+		req := rep.Step("request stop")
+		require.NotNil(t, req)
+		assert.Equal(t, 59580*time.Millisecond, req.Start.Sub(rep.Start), "asked once the last exit was seen")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+	})
+}
