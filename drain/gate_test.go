@@ -245,7 +245,7 @@ func TestGateWaitDoesNotWaitForAStream(t *testing.T) {
 // Retry-After, the gate's error, and a rejection counted; the handler
 // never runs and nothing stays in flight.
 func TestStreamOpenedOnceThePreservePhaseEndedIsRefused(t *testing.T) {
-	g := &Gate{Exempt: []Class{Pause, Checkpoint, Delete, Stream}} // NewServer's
+	g := &Gate{Exempt: []Class{Pause, Checkpoint, Delete, Stream}} // as NewServer's, for streams
 	served := false
 	follow := g.Admit(Stream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served = true }))
 	create := g.Admit(Create, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))

@@ -139,8 +139,11 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
 	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
 	// Pause, Checkpoint and Delete take work off the node; a Stream
-	// follows a sandbox that is still on it, and ends once it is preserved.
-	gate := &Gate{Exempt: []Class{Pause, Checkpoint, Delete, Stream}}
+	// follows a sandbox that is still on it, and ends once it is
+	// preserved; a KeepAlive keeps one running here, where it is
+	// preserved, rather than ended by the server's own timeout during a
+	// preStop wait that may last the whole grace.
+	gate := &Gate{Exempt: []Class{Pause, Checkpoint, Delete, Stream, KeepAlive}}
 	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod, KubeletGrace: kubelet,
 		Pause: pc, Gate: gate}); err != nil {
 		var short shortfallError
@@ -308,8 +311,11 @@ func (s *Server) checkHook() error {
 // answered 503 with Retry-After, so no new sandbox lands on a node that is
 // going away. Gate operations on existing sandboxes through Drainer().Gate(),
 // whose Pause, Checkpoint and Delete are exempt (they take work off the
-// node, and are admitted while it drains), and so is Stream (a follow of a
-// sandbox still running here has nowhere else to go).
+// node, and are admitted while it drains), and so are Stream (a follow of a
+// sandbox still running here has nowhere else to go) and KeepAlive (refused
+// during the preStop wait, which may last the whole grace, it would let
+// the server's own timeout end a sandbox the drain preserves). Every other
+// class, Snapshot included, is refused from the preStop call on.
 // As with Gate.Admit, a create that boots its sandbox after h returned must
 // have it listed from then on. A call that streams for as long as its
 // client keeps it open (a log follow, an attach, a long-poll) is no

@@ -519,3 +519,47 @@ func TestSecondServerRunReturnsAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// Fault: on the one-call path a keep-alive (drain.KeepAlive) was refused
+// from the preStop call on: 503 "retry on another node" for a sandbox that
+// runs here and nowhere else, for as long as the preStop wait waits for it
+// to end (up to the grace: an hour in the README's manifest), so the
+// server's own timeout ended the sandbox, its user's work deleted, where
+// the drain would have preserved it (AgentENV itself refuses keep-alive
+// only at SIGTERM). The one-call path's gate now exempts KeepAlive, which
+// the drain never waits for: the sandbox runs on and is preserved. New
+// work (a create) and a snapshot, which would hold its sandbox out of the
+// preserve phase's listing while it runs, are still refused.
+func TestOneCallPathAdmitsKeepAlivesDuringThePreStopWait(t *testing.T) {
+	for k, v := range map[string]string{EnvGrace: "60", EnvHookListen: "", EnvHookSecret: "", EnvPodName: "",
+		EnvKubeletGrace: "", EnvPreserveEstimate: "", EnvSandboxTimeout: ""} {
+		t.Setenv(k, v)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 1, time.Second)
+		s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, node)
+		require.NoError(t, err)
+		ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+		call := func(h http.Handler) int {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sandboxes/sb-0", nil))
+			return rec.Code
+		}
+		g := s.Drainer().Gate()
+		hook := httptest.NewRecorder()
+		s.Drainer().PreStop().ServeHTTP(hook, httptest.NewRequest(http.MethodGet, "/drain?wait=0s", nil))
+		require.Equal(t, http.StatusOK, hook.Code)
+		require.True(t, g.Closed(), "the preStop wait runs")
+
+		time.Sleep(30 * time.Second) // well into the wait: the sandbox still runs
+		assert.Equal(t, http.StatusOK, call(g.Admit(KeepAlive, ok)), "a keep-alive of a sandbox running here")
+		assert.Equal(t, http.StatusServiceUnavailable, call(g.Admit(Snapshot, ok)))
+		assert.Equal(t, http.StatusServiceUnavailable, call(s.Admit(ok)), "no new sandbox")
+
+		rep := s.Drainer().Shutdown(context.Background())
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, 1, rep.Preserve.Counts[pause.Preserved])
+		require.NoError(t, rep.Err())
+	})
+}
