@@ -58,6 +58,10 @@ func (d *Drainer) readPod(at string) {
 				"at", at, "kubelet_grace", d.kubelet, "tightened", changed, "kill", d.budget.Kill())
 		case errors.Is(err, kube.ErrNotTerminating):
 			d.log.Info("drain: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands; Config.KubeletGrace would give the kubelet's own grace", "at", at)
+		case errors.Is(err, context.Canceled) && d.podCtx.Err() != nil:
+			// stopPodReads ended it: the drain is over, as it should be,
+			// and nothing is wrong with the API server.
+			d.log.Debug("drain: a read of the pod's deletion was stopped: the drain ended", "at", at, "error", err)
 		default:
 			d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
 		}

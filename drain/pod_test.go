@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -19,6 +20,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/draintest"
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -109,29 +111,52 @@ func stepPhase(name string, reserve time.Duration) deadline.Phase {
 }
 
 func TestPodThatRefusesEverythingDoesNotHoldUpTheDrain(t *testing.T) {
-	for name, set := range map[string]func(*podAPI){
-		"RBAC denies": func(a *podAPI) { a.Refuse(http.StatusForbidden) },
-		"API hangs":   func(a *podAPI) { a.Hang() },
+	for name, tc := range map[string]struct {
+		set  func(*podAPI)
+		read string // what the log says of the read of the pod
+	}{
+		"RBAC denies": {func(a *podAPI) { a.Refuse(http.StatusForbidden) }, "the budget stands"},
+		// The read is still waiting when the drain ends and stops it: no
+		// warning of its own (the drain ended as it should), the dropped
+		// Events are the API server's.
+		"API hangs": {func(a *podAPI) { a.Hang() }, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			api := newPodAPI(t)
-			set(api)
-			var logs bytes.Buffer
+			tc.set(api)
+			var logs logbuf.Buffer
 			cfg := api.cfg
 			cfg.EventTimeout = time.Hour // a hung POST ends only when Shutdown's flush ends it
 			pod, err := kube.New("sandboxd-0", cfg)
 			require.NoError(t, err)
-			f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 3, latency: time.Millisecond,
-				edit: func(c *Config) { c.Pod, c.Logger = pod, slog.New(slog.NewTextHandler(&logs, nil)) }})
+			var steps []Step
+			out := io.Writer(&logs)
+			if tc.read != "" { // the answer comes before the drain ends and stops the read
+				read := logbuf.NewSignal(tc.read)
+				out = io.MultiWriter(&logs, read)
+				steps = append(steps, step("answered", time.Second, func(context.Context) error {
+					select {
+					case <-read.Seen():
+					case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+					}
+					return nil
+				}))
+			}
+			f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 3, latency: time.Millisecond, steps: steps,
+				edit: func(c *Config) { c.Pod, c.Logger = pod, slog.New(slog.NewTextHandler(out, nil)) }})
 			rep := f.d.Shutdown(t.Context())
 			require.NoError(t, rep.Err())
 			assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved])
 			require.NotNil(t, rep.Events)
 			assert.Zero(t, rep.Events.Posted)
-			assert.Equal(t, 2, rep.Events.Dropped) // DrainStarted, DrainFinished
+			assert.Equal(t, 2+len(steps), rep.Events.Dropped) // DrainStarted, DrainFinished, StepFinished
 			assert.Equal(t, time.Hour, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the manifest's grace stands")
 			assert.Contains(t, logs.String(), "Kubernetes Events dropped")
-			assert.Contains(t, logs.String(), "the budget stands")
+			if tc.read != "" {
+				assert.Contains(t, logs.String(), tc.read)
+			} else {
+				assert.NotContains(t, logs.String(), "the budget stands")
+			}
 		})
 	}
 }

@@ -109,3 +109,68 @@ func (t answerAtCancel) RoundTrip(r *http.Request) (*http.Response, error) {
 	t.h.ServeHTTP(rec, r)
 	return rec.Result(), nil
 }
+
+// Fault: a read of the pod's deletion still in flight when the drain ended
+// (an API server slow to answer the SIGTERM read) is stopped by the drain,
+// as it must be before the Report is made, and that was logged at WARN,
+// "the pod's deletion could not be read: the budget stands", on every such
+// drain: a warning for the drain doing what it should, read by an operator
+// as an API server or RBAC fault. It is now a DEBUG line; a read that
+// fails on its own (its 2 s timeout) is still a warning.
+//
+//	0 s ...... preStop call: its read of the pod starts, never answered
+//	2 s ...... that read times out: WARN
+//	3 s ...... SIGTERM: its read starts, never answered; 1 sandbox, 200 ms
+//	3.2 s .... the drain ends and stops the read: DEBUG
+func TestPodReadStoppedAtTheDrainsEndIsNoWarning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.SetDeletion(time.Now().Add(time.Minute))
+		budget, err := deadline.New(time.Minute, deadline.Config{Margin: time.Second})
+		require.NoError(t, err)
+		node := draintest.NewNode()
+		node.AddN("sb", 1, 200*time.Millisecond)
+		var logs logbuf.Buffer
+		d, err := drain.New(drain.Config{
+			Budget: budget, Sandboxes: node, Pod: unansweredPodReads(t, api),
+			Pause:  pause.Config{Estimator: deadline.NewEstimator(200 * time.Millisecond)},
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		})
+		require.NoError(t, err)
+
+		hook := httptest.NewRecorder()
+		d.PreStop().ServeHTTP(hook, httptest.NewRequest(http.MethodGet, "/drain?wait=0s", nil))
+		require.Equal(t, http.StatusOK, hook.Code)
+		time.Sleep(3 * time.Second)
+		rep := d.Shutdown(t.Context())
+		require.NoError(t, rep.Err())
+
+		const failed = `msg="drain: the pod's deletion could not be read: the budget stands"`
+		assert.Contains(t, logs.String(), "level=WARN "+failed+" at=preStop", "a read that timed out on its own")
+		assert.NotContains(t, logs.String(), failed+" at=SIGTERM")
+		assert.Contains(t, logs.String(), `level=DEBUG msg="drain: a read of the pod's deletion was stopped: the drain ended" at=SIGTERM`)
+	})
+}
+
+// unansweredPodReads is the pod reader of api, served in memory (synctest)
+// by an API server that never answers a read of the pod: the read returns
+// its context's error. Every other request (the Events) it answers at once.
+func unansweredPodReads(t *testing.T, api *fakeapiserver.Pod) *kube.Pod {
+	t.Helper()
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
+	pod, err := kube.New(api.Name, kube.Config{Host: "https://api.test", Namespace: api.Namespace, UID: api.UID, TokenFile: token,
+		Client: &http.Client{Transport: noAnswer{api}}})
+	require.NoError(t, err)
+	return pod
+}
+
+type noAnswer struct{ h http.Handler }
+
+func (t noAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	return answerAtCancel(t).RoundTrip(r)
+}
