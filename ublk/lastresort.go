@@ -150,7 +150,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		return f != nil && (!scanned || r.stillSignalled(f))
 	})
 	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
-	stopped, failed := 0, 0
+	stopped, pending, failed := 0, 0, 0
 	for _, d := range r.dev {
 		if _, ok := left[d.cur.ID]; ok || !d.live() || r.cfg.openControl == nil {
 			continue
@@ -158,15 +158,19 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		if r.openControl() != nil {
 			break // the daemon's own stop does it, if it is asked
 		}
-		if d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) },
-			r.lastResort.Deadline); d.stopped {
+		d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) },
+			r.lastResort.Deadline)
+		switch {
+		case d.stopped:
 			stopped++
-		} else {
+		case slices.Contains(d.pending, "STOP_DEV"):
+			pending++ // sent: the kernel runs it on
+		default:
 			failed++
 		}
 	}
-	result := fmt.Sprintf("%d holder(s) killed, %d spared; STOP_DEV done for %d device(s), failed for %d; %d device(s) still held",
-		len(lr.Killed()), len(lr.Spared()), stopped, failed, len(left))
+	result := fmt.Sprintf("%d holder(s) killed, %d spared; STOP_DEV done for %d device(s), sent and not complete for %d, failed for %d; %d device(s) still held",
+		len(lr.Killed()), len(lr.Spared()), stopped, pending, failed, len(left))
 	if !scanned {
 		result += "; not scanned again: its part of the reserve was over, the holders are the last scan's less what it killed"
 	}

@@ -71,7 +71,13 @@ type DeviceReport struct {
 	// closed.
 	Holders []Holder     `json:"holders,omitempty"`
 	Steps   []StepResult `json:"steps,omitempty"`
-	Verdict Verdict      `json:"verdict"`
+	// Pending are the control commands (STOP_DEV, DEL_DEV) the step sent
+	// for the device whose completion it had not seen when it ended: the
+	// driver does not cancel them, and runs them on after the step. The
+	// device may then stop, or go, after the step returned: Final and
+	// Verdict are what was known when it ended.
+	Pending []string `json:"pending,omitempty"`
+	Verdict Verdict  `json:"verdict"`
 }
 
 // DriverInfo is the driver's own account of a device (GET_DEV_INFO), where
@@ -164,8 +170,12 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "ublk teardown: %s (kernel %s, %s by rule %q) in %v\n", r.Verdict, r.Kernel, r.KernelClass,
 		r.KernelDecision.Rule, r.Duration.Round(time.Millisecond))
 	for _, d := range r.Devices {
+		final := d.Final.State()
+		if len(d.Pending) > 0 {
+			final += ", " + strings.Join(d.Pending, ", ") + " pending"
+		}
 		fmt.Fprintf(&b, "  ublkb%d: %s -> %s; in flight %d -> %d; %d holders: %s\n", d.ID,
-			d.Initial.State(), d.Final.State(), d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict)
+			d.Initial.State(), final, d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict)
 	}
 	if lr := r.LastResort; lr != nil {
 		dying := ""

@@ -51,6 +51,27 @@ type devState struct {
 	stopped  bool     // STOP_DEV completed through the control device
 	dead     bool     // GET_DEV_INFO said DEAD: stopped, nothing in flight
 	deleted  bool     // DEL_DEV completed through the control device
+	// pending are the control commands sent for the device whose
+	// completion was not seen before their window ended: the driver runs
+	// them on (see pendingNow).
+	pending []string
+}
+
+// pendingNow returns the commands sent for d still not known complete: a
+// STOP_DEV until the device is known stopped, a DEL_DEV while it is in
+// sysfs.
+func (d *devState) pendingNow() []string {
+	var out []string
+	for _, name := range d.pending {
+		switch {
+		case !d.cur.Present():
+		case name == "STOP_DEV" && (d.stopped || d.dead):
+		case slices.Contains(out, name):
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // live reports whether the device may still have block I/O that only the
@@ -175,8 +196,11 @@ func (r *run) refresh() {
 			continue // keep the last state; a transient read error is not a change
 		}
 		by := "by the daemon"
-		if d.stopped {
+		switch {
+		case d.stopped:
 			by = "after STOP_DEV"
+		case slices.Contains(d.pending, "STOP_DEV"):
+			by = "after STOP_DEV (sent, not seen complete)" // its start removes the disk
 		}
 		if d.cur.Disk && !next.Disk {
 			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "disk removed", Start: since, Duration: now.Sub(since), Result: by})
@@ -624,17 +648,32 @@ func (r *run) openControl() error {
 }
 
 // devStep runs one control command for d, bounded by until (or ctx), and
-// records it.
-func (r *run) devStep(d *devState, name string, f func(context.Context) error, until time.Time) bool {
+// records it. It returns whether the command completed; one that ended
+// with its window, sent and its completion not seen, is pending: the
+// driver does not cancel control commands, so it may still complete after
+// the step, and the step says so instead of calling it failed.
+func (r *run) devStep(d *devState, name string, f func(context.Context) error, until time.Time) (done bool) {
 	start := time.Now()
-	err := r.within(until, f)
+	ctx, cancel := r.ctx, context.CancelFunc(func() {})
+	if !until.IsZero() {
+		ctx, cancel = context.WithDeadline(r.ctx, until)
+	}
+	err := f(ctx)
+	cancel()
 	st := StepResult{Name: name, Start: start, Duration: time.Since(start), Result: "done"}
-	if err != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		end, _ := ctx.Deadline()
+		st.Result = fmt.Sprintf("sent; not complete when its window ended (%s, %v): the kernel runs it on, and may complete it after the step",
+			end.Format(time.RFC3339Nano), ctx.Err())
+		d.pending = append(d.pending, name)
+	default:
 		st.Result, st.Err = "", err.Error()
 		r.causes = append(r.causes, err)
 	}
 	d.rep.Steps = append(d.rep.Steps, st)
-	r.cfg.logger.InfoContext(r.ctx, "ublk: "+name, "device", d.cur.ID, "err", err)
+	r.cfg.logger.InfoContext(r.ctx, "ublk: "+name, "device", d.cur.ID, "result", st.Result, "err", err)
 	return err == nil
 }
 
@@ -672,6 +711,10 @@ func (r *run) finish() error {
 	worst, worstLeft := VerdictStopped, VerdictKilled
 	for _, d := range r.dev {
 		d.rep.Final = d.cur
+		if d.rep.Pending = d.pendingNow(); len(d.rep.Pending) > 0 {
+			r.rep.Note = joinNote(r.rep.Note, fmt.Sprintf("%s: %s sent, not complete when the step ended: the kernel runs it on, "+
+				"so the device may stop or go after the step; its verdict is what was known then", d.cur.DiskName(), strings.Join(d.rep.Pending, ", ")))
+		}
 		d.rep.InflightAfter = d.inflight
 		if d.drained() && !d.cur.Disk {
 			d.rep.InflightAfter = Inflight{} // STOP_DEV completed: every request was answered

@@ -571,7 +571,47 @@ func TestDiskGoneButStopPendingIsStillLive(t *testing.T) {
 			}
 		}
 		require.NotNil(t, stop)
-		assert.Contains(t, stop.Err, "deadline exceeded")
+		assert.Contains(t, stop.Result, "deadline exceeded")
+	})
+}
+
+// A hung daemon holds I/O on a vulnerable kernel: 0 .. 54 s, the control
+// fallback sends STOP_DEV, which removes the disk from sysfs at once and
+// then waits in the kernel for the I/O only the daemon can answer .. 57 s,
+// the kill's part of the reserve: its completion not seen, the command
+// still runs in the kernel (the driver does not cancel control commands),
+// and may finish after the step returns .. 60 s: the step returns
+// left_live, the daemon left running. The Report says what it knows:
+// STOP_DEV sent and not complete (pending), not failed; the disk removed
+// by that STOP_DEV, not by the hung daemon; and a note that the device may
+// stop after the step. Before, the STOP_DEV step said it failed ("context
+// deadline exceeded"), the disk's removal was put down to the daemon, and
+// the one-line summary read "live -> dead" with nothing pending.
+func TestStopDevNotCompleteByItsWindowsEndIsReportedPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, drainBlocks: true}
+		td, err := New(d, f.config(vulnerable, ctl, Config{}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		dr := rep.Device(0)
+		assert.Equal(t, VerdictLeftLive, dr.Verdict)
+		assert.Equal(t, []string{"STOP_DEV"}, dr.Pending)
+		steps := map[string]StepResult{}
+		for _, s := range dr.Steps {
+			steps[s.Name] = s
+		}
+		assert.Empty(t, steps["STOP_DEV"].Err, "sent, not failed")
+		assert.Contains(t, steps["STOP_DEV"].Result, "sent; not complete when its window ended")
+		assert.Equal(t, "after STOP_DEV (sent, not seen complete)", steps["disk removed"].Result, "not by the hung daemon")
+		assert.Contains(t, rep.Note, "ublkb0: STOP_DEV sent, not complete when the step ended")
+		assert.Contains(t, rep.String(), "ublkb0: live -> dead, STOP_DEV pending;")
 	})
 }
 
