@@ -244,6 +244,10 @@ func New(cfg Config) (*Drainer, error) {
 	return d, nil
 }
 
+// kubeletGraceNeedsPod is why the kubelet's own grace is of no use
+// without the pod's API access: New's error and NewServer's warning say it.
+const kubeletGraceNeedsPod = "only the pod's missing deletionTimestamp tells the kubelet's own termination from a deletion"
+
 func (cfg *Config) validate() error {
 	if cfg.Budget == nil {
 		return fmt.Errorf("drain: Config.Budget must not be nil")
@@ -269,7 +273,7 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("drain: Config.KubeletGrace must not be negative, got %v", cfg.KubeletGrace)
 	}
 	if cfg.KubeletGrace > 0 && cfg.Pod == nil {
-		return fmt.Errorf("drain: Config.KubeletGrace (%v) needs Config.Pod: only the pod's missing deletionTimestamp tells the kubelet's own termination from a deletion", cfg.KubeletGrace)
+		return fmt.Errorf("drain: Config.KubeletGrace (%v) needs Config.Pod: %s", cfg.KubeletGrace, kubeletGraceNeedsPod)
 	}
 	if cfg.Preserver != nil && isNilValue(cfg.Preserver) {
 		return fmt.Errorf("drain: Config.Preserver is a nil %T", cfg.Preserver)

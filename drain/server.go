@@ -237,7 +237,7 @@ func (s *Server) kubeletGrace(pod *kube.Pod) (time.Duration, error) {
 		return g, err
 	}
 	s.log.Warn("drain: "+EnvKubeletGrace+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+
-		"only the pod's missing deletionTimestamp tells the kubelet's own termination from a deletion", "kubelet_grace", g)
+		kubeletGraceNeedsPod, "kubelet_grace", g)
 	return 0, nil
 }
 
