@@ -57,7 +57,9 @@ func Example_wiring() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	gate := &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Checkpoint, drain.Delete}}
+	// As NewServer's gate: what takes work off the node, a follow of a sandbox
+	// still running here, and a keep-alive that keeps it running until preserved.
+	gate := &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Checkpoint, drain.Delete, drain.Stream, drain.KeepAlive}}
 	d, err := drain.New(drain.Config{
 		Budget:    budget,
 		Gate:      gate,
