@@ -51,7 +51,9 @@
 // less the processes it killed and those its check before a kill found
 // exited or holding no disk);
 // a process a scan did not reach keeps what the last scan that read it
-// found. Each scan reads it again,
+// found, and a scan that cannot list procfs at all keeps every hold the
+// last one found there (the processes a possible holder, as above). Each
+// scan reads it again,
 // so a ring busy only now and then is soon listed and the process known
 // for what it is; one never listed is waited for until the last-resort
 // point, then killed when doomed (below), and otherwise set aside: the

@@ -614,3 +614,47 @@ func TestLastResortChecksTheDoomedHoldersSideBySide(t *testing.T) {
 		assert.Equal(t, VerdictStopped, rep.Verdict)
 	})
 }
+
+// 0 .. pid 99, a VMM, holds device 0 open and never closes it; a scan
+// every 5 s .. 9 s: procfs cannot be read any more (here it is gone from
+// where the step reads it; on a node, a process out of file descriptors
+// cannot open it) .. 10 s: the scan reads no process, and what the processes hold is not
+// known. The last scan's holds stand, and the processes not read are a
+// possible holder of every disk, which the Report names .. 12 s: procfs
+// reads again, and the next scans find pid 99 as before .. 60 s: with the
+// last resort off, the step returns a HeldError naming it, the daemon
+// never asked to stop under it. Before, the failed scan was taken for one
+// that found no holder: at 10 s the daemon was asked to stop, and stopped
+// the disk under the VMM.
+func TestScanThatCannotReadProcfsKeepsWhatTheLastScanFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		node := filepath.Join(t.TempDir(), "ublkb0")
+		require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
+		require.NoError(t, os.Symlink(node, filepath.Join(f.proc, "99", "fd", "3")))
+		time.AfterFunc(9*time.Second, func() { require.NoError(t, os.Rename(f.proc, f.proc+".away")) }) // not as a scan runs
+		time.AfterFunc(12*time.Second, func() { require.NoError(t, os.Rename(f.proc+".away", f.proc)) })
+		d := newMemDaemon(f.tree, 0)
+		d.step = 10 * time.Millisecond
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		require.Len(t, held.Holders[0], 1)
+		assert.Equal(t, 99, held.Holders[0][0].PID)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the VMM")
+		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
+		var unread []string
+		for _, h := range rep.Device(0).Holders {
+			if h.Kind == blockdev.Possible && h.PID == 0 {
+				unread = append(unread, h.Detail)
+			}
+		}
+		require.Len(t, unread, 1, "the Report names what the failed scan did not know: %+v", rep.Device(0).Holders)
+		assert.Contains(t, unread[0], "procfs not read")
+	})
+}

@@ -371,7 +371,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	found, err := blockdev.ScanWithHook(sctx, r.cfg.procRoot, devs, r.cfg.beforeProcess)
 	var cut *blockdev.CutError
 	if err != nil && !errors.As(err, &cut) {
-		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan failed; proceeding", "err", err)
+		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan could not read procfs; the last scan's holders stand", "err", err)
 	}
 	// A loop device backed by a disk holds it in the kernel, with no
 	// process: sysfs, like the stacked devices.
@@ -389,11 +389,41 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 			held[id] = append(held[id], holders(hs)...)
 		}
 	}
-	if cut != nil {
+	switch {
+	case cut != nil:
 		r.notRead(held, cut)
+	case err != nil: // procfs not listed: no process read
+		r.notScanned(held, err)
 	}
 	r.lastHeld = held
 	return held, err
+}
+
+// notScanned adds to held what a scan that could not list procfs at all
+// (err) does not know: every hold the last scan found there (a process's,
+// a mount, swap) stands, and the processes are a possible holder of every
+// disk, with no PID, as those of a scan cut short are (see notRead). A
+// failed scan found no holder because it read none: taken for one that
+// read them all, it had the daemon asked to stop under a VMM an earlier
+// scan had found holding its disk.
+func (r *run) notScanned(held map[int][]Holder, err error) {
+	for id, hs := range r.lastHeld {
+		for _, h := range hs {
+			switch {
+			case h.Kind == blockdev.Stacked || h.Kind == blockdev.Loop: // sysfs: read again
+			case h.Kind == blockdev.Possible && h.PID == 0: // that scan's processes not read: said again below
+			case !slices.Contains(held[id], h):
+				held[id] = append(held[id], h)
+			}
+		}
+	}
+	p := Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("procfs not read (%v): what the processes hold is not known; "+
+		"the last scan's holders stand", err)}
+	for _, d := range r.dev {
+		if d.cur.Disk && !slices.Contains(held[d.cur.ID], p) {
+			held[d.cur.ID] = append(held[d.cur.ID], p)
+		}
+	}
 }
 
 // notRead adds to held what a scan cut short did not read: for each
