@@ -52,6 +52,11 @@
 //   - Flush returns by its context's deadline with nothing left running.
 //   - The token file is read on every request (the kubelet rotates
 //     projected tokens).
+//   - Deletion's Timestamp is in this node's clock, which the kubelet times
+//     the grace in: the API server's deletionTimestamp less the offset
+//     between the two clocks that the response's Date header proves (a
+//     warning is logged from 1 s). Clocks that agree within about a second
+//     and the read's round trip are not corrected.
 //
 // # Why not client-go
 //

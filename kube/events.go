@@ -264,7 +264,7 @@ func (p *Pod) post(ctx context.Context, e queued) error {
 		return err
 	}
 	u := p.host + "/apis/events.k8s.io/v1/namespaces/" + url.PathEscape(p.ns) + "/events"
-	if _, err := p.do(ctx, http.MethodPost, u, body, http.StatusCreated, `"create" on "events" (apiGroups "events.k8s.io")`); err != nil {
+	if _, _, err := p.do(ctx, http.MethodPost, u, body, http.StatusCreated, `"create" on "events" (apiGroups "events.k8s.io")`); err != nil {
 		return fmt.Errorf("kube: POST event %s on pod %s/%s: %w", e.Reason, p.ns, p.name, err)
 	}
 	return nil

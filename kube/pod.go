@@ -195,10 +195,24 @@ func (p *Pod) Namespace() string { return p.ns }
 // Deletion is what the API server recorded when the pod was deleted.
 type Deletion struct {
 	// Timestamp is metadata.deletionTimestamp: the deletion request time
-	// plus the grace period, the time the kubelet will SIGKILL the pod. The
-	// API server stores it with whole-second precision, so it reads up to
-	// 1 s early; Budget.Tighten therefore errs on the safe side.
+	// plus the grace period, the time the kubelet will SIGKILL the pod, in
+	// this node's clock. The API server wrote it in its own clock, and
+	// the kubelet times the grace in the node's: when the response's Date
+	// header proves the two clocks apart, Timestamp is the server's value
+	// less that offset (ClockOffset), so that it can be compared with
+	// time.Now. The API server stores it with whole-second precision, so
+	// it reads up to 1 s early; Budget.Tighten therefore errs on the safe
+	// side.
 	Timestamp time.Time
+	// ClockOffset is how far the API server's clock was found ahead of
+	// this node's (negative: behind) by the read, and Timestamp corrected
+	// by: the least offset the response's Date header (whole seconds, sent
+	// between the request and its answer) proves, zero when it proves none
+	// (clocks within about a second and the read's round trip of each
+	// other, or no Date). An offset the read cannot prove stays in
+	// Timestamp, so a node whose clock is behind the API server's still
+	// reads SIGKILL up to that second and round trip late.
+	ClockOffset time.Duration
 	// Grace is metadata.deletionGracePeriodSeconds: the grace period the
 	// deletion asked for, which the kubelet uses instead of the manifest's
 	// terminationGracePeriodSeconds. Zero if the field is absent.
@@ -267,6 +281,18 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 	case err == nil:
 		span.SetAttributes(attribute.String("k8s.pod.deletion_timestamp", d.Timestamp.UTC().Format(time.RFC3339)),
 			attribute.Int64("k8s.pod.deletion_grace_period_seconds", int64(d.Grace/time.Second)))
+		if off := obj.offset; off != 0 {
+			// The kubelet's SIGKILL comes G after it saw the deletion, by
+			// the node's clock: the server's timestamp, read as it is,
+			// would put it off by the offset (a node 5 minutes ahead: a
+			// 30 s grace read as 4m30s past, no budget at all).
+			d.Timestamp, d.ClockOffset = d.Timestamp.Add(-off), off
+			span.SetAttributes(attribute.Int64("drainkit.kube.clock_offset_ms", off.Milliseconds()))
+			if off >= time.Second || off <= -time.Second {
+				p.log.Warn("kube: the API server's clock is not this node's: the pod's deletionTimestamp is read in this node's clock",
+					"offset", off, "deletion_timestamp", d.Timestamp)
+			}
+		}
 	case errors.Is(err, ErrNotTerminating):
 		span.SetAttributes(attribute.Bool("k8s.pod.terminating", false))
 	default:
@@ -335,6 +361,9 @@ type podObject struct {
 	Spec struct {
 		TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds"`
 	} `json:"spec"`
+	// offset is the API server's clock less this node's, as far as the
+	// response proved it (clockOffset).
+	offset time.Duration
 }
 
 func (o *podObject) deletion() (Deletion, error) {
@@ -351,11 +380,11 @@ func (o *podObject) deletion() (Deletion, error) {
 // get reads the pod object, and remembers its UID for events.
 func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	u := p.host + "/api/v1/namespaces/" + url.PathEscape(p.ns) + "/pods/" + url.PathEscape(p.name)
-	body, err := p.do(ctx, http.MethodGet, u, nil, http.StatusOK, `"get" on "pods"`)
+	body, offset, err := p.do(ctx, http.MethodGet, u, nil, http.StatusOK, `"get" on "pods"`)
 	if err != nil {
 		return nil, fmt.Errorf("kube: GET pod %s/%s: %w", p.ns, p.name, err)
 	}
-	var pod podObject
+	pod := podObject{offset: offset}
 	if err := json.Unmarshal(body, &pod); err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			// A server (or a proxy) that gave up when the request was
@@ -379,17 +408,19 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 }
 
 // do sends one request with the current token and returns the body of a
-// response with status want; any other status is an *APIError.
-func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, need string) ([]byte, error) {
+// response with status want, and the API server's clock less this node's
+// as far as the response's Date proves it; any other status is an
+// *APIError.
+func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, need string) ([]byte, time.Duration, error) {
 	token, err := readToken(p.token)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	client := p.client
 	if client == nil {
 		pool, err := loadCA(p.ca)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 		defer tr.CloseIdleConnections()
@@ -401,17 +432,19 @@ func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, n
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	sent := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	offset := clockOffset(resp.Header.Get("Date"), sent, time.Now())
 	defer resp.Body.Close()
 	got, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
 	if err == nil && resp.StatusCode != want {
@@ -421,9 +454,34 @@ func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, n
 		// The context ended while the answer came in. The transport may
 		// still hand over a response that the server cut short when the
 		// connection closed; the context is the cause, so report it.
-		return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
+		return nil, 0, fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
-	return got, err
+	return got, offset, err
+}
+
+// clockOffset is how far the clock of the server that sent date (an HTTP
+// Date header) is ahead of this node's, for a request sent at sent and
+// answered at got (this node's clock): the offset nearest zero among those
+// the header allows, zero when it allows zero or there is no valid date.
+//
+// The server's clock read date, or up to a second more (the header keeps
+// whole seconds), at some moment between sent and got: the offset is in
+// (date - got, date + 1s - sent). Taking the bound nearest zero corrects
+// no more than is proved: never by a second that the header's precision
+// or the round trip could explain.
+func clockOffset(date string, sent, got time.Time) time.Duration {
+	d, err := http.ParseTime(date)
+	if date == "" || err != nil {
+		return 0
+	}
+	sent, got = sent.Round(0), got.Round(0) // wall clocks: the server's is one
+	switch lo, hi := d.Sub(got), d.Add(time.Second).Sub(sent); {
+	case lo > 0:
+		return lo
+	case hi < 0:
+		return hi
+	}
+	return 0
 }
 
 func apiError(code int, body []byte, need string) *APIError {

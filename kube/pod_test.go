@@ -570,3 +570,75 @@ func TestGraceReadsTheSpec(t *testing.T) {
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, http.StatusForbidden, apiErr.StatusCode)
 }
+
+// skewedPod serves the pod as an API server whose clock is skew ahead of
+// this node's (negative: behind): its Date header, and a deletion that
+// asked for graceSeconds, timed by that clock as the API server does.
+func skewedPod(t *testing.T, skew time.Duration, graceSeconds int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now().Add(skew)
+		w.Header().Set("Date", now.UTC().Format(http.TimeFormat))
+		podJSON(t, deleted(now.Add(time.Duration(graceSeconds)*time.Second), graceSeconds))(w, r)
+	}
+}
+
+// The deletionTimestamp is the API server's clock; the kubelet's SIGKILL
+// comes the grace after it saw the deletion, by the node's. A node whose
+// clock is ahead read a 30 s deletion as past (no budget at all), one
+// whose clock is behind read it minutes late.
+func TestDeletionTimestampIsInThisNodesClock(t *testing.T) {
+	for _, skew := range []time.Duration{5 * time.Minute, -5 * time.Minute, 3 * time.Second, -3 * time.Second} {
+		t.Run("server ahead by "+skew.String(), func(t *testing.T) {
+			_, cfg := newAPIServer(t, skewedPod(t, skew, 30))
+			before := time.Now()
+			d, err := newPod(t, cfg, testPod).Deletion(t.Context())
+			after := time.Now()
+			require.NoError(t, err)
+			// SIGKILL is 30 s after the deletion by this node's clock: up to
+			// 1 s early for the timestamp's whole seconds, up to 1 s and the
+			// round trip late for the Date header's.
+			lo, hi := before.Add(29*time.Second), after.Add(31*time.Second)
+			assert.True(t, !d.Timestamp.Before(lo) && !d.Timestamp.After(hi),
+				"deletionTimestamp %v read as %v: want within [%v, %v] (now+30s)", skew, d.Timestamp.Sub(before), lo.Sub(before), hi.Sub(before))
+			assert.InDelta(t, skew.Seconds(), d.ClockOffset.Seconds(), 1.5, "offset")
+		})
+	}
+}
+
+// A node 5 minutes ahead of the API server, kubectl delete --grace-period=30
+// during the preStop hook: the budget's SIGKILL is 30 s out, not T0 (the
+// server's deletionTimestamp, read in this node's clock, is 4m30s past).
+func TestTightenWithANodeClockAheadOfTheAPIServer(t *testing.T) {
+	_, cfg := newAPIServer(t, skewedPod(t, -5*time.Minute, 30))
+	b, err := deadline.New(3600*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	t0 := time.Now()
+	b.OnPreStop(t0)
+	changed, err := newPod(t, cfg, testPod).Tighten(t.Context(), b)
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.GreaterOrEqual(t, b.Kill().Sub(t0), 28*time.Second, "SIGKILL at T0+%v", b.Kill().Sub(t0))
+	assert.LessOrEqual(t, b.Kill().Sub(t0), 31*time.Second+time.Since(t0), "SIGKILL at T0+%v", b.Kill().Sub(t0))
+}
+
+func TestClockOffsetCorrectsOnlyWhatTheDateHeaderProves(t *testing.T) {
+	sent := time.Date(2026, 12, 2, 16, 0, 0, 300_000_000, time.UTC)
+	got := sent.Add(50 * time.Millisecond)
+	date := func(at time.Time) string { return at.UTC().Format(http.TimeFormat) }
+	tests := []struct {
+		name string
+		date string
+		want time.Duration
+	}{
+		{"same clock", date(sent), 0}, // 16:00:00 at 16:00:00.3
+		{"the second before", date(sent.Add(-time.Second)), -300 * time.Millisecond}, // 15:59:59.99 at most, by 16:00:00.3: at least that behind
+		{"the second after", date(sent.Add(time.Second)), 650 * time.Millisecond},    // 16:00:01 by 16:00:00.35: at least that ahead
+		{"server 10 s ahead", date(sent.Add(10 * time.Second)), 10*time.Second - 350*time.Millisecond},
+		{"server 10 s behind", date(sent.Add(-10 * time.Second)), -10*time.Second + 700*time.Millisecond},
+		{"no Date", "", 0},
+		{"garbage", "yesterday", 0},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.want, kube.ClockOffset(tc.date, sent, got), tc.name)
+	}
+}
