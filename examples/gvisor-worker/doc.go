@@ -6,7 +6,8 @@
 //
 // On SIGTERM: Run and Restore answer codes.Unavailable while Checkpoint stays allowed (an
 // actor may still suspend itself); every live sandbox is checkpointed in parallel inside
-// the budget the grace period leaves (not a fixed minute), as many at once as the node
+// the budget the grace period leaves (not a fixed minute: -grace, cut to the pod's
+// deletionTimestamp when -pod, default $POD_NAME, gives API access), as many at once as the node
 // takes (-concurrency 0, the default: the adaptive limit, from the level the last
 // shutdown learned, kept in STATE_DIR/learned-rates.json with the estimate of a
 // checkpoint; -concurrency N fixes it); a sandbox that could not be

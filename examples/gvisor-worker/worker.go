@@ -28,6 +28,7 @@ import (
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/internal/termmsg"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/escalate"
 )
@@ -50,6 +51,14 @@ type config struct {
 	// TerminationLog is where the drain's summary goes at exit (-termination-log, else
 	// $DRAINKIT_TERMINATION_LOG, else /dev/termination-log when the kubelet mounted it).
 	TerminationLog string
+	// Pod is this pod's name in the Kubernetes API (-pod, default $POD_NAME from the
+	// Downward API): the drain reads its deletionTimestamp (kubectl delete
+	// --grace-period, an eviction: a grace shorter than -grace) and posts its Events on
+	// it. Empty: no API access, -grace stands.
+	Pod string
+	// Kube reaches the API server; its zero value is the pod's mounted service account.
+	// No flag sets it: the tests' API server on loopback.
+	Kube kube.Config
 }
 
 func parseFlags(args []string, output io.Writer) (config, error) {
@@ -63,6 +72,7 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "checkpoints run at once at shutdown: n > 0 fixes it; 0 (the default) adapts, between 1 and 32, from what the last shutdown learned ("+learned.File+" in -state-dir)")
 	fs.StringVar(&c.Runtime, "runtime", "runsc", "runsc, or fake for in-process sandboxes")
 	fs.DurationVar(&c.PauseLatency, "pause-latency", 2*time.Second, "how long a fake checkpoint takes; with runsc, the first estimate")
+	fs.StringVar(&c.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs get on pods and create on events.k8s.io events); empty: no API access")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -267,6 +277,7 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 	if err != nil {
 		return fmt.Errorf("-grace: %w", err)
 	}
+	pod := w.pod()
 	w.steps = []drain.Step{
 		drain.NewStep(deadline.Phase{Name: "escalate", Reserve: deadline.Fixed(clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second))},
 			func(ctx context.Context) (any, error) { return nil, w.escalate(ctx) }),
@@ -281,6 +292,7 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 			Pause:     pc,
 			Steps:     w.steps,
 			Logger:    w.logger,
+			Pod:       pod,
 		})
 		return err
 	}
@@ -301,6 +313,22 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 			w.cfg.Grace, w.cfg.PauseLatency, err)}
 	}
 	return nil
+}
+
+// pod is this pod in the Kubernetes API (-pod), or nil when there is none or no service
+// account is mounted: the drain then goes on with -grace and posts no Events.
+func (w *Worker) pod() *kube.Pod {
+	if w.cfg.Pod == "" {
+		return nil
+	}
+	cfg := w.cfg.Kube
+	cfg.Logger = w.logger
+	pod, err := kube.New(w.cfg.Pod, cfg)
+	if err != nil {
+		w.logger.Warn("no Kubernetes API access: -grace stands, no Events", "error", err)
+		return nil
+	}
+	return pod
 }
 
 // usageError is newWorker's error when the flags, valid one by one, make no plan that

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
+)
+
+// kubectl delete --grace-period=8 on a worker whose -grace is the manifest's hour: the
+// kubelet SIGKILLs it 8 s after the deletion, and only the API server knows. The worker
+// had no -pod: it never read its pod, planned the drain for an hour and posted no Event,
+// so with more checkpoints than 8 s hold the Report and the termination message were
+// what SIGKILL cut. With -pod (default $POD_NAME) the drain reads the deletionTimestamp
+// and plans for it, and `kubectl describe pod` shows the drain.
+func TestWorkerReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
+	api := &fakeapiserver.Pod{Name: "gvisor-worker-x7k2p", Namespace: "sandboxes", UID: "uid-1"}
+	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
+	cfg := fakeConfig(t)
+	cfg.Grace = time.Hour
+	cfg.Pod, cfg.Kube = api.Name, kcfg
+	_, c, stop := serveWorker(t, cfg)
+	for range 2 {
+		r, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+		require.Equal(t, sandbox.Running, r.State)
+	}
+	kill := time.Now().Add(8 * time.Second).Truncate(time.Second) // the API server keeps whole seconds
+	api.SetDeletion(kill)
+
+	rep := stop() // SIGTERM
+	require.NoError(t, rep.Err())
+	assert.Equal(t, kill.UTC(), rep.Budget.Kill.UTC(), "the drain planned for the deletion's SIGKILL, not -grace's hour")
+	assert.GreaterOrEqual(t, api.Reads(), 1, "the pod was read")
+	reasons := api.Reasons()
+	assert.Contains(t, reasons, "DrainStarted")
+	assert.Contains(t, reasons, "DrainFinished")
+	for _, ev := range api.Events() {
+		assert.Equal(t, "uid-1", string(ev.Regarding.UID), "events name the pod")
+	}
+}
+
+// Without a service account (a worker run by hand with POD_NAME set, the standalone
+// kubelet), -pod only logs that -grace stands: the worker starts and drains as before.
+func TestWorkerWithoutAPIAccessGoesOnWithGrace(t *testing.T) {
+	cfg := fakeConfig(t)
+	cfg.Pod = "gvisor-worker-x7k2p"
+	cfg.Kube.Host = "https://127.0.0.1:1" // and no token file
+	cfg.Kube.TokenFile = cfg.StateDir + "/no-token"
+	_, _, stop := serveWorker(t, cfg)
+	rep := stop()
+	require.NoError(t, rep.Err())
+	assert.Equal(t, cfg.Grace, rep.Budget.Kill.Sub(rep.Budget.Start), "-grace stands")
+}
