@@ -316,6 +316,9 @@ func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own boo
 	// another process in between.
 	again, err := readCgroups(procRoot, pid)
 	start, serr := startTime(procRoot, f.Holder.PID)
+	if serr == nil {
+		f.StartTime = start // the Report's name for it, with its PID
+	}
 	holds, unknown := blockdev.ProcessHolds(ctx, filepath.Join(procRoot, pid), wantSet(devs))
 	// What it was seen holding before is gone when it has exited, or
 	// holds none now (released): the process at its PID now holds none,

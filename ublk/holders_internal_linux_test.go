@@ -4,6 +4,7 @@ package ublk
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -656,5 +657,34 @@ func TestScanThatCannotReadProcfsKeepsWhatTheLastScanFound(t *testing.T) {
 		}
 		require.Len(t, unread, 1, "the Report names what the failed scan did not know: %+v", rep.Device(0).Holders)
 		assert.Contains(t, unread[0], "procfs not read")
+	})
+}
+
+// The timeline of TestLastResortKeepsTheHoldsOfAProcessThatReusedASignalledPID,
+// read in the Report: the VMM SIGKILLed at pid 98 is named with its start
+// time (/proc/PID/stat's field 22, clock tick 1000), in the JSON too, and
+// the last resort's step says why a hold at pid 98 was kept after the
+// kill: the process there started at tick 2000, another one. Before, the
+// start time was only the step's own, and the Report named pid 98 killed
+// and pid 98 holding the disk, with nothing to tell the two apart.
+func TestReportTellsTheKilledProcessFromOneThatReusedItsPID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, td, vmms := doomedVMMs(t, map[int]time.Duration{98: 10 * time.Millisecond})
+		vmms[98].reused = true
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		killed := rep.LastResort.Killed()
+		require.Len(t, killed, 1)
+		assert.Equal(t, uint64(1000), killed[0].StartTime)
+		b, err := json.Marshal(rep)
+		require.NoError(t, err)
+		assert.Contains(t, string(b), `"start_time":1000`)
+		last := rep.Step("last resort")
+		require.NotNil(t, last)
+		assert.Contains(t, last.Result, "pid 98 is another process since its SIGKILL (started at clock tick 2000, the one SIGKILLed at tick 1000): its holds are its own")
+		assert.Contains(t, rep.String(), "killed pid 98 (qemu) fd fd 3 -> ")
+		assert.Contains(t, rep.String(), "started at clock tick 1000")
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
@@ -35,6 +36,11 @@ type HolderFate struct {
 	// it has in flight, and waiting for it would leave the daemon to the
 	// pod's SIGKILL with the disk live.
 	Signalled bool `json:"signalled"`
+	// StartTime is when the process started, /proc/PID/stat's field 22
+	// (clock ticks after boot), read once it was pinned by its pidfd; zero
+	// when not read. With the PID, which the kernel gives to another
+	// process once this one is reaped, it names the process.
+	StartTime uint64 `json:"start_time,omitempty"`
 	// Reason says why it was killed or spared.
 	Reason string `json:"reason"`
 	Err    string `json:"error,omitempty"`
@@ -142,12 +148,27 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	})
 	left, scanned := r.heldAfterKill()
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
+	var others []string // PIDs the SIGKILLed processes had, now another's
 	left = dropHolders(left, func(h Holder) bool {
 		if isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) {
 			return true
 		}
 		f := signalledFate(lr.Holders, h.PID)
-		return f != nil && (!scanned || r.stillSignalled(f))
+		if f == nil || !scanned {
+			return f != nil
+		}
+		same, now := r.stillSignalled(f)
+		if !same {
+			was := fmt.Sprintf("the one SIGKILLed at tick %d", f.start)
+			if f.start == 0 {
+				was = "the one SIGKILLed had exited before it"
+			}
+			if o := fmt.Sprintf("pid %d is another process since its SIGKILL (started at clock tick %d, %s): its holds are its own",
+				h.PID, now, was); !slices.Contains(others, o) {
+				others = append(others, o)
+			}
+		}
+		return same
 	})
 	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
 	stopped, pending, failed := 0, 0, 0
@@ -176,6 +197,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	}
 	if n := len(lr.Dying()); n > 0 {
 		result = fmt.Sprintf("%d SIGKILLed with its exit not seen in time (not waited for), ", n) + result
+	}
+	if len(others) > 0 {
+		result += "; " + strings.Join(others, "; ")
 	}
 	_ = r.stepEnd(s, result, nil)
 	if len(left) == 0 {
@@ -207,12 +231,12 @@ func releasedAt(fates []HolderFate, pid int) bool {
 // is the one f sent SIGKILL (it started when that one did), or there is
 // none: a scan that lists the PID holding a disk then saw the process
 // that runs no more code, or one gone since. One that started at another
-// time got the PID once the signalled one was reaped, and holds what it
-// holds. A stat that cannot be read for another reason does not tell it
-// from the signalled one.
-func (r *run) stillSignalled(f *HolderFate) bool {
+// time (now) got the PID once the signalled one was reaped, and holds
+// what it holds. A stat that cannot be read for another reason does not
+// tell it from the signalled one.
+func (r *run) stillSignalled(f *HolderFate) (same bool, now uint64) {
 	start, err := startTime(r.cfg.procRoot, f.Holder.PID)
-	return err != nil || start == f.start
+	return err != nil || start == f.start, start
 }
 
 // startTime reads when the process at pid started, /proc/PID/stat's field

@@ -191,7 +191,11 @@ func (r *Report) String() string {
 			case h.Signalled:
 				verb = "SIGKILLed, exit not seen"
 			}
-			fmt.Fprintf(&b, "    %s %s (ublkb%d): %s\n", verb, h.Holder, h.Device, h.Reason)
+			started := ""
+			if h.StartTime != 0 {
+				started = fmt.Sprintf(", started at clock tick %d", h.StartTime)
+			}
+			fmt.Fprintf(&b, "    %s %s (ublkb%d%s): %s\n", verb, h.Holder, h.Device, started, h.Reason)
 		}
 	}
 	return b.String()
