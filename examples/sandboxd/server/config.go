@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/drainkit/drainkit/internal/termmsg"
@@ -115,11 +116,15 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 
 // Validate reports the first bad field, naming its flag.
 func (c Config) Validate() error {
+	for _, a := range []struct{ flag, addr string }{{"-listen", c.Listen}, {"-hook-listen", c.HookListen}} {
+		if a.addr == "" {
+			return fmt.Errorf("%s is required", a.flag)
+		}
+		if err := hostPort(a.addr); err != nil {
+			return fmt.Errorf("%s %s %w", a.flag, a.addr, err)
+		}
+	}
 	switch {
-	case c.Listen == "":
-		return errors.New("-listen is required")
-	case c.HookListen == "":
-		return errors.New("-hook-listen is required")
 	case c.HookSecret == "" && !loopback(c.HookListen):
 		return fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends", c.HookListen, HookSecretEnv)
 	case c.StateDir == "":
@@ -160,6 +165,28 @@ func (c Config) HTTPReserve() time.Duration {
 // plan too little time for the preserve phase.
 func (c Config) PauseEstimate() time.Duration {
 	return max(time.Duration(float64(c.PauseLatency)*(1+c.PauseJitter)), time.Millisecond)
+}
+
+// hostPort checks that addr is a listen address, host:port: an IPv6 host in brackets
+// ("[fd00::5]:8082"), as net.Listen wants it. A manifest's "$(POD_IP):8082" is none on an
+// IPv6 pod (status.podIP "fd00::5" gives "fd00::5:8082"); "[$(POD_IP)]:8082" is one on
+// every pod, Go taking a bracketed IPv4 address too.
+func hostPort(addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		if host, _, ok := cutLast(addr, ":"); ok && net.ParseIP(host) != nil && net.ParseIP(host).To4() == nil {
+			return fmt.Errorf("is not host:port: an IPv6 address goes in brackets, [%s]:PORT (in a manifest, \"[$(POD_IP)]:PORT\")", host)
+		}
+		return fmt.Errorf("is not host:port: %w", err)
+	}
+	return nil
+}
+
+// cutLast slices s around the last instance of sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
 }
 
 // loopback reports whether addr's host is a loopback IP address or "localhost".

@@ -172,3 +172,35 @@ func TestRBACManifestGrantsWhatSandboxdNeeds(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "sandboxd-x7k2p", cfg.Pod, "-pod defaults to $POD_NAME")
 }
+
+// The DaemonSet's arguments, expanded as the kubelet expands $(VAR) from the container's
+// environment, parse and listen on an IPv4 and on an IPv6 pod: status.podIP is an IPv6
+// address on an IPv6 or IPv6-first dual-stack cluster, where "$(POD_IP):8082" gave
+// "fd00:10:244::5:8082", which is no host:port (net.Listen: "too many colons in
+// address"), so sandboxd exited 1 at every start, the pod in CrashLoopBackOff. A bracketed
+// host serves both: Go listens on "[10.244.1.5]:8082" as on "10.244.1.5:8082".
+func TestDaemonSetHookListensOnAnIPv4AndAnIPv6Pod(t *testing.T) {
+	ds := manifest.DaemonSet(t, daemonSet, "periodSeconds: 2", "periodSecond: 2")
+	c := ds.Spec.Template.Spec.Containers[0]
+	t.Setenv(HookSecretEnv, manifest.Env(c, HookSecretEnv))
+	for _, podIP := range []string{"10.244.1.5", "fd00:10:244::5", "127.0.0.1", "::1"} {
+		args := make([]string, len(c.Args))
+		for i, a := range c.Args { // the kubelet's $(VAR) expansion, for the pod's address
+			args[i] = strings.ReplaceAll(a, "$(POD_IP)", podIP)
+		}
+		cfg, err := ParseFlags(args, io.Discard)
+		require.NoError(t, err, "POD_IP=%s", podIP)
+		host, port, err := net.SplitHostPort(cfg.HookListen)
+		require.NoError(t, err, "POD_IP=%s: -hook-listen %s", podIP, cfg.HookListen)
+		assert.Equal(t, podIP, host, "the hook listens on the pod's address")
+		assert.Equal(t, "8082", port)
+		if net.ParseIP(podIP).IsLoopback() { // this machine's: the form listens, on port 0
+			ln, err := net.Listen("tcp", strings.TrimSuffix(cfg.HookListen, ":"+port)+":0")
+			if err != nil && podIP == "::1" && strings.Contains(err.Error(), "cannot assign") {
+				continue // no IPv6 loopback here
+			}
+			require.NoError(t, err, "POD_IP=%s", podIP)
+			require.NoError(t, ln.Close())
+		}
+	}
+}

@@ -318,3 +318,28 @@ func TestOnlyTheHookSecretStartsADrain(t *testing.T) {
 	require.ErrorContains(t, err, "-hook-listen")
 	assert.ErrorContains(t, err, HookSecretEnv)
 }
+
+// An IPv6 address without brackets in -listen or -hook-listen (a manifest's
+// "$(POD_IP):8082" on an IPv6 pod) is bad usage naming the flag and the brackets: it was
+// taken, and failed only at the listen, after the state directory's lock and the device
+// daemon, exit 1 ("too many colons in address"); without the hook secret it was called
+// "not a loopback address" even for ::1.
+func TestUnbracketedIPv6AddressIsNamedWithTheBrackets(t *testing.T) {
+	t.Setenv(HookSecretEnv, "s")
+	for _, args := range [][]string{
+		{"-hook-listen", "fd00:10:244::5:8082"},
+		{"-hook-listen", "::1:8082"},
+		{"-listen", "fd00:10:244::5:8080"},
+	} {
+		_, err := ParseFlags(append([]string{"-state-dir", "x"}, args...), io.Discard)
+		require.Error(t, err, "%v", args)
+		assert.Contains(t, err.Error(), args[0]+" "+args[1], "names the flag")
+		assert.Contains(t, err.Error(), "in brackets", "%v", args)
+	}
+	cfg, err := ParseFlags([]string{"-state-dir", "x", "-hook-listen", "[fd00:10:244::5]:8082", "-listen", "[::]:8080"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "[fd00:10:244::5]:8082", cfg.HookListen)
+	t.Setenv(HookSecretEnv, "")
+	_, err = ParseFlags([]string{"-state-dir", "x", "-hook-listen", "[::1]:8082"}, io.Discard)
+	assert.NoError(t, err, "IPv6 loopback needs no secret")
+}
