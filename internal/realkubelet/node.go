@@ -88,9 +88,10 @@ const EnvRunscShim = "DRAINKIT_RUNSC_SHIM"
 // RequireRunsc is Require for a Node whose runtime is gVisor: it also needs
 // runsc on PATH and a containerd-shim-runsc-v1 (Debian's runsc ships none):
 // $DRAINKIT_RUNSC_SHIM, else the one .ci/build-runsc-shim caches. It returns
-// the kubelet's path and the shim's. .ci/run does not build the shim and
-// skips the tests that need it (-skip RealKubeletGvisorRuntime): see
-// docs/real-kubelet.md.
+// the kubelet's path and the shim's. .ci/run builds the shim after the
+// kube-apiserver and runs the tests that need it after the rest of the
+// suite, where it can set transparent huge pages; elsewhere it leaves them
+// out (-skip RealKubeletGvisorRuntime): see docs/real-kubelet.md.
 func RequireRunsc(t testing.TB) (kubelet, shim string) {
 	t.Helper()
 	kubelet = Require(t)
