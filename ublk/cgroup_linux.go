@@ -312,7 +312,8 @@ func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own boo
 	// anyway, a process that may hold the disk is killed as one that does:
 	// sparing it would leave the daemon to die with the disk live.
 	// Its start time, read now, is the pinned process's if the SIGKILL
-	// below reaches it: it had not exited, so its PID was not given to
+	// below reaches it: it had not been reaped (a pidfd's signal reaches
+	// a zombie, and fails once it is reaped), so its PID was not given to
 	// another process in between.
 	again, err := readCgroups(procRoot, pid)
 	start, serr := startTime(procRoot, f.Holder.PID)
@@ -343,13 +344,18 @@ func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own boo
 	err = p.Signal(unix.SIGKILL)
 	switch {
 	case errors.Is(err, os.ErrProcessDone):
-		start = 0 // it exited first: any process at its PID now is another
+		// Reaped since its check: it exited by itself, and the SIGKILL
+		// reached no process. Its holds went with it; a process at its
+		// PID now is another, holding what it holds.
+		_ = p.Close()
+		f.Reason, f.released = "exited by itself before the kill", true
+		return f, nil
 	case err != nil:
 		_ = p.Close()
 		f.Reason, f.Err = "doomed, but SIGKILL failed", err.Error()
 		return f, nil
 	}
-	f.Signalled, f.start = true, start
+	f.Signalled = true // f.StartTime is its start: it was not reaped before the SIGKILL
 	f.Reason = "in the server's cgroup, so doomed by the pod's SIGKILL anyway; killed so the devices can be stopped before it"
 	if !holds {
 		f.Reason += " (it may hold the disk: " + strings.Join(unknown, "; ") + ")"

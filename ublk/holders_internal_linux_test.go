@@ -389,11 +389,19 @@ type fakeVMM struct {
 	node   string
 	exit   time.Duration
 	reused bool
+	// reaped: it exits by itself, and is reaped, as its SIGKILL is sent:
+	// the pidfd says so (ESRCH).
+	reaped bool
 	sent   []time.Time // when each SIGKILL came
 	gone   chan struct{}
 }
 
 func (v *fakeVMM) Signal(syscall.Signal) error {
+	if v.reaped {
+		_ = os.RemoveAll(v.dir)
+		close(v.gone)
+		return fmt.Errorf("signal killed to pid %s: %w", filepath.Base(v.dir), os.ErrProcessDone)
+	}
 	v.sent = append(v.sent, time.Now())
 	if len(v.sent) == 1 {
 		time.AfterFunc(v.exit, func() {
@@ -686,5 +694,35 @@ func TestReportTellsTheKilledProcessFromOneThatReusedItsPID(t *testing.T) {
 		assert.Contains(t, last.Result, "pid 98 is another process since its SIGKILL (started at clock tick 2000, the one SIGKILLed at tick 1000): its holds are its own")
 		assert.Contains(t, rep.String(), "killed pid 98 (qemu) fd fd 3 -> ")
 		assert.Contains(t, rep.String(), "started at clock tick 1000")
+	})
+}
+
+// sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, no
+// control device; a VMM of the pod, pid 98, holds device 0 open .. 59.5 s,
+// the last-resort point: it is checked, doomed and still holding the
+// disk, and exits by itself (its server shut it down) and is reaped just
+// before its SIGKILL, which its pidfd says never reached it (ESRCH). The
+// Report says it exited by itself, neither killed nor SIGKILLed; its
+// holds are gone, and the daemon is asked to stop. Before, it was
+// reported killed ("killed so the devices can be stopped before it"),
+// its exit "seen".
+func TestLastResortReportsAHolderThatExitedBeforeItsSIGKILLAsExited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, td, vmms := doomedVMMs(t, map[int]time.Duration{98: time.Hour})
+		vmms[98].reaped = true
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		require.NotNil(t, rep.LastResort)
+		assert.Empty(t, rep.LastResort.Killed(), "%+v", rep.LastResort.Holders)
+		assert.Empty(t, rep.LastResort.Dying())
+		require.Len(t, rep.LastResort.Holders, 1)
+		f := rep.LastResort.Holders[0]
+		assert.Equal(t, 98, f.Holder.PID)
+		assert.False(t, f.Signalled || f.Killed, "%+v", f)
+		assert.Equal(t, "exited by itself before the kill", f.Reason)
+		assert.Contains(t, rep.String(), "spared pid 98 (qemu)")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		assert.Equal(t, VerdictStopped, rep.Verdict)
 	})
 }

@@ -39,7 +39,11 @@ type HolderFate struct {
 	// StartTime is when the process started, /proc/PID/stat's field 22
 	// (clock ticks after boot), read once it was pinned by its pidfd; zero
 	// when not read. With the PID, which the kernel gives to another
-	// process once this one is reaped, it names the process.
+	// process once this one is reaped, it names the process: a process
+	// sent SIGKILL has it (the SIGKILL reached the process it was read
+	// from, not yet reaped then), and a scan after the kill that lists
+	// its PID holding a disk is read as that process only while the PID's
+	// process started then.
 	StartTime uint64 `json:"start_time,omitempty"`
 	// Reason says why it was killed or spared.
 	Reason string `json:"reason"`
@@ -50,11 +54,6 @@ type HolderFate struct {
 	// was pinned shows it holds none. What a scan before saw it hold at
 	// its PID is gone: that process, or one gone since.
 	released bool
-
-	// start is when the process sent SIGKILL started (/proc/PID/stat's
-	// field 22), read once it was pinned: with its PID, which the kernel
-	// gives to another process once it is reaped, it is the process.
-	start uint64
 }
 
 // LastResortReport is what the last-resort sequence did: on a kernel that
@@ -159,12 +158,8 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		}
 		same, now := r.stillSignalled(f)
 		if !same {
-			was := fmt.Sprintf("the one SIGKILLed at tick %d", f.start)
-			if f.start == 0 {
-				was = "the one SIGKILLed had exited before it"
-			}
-			if o := fmt.Sprintf("pid %d is another process since its SIGKILL (started at clock tick %d, %s): its holds are its own",
-				h.PID, now, was); !slices.Contains(others, o) {
+			if o := fmt.Sprintf("pid %d is another process since its SIGKILL (started at clock tick %d, the one SIGKILLed at tick %d): its holds are its own",
+				h.PID, now, f.StartTime); !slices.Contains(others, o) {
 				others = append(others, o)
 			}
 		}
@@ -236,7 +231,7 @@ func releasedAt(fates []HolderFate, pid int) bool {
 // tell it from the signalled one.
 func (r *run) stillSignalled(f *HolderFate) (same bool, now uint64) {
 	start, err := startTime(r.cfg.procRoot, f.Holder.PID)
-	return err != nil || start == f.start, start
+	return err != nil || start == f.StartTime, start
 }
 
 // startTime reads when the process at pid started, /proc/PID/stat's field
