@@ -66,9 +66,10 @@ type Cluster struct {
 
 // Require returns the path of the kube-apiserver and of etcd, or skips the
 // test naming what is missing — and fails it instead under CI=true, as
-// every real part does. CI does not build the kube-apiserver (it does not
-// fit CI's time with a cold cache, see the README), so .ci/run leaves these
-// tests out by name (-skip RealAPIServer); a developer runs them after
+// every real part does. CI builds the kube-apiserver after the kubelet
+// (.ci/build-kube-apiserver) where it can set transparent huge pages, and
+// runs these tests after the real-kubelet suite; elsewhere .ci/run leaves
+// them out by name (-skip RealAPIServer), and a developer runs them after
 // .ci/build-kube-apiserver.
 func Require(t *testing.T) (apiserver, etcd string) {
 	t.Helper()
