@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -162,9 +163,13 @@ func (c Config) HTTPReserve() time.Duration {
 // PauseEstimate is the first estimate of one pause, before any was measured: the longest
 // a pause of the fake runtime takes, PauseLatency x (1 + PauseJitter), at least a
 // millisecond. A round of parallel pauses lasts as long as its slowest, so the mean would
-// plan too little time for the preserve phase.
+// plan too little time for the preserve phase. It saturates at the largest Duration.
 func (c Config) PauseEstimate() time.Duration {
-	return max(time.Duration(float64(c.PauseLatency)*(1+c.PauseJitter)), time.Millisecond)
+	longest := float64(c.PauseLatency) * (1 + c.PauseJitter)
+	if longest >= math.MaxInt64 { // converted, it would wrap round to a negative Duration
+		return math.MaxInt64
+	}
+	return max(time.Duration(longest), time.Millisecond)
 }
 
 // hostPort checks that addr is a listen address, host:port: an IPv6 host in brackets

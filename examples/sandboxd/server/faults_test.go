@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -342,4 +343,22 @@ func TestUnbracketedIPv6AddressIsNamedWithTheBrackets(t *testing.T) {
 	t.Setenv(HookSecretEnv, "")
 	_, err = ParseFlags([]string{"-state-dir", "x", "-hook-listen", "[::1]:8082"}, io.Discard)
 	assert.NoError(t, err, "IPv6 loopback needs no secret")
+}
+
+// A -pause-latency whose spread, x (1 + -pause-jitter), is longer than the largest
+// Duration (292 years) saturates there, and no grace fits one round of it: bad usage
+// naming the flags. It wrapped round to a negative estimate, which the floor of a
+// millisecond took: sandboxd started and planned 1 ms a pause (-pause-latency 2562047h
+// alone was refused).
+func TestPauseLatencyPastTheLargestDurationIsRefusedNotWrapped(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Devices = 0
+	cfg.PauseLatency, cfg.PauseJitter = 2562047*time.Hour, 0.5
+	assert.Equal(t, time.Duration(math.MaxInt64), cfg.PauseEstimate())
+	s, err := New(context.Background(), cfg, nil)
+	if err == nil {
+		s.Close()
+	}
+	require.ErrorAs(t, err, new(usageError), "bad usage: Main exits 2")
+	assert.ErrorContains(t, err, "-pause-latency 2562047h0m0s")
 }
