@@ -332,6 +332,8 @@ func TestGuestStepLeavesHungDaemonHoldingIO(t *testing.T) {
 	assert.False(t, rep.Daemon.Killed, "a daemon with a LIVE device was killed on a vulnerable kernel")
 	assert.True(t, r.alive(), "the daemon is left running")
 	assert.Equal(t, ublkserver.StateLive, r.state(id), "the driver still has the device live")
+	assert.Equal(t, []string{"STOP_DEV"}, rep.Device(id).Pending, "STOP_DEV sent and not complete: it runs on in the kernel")
+	assert.Contains(t, rep.Note, "STOP_DEV sent, not complete when the step ended")
 
 	// Let the daemon answer: the read completes, the step's abandoned
 	// STOP_DEV finishes, and the rig's cleanup can kill the daemon safely.
