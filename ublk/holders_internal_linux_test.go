@@ -726,3 +726,31 @@ func TestLastResortReportsAHolderThatExitedBeforeItsSIGKILLAsExited(t *testing.T
 		assert.Equal(t, VerdictStopped, rep.Verdict)
 	})
 }
+
+// sandboxd's 500 ms reserve in a 60 s window, a vulnerable kernel, no
+// control device; a VMM of the pod, pid 98, holds device 0 open, and a
+// file system on device 0 is mounted in its mount namespace, which the
+// scans name by pid 98 (the first process they read in it; the server's
+// own, say, which the VMM shares). 59.5 s, the last-resort point: the VMM
+// is SIGKILLed and takes 200 ms to exit, more than the last resort's
+// 150 ms, so the last resort does not scan again: the holders are the
+// last scan's less the VMM's own holds. The mount is kernel state, which
+// the VMM's death does not release: device 0 stays live, the daemon is
+// not asked to stop, and the step returns a HeldError naming the mount.
+// Before, every hold the last scan listed at pid 98 was dropped, the
+// mount with them, and the daemon was asked to stop with the file system
+// mounted on the disk.
+func TestLastResortKeepsAMountListedAtAPIDItSIGKILLed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, td, vmms := doomedVMMs(t, map[int]time.Duration{98: 200 * time.Millisecond})
+		require.NoError(t, os.WriteFile(filepath.Join(vmms[98].dir, "mountinfo"), []byte("36 22 4000:0 / /mnt/disk rw - ext4 /dev/ublkb0 rw\n"), 0o644))
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Equal(t, map[int][]Holder{0: {{PID: 98, Comm: "qemu", Kind: blockdev.Mount, Detail: "/mnt/disk"}}}, held.Holders)
+		require.Len(t, rep.LastResort.Dying(), 1, "the VMM SIGKILLed, its exit not seen")
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the mount")
+		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
+	})
+}

@@ -142,14 +142,20 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	// exited, or closed the disk, after the last scan read it) is gone
 	// too: kept, it spared the disk when the last resort does not scan
 	// again, and the daemon was left to die with it live.
+	// A process's own holds only: a mount listed at its PID (the first
+	// process a scan read in that mount namespace) is kernel state its
+	// death does not release.
 	r.lastHeld = dropHolders(r.lastHeld, func(h Holder) bool {
-		return signalledFate(lr.Holders, h.PID) != nil || isProcess(h) && releasedAt(lr.Holders, h.PID)
+		return isProcess(h) && (signalledFate(lr.Holders, h.PID) != nil || releasedAt(lr.Holders, h.PID))
 	})
 	left, scanned := r.heldAfterKill()
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
 	var others []string // PIDs the SIGKILLed processes had, now another's
 	left = dropHolders(left, func(h Holder) bool {
-		if isProcess(h) && (h.PID == self || h.PID == daemon && daemon > 0) {
+		if !isProcess(h) {
+			return false // a mount, swap, a stacked or loop device: no kill releases it
+		}
+		if h.PID == self || h.PID == daemon && daemon > 0 {
 			return true
 		}
 		f := signalledFate(lr.Holders, h.PID)
