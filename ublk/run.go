@@ -694,9 +694,11 @@ func (r *run) devStep(d *devState, name string, f func(context.Context) error, u
 	switch {
 	case err == nil:
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		end, _ := ctx.Deadline()
-		st.Result = fmt.Sprintf("sent; not complete when its window ended (%s, %v): the kernel runs it on, and may complete it after the step",
-			end.Format(time.RFC3339Nano), ctx.Err())
+		when := fmt.Sprintf("the step was cancelled (%v)", ctx.Err())
+		if end, ok := ctx.Deadline(); ok && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			when = fmt.Sprintf("its window ended (%s, %v)", end.Format(time.RFC3339Nano), ctx.Err())
+		}
+		st.Result = "sent; not complete when " + when + ": the kernel runs it on, and may complete it after the step"
 		d.pending = append(d.pending, name)
 	default:
 		st.Result, st.Err = "", err.Error()

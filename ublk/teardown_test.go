@@ -615,6 +615,40 @@ func TestStopDevNotCompleteByItsWindowsEndIsReportedPending(t *testing.T) {
 	})
 }
 
+// A daemon that crashed with I/O in flight leaves its device; the control
+// fallback's STOP_DEV waits on that I/O with the step's own context, which
+// has no deadline and is cancelled (a drain's force) at 30 s. The STOP_DEV
+// is pending, and its result says the step was cancelled. Before, it
+// said its window ended at 0001-01-01T00:00:00Z, the zero time of a
+// context with no deadline.
+func TestStopDevPendingAtACancelSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.crashAfter = 0
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, drainBlocks: true}
+		td, err := New(d, f.config(vulnerable, ctl, Config{}))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		time.AfterFunc(30*time.Second, cancel)
+
+		rep, _ := td.Stop(ctx)
+		require.NotNil(t, rep)
+		var stop *StepResult
+		for i, s := range rep.Device(0).Steps {
+			if s.Name == "STOP_DEV" {
+				stop = &rep.Device(0).Steps[i]
+			}
+		}
+		require.NotNil(t, stop)
+		assert.Empty(t, stop.Err)
+		assert.Contains(t, stop.Result, "sent; not complete when the step was cancelled (context canceled)")
+		assert.NotContains(t, stop.Result, "0001-01-01")
+	})
+}
+
 // A daemon that stopped its disks itself and then hung before deleting
 // them: without a control device the step cannot know STOP_DEV finished,
 // so it does not kill on a vulnerable kernel; with one, GET_DEV_INFO says
