@@ -43,6 +43,12 @@
 //   - Deletion, DeletionTimestamp and Tighten return by their context's
 //     deadline, and send the token only to a server whose certificate chains
 //     to Config.CAFile (the service account's ca.crt).
+//   - A request the API server sheds (429 Too Many Requests: API Priority
+//     and Fairness under a mass deletion, an API server shutting down; or a
+//     GET's 5xx with a Retry-After) is sent again after its Retry-After
+//     (1 s without one), at most 4 times in all, and only when the wait
+//     ends before the context's deadline (an event's, Config.EventTimeout);
+//     otherwise its *APIError is returned at once.
 //   - Record never blocks: events wait in a queue of Config.EventQueue and
 //     are posted one at a time by one goroutine that exists only while there
 //     is something to post, each POST bounded by Config.EventTimeout. An

@@ -133,7 +133,8 @@ func (q *eventQueue) init(p *Pod, cfg Config) error {
 // drainkit.kube.events.dropped counter, when the queue holds
 // Config.EventQueue events already (the API server is slow), when the API
 // server refuses it (a 403: the service account may not create events) or
-// does not answer in time, or when Flush's context ends first. An event
+// does not answer in time (a 429 is posted again after its Retry-After
+// when that fits in Config.EventTimeout), or when Flush's context ends first. An event
 // without a Reason is dropped too. Record is safe for concurrent use. On
 // a nil *Pod (New failed: no API access) it does nothing, so a server keeps
 // one code path.

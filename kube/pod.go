@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -407,20 +409,53 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	return &pod, nil
 }
 
+// maxAttempts bounds how many times one call sends its request: the first
+// time, and again after each answer that asks for a retry (retryAfter),
+// whose wait must also end before the context's deadline.
+const maxAttempts = 4
+
 // do sends one request with the current token and returns the body of a
 // response with status want, and the API server's clock less this node's
 // as far as the response's Date proves it; any other status is an
 // *APIError.
+//
+// An answer that asks to be retried later (retryAfter: 429 Too Many
+// Requests, which API Priority and Fairness, max-in-flight and an API
+// server shutting down answer under load, with Retry-After) is retried
+// after that wait, when the wait ends before ctx's deadline and fewer than
+// maxAttempts were sent; otherwise its *APIError is returned at once,
+// without waiting for a retry that could not be made.
 func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, need string) ([]byte, time.Duration, error) {
+	for attempt := 1; ; attempt++ {
+		got, offset, wait, err := p.doOnce(ctx, method, u, body, want, need)
+		if err == nil || wait <= 0 || attempt == maxAttempts {
+			return got, offset, err
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(dl) {
+			return got, offset, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, 0, fmt.Errorf("%w (waiting to retry after: %w)", ctx.Err(), err)
+		}
+	}
+}
+
+// doOnce sends the request once, as do does, and returns besides how long
+// the answer asks to wait before a retry (zero: do not retry).
+func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want int, need string) ([]byte, time.Duration, time.Duration, error) {
 	token, err := readToken(p.token)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	client := p.client
 	if client == nil {
 		pool, err := loadCA(p.ca)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 		defer tr.CloseIdleConnections()
@@ -428,11 +463,11 @@ func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, n
 	}
 	var rd io.Reader
 	if body != nil {
-		rd = strings.NewReader(string(body))
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/json")
@@ -442,21 +477,48 @@ func (p *Pod) do(ctx context.Context, method, u string, body []byte, want int, n
 	sent := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	offset := clockOffset(resp.Header.Get("Date"), sent, time.Now())
 	defer resp.Body.Close()
 	got, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
+	var wait time.Duration
 	if err == nil && resp.StatusCode != want {
 		err = apiError(resp.StatusCode, got, need)
+		wait = retryAfter(resp, method)
 	}
 	if err != nil && ctx.Err() != nil {
 		// The context ended while the answer came in. The transport may
 		// still hand over a response that the server cut short when the
 		// connection closed; the context is the cause, so report it.
-		return nil, 0, fmt.Errorf("%w (%w)", ctx.Err(), err)
+		return nil, 0, 0, fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
-	return got, offset, err
+	return got, offset, wait, err
+}
+
+// retryAfter is how long resp asks the client to wait before it sends its
+// request again, or zero when it is not to be sent again: a 429 Too Many
+// Requests (nothing was done) after its Retry-After, 1 s without one, as
+// client-go; a 5xx to a GET (which changes nothing) only with a
+// Retry-After. Retry-After is whole seconds or an HTTP date.
+func retryAfter(resp *http.Response, method string) time.Duration {
+	h := resp.Header.Get("Retry-After")
+	var wait time.Duration
+	if secs, err := strconv.ParseInt(strings.TrimSpace(h), 10, 32); err == nil && secs >= 0 {
+		wait = time.Duration(secs) * time.Second
+	} else if at, err := http.ParseTime(h); err == nil {
+		wait = max(time.Until(at), 0)
+	} else {
+		h = ""
+	}
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests && h == "":
+		return time.Second
+	case resp.StatusCode == http.StatusTooManyRequests,
+		resp.StatusCode >= 500 && method == http.MethodGet && h != "":
+		return max(wait, time.Millisecond) // Retry-After: 0 is a retry at once
+	}
+	return 0
 }
 
 // clockOffset is how far the clock of the server that sent date (an HTTP
