@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 )
@@ -165,6 +166,7 @@ func build(grace time.Duration, c Config) (*Budget, error) {
 // negative; the error names the field.
 func FromKillTime(kill time.Time, c Config) (*Budget, error) {
 	now := time.Now()
+	kill = monotonicAt(kill, now)
 	if !kill.After(now) {
 		return nil, fmt.Errorf("deadline: deletionTimestamp %s is not in the future (now %s)",
 			kill.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
@@ -184,6 +186,7 @@ func FromKillTime(kill time.Time, c Config) (*Budget, error) {
 //
 // Call it at the very start of the preStop handler, with time.Now().
 func (b *Budget) OnPreStop(at time.Time) bool {
+	at = monotonic(at)
 	b.mu.Lock()
 	if b.anchor != AnchorNone {
 		b.mu.Unlock()
@@ -224,6 +227,7 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 // overestimates SIGKILL by the hook's run time: follow it with
 // kube.Pod.Tighten, whose deletionTimestamp bounds SIGKILL either way.
 func (b *Budget) OnSIGTERM(at time.Time) bool {
+	at = monotonic(at)
 	b.mu.Lock()
 	if !b.sigterm.IsZero() {
 		b.mu.Unlock()
@@ -266,6 +270,7 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 // whether it was it. The caller (drain.Drainer.Shutdown) decides the hook was
 // running: a preStop request still open when SIGTERM arrives.
 func (b *Budget) OnHookAbandoned(at time.Time) bool {
+	at = monotonic(at)
 	if !b.OnSIGTERM(at) {
 		return false
 	}
@@ -306,6 +311,7 @@ func KubeletRemaining(grace, hookElapsed time.Duration) time.Duration {
 // On an unanchored budget, Tighten anchors T0 at now (AnchorDeletionTimestamp)
 // if kill is earlier than now + grace; otherwise it changes nothing.
 func (b *Budget) Tighten(kill time.Time) bool {
+	kill = monotonic(kill)
 	b.mu.Lock()
 	changed := b.tightenLocked(kill)
 	b.mu.Unlock()
@@ -349,6 +355,28 @@ func (b *Budget) logChange(event string) {
 		attrs = append(attrs, "sigterm", st.SIGTERM)
 	}
 	b.log.Info("deadline: budget changed", attrs...)
+}
+
+// monotonic returns t on the monotonic clock: t itself when it carries a
+// monotonic reading (time.Now's), else the instant its wall clock reading
+// names as of now. A time read as text (an exec hook's ?start=, a pod's
+// deletionTimestamp) has only a wall clock reading, and Go compares such a
+// time with time.Now by the wall clock, so a step of the node's clock (NTP,
+// a VM resumed) would move it; the kubelet times the grace on its monotonic
+// clock, which no step moves. A time more than 292 years away stays as it
+// is.
+func monotonic(t time.Time) time.Time { return monotonicAt(t, time.Now()) }
+
+// monotonicAt is monotonic with now read by the caller.
+func monotonicAt(t, now time.Time) time.Time {
+	if t != t.Round(0) { // Round(0) strips a monotonic reading: t has one
+		return t
+	}
+	d := t.Sub(now)
+	if d == math.MaxInt64 || d == math.MinInt64 { // saturated
+		return t
+	}
+	return now.Add(d)
 }
 
 func laterOf(a, b time.Time) time.Time {

@@ -72,6 +72,11 @@
 //     they were made.
 //   - Sums of reserves saturate at the largest Duration (about 292 years):
 //     past that, shares are not exact.
+//   - Every time the budget holds is on the monotonic clock, as the
+//     kubelet's timers are: a time given with only a wall clock reading (an
+//     exec hook's start, a deletionTimestamp, both parsed from text) is taken
+//     as the instant it names when it is given, so a later step of the node's
+//     clock (NTP, a VM resumed) moves no deadline.
 //
 // # Observability
 //

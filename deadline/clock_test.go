@@ -1,0 +1,132 @@
+package deadline_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/deadline"
+)
+
+// wallOnly is t as a time read from outside the process carries it: an exec hook's
+// ?start= and a pod's deletionTimestamp are RFC 3339 text, parsed with no monotonic clock
+// reading.
+func wallOnly(t *testing.T, at time.Time) time.Time {
+	t.Helper()
+	w, err := time.Parse(time.RFC3339Nano, at.UTC().Format(time.RFC3339Nano))
+	require.NoError(t, err)
+	return w
+}
+
+// onMonotonic reports whether t carries a monotonic clock reading: its String ends in
+// "m=±<seconds>" then (package time). Go compares two such times by that reading alone;
+// when either lacks one, by the wall clock.
+func onMonotonic(t time.Time) bool { return strings.Contains(t.String(), " m=") }
+
+// The kubelet times the grace on its monotonic clock (time.After, containerd's timeout),
+// so a step of the node's wall clock (NTP stepping it, a VM resumed or migrated) moves
+// the real SIGKILL not at all. Every time the budget hands out carries a monotonic
+// reading, including those it was given as wall-clock text: T0 from an exec hook's
+// ?start= (drain's PreStop passes it to OnPreStop) and SIGKILL from a deletionTimestamp
+// (Tighten: with a pod reader, every deletion, the kubelet's notice lag putting
+// deletion + grace before T0 + grace). Before, the budget kept them as given: from then
+// on Kill, Deadline, Remaining, every Plan window and context, and OnSIGTERM's
+// hook time were compared with time.Now by the wall clock, so a step back of X between
+// the preStop call and the end of the drain made every deadline X late, past the
+// kubelet's SIGKILL, and the hook's elapsed time X short.
+//
+// Outside synctest on purpose: a bubble's time.Now carries no monotonic reading.
+func TestBudgetTimesAreOnTheMonotonicClockWhateverItWasGiven(t *testing.T) {
+	now := time.Now()
+	require.True(t, onMonotonic(now), "time.Now carries a monotonic reading")
+	require.False(t, onMonotonic(wallOnly(t, now)), "parsed text does not")
+
+	for _, tc := range []struct {
+		name  string
+		build func(t *testing.T) (*deadline.Budget, time.Time, time.Time) // budget, T0, SIGKILL
+	}{
+		{"an exec hook's ?start=", func(t *testing.T) (*deadline.Budget, time.Time, time.Time) {
+			b, err := deadline.New(3600*time.Second, deadline.Config{})
+			require.NoError(t, err)
+			t0 := wallOnly(t, time.Now().Add(-200*time.Millisecond))
+			require.True(t, b.OnPreStop(t0))
+			return b, t0, t0.Add(3600 * time.Second)
+		}},
+		{"a deletionTimestamp after the preStop call", func(t *testing.T) (*deadline.Budget, time.Time, time.Time) {
+			b, err := deadline.New(3600*time.Second, deadline.Config{})
+			require.NoError(t, err)
+			t0 := time.Now()
+			b.OnPreStop(t0)
+			kill := wallOnly(t, t0.Add(3600*time.Second-150*time.Millisecond)) // deleted 150 ms before the hook
+			require.True(t, b.Tighten(kill))
+			return b, t0, kill
+		}},
+		{"a deletionTimestamp anchoring the budget", func(t *testing.T) (*deadline.Budget, time.Time, time.Time) {
+			b, err := deadline.New(3600*time.Second, deadline.Config{})
+			require.NoError(t, err)
+			kill := wallOnly(t, time.Now().Add(30*time.Second))
+			require.True(t, b.Tighten(kill))
+			return b, b.Start(), kill
+		}},
+		{"a deletionTimestamp after SIGTERM", func(t *testing.T) (*deadline.Budget, time.Time, time.Time) {
+			b, err := deadline.New(3600*time.Second, deadline.Config{})
+			require.NoError(t, err)
+			t0 := time.Now()
+			b.OnSIGTERM(t0)
+			kill := wallOnly(t, t0.Add(30*time.Second))
+			require.True(t, b.Tighten(kill))
+			return b, t0, kill
+		}},
+		{"FromKillTime", func(t *testing.T) (*deadline.Budget, time.Time, time.Time) {
+			kill := wallOnly(t, time.Now().Add(30*time.Second))
+			b, err := deadline.FromKillTime(kill, deadline.Config{})
+			require.NoError(t, err)
+			return b, b.Start(), kill
+		}},
+		{"a SIGTERM time given as text", func(t *testing.T) (*deadline.Budget, time.Time, time.Time) {
+			b, err := deadline.New(3600*time.Second, deadline.Config{})
+			require.NoError(t, err)
+			t0 := time.Now()
+			b.OnPreStop(t0)
+			at := wallOnly(t, t0.Add(time.Second+300*time.Millisecond))
+			require.True(t, b.OnSIGTERM(at))
+			return b, t0, at.Add(3599 * time.Second)
+		}},
+		{"an abandoned hook's SIGTERM given as text", func(t *testing.T) (*deadline.Budget, time.Time, time.Time) {
+			b, err := deadline.New(3600*time.Second, deadline.Config{})
+			require.NoError(t, err)
+			t0 := time.Now()
+			b.OnPreStop(t0)
+			at := wallOnly(t, t0.Add(time.Second))
+			require.True(t, b.OnHookAbandoned(at))
+			return b, t0, at.Add(deadline.MinimumGracePeriod)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, t0, kill := tc.build(t)
+			st := b.State()
+			assert.True(t, st.Start.Equal(t0), "T0 %v, want %v", st.Start, t0)
+			assert.True(t, st.Kill.Equal(kill), "SIGKILL %v, want %v: the same instant", st.Kill, kill)
+			for what, at := range map[string]time.Time{"Start": st.Start, "Kill": st.Kill, "Deadline": st.Deadline, "SIGTERM": st.SIGTERM} {
+				if what == "SIGTERM" && at.IsZero() {
+					continue
+				}
+				assert.True(t, onMonotonic(at), "%s %v is compared with time.Now by the wall clock", what, at)
+			}
+			p, err := deadline.NewPlan(b, deadline.Phase{Name: "drain"}, deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(time.Second)})
+			require.NoError(t, err)
+			for _, w := range p.Windows("") {
+				assert.True(t, onMonotonic(w.Deadline), "phase %s's deadline %v", w.Name, w.Deadline)
+				assert.True(t, onMonotonic(w.Hard), "phase %s's hard deadline %v", w.Name, w.Hard)
+			}
+			ctx, cancel := p.Context(t.Context(), "drain")
+			defer cancel()
+			d, ok := ctx.Deadline()
+			require.True(t, ok)
+			assert.True(t, onMonotonic(d), "the drain phase's context deadline %v", d)
+		})
+	}
+}
