@@ -226,6 +226,14 @@ type Deletion struct {
 // by graceful node shutdown, which does not set one.
 var ErrNotTerminating = errors.New("kube: pod has no deletionTimestamp (not terminating)")
 
+// ErrPodReplaced is returned by Pod.Deletion (and Tighten, Grace) when the
+// pod the API server has under this pod's name is another one: its UID is
+// not the one in Config.UID or the one the first read found. This pod was
+// deleted (kubectl delete --force, which does not wait for the kubelet) and
+// a new one created in its name (a StatefulSet's): what it says of its
+// deletion is not this pod's. Events keep naming this pod's UID.
+var ErrPodReplaced = errors.New("kube: the pod of this name is another pod (deleted and created again)")
+
 // APIError is a response from the API server other than success. Message
 // and Reason come from the metav1.Status body when there is one.
 type APIError struct {
@@ -264,7 +272,8 @@ func (p *Pod) DeletionTimestamp(ctx context.Context) (time.Time, error) {
 
 // Deletion reads the pod and returns its deletion state. It returns
 // ErrNotTerminating if the pod has no deletionTimestamp yet (it is not
-// being deleted, or graceful node shutdown stops it, which sets none), an
+// being deleted, or graceful node shutdown stops it, which sets none),
+// ErrPodReplaced if the pod of its name is another one (another UID), an
 // *APIError for an answer other than 200, and ctx's error if ctx ends
 // first. It returns by ctx's deadline.
 func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
@@ -399,12 +408,17 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	if m := pod.Metadata; m.Name != p.name || (m.Namespace != "" && m.Namespace != p.ns) {
 		return nil, fmt.Errorf("kube: pod %s/%s: response describes %q in %q, not this pod", p.ns, p.name, m.Name, m.Namespace)
 	}
-	if pod.Metadata.UID != "" {
+	if uid := pod.Metadata.UID; uid != "" {
 		p.mu.Lock()
-		if p.uid == "" {
-			p.uid = pod.Metadata.UID
+		known := p.uid
+		if known == "" {
+			p.uid = uid
 		}
 		p.mu.Unlock()
+		if known != "" && uid != known {
+			return nil, fmt.Errorf("kube: pod %s/%s: %w: the API server's has UID %s, this one %s",
+				p.ns, p.name, ErrPodReplaced, uid, known)
+		}
 	}
 	return &pod, nil
 }

@@ -642,3 +642,54 @@ func TestClockOffsetCorrectsOnlyWhatTheDateHeaderProves(t *testing.T) {
 		assert.Equal(t, tc.want, kube.ClockOffset(tc.date, sent, got), tc.name)
 	}
 }
+
+// kubectl delete --force removes this pod from the API at once, and a
+// StatefulSet creates a new one in its name while this one still drains:
+// the pod read under the name was the new one, whose state is not this
+// pod's (no deletionTimestamp read as "not terminating", or its own
+// deletion tightening this pod's budget). A UID other than this pod's is
+// ErrPodReplaced.
+func TestDeletionOfAPodReplacedUnderItsNameIsNotThisPods(t *testing.T) {
+	t.Run("UID from the Downward API", func(t *testing.T) {
+		_, cfg := newAPIServer(t, podJSON(t, nil)) // the new pod: not terminating
+		cfg.UID = "8d3c2f1e-0000-4000-8000-00000000000f"
+		_, err := newPod(t, cfg, testPod).Deletion(t.Context())
+		require.ErrorIs(t, err, kube.ErrPodReplaced)
+		assert.NotErrorIs(t, err, kube.ErrNotTerminating)
+	})
+	t.Run("UID learned from the first read", func(t *testing.T) {
+		first := time.Now().Add(30 * time.Second).Truncate(time.Second)
+		var mu sync.Mutex
+		serve := podJSON(t, deleted(first, 30))
+		a, cfg := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			h := serve
+			mu.Unlock()
+			h(w, r)
+		})
+		p := newPod(t, cfg, testPod)
+		d, err := p.Deletion(t.Context())
+		require.NoError(t, err)
+		require.True(t, first.Equal(d.Timestamp))
+
+		mu.Lock() // force-deleted, and created again: being deleted in its turn, sooner
+		serve = podJSON(t, func(pod *corev1.Pod) {
+			pod.UID = "8d3c2f1e-0000-4000-8000-000000000002"
+			deleted(first.Add(-20*time.Second), 5)(pod)
+		})
+		mu.Unlock()
+		b, err := deadline.New(time.Hour, deadline.Config{})
+		require.NoError(t, err)
+		b.OnPreStop(time.Now())
+		kill := b.Kill()
+		changed, err := p.Tighten(t.Context(), b)
+		require.ErrorIs(t, err, kube.ErrPodReplaced)
+		assert.False(t, changed)
+		assert.Equal(t, kill, b.Kill(), "the other pod's deletion is not this one's")
+
+		p.Record(kube.Event{Reason: "DrainFinished"})
+		p.Flush(t.Context())
+		require.Len(t, a.posted(), 1)
+		assert.Equal(t, "8d3c2f1e-0000-4000-8000-000000000001", string(a.posted()[0].Regarding.UID), "events name this pod")
+	})
+}
