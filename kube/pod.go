@@ -64,8 +64,8 @@ type Config struct {
 	// in ServiceAccountDir. It is not used when Client is set.
 	CAFile string
 	// Client sends the requests. Nil means a fresh connection per request
-	// that trusts only the certificates in CAFile, uses no proxy, and is
-	// closed afterwards (a terminating pod makes a handful of requests;
+	// that trusts only the certificates in CAFile, uses no proxy, follows
+	// no redirect (a 3xx is an *APIError), and is closed afterwards (a terminating pod makes a handful of requests;
 	// there is nothing to keep alive).
 	Client *http.Client
 	// EventTimeout bounds each event's POST; zero means
@@ -473,7 +473,10 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 		}
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 		defer tr.CloseIdleConnections()
-		client = &http.Client{Transport: tr}
+		// No redirect is followed: net/http would send the token on to a
+		// redirect's http:// URL of the same host, in clear, and the API
+		// server answers these requests without one. A 3xx is an *APIError.
+		client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	var rd io.Reader
 	if body != nil {

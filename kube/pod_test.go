@@ -693,3 +693,29 @@ func TestDeletionOfAPodReplacedUnderItsNameIsNotThisPods(t *testing.T) {
 		assert.Equal(t, "8d3c2f1e-0000-4000-8000-000000000001", string(a.posted()[0].Regarding.UID), "events name this pod")
 	})
 }
+
+// net/http follows a redirect to an http:// URL of the same host with the
+// request's Authorization header: a 3xx from whatever answered with a
+// certificate of the cluster's CA sent the service account's token in
+// clear. The reader follows no redirect: the 3xx is an *APIError.
+func TestRedirectIsNotFollowedWithTheToken(t *testing.T) {
+	var mu sync.Mutex
+	var leaked []string
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		leaked = append(leaked, r.Header.Get("Authorization"))
+		mu.Unlock()
+		podJSON(t, deleted(time.Now().Add(30*time.Second), 30))(w, r)
+	}))
+	defer plain.Close()
+	_, cfg := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, plain.URL+r.URL.Path, http.StatusFound)
+	})
+	_, err := newPod(t, cfg, testPod).Deletion(t.Context())
+	var apiErr *kube.APIError
+	require.ErrorAs(t, err, &apiErr)
+	assert.Equal(t, http.StatusFound, apiErr.StatusCode)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Empty(t, leaked, "the token went to %s in clear", plain.URL)
+}
