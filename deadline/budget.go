@@ -311,7 +311,6 @@ func KubeletRemaining(grace, hookElapsed time.Duration) time.Duration {
 // On an unanchored budget, Tighten anchors T0 at now (AnchorDeletionTimestamp)
 // if kill is earlier than now + grace; otherwise it changes nothing.
 func (b *Budget) Tighten(kill time.Time) bool {
-	kill = monotonic(kill)
 	b.mu.Lock()
 	changed := b.tightenLocked(kill)
 	b.mu.Unlock()
@@ -324,6 +323,7 @@ func (b *Budget) Tighten(kill time.Time) bool {
 func (b *Budget) tightenLocked(kill time.Time) bool {
 	if b.anchor == AnchorNone {
 		now := time.Now()
+		kill = monotonicAt(kill, now)
 		if !kill.Before(now.Add(b.grace)) {
 			return false
 		}
@@ -331,6 +331,11 @@ func (b *Budget) tightenLocked(kill time.Time) bool {
 		b.notifyLocked()
 		return true
 	}
+	// Compared as given: a time with only a wall clock reading is compared
+	// with the budget's by their wall clock readings, so the same
+	// deletionTimestamp read again is no change. Taken onto the monotonic
+	// clock first, it would come out a few nanoseconds off each time (the
+	// two readings of time.Now are that far apart).
 	kill = laterOf(kill, b.start)
 	if !b.sigterm.IsZero() {
 		kill = laterOf(kill, b.sigterm.Add(MinimumGracePeriod))
@@ -338,7 +343,7 @@ func (b *Budget) tightenLocked(kill time.Time) bool {
 	if !kill.Before(b.kill) {
 		return false
 	}
-	b.kill = kill
+	b.kill = monotonic(kill)
 	b.notifyLocked()
 	return true
 }

@@ -130,3 +130,33 @@ func TestBudgetTimesAreOnTheMonotonicClockWhateverItWasGiven(t *testing.T) {
 		})
 	}
 }
+
+// The same deletionTimestamp read again (a drain reads the pod at the preStop call, at
+// every new run of the hook and at SIGTERM) changes nothing: Tighten compares the time as
+// given with the one it holds. Each taking of a wall clock time onto the monotonic clock
+// reads time.Now anew, whose two readings are a few nanoseconds apart, a different few
+// each time: compared on the monotonic clock, the same deletionTimestamp came out a
+// little earlier or later each read, and Tighten reported a change (and logged it, and
+// woke every waiter on Changed) for most of them, moving SIGKILL a few nanoseconds
+// earlier each time.
+func TestTightenWithTheSameDeletionAgainIsNoChange(t *testing.T) {
+	b, err := deadline.New(3600*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	t0 := time.Now()
+	b.OnPreStop(t0)
+	deletion := wallOnly(t, t0.Add(30*time.Second))
+	require.True(t, b.Tighten(deletion))
+	kill := b.Kill()
+	changes := 0
+	for range 1000 {
+		if b.Tighten(wallOnly(t, deletion)) {
+			changes++
+		}
+	}
+	assert.Zero(t, changes, "of 1000 reads of the same deletionTimestamp")
+	assert.True(t, kill == b.Kill(), "SIGKILL moved from %v to %v", kill, b.Kill())
+	assert.True(t, onMonotonic(b.Kill()))
+	b.OnSIGTERM(t0.Add(time.Second))
+	assert.False(t, b.Tighten(deletion), "after SIGTERM")
+	assert.True(t, kill == b.Kill(), "SIGKILL moved from %v to %v", kill, b.Kill())
+}
