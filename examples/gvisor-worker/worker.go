@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -156,6 +157,9 @@ func (w *Worker) open() (err error) {
 	if w.node, _, err = sandbox.NewNode(w.rt, st, w.logger); err != nil {
 		return err
 	}
+	if rs, ok := w.rt.(*sandbox.Runsc); ok {
+		w.sweepOrphans(rs, filepath.Join(w.cfg.StateDir, "records"))
+	}
 	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint, classList}}
 	classify := draingrpc.Methods(map[string]drain.Class{
 		MethodRun:        drain.Create,
@@ -182,6 +186,48 @@ func (w *Worker) open() (err error) {
 		return fmt.Errorf("-socket: %w", err)
 	}
 	return nil
+}
+
+// sweepOrphans destroys what the state directory holds of sandboxes no record names: the
+// checkpoint image a `runsc checkpoint` cut by SIGKILL half wrote (its record is written
+// only once the image is complete), the bundles of sandboxes lost running with their
+// worker, and any container of theirs still in runsc's state of this PID namespace. No
+// worker knows them: they stayed on the hostPath for ever, an image as large as its
+// sandbox's memory for every checkpoint a SIGKILL cut. A sandbox with a record file of any
+// kind (a damaged or unfinished one, which NewNode reported and skipped) is kept for a
+// person to look at. The caller holds the state directory's lock.
+func (w *Worker) sweepOrphans(rs *sandbox.Runsc, recordsDir string) {
+	keep := map[string]bool{}
+	for _, info := range w.node.List() {
+		keep[info.ID] = true
+	}
+	records, _ := os.ReadDir(recordsDir)
+	hasRecordFile := func(id string) bool {
+		for _, r := range records {
+			if n := r.Name(); strings.HasPrefix(n, id+".") || strings.HasPrefix(n, "."+id+".") {
+				return true
+			}
+		}
+		return false
+	}
+	orphans := map[string]bool{}
+	for _, dir := range []string{filepath.Dir(rs.Image("x")), filepath.Dir(rs.Bundle("x").Dir)} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if id := e.Name(); !keep[id] && !strings.HasPrefix(id, ".") && !hasRecordFile(id) {
+				orphans[id] = true
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for id := range orphans {
+		if err := rs.Destroy(ctx, id); err != nil {
+			w.logger.Warn("what a sandbox without a record left could not be removed", "id", id, "error", err)
+			continue
+		}
+		w.logger.Info("removed what a sandbox without a record left (a checkpoint cut short, or lost running)", "id", id)
+	}
 }
 
 // maxSocketPath is the longest path a Unix socket can be bound at on Linux: sun_path's

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/examples/internal/store"
+)
+
+// A worker SIGKILLed while `runsc checkpoint` wrote an image (its drain ran out of grace)
+// left the half-written image, which no record names (the record is written only once the
+// image is complete), and the bundles of the sandboxes it lost running: no later worker
+// knew them, and they stayed on the hostPath for ever, an image as large as its sandbox's
+// memory per checkpoint cut. The next worker now removes them at start; a sandbox with a
+// record, or with a damaged one NewNode skipped, keeps everything.
+func TestWorkerRemovesWhatSandboxesWithoutARecordLeft(t *testing.T) {
+	cfg := runscConfig(t)
+	dir := filepath.Join(cfg.StateDir, "runsc")
+	put := func(path string, size int) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
+		require.NoError(t, os.WriteFile(path, make([]byte, size), 0o600))
+	}
+	// The one a SIGKILL cut mid-checkpoint, one lost running, one checkpointed, one whose
+	// record is torn.
+	put(filepath.Join(dir, "images", "sb-cut", "checkpoint.img"), 1<<20)
+	put(filepath.Join(dir, "bundles", "sb-cut", "config.json"), 10)
+	put(filepath.Join(dir, "bundles", "sb-lost", "config.json"), 10)
+	put(filepath.Join(dir, "images", "sb-kept", "checkpoint.img"), 1<<10)
+	put(filepath.Join(dir, "bundles", "sb-kept", "config.json"), 10)
+	put(filepath.Join(dir, "images", "sb-torn", "checkpoint.img"), 1<<10)
+	st, err := store.Open(filepath.Join(cfg.StateDir, "records"))
+	require.NoError(t, err)
+	require.NoError(t, st.Put(store.Record{ID: "sb-kept", State: sandbox.Paused, Runtime: "runsc",
+		Image: filepath.Join(dir, "images", "sb-kept"), TimeoutS: 60, PausedAt: time.Now()}))
+	put(filepath.Join(cfg.StateDir, "records", "sb-torn.rec"), 3)
+
+	w, _, stop := serveWorker(t, cfg)
+	defer stop()
+	for _, gone := range []string{"images/sb-cut", "bundles/sb-cut", "bundles/sb-lost"} {
+		_, err := os.Stat(filepath.Join(dir, gone))
+		assert.ErrorIs(t, err, os.ErrNotExist, "%s is removed", gone)
+	}
+	for _, kept := range []string{"images/sb-kept/checkpoint.img", "bundles/sb-kept", "images/sb-torn/checkpoint.img"} {
+		_, err := os.Stat(filepath.Join(dir, kept))
+		assert.NoError(t, err, "%s is kept", kept)
+	}
+	assert.Equal(t, 1, w.node.Count(sandbox.Paused), "sb-kept is the worker's")
+}
