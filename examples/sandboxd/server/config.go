@@ -76,6 +76,10 @@ const (
 	DefaultDevices      = 2
 	// MaxConcurrency is the ceiling of the adaptive limit (-concurrency 0): pause's own.
 	MaxConcurrency = 32
+	// MaxDevices is the most fake devices -devices may ask for: the fake device daemon
+	// gets its configuration in one environment variable, which the kernel caps at
+	// 128 KiB (about 3000 devices with a long state directory).
+	MaxDevices = 1024
 )
 
 // HookSecretEnv is the environment variable holding Config.HookSecret.
@@ -142,6 +146,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-concurrency %d is negative (0 adapts)", c.Concurrency)
 	case c.Devices < 0:
 		return fmt.Errorf("-devices %d is negative", c.Devices)
+	case c.Devices > MaxDevices:
+		return fmt.Errorf("-devices %d is more than the fake device daemon takes, %d", c.Devices, MaxDevices)
 	case c.KubeletGrace < 0:
 		return fmt.Errorf("-kubelet-grace %v is negative", c.KubeletGrace)
 	}

@@ -18,6 +18,16 @@ const EventLogFile = "ublkd.events"
 // sysRoot is the fake sysfs tree of the device daemon's devices in stateDir.
 func sysRoot(stateDir string) string { return filepath.Join(stateDir, "sys") }
 
+// daemonConfig is the fake device daemon's configuration for devices devices in stateDir.
+func daemonConfig(stateDir string, devices int) fakeublk.DaemonConfig {
+	cfg := fakeublk.DaemonConfig{SysRoot: sysRoot(stateDir), Socket: filepath.Join(stateDir, "ublkd.sock"),
+		EventLog: filepath.Join(stateDir, EventLogFile)}
+	for i := range devices {
+		cfg.Devices = append(cfg.Devices, fakeublk.DeviceSpec{ID: i, Major: 259, Minor: uint32(4000 + i)})
+	}
+	return cfg
+}
+
 // StartDeviceDaemon starts the fake device daemon as a child process with devices fake
 // ublk devices in stateDir (sysfs tree sys/, socket ublkd.sock, event log EventLogFile),
 // after removing the tree an earlier process left, and returns it with the Socket that
@@ -28,11 +38,7 @@ func StartDeviceDaemon(ctx context.Context, stateDir string, devices int) (*fake
 	if err := os.RemoveAll(sys); err != nil { // the devices of an earlier process died with it
 		return nil, nil, err
 	}
-	cfg := fakeublk.DaemonConfig{SysRoot: sys, Socket: filepath.Join(stateDir, "ublkd.sock"),
-		EventLog: filepath.Join(stateDir, EventLogFile)}
-	for i := range devices {
-		cfg.Devices = append(cfg.Devices, fakeublk.DeviceSpec{ID: i, Major: 259, Minor: uint32(4000 + i)})
-	}
+	cfg := daemonConfig(stateDir, devices)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	d, err := fakeublk.Start(ctx, cfg)

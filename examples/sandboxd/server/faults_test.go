@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 
@@ -361,4 +363,30 @@ func TestPauseLatencyPastTheLargestDurationIsRefusedNotWrapped(t *testing.T) {
 	}
 	require.ErrorAs(t, err, new(usageError), "bad usage: Main exits 2")
 	assert.ErrorContains(t, err, "-pause-latency 2562047h0m0s")
+}
+
+// -devices beyond what the fake device daemon can be given is bad usage naming the flag:
+// its devices go to it in one environment variable, which the kernel caps at 128 KiB, so
+// from about 3000 devices sandboxd exited 1 at start with "device daemon: fakeublk: start
+// daemon: fork/exec ...: argument list too long", naming no flag. MaxDevices fits, with
+// the longest state directory whose socket path a Unix socket takes.
+func TestMoreFakeDevicesThanTheDaemonTakesIsNamed(t *testing.T) {
+	_, err := ParseFlags([]string{"-state-dir", "x", "-devices", "5000"}, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "-devices 5000")
+	assert.Contains(t, err.Error(), strconv.Itoa(MaxDevices))
+	cfg, err := ParseFlags([]string{"-state-dir", "x", "-devices", strconv.Itoa(MaxDevices)}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, MaxDevices, cfg.Devices)
+	// The kernel's MAX_ARG_STRLEN, the terminating NUL included; and the longest state
+	// directory, its socket's path filling sun_path's 107 bytes and a NUL.
+	const maxArgStrlen = 32 * 4096
+	stateDir := "/" + strings.Repeat("d", 107-len("/ublkd.sock")-1)
+	raw, err := json.Marshal(daemonConfig(stateDir, MaxDevices))
+	require.NoError(t, err)
+	env := fakeublk.EnvDaemon + "=" + string(raw)
+	assert.Less(t, len(env)+1, maxArgStrlen, "the daemon's environment variable for MaxDevices devices")
+	raw, err = json.Marshal(daemonConfig("/var/lib/sandboxd", 3000))
+	require.NoError(t, err)
+	assert.Greater(t, len(fakeublk.EnvDaemon+"=")+len(raw)+1, maxArgStrlen, "3000 devices do not fit")
 }
