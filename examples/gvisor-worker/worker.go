@@ -491,9 +491,18 @@ func (w *Worker) Checkpoint(ctx context.Context, req *IDRequest) (*SandboxReply,
 	return reply(info, err)
 }
 
-// Restore implements the Restore RPC.
+// Restore implements the Restore RPC. Its context keeps a restore from starting, never
+// cuts one short: `runsc restore` starts gVisor's sandbox process (runsc-sandbox and its
+// gofer), which restores the image, and killing the runsc client once it had (the call's
+// deadline, a client gone) left that process running with the restored memory and no
+// container in runsc's state: the worker said "paused", `runsc delete` found nothing, and
+// it ran until the pod ended, per Restore given up. A started restore takes as long as
+// gVisor takes; it ends with the sandbox running, as the worker then says.
 func (w *Worker) Restore(ctx context.Context, req *IDRequest) (*SandboxReply, error) {
-	info, err := w.node.Resume(ctx, req.ID)
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	info, err := w.node.Resume(context.WithoutCancel(ctx), req.ID)
 	return reply(info, err)
 }
 
