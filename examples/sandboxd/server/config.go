@@ -148,6 +148,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-devices %d is negative", c.Devices)
 	case c.Devices > MaxDevices:
 		return fmt.Errorf("-devices %d is more than the fake device daemon takes, %d", c.Devices, MaxDevices)
+	case c.Devices > 0 && len(daemonSocket(c.StateDir)) > maxSocketPath:
+		return fmt.Errorf("-state-dir %s is too long for the fake device daemon's socket %s (a Unix socket's path holds %d bytes): give a shorter one, or -devices 0",
+			c.StateDir, daemonSocket(c.StateDir), maxSocketPath)
 	case c.KubeletGrace < 0:
 		return fmt.Errorf("-kubelet-grace %v is negative", c.KubeletGrace)
 	}

@@ -18,9 +18,16 @@ const EventLogFile = "ublkd.events"
 // sysRoot is the fake sysfs tree of the device daemon's devices in stateDir.
 func sysRoot(stateDir string) string { return filepath.Join(stateDir, "sys") }
 
+// daemonSocket is the fake device daemon's socket in stateDir.
+func daemonSocket(stateDir string) string { return filepath.Join(stateDir, "ublkd.sock") }
+
+// maxSocketPath is the longest path a Unix socket can be bound to (sun_path's 108 bytes,
+// a NUL included).
+const maxSocketPath = 107
+
 // daemonConfig is the fake device daemon's configuration for devices devices in stateDir.
 func daemonConfig(stateDir string, devices int) fakeublk.DaemonConfig {
-	cfg := fakeublk.DaemonConfig{SysRoot: sysRoot(stateDir), Socket: filepath.Join(stateDir, "ublkd.sock"),
+	cfg := fakeublk.DaemonConfig{SysRoot: sysRoot(stateDir), Socket: daemonSocket(stateDir),
 		EventLog: filepath.Join(stateDir, EventLogFile)}
 	for i := range devices {
 		cfg.Devices = append(cfg.Devices, fakeublk.DeviceSpec{ID: i, Major: 259, Minor: uint32(4000 + i)})

@@ -390,3 +390,21 @@ func TestMoreFakeDevicesThanTheDaemonTakesIsNamed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, len(fakeublk.EnvDaemon+"=")+len(raw)+1, maxArgStrlen, "3000 devices do not fit")
 }
+
+// A -state-dir too long for the device daemon's socket path (a Unix socket's path holds
+// 107 bytes) is bad usage naming the flag: sandboxd took it, locked and filled the
+// directory, started the daemon, and exited 1 with "device daemon: fakeublk: daemon not
+// ready: EOF" after the daemon's "bind: invalid argument". Without devices there is no
+// socket, and any length goes.
+func TestStateDirTooLongForTheDaemonsSocketIsNamed(t *testing.T) {
+	long := "/" + strings.Repeat("d", 100)
+	_, err := ParseFlags([]string{"-state-dir", long}, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "-state-dir "+long)
+	assert.Contains(t, err.Error(), "-devices")
+	_, err = ParseFlags([]string{"-state-dir", long, "-devices", "0"}, io.Discard)
+	assert.NoError(t, err, "no daemon, no socket")
+	fits := "/" + strings.Repeat("d", 107-len("/ublkd.sock")-1)
+	_, err = ParseFlags([]string{"-state-dir", fits}, io.Discard)
+	assert.NoError(t, err, "the longest that fits")
+}
