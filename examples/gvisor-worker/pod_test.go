@@ -57,3 +57,28 @@ func TestWorkerWithoutAPIAccessGoesOnWithGrace(t *testing.T) {
 	require.NoError(t, rep.Err())
 	assert.Equal(t, cfg.Grace, rep.Budget.Kill.Sub(rep.Budget.Start), "-grace stands")
 }
+
+// The worker reads its pod only at SIGTERM (it has no preStop hook): after kubectl delete
+// --force the StatefulSet's new pod of the same name exists by then, and without its UID
+// the worker took that pod for its own: its deletion (when the new one is deleted in its
+// turn) set the budget, and the drain's Events went on the new pod, a pod just started
+// described as drained. With -pod-uid (default $POD_UID) the other pod is not this one:
+// -grace stands, the Events name this pod.
+func TestWorkerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
+	api := &fakeapiserver.Pod{Name: "gvisor-worker-0", Namespace: "sandboxes", UID: "uid-new"}
+	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
+	cfg := fakeConfig(t)
+	cfg.Grace = time.Minute
+	cfg.Pod, cfg.PodUID, cfg.Kube = api.Name, "uid-old", kcfg
+	_, c, stop := serveWorker(t, cfg)
+	_, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
+	rep := stop()
+	require.NoError(t, rep.Err())
+	assert.Equal(t, cfg.Grace, rep.Budget.Kill.Sub(rep.Budget.Start), "the other pod's deletion is not this one's")
+	require.NotEmpty(t, api.Events())
+	for _, ev := range api.Events() {
+		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
+	}
+}

@@ -57,6 +57,11 @@ type config struct {
 	// --grace-period, an eviction: a grace shorter than -grace) and posts its Events on
 	// it. Empty: no API access, -grace stands.
 	Pod string
+	// PodUID is this pod's metadata.uid (-pod-uid, default $POD_UID from the Downward API):
+	// a pod of the same name with another UID (this one force-deleted, a StatefulSet's new
+	// one created) is not read as this one's deletion, and Events name this pod. Empty:
+	// learned from the first read.
+	PodUID string
 	// Kube reaches the API server; its zero value is the pod's mounted service account.
 	// No flag sets it: the tests' API server on loopback.
 	Kube kube.Config
@@ -74,6 +79,7 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs.StringVar(&c.Runtime, "runtime", "runsc", "runsc, or fake for in-process sandboxes")
 	fs.DurationVar(&c.PauseLatency, "pause-latency", 2*time.Second, "how long a fake checkpoint takes; with runsc, the first estimate")
 	fs.StringVar(&c.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs get on pods and create on events.k8s.io events); empty: no API access")
+	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv("POD_UID"), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -369,6 +375,9 @@ func (w *Worker) pod() *kube.Pod {
 	}
 	cfg := w.cfg.Kube
 	cfg.Logger = w.logger
+	if w.cfg.PodUID != "" {
+		cfg.UID = w.cfg.PodUID
+	}
 	pod, err := kube.New(w.cfg.Pod, cfg)
 	if err != nil {
 		w.logger.Warn("no Kubernetes API access: -grace stands, no Events", "error", err)
