@@ -1,9 +1,9 @@
 package realapiserver_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +23,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/draintest"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/realapiserver"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
@@ -133,12 +134,12 @@ func TestRealAPIServer(t *testing.T) {
 	t.Run("DrainPostsItsEventsOnThePod", func(t *testing.T) {
 		created := createPod(t, c, "sandboxd-0")
 		_, answered := deletePod(t, c, "sandboxd-0", 20)
-		var logs bytes.Buffer
+		var logs logbuf.Buffer
 		cfg := podConfig(t, c, realapiserver.PodToken)
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		pod, err := kube.New("sandboxd-0", cfg)
 		require.NoError(t, err)
-		rep, _ := drainNode(t, pod, true, &logs)
+		rep, _ := drainNode(t, pod, true, "", &logs)
 
 		require.NotNil(t, rep.Events)
 		assert.Equal(t, kube.EventStats{Posted: 4}, *rep.Events, "log:\n%s", logs.String())
@@ -170,7 +171,7 @@ func TestRealAPIServer(t *testing.T) {
 	t.Run("RBACDeniedIsReportedAndDoesNotHoldUpTheDrain", func(t *testing.T) {
 		createPod(t, c, "denied-0")
 		deletePod(t, c, "denied-0", 20)
-		var logs bytes.Buffer
+		var logs logbuf.Buffer
 		cfg := podConfig(t, c, realapiserver.NoneToken)
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		pod, err := kube.New("denied-0", cfg)
@@ -184,7 +185,7 @@ func TestRealAPIServer(t *testing.T) {
 		assert.Contains(t, err.Error(), `User "nobody" cannot get resource "pods"`)
 		assert.Contains(t, err.Error(), `needs RBAC "get" on "pods"`)
 
-		rep, took := drainNode(t, pod, false, &logs)
+		rep, took := drainNode(t, pod, false, "the budget stands", &logs)
 		require.NotNil(t, rep.Events)
 		assert.Equal(t, 0, rep.Events.Posted)
 		assert.Equal(t, 4, rep.Events.Dropped)
@@ -215,8 +216,19 @@ func (v verdict) String() string { return "ublk teardown: " + string(v) }
 // (answered at once), then, once the budget has the pod's deletion if
 // tightens says it will, SIGTERM. It returns the Report and how long the
 // drain took.
-func drainNode(t *testing.T, pod *kube.Pod, tightens bool, logs *bytes.Buffer) (*drain.Report, time.Duration) {
+//
+// With answered set, the drain's step waits until the log says it: a read
+// of the pod still in flight when the drain ends is stopped, and logs
+// nothing above DEBUG (docs/faults.md row 159), so a line the test expects
+// of the read's answer must come before the drain's end.
+func drainNode(t *testing.T, pod *kube.Pod, tightens bool, answered string, logs *logbuf.Buffer) (*drain.Report, time.Duration) {
 	t.Helper()
+	out := io.Writer(logs)
+	var read *logbuf.Signal
+	if answered != "" {
+		read = logbuf.NewSignal(answered)
+		out = io.MultiWriter(logs, read)
+	}
 	b, err := deadline.New(3600*time.Second, deadline.Config{Margin: time.Second})
 	require.NoError(t, err)
 	node := draintest.NewNode()
@@ -224,9 +236,17 @@ func drainNode(t *testing.T, pod *kube.Pod, tightens bool, logs *bytes.Buffer) (
 	node.Add(&draintest.Sandbox{Name: "broken", Latency: time.Millisecond, Faults: []draintest.Fault{draintest.Permanent}})
 	d, err := drain.New(drain.Config{
 		Budget: b, Sandboxes: node, Pod: pod,
-		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Logger: slog.New(slog.NewTextHandler(out, nil)),
 		Steps: []drain.Step{drain.NewStep(deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(time.Second)},
-			func(context.Context) (any, error) { return verdict("stopped"), nil })},
+			func(context.Context) (any, error) {
+				if read != nil {
+					select {
+					case <-read.Seen():
+					case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+					}
+				}
+				return verdict("stopped"), nil
+			})},
 	})
 	require.NoError(t, err)
 	start := time.Now()
