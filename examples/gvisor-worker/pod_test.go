@@ -82,3 +82,23 @@ func TestWorkerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
 	}
 }
+
+// Graceful node shutdown stops the worker (a DaemonSet's pod: the node going down is its
+// usual end) with its priority's slice of shutdownGracePeriod and sets no
+// deletionTimestamp; the worker has no preStop hook, so nothing told it the kubelet's
+// grace: it planned with -grace's hour while the node went down at the slice's end, the
+// checkpoints, the Report and the termination message cut. -kubelet-grace (with -pod)
+// is that slice: a SIGTERM read that finds no deletionTimestamp moves SIGKILL to it.
+func TestWorkerStoppedByTheKubeletItselfPlansWithKubeletGrace(t *testing.T) {
+	api := &fakeapiserver.Pod{Name: "gvisor-worker-x7k2p", Namespace: "sandboxes", UID: "uid-1"}
+	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
+	cfg := fakeConfig(t)
+	cfg.Grace, cfg.KubeletGrace = time.Hour, 20*time.Second
+	cfg.Pod, cfg.Kube = api.Name, kcfg
+	_, c, stop := serveWorker(t, cfg)
+	_, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	rep := stop() // SIGTERM from the kubelet: the pod has no deletionTimestamp
+	require.NoError(t, rep.Err())
+	assert.Equal(t, 20*time.Second, rep.Budget.Kill.Sub(rep.Budget.Start), "SIGKILL at the kubelet's slice, not -grace's hour")
+}

@@ -62,6 +62,12 @@ type config struct {
 	// one created) is not read as this one's deletion, and Events name this pod. Empty:
 	// learned from the first read.
 	PodUID string
+	// KubeletGrace is the grace the kubelet gives the pod when it stops it on its own, with
+	// no deletionTimestamp (-kubelet-grace): graceful node shutdown's slice for the pod's
+	// priority, a soft eviction's evictionMaxPodGracePeriod. With -pod, a SIGTERM read that
+	// finds no deletionTimestamp moves SIGKILL to SIGTERM + it (drain.Config.KubeletGrace).
+	// Zero: not known, -grace stands.
+	KubeletGrace time.Duration
 	// Kube reaches the API server; its zero value is the pod's mounted service account.
 	// No flag sets it: the tests' API server on loopback.
 	Kube kube.Config
@@ -80,6 +86,7 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs.DurationVar(&c.PauseLatency, "pause-latency", 2*time.Second, "how long a fake checkpoint takes; with runsc, the first estimate")
 	fs.StringVar(&c.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs get on pods and create on events.k8s.io events); empty: no API access")
 	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv("POD_UID"), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
+	fs.DurationVar(&c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp); needs -pod; 0: not known")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -94,6 +101,8 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 		return c, errors.New("-state-dir is required")
 	case c.Grace < 2*time.Second:
 		return c, fmt.Errorf("-grace %v is below the kubelet's 2 s minimum", c.Grace)
+	case c.KubeletGrace < 0:
+		return c, fmt.Errorf("-kubelet-grace %v is negative (0: not known)", c.KubeletGrace)
 	case c.Concurrency < 0:
 		return c, fmt.Errorf("-concurrency %d is negative (0 adapts)", c.Concurrency)
 	case c.Runtime != "runsc" && c.Runtime != "fake":
@@ -330,6 +339,13 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 		return fmt.Errorf("-grace: %w", err)
 	}
 	pod := w.pod()
+	kubeletGrace := w.cfg.KubeletGrace
+	if kubeletGrace > 0 && pod == nil {
+		// Only the pod's missing deletionTimestamp tells the kubelet's own termination
+		// from a deletion.
+		w.logger.Warn("-kubelet-grace is ignored without the pod's API access (-pod)", "kubelet_grace", kubeletGrace)
+		kubeletGrace = 0
+	}
 	w.steps = []drain.Step{
 		drain.NewStep(deadline.Phase{Name: "escalate", Reserve: deadline.Fixed(clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second))},
 			func(ctx context.Context) (any, error) { return nil, w.escalate(ctx) }),
@@ -338,13 +354,14 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 	build := func(pc pause.Config) error {
 		w.est = pc.Estimator
 		w.drainer, err = drain.New(drain.Config{
-			Budget:    budget,
-			Gate:      gate,
-			Sandboxes: pause.ListFunc(w.node.Running),
-			Pause:     pc,
-			Steps:     w.steps,
-			Logger:    w.logger,
-			Pod:       pod,
+			Budget:       budget,
+			Gate:         gate,
+			Sandboxes:    pause.ListFunc(w.node.Running),
+			Pause:        pc,
+			Steps:        w.steps,
+			Logger:       w.logger,
+			Pod:          pod,
+			KubeletGrace: kubeletGrace,
 		})
 		return err
 	}

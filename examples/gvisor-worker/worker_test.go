@@ -116,6 +116,7 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		"-state-dir":     {},
 		"-grace":         {"-state-dir", "d", "-grace", "1s"},
 		"-concurrency":   {"-state-dir", "d", "-concurrency", "-1"},
+		"-kubelet-grace": {"-state-dir", "d", "-kubelet-grace", "-1s"},
 		"-runtime":       {"-state-dir", "d", "-runtime", "kvm"},
 		"-pause-latency": {"-state-dir", "d", "-pause-latency", "0s"},
 	} {
