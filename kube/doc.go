@@ -42,7 +42,10 @@
 //
 //   - Deletion, DeletionTimestamp and Tighten return by their context's
 //     deadline, and send the token only to a server whose certificate chains
-//     to Config.CAFile (the service account's ca.crt).
+//     to Config.CAFile (the service account's ca.crt): no redirect is
+//     followed. A pod of this name whose UID is not this pod's (Config.UID,
+//     else the first read's: this pod force-deleted and a new one created in
+//     its name) is ErrPodReplaced, never read as this pod's deletion.
 //   - A request the API server sheds (429 Too Many Requests: API Priority
 //     and Fairness under a mass deletion, an API server shutting down; or a
 //     GET's 5xx with a Retry-After) is sent again after its Retry-After
