@@ -158,15 +158,22 @@ func (c Config) Validate() error {
 }
 
 // UblkReserve is the time kept for the ublk step: a twentieth of the grace period, between
-// 500 ms and 30 s.
-func (c Config) UblkReserve() time.Duration {
-	return min(max(c.Grace/20, 500*time.Millisecond), 30*time.Second)
-}
+// 500 ms and 30 s. At shutdown the grace is the one the kubelet uses, when a deletion (or a
+// node shutdown's slice) gave less than -grace: see ublkReserve.
+func (c Config) UblkReserve() time.Duration { return ublkReserve(c.Grace) }
 
 // HTTPReserve is the time kept for shutting the HTTP server down: a fortieth of the grace
-// period, between 250 ms and 5 s.
-func (c Config) HTTPReserve() time.Duration {
-	return min(max(c.Grace/40, 250*time.Millisecond), 5*time.Second)
+// period, between 250 ms and 5 s; at shutdown, of the grace the kubelet uses.
+func (c Config) HTTPReserve() time.Duration { return httpReserve(c.Grace) }
+
+// ublkReserve is UblkReserve for a grace period of grace.
+func ublkReserve(grace time.Duration) time.Duration {
+	return min(max(grace/20, 500*time.Millisecond), 30*time.Second)
+}
+
+// httpReserve is HTTPReserve for a grace period of grace.
+func httpReserve(grace time.Duration) time.Duration {
+	return min(max(grace/40, 250*time.Millisecond), 5*time.Second)
 }
 
 // PauseEstimate is the first estimate of one pause, before any was measured: the longest

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,4 +408,40 @@ func TestStateDirTooLongForTheDaemonsSocketIsNamed(t *testing.T) {
 	fits := "/" + strings.Repeat("d", 107-len("/ublkd.sock")-1)
 	_, err = ParseFlags([]string{"-state-dir", fits}, io.Discard)
 	assert.NoError(t, err, "the longest that fits")
+}
+
+// The teardown steps' reserves are sized from the grace the kubelet uses, as the margin's
+// is: kubectl delete --grace-period=30 of a sandboxd whose -grace is an hour gives it the
+// reserves of a 30 s sandboxd (the ublk step's 1.5 s, the HTTP step's 750 ms). Before,
+// they stayed sized from -grace: the ublk step, critical, kept its 30 s and took all 25 s
+// the margin left, so the preserve phase got none: 0 of 8 sandboxes preserved, every one
+// lost, and sandboxd exited 29.7 s before SIGKILL, the teardown of its 2 devices done in
+// 0.1 s.
+func TestTeardownReservesFollowTheGraceADeletionGave(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Grace, cfg.Devices = 3600*time.Second, 2
+	s, err := New(context.Background(), cfg, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	for range 8 {
+		_, err := s.Node().Create(context.Background(), 86400)
+		require.NoError(t, err)
+	}
+	rec := httptest.NewRecorder()
+	s.Drainer().PreStop().ServeHTTP(rec, httptest.NewRequest("GET", "/drain?wait=0s", nil)) // T0, then the hook returns
+	require.Equal(t, http.StatusOK, rec.Code)
+	b := s.Drainer().Budget()
+	require.True(t, b.Tighten(b.Start().Add(30*time.Second)), "the deletion's 30 s (kube.Pod reads it)")
+	windows := s.Drainer().Plan().Windows(drain.PhasePreserve)
+	reserves := map[string]time.Duration{}
+	for _, w := range windows {
+		reserves[w.Name] = w.Reserve
+	}
+	assert.Equal(t, 1500*time.Millisecond, reserves["ublk"], "a 30 s grace's ublk reserve")
+	assert.Equal(t, 750*time.Millisecond, reserves["http"], "a 30 s grace's HTTP reserve")
+
+	rep := s.Drainer().Shutdown(context.Background())
+	require.NotNil(t, rep.Preserve)
+	assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved], "preserved of 8 (lost %d, headroom %v)", rep.Lost(), rep.Headroom)
+	assert.NoError(t, rep.Err())
 }

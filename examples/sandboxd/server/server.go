@@ -41,6 +41,7 @@ type Server struct {
 	node    *sandbox.Node
 	rt      sandbox.Runtime
 	drainer *drain.Drainer
+	budget  *deadline.Budget
 	http    *http.Server
 	ln      net.Listener
 	hook    *http.Server // the preStop hook, on its own listener
@@ -110,12 +111,16 @@ func (s *Server) open(ctx context.Context) (err error) {
 	if s.meters, s.metrics, err = promexport.New(); err != nil {
 		return err
 	}
+	// The budget before the steps, whose reserves follow the grace it says the kubelet uses.
+	if s.budget, err = deadline.New(s.cfg.Grace, deadline.Config{}); err != nil { // the margin scales with the grace
+		return fmt.Errorf("-grace: %w", err)
+	}
 	steps, err := s.teardownSteps(ctx)
 	if err != nil {
 		return err
 	}
 	s.steps = steps
-	if err := s.buildDrainer(steps); err != nil {
+	if err := s.buildDrainer(s.sizedByGrace(steps)); err != nil {
 		return err
 	}
 	s.http.Handler = s.routes()
@@ -165,10 +170,8 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 }
 
 func (s *Server) buildDrainer(steps []drain.Step) error {
-	budget, err := deadline.New(s.cfg.Grace, deadline.Config{}) // the margin scales with the grace
-	if err != nil {
-		return fmt.Errorf("-grace: %w", err)
-	}
+	budget := s.budget
+	var err error
 	pod := s.pod()
 	kubeletGrace := s.cfg.KubeletGrace
 	if pod == nil && kubeletGrace > 0 {
@@ -213,6 +216,45 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 			s.cfg.Grace, s.cfg.PauseLatency, err)}
 	}
 	return nil
+}
+
+// graceInUse is the grace period the kubelet uses for this pod, as the budget knows it:
+// -grace, or SIGKILL - T0 once the pod's deletionTimestamp (kubectl delete --grace-period, an
+// eviction) or -kubelet-grace (a node shutdown's slice) put SIGKILL earlier.
+func (s *Server) graceInUse() time.Duration {
+	st := s.budget.State()
+	return min(s.cfg.Grace, max(st.Kill.Sub(st.Start), 0))
+}
+
+// sizedByGrace returns the teardown steps with their reserves sized from the grace in use
+// (UblkReserve, HTTPReserve), evaluated whenever the plan reads them: kubectl delete
+// --grace-period=30 of a sandboxd whose -grace is an hour gives them the reserves of a
+// 30 s sandboxd. Sized from -grace, the ublk step, critical, would keep its 30 s and take
+// all the 25 s the margin leaves, the preserve phase none. steps is what teardownSteps
+// returned: the ublk step (if any), then the HTTP step.
+func (s *Server) sizedByGrace(steps []drain.Step) []drain.Step {
+	out := make([]drain.Step, len(steps))
+	for i, step := range steps {
+		size := httpReserve
+		if _, ok := step.(*ublk.Teardown); ok {
+			size = ublkReserve
+		}
+		out[i] = reserveFollowsGrace{Step: step, reserve: func() time.Duration { return size(s.graceInUse()) }}
+	}
+	return out
+}
+
+// reserveFollowsGrace is a Step whose phase has reserve as its Reserve, the rest of the
+// phase (its name, Critical) the Step's own.
+type reserveFollowsGrace struct {
+	drain.Step
+	reserve deadline.Reserve
+}
+
+func (r reserveFollowsGrace) Phase() deadline.Phase {
+	ph := r.Step.Phase()
+	ph.Reserve = r.reserve
+	return ph
 }
 
 // usageError is New's error when the flags, valid one by one, make no plan that fits:
