@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -304,8 +305,14 @@ func (p *Pod) event(e queued, uid string) *eventsv1.Event {
 	}
 }
 
-// cut shortens s to at most n bytes, on a character boundary.
+// cut shortens s to at most n bytes, on a character boundary, as the API
+// server counts them. Invalid UTF-8 (a process's output in an error) is
+// replaced by U+FFFD first: encoding/json does so anyway, three bytes for
+// each invalid one, which took a note within 1 KiB past the limit (the
+// event refused), and a cut string with an invalid byte anywhere in it was
+// shortened byte by byte to just before that byte.
 func cut(s string, n int) string {
+	s = strings.ToValidUTF8(s, string(utf8.RuneError))
 	if len(s) <= n {
 		return s
 	}

@@ -251,3 +251,25 @@ func TestFlushDoesNotWaitForAnEventRecordedAfterItEnded(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"X"}, sent, "B was never sent")
 }
+
+// A note with bytes that are not UTF-8 (a process's output in a step's
+// error): encoding/json sends each as U+FFFD, three bytes, which took a
+// note of 1000 bytes to 1200 as the API server counts it (it refuses the
+// event: note too long), and a note past 1 KiB was shortened byte by byte
+// to just before its first such byte.
+func TestRecordCutsANoteWithInvalidUTF8AsTheAPICountsIt(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, nil))
+	p := newPod(t, cfg, testPod)
+	within := strings.Repeat("x\xff", 500)                      // 1000 bytes, 500 of them invalid
+	past := "step ublk: \xfe " + strings.Repeat("holder ", 300) // 2114 bytes, one invalid near the start
+	p.Record(kube.Event{Reason: "StepFailed", Note: within})
+	p.Record(kube.Event{Reason: "StepFailed", Note: past})
+	assert.Equal(t, 2, p.Flush(t.Context()).Posted)
+	got := a.posted()
+	require.Len(t, got, 2)
+	for _, ev := range got {
+		assert.LessOrEqual(t, len(ev.Note), 1024, "the note as the API server counts it")
+	}
+	assert.True(t, strings.HasPrefix(got[0].Note, "x\uFFFDx\uFFFD"))
+	assert.Greater(t, len(got[1].Note), 1000, "the note is cut at the limit, not at its first invalid byte: %q", got[1].Note)
+}
