@@ -31,7 +31,7 @@ const (
 	EnvGrace = "DRAINKIT_GRACE"
 	// EnvHookListen is the address the preStop hook is served on; unset,
 	// it is 127.0.0.1:8082: loopback, reachable by an exec hook
-	// (drain/cmd/drainhook) but not by the sandboxes on the node. Set it to the pod's own address ($(POD_IP):8082) for an
+	// (drain/cmd/drainhook) but not by the sandboxes on the node. Set it to the pod's own address ([$(POD_IP)]:8082) for an
 	// httpGet hook, together with EnvHookSecret.
 	EnvHookListen = "DRAINKIT_HOOK_LISTEN"
 	// EnvHookSecret is the shared secret the hook's httpHeaders carry in

@@ -123,3 +123,38 @@ func supervisorContainer(t *testing.T, cs []corev1.Container) corev1.Container {
 	require.Len(t, found, 1, "one container runs the supervisor as its entrypoint")
 	return found[0]
 }
+
+// The manifests' -hook-listen, expanded as the kubelet expands $(POD_IP),
+// is a host:port the supervisor listens on, on an IPv4 and on an IPv6 pod:
+// status.podIP is an IPv6 address on an IPv6 or IPv6-first dual-stack
+// cluster, where "$(POD_IP):8082" gave "fd00:10:244::5:8082", no host:port
+// (net.Listen: "too many colons in address"): the supervisor exited 1 at
+// every start, the server never started, the pod in CrashLoopBackOff. A
+// bracketed host serves both: Go listens on "[10.244.1.5]:8082" as on
+// "10.244.1.5:8082".
+func TestManifestsHookListensOnAnIPv4AndAnIPv6Pod(t *testing.T) {
+	_, overlay := buildOverlay(t)
+	for name, spec := range map[string]corev1.PodSpec{
+		"deploy/daemonset.yaml": manifest.DaemonSet(t, "deploy/daemonset.yaml", "terminationGracePeriodSeconds:", "terminationGracePeriod:").Spec.Template.Spec,
+		overlayDir:              overlay.Spec.Template.Spec,
+	} {
+		c := supervisorContainer(t, spec.Containers)
+		i := slices.IndexFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "-hook-listen=") })
+		require.GreaterOrEqual(t, i, 0, "%s sets -hook-listen", name)
+		for _, podIP := range []string{"10.244.1.5", "fd00:10:244::5", "127.0.0.1", "::1"} {
+			addr := strings.ReplaceAll(strings.TrimPrefix(c.Args[i], "-hook-listen="), "$(POD_IP)", podIP) // the kubelet's $(VAR) expansion
+			host, port, err := net.SplitHostPort(addr)
+			require.NoError(t, err, "%s, POD_IP=%s: -hook-listen %s", name, podIP, addr)
+			assert.Equal(t, podIP, host, "%s: the hook listens on the pod's address", name)
+			assert.Equal(t, "8082", port, name)
+			if net.ParseIP(podIP).IsLoopback() { // this machine's: the form listens, on port 0
+				ln, err := net.Listen("tcp", strings.TrimSuffix(addr, ":"+port)+":0")
+				if err != nil && podIP == "::1" && strings.Contains(err.Error(), "cannot assign") {
+					continue // no IPv6 loopback here
+				}
+				require.NoError(t, err, "%s, POD_IP=%s", name, podIP)
+				require.NoError(t, ln.Close())
+			}
+		}
+	}
+}
