@@ -119,8 +119,28 @@ type supervisor struct {
 
 // stepReserve is what each teardown step (the server's exit, the daemon's
 // teardown) reserves: a tenth of the grace period, between 500 ms and 30 s.
+// In a drain the grace is the one the kubelet uses (see liveStepReserve).
 func stepReserve(grace time.Duration) time.Duration {
 	return min(max(grace/10, 500*time.Millisecond), 30*time.Second)
+}
+
+// graceInUse is the grace period the kubelet uses for this pod, as the
+// budget knows it: -grace, or SIGKILL - T0 once the pod's deletionTimestamp
+// (kubectl delete --grace-period, an eviction) or -kubelet-grace (a node
+// shutdown's slice) put SIGKILL earlier.
+func (s *supervisor) graceInUse() time.Duration {
+	st := s.budget.State()
+	return min(s.cfg.grace, max(st.Kill.Sub(st.Start), 0))
+}
+
+// liveStepReserve is a teardown step's reserve, stepReserve of the grace
+// in use, evaluated whenever the plan reads it: kubectl delete
+// --grace-period=30 of a supervisor whose -grace is an hour gives each step
+// the 3 s of a 30 s supervisor. Sized from -grace, the daemon step,
+// critical, would keep its 30 s and take all the 25 s the margin leaves,
+// the preserve phase none: every sandbox lost.
+func (s *supervisor) liveStepReserve() deadline.Reserve {
+	return func() time.Duration { return stepReserve(s.graceInUse()) }
 }
 
 func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
@@ -151,7 +171,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		// it, as the final sweep lists it.
 		s.sweepList, s.counted = np, &recorder{list: np, last: s.listed.last}
 	}
-	steps := []drain.Step{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: deadline.Fixed(stepReserve(cfg.grace))},
+	steps := []drain.Step{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: s.liveStepReserve()},
 		s.stopServer)}
 	if cfg.daemonSock != "" {
 		s.owned = newOwnedDaemon(cfg.daemonSock, s.log, s.serverPid)
@@ -165,7 +185,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		// never the daemon's: it must stop before SIGKILL, and on a
 		// vulnerable kernel must never be killed with live devices.
 		phase := s.teardown.Phase()
-		phase.Name = StepDaemon
+		phase.Name, phase.Reserve = StepDaemon, s.liveStepReserve() // the teardown's own: -grace's
 		steps = append(steps, drain.NewStep(phase, func(ctx context.Context) (any, error) { return s.stopDaemon(ctx) }))
 	}
 	s.steps = steps

@@ -210,6 +210,59 @@ func TestInFlightPausesNeverEatTheDaemonsReserve(t *testing.T) {
 	})
 }
 
+// The teardown steps' reserves are sized from the grace the kubelet uses:
+// kubectl delete --grace-period=30 (or an eviction with a shorter grace) of
+// a supervisor whose -grace is AgentENV's hour gives its steps the reserves
+// of a 30 s supervisor, 3 s each. Before, they stayed sized from -grace,
+// 30 s each: the daemon step, critical, took all the 25 s the margin left,
+// the server step none, and the preserve phase none either: every sandbox
+// lost.
+//
+//	0 s     SIGTERM (grace 3600 s); the deletion's 30 s read: SIGKILL at 30 s
+//	        8 sandboxes running, paused in 1 s each
+//	19 s    the preserve deadline: 25 s minus the two steps' 3 s
+func TestTeardownReservesFollowTheGraceADeletionGave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, _ := agentenvDouble(t, 8, fakeagentenv.Config{PauseBase: time.Second})
+		cfg, err := parseArgs([]string{"-api", "agentenv", "-grace", "3600s", "-daemon", "ublkd", "--", "server"}, io.Discard)
+		require.NoError(t, err)
+		cfg.apiKey, cfg.client = "k", &http.Client{Transport: handlerTransport{srv.Handler()}}
+		sup, err := newSupervisor(cfg, io.Discard)
+		require.NoError(t, err)
+		// The supervisor's own steps, with their work replaced: no children
+		// run here, and only the time each step is given matters.
+		steps := make([]drain.Step, len(sup.steps))
+		for i, st := range sup.steps {
+			steps[i] = drain.NewStep(st.Phase(), func(context.Context) (any, error) { return nil, nil })
+		}
+		d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.counted, Preserver: sup.preserver, Steps: steps})
+		require.NoError(t, err)
+		reserves := func() map[string]time.Duration {
+			m := map[string]time.Duration{}
+			for _, w := range d.Plan().Windows("") {
+				m[w.Name] = w.Reserve
+			}
+			return m
+		}
+		assert.Equal(t, 30*time.Second, reserves()[StepDaemon], "-grace's hour: 30 s")
+
+		t0 := time.Now()
+		sup.budget.OnSIGTERM(t0)
+		require.True(t, sup.budget.Tighten(t0.Add(30*time.Second)), "the deletion's 30 s (kube.Pod reads it)")
+		r := reserves()
+		assert.Equal(t, 3*time.Second, r[StepServer], "a 30 s grace's server step")
+		assert.Equal(t, 3*time.Second, r[StepDaemon], "a 30 s grace's daemon step")
+		rep := d.Shutdown(context.Background())
+
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, t0.Add(19*time.Second), rep.Preserve.Deadline, "25 s minus the steps' 3 s each")
+		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved], "preserved of 8 (%v)", rep.Preserve.Counts)
+		daemon := rep.Phase(StepDaemon)
+		require.NotNil(t, daemon)
+		assert.Equal(t, t0.Add(25*time.Second), daemon.Deadline, "the daemon step ends at the budget's deadline")
+	})
+}
+
 // handlerTransport serves requests with a handler in-process, for code
 // under testing/synctest.
 type handlerTransport struct{ h http.Handler }
