@@ -52,7 +52,10 @@
 // exited or holding no disk);
 // a process a scan did not reach keeps what the last scan that read it
 // found, and a scan that cannot list procfs at all keeps every hold the
-// last one found there (the processes a possible holder, as above). Each
+// last one found there (the processes a possible holder, as above). A
+// process whose own fds or maps cannot be read (EACCES, EMFILE; not one
+// that exited) is a possible holder naming the error, and keeps what the
+// last scan found it hold through them. Each
 // scan reads it again,
 // so a ring busy only now and then is soon listed and the process known
 // for what it is; one never listed is waited for until the last-resort

@@ -30,7 +30,8 @@ type Holder struct {
 	// md is stacked on it) or "loop" (a loop device's backing file is the
 	// disk: kernel state with no process, never released by a kill; detach
 	// it with losetup -d), or "possible" (a process whose mappings or
-	// io_uring registered files the kernel did not show in time, or with
+	// io_uring registered files the kernel did not show in time, whose fds
+	// or mappings could not be read (EACCES, EMFILE), or with
 	// a ring mapped and no ring fd to list them by: it may hold the disk
 	// through them, and counts as a holder until a scan knows better; a
 	// process like "fd"; with PID 0, the processes a holders scan did not

@@ -754,3 +754,48 @@ func TestLastResortKeepsAMountListedAtAPIDItSIGKILLed(t *testing.T) {
 		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
 	})
 }
+
+// A vulnerable kernel, no last resort, a scan every 5 s; a VMM, pid 99,
+// holds device 0 open (fd 3) .. 9 s: its fds can no longer be read (here
+// its fd directory a file, ENOTDIR: EACCES, or EMFILE in the server, on a
+// node), and stay so. Each scan from 10 s on lists it as a possible holder
+// naming the error, and keeps its fd from the scan before: the VMM is not
+// forgotten, the daemon is not asked to stop under it, and the step ends
+// with a HeldError naming both. Before, the scan at 10 s found no holder
+// (a process whose fds could not be read held nothing) and the daemon was
+// asked to stop then, the disk stopped under the VMM.
+func TestProcessWhoseFdsCannotBeReadKeepsWhatTheLastScanFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		node := filepath.Join(t.TempDir(), "ublkb0")
+		require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
+		fd := filepath.Join(f.proc, "99", "fd")
+		require.NoError(t, os.Symlink(node, filepath.Join(fd, "3")))
+		time.AfterFunc(9*time.Second, func() { // not as a scan runs
+			require.NoError(t, os.RemoveAll(fd))
+			require.NoError(t, os.WriteFile(fd, nil, 0o644))
+		})
+		d := newMemDaemon(f.tree, 0)
+		d.step = 10 * time.Millisecond
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the VMM")
+		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
+		assert.Equal(t, Holder{PID: 99, Comm: "idle", Kind: blockdev.FD, Detail: "fd 3 -> " + node}, held.Holders[0][0])
+		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
+		var possible []string
+		for _, h := range rep.Device(0).Holders {
+			if h.Kind == blockdev.Possible {
+				possible = append(possible, h.String())
+			}
+		}
+		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
+		assert.Regexp(t, `^pid 99 \(idle\) possible fds not read \(open .*/99/fd: not a directory\)`, possible[0])
+	})
+}

@@ -389,6 +389,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 			held[id] = append(held[id], holders(hs)...)
 		}
 	}
+	r.notReadable(held)
 	switch {
 	case cut != nil:
 		r.notRead(held, cut)
@@ -397,6 +398,29 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	}
 	r.lastHeld = held
 	return held, err
+}
+
+// notReadable adds to held, for each process the scan read but whose fds
+// or maps it could not (a possible holder, blockdev.NotRead: EACCES,
+// EMFILE), the holds through them that the last scan found at its PID: a
+// VMM found holding a disk is not forgotten because its fds could not be
+// read once. Before, the scan said nothing of such a process, and the
+// daemon was asked to stop under the VMM the scan before had found.
+func (r *run) notReadable(held map[int][]Holder) {
+	for id, hs := range held {
+		for _, p := range hs {
+			fds, maps := blockdev.NotRead(blockdev.Holder(p))
+			if !fds && !maps {
+				continue
+			}
+			for _, h := range r.lastHeld[id] {
+				kept := h.PID == p.PID && (fds && (h.Kind == blockdev.FD || h.Kind == blockdev.Ring) || maps && h.Kind == blockdev.Mapped)
+				if kept && !slices.Contains(held[id], h) {
+					held[id] = append(held[id], h)
+				}
+			}
+		}
+	}
 }
 
 // notScanned adds to held what a scan that could not list procfs at all

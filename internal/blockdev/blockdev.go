@@ -117,8 +117,9 @@ const (
 	Ring = "ring"
 	// Possible: a process part of whose holds the kernel did not show (its
 	// mappings not read within MapsWait, a ring's registered files not
-	// listed within RingWait, or a ring it has mapped with no ring fd to
-	// list them by): it may hold the device through them, or not.
+	// listed within RingWait, a ring it has mapped with no ring fd to
+	// list them by, or its fds or maps not readable: see NotRead): it may
+	// hold the device through them, or not.
 	// Holder.Detail says what is not known and why. A process, like FD:
 	// its exit releases whatever it holds. Scan lists it for every device
 	// it scans.
@@ -141,4 +142,23 @@ type Holder struct {
 	// mapping's address range and path, the ring's fd, slot and path, or,
 	// for a Possible holder, what of the process is not known and why.
 	Detail string `json:"detail"`
+}
+
+// The start of a Possible holder's Detail when a process's own procfs
+// files could not be read (and it had not exited): FDsNotRead for
+// /proc/PID/fd (then its rings are not known either), MapsNotRead for
+// /proc/PID/maps. The error follows in parentheses.
+const (
+	FDsNotRead  = "fds not read"
+	MapsNotRead = "mappings not read"
+)
+
+// NotRead reports whether h is a Possible holder whose fds (fds) or
+// mappings (maps) could not be read: what a scan before found it hold
+// through them is not contradicted.
+func NotRead(h Holder) (fds, maps bool) {
+	if h.Kind != Possible {
+		return false, false
+	}
+	return strings.HasPrefix(h.Detail, FDsNotRead+" ("), strings.HasPrefix(h.Detail, MapsNotRead+" (")
 }

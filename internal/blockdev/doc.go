@@ -22,7 +22,10 @@
 // holder, saying what of it is not known; the caller scans again to know.
 // A scan stops at its context's end, those reads included, and says which
 // processes it did not read (CutError). A process with no fd and no memory
-// map (a kernel thread) is not read past its fds: it can hold nothing.
+// map (a kernel thread) is not read past its fds: it can hold nothing. A
+// process whose fds or maps cannot be read (EACCES, EMFILE; not one that
+// exited) is a Possible holder naming the error, never one that holds
+// nothing.
 //
 // Linux only: elsewhere the scans fail with an error wrapping
 // errors.ErrUnsupported.

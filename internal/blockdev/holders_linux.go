@@ -42,10 +42,16 @@ import (
 // Its Detail says what is not known and why. A ring set up with
 // IORING_SETUP_NO_MMAP and its fd closed leaves no trace in procfs at all.
 //
-// Processes that vanish or cannot be read during the scan are skipped, so
-// a caller that is not root sees only its own user's processes, and a
-// caller in a PID namespace only that namespace's (run the step where the
-// VMMs are visible). Open files are classified from the attributes the
+// Processes that vanish during the scan (ENOENT, ESRCH) are skipped. A
+// process whose own fds or maps cannot be read for another reason
+// (EACCES: another user's or a non-dumpable process and no
+// CAP_SYS_PTRACE; EMFILE, ENOMEM: a transient failure of this process) is
+// a Possible holder whose Detail starts with FDsNotRead or MapsNotRead and
+// names the error (see NotRead): it may hold the device, and taken for one
+// that holds nothing the ublk step asked the daemon to stop under a VMM
+// holding its disk. So a caller that is not root finds every other user's
+// process a possible holder (run the step as root, where the VMMs are
+// visible), and a caller in a PID namespace sees only that namespace's. Open files are classified from the attributes the
 // kernel already has, so a file on a file system whose server is gone (a
 // hung NFS or FUSE mount) does not hold the scan, and so are mapped files
 // (through /proc/PID/map_files, or the mapped path resolved only from the
@@ -129,12 +135,22 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 // bounded reads end at ctx's end too; what is then not known is the
 // caller's to say (ctx.Err()).
 func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mapped **mapCache, found func(dev DevNum, kind, detail string)) (unknown []string) {
-	rings, fds := fdHolders(dir, want, func(dev DevNum, fd string) { found(dev, FD, fd) })
-	if fds == 0 && noMemory(dir) {
-		return nil // a kernel thread: no file and no memory to hold a disk with
+	rings, fds, fdErr := fdHolders(dir, want, func(dev DevNum, fd string) { found(dev, FD, fd) })
+	if exited(fdErr) {
+		fdErr = nil // gone: no fd; its maps, gone too, say the same
 	}
-	if ctx.Err() != nil {
+	switch {
+	case fds == 0 && noMemory(dir):
+		return nil // a kernel thread: no file and no memory to hold a disk with
+	case ctx.Err() != nil:
 		return nil // the caller says what is not known
+	case fdErr != nil:
+		// Not read is not "holds nothing": a VMM whose fds the server may
+		// not read (EACCES: a non-dumpable process, or another user's,
+		// and no CAP_SYS_PTRACE) or could not read now (EMFILE) may hold
+		// the disk, and taken for one that holds none the daemon was
+		// asked to stop under it.
+		unknown = append(unknown, fmt.Sprintf("%s (%v): its open files and io_uring fds are not known", FDsNotRead, fdErr))
 	}
 	if len(rings) > 0 {
 		if u := ringHolders(ctx, dir, rings, want, func(dev DevNum, r string) { found(dev, Ring, r) }); u != "" {
@@ -142,7 +158,11 @@ func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mappe
 		}
 	}
 	ringMapped, err := boundedMapHolders(ctx, dir, want, mapped, func(dev DevNum, m string) { found(dev, Mapped, m) })
-	if err != nil {
+	var unread *mapsError
+	switch {
+	case errors.As(err, &unread):
+		unknown = append(unknown, fmt.Sprintf("%s (%v): its mappings are not known", MapsNotRead, unread.err))
+	case err != nil:
 		unknown = append(unknown, fmt.Sprintf("mappings not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it)", MapsWait))
 	}
 	if ringMapped && len(rings) == 0 {
@@ -158,7 +178,8 @@ func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mappe
 // process holds none of them). A process that has exited holds nothing.
 // It stops at the first hold it finds (an fd is read before the rings and
 // the maps, which take up to RingWait and MapsWait), and at ctx's end:
-// what it did not read by then is not known.
+// what it did not read by then is not known, and so is what it could not
+// read (its fds or maps unreadable, the process not gone).
 func ProcessHolds(ctx context.Context, dir string, want map[DevNum]bool) (holds bool, unknown []string) {
 	// One hold answers: the reads after it are given up, as the reads
 	// past ctx's end are (the ublk step's last resort checks a holder
@@ -204,17 +225,21 @@ const ringLink = "anon_inode:[io_uring]"
 // (their numbers), whose registered files ringHolders reads, and how many
 // fds it has (-1 when its fd directory could not be read). With found nil
 // it only lists the rings, typing no file.
-func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) (rings []string, fds int) {
+func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) (rings []string, fds int, err error) {
 	fdDir := filepath.Join(dir, "fd")
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
-		return nil, -1
+		return nil, -1, err
 	}
+	var unread error // the first fd that could not be read, but not closed
 	for _, e := range ents {
 		link := filepath.Join(fdDir, e.Name())
 		target, err := os.Readlink(link)
 		if err != nil {
-			continue
+			if !exited(err) && unread == nil {
+				unread = err // its target is not known: it may be the disk
+			}
+			continue // ENOENT: closed since the listing
 		}
 		if isAnon(target) {
 			if target == ringLink {
@@ -225,11 +250,23 @@ func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) (ri
 		if found == nil {
 			continue
 		}
-		if dev, ok := blockDev(link); ok && want[dev] {
+		dev, ok, err := statBlockDev(link)
+		if err != nil && !exited(err) && unread == nil {
+			unread = err
+		}
+		if ok && want[dev] {
 			found(dev, fmt.Sprintf("fd %s -> %s", e.Name(), target))
 		}
 	}
-	return rings, len(ents)
+	return rings, len(ents), unread
+}
+
+// exited reports whether err, from reading a process's procfs files, says
+// the process (or the fd) is gone: removed once it was reaped or closed
+// (ENOENT), or reaped while the file was open (ESRCH). Any other error
+// (EACCES, EMFILE, ENOMEM, EIO) says nothing of what the process holds.
+func exited(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH)
 }
 
 func isAnon(target string) bool {
@@ -237,20 +274,14 @@ func isAnon(target string) bool {
 		strings.HasPrefix(target, "anon_inode:")
 }
 
-// blockDev stats p (following links) and returns its device number if it
-// is a block device. It asks only for the file's type, from the attributes
-// the kernel has (AT_STATX_DONT_SYNC): a file's type and device number
-// never change, and a plain stat of a file on a network or FUSE file
-// system asks its server for fresh attributes, and waits for ever when the
-// server is gone (an NFS volume whose server went away, a hung FUSE
-// daemon), holding up the whole scan.
-func blockDev(p string) (DevNum, bool) {
-	dev, ok, _ := statBlockDev(p)
-	return dev, ok
-}
-
-// statBlockDev is blockDev with the error: nil when p was statted, even
-// if it is not a block device.
+// statBlockDev stats p (following links) and returns its device number
+// if it is a block device; the error is nil when p was statted, even if it
+// is not a block device. It asks only for the file's type, from the
+// attributes the kernel has (AT_STATX_DONT_SYNC): a file's type and device
+// number never change, and a plain stat of a file on a network or FUSE
+// file system asks its server for fresh attributes, and waits for ever
+// when the server is gone (an NFS volume whose server went away, a hung
+// FUSE daemon), holding up the whole scan.
 func statBlockDev(p string) (DevNum, bool, error) {
 	var st unix.Statx_t
 	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
@@ -332,7 +363,9 @@ const MapsWait = 250 * time.Millisecond
 // device is stopped. Adjacent mappings of the same file are reported as
 // one. When the mappings are not read within MapsWait it returns an error
 // and calls found for none: the read goes on in a goroutine of its own
-// until the kernel answers, then ends.
+// until the kernel answers, then ends. When they cannot be read (an error
+// other than the process having exited) it returns the error, having
+// called found for what it read before it.
 func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) error {
 	cache := newMapCache()
 	_, err := boundedMapHolders(context.Background(), dir, want, &cache, found)
@@ -347,9 +380,10 @@ func boundedMapHolders(ctx context.Context, dir string, want map[DevNum]bool, ca
 	type result struct {
 		hits       []holding
 		ringMapped bool
+		err        error
 	}
 	r, ok := within(ctx, MapsWait, func() (r result) {
-		r.ringMapped = mapHolders(dir, want, c, func(dev DevNum, m string) { r.hits = append(r.hits, holding{dev, m}) })
+		r.ringMapped, r.err = mapHolders(dir, want, c, func(dev DevNum, m string) { r.hits = append(r.hits, holding{dev, m}) })
 		return r
 	})
 	if !ok {
@@ -359,8 +393,18 @@ func boundedMapHolders(ctx context.Context, dir string, want map[DevNum]bool, ca
 	for _, h := range r.hits {
 		found(h.dev, h.detail)
 	}
+	if r.err != nil {
+		return r.ringMapped, &mapsError{r.err}
+	}
 	return r.ringMapped, nil
 }
+
+// mapsError is a process's maps that could not be read (not in time: an
+// error of the read itself, EACCES or EMFILE, the process not gone).
+type mapsError struct{ err error }
+
+func (e *mapsError) Error() string { return "ublk: holders: " + e.err.Error() }
+func (e *mapsError) Unwrap() error { return e.err }
 
 // holding is one device a process holds, and how (a Holder's Detail).
 type holding struct {
@@ -393,10 +437,13 @@ func within[T any](ctx context.Context, d time.Duration, f func() T) (result T, 
 // mapHolders is MapHolders unbounded, reading with cache; it also says
 // whether the process has an io_uring mapped (its queues), which a ring
 // whose fd was closed lives on by.
-func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(DevNum, string)) (ringMapped bool) {
+func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(DevNum, string)) (ringMapped bool, err error) {
 	f, err := os.Open(filepath.Join(dir, "maps"))
+	if exited(err) {
+		return false, nil // gone: it maps nothing now
+	}
 	if err != nil {
-		return false
+		return false, err
 	}
 	defer f.Close()
 	type hit struct {
@@ -459,7 +506,10 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 	for _, h := range hits {
 		found(h.dev, fmt.Sprintf("mmap %x-%x %s", h.start, h.end, h.path))
 	}
-	return ringMapped
+	if err := sc.Err(); err != nil && !exited(err) {
+		return ringMapped, err // the lines after it are not known
+	}
+	return ringMapped, nil
 }
 
 // ringMapping ends the maps line of an io_uring's queues.

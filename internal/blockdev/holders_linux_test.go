@@ -76,7 +76,10 @@ func TestHoldersStopsAtContextEnd(t *testing.T) {
 func TestHoldersIgnoresOtherDevices(t *testing.T) {
 	hs, err := blockdev.Holders(context.Background(), "/proc", blockdev.DevNum{Major: 4095, Minor: 1048575})
 	require.NoError(t, err)
-	assert.Empty(t, hs)
+	for _, h := range hs { // but a process this one may not read (here the sandbox's init, EACCES) may hold any
+		fds, maps := blockdev.NotRead(h)
+		assert.True(t, fds || maps, "%v", h)
+	}
 }
 
 // A file held open on a file system whose server is gone (a FUSE daemon
@@ -516,4 +519,61 @@ func TestProcessHoldsStopsAtTheFirstHoldAndAtItsContextsEnd(t *testing.T) {
 		assert.Equal(t, 2*time.Millisecond, time.Since(start), "read until its context ends")
 		time.Sleep(blockdev.RingWait) // the read given up ends by itself
 	})
+}
+
+// A process whose own fds or maps cannot be read, though it has not
+// exited (EACCES: a VMM of another user, or non-dumpable, and a server
+// without CAP_SYS_PTRACE; EMFILE: the server out of file descriptors for
+// a moment), may hold the device: the scan lists it as a possible holder
+// of every device, naming what was not read and the error, and the last
+// resort's check says what of it is not known. Here the fake procfs's fd
+// is a file (ENOTDIR) and maps a directory (EISDIR), as root cannot be
+// refused. Before, the scan listed nothing for either and ProcessHolds
+// said "holds none, all known": the ublk step asked the daemon to stop
+// under it.
+func TestProcessWhoseFilesCannotBeReadIsAPossibleHolder(t *testing.T) {
+	dev := blockdev.DevNum{Major: 4000, Minor: 0}
+	other := blockdev.DevNum{Major: 4095, Minor: 1048575}
+	proc := t.TempDir()
+	write(t, proc, "42/comm", "vmm\n")
+	write(t, proc, "42/fd", "") // not a directory: ENOTDIR
+	write(t, proc, "42/maps", "")
+	write(t, proc, "43/comm", "vmm2\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "43/fd"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "43/maps"), 0o755)) // EISDIR at its read
+	require.NoError(t, os.Symlink("/usr/bin/vmm", filepath.Join(proc, "43", "exe")))
+	write(t, proc, "44/comm", "gone\n") // exited: no fd, no maps
+	write(t, proc, "45/comm", "idle\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "45/fd"), 0o755))
+	write(t, proc, "45/maps", "")
+
+	found, err := blockdev.Scan(context.Background(), proc, []blockdev.DevNum{dev, other})
+	require.NoError(t, err)
+	for _, d := range []blockdev.DevNum{dev, other} {
+		require.Len(t, found[d], 2, "%v: %v", d, found[d])
+		h42, h43 := found[d][0], found[d][1]
+		assert.Equal(t, 42, h42.PID)
+		assert.Equal(t, blockdev.Possible, h42.Kind)
+		assert.Regexp(t, `^fds not read \(open .*/42/fd: not a directory\): its open files and io_uring fds are not known$`, h42.Detail)
+		fds, maps := blockdev.NotRead(h42)
+		assert.True(t, fds)
+		assert.False(t, maps)
+		assert.Equal(t, 43, h43.PID)
+		assert.Equal(t, blockdev.Possible, h43.Kind)
+		assert.Regexp(t, `^mappings not read \(read .*/43/maps: is a directory\): its mappings are not known$`, h43.Detail)
+		fds, maps = blockdev.NotRead(h43)
+		assert.False(t, fds)
+		assert.True(t, maps)
+	}
+	want := map[blockdev.DevNum]bool{dev: true}
+	for _, pid := range []string{"42", "43"} {
+		holds, unknown := blockdev.ProcessHolds(context.Background(), filepath.Join(proc, pid), want)
+		assert.False(t, holds, pid)
+		assert.Len(t, unknown, 1, "%s: not read, so not known free", pid)
+	}
+	holds, unknown := blockdev.ProcessHolds(context.Background(), filepath.Join(proc, "44"), want)
+	assert.False(t, holds)
+	assert.Empty(t, unknown, "exited: holds nothing")
+	err = blockdev.MapHolders(filepath.Join(proc, "43"), want, func(blockdev.DevNum, string) {})
+	assert.ErrorContains(t, err, "is a directory")
 }
