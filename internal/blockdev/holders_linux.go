@@ -135,7 +135,7 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 // bounded reads end at ctx's end too; what is then not known is the
 // caller's to say (ctx.Err()).
 func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mapped **mapCache, found func(dev DevNum, kind, detail string)) (unknown []string) {
-	rings, fds, fdErr := fdHolders(dir, want, func(dev DevNum, fd string) { found(dev, FD, fd) })
+	rings, fds, fdErr := fdHolders(ctx, dir, want, func(dev DevNum, fd string) { found(dev, FD, fd) })
 	if exited(fdErr) {
 		fdErr = nil // gone: no fd; its maps, gone too, say the same
 	}
@@ -206,7 +206,7 @@ func readComm(dir string) string {
 // process whose procfs directory is dir (/proc/PID) that is one of the
 // wanted block devices.
 func FDHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {
-	fdHolders(dir, want, found)
+	fdHolders(context.Background(), dir, want, found)
 }
 
 // noMemory reports whether the process whose procfs directory is dir has
@@ -218,21 +218,32 @@ func noMemory(dir string) bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
+// fdsBetweenChecks is how many fds fdHolders reads between two looks at
+// its context: one fd costs a readlink and a statx of procfs (a few
+// microseconds), so a check reads at most some hundreds of microseconds
+// past its end, and looking costs nothing against the reads.
+const fdsBetweenChecks = 64
+
 // ringLink is the target of an io_uring's fd in /proc/PID/fd.
 const ringLink = "anon_inode:[io_uring]"
 
 // fdHolders is FDHolders that also returns the process's io_uring fds
 // (their numbers), whose registered files ringHolders reads, and how many
 // fds it has (-1 when its fd directory could not be read). With found nil
-// it only lists the rings, typing no file.
-func fdHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) (rings []string, fds int, err error) {
+// it only lists the rings, typing no file. It stops at ctx's end, looked
+// at every fdsBetweenChecks fds (a VMM may have thousands): what it did
+// not read then is the caller's to say (ctx.Err()).
+func fdHolders(ctx context.Context, dir string, want map[DevNum]bool, found func(DevNum, string)) (rings []string, fds int, err error) {
 	fdDir := filepath.Join(dir, "fd")
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
 		return nil, -1, err
 	}
 	var unread error // the first fd that could not be read, but not closed
-	for _, e := range ents {
+	for i, e := range ents {
+		if i%fdsBetweenChecks == 0 && ctx.Err() != nil {
+			break
+		}
 		link := filepath.Join(fdDir, e.Name())
 		target, err := os.Readlink(link)
 		if err != nil {

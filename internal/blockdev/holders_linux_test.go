@@ -577,3 +577,35 @@ func TestProcessWhoseFilesCannotBeReadIsAPossibleHolder(t *testing.T) {
 	err = blockdev.MapHolders(filepath.Join(proc, "43"), want, func(blockdev.DevNum, string) {})
 	assert.ErrorContains(t, err, "is a directory")
 }
+
+// The last resort checks its doomed holders eight at a time, so a check
+// may start once its window is over; a VMM may have thousands of fds.
+// ProcessHolds looks at its context every 64 fds and reads none past its
+// end: here a VMM with 1000 fds, the disk at the last, checked with a
+// context already over, is not known (its fds not all read), and with
+// time left is found holding it. Before, the check read every fd whatever
+// its context said (and found the hold), so row 139's "reads nothing past
+// the window's end" held for the rings and the maps only.
+func TestProcessHoldsStopsReadingFdsAtItsContextsEnd(t *testing.T) {
+	proc := t.TempDir()
+	node := filepath.Join(t.TempDir(), "ublkb0")
+	require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
+	dir := filepath.Join(proc, "7")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "fd"), 0o755))
+	for fd := range 999 {
+		require.NoError(t, os.Symlink("/dev/null", filepath.Join(dir, "fd", strconv.Itoa(fd))))
+	}
+	require.NoError(t, os.Symlink(node, filepath.Join(dir, "fd", "999"))) // read last (by name)
+	want := map[blockdev.DevNum]bool{{Major: 4000, Minor: 0}: true}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	holds, unknown := blockdev.ProcessHolds(ctx, dir, want)
+	assert.False(t, holds, "fd 999 read past the check's end")
+	require.Len(t, unknown, 1)
+	assert.Equal(t, "its fds, rings and mappings not all read before the check's end (context canceled)", unknown[0])
+
+	holds, unknown = blockdev.ProcessHolds(context.Background(), dir, want)
+	assert.True(t, holds)
+	assert.Empty(t, unknown)
+}

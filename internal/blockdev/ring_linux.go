@@ -50,7 +50,7 @@ const ringReads = 4
 // 6.14 it names the file's last component alone ("loop3"), which is
 // matched as the device node /dev/NAME, as devtmpfs names it.
 func RingHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) error {
-	rings, _, _ := fdHolders(dir, want, nil)
+	rings, _, _ := fdHolders(context.Background(), dir, want, nil)
 	if len(rings) == 0 {
 		return nil
 	}
