@@ -136,8 +136,20 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	if err != nil {
 		return nil, fmt.Errorf("drain: %s: %w", EnvGrace, err)
 	}
-	reserve := min(max(grace/40, 250*time.Millisecond), 5*time.Second)
-	all := append(append([]Step(nil), steps...), HTTPServerStep("http", srv, reserve))
+	// The HTTP step reserves a fortieth of the grace the kubelet uses,
+	// between 250 ms and 5 s, evaluated whenever the plan reads it: the
+	// grace, or SIGKILL - T0 once the pod's deletionTimestamp (kubectl
+	// delete --grace-period, an eviction) or EnvKubeletGrace put SIGKILL
+	// earlier. Sized from the grace alone, a 30 s deletion of an hour's pod
+	// kept the hour's 5 s of the 25 s left, and the preserve phase, sharing
+	// with it, lost up to a sixth of its time.
+	httpReserve := func() time.Duration {
+		st := budget.State()
+		return min(max(min(grace, max(st.Kill.Sub(st.Start), 0))/40, 250*time.Millisecond), 5*time.Second)
+	}
+	all := append(append([]Step(nil), steps...), NewStep(deadline.Phase{Name: "http", Reserve: httpReserve}, func(ctx context.Context) (any, error) {
+		return nil, ShutdownHTTP(ctx, srv) // HTTPServerStep's, with a live reserve
+	}))
 	// Pause, Checkpoint and Delete take work off the node; a Stream
 	// follows a sandbox that is still on it, and ends once it is
 	// preserved; a KeepAlive keeps one running here, where it is

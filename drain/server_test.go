@@ -563,3 +563,45 @@ func TestOneCallPathAdmitsKeepAlivesDuringThePreStopWait(t *testing.T) {
 		require.NoError(t, rep.Err())
 	})
 }
+
+// NewServer's HTTP step reserves a fortieth of the grace the kubelet uses,
+// not of EnvGrace alone: kubectl delete --grace-period=30 (or an eviction
+// with a shorter grace) of a pod whose grace is an hour gives it the 750 ms
+// of a 30 s pod. Before, it kept the hour's 5 s of the 25 s the margin
+// left, and the preserve phase, sharing with it, got 25 x 24/29 = 20.7 s of
+// the 24 s its 24 sandboxes needed (three rounds of 8 at the 8 s estimate):
+// a shortfall of 4 s in the Report. (The adaptive limit climbs here, so all
+// 24 are preserved either way: what was lost is the preserve phase's time,
+// 3.5 s of 24, sandboxes only when the pauses need it all.)
+//
+//	0 s    preStop (T0), grace 3600 s; 24 sandboxes running, 8 s each
+//	       the deletion's 30 s read: SIGKILL at 30 s, deadline 25 s
+func TestServerHTTPReserveFollowsTheGraceADeletionGave(t *testing.T) {
+	for k, v := range map[string]string{EnvGrace: "3600", EnvHookListen: "", EnvHookSecret: "", EnvPodName: "",
+		EnvKubeletGrace: "", EnvPreserveEstimate: "8s", EnvSandboxTimeout: ""} {
+		t.Setenv(k, v)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 24, 8*time.Second)
+		s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, node)
+		require.NoError(t, err)
+		assert.Equal(t, 5*time.Second, s.Drainer().Plan().Window("http").Reserve, "an hour's fortieth, at most 5 s")
+
+		rec := httptest.NewRecorder()
+		s.Drainer().PreStop().ServeHTTP(rec, httptest.NewRequest("GET", "/drain?wait=1ms", nil)) // T0, the first count
+		require.Equal(t, http.StatusOK, rec.Code)
+		b := s.Drainer().Budget()
+		t0 := b.Start()
+		require.True(t, b.Tighten(t0.Add(30*time.Second)), "the deletion's 30 s (kube.Pod reads it)")
+		assert.Equal(t, 750*time.Millisecond, s.Drainer().Plan().Window("http").Reserve, "a 30 s grace's fortieth")
+		preserve := s.Drainer().Plan().Window(PhasePreserve)
+		assert.Equal(t, 24*time.Second, preserve.Reserve, "three rounds of 8 s")
+		assert.Equal(t, t0.Add(25*time.Second-750*time.Millisecond), preserve.Deadline, "the preserve phase has all it reserves")
+
+		rep := s.Drainer().Shutdown(context.Background())
+		require.NotNil(t, rep.Preserve)
+		assert.Zero(t, rep.Shortfall, "the reserves fit the 25 s")
+		assert.Equal(t, 24, rep.Preserve.Counts[pause.Preserved])
+	})
+}
