@@ -37,7 +37,7 @@
 //	hooks.Handle("GET /drain", guard.Wrap(d.PreStop())) // lifecycle.preStop.httpGet.path
 //	go http.Serve(hookLn, hooks)
 //	go srv.Serve(ln)
-//	rep := d.HandleSignals(ctx) // SIGTERM starts Shutdown; a second signal forces
+//	rep := d.HandleSignals(ctx) // SIGTERM starts Shutdown; SIGINT then forces, SIGTERM again does not
 //
 // Every phase — the preStop wait ("drain"), the gate wait, the preserve
 // phase and each step — runs under the window the Drainer's deadline.Plan

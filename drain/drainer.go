@@ -171,6 +171,8 @@ type Drainer struct {
 	kubelet  time.Duration  // Config.KubeletGrace
 	own      atomic.Bool    // a read found no deletionTimestamp, with kubelet set: the kubelet's own termination
 	podReads sync.WaitGroup // readPod's reads
+	podMu    sync.Mutex     // orders readPod's Go with stopPodReads
+	podDone  bool           // stopPodReads was called: no read starts
 	podCtx   context.Context
 	podStop  context.CancelFunc
 
@@ -504,7 +506,7 @@ func (d *Drainer) Running() int { return int(d.running.Load()) }
 // preserves) and each teardown step that has not finished gets only its
 // Reserve from now, within the budget. Force is idempotent and does not
 // start a shutdown by itself. Its first call is logged at Warn, so that the
-// operator who sent a second signal sees it taken.
+// operator who sent a SIGINT (a second Ctrl-C) sees it taken.
 func (d *Drainer) Force() {
 	d.mu.Lock()
 	first := d.forcedAt.IsZero()

@@ -36,8 +36,16 @@ const (
 // the budget with it: the grace a deletion gave (kubectl delete
 // --grace-period, an eviction) can be shorter than the manifest's. A read
 // that fails leaves the budget as it is. at says which event prompted it.
+// Once stopPodReads was called (the Report is being made) no read starts:
+// a repeated SIGTERM can come at any time.
 func (d *Drainer) readPod(at string) {
 	if d.pod == nil {
+		return
+	}
+	d.podMu.Lock()
+	defer d.podMu.Unlock()
+	if d.podDone {
+		d.log.Debug("drain: the pod's deletion is not read: the drain has ended", "at", at)
 		return
 	}
 	d.podReads.Go(func() {
@@ -87,6 +95,9 @@ func (d *Drainer) stopPodReads() {
 	if d.pod == nil {
 		return
 	}
+	d.podMu.Lock()
+	d.podDone = true
+	d.podMu.Unlock()
 	d.podStop()
 	d.podReads.Wait()
 }

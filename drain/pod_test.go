@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,4 +255,69 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	}
 	assert.True(t, rep.Budget.Kill.Equal(want), "SIGTERM keeps the shorter deletion, not the hour: SIGKILL %v after %v",
 		rep.Budget.Kill.Sub(want), want)
+}
+
+// Fault (a review): a SIGTERM again, the kubelet's after a second
+// `kubectl delete --grace-period` shortened the grace during the shutdown
+// (a runtime that sends the stop signal with every stop request), forced
+// the drain. It now forces nothing and reads the pod's deletion again: the
+// shorter grace moves SIGKILL, and every deadline, earlier.
+//
+//	0 s   SIGTERM (a deletion with the hour): the step runs, SIGKILL an hour away
+//	      kubectl delete --grace-period=30: deletionTimestamp now + ~30 s
+//	      SIGTERM again: not forced; the deletion read again, SIGKILL ~30 s away
+func TestSIGTERMAgainReadsTheShorterDeletion(t *testing.T) {
+	api := newPodAPI(t)
+	pod, err := kube.New("sandboxd-0", api.cfg)
+	require.NoError(t, err)
+	var logs logbuf.Buffer
+	stepStarted, release := make(chan struct{}), make(chan struct{})
+	f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 2, latency: time.Millisecond,
+		steps: []Step{step("ublk", time.Second, func(ctx context.Context) error {
+			close(stepStarted)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done(): // force, or its deadline
+				return context.Cause(ctx)
+			}
+		})},
+		edit: func(c *Config) { c.Pod, c.Logger = pod, slog.New(slog.NewTextHandler(&logs, nil)) }})
+	first := time.Now().Add(time.Hour).Truncate(time.Second)
+	api.SetDeletion(first)
+	waitKill := func(kill time.Time) bool {
+		timeout := time.After(30 * time.Second) // only a failure waits this long
+		for {
+			next := f.budget.Changed() // before the check: a change in between is not missed
+			if f.budget.Kill().Equal(kill) {
+				return true
+			}
+			select {
+			case <-next:
+			case <-timeout:
+				return false
+			}
+		}
+	}
+
+	sigs := make(chan os.Signal, 2)
+	done := make(chan *Report, 1)
+	go func() { done <- f.d.ServeSignals(t.Context(), sigs) }()
+	sigs <- syscall.SIGTERM
+	<-stepStarted
+	require.True(t, waitKill(first), "SIGTERM's read of the hour's deletion")
+
+	second := time.Now().Add(30 * time.Second).Truncate(time.Second)
+	api.SetDeletion(second)
+	sigs <- syscall.SIGTERM
+	read := waitKill(second)
+	close(release)
+	rep := <-done
+
+	assert.True(t, read, "the SIGTERM again read the shorter deletion: SIGKILL %v after it", f.budget.Kill().Sub(second))
+	assert.False(t, rep.Forced, "a SIGTERM again forced the drain")
+	assert.Equal(t, OK, rep.Phase("ublk").Result, rep.Phase("ublk").Error)
+	assert.True(t, rep.Budget.Kill.Equal(second), "SIGKILL %v after the second deletion's", rep.Budget.Kill.Sub(second))
+	assert.Contains(t, logs.String(), `level=INFO msg="drain: SIGTERM during the shutdown: not forcing: `)
+	assert.Contains(t, logs.String(), `at="SIGTERM during the shutdown"`)
 }

@@ -62,7 +62,8 @@ import (
 // it: critical steps first, the rest in proportion to their reserves (see
 // deadline.Plan). The Report says which phases were short.
 //
-// Force (or cancelling ctx, or a second signal with HandleSignals) stops
+// Force (or cancelling ctx, or a SIGINT after the first signal with
+// HandleSignals; a SIGTERM again does not force: see ServeSignals) stops
 // the remaining waits: the gate wait ends, the Preserver starts no new
 // preserve (in-flight ones end as its in-flight policy says), and each step
 // not yet finished gets only its reserve. Every phase ends by the budget's

@@ -107,15 +107,15 @@ func TestHangingTeardownStepIsAbandonedAndTheNextStepRuns(t *testing.T) {
 	})
 }
 
-// Fault: a second SIGTERM (or Ctrl-C) during the shutdown. Force mode: no
-// new preserve starts, the one in flight finishes (pause's
+// Fault: a person's Ctrl-C (SIGINT) during the shutdown SIGTERM started.
+// Force mode: no new preserve starts, the one in flight finishes (pause's
 // default, without Config.CancelAtDeadline), and each remaining step gets only its reserve.
 //
 //	0 s SIGTERM: preserve 100 sandboxes one at a time (2 s each)
-//	11 s second SIGTERM: no new preserve; the sixth, started at 10 s, runs on
+//	11 s SIGINT: no new preserve; the sixth, started at 10 s, runs on
 //	12 s sixth preserved; "ublk" gets its 3 s reserve
 //	15 s "ublk" cut off; "http" gets its 1 s reserve; 16 s report
-func TestSecondSIGTERMForcesTheStepsToTheirReserves(t *testing.T) {
+func TestSIGINTAfterSIGTERMForcesTheStepsToTheirReserves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		waitCtx := func(ctx context.Context) error { <-ctx.Done(); return context.Cause(ctx) }
 		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second,
@@ -128,17 +128,53 @@ func TestSecondSIGTERMForcesTheStepsToTheirReserves(t *testing.T) {
 		go func() { done <- f.d.ServeSignals(context.Background(), sigs) }()
 		sigs <- syscall.SIGTERM
 		time.Sleep(11 * time.Second)
-		sigs <- syscall.SIGTERM
+		sigs <- syscall.SIGINT
 		rep := <-done
 
 		assert.True(t, rep.Forced)
 		assert.True(t, t0.Add(11*time.Second).Equal(rep.ForcedAt))
-		assert.Equal(t, 6, rep.Preserve.Counts[pause.Preserved], "2 s each, one at a time; the one in flight at the second signal finishes")
+		assert.Equal(t, 6, rep.Preserve.Counts[pause.Preserved], "2 s each, one at a time; the one in flight at SIGINT finishes")
 		assert.Equal(t, 12*time.Second, rep.Phase(PhasePreserve).Duration)
 		assert.Equal(t, 3*time.Second, rep.Phase("ublk").Duration, "its reserve, not its deadline an hour away")
 		assert.Equal(t, time.Second, rep.Phase("http").Duration)
 		assert.ErrorContains(t, errors.New(rep.Phase("ublk").Error), ErrForced.Error())
 		assert.Equal(t, 16*time.Second, rep.End.Sub(t0))
+	})
+}
+
+// Fault (a review): a SIGTERM again during the shutdown forced it. The
+// kubelet sends it itself when the pod's grace is shortened after SIGTERM
+// (a second kubectl delete --grace-period, an eviction, node shutdown):
+// it runs the termination again, and a runtime that sends the stop signal
+// with every stop request delivers SIGTERM again. Forced, the drain
+// started no new preserve and lost the sandboxes that still had time. A
+// SIGTERM again now forces nothing (it re-reads the pod's deletion, with
+// Config.Pod: TestSIGTERMAgainReadsTheShorterDeletion).
+//
+//	0 s SIGTERM: preserve 12 sandboxes one at a time (2 s each), an hour's grace
+//	5 s SIGTERM again: the preserves go on (before: forced, 3 preserved, 9 lost)
+//	24 s all 12 preserved
+func TestSIGTERMAgainDoesNotForce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second,
+			sandboxes: 12, latency: 2 * time.Second, limit: 1,
+			edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }})
+		sigs := make(chan os.Signal, 2)
+		t0 := time.Now()
+		done := make(chan *Report)
+		go func() { done <- f.d.ServeSignals(context.Background(), sigs) }()
+		sigs <- syscall.SIGTERM
+		time.Sleep(5 * time.Second)
+		sigs <- syscall.SIGTERM
+		rep := <-done
+
+		assert.False(t, rep.Forced, "forced at T0+%v", rep.ForcedAt.Sub(t0))
+		assert.Equal(t, 12, rep.Preserve.Counts[pause.Preserved], "every sandbox fits in the hour")
+		assert.Equal(t, 24*time.Second, rep.Phase(PhasePreserve).Duration)
+		assert.NoError(t, rep.Err())
+		assert.Contains(t, logs.String(), `level=INFO msg="drain: SIGTERM during the shutdown: not forcing: `)
+		assert.NotContains(t, logs.String(), "drain: forced")
 	})
 }
 

@@ -12,8 +12,9 @@ import (
 // Report. It waits for the first of sigs (SIGTERM and SIGINT when none are
 // given), ctx ending, or a Shutdown started elsewhere; then it runs
 // Shutdown. A further signal while the shutdown runs switches to force mode
-// (Force): the operator's second Ctrl-C, or a second SIGTERM, is never
-// swallowed. It stops relaying signals before it returns.
+// (Force), except SIGTERM: the operator's second Ctrl-C is never swallowed,
+// but a SIGTERM again may be the kubelet's own, which asks for no force
+// (see ServeSignals). It stops relaying signals before it returns.
 //
 // HandleSignals never exits the process; the caller chooses the exit code:
 //
@@ -33,7 +34,21 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 
 // ServeSignals is HandleSignals over a channel of signals the caller
 // relays (for example from its own signal.Notify, or a test): the first
-// value received starts Shutdown, every later one calls Force.
+// value received starts Shutdown, every later one calls Force except
+// SIGTERM.
+//
+// A SIGTERM after the first never forces. The kubelet can send it again
+// itself: when a pod's grace is shortened after SIGTERM (a second kubectl
+// delete --grace-period with a smaller value, an eviction, a graceful node
+// shutdown during a deletion) it runs the termination again with the new
+// grace, and a container runtime that sends the stop signal with every
+// stop request (containerd before containerd#5021, or one restarted since
+// the first stop: it remembers the signal in memory) delivers SIGTERM
+// again. Forcing then would stop the preserves that still fit in the new
+// grace. Instead the SIGTERM is logged at Info and, with Config.Pod, the
+// pod's deletion is read again: a shorter grace moves SIGKILL earlier, and
+// every deadline with it. SIGINT (a person's second Ctrl-C), Force and
+// cancelling ctx still force.
 func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report {
 	select {
 	case <-ch:
@@ -45,7 +60,14 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 	wg.Go(func() {
 		for {
 			select {
-			case <-ch:
+			case sig := <-ch:
+				if sig == syscall.SIGTERM {
+					d.log.Info("drain: SIGTERM during the shutdown: not forcing: the kubelet sends it again when the pod's grace is shortened "+
+						"(a second deletion, an eviction, a node shutdown); the pod's deletion is read again when Config.Pod is set; "+
+						"SIGINT forces", "pod", d.pod != nil)
+					d.readPod("SIGTERM during the shutdown")
+					continue
+				}
 				d.Force()
 			case <-stop:
 				return

@@ -17,14 +17,17 @@ import (
 )
 
 // HandleSignals with real signals to this process: the first SIGTERM starts
-// the shutdown, a later one forces it, and the process is never exited.
-func TestHandleSignalsFirstStartsSecondForces(t *testing.T) {
-	guard := make(chan os.Signal, 64) // keeps SIGTERM from killing the test binary meanwhile
-	signal.Notify(guard, syscall.SIGTERM)
+// the shutdown, a SIGTERM again does not force it (the kubelet's own: see
+// ServeSignals), a SIGINT does, and the process is never exited.
+func TestHandleSignalsFirstStartsSIGINTForces(t *testing.T) {
+	guard := make(chan os.Signal, 64) // keeps SIGTERM and SIGINT from killing the test binary meanwhile
+	signal.Notify(guard, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(guard)
 
 	stepStarted := make(chan struct{})
+	var logs logbuf.Buffer
 	f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Millisecond,
+		edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) },
 		steps: []Step{step("hang", 10*time.Millisecond, func(ctx context.Context) error {
 			close(stepStarted)
 			<-ctx.Done() // its deadline is minutes away: only force ends it
@@ -48,13 +51,18 @@ func TestHandleSignalsFirstStartsSecondForces(t *testing.T) {
 	}
 	<-stepStarted
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	<-guard // HandleSignals has it too (the same delivery), before the SIGINT
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT))
 	var rep *Report
 	select {
 	case rep = <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatal("a second SIGTERM did not force the shutdown")
+		t.Fatal("SIGINT did not force the shutdown")
 	}
 	assert.True(t, rep.Forced)
+	again := strings.Index(logs.String(), `level=INFO msg="drain: SIGTERM during the shutdown: not forcing: `)
+	forced := strings.Index(logs.String(), `msg="drain: forced: `)
+	assert.True(t, again >= 0 && forced > again, "the SIGTERM again logged, the SIGINT forced after it:\n%s", logs.String())
 	assert.Equal(t, TimedOut, rep.Phase("hang").Result)
 	assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
 }

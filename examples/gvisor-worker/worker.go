@@ -411,7 +411,8 @@ func (e usageError) Unwrap() error { return e.error }
 
 // serve serves until SIGTERM or SIGINT (or ctx ending), then shuts down, writes the Report
 // and the termination message (writeReport), and returns the Report and the error of
-// writing it. A second signal forces. SIGHUP and SIGQUIT never end the worker
+// writing it. A SIGINT after that forces; a SIGTERM again does not (the kubelet's, with a
+// shortened grace: drain.Drainer.ServeSignals). SIGHUP and SIGQUIT never end the worker
 // (hupquit): their default action would end it at once, with no drain, no Report and every
 // sandbox lost.
 //

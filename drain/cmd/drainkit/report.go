@@ -152,7 +152,7 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 		rel(b.SIGTERM, t0), rel(b.Deadline, t0), secs(b.Margin), rel(b.Kill, t0))
 	fmt.Fprintf(w, "Verdict      %s\n", verdict(rep))
 	if rep.Forced {
-		fmt.Fprintf(w, "Forced       at %s (a second signal: remaining waits cut short)\n", rel(rep.ForcedAt, t0))
+		fmt.Fprintf(w, "Forced       at %s (SIGINT, Force or a cancelled context: remaining waits cut short)\n", rel(rep.ForcedAt, t0))
 	}
 	if rep.Shortfall > 0 {
 		fmt.Fprintf(w, "Shortfall    when preserving started, the time left was %s short of the reserves: phases shared it\n", secs(rep.Shortfall))
