@@ -18,6 +18,13 @@ type Holder struct {
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
+	// StartTime is when the process started, /proc/PID/stat's field 22
+	// (clock ticks after boot), as the holders scan read it; zero when
+	// not read, and for holders with no process. With the PID it names
+	// the process: the kernel gives a PID to another process once its
+	// process is reaped, and two holders at one PID with different start
+	// times are two processes.
+	StartTime uint64 `json:"start_time,omitempty"`
 	// Kind says how the device is held: "fd" (a process has the device
 	// node open, a VMM's disk), "mapped" (a process has the device node
 	// memory-mapped, fd closed or not: a process like "fd", waited for and,

@@ -748,7 +748,7 @@ func TestLastResortKeepsAMountListedAtAPIDItSIGKILLed(t *testing.T) {
 		rep, _, err := runFor(t, td, 60*time.Second)
 		var held *HeldError
 		require.ErrorAs(t, err, &held)
-		assert.Equal(t, map[int][]Holder{0: {{PID: 98, Comm: "qemu", Kind: blockdev.Mount, Detail: "/mnt/disk"}}}, held.Holders)
+		assert.Equal(t, map[int][]Holder{0: {{PID: 98, Comm: "qemu", StartTime: 1000, Kind: blockdev.Mount, Detail: "/mnt/disk"}}}, held.Holders)
 		require.Len(t, rep.LastResort.Dying(), 1, "the VMM SIGKILLed, its exit not seen")
 		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the mount")
 		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
@@ -797,5 +797,48 @@ func TestProcessWhoseFdsCannotBeReadKeepsWhatTheLastScanFound(t *testing.T) {
 		}
 		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
 		assert.Regexp(t, `^pid 99 \(idle\) possible fds not read \(open .*/99/fd: not a directory\)`, possible[0])
+	})
+}
+
+// A vulnerable kernel, no last resort, a scan every 5 s; a VMM, pid 99
+// (qemu, started at clock tick 1000), holds device 0 open .. 9 s: it has
+// exited and been reaped, and a new qemu got pid 99 (started at tick 2000)
+// and opened the disk. The device's holders in the Report name both, each
+// with its start time, in the JSON too. Before, the scan's holders had no
+// start time, the two were one entry, and the Report could not say the
+// disk had been held by two processes in turn.
+func TestDeviceHoldersTellTwoProcessesOfOnePIDApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		node := filepath.Join(t.TempDir(), "ublkb0")
+		require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
+		vmm := filepath.Join(f.proc, "99")
+		started := func(tick int) {
+			stat := fmt.Sprintf("99 (qemu) S 1 %s%d 0 0\n", strings.Repeat("0 ", 17), tick)
+			require.NoError(t, os.WriteFile(filepath.Join(vmm, "stat"), []byte(stat), 0o644))
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(vmm, "comm"), []byte("qemu\n"), 0o644))
+		started(1000)
+		require.NoError(t, os.Symlink(node, filepath.Join(vmm, "fd", "3")))
+		time.AfterFunc(9*time.Second, func() { started(2000) }) // not as a scan runs
+		d := newMemDaemon(f.tree, 0)
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		fd := "fd 3 -> " + node
+		assert.Equal(t, []Holder{
+			{PID: 99, Comm: "qemu", StartTime: 1000, Kind: blockdev.FD, Detail: fd},
+			{PID: 99, Comm: "qemu", StartTime: 2000, Kind: blockdev.FD, Detail: fd},
+		}, rep.Device(0).Holders)
+		assert.Equal(t, []Holder{{PID: 99, Comm: "qemu", StartTime: 2000, Kind: blockdev.FD, Detail: fd}}, held.Holders[0])
+		b, err := json.Marshal(rep.Device(0).Holders)
+		require.NoError(t, err)
+		assert.Contains(t, string(b), `"start_time":1000`)
+		assert.Contains(t, string(b), `"start_time":2000`)
 	})
 }

@@ -402,7 +402,8 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 
 // notReadable adds to held, for each process the scan read but whose fds
 // or maps it could not (a possible holder, blockdev.NotRead: EACCES,
-// EMFILE), the holds through them that the last scan found at its PID: a
+// EMFILE), the holds through them that the last scan found of that
+// process (its PID, and its start time when both scans read it): a
 // VMM found holding a disk is not forgotten because its fds could not be
 // read once. Before, the scan said nothing of such a process, and the
 // daemon was asked to stop under the VMM the scan before had found.
@@ -414,7 +415,7 @@ func (r *run) notReadable(held map[int][]Holder) {
 				continue
 			}
 			for _, h := range r.lastHeld[id] {
-				kept := h.PID == p.PID && (fds && (h.Kind == blockdev.FD || h.Kind == blockdev.Ring) || maps && h.Kind == blockdev.Mapped)
+				kept := sameProcess(h, p) && (fds && (h.Kind == blockdev.FD || h.Kind == blockdev.Ring) || maps && h.Kind == blockdev.Mapped)
 				if kept && !slices.Contains(held[id], h) {
 					held[id] = append(held[id], h)
 				}
@@ -448,6 +449,13 @@ func (r *run) notScanned(held map[int][]Holder, err error) {
 			held[d.cur.ID] = append(held[d.cur.ID], p)
 		}
 	}
+}
+
+// sameProcess reports whether holders a and b are of one process: the
+// same PID, and the same start time when both scans read it (a process
+// that got the PID once the other was reaped started later).
+func sameProcess(a, b Holder) bool {
+	return a.PID == b.PID && (a.StartTime == 0 || b.StartTime == 0 || a.StartTime == b.StartTime)
 }
 
 // notRead adds to held what a scan cut short did not read: for each

@@ -133,6 +133,13 @@ type Holder struct {
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
+	// StartTime is when the process started, /proc/PID/stat's field 22
+	// (clock ticks after boot), read once per process a scan lists; zero
+	// when it could not be read, and for holders with no process. With
+	// the PID, which the kernel gives to another process once this one is
+	// reaped, it names the process: two holders at one PID with different
+	// start times are two processes.
+	StartTime uint64 `json:"start_time,omitempty"`
 	// Kind says how the device is held: FD, Mount, Swap, Stacked, Loop,
 	// Mapped or Ring; Possible when it may be held, the scan could not
 	// tell.

@@ -22,5 +22,5 @@ func ExampleHolders() {
 
 	hs, err := blockdev.Holders(context.Background(), proc, blockdev.DevNum{Major: 7, Minor: 3})
 	fmt.Println(hs, err)
-	// Output: [{42 qemu mount /mnt/guest}] <nil>
+	// Output: [{42 qemu 0 mount /mnt/guest}] <nil>
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 // Holders returns every user of the block device dev that procfs at
@@ -103,11 +105,13 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 			before(dir)
 		}
 		var comm string
+		var start uint64
+		read := false
 		add := func(dev DevNum, kind, detail string) {
-			if comm == "" {
-				comm = readComm(dir)
+			if !read { // once per holder, not per process scanned
+				comm, start, read = readComm(dir), readStartTime(dir), true
 			}
-			out[dev] = append(out[dev], Holder{PID: pid, Comm: comm, Kind: kind, Detail: detail})
+			out[dev] = append(out[dev], Holder{PID: pid, Comm: comm, StartTime: start, Kind: kind, Detail: detail})
 		}
 		unknown := processHolders(ctx, dir, want, &mapped, add)
 		if err := ctx.Err(); err != nil { // its reads cut short: what it said is not all
@@ -195,6 +199,20 @@ func ProcessHolds(ctx context.Context, dir string, want map[DevNum]bool) (holds 
 		return false, []string{fmt.Sprintf("its fds, rings and mappings not all read before the check's end (%v)", ctx.Err())}
 	}
 	return false, unknown
+}
+
+// readStartTime reads when the process whose procfs directory is dir
+// started (/proc/PID/stat's field 22), 0 when it cannot be read.
+func readStartTime(dir string) uint64 {
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return 0
+	}
+	st, err := procstat.Parse(b)
+	if err != nil {
+		return 0
+	}
+	return st.StartTime
 }
 
 func readComm(dir string) string {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/internal/loopdev"
+	"github.com/drainkit/drainkit/internal/procstat"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -608,4 +609,36 @@ func TestProcessHoldsStopsReadingFdsAtItsContextsEnd(t *testing.T) {
 	holds, unknown = blockdev.ProcessHolds(context.Background(), dir, want)
 	assert.True(t, holds)
 	assert.Empty(t, unknown)
+}
+
+// A holder is named by its PID and its start time (/proc/PID/stat's field
+// 22), read once for each process the scan lists: the kernel gives a PID
+// to another process once its process is reaped, and the start time tells
+// the two apart. Here the real process holding a loop device, and a fake
+// procfs's mount (its stat unreadable: 0). Before, holders had no start
+// time.
+func TestHoldersCarryTheProcessStartTime(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	cmd, _ := loopdev.Hold(t, node)
+	hs, err := blockdev.Holders(context.Background(), "/proc", dev)
+	require.NoError(t, err)
+	mine := heldBy(hs, cmd.Process.Pid)
+	require.Len(t, mine, 1, "holders: %v", hs)
+	st, err := procstat.Read(cmd.Process.Pid)
+	require.NoError(t, err)
+	assert.NotZero(t, st.StartTime)
+	assert.Equal(t, st.StartTime, mine[0].StartTime)
+
+	proc := t.TempDir()
+	write(t, proc, "42/comm", "qemu\n")
+	write(t, proc, "42/stat", "42 (qemu) S 1 "+strings.Repeat("0 ", 17)+"1234 0 0\n")
+	write(t, proc, "42/mountinfo", fmt.Sprintf("36 22 %s / /mnt/disk rw - ext4 %s rw\n", dev, node))
+	write(t, proc, "43/comm", "other\n")
+	write(t, proc, "43/mountinfo", fmt.Sprintf("36 22 %s / /mnt/disk rw - ext4 %s rw\n", dev, node))
+	hs, err = blockdev.Holders(context.Background(), proc, dev)
+	require.NoError(t, err)
+	assert.Equal(t, []blockdev.Holder{
+		{PID: 42, Comm: "qemu", StartTime: 1234, Kind: blockdev.Mount, Detail: "/mnt/disk"},
+		{PID: 43, Comm: "other", Kind: blockdev.Mount, Detail: "/mnt/disk"},
+	}, hs)
 }
