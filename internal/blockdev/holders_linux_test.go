@@ -642,3 +642,28 @@ func TestHoldersCarryTheProcessStartTime(t *testing.T) {
 		{PID: 43, Comm: "other", Kind: blockdev.Mount, Detail: "/mnt/disk"},
 	}, hs)
 }
+
+// A ring's fdinfo that cannot be read, though the fd is still open and
+// the process alive (EACCES, EMFILE in the server: here a directory,
+// EISDIR), says nothing of the ring's registered files: the process is a
+// possible holder naming the error, and the last resort's check says it
+// is not known. Before, the read's error was taken for a ring closed
+// since the fd listing, holding nothing.
+func TestRingWhoseFdinfoCannotBeReadIsAPossibleHolder(t *testing.T) {
+	dev := blockdev.DevNum{Major: 4000, Minor: 0}
+	proc := t.TempDir()
+	ring(t, proc, "42", "vmm", "")
+	info := filepath.Join(proc, "42/fdinfo/7")
+	require.NoError(t, os.Remove(info))
+	require.NoError(t, os.Mkdir(info, 0o755))
+
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.NoError(t, err)
+	require.Len(t, hs, 1, "%v", hs)
+	assert.Equal(t, blockdev.Possible, hs[0].Kind)
+	assert.Regexp(t, `^io_uring fd 7 \(read .*/42/fdinfo/7: is a directory\): fdinfo not read; the registered files are not known$`, hs[0].Detail)
+	holds, unknown := blockdev.ProcessHolds(context.Background(), filepath.Join(proc, "42"), map[blockdev.DevNum]bool{dev: true})
+	assert.False(t, holds)
+	assert.Len(t, unknown, 1, "not read, so not known free")
+	assert.ErrorContains(t, blockdev.RingHolders(filepath.Join(proc, "42"), map[blockdev.DevNum]bool{dev: true}, nil), "is a directory")
+}

@@ -40,8 +40,11 @@ const ringReads = 4
 // kernel has not listed a ring's files after ringReads reads (see
 // RingWait), it returns an error and calls found for what the other rings
 // hold; when the reads take longer than RingWait, it returns an error and
-// calls found for none. The error says what is not known: the process may
-// hold a wanted device through that ring (a Possible holder, to Scan).
+// calls found for none; when a ring's fdinfo cannot be read (an error
+// other than the fd's close or the process's exit: EACCES, EMFILE), it
+// returns an error naming it. The error says what is not known: the
+// process may hold a wanted device through that ring (a Possible holder,
+// to Scan).
 //
 // The kernel's list (io_uring/fdinfo.c, "UserFiles:\t<n>" then one line
 // per slot) names each file by its path since Linux 6.14, escaped like
@@ -65,13 +68,17 @@ func RingHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) e
 // ring's files were listed.
 func ringHolders(ctx context.Context, dir string, rings []string, want map[DevNum]bool, found func(DevNum, string)) (unknown string) {
 	type result struct {
-		hits     []holding
-		unlisted []string
+		hits       []holding
+		unlisted   []string
+		unreadable []string // "N (error)"
 	}
 	r, ok := within(ctx, RingWait, func() (r result) {
 		for _, fd := range rings {
-			files, known := readRing(filepath.Join(dir, "fdinfo", fd))
-			if !known {
+			files, known, err := readRing(filepath.Join(dir, "fdinfo", fd))
+			switch {
+			case err != nil:
+				r.unreadable = append(r.unreadable, fmt.Sprintf("%s (%v)", fd, err))
+			case !known:
 				r.unlisted = append(r.unlisted, fd)
 			}
 			for _, f := range files {
@@ -88,29 +95,38 @@ func ringHolders(ctx context.Context, dir string, rings []string, want map[DevNu
 	for _, h := range r.hits {
 		found(h.dev, h.detail)
 	}
+	var says []string
 	if len(r.unlisted) > 0 {
-		return fmt.Sprintf("io_uring fd %s: the registered files not listed by the kernel in %d reads within %v (/proc/PID/fdinfo lists them only when it gets the ring's lock, which a busy or stuck ring holds); they are not known", strings.Join(r.unlisted, ", "), ringReads, RingWait)
+		says = append(says, fmt.Sprintf("io_uring fd %s: the registered files not listed by the kernel in %d reads within %v (/proc/PID/fdinfo lists them only when it gets the ring's lock, which a busy or stuck ring holds); they are not known", strings.Join(r.unlisted, ", "), ringReads, RingWait))
 	}
-	return ""
+	if len(r.unreadable) > 0 {
+		says = append(says, fmt.Sprintf("io_uring fd %s: fdinfo not read; the registered files are not known", strings.Join(r.unreadable, ", ")))
+	}
+	return strings.Join(says, "; ")
 }
 
 // readRing reads a ring's fdinfo until the kernel lists its registered
 // files, ringReads times at most, with a short pause between reads (the
-// ring's lock is taken and released at every submission).
-func readRing(fdinfo string) (files []ringFile, known bool) {
+// ring's lock is taken and released at every submission). An fdinfo that
+// cannot be read for another reason than the fd's close or the process's
+// exit (EACCES, EMFILE) is an error: what the ring holds is not known.
+func readRing(fdinfo string) (files []ringFile, known bool, err error) {
 	for i := range ringReads {
 		if i > 0 {
 			time.Sleep(time.Millisecond << (i - 1))
 		}
 		b, err := os.ReadFile(fdinfo)
+		if exited(err) {
+			return nil, true, nil // closed, or the process exited: holds nothing now
+		}
 		if err != nil {
-			return nil, true // closed, or the process exited: holds nothing now
+			return nil, false, err
 		}
 		if files, known = ringFiles(b); known {
-			return files, true
+			return files, true, nil
 		}
 	}
-	return nil, false
+	return nil, false, nil
 }
 
 // ringFile is one occupied slot of a ring's registered files, as the
