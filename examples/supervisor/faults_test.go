@@ -18,6 +18,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // Fault: the server's list call fails (an HTML page, a 500, a hang) for the
@@ -328,4 +329,46 @@ func TestSandboxesOfAServerThatExitsDuringTheDrainAreLost(t *testing.T) {
 	assert.Regexp(t, `msg="supervisor: report" exit_code=\d+ .* lost=4`, log)
 	first, _, _ := strings.Cut(readFile(t, termLog), "\n")
 	assert.True(t, strings.HasPrefix(first, "drainkit: 4 sandboxes LOST with the server"), first)
+}
+
+// Fault: a SIGTERM during the termination forced it, as a SIGINT does. Only
+// the container runtime sends a pod's process SIGTERM, and a runtime that
+// re-signals on a shortened grace sends it again (drain's row 187): no
+// one asked for force, and force sends no new pause. Eight sandboxes paused
+// one at a time, 400 ms each, SIGTERM again as the first pause runs: all
+// eight paused (before: force mode, the ones not yet sent lost, exit 1); a
+// SIGINT then still forces.
+func TestSIGTERMAgainDoesNotForceTheSupervisor(t *testing.T) {
+	for name, second := range map[string]syscall.Signal{"SIGTERM again": syscall.SIGTERM, "SIGINT": syscall.SIGINT} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			report, logFile := filepath.Join(dir, "report.json"), filepath.Join(dir, "supervisor.log")
+			listen, api := freeAddr(t), freeAddr(t)
+			logs, err := os.Create(logFile)
+			require.NoError(t, err)
+			defer logs.Close()
+			sup := startSupervisorLogging(t, logs,
+				[]string{"-api", "agentenv", "-listen", listen, "-server-url", "http://" + api, "-grace", "60s", "-concurrency", "1", "-report", report},
+				helperCommand("agentenv", "-listen", api, "-sandboxes", "8", "-pause-base", "400ms", "-pause-per-gib", "0s"))
+			ctx := t.Context()
+			require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
+			sup.signal(t, syscall.SIGTERM)
+			require.Eventually(t, func() bool { return strings.Contains(readFile(t, logFile), "pause: pass started") }, 10*time.Second, 20*time.Millisecond)
+			sup.signal(t, second)
+
+			code := sup.exitCode(t, 30*time.Second)
+			rep := readReport(t, report)
+			require.NotNil(t, rep.Drain)
+			if second == syscall.SIGTERM {
+				assert.Equal(t, 0, code, readFile(t, logFile))
+				assert.False(t, rep.Drain.Forced)
+				assert.Equal(t, 8, rep.Drain.Preserve.Counts[pause.Preserved])
+				assert.Contains(t, readFile(t, logFile), "supervisor: SIGTERM during the termination: not forcing")
+				return
+			}
+			assert.NotZero(t, code)
+			assert.True(t, rep.Drain.Forced)
+			assert.Less(t, rep.Drain.Preserve.Counts[pause.Preserved], 8, "force sends no new pause")
+		})
+	}
 }

@@ -428,8 +428,14 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 			case shutdown == nil:
 				s.log.Info("supervisor: termination starts", "signal", sig)
 				start()
+			case sig == syscall.SIGTERM:
+				// Only the container runtime sends a pod's process SIGTERM,
+				// and it may send it again (a shortened grace on a runtime
+				// that re-signals; drain.HandleSignals, docs/faults.md
+				// row 187): no one asked for force.
+				s.log.Info("supervisor: SIGTERM during the termination: not forcing (a SIGINT does)")
 			default:
-				s.log.Warn("supervisor: second signal: force mode", "signal", sig)
+				s.log.Warn("supervisor: SIGINT during the termination: force mode", "signal", sig)
 				s.drainer.Force()
 			}
 		case <-ctxDone:
