@@ -126,8 +126,12 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 		if ns != "" && seenNS[ns] {
 			continue
 		}
-		seenNS[ns] = ns != ""
-		mountHolders(filepath.Join(dir, "mountinfo"), want, func(dev DevNum, mp string) { add(dev, Mount, mp) })
+		// The namespace is read once, from the first of its processes
+		// whose mountinfo could be read: marked before, a read that failed
+		// (EMFILE for a moment, the process exiting) lost every mount of
+		// that namespace for the scan, a file system on the disk with them.
+		err := mountHolders(filepath.Join(dir, "mountinfo"), want, func(dev DevNum, mp string) { add(dev, Mount, mp) })
+		seenNS[ns] = ns != "" && err == nil
 	}
 	return out, nil
 }
@@ -562,11 +566,12 @@ func nextField(b []byte) (field, rest []byte) {
 }
 
 // mountHolders calls found with the mount points whose file system is on
-// a wanted device.
-func mountHolders(mountinfo string, want map[DevNum]bool, found func(DevNum, string)) {
+// a wanted device, and returns an error when mountinfo could not be read
+// to its end (found was called for what was read before it).
+func mountHolders(mountinfo string, want map[DevNum]bool, found func(DevNum, string)) error {
 	f, err := os.Open(mountinfo)
 	if err != nil {
-		return
+		return err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -581,6 +586,7 @@ func mountHolders(mountinfo string, want map[DevNum]bool, found func(DevNum, str
 			found(dev, unescapeOctal(fields[4]))
 		}
 	}
+	return sc.Err()
 }
 
 // swapHolders calls found with the swap areas on a wanted device.

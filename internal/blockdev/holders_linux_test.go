@@ -667,3 +667,25 @@ func TestRingWhoseFdinfoCannotBeReadIsAPossibleHolder(t *testing.T) {
 	assert.Len(t, unknown, 1, "not read, so not known free")
 	assert.ErrorContains(t, blockdev.RingHolders(filepath.Join(proc, "42"), map[blockdev.DevNum]bool{dev: true}, nil), "is a directory")
 }
+
+// A mount namespace's mounts are read once, from one of its processes:
+// when the first one's mountinfo cannot be read (EMFILE in the server for
+// a moment, the process exiting; here a directory, EISDIR), the next
+// process of that namespace is read instead. Before, the namespace was
+// marked read before its read, and a file system mounted on the disk was
+// missed for the whole scan.
+func TestMountsAreReadFromAnotherProcessWhenOnesMountinfoFails(t *testing.T) {
+	dev := blockdev.DevNum{Major: 4000, Minor: 0}
+	proc := t.TempDir()
+	for _, pid := range []string{"41", "42"} {
+		write(t, proc, pid+"/comm", "p"+pid+"\n")
+		require.NoError(t, os.MkdirAll(filepath.Join(proc, pid, "ns"), 0o755))
+		require.NoError(t, os.Symlink("mnt:[4026531841]", filepath.Join(proc, pid, "ns", "mnt")))
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "41/mountinfo"), 0o755))
+	write(t, proc, "42/mountinfo", fmt.Sprintf("36 22 %s / /mnt/disk rw - ext4 /dev/ublkb0 rw\n", dev))
+
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.NoError(t, err)
+	assert.Equal(t, []blockdev.Holder{{PID: 42, Comm: "p42", Kind: blockdev.Mount, Detail: "/mnt/disk"}}, hs)
+}
