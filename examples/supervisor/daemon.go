@@ -16,6 +16,15 @@ import (
 // off then: its device IDs would not be the tree's.
 const EnvSysfsRoot = "SUPERVISOR_SYSFS_ROOT"
 
+// EnvProcfsRoot, with EnvSysfsRoot, is where the daemon step's holders scan
+// reads procfs instead of /proc: tests whose fake devices no process can
+// hold point it at an empty directory. A scan of the machine's /proc costs
+// what runs there, and a process whose fds it cannot read (on some
+// machines even root cannot read PID 1's) is a possible holder of every
+// device (docs/faults.md row 184), which the step waits out to its last
+// resort.
+const EnvProcfsRoot = "SUPERVISOR_PROCFS_ROOT"
+
 // newTeardown builds the daemon step: drainkit's ublk teardown. Against
 // the daemon child (-daemon) it asks the daemon to stop with SIGTERM and
 // sees its exit through the supervisor's reaper (a pidfd or wait of its own
@@ -40,7 +49,7 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 	}
 	if root := os.Getenv(EnvSysfsRoot); root != "" { // the tests' fake devices
 		cfg.NoControl = true
-		ublkhook.Set(&cfg, ublkhook.Hooks{SysfsRoot: root})
+		ublkhook.Set(&cfg, ublkhook.Hooks{SysfsRoot: root, ProcfsRoot: os.Getenv(EnvProcfsRoot)})
 	}
 	return ublk.New(d, cfg)
 }

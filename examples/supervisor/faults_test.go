@@ -215,7 +215,7 @@ func TestServerDyingAfterThePreStopStopsTheDaemonBeforeSIGKILL(t *testing.T) {
 		[]string{"-listen", listen, "-hook-listen", hook, "-server-url", "http://" + api, "-grace", grace.String(),
 			"-report", report, "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
 		helperCommand("stubserver", "-listen", api, "-exit", "3"),
-		EnvSysfsRoot+"="+filepath.Join(dir, "sys"))
+		EnvSysfsRoot+"="+filepath.Join(dir, "sys"), EnvProcfsRoot+"="+emptyProcfs(filepath.Join(dir, "sys")))
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond, "readyz 200")
 
@@ -263,7 +263,7 @@ func TestDaemonStepFailureMakesTheSupervisorExitNonZero(t *testing.T) {
 	sup := startSupervisor(t,
 		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "5s", "-report", report,
 			"-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
-		helperCommand("stubserver", "-listen", api, "-exit", "0"), EnvSysfsRoot+"="+cfg.SysRoot)
+		helperCommand("stubserver", "-listen", api, "-exit", "0"), EnvSysfsRoot+"="+cfg.SysRoot, EnvProcfsRoot+"="+emptyProcfs(cfg.SysRoot))
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { b, _ := os.ReadFile(events); return strings.Contains(string(b), "start") }, 10*time.Second, 20*time.Millisecond)

@@ -175,10 +175,21 @@ func helperCmd(argv []string) *exec.Cmd {
 	return cmd
 }
 
-// withSysfs makes the supervisor's daemon step read the fake sysfs tree.
+// withSysfs makes the supervisor's daemon step read the fake sysfs tree,
+// and an empty procfs: no process holds a fake device.
 func withSysfs(cmd *exec.Cmd, root string) *exec.Cmd {
-	cmd.Env = append(cmd.Env, EnvSysfsRoot+"="+root)
+	cmd.Env = append(cmd.Env, EnvSysfsRoot+"="+root, EnvProcfsRoot+"="+emptyProcfs(root))
 	return cmd
+}
+
+// emptyProcfs returns an empty directory beside the fake sysfs tree at
+// root, for EnvProcfsRoot.
+func emptyProcfs(root string) string {
+	dir := filepath.Join(filepath.Dir(root), "proc")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		panic(err)
+	}
+	return dir
 }
 
 // helperCommand returns the argv that runs this test binary as role.

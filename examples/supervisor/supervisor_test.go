@@ -147,7 +147,7 @@ func TestServerDyingOnItsOwnStopsTheDaemonAndExitsWithItsStatus(t *testing.T) {
 		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "10s", "-report", report,
 			"-daemon", strings.Join(daemonCommand(t, dir, events), " ")},
 		helperCommand("stubserver", "-listen", api, "-die-when", filepath.Join(dir, "die"), "-exit", "3"),
-		EnvSysfsRoot+"="+filepath.Join(dir, "sys"))
+		EnvSysfsRoot+"="+filepath.Join(dir, "sys"), EnvProcfsRoot+"="+emptyProcfs(filepath.Join(dir, "sys")))
 	daemonStarted(t, events) // a SIGTERM before its handler would kill it
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "die"), nil, 0o644))
 	assert.Equal(t, 3, sup.exitCode(t, 10*time.Second))
