@@ -61,6 +61,35 @@ func TestParseArgs(t *testing.T) {
 	}
 }
 
+// An IPv6 address without brackets in -listen or -hook-listen (a
+// manifest's "$(POD_IP):8082" on an IPv6 pod) is bad usage naming the flag
+// and the brackets: it was taken, and failed only at the listen, exit 1
+// ("too many colons in address"); without the hook secret it was called
+// "not a loopback address" even for ::1.
+func TestUnbracketedIPv6AddressIsNamedWithTheBrackets(t *testing.T) {
+	t.Setenv(EnvHookSecret, "s")
+	for _, args := range [][]string{
+		{"-hook-listen", "fd00:10:244::5:8082"},
+		{"-hook-listen", "::1:8082"},
+		{"-listen", "fd00:10:244::5:8081"},
+	} {
+		_, err := parseArgs(append(args, "--", "server"), io.Discard)
+		require.Error(t, err, "%v", args)
+		assert.Contains(t, err.Error(), args[0]+" "+args[1], "names the flag")
+		assert.Contains(t, err.Error(), "in brackets", "%v", args)
+	}
+	_, err := parseArgs([]string{"-hook-listen", "127.0.0.1", "--", "server"}, io.Discard)
+	assert.ErrorContains(t, err, "-hook-listen 127.0.0.1 is not host:port")
+	cfg, err := parseArgs([]string{"-hook-listen", "[fd00:10:244::5]:8082", "-listen", "[::]:8081", "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "[fd00:10:244::5]:8082", cfg.hookListen)
+	t.Setenv(EnvHookSecret, "")
+	_, err = parseArgs([]string{"-hook-listen", "[::1]:8082", "--", "server"}, io.Discard)
+	assert.NoError(t, err, "IPv6 loopback needs no secret")
+	_, err = parseArgs([]string{"-hook-listen", "::1:8082", "--", "server"}, io.Discard)
+	assert.ErrorContains(t, err, "in brackets", "not called 'not a loopback address'")
+}
+
 func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
 	for flagName, args := range map[string][]string{
 		"-server-url": {"-server-url", "127.0.0.1:8080", "--", "true"},
