@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/hupquit"
+	"github.com/drainkit/drainkit/internal/listenaddr"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -308,11 +309,10 @@ func durationEnv(name string) (time.Duration, error) {
 // checkHook refuses a hook address anyone on the network could reach
 // without a secret: one request there drains the node.
 func (s *Server) checkHook() error {
-	host, _, err := net.SplitHostPort(s.hook)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(s.hook); err != nil {
 		return fmt.Errorf("drain: %s=%q: %w", EnvHookListen, s.hook, err)
 	}
-	if ip := net.ParseIP(host); s.secret == "" && (ip == nil || !ip.IsLoopback()) && host != "localhost" {
+	if s.secret == "" && !listenaddr.Loopback(s.hook) {
 		return fmt.Errorf("drain: %s=%q is not loopback: set %s too, or anyone who can reach it can drain the node",
 			EnvHookListen, s.hook, EnvHookSecret)
 	}

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/apiflags"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/listenaddr"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -133,12 +133,12 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-daemon and -daemon-socket exclude each other: the daemon is either the supervisor's child or the server's")
 	}
 	for _, a := range []struct{ flag, addr string }{{"-listen", c.listen}, {"-hook-listen", c.hookListen}} {
-		if err := hostPort(a.addr); err != nil {
+		if err := listenaddr.Check(a.addr); err != nil {
 			return c, fmt.Errorf("%s %s %w", a.flag, a.addr, err)
 		}
 	}
 	c.hookSecret = os.Getenv(EnvHookSecret)
-	if c.hookSecret == "" && !loopback(c.hookListen) {
+	if c.hookSecret == "" && !listenaddr.Loopback(c.hookListen) {
 		return c, fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends in X-Drain-Secret",
 			c.hookListen, EnvHookSecret)
 	}
@@ -151,21 +151,6 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		c.serverURL = apiflags.DefaultServerURL[c.api.API]
 	}
 	return c, nil
-}
-
-// hostPort checks that addr is a listen address, host:port: an IPv6 host
-// in brackets ("[fd00::5]:8082"), as net.Listen wants it. A manifest's
-// "$(POD_IP):8082" is none on an IPv6 pod (status.podIP "fd00::5" gives
-// "fd00::5:8082"); "[$(POD_IP)]:8082" is one on every pod, Go taking a
-// bracketed IPv4 address too.
-func hostPort(addr string) error {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		if i := strings.LastIndex(addr, ":"); i >= 0 && net.ParseIP(addr[:i]) != nil && net.ParseIP(addr[:i]).To4() == nil {
-			return fmt.Errorf("is not host:port: an IPv6 address goes in brackets, [%s]:PORT (in a manifest, \"[$(POD_IP)]:PORT\")", addr[:i])
-		}
-		return fmt.Errorf("is not host:port: %w", err)
-	}
-	return nil
 }
 
 // dashDashBefore reports whether "--" precedes rest in args.
@@ -189,14 +174,3 @@ func writableDir(dir string) error {
 // EnvHookSecret is the environment variable holding the secret that a
 // preStop request must carry in the X-Drain-Secret header.
 const EnvHookSecret = "SUPERVISOR_HOOK_SECRET"
-
-// loopback reports whether addr's host is a loopback IP address or
-// "localhost".
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
-}

@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/listenaddr"
 	"github.com/drainkit/drainkit/internal/termmsg"
 )
 
@@ -125,12 +124,12 @@ func (c Config) Validate() error {
 		if a.addr == "" {
 			return fmt.Errorf("%s is required", a.flag)
 		}
-		if err := hostPort(a.addr); err != nil {
+		if err := listenaddr.Check(a.addr); err != nil {
 			return fmt.Errorf("%s %s %w", a.flag, a.addr, err)
 		}
 	}
 	switch {
-	case c.HookSecret == "" && !loopback(c.HookListen):
+	case c.HookSecret == "" && !listenaddr.Loopback(c.HookListen):
 		return fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends", c.HookListen, HookSecretEnv)
 	case c.StateDir == "":
 		return errors.New("-state-dir is required")
@@ -186,39 +185,4 @@ func (c Config) PauseEstimate() time.Duration {
 		return math.MaxInt64
 	}
 	return max(time.Duration(longest), time.Millisecond)
-}
-
-// hostPort checks that addr is a listen address, host:port: an IPv6 host in brackets
-// ("[fd00::5]:8082"), as net.Listen wants it. A manifest's "$(POD_IP):8082" is none on an
-// IPv6 pod (status.podIP "fd00::5" gives "fd00::5:8082"); "[$(POD_IP)]:8082" is one on
-// every pod, Go taking a bracketed IPv4 address too.
-func hostPort(addr string) error {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		if host, _, ok := cutLast(addr, ":"); ok && net.ParseIP(host) != nil && net.ParseIP(host).To4() == nil {
-			return fmt.Errorf("is not host:port: an IPv6 address goes in brackets, [%s]:PORT (in a manifest, \"[$(POD_IP)]:PORT\")", host)
-		}
-		return fmt.Errorf("is not host:port: %w", err)
-	}
-	return nil
-}
-
-// cutLast slices s around the last instance of sep.
-func cutLast(s, sep string) (before, after string, found bool) {
-	if i := strings.LastIndex(s, sep); i >= 0 {
-		return s[:i], s[i+len(sep):], true
-	}
-	return s, "", false
-}
-
-// loopback reports whether addr's host is a loopback IP address or "localhost".
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

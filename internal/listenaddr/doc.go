@@ -1,0 +1,5 @@
+// Package listenaddr checks the listen addresses the examples' servers
+// take as flags: that one is host:port, saying so when an IPv6 address
+// lacks its brackets (a manifest's "$(POD_IP):8082" on an IPv6 pod), and
+// whether one is loopback, where a preStop hook needs no secret.
+package listenaddr

@@ -1,0 +1,34 @@
+package listenaddr
+
+import (
+	"fmt"
+	"net"
+	"strings"
+)
+
+// Check reports whether addr is a listen address, host:port: an IPv6 host
+// in brackets ("[fd00::5]:8082"), as net.Listen wants it. A manifest's
+// "$(POD_IP):8082" is none on an IPv6 pod (status.podIP "fd00::5" gives
+// "fd00::5:8082"); "[$(POD_IP)]:8082" is one on every pod, Go taking a
+// bracketed IPv4 address too. Its error reads after the flag and address
+// it was given ("-listen fd00::5:8082 is not host:port: ...").
+func Check(addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		if i := strings.LastIndex(addr, ":"); i >= 0 && net.ParseIP(addr[:i]) != nil && net.ParseIP(addr[:i]).To4() == nil {
+			return fmt.Errorf("is not host:port: an IPv6 address goes in brackets, [%s]:PORT (in a manifest, \"[$(POD_IP)]:PORT\")", addr[:i])
+		}
+		return fmt.Errorf("is not host:port: %w", err)
+	}
+	return nil
+}
+
+// Loopback reports whether addr's host is a loopback IP address or
+// "localhost".
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
+}

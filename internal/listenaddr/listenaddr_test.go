@@ -1,0 +1,42 @@
+package listenaddr_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/internal/listenaddr"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestCheckNamesTheBracketsAnIPv6AddressLacks(t *testing.T) {
+	for _, ok := range []string{"127.0.0.1:8082", "[10.0.0.5]:8082", "[fd00::5]:8082", ":8081", "localhost:80"} {
+		assert.NoError(t, listenaddr.Check(ok), ok)
+	}
+	err := listenaddr.Check("fd00:10:244::5:8082")
+	assert.ErrorContains(t, err, "an IPv6 address goes in brackets, [fd00:10:244::5]:PORT")
+	err = listenaddr.Check("8082")
+	assert.ErrorContains(t, err, "is not host:port: address 8082: missing port in address")
+}
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8082": true, "[::1]:8082": true, "localhost:8082": true,
+		"10.0.0.5:8082": false, ":8082": false, "[fd00::5]:8082": false, "no-port": false,
+	} {
+		assert.Equal(t, want, listenaddr.Loopback(addr), addr)
+	}
+}
+
+func ExampleCheck() {
+	fmt.Println(listenaddr.Check("[fd00::5]:8082"))
+	fmt.Println("-hook-listen fd00::5:8082", listenaddr.Check("fd00::5:8082"))
+	fmt.Println(listenaddr.Loopback("[::1]:8082"))
+	// Output:
+	// <nil>
+	// -hook-listen fd00::5:8082 is not host:port: an IPv6 address goes in brackets, [fd00::5]:PORT (in a manifest, "[$(POD_IP)]:PORT")
+	// true
+}
