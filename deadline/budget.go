@@ -443,6 +443,15 @@ func (b *Budget) Remaining() time.Duration {
 // not change it; Kill - Start is the grace as tightened.
 func (b *Budget) Grace() time.Duration { return b.grace }
 
+// GraceInUse returns the grace period the kubelet uses, as the budget knows
+// it: Grace, or Kill - Start once a deletion's shorter grace (Tighten) or
+// the kubelet's own put SIGKILL earlier; never more than Grace, never
+// negative. What a step's reserve that follows the grace is a share of.
+func (b *Budget) GraceInUse() time.Duration {
+	st := b.State()
+	return min(b.grace, max(st.Kill.Sub(st.Start), 0))
+}
+
 // Margin returns the configured safety margin; State().Deadline shows the
 // margin in effect.
 func (b *Budget) Margin() time.Duration { return b.margin }

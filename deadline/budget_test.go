@@ -531,3 +531,22 @@ func TestBudgetConcurrentUse(t *testing.T) {
 		<-tightened
 	})
 }
+
+// The grace in use is the manifest's until a deletion cuts it, then the
+// time from T0 to the deletion's SIGKILL; a later, longer one changes
+// nothing, as Tighten never moves SIGKILL later.
+func TestGraceInUseFollowsADeletionsShorterGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(time.Hour, deadline.Config{})
+		require.NoError(t, err)
+		assert.Equal(t, time.Hour, b.GraceInUse(), "before T0")
+		t0 := time.Now()
+		b.OnPreStop(t0)
+		assert.Equal(t, time.Hour, b.GraceInUse())
+		b.Tighten(t0.Add(30 * time.Second))
+		assert.Equal(t, 30*time.Second, b.GraceInUse())
+		assert.Equal(t, time.Hour, b.Grace(), "the budget's own grace stays")
+		b.Tighten(t0.Add(time.Minute))
+		assert.Equal(t, 30*time.Second, b.GraceInUse())
+	})
+}

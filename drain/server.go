@@ -145,8 +145,7 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	// kept the hour's 5 s of the 25 s left, and the preserve phase, sharing
 	// with it, lost up to a sixth of its time.
 	httpReserve := func() time.Duration {
-		st := budget.State()
-		return min(max(min(grace, max(st.Kill.Sub(st.Start), 0))/40, 250*time.Millisecond), 5*time.Second)
+		return min(max(budget.GraceInUse()/40, 250*time.Millisecond), 5*time.Second)
 	}
 	all := append(append([]Step(nil), steps...), NewStep(deadline.Phase{Name: "http", Reserve: httpReserve}, func(ctx context.Context) (any, error) {
 		return nil, ShutdownHTTP(ctx, srv) // HTTPServerStep's, with a live reserve

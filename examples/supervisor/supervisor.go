@@ -124,15 +124,6 @@ func stepReserve(grace time.Duration) time.Duration {
 	return min(max(grace/10, 500*time.Millisecond), 30*time.Second)
 }
 
-// graceInUse is the grace period the kubelet uses for this pod, as the
-// budget knows it: -grace, or SIGKILL - T0 once the pod's deletionTimestamp
-// (kubectl delete --grace-period, an eviction) or -kubelet-grace (a node
-// shutdown's slice) put SIGKILL earlier.
-func (s *supervisor) graceInUse() time.Duration {
-	st := s.budget.State()
-	return min(s.cfg.grace, max(st.Kill.Sub(st.Start), 0))
-}
-
 // liveStepReserve is a teardown step's reserve, stepReserve of the grace
 // in use, evaluated whenever the plan reads it: kubectl delete
 // --grace-period=30 of a supervisor whose -grace is an hour gives each step
@@ -140,7 +131,7 @@ func (s *supervisor) graceInUse() time.Duration {
 // critical, would keep its 30 s and take all the 25 s the margin leaves,
 // the preserve phase none: every sandbox lost.
 func (s *supervisor) liveStepReserve() deadline.Reserve {
-	return func() time.Duration { return stepReserve(s.graceInUse()) }
+	return func() time.Duration { return stepReserve(s.budget.GraceInUse()) }
 }
 
 func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {

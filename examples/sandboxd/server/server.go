@@ -218,14 +218,6 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 	return nil
 }
 
-// graceInUse is the grace period the kubelet uses for this pod, as the budget knows it:
-// -grace, or SIGKILL - T0 once the pod's deletionTimestamp (kubectl delete --grace-period, an
-// eviction) or -kubelet-grace (a node shutdown's slice) put SIGKILL earlier.
-func (s *Server) graceInUse() time.Duration {
-	st := s.budget.State()
-	return min(s.cfg.Grace, max(st.Kill.Sub(st.Start), 0))
-}
-
 // sizedByGrace returns the teardown steps with their reserves sized from the grace in use
 // (UblkReserve, HTTPReserve), evaluated whenever the plan reads them: kubectl delete
 // --grace-period=30 of a sandboxd whose -grace is an hour gives them the reserves of a
@@ -239,7 +231,7 @@ func (s *Server) sizedByGrace(steps []drain.Step) []drain.Step {
 		if _, ok := step.(*ublk.Teardown); ok {
 			size = ublkReserve
 		}
-		out[i] = reserveFollowsGrace{Step: step, reserve: func() time.Duration { return size(s.graceInUse()) }}
+		out[i] = reserveFollowsGrace{Step: step, reserve: func() time.Duration { return size(s.budget.GraceInUse()) }}
 	}
 	return out
 }
