@@ -12,6 +12,13 @@ const (
 	EventStarted  = "started"  // START_DEV done: the disk exists
 	EventStopping = "stopping" // about to send STOP_DEV
 	EventDeleted  = "deleted"  // DEL_DEV done
+
+	// EventHeldRead and EventHeldWrite: a frozen server received a read
+	// (a write) and holds it unanswered until a thaw, one line per
+	// request. The disk's inflight count cannot tell a held request from
+	// one being answered when the freeze came; this can.
+	EventHeldRead  = "held_read"
+	EventHeldWrite = "held_write"
 )
 
 // Event is one line of an event log.

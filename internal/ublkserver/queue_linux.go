@@ -123,6 +123,7 @@ func (q *queue) serve() error {
 			q.dev.srv.logf("dev %d queue %d tag %d: command failed: %v", q.dev.id, q.qid, tag, unix.Errno(-cqe.Res))
 		case q.dev.srv.frozen.Load():
 			q.pending = append(q.pending, tag)
+			q.held(tag)
 		default:
 			if err := q.answer(tag); err != nil {
 				return err
@@ -130,6 +131,16 @@ func (q *queue) serve() error {
 		}
 	}
 	return nil
+}
+
+// held logs the request the server now holds for tag: a read or a write.
+func (q *queue) held(tag uint16) {
+	switch decodeIODesc(q.descs[int(tag)*ioDescSize:]).Op {
+	case opRead:
+		q.dev.srv.event(EventHeldRead, q.dev.id)
+	case opWrite:
+		q.dev.srv.event(EventHeldWrite, q.dev.id)
+	}
 }
 
 // answer serves the request the driver described for tag and commits its

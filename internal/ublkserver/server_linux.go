@@ -170,6 +170,7 @@ func (s *Server) Devices() []int {
 
 // Freeze makes the queues hold every new request unanswered: I/O to the
 // devices stays in flight until Thaw. Requests already being served finish.
+// Each request held is logged (EventHeldRead, EventHeldWrite).
 func (s *Server) Freeze() { s.frozen.Store(true) }
 
 // Thaw answers the held requests and serves again.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -148,11 +149,12 @@ func TestGuestServesTwoQueues(t *testing.T) {
 }
 
 // TestGuestFreezeHoldsIOUntilThaw checks that a frozen server keeps a
-// request in flight (visible in /sys/block/ublkbN/inflight) and answers it
-// on thaw.
+// request in flight (visible in /sys/block/ublkbN/inflight), logs it held,
+// and answers it on thaw.
 func TestGuestFreezeHoldsIOUntilThaw(t *testing.T) {
 	vmtest.GuestOnly(t)
-	s := startServer(t, Config{Size: 4 << 20})
+	events := filepath.Join(t.TempDir(), "events")
+	s := startServer(t, Config{Size: 4 << 20, EventLog: events})
 	id := s.Devices()[0]
 	s.Freeze()
 	read := make(chan error, 1)
@@ -177,6 +179,14 @@ func TestGuestFreezeHoldsIOUntilThaw(t *testing.T) {
 		t.Fatalf("read completed while frozen: %v", err)
 	default:
 	}
+	var ev []Event
+	require.Eventually(t, func() bool {
+		ev, _ = ReadEvents(events)
+		_, held := First(ev, EventHeldRead, id)
+		return held
+	}, 10*time.Second, 10*time.Millisecond, "the held read is logged")
+	_, wrote := First(ev, EventHeldWrite, id)
+	assert.False(t, wrote, "no write was issued: %v", ev)
 	s.Thaw()
 	require.NoError(t, <-read)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

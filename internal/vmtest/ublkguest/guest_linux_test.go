@@ -44,7 +44,7 @@ func newRig(t *testing.T, cfg ublkserver.DaemonConfig) *rig {
 	require.NoError(t, err)
 	r := &rig{t: t, dir: t.TempDir(), logFrom: len(log)}
 	cfg.BackingDir = r.dir
-	cfg.EventLog = filepath.Join(r.dir, "events")
+	cfg.EventLog = r.events()
 	if cfg.Size == 0 {
 		cfg.Size = diskSize
 	}
@@ -80,6 +80,9 @@ func (r *rig) cleanup() {
 	_ = r.ctl.Close()
 }
 
+// events is the daemon's event log.
+func (r *rig) events() string { return filepath.Join(r.dir, "events") }
+
 func (r *rig) disk(id int) string { return fmt.Sprintf("/dev/ublkb%d", id) }
 
 func (r *rig) ctx(d time.Duration) context.Context {
@@ -91,7 +94,7 @@ func (r *rig) ctx(d time.Duration) context.Context {
 // observe gathers what CheckSafeTeardown needs once the teardown is over.
 func (r *rig) observe(writes []Write) Observed {
 	r.t.Helper()
-	events, err := ublkserver.ReadEvents(filepath.Join(r.dir, "events"))
+	events, err := ublkserver.ReadEvents(r.events())
 	require.NoError(r.t, err)
 	disk, err := os.ReadFile(ublkserver.BackingFile(r.dir, r.daemon.Devices[0]))
 	require.NoError(r.t, err)
@@ -158,7 +161,7 @@ func TestGuestWrongOrderIsCaught(t *testing.T) {
 	w := startWriter(t, r.disk(r.daemon.Devices[0]), 2)
 	watch, err := WatchExit(r.daemon.Pid(), r.daemon.Devices)
 	require.NoError(t, err)
-	require.NoError(t, KillFirst(r.ctx(20*time.Second), r.daemon, r.ctl))
+	require.NoError(t, KillFirst(r.ctx(20*time.Second), r.daemon, r.ctl, r.events()))
 	writes, err := w.Stop(r.ctx(10 * time.Second))
 	require.NoError(t, err)
 	_, atExit, err := watch.Result(r.ctx(10 * time.Second))

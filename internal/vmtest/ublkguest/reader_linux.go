@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/ublkserver"
 )
 
 // HeldRead is a read a frozen daemon holds in flight. A daemon freezes on
 // a signal it handles asynchronously, so StartHeldRead reads in a loop
-// until one read stays in flight.
+// until the daemon logs a read held.
 type HeldRead struct {
 	f    *os.File
 	buf  []byte
@@ -22,10 +23,10 @@ type HeldRead struct {
 	done chan error
 }
 
-// StartHeldRead reads block 0 of /dev/ublkbN over and over until a read
-// stays in flight (the disk's inflight count shows it), and returns then;
-// it fails when ctx ends first.
-func StartHeldRead(ctx context.Context, id int) (*HeldRead, error) {
+// StartHeldRead reads block 0 of /dev/ublkbN over and over until the
+// daemon, frozen, logs a read held (WaitHeld on its event log, events),
+// and returns then; it fails when ctx ends first.
+func StartHeldRead(ctx context.Context, id int, events string) (*HeldRead, error) {
 	f, buf, err := openDirect(fmt.Sprintf("/dev/ublkb%d", id), os.O_RDONLY)
 	if err != nil {
 		return nil, err
@@ -38,17 +39,11 @@ func StartHeldRead(ctx context.Context, id int) (*HeldRead, error) {
 		}
 		h.done <- err
 	}()
-	for {
-		if reads, _, _ := Inflight(id); reads > 0 {
-			return h, nil
-		}
-		select {
-		case <-ctx.Done():
-			h.stop.Store(true)
-			return nil, fmt.Errorf("no read held in flight on ublkb%d: %w", id, ctx.Err())
-		case <-time.After(2 * time.Millisecond):
-		}
+	if err := WaitHeld(ctx, events, ublkserver.EventHeldRead, id); err != nil {
+		h.stop.Store(true)
+		return nil, err
 	}
+	return h, nil
 }
 
 // Finish lets the held read complete and returns its error, or ctx's

@@ -316,7 +316,7 @@ func TestGuestStepLeavesHungDaemonHoldingIO(t *testing.T) {
 	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung})
 	id := r.daemon.Devices[0]
 	require.NoError(t, r.daemon.Cmd.Process.Signal(ublkserver.SignalFreeze))
-	held, err := StartHeldRead(r.ctx(10*time.Second), id)
+	held, err := StartHeldRead(r.ctx(10*time.Second), id, r.events())
 	require.NoError(t, err)
 
 	deadline := time.Now().Add(5 * time.Second)

@@ -5,8 +5,6 @@ package ublkguest
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
 
 	"github.com/drainkit/drainkit/internal/ublkserver"
 )
@@ -20,24 +18,17 @@ import (
 // To keep the guest kernel itself out of the known race (fix f40139fde527
 // is missing on 6.12), the daemon is frozen first, so the write in flight
 // is one it holds and no request is being handed to it while it dies.
-func KillFirst(ctx context.Context, d *ublkserver.Daemon, ctl *ublkserver.Control) error {
+// events is the daemon's event log (ublkserver.Config.EventLog), where it
+// logs each request it holds: the disk's inflight count would also count
+// a write the daemon was answering when the freeze came, which completes
+// (CI, under load: the next write then met a disk already stopped and got
+// ENOSPC, and no write in flight was aborted).
+func KillFirst(ctx context.Context, d *ublkserver.Daemon, ctl *ublkserver.Control, events string) error {
 	if err := d.Cmd.Process.Signal(ublkserver.SignalFreeze); err != nil {
 		return err
 	}
-	id := d.Devices[0]
-	for {
-		_, writes, ok := Inflight(id)
-		if !ok {
-			return fmt.Errorf("ublkb%d is gone before the kill", id)
-		}
-		if writes > 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("no write in flight on ublkb%d: %w", id, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
+	if err := WaitHeld(ctx, events, ublkserver.EventHeldWrite, d.Devices[0]); err != nil {
+		return err
 	}
 	if err := d.Cmd.Process.Kill(); err != nil {
 		return err
