@@ -24,8 +24,10 @@ const (
 
 // defaultMargin returns the margin of a Budget with this grace period whose
 // Config.Margin is zero.
+// It is whole milliseconds: a grace read from two clocks (a deletion's
+// wall-clock timestamp, T0 on the monotonic clock) is off by nanoseconds.
 func defaultMargin(grace time.Duration) time.Duration {
-	return min(maxMargin, max(minMargin, grace/10))
+	return min(maxMargin, max(minMargin, (grace/10).Round(time.Millisecond)))
 }
 
 // MinimumGracePeriod is the kubelet's minimumGracePeriodInSeconds: when a
@@ -57,9 +59,10 @@ const (
 type Config struct {
 	// Margin is how long before the expected SIGKILL the budget's Deadline
 	// falls: the time kept for the process to exit. Zero means a tenth of
-	// the grace period, at least 1.5 s and at most 5 s: a long grace
-	// period keeps 5 s for the exit, a short one does not give a third of
-	// its time away. Whatever it is, Deadline never lets the margin take
+	// the grace period in use (Budget.GraceInUse: a deletion's shorter
+	// grace once Tighten knows it), at least 1.5 s and at most 5 s: a long
+	// grace period keeps 5 s for the exit, a short one does not give a
+	// third of its time away. Whatever it is, Deadline never lets the margin take
 	// more than half of the time left (see Budget.Deadline). It must be
 	// >= 0 and, in New, smaller than the grace period.
 	//
@@ -103,7 +106,7 @@ type Config struct {
 // the zero Budget has a zero grace period, so its deadline is always now.
 type Budget struct {
 	grace  time.Duration
-	margin time.Duration
+	margin time.Duration // Config.Margin; zero: defaultMargin(GraceInUse)
 	log    *slog.Logger  // nil: discard
 	sleep  time.Duration // Config.PreStopSleep: the manifest's preStop sleep
 
@@ -149,11 +152,7 @@ func build(grace time.Duration, c Config) (*Budget, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	b := &Budget{grace: grace, margin: c.Margin, log: c.Logger, sleep: c.PreStopSleep}
-	if b.margin == 0 {
-		b.margin = defaultMargin(grace)
-	}
-	return b, nil
+	return &Budget{grace: grace, margin: c.Margin, log: c.Logger, sleep: c.PreStopSleep}, nil
 }
 
 // FromKillTime returns a Budget anchored now (T0 = time.Now()) whose SIGKILL
@@ -446,15 +445,18 @@ func (b *Budget) Grace() time.Duration { return b.grace }
 // GraceInUse returns the grace period the kubelet uses, as the budget knows
 // it: Grace, or Kill - Start once a deletion's shorter grace (Tighten) or
 // the kubelet's own put SIGKILL earlier; never more than Grace, never
-// negative. What a step's reserve that follows the grace is a share of.
-func (b *Budget) GraceInUse() time.Duration {
-	st := b.State()
-	return min(b.grace, max(st.Kill.Sub(st.Start), 0))
+// negative. What a step's reserve that follows the grace is a share of,
+// and the default margin too.
+func (b *Budget) GraceInUse() time.Duration { return b.State().graceInUse() }
+
+func (s State) graceInUse() time.Duration {
+	return min(s.Grace, max(s.Kill.Sub(s.Start), 0))
 }
 
-// Margin returns the configured safety margin; State().Deadline shows the
-// margin in effect.
-func (b *Budget) Margin() time.Duration { return b.margin }
+// Margin returns the safety margin: Config.Margin, or by default the
+// margin of the grace in use, which a deletion's shorter grace makes
+// smaller. State().Deadline shows the margin in effect.
+func (b *Budget) Margin() time.Duration { return b.State().Margin }
 
 // Context returns a context derived from parent whose deadline is the
 // budget's Deadline at the time of the call. A later change of the budget
@@ -471,7 +473,7 @@ type State struct {
 	Kill     time.Time     `json:"kill"`             // expected SIGKILL
 	Deadline time.Time     `json:"deadline"`         // Kill minus the margin in effect
 	Grace    time.Duration `json:"grace_ns"`         // the grace period the budget was built with
-	Margin   time.Duration `json:"margin_ns"`        // the configured margin
+	Margin   time.Duration `json:"margin_ns"`        // Budget.Margin: Config.Margin or the default for the grace in use
 }
 
 // State returns the budget's current view. Until the budget is anchored,
@@ -488,7 +490,10 @@ func (b *Budget) State() State {
 	if !s.SIGTERM.IsZero() {
 		last = laterOf(s.SIGTERM, s.Start)
 	}
-	margin := min(b.margin, max(s.Kill.Sub(last)/2, 0))
+	if s.Margin == 0 {
+		s.Margin = defaultMargin(s.graceInUse())
+	}
+	margin := min(s.Margin, max(s.Kill.Sub(last)/2, 0))
 	s.Deadline = s.Kill.Add(-margin)
 	return s
 }

@@ -445,6 +445,33 @@ func TestDefaultMarginScalesWithGrace(t *testing.T) {
 	assert.Equal(t, deadline.DefaultMargin, deadline.DefaultMarginFor(3600*time.Second))
 }
 
+// TestDefaultMarginFollowsACutGrace: kubectl delete --grace-period=10 of
+// a pod whose manifest says an hour. The default margin is the one of the
+// 10 s the kubelet now uses (1.5 s), not the hour's 5 s, which would have
+// kept half of them back from the drain; a margin the user set stays.
+func TestDefaultMarginFollowsACutGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		b.OnPreStop(t0)
+		assert.Equal(t, 5*time.Second, b.Margin(), "the hour's margin before the deletion is known")
+		b.Tighten(t0.Add(10 * time.Second))
+		assert.Equal(t, 10*time.Second, b.GraceInUse())
+		assert.Equal(t, 1500*time.Millisecond, b.Margin())
+		assert.Equal(t, t0.Add(8500*time.Millisecond), b.Deadline())
+		b.OnSIGTERM(t0.Add(time.Second)) // the hook returned after 1 s
+		assert.Equal(t, t0.Add(8500*time.Millisecond), b.Deadline(), "SIGTERM keeps the deletion's SIGKILL and the margin")
+
+		set, err := deadline.New(3600*time.Second, deadline.Config{Margin: 5 * time.Second})
+		require.NoError(t, err)
+		set.OnPreStop(t0)
+		set.Tighten(t0.Add(10 * time.Second))
+		assert.Equal(t, 5*time.Second, set.Margin(), "Config.Margin is the user's")
+		assert.Equal(t, t0.Add(5*time.Second), set.Deadline())
+	})
+}
+
 // TestDefaultMarginAtTenSecondGrace: the README's server (grace 10 s,
 // nothing else set) keeps 1.5 s, not 5 s, back from SIGKILL.
 //

@@ -48,8 +48,10 @@
 // # Guarantees
 //
 //   - T0 <= Budget.Deadline <= Budget.Kill; Deadline is SIGKILL minus the
-//     margin (Config.Margin, by default a tenth of the grace within [1.5 s, 5 s]), and the margin never takes more
-//     than half of the time from the latest event (T0 or SIGTERM) to SIGKILL.
+//     margin (Config.Margin, by default a tenth of the grace in use within
+//     [1.5 s, 5 s]: a deletion's shorter grace, once Tighten knows it, not
+//     the manifest's), and the margin never takes more than half of the
+//     time from the latest event (T0 or SIGTERM) to SIGKILL.
 //   - After OnSIGTERM, Kill is exactly what the kubelet computes from the
 //     budget's T0 and grace; once Tighten gave it a time (a
 //     deletionTimestamp), it stays at that time, or SIGTERM + 2 s if later,

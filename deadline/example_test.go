@@ -149,7 +149,8 @@ func ExampleBudget_OnSIGTERM() {
 // kubectl delete --grace-period=30 during the preStop hook: the pod's
 // deletionTimestamp cuts the manifest's hour to 30 s, and SIGKILL stays
 // there at SIGTERM: the kubelet, timing the hook from its own start, never
-// kills before the deletionTimestamp.
+// kills before the deletionTimestamp. The default margin follows the 30 s
+// (3 s, where the hour kept 5 s).
 func ExampleBudget_Tighten() {
 	budget, _ := deadline.New(3600*time.Second, deadline.Config{})
 	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
@@ -159,7 +160,7 @@ func ExampleBudget_Tighten() {
 	budget.OnSIGTERM(t0.Add(12500 * time.Millisecond)) // the hook ran 12.5 s
 	fmt.Println("SIGKILL:  T0 +", budget.Kill().Sub(t0))
 	// Output:
-	// deadline: T0 + 25s
+	// deadline: T0 + 27s
 	// SIGKILL:  T0 + 30s
 }
 

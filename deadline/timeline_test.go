@@ -128,11 +128,13 @@ func TestPlanShortBudgetRuleAtEveryPhase(t *testing.T) {
 			running: 4, drainEnds: ms(2000),
 			steps: []step{
 				{at: 0, phase: "drain", dl: ms(3590400), hard: ms(3593400)},
-				{at: ms(2000), event: atTighten(8 * time.Second), phase: "drain", dl: ms(2000), hard: ms(3050)},
-				{at: ms(2600), event: atSIGTERM(), phase: "gate", dl: ms(2600), hard: ms(4175)},
-				{at: ms(2600), phase: "preserve", dl: ms(4175), hard: ms(4175), short: ms(1425)},
-				{at: ms(3500), event: setRunning(0), phase: "ublk", dl: ms(4300), hard: ms(5300)},
-				{at: ms(4000), phase: "http", dl: ms(5300), hard: ms(5300)},
+				// The deletion leaves 8 s: the default margin follows it (1.5 s, not
+				// the manifest's 5 s), SIGKILL at T0 + 8 s, the deadline at 6.5 s.
+				{at: ms(2000), event: atTighten(8 * time.Second), phase: "drain", dl: ms(2000), hard: ms(4925)},
+				{at: ms(2600), event: atSIGTERM(), phase: "gate", dl: ms(2600), hard: ms(5075)},
+				{at: ms(2600), phase: "preserve", dl: ms(5075), hard: ms(5075), short: ms(525)},
+				{at: ms(3500), event: setRunning(0), phase: "ublk", dl: ms(5500), hard: ms(6500)},
+				{at: ms(4000), phase: "http", dl: ms(6500), hard: ms(6500)},
 			},
 		},
 		{

@@ -481,8 +481,8 @@ func TestNewInClusterNamesEverythingMissing(t *testing.T) {
 func TestTightenCutsTheGracePeriod(t *testing.T) {
 	// kubectl delete --grace-period=30 during the preStop hook: the API
 	// server's deletionTimestamp is 30 s out, the manifest said 3600 s.
-	t0 := time.Now()
-	kill := t0.Truncate(time.Second).Add(30 * time.Second)
+	t0 := time.Now().Truncate(time.Second) // the API's timestamps are whole seconds
+	kill := t0.Add(30 * time.Second)
 	_, cfg := newAPIServer(t, podJSON(t, deleted(kill, 30)))
 	r := newPod(t, cfg, testPod)
 	b, err := deadline.New(3600*time.Second, deadline.Config{})
@@ -492,9 +492,9 @@ func TestTightenCutsTheGracePeriod(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, changed)
 	assert.True(t, kill.Equal(b.Kill()), "kill %v, want %v", b.Kill(), kill)
-	// The default margin follows the manifest's grace (3600 s: 5 s), and
-	// still fits in the 30 s the deletion left.
-	assert.Equal(t, 5*time.Second, b.Margin(), "the default margin of a long grace")
+	// The default margin follows the grace in use: the 30 s the deletion
+	// left (3 s), not the manifest's hour (5 s).
+	assert.Equal(t, 3*time.Second, b.Margin(), "the default margin of the deletion's grace")
 	assert.True(t, kill.Add(-b.Margin()).Equal(b.Deadline()), "deadline %v, want %v", b.Deadline(), kill.Add(-b.Margin()))
 
 	changed, err = r.Tighten(t.Context(), b) // the same time again: no change
