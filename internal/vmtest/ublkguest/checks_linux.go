@@ -146,17 +146,6 @@ func landed(disk []byte, w Write) bool {
 	return bytes.Equal(disk[w.Off:w.Off+BlockSize], Pattern(w.Off, w.Tag))
 }
 
-// Inflight returns the in-flight reads and writes of /dev/ublkbN, from
-// sysfs; false when the disk is gone.
-func Inflight(id int) (reads, writes int, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/sys/block/ublkb%d/inflight", id))
-	if err != nil {
-		return 0, 0, false
-	}
-	_, err = fmt.Sscan(string(bytes.TrimSpace(b)), &reads, &writes)
-	return reads, writes, err == nil
-}
-
 // Recorder is an assert.TestingT that records failures instead of failing
 // a test, to check that checks fail when they must.
 type Recorder struct{ Failures []string }
