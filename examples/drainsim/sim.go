@@ -52,7 +52,8 @@ type result struct {
 	PausedAt    []time.Time
 	DaemonClean bool
 	// ExitErr is how the server exited when it exited by itself: nil for
-	// status 0, else what Wait returned (exit status 1: a server that did
+	// status 0, else what Wait returned (exit status 1: a shutdown whose
+	// Report has an error, sandboxes lost included, or a server that did
 	// its work and then failed, e.g. to write its Report).
 	ExitErr error
 	Report  *drain.Report // drainkit only

@@ -445,3 +445,29 @@ func TestTeardownReservesFollowTheGraceADeletionGave(t *testing.T) {
 	assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved], "preserved of 8 (lost %d, headroom %v)", rep.Lost(), rep.Headroom)
 	assert.NoError(t, rep.Err())
 }
+
+// Fault: sandboxd exited 0 after a shutdown that lost sandboxes (the Report said so, the
+// exit status did not), where drain.Server.Run, gvisor-worker and the supervisor exit 1: a
+// kubelet's container status (exitCode, reason Error) and whatever watches it saw a clean
+// drain. The exit status is now 1 whenever the Report has an error.
+func TestShutdownThatLostSandboxesExits1(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "images"), nil, 0o600)) // every pause fails
+	addr := freeAddr(t)
+	var stderr logbuf.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	code := make(chan int, 1)
+	go func() {
+		code <- Main(ctx, []string{"-state-dir", dir, "-listen", addr, "-hook-listen", freeAddr(t),
+			"-grace", "6s", "-pause-latency", "50ms", "-devices", "1"}, &stderr)
+	}()
+	base := "http://" + addr
+	waitStarted(t, base, &stderr)
+	createSandbox(t, base)
+	createSandbox(t, base)
+	cancel() // as SIGTERM would
+	assert.Equal(t, 1, <-code, "%s", &stderr)
+	assert.Contains(t, stderr.String(), "lost=2")
+	assert.Contains(t, stderr.String(), "2 sandbox(es) not preserved")
+}

@@ -10,10 +10,10 @@ import (
 )
 
 // Main runs sandboxd with the command-line args (without the program name), logging to
-// stderr, and returns the exit status: 0 after a shutdown whose Report was written (even
-// one that lost sandboxes: the Report says so), 1 when the server could not start or the
-// Report could not be written, 2 for bad usage (a -grace too short for the plan
-// included). The calling binary's main must call
+// stderr, and returns the exit status: 0 after a clean shutdown, 1 when the shutdown's
+// Report has an error (sandboxes lost, a step failed, SIGKILL's time passed: see
+// drain.Report.Err), the server could not start or the Report could not be written, 2 for
+// bad usage (a -grace too short for the plan included), as drain.Server.Run does. The calling binary's main must call
 // fakeublk.MainIfDaemon first.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg, err := ParseFlags(args, stderr)
@@ -36,6 +36,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	rep, err := s.Run(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd: writing the report:", err)
+		return 1
+	}
+	if err := rep.Err(); err != nil {
+		logger.Error("sandboxd exiting", "preserved", preserved(rep.Preserve), "lost", rep.Lost(), "headroom", rep.Headroom, "err", err)
 		return 1
 	}
 	logger.Info("sandboxd exiting", "preserved", preserved(rep.Preserve), "lost", rep.Lost(), "headroom", rep.Headroom)
