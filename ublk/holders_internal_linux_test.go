@@ -842,3 +842,39 @@ func TestDeviceHoldersTellTwoProcessesOfOnePIDApart(t *testing.T) {
 		assert.Contains(t, string(b), `"start_time":2000`)
 	})
 }
+
+// A vulnerable kernel, no last resort, a scan every 5 s; a VMM, pid 42,
+// holds device 0 through its io_uring's registered files (fd 9, the disk's
+// own fd closed) .. 9 s: its ring gets busy, and from then on the kernel
+// does not list the ring's files (its lock held at every read). The ring
+// still holds the disk, as far as anyone knows: the step keeps the hold
+// the scan before found, and never asks the daemon to stop under it.
+// Before, a ring not listed was only a possible holder, the hold was
+// dropped at the next scan, set aside at the end of the holder wait, and
+// the daemon asked to stop under the VMM's ring.
+func TestProcessWhoseRingIsNotListedKeepsWhatTheLastScanFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		node := filepath.Join(t.TempDir(), "ublkb0")
+		require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 0))))
+		info := busyRing(t, f)
+		require.NoError(t, os.WriteFile(info, []byte("UserFiles:\t1\n    0: "+node+"\nUserBufs:\t0\n"), 0o644))
+		time.AfterFunc(9*time.Second, func() { // not as a scan runs
+			require.NoError(t, os.WriteFile(info, []byte("SqThread:\t-1\nUserFiles:\t1\nUserBufs:\t0\nPollList:\n"), 0o644))
+		})
+		d := newMemDaemon(f.tree, 0)
+		d.step = 10 * time.Millisecond
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the VMM's ring")
+		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
+		assert.Equal(t, Holder{PID: 42, Comm: "spdk", Kind: blockdev.Ring, Detail: "io_uring fd 9 slot 0 -> " + node}, held.Holders[0][0])
+		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
+	})
+}

@@ -154,18 +154,23 @@ type Holder struct {
 // The start of a Possible holder's Detail when a process's own procfs
 // files could not be read (and it had not exited): FDsNotRead for
 // /proc/PID/fd (then its rings are not known either), MapsNotRead for
-// /proc/PID/maps. The error follows in parentheses.
+// /proc/PID/maps. The error follows in parentheses. RingsNotKnown starts
+// one when its rings' registered files are not known: a ring's fdinfo not
+// read, or not listing them in time (a busy ring holds its lock), or a
+// ring mapped with no fd to read it by.
 const (
-	FDsNotRead  = "fds not read"
-	MapsNotRead = "mappings not read"
+	FDsNotRead    = "fds not read"
+	MapsNotRead   = "mappings not read"
+	RingsNotKnown = "io_uring"
 )
 
-// NotRead reports whether h is a Possible holder whose fds (fds) or
-// mappings (maps) could not be read: what a scan before found it hold
-// through them is not contradicted.
-func NotRead(h Holder) (fds, maps bool) {
+// NotRead reports whether h is a Possible holder whose fds (fds),
+// mappings (maps) or rings' registered files (rings) could not be read:
+// what a scan before found it hold through them is not contradicted.
+func NotRead(h Holder) (fds, maps, rings bool) {
 	if h.Kind != Possible {
-		return false, false
+		return false, false, false
 	}
-	return strings.HasPrefix(h.Detail, FDsNotRead+" ("), strings.HasPrefix(h.Detail, MapsNotRead+" (")
+	return strings.HasPrefix(h.Detail, FDsNotRead+" ("), strings.HasPrefix(h.Detail, MapsNotRead+" ("),
+		strings.HasPrefix(h.Detail, RingsNotKnown+" ")
 }

@@ -174,7 +174,7 @@ func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mappe
 		unknown = append(unknown, fmt.Sprintf("mappings not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it)", MapsWait))
 	}
 	if ringMapped && len(rings) == 0 {
-		unknown = append(unknown, "io_uring mapped with no io_uring fd (the ring's fd closed, passed to another process, or registered with IORING_REGISTER_RING_FDS): the kernel lists a ring's registered files only in a ring fd's fdinfo")
+		unknown = append(unknown, RingsNotKnown+" mapped with no io_uring fd (the ring's fd closed, passed to another process, or registered with IORING_REGISTER_RING_FDS): the kernel lists a ring's registered files only in a ring fd's fdinfo")
 	}
 	return unknown
 }

@@ -78,7 +78,7 @@ func TestHoldersIgnoresOtherDevices(t *testing.T) {
 	hs, err := blockdev.Holders(context.Background(), "/proc", blockdev.DevNum{Major: 4095, Minor: 1048575})
 	require.NoError(t, err)
 	for _, h := range hs { // but a process this one may not read (here the sandbox's init, EACCES) may hold any
-		fds, maps := blockdev.NotRead(h)
+		fds, maps, _ := blockdev.NotRead(h)
 		assert.True(t, fds || maps, "%v", h)
 	}
 }
@@ -372,6 +372,10 @@ func TestRingWhoseFilesTheKernelDoesNotListIsAPossibleHolder(t *testing.T) {
 	}
 	assert.ElementsMatch(t, append([]blockdev.Holder{{PID: 44, Comm: "vmm", Kind: blockdev.Ring, Detail: "io_uring fd 7 slot 0 -> " + node}}, possible...), found[dev])
 	assert.ElementsMatch(t, possible, found[other], "what a possible holder holds is not known: every device")
+	for _, h := range possible {
+		fds, maps, rings := blockdev.NotRead(h)
+		assert.Equal(t, [3]bool{false, false, true}, [3]bool{fds, maps, rings}, "its rings are not known: %v", h)
+	}
 
 	err = blockdev.RingHolders(filepath.Join(proc, "42"), map[blockdev.DevNum]bool{dev: true}, func(blockdev.DevNum, string) {
 		t.Error("a holder reported from a ring whose files were not listed")
@@ -432,6 +436,8 @@ func TestProcessWithARingButNoRingFdIsAPossibleHolder(t *testing.T) {
 	require.Len(t, mine, 1, "holders: %v", hs)
 	assert.Equal(t, blockdev.Possible, mine[0].Kind)
 	assert.Contains(t, mine[0].Detail, "io_uring mapped with no io_uring fd")
+	_, _, rings := blockdev.NotRead(mine[0])
+	assert.True(t, rings, "what its ring holds is not known")
 
 	stdin.Close()
 	require.NoError(t, cmd.Wait())
@@ -556,15 +562,17 @@ func TestProcessWhoseFilesCannotBeReadIsAPossibleHolder(t *testing.T) {
 		assert.Equal(t, 42, h42.PID)
 		assert.Equal(t, blockdev.Possible, h42.Kind)
 		assert.Regexp(t, `^fds not read \(open .*/42/fd: not a directory\): its open files and io_uring fds are not known$`, h42.Detail)
-		fds, maps := blockdev.NotRead(h42)
+		fds, maps, rings := blockdev.NotRead(h42)
 		assert.True(t, fds)
 		assert.False(t, maps)
+		assert.False(t, rings)
 		assert.Equal(t, 43, h43.PID)
 		assert.Equal(t, blockdev.Possible, h43.Kind)
 		assert.Regexp(t, `^mappings not read \(read .*/43/maps: is a directory\): its mappings are not known$`, h43.Detail)
-		fds, maps = blockdev.NotRead(h43)
+		fds, maps, rings = blockdev.NotRead(h43)
 		assert.False(t, fds)
 		assert.True(t, maps)
+		assert.False(t, rings)
 	}
 	want := map[blockdev.DevNum]bool{dev: true}
 	for _, pid := range []string{"42", "43"} {

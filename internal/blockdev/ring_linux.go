@@ -65,7 +65,7 @@ func RingHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) e
 
 // ringHolders is RingHolders for the ring fds rings of the process, not
 // waiting past ctx's end; it returns what is not known, "" when every
-// ring's files were listed.
+// ring's files were listed. What it returns begins with RingsNotKnown.
 func ringHolders(ctx context.Context, dir string, rings []string, want map[DevNum]bool, found func(DevNum, string)) (unknown string) {
 	type result struct {
 		hits       []holding
