@@ -3,9 +3,18 @@
 package ublk
 
 import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/blockdev"
 )
 
 func TestCgroupContainment(t *testing.T) {
@@ -45,9 +54,57 @@ func TestCgroupContainment(t *testing.T) {
 }
 
 func TestReadCgroups(t *testing.T) {
-	cg, err := readCgroups("/proc", "self")
+	cg, err := readCgroups(context.Background(), "/proc", "self")
 	assert.NoError(t, err)
 	assert.NotEmpty(t, cg)
-	_, err = readCgroups(t.TempDir(), "1")
+	_, err = readCgroups(context.Background(), t.TempDir(), "1")
 	assert.Error(t, err)
+}
+
+// The last resort's check of a doomed holder reads its /proc/PID/cgroup,
+// which the kernel serves behind its cgroup locks: a node busy creating
+// and deleting cgroups can keep that read waiting. Here the file is a
+// FIFO no one writes, a read that never ends. The check gives up at the
+// last resort's context (its window): the holder is not known to be
+// doomed, not killed, and its fate says why. Before, the read had no
+// bound, and the last resort (so the daemon's stop, and every other
+// holder's fate) waited on it for as long as it took.
+func TestLastResortCheckGivesUpAReadThatDoesNotEnd(t *testing.T) {
+	proc := t.TempDir()
+	self := strconv.Itoa(os.Getpid())
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, self), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(proc, self, "cgroup"), []byte("0::/kubepods/pod1/ctr\n"), 0o644))
+	require.NoError(t, os.Symlink(self, filepath.Join(proc, "self")))
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "99"), 0o755))
+	stuck := filepath.Join(proc, "99", "cgroup")
+	require.NoError(t, unix.Mkfifo(stuck, 0o600))
+	defer func() { // end the read left behind: open the other end, then close it (EOF)
+		if w, err := os.OpenFile(stuck, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+	}()
+	held := map[int][]Holder{0: {{PID: 99, Comm: "qemu", Kind: blockdev.FD, Detail: "fd 3 -> /dev/ublkb0"}}}
+	devs := map[blockdev.DevNum]int{{Major: 4000, Minor: 0}: 0}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan []HolderFate, 1)
+	go func() {
+		_, fates := killPinned(ctx, proc, held, devs, 0, func(int) (pinned, error) {
+			t.Error("a holder whose cgroup was not read was pinned for its SIGKILL")
+			return nil, os.ErrProcessDone
+		})
+		done <- fates
+	}()
+	var fates []HolderFate
+	select {
+	case fates = <-done:
+	case <-time.After(10 * time.Second): // a watchdog, not a timing assertion: before, it never returned
+		t.Fatal("the last resort's check still waits on the cgroup read")
+	}
+	require.Len(t, fates, 1)
+	assert.False(t, fates[0].Doomed)
+	assert.False(t, fates[0].Killed)
+	assert.Equal(t, "its cgroup could not be read: not known to be doomed", fates[0].Reason)
+	assert.Contains(t, fates[0].Err, "context deadline exceeded")
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -26,9 +27,9 @@ import (
 type cgroups map[string]string
 
 // readCgroups reads /proc/PID/cgroup under procRoot ("self" for this
-// process).
-func readCgroups(procRoot, pid string) (cgroups, error) {
-	b, err := os.ReadFile(filepath.Join(procRoot, pid, "cgroup"))
+// process), giving up at ctx's end (readWithin).
+func readCgroups(ctx context.Context, procRoot, pid string) (cgroups, error) {
+	b, err := readWithin(ctx, filepath.Join(procRoot, pid, "cgroup"))
 	if err != nil {
 		return nil, err
 	}
@@ -50,6 +51,44 @@ func readCgroups(procRoot, pid string) (cgroups, error) {
 	}
 	return cg, nil
 }
+
+// readWithin reads the file at path, giving up at ctx's end, or
+// readFloor after the read began if that is later, with ctx's error. The
+// kernel serves /proc/PID/cgroup behind its cgroup locks, which a node
+// busy creating and deleting cgroups can keep taken: a read with no bound
+// held the last resort, the daemon's stop and every other holder's fate
+// behind it. The floor lets a prompt read through when the window is
+// already over: a doomed holder still gets its SIGKILL then, as it did
+// when the reads had no bound. A read given up goes on in the background
+// to its end, its result dropped: it changes nothing.
+func readWithin(ctx context.Context, path string) ([]byte, error) {
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := os.ReadFile(path)
+		done <- result{b, err}
+	}()
+	floor := time.NewTimer(readFloor)
+	defer floor.Stop()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-floor.C:
+	}
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("read %s: %w", path, context.Cause(ctx))
+	}
+}
+
+// readFloor is how long readWithin waits for a read whatever its context:
+// a procfs read takes microseconds when no lock holds it.
+const readFloor = 20 * time.Millisecond
 
 // String lists the memberships in a stable order, "hierarchy:path" joined
 // with ";".
@@ -187,7 +226,7 @@ func pinProcess(pid int) (pinned, error) { return proc.Open(pid) }
 // killPinned is killDoomed with pin to pin each doomed holder.
 func killPinned(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int,
 	pin func(pid int) (pinned, error)) (server string, fates []HolderFate) {
-	mine, err := readCgroups(procRoot, "self")
+	mine, err := readCgroups(ctx, procRoot, "self")
 	if err != nil {
 		mine = nil
 	}
@@ -278,7 +317,7 @@ const checkParallel = 8
 func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own bool, f HolderFate, devs map[blockdev.DevNum]int,
 	pin func(pid int) (pinned, error)) (HolderFate, pinned) {
 	pid := strconv.Itoa(f.Holder.PID)
-	theirs, err := readCgroups(procRoot, pid)
+	theirs, err := readCgroups(ctx, procRoot, pid)
 	switch {
 	case exited(err):
 		f.Reason, f.released = "exited by itself before the kill", true
@@ -315,8 +354,8 @@ func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own boo
 	// below reaches it: it had not been reaped (a pidfd's signal reaches
 	// a zombie, and fails once it is reaped), so its PID was not given to
 	// another process in between.
-	again, err := readCgroups(procRoot, pid)
-	start, serr := startTime(procRoot, f.Holder.PID)
+	again, err := readCgroups(ctx, procRoot, pid)
+	start, serr := startTime(ctx, procRoot, f.Holder.PID)
 	if serr == nil {
 		f.StartTime = start // the Report's name for it, with its PID
 	}

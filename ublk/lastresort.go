@@ -236,14 +236,14 @@ func releasedAt(fates []HolderFate, pid int) bool {
 // what it holds. A stat that cannot be read for another reason does not
 // tell it from the signalled one.
 func (r *run) stillSignalled(f *HolderFate) (same bool, now uint64) {
-	start, err := startTime(r.cfg.procRoot, f.Holder.PID)
+	start, err := startTime(r.ctx, r.cfg.procRoot, f.Holder.PID)
 	return err != nil || start == f.StartTime, start
 }
 
 // startTime reads when the process at pid started, /proc/PID/stat's field
-// 22, from procRoot.
-func startTime(procRoot string, pid int) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+// 22, from procRoot, giving up at ctx's end (readWithin).
+func startTime(ctx context.Context, procRoot string, pid int) (uint64, error) {
+	b, err := readWithin(ctx, filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return 0, err
 	}
