@@ -45,6 +45,14 @@ const (
 	// (Config.Pod, which needs RBAC: see package kube); without either, it
 	// logs why and drains on the grace of EnvGrace.
 	EnvPodName = "POD_NAME"
+	// EnvPodUID is the pod's UID, from the Downward API (fieldRef
+	// metadata.uid): kube.Config.UID. With it the Server never takes
+	// another pod of its name for its own (after kubectl delete --force a
+	// StatefulSet's new pod has it): that pod's deletion and Events are
+	// not this one's (kube.ErrPodReplaced). Unset, the UID is the one the
+	// first read of the pod finds, which with EnvGrace set is at the
+	// drain, when the new pod may already exist.
+	EnvPodUID = "POD_UID"
 	// EnvKubeletGrace is Config.KubeletGrace: the grace the kubelet gives
 	// the pod when it terminates it on its own (graceful node shutdown's
 	// slice, evictionMaxPodGracePeriod), as whole seconds or a Go
@@ -197,7 +205,9 @@ func (s *Server) inCluster() *kube.Pod {
 		s.log.Info("drain: " + EnvPodName + " is not set: no deletionTimestamp from the API server, no Events")
 		return nil
 	}
-	pod, err := kube.New(name, inClusterConfig(s.log))
+	cfg := inClusterConfig(s.log)
+	cfg.UID = os.Getenv(EnvPodUID)
+	pod, err := kube.New(name, cfg)
 	if err != nil {
 		s.log.Warn("drain: no Kubernetes API access: no deletionTimestamp from the API server, no Events", "error", err)
 		return nil

@@ -225,6 +225,34 @@ func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 	assert.Contains(t, err.Error(), "403")
 }
 
+// After kubectl delete --force (the pod gone from the API, its process
+// still draining) a StatefulSet's new pod of the same name exists, and its
+// deletion, when it comes, is not this pod's. With POD_UID (the Downward
+// API's metadata.uid) the Server knows its own pod: the other one is
+// kube.ErrPodReplaced and the budget stands. Before, DRAINKIT_GRACE set,
+// the Server read the pod first at the drain, took the new one's UID for
+// its own, and the new pod's deletion (5 s) cut this one's 30 s grace.
+func TestNewServerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
+	api := newPodAPI(t) // the pod of this name the API server has now: uid-0
+	old := inClusterConfig
+	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
+	t.Cleanup(func() { inClusterConfig = old })
+	for k, v := range map[string]string{EnvGrace: "30", EnvHookListen: "", EnvHookSecret: "", EnvPodName: "sandboxd-0", EnvPodUID: "uid-old"} {
+		t.Setenv(k, v)
+	}
+	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	require.NotNil(t, s.d.pod)
+
+	b := s.Drainer().Budget()
+	b.OnSIGTERM(time.Now())
+	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
+	changed, err := s.d.pod.Tighten(context.Background(), b)
+	assert.ErrorIs(t, err, kube.ErrPodReplaced)
+	assert.False(t, changed)
+	assert.Equal(t, 30*time.Second, b.GraceInUse(), "the other pod's deletion is not this one's")
+}
+
 // Run serves where srv.ListenAndServe would: an empty srv.Addr is ":http",
 // not a random port (net.Listen's reading of ""), which Run took before,
 // logging at Info an address nothing points at.

@@ -44,6 +44,9 @@
 //	                    eviction) and the drain posts its Events on it
 //	                    (drain.Config.Pod; the overlay's rbac.yaml); no
 //	                    service account, or none set: -grace stands
+//	-pod-uid UID        this pod's metadata.uid (default $POD_UID, the
+//	                    downward API's): a new pod of its name (after
+//	                    kubectl delete --force) is not taken for this one
 //	-kubelet-grace D    the grace the kubelet gives this pod when it stops it
 //	                    on its own (graceful node shutdown's slice, with no
 //	                    deletionTimestamp): with -pod, a drain whose pod has

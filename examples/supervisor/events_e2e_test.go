@@ -116,3 +116,27 @@ func TestSupervisorPlansForTheKubeletsOwnGraceWhenItsPodHasNoDeletion(t *testing
 	require.NotNil(t, rep.Drain.Preserve)
 	assert.Equal(t, 3, rep.Drain.Preserve.Counts[pause.Preserved])
 }
+
+// After kubectl delete --force a StatefulSet's new pod of the same name
+// exists (uid-1 here), and its deletion, when it comes, is not this
+// pod's. With -pod-uid (default $POD_UID, the downward API's metadata.uid)
+// the supervisor knows its own pod: the other one's 5 s deletion does not
+// cut this pod's 30 s, and the Events name this pod. Before, the UID was
+// the one its first read found, the new pod's: SIGKILL planned 5 s out,
+// the Events on the new pod.
+func TestSupervisorDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
+	api, child, _, report := startWithPod(t, "-pod-uid", "uid-old")
+	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
+	tl, err := kubeletsim.Terminate(t.Context(), child, nil, 30*time.Second)
+	require.NoError(t, err)
+	t.Logf("timeline:\n%s", tl)
+	assert.NoError(t, child.Err())
+
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Drain)
+	assert.Equal(t, 30*time.Second, rep.Drain.Budget.Kill.Sub(rep.Drain.Budget.Start), "the other pod's deletion is not this one's")
+	require.NotEmpty(t, api.Events())
+	for _, ev := range api.Events() {
+		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
+	}
+}

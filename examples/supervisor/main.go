@@ -79,6 +79,7 @@ type config struct {
 	apiKey      string
 	kernels     ublk.KernelDeclarations // what the operator declared about the node's kernels
 	pod         string                  // this pod's name for the Kubernetes API; empty: no API access
+	podUID      string                  // this pod's metadata.uid; empty: learned from the first read
 	kubelet     time.Duration           // -kubelet-grace: the kubelet's own grace (node shutdown); 0: not known
 	client      *http.Client            // tests only: talks to the server in-process
 }
@@ -107,6 +108,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.report, "report", "", "file to write the JSON Report to at exit")
 	fs.StringVar(&c.termLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.StringVar(&c.pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs the overlay's RBAC); empty: no API access")
+	fs.StringVar(&c.podUID, "pod-uid", os.Getenv("POD_UID"), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
 	fs.DurationVar(&c.kubelet, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp); needs -pod; 0: not known")
 	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {

@@ -250,7 +250,7 @@ func (s *supervisor) newPod() *kube.Pod {
 	if s.cfg.pod == "" {
 		return nil
 	}
-	cfg := kube.Config{Logger: s.log, MeterProvider: s.meters}
+	cfg := kube.Config{Logger: s.log, MeterProvider: s.meters, UID: s.cfg.podUID}
 	if dir := os.Getenv(EnvServiceAccountDir); dir != "" {
 		ns, err := os.ReadFile(filepath.Join(dir, "namespace"))
 		if err != nil {

@@ -57,6 +57,11 @@ type Config struct {
 	// than -grace) and posts Events on it (deploy/rbac.yaml grants both). Empty, or no
 	// service account mounted: neither, logged.
 	Pod string
+	// PodUID is this pod's metadata.uid (-pod-uid, default $POD_UID from the Downward API):
+	// a pod of the same name with another UID (this one force-deleted, a StatefulSet's new
+	// one created) is not read as this one's deletion, and Events name this pod. Empty:
+	// learned from the first read.
+	PodUID string
 	// KubeletGrace is the grace the kubelet gives this pod when it terminates it on its
 	// own (-kubelet-grace): graceful node shutdown's slice (shutdownGracePeriod minus
 	// shutdownGracePeriodCriticalPods), a soft eviction's evictionMaxPodGracePeriod. With
@@ -101,6 +106,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown; 0: adaptive, from what the last shutdown learned")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.StringVar(&c.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp and Events through the Kubernetes API (needs deploy/rbac.yaml); empty: no API access")
+	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv("POD_UID"), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
 	fs.DurationVar(&c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it terminates it on its own (graceful node shutdown's slice); needs -pod; 0: not known")
 	fs.IntVar(&c.Devices, "devices", 0, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
 	if err := fs.Parse(args); err != nil {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -470,4 +472,29 @@ func TestShutdownThatLostSandboxesExits1(t *testing.T) {
 	assert.Equal(t, 1, <-code, "%s", &stderr)
 	assert.Contains(t, stderr.String(), "lost=2")
 	assert.Contains(t, stderr.String(), "2 sandbox(es) not preserved")
+}
+
+// Fault: after kubectl delete --force a StatefulSet's new pod of the same name exists
+// (uid-new), and sandboxd, given no UID, took the UID its first read of the pod found (at
+// the drain) for its own: the new pod's 5 s deletion cut this pod's 30 s, and the Events
+// went on the new pod. With -pod-uid (default $POD_UID, the Downward API's metadata.uid)
+// the other pod is not this one's: the grace stands, the Events name this pod.
+func TestSandboxdDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
+	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "sandboxes", UID: "uid-new"}
+	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
+	old := inCluster
+	inCluster = func() kube.Config { return kcfg }
+	t.Cleanup(func() { inCluster = old })
+	cfg := testConfig(t)
+	cfg.Grace, cfg.Pod, cfg.PodUID = 30*time.Second, api.Name, "uid-old"
+	st := start(t, cfg)
+	createSandbox(t, st.base)
+	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
+	rep := st.shutdown(t)
+	require.NoError(t, rep.Err())
+	assert.Equal(t, cfg.Grace, rep.Budget.Kill.Sub(rep.Budget.Start), "the other pod's deletion is not this one's")
+	require.NotEmpty(t, api.Events())
+	for _, ev := range api.Events() {
+		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
+	}
 }

@@ -261,13 +261,19 @@ func (s *Server) pod() *kube.Pod {
 	if s.cfg.Pod == "" {
 		return nil
 	}
-	pod, err := kube.New(s.cfg.Pod, kube.Config{Logger: s.logger, MeterProvider: s.meters})
+	cfg := inCluster()
+	cfg.Logger, cfg.MeterProvider, cfg.UID = s.logger, s.meters, s.cfg.PodUID
+	pod, err := kube.New(s.cfg.Pod, cfg)
 	if err != nil {
 		s.logger.Warn("no Kubernetes API access: -grace stands, no Events", "error", err)
 		return nil
 	}
 	return pod
 }
+
+// inCluster is the kube.Config of the pod sandboxd runs in (the zero one:
+// the service account's); tests point it at an API server of their own.
+var inCluster = func() kube.Config { return kube.Config{} }
 
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
