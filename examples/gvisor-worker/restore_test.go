@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,28 +14,6 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/runsc"
 )
-
-// sandboxProcs returns the PIDs of the gVisor processes (runsc-sandbox, runsc-gofer)
-// serving bundle dir.
-func sandboxProcs(dir string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		if (bytes.HasPrefix(cmd, []byte("runsc-sandbox\x00")) || bytes.HasPrefix(cmd, []byte("runsc-gofer\x00"))) &&
-			bytes.Contains(cmd, []byte(dir)) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
 
 // A client whose Restore call ends (its deadline, a Ctrl-C) once gVisor's sandbox process
 // is restoring: killing the `runsc restore` client then left that process (runsc-sandbox
@@ -56,10 +31,10 @@ func TestRestoreWhoseClientIsGoneLeavesNoSandboxBehind(t *testing.T) {
 	_, err = c.Checkpoint(context.Background(), r.ID)
 	require.NoError(t, err)
 	bundle := rs.Bundle(r.ID).Dir
-	require.Eventually(t, func() bool { return len(sandboxProcs(bundle)) == 0 }, time.Minute, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(runsc.SandboxProcesses(bundle)) == 0 }, time.Minute, 10*time.Millisecond,
 		"the checkpointed sandbox's processes exit")
 	t.Cleanup(func() { // whatever was left, in this test's name only
-		for _, pid := range sandboxProcs(bundle) {
+		for _, pid := range runsc.SandboxProcesses(bundle) {
 			if p, err := os.FindProcess(pid); err == nil {
 				_ = p.Kill()
 			}
@@ -80,7 +55,7 @@ func TestRestoreWhoseClientIsGoneLeavesNoSandboxBehind(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			if len(sandboxProcs(bundle)) > 0 {
+			if len(runsc.SandboxProcesses(bundle)) > 0 {
 				ccancel()
 				return
 			}
@@ -102,10 +77,10 @@ func TestRestoreWhoseClientIsGoneLeavesNoSandboxBehind(t *testing.T) {
 		return state != sandbox.Resuming
 	}, time.Minute, 10*time.Millisecond)
 	st, serr := rs.Runtime.State(context.Background(), r.ID)
-	procs := sandboxProcs(bundle)
+	procs := runsc.SandboxProcesses(bundle)
 	if state == sandbox.Paused {
 		// Consistent only when nothing of the restore is left (or soon).
-		assert.Eventually(t, func() bool { procs = sandboxProcs(bundle); return len(procs) == 0 }, 10*time.Second, 10*time.Millisecond,
+		assert.Eventually(t, func() bool { procs = runsc.SandboxProcesses(bundle); return len(procs) == 0 }, 10*time.Second, 10*time.Millisecond,
 			"the worker says paused and runsc knows no container (%v), but gVisor's processes run: %v", serr, procs)
 		return
 	}

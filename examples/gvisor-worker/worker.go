@@ -519,17 +519,13 @@ func (w *Worker) Checkpoint(ctx context.Context, req *IDRequest) (*SandboxReply,
 }
 
 // Restore implements the Restore RPC. Its context keeps a restore from starting, never
-// cuts one short: `runsc restore` starts gVisor's sandbox process (runsc-sandbox and its
-// gofer), which restores the image, and killing the runsc client once it had (the call's
-// deadline, a client gone) left that process running with the restored memory and no
-// container in runsc's state: the worker said "paused", `runsc delete` found nothing, and
-// it ran until the pod ended, per Restore given up. A started restore takes as long as
-// gVisor takes; it ends with the sandbox running, as the worker then says.
+// cuts one short (sandbox.Node.Resume: killing `runsc restore` once gVisor's sandbox
+// process had started left that process running with no container in runsc's state).
 func (w *Worker) Restore(ctx context.Context, req *IDRequest) (*SandboxReply, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	info, err := w.node.Resume(context.WithoutCancel(ctx), req.ID)
+	info, err := w.node.Resume(ctx, req.ID)
 	return reply(info, err)
 }
 

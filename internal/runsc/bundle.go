@@ -1,6 +1,7 @@
 package runsc
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/json"
 	"errors"
@@ -62,6 +63,30 @@ func (b Bundle) Counts() ([]int, error) {
 		counts = append(counts, n)
 	}
 	return counts, nil
+}
+
+// SandboxProcesses returns the PIDs of the gVisor processes (runsc-sandbox,
+// runsc-gofer) that name dir, a bundle's directory, on their command line:
+// what a container of that bundle runs, whether runsc's state knows it or
+// not (a restore whose client was killed leaves them with no container).
+func SandboxProcesses(dir string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if (bytes.HasPrefix(cmd, []byte("runsc-sandbox\x00")) || bytes.HasPrefix(cmd, []byte("runsc-gofer\x00"))) &&
+			bytes.Contains(cmd, []byte(dir)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // ConsecutiveFromOne reports whether counts is exactly 1, 2, ..., len(counts).

@@ -174,13 +174,23 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 	return e.Info, nil
 }
 
-// Resume starts a paused sandbox again and removes its record.
+// Resume starts a paused sandbox again and removes its record. Its context keeps a
+// resume from starting, never cuts one short: `runsc restore` starts gVisor's sandbox
+// process (runsc-sandbox and its gofer), which restores the image, and killing the runsc
+// client once it had (the caller's deadline, a client gone) left that process running
+// with the restored memory and no container in runsc's state: the node said "paused",
+// `runsc delete` found nothing, and it ran until the server ended, per resume given up.
+// A started resume takes as long as the runtime takes; it ends with the sandbox
+// running, as the node then says.
 func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, fmt.Errorf("resume %s: %w", id, err)
+	}
 	e, err := n.transition(id, Paused, Resuming)
 	if err != nil {
 		return Info{}, err
 	}
-	if err := n.rt.Resume(ctx, id, e.image); err != nil {
+	if err := n.rt.Resume(context.WithoutCancel(ctx), id, e.image); err != nil {
 		n.mu.Lock()
 		e.State = Paused
 		n.settle()

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -372,4 +373,69 @@ func TestResumeWhoseClientIsGoneLeavesTheSandboxResumable(t *testing.T) {
 	r, err := n.Resume(t.Context(), a.ID)
 	require.NoError(t, err, "the sandbox is resumed from its image")
 	assert.Equal(t, Running, r.State)
+}
+
+// With real gVisor: a resume whose client gives up (its request's context ends: a
+// deadline, a Ctrl-C, an HTTP client gone) once `runsc restore` has started gVisor's
+// sandbox process. Killing the runsc client then left that process (runsc-sandbox and its
+// gofer, holding the restored memory) running with no container in runsc's state: the
+// node said "paused", `runsc delete -force` found nothing to stop, and a whole sandbox's
+// memory leaked until the process ended, per resume given up (row 176's fault, in the
+// runtime sandboxd and gvisor-worker share). A started restore now runs to its end
+// whatever the client does: the sandbox runs, and the node says so.
+func TestRunscResumeWhoseClientIsGoneLeavesNoSandboxBehind(t *testing.T) {
+	if err := runsc.Usable(); err != nil {
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
+	}
+	dir := t.TempDir()
+	rt := NewRunsc(dir)
+	t.Cleanup(func() { _ = rt.Runtime.DeleteAll(context.Background()) })
+	st, err := store.Open(filepath.Join(dir, "records"))
+	require.NoError(t, err)
+	n, _, err := NewNode(rt, st, nil)
+	require.NoError(t, err)
+	defer n.Close()
+	a, err := n.Create(t.Context(), 3600)
+	require.NoError(t, err)
+	bundle := rt.Bundle(a.ID)
+	require.Eventually(t, func() bool { c, err := bundle.Counter(); return err == nil && c > 1 }, 30*time.Second, 20*time.Millisecond)
+	_, err = n.Pause(t.Context(), a.ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(runsc.SandboxProcesses(bundle.Dir)) == 0 }, time.Minute, 10*time.Millisecond,
+		"the paused sandbox's processes exit")
+	t.Cleanup(func() { // whatever was left, of this test's bundle only
+		for _, pid := range runsc.SandboxProcesses(bundle.Dir) {
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Kill()
+			}
+		}
+	})
+
+	// The client gives up once the restore's sandbox process runs.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil && len(runsc.SandboxProcesses(bundle.Dir)) == 0 {
+			<-tick.C
+		}
+		cancel()
+	}()
+	info, err := n.Resume(ctx, a.ID)
+	cancel()
+	t.Logf("resume: %v; the node lists %v; gVisor's processes for the bundle: %v", err, n.List(), runsc.SandboxProcesses(bundle.Dir))
+	if errors.Is(err, context.Canceled) && len(runsc.SandboxProcesses(bundle.Dir)) == 0 {
+		t.Skip("the client gave up before the restore started: nothing to check this run")
+	}
+	require.NoError(t, err, "a started restore runs to its end")
+	assert.Equal(t, Running, info.State)
+	state, err := rt.Runtime.State(context.Background(), a.ID)
+	require.NoError(t, err, "runsc knows the container the restore started")
+	assert.Equal(t, "running", state.Status)
+	require.Eventually(t, func() bool { c, err := bundle.Counter(); return err == nil && c > 3 }, 30*time.Second, 20*time.Millisecond,
+		"the restored sandbox counts on")
+	require.NoError(t, n.Delete(context.Background(), a.ID))
+	assert.Eventually(t, func() bool { return len(runsc.SandboxProcesses(bundle.Dir)) == 0 }, 30*time.Second, 10*time.Millisecond,
+		"deleted: nothing of the sandbox runs")
 }
