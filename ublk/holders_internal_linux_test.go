@@ -878,3 +878,45 @@ func TestProcessWhoseRingIsNotListedKeepsWhatTheLastScanFound(t *testing.T) {
 		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
 	})
 }
+
+// A vulnerable kernel, no last resort, a scan every 5 s; pid 99's mount
+// namespace has a file system on device 0 mounted at /mnt/disk .. 9 s: its
+// mountinfo can no longer be read (here a directory, EISDIR: EMFILE or
+// ENOMEM in the server, on a node), the only process of that namespace. The
+// scans from 10 s on list it as a possible holder whose namespace's mounts
+// are not known, and keep the mount the scan before found: the daemon is
+// not asked to stop under it. Before, a namespace whose mountinfo no
+// process let the scan read said nothing: the mount was dropped, the scan
+// found no holder, and the daemon was asked to stop under the mounted disk.
+func TestNamespaceWhoseMountsCannotBeReadKeepsWhatTheLastScanFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		mountinfo := filepath.Join(f.proc, "99", "mountinfo")
+		require.NoError(t, os.WriteFile(mountinfo, []byte("36 22 4000:0 / /mnt/disk rw - ext4 /dev/ublkb0 rw\n"), 0o644))
+		time.AfterFunc(9*time.Second, func() { // not as a scan runs
+			require.NoError(t, os.Remove(mountinfo))
+			require.NoError(t, os.Mkdir(mountinfo, 0o755))
+		})
+		d := newMemDaemon(f.tree, 0)
+		d.step = 10 * time.Millisecond
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the mount")
+		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
+		assert.Equal(t, Holder{PID: 99, Comm: "idle", Kind: blockdev.Mount, Detail: "/mnt/disk"}, held.Holders[0][0])
+		var possible []string
+		for _, h := range rep.Device(0).Holders {
+			if h.Kind == blockdev.Possible {
+				possible = append(possible, h.String())
+			}
+		}
+		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
+		assert.Regexp(t, `^pid 99 \(idle\) possible mounts not read \(.*is a directory\)`, possible[0])
+	})
+}

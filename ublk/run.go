@@ -402,8 +402,9 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 
 // notReadable adds to held, for each process the scan read but whose fds
 // or maps it could not (a possible holder, blockdev.NotRead: EACCES,
-// EMFILE), or whose rings' registered files it could not list (a busy
-// ring), the holds through them that the last scan found of that
+// EMFILE), whose rings' registered files it could not list (a busy ring),
+// or whose mount namespace's mountinfo it could not read through any of
+// its processes, the holds through them that the last scan found of that
 // process (its PID, and its start time when both scans read it): a
 // VMM found holding a disk is not forgotten because its fds could not be
 // read once. Before, the scan said nothing of such a process, and the
@@ -411,12 +412,13 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 func (r *run) notReadable(held map[int][]Holder) {
 	for id, hs := range held {
 		for _, p := range hs {
-			fds, maps, rings := blockdev.NotRead(blockdev.Holder(p))
-			if !fds && !maps && !rings {
+			u := blockdev.NotRead(blockdev.Holder(p))
+			if u == (blockdev.Unread{}) {
 				continue
 			}
 			for _, h := range r.lastHeld[id] {
-				kept := sameProcess(h, p) && ((fds || rings) && h.Kind == blockdev.Ring || fds && h.Kind == blockdev.FD || maps && h.Kind == blockdev.Mapped)
+				kept := sameProcess(h, p) && ((u.FDs || u.Rings) && h.Kind == blockdev.Ring || u.FDs && h.Kind == blockdev.FD ||
+					u.Maps && h.Kind == blockdev.Mapped || u.Mounts && h.Kind == blockdev.Mount)
 				if kept && !slices.Contains(held[id], h) {
 					held[id] = append(held[id], h)
 				}

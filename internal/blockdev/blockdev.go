@@ -154,23 +154,37 @@ type Holder struct {
 // The start of a Possible holder's Detail when a process's own procfs
 // files could not be read (and it had not exited): FDsNotRead for
 // /proc/PID/fd (then its rings are not known either), MapsNotRead for
-// /proc/PID/maps. The error follows in parentheses. RingsNotKnown starts
-// one when its rings' registered files are not known: a ring's fdinfo not
-// read, or not listing them in time (a busy ring holds its lock), or a
-// ring mapped with no fd to read it by.
+// /proc/PID/maps, MountsNotRead for the mountinfo of its mount namespace
+// (no process of the namespace let the scan read it). The error follows in
+// parentheses. RingsNotKnown starts one when its rings' registered files
+// are not known: a ring's fdinfo not read, or not listing them in time (a
+// busy ring holds its lock), or a ring mapped with no fd to read it by.
 const (
 	FDsNotRead    = "fds not read"
 	MapsNotRead   = "mappings not read"
+	MountsNotRead = "mounts not read"
 	RingsNotKnown = "io_uring"
 )
 
-// NotRead reports whether h is a Possible holder whose fds (fds),
-// mappings (maps) or rings' registered files (rings) could not be read:
-// what a scan before found it hold through them is not contradicted.
-func NotRead(h Holder) (fds, maps, rings bool) {
+// Unread is what a scan could not read of a Possible holder (NotRead):
+// what a scan before found it hold through that is not contradicted.
+type Unread struct {
+	FDs    bool // its fds, and so its rings
+	Maps   bool // its mappings
+	Rings  bool // its rings' registered files
+	Mounts bool // its mount namespace's mounts
+}
+
+// NotRead reports what of h, a Possible holder, a scan could not read;
+// nothing for any other holder.
+func NotRead(h Holder) Unread {
 	if h.Kind != Possible {
-		return false, false, false
+		return Unread{}
 	}
-	return strings.HasPrefix(h.Detail, FDsNotRead+" ("), strings.HasPrefix(h.Detail, MapsNotRead+" ("),
-		strings.HasPrefix(h.Detail, RingsNotKnown+" ")
+	return Unread{
+		FDs:    strings.HasPrefix(h.Detail, FDsNotRead+" ("),
+		Maps:   strings.HasPrefix(h.Detail, MapsNotRead+" ("),
+		Rings:  strings.HasPrefix(h.Detail, RingsNotKnown+" "),
+		Mounts: strings.HasPrefix(h.Detail, MountsNotRead+" ("),
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,11 @@ import (
 // live on through the mapping, but only a ring fd's fdinfo lists them).
 // Its Detail says what is not known and why. A ring set up with
 // IORING_SETUP_NO_MMAP and its fd closed leaves no trace in procfs at all.
+//
+// A mount namespace none of whose processes' mountinfo could be read
+// (EMFILE, ENOMEM in this process) has mounts that are not known: its
+// first process is a Possible holder whose Detail starts with
+// MountsNotRead.
 //
 // Processes that vanish during the scan (ENOENT, ESRCH) are skipped. A
 // process whose own fds or maps cannot be read for another reason
@@ -95,9 +101,11 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 		}
 	}
 	seenNS := map[string]bool{}
+	unreadNS := map[string]unreadMounts{} // namespaces no process let the scan read, yet
 	mapped := newMapCache()
 	for i, pid := range pids {
 		if err := ctx.Err(); err != nil {
+			mountsNotRead(out, devs, seenNS, unreadNS)
 			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
 		}
 		dir := filepath.Join(procRoot, strconv.Itoa(pid))
@@ -115,6 +123,7 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 		}
 		unknown := processHolders(ctx, dir, want, &mapped, add)
 		if err := ctx.Err(); err != nil { // its reads cut short: what it said is not all
+			mountsNotRead(out, devs, seenNS, unreadNS)
 			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
 		}
 		for _, u := range unknown {
@@ -132,8 +141,48 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 		// that namespace for the scan, a file system on the disk with them.
 		err := mountHolders(filepath.Join(dir, "mountinfo"), want, func(dev DevNum, mp string) { add(dev, Mount, mp) })
 		seenNS[ns] = ns != "" && err == nil
+		key := ns
+		if key == "" { // its namespace not known: its own mounts
+			key = dir
+		}
+		// EINVAL: a zombie, or a process exiting, has no mount namespace
+		// any more, and nothing to mount with.
+		if _, first := unreadNS[key]; err != nil && !exited(err) && !errors.Is(err, unix.EINVAL) && !first {
+			unreadNS[key] = unreadMounts{pid, dir, err}
+		}
 	}
+	mountsNotRead(out, devs, seenNS, unreadNS)
 	return out, nil
+}
+
+// mountsNotRead adds to out, for each namespace none of whose processes'
+// mountinfo could be read, the first process tried as a possible holder of
+// every device (the one whose PID a mount the scan before found is listed
+// at): the namespace's mounts are not known. Said nothing, they were
+// dropped as if there were none.
+func mountsNotRead(out map[DevNum][]Holder, devs []DevNum, seenNS map[string]bool, unreadNS map[string]unreadMounts) {
+	var unread []unreadMounts
+	for ns, u := range unreadNS {
+		if !seenNS[ns] {
+			unread = append(unread, u)
+		}
+	}
+	slices.SortFunc(unread, func(a, b unreadMounts) int { return a.pid - b.pid })
+	for _, u := range unread {
+		comm, start := readComm(u.dir), readStartTime(u.dir)
+		for _, dev := range devs {
+			out[dev] = append(out[dev], Holder{PID: u.pid, Comm: comm, StartTime: start, Kind: Possible,
+				Detail: fmt.Sprintf("%s (%v): the mounts of its mount namespace are not known", MountsNotRead, u.err)})
+		}
+	}
+}
+
+// unreadMounts is the first process of a mount namespace whose mountinfo
+// a scan could not read, and why.
+type unreadMounts struct {
+	pid int
+	dir string
+	err error
 }
 
 // processHolders calls found for each wanted device the process whose

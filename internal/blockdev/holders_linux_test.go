@@ -78,8 +78,8 @@ func TestHoldersIgnoresOtherDevices(t *testing.T) {
 	hs, err := blockdev.Holders(context.Background(), "/proc", blockdev.DevNum{Major: 4095, Minor: 1048575})
 	require.NoError(t, err)
 	for _, h := range hs { // but a process this one may not read (here the sandbox's init, EACCES) may hold any
-		fds, maps, _ := blockdev.NotRead(h)
-		assert.True(t, fds || maps, "%v", h)
+		u := blockdev.NotRead(h)
+		assert.True(t, u.FDs || u.Maps, "%v", h)
 	}
 }
 
@@ -373,8 +373,7 @@ func TestRingWhoseFilesTheKernelDoesNotListIsAPossibleHolder(t *testing.T) {
 	assert.ElementsMatch(t, append([]blockdev.Holder{{PID: 44, Comm: "vmm", Kind: blockdev.Ring, Detail: "io_uring fd 7 slot 0 -> " + node}}, possible...), found[dev])
 	assert.ElementsMatch(t, possible, found[other], "what a possible holder holds is not known: every device")
 	for _, h := range possible {
-		fds, maps, rings := blockdev.NotRead(h)
-		assert.Equal(t, [3]bool{false, false, true}, [3]bool{fds, maps, rings}, "its rings are not known: %v", h)
+		assert.Equal(t, blockdev.Unread{Rings: true}, blockdev.NotRead(h), "its rings are not known: %v", h)
 	}
 
 	err = blockdev.RingHolders(filepath.Join(proc, "42"), map[blockdev.DevNum]bool{dev: true}, func(blockdev.DevNum, string) {
@@ -436,8 +435,7 @@ func TestProcessWithARingButNoRingFdIsAPossibleHolder(t *testing.T) {
 	require.Len(t, mine, 1, "holders: %v", hs)
 	assert.Equal(t, blockdev.Possible, mine[0].Kind)
 	assert.Contains(t, mine[0].Detail, "io_uring mapped with no io_uring fd")
-	_, _, rings := blockdev.NotRead(mine[0])
-	assert.True(t, rings, "what its ring holds is not known")
+	assert.True(t, blockdev.NotRead(mine[0]).Rings, "what its ring holds is not known")
 
 	stdin.Close()
 	require.NoError(t, cmd.Wait())
@@ -562,17 +560,11 @@ func TestProcessWhoseFilesCannotBeReadIsAPossibleHolder(t *testing.T) {
 		assert.Equal(t, 42, h42.PID)
 		assert.Equal(t, blockdev.Possible, h42.Kind)
 		assert.Regexp(t, `^fds not read \(open .*/42/fd: not a directory\): its open files and io_uring fds are not known$`, h42.Detail)
-		fds, maps, rings := blockdev.NotRead(h42)
-		assert.True(t, fds)
-		assert.False(t, maps)
-		assert.False(t, rings)
+		assert.Equal(t, blockdev.Unread{FDs: true}, blockdev.NotRead(h42))
 		assert.Equal(t, 43, h43.PID)
 		assert.Equal(t, blockdev.Possible, h43.Kind)
 		assert.Regexp(t, `^mappings not read \(read .*/43/maps: is a directory\): its mappings are not known$`, h43.Detail)
-		fds, maps, rings = blockdev.NotRead(h43)
-		assert.False(t, fds)
-		assert.True(t, maps)
-		assert.False(t, rings)
+		assert.Equal(t, blockdev.Unread{Maps: true}, blockdev.NotRead(h43))
 	}
 	want := map[blockdev.DevNum]bool{dev: true}
 	for _, pid := range []string{"42", "43"} {
@@ -696,4 +688,31 @@ func TestMountsAreReadFromAnotherProcessWhenOnesMountinfoFails(t *testing.T) {
 	hs, err := blockdev.Holders(context.Background(), proc, dev)
 	require.NoError(t, err)
 	assert.Equal(t, []blockdev.Holder{{PID: 42, Comm: "p42", Kind: blockdev.Mount, Detail: "/mnt/disk"}}, hs)
+}
+
+// When no process of a mount namespace lets the scan read its mountinfo
+// (here each a directory, EISDIR: EMFILE or ENOMEM in the server, on a
+// node), the namespace's mounts are not known: its first process is a
+// possible holder of every device scanned, once, naming the error.
+// Before, the scan said nothing, as if the namespace mounted nothing.
+func TestNamespaceWhoseMountsCannotBeReadIsAPossibleHolder(t *testing.T) {
+	dev, other := blockdev.DevNum{Major: 4000, Minor: 0}, blockdev.DevNum{Major: 4000, Minor: 1}
+	proc := t.TempDir()
+	for _, pid := range []string{"41", "42"} {
+		write(t, proc, pid+"/comm", "p"+pid+"\n")
+		require.NoError(t, os.MkdirAll(filepath.Join(proc, pid, "ns"), 0o755))
+		require.NoError(t, os.Symlink("mnt:[4026531841]", filepath.Join(proc, pid, "ns", "mnt")))
+		require.NoError(t, os.MkdirAll(filepath.Join(proc, pid, "mountinfo"), 0o755))
+	}
+
+	found, err := blockdev.Scan(context.Background(), proc, []blockdev.DevNum{dev, other})
+	require.NoError(t, err)
+	for _, d := range []blockdev.DevNum{dev, other} {
+		require.Len(t, found[d], 1, "%v", found[d])
+		h := found[d][0]
+		assert.Equal(t, 41, h.PID)
+		assert.Equal(t, blockdev.Possible, h.Kind)
+		assert.Regexp(t, `^mounts not read \(read .*/41/mountinfo: is a directory\): the mounts of its mount namespace are not known$`, h.Detail)
+		assert.Equal(t, blockdev.Unread{Mounts: true}, blockdev.NotRead(h))
+	}
 }
