@@ -55,7 +55,11 @@ import (
 // (EACCES: another user's or a non-dumpable process and no
 // CAP_SYS_PTRACE; EMFILE, ENOMEM: a transient failure of this process) is
 // a Possible holder whose Detail starts with FDsNotRead or MapsNotRead and
-// names the error (see NotRead): it may hold the device, and taken for one
+// names the error (see NotRead), and so is one with a mapping typed
+// neither through map_files nor by its path (below: a node in the
+// process's own mount namespace, unlinked, or not in the lookup cache; a
+// memfd's, a SysV segment's or an anon_inode's mapping is never a node):
+// it may hold the device, and taken for one
 // that holds nothing the ublk step asked the daemon to stop under a VMM
 // holding its disk. So a caller that is not root finds every other user's
 // process a possible holder (run the step as root, where the VMMs are
@@ -447,7 +451,9 @@ const MapsWait = 250 * time.Millisecond
 // and calls found for none: the read goes on in a goroutine of its own
 // until the kernel answers, then ends. When they cannot be read (an error
 // other than the process having exited) it returns the error, having
-// called found for what it read before it.
+// called found for what it read before it. A mapping whose file it could
+// type neither through map_files nor by its path is an error too, found
+// called for every other mapping: what it maps is not known.
 func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) error {
 	cache := newMapCache()
 	_, err := boundedMapHolders(context.Background(), dir, want, &cache, found)
@@ -535,6 +541,7 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 		path       string
 	}
 	var hits []hit
+	var untyped error // the first mapping typed neither way
 	sc := bufio.NewScanner(f)
 	sc.Buffer(cache.buf, 1024*1024)
 	for sc.Scan() {
@@ -563,9 +570,19 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 			// map_files names the range without the zero padding maps has.
 			link := filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", start, end))
 			dev, block, err := statBlockDev(link)
-			if path := string(bytes.TrimLeft(rest, " ")); err != nil && !errors.Is(err, unix.ENOENT) && strings.HasPrefix(path, "/") {
+			if path := string(bytes.TrimLeft(rest, " ")); err != nil && !errors.Is(err, unix.ENOENT) {
 				// map_files not readable here: the path, from the cache only
-				dev, block, err = cachedBlockDev(strings.TrimSuffix(path, " (deleted)"))
+				if kernelNamed(path) {
+					err = nil // never a node
+				} else {
+					dev, block, err = cachedBlockDev(strings.TrimSuffix(path, " (deleted)"))
+				}
+				if err != nil && untyped == nil {
+					// Not typed is not "no block device": a VMM's disk
+					// node in its own mount namespace, or unlinked, is
+					// not there to resolve, and the mapping holds it.
+					untyped = fmt.Errorf("mapping of %s not typed (map_files, then its path: %w)", path, err)
+				}
 			}
 			m = mapped{dev, block}
 			if err == nil { // one unreadable now may be readable in another process
@@ -591,7 +608,19 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 	if err := sc.Err(); err != nil && !exited(err) {
 		return ringMapped, err // the lines after it are not known
 	}
-	return ringMapped, nil
+	return ringMapped, untyped
+}
+
+// kernelNamed reports whether a maps path is one the kernel makes up for a
+// file on an internal mount (a memfd's, a SysV shared memory segment's, an
+// anon_inode's), which no lookup resolves and which is never a device
+// node: VMMs map their guest's memory so, and were all possible holders
+// without map_files.
+func kernelNamed(path string) bool {
+	if !strings.HasPrefix(path, "/") {
+		return true // anon_inode:[perf_event], anon_inode:dmabuf
+	}
+	return strings.HasSuffix(path, " (deleted)") && (strings.HasPrefix(path, "/memfd:") || strings.HasPrefix(path, "/SYSV"))
 }
 
 // ringMapping ends the maps line of an io_uring's queues.

@@ -212,7 +212,8 @@ func TestMappingIsTypedByItsPathWithoutMapFiles(t *testing.T) {
 	proc := t.TempDir()
 	write(t, proc, "42/comm", "vmm\n")
 	write(t, proc, "42/map_files", "") // not a directory: every link fails ENOTDIR
-	write(t, proc, "42/maps", "00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/vmm\n"+
+	write(t, proc, "vmm", "")          // its binary: a file typed by its path too
+	write(t, proc, "42/maps", "00400000-00452000 r-xp 00000000 08:02 173521      "+filepath.Join(proc, "vmm")+"\n"+
 		"7f0000000000-7f0000001000 r--s 00000000 00:05 1042                       "+node+"\n"+
 		"7f0000001000-7f0000003000 rw-s 00001000 00:05 1042                       "+node+"\n"+
 		"7ffd1000-7ffd2000 rw-p 00000000 00:00 0                          [stack]\n")
@@ -715,4 +716,34 @@ func TestNamespaceWhoseMountsCannotBeReadIsAPossibleHolder(t *testing.T) {
 		assert.Regexp(t, `^mounts not read \(read .*/41/mountinfo: is a directory\): the mounts of its mount namespace are not known$`, h.Detail)
 		assert.Equal(t, blockdev.Unread{Mounts: true}, blockdev.NotRead(h))
 	}
+}
+
+// Where map_files cannot be read, a mapping whose path cannot be resolved
+// either (here a node that is not there: one in the process's own mount
+// namespace, or unlinked, or not in the lookup cache) is not known: its
+// process is a possible holder, its Detail saying which mapping and why.
+// Before, the mapping was taken for no block device and the process for
+// one that holds nothing (no holder, no error). A memfd's or SysV
+// segment's mapping (a path the kernel made up, never a node) is not one.
+func TestMappingWhosePathCannotBeResolvedWithoutMapFilesIsNotKnown(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	proc := t.TempDir()
+	gone := filepath.Join(proc, "vdb")
+	write(t, proc, "42/comm", "vmm\n")
+	write(t, proc, "42/map_files", "")
+	write(t, proc, "42/maps", "7f0000000000-7f0000001000 rw-s 00000000 00:05 1042 "+gone+"\n"+
+		"7f0000001000-7f0000002000 rw-s 00000000 00:05 1043 "+node+"\n")
+	write(t, proc, "43/comm", "guest\n")
+	write(t, proc, "43/map_files", "")
+	write(t, proc, "43/maps", "7f0000000000-7f0040000000 rw-s 00000000 00:01 2048 /memfd:guest_mem (deleted)\n"+
+		"7f0040000000-7f0040001000 rw-s 00000000 00:01 98305 /SYSV00000000 (deleted)\n"+
+		"7f0040001000-7f0040002000 rw-s 00000000 00:0e 12 anon_inode:dmabuf\n")
+
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.NoError(t, err)
+	require.Len(t, hs, 2, "holders: %v", hs)
+	assert.Equal(t, blockdev.Holder{PID: 42, Comm: "vmm", Kind: blockdev.Mapped, Detail: "mmap 7f0000001000-7f0000002000 " + node}, hs[0])
+	assert.Equal(t, 42, hs[1].PID)
+	assert.Equal(t, blockdev.Unread{Maps: true}, blockdev.NotRead(hs[1]), "%v", hs[1])
+	assert.Contains(t, hs[1].Detail, gone)
 }
