@@ -398,9 +398,15 @@ const resolveCached = 0x20
 // not. A path that cannot be resolved so is an error (EAGAIN), and so is
 // one that no longer exists.
 func cachedBlockDev(p string) (DevNum, bool, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
+	return cachedBlockDevAt(unix.AT_FDCWD, p, 0)
+}
+
+// cachedBlockDevAt is cachedBlockDev for p resolved from the directory dirfd
+// with the extra resolve flags.
+func cachedBlockDevAt(dirfd int, p string, resolve uint64) (DevNum, bool, error) {
+	fd, err := unix.Openat2(dirfd, p, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: resolveCached | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: resolveCached | unix.RESOLVE_NO_MAGICLINKS | resolve,
 	})
 	if err != nil {
 		return DevNum{}, false, err
@@ -575,7 +581,7 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 				if kernelNamed(path) {
 					err = nil // never a node
 				} else {
-					dev, block, err = cachedBlockDev(strings.TrimSuffix(path, " (deleted)"))
+					dev, block, err = typedByPath(dir, strings.TrimSuffix(path, " (deleted)"))
 				}
 				if err != nil && untyped == nil {
 					// Not typed is not "no block device": a VMM's disk
@@ -609,6 +615,31 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 		return ringMapped, err // the lines after it are not known
 	}
 	return ringMapped, untyped
+}
+
+// typedByPath types a file a process whose procfs directory is dir maps,
+// by the path maps shows, from the lookup cache only (cachedBlockDev): as
+// the process sees it first, resolved inside its own root (/proc/PID/root:
+// its mount namespace and chroot, where a jailed or containerized VMM's
+// disk node is, which maps shows by its path there when this process's
+// root does not reach it), then as this process sees it (a jail in this
+// mount namespace, which maps shows by its full path). It fails when
+// neither resolves it, naming both errors.
+func typedByPath(dir, p string) (DevNum, bool, error) {
+	root, rerr := unix.Open(filepath.Join(dir, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if rerr == nil {
+		dev, block, err := cachedBlockDevAt(root, p, unix.RESOLVE_IN_ROOT)
+		unix.Close(root)
+		if err == nil {
+			return dev, block, nil
+		}
+		rerr = err
+	}
+	dev, block, err := cachedBlockDev(p)
+	if err != nil {
+		return DevNum{}, false, fmt.Errorf("in its root: %w; in this process's: %w", rerr, err)
+	}
+	return dev, block, nil
 }
 
 // kernelNamed reports whether a maps path is one the kernel makes up for a

@@ -747,3 +747,27 @@ func TestMappingWhosePathCannotBeResolvedWithoutMapFilesIsNotKnown(t *testing.T)
 	assert.Equal(t, blockdev.Unread{Maps: true}, blockdev.NotRead(hs[1]), "%v", hs[1])
 	assert.Contains(t, hs[1].Detail, gone)
 }
+
+// Without map_files, a mapped path is resolved in the process's own root
+// first (/proc/PID/root): a jailed or containerized VMM maps its disk node
+// by a path of its mount namespace (here /dev/vdb, which is not in this
+// one), and it is typed there. Before, only this process's lookup was
+// tried: the mapping was not typed, the VMM only a possible holder.
+func TestMappingIsTypedInTheProcesssOwnRoot(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(node, &st))
+	proc, jail := t.TempDir(), t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(jail, "dev"), 0o755))
+	require.NoError(t, unix.Mknod(filepath.Join(jail, "dev", "vdb"), unix.S_IFBLK|0o600, int(st.Rdev)))
+	_, err := os.Stat("/dev/vdb")
+	require.ErrorIs(t, err, os.ErrNotExist, "the jail's path must not be this process's")
+	write(t, proc, "44/comm", "firecracker\n")
+	write(t, proc, "44/map_files", "")
+	write(t, proc, "44/maps", "7f0000000000-7f0000001000 rw-s 00000000 00:05 1042 /dev/vdb\n")
+	require.NoError(t, os.Symlink(jail, filepath.Join(proc, "44", "root")))
+
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.NoError(t, err)
+	assert.Equal(t, []blockdev.Holder{{PID: 44, Comm: "firecracker", Kind: blockdev.Mapped, Detail: "mmap 7f0000000000-7f0000001000 /dev/vdb"}}, hs)
+}
