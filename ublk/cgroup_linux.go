@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
+	"github.com/drainkit/drainkit/internal/bounded"
 	"github.com/drainkit/drainkit/internal/proc"
 )
 
@@ -52,43 +53,26 @@ func readCgroups(ctx context.Context, procRoot, pid string) (cgroups, error) {
 	return cg, nil
 }
 
-// readWithin reads the file at path, giving up at ctx's end, or
-// readFloor after the read began if that is later, with ctx's error. The
-// kernel serves /proc/PID/cgroup behind its cgroup locks, which a node
-// busy creating and deleting cgroups can keep taken: a read with no bound
-// held the last resort, the daemon's stop and every other holder's fate
-// behind it. The floor lets a prompt read through when the window is
-// already over: a doomed holder still gets its SIGKILL then, as it did
-// when the reads had no bound. A read given up goes on in the background
-// to its end, its result dropped: it changes nothing.
+// readWithin reads the file at path, giving up readSlack after ctx's end
+// (bounded.Call) with an error wrapping ctx's. The kernel serves
+// /proc/PID/cgroup behind its cgroup locks, which a node busy creating and
+// deleting cgroups can keep taken: a read with no bound held the last
+// resort, the daemon's stop and every other holder's fate behind it. The
+// slack lets a prompt read through when the window is already over: a
+// doomed holder still gets its SIGKILL then, as it did when the reads had
+// no bound. A read given up goes on in the background to its end, its
+// result dropped: it changes nothing.
 func readWithin(ctx context.Context, path string) ([]byte, error) {
-	type result struct {
-		b   []byte
-		err error
+	b, err := bounded.Call(ctx, readSlack, func(context.Context) ([]byte, error) { return os.ReadFile(path) })
+	if errors.Is(err, bounded.ErrAbandoned) {
+		return nil, fmt.Errorf("read %s: %w (%w)", path, err, context.Cause(ctx))
 	}
-	done := make(chan result, 1)
-	go func() {
-		b, err := os.ReadFile(path)
-		done <- result{b, err}
-	}()
-	floor := time.NewTimer(readFloor)
-	defer floor.Stop()
-	select {
-	case r := <-done:
-		return r.b, r.err
-	case <-floor.C:
-	}
-	select {
-	case r := <-done:
-		return r.b, r.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("read %s: %w", path, context.Cause(ctx))
-	}
+	return b, err
 }
 
-// readFloor is how long readWithin waits for a read whatever its context:
-// a procfs read takes microseconds when no lock holds it.
-const readFloor = 20 * time.Millisecond
+// readSlack is how long past its context readWithin waits for a read: a
+// procfs read takes microseconds when no lock holds it.
+const readSlack = 20 * time.Millisecond
 
 // String lists the memberships in a stable order, "hierarchy:path" joined
 // with ";".
