@@ -417,8 +417,7 @@ func (r *run) notReadable(held map[int][]Holder) {
 				continue
 			}
 			for _, h := range r.lastHeld[id] {
-				kept := sameProcess(h, p) && ((u.FDs || u.Rings) && h.Kind == blockdev.Ring || u.FDs && h.Kind == blockdev.FD ||
-					u.Maps && h.Kind == blockdev.Mapped || u.Mounts && h.Kind == blockdev.Mount)
+				kept := sameProcess(h, p) && u.Hides(h.Kind)
 				if kept && !slices.Contains(held[id], h) {
 					held[id] = append(held[id], h)
 				}

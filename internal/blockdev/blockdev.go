@@ -175,6 +175,24 @@ type Unread struct {
 	Mounts bool // its mount namespace's mounts
 }
 
+// Hides reports whether a hold of kind (FD, Ring, Mapped, Mount) would
+// have been found only through what the scan could not read: one the scan
+// before found stands. A ring's files are listed through its fd, so fds
+// not read hide rings too.
+func (u Unread) Hides(kind string) bool {
+	switch kind {
+	case FD:
+		return u.FDs
+	case Ring:
+		return u.FDs || u.Rings
+	case Mapped:
+		return u.Maps
+	case Mount:
+		return u.Mounts
+	}
+	return false
+}
+
 // NotRead reports what of h, a Possible holder, a scan could not read;
 // nothing for any other holder.
 func NotRead(h Holder) Unread {

@@ -151,7 +151,7 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 		}
 		// EINVAL: a zombie, or a process exiting, has no mount namespace
 		// any more, and nothing to mount with.
-		if _, first := unreadNS[key]; err != nil && !exited(err) && !errors.Is(err, unix.EINVAL) && !first {
+		if _, recorded := unreadNS[key]; err != nil && !exited(err) && !errors.Is(err, unix.EINVAL) && !recorded {
 			unreadNS[key] = unreadMounts{pid, dir, err}
 		}
 	}
