@@ -644,15 +644,7 @@ func TestScanThatCannotReadProcfsKeepsWhatTheLastScanFound(t *testing.T) {
 		require.NoError(t, os.Symlink(node, filepath.Join(f.proc, "99", "fd", "3")))
 		time.AfterFunc(9*time.Second, func() { require.NoError(t, os.Rename(f.proc, f.proc+".away")) }) // not as a scan runs
 		time.AfterFunc(12*time.Second, func() { require.NoError(t, os.Rename(f.proc+".away", f.proc)) })
-		d := newMemDaemon(f.tree, 0)
-		d.step = 10 * time.Millisecond
-		defer d.close()
-		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
-		require.NoError(t, err)
-
-		rep, _, err := runFor(t, td, 60*time.Second)
-		var held *HeldError
-		require.ErrorAs(t, err, &held)
+		rep, held, d := heldToTheEnd(t, f)
 		require.Len(t, held.Holders[0], 1)
 		assert.Equal(t, 99, held.Holders[0][0].PID)
 		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the VMM")
@@ -776,25 +768,12 @@ func TestProcessWhoseFdsCannotBeReadKeepsWhatTheLastScanFound(t *testing.T) {
 			require.NoError(t, os.RemoveAll(fd))
 			require.NoError(t, os.WriteFile(fd, nil, 0o644))
 		})
-		d := newMemDaemon(f.tree, 0)
-		d.step = 10 * time.Millisecond
-		defer d.close()
-		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
-		require.NoError(t, err)
-
-		rep, _, err := runFor(t, td, 60*time.Second)
-		var held *HeldError
-		require.ErrorAs(t, err, &held)
+		rep, held, d := heldToTheEnd(t, f)
 		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the VMM")
 		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
 		assert.Equal(t, Holder{PID: 99, Comm: "idle", Kind: blockdev.FD, Detail: "fd 3 -> " + node}, held.Holders[0][0])
 		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
-		var possible []string
-		for _, h := range rep.Device(0).Holders {
-			if h.Kind == blockdev.Possible {
-				possible = append(possible, h.String())
-			}
-		}
+		possible := possibleHolders(rep, 0)
 		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
 		assert.Regexp(t, `^pid 99 \(idle\) possible fds not read \(open .*/99/fd: not a directory\)`, possible[0])
 	})
@@ -822,14 +801,7 @@ func TestDeviceHoldersTellTwoProcessesOfOnePIDApart(t *testing.T) {
 		started(1000)
 		require.NoError(t, os.Symlink(node, filepath.Join(vmm, "fd", "3")))
 		time.AfterFunc(9*time.Second, func() { started(2000) }) // not as a scan runs
-		d := newMemDaemon(f.tree, 0)
-		defer d.close()
-		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
-		require.NoError(t, err)
-
-		rep, _, err := runFor(t, td, 60*time.Second)
-		var held *HeldError
-		require.ErrorAs(t, err, &held)
+		rep, held, _ := heldToTheEnd(t, f)
 		fd := "fd 3 -> " + node
 		assert.Equal(t, []Holder{
 			{PID: 99, Comm: "qemu", StartTime: 1000, Kind: blockdev.FD, Detail: fd},
@@ -863,15 +835,7 @@ func TestProcessWhoseRingIsNotListedKeepsWhatTheLastScanFound(t *testing.T) {
 		time.AfterFunc(9*time.Second, func() { // not as a scan runs
 			require.NoError(t, os.WriteFile(info, []byte("SqThread:\t-1\nUserFiles:\t1\nUserBufs:\t0\nPollList:\n"), 0o644))
 		})
-		d := newMemDaemon(f.tree, 0)
-		d.step = 10 * time.Millisecond
-		defer d.close()
-		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
-		require.NoError(t, err)
-
-		rep, _, err := runFor(t, td, 60*time.Second)
-		var held *HeldError
-		require.ErrorAs(t, err, &held)
+		rep, held, d := heldToTheEnd(t, f)
 		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the VMM's ring")
 		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
 		assert.Equal(t, Holder{PID: 42, Comm: "spdk", Kind: blockdev.Ring, Detail: "io_uring fd 9 slot 0 -> " + node}, held.Holders[0][0])
@@ -898,25 +862,41 @@ func TestNamespaceWhoseMountsCannotBeReadKeepsWhatTheLastScanFound(t *testing.T)
 			require.NoError(t, os.Remove(mountinfo))
 			require.NoError(t, os.Mkdir(mountinfo, 0o755))
 		})
-		d := newMemDaemon(f.tree, 0)
-		d.step = 10 * time.Millisecond
-		defer d.close()
-		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
-		require.NoError(t, err)
-
-		rep, _, err := runFor(t, td, 60*time.Second)
-		var held *HeldError
-		require.ErrorAs(t, err, &held)
+		rep, held, d := heldToTheEnd(t, f)
 		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the mount")
 		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
 		assert.Equal(t, Holder{PID: 99, Comm: "idle", Kind: blockdev.Mount, Detail: "/mnt/disk"}, held.Holders[0][0])
-		var possible []string
-		for _, h := range rep.Device(0).Holders {
-			if h.Kind == blockdev.Possible {
-				possible = append(possible, h.String())
-			}
-		}
+		possible := possibleHolders(rep, 0)
 		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
 		assert.Regexp(t, `^pid 99 \(idle\) possible mounts not read \(.*is a directory\)`, possible[0])
 	})
+}
+
+// heldToTheEnd runs the step on f's device 0 as the tests of what a scan
+// keeps from the one before do: a vulnerable kernel, no control device, no
+// last resort, a scan every 5 s, a cooperative daemon, 60 s. The step must
+// end with a HeldError; it returns the Report, that error and the daemon.
+func heldToTheEnd(t *testing.T, f *fixture) (*Report, *HeldError, *memDaemon) {
+	t.Helper()
+	d := newMemDaemon(f.tree, 0)
+	d.step = 10 * time.Millisecond
+	t.Cleanup(d.close)
+	td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: 5 * time.Second}))
+	require.NoError(t, err)
+	rep, _, err := runFor(t, td, 60*time.Second)
+	var held *HeldError
+	require.ErrorAs(t, err, &held)
+	return rep, held, d
+}
+
+// possibleHolders lists the possible holders the Report names for device
+// id, as their String.
+func possibleHolders(rep *Report, id int) []string {
+	var possible []string
+	for _, h := range rep.Device(id).Holders {
+		if h.Kind == blockdev.Possible {
+			possible = append(possible, h.String())
+		}
+	}
+	return possible
 }
