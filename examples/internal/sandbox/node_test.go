@@ -50,6 +50,25 @@ func newFakeNode(t *testing.T, dir string, latency time.Duration) (*Node, []stor
 	return n, problems
 }
 
+// newRunscNode returns a Node of real gVisor sandboxes in a directory of its own, its
+// runtime and its store (for a next Node), skipping the test (failing it under CI=true)
+// without a usable runsc; every container left is deleted at the end. The caller closes
+// the Node.
+func newRunscNode(t *testing.T) (*Node, *Runsc, *store.Store) {
+	t.Helper()
+	if err := runsc.Usable(); err != nil {
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
+	}
+	dir := t.TempDir()
+	rt := NewRunsc(dir)
+	t.Cleanup(func() { _ = rt.Runtime.DeleteAll(context.Background()) })
+	st, err := store.Open(filepath.Join(dir, "records"))
+	require.NoError(t, err)
+	n, _, err := NewNode(rt, st, nil)
+	require.NoError(t, err)
+	return n, rt, st
+}
+
 func TestPausedSandboxesSurviveTheServerAndResume(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -229,18 +248,9 @@ func TestNewRuntimeLaysOutTheStateDirectory(t *testing.T) {
 // With real gVisor: a sandbox paused by one Node is resumed by the next, and its counter
 // goes on from where it was.
 func TestRunscSandboxResumesAfterServerRestart(t *testing.T) {
-	if err := runsc.Usable(); err != nil {
-		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
-	}
-	dir := t.TempDir()
+	n, rt, st := newRunscNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rt := NewRunsc(dir)
-	t.Cleanup(func() { _ = rt.Runtime.DeleteAll(context.Background()) })
-	st, err := store.Open(filepath.Join(dir, "records"))
-	require.NoError(t, err)
-	n, _, err := NewNode(rt, st, nil)
-	require.NoError(t, err)
 	a, err := n.Create(ctx, 3600)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { c, err := rt.Bundle(a.ID).Counter(); return err == nil && c > 3 },
@@ -384,16 +394,7 @@ func TestResumeWhoseClientIsGoneLeavesTheSandboxResumable(t *testing.T) {
 // runtime sandboxd and gvisor-worker share). A started restore now runs to its end
 // whatever the client does: the sandbox runs, and the node says so.
 func TestRunscResumeWhoseClientIsGoneLeavesNoSandboxBehind(t *testing.T) {
-	if err := runsc.Usable(); err != nil {
-		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
-	}
-	dir := t.TempDir()
-	rt := NewRunsc(dir)
-	t.Cleanup(func() { _ = rt.Runtime.DeleteAll(context.Background()) })
-	st, err := store.Open(filepath.Join(dir, "records"))
-	require.NoError(t, err)
-	n, _, err := NewNode(rt, st, nil)
-	require.NoError(t, err)
+	n, rt, _ := newRunscNode(t)
 	defer n.Close()
 	a, err := n.Create(t.Context(), 3600)
 	require.NoError(t, err)
