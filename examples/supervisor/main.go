@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/apiflags"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/listenaddr"
@@ -107,8 +108,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	c.api.Register(fs)
 	fs.StringVar(&c.report, "report", "", "file to write the JSON Report to at exit")
 	fs.StringVar(&c.termLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
-	fs.StringVar(&c.pod, "pod", os.Getenv("POD_NAME"), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs the overlay's RBAC); empty: no API access")
-	fs.StringVar(&c.podUID, "pod-uid", os.Getenv("POD_UID"), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
+	fs.StringVar(&c.pod, "pod", os.Getenv(drain.EnvPodName), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs the overlay's RBAC); empty: no API access")
+	fs.StringVar(&c.podUID, "pod-uid", os.Getenv(drain.EnvPodUID), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
 	fs.DurationVar(&c.kubelet, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp); needs -pod; 0: not known")
 	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {
