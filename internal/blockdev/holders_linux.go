@@ -540,6 +540,8 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 		return false, err
 	}
 	defer f.Close()
+	root := processRoot{dir: dir, fd: -1}
+	defer root.close()
 	type hit struct {
 		key        string
 		dev        DevNum
@@ -581,7 +583,7 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 				if kernelNamed(path) {
 					err = nil // never a node
 				} else {
-					dev, block, err = typedByPath(dir, strings.TrimSuffix(path, " (deleted)"))
+					dev, block, err = typedByPath(&root, strings.TrimSuffix(path, " (deleted)"))
 				}
 				if err != nil && untyped == nil {
 					// Not typed is not "no block device": a VMM's disk
@@ -617,19 +619,18 @@ func mapHolders(dir string, want map[DevNum]bool, cache *mapCache, found func(De
 	return ringMapped, untyped
 }
 
-// typedByPath types a file a process whose procfs directory is dir maps,
-// by the path maps shows, from the lookup cache only (cachedBlockDev): as
-// the process sees it first, resolved inside its own root (/proc/PID/root:
-// its mount namespace and chroot, where a jailed or containerized VMM's
-// disk node is, which maps shows by its path there when this process's
-// root does not reach it), then as this process sees it (a jail in this
-// mount namespace, which maps shows by its full path). It fails when
-// neither resolves it, naming both errors.
-func typedByPath(dir, p string) (DevNum, bool, error) {
-	root, rerr := unix.Open(filepath.Join(dir, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// typedByPath types a file a process maps, by the path maps shows, from
+// the lookup cache only (cachedBlockDev): as the process sees it first,
+// resolved inside its own root (/proc/PID/root: its mount namespace and
+// chroot, where a jailed or containerized VMM's disk node is, which maps
+// shows by its path there when this process's root does not reach it),
+// then as this process sees it (a jail in this mount namespace, which maps
+// shows by its full path). It fails when neither resolves it, naming both
+// errors.
+func typedByPath(root *processRoot, p string) (DevNum, bool, error) {
+	fd, rerr := root.get()
 	if rerr == nil {
-		dev, block, err := cachedBlockDevAt(root, p, unix.RESOLVE_IN_ROOT)
-		unix.Close(root)
+		dev, block, err := cachedBlockDevAt(fd, p, unix.RESOLVE_IN_ROOT)
 		if err == nil {
 			return dev, block, nil
 		}
@@ -640,6 +641,32 @@ func typedByPath(dir, p string) (DevNum, bool, error) {
 		return DevNum{}, false, fmt.Errorf("in its root: %w; in this process's: %w", rerr, err)
 	}
 	return dev, block, nil
+}
+
+// processRoot is a process's root directory (/proc/PID/root, dir its
+// procfs directory), opened at the first mapping typedByPath types and
+// closed by whoever made it: one open a process, not one a mapped file.
+type processRoot struct {
+	dir string
+	fd  int // -1 until opened
+	err error
+}
+
+// get returns the root's fd, or why it could not be opened.
+func (r *processRoot) get() (int, error) {
+	if r.fd < 0 && r.err == nil {
+		r.fd, r.err = unix.Open(filepath.Join(r.dir, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if r.err != nil {
+			r.fd = -1
+		}
+	}
+	return r.fd, r.err
+}
+
+func (r *processRoot) close() {
+	if r.fd >= 0 {
+		unix.Close(r.fd)
+	}
 }
 
 // kernelNamed reports whether a maps path is one the kernel makes up for a
