@@ -62,6 +62,20 @@ func reaperMain(root, id, bundle string, reap bool) int {
 		fmt.Fprintln(os.Stderr, "run:", err)
 		return 1
 	}
+	// runsc run returns once the container started, not once its shell ran: a
+	// SIGTERM before the first count can come before ignoreTermArgs' trap, and
+	// ends the init that should ignore it (a CI run under load: exited in 95 ms).
+	for {
+		if c, err := (Bundle{Dir: bundle}).Counter(); err == nil && c > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(os.Stderr, "the container never counted:", ctx.Err())
+			return 1
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	var reaped atomic.Int64
 	go func() {
 		if !reap {
