@@ -90,13 +90,19 @@ func newFlags(name, text string, stdout io.Writer) *flag.FlagSet {
 // parse parses args with fs, allowing flags after the positional
 // arguments too ("drainkit report FILE -svg OUT"), and returns the
 // positional arguments. It returns flag.ErrHelp after printing the usage
-// for -h, and an error naming the flag otherwise.
+// once for -h, and an error naming the flag otherwise, with nothing
+// printed: the caller reports it on stderr (usageError).
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	// The flag package calls Usage itself, for -h and for every bad flag
+	// alike: the help went to stdout twice, and with a bad flag's error.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	defer func() { fs.Usage = usage }()
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
+				usage()
 			}
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -67,6 +68,23 @@ func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
 		code, out2, _ := drainkit(t, "help", cmd)
 		assert.Equal(t, exitOK, code)
 		assert.Equal(t, out, out2, "drainkit help %s is drainkit %s -h", cmd, cmd)
+	}
+}
+
+func TestHelpIsPrintedOnceAndABadFlagOnlyOnStderr(t *testing.T) {
+	for _, cmd := range commands {
+		for _, h := range []string{"-h", "-help", "--help"} {
+			code, out, _ := drainkit(t, cmd, h)
+			assert.Equal(t, exitOK, code, cmd)
+			assert.Equal(t, 1, strings.Count(out, "usage: drainkit "+cmd), "%s %s prints its help once", cmd, h)
+		}
+		for _, bad := range [][]string{{"-no-such-flag"}, {"-grace", "x"}} {
+			code, out, errw := drainkit(t, append([]string{cmd}, bad...)...)
+			assert.Equal(t, exitUsage, code, cmd, bad)
+			assert.Empty(t, out, "%s %q: a usage error prints nothing on stdout", cmd, bad)
+			assert.Contains(t, errw, "drainkit "+cmd+": ", cmd, bad)
+			assert.Contains(t, errw, `Run "drainkit `+cmd+` -h" for usage.`, cmd, bad)
+		}
 	}
 }
 
