@@ -236,6 +236,9 @@ func killPinned(ctx context.Context, procRoot string, held map[int][]Holder, dev
 				f.Reason = "processes the holders scan did not read (in time, or procfs at all): none known to kill; set aside, the disk stops all the same"
 			case h.Kind == blockdev.Loop:
 				f.Reason = "held by a loop device backed by the disk: kernel state, no process to kill; detach it (losetup -d)"
+			case h.Kind == blockdev.FileSystem:
+				f.Reason = "held by a file system on the disk that no mountinfo read shows: kernel state, no process known to kill; " +
+					"unmount it (one unmounted lazily lives until its last open file is closed)"
 			case !isProcess(h):
 				f.Reason = fmt.Sprintf("held by %s: killing a process does not release it", h.Kind)
 			case h.PID == os.Getpid():

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/fakeublk"
@@ -438,4 +440,63 @@ func TestLastResortNeverKillsTheDaemon(t *testing.T) {
 	assert.False(t, fates[0].Killed || fates[0].Signalled, "%+v", fates[0])
 	assert.Contains(t, fates[0].Reason, "the ublk daemon itself")
 	require.NoError(t, daemon.Process.Signal(syscall.Signal(0)), "the daemon is alive")
+}
+
+// A file system on the disk that no mountinfo shows still holds it: one
+// unmounted lazily (umount -l) while a file on it is open lives on, in no
+// mount namespace, and a btrfs mount shows an anonymous device number, not
+// the disk's. The step names both, kills nothing for them and never asks
+// the daemon to stop under them (HeldError). Before, the scan found no
+// holder, and the daemon was asked to stop: the file system's I/O failed.
+// The file systems are real; the fake sysfs the step reads shows the
+// lazily unmounted one as the kernel's does.
+func TestStepNamesAFileSystemNoMountinfoShows(t *testing.T) {
+	for _, tc := range []struct {
+		fstype string
+		lazy   bool
+		want   func(dir string) ublk.Holder
+	}{
+		{"ext4", true, func(string) ublk.Holder {
+			return ublk.Holder{Kind: "filesystem", Detail: "ext4 on ublkb0 (sysfs fs/ext4/ublkb0)"}
+		}},
+		{"btrfs", false, func(dir string) ublk.Holder { return ublk.Holder{Kind: "mount", Detail: dir} }},
+	} {
+		t.Run(tc.fstype, func(t *testing.T) {
+			node, dev, dir := loopdev.Mounted(t, tc.fstype)
+			d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+				fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+			if tc.lazy {
+				fd, err := unix.Open(filepath.Join(dir, "f"), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+				require.NoError(t, err)
+				t.Cleanup(func() { unix.Close(fd) })
+				require.NoError(t, unix.Unmount(dir, unix.MNT_DETACH))
+				_, err = os.Stat(filepath.Join("/sys/fs", tc.fstype, filepath.Base(node)))
+				require.NoError(t, err, "the kernel shows the file system")
+				require.NoError(t, os.MkdirAll(filepath.Join(sys, "fs", tc.fstype, "ublkb0"), 0o755))
+			}
+
+			td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
+				ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid()), KernelRelease: vulnerable}))
+			require.NoError(t, err)
+			rep, err := run(t, td, 10*time.Second)
+			t.Log(rep.String())
+			var held *ublk.HeldError
+			require.ErrorAs(t, err, &held)
+			want := tc.want(dir)
+			same := func(h ublk.Holder) bool { return h.Kind == want.Kind && h.Detail == want.Detail }
+			assert.True(t, slices.ContainsFunc(rep.Device(0).Holders, same), "want %v in %v", want, rep.Device(0).Holders)
+			require.NotNil(t, rep.LastResort)
+			fates := 0
+			for _, f := range rep.LastResort.Holders {
+				if same(f.Holder) {
+					fates++
+					assert.False(t, f.Doomed || f.Killed, "%+v", f)
+				}
+			}
+			assert.Equal(t, 1, fates, "%+v", rep.LastResort.Holders)
+			assert.Equal(t, ublk.VerdictHeld, rep.Device(0).Verdict)
+			assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the file system")
+			assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
+		})
+	}
 }

@@ -84,8 +84,8 @@
 // every device no holder is left on while the daemon still serves it, and
 // asks the daemon to stop, which then exits with no live device, all
 // within its part of the reserve. Holders outside the cgroup (another pod,
-// the host) are never killed, nor are mounts, swap, stacked devices and
-// loop devices backed by a disk (kernel state: no kill releases them; a
+// the host) are never killed, nor are mounts, file systems, swap, stacked
+// devices and loop devices backed by a disk (kernel state: no kill releases them; a
 // process mapping a disk, holding it through an io_uring's registered
 // files, or a possible holder is a process, killed like one with an fd
 // when it is in the cgroup and, checked again, still holds a disk or still

@@ -8,13 +8,14 @@ import (
 
 // Holder is one user of a block device: a process with the disk open,
 // memory-mapped or among an io_uring's registered files, a mount of a file
-// system on it, swap on it, a device stacked on it, a loop device backed by
-// it, or a process that may hold it (a possible holder: the kernel did not
+// system on it, a file system alive on it and mounted nowhere the scan
+// read, swap on it, a device stacked on it, a loop device backed by it, or
+// a process that may hold it (a possible holder: the kernel did not
 // show part of what it holds).
 type Holder struct {
 	// PID is the holding process, 0 for swap, stacked and loop devices,
-	// and for the possible holder that stands for the processes a holders
-	// scan did not read in time.
+	// file systems, and for the possible holder that stands for the
+	// processes a holders scan did not read in time.
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
@@ -34,9 +35,13 @@ type Holder struct {
 	// "fd"), "mount" (a file system on it
 	// is mounted in a mount namespace; PID is one process in that
 	// namespace), "swap" (it is active swap), "stacked" (device-mapper or
-	// md is stacked on it) or "loop" (a loop device's backing file is the
+	// md is stacked on it), "loop" (a loop device's backing file is the
 	// disk: kernel state with no process, never released by a kill; detach
-	// it with losetup -d), or "possible" (a process whose mappings or
+	// it with losetup -d), "filesystem" (a file system on it is alive in
+	// the kernel, as sysfs shows it, where no mountinfo the scan read
+	// does: unmounted lazily and still in use by an open file, or mounted
+	// only in a mount namespace not read; kernel state like "loop"), or
+	// "possible" (a process whose mappings or
 	// io_uring registered files the kernel did not show in time, whose fds
 	// or mappings could not be read (EACCES, EMFILE), or with
 	// a ring mapped and no ring fd to list them by: it may hold the disk
@@ -49,7 +54,8 @@ type Holder struct {
 	// ("mmap 7f..-7f.. /dev/ublkb0"), the ring's fd, slot and path
 	// ("io_uring fd 7 slot 0 -> /dev/ublkb0"), the mount point, the swap file, the
 	// stacked device's name, the loop device and its backing file
-	// ("loop3 (backing file /dev/ublkb0)"), or what of a possible holder
+	// ("loop3 (backing file /dev/ublkb0)"), the file system and its sysfs
+	// directory ("ext4 on ublkb0 (sysfs fs/ext4/ublkb0)"), or what of a possible holder
 	// is not known and why ("io_uring fd 7: the registered files not
 	// listed by the kernel in 4 reads within 100ms ...").
 	Detail string `json:"detail"`

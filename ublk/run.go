@@ -334,6 +334,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	owner := map[blockdev.DevNum]int{}
 	r.devNums = owner
 	var devs []blockdev.DevNum
+	named := map[string]blockdev.DevNum{} // by kernel name, for sysfs's fs/
 	for _, d := range r.dev {
 		if !d.cur.Disk {
 			continue
@@ -345,10 +346,12 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		if n, err := blockdev.ParseDevNum(d.cur.Dev); err == nil {
 			owner[n] = d.cur.ID
 			devs = append(devs, n)
+			named[d.cur.DiskName()] = n
 		}
 		for _, p := range parts {
 			owner[p.Dev] = d.cur.ID
 			devs = append(devs, p.Dev)
+			named[p.Name] = p.Dev
 		}
 	}
 	if len(devs) == 0 {
@@ -374,8 +377,11 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		r.cfg.logger.WarnContext(r.ctx, "ublk: holders scan could not read procfs; the last scan's holders stand", "err", err)
 	}
 	// A loop device backed by a disk holds it in the kernel, with no
-	// process: sysfs, like the stacked devices.
+	// process: sysfs, like the stacked devices. So does a file system on
+	// it that no mountinfo read shows (unmounted lazily, in a namespace
+	// not read); a mounted one is named by its mounts.
 	loops := blockdev.LoopHolders(r.cfg.sysRoot, devs)
+	fss := blockdev.FileSystemHolders(r.cfg.sysRoot, named)
 	for _, dev := range devs {
 		id := owner[dev]
 		for _, h := range holders(found[dev]) {
@@ -386,6 +392,10 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 			}
 		}
 		if hs := loops[dev]; len(hs) > 0 {
+			held[id] = append(held[id], holders(hs)...)
+		}
+		mounted := slices.ContainsFunc(found[dev], func(h blockdev.Holder) bool { return h.Kind == blockdev.Mount })
+		if hs := fss[dev]; len(hs) > 0 && !mounted {
 			held[id] = append(held[id], holders(hs)...)
 		}
 	}
@@ -437,7 +447,7 @@ func (r *run) notScanned(held map[int][]Holder, err error) {
 	for id, hs := range r.lastHeld {
 		for _, h := range hs {
 			switch {
-			case h.Kind == blockdev.Stacked || h.Kind == blockdev.Loop: // sysfs: read again
+			case h.Kind == blockdev.Stacked || h.Kind == blockdev.Loop || h.Kind == blockdev.FileSystem: // sysfs: read again
 			case h.Kind == blockdev.Possible && h.PID == 0: // that scan's processes not read: said again below
 			case !slices.Contains(held[id], h):
 				held[id] = append(held[id], h)

@@ -103,6 +103,14 @@ const (
 	// no process and no open fd; Holder.Detail names the loop device.
 	// Kernel state, like Stacked: killing a process does not release it.
 	Loop = "loop"
+	// FileSystem: a file system on the device is alive in the kernel, as
+	// sysfs shows it (FileSystemHolders), where no mountinfo the scan
+	// read shows it: unmounted lazily (umount -l) and still in use by an
+	// open file, or mounted only in a mount namespace the scan could not
+	// read. Holder.Detail names the file system and its sysfs directory.
+	// Kernel state, like Mount: no kill of a process the scan knows
+	// releases it.
+	FileSystem = "filesystem"
 	// Mapped: a process has the device node memory-mapped
 	// (/proc/PID/maps), whether or not it still has an fd open on it;
 	// Holder.Detail is the address range and the mapped path. A process,
@@ -129,7 +137,8 @@ const (
 // Holder is one user of a block device. Its fields are those of
 // ublk.Holder, which converts from it.
 type Holder struct {
-	// PID is the holding process, 0 for swap, stacked and loop devices.
+	// PID is the holding process, 0 for swap, stacked and loop devices
+	// and file systems.
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
@@ -141,13 +150,14 @@ type Holder struct {
 	// start times are two processes.
 	StartTime uint64 `json:"start_time,omitempty"`
 	// Kind says how the device is held: FD, Mount, Swap, Stacked, Loop,
-	// Mapped or Ring; Possible when it may be held, the scan could not
+	// FileSystem, Mapped or Ring; Possible when it may be held, the scan could not
 	// tell.
 	Kind string `json:"kind"`
 	// Detail is the fd and path, the mount point, the swap file, the
 	// stacked device's name, the loop device and its backing file, the
-	// mapping's address range and path, the ring's fd, slot and path, or,
-	// for a Possible holder, what of the process is not known and why.
+	// file system and its sysfs directory, the mapping's address range
+	// and path, the ring's fd, slot and path, or, for a Possible holder,
+	// what of the process is not known and why.
 	Detail string `json:"detail"`
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,10 +29,12 @@ import (
 // memory-mapped, fd closed or not (/proc/PID/maps, Mapped), processes
 // with it among an io_uring's registered files, fd closed or not (the
 // ring's /proc/PID/fdinfo, Ring), mounts of a file system on it
-// (/proc/PID/mountinfo, one entry per mount namespace) and swap on it
-// (/proc/swaps). It works for any block device, loop and
-// ublk alike. Devices stacked on it and loop devices backed by it are
-// kernel state that sysfs shows: StackHolders and LoopHolders.
+// (/proc/PID/mountinfo, one entry per mount namespace; a btrfs mount,
+// which shows an anonymous device number, by its source) and swap on it
+// (/proc/swaps). It works for any block device, loop and ublk alike.
+// Devices stacked on it, loop devices backed by it and file systems alive
+// on it are kernel state that sysfs shows: StackHolders, LoopHolders and
+// FileSystemHolders.
 //
 // A process part of whose holds the kernel did not show is a Possible
 // holder, of every device scanned: its mappings when they are not read
@@ -718,11 +721,40 @@ func mountHolders(mountinfo string, want map[DevNum]bool, found func(DevNum, str
 		if len(fields) < 5 {
 			continue
 		}
-		if dev, err := ParseDevNum(fields[2]); err == nil && want[dev] {
+		dev, err := ParseDevNum(fields[2])
+		if err != nil {
+			continue
+		}
+		if !want[dev] && dev.Major == 0 {
+			dev = sourceDev(fields)
+		}
+		if want[dev] {
 			found(dev, unescapeOctal(fields[4]))
 		}
 	}
 	return sc.Err()
+}
+
+// sourceDev is the block device a mountinfo line's mount source names
+// (the field after the file system type), or the zero DevNum. It is read
+// only for a mount whose device number is an anonymous one (major 0):
+// btrfs gives each of its mounts such a number, not its disk's, and names
+// the disk only as the source; tmpfs, overlay or proc have a source that
+// is no path. The path is resolved from the lookup cache only, as every
+// path the kernel reports (cachedBlockDev).
+func sourceDev(fields []string) DevNum {
+	sep := slices.Index(fields[min(6, len(fields)):], "-") // after the optional fields
+	if sep < 0 {
+		return DevNum{}
+	}
+	i := min(6, len(fields)) + sep + 2 // "-", the type, the source
+	if i >= len(fields) || !strings.HasPrefix(fields[i], "/") {
+		return DevNum{}
+	}
+	if dev, ok, _ := cachedBlockDev(unescapeOctal(fields[i])); ok {
+		return dev
+	}
+	return DevNum{}
 }
 
 // swapHolders calls found with the swap areas on a wanted device.
@@ -817,6 +849,46 @@ func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder {
 		}
 		if block && want[dev] {
 			out[dev] = append(out[dev], Holder{Kind: Loop, Detail: fmt.Sprintf("%s (backing file %s%s)", e.Name(), backing, how)})
+		}
+	}
+	return out
+}
+
+// fsDirs are the file systems that make a directory of sysfs's fs/TYPE
+// for each instance, named after the block device it lives on (the
+// superblock's s_id), from the mount until the kernel frees it. ext4
+// serves ext2 and ext3 too.
+var fsDirs = []string{"ext4", "xfs", "f2fs", "erofs", "nilfs2"}
+
+// FileSystemHolders returns, for each device of devs (by kernel name:
+// ublkb0, ublkb0p1), the file systems alive on it that sysfs under
+// sysRoot shows (Holder.Kind FileSystem): the directory fs/TYPE/NAME of
+// ext4 (ext2, ext3), xfs, f2fs, erofs and nilfs2, and btrfs's
+// fs/btrfs/FSID/devices/NAME, one for each device of the file system.
+// They live from the mount until the kernel frees the file system, so they
+// show what no mountinfo does: a file system unmounted lazily (umount -l)
+// and still in use by an open file, whose I/O fails once the device is
+// stopped, and one mounted only in a mount namespace the scan could not
+// read. Other file systems (vfat, exfat) are known through mountinfo
+// only.
+func FileSystemHolders(sysRoot string, devs map[string]DevNum) map[DevNum][]Holder {
+	names := slices.Sorted(maps.Keys(devs))
+	out := map[DevNum][]Holder{}
+	found := func(name, fs, rel string) {
+		if _, err := os.Lstat(filepath.Join(sysRoot, rel)); err == nil {
+			dev := devs[name]
+			out[dev] = append(out[dev], Holder{Kind: FileSystem, Detail: fmt.Sprintf("%s on %s (sysfs %s)", fs, name, rel)})
+		}
+	}
+	for _, fs := range fsDirs {
+		for _, name := range names {
+			found(name, fs, filepath.Join("fs", fs, name))
+		}
+	}
+	btrfs, _ := os.ReadDir(filepath.Join(sysRoot, "fs", "btrfs"))
+	for _, e := range btrfs {
+		for _, name := range names {
+			found(name, "btrfs "+e.Name(), filepath.Join("fs", "btrfs", e.Name(), "devices", name))
 		}
 	}
 	return out

@@ -771,3 +771,51 @@ func TestMappingIsTypedInTheProcesssOwnRoot(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []blockdev.Holder{{PID: 44, Comm: "firecracker", Kind: blockdev.Mapped, Detail: "mmap 7f0000000000-7f0000001000 /dev/vdb"}}, hs)
 }
+
+// A btrfs file system mounted on the disk holds it, but btrfs gives each
+// of its mounts an anonymous device number (mountinfo says 0:39 where the
+// disk is 7:1): the scan names the mount by its source, and sysfs names
+// the file system.
+func TestBtrfsMountIsAHolder(t *testing.T) {
+	node, dev, dir := loopdev.Mounted(t, "btrfs")
+	hs, err := blockdev.Holders(context.Background(), "/proc", dev)
+	require.NoError(t, err)
+	var mounts []string
+	for _, h := range hs {
+		if h.Kind == blockdev.Mount {
+			mounts = append(mounts, h.Detail)
+		}
+	}
+	assert.Contains(t, mounts, dir, "holders of %s: %v", node, hs)
+
+	name := filepath.Base(node)
+	fss := blockdev.FileSystemHolders("/sys", map[string]blockdev.DevNum{name: dev})[dev]
+	require.Len(t, fss, 1, "%v", fss)
+	assert.Equal(t, blockdev.FileSystem, fss[0].Kind)
+	assert.Regexp(t, `^btrfs [0-9a-f-]{36} on `+name+` \(sysfs fs/btrfs/[0-9a-f-]{36}/devices/`+name+`\)$`, fss[0].Detail)
+}
+
+// A file system unmounted lazily (umount -l) while a file on it is open
+// lives on, on the disk, in no mount namespace: no mountinfo shows it,
+// and the process with the file open has no fd on the disk. Its sysfs
+// directory shows it until the last file on it is closed.
+func TestLazilyUnmountedFileSystemIsAHolderUntilItsLastFileCloses(t *testing.T) {
+	node, dev, dir := loopdev.Mounted(t, "ext4")
+	name := filepath.Base(node)
+	devs := map[string]blockdev.DevNum{name: dev}
+	want := []blockdev.Holder{{Kind: blockdev.FileSystem, Detail: "ext4 on " + name + " (sysfs fs/ext4/" + name + ")"}}
+	assert.Equal(t, want, blockdev.FileSystemHolders("/sys", devs)[dev], "mounted")
+
+	fd, err := unix.Open(filepath.Join(dir, "f"), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	require.NoError(t, err)
+	require.NoError(t, unix.Unmount(dir, unix.MNT_DETACH))
+	hs, err := blockdev.Holders(context.Background(), "/proc", dev)
+	require.NoError(t, err)
+	for _, h := range hs {
+		assert.NotEqual(t, blockdev.Mount, h.Kind, "mounted nowhere: %v", h)
+	}
+	assert.Equal(t, want, blockdev.FileSystemHolders("/sys", devs)[dev], "unmounted lazily, a file open")
+
+	require.NoError(t, unix.Close(fd)) // the last reference: the kernel frees the file system on its way out
+	assert.Empty(t, blockdev.FileSystemHolders("/sys", devs), "freed")
+}

@@ -40,3 +40,6 @@ func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) er
 
 // LoopHolders finds nothing on this system.
 func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder { return nil }
+
+// FileSystemHolders finds nothing on this system.
+func FileSystemHolders(sysRoot string, devs map[string]DevNum) map[DevNum][]Holder { return nil }
