@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/pause"
@@ -22,7 +24,9 @@ Renders a drain Report as a readable summary: when termination started and
 what anchored it, when SIGKILL was due, every phase with its deadline, reserve
 and result, the sandboxes by outcome with their pause times, how many ran
 again after their preserve (relisted: resumed, and preserved again) and how
-many of those were lost, and every sandbox that was lost, with why. FILE is sandboxd's STATE_DIR/last-shutdown.json or
+many of those were lost, and every sandbox that was lost, with why (IDs and
+errors are the server's words: their control characters are shown escaped,
+as \x1b). FILE is sandboxd's STATE_DIR/last-shutdown.json or
 the supervisor's -report file (its "drain" member is read); "-" reads stdin.
 
 With -svg OUT it also writes a timeline as SVG, which any browser opens: the
@@ -203,7 +207,7 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 			n, n-lost, end)
 	}
 	if pr.Unknown {
-		fmt.Fprintf(w, "             UNKNOWN: no listing succeeded, nothing here means anything: %s\n", pr.ListErr)
+		fmt.Fprintf(w, "             UNKNOWN: no listing succeeded, nothing here means anything: %s\n", printable(pr.ListErr))
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  outcome\tcount\tp50\tp90\tmax")
@@ -223,7 +227,7 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 	}
 	tw.Flush()
 	if pr.ListErr != "" && !pr.Unknown {
-		fmt.Fprintf(w, "             last listing error: %s\n", pr.ListErr)
+		fmt.Fprintf(w, "             last listing error: %s\n", printable(pr.ListErr))
 	}
 
 	var lost []pause.Entry
@@ -251,7 +255,7 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 		if e.Relisted > 0 { // it was preserved, then ran again: this is the preserve after
 			when = fmt.Sprintf("preserved, ran again (relisted %d), then %s", e.Relisted, when)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", e.ID, e.Outcome, when, oneLine(e.Error, 90))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", printable(e.ID), e.Outcome, when, oneLine(e.Error, 90))
 	}
 	tw.Flush()
 	if len(shown) < len(lost) {
@@ -357,13 +361,32 @@ func quantiles(ds []time.Duration) (p50, p90, mx time.Duration) {
 	return at(0.5), at(0.9), ds[len(ds)-1]
 }
 
-// oneLine shortens s to one line of at most n runes.
+// oneLine shortens s to one line of at most n runes, printable.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = printable(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// printable is s with every rune that is not graphic written as its Go
+// escape (ESC as \x1b, a tab as \t). A sandbox's ID and its errors are
+// the server's words (a listed ID, the start of an answer's body): as they
+// came, a control character drives the operator's terminal or breaks the
+// summary's columns, and in the SVG, where XML allows none, the browser
+// shows a parse error instead of the timeline.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range s { // invalid UTF-8 is U+FFFD here, graphic
+		if unicode.IsGraphic(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRuneToGraphic(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 // trimLines removes the trailing blanks a tabwriter leaves after an empty

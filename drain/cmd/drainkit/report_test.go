@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -258,4 +261,57 @@ func TestReportSaysTheLearnedLimit(t *testing.T) {
 	code, out, errw := drainkit(t, "report", path)
 	require.Equal(t, exitOK, code, errw)
 	assert.Contains(t, out, "Sandboxes    12 listed in 2 pass(es), concurrency limit 4 at the end, 16 learned best\n")
+}
+
+// Fault (a fresh-eyes review): a sandbox's ID and its error are the
+// server's words (a listed ID, the start of a failed pause's answer body,
+// pause/httpsource), written into the Report as they came. A control
+// character in either went into the summary as it was (an escape sequence
+// that clears the operator's terminal, a tab that breaks the columns) and
+// into the SVG, where XML allows none: the browser showed a parse error
+// instead of the whole timeline. Both now show such characters escaped.
+func TestReportEscapesControlCharactersInIDsAndErrors(t *testing.T) {
+	data, err := os.ReadFile("testdata/sandboxd-lost4.json")
+	require.NoError(t, err)
+	var rep drain.Report
+	require.NoError(t, json.Unmarshal(data, &rep))
+	const id, body = "sb-\x1b[2J\tx\x00", "httpsource: pause: 500 Internal Server Error: \x1b]0;title\a\x7f<b>"
+	n := 0
+	for i, e := range rep.Preserve.Entries {
+		if e.Outcome.Lost() && n < 2 {
+			if n == 0 {
+				rep.Preserve.Entries[i].ID = id
+			} else {
+				rep.Preserve.Entries[i].Error = body
+			}
+			n++
+		}
+	}
+	require.Equal(t, 2, n)
+	data, err = json.Marshal(rep)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	path, svgPath := filepath.Join(dir, "last-shutdown.json"), filepath.Join(dir, "t.svg")
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+
+	code, out, errw := drainkit(t, "report", "-svg", svgPath, path)
+	require.Equal(t, exitNoFit, code, errw)
+	for _, c := range out {
+		assert.False(t, c < ' ' && c != '\n' || c == 0x7f, "the summary holds the control character %q", c)
+	}
+	assert.Contains(t, out, `sb-\x1b[2J\tx\x00  `, "the ID, escaped, in its column")
+	assert.Contains(t, out, `500 Internal Server Error: \x1b]0;title\a\x7f<b>`)
+
+	svg, err := os.ReadFile(svgPath)
+	require.NoError(t, err)
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	for {
+		_, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err, "the SVG is not well-formed XML: a browser shows an error instead of the timeline")
+	}
+	assert.Contains(t, string(svg), `<title>sb-\x1b[2J\tx\x00 timed_out`)
+	assert.Contains(t, string(svg), `Error: \x1b]0;title\a\x7f&lt;b&gt;`)
 }
