@@ -26,7 +26,8 @@ its running sandboxes, in virtual time, three ways side by side:
              that waits for zero running sandboxes with no bound, so it holds
              the pod for the whole grace period; the kubelet's 2 s after
              SIGTERM; then one pause at a time until SIGKILL, which also
-             kills the device daemon with live devices.
+             kills the device daemon with live devices (unless every pause
+             and the daemon's stop end before it).
   drainkit   the preStop wait ends at the drain deadline the plan computes,
              SIGTERM preserves the sandboxes at the learned concurrency
              before the preserve deadline, the device teardown runs in its
@@ -53,7 +54,8 @@ pause and ublk code under testing/synctest is what
 examples/drainsim's TestFullScaleInVirtualTime runs, one node at a time.
 
 Sandboxes never finish on their own here (their timeouts outlast the grace
-period, as in the seed report); pause times are uniform in
+period, as in the seed report): a preStop wait ends early only on a node
+with none running, at its first count; pause times are uniform in
 pause x [1-jitter, 1+jitter], drawn per sandbox from -seed.
 
 Examples:
@@ -224,9 +226,7 @@ func (c *simConfig) rollout(mode int) fleetResult {
 		if r.liveDevices {
 			res.liveDevices++
 		}
-		if mode != modeSeed {
-			res.minHeadroom = min(res.minHeadroom, r.headroom)
-		}
+		res.minHeadroom = min(res.minHeadroom, r.headroom)
 		took = append(took, r.took)
 	}
 	res.duration = slices.Max(lanes)
@@ -236,13 +236,18 @@ func (c *simConfig) rollout(mode int) fleetResult {
 }
 
 // seedNode: the preStop loop holds the pod for the whole grace period (the
-// sandboxes never reach zero), SIGTERM then leaves the kubelet's 2 s, and
-// the server pauses one sandbox at a time until SIGKILL.
+// sandboxes never reach zero; with none running, its first count ends
+// it), SIGTERM then leaves the kubelet's 2 s, and the server pauses one
+// sandbox at a time until SIGKILL; if every pause ends before it, the
+// server stops the device daemon and exits (examples/drainsim's seed).
 func (c *simConfig) seedNode(times []time.Duration) nodeResult {
 	b := c.budget()
 	t0 := epoch
 	b.OnPreStop(t0)
 	sigterm := b.Kill() // the hook overran the grace period
+	if len(times) == 0 {
+		sigterm = t0
+	}
 	b.OnSIGTERM(sigterm)
 	kill := b.Kill()
 	now, preserved := sigterm, 0
@@ -253,7 +258,12 @@ func (c *simConfig) seedNode(times []time.Duration) nodeResult {
 		now = now.Add(d)
 		preserved++
 	}
-	return nodeResult{sandboxes: len(times), lost: len(times) - preserved, took: kill.Sub(t0), killed: true, liveDevices: true}
+	r := nodeResult{sandboxes: len(times), lost: len(times) - preserved, took: kill.Sub(t0), killed: true, liveDevices: true}
+	if end := now.Add(c.teardown); preserved == len(times) && !end.After(kill) {
+		r.took, r.killed, r.liveDevices = end.Sub(t0), false, false
+	}
+	r.headroom = kill.Sub(t0) - r.took
+	return r
 }
 
 func (c *simConfig) budget() *deadline.Budget {
@@ -298,9 +308,11 @@ func (c *simConfig) drainkitNode(times []time.Duration, preStop bool) nodeResult
 	sigterm := t0
 	if preStop {
 		b.OnPreStop(t0)
+	}
+	if preStop && running > 0 {
 		// The sandboxes never finish on their own: the wait ends at the
-		// drain deadline, and the kubelet sends SIGTERM when the hook
-		// returns.
+		// drain deadline (with none running, at its first count), and the
+		// kubelet sends SIGTERM when the hook returns.
 		sigterm = deadline.Split(t0, b.Deadline(), phases...)[0].Deadline
 	}
 	b.OnSIGTERM(sigterm)
@@ -397,7 +409,7 @@ func (c *simConfig) print(w io.Writer, res []fleetResult) {
 	row("node termination, median", func(r fleetResult) string { return human(r.tookP50) })
 	row("node termination, longest", func(r fleetResult) string { return human(r.tookMax) })
 	row("least headroom before SIGKILL", func(r fleetResult) string {
-		if r.mode == modeSeed {
+		if r.mode == modeSeed && r.killed > 0 {
 			return "none: SIGKILLed"
 		}
 		return secs(r.minHeadroom)

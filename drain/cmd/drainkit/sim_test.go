@@ -110,3 +110,35 @@ func TestSimMoreSlotsThanWorkIsAllAtOnce(t *testing.T) {
 	table := func(s string) string { _, t, _ := strings.Cut(s, "\n\n"); return t }
 	assert.Equal(t, table(enough), table(out))
 }
+
+// Fault (a fresh-eyes review): a node with no sandboxes running was held
+// as one whose sandboxes never finish: the seed's preStop loop, which
+// returns at its first count of zero, held the pod for the whole grace
+// period and the node was SIGKILLed with live devices; drainkit's wait,
+// which ends as soon as the count is zero (drain's "drained"), ran to the
+// drain deadline. -sandboxes 0 (or a range from 0: idle nodes) printed
+// nodes that had nothing to do taking an hour. And a seed node whose few
+// pauses all ended in the kubelet's 2 s was SIGKILLed all the same, though
+// the seed then stops its device daemon and exits.
+func TestSimNodeWithNothingToDoIsNotHeld(t *testing.T) {
+	c := simConfig{nodes: 1, pause: time.Second, concurrency: 8, grace: time.Hour, maxUnavailable: 1,
+		startup: 30 * time.Second, teardown: time.Second, seed: 1}
+	for _, mode := range []int{modeSeed, modeDrainkit, modeNoWait} {
+		r := c.rollout(mode)
+		assert.Equal(t, time.Second, r.tookMax, "%s: no sandbox to wait for or pause: only the device teardown", modeNames[mode])
+		assert.Zero(t, r.killed, modeNames[mode])
+		assert.Zero(t, r.liveDevices, modeNames[mode])
+	}
+	// One 0.5 s pause in the kubelet's 2 s, then the 1 s teardown.
+	c.minSB, c.maxSB, c.pause, c.jitter = 1, 1, 500*time.Millisecond, 0
+	seed := c.rollout(modeSeed)
+	assert.Equal(t, time.Hour+1500*time.Millisecond, seed.tookMax, "the hook held the pod to the grace period's end")
+	assert.Zero(t, seed.lost)
+	assert.Zero(t, seed.killed, "the seed exits before SIGKILL")
+	assert.Zero(t, seed.liveDevices)
+
+	_, out, _ := drainkit(t, "sim", "-nodes", "3", "-sandboxes", "0")
+	assert.Regexp(t, `nodes SIGKILLed\s+0\s+0\s+0\n`, out)
+	assert.Regexp(t, `node termination, longest\s+1.0s\s+1.0s\s+1.0s\s*\n`, out)
+	assert.Regexp(t, `least headroom before SIGKILL\s+3599.000s\s+3599.000s\s+3599.000s\s*\n`, out)
+}
