@@ -46,7 +46,12 @@ type ExecHook struct {
 	// so that the hook's own start-up does not count as drain time: use
 	// ProcessStart(). Zero means the server's time of the first request.
 	Start time.Time
-	// Client makes the requests; nil means a new http.Client.
+	// Secret, when set, is sent in the X-Drain-Secret header, where a
+	// HookGuard with the same Secret (and the default Header) looks for it.
+	Secret string
+	// Client makes the requests; nil means a new http.Client that never
+	// uses a proxy: the hook speaks to its own pod, as the kubelet's
+	// httpGet hook does, whatever HTTP_PROXY the container has.
 	Client *http.Client
 	// Logger receives one line per failure and one at the end; nil discards.
 	Logger *slog.Logger
@@ -102,6 +107,17 @@ func (h ExecHook) Run(ctx context.Context) (*PreStopSummary, error) {
 	}
 }
 
+// noProxy returns a new http.Transport with the settings of
+// http.DefaultTransport but no proxy: Go's default transport sends every
+// request to an address other than loopback through the container's
+// HTTP_PROXY, which the kubelet's own hooks never use; a proxy's 403 then
+// ended the hook as a refusal, and the secret went to the proxy.
+func noProxy() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	return tr
+}
+
 func (h *ExecHook) defaults() {
 	if h.RequestTimeout <= 0 {
 		h.RequestTimeout = defaultHookRequestTimeout
@@ -113,7 +129,7 @@ func (h *ExecHook) defaults() {
 		h.RetryInterval = defaultHookRetryInterval
 	}
 	if h.Client == nil {
-		h.Client = &http.Client{}
+		h.Client = &http.Client{Transport: noProxy()}
 	}
 	if h.Logger == nil {
 		h.Logger = slog.New(slog.DiscardHandler)
@@ -143,6 +159,9 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+	if h.Secret != "" {
+		req.Header.Set(defaultHookHeader, h.Secret)
 	}
 	resp, err := h.Client.Do(req)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"time"
@@ -39,12 +38,10 @@ func run(args []string, logw io.Writer) int {
 		return 2
 	}
 	h.Logger = slog.New(slog.NewTextHandler(logw, nil))
-	if secret := os.Getenv(drain.EnvHookSecret); secret != "" {
-		// The hook runs in the server's container, with its environment: a
-		// server with a secret refuses every call without it, even from
-		// loopback.
-		h.Client = &http.Client{Transport: withHeader{http.DefaultTransport, "X-Drain-Secret", secret}}
-	}
+	// The hook runs in the server's container, with its environment: a
+	// server with a secret refuses every call without it, even from
+	// loopback.
+	h.Secret = os.Getenv(drain.EnvHookSecret)
 	if _, err := h.Run(context.Background()); err != nil {
 		h.Logger.Warn("drainhook: giving up; the kubelet proceeds to SIGTERM", "err", err)
 	}
@@ -74,16 +71,4 @@ func check(args []string, h drain.ExecHook) error {
 		return fmt.Errorf("-failures must not be negative, got %d", h.MaxFailures)
 	}
 	return nil
-}
-
-// withHeader is a RoundTripper that sets one header on every request.
-type withHeader struct {
-	next        http.RoundTripper
-	name, value string
-}
-
-func (t withHeader) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context()) // a RoundTripper must not modify the request
-	r.Header.Set(t.name, t.value)
-	return t.next.RoundTrip(r)
 }

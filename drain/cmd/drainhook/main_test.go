@@ -6,7 +6,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,4 +123,44 @@ func TestSecretFromTheContainersEnvironmentIsSent(t *testing.T) {
 	assert.Contains(t, log.String(), "drain wait over", log.String())
 	assert.True(t, d.Gate().Closed(), "the call reached the Drainer: the drain started")
 	require.NoError(t, d.Shutdown(context.Background()).Err())
+}
+
+// The hook speaks to its own pod, never through a proxy: the kubelet's own
+// httpGet hook uses none, but a container often has HTTP_PROXY in its
+// environment (a cluster's egress proxy), which Go's default transport
+// honours for any address but loopback. A hook URL on the pod's address
+// then went to the proxy, secret and all, and the proxy's 403 ended the
+// hook at once as a refusal. The URL here is 0.0.0.0, this host, which
+// Go's proxy rule does not exempt as it does loopback; the test runs in a
+// child process, because Go reads the proxy variables once per process.
+func TestHookNeverGoesThroughAProxy(t *testing.T) {
+	if os.Getenv("DRAINHOOK_TEST_PROXY") == "" {
+		var proxied atomic.Int32
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			proxied.Add(1)
+			http.Error(w, "proxy: forbidden", http.StatusForbidden)
+		}))
+		defer proxy.Close()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHookNeverGoesThroughAProxy$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DRAINHOOK_TEST_PROXY=1", "HTTP_PROXY="+proxy.URL, "http_proxy="+proxy.URL, "NO_PROXY=", "no_proxy=")
+		out, err := cmd.CombinedOutput()
+		assert.NoError(t, err, "%s", out)
+		assert.Zero(t, proxied.Load(), "requests that went to the proxy")
+		return
+	}
+	for _, secret := range []string{"", "s3cret"} {
+		t.Run("secret="+secret, func(t *testing.T) {
+			t.Setenv(drain.EnvHookSecret, secret)
+			srv := httptest.NewServer((&drain.HookGuard{Secret: secret}).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_ = json.NewEncoder(w).Encode(drain.PreStopSummary{Done: true, Reason: "drained"})
+			})))
+			defer srv.Close()
+			_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+			require.NoError(t, err)
+			var log strings.Builder
+			assert.Equal(t, 0, run([]string{"-url", "http://0.0.0.0:" + port + "/drain", "-failures", "1"}, &log))
+			assert.Contains(t, log.String(), "drain wait over", log.String())
+			srv.CloseClientConnections()
+		})
+	}
 }
