@@ -48,7 +48,10 @@ The sandboxes come from one of:
   -server URL   the live server's API, read exactly as the supervisor reads it
                 (pause/httpsource; -api agentenv for AgentENV's node API, and
                 the same shape flags as the supervisor). Sandboxes with a size
-                (-size-field) are planned by size with -rate-mib.
+                (-size-field) are planned by size with -rate-mib; without,
+                by rounds, and as the server's drain, which has measured no
+                rate when it starts, never less than the largest at the
+                estimate for the average size.
   -sizes FILE   a JSON list of sandbox sizes in bytes, e.g. [2147483648, 536870912]
                 ("-" reads stdin)
   -count N      N sandboxes of the learned estimate each
@@ -469,6 +472,7 @@ type planResult struct {
 	climbLeft int           // the pauses that climb leaves to rounds at the learned level
 	reserve   time.Duration // the preserve reserve the plan holds: ceil(n/limit) x estimate, or by size
 	byRounds  bool          // by rounds of limit (else by size)
+	largest   bool          // the largest sandbox with a size outlasts the rounds (largestAtPrior)
 	windows   []deadline.Window
 	spare     time.Duration // the drain window: what the work could grow by
 	shortfall time.Duration
@@ -484,16 +488,51 @@ const maxCount = 1000000
 const maxGrace = 24 * time.Hour
 
 // preserveReserve is the preserve phase's reserve: the Drainer's own,
-// ceil(sandboxes / limit) x estimate (deadline.Work), or, for sandboxes
-// with sizes and a -rate-mib, the time the longest-first schedule over
-// limit slots takes to pause them all.
+// ceil(sandboxes / limit) x estimate (deadline.Work) and never less than
+// the largest sandbox with a size at the estimate (largestAtPrior), or,
+// for sandboxes with sizes and a -rate-mib, the time the longest-first
+// schedule over limit slots takes to pause them all.
 func (in *planInput) preserveReserve() (deadline.Reserve, bool) {
 	times := in.pauseTimes()
 	if times == nil {
-		n := len(in.sizes)
-		return deadline.Work(func() int { return n }, deadline.NewEstimator(in.estimate), func() int { return in.reserved }), true
+		return deadline.Fixed(max(in.roundsReserve(), in.largestAtPrior(in.estimate))), true
 	}
 	return deadline.Fixed(makespan(times, in.reserved, in.reserved)), false
+}
+
+// roundsReserve is ceil(sandboxes / the limit reserved with) x estimate.
+func (in *planInput) roundsReserve() time.Duration {
+	n := len(in.sizes)
+	return deadline.Work(func() int { return n }, deadline.NewEstimator(in.estimate), func() int { return in.reserved })()
+}
+
+// largestAtPrior is the time the largest sandbox with a size takes when
+// one of the average size takes est, or 0 when none has a size: what a
+// Preserver that has measured no rate (the server's, at its drain's start:
+// the rates file keeps none) takes a Sized sandbox to take (pause.Sized),
+// and what the Drainer's live reserve counts it at, as the longest it
+// never reserves less than.
+func (in *planInput) largestAtPrior(est time.Duration) time.Duration {
+	if len(in.sizes) == 0 {
+		return 0
+	}
+	return in.atPrior(slices.Max(in.sizes), est)
+}
+
+// atPrior is the time a sandbox of size bytes takes when one of the
+// average size (of those with a size) takes est; 0 for no size.
+func (in *planInput) atPrior(size int64, est time.Duration) time.Duration {
+	var n int
+	var sum float64
+	for _, s := range in.sizes {
+		if s > 0 {
+			n, sum = n+1, sum+float64(s)
+		}
+	}
+	if size <= 0 || n == 0 {
+		return 0
+	}
+	return time.Duration(min(float64(est)*float64(size)*float64(n)/sum, math.MaxInt64/2))
 }
 
 // pauseTimes is the time each sandbox's pause takes by size, or nil when
@@ -625,6 +664,9 @@ func (in *planInput) plan() (*planResult, error) {
 			res.climb, res.climbFrom, res.climbLeft = in.climbTime()
 		}
 	}
+	if byRounds && in.largestAtPrior(in.estimate) > in.roundsReserve() { // the largest sandbox outlasts the rounds
+		res.largest, res.predicted = true, max(res.predicted, in.largestAtPrior(in.mean))
+	}
 	phases := in.phasesFor(reserve)
 	b, err := in.budget(in.grace)
 	if err != nil {
@@ -683,14 +725,18 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 	}
 	fmt.Fprintf(tw, "  concurrency\t%s\t%s\n", concurrency, in.limitSrc)
 	adapts := in.level != in.limit && n > in.limit
+	longer := ""
+	if res.largest {
+		longer = "; the largest sandbox takes longer (below)"
+	}
 	switch {
 	case res.byRounds && adapts:
 		how := ""
 		if in.level < in.limit {
 			how = "; a first round past the knee takes longer than the mean, which is not predicted"
 		}
-		fmt.Fprintf(tw, "  predicted preserve time\t%s\t1 round of %d, then %d round(s) of %d at %s, %s%s\n",
-			secs(res.predicted), in.limit, rounds(n-in.limit, in.level), in.level, secs(in.mean), in.meanSrc, how)
+		fmt.Fprintf(tw, "  predicted preserve time\t%s\t1 round of %d, then %d round(s) of %d at %s, %s%s%s\n",
+			secs(res.predicted), in.limit, rounds(n-in.limit, in.level), in.level, secs(in.mean), in.meanSrc, how, longer)
 		if res.climb > 0 {
 			from := make([]string, len(res.climbFrom))
 			for i, k := range res.climbFrom {
@@ -704,8 +750,8 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 				secs(res.climb), strings.Join(from, ", "), then, secs(in.mean))
 		}
 	case res.byRounds:
-		fmt.Fprintf(tw, "  predicted preserve time\t%s\t%d round(s) of %d at %s, %s\n",
-			secs(res.predicted), rounds(n, in.limit), in.limit, secs(in.mean), in.meanSrc)
+		fmt.Fprintf(tw, "  predicted preserve time\t%s\t%d round(s) of %d at %s, %s%s\n",
+			secs(res.predicted), rounds(n, in.limit), in.limit, secs(in.mean), in.meanSrc, longer)
 	case adapts:
 		fmt.Fprintf(tw, "  predicted preserve time\t%s\tby size at %g MiB/s per pause, longest first over %d slots, %d once %d have ended\n",
 			secs(res.predicted), in.rateMiB, in.limit, in.level, in.limit)
@@ -722,8 +768,16 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 		case in.ceiling > 0:
 			rule = "ceil(sandboxes / the limit at the start) x estimate, as the server's plan at SIGTERM"
 		}
-		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (%s)\n",
-			secs(res.reserve), rounds(n, in.reserved), in.reserved, secs(in.estimate), rule)
+		atLeast := ""
+		if res.largest {
+			atLeast = ", and at least the largest sandbox (below)"
+		}
+		fmt.Fprintf(tw, "  the drain reserves\t%s\t%d round(s) of %d at the estimate %s (%s)%s\n",
+			secs(res.reserve), rounds(n, in.reserved), in.reserved, secs(in.estimate), rule, atLeast)
+		if res.largest {
+			fmt.Fprintf(tw, "  the largest sandbox\t%s\tits size at the estimate for the average size, as the server's Preserver takes it before it has measured a rate: longer than the rounds, and the drain never reserves less (at the mean: %s)\n",
+				secs(in.largestAtPrior(in.estimate)), secs(in.largestAtPrior(in.mean)))
+		}
 	case adapts:
 		fmt.Fprintf(tw, "  the drain reserves\t%s\tby size, longest first over %d slots (what the server's plan counts on at SIGTERM)\n", secs(res.reserve), in.reserved)
 	}
@@ -783,6 +837,15 @@ func (in *planInput) lostEstimate(res *planResult) int {
 			window = w.Deadline.Sub(w.Start)
 		}
 	}
-	kept := int(float64(n) * window.Seconds() / res.reserve.Seconds())
-	return max(n-kept, 0)
+	reserve, over := res.reserve, 0
+	if res.largest { // the rounds fit but for the sandboxes longer than the window
+		reserve = in.roundsReserve()
+		for _, s := range in.sizes {
+			if in.atPrior(s, in.estimate) > window {
+				over++
+			}
+		}
+	}
+	kept := int(float64(n) * window.Seconds() / reserve.Seconds())
+	return max(n-kept, over, 0)
 }

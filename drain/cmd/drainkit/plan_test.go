@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,12 +12,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/draintest"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -290,4 +294,69 @@ func TestPlanOfAnAdaptiveServerUsesTheEstimateTheLevelWasLearnedWith(t *testing.
 	require.Equal(t, exitOK, code, errw)
 	assert.Regexp(t, `the drain reserves\s+`+regexp.QuoteMeta(secs(8*est))+`\s`, out, "8 rounds of 8 at the level's estimate")
 	assert.Contains(t, out, "the estimate the level 32 was learned with")
+}
+
+// Fault (a fresh-eyes review): sandboxes with sizes planned without
+// -rate-mib (AgentENV's API lists memoryMB) were reserved rounds of the
+// estimate only, where the server's Drainer, whose Preserver has measured
+// no rate at the start of its drain, counts the largest at the estimate
+// for the average size, as its Run orders it, and reserves at least that.
+// 1, 1, 1 and 29 GiB at an 8 s estimate (1 s a GiB), SIGTERM at T0: the
+// plan reserved one round of 8 s and said FITS (exit 0) in a 20 s grace,
+// smallest grace 10 s; the same drain under testing/synctest reserves
+// 29 s, is 11 s short and loses the 29 GiB sandbox, and needs 33 s (32 s
+// leaves 28.8 s after the margin).
+func TestPlanOfSizedSandboxesReservesTheLargestAsTheDrainDoes(t *testing.T) {
+	const gib = 1 << 30
+	sizes := []int64{1, 1, 1, 29}
+	drainIn := func(grace time.Duration) (rep *drain.Report) {
+		synctest.Test(t, func(t *testing.T) {
+			b, err := deadline.New(grace, deadline.Config{})
+			require.NoError(t, err)
+			node := draintest.NewNode()
+			for i, s := range sizes {
+				node.Add(&draintest.Sandbox{Name: fmt.Sprintf("vm-%d", i), Latency: time.Duration(s) * time.Second, Bytes: s * gib})
+			}
+			d, err := drain.New(drain.Config{Budget: b, Sandboxes: node,
+				Pause: pause.Config{Limit: 8, Estimator: deadline.NewEstimator(8 * time.Second)}})
+			require.NoError(t, err)
+			rep = d.Shutdown(context.Background())
+		})
+		return rep
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var list []map[string]any
+		for i, s := range sizes {
+			list = append(list, map[string]any{"sandboxID": fmt.Sprintf("vm-%d", i), "state": "running", "memoryMB": s << 10})
+		}
+		_ = json.NewEncoder(w).Encode(list)
+	}))
+	defer srv.Close()
+	plan := func(grace string) (int, string) {
+		code, out, errw := drainkit(t, "plan", "-api", "agentenv", "-server", srv.URL, "-estimate", "8s", "-concurrency", "8", "-grace", grace)
+		require.Contains(t, []int{exitOK, exitNoFit}, code, errw)
+		return code, out
+	}
+
+	rep := drainIn(20 * time.Second)
+	require.Equal(t, 29*time.Second, rep.Phase(drain.PhasePreserve).Reserve, "the drain reserves the largest at the prior")
+	assert.Equal(t, 11*time.Second, rep.Shortfall)
+	assert.Equal(t, 1, rep.Lost(), "the 29 GiB sandbox")
+	code, out := plan("20")
+	assert.Equal(t, exitNoFit, code, out)
+	assert.Regexp(t, `the drain reserves\s+29.000s\s+`, out)
+	assert.Regexp(t, `shortfall\s+11.000s`, out)
+	assert.Contains(t, out, "about 1 of 4 sandboxes would not be preserved")
+	assert.Contains(t, out, "terminationGracePeriodSeconds: 33")
+
+	rep = drainIn(33 * time.Second)
+	assert.Zero(t, rep.Shortfall)
+	assert.NoError(t, rep.Err())
+	code, out = plan("33")
+	assert.Equal(t, exitOK, code, out)
+	rep = drainIn(32 * time.Second)
+	assert.Positive(t, rep.Shortfall)
+	assert.Equal(t, 1, rep.Lost())
+	code, out = plan("32")
+	assert.Equal(t, exitNoFit, code, out)
 }
