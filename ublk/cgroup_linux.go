@@ -14,12 +14,10 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
-	"github.com/drainkit/drainkit/internal/bounded"
 	"github.com/drainkit/drainkit/internal/proc"
 )
 
@@ -52,27 +50,6 @@ func readCgroups(ctx context.Context, procRoot, pid string) (cgroups, error) {
 	}
 	return cg, nil
 }
-
-// readWithin reads the file at path, giving up readSlack after ctx's end
-// (bounded.Call) with an error wrapping ctx's. The kernel serves
-// /proc/PID/cgroup behind its cgroup locks, which a node busy creating and
-// deleting cgroups can keep taken: a read with no bound held the last
-// resort, the daemon's stop and every other holder's fate behind it. The
-// slack lets a prompt read through when the window is already over: a
-// doomed holder still gets its SIGKILL then, as it did when the reads had
-// no bound. A read given up goes on in the background to its end, its
-// result dropped: it changes nothing.
-func readWithin(ctx context.Context, path string) ([]byte, error) {
-	b, err := bounded.Call(ctx, readSlack, func(context.Context) ([]byte, error) { return os.ReadFile(path) })
-	if errors.Is(err, bounded.ErrAbandoned) {
-		return nil, fmt.Errorf("read %s: %w (%w)", path, err, context.Cause(ctx))
-	}
-	return b, err
-}
-
-// readSlack is how long past its context readWithin waits for a read: a
-// procfs read takes microseconds when no lock holds it.
-const readSlack = 20 * time.Millisecond
 
 // String lists the memberships in a stable order, "hierarchy:path" joined
 // with ";".

@@ -500,3 +500,58 @@ func TestStepNamesAFileSystemNoMountinfoShows(t *testing.T) {
 		})
 	}
 }
+
+// Two ublk servers on one node (a DaemonSet update that starts the new pod
+// before the old one has ended, another product's ublk volumes): the step
+// acts on its own daemon's devices alone. The other server's device, its
+// char device held by a daemon outside this server's cgroup, is held by a
+// VMM of that server to the end. Before, the step took it for its
+// daemon's: it returned a HeldError and never asked its own daemon to
+// stop, which the pod's SIGKILL would then kill with its devices live (the
+// host-crash path); with the VMM gone, the control fallback would have
+// stopped and deleted the other server's live device. Now it leaves that
+// device alone and says why, and stops its own daemon; the other daemon is
+// never asked, and its device stays live.
+func TestStepLeavesAnotherServersDevicesAlone(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	sys, dir := t.TempDir(), t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	charMinor := uint32(os.Getpid()*2) % (1 << 20) // numbers no other test's daemon holds
+	start := func(name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
+		d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Devices: []fakeublk.DeviceSpec{spec}, EventLog: filepath.Join(dir, name)})
+		if err != nil && os.Geteuid() != 0 {
+			realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
+		}
+		require.NoError(t, err)
+		t.Cleanup(d.Close)
+		return d
+	}
+	mine := start("mine", fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4094, CharMinor: charMinor})
+	other := start("other", fakeublk.DeviceSpec{ID: 1, Major: dev.Major, Minor: dev.Minor, CharMajor: 4094, CharMinor: charMinor + 1})
+	outsiderCgroup(t, other.Pid())
+	vmm, stdin := loopdev.Hold(t, node)
+	outsiderCgroup(t, vmm.Process.Pid)
+
+	td, err := ublk.New(findProcess(t, mine.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, mine.Pid(), other.Pid(), vmm.Process.Pid), KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 20*time.Second)
+	t.Log(rep.String())
+	require.NoError(t, err)
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	require.Len(t, rep.Devices, 1, "the daemon's device alone")
+	assert.Equal(t, 0, rep.Devices[0].ID)
+	assert.Contains(t, rep.Note, fmt.Sprintf("ublkb1: its /dev/ublkc1 is open in pid %d (", other.Pid()))
+	assert.Contains(t, rep.Note, "another server's device, left alone")
+	<-mine.Done()
+	assert.Equal(t, 0, mine.ExitCode())
+	assert.Contains(t, events(t, filepath.Join(dir, "mine")), "stop 0")
+	assert.Equal(t, "start\n", events(t, filepath.Join(dir, "other")), "the other daemon was never asked")
+	assert.True(t, (&fakeublk.Tree{Root: sys}).HasDisk(1), "its device stays live")
+
+	stdin.Close() // the processes leave their cgroups before those are removed
+	_ = vmm.Wait()
+	other.Close()
+	<-other.Done()
+}

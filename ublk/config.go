@@ -22,13 +22,17 @@ const defaultReserve = 10 * time.Second
 
 // Config configures a Teardown; New checks it and names the offending
 // field. The zero value is the safe default: every ublk device sysfs
-// shows, the running kernel classified by the built-in table, a reserve of
+// shows but another server's, the running kernel classified by the built-in table, a reserve of
 // 10 s, the last resort and the /dev/ublk-control fallback on,
 // telemetry to the global OpenTelemetry providers and logs discarded.
 type Config struct {
 	// Devices limits the step to these device IDs, as the server knows
-	// them; empty means every ublk device sysfs shows. IDs must be >= 0,
-	// each listed once.
+	// them; empty means every ublk device sysfs shows but another
+	// server's: a device whose char device /dev/ublkcN (which the driver
+	// lets one process open, its server) is open in a process that is
+	// neither the daemon nor inside this server's cgroup (another pod's
+	// ublk server, the host's) is left alone, and Report.Note says so.
+	// IDs must be >= 0, each listed once.
 	Devices []int
 
 	// Kernels are the operator's declarations of which kernels are fixed,

@@ -20,7 +20,9 @@
 //	var unsafe *ublk.UnsafeError
 //	if errors.As(err, &unsafe) { ... } // devices live, daemon left running: tell a human
 //
-// The order (see Teardown.Stop): find the devices in sysfs; wait until
+// The order (see Teardown.Stop): find the devices in sysfs, leaving
+// another server's alone (its /dev/ublkcN open in a process that is not
+// the daemon, outside this server's cgroup: Config.Devices); wait until
 // nothing holds a disk (a process's fd or memory mapping of the node, a
 // process's io_uring with the node among its registered files, a mount,
 // swap, a stacked device, a loop device backed by the disk) or may (a

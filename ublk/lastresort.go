@@ -2,6 +2,7 @@ package ublk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
+	"github.com/drainkit/drainkit/internal/bounded"
 	"github.com/drainkit/drainkit/internal/procstat"
 )
 
@@ -294,3 +296,24 @@ func daemonPID(d Daemon) int {
 	}
 	return 0
 }
+
+// readWithin reads the file at path, giving up readSlack after ctx's end
+// (bounded.Call) with an error wrapping ctx's. The kernel serves
+// /proc/PID/cgroup behind its cgroup locks, which a node busy creating and
+// deleting cgroups can keep taken: a read with no bound held the last
+// resort, the daemon's stop and every other holder's fate behind it. The
+// slack lets a prompt read through when the window is already over: a
+// doomed holder still gets its SIGKILL then, as it did when the reads had
+// no bound. A read given up goes on in the background to its end, its
+// result dropped: it changes nothing.
+func readWithin(ctx context.Context, path string) ([]byte, error) {
+	b, err := bounded.Call(ctx, readSlack, func(context.Context) ([]byte, error) { return os.ReadFile(path) })
+	if errors.Is(err, bounded.ErrAbandoned) {
+		return nil, fmt.Errorf("read %s: %w (%w)", path, err, context.Cause(ctx))
+	}
+	return b, err
+}
+
+// readSlack is how long past its context readWithin waits for a read: a
+// procfs read takes microseconds when no lock holds it.
+const readSlack = 20 * time.Millisecond

@@ -173,6 +173,7 @@ func (r *run) discover() error {
 		if devs, err = scanDevices(r.cfg.sysRoot); err != nil {
 			return r.stepEnd(s, "", err)
 		}
+		devs = r.leaveOthers(devs)
 	}
 	r.rep.Devices = make([]DeviceReport, len(devs))
 	for i, d := range devs {
@@ -181,6 +182,31 @@ func (r *run) discover() error {
 	}
 	_ = r.stepEnd(s, fmt.Sprintf("%d device(s)", len(devs)), nil)
 	return nil
+}
+
+// ownersWait bounds the procfs pass that tells another server's devices
+// from the daemon's (othersDevices): tens of milliseconds on a loaded node.
+const ownersWait = time.Second
+
+// leaveOthers takes out of devs, every ublk device sysfs shows, those
+// another server serves (othersDevices), and notes each in the Report and
+// the log: the step neither waits for them nor stops them.
+func (r *run) leaveOthers(devs []Device) []Device {
+	end := time.Now().Add(ownersWait)
+	if f := r.killFloor(); !f.IsZero() && f.Before(end) {
+		end = f
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.ctx), end)
+	defer cancel()
+	others := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon))
+	return slices.DeleteFunc(devs, func(d Device) bool {
+		why, ok := others[d.ID]
+		if ok {
+			r.rep.Note = joinNote(r.rep.Note, d.DiskName()+": "+why)
+			r.cfg.logger.InfoContext(r.ctx, "ublk: another server's device left alone", "device", d.DiskName(), "why", why)
+		}
+		return ok
+	})
 }
 
 // refresh re-reads every device and records disappearances.

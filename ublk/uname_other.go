@@ -25,3 +25,6 @@ func killDoomed(_ context.Context, _ string, held map[int][]Holder, _ map[blockd
 	}
 	return "", fates
 }
+
+// othersDevices tells no device apart where there is no procfs to read.
+func othersDevices(context.Context, string, string, []Device, int) map[int]string { return nil }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/loopdev"
 	"github.com/drainkit/drainkit/internal/procstat"
+	"github.com/drainkit/drainkit/internal/realpart"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -818,4 +819,34 @@ func TestLazilyUnmountedFileSystemIsAHolderUntilItsLastFileCloses(t *testing.T) 
 
 	require.NoError(t, unix.Close(fd)) // the last reference: the kernel frees the file system on its way out
 	assert.Empty(t, blockdev.FileSystemHolders("/sys", devs), "freed")
+}
+
+// A ublk server has its devices' char devices (/dev/ublkcN) open while it
+// serves them: CharHolders names the process, once however many fds it
+// has on the device, until it closes them. The node here is made with
+// mknod and opened O_PATH, which needs no driver behind its numbers.
+func TestCharHoldersNamesTheProcessWithTheCharDeviceOpen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make a device node")
+	}
+	dev := blockdev.DevNum{Major: 4095, Minor: 7}
+	node := filepath.Join(t.TempDir(), "ublkc7")
+	require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(dev.Major, dev.Minor))))
+	var fds []int
+	for range 2 {
+		fd, err := unix.Open(node, unix.O_PATH|unix.O_CLOEXEC, 0)
+		require.NoError(t, err)
+		fds = append(fds, fd)
+	}
+	other := blockdev.DevNum{Major: 4095, Minor: 8}
+	got, err := blockdev.CharHolders(context.Background(), "/proc", []blockdev.DevNum{dev, other})
+	require.NoError(t, err)
+	assert.Equal(t, map[blockdev.DevNum][]int{dev: {os.Getpid()}}, got)
+
+	for _, fd := range fds {
+		require.NoError(t, unix.Close(fd))
+	}
+	got, err = blockdev.CharHolders(context.Background(), "/proc", []blockdev.DevNum{dev})
+	require.NoError(t, err)
+	assert.Empty(t, got, "closed")
 }

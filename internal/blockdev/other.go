@@ -43,3 +43,8 @@ func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder { return nil
 
 // FileSystemHolders finds nothing on this system.
 func FileSystemHolders(sysRoot string, devs map[string]DevNum) map[DevNum][]Holder { return nil }
+
+// CharHolders finds nothing on this system.
+func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]int, error) {
+	return nil, nil
+}

@@ -135,12 +135,13 @@ func RunDaemon(cfg DaemonConfig, ready io.Writer) int {
 }
 
 type daemon struct {
-	cfg  DaemonConfig
-	tree *Tree
-	ln   net.Listener
-	stop chan string
-	once sync.Once
-	log  sync.Mutex
+	cfg   DaemonConfig
+	tree  *Tree
+	chars map[int]*os.File // by device ID: the char device nodes it holds, as a server holds /dev/ublkcN
+	ln    net.Listener
+	stop  chan string
+	once  sync.Once
+	log   sync.Mutex
 }
 
 func newDaemon(cfg DaemonConfig) (*daemon, error) {
@@ -152,12 +153,20 @@ func newDaemon(cfg DaemonConfig) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	chars := map[int]*os.File{}
 	for _, spec := range cfg.Devices {
 		if err := tree.AddDevice(spec); err != nil {
 			return nil, err
 		}
+		if spec.CharMajor != 0 {
+			f, err := tree.openChar(spec)
+			if err != nil {
+				return nil, err
+			}
+			chars[spec.ID] = f
+		}
 	}
-	d := &daemon{cfg: cfg, tree: tree, stop: make(chan string, 1)}
+	d := &daemon{cfg: cfg, tree: tree, chars: chars, stop: make(chan string, 1)}
 	if cfg.Socket != "" {
 		_ = os.Remove(cfg.Socket)
 		if d.ln, err = net.Listen("unix", cfg.Socket); err != nil {
@@ -239,6 +248,9 @@ func (d *daemon) teardown() int {
 		_ = d.tree.StopDevice(spec.ID)
 		d.event("stop %d", spec.ID)
 		time.Sleep(d.cfg.Step)
+		if f := d.chars[spec.ID]; f != nil {
+			f.Close() // a server closes /dev/ublkcN before DEL_DEV
+		}
 		_ = d.tree.DeleteDevice(spec.ID)
 		d.event("delete %d", spec.ID)
 	}

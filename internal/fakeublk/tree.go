@@ -23,6 +23,13 @@ type DeviceSpec struct {
 	// Reads and Writes are the initial /sys/block/ublkbN/inflight.
 	Reads  uint64 `json:"reads"`
 	Writes uint64 `json:"writes"`
+	// CharMajor and CharMinor, when CharMajor is not zero, go to
+	// /sys/class/ublk-char/ublkcN/dev, and a daemon serving the device
+	// holds a char device node with that number open, as a real server
+	// holds /dev/ublkcN (root only: the node is made with mknod). Zero:
+	// sysfs shows no number, and no process holds the char device.
+	CharMajor uint32 `json:"char_major,omitempty"`
+	CharMinor uint32 `json:"char_minor,omitempty"`
 }
 
 // Tree is a fake sysfs root laid out as the kernel lays out ublk devices:
@@ -71,6 +78,12 @@ func (t *Tree) AddDevice(d DeviceSpec) error {
 	}
 	if err := os.MkdirAll(t.blockDir(d.ID), 0o755); err != nil {
 		return fmt.Errorf("fakeublk: %w", err)
+	}
+	if d.CharMajor != 0 {
+		dev := fmt.Sprintf("%d:%d\n", d.CharMajor, d.CharMinor)
+		if err := os.WriteFile(filepath.Join(t.charDir(d.ID), "dev"), []byte(dev), 0o644); err != nil {
+			return fmt.Errorf("fakeublk: %w", err)
+		}
 	}
 	files := map[string]string{
 		"dev":      fmt.Sprintf("%d:%d\n", d.Major, d.Minor),

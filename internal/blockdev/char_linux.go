@@ -1,0 +1,63 @@
+//go:build linux
+
+package blockdev
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// CharHolders returns, for each of devs (character device numbers), the
+// processes under procRoot that have the device open, each once: a ublk
+// server has its devices' /dev/ublkcN open while it serves them, and the
+// driver lets only one process open each. Only fds are read (a character
+// device cannot be mounted, and a ublk server's mapping of its char device
+// comes with its fd), each typed from the attributes the kernel has, as
+// Holders does. A process whose fds cannot be read (EACCES) is left out:
+// the caller takes a device with no holder for one whose server is not
+// known. When ctx ends before every process was read it returns what it
+// found and a *CutError.
+func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]int, error) {
+	ents, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("ublk: char device holders: %w", err)
+	}
+	want := wantSet(devs)
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	out := map[DevNum][]int{}
+	for i, pid := range pids {
+		if err := ctx.Err(); err != nil {
+			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
+		}
+		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
+		fds, _ := os.ReadDir(fdDir)
+		seen := map[DevNum]bool{}
+		for _, fd := range fds {
+			link := filepath.Join(fdDir, fd.Name())
+			if target, err := os.Readlink(link); err != nil || isAnon(target) {
+				continue
+			}
+			var st unix.Statx_t
+			if unix.Statx(unix.AT_FDCWD, link, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st) != nil ||
+				st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFCHR {
+				continue
+			}
+			dev := DevNum{st.Rdev_major, st.Rdev_minor}
+			if want[dev] && !seen[dev] {
+				seen[dev] = true
+				out[dev] = append(out[dev], pid)
+			}
+		}
+	}
+	return out, nil
+}
