@@ -5,6 +5,7 @@ package ublkguest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -185,5 +186,33 @@ func TestGuestStepLastResortSparesHolderInAnotherCgroup(t *testing.T) {
 	assert.True(t, r.alive())
 	assert.Equal(t, ublk.VerdictHeld, rep.Device(id).Verdict)
 	assert.Equal(t, ublkserver.StateLive, r.state(id))
+	noKernelProblemsSince(t, r.logFrom)
+}
+
+// TestGuestStepLeavesAnotherServersDeviceAlone: two ublk servers on one
+// node, the other one in another cgroup (another pod). The step, with its
+// defaults, finds both servers' devices in sysfs and tells them apart by
+// who has each /dev/ublkcN open: it stops its own daemon's devices and its
+// daemon, never touches the other server's device (live, its daemon
+// serving it), and names it in the Report's note.
+func TestGuestStepLeavesAnotherServersDeviceAlone(t *testing.T) {
+	vmtest.GuestOnly(t)
+	toOther := guestCgroups(t)
+	other := newRig(t, ublkserver.DaemonConfig{})
+	toOther(other.daemon.Pid())
+	r := newRig(t, ublkserver.DaemonConfig{})
+	theirs := other.daemon.Devices[0]
+
+	rep, err := r.step(ublk.Config{}).Stop(r.ctx(30 * time.Second))
+	t.Log(rep.String())
+	require.NoError(t, err)
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	require.Len(t, rep.Devices, len(r.daemon.Devices), "the daemon's devices alone")
+	assert.Nil(t, rep.Device(theirs))
+	assert.Contains(t, rep.Note, fmt.Sprintf("ublkb%d: its /dev/ublkc%d is open in pid %d", theirs, theirs, other.daemon.Pid()))
+	assert.NoError(t, r.daemon.Wait(r.ctx(10*time.Second)), "the daemon exited with status 0")
+	r.devicesGone()
+	assert.True(t, other.alive(), "the other server's daemon was not touched")
+	assert.Equal(t, ublkserver.StateLive, other.state(theirs))
 	noKernelProblemsSince(t, r.logFrom)
 }
