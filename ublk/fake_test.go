@@ -34,9 +34,13 @@ type memDaemon struct {
 	// before deleting them: sysfs shows no disk, the driver says DEAD.
 	hangAfterStop bool
 	kstate        *kernelState
-	crashAfter    int
-	failRequest   bool
-	cannotKill    bool
+	// retaken are the devices another server adds again the moment this
+	// daemon deletes them, with the same ID (the kernel gives a freed ID
+	// to the next ADD_DEV): the step never sees the ID free.
+	retaken     map[int]bool
+	crashAfter  int
+	failRequest bool
+	cannotKill  bool
 
 	mu     sync.Mutex
 	events []string
@@ -123,7 +127,11 @@ func (d *memDaemon) RequestStop(ctx context.Context) error {
 			if !d.sleep(d.step) {
 				return
 			}
-			_ = d.tree.DeleteDevice(id)
+			if d.retaken[id] {
+				retake(d.tree, id)
+			} else {
+				_ = d.tree.DeleteDevice(id)
+			}
 			d.event("delete %d", id)
 		}
 		if !d.hangAfterStop {
@@ -165,6 +173,21 @@ func (d *memDaemon) Kill(ctx context.Context) error {
 func (d *memDaemon) close() {
 	d.exit("test end")
 	d.wg.Wait()
+}
+
+// retake deletes device id from tree and adds another device with its ID
+// at once, with new sysfs entries, as the kernel's ADD_DEV of another
+// server does (its sysfs entries are new, whatever the file system of a
+// fake tree does with freed inode numbers: the old ones are moved aside
+// until the new ones exist).
+func retake(tree *fakeublk.Tree, id int) {
+	name := fmt.Sprintf("ublkc%d", id)
+	char := filepath.Join(tree.Root, "devices/virtual/ublk-char", name)
+	aside := filepath.Join(tree.Root, "aside-"+name)
+	_ = os.Rename(char, aside)
+	_ = tree.DeleteDevice(id)
+	_ = tree.AddDevice(fakeublk.DeviceSpec{ID: id, Major: 4000, Minor: uint32(id)})
+	_ = os.RemoveAll(aside)
 }
 
 // memControl is a Controller over a fakeublk.Tree. STOP_DEV removes the

@@ -48,6 +48,8 @@ type devState struct {
 	rep      *DeviceReport
 	cur      Device
 	inflight Inflight // last read while the disk existed
+	gone     bool     // seen gone from sysfs: for good, its ID's next device is another's
+	entry    uint64   // its char device's sysfs entry (charEntry), 0 when not read
 	stopped  bool     // STOP_DEV completed through the control device
 	dead     bool     // GET_DEV_INFO said DEAD: stopped, nothing in flight
 	deleted  bool     // DEL_DEV completed through the control device
@@ -178,7 +180,7 @@ func (r *run) discover() error {
 	r.rep.Devices = make([]DeviceReport, len(devs))
 	for i, d := range devs {
 		r.rep.Devices[i] = DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight}
-		r.dev = append(r.dev, &devState{rep: &r.rep.Devices[i], cur: d, inflight: d.Inflight})
+		r.dev = append(r.dev, &devState{rep: &r.rep.Devices[i], cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID)})
 	}
 	_ = r.stepEnd(s, fmt.Sprintf("%d device(s)", len(devs)), nil)
 	return nil
@@ -217,9 +219,19 @@ func (r *run) refresh() {
 		since = r.start
 	}
 	for _, d := range r.dev {
+		if d.gone {
+			continue
+		}
 		next, err := readDevice(r.cfg.sysRoot, d.cur.ID)
 		if err != nil {
 			continue // keep the last state; a transient read error is not a change
+		}
+		if e := charEntry(r.cfg.sysRoot, d.cur.ID); next.Char && d.entry != 0 && e != 0 && e != d.entry {
+			// Another device has its ID: this one was deleted and the
+			// kernel gave the ID to the next ADD_DEV (another server's,
+			// a new pod's). Taken for this one, it was waited for, and
+			// the control fallback stopped and deleted it.
+			next = Device{ID: d.cur.ID}
 		}
 		by := "by the daemon"
 		switch {
@@ -238,6 +250,7 @@ func (r *run) refresh() {
 			d.inflight = next.Inflight
 		}
 		d.cur = next
+		d.gone = !next.Present()
 	}
 }
 

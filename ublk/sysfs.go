@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
@@ -145,6 +146,21 @@ func parseInflight(s string) Inflight {
 		in.Writes, _ = strconv.ParseUint(f[1], 10, 64)
 	}
 	return in
+}
+
+// charEntry is the inode number of device id's char device entry in
+// sysfs (0 when it cannot be read): sysfs gives each device it adds a new
+// one, so a device that got the ID of one deleted (the kernel gives a
+// freed ID to the next ADD_DEV) is told from it.
+func charEntry(sysRoot string, id int) uint64 {
+	fi, err := os.Stat(filepath.Join(sysRoot, charClassDir, "ublkc"+strconv.Itoa(id)))
+	if err != nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Ino)
+	}
+	return 0
 }
 
 func exists(p string) (bool, error) {

@@ -3,6 +3,7 @@ package ublk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/ublkctl"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 )
@@ -693,4 +695,43 @@ func TestErrorMessagesAreOneLine(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	inc := &IncompleteError{Devices: []int{1}, Verdict: VerdictKilled}
 	assert.Equal(t, "ublk: 1 device(s) left (ublkb1): "+string(VerdictKilled), inc.Error())
+}
+
+// A deleted device's ID goes to the next ADD_DEV, another server's (a new
+// pod's, started before this one ended): the device that then has it is
+// not this daemon's, whether the step saw the ID free between the two or
+// not. Here the daemon deletes devices 0 and 1 and crashes, leaving device
+// 2 to the control fallback; another server takes ID 0 at once (retaken)
+// or half a second later. Before, the step took the new device 0 for the
+// one it had seen go, and the fallback sent it STOP_DEV and DEL_DEV with
+// device 2: another server's live disk, stopped and deleted under it.
+func TestADeviceThatGotADeletedOnesIDIsAnothers(t *testing.T) {
+	for _, atOnce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("at once %v", atOnce), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, 0, 1, 2)
+				d := newMemDaemon(f.tree, 0, 1, 2)
+				d.crashAfter = 2
+				if atOnce {
+					d.retaken = map[int]bool{0: true}
+				} else {
+					go func() { // the daemon deletes device 0 at 2 s
+						time.Sleep(2500 * time.Millisecond)
+						_ = f.tree.AddDevice(fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0})
+					}()
+				}
+				defer d.close()
+				ctl := &memControl{tree: f.tree, d: d}
+				td, err := New(d, f.config(vulnerable, ctl, Config{}))
+				require.NoError(t, err)
+				rep, _, err := runFor(t, td, 60*time.Second)
+				require.NoError(t, err)
+				assert.Equal(t, []string{"request", "stop 0", "delete 0", "stop 1", "delete 1", "exit crash", "STOP_DEV 2", "DEL_DEV 2"}, d.Events())
+				assert.Equal(t, "gone", rep.Device(0).Final.State())
+				assert.Equal(t, VerdictStopped, rep.Device(0).Verdict)
+				assert.Equal(t, VerdictStoppedByControl, rep.Device(2).Verdict)
+				assert.True(t, f.tree.HasDisk(0), "the other server's device 0 stays live")
+			})
+		})
+	}
 }
