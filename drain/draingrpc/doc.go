@@ -42,10 +42,17 @@
 // ends its Watch when the server's GOAWAY arrives; a plain Watch stream,
 // or another client's, may not.)
 //
+// Server reflection (google.golang.org/grpc/reflection) needs no wiring
+// either: like health it is never gated nor counted, whatever the
+// Classifier says, so that grpcurl resolves an exempt method during the
+// drain and the stream a tool keeps open between its requests (grpcurl's
+// and grpcui's client does) holds neither the drain's waits nor
+// GracefulStop; it ends as a health Watch does, as GracefulStop begins.
+//
 // Guarantees: a gated RPC arriving after the gate closed never reaches its
 // handler; a health RPC always does, and never reports SERVING after the
-// gate closed; no health Watch admitted through the interceptors holds
-// Stop; Stop returns by its context's deadline plus the time Stop takes to
+// gate closed; no health Watch or reflection stream admitted through the
+// interceptors holds Stop; Stop returns by its context's deadline plus the time Stop takes to
 // close the connections, even while a handler ignores its cancelled
 // context (unless the server was made with grpc.WaitForHandlers(true),
 // whose Stop waits for the handlers).

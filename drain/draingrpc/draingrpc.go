@@ -84,6 +84,12 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 // once. The health service's Watch handler must return when its stream's
 // context ends, as google.golang.org/grpc/health's does.
 //
+// The server reflection service (grpc.reflection.v1 and v1alpha) is never
+// gated nor counted either, whatever classify says: it is no work, and a
+// tool keeps its stream open between requests. Its streams end as health
+// Watches do, with codes.Unavailable once a Stop with g begins, although
+// its handler waits in RecvMsg.
+//
 // A stream of class drain.Stream (a log follow, an attach, a watch of
 // your own) is never waited for by the drain, and never by Stop either.
 // It ends when the gate's streams end (g.StreamsEnded: the drain's
@@ -99,6 +105,9 @@ func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServ
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		if isHealth(info.FullMethod) {
 			return watchHealth(g, srv, ss, h)
+		}
+		if isReflection(info.FullMethod) {
+			return serveReflection(g, srv, ss, h)
 		}
 		c := classify(info.FullMethod)
 		leave, err := enter(g, c, info.FullMethod)
@@ -185,8 +194,8 @@ type Server interface {
 // deadline: one stuck RPC would hold the process until SIGKILL.)
 //
 // g is the gate s's interceptors admit through. As GracefulStop begins,
-// Stop ends the health Watch streams those interceptors admitted, and
-// their streams of class drain.Stream still open (see
+// Stop ends the health Watch and reflection streams those interceptors
+// admitted, and their streams of class drain.Stream still open (see
 // StreamServerInterceptor: in a drain they ended with its preserve phase,
 // before any step): each
 // lasts as long as its client keeps it, and a load balancer or a client that watches without grpc-go's

@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/reflection"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -75,12 +77,14 @@ func (worker) FullDuplexCall(s testgrpc.TestService_FullDuplexCallServer) error 
 }
 
 // server is a real gRPC server with drainkit's interceptors, the worker
-// service and the standard health server, and clients of both.
+// service, the standard health server and server reflection, and clients
+// of the three.
 type server struct {
 	srv    *grpc.Server
 	health *health.Server
 	worker testgrpc.TestServiceClient
 	hc     healthpb.HealthClient
+	refl   reflectionpb.ServerReflectionClient
 }
 
 // serve starts a server on network ("tcp" on loopback, or "unix") with
@@ -101,6 +105,7 @@ func serve(t *testing.T, g *drain.Gate, network string) *server {
 	)
 	testgrpc.RegisterTestServiceServer(s.srv, worker{})
 	healthpb.RegisterHealthServer(s.srv, s.health)
+	reflection.Register(s.srv)
 	addr := "127.0.0.1:0"
 	if network == "unix" {
 		addr = filepath.Join(t.TempDir(), "grpc.sock")
@@ -116,6 +121,7 @@ func serve(t *testing.T, g *drain.Gate, network string) *server {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(); s.srv.Stop() })
 	s.worker, s.hc = testgrpc.NewTestServiceClient(conn), healthpb.NewHealthClient(conn)
+	s.refl = reflectionpb.NewServerReflectionClient(conn)
 	return s
 }
 
