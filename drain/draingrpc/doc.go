@@ -55,5 +55,7 @@
 // interceptors holds Stop; Stop returns by its context's deadline plus the time Stop takes to
 // close the connections, even while a handler ignores its cancelled
 // context (unless the server was made with grpc.WaitForHandlers(true),
-// whose Stop waits for the handlers).
+// whose Stop waits for the handlers); and with both interceptors, first in
+// their chains, Stop (and Step) fail only when they may have cut an RPC,
+// not for a connection with none whose client never answered the GOAWAY.
 package draingrpc

@@ -46,7 +46,9 @@ func Methods(table map[string]drain.Class, def drain.Class) Classifier {
 // does (see StreamServerInterceptor): its handler's context is cancelled
 // and it answers codes.Unavailable, "server stopping: ...".
 func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServerInterceptor {
+	st := intercepting(g, false)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		defer st.rpc()()
 		if isHealth(info.FullMethod) {
 			resp, err := h(ctx, req)
 			if err == nil && g.Closed() {
@@ -102,7 +104,9 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 // Its handler must return when its stream's context ends: one blocked in
 // RecvMsg is not woken by it.
 func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServerInterceptor {
+	st := intercepting(g, true)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		defer st.rpc()()
 		if isHealth(info.FullMethod) {
 			return watchHealth(g, srv, ss, h)
 		}
@@ -190,8 +194,16 @@ type Server interface {
 // connections and waits for every RPC to finish, and when ctx ends first it
 // calls Stop, which closes every connection and cancels the RPCs still
 // running. It returns nil once GracefulStop returned, or ctx's error once
-// Stop returned when Stop had to be called. (GracefulStop alone has no
-// deadline: one stuck RPC would hold the process until SIGKILL.)
+// Stop returned when Stop had to be called, unless that Stop cut no RPC:
+// when no RPC was in the handlers of g's interceptors as ctx ended, nor
+// reached them until Stop returned, GracefulStop was waiting for
+// connections alone (a client's that never acknowledged the GOAWAY, for
+// which grpc waits 5 s: its node gone without closing it, its process
+// frozen), and Stop returns nil. It can tell only when interceptors of
+// both kinds, unary and stream, were made with g (an RPC of the other kind
+// would run uncounted), and it counts an RPC from the moment it reaches
+// g's interceptor, so put them first in their chains. (GracefulStop alone
+// has no deadline: one stuck RPC would hold the process until SIGKILL.)
 //
 // g is the gate s's interceptors admit through. As GracefulStop begins,
 // Stop ends the health Watch and reflection streams those interceptors
@@ -211,7 +223,11 @@ type Server interface {
 // context keeps GracefulStop, in a goroutine of its own, running until it
 // returns, and Stop does not wait for it (its RPC has ended for the
 // client). A server made with grpc.WaitForHandlers(true) has Stop itself
-// wait for the handlers, and then Stop returns only when they do.
+// wait for the handlers, and then Stop returns only when they do. A
+// connection still in its handshake (a client that connected and sent
+// nothing) holds grpc's Stop as it holds GracefulStop, until the server's
+// connection timeout (grpc.ConnectionTimeout, 120 s unless set): make the
+// server with one shorter than the step's reserve.
 func Stop(ctx context.Context, s Server, g *drain.Gate) error {
 	done := make(chan struct{})
 	go func() {
@@ -225,7 +241,15 @@ func Stop(ctx context.Context, s Server, g *drain.Gate) error {
 		return nil
 	case <-ctx.Done():
 	}
+	var st *gateState
+	if g != nil {
+		st = stateOf(g)
+	}
+	idle := st.idle()
 	s.Stop()
+	if idle() {
+		return nil // GracefulStop waited for connections only: Stop cut no RPC
+	}
 	return ctx.Err()
 }
 

@@ -85,6 +85,7 @@ type server struct {
 	worker testgrpc.TestServiceClient
 	hc     healthpb.HealthClient
 	refl   reflectionpb.ServerReflectionClient
+	addr   net.Addr // where it listens
 }
 
 // serve starts a server on network ("tcp" on loopback, or "unix") with
@@ -113,6 +114,7 @@ func serve(t *testing.T, g *drain.Gate, network string) *server {
 	ln, err := net.Listen(network, addr)
 	require.NoError(t, err)
 	go func() { _ = s.srv.Serve(ln) }()
+	s.addr = ln.Addr()
 	target := ln.Addr().String()
 	if network == "unix" {
 		target = "unix://" + target
@@ -312,6 +314,72 @@ func TestStopReturnsNilWhenIdle(t *testing.T) {
 	g := &drain.Gate{}
 	s := serve(t, g, "tcp")
 	require.NoError(t, Stop(context.Background(), s.srv, g))
+}
+
+// quietClient opens an HTTP/2 connection to addr, as a gRPC client does,
+// and returns once the server has taken it (it acknowledged the client's
+// settings); the caller then neither reads nor writes: a client whose node
+// went away without closing it, or whose process is frozen.
+func quietClient(t *testing.T, addr net.Addr) net.Conn {
+	t.Helper()
+	c, err := net.Dial(addr.Network(), addr.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	preface := []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	_, err = c.Write(append(preface, 0, 0, 0, 4, 0, 0, 0, 0, 0)) // and an empty SETTINGS frame
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second))) // a bound on the failure
+	for {
+		var h [9]byte // length (3 bytes), type, flags, stream
+		_, err := io.ReadFull(c, h[:])
+		require.NoError(t, err)
+		_, err = io.CopyN(io.Discard, c, int64(h[0])<<16|int64(h[1])<<8|int64(h[2]))
+		require.NoError(t, err)
+		if h[3] == 4 && h[4]&1 != 0 { // SETTINGS with ACK
+			return c
+		}
+	}
+}
+
+// Fault: a client connection with no RPC that never acknowledges the
+// GOAWAY's ping (its node gone without closing it, its process frozen)
+// holds grpc's GracefulStop for 5 s, so the step hit its deadline, Stop
+// closed the connection, and the step failed with "RPCs still running at
+// the deadline; stopped them" while no RPC ran: a drain that cut nothing
+// reported a fault, exit 1. Stop now tells, by the RPCs its interceptors
+// count, that closing the connections cut no RPC, and returns nil.
+// Before: the step's error after its 0.5 s; after: nil after the 0.5 s.
+func TestAQuietConnectionWithNoRPCAtTheDeadlineIsNoFault(t *testing.T) {
+	g := &drain.Gate{}
+	s := serve(t, g, "tcp")
+	_, err := s.worker.EmptyCall(t.Context(), &testgrpc.Empty{}) // an RPC that ended: the count is not 0 for nothing
+	require.NoError(t, err)
+	quietClient(t, s.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond) // below grpc's 5 s wait for the ping
+	defer cancel()
+	_, err = Step("grpc", s.srv, g, time.Second).Run(ctx)
+	require.NoError(t, err, "no RPC ran: closing the quiet connection cut nothing")
+}
+
+// A server whose streams do not pass through g's interceptors (only the
+// unary one is installed) may run a stream Stop does not count: Stop
+// cutting it at the deadline still says so.
+func TestStopCannotVouchForRPCsItsInterceptorsDoNotSee(t *testing.T) {
+	g := &drain.Gate{}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(UnaryServerInterceptor(g, Methods(nil, drain.Create))))
+	testgrpc.RegisterTestServiceServer(srv, worker{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = openStream(t, t.Context(), testgrpc.NewTestServiceClient(conn)) // never ends on its own
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, Stop(ctx, srv, g), context.DeadlineExceeded, "the stream was cut")
 }
 
 // stuckWorker's EmptyCall ignores its context until release is closed: a handler blocked

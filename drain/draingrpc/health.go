@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"weak"
 
 	"google.golang.org/grpc"
@@ -156,28 +157,74 @@ func (s *healthStream) send(r *healthpb.HealthCheckResponse) error {
 	return nil
 }
 
-// stops holds, for each gate, the signal that a server whose interceptors
-// admit through it is stopping. The key is a weak pointer, so a gate's
-// entry goes with the gate.
-var stops sync.Map // weak.Pointer[drain.Gate] -> *stopSignal
+// states holds, for each gate, what Stop and the interceptors that admit
+// through it share. The key is a weak pointer, so a gate's entry goes with
+// the gate.
+var states sync.Map // weak.Pointer[drain.Gate] -> *gateState
 
-// A stopSignal is closed while at least one Stop with its gate runs.
-type stopSignal struct {
+// A gateState is, for one gate, the signal closed while at least one Stop
+// with it runs, and the count of the RPCs in its interceptors' handlers.
+type gateState struct {
 	mu      sync.Mutex
 	running int           // Stops running
 	ch      chan struct{} // closed while running > 0; made lazily
+
+	// RPCs that reached, and that left, the handlers of the gate's
+	// interceptors; ended is read first, so that no RPC it counts is
+	// missing from started.
+	started, ended atomic.Uint64
+	unary, stream  atomic.Bool // an interceptor of that kind was made with the gate
 }
 
-func stopSignalOf(g *drain.Gate) *stopSignal {
+func stateOf(g *drain.Gate) *gateState {
 	k := weak.Make(g)
-	if s, ok := stops.Load(k); ok {
-		return s.(*stopSignal)
+	if s, ok := states.Load(k); ok {
+		return s.(*gateState)
 	}
-	s, loaded := stops.LoadOrStore(k, &stopSignal{})
+	s, loaded := states.LoadOrStore(k, &gateState{})
 	if !loaded {
-		runtime.AddCleanup(g, func(k weak.Pointer[drain.Gate]) { stops.Delete(k) }, k)
+		runtime.AddCleanup(g, func(k weak.Pointer[drain.Gate]) { states.Delete(k) }, k)
 	}
-	return s.(*stopSignal)
+	return s.(*gateState)
+}
+
+// intercepting records that an interceptor of g's, a stream one or a unary
+// one, was made, and returns the state its calls count their RPCs in (nil
+// for a nil g).
+func intercepting(g *drain.Gate, stream bool) *gateState {
+	if g == nil {
+		return nil
+	}
+	s := stateOf(g)
+	if stream {
+		s.stream.Store(true)
+	} else {
+		s.unary.Store(true)
+	}
+	return s
+}
+
+// rpc counts one RPC in an interceptor's handler until done is called.
+func (s *gateState) rpc() (done func()) {
+	if s == nil {
+		return func() {}
+	}
+	s.started.Add(1)
+	return func() { s.ended.Add(1) }
+}
+
+// idle returns a function that reports whether no RPC was in the handlers
+// of the gate's interceptors when idle was called, nor has reached them
+// since: whether closing the connections in between cut none. It reports
+// false when the gate's interceptors are not of both kinds (an RPC of the
+// other kind would run uncounted), and for a nil s.
+func (s *gateState) idle() (still func() bool) {
+	if s == nil || !s.unary.Load() || !s.stream.Load() {
+		return func() bool { return false }
+	}
+	ended := s.ended.Load()
+	started := s.started.Load()
+	return func() bool { return started == ended && s.started.Load() == started }
 }
 
 // watchStops returns a channel closed when a Stop with g runs: at once if
@@ -186,7 +233,7 @@ func watchStops(g *drain.Gate) <-chan struct{} {
 	if g == nil {
 		return nil // no Stop names it
 	}
-	s := stopSignalOf(g)
+	s := stateOf(g)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ch == nil {
@@ -201,7 +248,7 @@ func stopWatches(g *drain.Gate) (end func()) {
 	if g == nil {
 		return func() {}
 	}
-	s := stopSignalOf(g)
+	s := stateOf(g)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running++
