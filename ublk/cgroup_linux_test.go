@@ -36,6 +36,27 @@ import (
 // would be. It skips when there is no such hierarchy to write to.
 func outsiderCgroup(t *testing.T, pid int) string {
 	t.Helper()
+	return movedCgroup(t, pid, path.Dir)
+}
+
+// farCgroup moves pid into a new cgroup at the root of a hierarchy where
+// this process is two levels below it or more: outside the cgroup above
+// this process's too (another pod's, in Kubernetes).
+func farCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	return movedCgroup(t, pid, func(mine string) string {
+		if path.Dir(path.Dir(mine)) == "/" && path.Dir(mine) != "/" {
+			return "/"
+		}
+		return "" // not deep enough here
+	})
+}
+
+// movedCgroup moves pid into a new cgroup under parent(this process's)
+// in a writable hierarchy where this process is below the root, and
+// returns its path; parent returning "" skips a hierarchy.
+func movedCgroup(t *testing.T, pid int, parent func(mine string) string) string {
+	t.Helper()
 	self, err := os.ReadFile("/proc/self/cgroup")
 	require.NoError(t, err)
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
@@ -75,7 +96,11 @@ func outsiderCgroup(t *testing.T, pid int) string {
 			if !v1 && !v2 {
 				continue
 			}
-			dir := filepath.Join(fields[4], path.Dir(mine), fmt.Sprintf("drainkit-outsider-%d", pid))
+			under := parent(mine)
+			if under == "" {
+				continue
+			}
+			dir := filepath.Join(fields[4], under, fmt.Sprintf("drainkit-outsider-%d", pid))
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				continue
 			}
@@ -91,7 +116,7 @@ func outsiderCgroup(t *testing.T, pid int) string {
 			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 				continue
 			}
-			return path.Join(path.Dir(mine), fmt.Sprintf("drainkit-outsider-%d", pid))
+			return path.Join(under, fmt.Sprintf("drainkit-outsider-%d", pid))
 		}
 	}
 	realpart.Missing(t, "no writable cgroup hierarchy where this process is below the root")
@@ -553,5 +578,58 @@ func TestStepLeavesAnotherServersDevicesAlone(t *testing.T) {
 	stdin.Close() // the processes leave their cgroups before those are removed
 	_ = vmm.Wait()
 	other.Close()
+	<-other.Done()
+}
+
+// A daemon the step knows by its functions alone (DaemonFuncs: no PID) may
+// run in a container of its own beside the server, in the pod's cgroup
+// but not the server's: its devices are the step's, and only a server
+// outside the cgroup above the server's (another pod's) is another. Here
+// the daemon is in a cgroup beside the test's, the other server's daemon
+// in one at the hierarchy's root.
+func TestStepWithoutTheDaemonsPIDKeepsTheDevicesOfADaemonBesideIt(t *testing.T) {
+	sys, dir := t.TempDir(), t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	charMinor := uint32(os.Getpid()*2+1) % (1 << 20)
+	start := func(name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
+		d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Devices: []fakeublk.DeviceSpec{spec}, EventLog: filepath.Join(dir, name)})
+		if err != nil && os.Geteuid() != 0 {
+			realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
+		}
+		require.NoError(t, err)
+		t.Cleanup(d.Close)
+		return d
+	}
+	mine := start("mine", fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4093, CharMinor: charMinor})
+	other := start("other", fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4093, CharMinor: charMinor + 1})
+	outsiderCgroup(t, mine.Pid())
+	farCgroup(t, other.Pid())
+	daemon := ublk.DaemonFuncs{
+		StopFunc: func(context.Context) error { return syscall.Kill(mine.Pid(), syscall.SIGTERM) },
+		WaitFunc: func(ctx context.Context) error {
+			select {
+			case <-mine.Done():
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	}
+
+	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, mine.Pid(), other.Pid()), KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 20*time.Second)
+	t.Log(rep.String())
+	require.NoError(t, err)
+	require.Len(t, rep.Devices, 1, "the daemon's device, and it alone")
+	assert.Equal(t, 0, rep.Devices[0].ID)
+	assert.Equal(t, ublk.VerdictStopped, rep.Devices[0].Verdict)
+	assert.Contains(t, rep.Note, fmt.Sprintf("ublkb1: its /dev/ublkc1 is open in pid %d (", other.Pid()))
+	assert.Contains(t, rep.Note, "outside the cgroup above the server's")
+	assert.Equal(t, "start\n", events(t, filepath.Join(dir, "other")), "the other daemon was never asked")
+
+	other.Close() // the processes leave their cgroups before those are removed
 	<-other.Done()
 }

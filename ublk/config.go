@@ -32,7 +32,10 @@ type Config struct {
 	// lets one process open, its server) is open in a process that is
 	// neither the daemon nor inside this server's cgroup (another pod's
 	// ublk server, the host's) is left alone, and Report.Note says so.
-	// IDs must be >= 0, each listed once.
+	// Where the step does not know the daemon's PID (DaemonFuncs, a
+	// Socket without its Process), a process in the cgroup above this
+	// server's (its pod's: a daemon in a container beside the server's)
+	// counts as the daemon. IDs must be >= 0, each listed once.
 	Devices []int
 
 	// Kernels are the operator's declarations of which kernels are fixed,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,18 +17,24 @@ import (
 
 // othersDevices returns, of devs, the devices another server serves, each
 // with why: its char device /dev/ublkcN (the number sysfs shows) is open,
-// and the driver lets one process open it, in a process that is neither
-// the daemon (daemon, its PID; 0 when not known) nor inside this
-// server's cgroup: another pod's ublk server, or the host's. A node can
-// run two (a DaemonSet update that starts the new pod before the old one
-// has ended, another product's ublk volumes); taken for the daemon's, such
-// a device was waited for, its holders kept the daemon from being asked to
-// stop (which then died at SIGKILL with its own devices live), or the
-// control fallback stopped and deleted it under its server. A device is
-// the step's when sysfs shows no number for its char device, no process
+// and the driver lets one process open it, in a process outside this
+// server's bounds. A node can run two ublk servers (a DaemonSet update
+// that starts the new pod before the old one has ended, another product's
+// ublk volumes); taken for the daemon's, such a device was waited for, its
+// holders kept the daemon from being asked to stop (which then died at
+// SIGKILL with its own devices live), or the control fallback stopped and
+// deleted it under its server.
+//
+// The bounds: with the daemon's PID known (daemon > 0), the daemon and
+// this server's cgroup (a daemon's processes for each device, forked in
+// its container, are inside); not known, the cgroup above this server's
+// too, its pod's in Kubernetes, since a daemon in a container of its own
+// beside the server is the server's. A device left out that was the
+// daemon's own would be worse than one kept that was not (the step could
+// kill the daemon with it live), so a device is the step's wherever the
+// scan cannot tell: sysfs shows no number for its char device, no process
 // procfs shows has it open (its server gone, or unseen), or a holder's
-// cgroup cannot be read: the old rule, every device, where the new one
-// cannot tell. It reads procfs until ctx ends.
+// cgroup cannot be read. It reads procfs until ctx ends.
 func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device, daemon int) map[int]string {
 	chars := map[blockdev.DevNum]int{}
 	var nums []blockdev.DevNum
@@ -45,16 +52,20 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 	if len(held) == 0 {
 		return nil
 	}
-	mine, err := readCgroups(ctx, procRoot, "self")
+	bounds, err := readCgroups(ctx, procRoot, "self")
 	if err != nil {
 		return nil
+	}
+	what := "the server's cgroup"
+	if daemon <= 0 {
+		bounds, what = bounds.parent(), "the cgroup above the server's"
 	}
 	out := map[int]string{}
 	for n, pids := range held {
 		var why []string
 		for _, pid := range pids {
 			h, err := readCgroups(ctx, procRoot, strconv.Itoa(pid))
-			if pid == daemon || err != nil || mine.holds(h) {
+			if pid == daemon || err != nil || bounds.holds(h) {
 				why = nil
 				break
 			}
@@ -62,29 +73,74 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 		}
 		if len(why) > 0 {
 			out[chars[n]] = "its /dev/ublkc" + strconv.Itoa(chars[n]) + " is open in " + strings.Join(why, ", ") +
-				", outside the server's cgroup " + mine.String() + ": another server's device, left alone"
+				", outside " + what + " " + bounds.String() + ": another server's device, left alone"
 		}
 	}
 	return out
 }
 
-// holds reports whether a process with memberships h is inside c, the
-// container a pod's SIGKILL ends: in every hierarchy c is in, h's path is
-// c's or below it (a path outside this process's cgroup namespace reads
-// "/.." and never is). Unlike contains, a c at the root holds every
-// process: a server at the host's root, or at the root of its container's
-// cgroup namespace, serves whatever it sees.
+// parent is c one level up in every hierarchy: "/kubepods/pod1/ctr" is
+// "/kubepods/pod1", and the root of this process's cgroup namespace, "/",
+// is "/..", outside it.
+func (c cgroups) parent() cgroups {
+	up := cgroups{}
+	for k, p := range c {
+		ups, rest := split(p)
+		if len(rest) > 0 {
+			rest = rest[:len(rest)-1]
+		} else {
+			ups++
+		}
+		up[k] = join(ups, rest)
+	}
+	return up
+}
+
+// holds reports whether a process with memberships h is inside c: in
+// every hierarchy c is in, h's path is c's or below it. Paths are as
+// /proc/PID/cgroup shows them, from the root of this process's cgroup
+// namespace: one outside it starts with "/.." (a container's neighbours
+// on a cgroup v2 node), and is inside c only when c is that far up too.
+// Unlike contains, a c at the root holds every process it sees: a server
+// at the host's root serves whatever it sees.
 func (c cgroups) holds(h cgroups) bool {
 	for k, p := range c {
 		hp, ok := h[k]
-		if !ok || strings.HasPrefix(hp, "/..") {
-			return false
-		}
-		if p != "/" && hp != p && !strings.HasPrefix(hp, strings.TrimSuffix(p, "/")+"/") {
+		if !ok || !within(hp, p) {
 			return false
 		}
 	}
 	return true
+}
+
+// within reports whether cgroup path hp is p or below it.
+func within(hp, p string) bool {
+	hu, hr := split(hp)
+	pu, pr := split(p)
+	if len(pr) == 0 { // p is the namespace's root or above it
+		return hu <= pu
+	}
+	return hu == pu && len(hr) >= len(pr) && slices.Equal(hr[:len(pr)], pr)
+}
+
+// split reads a cgroup path as the number of ".." it starts with (how far
+// above the namespace's root) and the names that follow.
+func split(p string) (ups int, rest []string) {
+	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
+		switch {
+		case seg == "":
+		case seg == ".." && len(rest) == 0:
+			ups++
+		default:
+			rest = append(rest, seg)
+		}
+	}
+	return ups, rest
+}
+
+// join is the path split reads as ups and rest.
+func join(ups int, rest []string) string {
+	return "/" + strings.Join(append(slices.Repeat([]string{".."}, ups), rest...), "/")
 }
 
 // readString is the content of the file at path, trimmed; "" when it
