@@ -182,8 +182,13 @@ func (w *Worker) open() (err error) {
 		MethodCheckpoint: drain.Checkpoint,
 		MethodList:       classList,
 	}, drain.Create)
+	// Both interceptors, though the worker's own methods are unary: the
+	// grpc step tells a connection closed at its deadline with no RPC on
+	// it from one that cut an RPC only when they see every RPC (a
+	// reflection or health stream, any stream a later method adds).
 	w.grpc = grpc.NewServer(grpc.ForceServerCodec(jsonCodec{}),
-		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)))
+		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)),
+		grpc.ChainStreamInterceptor(draingrpc.StreamServerInterceptor(gate, classify)))
 	w.grpc.RegisterService(&serviceDesc, w)
 	if err := w.buildDrainer(gate); err != nil {
 		return err

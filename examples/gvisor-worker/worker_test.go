@@ -302,3 +302,40 @@ func TestWorkerAdaptsAndStartsFromWhatItLearned(t *testing.T) {
 	assert.Equal(t, r.Estimate, w.est.Estimate(), "the next worker starts from what was learned")
 	stop()
 }
+
+// A client connection with no RPC that never answers the GOAWAY's ping
+// (its node gone without closing it, its process frozen) holds grpc's
+// GracefulStop for 5 s; draingrpc's Stop tells that closing it at the
+// step's deadline cut no RPC only when its interceptors see every RPC,
+// streams included (docs/faults.md row 213). The worker installed only the
+// unary one: at a short grace its grpc step failed, "RPCs still running
+// at the deadline; stopped them", with none running, and the worker
+// exited 1.
+func TestAQuietConnectionAtShutdownIsNoFault(t *testing.T) {
+	cfg := fakeConfig(t)
+	cfg.Grace, cfg.PauseLatency = 5*time.Second, 500*time.Millisecond // the grpc step ends by 3.5 s: below grpc's 5 s wait for the ping
+	_, _, stop := serveWorker(t, cfg)
+	c, err := net.Dial("unix", cfg.Socket)
+	require.NoError(t, err)
+	defer c.Close()
+	preface := []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	_, err = c.Write(append(preface, 0, 0, 0, 4, 0, 0, 0, 0, 0)) // and an empty SETTINGS frame; then quiet
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	for { // until the server's SETTINGS ACK: the connection is up
+		var h [9]byte
+		_, err := io.ReadFull(c, h[:])
+		require.NoError(t, err)
+		_, err = io.CopyN(io.Discard, c, int64(h[0])<<16|int64(h[1])<<8|int64(h[2]))
+		require.NoError(t, err)
+		if h[3] == 4 && h[4]&1 != 0 {
+			break
+		}
+	}
+
+	rep := stop()
+	require.NotNil(t, rep)
+	step := rep.Phase("grpc")
+	require.NotNil(t, step)
+	assert.NoError(t, rep.Err(), "%+v", *step)
+}
