@@ -30,8 +30,9 @@ type Config struct {
 	// them; empty means every ublk device sysfs shows but another
 	// server's: a device whose char device /dev/ublkcN (which the driver
 	// lets one process open, its server) is open in a process that is
-	// neither the daemon nor inside this server's cgroup (another pod's
-	// ublk server, the host's) is left alone, and Report.Note says so.
+	// neither the daemon (nor one of its descendants) nor inside this
+	// server's cgroup (another pod's ublk server, the host's) is left
+	// alone, and Report.Note says so.
 	// Where the step does not know the daemon's PID (DaemonFuncs, a
 	// Socket without its Process), a process in the cgroup above this
 	// server's (its pod's: a daemon in a container beside the server's)

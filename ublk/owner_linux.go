@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
+	"github.com/drainkit/drainkit/internal/procstat"
 )
 
 // othersDevices returns, of devs, the devices another server serves, each
@@ -25,9 +26,9 @@ import (
 // SIGKILL with its own devices live), or the control fallback stopped and
 // deleted it under its server.
 //
-// The bounds: with the daemon's PID known (daemon > 0), the daemon and
-// this server's cgroup (a daemon's processes for each device, forked in
-// its container, are inside); not known, the cgroup above this server's
+// The bounds: with the daemon's PID known (daemon > 0), the daemon, its
+// descendants (a daemon that forks a process for each device, as
+// ublksrv does) and this server's cgroup; not known, the cgroup above this server's
 // too, its pod's in Kubernetes, since a daemon in a container of its own
 // beside the server is the server's. A device left out that was the
 // daemon's own would be worse than one kept that was not (the step could
@@ -65,7 +66,7 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 		var why []string
 		for _, pid := range pids {
 			h, err := readCgroups(ctx, procRoot, strconv.Itoa(pid))
-			if pid == daemon || err != nil || bounds.holds(h) {
+			if err != nil || bounds.holds(h) || descends(ctx, procRoot, pid, daemon) {
 				why = nil
 				break
 			}
@@ -77,6 +78,31 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 		}
 	}
 	return out
+}
+
+// descends reports whether process pid under procRoot is ancestor or one
+// of its descendants, by the parents /proc/PID/stat names (at most 64
+// generations, each read given up at ctx's end as readWithin does); false
+// for ancestor 0 and when a parent cannot be read.
+func descends(ctx context.Context, procRoot string, pid, ancestor int) bool {
+	for range 64 {
+		if ancestor <= 0 || pid <= 0 {
+			return false
+		}
+		if pid == ancestor {
+			return true
+		}
+		b, err := readWithin(ctx, filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+		if err != nil {
+			return false
+		}
+		st, err := procstat.Parse(b)
+		if err != nil {
+			return false
+		}
+		pid = st.PPID
+	}
+	return false
 }
 
 // parent is c one level up in every hierarchy: "/kubepods/pod1/ctr" is
