@@ -119,7 +119,8 @@
 //     Config.StopDespiteHolders; Stop then returns a *HeldError naming the
 //     holders. Only the last resort kills a holder,
 //     and only one in this process's cgroup, never the daemon.
-//   - The Report always has one entry per device: initial and final state,
+//   - The Report always has one entry per device the step acts on (another
+//     server's, left alone, are named in its Note): initial and final state,
 //     in-flight I/O before and after, holders, each action with its
 //     duration, and a Verdict.
 //   - /dev/ublkcN is never opened (on 6.15+ its close runs the device's
