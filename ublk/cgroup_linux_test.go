@@ -335,13 +335,7 @@ func TestStepReportsALoopDeviceOnTheDiskAndKillsNothing(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(sys, "block", name, "loop"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(sys, "block", name, "loop", "backing_file"), backing, 0o644))
 
-	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
-		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid()), KernelRelease: vulnerable}))
-	require.NoError(t, err)
-	rep, err := run(t, td, 10*time.Second)
-	t.Log(rep.String())
-	var held *ublk.HeldError
-	require.ErrorAs(t, err, &held)
+	rep, held := heldByKernelState(t, d, sys)
 	assert.Contains(t, held.Error(), "loop "+name+" (backing file "+node+")")
 	want := ublk.Holder{Kind: "loop", Detail: name + " (backing file " + node + ")"}
 	assert.Contains(t, rep.Device(0).Holders, want)
@@ -500,13 +494,7 @@ func TestStepNamesAFileSystemNoMountinfoShows(t *testing.T) {
 				require.NoError(t, os.MkdirAll(filepath.Join(sys, "fs", tc.fstype, "ublkb0"), 0o755))
 			}
 
-			td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
-				ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid()), KernelRelease: vulnerable}))
-			require.NoError(t, err)
-			rep, err := run(t, td, 10*time.Second)
-			t.Log(rep.String())
-			var held *ublk.HeldError
-			require.ErrorAs(t, err, &held)
+			rep, _ := heldByKernelState(t, d, sys)
 			want := tc.want(dir)
 			same := func(h ublk.Holder) bool { return h.Kind == want.Kind && h.Detail == want.Detail }
 			assert.True(t, slices.ContainsFunc(rep.Device(0).Holders, same), "want %v in %v", want, rep.Device(0).Holders)
@@ -540,17 +528,9 @@ func TestStepNamesAFileSystemNoMountinfoShows(t *testing.T) {
 func TestStepLeavesAnotherServersDevicesAlone(t *testing.T) {
 	node, dev := loopdev.Attach(t)
 	sys, dir := t.TempDir(), t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	charMinor := uint32(os.Getpid()*2) % (1 << 20) // numbers no other test's daemon holds
 	start := func(name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
-		d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Devices: []fakeublk.DeviceSpec{spec}, EventLog: filepath.Join(dir, name)})
-		if err != nil && os.Geteuid() != 0 {
-			realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
-		}
-		require.NoError(t, err)
-		t.Cleanup(d.Close)
-		return d
+		return servingDaemon(t, sys, dir, name, spec)
 	}
 	mine := start("mine", fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4094, CharMinor: charMinor})
 	other := start("other", fakeublk.DeviceSpec{ID: 1, Major: dev.Major, Minor: dev.Minor, CharMajor: 4094, CharMinor: charMinor + 1})
@@ -589,17 +569,9 @@ func TestStepLeavesAnotherServersDevicesAlone(t *testing.T) {
 // in one at the hierarchy's root.
 func TestStepWithoutTheDaemonsPIDKeepsTheDevicesOfADaemonBesideIt(t *testing.T) {
 	sys, dir := t.TempDir(), t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	charMinor := uint32(os.Getpid()*2+1) % (1 << 20)
 	start := func(name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
-		d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Devices: []fakeublk.DeviceSpec{spec}, EventLog: filepath.Join(dir, name)})
-		if err != nil && os.Geteuid() != 0 {
-			realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
-		}
-		require.NoError(t, err)
-		t.Cleanup(d.Close)
-		return d
+		return servingDaemon(t, sys, dir, name, spec)
 	}
 	mine := start("mine", fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4093, CharMinor: charMinor})
 	other := start("other", fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4093, CharMinor: charMinor + 1})
@@ -632,4 +604,38 @@ func TestStepWithoutTheDaemonsPIDKeepsTheDevicesOfADaemonBesideIt(t *testing.T) 
 
 	other.Close() // the processes leave their cgroups before those are removed
 	<-other.Done()
+}
+
+// servingDaemon starts a fake daemon serving spec on the fake sysfs sys,
+// its events logged to dir/name, holding the device's char device node
+// open as a real server holds /dev/ublkcN (root only: the node is made
+// with mknod).
+func servingDaemon(t *testing.T, sys, dir, name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Devices: []fakeublk.DeviceSpec{spec}, EventLog: filepath.Join(dir, name)})
+	if err != nil && os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
+	}
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	return d
+}
+
+// heldByKernelState runs the step over daemon d and the fake sysfs sys,
+// scanning d's and this process's procfs entries, on a vulnerable kernel
+// with a 1 s holder wait and no control fallback, and requires it to end
+// held (a HeldError): what holds the disk is kernel state, which no kill
+// releases.
+func heldByKernelState(t *testing.T, d *fakeublk.Child, sys string) (*ublk.Report, *ublk.HeldError) {
+	t.Helper()
+	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid()), KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 10*time.Second)
+	t.Log(rep.String())
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held)
+	return rep, held
 }
