@@ -172,6 +172,32 @@ func killDoomed(ctx context.Context, procRoot string, held map[int][]Holder, dev
 	return killPinned(ctx, procRoot, held, devs, daemon, pinProcess)
 }
 
+// daemonDoomed reports whether the daemon (its PID, 0 when not known)
+// dies at the pod's SIGKILL: inside the server's cgroup, as a holder the
+// last resort kills is. why says what was found, for the Report. A daemon
+// not known, outside the cgroup, or whose cgroup cannot be read is not
+// known to die with the pod: it may serve its devices on.
+func daemonDoomed(ctx context.Context, procRoot string, daemon int) (doomed bool, why string) {
+	if daemon <= 0 {
+		return false, "the daemon's process is not known (a Socket with no Process): not known to die at the pod's SIGKILL"
+	}
+	if !sameProcfs(procRoot) {
+		return false, "procfs " + procRoot + " is not this process's PID namespace: the daemon's cgroup cannot be read there"
+	}
+	mine, err := readCgroups(ctx, procRoot, "self")
+	if err != nil {
+		return false, "the server's cgroup is unknown: " + err.Error()
+	}
+	theirs, err := readCgroups(ctx, procRoot, strconv.Itoa(daemon))
+	if err != nil {
+		return false, "the daemon's cgroup could not be read: " + err.Error()
+	}
+	if in, whyNot := mine.contains(theirs, ownRoot(procRoot, mine)); !in {
+		return false, "the daemon is outside the server's cgroup (" + whyNot + "): not known to die at the pod's SIGKILL"
+	}
+	return true, "the daemon is in the server's cgroup (" + theirs.String() + "): the pod's SIGKILL ends it"
+}
+
 // pinned is a process the last resort holds by a pidfd: internal/proc's,
 // or a test's fake in virtual time.
 type pinned interface {

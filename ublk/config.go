@@ -98,11 +98,14 @@ type Config struct {
 	// SIGKILL would end a few seconds later anyway, stops every device
 	// they free with STOP_DEV and asks the daemon to stop, so the daemon
 	// exits with no live device before SIGKILL instead of dying with one
-	// (the host-crash path). Turn it off only where a holder in the
-	// server's cgroup must never be killed, for example a VMM that runs
-	// its own shutdown past the grace period; the step then returns a
-	// *HeldError and leaves the daemon running, and SIGKILL kills it with
-	// live devices.
+	// (the host-crash path); a device still held by what no kill releases
+	// (a mount, swap, a holder outside the cgroup) is stopped under it
+	// when the daemon dies with the pod and the device has no
+	// UBLK_F_USER_RECOVERY (see Teardown.Stop). Turn it off only where a
+	// holder in the server's cgroup must never be killed, for example a
+	// VMM that runs its own shutdown past the grace period; the step then
+	// returns a *HeldError and leaves the daemon running, and SIGKILL
+	// kills it with live devices.
 	NoLastResort bool
 
 	// NoControl turns the /dev/ublk-control fallback off (and with it the
@@ -158,7 +161,11 @@ type config struct {
 	lastResortOff     bool
 	// killHolders is the holder half of the last resort; tests of this
 	// package replace it (a fake procfs has no process to kill).
-	killHolders   func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate)
+	killHolders func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate)
+	// daemonDoomed says whether the daemon dies at the pod's SIGKILL
+	// (stopUnderHolders); tests of this package replace it (a fake
+	// daemon has no process).
+	daemonDoomed  func(ctx context.Context, procRoot string, daemon int) (bool, string)
 	openControl   func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
 	beforeProcess func(dir string)                                      // the holders scan's test hook
 	logger        *slog.Logger
@@ -210,6 +217,7 @@ func (c Config) check() (config, error) {
 		exitWait:       orDur(c.ExitWait, 5*time.Second),
 		lastResortOff:  c.NoLastResort,
 		killHolders:    killDoomed,
+		daemonDoomed:   daemonDoomed,
 		beforeProcess:  c.hooks.BeforeProcess,
 		logger:         c.Logger,
 		tp:             c.TracerProvider,

@@ -91,9 +91,16 @@
 // process mapping a disk, holding it through an io_uring's registered
 // files, or a possible holder is a process, killed like one with an fd
 // when it is in the cgroup and, checked again, still holds a disk or still
-// may): a device they hold stays live, the daemon keeps serving it and is
-// not asked to stop, and Stop returns a *HeldError. The daemon itself is
-// never killed by it, whatever it holds. Report.LastResort names every
+// may). A device they still hold is stopped all the same, with STOP_DEV
+// while the daemon serves it, when its daemon dies with the pod (in the
+// server's cgroup) and it has no UBLK_F_USER_RECOVERY: the kernel stops
+// such a device when its daemon dies, so its holders lose it at SIGKILL
+// either way, there with the host-crash risk; the daemon is then asked to
+// stop, and Stop returns a *StoppedHeldError naming the holders. One with
+// UBLK_F_USER_RECOVERY (it outlives its daemon, for the next server), or
+// whose daemon is not known to die with the pod, stays live, the daemon
+// keeps serving it and is not asked to stop, and Stop returns a
+// *HeldError. The daemon itself is never killed by it, whatever it holds. Report.LastResort names every
 // holder, killed or spared, its cgroup and why. Config.NoLastResort turns
 // it off; Config.StopDespiteHolders replaces it.
 //
@@ -112,9 +119,10 @@
 //     unsafe to kill").
 //   - The daemon is never asked to stop while anything holds a disk (after
 //     the last resort: anything but this process and the daemon, the
-//     server, with an fd, a mapping or a ring, and a holder the last
-//     resort sent SIGKILL, its exit seen or not; a process that got its
-//     PID since, told by its start time, is another), nor, before the holder
+//     server, with an fd, a mapping or a ring, a holder the last resort
+//     sent SIGKILL, its exit seen or not, and the holders of a device it
+//     stopped under them; a process that got its PID since, told by its
+//     start time, is another), nor, before the holder
 //     wait ends, while something may (a possible holder), unless
 //     Config.StopDespiteHolders; Stop then returns a *HeldError naming the
 //     holders. Only the last resort kills a holder,

@@ -57,8 +57,14 @@ type HeldError struct {
 
 // Error names every holder of every device still held open.
 func (e *HeldError) Error() string {
+	return "ublk: devices still open, daemon not asked to stop: " + heldText(e.Holders)
+}
+
+// heldText names each device and its holders, "ublkbN held by ...", in
+// order, joined with "; ".
+func heldText(held map[int][]Holder) string {
 	var parts []string
-	for id, hs := range e.Holders {
+	for id, hs := range held {
 		var s []string
 		for _, h := range hs {
 			s = append(s, h.String())
@@ -66,7 +72,27 @@ func (e *HeldError) Error() string {
 		parts = append(parts, fmt.Sprintf("ublkb%d held by %s", id, strings.Join(s, ", ")))
 	}
 	slices.Sort(parts)
-	return "ublk: devices still open, daemon not asked to stop: " + strings.Join(parts, "; ")
+	return strings.Join(parts, "; ")
+}
+
+// StoppedHeldError is Stop's error when the last resort stopped devices
+// that something it may not kill still held (a mount, a file system, swap,
+// a stacked or loop device, a holder outside the server's cgroup). Their
+// daemon was in the server's cgroup and they had no UBLK_F_USER_RECOVERY:
+// at the pod's SIGKILL the daemon dies and the kernel stops them, under
+// the same holders, and on a kernel not known fixed the daemon's death
+// with live devices can crash the host. Stopped before, with STOP_DEV
+// while the daemon served them, their I/O in flight completed and the
+// daemon exited with no live device. The holders saw their disk go: a
+// fault to look into, not a crash. Find it with errors.As.
+type StoppedHeldError struct {
+	Holders map[int][]Holder // by device ID
+}
+
+// Error names every device stopped and what held it.
+func (e *StoppedHeldError) Error() string {
+	return "ublk: devices still held stopped before the pod's SIGKILL, which would have stopped them with their daemon " +
+		"(no UBLK_F_USER_RECOVERY): " + heldText(e.Holders)
 }
 
 // IncompleteError is Run's error when devices are left for another reason:

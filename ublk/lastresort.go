@@ -14,6 +14,7 @@ import (
 	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/bounded"
 	"github.com/drainkit/drainkit/internal/procstat"
+	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
 // HolderFate is what the last-resort sequence decided for one holder that
@@ -193,8 +194,12 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 			failed++
 		}
 	}
+	left, under := r.stopUnderHolders(ctx, left)
 	result := fmt.Sprintf("%d holder(s) killed, %d spared; STOP_DEV done for %d device(s), sent and not complete for %d, failed for %d; %d device(s) still held",
 		len(lr.Killed()), len(lr.Spared()), stopped, pending, failed, len(left))
+	if under != "" {
+		result += "; " + under
+	}
 	if !scanned {
 		result += "; not scanned again: its part of the reserve was over, the holders are the last scan's less what it killed"
 	}
@@ -210,6 +215,78 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	}
 	return left
 }
+
+// stopUnderHolders STOP_DEVs, while the daemon still serves them, the
+// devices left held by what the last resort may not release (kernel
+// state, a holder outside the server's cgroup, one it spared), when the
+// daemon dies at the pod's SIGKILL (daemonDoomed) and a device has no
+// UBLK_F_USER_RECOVERY: the kernel stops such a device when its daemon
+// dies, failing its I/O, so its holders lose the disk at SIGKILL either
+// way; stopped now, its I/O in flight completes and the daemon can exit
+// with no live device instead of dying with one, the host-crash path. A
+// device with UBLK_F_USER_RECOVERY outlives its daemon, quiesced for the
+// next server, and one whose daemon may outlive the pod keeps being
+// served: both stay live and held. It returns the devices still held and
+// what it did, for the last resort's step ("" when nothing).
+func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[int][]Holder, string) {
+	if len(left) == 0 || r.cfg.openControl == nil || r.openControl() != nil {
+		return left, ""
+	}
+	doomed, why := r.cfg.daemonDoomed(ctx, r.cfg.procRoot, daemonPID(r.cfg.daemon))
+	if !doomed {
+		return left, "held devices left live: " + why
+	}
+	var kept []string
+	for _, d := range r.dev {
+		hs, ok := left[d.cur.ID]
+		if !ok || !d.live() {
+			continue
+		}
+		var info ublkctl.DevInfo
+		err := r.within(r.lastResort.Deadline, func(ctx context.Context) (err error) {
+			info, err = r.ctl.DevInfo(ctx, d.cur.ID)
+			return err
+		})
+		if err != nil {
+			kept = append(kept, fmt.Sprintf("%s (its flags not read: %v)", d.cur.DiskName(), err))
+			continue
+		}
+		if d.rep.Info == nil {
+			d.rep.Info = driverInfo(info) // the state before the step acted
+		}
+		if info.Flags&ublkctl.FlagUserRecovery != 0 {
+			kept = append(kept, d.cur.DiskName()+" (UBLK_F_USER_RECOVERY: it outlives its daemon, for the next server)")
+			continue
+		}
+		d.rep.Steps = append(d.rep.Steps, StepResult{Name: stepStopUnderHolders, Start: time.Now(),
+			Result: heldText(map[int][]Holder{d.cur.ID: hs}) + "; no UBLK_F_USER_RECOVERY, and " + why + ": the disk goes with the daemon then, so it is stopped now, while the daemon serves it"})
+		r.cfg.logger.WarnContext(r.ctx, "ublk: last resort: stopping a device still held", "device", d.cur.DiskName(),
+			"holders", fmt.Sprint(hs), "why", why)
+		d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) },
+			r.lastResort.Deadline)
+		if !d.stopped && !slices.Contains(d.pending, "STOP_DEV") {
+			kept = append(kept, d.cur.DiskName()+" (STOP_DEV failed)")
+			continue // the daemon keeps serving it
+		}
+		if r.stoppedHeld == nil {
+			r.stoppedHeld = map[int][]Holder{}
+		}
+		r.stoppedHeld[d.cur.ID] = hs
+		delete(left, d.cur.ID)
+	}
+	result := fmt.Sprintf("%d held device(s) stopped under their holders (%s)", len(r.stoppedHeld), why)
+	if len(kept) > 0 {
+		result += "; left live: " + strings.Join(kept, ", ")
+	}
+	if len(left) == 0 {
+		left = nil
+	}
+	return left, result
+}
+
+// stepStopUnderHolders names the device step that says why the last
+// resort stopped a device still held (stopUnderHolders).
+const stepStopUnderHolders = "stop under holders"
 
 // signalledFate returns the fate of the process at pid the last resort
 // sent SIGKILL, nil when it sent pid none.

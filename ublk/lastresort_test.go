@@ -2,6 +2,7 @@ package ublk
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
+	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
 // fakeKiller stands in for killDoomed over the fake sysfs, where holders
@@ -183,6 +185,105 @@ func TestLastResortOffOrOnFixedKernel(t *testing.T) {
 				require.ErrorAs(t, err, &held)
 				assert.Equal(t, 50*time.Second, rep.Duration)
 				assert.Empty(t, d.Events())
+			})
+		})
+	}
+}
+
+// doomedDaemon makes the step see its daemon in the server's cgroup, as
+// daemonDoomed does for a real daemon started by the server: the fake
+// daemon has no process.
+func doomedDaemon(td *Teardown) {
+	td.cfg.daemonDoomed = func(context.Context, string, int) (bool, string) {
+		return true, "the daemon is in the server's cgroup (0::/kubepods/pod1/ctr): the pod's SIGKILL ends it"
+	}
+}
+
+// recoverable makes the control device report every device added with
+// UBLK_F_USER_RECOVERY.
+func recoverable(td *Teardown) {
+	open := td.cfg.openControl
+	td.cfg.openControl = func(ctx context.Context) (ublkctl.Controller, error) {
+		c, err := open(ctx)
+		if m, ok := c.(*memControl); ok {
+			m.flags |= ublkctl.FlagUserRecovery
+		}
+		return c, err
+	}
+}
+
+// A device held by what no kill releases (kernel state: a stacked device
+// here, a mount or swap alike; or a holder outside the server's cgroup),
+// whose daemon dies with the pod and which has no UBLK_F_USER_RECOVERY,
+// is stopped by the last resort while the daemon still serves it: the
+// kernel would stop it at the pod's SIGKILL anyway, when the daemon dies
+// with it live (the host-crash path on this kernel). 60 s budget, default
+// reserve:
+//
+//	50s      last-resort point: nothing to kill (kernel state holds ublkb0)
+//	50s      STOP_DEV 1 (free)
+//	51s      STOP_DEV 0, under its holder
+//	52s      the daemon is asked to stop, and exits with no live device
+//
+// Stop returns a *StoppedHeldError naming the holder that lost its disk.
+func TestLastResortStopsADeviceHeldByKernelStateWhoseDaemonDiesWithThePod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, d, k, td := lastResortRig(t, vulnerable, Config{})
+		doomedDaemon(td)
+		f.hold(t, 0, "dm-0")
+		start := time.Now()
+		rep, took, err := runFor(t, td, 60*time.Second)
+		t.Log(rep.String())
+
+		var stopped *StoppedHeldError
+		require.ErrorAs(t, err, &stopped)
+		assert.Equal(t, map[int][]Holder{0: {{Kind: "stacked", Detail: "dm-0"}}}, stopped.Holders)
+		var held *HeldError
+		assert.False(t, errors.As(err, &held), "no device left held: %v", err)
+		assert.Contains(t, err.Error(), "ublkb0 held by stacked dm-0")
+		require.Len(t, k.calls, 1)
+		require.Len(t, rep.LastResort.Spared(), 1, "nothing killed: kernel state")
+
+		assert.Equal(t, []string{"STOP_DEV 1", "STOP_DEV 0", "request", "stop 0", "delete 0", "stop 1", "delete 1", "exit done"}, d.Events())
+		under := rep.Device(0).Steps[0]
+		assert.Equal(t, "stop under holders", under.Name)
+		assert.Contains(t, under.Result, "no UBLK_F_USER_RECOVERY")
+		stop := rep.Device(0).Steps[1]
+		assert.Equal(t, "STOP_DEV", stop.Name)
+		assert.Equal(t, 51*time.Second, stop.Start.Sub(start), "after the free device, inside the last resort's part")
+		assert.Equal(t, 52*time.Second, rep.Step("request stop").Start.Sub(start))
+		assert.Contains(t, rep.Step("last resort").Result, "1 held device(s) stopped under their holders")
+		assert.True(t, rep.Daemon.Exited && !rep.Daemon.Killed, "%+v", rep.Daemon)
+		assert.Equal(t, 54*time.Second, took, "the daemon exited with no live device, before SIGKILL")
+		assert.Equal(t, VerdictStoppedByControl, rep.Device(0).Verdict)
+	})
+}
+
+// A device with UBLK_F_USER_RECOVERY outlives its daemon, quiesced for
+// the next server: held by kernel state at the last-resort point, it is
+// left live and the daemon serving it, as is one whose daemon is not
+// known to die with the pod (a daemon in another cgroup, or no process
+// known): a *HeldError, the free device stopped all the same.
+func TestLastResortLeavesAHeldDeviceLiveWhenItOutlivesItsDaemon(t *testing.T) {
+	for name, setup := range map[string]func(*Teardown){
+		"recovery":      func(td *Teardown) { doomedDaemon(td); recoverable(td) },
+		"daemon spared": func(*Teardown) {}, // the fake daemon has no process: not known to die
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f, d, _, td := lastResortRig(t, vulnerable, Config{})
+				setup(td)
+				f.hold(t, 0, "dm-0")
+				rep, took, err := runFor(t, td, 60*time.Second)
+				var held *HeldError
+				require.ErrorAs(t, err, &held)
+				var stopped *StoppedHeldError
+				assert.False(t, errors.As(err, &stopped))
+				assert.Equal(t, []string{"STOP_DEV 1"}, d.Events(), "the held device left live, the daemon never asked to stop")
+				assert.Equal(t, 51*time.Second, took)
+				assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
+				why := map[string]string{"recovery": "ublkb0 (UBLK_F_USER_RECOVERY", "daemon spared": "held devices left live: the daemon's process is not known"}
+				assert.Contains(t, rep.Step("last resort").Result, why[name])
 			})
 		})
 	}

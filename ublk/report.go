@@ -2,6 +2,7 @@ package ublk
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -174,8 +175,12 @@ func (r *Report) String() string {
 		if len(d.Pending) > 0 {
 			final += ", " + strings.Join(d.Pending, ", ") + " pending"
 		}
-		fmt.Fprintf(&b, "  ublkb%d: %s -> %s; in flight %d -> %d; %d holders: %s\n", d.ID,
-			d.Initial.State(), final, d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict)
+		under := ""
+		if slices.ContainsFunc(d.Steps, func(s StepResult) bool { return s.Name == stepStopUnderHolders }) {
+			under = ", stopped under its holders by the last resort"
+		}
+		fmt.Fprintf(&b, "  ublkb%d: %s -> %s; in flight %d -> %d; %d holders: %s%s\n", d.ID,
+			d.Initial.State(), final, d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict, under)
 	}
 	if lr := r.LastResort; lr != nil {
 		dying := ""

@@ -35,6 +35,7 @@ type run struct {
 	stopWaiter context.CancelFunc
 
 	held          map[int][]Holder
+	stoppedHeld   map[int][]Holder // devices the last resort stopped under holders (stopUnderHolders)
 	lastHeld      map[int][]Holder        // what the last holders scan found, or kept (see notRead)
 	devNums       map[blockdev.DevNum]int // every disk and partition number scanned, to its device ID
 	fallbackTried bool
@@ -150,12 +151,26 @@ func (r *run) do() error {
 		if held != nil && !r.cfg.stopDespite {
 			r.held = held
 			r.finish()
-			return &HeldError{Holders: held}
+			return r.withStoppedHeld(&HeldError{Holders: held})
 		}
 	}
 	r.requestStop()
 	r.waitLoop()
-	return r.finish()
+	return r.withStoppedHeld(r.finish())
+}
+
+// withStoppedHeld adds to err, when the last resort stopped devices under
+// holders, the *StoppedHeldError that says so: their holders lost the
+// disk, a fault even when every device went.
+func (r *run) withStoppedHeld(err error) error {
+	if r.stoppedHeld == nil {
+		return err
+	}
+	stopped := &StoppedHeldError{Holders: r.stoppedHeld}
+	if err == nil {
+		return stopped
+	}
+	return errors.Join(err, stopped)
 }
 
 // discover fills r.dev from sysfs or the configured IDs.

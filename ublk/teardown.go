@@ -148,10 +148,16 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     spared, and why. A possible holder no kill released (outside the
 //     cgroup, or where the last resort does not run) is set aside: not
 //     known to hold a disk, it keeps none from stopping (the Report's
-//     "possible holders" step names it). If a device is still held then,
-//     or where the last resort does not run, return a *HeldError without
-//     asking the daemon to stop (the daemon keeps serving the held
-//     device), unless Config.StopDespiteHolders.
+//     "possible holders" step names it). A device still held then, with
+//     no UBLK_F_USER_RECOVERY, whose daemon is in this process's cgroup
+//     (it dies at the pod's SIGKILL, and the kernel stops the device
+//     with it) is stopped under its holders with STOP_DEV while the
+//     daemon serves it (the device's "stop under holders" step says
+//     why), and Stop returns a *StoppedHeldError once the daemon's stop
+//     is over. If a device is still held after that, or where the last
+//     resort does not run, return a *HeldError without asking the daemon
+//     to stop (the daemon keeps serving the held device), unless
+//     Config.StopDespiteHolders.
 //  4. Ask the daemon to stop (RequestStop, bounded by RequestTimeout).
 //  5. Wait until every device has left sysfs and the daemon has exited,
 //     re-reading sysfs every PollInterval.
@@ -167,8 +173,10 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //
 // Stop returns by ctx's deadline (plus the time of one sysfs/procfs read).
 // The Report is always non-nil and has one DeviceReport per device. The
-// error is nil when every device went; otherwise *HeldError, *UnsafeError
-// or *IncompleteError (find them with errors.As). On systems other than
+// error is nil when every device went with nothing on it; otherwise
+// *HeldError, *UnsafeError or *IncompleteError, and *StoppedHeldError
+// beside any of them or alone when the last resort stopped a held device
+// (find them with errors.As). On systems other than
 // Linux Run does nothing and reports VerdictNothingToDo.
 func (t *Teardown) Stop(ctx context.Context) (*Report, error) {
 	ctx, span := t.tracer.Start(ctx, "ublk.Teardown", trace.WithAttributes(

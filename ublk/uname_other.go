@@ -26,5 +26,10 @@ func killDoomed(_ context.Context, _ string, held map[int][]Holder, _ map[blockd
 	return "", fates
 }
 
+// daemonDoomed knows no daemon's fate where there are no cgroups.
+func daemonDoomed(context.Context, string, int) (bool, string) {
+	return false, "not Linux: no cgroups to tell the daemon's fate by"
+}
+
 // othersDevices tells no device apart where there is no procfs to read.
 func othersDevices(context.Context, string, string, []Device, int) map[int]string { return nil }

@@ -155,8 +155,13 @@ func TestGuestStepLastResortKillsDoomedHolderStopsAndDaemonExits(t *testing.T) {
 
 // TestGuestStepLastResortSparesHolderInAnotherCgroup: a holder in another
 // cgroup (another pod, the host) is never killed: the step reports it with
-// its cgroup, leaves its device live and the daemon serving it, never
-// asked to stop, and returns a *HeldError.
+// its cgroup. Its disk has no UBLK_F_USER_RECOVERY and its daemon is in
+// the server's cgroup: the pod's SIGKILL would kill the daemon with the
+// disk live (the host-crash path on this kernel), and the kernel would
+// stop the disk then under the same holder. So the last resort stops it
+// now with STOP_DEV while the daemon serves it, the daemon is asked to
+// stop and exits with no live device, and Stop returns a
+// *StoppedHeldError naming the holder that lost its disk.
 func TestGuestStepLastResortSparesHolderInAnotherCgroup(t *testing.T) {
 	vmtest.GuestOnly(t)
 	toOther := guestCgroups(t)
@@ -167,12 +172,17 @@ func TestGuestStepLastResortSparesHolderInAnotherCgroup(t *testing.T) {
 	t.Cleanup(outsider.Kill)
 	toOther(outsider.Cmd.Process.Pid)
 
-	ctx, cancel := context.WithTimeout(t.Context(), lastResortBudget)
+	sigkill := time.Now().Add(lastResortBudget)
+	ctx, cancel := context.WithDeadline(t.Context(), sigkill)
 	defer cancel()
 	rep, err := r.step(ublk.Config{}).Stop(ctx)
 	t.Log(rep.String())
+	var stopped *ublk.StoppedHeldError
+	require.ErrorAs(t, err, &stopped)
 	var held *ublk.HeldError
-	require.ErrorAs(t, err, &held)
+	assert.False(t, errors.As(err, &held), "no device left held: %v", err)
+	require.Len(t, stopped.Holders[id], 1, "%v", err)
+	assert.Equal(t, outsider.Cmd.Process.Pid, stopped.Holders[id][0].PID)
 	require.NotNil(t, rep.LastResort, "the last resort ran")
 	t.Logf("last resort: server %s, holders %+v", rep.LastResort.ServerCgroup, rep.LastResort.Holders)
 	f := fateOf(rep, outsider.Cmd.Process.Pid)
@@ -182,10 +192,31 @@ func TestGuestStepLastResortSparesHolderInAnotherCgroup(t *testing.T) {
 	assert.Contains(t, f.Cgroup, "/other")
 	assert.Contains(t, rep.LastResort.ServerCgroup, "/server")
 	require.NoError(t, outsider.Cmd.Process.Signal(unix.Signal(0)), "the outsider is alive")
-	assert.False(t, rep.Daemon.Requested, "the daemon was not asked to stop")
-	assert.True(t, r.alive())
-	assert.Equal(t, ublk.VerdictHeld, rep.Device(id).Verdict)
-	assert.Equal(t, ublkserver.StateLive, r.state(id))
+
+	under := stepNamed(rep, id, "stop under holders")
+	require.NotNil(t, under, "stopped under its holder")
+	assert.Contains(t, under.Result, "the daemon is in the server's cgroup")
+	stop := stepNamed(rep, id, "STOP_DEV")
+	require.NotNil(t, stop)
+	assert.Empty(t, stop.Err)
+	assert.False(t, stop.Start.Before(rep.LastResort.At))
+	req := rep.Step("request stop")
+	require.NotNil(t, req, "the daemon was asked to stop")
+	assert.False(t, req.Start.Before(stop.Start), "asked only after STOP_DEV")
+	// The daemon's DEL_DEV waits for the disk's last opener, the outsider:
+	// it is killed once ExitWait is over, which is safe with no live
+	// device (STOP_DEV completed), still before SIGKILL.
+	assert.True(t, rep.Daemon.Exited, "%+v", rep.Daemon)
+	if rep.Daemon.Killed {
+		kill := rep.Step("kill daemon")
+		require.NotNil(t, kill)
+		assert.Contains(t, kill.Result, "no live device left")
+		assert.False(t, kill.Start.Before(stop.Start.Add(stop.Duration)), "killed only after STOP_DEV completed")
+	}
+	assert.True(t, rep.Start.Add(rep.Duration).Before(sigkill), "done before SIGKILL")
+	assert.NotEqual(t, ublkserver.StateLive, r.state(id), "the disk is stopped")
+	outsider.Kill() // its last close frees the device the daemon deleted
+	r.devicesGone()
 	noKernelProblemsSince(t, r.logFrom)
 }
 
