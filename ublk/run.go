@@ -35,7 +35,7 @@ type run struct {
 	stopWaiter context.CancelFunc
 
 	held          map[int][]Holder
-	stoppedHeld   map[int][]Holder // devices the last resort stopped under holders (stopUnderHolders)
+	stoppedHeld   map[int][]Holder        // devices the last resort stopped under holders (stopUnderHolders)
 	lastHeld      map[int][]Holder        // what the last holders scan found, or kept (see notRead)
 	devNums       map[blockdev.DevNum]int // every disk and partition number scanned, to its device ID
 	fallbackTried bool
