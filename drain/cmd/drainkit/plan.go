@@ -206,6 +206,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = checkPlanFlags(pos, *server, *sizesFile, *count, *margin, *estimate, *limit, *rate)
 	}
+	if err == nil && *timeout <= 0 {
+		// Zero gave a listing that failed at once with a bare "context
+		// deadline exceeded", the flag unnamed.
+		err = fmt.Errorf("-timeout must be positive (the bound on listing the live server), got %v", *timeout)
+	}
 	if err != nil {
 		return usageError(stderr, "plan", err)
 	}
@@ -298,6 +303,9 @@ func (in *planInput) listServer(ctx context.Context, url string, timeout time.Du
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sbs, err := src.List(ctx)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("-server %s: listing the sandboxes took longer than -timeout %v: %w", url, timeout, err)
+	}
 	if err != nil {
 		return fmt.Errorf("-server %s: listing the sandboxes: %w", url, err)
 	}

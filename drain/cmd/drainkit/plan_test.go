@@ -161,6 +161,10 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		{[]string{"-sizes", neg, "-grace", "30"}, "element 1 is negative"},
 		{[]string{"-count", "3", "-state-dir", dir}, "no learned rates yet"},
 		{[]string{"-count", "3", "-grace", "1", "-margin", "2s"}, "Config.Margin (2s) must be smaller than the grace period 1s"},
+		// Fault (a review): zero listed the server under a deadline already
+		// past, and said only "context deadline exceeded".
+		{[]string{"-server", "http://127.0.0.1:1", "-grace", "30", "-timeout", "0"}, "-timeout must be positive (the bound on listing the live server), got 0s"},
+		{[]string{"-count", "3", "-grace", "30", "-timeout", "-1s"}, "-timeout must be positive"},
 	} {
 		code, _, errw := drainkit(t, append([]string{"plan"}, tc.args...)...)
 		assert.Equal(t, exitUsage, code, tc.args)
@@ -359,4 +363,17 @@ func TestPlanOfSizedSandboxesReservesTheLargestAsTheDrainDoes(t *testing.T) {
 	assert.Equal(t, 1, rep.Lost())
 	code, out = plan("32")
 	assert.Equal(t, exitNoFit, code, out)
+}
+
+// A server that does not answer within -timeout is named with the flag
+// that bounded it: before, the error ended in a bare "context deadline
+// exceeded", which does not say which bound, or that it can be raised.
+func TestPlanNamesTheTimeoutAServerDidNotAnswerWithin(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // never answers
+	}))
+	defer srv.Close()
+	code, _, errw := drainkit(t, "plan", "-server", srv.URL, "-grace", "30", "-timeout", "50ms")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "listing the sandboxes took longer than -timeout 50ms")
 }
