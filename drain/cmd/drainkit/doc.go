@@ -25,8 +25,9 @@
 // or the supervisor's -report file) as a text summary, and with -svg as a
 // timeline: the phases, one bar per sandbox from the start of its pause to
 // its end coloured by outcome, and the deadlines and the expected SIGKILL
-// as lines. Its exit status is 1 when the drain lost sandboxes or ended
-// after SIGKILL, so a script can act on it.
+// as lines. Its exit status is 1 when the drain did not go as planned
+// (drain.Report.Err: sandboxes lost, a teardown step that failed, or an end
+// after SIGKILL), so a script can act on it.
 //
 // sim plans past one machine: a DaemonSet rolling update over a fleet, in
 // virtual time, with the seed server, drainkit, and drainkit without a

@@ -38,8 +38,11 @@ started after it), the hard deadline where in-flight pauses had to end (when
 it differs from the preserve deadline), the budget's deadline and the
 expected SIGKILL.
 
-Exit status: 0 when every sandbox was preserved and the drain ended before
-SIGKILL, 1 when not (the summary says what went wrong), 2 when FILE cannot be
+Exit status: 0 when the drain went as planned (drain.Report.Err is nil:
+every sandbox preserved or gone, every phase and step ended in time without
+error, before SIGKILL); 1 when not: a sandbox lost, a teardown step that
+failed (such as a device daemon killed with a device live), or the drain
+ended after SIGKILL (the summary says what went wrong); 2 when FILE cannot be
 read.
 
 Examples:

@@ -315,3 +315,33 @@ func TestReportEscapesControlCharactersInIDsAndErrors(t *testing.T) {
 	assert.Contains(t, string(svg), `<title>sb-\x1b[2J\tx\x00 timed_out`)
 	assert.Contains(t, string(svg), `Error: \x1b]0;title\a\x7f&lt;b&gt;`)
 }
+
+// A drain that preserved every sandbox but whose device step failed (the
+// daemon killed with a device still live, the host-crash path) is a fault:
+// the exit status is 1 and the summary names the step and its error, as
+// Report.Err does. The help said 1 only for lost sandboxes and a drain
+// after SIGKILL, and a script reading it took such a drain for a clean one.
+func TestReportOfAFailedStepExitsOneAndNamesIt(t *testing.T) {
+	data, err := os.ReadFile("testdata/sandboxd-clean.json")
+	require.NoError(t, err)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(data, &doc))
+	failed := false
+	for _, p := range doc["phases"].([]any) {
+		if ph := p.(map[string]any); ph["name"] == "ublk" {
+			ph["result"], ph["error"] = "failed", "ublk: device 1: the daemon was killed with the device live"
+			failed = true
+		}
+	}
+	require.True(t, failed, "the clean report has a ublk step")
+	path := filepath.Join(t.TempDir(), "failed-step.json")
+	data, err = json.Marshal(doc)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+
+	code, out, errw := drainkit(t, "report", path)
+	assert.Equal(t, exitNoFit, code, errw)
+	assert.Contains(t, out, "the daemon was killed with the device live")
+	_, help, _ := drainkit(t, "report", "-h")
+	assert.Contains(t, strings.Join(strings.Fields(help), " "), "1 when not: a sandbox lost, a teardown step that failed")
+}
