@@ -53,9 +53,12 @@
 // handler; a health RPC always does, and never reports SERVING after the
 // gate closed; no health Watch or reflection stream admitted through the
 // interceptors holds Stop; Stop returns by its context's deadline plus the time Stop takes to
-// close the connections, even while a handler ignores its cancelled
-// context (unless the server was made with grpc.WaitForHandlers(true),
-// whose Stop waits for the handlers); and with both interceptors, first in
+// close the connections, at most 50 ms more (a connection still in its
+// handshake, which holds grpc's Stop until grpc.ConnectionTimeout, does not
+// hold it), even while a handler ignores its cancelled context (unless the
+// server was made with grpc.WaitForHandlers(true), whose Stop waits for the
+// handlers, and then this Stop returns after 50 ms, leaving it running, and
+// reports the RPCs cut); and with both interceptors, first in
 // their chains, Stop (and Step) fail only when they may have cut an RPC,
 // not for a connection with none whose client never answered the GOAWAY.
 package draingrpc

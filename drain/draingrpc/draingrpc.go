@@ -222,13 +222,33 @@ type Server interface {
 // after Stop closed the connections: a handler that ignores its cancelled
 // context keeps GracefulStop, in a goroutine of its own, running until it
 // returns, and Stop does not wait for it (its RPC has ended for the
-// client). A server made with grpc.WaitForHandlers(true) has Stop itself
-// wait for the handlers, and then Stop returns only when they do. A
+// client). Nor does this Stop wait long for grpc's Stop: it waits a moment
+// (50 ms) after ctx ends and then returns, leaving it running, for grpc's
+// Stop can wait far longer than a step has. A server made with
+// grpc.WaitForHandlers(true) has it wait for the handlers, and a
 // connection still in its handshake (a client that connected and sent
-// nothing) holds grpc's Stop as it holds GracefulStop, until the server's
-// connection timeout (grpc.ConnectionTimeout, 120 s unless set): make the
-// server with one shorter than the step's reserve.
+// nothing, or part of the HTTP/2 preface) holds it as it holds
+// GracefulStop, until the server's connection timeout
+// (grpc.ConnectionTimeout, 120 s unless set); such a connection has no RPC
+// to cut, and the process's exit ends it. Make the server with a
+// ConnectionTimeout shorter than the step's reserve and GracefulStop ends
+// by itself.
 func Stop(ctx context.Context, s Server, g *drain.Gate) error {
+	_, err := stop(ctx, s, g)
+	return err
+}
+
+// stopReturn is how long Stop waits for grpc's Stop after its deadline.
+// Closing connections takes microseconds; what takes longer is a wait
+// Stop must not make: for a connection still in its handshake, until
+// grpc.ConnectionTimeout (120 s unless set), which got the step abandoned
+// by the drain (a fault) and left the process running towards SIGKILL. It
+// is below drain's slack for a step's return, so the step's own result is
+// reported.
+const stopReturn = 50 * time.Millisecond
+
+// stop is Stop, and says whether grpc's Stop was left running (held).
+func stop(ctx context.Context, s Server, g *drain.Gate) (held bool, err error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -238,7 +258,7 @@ func Stop(ctx context.Context, s Server, g *drain.Gate) error {
 	defer end()
 	select {
 	case <-done:
-		return nil
+		return false, nil
 	case <-ctx.Done():
 	}
 	var st *gateState
@@ -246,21 +266,43 @@ func Stop(ctx context.Context, s Server, g *drain.Gate) error {
 		st = stateOf(g)
 	}
 	idle := st.idle()
-	s.Stop()
-	if idle() {
-		return nil // GracefulStop waited for connections only: Stop cut no RPC
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		s.Stop()
+	}()
+	t := time.NewTimer(stopReturn)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		held = true
 	}
-	return ctx.Err()
+	if idle() {
+		return held, nil // GracefulStop waited for connections only: Stop cut no RPC
+	}
+	return held, ctx.Err()
 }
+
+// heldStop is a Step's detail when grpc's Stop had not returned shortly
+// after the step's deadline (see Stop) and was left running.
+const heldStop = "grpc's Stop did not return after the deadline, left running: a connection still in its handshake holds it until grpc.ConnectionTimeout (120 s unless set)"
 
 // Step returns a drain teardown Step that runs Stop on s and g with the
 // step's context: GracefulStop, ending g's health Watches, then Stop at the
 // step's deadline. g is the gate of s's interceptors (drain.Config.Gate).
+// When grpc's Stop was left running (see Stop), the step's detail in the
+// Report says so.
 func Step(name string, s Server, g *drain.Gate, reserve time.Duration) drain.Step {
 	return drain.NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve)}, func(ctx context.Context) (any, error) {
-		if err := Stop(ctx, s, g); err != nil { // ctx's error: Stop had to cut RPCs
-			return nil, errors.Join(errors.New("RPCs still running at the deadline; stopped them"), err)
+		held, err := stop(ctx, s, g)
+		var detail any
+		if held {
+			detail = heldStop
 		}
-		return nil, nil
+		if err != nil { // ctx's error: Stop had to cut RPCs
+			return detail, errors.Join(errors.New("RPCs still running at the deadline; stopped them"), err)
+		}
+		return detail, nil
 	})
 }

@@ -545,3 +545,43 @@ func TestAStreamEndsWithThePreservePhaseNotAtTheGrpcStep(t *testing.T) {
 	assert.Equal(t, drain.OK, grpcStep.Result, grpcStep.Error)
 	require.NoError(t, rep.Err())
 }
+
+// Fault: a connection still in its handshake (a client that connected and
+// sent nothing: a stalled TLS proxy, a port scanner holding the socket)
+// holds grpc's GracefulStop and its Stop alike until grpc.ConnectionTimeout,
+// 120 s unless set. Stop called grpc's Stop at the deadline and waited for
+// it: the step did not return, the drain abandoned it (a fault, exit 1)
+// and the process ran on towards SIGKILL. Stop now waits for grpc's Stop a
+// moment only; with no RPC running it cut nothing, so the step succeeds,
+// its detail saying grpc's Stop was left running.
+// Before: no return within 10 s (grpc's Stop returned at 120 s); after:
+// nil, with the detail, moments after the 200 ms deadline.
+func TestAConnectionInItsHandshakeDoesNotHoldTheStep(t *testing.T) {
+	g := &drain.Gate{}
+	s := serve(t, g, "tcp")
+	c, err := net.Dial(s.addr.Network(), s.addr.String())
+	require.NoError(t, err)
+	// Closing it ends the handshake, and with it grpc's Stop, before goleak looks.
+	defer c.Close()
+	_, err = c.Write([]byte("PRI * HTTP/2.0")) // part of the preface, then nothing
+	require.NoError(t, err)
+
+	type result struct {
+		detail any
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		detail, err := Step("grpc", s.srv, g, time.Second).Run(ctx)
+		done <- result{detail, err}
+	}()
+	select {
+	case r := <-done:
+		require.NoError(t, r.err, "the connection in its handshake had no RPC to cut")
+		assert.Equal(t, heldStop, r.detail)
+	case <-time.After(10 * time.Second): // a bound on the failure, not a timing assertion
+		t.Fatal("the step did not return: grpc's Stop held it")
+	}
+}
