@@ -480,7 +480,8 @@ func (w *Worker) escalate(ctx context.Context) error {
 		wg.Go(func() {
 			exit, err := escalate.Policy{}.Stop(ctx, w.target(sb.ID()))
 			w.logger.Warn("not checkpointed: signalled", "id", sb.ID(), "exit", exit, "error", err)
-			if exit != escalate.Exited || err != nil {
+			// Gone (exited before the signal) is vanished, as in the preserve phase: no fault.
+			if (exit != escalate.Exited && exit != escalate.Gone) || err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("%s: %s: %w", sb.ID(), exit, err))
 				mu.Unlock()

@@ -208,7 +208,7 @@ func TestZombieSandboxHasExited(t *testing.T) {
 	assert.ErrorIs(t, tg.Signal(ctx, syscall.SIGKILL), os.ErrProcessDone)
 	assert.NoError(t, ctx.Err(), "nothing waited for the context")
 	exit, err := escalate.Policy{}.Stop(ctx, tg)
-	assert.Equal(t, escalate.Exited, exit)
+	assert.Equal(t, escalate.Gone, exit, "it had exited before Stop's signal")
 	assert.NoError(t, err)
 }
 

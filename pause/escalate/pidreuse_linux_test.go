@@ -133,5 +133,5 @@ func TestCmdNeverSignalsTheProcessThatReusedItsPID(t *testing.T) {
 	require.NoError(t, err, string(out))
 	t.Log(strings.TrimSpace(string(out)))
 	assert.Contains(t, string(out), "untouched", "the process that reused the PID got no signal")
-	assert.Contains(t, string(out), "stop: exited", "the reaped child has exited")
+	assert.Contains(t, string(out), "stop: gone", "the reaped child is gone: Stop's signal reached no process")
 }

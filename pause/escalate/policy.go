@@ -14,6 +14,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/proc"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // defaultKillWait is how long Policy waits after SIGKILL when KillWait
@@ -34,9 +35,13 @@ type Exit string
 
 // The exits Policy tells apart.
 const (
-	// Exited: the target exited on the first signal within the wait after the signal, or
-	// had exited before (it had the chance to save its state).
+	// Exited: the target exited on the first signal within the wait after
+	// the signal (it had the chance to save its state).
 	Exited Exit = "exited"
+	// Gone: the target had already exited when the first signal was sent
+	// (Signal said so: os.ErrProcessDone or ESRCH): it never got the
+	// signal, so whether it saved its state is not known.
+	Gone Exit = "gone"
 	// ExitedAfterKill: the target needed SIGKILL.
 	ExitedAfterKill Exit = "exited_after_kill"
 	// ExitUnknown: not even SIGKILL was seen to end it within the kill
@@ -89,7 +94,7 @@ type Policy struct {
 // the wait after the signal, and reports how it ended. It returns by ctx's deadline, or
 // after TermWait + KillWait without one.
 //
-// A target that is already gone when signalled counts as exited. A wait
+// A target that is already gone when first signalled is Gone. A wait
 // that fails does not: it is retried until the wait after the signal ends and the target
 // is then killed; this is the bug where a failed `runsc wait` looked like a
 // clean exit and SIGKILL was never sent. Neither does a wait that fails
@@ -114,7 +119,7 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 
 	var failures []error
 	if err := t.Signal(ctx, sig); isGone(err) {
-		return Exited, nil
+		return Gone, nil
 	} else if err != nil {
 		failures = append(failures, fmt.Errorf("escalate: sending %v: %w", sig, err))
 		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
@@ -414,9 +419,12 @@ func (t *cmdTarget) result() error {
 // A Sandbox is a pause.Sandbox preserved by signalling: Preserve stops its
 // Target with its Policy. The target is expected to save its state on
 // the first signal and exit (a gVisor actor on SIGTERM). Preserve returns
-// nil when it exited within the wait after the signal, and a permanent error wrapping
-// ErrKilled when it needed SIGKILL or ErrExitUnknown when its end could not
-// be observed: signalling again cannot help.
+// nil when it exited within the wait after the signal; an error wrapping
+// pause.ErrGone when it had exited before the signal (Gone: the Report
+// counts it vanished, not preserved, for nothing says it saved its state);
+// and a permanent error wrapping ErrKilled when it needed SIGKILL or
+// ErrExitUnknown when its end could not be observed: signalling again
+// cannot help.
 type Sandbox struct {
 	Name   string // the sandbox's ID
 	Target Target // what Preserve signals and waits for
@@ -438,6 +446,8 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	switch exit {
 	case Exited:
 		return nil
+	case Gone:
+		return fmt.Errorf("escalate: %s had exited before the signal: %w", s.Name, pause.ErrGone)
 	case ExitedAfterKill:
 		return backoff.Permanent(ErrKilled)
 	}

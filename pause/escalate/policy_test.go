@@ -157,7 +157,7 @@ func TestEscalationAlreadyExited(t *testing.T) {
 		require.NoError(t, cmd.Wait())
 		exit, err := escalate.Policy{}.Stop(t.Context(), escalate.Cmd(cmd))
 		require.NoError(t, err)
-		assert.Equal(t, escalate.Exited, exit)
+		assert.Equal(t, escalate.Gone, exit, "it never got the signal")
 	})
 	t.Run("zombie", func(t *testing.T) {
 		cmd, _ := child(t, "exit")
@@ -399,7 +399,7 @@ func TestEscalationTargetAlreadyGone(t *testing.T) {
 		f.gone = true
 		exit, err := escalate.Policy{}.Stop(t.Context(), f)
 		require.NoError(t, err)
-		assert.Equal(t, escalate.Exited, exit)
+		assert.Equal(t, escalate.Gone, exit)
 		assert.Zero(t, f.waits)
 	})
 }
@@ -410,12 +410,15 @@ func TestEscalationTargetAlreadyGone(t *testing.T) {
 func TestSignalSandboxesInAPreserver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		esc := escalate.Policy{TermWait: 5 * time.Second, KillWait: 2 * time.Second}
+		gone := newFake(nil)
+		gone.gone = true // exited before the drain signalled it: a crash, a kill of its own
 		sbs := []pause.Sandbox{
 			&escalate.Sandbox{Name: "saves", Policy: esc,
 				Target: newFake(map[syscall.Signal]time.Duration{syscall.SIGTERM: time.Second})},
 			&escalate.Sandbox{Name: "killed", Policy: esc,
 				Target: newFake(map[syscall.Signal]time.Duration{syscall.SIGKILL: 0})},
 			&escalate.Sandbox{Name: "unknown", Policy: esc, Target: newFake(nil)},
+			&escalate.Sandbox{Name: "gone", Policy: esc, Target: gone},
 		}
 		listed := false
 		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
@@ -447,6 +450,8 @@ func TestSignalSandboxesInAPreserver(t *testing.T) {
 		assert.Equal(t, pause.Failed, unknown.Outcome)
 		assert.Contains(t, unknown.Error, "not seen to exit")
 		assert.Equal(t, 1, unknown.Attempts)
+		// Before: Preserved, as if it had saved its state on the signal it never got.
+		assert.Equal(t, pause.Vanished, entry(t, rep, "gone").Outcome)
 		assert.Equal(t, 7*time.Second, took, "the three escalations run in parallel")
 	})
 }
@@ -515,5 +520,5 @@ func TestCmdTargetSeesTheExitWhenAGrandchildHoldsStdout(t *testing.T) {
 	assert.Equal(t, 0, cmd.ProcessState.ExitCode())
 	exit, err := escalate.Policy{}.Stop(ctx, target)
 	require.NoError(t, err)
-	assert.Equal(t, escalate.Exited, exit)
+	assert.Equal(t, escalate.Gone, exit, "reaped before Stop's signal")
 }
