@@ -286,7 +286,7 @@ func stop(ctx context.Context, s Server, g *drain.Gate) (held bool, err error) {
 
 // heldStop is a Step's detail when grpc's Stop had not returned shortly
 // after the step's deadline (see Stop) and was left running.
-const heldStop = "grpc's Stop did not return after the deadline, left running: a connection still in its handshake holds it until grpc.ConnectionTimeout (120 s unless set)"
+const heldStop = "grpc's Stop did not return after the deadline, left running: a connection still in its handshake holds it until grpc.ConnectionTimeout (120 s unless set), and with grpc.WaitForHandlers(true) a running handler does"
 
 // Step returns a drain teardown Step that runs Stop on s and g with the
 // step's context: GracefulStop, ending g's health Watches, then Stop at the
