@@ -59,6 +59,29 @@ func TestGenericAPIForcedSweepAccountsForWhatItDoesNotPause(t *testing.T) {
 	assert.Equal(t, drain.Failed, rep.Phase(StepServer).Result)
 }
 
+// A running sandbox the server lists without an ID cannot be paused: the
+// preserve phase accounts for it once, failed (row 220), and preserves the
+// others. The final sweep, which lists it again, neither counts it twice
+// nor fails its step for it: it is not running again, it never stopped,
+// and the preserve phase's account already has it.
+func TestGenericAPISandboxWithoutAnIDIsLostOnceAndCostsNoOther(t *testing.T) {
+	srv := newGenericServer(3)
+	srv.unnamed = true
+	rep := drainGeneric(t, srv)
+
+	states, pauses, resumed := srv.snapshot()
+	require.NotEmpty(t, resumed)
+	require.NotNil(t, rep.Preserve)
+	assert.Len(t, rep.Preserve.Entries, 4)
+	assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved], "the resumed one paused again by the sweep")
+	assert.Equal(t, 1, rep.Preserve.Counts[pause.Failed], "the one without an ID")
+	assert.Equal(t, 1, rep.Lost())
+	assert.Equal(t, map[string]string{"s1": "paused", "s2": "paused", "s3": "paused"}, states)
+	assert.Equal(t, 4, pauses)
+	assert.Equal(t, drain.OK, rep.Phase(StepServer).Result, rep.Phase(StepServer).Error)
+	require.Error(t, rep.Err())
+}
+
 // drainGeneric runs the supervisor's drain (-api generic, grace 10 s) in
 // front of srv on a loopback server, up to the server's SIGTERM.
 func drainGeneric(t *testing.T, srv *genericServer) *drain.Report {
@@ -81,6 +104,7 @@ type genericServer struct {
 	states   map[string]string
 	pauses   int
 	resumed  string
+	unnamed  bool              // every listing has a running sandbox without an ID too
 	sup      *supervisor       // the supervisor draining it
 	onResume func(*supervisor) // called as the user resumes
 }
@@ -106,13 +130,16 @@ func (s *genericServer) list(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	type item struct {
-		ID    string `json:"id"`
-		State string `json:"state"`
+		ID    *string `json:"id"`
+		State string  `json:"state"`
 	}
 	out := []item{}
+	if s.unnamed {
+		out = append(out, item{nil, "running"})
+	}
 	running := false
 	for _, id := range s.order {
-		out = append(out, item{id, s.states[id]})
+		out = append(out, item{&id, s.states[id]})
 		running = running || s.states[id] == "running"
 	}
 	if !running && s.resumed == "" {

@@ -108,7 +108,7 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 	}
 	isPaused := make(map[string]bool, len(paused))
 	for _, id := range paused {
-		isPaused[id] = true
+		isPaused[id] = id != "" // one listed without an ID is no other sandbox
 	}
 	out := make([]pause.Sandbox, 0, len(listed))
 	for _, sb := range listed {

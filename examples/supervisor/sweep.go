@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,7 +89,7 @@ func (s *supervisor) sweepRun(ctx context.Context, dl time.Time) (*pause.Report,
 	start, end, settleBy := time.Now().Add(left/2), time.Now().Add(left*3/4), time.Now().Add(left*7/8)
 	sctx, cancel := context.WithDeadline(ctx, start)
 	defer cancel()
-	p, err := pause.New(s.sweepList, pause.Config{
+	p, err := pause.New(named(s.sweepList), pause.Config{
 		// A Preserver of its own: what the sweep pauses (resumed sandboxes,
 		// a few) says nothing of the node's knee or of a pause's time, which
 		// the drain keeps for the next one.
@@ -115,7 +116,7 @@ func (s *supervisor) listForced(ctx context.Context, by time.Time) *pause.Report
 	defer cancel()
 	start := time.Now()
 	rep := &pause.Report{Start: start, Deadline: start, Passes: 1, Counts: map[pause.Outcome]int{}}
-	sbs, err := s.sweepList.List(lctx)
+	sbs, err := named(s.sweepList).List(lctx)
 	rep.End = time.Now()
 	if err != nil {
 		rep.Unknown, rep.ListErr = true, err.Error()
@@ -131,6 +132,18 @@ func (s *supervisor) listForced(ctx context.Context, by time.Time) *pause.Report
 		rep.Counts[pause.NotStarted]++
 	}
 	return rep
+}
+
+// named lists what l lists but the sandboxes without an ID (httpsource
+// lists a running one so, with the ID ""): the preserve phase's passes
+// listed them and its account has each, failed, since no pause can name
+// one; the sweep is for sandboxes running again, and cannot tell such a
+// sandbox from another.
+func named(l pause.Lister) pause.Lister {
+	return pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		sbs, err := l.List(ctx)
+		return slices.DeleteFunc(sbs, func(sb pause.Sandbox) bool { return sb != nil && sb.ID() == "" }), err
+	})
 }
 
 // sweepAccount logs the sweep's account rep and returns it (nil when it

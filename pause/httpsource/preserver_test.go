@@ -1,9 +1,13 @@
 package httpsource
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -208,4 +212,44 @@ func TestFailedListingIsUnknownWithTheLastError(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Fault: one element of a listing has no ID (null, or ""), among running
+// sandboxes that have theirs. The whole listing failed, so the Run knew no
+// sandbox at all and preserved none of the others. Now the others are
+// listed and preserved, and the one without an ID, which no pause request
+// can name, is in the Report as failed, once however many passes list it;
+// a sandbox that is not running needs no ID, as it needs no pause.
+func TestARunningSandboxWithoutAnIDCostsOnlyItself(t *testing.T) {
+	f := newFakeServer(3)
+	mux := http.NewServeMux()
+	mux.Handle("/", f.handler())
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		state := func(id string) string { return strconv.Quote(f.state(id)) }
+		fmt.Fprintf(w, `[{"id":"sb-aa","state":%s},{"id":null,"state":"running","memoryMB":512},`+
+			`{"id":"sb-ab","state":%s},{"id":"","state":"creating"},{"id":"sb-ac","state":%s}]`,
+			state("sb-aa"), state("sb-ab"), state("sb-ac"))
+	})
+	var logs bytes.Buffer
+	p, err := pause.New(inProcess(t, mux, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), pause.Config{})
+	require.NoError(t, err)
+	rep := p.Run(ctxWithDeadline(t, 10*time.Second), time.Time{})
+
+	assert.Equal(t, 1, strings.Count(logs.String(), "without an ID"), "said once, with what the server sent: %s", logs.String())
+	assert.Contains(t, logs.String(), `element 1 of page 1: field \"id\" must be a non-empty string or number (fields: id, memoryMB, state)`)
+	assert.Greater(t, rep.Passes, 1, "it is listed again after the others are paused")
+	assert.False(t, rep.Unknown)
+	assert.Equal(t, 3, rep.Counts[pause.Preserved], "the sandboxes with an ID are preserved")
+	assert.Equal(t, 1, rep.Counts[pause.Failed])
+	require.Len(t, rep.Entries, 4, "the creating one without an ID needs no pause")
+	for _, e := range rep.Entries {
+		if e.Outcome == pause.Failed {
+			assert.Empty(t, e.ID)
+			assert.Zero(t, e.Attempts, "no request can name it")
+			assert.Contains(t, e.Error, "empty ID")
+		}
+	}
+	require.Error(t, rep.Err())
+	assert.Contains(t, rep.Err().Error(), "1 of 4 sandboxes not preserved")
+	assert.Len(t, f.paused(), 3)
 }

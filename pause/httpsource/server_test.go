@@ -272,3 +272,10 @@ func ctxWithDeadline(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// state returns id's state, "" when the server does not have it.
+func (f *fakeServer) state(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.states[id]
+}

@@ -320,6 +320,7 @@ type Source struct {
 
 	fallbackURL string      // base + fallback list path, "" without one
 	onFallback  atomic.Bool // the list path answered 404: list with the fallback
+	toldUnnamed atomic.Bool // a running sandbox without an ID was logged
 
 	mu          sync.Mutex
 	notBefore   map[string]time.Time    // per sandbox, from Retry-After
@@ -411,6 +412,14 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 // pause.Lister. With Config.SizeField the sandboxes are pause.Sized. It
 // returns by ctx's deadline and the list timeout; its errors are classified
 // as described on Source.
+//
+// A running sandbox listed without an ID (the field missing, null, "" or
+// not a string or number) is returned with the ID "": no request can name
+// it, and a pause.Preserver accounts for it as a flawed element, a Failed
+// entry, while it preserves the others (the first such listing is logged,
+// with the fields the server sent). Only a listing in which no sandbox has
+// an ID, the mark of a wrong Config.IDField or not a listing of sandboxes,
+// is an error. A sandbox that is not running needs no ID.
 func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 	items, err := s.list(ctx)
 	if err != nil {
@@ -443,8 +452,8 @@ func (s *Source) RunningIDs(ctx context.Context) ([]string, error) {
 
 // An item is one running sandbox of a listing.
 type item struct {
-	id   string
-	size int64 // bytes; 0: unknown
+	id   string // "" for a sandbox listed without one
+	size int64  // bytes; 0: unknown
 }
 
 // maxPages bounds one listing, so a server that never stops sending tokens
@@ -475,6 +484,7 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 	seen := map[string]bool{}   // IDs already listed
 	tokens := map[string]bool{} // tokens already followed
 	token := ""
+	var ids listingIDs
 	for page := 1; ; page++ {
 		u := target
 		if token != "" {
@@ -495,23 +505,23 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		if err != nil {
 			return nil, page, err
 		}
-		items, err := s.parse(body)
+		items, err := s.parse(body, page, &ids)
 		if err != nil {
 			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", redact(u), err))
 		}
 		for _, it := range items {
-			if !seen[it.id] {
+			if it.id == "" || !seen[it.id] { // each sandbox without an ID is one
 				seen[it.id] = true
 				out = append(out, it)
 			}
 		}
-		if s.cfg.tokenHeader == "" {
-			return out, page, nil
+		next := ""
+		if s.cfg.tokenHeader != "" {
+			next = hdr.Get(s.cfg.tokenHeader)
 		}
-		next := hdr.Get(s.cfg.tokenHeader)
 		switch {
 		case next == "":
-			return out, page, nil
+			return s.named(out, page, ids, target)
 		case tokens[next]:
 			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: the server sent next token %q twice", redact(target), next))
 		case page >= maxPages:
@@ -629,8 +639,32 @@ func sameRequest(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-// parse extracts the running sandboxes from one list answer.
-func (s *Source) parse(body []byte) ([]item, error) {
+// listingIDs is what a listing's elements had for IDs, across its pages.
+type listingIDs struct {
+	named   bool   // an element had an ID
+	unnamed string // the first running element without one, described
+}
+
+// named returns a whole listing's running sandboxes, or the error for a
+// listing with a running sandbox and no ID in any element: whatever the
+// server sends, it is not what IDField names.
+func (s *Source) named(out []item, pages int, ids listingIDs, target string) ([]item, int, error) {
+	switch {
+	case ids.unnamed == "":
+		return out, pages, nil
+	case !ids.named:
+		return nil, pages, backoff.Permanent(fmt.Errorf("httpsource: list %s: %s", redact(target), ids.unnamed))
+	}
+	if !s.toldUnnamed.Swap(true) {
+		s.cfg.logger.Warn("httpsource: the server lists a running sandbox without an ID; no request can pause it, and it is counted failed",
+			"list", redact(target), "element", ids.unnamed)
+	}
+	return out, pages, nil
+}
+
+// parse extracts the running sandboxes from one list answer, page
+// number page of its listing, recording in ids what their IDs were.
+func (s *Source) parse(body []byte, page int, ids *listingIDs) ([]item, error) {
 	raw := json.RawMessage(body)
 	if s.cfg.itemsField != "" {
 		var obj map[string]json.RawMessage
@@ -649,13 +683,18 @@ func (s *Source) parse(body []byte) ([]item, error) {
 	items := make([]item, 0, len(elems))
 	for i, it := range elems {
 		id, err := scalar(it[s.cfg.idField])
-		if err != nil || id == "" {
-			return nil, fmt.Errorf("element %d: field %q must be a non-empty string or number (fields: %s)",
-				i, s.cfg.idField, fieldNames(it))
+		if err != nil {
+			id = ""
 		}
-		if s.needsPreserving(it) {
-			items = append(items, item{id: id, size: s.size(it)})
+		ids.named = ids.named || id != ""
+		if !s.needsPreserving(it) {
+			continue
 		}
+		if id == "" && ids.unnamed == "" {
+			ids.unnamed = fmt.Sprintf("element %d of page %d: field %q must be a non-empty string or number (fields: %s)",
+				i, page, s.cfg.idField, fieldNames(it))
+		}
+		items = append(items, item{id: id, size: s.size(it)})
 	}
 	return items, nil
 }

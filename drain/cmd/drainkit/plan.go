@@ -309,6 +309,9 @@ func (in *planInput) listServer(ctx context.Context, url string, timeout time.Du
 	if err != nil {
 		return fmt.Errorf("-server %s: listing the sandboxes: %w", url, err)
 	}
+	if n := unnamed(sbs); n > 0 {
+		return fmt.Errorf("-server %s: %d of the %d running sandboxes listed have no ID: no pause request can name them, so a drain now would lose them, whatever the grace", url, n, len(sbs))
+	}
 	in.source = fmt.Sprintf("%s (live)", url)
 	for _, sb := range sbs {
 		var size int64
@@ -318,6 +321,18 @@ func (in *planInput) listServer(ctx context.Context, url string, timeout time.Du
 		in.sizes = append(in.sizes, size)
 	}
 	return nil
+}
+
+// unnamed counts the sandboxes of a listing that have no ID (httpsource
+// lists a running one without an ID with the ID "").
+func unnamed(sbs []pause.Sandbox) int {
+	n := 0
+	for _, sb := range sbs {
+		if sb.ID() == "" {
+			n++
+		}
+	}
+	return n
 }
 
 func (in *planInput) readSizes(path string) error {
