@@ -295,9 +295,13 @@ func (f Funcs) Exited(ctx context.Context) (bool, error) {
 // c.Wait once, in a goroutine, so the child is reaped and its pipes
 // closed; an exit with any status or signal counts as exited. When another
 // reaper took the child first, Wait fails with ECHILD and Exited answers
-// instead, from the pidfd (a zombie counts as exited). Where pidfds are
-// missing (not Linux, or an older kernel) it signals through c.Process and
-// probes with signal 0, by PID, as os/exec does. The caller must not call
+// instead, from the pidfd (a zombie counts as exited). A child that had
+// exited before the first signal, reaped or not (Cmd reaps only from Wait,
+// so a child that crashed before the drain is a zombie until then), never
+// gets it: Signal returns os.ErrProcessDone and Policy.Stop says Gone.
+// Where pidfds are missing (not Linux, or an older kernel) it signals
+// through c.Process and probes with signal 0, by PID, as os/exec does, and
+// a zombie takes the signal (and is Exited). The caller must not call
 // c.Wait or c.Process.Wait itself; c.ProcessState is set once Wait returned
 // nil after a real exit.
 func Cmd(c *exec.Cmd) Target {
@@ -323,7 +327,11 @@ type cmdTarget struct {
 
 var errNotStarted = errors.New("escalate: command not started")
 
-// Signal signals the child through its pidfd; a reaped child is done.
+// Signal signals the child through its pidfd; a reaped child is done, and
+// so is a zombie: a child that exited before the drain (Cmd reaps only
+// from Wait) is still there to be signalled, but it never gets the signal,
+// and the exit the wait would see is not this signal's (os.ErrProcessDone:
+// Policy.Stop says Gone). Its reaping starts.
 func (t *cmdTarget) Signal(_ context.Context, sig syscall.Signal) error {
 	switch {
 	case t.c.Process == nil:
@@ -331,6 +339,10 @@ func (t *cmdTarget) Signal(_ context.Context, sig syscall.Signal) error {
 	case t.reaped():
 		return os.ErrProcessDone
 	case t.p != nil:
+		if t.p.Exited() {
+			t.reap()
+			return os.ErrProcessDone
+		}
 		err := t.p.Signal(sig)
 		if errors.Is(err, proc.ErrClosed) { // Wait reaped it meanwhile
 			return os.ErrProcessDone
@@ -362,15 +374,7 @@ func (t *cmdTarget) Wait(ctx context.Context) error {
 	if t.waited {
 		return nil
 	}
-	t.once.Do(func() {
-		go func() {
-			t.err = t.c.Wait()
-			close(t.done)
-			if t.p != nil {
-				_ = t.p.Close() // reaped: the pidfd has nothing more to say
-			}
-		}()
-	})
+	t.reap()
 	select {
 	case <-t.done: // checked first: an exit wins over a context that also ended
 		return t.result()
@@ -382,6 +386,21 @@ func (t *cmdTarget) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// reap calls c.Wait, once, in a goroutine: it returns when the child has
+// exited and its pipes are closed, which a grandchild holding them can
+// delay.
+func (t *cmdTarget) reap() {
+	t.once.Do(func() {
+		go func() {
+			t.err = t.c.Wait()
+			close(t.done)
+			if t.p != nil {
+				_ = t.p.Close() // reaped: the pidfd has nothing more to say
+			}
+		}()
+	})
 }
 
 // Exited asks the pidfd (or, without one, the process with signal 0).

@@ -149,8 +149,12 @@ func TestEscalationCmdTarget(t *testing.T) {
 	}
 }
 
-// A process that already exited counts as exited: reaped before Cmd, or a
-// zombie (the pidfd is readable at once).
+// A process that had already exited when the first signal was sent is
+// Gone, never Exited: it never got the signal that saves its state. Reaped
+// before Cmd, or a zombie (a child that crashed before the drain: Cmd's
+// target reaps only from Stop's wait, so until then every child that
+// exited is one), which was Exited, and escalate.Sandbox counted it
+// preserved; its pidfd says it exited, and Stop reaps it.
 func TestEscalationAlreadyExited(t *testing.T) {
 	t.Run("reaped", func(t *testing.T) {
 		cmd, _ := child(t, "exit")
@@ -170,8 +174,22 @@ func TestEscalationAlreadyExited(t *testing.T) {
 		}, 10*time.Second, 10*time.Millisecond, "a zombie has exited")
 		exit, err := escalate.Policy{TermWait: time.Minute}.Stop(t.Context(), target)
 		require.NoError(t, err)
-		assert.Equal(t, escalate.Exited, exit)
-		assert.NotNil(t, cmd.ProcessState, "reaped")
+		assert.Equal(t, escalate.Gone, exit, "it never got the signal")
+		assert.Eventually(t, func() bool {
+			st, err := procstat.Read(cmd.Process.Pid)
+			return err != nil || st.State != 'Z'
+		}, 10*time.Second, 10*time.Millisecond, "reaped")
+	})
+	t.Run("zombie sandbox", func(t *testing.T) {
+		cmd, _ := child(t, "exit")
+		waitZombie(t, cmd.Process.Pid)
+		target := escalate.Cmd(cmd)
+		assert.Eventually(t, func() bool {
+			exited, err := target.Exited(t.Context())
+			return err == nil && exited
+		}, 10*time.Second, 10*time.Millisecond, "a zombie has exited")
+		sb := &escalate.Sandbox{Name: "crashed", Target: target}
+		assert.ErrorIs(t, sb.Preserve(t.Context()), pause.ErrGone, "vanished, not preserved")
 	})
 }
 
