@@ -85,8 +85,9 @@ type Config struct {
 	// FailTerminal makes the first pause of every FailTerminal-th sandbox
 	// (by creation order) fail terminally, as AgentENV's pause does when
 	// the VM cannot be put back (src/orchestrator/service.rs,
-	// err.is_terminal()): the sandbox is stopped and removed, the answer
-	// is 500, and every later request for it answers 404. It takes
+	// err.is_terminal()): at the end of the pause's time the sandbox is
+	// stopped and removed, the answer is 500, a request that joined the
+	// pause answers 404, and so does every later request for it. It takes
 	// precedence over FailFirst; 0: none.
 	FailTerminal int
 	// ConflictWhenPaused makes a pause of a sandbox already paused, or
@@ -119,6 +120,7 @@ type Server struct {
 	sbx       map[string]*Sandbox
 	created   int
 	failed    map[string]bool // FailFirst already answered 500
+	doomed    map[string]bool // FailTerminal: the pause running now fails at its end
 	shutdown  bool
 	resumed   bool           // ResumeWhenNoneRunning has resumed its sandboxes
 	pauses    map[string]int // pause requests per sandbox
@@ -135,7 +137,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PageSize > MaxPageSize {
 		return nil, fmt.Errorf("fakeagentenv: PageSize %d exceeds %d", cfg.PageSize, MaxPageSize)
 	}
-	s := &Server{cfg: cfg, changed: make(chan struct{}), sbx: map[string]*Sandbox{}, failed: map[string]bool{}, pauses: map[string]int{}}
+	s := &Server{cfg: cfg, changed: make(chan struct{}), sbx: map[string]*Sandbox{}, failed: map[string]bool{}, doomed: map[string]bool{}, pauses: map[string]int{}}
 	if cfg.StateDir == "" {
 		return s, nil
 	}
@@ -593,10 +595,9 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 		s.conflicts++
 		return 0, http.StatusConflict, "sandbox cannot be paused from " + sb.State + " state"
 	}
-	if n := s.cfg.FailTerminal; n > 0 {
+	if n := s.cfg.FailTerminal; n > 0 && !s.failed[id] {
 		if seq, _ := strconv.Atoi(sb.Metadata["n"]); seq%n == 0 {
-			delete(s.sbx, id)
-			return 0, http.StatusInternalServerError, "sandbox " + id + " operation Pause failed: snapshot failed (injected, terminal); sandbox removed"
+			s.failed[id], s.doomed[id] = true, true // failed by finishPause
 		}
 	}
 	if n := s.cfg.FailFirst; n > 0 && !s.failed[id] {
@@ -612,6 +613,9 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 	return s.cfg.PauseBase + time.Duration(sb.MemoryMB)*s.cfg.PausePerGiB/1024, 0, ""
 }
 
+// errTerminal is a pause's terminal failure (Config.FailTerminal).
+var errTerminal = errors.New("operation Pause failed: snapshot failed (injected, terminal); sandbox removed")
+
 func (s *Server) finishPause(id string) error {
 	s.mu.Lock()
 	p, ok := s.sbx[id]
@@ -619,6 +623,14 @@ func (s *Server) finishPause(id string) error {
 		s.inPause--
 		s.mu.Unlock()
 		return fmt.Errorf("sandbox %s not found", id)
+	}
+	if s.doomed[id] {
+		delete(s.doomed, id)
+		delete(s.sbx, id)
+		s.inPause--
+		s.broadcastLocked()
+		s.mu.Unlock()
+		return errTerminal
 	}
 	sb := *p
 	s.mu.Unlock()

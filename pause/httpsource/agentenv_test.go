@@ -279,6 +279,38 @@ func TestAgentENVSandboxRemovedAfterAFailedPauseIsLostNotVanished(t *testing.T) 
 	}
 }
 
+// The same removal after a pause of ours that got no answer: its request
+// timed out (Config.PauseTimeout below the pause's time) while AgentENV
+// went on with the pause, which failed terminally at its end; the retry
+// joined it, or came after, and got 404. Nothing had answered 500, so the
+// 404 read as a sandbox its user deleted: vanished, lost in silence. Now
+// a gone answer after a pause of ours that got none is counted lost, and
+// says that a deletion by its user is the other reading.
+func TestAgentENVSandboxRemovedAfterAnUnansweredPauseIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 2 * time.Second, FailTerminal: 2})
+		require.NoError(t, err)
+		for range 2 {
+			_, err := srv.Create(1024)
+			require.NoError(t, err)
+		}
+		c := AgentENV()
+		c.PauseTimeout = 500 * time.Millisecond
+		p, err := pause.New(inProcess(t, srv.Handler(), c), pause.Config{Limit: 4})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+
+		assert.Equal(t, pause.Failed, entry(t, rep, "i0000002").Outcome, "removed after its pause failed: lost")
+		e := entry(t, rep, "i0000002")
+		assert.Contains(t, e.Error, "got no answer")
+		assert.Contains(t, e.Error, "404")
+		assert.Greater(t, e.Attempts, 1)
+		assert.Equal(t, 1, rep.Lost())
+		assert.Zero(t, rep.Counts[pause.Vanished])
+		require.Error(t, rep.Err())
+	})
+}
+
 // A sandbox resuming through the whole preserve phase (a user's connect to
 // a paused sandbox: AgentENV admits it until its own SIGTERM) runs
 // afterwards. GET /v2/sandboxes?state=running never lists it while it

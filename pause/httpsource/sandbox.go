@@ -100,7 +100,10 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 	case se == nil && ctx.Err() != nil:
 		return fmt.Errorf("httpsource: pause %s: %w", b.id, ctx.Err())
 	case se == nil:
-		return err // transient: connection, timeout
+		// Transient (a connection, a timeout); the server may go on with
+		// the pause, and a gone answer next may be its failure's.
+		b.src.setFailedPause(b.id, err)
+		return err
 	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode) && b.src.cfg.retryConflict:
 		if conflictState(se.Body) == "paused" {
 			// Paused already (by someone else, or by a pause of ours
@@ -115,14 +118,28 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 		b.src.setFailedPause(b.id, se)
 	case slices.Contains(gone, se.StatusCode):
 		if prev := b.src.failedPause(b.id); prev != nil {
-			// AgentENV removes a sandbox whose pause failed terminally
-			// (the VM could not be put back) and answers 500: the
-			// sandbox is lost, not gone.
-			return backoff.Permanent(fmt.Errorf("httpsource: pause %s: removed by the server after a failed pause, lost: the earlier pause got %d %s (%s), now %w",
-				b.id, prev.StatusCode, http.StatusText(prev.StatusCode), prev.Body, se))
+			return backoff.Permanent(lostAfter(b.id, prev, se))
 		}
 	}
 	return classify(se, gone)
+}
+
+// lostAfter is the error of a gone answer se to a pause of the sandbox id
+// after an earlier pause of it failed with prev: a 5xx answer, or none.
+// AgentENV removes a sandbox whose pause failed terminally (the VM could
+// not be put back) and answers 500: the sandbox is lost, not gone. A pause
+// that got no answer (its timeout, a connection reset) may have been that
+// one, the server going on with it: the gone answer is its removal, or a
+// deletion by the sandbox's user meanwhile, and only the first is a loss
+// that nothing else would report.
+func lostAfter(id string, prev error, se *StatusError) error {
+	var p *StatusError
+	if errors.As(prev, &p) {
+		return fmt.Errorf("httpsource: pause %s: removed by the server after a failed pause, lost: the earlier pause got %d %s (%s), now %w",
+			id, p.StatusCode, http.StatusText(p.StatusCode), p.Body, se)
+	}
+	return fmt.Errorf("httpsource: pause %s: gone after a pause that got no answer (%v), counted lost: the server may have gone on with that pause and removed the sandbox when it failed (AgentENV does), or its user deleted it meanwhile; now %w",
+		id, prev, se)
 }
 
 // conflictState returns the state a 409's body names, AgentENV's way
@@ -188,23 +205,24 @@ func (b *sandbox) holdOff(ctx context.Context) error {
 	}
 }
 
-// setFailedPause records that a pause of the sandbox answered se, a 5xx.
-func (s *Source) setFailedPause(id string, se *StatusError) {
+// setFailedPause records that a pause of the sandbox failed with err: a
+// 5xx answer (*StatusError), or none.
+func (s *Source) setFailedPause(id string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pauseFailed[id] = se
+	s.pauseFailed[id] = err
 }
 
-// clearFailedPause forgets the 5xx answers to the sandbox's pauses.
+// clearFailedPause forgets the failures of the sandbox's pauses.
 func (s *Source) clearFailedPause(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pauseFailed, id)
 }
 
-// failedPause returns the 5xx answer of an earlier pause of the sandbox,
-// or nil.
-func (s *Source) failedPause(id string) *StatusError {
+// failedPause returns how the last failed pause of the sandbox failed (a
+// 5xx answer, or none), or nil.
+func (s *Source) failedPause(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pauseFailed[id]

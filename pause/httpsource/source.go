@@ -289,7 +289,8 @@ func (c Config) resolve() config {
 //
 // Error classes, as the Preserver expects them: a gone status (404, 410)
 // wraps pause.ErrGone, except after a 5xx answer to an earlier pause of the
-// same sandbox that no pause succeeded since: a server that removes a sandbox whose pause failed
+// same sandbox, or none (its timeout, a connection reset: the server may
+// have gone on with it), that no pause succeeded since: a server that removes a sandbox whose pause failed
 // (AgentENV, when the VM cannot be put back) has lost it, so that gone
 // status is a permanent error, the sandbox Failed in the Report, never
 // Vanished; 408, 429, 5xx and connection errors are transient;
@@ -323,8 +324,8 @@ type Source struct {
 	toldUnnamed atomic.Bool // a running sandbox without an ID was logged
 
 	mu          sync.Mutex
-	notBefore   map[string]time.Time    // per sandbox, from Retry-After
-	pauseFailed map[string]*StatusError // per sandbox, the last 5xx answer to its pause
+	notBefore   map[string]time.Time // per sandbox, from Retry-After
+	pauseFailed map[string]error     // per sandbox, its last pause that got a 5xx answer or none
 }
 
 // New returns a Source for the server whose API is at baseURL (for example
@@ -351,7 +352,7 @@ func New(baseURL string, c Config) (*Source, error) {
 	if cfg.mp == nil {
 		cfg.mp = otel.GetMeterProvider()
 	}
-	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]time.Time{}, pauseFailed: map[string]*StatusError{}}
+	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]time.Time{}, pauseFailed: map[string]error{}}
 	s.listURL = s.resolve(cfg.listPath)
 	if cfg.fallbackList != "" {
 		s.fallbackURL = s.resolve(cfg.fallbackList)
