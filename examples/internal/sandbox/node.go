@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -30,6 +32,10 @@ var (
 	ErrNotFound = errors.New("sandbox not found")
 	// ErrConflict: the sandbox is not in a state that allows the operation.
 	ErrConflict = errors.New("sandbox is in the wrong state")
+	// ErrUnrecorded: a pause whose record could not be written, and whose undo
+	// failed: the sandbox stays paused with no record, lost when the process
+	// ends, and no later pause can record it (it is no longer running).
+	ErrUnrecorded = errors.New("sandbox paused but neither recorded nor resumed: lost at exit")
 )
 
 // MaxTimeoutS is the largest timeout a sandbox may have: ten years, in seconds. Larger
@@ -162,7 +168,7 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 			n.mu.Unlock()
 			n.logger.Error("sandbox paused but neither recorded nor resumed: lost at exit",
 				"id", id, "record_error", err, "resume_error", uerr)
-			return Info{}, fmt.Errorf("pause %s: %w (and resuming it failed: %w)", id, err, uerr)
+			return Info{}, fmt.Errorf("pause %s: %w: %w (and resuming it failed: %w)", id, ErrUnrecorded, err, uerr)
 		}
 		n.setRunning(e)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
@@ -287,10 +293,14 @@ func (p preservable) Size() int64 {
 
 // Preserve pauses the sandbox; one no longer running is pause.ErrGone. A sandbox in
 // transition is waited for, within ctx: a client's pause or resume that fails leaves it
-// running, and then only this pause saves it.
+// running, and then only this pause saves it. A pause that left it paused with no record
+// (ErrUnrecorded) fails for good: a retry would find it paused and call it gone.
 func (p preservable) Preserve(ctx context.Context) error {
 	for {
 		_, err := p.n.Pause(ctx, p.id)
+		if errors.Is(err, ErrUnrecorded) {
+			return backoff.Permanent(err)
+		}
 		if !errors.Is(err, ErrConflict) {
 			if errors.Is(err, ErrNotFound) {
 				return fmt.Errorf("%w: %w", pause.ErrGone, err)

@@ -440,3 +440,43 @@ func TestRunscResumeWhoseClientIsGoneLeavesNoSandboxBehind(t *testing.T) {
 	assert.Eventually(t, func() bool { return len(runsc.SandboxProcesses(bundle.Dir)) == 0 }, 30*time.Second, 10*time.Millisecond,
 		"deleted: nothing of the sandbox runs")
 }
+
+// unresumable is a Fake whose Resume fails.
+type unresumable struct{ *Fake }
+
+func (unresumable) Resume(context.Context, string, string) error {
+	return errors.New("restore failed (injected)")
+}
+
+// A pause whose record could not be written (the records directory gone, a full disk)
+// is undone; when the undo fails too, the sandbox stays paused with no record, and the
+// node logs it lost at exit. The Preserver's retry of it found it paused, "no longer
+// running", and said vanished: the Report counted no loss for a sandbox the server
+// knew it would lose. Its preserve fails for good instead.
+func TestPausedButUnrecordedSandboxIsLostNotVanished(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		st, err := store.Open(filepath.Join(dir, "records"))
+		require.NoError(t, err)
+		n, _, err := NewNode(unresumable{&Fake{Dir: filepath.Join(dir, "images"), PauseLatency: time.Second}}, st, nil)
+		require.NoError(t, err)
+		defer n.Close()
+		a, err := n.Create(t.Context(), 3600)
+		require.NoError(t, err)
+		require.NoError(t, os.RemoveAll(filepath.Join(dir, "records")))
+
+		p, err := pause.New(pause.ListFunc(n.Running), pause.Config{})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		rep := p.Run(ctx, time.Time{})
+
+		require.Len(t, rep.Entries, 1)
+		e := rep.Entries[0]
+		assert.Equal(t, a.ID, e.ID)
+		assert.Equal(t, pause.Failed, e.Outcome, e.Error)
+		assert.Contains(t, e.Error, "resuming it failed")
+		assert.Equal(t, 1, e.Attempts, "asking again cannot record it")
+		assert.Equal(t, 1, rep.Lost())
+	})
+}
