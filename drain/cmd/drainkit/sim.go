@@ -37,9 +37,10 @@ its running sandboxes, in virtual time, three ways side by side:
              SIGTERM comes at once and the node is handed back as soon as
              its sandboxes are preserved.
 
-The rollout replaces at most -max-unavailable pods at once; a node is
-unavailable from its pod's deletion until the new pod is ready (-startup
-after the old one exits). It prints the rollout's duration, the sandboxes
+The rollout replaces at most -max-unavailable pods at once (a number, or as
+the DaemonSet's maxUnavailable a percentage of the nodes, rounded up: 10%);
+a node is unavailable from its pod's deletion until the new pod is ready
+(-startup after the old one exits). It prints the rollout's duration, the sandboxes
 lost, the nodes SIGKILLed and the device daemons killed with live devices.
 
 How it runs: a discrete-event model in virtual time, not the servers
@@ -75,6 +76,7 @@ type simConfig struct {
 	concurrency    int
 	grace          time.Duration
 	maxUnavailable int
+	unavailablePct int // -max-unavailable as a percentage of the nodes; 0: given as a number
 	startup        time.Duration
 	teardown       time.Duration // how long the device teardown takes
 	seed           uint64
@@ -104,6 +106,31 @@ func (c *countFlag) Set(v string) error {
 	return nil
 }
 
+// unavailableFlag is N or P%, as the DaemonSet's
+// rollingUpdate.maxUnavailable (an IntOrString) takes it: a percentage of
+// the nodes, rounded up.
+type unavailableFlag struct{ n, pct int }
+
+func (u *unavailableFlag) String() string {
+	if u.pct > 0 {
+		return strconv.Itoa(u.pct) + "%"
+	}
+	return strconv.Itoa(u.n)
+}
+
+func (u *unavailableFlag) Set(v string) error {
+	num, pct := strings.CutSuffix(v, "%")
+	n, err := strconv.Atoi(num)
+	if err != nil || pct && (n < 0 || n > 100) {
+		return fmt.Errorf("want a number, or a whole percentage from 0%% to 100%%, got %q", v)
+	}
+	u.n, u.pct = n, 0
+	if pct {
+		u.n, u.pct = -1, n // -1: resolved against the nodes
+	}
+	return nil
+}
+
 func runSim(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("sim", simUsage, stdout)
 	var c simConfig
@@ -116,13 +143,18 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.concurrency, "concurrency", 8, "pauses at once on a drainkit node")
 	grace := graceFlag{3600 * time.Second}
 	fs.Var(&grace, "grace", "terminationGracePeriodSeconds, in `SECONDS` or as a duration")
-	fs.IntVar(&c.maxUnavailable, "max-unavailable", 1, "the DaemonSet's rollingUpdate.maxUnavailable")
+	unavailable := unavailableFlag{n: 1}
+	fs.Var(&unavailable, "max-unavailable", "the DaemonSet's rollingUpdate.maxUnavailable: `U` nodes, or a percentage of them (rounded up)")
 	fs.DurationVar(&c.startup, "startup", 30*time.Second, "from the old pod's exit until the new pod is ready")
 	fs.DurationVar(&c.teardown, "teardown", time.Second, "how long the device teardown takes")
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed of the pause times and counts")
 	pos, err := parse(fs, args)
 	c.grace = grace.d
 	c.minSB, c.maxSB = counts.lo, counts.hi
+	c.maxUnavailable, c.unavailablePct = unavailable.n, unavailable.pct
+	if err == nil && unavailable.n < 0 {
+		err = c.resolveUnavailable()
+	}
 	if err == nil {
 		err = c.check(pos)
 	}
@@ -137,6 +169,19 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return exitOK
+}
+
+// resolveUnavailable turns -max-unavailable P% into nodes: P% of them,
+// rounded up, as the DaemonSet controller does; 0% is no node at all.
+func (c *simConfig) resolveUnavailable() error {
+	if c.nodes < 1 || c.nodes > 100000 {
+		return nil // check names -nodes
+	}
+	c.maxUnavailable = (c.unavailablePct*c.nodes + 99) / 100
+	if c.maxUnavailable < 1 {
+		return fmt.Errorf("-max-unavailable %d%% is 0 of %d nodes: want at least 1", c.unavailablePct, c.nodes)
+	}
+	return nil
 }
 
 func (c *simConfig) check(pos []string) error {
@@ -381,9 +426,13 @@ func (c *simConfig) print(w io.Writer, res []fleetResult) {
 		sb = fmt.Sprintf("%d-%d (uniform)", c.minSB, c.maxSB)
 	}
 	est := c.estimator().Estimate()
-	fmt.Fprintf(w, "Fleet: %d nodes x %s sandboxes, pauses %s-%s (uniform), grace %s, maxUnavailable %d,\n",
+	unavailable := strconv.Itoa(c.maxUnavailable)
+	if c.unavailablePct > 0 {
+		unavailable += fmt.Sprintf(" (%d%% of %d nodes)", c.unavailablePct, c.nodes)
+	}
+	fmt.Fprintf(w, "Fleet: %d nodes x %s sandboxes, pauses %s-%s (uniform), grace %s, maxUnavailable %s,\n",
 		c.nodes, sb, secs(time.Duration(float64(c.pause)*(1-c.jitter))), secs(time.Duration(float64(c.pause)*(1+c.jitter))),
-		c.grace, c.maxUnavailable)
+		c.grace, unavailable)
 	fmt.Fprintf(w, "new pod ready %s after the old one exits; drainkit: %d pauses at once, estimate %s, device teardown %s.\n",
 		c.startup, c.concurrency, secs(est), secs(c.teardown))
 	fmt.Fprintf(w, "Virtual time, seed %d (a discrete-event model on deadline.Budget and deadline.Split; see -h).\n\n", c.seed)

@@ -142,3 +142,28 @@ func TestSimNodeWithNothingToDoIsNotHeld(t *testing.T) {
 	assert.Regexp(t, `node termination, longest\s+1.0s\s+1.0s\s+1.0s\s*\n`, out)
 	assert.Regexp(t, `least headroom before SIGKILL\s+3599.000s\s+3599.000s\s+3599.000s\s*\n`, out)
 }
+
+// -max-unavailable takes what the DaemonSet's rollingUpdate.maxUnavailable
+// takes: a number, or a percentage of the nodes rounded up. A manifest's
+// "10%" was "parse error", with nothing saying that a percentage was the
+// trouble. 25% of 10 nodes is 3 at once, as "3" is; 0% and over 100% are
+// named.
+func TestSimMaxUnavailableTakesAPercentageAsTheDaemonSetDoes(t *testing.T) {
+	args := []string{"sim", "-nodes", "10", "-sandboxes", "5"}
+	code, pct, errw := drainkit(t, append(args, "-max-unavailable", "25%")...)
+	require.Equal(t, exitOK, code, errw)
+	_, three, _ := drainkit(t, append(args, "-max-unavailable", "3")...)
+	table := func(s string) string { _, t, _ := strings.Cut(s, "\n\n"); return t }
+	assert.Equal(t, table(three), table(pct), "ceil(25% of 10) = 3")
+	assert.Contains(t, pct, "maxUnavailable 3 (25% of 10 nodes)")
+	for v, want := range map[string]string{
+		"0%":   "-max-unavailable 0% is 0 of 10 nodes: want at least 1",
+		"101%": "for flag -max-unavailable: want a number, or a whole percentage from 0% to 100%, got \"101%\"",
+		"1.5":  "for flag -max-unavailable: want a number, or a whole percentage from 0% to 100%, got \"1.5\"",
+		"0":    "-max-unavailable must be at least 1, got 0",
+	} {
+		code, _, errw := drainkit(t, append(args, "-max-unavailable", v)...)
+		assert.Equal(t, exitUsage, code, v)
+		assert.Contains(t, errw, want, v)
+	}
+}
