@@ -2,6 +2,7 @@ package httpsource
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -418,9 +419,9 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 // not a string or number) is returned with the ID "": no request can name
 // it, and a pause.Preserver accounts for it as a flawed element, a Failed
 // entry, while it preserves the others (the first such listing is logged,
-// with the fields the server sent). Only a listing in which no sandbox has
-// an ID, the mark of a wrong Config.IDField or not a listing of sandboxes,
-// is an error. A sandbox that is not running needs no ID.
+// with the fields the server sent). Only a listing in which no element has
+// an ID, running or not, the mark of a wrong Config.IDField or not a
+// listing of sandboxes, is an error.
 func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 	items, err := s.list(ctx)
 	if err != nil {
@@ -643,12 +644,14 @@ func sameRequest(req *http.Request, via []*http.Request) error {
 // listingIDs is what a listing's elements had for IDs, across its pages.
 type listingIDs struct {
 	named   bool   // an element had an ID
-	unnamed string // the first running element without one, described
+	unnamed string // the first element without one, described
+	running string // the first running element without one, described
 }
 
 // named returns a whole listing's running sandboxes, or the error for a
-// listing with a running sandbox and no ID in any element: whatever the
-// server sends, it is not what IDField names.
+// listing with elements and no ID in any, running or not: whatever the
+// server sends, it is not what IDField names, which is best known before
+// a drain has sandboxes to pause.
 func (s *Source) named(out []item, pages int, ids listingIDs, target string) ([]item, int, error) {
 	switch {
 	case ids.unnamed == "":
@@ -656,9 +659,9 @@ func (s *Source) named(out []item, pages int, ids listingIDs, target string) ([]
 	case !ids.named:
 		return nil, pages, backoff.Permanent(fmt.Errorf("httpsource: list %s: %s", redact(target), ids.unnamed))
 	}
-	if !s.toldUnnamed.Swap(true) {
+	if ids.running != "" && !s.toldUnnamed.Swap(true) {
 		s.cfg.logger.Warn("httpsource: the server lists a running sandbox without an ID; no request can pause it, and it is counted failed",
-			"list", redact(target), "element", ids.unnamed)
+			"list", redact(target), "element", ids.running)
 	}
 	return out, pages, nil
 }
@@ -687,15 +690,20 @@ func (s *Source) parse(body []byte, page int, ids *listingIDs) ([]item, error) {
 		if err != nil {
 			id = ""
 		}
-		ids.named = ids.named || id != ""
-		if !s.needsPreserving(it) {
-			continue
-		}
-		if id == "" && ids.unnamed == "" {
-			ids.unnamed = fmt.Sprintf("element %d of page %d: field %q must be a non-empty string or number (fields: %s)",
+		running := s.needsPreserving(it)
+		if id != "" {
+			ids.named = true
+		} else if ids.unnamed == "" || running && ids.running == "" {
+			d := fmt.Sprintf("element %d of page %d: field %q must be a non-empty string or number (fields: %s)",
 				i, page, s.cfg.idField, fieldNames(it))
+			ids.unnamed = cmp.Or(ids.unnamed, d)
+			if running {
+				ids.running = d
+			}
 		}
-		items = append(items, item{id: id, size: s.size(it)})
+		if running {
+			items = append(items, item{id: id, size: s.size(it)})
+		}
 	}
 	return items, nil
 }

@@ -132,6 +132,7 @@ func TestListRejectsMalformedAnswersAsPermanent(t *testing.T) {
 		"missing id":      `[{"state":"running"}]`,
 		"empty id":        `[{"id":"","state":"running"}]`,
 		"id is an object": `[{"id":{},"state":"running"}]`,
+		"no id, paused":   `[{"sandboxID":"a","state":"paused"}]`, // a wrong IDField shows before any runs
 	} {
 		t.Run(name, func(t *testing.T) {
 			mux := http.NewServeMux()
