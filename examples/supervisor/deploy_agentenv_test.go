@@ -178,12 +178,10 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "api-key")
 	require.NoError(t, os.WriteFile(key, []byte("k\n"), 0o400))
 	args[keyArg] = "-api-key-file=" + key
-	secret := manifest.Env(c, EnvHookSecret)
-	require.NotEmpty(t, secret, "the overlay sets %s", EnvHookSecret)
-	t.Setenv(EnvHookSecret, secret)
+	manifest.Secret(t, c, EnvHookSecret, func() error { _, err := parseArgs(args, io.Discard); return err })
 
 	cfg, err := parseArgs(args, io.Discard)
-	require.NoError(t, err, "the overlay's command line parses")
+	require.NoError(t, err, "the overlay's command line parses, with a secret of its own")
 	assert.Equal(t, grace, cfg.grace, "-grace is terminationGracePeriodSeconds, through the replacement")
 	assert.True(t, cfg.kubelet > 0 && cfg.kubelet < grace, "-kubelet-grace, the node-shutdown slice, is below the grace: %v", cfg.kubelet)
 	assert.Equal(t, APIAgentENV, cfg.api.API)
@@ -216,7 +214,7 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	require.NotNil(t, c.Lifecycle)
 	require.NotNil(t, c.Lifecycle.PreStop)
 	assert.Nil(t, c.Lifecycle.PreStop.Exec, "the base's unbounded shell loop is gone")
-	manifest.CheckDrainHook(t, c, cfg.hookListen, secret)
+	manifest.CheckDrainHook(t, c, cfg.hookListen, manifest.Env(c, EnvHookSecret))
 	_, listenPort, err := net.SplitHostPort(cfg.listen)
 	require.NoError(t, err)
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)

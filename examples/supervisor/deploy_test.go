@@ -29,11 +29,10 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 
 	c := supervisorContainer(t, spec.Containers)
-	secret := manifest.Env(c, EnvHookSecret)
-	require.NotEmpty(t, secret, "the manifest sets %s", EnvHookSecret)
-	t.Setenv(EnvHookSecret, secret)
-	cfg, err := parseArgs(append(c.Command[1:], c.Args...), io.Discard)
-	require.NoError(t, err, "the manifest's command line parses")
+	args := append(c.Command[1:], c.Args...)
+	manifest.Secret(t, c, EnvHookSecret, func() error { _, err := parseArgs(args, io.Discard); return err })
+	cfg, err := parseArgs(args, io.Discard)
+	require.NoError(t, err, "the manifest's command line parses, with a secret of its own")
 	assert.Equal(t, grace, cfg.grace, "-grace equals terminationGracePeriodSeconds")
 	assert.True(t, cfg.kubelet > 0 && cfg.kubelet < grace, "-kubelet-grace, the node-shutdown slice, is below the grace: %v", cfg.kubelet)
 	assert.NotEmpty(t, cfg.server)
@@ -41,7 +40,7 @@ func TestManifestIsValidAndItsBudgetAddsUp(t *testing.T) {
 	// preStop is an httpGet to the supervisor's /drain on the -hook-listen
 	// port, with the secret; the probes are its /readyz and /healthz on the
 	// -listen port.
-	manifest.CheckDrainHook(t, c, cfg.hookListen, secret)
+	manifest.CheckDrainHook(t, c, cfg.hookListen, manifest.Env(c, EnvHookSecret))
 	_, listenPort, err := net.SplitHostPort(cfg.listen)
 	require.NoError(t, err)
 	require.NotNil(t, c.ReadinessProbe.HTTPGet)

@@ -32,3 +32,13 @@ func Loopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
+
+// Placeholder reports whether secret is one of the preStop hook secrets that
+// drainkit's manifests and docs ship for the reader to replace
+// ("replace-me-with-a-long-random-secret", "the same secret"): they are
+// public, so a hook guarded by one is guarded by nothing, and any sandbox
+// that can reach the pod's address can take the node out of service.
+func Placeholder(secret string) bool {
+	s := strings.ToLower(strings.TrimSpace(secret))
+	return strings.HasPrefix(s, "replace-me") || s == "the same secret"
+}

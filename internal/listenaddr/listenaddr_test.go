@@ -40,3 +40,12 @@ func ExampleCheck() {
 	// -hook-listen fd00::5:8082 is not host:port: an IPv6 address goes in brackets, [fd00::5]:PORT (in a manifest, "[$(POD_IP)]:PORT")
 	// true
 }
+
+func TestPlaceholder(t *testing.T) {
+	for _, s := range []string{"replace-me-with-a-long-random-secret", "REPLACE-ME", " replace-me\n", "the same secret"} {
+		assert.True(t, listenaddr.Placeholder(s), "%q", s)
+	}
+	for _, s := range []string{"", "s3cret", "9f86d081884c7d659a2feaa0c55ad015", "please-replace-me"} {
+		assert.False(t, listenaddr.Placeholder(s), "%q", s)
+	}
+}

@@ -13,6 +13,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/drainkit/drainkit/internal/listenaddr"
 )
 
 // DaemonSet reads the manifest at path and decodes it strictly: a field
@@ -70,4 +72,23 @@ func CheckDrainHook(t testing.TB, c corev1.Container, hookListen, secret string)
 	require.Len(t, hook.HTTPHeaders, 1)
 	assert.Equal(t, "X-Drain-Secret", hook.HTTPHeaders[0].Name)
 	assert.Equal(t, secret, hook.HTTPHeaders[0].Value, "the hook sends the secret the drain expects")
+}
+
+// Secret checks that the container's variable env holds the preStop hook
+// secret the manifests ship for the reader to replace (a public
+// placeholder: listenaddr.Placeholder) and that parse, run with it set,
+// refuses it naming env, so a manifest applied as it is fails at start
+// instead of guarding the hook with nothing. It then sets env to a secret
+// of the test's own for the rest of the test and returns it.
+func Secret(t testing.TB, c corev1.Container, env string, parse func() error) string {
+	t.Helper()
+	placeholder := Env(c, env)
+	require.True(t, listenaddr.Placeholder(placeholder), "the manifest's %s is the placeholder to replace: %q", env, placeholder)
+	t.Setenv(env, placeholder)
+	err := parse()
+	require.Error(t, err, "the placeholder %s is refused", env)
+	assert.Contains(t, err.Error(), env+" is the manifest's placeholder")
+	const secret = "a-secret-of-this-test"
+	t.Setenv(env, secret)
+	return secret
 }

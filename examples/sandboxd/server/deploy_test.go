@@ -40,18 +40,16 @@ func TestDaemonSetIsValidAndItsBudgetAddsUp(t *testing.T) {
 	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 	require.Len(t, spec.Containers, 1)
 	c := spec.Containers[0]
-	secret := manifest.Env(c, HookSecretEnv)
-	require.NotEmpty(t, secret, "the manifest sets %s", HookSecretEnv)
-	t.Setenv(HookSecretEnv, secret)
+	manifest.Secret(t, c, HookSecretEnv, func() error { _, err := ParseFlags(c.Args, io.Discard); return err })
 	cfg, err := ParseFlags(c.Args, io.Discard)
-	require.NoError(t, err, "the manifest's arguments parse")
+	require.NoError(t, err, "the manifest's arguments parse, with a secret of its own")
 	assert.Equal(t, grace, cfg.Grace, "-grace equals terminationGracePeriodSeconds")
 	assert.True(t, slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
 	}), "POD_NAME, -pod's default, is the pod's name: -kubelet-grace needs the pod's deletionTimestamp")
 	assert.True(t, cfg.KubeletGrace > 0 && cfg.KubeletGrace < grace, "-kubelet-grace, the node-shutdown slice, is below the grace: %v", cfg.KubeletGrace)
 
-	manifest.CheckDrainHook(t, c, cfg.HookListen, secret)
+	manifest.CheckDrainHook(t, c, cfg.HookListen, manifest.Env(c, HookSecretEnv))
 	_, port, err := net.SplitHostPort(cfg.Listen)
 	require.NoError(t, err)
 	_, hookPort, err := net.SplitHostPort(cfg.HookListen)
@@ -182,7 +180,7 @@ func TestRBACManifestGrantsWhatSandboxdNeeds(t *testing.T) {
 func TestDaemonSetHookListensOnAnIPv4AndAnIPv6Pod(t *testing.T) {
 	ds := manifest.DaemonSet(t, daemonSet, "periodSeconds: 2", "periodSecond: 2")
 	c := ds.Spec.Template.Spec.Containers[0]
-	t.Setenv(HookSecretEnv, manifest.Env(c, HookSecretEnv))
+	t.Setenv(HookSecretEnv, "a-secret-of-this-test") // the manifest's is a placeholder to replace
 	for _, podIP := range []string{"10.244.1.5", "fd00:10:244::5", "127.0.0.1", "::1"} {
 		args := make([]string, len(c.Args))
 		for i, a := range c.Args { // the kubelet's $(VAR) expansion, for the pod's address
