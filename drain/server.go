@@ -37,7 +37,8 @@ const (
 	EnvHookListen = "DRAINKIT_HOOK_LISTEN"
 	// EnvHookSecret is the shared secret the hook's httpHeaders carry in
 	// the header X-Drain-Secret. Required when EnvHookListen is not
-	// loopback.
+	// loopback. The manifests' placeholder ("replace-me-...", "the same
+	// secret") is refused: it is public.
 	EnvHookSecret = "DRAINKIT_HOOK_SECRET"
 	// EnvPodName is the pod's name, from the Downward API (fieldRef
 	// metadata.name). With it and the pod's mounted service account the
