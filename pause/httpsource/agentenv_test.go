@@ -311,6 +311,30 @@ func TestAgentENVSandboxRemovedAfterAnUnansweredPauseIsLost(t *testing.T) {
 	})
 }
 
+// Under the API spec's 409 for a sandbox paused or being paused
+// (fakeagentenv.Config.ConflictWhenPaused), a pause of ours that got no
+// answer (its timeout) is one the server goes on with: the retry gets 409
+// "pausing", then 409 "paused", by that pause of ours. The sandbox is
+// preserved; it was counted vanished, as one someone else had paused.
+func TestAgentENVPausedByOurUnansweredPauseIsPreserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 2 * time.Second, ConflictWhenPaused: true})
+		require.NoError(t, err)
+		sb, err := srv.Create(1024)
+		require.NoError(t, err)
+		c := AgentENV()
+		c.PauseTimeout = 500 * time.Millisecond
+		p, err := pause.New(inProcess(t, srv.Handler(), c), pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+
+		e := entry(t, rep, sb.SandboxID)
+		assert.Equal(t, pause.Preserved, e.Outcome, e.Error)
+		assert.Greater(t, e.Attempts, 2, "the timeout, 409 pausing, then 409 paused")
+		assert.Zero(t, rep.Lost())
+	})
+}
+
 // A sandbox resuming through the whole preserve phase (a user's connect to
 // a paused sandbox: AgentENV admits it until its own SIGTERM) runs
 // afterwards. GET /v2/sandboxes?state=running never lists it while it

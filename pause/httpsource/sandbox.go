@@ -106,9 +106,14 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 		return err
 	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode) && b.src.cfg.retryConflict:
 		if conflictState(se.Body) == "paused" {
-			// Paused already (by someone else, or by a pause of ours
-			// whose answer was lost): a server answering so is the one
-			// the API spec's 409 describes, not AgentENV's code (204).
+			// Paused already: a server answering so is the one the API
+			// spec's 409 describes, not AgentENV's code (204). After a
+			// pause of ours that got no answer, which the server went on
+			// with, by that pause: preserved; else by someone else.
+			if prev := b.src.failedPause(b.id); prev != nil && !errors.As(prev, new(*StatusError)) {
+				b.src.clearFailedPause(b.id)
+				return nil
+			}
 			return fmt.Errorf("%w: %w (already paused)", pause.ErrGone, se)
 		}
 		return fmt.Errorf("%w (a state the server will not pause yet: retry)", se)

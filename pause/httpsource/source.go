@@ -149,8 +149,10 @@ type Config struct {
 	// gone. A 409 whose body names the state paused, AgentENV's way
 	// ("sandbox cannot be paused from paused state", as a server that
 	// answers the API spec's 409 for a paused sandbox would), is gone
-	// (pause.ErrGone: already preserved); one being paused ("pausing")
-	// is retried, and settled by the answer once that pause has ended.
+	// (pause.ErrGone: already preserved), or preserved when a pause of
+	// this sandbox sent before got no answer (its timeout: the server
+	// went on with it); one being paused ("pausing") is retried, and
+	// settled by the answer once that pause has ended.
 	RetryConflict bool
 
 	// ListTimeout bounds each listing (and always the caller's context).
