@@ -258,7 +258,7 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 		if e.Relisted > 0 { // it was preserved, then ran again: this is the preserve after
 			when = fmt.Sprintf("preserved, ran again (relisted %d), then %s", e.Relisted, when)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", printable(e.ID), e.Outcome, when, oneLine(e.Error, 90))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", shownID(e.ID), e.Outcome, when, oneLine(e.Error, 90))
 	}
 	tw.Flush()
 	if len(shown) < len(lost) {
@@ -379,6 +379,16 @@ func oneLine(s string, n int) string {
 // came, a control character drives the operator's terminal or breaks the
 // summary's columns, and in the SVG, where XML allows none, the browser
 // shows a parse error instead of the timeline.
+// shownID is a sandbox's ID as the report shows it: printable, and
+// "(no ID)" for a sandbox the server listed without one (pause's flawed
+// element, pause/httpsource), whose column would be blank.
+func shownID(id string) string {
+	if id == "" {
+		return "(no ID)"
+	}
+	return printable(id)
+}
+
 func printable(s string) string {
 	var b strings.Builder
 	for _, r := range s { // invalid UTF-8 is U+FFFD here, graphic

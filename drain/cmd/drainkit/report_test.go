@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -344,4 +345,33 @@ func TestReportOfAFailedStepExitsOneAndNamesIt(t *testing.T) {
 	assert.Contains(t, out, "the daemon was killed with the device live")
 	_, help, _ := drainkit(t, "report", "-h")
 	assert.Contains(t, strings.Join(strings.Fields(help), " "), "1 when not: a sandbox lost, a teardown step that failed")
+}
+
+// A sandbox the server listed without an ID (row 220) is in the Report as
+// a failed entry with the ID "": the summary's lost list showed it with an
+// empty first column, the line reading as a sandbox whose ID was lost by
+// the report, and the timeline's tooltip began with its outcome. Both now
+// say "(no ID)".
+func TestReportNamesASandboxListedWithoutAnID(t *testing.T) {
+	data, err := os.ReadFile("testdata/sandboxd-lost4.json")
+	require.NoError(t, err)
+	var rep drain.Report
+	require.NoError(t, json.Unmarshal(data, &rep))
+	i := slices.IndexFunc(rep.Preserve.Entries, func(e pause.Entry) bool { return e.Outcome.Lost() })
+	require.GreaterOrEqual(t, i, 0)
+	rep.Preserve.Entries[i].ID = ""
+	rep.Preserve.Entries[i].Outcome = pause.Failed
+	rep.Preserve.Entries[i].Error = "pause: listing 1, element 3: empty ID; not preserved"
+	data, err = json.Marshal(rep)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	path, svgPath := filepath.Join(dir, "last-shutdown.json"), filepath.Join(dir, "t.svg")
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+
+	code, out, errw := drainkit(t, "report", "-svg", svgPath, path)
+	require.Equal(t, exitNoFit, code, errw)
+	assert.Regexp(t, `\n  \(no ID\) +failed `, out)
+	svg, err := os.ReadFile(svgPath)
+	require.NoError(t, err)
+	assert.Contains(t, string(svg), "<title>(no ID) failed")
 }

@@ -184,7 +184,7 @@ func writeSVG(w io.Writer, rep *drain.Report) {
 		y, h := l.RowY(i)
 		x0, x1 := l.Bar(i, rep)
 		c := outcomeColour[e.Outcome]
-		tip := html.EscapeString(fmt.Sprintf("%s %s %s..%s %s", printable(e.ID), e.Outcome, rel(e.Start, l.t0), rel(e.End, l.t0), oneLine(e.Error, 80)))
+		tip := html.EscapeString(fmt.Sprintf("%s %s %s..%s %s", shownID(e.ID), e.Outcome, rel(e.Start, l.t0), rel(e.End, l.t0), oneLine(e.Error, 80)))
 		if e.Outcome == pause.NotStarted {
 			p(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="%s" stroke-width="1"><title>%s</title></rect>`+"\n",
 				x0, y, x1-x0, h, notStartedFill, c, tip)
