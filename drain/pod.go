@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -177,7 +178,7 @@ func lostIDs(pr *pause.Report) string {
 			ids = append(ids, fmt.Sprintf("and %d more", lost-maxLostIDs))
 			break
 		}
-		ids = append(ids, e.ID+"("+string(e.Outcome)+")")
+		ids = append(ids, cmp.Or(e.ID, "(no ID)")+"("+string(e.Outcome)+")") // listed without one
 	}
 	return strings.Join(ids, " ")
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -226,7 +227,7 @@ func ids(entries []pause.Entry, keep func(pause.Outcome) bool) string {
 			continue
 		}
 		if n++; n <= most {
-			out = append(out, e.ID+"("+string(e.Outcome)+")")
+			out = append(out, cmp.Or(e.ID, "(no ID)")+"("+string(e.Outcome)+")") // listed without one
 		}
 	}
 	if n > most {

@@ -1,6 +1,7 @@
 package termmsg
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -110,7 +111,7 @@ func lostIDs(pr *pause.Report) []string {
 	slices.SortStableFunc(lost, func(a, b pause.Entry) int { return rank[a.Outcome] - rank[b.Outcome] })
 	out := make([]string, len(lost))
 	for i, e := range lost {
-		out[i] = e.ID + "(" + string(e.Outcome) + ")"
+		out[i] = cmp.Or(e.ID, "(no ID)") + "(" + string(e.Outcome) + ")" // listed without one (pause/httpsource)
 	}
 	return out
 }

@@ -61,6 +61,18 @@ func TestSummaryLeadsWithTheVerdictAndNamesTheLost(t *testing.T) {
 	assert.Equal(t, "drainkit: no drain ran\nthe server exited on its own\n", termmsg.Summary(nil, "the server exited on its own"))
 }
 
+// A sandbox the server listed without an ID (a Failed entry with the ID
+// "", row 220) is named "(no ID)", where the line read "(failed)" alone.
+func TestSummaryNamesASandboxListedWithoutAnID(t *testing.T) {
+	rep := report(200, 3)
+	for i := range rep.Preserve.Entries {
+		if rep.Preserve.Entries[i].Outcome == pause.Failed {
+			rep.Preserve.Entries[i].ID = ""
+		}
+	}
+	assert.Contains(t, termmsg.Summary(rep), "lost: (no ID)(failed) sb-")
+}
+
 // The kubelet reads 4 KiB: a node that lost thousands says how many it
 // could not name.
 // Fault: a drain whose preserve phase left no pause Report (the Preserver
