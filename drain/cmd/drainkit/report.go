@@ -379,16 +379,6 @@ func oneLine(s string, n int) string {
 // came, a control character drives the operator's terminal or breaks the
 // summary's columns, and in the SVG, where XML allows none, the browser
 // shows a parse error instead of the timeline.
-// shownID is a sandbox's ID as the report shows it: printable, and
-// "(no ID)" for a sandbox the server listed without one (pause's flawed
-// element, pause/httpsource), whose column would be blank.
-func shownID(id string) string {
-	if id == "" {
-		return "(no ID)"
-	}
-	return printable(id)
-}
-
 func printable(s string) string {
 	var b strings.Builder
 	for _, r := range s { // invalid UTF-8 is U+FFFD here, graphic
@@ -400,6 +390,16 @@ func printable(s string) string {
 		b.WriteString(q[1 : len(q)-1])
 	}
 	return b.String()
+}
+
+// shownID is a sandbox's ID as the report shows it: printable, and
+// "(no ID)" for a sandbox the server listed without one (pause's flawed
+// element, pause/httpsource), whose column would be blank.
+func shownID(id string) string {
+	if id == "" {
+		return "(no ID)"
+	}
+	return printable(id)
 }
 
 // trimLines removes the trailing blanks a tabwriter leaves after an empty

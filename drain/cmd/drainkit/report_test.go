@@ -250,15 +250,9 @@ func TestReportSVGOfTheLargestGraceEnds(t *testing.T) {
 // beside the limit at the end, which may be a probe; a drain that learned
 // none (Example_report, a fixed limit) says only the limit at the end.
 func TestReportSaysTheLearnedLimit(t *testing.T) {
-	data, err := os.ReadFile("testdata/sandboxd-clean.json")
-	require.NoError(t, err)
-	var rep map[string]any
-	require.NoError(t, json.Unmarshal(data, &rep))
-	rep["preserve"].(map[string]any)["learned_limit"] = 16
-	data, err = json.Marshal(rep)
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "last-shutdown.json")
-	require.NoError(t, os.WriteFile(path, data, 0o600))
+	path := edited(t, "sandboxd-clean.json", func(rep *map[string]any) {
+		(*rep)["preserve"].(map[string]any)["learned_limit"] = 16
+	})
 	code, out, errw := drainkit(t, "report", path)
 	require.Equal(t, exitOK, code, errw)
 	assert.Contains(t, out, "Sandboxes    12 listed in 2 pass(es), concurrency limit 4 at the end, 16 learned best\n")
@@ -272,28 +266,22 @@ func TestReportSaysTheLearnedLimit(t *testing.T) {
 // into the SVG, where XML allows none: the browser showed a parse error
 // instead of the whole timeline. Both now show such characters escaped.
 func TestReportEscapesControlCharactersInIDsAndErrors(t *testing.T) {
-	data, err := os.ReadFile("testdata/sandboxd-lost4.json")
-	require.NoError(t, err)
-	var rep drain.Report
-	require.NoError(t, json.Unmarshal(data, &rep))
 	const id, body = "sb-\x1b[2J\tx\x00", "httpsource: pause: 500 Internal Server Error: \x1b]0;title\a\x7f<b>"
-	n := 0
-	for i, e := range rep.Preserve.Entries {
-		if e.Outcome.Lost() && n < 2 {
-			if n == 0 {
-				rep.Preserve.Entries[i].ID = id
-			} else {
-				rep.Preserve.Entries[i].Error = body
+	path := edited(t, "sandboxd-lost4.json", func(rep *drain.Report) {
+		n := 0
+		for i, e := range rep.Preserve.Entries {
+			if e.Outcome.Lost() && n < 2 {
+				if n == 0 {
+					rep.Preserve.Entries[i].ID = id
+				} else {
+					rep.Preserve.Entries[i].Error = body
+				}
+				n++
 			}
-			n++
 		}
-	}
-	require.Equal(t, 2, n)
-	data, err = json.Marshal(rep)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	path, svgPath := filepath.Join(dir, "last-shutdown.json"), filepath.Join(dir, "t.svg")
-	require.NoError(t, os.WriteFile(path, data, 0o600))
+		require.Equal(t, 2, n)
+	})
+	svgPath := filepath.Join(t.TempDir(), "t.svg")
 
 	code, out, errw := drainkit(t, "report", "-svg", svgPath, path)
 	require.Equal(t, exitNoFit, code, errw)
@@ -323,22 +311,16 @@ func TestReportEscapesControlCharactersInIDsAndErrors(t *testing.T) {
 // Report.Err does. The help said 1 only for lost sandboxes and a drain
 // after SIGKILL, and a script reading it took such a drain for a clean one.
 func TestReportOfAFailedStepExitsOneAndNamesIt(t *testing.T) {
-	data, err := os.ReadFile("testdata/sandboxd-clean.json")
-	require.NoError(t, err)
-	var doc map[string]any
-	require.NoError(t, json.Unmarshal(data, &doc))
-	failed := false
-	for _, p := range doc["phases"].([]any) {
-		if ph := p.(map[string]any); ph["name"] == "ublk" {
-			ph["result"], ph["error"] = "failed", "ublk: device 1: the daemon was killed with the device live"
-			failed = true
+	path := edited(t, "sandboxd-clean.json", func(doc *map[string]any) {
+		failed := false
+		for _, p := range (*doc)["phases"].([]any) {
+			if ph := p.(map[string]any); ph["name"] == "ublk" {
+				ph["result"], ph["error"] = "failed", "ublk: device 1: the daemon was killed with the device live"
+				failed = true
+			}
 		}
-	}
-	require.True(t, failed, "the clean report has a ublk step")
-	path := filepath.Join(t.TempDir(), "failed-step.json")
-	data, err = json.Marshal(doc)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path, data, 0o600))
+		require.True(t, failed, "the clean report has a ublk step")
+	})
 
 	code, out, errw := drainkit(t, "report", path)
 	assert.Equal(t, exitNoFit, code, errw)
@@ -353,20 +335,14 @@ func TestReportOfAFailedStepExitsOneAndNamesIt(t *testing.T) {
 // the report, and the timeline's tooltip began with its outcome. Both now
 // say "(no ID)".
 func TestReportNamesASandboxListedWithoutAnID(t *testing.T) {
-	data, err := os.ReadFile("testdata/sandboxd-lost4.json")
-	require.NoError(t, err)
-	var rep drain.Report
-	require.NoError(t, json.Unmarshal(data, &rep))
-	i := slices.IndexFunc(rep.Preserve.Entries, func(e pause.Entry) bool { return e.Outcome.Lost() })
-	require.GreaterOrEqual(t, i, 0)
-	rep.Preserve.Entries[i].ID = ""
-	rep.Preserve.Entries[i].Outcome = pause.Failed
-	rep.Preserve.Entries[i].Error = "pause: listing 1, element 3: empty ID; not preserved"
-	data, err = json.Marshal(rep)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	path, svgPath := filepath.Join(dir, "last-shutdown.json"), filepath.Join(dir, "t.svg")
-	require.NoError(t, os.WriteFile(path, data, 0o600))
+	path := edited(t, "sandboxd-lost4.json", func(rep *drain.Report) {
+		i := slices.IndexFunc(rep.Preserve.Entries, func(e pause.Entry) bool { return e.Outcome.Lost() })
+		require.GreaterOrEqual(t, i, 0)
+		rep.Preserve.Entries[i].ID = ""
+		rep.Preserve.Entries[i].Outcome = pause.Failed
+		rep.Preserve.Entries[i].Error = "pause: listing 1, element 3: empty ID; not preserved"
+	})
+	svgPath := filepath.Join(t.TempDir(), "t.svg")
 
 	code, out, errw := drainkit(t, "report", "-svg", svgPath, path)
 	require.Equal(t, exitNoFit, code, errw)
@@ -374,4 +350,21 @@ func TestReportNamesASandboxListedWithoutAnID(t *testing.T) {
 	svg, err := os.ReadFile(svgPath)
 	require.NoError(t, err)
 	assert.Contains(t, string(svg), "<title>(no ID) failed")
+}
+
+// edited writes testdata/file, decoded as a T (a drain.Report, or a generic
+// map for fields a Report does not expose), changed by edit, to a file of
+// the test's own and returns its path.
+func edited[T any](t *testing.T, file string, edit func(*T)) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", file))
+	require.NoError(t, err)
+	var doc T
+	require.NoError(t, json.Unmarshal(data, &doc))
+	edit(&doc)
+	data, err = json.Marshal(doc)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), file)
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	return path
 }
