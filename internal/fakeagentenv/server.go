@@ -120,7 +120,6 @@ type Server struct {
 	sbx       map[string]*Sandbox
 	created   int
 	failed    map[string]bool // FailFirst already answered 500
-	doomed    map[string]bool // FailTerminal: the pause running now fails at its end
 	shutdown  bool
 	resumed   bool           // ResumeWhenNoneRunning has resumed its sandboxes
 	pauses    map[string]int // pause requests per sandbox
@@ -137,7 +136,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PageSize > MaxPageSize {
 		return nil, fmt.Errorf("fakeagentenv: PageSize %d exceeds %d", cfg.PageSize, MaxPageSize)
 	}
-	s := &Server{cfg: cfg, changed: make(chan struct{}), sbx: map[string]*Sandbox{}, failed: map[string]bool{}, doomed: map[string]bool{}, pauses: map[string]int{}}
+	s := &Server{cfg: cfg, changed: make(chan struct{}), sbx: map[string]*Sandbox{}, failed: map[string]bool{}, pauses: map[string]int{}}
 	if cfg.StateDir == "" {
 		return s, nil
 	}
@@ -595,22 +594,24 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 		s.conflicts++
 		return 0, http.StatusConflict, "sandbox cannot be paused from " + sb.State + " state"
 	}
-	if n := s.cfg.FailTerminal; n > 0 && !s.failed[id] {
-		if seq, _ := strconv.Atoi(sb.Metadata["n"]); seq%n == 0 {
-			s.failed[id], s.doomed[id] = true, true // failed by finishPause
-		}
-	}
-	if n := s.cfg.FailFirst; n > 0 && !s.failed[id] {
-		if seq, _ := strconv.Atoi(sb.Metadata["n"]); seq%n == 0 {
-			s.failed[id] = true
-			return 0, http.StatusInternalServerError, "snapshot failed (injected); retry"
-		}
+	// FailTerminal's pause fails at its end (finishPause), and takes
+	// precedence over FailFirst.
+	if !nth(sb, s.cfg.FailTerminal) && nth(sb, s.cfg.FailFirst) && !s.failed[id] {
+		s.failed[id] = true
+		return 0, http.StatusInternalServerError, "snapshot failed (injected); retry"
 	}
 	sb.State = Pausing
 	s.broadcastLocked()
 	s.inPause++
 	s.maxPause = max(s.maxPause, s.inPause)
 	return s.cfg.PauseBase + time.Duration(sb.MemoryMB)*s.cfg.PausePerGiB/1024, 0, ""
+}
+
+// nth reports whether sb is one of every n-th sandbox by creation order
+// (FailFirst, FailTerminal); never for n = 0.
+func nth(sb *Sandbox, n int) bool {
+	seq, _ := strconv.Atoi(sb.Metadata["n"])
+	return n > 0 && seq%n == 0
 }
 
 // errTerminal is a pause's terminal failure (Config.FailTerminal).
@@ -624,8 +625,7 @@ func (s *Server) finishPause(id string) error {
 		s.mu.Unlock()
 		return fmt.Errorf("sandbox %s not found", id)
 	}
-	if s.doomed[id] {
-		delete(s.doomed, id)
+	if nth(p, s.cfg.FailTerminal) { // its first pause: the last, it is removed
 		delete(s.sbx, id)
 		s.inPause--
 		s.broadcastLocked()
