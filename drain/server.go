@@ -326,9 +326,8 @@ func (s *Server) checkHook() error {
 		return fmt.Errorf("drain: %s=%q is not loopback: set %s too, or anyone who can reach it can drain the node",
 			EnvHookListen, s.hook, EnvHookSecret)
 	}
-	if listenaddr.Placeholder(s.secret) {
-		return fmt.Errorf("drain: %s is the manifests' placeholder %q, which anyone can read and send: set a random secret of your own (openssl rand -hex 32), in %s and in the hook's httpHeaders",
-			EnvHookSecret, s.secret, EnvHookSecret)
+	if err := listenaddr.CheckSecret(EnvHookSecret, s.secret); err != nil {
+		return fmt.Errorf("drain: %w", err)
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ func TestNewServerNamesWhatIsWrong(t *testing.T) {
 		// Fault: the README's and the examples' manifests ship a placeholder
 		// secret, public: a hook guarded by it was open to every sandbox.
 		"hook secret the manifests' placeholder": {map[string]string{EnvGrace: "30", EnvHookListen: "10.0.0.7:8082",
-			EnvHookSecret: "the same secret"}, EnvHookSecret + ` is the manifests' placeholder "the same secret"`},
+			EnvHookSecret: "the same secret"}, EnvHookSecret + ` is the manifest's placeholder "the same secret"`},
 		// Fault (a fresh-eyes review): the error blamed Config.Steps, a field
 		// the one-call path fills itself, and not the grace that was too short.
 		"grace too short for the reserves": {map[string]string{EnvGrace: "2"}, EnvGrace + "=2 (2s) is too short"},

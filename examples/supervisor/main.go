@@ -145,9 +145,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends in X-Drain-Secret",
 			c.hookListen, EnvHookSecret)
 	}
-	if listenaddr.Placeholder(c.hookSecret) {
-		return c, fmt.Errorf("%s is the manifest's placeholder %q, which anyone can read and send: set a random secret of your own (openssl rand -hex 32), here and in the preStop hook's httpHeaders",
-			EnvHookSecret, c.hookSecret)
+	if err := listenaddr.CheckSecret(EnvHookSecret, c.hookSecret); err != nil {
+		return c, err
 	}
 	c.daemon = strings.Fields(*daemon)
 	var err error

@@ -33,12 +33,17 @@ func Loopback(addr string) bool {
 	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
-// Placeholder reports whether secret is one of the preStop hook secrets that
-// drainkit's manifests and docs ship for the reader to replace
-// ("replace-me-with-a-long-random-secret", "the same secret"): they are
-// public, so a hook guarded by one is guarded by nothing, and any sandbox
-// that can reach the pod's address can take the node out of service.
-func Placeholder(secret string) bool {
+// CheckSecret refuses a preStop hook secret, held by the variable env, that
+// is one of those drainkit's manifests and docs ship for the reader to
+// replace ("replace-me-with-a-long-random-secret", "the same secret"):
+// they are public, so a hook guarded by one is guarded by nothing, and any
+// sandbox that can reach the pod's address can take the node out of
+// service. Its error names env and says how to make a secret.
+func CheckSecret(env, secret string) error {
 	s := strings.ToLower(strings.TrimSpace(secret))
-	return strings.HasPrefix(s, "replace-me") || s == "the same secret"
+	if !strings.HasPrefix(s, "replace-me") && s != "the same secret" {
+		return nil
+	}
+	return fmt.Errorf("%s is the manifest's placeholder %q, which anyone can read and send: set a random secret of your own (openssl rand -hex 32), here and in the preStop hook's httpHeaders",
+		env, secret)
 }

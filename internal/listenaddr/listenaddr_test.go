@@ -43,9 +43,9 @@ func ExampleCheck() {
 
 func TestPlaceholder(t *testing.T) {
 	for _, s := range []string{"replace-me-with-a-long-random-secret", "REPLACE-ME", " replace-me\n", "the same secret"} {
-		assert.True(t, listenaddr.Placeholder(s), "%q", s)
+		assert.ErrorContains(t, listenaddr.CheckSecret("HOOK_SECRET", s), "HOOK_SECRET is the manifest's placeholder", "%q", s)
 	}
 	for _, s := range []string{"", "s3cret", "9f86d081884c7d659a2feaa0c55ad015", "please-replace-me"} {
-		assert.False(t, listenaddr.Placeholder(s), "%q", s)
+		assert.NoError(t, listenaddr.CheckSecret("HOOK_SECRET", s), "%q", s)
 	}
 }

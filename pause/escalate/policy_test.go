@@ -164,14 +164,7 @@ func TestEscalationAlreadyExited(t *testing.T) {
 		assert.Equal(t, escalate.Gone, exit, "it never got the signal")
 	})
 	t.Run("zombie", func(t *testing.T) {
-		cmd, _ := child(t, "exit")
-		waitZombie(t, cmd.Process.Pid)
-		target := escalate.Cmd(cmd)
-		// The leader is a zombie; its other threads may take a moment more.
-		assert.Eventually(t, func() bool {
-			exited, err := target.Exited(t.Context())
-			return err == nil && exited
-		}, 10*time.Second, 10*time.Millisecond, "a zombie has exited")
+		cmd, target := zombie(t)
 		exit, err := escalate.Policy{TermWait: time.Minute}.Stop(t.Context(), target)
 		require.NoError(t, err)
 		assert.Equal(t, escalate.Gone, exit, "it never got the signal")
@@ -181,16 +174,25 @@ func TestEscalationAlreadyExited(t *testing.T) {
 		}, 10*time.Second, 10*time.Millisecond, "reaped")
 	})
 	t.Run("zombie sandbox", func(t *testing.T) {
-		cmd, _ := child(t, "exit")
-		waitZombie(t, cmd.Process.Pid)
-		target := escalate.Cmd(cmd)
-		assert.Eventually(t, func() bool {
-			exited, err := target.Exited(t.Context())
-			return err == nil && exited
-		}, 10*time.Second, 10*time.Millisecond, "a zombie has exited")
+		_, target := zombie(t)
 		sb := &escalate.Sandbox{Name: "crashed", Target: target}
 		assert.ErrorIs(t, sb.Preserve(t.Context()), pause.ErrGone, "vanished, not preserved")
 	})
+}
+
+// zombie starts a child that exits at once and returns it, not reaped, with
+// Cmd's target over it once its pidfd says it has exited.
+func zombie(t *testing.T) (*exec.Cmd, escalate.Target) {
+	t.Helper()
+	cmd, _ := child(t, "exit")
+	waitZombie(t, cmd.Process.Pid)
+	target := escalate.Cmd(cmd)
+	// The leader is a zombie; its other threads may take a moment more.
+	require.Eventually(t, func() bool {
+		exited, err := target.Exited(t.Context())
+		return err == nil && exited
+	}, 10*time.Second, 10*time.Millisecond, "a zombie has exited")
+	return cmd, target
 }
 
 // waitZombie waits (at most 10 s) until pid has exited and not been reaped.

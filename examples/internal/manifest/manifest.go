@@ -76,14 +76,14 @@ func CheckDrainHook(t testing.TB, c corev1.Container, hookListen, secret string)
 
 // Secret checks that the container's variable env holds the preStop hook
 // secret the manifests ship for the reader to replace (a public
-// placeholder: listenaddr.Placeholder) and that parse, run with it set,
+// placeholder: listenaddr.CheckSecret) and that parse, run with it set,
 // refuses it naming env, so a manifest applied as it is fails at start
 // instead of guarding the hook with nothing. It then sets env to a secret
 // of the test's own for the rest of the test and returns it.
 func Secret(t testing.TB, c corev1.Container, env string, parse func() error) string {
 	t.Helper()
 	placeholder := Env(c, env)
-	require.True(t, listenaddr.Placeholder(placeholder), "the manifest's %s is the placeholder to replace: %q", env, placeholder)
+	require.Error(t, listenaddr.CheckSecret(env, placeholder), "the manifest's %s is the placeholder to replace: %q", env, placeholder)
 	t.Setenv(env, placeholder)
 	err := parse()
 	require.Error(t, err, "the placeholder %s is refused", env)

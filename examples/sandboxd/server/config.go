@@ -135,11 +135,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s %s %w", a.flag, a.addr, err)
 		}
 	}
+	if err := listenaddr.CheckSecret(HookSecretEnv, c.HookSecret); err != nil {
+		return err
+	}
 	switch {
 	case c.HookSecret == "" && !listenaddr.Loopback(c.HookListen):
 		return fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends", c.HookListen, HookSecretEnv)
-	case listenaddr.Placeholder(c.HookSecret):
-		return fmt.Errorf("%s is the manifest's placeholder %q, which anyone can read and send: set a random secret of your own (openssl rand -hex 32), here and in the preStop hook's httpHeaders", HookSecretEnv, c.HookSecret)
 	case c.StateDir == "":
 		return errors.New("-state-dir is required")
 	case c.Grace < 2*time.Second:
