@@ -96,7 +96,8 @@ type Config struct {
 // and anchored later by the first termination event it is told about
 // (OnPreStop or OnSIGTERM). OnSIGTERM refines the SIGKILL time with the
 // kubelet's own arithmetic; Tighten (fed by kube.Pod.Tighten) moves it earlier when
-// the pod's deletion shortened the grace period.
+// the pod's deletion shortened the grace period; OnRestart follows the
+// kubelet when it runs the termination over (a second, shorter deletion).
 //
 // Once anchored, the budget never moves T0, and it keeps these invariants:
 // T0 <= Deadline <= Kill, and once SIGTERM is known, Kill >= SIGTERM +
@@ -112,9 +113,11 @@ type Budget struct {
 
 	mu      sync.Mutex
 	anchor  Anchor
-	start   time.Time // T0; zero until anchored
-	kill    time.Time // expected SIGKILL; zero until anchored
-	sigterm time.Time // when SIGTERM arrived; zero until then
+	start   time.Time     // T0; zero until anchored
+	kill    time.Time     // expected SIGKILL; zero until anchored
+	sigterm time.Time     // when SIGTERM arrived; zero until then
+	restart time.Time     // OnRestart: when the kubelet last ran the termination over; zero if never
+	regrace time.Duration // OnRestart: the grace of that run
 	changed chan struct{}
 }
 
@@ -237,8 +240,10 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 	case b.anchor == AnchorNone:
 		// A sleep hook the server never sees started sleep before SIGTERM.
 		b.anchor, b.start, b.kill = AnchorSIGTERM, at.Add(-b.sleep), at.Add(KubeletRemaining(b.grace, b.sleep))
-	case b.anchor == AnchorPreStop && b.kill.Equal(b.start.Add(b.grace)): // Tighten did not cut it
+	case b.anchor == AnchorPreStop && b.kill.Equal(b.start.Add(b.grace)) && b.restart.IsZero(): // Tighten did not cut it
 		b.kill = at.Add(KubeletRemaining(b.grace, at.Sub(b.start)))
+	case !b.restart.IsZero() && b.kill.Equal(b.restart.Add(b.regrace)) && at.After(b.restart): // the kubelet's new run
+		b.kill = at.Add(KubeletRemaining(b.regrace, at.Sub(b.restart)))
 	default:
 		// A time the budget was given (a deletionTimestamp). Subtracting
 		// the hook's whole seconds from SIGKILL - T0 instead would add the
@@ -283,6 +288,59 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 	if changed {
 		b.logChange("preStop hook abandoned by the kubelet")
 	}
+	return true
+}
+
+// OnRestart tells the budget that the kubelet ran the pod's termination
+// over from at, with grace: it started the preStop hook again at at (a
+// server sees a new hook call). It does that when a second deletion
+// shortens the grace period (kubectl delete --grace-period=N while the pod
+// terminates): it cancels the run under way and starts another, hook
+// included, timing the new grace from the new start; a restarted kubelet
+// does the same with the grace it reads. Pass the deletion's
+// deletionGracePeriodSeconds (kube.Deletion.Grace), at most the pod's own.
+//
+// SIGKILL becomes the new run's: at + grace, or, when SIGTERM arrived after
+// at, SIGTERM + KubeletRemaining(grace, SIGTERM - at). That can be later
+// than the SIGKILL the budget had: the API server moves the
+// deletionTimestamp to the FIRST deletion's time plus the new grace (never
+// before now), which is not when the kubelet kills. T0 stays; SIGKILL is
+// never before T0, nor, once SIGTERM is known, before SIGTERM + 2 s.
+//
+// A call for a run older than the latest (at before it) changes nothing,
+// nor does one for the same run with a grace no shorter (the kubelet's
+// grace only decreases). On an unanchored budget OnRestart anchors it at
+// at, as OnPreStop does. It reports whether SIGKILL or the run changed, and
+// ignores a grace that is not positive.
+func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
+	at = monotonic(at)
+	if grace <= 0 {
+		return false
+	}
+	b.mu.Lock()
+	run, runGrace := b.start, b.grace
+	if !b.restart.IsZero() {
+		run, runGrace = b.restart, b.regrace
+	}
+	if b.anchor != AnchorNone && (at.Before(run) || at.Equal(run) && grace >= runGrace) {
+		b.mu.Unlock()
+		return false
+	}
+	if b.anchor == AnchorNone {
+		b.anchor, b.start = AnchorPreStop, at
+	}
+	b.restart, b.regrace = at, grace
+	kill := at.Add(grace)
+	if b.sigterm.After(at) {
+		kill = b.sigterm.Add(KubeletRemaining(grace, b.sigterm.Sub(at)))
+	}
+	if !b.sigterm.IsZero() {
+		kill = laterOf(kill, b.sigterm.Add(MinimumGracePeriod))
+	}
+	b.kill = laterOf(kill, b.start)
+	b.notifyLocked()
+	b.mu.Unlock()
+	b.logChange("restart")
 	return true
 }
 
@@ -398,8 +456,8 @@ func (b *Budget) notifyLocked() {
 }
 
 // Changed returns a channel that is closed the next time the budget's
-// anchor or SIGKILL time changes (OnPreStop, OnSIGTERM or Tighten taking
-// effect). Waiters that computed a deadline from the budget select on it to
+// anchor or SIGKILL time changes (OnPreStop, OnSIGTERM, OnRestart or
+// Tighten taking effect). Waiters that computed a deadline from the budget select on it to
 // recompute; call Changed again afterwards for the next change.
 func (b *Budget) Changed() <-chan struct{} {
 	b.mu.Lock()
@@ -444,12 +502,15 @@ func (b *Budget) Grace() time.Duration { return b.grace }
 
 // GraceInUse returns the grace period the kubelet uses, as the budget knows
 // it: Grace, or Kill - Start once a deletion's shorter grace (Tighten) or
-// the kubelet's own put SIGKILL earlier; never more than Grace, never
-// negative. What a step's reserve that follows the grace is a share of,
+// the kubelet's own put SIGKILL earlier, or after OnRestart the new run's
+// grace; never more than Grace, never negative. What a step's reserve that follows the grace is a share of,
 // and the default margin too.
 func (b *Budget) GraceInUse() time.Duration { return b.State().graceInUse() }
 
 func (s State) graceInUse() time.Duration {
+	if !s.Restart.IsZero() { // the kubelet's latest run: its own grace
+		return min(s.Grace, s.RestartGrace, max(s.Kill.Sub(s.Restart), 0))
+	}
 	return min(s.Grace, max(s.Kill.Sub(s.Start), 0))
 }
 
@@ -473,22 +534,27 @@ type State struct {
 	Kill     time.Time     `json:"kill"`             // expected SIGKILL
 	Deadline time.Time     `json:"deadline"`         // Kill minus the margin in effect
 	Grace    time.Duration `json:"grace_ns"`         // the grace period the budget was built with
-	Margin   time.Duration `json:"margin_ns"`        // Budget.Margin: Config.Margin or the default for the grace in use
+	// Restart is when the kubelet last ran the termination over (OnRestart:
+	// a second, shorter deletion); zero if it did not.
+	Restart      time.Time     `json:"restart,omitzero"`
+	RestartGrace time.Duration `json:"restart_grace_ns,omitempty"` // the grace of that run
+	Margin       time.Duration `json:"margin_ns"`                  // Budget.Margin: Config.Margin or the default for the grace in use
 }
 
 // State returns the budget's current view. Until the budget is anchored,
 // Start is now and Kill is now + grace.
 func (b *Budget) State() State {
 	b.mu.Lock()
-	s := State{Anchor: b.anchor, Start: b.start, SIGTERM: b.sigterm, Kill: b.kill, Grace: b.grace, Margin: b.margin}
+	s := State{Anchor: b.anchor, Start: b.start, SIGTERM: b.sigterm, Kill: b.kill, Grace: b.grace, Margin: b.margin,
+		Restart: b.restart, RestartGrace: b.regrace}
 	b.mu.Unlock()
 	if s.Anchor == AnchorNone {
 		s.Start = time.Now()
 		s.Kill = s.Start.Add(b.grace)
 	}
-	last := s.Start
+	last := laterOf(s.Start, s.Restart)
 	if !s.SIGTERM.IsZero() {
-		last = laterOf(s.SIGTERM, s.Start)
+		last = laterOf(s.SIGTERM, last)
 	}
 	if s.Margin == 0 {
 		s.Margin = defaultMargin(s.graceInUse())

@@ -577,3 +577,104 @@ func TestGraceInUseFollowsADeletionsShorterGrace(t *testing.T) {
 		assert.Equal(t, 30*time.Second, b.GraceInUse())
 	})
 }
+
+// Fault (docs/faults.md row 228): a second, shorter deletion while the
+// preStop hook ran. The API server moves the deletionTimestamp to the
+// FIRST deletion's time plus the new grace; the kubelet cancels its run
+// and starts over, hook included, timing the new grace from the new start.
+// Tightening to the deletionTimestamp put SIGKILL 600 s early here, and
+// the SIGTERM after it took the kubelet's 2 s for all it had to do.
+//
+//	T0      first deletion (grace 3600 s): preStop, SIGKILL at T0+3600
+//	T0+600  kubectl delete --grace-period=900: deletionTimestamp T0+900;
+//	        the kubelet runs the hook again: SIGKILL at T0+600+900
+//	T0+610.5 the hook answers, SIGTERM: 900 - 10 whole seconds left: T0+1500.5
+func TestRestartMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		b.OnPreStop(t0)
+		b.Tighten(t0.Add(3600 * time.Second)) // the first deletion's timestamp: no change
+		time.Sleep(600 * time.Second)
+		rerun := time.Now()
+		b.Tighten(t0.Add(900 * time.Second)) // the deletionTimestamp read first (v0 stopped here)
+		assert.True(t, b.OnRestart(rerun, 900*time.Second))
+		assert.Equal(t, s(1500), b.Kill().Sub(t0), "the new run's SIGKILL, later than the deletionTimestamp")
+		st := b.State()
+		assert.Equal(t, t0, st.Start, "T0 stays")
+		assert.Equal(t, rerun, st.Restart)
+		assert.Equal(t, 900*time.Second, b.GraceInUse())
+		assert.Equal(t, 5*time.Second, b.Margin(), "the margin of the new run's grace")
+
+		assert.False(t, b.OnRestart(rerun, 900*time.Second), "the same run read again")
+		assert.False(t, b.OnRestart(rerun.Add(-time.Second), 60*time.Second), "an older run")
+		time.Sleep(10*time.Second + 500*time.Millisecond)
+		b.OnSIGTERM(time.Now())
+		assert.Equal(t, s(1500.5), b.Kill().Sub(t0), "SIGTERM: the kubelet's arithmetic from the new run (10 whole seconds of hook)")
+	})
+}
+
+// The cases around a restart: one the kubelet makes after SIGTERM (a
+// deletion during the shutdown: the hook again, answered at once, then
+// SIGTERM again), a read of the run that lands after SIGTERM, the API
+// server's 1 s when the new grace had already run out since the first
+// deletion, and a shorter grace for the same run.
+func TestRestartAroundSIGTERM(t *testing.T) {
+	tests := []struct {
+		name   string
+		events func(b *deadline.Budget, t0 time.Time)
+		kill   time.Duration // from T0
+	}{
+		{"during the shutdown", func(b *deadline.Budget, t0 time.Time) {
+			time.Sleep(100 * time.Second)
+			b.OnSIGTERM(time.Now())
+			time.Sleep(50 * time.Second)
+			b.OnRestart(time.Now(), 30*time.Second)
+		}, s(180)},
+		{"its read after SIGTERM", func(b *deadline.Budget, t0 time.Time) {
+			time.Sleep(100 * time.Second)
+			rerun := time.Now()
+			time.Sleep(20*time.Second + 700*time.Millisecond)
+			b.OnSIGTERM(time.Now())
+			b.OnRestart(rerun, 30*time.Second)
+		}, 130700 * time.Millisecond}, // SIGTERM + 30 - 20 whole seconds
+		{"the API server's 1 s", func(b *deadline.Budget, t0 time.Time) {
+			time.Sleep(100 * time.Second)
+			b.OnRestart(time.Now(), time.Second)
+			time.Sleep(300 * time.Millisecond)
+			b.OnSIGTERM(time.Now())
+		}, s(102.3)},
+		{"the same run shortened again", func(b *deadline.Budget, t0 time.Time) {
+			time.Sleep(100 * time.Second)
+			rerun := time.Now()
+			b.OnRestart(rerun, 300*time.Second)
+			b.OnRestart(rerun, 60*time.Second)
+			b.OnRestart(rerun, 120*time.Second) // grace only decreases
+		}, s(160)},
+		{"unanchored", func(b *deadline.Budget, t0 time.Time) {
+			b.OnRestart(t0, 60*time.Second)
+		}, s(60)},
+		{"no grace", func(b *deadline.Budget, t0 time.Time) {
+			b.OnPreStop(t0)
+			b.OnRestart(t0.Add(time.Second), 0)
+		}, s(3600)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				t0 := time.Now()
+				b, err := deadline.New(3600*time.Second, deadline.Config{})
+				require.NoError(t, err)
+				if tc.name != "unanchored" && tc.name != "no grace" {
+					b.OnPreStop(t0)
+				}
+				tc.events(b, t0)
+				assert.Equal(t, tc.kill, b.Kill().Sub(t0))
+				st := b.State()
+				assert.False(t, st.Deadline.Before(st.Start), "T0 <= Deadline")
+				assert.False(t, st.Kill.Before(st.Deadline), "Deadline <= Kill")
+			})
+		})
+	}
+}

@@ -44,6 +44,10 @@
 // after SIGTERM. G is the deletion's grace period, which can be shorter than
 // the manifest's: the pod's metadata.deletionTimestamp (deletion time + G,
 // read from the API server by package kube) is the absolute SIGKILL time.
+// A second, shorter deletion changes that: the kubelet cancels its run and
+// runs the termination over, hook included, timing the new grace G' from
+// the new run, while the API server sets the deletionTimestamp to the
+// first deletion's time + G'. OnRestart takes the new run's start and G'.
 //
 // # Guarantees
 //
@@ -51,12 +55,14 @@
 //     margin (Config.Margin, by default a tenth of the grace in use within
 //     [1.5 s, 5 s]: a deletion's shorter grace, once Tighten knows it, not
 //     the manifest's), and the margin never takes more than half of the
-//     time from the latest event (T0 or SIGTERM) to SIGKILL.
+//     time from the latest event (T0, a restart or SIGTERM) to SIGKILL.
 //   - After OnSIGTERM, Kill is exactly what the kubelet computes from the
 //     budget's T0 and grace; once Tighten gave it a time (a
 //     deletionTimestamp), it stays at that time, or SIGTERM + 2 s if later,
 //     in whichever order Tighten and OnSIGTERM came. Tighten only moves
 //     SIGKILL earlier, never before T0, and never before SIGTERM + 2 s.
+//     After OnRestart, Kill is what the kubelet computes from the new run's
+//     start and grace, and may be later than before; T0 stays.
 //   - The Plan is the only code that turns the budget into deadlines: every
 //     phase asks it for its Window by name when it starts. A window's
 //     deadline is in [its start, Budget.Deadline] while the budget's

@@ -173,6 +173,7 @@ type Drainer struct {
 	podReads sync.WaitGroup // readPod's reads
 	podMu    sync.Mutex     // orders readPod's Go with stopPodReads
 	podDone  bool           // stopPodReads was called: no read starts
+	rerun    time.Time      // the latest run of the hook after the first (hookAgain); guarded by podMu
 	podCtx   context.Context
 	podStop  context.CancelFunc
 

@@ -49,15 +49,14 @@ func (d *Drainer) readPod(at string) {
 		d.log.Debug("drain: the pod's deletion is not read: the drain has ended", "at", at)
 		return
 	}
+	rerun := d.rerun // as of the read's start: an older read's grace is not the new run's
 	d.podReads.Go(func() {
 		ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
 		defer cancel()
 		del, err := d.pod.Deletion(ctx)
 		switch {
 		case err == nil:
-			changed := d.budget.Tighten(del.Timestamp)
-			d.log.Info("drain: the pod's deletion read", "at", at, "deletion_timestamp", del.Timestamp,
-				"grace", del.Grace, "tightened", changed, "kill", d.budget.Kill())
+			d.deletionRead(at, rerun, del)
 		case errors.Is(err, kube.ErrNotTerminating) && d.kubelet > 0:
 			// The kubelet terminates the pod itself (node shutdown, an
 			// eviction): its grace, not the manifest's.
@@ -75,6 +74,55 @@ func (d *Drainer) readPod(at string) {
 			d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
 		}
 	})
+}
+
+// hookAgain records that the kubelet started the preStop hook again at
+// start, and reads the pod's deletion: the kubelet runs the termination
+// over, hook included, when a second deletion shortens the grace, and
+// times the new grace from the new run.
+func (d *Drainer) hookAgain(start time.Time) {
+	if d.pod == nil {
+		return
+	}
+	d.podMu.Lock()
+	d.rerun = start
+	d.podMu.Unlock()
+	d.readPod("preStop again")
+}
+
+// deletionRead gives the budget a read of the pod's deletion, started
+// after the hook's run at rerun (zero: the first run).
+//
+// For the first run the deletionTimestamp is the SIGKILL: the kubelet
+// times the deletion's grace from about when it was asked. After a later
+// run it is not: a second, shorter deletion made the API server move the
+// deletionTimestamp to the FIRST deletion's time plus the new grace (never
+// before now), while the kubelet cancelled its run and started over,
+// timing the new grace from the new run. The budget then follows that run
+// (Budget.OnRestart) with the deletion's grace, at most the budget's own.
+// A read without deletionGracePeriodSeconds tightens as before.
+//
+// A read that the hook's next run overtook is dropped: it may have found
+// the new deletion, whose deletionTimestamp is not the new run's SIGKILL,
+// and the run's own read decides.
+func (d *Drainer) deletionRead(at string, rerun time.Time, del kube.Deletion) {
+	d.podMu.Lock() // no run starts while its outcome is decided
+	defer d.podMu.Unlock()
+	if !d.rerun.Equal(rerun) {
+		d.log.Debug("drain: a read of the pod's deletion is dropped: the kubelet ran the hook again since it started, and that run's read decides",
+			"at", at, "deletion_timestamp", del.Timestamp, "grace", del.Grace)
+		return
+	}
+	if rerun.IsZero() || del.Grace <= 0 {
+		changed := d.budget.Tighten(del.Timestamp)
+		d.log.Info("drain: the pod's deletion read", "at", at, "deletion_timestamp", del.Timestamp,
+			"grace", del.Grace, "tightened", changed, "kill", d.budget.Kill())
+		return
+	}
+	grace := min(del.Grace, d.budget.Grace())
+	changed := d.budget.OnRestart(rerun, grace)
+	d.log.Info("drain: the pod's deletion read after the kubelet ran the hook again: SIGKILL follows its new run, not the deletionTimestamp",
+		"at", at, "run", rerun, "grace", grace, "deletion_timestamp", del.Timestamp, "changed", changed, "kill", d.budget.Kill())
 }
 
 // tightenOwn moves SIGKILL to T0 + Config.KubeletGrace, never later, once

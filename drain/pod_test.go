@@ -196,19 +196,19 @@ func TestNoPodNoEvents(t *testing.T) {
 	assert.False(t, strings.Contains(string(data), `"events"`))
 }
 
-// Fault (a fresh-eyes review): a second `kubectl delete --grace-period`
+// Fault (docs/faults.md row 47): a second `kubectl delete --grace-period=3`
 // during an hour's preStop wait. The kubelet runs the termination again
 // with the shorter grace, the hook included, timed from its new start: a
-// second preStop call. The Drainer read the pod's deletionTimestamp only
-// at the first call and at SIGTERM, so its wait went on for the hour; the
+// second preStop call. The Drainer read the pod's deletion only at the
+// first call and at SIGTERM, so its wait went on for the hour; the
 // kubelet gave up on the hook when the short grace ran out, and SIGTERM
 // left its 2 s for every sandbox and step. A later preStop call reads the
 // deletion again (once per hook run: an exec hook's polls, which carry the
-// same ?start=, do not).
+// same ?start=, do not), and the budget follows the new run (row 228).
 //
 //	0 s     first delete (grace 1 h): preStop call 1, its wait planned for the hour
-//	...     kubectl delete --grace-period=3: deletionTimestamp now + ~3 s
-//	        preStop call 2 (the re-run hook): the deletion read again, SIGKILL ~3 s away
+//	...     kubectl delete --grace-period=3: the kubelet runs the hook again
+//	        (an exec hook started at s2): preStop call 2, SIGKILL s2 + 3 s
 //	~2 s    the wait ends at the new drain deadline; both calls answer
 func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	api := newPodAPI(t)
@@ -216,23 +216,24 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	require.NoError(t, err)
 	f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 2, latency: time.Millisecond,
 		edit: func(c *Config) { c.Pod = pod }})
-	first := time.Now().Add(time.Hour).Truncate(time.Second) // the first delete, with the manifest's grace (whole seconds, as the API has it)
-	api.SetDeletion(first)
+	api.Delete(time.Now(), time.Hour) // the first delete, with the manifest's grace
+	first := time.Now().Add(time.Hour).Truncate(time.Second)
 
 	call := f.callPreStop(t.Context(), "")
 	for { // the first call's read tightens the hour by the call's latency
 		next := f.budget.Changed()
-		if f.budget.Kill().Equal(first) {
+		if !f.budget.Kill().After(first) {
 			break
 		}
 		<-next
 	}
 
-	second := time.Now().Add(3 * time.Second).Truncate(time.Second)
-	api.SetDeletion(second)
-	f.callPreStop(t.Context(), "?wait=0s").wait(t) // the kubelet's re-run of the hook
-	f.d.podReads.Wait()                            // every read a call started is over
-	if !assert.True(t, f.budget.Kill().Equal(second), "the re-run's call read the shorter deletion: SIGKILL %v after it",
+	s2 := time.Now()
+	api.Delete(s2, 3*time.Second)
+	f.callPreStop(t.Context(), "?wait=0s&start="+url.QueryEscape(s2.Format(time.RFC3339Nano))).wait(t) // the kubelet's re-run of the hook
+	f.d.podReads.Wait()                                                                                // every read a call started is over
+	second := s2.Add(3 * time.Second).Round(0)                                                         // as the hook sent it: by the wall clock
+	if !assert.True(t, f.budget.Kill().Equal(second), "the re-run's call read the shorter deletion: SIGKILL %v after the new run's",
 		f.budget.Kill().Sub(second)) {
 		f.d.Shutdown(t.Context()) // ends the wait, planned for the hour
 		return
@@ -242,19 +243,86 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	assert.Equal(t, reasonDeadline, sum.Reason)
 	assert.True(t, sum.End.Before(second), "the wait ended before the new SIGKILL, not at the hour")
 
-	start := url.QueryEscape(time.Now().Add(-time.Second).Format(time.RFC3339Nano))
 	gets := api.Reads()
-	f.callPreStop(t.Context(), "?wait=0s&start="+start).wait(t) // an exec hook's re-run: a new start
-	f.callPreStop(t.Context(), "?wait=0s&start="+start).wait(t) // its next poll
+	f.callPreStop(t.Context(), "?wait=0s&start="+url.QueryEscape(s2.Format(time.RFC3339Nano))).wait(t) // its next poll
 	f.d.podReads.Wait()
-	assert.Equal(t, gets+1, api.Reads(), "one read per hook run, not per poll")
+	assert.Equal(t, gets, api.Reads(), "one read per hook run, not per poll")
 	rep := f.d.Shutdown(t.Context())
-	want := rep.Budget.SIGTERM.Add(deadline.MinimumGracePeriod) // the kubelet's floor, when SIGTERM came late
-	if second.After(want) {
-		want = second
-	}
-	assert.True(t, rep.Budget.Kill.Equal(want), "SIGTERM keeps the shorter deletion, not the hour: SIGKILL %v after %v",
+	// SIGTERM's arithmetic from the new run: 3 s less its whole seconds, at least 2 s
+	want := rep.Budget.SIGTERM.Add(deadline.KubeletRemaining(3*time.Second, rep.Budget.SIGTERM.Sub(s2)))
+	assert.True(t, rep.Budget.Kill.Equal(want), "SIGTERM keeps the new run's SIGKILL, not the hour: SIGKILL %v after %v",
 		rep.Budget.Kill.Sub(want), want)
+	assert.True(t, rep.Budget.Restart.Equal(s2.Round(0)), "the Report's budget names the new run")
+}
+
+// Fault (docs/faults.md row 228): a second, shorter deletion long after
+// the first. The API server moves the deletionTimestamp to the FIRST
+// deletion's time plus the new grace; the kubelet cancels its run and
+// starts over, hook included, and times the new grace from the new run
+// (k8s.io/apiserver's rest.BeforeDelete, the kubelet's pod_workers.go;
+// internal/realapiserver checks the first). The Drainer tightened its
+// budget to the deletionTimestamp: SIGKILL planned 600 s before the
+// kubelet's, the wait cut short, and the preserve phase left 10 min early
+// by a deadline that was not the kubelet's.
+//
+//	-600 s  first delete (grace 1 h): the exec hook starts, T0
+//	0 s     kubectl delete --grace-period=900: deletionTimestamp 300 s away;
+//	        the kubelet runs the hook again: SIGKILL 900 s away
+//	        SIGTERM: the kubelet's arithmetic from the new run
+func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
+	for _, hook := range []string{"exec", "httpGet"} {
+		t.Run(hook, func(t *testing.T) {
+			api := newPodAPI(t)
+			pod, err := kube.New("sandboxd-0", api.cfg)
+			require.NoError(t, err)
+			f := newFixture(t, fixtureOpts{grace: time.Hour, sandboxes: 3, latency: time.Millisecond,
+				edit: func(c *Config) { c.Pod = pod }})
+			t0 := time.Now().Add(-10 * time.Minute)
+			api.Delete(t0, time.Hour)
+			startQuery := func(at time.Time) string {
+				return "?start=" + url.QueryEscape(at.Format(time.RFC3339Nano))
+			}
+			first := startQuery(t0)
+			if hook == "httpGet" {
+				first = ""
+			}
+			call := f.callPreStop(t.Context(), first)
+			for f.budget.Kill().After(t0.Add(time.Hour)) { // the first read (the hook's call is a little after T0)
+				<-f.budget.Changed()
+			}
+
+			rerun := time.Now()
+			api.Delete(rerun, 900*time.Second)
+			var again *preStopCall
+			before := time.Now()
+			if hook == "exec" {
+				again = f.callPreStop(t.Context(), startQuery(rerun)+"&wait=0s")
+			} else { // no ?start=: a run of its own, from its arrival
+				again = f.callPreStop(t.Context(), "?wait=0s")
+			}
+			again.wait(t)
+			f.d.podReads.Wait()
+			after := time.Now()
+			if hook == "exec" {
+				assert.True(t, f.budget.Kill().Equal(rerun.Add(900*time.Second).Round(0)), "SIGKILL %v after the new run's (by the wall clock, as the hook sent it)",
+					f.budget.Kill().Sub(rerun.Add(900*time.Second)))
+			} else {
+				assert.WithinRange(t, f.budget.Kill(), before.Add(900*time.Second), after.Add(900*time.Second))
+			}
+
+			rep := f.d.Shutdown(t.Context())
+			run := rep.Budget.Restart
+			want := rep.Budget.SIGTERM.Add(deadline.KubeletRemaining(900*time.Second, rep.Budget.SIGTERM.Sub(run)))
+			assert.True(t, rep.Budget.Kill.Equal(want), "SIGKILL %v after the kubelet's %v", rep.Budget.Kill.Sub(want), want)
+			if hook == "exec" {
+				assert.True(t, rep.Budget.Start.Equal(t0.Round(0)), "T0 stays the first run's")
+			}
+			assert.Equal(t, reasonSIGTERM, call.wait(t).Reason, "the first run's call")
+			assert.Greater(t, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), 890*time.Second, "not the deletionTimestamp's 300 s")
+			assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved])
+			require.NoError(t, rep.Err())
+		})
+	}
 }
 
 // Fault (a review): a SIGTERM again, the kubelet's after a second

@@ -101,9 +101,11 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // period, so the hook's start-up latency is not mistaken for spare time.
 //
 // With Config.Pod, a later call that is a new run of the hook (each
-// httpGet call; an exec hook's call with a new ?start=) reads the pod's
-// deletionTimestamp again: the kubelet re-runs the hook when a second
-// deletion shortens the grace, and the wait then ends by the shorter one.
+// httpGet call; an exec hook's call with a new ?start=), even during the
+// shutdown, reads the pod's deletion again: the kubelet runs the
+// termination over, hook included, when a second deletion shortens the
+// grace, and times the new grace from the new run (Budget.OnRestart); the
+// wait then ends by the new run's SIGKILL.
 //
 // When SIGTERM (Shutdown) arrives while the latest preStop request is still
 // open, the kubelet has stopped waiting for the hook, which it does only
@@ -209,10 +211,10 @@ func (d *Drainer) preStop(ctx context.Context, at time.Time, hookRun string, bou
 // startPreStop returns the drain wait, starting it on the first call. It
 // returns nil when Shutdown started before any preStop call.
 //
-// A later call that is a new run of the hook reads the pod's deletion
-// again: the kubelet re-runs the hook when a second deletion shortened the
-// grace (kubectl delete --grace-period), and gives up on it when that grace
-// runs out. hookRun tells runs apart: an exec hook sends its start with
+// A later call that is a new run of the hook, started at at, is the
+// kubelet running the termination over (hookAgain): a second deletion
+// shortened the grace (kubectl delete --grace-period), or the kubelet
+// restarted. hookRun tells runs apart: an exec hook sends its start with
 // every poll, while each httpGet call is a run of its own.
 func (d *Drainer) startPreStop(at time.Time, hookRun string) *preStopRun {
 	d.mu.Lock()
@@ -220,8 +222,8 @@ func (d *Drainer) startPreStop(at time.Time, hookRun string) *preStopRun {
 	newRun := hookRun == "" || hookRun != d.hookRun
 	d.hookRun = hookRun
 	if d.prestop != nil {
-		if newRun && !d.started {
-			d.readPod("preStop again")
+		if newRun {
+			d.hookAgain(at)
 		}
 		return d.prestop
 	}

@@ -154,6 +154,9 @@ func (r *Report) LogValue() slog.Value {
 		slog.Bool("forced", r.Forced),
 		slog.Duration("shortfall", r.Shortfall),
 	}
+	if !r.Budget.Restart.IsZero() { // the kubelet ran the termination over: SIGKILL follows that run
+		attrs = append(attrs, slog.Time("restart", r.Budget.Restart), slog.Duration("restart_grace", r.Budget.RestartGrace))
+	}
 	if r.Preserve != nil {
 		attrs = append(attrs,
 			slog.Int("preserved", r.Preserve.Counts[pause.Preserved]),

@@ -89,12 +89,16 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 	if first {
 		if abandoned { // the kubelet gave up on the hook: its grace has run out
 			now := time.Now()
+			run := d.budget.State() // the hook's latest run: T0, or the kubelet's run over
+			if run.Restart.After(run.Start) {
+				run.Start = run.Restart
+			}
 			d.budget.OnHookAbandoned(now)
 			d.log.Warn("drain: SIGTERM came while the preStop hook was still open: the kubelet's grace period ran out before the budget's, "+
 				"and SIGKILL comes 2 s after SIGTERM: the grace the budget was built with (DRAINKIT_GRACE on the one-call path) is longer "+
 				"than the pod's terminationGracePeriodSeconds, or a deletion, an eviction or a node shutdown gave less "+
 				"(Config.Pod reads a deletion's; Config.KubeletGrace, DRAINKIT_KUBELET_GRACE, declares the kubelet's own)",
-				"kubelet_grace", now.Sub(d.budget.Start()).Round(time.Second), "budget_grace", d.budget.Grace())
+				"kubelet_grace", now.Sub(run.Start).Round(time.Second), "budget_grace", d.budget.Grace())
 		} else {
 			d.budget.OnSIGTERM(time.Now())
 		}

@@ -67,3 +67,35 @@ func TestPodAnswersReadsAndKeepsEvents(t *testing.T) {
 	assert.Contains(t, pod.Flush(t.Context()).LastError, "403")
 	assert.Len(t, api.Events(), 1)
 }
+
+// Delete moves the deletion as the API server does: a second, shorter
+// deletion keeps the first one's time and takes the new grace; one whose
+// grace has already run out since then is now, with 1 s; a longer one is
+// ignored. (internal/realapiserver checks the real one does this.)
+func TestDeleteShortensAsTheAPIServerDoes(t *testing.T) {
+	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv"}
+	_, cfg := fakeapiserver.Start(t, api, "agentenv", "t")
+	pod, err := kube.New("sandboxd-0", cfg)
+	require.NoError(t, err)
+	t0 := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	read := func() (time.Duration, time.Duration) {
+		d, err := pod.Deletion(t.Context())
+		require.NoError(t, err)
+		return d.Timestamp.Sub(t0), d.Grace
+	}
+	steps := []struct {
+		at, grace  time.Duration // from t0
+		ts, period time.Duration
+	}{
+		{0, time.Hour, time.Hour, time.Hour},
+		{10 * time.Minute, 15 * time.Minute, 15 * time.Minute, 15 * time.Minute}, // the first deletion's time + 15 min
+		{11 * time.Minute, 20 * time.Minute, 15 * time.Minute, 15 * time.Minute}, // longer: ignored
+		{20 * time.Minute, 5 * time.Minute, 20 * time.Minute, time.Second},       // run out: now, 1 s
+	}
+	for _, s := range steps {
+		api.Delete(t0.Add(s.at), s.grace)
+		ts, period := read()
+		assert.Equal(t, s.ts, ts, "deletionTimestamp after the delete at t0+%v with %v", s.at, s.grace)
+		assert.Equal(t, s.period, period, "deletionGracePeriodSeconds after the delete at t0+%v with %v", s.at, s.grace)
+	}
+}

@@ -30,6 +30,7 @@ type Pod struct {
 
 	mu       sync.Mutex
 	deletion time.Time // zero: none
+	delGrace int64     // deletionGracePeriodSeconds; zero: absent
 	grace    int64     // zero: none
 	status   int       // non-zero: every request is answered with it
 	hang     bool      // every request hangs until its client gives up
@@ -40,6 +41,31 @@ type Pod struct {
 // SetDeletion sets the pod's deletionTimestamp, as a delete does: at is
 // when the kubelet's SIGKILL is due.
 func (p *Pod) SetDeletion(at time.Time) { p.set(func() { p.deletion = at }) }
+
+// Delete deletes the pod at at with a grace of grace whole seconds, as
+// the API server's graceful deletion does (k8s.io/apiserver's
+// rest.BeforeDelete): the first sets deletionGracePeriodSeconds to grace
+// and deletionTimestamp to at + grace; a later one with a shorter grace
+// moves the deletionTimestamp back by the difference, to the first
+// deletion's time plus the new grace, and if that is before at, to at with
+// a grace of 1 s; a later one that is not shorter changes nothing. grace
+// is at least a second: a deletion with none removes the pod at once, which
+// this double does not do.
+func (p *Pod) Delete(at time.Time, grace time.Duration) {
+	g := int64(grace / time.Second)
+	p.set(func() {
+		switch {
+		case p.deletion.IsZero() || p.delGrace == 0:
+			p.deletion, p.delGrace = at.Add(time.Duration(g)*time.Second), g
+		case g < p.delGrace:
+			ts := p.deletion.Add(time.Duration(g-p.delGrace) * time.Second)
+			if ts.Before(at) {
+				ts, g = at, 1
+			}
+			p.deletion, p.delGrace = ts, g
+		}
+	})
+}
 
 // SetGrace sets the pod's spec.terminationGracePeriodSeconds.
 func (p *Pod) SetGrace(seconds int64) { p.set(func() { p.grace = seconds }) }
@@ -109,6 +135,9 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: types.UID(p.UID)}}
 		if !p.deletion.IsZero() {
 			pod.DeletionTimestamp = &metav1.Time{Time: p.deletion}
+		}
+		if p.delGrace != 0 {
+			pod.DeletionGracePeriodSeconds = new(p.delGrace)
 		}
 		if p.grace != 0 {
 			pod.Spec.TerminationGracePeriodSeconds = new(p.grace)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -129,6 +130,49 @@ func TestRealAPIServer(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, changed)
 		assert.True(t, b.Kill().Equal(d.Timestamp), "SIGKILL %v, want %v", b.Kill(), d.Timestamp)
+	})
+
+	// docs/faults.md row 228: a second, shorter deletion keeps the first
+	// one's time (k8s.io/apiserver's rest.BeforeDelete), so the
+	// deletionTimestamp is not when the kubelet, which runs the
+	// termination over from the new deletion, kills; the drain follows the
+	// hook's new run instead.
+	t.Run("ShorterDeletionKeepsTheFirstOnesTime", func(t *testing.T) {
+		createPod(t, c, "again-0")
+		pod, err := kube.New("again-0", podConfig(t, c, realapiserver.PodToken))
+		require.NoError(t, err)
+		deletePod(t, c, "again-0", 3600)
+		d1, err := pod.Deletion(t.Context())
+		require.NoError(t, err)
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod})
+		require.NoError(t, err)
+		call := func(start time.Time) {
+			d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet,
+				"/drain?wait=0s&start="+url.QueryEscape(start.Format(time.RFC3339Nano)), nil))
+		}
+		call(time.Now())
+
+		rerun, _ := deletePod(t, c, "again-0", 900)
+		d2, err := pod.Deletion(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, 900*time.Second, d2.Grace)
+		assert.True(t, d2.Timestamp.Equal(d1.Timestamp.Add(-2700*time.Second)), "the first deletion's time + 900 s: %v, first %v",
+			d2.Timestamp, d1.Timestamp)
+		call(rerun) // the kubelet runs the hook again
+		want := rerun.Add(900 * time.Second).Round(0)
+		timeout := time.After(10 * time.Second) // a hang guard, not a timing assertion
+		for !b.Kill().Equal(want) {
+			select {
+			case <-b.Changed():
+			case <-timeout:
+				require.Fail(t, "the re-run's read did not move SIGKILL to the new run's", "SIGKILL %v, want %v", b.Kill(), want)
+			}
+		}
+		assert.True(t, b.Kill().After(d2.Timestamp), "later than the deletionTimestamp")
+		rep := d.Shutdown(t.Context())
+		require.NoError(t, rep.Err())
 	})
 
 	t.Run("DrainPostsItsEventsOnThePod", func(t *testing.T) {

@@ -157,6 +157,10 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 	fmt.Fprintf(w, "Termination  T0 %s (anchored by %s), grace %s\n", t0.UTC().Format("2006-01-02 15:04:05.000 MST"), anchor(string(b.Anchor)), b.Grace)
 	fmt.Fprintf(w, "             SIGTERM %s, deadline %s (margin %s), SIGKILL due %s\n",
 		rel(b.SIGTERM, t0), rel(b.Deadline, t0), secs(b.Margin), rel(b.Kill, t0))
+	if !b.Restart.IsZero() {
+		fmt.Fprintf(w, "             the kubelet ran the termination over at %s with grace %s (a second, shorter deletion): SIGKILL follows that run\n",
+			rel(b.Restart, t0), b.RestartGrace)
+	}
 	fmt.Fprintf(w, "Verdict      %s\n", verdict(rep))
 	if rep.Forced {
 		fmt.Fprintf(w, "Forced       at %s (SIGINT, Force or a cancelled context: remaining waits cut short)\n", rel(rep.ForcedAt, t0))

@@ -368,3 +368,16 @@ func edited[T any](t *testing.T, file string, edit func(*T)) string {
 	require.NoError(t, os.WriteFile(path, data, 0o600))
 	return path
 }
+
+// A drain whose budget followed the kubelet's run over (docs/faults.md row
+// 228) says so: SIGKILL is then later than T0 + the grace in use, and the
+// summary names when the new run started and with what grace.
+func TestReportNamesTheKubeletsRunOver(t *testing.T) {
+	path := edited(t, "sandboxd-clean.json", func(rep *drain.Report) {
+		rep.Budget.Restart = rep.Budget.Start.Add(600 * time.Second)
+		rep.Budget.RestartGrace = 900 * time.Second
+	})
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, 0, code, errw)
+	assert.Contains(t, out, "the kubelet ran the termination over at +600.000s with grace 15m0s")
+}
