@@ -102,11 +102,17 @@ type Config struct {
 	// Drainer and the default Preserver; nil means otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 	// Pod is the pod this process runs in (kube.New), or nil. With it, the
-	// Drainer reads the pod's deletionTimestamp when termination starts,
-	// again at each later run of the preStop hook (the kubelet re-runs it
-	// when a second deletion shortens the grace) and at SIGTERM, and
-	// tightens the budget with it (kubectl delete --grace-period, an
-	// eviction); and it posts Kubernetes Events on the
+	// Drainer reads the pod's deletion when termination starts, again at
+	// each later run of the preStop hook, at SIGTERM and every 2 s until
+	// the Report is made, and tightens the budget with it (kubectl delete
+	// --grace-period, an eviction). A second, shorter deletion makes the
+	// kubelet run the termination over, timing the new grace from the new
+	// run: the budget follows it (Budget.OnRestart), from the hook's new
+	// call, or without one from the last read that saw the longer grace;
+	// the deletionTimestamp, which the API server sets to the first
+	// deletion's time plus the new grace, is not that run's SIGKILL. A
+	// poll's read is logged at Info or Warn only when it is news. And it
+	// posts Kubernetes Events on the
 	// pod: DrainStarted (T0, the expected SIGKILL, the plan), SandboxesLost
 	// (Warning: how many, which; again for what a step's final sweep lost,
 	// see Step), StepFinished or StepFailed for each step (with the ublk
@@ -167,15 +173,21 @@ type Drainer struct {
 	counted atomic.Bool             // a count has succeeded
 	listed  atomic.Pointer[listing] // the last count's sandboxes
 
-	pod      *kube.Pod
-	kubelet  time.Duration  // Config.KubeletGrace
-	own      atomic.Bool    // a read found no deletionTimestamp, with kubelet set: the kubelet's own termination
-	podReads sync.WaitGroup // readPod's reads
-	podMu    sync.Mutex     // orders readPod's Go with stopPodReads
-	podDone  bool           // stopPodReads was called: no read starts
-	rerun    time.Time      // the latest run of the hook after the first (hookAgain); guarded by podMu
-	podCtx   context.Context
-	podStop  context.CancelFunc
+	pod       *kube.Pod
+	kubelet   time.Duration  // Config.KubeletGrace
+	own       atomic.Bool    // a read found no deletionTimestamp, with kubelet set: the kubelet's own termination
+	podReads  sync.WaitGroup // readPod's reads
+	podPoll   sync.WaitGroup // pollPod
+	podMu     sync.Mutex     // orders readPod's Go with stopPodReads
+	podDone   bool           // stopPodReads was called: no read starts
+	rerun     time.Time      // the latest run of the hook after the first (hookAgain); guarded by podMu
+	seenGrace time.Duration  // the shortest deletion grace a read found; guarded by podMu
+	seenAt    time.Time      // the start of the latest read that found seenGrace; guarded by podMu
+	polling   bool           // pollPod runs; guarded by podMu
+	podEvery  time.Duration  // pollPod's interval: podPollInterval
+	readErr   atomic.Value   // the last read error logged at Warn, a string
+	podCtx    context.Context
+	podStop   context.CancelFunc
 
 	term     context.Context // cancelled when Shutdown starts
 	termStop context.CancelFunc
@@ -243,6 +255,7 @@ func New(cfg Config) (*Drainer, error) {
 	}
 	d.term, d.termStop = context.WithCancel(context.Background())
 	d.podCtx, d.podStop = context.WithCancel(context.Background())
+	d.podEvery = podPollInterval
 	d.force, d.forceIt = context.WithCancel(context.Background())
 	return d, nil
 }

@@ -216,6 +216,7 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	require.NoError(t, err)
 	f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 2, latency: time.Millisecond,
 		edit: func(c *Config) { c.Pod = pod }})
+	f.d.podEvery = time.Hour          // the hook's calls read; no poll between (TestPollFindsAShorterDeletionNoHookShows)
 	api.Delete(time.Now(), time.Hour) // the first delete, with the manifest's grace
 	first := time.Now().Add(time.Hour).Truncate(time.Second)
 
@@ -323,6 +324,103 @@ func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 			require.NoError(t, rep.Err())
 		})
 	}
+}
+
+// Fault (docs/faults.md row 229): a second, shorter deletion during the
+// shutdown of a pod without a preStop hook. The kubelet runs the
+// termination over and stops the container again with the new grace, but
+// the runtime does not send SIGTERM twice (containerd's CRI since
+// containerd#5021), so nothing reached the server: its budget kept the
+// first SIGTERM's hour, 45 min after the kubelet's SIGKILL, and every step
+// still running then was killed with it (a ublk daemon with live devices).
+// The pod is now read every podEvery during the termination; a grace
+// shorter than the last read's moves SIGKILL to the new grace from that
+// read's start: early by at most the time between reads, never late.
+//
+//	0 s    the first deletion (1 h); SIGTERM: the step runs, SIGKILL an hour away
+//	       a poll reads the hour
+//	D2     kubectl delete --grace-period=900: SIGKILL at D2 + 900 s
+//	       the next poll: SIGKILL in [SIGTERM + 900 s, D2 + 900 s]
+func TestPollFindsAShorterDeletionNoHookShows(t *testing.T) {
+	api := newPodAPI(t)
+	pod, err := kube.New("sandboxd-0", api.cfg)
+	require.NoError(t, err)
+	var logs logbuf.Buffer
+	stepStarted, release := make(chan struct{}), make(chan struct{})
+	f := newFixture(t, fixtureOpts{grace: time.Hour, sandboxes: 2, latency: time.Millisecond,
+		steps: []Step{step("ublk", time.Second, func(ctx context.Context) error {
+			close(stepStarted)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		})},
+		edit: func(c *Config) { c.Pod, c.Logger = pod, slog.New(slog.NewTextHandler(&logs, nil)) }})
+	f.d.podEvery = 20 * time.Millisecond
+	api.Delete(time.Now(), time.Hour)
+	done := make(chan *Report, 1)
+	go func() { done <- f.d.Shutdown(t.Context()) }()
+	<-stepStarted
+	guard := time.After(30 * time.Second) // a hang guard, not a timing assertion
+	for api.Reads() < 3 {                 // SIGTERM's read, the Events' and a poll: the hour seen
+		select {
+		case <-time.After(10 * time.Millisecond): // reads that change nothing signal nothing
+		case <-guard:
+			close(release)
+			<-done
+			require.Fail(t, "the pod was not read", "%d reads", api.Reads())
+		}
+	}
+
+	d2 := time.Now()
+	api.Delete(d2, 900*time.Second)
+	timeout := time.After(30 * time.Second) // a hang guard, not a timing assertion
+	for f.budget.Kill().After(d2.Add(900 * time.Second)) {
+		select {
+		case <-f.budget.Changed():
+		case <-timeout:
+			close(release)
+			rep := <-done
+			require.Fail(t, "no read found the second deletion", "SIGKILL %v after the kubelet's", rep.Budget.Kill.Sub(d2.Add(900*time.Second)))
+		}
+	}
+	close(release)
+	rep := <-done
+	assert.False(t, rep.Budget.Kill.After(d2.Add(900*time.Second)), "never after the kubelet's SIGKILL")
+	assert.False(t, rep.Budget.Kill.Before(rep.Budget.SIGTERM.Add(900*time.Second)), "the new grace from a read after SIGTERM, not the deletionTimestamp")
+	assert.Equal(t, OK, rep.Phase("ublk").Result)
+	assert.Equal(t, 1, strings.Count(logs.String(), "a second deletion shortened the pod's grace"), logs.String())
+	assert.LessOrEqual(t, strings.Count(logs.String(), `msg="drain: the pod's deletion read"`), 2, "the polls that changed nothing are not logged at Info")
+}
+
+// A poll whose read fails the way the last read did logs it at Debug, not
+// at Warn at every poll: an hour's polls under a 403 would flood the log.
+func TestPollLogsAFailingReadOnce(t *testing.T) {
+	api := newPodAPI(t)
+	pod, err := kube.New("sandboxd-0", api.cfg)
+	require.NoError(t, err)
+	var logs logbuf.Buffer
+	polls := logbuf.NewSignal(`level=DEBUG msg="drain: the pod's deletion could not be read: the budget stands" at=poll`)
+	f := newFixture(t, fixtureOpts{grace: time.Hour, sandboxes: 1, latency: time.Millisecond,
+		edit: func(c *Config) {
+			c.Pod = pod
+			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, polls), &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}})
+	f.d.podEvery = 10 * time.Millisecond
+	api.Refuse(http.StatusForbidden)
+	f.callPreStop(t.Context(), "?wait=0s").wait(t)
+	select {
+	case <-polls.Seen(): // a poll after the first failure: not news
+	case <-time.After(30 * time.Second): // a hang guard
+		require.Fail(t, "no poll", logs.String())
+	}
+	f.d.Shutdown(t.Context())
+	out := logs.String()
+	warn := `level=WARN msg="drain: the pod's deletion could not be read: the budget stands"`
+	assert.Contains(t, out, warn+" at=preStop", "the preStop call's read: at Warn")
+	assert.NotContains(t, out, warn+" at=poll", "the polls' reads: the same error again is not news")
 }
 
 // Fault (a review): a SIGTERM again, the kubelet's after a second
