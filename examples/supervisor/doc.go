@@ -19,7 +19,9 @@
 //	                    with -api agentenv http://127.0.0.1:8000)
 //	-api-key-file FILE  the API key, sent as X-API-Key (default: the
 //	                    environment variable DRAINKIT_API_KEY, which the
-//	                    children do not inherit; never argv)
+//	                    children do not inherit; never argv). A key the
+//	                    server refuses (401, 403 to /readyz's listing) is
+//	                    logged at Warn once, naming where it came from
 //	-grace DURATION     the pod's terminationGracePeriodSeconds (default 30s)
 //	-concurrency N      pause requests sent at once: N > 0 fixes it; 0, the
 //	                    default, is pause's adaptive limit (1 to 32), from

@@ -109,6 +109,7 @@ type supervisor struct {
 	termSent     atomic.Bool            // the server step has sent the server its SIGTERM
 	exitedDuring atomic.Bool            // the server exited on its own during a drain, before termSent
 	sweepUnknown atomic.Pointer[string] // the final sweep could not list: the Report's note
+	keyRefused   atomic.Int32           // the status (401, 403) of the API key's refusal last logged; 0: a listing succeeded since
 
 	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
 	// the drain, the pauses, the API requests and the device teardown, in
@@ -684,10 +685,31 @@ func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if _, err := s.listed.RunningIDs(ctx); err != nil {
+		s.logKeyRefused(err)
 		http.Error(w, "server not answering: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	if s.keyRefused.Swap(0) != 0 {
+		s.log.Info("supervisor: the server accepts the API key again: readiness lists its sandboxes")
+	}
 	fmt.Fprintln(w, "ok")
+}
+
+// logKeyRefused logs at Warn a listing the server answered 401 or 403,
+// naming the header and where the key came from, once per status until a
+// listing succeeds: the kubelet probes every few seconds, and a mistyped
+// key otherwise shows only as a pod that never turns Ready, the status in
+// a probe's body that the kubelet keeps (docs/faults.md row 230).
+func (s *supervisor) logKeyRefused(err error) {
+	var se *httpsource.StatusError
+	if !errors.As(err, &se) || (se.StatusCode != http.StatusUnauthorized && se.StatusCode != http.StatusForbidden) {
+		return
+	}
+	if s.keyRefused.Swap(int32(se.StatusCode)) == int32(se.StatusCode) {
+		return
+	}
+	s.log.Warn("supervisor: the server refused the API key: not ready until it accepts one (logged once)",
+		"status", se.StatusCode, "header", "X-API-Key", "key_from", s.cfg.api.KeySource(), "err", err)
 }
 
 // spared reports whether killTree must leave pid alone: the server's own

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -23,6 +24,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 	"github.com/drainkit/drainkit/ublk"
@@ -377,6 +379,77 @@ func TestAgentENVPresetTakesSingleOverrides(t *testing.T) {
 	ids, err := sup.src.RunningIDs(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a", "b"}, ids)
+}
+
+// Fault (docs/faults.md row 230): a wrong API key before any drain showed
+// only as a pod that never turned Ready: GET /readyz answered 503 with the
+// server's 401 in its body, which the kubelet keeps to itself, and no log
+// line said so. The first listing the server refuses is now logged at
+// Warn, naming the status, the X-API-Key header and where the key came
+// from, once however often the kubelet probes; the first that succeeds
+// again is logged at Info, once.
+func TestWrongAPIKeyIsLoggedOnceWhileReadinessFails(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "api-key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("K\n"), 0o600)) // mistyped: the server's is "k"
+	for _, tc := range []struct {
+		name, env string
+		args      []string
+		from      string // where the Warn line says the key came from
+	}{
+		{"file", "", []string{"-api-key-file", keyFile}, "-api-key-file " + keyFile},
+		{"env", "K", nil, EnvAPIKey},
+		{"none", "", nil, "no key configured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(EnvAPIKey, tc.env)
+			srv, _ := agentenvDouble(t, 1, fakeagentenv.Config{})
+			var accepts atomic.Bool // the operator fixed the key: the server's is sent
+			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if accepts.Load() {
+					r.Header.Set("X-API-Key", "k")
+				}
+				srv.Handler().ServeHTTP(w, r)
+			}))
+			defer api.Close()
+			cfg, err := parseArgs(append(tc.args, "-api", "agentenv", "-server-url", api.URL, "--", "server"), io.Discard)
+			require.NoError(t, err)
+			var logs logbuf.Buffer
+			sup, err := newSupervisor(cfg, &logs)
+			require.NoError(t, err)
+			defer sup.learned.Close()
+			readyz := func() (int, string) {
+				rec := httptest.NewRecorder()
+				sup.routes().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+				return rec.Code, rec.Body.String()
+			}
+
+			for range 3 { // the kubelet's probes
+				code, body := readyz()
+				assert.Equal(t, http.StatusServiceUnavailable, code)
+				assert.Contains(t, body, "401 Unauthorized")
+			}
+			out := logs.String()
+			var warns []string
+			for line := range strings.Lines(out) {
+				if strings.HasPrefix(line, "time=") && strings.Contains(line, " level=WARN ") {
+					warns = append(warns, line)
+				}
+			}
+			require.Len(t, warns, 1, "one Warn for three probes refused alike:\n%s", out)
+			assert.Contains(t, warns[0], "status=401")
+			assert.Contains(t, warns[0], "X-API-Key")
+			assert.Contains(t, warns[0], tc.from)
+
+			accepts.Store(true)
+			for range 2 {
+				code, body := readyz()
+				assert.Equal(t, http.StatusOK, code, body)
+			}
+			out = logs.String()
+			assert.Equal(t, 1, strings.Count(out, `level=INFO msg="supervisor: the server accepts the API key`), out)
+			assert.Equal(t, 1, strings.Count(out, " level=WARN "), "nothing more at Warn:\n%s", out)
+		})
+	}
 }
 
 func TestChildrenDoNotInheritTheAPIKey(t *testing.T) {

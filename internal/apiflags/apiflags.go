@@ -34,6 +34,7 @@ type Flags struct {
 	// API is the preset chosen with -api: Generic or AgentENV.
 	API          string
 	keyFile      string
+	envKey       bool // Finish took the key from EnvAPIKey
 	listPath     string
 	fallbackList string
 	pausePath    string
@@ -79,7 +80,9 @@ func (a *Flags) Finish(fs *flag.FlagSet) (key string, err error) {
 		return "", fmt.Errorf("-size-unit must be positive, got %d", a.sizeUnit)
 	}
 	if a.keyFile == "" {
-		return os.Getenv(EnvAPIKey), nil
+		key = os.Getenv(EnvAPIKey)
+		a.envKey = key != ""
+		return key, nil
 	}
 	b, err := os.ReadFile(a.keyFile)
 	if err != nil {
@@ -89,6 +92,19 @@ func (a *Flags) Finish(fs *flag.FlagSet) (key string, err error) {
 		return "", fmt.Errorf("-api-key-file %s is empty", a.keyFile)
 	}
 	return key, nil
+}
+
+// KeySource names where Finish took the API key from, for a message about
+// a key the server refused: "-api-key-file PATH", EnvAPIKey, or "no key
+// configured" when neither gave one.
+func (a *Flags) KeySource() string {
+	switch {
+	case a.keyFile != "":
+		return "-api-key-file " + a.keyFile
+	case a.envKey:
+		return EnvAPIKey
+	}
+	return "no key configured"
 }
 
 // Config returns the httpsource configuration of the shape: the preset

@@ -52,14 +52,20 @@ func TestPresetWithTheShapeFlagsGivenOverridingItsFields(t *testing.T) {
 
 func TestAPIKeyFromFileOrEnvironment(t *testing.T) {
 	t.Setenv(apiflags.EnvAPIKey, "from-env")
-	_, key, err := parse(t)
+	a, key, err := parse(t)
 	require.NoError(t, err)
 	assert.Equal(t, "from-env", key)
+	assert.Equal(t, apiflags.EnvAPIKey, a.KeySource())
+	t.Setenv(apiflags.EnvAPIKey, "")
+	a, _, err = parse(t)
+	require.NoError(t, err)
+	assert.Equal(t, "no key configured", a.KeySource())
 	f := filepath.Join(t.TempDir(), "key")
 	require.NoError(t, os.WriteFile(f, []byte(" from-file\n"), 0o600))
-	_, key, err = parse(t, "-api-key-file", f)
+	a, key, err = parse(t, "-api-key-file", f)
 	require.NoError(t, err)
 	assert.Equal(t, "from-file", key, "the file wins, trimmed")
+	assert.Equal(t, "-api-key-file "+f, a.KeySource())
 }
 
 func TestBadFlagsAreNamed(t *testing.T) {
