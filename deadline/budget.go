@@ -97,7 +97,7 @@ type Config struct {
 // (OnPreStop or OnSIGTERM). OnSIGTERM refines the SIGKILL time with the
 // kubelet's own arithmetic; Tighten (fed by kube.Pod.Tighten) moves it earlier when
 // the pod's deletion shortened the grace period; OnRestart follows the
-// kubelet when it runs the termination over (a second, shorter deletion).
+// kubelet when it runs the termination over (the hook runs again).
 //
 // Once anchored, the budget never moves T0, and it keeps these invariants:
 // T0 <= Deadline <= Kill, and once SIGTERM is known, Kill >= SIGTERM +
@@ -293,18 +293,18 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 
 // OnRestart tells the budget that the kubelet ran the pod's termination
 // over from at, with grace: it started the preStop hook again at at (a
-// server sees a new hook call). It does that when a second deletion
-// shortens the grace period (kubectl delete --grace-period=N while the pod
-// terminates): it cancels the run under way and starts another, hook
-// included, timing the new grace from the new start; a restarted kubelet
-// does the same with the grace it reads. Pass the deletion's
-// deletionGracePeriodSeconds (kube.Deletion.Grace), at most the pod's own.
+// server sees a new hook call). A restarted kubelet does that, with the
+// grace it reads from the pod; so would a kubelet that honoured a second,
+// shorter deletion (the kubelet v1.34 does not: its termination keeps the
+// grace it started with, and no hook runs again; measured, see
+// docs/budget.md). Pass the deletion's deletionGracePeriodSeconds
+// (kube.Deletion.Grace), at most the pod's own.
 //
 // SIGKILL becomes the new run's: at + grace, or, when SIGTERM arrived after
 // at, SIGTERM + KubeletRemaining(grace, SIGTERM - at). That can be later
-// than the SIGKILL the budget had: the API server moves the
-// deletionTimestamp to the FIRST deletion's time plus the new grace (never
-// before now), which is not when the kubelet kills. T0 stays; SIGKILL is
+// than the SIGKILL the budget had (a new run of a whole grace, or a
+// deletionTimestamp that a second deletion set to the FIRST deletion's
+// time plus its grace, which is not when the kubelet kills). T0 stays; SIGKILL is
 // never before T0, nor, once SIGTERM is known, before SIGTERM + 2 s.
 //
 // A call for a run older than the latest (at before it) changes nothing,
@@ -535,7 +535,7 @@ type State struct {
 	Deadline time.Time     `json:"deadline"`         // Kill minus the margin in effect
 	Grace    time.Duration `json:"grace_ns"`         // the grace period the budget was built with
 	// Restart is when the kubelet last ran the termination over (OnRestart:
-	// a second, shorter deletion); zero if it did not.
+	// the hook ran again); zero if it did not.
 	Restart      time.Time     `json:"restart,omitzero"`
 	RestartGrace time.Duration `json:"restart_grace_ns,omitempty"` // the grace of that run
 	Margin       time.Duration `json:"margin_ns"`                  // Budget.Margin: Config.Margin or the default for the grace in use

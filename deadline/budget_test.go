@@ -579,9 +579,9 @@ func TestGraceInUseFollowsADeletionsShorterGrace(t *testing.T) {
 }
 
 // Fault (docs/faults.md row 228): a second, shorter deletion while the
-// preStop hook ran. The API server moves the deletionTimestamp to the
-// FIRST deletion's time plus the new grace; the kubelet cancels its run
-// and starts over, hook included, timing the new grace from the new start.
+// preStop hook ran, and a kubelet that runs the hook again. The API server
+// moves the deletionTimestamp to the FIRST deletion's time plus the new
+// grace; the kubelet's new run times its grace from the new start.
 // Tightening to the deletionTimestamp put SIGKILL 600 s early here, and
 // the SIGTERM after it took the kubelet's 2 s for all it had to do.
 //

@@ -44,10 +44,12 @@
 // after SIGTERM. G is the deletion's grace period, which can be shorter than
 // the manifest's: the pod's metadata.deletionTimestamp (deletion time + G,
 // read from the API server by package kube) is the absolute SIGKILL time.
-// A second, shorter deletion changes that: the kubelet cancels its run and
-// runs the termination over, hook included, timing the new grace G' from
-// the new run, while the API server sets the deletionTimestamp to the
-// first deletion's time + G'. OnRestart takes the new run's start and G'.
+// Only the deletion the kubelet's termination started with: a second,
+// shorter deletion makes the API server set the deletionTimestamp to the
+// first deletion's time + G', while the kubelet (v1.34, measured) keeps the
+// grace its termination started with. A kubelet that does run the
+// termination over (a restarted one: the hook runs again) times its grace
+// from the new run: OnRestart takes that run's start and grace.
 //
 // # Guarantees
 //

@@ -103,15 +103,14 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 	// Pod is the pod this process runs in (kube.New), or nil. With it, the
 	// Drainer reads the pod's deletion when termination starts, again at
-	// each later run of the preStop hook, at SIGTERM and every 2 s until
-	// the Report is made, and tightens the budget with it (kubectl delete
-	// --grace-period, an eviction). A second, shorter deletion makes the
-	// kubelet run the termination over, timing the new grace from the new
-	// run: the budget follows it (Budget.OnRestart), from the hook's new
-	// call, or without one from the last read that saw the longer grace;
-	// the deletionTimestamp, which the API server sets to the first
-	// deletion's time plus the new grace, is not that run's SIGKILL. A
-	// poll's read is logged at Info or Warn only when it is news. And it
+	// each later run of the preStop hook and at SIGTERM, and tightens the
+	// budget with the deletion's grace (kubectl delete --grace-period, an
+	// eviction). Only the deletion the kubelet's termination started with
+	// counts: a later, shorter one changes neither the kubelet's hook wait
+	// nor its SIGKILL (v1.34, measured), while the API server moves the
+	// deletionTimestamp to the first deletion's time plus the new grace; it
+	// is logged and left alone. When the hook runs again (a restarted
+	// kubelet), the budget follows that new run (Budget.OnRestart). And it
 	// posts Kubernetes Events on the
 	// pod: DrainStarted (T0, the expected SIGKILL, the plan), SandboxesLost
 	// (Warning: how many, which; again for what a step's final sweep lost,
@@ -177,15 +176,11 @@ type Drainer struct {
 	kubelet   time.Duration  // Config.KubeletGrace
 	own       atomic.Bool    // a read found no deletionTimestamp, with kubelet set: the kubelet's own termination
 	podReads  sync.WaitGroup // readPod's reads
-	podPoll   sync.WaitGroup // pollPod
 	podMu     sync.Mutex     // orders readPod's Go with stopPodReads
 	podDone   bool           // stopPodReads was called: no read starts
 	rerun     time.Time      // the latest run of the hook after the first (hookAgain); guarded by podMu
-	seenGrace time.Duration  // the shortest deletion grace a read found; guarded by podMu
-	seenAt    time.Time      // the start of the latest read that found seenGrace; guarded by podMu
-	polling   bool           // pollPod runs; guarded by podMu
-	podEvery  time.Duration  // pollPod's interval: podPollInterval
-	readErr   atomic.Value   // the last read error logged at Warn, a string
+	delGrace  time.Duration  // the deletion's grace the first read found: the kubelet's termination keeps it; guarded by podMu
+	shortened bool           // a later read found a shorter one, and it was logged; guarded by podMu
 	podCtx    context.Context
 	podStop   context.CancelFunc
 
@@ -255,7 +250,6 @@ func New(cfg Config) (*Drainer, error) {
 	}
 	d.term, d.termStop = context.WithCancel(context.Background())
 	d.podCtx, d.podStop = context.WithCancel(context.Background())
-	d.podEvery = podPollInterval
 	d.force, d.forceIt = context.WithCancel(context.Background())
 	return d, nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -25,11 +24,7 @@ const (
 const (
 	// podReadTimeout bounds each read of the pod's deletion.
 	podReadTimeout = 2 * time.Second
-	// podPollInterval is how often the pod's deletion is read during the
-	// termination (pollPod): a second, shorter deletion is found that
-	// late at most, plus the read. One small GET a pod every 2 s while it
-	// terminates.
-	podPollInterval = 2 * time.Second
+
 	// eventsFlushMax bounds how long Shutdown waits, once the Report is
 	// made, for the events still queued; never more than half the time left
 	// before SIGKILL.
@@ -44,8 +39,7 @@ const (
 // --grace-period, an eviction) can be shorter than the manifest's. A read
 // that fails leaves the budget as it is. at says which event prompted it.
 // Once stopPodReads was called (the Report is being made) no read starts:
-// a repeated SIGTERM can come at any time. The first read also starts the
-// poll (pollPod).
+// a repeated SIGTERM can come at any time.
 func (d *Drainer) readPod(at string) {
 	if d.pod == nil {
 		return
@@ -57,84 +51,36 @@ func (d *Drainer) readPod(at string) {
 		return
 	}
 	rerun := d.rerun // as of the read's start: an older read's grace is not the new run's
-	d.podReads.Go(func() { d.readOnce(at, rerun) })
-	if !d.polling {
-		d.polling = true
-		d.podPoll.Go(d.pollPod)
-	}
-}
-
-// pollPod reads the pod's deletion every podEvery until the drain ends. A
-// second, shorter deletion reaches the server no other way when no hook
-// runs again: a pod without a preStop hook, or with a sleep hook, after
-// SIGTERM. The kubelet then runs the termination over with the new grace
-// and stops the container again, and the runtime does not send SIGTERM
-// twice (containerd's CRI since containerd#5021), so the first SIGTERM's
-// arithmetic would put SIGKILL late; and during an httpGet hook's wait,
-// which the kubelet waits out before its new run, the wait ends by the
-// shorter grace the operator asked for. One read at a time.
-func (d *Drainer) pollPod() {
-	t := time.NewTicker(d.podEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.podCtx.Done():
-			return
-		case <-t.C:
+	d.podReads.Go(func() {
+		ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
+		defer cancel()
+		del, err := d.pod.Deletion(ctx)
+		switch {
+		case err == nil:
+			d.deletionRead(at, rerun, del)
+		case errors.Is(err, kube.ErrNotTerminating) && d.kubelet > 0:
+			// The kubelet terminates the pod itself (node shutdown, an
+			// eviction): its grace, not the manifest's.
+			d.own.Store(true)
+			changed := d.tightenOwn()
+			d.log.Warn("drain: the pod has no deletionTimestamp: the kubelet is terminating it on its own (graceful node shutdown, an eviction), with its grace",
+				"at", at, "kubelet_grace", d.kubelet, "tightened", changed, "kill", d.budget.Kill())
+		case errors.Is(err, kube.ErrNotTerminating):
+			d.log.Info("drain: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands; Config.KubeletGrace would give the kubelet's own grace", "at", at)
+		case errors.Is(err, context.Canceled) && d.podCtx.Err() != nil:
+			// stopPodReads ended it: the drain is over, as it should be,
+			// and nothing is wrong with the API server.
+			d.log.Debug("drain: a read of the pod's deletion was stopped: the drain ended", "at", at, "error", err)
+		default:
+			d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
 		}
-		d.podMu.Lock()
-		done, rerun := d.podDone, d.rerun
-		d.podMu.Unlock()
-		if done {
-			return
-		}
-		d.readOnce(atPoll, rerun)
-	}
-}
-
-// atPoll is readOnce's at for pollPod's reads, which log only what changed.
-const atPoll = "poll"
-
-// readOnce reads the pod's deletion once and gives it to the budget.
-func (d *Drainer) readOnce(at string, rerun time.Time) {
-	ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
-	defer cancel()
-	start := time.Now()
-	del, err := d.pod.Deletion(ctx)
-	switch {
-	case err == nil:
-		d.deletionRead(at, start, rerun, del)
-	case errors.Is(err, kube.ErrNotTerminating) && d.kubelet > 0:
-		// The kubelet terminates the pod itself (node shutdown, an
-		// eviction): its grace, not the manifest's.
-		first := !d.own.Swap(true)
-		changed := d.tightenOwn()
-		d.logRead(at, first || changed, slog.LevelWarn, "drain: the pod has no deletionTimestamp: the kubelet is terminating it on its own (graceful node shutdown, an eviction), with its grace",
-			"at", at, "kubelet_grace", d.kubelet, "tightened", changed, "kill", d.budget.Kill())
-	case errors.Is(err, kube.ErrNotTerminating):
-		d.logRead(at, false, slog.LevelInfo, "drain: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands; Config.KubeletGrace would give the kubelet's own grace", "at", at)
-	case errors.Is(err, context.Canceled) && d.podCtx.Err() != nil:
-		// stopPodReads ended it: the drain is over, as it should be,
-		// and nothing is wrong with the API server.
-		d.log.Debug("drain: a read of the pod's deletion was stopped: the drain ended", "at", at, "error", err)
-	default:
-		d.logRead(at, d.readErr.Swap(err.Error()) != err.Error(), slog.LevelWarn, "drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
-	}
-}
-
-// logRead logs a read's outcome at level; a poll's goes to Debug unless it
-// is news, so that an hour's polls do not flood the log.
-func (d *Drainer) logRead(at string, news bool, level slog.Level, msg string, args ...any) {
-	if at == atPoll && !news {
-		level = slog.LevelDebug
-	}
-	d.log.Log(context.Background(), level, msg, args...)
+	})
 }
 
 // hookAgain records that the kubelet started the preStop hook again at
-// start, and reads the pod's deletion: the kubelet runs the termination
-// over, hook included, when a second deletion shortens the grace, and
-// times the new grace from the new run.
+// start, and reads the pod's deletion: a kubelet that runs the hook again
+// (a restarted one) runs the termination over, timing the deletion's grace
+// from the new run.
 func (d *Drainer) hookAgain(start time.Time) {
 	if d.pod == nil {
 		return
@@ -146,25 +92,27 @@ func (d *Drainer) hookAgain(start time.Time) {
 }
 
 // deletionRead gives the budget a read of the pod's deletion that started
-// at start, after the hook's run at rerun (zero: the first run).
+// after the hook's run at rerun (zero: the first run).
 //
-// For the first run the deletionTimestamp is the SIGKILL: the kubelet
-// times the deletion's grace from about when it was asked. After a second,
-// shorter deletion it is not: the API server moves the deletionTimestamp
-// to the FIRST deletion's time plus the new grace (never before now),
-// while the kubelet cancels its run and starts over, timing the new grace
-// from the new run. The budget then follows that run (Budget.OnRestart)
-// with the deletion's grace, at most the budget's own: from the hook's new
-// run when it called (exact), else from the start of the last read that
-// still saw the longer grace (the deletion, and so the kubelet's new run,
-// came after it: SIGKILL early by at most the time between reads, never
-// late). A read without deletionGracePeriodSeconds tightens as before.
+// The kubelet's termination keeps the grace it started with: a second,
+// shorter deletion while it runs changes neither its hook's wait nor its
+// SIGKILL (the kubelet v1.34's SyncTerminatingPod ignores the cancelled
+// sync; measured under the real kubelet and API server,
+// internal/realkubelet's TestRealKubeletWithAPIServerShorterDeletion). The
+// API server still moves the deletionTimestamp to the first deletion's
+// time plus the new grace, which is then no SIGKILL at all. So the first
+// read's deletion is the one the budget takes (Tighten), and a later read
+// that finds a shorter grace is logged and left alone, unless the hook
+// ran again: then the kubelet did run the termination over (a restarted
+// kubelet does, with the grace it reads), timed from the new run, and the
+// budget follows that run (Budget.OnRestart) with the deletion's grace, at
+// most the budget's own. A read without deletionGracePeriodSeconds
+// tightens as before.
 //
-// A read that the hook's next run overtook is dropped: it may have found
-// the new deletion, and the run's own read decides.
-func (d *Drainer) deletionRead(at string, start, rerun time.Time, del kube.Deletion) {
-	d.readErr.Store("") // an error seen again after this read is news
-	d.podMu.Lock()      // no run starts while its outcome is decided
+// A read that the hook's next run overtook is dropped: the run's own read
+// decides.
+func (d *Drainer) deletionRead(at string, rerun time.Time, del kube.Deletion) {
+	d.podMu.Lock() // no run starts while its outcome is decided
 	defer d.podMu.Unlock()
 	if !d.rerun.Equal(rerun) {
 		d.log.Debug("drain: a read of the pod's deletion is dropped: the kubelet ran the hook again since it started, and that run's read decides",
@@ -172,30 +120,24 @@ func (d *Drainer) deletionRead(at string, start, rerun time.Time, del kube.Delet
 		return
 	}
 	grace := min(del.Grace, d.budget.Grace())
-	shortened := del.Grace > 0 && del.Grace < d.seenGrace
-	var changed bool
 	switch {
-	case del.Grace <= 0:
-		changed = d.budget.Tighten(del.Timestamp)
-	case !rerun.IsZero():
-		changed = d.budget.OnRestart(rerun, grace)
-	case shortened:
-		changed = d.budget.OnRestart(d.seenAt, grace)
-	default:
-		changed = d.budget.Tighten(del.Timestamp)
-	}
-	if del.Grace > 0 && (d.seenGrace == 0 || shortened || del.Grace == d.seenGrace && start.After(d.seenAt)) {
-		d.seenGrace, d.seenAt = del.Grace, start
-	}
-	switch {
-	case !rerun.IsZero() && del.Grace > 0:
-		d.logRead(at, changed, slog.LevelInfo, "drain: the pod's deletion read after the kubelet ran the hook again: SIGKILL follows its new run, not the deletionTimestamp",
+	case del.Grace > 0 && !rerun.IsZero():
+		changed := d.budget.OnRestart(rerun, grace)
+		d.log.Info("drain: the pod's deletion read after the kubelet ran the hook again: SIGKILL follows its new run, not the deletionTimestamp",
 			"at", at, "run", rerun, "grace", grace, "deletion_timestamp", del.Timestamp, "changed", changed, "kill", d.budget.Kill())
-	case shortened:
-		d.log.Warn("drain: a second deletion shortened the pod's grace: the kubelet runs the termination over with it, from after the last read that saw the longer one; SIGKILL follows that run, not the deletionTimestamp",
-			"at", at, "grace", grace, "since", d.seenAt, "deletion_timestamp", del.Timestamp, "changed", changed, "kill", d.budget.Kill())
+	case del.Grace > 0 && d.delGrace > 0 && del.Grace < d.delGrace:
+		if !d.shortened {
+			d.shortened = true
+			d.log.Warn("drain: a second deletion shortened the pod's grace while the kubelet terminates it: the kubelet keeps the grace its termination started with, "+
+				"so the budget stands (the deletionTimestamp, the first deletion's time plus the new grace, is not when it kills)",
+				"at", at, "grace", del.Grace, "started_with", d.delGrace, "deletion_timestamp", del.Timestamp, "kill", d.budget.Kill())
+		}
 	default:
-		d.logRead(at, changed, slog.LevelInfo, "drain: the pod's deletion read", "at", at, "deletion_timestamp", del.Timestamp,
+		if del.Grace > 0 && d.delGrace == 0 {
+			d.delGrace = del.Grace
+		}
+		changed := d.budget.Tighten(del.Timestamp)
+		d.log.Info("drain: the pod's deletion read", "at", at, "deletion_timestamp", del.Timestamp,
 			"grace", del.Grace, "tightened", changed, "kill", d.budget.Kill())
 	}
 }
@@ -224,7 +166,6 @@ func (d *Drainer) stopPodReads() {
 	d.podMu.Unlock()
 	d.podStop()
 	d.podReads.Wait()
-	d.podPoll.Wait()
 }
 
 // event records an Event on the pod, if there is one. It never blocks.

@@ -197,9 +197,10 @@ func TestNoPodNoEvents(t *testing.T) {
 }
 
 // Fault (docs/faults.md row 47): a second `kubectl delete --grace-period=3`
-// during an hour's preStop wait. The kubelet runs the termination again
-// with the shorter grace, the hook included, timed from its new start: a
-// second preStop call. The Drainer read the pod's deletion only at the
+// during an hour's preStop wait, and a kubelet that runs the termination
+// again with the shorter grace, the hook included, timed from its new
+// start: a second preStop call (the kubelet v1.34 keeps the first grace
+// and runs no hook again, row 229; a restarted kubelet runs it again). The Drainer read the pod's deletion only at the
 // first call and at SIGTERM, so its wait went on for the hour; the
 // kubelet gave up on the hook when the short grace ran out, and SIGTERM
 // left its 2 s for every sandbox and step. A later preStop call reads the
@@ -216,7 +217,6 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	require.NoError(t, err)
 	f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 2, latency: time.Millisecond,
 		edit: func(c *Config) { c.Pod = pod }})
-	f.d.podEvery = time.Hour          // the hook's calls read; no poll between (TestPollFindsAShorterDeletionNoHookShows)
 	api.Delete(time.Now(), time.Hour) // the first delete, with the manifest's grace
 	first := time.Now().Add(time.Hour).Truncate(time.Second)
 
@@ -256,15 +256,15 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 	assert.True(t, rep.Budget.Restart.Equal(s2.Round(0)), "the Report's budget names the new run")
 }
 
-// Fault (docs/faults.md row 228): a second, shorter deletion long after
-// the first. The API server moves the deletionTimestamp to the FIRST
-// deletion's time plus the new grace; the kubelet cancels its run and
-// starts over, hook included, and times the new grace from the new run
-// (k8s.io/apiserver's rest.BeforeDelete, the kubelet's pod_workers.go;
-// internal/realapiserver checks the first). The Drainer tightened its
-// budget to the deletionTimestamp: SIGKILL planned 600 s before the
-// kubelet's, the wait cut short, and the preserve phase left 10 min early
-// by a deadline that was not the kubelet's.
+// Fault (docs/faults.md row 228): the hook run again after a second,
+// shorter deletion. The API server moves the deletionTimestamp to the
+// FIRST deletion's time plus the new grace (k8s.io/apiserver's
+// rest.BeforeDelete; internal/realapiserver checks it); a kubelet that
+// runs the hook again (a restarted one, or one that honoured the deletion:
+// the kubelet v1.34 does not) times the grace from the new run. The
+// Drainer tightened its budget to the deletionTimestamp: SIGKILL planned
+// 600 s before the kubelet's, the wait cut short, and the preserve phase
+// left 10 min early by a deadline that was not the kubelet's.
 //
 //	-600 s  first delete (grace 1 h): the exec hook starts, T0
 //	0 s     kubectl delete --grace-period=900: deletionTimestamp 300 s away;
@@ -326,101 +326,51 @@ func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 	}
 }
 
-// Fault (docs/faults.md row 229): a second, shorter deletion during the
-// shutdown of a pod without a preStop hook. The kubelet runs the
-// termination over and stops the container again with the new grace, but
-// the runtime does not send SIGTERM twice (containerd's CRI since
-// containerd#5021), so nothing reached the server: its budget kept the
-// first SIGTERM's hour, 45 min after the kubelet's SIGKILL, and every step
-// still running then was killed with it (a ublk daemon with live devices).
-// The pod is now read every podEvery during the termination; a grace
-// shorter than the last read's moves SIGKILL to the new grace from that
-// read's start: early by at most the time between reads, never late.
+// Fault (docs/faults.md row 229): a second, shorter deletion while the
+// kubelet terminates the pod, its hook not run again. The kubelet's
+// termination keeps the grace it started with (v1.34.4, measured:
+// internal/realkubelet's TestRealKubeletWithAPIServerShorterDeletion), but
+// the API server moves the deletionTimestamp to the first deletion's time
+// plus the new grace, and the Drainer tightened its budget to it at SIGTERM's
+// read: SIGKILL planned 45 min early, the preserve phase cut to what fits
+// the 15 min it thought were left. Now a later read that finds a shorter
+// grace changes nothing, and says so once.
 //
-//	0 s    the first deletion (1 h); SIGTERM: the step runs, SIGKILL an hour away
-//	       a poll reads the hour
-//	D2     kubectl delete --grace-period=900: SIGKILL at D2 + 900 s
-//	       the next poll: SIGKILL in [SIGTERM + 900 s, D2 + 900 s]
-func TestPollFindsAShorterDeletionNoHookShows(t *testing.T) {
+//	0 s   the first deletion (1 h): preStop, its read: SIGKILL an hour away
+//	      kubectl delete --grace-period=900: the kubelet keeps its hour
+//	      SIGTERM: its read finds 900 s; SIGKILL stays the hour's
+func TestLaterShorterDeletionLeavesTheBudget(t *testing.T) {
 	api := newPodAPI(t)
 	pod, err := kube.New("sandboxd-0", api.cfg)
 	require.NoError(t, err)
 	var logs logbuf.Buffer
-	stepStarted, release := make(chan struct{}), make(chan struct{})
+	read := logbuf.NewSignal("a second deletion shortened the pod's grace")
 	f := newFixture(t, fixtureOpts{grace: time.Hour, sandboxes: 2, latency: time.Millisecond,
 		steps: []Step{step("ublk", time.Second, func(ctx context.Context) error {
-			close(stepStarted)
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return context.Cause(ctx)
+			select { // SIGTERM's read answers before the drain ends, which would stop it
+			case <-read.Seen():
+			case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
 			}
+			return nil
 		})},
-		edit: func(c *Config) { c.Pod, c.Logger = pod, slog.New(slog.NewTextHandler(&logs, nil)) }})
-	f.d.podEvery = 20 * time.Millisecond
-	api.Delete(time.Now(), time.Hour)
-	done := make(chan *Report, 1)
-	go func() { done <- f.d.Shutdown(t.Context()) }()
-	<-stepStarted
-	guard := time.After(30 * time.Second) // a hang guard, not a timing assertion
-	for api.Reads() < 3 {                 // SIGTERM's read, the Events' and a poll: the hour seen
-		select {
-		case <-time.After(10 * time.Millisecond): // reads that change nothing signal nothing
-		case <-guard:
-			close(release)
-			<-done
-			require.Fail(t, "the pod was not read", "%d reads", api.Reads())
-		}
-	}
-
-	d2 := time.Now()
-	api.Delete(d2, 900*time.Second)
-	timeout := time.After(30 * time.Second) // a hang guard, not a timing assertion
-	for f.budget.Kill().After(d2.Add(900 * time.Second)) {
-		select {
-		case <-f.budget.Changed():
-		case <-timeout:
-			close(release)
-			rep := <-done
-			require.Fail(t, "no read found the second deletion", "SIGKILL %v after the kubelet's", rep.Budget.Kill.Sub(d2.Add(900*time.Second)))
-		}
-	}
-	close(release)
-	rep := <-done
-	assert.False(t, rep.Budget.Kill.After(d2.Add(900*time.Second)), "never after the kubelet's SIGKILL")
-	assert.False(t, rep.Budget.Kill.Before(rep.Budget.SIGTERM.Add(900*time.Second)), "the new grace from a read after SIGTERM, not the deletionTimestamp")
-	assert.Equal(t, OK, rep.Phase("ublk").Result)
-	assert.Equal(t, 1, strings.Count(logs.String(), "a second deletion shortened the pod's grace"), logs.String())
-	assert.LessOrEqual(t, strings.Count(logs.String(), `msg="drain: the pod's deletion read"`), 2, "the polls that changed nothing are not logged at Info")
-}
-
-// A poll whose read fails the way the last read did logs it at Debug, not
-// at Warn at every poll: an hour's polls under a 403 would flood the log.
-func TestPollLogsAFailingReadOnce(t *testing.T) {
-	api := newPodAPI(t)
-	pod, err := kube.New("sandboxd-0", api.cfg)
-	require.NoError(t, err)
-	var logs logbuf.Buffer
-	polls := logbuf.NewSignal(`level=DEBUG msg="drain: the pod's deletion could not be read: the budget stands" at=poll`)
-	f := newFixture(t, fixtureOpts{grace: time.Hour, sandboxes: 1, latency: time.Millisecond,
 		edit: func(c *Config) {
-			c.Pod = pod
-			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, polls), &slog.HandlerOptions{Level: slog.LevelDebug}))
+			c.Pod, c.Logger = pod, slog.New(slog.NewTextHandler(io.MultiWriter(&logs, read), nil))
 		}})
-	f.d.podEvery = 10 * time.Millisecond
-	api.Refuse(http.StatusForbidden)
-	f.callPreStop(t.Context(), "?wait=0s").wait(t)
-	select {
-	case <-polls.Seen(): // a poll after the first failure: not news
-	case <-time.After(30 * time.Second): // a hang guard
-		require.Fail(t, "no poll", logs.String())
+	d1 := time.Now()
+	api.Delete(d1, time.Hour)
+	first := d1.Add(time.Hour).Truncate(time.Second)
+	f.callPreStop(t.Context(), "?wait=0s").wait(t) // an exec hook's poll: answered, the wait goes on
+	for f.budget.Kill().After(first) {             // the first read
+		<-f.budget.Changed()
 	}
-	f.d.Shutdown(t.Context())
-	out := logs.String()
-	warn := `level=WARN msg="drain: the pod's deletion could not be read: the budget stands"`
-	assert.Contains(t, out, warn+" at=preStop", "the preStop call's read: at Warn")
-	assert.NotContains(t, out, warn+" at=poll", "the polls' reads: the same error again is not news")
+	api.Delete(time.Now(), 900*time.Second)
+	rep := f.d.Shutdown(t.Context())
+	f.d.podReads.Wait()
+
+	assert.True(t, rep.Budget.Kill.Equal(first), "SIGKILL %v after the first deletion's", rep.Budget.Kill.Sub(first))
+	assert.True(t, f.budget.Kill().Equal(first), "and after SIGTERM's read: %v after it", f.budget.Kill().Sub(first))
+	assert.Equal(t, 1, strings.Count(logs.String(), "a second deletion shortened the pod's grace"), logs.String())
+	assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
 }
 
 // Fault (a review): a SIGTERM again, the kubelet's after a second

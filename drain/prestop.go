@@ -102,10 +102,10 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 //
 // With Config.Pod, a later call that is a new run of the hook (each
 // httpGet call; an exec hook's call with a new ?start=), even during the
-// shutdown, reads the pod's deletion again: the kubelet runs the
-// termination over, hook included, when a second deletion shortens the
-// grace, and times the new grace from the new run (Budget.OnRestart); the
-// wait then ends by the new run's SIGKILL.
+// shutdown, reads the pod's deletion again: a kubelet that runs the hook
+// again (a restarted one) runs the termination over, timing the deletion's
+// grace from the new run (Budget.OnRestart); the wait then ends by the new
+// run's SIGKILL.
 //
 // When SIGTERM (Shutdown) arrives while the latest preStop request is still
 // open, the kubelet has stopped waiting for the hook, which it does only
@@ -173,8 +173,8 @@ func (d *Drainer) hookOpened() int {
 }
 
 // hookClosed records that preStop request seq has answered. Only the
-// latest request counts: the kubelet re-runs the hook when a second
-// deletion shortens the grace, and the first request may stay open.
+// latest request counts: a kubelet that runs the hook again (restarted)
+// may leave the first request open.
 func (d *Drainer) hookClosed(seq int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -212,10 +212,9 @@ func (d *Drainer) preStop(ctx context.Context, at time.Time, hookRun string, bou
 // returns nil when Shutdown started before any preStop call.
 //
 // A later call that is a new run of the hook, started at at, is the
-// kubelet running the termination over (hookAgain): a second deletion
-// shortened the grace (kubectl delete --grace-period), or the kubelet
-// restarted. hookRun tells runs apart: an exec hook sends its start with
-// every poll, while each httpGet call is a run of its own.
+// kubelet running the termination over (hookAgain): it restarted. hookRun
+// tells runs apart: an exec hook sends its start with every poll, while
+// each httpGet call is a run of its own.
 func (d *Drainer) startPreStop(at time.Time, hookRun string) *preStopRun {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -38,16 +38,14 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 // SIGTERM.
 //
 // A SIGTERM after the first never forces. The kubelet can send it again
-// itself: when a pod's grace is shortened after SIGTERM (a second kubectl
-// delete --grace-period with a smaller value, an eviction, a graceful node
-// shutdown during a deletion) it runs the termination again with the new
-// grace, and a container runtime that sends the stop signal with every
-// stop request (containerd before containerd#5021, or one restarted since
-// the first stop: it remembers the signal in memory) delivers SIGTERM
-// again. Forcing then would stop the preserves that still fit in the new
-// grace. Instead the SIGTERM is logged at Info and, with Config.Pod, the
-// pod's deletion is read again: a shorter grace moves SIGKILL earlier, and
-// every deadline with it. SIGINT (a person's second Ctrl-C), Force and
+// itself: a restarted kubelet runs the termination again, and a container
+// runtime that sends the stop signal with every stop request (containerd
+// before containerd#5021, or one restarted since the first stop: it
+// remembers the signal in memory) delivers SIGTERM again. Forcing then
+// would stop the preserves that still fit. Instead the SIGTERM is logged
+// at Info and, with Config.Pod, the pod's deletion is read again (a later,
+// shorter deletion is logged and left alone: the kubelet keeps the grace
+// its termination started with). SIGINT (a person's second Ctrl-C), Force and
 // cancelling ctx still force.
 func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report {
 	select {

@@ -200,8 +200,8 @@ type Deletion struct {
 	// plus the grace period, the time the kubelet will SIGKILL the pod, in
 	// this node's clock. Not after a second, shorter deletion: the API
 	// server then sets it to the FIRST deletion's time plus the new grace,
-	// while the kubelet runs the termination over and times the new grace
-	// from the new run (deadline.Budget.OnRestart, with Grace). The API server wrote it in its own clock, and
+	// while the kubelet (v1.34, measured) keeps the grace its termination
+	// started with. The API server wrote it in its own clock, and
 	// the kubelet times the grace in the node's: when the response's Date
 	// header proves the two clocks apart, Timestamp is the server's value
 	// less that offset (ClockOffset), so that it can be compared with
@@ -351,10 +351,11 @@ func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
 // knows. If the read fails, the budget is unchanged and the error is
 // returned (ErrNotTerminating when the pod has no deletionTimestamp, as
 // under graceful node shutdown); the manifest's grace then stands, so log
-// the error and go on. When the kubelet runs the hook again (a second,
-// shorter deletion), do not Tighten: the deletionTimestamp then keeps the
-// first deletion's time; pass Deletion's Grace to Budget.OnRestart with
-// the new run's start. A drain.Config with its Pod set does all this.
+// the error and go on. Read it when the termination starts: a later,
+// second deletion's deletionTimestamp (the first deletion's time plus the
+// new grace) is not when the kubelet kills. When the hook runs again (a
+// restarted kubelet), pass Deletion's Grace to Budget.OnRestart with the
+// new run's start. A drain.Config with its Pod set does all this.
 func (p *Pod) Tighten(ctx context.Context, b *deadline.Budget) (bool, error) {
 	if b == nil {
 		return false, errors.New("kube: Tighten: budget must not be nil")

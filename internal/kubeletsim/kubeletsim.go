@@ -132,10 +132,13 @@ func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (
 }
 
 // TerminateDeletedTwice is Terminate with a second deletion arriving while
-// the preStop hook runs. The kubelet cancels the termination in progress
-// and starts it again: it runs the hook a second time (the first call is
-// not cancelled and runs on) and times the new grace from that second
-// start. It fails if the hook has already returned at T0 + second.After
+// the preStop hook runs, for a kubelet that cancels the termination in
+// progress and starts it again: it runs the hook a second time (the first
+// call is not cancelled and runs on) and times the new grace from that
+// second start. The kubelet v1.34.4 does not: it keeps the grace its
+// termination started with and runs no hook again (measured:
+// internal/realkubelet's TestRealKubeletWithAPIServerShorterDeletion); a
+// restarted kubelet does run the hook again, with the grace it reads. It fails if the hook has already returned at T0 + second.After
 // (the kubelet would then re-send SIGTERM, which the simulator does not
 // model), and, before it starts, unless there is a hook and
 // 0 < second.After < grace and 0 < second.Grace < grace.

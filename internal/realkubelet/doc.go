@@ -36,6 +36,11 @@
 // min(its grace, its group's slice), setting no deletionTimestamp. It also
 // needs dbus-daemon on PATH (apt-get install dbus-daemon).
 //
+// With an API server: StartConfig with Config.Kubeconfig (WriteKubeconfig,
+// for internal/realapiserver's Cluster) registers the kubelet's Node there;
+// pods bound to it are created and deleted through the API, a deletion's
+// gracePeriodSeconds and a second, shorter deletion included.
+//
 // Guarantees: Start registers its cleanup with t.Cleanup before it starts
 // anything, so a failing test still ends the kubelet, every container, the
 // containerd shims and containerd, unmounts what they mounted under the

@@ -186,6 +186,37 @@ type Config struct {
 	// validation wants (>= 1 s; the critical part <= the whole).
 	ShutdownGracePeriod             time.Duration
 	ShutdownGracePeriodCriticalPods time.Duration
+	// Kubeconfig, when set, is the path of a kubeconfig the kubelet runs
+	// with (--kubeconfig): it registers the Node NodeName with that API
+	// server (internal/realapiserver's, as admin) and runs the pods bound
+	// to it, as in a cluster; a deletion through the API (DELETE with
+	// gracePeriodSeconds, twice) is then what terminates them. Static pods
+	// still run beside them. Write it with WriteKubeconfig.
+	Kubeconfig string
+}
+
+// WriteKubeconfig writes a kubeconfig for the API server at server (an
+// https URL), whose serving certificate chains to the CA in caFile, with
+// the bearer token token, to path, for Config.Kubeconfig.
+func WriteKubeconfig(path, server, caFile, token string) error {
+	return os.WriteFile(path, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: drainkit
+  cluster:
+    server: %q
+    certificate-authority: %q
+users:
+- name: kubelet
+  user:
+    token: %q
+contexts:
+- name: drainkit
+  context:
+    cluster: drainkit
+    user: kubelet
+current-context: drainkit
+`, server, caFile, token)), 0o600)
 }
 
 // shutdownSlice is the node-shutdown slice of the pods without a priority.
@@ -326,9 +357,13 @@ func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *No
 	if err := os.WriteFile(kcfg, []byte(kconf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.kubelet, err = n.startDaemon("kubelet", kenv, kubelet, "--config", kcfg,
+	args := []string{"--config", kcfg,
 		"--root-dir", filepath.Join(dir, "kubelet"), "--cert-dir", filepath.Join(dir, "kubelet", "pki"),
-		"--volume-plugin-dir", filepath.Join(dir, "volume-plugins"), "--hostname-override", NodeName, "--v", "2")
+		"--volume-plugin-dir", filepath.Join(dir, "volume-plugins"), "--hostname-override", NodeName, "--v", "2"}
+	if cfg.Kubeconfig != "" {
+		args = append(args, "--kubeconfig", cfg.Kubeconfig)
+	}
+	n.kubelet, err = n.startDaemon("kubelet", kenv, kubelet, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,6 +428,9 @@ func (n *Node) manifestPath(name string) string { return filepath.Join(n.manifes
 func (n *Node) PodLog(name string) string {
 	var b strings.Builder
 	files, _ := filepath.Glob(filepath.Join(n.Dir, "pod-logs", "*_"+name+"-"+NodeName+"_*", "*", "*.log"))
+	if len(files) == 0 { // a pod of the API server's (Config.Kubeconfig): its own name
+		files, _ = filepath.Glob(filepath.Join(n.Dir, "pod-logs", "*_"+name+"_*", "*", "*.log"))
+	}
 	for _, f := range files {
 		data, _ := os.ReadFile(f)
 		fmt.Fprintf(&b, "== %s\n%s", strings.TrimPrefix(f, n.Dir), data)

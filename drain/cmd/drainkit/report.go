@@ -158,7 +158,7 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 	fmt.Fprintf(w, "             SIGTERM %s, deadline %s (margin %s), SIGKILL due %s\n",
 		rel(b.SIGTERM, t0), rel(b.Deadline, t0), secs(b.Margin), rel(b.Kill, t0))
 	if !b.Restart.IsZero() {
-		fmt.Fprintf(w, "             the kubelet ran the termination over at %s with grace %s (a second, shorter deletion): SIGKILL follows that run\n",
+		fmt.Fprintf(w, "             the kubelet ran the termination over at %s with grace %s (the hook ran again): SIGKILL follows that run\n",
 			rel(b.Restart, t0), b.RestartGrace)
 	}
 	fmt.Fprintf(w, "Verdict      %s\n", verdict(rep))

@@ -379,5 +379,5 @@ func TestReportNamesTheKubeletsRunOver(t *testing.T) {
 	})
 	code, out, errw := drainkit(t, "report", path)
 	require.Equal(t, 0, code, errw)
-	assert.Contains(t, out, "the kubelet ran the termination over at +600.000s with grace 15m0s")
+	assert.Contains(t, out, "the kubelet ran the termination over at +600.000s with grace 15m0s (the hook ran again)")
 }

@@ -1,0 +1,262 @@
+//go:build linux
+
+package realkubelet
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/realapiserver"
+	"github.com/drainkit/drainkit/kube"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// The real kubelet with the real kube-apiserver (internal/realapiserver):
+// its pods are created and deleted through the API, as in a cluster, and a
+// second, shorter deletion shows what no static pod can (docs/faults.md
+// rows 228 and 229). The API server moves the deletionTimestamp to the
+// first deletion's time plus the new grace; the kubelet v1.34.4 keeps the
+// grace its termination started with (its SyncTerminatingPod ignores the
+// sync's cancelled context: no hook runs again, no new stop):
+//
+//   - the probe, no hook, ignoring SIGTERM: deleted with 12 s, then 2 s
+//     later with 4 s: dead at the first deletion + 12 s, not at the
+//     deletionTimestamp (+4 s) nor the second deletion + 4 s;
+//   - the probe, an httpGet hook that never answers: deleted with 12 s,
+//     then with 4 s: one call, waited out for 12 s, SIGTERM, dead 2 s later;
+//   - sandboxd with the exec hook drainhook: deleted with 20 s, then 4 s
+//     later with 8 s (deletionTimestamp +8 s): its budget keeps the first
+//     deletion's 20 s, and all 16 sandboxes (1 s each, 2 at a time) are
+//     preserved before the kubelet's SIGKILL;
+//   - sandboxd without a hook: deleted with 20 s, SIGTERM, 16 pauses one
+//     at a time; 4 s later deleted with 8 s: all 16 preserved, the device
+//     daemon stopped, exit before the first deletion + 20 s.
+//
+// The API server's build comes after the kubelet's in .ci/run, so this
+// test runs after the suite, with the real API server's tests.
+func TestRealKubeletWithAPIServerShorterDeletion(t *testing.T) {
+	kubelet := Require(t)
+	cluster := realapiserver.Start(t)
+	cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/serviceaccounts",
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, http.StatusCreated, nil)
+	kc := filepath.Join(cluster.Dir, "kubelet.kubeconfig")
+	require.NoError(t, WriteKubeconfig(kc, cluster.URL, cluster.CAFile, realapiserver.AdminToken))
+	node := StartConfig(t, kubelet, Config{Kubeconfig: kc}, BuildImage(t, allBinaries...))
+	api := &apiPods{cluster: cluster, node: node}
+	require.Eventually(t, func() bool {
+		code, _, err := cluster.Do(realapiserver.AdminToken, http.MethodGet, "/api/v1/nodes/"+NodeName, nil)
+		return err == nil && code == http.StatusOK
+	}, 2*time.Minute, 100*time.Millisecond, "the kubelet never registered its Node")
+
+	t.Run("probe, no hook: the kubelet keeps the first grace", func(t *testing.T) {
+		d1, d2, hooks, term, died := api.probe(t, "probe-nohook", 12, 4, 2*time.Second, nil)
+		t.Logf("from the first deletion: second +%v, SIGTERM +%v, dead +%v; hooks %v", d2.Sub(d1), term.Sub(d1), died.Sub(d1), hooks)
+		assert.Empty(t, hooks)
+		assert.InDelta(t, 12, died.Sub(d1).Seconds(), 1, "dead at the first deletion's grace")
+	})
+	t.Run("probe, httpGet hook that hangs: one call, the first grace", func(t *testing.T) {
+		d1, d2, hooks, term, died := api.probe(t, "probe-hang", 12, 4, 2*time.Second, func(port int) *corev1.LifecycleHandler {
+			return HTTPGetHook(port, "/hook")
+		})
+		t.Logf("from the first deletion: second +%v, hooks %v, SIGTERM +%v, dead +%v", d2.Sub(d1), hooks, term.Sub(d1), died.Sub(d1))
+		assert.Len(t, hooks, 1, "the hook is not run again")
+		assert.InDelta(t, 12, term.Sub(d1).Seconds(), 1, "SIGTERM when the first call's 12 s ran out")
+		assert.InDelta(t, 14, died.Sub(d1).Seconds(), 1, "dead 2 s later")
+	})
+	t.Run("sandboxd, exec hook: the budget keeps the first deletion's grace", func(t *testing.T) {
+		r := api.sandboxd(t, "sandboxd-exec2", true, 16, 20, 8, 4*time.Second)
+		assert.Equal(t, 16, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
+		assert.True(t, r.rep.Budget.Restart.IsZero(), "no new run")
+		assert.WithinRange(t, r.rep.Budget.Kill, r.d1.Add(19*time.Second), r.d1.Add(21*time.Second), "the first deletion's SIGKILL")
+		assert.True(t, r.died.Before(r.d1.Add(20*time.Second)), "exit before the kubelet's SIGKILL")
+		assert.Contains(t, r.log, "a second deletion shortened the pod's grace")
+	})
+	t.Run("sandboxd, no hook: the budget keeps the first deletion's grace", func(t *testing.T) {
+		r := api.sandboxd(t, "sandboxd-nohook2", false, 16, 20, 8, 4*time.Second)
+		assert.Equal(t, 16, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
+		assert.True(t, r.died.Before(r.d1.Add(20*time.Second)), "exit before the kubelet's SIGKILL: +%v", r.died.Sub(r.d1))
+		if strings.Contains(r.log, "SIGTERM during the shutdown") {
+			t.Logf("the runtime sent SIGTERM again")
+		}
+	})
+}
+
+// apiPods runs pods on node through cluster's API.
+type apiPods struct {
+	cluster *realapiserver.Cluster
+	node    *Node
+}
+
+// create binds pod to the Node and creates it through the API.
+func (a *apiPods) create(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	pod.Spec.NodeName = NodeName
+	pod.Spec.AutomountServiceAccountToken = new(false)
+	a.cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/pods", pod, http.StatusCreated, nil)
+}
+
+// remove deletes pod name with a grace of grace seconds, as `kubectl
+// delete pod NAME --grace-period=N` does, and returns when it was sent.
+func (a *apiPods) remove(t *testing.T, name string, grace int64) time.Time {
+	t.Helper()
+	sent := time.Now()
+	a.cluster.MustDo(t, http.MethodDelete, "/api/v1/namespaces/default/pods/"+name,
+		&metav1.DeleteOptions{GracePeriodSeconds: &grace}, http.StatusOK, nil)
+	return sent
+}
+
+// probe runs podbin's probe (SIGTERM ignored; hook, when not nil, made
+// for its port) as an API pod with grace1, deletes it with grace1, then
+// after gap with grace2, and returns the two deletions, the hook calls,
+// SIGTERM and the death.
+func (a *apiPods) probe(t *testing.T, name string, grace1, grace2 int64, gap time.Duration,
+	hook func(port int) *corev1.LifecycleHandler) (d1, d2 time.Time, hooks []time.Time, term, died time.Time) {
+	t.Helper()
+	state := filepath.Join(a.node.Dir, "state-"+name)
+	port, err := freePort()
+	require.NoError(t, err)
+	var h *corev1.LifecycleHandler
+	if hook != nil {
+		h = hook(port)
+	}
+	token := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+	a.create(t, Pod(name, grace1, state, h, "/podbin", "probe", "-listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"-events", StateMount+"/events", "-hook", "hang", "-term", "ignore", "-token", token))
+	w, err := WatchProcess(WaitProcess(t, token, 2*time.Minute))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, ok := readEvents(t, state)["ready"]; return ok }, time.Minute, 20*time.Millisecond)
+	time.Sleep(settle) // not timing logic: see settle
+	d1 = a.remove(t, name, grace1)
+	time.Sleep(gap) // the scenario's spacing, not a timing assertion
+	d2 = a.remove(t, name, grace2)
+	died, err = w.Wait(time.Duration(grace1)*time.Second + time.Minute)
+	require.NoError(t, err, "pod log:\n%s", a.node.PodLog(name))
+	hooks, term = probeEvents(t, state)
+	return d1, d2, hooks, term, died
+}
+
+// probeEvents reads every hook call and the first SIGTERM from podbin
+// probe's events file.
+func probeEvents(t *testing.T, state string) (hooks []time.Time, term time.Time) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(state, "events"))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		what, at, _ := strings.Cut(sc.Text(), " ")
+		ns, err := strconv.ParseInt(at, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case what == "hook":
+			hooks = append(hooks, time.Unix(0, ns))
+		case what == "term" && term.IsZero():
+			term = time.Unix(0, ns)
+		}
+	}
+	require.False(t, term.IsZero(), "no SIGTERM in the probe's events")
+	return hooks, term
+}
+
+// A shorterRun is what sandboxd left of a termination with two deletions.
+type shorterRun struct {
+	d1, d2, died time.Time
+	rep          *drain.Report
+	log          string
+}
+
+// sandboxd runs examples/sandboxd as an API pod reading its own pod
+// (-pod, as admin: internal/realapiserver proves the Role elsewhere) with
+// n sandboxes of 1 s pauses, two at a time (one without a hook), the
+// exec hook drainhook when exec, deletes it with grace1 and after gap with
+// grace2, and returns what it left. Every sandbox must be accounted for,
+// and its device daemon stopped on its own.
+func (a *apiPods) sandboxd(t *testing.T, name string, exec bool, n int, grace1, grace2 int64, gap time.Duration) shorterRun {
+	t.Helper()
+	state := filepath.Join(a.node.Dir, "state-"+name)
+	listen, hookListen := freeAddr(t), freeAddr(t)
+	c := sandboxdCase{grace: grace1, sandboxes: n, pause: time.Second, concurrency: 1}
+	var hook *corev1.LifecycleHandler
+	if exec {
+		hook, c.concurrency = ExecHook("/drainhook", "-url", "http://"+hookListen+"/drain"), 2
+	}
+	pod := Pod(name, grace1, state, hook, append(sandboxdCommand(listen, hookListen, c), "-pod", name)...)
+	a.serviceAccount(t, pod)
+	a.create(t, pod)
+	w, err := WatchProcess(WaitProcess(t, "-listen "+listen, 2*time.Minute))
+	require.NoError(t, err)
+	base := "http://" + listen
+	waitHTTP(t, base+"/healthz", a.node, name)
+	for range n {
+		createSandbox(t, base, `{"timeout_s": 86400}`)
+	}
+	time.Sleep(settle) // not timing logic: see settle
+	var r shorterRun
+	r.d1 = a.remove(t, name, grace1)
+	time.Sleep(gap) // the scenario's spacing, not a timing assertion
+	r.d2 = a.remove(t, name, grace2)
+	r.died, err = w.Wait(time.Duration(grace1)*time.Second + time.Minute)
+	require.NoError(t, err)
+	r.log = a.node.PodLog(name)
+	r.rep = readJSON[drain.Report](t, filepath.Join(state, "last-shutdown.json"), a.node, name)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pod log:\n%s", r.log)
+		}
+	})
+	t0 := r.d1
+	t.Logf("from the first deletion: second +%v, budget T0 +%v, SIGTERM +%v, SIGKILL expected +%v, exit +%v; %v",
+		r.d2.Sub(t0).Round(time.Millisecond), r.rep.Budget.Start.Sub(t0).Round(time.Millisecond),
+		r.rep.Budget.SIGTERM.Sub(t0).Round(time.Millisecond), r.rep.Budget.Kill.Sub(t0).Round(time.Millisecond),
+		r.died.Sub(t0).Round(time.Millisecond), r.rep.Preserve.Counts)
+	total := 0
+	for _, k := range r.rep.Preserve.Counts {
+		total += k
+	}
+	assert.Equal(t, n, total, "every sandbox accounted for: %v", r.rep.Preserve.Counts)
+	events, err := os.ReadFile(filepath.Join(state, "ublkd.events"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
+	assert.Positive(t, r.rep.Headroom, "the Report says it ended before the expected SIGKILL")
+	return r
+}
+
+// serviceAccount gives pod the admin's token and the API server's CA at
+// kube.ServiceAccountDir (a hostPath: the pods here have no projected
+// token) and KUBERNETES_SERVICE_HOST/PORT naming the API server on
+// loopback (the pod has the host's network).
+func (a *apiPods) serviceAccount(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	dir := filepath.Join(a.node.Dir, "sa-"+pod.Name)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	ca, err := os.ReadFile(a.cluster.CAFile)
+	require.NoError(t, err)
+	for file, data := range map[string]string{"token": realapiserver.AdminToken, "ca.crt": string(ca), "namespace": "default\n"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(data), 0o644))
+	}
+	u, err := url.Parse(a.cluster.URL)
+	require.NoError(t, err)
+	dirType := corev1.HostPathDirectory
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "serviceaccount",
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &dirType}}})
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "serviceaccount", MountPath: kube.ServiceAccountDir, ReadOnly: true})
+	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: u.Hostname()},
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: u.Port()})
+}
