@@ -21,7 +21,6 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/realapiserver"
-	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -237,10 +236,8 @@ func (a *apiPods) sandboxd(t *testing.T, name string, exec bool, n int, grace1, 
 	return r
 }
 
-// serviceAccount gives pod the admin's token and the API server's CA at
-// kube.ServiceAccountDir (a hostPath: the pods here have no projected
-// token) and KUBERNETES_SERVICE_HOST/PORT naming the API server on
-// loopback (the pod has the host's network).
+// serviceAccount gives pod the admin's token and the API server's CA
+// (mountServiceAccount).
 func (a *apiPods) serviceAccount(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
 	dir := filepath.Join(a.node.Dir, "sa-"+pod.Name)
@@ -252,11 +249,5 @@ func (a *apiPods) serviceAccount(t *testing.T, pod *corev1.Pod) {
 	}
 	u, err := url.Parse(a.cluster.URL)
 	require.NoError(t, err)
-	dirType := corev1.HostPathDirectory
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "serviceaccount",
-		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &dirType}}})
-	c := &pod.Spec.Containers[0]
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "serviceaccount", MountPath: kube.ServiceAccountDir, ReadOnly: true})
-	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: u.Hostname()},
-		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: u.Port()})
+	mountServiceAccount(pod, dir, u)
 }

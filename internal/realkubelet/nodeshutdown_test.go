@@ -3,7 +3,6 @@
 package realkubelet
 
 import (
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -56,14 +55,21 @@ func (a *podAPI) serveTo(t *testing.T, node *Node, pod *corev1.Pod, name string)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, dst), data, 0o644))
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "namespace"), []byte("default\n"), 0o644))
-	host, port, err := net.SplitHostPort(a.url.Host)
-	require.NoError(t, err)
+	mountServiceAccount(pod, dir, a.url)
+}
+
+// mountServiceAccount mounts dir (token, ca.crt, namespace) at
+// kube.ServiceAccountDir in pod's container (a hostPath: the pods here get
+// no projected token) and names api's host and port in
+// KUBERNETES_SERVICE_HOST/PORT (the pod has the host's network).
+func mountServiceAccount(pod *corev1.Pod, dir string, api *url.URL) {
 	dirType := corev1.HostPathDirectory
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "serviceaccount",
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &dirType}}})
 	c := &pod.Spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "serviceaccount", MountPath: kube.ServiceAccountDir, ReadOnly: true})
-	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
+	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: api.Hostname()},
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: api.Port()})
 }
 
 // sandboxdNodeShutdownSlice is the node-shutdown slice of
