@@ -403,6 +403,16 @@ func classCounts(m map[Class]int) string {
 }
 
 func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *PhaseReport) {
+	if now, kill := time.Now(), d.budget.Kill(); !now.Before(kill) && w.Reserve > 0 {
+		// Alive past the SIGKILL the budget expected: the budget was
+		// wrong (the kubelet's grace was longer than it knew), and an
+		// empty window would leave the step's work, a device daemon with
+		// live devices, to the process's exit. The step gets its reserve,
+		// as under Force.
+		w.Deadline, p.Deadline = now.Add(w.Reserve), now.Add(w.Reserve)
+		d.log.Warn("drain: the process outlived the SIGKILL the budget expected: the step gets its reserve",
+			"step", s.Phase().Name, "past_kill", now.Sub(kill), "reserve", w.Reserve)
+	}
 	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
 	ctx, unforce := d.forceReserve(ctx, w.Reserve)

@@ -483,3 +483,47 @@ func TestNewShortfallNamesEachReserveAndItsField(t *testing.T) {
 		})
 	}
 }
+
+// Fault (docs/faults.md row 231): the process outlived the SIGKILL its
+// budget expected (the budget took a wrong grace, as before row 229 a
+// second deletion's deletionTimestamp), and a step whose turn came then got
+// an expired context: the device teardown did nothing and left the daemon
+// with live devices to the process's exit (measured under the real kubelet
+// with the real API server: sandboxd's device daemon never stopped). A
+// step that starts past the expected SIGKILL gets its reserve, as under
+// Force.
+//
+//	0 s     SIGTERM: SIGKILL expected at 10 s
+//	0-3 s   step "slow": the budget learns a SIGKILL of now (3 s), wrongly
+//	3 s     step "ublk" (reserve 2 s): its window is gone; it runs to 3.5 s
+func TestStepPastTheExpectedSIGKILLGetsItsReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		var left time.Duration
+		var budget *deadline.Budget
+		f := newFixture(t, fixtureOpts{grace: 10 * time.Second, margin: time.Second,
+			steps: []Step{
+				step("slow", time.Second, func(ctx context.Context) error {
+					time.Sleep(3 * time.Second)
+					budget.Tighten(time.Now()) // a wrong SIGKILL, learned late
+					return nil
+				}),
+				step("ublk", 2*time.Second, func(ctx context.Context) error {
+					dl, _ := ctx.Deadline()
+					left = time.Until(dl)
+					select {
+					case <-time.After(500 * time.Millisecond): // the daemon stops
+						return nil
+					case <-ctx.Done():
+						return context.Cause(ctx)
+					}
+				}),
+			},
+			edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }})
+		budget = f.budget
+		rep := f.d.Shutdown(context.Background())
+		assert.Equal(t, OK, rep.Phase("ublk").Result, rep.Phase("ublk").Error)
+		assert.Equal(t, 2*time.Second, left, "the step's reserve")
+		assert.Contains(t, logs.String(), `msg="drain: the process outlived the SIGKILL the budget expected: the step gets its reserve" step=ublk`)
+	})
+}
