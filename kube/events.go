@@ -289,7 +289,9 @@ func (p *Pod) event(e queued, uid string) *eventsv1.Event {
 	return &eventsv1.Event{
 		TypeMeta: metav1.TypeMeta{APIVersion: "events.k8s.io/v1", Kind: "Event"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      cut(p.name, maxName-len(suffix)) + suffix,
+			// A DNS label ends alphanumeric: the cut must not end the
+			// name's on '-' or '.', the suffix's dot following.
+			Name:      strings.TrimRight(cut(p.name, maxName-len(suffix)), "-.") + suffix,
 			Namespace: p.ns,
 		},
 		EventTime:           metav1.NewMicroTime(e.at),

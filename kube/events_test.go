@@ -20,6 +20,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/drainkit/drainkit/kube"
 )
@@ -272,4 +273,24 @@ func TestRecordCutsANoteWithInvalidUTF8AsTheAPICountsIt(t *testing.T) {
 	}
 	assert.True(t, strings.HasPrefix(got[0].Note, "x\uFFFDx\uFFFD"))
 	assert.Greater(t, len(got[1].Note), 1000, "the note is cut at the limit, not at its first invalid byte: %q", got[1].Note)
+}
+
+// Fault (docs/faults.md row 232): an Event is named after its pod, cut to
+// leave room for a unique suffix that starts with a dot. A pod name past
+// about 233 characters was cut wherever the length fell, and a cut that
+// ended on '-' or '.' made a name the API server refuses (a DNS label
+// must end alphanumeric: "…ab-.19c2…" or "…ab-c..19c2…"), so every Event of
+// that pod was refused and dropped. The cut now ends alphanumeric.
+func TestEventNamesOfALongPodNameAreValid(t *testing.T) {
+	for shift := range 5 { // the 5-character cycle puts the cut on every character of it
+		name := strings.Repeat("x", shift+1) + strings.Repeat("ab-c.", 48) + "ab"
+		require.Empty(t, validation.IsDNS1123Subdomain(name), "the pod's own name is valid")
+		a, cfg := newAPIServer(t, podJSON(t, nil))
+		p := newPod(t, cfg, name)
+		p.Record(kube.Event{Reason: "DrainStarted", Note: "n"})
+		require.Equal(t, 1, p.Flush(t.Context()).Posted)
+		got := a.posted()
+		require.Len(t, got, 1)
+		assert.Empty(t, validation.IsDNS1123Subdomain(got[0].Name), "the Event's name %q", got[0].Name)
+	}
 }
