@@ -172,6 +172,10 @@ type Drainer struct {
 	counted atomic.Bool             // a count has succeeded
 	listed  atomic.Pointer[listing] // the last count's sandboxes
 
+	listMu    sync.Mutex
+	listFails int    // counts failed in a row
+	listErr   string // the last failure logged at Warn
+
 	pod       *kube.Pod
 	kubelet   time.Duration  // Config.KubeletGrace
 	own       atomic.Bool    // a read found no deletionTimestamp, with kubelet set: the kubelet's own termination

@@ -339,15 +339,42 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 		return err
 	})
 	if err != nil {
-		d.log.Warn("drain: listing running sandboxes failed", "err", err)
+		d.listFailed(err)
 		return -1
 	}
+	d.listWorks()
 	size, _ := d.preserver.(sizeEstimator)
 	d.listed.Store(newListing(sbs, time.Now(), size))
 	d.running.Store(int64(len(sbs)))
 	d.counted.Store(true)
 	d.runGauge.Record(context.WithoutCancel(parent), int64(len(sbs)))
 	return len(sbs)
+}
+
+// listFailed logs a failed count: at Warn when its error is news (the
+// first, or not the last one's), else at Debug. The wait counts every
+// PollInterval, and a Lister that stays broken would log every second of
+// an hour; the progress line says "running unknown" meanwhile.
+func (d *Drainer) listFailed(err error) {
+	d.listMu.Lock()
+	defer d.listMu.Unlock()
+	d.listFails++
+	if msg := err.Error(); msg != d.listErr {
+		d.listErr = msg
+		d.log.Warn("drain: listing running sandboxes failed", "err", err, "failures", d.listFails)
+		return
+	}
+	d.log.Debug("drain: listing running sandboxes failed", "err", err, "failures", d.listFails)
+}
+
+// listWorks logs, once, that a count succeeded after failures.
+func (d *Drainer) listWorks() {
+	d.listMu.Lock()
+	defer d.listMu.Unlock()
+	if d.listFails > 0 {
+		d.log.Info("drain: listing running sandboxes works again", "failures", d.listFails)
+		d.listFails, d.listErr = 0, ""
+	}
 }
 
 // progressInterval is how often the preStop wait logs a progress line: the

@@ -2,8 +2,10 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -258,5 +260,63 @@ func TestPreStopWaitLogsProgressAtASteadyRhythm(t *testing.T) {
 		assert.Contains(t, lines[0], `msg="drain: preStop wait: 4 running, 43s to the drain deadline" running=4 time_left=43s`)
 		assert.Contains(t, lines[4], `msg="drain: preStop wait: 4 running, 3s to the drain deadline"`)
 		f.d.Shutdown(context.Background())
+	})
+}
+
+// flakyLister lists node's sandboxes, failing with err while fail is set.
+type flakyLister struct {
+	node *fakesandbox.Node
+	mu   sync.Mutex
+	err  error
+}
+
+func (l *flakyLister) List(ctx context.Context) ([]pause.Sandbox, error) {
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return l.node.List(ctx)
+}
+
+func (l *flakyLister) set(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
+}
+
+// Fault (docs/faults.md row 233): a Lister that stays broken during a long
+// preStop wait logged "listing running sandboxes failed" at Warn at every
+// count, once a second (PollInterval): 3600 lines for an hour's wait. It
+// is logged at Warn when the error is news, at Debug when it repeats, and
+// once at Info when a count succeeds again.
+//
+//	0 s    preStop: the listing fails (Warn), and fails again each second (Debug)
+//	30 s   it fails another way (Warn)
+//	60 s   it works again (Info)
+func TestPreStopWaitLogsABrokenListingOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		lister := &flakyLister{err: errors.New("sandboxd: 503")}
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, sandboxes: 2, latency: time.Second,
+			edit: func(c *Config) {
+				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			}})
+		lister.node = f.node
+		f.d.lister = lister
+		f.callPreStop(t.Context(), "?wait=0s")
+		time.Sleep(30 * time.Second)
+		lister.set(errors.New("sandboxd: connection refused"))
+		time.Sleep(30 * time.Second)
+		lister.set(nil)
+		time.Sleep(5 * time.Second)
+		f.d.Shutdown(context.Background())
+
+		out := logs.String()
+		warn := `level=WARN msg="drain: listing running sandboxes failed"`
+		assert.Equal(t, 2, strings.Count(out, warn), "once per error\n%s", out)
+		assert.Greater(t, strings.Count(out, `level=DEBUG msg="drain: listing running sandboxes failed"`), 50, "the repeats, at Debug")
+		assert.Equal(t, 1, strings.Count(out, `level=INFO msg="drain: listing running sandboxes works again" failures=`))
 	})
 }
