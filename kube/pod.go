@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -335,7 +336,7 @@ func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	g := obj.Spec.TerminationGracePeriodSeconds
-	if g == nil || *g <= 0 || *g > int64(time.Duration(1<<63-1)/time.Second) {
+	if g == nil || *g <= 0 || *g > maxSeconds {
 		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or not positive", p.ns, p.name)
 	}
 	return time.Duration(*g) * time.Second, nil
@@ -384,12 +385,19 @@ type podObject struct {
 	offset time.Duration
 }
 
+// maxSeconds is the most whole seconds a time.Duration holds.
+const maxSeconds = int64(math.MaxInt64 / time.Second)
+
 func (o *podObject) deletion() (Deletion, error) {
 	if o.Metadata.DeletionTimestamp == nil {
 		return Deletion{}, ErrNotTerminating
 	}
 	d := Deletion{Timestamp: *o.Metadata.DeletionTimestamp}
-	if s := o.Metadata.DeletionGracePeriodSeconds; s != nil && *s > 0 {
+	switch s := o.Metadata.DeletionGracePeriodSeconds; {
+	case s == nil || *s <= 0:
+	case *s > maxSeconds: // kubectl delete --grace-period takes any int64
+		d.Grace = time.Duration(math.MaxInt64)
+	default:
 		d.Grace = time.Duration(*s) * time.Second
 	}
 	return d, nil

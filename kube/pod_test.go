@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -189,6 +190,22 @@ func TestDeletionReadsDeletionTimestamp(t *testing.T) {
 	ts, err := r.DeletionTimestamp(t.Context())
 	require.NoError(t, err)
 	assert.True(t, kill.Equal(ts))
+}
+
+// Fault (docs/faults.md row 234): `kubectl delete --grace-period` takes any
+// int64, and the API server keeps it in deletionGracePeriodSeconds; past
+// 292 years in seconds, the reader's conversion to a time.Duration
+// overflowed into a short or negative Grace: the drain, which compares a
+// later read's grace with the first one's, would take a shortened grace
+// that no one gave. It now saturates at the largest Duration.
+func TestDeletionGraceBeyondADurationSaturates(t *testing.T) {
+	kill := time.Date(2026, 11, 30, 3, 30, 0, 0, time.UTC)
+	for _, s := range []int64{9223372037, 1 << 40, math.MaxInt64} {
+		_, cfg := newAPIServer(t, podJSON(t, deleted(kill, s)))
+		d, err := newPod(t, cfg, testPod).Deletion(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, time.Duration(math.MaxInt64), d.Grace, "deletionGracePeriodSeconds %d", s)
+	}
 }
 
 func TestDeletionSecondPrecisionFromTheAPIServer(t *testing.T) {
