@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -436,4 +438,45 @@ func TestSIGTERMAgainReadsTheShorterDeletion(t *testing.T) {
 	assert.True(t, rep.Budget.Kill.Equal(second), "SIGKILL %v after the second deletion's", rep.Budget.Kill.Sub(second))
 	assert.Contains(t, logs.String(), `level=INFO msg="drain: SIGTERM during the shutdown: not forcing: `)
 	assert.Contains(t, logs.String(), `at="SIGTERM during the shutdown"`)
+}
+
+// Fault (docs/faults.md row 235): `kubectl delete --grace-period=3` on a
+// pod without a preStop hook whose manifest says 60 s. SIGTERM's read of
+// the pod answers a few milliseconds after the preserve phase laid out its
+// window by the manifest's grace; the Preserver kept starting preserves by
+// that window, and the kubelet's SIGKILL, 3 s after SIGTERM, took them and
+// the device teardown after them (measured under the real kubelet with the
+// real API server: sandboxd SIGKILLed, no Report). The preserve phase now
+// follows the budget: no preserve starts after the deadline it moves to.
+//
+//	0 s      SIGTERM: the preserve phase plans for 60 s; 8 preserves of 1 s, one at a time
+//	0.1 s    the read: SIGKILL at 3 s
+//	~1.4 s   no preserve starts any more; the running one ends; the step; exit before 3 s
+func TestPreserveFollowsAReadLandingAfterItsWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Delete(time.Now(), 3*time.Second)
+		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(100 * time.Millisecond) // the API server's answer, after the window
+			api.ServeHTTP(w, r)
+		})
+		token := filepath.Join(t.TempDir(), "token")
+		require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
+		pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", UID: "uid-0", TokenFile: token,
+			Client: &http.Client{Transport: handlerTransport{slow}}})
+		require.NoError(t, err)
+		var ran []string
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 8, latency: time.Second, limit: 1,
+			steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)},
+			edit:  func(c *Config) { c.Pod = pod }})
+		rep := f.d.Shutdown(context.Background())
+
+		kill := rep.Budget.SIGTERM.Add(3 * time.Second).Truncate(time.Second)
+		require.True(t, rep.Budget.Kill.Equal(kill), "the deletion's SIGKILL %v, not %v", kill, rep.Budget.Kill)
+		assert.Positive(t, rep.Headroom, "exit before SIGKILL")
+		assert.Positive(t, rep.Preserve.Counts[pause.Preserved])
+		assert.Positive(t, rep.Preserve.Counts[pause.NotStarted], "the rest not started: reported")
+		assert.Equal(t, []string{"ublk"}, ran)
+		assert.False(t, rep.Phase(PhasePreserve).Deadline.After(rep.Budget.Deadline), "the phase's deadline as it moved")
+	})
 }

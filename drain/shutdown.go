@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"log/slog"
@@ -313,6 +314,8 @@ var startClasses = []Class{Create, Resume, Fork}
 func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
 	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
+	ctx, unfollow := d.followBudget(ctx, p)
+	defer unfollow()
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
 	// bounded.Call waits for the Preserver until the hard deadline, not the
@@ -351,6 +354,55 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 			classCounts(inflight), firstClass(inflight))
 	default:
 		p.Result = OK
+	}
+}
+
+// errBudgetMoved ends a preserve phase at the deadline a budget that moved
+// earlier gives it.
+var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the preserve phase ends at its new deadline")
+
+// followBudget returns ctx cancelled with errBudgetMoved at the preserve
+// phase's deadline as the plan gives it whenever the budget changes, if
+// that is earlier than p.Deadline, which it moves there. The phase's window
+// is laid out when it starts, and a read of the pod's deletion started at
+// SIGTERM lands a few milliseconds later, after the window of a pod that
+// has no preStop hook (measured under the real kubelet: the Preserver
+// started with 16.5 s, the read 6 ms later said 7.5 s, and SIGKILL took
+// the Preserver's pauses and the device teardown after it). No preserve
+// starts after the new deadline; running ones finish, as at the phase
+// deadline.
+func (d *Drainer) followBudget(ctx context.Context, p *PhaseReport) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var timer <-chan time.Time
+		for {
+			changed := d.budget.Changed()
+			if dl := d.plan.Deadline(PhasePreserve); dl.Before(p.Deadline) {
+				p.Deadline = dl
+				d.log.Warn("drain: the budget moved SIGKILL earlier during the preserve phase: no preserve starts after its new deadline",
+					"deadline", dl, "kill", d.budget.Kill())
+				t := time.NewTimer(time.Until(dl))
+				defer t.Stop()
+				timer = t.C
+			}
+			select {
+			case <-changed:
+			case <-timer:
+				cancel(errBudgetMoved)
+				return
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			}
+		}
+	})
+	return ctx, func() {
+		close(done)
+		wg.Wait()
+		cancel(context.Canceled)
 	}
 }
 
