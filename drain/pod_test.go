@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -453,6 +454,16 @@ func TestSIGTERMAgainReadsTheShorterDeletion(t *testing.T) {
 //	0.1 s    the read: SIGKILL at 3 s
 //	~1.4 s   no preserve starts any more; the running one ends; the step; exit before 3 s
 func TestPreserveFollowsAReadLandingAfterItsWindow(t *testing.T) {
+	for _, inFlight := range []bool{false, true} {
+		t.Run(fmt.Sprintf("a create in flight %v", inFlight), func(t *testing.T) { preserveFollowsALateRead(t, inFlight) })
+	}
+}
+
+// preserveFollowsALateRead is TestPreserveFollowsAReadLandingAfterItsWindow;
+// with inFlight, a create admitted before the gate closed never ends, and
+// the gate's wait for it, laid out by the manifest's 60 s, follows the
+// budget too.
+func preserveFollowsALateRead(t *testing.T, inFlight bool) {
 	synctest.Test(t, func(t *testing.T) {
 		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
 		api.Delete(time.Now(), 3*time.Second)
@@ -469,6 +480,11 @@ func TestPreserveFollowsAReadLandingAfterItsWindow(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 8, latency: time.Second, limit: 1,
 			steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)},
 			edit:  func(c *Config) { c.Pod = pod }})
+		if inFlight {
+			leave, err := f.d.Gate().Enter(Create)
+			require.NoError(t, err)
+			defer leave()
+		}
 		rep := f.d.Shutdown(context.Background())
 
 		kill := rep.Budget.SIGTERM.Add(3 * time.Second).Truncate(time.Second)
@@ -478,5 +494,9 @@ func TestPreserveFollowsAReadLandingAfterItsWindow(t *testing.T) {
 		assert.Positive(t, rep.Preserve.Counts[pause.NotStarted], "the rest not started: reported")
 		assert.Equal(t, []string{"ublk"}, ran)
 		assert.False(t, rep.Phase(PhasePreserve).Deadline.After(rep.Budget.Deadline), "the phase's deadline as it moved")
+		if inFlight {
+			assert.Equal(t, TimedOut, rep.Phase(PhaseGate).Result)
+			assert.Less(t, rep.Phase(PhaseGate).End.Sub(rep.Budget.SIGTERM), 3*time.Second, "the gate's wait ended by the read's SIGKILL")
+		}
 	})
 }

@@ -294,6 +294,8 @@ func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseRepo
 	}
 	ctx, cancel := context.WithDeadline(ctx, p.Deadline)
 	defer cancel()
+	ctx, unfollow := d.followBudget(ctx, PhaseGate, p)
+	defer unfollow()
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
 	if err := d.gate.Wait(ctx); err != nil {
@@ -314,7 +316,7 @@ var startClasses = []Class{Create, Resume, Fork}
 func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
 	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
-	ctx, unfollow := d.followBudget(ctx, p)
+	ctx, unfollow := d.followBudget(ctx, PhasePreserve, p)
 	defer unfollow()
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
@@ -357,21 +359,21 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	}
 }
 
-// errBudgetMoved ends a preserve phase at the deadline a budget that moved
-// earlier gives it.
-var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the preserve phase ends at its new deadline")
+// errBudgetMoved ends a phase at the deadline a budget that moved earlier
+// gives it.
+var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the phase ends at its new deadline")
 
-// followBudget returns ctx cancelled with errBudgetMoved at the preserve
-// phase's deadline as the plan gives it whenever the budget changes, if
-// that is earlier than p.Deadline, which it moves there. The phase's window
+// followBudget returns ctx cancelled with errBudgetMoved at phase name's
+// deadline as the plan gives it whenever the budget changes, if that is
+// earlier than p.Deadline, which it moves there. The phase's window
 // is laid out when it starts, and a read of the pod's deletion started at
 // SIGTERM lands a few milliseconds later, after the window of a pod that
 // has no preStop hook (measured under the real kubelet: the Preserver
 // started with 16.5 s, the read 6 ms later said 7.5 s, and SIGKILL took
-// the Preserver's pauses and the device teardown after it). No preserve
-// starts after the new deadline; running ones finish, as at the phase
-// deadline.
-func (d *Drainer) followBudget(ctx context.Context, p *PhaseReport) (context.Context, context.CancelFunc) {
+// the Preserver's pauses and the device teardown after it). The gate's
+// wait for operations in flight ends there; no preserve starts after it,
+// and running ones finish, as at the phase deadline.
+func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -379,10 +381,10 @@ func (d *Drainer) followBudget(ctx context.Context, p *PhaseReport) (context.Con
 		var timer <-chan time.Time
 		for {
 			changed := d.budget.Changed()
-			if dl := d.plan.Deadline(PhasePreserve); dl.Before(p.Deadline) {
+			if dl := d.plan.Deadline(name); dl.Before(p.Deadline) {
 				p.Deadline = dl
-				d.log.Warn("drain: the budget moved SIGKILL earlier during the preserve phase: no preserve starts after its new deadline",
-					"deadline", dl, "kill", d.budget.Kill())
+				d.log.Warn("drain: the budget moved SIGKILL earlier during a phase: it ends at its new deadline",
+					"phase", name, "deadline", dl, "kill", d.budget.Kill())
 				t := time.NewTimer(time.Until(dl))
 				defer t.Stop()
 				timer = t.C
