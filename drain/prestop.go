@@ -338,7 +338,13 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 		sbs, err = d.lister.List(ctx)
 		return err
 	})
-	if err != nil {
+	switch {
+	case err != nil && (parent.Err() != nil || d.force.Err() != nil):
+		// Shutdown started, or Force: the count was stopped, the
+		// listing did not fail.
+		d.log.Debug("drain: a count of running sandboxes was stopped", "err", err)
+		return -1
+	case err != nil:
 		d.listFailed(err)
 		return -1
 	}
