@@ -146,7 +146,10 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		return nil, err
 	}
 	api := cfg.api.Config()
-	api.Logger, api.MeterProvider, api.Client, api.APIKey = s.log, s.meters, cfg.client, cfg.apiKey
+	api.Logger, api.MeterProvider, api.Client = s.log, s.meters, cfg.client
+	if api.APIKey == "" && api.APIKeyFile == "" { // the flags gave none (a test's config)
+		api.APIKey = cfg.apiKey
+	}
 	if s.src, err = httpsource.New(cfg.serverURL, api); err != nil {
 		return nil, fmt.Errorf("-server-url or the API flags (-api, -list-path, ...): %w", err)
 	}

@@ -571,3 +571,44 @@ func TestLearnedConcurrencyIsWhereTheNextDrainGoes(t *testing.T) {
 	assert.Equal(t, 4, r.Limit)
 	assert.Zero(t, r.MaxLimit, "a fixed limit")
 }
+
+// Fault (docs/faults.md row 236): the supervisor read -api-key-file once,
+// at start. A key rotated in the mounted Secret while it ran was never
+// sent: readiness failed on 401, and at the drain every pause was refused
+// and every sandbox lost. The file is now read again when it changes.
+func TestRotatedAPIKeyFileIsSent(t *testing.T) {
+	t.Setenv(EnvAPIKey, "")
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "api-key")
+	write := func(key string) { // as a Secret volume is updated: a new file swapped in
+		require.NoError(t, os.WriteFile(keyFile+".tmp", []byte(key+"\n"), 0o600))
+		require.NoError(t, os.Rename(keyFile+".tmp", keyFile))
+	}
+	write("k1")
+	srv, _ := agentenvDouble(t, 1, fakeagentenv.Config{})
+	var want atomic.Value
+	want.Store("k1")
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-API-Key") != want.Load().(string) {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		r.Header.Set("X-API-Key", "k") // the double's own
+		srv.Handler().ServeHTTP(w, r)
+	}))
+	defer api.Close()
+	cfg, err := parseArgs([]string{"-api-key-file", keyFile, "-api", "agentenv", "-server-url", api.URL, "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	defer sup.learned.Close()
+	readyz := func() int {
+		rec := httptest.NewRecorder()
+		sup.routes().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		return rec.Code
+	}
+	require.Equal(t, http.StatusOK, readyz(), "the first key")
+	want.Store("k2")
+	write("k2")
+	assert.Equal(t, http.StatusOK, readyz(), "the rotated key")
+}

@@ -34,7 +34,7 @@ type Flags struct {
 	// API is the preset chosen with -api: Generic or AgentENV.
 	API          string
 	keyFile      string
-	envKey       bool // Finish took the key from EnvAPIKey
+	envKey       string // the key Finish took from EnvAPIKey
 	listPath     string
 	fallbackList string
 	pausePath    string
@@ -80,9 +80,8 @@ func (a *Flags) Finish(fs *flag.FlagSet) (key string, err error) {
 		return "", fmt.Errorf("-size-unit must be positive, got %d", a.sizeUnit)
 	}
 	if a.keyFile == "" {
-		key = os.Getenv(EnvAPIKey)
-		a.envKey = key != ""
-		return key, nil
+		a.envKey = os.Getenv(EnvAPIKey)
+		return a.envKey, nil
 	}
 	b, err := os.ReadFile(a.keyFile)
 	if err != nil {
@@ -101,7 +100,7 @@ func (a *Flags) KeySource() string {
 	switch {
 	case a.keyFile != "":
 		return "-api-key-file " + a.keyFile
-	case a.envKey:
+	case a.envKey != "":
 		return EnvAPIKey
 	}
 	return "no key configured"
@@ -109,12 +108,15 @@ func (a *Flags) KeySource() string {
 
 // Config returns the httpsource configuration of the shape: the preset
 // (the zero Config for generic, httpsource.AgentENV for agentenv), with
-// every shape flag given on the command line overriding its field.
+// every shape flag given on the command line overriding its field, and the
+// API key: -api-key-file as APIKeyFile (read again when a rotated Secret
+// changes it), else EnvAPIKey's value as APIKey. Call it after Finish.
 func (a *Flags) Config() httpsource.Config {
 	var c httpsource.Config
 	if a.API == AgentENV {
 		c = httpsource.AgentENV()
 	}
+	c.APIKey, c.APIKeyFile = a.envKey, a.keyFile
 	set := func(name string, field *string, v string) {
 		if a.set[name] {
 			*field = v

@@ -7,7 +7,7 @@
 // Typical wiring, in a supervisor process in front of the server:
 //
 //	cfg := httpsource.AgentENV() // AgentENV's node API
-//	cfg.APIKey = os.Getenv("DRAINKIT_API_KEY")
+//	cfg.APIKey = os.Getenv("DRAINKIT_API_KEY") // or APIKeyFile: read again when a rotated Secret changes it
 //	src, err := httpsource.New("http://127.0.0.1:8000", cfg)
 //	p, err := pause.New(src, pause.Config{Limit: 16})
 //	...

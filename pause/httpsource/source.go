@@ -72,6 +72,16 @@ type Config struct {
 	// APIKey, when not empty, is sent in the header APIKeyHeader on every
 	// request.
 	APIKey string
+	// APIKeyFile, when not empty, names a file holding the API key
+	// (surrounding white space trimmed), sent as APIKey is. It is read
+	// again whenever it changed (its inode, size or modification time),
+	// so a key rotated in a mounted Kubernetes Secret is sent from the
+	// next request on: a process that read it once would send the old
+	// key until it restarted, and at its drain every pause would be
+	// refused. New fails if the file cannot be read or is empty; a later
+	// read that fails, or finds it empty, keeps the last key and is
+	// logged at Warn. Set APIKey or APIKeyFile, not both.
+	APIKeyFile string
 	// APIKeyHeader names the API key's header; empty means "X-API-Key".
 	APIKeyHeader string
 
@@ -220,6 +230,7 @@ type config struct {
 	client        *http.Client
 	apiHeader     string
 	apiKey        string
+	keyFile       *keyFile // Config.APIKeyFile; nil: apiKey
 	listPath      string
 	pauseMethod   string
 	pausePath     string
@@ -343,6 +354,11 @@ func New(baseURL string, c Config) (*Source, error) {
 		return nil, err
 	}
 	cfg := c.resolve()
+	if c.APIKeyFile != "" {
+		if cfg.keyFile, err = readKeyFile(c.APIKeyFile); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.client == nil {
 		cfg.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: sameRequest}
 	}
@@ -387,6 +403,9 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 	}
 	if (c.PageTokenHeader == "") != (c.PageTokenParam == "") {
 		errs = append(errs, fmt.Errorf("httpsource: Config.PageTokenHeader and Config.PageTokenParam must be set together, got %q and %q", c.PageTokenHeader, c.PageTokenParam))
+	}
+	if c.APIKey != "" && c.APIKeyFile != "" {
+		errs = append(errs, fmt.Errorf("httpsource: set Config.APIKey or Config.APIKeyFile (%s), not both", c.APIKeyFile))
 	}
 	if c.RunningStates != nil && len(c.RunningStates) == 0 && !c.NoStateField {
 		errs = append(errs, errors.New("httpsource: Config.RunningStates must not be empty (nil means \"running\"; NoStateField takes every listed sandbox)"))
@@ -579,8 +598,12 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
 	}
 	req.Header.Set("Accept", "application/json")
-	if s.cfg.apiKey != "" {
-		req.Header.Set(s.cfg.apiHeader, s.cfg.apiKey)
+	key := s.cfg.apiKey
+	if s.cfg.keyFile != nil {
+		key = s.cfg.keyFile.get(s.cfg.logger)
+	}
+	if key != "" {
+		req.Header.Set(s.cfg.apiHeader, key)
 	}
 	resp, err := s.cfg.client.Do(req)
 	result := attribute.String("error.type", "_OTHER") // no answer

@@ -199,9 +199,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *count > maxCount && err == nil: // one size each is allocated
 		err = fmt.Errorf("-count must be at most %d (sandboxes on one node), got %d", maxCount, *count)
 	}
-	var key string
 	if err == nil {
-		key, err = api.Finish(fs)
+		_, err = api.Finish(fs) // the key goes with api.Config()
 	}
 	if err == nil {
 		err = checkPlanFlags(pos, *server, *sizesFile, *count, *margin, *estimate, *limit, *rate)
@@ -222,9 +221,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case *server != "":
-		cfg := api.Config()
-		cfg.APIKey = key
-		err = in.listServer(ctx, *server, *timeout, cfg)
+		err = in.listServer(ctx, *server, *timeout, api.Config())
 	case *sizesFile != "":
 		err = in.readSizes(*sizesFile)
 	default:

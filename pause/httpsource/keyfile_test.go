@@ -1,0 +1,95 @@
+package httpsource
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// secretVolume is a Kubernetes Secret volume as the kubelet writes it: the
+// file is a symlink through ..data to a timestamped directory, and an
+// update swaps a new directory in by renaming a new ..data over the old.
+type secretVolume struct {
+	t   *testing.T
+	dir string
+	gen int
+}
+
+func (v *secretVolume) write(key string) {
+	v.t.Helper()
+	v.gen++
+	ts := filepath.Join(v.dir, "..2026_12_04_0"+string(rune('0'+v.gen)))
+	require.NoError(v.t, os.Mkdir(ts, 0o755))
+	require.NoError(v.t, os.WriteFile(filepath.Join(ts, "api-key"), []byte(key+"\n"), 0o600))
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	require.NoError(v.t, os.Symlink(filepath.Base(ts), tmp))
+	require.NoError(v.t, os.Rename(tmp, filepath.Join(v.dir, "..data")))
+	if v.gen == 1 {
+		require.NoError(v.t, os.Symlink(filepath.Join("..data", "api-key"), filepath.Join(v.dir, "api-key")))
+	}
+}
+
+// Fault (docs/faults.md row 236): the supervisor (and any Source given the
+// key once) read its API key at start. A key rotated in the mounted
+// Secret while it ran was never sent: at the drain, weeks later, every
+// pause was refused 401 and every sandbox lost. Config.APIKeyFile is read
+// again whenever the file changed.
+func TestAPIKeyFileRotatedInASecretVolumeIsSent(t *testing.T) {
+	var want atomic.Value
+	want.Store("k1")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-API-Key") != want.Load().(string) {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte(`[{"id":"sb-1","state":"running"}]`))
+	}))
+	defer srv.Close()
+	vol := &secretVolume{t: t, dir: t.TempDir()}
+	vol.write("k1")
+	var logs bytes.Buffer
+	s, err := New(srv.URL, Config{APIKeyFile: filepath.Join(vol.dir, "api-key"), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+
+	_, err = s.List(t.Context())
+	require.NoError(t, err, "the first key")
+	want.Store("k2")
+	vol.write("k2")
+	_, err = s.List(t.Context())
+	require.NoError(t, err, "the rotated key")
+	assert.Contains(t, logs.String(), `msg="httpsource: the API key file changed: the new key is sent"`)
+
+	require.NoError(t, os.Remove(filepath.Join(vol.dir, "api-key")))
+	_, err = s.List(t.Context())
+	require.NoError(t, err, "the file gone: the last key")
+	_, err = s.List(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 1, strings.Count(logs.String(), "the API key file could not be read again"), "once\n%s", logs.String())
+}
+
+// Bad key files are named at New.
+func TestAPIKeyFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.WriteFile(empty, []byte(" \n"), 0o600))
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{APIKeyFile: filepath.Join(dir, "missing")}, "Config.APIKeyFile: open " + filepath.Join(dir, "missing")},
+		{Config{APIKeyFile: empty}, "Config.APIKeyFile: " + empty + " is empty"},
+		{Config{APIKeyFile: empty, APIKey: "k"}, "set Config.APIKey or Config.APIKeyFile"},
+	} {
+		_, err := New("http://127.0.0.1:1", tc.cfg)
+		assert.ErrorContains(t, err, tc.want)
+	}
+}
