@@ -1,7 +1,6 @@
 package drain
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -243,7 +242,7 @@ func lostIDs(pr *pause.Report) string {
 			ids = append(ids, fmt.Sprintf("and %d more", lost-maxLostIDs))
 			break
 		}
-		ids = append(ids, cmp.Or(e.ID, "(no ID)")+"("+string(e.Outcome)+")") // listed without one
+		ids = append(ids, e.String())
 	}
 	return strings.Join(ids, " ")
 }

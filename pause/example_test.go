@@ -68,3 +68,14 @@ func Example() {
 	// vm-c preserved
 	// vm-d preserved
 }
+
+// An entry names itself as the lines about lost sandboxes do: the drain's
+// log line and SandboxesLost Event, the termination message, the
+// supervisor's sweep.
+func ExampleEntry_String() {
+	fmt.Println(pause.Entry{ID: "sb-7", Outcome: pause.Failed})
+	fmt.Println(pause.Entry{Outcome: pause.Failed}) // listed without an ID
+	// Output:
+	// sb-7(failed)
+	// (no ID)(failed)
+}

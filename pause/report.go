@@ -52,6 +52,17 @@ type Entry struct {
 	Relisted int `json:"relisted,omitempty"`
 }
 
+// String is the entry as the lines that name lost sandboxes show it: its
+// ID and outcome, "sb-7(failed)", and "(no ID)(failed)" for a sandbox the
+// server listed without an ID (a flawed listing element).
+func (e Entry) String() string {
+	id := e.ID
+	if id == "" {
+		id = "(no ID)"
+	}
+	return id + "(" + string(e.Outcome) + ")"
+}
+
 // A Report accounts for every sandbox a Run saw. It is JSON-marshalable.
 type Report struct {
 	Start    time.Time       `json:"start"`                // when Run started

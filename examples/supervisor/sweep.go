@@ -3,7 +3,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -227,7 +226,7 @@ func ids(entries []pause.Entry, keep func(pause.Outcome) bool) string {
 			continue
 		}
 		if n++; n <= most {
-			out = append(out, cmp.Or(e.ID, "(no ID)")+"("+string(e.Outcome)+")") // listed without one
+			out = append(out, e.String())
 		}
 	}
 	if n > most {

@@ -1,7 +1,6 @@
 package termmsg
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -111,7 +110,7 @@ func lostIDs(pr *pause.Report) []string {
 	slices.SortStableFunc(lost, func(a, b pause.Entry) int { return rank[a.Outcome] - rank[b.Outcome] })
 	out := make([]string, len(lost))
 	for i, e := range lost {
-		out[i] = cmp.Or(e.ID, "(no ID)") + "(" + string(e.Outcome) + ")" // listed without one (pause/httpsource)
+		out[i] = e.String()
 	}
 	return out
 }
