@@ -45,7 +45,10 @@ type Preserver interface {
 	// Run preserves the sandboxes: no preserve starts after ctx's deadline
 	// (the preserve phase's), in-flight ones end by hard (the window's Hard
 	// deadline), and Run returns by hard. A Run that has not returned
-	// shortly after hard is abandoned and reported Abandoned.
+	// shortly after hard is abandoned and reported Abandoned. A Preserver
+	// that also has the method Tighten(hard time.Time) bool, as
+	// *pause.Preserver, is told a hard deadline the budget moved earlier
+	// during the phase; ctx is then cancelled at the phase's new deadline.
 	Run(ctx context.Context, hard time.Time) *pause.Report
 	// Limit is how many sandboxes the Preserver preserves at once, now.
 	// With Estimator and the running count it makes the preserve phase's

@@ -455,15 +455,19 @@ func TestSIGTERMAgainReadsTheShorterDeletion(t *testing.T) {
 //	~1.4 s   no preserve starts any more; the running one ends; the step; exit before 3 s
 func TestPreserveFollowsAReadLandingAfterItsWindow(t *testing.T) {
 	for _, inFlight := range []bool{false, true} {
-		t.Run(fmt.Sprintf("a create in flight %v", inFlight), func(t *testing.T) { preserveFollowsALateRead(t, inFlight) })
+		t.Run(fmt.Sprintf("a create in flight %v", inFlight), func(t *testing.T) { preserveFollowsALateRead(t, inFlight, time.Second) })
 	}
+	// A preserve of 5 s already running when the read lands is cut by the
+	// new hard deadline (pause.Preserver.Tighten), not left to run past
+	// SIGKILL with the device step behind it.
+	t.Run("a preserve longer than the time left", func(t *testing.T) { preserveFollowsALateRead(t, false, 5*time.Second) })
 }
 
 // preserveFollowsALateRead is TestPreserveFollowsAReadLandingAfterItsWindow;
 // with inFlight, a create admitted before the gate closed never ends, and
 // the gate's wait for it, laid out by the manifest's 60 s, follows the
 // budget too.
-func preserveFollowsALateRead(t *testing.T, inFlight bool) {
+func preserveFollowsALateRead(t *testing.T, inFlight bool, pauseTakes time.Duration) {
 	synctest.Test(t, func(t *testing.T) {
 		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
 		api.Delete(time.Now(), 3*time.Second)
@@ -477,7 +481,7 @@ func preserveFollowsALateRead(t *testing.T, inFlight bool) {
 			Client: &http.Client{Transport: handlerTransport{slow}}})
 		require.NoError(t, err)
 		var ran []string
-		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 8, latency: time.Second, limit: 1,
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 8, latency: pauseTakes, limit: 1,
 			steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)},
 			edit:  func(c *Config) { c.Pod = pod }})
 		if inFlight {
@@ -490,7 +494,11 @@ func preserveFollowsALateRead(t *testing.T, inFlight bool) {
 		kill := rep.Budget.SIGTERM.Add(3 * time.Second).Truncate(time.Second)
 		require.True(t, rep.Budget.Kill.Equal(kill), "the deletion's SIGKILL %v, not %v", kill, rep.Budget.Kill)
 		assert.Positive(t, rep.Headroom, "exit before SIGKILL")
-		assert.Positive(t, rep.Preserve.Counts[pause.Preserved])
+		if pauseTakes > 3*time.Second {
+			assert.Equal(t, 1, rep.Preserve.Counts[pause.TimedOut], "the preserve running, cut: %v", rep.Preserve.Counts)
+		} else {
+			assert.Positive(t, rep.Preserve.Counts[pause.Preserved])
+		}
 		assert.Positive(t, rep.Preserve.Counts[pause.NotStarted], "the rest not started: reported")
 		assert.Equal(t, []string{"ublk"}, ran)
 		assert.False(t, rep.Phase(PhasePreserve).Deadline.After(rep.Budget.Deadline), "the phase's deadline as it moved")

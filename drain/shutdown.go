@@ -359,6 +359,10 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	}
 }
 
+// A tightener is a Preserver whose Run's hard deadline can move earlier,
+// as *pause.Preserver's (Tighten).
+type tightener interface{ Tighten(hard time.Time) bool }
+
 // errBudgetMoved ends a phase at the deadline a budget that moved earlier
 // gives it.
 var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the phase ends at its new deadline")
@@ -372,7 +376,8 @@ var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the ph
 // started with 16.5 s, the read 6 ms later said 7.5 s, and SIGKILL took
 // the Preserver's pauses and the device teardown after it). The gate's
 // wait for operations in flight ends there; no preserve starts after it,
-// and running ones finish, as at the phase deadline.
+// and a Preserver that can (pause.Preserver.Tighten) ends the running ones
+// by the new hard deadline, the next critical phase's start.
 func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
@@ -381,10 +386,14 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport)
 		var timer <-chan time.Time
 		for {
 			changed := d.budget.Changed()
-			if dl := d.plan.Deadline(name); dl.Before(p.Deadline) {
+			if w := d.plan.Window(name); w.Deadline.Before(p.Deadline) {
+				dl := w.Deadline
 				p.Deadline = dl
 				d.log.Warn("drain: the budget moved SIGKILL earlier during a phase: it ends at its new deadline",
-					"phase", name, "deadline", dl, "kill", d.budget.Kill())
+					"phase", name, "deadline", dl, "hard", w.Hard, "kill", d.budget.Kill())
+				if t, ok := d.preserver.(tightener); ok && name == PhasePreserve {
+					t.Tighten(w.Hard) // the preserves still running end by the next critical phase
+				}
 				t := time.NewTimer(time.Until(dl))
 				defer t.Stop()
 				timer = t.C

@@ -281,3 +281,31 @@ func TestTaskTakenBeforeThePhaseDeadlineDoesNotStartAfterIt(t *testing.T) {
 		assert.Equal(t, 11*time.Second, took)
 	})
 }
+
+// Tighten moves the hard deadline of the Run in progress earlier: the
+// preserve running then is cut, as at the hard deadline Run was given, and
+// Run returns by it; a later deadline, or none running, changes nothing.
+//
+//	0 s   A starts (30 s), hard 60 s
+//	5 s   Tighten(12 s); Tighten(40 s) is ignored
+//	12 s  A's context ends: TimedOut; Run returns
+func TestTightenCutsTheRunningPreservesAtTheNewHardDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 1, 30*time.Second)
+		p, err := pause.New(node, pause.Config{})
+		require.NoError(t, err)
+		assert.False(t, p.Tighten(time.Now()), "no Run in progress")
+		t0 := time.Now()
+		go func() {
+			time.Sleep(5 * time.Second)
+			assert.True(t, p.Tighten(t0.Add(12*time.Second)))
+			assert.False(t, p.Tighten(t0.Add(40*time.Second)), "never later")
+		}()
+		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
+		assert.Equal(t, pause.TimedOut, rep.Entries[0].Outcome)
+		assert.Equal(t, 12*time.Second, took)
+		assert.True(t, rep.Hard.Equal(t0.Add(12*time.Second)), "the Report's hard deadline is the one the Run ended by")
+		assert.False(t, p.Tighten(time.Now()), "the Run is over")
+	})
+}

@@ -262,7 +262,7 @@ func (r *run) worker(ps *pass) {
 // that returns as soon as its context ends (at the hard deadline) is
 // settled with its own error, not abandoned.
 func (r *run) await(ps *pass) {
-	until := r.hard
+	until := r.hardline()
 	if !until.IsZero() {
 		until = until.Add(returnSlack)
 	}

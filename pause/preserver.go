@@ -40,7 +40,8 @@ type Preserver struct {
 	// jump to it (Config.Limit); 0 once a Run's first epoch decided it (a
 	// Run that decided no epoch gives it back to the next).
 	target atomic.Int64
-	rate   byteRate // measured time per byte of a Sized sandbox's preserve
+	rate   byteRate            // measured time per byte of a Sized sandbox's preserve
+	cur    atomic.Pointer[run] // the Run in progress, for Tighten
 }
 
 // New returns a Preserver over list, configured by cfg (its zero value is
@@ -164,6 +165,8 @@ func (p *Preserver) SizeEstimate(size int64) (time.Duration, bool) {
 func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 	r := p.newRun(ctx, hard)
 	defer r.close()
+	p.cur.Store(r)
+	defer p.cur.CompareAndSwap(r, nil)
 	var bo backoff.BackOff // between passes that found only sandboxes listed again
 	for pass := 1; ; pass++ {
 		found, again := r.pass(pass)
@@ -187,6 +190,19 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 		}
 	}
 	return r.finish()
+}
+
+// Tighten moves the hard deadline of the Run in progress earlier, to hard:
+// the preserves still running then have their contexts ended, as at the
+// hard deadline Run was given, and Run returns by it. It never moves the
+// deadline later, and reports whether it moved it; with no Run in
+// progress it does nothing. Cancel Run's context for the phase deadline:
+// no preserve starts after that. drain calls it when its budget moves
+// SIGKILL earlier during the preserve phase (a read of the pod's deletion
+// that lands after the phase began).
+func (p *Preserver) Tighten(hard time.Time) bool {
+	r := p.cur.Load()
+	return r != nil && r.tighten(hard)
 }
 
 // deadlines returns the phase deadline and the hard deadline of a Run

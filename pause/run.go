@@ -23,9 +23,13 @@ type run struct {
 	ctx      context.Context // Run's context, carrying the run span
 	work     context.Context // parent of every Preserve's context
 	stopWork context.CancelFunc
+	cutWork  context.CancelFunc // ends work alone: Tighten's hard deadline
 	span     trace.Span
 	phase    time.Time
-	hard     time.Time
+	hard     time.Time // guarded by hardMu once the Run started (Tighten)
+	hard0    time.Time // the hard deadline Run was given
+	hardMu   sync.Mutex
+	cut      *time.Timer // Tighten's: cutWork at the hard deadline it set
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
@@ -78,6 +82,7 @@ type run struct {
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r := &run{p: p, cfg: &p.cfg}
 	r.phase, r.hard = deadlines(ctx, hard)
+	r.hard0 = r.hard
 	r.slots() // before the span: it carries the limit the Run starts at
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
 	if r.traced = r.span.IsRecording(); r.traced { // a span that records nothing would drop them
@@ -119,6 +124,31 @@ func (r *run) contexts() {
 			r.work, r.stopWork = withDeadline(base, r.hard, r.stopWork)
 		}
 	}
+	r.work, r.cutWork = context.WithCancel(r.work)
+	r.stopWork = chain(r.stopWork, r.cutWork)
+}
+
+// hardline returns the hard deadline, as Tighten may have moved it.
+func (r *run) hardline() time.Time {
+	r.hardMu.Lock()
+	defer r.hardMu.Unlock()
+	return r.hard
+}
+
+// tighten moves the hard deadline to hard if that is earlier: the running
+// preserves' contexts end then, as at the hard deadline Run was given.
+func (r *run) tighten(hard time.Time) bool {
+	r.hardMu.Lock()
+	defer r.hardMu.Unlock()
+	if !r.hard.IsZero() && !hard.Before(r.hard) {
+		return false
+	}
+	r.hard = hard
+	if r.cut != nil {
+		r.cut.Stop()
+	}
+	r.cut = time.AfterFunc(time.Until(hard), r.cutWork)
+	return true
 }
 
 // slots makes the semaphore: the limit's slots when it is fixed; the
@@ -582,6 +612,9 @@ func (r *run) count(o Outcome) {
 func (r *run) finish() *Report {
 	rep := r.rep
 	rep.End = time.Now()
+	if h := r.hardline(); !h.Equal(r.hard0) { // Tighten moved it
+		rep.Hard = h
+	}
 	r.mu.Lock() // a worker settling as await gave up at the hard deadline may still move it
 	rep.Limit = r.limit
 	if r.adaptive {
@@ -630,6 +663,11 @@ func (r *run) close() {
 		r.progress.Stop()
 		r.progressMu.Unlock()
 	}
+	r.hardMu.Lock()
+	if r.cut != nil {
+		r.cut.Stop()
+	}
+	r.hardMu.Unlock()
 	if r.stopWork != nil {
 		r.stopWork()
 	}
@@ -681,8 +719,8 @@ func (r *run) untilDeadline(now time.Time) string {
 		return "no deadline"
 	case now.Before(r.phase):
 		return roughly(r.phase.Sub(now)) + " to the preserve deadline"
-	case now.Before(r.hard):
-		return "preserve deadline passed, in-flight preserves have " + roughly(r.hard.Sub(now)) + " to the hard deadline"
+	case now.Before(r.hardline()):
+		return "preserve deadline passed, in-flight preserves have " + roughly(r.hardline().Sub(now)) + " to the hard deadline"
 	}
 	return "deadline passed"
 }
