@@ -294,7 +294,7 @@ func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseRepo
 	}
 	ctx, cancel := context.WithDeadline(ctx, p.Deadline)
 	defer cancel()
-	ctx, unfollow := d.followBudget(ctx, PhaseGate, p)
+	ctx, unfollow := d.followBudget(ctx, PhaseGate, p, p.Deadline)
 	defer unfollow()
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
@@ -316,7 +316,7 @@ var startClasses = []Class{Create, Resume, Fork}
 func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
 	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
-	ctx, unfollow := d.followBudget(ctx, PhasePreserve, p)
+	ctx, unfollow := d.followBudget(ctx, PhasePreserve, p, w.Hard)
 	defer unfollow()
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
@@ -377,8 +377,9 @@ var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the ph
 // the Preserver's pauses and the device teardown after it). The gate's
 // wait for operations in flight ends there; no preserve starts after it,
 // and a Preserver that can (pause.Preserver.Tighten) ends the running ones
-// by the new hard deadline, the next critical phase's start.
-func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport) (context.Context, context.CancelFunc) {
+// by the new hard deadline, the next critical phase's start, when the hard
+// deadline they had (hard) is past the budget's deadline.
+func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, hard time.Time) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -391,8 +392,15 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport)
 				p.Deadline = dl
 				d.log.Warn("drain: the budget moved SIGKILL earlier during a phase: it ends at its new deadline",
 					"phase", name, "deadline", dl, "hard", w.Hard, "kill", d.budget.Kill())
-				if t, ok := d.preserver.(tightener); ok && name == PhasePreserve {
-					t.Tighten(w.Hard) // the preserves still running end by the next critical phase
+				// The preserves still running end by the next critical
+				// phase's start, if the hard deadline they run to would
+				// take them past the budget's deadline: a shift of the
+				// budget by the deletionTimestamp's truncation to whole
+				// seconds, the common case, leaves them alone (they end in
+				// the margin), where cutting one would lose its sandbox.
+				if t, ok := d.preserver.(tightener); ok && name == PhasePreserve && hard.After(d.budget.Deadline()) {
+					t.Tighten(w.Hard)
+					hard = w.Hard
 				}
 				t := time.NewTimer(time.Until(dl))
 				defer t.Stop()
