@@ -27,9 +27,8 @@ type run struct {
 	span     trace.Span
 	phase    time.Time
 	hard     time.Time // guarded by hardMu once the Run started (Tighten)
-	hard0    time.Time // the hard deadline Run was given
 	hardMu   sync.Mutex
-	cut      *time.Timer // Tighten's: cutWork at the hard deadline it set
+	cut      *time.Timer // Tighten's: cutWork at the hard deadline it set; nil until it moved hard
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
@@ -82,7 +81,6 @@ type run struct {
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r := &run{p: p, cfg: &p.cfg}
 	r.phase, r.hard = deadlines(ctx, hard)
-	r.hard0 = r.hard
 	r.slots() // before the span: it carries the limit the Run starts at
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
 	if r.traced = r.span.IsRecording(); r.traced { // a span that records nothing would drop them
@@ -612,9 +610,11 @@ func (r *run) count(o Outcome) {
 func (r *run) finish() *Report {
 	rep := r.rep
 	rep.End = time.Now()
-	if h := r.hardline(); !h.Equal(r.hard0) { // Tighten moved it
-		rep.Hard = h
+	r.hardMu.Lock()
+	if r.cut != nil { // Tighten moved it
+		rep.Hard = r.hard
 	}
+	r.hardMu.Unlock()
 	r.mu.Lock() // a worker settling as await gave up at the hard deadline may still move it
 	rep.Limit = r.limit
 	if r.adaptive {
@@ -719,8 +719,9 @@ func (r *run) untilDeadline(now time.Time) string {
 		return "no deadline"
 	case now.Before(r.phase):
 		return roughly(r.phase.Sub(now)) + " to the preserve deadline"
-	case now.Before(r.hardline()):
-		return "preserve deadline passed, in-flight preserves have " + roughly(r.hardline().Sub(now)) + " to the hard deadline"
+	}
+	if hard := r.hardline(); now.Before(hard) {
+		return "preserve deadline passed, in-flight preserves have " + roughly(hard.Sub(now)) + " to the hard deadline"
 	}
 	return "deadline passed"
 }
