@@ -86,6 +86,59 @@ type server struct {
 	hc     healthpb.HealthClient
 	refl   reflectionpb.ServerReflectionClient
 	addr   net.Addr // where it listens
+	// reading receives the client address of each connection the server
+	// began to read: past grpc's check that it is stopping, in the
+	// handshake. A connection only dialed may still wait in the accept
+	// queue, and GracefulStop then closes it unread.
+	reading chan net.Addr
+}
+
+// waitReading waits until the server began to read the connection from
+// client.
+func waitReading(t *testing.T, s *server, client net.Addr) {
+	t.Helper()
+	bound := time.After(10 * time.Second) // a bound on the failure, not a timing assertion
+	for {
+		select {
+		case a := <-s.reading:
+			if a.String() == client.String() {
+				return
+			}
+		case <-bound:
+			t.Fatalf("the server never read the connection from %v", client)
+		}
+	}
+}
+
+// readSignal is a listener whose connections send their remote address to
+// reading at their first Read.
+type readSignal struct {
+	net.Listener
+	reading chan<- net.Addr
+}
+
+func (l readSignal) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &signalConn{Conn: c, reading: l.reading}, nil
+}
+
+type signalConn struct {
+	net.Conn
+	once    sync.Once
+	reading chan<- net.Addr
+}
+
+func (c *signalConn) Read(b []byte) (int, error) {
+	c.once.Do(func() {
+		select {
+		case c.reading <- c.RemoteAddr():
+		default: // nobody waits for it
+		}
+	})
+	return c.Conn.Read(b)
 }
 
 // serve starts a server on network ("tcp" on loopback, or "unix") with
@@ -99,7 +152,7 @@ func serve(t *testing.T, g *drain.Gate, network string) *server {
 		testgrpc.TestService_StreamingOutputCall_FullMethodName: drain.Stream,
 		testgrpc.TestService_UnaryCall_FullMethodName:           drain.Stream,
 	}, drain.Create)
-	s := &server{health: health.NewServer()}
+	s := &server{health: health.NewServer(), reading: make(chan net.Addr, 16)}
 	s.srv = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(UnaryServerInterceptor(g, classify)),
 		grpc.ChainStreamInterceptor(StreamServerInterceptor(g, classify)),
@@ -113,7 +166,7 @@ func serve(t *testing.T, g *drain.Gate, network string) *server {
 	}
 	ln, err := net.Listen(network, addr)
 	require.NoError(t, err)
-	go func() { _ = s.srv.Serve(ln) }()
+	go func() { _ = s.srv.Serve(readSignal{ln, s.reading}) }()
 	s.addr = ln.Addr()
 	target := ln.Addr().String()
 	if network == "unix" {
@@ -565,6 +618,7 @@ func TestAConnectionInItsHandshakeDoesNotHoldTheStep(t *testing.T) {
 	defer c.Close()
 	_, err = c.Write([]byte("PRI * HTTP/2.0")) // part of the preface, then nothing
 	require.NoError(t, err)
+	waitReading(t, s, c.LocalAddr()) // until the server holds it in its handshake
 
 	type result struct {
 		detail any
