@@ -25,6 +25,7 @@ import (
 	"github.com/drainkit/drainkit/drain/draingrpc"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/statedir"
@@ -444,7 +445,7 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 func (w *Worker) writeReport(rep *drain.Report) error {
 	data, _ := json.MarshalIndent(rep, "", "  ")
 	reportPath := filepath.Join(w.cfg.StateDir, "last-shutdown.json")
-	err := store.WriteFile(reportPath, data, 0o600)
+	err := durable.WriteFile(reportPath, data, 0o600)
 	where := "full report: " + reportPath
 	if err != nil {
 		where = "the full report could not be written: " + err.Error()

@@ -26,7 +26,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
-	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/termmsg"
@@ -655,7 +655,7 @@ func (s *supervisor) finish(rep *Report) {
 	}
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err == nil {
-		err = store.WriteFile(s.cfg.report, append(b, '\n'), 0o666)
+		err = durable.WriteFile(s.cfg.report, append(b, '\n'), 0o666)
 	}
 	if err != nil {
 		s.log.Error("supervisor: writing the report", "file", s.cfg.report, "err", err)

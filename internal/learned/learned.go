@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -146,31 +146,14 @@ func (r *Rates) Phases() []deadline.Phase {
 	return out
 }
 
-// Write writes r to path atomically: a temporary file in the same
-// directory, synced, then renamed over path.
+// Write writes r to path atomically and durably (durable.WriteFile): a
+// crash leaves the old rates or the new ones.
 func (r *Rates) Write(path string) error {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".learned-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // after the rename, a no-op
-	if _, err = f.Write(append(data, '\n')); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o644)
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return durable.WriteFile(path, append(data, '\n'), 0o644)
 }
 
 // ErrNone is returned (wrapped) by Read when the file does not exist: the

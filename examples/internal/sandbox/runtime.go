@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/procstat"
 	"github.com/drainkit/drainkit/internal/runsc"
 )
@@ -116,7 +116,7 @@ func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
 		return "", err
 	}
-	if err := store.WriteFile(image, data, 0o600); err != nil {
+	if err := durable.WriteFile(image, data, 0o600); err != nil {
 		return "", err
 	}
 	select {

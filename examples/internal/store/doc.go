@@ -4,8 +4,8 @@
 // A record that is half-written when the process dies must never come back as a good
 // sandbox, so every record is written atomically (temporary file, fsync, rename, fsync of
 // the directory) and carries its own length and SHA-256; Load reports every file that
-// fails those checks instead of loading it. WriteFile writes any other file the same way
-// (the servers' shutdown Reports).
+// fails those checks instead of loading it. (internal/durable writes any other file the
+// same way: the servers' shutdown Reports.)
 //
 //	st, err := store.Open(filepath.Join(stateDir, "sandboxes"))
 //	recs, bad, err := st.Load() // at start: recs are paused sandboxes; log every bad one

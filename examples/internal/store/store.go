@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/durable"
 )
 
 // magic starts every record file; the header line is "drainkit-record/1 LENGTH SHA256".
@@ -21,7 +23,7 @@ const magic = "drainkit-record/1"
 
 const (
 	recordExt = ".rec"
-	tempExt   = ".tmp"
+	tempExt   = durable.TempSuffix
 )
 
 // A Record is one paused sandbox as the server needs it to resume the sandbox later.
@@ -71,7 +73,9 @@ func validID(id string) error {
 	return nil
 }
 
-// Put writes r durably, replacing any record with its ID, with WriteFile.
+// Put writes r durably, replacing any record with its ID, with durable.WriteFile: a
+// crash before it returns leaves the old record, and perhaps the write's temporary file,
+// which Load reports as Incomplete.
 func (s *Store) Put(r Record) error {
 	if err := validID(r.ID); err != nil {
 		return err
@@ -80,40 +84,10 @@ func (s *Store) Put(r Record) error {
 	if err != nil {
 		return err
 	}
-	if err := WriteFile(s.path(r.ID), data, 0o600); err != nil {
+	if err := durable.WriteFile(s.path(r.ID), data, 0o600); err != nil {
 		return fmt.Errorf("store: put %s: %w", r.ID, err)
 	}
 	return nil
-}
-
-// WriteFile writes data to path atomically and durably: it writes the temporary file
-// .NAME.tmp beside path (created with perm before the umask, like os.WriteFile), fsyncs
-// it, renames it over path and fsyncs the directory. After it returns nil, path holds data
-// across a crash or power loss; a crash before that leaves path as it was, and perhaps the
-// temporary file (a Store's Load reports it as Incomplete). On an error it removes the
-// temporary file. WriteFiles of the same path must not overlap.
-func WriteFile(path string, data []byte, perm os.FileMode) error {
-	dir, name := filepath.Split(path)
-	tmp := filepath.Join(dir, "."+name+tempExt)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Clean(dir))
 }
 
 // Delete removes the record of id durably. A missing record is not an error.
@@ -123,7 +97,7 @@ func (s *Store) Delete(id string) error {
 	}
 	err := os.Remove(s.path(id))
 	if err == nil || errors.Is(err, os.ErrNotExist) {
-		err = syncDir(s.dir)
+		err = durable.SyncDir(s.dir)
 	}
 	if err != nil {
 		return fmt.Errorf("store: delete %s: %w", id, err)
@@ -203,19 +177,6 @@ func (s *Store) read(path, id string) (Record, error) {
 }
 
 func (s *Store) path(id string) string { return filepath.Join(s.dir, id+recordExt) }
-
-// syncDir fsyncs dir, so that the entries created, renamed or removed in it are durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
-}
 
 // Encode returns r as a record file: a header line with the payload's length and SHA-256,
 // then the JSON payload.

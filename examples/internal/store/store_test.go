@@ -178,23 +178,3 @@ func sha(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
-
-// WriteFile replaces the file whole, with the mode asked for (before the umask), and
-// leaves no temporary file behind; a write into a missing directory fails.
-func TestWriteFileReplacesAndLeavesNoTemporary(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "report.json")
-	require.NoError(t, WriteFile(path, []byte("first, and longer"), 0o600))
-	require.NoError(t, WriteFile(path, []byte("second"), 0o600))
-	data, err := os.ReadFile(path)
-	require.NoError(t, err)
-	assert.Equal(t, "second", string(data))
-	fi, err := os.Stat(path)
-	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	require.Len(t, entries, 1, "only the file itself")
-
-	assert.ErrorIs(t, WriteFile(filepath.Join(dir, "missing", "r.json"), []byte("x"), 0o600), os.ErrNotExist)
-}

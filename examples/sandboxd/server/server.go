@@ -19,6 +19,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/learned"
@@ -379,7 +380,7 @@ func (s *Server) writeReport(rep *drain.Report) error {
 	if err != nil {
 		return err
 	}
-	return store.WriteFile(filepath.Join(s.cfg.StateDir, ReportFile), data, 0o600)
+	return durable.WriteFile(filepath.Join(s.cfg.StateDir, ReportFile), data, 0o600)
 }
 
 // preserved counts the preserved sandboxes of a Preserver report (nil: none).

@@ -1,0 +1,11 @@
+// Package durable writes a file so that it survives a crash or a power cut
+// whole: the new content or the old one, never a mix and never nothing.
+//
+//	if err := durable.WriteFile(path, data, 0o600); err != nil {
+//		return fmt.Errorf("report not kept: %w", err)
+//	}
+//
+// A file renamed into place is durable only once its directory is synced
+// too; a rename alone can be undone by the journal after a power cut, and
+// the process that wrote it never learns.
+package durable

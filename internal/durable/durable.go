@@ -1,0 +1,73 @@
+package durable
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// TempSuffix ends the name of WriteFile's temporary file, .NAME.RANDOM.tmp
+// beside NAME. One found in a directory is a write that a crash
+// interrupted.
+const TempSuffix = ".tmp"
+
+// WriteFile writes data to path atomically and durably: it writes a
+// temporary file .NAME.RANDOM.tmp beside path (created with perm before
+// the umask, like os.WriteFile), fsyncs it, renames it over path and fsyncs
+// the directory. After it returns nil, path holds data across a crash or
+// power loss; a crash before that leaves path as it was, and perhaps the
+// temporary file. On an error it removes the temporary file. WriteFiles of
+// the same path may overlap (two processes sharing a directory): each
+// temporary file is its own, and path holds one of the writes whole.
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	dir, name := filepath.Split(path)
+	f, err := create(dir, name, perm)
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return SyncDir(filepath.Clean(dir))
+}
+
+// create makes a new temporary file for name in dir, one no other write
+// uses.
+func create(dir, name string, perm os.FileMode) (*os.File, error) {
+	for {
+		tmp := filepath.Join(dir, "."+name+"."+strconv.FormatUint(uint64(rand.Uint32()), 36)+TempSuffix)
+		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+		if !errors.Is(err, os.ErrExist) {
+			return f, err
+		}
+	}
+}
+
+// SyncDir fsyncs dir, so that the entries created, renamed or removed in it
+// are durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

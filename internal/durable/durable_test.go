@@ -1,0 +1,81 @@
+package durable
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// WriteFile replaces the file whole, with the mode asked for (before the
+// umask), and leaves no temporary file behind; a write into a missing
+// directory fails.
+func TestWriteFileReplacesAndLeavesNoTemporary(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "report.json")
+	require.NoError(t, WriteFile(path, []byte("first, and longer"), 0o600))
+	require.NoError(t, WriteFile(path, []byte("second"), 0o600))
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, "second", string(data))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only the file itself")
+
+	assert.ErrorIs(t, WriteFile(filepath.Join(dir, "missing", "r.json"), []byte("x"), 0o600), os.ErrNotExist)
+}
+
+// A write that fails leaves the old file as it was and no temporary: here
+// the rename fails, for path is a directory.
+func TestFailedWriteLeavesTheOldFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state")
+	require.NoError(t, os.Mkdir(path, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(path, "keep"), []byte("x"), 0o600))
+	require.Error(t, WriteFile(path, []byte("new"), 0o600))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.True(t, fi.IsDir(), "the old entry stays")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "the temporary is removed")
+}
+
+// Writes that overlap (two servers on one state directory) each leave
+// the file whole: one of the writes, never a mix, and no temporary.
+func TestOverlappingWritesLeaveOneWhole(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rates.json")
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 50 {
+				assert.NoError(t, WriteFile(path, bytes.Repeat([]byte{'a' + byte(i)}, 4096*(i+1)), 0o600))
+			}
+		})
+	}
+	wg.Wait()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NotEmpty(t, data)
+	assert.Equal(t, bytes.Repeat(data[:1], len(data)), data, "one write whole")
+	assert.Equal(t, 4096*int(data[0]-'a'+1), len(data))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "only the file itself")
+}
+
+func TestSyncDirNamesAMissingDirectory(t *testing.T) {
+	err := SyncDir(filepath.Join(t.TempDir(), "gone"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
