@@ -57,12 +57,12 @@ type Timeline struct {
 	HookEnd time.Time `json:"hook_end,omitzero"`    // when the hook returned or was given up on
 	HookErr string    `json:"hook_error,omitempty"` // why the hook failed
 	// HookStatus is the HTTP status an httpGet hook was answered with
-	// (the last call's, after a second deletion); zero for other hooks.
+	// (the last call's, after a restart); zero for other hooks.
 	// The kubelet does not check it: a 404 is no failed hook.
 	HookStatus int  `json:"hook_status,omitempty"`
 	HookKept   bool `json:"hook_overran,omitempty"` // the hook used the whole grace period
-	// Restart is when a second deletion (TerminateDeletedTwice) restarted the
-	// termination with the shorter RestartGrace and ran the hook again.
+	// Restart is when the kubelet restarted (TerminateRestarted) and began
+	// the termination again with RestartGrace, running the hook again.
 	Restart      time.Time     `json:"restart,omitzero"`
 	RestartGrace time.Duration `json:"restart_grace_ns,omitempty"`
 	SIGTERM      time.Time     `json:"sigterm"` // when SIGTERM was sent (or due, to a process already gone)
@@ -109,11 +109,16 @@ func Remaining(grace, hookElapsed time.Duration) time.Duration {
 	return max(left, MinimumGracePeriod)
 }
 
-// A SecondDeletion is a second deletion of a pod already terminating, with
-// a shorter grace period, as `kubectl delete --grace-period=N` makes it.
-type SecondDeletion struct {
-	After time.Duration // when it arrives, since T0; the preStop hook still runs then
-	Grace time.Duration // the new grace period, shorter than the first
+// A KubeletRestart is the kubelet restarting while it terminates a pod (an
+// upgrade, a crash, a node agent restarting it): the new kubelet finds the
+// pod terminating and begins its termination again, with the grace period
+// it reads from the pod, the first one, or a shorter one when the pod was
+// deleted again with `kubectl delete --grace-period=N` (a second deletion
+// alone changes nothing: the running kubelet keeps the grace it started
+// with).
+type KubeletRestart struct {
+	After time.Duration // when it restarts, since T0; the preStop hook still runs then
+	Grace time.Duration // the grace the new kubelet reads: at most the first
 }
 
 // Terminate terminates p as the kubelet does with grace period grace and
@@ -128,29 +133,30 @@ type SecondDeletion struct {
 // exit, then for the hook); Terminate returns ctx's error if either does
 // not end even then.
 func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (*Timeline, error) {
-	return terminate(ctx, p, hook, grace, SecondDeletion{})
+	return terminate(ctx, p, hook, grace, KubeletRestart{})
 }
 
-// TerminateDeletedTwice is Terminate with a second deletion arriving while
-// the preStop hook runs, for a kubelet that cancels the termination in
-// progress and starts it again: it runs the hook a second time (the first
-// call is not cancelled and runs on) and times the new grace from that
-// second start. The kubelet v1.34.4 does not: it keeps the grace its
-// termination started with and runs no hook again (measured:
-// internal/realkubelet's TestRealKubeletWithAPIServerShorterDeletion); a
-// restarted kubelet does run the hook again, with the grace it reads. It fails if the hook has already returned at T0 + second.After
-// (the kubelet would then re-send SIGTERM, which the simulator does not
-// model), and, before it starts, unless there is a hook and
-// 0 < second.After < grace and 0 < second.Grace < grace.
-func TerminateDeletedTwice(ctx context.Context, p Process, hook Hook, grace time.Duration, second SecondDeletion) (*Timeline, error) {
-	if hook == nil || second.Grace <= 0 || second.Grace >= grace || second.After <= 0 || second.After >= grace {
-		return nil, fmt.Errorf("kubeletsim: SecondDeletion{After: %v, Grace: %v} needs a hook, 0 < After < grace %v and 0 < Grace < grace", second.After, second.Grace, grace)
+// TerminateRestarted is Terminate with the kubelet restarting while the
+// preStop hook runs: the first call ends with the kubelet that made it (an
+// httpGet's connection closes, an exec's CRI call is cancelled), the new
+// kubelet runs the hook again and times restart.Grace from that second
+// start. (A second deletion without a restart is Terminate: the kubelet
+// v1.34.4 keeps the grace its termination started with and runs no hook
+// again, measured by internal/realkubelet's
+// TestRealKubeletWithAPIServerShorterDeletion.) It fails if the hook has
+// already returned at T0 + restart.After (the new kubelet would then send
+// SIGTERM again, which the simulator does not model), and, before it
+// starts, unless there is a hook and 0 < restart.After < grace and
+// 0 < restart.Grace <= grace.
+func TerminateRestarted(ctx context.Context, p Process, hook Hook, grace time.Duration, restart KubeletRestart) (*Timeline, error) {
+	if hook == nil || restart.Grace <= 0 || restart.Grace > grace || restart.After <= 0 || restart.After >= grace {
+		return nil, fmt.Errorf("kubeletsim: KubeletRestart{After: %v, Grace: %v} needs a hook, 0 < After < grace %v and 0 < Grace <= grace", restart.After, restart.Grace, grace)
 	}
-	return terminate(ctx, p, hook, grace, second)
+	return terminate(ctx, p, hook, grace, restart)
 }
 
-// terminate is Terminate, with a second deletion unless second is zero.
-func terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, second SecondDeletion) (*Timeline, error) {
+// terminate is Terminate, with a kubelet restart unless restart is zero.
+func terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, restart KubeletRestart) (*Timeline, error) {
 	if grace <= 0 {
 		return nil, errors.New("kubeletsim: grace must be positive")
 	}
@@ -166,23 +172,26 @@ func terminate(ctx context.Context, p Process, hook Hook, grace time.Duration, s
 	if hook != nil {
 		t.event("preStop hook started (grace %v)", grace)
 		start, g := t.Start, grace
-		first := startHook(hookCtx, hook, &calls)
+		firstCtx, endFirst := context.WithCancel(hookCtx)
+		defer endFirst()
+		first := startHook(firstCtx, hook, &calls)
 		var (
 			ended bool
 			err   error
 		)
-		if second.Grace != 0 {
-			returned, firstErr := waitHook(first, second.After)
+		if restart.Grace != 0 {
+			returned, firstErr := waitHook(first, restart.After)
 			switch {
 			case returned && !exit.seen():
 				endHook()
-				return t, fmt.Errorf("kubeletsim: the hook returned before the second deletion at %v", second.After)
-			case returned: // the process died first: no second deletion reaches it
+				return t, fmt.Errorf("kubeletsim: the hook returned before the kubelet's restart at %v", restart.After)
+			case returned: // the process died first: the new kubelet finds it gone
 				ended, err = true, firstErr
 			default:
-				t.Restart, t.RestartGrace = time.Now(), second.Grace
-				t.event("second deletion with grace %v: the kubelet runs the preStop hook again (the first call runs on)", second.Grace)
-				start, g = t.Restart, second.Grace
+				endFirst() // its caller is gone
+				t.Restart, t.RestartGrace = time.Now(), restart.Grace
+				t.event("the kubelet restarted: the first preStop call ended with it; the new kubelet runs the hook again with grace %v", restart.Grace)
+				start, g = t.Restart, restart.Grace
 				ended, err = waitHook(startHook(hookCtx, hook, &calls), g)
 			}
 		} else {

@@ -243,25 +243,31 @@ func TestSleepHookLeavesGraceMinusTheSleep(t *testing.T) {
 	})
 }
 
-// 0 .. hook call 1 (grace 30 s) .. 5 s: a second delete with grace 10 s:
-// the kubelet runs the hook again (call 1 runs on) and times 10 s from
-// there: the hook overruns again, SIGTERM at 15 s, SIGKILL at 17 s.
-func TestSecondDeletionRunsTheHookAgainWithTheShorterGrace(t *testing.T) {
+// 0 .. hook call 1 (grace 30 s) .. 5 s: the kubelet restarts and reads a
+// grace of 10 s (the pod was deleted again): call 1 ends with the old
+// kubelet, the new one runs the hook again and times 10 s from there: the
+// hook overruns again, SIGTERM at 15 s, SIGKILL at 17 s.
+func TestRestartedKubeletRunsTheHookAgainWithTheGraceItReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := NewInProcess()
 		t0 := time.Now()
 		var mu sync.Mutex
-		var calls []time.Duration
+		var calls, ended []time.Duration
 		hook := HookFunc(func(ctx context.Context) error {
 			mu.Lock()
 			calls = append(calls, time.Since(t0))
 			mu.Unlock()
 			<-ctx.Done()
+			mu.Lock()
+			ended = append(ended, time.Since(t0))
+			mu.Unlock()
 			return ctx.Err()
 		})
-		tl, err := TerminateDeletedTwice(context.Background(), p, hook, 30*time.Second, SecondDeletion{After: 5 * time.Second, Grace: 10 * time.Second})
+		tl, err := TerminateRestarted(context.Background(), p, hook, 30*time.Second, KubeletRestart{After: 5 * time.Second, Grace: 10 * time.Second})
 		require.NoError(t, err)
 		assert.Equal(t, []time.Duration{0, 5 * time.Second}, calls, "the hook ran twice")
+		assert.Equal(t, []time.Duration{5 * time.Second, 17 * time.Second}, ended,
+			"the first call ended with the old kubelet, the second with the process")
 		assert.Equal(t, 5*time.Second, tl.Restart.Sub(t0))
 		assert.True(t, tl.HookKept)
 		assert.Equal(t, 15*time.Second, tl.SIGTERM.Sub(t0))
@@ -270,7 +276,7 @@ func TestSecondDeletionRunsTheHookAgainWithTheShorterGrace(t *testing.T) {
 }
 
 // The second call returns after 3 s: 10 - 3 = 7 s after SIGTERM.
-func TestSecondDeletionTimesTheNewGraceFromTheSecondCall(t *testing.T) {
+func TestRestartedKubeletTimesTheGraceFromTheSecondCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := NewInProcess()
 		t0 := time.Now()
@@ -283,7 +289,7 @@ func TestSecondDeletionTimesTheNewGraceFromTheSecondCall(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			return nil
 		})
-		tl, err := TerminateDeletedTwice(context.Background(), p, hook, 30*time.Second, SecondDeletion{After: 5 * time.Second, Grace: 10 * time.Second})
+		tl, err := TerminateRestarted(context.Background(), p, hook, 30*time.Second, KubeletRestart{After: 5 * time.Second, Grace: 10 * time.Second})
 		require.NoError(t, err)
 		assert.False(t, tl.HookKept)
 		assert.Equal(t, 8*time.Second, tl.SIGTERM.Sub(t0))
@@ -292,18 +298,32 @@ func TestSecondDeletionTimesTheNewGraceFromTheSecondCall(t *testing.T) {
 	})
 }
 
-func TestSecondDeletionRejectsWhatTheKubeletWouldNotDo(t *testing.T) {
+// A restart with the pod's grace unchanged gives the whole grace again,
+// from the restart: a hook that overruns is given up at 5 + 30 s.
+func TestRestartedKubeletGivesTheWholeGraceAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewInProcess()
+		t0 := time.Now()
+		hook := HookFunc(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+		tl, err := TerminateRestarted(context.Background(), p, hook, 30*time.Second, KubeletRestart{After: 5 * time.Second, Grace: 30 * time.Second})
+		require.NoError(t, err)
+		assert.Equal(t, 35*time.Second, tl.SIGTERM.Sub(t0))
+		assert.Equal(t, 37*time.Second, tl.Exit.Sub(t0))
+	})
+}
+
+func TestKubeletRestartRejectsWhatTheKubeletWouldNotDo(t *testing.T) {
 	hook := HookFunc(func(ctx context.Context) error { return nil })
-	for _, second := range []SecondDeletion{
-		{After: 5 * time.Second, Grace: 30 * time.Second}, // not shorter
+	for _, restart := range []KubeletRestart{
+		{After: 5 * time.Second, Grace: 31 * time.Second}, // longer than the pod's grace
 		{After: 0, Grace: time.Second},                    // not during the hook
 		{After: 40 * time.Second, Grace: time.Second},     // after the grace
 		{After: time.Second},                              // no grace at all
 	} {
-		_, err := TerminateDeletedTwice(context.Background(), NewInProcess(), hook, 30*time.Second, second)
-		assert.ErrorContains(t, err, "SecondDeletion", "%+v", second)
+		_, err := TerminateRestarted(context.Background(), NewInProcess(), hook, 30*time.Second, restart)
+		assert.ErrorContains(t, err, "KubeletRestart", "%+v", restart)
 	}
-	_, err := TerminateDeletedTwice(context.Background(), NewInProcess(), nil, 30*time.Second, SecondDeletion{After: time.Second, Grace: time.Second})
+	_, err := TerminateRestarted(context.Background(), NewInProcess(), nil, 30*time.Second, KubeletRestart{After: time.Second, Grace: time.Second})
 	assert.ErrorContains(t, err, "needs a hook")
 }
 
