@@ -269,13 +269,25 @@ func TestPreStopCalledAgainReadsTheShorterDeletion(t *testing.T) {
 // 600 s before the kubelet's, the wait cut short, and the preserve phase
 // left 10 min early by a deadline that was not the kubelet's.
 //
+// A restarted kubelet's first call ends with the old kubelet (its
+// connection closed: an httpGet's, an exec's whose CRI call was
+// cancelled); a kubelet that left it open is the other case.
+//
 //	-600 s  first delete (grace 1 h): the exec hook starts, T0
 //	0 s     kubectl delete --grace-period=900: deletionTimestamp 300 s away;
-//	        the kubelet runs the hook again: SIGKILL 900 s away
+//	        the kubelet restarts and runs the hook again: SIGKILL 900 s away
 //	        SIGTERM: the kubelet's arithmetic from the new run
 func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
-	for _, hook := range []string{"exec", "httpGet"} {
-		t.Run(hook, func(t *testing.T) {
+	for _, tc := range []struct {
+		hook        string
+		firstClosed bool
+	}{{"exec", false}, {"httpGet", false}, {"exec", true}, {"httpGet", true}} {
+		hook := tc.hook
+		name := hook + ", first call left open"
+		if tc.firstClosed {
+			name = hook + ", first call closed with the old kubelet"
+		}
+		t.Run(name, func(t *testing.T) {
 			api := newPodAPI(t)
 			pod, err := kube.New("sandboxd-0", api.cfg)
 			require.NoError(t, err)
@@ -290,9 +302,15 @@ func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 			if hook == "httpGet" {
 				first = ""
 			}
-			call := f.callPreStop(t.Context(), first)
+			firstCtx, closeFirst := context.WithCancel(t.Context())
+			defer closeFirst()
+			call := f.callPreStop(firstCtx, first)
 			for f.budget.Kill().After(t0.Add(time.Hour)) { // the first read (the hook's call is a little after T0)
 				<-f.budget.Changed()
+			}
+			if tc.firstClosed {
+				closeFirst()
+				<-call.done
 			}
 
 			rerun := time.Now()
@@ -321,7 +339,9 @@ func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 			if hook == "exec" {
 				assert.True(t, rep.Budget.Start.Equal(t0.Round(0)), "T0 stays the first run's")
 			}
-			assert.Equal(t, reasonSIGTERM, call.wait(t).Reason, "the first run's call")
+			if !tc.firstClosed {
+				assert.Equal(t, reasonSIGTERM, call.wait(t).Reason, "the first run's call")
+			}
 			assert.Greater(t, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), 890*time.Second, "not the deletionTimestamp's 300 s")
 			assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved])
 			require.NoError(t, rep.Err())
