@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -293,15 +294,22 @@ func (s *Server) Drainer() *drain.Drainer { return s.drainer }
 // grace period — writes the Report to STATE_DIR/last-shutdown.json and returns it. A second
 // signal forces the shutdown. Run never exits the process.
 func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
+	// The signals are handled before anything is served: requests waiting in the listener's
+	// queue are answered the moment serving starts, and a SIGTERM that came after such an
+	// answer (the kubelet's, just after a probe passed) found its default action, which
+	// killed sandboxd at once, with no drain and no report.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// SIGHUP and SIGQUIT would kill sandboxd at once, with no report, every sandbox lost and
+	// the device daemon killed through its Pdeathsig: logged, and sandboxd goes on.
+	stopOthers := hupquit.Handle(s.logger, "sandboxd")
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.http.Serve(s.ln) }()
 	go func() { _ = s.hook.Serve(s.hookLn) }() // closed by Close
 	s.logger.Info("sandboxd serving", "addr", s.Addr(), "runtime", s.rt.Name(),
 		"paused", s.node.Count(sandbox.Paused), "grace", s.cfg.Grace)
-	// SIGHUP and SIGQUIT would kill sandboxd at once, with no report, every sandbox lost and
-	// the device daemon killed through its Pdeathsig: logged, and sandboxd goes on.
-	stopOthers := hupquit.Handle(s.logger, "sandboxd")
-	rep := s.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+	rep := s.drainer.ServeSignals(ctx, sigs)
+	signal.Stop(sigs)
 	stopOthers()
 	s.logLost(rep)
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
