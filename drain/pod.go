@@ -97,7 +97,7 @@ func (d *Drainer) hookAgain(start time.Time) {
 // shorter deletion while it runs changes neither its hook's wait nor its
 // SIGKILL (the kubelet v1.34's SyncTerminatingPod ignores the cancelled
 // sync; measured under the real kubelet and API server,
-// internal/realkubelet's TestRealKubeletWithAPIServerShorterDeletion). The
+// internal/realkubelet's TestRealKubeletWithAPIServer/shorter_deletion). The
 // API server still moves the deletionTimestamp to the first deletion's
 // time plus the new grace, which is then no SIGKILL at all. So the first
 // read's deletion is the one the budget takes (Tighten), and a later read

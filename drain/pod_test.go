@@ -352,7 +352,7 @@ func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 // Fault (docs/faults.md row 229): a second, shorter deletion while the
 // kubelet terminates the pod, its hook not run again. The kubelet's
 // termination keeps the grace it started with (v1.34.4, measured:
-// internal/realkubelet's TestRealKubeletWithAPIServerShorterDeletion), but
+// internal/realkubelet's TestRealKubeletWithAPIServer/shorter_deletion), but
 // the API server moves the deletionTimestamp to the first deletion's time
 // plus the new grace, and the Drainer tightened its budget to it at SIGTERM's
 // read: SIGKILL planned 45 min early, the preserve phase cut to what fits

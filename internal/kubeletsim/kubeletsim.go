@@ -143,7 +143,7 @@ func Terminate(ctx context.Context, p Process, hook Hook, grace time.Duration) (
 // start. (A second deletion without a restart is Terminate: the kubelet
 // v1.34.4 keeps the grace its termination started with and runs no hook
 // again, measured by internal/realkubelet's
-// TestRealKubeletWithAPIServerShorterDeletion.) It fails if the hook has
+// TestRealKubeletWithAPIServer/shorter_deletion.) It fails if the hook has
 // already returned at T0 + restart.After (the new kubelet would then send
 // SIGTERM again, which the simulator does not model), and, before it
 // starts, unless there is a hook and 0 < restart.After < grace and

@@ -137,6 +137,7 @@ type Node struct {
 	runsc      bool // containerd's default runtime is runsc
 	containerd *daemon
 	kubelet    *daemon
+	kubeletCmd kubeletCmd
 	lock       *os.File
 	// machine-wide paths as they were before Start, to remove what the
 	// Node added: the entries of machineDirs (a killed shim leaves its
@@ -363,21 +364,37 @@ func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *No
 	if cfg.Kubeconfig != "" {
 		args = append(args, "--kubeconfig", cfg.Kubeconfig)
 	}
-	n.kubelet, err = n.startDaemon("kubelet", kenv, kubelet, args...)
+	n.kubeletCmd = kubeletCmd{path: kubelet, env: kenv, args: args, healthz: fmt.Sprintf("http://127.0.0.1:%d/healthz", port)}
+	n.startKubelet(ctx, t)
+	n.waitShutdownManager(ctx, t)
+	return n
+}
+
+// kubeletCmd is how the Node starts its kubelet, again after a restart.
+type kubeletCmd struct {
+	path    string
+	env     []string
+	args    []string
+	healthz string
+}
+
+// startKubelet starts the kubelet and returns once it is healthy.
+func (n *Node) startKubelet(ctx context.Context, t testing.TB) {
+	t.Helper()
+	var err error
+	n.kubelet, err = n.startDaemon("kubelet", n.kubeletCmd.env, n.kubeletCmd.path, n.kubeletCmd.args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.writeLock(); err != nil {
+	if err := n.writeLock(); err != nil { // its PID, for the next Start to clean up after a crash
 		t.Fatal(err)
 	}
-	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", port)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	for {
-		if resp, err := client.Get(healthz); err == nil {
+		if resp, err := client.Get(n.kubeletCmd.healthz); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				n.waitShutdownManager(ctx, t)
-				return n
+				return
 			}
 		}
 		select {
@@ -388,6 +405,22 @@ func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *No
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// RestartKubelet stops the kubelet with SIGTERM, as a service manager
+// restarting it for an upgrade does (the kubelet exits at once; the
+// containers run on under containerd), starts it again with the same
+// configuration and returns when it stopped and when the new one is
+// healthy. The new kubelet finds its pods as they are, terminating ones
+// included.
+func (n *Node) RestartKubelet(t testing.TB) (stopped, healthy time.Time) {
+	t.Helper()
+	n.kubelet.stop(10 * time.Second)
+	stopped = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n.startKubelet(ctx, t)
+	return stopped, time.Now()
 }
 
 // AddPod writes pod as a static pod manifest; the kubelet sees it within a
@@ -442,7 +475,7 @@ func (n *Node) PodLog(name string) string {
 // with env added.
 func (n *Node) startDaemon(name string, env []string, path string, args ...string) (*daemon, error) {
 	logPath := filepath.Join(n.Dir, name+".log")
-	logf, err := os.Create(logPath)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644) // a restarted daemon logs on
 	if err != nil {
 		return nil, err
 	}

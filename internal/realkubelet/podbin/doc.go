@@ -8,7 +8,8 @@
 //	    records, one line "EVENT UNIXNANO" each, when it is ready (ADDR
 //	    accepts connections: the hook can no longer be refused), when the
 //	    preStop GET /hook arrives and when SIGTERM does; the hook answers at
-//	    once, after DURATION, or never; SIGTERM ends it or is ignored
+//	    once, after DURATION, or never (recording when its caller closed
+//	    the connection: a restarted kubelet); SIGTERM ends it or is ignored
 //	podbin ublkd CONFIG_JSON
 //	    a fake ublk device daemon (internal/fakeublk), for the supervisor
 package main

@@ -104,7 +104,11 @@ func probe(args []string) int {
 		record("hook")
 		switch {
 		case hookTakes < 0:
-			select {} // the kubelet never cancels it: the GET ends when the process dies
+			// The kubelet never cancels it: the GET ends when the process
+			// dies, or when the kubelet that made it does (a restart).
+			<-r.Context().Done()
+			record("hook-closed")
+			return
 		case hookTakes > 0:
 			time.Sleep(hookTakes)
 		}
