@@ -133,7 +133,15 @@ func startAPINode(t *testing.T) *apiPods {
 //     at a time, deleted with 20 s, the kubelet restarted at +4 s: the
 //     budget's new run at +4.66 s, SIGTERM at +12.9 s, SIGKILL expected at
 //     +24.9 s (the first run's would have been +20 s), all 16 preserved,
-//     exit at +21.06 s.
+//     exit at +21.06 s;
+//   - the probe, no hook, SIGTERM ignored, deleted with 12 s, the kubelet
+//     restarted at +4.08 s: one SIGTERM (+0.03 s), dead at +17.4 s: the
+//     old kubelet's stop call ended with it, and its SIGKILL with it
+//     (containerd's CRI StopContainer escalates only while its caller
+//     waits); the new kubelet's stop sent no second signal (containerd
+//     sends the stop signal once) and killed 12 s after it. A drain
+//     without a hook sees nothing of the restart and keeps the first
+//     SIGKILL: early, the safe side.
 func restart(t *testing.T, api *apiPods) {
 	t.Run("probe, httpGet hook that hangs", func(t *testing.T) {
 		var stopped, healthy time.Time
@@ -167,6 +175,19 @@ func restart(t *testing.T, api *apiPods) {
 		assert.WithinRange(t, run, stopped, healthy.Add(30*time.Second), "the new kubelet's call")
 		assert.WithinRange(t, r.rep.Budget.Kill, run.Add(19*time.Second), run.Add(21*time.Second), "SIGKILL the new run's")
 		assert.True(t, r.died.Before(r.rep.Budget.Kill), "exit before the kubelet's SIGKILL")
+	})
+	t.Run("probe, no hook", func(t *testing.T) {
+		var stopped, healthy time.Time
+		d1, _, hooks, term, died := api.probe(t, "probe-restart-nohook", 12, 4*time.Second, nil, func(t *testing.T) time.Time {
+			stopped, healthy = api.node.RestartKubelet(t)
+			return stopped
+		})
+		terms := probeEvent(t, filepath.Join(api.node.Dir, "state-probe-restart-nohook"), "term")
+		t.Logf("from the deletion: kubelet stopped +%v, healthy +%v; hooks %v, SIGTERMs %v, SIGTERM +%v, dead +%v",
+			stopped.Sub(d1), healthy.Sub(d1), since(d1, hooks), since(d1, terms), term.Sub(d1), died.Sub(d1))
+		assert.Len(t, terms, 1, "containerd sends the stop signal once")
+		assert.True(t, died.After(d1.Add(13*time.Second)), "the first stop's SIGKILL never came: +%v", died.Sub(d1))
+		assert.WithinRange(t, died, stopped.Add(12*time.Second), healthy.Add(15*time.Second), "the new kubelet's stop + 12 s")
 	})
 }
 
