@@ -528,3 +528,55 @@ func preserveFollowsALateRead(t *testing.T, inFlight bool, pauseTakes time.Durat
 		}
 	})
 }
+
+// Fault (docs/faults.md row 239): the kubelet restarted during the
+// preserve phase. The new kubelet runs the hook again and gives the pod's
+// whole grace from that call (measured under the real kubelet:
+// internal/realkubelet's TestRealKubeletWithAPIServer/restart), and the
+// budget follows it, but the preserve phase kept the window it began
+// with: it stopped starting preserves at the first SIGKILL's deadline and
+// reported the rest lost with seconds left (under the real kubelet: 32 of
+// 40 preserved, 8 lost, exit 13.9 s before the kubelet's SIGKILL). The
+// phase now preserves again, until the deadline the budget moved to.
+//
+//	0 s    the hook (grace 20 s): 50 preserves of 1 s, two at a time, do not fit
+//	       SIGTERM at once: the preserve phase plans for SIGKILL at 20 s
+//	10 s   the kubelet restarts: the hook again, SIGKILL at 30 s
+//	       the phase goes on past its first deadline; every sandbox preserved
+func TestKubeletRestartDuringThePreservePhaseGivesItTheNewTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Delete(t0, 20*time.Second)
+		token := filepath.Join(t.TempDir(), "token")
+		require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
+		pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", UID: "uid-0", TokenFile: token,
+			Client: &http.Client{Transport: handlerTransport{api}}})
+		require.NoError(t, err)
+		var ran []string
+		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, sandboxes: 50, latency: time.Second, limit: 2,
+			steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)},
+			edit:  func(c *Config) { c.Pod = pod }})
+		startQuery := func(at time.Time) string {
+			return "?start=" + url.QueryEscape(at.Format(time.RFC3339Nano))
+		}
+		f.callPreStop(t.Context(), startQuery(t0)).wait(t) // the drain's deadline has passed: at once
+		restarted := make(chan time.Time, 1)
+		go func() {
+			time.Sleep(10 * time.Second) // the kubelet's restart, 10 s into the termination
+			at := time.Now()
+			f.callPreStop(context.Background(), startQuery(at)+"&wait=0s").wait(t)
+			restarted <- at
+		}()
+		rep := f.d.Shutdown(context.Background())
+		at := <-restarted
+
+		require.True(t, rep.Budget.Restart.Equal(at.Round(0)), "the budget followed the new run: %v", rep.Budget.Restart)
+		assert.True(t, rep.Budget.Kill.Equal(at.Add(20*time.Second).Round(0)), "SIGKILL %v after the new run's", rep.Budget.Kill.Sub(at.Add(20*time.Second)))
+		assert.Equal(t, 50, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
+		assert.True(t, rep.Phase(PhasePreserve).Deadline.After(t0.Add(20*time.Second)), "the phase's deadline as it moved later: %v", rep.Phase(PhasePreserve).Deadline.Sub(t0))
+		assert.Positive(t, rep.Headroom, "exit before SIGKILL")
+		assert.Equal(t, []string{"ublk"}, ran)
+		require.NoError(t, rep.Err())
+	})
+}

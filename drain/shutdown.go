@@ -313,26 +313,35 @@ func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseRepo
 // Preserver's last listing (see preserveAfterInFlight).
 var startClasses = []Class{Create, Resume, Fork}
 
+// preservePhase runs the Preserver in the phase's window, and again for
+// as long as the budget moves the window later while sandboxes are left:
+// a restarted kubelet runs the termination over and gives the pod's whole
+// grace again from its new hook call (Budget.OnRestart), and the window
+// the phase began with would stop preserving with that time unspent. Each
+// run's Report is merged into the first's.
 func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
-	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
-	defer cancel()
-	ctx, unfollow := d.followBudget(ctx, PhasePreserve, p, w.Hard)
-	defer unfollow()
-	ctx, unforce := d.forceCancel(ctx)
-	defer unforce()
-	// bounded.Call waits for the Preserver until the hard deadline, not the
-	// phase deadline: in-flight preserves may finish until then.
-	hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), w.Hard)
-	defer hcancel()
-	run := func() (*pause.Report, error) {
-		return bounded.Call(hctx, returnSlack, func(context.Context) (*pause.Report, error) {
-			return d.preserver.Run(ctx, w.Hard), nil
-		})
-	}
-	pr, err := run()
-	var inflight map[Class]int
-	if err == nil && pr != nil && !pr.Unknown && len(d.starting) > 0 {
-		inflight, err = d.preserveAfterInFlight(ctx, pr, run)
+	kill := d.budget.Kill()
+	pr, inflight, err := d.preserveIn(ctx, w, p)
+	for err == nil && pr != nil && !pr.Unknown && pr.Err() != nil && d.force.Err() == nil {
+		// Only a budget that moved SIGKILL later gives more time; the
+		// plan's window alone moves with what the phase did (its reserve
+		// follows the sandboxes left).
+		later, moved := d.plan.Window(PhasePreserve), d.budget.Kill()
+		if !moved.After(kill) || !later.Deadline.After(p.Deadline) || !time.Now().Before(later.Deadline) {
+			break
+		}
+		kill = moved
+		d.log.Info("drain: the budget moved SIGKILL later during the preserve phase (the kubelet ran the termination over): preserving what is left until the new deadline",
+			"was", p.Deadline, "deadline", later.Deadline, "hard", later.Hard, "kill", d.budget.Kill(), "not_preserved", pr.Err().Error())
+		p.Deadline, p.Hard = later.Deadline, time.Time{}
+		if !later.Hard.Equal(later.Deadline) {
+			p.Hard = later.Hard
+		}
+		var more *pause.Report
+		more, inflight, err = d.preserveIn(ctx, later, p)
+		if more != nil {
+			mergeSweep(pr, more)
+		}
 	}
 	if pr != nil && pr.Unknown {
 		accountFromCount(pr, d.listed.Load())
@@ -357,6 +366,33 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	default:
 		p.Result = OK
 	}
+}
+
+// preserveIn runs the Preserver in window w, and again for what the
+// operations in flight as the gate closed started (preserveAfterInFlight);
+// the window follows a budget that moves SIGKILL earlier (followBudget).
+func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseReport) (*pause.Report, map[Class]int, error) {
+	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
+	defer cancel()
+	ctx, unfollow := d.followBudget(ctx, PhasePreserve, p, w.Hard)
+	defer unfollow()
+	ctx, unforce := d.forceCancel(ctx)
+	defer unforce()
+	// bounded.Call waits for the Preserver until the hard deadline, not the
+	// phase deadline: in-flight preserves may finish until then.
+	hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), w.Hard)
+	defer hcancel()
+	run := func() (*pause.Report, error) {
+		return bounded.Call(hctx, returnSlack, func(context.Context) (*pause.Report, error) {
+			return d.preserver.Run(ctx, w.Hard), nil
+		})
+	}
+	pr, err := run()
+	var inflight map[Class]int
+	if err == nil && pr != nil && !pr.Unknown && len(d.starting) > 0 {
+		inflight, err = d.preserveAfterInFlight(ctx, pr, run)
+	}
+	return pr, inflight, err
 }
 
 // A tightener is a Preserver whose Run's hard deadline can move earlier,

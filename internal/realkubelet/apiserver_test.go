@@ -134,6 +134,13 @@ func startAPINode(t *testing.T) *apiPods {
 //     budget's new run at +4.66 s, SIGTERM at +12.9 s, SIGKILL expected at
 //     +24.9 s (the first run's would have been +20 s), all 16 preserved,
 //     exit at +21.06 s;
+//   - sandboxd with drainhook, 40 sandboxes (20 s of pauses two at a
+//     time, more than the grace holds: the hook returns at once), deleted
+//     with 20 s, the kubelet restarted at +10 s, during the preserve phase:
+//     the budget's new run at +10.66 s, SIGKILL expected at +30.66 s; the
+//     phase preserves again past its first deadline (docs/faults.md row
+//     239): 40/40 preserved, exit at +20.9 s (before: 32 preserved, 6 not
+//     started, 2 cut, exit at +16.8 s, 13.9 s before the kubelet's SIGKILL);
 //   - the probe, no hook, SIGTERM ignored, deleted with 12 s, the kubelet
 //     restarted at +4.08 s: one SIGTERM (+0.03 s), dead at +17.4 s: the
 //     old kubelet's stop call ended with it, and its SIGKILL with it
@@ -175,6 +182,23 @@ func restart(t *testing.T, api *apiPods) {
 		assert.WithinRange(t, run, stopped, healthy.Add(30*time.Second), "the new kubelet's call")
 		assert.WithinRange(t, r.rep.Budget.Kill, run.Add(19*time.Second), run.Add(21*time.Second), "SIGKILL the new run's")
 		assert.True(t, r.died.Before(r.rep.Budget.Kill), "exit before the kubelet's SIGKILL")
+	})
+	t.Run("sandboxd, exec hook, restarted after SIGTERM", func(t *testing.T) {
+		var stopped, healthy time.Time
+		r := api.sandboxd(t, "sandboxd-restart-late", true, 40, 20, 20, 10*time.Second, func(t *testing.T) time.Time {
+			stopped, healthy = api.node.RestartKubelet(t)
+			return stopped
+		})
+		t.Logf("kubelet stopped +%v, healthy +%v; budget restart +%v",
+			stopped.Sub(r.d1), healthy.Sub(r.d1), r.rep.Budget.Restart.Sub(r.d1))
+		assert.Equal(t, 40, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
+		run := r.rep.Budget.Restart
+		require.False(t, run.IsZero(), "the budget saw the new run")
+		assert.WithinRange(t, run, stopped, healthy.Add(30*time.Second), "the new kubelet's call")
+		assert.WithinRange(t, r.rep.Budget.Kill, run.Add(19*time.Second), run.Add(21*time.Second), "SIGKILL the new run's")
+		assert.True(t, r.died.After(r.d1.Add(20*time.Second)), "preserved past the first run's SIGKILL: exit +%v", r.died.Sub(r.d1))
+		assert.True(t, r.died.Before(r.rep.Budget.Kill), "exit before the kubelet's SIGKILL")
+		assert.Contains(t, r.log, "the budget moved SIGKILL later during the preserve phase")
 	})
 	t.Run("probe, no hook", func(t *testing.T) {
 		var stopped, healthy time.Time
