@@ -196,7 +196,8 @@ func restart(t *testing.T, api *apiPods) {
 		require.False(t, run.IsZero(), "the budget saw the new run")
 		assert.WithinRange(t, run, stopped, healthy.Add(30*time.Second), "the new kubelet's call")
 		assert.WithinRange(t, r.rep.Budget.Kill, run.Add(19*time.Second), run.Add(21*time.Second), "SIGKILL the new run's")
-		assert.True(t, r.died.After(r.d1.Add(20*time.Second)), "preserved past the first run's SIGKILL: exit +%v", r.died.Sub(r.d1))
+		assert.True(t, r.rep.Phase(drain.PhasePreserve).Deadline.After(r.d1.Add(20*time.Second)),
+			"the preserve phase's deadline moved past the first run's SIGKILL: +%v", r.rep.Phase(drain.PhasePreserve).Deadline.Sub(r.d1))
 		assert.True(t, r.died.Before(r.rep.Budget.Kill), "exit before the kubelet's SIGKILL")
 		assert.Contains(t, r.log, "the budget moved SIGKILL later during the preserve phase")
 	})
