@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -426,12 +427,18 @@ func (e usageError) Unwrap() error { return e.error }
 // deletions in progress (`runsc delete -force`, about 2 s each), and the drain ended only
 // its margin before SIGKILL, which they would have pushed the Report past.
 func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
+	// The signals are handled before anything is served: a connection waiting in the
+	// socket's queue is answered the moment serving starts, and a SIGTERM that came after
+	// that answer found its default action, which killed the worker at once.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	stopOthers := hupquit.Handle(w.logger, "the worker")
 	defer stopOthers()
 	go func() { _ = w.grpc.Serve(w.ln) }()
 	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
 		"checkpointed", w.node.Count(sandbox.Paused))
-	rep := w.drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+	rep := w.drainer.ServeSignals(ctx, sigs)
+	signal.Stop(sigs)
 	w.learned.Save(rep, w.drainer.Budget(), w.steps) // for the next worker and drainkit plan
 	err := w.writeReport(rep)
 	w.close()
