@@ -145,10 +145,17 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 func podWithoutDeletion(t *testing.T, answered int) *kube.Pod {
 	t.Helper()
 	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0", ReadsAnswered: answered}
+	return podOver(t, api, handlerTransport{api})
+}
+
+// podOver is the pod reader of api, its requests made by rt (in memory,
+// so that it works under synctest).
+func podOver(t *testing.T, api *fakeapiserver.Pod, rt http.RoundTripper) *kube.Pod {
+	t.Helper()
 	token := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
-	pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", UID: "uid-0", TokenFile: token,
-		Client: &http.Client{Transport: handlerTransport{api}}})
+	pod, err := kube.New(api.Name, kube.Config{Host: "https://api.test", Namespace: api.Namespace, UID: api.UID, TokenFile: token,
+		Client: &http.Client{Transport: rt}})
 	require.NoError(t, err)
 	return pod
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -495,11 +494,7 @@ func preserveFollowsALateRead(t *testing.T, inFlight bool, pauseTakes time.Durat
 			time.Sleep(100 * time.Millisecond) // the API server's answer, after the window
 			api.ServeHTTP(w, r)
 		})
-		token := filepath.Join(t.TempDir(), "token")
-		require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
-		pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", UID: "uid-0", TokenFile: token,
-			Client: &http.Client{Transport: handlerTransport{slow}}})
-		require.NoError(t, err)
+		pod := podOver(t, api, handlerTransport{slow})
 		var ran []string
 		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 8, latency: pauseTakes, limit: 1,
 			steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)},
@@ -548,11 +543,7 @@ func TestKubeletRestartDuringThePreservePhaseGivesItTheNewTime(t *testing.T) {
 		t0 := time.Now()
 		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
 		api.Delete(t0, 20*time.Second)
-		token := filepath.Join(t.TempDir(), "token")
-		require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
-		pod, err := kube.New("sandboxd-0", kube.Config{Host: "https://api.test", Namespace: "agentenv", UID: "uid-0", TokenFile: token,
-			Client: &http.Client{Transport: handlerTransport{api}}})
-		require.NoError(t, err)
+		pod := podOver(t, api, handlerTransport{api})
 		var ran []string
 		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, sandboxes: 50, latency: time.Second, limit: 2,
 			steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)},

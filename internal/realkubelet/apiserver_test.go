@@ -169,33 +169,10 @@ func restart(t *testing.T, api *apiPods) {
 		assert.InDelta(t, 2, died.Sub(term).Seconds(), 1, "dead 2 s later")
 	})
 	t.Run("sandboxd, exec hook", func(t *testing.T) {
-		var stopped, healthy time.Time
-		r := api.sandboxd(t, "sandboxd-restart", true, 16, 20, 20, 4*time.Second, func(t *testing.T) time.Time {
-			stopped, healthy = api.node.RestartKubelet(t)
-			return stopped
-		})
-		t.Logf("kubelet stopped +%v, healthy +%v; budget restart +%v",
-			stopped.Sub(r.d1), healthy.Sub(r.d1), r.rep.Budget.Restart.Sub(r.d1))
-		assert.Equal(t, 16, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
-		run := r.rep.Budget.Restart
-		require.False(t, run.IsZero(), "the budget saw the new run")
-		assert.WithinRange(t, run, stopped, healthy.Add(30*time.Second), "the new kubelet's call")
-		assert.WithinRange(t, r.rep.Budget.Kill, run.Add(19*time.Second), run.Add(21*time.Second), "SIGKILL the new run's")
-		assert.True(t, r.died.Before(r.rep.Budget.Kill), "exit before the kubelet's SIGKILL")
+		api.sandboxdRestarted(t, "sandboxd-restart", 16, 4*time.Second)
 	})
 	t.Run("sandboxd, exec hook, restarted after SIGTERM", func(t *testing.T) {
-		var stopped, healthy time.Time
-		r := api.sandboxd(t, "sandboxd-restart-late", true, 40, 20, 20, 10*time.Second, func(t *testing.T) time.Time {
-			stopped, healthy = api.node.RestartKubelet(t)
-			return stopped
-		})
-		t.Logf("kubelet stopped +%v, healthy +%v; budget restart +%v",
-			stopped.Sub(r.d1), healthy.Sub(r.d1), r.rep.Budget.Restart.Sub(r.d1))
-		assert.Equal(t, 40, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
-		run := r.rep.Budget.Restart
-		require.False(t, run.IsZero(), "the budget saw the new run")
-		assert.WithinRange(t, run, stopped, healthy.Add(30*time.Second), "the new kubelet's call")
-		assert.WithinRange(t, r.rep.Budget.Kill, run.Add(19*time.Second), run.Add(21*time.Second), "SIGKILL the new run's")
+		r := api.sandboxdRestarted(t, "sandboxd-restart-late", 40, 10*time.Second)
 		assert.True(t, r.rep.Phase(drain.PhasePreserve).Deadline.After(r.d1.Add(20*time.Second)),
 			"the preserve phase's deadline moved past the first run's SIGKILL: +%v", r.rep.Phase(drain.PhasePreserve).Deadline.Sub(r.d1))
 		assert.True(t, r.died.Before(r.rep.Budget.Kill), "exit before the kubelet's SIGKILL")
@@ -214,6 +191,27 @@ func restart(t *testing.T, api *apiPods) {
 		assert.True(t, died.After(d1.Add(13*time.Second)), "the first stop's SIGKILL never came: +%v", died.Sub(d1))
 		assert.WithinRange(t, died, stopped.Add(12*time.Second), healthy.Add(15*time.Second), "the new kubelet's stop + 12 s")
 	})
+}
+
+// sandboxdRestarted runs sandboxd with drainhook and n sandboxes, deletes
+// it with 20 s and restarts the kubelet after gap: every sandbox must be
+// preserved, the budget's SIGKILL the new run's, the exit before it.
+func (a *apiPods) sandboxdRestarted(t *testing.T, name string, n int, gap time.Duration) shorterRun {
+	t.Helper()
+	var stopped, healthy time.Time
+	r := a.sandboxd(t, name, true, n, 20, 20, gap, func(t *testing.T) time.Time {
+		stopped, healthy = a.node.RestartKubelet(t)
+		return stopped
+	})
+	t.Logf("kubelet stopped +%v, healthy +%v; budget restart +%v",
+		stopped.Sub(r.d1), healthy.Sub(r.d1), r.rep.Budget.Restart.Sub(r.d1))
+	assert.Equal(t, n, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
+	run := r.rep.Budget.Restart
+	require.False(t, run.IsZero(), "the budget saw the new run")
+	assert.WithinRange(t, run, stopped, healthy.Add(30*time.Second), "the new kubelet's call")
+	assert.WithinRange(t, r.rep.Budget.Kill, run.Add(19*time.Second), run.Add(21*time.Second), "SIGKILL the new run's")
+	assert.True(t, r.died.Before(r.rep.Budget.Kill), "exit before the kubelet's SIGKILL")
+	return r
 }
 
 // since returns each of ts after t0.
