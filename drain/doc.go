@@ -35,9 +35,14 @@
 //	hooks := http.NewServeMux()
 //	guard := &drain.HookGuard{Secret: secret, Logger: logger}
 //	hooks.Handle("GET /drain", guard.Wrap(d.PreStop())) // lifecycle.preStop.httpGet.path
+//	// The signals before anything is served: from its first answer (a
+//	// readiness probe) the server may be deleted, and a SIGTERM that came
+//	// before the handler would end it at once, with no drain.
+//	sigs := make(chan os.Signal, 4)
+//	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 //	go http.Serve(hookLn, hooks)
 //	go srv.Serve(ln)
-//	rep := d.HandleSignals(ctx) // SIGTERM starts Shutdown; SIGINT then forces, SIGTERM again does not
+//	rep := d.ServeSignals(ctx, sigs) // SIGTERM starts Shutdown; SIGINT then forces, SIGTERM again does not
 //
 // Every phase — the preStop wait ("drain"), the gate wait, the preserve
 // phase and each step — runs under the window the Drainer's deadline.Plan

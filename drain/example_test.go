@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -68,6 +69,8 @@ func Example() {
 	})))
 	mux.Handle("GET /readyz", gate.Readiness(nil))
 	mux.Handle("GET /drain", d.PreStop())
+	// In main, the signals before serving: signal.Notify(sigs, syscall.SIGTERM, os.Interrupt).
+	sigs := make(chan os.Signal, 4)
 	srv.Start()
 	defer srv.Close()
 
@@ -91,7 +94,8 @@ func Example() {
 	fmt.Println("preStop:", sum.Reason, "running:", sum.Running)
 	fmt.Println("create:", status("POST", "/sandboxes"), "ready:", status("GET", "/readyz"))
 
-	rep := d.Shutdown(context.Background()) // in main: rep := d.HandleSignals(ctx)
+	sigs <- syscall.SIGTERM // the kubelet's
+	rep := d.ServeSignals(context.Background(), sigs)
 	fmt.Println("preserved:", rep.Preserve.Counts[pause.Preserved], "lost:", rep.Lost(), "err:", rep.Err())
 	// Output:
 	// create: 201 ready: 200

@@ -22,6 +22,14 @@ import (
 //	if rep.Err() != nil {
 //		os.Exit(1)
 //	}
+//
+// It registers for sigs when it is called. A server that answers anything
+// before that (a readiness probe, a first request) may be deleted from then
+// on, and a SIGTERM that arrives before the registration ends a Go program
+// at once, with no drain and no Report (docs/faults.md rows 238 and 240).
+// So a server registers before it serves and hands the channel to
+// ServeSignals; HandleSignals suits a process that serves nothing before it
+// is called.
 func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report {
 	if len(sigs) == 0 {
 		sigs = []os.Signal{syscall.SIGTERM, os.Interrupt}
@@ -35,7 +43,14 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 // ServeSignals is HandleSignals over a channel of signals the caller
 // relays (for example from its own signal.Notify, or a test): the first
 // value received starts Shutdown, every later one calls Force except
-// SIGTERM.
+// SIGTERM. It is how a server waits for its signals when it registered
+// them before it began to serve, as every server should:
+//
+//	sigs := make(chan os.Signal, 4)
+//	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt) // before serving
+//	defer signal.Stop(sigs)
+//	go srv.Serve(ln)
+//	rep := d.ServeSignals(ctx, sigs)
 //
 // A SIGTERM after the first never forces. The kubelet can send it again
 // itself: a restarted kubelet runs the termination again, and a container

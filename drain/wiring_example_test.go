@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -76,9 +78,14 @@ func Example_wiring() {
 	hooks := http.NewServeMux()
 	guard := &drain.HookGuard{Secret: secret, Logger: logger}
 	hooks.Handle("GET /drain", guard.Wrap(d.PreStop())) // lifecycle.preStop.httpGet.path
+	// The signals before anything is served: from its first answer (a
+	// readiness probe) the server may be deleted, and a SIGTERM that came
+	// before the handler would end it at once, with no drain.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	go http.Serve(hookLn, hooks)
 	go srv.Serve(ln)
-	rep := d.HandleSignals(ctx) // SIGTERM starts Shutdown; a second signal forces
+	rep := d.ServeSignals(ctx, sigs) // SIGTERM starts Shutdown; SIGINT then forces, SIGTERM again does not
 
 	_ = json.NewEncoder(os.Stderr).Encode(rep)
 	if rep.Err() != nil {

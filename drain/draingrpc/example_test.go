@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -54,6 +56,8 @@ func Example() {
 
 	testgrpc.RegisterTestServiceServer(srv, worker{}) // EmptyCall: drain.Create, the default class
 	healthpb.RegisterHealthServer(srv, health.NewServer())
+	// In main, the signals before serving: signal.Notify(sigs, syscall.SIGTERM, os.Interrupt).
+	sigs := make(chan os.Signal, 4)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	go func() { _ = srv.Serve(ln) }()
 
@@ -72,7 +76,8 @@ func Example() {
 	h, _ = hc.Check(ctx, &healthpb.HealthCheckRequest{})
 	fmt.Println("while draining: Run", status.Code(err), "/ health", h.GetStatus())
 
-	rep := d.Shutdown(ctx) // in main: d.HandleSignals(ctx)
+	sigs <- syscall.SIGTERM // the kubelet's
+	rep := d.ServeSignals(ctx, sigs)
 	fmt.Println("grpc step:", rep.Phase("grpc").Result)
 	// Output:
 	// before SIGTERM: Run OK / health SERVING

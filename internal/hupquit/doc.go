@@ -3,8 +3,11 @@
 // program at once: no drain, no Report, every sandbox lost (and sandboxd's device daemon
 // killed through its Pdeathsig). A node server must never die of them.
 //
-//	stop := hupquit.Handle(logger, "sandboxd") // before waiting for SIGTERM
-//	rep := drainer.HandleSignals(ctx, syscall.SIGTERM, syscall.SIGINT)
+//	sigs := make(chan os.Signal, 4)
+//	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+//	stop := hupquit.Handle(logger, "sandboxd") // both before serving
+//	go srv.Serve(ln)
+//	rep := drainer.ServeSignals(ctx, sigs)
 //	stop()
 //
 // Until stop is called:
