@@ -116,49 +116,56 @@ func startAPINode(t *testing.T) *apiPods {
 	return &apiPods{cluster: cluster, node: node}
 }
 
-// The kubelet restarted while it terminates a pod (an upgrade: SIGTERM,
-// the containers run on; a new kubelet with the same configuration). The
-// first preStop call ends with the old kubelet; the new one finds the pod
-// terminating, runs the hook again and gives it the pod's whole grace
-// again, from that second call: what kubeletsim.TerminateRestarted models
-// and deadline.Budget.OnRestart plans for (docs/faults.md row 228).
-// Measured (from the deletion):
+// The kubelet restarted while it terminates pods (an upgrade: SIGTERM, the
+// containers run on; a new kubelet with the same configuration), once for
+// four pods deleted together, 4 s before it. The first preStop call ends
+// with the old kubelet; the new one finds the pod terminating, runs the
+// hook again and gives it the pod's whole grace again, from that second
+// call: what kubeletsim.TerminateRestarted models and
+// deadline.Budget.OnRestart plans for (docs/faults.md row 228). Measured
+// (from each deletion; the kubelet stopped at +4.1 s, healthy at +4.5 s):
 //
-//   - the probe, an httpGet hook that never answers, SIGTERM ignored,
-//     deleted with 12 s, the kubelet restarted at +4 s: the first call
-//     closed at +4.02 s, the new kubelet healthy at +4.5 s and calling the
-//     hook at +5.4 s, SIGTERM at that call + 12 s, dead 2 s later (with
-//     20 s: +5.39 s, +25.39 s, +27.41 s);
+//   - the probe, an httpGet hook that never answers, SIGTERM ignored, 12 s:
+//     the first call closed at +4.08 s, the new kubelet's at +5.49 s,
+//     SIGTERM at +17.50 s (that call + 12 s), dead at +19.51 s;
+//   - the probe, no hook, SIGTERM ignored, 12 s: one SIGTERM (+0.05 s),
+//     dead at +19.5 s, not +12 s: the old kubelet's stop call ended with
+//     it, and its SIGKILL with it (containerd's CRI StopContainer escalates
+//     only while its caller waits); the new kubelet's stop sent no second
+//     signal (containerd sends the stop signal once) and killed 12 s after
+//     it. A drain without a hook sees nothing of the restart and keeps the
+//     first SIGKILL: early, the safe side;
 //   - sandboxd with the exec hook drainhook, 16 sandboxes of 1 s pauses two
-//     at a time, deleted with 20 s, the kubelet restarted at +4 s: the
-//     budget's new run at +4.66 s, SIGTERM at +12.9 s, SIGKILL expected at
-//     +24.9 s (the first run's would have been +20 s), all 16 preserved,
-//     exit at +21.06 s;
-//   - sandboxd with drainhook, 40 sandboxes (20 s of pauses two at a
-//     time, more than the grace holds: the hook returns at once), deleted
-//     with 20 s, the kubelet restarted at +10 s, during the preserve phase:
-//     the budget's new run at +10.66 s, SIGKILL expected at +30.66 s; the
-//     phase preserves again past its first deadline (docs/faults.md row
-//     239): 40/40 preserved, exit at +20.9 s (before: 32 preserved, 6 not
-//     started, 2 cut, exit at +16.8 s, 13.9 s before the kubelet's SIGKILL);
-//   - the probe, no hook, SIGTERM ignored, deleted with 12 s, the kubelet
-//     restarted at +4.08 s: one SIGTERM (+0.03 s), dead at +17.4 s: the
-//     old kubelet's stop call ended with it, and its SIGKILL with it
-//     (containerd's CRI StopContainer escalates only while its caller
-//     waits); the new kubelet's stop sent no second signal (containerd
-//     sends the stop signal once) and killed 12 s after it. A drain
-//     without a hook sees nothing of the restart and keeps the first
-//     SIGKILL: early, the safe side.
+//     at a time, 20 s, restarted during the hook: the budget's new run at
+//     +4.72 s, SIGTERM at +12.9 s, SIGKILL expected at +24.9 s (the first
+//     run's: +20 s), 16/16 preserved, exit at +21.1 s;
+//   - the same with 40 sandboxes (20 s of pauses: the hook returns at
+//     once), restarted during the preserve phase: the budget's new run at
+//     +4.71 s, SIGKILL expected at +24.7 s; the phase preserves again past
+//     its first deadline (docs/faults.md row 239): 40/40 preserved, exit at
+//     +21.1 s. Before row 239, restarted at +10 s: 32 preserved, 6 not
+//     started, 2 cut, exit at +16.8 s, 13.9 s before the kubelet's SIGKILL.
 func restart(t *testing.T, api *apiPods) {
+	hang := api.startProbe(t, "probe-restart", 12, func(port int) *corev1.LifecycleHandler { return HTTPGetHook(port, "/hook") })
+	quiet := api.startProbe(t, "probe-restart-nohook", 12, nil)
+	inHook := api.startSandboxd(t, "sandboxd-restart", true, 16, 20)
+	inPreserve := api.startSandboxd(t, "sandboxd-restart-late", true, 40, 20)
+	time.Sleep(settle) // not timing logic: see settle
+	// The four deleted at once, each with its pod's grace.
+	d := map[string]time.Time{}
+	for _, p := range []struct {
+		name  string
+		grace int64
+	}{{hang.name, hang.grace}, {quiet.name, quiet.grace}, {inHook.name, inHook.spec}, {inPreserve.name, inPreserve.spec}} {
+		d[p.name] = api.remove(t, p.name, p.grace)
+	}
+	time.Sleep(4 * time.Second) // the scenario's spacing, not a timing assertion
+	stopped, healthy := api.node.RestartKubelet(t)
+
 	t.Run("probe, httpGet hook that hangs", func(t *testing.T) {
-		var stopped, healthy time.Time
-		d1, _, hooks, term, died := api.probe(t, "probe-restart", 12, 4*time.Second, func(port int) *corev1.LifecycleHandler {
-			return HTTPGetHook(port, "/hook")
-		}, func(t *testing.T) time.Time {
-			stopped, healthy = api.node.RestartKubelet(t)
-			return stopped
-		})
-		closed := probeEvent(t, filepath.Join(api.node.Dir, "state-probe-restart"), "hook-closed")
+		d1 := d[hang.name]
+		hooks, term, died := hang.end(t)
+		closed := probeEvent(t, hang.state, "hook-closed")
 		t.Logf("from the deletion: kubelet stopped +%v, healthy +%v; hooks %v, first call closed %v, SIGTERM +%v, dead +%v",
 			stopped.Sub(d1), healthy.Sub(d1), since(d1, hooks), since(d1, closed), term.Sub(d1), died.Sub(d1))
 		require.Len(t, hooks, 2, "the new kubelet runs the hook again")
@@ -168,41 +175,32 @@ func restart(t *testing.T, api *apiPods) {
 		assert.InDelta(t, 12, term.Sub(hooks[1]).Seconds(), 1, "SIGTERM when the second call's whole grace ran out")
 		assert.InDelta(t, 2, died.Sub(term).Seconds(), 1, "dead 2 s later")
 	})
-	t.Run("sandboxd, exec hook", func(t *testing.T) {
-		api.sandboxdRestarted(t, "sandboxd-restart", 16, 4*time.Second)
-	})
-	t.Run("sandboxd, exec hook, restarted after SIGTERM", func(t *testing.T) {
-		r := api.sandboxdRestarted(t, "sandboxd-restart-late", 40, 10*time.Second)
-		assert.True(t, r.rep.Phase(drain.PhasePreserve).Deadline.After(r.d1.Add(20*time.Second)),
-			"the preserve phase's deadline moved past the first run's SIGKILL: +%v", r.rep.Phase(drain.PhasePreserve).Deadline.Sub(r.d1))
-		assert.True(t, r.died.Before(r.rep.Budget.Kill), "exit before the kubelet's SIGKILL")
-		assert.Contains(t, r.log, "the budget moved SIGKILL later during the preserve phase")
-	})
 	t.Run("probe, no hook", func(t *testing.T) {
-		var stopped, healthy time.Time
-		d1, _, hooks, term, died := api.probe(t, "probe-restart-nohook", 12, 4*time.Second, nil, func(t *testing.T) time.Time {
-			stopped, healthy = api.node.RestartKubelet(t)
-			return stopped
-		})
-		terms := probeEvent(t, filepath.Join(api.node.Dir, "state-probe-restart-nohook"), "term")
+		d1 := d[quiet.name]
+		hooks, term, died := quiet.end(t)
+		terms := probeEvent(t, quiet.state, "term")
 		t.Logf("from the deletion: kubelet stopped +%v, healthy +%v; hooks %v, SIGTERMs %v, SIGTERM +%v, dead +%v",
 			stopped.Sub(d1), healthy.Sub(d1), since(d1, hooks), since(d1, terms), term.Sub(d1), died.Sub(d1))
 		assert.Len(t, terms, 1, "containerd sends the stop signal once")
 		assert.True(t, died.After(d1.Add(13*time.Second)), "the first stop's SIGKILL never came: +%v", died.Sub(d1))
 		assert.WithinRange(t, died, stopped.Add(12*time.Second), healthy.Add(30*time.Second), "the new kubelet's stop + 12 s (the stop some moments after it is healthy)")
 	})
+	t.Run("sandboxd, exec hook, restarted during the hook", func(t *testing.T) {
+		restarted(t, inHook.end(t, d[inHook.name], stopped), 16, stopped, healthy)
+	})
+	t.Run("sandboxd, exec hook, restarted during the preserve phase", func(t *testing.T) {
+		r := restarted(t, inPreserve.end(t, d[inPreserve.name], stopped), 40, stopped, healthy)
+		assert.True(t, r.rep.Phase(drain.PhasePreserve).Deadline.After(r.d1.Add(20*time.Second)),
+			"the preserve phase's deadline moved past the first run's SIGKILL: +%v", r.rep.Phase(drain.PhasePreserve).Deadline.Sub(r.d1))
+		assert.Contains(t, r.log, "the budget moved SIGKILL later during the preserve phase")
+	})
 }
 
-// sandboxdRestarted runs sandboxd with drainhook and n sandboxes, deletes
-// it with 20 s and restarts the kubelet after gap: every sandbox must be
+// restarted checks sandboxd's run r with n sandboxes, deleted with 20 s,
+// the kubelet restarted (stopped, then healthy again): every sandbox
 // preserved, the budget's SIGKILL the new run's, the exit before it.
-func (a *apiPods) sandboxdRestarted(t *testing.T, name string, n int, gap time.Duration) shorterRun {
+func restarted(t *testing.T, r shorterRun, n int, stopped, healthy time.Time) shorterRun {
 	t.Helper()
-	var stopped, healthy time.Time
-	r := a.sandboxd(t, name, true, n, 20, 20, gap, func(t *testing.T) time.Time {
-		stopped, healthy = a.node.RestartKubelet(t)
-		return stopped
-	})
 	t.Logf("kubelet stopped +%v, healthy +%v; budget restart +%v",
 		stopped.Sub(r.d1), healthy.Sub(r.d1), r.rep.Budget.Restart.Sub(r.d1))
 	assert.Equal(t, n, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
@@ -260,7 +258,30 @@ func (a *apiPods) remove(t *testing.T, name string, grace int64) time.Time {
 func (a *apiPods) probe(t *testing.T, name string, grace int64, gap time.Duration,
 	hook func(port int) *corev1.LifecycleHandler, then func(t *testing.T) time.Time) (d1, d2 time.Time, hooks []time.Time, term, died time.Time) {
 	t.Helper()
-	state := filepath.Join(a.node.Dir, "state-"+name)
+	p := a.startProbe(t, name, grace, hook)
+	time.Sleep(settle) // not timing logic: see settle
+	d1 = a.remove(t, name, grace)
+	time.Sleep(gap) // the scenario's spacing, not a timing assertion
+	d2 = then(t)
+	hooks, term, died = p.end(t)
+	return d1, d2, hooks, term, died
+}
+
+// A probeRun is podbin's probe running as an API pod.
+type probeRun struct {
+	a     *apiPods
+	name  string
+	state string // its state directory, where its events are
+	grace int64
+	w     *Watch
+}
+
+// startProbe creates podbin's probe (SIGTERM ignored; hook, when not nil,
+// made for its port) as an API pod with grace and returns once it is
+// ready.
+func (a *apiPods) startProbe(t *testing.T, name string, grace int64, hook func(port int) *corev1.LifecycleHandler) *probeRun {
+	t.Helper()
+	p := &probeRun{a: a, name: name, state: filepath.Join(a.node.Dir, "state-"+name), grace: grace}
 	port, err := freePort()
 	require.NoError(t, err)
 	var h *corev1.LifecycleHandler
@@ -268,19 +289,22 @@ func (a *apiPods) probe(t *testing.T, name string, grace int64, gap time.Duratio
 		h = hook(port)
 	}
 	token := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
-	a.create(t, Pod(name, grace, state, h, "/podbin", "probe", "-listen", fmt.Sprintf("127.0.0.1:%d", port),
+	a.create(t, Pod(name, grace, p.state, h, "/podbin", "probe", "-listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"-events", StateMount+"/events", "-hook", "hang", "-term", "ignore", "-token", token))
-	w, err := WatchProcess(WaitProcess(t, token, 2*time.Minute))
+	p.w, err = WatchProcess(WaitProcess(t, token, 2*time.Minute))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { _, ok := readEvents(t, state)["ready"]; return ok }, time.Minute, 20*time.Millisecond)
-	time.Sleep(settle) // not timing logic: see settle
-	d1 = a.remove(t, name, grace)
-	time.Sleep(gap) // the scenario's spacing, not a timing assertion
-	d2 = then(t)
-	died, err = w.Wait(time.Duration(grace)*time.Second + time.Minute)
-	require.NoError(t, err, "pod log:\n%s", a.node.PodLog(name))
-	hooks, term = probeEvents(t, state)
-	return d1, d2, hooks, term, died
+	require.Eventually(t, func() bool { _, ok := readEvents(t, p.state)["ready"]; return ok }, time.Minute, 20*time.Millisecond)
+	return p
+}
+
+// end waits for the probe's death and returns its hook calls, its first
+// SIGTERM and the death.
+func (p *probeRun) end(t *testing.T) (hooks []time.Time, term, died time.Time) {
+	t.Helper()
+	died, err := p.w.Wait(time.Duration(p.grace)*time.Second + time.Minute)
+	require.NoError(t, err, "pod log:\n%s", p.a.node.PodLog(p.name))
+	hooks, term = probeEvents(t, p.state)
+	return hooks, term, died
 }
 
 // probeEvent reads every time of event what from podbin probe's events
@@ -324,34 +348,63 @@ type shorterRun struct {
 // device daemon stopped on its own.
 func (a *apiPods) sandboxd(t *testing.T, name string, exec bool, n int, spec, grace1 int64, gap time.Duration, then func(t *testing.T) time.Time) shorterRun {
 	t.Helper()
-	state := filepath.Join(a.node.Dir, "state-"+name)
+	sd := a.startSandboxd(t, name, exec, n, spec)
+	time.Sleep(settle) // not timing logic: see settle
+	d1 := a.remove(t, name, grace1)
+	var d2 time.Time
+	if then != nil {
+		time.Sleep(gap) // the scenario's spacing, not a timing assertion
+		d2 = then(t)
+	}
+	return sd.end(t, d1, d2)
+}
+
+// A sandboxdRun is examples/sandboxd running as an API pod.
+type sandboxdRun struct {
+	a     *apiPods
+	name  string
+	state string
+	n     int
+	spec  int64
+	w     *Watch
+}
+
+// startSandboxd creates sandboxd as an API pod (see sandboxd) and returns
+// once its n sandboxes run.
+func (a *apiPods) startSandboxd(t *testing.T, name string, exec bool, n int, spec int64) *sandboxdRun {
+	t.Helper()
+	sd := &sandboxdRun{a: a, name: name, state: filepath.Join(a.node.Dir, "state-"+name), n: n, spec: spec}
 	listen, hookListen := freeAddr(t), freeAddr(t)
 	c := sandboxdCase{grace: spec, sandboxes: n, pause: time.Second, concurrency: 1}
 	var hook *corev1.LifecycleHandler
 	if exec {
 		hook, c.concurrency = ExecHook("/drainhook", "-url", "http://"+hookListen+"/drain"), 2
 	}
-	pod := Pod(name, spec, state, hook, append(sandboxdCommand(listen, hookListen, c), "-pod", name)...)
+	pod := Pod(name, spec, sd.state, hook, append(sandboxdCommand(listen, hookListen, c), "-pod", name)...)
 	a.serviceAccount(t, pod)
 	a.create(t, pod)
-	w, err := WatchProcess(WaitProcess(t, "-listen "+listen, 2*time.Minute))
+	var err error
+	sd.w, err = WatchProcess(WaitProcess(t, "-listen "+listen, 2*time.Minute))
 	require.NoError(t, err)
 	base := "http://" + listen
 	waitHTTP(t, base+"/healthz", a.node, name)
 	for range n {
 		createSandbox(t, base, `{"timeout_s": 86400}`)
 	}
-	time.Sleep(settle) // not timing logic: see settle
-	var r shorterRun
-	r.d1 = a.remove(t, name, grace1)
-	if then != nil {
-		time.Sleep(gap) // the scenario's spacing, not a timing assertion
-		r.d2 = then(t)
-	}
-	r.died, err = w.Wait(time.Duration(spec)*time.Second + time.Minute)
+	return sd
+}
+
+// end waits for sandboxd's exit after its deletion at d1 (and a second
+// action at d2, zero for none) and returns what it left. Every sandbox must
+// be accounted for, and its device daemon stopped on its own.
+func (sd *sandboxdRun) end(t *testing.T, d1, d2 time.Time) shorterRun {
+	t.Helper()
+	r := shorterRun{d1: d1, d2: d2}
+	var err error
+	r.died, err = sd.w.Wait(time.Duration(sd.spec)*time.Second + time.Minute)
 	require.NoError(t, err)
-	r.log = a.node.PodLog(name)
-	r.rep = readJSON[drain.Report](t, filepath.Join(state, "last-shutdown.json"), a.node, name)
+	r.log = sd.a.node.PodLog(sd.name)
+	r.rep = readJSON[drain.Report](t, filepath.Join(sd.state, "last-shutdown.json"), sd.a.node, sd.name)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("pod log:\n%s", r.log)
@@ -370,8 +423,8 @@ func (a *apiPods) sandboxd(t *testing.T, name string, exec bool, n int, spec, gr
 	for _, k := range r.rep.Preserve.Counts {
 		total += k
 	}
-	assert.Equal(t, n, total, "every sandbox accounted for: %v", r.rep.Preserve.Counts)
-	events, err := os.ReadFile(filepath.Join(state, "ublkd.events"))
+	assert.Equal(t, sd.n, total, "every sandbox accounted for: %v", r.rep.Preserve.Counts)
+	events, err := os.ReadFile(filepath.Join(sd.state, "ublkd.events"))
 	require.NoError(t, err)
 	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
 	assert.Positive(t, r.rep.Headroom, "the Report says it ended before the expected SIGKILL")
