@@ -230,10 +230,7 @@ func (d *Drainer) phase(ctx context.Context, rep *Report, name string,
 	ctx, span := d.tracer.Start(ctx, phaseSpan(name), trace.WithAttributes(attribute.String(attrPhase, name)))
 	defer span.End()
 	w := d.plan.Window(name)
-	p := PhaseReport{Name: name, Start: w.Start, Deadline: w.Deadline, Reserve: w.Reserve, Short: w.Short}
-	if !w.Hard.Equal(w.Deadline) {
-		p.Hard = w.Hard
-	}
+	p := PhaseReport{Name: name, Start: w.Start, Deadline: w.Deadline, Hard: reportedHard(w), Reserve: w.Reserve, Short: w.Short}
 	fn(ctx, w, &p)
 	p.End = time.Now()
 	p.Duration = p.End.Sub(p.Start)
@@ -292,12 +289,8 @@ func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseRepo
 			p.Deadline = dl // the count moved the preserve reserve
 		}
 	}
-	ctx, cancel := context.WithDeadline(ctx, p.Deadline)
-	defer cancel()
-	ctx, unfollow := d.followBudget(ctx, PhaseGate, p, p.Deadline)
-	defer unfollow()
-	ctx, unforce := d.forceCancel(ctx)
-	defer unforce()
+	ctx, stop := d.phaseContext(ctx, PhaseGate, p, p.Deadline)
+	defer stop()
 	if err := d.gate.Wait(ctx); err != nil {
 		p.Result, p.Error = TimedOut, fmt.Sprintf("gated operations still in flight: %v", context.Cause(ctx))
 		// The gate is closed: no new gated operation starts, so the ones
@@ -333,10 +326,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 		kill = moved
 		d.log.Info("drain: the budget moved SIGKILL later during the preserve phase (the kubelet ran the termination over): preserving what is left until the new deadline",
 			"was", p.Deadline, "deadline", later.Deadline, "hard", later.Hard, "kill", d.budget.Kill(), "not_preserved", pr.Err().Error())
-		p.Deadline, p.Hard = later.Deadline, time.Time{}
-		if !later.Hard.Equal(later.Deadline) {
-			p.Hard = later.Hard
-		}
+		p.Deadline, p.Hard = later.Deadline, reportedHard(later)
 		var more *pause.Report
 		more, inflight, err = d.preserveIn(ctx, later, p)
 		if more != nil {
@@ -372,12 +362,8 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 // operations in flight as the gate closed started (preserveAfterInFlight);
 // the window follows a budget that moves SIGKILL earlier (followBudget).
 func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseReport) (*pause.Report, map[Class]int, error) {
-	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
-	defer cancel()
-	ctx, unfollow := d.followBudget(ctx, PhasePreserve, p, w.Hard)
-	defer unfollow()
-	ctx, unforce := d.forceCancel(ctx)
-	defer unforce()
+	ctx, stop := d.phaseContext(ctx, PhasePreserve, p, w.Hard) // p.Deadline is w's
+	defer stop()
 	// bounded.Call waits for the Preserver until the hard deadline, not the
 	// phase deadline: in-flight preserves may finish until then.
 	hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), w.Hard)
@@ -393,6 +379,26 @@ func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseRep
 		inflight, err = d.preserveAfterInFlight(ctx, pr, run)
 	}
 	return pr, inflight, err
+}
+
+// reportedHard is a PhaseReport's Hard for window w: zero where it is the
+// window's deadline.
+func reportedHard(w deadline.Window) time.Time {
+	if w.Hard.Equal(w.Deadline) {
+		return time.Time{}
+	}
+	return w.Hard
+}
+
+// phaseContext returns ctx ending at phase name's deadline p.Deadline, at
+// the earlier one a budget that moves SIGKILL earlier gives it
+// (followBudget; hard is the deadline the phase's work runs to), and at
+// Force; stop releases it.
+func (d *Drainer) phaseContext(ctx context.Context, name string, p *PhaseReport, hard time.Time) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithDeadline(ctx, p.Deadline)
+	ctx, unfollow := d.followBudget(ctx, name, p, hard)
+	ctx, unforce := d.forceCancel(ctx)
+	return ctx, func() { unforce(); unfollow(); cancel() }
 }
 
 // A tightener is a Preserver whose Run's hard deadline can move earlier,
