@@ -366,7 +366,13 @@ type sandboxdRun struct {
 	state string
 	n     int
 	spec  int64
-	w     *Watch
+	// exited is closed once the process has exited (died; err if it did
+	// not) and its log is read (log): at once, for once the API server
+	// removes the deleted pod the kubelet removes its log too.
+	exited chan struct{}
+	died   time.Time
+	err    error
+	log    string
 }
 
 // startSandboxd creates sandboxd as an API pod (see sandboxd) and returns
@@ -383,14 +389,19 @@ func (a *apiPods) startSandboxd(t *testing.T, name string, exec bool, n int, spe
 	pod := Pod(name, spec, sd.state, hook, append(sandboxdCommand(listen, hookListen, c), "-pod", name)...)
 	a.serviceAccount(t, pod)
 	a.create(t, pod)
-	var err error
-	sd.w, err = WatchProcess(WaitProcess(t, "-listen "+listen, 2*time.Minute))
+	w, err := WatchProcess(WaitProcess(t, "-listen "+listen, 2*time.Minute))
 	require.NoError(t, err)
 	base := "http://" + listen
 	waitHTTP(t, base+"/healthz", a.node, name)
 	for range n {
 		createSandbox(t, base, `{"timeout_s": 86400}`)
 	}
+	sd.exited = make(chan struct{})
+	go func() {
+		defer close(sd.exited)
+		sd.died, sd.err = w.Wait(time.Duration(spec)*time.Second + 2*time.Minute)
+		sd.log = a.node.PodLog(name)
+	}()
 	return sd
 }
 
@@ -399,11 +410,9 @@ func (a *apiPods) startSandboxd(t *testing.T, name string, exec bool, n int, spe
 // be accounted for, and its device daemon stopped on its own.
 func (sd *sandboxdRun) end(t *testing.T, d1, d2 time.Time) shorterRun {
 	t.Helper()
-	r := shorterRun{d1: d1, d2: d2}
-	var err error
-	r.died, err = sd.w.Wait(time.Duration(sd.spec)*time.Second + time.Minute)
-	require.NoError(t, err)
-	r.log = sd.a.node.PodLog(sd.name)
+	<-sd.exited
+	require.NoError(t, sd.err)
+	r := shorterRun{d1: d1, d2: d2, died: sd.died, log: sd.log}
 	r.rep = readJSON[drain.Report](t, filepath.Join(sd.state, "last-shutdown.json"), sd.a.node, sd.name)
 	t.Cleanup(func() {
 		if t.Failed() {
