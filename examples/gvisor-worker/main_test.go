@@ -14,10 +14,15 @@ import (
 
 	"github.com/drainkit/drainkit/internal/pid1"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
+	"github.com/drainkit/drainkit/internal/startsig/startsigtest"
 )
 
 // roleEnv makes the test binary run the worker's Main with its arguments.
 const roleEnv = "GVISOR_WORKER_TEST_MAIN"
+
+// holdStartEnv names a file: the worker's start, once its sandboxes are loaded, says so
+// in FILE.held and waits until FILE exists.
+const holdStartEnv = "GVISOR_WORKER_TEST_HOLD_START"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) != "" {
@@ -26,6 +31,9 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		pid1.Init() // as main does
+		if gate := os.Getenv(holdStartEnv); gate != "" {
+			startingHook = func() { startsigtest.Hold(gate) }
+		}
 		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
 	}
 	goleak.VerifyTestMain(m)

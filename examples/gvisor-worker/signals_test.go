@@ -18,6 +18,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
+	"github.com/drainkit/drainkit/internal/startsig/startsigtest"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -85,12 +86,28 @@ func TestSIGTERMAsSoonAsTheWorkerAnswersDrains(t *testing.T) {
 	assert.NoError(t, err, "the Report is written")
 }
 
+// Fault: the worker handled SIGTERM only once it served, and its start takes a while (the
+// state directory's lock, its sandboxes' records, with runsc the orphans' sweep: a
+// `runsc` call each). A SIGTERM in that window (a pod deleted while it starts) had its
+// default action: the worker died at once, exit by signal, no Report. Now it is logged
+// when it comes, the start goes on, and the worker drains at once, its budget counted
+// from the SIGTERM.
+func TestSIGTERMWhileStartingDrainsOnceStarted(t *testing.T) {
+	dir := t.TempDir()
+	gate := filepath.Join(t.TempDir(), "gate")
+	p, stderr := startFakeWorker(t, dir, holdStartEnv+"="+gate)
+	sent, released := startsigtest.SIGTERMWhileHeld(t, p, stderr, gate, "SIGTERM while the worker starts")
+
+	require.NoError(t, p.Wait(t, 30*time.Second, "the worker did not exit: %s", stderr), "drained, exit status 0: %s", stderr)
+	startsigtest.CountedFromSIGTERM(t, filepath.Join(dir, "last-shutdown.json"), sent, released)
+}
+
 // startFakeWorker starts the worker as a real process on the state directory dir, with the
 // fake runtime, and returns it and its stderr.
-func startFakeWorker(t *testing.T, dir string) (*pid1test.Process, *logbuf.Buffer) {
+func startFakeWorker(t *testing.T, dir string, env ...string) (*pid1test.Process, *logbuf.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-state-dir", dir, "-runtime", "fake", "-pause-latency", "50ms", "-grace", "10s")
-	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0"), env...)
 	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	return pid1test.Start(t, cmd), &stderr

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,8 +26,8 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/durable"
-	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/startsig"
 	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/kube"
@@ -131,6 +130,10 @@ type Worker struct {
 	grpc    *grpc.Server
 	drainer *drain.Drainer
 	ln      net.Listener
+	// signals holds the SIGTERM and SIGINT from newWorker's first moment until close: one
+	// that comes while the worker starts (its lock, its sandboxes' records, the orphans'
+	// sweep) drains once it has.
+	signals *startsig.Catcher
 	// lock makes the state directory this process's alone until close.
 	lock *statedir.Lock
 	// learned is the start from what the last shutdown learned, and saves what this
@@ -140,12 +143,16 @@ type Worker struct {
 	est     *deadline.Estimator // the Preserver's: it starts from what was learned
 }
 
+// startingHook is a test's: it holds newWorker once its sandboxes are loaded, for a
+// SIGTERM then.
+var startingHook = func() {}
+
 // maxConcurrency is the ceiling of the adaptive limit (-concurrency 0): pause's own.
 const maxConcurrency = 32
 
 // newWorker loads the checkpointed sandboxes, builds the Drainer and listens.
 func newWorker(cfg config, logger *slog.Logger) (*Worker, error) {
-	w := &Worker{cfg: cfg, logger: logger}
+	w := &Worker{cfg: cfg, logger: logger, signals: startsig.Catch(logger, "the worker")}
 	if err := w.open(); err != nil {
 		w.close()
 		return nil, err
@@ -160,8 +167,10 @@ func (w *Worker) open() (err error) {
 	// saying for whom, with nothing touched and no socket served, until that one exits;
 	// then it takes over what it left. Its own SIGTERM while it waits ends the wait:
 	// newWorker fails and Main exits 1.
-	if w.lock, err = statedir.Acquire(context.Background(), w.cfg.StateDir, statedir.Config{Logger: w.logger,
-		Signals: []os.Signal{syscall.SIGTERM, syscall.SIGINT}}); err != nil {
+	lockCtx, unlock := w.signals.Context(context.Background())
+	w.lock, err = statedir.Acquire(lockCtx, w.cfg.StateDir, statedir.Config{Logger: w.logger})
+	unlock()
+	if err != nil {
 		return err
 	}
 	st, err := store.Open(filepath.Join(w.cfg.StateDir, "records"))
@@ -177,6 +186,7 @@ func (w *Worker) open() (err error) {
 	if rs, ok := w.rt.(*sandbox.Runsc); ok {
 		w.sweepOrphans(rs, filepath.Join(w.cfg.StateDir, "records"))
 	}
+	startingHook()
 	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint, classList}}
 	classify := draingrpc.Methods(map[string]drain.Class{
 		MethodRun:        drain.Create,
@@ -416,7 +426,8 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// serve serves until SIGTERM or SIGINT (or ctx ending), then shuts down, writes the Report
+// serve serves until SIGTERM or SIGINT (one that came while newWorker ran included: the
+// budget counts from it), or ctx ending, then shuts down, writes the Report
 // and the termination message (writeReport), and returns the Report and the error of
 // writing it. A SIGINT after that forces; a SIGTERM again does not (the kubelet's, with a
 // shortened grace: drain.Drainer.ServeSignals). SIGHUP and SIGQUIT never end the worker
@@ -427,18 +438,14 @@ func (e usageError) Unwrap() error { return e.error }
 // deletions in progress (`runsc delete -force`, about 2 s each), and the drain ended only
 // its margin before SIGKILL, which they would have pushed the Report past.
 func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
-	// The signals are handled before anything is served: a connection waiting in the
-	// socket's queue is answered the moment serving starts, and a SIGTERM that came after
-	// that answer found its default action, which killed the worker at once.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	stopOthers := hupquit.Handle(w.logger, "the worker")
-	defer stopOthers()
+	// The signals have been held since newWorker began (w.signals): a connection waiting
+	// in the socket's queue is answered the moment serving starts, and a SIGTERM that came
+	// after that answer, or while the worker started, found its default action, which
+	// killed the worker at once (docs/faults.md rows 240 and 241).
 	go func() { _ = w.grpc.Serve(w.ln) }()
 	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
 		"checkpointed", w.node.Count(sandbox.Paused))
-	rep := w.drainer.ServeSignals(ctx, sigs)
-	signal.Stop(sigs)
+	rep := w.signals.Drain(ctx, w.drainer)
 	w.learned.Save(rep, w.drainer.Budget(), w.steps) // for the next worker and drainkit plan
 	err := w.writeReport(rep)
 	w.close()
@@ -465,7 +472,8 @@ func (w *Worker) writeReport(rep *drain.Report) error {
 }
 
 func (w *Worker) close() {
-	defer w.lock.Release()  // last: it lets a worker waiting for the directory in
+	defer w.signals.Stop()  // last: until the process exits, a SIGTERM must not end it half-way
+	defer w.lock.Release()  // it lets a worker waiting for the directory in
 	defer w.learned.Close() // a worker closed without its Save: the rates file's lock too
 	if w.grpc != nil {
 		w.grpc.Stop()

@@ -9,12 +9,11 @@
 // A server takes the directory's lock before it touches anything in it, and holds it until
 // it exits:
 //
-//	lock, err := statedir.Acquire(ctx, stateDir, statedir.Config{
-//		Logger:  logger,
-//		Signals: []os.Signal{syscall.SIGTERM, syscall.SIGINT},
-//	})
+//	waitCtx, done := signals.Context(ctx) // internal/startsig: SIGTERM ends the wait
+//	lock, err := statedir.Acquire(waitCtx, stateDir, statedir.Config{Logger: logger})
+//	done()
 //	if err != nil {
-//		return err // ctx ended or a signal came while another server held the directory
+//		return err // ctx ended (a SIGTERM) while another server held the directory
 //	}
 //	defer lock.Release()
 //
@@ -26,9 +25,9 @@
 //     lock into the file, so a waiter can say for whom it waits.
 //   - A second server on the directory waits: it logs at once, then every Config.LogEvery,
 //     that it is waiting and for whom, and takes the lock within Config.Poll of the
-//     holder's exit. It gives up only when ctx ends or one of Config.Signals arrives (its
-//     own SIGTERM: the kubelet ends a pod that waited for its whole grace), with an error
-//     that names the holder and why it gave up; it has then created the directory and the
+//     holder's exit. It gives up only when ctx ends (a server ends it at its own SIGTERM:
+//     the kubelet ends a pod that waited for its whole grace), with an error that names
+//     the holder and why it gave up (context.Cause: "SIGTERM received"); it has then created the directory and the
 //     lock file, and touched nothing else.
 //   - TryAcquire does not wait: it takes the lock or returns a *HeldError naming the
 //     holder, and makes nothing but the lock file. internal/learned holds its rates file

@@ -5,19 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"syscall"
 
 	"github.com/drainkit/drainkit/internal/statedir"
 )
 
 // open is a server's start: the lock first, then the directory's contents.
 func open(ctx context.Context, stateDir string, logger *slog.Logger) error {
-	lock, err := statedir.Acquire(ctx, stateDir, statedir.Config{
-		Logger:  logger,
-		Signals: []os.Signal{syscall.SIGTERM, syscall.SIGINT},
-	})
+	lock, err := statedir.Acquire(ctx, stateDir, statedir.Config{Logger: logger})
 	if err != nil {
-		return err // ctx ended or a signal came while another server held the directory
+		return err // ctx ended (its SIGTERM: internal/startsig) while another server held the directory
 	}
 	defer lock.Release()
 	entries, err := os.ReadDir(stateDir) // now this server's alone

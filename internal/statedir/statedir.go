@@ -4,11 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"time"
 )
@@ -38,10 +36,6 @@ type Config struct {
 	// Logger gets the waiting lines (WARN) and the line saying the lock was taken after a
 	// wait (INFO); nil logs nothing.
 	Logger *slog.Logger
-	// Signals end the wait as ctx's end does: a server passes SIGTERM and SIGINT, so that
-	// the kubelet's SIGTERM to a pod still waiting ends it with a clear error instead of
-	// the signal's default death. They are caught only while Acquire waits.
-	Signals []os.Signal
 	// LogEvery is how often a waiting Acquire says again that it is waiting; zero:
 	// DefaultLogEvery.
 	LogEvery time.Duration
@@ -100,7 +94,8 @@ func (l *Lock) Release() error {
 // every cfg.LogEvery, tries again every cfg.Poll, and returns as soon as it has the lock.
 //
 // On failure it returns an error naming dir, and the holder when there is one: when ctx
-// ends first (the error wraps ctx.Err()), when one of cfg.Signals arrives first, or when
+// ends first (the error wraps context.Cause(ctx): a server's SIGTERM ends the wait through
+// its context, internal/startsig's Catcher.Context, with the cause "SIGTERM received"), or when
 // dir or the lock file cannot be made or locked. It has then touched nothing in dir but
 // the lock file.
 func Acquire(ctx context.Context, dir string, cfg Config) (*Lock, error) {
@@ -160,14 +155,8 @@ func acquire(dir string, cfg Config, held func(*os.File) error) (*Lock, error) {
 	return &Lock{f: f, dir: dir}, nil
 }
 
-// wait waits until tryLock takes f's lock, ctx ends or one of cfg.Signals arrives.
+// wait waits until tryLock takes f's lock or ctx ends.
 func wait(ctx context.Context, f *os.File, dir string, cfg Config) error {
-	var sigs chan os.Signal
-	if len(cfg.Signals) > 0 {
-		sigs = make(chan os.Signal, 1)
-		signal.Notify(sigs, cfg.Signals...)
-		defer signal.Stop(sigs)
-	}
 	start := time.Now()
 	holder := readHolder(f.Name())
 	cfg.Logger.Warn("state directory held by another server; waiting for it to exit before touching it",
@@ -183,9 +172,7 @@ func wait(ctx context.Context, f *os.File, dir string, cfg Config) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return gaveUp(ctx.Err())
-		case sig := <-sigs:
-			return gaveUp(errors.New(signalName(sig) + " received"))
+			return gaveUp(context.Cause(ctx))
 		case <-say.C:
 			holder = readHolder(f.Name())
 			cfg.Logger.Warn("still waiting for the state directory", "dir", dir, "holder", holder.String(),

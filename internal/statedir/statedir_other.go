@@ -7,5 +7,3 @@ import "os"
 // tryLock takes nothing where flock(2) does not exist: the lock is always taken.
 // (drainkit plan, which reads internal/learned, builds there; the servers do not.)
 func tryLock(*os.File) (bool, error) { return true, nil }
-
-func signalName(sig os.Signal) string { return sig.String() }

@@ -124,6 +124,22 @@ func TestWaiterSaysForWhomItWaitsAndTakesTheLockOnceReleased(t *testing.T) {
 	})
 }
 
+// A waiter whose context a signal ended (internal/startsig's Context) says so: the
+// context's cause, not "context canceled".
+func TestWaiterSaysWhyItsContextEnded(t *testing.T) {
+	dir := t.TempDir()
+	old, err := Acquire(context.Background(), dir, Config{Owner: "sandboxd-old"})
+	require.NoError(t, err)
+	defer old.Release()
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		time.AfterFunc(3*time.Second, func() { cancel(errors.New("SIGTERM received")) })
+		_, err := Acquire(ctx, dir, Config{Owner: "sandboxd-new"})
+		assert.ErrorIs(t, err, context.Cause(ctx))
+		assert.Regexp(t, `^state directory .*: gave up waiting after 3s for pid \d+ \(sandboxd-old\) since \S+, which holds it: SIGTERM received$`, err.Error())
+	})
+}
+
 // A waiter whose context ends gives up with an error naming the directory, the holder,
 // how long it waited and why, and leaves the lock file as the holder wrote it.
 func TestWaiterGivesUpWhenItsContextEnds(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,12 +27,4 @@ func tryLock(f *os.File) (bool, error) {
 		}
 		return false, fmt.Errorf("state directory %s: flock: %w", filepath.Dir(f.Name()), err)
 	}
-}
-
-// signalName names sig as a log line does: "SIGTERM".
-func signalName(sig os.Signal) string {
-	if n, ok := sig.(syscall.Signal); ok {
-		return unix.SignalName(n)
-	}
-	return sig.String()
 }

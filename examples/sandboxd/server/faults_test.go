@@ -22,6 +22,7 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
+	"github.com/drainkit/drainkit/internal/startsig/startsigtest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -282,15 +283,39 @@ func TestSIGTERMAsSoonAsTheAPIAnswersDrains(t *testing.T) {
 	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "device daemon stopped and exited on its own: %s", events)
 }
 
+// Fault: sandboxd handled SIGTERM only once it served, and its start takes a while: the
+// state directory's lock, the device daemon, the sandboxes' records (with runsc, a
+// `runsc` call each). A SIGTERM in that window (a pod deleted while it starts: a rollout
+// scaled back, a node drained) had its default action: sandboxd died at once, exit by
+// signal, no Report, and its device daemon with it through its Pdeathsig, devices and
+// all. The timeline now:
+//
+//	sandboxd: lock taken, device daemon running, start held
+//	kubelet:  SIGTERM                    -> logged at once; sandboxd goes on starting
+//	sandboxd: start ends                 -> drains at once: the Report, the daemon stops
+//	                                        on its own, exit 0; the budget from the SIGTERM
+func TestSIGTERMWhileStartingDrainsOnceStarted(t *testing.T) {
+	dir := t.TempDir()
+	gate := filepath.Join(t.TempDir(), "gate")
+	p, stderr := startWithADevice(t, dir, freeAddr(t), holdStartEnv+"="+gate)
+	sent, released := startsigtest.SIGTERMWhileHeld(t, p, stderr, gate, "SIGTERM while sandboxd starts")
+
+	require.NoError(t, p.Wait(t, 30*time.Second, "sandboxd did not exit: %s", stderr), "drained, exit status 0: %s", stderr)
+	startsigtest.CountedFromSIGTERM(t, filepath.Join(dir, ReportFile), sent, released)
+	events, err := os.ReadFile(filepath.Join(dir, EventLogFile))
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "device daemon stopped and exited on its own: %s", events)
+}
+
 // startWithADevice starts sandboxd as a real process on the state directory dir, its API on
 // addr, with the fake runtime and one fake device, and returns it and its stderr.
-func startWithADevice(t *testing.T, dir, addr string) (*pid1test.Process, *logbuf.Buffer) {
+func startWithADevice(t *testing.T, dir, addr string, env ...string) (*pid1test.Process, *logbuf.Buffer) {
 	t.Helper()
 	// A hook address of its own: the default 127.0.0.1:8082 is the supervisor's too, whose
 	// tests may run at the same time.
 	cmd := exec.Command(os.Args[0], "-listen", addr, "-hook-listen", freeAddr(t), "-state-dir", dir, "-grace", "6s",
 		"-pause-latency", "50ms", "-devices", "1")
-	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0"), env...)
 	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	return pid1test.Start(t, cmd), &stderr

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -22,9 +21,9 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/fakeublk"
-	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/promexport"
+	"github.com/drainkit/drainkit/internal/startsig"
 	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/internal/ublkhook"
@@ -49,6 +48,9 @@ type Server struct {
 	hook    *http.Server // the preStop hook, on its own listener
 	hookLn  net.Listener
 	daemon  *fakeublk.Child
+	// signals holds the SIGTERM and SIGINT from New's first moment until Close: one
+	// that comes while sandboxd starts (its lock, its device daemon) drains once it has.
+	signals *startsig.Catcher
 	// lock makes the state directory this process's alone until Close.
 	lock *statedir.Lock
 	// est estimates one preserve; it starts from STATE_DIR/learned-rates.json
@@ -70,6 +72,12 @@ type Server struct {
 // fake mode, builds the Drainer and listens. Bad configuration fails here, naming the flag
 // or the field. The process that calls New must call fakeublk.MainIfDaemon first thing in
 // main. Call Run next, or Close if Run is never called.
+//
+// From its first moment New holds SIGTERM and SIGINT (and keeps SIGHUP and SIGQUIT from
+// ending the process) until Close. One that comes while New waits for the state
+// directory's lock ends the wait: New fails, having touched nothing. One that comes after
+// (the device daemon starting, the sandboxes loading) lets New finish; Run then drains
+// at once, the kubelet's SIGKILL counted from the signal.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -77,7 +85,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, logger: logger}
+	s := &Server{cfg: cfg, logger: logger, signals: startsig.Catch(logger, "sandboxd")}
 	if err := s.open(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -91,8 +99,10 @@ func (s *Server) open(ctx context.Context) (err error) {
 	// started before the last one has ended) waits here, saying for whom, not ready and
 	// with nothing touched, until that one exits; then it takes over what it left. Its own
 	// SIGTERM while it waits ends the wait: New fails and Main exits 1.
-	if s.lock, err = statedir.Acquire(ctx, s.cfg.StateDir, statedir.Config{Owner: s.cfg.Pod, Logger: s.logger,
-		Signals: []os.Signal{syscall.SIGTERM, syscall.SIGINT}}); err != nil {
+	lockCtx, unlock := s.signals.Context(ctx)
+	s.lock, err = statedir.Acquire(lockCtx, s.cfg.StateDir, statedir.Config{Owner: s.cfg.Pod, Logger: s.logger})
+	unlock()
+	if err != nil {
 		return err
 	}
 	// Owner-only: records and images are the sandboxes' state, and the device daemon's
@@ -121,6 +131,7 @@ func (s *Server) open(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	startingHook()
 	s.steps = steps
 	if err := s.buildDrainer(s.sizedByGrace(steps)); err != nil {
 		return err
@@ -273,6 +284,9 @@ func (s *Server) pod() *kube.Pod {
 	return pod
 }
 
+// startingHook is a test's: it holds New once the device daemon runs, for a SIGTERM then.
+var startingHook = func() {}
+
 // inCluster is the kube.Config of the pod sandboxd runs in (the zero one:
 // the service account's); tests point it at an API server of their own.
 var inCluster = func() kube.Config { return kube.Config{} }
@@ -294,23 +308,17 @@ func (s *Server) Drainer() *drain.Drainer { return s.drainer }
 // grace period — writes the Report to STATE_DIR/last-shutdown.json and returns it. A second
 // signal forces the shutdown. Run never exits the process.
 func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
-	// The signals are handled before anything is served: requests waiting in the listener's
-	// queue are answered the moment serving starts, and a SIGTERM that came after such an
-	// answer (the kubelet's, just after a probe passed) found its default action, which
-	// killed sandboxd at once, with no drain and no report.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	// SIGHUP and SIGQUIT would kill sandboxd at once, with no report, every sandbox lost and
-	// the device daemon killed through its Pdeathsig: logged, and sandboxd goes on.
-	stopOthers := hupquit.Handle(s.logger, "sandboxd")
+	// The signals have been held since New began (s.signals): requests waiting in the
+	// listener's queue are answered the moment serving starts, and a SIGTERM that came after
+	// such an answer (the kubelet's, just after a probe passed), or while sandboxd started,
+	// found its default action, which killed sandboxd at once, with no drain and no report
+	// (docs/faults.md rows 238 and 241). SIGHUP and SIGQUIT are logged, and sandboxd goes on.
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.http.Serve(s.ln) }()
 	go func() { _ = s.hook.Serve(s.hookLn) }() // closed by Close
 	s.logger.Info("sandboxd serving", "addr", s.Addr(), "runtime", s.rt.Name(),
 		"paused", s.node.Count(sandbox.Paused), "grace", s.cfg.Grace)
-	rep := s.drainer.ServeSignals(ctx, sigs)
-	signal.Stop(sigs)
-	stopOthers()
+	rep := s.signals.Drain(ctx, s.drainer)
 	s.logLost(rep)
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		s.logger.Warn("http server", "error", err)
@@ -344,9 +352,11 @@ func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr error) {
 
 // Close releases what New started: the timeout timers, the listener, the device daemon
 // (killed if the ublk step did not stop it), in runsc mode the sandboxes that were not
-// preserved (they are lost either way; in a pod the container's SIGKILL takes them), and
-// last the state directory's lock, which lets a sandboxd waiting for the directory in.
+// preserved (they are lost either way; in a pod the container's SIGKILL takes them), the
+// state directory's lock, which lets a sandboxd waiting for the directory in, and last the
+// signals New began to hold.
 func (s *Server) Close() {
+	defer s.signals.Stop() // last: until the process exits, a SIGTERM must not end it half-way
 	defer s.lock.Release()
 	defer s.learned.Close() // a server closed without its Save: the rates file's lock too
 	if s.node != nil {

@@ -67,6 +67,17 @@ func StartPID1(t testing.TB, cmd *exec.Cmd) *Process {
 	return Start(t, cmd)
 }
 
+// Exited reports, without waiting, whether the process has exited.
+func (p *Process) Exited() bool {
+	select {
+	case err := <-p.exited:
+		p.exited <- err // for Wait, and the cleanup
+		return true
+	default:
+		return false
+	}
+}
+
 // Wait waits up to timeout for the process to exit and returns the error of its
 // Cmd.Wait (nil for exit status 0). Past timeout it fails the test with the message
 // format and args make.
