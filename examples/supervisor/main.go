@@ -77,7 +77,7 @@ type config struct {
 	report      string
 	termLog     string // the termination message path; empty: the default if it exists
 	server      []string
-	apiKey      string
+	apiKey      string                  // tests only: the API key sent when the flags give none
 	kernels     ublk.KernelDeclarations // what the operator declared about the node's kernels
 	pod         string                  // this pod's name for the Kubernetes API; empty: no API access
 	podUID      string                  // this pod's metadata.uid; empty: learned from the first read
@@ -149,8 +149,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return c, err
 	}
 	c.daemon = strings.Fields(*daemon)
-	var err error
-	if c.apiKey, err = c.api.Finish(fs); err != nil {
+	if err := c.api.Finish(fs); err != nil {
 		return c, err
 	}
 	if c.serverURL == "" {

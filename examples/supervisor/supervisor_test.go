@@ -335,20 +335,32 @@ func TestAPIFlags(t *testing.T) {
 	t.Setenv(EnvAPIKey, "from-env")
 	c, err = parseArgs([]string{"--", "server"}, &stderr)
 	require.NoError(t, err)
-	assert.Equal(t, "from-env", c.apiKey)
+	assert.Equal(t, "from-env", c.api.Config().APIKey)
 	assert.Equal(t, "http://127.0.0.1:8080", c.serverURL)
-	keyFile := filepath.Join(t.TempDir(), "key")
-	require.NoError(t, os.WriteFile(keyFile, []byte(" from-file\n"), 0o600))
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
 	c, err = parseArgs([]string{"-api-key-file", keyFile, "--", "server"}, &stderr)
-	require.NoError(t, err)
-	assert.Equal(t, "from-file", c.apiKey, "the file wins, trimmed")
+	require.NoError(t, err, "the key file is httpsource's to read, at newSupervisor")
+	assert.Equal(t, keyFile, c.api.Config().APIKeyFile, "the file wins")
+	assert.Empty(t, c.api.Config().APIKey)
+
+	// A key file that cannot be read, or is empty, still stops the
+	// supervisor at start, naming it, before any child is started.
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.WriteFile(empty, []byte("\n"), 0o600))
+	for file, says := range map[string]string{keyFile: keyFile + ": no such file", empty: empty + " is empty"} {
+		var stderr bytes.Buffer
+		code := Main(t.Context(), []string{"-api-key-file", file, "--", "/nonexistent/server"}, &stderr)
+		assert.Equal(t, 2, code, stderr.String())
+		assert.Contains(t, stderr.String(), "-api-key-file")
+		assert.Contains(t, stderr.String(), says)
+	}
 
 	for _, bad := range []struct {
 		args []string
 		says string
 	}{
 		{[]string{"-api", "e2b", "--", "s"}, "-api"},
-		{[]string{"-api-key-file", "/nonexistent/key", "--", "s"}, "-api-key-file"},
 		{[]string{"-next-token", "x-next-token", "--", "s"}, "-next-token"},
 		{[]string{"-daemon", "d", "-daemon-socket", "/run/d.sock", "--", "s"}, "-daemon-socket"},
 	} {

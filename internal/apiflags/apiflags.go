@@ -62,40 +62,37 @@ func (a *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&a.nextToken, "next-token", "", "pagination: HEADER,PARAM (the answer's header with the next page's token, the query parameter that sends it back)")
 }
 
-// Finish validates the flags once fs is parsed and returns the API key:
-// the contents of -api-key-file, trimmed, or else EnvAPIKey's value.
-// Errors name the flag.
-func (a *Flags) Finish(fs *flag.FlagSet) (key string, err error) {
+// Finish validates the flags once fs is parsed, and takes the API key
+// from EnvAPIKey unless -api-key-file names a file. Errors name the flag.
+//
+// Finish does not read -api-key-file: the file goes to httpsource as
+// Config.APIKeyFile, and httpsource.New is its one reader, at start (a
+// missing, unreadable or empty file fails New, naming the file) and again
+// whenever a rotated Secret changes it. A second read here could see
+// another version of the file than New's.
+func (a *Flags) Finish(fs *flag.FlagSet) error {
 	a.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { a.set[f.Name] = true })
 	if _, ok := DefaultServerURL[a.API]; !ok {
-		return "", fmt.Errorf("-api must be %s or %s, got %q", Generic, AgentENV, a.API)
+		return fmt.Errorf("-api must be %s or %s, got %q", Generic, AgentENV, a.API)
 	}
 	if a.nextToken != "" {
 		if h, p, ok := strings.Cut(a.nextToken, ","); !ok || h == "" || p == "" {
-			return "", fmt.Errorf("-next-token must be HEADER,PARAM, got %q", a.nextToken)
+			return fmt.Errorf("-next-token must be HEADER,PARAM, got %q", a.nextToken)
 		}
 	}
 	if a.sizeUnit <= 0 {
-		return "", fmt.Errorf("-size-unit must be positive, got %d", a.sizeUnit)
+		return fmt.Errorf("-size-unit must be positive, got %d", a.sizeUnit)
 	}
 	if a.keyFile == "" {
 		a.envKey = os.Getenv(EnvAPIKey)
-		return a.envKey, nil
 	}
-	b, err := os.ReadFile(a.keyFile)
-	if err != nil {
-		return "", fmt.Errorf("-api-key-file: %w", err)
-	}
-	if key = strings.TrimSpace(string(b)); key == "" {
-		return "", fmt.Errorf("-api-key-file %s is empty", a.keyFile)
-	}
-	return key, nil
+	return nil
 }
 
-// KeySource names where Finish took the API key from, for a message about
-// a key the server refused: "-api-key-file PATH", EnvAPIKey, or "no key
-// configured" when neither gave one.
+// KeySource names where the API key comes from, for a message about a key
+// the server refused: "-api-key-file PATH", EnvAPIKey, or "no key
+// configured" when neither gives one.
 func (a *Flags) KeySource() string {
 	switch {
 	case a.keyFile != "":
@@ -109,8 +106,9 @@ func (a *Flags) KeySource() string {
 // Config returns the httpsource configuration of the shape: the preset
 // (the zero Config for generic, httpsource.AgentENV for agentenv), with
 // every shape flag given on the command line overriding its field, and the
-// API key: -api-key-file as APIKeyFile (read again when a rotated Secret
-// changes it), else EnvAPIKey's value as APIKey. Call it after Finish.
+// API key: -api-key-file as APIKeyFile (read by httpsource.New, and again
+// when a rotated Secret changes it), else EnvAPIKey's value as APIKey.
+// Call it after Finish.
 func (a *Flags) Config() httpsource.Config {
 	var c httpsource.Config
 	if a.API == AgentENV {

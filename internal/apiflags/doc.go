@@ -6,11 +6,13 @@
 //	var api apiflags.Flags
 //	api.Register(fs)
 //	_ = fs.Parse(args)
-//	_, err := api.Finish(fs) // validates, reads the API key once
-//	src, err := httpsource.New(url, api.Config()) // the key with it, its file read again when it changes
+//	err := api.Finish(fs)                         // validates; the key from the environment
+//	src, err := httpsource.New(url, api.Config()) // the key with it: -api-key-file read here, and again when it changes
 //
 // -api picks a preset (generic, or AgentENV's node API); the shape flags
 // (-list-path, -id-field, -size-field, ...) override single settings of
 // it. The API key comes from -api-key-file or the environment, never from
-// argv; a key file is read again whenever a rotated Secret changes it.
+// argv. A key file has one reader, httpsource: New reads it (and fails,
+// naming it, when it is missing, unreadable or empty), and the Source reads
+// it again whenever a rotated Secret changes it.
 package apiflags

@@ -15,13 +15,11 @@ func Example() {
 	var api apiflags.Flags
 	api.Register(fs)
 	_ = fs.Parse([]string{"-api", "agentenv", "-list-path", "/v2/sandboxes"})
-	key, err := api.Finish(fs)
-	if err != nil {
+	if err := api.Finish(fs); err != nil {
 		fmt.Println(err)
 		return
 	}
-	cfg := api.Config()
-	cfg.APIKey = key
+	cfg := api.Config() // with the API key: DRAINKIT_API_KEY's, or -api-key-file's for New to read
 	src, err := httpsource.New(apiflags.DefaultServerURL[api.API], cfg)
 	fmt.Println(api.API, cfg.ListPath, cfg.IDField, src != nil, err)
 	// Output: agentenv /v2/sandboxes sandboxID true <nil>

@@ -200,7 +200,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("-count must be at most %d (sandboxes on one node), got %d", maxCount, *count)
 	}
 	if err == nil {
-		_, err = api.Finish(fs) // the key goes with api.Config()
+		err = api.Finish(fs) // the key goes with api.Config(); a key file is New's to read
 	}
 	if err == nil {
 		err = checkPlanFlags(pos, *server, *sizesFile, *count, *margin, *estimate, *limit, *rate)
