@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/logonce"
 	"github.com/drainkit/drainkit/internal/telemetry"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
@@ -175,9 +176,7 @@ type Drainer struct {
 	counted atomic.Bool             // a count has succeeded
 	listed  atomic.Pointer[listing] // the last count's sandboxes
 
-	listMu    sync.Mutex
-	listFails int    // counts failed in a row
-	listErr   string // the last failure logged at Warn
+	listFails logonce.Failures // the counts failed in a row, and the failure last logged at Warn
 
 	pod       *kube.Pod
 	kubelet   time.Duration  // Config.KubeletGrace

@@ -362,24 +362,17 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 // PollInterval, and a Lister that stays broken would log every second of
 // an hour; the progress line says "running unknown" meanwhile.
 func (d *Drainer) listFailed(err error) {
-	d.listMu.Lock()
-	defer d.listMu.Unlock()
-	d.listFails++
-	if msg := err.Error(); msg != d.listErr {
-		d.listErr = msg
-		d.log.Warn("drain: listing running sandboxes failed", "err", err, "failures", d.listFails)
-		return
+	if news, n := d.listFails.Fail(err.Error()); news {
+		d.log.Warn("drain: listing running sandboxes failed", "err", err, "failures", n)
+	} else {
+		d.log.Debug("drain: listing running sandboxes failed", "err", err, "failures", n)
 	}
-	d.log.Debug("drain: listing running sandboxes failed", "err", err, "failures", d.listFails)
 }
 
 // listWorks logs, once, that a count succeeded after failures.
 func (d *Drainer) listWorks() {
-	d.listMu.Lock()
-	defer d.listMu.Unlock()
-	if d.listFails > 0 {
-		d.log.Info("drain: listing running sandboxes works again", "failures", d.listFails)
-		d.listFails, d.listErr = 0, ""
+	if n := d.listFails.OK(); n > 0 {
+		d.log.Info("drain: listing running sandboxes works again", "failures", n)
 	}
 }
 

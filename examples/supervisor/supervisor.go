@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/logonce"
 	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/kube"
@@ -109,7 +111,7 @@ type supervisor struct {
 	termSent     atomic.Bool            // the server step has sent the server its SIGTERM
 	exitedDuring atomic.Bool            // the server exited on its own during a drain, before termSent
 	sweepUnknown atomic.Pointer[string] // the final sweep could not list: the Report's note
-	keyRefused   atomic.Int32           // the status (401, 403) of the API key's refusal last logged; 0: a listing succeeded since
+	keyRefused   logonce.Failures       // the listings refused 401 or 403 since one succeeded, by status
 
 	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
 	// the drain, the pauses, the API requests and the device teardown, in
@@ -692,7 +694,7 @@ func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "server not answering: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	if s.keyRefused.Swap(0) != 0 {
+	if s.keyRefused.OK() > 0 {
 		s.log.Info("supervisor: the server accepts the API key again: readiness lists its sandboxes")
 	}
 	fmt.Fprintln(w, "ok")
@@ -708,7 +710,7 @@ func (s *supervisor) logKeyRefused(err error) {
 	if !errors.As(err, &se) || (se.StatusCode != http.StatusUnauthorized && se.StatusCode != http.StatusForbidden) {
 		return
 	}
-	if s.keyRefused.Swap(int32(se.StatusCode)) == int32(se.StatusCode) {
+	if news, _ := s.keyRefused.Fail(strconv.Itoa(se.StatusCode)); !news {
 		return
 	}
 	s.log.Warn("supervisor: the server refused the API key: not ready until it accepts one (logged once)",

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/logonce"
 )
 
 // keyFile is Config.APIKeyFile: the key it held when last read, read again
@@ -19,7 +21,7 @@ type keyFile struct {
 	mu     sync.Mutex
 	key    string
 	stamp  fileStamp
-	failed string // the last failure logged, so that it is logged once
+	failed logonce.Failures // the reads failed since the last that did not, so that a failure is logged once
 }
 
 // fileStamp tells a file's versions apart: a Kubernetes Secret volume
@@ -87,8 +89,7 @@ func (k *keyFile) get(log *slog.Logger) string {
 	}
 	key, stamp, err := k.read()
 	if err != nil {
-		if msg := err.Error(); msg != k.failed {
-			k.failed = msg
+		if news, _ := k.failed.Fail(err.Error()); news {
 			log.Warn("httpsource: the API key file could not be read again: the last key is sent", "file", k.path, "error", err)
 		}
 		return k.key
@@ -96,6 +97,7 @@ func (k *keyFile) get(log *slog.Logger) string {
 	if key != k.key {
 		log.Info("httpsource: the API key file changed: the new key is sent", "file", k.path)
 	}
-	k.key, k.stamp, k.failed = key, stamp, ""
+	k.key, k.stamp = key, stamp
+	k.failed.OK() // a read that works again is not logged as such: a new key is, above
 	return k.key
 }
