@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -407,21 +406,16 @@ func TestWrongAPIKeyIsLoggedOnceWhileReadinessFails(t *testing.T) {
 		name, env string
 		args      []string
 		from      string // where the Warn line says the key came from
+		sent      string // the key the supervisor sends
 	}{
-		{"file", "", []string{"-api-key-file", keyFile}, "-api-key-file " + keyFile},
-		{"env", "K", nil, EnvAPIKey},
-		{"none", "", nil, "no key configured"},
+		{"file", "", []string{"-api-key-file", keyFile}, "-api-key-file " + keyFile, "K"},
+		{"env", "K", nil, EnvAPIKey, "K"},
+		{"none", "", nil, "no key configured", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(EnvAPIKey, tc.env)
 			srv, _ := agentenvDouble(t, 1, fakeagentenv.Config{})
-			var accepts atomic.Bool // the operator fixed the key: the server's is sent
-			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if accepts.Load() {
-					r.Header.Set("X-API-Key", "k")
-				}
-				srv.Handler().ServeHTTP(w, r)
-			}))
+			api := httptest.NewServer(srv.Handler())
 			defer api.Close()
 			cfg, err := parseArgs(append(tc.args, "-api", "agentenv", "-server-url", api.URL, "--", "server"), io.Discard)
 			require.NoError(t, err)
@@ -452,7 +446,7 @@ func TestWrongAPIKeyIsLoggedOnceWhileReadinessFails(t *testing.T) {
 			assert.Contains(t, warns[0], "X-API-Key")
 			assert.Contains(t, warns[0], tc.from)
 
-			accepts.Store(true)
+			srv.SetAPIKey(tc.sent) // the operator fixed the key: the one sent is the server's
 			for range 2 {
 				code, body := readyz()
 				assert.Equal(t, http.StatusOK, code, body)
@@ -598,16 +592,8 @@ func TestRotatedAPIKeyFileIsSent(t *testing.T) {
 	}
 	write("k1")
 	srv, _ := agentenvDouble(t, 1, fakeagentenv.Config{})
-	var want atomic.Value
-	want.Store("k1")
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-API-Key") != want.Load().(string) {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		r.Header.Set("X-API-Key", "k") // the double's own
-		srv.Handler().ServeHTTP(w, r)
-	}))
+	srv.SetAPIKey("k1")
+	api := httptest.NewServer(srv.Handler())
 	defer api.Close()
 	cfg, err := parseArgs([]string{"-api-key-file", keyFile, "-api", "agentenv", "-server-url", api.URL, "--", "server"}, io.Discard)
 	require.NoError(t, err)
@@ -620,7 +606,7 @@ func TestRotatedAPIKeyFileIsSent(t *testing.T) {
 		return rec.Code
 	}
 	require.Equal(t, http.StatusOK, readyz(), "the first key")
-	want.Store("k2")
+	srv.SetAPIKey("k2")
 	write("k2")
 	assert.Equal(t, http.StatusOK, readyz(), "the rotated key")
 }

@@ -32,7 +32,9 @@
 //     again. Config.ResumeWhenNoneRunning makes users resume some right
 //     after the first listing that finds none running (a drain's last).
 //   - Every API request without exactly one X-API-Key header holding the
-//     key gets 401, with no body (AgentENV's require_auth).
+//     key gets 401, with no body (AgentENV's require_auth). SetAPIKey
+//     changes the key, as a rotated Secret does, for a client's rotation
+//     tests.
 //   - Run as a process (Main), the server spawns its ublk daemon as its own
 //     child, talks to it over the daemon's Unix socket, and on SIGTERM
 //     pauses what is still running one at a time, then asks the daemon to

@@ -97,6 +97,25 @@ func TestWithoutTheKeyEveryAPIRequestIs401(t *testing.T) {
 	assert.Equal(t, fakeagentenv.Running, srv.States()[sb.SandboxID], "nothing paused without the key")
 }
 
+// A rotated key: from SetAPIKey on, the new key is taken and the old one
+// refused; an empty key takes every request.
+func TestSetAPIKeyRotatesTheKeyTaken(t *testing.T) {
+	srv, err := fakeagentenv.New(fakeagentenv.Config{APIKey: "k1"})
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	status := func(key string) int {
+		resp, _ := do(t, "GET", ts.URL+"/v2/sandboxes", key)
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusOK, status("k1"))
+	srv.SetAPIKey("k2")
+	assert.Equal(t, http.StatusUnauthorized, status("k1"), "the old key")
+	assert.Equal(t, http.StatusOK, status("k2"), "the new key")
+	srv.SetAPIKey("")
+	assert.Equal(t, http.StatusOK, status(""), "no key needed")
+}
+
 // As AgentENV's pause_sandbox: a second pause joins the one in progress and
 // answers its outcome; a paused sandbox answers 204 at once; a snapshotting
 // one 409; an unknown one 404. Neither a pausing nor a snapshotting sandbox

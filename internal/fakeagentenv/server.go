@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,7 +66,8 @@ const HeaderNextToken = "x-next-token"
 // Config configures a Server.
 type Config struct {
 	// APIKey, when set, must come in the X-API-Key header of every API
-	// request (401 otherwise). GET /health needs none.
+	// request (401 otherwise). GET /health needs none. SetAPIKey changes
+	// it.
 	APIKey string
 	// PageSize is the default page of GET /v2/sandboxes (limit overrides
 	// it, up to MaxPageSize); default DefaultPageSize.
@@ -113,7 +115,8 @@ type Config struct {
 // A Server is the node API of one AgentENV server. It is safe for
 // concurrent use.
 type Server struct {
-	cfg Config
+	cfg    Config
+	apiKey atomic.Pointer[string] // Config.APIKey, until SetAPIKey
 
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced at every state change
@@ -137,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("fakeagentenv: PageSize %d exceeds %d", cfg.PageSize, MaxPageSize)
 	}
 	s := &Server{cfg: cfg, changed: make(chan struct{}), sbx: map[string]*Sandbox{}, failed: map[string]bool{}, pauses: map[string]int{}}
+	s.apiKey.Store(&cfg.APIKey)
 	if cfg.StateDir == "" {
 		return s, nil
 	}
@@ -369,9 +373,15 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// SetAPIKey makes key the one every API request must carry from the next
+// request on, as when the Secret the server reads its key from is rotated;
+// empty: none is needed. Requests already past the check are served.
+func (s *Server) SetAPIKey(key string) { s.apiKey.Store(&key) }
+
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if keys := r.Header.Values("X-API-Key"); s.cfg.APIKey != "" && (len(keys) != 1 || keys[0] != s.cfg.APIKey) {
+		key := *s.apiKey.Load()
+		if keys := r.Header.Values("X-API-Key"); key != "" && (len(keys) != 1 || keys[0] != key) {
 			w.WriteHeader(http.StatusUnauthorized) // AgentENV's require_auth: the status alone
 			return
 		}

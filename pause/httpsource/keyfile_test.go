@@ -3,16 +3,15 @@ package httpsource
 import (
 	"bytes"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
 )
 
 // secretVolume is a Kubernetes Secret volume as the kubelet writes it: the
@@ -44,25 +43,18 @@ func (v *secretVolume) write(key string) {
 // pause was refused 401 and every sandbox lost. Config.APIKeyFile is read
 // again whenever the file changed.
 func TestAPIKeyFileRotatedInASecretVolumeIsSent(t *testing.T) {
-	var want atomic.Value
-	want.Store("k1")
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-API-Key") != want.Load().(string) {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		_, _ = w.Write([]byte(`[{"id":"sb-1","state":"running"}]`))
-	}))
-	defer srv.Close()
+	srv, url, _ := agentenv(t, 1, fakeagentenv.Config{APIKey: "k1"})
 	vol := &secretVolume{t: t, dir: t.TempDir()}
 	vol.write("k1")
 	var logs bytes.Buffer
-	s, err := New(srv.URL, Config{APIKeyFile: filepath.Join(vol.dir, "api-key"), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	cfg := AgentENV()
+	cfg.APIKeyFile, cfg.Logger = filepath.Join(vol.dir, "api-key"), slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := New(url, cfg)
 	require.NoError(t, err)
 
 	_, err = s.List(t.Context())
 	require.NoError(t, err, "the first key")
-	want.Store("k2")
+	srv.SetAPIKey("k2")
 	vol.write("k2")
 	_, err = s.List(t.Context())
 	require.NoError(t, err, "the rotated key")
