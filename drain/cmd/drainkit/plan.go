@@ -47,11 +47,11 @@ the grace period less its margin before SIGKILL), and prints:
 The sandboxes come from one of:
   -server URL   the live server's API, read exactly as the supervisor reads it
                 (pause/httpsource; -api agentenv for AgentENV's node API, and
-                the same shape flags as the supervisor). Sandboxes with a size
-                (-size-field) are planned by size with -rate-mib; without,
-                by rounds, and as the server's drain, which has measured no
-                rate when it starts, never less than the largest at the
-                estimate for the average size.
+                the same shape flags as the supervisor, which need -server).
+                Sandboxes with a size (-size-field) are planned by size with
+                -rate-mib; without, by rounds, and as the server's drain,
+                which has measured no rate when it starts, never less than
+                the largest at the estimate for the average size.
   -sizes FILE   a JSON list of sandbox sizes in bytes, e.g. [2147483648, 536870912]
                 ("-" reads stdin)
   -count N      N sandboxes of the learned estimate each
@@ -189,8 +189,18 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var api apiflags.Flags
 	api.Register(fs)
 	pos, err := parse(fs, args)
-	countSet := false
-	fs.Visit(func(f *flag.Flag) { countSet = countSet || f.Name == "count" })
+	countSet, apiSet := false, ""
+	fs.Visit(func(f *flag.Flag) {
+		countSet = countSet || f.Name == "count"
+		if apiSet == "" && isAPIFlag(f.Name) {
+			apiSet = f.Name
+		}
+	})
+	if err == nil && apiSet != "" && *server == "" {
+		// They read the live server, and nothing else does: ignored, a
+		// missing key file went unnoticed.
+		err = fmt.Errorf("-%s shapes how -server is read: give -server, or leave the API flags out", apiSet)
+	}
 	switch {
 	case !countSet:
 		*count = -1 // not given
@@ -249,6 +259,13 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitNoFit
 	}
 	return exitOK
+}
+
+// isAPIFlag reports whether name is one of the API flags (apiflags.Flags).
+func isAPIFlag(name string) bool {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	new(apiflags.Flags).Register(fs)
+	return fs.Lookup(name) != nil
 }
 
 func checkPlanFlags(pos []string, server, sizes string, count int, margin, estimate time.Duration, limit int, rate float64) error {

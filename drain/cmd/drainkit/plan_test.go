@@ -165,6 +165,10 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		// past, and said only "context deadline exceeded".
 		{[]string{"-server", "http://127.0.0.1:1", "-grace", "30", "-timeout", "0"}, "-timeout must be positive (the bound on listing the live server), got 0s"},
 		{[]string{"-count", "3", "-grace", "30", "-timeout", "-1s"}, "-timeout must be positive"},
+		// The API flags read the live server and nothing else: without
+		// -server they were ignored, a missing key file unnoticed.
+		{[]string{"-count", "3", "-grace", "30", "-api-key-file", filepath.Join(dir, "missing")}, "-api-key-file shapes how -server is read: give -server, or leave the API flags out"},
+		{[]string{"-sizes", "testdata/sizes.json", "-grace", "30", "-api", "agentenv"}, "-api shapes how -server is read"},
 	} {
 		code, _, errw := drainkit(t, append([]string{"plan"}, tc.args...)...)
 		assert.Equal(t, exitUsage, code, tc.args)
