@@ -89,6 +89,11 @@ type Phase struct {
 //
 // Deadlines are absolute times computed at the moment they are asked for.
 // A Plan is safe for concurrent use.
+//
+// Make a Plan with NewPlan. The zero Plan has no budget and no phase:
+// Budget is nil, Phases and Windows("") are empty, Shortfall is zero, and
+// the methods that name a phase panic as for any unknown name, their
+// message saying that the Plan was not made by NewPlan.
 type Plan struct {
 	budget *Budget
 	phases []Phase
@@ -195,6 +200,9 @@ func (p *Plan) Windows(name string) []Window {
 	if name != "" {
 		i = p.mustIndex(name)
 	}
+	if p.budget == nil { // the zero Plan: no phase to lay out
+		return nil
+	}
 	return Split(time.Now(), p.budget.Deadline(), p.phases[i:]...)
 }
 
@@ -202,6 +210,9 @@ func (p *Plan) Windows(name string) []Window {
 // together, as of now: sum of reserves - (Deadline - T0), or zero if they
 // fit. It saturates at the largest Duration.
 func (p *Plan) Shortfall() time.Duration {
+	if p.budget == nil { // the zero Plan: no reserve to fall short of
+		return 0
+	}
 	st := p.budget.State()
 	return overrun(p.phases, st.Start, st.Deadline)
 }
@@ -357,6 +368,9 @@ func overrunBy(reserves []time.Duration, start, deadline time.Time) time.Duratio
 
 func (p *Plan) mustIndex(name string) int {
 	i, ok := p.index[name]
+	if !ok && p.budget == nil {
+		panic(fmt.Sprintf("deadline: plan has no phase %q: a zero Plan, not made by deadline.NewPlan, has none", name))
+	}
 	if !ok {
 		panic(fmt.Sprintf("deadline: plan has no phase %q", name))
 	}

@@ -415,3 +415,24 @@ func TestPlanShortfallFromMeasuresWhatIsLeftNow(t *testing.T) {
 		assert.Panics(t, func() { p.ShortfallFrom("exit") })
 	})
 }
+
+// Fault: the zero Plan (not made by NewPlan) panicked with a nil
+// dereference in Shortfall and Windows(""), and its methods that name a
+// phase panicked "plan has no phase", true of every name but silent on
+// why. A zero Plan now has no phase and no reserve: Shortfall is zero,
+// Windows("") empty, and a phase's name panics as documented for an
+// unknown one, saying the Plan was not made by NewPlan. docs/faults.md
+// row 242.
+func TestZeroPlanHasNoPhaseAndSaysWhy(t *testing.T) {
+	var p deadline.Plan
+	assert.Nil(t, p.Budget())
+	assert.Empty(t, p.Phases())
+	assert.Zero(t, p.Shortfall())
+	assert.Empty(t, p.Windows(""))
+	const want = `deadline: plan has no phase "preserve": a zero Plan, not made by deadline.NewPlan, has none`
+	assert.PanicsWithValue(t, want, func() { p.Deadline("preserve") })
+	assert.PanicsWithValue(t, want, func() { p.Window("preserve") })
+	assert.PanicsWithValue(t, want, func() { p.Windows("preserve") })
+	assert.PanicsWithValue(t, want, func() { p.ShortfallFrom("preserve") })
+	assert.PanicsWithValue(t, want, func() { p.Context(t.Context(), "preserve") })
+}

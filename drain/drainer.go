@@ -156,6 +156,16 @@ type Config struct {
 // A Drainer takes a node through its termination: the preStop handler, the
 // admission Gate, and the single-flight Shutdown. Make one with New at
 // start.
+//
+// A Drainer not made by New (the zero value, or a nil *Drainer) drains
+// nothing and says so, never panicking: Shutdown, HandleSignals and
+// ServeSignals return at once a Report whose Err names the mistake ("drain:
+// Drainer not made by drain.New"), logged at Error through slog.Default;
+// PreStop's handler answers 500 saying the same; Force does nothing;
+// Terminating and Done are closed, Forced never is; Running is 0; and
+// Gate, Budget and Plan return zero values, new at each call (an open Gate
+// nothing closes, a Budget with no grace, a Plan with no phase), never
+// nil.
 type Drainer struct {
 	budget    *deadline.Budget
 	gate      *Gate
@@ -501,19 +511,42 @@ func (d *Drainer) toPreserve() int {
 	return int(d.running.Load())
 }
 
-// Gate returns the admission gate.
-func (d *Drainer) Gate() *Gate { return d.gate }
+// Gate returns the admission gate (a new zero Gate for a Drainer not made
+// by New).
+func (d *Drainer) Gate() *Gate {
+	if !d.made() {
+		return &Gate{}
+	}
+	return d.gate
+}
 
-// Budget returns the termination budget.
-func (d *Drainer) Budget() *deadline.Budget { return d.budget }
+// Budget returns the termination budget (a new zero Budget for a Drainer
+// not made by New).
+func (d *Drainer) Budget() *deadline.Budget {
+	if !d.made() {
+		return &deadline.Budget{}
+	}
+	return d.budget
+}
 
 // Plan returns the plan: "drain", "gate", "preserve", then one phase per
-// step. Every phase runs under the window the plan gives it by name.
-func (d *Drainer) Plan() *deadline.Plan { return d.plan }
+// step. Every phase runs under the window the plan gives it by name. It is
+// a new zero Plan, with no phase, for a Drainer not made by New.
+func (d *Drainer) Plan() *deadline.Plan {
+	if !d.made() {
+		return &deadline.Plan{}
+	}
+	return d.plan
+}
 
 // Running returns the last count of running sandboxes: the preStop wait's,
 // or the one Shutdown takes before the preserve phase.
-func (d *Drainer) Running() int { return int(d.running.Load()) }
+func (d *Drainer) Running() int {
+	if !d.made() {
+		return 0
+	}
+	return int(d.running.Load())
+}
 
 // Force switches to force mode: every remaining wait stops at once (the
 // preStop wait, the wait for in-flight operations, the start of new
@@ -522,6 +555,9 @@ func (d *Drainer) Running() int { return int(d.running.Load()) }
 // start a shutdown by itself. Its first call is logged at Warn, so that the
 // operator who sent a SIGINT (a second Ctrl-C) sees it taken.
 func (d *Drainer) Force() {
+	if !d.made() {
+		return
+	}
 	d.mu.Lock()
 	first := d.forcedAt.IsZero()
 	if first {
@@ -535,14 +571,32 @@ func (d *Drainer) Force() {
 	d.forceIt()
 }
 
-// Forced returns a channel closed once Force has been called.
-func (d *Drainer) Forced() <-chan struct{} { return d.force.Done() }
+// Forced returns a channel closed once Force has been called (never, for
+// a Drainer not made by New).
+func (d *Drainer) Forced() <-chan struct{} {
+	if !d.made() {
+		return nil
+	}
+	return d.force.Done()
+}
 
-// Terminating returns a channel closed once Shutdown has started.
-func (d *Drainer) Terminating() <-chan struct{} { return d.term.Done() }
+// Terminating returns a channel closed once Shutdown has started (already
+// closed for a Drainer not made by New: its Shutdown returns at once).
+func (d *Drainer) Terminating() <-chan struct{} {
+	if !d.made() {
+		return closedChan()
+	}
+	return d.term.Done()
+}
 
-// Done returns a channel closed once the Report is ready.
-func (d *Drainer) Done() <-chan struct{} { return d.done }
+// Done returns a channel closed once the Report is ready (already closed
+// for a Drainer not made by New).
+func (d *Drainer) Done() <-chan struct{} {
+	if !d.made() {
+		return closedChan()
+	}
+	return d.done
+}
 
 // isNilValue reports whether v is an interface holding a nil pointer, map,
 // func, slice or channel.

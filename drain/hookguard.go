@@ -26,6 +26,7 @@ const defaultHookHeader = "X-Drain-Secret"
 //
 // Every refused request is answered 403 and logged at Warn with the peer's
 // address and the reason; the secret a request carried is never logged.
+// The zero HookGuard lets through only the requests of a loopback peer.
 type HookGuard struct {
 	// Secret is the shared secret a request must carry in Header. Empty
 	// means none: only requests from a loopback peer are let through.

@@ -96,8 +96,12 @@ func (g *Gate) Readiness(check http.Handler) http.Handler {
 // closes the listeners and waits for active requests to finish, and when ctx
 // ends first it calls srv.Close, which closes every remaining connection
 // (including hijacked ones Shutdown leaves alone). It returns the error of
-// Shutdown, or nil if srv was already closed.
+// Shutdown, or nil if srv was already closed, and an error saying so when
+// srv is nil.
 func ShutdownHTTP(ctx context.Context, srv *http.Server) error {
+	if srv == nil {
+		return errors.New("drain: ShutdownHTTP: srv is nil: no server to shut down")
+	}
 	err := srv.Shutdown(ctx)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

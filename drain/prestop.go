@@ -114,7 +114,14 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // grace the budget was built with. A request without ?wait= (an httpGet
 // hook's) that its client closed before the wait ended counts as still
 // open: the kubelet never cancels one.
+//
+// On a Drainer not made by New the handler answers every call 500 with
+// "drain: Drainer not made by drain.New", logged at Error through
+// slog.Default.
 func (d *Drainer) PreStop() http.Handler {
+	if !d.made() {
+		return notMadeHandler(notMadeDrainer)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var bound, countBound <-chan time.Time
 		if v := r.URL.Query().Get("wait"); v != "" {

@@ -91,6 +91,11 @@ const defaultHookListen = "127.0.0.1:8082"
 //	s, err := drain.NewServer(srv, pause.ListFunc(running)) // grace from DRAINKIT_GRACE
 //	mux.Handle("POST /sandboxes", s.Admit(create))          // 503 + Retry-After once draining
 //	os.Exit(s.Run(ctx))                                     // serves until SIGTERM, drains, exits
+//
+// A Server not made by NewServer (the zero value, or a nil *Server)
+// serves and drains nothing and says so: Run logs "drain: Server not made
+// by drain.NewServer" at Error through slog.Default and returns 2 at once,
+// Admit's handler answers 500 saying the same, and Drainer is nil.
 type Server struct {
 	srv    *http.Server
 	d      *Drainer
@@ -348,16 +353,28 @@ func (s *Server) checkHook() error {
 // and fail it. Admit it with Drainer().Gate().Admit(drain.Stream, h): it
 // is served while the sandboxes run, never waited for, and ended (its
 // request's context) once they are preserved.
-func (s *Server) Admit(h http.Handler) http.Handler { return s.d.Gate().Admit(Create, h) }
+func (s *Server) Admit(h http.Handler) http.Handler {
+	if !s.made() {
+		return notMadeHandler(notMadeServer)
+	}
+	return s.d.Gate().Admit(Create, h)
+}
 
-// Drainer returns the Drainer, for what the one-call path does not cover.
-func (s *Server) Drainer() *Drainer { return s.d }
+// Drainer returns the Drainer, for what the one-call path does not cover
+// (nil for a Server not made by NewServer).
+func (s *Server) Drainer() *Drainer {
+	if !s.made() {
+		return nil
+	}
+	return s.d
+}
 
 // Run serves srv and the preStop hook until SIGTERM (or SIGINT, or ctx
 // ending, or srv's serving stopping: below), drains, and returns the exit
 // code: 0 when the Report has no error and serving never stopped on its
-// own, 1 otherwise, 2 when a listener could not be opened or
-// srv.TLSConfig has no certificate. It serves srv as ListenAndServe would
+// own, 1 otherwise, 2 when a listener could not be opened,
+// srv.TLSConfig has no certificate or s was not made by NewServer (see
+// Server). It serves srv as ListenAndServe would
 // (on srv.Addr, ":http" when empty) or, with srv.TLSConfig set, as
 // ListenAndServeTLS("", "") would: over TLS with TLSConfig's Certificates,
 // GetCertificate or GetConfigForClient, on ":https" when srv.Addr is
@@ -390,6 +407,10 @@ func (s *Server) Drainer() *Drainer { return s.d }
 // server that restores sandboxes at start restores them while Run serves
 // (in a goroutine), not before it.
 func (s *Server) Run(ctx context.Context) int {
+	if !s.made() {
+		slog.Default().Error(notMadeServer + ": Run serves nothing, drains nothing")
+		return 2
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sigs)

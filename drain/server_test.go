@@ -638,3 +638,33 @@ func TestServerHTTPReserveFollowsTheGraceADeletionGave(t *testing.T) {
 		assert.Equal(t, 24, rep.Preserve.Counts[pause.Preserved])
 	})
 }
+
+// Fault: a Server not made by NewServer (a zero drain.Server, or the nil
+// *Server NewServer returns with its error) panicked with a nil
+// dereference in Run and Admit, so the process died at its start with a
+// stack and no line saying what was wrong. Run now logs "drain: Server not
+// made by drain.NewServer" at Error and returns 2, serving nothing;
+// Admit's handler answers 500 saying the same. docs/faults.md row 242.
+func TestServerNotMadeByNewServerExitsTwoSayingSo(t *testing.T) {
+	const want = "drain: Server not made by drain.NewServer"
+	for name, s := range map[string]*Server{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			var logs logbuf.Buffer
+			old := slog.Default()
+			slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+			t.Cleanup(func() { slog.SetDefault(old) })
+
+			assert.Equal(t, 2, s.Run(t.Context()))
+			assert.Contains(t, logs.String(), `level=ERROR msg="`+want)
+
+			called := false
+			rec := httptest.NewRecorder()
+			s.Admit(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true })).
+				ServeHTTP(rec, httptest.NewRequest("POST", "/sandboxes", nil))
+			assert.Equal(t, http.StatusInternalServerError, rec.Code)
+			assert.Contains(t, rec.Body.String(), want)
+			assert.False(t, called)
+			assert.Nil(t, s.Drainer())
+		})
+	}
+}

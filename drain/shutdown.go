@@ -78,8 +78,12 @@ import (
 // Report is made: its Budget and Headroom are the budget the drain ended
 // with, a deletion read last included.
 // Shutdown never exits the process: the caller decides the exit code, for
-// example from Report.Err.
+// example from Report.Err. On a Drainer not made by New it returns at once
+// a Report whose Err says so (see Drainer).
 func (d *Drainer) Shutdown(ctx context.Context) *Report {
+	if !d.made() {
+		return notMadeReport()
+	}
 	stop := context.AfterFunc(ctx, d.Force)
 	defer stop()
 	d.mu.Lock()

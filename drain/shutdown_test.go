@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -526,4 +528,70 @@ func TestStepPastTheExpectedSIGKILLGetsItsReserve(t *testing.T) {
 		assert.Equal(t, 2*time.Second, left, "the step's reserve")
 		assert.Contains(t, logs.String(), `msg="drain: the process outlived the SIGKILL the budget expected: the step gets its reserve" step=ublk`)
 	})
+}
+
+// Fault: a Drainer not made by New (a zero drain.Drainer, or the nil
+// *Drainer New returns with its error) panicked with a nil dereference in
+// Shutdown, HandleSignals, ServeSignals, Force, Forced, Terminating and
+// PreStop's handler: at SIGTERM, the process died with every sandbox, no
+// Report and no log line saying why. Each now says "drain: Drainer not
+// made by drain.New": the signal methods return at once (at the start,
+// not at SIGTERM) a Report whose Err says it, logged at Error, and the
+// hook answers 500; the accessors return zero values, never nil.
+// docs/faults.md row 242.
+func TestDrainerNotMadeByNewSaysSoAndNeverPanics(t *testing.T) {
+	const want = "drain: Drainer not made by drain.New"
+	for name, d := range map[string]*Drainer{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { // a method that blocks is a deadlock, not a hang
+				var logs logbuf.Buffer
+				old := slog.Default()
+				slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+				defer slog.SetDefault(old)
+				ctx := t.Context()
+				for method, report := range map[string]func() *Report{
+					"Shutdown":      func() *Report { return d.Shutdown(ctx) },
+					"HandleSignals": func() *Report { return d.HandleSignals(ctx) },
+					"ServeSignals":  func() *Report { return d.ServeSignals(ctx, make(chan os.Signal)) },
+				} {
+					rep := report()
+					require.NotNil(t, rep, method)
+					require.ErrorContains(t, rep.Err(), want, method)
+					assert.Equal(t, Failed, rep.Phase(PhasePreserve).Result, method)
+				}
+				assert.Equal(t, 3, strings.Count(logs.String(), `level=ERROR msg="`+want), logs.String())
+
+				rec := httptest.NewRecorder()
+				d.PreStop().ServeHTTP(rec, httptest.NewRequest("GET", "/drain", nil))
+				assert.Equal(t, http.StatusInternalServerError, rec.Code)
+				assert.Contains(t, rec.Body.String(), want)
+
+				d.Force()
+				assert.Nil(t, d.Forced(), "Force does nothing: never forced")
+				for ch, c := range map[string]<-chan struct{}{"Terminating": d.Terminating(), "Done": d.Done()} {
+					select {
+					case <-c:
+					default:
+						t.Errorf("%s is not closed: its Report is ready at once", ch)
+					}
+				}
+				assert.Zero(t, d.Running())
+				require.NotNil(t, d.Gate())
+				assert.False(t, d.Gate().Closed(), "an open Gate nothing closes")
+				require.NotNil(t, d.Budget())
+				assert.Zero(t, d.Budget().Grace())
+				require.NotNil(t, d.Plan())
+				assert.Empty(t, d.Plan().Phases())
+			})
+		})
+	}
+}
+
+// Fault: HTTPServerStep with a nil *http.Server failed at SIGTERM with a
+// recovered nil-dereference panic in place of an error. ShutdownHTTP (and
+// so the step) now returns an error naming it. docs/faults.md row 242.
+func TestHTTPServerStepOfANilServerFailsSayingSo(t *testing.T) {
+	require.ErrorContains(t, ShutdownHTTP(t.Context(), nil), "drain: ShutdownHTTP: srv is nil")
+	_, err := HTTPServerStep("http", nil, time.Second).Run(t.Context())
+	require.ErrorContains(t, err, "srv is nil")
 }

@@ -30,7 +30,14 @@ import (
 // So a server registers before it serves and hands the channel to
 // ServeSignals; HandleSignals suits a process that serves nothing before it
 // is called.
+//
+// On a Drainer not made by New, HandleSignals and ServeSignals wait for
+// no signal: they return at once a Report whose Err says so (see Drainer),
+// so that the mistake ends the process at its start, not at SIGTERM.
 func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report {
+	if !d.made() {
+		return notMadeReport()
+	}
 	if len(sigs) == 0 {
 		sigs = []os.Signal{syscall.SIGTERM, os.Interrupt}
 	}
@@ -63,6 +70,9 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 // its termination started with). SIGINT (a person's second Ctrl-C), Force and
 // cancelling ctx still force.
 func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report {
+	if !d.made() {
+		return notMadeReport()
+	}
 	select {
 	case <-ch:
 	case <-ctx.Done():

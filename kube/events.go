@@ -138,9 +138,9 @@ func (q *eventQueue) init(p *Pod, cfg Config) error {
 // when that fits in Config.EventTimeout), or when Flush's context ends first. An event
 // without a Reason is dropped too. Record is safe for concurrent use. On
 // a nil *Pod (New failed: no API access) it does nothing, so a server keeps
-// one code path.
+// one code path; nor on a zero Pod.
 func (p *Pod) Record(e Event) {
-	if p == nil {
+	if !p.made() {
 		return
 	}
 	q := &p.events
@@ -169,9 +169,9 @@ func (p *Pod) Record(e Event) {
 // being posted, and returns once nothing is left running. It returns the
 // counts since New. Call it before the process exits, with the time the
 // process can spare: it is what bounds how long events may take. On a nil
-// *Pod it returns zero counts at once.
+// *Pod (or a zero one) it returns zero counts at once.
 func (p *Pod) Flush(ctx context.Context) EventStats {
-	if p == nil {
+	if !p.made() {
 		return EventStats{}
 	}
 	q := &p.events

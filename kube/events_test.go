@@ -205,7 +205,7 @@ func TestNilPodIsANoOpNotAPanic(t *testing.T) {
 	pod.Record(kube.Event{Reason: "DrainStarted"})
 	assert.Equal(t, kube.EventStats{}, pod.Flush(context.Background()))
 	_, err := pod.Deletion(context.Background())
-	assert.ErrorContains(t, err, "nil")
+	assert.ErrorContains(t, err, "kube: Pod not made by kube.New")
 }
 
 // Flush returns by its context's deadline even when an event is recorded

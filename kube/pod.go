@@ -97,6 +97,11 @@ type Config struct {
 // pod's service account needs RBAC permission to get its own pod and to
 // create events (see the package documentation); a request it may not make
 // fails with an *APIError with StatusCode 403.
+//
+// A Pod not made by New (the zero value, or a nil *Pod, as New returns
+// when it fails) sends no request: Deletion, DeletionTimestamp, Grace and
+// Tighten return the error "kube: Pod not made by kube.New", Record does
+// nothing, Flush returns zero counts, and Name and Namespace are empty.
 type Pod struct {
 	host, ns, name, token, ca string
 	client                    *http.Client
@@ -190,10 +195,26 @@ func newPod(name string, cfg Config, getenv func(string) string, dir string) (*P
 }
 
 // Name returns the pod's name.
-func (p *Pod) Name() string { return p.name }
+func (p *Pod) Name() string {
+	if !p.made() {
+		return ""
+	}
+	return p.name
+}
 
 // Namespace returns the pod's namespace.
-func (p *Pod) Namespace() string { return p.ns }
+func (p *Pod) Namespace() string {
+	if !p.made() {
+		return ""
+	}
+	return p.ns
+}
+
+// errNotMade is the error of the reads of a Pod not made by New.
+var errNotMade = errors.New("kube: Pod not made by kube.New")
+
+// made reports whether p was made by New.
+func (p *Pod) made() bool { return p != nil && p.tracer != nil }
 
 // Deletion is what the API server recorded when the pod was deleted.
 type Deletion struct {
@@ -281,8 +302,8 @@ func (p *Pod) DeletionTimestamp(ctx context.Context) (time.Time, error) {
 // *APIError for an answer other than 200, and ctx's error if ctx ends
 // first. It returns by ctx's deadline.
 func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
-	if p == nil {
-		return Deletion{}, errors.New("kube: Pod is nil")
+	if !p.made() {
+		return Deletion{}, errNotMade
 	}
 	ctx, span := p.tracer.Start(ctx, "kube.Pod.Deletion", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("k8s.namespace.name", p.ns), attribute.String("k8s.pod.name", p.name)))
@@ -328,8 +349,8 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 // than 200, an error if the spec has no positive grace, and ctx's error if
 // ctx ends first.
 func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
-	if p == nil {
-		return 0, errors.New("kube: Pod is nil")
+	if !p.made() {
+		return 0, errNotMade
 	}
 	obj, err := p.get(ctx)
 	if err != nil {

@@ -736,3 +736,33 @@ func TestRedirectIsNotFollowedWithTheToken(t *testing.T) {
 	defer mu.Unlock()
 	assert.Empty(t, leaked, "the token went to %s in clear", plain.URL)
 }
+
+// Fault: a zero kube.Pod (not made by New) panicked with a nil dereference
+// in Deletion, DeletionTimestamp, Tighten and Record, where a nil *Pod
+// (New failed: no API access) returned "kube: Pod is nil" or did nothing;
+// and its Grace failed reading a token file named "". A Pod not made by New,
+// zero or nil, now sends no request: its reads return "kube: Pod not made
+// by kube.New", Record does nothing, Flush returns zero counts.
+// docs/faults.md row 242.
+func TestPodNotMadeByNewSendsNothingAndSaysSo(t *testing.T) {
+	const want = "kube: Pod not made by kube.New"
+	b, err := deadline.New(30*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	for name, p := range map[string]*kube.Pod{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			_, err := p.Deletion(t.Context())
+			require.EqualError(t, err, want)
+			_, err = p.DeletionTimestamp(t.Context())
+			require.EqualError(t, err, want)
+			_, err = p.Grace(t.Context())
+			require.EqualError(t, err, want)
+			moved, err := p.Tighten(t.Context(), b)
+			require.EqualError(t, err, want)
+			assert.False(t, moved)
+			p.Record(kube.Event{Reason: "DrainStarted"})
+			assert.Equal(t, kube.EventStats{}, p.Flush(t.Context()))
+			assert.Empty(t, p.Name())
+			assert.Empty(t, p.Namespace())
+		})
+	}
+}

@@ -435,3 +435,43 @@ func TestSandboxAbandonedAtTheHardDeadlineIsLoggedByID(t *testing.T) {
 		time.Sleep(fakesandbox.DefaultHang)
 	})
 }
+
+// Fault: a Preserver not made by New (a zero pause.Preserver, or the nil
+// *Preserver New returns with its error) panicked with a nil dereference
+// in Run, at SIGTERM, and its Estimator was nil where the doc says never.
+// Run now lists nothing and returns at once a Report whose sandboxes are
+// unknown, its Err saying "pause: Preserver not made by pause.New" (logged
+// at Error); the other methods return their zero answers. docs/faults.md
+// row 242.
+func TestPreserverNotMadeByNewReportsTheSandboxesUnknown(t *testing.T) {
+	const want = "pause: Preserver not made by pause.New"
+	for name, p := range map[string]*pause.Preserver{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var logs logbuf.Buffer
+				old := slog.Default()
+				slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+				defer slog.SetDefault(old)
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				start := time.Now()
+				rep := p.Run(ctx, start.Add(2*time.Minute))
+				require.NotNil(t, rep)
+				assert.True(t, rep.Unknown)
+				assert.Equal(t, want, rep.ListErr)
+				require.ErrorContains(t, rep.Err(), want)
+				assert.Equal(t, start, rep.End, "at once")
+				assert.Equal(t, start.Add(time.Minute), rep.Deadline)
+				assert.Equal(t, start.Add(2*time.Minute), rep.Hard)
+				assert.Contains(t, logs.String(), `level=ERROR msg="`+want)
+
+				assert.Zero(t, p.Limit())
+				require.NotNil(t, p.Estimator())
+				assert.Zero(t, p.Estimator().Estimate())
+				_, ok := p.SizeEstimate(1 << 20)
+				assert.False(t, ok)
+				assert.False(t, p.Tighten(start))
+			})
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"reflect"
 	"sync/atomic"
@@ -30,6 +31,13 @@ import (
 // its own error (TimedOut), and only one that outlives its context by more
 // is abandoned; that is well under the time drain gives a Preserver to
 // return after its hard deadline.
+//
+// A Preserver not made by New (the zero value, or a nil *Preserver)
+// preserves nothing and says so: Run lists nothing and returns at once a
+// Report whose Unknown is set and whose ListErr (and so Err) says "pause:
+// Preserver not made by pause.New", logged at Error through slog.Default;
+// Limit is 0, Estimator a zero Estimator nothing feeds, SizeEstimate and
+// Tighten false.
 type Preserver struct {
 	list  Lister
 	cfg   config
@@ -93,6 +101,9 @@ func isNil(l Lister) bool {
 // has tested yet is reported instead of the start (the Run still starts at
 // the start, and tests it).
 func (p *Preserver) Limit() int {
+	if !p.made() {
+		return 0
+	}
 	l := p.limit.Load()
 	if t := p.target.Load(); t > 0 && t < l {
 		return int(t)
@@ -103,7 +114,12 @@ func (p *Preserver) Limit() int {
 // Estimator returns the Estimator the Preserver feeds with every
 // successful preserve's duration (Config.Estimator, or the default); never
 // nil.
-func (p *Preserver) Estimator() *deadline.Estimator { return p.cfg.estimator }
+func (p *Preserver) Estimator() *deadline.Estimator {
+	if !p.made() {
+		return &deadline.Estimator{}
+	}
+	return p.cfg.estimator
+}
 
 // SizeEstimate returns the time a preserve of size bytes takes at the rate
 // the Preserver has measured from the Sized sandboxes it preserved (kept
@@ -111,6 +127,9 @@ func (p *Preserver) Estimator() *deadline.Estimator { return p.cfg.estimator }
 // into times from the Estimator (see Sized), and SizeEstimate returns
 // false. drain's plan counts a Sized sandbox with it.
 func (p *Preserver) SizeEstimate(size int64) (time.Duration, bool) {
+	if !p.made() {
+		return 0, false
+	}
 	perByte, ok := p.rate.get()
 	if !ok || size <= 0 {
 		return 0, false
@@ -163,6 +182,9 @@ func (p *Preserver) SizeEstimate(size int64) (time.Duration, bool) {
 // Run returns by max(ctx's deadline, hard) at the latest; with neither, it
 // returns when every preserve has.
 func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
+	if !p.made() {
+		return notMadeReport(ctx, hard)
+	}
 	r := p.newRun(ctx, hard)
 	defer r.close()
 	p.cur.Store(r)
@@ -201,8 +223,31 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 // SIGKILL earlier during the preserve phase (a read of the pod's deletion
 // that lands after the phase began).
 func (p *Preserver) Tighten(hard time.Time) bool {
+	if !p.made() {
+		return false
+	}
 	r := p.cur.Load()
 	return r != nil && r.tighten(hard)
+}
+
+// notMade is the listing error of a Preserver not made by New.
+const notMade = "pause: Preserver not made by pause.New"
+
+// made reports whether p was made by New.
+func (p *Preserver) made() bool { return p != nil && p.list != nil }
+
+// notMadeReport is the Report of a Run of a Preserver not made by New:
+// no listing, so the sandboxes are unknown (Err says why), logged at
+// Error through slog.Default (such a Preserver has no Logger).
+func notMadeReport(ctx context.Context, hard time.Time) *Report {
+	slog.Default().Error(notMade + ": Run preserves nothing; the node's sandboxes are unknown")
+	phase, hardline := deadlines(ctx, hard)
+	now := time.Now()
+	rep := &Report{Start: now, End: now, Deadline: phase, Counts: make(map[Outcome]int), ListErr: notMade, Unknown: true}
+	if !hardline.Equal(phase) {
+		rep.Hard = hardline
+	}
+	return rep
 }
 
 // deadlines returns the phase deadline and the hard deadline of a Run

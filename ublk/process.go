@@ -15,6 +15,11 @@ import (
 // a pidfd, so a signal can never reach another process that reused the
 // pid, and its exit is observed by polling the pidfd (no reaping: the
 // parent keeps reaping its child as before).
+//
+// A Process not made by FindProcess (the zero value, or a nil *Process)
+// pins no process: Signal, RequestStop, Kill and Wait return the error
+// "ublk: Process not made by ublk.FindProcess" (Wait never reports an exit
+// it did not see), Exited is false, Pid is 0 and Close does nothing.
 type Process struct {
 	p *proc.Process
 }
@@ -31,7 +36,18 @@ func FindProcess(pid int) (*Process, error) {
 }
 
 // Pid returns the process ID.
-func (p *Process) Pid() int { return p.p.Pid() }
+func (p *Process) Pid() int {
+	if !p.made() {
+		return 0
+	}
+	return p.p.Pid()
+}
+
+// errNotMade is the error of a Process not made by FindProcess.
+var errNotMade = errors.New("ublk: Process not made by ublk.FindProcess")
+
+// made reports whether p was made by FindProcess.
+func (p *Process) made() bool { return p != nil && p.p != nil }
 
 // RequestStop sends SIGTERM. A process that has already exited is not an
 // error.
@@ -43,6 +59,9 @@ func (p *Process) Kill(ctx context.Context) error { return p.Signal(syscall.SIGK
 // Signal sends sig through the pidfd. A process that has already exited
 // (a zombie, or reaped) is not an error: there is nothing left to signal.
 func (p *Process) Signal(sig syscall.Signal) error {
+	if !p.made() {
+		return errNotMade
+	}
 	err := p.p.Signal(sig)
 	if errors.Is(err, os.ErrProcessDone) {
 		return nil
@@ -56,6 +75,9 @@ func (p *Process) Signal(sig syscall.Signal) error {
 // Wait returns nil once the process has exited (a zombie counts), or
 // ctx.Err() when ctx ends first. It wakes at once on either.
 func (p *Process) Wait(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade
+	}
 	err := p.p.Wait(ctx)
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("ublk: %w", err)
@@ -64,7 +86,12 @@ func (p *Process) Wait(ctx context.Context) error {
 }
 
 // Exited reports whether the process has exited, without blocking.
-func (p *Process) Exited() bool { return p.p.Exited() }
+func (p *Process) Exited() bool { return p.made() && p.p.Exited() }
 
 // Close releases the pidfd. Calls still waiting finish first.
-func (p *Process) Close() error { return p.p.Close() }
+func (p *Process) Close() error {
+	if !p.made() {
+		return nil
+	}
+	return p.p.Close()
+}

@@ -2,6 +2,7 @@ package ublk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +38,13 @@ const (
 // of drain.Step, and its phase is critical, so no other phase may spend
 // its reserve. See the package documentation for the order it follows and
 // what it guarantees.
+//
+// A Teardown not made by New (the zero value, or a nil *Teardown) looks at
+// no device and stops nothing, and says so: Stop (and Run) returns at once
+// a Report with VerdictNotStopped whose Note, and the error, say "ublk:
+// Teardown not made by ublk.New"; LastResort is false, Kernel and
+// KernelDecision are empty, and Phase is the critical "ublk" phase with no
+// reserve.
 type Teardown struct {
 	cfg      config
 	release  string
@@ -85,11 +93,27 @@ func New(daemon Daemon, c Config) (*Teardown, error) {
 }
 
 // Kernel returns the release string the step classified and its class.
-func (t *Teardown) Kernel() (string, KernelClass) { return t.release, t.class }
+func (t *Teardown) Kernel() (string, KernelClass) {
+	if !t.made() {
+		return "", ""
+	}
+	return t.release, t.class
+}
 
 // KernelDecision returns how the kernel was classified: the class, the
 // rule of the table that decided it and the declaration that matched.
-func (t *Teardown) KernelDecision() KernelDecision { return t.decision }
+func (t *Teardown) KernelDecision() KernelDecision {
+	if !t.made() {
+		return KernelDecision{}
+	}
+	return t.decision
+}
+
+// notMade is what a Teardown not made by New reports.
+const notMade = "ublk: Teardown not made by ublk.New"
+
+// made reports whether t was made by New.
+func (t *Teardown) made() bool { return t != nil && t.tracer != nil }
 
 // stepName is the name of the Teardown's phase in a drain plan and Report.
 const stepName = "ublk"
@@ -100,6 +124,9 @@ const stepName = "ublk"
 // its reserve before any non-critical phase. A daemon killed with live
 // devices can crash the host, which costs more than one unfinished pause.
 func (t *Teardown) Phase() deadline.Phase {
+	if !t.made() {
+		return deadline.Phase{Name: stepName, Reserve: deadline.Fixed(0), Critical: true}
+	}
 	c := &t.cfg
 	return deadline.Phase{Name: stepName, Reserve: deadline.Fixed(c.lastResortReserve + c.stopReserve + c.controlReserve + c.killReserve), Critical: true}
 }
@@ -110,7 +137,9 @@ func (t *Teardown) Phase() deadline.Phase {
 // Config.StopDespiteHolders is set. On a kernel where killing the daemon
 // with live devices is safe (KernelClass.MayKillWithLiveDevices) it never
 // runs.
-func (t *Teardown) LastResort() bool { return !t.cfg.lastResortOff && !t.cfg.stopDespite }
+func (t *Teardown) LastResort() bool {
+	return t.made() && !t.cfg.lastResortOff && !t.cfg.stopDespite
+}
 
 // Run is Stop for the drain orchestrator (drain.Step): it returns the
 // *Report as the step's detail, which the drain Report carries.
@@ -176,9 +205,16 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 // error is nil when every device went with nothing on it; otherwise
 // *HeldError, *UnsafeError or *IncompleteError, and *StoppedHeldError
 // beside any of them or alone when the last resort stopped a held device
-// (find them with errors.As). On systems other than
-// Linux Run does nothing and reports VerdictNothingToDo.
+// (find them with errors.As), or the error of a Teardown not made by New
+// (see Teardown). On systems other than Linux Run does nothing and reports
+// VerdictNothingToDo.
 func (t *Teardown) Stop(ctx context.Context) (*Report, error) {
+	if !t.made() {
+		rep := &Report{Start: time.Now(), Verdict: VerdictNotStopped, Devices: []DeviceReport{},
+			Note: notMade + ": no device was looked at, none stopped, the daemon was not asked to stop"}
+		rep.Deadline, _ = ctx.Deadline()
+		return rep, errors.New(rep.Note)
+	}
 	ctx, span := t.tracer.Start(ctx, "ublk.Teardown", trace.WithAttributes(
 		attribute.String(attrKernelRelease, t.release), attribute.String(attrKernelClass, string(t.class))))
 	defer span.End()

@@ -735,3 +735,57 @@ func TestADeviceThatGotADeletedOnesIDIsAnothers(t *testing.T) {
 		})
 	}
 }
+
+// Fault: a Teardown not made by New (a zero ublk.Teardown, or the nil
+// *Teardown New returns with its error) panicked with a nil dereference in
+// Stop and Run, at SIGTERM; its LastResort said true; and a Process not
+// made by FindProcess, given as the daemon, panicked in every method. The
+// Teardown now returns at once a Report with VerdictNotStopped and an
+// error saying "ublk: Teardown not made by ublk.New" (the drain's step
+// fails with it); the Process's methods return "ublk: Process not made by
+// ublk.FindProcess", Exited false: no exit it did not see. docs/faults.md
+// row 242.
+func TestTeardownAndProcessNotMadeByTheirConstructorsSaySo(t *testing.T) {
+	for name, td := range map[string]*Teardown{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			dl, _ := ctx.Deadline()
+			for method, stop := range map[string]func() (any, error){
+				"Stop": func() (any, error) { return td.Stop(ctx) },
+				"Run":  func() (any, error) { return td.Run(ctx) },
+			} {
+				detail, err := stop()
+				require.ErrorContains(t, err, "ublk: Teardown not made by ublk.New", method)
+				rep, ok := detail.(*Report)
+				require.True(t, ok, method)
+				require.NotNil(t, rep, method)
+				assert.Equal(t, VerdictNotStopped, rep.Verdict, method)
+				assert.Contains(t, rep.Note, "ublk: Teardown not made by ublk.New", method)
+				assert.Equal(t, dl, rep.Deadline, method)
+				assert.NotNil(t, rep.Devices, method)
+			}
+			assert.False(t, td.LastResort())
+			release, class := td.Kernel()
+			assert.Empty(t, release)
+			assert.Empty(t, class)
+			assert.Zero(t, td.KernelDecision())
+			ph := td.Phase()
+			assert.Equal(t, "ublk", ph.Name)
+			assert.True(t, ph.Critical)
+			assert.Zero(t, ph.Reserve())
+		})
+	}
+	for name, p := range map[string]*Process{"zero": {}, "nil": nil} {
+		t.Run("Process "+name, func(t *testing.T) {
+			const want = "ublk: Process not made by ublk.FindProcess"
+			require.ErrorContains(t, p.RequestStop(t.Context()), want)
+			require.ErrorContains(t, p.Kill(t.Context()), want)
+			require.ErrorContains(t, p.Signal(0), want)
+			require.ErrorContains(t, p.Wait(t.Context()), want)
+			assert.False(t, p.Exited())
+			assert.Zero(t, p.Pid())
+			assert.NoError(t, p.Close())
+		})
+	}
+}

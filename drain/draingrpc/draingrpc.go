@@ -3,6 +3,7 @@ package draingrpc
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,6 +234,9 @@ type Server interface {
 // to cut, and the process's exit ends it. Make the server with a
 // ConnectionTimeout shorter than the step's reserve and GracefulStop ends
 // by itself.
+//
+// A nil s (or a nil *grpc.Server in it) is not called: Stop returns an
+// error saying so.
 func Stop(ctx context.Context, s Server, g *drain.Gate) error {
 	_, err := stop(ctx, s, g)
 	return err
@@ -249,6 +253,9 @@ const stopReturn = 50 * time.Millisecond
 
 // stop is Stop, and says whether grpc's Stop was left running (held).
 func stop(ctx context.Context, s Server, g *drain.Gate) (held bool, err error) {
+	if s == nil || reflect.ValueOf(s).Kind() == reflect.Pointer && reflect.ValueOf(s).IsNil() {
+		return false, errors.New("draingrpc: the Server is nil: no server to stop")
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -639,3 +639,16 @@ func TestAConnectionInItsHandshakeDoesNotHoldTheStep(t *testing.T) {
 		t.Fatal("the step did not return: grpc's Stop held it")
 	}
 }
+
+// Fault: Stop, and the Step made with it, with no server (a nil Server, or
+// a nil *grpc.Server in it: one never made) panicked with a nil
+// dereference in grpc's GracefulStop, at SIGTERM. They now return an error
+// saying the Server is nil. docs/faults.md row 242.
+func TestStopOfNoServerFailsSayingSo(t *testing.T) {
+	g := &drain.Gate{}
+	for name, s := range map[string]Server{"nil": nil, "nil *grpc.Server": (*grpc.Server)(nil)} {
+		require.ErrorContains(t, Stop(t.Context(), s, g), "draingrpc: the Server is nil", name)
+		_, err := Step("grpc", s, g, time.Second).Run(t.Context())
+		require.ErrorContains(t, err, "the Server is nil", name)
+	}
+}

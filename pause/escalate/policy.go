@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -105,8 +106,12 @@ type Policy struct {
 // gets SIGKILL when the wait after the signal ends. A Signal error matching ECHILD (the
 // signalling command's status was stolen the same way) may have been
 // delivered: the wait after the signal is kept. The error is the last failure seen, and is
-// nil unless the exit is ExitUnknown.
+// nil unless the exit is ExitUnknown. A nil t (or a nil pointer in it) is
+// not signalled: Stop returns ExitUnknown and an error saying so.
 func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
+	if isNil(t) {
+		return ExitUnknown, errNoTarget
+	}
 	sig := e.Signal
 	if sig == 0 {
 		sig = syscall.SIGTERM
@@ -443,7 +448,8 @@ func (t *cmdTarget) result() error {
 // counts it vanished, not preserved, for nothing says it saved its state);
 // and a permanent error wrapping ErrKilled when it needed SIGKILL or
 // ErrExitUnknown when its end could not be observed: signalling again
-// cannot help.
+// cannot help. The zero Sandbox, with no Target, signals nothing: its
+// Preserve returns a permanent error saying that Sandbox.Target is nil.
 type Sandbox struct {
 	Name   string // the sandbox's ID
 	Target Target // what Preserve signals and waits for
@@ -456,11 +462,30 @@ var (
 	ErrExitUnknown = errors.New("escalate: target not seen to exit, even after SIGKILL")
 )
 
+// errNoTarget is Stop's error for a nil Target.
+var errNoTarget = errors.New("escalate: the Target is nil: nothing to signal")
+
+// isNil reports whether t is nil or holds a nil pointer, func or map: a
+// Target whose methods would dereference it.
+func isNil(t Target) bool {
+	if t == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(t); v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map:
+		return v.IsNil()
+	}
+	return false
+}
+
 // ID returns s.Name.
 func (s *Sandbox) ID() string { return s.Name }
 
 // Preserve stops the target; see Sandbox.
 func (s *Sandbox) Preserve(ctx context.Context) error {
+	if isNil(s.Target) {
+		return backoff.Permanent(fmt.Errorf("escalate: sandbox %q: Sandbox.Target is nil: nothing to signal", s.Name))
+	}
 	exit, err := s.Policy.Stop(ctx, s.Target)
 	switch exit {
 	case Exited:

@@ -16,6 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -542,3 +543,27 @@ func TestCmdTargetSeesTheExitWhenAGrandchildHoldsStdout(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, escalate.Gone, exit, "reaped before Stop's signal")
 }
+
+// Fault: a Sandbox without a Target (the zero Sandbox) panicked with a nil
+// dereference in Preserve, and so did Policy.Stop with a nil Target (or a
+// nil pointer in one). Stop now returns ExitUnknown and an error saying
+// the Target is nil, and Preserve a permanent error naming
+// Sandbox.Target: no retry can make one. docs/faults.md row 242.
+func TestNoTargetIsAnErrorNotAPanic(t *testing.T) {
+	for name, target := range map[string]escalate.Target{"nil": nil, "nil pointer": (*nilTarget)(nil)} {
+		exit, err := escalate.Policy{}.Stop(t.Context(), target)
+		assert.Equal(t, escalate.ExitUnknown, exit, name)
+		require.ErrorContains(t, err, "escalate: the Target is nil", name)
+	}
+	err := (&escalate.Sandbox{Name: "sb-1"}).Preserve(t.Context())
+	require.ErrorContains(t, err, `escalate: sandbox "sb-1": Sandbox.Target is nil`)
+	var perm *backoff.PermanentError
+	assert.ErrorAs(t, err, &perm)
+}
+
+// nilTarget is a Target whose methods dereference their receiver.
+type nilTarget struct{ exited bool }
+
+func (n *nilTarget) Signal(context.Context, syscall.Signal) error { n.exited = true; return nil }
+func (n *nilTarget) Wait(context.Context) error                   { n.exited = true; return nil }
+func (n *nilTarget) Exited(context.Context) (bool, error)         { return n.exited, nil }

@@ -41,6 +41,9 @@ func (b *sizedSandbox) Size() int64 { return b.size }
 // Retry-After wait fits before ctx's deadline.
 func (b *sandbox) Preserve(ctx context.Context) error {
 	s := b.src
+	if !s.made() {
+		return errNotMade
+	}
 	ctx, span := s.tracer.Start(ctx, "httpsource.Pause")
 	defer span.End()
 	span.SetAttributes(attribute.String(attrSandbox, b.id))

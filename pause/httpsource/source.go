@@ -325,6 +325,11 @@ func (c Config) resolve() config {
 // same sandbox before the Retry-After time waits for it or fails at once.
 //
 // A Source is safe for concurrent use.
+//
+// A Source not made by New (the zero value, or a nil *Source) sends no
+// request: List and RunningIDs return, and the Preserve of each sandbox
+// Sandbox returns, the permanent error "httpsource: Source not made by
+// httpsource.New"; Limit is 0 and CloseIdleConnections does nothing.
 type Source struct {
 	cfg     config
 	base    *url.URL
@@ -444,6 +449,9 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 // an ID, running or not, the mark of a wrong Config.IDField or not a
 // listing of sandboxes, is an error.
 func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
+	if !s.made() {
+		return nil, errNotMade
+	}
 	items, err := s.list(ctx)
 	if err != nil {
 		return nil, err
@@ -462,6 +470,9 @@ func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 // RunningIDs returns the IDs of the sandboxes the server reports in a
 // running state: what a preStop wait polls. Same bounds and errors as List.
 func (s *Source) RunningIDs(ctx context.Context) ([]string, error) {
+	if !s.made() {
+		return nil, errNotMade
+	}
 	items, err := s.list(ctx)
 	if err != nil {
 		return nil, err
@@ -578,12 +589,28 @@ func (s *Source) Sandbox(id string) pause.Sandbox { return &sandbox{src: s, id: 
 // waits for one that never sent a request, which a Go transport can keep:
 // a dial that finished after its request was given up) is not held by the
 // Source's. A later request opens a new connection.
-func (s *Source) CloseIdleConnections() { s.cfg.client.CloseIdleConnections() }
+func (s *Source) CloseIdleConnections() {
+	if s.made() {
+		s.cfg.client.CloseIdleConnections()
+	}
+}
 
 // Limit returns how many pause requests the Source currently sends at once;
 // a very large number until the server answered 429 or Config.MaxInFlight set
 // a cap.
-func (s *Source) Limit() int { return s.lim.current() }
+func (s *Source) Limit() int {
+	if !s.made() {
+		return 0
+	}
+	return s.lim.current()
+}
+
+// errNotMade is the error of a Source not made by New: permanent, for no
+// retry can make one.
+var errNotMade = backoff.Permanent(errors.New("httpsource: Source not made by httpsource.New"))
+
+// made reports whether s was made by New.
+func (s *Source) made() bool { return s != nil && s.lim != nil }
 
 func (s *Source) resolve(path string) string {
 	return strings.TrimSuffix(s.base.String(), "/") + path

@@ -560,3 +560,45 @@ func TestOversizedListAnswerIsNamed(t *testing.T) {
 	var perm *backoff.PermanentError
 	assert.ErrorAs(t, err, &perm, "the same answer comes again")
 }
+
+// Fault: a Source not made by New (a zero httpsource.Source, or the nil
+// *Source New returns with its error) panicked with a nil dereference in
+// List, RunningIDs, Limit and CloseIdleConnections, and in the Preserve of
+// a sandbox its Sandbox returned: a pause.Preserver over it recovered the
+// listing's panic, but the drain's count and a caller of its own did not.
+// Each now returns the permanent error "httpsource: Source not made by
+// httpsource.New" (no retry can make one), Limit 0. docs/faults.md row
+// 241.
+func TestSourceNotMadeByNewIsAPermanentError(t *testing.T) {
+	const want = "httpsource: Source not made by httpsource.New"
+	for name, s := range map[string]*Source{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			var perm *backoff.PermanentError
+			sbs, err := s.List(t.Context())
+			assert.Nil(t, sbs)
+			require.ErrorContains(t, err, want)
+			assert.ErrorAs(t, err, &perm)
+			ids, err := s.RunningIDs(t.Context())
+			assert.Nil(t, ids)
+			require.ErrorContains(t, err, want)
+			err = s.Sandbox("sb-1").Preserve(t.Context())
+			require.ErrorContains(t, err, want)
+			assert.ErrorAs(t, err, &perm)
+			assert.Zero(t, s.Limit())
+			assert.NotPanics(t, s.CloseIdleConnections)
+
+			p, err := pause.New(s, pause.Config{})
+			if s == nil {
+				require.ErrorContains(t, err, "the Lister must not be nil", "a typed nil is refused at New")
+				return
+			}
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			rep := p.Run(ctx, time.Time{})
+			assert.True(t, rep.Unknown, "no listing succeeded")
+			assert.Contains(t, rep.ListErr, want)
+			assert.Equal(t, 1, rep.Passes, "a permanent error: not listed again")
+		})
+	}
+}
