@@ -46,7 +46,12 @@ func Methods(table map[string]drain.Class, def drain.Class) Classifier {
 // A unary RPC of class drain.Stream (a long-poll) ends as a streaming one
 // does (see StreamServerInterceptor): its handler's context is cancelled
 // and it answers codes.Unavailable, "server stopping: ...".
+//
+// A nil g or classify panics here, when the server is built, as
+// http.Handle does for a nil handler: the interceptor would otherwise
+// panic in every RPC, which gRPC does not recover.
 func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServerInterceptor {
+	mustHave(g, classify, "UnaryServerInterceptor")
 	st := intercepting(g, false)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		defer st.rpc()()
@@ -104,7 +109,10 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 // is refused (codes.Unavailable, its handler not called), exempt or not.
 // Its handler must return when its stream's context ends: one blocked in
 // RecvMsg is not woken by it.
+//
+// A nil g or classify panics here, as for UnaryServerInterceptor.
 func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServerInterceptor {
+	mustHave(g, classify, "StreamServerInterceptor")
 	st := intercepting(g, true)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		defer st.rpc()()
@@ -124,6 +132,17 @@ func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServ
 			return stream(g, srv, ss, h)
 		}
 		return h(srv, ss)
+	}
+}
+
+// mustHave panics, naming the constructor and the argument, when g or
+// classify is nil.
+func mustHave(g *drain.Gate, classify Classifier, name string) {
+	switch {
+	case g == nil:
+		panic("draingrpc: " + name + ": nil *drain.Gate (a zero drain.Gate{} is an open gate)")
+	case classify == nil:
+		panic("draingrpc: " + name + ": nil Classifier (draingrpc.Methods builds one)")
 	}
 }
 

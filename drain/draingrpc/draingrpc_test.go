@@ -652,3 +652,18 @@ func TestStopOfNoServerFailsSayingSo(t *testing.T) {
 		require.ErrorContains(t, err, "the Server is nil", name)
 	}
 }
+
+// A nil Gate or Classifier is a wiring mistake found when the server is
+// built, by name, not a panic in every RPC (which gRPC does not recover:
+// the process would die at the first request).
+func TestNilGateOrClassifierPanicsWhenBuiltNamingIt(t *testing.T) {
+	classify := Methods(nil, drain.Create)
+	assert.PanicsWithValue(t, "draingrpc: UnaryServerInterceptor: nil *drain.Gate (a zero drain.Gate{} is an open gate)",
+		func() { UnaryServerInterceptor(nil, classify) })
+	assert.PanicsWithValue(t, "draingrpc: StreamServerInterceptor: nil *drain.Gate (a zero drain.Gate{} is an open gate)",
+		func() { StreamServerInterceptor(nil, classify) })
+	assert.PanicsWithValue(t, "draingrpc: UnaryServerInterceptor: nil Classifier (draingrpc.Methods builds one)",
+		func() { UnaryServerInterceptor(&drain.Gate{}, nil) })
+	assert.PanicsWithValue(t, "draingrpc: StreamServerInterceptor: nil Classifier (draingrpc.Methods builds one)",
+		func() { StreamServerInterceptor(&drain.Gate{}, nil) })
+}
