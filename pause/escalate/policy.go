@@ -105,8 +105,9 @@ type Policy struct {
 // one, or whose Prober cannot tell, is treated as still running, so it
 // gets SIGKILL when the wait after the signal ends. A Signal error matching ECHILD (the
 // signalling command's status was stolen the same way) may have been
-// delivered: the wait after the signal is kept. The error is the last failure seen, and is
-// nil unless the exit is ExitUnknown. A nil t (or a nil pointer in it) is
+// delivered: the wait after the signal is kept. The error is nil unless the exit is
+// ExitUnknown, and never nil then: it wraps ErrExitUnknown, joined with every failure
+// seen on the way. A nil t (or a nil pointer in it) is
 // not signalled: Stop returns ExitUnknown and an error saying so.
 func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	if isNil(t) {
@@ -147,13 +148,17 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	if dl, ok := ctx.Deadline(); ok && dl.Before(killEnd) {
 		killEnd = dl
 	}
+	killed := time.Now()
 	if exited, err = waitUntil(ctx, t, killEnd); exited {
 		return ExitedAfterKill, nil
 	}
+	// First, and never left out: with every signal delivered and the waits
+	// merely over, failures is empty, and a nil error read as success.
+	notSeen := fmt.Errorf("%w (%v after it)", ErrExitUnknown, time.Since(killed).Round(time.Millisecond))
 	if err != nil {
 		failures = append(failures, err)
 	}
-	return ExitUnknown, errors.Join(failures...)
+	return ExitUnknown, errors.Join(append([]error{notSeen}, failures...)...)
 }
 
 // termEnd is when the wait after SIGTERM ends: TermWait after now (by
@@ -495,8 +500,8 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	case ExitedAfterKill:
 		return backoff.Permanent(ErrKilled)
 	}
-	if err == nil {
-		return backoff.Permanent(ErrExitUnknown)
+	if !errors.Is(err, ErrExitUnknown) { // Stop's own says it
+		err = fmt.Errorf("%w: %w", ErrExitUnknown, err)
 	}
-	return backoff.Permanent(fmt.Errorf("%w: %w", ErrExitUnknown, err))
+	return backoff.Permanent(err)
 }

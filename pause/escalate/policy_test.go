@@ -390,10 +390,19 @@ func TestEscalationTimeline(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFake(tc.exitAfter)
 				start := time.Now()
-				exit, _ := escalate.Policy{TermWait: 5 * time.Second, KillWait: 2 * time.Second}.Stop(t.Context(), f)
+				exit, err := escalate.Policy{TermWait: 5 * time.Second, KillWait: 2 * time.Second}.Stop(t.Context(), f)
 				assert.Equal(t, tc.want, exit)
 				assert.Equal(t, tc.sent, f.sent())
 				assert.Equal(t, tc.took, time.Since(start))
+				// Fault: every signal delivered and both waits over left no
+				// failure, and the unknown end came with a nil error, which a
+				// caller checking only the error read as success.
+				if exit == escalate.ExitUnknown {
+					assert.EqualError(t, err, "escalate: target not seen to exit, even after SIGKILL (2s after it)")
+					assert.ErrorIs(t, err, escalate.ErrExitUnknown)
+				} else {
+					assert.NoError(t, err)
+				}
 			})
 		})
 	}
