@@ -383,6 +383,8 @@ func (d *Drainer) makePlan(ownPreserver bool) error {
 			return fmt.Errorf("drain: Config.Steps[%d].Phase().Name %q is one of the Drainer's own phases", i, ph.Name)
 		case dup:
 			return fmt.Errorf("drain: Config.Steps[%d].Phase().Name %q duplicates Config.Steps[%d]", i, ph.Name, j)
+		case ph.Max < 0:
+			return fmt.Errorf("drain: Config.Steps[%d].Phase().Max (%q) must not be negative, got %v", i, ph.Name, ph.Max)
 		case ph.Reserve != nil && ph.Reserve() < 0:
 			return fmt.Errorf("drain: Config.Steps[%d].Phase().Reserve (%q) must not be negative, got %v", i, ph.Name, ph.Reserve())
 		}

@@ -317,6 +317,9 @@ func TestNewNamesTheBadField(t *testing.T) {
 		{"nil run", Config{Budget: b, Sandboxes: node, Steps: []Step{NewStep(deadline.Phase{Name: "a"}, nil)}}, "Config.Steps[0]: NewStep"},
 		{"nil *ublk.Teardown-like step", Config{Budget: b, Sandboxes: node, Steps: []Step{(*nilStep)(nil)}}, "Config.Steps[0] is nil"},
 		{"negative reserve", Config{Budget: b, Sandboxes: node, Steps: []Step{step("a", -1, nop)}}, "Config.Steps[0].Phase().Reserve"},
+		// It named the plan's phases[3], not the step.
+		{"negative max", Config{Budget: b, Sandboxes: node, Steps: []Step{NewStep(deadline.Phase{Name: "net", Max: -time.Second},
+			func(context.Context) (any, error) { return nil, nil })}}, `Config.Steps[0].Phase().Max ("net") must not be negative, got -1s`},
 		{"reserves exceed grace", Config{Budget: b, Sandboxes: node, Steps: []Step{step("a", 40*time.Second, nop),
 			step("b", 20*time.Second, nop)}}, "Config.Steps[0] a 40s, Config.Steps[1] b 20s"},
 		{"negative poll", Config{Budget: b, Sandboxes: node, PollInterval: -1}, "Config.PollInterval"},
