@@ -40,6 +40,10 @@ func TestSandboxOfACreateInFlightPastTheGateWaitIsPreservedOrFailsThePhase(t *te
 	}{
 		{"boots before the preserve deadline", 1800 * time.Millisecond, true},
 		{"boots after it", 2400 * time.Millisecond, false},
+		// The wait for it gives up at the very instant it ends: counted
+		// after, it was no longer in flight, and the phase said OK of a
+		// sandbox nothing listed.
+		{"boots at it", 2250 * time.Millisecond, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -70,8 +74,12 @@ func TestSandboxOfACreateInFlightPastTheGateWaitIsPreservedOrFailsThePhase(t *te
 					assert.NoError(t, rep.Err())
 					return
 				}
-				assert.Len(t, left, 1, "it booted after the preserve deadline: nothing could preserve it")
+				assert.Len(t, left, 1, "it booted at or after the preserve deadline: nothing could preserve it")
 				require.Error(t, rep.Err(), "a sandbox running at SIGKILL fails the shutdown")
+				assert.Equal(t, Failed, rep.Phase(PhasePreserve).Result)
+				if c.boot == 2250*time.Millisecond {
+					return // which of the two ends first at that instant says how it failed
+				}
 				assert.Contains(t, rep.Err().Error(), "gated operations admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): create: 1")
 				assert.Equal(t, Failed, rep.Phase(PhasePreserve).Result)
 				assert.Contains(t, rep.Err().Error(), "is a drain.Stream, not a create", "a stream admitted as a create is told apart")

@@ -482,7 +482,14 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport,
 // force), and the error of an abandoned second run.
 func (d *Drainer) preserveAfterInFlight(ctx context.Context, pr *pause.Report, run func() (*pause.Report, error)) (map[Class]int, error) {
 	if err := d.gate.waitClasses(ctx, startClasses); err != nil {
-		return d.gate.gatedInFlight(startClasses), nil
+		if left := d.gate.gatedInFlight(startClasses); len(left) > 0 {
+			return left, nil
+		}
+		// They ended between the wait's end and the count: past the
+		// phase's deadline (or force) all the same, where nothing
+		// preserves what they started. Counted as the wait found them,
+		// not as none (the phase said OK of a sandbox nothing listed).
+		return d.starting, nil
 	}
 	more, err := run()
 	switch {
