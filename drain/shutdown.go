@@ -1,9 +1,11 @@
 package drain
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -137,7 +139,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	}
 	defer span.End()
 	rep := &Report{Start: time.Now()}
-	d.logPlan(ctx)
+	warned := d.logPlan(ctx)
 	if run == nil {
 		d.eventStarted("SIGTERM without a preStop call: gate closing", PhaseGate)
 	}
@@ -157,6 +159,13 @@ func (d *Drainer) run(ctx context.Context) *Report {
 
 	d.phase(ctx, rep, PhaseGate, d.gatePhase)
 	rep.Shortfall = d.plan.ShortfallFrom(PhasePreserve) // the count is in now
+	if rep.Shortfall > 0 && !warned {
+		// Without a preStop call the plan at SIGTERM had no count: it
+		// planned one round, and said it fit.
+		d.log.Log(ctx, slog.LevelWarn, "drain: the work does not fit in the time left; phases share it",
+			"running", d.Running(), "shortfall", rep.Shortfall, "kill", d.budget.Kill(),
+			"preserve", d.plan.Window(PhasePreserve).Deadline)
+	}
 	d.phase(ctx, rep, PhasePreserve, func(ctx context.Context, w deadline.Window, p *PhaseReport) {
 		d.preservePhase(ctx, rep, w, p)
 	})
@@ -198,8 +207,8 @@ func (d *Drainer) run(ctx context.Context) *Report {
 
 // logPlan logs, at SIGTERM, the windows every phase still to run would get
 // if each ran to its deadline, and warns when their reserves do not fit in
-// the time left.
-func (d *Drainer) logPlan(ctx context.Context) {
+// the time left; it reports whether it warned.
+func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 	short := d.plan.ShortfallFrom(PhaseGate)
 	ws := d.plan.Windows(PhaseGate)
 	attrs := make([]any, 0, len(ws)+3)
@@ -211,9 +220,10 @@ func (d *Drainer) logPlan(ctx context.Context) {
 	if short > 0 {
 		d.log.Log(ctx, slog.LevelWarn, "drain: the work does not fit in the time left; phases share it",
 			append(attrs, "shortfall", short)...)
-		return
+		return true
 	}
 	d.log.Log(ctx, slog.LevelInfo, "drain: SIGTERM: plan", attrs...)
+	return false
 }
 
 // drainResult is the Result of the preStop wait that ended for reason.
@@ -318,6 +328,7 @@ var startClasses = []Class{Create, Resume, Fork}
 // run's Report is merged into the first's.
 func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
 	kill := d.budget.Kill()
+	planned := d.preserver.Estimator().Estimate() // what the plan counted before this phase measured any
 	pr, inflight, err := d.preserveIn(ctx, w, p)
 	for err == nil && pr != nil && !pr.Unknown && pr.Err() != nil && d.force.Err() == nil {
 		// Only a budget that moved SIGKILL later gives more time; the
@@ -352,7 +363,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	case pr == nil:
 		p.Result, p.Error = Failed, "the Preserver returned no report"
 	case pr.Err() != nil: // sandboxes lost, or unknown: no listing succeeded
-		p.Result, p.Error = Failed, pr.Err().Error()
+		p.Result, p.Error = Failed, pr.Err().Error()+d.underestimated(ctx, pr, planned)
 	case len(inflight) > 0:
 		p.Result, p.Error = Failed, fmt.Sprintf("gated operations admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): %s: "+
 			"a sandbox they start is not preserved (a call that streams for as long as its client keeps it open is a drain.Stream, not a %s)",
@@ -360,6 +371,39 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 	default:
 		p.Result = OK
 	}
+}
+
+// underestimated says, when this phase's preserves took much longer than
+// the estimates the plan counted for them, by how much (a suffix for the
+// phase's error, also logged): the time before SIGTERM, the preStop wait
+// above all, was planned for shorter preserves, which is why they were
+// lost, and the estimate is the setting to change. It compares each
+// preserve that ended preserved or timed out (a timed out one's time is a
+// lower bound) with its own estimate (pause.Estimated, or its size at the
+// rate measured), else planned, the Estimator's before the phase, and
+// takes the median ratio.
+func (d *Drainer) underestimated(ctx context.Context, pr *pause.Report, planned time.Duration) string {
+	var ratios []float64
+	for _, e := range pr.Entries {
+		est := cmp.Or(e.Estimate, planned)
+		if est > 0 && e.Duration > 0 && (e.Outcome == pause.Preserved || e.Outcome == pause.TimedOut) {
+			ratios = append(ratios, float64(e.Duration)/float64(est))
+		}
+	}
+	if len(ratios) == 0 {
+		return ""
+	}
+	slices.Sort(ratios)
+	x := ratios[len(ratios)/2]
+	if x < 1.5 {
+		return ""
+	}
+	note := fmt.Sprintf("; preserves took %.1f times the estimate the plan counted (the median of %d; the Estimator's was %v: "+
+		"Config.Pause.Estimator, %s on the one-call path, or the sandboxes' own): the time before SIGTERM was planned for shorter preserves",
+		x, len(ratios), planned, EnvPreserveEstimate)
+	d.log.Log(ctx, slog.LevelWarn, "drain: preserves took much longer than the estimate the plan counted: set the estimate to what one takes on this node",
+		"times", fmt.Sprintf("%.1f", x), "measured", len(ratios), "estimator", planned, "setting", "Config.Pause.Estimator, "+EnvPreserveEstimate)
+	return note
 }
 
 // preserveIn runs the Preserver in window w, and again for what the
