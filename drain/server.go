@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -119,7 +121,10 @@ type Server struct {
 // EnvPodName is set), EnvPodName, EnvKubeletGrace, EnvHookListen,
 // EnvHookSecret, EnvPreserveEstimate and EnvSandboxTimeout, and wraps
 // srv.Handler to answer GET /readyz (503 once draining); Run wraps it again
-// when srv.Handler was set after NewServer. Errors name the
+// when srv.Handler was set after NewServer. A GET /readyz of srv's own, on
+// an *http.ServeMux (http.DefaultServeMux when srv.Handler is nil), answers
+// until the drain begins: a runtime not ready still says so. Behind another
+// Handler the wrapper cannot see one, and answers 200 "ok" itself. Errors name the
 // variable or argument that is wrong; they come now, not at SIGTERM.
 func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server, error) {
 	if srv == nil {
@@ -197,10 +202,24 @@ func (s *Server) wrapHandler() bool {
 		next = http.DefaultServeMux
 	}
 	s.ready = http.NewServeMux()
-	s.ready.Handle("GET /readyz", s.d.Gate().Readiness(nil))
+	s.ready.Handle("GET /readyz", s.d.Gate().Readiness(ownReadiness(next)))
 	s.ready.Handle("/", next)
 	s.srv.Handler = s.ready
 	return true
+}
+
+// ownReadiness is the handler of GET /readyz that the ServeMux h has, or
+// nil when h is not a ServeMux or has none (a catch-all "/" is not one).
+func ownReadiness(h http.Handler) http.Handler {
+	mux, ok := h.(*http.ServeMux)
+	if !ok {
+		return nil
+	}
+	own, pattern := mux.Handler(&http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/readyz"}, Host: "localhost"})
+	if !strings.HasSuffix(pattern, "/readyz") {
+		return nil
+	}
+	return own
 }
 
 // inCluster returns the pod this process runs in, or nil, logged, when

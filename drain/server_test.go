@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -359,6 +360,48 @@ func TestServerRunServesReadinessInFrontOfAHandlerSetAfterNewServer(t *testing.T
 	assert.Equal(t, http.StatusServiceUnavailable, status(t, "GET", api+"/readyz"), "draining")
 	sigs <- syscall.SIGTERM
 	assert.Equal(t, 0, <-code)
+}
+
+// A server's own GET /readyz (a runtime that is not ready) was overridden
+// by the one NewServer serves in front of it: the probe said 200 "ok", no
+// line logged (a review). On a ServeMux it now answers until the drain
+// begins, and the gate's 503 after.
+func TestServersOwnReadinessAnswersUntilTheDrain(t *testing.T) {
+	t.Setenv(EnvGrace, "10")
+	t.Setenv(EnvHookListen, "127.0.0.1:0")
+	t.Setenv(EnvHookSecret, "")
+	t.Setenv(EnvPodName, "")
+	runtimeReady := atomic.Bool{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !runtimeReady.Load() {
+			http.Error(w, "runtime not ready", http.StatusInternalServerError)
+		}
+	})
+	srv := &http.Server{Addr: "127.0.0.1:0", Handler: mux, ReadHeaderTimeout: time.Second}
+	s, err := NewServer(srv, fakesandbox.NewNode())
+	require.NoError(t, err)
+
+	sigs, code, addrs := serveLoopback(s)
+	api, hook := "http://"+addrs[0].String(), "http://"+addrs[1].String()
+	assert.Equal(t, http.StatusInternalServerError, status(t, "GET", api+"/readyz"), "the server's own: not ready")
+	runtimeReady.Store(true)
+	assert.Equal(t, http.StatusOK, status(t, "GET", api+"/readyz"), "the server's own: ready")
+	assert.Equal(t, http.StatusOK, status(t, "GET", hook+"/drain?wait=1ms"), "the preStop call")
+	assert.Equal(t, http.StatusServiceUnavailable, status(t, "GET", api+"/readyz"), "draining, whatever the server's own says")
+	sigs <- syscall.SIGTERM
+	assert.Equal(t, 0, <-code)
+}
+
+// A catch-all "/" is not a readiness check of the server's: the gate
+// answers 200 "ok" itself.
+func TestCatchAllIsNotTheServersReadiness(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", http.NotFound)
+	assert.Nil(t, ownReadiness(mux))
+	assert.Nil(t, ownReadiness(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	mux.HandleFunc("/readyz", func(http.ResponseWriter, *http.Request) {})
+	assert.NotNil(t, ownReadiness(mux))
 }
 
 // serveLoopback runs s as Run does, with signals from sigs, and returns
