@@ -211,12 +211,16 @@ type Drainer struct {
 	rootCtx  context.Context // carries root
 	hooks    int             // preStop requests started so far
 	hookOpen bool            // the latest preStop request has not answered yet
-	starting map[Class]int   // operations that start a sandbox in flight when the gate wait timed out (Shutdown's goroutine only)
-	hookRun  string          // the latest preStop request's ?start=: which run of the hook it is
-	started  bool
-	forcedAt time.Time
-	done     chan struct{}
-	report   *Report
+	// interrupted: ServeSignals's first signal was not SIGTERM (a person's
+	// SIGINT), so a preStop request still open does not mean the kubelet
+	// gave up on it.
+	interrupted atomic.Bool
+	starting    map[Class]int // operations that start a sandbox in flight when the gate wait timed out (Shutdown's goroutine only)
+	hookRun     string        // the latest preStop request's ?start=: which run of the hook it is
+	started     bool
+	forcedAt    time.Time
+	done        chan struct{}
+	report      *Report
 }
 
 // New validates cfg and returns a Drainer. Errors name the Config field.

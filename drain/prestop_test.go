@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -227,6 +228,30 @@ func TestShutdownEndsTheRunningPreStopWait(t *testing.T) {
 		assert.Equal(t, Stopped, rep.Phase(PhaseDrain).Result, "SIGTERM ended the wait: not a timeout")
 		assert.Equal(t, reasonSIGTERM, rep.PreStop.Reason)
 		assert.Equal(t, deadline.MinimumGracePeriod, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the call was still open: the kubelet gave up on it")
+		require.NoError(t, rep.Err())
+	})
+}
+
+// A person's Ctrl-C (SIGINT) during the preStop wait is not the kubelet
+// giving up on the hook: the kubelet never sends SIGINT. It was taken for
+// one, and the budget cut to 2 s after it (a review: one SIGINT during the
+// hook of a 30 s grace, 12 of 20 lost). The wait ends and the drain starts,
+// SIGKILL where the hook's grace puts it.
+func TestSIGINTDuringThePreStopWaitKeepsTheHooksGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, margin: 5 * time.Second, sandboxes: 4, latency: 100 * time.Millisecond,
+			edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }})
+		call := f.callPreStop(t.Context(), "")
+		hook := time.Now()
+		time.Sleep(100 * time.Second)
+		sigs := make(chan os.Signal, 1)
+		sigs <- os.Interrupt
+		rep := f.d.ServeSignals(t.Context(), sigs)
+		sum := call.wait(t)
+		assert.Equal(t, reasonSIGTERM, sum.Reason, "the wait ended")
+		assert.Equal(t, hook.Add(3600*time.Second), rep.Budget.Kill, "the hook's grace, not 2 s after the signal")
+		assert.NotContains(t, logs.String(), "the kubelet's grace period ran out")
 		require.NoError(t, rep.Err())
 	})
 }

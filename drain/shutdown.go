@@ -91,7 +91,7 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 	d.mu.Lock()
 	first := !d.started
 	d.started = true
-	abandoned := d.hookOpen
+	abandoned := d.hookOpen && !d.interrupted.Load()
 	d.mu.Unlock()
 	if first {
 		if abandoned { // the kubelet gave up on the hook: its grace has run out

@@ -50,7 +50,10 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 // ServeSignals is HandleSignals over a channel of signals the caller
 // relays (for example from its own signal.Notify, or a test): the first
 // value received starts Shutdown, every later one calls Force except
-// SIGTERM. It is how a server waits for its signals when it registered
+// SIGTERM. A first signal other than SIGTERM (a person's SIGINT) while a
+// preStop request is still open is not taken for the kubelet giving up on
+// the hook (which Shutdown infers from SIGTERM then, and expects SIGKILL 2 s
+// later): the kubelet never sends SIGINT. It is how a server waits for its signals when it registered
 // them before it began to serve, as every server should:
 //
 //	sigs := make(chan os.Signal, 4)
@@ -74,7 +77,10 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 		return notMadeReport()
 	}
 	select {
-	case <-ch:
+	case sig := <-ch:
+		// The kubelet sends SIGTERM, never SIGINT: a person's Ctrl-C during
+		// the preStop wait is not the kubelet giving up on the hook.
+		d.interrupted.Store(sig != syscall.SIGTERM)
 	case <-ctx.Done():
 	case <-d.term.Done():
 	}
