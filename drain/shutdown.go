@@ -297,8 +297,16 @@ func (d *Drainer) forceCancel(ctx context.Context) (context.Context, context.Can
 // steps' reserves.
 func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseReport) {
 	d.gate.Close()
+	var uncounted string
 	if !d.counted.Load() {
-		d.count(ctx, d.plan.Deadline(PhasePreserve))
+		start := time.Now()
+		if d.count(ctx, d.plan.Deadline(PhasePreserve)) < 0 {
+			// Said in the Report, not only in the log: a Lister that hangs
+			// holds this count up to the preserve deadline, and the gate
+			// phase said "ok" of the time it took.
+			uncounted = fmt.Sprintf("counting the running sandboxes failed after %v (logged); the preserve phase lists them itself",
+				time.Since(start).Round(time.Millisecond))
+		}
 		if dl := d.plan.Deadline(PhaseGate); dl.Before(p.Deadline) {
 			p.Deadline = dl // the count moved the preserve reserve
 		}
@@ -306,13 +314,21 @@ func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseRepo
 	ctx, stop := d.phaseContext(ctx, PhaseGate, p, p.Deadline)
 	defer stop()
 	if err := d.gate.Wait(ctx); err != nil {
-		p.Result, p.Error = TimedOut, fmt.Sprintf("gated operations still in flight: %v", context.Cause(ctx))
+		p.Result, p.Error = TimedOut, joinNote(fmt.Sprintf("gated operations still in flight: %v", context.Cause(ctx)), uncounted)
 		// The gate is closed: no new gated operation starts, so the ones
 		// counted now are all the preserve phase must wait for.
 		d.starting = d.gate.gatedInFlight(startClasses)
 		return
 	}
-	p.Result = OK
+	p.Result, p.Error = OK, uncounted
+}
+
+// joinNote is msg, then note after a semicolon when there is one.
+func joinNote(msg, note string) string {
+	if note == "" {
+		return msg
+	}
+	return msg + "; " + note
 }
 
 // startClasses are the classes of operations that start a sandbox: one

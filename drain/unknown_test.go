@@ -34,6 +34,10 @@ func TestFailedListingIsUnknownNotSuccess(t *testing.T) {
 		assert.Contains(t, pres.Error, "unknown")
 		require.Error(t, rep.Err())
 		assert.Contains(t, rep.Err().Error(), "500 Internal Server Error")
+		// The gate phase's count failed too, and said only in the log (a
+		// review, whose Lister hung past the gate's deadline: "ok").
+		assert.Equal(t, "counting the running sandboxes failed after 0s (logged); the preserve phase lists them itself",
+			rep.Phase(PhaseGate).Error)
 	})
 }
 
