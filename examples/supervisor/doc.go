@@ -113,7 +113,9 @@
 //     the final sweep's included, which the Report's note names, or no
 //     listing of the sandboxes ever succeeded: they are unknown, and the
 //     Report says so with the last error, or the daemon step failed: a
-//     device left, the daemon killed or crashed, which the note names). A SIGINT during the termination forces (a SIGTERM again does not): the preStop wait ends, no
+//     device left, the daemon killed or crashed, which the note names, or
+//     the Report could not be written, which the termination message says
+//     instead of naming the file). A SIGINT during the termination forces (a SIGTERM again does not): the preStop wait ends, no
 //     new pause is sent, and each step gets only its reserve; pauses already
 //     sent are still awaited until the server step's deadline at most (the
 //     server runs them anyway); the final sweep still lists, and what it

@@ -82,7 +82,7 @@ func TestSandboxesLostWithTheServerAreInTheDrainsAccount(t *testing.T) {
 		assert.Equal(t, []string{third}, out.LostWithServer)
 		assert.Equal(t, 1, out.Lost(), "counted once")
 		assert.Equal(t, 1, out.ExitCode)
-		sup.writeTerminationMessage(out)
+		sup.writeTerminationMessage(out, nil)
 		first, _, _ := strings.Cut(readFile(t, termLog), "\n")
 		assert.True(t, strings.HasPrefix(first, "drainkit: 1 of 3 sandboxes LOST"), first)
 	})

@@ -113,6 +113,41 @@ func TestReportThatIsADirectoryFailsAtStart(t *testing.T) {
 	}
 }
 
+// Fault: the Report could not be written at exit (a full disk, its volume
+// gone): the supervisor logged it at ERROR and exited 0, the server's
+// status, and the termination message, written before the attempt, said
+// "full report: PATH", where the previous shutdown's Report was, or none.
+// It now exits 1, as sandboxd and gvisor-worker do, and the termination
+// message says the full report could not be written, and why. Here the
+// Report's directory is replaced by a regular file after the start, which
+// no one, root included, can create a file in.
+func TestReportThatCannotBeWrittenMakesTheSupervisorExitNonZero(t *testing.T) {
+	dir := t.TempDir()
+	reports := filepath.Join(dir, "reports")
+	require.NoError(t, os.Mkdir(reports, 0o755))
+	report, termLog := filepath.Join(reports, "report.json"), filepath.Join(dir, "termination-log")
+	var log bytes.Buffer
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisorLogging(t, &log,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "5s", "-report", report, "-termination-log", termLog},
+		helperCommand("stubserver", "-listen", api, "-exit", "0"))
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/healthz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/healthz") != 0 }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, os.Remove(reports))
+	require.NoError(t, os.WriteFile(reports, nil, 0o644)) // the Report's directory is no directory now
+
+	sup.signal(t, syscall.SIGTERM)
+	code := sup.exitCode(t, 15*time.Second)
+	assert.Equal(t, 1, code, "the Report is lost: not a clean exit")
+	assert.Contains(t, log.String(), "writing the report")
+	msg := readFile(t, termLog)
+	assert.Contains(t, msg, "the full report could not be written: ")
+	assert.Contains(t, msg, "not a directory")
+	assert.NotContains(t, msg, "full report: "+report)
+	assert.Contains(t, msg, "supervisor exit code 1")
+}
+
 // SIGHUP and SIGQUIT never reach the server: a server with the default
 // disposition dies of either, taking its sandboxes with it. The supervisor
 // logs them and goes on; SIGQUIT dumps its goroutines to stderr.

@@ -635,8 +635,19 @@ func (r *Report) lostOutsideDrain() int {
 	return n
 }
 
-// finish logs the Report and writes it to -report (atomically and durably).
+// finish writes the Report to -report (atomically and durably), then logs
+// it and writes the termination message, so that both tell whether it was
+// written. A Report that could not be written (a full disk, its volume
+// gone) is no clean exit, as for sandboxd and gvisor-worker: the exit
+// status is 1 at least, and the termination message says the full report
+// could not be written, and why, where it would name the file (which holds
+// the previous shutdown's Report, or nothing).
 func (s *supervisor) finish(rep *Report) {
+	reportErr := s.writeReport(rep)
+	if reportErr != nil {
+		s.log.Error("supervisor: writing the report", "file", s.cfg.report, "err", reportErr)
+		rep.ExitCode = max(rep.ExitCode, 1)
+	}
 	attrs := []any{"exit_code", rep.ExitCode, "server", rep.Server.String(), "orphans_reaped", rep.OrphansReaped}
 	if rep.Daemon != nil {
 		attrs = append(attrs, "daemon", rep.Daemon.String())
@@ -651,17 +662,19 @@ func (s *supervisor) finish(rep *Report) {
 		attrs = append(attrs, "headroom", rep.Drain.Headroom.Round(time.Millisecond))
 	}
 	s.log.Info("supervisor: report", attrs...)
-	s.writeTerminationMessage(rep)
+	s.writeTerminationMessage(rep, reportErr)
+}
+
+// writeReport writes rep to -report, if set, atomically and durably.
+func (s *supervisor) writeReport(rep *Report) error {
 	if s.cfg.report == "" {
-		return
+		return nil
 	}
 	b, err := json.MarshalIndent(rep, "", "  ")
-	if err == nil {
-		err = durable.WriteFile(s.cfg.report, append(b, '\n'), 0o666)
-	}
 	if err != nil {
-		s.log.Error("supervisor: writing the report", "file", s.cfg.report, "err", err)
+		return err
 	}
+	return durable.WriteFile(s.cfg.report, append(b, '\n'), 0o666)
 }
 
 // hookRoutes serves the preStop hook on its own listener, guarded: only a
@@ -726,13 +739,18 @@ func (s *supervisor) spared(pid int) bool {
 
 // writeTerminationMessage writes the termination's summary to the
 // termination message path, so the pod's last state says what happened
-// (at most 4 KiB; the full Report is in -report). A failure is logged.
-func (s *supervisor) writeTerminationMessage(rep *Report) {
+// (at most 4 KiB; the full Report is in -report, unless reportErr, the
+// error of writing it, which the summary gives instead). A failure is
+// logged.
+func (s *supervisor) writeTerminationMessage(rep *Report, reportErr error) {
 	extra := []string{fmt.Sprintf("server %s; supervisor exit code %d", rep.Server.String(), rep.ExitCode)}
 	if rep.Note != "" {
 		extra = append(extra, "note: "+rep.Note)
 	}
-	if s.cfg.report != "" {
+	switch {
+	case reportErr != nil:
+		extra = append(extra, "the full report could not be written: "+reportErr.Error())
+	case s.cfg.report != "":
 		extra = append(extra, "full report: "+s.cfg.report)
 	}
 	path, explicit := termmsg.Path(s.cfg.termLog)
