@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -99,6 +101,12 @@ func (g *Gate) Readiness(check http.Handler) http.Handler {
 // Shutdown, or nil if srv was already closed, and an error saying so when
 // srv is nil.
 func ShutdownHTTP(ctx context.Context, srv *http.Server) error {
+	return shutdownHTTP(ctx, srv, func(err error) error { return err })
+}
+
+// shutdownHTTP is ShutdownHTTP, whose error from Shutdown goes through
+// failed before srv is closed (while the connections it left are open).
+func shutdownHTTP(ctx context.Context, srv *http.Server, failed func(error) error) error {
 	if srv == nil {
 		return errors.New("drain: ShutdownHTTP: srv is nil: no server to shut down")
 	}
@@ -107,15 +115,57 @@ func ShutdownHTTP(ctx context.Context, srv *http.Server) error {
 		return nil
 	}
 	if err != nil {
+		err = failed(err)
 		_ = srv.Close()
 	}
 	return err
 }
 
 // HTTPServerStep returns a teardown Step that runs ShutdownHTTP on srv with
-// the step's context: Shutdown, then Close at the step's deadline.
+// the step's context: Shutdown, then Close at the step's deadline. When the
+// deadline comes first, its error says how many connections were still in
+// a request: it counts them through srv.ConnState, which it wraps (a
+// ConnState set on srv before HTTPServerStep is still called; one set after
+// replaces the count, and the error then says only that the deadline came).
 func HTTPServerStep(name string, srv *http.Server, reserve time.Duration) Step {
+	active := countActive(srv)
 	return NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve)}, func(ctx context.Context) (any, error) {
-		return nil, ShutdownHTTP(ctx, srv)
+		return nil, shutdownHTTP(ctx, srv, func(err error) error {
+			if n := active(); n > 0 && ctx.Err() != nil {
+				return fmt.Errorf("%w: %d connection(s) still in a request at the step's deadline, closed now: "+
+					"a request the gate does not wait for (a log follow, a watch, an ungated call) held the shutdown; "+
+					"one that lasts as long as its client is admitted as a drain.Stream, which ends with the preserve phase", err, n)
+			}
+			return err
+		})
 	})
+}
+
+// countActive wraps srv.ConnState to count the connections in a request
+// (http.StateActive), and returns the count as it is when called. It
+// counts nothing for a nil srv.
+func countActive(srv *http.Server) func() int {
+	if srv == nil {
+		return func() int { return 0 }
+	}
+	var mu sync.Mutex
+	active := map[net.Conn]bool{}
+	prev := srv.ConnState
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		if st == http.StateActive {
+			active[c] = true
+		} else {
+			delete(active, c)
+		}
+		mu.Unlock()
+		if prev != nil {
+			prev(c, st)
+		}
+	}
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(active)
+	}
 }

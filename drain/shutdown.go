@@ -609,7 +609,10 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 	case errors.Is(err, bounded.ErrAbandoned):
 		p.Result, p.Error = Abandoned, err.Error()
 	case ctx.Err() != nil:
-		p.Result, p.Error = TimedOut, fmt.Sprintf("%v (%v)", err, context.Cause(ctx))
+		p.Result, p.Error = TimedOut, err.Error()
+		if cause := context.Cause(ctx); cause != nil && !strings.Contains(p.Error, cause.Error()) {
+			p.Error += " (" + cause.Error() + ")" // a force, or the budget moved
+		}
 	default:
 		p.Result, p.Error = Failed, err.Error()
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -597,4 +598,39 @@ func TestHTTPServerStepOfANilServerFailsSayingSo(t *testing.T) {
 	require.ErrorContains(t, ShutdownHTTP(t.Context(), nil), "drain: ShutdownHTTP: srv is nil")
 	_, err := HTTPServerStep("http", nil, time.Second).Run(t.Context())
 	require.ErrorContains(t, err, "srv is nil")
+}
+
+// A request the gate does not wait for (a log follow served ungated) held
+// the server's step to its deadline, and its error said only "context
+// deadline exceeded (context deadline exceeded)" (a review). It now says
+// how many connections were still in a request, and what to do; a
+// ConnState the server set before is still called.
+func TestHTTPServerStepSaysWhatHeldItToItsDeadline(t *testing.T) {
+	entered := make(chan struct{})
+	srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		close(entered)
+		<-r.Context().Done() // follows until its client or the server goes
+	})}
+	var states atomic.Int32
+	srv.ConnState = func(net.Conn, http.ConnState) { states.Add(1) }
+	step := HTTPServerStep("http", srv, time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/logs?follow=1")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	<-entered
+
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err = step.Run(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "1 connection(s) still in a request at the step's deadline, closed now")
+	assert.Contains(t, err.Error(), "drain.Stream")
+	assert.Positive(t, states.Load(), "the server's own ConnState is still called")
+	assert.ErrorIs(t, <-served, http.ErrServerClosed)
 }
