@@ -54,6 +54,9 @@ func TestPreservesMuchLongerThanTheEstimateSayWhy(t *testing.T) {
 		assert.Contains(t, p.Error, "; preserves took 4.0 times the estimate the plan counted (the median of 16; the Estimator's was 1s: "+
 			"Config.Pause.Estimator, DRAINKIT_PRESERVE_ESTIMATE on the one-call path, or the sandboxes' own)")
 		assert.Contains(t, logs.String(), `level=WARN msg="drain: preserves took much longer than the estimate the plan counted: set the estimate to what one takes on this node" times=4.0 measured=16 estimator=1s`)
+		// The Report's line says why the phase failed, not only the JSON (a
+		// review: "report.preserve=\"failed in 1s\"" and nothing more).
+		assert.Contains(t, logs.String(), `report.preserve="failed in 6.5s: pause: 12 of 20 sandboxes not preserved; preserves took 4.0 times`)
 	})
 }
 
@@ -84,4 +87,12 @@ func TestWorkThatDoesNotFitIsWarnedOfOnceCountedWithoutAPreStopCall(t *testing.T
 		assert.Contains(t, logs.String(), `msg="drain: SIGTERM: plan"`, "at SIGTERM, one round: it fits")
 		assert.Regexp(t, `level=WARN msg="drain: the work does not fit in the time left; phases share it" running=20 shortfall=\S+`, logs.String())
 	})
+}
+
+// A phase's error on the Report's log line is cut at maxLoggedError bytes,
+// on a rune boundary.
+func TestClipCutsOnARuneBoundary(t *testing.T) {
+	assert.Equal(t, "abc", clip("abc", 3))
+	assert.Equal(t, "ab…", clip("abcd", 2))
+	assert.Equal(t, "a…", clip("aé", 2), "é is two bytes: not cut in half")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/kube"
@@ -134,7 +135,7 @@ func (r *Report) Err() error {
 		errs = append(errs, fmt.Errorf("%d sandbox(es) not preserved", n))
 	}
 	for _, p := range r.Phases {
-		if p.Result == Failed || p.Result == Abandoned || (p.Result == TimedOut && p.Name != PhaseDrain && p.Name != PhaseGate) {
+		if p.fault() {
 			errs = append(errs, fmt.Errorf("%s: %s: %s", p.Name, p.Result, p.Error))
 		}
 	}
@@ -175,9 +176,34 @@ func (r *Report) LogValue() slog.Value {
 		attrs = append(attrs, slog.Int("events_posted", r.Events.Posted), slog.Int("events_dropped", r.Events.Dropped))
 	}
 	for _, p := range r.Phases {
-		attrs = append(attrs, slog.String(p.Name, fmt.Sprintf("%s in %v", p.Result, p.Duration.Round(time.Millisecond))))
+		v := fmt.Sprintf("%s in %v", p.Result, p.Duration.Round(time.Millisecond))
+		if p.fault() && p.Error != "" { // the line says why, not only the JSON
+			v += ": " + clip(p.Error, maxLoggedError)
+		}
+		attrs = append(attrs, slog.String(p.Name, v))
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// maxLoggedError is the most of a phase's error the Report's log line
+// carries; the JSON Report has all of it.
+const maxLoggedError = 300
+
+// fault reports whether p's result is one of Err's: failed, abandoned, or a
+// step (not the drain or gate wait) timed out.
+func (p PhaseReport) fault() bool {
+	return p.Result == Failed || p.Result == Abandoned || (p.Result == TimedOut && p.Name != PhaseDrain && p.Name != PhaseGate)
+}
+
+// clip is s cut to n bytes at most, "…" marking a cut, on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // mergeSweep merges into rep.Preserve the final sweep the step p ran (its
