@@ -559,3 +559,100 @@ func TestSandboxdDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
 	}
 }
+
+// Fault: sandboxd's API could stop serving on its own (its listener's Accept failing for
+// good) and nothing noticed: no line said so, and the node stayed up with no API and no
+// readiness, its sandboxes out of every client's reach, until its SIGTERM; then the error
+// was logged at WARN and, the Report clean, sandboxd exited 0. As drain.Server.Run does,
+// the failure is now logged at ERROR at once and sandboxd drains at once, as at SIGTERM
+// (its sandboxes preserved while it still holds them), and Run's error makes Main exit 1.
+func TestAPIServingThatStopsDrainsAtOnceAndExitsOne(t *testing.T) {
+	var logs logbuf.Buffer
+	r := runServer(t, testConfig(t), &logs)
+	createSandbox(t, "http://"+r.s.Addr())
+	closed := time.Now()
+	require.NoError(t, r.s.ln.Close()) // Accept fails for good: serving the API stops
+
+	var res runResult
+	select {
+	case res = <-r.done:
+	case <-time.After(20 * time.Second): // no SIGTERM comes: only serving's end drains
+		t.Fatalf("sandboxd still up 20 s after its API stopped serving, not draining:\n%s", logs.String())
+	}
+	r.done <- res // for the cleanup
+	require.Error(t, res.err, "Main exits 1")
+	assert.Contains(t, res.err.Error(), "serving the API stopped")
+	require.NotNil(t, res.rep.Preserve)
+	assert.Equal(t, 1, res.rep.Preserve.Counts[pause.Preserved], "drained at once: the sandbox preserved")
+	assert.False(t, res.rep.Budget.Start.Before(closed), "the budget anchored when serving stopped, as at SIGTERM: %v", res.rep.Budget.Start)
+	out := logs.String()
+	failed := strings.Index(out, "level=ERROR msg=\"serving the API stopped")
+	require.GreaterOrEqual(t, failed, 0, "logged at ERROR:\n%s", out)
+	assert.Less(t, failed, strings.Index(out, "drain: shutdown finished"), "logged when it stopped, before the drain:\n%s", out)
+}
+
+// Fault: sandboxd's preStop hook could stop serving on its own and its error was thrown
+// away (`_ = s.hook.Serve(...)`): the kubelet's preStop calls failed with no line in
+// sandboxd's log saying why, and sandboxd exited 0. As drain.Server.Run does, the failure
+// is now logged at ERROR at once; the API goes on serving, readiness too, SIGTERM drains
+// as before, and Run's error makes Main exit 1.
+func TestHookServingThatStopsIsLoggedAndExitsOne(t *testing.T) {
+	var logs logbuf.Buffer
+	r := runServer(t, testConfig(t), &logs)
+	base := "http://" + r.s.Addr()
+	require.NoError(t, r.s.hookLn.Close()) // Accept fails for good: serving the hook stops
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), "level=ERROR msg=\"serving the preStop hook stopped")
+	}, 10*time.Second, 10*time.Millisecond, "no line at ERROR said the hook stopped serving")
+	createSandbox(t, base) // the API still serves
+	code, _, _ := call(t, "GET", base+"/readyz", "")
+	assert.Equal(t, http.StatusOK, code, "still ready: no drain before SIGTERM")
+	select {
+	case res := <-r.done:
+		r.done <- res
+		t.Fatalf("sandboxd returned before SIGTERM: %v", res.err)
+	default:
+	}
+
+	res := r.stop()
+	require.Error(t, res.err, "Main exits 1")
+	assert.Contains(t, res.err.Error(), "serving the preStop hook stopped")
+	require.NotNil(t, res.rep.Preserve)
+	assert.Equal(t, 1, res.rep.Preserve.Counts[pause.Preserved], "drained at SIGTERM as before")
+}
+
+// runResult is what Run returned.
+type runResult struct {
+	rep *drain.Report
+	err error
+}
+
+// running is a sandboxd whose Run runs in this process; stop ends it as a signal would.
+type running struct {
+	s    *Server
+	done chan runResult
+	stop func() runResult
+}
+
+// runServer starts sandboxd with cfg, logging into logs, and runs it until the test's end
+// (or stop), whatever Run returns.
+func runServer(t *testing.T, cfg Config, logs *logbuf.Buffer) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := New(ctx, cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	require.NoError(t, err)
+	r := &running{s: s, done: make(chan runResult, 1)}
+	go func() {
+		rep, err := s.Run(ctx)
+		r.done <- runResult{rep, err}
+	}()
+	r.stop = func() runResult {
+		cancel()
+		res := <-r.done
+		r.done <- res
+		return res
+	}
+	t.Cleanup(func() { r.stop() })
+	return r
+}

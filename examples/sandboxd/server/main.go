@@ -12,7 +12,8 @@ import (
 // Main runs sandboxd with the command-line args (without the program name), logging to
 // stderr, and returns the exit status: 0 after a clean shutdown, 1 when the shutdown's
 // Report has an error (sandboxes lost, a step failed, SIGKILL's time passed: see
-// drain.Report.Err), the server could not start or the Report could not be written, 2 for
+// drain.Report.Err), the server could not start, its API or preStop hook stopped serving on
+// its own (Server.Run) or the Report could not be written, 2 for
 // bad usage (a -grace too short for the plan included), as drain.Server.Run does. The calling binary's main must call
 // fakeublk.MainIfDaemon first.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
@@ -35,7 +36,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	rep, err := s.Run(ctx)
 	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd: writing the report:", err)
+		fmt.Fprintln(stderr, "sandboxd:", err)
 		return 1
 	}
 	if err := rep.Err(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -303,45 +304,91 @@ func (s *Server) Node() *sandbox.Node { return s.node }
 // Drainer returns the server's Drainer.
 func (s *Server) Drainer() *drain.Drainer { return s.drainer }
 
-// Run serves HTTP until the first SIGTERM or SIGINT (or ctx ending), then shuts the node
-// down with the Drainer — drain, preserve, ublk teardown, HTTP shutdown, all inside the
-// grace period — writes the Report to STATE_DIR/last-shutdown.json and returns it. A second
-// signal forces the shutdown. Run never exits the process.
+// Run serves HTTP until the first SIGTERM or SIGINT (or ctx ending, or the API's serving
+// stopping: below), then shuts the node down with the Drainer — drain, preserve, ublk
+// teardown, HTTP shutdown, all inside the grace period — writes the Report to
+// STATE_DIR/last-shutdown.json and returns it. A second signal forces the shutdown. Run
+// never exits the process.
+//
+// Serving that stops on its own (a listener's Accept failing for good) is logged at Error
+// when it stops and makes Run's error non-nil, as drain.Server.Run's exit status 1. When
+// the API stops, Run drains at once, as at SIGTERM: a node no client nor readiness probe
+// can reach is of no use, and its sandboxes are preserved while the process still holds
+// them. When the preStop hook stops, Run goes on serving the API and drains at SIGTERM
+// (the kubelet's preStop call fails and it sends SIGTERM at once). Run's error also says
+// when the Report could not be written.
 func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	// The signals have been held since New began (s.signals): requests waiting in the
 	// listener's queue are answered the moment serving starts, and a SIGTERM that came after
 	// such an answer (the kubelet's, just after a probe passed), or while sandboxd started,
 	// found its default action, which killed sandboxd at once, with no drain and no report
 	// (docs/faults.md rows 238 and 241). SIGHUP and SIGQUIT are logged, and sandboxd goes on.
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- s.http.Serve(s.ln) }()
-	go func() { _ = s.hook.Serve(s.hookLn) }() // closed by Close
+	ctx, drainNow := context.WithCancel(ctx) // the Drainer's Shutdown, its budget anchored then
+	defer drainNow()
+	apiErr := make(chan error, 1)
+	go func() {
+		err := s.serve("the API", s.http, s.ln, "draining now")
+		if err != nil {
+			drainNow()
+		}
+		apiErr <- err
+	}()
+	hookErr := make(chan error, 1)
+	go func() {
+		hookErr <- s.serve("the preStop hook", s.hook, s.hookLn, "the kubelet's preStop call fails, SIGTERM still drains")
+	}()
 	s.logger.Info("sandboxd serving", "addr", s.Addr(), "runtime", s.rt.Name(),
 		"paused", s.node.Count(sandbox.Paused), "grace", s.cfg.Grace)
 	rep := s.signals.Drain(ctx, s.drainer)
 	s.logLost(rep)
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		s.logger.Warn("http server", "error", err)
+	stopped := <-apiErr // the HTTP step shut the API down
+	hookEnded := false
+	select {
+	case err := <-hookErr: // stopped on its own, or it goes on until Close
+		stopped, hookEnded = errors.Join(stopped, err), true
+	default:
 	}
 	// The Report first: Close may take seconds (with runsc it force-deletes every sandbox
 	// not preserved), and the drain left only its headroom before SIGKILL.
 	s.learned.Save(rep, s.drainer.Budget(), s.steps)
 	err := s.writeReport(rep)
-	s.writeTerminationMessage(rep, err)
+	s.writeTerminationMessage(rep, err, stopped)
 	s.Close()
-	return rep, err
+	if !hookEnded {
+		stopped = errors.Join(stopped, <-hookErr)
+	}
+	if err != nil {
+		err = fmt.Errorf("writing the report: %w", err)
+	}
+	return rep, errors.Join(stopped, err)
+}
+
+// serve serves srv, what (the API or the preStop hook), on ln until srv shuts down or
+// closes, and returns nil then; when serving stops otherwise, it logs that at Error, with
+// then (what follows), and returns the error.
+func (s *Server) serve(what string, srv *http.Server, ln net.Listener, then string) error {
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	s.logger.Error("serving "+what+" stopped: "+then+"; sandboxd will exit 1", "addr", ln.Addr().String(), "error", err)
+	return fmt.Errorf("serving %s stopped: %w", what, err)
 }
 
 // writeTerminationMessage writes the drain's summary to the termination message path, so
 // the pod's last state says what happened (at most 4 KiB; the full Report is in the state
 // directory). A failure is logged: it must not change the exit.
-func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr error) {
+func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr, stopped error) {
 	where := "full report: " + filepath.Join(s.cfg.StateDir, ReportFile)
 	if reportErr != nil {
 		where = "the full report could not be written: " + reportErr.Error()
 	}
+	extra := []string{where}
+	if stopped != nil { // why the exit status is 1 when the drain went well
+		extra = append([]string{"sandboxd: " + strings.ReplaceAll(stopped.Error(), "\n", "; ")}, extra...)
+	}
 	path, explicit := termmsg.Path(s.cfg.TerminationLog)
-	wrote, err := termmsg.Write(path, explicit, termmsg.Summary(rep, where))
+	wrote, err := termmsg.Write(path, explicit, termmsg.Summary(rep, extra...))
 	switch {
 	case err != nil:
 		s.logger.Warn("termination message not written", "error", err)
