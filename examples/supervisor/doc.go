@@ -127,7 +127,9 @@
 // the preserve deadline, the server step by the deadline minus the daemon's
 // reserve (G/10, 0.5 s to 30 s each). If the server exits on its own before
 // termination, the daemon is stopped and the supervisor exits with the
-// server's status. If it exits on its own during the drain (after the
+// server's status, 1 at least when the daemon step failed (a device left
+// live, the daemon left running, killed or crashed: the note names it, as
+// in a drain). If it exits on its own during the drain (after the
 // preStop hook fixed T0, or after SIGTERM but before the supervisor's own
 // SIGTERM to it), the sandboxes its last listing that succeeded showed not
 // paused and that the drain's account has no entry for are lost with it:

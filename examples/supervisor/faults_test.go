@@ -19,6 +19,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // Fault: the server's list call fails (an HTML page, a 500, a hang) for the
@@ -315,6 +316,51 @@ func TestDaemonStepFailureMakesTheSupervisorExitNonZero(t *testing.T) {
 	assert.Equal(t, 1, code, "a failed teardown is not a clean exit")
 	assert.Equal(t, code, rep.ExitCode)
 	assert.Contains(t, rep.Note, "daemon")
+}
+
+// Fault: the server exits 0 on its own before any termination, and the
+// daemon step that follows fails: the device daemon ignores its stop, and
+// on a kernel not known fixed it is never killed with its device live (the
+// host-crash risk, left for the operator). The failure was logged at ERROR
+// only: the supervisor exited 0, the server's status, and the Report's note
+// and the termination message said only that the server exited on its
+// own. It now counts as the same failure during a drain does: exit 1, and
+// the note and the termination message say the daemon step timed out
+// with the device live, as a drain's Report would.
+func TestDaemonStepFailureAfterTheServerExitsOnItsOwnMakesTheSupervisorExitNonZero(t *testing.T) {
+	dir := t.TempDir()
+	report, events, termLog := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "termination-log")
+	cfg := fakeublk.DaemonConfig{
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
+		EventLog: events,
+		Mode:     fakeublk.Hung, // ignores SIGTERM
+	}
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "4s", "-report", report, "-termination-log", termLog,
+			"-ublk-kernel", "vulnerable=*", "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
+		helperCommand("stubserver", "-listen", api, "-die-when", filepath.Join(dir, "die"), "-exit", "0"),
+		EnvSysfsRoot+"="+cfg.SysRoot, EnvProcfsRoot+"="+emptyProcfs(cfg.SysRoot))
+	daemonStarted(t, events)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "die"), nil, 0o644))
+
+	code := sup.exitCode(t, 15*time.Second)
+	rep := readReport(t, report)
+	assert.Equal(t, 0, rep.Server.Code, "the server itself exited 0")
+	assert.Nil(t, rep.Drain)
+	require.NotNil(t, rep.Ublk)
+	assert.Equal(t, ublk.VerdictLeftLive, rep.Ublk.Verdict, "the device left live, the daemon not killed")
+	assert.Equal(t, 1, code, "a failed teardown is not a clean exit")
+	assert.Equal(t, code, rep.ExitCode)
+	assert.Contains(t, rep.Note, "exited on its own")
+	assert.Contains(t, rep.Note, "daemon step timed_out: ublk: 1 device(s) still live")
+	msg := readFile(t, termLog)
+	assert.Contains(t, msg, "daemon step timed_out: ublk: 1 device(s) still live")
+	assert.Contains(t, msg, "daemon left running")
+	assert.Contains(t, msg, "supervisor exit code 1")
 }
 
 // Fault: the server crashes during the drain, after the preStop hook fixed

@@ -459,11 +459,14 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 // serverExited handles a server that exited before SIGTERM: the daemon is
 // stopped within the budget (a clean stop matters more than a quick one),
 // and the supervisor exits with the server's status, so the kubelet
-// restarts the container. Before any termination that is the grace period
-// less the margin; once the preStop hook fixed T0, the budget's deadline,
-// before the kubelet's SIGKILL. Once T0 is fixed the server exited during
-// the drain: the sandboxes its last listing showed are lost with it
-// (exited.go), and the exit status is 1 at least.
+// restarts the container; a daemon step that failed (a device left live,
+// the daemon left running, killed or crashed) makes it 1 at least and is
+// in the note, as in a drain (daemonStepFailed). The budget is, before any
+// termination, the grace period less the margin; once the preStop hook
+// fixed T0, the budget's deadline, before the kubelet's SIGKILL. Once T0
+// is fixed the server exited during the drain: the sandboxes its last
+// listing showed are lost with it (exited.go), and the exit status is 1 at
+// least.
 func (s *supervisor) serverExited() *Report {
 	s.log.Error("supervisor: the server exited on its own", "status", s.server.state().String())
 	note := "the server exited on its own before termination"
@@ -475,11 +478,19 @@ func (s *supervisor) serverExited() *Report {
 		ctx, cancel := s.budget.Context(context.Background())
 		defer cancel()
 		rep, err := s.stopDaemon(ctx)
-		if err != nil {
-			s.log.Error("supervisor: stopping the daemon", "err", err)
-		}
 		out := s.report(nil, note)
 		out.Ublk = rep
+		if err != nil {
+			// As in a drain's daemon step (drain.Step's results).
+			result, msg := drain.Failed, err.Error()
+			if ctx.Err() != nil {
+				result = drain.TimedOut
+				if cause := context.Cause(ctx); cause != ctx.Err() {
+					msg += " (" + cause.Error() + ")"
+				}
+			}
+			s.daemonStepFailed(out, result, msg)
+		}
 		s.eventServerExited(out)
 		return out
 	}
@@ -559,10 +570,7 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		// own failures already show in the server's status (or as lost).
 		for _, p := range d.Phases {
 			if p.Name == StepDaemon && (p.Result == drain.Failed || p.Result == drain.Abandoned || p.Result == drain.TimedOut) {
-				msg := fmt.Sprintf("%s step %s: %s", p.Name, p.Result, p.Error)
-				rep.Note = strings.TrimPrefix(rep.Note+"; "+msg, "; ")
-				s.log.Error("supervisor: " + msg)
-				rep.ExitCode = max(rep.ExitCode, 1)
+				s.daemonStepFailed(rep, p.Result, p.Error)
 			}
 		}
 	}
@@ -583,6 +591,19 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 	}
 	s.lostWithServer(rep)
 	return rep
+}
+
+// daemonStepFailed counts in rep a daemon step that ended with result
+// (failed, timed out, abandoned) and the error msg, in a drain or after
+// the server exited on its own: a device left live, the daemon left
+// running, killed or crashed. It is no clean exit whatever the server's
+// status: the note names it, the log says it at ERROR, and the exit status
+// is 1 at least.
+func (s *supervisor) daemonStepFailed(rep *Report, result drain.Result, msg string) {
+	msg = fmt.Sprintf("%s step %s: %s", StepDaemon, result, msg)
+	rep.Note = strings.TrimPrefix(rep.Note+"; "+msg, "; ")
+	s.log.Error("supervisor: " + msg)
+	rep.ExitCode = max(rep.ExitCode, 1)
 }
 
 // lostWithServer counts in rep the sandboxes lost with a server that
