@@ -298,6 +298,11 @@ func (cfg *Config) validate() error {
 		if fs, ok := s.(funcStep); ok && fs.run == nil {
 			return fmt.Errorf("drain: Config.Steps[%d]: NewStep was given a nil run function", i)
 		}
+		if c, ok := s.(interface{ check() error }); ok {
+			if err := c.check(); err != nil {
+				return fmt.Errorf("drain: Config.Steps[%d]: %w", i, err)
+			}
+		}
 	}
 	if cfg.KubeletGrace < 0 {
 		return fmt.Errorf("drain: Config.KubeletGrace must not be negative, got %v", cfg.KubeletGrace)

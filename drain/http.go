@@ -30,7 +30,8 @@ const defaultRetryAfter = 5 * time.Second
 // return when r.Context() ends. A Stream that comes once the preserve phase
 // ended, exempt or not, is answered the 503 of a refusal: what it would
 // follow is preserved and the server is about to stop, so its client
-// should go to another node rather than reopen it here.
+// should go to another node rather than reopen it here. A nil h panics
+// here, as http.Handle does, not at the first request.
 func (g *Gate) Admit(c Class, h http.Handler) http.Handler {
 	return g.Middleware(func(*http.Request) Class { return c })(h)
 }
@@ -38,7 +39,14 @@ func (g *Gate) Admit(c Class, h http.Handler) http.Handler {
 // Middleware returns HTTP middleware that classifies each request with
 // classify and admits it through the gate like Admit.
 func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler) http.Handler {
+	if classify == nil {
+		panic("drain: Gate.Middleware: nil classify")
+	}
 	return func(h http.Handler) http.Handler {
+		if h == nil {
+			// As http.Handle does: at start, not at the first request.
+			panic("drain: Gate.Admit or Middleware: nil handler")
+		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			c := classify(r)
 			leave, err := g.Enter(c)
@@ -128,8 +136,19 @@ func shutdownHTTP(ctx context.Context, srv *http.Server, failed func(error) erro
 // ConnState set on srv before HTTPServerStep is still called; one set after
 // replaces the count, and the error then says only that the deadline came).
 func HTTPServerStep(name string, srv *http.Server, reserve time.Duration) Step {
+	return httpStep(name, srv, deadline.Fixed(reserve))
+}
+
+// httpStep is HTTPServerStep with a reserve of any kind (NewServer's
+// follows the grace in use). A nil srv makes a step New refuses, naming it:
+// at SIGTERM it could only fail.
+func httpStep(name string, srv *http.Server, reserve deadline.Reserve) Step {
+	phase := deadline.Phase{Name: name, Reserve: reserve}
+	if srv == nil {
+		return noServerStep{phase}
+	}
 	active := countActive(srv)
-	return NewStep(deadline.Phase{Name: name, Reserve: deadline.Fixed(reserve)}, func(ctx context.Context) (any, error) {
+	return NewStep(phase, func(ctx context.Context) (any, error) {
 		return nil, shutdownHTTP(ctx, srv, func(err error) error {
 			if n := active(); n > 0 && ctx.Err() != nil {
 				return fmt.Errorf("%w: %d connection(s) still in a request at the step's deadline, closed now: "+
@@ -139,6 +158,18 @@ func HTTPServerStep(name string, srv *http.Server, reserve time.Duration) Step {
 			return err
 		})
 	})
+}
+
+// noServerStep is HTTPServerStep's step of no server: New refuses it
+// (check), and its Run says why.
+type noServerStep struct{ phase deadline.Phase }
+
+func (s noServerStep) Phase() deadline.Phase { return s.phase }
+
+func (s noServerStep) Run(ctx context.Context) (any, error) { return nil, ShutdownHTTP(ctx, nil) }
+
+func (s noServerStep) check() error {
+	return errors.New("HTTPServerStep: srv is nil: no server to shut down")
 }
 
 // countActive wraps srv.ConnState to count the connections in a request

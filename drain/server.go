@@ -130,6 +130,16 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	if srv == nil {
 		return nil, errors.New("drain: NewServer: srv must not be nil")
 	}
+	// Named as the caller wrote them: New would name Config fields the
+	// caller never saw.
+	if sandboxes == nil || isNilValue(sandboxes) {
+		return nil, errors.New("drain: NewServer: sandboxes must not be nil: it lists the running sandboxes the drain preserves")
+	}
+	for i, st := range steps {
+		if st == nil || isNilValue(st) {
+			return nil, fmt.Errorf("drain: NewServer: steps[%d] is nil", i)
+		}
+	}
 	s := &Server{srv: srv, hook: os.Getenv(EnvHookListen), secret: os.Getenv(EnvHookSecret),
 		log: slog.Default(), listening: make(chan [2]net.Addr, 1)}
 	pod := s.inCluster()
@@ -166,9 +176,7 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	httpReserve := func() time.Duration {
 		return min(max(budget.GraceInUse()/40, 250*time.Millisecond), 5*time.Second)
 	}
-	all := append(append([]Step(nil), steps...), NewStep(deadline.Phase{Name: "http", Reserve: httpReserve}, func(ctx context.Context) (any, error) {
-		return nil, ShutdownHTTP(ctx, srv) // HTTPServerStep's, with a live reserve
-	}))
+	all := append(append([]Step(nil), steps...), httpStep("http", srv, httpReserve)) // HTTPServerStep's, with a live reserve
 	// Pause, Checkpoint and Delete take work off the node; a Stream
 	// follows a sandbox that is still on it, and ends once it is
 	// preserved; a KeepAlive keeps one running here, where it is

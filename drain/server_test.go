@@ -64,6 +64,39 @@ func TestNewServerNamesWhatIsWrong(t *testing.T) {
 		_, err := NewServer(nil, node)
 		assert.ErrorContains(t, err, "srv must not be nil")
 	})
+	// Fault (a new user's review): these named Config fields the one-call
+	// path fills itself ("Config.Sandboxes or Config.Preserver must be set",
+	// "Config.Pause: pause: the Lister must not be nil", "Config.Steps[0]"),
+	// and an HTTPServerStep of no server passed, to fail at SIGTERM.
+	t.Setenv(EnvGrace, "30")
+	t.Setenv(EnvHookListen, "")
+	t.Setenv(EnvHookSecret, "")
+	t.Setenv(EnvKubeletGrace, "")
+	const noLister = "drain: NewServer: sandboxes must not be nil: it lists the running sandboxes the drain preserves"
+	for name, tc := range map[string]struct {
+		sandboxes pause.Lister
+		steps     []Step
+		want      string
+	}{
+		"nil sandboxes":       {nil, nil, noLister},
+		"nil ListFunc":        {pause.ListFunc(nil), nil, noLister},
+		"nil step":            {node, []Step{nil}, "drain: NewServer: steps[0] is nil"},
+		"a step of no server": {node, []Step{HTTPServerStep("metrics", nil, time.Second)}, "drain: Config.Steps[0]: HTTPServerStep: srv is nil: no server to shut down"},
+		"nil *ublk-like step": {node, []Step{(*nilStep)(nil)}, "drain: NewServer: steps[0] is nil"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewServer(srv, tc.sandboxes, tc.steps...)
+			assert.EqualError(t, err, tc.want)
+		})
+	}
+}
+
+// A nil handler given to the gate panics when the route is built, as
+// http.Handle's does, not at the first request (a nil dereference then).
+func TestAdmitOfANilHandlerPanicsWhenBuilt(t *testing.T) {
+	g := &Gate{}
+	assert.PanicsWithValue(t, "drain: Gate.Admit or Middleware: nil handler", func() { g.Admit(Create, nil) })
+	assert.PanicsWithValue(t, "drain: Gate.Middleware: nil classify", func() { g.Middleware(nil) })
 }
 
 // The one-call path end to end, on loopback: creates are served, the
