@@ -18,8 +18,9 @@ func main() {
 }
 
 // Main runs the worker and returns its exit status: 0 after a clean shutdown, 1 when the
-// shutdown lost sandboxes or the worker could not start, 2 for bad usage (a -grace too
-// short for the plan included).
+// shutdown lost sandboxes, the worker could not start, its serving stopped on its own (it
+// then drained at once: serve) or the Report could not be written, 2 for bad usage (a
+// -grace too short for the plan included).
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {

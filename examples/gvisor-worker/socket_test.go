@@ -5,14 +5,18 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/servingtest"
 	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
@@ -97,4 +101,44 @@ func watchDir(t *testing.T, dir string) func() []string {
 			}
 		}
 	}
+}
+
+// Fault: the worker's gRPC serving could stop on its own (its socket's Accept failing for
+// good) and its error was thrown away (`_ = w.grpc.Serve(w.ln)`): no line said so, and the
+// worker sat unreachable, its sandboxes out of every client's reach, until its SIGTERM,
+// then exited 0 from a clean Report. As drain.Server.Run does, the failure is now logged
+// at ERROR when it stops, the worker drains at once, as at SIGTERM (its sandboxes
+// checkpointed while it still holds them, the budget counted from then), and serve's
+// error makes Main exit 1.
+func TestServingThatStopsDrainsAtOnceAndExitsOne(t *testing.T) {
+	var logs logbuf.Buffer
+	cfg := fakeConfig(t)
+	cfg.PauseLatency = 50 * time.Millisecond
+	w, err := newWorker(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		rep *drain.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := w.serve(ctx)
+		done <- result{rep, err}
+	}()
+	_, err = dial(t, cfg.Socket).Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	closed := time.Now()
+	require.NoError(t, w.ln.Close()) // Accept fails for good: serving stops
+
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(20 * time.Second): // no SIGTERM comes: only serving's end drains
+		cancel()
+		<-done
+		t.Fatalf("the worker still up 20 s after it stopped serving, not draining:\n%s", logs.String())
+	}
+	servingtest.DrainedAtOnce(t, res.rep, res.err, logs.String(), closed, "serving gRPC stopped")
 }

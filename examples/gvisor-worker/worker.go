@@ -427,12 +427,17 @@ type usageError struct{ error }
 func (e usageError) Unwrap() error { return e.error }
 
 // serve serves until SIGTERM or SIGINT (one that came while newWorker ran included: the
-// budget counts from it), or ctx ending, then shuts down, writes the Report
-// and the termination message (writeReport), and returns the Report and the error of
-// writing it. A SIGINT after that forces; a SIGTERM again does not (the kubelet's, with a
-// shortened grace: drain.Drainer.ServeSignals). SIGHUP and SIGQUIT never end the worker
-// (hupquit): their default action would end it at once, with no drain, no Report and every
-// sandbox lost.
+// budget counts from it), ctx ending or its serving stopping (below), then shuts down,
+// writes the Report and the termination message (writeReport), and returns the Report and
+// an error when serving stopped on its own or the Report could not be written. A SIGINT
+// after that forces; a SIGTERM again does not (the kubelet's, with a shortened grace:
+// drain.Drainer.ServeSignals). SIGHUP and SIGQUIT never end the worker (hupquit): their
+// default action would end it at once, with no drain, no Report and every sandbox lost.
+//
+// Serving that stops on its own (the listener's Accept failing for good) is logged at
+// Error when it stops, and the worker drains at once, as at SIGTERM, as drain.Server.Run
+// does: a worker no client can reach is of no use, and its sandboxes are checkpointed
+// while it still holds them; serve's error then makes Main exit 1.
 //
 // The Report is written before the sandbox node is closed: Close waits for the timeout
 // deletions in progress (`runsc delete -force`, about 2 s each), and the drain ended only
@@ -442,21 +447,43 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	// in the socket's queue is answered the moment serving starts, and a SIGTERM that came
 	// after that answer, or while the worker started, found its default action, which
 	// killed the worker at once (docs/faults.md rows 240 and 241).
-	go func() { _ = w.grpc.Serve(w.ln) }()
+	ctx, drainNow := context.WithCancel(ctx) // the Drainer's Shutdown, its budget anchored then
+	defer drainNow()
+	served := make(chan error, 1)
+	go func() {
+		err := w.grpc.Serve(w.ln) // nil once Stop or GracefulStop was called
+		if err != nil {
+			w.logger.Error("serving gRPC stopped: draining now; the worker will exit 1",
+				"address", w.ln.Addr().String(), "error", err)
+			drainNow()
+			err = fmt.Errorf("serving gRPC stopped: %w", err)
+		}
+		served <- err
+	}()
 	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
 		"checkpointed", w.node.Count(sandbox.Paused))
 	rep := w.signals.Drain(ctx, w.drainer)
+	var stopped error
+	ended := false
+	select {
+	case stopped = <-served: // the grpc step stopped it, or it stopped on its own
+		ended = true
+	default: // a GracefulStop the step left to close's Stop
+	}
 	w.learned.Save(rep, w.drainer.Budget(), w.steps) // for the next worker and drainkit plan
-	err := w.writeReport(rep)
+	err := w.writeReport(rep, stopped)
 	w.close()
-	return rep, err
+	if !ended {
+		stopped = <-served
+	}
+	return rep, errors.Join(stopped, err)
 }
 
-// writeReport writes rep to STATE_DIR/last-shutdown.json and its summary to the
-// termination message path, so the pod's last state says what happened; a failure to
-// write the summary is logged and does not change the exit. It returns the error of
-// writing the Report.
-func (w *Worker) writeReport(rep *drain.Report) error {
+// writeReport writes rep to STATE_DIR/last-shutdown.json and its summary, with stopped
+// when serving stopped on its own, to the termination message path, so the pod's last
+// state says what happened; a failure to write the summary is logged and does not change
+// the exit. It returns the error of writing the Report.
+func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
 	data, _ := json.MarshalIndent(rep, "", "  ")
 	reportPath := filepath.Join(w.cfg.StateDir, "last-shutdown.json")
 	err := durable.WriteFile(reportPath, data, 0o600)
@@ -464,8 +491,12 @@ func (w *Worker) writeReport(rep *drain.Report) error {
 	if err != nil {
 		where = "the full report could not be written: " + err.Error()
 	}
+	extra := []string{where}
+	if stopped != nil { // why the exit status is 1 when the drain went well
+		extra = []string{"gvisor-worker: " + stopped.Error(), where}
+	}
 	path, explicit := termmsg.Path(w.cfg.TerminationLog)
-	if _, werr := termmsg.Write(path, explicit, termmsg.Summary(rep, where)); werr != nil {
+	if _, werr := termmsg.Write(path, explicit, termmsg.Summary(rep, extra...)); werr != nil {
 		w.logger.Warn("termination message not written", "error", werr)
 	}
 	return err

@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/servingtest"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
@@ -580,15 +581,7 @@ func TestAPIServingThatStopsDrainsAtOnceAndExitsOne(t *testing.T) {
 		t.Fatalf("sandboxd still up 20 s after its API stopped serving, not draining:\n%s", logs.String())
 	}
 	r.done <- res // for the cleanup
-	require.Error(t, res.err, "Main exits 1")
-	assert.Contains(t, res.err.Error(), "serving the API stopped")
-	require.NotNil(t, res.rep.Preserve)
-	assert.Equal(t, 1, res.rep.Preserve.Counts[pause.Preserved], "drained at once: the sandbox preserved")
-	assert.False(t, res.rep.Budget.Start.Before(closed), "the budget anchored when serving stopped, as at SIGTERM: %v", res.rep.Budget.Start)
-	out := logs.String()
-	failed := strings.Index(out, "level=ERROR msg=\"serving the API stopped")
-	require.GreaterOrEqual(t, failed, 0, "logged at ERROR:\n%s", out)
-	assert.Less(t, failed, strings.Index(out, "drain: shutdown finished"), "logged when it stopped, before the drain:\n%s", out)
+	servingtest.DrainedAtOnce(t, res.rep, res.err, logs.String(), closed, "serving the API stopped")
 }
 
 // Fault: sandboxd's preStop hook could stop serving on its own and its error was thrown
