@@ -129,11 +129,12 @@
 // termination, the daemon is stopped and the supervisor exits with the
 // server's status, 1 at least when the daemon step failed (a device left
 // live, the daemon left running, killed or crashed: the note names it, as
-// in a drain). If it exits on its own during the drain (after the
-// preStop hook fixed T0, or after SIGTERM but before the supervisor's own
-// SIGTERM to it), the sandboxes its last listing that succeeded showed not
-// paused and that the drain's account has no entry for are lost with it:
-// the Report's lost_with_server, its note, the log at ERROR, and exit
-// status 1 at least (its own shutdown may have paused some; nothing can
-// list them any more).
+// in a drain). Whether it exits on its own before termination or during
+// the drain (after the preStop hook fixed T0, or after SIGTERM but before
+// the supervisor's own SIGTERM to it), the sandboxes its last listing that
+// succeeded showed not paused and that the drain's account (if any) has
+// no entry for are lost with it: the Report's lost_with_server, its note,
+// the log at ERROR, the termination message's first line, and exit status
+// 1 at least (its own shutdown may have paused some; nothing can list them
+// any more).
 package main

@@ -14,20 +14,22 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// A server that exits on its own during a drain (a crash, or its own
-// shutdown on a signal someone else sent) takes with it every sandbox it
-// had not paused: only paused records persist. Nothing can list them any
-// more, so what the supervisor knows is the last listing that succeeded:
-// the sandboxes it showed that the drain's account does not already hold
-// (no entry: the preserve phase had not listed, or never could) are
-// counted lost, in the Report (LostWithServer), its note, the log, the
-// termination message's first line and the exit status; and in drain's
-// account too, which the server step gives them when it runs after the
-// exit (lostBeforeSIGTERM), so that drain's log line and DrainFinished
-// count them, or in a DrainFinished of the supervisor's own when the exit
-// came before SIGTERM (eventServerExited). The server's own shutdown may have paused some of them; the
-// supervisor cannot tell, and a sandbox not known preserved is counted
-// lost.
+// A server that exits on its own before its SIGTERM, during a drain or
+// before any termination (a crash, or its own shutdown on a signal someone
+// else sent), takes with it every sandbox it had not paused: only paused
+// records persist. Nothing can list them any more, so what the supervisor
+// knows is the last listing that succeeded (before any termination, a
+// readiness probe's): the sandboxes it showed that the drain's account
+// does not already hold (no drain, or no entry: the preserve phase had not
+// listed, or never could) are counted lost, in the Report
+// (LostWithServer), its note, the log, the termination message's first
+// line and the exit status; and in drain's account too, which the server
+// step gives them when it runs after the exit (lostBeforeSIGTERM), so that
+// drain's log line and DrainFinished count them, or in a DrainFinished of
+// the supervisor's own when the exit came during the drain before SIGTERM
+// (eventServerExited; before any termination no drain began). The server's
+// own shutdown may have paused some of them; the supervisor cannot tell,
+// and a sandbox not known preserved is counted lost.
 
 // recorder is a lister of the server's sandboxes that keeps the IDs of its
 // last listing that succeeded, in last, which recorders of other listings
@@ -148,7 +150,7 @@ func (s *supervisor) lostBeforeSIGTERM(swept *pause.Report) (*pause.Report, erro
 		counts[e.Outcome]++
 	}
 	swept.Counts = counts
-	return swept, errors.New(serverExitNote(s.server.state().String(), lost))
+	return swept, errors.New(serverExitNote(duringTheDrain, s.server.state().String(), lost))
 }
 
 // lostByServerStep returns the sandboxes of the account rep (nil: none)
@@ -190,15 +192,30 @@ func (s *supervisor) eventServerExited(rep *Report) {
 	}
 }
 
+// When the server exited on its own, in serverExitNote.
+const (
+	duringTheDrain    = "during the drain"
+	beforeTermination = "before termination"
+)
+
+// exitedWhen returns when the server exited on its own: before any
+// termination, or during the drain.
+func (s *supervisor) exitedWhen() string {
+	if s.exitedBefore.Load() {
+		return beforeTermination
+	}
+	return duringTheDrain
+}
+
 // serverExitNote is the Report's note for sandboxes lost with a server that
-// exited on its own during the drain.
-func serverExitNote(status string, lost []string) string {
+// exited on its own when (duringTheDrain or beforeTermination).
+func serverExitNote(when, status string, lost []string) string {
 	const most = 10
 	shown := lost[:min(len(lost), most)]
 	more := ""
 	if len(lost) > most {
 		more = fmt.Sprintf(" and %d more", len(lost)-most)
 	}
-	return fmt.Sprintf("the server exited on its own during the drain (%s): %d sandbox(es) its last listing showed not paused, not known preserved: %v%s",
-		status, len(lost), shown, more)
+	return fmt.Sprintf("the server exited on its own %s (%s): %d sandbox(es) its last listing showed not paused, not known preserved: %v%s",
+		when, status, len(lost), shown, more)
 }

@@ -66,20 +66,15 @@ func TestFailedListingMakesTheSupervisorExitNonZero(t *testing.T) {
 // say it too; the exit status stays the server's, since every sandbox
 // listed was preserved (nothing is known to be lost).
 func TestFinalSweepThatCannotListIsInTheReport(t *testing.T) {
-	dir := t.TempDir()
-	report, termLog := filepath.Join(dir, "report.json"), filepath.Join(dir, "termination-log")
-	listen, api := freeAddr(t), freeAddr(t)
-	sup := startSupervisor(t,
-		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "5s", "-report", report, "-termination-log", termLog},
-		// Two listings answer: drain's count at SIGTERM and the preserve
-		// phase's; the final sweep's gets 500s.
-		helperCommand("stubserver", "-listen", api, "-list", "500", "-list-ok", "2", "-exit", "0"))
+	// Two listings answer: drain's count at SIGTERM and the preserve
+	// phase's; the final sweep's gets 500s.
+	n := startStubNode(t, "5s", "-list", "500", "-list-ok", "2", "-exit", "0")
 	ctx := t.Context()
-	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/healthz") == 200 }, 10*time.Second, 20*time.Millisecond)
-	require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/healthz") != 0 }, 10*time.Second, 20*time.Millisecond)
-	sup.signal(t, syscall.SIGTERM)
-	code := sup.exitCode(t, 15*time.Second)
-	rep := readReport(t, report)
+	require.Eventually(t, func() bool { return get(ctx, "http://"+n.listen+"/healthz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return get(ctx, "http://"+n.api+"/healthz") != 0 }, 10*time.Second, 20*time.Millisecond)
+	n.sup.signal(t, syscall.SIGTERM)
+	code := n.sup.exitCode(t, 15*time.Second)
+	rep := readReport(t, n.report)
 	assert.Equal(t, 0, code, "nothing known to be lost: the server's status")
 	assert.Equal(t, code, rep.ExitCode)
 	require.NotNil(t, rep.Drain)
@@ -87,7 +82,7 @@ func TestFinalSweepThatCannotListIsInTheReport(t *testing.T) {
 	assert.False(t, rep.Drain.Preserve.Unknown, "the preserve phase listed")
 	assert.Contains(t, rep.Note, "final sweep")
 	assert.Contains(t, rep.Note, "500")
-	assert.Contains(t, readFile(t, termLog), "final sweep", "the termination message says it")
+	assert.Contains(t, readFile(t, n.termLog), "final sweep", "the termination message says it")
 }
 
 // A -report whose directory does not exist fails at start, naming the
@@ -410,6 +405,33 @@ func TestSandboxesOfAServerThatExitsDuringTheDrainAreLost(t *testing.T) {
 	assert.Regexp(t, `msg="supervisor: report" exit_code=\d+ .* lost=4`, log)
 	first, _, _ := strings.Cut(readFile(t, termLog), "\n")
 	assert.True(t, strings.HasPrefix(first, "drainkit: 4 sandboxes LOST with the server"), first)
+}
+
+// Fault: the server exits 0 on its own before any termination, with the
+// two sandboxes the supervisor's last listing (a readiness probe's) showed
+// running: they went with it. The Report counted nothing lost and the
+// supervisor exited 0, the server's status: the pod's last state read
+// Completed, "no drain ran". They are now lost with the server, as during
+// a drain: in the Report (lost_with_server), its note, the termination
+// message's first line and the exit status, 1.
+func TestSandboxesOfAServerThatExitsBeforeTerminationAreLost(t *testing.T) {
+	die := filepath.Join(t.TempDir(), "die")
+	n := startStubNode(t, "4s", "-list", "running", "-die-when", die, "-exit", "0")
+	require.Eventually(t, func() bool { return get(t.Context(), "http://"+n.listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond,
+		"readyz 200: the supervisor listed the two running sandboxes")
+	require.NoError(t, os.WriteFile(die, nil, 0o644))
+
+	code := n.sup.exitCode(t, 10*time.Second)
+	rep := readReport(t, n.report)
+	assert.Equal(t, 0, rep.Server.Code, "the server itself exited 0")
+	assert.Equal(t, 1, code, "sandboxes were lost: not a clean exit")
+	assert.Equal(t, code, rep.ExitCode)
+	assert.Nil(t, rep.Drain, "no termination: no drain report")
+	assert.Equal(t, []string{"sb-1", "sb-2"}, rep.LostWithServer)
+	assert.Equal(t, 2, rep.Lost())
+	assert.Contains(t, rep.Note, "the server exited on its own before termination (exited 0): 2 sandbox(es)")
+	first, _, _ := strings.Cut(readFile(t, n.termLog), "\n")
+	assert.Equal(t, "drainkit: 2 sandboxes LOST with the server, which exited on its own before termination (no drain ran)", first)
 }
 
 // Fault: a SIGTERM during the termination forced it, as a SIGINT does. Only

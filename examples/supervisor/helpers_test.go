@@ -76,7 +76,7 @@ func runHelper(role string, args []string) int {
 	return 2
 }
 
-// stubServer is a server with an empty sandbox list that records the
+// stubServer is a server with an empty sandbox list (-list) that records the
 // signals it gets, can leave orphans behind, and exits with -exit on
 // SIGTERM (or on its own once the file -die-when exists).
 func stubServer(args []string) int {
@@ -87,7 +87,7 @@ func stubServer(args []string) int {
 	orphans := fs.Int("orphans", 0, "orphans to leave behind")
 	release := fs.String("release", "", "the orphans exit once this file exists")
 	dieWhen := fs.String("die-when", "", "exit on its own once this file exists")
-	list := fs.String("list", "ok", "how GET /sandboxes answers: ok (an empty list), html, 500 or hang")
+	list := fs.String("list", "ok", "how GET /sandboxes answers: ok (an empty list), running (sb-1 and sb-2 running, which it cannot pause), html, 500 or hang")
 	listOK := fs.Int64("list-ok", 0, "with -list other than ok: the first N listings answer ok")
 	var lists atomic.Int64
 	if fs.Parse(args) != nil {
@@ -118,6 +118,8 @@ func stubServer(args []string) int {
 			http.Error(w, "internal error", http.StatusInternalServerError)
 		case "hang":
 			<-r.Context().Done()
+		case "running":
+			fmt.Fprint(w, `[{"id":"sb-1","state":"running"},{"id":"sb-2","state":"running"}]`)
 		default:
 			fmt.Fprint(w, "[]")
 		}
@@ -256,6 +258,27 @@ func (p *supProc) exitCode(t *testing.T, within time.Duration) int {
 		t.Fatalf("supervisor still running after %v", within)
 		return -1
 	}
+}
+
+// A stubNode is the supervisor in front of a stub server, its -report and
+// -termination-log in a temporary directory.
+type stubNode struct {
+	sup             *supProc
+	report, termLog string
+	listen, api     string // the supervisor's -listen, the stub's
+}
+
+// startStubNode starts a stubNode whose supervisor has -grace grace and
+// whose stub server the flags stub.
+func startStubNode(t *testing.T, grace string, stub ...string) *stubNode {
+	t.Helper()
+	dir := t.TempDir()
+	n := &stubNode{report: filepath.Join(dir, "report.json"), termLog: filepath.Join(dir, "termination-log"),
+		listen: freeAddr(t), api: freeAddr(t)}
+	n.sup = startSupervisor(t,
+		[]string{"-listen", n.listen, "-server-url", "http://" + n.api, "-grace", grace, "-report", n.report, "-termination-log", n.termLog},
+		helperCommand("stubserver", append([]string{"-listen", n.api}, stub...)...))
+	return n
 }
 
 // get fetches url and returns the status code, or 0 when nothing answers.

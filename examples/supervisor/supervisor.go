@@ -74,9 +74,9 @@ type Report struct {
 	// the daemon step's Detail in Drain.
 	Ublk *ublk.Report `json:"ublk,omitempty"`
 	// LostWithServer lists the sandboxes lost with a server that exited on
-	// its own during a drain (after T0, before the supervisor's SIGTERM):
-	// the ones its last listing that succeeded showed not paused and that
-	// no preserve accounted for (exited.go). Its own shutdown may have
+	// its own before any termination, or during a drain (after T0, before
+	// the supervisor's SIGTERM): the ones its last listing that succeeded
+	// showed not paused and that no preserve accounted for (exited.go). Its own shutdown may have
 	// paused some; nothing can list them any more, and a sandbox not known
 	// preserved is counted lost. When the drain's server step ran after
 	// the exit, they are in Drain's account too, not started (counted once
@@ -110,6 +110,7 @@ type supervisor struct {
 
 	termSent     atomic.Bool            // the server step has sent the server its SIGTERM
 	exitedDuring atomic.Bool            // the server exited on its own during a drain, before termSent
+	exitedBefore atomic.Bool            // the server exited on its own before any termination
 	sweepUnknown atomic.Pointer[string] // the final sweep could not list: the Report's note
 	keyRefused   logonce.Failures       // the listings refused 401 or 403 since one succeeded, by status
 
@@ -463,16 +464,17 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 // the daemon left running, killed or crashed) makes it 1 at least and is
 // in the note, as in a drain (daemonStepFailed). The budget is, before any
 // termination, the grace period less the margin; once the preStop hook
-// fixed T0, the budget's deadline, before the kubelet's SIGKILL. Once T0
-// is fixed the server exited during the drain: the sandboxes its last
-// listing showed are lost with it (exited.go), and the exit status is 1 at
-// least.
+// fixed T0, the budget's deadline, before the kubelet's SIGKILL. Either
+// way the sandboxes its last listing showed are lost with it (exited.go),
+// and the exit status is 1 at least.
 func (s *supervisor) serverExited() *Report {
 	s.log.Error("supervisor: the server exited on its own", "status", s.server.state().String())
 	note := "the server exited on its own before termination"
 	if s.budget.Anchored() {
 		s.exitedDuring.Store(true)
 		note = "the server exited on its own during the drain, before SIGTERM"
+	} else {
+		s.exitedBefore.Store(true)
 	}
 	if s.teardown != nil {
 		ctx, cancel := s.budget.Context(context.Background())
@@ -607,12 +609,13 @@ func (s *supervisor) daemonStepFailed(rep *Report, result drain.Result, msg stri
 }
 
 // lostWithServer counts in rep the sandboxes lost with a server that
-// exited on its own during the drain: the last listing's that the drain's
-// account has no entry for (exited.go). A drain that left no account but
-// counted them (Unaccounted) has them in its Lost already.
+// exited on its own before its SIGTERM, during the drain or before any
+// termination: the last listing's that the drain's account (if any) has no
+// entry for (exited.go). A drain that left no account but counted them
+// (Unaccounted) has them in its Lost already.
 func (s *supervisor) lostWithServer(rep *Report) {
 	d := rep.Drain
-	if !s.exitedDuring.Load() || (d != nil && d.Preserve == nil && d.Unaccounted > 0) {
+	if !(s.exitedDuring.Load() || s.exitedBefore.Load()) || (d != nil && d.Preserve == nil && d.Unaccounted > 0) {
 		return
 	}
 	var acc *pause.Report
@@ -624,7 +627,7 @@ func (s *supervisor) lostWithServer(rep *Report) {
 		return
 	}
 	rep.LostWithServer = lost
-	msg := serverExitNote(rep.Server.String(), lost)
+	msg := serverExitNote(s.exitedWhen(), rep.Server.String(), lost)
 	rep.Note = strings.TrimPrefix(rep.Note+"; "+msg, "; ")
 	s.log.Error("supervisor: " + msg)
 	rep.ExitCode = max(rep.ExitCode, 1)
@@ -775,7 +778,7 @@ func (s *supervisor) writeTerminationMessage(rep *Report, reportErr error) {
 		extra = append(extra, "full report: "+s.cfg.report)
 	}
 	path, explicit := termmsg.Path(s.cfg.termLog)
-	wrote, err := termmsg.Write(path, explicit, summary(rep, extra))
+	wrote, err := termmsg.Write(path, explicit, summary(rep, s.exitedBefore.Load(), extra))
 	switch {
 	case err != nil:
 		s.log.Warn("supervisor: termination message not written", "err", err)
@@ -786,20 +789,23 @@ func (s *supervisor) writeTerminationMessage(rep *Report, reportErr error) {
 
 // summary is the termination message of rep: termmsg's summary of the
 // drain, its first line (the verdict) counting too the sandboxes lost with
-// a server that exited on its own that the drain's account has no entry
-// for, as the exit status does.
-func summary(rep *Report, extra []string) string {
+// a server that exited on its own (before any termination when before)
+// that the drain's account has no entry for, as the exit status does.
+func summary(rep *Report, before bool, extra []string) string {
 	msg := termmsg.Summary(rep.Drain, extra...)
 	n := rep.lostOutsideDrain()
 	if n == 0 {
 		return msg
 	}
 	first, rest, _ := strings.Cut(msg, "\n")
-	line := fmt.Sprintf("drainkit: %d sandboxes LOST with the server, which exited on its own during the drain", n)
-	if rep.Drain == nil {
-		line += " before SIGTERM (no drain report)"
-	} else {
-		line += "; " + strings.TrimPrefix(first, "drainkit: ")
+	line := fmt.Sprintf("drainkit: %d sandboxes LOST with the server, which exited on its own", n)
+	switch {
+	case before:
+		line += " before termination (no drain ran)"
+	case rep.Drain == nil:
+		line += " during the drain before SIGTERM (no drain report)"
+	default:
+		line += " during the drain; " + strings.TrimPrefix(first, "drainkit: ")
 	}
 	return line + "\n" + rest
 }
