@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/drainkit/drainkit/internal/logbuf"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,4 +53,27 @@ func TestWorkerRemovesWhatSandboxesWithoutARecordLeft(t *testing.T) {
 		assert.NoError(t, err, "%s is kept", kept)
 	}
 	assert.Equal(t, 1, w.node.Count(sandbox.Paused), "sb-kept is the worker's")
+}
+
+// Fault (an audit): the sweep read the records directory ignoring its error. A listing
+// that failed (EIO, no descriptors left) read as no records at all, and every image whose
+// sandbox's record NewNode had skipped as damaged (kept, above, for whoever repairs it)
+// was taken for an orphan and destroyed. A sweep that cannot read the records now removes
+// nothing, and says why.
+func TestOrphanSweepThatCannotReadTheRecordsRemovesNothing(t *testing.T) {
+	cfg := runscConfig(t)
+	w, _, stop := serveWorker(t, cfg)
+	defer stop()
+	var logs logbuf.Buffer
+	sweeper := &Worker{node: w.node, logger: slog.New(slog.NewTextHandler(&logs, nil))} // the serving worker's logger is its own
+	img := filepath.Join(cfg.StateDir, "runsc", "images", "sb-torn", "checkpoint.img")
+	require.NoError(t, os.MkdirAll(filepath.Dir(img), 0o700))
+	require.NoError(t, os.WriteFile(img, make([]byte, 1<<10), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, "records", "sb-torn.rec"), []byte("tor"), 0o600))
+
+	sweeper.sweepOrphans(w.rt.(*sandbox.Runsc), filepath.Join(cfg.StateDir, "records-unreadable"))
+	_, err := os.Stat(img)
+	assert.NoError(t, err, "the damaged record's image is kept")
+	assert.Contains(t, logs.String(), "records-unreadable")
+	assert.Contains(t, logs.String(), "nothing removed")
 }

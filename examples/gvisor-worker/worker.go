@@ -233,7 +233,14 @@ func (w *Worker) sweepOrphans(rs *sandbox.Runsc, recordsDir string) {
 	for _, info := range w.node.List() {
 		keep[info.ID] = true
 	}
-	records, _ := os.ReadDir(recordsDir)
+	records, err := os.ReadDir(recordsDir)
+	if err != nil {
+		// Read as no records, every image of a damaged record NewNode kept
+		// would be taken for an orphan.
+		w.logger.Warn("the records could not be listed: no sweep of what sandboxes without a record left, nothing removed",
+			"dir", recordsDir, "error", err)
+		return
+	}
 	hasRecordFile := func(id string) bool {
 		for _, r := range records {
 			if n := r.Name(); strings.HasPrefix(n, id+".") || strings.HasPrefix(n, "."+id+".") {
@@ -484,9 +491,11 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 // state says what happened; a failure to write the summary is logged and does not change
 // the exit. It returns the error of writing the Report.
 func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
-	data, _ := json.MarshalIndent(rep, "", "  ")
 	reportPath := filepath.Join(w.cfg.StateDir, "last-shutdown.json")
-	err := durable.WriteFile(reportPath, data, 0o600)
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err == nil { // an empty file is not a Report: a Report that does not encode is an error
+		err = durable.WriteFile(reportPath, data, 0o600)
+	}
 	where := "full report: " + reportPath
 	if err != nil {
 		where = "the full report could not be written: " + err.Error()
