@@ -823,6 +823,10 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 	tw.Flush()
 
 	fmt.Fprintf(w, "\n  The plan from T0 (deadline.Plan; steps: %s):\n", in.stepsSrc)
+	if len(in.steps) == 0 {
+		// The one-call path always has one: its plan is not this one.
+		fmt.Fprintln(w, "  (a drain.NewServer server adds its http step, a fortieth of the grace, 250 ms to 5 s: give it with -step http=DURATION)")
+	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "    phase\tfrom\tto\treserve\tshort\t")
 	t0 := res.windows[0].Start
