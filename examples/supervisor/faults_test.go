@@ -430,6 +430,7 @@ func TestSandboxesOfAServerThatExitsBeforeTerminationAreLost(t *testing.T) {
 	assert.Equal(t, []string{"sb-1", "sb-2"}, rep.LostWithServer)
 	assert.Equal(t, 2, rep.Lost())
 	assert.Contains(t, rep.Note, "the server exited on its own before termination (exited 0): 2 sandbox(es)")
+	assert.Equal(t, 1, strings.Count(rep.Note, "the server exited on its own"), "said once: %s", rep.Note)
 	first, _, _ := strings.Cut(readFile(t, n.termLog), "\n")
 	assert.Equal(t, "drainkit: 2 sandboxes LOST with the server, which exited on its own before termination (no drain ran)", first)
 }

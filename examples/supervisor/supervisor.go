@@ -397,7 +397,11 @@ func (s *supervisor) stopAfterFailure() {
 	if s.daemon != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), stepReserve(s.cfg.grace))
 		defer cancel()
-		_, _ = s.stopDaemon(ctx)
+		// The exit is 1 already (the server did not start); a daemon left
+		// running, or a device left live, is said.
+		if _, err := s.stopDaemon(ctx); err != nil {
+			s.log.Error("supervisor: stopping the daemon after the server failed to start", "err", err)
+		}
 	}
 }
 
@@ -628,6 +632,11 @@ func (s *supervisor) lostWithServer(rep *Report) {
 	}
 	rep.LostWithServer = lost
 	msg := serverExitNote(s.exitedWhen(), rep.Server.String(), lost)
+	// msg says it, with more: serverExited's note goes, not said twice.
+	if rest, ok := strings.CutPrefix(rep.Note, "the server exited on its own "); ok {
+		_, rest, _ = strings.Cut(rest, "; ")
+		rep.Note = rest
+	}
 	rep.Note = strings.TrimPrefix(rep.Note+"; "+msg, "; ")
 	s.log.Error("supervisor: " + msg)
 	rep.ExitCode = max(rep.ExitCode, 1)
