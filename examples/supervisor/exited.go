@@ -168,24 +168,40 @@ func lostByServerStep(rep *pause.Report) []string {
 	return out
 }
 
-// eventServerExited posts DrainFinished, a Warning, for a drain the
-// server's own exit ended before SIGTERM (rep has no drain account): drain
-// posted DrainStarted at the preStop call, and its Shutdown, which posts
-// DrainFinished, never ran. The note counts the sandboxes lost with the
-// server and gives the exit status, as the Report does. The wait for the
-// event is bounded as drain bounds its own: 1 s, and never more than half
-// the time left before SIGKILL.
+// eventServerExited posts, for a server that exited on its own (rep has no
+// drain account), the Event that says so on the pod. During a drain it is
+// DrainFinished, a Warning: drain posted DrainStarted at the preStop call,
+// and its Shutdown, which posts DrainFinished, never ran. Before any
+// termination, with sandboxes lost with it, it is SandboxesLost, a
+// Warning, as drain posts for a drain's losses: no drain ran, and the pod's
+// Events were the one place `kubectl describe` would not say it. The note
+// counts the sandboxes lost with the server and gives the exit status, as
+// the Report does. The wait for the event is bounded as drain bounds its
+// own: 1 s, and never more than half the time left before SIGKILL.
 func (s *supervisor) eventServerExited(rep *Report) {
-	if s.pod == nil || rep.Drain != nil || !s.budget.Anchored() {
+	if s.pod == nil || rep.Drain != nil {
 		return
 	}
-	note := fmt.Sprintf("the server exited on its own during the drain, before SIGTERM (%s): %d sandboxes lost with it; supervisor exit code %d",
-		rep.Server.String(), rep.Lost(), rep.ExitCode)
-	if rep.Note != "" {
-		note += ". " + rep.Note
+	wait := time.Second
+	var ev kube.Event
+	switch {
+	case s.budget.Anchored():
+		ev = kube.Event{Type: kube.Warning, Reason: "DrainFinished", Action: "Drain", Note: fmt.Sprintf(
+			"the server exited on its own during the drain, before SIGTERM (%s): %d sandboxes lost with it; supervisor exit code %d",
+			rep.Server.String(), rep.Lost(), rep.ExitCode)}
+		wait = max(min(wait, time.Until(s.budget.Kill())/2), 0)
+	case rep.Lost() > 0:
+		ev = kube.Event{Type: kube.Warning, Reason: "SandboxesLost", Action: "Drain", Note: fmt.Sprintf(
+			"the server exited on its own before termination (%s), no drain ran: %d sandboxes lost with it; supervisor exit code %d",
+			rep.Server.String(), rep.Lost(), rep.ExitCode)}
+	default:
+		return
 	}
-	s.pod.Record(kube.Event{Type: kube.Warning, Reason: "DrainFinished", Action: "Drain", Note: note})
-	ctx, cancel := context.WithTimeout(context.Background(), max(min(time.Second, time.Until(s.budget.Kill())/2), 0))
+	if rep.Note != "" {
+		ev.Note += ". " + rep.Note
+	}
+	s.pod.Record(ev)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	if st := s.pod.Flush(ctx); st.Dropped > 0 {
 		s.log.Warn("supervisor: Kubernetes Events dropped", "posted", st.Posted, "dropped", st.Dropped, "last_error", st.LastError)

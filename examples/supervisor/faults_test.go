@@ -435,6 +435,32 @@ func TestSandboxesOfAServerThatExitsBeforeTerminationAreLost(t *testing.T) {
 	assert.Equal(t, "drainkit: 2 sandboxes LOST with the server, which exited on its own before termination (no drain ran)", first)
 }
 
+// The same, on a pod the supervisor knows: the loss is an Event on the pod
+// (SandboxesLost, a Warning), as a drain's losses are. Before, no Event: a
+// drain that never started posts none, and `kubectl describe pod` said
+// nothing of the two sandboxes.
+func TestServerThatExitsBeforeTerminationPostsSandboxesLost(t *testing.T) {
+	api, env := podAPI(t)
+	die := filepath.Join(t.TempDir(), "die")
+	listen, server := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + server, "-grace", "4s", "-report", filepath.Join(t.TempDir(), "report.json")},
+		helperCommand("stubserver", "-listen", server, "-list", "running", "-die-when", die, "-exit", "0"),
+		append(env, "POD_NAME=agentenv-node-x7k2p")...)
+	require.Eventually(t, func() bool { return get(t.Context(), "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, os.WriteFile(die, nil, 0o644))
+
+	assert.Equal(t, 1, sup.exitCode(t, 10*time.Second))
+	var lost []string
+	for _, ev := range api.Events() {
+		if ev.Reason == "SandboxesLost" {
+			lost = append(lost, ev.Type+": "+ev.Note)
+		}
+	}
+	require.Len(t, lost, 1, "%v", api.Reasons())
+	assert.Contains(t, lost[0], "Warning: the server exited on its own before termination (exited 0), no drain ran: 2 sandboxes lost with it; supervisor exit code 1")
+}
+
 // Fault: a SIGTERM during the termination forced it, as a SIGINT does. Only
 // the container runtime sends a pod's process SIGTERM, and a runtime that
 // re-signals on a shortened grace sends it again (drain's row 187): no
