@@ -480,27 +480,29 @@ func (s *supervisor) serverExited() *Report {
 	} else {
 		s.exitedBefore.Store(true)
 	}
+	var teardown *ublk.Report
+	var stopErr error
+	ctx, cancel := s.budget.Context(context.Background())
+	defer cancel()
 	if s.teardown != nil {
-		ctx, cancel := s.budget.Context(context.Background())
-		defer cancel()
-		rep, err := s.stopDaemon(ctx)
-		out := s.report(nil, note)
-		out.Ublk = rep
-		if err != nil {
-			// As in a drain's daemon step (drain.Step's results).
-			result, msg := drain.Failed, err.Error()
-			if ctx.Err() != nil {
-				result = drain.TimedOut
-				if cause := context.Cause(ctx); cause != ctx.Err() {
-					msg += " (" + cause.Error() + ")"
-				}
-			}
-			s.daemonStepFailed(out, result, msg)
-		}
-		s.eventServerExited(out)
-		return out
+		teardown, stopErr = s.stopDaemon(ctx)
 	}
-	out := s.report(nil, note)
+	out := s.report(nil, "")
+	if len(out.LostWithServer) == 0 { // else the lost sandboxes' note says it, with more
+		out.addNote(note)
+	}
+	out.Ublk = teardown
+	if stopErr != nil {
+		// As in a drain's daemon step (drain.Step's results).
+		result, msg := drain.Failed, stopErr.Error()
+		if ctx.Err() != nil {
+			result = drain.TimedOut
+			if cause := context.Cause(ctx); cause != ctx.Err() {
+				msg += " (" + cause.Error() + ")"
+			}
+		}
+		s.daemonStepFailed(out, result, msg)
+	}
 	s.eventServerExited(out)
 	return out
 }
@@ -581,7 +583,7 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		}
 	}
 	if n := s.sweepUnknown.Load(); n != nil && d != nil {
-		rep.Note = strings.TrimPrefix(rep.Note+"; "+*n, "; ")
+		rep.addNote(*n)
 	}
 	if d != nil { // drain merged the final sweep into d.Preserve: the account is of the end
 		if n := d.Lost(); n > 0 && (d.Preserve == nil || !d.Preserve.Unknown) {
@@ -590,7 +592,7 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 			if d.Preserve != nil {
 				lost += ": " + ids(d.Preserve.Entries, pause.Outcome.Lost)
 			}
-			rep.Note = strings.TrimPrefix(rep.Note+"; "+lost, "; ")
+			rep.addNote(lost)
 			s.log.Error("supervisor: " + lost)
 			rep.ExitCode = max(rep.ExitCode, 1)
 		}
@@ -607,7 +609,7 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 // is 1 at least.
 func (s *supervisor) daemonStepFailed(rep *Report, result drain.Result, msg string) {
 	msg = fmt.Sprintf("%s step %s: %s", StepDaemon, result, msg)
-	rep.Note = strings.TrimPrefix(rep.Note+"; "+msg, "; ")
+	rep.addNote(msg)
 	s.log.Error("supervisor: " + msg)
 	rep.ExitCode = max(rep.ExitCode, 1)
 }
@@ -632,14 +634,14 @@ func (s *supervisor) lostWithServer(rep *Report) {
 	}
 	rep.LostWithServer = lost
 	msg := serverExitNote(s.exitedWhen(), rep.Server.String(), lost)
-	// msg says it, with more: serverExited's note goes, not said twice.
-	if rest, ok := strings.CutPrefix(rep.Note, "the server exited on its own "); ok {
-		_, rest, _ = strings.Cut(rest, "; ")
-		rep.Note = rest
-	}
-	rep.Note = strings.TrimPrefix(rep.Note+"; "+msg, "; ")
+	rep.addNote(msg)
 	s.log.Error("supervisor: " + msg)
 	rep.ExitCode = max(rep.ExitCode, 1)
+}
+
+// addNote adds msg to the Report's note, after what it says already.
+func (r *Report) addNote(msg string) {
+	r.Note = strings.TrimPrefix(r.Note+"; "+msg, "; ")
 }
 
 // Lost returns how many sandboxes the Report counts lost: the drain's, and
