@@ -173,12 +173,8 @@ func (s noServerStep) check() error {
 }
 
 // countActive wraps srv.ConnState to count the connections in a request
-// (http.StateActive), and returns the count as it is when called. It
-// counts nothing for a nil srv.
+// (http.StateActive), and returns the count as it is when called.
 func countActive(srv *http.Server) func() int {
-	if srv == nil {
-		return func() int { return 0 }
-	}
 	var mu sync.Mutex
 	active := map[net.Conn]bool{}
 	prev := srv.ConnState

@@ -162,7 +162,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	if rep.Shortfall > 0 && !warned {
 		// Without a preStop call the plan at SIGTERM had no count: it
 		// planned one round, and said it fit.
-		d.log.Log(ctx, slog.LevelWarn, "drain: the work does not fit in the time left; phases share it",
+		d.log.Log(ctx, slog.LevelWarn, msgDoesNotFit,
 			"running", d.Running(), "shortfall", rep.Shortfall, "kill", d.budget.Kill(),
 			"preserve", d.plan.Window(PhasePreserve).Deadline)
 	}
@@ -205,6 +205,10 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	return rep
 }
 
+// msgDoesNotFit is the warning that the phases' reserves do not fit in the
+// time left: at SIGTERM, or once the gate phase has counted.
+const msgDoesNotFit = "drain: the work does not fit in the time left; phases share it"
+
 // logPlan logs, at SIGTERM, the windows every phase still to run would get
 // if each ran to its deadline, and warns when their reserves do not fit in
 // the time left; it reports whether it warned.
@@ -218,7 +222,7 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 	st := d.budget.State()
 	attrs = append(attrs, "kill", st.Kill, "deadline", st.Deadline, "running", d.Running())
 	if short > 0 {
-		d.log.Log(ctx, slog.LevelWarn, "drain: the work does not fit in the time left; phases share it",
+		d.log.Log(ctx, slog.LevelWarn, msgDoesNotFit,
 			append(attrs, "shortfall", short)...)
 		return true
 	}
