@@ -71,7 +71,7 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 		if c != drain.Stream {
 			return h(ctx, req)
 		}
-		ctx, stopped, end := untilStop(g, ctx)
+		ctx, _, stopped, end := untilStop(g, ctx)
 		resp, err := h(ctx, req)
 		if end(); stopped() {
 			return nil, errStreamStopping
@@ -107,8 +107,11 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 // codes.Unavailable, "server stopping: ...", so that GracefulStop waits
 // only for the work RPCs. One that arrives after the gate's streams ended
 // is refused (codes.Unavailable, its handler not called), exempt or not.
-// Its handler must return when its stream's context ends: one blocked in
-// RecvMsg is not woken by it.
+// Its handler must return when its stream's context ends; one waiting in
+// RecvMsg for its client (an attach reading the user's input) returns
+// then too, with that same status, so a handler that returns when RecvMsg
+// fails ends as it should. It must not read the message of that failed
+// RecvMsg: the receive goes on until the stream ends.
 //
 // A nil g or classify panics here, as for UnaryServerInterceptor.
 func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServerInterceptor {
@@ -157,12 +160,13 @@ func enter(g *drain.Gate, c drain.Class, method string) (func(), error) {
 // errStreamStopping is the status of a drain.Stream that Stop ended.
 var errStreamStopping = status.Error(codes.Unavailable, "server stopping: stream ended; open it again on another server")
 
-// stream runs h on ss, a drain.Stream, with a context cancelled when g's
-// streams end or a Stop with g begins (or either has); the stream then
-// ends with errStreamStopping, whatever the handler returned.
+// stream runs h on ss, a drain.Stream, with a context cancelled, and a
+// RecvMsg that returns, when g's streams end or a Stop with g begins (or
+// either has); the stream then ends with errStreamStopping, whatever the
+// handler returned.
 func stream(g *drain.Gate, srv any, ss grpc.ServerStream, h grpc.StreamHandler) error {
-	ctx, stopped, end := untilStop(g, ss.Context())
-	err := h(srv, ctxStream{ss, ctx})
+	ctx, halt, stopped, end := untilStop(g, ss.Context())
+	err := h(srv, &ctxStream{ServerStream: ss, ctx: ctx, halt: halt})
 	if end(); stopped() {
 		return errStreamStopping
 	}
@@ -171,12 +175,14 @@ func stream(g *drain.Gate, srv any, ss grpc.ServerStream, h grpc.StreamHandler) 
 
 // untilStop returns a context of parent's that is also cancelled when g's
 // streams end (g.StreamsEnded) or a Stop with g begins (or either has),
-// for the handler of a drain.Stream. Once the handler has returned, the
-// caller calls end, and then stopped reports whether the drain or Stop
-// ended the call (and not its client).
-func untilStop(g *drain.Gate, parent context.Context) (ctx context.Context, stopped func() bool, end func()) {
+// for the handler of a drain.Stream, and halt, a channel closed just
+// before that cancellation (and only for it). Once the handler has
+// returned, the caller calls end, and then stopped reports whether the
+// drain or Stop ended the call (and not its client).
+func untilStop(g *drain.Gate, parent context.Context) (ctx context.Context, halt <-chan struct{}, stopped func() bool, end func()) {
 	ctx, cancel := context.WithCancel(parent)
 	stopping, ended := watchStops(g), g.StreamsEnded()
+	halted := make(chan struct{})
 	var byStop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -187,22 +193,58 @@ func untilStop(g *drain.Gate, parent context.Context) (ctx context.Context, stop
 			return
 		}
 		byStop.Store(true)
+		close(halted)
 		cancel()
 	})
 	end = func() {
 		cancel()
 		wg.Wait()
 	}
-	return ctx, func() bool { return byStop.Load() && parent.Err() == nil }, end
+	return ctx, halted, func() bool { return byStop.Load() && parent.Err() == nil }, end
 }
 
-// ctxStream is a ServerStream with the context of its handler.
+// ctxStream is a drain.Stream's ServerStream: the context of its handler,
+// and a RecvMsg that the stream's end wakes. grpc's own RecvMsg watches
+// the stream's context, not the handler's, so a handler waiting in it for
+// its client's next message (an attach reading the user's input) would
+// not return when the streams end: GracefulStop would wait for it until
+// the step's deadline, and Stop then cut the work RPCs with it.
 type ctxStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx    context.Context
+	halt   <-chan struct{} // closed when the drain or a Stop ends the stream
+	halted atomic.Bool     // a RecvMsg returned for halt: no other may start
 }
 
-func (s ctxStream) Context() context.Context { return s.ctx }
+func (s *ctxStream) Context() context.Context { return s.ctx }
+
+// RecvMsg returns the next message, or errStreamStopping once the stream
+// is ended by the drain or a Stop. The stream's own RecvMsg then goes on
+// in its goroutine until the stream ends, which it does as soon as the
+// handler returned (grpc cancels a finished stream's receive), and it may
+// still write into m: after errStreamStopping the handler must not read
+// m, and every later RecvMsg returns errStreamStopping at once, so that no
+// two receives run together.
+func (s *ctxStream) RecvMsg(m any) error {
+	if s.halted.Load() {
+		return errStreamStopping
+	}
+	select {
+	case <-s.halt:
+		s.halted.Store(true)
+		return errStreamStopping
+	default:
+	}
+	received := make(chan error, 1)
+	go func() { received <- s.ServerStream.RecvMsg(m) }()
+	select {
+	case err := <-received:
+		return err
+	case <-s.halt:
+		s.halted.Store(true)
+		return errStreamStopping
+	}
+}
 
 // A Server is what Stop needs of a *grpc.Server.
 type Server interface {

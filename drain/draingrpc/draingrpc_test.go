@@ -667,3 +667,72 @@ func TestNilGateOrClassifierPanicsWhenBuiltNamingIt(t *testing.T) {
 	assert.PanicsWithValue(t, "draingrpc: StreamServerInterceptor: nil Classifier (draingrpc.Methods builds one)",
 		func() { StreamServerInterceptor(&drain.Gate{}, nil) })
 }
+
+// attachWorker's FullDuplexCall is an attach as servers write one: the
+// handler loops on Recv (the user's input) and returns when it fails, its
+// output in a goroutine of its own, ended by the stream's context.
+type attachWorker struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (attachWorker) FullDuplexCall(s testgrpc.TestService_FullDuplexCallServer) error {
+	go func() {
+		_ = s.Send(&testgrpc.StreamingOutputCallResponse{}) // the first output; later ones until s.Context() ends
+		<-s.Context().Done()
+	}()
+	for {
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+	}
+}
+
+// Fault: a bidirectional stream of class drain.Stream (an attach) whose
+// handler waits in Recv for its client's next input, as an attach's
+// handler does, was not ended when the preserve phase ended: its context
+// was cancelled, but grpc's Recv does not watch that context, so the
+// handler stayed in it. GracefulStop waited for it until the grpc step's
+// deadline, Stop then cut it (its client saw the connection close, not
+// "server stopping"), and the step failed with "RPCs still running at
+// the deadline": exit 1 with every sandbox preserved, the step's reserve
+// spent. Its RecvMsg now returns Unavailable, "server stopping", as the
+// streams end, as a reflection stream's does at Stop.
+func TestAnAttachWaitingInRecvEndsWithThePreservePhase(t *testing.T) {
+	g := &drain.Gate{Exempt: []drain.Class{drain.Stream}} // as the one-call path
+	classify := Methods(map[string]drain.Class{testgrpc.TestService_FullDuplexCall_FullMethodName: drain.Stream}, drain.Create)
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(UnaryServerInterceptor(g, classify)),
+		grpc.ChainStreamInterceptor(StreamServerInterceptor(g, classify)),
+	)
+	testgrpc.RegisterTestServiceServer(srv, attachWorker{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(); srv.Stop() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	attach, err := testgrpc.NewTestServiceClient(conn).FullDuplexCall(ctx)
+	require.NoError(t, err)
+	_, err = attach.Recv()
+	require.NoError(t, err, "the attach is open, its handler waiting in Recv")
+	require.Equal(t, 1, g.InFlight(drain.Stream))
+
+	budget, err := deadline.New(4*time.Second, deadline.Config{}) // the grpc step ends by 2.5 s
+	require.NoError(t, err)
+	d, err := drain.New(drain.Config{Budget: budget, Gate: g,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
+		Steps:     []drain.Step{Step("grpc", srv, g, time.Second)}})
+	require.NoError(t, err)
+	rep := d.Shutdown(context.Background())
+
+	grpcStep := rep.Phase("grpc")
+	assert.Equal(t, drain.OK, grpcStep.Result, "the attach held GracefulStop: %s", grpcStep.Error)
+	assert.NoError(t, rep.Err())
+	_, err = attach.Recv()
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Contains(t, status.Convert(err).Message(), "server stopping", "ended by the drain, not cut with its connection")
+	assert.Zero(t, g.InFlight(drain.Stream))
+}
