@@ -219,6 +219,8 @@ type Drainer struct {
 	hookRun     string        // the latest preStop request's ?start=: which run of the hook it is
 	started     bool
 	forcedAt    time.Time
+	cause       string           // what began the shutdown, as ServeSignals saw it
+	signals     []ReceivedSignal // what ServeSignals received, the first maxSignals
 	done        chan struct{}
 	report      *Report
 }

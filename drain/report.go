@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -90,8 +91,19 @@ type Report struct {
 	// Shortfall is by how much the time left when the preserve phase
 	// started was too small for its reserve and every step's.
 	Shortfall time.Duration `json:"shortfall_ns,omitempty"`
-	Forced    bool          `json:"forced,omitempty"`   // force mode was switched on
-	ForcedAt  time.Time     `json:"forced_at,omitzero"` // when Force was first called
+	// Cause is what began the shutdown when ServeSignals (HandleSignals,
+	// Server.Run) began it: the first signal it received ("SIGTERM" from
+	// the kubelet, "SIGINT" from a person), or why its ctx ended
+	// (context.Cause: "context canceled" unless the caller gave a cause).
+	// Empty when Shutdown was called directly.
+	Cause string `json:"cause,omitempty"`
+	// Signals are the signals ServeSignals received until the Report was
+	// made, in order (the first 16): the first began the shutdown; a
+	// SIGTERM after it is the kubelet's own (a shortened grace, a
+	// restarted kubelet) and forced nothing; any other signal forced.
+	Signals  []ReceivedSignal `json:"signals,omitempty"`
+	Forced   bool             `json:"forced,omitempty"`   // force mode was switched on
+	ForcedAt time.Time        `json:"forced_at,omitzero"` // when Force was first called
 	// Headroom is the expected SIGKILL minus End: the time the process
 	// actually had left to exit (the budget's margin is what was planned).
 	// Negative means the kubelet's SIGKILL would have come first.
@@ -99,6 +111,12 @@ type Report struct {
 	// Events counts the Kubernetes Events posted on the pod and dropped
 	// (Config.Pod); nil without a Pod.
 	Events *kube.EventStats `json:"events,omitempty"`
+}
+
+// A ReceivedSignal is a signal ServeSignals received, and when.
+type ReceivedSignal struct {
+	Name string    `json:"name"` // "SIGTERM", "SIGINT", as the kernel names them
+	At   time.Time `json:"at"`
 }
 
 // Phase returns the report of the named phase or step, or nil.
@@ -148,13 +166,24 @@ func (r *Report) Err() error {
 // LogValue summarises the report for slog: counts, the sandboxes lost
 // (up to 20, each with its outcome), headroom and every phase's result.
 func (r *Report) LogValue() slog.Value {
-	attrs := []slog.Attr{
+	var attrs []slog.Attr
+	if r.Cause != "" {
+		attrs = append(attrs, slog.String("cause", r.Cause))
+	}
+	if len(r.Signals) > 1 { // the first is the cause
+		names := make([]string, len(r.Signals))
+		for i, s := range r.Signals {
+			names[i] = s.Name
+		}
+		attrs = append(attrs, slog.String("signals", strings.Join(names, " ")))
+	}
+	attrs = append(attrs,
 		slog.Time("t0", r.Budget.Start),
 		slog.String("anchor", string(r.Budget.Anchor)),
 		slog.Duration("headroom", r.Headroom),
 		slog.Bool("forced", r.Forced),
 		slog.Duration("shortfall", r.Shortfall),
-	}
+	)
 	if !r.Budget.Restart.IsZero() { // the kubelet ran the termination over: SIGKILL follows that run
 		attrs = append(attrs, slog.Time("restart", r.Budget.Restart), slog.Duration("restart_grace", r.Budget.RestartGrace))
 	}

@@ -479,13 +479,13 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 		return 2
 	}
 	hooks := &http.Server{Handler: s.hookHandler(), ReadHeaderTimeout: 10 * time.Second}
-	ctx, stopped := context.WithCancel(ctx)
-	defer stopped()
+	ctx, stopped := context.WithCancelCause(ctx)
+	defer stopped(nil)
 	var failed atomic.Bool // srv or the hook stopped serving on its own
 	go func() {
 		if s.serveSrv(ln) {
 			failed.Store(true)
-			stopped() // drain now: see Run
+			stopped(errStoppedServing) // drain now: see Run
 		}
 	}()
 	go func() {
@@ -508,6 +508,10 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 	}
 	return 0
 }
+
+// errStoppedServing is the Report's Cause when the server's serving
+// stopped on its own (logged with why) and Run drained at once.
+var errStoppedServing = errors.New("the server stopped serving on its own")
 
 // listenTCP is net.Listen; tests make the listeners fail.
 var listenTCP = net.Listen

@@ -491,6 +491,7 @@ func TestServingThatStopsOnItsOwnDrainsAndExitsNonZero(t *testing.T) {
 		rep := s.Drainer().Shutdown(context.Background())
 		require.NotNil(t, rep.Preserve)
 		assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved], "drained at once")
+		assert.Equal(t, errStoppedServing.Error(), rep.Cause, "the Report says why it drained")
 		assert.Contains(t, logs.String(), `level=ERROR msg="drain: serving stopped: draining now`)
 	})
 	t.Run("hook", func(t *testing.T) {

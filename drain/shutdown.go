@@ -191,6 +191,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	rep.Headroom = rep.Budget.Kill.Sub(rep.End)
 	d.mu.Lock()
 	rep.ForcedAt = d.forcedAt
+	rep.Cause, rep.Signals = d.cause, slices.Clone(d.signals)
 	d.mu.Unlock()
 	rep.Forced = !rep.ForcedAt.IsZero()
 	d.headroom.Record(ctx, rep.Headroom.Seconds())

@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // HandleSignals wires the process's signals to the Drainer and returns the
@@ -81,7 +82,9 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 		// The kubelet sends SIGTERM, never SIGINT: a person's Ctrl-C during
 		// the preStop wait is not the kubelet giving up on the hook.
 		d.interrupted.Store(sig != syscall.SIGTERM)
+		d.received(sig, true)
 	case <-ctx.Done():
+		d.began(context.Cause(ctx).Error())
 	case <-d.term.Done():
 	}
 	stop := make(chan struct{})
@@ -90,6 +93,7 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 		for {
 			select {
 			case sig := <-ch:
+				d.received(sig, false)
 				if sig == syscall.SIGTERM {
 					d.log.Info("drain: SIGTERM during the shutdown: not forcing: the kubelet sends it again when the pod's grace is shortened "+
 						"(a second deletion, an eviction, a node shutdown); the pod's deletion is read again when Config.Pod is set; "+
@@ -107,4 +111,47 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 	close(stop)
 	wg.Wait()
 	return rep
+}
+
+// maxSignals is how many received signals a Report keeps: a process
+// signalled in a loop must not grow it without bound.
+const maxSignals = 16
+
+// received notes sig, received by ServeSignals, for the Report; first
+// says it began the shutdown.
+func (d *Drainer) received(sig os.Signal, first bool) {
+	name := signalName(sig)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if first && !d.started {
+		d.cause = name
+	}
+	if len(d.signals) < maxSignals {
+		d.signals = append(d.signals, ReceivedSignal{Name: name, At: time.Now()})
+	}
+}
+
+// began notes what began the shutdown when no signal did, unless
+// Shutdown had already begun.
+func (d *Drainer) began(cause string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.started {
+		d.cause = cause
+	}
+}
+
+// signalName is sig as the kernel names it ("SIGTERM"), or its String.
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	}
+	return sig.String()
 }

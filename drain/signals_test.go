@@ -2,6 +2,8 @@ package drain
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -79,4 +81,74 @@ func TestForceIsLoggedOnce(t *testing.T) {
 	f.d.Force()
 	assert.Equal(t, 1, strings.Count(logs.String(), `level=WARN msg="drain: forced: `), logs.String())
 	assert.Contains(t, logs.String(), "terminating=false")
+}
+
+// The Report says what began the shutdown and every signal that came
+// while it ran: the kubelet's SIGTERM, its SIGTERM again (a shortened
+// grace), a person's SIGINT that forced it. Before, the Report named no
+// signal at all: a drain a person began with Ctrl-C read like the
+// kubelet's.
+func TestReportNamesTheSignalsThatCame(t *testing.T) {
+	var logs logbuf.Buffer
+	stepStarted := make(chan struct{})
+	f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 1, latency: time.Millisecond,
+		edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) },
+		steps: []Step{step("hang", 10*time.Millisecond, func(ctx context.Context) error {
+			close(stepStarted)
+			<-ctx.Done() // only force ends it
+			return context.Cause(ctx)
+		})}})
+	sigs := make(chan os.Signal) // unbuffered: each is taken before the next is sent
+	done := make(chan *Report, 1)
+	go func() { done <- f.d.ServeSignals(context.Background(), sigs) }()
+	sigs <- syscall.SIGTERM
+	<-stepStarted
+	sigs <- syscall.SIGTERM
+	sigs <- syscall.SIGINT
+	rep := <-done
+
+	assert.Equal(t, "SIGTERM", rep.Cause)
+	var names []string
+	for _, s := range rep.Signals {
+		names = append(names, s.Name)
+		assert.False(t, s.At.Before(rep.Signals[0].At))
+	}
+	assert.Equal(t, []string{"SIGTERM", "SIGTERM", "SIGINT"}, names)
+	assert.True(t, rep.Forced, "the SIGINT forced")
+	js, err := json.Marshal(rep)
+	require.NoError(t, err)
+	assert.Contains(t, string(js), `"cause":"SIGTERM","signals":[{"name":"SIGTERM"`)
+	assert.Contains(t, logs.String(), `report.cause=SIGTERM report.signals="SIGTERM SIGTERM SIGINT"`)
+}
+
+// A shutdown its context began says why, and a process signalled in a
+// loop keeps the first signals only.
+func TestReportNamesTheContextsCauseAndKeepsSixteenSignals(t *testing.T) {
+	f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 1, latency: time.Millisecond})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("the server stopped serving"))
+	rep := f.d.ServeSignals(ctx, make(chan os.Signal))
+	assert.Equal(t, "the server stopped serving", rep.Cause)
+	assert.Empty(t, rep.Signals)
+	assert.False(t, rep.Forced, "the context began the shutdown: it forces nothing")
+
+	stepStarted := make(chan struct{})
+	f = newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 1, latency: time.Millisecond,
+		steps: []Step{step("hang", 10*time.Millisecond, func(ctx context.Context) error {
+			close(stepStarted)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})}})
+	sigs := make(chan os.Signal)
+	done := make(chan *Report, 1)
+	go func() { done <- f.d.ServeSignals(context.Background(), sigs) }()
+	sigs <- os.Interrupt
+	<-stepStarted
+	for range 40 {
+		sigs <- syscall.SIGTERM
+	}
+	sigs <- os.Interrupt
+	rep = <-done
+	assert.Equal(t, "SIGINT", rep.Cause)
+	assert.Len(t, rep.Signals, maxSignals)
 }

@@ -161,6 +161,9 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 		fmt.Fprintf(w, "             the kubelet ran the termination over at %s with grace %s (the hook ran again): SIGKILL follows that run\n",
 			rel(b.Restart, t0), b.RestartGrace)
 	}
+	if rep.Cause != "" {
+		fmt.Fprintf(w, "Began by     %s%s\n", oneLine(rep.Cause, 100), laterSignals(rep.Signals, t0))
+	}
 	fmt.Fprintf(w, "Verdict      %s\n", verdict(rep))
 	if rep.Forced {
 		fmt.Fprintf(w, "Forced       at %s (SIGINT, Force or a cancelled context: remaining waits cut short)\n", rel(rep.ForcedAt, t0))
@@ -278,6 +281,27 @@ func anchor(a string) string {
 }
 
 // verdict is the one line an operator reads first.
+// laterSignals names the signals after the first (the one that began the
+// drain), with when each came and what it did.
+func laterSignals(sigs []drain.ReceivedSignal, t0 time.Time) string {
+	if len(sigs) < 2 {
+		return ""
+	}
+	var b strings.Builder
+	for i, s := range sigs[1:] {
+		sep := ", "
+		if i == 0 {
+			sep = "; then "
+		}
+		did := "(forces)"
+		if s.Name == "SIGTERM" {
+			did = "(the kubelet's again: not forcing)"
+		}
+		fmt.Fprintf(&b, "%s%s at %s %s", sep, oneLine(s.Name, 20), rel(s.At, t0), did)
+	}
+	return b.String()
+}
+
 func verdict(rep *drain.Report) string {
 	var parts []string
 	if why := noAccount(rep); why != "" {

@@ -381,3 +381,24 @@ func TestReportNamesTheKubeletsRunOver(t *testing.T) {
 	require.Equal(t, 0, code, errw)
 	assert.Contains(t, out, "the kubelet ran the termination over at +600.000s with grace 15m0s (the hook ran again)")
 }
+
+// The summary says what began the drain and which signals came while it
+// ran, when the Report knows (reports written before it did stay as
+// they were: the goldens).
+func TestReportNamesWhatBeganTheDrain(t *testing.T) {
+	path := edited(t, "sandboxd-clean.json", func(rep *drain.Report) {
+		rep.Cause = "SIGTERM"
+		rep.Signals = []drain.ReceivedSignal{
+			{Name: "SIGTERM", At: rep.Budget.SIGTERM},
+			{Name: "SIGTERM", At: rep.Budget.Start.Add(3 * time.Second)},
+			{Name: "SIGINT", At: rep.Budget.Start.Add(4500 * time.Millisecond)},
+		}
+	})
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, 0, code, errw)
+	assert.Contains(t, out, "Began by     SIGTERM; then SIGTERM at +3.000s (the kubelet's again: not forcing), SIGINT at +4.500s (forces)\n")
+
+	path = edited(t, "sandboxd-clean.json", func(rep *drain.Report) { rep.Cause = "the server stopped serving on its own" })
+	_, out, _ = drainkit(t, "report", path)
+	assert.Contains(t, out, "Began by     the server stopped serving on its own\n")
+}
