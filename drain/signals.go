@@ -71,8 +71,14 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 // would stop the preserves that still fit. Instead the SIGTERM is logged
 // at Info and, with Config.Pod, the pod's deletion is read again (a later,
 // shorter deletion is logged and left alone: the kubelet keeps the grace
-// its termination started with). SIGINT (a person's second Ctrl-C), Force and
-// cancelling ctx still force.
+// its termination started with). SIGINT (a person's second Ctrl-C) and Force
+// still force.
+//
+// ctx ending before any signal starts the shutdown, as a first signal does
+// (a server's own reason to drain: its serving stopped). It never forces
+// it: Shutdown runs with ctx's values but not its cancellation, so the ctx
+// that started it cannot cut it short, and cancelling ctx once it runs
+// changes nothing. To end a running shutdown early, call Force.
 func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report {
 	if !d.made() {
 		return notMadeReport()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -151,4 +152,44 @@ func TestReportNamesTheContextsCauseAndKeepsSixteenSignals(t *testing.T) {
 	rep = <-done
 	assert.Equal(t, "SIGINT", rep.Cause)
 	assert.Len(t, rep.Signals, maxSignals)
+}
+
+// ServeSignals' ctx ending starts the shutdown, as a first signal does (a
+// server's own reason to drain: its serving stopped), and never forces it:
+// the shutdown runs with ctx's values but not its cancellation, so the
+// ctx that started it cannot cut it short. Only a signal after the first
+// (not SIGTERM) or Force forces. Its doc said cancelling ctx forces, as
+// cancelling Shutdown's own ctx does: a caller that cancelled it to end a
+// drain early got the whole drain, its step held to the deadline.
+func TestServeSignalsCtxStartsTheShutdownAndNeverForcesIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stepStarted := make(chan struct{})
+		f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Millisecond,
+			steps: []Step{step("hang", 10*time.Millisecond, func(ctx context.Context) error {
+				close(stepStarted)
+				<-ctx.Done() // only its deadline, or force, ends it
+				return context.Cause(ctx)
+			})}})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan *Report, 1)
+		go func() { done <- f.d.ServeSignals(ctx, make(chan os.Signal)) }()
+		synctest.Wait()
+		select {
+		case <-f.d.Terminating():
+			t.Fatal("the shutdown started with no signal and ctx alive")
+		default:
+		}
+		cancel()
+		<-stepStarted
+		synctest.Wait()
+		select {
+		case <-f.d.Forced():
+			t.Fatal("the ctx that started the shutdown forced it")
+		default:
+		}
+		rep := <-done
+		assert.False(t, rep.Forced)
+		assert.Equal(t, TimedOut, rep.Phase("hang").Result, "the step ran to its deadline")
+		assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
+	})
 }

@@ -3,6 +3,7 @@ package draingrpc_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"syscall"
@@ -83,4 +84,55 @@ func Example() {
 	// before SIGTERM: Run OK / health SERVING
 	// while draining: Run Unavailable / health NOT_SERVING
 	// grpc step: ok
+}
+
+// Serving that stops on its own (the listener's Accept failing for good)
+// must not go unseen: grpc's Serve returns an error then, and nil only once
+// the grpc step's GracefulStop or Stop was called. Log it and drain at
+// once, by ending the ctx ServeSignals waits on (the node's sandboxes are
+// out of every client's reach, and preserved while the process still holds
+// them), then exit 1.
+func Example_servingStopsOnItsOwn() {
+	logger := slog.New(slog.DiscardHandler)
+	budget, _ := deadline.New(30*time.Second, deadline.Config{})
+	gate := &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Checkpoint, drain.Delete, drain.Stream, drain.KeepAlive}}
+	classify := draingrpc.Methods(nil, drain.Create)
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)),
+		grpc.ChainStreamInterceptor(draingrpc.StreamServerInterceptor(gate, classify)),
+	)
+	d, err := drain.New(drain.Config{Budget: budget, Gate: gate,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
+		Steps:     []drain.Step{draingrpc.Step("grpc", srv, gate, 5*time.Second)}})
+	if err != nil {
+		panic(err)
+	}
+	sigs := make(chan os.Signal, 4) // signal.Notify(sigs, syscall.SIGTERM, os.Interrupt), before serving
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx := context.Background()
+
+	ctx, drainNow := context.WithCancel(ctx) // ServeSignals starts the drain when it ends
+	served := make(chan error, 1)
+	go func() {
+		err := srv.Serve(ln) // nil once the grpc step's GracefulStop or Stop was called
+		if err != nil {
+			logger.Error("serving gRPC stopped on its own: draining now", "error", err)
+			drainNow()
+		}
+		served <- err
+	}()
+	ln.Close() // here, the failure: Accept fails for good
+	rep := d.ServeSignals(ctx, sigs)
+	var stopped error
+	select {
+	case stopped = <-served:
+	default: // grpc's Stop left running by the step (a connection in its handshake) holds Serve
+	}
+	code := 0
+	if rep.Err() != nil || stopped != nil {
+		code = 1
+	}
+	fmt.Println("drained:", rep.Phase("grpc").Result, "/ exit", code) // os.Exit(code)
+	// Output:
+	// drained: ok / exit 1
 }
