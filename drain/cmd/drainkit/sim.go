@@ -192,6 +192,9 @@ func (c *simConfig) check(pos []string) error {
 		return fmt.Errorf("-nodes must be in [1, 100000], got %d", c.nodes)
 	case c.maxSB > 100000:
 		return fmt.Errorf("-sandboxes must be at most 100000 per node, got %d", c.maxSB)
+	case c.nodes*c.maxSB > maxSimSandboxes:
+		return fmt.Errorf("-nodes %d x -sandboxes %d is up to %d sandboxes to simulate: at most %d (about 20 s on one core; "+
+			"10 times fewer nodes tell the same per node)", c.nodes, c.maxSB, c.nodes*c.maxSB, maxSimSandboxes)
 	case c.pause <= 0:
 		return fmt.Errorf("-pause must be positive, got %v", c.pause)
 	case !(c.jitter >= 0 && c.jitter < 1):
@@ -207,6 +210,12 @@ func (c *simConfig) check(pos []string) error {
 	}
 	return nil
 }
+
+// maxSimSandboxes bounds the sandboxes a sim lays out, over every node:
+// each is three pauses of the model (one per way), about 60 ns each, so
+// the largest flags (100000 nodes of 100000) would run for half an hour
+// with nothing said; 10^8 takes about 20 s.
+const maxSimSandboxes = 100_000_000
 
 // The ways a node is terminated.
 const (

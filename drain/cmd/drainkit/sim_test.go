@@ -90,6 +90,8 @@ func TestSimBadFlagsAreNamed(t *testing.T) {
 		{[]string{"-grace", "18446744074"}, `at most 9223372036 seconds, got "18446744074"`},
 		{[]string{"-grace", "-9223372037"}, `must be positive, got "-9223372037"`}, // x 1e9 wraps to +292 years
 		{[]string{"now"}, `unexpected arguments ["now"]`},
+		// The largest of each alone ran for half an hour, saying nothing.
+		{[]string{"-nodes", "100000", "-sandboxes", "20-100000"}, "-nodes 100000 x -sandboxes 100000 is up to 10000000000 sandboxes to simulate: at most 100000000"},
 	} {
 		code, _, errw := drainkit(t, append([]string{"sim"}, tc.args...)...)
 		assert.Equal(t, exitUsage, code, tc.args)
