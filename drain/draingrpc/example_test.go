@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -111,13 +112,13 @@ func Example_servingStopsOnItsOwn() {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	ctx := context.Background()
 
-	ctx, drainNow := context.WithCancel(ctx) // ServeSignals starts the drain when it ends
+	ctx, drainNow := context.WithCancelCause(ctx) // ServeSignals starts the drain when it ends
 	served := make(chan error, 1)
 	go func() {
 		err := srv.Serve(ln) // nil once the grpc step's GracefulStop or Stop was called
 		if err != nil {
 			logger.Error("serving gRPC stopped on its own: draining now", "error", err)
-			drainNow()
+			drainNow(fmt.Errorf("serving gRPC stopped: %w", err)) // the Report's Cause
 		}
 		served <- err
 	}()
@@ -133,6 +134,8 @@ func Example_servingStopsOnItsOwn() {
 		code = 1
 	}
 	fmt.Println("drained:", rep.Phase("grpc").Result, "/ exit", code) // os.Exit(code)
+	fmt.Println("cause:", strings.SplitN(rep.Cause, ":", 2)[0])
 	// Output:
 	// drained: ok / exit 1
+	// cause: serving gRPC stopped
 }
