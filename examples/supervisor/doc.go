@@ -115,7 +115,9 @@
 //     Report says so with the last error, or the daemon step failed: a
 //     device left, the daemon killed or crashed, which the note names, or
 //     the Report could not be written, which the termination message says
-//     instead of naming the file). A SIGINT during the termination forces (a SIGTERM again does not): the preStop wait ends, no
+//     instead of naming the file). SIGTERM and SIGINT go to the drain's
+//     ServeSignals, so the Report says which began the termination and
+//     which came during it (drain.Report.Cause, Signals). A SIGINT during the termination forces (a SIGTERM again does not: the pod's deletion is read again): the preStop wait ends, no
 //     new pause is sent, and each step gets only its reserve; pauses already
 //     sent are still awaited until the server step's deadline at most (the
 //     server runs them anyway); the final sweep still lists, and what it

@@ -493,12 +493,24 @@ func TestSIGTERMAgainDoesNotForceTheSupervisor(t *testing.T) {
 				assert.Equal(t, 0, code, readFile(t, logFile))
 				assert.False(t, rep.Drain.Forced)
 				assert.Equal(t, 8, rep.Drain.Preserve.Counts[pause.Preserved])
-				assert.Contains(t, readFile(t, logFile), "supervisor: SIGTERM during the termination: not forcing")
+				assert.Contains(t, readFile(t, logFile), "drain: SIGTERM during the shutdown: not forcing")
+				assert.Equal(t, "SIGTERM", rep.Drain.Cause)
+				assert.Equal(t, []string{"SIGTERM", "SIGTERM"}, signalNames(rep.Drain.Signals))
 				return
 			}
 			assert.NotZero(t, code)
 			assert.True(t, rep.Drain.Forced)
+			assert.Equal(t, []string{"SIGTERM", "SIGINT"}, signalNames(rep.Drain.Signals), "the Report says which signal forced it")
 			assert.Less(t, rep.Drain.Preserve.Counts[pause.Preserved], 8, "force sends no new pause")
 		})
 	}
+}
+
+// signalNames are the names of the signals a Report received, in order.
+func signalNames(sigs []drain.ReceivedSignal) []string {
+	var names []string
+	for _, s := range sigs {
+		names = append(names, s.Name)
+	}
+	return names
 }

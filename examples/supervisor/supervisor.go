@@ -406,13 +406,22 @@ func (s *supervisor) stopAfterFailure() {
 }
 
 // supervise forwards signals and waits for the termination to finish, or
-// for the server to exit on its own.
+// for the server to exit on its own. The termination is the drain's
+// ServeSignals, to which SIGTERM and SIGINT are relayed: the first begins
+// it, a SIGTERM again is the kubelet's own and forces nothing (the pod's
+// deletion is read again), a SIGINT forces, and the Report says which came
+// (drain.Report.Cause and Signals), as every other drainkit server's does.
 func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Report {
 	var shutdown chan *drain.Report
+	var relay chan os.Signal // to ServeSignals, once the termination started
 	serverDone := s.server.done
-	start := func() {
+	start := func(sig os.Signal) {
 		shutdown = make(chan *drain.Report, 1)
-		go func() { shutdown <- s.drainer.Shutdown(context.WithoutCancel(ctx)) }()
+		relay = make(chan os.Signal, 8)
+		if sig != nil {
+			relay <- sig
+		}
+		go func() { shutdown <- s.drainer.ServeSignals(ctx, relay) }()
 	}
 	ctxDone := ctx.Done()
 	for {
@@ -429,21 +438,14 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 				_ = s.server.signal(sig.(syscall.Signal))
 			case shutdown == nil:
 				s.log.Info("supervisor: termination starts", "signal", sig)
-				start()
-			case sig == syscall.SIGTERM:
-				// Only the container runtime sends a pod's process SIGTERM,
-				// and it may send it again (a shortened grace on a runtime
-				// that re-signals; drain.HandleSignals, docs/faults.md
-				// row 187): no one asked for force.
-				s.log.Info("supervisor: SIGTERM during the termination: not forcing (a SIGINT does)")
+				start(sig)
 			default:
-				s.log.Warn("supervisor: SIGINT during the termination: force mode", "signal", sig)
-				s.drainer.Force()
+				s.relay(relay, sig)
 			}
 		case <-ctxDone:
 			ctxDone = nil
 			if shutdown == nil {
-				start()
+				start(nil) // ServeSignals begins it on ctx: never forced
 			}
 		case <-serverDone:
 			serverDone = nil
@@ -457,6 +459,20 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 			}
 		case rep := <-shutdown:
 			return s.report(rep, "")
+		}
+	}
+}
+
+// relay hands sig, a SIGTERM or SIGINT during the termination, to the
+// drain's ServeSignals (see supervise). Its buffer full (a signal storm),
+// a SIGINT still forces; a SIGTERM again is only said.
+func (s *supervisor) relay(relay chan<- os.Signal, sig os.Signal) {
+	select {
+	case relay <- sig:
+	default:
+		s.log.Warn("supervisor: signals come faster than the drain takes them: not relayed", "signal", sig)
+		if sig == syscall.SIGINT {
+			s.drainer.Force()
 		}
 	}
 }
