@@ -736,3 +736,21 @@ func TestAnAttachWaitingInRecvEndsWithThePreservePhase(t *testing.T) {
 	assert.Contains(t, status.Convert(err).Message(), "server stopping", "ended by the drain, not cut with its connection")
 	assert.Zero(t, g.InFlight(drain.Stream))
 }
+
+// A drain whose grpc step stopped the server before Serve began (a SIGTERM
+// during a slow start, nothing to preserve) has Serve return
+// grpc.ErrServerStopped, not nil: docs/drain.md's wiring, which drains and
+// exits 1 when serving stops on its own, takes that error for the step's
+// own stop, not for a failure.
+func TestServeAfterTheGrpcStepStoppedTheServerSaysErrServerStopped(t *testing.T) {
+	g := &drain.Gate{}
+	srv := grpc.NewServer()
+	_, err := Step("grpc", srv, g, time.Second).Run(t.Context())
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	err = srv.Serve(ln)
+	assert.ErrorIs(t, err, grpc.ErrServerStopped)
+	_, err = net.Dial("tcp", ln.Addr().String())
+	assert.Error(t, err, "Serve closed the listener")
+}

@@ -2,6 +2,7 @@ package draingrpc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -116,6 +117,9 @@ func Example_servingStopsOnItsOwn() {
 	served := make(chan error, 1)
 	go func() {
 		err := srv.Serve(ln) // nil once the grpc step's GracefulStop or Stop was called
+		if errors.Is(err, grpc.ErrServerStopped) {
+			err = nil // the step stopped it before Serve began (a SIGTERM during the start)
+		}
 		if err != nil {
 			logger.Error("serving gRPC stopped on its own: draining now", "error", err)
 			drainNow(fmt.Errorf("serving gRPC stopped: %w", err)) // the Report's Cause
