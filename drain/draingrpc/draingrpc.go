@@ -3,7 +3,9 @@ package draingrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,15 +22,34 @@ import (
 // operation class the gate admits it as.
 type Classifier func(fullMethod string) drain.Class
 
-// Methods returns a Classifier from a table of full method names; methods
-// not in it get class def.
+// Methods returns a Classifier from a table of full method names
+// ("/package.Service/Method", as the generated _FullMethodName constants
+// spell them); methods not in it get class def. A key that is no full
+// method name (its leading slash forgotten, its service or method left
+// out) panics here, when the server is built: no RPC would ever match it,
+// and its method would get def unnoticed until the node drains (an exempt
+// Checkpoint refused as a Create). A well-formed name of a method the
+// server does not have cannot be told from here: prefer the constants.
 func Methods(table map[string]drain.Class, def drain.Class) Classifier {
+	for m := range table {
+		if !fullMethod(m) {
+			panic(fmt.Sprintf("draingrpc: Methods: %q is not a full method name (\"/package.Service/Method\", as the generated _FullMethodName constants spell it): "+
+				"no RPC would match it, and its method would get the default class", m))
+		}
+	}
 	return func(m string) drain.Class {
 		if c, ok := table[m]; ok {
 			return c
 		}
 		return def
 	}
+}
+
+// fullMethod reports whether m is a gRPC full method name,
+// "/service/method", neither part empty nor holding a slash.
+func fullMethod(m string) bool {
+	service, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
+	return strings.HasPrefix(m, "/") && ok && service != "" && method != "" && !strings.Contains(method, "/")
 }
 
 // UnaryServerInterceptor admits every unary RPC through g as one operation

@@ -3,6 +3,7 @@ package draingrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -754,3 +755,22 @@ func TestServeAfterTheGrpcStepStoppedTheServerSaysErrServerStopped(t *testing.T)
 	_, err = net.Dial("tcp", ln.Addr().String())
 	assert.Error(t, err, "Serve closed the listener")
 }
+
+// Fault: a Methods table entry that is not a full method name (the
+// leading slash forgotten, "worker.Worker/Checkpoint", or the service
+// left out) never matched any RPC, silently: its method got the default
+// class, so a Checkpoint meant to pass while the node drains was refused
+// with codes.Unavailable from the preStop call on, and nothing said why
+// until then. Methods now panics when the server is built, naming the
+// entry, as the interceptors do for a nil gate.
+func TestMethodsRefusesAnEntryThatIsNoFullMethodName(t *testing.T) {
+	for _, bad := range []string{"worker.Worker/Checkpoint", "/worker.Worker", "/Checkpoint", "//Checkpoint", "/worker.Worker/", "/worker.Worker/Checkpoint/x", ""} {
+		assert.PanicsWithValue(t, `draingrpc: Methods: `+strconvQuote(bad)+` is not a full method name ("/package.Service/Method", as the generated _FullMethodName constants spell it): no RPC would match it, and its method would get the default class`,
+			func() { Methods(map[string]drain.Class{bad: drain.Checkpoint}, drain.Create) }, bad)
+	}
+	classify := Methods(map[string]drain.Class{"/worker.Worker/Checkpoint": drain.Checkpoint}, drain.Create)
+	assert.Equal(t, drain.Checkpoint, classify("/worker.Worker/Checkpoint"))
+	assert.Equal(t, drain.Create, classify("/worker.Worker/Run"))
+}
+
+func strconvQuote(s string) string { return fmt.Sprintf("%q", s) }
