@@ -22,6 +22,12 @@
 //	d, err := drain.New(drain.Config{Budget: budget, Gate: gate, Sandboxes: lister,
 //		Steps: []drain.Step{draingrpc.Step("grpc", srv, gate, 5*time.Second)}})
 //
+// Then serve the preStop hook (d.PreStop()) on a small HTTP listener,
+// register the signals before serving, serve srv and end main with
+// d.ServeSignals. Keep grpc's Serve error: one other than
+// grpc.ErrServerStopped means serving stopped on its own, and the node
+// should drain at once and exit 1 (Example_servingStopsOnItsOwn).
+//
 // The standard health service (grpc.health.v1.Health, for example
 // google.golang.org/grpc/health's server) needs no wiring of its own: the
 // interceptors never gate it, whatever the Classifier says, and from the
