@@ -448,7 +448,9 @@ func (e usageError) Unwrap() error { return e.error }
 //
 // The Report is written before the sandbox node is closed: Close waits for the timeout
 // deletions in progress (`runsc delete -force`, about 2 s each), and the drain ended only
-// its margin before SIGKILL, which they would have pushed the Report past.
+// its margin before SIGKILL, which they would have pushed the Report past. Nor does serve
+// wait for a Serve that a connection still in its handshake holds (close): the worker's
+// exit ends that connection.
 func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	// The signals have been held since newWorker began (w.signals): a connection waiting
 	// in the socket's queue is answered the moment serving starts, and a SIGTERM that came
@@ -462,10 +464,13 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 		if err != nil {
 			w.logger.Error("serving gRPC stopped: draining now; the worker will exit 1",
 				"address", w.ln.Addr().String(), "error", err)
+			// Sent before the drain it begins, so that the drain's end finds it: the
+			// termination message says why the exit status is 1.
+			served <- fmt.Errorf("serving gRPC stopped: %w", err)
 			drainNow()
-			err = fmt.Errorf("serving gRPC stopped: %w", err)
+			return
 		}
-		served <- err
+		served <- nil
 	}()
 	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
 		"checkpointed", w.node.Count(sandbox.Paused))
@@ -479,8 +484,7 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	}
 	w.learned.Save(rep, w.drainer.Budget(), w.steps) // for the next worker and drainkit plan
 	err := w.writeReport(rep, stopped)
-	w.close()
-	if !ended {
+	if w.close() && !ended {
 		stopped = <-served
 	}
 	return rep, errors.Join(stopped, err)
@@ -511,15 +515,49 @@ func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
 	return err
 }
 
-func (w *Worker) close() {
+// close stops gRPC, the sandbox node's timeouts, the learned rates, the state
+// directory's lock and the signals, and reports whether grpc's Stop returned: when it did
+// not (stopWait), Serve has not returned either and is not to be waited for.
+func (w *Worker) close() (grpcStopped bool) {
 	defer w.signals.Stop()  // last: until the process exits, a SIGTERM must not end it half-way
 	defer w.lock.Release()  // it lets a worker waiting for the directory in
 	defer w.learned.Close() // a worker closed without its Save: the rates file's lock too
+	grpcStopped = true
 	if w.grpc != nil {
-		w.grpc.Stop()
+		grpcStopped = w.stopGRPC()
 	}
 	if w.node != nil {
 		w.node.Close()
+	}
+	return grpcStopped
+}
+
+// stopWait is how long close waits for grpc's Stop. Closing connections takes
+// microseconds; what takes longer is a connection still in its HTTP/2 handshake (a client
+// that connected and sent nothing, a frozen peer), for which grpc's Stop, and Serve, wait
+// until grpc's connection timeout, 120 s. The grpc step left that Stop running at its
+// deadline (draingrpc.Stop, the step's detail says so); waited for here, it held the
+// worker, its Report written, and the state directory's lock past the grace, to the
+// kubelet's SIGKILL. The process's exit closes that connection.
+const stopWait = 250 * time.Millisecond
+
+// stopGRPC calls grpc's Stop and reports whether it returned within stopWait; when it did
+// not, it is left running, with a warning.
+func (w *Worker) stopGRPC() bool {
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		w.grpc.Stop()
+	}()
+	t := time.NewTimer(stopWait)
+	defer t.Stop()
+	select {
+	case <-stopped:
+		return true
+	case <-t.C:
+		w.logger.Warn("grpc's Stop had not returned: a connection still in its handshake holds it until grpc's connection timeout; not waited for, the exit closes it",
+			"waited", stopWait)
+		return false
 	}
 }
 
