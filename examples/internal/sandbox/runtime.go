@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/procstat"
 	"github.com/drainkit/drainkit/internal/runsc"
@@ -25,7 +27,8 @@ type Runtime interface {
 	// Create starts a new running sandbox.
 	Create(ctx context.Context, id string) error
 	// Pause stops a running sandbox and saves its state; it returns where the state is.
-	// When it fails the sandbox is still running.
+	// When it fails the sandbox is still running, unless the error is permanent
+	// (backoff.Permanent), which says what state it is in.
 	Pause(ctx context.Context, id string) (image string, err error)
 	// Resume starts a sandbox again from the state Pause saved in image.
 	Resume(ctx context.Context, id, image string) error
@@ -329,6 +332,11 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // the runsc client, so killing the client at ctx's end only lost the answer: Pause failed
 // (the sandbox "still running") while it had stopped with its image written, and the
 // next Pause deleted that image. A started checkpoint takes as long as gVisor takes.
+//
+// An image that cannot be made durable (its fsync fails) fails Pause with the sandbox
+// restored from it, running. When that restore fails too, the sandbox is stopped with no
+// durable image, and the error, saying so, is permanent (backoff.Permanent): a retry
+// would remove the image.
 func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("runsc checkpoint %s not started: %w", id, err)
@@ -341,8 +349,25 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	// The record that points at the image is made durable next; the image must be too.
-	return image, syncTree(image)
+	if err := syncImage(image); err != nil {
+		// The checkpoint stopped the sandbox, and an image that may not survive the node
+		// preserves nothing. A failed Pause leaves the sandbox running (Runtime), or the
+		// node would say running of a stopped sandbox and its retry would remove the
+		// image and fail on a stopped container: restored from the image, still readable
+		// here, it runs on, and a retry checkpoints it into a new image.
+		if rerr := r.Resume(context.WithoutCancel(ctx), id, image); rerr != nil {
+			// Stopped, with an image that is not durable and no record: no retry can
+			// checkpoint it, and one would remove the image.
+			return "", backoff.Permanent(fmt.Errorf("runsc checkpoint %s: the image could not be made durable: %w; the sandbox is stopped and restoring it from the image failed: %w",
+				id, err, rerr))
+		}
+		return "", fmt.Errorf("runsc checkpoint %s: the image could not be made durable (the sandbox was restored from it and runs on): %w", id, err)
+	}
+	return image, nil
 }
+
+// syncImage makes a checkpoint image durable: syncTree; a test's hook fails it.
+var syncImage = syncTree
 
 // syncTree fsyncs every regular file in dir, then dir itself.
 func syncTree(dir string) error {

@@ -1,0 +1,110 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// failImageSync makes the next n syncs of a checkpoint image fail with EIO, as a disk
+// that lost the write does, until the test ends.
+func failImageSync(t *testing.T, n int32) {
+	left := atomic.Int32{}
+	left.Store(n)
+	syncImage = func(dir string) error {
+		if left.Add(-1) >= 0 {
+			return &os.PathError{Op: "fsync", Path: dir, Err: syscall.EIO}
+		}
+		return syncTree(dir)
+	}
+	t.Cleanup(func() { syncImage = syncTree })
+}
+
+// runningCounter starts a counter sandbox on n and waits until it has counted a few times.
+func runningCounter(t *testing.T, ctx context.Context, n *Node, rt *Runsc) Info {
+	t.Helper()
+	a, err := n.Create(ctx, 3600)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { c, err := rt.Bundle(a.ID).Counter(); return err == nil && c > 3 },
+		30*time.Second, 20*time.Millisecond)
+	return a
+}
+
+// A checkpoint whose image could not be made durable (its fsync failed: EIO, ENOSPC on a
+// thin volume) had stopped the sandbox, yet Pause failed as if it still ran: the node said
+// running, the Preserver's retry removed the image and failed to checkpoint a stopped
+// container, and the drain counted lost a sandbox it had stopped itself, its image gone.
+// Pause now restores the sandbox from its image when the image cannot be made durable: it
+// runs on, as a failed Pause promises, and the retry checkpoints it.
+func TestRunscPauseWhoseImageSyncFailsLeavesTheSandboxRunning(t *testing.T) {
+	n, rt, _ := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := runningCounter(t, ctx, n, rt)
+
+	failImageSync(t, 1)
+	_, err := n.Pause(ctx, a.ID)
+	require.ErrorIs(t, err, syscall.EIO)
+	st, err := rt.Runtime.State(ctx, a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "running", st.Status, "a Pause that failed leaves the sandbox running, as the node says")
+	before, err := rt.Bundle(a.ID).Counter()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { c, err := rt.Bundle(a.ID).Counter(); return err == nil && c > before+1 },
+		30*time.Second, 20*time.Millisecond, "it counts on")
+
+	// The drain's retry checkpoints it.
+	p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 1})
+	require.NoError(t, err)
+	rep := p.Run(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, rep.Err(), "%+v", rep.Entries)
+	assert.Equal(t, 1, rep.Counts[pause.Preserved])
+	_, err = n.Resume(ctx, a.ID)
+	require.NoError(t, err)
+	saved, err := rt.Bundle(a.ID).Counter()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { c, err := rt.Bundle(a.ID).Counter(); return err == nil && c > saved+1 },
+		30*time.Second, 20*time.Millisecond)
+	counts, err := rt.Bundle(a.ID).Counts()
+	require.NoError(t, err)
+	assert.True(t, runsc.ConsecutiveFromOne(counts), "the counter went on through both checkpoints: %v", counts)
+}
+
+// When the sandbox whose image could not be made durable cannot be restored from it
+// either, it is stopped with no durable image: Pause's error says so and is permanent,
+// for a retry would remove that image and checkpoint a stopped container. The drain
+// counts it failed (lost), naming why, after one attempt.
+func TestRunscPauseWhoseImageSyncAndRestoreFailIsPermanent(t *testing.T) {
+	n, rt, _ := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := runningCounter(t, ctx, n, rt)
+
+	syncImage = func(dir string) error {
+		// and the restore finds no bundle
+		return errors.Join(&os.PathError{Op: "fsync", Path: dir, Err: syscall.EIO},
+			os.Rename(rt.Bundle(a.ID).Dir, rt.Bundle(a.ID).Dir+".moved"))
+	}
+	t.Cleanup(func() { syncImage = syncTree })
+	p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 1})
+	require.NoError(t, err)
+	rep := p.Run(ctx, time.Now().Add(time.Minute))
+	require.Len(t, rep.Entries, 1)
+	e := rep.Entries[0]
+	assert.Equal(t, pause.Failed, e.Outcome)
+	assert.Equal(t, 1, e.Attempts, "not retried")
+	assert.Contains(t, e.Error, "input/output error")
+	assert.Contains(t, e.Error, "stopped")
+}
