@@ -120,11 +120,11 @@ func Example_servingStopsOnItsOwn() {
 		if errors.Is(err, grpc.ErrServerStopped) {
 			err = nil // the step stopped it before Serve began (a SIGTERM during the start)
 		}
+		served <- err // before the drain it begins, so that the drain's end finds it
 		if err != nil {
 			logger.Error("serving gRPC stopped on its own: draining now", "error", err)
 			drainNow(fmt.Errorf("serving gRPC stopped: %w", err)) // the Report's Cause
 		}
-		served <- err
 	}()
 	ln.Close() // here, the failure: Accept fails for good
 	rep := d.ServeSignals(ctx, sigs)
