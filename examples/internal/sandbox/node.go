@@ -55,11 +55,19 @@ type entry struct {
 	timer *time.Timer // ends a running sandbox at its timeout
 }
 
+// recordStore is what a Node needs of its records: a *store.Store, or in tests one
+// that fails.
+type recordStore interface {
+	Put(store.Record) error
+	Delete(id string) error
+	Load() ([]store.Record, []store.Problem, error)
+}
+
 // A Node is the sandboxes of one server over a Runtime and a record store. It is safe for
 // concurrent use. Make one with NewNode and Close it when done.
 type Node struct {
 	rt     Runtime
-	st     *store.Store
+	st     recordStore
 	logger *slog.Logger
 
 	mu     sync.Mutex
@@ -155,9 +163,7 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 		n.setRunning(e)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
-	err = n.st.Put(store.Record{ID: id, State: Paused, Runtime: n.rt.Name(), Image: image,
-		TimeoutS: e.TimeoutS, PausedAt: time.Now()})
-	if err != nil {
+	if err := n.record(e, image); err != nil {
 		// Paused without a record, the sandbox would be lost with the process while the
 		// node said otherwise: undo the pause, so that it runs as the node says and a
 		// retry pauses it again. An undo that fails leaves it paused and unrecorded.
@@ -188,6 +194,19 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 // `runsc delete` found nothing, and it ran until the server ended, per resume given up.
 // A started resume takes as long as the runtime takes; it ends with the sandbox
 // running, as the node then says.
+//
+// The runtime resumes first, and the record goes after: a record is what the next server
+// brings back (NewNode loads every record as a paused sandbox; an image with no record
+// is never looked at), and until the resume has succeeded the image it names is the
+// state the client knows. A process killed in the middle (the kubelet's SIGKILL during a
+// restore) thus comes back with the sandbox paused, as before a resume no one was told
+// of; a record removed first would have gone with the process's half-resumed sandbox, and
+// the sandbox with it. A record that cannot be removed once the sandbox runs is stale:
+// the next server would bring the sandbox back paused from its image of before the
+// resume, everything since lost without a word. The resume is then undone: the sandbox
+// is paused again and recorded anew, so that its record and its image are its state now,
+// and Resume fails naming the record. An undo that fails too is logged at ERROR and
+// Resume's error names both failures, and what the sandbox is left as.
 func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 	if err := ctx.Err(); err != nil {
 		return Info{}, fmt.Errorf("resume %s: %w", id, err)
@@ -204,9 +223,42 @@ func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 		return Info{}, fmt.Errorf("resume %s: %w", id, err)
 	}
 	if err := n.st.Delete(id); err != nil {
-		n.logger.Warn("resumed sandbox keeps a stale record", "id", id, "error", err)
+		return Info{}, n.undoResume(ctx, e, err)
 	}
 	return n.setRunning(e), nil
+}
+
+// undoResume pauses again sandbox e, resumed but whose record could not be removed
+// (derr), and writes its record anew (Resume says why), and returns Resume's error.
+func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
+	id := e.ID
+	ctx = context.WithoutCancel(ctx) // as the resume it undoes: the client may be gone
+	image, perr := n.rt.Pause(ctx, id)
+	if perr != nil { // the runtime left it running, its old record still there
+		n.setRunning(e)
+		n.logger.Error("resumed sandbox keeps a stale record: the next server would bring it back paused from its image of before the resume",
+			"id", id, "record_error", derr, "pause_error", perr)
+		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again failed: %w: it runs, with a stale record that a restart would bring back", id, derr, perr)
+	}
+	werr := n.record(e, image)
+	n.mu.Lock()
+	e.State, e.image = Paused, n.rt.Image(id)
+	n.settle()
+	n.mu.Unlock()
+	if werr != nil {
+		n.logger.Error("sandbox paused again after its resume, but its record was not rewritten: a restart may not bring it back",
+			"id", id, "record_error", derr, "rewrite_error", werr)
+		return fmt.Errorf("resume %s: its record could not be removed: %w; paused again, but rewriting its record failed: %w", id, derr, werr)
+	}
+	n.logger.Warn("resume undone: the sandbox's record could not be removed; paused again and recorded as it is now",
+		"id", id, "error", derr)
+	return fmt.Errorf("resume %s: its record could not be removed, so it was paused again (a stale record would bring it back from its image of before the resume): %w", id, derr)
+}
+
+// record writes the record of sandbox e, paused into image.
+func (n *Node) record(e *entry, image string) error {
+	return n.st.Put(store.Record{ID: e.ID, State: Paused, Runtime: n.rt.Name(), Image: image,
+		TimeoutS: e.TimeoutS, PausedAt: time.Now()})
 }
 
 // Delete destroys a running or paused sandbox and its record.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
@@ -478,5 +480,106 @@ func TestPausedButUnrecordedSandboxIsLostNotVanished(t *testing.T) {
 		assert.Contains(t, e.Error, "resuming it failed")
 		assert.Equal(t, 1, e.Attempts, "asking again cannot record it")
 		assert.Equal(t, 1, rep.Lost())
+	})
+}
+
+// undeletable is a record store whose Delete fails and leaves the record where it was
+// (a read-only or failing records directory).
+type undeletable struct{ recordStore }
+
+func (undeletable) Delete(id string) error {
+	return fmt.Errorf("store: delete %s: remove failed (injected)", id)
+}
+
+// Fault: a resume whose record could not be removed said only "resumed sandbox keeps a
+// stale record" at WARN, and succeeded. The record was still there for the next server,
+// which brought the sandbox back paused from its image of before the resume: everything
+// it did since the resume lost, without a word. The resume is undone instead: the
+// sandbox is paused again and recorded as it is now, and the resume fails naming the
+// record; a restarted node brings back that sandbox, which resumes.
+func TestResumeWhoseRecordCannotBeRemovedIsUndone(t *testing.T) {
+	dir := t.TempDir()
+	n, _ := newFakeNode(t, dir, time.Millisecond)
+	a, err := n.Create(t.Context(), 3600)
+	require.NoError(t, err)
+	_, err = n.Pause(t.Context(), a.ID)
+	require.NoError(t, err)
+	n.st = undeletable{n.st}
+
+	_, err = n.Resume(t.Context(), a.ID)
+	require.Error(t, err, "a resume whose record stays must not report success")
+	assert.ErrorContains(t, err, "remove failed (injected)")
+	assert.ErrorContains(t, err, "record")
+	assert.Equal(t, []Info{{ID: a.ID, State: Paused, TimeoutS: 3600}}, n.List(), "paused again, as its record says")
+	n.Close()
+
+	n2, problems := newFakeNode(t, dir, time.Millisecond)
+	assert.Empty(t, problems)
+	require.Equal(t, []Info{{ID: a.ID, State: Paused, TimeoutS: 3600}}, n2.List())
+	r, err := n2.Resume(t.Context(), a.ID)
+	require.NoError(t, err, "the record a restart reads has the sandbox's image of now")
+	assert.Equal(t, Running, r.State)
+}
+
+// repauseFails is a Fake whose Pause fails once Fail is set: the undo of a resume.
+type repauseFails struct {
+	*Fake
+	Fail bool
+}
+
+func (f *repauseFails) Pause(ctx context.Context, id string) (string, error) {
+	if f.Fail {
+		return "", errors.New("checkpoint failed (injected)")
+	}
+	return f.Fake.Pause(ctx, id)
+}
+
+// unrewritable is a record store whose Delete and Put fail, its records left as they were.
+type unrewritable struct{ undeletable }
+
+func (unrewritable) Put(r store.Record) error {
+	return fmt.Errorf("store: put %s: write failed (injected)", r.ID)
+}
+
+// The undo of a resume whose record stays can fail in its turn: the sandbox is then left
+// running with its stale record, or paused with its record not rewritten. Neither ends
+// in silence: an ERROR line, and Resume's error names both failures and what is left.
+func TestResumeWhoseUndoFailsSaysSoLoudly(t *testing.T) {
+	setup := func(t *testing.T) (*Node, *repauseFails, *logbuf.Buffer, string) {
+		dir := t.TempDir()
+		st, err := store.Open(filepath.Join(dir, "records"))
+		require.NoError(t, err)
+		rt := &repauseFails{Fake: &Fake{Dir: filepath.Join(dir, "images"), PauseLatency: time.Millisecond}}
+		var logs logbuf.Buffer
+		n, _, err := NewNode(rt, st, slog.New(slog.NewTextHandler(&logs, nil)))
+		require.NoError(t, err)
+		t.Cleanup(n.Close)
+		a, err := n.Create(t.Context(), 3600)
+		require.NoError(t, err)
+		_, err = n.Pause(t.Context(), a.ID)
+		require.NoError(t, err)
+		return n, rt, &logs, a.ID
+	}
+
+	t.Run("the sandbox cannot be paused again", func(t *testing.T) {
+		n, rt, logs, id := setup(t)
+		n.st, rt.Fail = undeletable{n.st}, true
+		_, err := n.Resume(t.Context(), id)
+		require.Error(t, err)
+		assert.ErrorContains(t, err, "remove failed (injected)")
+		assert.ErrorContains(t, err, "checkpoint failed (injected)")
+		assert.ErrorContains(t, err, "stale record")
+		assert.Equal(t, Running, n.List()[0].State, "the runtime left it running")
+		assert.Contains(t, logs.String(), `level=ERROR msg="resumed sandbox keeps a stale record`)
+	})
+	t.Run("its record cannot be rewritten", func(t *testing.T) {
+		n, _, logs, id := setup(t)
+		n.st = unrewritable{undeletable{n.st}}
+		_, err := n.Resume(t.Context(), id)
+		require.Error(t, err)
+		assert.ErrorContains(t, err, "remove failed (injected)")
+		assert.ErrorContains(t, err, "write failed (injected)")
+		assert.Equal(t, Paused, n.List()[0].State, "paused again")
+		assert.Contains(t, logs.String(), `level=ERROR msg="sandbox paused again after its resume, but its record was not rewritten`)
 	})
 }
