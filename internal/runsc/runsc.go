@@ -25,6 +25,11 @@ var ErrStatusLost = errors.New("runsc: exit status collected by another reaper")
 // [Runtime.Wait] and [Runtime.Delete] when runsc does not know the container.
 var ErrNotExist = errors.New("runsc: container does not exist")
 
+// ErrStopped is wrapped by the error of a command that needs a running container (runsc
+// checkpoint, pause) when runsc found the container stopped before it began: its init
+// exited, or its sandbox process is gone (killed, crashed).
+var ErrStopped = errors.New("runsc: container is stopped")
+
 // Runtime runs runsc commands against one state directory. Root is required; the other
 // fields have working zero values. A Runtime is safe for concurrent use; it holds no state
 // of its own beyond its configuration, which must not change while commands run.
@@ -54,6 +59,10 @@ type State struct {
 	Pid    int    `json:"pid"`
 	Bundle string `json:"bundle"`
 }
+
+// stoppedState is runsc's refusal of an action on a stopped container, which it checks
+// before it begins: `cannot checkpoint container "ID" in state stopped`.
+var stoppedState = regexp.MustCompile(`cannot \w+ container "[^"]*" in state stopped`)
 
 // validID is what runsc accepts as a container ID.
 var validID = regexp.MustCompile(`^[\w+.-]+$`)
@@ -89,7 +98,8 @@ func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, lo
 }
 
 // Checkpoint saves container id into imageDir (created if missing) and stops the container
-// (runsc checkpoint --image-path). The stopped container must still be deleted.
+// (runsc checkpoint --image-path). The stopped container must still be deleted. A
+// container already stopped is ErrStopped, with nothing written.
 func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 	if err := os.MkdirAll(imageDir, 0o700); err != nil {
 		return fmt.Errorf("runsc checkpoint %s: %w", id, err)
@@ -248,6 +258,9 @@ func commandError(ctx context.Context, args []string, err error, msg []byte) err
 	}
 	if strings.Contains(text, "file does not exist") || strings.Contains(text, "container does not exist") {
 		return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), ErrNotExist, text)
+	}
+	if stoppedState.MatchString(text) {
+		return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), ErrStopped, text)
 	}
 	return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), err, text)
 }

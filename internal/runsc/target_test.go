@@ -236,3 +236,17 @@ func TestLostStatusIsReportedNotTakenForSuccess(t *testing.T) {
 	assert.ErrorIs(t, err, ErrStatusLost)
 	assert.ErrorIs(t, err, syscall.ECHILD)
 }
+
+// runsc's refusal to checkpoint a container already stopped (its sandbox process killed
+// before the checkpoint) is ErrStopped, so that a caller tells a sandbox that died from a
+// checkpoint that failed; a checkpoint that failed otherwise is not.
+func TestCheckpointOfAStoppedContainerIsErrStopped(t *testing.T) {
+	exit := &exec.ExitError{}
+	err := commandError(context.Background(), []string{"checkpoint", "x"}, exit,
+		[]byte(`checkpoint failed: cannot checkpoint container "x" in state stopped`))
+	assert.ErrorIs(t, err, ErrStopped)
+	assert.Contains(t, err.Error(), `in state stopped`)
+	err = commandError(context.Background(), []string{"checkpoint", "x"}, exit,
+		[]byte(`checkpoint failed: writing image: no space left on device`))
+	assert.NotErrorIs(t, err, ErrStopped)
+}

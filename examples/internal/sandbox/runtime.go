@@ -17,6 +17,7 @@ import (
 	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/procstat"
 	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // A Runtime runs sandboxes. The Node serialises calls for one sandbox; calls for
@@ -333,6 +334,9 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // (the sandbox "still running") while it had stopped with its image written, and the
 // next Pause deleted that image. A started checkpoint takes as long as gVisor takes.
 //
+// A sandbox already stopped when its checkpoint would begin (dead: its sandbox process
+// killed, its workload exited) is ErrDied, with pause.ErrGone: no checkpoint was made.
+//
 // An image that cannot be made durable (its fsync fails) fails Pause with the sandbox
 // restored from it, running. When that restore fails too, the sandbox is stopped with no
 // durable image, and the error, saying so, is permanent (backoff.Permanent): a retry
@@ -346,6 +350,9 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	if err := r.Runtime.Checkpoint(context.WithoutCancel(ctx), id, image); err != nil {
+		if errors.Is(err, runsc.ErrStopped) {
+			return "", r.died(ctx, id, err)
+		}
 		return "", err
 	}
 	// The record that points at the image is made durable next; the image must be too.
@@ -364,6 +371,27 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("runsc checkpoint %s: the image could not be made durable (the sandbox was restored from it and runs on): %w", id, err)
 	}
 	return image, nil
+}
+
+// ErrDied is wrapped, with pause.ErrGone, by the error of Runsc.Pause of a sandbox that
+// had stopped before its checkpoint began: its workload exited, or its sandbox process is
+// gone (the kernel's OOM killer or a person killed it, or it crashed). No checkpoint can
+// save it, and none lost it: the Preserver reports it Vanished, the error its account.
+var ErrDied = errors.New("sandbox died before its checkpoint")
+
+// died is Pause's error for sandbox id, which runsc found stopped (err): ErrDied and
+// pause.ErrGone, with why as far as runsc knows: its workload's exit status, or that its
+// sandbox process is gone with no exit status (whoever reaped that process has it, not
+// runsc: it was killed, by the OOM killer as often as not, or crashed). Its log may say
+// more.
+func (r *Runsc) died(ctx context.Context, id string, err error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	why := "its sandbox process is gone, exit status unavailable (killed: the kernel's OOM killer, a person; or crashed)"
+	if status, werr := r.Runtime.Wait(ctx, id); werr == nil {
+		why = fmt.Sprintf("its workload exited, status %d", status)
+	}
+	return fmt.Errorf("%w: %w: %s; log %s (%w)", ErrDied, pause.ErrGone, why, r.log(id), err)
 }
 
 // syncImage makes a checkpoint image durable: syncTree; a test's hook fails it.

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// A gVisor sandbox whose sandbox process died before the drain (the kernel's OOM killer
+// SIGKILLs it, as here) was counted lost: its checkpoint failed, "cannot checkpoint
+// container in state stopped", and was retried to the phase deadline, and the worker
+// exited 1 for a sandbox no drain could have saved. It is now in the Report as vanished,
+// its entry saying it had died before its checkpoint and why as far as runsc knows, with
+// a WARN line; it is listed no more, and the drain of the others is clean.
+func TestSandboxKilledBeforeTheDrainIsDeadNotLost(t *testing.T) {
+	cfg := runscConfig(t)
+	var logs logbuf.Buffer
+	w, err := newWorker(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	rs := w.rt.(*sandbox.Runsc)
+	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *drain.Report, 1)
+	go func() { rep, _ := w.serve(ctx); done <- rep }()
+	stop := sync.OnceValue(func() *drain.Report { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
+	c := dial(t, cfg.Socket)
+
+	dead, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	alive, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	waitCount(t, rs.Bundle(dead.ID), 2)
+	waitCount(t, rs.Bundle(alive.ID), 2)
+	killed := false
+	for _, pid := range runsc.SandboxProcesses(rs.Bundle(dead.ID).Dir) {
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && bytes.HasPrefix(cmd, []byte("runsc-sandbox\x00")) {
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL)) // as the OOM killer does
+			killed = true
+		}
+	}
+	require.True(t, killed, "no runsc-sandbox process of %s", dead.ID)
+	require.Eventually(t, func() bool {
+		st, err := rs.Runtime.State(context.Background(), dead.ID)
+		return err == nil && st.Status == "stopped"
+	}, 30*time.Second, 20*time.Millisecond)
+
+	rep := stop() // as SIGTERM would
+	require.NotNil(t, rep.Preserve)
+	assert.NoError(t, rep.Err(), "nothing the drain could save was lost: %s", &logs)
+	assert.Equal(t, 1, rep.Preserve.Counts[pause.Preserved], "the live one checkpointed")
+	assert.Equal(t, 1, rep.Preserve.Counts[pause.Vanished], "the dead one: %+v", rep.Preserve.Entries)
+	for _, e := range rep.Preserve.Entries {
+		if e.ID == dead.ID {
+			assert.Equal(t, pause.Vanished, e.Outcome)
+			assert.Contains(t, e.Error, "died before its checkpoint")
+			assert.Contains(t, e.Error, "exit status unavailable", "what runsc knows of why")
+		}
+	}
+	assert.Contains(t, logs.String(), "level=WARN msg=\"sandbox died before its checkpoint")
+	assert.Contains(t, logs.String(), dead.ID)
+}
