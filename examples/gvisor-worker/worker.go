@@ -567,10 +567,7 @@ func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
 	if err == nil { // an empty file is not a Report: a Report that does not encode is an error
 		err = durable.WriteFile(reportPath, data, 0o600)
 	}
-	where := "full report: " + reportPath
-	if err != nil {
-		where = "the full report could not be written: " + err.Error()
-	}
+	where := termmsg.ReportLine(reportPath, err)
 	extra := []string{where}
 	if stopped != nil { // why the exit status is 1 when the drain went well
 		extra = []string{"gvisor-worker: " + stopped.Error(), where}

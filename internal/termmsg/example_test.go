@@ -1,6 +1,7 @@
 package termmsg_test
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/drainkit/drainkit/internal/termmsg"
@@ -13,4 +14,13 @@ func ExampleSummary() {
 	// drainkit: no drain ran
 	// server: exited 1
 	// full report: /state/report.json
+}
+
+// The line that says where the full Report is, or why there is none.
+func ExampleReportLine() {
+	fmt.Println(termmsg.ReportLine("/state/last-shutdown.json", nil))
+	fmt.Println(termmsg.ReportLine("/state/last-shutdown.json", errors.New("no space left on device")))
+	// Output:
+	// full report: /state/last-shutdown.json
+	// the full report could not be written: no space left on device
 }

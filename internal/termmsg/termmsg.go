@@ -168,6 +168,16 @@ func noAccount(rep *drain.Report) string {
 
 func rel(t, t0 time.Time) string { return fmt.Sprintf("%+.3fs", t.Sub(t0).Seconds()) }
 
+// ReportLine is the line of the message that says where the full Report is: "full
+// report: PATH", path where it was written, or "the full report could not be written:
+// ERR" when writing it failed with err, for Summary's extra.
+func ReportLine(path string, err error) string {
+	if err != nil {
+		return "the full report could not be written: " + err.Error()
+	}
+	return "full report: " + path
+}
+
 // Path resolves where the message goes: the flag's value if given, else
 // EnvPath's, else DefaultPath. explicit says whether a flag or the
 // environment chose it.
