@@ -213,6 +213,9 @@ func (s watchedSandbox) Preserve(ctx context.Context) error {
 // SIGTERM then.
 var startingHook = func() {}
 
+// serveHook is a test's: it holds serve's goroutine before it calls Serve.
+var serveHook = func(*Worker) {}
+
 // maxConcurrency is the ceiling of the adaptive limit (-concurrency 0): pause's own.
 const maxConcurrency = 32
 
@@ -527,7 +530,13 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	defer drainNow()
 	served := make(chan error, 1)
 	go func() {
+		serveHook(w)
 		err := w.grpc.Serve(w.ln) // nil once Stop or GracefulStop was called
+		if errors.Is(err, grpc.ErrServerStopped) {
+			// Stop or GracefulStop came before Serve began: the drain's grpc step (a
+			// SIGTERM while the worker started, nothing to checkpoint), or close.
+			err = nil
+		}
 		if err != nil {
 			w.logger.Error("serving gRPC stopped: draining now; the worker will exit 1",
 				"address", w.ln.Addr().String(), "error", err)
