@@ -315,8 +315,10 @@ func (s *Server) Drainer() *drain.Drainer { return s.drainer }
 // the API stops, Run drains at once, as at SIGTERM: a node no client nor readiness probe
 // can reach is of no use, and its sandboxes are preserved while the process still holds
 // them. When the preStop hook stops, Run goes on serving the API and drains at SIGTERM
-// (the kubelet's preStop call fails and it sends SIGTERM at once). Run's error also says
-// when the Report could not be written.
+// (the kubelet's preStop call fails and it sends SIGTERM at once). Once the drain is done
+// the hook stops, before the termination message is written: a failure of either's
+// serving is in the message, as in Run's error. Run's error also says when the Report
+// could not be written.
 func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	// The signals have been held since New began (s.signals): requests waiting in the
 	// listener's queue are answered the moment serving starts, and a SIGTERM that came after
@@ -342,21 +344,20 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	rep := s.signals.Drain(ctx, s.drainer)
 	s.logLost(rep)
 	stopped := <-apiErr // the HTTP step shut the API down
-	hookEnded := false
-	select {
-	case err := <-hookErr: // stopped on its own, or it goes on until Close
-		stopped, hookEnded = errors.Join(stopped, err), true
-	default:
-	}
+	// The hook stops here, before the termination message, which must say every reason
+	// the exit status is 1: left serving until Close, a failure of its serving after the
+	// message was written made sandboxd exit 1 with a pod's last state that said nothing
+	// of it (docs/faults.md row 261). Its preStop calls have their answers: the drain they
+	// wait for is over. Close closes it again, to no effect; what closing it returns is the
+	// listener's, and a failure of its serving is Serve's error, taken here.
+	_ = s.hook.Close()
+	stopped = errors.Join(stopped, <-hookErr)
 	// The Report first: Close may take seconds (with runsc it force-deletes every sandbox
 	// not preserved), and the drain left only its headroom before SIGKILL.
 	s.learned.Save(rep, s.drainer.Budget(), s.steps)
 	err := s.writeReport(rep)
 	s.writeTerminationMessage(rep, err, stopped)
 	s.Close()
-	if !hookEnded {
-		stopped = errors.Join(stopped, <-hookErr)
-	}
 	if err != nil {
 		err = fmt.Errorf("writing the report: %w", err)
 	}
