@@ -134,6 +134,8 @@ func (n *Node) Close() {
 }
 
 // Create starts a new sandbox that the node deletes after timeoutS seconds of running.
+// A create that fails removes what it left; when that fails too, an ERROR line and its
+// error name the sandbox and both failures.
 func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
 	if timeoutS <= 0 || timeoutS > MaxTimeoutS {
 		return Info{}, fmt.Errorf("%w: timeout_s must be in [1, %d]", ErrConflict, MaxTimeoutS)
@@ -145,7 +147,14 @@ func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
 	n.mu.Unlock()
 	if err := n.rt.Create(ctx, id); err != nil {
 		n.forget(id)
-		_ = n.rt.Destroy(context.WithoutCancel(ctx), id)
+		// A create can fail having started something (runsc run's container, then its
+		// client killed): what it left goes, or is said to stay. The node no longer lists
+		// the sandbox, so no Delete nor the server's Close reaches it.
+		if derr := n.rt.Destroy(context.WithoutCancel(ctx), id); derr != nil {
+			n.logger.Error("failed create left what it started: removing it failed, it may run on, listed nowhere",
+				"id", id, "create_error", err, "destroy_error", derr)
+			return Info{}, fmt.Errorf("create: %w; and removing what it left of %s failed: %w", err, id, derr)
+		}
 		return Info{}, fmt.Errorf("create: %w", err)
 	}
 	return n.setRunning(e), nil

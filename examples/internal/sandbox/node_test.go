@@ -583,3 +583,52 @@ func TestResumeWhoseUndoFailsSaysSoLoudly(t *testing.T) {
 		assert.Contains(t, logs.String(), `level=ERROR msg="sandbox paused again after its resume, but its record was not rewritten`)
 	})
 }
+
+// uncreatable is a Fake whose Create fails, and whose Destroy fails when Stuck is set.
+type uncreatable struct {
+	*Fake
+	Stuck bool
+}
+
+func (uncreatable) Create(context.Context, string) error {
+	return errors.New("runsc run: container started, then its client was killed (injected)")
+}
+
+func (f uncreatable) Destroy(ctx context.Context, id string) error {
+	if f.Stuck {
+		return errors.New("runsc delete -force: device busy (injected)")
+	}
+	return f.Fake.Destroy(ctx, id)
+}
+
+// Fault: a create that failed removed what it left with the runtime's Destroy, whose
+// error was dropped (`_ = n.rt.Destroy(...)`): a runsc container started before the
+// failure and not removed ran on, the node no longer listing it (so no Delete nor Close
+// reached it), with no line saying so and the create's error saying only why it failed.
+// Its error names both now, and the ID, and an ERROR line says what may be left.
+func TestCreateWhoseCleanupFailsSaysWhatIsLeft(t *testing.T) {
+	for _, stuck := range []bool{false, true} {
+		t.Run(fmt.Sprintf("destroy fails: %v", stuck), func(t *testing.T) {
+			dir := t.TempDir()
+			st, err := store.Open(filepath.Join(dir, "records"))
+			require.NoError(t, err)
+			var logs logbuf.Buffer
+			n, _, err := NewNode(uncreatable{Fake: &Fake{Dir: dir}, Stuck: stuck}, st, slog.New(slog.NewTextHandler(&logs, nil)))
+			require.NoError(t, err)
+			defer n.Close()
+
+			_, err = n.Create(t.Context(), 60)
+			require.Error(t, err)
+			assert.ErrorContains(t, err, "client was killed (injected)")
+			assert.Empty(t, n.List())
+			if !stuck {
+				assert.NotContains(t, err.Error(), "left")
+				assert.NotContains(t, logs.String(), "level=ERROR")
+				return
+			}
+			assert.ErrorContains(t, err, "device busy (injected)")
+			assert.Regexp(t, `sb-[0-9a-f]{12}`, err.Error(), "names the sandbox left")
+			assert.Contains(t, logs.String(), `level=ERROR msg="failed create left`)
+		})
+	}
+}
