@@ -526,8 +526,8 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	// in the socket's queue is answered the moment serving starts, and a SIGTERM that came
 	// after that answer, or while the worker started, found its default action, which
 	// killed the worker at once (docs/faults.md rows 240 and 241).
-	ctx, drainNow := context.WithCancel(ctx) // the Drainer's Shutdown, its budget anchored then
-	defer drainNow()
+	ctx, drainNow := context.WithCancelCause(ctx) // the Drainer's Shutdown, its budget anchored then; the cause is the Report's
+	defer drainNow(nil)
 	served := make(chan error, 1)
 	go func() {
 		serveHook(w)
@@ -542,8 +542,9 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 				"address", w.ln.Addr().String(), "error", err)
 			// Sent before the drain it begins, so that the drain's end finds it: the
 			// termination message says why the exit status is 1.
-			served <- fmt.Errorf("serving gRPC stopped: %w", err)
-			drainNow()
+			err = fmt.Errorf("serving gRPC stopped: %w", err)
+			served <- err
+			drainNow(err)
 			return
 		}
 		served <- nil

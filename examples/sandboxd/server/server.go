@@ -325,13 +325,13 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	// such an answer (the kubelet's, just after a probe passed), or while sandboxd started,
 	// found its default action, which killed sandboxd at once, with no drain and no report
 	// (docs/faults.md rows 238 and 241). SIGHUP and SIGQUIT are logged, and sandboxd goes on.
-	ctx, drainNow := context.WithCancel(ctx) // the Drainer's Shutdown, its budget anchored then
-	defer drainNow()
+	ctx, drainNow := context.WithCancelCause(ctx) // the Drainer's Shutdown, its budget anchored then; the cause is the Report's
+	defer drainNow(nil)
 	apiErr := make(chan error, 1)
 	go func() {
 		err := s.serve("the API", s.http, s.ln, "draining now")
 		if err != nil {
-			drainNow()
+			drainNow(err)
 		}
 		apiErr <- err
 	}()
