@@ -27,7 +27,10 @@ const defaultRetryAfter = 5 * time.Second
 // running), or a drain can miss it. A request of class Stream is not
 // waited for, and its context is cancelled when Shutdown's preserve phase
 // ends (see Stream): a handler that streams until its client leaves must
-// return when r.Context() ends. A Stream that comes once the preserve phase
+// return when r.Context() ends. A read of its body waiting for the client
+// (an attach's input) then fails too (its read deadline is set, where the
+// ResponseWriter supports it), so a handler that returns when Body.Read
+// fails ends as it should. A Stream that comes once the preserve phase
 // ended, exempt or not, is answered the 503 of a refusal: what it would
 // follow is preserved and the server is about to stop, so its client
 // should go to another node rather than reopen it here. A nil h panics
@@ -53,8 +56,18 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 			if err == nil && c == Stream {
 				ctx, cancel := context.WithCancelCause(r.Context())
 				defer cancel(nil)
+				// A Body.Read does not watch the request's context: a
+				// handler waiting for its client's next input (an attach)
+				// would hold the server's Shutdown to its deadline. The
+				// read deadline wakes it (not where w does not support
+				// it: a wrapper without Unwrap).
+				rc := http.NewResponseController(w)
+				end := func(cause error) {
+					cancel(cause)
+					_ = rc.SetReadDeadline(time.Now())
+				}
 				var remove func()
-				if remove, err = g.addStream(cancel); err == nil {
+				if remove, err = g.addStream(end); err == nil {
 					defer remove()
 					r = r.WithContext(ctx)
 				} else {
