@@ -271,6 +271,13 @@ func (n *Node) record(e *entry, image string) error {
 }
 
 // Delete destroys a running or paused sandbox and its record.
+//
+// A Destroy that fails leaves the sandbox listed as it was, its record too: it may run on
+// (runsc delete -force cut short) or keep its image, and forgotten, every retry would be
+// told "not found" and the server's Close, which force-deletes what the node lists, would
+// not reach it. A record that cannot be removed once the sandbox is destroyed stays for
+// the next server, which lists it paused with no image to resume: an ERROR line and the
+// error say so.
 func (n *Node) Delete(ctx context.Context, id string) error {
 	n.mu.Lock()
 	e, ok := n.sbs[id]
@@ -282,14 +289,30 @@ func (n *Node) Delete(ctx context.Context, id string) error {
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s is %s", ErrConflict, id, e.State)
 	}
+	prev := e.State
 	e.State = Deleting
 	if e.timer != nil {
 		e.timer.Stop()
 	}
 	n.mu.Unlock()
-	err := errors.Join(n.rt.Destroy(ctx, id), n.st.Delete(id))
+	if err := n.rt.Destroy(ctx, id); err != nil {
+		if prev == Running {
+			n.setRunning(e) // its timeout, armed again, retries the delete
+		} else {
+			n.mu.Lock()
+			e.State = prev
+			n.settle()
+			n.mu.Unlock()
+		}
+		return fmt.Errorf("delete %s: %w (still listed %s, for a retry)", id, err, prev)
+	}
 	n.forget(id)
-	return err
+	if err := n.st.Delete(id); err != nil {
+		n.logger.Error("deleted sandbox keeps its record: the next server will list it paused, with no image to resume",
+			"id", id, "error", err)
+		return fmt.Errorf("delete %s: destroyed, but its record stays: %w", id, err)
+	}
+	return nil
 }
 
 // List returns every sandbox, sorted by ID.

@@ -632,3 +632,97 @@ func TestCreateWhoseCleanupFailsSaysWhatIsLeft(t *testing.T) {
 		})
 	}
 }
+
+// undestroyable is a Fake whose Destroy fails while Stuck is set.
+type undestroyable struct {
+	*Fake
+	Stuck bool
+}
+
+func (f *undestroyable) Destroy(ctx context.Context, id string) error {
+	if f.Stuck {
+		return errors.New("runsc delete -force: signal: killed (injected)")
+	}
+	return f.Fake.Destroy(ctx, id)
+}
+
+// Fault: a delete whose runtime Destroy failed (runsc delete -force killed, a bundle that
+// would not go) forgot the sandbox all the same, and removed its record: it could run on,
+// or keep its image, while the node said "not found" to every retry, and the server's
+// Close, which force-deletes the sandboxes it lists, no longer reached it. The sandbox now
+// stays listed as it was, its record too, and a retry deletes it.
+func TestDeleteWhoseDestroyFailsKeepsTheSandboxForARetry(t *testing.T) {
+	for _, paused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("paused: %v", paused), func(t *testing.T) {
+			dir := t.TempDir()
+			st, err := store.Open(filepath.Join(dir, "records"))
+			require.NoError(t, err)
+			rt := &undestroyable{Fake: &Fake{Dir: filepath.Join(dir, "images"), PauseLatency: time.Millisecond}}
+			n, _, err := NewNode(rt, st, nil)
+			require.NoError(t, err)
+			defer n.Close()
+			a, err := n.Create(t.Context(), 3600)
+			require.NoError(t, err)
+			want := Running
+			if paused {
+				_, err = n.Pause(t.Context(), a.ID)
+				require.NoError(t, err)
+				want = Paused
+			}
+
+			rt.Stuck = true
+			err = n.Delete(t.Context(), a.ID)
+			require.ErrorContains(t, err, "signal: killed (injected)")
+			assert.Equal(t, []Info{{ID: a.ID, State: want, TimeoutS: 3600}}, n.List(), "still there, as it was")
+			recs, _, err := st.Load()
+			require.NoError(t, err)
+			assert.Len(t, recs, map[bool]int{false: 0, true: 1}[paused], "a paused one keeps its record")
+
+			rt.Stuck = false
+			require.NoError(t, n.Delete(t.Context(), a.ID), "the retry deletes it")
+			assert.Empty(t, n.List())
+			recs, _, err = st.Load()
+			require.NoError(t, err)
+			assert.Empty(t, recs)
+		})
+	}
+}
+
+// A delete whose client is already gone does not start: the sandbox runs on, as the node
+// says, and pauses. The fake's Destroy forgot the sandbox and then returned the ended
+// context's error: a node that keeps a sandbox whose Destroy failed would have listed one
+// the fake no longer ran.
+func TestDeleteWhoseClientIsGoneLeavesTheSandboxAsItWas(t *testing.T) {
+	n, _ := newFakeNode(t, t.TempDir(), time.Millisecond)
+	a, err := n.Create(t.Context(), 3600)
+	require.NoError(t, err)
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.ErrorIs(t, n.Delete(gone, a.ID), context.Canceled)
+	assert.Equal(t, []Info{{ID: a.ID, State: Running, TimeoutS: 3600}}, n.List())
+	_, err = n.Pause(t.Context(), a.ID)
+	require.NoError(t, err, "it runs, as the node says")
+}
+
+// A sandbox destroyed whose record cannot be removed is gone, but the next server will
+// list it paused, with no image to resume: the delete fails saying so, and an ERROR line.
+func TestDeletedSandboxWhoseRecordStaysIsSaidLoudly(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "records"))
+	require.NoError(t, err)
+	var logs logbuf.Buffer
+	n, _, err := NewNode(&Fake{Dir: filepath.Join(dir, "images"), PauseLatency: time.Millisecond}, st, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	defer n.Close()
+	a, err := n.Create(t.Context(), 3600)
+	require.NoError(t, err)
+	_, err = n.Pause(t.Context(), a.ID)
+	require.NoError(t, err)
+	n.st = undeletable{n.st}
+
+	err = n.Delete(t.Context(), a.ID)
+	require.ErrorContains(t, err, "remove failed (injected)")
+	assert.ErrorContains(t, err, "record stays")
+	assert.Empty(t, n.List(), "destroyed")
+	assert.Contains(t, logs.String(), `level=ERROR msg="deleted sandbox keeps its record`)
+}

@@ -156,15 +156,20 @@ func (f *Fake) Resume(ctx context.Context, id, image string) error {
 	return f.Create(context.WithoutCancel(ctx), id)
 }
 
-// Destroy forgets the sandbox and removes its image.
+// Destroy forgets the sandbox and removes its image. An ended ctx keeps it from starting;
+// once started, it fails only when it failed: a Destroy that did its work and then
+// reported ctx's error would have the Node keep listing a sandbox the fake no longer runs.
 func (f *Fake) Destroy(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fake: destroy %s: %w", id, err)
+	}
 	f.mu.Lock()
 	delete(f.started, id)
 	f.mu.Unlock()
 	if err := os.Remove(f.Image(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return ctx.Err()
+	return nil
 }
 
 // Runsc is a Runtime of real gVisor sandboxes running the runsc counter workload:
