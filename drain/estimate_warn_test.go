@@ -96,3 +96,42 @@ func TestClipCutsOnARuneBoundary(t *testing.T) {
 	assert.Equal(t, "ab…", clip("abcd", 2))
 	assert.Equal(t, "a…", clip("aé", 2), "é is two bytes: not cut in half")
 }
+
+// Preserves that hang (they ignore their context) are no measurement of
+// how long a preserve takes: a review's 20 hung sandboxes, a 2 s
+// estimate, 10 s of grace, read "preserves took 4.3 times the estimate
+// ... set the estimate to what one takes on this node", the Preserver's
+// wait for them taken for their time. Raising the estimate would have
+// changed nothing; the error now says they hung, and which setting frees
+// their slots.
+func TestHungPreservesAreNotBlamedOnTheEstimate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		f := newFixture(t, fixtureOpts{grace: 10 * time.Second, latency: 2 * time.Second, limit: 8,
+			edit: func(c *Config) {
+				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}})
+		for i := range 20 {
+			f.node.Add(&fakesandbox.Sandbox{Name: "vm-" + string(rune('a'+i)), Latency: time.Second,
+				Faults: []fakesandbox.Fault{fakesandbox.Hang}, HangFor: time.Hour})
+		}
+		rep := f.d.ServeSignals(t.Context(), sigterm())
+
+		require.NotNil(t, rep.Preserve)
+		assert.Zero(t, rep.Preserve.Counts[pause.Preserved])
+		hung := 0
+		for _, e := range rep.Preserve.Entries {
+			if e.Abandoned() {
+				hung++
+			}
+		}
+		assert.Equal(t, 8, hung, "the 8 started hung; the rest never started")
+		p := rep.Phase(PhasePreserve)
+		assert.NotContains(t, p.Error, "times the estimate")
+		assert.Contains(t, p.Error, "; 8 preserve(s) never returned (they ignored their context: a hang, not a slow preserve) and held their slots "+
+			"until the Preserver gave up on them: Config.Pause.SandboxTimeout (DRAINKIT_SANDBOX_TIMEOUT on the one-call path) bounds each")
+		assert.NotContains(t, logs.String(), "set the estimate")
+		assert.Contains(t, logs.String(), `level=WARN msg="drain: preserves hung: they ignored their context and held their slots until the Preserver gave up on them" hung=8`)
+		time.Sleep(time.Hour) // the hung Preserves return (HangFor) before the bubble ends
+	})
+}

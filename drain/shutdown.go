@@ -402,29 +402,42 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 // preserve that ended preserved or timed out (a timed out one's time is a
 // lower bound) with its own estimate (pause.Estimated, or its size at the
 // rate measured), else planned, the Estimator's before the phase, and
-// takes the median ratio.
+// takes the median ratio. A preserve the Preserver abandoned (it ignored
+// its context: a hang) is no measurement: hung preserves say so instead,
+// and that the estimate is not what to change.
 func (d *Drainer) underestimated(ctx context.Context, pr *pause.Report, planned time.Duration) string {
 	var ratios []float64
+	hung := 0
 	for _, e := range pr.Entries {
+		if e.Abandoned() {
+			hung++
+			continue
+		}
 		est := cmp.Or(e.Estimate, planned)
 		if est > 0 && e.Duration > 0 && (e.Outcome == pause.Preserved || e.Outcome == pause.TimedOut) {
 			ratios = append(ratios, float64(e.Duration)/float64(est))
 		}
 	}
+	var note string
+	if hung > 0 {
+		note = fmt.Sprintf("; %d preserve(s) never returned (they ignored their context: a hang, not a slow preserve) and held their slots until "+
+			"the Preserver gave up on them: Config.Pause.SandboxTimeout (%s on the one-call path) bounds each", hung, EnvSandboxTimeout)
+		d.log.Log(ctx, slog.LevelWarn, "drain: preserves hung: they ignored their context and held their slots until the Preserver gave up on them",
+			"hung", hung, "setting", "Config.Pause.SandboxTimeout, "+EnvSandboxTimeout)
+	}
 	if len(ratios) == 0 {
-		return ""
+		return note
 	}
 	slices.Sort(ratios)
 	x := ratios[len(ratios)/2]
 	if x < 1.5 {
-		return ""
+		return note
 	}
-	note := fmt.Sprintf("; preserves took %.1f times the estimate the plan counted (the median of %d; the Estimator's was %v: "+
-		"Config.Pause.Estimator, %s on the one-call path, or the sandboxes' own): the time before SIGTERM was planned for shorter preserves",
-		x, len(ratios), planned, EnvPreserveEstimate)
 	d.log.Log(ctx, slog.LevelWarn, "drain: preserves took much longer than the estimate the plan counted: set the estimate to what one takes on this node",
 		"times", fmt.Sprintf("%.1f", x), "measured", len(ratios), "estimator", planned, "setting", "Config.Pause.Estimator, "+EnvPreserveEstimate)
-	return note
+	return fmt.Sprintf("; preserves took %.1f times the estimate the plan counted (the median of %d; the Estimator's was %v: "+
+		"Config.Pause.Estimator, %s on the one-call path, or the sandboxes' own): the time before SIGTERM was planned for shorter preserves",
+		x, len(ratios), planned, EnvPreserveEstimate) + note
 }
 
 // preserveIn runs the Preserver in window w, and again for what the

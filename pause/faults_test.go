@@ -373,8 +373,17 @@ func TestHangPastItsBoundIsAbandonedAndFreesItsSlot(t *testing.T) {
 		assert.Equal(t, pause.TimedOut, stuck.Outcome)
 		assert.Equal(t, 5*time.Second+pause.AbandonAfter, stuck.Duration)
 		assert.Contains(t, stuck.Error, "abandoned")
+		assert.True(t, stuck.Abandoned(), "its Duration is the wait for it, not its time")
 		assert.Equal(t, pause.Preserved, next.Outcome)
+		assert.False(t, next.Abandoned())
 		assert.Equal(t, 7*time.Second, took)
+
+		// A Report read back from its JSON (drainkit report, last-shutdown.json) says the same.
+		js, err := json.Marshal(rep)
+		require.NoError(t, err)
+		var back pause.Report
+		require.NoError(t, json.Unmarshal(js, &back))
+		assert.True(t, entry(t, &back, "stuck").Abandoned())
 		time.Sleep(fakesandbox.DefaultHang)
 	})
 }
@@ -393,6 +402,7 @@ func TestSandboxTimeoutBoundsAllAttempts(t *testing.T) {
 		rep, _ := runFor(t, p, time.Hour, 0)
 		slow := entry(t, rep, "slow")
 		assert.Equal(t, pause.TimedOut, slow.Outcome)
+		assert.False(t, slow.Abandoned(), "it honoured its context: timed out, not abandoned")
 		assert.Equal(t, 5*time.Second, slow.Duration)
 		assert.Contains(t, slow.Error, "deadline exceeded")
 		// A 2 s try, then a 4 s wait that would end at 6 s, past the 5 s
