@@ -226,6 +226,11 @@ type Drainer struct {
 }
 
 // New validates cfg and returns a Drainer. Errors name the Config field.
+// It refuses a plan whose reserves do not fit in the grace period: one
+// round of preserves (the Estimator's estimate) and every step's reserve,
+// after the budget's margin. Its error names each reserve and the field
+// it comes from, so that a grace too short for the steps chosen fails at
+// start, not at SIGTERM with every sandbox lost.
 func New(cfg Config) (*Drainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -222,6 +222,11 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 	}
 	st := d.budget.State()
 	attrs = append(attrs, "kill", st.Kill, "deadline", st.Deadline, "running", d.Running())
+	d.mu.Lock()
+	if d.cause != "" && d.cause != "SIGTERM" { // the plan is laid out as at SIGTERM: say what began it
+		attrs = append(attrs, "cause", d.cause)
+	}
+	d.mu.Unlock()
 	if short > 0 {
 		d.log.Log(ctx, slog.LevelWarn, msgDoesNotFit,
 			append(attrs, "shortfall", short)...)

@@ -154,6 +154,19 @@ func TestReportNamesTheContextsCauseAndKeepsSixteenSignals(t *testing.T) {
 	assert.Len(t, rep.Signals, maxSignals)
 }
 
+// The plan logged when the shutdown begins says what began it when that
+// was no SIGTERM (the line reads "drain: SIGTERM: plan": a review took a
+// person's Ctrl-C for the kubelet's).
+func TestPlanLineSaysAnInterruptBeganIt(t *testing.T) {
+	var logs logbuf.Buffer
+	f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 1, latency: time.Millisecond,
+		edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }})
+	sigs := make(chan os.Signal, 1)
+	sigs <- os.Interrupt
+	f.d.ServeSignals(context.Background(), sigs)
+	assert.Regexp(t, `msg="drain: SIGTERM: plan" .* cause=SIGINT`, logs.String())
+}
+
 // ServeSignals' ctx ending starts the shutdown, as a first signal does (a
 // server's own reason to drain: its serving stopped), and never forces it:
 // the shutdown runs with ctx's values but not its cancellation, so the
