@@ -10,16 +10,13 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/listenaddr"
-	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -142,30 +139,17 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	}
 	s := &Server{srv: srv, hook: os.Getenv(EnvHookListen), secret: os.Getenv(EnvHookSecret),
 		log: slog.Default(), listening: make(chan [2]net.Addr, 1)}
-	pod := s.inCluster()
-	grace, err := s.grace(pod)
-	if err != nil {
-		return nil, err
-	}
 	if s.hook == "" {
 		s.hook = defaultHookListen
 	}
 	if err := s.checkHook(); err != nil {
 		return nil, err
 	}
-	kubelet, err := s.kubeletGrace(pod)
+	cfg, err := ConfigFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	pc, err := pauseFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	s.checkSandboxTimeout(pc)
-	budget, err := deadline.New(grace, deadline.Config{Logger: s.log})
-	if err != nil {
-		return nil, fmt.Errorf("drain: %s: %w", EnvGrace, err)
-	}
+	budget, pod, grace := cfg.Budget, cfg.Pod, cfg.Budget.Grace()
 	// The HTTP step reserves a fortieth of the grace the kubelet uses,
 	// between 250 ms and 5 s, evaluated whenever the plan reads it: the
 	// grace, or SIGKILL - T0 once the pod's deletionTimestamp (kubectl
@@ -183,8 +167,8 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 	// preserved, rather than ended by the server's own timeout during a
 	// preStop wait that may last the whole grace.
 	gate := &Gate{Exempt: []Class{Pause, Checkpoint, Delete, Stream, KeepAlive}}
-	if s.d, err = New(Config{Budget: budget, Sandboxes: sandboxes, Steps: all, Logger: s.log, Pod: pod, KubeletGrace: kubelet,
-		Pause: pc, Gate: gate}); err != nil {
+	cfg.Sandboxes, cfg.Steps, cfg.Gate = sandboxes, all, gate
+	if s.d, err = New(cfg); err != nil {
 		var short shortfallError
 		if errors.As(err, &short) { // the grace, not a Config field the caller never saw
 			src := fmt.Sprintf("the pod's spec.terminationGracePeriodSeconds (%v)", grace)
@@ -228,124 +212,6 @@ func ownReadiness(h http.Handler) http.Handler {
 		return nil
 	}
 	return own
-}
-
-// inCluster returns the pod this process runs in, or nil, logged, when
-// EnvPodName is unset or the service account is not mounted.
-func (s *Server) inCluster() *kube.Pod {
-	name := os.Getenv(EnvPodName)
-	if name == "" {
-		s.log.Info("drain: " + EnvPodName + " is not set: no deletionTimestamp from the API server, no Events")
-		return nil
-	}
-	cfg := inClusterConfig(s.log)
-	cfg.UID = os.Getenv(EnvPodUID)
-	pod, err := kube.New(name, cfg)
-	if err != nil {
-		s.log.Warn("drain: no Kubernetes API access: no deletionTimestamp from the API server, no Events", "error", err)
-		return nil
-	}
-	return pod
-}
-
-// inClusterConfig is the kube.Config of the pod this process runs in;
-// tests point it at an API server of their own.
-var inClusterConfig = func(log *slog.Logger) kube.Config { return kube.Config{Logger: log} }
-
-// podGraceTimeout bounds NewServer's read of the pod's spec.
-const podGraceTimeout = 5 * time.Second
-
-// grace is EnvGrace when it is set, else the pod's
-// spec.terminationGracePeriodSeconds read through the API server.
-func (s *Server) grace(pod *kube.Pod) (time.Duration, error) {
-	if os.Getenv(EnvGrace) != "" || pod == nil {
-		return graceFromEnv()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
-	defer cancel()
-	g, err := pod.Grace(ctx)
-	if err != nil {
-		_, envErr := graceFromEnv()
-		return 0, fmt.Errorf("%w, and the pod's spec could not be read: %w", envErr, err)
-	}
-	s.log.Info("drain: grace from the pod's spec.terminationGracePeriodSeconds", "grace", g)
-	return g, nil
-}
-
-// graceFromEnv reads EnvGrace.
-func graceFromEnv() (time.Duration, error) {
-	if os.Getenv(EnvGrace) == "" {
-		return 0, fmt.Errorf("drain: %s is not set: give it the pod's terminationGracePeriodSeconds", EnvGrace)
-	}
-	return durationEnv(EnvGrace)
-}
-
-// kubeletGrace reads EnvKubeletGrace; zero when it is unset, or when pod
-// is nil (logged: without the pod's deletionTimestamp a drain cannot tell
-// the kubelet's own termination from a deletion).
-func (s *Server) kubeletGrace(pod *kube.Pod) (time.Duration, error) {
-	if os.Getenv(EnvKubeletGrace) == "" {
-		return 0, nil
-	}
-	g, err := durationEnv(EnvKubeletGrace)
-	if err != nil || pod != nil {
-		return g, err
-	}
-	s.log.Warn("drain: "+EnvKubeletGrace+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+
-		kubeletGraceNeedsPod, "kubelet_grace", g)
-	return 0, nil
-}
-
-// pauseFromEnv is the Preserver's configuration from EnvPreserveEstimate
-// and EnvSandboxTimeout; the zero Config when neither is set.
-func pauseFromEnv() (pause.Config, error) {
-	var pc pause.Config
-	if os.Getenv(EnvPreserveEstimate) != "" {
-		est, err := durationEnv(EnvPreserveEstimate)
-		if err != nil {
-			return pc, err
-		}
-		pc.Estimator = deadline.NewEstimator(est)
-	}
-	if os.Getenv(EnvSandboxTimeout) != "" {
-		var err error
-		if pc.SandboxTimeout, err = durationEnv(EnvSandboxTimeout); err != nil {
-			return pc, err
-		}
-	}
-	return pc, nil
-}
-
-// checkSandboxTimeout warns when EnvSandboxTimeout is below
-// EnvPreserveEstimate: a preserve that takes the estimate is given up
-// before it ends. Not an error: an estimate raised on purpose above the
-// usual preserve (a plan that reserves for the slowest) is legitimate.
-func (s *Server) checkSandboxTimeout(pc pause.Config) {
-	if pc.Estimator == nil || pc.SandboxTimeout == 0 {
-		return
-	}
-	if est := pc.Estimator.Estimate(); pc.SandboxTimeout < est {
-		s.log.Warn("drain: "+EnvSandboxTimeout+" is below "+EnvPreserveEstimate+": a preserve that takes the estimate is given up (timed_out) before it ends; "+
-			"raise the timeout unless the estimate is above the usual preserve on purpose",
-			EnvSandboxTimeout, pc.SandboxTimeout, EnvPreserveEstimate, est)
-	}
-}
-
-// durationEnv reads the variable name: whole seconds or a positive Go
-// duration.
-func durationEnv(name string) (time.Duration, error) {
-	v := os.Getenv(name)
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 || n > int64(time.Duration(1<<63-1)/time.Second) {
-			return 0, fmt.Errorf("drain: %s=%q: want a positive number of seconds", name, v)
-		}
-		return time.Duration(n) * time.Second, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("drain: %s=%q: want whole seconds (3600) or a positive Go duration (1h)", name, v)
-	}
-	return d, nil
 }
 
 // checkHook refuses a hook address anyone on the network could reach

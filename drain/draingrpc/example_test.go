@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"os"
@@ -142,4 +143,32 @@ func Example_servingStopsOnItsOwn() {
 	// Output:
 	// drained: ok / exit 1
 	// cause: serving gRPC stopped
+}
+
+// A gRPC server driven by the manifest of the one-call path: ConfigFromEnv
+// reads DRAINKIT_GRACE and the other variables as NewServer does, and the
+// server adds its Sandboxes, Gate and Steps.
+func Example_configFromEnv() {
+	for k, v := range map[string]string{drain.EnvGrace: "3600", drain.EnvPreserveEstimate: "4s", drain.EnvPodName: ""} {
+		defer os.Setenv(k, os.Getenv(k)) // an example's process is shared with the tests
+		os.Setenv(k, v)                  // as the pod's manifest sets them
+	}
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.DiscardHandler)) // ConfigFromEnv logs that POD_NAME is unset
+	lister := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })
+	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}}
+	srv := grpc.NewServer()
+
+	cfg, err := drain.ConfigFromEnv()
+	if err != nil {
+		log.Fatal(err) // names the variable that is wrong
+	}
+	cfg.Sandboxes, cfg.Gate = lister, gate
+	cfg.Steps = []drain.Step{draingrpc.Step("grpc", srv, gate, 5*time.Second)}
+	d, err := drain.New(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("grace", d.Budget().Grace(), "estimate", cfg.Pause.Estimator.Estimate(), "pod", cfg.Pod != nil)
+	// Output: grace 1h0m0s estimate 4s pod false
 }

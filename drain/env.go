@@ -1,0 +1,179 @@
+package drain
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/kube"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// ConfigFromEnv returns the Config that the pod's environment gives, read
+// as NewServer reads it, for a server that wires New itself (a gRPC
+// server, a server of its own listeners): the same manifest then drives
+// both. It sets Budget from EnvGrace (or, unset, the pod's
+// spec.terminationGracePeriodSeconds read through the API server when
+// EnvPodName is set), Pod from EnvPodName and EnvPodUID (nil, logged,
+// outside a cluster or without a service account), KubeletGrace from
+// EnvKubeletGrace, Pause's Estimator and SandboxTimeout from
+// EnvPreserveEstimate and EnvSandboxTimeout, and Logger to
+// slog.Default(). The caller sets the rest (Sandboxes, Gate, Steps) and
+// calls New:
+//
+//	cfg, err := drain.ConfigFromEnv()
+//	if err != nil {
+//		log.Fatal(err) // names the variable that is wrong
+//	}
+//	cfg.Sandboxes, cfg.Gate = lister, gate
+//	cfg.Steps = []drain.Step{draingrpc.Step("grpc", srv, gate, 5*time.Second)}
+//	d, err := drain.New(cfg)
+//
+// The preStop hook's variables (EnvHookListen, EnvHookSecret) are
+// NewServer's, which serves the hook; a server of its own serves
+// Drainer.PreStop behind a HookGuard, or runs drainhook (docs/drain.md).
+// Errors name the variable that is wrong; they come now, not at SIGTERM.
+func ConfigFromEnv() (Config, error) {
+	log := slog.Default()
+	pod := inCluster(log)
+	grace, err := graceOf(pod, log)
+	if err != nil {
+		return Config{}, err
+	}
+	kubelet, err := kubeletGrace(pod, log)
+	if err != nil {
+		return Config{}, err
+	}
+	pc, err := pauseFromEnv()
+	if err != nil {
+		return Config{}, err
+	}
+	checkSandboxTimeout(pc, log)
+	budget, err := deadline.New(grace, deadline.Config{Logger: log})
+	if err != nil {
+		return Config{}, fmt.Errorf("drain: %s: %w", EnvGrace, err)
+	}
+	return Config{Budget: budget, Logger: log, Pod: pod, KubeletGrace: kubelet, Pause: pc}, nil
+}
+
+// inCluster returns the pod this process runs in, or nil, logged, when
+// EnvPodName is unset or the service account is not mounted.
+func inCluster(log *slog.Logger) *kube.Pod {
+	name := os.Getenv(EnvPodName)
+	if name == "" {
+		log.Info("drain: " + EnvPodName + " is not set: no deletionTimestamp from the API server, no Events")
+		return nil
+	}
+	cfg := inClusterConfig(log)
+	cfg.UID = os.Getenv(EnvPodUID)
+	pod, err := kube.New(name, cfg)
+	if err != nil {
+		log.Warn("drain: no Kubernetes API access: no deletionTimestamp from the API server, no Events", "error", err)
+		return nil
+	}
+	return pod
+}
+
+// inClusterConfig is the kube.Config of the pod this process runs in;
+// tests point it at an API server of their own.
+var inClusterConfig = func(log *slog.Logger) kube.Config { return kube.Config{Logger: log} }
+
+// podGraceTimeout bounds ConfigFromEnv's read of the pod's spec.
+const podGraceTimeout = 5 * time.Second
+
+// graceOf is EnvGrace when it is set, else the pod's
+// spec.terminationGracePeriodSeconds read through the API server.
+func graceOf(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
+	if os.Getenv(EnvGrace) != "" || pod == nil {
+		return graceFromEnv()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
+	defer cancel()
+	g, err := pod.Grace(ctx)
+	if err != nil {
+		_, envErr := graceFromEnv()
+		return 0, fmt.Errorf("%w, and the pod's spec could not be read: %w", envErr, err)
+	}
+	log.Info("drain: grace from the pod's spec.terminationGracePeriodSeconds", "grace", g)
+	return g, nil
+}
+
+// graceFromEnv reads EnvGrace.
+func graceFromEnv() (time.Duration, error) {
+	if os.Getenv(EnvGrace) == "" {
+		return 0, fmt.Errorf("drain: %s is not set: give it the pod's terminationGracePeriodSeconds", EnvGrace)
+	}
+	return durationEnv(EnvGrace)
+}
+
+// kubeletGrace reads EnvKubeletGrace; zero when it is unset, or when pod
+// is nil (logged: without the pod's deletionTimestamp a drain cannot tell
+// the kubelet's own termination from a deletion).
+func kubeletGrace(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
+	if os.Getenv(EnvKubeletGrace) == "" {
+		return 0, nil
+	}
+	g, err := durationEnv(EnvKubeletGrace)
+	if err != nil || pod != nil {
+		return g, err
+	}
+	log.Warn("drain: "+EnvKubeletGrace+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+
+		kubeletGraceNeedsPod, "kubelet_grace", g)
+	return 0, nil
+}
+
+// pauseFromEnv is the Preserver's configuration from EnvPreserveEstimate
+// and EnvSandboxTimeout; the zero Config when neither is set.
+func pauseFromEnv() (pause.Config, error) {
+	var pc pause.Config
+	if os.Getenv(EnvPreserveEstimate) != "" {
+		est, err := durationEnv(EnvPreserveEstimate)
+		if err != nil {
+			return pc, err
+		}
+		pc.Estimator = deadline.NewEstimator(est)
+	}
+	if os.Getenv(EnvSandboxTimeout) != "" {
+		var err error
+		if pc.SandboxTimeout, err = durationEnv(EnvSandboxTimeout); err != nil {
+			return pc, err
+		}
+	}
+	return pc, nil
+}
+
+// checkSandboxTimeout warns when EnvSandboxTimeout is below
+// EnvPreserveEstimate: a preserve that takes the estimate is given up
+// before it ends. Not an error: an estimate raised on purpose above the
+// usual preserve (a plan that reserves for the slowest) is legitimate.
+func checkSandboxTimeout(pc pause.Config, log *slog.Logger) {
+	if pc.Estimator == nil || pc.SandboxTimeout == 0 {
+		return
+	}
+	if est := pc.Estimator.Estimate(); pc.SandboxTimeout < est {
+		log.Warn("drain: "+EnvSandboxTimeout+" is below "+EnvPreserveEstimate+": a preserve that takes the estimate is given up (timed_out) before it ends; "+
+			"raise the timeout unless the estimate is above the usual preserve on purpose",
+			EnvSandboxTimeout, pc.SandboxTimeout, EnvPreserveEstimate, est)
+	}
+}
+
+// durationEnv reads the variable name: whole seconds or a positive Go
+// duration.
+func durationEnv(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 || n > int64(time.Duration(1<<63-1)/time.Second) {
+			return 0, fmt.Errorf("drain: %s=%q: want a positive number of seconds", name, v)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("drain: %s=%q: want whole seconds (3600) or a positive Go duration (1h)", name, v)
+	}
+	return d, nil
+}
