@@ -20,14 +20,15 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// The environment a Server reads, set in the pod's manifest.
+// The environment a Server reads, set in the pod's manifest; all but the
+// hook's two are ConfigFromEnv's too.
 const (
 	// EnvGrace is the pod's terminationGracePeriodSeconds, as whole seconds
 	// ("3600") or a Go duration ("1h"). The Downward API does not expose
 	// the spec's value, so either the manifest states it once and copies it
 	// here (a kustomize replacement, or a test that keeps the two equal),
-	// or, unset, NewServer reads it from the pod's spec through the API
-	// server (EnvPodName and RBAC "get" on "pods").
+	// or, unset, NewServer (ConfigFromEnv) reads it from the pod's spec
+	// through the API server (EnvPodName and RBAC "get" on "pods").
 	EnvGrace = "DRAINKIT_GRACE"
 	// EnvHookListen is the address the preStop hook is served on; unset,
 	// it is 127.0.0.1:8082: loopback, reachable by an exec hook
@@ -72,7 +73,7 @@ const (
 	// first attempt is given up (timed_out), and one that ignores its
 	// context is abandoned a second later, its slot given to the next
 	// sandbox. Unset: no bound of its own, only the phase's deadlines.
-	// Below EnvPreserveEstimate NewServer warns, naming both: a preserve
+	// Below EnvPreserveEstimate NewServer (ConfigFromEnv) warns, naming both: a preserve
 	// that takes the estimate would be given up before it ends.
 	EnvSandboxTimeout = "DRAINKIT_SANDBOX_TIMEOUT"
 )
