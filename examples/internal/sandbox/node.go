@@ -25,6 +25,10 @@ const (
 	Paused   = "paused"
 	Resuming = "resuming"
 	Deleting = "deleting"
+	// Died is a sandbox its runtime found dead (ErrDied) and whose remains could not be
+	// removed: it runs no more, and nothing can pause or resume it. A Delete, or its
+	// timeout, removes what it left. A dead sandbox whose remains went is forgotten.
+	Died = "died"
 )
 
 var (
@@ -161,14 +165,36 @@ func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
 }
 
 // Pause pauses a running sandbox and persists its record. If the runtime fails (or ctx
-// ends) the sandbox stays running.
+// ends) the sandbox stays running, but for two failures, after which the node says what
+// the runtime left:
+//
+//   - ErrDied (the sandbox had died: its workload exited, its sandbox process was killed
+//     or crashed): the node destroys what it left, within ctx, and forgets it, with a
+//     WARN line saying why it died; a destroy that fails is an ERROR line and leaves it
+//     listed Died, for a Delete or its timeout. Listed running, it was checkpointed again
+//     by every drain's pass and by its client, its timeout armed for a dead sandbox.
+//   - ErrNotDurable (stopped, its state in an image that is not durable): it is paused in
+//     that image, with no record (one must never point at an image a crash may lose),
+//     which a Resume restores while this process lives; an ERROR line says it is lost at
+//     the process's end otherwise.
 func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 	e, err := n.transition(id, Running, Pausing)
 	if err != nil {
 		return Info{}, err
 	}
 	image, err := n.rt.Pause(ctx, id)
-	if err != nil { // the runtime left it running
+	switch {
+	case errors.Is(err, ErrDied):
+		return Info{}, n.died(ctx, e, err)
+	case errors.Is(err, ErrNotDurable):
+		n.mu.Lock()
+		e.State, e.image = Paused, n.rt.Image(id)
+		n.settle()
+		n.mu.Unlock()
+		n.logger.Error("sandbox stopped in an image that is not durable: listed paused, unrecorded; lost at exit unless resumed",
+			"id", id, "error", err)
+		return Info{}, fmt.Errorf("pause %s: %w", id, err)
+	case err != nil: // the runtime left it running
 		n.setRunning(e)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
@@ -237,6 +263,32 @@ func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 	return n.setRunning(e), nil
 }
 
+// died removes sandbox e, which its runtime's Pause found dead (err, ErrDied), and
+// returns Pause's error. Its runtime's remains go first (runsc's stopped container, its
+// bundle: Destroy), then the sandbox from the node, then a record of it, as in Delete: a
+// running sandbox has none, but one whose resume could not remove it (undoResume) has, and
+// the next server would list it paused with no image. The WARN line is the one that says
+// the sandbox died: a drain's Preserver reports it Vanished (ErrDied wraps pause.ErrGone),
+// which is no fault, and lists it no more.
+func (n *Node) died(ctx context.Context, e *entry, err error) error {
+	id := e.ID
+	if derr := n.rt.Destroy(ctx, id); derr != nil {
+		n.settleAs(e, Died)
+		n.logger.Error("sandbox died before its checkpoint, and removing what it left failed: listed as died until a delete removes it",
+			"id", id, "error", err, "destroy_error", derr)
+		return fmt.Errorf("pause %s: %w; and removing what it left failed (still listed %s, for a delete): %w", id, err, Died, derr)
+	}
+	n.forget(id)
+	n.logger.Warn("sandbox died before its checkpoint: what it left is removed, and it is listed no more",
+		"id", id, "error", err)
+	if rerr := n.st.Delete(id); rerr != nil {
+		n.logger.Error("dead sandbox keeps its record: the next server will list it paused, with no image to resume",
+			"id", id, "error", rerr)
+		return fmt.Errorf("pause %s: %w; removed, but its record stays: %w", id, err, rerr)
+	}
+	return fmt.Errorf("pause %s: %w", id, err)
+}
+
 // undoResume pauses again sandbox e, resumed but whose record could not be removed
 // (derr), and writes its record anew (Resume says why), and returns Resume's error.
 func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
@@ -270,7 +322,7 @@ func (n *Node) record(e *entry, image string) error {
 		TimeoutS: e.TimeoutS, PausedAt: time.Now()})
 }
 
-// Delete destroys a running or paused sandbox and its record.
+// Delete destroys a running, paused or dead (Died) sandbox and its record.
 //
 // A Destroy that fails leaves the sandbox listed as it was, its record too: it may run on
 // (runsc delete -force cut short) or keep its image, and forgotten, every retry would be
@@ -285,7 +337,7 @@ func (n *Node) Delete(ctx context.Context, id string) error {
 	case !ok:
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
-	case e.State != Running && e.State != Paused:
+	case e.State != Running && e.State != Paused && e.State != Died:
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s is %s", ErrConflict, id, e.State)
 	}
@@ -296,14 +348,7 @@ func (n *Node) Delete(ctx context.Context, id string) error {
 	}
 	n.mu.Unlock()
 	if err := n.rt.Destroy(ctx, id); err != nil {
-		if prev == Running {
-			n.setRunning(e) // its timeout, armed again, retries the delete
-		} else {
-			n.mu.Lock()
-			e.State = prev
-			n.settle()
-			n.mu.Unlock()
-		}
+		n.settleAs(e, prev) // running or dead, its timeout, armed again, retries the delete
 		return fmt.Errorf("delete %s: %w (still listed %s, for a retry)", id, err, prev)
 	}
 	n.forget(id)
@@ -423,19 +468,23 @@ func (n *Node) transition(id, from, to string) (*entry, error) {
 }
 
 // setRunning marks e running and arms its timeout.
-func (n *Node) setRunning(e *entry) Info {
+func (n *Node) setRunning(e *entry) Info { return n.settleAs(e, Running) }
+
+// settleAs puts e in state, out of its transition, and arms its timeout when the state
+// has one: running, or dead (Died), whose timeout retries the removal.
+func (n *Node) settleAs(e *entry, state string) Info {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	e.State = Running
+	e.State = state
 	n.settle()
-	if !n.closed {
+	if (state == Running || state == Died) && !n.closed {
 		id := e.ID
 		e.timer = time.AfterFunc(time.Duration(e.TimeoutS)*time.Second, func() { n.timeout(id) })
 	}
 	return e.Info
 }
 
-// timeout deletes a sandbox whose timeout passed while it was running.
+// timeout deletes a sandbox whose timeout passed while it was running, or dead.
 func (n *Node) timeout(id string) {
 	n.mu.Lock()
 	if n.closed {

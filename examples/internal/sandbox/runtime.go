@@ -28,8 +28,9 @@ type Runtime interface {
 	// Create starts a new running sandbox.
 	Create(ctx context.Context, id string) error
 	// Pause stops a running sandbox and saves its state; it returns where the state is.
-	// When it fails the sandbox is still running, unless the error is permanent
-	// (backoff.Permanent), which says what state it is in.
+	// When it fails the sandbox is still running, unless the error is ErrDied (it had
+	// died: nothing saved) or ErrNotDurable (stopped, its state in Image(id) but not
+	// durable). An error that no retry can help is permanent (backoff.Permanent).
 	Pause(ctx context.Context, id string) (image string, err error)
 	// Resume starts a sandbox again from the state Pause saved in image.
 	Resume(ctx context.Context, id, image string) error
@@ -344,7 +345,7 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 //
 // An image that cannot be made durable (its fsync fails) fails Pause with the sandbox
 // restored from it, running. When that restore fails too, the sandbox is stopped with no
-// durable image, and the error, saying so, is permanent (backoff.Permanent): a retry
+// durable image: the error is ErrNotDurable, permanent (backoff.Permanent), for a retry
 // would remove the image.
 func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 	if err := ctx.Err(); err != nil {
@@ -370,8 +371,8 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		if rerr := r.Resume(context.WithoutCancel(ctx), id, image); rerr != nil {
 			// Stopped, with an image that is not durable and no record: no retry can
 			// checkpoint it, and one would remove the image.
-			return "", backoff.Permanent(fmt.Errorf("runsc checkpoint %s: the image could not be made durable: %w; the sandbox is stopped and restoring it from the image failed: %w",
-				id, err, rerr))
+			return "", backoff.Permanent(fmt.Errorf("runsc checkpoint %s: %w: %w; restoring it from the image failed: %w",
+				id, ErrNotDurable, err, rerr))
 		}
 		return "", fmt.Errorf("runsc checkpoint %s: the image could not be made durable (the sandbox was restored from it and runs on): %w", id, err)
 	}
@@ -398,6 +399,13 @@ func (r *Runsc) died(ctx context.Context, id string, err error) error {
 	}
 	return fmt.Errorf("%w: %w: %s; log %s (%w)", ErrDied, pause.ErrGone, why, r.log(id), err)
 }
+
+// ErrNotDurable is wrapped by the (permanent) error of Runsc.Pause whose checkpoint image
+// could not be made durable and whose sandbox could not be restored from it: the sandbox
+// is stopped, its state in Image(id), readable for now but not durable. It is paused, and
+// a resume restores it from that image; but no record may point at the image (a crash
+// may lose it), so it is lost when the process ends.
+var ErrNotDurable = errors.New("the sandbox is stopped in an image that could not be made durable")
 
 // syncImage makes a checkpoint image durable: syncTree; a test's hook fails it.
 var syncImage = syncTree

@@ -107,4 +107,17 @@ func TestRunscPauseWhoseImageSyncAndRestoreFailIsPermanent(t *testing.T) {
 	assert.Equal(t, 1, e.Attempts, "not retried")
 	assert.Contains(t, e.Error, "input/output error")
 	assert.Contains(t, e.Error, "stopped")
+	// The node says what it is: paused in an image no record names (not running, as it
+	// said before), which a resume restores while this process lives.
+	assert.Equal(t, []Info{{ID: a.ID, State: Paused, TimeoutS: a.TimeoutS}}, n.List())
+	require.NoError(t, os.Rename(rt.Bundle(a.ID).Dir+".moved", rt.Bundle(a.ID).Dir))
+	_, err = n.Resume(ctx, a.ID)
+	require.NoError(t, err)
+	saved, err := rt.Bundle(a.ID).Counter()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { c, err := rt.Bundle(a.ID).Counter(); return err == nil && c > saved+1 },
+		30*time.Second, 20*time.Millisecond)
+	counts, err := rt.Bundle(a.ID).Counts()
+	require.NoError(t, err)
+	assert.True(t, runsc.ConsecutiveFromOne(counts), "resumed where it stopped: %v", counts)
 }
