@@ -68,7 +68,8 @@ estimates. -concurrency N plans a fixed limit of N instead.
 What the server learned comes from -state-dir DIR (sandboxd writes
 DIR/learned-rates.json at every shutdown and starts from it) or -rates FILE;
 -estimate, -concurrency, -grace and -step override it, and are needed where
-no rates file exists (a server that does not write one).
+no rates file exists (a server that does not write one, or a node that has
+not drained yet: with -grace and -estimate the plan is made from the flags).
 
 Exit status: 0 when every sandbox fits, 1 when not (so it can gate a rollout
 in CI/CD), 2 for bad flags, a server that cannot be read or a bad file.
@@ -153,6 +154,7 @@ type planInput struct {
 	stepsSrc    string
 	rates       *learned.Rates
 	ratesPath   string
+	noRates     bool // ratesPath does not exist yet: the flags stand in for it
 }
 
 // defaultLimit and defaultEstimate are what a Preserver with pause's
@@ -225,7 +227,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	in := planInput{margin: *margin, rateMiB: *rate}
-	if err := in.loadRates(*stateDir, *ratesFile); err != nil {
+	if err := in.loadRates(*stateDir, *ratesFile, grace.d, *estimate); err != nil {
 		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
 		return exitUsage
 	}
@@ -292,7 +294,9 @@ func checkPlanFlags(pos []string, server, sizes string, count int, margin, estim
 	return nil
 }
 
-func (in *planInput) loadRates(stateDir, file string) error {
+// loadRates reads the learned rates from file, else STATE_DIR's; a missing
+// file is no error when grace and estimate (the flags) stand in for it.
+func (in *planInput) loadRates(stateDir, file string, grace, estimate time.Duration) error {
 	switch {
 	case file != "":
 		in.ratesPath = file
@@ -303,7 +307,23 @@ func (in *planInput) loadRates(stateDir, file string) error {
 	}
 	r, err := learned.Read(in.ratesPath)
 	if errors.Is(err, learned.ErrNone) {
-		return fmt.Errorf("%w: the server writes it at its first shutdown; until then give -estimate, -concurrency and -grace", err)
+		// A node that never drained has none: the flags given stand in for
+		// it (the runbook's command, run on every node, failed on each new
+		// one while asking for the flags it had). The concurrency has the
+		// library's default, which the output names.
+		var missing []string
+		if grace <= 0 {
+			missing = append(missing, "-grace")
+		}
+		if estimate <= 0 {
+			missing = append(missing, "-estimate")
+		}
+		if len(missing) == 0 {
+			in.noRates = true
+			return nil
+		}
+		return fmt.Errorf("%w: the server writes it at its first shutdown; until then give %s (and -concurrency for a server with a fixed one)",
+			err, strings.Join(missing, " and "))
 	}
 	in.rates = r
 	return err
@@ -443,6 +463,9 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 			return fmt.Errorf("-step %s: the name is taken (the drain's own phases are drain, gate and preserve; steps are unique)", s.Name)
 		}
 		seen[s.Name] = true
+	}
+	if in.noRates {
+		in.estimateSrc += fmt.Sprintf(" (no %s yet: the server writes it at its first shutdown)", in.ratesPath)
 	}
 	if in.ratesPath != "" && r != nil {
 		in.estimateSrc += fmt.Sprintf(" (%s, written %s)", in.ratesPath, r.Written.UTC().Format(time.RFC3339))

@@ -395,3 +395,28 @@ func TestPlanOfAListingWithAnUnnamedSandboxNamesIt(t *testing.T) {
 	assert.Equal(t, exitUsage, code, out)
 	assert.Contains(t, errw, "1 of the 2 running sandboxes listed have no ID")
 }
+
+// Fault (an operator's review): a node that has never drained has no
+// learned-rates.json yet, and the runbook's `drainkit plan -server URL
+// -state-dir DIR -grace 8 -estimate 400ms -concurrency 4` refused with
+// "no learned rates yet ... until then give -estimate, -concurrency and
+// -grace", the very flags it was given (exit 2): a rollout gate run on
+// every node failed on each new one. With -grace and -estimate given the
+// plan is made from them and says the file is absent; without, the error
+// names the flags that are missing.
+func TestPlanOfANodeThatNeverDrainedUsesTheFlagsGiven(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errw := drainkit(t, "plan", "-count", "40", "-state-dir", dir, "-grace", "8", "-estimate", "400ms", "-concurrency", "4")
+	assert.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "FITS")
+	assert.Contains(t, out, "-estimate (no "+filepath.Join(dir, learned.File)+" yet: the server writes it at its first shutdown)")
+
+	code, _, errw = drainkit(t, "plan", "-count", "40", "-state-dir", dir, "-concurrency", "4")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "no learned rates yet")
+	assert.Contains(t, errw, "give -grace and -estimate")
+	code, _, errw = drainkit(t, "plan", "-count", "40", "-state-dir", dir, "-grace", "8")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "give -estimate")
+	assert.NotContains(t, errw, "-grace and")
+}
