@@ -43,7 +43,8 @@ every sandbox preserved or gone, every phase and step ended in time without
 error, before SIGKILL); 1 when not: a sandbox lost, a teardown step that
 failed (such as a device daemon killed with a device live), or the drain
 ended after SIGKILL (the summary says what went wrong); 2 when FILE cannot be
-read.
+read or contradicts itself (counts that are not its sandboxes by outcome, an
+outcome no drain writes: a hand-edited or damaged file), the error naming it.
 
 Examples:
 
@@ -130,7 +131,75 @@ func parseReport(name string, data []byte) (*drain.Report, error) {
 	if rep.Budget.Start.IsZero() {
 		return nil, fmt.Errorf("%s: the report has no budget start (T0)", name)
 	}
+	if err := checkPreserve(rep.Preserve); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	return &rep, nil
+}
+
+// outcomes are the outcomes a drain writes, in the order the report
+// lists them.
+var outcomes = []pause.Outcome{pause.Preserved, pause.Failed, pause.TimedOut, pause.NotStarted, pause.Vanished}
+
+// checkPreserve refuses a preserve account that contradicts itself (a
+// hand-edited or damaged file): an outcome no drain writes, or counts
+// that are not its entries by outcome, as pause.Report.Counts is. The
+// summary reads both, the verdict's "N of M" one from each: rendered as
+// if whole, it said "4 of 0 sandboxes LOST" beside 56 preserved.
+func checkPreserve(pr *pause.Report) error {
+	if pr == nil {
+		return nil
+	}
+	tally := map[pause.Outcome]int{}
+	for _, e := range pr.Entries {
+		if !slices.Contains(outcomes, e.Outcome) {
+			names := make([]string, len(outcomes))
+			for i, o := range outcomes {
+				names[i] = string(o)
+			}
+			return fmt.Errorf("sandbox %s has the outcome %q, which no drain writes (%s)",
+				shownID(e.ID), printable(string(e.Outcome)), strings.Join(names, ", "))
+		}
+		tally[e.Outcome]++
+	}
+	same := true
+	for _, o := range outcomes {
+		same = same && pr.Counts[o] == tally[o]
+	}
+	for o, n := range pr.Counts {
+		same = same && (n == 0 || slices.Contains(outcomes, o))
+	}
+	if same {
+		return nil
+	}
+	counted := 0
+	for _, n := range pr.Counts {
+		counted += n
+	}
+	return fmt.Errorf("the preserve account's counts (%d sandboxes: %s) disagree with its %d entries (%s): the file was edited or damaged",
+		counted, byOutcome(pr.Counts), len(pr.Entries), byOutcome(tally))
+}
+
+// byOutcome lists the non-zero counts, "preserved 56, timed_out 4", or
+// "none"; counts of an outcome no drain writes come last, as written.
+func byOutcome(counts map[pause.Outcome]int) string {
+	var parts []string
+	for _, o := range outcomes {
+		if counts[o] != 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", o, counts[o]))
+		}
+	}
+	var other []string
+	for o, n := range counts {
+		if n != 0 && !slices.Contains(outcomes, o) {
+			other = append(other, fmt.Sprintf("%s %d", printable(string(o)), n))
+		}
+	}
+	slices.Sort(other)
+	if parts = append(parts, other...); len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // rel formats t as seconds from t0, or "-" for the zero time.

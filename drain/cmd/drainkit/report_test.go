@@ -339,6 +339,8 @@ func TestReportNamesASandboxListedWithoutAnID(t *testing.T) {
 		i := slices.IndexFunc(rep.Preserve.Entries, func(e pause.Entry) bool { return e.Outcome.Lost() })
 		require.GreaterOrEqual(t, i, 0)
 		rep.Preserve.Entries[i].ID = ""
+		rep.Preserve.Counts[rep.Preserve.Entries[i].Outcome]-- // the counts stay the entries' (checkPreserve)
+		rep.Preserve.Counts[pause.Failed]++
 		rep.Preserve.Entries[i].Outcome = pause.Failed
 		rep.Preserve.Entries[i].Error = "pause: listing 1, element 3: empty ID; not preserved"
 	})
@@ -401,4 +403,41 @@ func TestReportNamesWhatBeganTheDrain(t *testing.T) {
 	path = edited(t, "sandboxd-clean.json", func(rep *drain.Report) { rep.Cause = "the server stopped serving on its own" })
 	_, out, _ = drainkit(t, "report", path)
 	assert.Contains(t, out, "Began by     the server stopped serving on its own\n")
+}
+
+// Fault (an operator's review): a hand-edited or damaged Report whose
+// sandboxes disagree with its counts was rendered as if whole: the
+// entries dropped read "4 of 0 sandboxes LOST" beside a table of 56
+// preserved, and an outcome no drain writes ("exploded") was listed
+// under Lost (5) while the verdict said 4, exit 1 either way. The report
+// is now refused, exit 2, with what disagrees named.
+func TestReportThatContradictsItselfIsRefused(t *testing.T) {
+	orig, err := os.ReadFile("testdata/sandboxd-lost4.json")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		edit func(pr map[string]any)
+		want string
+	}{
+		{"entries dropped", func(pr map[string]any) { delete(pr, "entries") },
+			`the preserve account's counts (60 sandboxes: preserved 56, timed_out 4) disagree with its 0 entries (none)`},
+		{"unknown outcome", func(pr map[string]any) {
+			pr["entries"].([]any)[0].(map[string]any)["outcome"] = "exploded"
+		}, `sandbox sb-002af7a0ec95 has the outcome "exploded", which no drain writes (preserved, failed, timed_out, not_started, vanished)`},
+		{"count edited", func(pr map[string]any) { pr["counts"].(map[string]any)["preserved"] = 60 },
+			`the preserve account's counts (64 sandboxes: preserved 60, timed_out 4) disagree with its 60 entries (preserved 56, timed_out 4)`},
+	} {
+		var rep map[string]any
+		require.NoError(t, json.Unmarshal(orig, &rep))
+		tc.edit(rep["preserve"].(map[string]any))
+		data, err := json.Marshal(rep)
+		require.NoError(t, err)
+		f := filepath.Join(dir, "r.json")
+		require.NoError(t, os.WriteFile(f, data, 0o644))
+		code, out, errw := drainkit(t, "report", f)
+		assert.Equal(t, exitUsage, code, tc.name)
+		assert.Empty(t, out, tc.name)
+		assert.Contains(t, errw, f+": "+tc.want, tc.name)
+	}
 }
