@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,7 +27,8 @@ import (
 // container in state stopped", and was retried to the phase deadline, and the worker
 // exited 1 for a sandbox no drain could have saved. It is now in the Report as vanished,
 // its entry saying it had died before its checkpoint and why as far as runsc knows, with
-// a WARN line; it is listed no more, and the drain of the others is clean.
+// a WARN line, once (the node's, shared with sandboxd); it is listed no more, and the
+// drain of the others is clean.
 func TestSandboxKilledBeforeTheDrainIsDeadNotLost(t *testing.T) {
 	cfg := runscConfig(t)
 	var logs logbuf.Buffer
@@ -72,6 +74,9 @@ func TestSandboxKilledBeforeTheDrainIsDeadNotLost(t *testing.T) {
 			assert.Contains(t, e.Error, "exit status unavailable", "what runsc knows of why")
 		}
 	}
-	assert.Contains(t, logs.String(), "level=WARN msg=\"sandbox died before its checkpoint")
+	assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN msg=\"sandbox died before its checkpoint"), "said once: %s", &logs)
 	assert.Contains(t, logs.String(), dead.ID)
+	for _, sb := range w.node.List() {
+		assert.NotEqual(t, dead.ID, sb.ID, "the dead sandbox is listed no more: %+v", w.node.List())
+	}
 }

@@ -141,72 +141,6 @@ type Worker struct {
 	learned *learned.Start
 	steps   []drain.Step
 	est     *deadline.Estimator // the Preserver's: it starts from what was learned
-	// sandboxes lists the running sandboxes to checkpoint, less those found dead.
-	sandboxes *liveSandboxes
-}
-
-// liveSandboxes is the drain's pause.Lister: the node's running sandboxes (Node.Running)
-// less those whose checkpoint found them dead (sandbox.ErrDied: their sandbox process
-// killed, by the OOM killer as often as not, before the drain). Such a sandbox is logged
-// at WARN once, with why, and the Preserver reports it Vanished, not lost: no drain could
-// have saved it. The node still holds it as running; listed again, it would be checkpointed
-// again and again in every pass to the phase deadline, then signalled by escalate.
-type liveSandboxes struct {
-	w    *Worker
-	mu   sync.Mutex
-	dead map[string]bool
-}
-
-// List implements pause.Lister.
-func (l *liveSandboxes) List(ctx context.Context) ([]pause.Sandbox, error) {
-	sbs, err := l.w.node.Running(ctx)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]pause.Sandbox, 0, len(sbs))
-	for _, sb := range sbs {
-		if !l.dead[sb.ID()] {
-			out = append(out, watchedSandbox{Sandbox: sb, l: l})
-		}
-	}
-	return out, err
-}
-
-// died records that sandbox id was found dead, err saying why.
-func (l *liveSandboxes) died(id string, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.dead[id] {
-		return
-	}
-	if l.dead == nil {
-		l.dead = map[string]bool{}
-	}
-	l.dead[id] = true
-	l.w.logger.Warn("sandbox died before its checkpoint: not checkpointed, not lost by the drain", "id", id, "error", err)
-}
-
-// watchedSandbox is a node's sandbox whose Preserve tells liveSandboxes when it finds the
-// sandbox dead.
-type watchedSandbox struct {
-	pause.Sandbox
-	l *liveSandboxes
-}
-
-// Size is the node's sandbox's (pause.Sized), 0 when it has none.
-func (s watchedSandbox) Size() int64 {
-	if z, ok := s.Sandbox.(pause.Sized); ok {
-		return z.Size()
-	}
-	return 0
-}
-
-// Preserve checkpoints the sandbox (the node's Preserve).
-func (s watchedSandbox) Preserve(ctx context.Context) error {
-	err := s.Sandbox.Preserve(ctx)
-	if errors.Is(err, sandbox.ErrDied) {
-		s.l.died(s.ID(), err)
-	}
-	return err
 }
 
 // startingHook is a test's: it holds newWorker once its sandboxes are loaded, for a
@@ -222,7 +156,6 @@ const maxConcurrency = 32
 // newWorker loads the checkpointed sandboxes, builds the Drainer and listens.
 func newWorker(cfg config, logger *slog.Logger) (*Worker, error) {
 	w := &Worker{cfg: cfg, logger: logger, signals: startsig.Catch(logger, "the worker")}
-	w.sandboxes = &liveSandboxes{w: w}
 	if err := w.open(); err != nil {
 		w.close()
 		return nil, err
@@ -450,7 +383,7 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 		w.drainer, err = drain.New(drain.Config{
 			Budget:       budget,
 			Gate:         gate,
-			Sandboxes:    w.sandboxes,
+			Sandboxes:    pause.ListFunc(w.node.Running), // a sandbox found dead is forgotten, said at WARN, by the node
 			Pause:        pc,
 			Steps:        w.steps,
 			Logger:       w.logger,
@@ -640,7 +573,7 @@ func (w *Worker) stopGRPC() bool {
 // KillWait before the step's deadline, then SIGKILL; all in parallel. It reports an
 // error naming every sandbox that needed SIGKILL or whose end could not be seen.
 func (w *Worker) escalate(ctx context.Context) error {
-	left, _ := w.sandboxes.List(ctx)
+	left, _ := w.node.Running(ctx)
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
