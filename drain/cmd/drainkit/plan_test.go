@@ -420,3 +420,21 @@ func TestPlanOfANodeThatNeverDrainedUsesTheFlagsGiven(t *testing.T) {
 	assert.Contains(t, errw, "give -estimate")
 	assert.NotContains(t, errw, "-grace and")
 }
+
+// Fault (an operator's review, against a real sandboxd): the grace a
+// plan takes from the rates is the one of the server that wrote them, at
+// its last shutdown, and the header called it "the server's". Restarted
+// with -grace 5s after a drain at 8 s, a node with 40 sandboxes was
+// planned "grace 8s (the server's) ... FITS", exit 0; its drain lost 12.
+// The header now says whose grace it is and when it was written, and that
+// -grace must say a grace changed since; the verdict says it too.
+func TestPlanSaysTheGraceIsTheLastShutdowns(t *testing.T) {
+	code, out, errw := drainkit(t, "plan", "-count", "20", "-state-dir", "testdata/state")
+	require.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "grace 8s (the server's at its last shutdown, 2026-12-01T09:21:27Z: give -grace if it was changed since)")
+	assert.NotContains(t, out, "(the server's)\n")
+	assert.Contains(t, out, "every sandbox would be preserved, at the grace of the last shutdown")
+	_, out, _ = drainkit(t, "plan", "-count", "20", "-state-dir", "testdata/state", "-grace", "8")
+	assert.Contains(t, out, "grace 8s (-grace)")
+	assert.NotContains(t, out, "last shutdown")
+}
