@@ -24,6 +24,7 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/promexport"
+	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/internal/startsig"
 	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/internal/termmsg"
@@ -397,7 +398,8 @@ func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr, stopped e
 
 // Close releases what New started: the timeout timers, the listener, the device daemon
 // (killed if the ublk step did not stop it), in runsc mode the sandboxes that were not
-// preserved (they are lost either way; in a pod the container's SIGKILL takes them), the
+// preserved (they are lost either way; in a pod the container's SIGKILL takes them; one
+// whose delete fails is an ERROR line naming it), the
 // state directory's lock, which lets a sandboxd waiting for the directory in, and last the
 // signals New began to hold.
 func (s *Server) Close() {
@@ -432,7 +434,10 @@ func (s *Server) Close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for _, id := range left {
-			_ = r.Runtime.Delete(ctx, id, true)
+			// One that is not deleted may run on, past this process, with no one to list it.
+			if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
+				s.logger.Error("sandbox not preserved and not deleted: it may run on", "id", id, "error", err)
+			}
 		}
 	}
 }
