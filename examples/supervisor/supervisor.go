@@ -198,7 +198,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	// saved and exited: this one starts from the file as it is (the drain
 	// before, still this node's) and takes it over then.
 	s.learned = learned.Server{Dir: cfg.stateDir, Concurrency: cfg.concurrency, Ceiling: maxConcurrency,
-		Prior: defaultEstimate, Logger: s.log}.Start()
+		Prior: defaultEstimate, Budget: s.budget, Logger: s.log}.Start()
 	err = s.build(s.learned.Config())
 	if err != nil {
 		// What was learned is a prior, never a reason not to start: a learned estimate

@@ -172,7 +172,8 @@ func Read(path string) (*Rates, error) {
 	}
 	var r Rates
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w: not readable as learned rates (cut short by a crash or a full disk?): "+
+			"remove it, and the server's next shutdown writes it anew", path, err)
 	}
 	switch {
 	case r.Estimate < 0:
@@ -193,6 +194,12 @@ func Read(path string) (*Rates, error) {
 		return nil, fmt.Errorf("%s: max_limit is negative (0: a fixed limit)", path)
 	case r.Grace < 0 || r.Margin < 0:
 		return nil, fmt.Errorf("%s: grace_ns and margin_ns must not be negative", path)
+	case r.Written.IsZero() && r.Estimate == 0 && r.Limit == 0 && r.Grace == 0 && len(r.Steps) == 0:
+		// JSON of another kind (a drain's last-shutdown.json given for
+		// this one) decodes to empty rates, which would plan with the
+		// defaults and say nothing.
+		return nil, fmt.Errorf("%s: no rates in it (no written, estimate_ns, limit, grace_ns or steps): not a %s a server wrote "+
+			"(a drain's Report is read by drainkit report)", path, File)
 	}
 	for i, s := range r.Steps {
 		if s.Name == "" || s.Reserve < 0 {

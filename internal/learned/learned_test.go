@@ -59,16 +59,19 @@ func TestReadSaysWhatIsWrong(t *testing.T) {
 	_, err := learned.Read(filepath.Join(dir, "none.json"))
 	assert.ErrorIs(t, err, learned.ErrNone)
 	for body, says := range map[string]string{
-		`{`:                           "unexpected end of JSON",
-		`{"estimate_ns": -1}`:         "estimate_ns is negative",
-		`{"limit": -2}`:               "limit is negative",
-		`{"learned_limit": -2}`:       "learned_limit is negative",
-		`{"learned_estimate_ns": -2}`: "learned_estimate_ns is negative",
-		`{"max_limit": -32}`:          "max_limit is negative",
-		`{"grace_ns": -5}`:            "grace_ns and margin_ns",
-		`{"mean_ns": -3}`:             "mean_ns is negative",
-		`{"p90_ns": -4}`:              "p90_ns is negative",
-		`{"observations": -1}`:        "observations is negative",
+		`{`: "unexpected end of JSON input: not readable as learned rates (cut short by a crash or a full disk?): remove it",
+		// A Report given for the rates: it decoded to empty rates, and
+		// drainkit plan planned with the defaults, exit 0.
+		`{"start": "2026-12-01T09:09:07Z", "phases": [], "headroom_ns": 1}`: `no rates in it (no written, estimate_ns, limit, grace_ns or steps): not a learned-rates.json a server wrote`,
+		`{"estimate_ns": -1}`:                        "estimate_ns is negative",
+		`{"limit": -2}`:                              "limit is negative",
+		`{"learned_limit": -2}`:                      "learned_limit is negative",
+		`{"learned_estimate_ns": -2}`:                "learned_estimate_ns is negative",
+		`{"max_limit": -32}`:                         "max_limit is negative",
+		`{"grace_ns": -5}`:                           "grace_ns and margin_ns",
+		`{"mean_ns": -3}`:                            "mean_ns is negative",
+		`{"p90_ns": -4}`:                             "p90_ns is negative",
+		`{"observations": -1}`:                       "observations is negative",
 		`{"steps": [{"name": "", "reserve_ns": 1}]}`: "steps[0] needs a name",
 	} {
 		f := filepath.Join(dir, "r.json")
@@ -232,6 +235,36 @@ func TestSaveKeepsTheLastLearnedLevel(t *testing.T) {
 	none := learned.Server{}.Start()
 	none.Config()
 	none.Save(nil, budget, nil) // nowhere to write: nothing happens
+}
+
+// A server started with another grace than the last shutdown's records
+// its own at start, as it does its limit: drainkit plan read the file's
+// and said "grace 8s (the server's) ... FITS" of a server restarted with
+// 5 s, whose drain then lost 12 of 40 (an operator's review). What was
+// learned stays; a start with the file's grace leaves it alone.
+func TestStartRecordsTheServersGrace(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, learned.File)
+	file := learned.Rates{Written: time.Date(2026, 12, 1, 9, 21, 27, 0, time.UTC), Estimate: 400 * time.Millisecond, Observations: 40,
+		Limit: 4, Grace: 8 * time.Second, Margin: 1500 * time.Millisecond}
+	require.NoError(t, file.Write(path))
+	budget, err := deadline.New(60*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	start := learned.Server{Dir: dir, Concurrency: 4, Budget: budget}.Start()
+	got, err := learned.Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, 60*time.Second, got.Grace, "this server's grace")
+	assert.Equal(t, budget.Margin(), got.Margin)
+	assert.Equal(t, 400*time.Millisecond, got.Estimate, "what was learned stays")
+	assert.Equal(t, 40, got.Observations)
+	start.Close()
+
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	learned.Server{Dir: dir, Concurrency: 4, Budget: budget}.Start().Close()
+	again, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, info.ModTime(), again.ModTime(), "the same grace: not rewritten")
 }
 
 // A start that rewrites the file's limit (Server.Start) must leave the

@@ -54,6 +54,11 @@ type Server struct {
 	// server's configured one), where a cold start's Estimator starts.
 	// Zero means 1 s, pause's own.
 	Prior time.Duration
+	// Budget is the server's: its grace and margin are recorded in the
+	// file at Start when the file's are another's (the last shutdown's,
+	// from a server started with another grace since), so that drainkit
+	// plan reads this server's. Nil records none.
+	Budget *deadline.Budget
 	// Logger says what was loaded, set aside and saved; nil logs nothing.
 	Logger *slog.Logger
 }
@@ -74,9 +79,10 @@ func cmp0[T int | time.Duration](v, def T) T {
 // is a file that cannot be read or is not valid rates, logged: what was
 // learned never fails a server's start. A file whose limit is not this
 // server's (fixed at another Limit, or adaptive where this one is fixed,
-// or the other way round) is rewritten with this server's, keeping what
-// was learned, so that drainkit plan predicts this server's next drain; a
-// failure to rewrite it is logged.
+// or the other way round), or whose grace and margin are not its Budget's,
+// is rewritten with this server's, keeping what was learned, so that
+// drainkit plan predicts this server's next drain; a failure to rewrite it
+// is logged.
 //
 // The file is one server's at a time: Start takes the flock(2) of Dir's
 // LockFile without waiting, and holds it until Save or Close (the kernel
@@ -121,7 +127,7 @@ func (s Server) Start() *Start {
 			"observations", r.Observations, "learned_concurrency", r.LearnedLimit, "written", r.Written)
 	}
 	if held == nil {
-		st.recordLimit(path)
+		st.recordServer(path)
 		return st
 	}
 	st.stop, st.done = make(chan struct{}), make(chan struct{})
@@ -158,7 +164,7 @@ func (st *Start) takeOver(path string) {
 		}
 		st.log.Info("learned rates: the server before this one has exited; the state directory's file is this server's now",
 			"file", path, "written", st.lastWritten(), "learned_concurrency", st.lastLevel())
-		st.recordLimit(path)
+		st.recordServer(path)
 		return
 	}
 }
@@ -201,13 +207,14 @@ func (st *Start) Close() {
 	}
 }
 
-// recordLimit rewrites the file at path when its limit (fixed at Limit, or
-// adaptive up to MaxLimit) is not this server's, keeping what was learned:
+// recordServer rewrites the file at path when its limit (fixed at Limit, or
+// adaptive up to MaxLimit), or its grace and margin (its Budget's), is not
+// this server's, keeping what was learned:
 // drainkit plan predicts the next drain from the file, and the next drain
 // is this server's, not the one's that wrote the file (a build before
 // max_limit, a fixed -concurrency since changed). The level learned is
 // kept as Level reads it before the rewrite. A failure is logged.
-func (st *Start) recordLimit(path string) {
+func (st *Start) recordServer(path string) {
 	if st.last == nil {
 		return
 	}
@@ -217,7 +224,10 @@ func (st *Start) recordLimit(path string) {
 	} else {
 		r.MaxLimit = st.srv.ceiling()
 	}
-	if r.Limit == st.last.Limit && r.MaxLimit == st.last.MaxLimit {
+	if b := st.srv.Budget; b != nil {
+		r.Grace, r.Margin = b.Grace(), b.Margin()
+	}
+	if r.Limit == st.last.Limit && r.MaxLimit == st.last.MaxLimit && r.Grace == st.last.Grace && r.Margin == st.last.Margin {
 		return
 	}
 	// The level with its estimate, explicitly: Level reads a file from
@@ -229,8 +239,9 @@ func (st *Start) recordLimit(path string) {
 		st.log.Warn("learned rates: this server's limit not recorded", "file", path, "error", err)
 		return
 	}
-	st.log.Info("learned rates: this server's limit recorded for the next drain", "file", path,
-		"limit", r.Limit, "max_limit", r.MaxLimit, "was_limit", st.last.Limit, "was_max_limit", st.last.MaxLimit)
+	st.log.Info("learned rates: this server's limit and grace recorded for the next drain", "file", path,
+		"limit", r.Limit, "max_limit", r.MaxLimit, "was_limit", st.last.Limit, "was_max_limit", st.last.MaxLimit,
+		"grace", r.Grace, "was_grace", st.last.Grace)
 }
 
 // A Start is a server's start from what its last shutdown learned, until

@@ -160,6 +160,10 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		{[]string{"-sizes", bad, "-grace", "30"}, "want a JSON list of sizes in bytes"},
 		{[]string{"-sizes", neg, "-grace", "30"}, "element 1 is negative"},
 		{[]string{"-count", "3", "-state-dir", dir}, "no learned rates yet"},
+		// Fault (an operator's review): a Report given for the rates decoded
+		// to empty rates; plan said "written 0001-01-01", planned with the
+		// defaults and exited 0.
+		{[]string{"-count", "5", "-rates", "testdata/sandboxd-clean.json", "-grace", "30"}, "no rates in it (no written, estimate_ns, limit, grace_ns or steps): not a learned-rates.json a server wrote"},
 		{[]string{"-count", "3", "-grace", "1", "-margin", "2s"}, "Config.Margin (2s) must be smaller than the grace period 1s"},
 		// Fault (a review): zero listed the server under a deadline already
 		// past, and said only "context deadline exceeded".

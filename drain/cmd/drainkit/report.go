@@ -44,7 +44,9 @@ error, before SIGKILL); 1 when not: a sandbox lost, a teardown step that
 failed (such as a device daemon killed with a device live), or the drain
 ended after SIGKILL (the summary says what went wrong); 2 when FILE cannot be
 read or contradicts itself (counts that are not its sandboxes by outcome, an
-outcome no drain writes: a hand-edited or damaged file), the error naming it.
+outcome no drain writes: a hand-edited or damaged file), the error naming it,
+or -svg cannot be written after a drain that went as planned (after one that
+did not, 1 still: the summary is printed).
 
 Examples:
 
@@ -83,6 +85,11 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		writeSVG(&svg, rep)
 		if err := os.WriteFile(*svgOut, svg.Bytes(), 0o644); err != nil {
 			fmt.Fprintf(stderr, "drainkit report: -svg: %v\n", err)
+			// The summary is printed: a drain that went wrong still
+			// exits 1, which a script reads before an unwritten picture.
+			if rep.Err() != nil {
+				return exitNoFit
+			}
 			return exitUsage
 		}
 	}

@@ -133,6 +133,11 @@ func TestReportWritesSVG(t *testing.T) {
 	code, _, errw = drainkit(t, "report", "-svg", filepath.Join(t.TempDir(), "no", "dir.svg"), "testdata/sandboxd-clean.json")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errw, "-svg:")
+	// Fault (an operator's review): an SVG that could not be written made
+	// a drain that lost sandboxes exit 2, and a script lost the 1 it reads.
+	code, _, errw = drainkit(t, "report", "-svg", filepath.Join(t.TempDir(), "no", "dir.svg"), "testdata/sandboxd-lost4.json")
+	assert.Equal(t, exitNoFit, code, "the loss, not the picture")
+	assert.Contains(t, errw, "-svg:")
 }
 
 // hungPreserver's Run ignores its deadline until release is closed.
