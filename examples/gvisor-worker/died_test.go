@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
@@ -79,4 +82,13 @@ func TestSandboxKilledBeforeTheDrainIsDeadNotLost(t *testing.T) {
 	for _, sb := range w.node.List() {
 		assert.NotEqual(t, dead.ID, sb.ID, "the dead sandbox is listed no more: %+v", w.node.List())
 	}
+}
+
+// A Checkpoint that finds its sandbox dead is FailedPrecondition, as for any sandbox not
+// running: it was Internal, which tells a client to retry what cannot succeed.
+func TestCheckpointOfADeadSandboxIsFailedPrecondition(t *testing.T) {
+	_, err := reply(sandbox.Info{}, fmt.Errorf("pause sb-1: %w", sandbox.ErrDied))
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+	_, err = reply(sandbox.Info{}, errors.New("runsc checkpoint: exit status 1"))
+	assert.Equal(t, codes.Internal, status.Code(err), "a failure that may pass")
 }

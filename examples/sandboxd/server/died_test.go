@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"syscall"
 	"testing"
@@ -69,4 +71,12 @@ func TestRunscSandboxKilledBeforeTheDrainIsDeadNotLost(t *testing.T) {
 	assert.True(t, ph.End.Before(ph.Deadline), "the phase ended when the live sandbox was checkpointed, not at its deadline: %+v", ph)
 	assert.Contains(t, logs.String(), "level=WARN msg=\"sandbox died before its checkpoint")
 	assert.Contains(t, logs.String(), dead)
+}
+
+// A pause that finds its sandbox dead answers 409, as for any sandbox not running: it
+// answered 500, a server error that clients retry, and no retry can pause a dead sandbox.
+func TestPauseOfADeadSandboxIsAConflictNotAServerError(t *testing.T) {
+	err := fmt.Errorf("pause sb-1: %w", sandbox.ErrDied)
+	assert.Equal(t, http.StatusConflict, status(err))
+	assert.Equal(t, http.StatusInternalServerError, status(errors.New("runsc checkpoint: exit status 1")), "a failure that may pass")
 }

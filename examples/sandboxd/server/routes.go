@@ -97,6 +97,8 @@ func status(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, sandbox.ErrConflict):
 		return http.StatusConflict
+	case errors.Is(err, sandbox.ErrDied): // not running, and no retry will make it: a client's error to see, not a server's
+		return http.StatusConflict
 	default:
 		return http.StatusInternalServerError
 	}
