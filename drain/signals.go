@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/signame"
 )
 
 // HandleSignals wires the process's signals to the Drainer and returns the
@@ -126,7 +128,7 @@ const maxSignals = 16
 // received notes sig, received by ServeSignals, for the Report; first
 // says it began the shutdown.
 func (d *Drainer) received(sig os.Signal, first bool) {
-	name := signalName(sig)
+	name := signame.Name(sig)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if first && !d.started {
@@ -145,19 +147,4 @@ func (d *Drainer) began(cause string) {
 	if !d.started {
 		d.cause = cause
 	}
-}
-
-// signalName is sig as the kernel names it ("SIGTERM"), or its String.
-func signalName(sig os.Signal) string {
-	switch sig {
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGQUIT:
-		return "SIGQUIT"
-	}
-	return sig.String()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/hupquit"
+	"github.com/drainkit/drainkit/internal/signame"
 )
 
 // A Catcher holds the SIGTERM and SIGINT a process receives from Catch until Stop, and
@@ -60,10 +61,10 @@ func (c *Catcher) relay() {
 			switch {
 			case c.draining.Load(): // the Drainer's to log
 			case c.waits.Load() > 0:
-				c.log.Warn(name(sig)+" while "+c.name+" waits to start: the wait ends", "signal", name(sig))
+				c.log.Warn(signame.Name(sig)+" while "+c.name+" waits to start: the wait ends", "signal", signame.Name(sig))
 			default:
-				c.log.Warn(name(sig)+" while "+c.name+" starts: it drains as soon as it has started, "+
-					"the kubelet's SIGKILL counted from now", "signal", name(sig))
+				c.log.Warn(signame.Name(sig)+" while "+c.name+" starts: it drains as soon as it has started, "+
+					"the kubelet's SIGKILL counted from now", "signal", signame.Name(sig))
 			}
 			select {
 			case c.out <- sig:
@@ -92,7 +93,7 @@ func (c *Catcher) Context(parent context.Context) (context.Context, context.Canc
 	wg.Go(func() {
 		select {
 		case <-c.first:
-			cancel(errors.New(name(c.sig) + " received"))
+			cancel(errors.New(signame.Name(c.sig) + " received"))
 		case <-done:
 		}
 	})
@@ -117,7 +118,7 @@ func (c *Catcher) Drain(ctx context.Context, d *drain.Drainer) *drain.Report {
 	select {
 	case <-c.first:
 		d.Budget().OnSIGTERM(c.at) // the arrival, not now: SIGKILL comes by the kubelet's count
-		c.log.Info("draining after the "+name(c.sig)+" that came while "+c.name+" started",
+		c.log.Info("draining after the "+signame.Name(c.sig)+" that came while "+c.name+" started",
 			"arrived", c.at, "started_after", time.Since(c.at).Round(time.Millisecond))
 	default:
 	}

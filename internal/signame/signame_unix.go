@@ -1,6 +1,6 @@
 //go:build unix
 
-package startsig
+package signame
 
 import (
 	"os"
@@ -9,8 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// name is sig as a person writes it: "SIGTERM", not "terminated".
-func name(sig os.Signal) string {
+// Name is sig as a person writes it: "SIGTERM", not "terminated"; a
+// signal the platform does not name is its String.
+func Name(sig os.Signal) string {
 	if n, ok := sig.(syscall.Signal); ok {
 		if s := unix.SignalName(n); s != "" {
 			return s
