@@ -510,11 +510,7 @@ func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
 	if err == nil { // an empty file is not a Report: a Report that does not encode is an error
 		err = durable.WriteFile(reportPath, data, 0o600)
 	}
-	where := termmsg.ReportLine(reportPath, err)
-	extra := []string{where}
-	if stopped != nil { // why the exit status is 1 when the drain went well
-		extra = []string{"gvisor-worker: " + stopped.Error(), where}
-	}
+	extra := termmsg.ServerLines("gvisor-worker", stopped, reportPath, err)
 	path, explicit := termmsg.Path(w.cfg.TerminationLog)
 	if _, werr := termmsg.Write(path, explicit, termmsg.Summary(rep, extra...)); werr != nil {
 		w.logger.Warn("termination message not written", "error", werr)

@@ -798,11 +798,8 @@ func (s *supervisor) writeTerminationMessage(rep *Report, reportErr error) {
 	if rep.Note != "" {
 		extra = append(extra, "note: "+rep.Note)
 	}
-	switch {
-	case reportErr != nil:
-		extra = append(extra, "the full report could not be written: "+reportErr.Error())
-	case s.cfg.report != "":
-		extra = append(extra, "full report: "+s.cfg.report)
+	if reportErr != nil || s.cfg.report != "" {
+		extra = append(extra, termmsg.ReportLine(s.cfg.report, reportErr))
 	}
 	path, explicit := termmsg.Path(s.cfg.termLog)
 	wrote, err := termmsg.Write(path, explicit, summary(rep, s.exitedBefore.Load(), extra))

@@ -178,6 +178,18 @@ func ReportLine(path string, err error) string {
 	return "full report: " + path
 }
 
+// ServerLines are the lines a server adds to its message (Summary's extra): first, when
+// its serving stopped on its own (stopped), why its exit status is 1 although the drain
+// may have gone well, named after server and on one line ("sandboxd: serving the API
+// stopped: ..."); then ReportLine.
+func ServerLines(server string, stopped error, reportPath string, reportErr error) []string {
+	where := ReportLine(reportPath, reportErr)
+	if stopped == nil {
+		return []string{where}
+	}
+	return []string{server + ": " + strings.ReplaceAll(stopped.Error(), "\n", "; "), where}
+}
+
 // Path resolves where the message goes: the flag's value if given, else
 // EnvPath's, else DefaultPath. explicit says whether a flag or the
 // environment chose it.

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -381,11 +380,7 @@ func (s *Server) serve(what string, srv *http.Server, ln net.Listener, then stri
 // the pod's last state says what happened (at most 4 KiB; the full Report is in the state
 // directory). A failure is logged: it must not change the exit.
 func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr, stopped error) {
-	where := termmsg.ReportLine(filepath.Join(s.cfg.StateDir, ReportFile), reportErr)
-	extra := []string{where}
-	if stopped != nil { // why the exit status is 1 when the drain went well
-		extra = append([]string{"sandboxd: " + strings.ReplaceAll(stopped.Error(), "\n", "; ")}, extra...)
-	}
+	extra := termmsg.ServerLines("sandboxd", stopped, filepath.Join(s.cfg.StateDir, ReportFile), reportErr)
 	path, explicit := termmsg.Path(s.cfg.TerminationLog)
 	wrote, err := termmsg.Write(path, explicit, termmsg.Summary(rep, extra...))
 	switch {
