@@ -356,7 +356,6 @@ func anchor(a string) string {
 	return a
 }
 
-// verdict is the one line an operator reads first.
 // laterSignals names the signals after the first (the one that began the
 // drain), with when each came and what it did.
 func laterSignals(sigs []drain.ReceivedSignal, t0 time.Time) string {
@@ -378,6 +377,7 @@ func laterSignals(sigs []drain.ReceivedSignal, t0 time.Time) string {
 	return b.String()
 }
 
+// verdict is the one line an operator reads first.
 func verdict(rep *drain.Report) string {
 	var parts []string
 	if why := noAccount(rep); why != "" {
