@@ -278,12 +278,9 @@ func (n *Node) died(ctx context.Context, e *entry, err error) error {
 			"id", id, "error", err, "destroy_error", derr)
 		return fmt.Errorf("pause %s: %w; and removing what it left failed (still listed %s, for a delete): %w", id, err, Died, derr)
 	}
-	n.forget(id)
 	n.logger.Warn("sandbox died before its checkpoint: what it left is removed, and it is listed no more",
 		"id", id, "error", err)
-	if rerr := n.st.Delete(id); rerr != nil {
-		n.logger.Error("dead sandbox keeps its record: the next server will list it paused, with no image to resume",
-			"id", id, "error", rerr)
+	if rerr := n.drop(id, "dead"); rerr != nil {
 		return fmt.Errorf("pause %s: %w; removed, but its record stays: %w", id, err, rerr)
 	}
 	return fmt.Errorf("pause %s: %w", id, err)
@@ -351,11 +348,22 @@ func (n *Node) Delete(ctx context.Context, id string) error {
 		n.settleAs(e, prev) // running or dead, its timeout, armed again, retries the delete
 		return fmt.Errorf("delete %s: %w (still listed %s, for a retry)", id, err, prev)
 	}
+	if err := n.drop(id, "deleted"); err != nil {
+		return fmt.Errorf("delete %s: destroyed, but its record stays: %w", id, err)
+	}
+	return nil
+}
+
+// drop forgets sandbox id, whose runtime remains are gone (Destroy), and removes its
+// record, as Delete and died do. A record that stays is said at ERROR, the sandbox named
+// as what (deleted, dead), and returned: the next server would list the sandbox paused,
+// with no image to resume.
+func (n *Node) drop(id, what string) error {
 	n.forget(id)
 	if err := n.st.Delete(id); err != nil {
-		n.logger.Error("deleted sandbox keeps its record: the next server will list it paused, with no image to resume",
+		n.logger.Error(what+" sandbox keeps its record: the next server will list it paused, with no image to resume",
 			"id", id, "error", err)
-		return fmt.Errorf("delete %s: destroyed, but its record stays: %w", id, err)
+		return err
 	}
 	return nil
 }
