@@ -58,15 +58,21 @@ func TestRealKubeletWithAPIServer(t *testing.T) {
 //     SIGTERM's read of the pod lands after the preserve phase began, and
 //     the phase follows it (row 235): exit before the deletion + 8 s, the
 //     device daemon stopped, what did not fit reported.
+//
+// The five run at once, each its own pod, as a drain deletes a node's pods
+// together: one after another they took 84 s of the 20-minute CI, together
+// about 20 s.
 func shorterDeletion(t *testing.T, api *apiPods) {
 
 	t.Run("probe, no hook: the kubelet keeps the first grace", func(t *testing.T) {
+		t.Parallel()
 		d1, d2, hooks, term, died := api.probe(t, "probe-nohook", 12, 2*time.Second, nil, api.deleteAgain("probe-nohook", 4))
 		t.Logf("from the first deletion: second +%v, SIGTERM +%v, dead +%v; hooks %v", d2.Sub(d1), term.Sub(d1), died.Sub(d1), hooks)
 		assert.Empty(t, hooks)
 		assert.InDelta(t, 12, died.Sub(d1).Seconds(), 1, "dead at the first deletion's grace")
 	})
 	t.Run("probe, httpGet hook that hangs: one call, the first grace", func(t *testing.T) {
+		t.Parallel()
 		d1, d2, hooks, term, died := api.probe(t, "probe-hang", 12, 2*time.Second, func(port int) *corev1.LifecycleHandler {
 			return HTTPGetHook(port, "/hook")
 		}, api.deleteAgain("probe-hang", 4))
@@ -76,6 +82,7 @@ func shorterDeletion(t *testing.T, api *apiPods) {
 		assert.InDelta(t, 14, died.Sub(d1).Seconds(), 1, "dead 2 s later")
 	})
 	t.Run("sandboxd, exec hook: the budget keeps the first deletion's grace", func(t *testing.T) {
+		t.Parallel()
 		r := api.sandboxd(t, "sandboxd-exec2", true, 16, 20, 20, 4*time.Second, api.deleteAgain("sandboxd-exec2", 8))
 		assert.Equal(t, 16, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
 		assert.True(t, r.rep.Budget.Restart.IsZero(), "no new run")
@@ -84,12 +91,14 @@ func shorterDeletion(t *testing.T, api *apiPods) {
 		assert.Contains(t, r.log, "a second deletion shortened the pod's grace")
 	})
 	t.Run("sandboxd, no hook, deleted with less than the spec's grace", func(t *testing.T) {
+		t.Parallel()
 		r := api.sandboxd(t, "sandboxd-short", false, 16, 20, 8, 0, nil)
 		assert.True(t, r.died.Before(r.d1.Add(8*time.Second)), "exit before the kubelet's SIGKILL, the deletion + 8 s: +%v", r.died.Sub(r.d1))
 		assert.WithinRange(t, r.rep.Budget.Kill, r.d1.Add(7*time.Second), r.d1.Add(8*time.Second), "the deletion's SIGKILL")
 		assert.Positive(t, r.rep.Preserve.Counts[pause.Preserved])
 	})
 	t.Run("sandboxd, no hook: the budget keeps the first deletion's grace", func(t *testing.T) {
+		t.Parallel()
 		r := api.sandboxd(t, "sandboxd-nohook2", false, 16, 20, 20, 4*time.Second, api.deleteAgain("sandboxd-nohook2", 8))
 		assert.Equal(t, 16, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
 		assert.True(t, r.died.Before(r.d1.Add(20*time.Second)), "exit before the kubelet's SIGKILL: +%v", r.died.Sub(r.d1))

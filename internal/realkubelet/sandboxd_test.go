@@ -85,55 +85,65 @@ func TestRealKubeletSandboxd(t *testing.T) {
 	kubelet := Require(t)
 	node := StartConfig(t, kubelet, WithNodeShutdown(sandboxdNodeShutdownSlice), BuildImage(t, allBinaries...))
 
-	// 0 ... preStop GET /drain: waits while sandboxes run, until the drain
-	//       deadline (T0 + 10 s - 1.5 s margin - the reserves) ... SIGTERM:
-	//       8 pauses, 4 at a time, 0.6 s ... daemon stopped ... exit 0,
-	//       seconds before SIGKILL (T0 + 10 s)
-	t.Run("ample grace, httpGet hook", func(t *testing.T) {
-		rep := runSandboxd(t, node, "sandboxd-ample", sandboxdCase{grace: 10, sandboxes: 8, pause: 300 * time.Millisecond, concurrency: 4})
-		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved])
-		assert.Zero(t, rep.Lost())
-		assert.Equal(t, "deadline", rep.PreStop.Reason, "the preStop wait ended at the drain deadline")
-	})
-	// The same through the exec hook: the kubelet runs /drainhook in the
-	// container, which calls /drain until the wait is over.
-	t.Run("ample grace, exec hook drainhook", func(t *testing.T) {
-		rep := runSandboxd(t, node, "sandboxd-exec", sandboxdCase{grace: 10, sandboxes: 8, pause: 300 * time.Millisecond, concurrency: 4, exec: true})
-		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved])
-		assert.Zero(t, rep.Lost())
-		require.NotNil(t, rep.PreStop)
-	})
-	// 12 pauses of 1 s, 2 at a time, need 6 s; the grace is 4 s. The
-	// preStop returns at once (the drain deadline, T0 + 4 s - 1.5 s margin
-	// - the reserves, has passed), the pauses started before the preserve
-	// deadline finish, the rest are never started, the daemon still gets
-	// its turn, and sandboxd exits before SIGKILL with every sandbox in its
-	// Report.
-	// sandboxd believes 10 s; the kubelet uses 3 s, as it does when it
-	// shortens the grace itself (graceful node shutdown's slice,
-	// node-pressure eviction: no deletionTimestamp) or after a second
-	// delete. The preStop call is still open when the kubelet gives up on
-	// it at T0+3 s and sends SIGTERM: sandboxd takes that to mean SIGKILL
-	// in 2 s (deadline.Budget.OnHookAbandoned), not T0+10 s, preserves what
-	// fits, stops its daemon and exits before SIGKILL at T0+5 s.
-	t.Run("kubelet's grace shorter than sandboxd's: the hook is abandoned", func(t *testing.T) {
-		rep := runSandboxd(t, node, "sandboxd-abandoned", sandboxdCase{grace: 3, serverGrace: 10, sandboxes: 4, pause: 100 * time.Millisecond, concurrency: 4})
-		assert.InDelta(t, 2.0, rep.Budget.Kill.Sub(rep.Budget.SIGTERM).Seconds(), 0.01, "the budget expects SIGKILL 2 s after SIGTERM")
-		// The kubelet gave up on the hook at its 3 s, before sandboxd's own wait (to
-		// its drain deadline, about 7 s by its 10 s) was over. Not before: sandboxd's
-		// T0 is the hook's arrival, at most a moment after the kubelet's. How much later
-		// SIGTERM came is the kubelet's CRI calls, which load delays (260 ms once).
-		sigterm := rep.Budget.SIGTERM.Sub(rep.Budget.Start)
-		assert.GreaterOrEqual(t, sigterm.Seconds(), 2.8, "not before the kubelet's 3 s")
-		require.NotNil(t, rep.Phase(drain.PhaseDrain))
-		assert.True(t, rep.Budget.SIGTERM.Before(rep.Phase(drain.PhaseDrain).Deadline), "SIGTERM at %v cut the hook's wait, due to end at %v",
-			sigterm, rep.Phase(drain.PhaseDrain).Deadline.Sub(rep.Budget.Start))
-		assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
-	})
-	t.Run("grace too short for the work", func(t *testing.T) {
-		rep := runSandboxd(t, node, "sandboxd-short", sandboxdCase{grace: 4, sandboxes: 12, pause: time.Second, concurrency: 2, squeezed: true})
-		assert.Positive(t, rep.Preserve.Counts[pause.Preserved], "the pauses started in time finished")
-		assert.Positive(t, rep.Preserve.Counts[pause.NotStarted], "the work did not fit")
+	// The four deletions run at once, each its own static pod, as a drain
+	// deletes a node's pods together (one after another they took 40 s of
+	// the 20-minute CI); the node shutdowns below, which end every pod on the
+	// node, after them.
+	t.Run("deletions", func(t *testing.T) {
+		// 0 ... preStop GET /drain: waits while sandboxes run, until the drain
+		//       deadline (T0 + 10 s - 1.5 s margin - the reserves) ... SIGTERM:
+		//       8 pauses, 4 at a time, 0.6 s ... daemon stopped ... exit 0,
+		//       seconds before SIGKILL (T0 + 10 s)
+		t.Run("ample grace, httpGet hook", func(t *testing.T) {
+			t.Parallel()
+			rep := runSandboxd(t, node, "sandboxd-ample", sandboxdCase{grace: 10, sandboxes: 8, pause: 300 * time.Millisecond, concurrency: 4})
+			assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved])
+			assert.Zero(t, rep.Lost())
+			assert.Equal(t, "deadline", rep.PreStop.Reason, "the preStop wait ended at the drain deadline")
+		})
+		// The same through the exec hook: the kubelet runs /drainhook in the
+		// container, which calls /drain until the wait is over.
+		t.Run("ample grace, exec hook drainhook", func(t *testing.T) {
+			t.Parallel()
+			rep := runSandboxd(t, node, "sandboxd-exec", sandboxdCase{grace: 10, sandboxes: 8, pause: 300 * time.Millisecond, concurrency: 4, exec: true})
+			assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved])
+			assert.Zero(t, rep.Lost())
+			require.NotNil(t, rep.PreStop)
+		})
+		// 12 pauses of 1 s, 2 at a time, need 6 s; the grace is 4 s. The
+		// preStop returns at once (the drain deadline, T0 + 4 s - 1.5 s margin
+		// - the reserves, has passed), the pauses started before the preserve
+		// deadline finish, the rest are never started, the daemon still gets
+		// its turn, and sandboxd exits before SIGKILL with every sandbox in its
+		// Report.
+		// sandboxd believes 10 s; the kubelet uses 3 s, as it does when it
+		// shortens the grace itself (graceful node shutdown's slice,
+		// node-pressure eviction: no deletionTimestamp) or after a second
+		// delete. The preStop call is still open when the kubelet gives up on
+		// it at T0+3 s and sends SIGTERM: sandboxd takes that to mean SIGKILL
+		// in 2 s (deadline.Budget.OnHookAbandoned), not T0+10 s, preserves what
+		// fits, stops its daemon and exits before SIGKILL at T0+5 s.
+		t.Run("kubelet's grace shorter than sandboxd's: the hook is abandoned", func(t *testing.T) {
+			t.Parallel()
+			rep := runSandboxd(t, node, "sandboxd-abandoned", sandboxdCase{grace: 3, serverGrace: 10, sandboxes: 4, pause: 100 * time.Millisecond, concurrency: 4})
+			assert.InDelta(t, 2.0, rep.Budget.Kill.Sub(rep.Budget.SIGTERM).Seconds(), 0.01, "the budget expects SIGKILL 2 s after SIGTERM")
+			// The kubelet gave up on the hook at its 3 s, before sandboxd's own wait (to
+			// its drain deadline, about 7 s by its 10 s) was over. Not before: sandboxd's
+			// T0 is the hook's arrival, at most a moment after the kubelet's. How much later
+			// SIGTERM came is the kubelet's CRI calls, which load delays (260 ms once).
+			sigterm := rep.Budget.SIGTERM.Sub(rep.Budget.Start)
+			assert.GreaterOrEqual(t, sigterm.Seconds(), 2.8, "not before the kubelet's 3 s")
+			require.NotNil(t, rep.Phase(drain.PhaseDrain))
+			assert.True(t, rep.Budget.SIGTERM.Before(rep.Phase(drain.PhaseDrain).Deadline), "SIGTERM at %v cut the hook's wait, due to end at %v",
+				sigterm, rep.Phase(drain.PhaseDrain).Deadline.Sub(rep.Budget.Start))
+			assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
+		})
+		t.Run("grace too short for the work", func(t *testing.T) {
+			t.Parallel()
+			rep := runSandboxd(t, node, "sandboxd-short", sandboxdCase{grace: 4, sandboxes: 12, pause: time.Second, concurrency: 2, squeezed: true})
+			assert.Positive(t, rep.Preserve.Counts[pause.Preserved], "the pauses started in time finished")
+			assert.Positive(t, rep.Preserve.Counts[pause.NotStarted], "the work did not fit")
+		})
 	})
 	// 0 ... preStop GET /drain, waiting by 15 s ... T0 + 4 s: the kubelet
 	//       abandons the call, SIGTERM; 2 s left ... exit
