@@ -273,6 +273,17 @@ func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *No
 		lock.Close()
 		t.Fatal(err)
 	}
+	// The Node's files live on a tmpfs of its own: containerd's snapshots,
+	// the logs, and the pods' state (sandboxd's records and images, each
+	// written with fsync). On the disk, builds beside the suite (CI's
+	// kube-apiserver and shim builds, its checks: CPU at the lowest priority,
+	// but not the disk) held those fsyncs tens of milliseconds, and scenarios
+	// whose preserve phase is the reserve the Preserver planned (16 pauses
+	// of 1 s, two at a time, in 8.27 s) lost their last round to it.
+	// removeLeftovers unmounts it with everything else under dir.
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755"); err != nil {
+		t.Logf("realkubelet: no tmpfs for the Node's files (%v): they stay on the disk at %s", err, dir)
+	}
 	n := &Node{Dir: dir, manifests: filepath.Join(dir, "manifests"), sock: filepath.Join(dir, "containerd.sock"), lock: lock, runsc: cfg.RunscShim != "",
 		before: map[string]bool{}}
 	for _, d := range machineDirs {
