@@ -21,7 +21,8 @@ import (
 // EnvPodName is set), Pod from EnvPodName and EnvPodUID (nil, logged,
 // outside a cluster or without a service account), KubeletGrace from
 // EnvKubeletGrace, Pause's Estimator and SandboxTimeout from
-// EnvPreserveEstimate and EnvSandboxTimeout, and Logger to
+// EnvPreserveEstimate and EnvSandboxTimeout, the Budget's margin from
+// EnvMargin, and Logger to
 // slog.Default(). The caller sets the rest (Sandboxes, Gate, Steps) and
 // calls New:
 //
@@ -53,8 +54,17 @@ func ConfigFromEnv() (Config, error) {
 		return Config{}, err
 	}
 	checkSandboxTimeout(pc, log)
-	budget, err := deadline.New(grace, deadline.Config{Logger: log})
+	var margin time.Duration
+	if os.Getenv(EnvMargin) != "" {
+		if margin, err = durationEnv(EnvMargin); err != nil {
+			return Config{}, err
+		}
+	}
+	budget, err := deadline.New(grace, deadline.Config{Logger: log, Margin: margin})
 	if err != nil {
+		if margin != 0 {
+			return Config{}, fmt.Errorf("drain: %s=%q with %s=%q: %w", EnvMargin, os.Getenv(EnvMargin), EnvGrace, grace, err)
+		}
 		return Config{}, fmt.Errorf("drain: %s: %w", EnvGrace, err)
 	}
 	return Config{Budget: budget, Logger: log, Pod: pod, KubeletGrace: kubelet, Pause: pc}, nil

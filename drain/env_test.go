@@ -33,6 +33,19 @@ func TestConfigFromEnvReadsWhatNewServerReads(t *testing.T) {
 			assert.Contains(t, err.Error(), name+"=")
 		})
 	}
+	t.Run("margin", func(t *testing.T) {
+		assert.Equal(t, 5*time.Second, cfg.Budget.Margin(), "unset: a tenth of 90 s, at most 5 s")
+		t.Setenv(EnvMargin, "12s")
+		cfg, err := ConfigFromEnv()
+		require.NoError(t, err)
+		assert.Equal(t, 12*time.Second, cfg.Budget.Margin())
+		t.Setenv(EnvMargin, "90")
+		_, err = ConfigFromEnv()
+		assert.ErrorContains(t, err, EnvMargin+`="90" with `+EnvGrace+`="1m30s"`, "not shorter than the grace")
+		t.Setenv(EnvMargin, "late")
+		_, err = ConfigFromEnv()
+		assert.ErrorContains(t, err, EnvMargin+`="late"`)
+	})
 	t.Run("unset grace", func(t *testing.T) {
 		t.Setenv(EnvGrace, "")
 		_, err := ConfigFromEnv()

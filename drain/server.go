@@ -76,6 +76,13 @@ const (
 	// Below EnvPreserveEstimate NewServer (ConfigFromEnv) warns, naming both: a preserve
 	// that takes the estimate would be given up before it ends.
 	EnvSandboxTimeout = "DRAINKIT_SANDBOX_TIMEOUT"
+	// EnvMargin is the budget's margin (deadline.Config.Margin), as whole
+	// seconds or a Go duration: how long before the expected SIGKILL the
+	// drain's work must be over, for the process's own exit (flushing
+	// logs, closing files) and a SIGKILL that comes early. Unset: a tenth
+	// of the grace, at least 1.5 s and at most 5 s. It must be shorter
+	// than the grace.
+	EnvMargin = "DRAINKIT_MARGIN"
 )
 
 // defaultHookListen is where a Server serves the preStop hook when
