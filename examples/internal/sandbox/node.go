@@ -288,10 +288,25 @@ func (n *Node) died(ctx context.Context, e *entry, err error) error {
 
 // undoResume pauses again sandbox e, resumed but whose record could not be removed
 // (derr), and writes its record anew (Resume says why), and returns Resume's error.
+// A pause that finds the sandbox dead (ErrDied) removes it as Pause does (died); one that
+// stops it in an image that is not durable (ErrNotDurable) leaves it listed paused, as
+// Pause does: neither is listed running, which the runtime did not leave it.
 func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
 	id := e.ID
 	ctx = context.WithoutCancel(ctx) // as the resume it undoes: the client may be gone
 	image, perr := n.rt.Pause(ctx, id)
+	switch {
+	case errors.Is(perr, ErrDied): // it died since its resume: only its remains to remove
+		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again found it dead: %w", id, derr, n.died(ctx, e, perr))
+	case errors.Is(perr, ErrNotDurable): // stopped in that image, its old record still there
+		n.mu.Lock()
+		e.State, e.image = Paused, n.rt.Image(id)
+		n.settle()
+		n.mu.Unlock()
+		n.logger.Error("resumed sandbox stopped again in an image that is not durable, its stale record still there: listed paused; lost at exit unless resumed",
+			"id", id, "record_error", derr, "pause_error", perr)
+		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again left it stopped in an image that is not durable (listed paused): %w", id, derr, perr)
+	}
 	if perr != nil { // the runtime left it running, its old record still there
 		n.setRunning(e)
 		n.logger.Error("resumed sandbox keeps a stale record: the next server would bring it back paused from its image of before the resume",

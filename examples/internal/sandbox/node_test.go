@@ -521,14 +521,19 @@ func TestResumeWhoseRecordCannotBeRemovedIsUndone(t *testing.T) {
 	assert.Equal(t, Running, r.State)
 }
 
-// repauseFails is a Fake whose Pause fails once Fail is set: the undo of a resume.
+// repauseFails is a Fake whose Pause fails once Fail is set: the undo of a resume. Err is
+// the error, "checkpoint failed (injected)" when nil.
 type repauseFails struct {
 	*Fake
 	Fail bool
+	Err  error
 }
 
 func (f *repauseFails) Pause(ctx context.Context, id string) (string, error) {
 	if f.Fail {
+		if f.Err != nil {
+			return "", f.Err
+		}
 		return "", errors.New("checkpoint failed (injected)")
 	}
 	return f.Fake.Pause(ctx, id)
@@ -571,6 +576,33 @@ func TestResumeWhoseUndoFailsSaysSoLoudly(t *testing.T) {
 		assert.ErrorContains(t, err, "stale record")
 		assert.Equal(t, Running, n.List()[0].State, "the runtime left it running")
 		assert.Contains(t, logs.String(), `level=ERROR msg="resumed sandbox keeps a stale record`)
+	})
+	// The sandbox died between its resume and the undo's pause (ErrDied): it was listed
+	// running, its timeout armed for a dead sandbox, and the error said "it runs".
+	t.Run("the sandbox died after its resume", func(t *testing.T) {
+		n, rt, logs, id := setup(t)
+		n.st, rt.Fail = undeletable{n.st}, true
+		rt.Err = fmt.Errorf("%w: %w: its workload exited (injected)", ErrDied, pause.ErrGone)
+		_, err := n.Resume(t.Context(), id)
+		require.Error(t, err)
+		assert.ErrorContains(t, err, "remove failed (injected)")
+		assert.ErrorIs(t, err, ErrDied)
+		assert.NotContains(t, err.Error(), "it runs")
+		assert.Empty(t, n.List(), "a dead sandbox is listed no more")
+		assert.Contains(t, logs.String(), `level=WARN msg="sandbox died before its checkpoint`)
+	})
+	// Paused again in an image that is not durable (ErrNotDurable): it is stopped, not
+	// running as the node said.
+	t.Run("the undo's image is not durable", func(t *testing.T) {
+		n, rt, logs, id := setup(t)
+		n.st, rt.Fail = undeletable{n.st}, true
+		rt.Err = fmt.Errorf("%w: fsync failed (injected)", ErrNotDurable)
+		_, err := n.Resume(t.Context(), id)
+		require.Error(t, err)
+		assert.ErrorContains(t, err, "remove failed (injected)")
+		assert.ErrorIs(t, err, ErrNotDurable)
+		assert.Equal(t, Paused, n.List()[0].State, "stopped in its image, not running")
+		assert.Contains(t, logs.String(), "level=ERROR")
 	})
 	t.Run("its record cannot be rewritten", func(t *testing.T) {
 		n, _, logs, id := setup(t)
