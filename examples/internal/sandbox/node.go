@@ -187,10 +187,7 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 	case errors.Is(err, ErrDied):
 		return Info{}, n.died(ctx, e, err)
 	case errors.Is(err, ErrNotDurable):
-		n.mu.Lock()
-		e.State, e.image = Paused, n.rt.Image(id)
-		n.settle()
-		n.mu.Unlock()
+		n.setPaused(e, n.rt.Image(id))
 		n.logger.Error("sandbox stopped in an image that is not durable: listed paused, unrecorded; lost at exit unless resumed",
 			"id", id, "error", err)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
@@ -203,10 +200,7 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 		// node said otherwise: undo the pause, so that it runs as the node says and a
 		// retry pauses it again. An undo that fails leaves it paused and unrecorded.
 		if uerr := n.rt.Resume(context.WithoutCancel(ctx), id, image); uerr != nil {
-			n.mu.Lock()
-			e.State, e.image = Paused, image
-			n.settle()
-			n.mu.Unlock()
+			n.setPaused(e, image)
 			n.logger.Error("sandbox paused but neither recorded nor resumed: lost at exit",
 				"id", id, "record_error", err, "resume_error", uerr)
 			return Info{}, fmt.Errorf("pause %s: %w: %w (and resuming it failed: %w)", id, ErrUnrecorded, err, uerr)
@@ -214,11 +208,7 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 		n.setRunning(e)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	e.State, e.image = Paused, n.rt.Image(id)
-	n.settle()
-	return e.Info, nil
+	return n.setPaused(e, n.rt.Image(id)), nil
 }
 
 // Resume starts a paused sandbox again and removes its record. Its context keeps a
@@ -251,10 +241,7 @@ func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 		return Info{}, err
 	}
 	if err := n.rt.Resume(context.WithoutCancel(ctx), id, e.image); err != nil {
-		n.mu.Lock()
-		e.State = Paused
-		n.settle()
-		n.mu.Unlock()
+		n.setPaused(e, e.image) // its image, as before the resume
 		return Info{}, fmt.Errorf("resume %s: %w", id, err)
 	}
 	if err := n.st.Delete(id); err != nil {
@@ -299,10 +286,7 @@ func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
 	case errors.Is(perr, ErrDied): // it died since its resume: only its remains to remove
 		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again found it dead: %w", id, derr, n.died(ctx, e, perr))
 	case errors.Is(perr, ErrNotDurable): // stopped in that image, its old record still there
-		n.mu.Lock()
-		e.State, e.image = Paused, n.rt.Image(id)
-		n.settle()
-		n.mu.Unlock()
+		n.setPaused(e, n.rt.Image(id))
 		n.logger.Error("resumed sandbox stopped again in an image that is not durable, its stale record still there: listed paused; lost at exit unless resumed",
 			"id", id, "record_error", derr, "pause_error", perr)
 		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again left it stopped in an image that is not durable (listed paused): %w", id, derr, perr)
@@ -314,10 +298,7 @@ func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
 		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again failed: %w: it runs, with a stale record that a restart would bring back", id, derr, perr)
 	}
 	werr := n.record(e, image)
-	n.mu.Lock()
-	e.State, e.image = Paused, n.rt.Image(id)
-	n.settle()
-	n.mu.Unlock()
+	n.setPaused(e, n.rt.Image(id))
 	if werr != nil {
 		n.logger.Error("sandbox paused again after its resume, but its record was not rewritten: a restart may not bring it back",
 			"id", id, "record_error", derr, "rewrite_error", werr)
@@ -492,6 +473,16 @@ func (n *Node) transition(id, from, to string) (*entry, error) {
 
 // setRunning marks e running and arms its timeout.
 func (n *Node) setRunning(e *entry) Info { return n.settleAs(e, Running) }
+
+// setPaused marks e paused into image, out of its transition; a paused sandbox has no
+// timeout.
+func (n *Node) setPaused(e *entry, image string) Info {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e.State, e.image = Paused, image
+	n.settle()
+	return e.Info
+}
 
 // settleAs puts e in state, out of its transition, and arms its timeout when the state
 // has one: running, or dead (Died), whose timeout retries the removal.
