@@ -54,11 +54,9 @@ func ConfigFromEnv() (Config, error) {
 		return Config{}, err
 	}
 	checkSandboxTimeout(pc, log)
-	var margin time.Duration
-	if os.Getenv(EnvMargin) != "" {
-		if margin, err = durationEnv(EnvMargin); err != nil {
-			return Config{}, err
-		}
+	margin, err := optionalDurationEnv(EnvMargin)
+	if err != nil {
+		return Config{}, err
 	}
 	budget, err := deadline.New(grace, deadline.Config{Logger: log, Margin: margin})
 	if err != nil {
@@ -124,11 +122,8 @@ func graceFromEnv() (time.Duration, error) {
 // is nil (logged: without the pod's deletionTimestamp a drain cannot tell
 // the kubelet's own termination from a deletion).
 func kubeletGrace(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
-	if os.Getenv(EnvKubeletGrace) == "" {
-		return 0, nil
-	}
-	g, err := durationEnv(EnvKubeletGrace)
-	if err != nil || pod != nil {
+	g, err := optionalDurationEnv(EnvKubeletGrace)
+	if err != nil || pod != nil || g == 0 {
 		return g, err
 	}
 	log.Warn("drain: "+EnvKubeletGrace+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+
@@ -140,20 +135,15 @@ func kubeletGrace(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
 // and EnvSandboxTimeout; the zero Config when neither is set.
 func pauseFromEnv() (pause.Config, error) {
 	var pc pause.Config
-	if os.Getenv(EnvPreserveEstimate) != "" {
-		est, err := durationEnv(EnvPreserveEstimate)
-		if err != nil {
-			return pc, err
-		}
+	est, err := optionalDurationEnv(EnvPreserveEstimate)
+	if err != nil {
+		return pc, err
+	}
+	if est > 0 {
 		pc.Estimator = deadline.NewEstimator(est)
 	}
-	if os.Getenv(EnvSandboxTimeout) != "" {
-		var err error
-		if pc.SandboxTimeout, err = durationEnv(EnvSandboxTimeout); err != nil {
-			return pc, err
-		}
-	}
-	return pc, nil
+	pc.SandboxTimeout, err = optionalDurationEnv(EnvSandboxTimeout)
+	return pc, err
 }
 
 // checkSandboxTimeout warns when EnvSandboxTimeout is below
@@ -169,6 +159,15 @@ func checkSandboxTimeout(pc pause.Config, log *slog.Logger) {
 			"raise the timeout unless the estimate is above the usual preserve on purpose",
 			EnvSandboxTimeout, pc.SandboxTimeout, EnvPreserveEstimate, est)
 	}
+}
+
+// optionalDurationEnv reads the variable name as durationEnv does; zero
+// when it is unset.
+func optionalDurationEnv(name string) (time.Duration, error) {
+	if os.Getenv(name) == "" {
+		return 0, nil
+	}
+	return durationEnv(name)
 }
 
 // durationEnv reads the variable name: whole seconds or a positive Go
