@@ -148,6 +148,9 @@ func shutdownHTTP(ctx context.Context, srv *http.Server, failed func(error) erro
 // a request: it counts them through srv.ConnState, which it wraps (a
 // ConnState set on srv before HTTPServerStep is still called; one set after
 // replaces the count, and the error then says only that the deadline came).
+// Call it before srv serves, as the wiring in the package doc does: the
+// server reads ConnState as it accepts each connection, and a write to it
+// once serving is a data race.
 func HTTPServerStep(name string, srv *http.Server, reserve time.Duration) Step {
 	return httpStep(name, srv, deadline.Fixed(reserve))
 }

@@ -13,7 +13,8 @@
 // checkpoint; -concurrency N fixes it); a sandbox that could not be
 // checkpointed gets SIGTERM, a bounded grace and SIGKILL (escalate.Policy), where a failed
 // `runsc wait` is never mistaken for an exit; gRPC GracefulStop is bounded and followed by
-// Stop. The Report goes to STATE_DIR/last-shutdown.json, and its summary to the
+// Stop, and a connection stalled in its handshake is closed before that bound
+// (grpc.ConnectionTimeout, half the step's reserve). The Report goes to STATE_DIR/last-shutdown.json, and its summary to the
 // termination message, as soon as the drain ends: before the worker waits for the
 // deletions of sandboxes whose timeout passed (`runsc delete`, about 2 s), which could
 // otherwise push them past SIGKILL. The exit status is 0 when every sandbox was

@@ -120,6 +120,11 @@ const classList drain.Class = "list"
 // clamp keeps d within [lo, hi].
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 
+// grpcReserve is the grpc step's reserve: a fortieth of the grace, 0.5–5 s.
+func (w *Worker) grpcReserve() time.Duration {
+	return clamp(w.cfg.Grace/40, 500*time.Millisecond, 5*time.Second)
+}
+
 // A Worker serves gRPC on a Unix socket over its sandboxes, and takes them through the
 // pod's termination with drainkit.
 type Worker struct {
@@ -201,7 +206,13 @@ func (w *Worker) open() (err error) {
 	// grpc step tells a connection closed at its deadline with no RPC on
 	// it from one that cut an RPC only when they see every RPC (a
 	// reflection or health stream, any stream a later method adds).
+	// A connection still in its HTTP/2 handshake holds GracefulStop, and Stop, until
+	// the connection timeout (120 s by default): the grpc step would wait for it to
+	// its deadline and leave Stop running (draingrpc.Stop). A handshake on the
+	// worker's socket takes microseconds; half the step's reserve ends one that
+	// stalls before the step does.
 	w.grpc = grpc.NewServer(grpc.ForceServerCodec(jsonCodec{}),
+		grpc.ConnectionTimeout(w.grpcReserve()/2),
 		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)),
 		grpc.ChainStreamInterceptor(draingrpc.StreamServerInterceptor(gate, classify)))
 	w.grpc.RegisterService(&serviceDesc, w)
@@ -376,7 +387,7 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 	w.steps = []drain.Step{
 		drain.NewStep(deadline.Phase{Name: "escalate", Reserve: deadline.Fixed(clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second))},
 			func(ctx context.Context) (any, error) { return nil, w.escalate(ctx) }),
-		draingrpc.Step("grpc", w.grpc, gate, clamp(w.cfg.Grace/40, 500*time.Millisecond, 5*time.Second)),
+		draingrpc.Step("grpc", w.grpc, gate, w.grpcReserve()),
 	}
 	build := func(pc pause.Config) error {
 		w.est = pc.Estimator
