@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
+	"github.com/drainkit/drainkit/internal/learned"
 )
 
 // kubectl delete --grace-period=8 on a worker whose -grace is the manifest's hour: the
@@ -101,4 +103,8 @@ func TestWorkerStoppedByTheKubeletItselfPlansWithKubeletGrace(t *testing.T) {
 	rep := stop() // SIGTERM from the kubelet: the pod has no deletionTimestamp
 	require.NoError(t, rep.Err())
 	assert.Equal(t, 20*time.Second, rep.Budget.Kill.Sub(rep.Budget.Start), "SIGKILL at the kubelet's slice, not -grace's hour")
+	r, err := learned.Read(filepath.Join(cfg.StateDir, learned.File))
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, r.KubeletGrace, "recorded for drainkit plan, which plans the node's shutdown with it")
+	assert.Equal(t, time.Hour, r.Grace)
 }

@@ -406,7 +406,7 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 	// From what the last shutdown learned, as sandboxd and the supervisor start: the
 	// estimate of a checkpoint and, adaptive, the level its first epoch checks against it.
 	w.learned = learned.Server{Dir: w.cfg.StateDir, Concurrency: w.cfg.Concurrency, Ceiling: maxConcurrency,
-		Prior: w.cfg.PauseLatency, Budget: budget, Logger: w.logger}.Start()
+		Prior: w.cfg.PauseLatency, Budget: budget, KubeletGrace: kubeletGrace, Logger: w.logger}.Start()
 	err = build(w.learned.Config())
 	if err != nil {
 		// What was learned is a prior, never a reason not to start (one round of the

@@ -101,6 +101,7 @@ type supervisor struct {
 	preserver *limited
 	learned   *learned.Start // from what the last drain learned (-state-dir); saves this one's
 	pod       *kube.Pod      // this pod in the Kubernetes API (-pod); nil: none
+	kubelet   time.Duration  // drain.Config.KubeletGrace: -kubelet-grace, or zero without the pod (kubeletGrace)
 	steps     []drain.Step   // the teardown steps, in order
 	teardown  *ublk.Teardown // nil without -daemon or -daemon-socket
 	owned     *ownedDaemon   // the server's daemon, with -daemon-socket
@@ -188,6 +189,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	}
 	s.steps = steps
 	s.pod = s.newPod()
+	s.kubelet = s.kubeletGrace()
 	// From what the last drain learned (-state-dir): the estimate of a pause and,
 	// adaptive, the level its first epoch checks against that estimate.
 	//
@@ -198,7 +200,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	// saved and exited: this one starts from the file as it is (the drain
 	// before, still this node's) and takes it over then.
 	s.learned = learned.Server{Dir: cfg.stateDir, Concurrency: cfg.concurrency, Ceiling: maxConcurrency,
-		Prior: defaultEstimate, Budget: s.budget, Logger: s.log}.Start()
+		Prior: defaultEstimate, Budget: s.budget, KubeletGrace: s.kubelet, Logger: s.log}.Start()
 	err = s.build(s.learned.Config())
 	if err != nil {
 		// What was learned is a prior, never a reason not to start: a learned estimate
@@ -235,7 +237,7 @@ func (s *supervisor) build(pc pause.Config) error {
 		Logger:        s.log,
 		MeterProvider: s.meters,
 		Pod:           s.pod,
-		KubeletGrace:  s.kubeletGrace(),
+		KubeletGrace:  s.kubelet,
 	})
 	if err != nil {
 		return fmt.Errorf("-grace %v too short: %w", s.cfg.grace, err)

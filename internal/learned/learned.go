@@ -68,6 +68,14 @@ type Rates struct {
 	// started with and the margin it keeps before SIGKILL.
 	Grace  time.Duration `json:"grace_ns"`
 	Margin time.Duration `json:"margin_ns"`
+	// KubeletGrace is the grace the server's drain takes the kubelet to
+	// give the pod when it terminates it on its own (graceful node
+	// shutdown: drain.Config.KubeletGrace, the server's -kubelet-grace),
+	// so that drainkit plan plans that termination too; zero when the
+	// server knows none (no flag, or no API access to tell such a
+	// termination from a deletion), as in a file written before the field
+	// existed.
+	KubeletGrace time.Duration `json:"kubelet_grace_ns,omitempty"`
 	// Steps are the teardown steps after the preserve phase, in order,
 	// with their reserves.
 	Steps []Step `json:"steps,omitempty"`
@@ -192,8 +200,8 @@ func Read(path string) (*Rates, error) {
 		return nil, fmt.Errorf("%s: learned_estimate_ns is negative", path)
 	case r.MaxLimit < 0:
 		return nil, fmt.Errorf("%s: max_limit is negative (0: a fixed limit)", path)
-	case r.Grace < 0 || r.Margin < 0:
-		return nil, fmt.Errorf("%s: grace_ns and margin_ns must not be negative", path)
+	case r.Grace < 0 || r.Margin < 0 || r.KubeletGrace < 0:
+		return nil, fmt.Errorf("%s: grace_ns, margin_ns and kubelet_grace_ns must not be negative", path)
 	case r.Written.IsZero() && r.Estimate == 0 && r.Limit == 0 && r.Grace == 0 && len(r.Steps) == 0:
 		// JSON of another kind (a drain's last-shutdown.json given for
 		// this one) decodes to empty rates, which would plan with the

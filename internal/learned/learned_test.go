@@ -68,7 +68,7 @@ func TestReadSaysWhatIsWrong(t *testing.T) {
 		`{"learned_limit": -2}`:                      "learned_limit is negative",
 		`{"learned_estimate_ns": -2}`:                "learned_estimate_ns is negative",
 		`{"max_limit": -32}`:                         "max_limit is negative",
-		`{"grace_ns": -5}`:                           "grace_ns and margin_ns",
+		`{"grace_ns": -5}`:                           "grace_ns, margin_ns and kubelet_grace_ns must not be negative",
 		`{"mean_ns": -3}`:                            "mean_ns is negative",
 		`{"p90_ns": -4}`:                             "p90_ns is negative",
 		`{"observations": -1}`:                       "observations is negative",
@@ -265,6 +265,43 @@ func TestStartRecordsTheServersGrace(t *testing.T) {
 	again, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Equal(t, info.ModTime(), again.ModTime(), "the same grace: not rewritten")
+}
+
+// The kubelet grace a server's drain uses for the kubelet's own
+// terminations (graceful node shutdown) is recorded as its grace is, at
+// start when the file has another and at the shutdown's Save, so that
+// drainkit plan plans those terminations too.
+func TestTheServersKubeletGraceIsRecorded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, learned.File)
+	budget, err := deadline.New(60*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	file := learned.Rates{Written: time.Date(2026, 12, 1, 9, 21, 27, 0, time.UTC), Estimate: 400 * time.Millisecond, Observations: 40,
+		Limit: 4, Grace: budget.Grace(), Margin: budget.Margin()}
+	require.NoError(t, file.Write(path))
+	srv := learned.Server{Dir: dir, Concurrency: 4, Budget: budget, KubeletGrace: 25 * time.Second}
+	start := srv.Start()
+	got, err := learned.Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, 25*time.Second, got.KubeletGrace, "recorded at start: the file had none")
+	assert.Equal(t, 400*time.Millisecond, got.Estimate, "what was learned stays")
+
+	start.Save(nil, budget, nil)
+	got, err = learned.Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, 25*time.Second, got.KubeletGrace, "and saved at the shutdown")
+
+	srv.KubeletGrace = 0 // restarted without -kubelet-grace (or without API access)
+	srv.Start().Close()
+	got, err = learned.Read(path)
+	require.NoError(t, err)
+	assert.Zero(t, got.KubeletGrace, "a server that knows none records none")
+
+	bad := *got
+	bad.KubeletGrace = -time.Second
+	require.NoError(t, bad.Write(path))
+	_, err = learned.Read(path)
+	assert.ErrorContains(t, err, "kubelet_grace_ns must not be negative")
 }
 
 // A start that rewrites the file's limit (Server.Start) must leave the

@@ -59,6 +59,10 @@ type Server struct {
 	// from a server started with another grace since), so that drainkit
 	// plan reads this server's. Nil records none.
 	Budget *deadline.Budget
+	// KubeletGrace is the server's drain.Config.KubeletGrace (zero: none),
+	// recorded as Budget's grace is, for drainkit plan to plan the
+	// kubelet's own terminations (graceful node shutdown) too.
+	KubeletGrace time.Duration
 	// Logger says what was loaded, set aside and saved; nil logs nothing.
 	Logger *slog.Logger
 }
@@ -80,9 +84,9 @@ func cmp0[T int | time.Duration](v, def T) T {
 // learned never fails a server's start. A file whose limit is not this
 // server's (fixed at another Limit, or adaptive where this one is fixed,
 // or the other way round), or whose grace and margin are not its Budget's,
-// is rewritten with this server's, keeping what was learned, so that
-// drainkit plan predicts this server's next drain; a failure to rewrite it
-// is logged.
+// or whose kubelet grace is not KubeletGrace, is rewritten with this
+// server's, keeping what was learned, so that drainkit plan predicts this
+// server's next drain; a failure to rewrite it is logged.
 //
 // The file is one server's at a time: Start takes the flock(2) of Dir's
 // LockFile without waiting, and holds it until Save or Close (the kernel
@@ -208,8 +212,8 @@ func (st *Start) Close() {
 }
 
 // recordServer rewrites the file at path when its limit (fixed at Limit, or
-// adaptive up to MaxLimit), or its grace and margin (its Budget's), is not
-// this server's, keeping what was learned:
+// adaptive up to MaxLimit), or its grace and margin (its Budget's) or its
+// kubelet grace, is not this server's, keeping what was learned:
 // drainkit plan predicts the next drain from the file, and the next drain
 // is this server's, not the one's that wrote the file (a build before
 // max_limit, a fixed -concurrency since changed). The level learned is
@@ -227,7 +231,9 @@ func (st *Start) recordServer(path string) {
 	if b := st.srv.Budget; b != nil {
 		r.Grace, r.Margin = b.Grace(), b.Margin()
 	}
-	if r.Limit == st.last.Limit && r.MaxLimit == st.last.MaxLimit && r.Grace == st.last.Grace && r.Margin == st.last.Margin {
+	r.KubeletGrace = st.srv.KubeletGrace
+	if r.Limit == st.last.Limit && r.MaxLimit == st.last.MaxLimit && r.Grace == st.last.Grace && r.Margin == st.last.Margin &&
+		r.KubeletGrace == st.last.KubeletGrace {
 		return
 	}
 	// The level with its estimate, explicitly: Level reads a file from
@@ -241,7 +247,7 @@ func (st *Start) recordServer(path string) {
 	}
 	st.log.Info("learned rates: this server's limit and grace recorded for the next drain", "file", path,
 		"limit", r.Limit, "max_limit", r.MaxLimit, "was_limit", st.last.Limit, "was_max_limit", st.last.MaxLimit,
-		"grace", r.Grace, "was_grace", st.last.Grace)
+		"grace", r.Grace, "was_grace", st.last.Grace, "kubelet_grace", r.KubeletGrace, "was_kubelet_grace", st.last.KubeletGrace)
 }
 
 // A Start is a server's start from what its last shutdown learned, until
@@ -361,7 +367,7 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 		st.log.Info("learned rates: the file was saved by another server since this one read it; keeping its level", "file", path, "written", now.Written)
 		prev = now
 	}
-	r := Rates{Written: time.Now(), Limit: st.srv.Concurrency, Grace: budget.Grace(), Margin: budget.Margin()}
+	r := Rates{Written: time.Now(), Limit: st.srv.Concurrency, Grace: budget.Grace(), Margin: budget.Margin(), KubeletGrace: st.srv.KubeletGrace}
 	if st.srv.Concurrency == 0 {
 		r.MaxLimit = st.srv.ceiling() // adaptive: drainkit plan predicts the Preserver's start from it
 	}

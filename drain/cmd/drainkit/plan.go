@@ -26,7 +26,7 @@ import (
 	"github.com/drainkit/drainkit/pause/httpsource"
 )
 
-const planUsage = `usage: drainkit plan (-server URL | -sizes FILE | -count N) [-state-dir DIR | -rates FILE] [-grace SECONDS] [flags]
+const planUsage = `usage: drainkit plan (-server URL | -sizes FILE | -count N) [-state-dir DIR | -rates FILE] [-grace SECONDS] [-kubelet-grace SECONDS] [flags]
 
 Answers, before a rollout, whether the node's grace period is enough: would
 every sandbox be preserved if the pod were terminated now? It counts the
@@ -42,7 +42,16 @@ the grace period less its margin before SIGKILL), and prints:
     costs sandboxes),
   - the spare time (how much more work would still fit), or the shortfall,
   - whether every sandbox would be preserved,
-  - the smallest terminationGracePeriodSeconds that would fit.
+  - the smallest terminationGracePeriodSeconds that would fit,
+  - and the same verdict for a termination the kubelet makes on its own
+    (graceful node shutdown), in the kubelet's grace: -kubelet-grace, else
+    the one the server recorded (its -kubelet-grace; sandboxd, the
+    supervisor and the gVisor worker record it when they have API access
+    to their pod, without which their drain cannot tell such a termination
+    from a deletion). It gives the pod the slice of shutdownGracePeriod for
+    its priority (less shutdownGracePeriodCriticalPods), however long its
+    terminationGracePeriodSeconds; not known, the plan says it is not
+    planned.
 
 The sandboxes come from one of:
   -server URL   the live server's API, read exactly as the supervisor reads it
@@ -71,8 +80,9 @@ DIR/learned-rates.json at every shutdown and starts from it) or -rates FILE;
 no rates file exists (a server that does not write one, or a node that has
 not drained yet: with -grace and -estimate the plan is made from the flags).
 
-Exit status: 0 when every sandbox fits, 1 when not (so it can gate a rollout
-in CI/CD), 2 for bad flags, a server that cannot be read or a bad file.
+Exit status: 0 when every sandbox fits (in the node's shutdown too, when its
+grace is known), 1 when not (so it can gate a rollout in CI/CD), 2 for bad
+flags, a server that cannot be read or a bad file.
 
 Examples:
 
@@ -149,6 +159,8 @@ type planInput struct {
 	grace          time.Duration
 	graceSrc       string
 	graceFromRates bool          // the grace is the rates' (the last shutdown's), not -grace
+	kubeletGrace   time.Duration // the kubelet's own termination's grace (graceful node shutdown); 0: not known
+	kubeletSrc     string
 	margin         time.Duration // 0: the default for the grace
 	rateMiB        float64       // MiB/s of one pause, 0: none
 	steps          []learned.Step
@@ -182,6 +194,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ratesFile := fs.String("rates", "", "the learned rates `FILE` (default: STATE_DIR/"+learned.File+")")
 	var grace graceFlag
 	fs.Var(&grace, "grace", "terminationGracePeriodSeconds, in `SECONDS` or as a duration (default: the rates', the server's at its last shutdown: give it after a change)")
+	var kubeletGrace graceFlag
+	fs.Var(&kubeletGrace, "kubelet-grace", "the grace the kubelet gives the pod when it terminates it on its own (graceful node shutdown: shutdownGracePeriod less shutdownGracePeriodCriticalPods), in `SECONDS` or as a duration, planned beside the deletion (default: the rates', the server's -kubelet-grace)")
 	margin := fs.Duration("margin", 0, "margin kept before SIGKILL (default: the library's for the grace, a tenth of it within [1.5s, 5s])")
 	estimate := fs.Duration("estimate", 0, "time one pause takes (default: learned, else "+defaultEstimate.String()+")")
 	limit := fs.Int("concurrency", 0, "pauses at once (default: learned, else "+strconv.Itoa(defaultLimit)+")")
@@ -247,6 +261,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := in.resolve(grace.d, *estimate, *limit, steps); err != nil {
 		return usageError(stderr, "plan", err)
 	}
+	in.resolveKubelet(kubeletGrace.d)
 	res, err := in.plan()
 	if err != nil {
 		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
@@ -258,7 +273,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
 		return exitUsage
 	}
-	if !res.fits {
+	if !res.fits || res.node != nil && !res.node.fits {
 		return exitNoFit
 	}
 	return exitOK
@@ -478,6 +493,20 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 	return nil
 }
 
+// resolveKubelet takes the kubelet's own grace from the flag (0: not
+// given), else from the rates. The server records the one its drain uses
+// (drain.Config.KubeletGrace), and none when it cannot tell such a
+// termination from a deletion (no API access to its pod): its drain then
+// plans the pod's whole grace, which the kubelet cuts short.
+func (in *planInput) resolveKubelet(flag time.Duration) {
+	switch r := in.rates; {
+	case flag > 0:
+		in.kubeletGrace, in.kubeletSrc = flag, "-kubelet-grace"
+	case r != nil && r.KubeletGrace > 0:
+		in.kubeletGrace, in.kubeletSrc = r.KubeletGrace, "the server's -kubelet-grace"
+	}
+}
+
 // adaptiveStart sets the limits of the next drain of a server whose limit
 // adapts (the rates' max_limit), as sandboxd and the supervisor start it:
 // the Preserver they build from the rates (the learned level under the
@@ -544,6 +573,15 @@ type planResult struct {
 	fits      bool
 	minGrace  time.Duration // 0: none up to maxGrace
 	budget    deadline.State
+	node      *nodePlan // the kubelet's own termination, when its grace is known and shorter; nil: none
+}
+
+// A nodePlan is the plan of a termination the kubelet makes on its own
+// (graceful node shutdown): the same work, in its grace.
+type nodePlan struct {
+	windows   []deadline.Window
+	shortfall time.Duration
+	fits      bool
 }
 
 // maxCount bounds -count: far more sandboxes than one node runs.
@@ -747,7 +785,31 @@ func (in *planInput) plan() (*planResult, error) {
 	res.fits = res.shortfall == 0
 	res.spare = res.windows[0].Deadline.Sub(res.windows[0].Start) // the drain window: what is not reserved
 	res.minGrace = in.smallestGrace(phases)
+	if in.kubeletGrace > 0 && in.kubeletGrace < in.grace {
+		if res.node, err = in.planNode(phases); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
+}
+
+// planNode lays out phases as the server's drain does when the kubelet
+// terminates the pod on its own: SIGKILL moved to T0 + the kubelet's
+// grace (drain.Config.KubeletGrace; deadline.Budget.Tighten), the margin
+// following the grace in use.
+func (in *planInput) planNode(phases []deadline.Phase) (*nodePlan, error) {
+	b, err := in.budget(in.grace)
+	if err != nil {
+		return nil, err
+	}
+	b.Tighten(time.Now().Add(in.kubeletGrace)) // anchors T0 now, as the plan's own windows start now
+	p, err := deadline.NewPlan(b, phases...)
+	if err != nil {
+		return nil, err
+	}
+	node := &nodePlan{windows: p.Windows(""), shortfall: p.Shortfall()}
+	node.fits = node.shortfall == 0
+	return node, nil
 }
 
 // fitsIn reports whether phases fit in a budget of grace: the plan's own
@@ -886,7 +948,7 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 		fmt.Fprintf(tw, "  verdict\tFITS\tevery sandbox would be preserved%s\n", atGrace)
 	} else {
 		fmt.Fprintf(tw, "  shortfall\t%s\tthe work is this much longer than the budget\n", secs(res.shortfall))
-		fmt.Fprintf(tw, "  verdict\tDOES NOT FIT\tabout %d of %d sandboxes would not be preserved%s\n", in.lostEstimate(res), n, atGrace)
+		fmt.Fprintf(tw, "  verdict\tDOES NOT FIT\tabout %d of %d sandboxes would not be preserved%s\n", in.lostEstimate(res, res.windows), n, atGrace)
 	}
 	if res.minGrace > 0 {
 		fmt.Fprintf(tw, "  smallest grace that fits\t%ds\tterminationGracePeriodSeconds: %d (with the step reserves as given)\n",
@@ -894,22 +956,44 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 	} else {
 		fmt.Fprintf(tw, "  smallest grace that fits\tnone\tnot even %s fits\n", maxGrace)
 	}
+	res.printNode(tw, in)
 	tw.Flush()
 }
 
-// lostEstimate is how many sandboxes would not fit: the share of them
-// that the preserve window is short of its reserve (n x window / reserve
+// printNode writes the verdict of the kubelet's own termination (graceful
+// node shutdown), or why there is none.
+func (res *planResult) printNode(tw io.Writer, in *planInput) {
+	const slice = "shutdownGracePeriod less shutdownGracePeriodCriticalPods in the KubeletConfiguration"
+	grace := fmt.Sprintf("the kubelet's own grace, %s (%s)", in.kubeletGrace, in.kubeletSrc)
+	switch node := res.node; {
+	case in.kubeletGrace == 0:
+		fmt.Fprintf(tw, "  node shutdown\tnot planned\tno -kubelet-grace (%s), and the server recorded none: a graceful node shutdown gives the pod only that\n", slice)
+	case node == nil:
+		fmt.Fprintf(tw, "  node shutdown\tas above\t%s is not shorter than the pod's\n", grace)
+	case node.fits:
+		fmt.Fprintf(tw, "  node shutdown\tFITS\tin %s: every sandbox would be preserved\n", grace)
+	case res.minGrace > 0:
+		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: about %d of %d sandboxes would not be preserved; it needs %ds (%s)\n",
+			grace, in.lostEstimate(res, node.windows), len(in.sizes), int64(res.minGrace/time.Second), slice)
+	default:
+		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: about %d of %d sandboxes would not be preserved\n",
+			grace, in.lostEstimate(res, node.windows), len(in.sizes))
+	}
+}
+
+// lostEstimate is how many sandboxes would not fit in the plan's windows:
+// the share of them that the preserve window is short of its reserve (n x window / reserve
 // kept), or, when the rounds fit but some sandboxes alone are longer than
 // the window, those. It is proportional, not whole rounds: a window of 2.5
 // rounds keeps about 2.5 rounds' sandboxes, as preserves of unequal length
 // do (an operator's review: 13 predicted, 12 lost in a real drain).
-func (in *planInput) lostEstimate(res *planResult) int {
+func (in *planInput) lostEstimate(res *planResult, windows []deadline.Window) int {
 	n := len(in.sizes)
 	if res.reserve <= 0 || n == 0 {
 		return 0
 	}
 	var window time.Duration
-	for _, w := range res.windows {
+	for _, w := range windows {
 		if w.Name == drain.PhasePreserve {
 			window = w.Deadline.Sub(w.Start)
 		}

@@ -442,3 +442,57 @@ func TestPlanSaysTheGraceIsTheLastShutdowns(t *testing.T) {
 	assert.Contains(t, out, "grace 8s (-grace)")
 	assert.NotContains(t, out, "last shutdown")
 }
+
+// A graceful node shutdown gives the pod the kubelet's own grace (the
+// slice of shutdownGracePeriod for its priority), not the pod's: the plan
+// said FITS of a node whose every shutdown would lose sandboxes (60 of
+// the testdata's pauses fit in 30 s, not in the 5 s a node's slice gave).
+// It lays out that termination too, as the server's drain does with
+// drain.Config.KubeletGrace (the budget's SIGKILL at T0 + it), from
+// -kubelet-grace or the grace the server recorded, and a rollout gate
+// fails on either verdict.
+func TestPlanAlsoPlansTheKubeletsOwnTermination(t *testing.T) {
+	plan := func(args ...string) (int, string) {
+		t.Helper()
+		code, out, errw := drainkit(t, append([]string{"plan", "-count", "60"}, args...)...)
+		assert.Empty(t, errw)
+		return code, out
+	}
+	// The deletion fits from 10 s (TestPlanSmallestGraceIsTheBoundary): so does the node's shutdown.
+	code, out := plan("-state-dir", "testdata/state", "-grace", "30", "-kubelet-grace", "9")
+	assert.Equal(t, exitNoFit, code, out)
+	assert.Regexp(t, `verdict\s+FITS`, out, "the deletion still fits")
+	assert.Regexp(t, `node shutdown\s+DOES NOT FIT\s+in the kubelet's own grace, 9s \(-kubelet-grace\): about \d+ of 60 sandboxes would not be preserved; it needs 10s`, out)
+	code, out = plan("-state-dir", "testdata/state", "-grace", "30", "-kubelet-grace", "10")
+	assert.Equal(t, exitOK, code, out)
+	assert.Regexp(t, `node shutdown\s+FITS\s+in the kubelet's own grace, 10s \(-kubelet-grace\): every sandbox`, out)
+
+	// The grace the server recorded (learned.Rates.KubeletGrace), when no flag says otherwise.
+	raw, err := os.ReadFile("testdata/state/" + learned.File)
+	require.NoError(t, err)
+	var r learned.Rates
+	require.NoError(t, json.Unmarshal(raw, &r))
+	r.KubeletGrace = 5 * time.Second
+	dir := t.TempDir()
+	require.NoError(t, r.Write(filepath.Join(dir, learned.File)))
+	code, out = plan("-state-dir", dir, "-grace", "30")
+	assert.Equal(t, exitNoFit, code, out)
+	assert.Contains(t, out, "in the kubelet's own grace, 5s (the server's -kubelet-grace): about")
+	code, out = plan("-state-dir", dir, "-grace", "30", "-kubelet-grace", "12")
+	assert.Equal(t, exitOK, code, out)
+	assert.Contains(t, out, "in the kubelet's own grace, 12s (-kubelet-grace): every sandbox")
+
+	// Not shorter than the pod's: the deletion's plan is the node's.
+	code, out = plan("-state-dir", "testdata/state", "-grace", "9", "-kubelet-grace", "60")
+	assert.Equal(t, exitNoFit, code, out)
+	assert.Regexp(t, `node shutdown\s+as above\s+the kubelet's own grace, 1m0s \(-kubelet-grace\) is not shorter than the pod's`, out)
+
+	// Unknown: said, not guessed.
+	code, out = plan("-state-dir", "testdata/state", "-grace", "30")
+	assert.Equal(t, exitOK, code, out)
+	assert.Regexp(t, `node shutdown\s+not planned\s+no -kubelet-grace`, out)
+
+	code, _, errw := drainkit(t, "plan", "-count", "60", "-state-dir", "testdata/state", "-kubelet-grace", "0")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "-kubelet-grace")
+}

@@ -213,7 +213,7 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 	// From what the last shutdown learned: the estimate of a pause and, adaptive, the
 	// level its first epoch checks against that estimate.
 	s.learned = learned.Server{Dir: s.cfg.StateDir, Concurrency: s.cfg.Concurrency, Ceiling: MaxConcurrency,
-		Prior: s.cfg.PauseEstimate(), Budget: s.budget, Logger: s.logger}.Start()
+		Prior: s.cfg.PauseEstimate(), Budget: s.budget, KubeletGrace: kubeletGrace, Logger: s.logger}.Start()
 	err = build(s.learned.Config())
 	if err != nil {
 		// What was learned is a prior, never a reason not to start: when one round of the
