@@ -16,9 +16,9 @@ import (
 // ConfigFromEnv returns the Config that the pod's environment gives, read
 // as NewServer reads it, for a server that wires New itself (a gRPC
 // server, a server of its own listeners): the same manifest then drives
-// both. It sets Budget from EnvGrace (or, unset, the pod's
-// spec.terminationGracePeriodSeconds read through the API server when
-// EnvPodName is set), Pod from EnvPodName and EnvPodUID (nil, logged,
+// both. It sets Budget from the pod's spec.terminationGracePeriodSeconds
+// read through the API server when EnvPodName is set (EnvGrace, which must
+// equal it, is checked against it: see EnvGrace), else from EnvGrace, Pod from EnvPodName and EnvPodUID (nil, logged,
 // outside a cluster or without a service account), KubeletGrace from
 // EnvKubeletGrace, Pause's Estimator and SandboxTimeout from
 // EnvPreserveEstimate and EnvSandboxTimeout, the Budget's margin from
@@ -93,21 +93,55 @@ var inClusterConfig = func(log *slog.Logger) kube.Config { return kube.Config{Lo
 // podGraceTimeout bounds ConfigFromEnv's read of the pod's spec.
 const podGraceTimeout = 5 * time.Second
 
-// graceOf is EnvGrace when it is set, else the pod's
-// spec.terminationGracePeriodSeconds read through the API server.
+// graceOf is the pod's spec.terminationGracePeriodSeconds, read through
+// the API server when the pod is known, else EnvGrace. With EnvGrace set
+// as well, see checkedGrace.
 func graceOf(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
-	if os.Getenv(EnvGrace) != "" || pod == nil {
+	if pod == nil {
 		return graceFromEnv()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
-	defer cancel()
-	g, err := pod.Grace(ctx)
+	if os.Getenv(EnvGrace) != "" {
+		env, err := graceFromEnv()
+		if err != nil {
+			return 0, err
+		}
+		return checkedGrace(pod, env, log), nil
+	}
+	g, err := specGrace(pod)
 	if err != nil {
 		_, envErr := graceFromEnv()
 		return 0, fmt.Errorf("%w, and the pod's spec could not be read: %w", envErr, err)
 	}
 	log.Info("drain: grace from the pod's spec.terminationGracePeriodSeconds", "grace", g)
 	return g, nil
+}
+
+// checkedGrace is the pod's spec.terminationGracePeriodSeconds when it can
+// be read, else env, EnvGrace's: the spec's is what the kubelet gives the
+// pod, and a variable that says otherwise (a manifest changed in one
+// place of two) is logged as the error it is. A termination the kubelet
+// makes on its own sets no deletionTimestamp that would correct a longer
+// one: its preStop wait would run to the spec's end, SIGTERM 2 s before
+// SIGKILL.
+func checkedGrace(pod *kube.Pod, env time.Duration, log *slog.Logger) time.Duration {
+	g, err := specGrace(pod)
+	switch {
+	case err != nil:
+		log.Warn("drain: "+EnvGrace+" could not be checked against the pod's spec.terminationGracePeriodSeconds: planning with it", "grace", env, "error", err)
+		return env
+	case g != env:
+		log.Error(fmt.Sprintf("drain: %s=%v is not the pod's spec.terminationGracePeriodSeconds, %v: planning with the spec's, which the kubelet uses; make them equal in the manifest",
+			EnvGrace, env, g), "grace", g, "variable", env)
+	}
+	return g
+}
+
+// specGrace reads the pod's spec.terminationGracePeriodSeconds, within
+// podGraceTimeout.
+func specGrace(pod *kube.Pod) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
+	defer cancel()
+	return pod.Grace(ctx)
 }
 
 // graceFromEnv reads EnvGrace.

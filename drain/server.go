@@ -28,7 +28,10 @@ const (
 	// the spec's value, so either the manifest states it once and copies it
 	// here (a kustomize replacement, or a test that keeps the two equal),
 	// or, unset, NewServer (ConfigFromEnv) reads it from the pod's spec
-	// through the API server (EnvPodName and RBAC "get" on "pods").
+	// through the API server (EnvPodName and RBAC "get" on "pods"). Set
+	// with that access too, it is checked against the spec at start: the
+	// spec's is taken when they differ, with an error in the log naming
+	// both, and the variable stands in when the spec cannot be read.
 	EnvGrace = "DRAINKIT_GRACE"
 	// EnvHookListen is the address the preStop hook is served on; unset,
 	// it is 127.0.0.1:8082: loopback, reachable by an exec hook

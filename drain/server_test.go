@@ -247,11 +247,11 @@ func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 	assert.Equal(t, 45*time.Second, s.Drainer().Budget().Grace())
 	assert.NotNil(t, s.d.pod)
 
-	t.Setenv(EnvGrace, "30") // the variable, when set, wins
+	t.Setenv(EnvGrace, "45") // the variable, equal to the spec
 	t.Setenv(EnvKubeletGrace, "15")
 	s, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
 	require.NoError(t, err)
-	assert.Equal(t, 30*time.Second, s.Drainer().Budget().Grace())
+	assert.Equal(t, 45*time.Second, s.Drainer().Budget().Grace())
 	assert.Equal(t, 15*time.Second, s.d.kubelet, "with the pod's API access, the kubelet's own grace is taken")
 	t.Setenv(EnvKubeletGrace, "")
 
@@ -261,6 +261,47 @@ func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), EnvGrace+" is not set")
 	assert.Contains(t, err.Error(), "403")
+}
+
+// DRAINKIT_GRACE must equal the pod's terminationGracePeriodSeconds, and a
+// manifest that changed one and not the other (the spec shortened to 10
+// minutes, the variable left at the hour) planned the drain for the
+// variable's: a termination the kubelet makes on its own (a failed
+// liveness probe, a node-pressure eviction, a node shutdown without
+// DRAINKIT_KUBELET_GRACE) sets no deletionTimestamp to correct it, and the
+// preStop wait ran until the kubelet gave up on the hook at the spec's
+// end, its SIGTERM 2 s before SIGKILL: every sandbox lost. With the pod's
+// API access the spec is read at start: it is the grace the kubelet uses,
+// and a variable that says otherwise is an error in the log naming both.
+// Without that access (or when the read fails) the variable stands.
+func TestNewServerTakesThePodsSpecOverAGraceThatDisagrees(t *testing.T) {
+	api := newPodAPI(t)
+	api.SetGrace(600)
+	old := inClusterConfig
+	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
+	t.Cleanup(func() { inClusterConfig = old })
+	prev := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	var logs logbuf.Buffer
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Setenv(EnvGrace, "3600")
+	t.Setenv(EnvHookListen, "")
+	t.Setenv(EnvHookSecret, "")
+	t.Setenv(EnvPodName, "sandboxd-0")
+
+	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Equal(t, 600*time.Second, s.Drainer().Budget().Grace(), "the spec's, which the kubelet uses")
+	assert.Contains(t, logs.String(), "level=ERROR")
+	assert.Contains(t, logs.String(), EnvGrace+"=1h0m0s is not the pod's spec.terminationGracePeriodSeconds, 10m0s")
+
+	var refused logbuf.Buffer
+	slog.SetDefault(slog.New(slog.NewTextHandler(&refused, nil)))
+	api.Refuse(http.StatusForbidden)
+	s, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, s.Drainer().Budget().Grace(), "the spec unread: the variable stands")
+	assert.Contains(t, refused.String(), EnvGrace+" could not be checked against the pod's spec")
 }
 
 // After kubectl delete --force (the pod gone from the API, its process
