@@ -146,10 +146,12 @@ type Config struct {
 	// slice. A container the kubelet restarts (a failed liveness
 	// probe) also has no deletionTimestamp: that drain, too, ends by
 	// KubeletGrace, early rather than late. Zero, the default, means not
-	// known: the budget keeps the pod's grace, and learns the kubelet's
-	// only when SIGTERM arrives with the hook still open, 2 s before
-	// SIGKILL (deadline.Budget.OnHookAbandoned). It needs Pod, and must
-	// be >= 0.
+	// known: the budget keeps the pod's grace (at most the spec's
+	// terminationGracePeriodSeconds, which the same read finds: a Budget
+	// built with a longer one is tightened to it), and learns the
+	// kubelet's only when SIGTERM arrives with the hook still open, 2 s
+	// before SIGKILL (deadline.Budget.OnHookAbandoned). It needs Pod, and
+	// must be >= 0.
 	KubeletGrace time.Duration
 }
 

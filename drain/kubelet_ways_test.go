@@ -88,12 +88,12 @@ func TestSleepHookDeclaredToTheBudget(t *testing.T) {
 //	~2.5 s . 16 preserved, the daemon step   6 s .... SIGKILL: 2 s for 16 × 500 ms
 //	4.x s .. SIGKILL due: not needed
 func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
-	run := func(t *testing.T, kubeletGrace time.Duration, noHook bool, answered int) (*kubeletsim.Timeline, *Report, bool) {
+	run := func(t *testing.T, kubeletGrace time.Duration, noHook bool, answered int, spec ...int64) (*kubeletsim.Timeline, *Report, bool) {
 		var tl *kubeletsim.Timeline
 		var rep *Report
 		stopped := false
 		synctest.Test(t, func(t *testing.T) {
-			pod := podWithoutDeletion(t, answered)
+			pod := podWithoutDeletion(t, answered, spec...)
 			f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 16,
 				latency: 500 * time.Millisecond, limit: 4,
 				steps: []Step{stepOf("daemon", 300*time.Millisecond, true, func(ctx context.Context) error { stopped = true; return nil })},
@@ -124,6 +124,17 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "SIGTERM during the open call: 2 s")
 		assert.Positive(t, rep.Preserve.Lost(), "2 s after SIGTERM is not enough for 16 × 500 ms at 4")
 	})
+	// The grace the budget was given is not the pod's (DRAINKIT_GRACE, or
+	// drain.New's Budget, left at 30 s where the spec says 4 s): a
+	// termination the kubelet makes on its own gives at most the spec's,
+	// which the read of the pod says, and the budget takes it then.
+	t.Run("not declared, the spec's grace shorter than the budget's", func(t *testing.T) {
+		tl, rep, stopped := run(t, 0, false, 0, 4)
+		assert.False(t, tl.HookKept, "the wait ended before the kubelet gave up on it")
+		assert.Equal(t, tl.Start.Add(4*time.Second), rep.Budget.Kill, "T0 + the spec's grace")
+		assert.Equal(t, 16, rep.Preserve.Counts["preserved"])
+		assert.True(t, stopped, "the daemon step ran")
+	})
 	t.Run("declared, the API server gone at SIGTERM", func(t *testing.T) {
 		_, rep, _ := run(t, 4*time.Second, false, 1)
 		assert.Equal(t, rep.Budget.Start.Add(4*time.Second), rep.Budget.Kill,
@@ -139,12 +150,16 @@ func TestKubeletsOwnTerminationPlansForTheKubeletGrace(t *testing.T) {
 }
 
 // podWithoutDeletion is the pod reader of a pod the kubelet terminates on
-// its own: the API server has it with no deletionTimestamp, and answers
-// the first answered reads (all when zero), then 503. It is served in
+// its own: the API server has it with no deletionTimestamp (and the
+// spec's grace, if given), and answers the first answered reads (all when
+// zero), then 503. It is served in
 // memory, so that it works under synctest.
-func podWithoutDeletion(t *testing.T, answered int) *kube.Pod {
+func podWithoutDeletion(t *testing.T, answered int, spec ...int64) *kube.Pod {
 	t.Helper()
 	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0", ReadsAnswered: answered}
+	for _, g := range spec { // spec.terminationGracePeriodSeconds; none given: absent
+		api.SetGrace(g)
+	}
 	return podOver(t, api, handlerTransport{api})
 }
 

@@ -57,15 +57,8 @@ func (d *Drainer) readPod(at string) {
 		switch {
 		case err == nil:
 			d.deletionRead(at, rerun, del)
-		case errors.Is(err, kube.ErrNotTerminating) && d.kubelet > 0:
-			// The kubelet terminates the pod itself (node shutdown, an
-			// eviction): its grace, not the manifest's.
-			d.own.Store(true)
-			changed := d.tightenOwn()
-			d.log.Warn("drain: the pod has no deletionTimestamp: the kubelet is terminating it on its own (graceful node shutdown, an eviction), with its grace",
-				"at", at, "kubelet_grace", d.kubelet, "tightened", changed, "kill", d.budget.Kill())
 		case errors.Is(err, kube.ErrNotTerminating):
-			d.log.Info("drain: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands; Config.KubeletGrace would give the kubelet's own grace", "at", at)
+			d.notDeleted(at, del.SpecGrace)
 		case errors.Is(err, context.Canceled) && d.podCtx.Err() != nil:
 			// stopPodReads ended it: the drain is over, as it should be,
 			// and nothing is wrong with the API server.
@@ -74,6 +67,33 @@ func (d *Drainer) readPod(at string) {
 			d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
 		}
 	})
+}
+
+// notDeleted takes a read of the pod that found no deletionTimestamp: the
+// kubelet is terminating the pod on its own (graceful node shutdown, a
+// node-pressure eviction, a failed liveness probe), with Config.KubeletGrace
+// when it is declared, and with at most spec, the pod's
+// terminationGracePeriodSeconds (zero: not read). A budget built with a
+// longer grace than the spec's (a DRAINKIT_GRACE or a Budget that does not
+// match the manifest) would plan the preStop wait past the kubelet's end
+// of it; no deletionTimestamp comes to correct it.
+func (d *Drainer) notDeleted(at string, spec time.Duration) {
+	if d.kubelet > 0 {
+		// Its grace, not the manifest's; it holds after SIGTERM too (d.own).
+		d.own.Store(true)
+		changed := d.tightenOwn()
+		d.log.Warn("drain: the pod has no deletionTimestamp: the kubelet is terminating it on its own (graceful node shutdown, an eviction), with its grace",
+			"at", at, "kubelet_grace", d.kubelet, "tightened", changed, "kill", d.budget.Kill())
+	}
+	if spec > 0 && spec < d.budget.Grace() {
+		changed := d.budget.Tighten(d.budget.Start().Add(spec))
+		d.log.Error("drain: the pod's spec.terminationGracePeriodSeconds is shorter than the grace the budget was built with: a termination the kubelet makes on its own gives at most the spec's; make them equal",
+			"at", at, "spec_grace", spec, "budget_grace", d.budget.Grace(), "tightened", changed, "kill", d.budget.Kill())
+		return
+	}
+	if d.kubelet == 0 {
+		d.log.Info("drain: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands; Config.KubeletGrace would give the kubelet's own grace", "at", at)
+	}
 }
 
 // hookAgain records that the kubelet started the preStop hook again at

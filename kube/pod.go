@@ -244,6 +244,13 @@ type Deletion struct {
 	// deletion asked for, which the kubelet uses instead of the manifest's
 	// terminationGracePeriodSeconds. Zero if the field is absent.
 	Grace time.Duration
+	// SpecGrace is spec.terminationGracePeriodSeconds: the most a
+	// termination the kubelet makes on its own gives the pod (graceful
+	// node shutdown and a node-pressure eviction give at most it; a
+	// liveness probe's own terminationGracePeriodSeconds, when set, may
+	// give more). Zero if the field is absent or not positive. Deletion
+	// returns it with ErrNotTerminating too.
+	SpecGrace time.Duration
 }
 
 // ErrNotTerminating is returned by Pod.Deletion (and Tighten) when the pod
@@ -296,8 +303,9 @@ func (p *Pod) DeletionTimestamp(ctx context.Context) (time.Time, error) {
 }
 
 // Deletion reads the pod and returns its deletion state. It returns
-// ErrNotTerminating if the pod has no deletionTimestamp yet (it is not
-// being deleted, or graceful node shutdown stops it, which sets none),
+// ErrNotTerminating, with the Deletion's SpecGrace, if the pod has no
+// deletionTimestamp yet (it is not being deleted, or the kubelet stops it
+// on its own, as graceful node shutdown does, which sets none),
 // ErrPodReplaced if the pod of its name is another one (another UID), an
 // *APIError for an answer other than 200, and ctx's error if ctx ends
 // first. It returns by ctx's deadline.
@@ -410,10 +418,14 @@ type podObject struct {
 const maxSeconds = int64(math.MaxInt64 / time.Second)
 
 func (o *podObject) deletion() (Deletion, error) {
-	if o.Metadata.DeletionTimestamp == nil {
-		return Deletion{}, ErrNotTerminating
+	var d Deletion
+	if g := o.Spec.TerminationGracePeriodSeconds; g != nil && *g > 0 && *g <= maxSeconds {
+		d.SpecGrace = time.Duration(*g) * time.Second
 	}
-	d := Deletion{Timestamp: *o.Metadata.DeletionTimestamp}
+	if o.Metadata.DeletionTimestamp == nil {
+		return d, ErrNotTerminating
+	}
+	d.Timestamp = *o.Metadata.DeletionTimestamp
 	switch s := o.Metadata.DeletionGracePeriodSeconds; {
 	case s == nil || *s <= 0:
 	case *s > maxSeconds: // kubectl delete --grace-period takes any int64

@@ -226,6 +226,33 @@ func TestDeletionNotTerminatingYet(t *testing.T) {
 	assert.ErrorIs(t, err, kube.ErrNotTerminating)
 }
 
+// A pod the kubelet terminates on its own has no deletionTimestamp, and
+// gets at most its spec's grace: Deletion says it with ErrNotTerminating,
+// and with a deletion too.
+func TestDeletionSaysTheSpecsGrace(t *testing.T) {
+	spec := func(s int64) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = &s }
+	}
+	_, cfg := newAPIServer(t, podJSON(t, spec(45)))
+	d, err := newPod(t, cfg, testPod).Deletion(t.Context())
+	assert.ErrorIs(t, err, kube.ErrNotTerminating)
+	assert.Equal(t, 45*time.Second, d.SpecGrace)
+
+	kill := time.Date(2026, 11, 30, 3, 30, 0, 0, time.UTC)
+	_, cfg = newAPIServer(t, podJSON(t, func(p *corev1.Pod) { spec(45)(p); deleted(kill, 30)(p) }))
+	d, err = newPod(t, cfg, testPod).Deletion(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 45*time.Second, d.SpecGrace)
+	assert.Equal(t, 30*time.Second, d.Grace)
+
+	for _, s := range []int64{0, -1, math.MaxInt64} { // none that a Duration can hold: none
+		_, cfg = newAPIServer(t, podJSON(t, spec(s)))
+		d, err = newPod(t, cfg, testPod).Deletion(t.Context())
+		assert.ErrorIs(t, err, kube.ErrNotTerminating)
+		assert.Zero(t, d.SpecGrace, "spec.terminationGracePeriodSeconds %d", s)
+	}
+}
+
 func TestDeletionAPIErrors(t *testing.T) {
 	tests := []struct {
 		name     string
