@@ -18,13 +18,12 @@ import (
 // server, a server of its own listeners): the same manifest then drives
 // both. It sets Budget from the pod's spec.terminationGracePeriodSeconds
 // read through the API server when EnvPodName is set (EnvGrace, which must
-// equal it, is checked against it: see EnvGrace), else from EnvGrace, Pod from EnvPodName and EnvPodUID (nil, logged,
-// outside a cluster or without a service account), KubeletGrace from
-// EnvKubeletGrace, Pause's Estimator and SandboxTimeout from
-// EnvPreserveEstimate and EnvSandboxTimeout, the Budget's margin from
-// EnvMargin, and Logger to
-// slog.Default(). The caller sets the rest (Sandboxes, Gate, Steps) and
-// calls New:
+// equal it, is checked against it: see EnvGrace), else from EnvGrace; Pod
+// from EnvPodName and EnvPodUID (nil, logged, outside a cluster or without
+// a service account); KubeletGrace from EnvKubeletGrace; Pause's Estimator
+// and SandboxTimeout from EnvPreserveEstimate and EnvSandboxTimeout; the
+// Budget's margin from EnvMargin; and Logger to slog.Default(). The caller
+// sets the rest (Sandboxes, Gate, Steps) and calls New:
 //
 //	cfg, err := drain.ConfigFromEnv()
 //	if err != nil {
