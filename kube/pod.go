@@ -354,8 +354,8 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 // kubelet gives the pod unless a deletion asks for less (see Deletion). A
 // server can size its budget with it at start instead of repeating the
 // manifest's number in a flag. It returns an *APIError for an answer other
-// than 200, an error if the spec has no positive grace, and ctx's error if
-// ctx ends first.
+// than 200, an error if the spec has no positive grace or one longer than a
+// time.Duration holds (292 years), and ctx's error if ctx ends first.
 func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
 	if !p.made() {
 		return 0, errNotMade
@@ -365,8 +365,12 @@ func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	g := obj.Spec.TerminationGracePeriodSeconds
-	if g == nil || *g <= 0 || *g > maxSeconds {
+	if g == nil || *g <= 0 {
 		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or not positive", p.ns, p.name)
+	}
+	if *g > maxSeconds { // the API server keeps any int64 >= 0
+		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is %d, more than a time.Duration holds (%d s)",
+			p.ns, p.name, *g, maxSeconds)
 	}
 	return time.Duration(*g) * time.Second, nil
 }

@@ -793,3 +793,22 @@ func TestPodNotMadeByNewSendsNothingAndSaysSo(t *testing.T) {
 		})
 	}
 }
+
+// The API server keeps any non-negative terminationGracePeriodSeconds; one
+// past 292 years in seconds is more than a time.Duration holds, and Grace
+// refuses it. Its error said the field was "missing or not positive", which
+// sent the operator looking for a field that is there and positive; it now
+// says what the value is and why it is refused.
+func TestGraceNamesWhatIsWrongWithTheSpec(t *testing.T) {
+	for _, tc := range []struct {
+		seconds int64
+		want    string
+	}{
+		{9223372037, "spec.terminationGracePeriodSeconds is 9223372037, more than a time.Duration holds"},
+		{math.MaxInt64, "spec.terminationGracePeriodSeconds is 9223372036854775807, more than a time.Duration holds"},
+	} {
+		_, cfg := newAPIServer(t, podJSON(t, func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = new(tc.seconds) }))
+		_, err := newPod(t, cfg, testPod).Grace(t.Context())
+		assert.ErrorContains(t, err, tc.want)
+	}
+}
