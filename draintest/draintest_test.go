@@ -259,3 +259,31 @@ func TestDiskBadFieldsAreNamedNotInstant(t *testing.T) {
 		assert.False(t, huge.Preserved())
 	})
 }
+
+// A sandbox its user deletes while the drain runs (Node.Remove), after the
+// pass's listing took it, is gone when its turn comes: its Preserve
+// returns pause.ErrGone, as pause.Sandbox asks of one that no longer
+// exists, and the Report counts it vanished. Before, the fake preserved
+// the deleted sandbox and the Report counted it preserved.
+//
+//	0 s  pass 1 lists sb-0, sb-1, sb-2 (limit 1, 1 s each)
+//	0.5 s sb-2 is deleted; 2 s its turn: gone
+func TestSandboxRemovedAfterItsListingIsGoneNotPreserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := draintest.NewNode()
+		sbs := node.AddN("sb", 3, time.Second)
+		p, err := pause.New(node, pause.Config{Limit: 1})
+		require.NoError(t, err)
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			node.Remove("sb-2")
+		}()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		rep := p.Run(ctx, time.Time{})
+		assert.Equal(t, 2, rep.Counts[pause.Preserved])
+		assert.Equal(t, 1, rep.Counts[pause.Vanished])
+		assert.False(t, sbs[2].Preserved())
+		assert.ErrorIs(t, sbs[2].Preserve(t.Context()), pause.ErrGone, "called by hand too")
+	})
+}

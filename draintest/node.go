@@ -54,7 +54,10 @@ func (n *Node) AddN(prefix string, count int, latency time.Duration) []*Sandbox 
 	return n.Add(sbs...)
 }
 
-// Remove takes a sandbox off the node: later listings leave it out.
+// Remove takes a sandbox off the node, as its user deleting it would:
+// later listings leave it out, and a Preserve from then on, by a pass
+// that listed it before, returns pause.ErrGone, as a runtime does for a
+// sandbox that no longer exists (the Report counts it vanished).
 func (n *Node) Remove(id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -118,6 +121,13 @@ func (n *Node) Sandboxes() []*Sandbox {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]*Sandbox(nil), n.sandboxes...)
+}
+
+// removedID reports whether Remove took id off the node.
+func (n *Node) removedID(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.removed[id]
 }
 
 func (n *Node) enter() {

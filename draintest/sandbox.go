@@ -65,7 +65,8 @@ type Sandbox struct {
 	Prio     int           // what Priority reports
 	Bytes    int64         // what Size reports
 	// Faults scripts the attempts in order: attempt i does Faults[i]; the
-	// attempts after the script succeed.
+	// attempts after the script succeed. A sandbox removed from its Node
+	// is gone, whatever the script says.
 	Faults  []Fault
 	HangFor time.Duration // how long a Hang lasts; zero: DefaultHang
 	// Disk, if set, is where a successful attempt writes Bytes after its
@@ -92,7 +93,8 @@ func (s *Sandbox) Size() int64 { return s.Bytes }
 // Priority returns Prio.
 func (s *Sandbox) Priority() int { return s.Prio }
 
-// Preserve runs the next scripted attempt.
+// Preserve runs the next scripted attempt; once the sandbox was removed
+// from its Node (Node.Remove, a Vanish), it returns pause.ErrGone instead.
 func (s *Sandbox) Preserve(ctx context.Context) error {
 	s.mu.Lock()
 	fault := OK
@@ -103,6 +105,11 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	s.started = append(s.started, time.Now())
 	s.mu.Unlock()
 
+	if s.node != nil && s.node.removedID(s.Name) {
+		// Deleted after a listing took it: the runtime has nothing to
+		// preserve, whatever the script says.
+		return fmt.Errorf("draintest: %s: removed from the node: %w", s.Name, pause.ErrGone)
+	}
 	if s.node != nil {
 		s.node.enter()
 		defer s.node.leave()
