@@ -388,19 +388,25 @@ func (b *Budget) tightenLocked(kill time.Time) bool {
 		b.notifyLocked()
 		return true
 	}
-	// Compared as given: a time with only a wall clock reading is compared
-	// with the budget's by their wall clock readings, so the same
-	// deletionTimestamp read again is no change. Taken onto the monotonic
-	// clock first, it would come out a few nanoseconds off each time (the
-	// two readings of time.Now are that far apart).
-	kill = laterOf(kill, b.start)
+	// The same deletionTimestamp read again is no change: taken onto the
+	// monotonic clock, it would come out a few nanoseconds off each time
+	// (the two readings of time.Now are that far apart), and after a step
+	// of the node's clock, off by the step.
+	if kill.Equal(b.kill) {
+		return false
+	}
+	// Any other time is compared on the monotonic clock: the budget's
+	// times keep the wall clock reading of when they were taken, so
+	// compared by the wall clock after a step of it, a later time could
+	// pass for an earlier one, or one below a floor for one above it.
+	kill = laterOf(monotonic(kill), b.start)
 	if !b.sigterm.IsZero() {
 		kill = laterOf(kill, b.sigterm.Add(MinimumGracePeriod))
 	}
 	if !kill.Before(b.kill) {
 		return false
 	}
-	b.kill = monotonic(kill)
+	b.kill = kill
 	b.notifyLocked()
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -159,4 +160,62 @@ func TestTightenWithTheSameDeletionAgainIsNoChange(t *testing.T) {
 	b.OnSIGTERM(t0.Add(time.Second))
 	assert.False(t, b.Tighten(deletion), "after SIGTERM")
 	assert.True(t, kill == b.Kill(), "SIGKILL moved from %v to %v", kill, b.Kill())
+}
+
+// wallStepped is at as it was read while the node's wall clock was off by d (whole
+// seconds) from what it reads now: the same monotonic reading, a wall clock reading d
+// later. Package time has no way to make one short of stepping the node's clock, so it
+// sets the wall clock seconds of time.Time's unexported fields (the layout Go has kept
+// since 1.9), and fails if the result is not that.
+func wallStepped(t *testing.T, at time.Time, d time.Duration) time.Time {
+	t.Helper()
+	require.True(t, onMonotonic(at) && d%time.Second == 0)
+	type layout struct { // time.Time's fields
+		wall uint64 // with a monotonic reading: seconds since 1885 in bits 30..62
+		ext  int64  // the monotonic reading
+		loc  *time.Location
+	}
+	out := at
+	p := (*layout)(unsafe.Pointer(&out))
+	p.wall += uint64(int64(d/time.Second)) << 30
+	require.True(t, out.Sub(at) == 0 && out.Round(0).Sub(at.Round(0)) == d,
+		"wallStepped no longer matches time.Time's layout: %v from %v", out, at)
+	return out
+}
+
+// The budget's times keep the wall clock reading of when they were taken; a
+// deletionTimestamp has only a wall clock reading. Tighten compared the two by the wall
+// clock, then took the deletionTimestamp onto the monotonic clock as of now: after a
+// step of the node's clock between the two (NTP, a VM resumed), the comparison and the
+// floors were off by the step. A step back of 10 s let a deletionTimestamp 5 s after
+// SIGKILL pass for an earlier one and moved SIGKILL (and every deadline) 5 s later, past
+// the kubelet's, which times the grace on its monotonic clock; a step forward let one
+// before SIGTERM through the floors, SIGKILL before SIGTERM + 2 s and the deadline
+// before T0.
+func TestTightenAfterAStepOfTheClockKeepsItsPromises(t *testing.T) {
+	t.Run("a step back: never later", func(t *testing.T) {
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		now := time.Now()
+		t0 := wallStepped(t, now, 10*time.Second) // the clock was 10 s fast then
+		require.True(t, b.OnPreStop(t0))
+		require.True(t, b.Tighten(t0.Add(30*time.Second))) // SIGKILL at T0 + 30 s (Config.KubeletGrace, say)
+		kill := b.Kill()
+		later := wallOnly(t, now.Add(35*time.Second)) // names T0 + 35 s as the clock reads now
+		assert.False(t, b.Tighten(later), "a deletionTimestamp 5 s after SIGKILL tightened the budget")
+		assert.True(t, kill.Equal(b.Kill()), "SIGKILL moved %v later", b.Kill().Sub(kill))
+	})
+	t.Run("a step forward: never before SIGTERM + 2 s or T0", func(t *testing.T) {
+		b, err := deadline.New(30*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		now := time.Now()
+		t0 := wallStepped(t, now.Add(-25*time.Second), -10*time.Second) // the clock was 10 s slow then
+		require.True(t, b.OnPreStop(t0))
+		require.True(t, b.OnSIGTERM(t0.Add(25*time.Second))) // SIGKILL at SIGTERM + 5 s
+		sigterm := b.State().SIGTERM
+		b.Tighten(wallOnly(t, now.Add(-6*time.Second))) // names SIGTERM - 6 s
+		st := b.State()
+		assert.True(t, st.Kill.Equal(sigterm.Add(deadline.MinimumGracePeriod)), "SIGKILL at SIGTERM %+v, not + 2 s", st.Kill.Sub(sigterm))
+		assert.False(t, st.Deadline.Before(st.Start), "deadline %v before T0", st.Deadline.Sub(st.Start))
+	})
 }
