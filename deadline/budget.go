@@ -349,9 +349,17 @@ func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
 // grace: grace minus the elapsed time truncated to whole seconds (the
 // kubelet's int64(elapsed.Seconds())), and never less than
 // MinimumGracePeriod. With hookElapsed = 0 it is the wait when there was no
-// hook.
+// hook. The difference saturates at the largest Duration instead of
+// wrapping round (the largest grace and a SIGTERM given before T0).
 func KubeletRemaining(grace, hookElapsed time.Duration) time.Duration {
-	left := grace - hookElapsed.Truncate(time.Second)
+	whole := hookElapsed.Truncate(time.Second)
+	left := grace - whole
+	switch {
+	case whole < 0 && left < grace:
+		left = math.MaxInt64
+	case whole > 0 && left > grace:
+		left = math.MinInt64
+	}
 	return max(left, MinimumGracePeriod)
 }
 

@@ -3,6 +3,7 @@ package deadline_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -231,10 +232,25 @@ func TestKubeletRemaining(t *testing.T) {
 		{G, 10 * G, s(2)},
 		{s(1), 0, s(2)},
 		{s(30), s(0.4), s(30)},
+		// Past the largest Duration the difference saturates: it wrapped
+		// round to the most negative Duration (so 2 s) or to the largest.
+		{math.MaxInt64, -s(1), math.MaxInt64}, // SIGTERM given a second before T0
+		{G, math.MinInt64, math.MaxInt64},
+		{math.MinInt64 + 1, s(3), s(2)},
 	}
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, deadline.KubeletRemaining(tc.grace, tc.elapsed), "grace %v, hook ran %v", tc.grace, tc.elapsed)
 	}
+	// The budget's own use: a SIGTERM time before T0 (OnSIGTERM takes it
+	// as given) with the largest grace left SIGKILL a second after T0.
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(math.MaxInt64, deadline.Config{})
+		require.NoError(t, err)
+		t0 := time.Now()
+		b.OnPreStop(t0)
+		b.OnSIGTERM(t0.Add(-time.Second))
+		assert.Equal(t, time.Duration(math.MaxInt64), b.Kill().Sub(t0.Add(-time.Second)), "SIGKILL after SIGTERM")
+	})
 }
 
 func TestBudgetUnanchoredReadsAsIfTerminationStartedNow(t *testing.T) {
