@@ -148,11 +148,11 @@ func (p *Pod) Record(e Event) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if e.Reason == "" {
-		q.drop(1, fmt.Errorf("an event needs a Reason (note %q)", e.Note), e)
+		q.drop(fmt.Errorf("an event needs a Reason (note %q)", e.Note), e)
 		return
 	}
 	if len(q.queue) >= q.size {
-		q.drop(1, fmt.Errorf("%d events already wait to be posted: the API server is slow", len(q.queue)), e)
+		q.drop(fmt.Errorf("%d events already wait to be posted: the API server is slow", len(q.queue)), e)
 		return
 	}
 	q.seq++
@@ -183,10 +183,7 @@ func (p *Pod) Flush(ctx context.Context) EventStats {
 		case <-idle:
 		case <-ctx.Done():
 			q.mu.Lock()
-			if n := len(q.queue); n > 0 {
-				q.drop(n, fmt.Errorf("not posted before the flush ended: %w", ctx.Err()), q.queue[0].Event)
-				q.queue = nil
-			}
+			q.dropQueue(ctx.Err())
 			if q.sending && q.idle == idle {
 				q.ended = ctx.Err() // an event recorded from now on is not waited for
 			}
@@ -202,13 +199,22 @@ func (p *Pod) Flush(ctx context.Context) EventStats {
 	return q.stats
 }
 
-// drop counts n events dropped for err, and logs it. e is the first of
-// them. q.mu is held.
-func (q *eventQueue) drop(n int, err error, e Event) {
-	q.stats.Dropped += n
+// drop counts e dropped for err, under its reason, and logs it. q.mu is
+// held.
+func (q *eventQueue) drop(err error, e Event) {
+	q.stats.Dropped++
 	q.stats.LastError = err.Error()
-	q.dropped.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("drainkit.kube.event.reason", e.Reason)))
-	q.p.log.Warn("kube: event dropped", "reason", e.Reason, "count", n, "type", e.Type, "note", e.Note, "error", err)
+	q.dropped.Add(context.Background(), 1, metric.WithAttributes(attribute.String("drainkit.kube.event.reason", e.Reason)))
+	q.p.log.Warn("kube: event dropped", "reason", e.Reason, "type", e.Type, "note", e.Note, "error", err)
+}
+
+// dropQueue drops every event still waiting, each under its own reason
+// and with its own line, because a flush ended (why). q.mu is held.
+func (q *eventQueue) dropQueue(why error) {
+	for _, e := range q.queue {
+		q.drop(fmt.Errorf("not posted before the flush ended: %w", why), e.Event)
+	}
+	q.queue = nil
 }
 
 // send posts the queued events one by one and exits when the queue is
@@ -216,9 +222,8 @@ func (q *eventQueue) drop(n int, err error, e Event) {
 func (q *eventQueue) send() {
 	for {
 		q.mu.Lock()
-		if n := len(q.queue); n > 0 && q.ended != nil {
-			q.drop(n, fmt.Errorf("not posted before the flush ended: %w", q.ended), q.queue[0].Event)
-			q.queue = nil
+		if q.ended != nil {
+			q.dropQueue(q.ended)
 		}
 		if len(q.queue) == 0 {
 			q.sending = false
@@ -238,7 +243,7 @@ func (q *eventQueue) send() {
 		cancel()
 		q.mu.Lock()
 		if err != nil {
-			q.drop(1, err, e.Event)
+			q.drop(err, e.Event)
 		} else {
 			q.stats.Posted++
 			q.posted.Add(context.Background(), 1, metric.WithAttributes(attribute.String("drainkit.kube.event.reason", e.Reason)))

@@ -294,3 +294,55 @@ func TestEventNamesOfALongPodNameAreValid(t *testing.T) {
 		assert.Empty(t, validation.IsDNS1123Subdomain(got[0].Name), "the Event's name %q", got[0].Name)
 	}
 }
+
+// The events a Flush drops for want of time are each counted under their
+// own reason and logged with their own line and note, as every dropped
+// event is. They were counted all under the first one's reason, in one
+// line with its note: drainkit.kube.events.dropped said DrainStarted 3 and
+// SandboxesLost 0 when SandboxesLost was among them, and no line said which
+// sandboxes its note named.
+func TestEventsAFlushDropsAreEachCountedUnderTheirOwnReason(t *testing.T) {
+	a, cfg := newAPIServer(t, podJSON(t, nil))
+	arrived := make(chan struct{}, 8)
+	a.postEvent = func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		arrived <- struct{}{}
+		<-r.Context().Done() // hangs until the client gives up
+	}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	cfg.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+	mp, count := meters(t)
+	cfg.MeterProvider = mp
+	cfg.UID = "u" // no GET first
+	cfg.EventTimeout = time.Hour
+	p := newPod(t, cfg, testPod)
+
+	p.Record(kube.Event{Reason: "Plan"})
+	<-arrived // in flight; the next three wait in the queue
+	p.Record(kube.Event{Reason: "DrainStarted", Note: "3 sandboxes"})
+	p.Record(kube.Event{Reason: "SandboxesLost", Note: "lost: sb-7"})
+	p.Record(kube.Event{Reason: "DrainFinished"})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	assert.Equal(t, 4, p.Flush(ctx).Dropped)
+	for _, reason := range []string{"Plan", "DrainStarted", "SandboxesLost", "DrainFinished"} {
+		assert.Equal(t, int64(1), count("drainkit.kube.events.dropped", reason), reason)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	assert.Equal(t, 4, strings.Count(logs.String(), "kube: event dropped"), logs.String())
+	assert.Contains(t, logs.String(), `reason=SandboxesLost type="" note="lost: sb-7"`)
+}
+
+// lockedWriter serialises writes to w: the sender logs from its goroutine.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
