@@ -24,6 +24,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/fakelogind"
 	"github.com/drainkit/drainkit/internal/freeport"
+	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/realpart"
 )
 
@@ -220,11 +221,6 @@ current-context: drainkit
 `, server, caFile, token)), 0o600)
 }
 
-// shutdownSlice is the node-shutdown slice of the pods without a priority.
-func (c Config) shutdownSlice() time.Duration {
-	return c.ShutdownGracePeriod - c.ShutdownGracePeriodCriticalPods
-}
-
 // validate names the field that is wrong.
 func (c Config) validate() error {
 	switch {
@@ -362,9 +358,15 @@ func StartConfig(t testing.TB, kubelet string, cfg Config, images ...*Image) *No
 		if n.logind, err = fakelogind.Start(bus, fakelogind.Config{}); err != nil {
 			t.Fatal(err)
 		}
-		n.shutdownSlice = cfg.shutdownSlice()
 		kconf += fmt.Sprintf("shutdownGracePeriod: %v\nshutdownGracePeriodCriticalPods: %v\n", cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods)
-		kenv = append(kenv, n.logind.Env()) // the kubelet's system bus, and no one else's
+		// The slice as drainkit plan reads it from the kubelet's file: the
+		// scenarios that time the kubelet's shutdown check that reading.
+		kc, err := kubeletconf.Parse([]byte(kconf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.shutdownSlice, _ = kc.ShutdownGrace(0) // the pods here have no priority
+		kenv = append(kenv, n.logind.Env())      // the kubelet's system bus, and no one else's
 	}
 	if err := os.WriteFile(kcfg, []byte(kconf), 0o644); err != nil {
 		t.Fatal(err)

@@ -21,12 +21,14 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/apiflags"
+	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 )
 
-const planUsage = `usage: drainkit plan (-server URL | -sizes FILE | -count N) [-state-dir DIR | -rates FILE] [-grace SECONDS] [-kubelet-grace SECONDS] [flags]
+const planUsage = `usage: drainkit plan (-server URL | -sizes FILE | -count N) [-state-dir DIR | -rates FILE] [-grace SECONDS]
+       [-kubelet-grace SECONDS | -kubelet-config FILE [-priority N]] [flags]
 
 Answers, before a rollout, whether the node's grace period is enough: would
 every sandbox be preserved if the pod were terminated now? It counts the
@@ -44,8 +46,13 @@ the grace period less its margin before SIGKILL), and prints:
   - whether every sandbox would be preserved,
   - the smallest terminationGracePeriodSeconds that would fit,
   - and the same verdict for a termination the kubelet makes on its own
-    (graceful node shutdown), in the kubelet's grace: -kubelet-grace, else
-    the one the server recorded (its -kubelet-grace; sandboxd, the
+    (graceful node shutdown, a soft eviction), in the kubelet's grace:
+    -kubelet-grace, else the node's configuration (-kubelet-config FILE,
+    the kubelet's --config: node shutdown's slice for the pod's -priority
+    and a soft eviction's evictionMaxPodGracePeriod, the smaller, as the
+    kubelet computes them; a server whose recorded -kubelet-grace is
+    none or longer does not fit, its drain planning past the node's end),
+    else the one the server recorded (its -kubelet-grace; sandboxd, the
     supervisor and the gVisor worker record it when they have API access
     to their pod, without which their drain cannot tell such a termination
     from a deletion). It gives the pod the slice of shutdownGracePeriod for
@@ -90,6 +97,7 @@ Examples:
 	drainkit plan -api agentenv -server http://127.0.0.1:8000 -api-key-file key -grace 3600 -estimate 12s -concurrency 8
 	drainkit plan -sizes sizes.json -rate-mib 400 -concurrency 8 -grace 600 -step ublk=30s,critical
 	drainkit plan -count 200 -state-dir /var/lib/sandboxd -grace 30 || echo "raise terminationGracePeriodSeconds"
+	drainkit plan -server http://127.0.0.1:8080 -state-dir /var/lib/sandboxd -kubelet-config /var/lib/kubelet/config.yaml
 `
 
 // stepFlags collects repeated -step NAME=DURATION[,critical].
@@ -161,6 +169,8 @@ type planInput struct {
 	graceFromRates bool          // the grace is the rates' (the last shutdown's), not -grace
 	kubeletGrace   time.Duration // the kubelet's own termination's grace (graceful node shutdown); 0: not known
 	kubeletSrc     string
+	kubeletOff     string        // why the node's configuration gives none to plan (graceful node shutdown off), or ""
+	kubeletWrong   string        // why the server's drain would not keep to the node's grace, or ""
 	margin         time.Duration // 0: the default for the grace
 	rateMiB        float64       // MiB/s of one pause, 0: none
 	steps          []learned.Step
@@ -196,6 +206,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&grace, "grace", "terminationGracePeriodSeconds, in `SECONDS` or as a duration (default: the rates', the server's at its last shutdown: give it after a change)")
 	var kubeletGrace graceFlag
 	fs.Var(&kubeletGrace, "kubelet-grace", "the grace the kubelet gives the pod when it terminates it on its own (graceful node shutdown: shutdownGracePeriod less shutdownGracePeriodCriticalPods), in `SECONDS` or as a duration, planned beside the deletion (default: the rates', the server's -kubelet-grace)")
+	kubeletConfig := fs.String("kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, e.g. /var/lib/kubelet/config.yaml): the kubelet's own grace from it, and whether the server's -kubelet-grace is it")
+	priority := fs.Int("priority", 0, "the pod's priority (its PriorityClass's value; system-node-critical is 2000001000), for -kubelet-config's node-shutdown groups")
 	margin := fs.Duration("margin", 0, "margin kept before SIGKILL (default: the library's for the grace, a tenth of it within [1.5s, 5s])")
 	estimate := fs.Duration("estimate", 0, "time one pause takes (default: learned, else "+defaultEstimate.String()+")")
 	limit := fs.Int("concurrency", 0, "pauses at once (default: learned, else "+strconv.Itoa(defaultLimit)+")")
@@ -232,6 +244,15 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = checkPlanFlags(pos, *server, *sizesFile, *count, *margin, *estimate, *limit, *rate)
 	}
+	switch {
+	case err != nil:
+	case *kubeletConfig != "" && kubeletGrace.d > 0:
+		err = errors.New("give -kubelet-grace or -kubelet-config, not both: the node's configuration says what the kubelet gives")
+	case *priority != 0 && *kubeletConfig == "":
+		err = errors.New("-priority picks a group of -kubelet-config's node shutdown: give -kubelet-config")
+	case *priority < math.MinInt32 || *priority > math.MaxInt32:
+		err = fmt.Errorf("-priority must be a priority class's value (an int32), got %d", *priority)
+	}
 	if err == nil && *timeout <= 0 {
 		// Zero gave a listing that failed at once with a bare "context
 		// deadline exceeded", the flag unnamed.
@@ -261,7 +282,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := in.resolve(grace.d, *estimate, *limit, steps); err != nil {
 		return usageError(stderr, "plan", err)
 	}
-	in.resolveKubelet(kubeletGrace.d)
+	if err := in.resolveKubelet(kubeletGrace.d, *kubeletConfig, *priority); err != nil {
+		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
+		return exitUsage
+	}
 	res, err := in.plan()
 	if err != nil {
 		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
@@ -494,17 +518,64 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 }
 
 // resolveKubelet takes the kubelet's own grace from the flag (0: not
-// given), else from the rates. The server records the one its drain uses
+// given), else from the node's KubeletConfiguration at config (""), else
+// from the rates. The server records the one its drain uses
 // (drain.Config.KubeletGrace), and none when it cannot tell such a
 // termination from a deletion (no API access to its pod): its drain then
 // plans the pod's whole grace, which the kubelet cuts short.
-func (in *planInput) resolveKubelet(flag time.Duration) {
-	switch r := in.rates; {
+func (in *planInput) resolveKubelet(flag time.Duration, config string, priority int) error {
+	r := in.rates
+	switch {
 	case flag > 0:
 		in.kubeletGrace, in.kubeletSrc = flag, "-kubelet-grace"
+	case config != "":
+		return in.fromKubeletConfig(config, int32(priority))
 	case r != nil && r.KubeletGrace > 0:
 		in.kubeletGrace, in.kubeletSrc = r.KubeletGrace, "the server's -kubelet-grace"
 	}
+	return nil
+}
+
+// fromKubeletConfig takes the kubelet's own grace from the node's
+// configuration at path for a pod of priority: the smaller of graceful
+// node shutdown's slice and a soft eviction's, as the kubelet gives them,
+// and says where the server's recorded one (the rates') is not it.
+func (in *planInput) fromKubeletConfig(path string, priority int32) error {
+	c, err := kubeletconf.Read(path)
+	if err != nil {
+		return fmt.Errorf("-kubelet-config: %w", err)
+	}
+	shutdown, graceful := c.ShutdownGrace(priority)
+	soft, evicts := c.SoftEvictionGrace()
+	var from []string
+	if graceful {
+		from = append(from, fmt.Sprintf("a node shutdown gives priority %d %s", priority, shutdown))
+		in.kubeletGrace = shutdown
+	} else {
+		in.kubeletOff = fmt.Sprintf("graceful node shutdown is off in %s (no shutdownGracePeriod): a node shutdown is systemd's, with no preStop hook, SIGTERM and SIGKILL at its stop timeout", path)
+	}
+	if evicts {
+		from = append(from, fmt.Sprintf("a soft eviction %s", soft))
+		if !graceful || soft < in.kubeletGrace {
+			in.kubeletGrace = soft
+		}
+	}
+	if len(from) == 0 {
+		return nil
+	}
+	in.kubeletSrc = fmt.Sprintf("%s: %s", path, strings.Join(from, ", "))
+	if r := in.rates; r != nil && r.KubeletGrace != in.kubeletGrace {
+		switch server := r.KubeletGrace; {
+		case server == 0:
+			in.kubeletWrong = "the server recorded no -kubelet-grace (none given, or no API access to its pod): its drain plans the pod's whole grace when the kubelet ends the pod on its own"
+		case server > in.kubeletGrace:
+			in.kubeletWrong = fmt.Sprintf("the server's -kubelet-grace is %s: its drain plans past the node's end", server)
+		default: // shorter: its drain ends early, and is planned as it runs
+			in.kubeletSrc += fmt.Sprintf("; the server's drain keeps to its -kubelet-grace, %s, shorter", server)
+			in.kubeletGrace = server
+		}
+	}
+	return nil
 }
 
 // adaptiveStart sets the limits of the next drain of a server whose limit
@@ -808,7 +879,7 @@ func (in *planInput) planNode(phases []deadline.Phase) (*nodePlan, error) {
 		return nil, err
 	}
 	node := &nodePlan{windows: p.Windows(""), shortfall: p.Shortfall()}
-	node.fits = node.shortfall == 0
+	node.fits = node.shortfall == 0 && in.kubeletWrong == ""
 	return node, nil
 }
 
@@ -966,10 +1037,19 @@ func (res *planResult) printNode(tw io.Writer, in *planInput) {
 	const slice = "shutdownGracePeriod less shutdownGracePeriodCriticalPods in the KubeletConfiguration"
 	grace := fmt.Sprintf("the kubelet's own grace, %s (%s)", in.kubeletGrace, in.kubeletSrc)
 	switch node := res.node; {
+	case in.kubeletGrace == 0 && in.kubeletOff != "":
+		fmt.Fprintf(tw, "  node shutdown\tnot planned\t%s\n", in.kubeletOff)
 	case in.kubeletGrace == 0:
 		fmt.Fprintf(tw, "  node shutdown\tnot planned\tno -kubelet-grace (%s), and the server recorded none: a graceful node shutdown gives the pod only that\n", slice)
 	case node == nil:
 		fmt.Fprintf(tw, "  node shutdown\tas above\t%s is not shorter than the pod's\n", grace)
+	case in.kubeletWrong != "":
+		short := ""
+		if node.shortfall > 0 && res.minGrace > 0 {
+			short = fmt.Sprintf(", and the work needs %ds", int64(res.minGrace/time.Second))
+		}
+		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s, %s; set the server's -kubelet-grace (DRAINKIT_KUBELET_GRACE) to %s%s\n",
+			grace, in.kubeletWrong, in.kubeletGrace, short)
 	case node.fits:
 		fmt.Fprintf(tw, "  node shutdown\tFITS\tin %s: every sandbox would be preserved\n", grace)
 	case res.minGrace > 0:

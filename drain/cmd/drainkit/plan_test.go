@@ -496,3 +496,77 @@ func TestPlanAlsoPlansTheKubeletsOwnTermination(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errw, "-kubelet-grace")
 }
+
+// On the node, the kubelet's own grace is in its configuration: the plan
+// reads it (-kubelet-config, the kubelet's --config file) as the kubelet
+// computes it, node shutdown's slice for the pod's priority and a soft
+// eviction's grace, the smaller of the two, and says when the server's
+// recorded -kubelet-grace is not it: a server that knows none, or a longer
+// one, plans its drain past the node's end however little work it has.
+func TestPlanReadsTheKubeletsConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	config := func(body string) string {
+		t.Helper()
+		path := filepath.Join(dir, strconv.Itoa(len(body))+".yaml")
+		require.NoError(t, os.WriteFile(path, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+body), 0o600))
+		return path
+	}
+	rates := func(kubelet time.Duration) string {
+		t.Helper()
+		raw, err := os.ReadFile("testdata/state/" + learned.File)
+		require.NoError(t, err)
+		var r learned.Rates
+		require.NoError(t, json.Unmarshal(raw, &r))
+		r.KubeletGrace = kubelet
+		state := t.TempDir()
+		require.NoError(t, r.Write(filepath.Join(state, learned.File)))
+		return state
+	}
+	plan := func(args ...string) (int, string) {
+		t.Helper()
+		code, out, errw := drainkit(t, append([]string{"plan", "-count", "60", "-grace", "30"}, args...)...)
+		assert.Empty(t, errw)
+		return code, out
+	}
+	shutdown := config("shutdownGracePeriod: 45s\nshutdownGracePeriodCriticalPods: 20s\n") // 25 s, critical 20 s
+
+	code, out := plan("-state-dir", rates(25*time.Second), "-kubelet-config", shutdown)
+	assert.Equal(t, exitOK, code, out)
+	assert.Regexp(t, `node shutdown\s+FITS\s+in the kubelet's own grace, 25s \(`+shutdown+`: a node shutdown gives priority 0 25s\): every sandbox`, out)
+
+	code, out = plan("-state-dir", rates(25*time.Second), "-kubelet-config", shutdown, "-priority", "2000001000") // system-node-critical
+	assert.Equal(t, exitNoFit, code, out)
+	assert.Contains(t, out, "a node shutdown gives priority 2000001000 20s")
+	assert.Contains(t, out, "the server's -kubelet-grace is 25s: its drain plans past the node's end; set the server's -kubelet-grace (DRAINKIT_KUBELET_GRACE) to 20s")
+
+	code, out = plan("-state-dir", "testdata/state", "-kubelet-config", shutdown) // rates without kubelet_grace_ns
+	assert.Equal(t, exitNoFit, code, out)
+	assert.Contains(t, out, "the server recorded no -kubelet-grace")
+
+	code, out = plan("-state-dir", rates(15*time.Second), "-kubelet-config", shutdown)
+	assert.Equal(t, exitOK, code, out, "a shorter one ends the drain early: planned as it runs")
+	assert.Contains(t, out, "in the kubelet's own grace, 15s (")
+	assert.Contains(t, out, "the server's drain keeps to its -kubelet-grace, 15s, shorter")
+
+	evicts := config("shutdownGracePeriod: 45s\nshutdownGracePeriodCriticalPods: 20s\nevictionSoft: {memory.available: 1Gi}\nevictionMaxPodGracePeriod: 9\n")
+	code, out = plan("-state-dir", rates(9*time.Second), "-kubelet-config", evicts)
+	assert.Equal(t, exitNoFit, code, out, "a soft eviction gives 9 s: the work needs 10")
+	assert.Contains(t, out, "a node shutdown gives priority 0 25s, a soft eviction 9s")
+	assert.Regexp(t, `node shutdown\s+DOES NOT FIT\s+in the kubelet's own grace, 9s`, out)
+
+	code, out = plan("-state-dir", rates(0), "-kubelet-config", config("syncFrequency: 10s\n"))
+	assert.Equal(t, exitOK, code, out)
+	assert.Regexp(t, `node shutdown\s+not planned\s+graceful node shutdown is off in .*: a node shutdown is systemd's`, out)
+
+	for args, want := range map[string]string{
+		"-kubelet-config " + shutdown + " -kubelet-grace 20": "give -kubelet-grace or -kubelet-config, not both",
+		"-priority 7": "-priority picks a group of -kubelet-config's node shutdown",
+		"-kubelet-config " + shutdown + " -priority 3000000000": "an int32",
+		"-kubelet-config testdata/sizes.json":                   "-kubelet-config: testdata/sizes.json:",
+		"-kubelet-config " + filepath.Join(dir, "none.yaml"):    "no such file",
+	} {
+		code, _, errw := drainkit(t, append([]string{"plan", "-count", "60", "-grace", "30", "-state-dir", "testdata/state"}, strings.Fields(args)...)...)
+		assert.Equal(t, exitUsage, code, args)
+		assert.Contains(t, errw, want, args)
+	}
+}

@@ -1,0 +1,139 @@
+package kubeletconf
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Kind is the kind of a KubeletConfiguration document.
+const Kind = "KubeletConfiguration"
+
+// SystemCriticalPriority is the priority of the system-node-critical and
+// system-cluster-critical classes' floor, the critical pods of
+// shutdownGracePeriodCriticalPods (k8s.io/kubernetes/pkg/apis/scheduling).
+const SystemCriticalPriority = 2_000_000_000
+
+// A Config is the part of a KubeletConfiguration that says what the
+// kubelet's own terminations give a pod.
+type Config struct {
+	Kind                            string          `json:"kind"`
+	ShutdownGracePeriod             metav1.Duration `json:"shutdownGracePeriod"`
+	ShutdownGracePeriodCriticalPods metav1.Duration `json:"shutdownGracePeriodCriticalPods"`
+	// ShutdownGracePeriodByPodPriority, when set, replaces the two above
+	// (the kubelet refuses both at once).
+	ShutdownGracePeriodByPodPriority []PriorityGrace `json:"shutdownGracePeriodByPodPriority"`
+	// EvictionSoft holds the soft eviction thresholds; none, no soft
+	// eviction happens.
+	EvictionSoft map[string]string `json:"evictionSoft"`
+	// EvictionMaxPodGracePeriod is the most a soft eviction gives a pod,
+	// in seconds.
+	EvictionMaxPodGracePeriod int32 `json:"evictionMaxPodGracePeriod"`
+}
+
+// A PriorityGrace is one group of shutdownGracePeriodByPodPriority: the
+// pods from Priority up to the next group's get ShutdownGracePeriodSeconds.
+type PriorityGrace struct {
+	Priority                   int32 `json:"priority"`
+	ShutdownGracePeriodSeconds int64 `json:"shutdownGracePeriodSeconds"`
+}
+
+// Read reads and parses the KubeletConfiguration at path; its errors
+// name the file.
+func Read(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse parses a KubeletConfiguration, YAML or JSON. A document of
+// another kind, or with durations or groups the kubelet would refuse, is
+// an error saying what is wrong.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	if err := yaml.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("not a KubeletConfiguration: %w", err)
+	}
+	switch {
+	case c.Kind == "":
+		return nil, errors.New("no kind: not a KubeletConfiguration (the file of the kubelet's --config)")
+	case c.Kind != Kind:
+		return nil, fmt.Errorf("a %s, not a %s (the file of the kubelet's --config)", c.Kind, Kind)
+	case c.ShutdownGracePeriod.Duration < 0 || c.ShutdownGracePeriodCriticalPods.Duration < 0:
+		return nil, errors.New("shutdownGracePeriod and shutdownGracePeriodCriticalPods must not be negative")
+	case c.ShutdownGracePeriodCriticalPods.Duration > c.ShutdownGracePeriod.Duration:
+		return nil, fmt.Errorf("shutdownGracePeriodCriticalPods %v is more than shutdownGracePeriod %v", c.ShutdownGracePeriodCriticalPods.Duration, c.ShutdownGracePeriod.Duration)
+	case len(c.ShutdownGracePeriodByPodPriority) > 0 && c.ShutdownGracePeriod.Duration > 0:
+		return nil, errors.New("both shutdownGracePeriodByPodPriority and shutdownGracePeriod: the kubelet takes one")
+	case c.EvictionMaxPodGracePeriod < 0:
+		return nil, errors.New("evictionMaxPodGracePeriod must not be negative")
+	}
+	for i, g := range c.ShutdownGracePeriodByPodPriority {
+		if g.ShutdownGracePeriodSeconds < 0 {
+			return nil, fmt.Errorf("shutdownGracePeriodByPodPriority[%d].shutdownGracePeriodSeconds must not be negative", i)
+		}
+	}
+	return &c, nil
+}
+
+// groups returns the node-shutdown groups, lowest priority first, as the
+// kubelet lays them out: shutdownGracePeriodByPodPriority, or the two
+// groups shutdownGracePeriod makes (the pods below SystemCriticalPriority
+// get it less shutdownGracePeriodCriticalPods, whole seconds; the
+// critical ones the rest); none when graceful node shutdown is off.
+func (c *Config) groups() []PriorityGrace {
+	if len(c.ShutdownGracePeriodByPodPriority) > 0 {
+		g := slices.Clone(c.ShutdownGracePeriodByPodPriority)
+		slices.SortStableFunc(g, func(a, b PriorityGrace) int { return cmp.Compare(a.Priority, b.Priority) })
+		return g
+	}
+	whole, critical := c.ShutdownGracePeriod.Duration, c.ShutdownGracePeriodCriticalPods.Duration
+	if whole == 0 {
+		return nil
+	}
+	others := whole - critical
+	return []PriorityGrace{
+		{Priority: 0, ShutdownGracePeriodSeconds: int64(others / time.Second)},
+		{Priority: SystemCriticalPriority, ShutdownGracePeriodSeconds: int64((whole - others) / time.Second)},
+	}
+}
+
+// ShutdownGrace returns the grace graceful node shutdown gives a pod of
+// priority (its priority class's value; 0 without one), before the
+// kubelet takes the pod's own terminationGracePeriodSeconds when that is
+// shorter, and false when graceful node shutdown is off. A pod belongs to
+// the group of the highest priority not above its own; one below every
+// group to the lowest.
+func (c *Config) ShutdownGrace(priority int32) (time.Duration, bool) {
+	g := c.groups()
+	if len(g) == 0 {
+		return 0, false
+	}
+	i := len(g) - 1
+	for i > 0 && g[i].Priority > priority {
+		i--
+	}
+	return time.Duration(g[i].ShutdownGracePeriodSeconds) * time.Second, true
+}
+
+// SoftEvictionGrace returns the grace a soft node-pressure eviction gives
+// a pod (evictionMaxPodGracePeriod, at least the 1 s the kubelet always
+// gives), and false when the node has no soft eviction thresholds.
+func (c *Config) SoftEvictionGrace() (time.Duration, bool) {
+	if len(c.EvictionSoft) == 0 {
+		return 0, false
+	}
+	return max(time.Duration(c.EvictionMaxPodGracePeriod)*time.Second, time.Second), true
+}

@@ -1,0 +1,126 @@
+package kubeletconf_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/drainkit/drainkit/internal/kubeletconf"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// shutdownGracePeriod and its critical part make two groups, as the
+// kubelet's migrateConfig does: the pods below SystemCriticalPriority get
+// the whole less the critical part, in whole seconds; the critical ones
+// the rest.
+func TestShutdownGracePeriodMakesTwoGroups(t *testing.T) {
+	c, err := kubeletconf.Parse([]byte(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+shutdownGracePeriod: 30s
+shutdownGracePeriodCriticalPods: 10500ms
+`))
+	require.NoError(t, err)
+	for priority, want := range map[int32]time.Duration{
+		0:                                      19 * time.Second, // 19.5 s, whole seconds
+		-5:                                     19 * time.Second, // below every group: the lowest
+		1000:                                   19 * time.Second,
+		kubeletconf.SystemCriticalPriority - 1: 19 * time.Second,
+		kubeletconf.SystemCriticalPriority:     10 * time.Second, // 30 - 19.5 = 10.5
+		kubeletconf.SystemCriticalPriority + 1000: 10 * time.Second, // system-node-critical
+	} {
+		got, ok := c.ShutdownGrace(priority)
+		assert.True(t, ok)
+		assert.Equal(t, want, got, "priority %d", priority)
+	}
+	_, ok := c.SoftEvictionGrace()
+	assert.False(t, ok, "no soft thresholds: no soft eviction")
+}
+
+// shutdownGracePeriodByPodPriority, in any order: a pod belongs to the
+// group of the highest priority not above its own (the kubelet's
+// groupByPriority), one below every group to the lowest.
+func TestShutdownGracePeriodByPodPriority(t *testing.T) {
+	c, err := kubeletconf.Parse([]byte(`{"kind": "KubeletConfiguration",
+"shutdownGracePeriodByPodPriority": [
+  {"priority": 100000, "shutdownGracePeriodSeconds": 120},
+  {"priority": 0, "shutdownGracePeriodSeconds": 30},
+  {"priority": 2000000000, "shutdownGracePeriodSeconds": 10},
+  {"priority": 10000, "shutdownGracePeriodSeconds": 60}]}`))
+	require.NoError(t, err)
+	for priority, want := range map[int32]time.Duration{
+		-1: 30 * time.Second, 0: 30 * time.Second, 9999: 30 * time.Second, 10000: 60 * time.Second,
+		99999: 60 * time.Second, 100000: 120 * time.Second, 2000000000: 10 * time.Second, 2000001000: 10 * time.Second,
+	} {
+		got, ok := c.ShutdownGrace(priority)
+		assert.True(t, ok)
+		assert.Equal(t, want, got, "priority %d", priority)
+	}
+}
+
+func TestGracefulNodeShutdownOff(t *testing.T) {
+	c, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\n"))
+	require.NoError(t, err)
+	_, ok := c.ShutdownGrace(0)
+	assert.False(t, ok)
+}
+
+// A soft eviction gives evictionMaxPodGracePeriod, and at least the 1 s
+// the kubelet always gives (its default, 0, is 1 s).
+func TestSoftEvictionGrace(t *testing.T) {
+	for doc, want := range map[string]time.Duration{
+		"evictionSoft: {memory.available: 500Mi}\nevictionMaxPodGracePeriod: 45": 45 * time.Second,
+		"evictionSoft: {memory.available: 500Mi}":                                time.Second,
+	} {
+		c, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\n" + doc))
+		require.NoError(t, err)
+		got, ok := c.SoftEvictionGrace()
+		assert.True(t, ok, doc)
+		assert.Equal(t, want, got, doc)
+	}
+}
+
+func TestParseSaysWhatIsWrong(t *testing.T) {
+	for doc, want := range map[string]string{
+		"shutdownGracePeriod: 30s": "no kind",
+		"kind: Pod":                "a Pod, not a KubeletConfiguration",
+		"kind: KubeletConfiguration\nshutdownGracePeriod: soon":                                                                                  "not a KubeletConfiguration",
+		"kind: KubeletConfiguration\nshutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s":                                             "shutdownGracePeriodCriticalPods 20s is more than shutdownGracePeriod 10s",
+		"kind: KubeletConfiguration\nshutdownGracePeriod: -10s":                                                                                  "must not be negative",
+		"kind: KubeletConfiguration\nshutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 5}]": "the kubelet takes one",
+		"kind: KubeletConfiguration\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: -5}]":                          "shutdownGracePeriodByPodPriority[0]",
+		"kind: KubeletConfiguration\nevictionMaxPodGracePeriod: -1":                                                                              "evictionMaxPodGracePeriod",
+		"{{": "not a KubeletConfiguration",
+	} {
+		_, err := kubeletconf.Parse([]byte(doc))
+		assert.ErrorContains(t, err, want, doc)
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("kind: Pod"), 0o600))
+	_, err := kubeletconf.Read(path)
+	assert.ErrorContains(t, err, path+": a Pod")
+	_, err = kubeletconf.Read(filepath.Join(t.TempDir(), "none.yaml"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func Example() {
+	c, err := kubeletconf.Parse([]byte(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+shutdownGracePeriod: 30s
+shutdownGracePeriodCriticalPods: 10s
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	g, _ := c.ShutdownGrace(0)
+	critical, _ := c.ShutdownGrace(kubeletconf.SystemCriticalPriority + 1000) // system-node-critical
+	fmt.Println(g, critical)
+	// Output: 20s 10s
+}
