@@ -18,11 +18,14 @@
 //		log.Print("no API access; the manifest's grace stands: ", err)
 //	}
 //	// In the preStop handler, after budget.OnPreStop:
-//	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-//	changed, err := pod.Tighten(ctx, budget) // ErrNotTerminating under node shutdown
+//	read, cancel := context.WithTimeout(ctx, 2*time.Second)
+//	changed, err := pod.Tighten(read, budget) // ErrNotTerminating under node shutdown
+//	cancel()
 //	pod.Record(kube.Event{Reason: "DrainStarted", Note: "3 sandboxes to preserve"})
-//	// Before exiting:
-//	stats := pod.Flush(ctx) // posted and dropped events
+//	// Before exiting, a bound of its own (the read's has long passed):
+//	flush, cancel := context.WithTimeout(ctx, time.Second)
+//	stats := pod.Flush(flush) // posted and dropped events
+//	cancel()
 //
 // The pod's service account needs a Role in its namespace (bound to it by
 // a RoleBinding) that allows:

@@ -248,8 +248,8 @@ type Deletion struct {
 	// termination the kubelet makes on its own gives the pod (graceful
 	// node shutdown and a node-pressure eviction give at most it; a
 	// liveness probe's own terminationGracePeriodSeconds, when set, may
-	// give more). Zero if the field is absent or not positive. Deletion
-	// returns it with ErrNotTerminating too.
+	// give more). Zero if the field is absent, not positive or more than
+	// a Duration holds. Deletion returns it with ErrNotTerminating too.
 	SpecGrace time.Duration
 }
 
