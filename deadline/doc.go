@@ -41,15 +41,17 @@
 // elapsed time truncated to whole seconds from G, raises what is left to at
 // least 2 s (MinimumGracePeriod), sends SIGTERM, waits that long and sends
 // SIGKILL; KubeletRemaining is that rule. Without a hook SIGKILL comes G
-// after SIGTERM. G is the deletion's grace period, which can be shorter than
-// the manifest's: the pod's metadata.deletionTimestamp (deletion time + G,
-// read from the API server by package kube) is the absolute SIGKILL time.
-// Only the deletion the kubelet's termination started with: a second,
-// shorter deletion makes the API server set the deletionTimestamp to the
-// first deletion's time + G', while the kubelet (v1.34, measured) keeps the
-// grace its termination started with. A kubelet that does run the
-// termination over (a restarted one: the hook runs again) times its grace
-// from the new run: OnRestart takes that run's start and grace.
+// after SIGTERM, and 2 s after it when G is 1 s: the same floor (the rule
+// with no elapsed time). G is the deletion's grace period, which can be
+// shorter than the manifest's: the pod's metadata.deletionTimestamp
+// (deletion time + G, read from the API server by package kube) is the
+// absolute SIGKILL time. Only the deletion the kubelet's termination started
+// with: a second, shorter deletion makes the API server set the
+// deletionTimestamp to the first deletion's time + G', while the kubelet
+// (v1.34, measured) keeps the grace its termination started with. A kubelet
+// that does run the termination over (a restarted one: the hook runs again)
+// times its grace from the new run: OnRestart takes that run's start and
+// grace.
 //
 // # Guarantees
 //
