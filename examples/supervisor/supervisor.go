@@ -154,15 +154,20 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if api.APIKey == "" && api.APIKeyFile == "" { // the flags gave none (a test's config)
 		api.APIKey = cfg.apiKey
 	}
+	// What New refuses is named by its Config field; the operator set a
+	// flag, or the key's variable or file.
+	badAPI := func(err error) error {
+		return fmt.Errorf("-server-url, the API flags (-api, -list-path, ...) or the API key (%s): %w", cfg.api.KeySource(), err)
+	}
 	if s.src, err = httpsource.New(cfg.serverURL, api); err != nil { // reads -api-key-file: parseArgs leaves it to httpsource
-		return nil, fmt.Errorf("-server-url or the API flags (-api, -api-key-file, -list-path, ...): %w", err)
+		return nil, badAPI(err)
 	}
 	s.listed = &recorder{list: s.src, ids: s.src.RunningIDs, last: &lastListing{}}
 	s.sweepList, s.counted = s.src, s.listed
 	if cfg.api.API == APIAgentENV {
 		np, err := newNotPaused(s.src, cfg.serverURL, api)
 		if err != nil {
-			return nil, fmt.Errorf("-server-url or the API flags (-api, -api-key-file, -list-path, ...): %w", err)
+			return nil, badAPI(err)
 		}
 		// A sandbox being snapshotted or forked, which AgentENV lists as
 		// paused, runs again once that ends and needs its pause: the

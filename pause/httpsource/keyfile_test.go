@@ -85,3 +85,44 @@ func TestAPIKeyFileErrors(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want)
 	}
 }
+
+// Fault: an API key with a byte an HTTP header cannot carry, most often the
+// trailing newline of a Secret made from a file (DRAINKIT_API_KEY from a
+// secretKeyRef, as the supervisor's manifest has it), was taken by New.
+// Go's transport then refused every request before sending it ("invalid
+// header field value"), an error without an answer, so transient: the
+// readiness listing failed forever without the key-refused warning, and
+// at the drain every pause was retried until the deadline, each sandbox
+// lost. New now refuses such a key, naming the field or file and where
+// the byte is, never the key; a key file read again that holds one keeps
+// the last key, logged.
+func TestAPIKeyAHeaderCannotCarryIsRefusedAtNew(t *testing.T) {
+	f := newFakeServer(1, func(f *fakeServer) { f.apiKey = "s3cret" })
+	url := f.start(t)
+	src, err := New(url, Config{APIKey: "s3cret\n"})
+	if err == nil {
+		_, lerr := src.List(t.Context())
+		t.Fatalf("New took the key; the listing then failed (permanent %v): %v", isPermanent(lerr), lerr)
+	}
+	assert.ErrorContains(t, err, "Config.APIKey")
+	assert.ErrorContains(t, err, "byte 7 of 7")
+	assert.NotContains(t, err.Error(), "s3cret", "the key is never shown")
+
+	two := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(two, []byte("s3cret\nold\n"), 0o600))
+	_, err = New(url, Config{APIKeyFile: two})
+	assert.ErrorContains(t, err, "Config.APIKeyFile: "+two)
+	assert.ErrorContains(t, err, "byte 7 of 10")
+	assert.NotContains(t, err.Error(), "s3cret")
+
+	vol := &secretVolume{t: t, dir: t.TempDir()}
+	vol.write("s3cret")
+	var logs bytes.Buffer
+	src, err = New(url, Config{APIKeyFile: filepath.Join(vol.dir, "api-key"), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	vol.write("s3cret\nk2")
+	_, err = src.List(t.Context())
+	require.NoError(t, err, "the last key")
+	assert.Contains(t, logs.String(), "the API key file could not be read again")
+	assert.Contains(t, logs.String(), "byte 7 of 9")
+}

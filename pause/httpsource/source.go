@@ -70,7 +70,9 @@ type Config struct {
 	Client *http.Client
 
 	// APIKey, when not empty, is sent in the header APIKeyHeader on every
-	// request.
+	// request. It must hold no control character but a tab, which no
+	// header can carry (a Secret's trailing newline): New fails naming
+	// where it is.
 	APIKey string
 	// APIKeyFile, when not empty, names a file holding the API key
 	// (surrounding white space trimmed), sent as APIKey is. It is read
@@ -78,9 +80,10 @@ type Config struct {
 	// so a key rotated in a mounted Kubernetes Secret is sent from the
 	// next request on: a process that read it once would send the old
 	// key until it restarted, and at its drain every pause would be
-	// refused. New fails if the file cannot be read or is empty; a later
-	// read that fails, or finds it empty, keeps the last key and is
-	// logged at Warn. Set APIKey or APIKeyFile, not both.
+	// refused. New fails if the file cannot be read, is empty or holds
+	// what APIKey must not; a later read that fails, or finds it so, keeps
+	// the last key and is logged at Warn. Set APIKey or APIKeyFile, not
+	// both.
 	APIKeyFile string
 	// APIKeyHeader names the API key's header; empty means "X-API-Key".
 	APIKeyHeader string
@@ -352,7 +355,8 @@ type Source struct {
 // shape). It fails, naming the field, when baseURL is not an absolute
 // http(s) URL, a path does not start with "/", the pause path has no
 // "{id}", a running state list is empty, pagination has only one of its
-// two fields, a gone status is not a 4xx code, or a number is negative.
+// two fields, a gone status is not a 4xx code, a number is negative, or
+// the API key (or its file) holds a byte no HTTP header can carry.
 func New(baseURL string, c Config) (*Source, error) {
 	base, err := validate(baseURL, c)
 	if err != nil {
@@ -408,6 +412,9 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 	}
 	if (c.PageTokenHeader == "") != (c.PageTokenParam == "") {
 		errs = append(errs, fmt.Errorf("httpsource: Config.PageTokenHeader and Config.PageTokenParam must be set together, got %q and %q", c.PageTokenHeader, c.PageTokenParam))
+	}
+	if flaw := headerFlaw(c.APIKey); flaw != "" {
+		errs = append(errs, fmt.Errorf("httpsource: Config.APIKey: %s", flaw))
 	}
 	if c.APIKey != "" && c.APIKeyFile != "" {
 		errs = append(errs, fmt.Errorf("httpsource: set Config.APIKey or Config.APIKeyFile (%s), not both", c.APIKeyFile))
