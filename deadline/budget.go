@@ -313,7 +313,6 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 // at, as OnPreStop does. It reports whether SIGKILL or the run changed, and
 // ignores a grace that is not positive.
 func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
-	at = monotonic(at)
 	if grace <= 0 {
 		return false
 	}
@@ -321,6 +320,15 @@ func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
 	run, runGrace := b.start, b.grace
 	if !b.restart.IsZero() {
 		run, runGrace = b.restart, b.regrace
+	}
+	// The same run given again (an exec hook's start, read as text at
+	// every read of the pod) is compared as given: taken onto the
+	// monotonic clock, it would come out a few nanoseconds off each time,
+	// and a few nanoseconds later is a new run.
+	if b.anchor != AnchorNone && at.Equal(run) {
+		at = run
+	} else {
+		at = monotonic(at)
 	}
 	if b.anchor != AnchorNone && (at.Before(run) || at.Equal(run) && grace >= runGrace) {
 		b.mu.Unlock()

@@ -219,3 +219,33 @@ func TestTightenAfterAStepOfTheClockKeepsItsPromises(t *testing.T) {
 		assert.False(t, st.Deadline.Before(st.Start), "deadline %v before T0", st.Deadline.Sub(st.Start))
 	})
 }
+
+// The same run of the hook given again (a drain passes the new run's start to OnRestart
+// at every read of the pod after it: the run's own read, then the one at SIGTERM; an
+// exec hook's run start is ?start= text) is no change, as OnRestart's doc says. Each
+// taking of the text onto the monotonic clock reads time.Now anew, so the same start came
+// out a few nanoseconds off each time: measured, from 3 to 279 calls in 1000 came out a
+// few nanoseconds later and were taken for a new run, reported and logged as a change, and SIGKILL recomputed from
+// it, undoing what the budget had learned since: after the kubelet gave up on the hook
+// (OnHookAbandoned, SIGKILL 2 s after SIGTERM), SIGKILL moved 14 s later.
+func TestRestartWithTheSameRunAgainIsNoChange(t *testing.T) {
+	b, err := deadline.New(3600*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	t0 := time.Now()
+	b.OnPreStop(t0)
+	run := wallOnly(t, t0.Add(5*time.Second)) // the hook's new run, as an exec hook says it
+	require.True(t, b.OnRestart(run, 30*time.Second))
+	require.True(t, b.OnHookAbandoned(t0.Add(20*time.Second))) // the kubelet's grace was shorter
+	kill := b.Kill()
+	require.True(t, kill.Equal(t0.Add(22*time.Second)))
+	changes := 0
+	for range 1000 {
+		if b.OnRestart(wallOnly(t, run), 30*time.Second) {
+			changes++
+		}
+	}
+	assert.Zero(t, changes, "of 1000 calls for the same run")
+	assert.True(t, kill == b.Kill(), "SIGKILL moved from T0+%v to T0+%v", kill.Sub(t0), b.Kill().Sub(t0))
+	assert.True(t, b.OnRestart(run, 20*time.Second), "the same run with a shorter grace")
+	assert.True(t, b.State().Restart.Equal(run))
+}
