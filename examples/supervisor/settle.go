@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 )
@@ -149,9 +151,12 @@ const settleInterval = 250 * time.Millisecond
 // settle waits until each of ids (sandboxes whose pause was given up on)
 // is listed paused, or is no longer shown paused (running again: its pause
 // failed; or gone), or until by, listing every settleInterval. It returns
-// when each was first listed paused. A listing that fails ends the wait
-// with what it has.
-func (l *notPaused) settle(ctx context.Context, ids []string, by time.Time) map[string]time.Time {
+// when each was first listed paused. A listing that fails is tried again
+// at the next interval: the server, not sent its SIGTERM yet, is finishing
+// those pauses, and a 503 or a reset connection now says nothing of them.
+// One that fails permanently (a refused key) ends the wait. The error
+// returned is the last listing's when it failed, nil when it answered.
+func (l *notPaused) settle(ctx context.Context, ids []string, by time.Time) (map[string]time.Time, error) {
 	ctx, cancel := context.WithDeadline(ctx, by)
 	defer cancel()
 	waiting := map[string]bool{}
@@ -159,31 +164,46 @@ func (l *notPaused) settle(ctx context.Context, ids []string, by time.Time) map[
 		waiting[id] = true
 	}
 	settled := map[string]time.Time{}
+	var failed error // the last listing's error
 	for len(waiting) > 0 {
-		paused, err := l.paused.RunningIDs(ctx)
-		if err != nil {
-			return settled
-		}
-		shown, err := l.shown.RunningIDs(ctx)
-		if err != nil {
-			return settled
-		}
-		for _, id := range paused {
-			if waiting[id] {
-				settled[id] = time.Now()
-				delete(waiting, id)
+		paused, shown, err := l.settleListing(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return settled, failed // the wait's end, not the listing's fault
+		case err != nil && errors.As(err, new(*backoff.PermanentError)):
+			return settled, err
+		case err != nil:
+			failed = err
+		default:
+			failed = nil
+			for _, id := range paused {
+				if waiting[id] {
+					settled[id] = time.Now()
+					delete(waiting, id)
+				}
 			}
-		}
-		for id := range waiting {
-			if !slices.Contains(shown, id) {
-				delete(waiting, id)
+			for id := range waiting {
+				if !slices.Contains(shown, id) {
+					delete(waiting, id)
+				}
 			}
 		}
 		if len(waiting) == 0 || !sleepCtx(ctx, settleInterval) {
-			return settled
+			return settled, failed
 		}
 	}
-	return settled
+	return settled, nil
+}
+
+// settleListing lists the IDs listed paused, then the ones shown paused.
+func (l *notPaused) settleListing(ctx context.Context) (paused, shown []string, err error) {
+	if paused, err = l.paused.RunningIDs(ctx); err != nil {
+		return nil, nil, err
+	}
+	if shown, err = l.shown.RunningIDs(ctx); err != nil {
+		return nil, nil, err
+	}
+	return paused, shown, nil
 }
 
 // sleepCtx sleeps for d and reports whether ctx was still live then.

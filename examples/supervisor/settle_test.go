@@ -3,8 +3,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +22,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/httpsource"
 )
 
 // Fault: a sandbox snapshotted or forked through the whole drain. AgentENV
@@ -307,4 +310,56 @@ type countedConn struct {
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.open.Add(-1) })
 	return c.Conn.Close()
+}
+
+// Fault: the wait for the pauses the final sweep gave up on (finishedLate)
+// ended at the first listing that failed, a 503 or a connection reset from
+// a server that was still up and finishing them, and said nothing: a
+// sandbox the server paused a moment later stayed timed out, counted lost
+// in the Report and the exit status, and no log line named the listing's
+// error. A transient failure is now listed again at the next interval,
+// until the wait's end; a permanent one (a refused key) ends the wait,
+// and a failure that ended it is logged. On loopback, against a server whose
+// state=paused listing answers 503 once, then 401 once the key is refused.
+func TestSweepWaitForAPauseItGaveUpOnOutlastsAFailedListing(t *testing.T) {
+	var pausedLists atomic.Int64
+	var refuse atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case refuse.Load():
+			http.Error(w, `{"message":"unauthorized"}`, http.StatusUnauthorized)
+		case r.URL.Query().Get("state") == "paused" && pausedLists.Add(1) == 1:
+			http.Error(w, `{"message":"busy"}`, http.StatusServiceUnavailable)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `[{"sandboxID":"sb-late","state":"paused","memoryMB":1024}]`)
+		}
+	}))
+	defer ts.Close()
+	var logs bytes.Buffer
+	sup := &supervisor{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	src, err := httpsource.New(ts.URL, httpsource.AgentENV())
+	require.NoError(t, err)
+	np, err := newNotPaused(src, ts.URL, httpsource.AgentENV())
+	require.NoError(t, err)
+	sup.sweepList = np
+	gaveUp := func() *pause.Report {
+		return &pause.Report{Entries: []pause.Entry{{ID: "sb-late", Outcome: pause.TimedOut, Error: "context deadline exceeded"}},
+			Counts: map[pause.Outcome]int{pause.TimedOut: 1}}
+	}
+
+	rep := gaveUp()
+	sup.finishedLate(t.Context(), rep, time.Now().Add(10*time.Second))
+	e := rep.Entries[0]
+	assert.Equal(t, pause.Preserved, e.Outcome, "listed paused after the 503: %s", e.Error)
+	assert.Contains(t, e.Error, "finished late")
+	assert.EqualValues(t, 2, pausedLists.Load(), "the 503, then the listing that showed it paused")
+	assert.NotContains(t, logs.String(), "level=ERROR", "a listing that failed, then answered, lost nothing")
+
+	refuse.Store(true)
+	logs.Reset()
+	rep = gaveUp()
+	sup.finishedLate(t.Context(), rep, time.Now().Add(10*time.Second))
+	assert.Equal(t, pause.TimedOut, rep.Entries[0].Outcome)
+	assert.Contains(t, logs.String(), "401", "the refusal that ended the wait")
 }

@@ -196,7 +196,11 @@ func (s *supervisor) finishedLate(ctx context.Context, rep *pause.Report, by tim
 	}
 	s.log.Warn("supervisor: final sweep: waiting for the pauses it gave up on, which the server goes on with",
 		"sandboxes", len(timedOut), "until", by.Format(time.RFC3339Nano))
-	settled := l.settle(ctx, timedOut, by)
+	settled, err := l.settle(ctx, timedOut, by)
+	if err != nil {
+		s.log.Error("supervisor: final sweep: the listing that would show the pauses it gave up on finished failed; the ones not seen paused count lost",
+			"sandboxes", len(timedOut), "seen_paused", len(settled), "error", err)
+	}
 	if len(settled) == 0 {
 		return
 	}
