@@ -478,9 +478,10 @@ func (b *Budget) notifyLocked() {
 }
 
 // Changed returns a channel that is closed the next time the budget's
-// anchor or SIGKILL time changes (OnPreStop, OnSIGTERM, OnRestart or
-// Tighten taking effect). Waiters that computed a deadline from the budget select on it to
-// recompute; call Changed again afterwards for the next change.
+// anchor or SIGKILL time changes (OnPreStop, OnSIGTERM, OnHookAbandoned,
+// OnRestart or Tighten taking effect). Waiters that computed a deadline
+// from the budget select on it to recompute; call Changed again
+// afterwards for the next change.
 func (b *Budget) Changed() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -506,7 +507,8 @@ func (b *Budget) Kill() time.Time { return b.State().Kill }
 
 // Deadline returns the time by which all work must be done: SIGKILL minus the
 // margin. The margin never takes more than half of the time from the latest
-// termination event (SIGTERM if it arrived, else T0) to SIGKILL: after an
+// termination event (T0, the hook's run again (OnRestart) or SIGTERM,
+// whichever came last) to SIGKILL: after an
 // overrunning hook the kubelet's 2 s leave a 1 s margin, so the server still
 // gets to use the other second. Deadline is never before T0 and never after
 // SIGKILL.
@@ -525,8 +527,8 @@ func (b *Budget) Grace() time.Duration { return b.grace }
 // GraceInUse returns the grace period the kubelet uses, as the budget knows
 // it: Grace, or Kill - Start once a deletion's shorter grace (Tighten) or
 // the kubelet's own put SIGKILL earlier, or after OnRestart the new run's
-// grace; never more than Grace, never negative. What a step's reserve that follows the grace is a share of,
-// and the default margin too.
+// grace; never more than Grace, never negative. A step's reserve that
+// follows the grace is a share of it, and so is the default margin.
 func (b *Budget) GraceInUse() time.Duration { return b.State().graceInUse() }
 
 func (s State) graceInUse() time.Duration {
