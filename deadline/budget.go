@@ -508,10 +508,9 @@ func (b *Budget) Kill() time.Time { return b.State().Kill }
 // Deadline returns the time by which all work must be done: SIGKILL minus the
 // margin. The margin never takes more than half of the time from the latest
 // termination event (T0, the hook's run again (OnRestart) or SIGTERM,
-// whichever came last) to SIGKILL: after an
-// overrunning hook the kubelet's 2 s leave a 1 s margin, so the server still
-// gets to use the other second. Deadline is never before T0 and never after
-// SIGKILL.
+// whichever came last) to SIGKILL: after an overrunning hook the kubelet's
+// 2 s leave a 1 s margin, so the server still gets to use the other second.
+// Deadline is never before T0 and never after SIGKILL.
 func (b *Budget) Deadline() time.Time { return b.State().Deadline }
 
 // Remaining returns the time left until Deadline, or zero if it has passed.
