@@ -175,12 +175,19 @@ func conflictState(body string) string {
 // is no longer running (already paused, or gone) -> pause.ErrGone; it is
 // still listed running (a transitional state, such as resuming, the server
 // would not pause) -> transient, so the Preserver retries it in the time
-// left. When the list fails too, the 409 stays permanent.
+// left. When the listing fails, the 409 is undecided and takes the
+// listing's class, its error named: a retry lists again after a transient
+// failure (a sandbox paused meanwhile is then gone, not lost), and none
+// would after a permanent one.
 func (b *sandbox) resolveConflict(ctx context.Context, se *StatusError) error {
 	ids, err := b.src.RunningIDs(ctx)
 	switch {
 	case err != nil:
-		return backoff.Permanent(se)
+		undecided := fmt.Errorf("%w (undecided: listing again failed: %v)", se, err)
+		if errors.As(err, new(*backoff.PermanentError)) {
+			return backoff.Permanent(undecided)
+		}
+		return undecided
 	case slices.Contains(ids, b.id):
 		return fmt.Errorf("%w (still listed running: retry)", se)
 	default:

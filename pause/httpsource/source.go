@@ -314,9 +314,11 @@ func (c Config) resolve() config {
 // any other 4xx is wrapped in backoff.Permanent. A 409 Conflict is settled
 // by listing again: no longer listed running means pause.ErrGone (already
 // paused or gone), still listed running means transient (a state the
-// server will not pause yet); with Config.RetryConflict (AgentENV, whose 409
-// means a sandbox in transition) it is transient at once. errors.As finds
-// the *StatusError in each.
+// server will not pause yet), a listing that fails leaves it in the
+// listing's class (transient or permanent), naming the listing's error;
+// with Config.RetryConflict (AgentENV, whose 409 means a sandbox in
+// transition) it is transient at once. errors.As finds the *StatusError in
+// each.
 //
 // Overload: when the server answers 429 (or 503 with Retry-After) while other
 // pause requests of this Source were on the wire, the Source lowers the

@@ -429,7 +429,8 @@ func TestConflictIsSettledByListingAgain(t *testing.T) {
 		w.WriteHeader(http.StatusConflict)
 	})
 	err = inProcess(t, mux2, Config{}).Sandbox("x").Preserve(t.Context())
-	assert.True(t, isPermanent(err), "undecidable: the list failed too")
+	assert.False(t, isPermanent(err), "undecided: the list's 500 is transient, and a retry lists again")
+	assert.ErrorContains(t, err, "500")
 }
 
 // A proxy in front of the server that redirects to its sign-in page (302)
@@ -601,4 +602,50 @@ func TestSourceNotMadeByNewIsAPermanentError(t *testing.T) {
 			assert.Equal(t, 1, rep.Passes, "a permanent error: not listed again")
 		})
 	}
+}
+
+// Fault: a 409 whose listing again failed was made permanent, and the
+// listing's error dropped: a sandbox paused by someone else between the
+// listing and its pause (a 409 from a generic server), whose listing
+// again met one 503, was Failed, lost in the Report and the exit status,
+// with "409 Conflict" as its only error. The 409 now takes the listing's
+// class: after a transient failure it is retried, and the retry's listing
+// settles it (gone: already paused); after a permanent one it stays
+// permanent. Either way its error names the listing's. On loopback.
+func TestConflictWhoseListingFailsTakesTheListingsClass(t *testing.T) {
+	var lists atomic.Int64
+	var refuse atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case refuse.Load():
+			http.Error(w, `{"message":"unauthorized"}`, http.StatusUnauthorized)
+		case lists.Add(1) == 1:
+			http.Error(w, `{"message":"busy"}`, http.StatusServiceUnavailable)
+		default:
+			fmt.Fprint(w, `[{"id":"paused-meanwhile","state":"paused"}]`)
+		}
+	})
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"message":"not running"}`, http.StatusConflict)
+	})
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	src, err := New(ts.URL, Config{})
+	require.NoError(t, err)
+	sb := src.Sandbox("paused-meanwhile")
+
+	err = sb.Preserve(t.Context())
+	require.Error(t, err)
+	assert.False(t, isPermanent(err), "the listing's 503 is transient, so is the 409 it left undecided: %v", err)
+	assert.ErrorContains(t, err, "503")
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusConflict, se.StatusCode, "the 409 is the error errors.As finds")
+	assert.ErrorIs(t, sb.Preserve(t.Context()), pause.ErrGone, "the retry's listing settles it: no longer running")
+
+	refuse.Store(true)
+	err = sb.Preserve(t.Context())
+	assert.True(t, isPermanent(err), "a refused listing does not get better: %v", err)
+	assert.ErrorContains(t, err, "401")
 }
