@@ -229,10 +229,19 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 // overestimates SIGKILL by the hook's run time: follow it with
 // kube.Pod.Tighten, whose deletionTimestamp bounds SIGKILL either way.
 func (b *Budget) OnSIGTERM(at time.Time) bool {
-	at = monotonic(at)
 	b.mu.Lock()
+	first := b.sigtermLocked(monotonic(at))
+	b.mu.Unlock()
+	if first {
+		b.logChange("SIGTERM")
+	}
+	return first
+}
+
+// sigtermLocked is OnSIGTERM's change, at on the monotonic clock; the
+// caller holds b.mu, and logs.
+func (b *Budget) sigtermLocked(at time.Time) bool {
 	if !b.sigterm.IsZero() {
-		b.mu.Unlock()
 		return false
 	}
 	b.sigterm = at
@@ -254,8 +263,6 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 	}
 	b.kill = laterOf(b.kill, b.start) // only a SIGTERM time before T0 could break this
 	b.notifyLocked()
-	b.mu.Unlock()
-	b.logChange("SIGTERM")
 	return true
 }
 
@@ -273,22 +280,21 @@ func (b *Budget) OnSIGTERM(at time.Time) bool {
 // Like OnSIGTERM, only the first of the two calls has an effect; it reports
 // whether it was it. The caller (drain.Drainer.Shutdown) decides the hook was
 // running: a preStop request still open when SIGTERM arrives.
+//
+// Both moves are one change: no reader (Changed, Deadline, a Plan's
+// windows, the Logger's line) sees the SIGKILL between them.
 func (b *Budget) OnHookAbandoned(at time.Time) bool {
 	at = monotonic(at)
-	if !b.OnSIGTERM(at) {
-		return false
-	}
 	b.mu.Lock()
-	changed := false
-	if kill := at.Add(MinimumGracePeriod); kill.Before(b.kill) {
-		b.kill, changed = laterOf(kill, b.start), true
-		b.notifyLocked()
+	first := b.sigtermLocked(at)
+	if kill := at.Add(MinimumGracePeriod); first && kill.Before(b.kill) {
+		b.kill = laterOf(kill, b.start)
 	}
 	b.mu.Unlock()
-	if changed {
-		b.logChange("preStop hook abandoned by the kubelet")
+	if first {
+		b.logChange("SIGTERM with the preStop hook abandoned by the kubelet")
 	}
-	return true
+	return first
 }
 
 // OnRestart tells the budget that the kubelet ran the pod's termination

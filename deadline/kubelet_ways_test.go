@@ -1,6 +1,8 @@
 package deadline_test
 
 import (
+	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -34,6 +36,29 @@ func TestHookAbandonedMeansSIGKILLTwoSecondsAfterSIGTERM(t *testing.T) {
 		plain.OnPreStop(t0)
 		plain.OnSIGTERM(time.Now())
 		assert.Equal(t, 30*time.Second, plain.Kill().Sub(t0), "what the budget assumed without it")
+	})
+}
+
+// OnHookAbandoned is one change of the budget: SIGTERM and SIGKILL 2 s
+// after it. It made two (OnSIGTERM's, then the 2 s), and in between a
+// reader saw SIGKILL at the manifest's T0+30 s: the Logger wrote a line
+// with it, a waiter woken by Changed could plan to it, and Changed fired
+// twice.
+func TestHookAbandonedIsOneChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs strings.Builder
+		b, err := deadline.New(30*time.Second, deadline.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		t0 := time.Now()
+		b.OnPreStop(t0)
+		time.Sleep(10 * time.Second)
+		logs.Reset()
+		changed := b.Changed()
+		require.True(t, b.OnHookAbandoned(time.Now()))
+		<-changed
+		assert.Equal(t, 1, strings.Count(logs.String(), "budget changed"), "one change: %s", logs.String())
+		assert.Contains(t, logs.String(), "kill="+t0.Add(12*time.Second).Format("2006-01-02T15:04:05.000Z07:00"))
+		assert.NotContains(t, logs.String(), t0.Add(30*time.Second).Format("2006-01-02T15:04:05.000Z07:00"), "the SIGKILL before the 2 s")
 	})
 }
 
