@@ -304,7 +304,8 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 // shorter deletion (the kubelet v1.34 does not: its termination keeps the
 // grace it started with, and no hook runs again; measured, see
 // docs/budget.md). Pass the deletion's deletionGracePeriodSeconds
-// (kube.Deletion.Grace), at most the pod's own.
+// (kube.Deletion.Grace); one longer than the budget's Grace counts as
+// Grace, the most the kubelet gives the pod.
 //
 // SIGKILL becomes the new run's: at + grace, or, when SIGTERM arrived after
 // at, SIGTERM + KubeletRemaining(grace, SIGTERM - at). That can be later
@@ -322,6 +323,7 @@ func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
 	if grace <= 0 {
 		return false
 	}
+	grace = min(grace, b.grace)
 	b.mu.Lock()
 	run, runGrace := b.start, b.grace
 	if !b.restart.IsZero() {
@@ -388,8 +390,12 @@ func KubeletRemaining(grace, hookElapsed time.Duration) time.Duration {
 // after an overrunning hook does not erase the 2 s extension).
 //
 // On an unanchored budget, Tighten anchors T0 at now (AnchorDeletionTimestamp)
-// if kill is earlier than now + grace; otherwise it changes nothing.
+// if kill is earlier than now + grace; otherwise it changes nothing. The
+// zero time says nothing of SIGKILL, and changes nothing.
 func (b *Budget) Tighten(kill time.Time) bool {
+	if kill.IsZero() {
+		return false
+	}
 	b.mu.Lock()
 	changed := b.tightenLocked(kill)
 	b.mu.Unlock()

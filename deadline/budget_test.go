@@ -631,6 +631,28 @@ func TestRestartMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 	})
 }
 
+// A restart's grace longer than the pod's (a deletion asked for more, or
+// a caller passed the deletion's as read) is the pod's: the kubelet gives
+// at most its own. It was taken as given, and put SIGKILL past the
+// kubelet's by the difference. And a zero time tightens nothing: it was
+// taken for a SIGKILL at T0.
+func TestRestartAndTightenTakeNoMoreThanTheKubeletGives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		b, err := deadline.New(60*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		b.OnPreStop(t0)
+		time.Sleep(10 * time.Second)
+		rerun := time.Now()
+		require.True(t, b.OnRestart(rerun, time.Hour))
+		assert.Equal(t, s(70), b.Kill().Sub(t0), "the new run with the pod's 60 s, not the hour")
+		assert.Equal(t, 60*time.Second, b.GraceInUse())
+
+		assert.False(t, b.Tighten(time.Time{}))
+		assert.Equal(t, s(70), b.Kill().Sub(t0), "a zero time is no SIGKILL")
+	})
+}
+
 // The cases around a restart: one the kubelet makes after SIGTERM (a
 // deletion during the shutdown: the hook again, answered at once, then
 // SIGTERM again), a read of the run that lands after SIGTERM, the API
