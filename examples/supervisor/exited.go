@@ -37,7 +37,7 @@ import (
 type recorder struct {
 	list pause.Lister
 	ids  func(context.Context) ([]string, error) // the same listing, IDs only; nil: List's
-	last *lastListing
+	last *lastListing                            // nil: kept nowhere
 }
 
 // lastListing is the IDs of the last listing that succeeded.
@@ -80,6 +80,9 @@ func (r *recorder) RunningIDs(ctx context.Context) ([]string, error) {
 }
 
 func (r *recorder) record(ids []string) {
+	if r.last == nil {
+		return
+	}
 	r.last.mu.Lock()
 	defer r.last.mu.Unlock()
 	r.last.ids = ids
@@ -130,7 +133,7 @@ func (s *supervisor) lostBeforeSIGTERM(swept *pause.Report) (*pause.Report, erro
 	}
 	s.exitedDuring.Store(true) // before supervise's loop may see it
 	var lost []string
-	for _, id := range lostWithServer(s.listed.lastListed(), swept) {
+	for _, id := range lostWithServer(s.counted.lastListed(), swept) {
 		if !s.preserver.hasEntry(id) {
 			lost = append(lost, id)
 		}

@@ -137,3 +137,67 @@ func TestServerExitBeforeSIGTERMPostsDrainFinishedWithTheLost(t *testing.T) {
 	require.Len(t, finished, 1, "%v", api.Reasons())
 	assert.Contains(t, finished[0], "Warning: the server exited on its own during the drain, before SIGTERM (killed by signal killed): 2 sandboxes lost with it; supervisor exit code 1")
 }
+
+// Fault: with -api agentenv, the last listing that lost_with_server counts
+// from was the running sandboxes' only (readiness and the preserve phase
+// list src's, state running), though the doc counts every sandbox the last
+// listing "showed not paused": one AgentENV was snapshotting or forking,
+// which it shows as paused and does not persist (only paused records do),
+// died with the server and was in no account: lost in silence, before any
+// termination and during the drain. Readiness now lists every sandbox not
+// paused (notPaused, as the preStop wait does), and the preserve phase's
+// listing of the running ones no longer overwrites that record. On
+// loopback: 2 running, 1 being snapshotted.
+func TestSandboxSnapshottedWhenTheServerExitsIsLostWithIt(t *testing.T) {
+	for _, during := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before termination", true: "during the drain"}[during], func(t *testing.T) {
+			srv, ids := agentenvDouble(t, 3, fakeagentenv.Config{PauseBase: time.Millisecond})
+			endSnapshot, err := srv.Snapshot(ids[2]) // never ends
+			require.NoError(t, err)
+			defer endSnapshot()
+			ts := httptest.NewServer(srv.Handler())
+			defer ts.Close()
+			cfg, err := parseArgs([]string{"-api", "agentenv", "-grace", "100s", "-server-url", ts.URL, "--", "server"}, io.Discard)
+			require.NoError(t, err)
+			cfg.apiKey = "k"
+			sup, err := newSupervisor(cfg, io.Discard)
+			require.NoError(t, err)
+			defer sup.src.CloseIdleConnections()
+			defer sup.sweepList.(*notPaused).closeIdleConnections()
+			server := &child{name: StepServer, proc: &os.Process{Pid: 1 << 22}, done: make(chan struct{})}
+			sup.server = server
+			probe := httptest.NewRecorder()
+			sup.ready(probe, httptest.NewRequest("GET", "/readyz", nil))
+			require.Equal(t, 200, probe.Code, probe.Body.String())
+			crash := func() {
+				server.status = unix.WaitStatus(unix.SIGKILL)
+				close(server.done)
+			}
+
+			out := &Report{Server: server.state()}
+			if !during {
+				crash()
+				sup.exitedBefore.Store(true)
+				out.Server = server.state()
+			} else {
+				step := drain.NewStep(sup.steps[0].Phase(), func(ctx context.Context) (any, error) {
+					crash() // after the preserve phase, before the server's SIGTERM
+					return sup.stopServer(ctx)
+				})
+				d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.counted, Preserver: sup.preserver, Steps: []drain.Step{step}})
+				require.NoError(t, err)
+				sup.drainer = d
+				sup.budget.OnSIGTERM(time.Now())
+				out.Drain = d.Shutdown(context.Background())
+				out.Server = server.state()
+				require.NotNil(t, out.Drain.Preserve)
+				assert.Equal(t, 2, out.Drain.Preserve.Counts[pause.Preserved], "the running ones")
+			}
+			sup.lostWithServer(out)
+
+			assert.Contains(t, out.LostWithServer, ids[2], "being snapshotted: not paused, gone with the server")
+			assert.Equal(t, map[bool]int{false: 3, true: 1}[during], out.Lost())
+			assert.Equal(t, 1, out.ExitCode)
+		})
+	}
+}

@@ -94,8 +94,8 @@ type supervisor struct {
 	stderr    io.Writer
 	budget    *deadline.Budget
 	src       *httpsource.Source
-	listed    *recorder    // src's listing, its last IDs kept (exited.go)
-	counted   *recorder    // what the preStop wait and the plan count: listed, or notPaused's, sharing its last IDs
+	listed    *recorder    // src's listing, the running ones: the Preserver's
+	counted   *recorder    // what readiness, the preStop wait and the plan list: listed, or notPaused's; its last IDs kept (exited.go)
 	sweepList pause.Lister // what the final sweep lists: src's running ones, or notPaused's (settle.go)
 	drainer   *drain.Drainer
 	preserver *limited
@@ -172,8 +172,12 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		// A sandbox being snapshotted or forked, which AgentENV lists as
 		// paused, runs again once that ends and needs its pause: the
 		// preStop wait waits for it, and the plan's preserve reserve counts
-		// it, as the final sweep lists it.
+		// it, as the final sweep lists it. It is not persisted either (only
+		// paused records are): a server that exits on its own takes it
+		// along, so the last listing kept is this one, which the preserve
+		// phase's of the running ones must not overwrite.
 		s.sweepList, s.counted = np, &recorder{list: np, last: s.listed.last}
+		s.listed = &recorder{list: s.src, ids: s.src.RunningIDs}
 	}
 	steps := []drain.Step{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: s.liveStepReserve()},
 		s.stopServer)}
@@ -651,7 +655,7 @@ func (s *supervisor) lostWithServer(rep *Report) {
 	if d != nil {
 		acc = d.Preserve
 	}
-	lost := append(lostByServerStep(acc), lostWithServer(s.listed.lastListed(), acc)...)
+	lost := append(lostByServerStep(acc), lostWithServer(s.counted.lastListed(), acc)...)
 	if len(lost) == 0 {
 		return
 	}
@@ -760,7 +764,7 @@ func (s *supervisor) routes() http.Handler {
 func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if _, err := s.listed.RunningIDs(ctx); err != nil {
+	if _, err := s.counted.RunningIDs(ctx); err != nil {
 		s.logKeyRefused(err)
 		http.Error(w, "server not answering: "+err.Error(), http.StatusServiceUnavailable)
 		return
