@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -20,10 +21,11 @@ import (
 // read through the API server when EnvPodName is set (EnvGrace, which must
 // equal it, is checked against it: see EnvGrace), else from EnvGrace; Pod
 // from EnvPodName and EnvPodUID (nil, logged, outside a cluster or without
-// a service account); KubeletGrace from EnvKubeletGrace; Pause's Estimator
-// and SandboxTimeout from EnvPreserveEstimate and EnvSandboxTimeout; the
-// Budget's margin from EnvMargin; and Logger to slog.Default(). The caller
-// sets the rest (Sandboxes, Gate, Steps) and calls New:
+// a service account); KubeletGrace from EnvKubeletGrace or
+// EnvKubeletConfig; Pause's Estimator and SandboxTimeout from
+// EnvPreserveEstimate and EnvSandboxTimeout; the Budget's margin from
+// EnvMargin; and Logger to slog.Default(). The caller sets the rest
+// (Sandboxes, Gate, Steps) and calls New:
 //
 //	cfg, err := drain.ConfigFromEnv()
 //	if err != nil {
@@ -151,17 +153,55 @@ func graceFromEnv() (time.Duration, error) {
 	return durationEnv(EnvGrace)
 }
 
-// kubeletGrace reads EnvKubeletGrace; zero when it is unset, or when pod
-// is nil (logged: without the pod's deletionTimestamp a drain cannot tell
-// the kubelet's own termination from a deletion).
+// kubeletGrace reads EnvKubeletGrace, or the node's configuration at
+// EnvKubeletConfig; zero when neither is set, or when pod is nil (logged:
+// without the pod's deletionTimestamp a drain cannot tell the kubelet's
+// own termination from a deletion).
 func kubeletGrace(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
 	g, err := optionalDurationEnv(EnvKubeletGrace)
-	if err != nil || pod != nil || g == 0 {
-		return g, err
+	if err != nil {
+		return 0, err
+	}
+	path := os.Getenv(EnvKubeletConfig)
+	switch {
+	case path != "" && g > 0:
+		return 0, fmt.Errorf("drain: %s and %s are both set: the node's configuration says what the kubelet gives; set one", EnvKubeletConfig, EnvKubeletGrace)
+	case path != "":
+		return kubeletConfigGrace(pod, path, log)
+	case pod != nil || g == 0:
+		return g, nil
 	}
 	log.Warn("drain: "+EnvKubeletGrace+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+
 		kubeletGraceNeedsPod, "kubelet_grace", g)
 	return 0, nil
+}
+
+// kubeletConfigGrace is the grace the node's KubeletConfiguration at path
+// gives the pod at the kubelet's own terminations (EnvKubeletConfig).
+func kubeletConfigGrace(pod *kube.Pod, path string, log *slog.Logger) (time.Duration, error) {
+	c, err := kubeletconf.Read(path)
+	if err != nil {
+		return 0, fmt.Errorf("drain: %s=%q: %w", EnvKubeletConfig, path, err)
+	}
+	if pod == nil {
+		log.Warn("drain: "+EnvKubeletConfig+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+kubeletGraceNeedsPod, "file", path)
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
+	defer cancel()
+	prio, err := pod.Priority(ctx)
+	g, ok := c.OwnGrace(prio)
+	if err != nil {
+		g, ok = c.LeastOwnGrace()
+		log.Warn("drain: the pod's priority could not be read: the kubelet's own grace is the least any priority gets in "+EnvKubeletConfig,
+			"file", path, "kubelet_grace", g, "error", err)
+	}
+	if !ok {
+		log.Info("drain: the node's kubelet gives no grace of its own (graceful node shutdown off, no soft eviction)", "file", path)
+		return 0, nil
+	}
+	log.Info("drain: the kubelet's own grace, from the node's configuration", "kubelet_grace", g, "priority", prio, "file", path)
+	return g, nil
 }
 
 // pauseFromEnv is the Preserver's configuration from EnvPreserveEstimate

@@ -54,8 +54,9 @@ const (
 	// another pod of its name for its own (after kubectl delete --force a
 	// StatefulSet's new pod has it): that pod's deletion and Events are
 	// not this one's (kube.ErrPodReplaced). Unset, the UID is the one the
-	// first read of the pod finds, which with EnvGrace set is at the
-	// drain, when the new pod may already exist.
+	// first read of the pod finds: the one at start, of the spec's grace
+	// (see EnvGrace), when it succeeds, else one at the drain, when a new
+	// pod of the name may already exist.
 	EnvPodUID = "POD_UID"
 	// EnvKubeletGrace is Config.KubeletGrace: the grace the kubelet gives
 	// the pod when it terminates it on its own (graceful node shutdown's
@@ -63,6 +64,17 @@ const (
 	// duration. It needs EnvPodName and API access; without them it is
 	// ignored, with a warning. Unset: not known.
 	EnvKubeletGrace = "DRAINKIT_KUBELET_GRACE"
+	// EnvKubeletConfig is the path, in the container, of the node's
+	// KubeletConfiguration (the kubelet's --config file, mounted read-only
+	// from the host): Config.KubeletGrace is then what that file gives
+	// this pod, graceful node shutdown's slice for the pod's priority (read
+	// through the API server) or a soft eviction's
+	// evictionMaxPodGracePeriod, the smaller, as the kubelet computes them
+	// (the least of any priority when the priority cannot be read). No
+	// number in the manifest drifts from the node's configuration. It
+	// needs EnvPodName and API access, as EnvKubeletGrace does, and is
+	// refused beside it; a file that cannot be read is an error at start.
+	EnvKubeletConfig = "DRAINKIT_KUBELET_CONFIG"
 	// EnvPreserveEstimate is the time one preserve takes on this node, as
 	// whole seconds or a Go duration ("500ms"): the start of the
 	// Estimator (Config.Pause.Estimator), which learns from every preserve

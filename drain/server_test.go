@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -261,6 +262,54 @@ func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), EnvGrace+" is not set")
 	assert.Contains(t, err.Error(), "403")
+}
+
+// DRAINKIT_KUBELET_CONFIG names the node's KubeletConfiguration: the
+// kubelet's own grace is what it gives this pod, by the pod's priority,
+// read through the API server, with no number in the manifest to drift
+// from the node's. A priority that cannot be read gives the least any
+// priority gets; a file that cannot be read, or both variables, fail the
+// start, naming them.
+func TestNewServerTakesTheKubeletsGraceFromTheNodesConfiguration(t *testing.T) {
+	api := newPodAPI(t)
+	api.SetGrace(3600)
+	old := inClusterConfig
+	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
+	t.Cleanup(func() { inClusterConfig = old })
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(config, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+
+		"shutdownGracePeriod: 45s\nshutdownGracePeriodCriticalPods: 20s\n"), 0o600))
+	for k, v := range map[string]string{EnvGrace: "", EnvHookListen: "", EnvHookSecret: "", EnvPodName: "sandboxd-0", EnvKubeletConfig: config} {
+		t.Setenv(k, v)
+	}
+	serve := func() (*Server, error) { return NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode()) }
+
+	s, err := serve()
+	require.NoError(t, err)
+	assert.Equal(t, 25*time.Second, s.d.kubelet, "a pod without a priority: 45 s less the critical pods' 20")
+
+	api.SetPriority(2000001000) // system-node-critical
+	s, err = serve()
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, s.d.kubelet, "the critical pods' slice")
+
+	api.SetPriority(0)
+	api.Refuse(http.StatusForbidden) // no "get" on "pods": the grace from the variable, the priority unknown
+	t.Setenv(EnvGrace, "3600")
+	s, err = serve()
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, s.d.kubelet, "the least any priority gets: early rather than late")
+	api.Refuse(0)
+
+	t.Setenv(EnvKubeletGrace, "25")
+	_, err = serve()
+	assert.ErrorContains(t, err, EnvKubeletConfig+" and "+EnvKubeletGrace+" are both set")
+	t.Setenv(EnvKubeletGrace, "")
+
+	t.Setenv(EnvKubeletConfig, filepath.Join(t.TempDir(), "none.yaml"))
+	_, err = serve()
+	assert.ErrorContains(t, err, EnvKubeletConfig+"=")
+	assert.ErrorIs(t, err, os.ErrNotExist)
 }
 
 // DRAINKIT_GRACE must equal the pod's terminationGracePeriodSeconds, and a

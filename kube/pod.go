@@ -375,6 +375,22 @@ func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
 	return time.Duration(*g) * time.Second, nil
 }
 
+// Priority reads the pod's spec.priority: its PriorityClass's value (0
+// without one), which picks the group of the kubelet's graceful node
+// shutdown whose slice the pod gets (system-node-critical's is above
+// 2000000000). It returns an *APIError for an answer other than 200, and
+// ctx's error if ctx ends first.
+func (p *Pod) Priority(ctx context.Context) (int32, error) {
+	if !p.made() {
+		return 0, errNotMade
+	}
+	obj, err := p.get(ctx)
+	if err != nil || obj.Spec.Priority == nil {
+		return 0, err
+	}
+	return *obj.Spec.Priority, nil
+}
+
 // Tighten reads the pod's deletionTimestamp and passes it to b.Tighten,
 // reporting whether the budget's SIGKILL moved earlier.
 //
@@ -412,6 +428,7 @@ type podObject struct {
 	} `json:"metadata"`
 	Spec struct {
 		TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds"`
+		Priority                      *int32 `json:"priority"`
 	} `json:"spec"`
 	// offset is the API server's clock less this node's, as far as the
 	// response proved it (clockOffset).

@@ -615,6 +615,27 @@ func TestGraceReadsTheSpec(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, apiErr.StatusCode)
 }
 
+func TestPriorityReadsTheSpec(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, func(p *corev1.Pod) { p.Spec.Priority = new(int32(2000001000)) })) // system-node-critical
+	prio, err := newPod(t, cfg, testPod).Priority(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, int32(2000001000), prio)
+
+	_, cfg = newAPIServer(t, podJSON(t, nil))
+	prio, err = newPod(t, cfg, testPod).Priority(t.Context())
+	require.NoError(t, err)
+	assert.Zero(t, prio, "no priority class")
+
+	_, cfg = newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden")
+	})
+	_, err = newPod(t, cfg, testPod).Priority(t.Context())
+	var apiErr *kube.APIError
+	require.ErrorAs(t, err, &apiErr)
+	_, err = (*kube.Pod)(nil).Priority(t.Context())
+	assert.ErrorContains(t, err, "kube.New")
+}
+
 // skewedPod serves the pod as an API server whose clock is skew ahead of
 // this node's (negative: behind): its Date header, and a deletion that
 // asked for graceSeconds, timed by that clock as the API server does.

@@ -32,6 +32,7 @@ type Pod struct {
 	deletion time.Time // zero: none
 	delGrace int64     // deletionGracePeriodSeconds; zero: absent
 	grace    int64     // zero: none
+	priority int32     // spec.priority; zero: absent
 	status   int       // non-zero: every request is answered with it
 	hang     bool      // every request hangs until its client gives up
 	reads    int
@@ -69,6 +70,9 @@ func (p *Pod) Delete(at time.Time, grace time.Duration) {
 
 // SetGrace sets the pod's spec.terminationGracePeriodSeconds.
 func (p *Pod) SetGrace(seconds int64) { p.set(func() { p.grace = seconds }) }
+
+// SetPriority sets the pod's spec.priority, its PriorityClass's value.
+func (p *Pod) SetPriority(priority int32) { p.set(func() { p.priority = priority }) }
 
 // Refuse answers every request from now on with status and a Status
 // (403: RBAC denies the service account); zero answers again.
@@ -141,6 +145,9 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if p.grace != 0 {
 			pod.Spec.TerminationGracePeriodSeconds = new(p.grace)
+		}
+		if p.priority != 0 {
+			pod.Spec.Priority = new(p.priority)
 		}
 		_ = json.NewEncoder(w).Encode(&pod)
 	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/"+p.Namespace+"/events":

@@ -137,3 +137,34 @@ func (c *Config) SoftEvictionGrace() (time.Duration, bool) {
 	}
 	return max(time.Duration(c.EvictionMaxPodGracePeriod)*time.Second, time.Second), true
 }
+
+// OwnGrace returns the grace the kubelet's own terminations give a pod of
+// priority, the smaller of ShutdownGrace and SoftEvictionGrace (as
+// drain.Config.KubeletGrace wants it), and false when the node has
+// neither.
+func (c *Config) OwnGrace(priority int32) (time.Duration, bool) {
+	shutdown, graceful := c.ShutdownGrace(priority)
+	soft, evicts := c.SoftEvictionGrace()
+	switch {
+	case graceful && evicts:
+		return min(shutdown, soft), true
+	case graceful:
+		return shutdown, true
+	}
+	return soft, evicts
+}
+
+// LeastOwnGrace is OwnGrace for a pod whose priority is not known: the
+// least any priority gets, early rather than late.
+func (c *Config) LeastOwnGrace() (time.Duration, bool) {
+	least, ok := time.Duration(0), false
+	for _, g := range c.groups() {
+		if d, _ := c.OwnGrace(g.Priority); !ok || d < least {
+			least, ok = d, true
+		}
+	}
+	if !ok {
+		return c.SoftEvictionGrace()
+	}
+	return least, true
+}

@@ -124,3 +124,36 @@ shutdownGracePeriodCriticalPods: 10s
 	fmt.Println(g, critical)
 	// Output: 20s 10s
 }
+
+// OwnGrace is what drain.Config.KubeletGrace wants: the smaller of the
+// node shutdown's slice and a soft eviction's grace; LeastOwnGrace the
+// least any priority gets.
+func TestOwnGrace(t *testing.T) {
+	c, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n"))
+	require.NoError(t, err)
+	g, ok := c.OwnGrace(0)
+	assert.True(t, ok)
+	assert.Equal(t, 20*time.Second, g)
+	g, _ = c.LeastOwnGrace()
+	assert.Equal(t, 10*time.Second, g, "the critical pods' slice")
+
+	c, err = kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\nevictionSoft: {memory.available: 1Gi}\nevictionMaxPodGracePeriod: 15\n"))
+	require.NoError(t, err)
+	g, _ = c.OwnGrace(0)
+	assert.Equal(t, 15*time.Second, g, "a soft eviction gives less")
+	g, _ = c.OwnGrace(kubeletconf.SystemCriticalPriority)
+	assert.Equal(t, 10*time.Second, g)
+
+	c, err = kubeletconf.Parse([]byte("kind: KubeletConfiguration\nevictionSoft: {memory.available: 1Gi}\nevictionMaxPodGracePeriod: 15\n"))
+	require.NoError(t, err)
+	g, ok = c.LeastOwnGrace()
+	assert.True(t, ok)
+	assert.Equal(t, 15*time.Second, g, "no node shutdown: the eviction's")
+
+	c, err = kubeletconf.Parse([]byte("kind: KubeletConfiguration\n"))
+	require.NoError(t, err)
+	_, ok = c.OwnGrace(0)
+	assert.False(t, ok)
+	_, ok = c.LeastOwnGrace()
+	assert.False(t, ok)
+}
