@@ -537,28 +537,22 @@ func (in *planInput) resolveKubelet(flag time.Duration, config string, priority 
 }
 
 // fromKubeletConfig takes the kubelet's own grace from the node's
-// configuration at path for a pod of priority: the smaller of graceful
-// node shutdown's slice and a soft eviction's, as the kubelet gives them,
+// configuration at path for a pod of priority (kubeletconf.Config.OwnGrace),
 // and says where the server's recorded one (the rates') is not it.
 func (in *planInput) fromKubeletConfig(path string, priority int32) error {
 	c, err := kubeletconf.Read(path)
 	if err != nil {
 		return fmt.Errorf("-kubelet-config: %w", err)
 	}
-	shutdown, graceful := c.ShutdownGrace(priority)
-	soft, evicts := c.SoftEvictionGrace()
+	in.kubeletGrace, _ = c.OwnGrace(priority)
 	var from []string
-	if graceful {
+	if shutdown, ok := c.ShutdownGrace(priority); ok {
 		from = append(from, fmt.Sprintf("a node shutdown gives priority %d %s", priority, shutdown))
-		in.kubeletGrace = shutdown
 	} else {
 		in.kubeletOff = fmt.Sprintf("graceful node shutdown is off in %s (no shutdownGracePeriod): a node shutdown is systemd's, with no preStop hook, SIGTERM and SIGKILL at its stop timeout", path)
 	}
-	if evicts {
+	if soft, ok := c.SoftEvictionGrace(); ok {
 		from = append(from, fmt.Sprintf("a soft eviction %s", soft))
-		if !graceful || soft < in.kubeletGrace {
-			in.kubeletGrace = soft
-		}
 	}
 	if len(from) == 0 {
 		return nil
