@@ -162,22 +162,20 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	for _, a := range append(slices.Clone(c.Command[1:]), c.Args...) {
 		args = append(args, expand(c, a))
 	}
-	// The key file is the Secret's mount; the test gives it a real file.
-	keyArg := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "-api-key-file=") })
-	require.GreaterOrEqual(t, keyArg, 0, "the API key comes from a file")
-	keyPath := strings.TrimPrefix(args[keyArg], "-api-key-file=")
-	mount := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == filepath.Dir(keyPath) })
-	require.GreaterOrEqual(t, mount, 0, "the key file's directory is a volume mount")
-	vol := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[mount].Name })
-	require.GreaterOrEqual(t, vol, 0)
-	require.NotNil(t, spec.Volumes[vol].Secret, "the key file comes from a Secret")
-	assert.True(t, c.VolumeMounts[mount].ReadOnly)
-	for _, e := range c.Env {
-		assert.NotEqual(t, EnvAPIKey, e.Name, "the key is a file, not in the environment the server inherits")
-	}
-	key := filepath.Join(t.TempDir(), "api-key")
-	require.NoError(t, os.WriteFile(key, []byte("k\n"), 0o400))
-	args[keyArg] = "-api-key-file=" + key
+	// The key is the server's own, from the container's environment through
+	// the same secretKeyRef (resolved once, at the container's start, as the
+	// server's): never a file of a Secret volume, which a rotation updates
+	// under a server that still checks the old key.
+	assert.False(t, slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "-api-key-file") }),
+		"the key is not a file a rotation changes under the server")
+	bc := base.Spec.Template.Spec.Containers[0]
+	baseKey := bc.Env[slices.IndexFunc(bc.Env, func(e corev1.EnvVar) bool { return e.Name == "AENV_API_KEY" })].ValueFrom.SecretKeyRef
+	keyEnv := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == EnvAPIKey })
+	require.GreaterOrEqual(t, keyEnv, 0, "the API key comes from the environment")
+	require.NotNil(t, c.Env[keyEnv].ValueFrom)
+	assert.Equal(t, baseKey, c.Env[keyEnv].ValueFrom.SecretKeyRef, "the server's own key Secret, its key")
+	assert.Equal(t, []string{"PATH=/bin"}, childEnv([]string{"PATH=/bin", EnvAPIKey + "=k"}), "the server's environment goes without it")
+	t.Setenv(EnvAPIKey, "k")
 	manifest.Secret(t, c, EnvHookSecret, func() error { _, err := parseArgs(args, io.Discard); return err })
 
 	cfg, err := parseArgs(args, io.Discard)
@@ -187,7 +185,6 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	assert.Equal(t, APIAgentENV, cfg.api.API)
 	assert.True(t, filepath.IsAbs(cfg.daemonSock), "the server's daemon, by its socket")
 	assert.Empty(t, cfg.daemon, "never a second daemon")
-	bc := base.Spec.Template.Spec.Containers[0]
 	serverCmd := append(slices.Clone(bc.Command), bc.Args...)
 	if len(bc.Command) == 0 {
 		serverCmd = append(slices.Clone(imageEntrypoint), bc.Args...)
@@ -196,18 +193,11 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 	assert.Equal(t, "/run/aenv/ublk-daemon.sock", cfg.daemonSock, "AgentENV's daemon socket, $AENV_RUNTIME/ublk-daemon.sock")
 
 	// The Report's directory is a volume of the pod (the supervisor refuses
-	// to start when it cannot create a file there), and the key is the one
-	// the server checks: its Secret, its key.
+	// to start when it cannot create a file there).
 	require.NotEmpty(t, cfg.report)
 	assert.True(t, slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
 		return !m.ReadOnly && strings.HasPrefix(filepath.Dir(cfg.report)+"/", strings.TrimSuffix(m.MountPath, "/")+"/")
 	}), "-report %s is on a writable volume mount", cfg.report)
-	baseKey := bc.Env[slices.IndexFunc(bc.Env, func(e corev1.EnvVar) bool { return e.Name == "AENV_API_KEY" })].ValueFrom.SecretKeyRef
-	keySecret := spec.Volumes[vol].Secret
-	assert.Equal(t, baseKey.Name, keySecret.SecretName, "the key file is the server's own key Secret")
-	require.Len(t, keySecret.Items, 1)
-	assert.Equal(t, baseKey.Key, keySecret.Items[0].Key)
-	assert.Equal(t, filepath.Base(keyPath), keySecret.Items[0].Path)
 
 	// preStop is the supervisor's /drain on the -hook-listen port, with the
 	// secret; readiness and liveness are the supervisor's, on -listen.
@@ -324,4 +314,72 @@ func checkPodAccess(t *testing.T, path, ns string, spec corev1.PodSpec) {
 	cfg, err := parseArgs([]string{"--", "/server"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "agentenv-node-x7k2p", cfg.pod, "-pod's default is POD_NAME")
+}
+
+// Fault: the overlay gave the supervisor AgentENV's key as a file of the
+// Secret agentenv-auth's volume, which the kubelet updates when the Secret
+// is rotated (and the supervisor reads again, row 236), while the server
+// has the same key from its environment (AENV_API_KEY, secretKeyRef),
+// resolved once when the container starts. After a rotation the supervisor
+// sent the new key to a server that checks the old one until it restarts:
+// readiness failed on 401 and, at the drain, every pause was refused 401
+// (permanent) and every sandbox lost. The supervisor now takes the key as
+// the server does, from the container's environment through the same
+// secretKeyRef, so both hold one version of it. On loopback, the Secret
+// rotated as the kubelet applies it: a volume's file rewritten, the
+// environment left as it was at the container's start.
+func TestOverlaySendsTheKeyTheServerHoldsAfterASecretRotation(t *testing.T) {
+	base, ds := buildOverlay(t)
+	spec := ds.Spec.Template.Spec
+	c := supervisorContainer(t, spec.Containers)
+	bc := base.Spec.Template.Spec.Containers[0]
+	i := slices.IndexFunc(bc.Env, func(e corev1.EnvVar) bool { return e.Name == "AENV_API_KEY" })
+	require.GreaterOrEqual(t, i, 0)
+	serverKey := bc.Env[i].ValueFrom.SecretKeyRef // read by the server once, at its start
+
+	srv, err := fakeagentenv.New(fakeagentenv.Config{APIKey: "k1"}) // the server's key stays k1 until it restarts
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	args := []string{"-api", "agentenv", "-server-url", ts.URL}
+	var rotate func(string) // what a rotation of the Secret changes for the supervisor
+	for _, a := range c.Args {
+		if path, ok := strings.CutPrefix(a, "-api-key-file="); ok {
+			mount := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == filepath.Dir(path) })
+			require.GreaterOrEqual(t, mount, 0)
+			vol := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[mount].Name })
+			require.NotNil(t, spec.Volumes[vol].Secret)
+			require.Equal(t, serverKey.Name, spec.Volumes[vol].Secret.SecretName)
+			file := filepath.Join(t.TempDir(), "api-key")
+			require.NoError(t, os.WriteFile(file, []byte("k1"), 0o600))
+			args = append(args, "-api-key-file", file)
+			rotate = func(key string) { require.NoError(t, os.WriteFile(file, []byte(key), 0o600)) } // the kubelet updates a Secret volume
+		}
+	}
+	for _, e := range c.Env {
+		if e.Name == EnvAPIKey {
+			require.NotNil(t, e.ValueFrom)
+			assert.Equal(t, serverKey, e.ValueFrom.SecretKeyRef, "the server's own key, through the same reference")
+			t.Setenv(EnvAPIKey, "k1")
+			rotate = func(string) {} // an environment is resolved once, at the container's start
+		}
+	}
+	require.NotNil(t, rotate, "the overlay gives the supervisor the API key")
+	cfg, err := parseArgs(append(args, "--", "server"), io.Discard)
+	require.NoError(t, err)
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	defer sup.src.CloseIdleConnections()
+	defer sup.sweepList.(*notPaused).closeIdleConnections()
+	probe := func() int {
+		w := httptest.NewRecorder()
+		sup.ready(w, httptest.NewRequest("GET", "/readyz", nil))
+		return w.Code
+	}
+	require.Equal(t, 200, probe())
+
+	rotate("k2")
+	w := httptest.NewRecorder()
+	sup.ready(w, httptest.NewRequest("GET", "/readyz", nil))
+	assert.Equal(t, 200, w.Code, "after the Secret's rotation, the server still checking k1: %s", w.Body.String())
 }
