@@ -22,8 +22,8 @@
 //	                    children do not inherit; never argv). A key the
 //	                    server refuses (401, 403 to /readyz's listing) is
 //	                    logged at Warn once, naming where it came from; one
-//	                    no header can carry (a control character, such as a
-//	                    Secret's trailing newline) stops it at start
+//	                    no header can carry (a control character inside it;
+//	                    surrounding white space is trimmed) stops it at start
 //	-grace DURATION     the pod's terminationGracePeriodSeconds (default 30s)
 //	-concurrency N      pause requests sent at once: N > 0 fixes it; 0, the
 //	                    default, is pause's adaptive limit (1 to 32), from

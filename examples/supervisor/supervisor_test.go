@@ -355,15 +355,16 @@ func TestAPIFlags(t *testing.T) {
 		assert.Contains(t, stderr.String(), says)
 	}
 
-	// A key from DRAINKIT_API_KEY with a trailing newline (a secretKeyRef
-	// to a Secret made from a file) stops the supervisor at start, naming
-	// the variable and the byte, never the key: no request could carry it.
-	t.Setenv(EnvAPIKey, "s3cret\n")
+	// A key from DRAINKIT_API_KEY with a control character inside (a
+	// trailing newline, from a Secret made from a file, is trimmed) stops
+	// the supervisor at start, naming the variable and the byte, never the
+	// key: no request could carry it.
+	t.Setenv(EnvAPIKey, "s3cret\nold\n")
 	stderr.Reset()
 	code := Main(t.Context(), []string{"-listen", freeAddr(t), "-hook-listen", freeAddr(t), "--", "/nonexistent/server"}, &stderr)
 	assert.Equal(t, 2, code, stderr.String())
 	assert.Contains(t, stderr.String(), "API key ("+EnvAPIKey+")")
-	assert.Contains(t, stderr.String(), "byte 7 of 7 is 0x0a")
+	assert.Contains(t, stderr.String(), "byte 7 of 10 is 0x0a")
 	assert.NotContains(t, stderr.String(), "s3cret")
 	t.Setenv(EnvAPIKey, "")
 

@@ -108,15 +108,14 @@ func (k *keyFile) get(log *slog.Logger) string {
 // headerFlaw describes the first byte of key that no HTTP header can
 // carry, a control character other than a tab, or returns "" when there
 // is none. Go's transport refuses a request with such a header before it
-// sends it, an error with no answer that a retry cannot mend; the usual
-// one is the newline ending the file a Secret was made from. It never
+// sends it, an error with no answer that a retry cannot mend. It never
 // shows the key.
 func headerFlaw(key string) string {
 	for i := range len(key) {
 		if b := key[i]; b < ' ' && b != '\t' || b == 0x7f {
 			hint := ""
 			if b == '\n' || b == '\r' {
-				hint = " (a line break: the end of the file the Secret was made from?)"
+				hint = " (a line break: a key of two lines?)"
 			}
 			return fmt.Sprintf("byte %d of %d is %#02x, a control character no HTTP header can carry%s", i+1, len(key), b, hint)
 		}

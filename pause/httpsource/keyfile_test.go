@@ -86,26 +86,33 @@ func TestAPIKeyFileErrors(t *testing.T) {
 	}
 }
 
-// Fault: an API key with a byte an HTTP header cannot carry, most often the
-// trailing newline of a Secret made from a file (DRAINKIT_API_KEY from a
-// secretKeyRef, as the supervisor's manifest has it), was taken by New.
-// Go's transport then refused every request before sending it ("invalid
-// header field value"), an error without an answer, so transient: the
-// readiness listing failed forever without the key-refused warning, and
-// at the drain every pause was retried until the deadline, each sandbox
-// lost. New now refuses such a key, naming the field or file and where
-// the byte is, never the key; a key file read again that holds one keeps
-// the last key, logged.
+// Fault: an API key with a byte an HTTP header cannot carry (a control
+// character), was taken by New. Go's transport then refused every request
+// before sending it ("invalid header field value"), an error without an
+// answer, so transient: the readiness listing failed forever without the
+// key-refused warning, and at the drain every pause was retried until the
+// deadline, each sandbox lost. New now refuses such a key, naming the field
+// or file and where the byte is, never the key; a key file read again that
+// holds one keeps the last key, logged.
+//
+// Fault: the most common such key, the trailing newline of a Secret made
+// from a file (DRAINKIT_API_KEY through a secretKeyRef, as both manifests
+// give it), was then refused at start: a supervisor that could not start,
+// where the key the server gets is the one without it (HTTP strips a
+// header value's surrounding white space, and a server reading the same
+// Secret, as AgentENV does, compares what arrives). Surrounding white
+// space is now trimmed from APIKey, as from APIKeyFile's content.
 func TestAPIKeyAHeaderCannotCarryIsRefusedAtNew(t *testing.T) {
 	f := newFakeServer(1, func(f *fakeServer) { f.apiKey = "s3cret" })
 	url := f.start(t)
 	src, err := New(url, Config{APIKey: "s3cret\n"})
-	if err == nil {
-		_, lerr := src.List(t.Context())
-		t.Fatalf("New took the key; the listing then failed (permanent %v): %v", isPermanent(lerr), lerr)
-	}
+	require.NoError(t, err, "a trailing newline is the Secret's file's, not the key's")
+	_, err = src.List(t.Context())
+	require.NoError(t, err, "the key, trimmed")
+
+	_, err = New(url, Config{APIKey: "s3\x7fcret"})
 	assert.ErrorContains(t, err, "Config.APIKey")
-	assert.ErrorContains(t, err, "byte 7 of 7")
+	assert.ErrorContains(t, err, "byte 3 of 7")
 	assert.NotContains(t, err.Error(), "s3cret", "the key is never shown")
 
 	two := filepath.Join(t.TempDir(), "key")

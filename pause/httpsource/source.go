@@ -70,9 +70,11 @@ type Config struct {
 	Client *http.Client
 
 	// APIKey, when not empty, is sent in the header APIKeyHeader on every
-	// request. It must hold no control character but a tab, which no
-	// header can carry (a Secret's trailing newline): New fails naming
-	// where it is.
+	// request, its surrounding white space trimmed: HTTP strips it from a
+	// header value, so it is never part of the key a server checks (a
+	// Secret made from a file ends in a newline). It must hold no other
+	// control character but a tab, which no header can carry: New fails
+	// naming where it is.
 	APIKey string
 	// APIKeyFile, when not empty, names a file holding the API key
 	// (surrounding white space trimmed), sent as APIKey is. It is read
@@ -259,7 +261,7 @@ type config struct {
 // resolve fills in the defaults of c's zero fields.
 func (c Config) resolve() config {
 	r := config{
-		client: c.Client, apiHeader: c.APIKeyHeader, apiKey: c.APIKey,
+		client: c.Client, apiHeader: c.APIKeyHeader, apiKey: strings.TrimSpace(c.APIKey),
 		listPath: c.ListPath, pauseMethod: c.PauseMethod, pausePath: c.PausePath,
 		itemsField: c.ItemsField, idField: c.IDField, stateField: c.StateField,
 		running: c.RunningStates, gone: c.GoneStatus, retryConflict: c.RetryConflict, fallbackList: c.FallbackListPath,
@@ -415,7 +417,7 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 	if (c.PageTokenHeader == "") != (c.PageTokenParam == "") {
 		errs = append(errs, fmt.Errorf("httpsource: Config.PageTokenHeader and Config.PageTokenParam must be set together, got %q and %q", c.PageTokenHeader, c.PageTokenParam))
 	}
-	if flaw := headerFlaw(c.APIKey); flaw != "" {
+	if flaw := headerFlaw(strings.TrimSpace(c.APIKey)); flaw != "" {
 		errs = append(errs, fmt.Errorf("httpsource: Config.APIKey: %s", flaw))
 	}
 	if c.APIKey != "" && c.APIKeyFile != "" {
