@@ -29,9 +29,12 @@
 // it has measured some (see pause.Sized).
 //
 // Guarantees: every request returns by its context's deadline, and by the
-// per-request timeout when one is set; a Retry-After is waited only when it
-// ends before that deadline, and a sandbox is never asked again before its
-// Retry-After time. Errors come classified for the Preserver (gone,
+// per-request timeout when one is set. An overloaded server (429, or 503
+// with Retry-After) answering while other pauses were on the wire gets the
+// request again in the next free slot, no more at once than it handled;
+// answering the only one, its Retry-After is waited when it ends before
+// that deadline, and the sandbox is not asked again before that time
+// (see Source). Errors come classified for the Preserver (gone,
 // permanent, transient; see Source). Against a server that pauses one
 // sandbox at a time, the Source's concurrency never exceeds what the server
 // showed it handles, so a high Preserver limit costs no throughput there.
