@@ -154,53 +154,21 @@ func graceFromEnv() (time.Duration, error) {
 }
 
 // kubeletGrace reads EnvKubeletGrace, or the node's configuration at
-// EnvKubeletConfig; zero when neither is set, or when pod is nil (logged:
-// without the pod's deletionTimestamp a drain cannot tell the kubelet's
-// own termination from a deletion).
+// EnvKubeletConfig (kubeletconf.Setting.Resolve); zero when neither is
+// set, or when pod is nil (logged: without the pod's deletionTimestamp a
+// drain cannot tell the kubelet's own termination from a deletion).
 func kubeletGrace(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
 	g, err := optionalDurationEnv(EnvKubeletGrace)
 	if err != nil {
 		return 0, err
 	}
-	path := os.Getenv(EnvKubeletConfig)
-	switch {
-	case path != "" && g > 0:
-		return 0, fmt.Errorf("drain: %s and %s are both set: the node's configuration says what the kubelet gives; set one", EnvKubeletConfig, EnvKubeletGrace)
-	case path != "":
-		return kubeletConfigGrace(pod, path, log)
-	case pod != nil || g == 0:
-		return g, nil
-	}
-	log.Warn("drain: "+EnvKubeletGrace+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+
-		kubeletGraceNeedsPod, "kubelet_grace", g)
-	return 0, nil
-}
-
-// kubeletConfigGrace is the grace the node's KubeletConfiguration at path
-// gives the pod at the kubelet's own terminations (EnvKubeletConfig).
-func kubeletConfigGrace(pod *kube.Pod, path string, log *slog.Logger) (time.Duration, error) {
-	c, err := kubeletconf.Read(path)
-	if err != nil {
-		return 0, fmt.Errorf("drain: %s=%q: %w", EnvKubeletConfig, path, err)
-	}
-	if pod == nil {
-		log.Warn("drain: "+EnvKubeletConfig+" is ignored without the pod's API access ("+EnvPodName+" and a service account): "+kubeletGraceNeedsPod, "file", path)
-		return 0, nil
-	}
+	s := kubeletconf.Setting{GraceName: EnvKubeletGrace, ConfigName: EnvKubeletConfig, Grace: g, Config: os.Getenv(EnvKubeletConfig)}
 	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
 	defer cancel()
-	prio, err := pod.Priority(ctx)
-	g, ok := c.OwnGrace(prio)
+	g, err = s.Resolve(ctx, pod, log, "("+EnvPodName+" and a service account): "+kubeletGraceNeedsPod)
 	if err != nil {
-		g, ok = c.LeastOwnGrace()
-		log.Warn("drain: the pod's priority could not be read: the kubelet's own grace is the least any priority gets in "+EnvKubeletConfig,
-			"file", path, "kubelet_grace", g, "error", err)
+		return 0, fmt.Errorf("drain: %w", err)
 	}
-	if !ok {
-		log.Info("drain: the node's kubelet gives no grace of its own (graceful node shutdown off, no soft eviction)", "file", path)
-		return 0, nil
-	}
-	log.Info("drain: the kubelet's own grace, from the node's configuration", "kubelet_grace", g, "priority", prio, "file", path)
 	return g, nil
 }
 

@@ -308,7 +308,7 @@ func TestNewServerTakesTheKubeletsGraceFromTheNodesConfiguration(t *testing.T) {
 
 	t.Setenv(EnvKubeletConfig, filepath.Join(t.TempDir(), "none.yaml"))
 	_, err = serve()
-	assert.ErrorContains(t, err, EnvKubeletConfig+"=")
+	assert.ErrorContains(t, err, EnvKubeletConfig+": ")
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/durable"
+	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/startsig"
 	"github.com/drainkit/drainkit/internal/statedir"
@@ -69,6 +70,10 @@ type config struct {
 	// finds no deletionTimestamp moves SIGKILL to SIGTERM + it (drain.Config.KubeletGrace).
 	// Zero: not known, -grace stands.
 	KubeletGrace time.Duration
+	// KubeletConfig is the node's KubeletConfiguration (-kubelet-config, the kubelet's
+	// --config file mounted from the host), from which KubeletGrace is computed for this
+	// pod's priority as the kubelet does; not with -kubelet-grace.
+	KubeletConfig string
 	// Kube reaches the API server; its zero value is the pod's mounted service account.
 	// No flag sets it: the tests' API server on loopback.
 	Kube kube.Config
@@ -88,6 +93,7 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs.StringVar(&c.Pod, "pod", os.Getenv(drain.EnvPodName), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs get on pods and create on events.k8s.io events); empty: no API access")
 	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv(drain.EnvPodUID), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
 	fs.DurationVar(&c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp); needs -pod; 0: not known")
+	fs.StringVar(&c.KubeletConfig, "kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, mounted from the host): -kubelet-grace computed from it for this pod's priority; needs -pod")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -377,12 +383,12 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 		return fmt.Errorf("-grace: %w", err)
 	}
 	pod := w.pod()
-	kubeletGrace := w.cfg.KubeletGrace
-	if kubeletGrace > 0 && pod == nil {
-		// Only the pod's missing deletionTimestamp tells the kubelet's own termination
-		// from a deletion.
-		w.logger.Warn("-kubelet-grace is ignored without the pod's API access (-pod)", "kubelet_grace", kubeletGrace)
-		kubeletGrace = 0
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the pod's priority
+	defer cancel()
+	set := kubeletconf.Setting{GraceName: "-kubelet-grace", ConfigName: "-kubelet-config", Grace: w.cfg.KubeletGrace, Config: w.cfg.KubeletConfig}
+	kubeletGrace, err := set.Resolve(ctx, pod, w.logger, "(-pod): only the pod's missing deletionTimestamp tells the kubelet's own termination from a deletion")
+	if err != nil {
+		return usageError{err}
 	}
 	w.steps = []drain.Step{
 		drain.NewStep(deadline.Phase{Name: "escalate", Reserve: deadline.Fixed(clamp(w.cfg.Grace/20, 1500*time.Millisecond, 30*time.Second))},

@@ -56,6 +56,10 @@
 //	                    deletionTimestamp): with -pod, a drain whose pod has
 //	                    no deletionTimestamp ends by T0 + D
 //	                    (drain.Config.KubeletGrace); 0, the default: not known
+//	-kubelet-config F   instead of -kubelet-grace: the node's
+//	                    KubeletConfiguration (the kubelet's --config,
+//	                    mounted from the host), from which D is computed
+//	                    for this pod's priority as the kubelet does
 //	-ublk-kernel DECL   kernels the operator declares fixed=PATTERN,
 //	                    vulnerable=PATTERN or exit-may-hang=PATTERN, or
 //	                    @FILE of such lines (repeatable, first match wins)

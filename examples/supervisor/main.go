@@ -82,6 +82,7 @@ type config struct {
 	pod         string                  // this pod's name for the Kubernetes API; empty: no API access
 	podUID      string                  // this pod's metadata.uid; empty: learned from the first read
 	kubelet     time.Duration           // -kubelet-grace: the kubelet's own grace (node shutdown); 0: not known
+	kubeletConf string                  // -kubelet-config: the node's KubeletConfiguration, for the kubelet's own grace; "": none
 	client      *http.Client            // tests only: talks to the server in-process
 }
 
@@ -111,6 +112,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.pod, "pod", os.Getenv(drain.EnvPodName), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs the overlay's RBAC); empty: no API access")
 	fs.StringVar(&c.podUID, "pod-uid", os.Getenv(drain.EnvPodUID), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
 	fs.DurationVar(&c.kubelet, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp); needs -pod; 0: not known")
+	fs.StringVar(&c.kubeletConf, "kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, mounted from the host): -kubelet-grace computed from it for this pod's priority; needs -pod")
 	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -28,6 +28,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/durable"
+	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logonce"
 	"github.com/drainkit/drainkit/internal/promexport"
@@ -198,7 +199,9 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	}
 	s.steps = steps
 	s.pod = s.newPod()
-	s.kubelet = s.kubeletGrace()
+	if s.kubelet, err = s.kubeletGrace(); err != nil {
+		return nil, err
+	}
 	// From what the last drain learned (-state-dir): the estimate of a pause and,
 	// adaptive, the level its first epoch checks against that estimate.
 	//
@@ -286,15 +289,14 @@ func (s *supervisor) newPod() *kube.Pod {
 	return pod
 }
 
-// kubeletGrace is -kubelet-grace, or zero, logged, without the pod: only
-// its missing deletionTimestamp tells the kubelet's own termination from a
-// deletion.
-func (s *supervisor) kubeletGrace() time.Duration {
-	if s.cfg.kubelet > 0 && s.pod == nil {
-		s.log.Warn("supervisor: -kubelet-grace is ignored without the pod's API access (-pod)", "kubelet_grace", s.cfg.kubelet)
-		return 0
-	}
-	return s.cfg.kubelet
+// kubeletGrace is -kubelet-grace, or what -kubelet-config gives this pod;
+// zero, logged, without the pod: only its missing deletionTimestamp tells
+// the kubelet's own termination from a deletion.
+func (s *supervisor) kubeletGrace() (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the pod's priority
+	defer cancel()
+	set := kubeletconf.Setting{GraceName: "-kubelet-grace", ConfigName: "-kubelet-config", Grace: s.cfg.kubelet, Config: s.cfg.kubeletConf}
+	return set.Resolve(ctx, s.pod, s.log, "(-pod): only its missing deletionTimestamp tells the kubelet's own termination from a deletion")
 }
 
 // maxConcurrency is the ceiling of the adaptive limit: pause's own.

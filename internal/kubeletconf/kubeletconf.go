@@ -2,14 +2,18 @@ package kubeletconf
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/drainkit/drainkit/kube"
 )
 
 // Kind is the kind of a KubeletConfiguration document.
@@ -167,4 +171,83 @@ func (c *Config) LeastOwnGrace() (time.Duration, bool) {
 		return c.SoftEvictionGrace()
 	}
 	return least, true
+}
+
+// A PodGrace is what a node's configuration gives one pod at the
+// kubelet's own terminations (ForPod).
+type PodGrace struct {
+	// Grace is OwnGrace for Priority, or LeastOwnGrace when the priority
+	// could not be read (PriorityErr); zero when the node gives none.
+	Grace       time.Duration
+	Priority    int32
+	PriorityErr error
+}
+
+// ForPod reads the configuration at path and the priority of pod (through
+// the API server, by ctx) and returns the grace the kubelet's own
+// terminations give it: drain.Config.KubeletGrace from the node's own
+// configuration, with no number in a manifest to drift from it. A
+// priority that cannot be read gives the least any priority gets, early
+// rather than late. The error is the file's.
+func ForPod(ctx context.Context, path string, pod *kube.Pod) (PodGrace, error) {
+	c, err := Read(path)
+	if err != nil {
+		return PodGrace{}, err
+	}
+	var pg PodGrace
+	pg.Priority, pg.PriorityErr = pod.Priority(ctx)
+	if pg.PriorityErr != nil {
+		pg.Grace, _ = c.LeastOwnGrace()
+	} else {
+		pg.Grace, _ = c.OwnGrace(pg.Priority)
+	}
+	return pg, nil
+}
+
+// Setting is how a server takes the kubelet's own grace: a number
+// (GraceName, e.g. -kubelet-grace or DRAINKIT_KUBELET_GRACE) or the
+// node's configuration file (ConfigName, e.g. -kubelet-config), by the
+// names its errors and log lines give them.
+type Setting struct {
+	GraceName, ConfigName string
+	Grace                 time.Duration
+	Config                string // the file's path; "" when not given
+}
+
+// Resolve is the server's drain.Config.KubeletGrace from s: the node's
+// configuration for pod (ForPod, within ctx) when a file is given, else
+// the number; zero, with a warning, without the pod, whose drain cannot
+// tell the kubelet's own termination from a deletion (why says how the
+// server gets that access, and that: "(-pod): only its missing ...").
+// Both given, or a file that cannot be read, is an error naming them.
+func (s Setting) Resolve(ctx context.Context, pod *kube.Pod, log *slog.Logger, why string) (time.Duration, error) {
+	switch {
+	case s.Config != "" && s.Grace > 0:
+		return 0, fmt.Errorf("%s and %s are both set: the node's configuration says what the kubelet gives; set one", s.ConfigName, s.GraceName)
+	case s.Config == "" && (s.Grace == 0 || pod != nil):
+		return s.Grace, nil
+	case s.Config == "":
+		log.Warn(s.GraceName+" is ignored without the pod's API access "+why, "kubelet_grace", s.Grace)
+		return 0, nil
+	case pod == nil:
+		if _, err := Read(s.Config); err != nil {
+			return 0, fmt.Errorf("%s: %w", s.ConfigName, err)
+		}
+		log.Warn(s.ConfigName+" is ignored without the pod's API access "+why, "file", s.Config)
+		return 0, nil
+	}
+	pg, err := ForPod(ctx, s.Config, pod)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", s.ConfigName, err)
+	}
+	if pg.PriorityErr != nil {
+		log.Warn("the pod's priority could not be read: the kubelet's own grace is the least any priority gets in "+s.ConfigName,
+			"file", s.Config, "kubelet_grace", pg.Grace, "error", pg.PriorityErr)
+	}
+	if pg.Grace == 0 {
+		log.Info("the node's kubelet gives no grace of its own (graceful node shutdown off, no soft eviction)", "file", s.Config)
+		return 0, nil
+	}
+	log.Info("the kubelet's own grace, from the node's configuration", "kubelet_grace", pg.Grace, "priority", pg.Priority, "file", s.Config)
+	return pg.Grace, nil
 }

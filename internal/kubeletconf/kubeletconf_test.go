@@ -2,8 +2,10 @@ package kubeletconf_test
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,4 +158,31 @@ func TestOwnGrace(t *testing.T) {
 	assert.False(t, ok)
 	_, ok = c.LeastOwnGrace()
 	assert.False(t, ok)
+}
+
+// Without the pod's API access a server cannot tell the kubelet's own
+// termination from a deletion: either setting is ignored, saying why;
+// a file that cannot be read is still an error, and both settings are.
+func TestResolveWithoutThePod(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("kind: KubeletConfiguration\nshutdownGracePeriod: 30s\n"), 0o600))
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	for _, s := range []kubeletconf.Setting{{Grace: 25 * time.Second}, {Config: path}} {
+		s.GraceName, s.ConfigName = "-kubelet-grace", "-kubelet-config"
+		g, err := s.Resolve(t.Context(), nil, log, "(-pod): why")
+		require.NoError(t, err)
+		assert.Zero(t, g)
+	}
+	assert.Contains(t, logs.String(), `"-kubelet-grace is ignored without the pod's API access (-pod): why"`)
+	assert.Contains(t, logs.String(), `"-kubelet-config is ignored without the pod's API access (-pod): why"`)
+
+	_, err := kubeletconf.Setting{ConfigName: "-kubelet-config", Config: filepath.Join(t.TempDir(), "none")}.Resolve(t.Context(), nil, log, "")
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	assert.ErrorContains(t, err, "-kubelet-config: ")
+	_, err = kubeletconf.Setting{GraceName: "G", ConfigName: "C", Grace: time.Second, Config: path}.Resolve(t.Context(), nil, log, "")
+	assert.ErrorContains(t, err, "C and G are both set")
+	g, err := kubeletconf.Setting{}.Resolve(t.Context(), nil, log, "")
+	assert.NoError(t, err)
+	assert.Zero(t, g, "neither: not known")
 }

@@ -69,6 +69,11 @@ type Config struct {
 	// -pod, a drain that finds no deletionTimestamp plans for it (drain.Config.KubeletGrace);
 	// 0: not known.
 	KubeletGrace time.Duration
+	// KubeletConfig is the node's KubeletConfiguration (-kubelet-config, the kubelet's
+	// --config file mounted from the host), from which KubeletGrace is computed for this
+	// pod's priority as the kubelet does (internal/kubeletconf), with no number in the
+	// manifest to drift from the node's; not with -kubelet-grace.
+	KubeletConfig string
 }
 
 // Defaults for the flags.
@@ -109,6 +114,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&c.Pod, "pod", os.Getenv(drain.EnvPodName), "this pod's name, for its deletionTimestamp and Events through the Kubernetes API (needs deploy/rbac.yaml); empty: no API access")
 	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv(drain.EnvPodUID), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
 	fs.DurationVar(&c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it terminates it on its own (graceful node shutdown's slice); needs -pod; 0: not known")
+	fs.StringVar(&c.KubeletConfig, "kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, mounted from the host): -kubelet-grace computed from it for this pod's priority; needs -pod")
 	fs.IntVar(&c.Devices, "devices", 0, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

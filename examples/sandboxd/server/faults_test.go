@@ -20,6 +20,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 	"github.com/drainkit/drainkit/internal/startsig/startsigtest"
@@ -559,6 +560,37 @@ func TestSandboxdDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	for _, ev := range api.Events() {
 		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
 	}
+}
+
+// -kubelet-config reads the node's KubeletConfiguration (the kubelet's --config file,
+// mounted from the host): the kubelet's own grace is what it gives this pod's priority, as
+// the kubelet computes it, not a number copied into the manifest that drifts from the
+// node's. A system-node-critical pod gets shutdownGracePeriodCriticalPods; the drain ends
+// by it, and the learned rates record it for drainkit plan.
+func TestKubeletConfigGivesTheGraceOfThePodsPriority(t *testing.T) {
+	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "sandboxes", UID: "uid-0"}
+	api.SetPriority(2000001000) // system-node-critical
+	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
+	old := inCluster
+	inCluster = func() kube.Config { return kcfg }
+	t.Cleanup(func() { inCluster = old })
+	cfg := testConfig(t)
+	cfg.Grace, cfg.Pod = time.Hour, api.Name
+	cfg.KubeletConfig = filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(cfg.KubeletConfig, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+
+		"shutdownGracePeriod: 45s\nshutdownGracePeriodCriticalPods: 20s\n"), 0o600))
+	st := start(t, cfg)
+	createSandbox(t, st.base)
+	rep := st.shutdown(t) // the pod has no deletionTimestamp: the kubelet's own termination
+	require.NoError(t, rep.Err())
+	assert.Equal(t, 20*time.Second, rep.Budget.Kill.Sub(rep.Budget.Start), "the critical pods' slice, not -grace's hour")
+	r, err := learned.Read(filepath.Join(cfg.StateDir, learned.File))
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, r.KubeletGrace)
+
+	cfg.KubeletGrace = 25 * time.Second
+	_, err = New(context.Background(), cfg, nil)
+	assert.ErrorContains(t, err, "-kubelet-config and -kubelet-grace are both set")
 }
 
 // Fault: sandboxd's API could stop serving on its own (its listener's Accept failing for

@@ -21,6 +21,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/runsc"
@@ -183,15 +184,21 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	return []drain.Step{td, httpStep}, nil // td's phase is critical: nothing before it spends its reserve
 }
 
+// kubeletGrace is -kubelet-grace, or what -kubelet-config gives this pod; zero, logged,
+// without the pod.
+func (s *Server) kubeletGrace(pod *kube.Pod) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the pod's priority
+	defer cancel()
+	set := kubeletconf.Setting{GraceName: "-kubelet-grace", ConfigName: "-kubelet-config", Grace: s.cfg.KubeletGrace, Config: s.cfg.KubeletConfig}
+	return set.Resolve(ctx, pod, s.logger, "(-pod): only its missing deletionTimestamp tells the kubelet's own termination from a deletion")
+}
+
 func (s *Server) buildDrainer(steps []drain.Step) error {
 	budget := s.budget
-	var err error
 	pod := s.pod()
-	kubeletGrace := s.cfg.KubeletGrace
-	if pod == nil && kubeletGrace > 0 {
-		s.logger.Warn("-kubelet-grace is ignored without the pod's API access (-pod): only its missing deletionTimestamp tells the kubelet's own termination from a deletion",
-			"kubelet_grace", kubeletGrace)
-		kubeletGrace = 0
+	kubeletGrace, err := s.kubeletGrace(pod)
+	if err != nil {
+		return err
 	}
 	build := func(pc pause.Config) error {
 		s.est = pc.Estimator
