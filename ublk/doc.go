@@ -44,8 +44,10 @@
 // mappings are not read within blockdev.MapsWait, or that has a ring
 // mapped and no ring fd may hold a disk through them: it is a possible
 // holder (Holder.Kind "possible") of every disk, and the step treats it
-// as one that does until the holder wait ends. So are, with no PID, the
-// processes a holders scan did not reach: no scan reads procfs past the
+// as one that does until the holder wait ends. So is, with no PID, what
+// holds a disk whose device number sysfs did not give (the last scan's
+// holders of it stand), and so are the processes a holders scan did not
+// reach: no scan reads procfs past the
 // end of the last resort's part of the reserve, where the daemon's stop
 // needs its part (a loaded node's procfs takes seconds to read), and the
 // holder wait's scans stop halfway through it, the rest the last resort's

@@ -15,7 +15,8 @@ import (
 type Holder struct {
 	// PID is the holding process, 0 for swap, stacked and loop devices,
 	// file systems, and for the possible holder that stands for the
-	// processes a holders scan did not read in time.
+	// processes a holders scan did not read in time, or for those of a
+	// disk whose device number it could not read.
 	PID int `json:"pid,omitempty"`
 	// Comm is the process's command name (/proc/PID/comm).
 	Comm string `json:"comm,omitempty"`
@@ -47,8 +48,9 @@ type Holder struct {
 	// a ring mapped and no ring fd to list them by: it may hold the disk
 	// through them, and counts as a holder until a scan knows better; a
 	// process like "fd"; with PID 0, the processes a holders scan did not
-	// read before the end of the last resort's part of the reserve, which
-	// nothing kills).
+	// read before the end of the last resort's part of the reserve, or
+	// whatever holds a disk whose device number sysfs did not give, the
+	// last scan's holders of it standing, which nothing kills).
 	Kind string `json:"kind"`
 	// Detail is the fd and path, the mapping's address range and path
 	// ("mmap 7f..-7f.. /dev/ublkb0"), the ring's fd, slot and path

@@ -900,3 +900,33 @@ func possibleHolders(rep *Report, id int) []string {
 	}
 	return possible
 }
+
+// A vulnerable kernel, no last resort, a scan every 5 s; pid 99's mount
+// namespace has a file system on device 0 mounted at /mnt/disk .. 9 s:
+// the disk's device number can no longer be read from sysfs
+// (/sys/block/ublkb0/dev, here a directory, EISDIR: EMFILE or ENOMEM in
+// the server), the disk still there. The scans from 10 s on do not know
+// which number to look for: they list a possible holder saying so and keep
+// the mount the scan before found, and the daemon is not asked to stop
+// under it. Before, a disk whose number was not read was not scanned at
+// all: the scan found no holder, and the daemon was asked to stop under
+// the mounted disk.
+func TestDiskWhoseNumberCannotBeReadKeepsWhatTheLastScanFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		require.NoError(t, os.WriteFile(filepath.Join(f.proc, "99", "mountinfo"), []byte("36 22 4000:0 / /mnt/disk rw - ext4 /dev/ublkb0 rw\n"), 0o644))
+		dev := filepath.Join(f.tree.Root, "block", "ublkb0", "dev")
+		time.AfterFunc(9*time.Second, func() { // not as a scan runs
+			require.NoError(t, os.Remove(dev))
+			require.NoError(t, os.Mkdir(dev, 0o755))
+		})
+		rep, held, d := heldToTheEnd(t, f)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the mount")
+		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
+		assert.Equal(t, Holder{PID: 99, Comm: "idle", Kind: blockdev.Mount, Detail: "/mnt/disk"}, held.Holders[0][0])
+		possible := possibleHolders(rep, 0)
+		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
+		assert.Regexp(t, `^possible ublkb0's device number not read \(.*is a directory\)`, possible[0])
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -389,6 +390,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	r.devNums = owner
 	var devs []blockdev.DevNum
 	named := map[string]blockdev.DevNum{} // by kernel name, for sysfs's fs/
+	unnumbered := map[int]error{}         // disks whose number sysfs did not give
 	for _, d := range r.dev {
 		if !d.cur.Disk {
 			continue
@@ -397,10 +399,16 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		if hs := blockdev.StackHolders(r.cfg.sysRoot, d.cur.DiskName(), parts); len(hs) > 0 {
 			held[d.cur.ID] = holders(hs)
 		}
-		if n, err := blockdev.ParseDevNum(d.cur.Dev); err == nil {
+		n, err := blockdev.ParseDevNum(d.cur.Dev)
+		if err != nil { // the last refresh could not read it: once more
+			n, err = blockdev.ReadDevNum(r.cfg.sysRoot, d.cur.DiskName())
+		}
+		if err == nil {
 			owner[n] = d.cur.ID
 			devs = append(devs, n)
 			named[d.cur.DiskName()] = n
+		} else if there, serr := exists(filepath.Join(r.cfg.sysRoot, blockDir, d.cur.DiskName())); there || serr != nil {
+			unnumbered[d.cur.ID] = err
 		}
 		for _, p := range parts {
 			owner[p.Dev] = d.cur.ID
@@ -409,6 +417,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		}
 	}
 	if len(devs) == 0 {
+		r.numberNotRead(held, unnumbered)
 		r.lastHeld = held
 		return held, nil
 	}
@@ -454,6 +463,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		}
 	}
 	r.notReadable(held)
+	r.numberNotRead(held, unnumbered)
 	switch {
 	case cut != nil:
 		r.notRead(held, cut)
@@ -487,6 +497,29 @@ func (r *run) notReadable(held map[int][]Holder) {
 				}
 			}
 		}
+	}
+}
+
+// numberNotRead adds to held, for each disk still in sysfs whose device
+// number the scan could not read (unnumbered: /sys/block/ublkbN/dev
+// unreadable, EMFILE or ENOMEM in the server), what it does not know: no
+// process, mount or loop device could be matched to the disk, so the holds
+// of it the last scan found stand, and a possible holder with no PID says
+// why. A disk whose number was not read was not scanned: taken for one
+// nothing holds, it had the daemon asked to stop under a VMM or a mount an
+// earlier scan had found.
+func (r *run) numberNotRead(held map[int][]Holder, unnumbered map[int]error) {
+	for id, err := range unnumbered {
+		for _, h := range r.lastHeld[id] {
+			switch {
+			case h.Kind == blockdev.Stacked: // sysfs, by name: read again
+			case h.Kind == blockdev.Possible && h.PID == 0: // said again below
+			case !slices.Contains(held[id], h):
+				held[id] = append(held[id], h)
+			}
+		}
+		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's device number not read (%v): "+
+			"what holds the disk is not known; the last scan's holders stand", id, err)})
 	}
 }
 
