@@ -16,7 +16,9 @@ type Daemon interface {
 	// by ctx's deadline.
 	RequestStop(ctx context.Context) error
 	// Wait returns nil once the daemon has exited, or ctx.Err() when ctx
-	// ends first.
+	// ends first. Given a ctx already ended it should still look once:
+	// the step looks so at a daemon it never asked to stop, and reports
+	// one whose exit it did not see left running.
 	Wait(ctx context.Context) error
 	// Kill ends the daemon at once (SIGKILL) without waiting for it. The
 	// step calls it only when the kernel rule allows; implementations that

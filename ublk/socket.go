@@ -140,7 +140,8 @@ func (s *Socket) ctxErr(ctx context.Context, err error) error {
 // socket refuses connections or is gone (the daemon closed its listener),
 // polling every 100 ms; any other failure to connect (a full accept queue:
 // EAGAIN) is a daemon still running. It returns ctx.Err() when ctx ends
-// first.
+// first; given a ctx already ended, it looks once, as a Process does (the
+// step's look at a daemon it never asked to stop).
 func (s *Socket) Wait(ctx context.Context) error {
 	if s.Process != nil {
 		return s.Process.Wait(ctx)
@@ -152,7 +153,12 @@ func (s *Socket) Wait(ctx context.Context) error {
 		if s.Path == "" {
 			return errNoPath
 		}
-		c, err := d.DialContext(ctx, "unix", s.Path)
+		dctx, cancel := ctx, context.CancelFunc(func() {})
+		if ctx.Err() != nil { // look once all the same: a dial with ctx ended would not try
+			dctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), readSlack)
+		}
+		c, err := d.DialContext(dctx, "unix", s.Path)
+		cancel()
 		if err == nil {
 			c.Close()
 		} else if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist) {

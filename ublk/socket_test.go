@@ -5,6 +5,7 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -100,4 +101,30 @@ func TestSocketClosedWithoutAnswerIsDelivered(t *testing.T) {
 	}()
 	s := &Socket{Path: p}
 	assert.NoError(t, s.RequestStop(context.Background()))
+}
+
+// A device held by a stacked device, no last resort, and a daemon known by
+// its socket alone that crashed before the step (its socket gone): the
+// step ends with a HeldError without asking it to stop, and looks once at
+// its exit with an ended context (row 44's rule). Before, Socket.Wait with
+// an ended context returned its error without trying the socket, and the
+// Report said the daemon was left running. Wait looks once whatever its
+// context says, as Process.Wait does.
+func TestSocketDaemonThatDiedDuringTheHolderWaitIsNotReportedRunning(t *testing.T) {
+	s := &Socket{Path: filepath.Join(t.TempDir(), "gone.sock")}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	assert.NoError(t, s.Wait(ctx), "no listener: the daemon is gone, seen with an ended context too")
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		f.hold(t, 0, "dm-3")
+		td, err := New(s, f.config(vulnerable, nil, Config{HolderWait: time.Nanosecond, NoLastResort: true}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 60*time.Second)
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.False(t, rep.Daemon.Requested)
+		assert.True(t, rep.Daemon.Exited, "the daemon is gone")
+		assert.False(t, rep.Daemon.LeftRunning, "and was not left running")
+	})
 }
