@@ -201,11 +201,15 @@ type memControl struct {
 	stopIn      time.Duration
 	drainBlocks bool
 	flags       uint64 // reported by DevInfo
+	infoErr     error  // DevInfo's error, when set
 }
 
 func (c *memControl) DevInfo(ctx context.Context, id int) (ublkctl.DevInfo, error) {
 	if !c.tree.HasChar(id) {
 		return ublkctl.DevInfo{}, fmt.Errorf("dev %d: no such device", id)
+	}
+	if c.infoErr != nil {
+		return ublkctl.DevInfo{}, c.infoErr
 	}
 	return ublkctl.DevInfo{DevID: uint32(id), State: c.d.kstate.get(id), NrHWQueues: 1, QueueDepth: 128, Flags: c.flags}, nil
 }

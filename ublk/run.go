@@ -760,7 +760,8 @@ func (r *run) fallback(why string) {
 		if !d.cur.Present() {
 			continue
 		}
-		_ = r.within(r.killAt, func(ctx context.Context) error {
+		start := time.Now()
+		if err := r.within(r.killAt, func(ctx context.Context) error {
 			info, err := r.ctl.DevInfo(ctx, d.cur.ID)
 			if err == nil && d.rep.Info == nil {
 				d.rep.Info = driverInfo(info) // the state before the fallback acted
@@ -769,7 +770,16 @@ func (r *run) fallback(why string) {
 				d.dead = true
 			}
 			return err
-		})
+		}); err != nil {
+			// Not fatal (STOP_DEV and DEL_DEV may still work), but what it
+			// would have told is not known: whether the device is DEAD,
+			// and its flags (UBLK_F_USER_RECOVERY: kept for the next
+			// server when its daemon is gone).
+			st := StepResult{Name: "GET_DEV_INFO", Start: start, Duration: time.Since(start), Err: err.Error(),
+				Result: "the driver's view not read: its state and flags (UBLK_F_USER_RECOVERY) not known"}
+			d.rep.Steps = append(d.rep.Steps, st)
+			r.cfg.logger.WarnContext(r.ctx, "ublk: GET_DEV_INFO", "device", d.cur.ID, "result", st.Result, "err", err)
+		}
 		if gone && d.rep.Info != nil && d.rep.Info.Flags&ublkctl.FlagUserRecovery != 0 {
 			// A recovery-enabled device of a dead daemon waits, quiesced,
 			// for the next server to recover it: leave it.

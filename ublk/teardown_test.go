@@ -789,3 +789,33 @@ func TestTeardownAndProcessNotMadeByTheirConstructorsSaySo(t *testing.T) {
 		})
 	}
 }
+
+// A daemon that crashes after its first device; the control fallback
+// cannot read the driver's view of the second (GET_DEV_INFO fails: here
+// EINVAL, as for a device made with UBLK_F_UNPRIVILEGED_DEV, whose
+// commands must carry its path). The fallback goes on without it
+// (STOP_DEV and DEL_DEV), and the device's Report says GET_DEV_INFO failed
+// and why: its flags, and so whether it was kept for recovery, were not
+// known. Before, the error was dropped: no step, no line, no cause.
+func TestControlFallbackReportsADevInfoItCouldNotRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		d := newMemDaemon(f.tree, 0, 1)
+		d.crashAfter = 1
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, infoErr: errors.New("ublk: GET_DEV_INFO: invalid argument")}
+		td, err := New(d, f.config(fixed, ctl, Config{}))
+		require.NoError(t, err)
+		rep, _, _ := runFor(t, td, time.Minute)
+		var info *StepResult
+		for i, s := range rep.Device(1).Steps {
+			if s.Name == "GET_DEV_INFO" {
+				info = &rep.Device(1).Steps[i]
+			}
+		}
+		require.NotNil(t, info, "the device's steps: %+v", rep.Device(1).Steps)
+		assert.Equal(t, "ublk: GET_DEV_INFO: invalid argument", info.Err)
+		assert.Contains(t, info.Result, "not known", "says what was not known")
+		assert.Contains(t, d.Events(), "DEL_DEV 1", "the fallback went on")
+	})
+}
