@@ -128,3 +128,28 @@ func TestSocketDaemonThatDiedDuringTheHolderWaitIsNotReportedRunning(t *testing.
 		assert.False(t, rep.Daemon.LeftRunning, "and was not left running")
 	})
 }
+
+// A nil *Socket or *Process given as the daemon (a typed nil: the
+// interface is not nil), or a Process not made by FindProcess, alone or
+// paired with a Socket, is refused by New, naming it, as a Socket with no
+// Path is: the step would otherwise learn it at SIGTERM. Before, New took
+// them all: a nil *Socket's methods panicked in Stop, and the others'
+// request, wait and kill failed at SIGTERM.
+func TestNewRefusesADaemonThatIsNotOne(t *testing.T) {
+	var nilSocket *Socket
+	var nilProcess *Process
+	cfg := Config{hooks: ublkhook.Hooks{KernelRelease: vulnerable}}
+	for name, c := range map[string]struct {
+		d    Daemon
+		want string
+	}{
+		"nil Socket":               {nilSocket, "ublk: New: the daemon is a nil *ublk.Socket (pass nil for no daemon)"},
+		"nil Process":              {nilProcess, "ublk: New: the daemon is a nil *ublk.Process (pass nil for no daemon)"},
+		"zero Process":             {&Process{}, "ublk: New: the daemon's ublk: Process not made by ublk.FindProcess"},
+		"Socket with zero Process": {&Socket{Path: "/run/d.sock", Process: &Process{}}, "ublk: New: the daemon's Socket.Process: ublk: Process not made by ublk.FindProcess"},
+	} {
+		td, err := New(c.d, cfg)
+		assert.EqualError(t, err, c.want, name)
+		assert.Nil(t, td, name)
+	}
+}

@@ -61,14 +61,16 @@ type Teardown struct {
 // process (see Daemon; nil when there is none to stop: the step then only
 // waits for the devices to go, and uses the control fallback). It reads
 // the running kernel's release and classifies it once. It fails on a bad
-// Config, naming the field.
+// Config, naming the field, and on a daemon it could not use: a nil
+// *Socket or *Process (pass nil for no daemon), a Socket without a Path,
+// a Process not made by FindProcess, alone or as a Socket's.
 func New(daemon Daemon, c Config) (*Teardown, error) {
 	cfg, err := c.check()
 	if err != nil {
 		return nil, err
 	}
-	if s, ok := daemon.(*Socket); ok && s != nil && s.Path == "" {
-		return nil, fmt.Errorf("ublk: New: the daemon's %w", errNoPath)
+	if err := checkDaemon(daemon); err != nil {
+		return nil, err
 	}
 	cfg.daemon = daemon
 	t := &Teardown{cfg: cfg, release: cfg.release}
@@ -90,6 +92,33 @@ func New(daemon Daemon, c Config) (*Teardown, error) {
 		return nil, fmt.Errorf("ublk: Config.MeterProvider: %w", err)
 	}
 	return t, nil
+}
+
+// checkDaemon refuses a daemon the step could not stop, wait for or kill,
+// so that New fails at server start and not Stop at SIGTERM: a nil
+// *Socket or *Process (a typed nil: the interface is not nil; its methods
+// panicked, or failed), a Socket without a Path, a Process not made by
+// FindProcess, alone or paired with a Socket.
+func checkDaemon(daemon Daemon) error {
+	switch d := daemon.(type) {
+	case *Socket:
+		switch {
+		case d == nil:
+			return errors.New("ublk: New: the daemon is a nil *ublk.Socket (pass nil for no daemon)")
+		case d.Path == "":
+			return fmt.Errorf("ublk: New: the daemon's %w", errNoPath)
+		case d.Process != nil && !d.Process.made():
+			return fmt.Errorf("ublk: New: the daemon's Socket.Process: %w", errNotMade)
+		}
+	case *Process:
+		switch {
+		case d == nil:
+			return errors.New("ublk: New: the daemon is a nil *ublk.Process (pass nil for no daemon)")
+		case !d.made():
+			return fmt.Errorf("ublk: New: the daemon's %w", errNotMade)
+		}
+	}
+	return nil
 }
 
 // Kernel returns the release string the step classified and its class.
