@@ -18,7 +18,10 @@ type Daemon interface {
 	// Wait returns nil once the daemon has exited, or ctx.Err() when ctx
 	// ends first. Given a ctx already ended it should still look once:
 	// the step looks so at a daemon it never asked to stop, and reports
-	// one whose exit it did not see left running.
+	// one whose exit it did not see left running. Any other error means
+	// the exit cannot be watched: the step waits on without it (a daemon
+	// with a live device is not killed for that) and says so in
+	// Report.Note and its error's cause.
 	Wait(ctx context.Context) error
 	// Kill ends the daemon at once (SIGKILL) without waiting for it. The
 	// step calls it only when the kernel rule allows; implementations that

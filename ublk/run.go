@@ -34,6 +34,7 @@ type run struct {
 	exited     chan struct{} // closed when the daemon has exited
 	waiterDone chan struct{}
 	stopWaiter context.CancelFunc
+	waitErr    error // the exit watcher's failure, not ctx's end: read once waiterDone is closed
 
 	held          map[int][]Holder
 	stoppedHeld   map[int][]Holder        // devices the last resort stopped under holders (stopUnderHolders)
@@ -598,8 +599,15 @@ func (r *run) requestStop() {
 	r.stopWaiter = cancel
 	go func() {
 		defer close(r.waiterDone)
-		if d.Wait(wctx) == nil {
+		switch err := d.Wait(wctx); {
+		case err == nil:
 			close(r.exited)
+		case wctx.Err() == nil:
+			// Its exit cannot be seen now: the step waits on blind (a
+			// daemon with a live device is not killed for that), and
+			// says so.
+			r.waitErr = err
+			r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon's exit could not be watched", "err", err)
 		}
 	}()
 	s := r.stepStart("request stop")
@@ -863,6 +871,12 @@ func (r *run) within(until time.Time, f func(context.Context) error) error {
 // finish records the final state and verdicts and builds the error.
 func (r *run) finish() error {
 	r.close()
+	if r.waitErr != nil {
+		err := fmt.Errorf("the daemon's exit could not be watched: %w", r.waitErr)
+		r.causes = append(r.causes, err)
+		r.rep.Note = joinNote(r.rep.Note, err.Error())
+		r.waitErr = nil
+	}
 	r.refresh()
 	exited := r.daemonExited()
 	if r.cfg.daemon != nil && r.exited == nil {

@@ -819,3 +819,30 @@ func TestControlFallbackReportsADevInfoItCouldNotRead(t *testing.T) {
 		assert.Contains(t, d.Events(), "DEL_DEV 1", "the fallback went on")
 	})
 }
+
+// A daemon whose exit cannot be watched (its Wait fails at once: here a
+// Process closed by its owner before Stop, "process closed"), that ignores
+// its stop request, on a vulnerable kernel with no control device: the
+// step waits until its deadline and leaves the daemon running with its
+// device live, and the UnsafeError and the Report's Note say the exit
+// could not be watched, and why. Before, the exit watcher dropped the
+// error: the step waited blind, and nothing said its view of the daemon
+// was gone.
+func TestDaemonWhoseExitCannotBeWatchedSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := DaemonFuncs{
+			WaitFunc: func(context.Context) error { return errors.New("ublk: process closed") },
+			KillFunc: func(context.Context) error { return nil },
+		}
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true}))
+		require.NoError(t, err)
+		rep, took, err := runFor(t, td, time.Minute)
+		assert.Equal(t, time.Minute, took)
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.ErrorContains(t, err, "the daemon's exit could not be watched: ublk: process closed")
+		assert.Contains(t, rep.Note, "the daemon's exit could not be watched: ublk: process closed")
+		assert.True(t, rep.Daemon.LeftRunning)
+	})
+}
