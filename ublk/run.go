@@ -175,32 +175,57 @@ func (r *run) withStoppedHeld(err error) error {
 	return errors.Join(err, stopped)
 }
 
-// discover fills r.dev from sysfs or the configured IDs.
+// discover fills r.dev from sysfs or the configured IDs. A sysfs that
+// cannot be read (EMFILE or ENOMEM in the server for a moment) is read
+// again every PollInterval until the holder wait's end: a step that gave
+// up at once asked the daemon nothing, and it died at SIGKILL with its
+// devices live. The step's "discover" entry keeps the first failure.
 func (r *run) discover() error {
 	s := r.stepStart("discover")
-	var devs []Device
-	if r.cfg.ids != nil {
-		for _, id := range r.cfg.ids {
-			d, err := readDevice(r.cfg.sysRoot, id)
-			if err != nil {
-				return r.stepEnd(s, "", err)
-			}
-			devs = append(devs, d)
+	devs, err := r.findDevices()
+	tries := 1
+	for ; err != nil; tries++ {
+		if tries == 1 {
+			s.Err = err.Error()
+			r.cfg.logger.WarnContext(r.ctx, "ublk: sysfs could not be read; reading it again", "err", err)
 		}
-	} else {
-		var err error
-		if devs, err = scanDevices(r.cfg.sysRoot); err != nil {
-			return r.stepEnd(s, "", err)
+		if !r.sleep(r.holderUntil) {
+			return r.stepEnd(s, fmt.Sprintf("sysfs not read in %d tries", tries), err)
 		}
-		devs = r.leaveOthers(devs)
+		devs, err = r.findDevices()
 	}
 	r.rep.Devices = make([]DeviceReport, len(devs))
 	for i, d := range devs {
 		r.rep.Devices[i] = DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight}
 		r.dev = append(r.dev, &devState{rep: &r.rep.Devices[i], cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID)})
 	}
-	_ = r.stepEnd(s, fmt.Sprintf("%d device(s)", len(devs)), nil)
+	result := fmt.Sprintf("%d device(s)", len(devs))
+	if tries > 1 {
+		result += fmt.Sprintf(", sysfs read on try %d", tries)
+	}
+	_ = r.stepEnd(s, result, nil)
 	return nil
+}
+
+// findDevices reads the step's devices from sysfs: the configured IDs, or
+// every ublk device but another server's.
+func (r *run) findDevices() ([]Device, error) {
+	if r.cfg.ids == nil {
+		devs, err := scanDevices(r.cfg.sysRoot)
+		if err != nil {
+			return nil, err
+		}
+		return r.leaveOthers(devs), nil
+	}
+	var devs []Device
+	for _, id := range r.cfg.ids {
+		d, err := readDevice(r.cfg.sysRoot, id)
+		if err != nil {
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
 }
 
 // ownersWait bounds the procfs pass that tells another server's devices

@@ -178,7 +178,9 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 
 // Stop tears the devices down in the safe order, inside ctx's deadline:
 //
-//  1. Find the devices (sysfs, or Config.Devices).
+//  1. Find the devices (sysfs, or Config.Devices); a sysfs that cannot
+//     be read is read again every PollInterval until the holder wait's
+//     end, and only then does Stop give up (VerdictNotStopped).
 //  2. Wait, at most HolderWait and never past the last-resort point (where
 //     only the step's reserve is left), until nothing holds a disk (a
 //     process's fd or memory mapping of the node, a process's io_uring

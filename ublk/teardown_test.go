@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -844,5 +845,38 @@ func TestDaemonWhoseExitCannotBeWatchedSaysSo(t *testing.T) {
 		assert.ErrorContains(t, err, "the daemon's exit could not be watched: ublk: process closed")
 		assert.Contains(t, rep.Note, "the daemon's exit could not be watched: ublk: process closed")
 		assert.True(t, rep.Daemon.LeftRunning)
+	})
+}
+
+// 0 .. 3 s: sysfs's ublk-char class cannot be listed (here a file in its
+// place, ENOTDIR: EMFILE or ENOMEM in the server for a moment) .. then it
+// can. The step reads sysfs again every PollInterval until the holder
+// wait's end, finds the device, asks the daemon to stop, and the device
+// goes. Before, one failed read of sysfs ended the step at once: no device
+// looked at, the daemon never asked to stop, to die at SIGKILL with its
+// devices live, on a vulnerable kernel the host-crash path.
+func TestDiscoveryRetriesASysfsThatCannotBeReadForAMoment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		class := filepath.Join(f.tree.Root, "class", "ublk-char")
+		aside := class + ".aside"
+		require.NoError(t, os.Rename(class, aside))
+		require.NoError(t, os.WriteFile(class, nil, 0o644))
+		time.AfterFunc(3*time.Second+time.Millisecond, func() { // not as a read runs
+			require.NoError(t, os.Remove(class))
+			require.NoError(t, os.Rename(aside, class))
+		})
+		d := newMemDaemon(f.tree, 0)
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, VerdictStopped, rep.Verdict)
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "exit done"}, d.Events())
+		disc := rep.Step("discover")
+		require.NotNil(t, disc)
+		assert.Contains(t, disc.Err, "not a directory", "the first read's failure is in the Report")
+		assert.Contains(t, disc.Result, "1 device(s), sysfs read on try 32") // every 100 ms, 0 .. 3.1 s
 	})
 }
