@@ -119,7 +119,8 @@ func (c *Config) groups() []PriorityGrace {
 // kubelet takes the pod's own terminationGracePeriodSeconds when that is
 // shorter, and false when graceful node shutdown is off. A pod belongs to
 // the group of the highest priority not above its own; one below every
-// group to the lowest.
+// group to the lowest. A group of no time gives the 1 s the kubelet always
+// gives.
 func (c *Config) ShutdownGrace(priority int32) (time.Duration, bool) {
 	g := c.groups()
 	if len(g) == 0 {
@@ -129,7 +130,7 @@ func (c *Config) ShutdownGrace(priority int32) (time.Duration, bool) {
 	for i > 0 && g[i].Priority > priority {
 		i--
 	}
-	return time.Duration(g[i].ShutdownGracePeriodSeconds) * time.Second, true
+	return max(time.Duration(g[i].ShutdownGracePeriodSeconds)*time.Second, time.Second), true
 }
 
 // SoftEvictionGrace returns the grace a soft node-pressure eviction gives

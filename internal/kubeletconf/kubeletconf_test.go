@@ -66,6 +66,18 @@ func TestShutdownGracePeriodByPodPriority(t *testing.T) {
 	}
 }
 
+// Every pod's slice given to the critical ones leaves the others none: the
+// kubelet still gives them its 1 s.
+func TestAShutdownGroupOfNoTimeGivesOneSecond(t *testing.T) {
+	c, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 30s\n"))
+	require.NoError(t, err)
+	g, ok := c.ShutdownGrace(0)
+	assert.True(t, ok)
+	assert.Equal(t, time.Second, g)
+	g, _ = c.ShutdownGrace(kubeletconf.SystemCriticalPriority)
+	assert.Equal(t, 30*time.Second, g)
+}
+
 func TestGracefulNodeShutdownOff(t *testing.T) {
 	c, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\n"))
 	require.NoError(t, err)
