@@ -230,18 +230,25 @@ func TestNewServerWithoutAPIAccessLogsWhyAndGoesOn(t *testing.T) {
 	assert.Contains(t, logs.String(), EnvKubeletGrace+" is ignored without the pod's API access")
 }
 
+// inClusterOf makes the pod api serves NewServer's own (POD_NAME, in
+// cluster), with the hook on its loopback default, for the test.
+func inClusterOf(t *testing.T, api *podAPI) {
+	t.Helper()
+	old := inClusterConfig
+	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
+	t.Cleanup(func() { inClusterConfig = old })
+	t.Setenv(EnvHookListen, "")
+	t.Setenv(EnvHookSecret, "")
+	t.Setenv(EnvPodName, api.Name)
+}
+
 // In a cluster, DRAINKIT_GRACE may stay unset: the grace is the pod's
 // spec.terminationGracePeriodSeconds, read through the API server.
 func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 	api := newPodAPI(t)
 	api.SetGrace(45)
-	old := inClusterConfig
-	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
-	t.Cleanup(func() { inClusterConfig = old })
+	inClusterOf(t, api)
 	t.Setenv(EnvGrace, "")
-	t.Setenv(EnvHookListen, "")
-	t.Setenv(EnvHookSecret, "")
-	t.Setenv(EnvPodName, "sandboxd-0")
 
 	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
 	require.NoError(t, err)
@@ -273,15 +280,12 @@ func TestNewServerReadsTheGraceFromThePodsSpec(t *testing.T) {
 func TestNewServerTakesTheKubeletsGraceFromTheNodesConfiguration(t *testing.T) {
 	api := newPodAPI(t)
 	api.SetGrace(3600)
-	old := inClusterConfig
-	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
-	t.Cleanup(func() { inClusterConfig = old })
+	inClusterOf(t, api)
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(config, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+
 		"shutdownGracePeriod: 45s\nshutdownGracePeriodCriticalPods: 20s\n"), 0o600))
-	for k, v := range map[string]string{EnvGrace: "", EnvHookListen: "", EnvHookSecret: "", EnvPodName: "sandboxd-0", EnvKubeletConfig: config} {
-		t.Setenv(k, v)
-	}
+	t.Setenv(EnvGrace, "")
+	t.Setenv(EnvKubeletConfig, config)
 	serve := func() (*Server, error) { return NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode()) }
 
 	s, err := serve()
@@ -326,17 +330,12 @@ func TestNewServerTakesTheKubeletsGraceFromTheNodesConfiguration(t *testing.T) {
 func TestNewServerTakesThePodsSpecOverAGraceThatDisagrees(t *testing.T) {
 	api := newPodAPI(t)
 	api.SetGrace(600)
-	old := inClusterConfig
-	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
-	t.Cleanup(func() { inClusterConfig = old })
+	inClusterOf(t, api)
 	prev := slog.Default()
 	t.Cleanup(func() { slog.SetDefault(prev) })
 	var logs logbuf.Buffer
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
 	t.Setenv(EnvGrace, "3600")
-	t.Setenv(EnvHookListen, "")
-	t.Setenv(EnvHookSecret, "")
-	t.Setenv(EnvPodName, "sandboxd-0")
 
 	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
 	require.NoError(t, err)
@@ -362,12 +361,9 @@ func TestNewServerTakesThePodsSpecOverAGraceThatDisagrees(t *testing.T) {
 // its own, and the new pod's deletion (5 s) cut this one's 30 s grace.
 func TestNewServerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	api := newPodAPI(t) // the pod of this name the API server has now: uid-0
-	old := inClusterConfig
-	inClusterConfig = func(log *slog.Logger) kube.Config { c := api.cfg; c.Logger = log; return c }
-	t.Cleanup(func() { inClusterConfig = old })
-	for k, v := range map[string]string{EnvGrace: "30", EnvHookListen: "", EnvHookSecret: "", EnvPodName: "sandboxd-0", EnvPodUID: "uid-old"} {
-		t.Setenv(k, v)
-	}
+	inClusterOf(t, api)
+	t.Setenv(EnvGrace, "30")
+	t.Setenv(EnvPodUID, "uid-old")
 	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
 	require.NoError(t, err)
 	require.NotNil(t, s.d.pod)
