@@ -330,14 +330,9 @@ func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
 		run, runGrace = b.restart, b.regrace
 	}
 	// The same run given again (an exec hook's start, read as text at
-	// every read of the pod) is compared as given: taken onto the
-	// monotonic clock, it would come out a few nanoseconds off each time,
-	// and a few nanoseconds later is a new run.
-	if b.anchor != AnchorNone && at.Equal(run) {
-		at = run
-	} else {
-		at = monotonic(at)
-	}
+	// every read of the pod) is that run: a few nanoseconds later would
+	// be a new one.
+	at = asKnown(at, run)
 	if b.anchor != AnchorNone && (at.Before(run) || at.Equal(run) && grace >= runGrace) {
 		b.mu.Unlock()
 		return false
@@ -416,18 +411,12 @@ func (b *Budget) tightenLocked(kill time.Time) bool {
 		b.notifyLocked()
 		return true
 	}
-	// The same deletionTimestamp read again is no change: taken onto the
-	// monotonic clock, it would come out a few nanoseconds off each time
-	// (the two readings of time.Now are that far apart), and after a step
-	// of the node's clock, off by the step.
-	if kill.Equal(b.kill) {
-		return false
-	}
-	// Any other time is compared on the monotonic clock: the budget's
-	// times keep the wall clock reading of when they were taken, so
-	// compared by the wall clock after a step of it, a later time could
-	// pass for an earlier one, or one below a floor for one above it.
-	kill = laterOf(monotonic(kill), b.start)
+	// The same deletionTimestamp read again is no change (asKnown). Any
+	// other time is compared on the monotonic clock: the budget's times
+	// keep the wall clock reading of when they were taken, so compared by
+	// the wall clock after a step of it, a later time could pass for an
+	// earlier one, or one below a floor for one above it.
+	kill = laterOf(asKnown(kill, b.kill), b.start)
 	if !b.sigterm.IsZero() {
 		kill = laterOf(kill, b.sigterm.Add(MinimumGracePeriod))
 	}
@@ -451,6 +440,18 @@ func (b *Budget) logChange(event string) {
 		attrs = append(attrs, "sigterm", st.SIGTERM)
 	}
 	b.log.Info("deadline: budget changed", attrs...)
+}
+
+// asKnown returns known when t is it as given (Equal), else t on the
+// monotonic clock: the same time read again as text (a deletionTimestamp,
+// an exec hook's start) taken onto the monotonic clock would come out a
+// few nanoseconds off each time (the two readings of time.Now are that
+// far apart), and after a step of the node's clock, off by the step.
+func asKnown(t, known time.Time) time.Time {
+	if t.Equal(known) {
+		return known
+	}
+	return monotonic(t)
 }
 
 // monotonic returns t on the monotonic clock: t itself when it carries a
