@@ -77,9 +77,10 @@ type Config struct {
 	EventQueue int
 	// Logger receives a line for every event dropped. Nil discards.
 	Logger *slog.Logger
-	// TracerProvider traces every read of the pod as a client span
-	// "kube.Pod.Deletion" under ScopeName. Nil means
-	// otel.GetTracerProvider().
+	// TracerProvider traces every read of the pod as a client span under
+	// ScopeName, named for the method that made it: "kube.Pod.Deletion"
+	// (Deletion, DeletionTimestamp, Tighten), "kube.Pod.Grace",
+	// "kube.Pod.Priority". Nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 	// MeterProvider counts events posted and dropped
 	// (drainkit.kube.events.posted, drainkit.kube.events.dropped). Nil
@@ -99,9 +100,10 @@ type Config struct {
 // fails with an *APIError with StatusCode 403.
 //
 // A Pod not made by New (the zero value, or a nil *Pod, as New returns
-// when it fails) sends no request: Deletion, DeletionTimestamp, Grace and
-// Tighten return the error "kube: Pod not made by kube.New", Record does
-// nothing, Flush returns zero counts, and Name and Namespace are empty.
+// when it fails) sends no request: Deletion, DeletionTimestamp, Grace,
+// Priority and Tighten return the error "kube: Pod not made by kube.New",
+// Record does nothing, Flush returns zero counts, and Name and Namespace
+// are empty.
 type Pod struct {
 	host, ns, name, token, ca string
 	client                    *http.Client
@@ -313,8 +315,7 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 	if !p.made() {
 		return Deletion{}, errNotMade
 	}
-	ctx, span := p.tracer.Start(ctx, "kube.Pod.Deletion", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("k8s.namespace.name", p.ns), attribute.String("k8s.pod.name", p.name)))
+	ctx, span := p.startSpan(ctx, "kube.Pod.Deletion")
 	defer span.End()
 	obj, err := p.get(ctx)
 	var d Deletion
@@ -340,12 +341,7 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 	case errors.Is(err, ErrNotTerminating):
 		span.SetAttributes(attribute.Bool("k8s.pod.terminating", false))
 	default:
-		var apiErr *APIError
-		if errors.As(err, &apiErr) {
-			span.SetAttributes(attribute.Int("http.response.status_code", apiErr.StatusCode))
-		}
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		endSpanError(span, err)
 	}
 	return d, err
 }
@@ -360,17 +356,27 @@ func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
 	if !p.made() {
 		return 0, errNotMade
 	}
+	ctx, span := p.startSpan(ctx, "kube.Pod.Grace")
+	defer span.End()
 	obj, err := p.get(ctx)
 	if err != nil {
+		endSpanError(span, err)
 		return 0, err
 	}
 	g := obj.Spec.TerminationGracePeriodSeconds
-	if g == nil || *g <= 0 {
-		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or not positive", p.ns, p.name)
+	if g != nil {
+		span.SetAttributes(attribute.Int64("k8s.pod.termination_grace_period_seconds", *g))
 	}
-	if *g > maxSeconds { // the API server keeps any int64 >= 0
-		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is %d, more than a time.Duration holds (%d s)",
+	switch {
+	case g == nil || *g <= 0:
+		err = fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or not positive", p.ns, p.name)
+	case *g > maxSeconds: // the API server keeps any int64 >= 0
+		err = fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is %d, more than a time.Duration holds (%d s)",
 			p.ns, p.name, *g, maxSeconds)
+	}
+	if err != nil {
+		endSpanError(span, err)
+		return 0, err
 	}
 	return time.Duration(*g) * time.Second, nil
 }
@@ -384,11 +390,36 @@ func (p *Pod) Priority(ctx context.Context) (int32, error) {
 	if !p.made() {
 		return 0, errNotMade
 	}
+	ctx, span := p.startSpan(ctx, "kube.Pod.Priority")
+	defer span.End()
 	obj, err := p.get(ctx)
-	if err != nil || obj.Spec.Priority == nil {
+	if err != nil {
+		endSpanError(span, err)
 		return 0, err
 	}
-	return *obj.Spec.Priority, nil
+	var prio int32
+	if obj.Spec.Priority != nil {
+		prio = *obj.Spec.Priority
+	}
+	span.SetAttributes(attribute.Int64("k8s.pod.priority", int64(prio)))
+	return prio, nil
+}
+
+// startSpan starts the client span of one read of the pod.
+func (p *Pod) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
+	return p.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("k8s.namespace.name", p.ns), attribute.String("k8s.pod.name", p.name)))
+}
+
+// endSpanError marks span failed with err, and the API server's status
+// code when it answered.
+func endSpanError(span trace.Span, err error) {
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		span.SetAttributes(attribute.Int("http.response.status_code", apiErr.StatusCode))
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
 }
 
 // Tighten reads the pod's deletionTimestamp and passes it to b.Tighten,

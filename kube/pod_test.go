@@ -596,6 +596,45 @@ func TestDeletionTracesEachRead(t *testing.T) {
 	assert.Contains(t, spans[1].Attributes(), attribute.Int("http.response.status_code", 403))
 }
 
+// The spec reads a server makes at start (its grace, its priority) are
+// reads of the pod like Deletion's, traced the same way: a start slowed or
+// refused by the API server shows in the trace beside the drain's.
+func TestSpecReadsAreTraced(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { require.NoError(t, tp.Shutdown(t.Context())) }()
+
+	_, cfg := newAPIServer(t, podJSON(t, func(p *corev1.Pod) { p.Spec.Priority = new(int32(1000)) }))
+	cfg.TracerProvider = tp
+	pod := newPod(t, cfg, testPod)
+	_, err := pod.Grace(t.Context())
+	require.NoError(t, err)
+	_, err = pod.Priority(t.Context())
+	require.NoError(t, err)
+
+	_, cfg = newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden")
+	})
+	cfg.TracerProvider = tp
+	_, err = newPod(t, cfg, testPod).Grace(t.Context())
+	require.Error(t, err)
+
+	spans := rec.Ended()
+	require.Len(t, spans, 3)
+	for i, name := range []string{"kube.Pod.Grace", "kube.Pod.Priority", "kube.Pod.Grace"} {
+		assert.Equal(t, name, spans[i].Name())
+		assert.Equal(t, trace.SpanKindClient, spans[i].SpanKind())
+		assert.Equal(t, kube.ScopeName, spans[i].InstrumentationScope().Name)
+		assert.Contains(t, spans[i].Attributes(), attribute.String("k8s.pod.name", testPod))
+		assert.Contains(t, spans[i].Attributes(), attribute.String("k8s.namespace.name", testNamespace))
+	}
+	assert.Contains(t, spans[0].Attributes(), attribute.Int64("k8s.pod.termination_grace_period_seconds", 3600))
+	assert.Contains(t, spans[1].Attributes(), attribute.Int64("k8s.pod.priority", 1000))
+	assert.Equal(t, codes.Unset, spans[0].Status().Code)
+	assert.Equal(t, codes.Error, spans[2].Status().Code)
+	assert.Contains(t, spans[2].Attributes(), attribute.Int("http.response.status_code", 403))
+}
+
 func TestGraceReadsTheSpec(t *testing.T) {
 	_, cfg := newAPIServer(t, podJSON(t, nil)) // terminationGracePeriodSeconds: 3600
 	g, err := newPod(t, cfg, testPod).Grace(t.Context())
