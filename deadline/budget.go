@@ -79,7 +79,11 @@ type Config struct {
 	// grace - PreStopSleep (at least 2 s). Zero, the default, means no
 	// sleep hook: a budget first anchored by SIGTERM then assumes the whole
 	// grace is left. It does not apply once a preStop call anchored the
-	// budget (an httpGet or exec hook). It must be >= 0.
+	// budget (an httpGet or exec hook). It must be >= 0 and, in New, not
+	// longer than the grace period: the API server admits no sleep longer
+	// than terminationGracePeriodSeconds, so a longer one is not the pod's
+	// (the kubelet would wait for it only the grace period, send SIGTERM
+	// then and SIGKILL 2 s later, and T0 would not be SIGTERM - sleep).
 	PreStopSleep time.Duration
 
 	// Logger receives every change of the budget that takes effect (the
@@ -126,14 +130,27 @@ type Budget struct {
 // by c (its zero value is the default). T0 is fixed later by OnPreStop or
 // OnSIGTERM.
 //
-// New fails if grace is not positive, or if a field of c is negative or
-// c.Margin is not smaller than grace; the error names the field.
+// New fails if grace is not positive, or if a field of c is negative,
+// c.Margin is not smaller than grace or c.PreStopSleep is longer than
+// grace; the error names the field.
 func New(grace time.Duration, c Config) (*Budget, error) {
 	var errs []error
 	if grace <= 0 {
 		errs = append(errs, fmt.Errorf("deadline: grace must be positive, got %v", grace))
-	} else if c.Margin >= grace {
-		errs = append(errs, fmt.Errorf("deadline: Config.Margin (%v) must be smaller than the grace period %v", c.Margin, grace))
+	} else {
+		if c.Margin >= grace {
+			errs = append(errs, fmt.Errorf("deadline: Config.Margin (%v) must be smaller than the grace period %v", c.Margin, grace))
+		}
+		// A sleep hook longer than the grace is no pod's: the API server
+		// refuses it. Taken as given, OnSIGTERM put T0 the sleep before
+		// SIGTERM, where the kubelet, which waits for a hook at most the
+		// grace period, started it the grace period before.
+		if c.PreStopSleep > grace {
+			errs = append(errs, fmt.Errorf("deadline: Config.PreStopSleep (%v) must not be longer than the grace period %v: "+
+				"the API server admits no preStop sleep longer than terminationGracePeriodSeconds, and the kubelet "+
+				"waits for a preStop hook at most the grace period, then sends SIGTERM and SIGKILL %v later",
+				c.PreStopSleep, grace, MinimumGracePeriod))
+		}
 	}
 	b, err := build(grace, c)
 	if err = errors.Join(append(errs, err)...); err != nil {

@@ -420,6 +420,9 @@ func TestBudgetBadInputNamesTheField(t *testing.T) {
 			{"negative preStop sleep", func() (*deadline.Budget, error) {
 				return deadline.New(time.Hour, deadline.Config{PreStopSleep: -time.Second})
 			}, "deadline: Config.PreStopSleep must be >= 0, got -1s"},
+			{"preStop sleep longer than the grace", func() (*deadline.Budget, error) {
+				return deadline.New(30*time.Second, deadline.Config{PreStopSleep: 31 * time.Second})
+			}, "deadline: Config.PreStopSleep (31s) must not be longer than the grace period 30s"},
 			{"deletionTimestamp in the past", func() (*deadline.Budget, error) {
 				return deadline.FromKillTime(now.Add(-time.Second), deadline.Config{})
 			}, "deletionTimestamp"},

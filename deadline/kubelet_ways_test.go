@@ -103,6 +103,17 @@ func TestPreStopSleepMovesT0BeforeSIGTERM(t *testing.T) {
 		long.OnSIGTERM(at)
 		assert.Equal(t, 2*time.Second, long.Kill().Sub(at), "the kubelet's 2 s floor")
 
+		// A sleep of the whole grace, which the API server admits: the
+		// kubelet's wait for the hook ends with it, and 2 s are left.
+		whole, err := deadline.New(10*time.Second, deadline.Config{PreStopSleep: 10 * time.Second})
+		require.NoError(t, err)
+		whole.OnSIGTERM(at)
+		assert.Equal(t, -10*time.Second, whole.Start().Sub(at))
+		assert.Equal(t, 2*time.Second, whole.Kill().Sub(at))
+
+		_, err = deadline.New(10*time.Second, deadline.Config{PreStopSleep: 10*time.Second + time.Millisecond})
+		assert.ErrorContains(t, err, "Config.PreStopSleep (10.001s) must not be longer than the grace period 10s")
+
 		_, err = deadline.New(10*time.Second, deadline.Config{PreStopSleep: -time.Second})
 		assert.ErrorContains(t, err, "deadline: Config.PreStopSleep must be >= 0, got -1s")
 	})
