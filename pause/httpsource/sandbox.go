@@ -100,11 +100,13 @@ func (b *sandbox) preserve(ctx context.Context) error {
 func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error {
 	gone := b.src.cfg.gone
 	switch {
-	case se == nil && ctx.Err() != nil:
-		return fmt.Errorf("httpsource: pause %s: %w", b.id, ctx.Err())
 	case se == nil:
-		// Transient (a connection, a timeout); the server may go on with
-		// the pause, and a gone answer next may be its failure's.
+		// No answer: a connection failure, the pause timeout, or ctx
+		// ending (the drain's deadline, the Preserver's bound of the
+		// sandbox, Force) while the request was out. The server may go on
+		// with the pause, and a gone answer to a later one (the final
+		// sweep's) may be its failure's. Transient while ctx lasts; the
+		// Preserver reads ctx's end itself.
 		b.src.setFailedPause(b.id, err)
 		return err
 	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode) && b.src.cfg.retryConflict:

@@ -308,8 +308,9 @@ func (c Config) resolve() config {
 //
 // Error classes, as the Preserver expects them: a gone status (404, 410)
 // wraps pause.ErrGone, except after a 5xx answer to an earlier pause of the
-// same sandbox, or none (its timeout, a connection reset: the server may
-// have gone on with it), that no pause succeeded since: a server that removes a sandbox whose pause failed
+// same sandbox, or none (its timeout, a connection reset, its context
+// ending while the request was out: the server may have gone on with it),
+// that no pause succeeded since: a server that removes a sandbox whose pause failed
 // (AgentENV, when the VM cannot be put back) has lost it, so that gone
 // status is a permanent error, the sandbox Failed in the Report, never
 // Vanished; 408, 429, 5xx and connection errors are transient;
@@ -653,6 +654,11 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 			attribute.String(attrOperation, op), attribute.String("http.request.method", method), result))
 	}()
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Cut short, not failed: the server may have the request and
+			// go on with it; the error says it never answered.
+			return nil, nil, fmt.Errorf("httpsource: %s: no answer before its context ended: %w", op, err)
+		}
 		return nil, nil, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
 	}
 	defer resp.Body.Close()

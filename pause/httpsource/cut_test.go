@@ -1,0 +1,99 @@
+package httpsource
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Fault: a pause request its context cut while the server had it (the
+// drain's deadline, the Preserver's bound of the sandbox, Force) said only
+// "httpsource: pause a: context canceled": not that the request was on the
+// wire and the server never answered, nor which request. And it was not
+// recorded as a pause that got no answer, as one its Config.PauseTimeout
+// cut is: the server goes on with such a pause, and when it fails and the
+// server removes the sandbox (AgentENV does), the 404 to a later pause
+// (the final sweep's) read as a sandbox its user deleted, gone, lost in
+// silence. On loopback: the server holds the pause until the client goes
+// away, goes on with it, and removes the sandbox.
+func TestPauseCutByItsContextGotNoAnswer(t *testing.T) {
+	got, removed := make(chan struct{}), make(chan struct{})
+	var gone atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		if gone.Load() {
+			http.Error(w, `{"message":"sandbox a not found"}`, http.StatusNotFound)
+			return
+		}
+		close(got)
+		<-r.Context().Done() // the client went away; the server goes on, and the pause fails
+		gone.Store(true)
+		close(removed)
+	})
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	src, err := New(ts.URL, Config{})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		<-got
+		cancel()
+	}()
+	err = src.Sandbox("a").Preserve(ctx)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "no answer")
+	assert.ErrorContains(t, err, ts.URL+"/sandboxes/a/pause", "the request is named")
+
+	<-removed
+	err = src.Sandbox("a").Preserve(t.Context())
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, pause.ErrGone, "removed after a pause of ours that got no answer: lost, not gone")
+	assert.True(t, isPermanent(err), "%v", err)
+	assert.ErrorContains(t, err, "got no answer")
+	assert.ErrorContains(t, err, "404")
+}
+
+// The same through the Preserver and AgentENV's double, as the supervisor
+// runs them: the preserve phase's hard deadline cuts a pause the server
+// goes on with, and it fails terminally (the sandbox removed); a later Run
+// (the final sweep, over a listing that lags) gets 404. The phase's entry
+// says the server never answered, and the later one counts the sandbox
+// lost, not vanished.
+func TestPauseCutAtTheDeadlineIsInTheReportAsNoAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 2 * time.Second, FailTerminal: 1})
+		require.NoError(t, err)
+		sb, err := srv.Create(1024)
+		require.NoError(t, err)
+		src := inProcess(t, srv.Handler(), AgentENV())
+		p, err := pause.New(src, pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, time.Second), time.Time{})
+		e := entry(t, rep, sb.SandboxID)
+		assert.Equal(t, pause.TimedOut, e.Outcome)
+		assert.Contains(t, e.Error, "no answer")
+
+		time.Sleep(2 * time.Second) // the server's pause ends, failed: the sandbox removed
+		sweep, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			return []pause.Sandbox{src.Sandbox(sb.SandboxID)}, nil
+		}), pause.Config{})
+		require.NoError(t, err)
+		rep = sweep.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+		e = entry(t, rep, sb.SandboxID)
+		assert.Equal(t, pause.Failed, e.Outcome, e.Error)
+		assert.Contains(t, e.Error, "got no answer")
+		assert.Equal(t, 1, rep.Lost())
+	})
+}
