@@ -287,3 +287,46 @@ func TestSandboxRemovedAfterItsListingIsGoneNotPreserved(t *testing.T) {
 		assert.ErrorIs(t, sbs[2].Preserve(t.Context()), pause.ErrGone, "called by hand too")
 	})
 }
+
+// Fault: Node.Remove kept the ID, not the sandbox, so a sandbox added
+// after another of its ID was removed (its user deleted one and made
+// another under the same name, as a server that names sandboxes after
+// their user's session does; or a test putting back the one it removed)
+// was never listed and its Preserve returned pause.ErrGone: the test world
+// lost it in silence, a Run never saw it and its Report had no entry. The
+// removal is of the sandboxes on the node at the time; one added since is
+// listed and preserved, and the one removed stays gone.
+func TestSandboxAddedAgainAfterItsIDWasRemovedIsListed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := draintest.NewNode()
+		old := node.AddN("sb", 2, time.Second)
+		node.Remove("sb-1")
+		again := node.Add(&draintest.Sandbox{Name: "sb-1", Latency: time.Second})[0]
+
+		list, err := node.List(t.Context())
+		require.NoError(t, err)
+		require.Len(t, list, 2, "sb-0 and the new sb-1")
+		assert.Same(t, again, list[1])
+		assert.ErrorIs(t, old[1].Preserve(t.Context()), pause.ErrGone, "the removed one stays gone")
+
+		p, err := pause.New(node, pause.Config{Limit: 2})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		rep := p.Run(ctx, time.Time{})
+		assert.Equal(t, 2, rep.Counts[pause.Preserved], "%+v", rep.Entries)
+		assert.True(t, again.Preserved())
+
+		// The same sandbox put back (a test undoing its Remove) is on the
+		// node again, listed once.
+		node.Remove("sb-0")
+		node.Add(old[0])
+		node.Remove("sb-1")
+		node.Add(old[1])
+		list, err = node.List(t.Context())
+		require.NoError(t, err)
+		require.Len(t, list, 1, "sb-0 was preserved; the old sb-1, never preserved, is back once")
+		assert.Same(t, old[1], list[0])
+		assert.NoError(t, old[1].Preserve(t.Context()))
+	})
+}

@@ -23,8 +23,7 @@ type Node struct {
 	ListErr func(n int) error
 
 	mu        sync.Mutex
-	sandboxes []*Sandbox
-	removed   map[string]bool
+	sandboxes []*Sandbox // each once; a removed one has its removed flag set
 	lists     int
 	inFlight  int
 	maxFlight int
@@ -33,12 +32,19 @@ type Node struct {
 // NewNode returns an empty Node.
 func NewNode() *Node { return &Node{} }
 
-// Add puts sandboxes on the node and returns them.
+// Add puts sandboxes on the node and returns them. One that Remove took
+// off this node is put back (listed once, as before); a new one whose ID a
+// removed one had is a sandbox of its own, listed: Remove took the
+// sandboxes then on the node, not their ID.
 func (n *Node) Add(sbs ...*Sandbox) []*Sandbox {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, s := range sbs {
-		s.node = n
+		if s.node == n { // on the node already: back on it, not twice
+			s.removed = false
+			continue
+		}
+		s.node, s.removed = n, false
 		n.sandboxes = append(n.sandboxes, s)
 	}
 	return sbs
@@ -54,17 +60,27 @@ func (n *Node) AddN(prefix string, count int, latency time.Duration) []*Sandbox 
 	return n.Add(sbs...)
 }
 
-// Remove takes a sandbox off the node, as its user deleting it would:
-// later listings leave it out, and a Preserve from then on, by a pass
-// that listed it before, returns pause.ErrGone, as a runtime does for a
-// sandbox that no longer exists (the Report counts it vanished).
+// Remove takes the sandboxes with this ID that are on the node off it, as
+// their user deleting them would: later listings leave them out, and a
+// Preserve of one from then on, by a pass that listed it before, returns
+// pause.ErrGone, as a runtime does for a sandbox that no longer exists
+// (the Report counts it vanished). A sandbox added afterwards with the
+// same ID is not removed (see Add).
 func (n *Node) Remove(id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.removed == nil {
-		n.removed = make(map[string]bool)
+	for _, s := range n.sandboxes {
+		if s.Name == id {
+			s.removed = true
+		}
 	}
-	n.removed[id] = true
+}
+
+// removeSandbox takes s alone off the node (a Vanish attempt).
+func (n *Node) removeSandbox(s *Sandbox) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s.removed = true
 }
 
 // List implements pause.Lister.
@@ -88,7 +104,7 @@ func (n *Node) List(ctx context.Context) ([]pause.Sandbox, error) {
 	defer n.mu.Unlock()
 	out := make([]pause.Sandbox, 0, len(n.sandboxes))
 	for _, s := range n.sandboxes {
-		if !n.removed[s.Name] && !s.Preserved() {
+		if !s.removed && !s.Preserved() {
 			out = append(out, s)
 		}
 	}
@@ -123,11 +139,12 @@ func (n *Node) Sandboxes() []*Sandbox {
 	return append([]*Sandbox(nil), n.sandboxes...)
 }
 
-// removedID reports whether Remove took id off the node.
-func (n *Node) removedID(id string) bool {
+// isRemoved reports whether s, a sandbox of the node, was taken off it
+// and not put back.
+func (n *Node) isRemoved(s *Sandbox) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.removed[id]
+	return s.removed
 }
 
 func (n *Node) enter() {

@@ -73,7 +73,8 @@ type Sandbox struct {
 	// Latency: the attempt then takes as long as the shared Disk makes it.
 	Disk *Disk
 
-	node *Node
+	node    *Node
+	removed bool // taken off node (Node.Remove, a Vanish); guarded by node's mutex
 
 	mu        sync.Mutex
 	attempts  int
@@ -94,7 +95,8 @@ func (s *Sandbox) Size() int64 { return s.Bytes }
 func (s *Sandbox) Priority() int { return s.Prio }
 
 // Preserve runs the next scripted attempt; once the sandbox was removed
-// from its Node (Node.Remove, a Vanish), it returns pause.ErrGone instead.
+// from its Node (Node.Remove, a Vanish) and not added again, it returns
+// pause.ErrGone instead.
 func (s *Sandbox) Preserve(ctx context.Context) error {
 	s.mu.Lock()
 	fault := OK
@@ -105,7 +107,7 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	s.started = append(s.started, time.Now())
 	s.mu.Unlock()
 
-	if s.node != nil && s.node.removedID(s.Name) {
+	if s.node != nil && s.node.isRemoved(s) {
 		// Deleted after a listing took it: the runtime has nothing to
 		// preserve, whatever the script says.
 		return fmt.Errorf("draintest: %s: removed from the node: %w", s.Name, pause.ErrGone)
@@ -122,7 +124,7 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 		return ErrHung
 	case Vanish:
 		if s.node != nil {
-			s.node.Remove(s.Name)
+			s.node.removeSandbox(s)
 		}
 		return fmt.Errorf("draintest: %s: %w", s.Name, pause.ErrGone)
 	}
