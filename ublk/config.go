@@ -36,7 +36,11 @@ type Config struct {
 	// Where the step does not know the daemon's PID (DaemonFuncs, a
 	// Socket without its Process), a process in the cgroup above this
 	// server's (its pod's: a daemon in a container beside the server's)
-	// counts as the daemon. IDs must be >= 0, each listed once.
+	// counts as the daemon. A listed device not in sysfs when the step
+	// starts (its daemon adds it a moment later) is read again every
+	// PollInterval and is the step's once it is there: waited for,
+	// stopped, and keeping the daemon from being killed while it is live.
+	// IDs must be >= 0, each listed once.
 	Devices []int
 
 	// Kernels are the operator's declarations of which kernels are fixed,

@@ -52,10 +52,15 @@ type devState struct {
 	cur      Device
 	inflight Inflight // last read while the disk existed
 	gone     bool     // seen gone from sysfs: for good, its ID's next device is another's
-	entry    uint64   // its char device's sysfs entry (charEntry), 0 when not read
-	stopped  bool     // STOP_DEV completed through the control device
-	dead     bool     // GET_DEV_INFO said DEAD: stopped, nothing in flight
-	deleted  bool     // DEL_DEV completed through the control device
+	// seen is true once a read found the device in sysfs. A listed
+	// device not there yet (Config.Devices: its daemon adds it a moment
+	// later) is read again every poll until it is, not taken for gone:
+	// the daemon was killed with it live.
+	seen    bool
+	entry   uint64 // its char device's sysfs entry (charEntry), 0 when not read
+	stopped bool   // STOP_DEV completed through the control device
+	dead    bool   // GET_DEV_INFO said DEAD: stopped, nothing in flight
+	deleted bool   // DEL_DEV completed through the control device
 	// pending are the control commands sent for the device whose
 	// completion was not seen before their window ended: the driver runs
 	// them on (see pendingNow).
@@ -197,7 +202,7 @@ func (r *run) discover() error {
 	r.rep.Devices = make([]DeviceReport, len(devs))
 	for i, d := range devs {
 		r.rep.Devices[i] = DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight}
-		r.dev = append(r.dev, &devState{rep: &r.rep.Devices[i], cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID)})
+		r.dev = append(r.dev, &devState{rep: &r.rep.Devices[i], cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID), seen: d.Present()})
 	}
 	result := fmt.Sprintf("%d device(s)", len(devs))
 	if tries > 1 {
@@ -253,7 +258,8 @@ func (r *run) leaveOthers(devs []Device) []Device {
 	})
 }
 
-// refresh re-reads every device and records disappearances.
+// refresh re-reads every device and records disappearances, and the
+// appearance of a listed device not in sysfs before.
 func (r *run) refresh() {
 	now := time.Now()
 	since := r.requestedAt
@@ -282,6 +288,13 @@ func (r *run) refresh() {
 		case slices.Contains(d.pending, "STOP_DEV"):
 			by = "after STOP_DEV (sent, not seen complete)" // its start removes the disk
 		}
+		if !d.seen && next.Present() {
+			d.seen = true
+			d.entry = charEntry(r.cfg.sysRoot, d.cur.ID)
+			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "in sysfs", Start: r.start, Duration: now.Sub(r.start),
+				Result: "not in sysfs when the step began; seen " + next.State() + " now"})
+			r.cfg.logger.InfoContext(r.ctx, "ublk: a listed device is in sysfs now", "device", next.DiskName(), "state", next.State())
+		}
 		if d.cur.Disk && !next.Disk {
 			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "disk removed", Start: since, Duration: now.Sub(since), Result: by})
 		}
@@ -292,7 +305,7 @@ func (r *run) refresh() {
 			d.inflight = next.Inflight
 		}
 		d.cur = next
-		d.gone = !next.Present()
+		d.gone = d.seen && !next.Present()
 	}
 }
 

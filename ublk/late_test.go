@@ -1,0 +1,40 @@
+package ublk
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeublk"
+)
+
+// 0 s: the step starts; ublkb1, listed in Config.Devices, is not in sysfs
+// yet (its daemon adds it a moment later) .. 1 s: it is, live .. 95 s:
+// the daemon hung, the control fallback stops the devices .. then the
+// daemon is killed, on a vulnerable kernel only once neither is live.
+// Before, the step took ublkb1 for gone at its first read and never read
+// it again: the fallback stopped ublkb0 alone and the daemon was killed
+// with ublkb1 live, the host-crash path.
+func TestListedDeviceNotYetInSysfsIsFollowed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		time.AfterFunc(time.Second+time.Millisecond, func() { // not as a read runs
+			require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1}))
+		})
+		ctl := &memControl{tree: f.tree, d: d, stopIn: time.Second}
+		td, err := New(d, f.config(vulnerable, ctl, Config{Devices: []int{0, 1}}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 100*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"request", "STOP_DEV 0", "STOP_DEV 1", "kill", "exit killed", "DEL_DEV 0", "DEL_DEV 1"}, d.Events(),
+			"killed only once STOP_DEV completed for both")
+		assert.Equal(t, VerdictStoppedByControl, rep.Device(1).Verdict)
+		assert.Equal(t, "gone", rep.Device(1).Initial.State())
+	})
+}
