@@ -97,3 +97,30 @@ func TestPauseCutAtTheDeadlineIsInTheReportAsNoAnswer(t *testing.T) {
 		assert.Equal(t, 1, rep.Lost())
 	})
 }
+
+// A Preserve given a context that has already ended sends nothing, so it
+// says so and is no pause that got no answer: a sandbox its user deletes
+// afterwards is gone, not lost.
+func TestPauseWhoseContextHadEndedSendsNothing(t *testing.T) {
+	var pauses atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		pauses.Add(1)
+		http.Error(w, `{"message":"sandbox a not found"}`, http.StatusNotFound)
+	})
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	src, err := New(ts.URL, Config{})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err = src.Sandbox("a").Preserve(ctx)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.NotContains(t, err.Error(), "no answer", "nothing was sent")
+	assert.Zero(t, pauses.Load())
+
+	err = src.Sandbox("a").Preserve(t.Context())
+	assert.ErrorIs(t, err, pause.ErrGone, "deleted by its user: no pause of ours was out")
+	assert.Equal(t, int64(1), pauses.Load())
+}

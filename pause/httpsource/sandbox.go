@@ -64,6 +64,13 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		if err := s.lim.acquire(ctx); err != nil {
 			return fmt.Errorf("httpsource: pause %s: waiting for a request slot: %w", b.id, err)
 		}
+		if err := ctx.Err(); err != nil {
+			// Ended already (acquire does not look when a slot is free):
+			// nothing is sent, so this is no pause the server could go on
+			// with, and a gone answer next is not its failure's.
+			s.lim.release(false, false)
+			return fmt.Errorf("httpsource: pause %s: not sent: %w", b.id, err)
+		}
 		rctx, cancel := withTimeout(ctx, s.cfg.pauseTimeout)
 		_, _, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
 		cancel()
