@@ -192,8 +192,10 @@ func (p *Plan) Context(parent context.Context, name string) (context.Context, co
 }
 
 // Windows returns the window of the named phase and of every later one as
-// they would be if that phase started now and each ran to its deadline:
-// the plan laid out ahead, for a log line at SIGTERM. With name "" it
+// they would be if that phase started now and each ran to its deadline
+// (cut by its Max): the plan laid out ahead, for a log line at SIGTERM.
+// Each is the Window its phase gets when it starts there, reserves as they
+// are now. With name "" it
 // starts at the first phase. It panics on an unknown name, like Window.
 func (p *Plan) Windows(name string) []Window {
 	i := 0
@@ -233,7 +235,11 @@ func (p *Plan) ShortfallFrom(name string) time.Duration {
 
 // Split lays phases out between start and end by the Plan's rule (see
 // Plan) and returns one Window per phase, in order, each as if the phases
-// before it ran to their deadlines (cut by their Max). It is the rule a step uses to divide
+// before it ran to their deadlines (cut by their Max): the window of each
+// phase is the first window of Split from where the one before it ended,
+// so a layout is what each phase gets when it starts there, and time a
+// Max leaves unused is shared by the later phases as they would share it
+// then. It is the rule a step uses to divide
 // its own window among its stages, so that a step keeps no time
 // arithmetic of its own. An end before start counts as start. A nil
 // Reserve reserves nothing; a negative one, or a negative Max, counts as
@@ -242,50 +248,25 @@ func Split(start, end time.Time, phases ...Phase) []Window {
 	return split(start, laterOf(end, start), phases)
 }
 
-// split is Split with end >= start.
+// split is Split with end >= start. The reserves are evaluated once, so a
+// live reserve that moves while the layout is made cannot make its windows
+// disagree with each other.
 func split(start, end time.Time, phases []Phase) []Window {
-	out := make([]Window, len(phases))
 	reserves := make([]time.Duration, len(phases))
 	for i, ph := range phases {
 		if ph.Reserve != nil {
 			reserves[i] = max(ph.Reserve(), 0)
 		}
 	}
-	left := end.Sub(start)
-	var grant []time.Duration
-	if overrunBy(reserves, start, end) > 0 {
-		grant = share(phases, reserves, left)
-	}
-	// Walk back from end: deadline i is end minus what the later phases
-	// get. A time.Time, not a Duration sum, so even absurd reserves cannot
-	// overflow; raised to start, so a phase is never asked to end before
-	// it began.
-	want := end
-	for i := len(phases) - 1; i >= 0; i-- {
-		out[i] = Window{Name: phases[i].Name, Deadline: laterOf(want, start), Reserve: reserves[i]}
-		if grant != nil {
-			want = want.Add(-grant[i])
-		} else {
-			want = want.Add(-reserves[i])
-		}
-	}
 	// Forward: each phase starts where the one before it ends, after that
-	// one's Max; a Max-cut phase leaves its time to the next.
-	for i := range phases {
-		if grant != nil { // what the phase gets, rounding included, against what it reserves
-			from := start
-			if i > 0 {
-				from = out[i-1].Deadline
-			}
-			out[i].Short = max(reserves[i]-out[i].Deadline.Sub(from), 0)
-		}
-	}
+	// one's Max, and the time left is laid out again from there, as Window
+	// does when the phase starts. A layout shared once from start gave a
+	// Max-cut phase's time to the next phase alone, where the phase's own
+	// Window shares it among all later ones.
+	out := make([]Window, len(phases))
 	from := start
 	for i := range phases {
-		out[i].Start = from
-		if m := max(phases[i].Max, 0); m > 0 && out[i].Deadline.Sub(from) > m {
-			out[i].Deadline = from.Add(m)
-		}
+		out[i] = first(from, end, phases[i:], reserves[i:])
 		from = out[i].Deadline
 	}
 	// Backward: work a phase starts must be over where the next critical
@@ -298,6 +279,32 @@ func split(start, end time.Time, phases []Phase) []Window {
 		}
 	}
 	return out
+}
+
+// first returns the window, Hard aside, of phases[0] starting at start with
+// the later phases to run before end (>= start), reserves evaluated: its
+// deadline is end minus what the later phases get, cut by its Max.
+func first(start, end time.Time, phases []Phase, reserves []time.Duration) Window {
+	later := reserves
+	shared := overrunBy(reserves, start, end) > 0
+	if shared {
+		later = share(phases, reserves, end.Sub(start))
+	}
+	// Walk back from end. A time.Time, not a Duration sum, so even absurd
+	// reserves cannot overflow; raised to start, so a phase is never asked
+	// to end before it began.
+	want := end
+	for i := len(phases) - 1; i > 0; i-- {
+		want = want.Add(-later[i])
+	}
+	w := Window{Name: phases[0].Name, Start: start, Deadline: laterOf(want, start), Reserve: reserves[0]}
+	if shared { // what the phase gets, rounding included, against what it reserves
+		w.Short = max(reserves[0]-w.Deadline.Sub(start), 0)
+	}
+	if m := max(phases[0].Max, 0); m > 0 && w.Deadline.Sub(start) > m {
+		w.Deadline = start.Add(m)
+	}
+	return w
 }
 
 // share divides left among phases whose reserves do not fit in it:

@@ -436,3 +436,36 @@ func TestZeroPlanHasNoPhaseAndSaysWhy(t *testing.T) {
 	assert.PanicsWithValue(t, want, func() { p.ShortfallFrom("preserve") })
 	assert.PanicsWithValue(t, want, func() { p.Context(t.Context(), "preserve") })
 }
+
+// TestWindowsPreviewIsWhatEachPhaseGetsWhenAMaxCutsOne: 16 s to the
+// budget's deadline for 31 s of reserves, the gate cut by its Max at 2 s:
+//
+//	T0 ─ gate (Max 2) ─ 2 ─ preserve ─ 8.5 ─ teardown ─ 15 ─ exit (critical) ─ 16 = Deadline
+//
+// Windows, laid out at T0, is what each phase gets when it starts and asks
+// for its Window: the 3 s the gate's Max leaves are shared by preserve and
+// teardown as Window shares them at 2 s, not all given to preserve.
+// Before, the layout shared the time once, from T0 (preserve until 10,
+// 5 s short), while preserve's own Window at 2 s said 8.5 (3.5 s short).
+func TestWindowsPreviewIsWhatEachPhaseGetsWhenAMaxCutsOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(18*time.Second, deadline.Config{Margin: 2 * time.Second})
+		require.NoError(t, err)
+		t0 := time.Now()
+		b.OnPreStop(t0)
+		p := newPlan(t, b,
+			deadline.Phase{Name: "gate", Reserve: deadline.Fixed(10 * time.Second), Max: 2 * time.Second},
+			deadline.Phase{Name: "preserve", Reserve: deadline.Fixed(10 * time.Second)},
+			deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(10 * time.Second)},
+			deadline.Phase{Name: "exit", Reserve: deadline.Fixed(time.Second), Critical: true},
+		)
+		preview := p.Windows("")
+		s := func(n float64) time.Duration { return time.Duration(n * float64(time.Second)) }
+		assert.Equal(t, []time.Duration{s(2), s(8.5), s(15), s(16)}, offsets(t0, preview))
+		assert.Equal(t, []time.Duration{s(5), s(3.5), s(3.5), 0}, shorts(preview))
+		for _, w := range preview {
+			time.Sleep(time.Until(w.Start)) // the phase before ran to its deadline
+			assert.Equal(t, w, p.Window(w.Name), "%s: the preview at T0 and the window the phase gets when it starts", w.Name)
+		}
+	})
+}

@@ -260,9 +260,11 @@ func TestSplit(t *testing.T) {
 }
 
 // TestSplitMaxCutsOnlyItsOwnPhase: Max ends a phase that long after its
-// start and never moves a deadline later; the later phases keep their
-// deadlines, the Short of the cut phase still measures the time it was
-// given, and its Hard still lets started work run on.
+// start and never moves a deadline later; the later phases share the time
+// it leaves as they would when they start (see
+// TestWindowsPreviewIsWhatEachPhaseGetsWhenAMaxCutsOne), the Short of the
+// cut phase still measures the time it was given, and its Hard still lets
+// started work run on.
 func TestSplitMaxCutsOnlyItsOwnPhase(t *testing.T) {
 	start := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 	at := func(ws []deadline.Window) []time.Duration { return offsets(start, ws) }
@@ -287,6 +289,7 @@ func TestSplitMaxCutsOnlyItsOwnPhase(t *testing.T) {
 		deadline.Phase{Name: "c", Reserve: deadline.Fixed(time.Second), Critical: true},
 	)
 	assert.Equal(t, []time.Duration{time.Second, 6 * time.Second, 7 * time.Second}, at(ws))
-	assert.Equal(t, []time.Duration{2 * time.Second, 4 * time.Second, 0}, shorts(ws))
+	// b, from a's cut at 1 s: 6 s left, c's 1 s first, 5 s of its 8.
+	assert.Equal(t, []time.Duration{2 * time.Second, 3 * time.Second, 0}, shorts(ws))
 	assert.Equal(t, []time.Time{start.Add(6 * time.Second), start.Add(6 * time.Second), start.Add(7 * time.Second)}, hards(ws))
 }
