@@ -3,6 +3,7 @@ package httpsource
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,17 +23,30 @@ import (
 // listing again, or retried with Config.RetryConflict, as Source describes.
 // errors.As finds it in every case.
 type StatusError struct {
-	Op         string        // "list" or "pause"
-	URL        string        // the request URL, its password (base URL's user information) redacted
-	StatusCode int           // the HTTP status
-	RetryAfter time.Duration // from the Retry-After header, zero if absent
-	Body       string        // the start of the response body, for the report
+	Op         string // "list" or "pause"
+	URL        string // the request URL, its password (base URL's user information) redacted
+	StatusCode int    // the HTTP status
+	// RetryAfter is the wait the Retry-After header asks for, zero if
+	// absent, malformed or past. A wait longer than a Duration holds
+	// (about 292 years: past any deadline) is the longest Duration,
+	// math.MaxInt64, and Error names the header as the server sent it.
+	RetryAfter time.Duration
+	Body       string // the start of the response body, for the report
+
+	retryAfter string // the Retry-After header as sent, for Error
 }
 
 // Error implements error.
 func (e *StatusError) Error() string {
 	msg := fmt.Sprintf("httpsource: %s %s: %d %s", e.Op, e.URL, e.StatusCode, http.StatusText(e.StatusCode))
-	if e.RetryAfter > 0 {
+	switch v := strings.TrimSpace(e.retryAfter); {
+	case e.RetryAfter == maxRetryAfter && v != "":
+		// Saturated: the server's own words, not the longest Duration.
+		if _, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+			v += "s"
+		}
+		msg += fmt.Sprintf(" (retry after %s)", v)
+	case e.RetryAfter > 0:
 		msg += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
 	}
 	if e.Body != "" {
@@ -67,18 +81,32 @@ func classify(e *StatusError, gone []int) error {
 	return backoff.Permanent(e)
 }
 
+// maxRetryAfter is the RetryAfter of a wait longer than a Duration holds.
+const maxRetryAfter = time.Duration(math.MaxInt64)
+
 // parseRetryAfter reads a Retry-After header: delta-seconds or an HTTP date.
-// It returns zero when the header is absent, malformed or in the past.
+// It returns zero when the header is absent, malformed or in the past, and
+// saturates at maxRetryAfter: seconds multiplied into a Duration past its
+// range wrapped, to a negative wait read as none or to any wait at all (2^64
+// ns plus 0.29 s is 584 years), and a number past int64 was no number.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.Atoi(v); err == nil {
+	switch secs, err := strconv.ParseInt(v, 10, 64); {
+	case err == nil && secs > int64(maxRetryAfter/time.Second):
+		return maxRetryAfter
+	case err == nil:
 		return max(time.Duration(secs)*time.Second, 0)
+	case errors.Is(err, strconv.ErrRange):
+		if secs > 0 {
+			return maxRetryAfter
+		}
+		return 0
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
+		return max(t.Sub(now), 0) // Sub saturates
 	}
 	return 0
 }

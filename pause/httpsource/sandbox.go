@@ -95,7 +95,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 			return se // transient; the Preserver's backoff spaces the retry
 		}
 		until := time.Now().Add(se.RetryAfter)
-		s.setNotBefore(b.id, until)
+		s.setNotBefore(b.id, holdOff{until, se})
 		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
 			return fmt.Errorf("%w: %w", se, errNoFit)
 		}
@@ -204,20 +204,33 @@ func (b *sandbox) resolveConflict(ctx context.Context, se *StatusError) error {
 	}
 }
 
+// A holdOff is a sandbox's Retry-After time and the answer that set it.
+type holdOff struct {
+	until  time.Time
+	answer *StatusError
+}
+
 // holdOff waits until the sandbox's Retry-After time, if one is set and it
-// fits before ctx's deadline; otherwise it fails at once without a request.
+// fits before ctx's deadline; otherwise it fails at once without a request,
+// naming the answer that asked for the wait.
 func (b *sandbox) holdOff(ctx context.Context) error {
 	s := b.src
 	s.mu.Lock()
-	until := s.notBefore[b.id]
+	h := s.notBefore[b.id]
 	s.mu.Unlock()
+	until := h.until
 	wait := time.Until(until)
 	if wait <= 0 {
 		return nil
 	}
 	if dl, ok := ctx.Deadline(); ok && until.After(dl) {
-		return fmt.Errorf("httpsource: pause %s: server asked to wait until %s: %w",
-			b.id, until.UTC().Format(time.RFC3339Nano), errNoFit)
+		if h.answer.RetryAfter == maxRetryAfter {
+			// Saturated: its time is no time the server named.
+			return fmt.Errorf("httpsource: pause %s: server asked to wait longer than any deadline (%w): %w",
+				b.id, h.answer, errNoFit)
+		}
+		return fmt.Errorf("httpsource: pause %s: server asked to wait until %s (%w): %w",
+			b.id, until.UTC().Format(time.RFC3339Nano), h.answer, errNoFit)
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -252,8 +265,8 @@ func (s *Source) failedPause(id string) error {
 	return s.pauseFailed[id]
 }
 
-func (s *Source) setNotBefore(id string, t time.Time) {
+func (s *Source) setNotBefore(id string, h holdOff) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.notBefore[id] = t
+	s.notBefore[id] = h
 }

@@ -351,8 +351,8 @@ type Source struct {
 	toldUnnamed atomic.Bool // a running sandbox without an ID was logged
 
 	mu          sync.Mutex
-	notBefore   map[string]time.Time // per sandbox, from Retry-After
-	pauseFailed map[string]error     // per sandbox, its last pause that got a 5xx answer or none
+	notBefore   map[string]holdOff // per sandbox, from Retry-After
+	pauseFailed map[string]error   // per sandbox, its last pause that got a 5xx answer or none
 }
 
 // New returns a Source for the server whose API is at baseURL (for example
@@ -385,7 +385,7 @@ func New(baseURL string, c Config) (*Source, error) {
 	if cfg.mp == nil {
 		cfg.mp = otel.GetMeterProvider()
 	}
-	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]time.Time{}, pauseFailed: map[string]error{}}
+	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]holdOff{}, pauseFailed: map[string]error{}}
 	s.listURL = s.resolve(cfg.listPath)
 	if cfg.fallbackList != "" {
 		s.fallbackURL = s.resolve(cfg.fallbackList)
@@ -678,10 +678,11 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	if resp.StatusCode/100 == 2 {
 		return body, resp.Header, nil
 	}
+	retryAfter := resp.Header.Get("Retry-After")
 	return nil, resp.Header, &StatusError{
 		Op: op, URL: redact(target), StatusCode: resp.StatusCode,
-		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
-		Body:       snippet(body),
+		RetryAfter: parseRetryAfter(retryAfter, time.Now()), retryAfter: retryAfter,
+		Body: snippet(body),
 	}
 }
 
