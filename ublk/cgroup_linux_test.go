@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -639,3 +641,83 @@ func heldByKernelState(t *testing.T, d *fakeublk.Child, sys string) (*ublk.Repor
 	require.ErrorAs(t, err, &held)
 	return rep, held
 }
+
+// A device another server adds while the step runs (a DaemonSet update's
+// new pod, started before this one has ended) is left alone as one found
+// at the start is: the step finds every device added since it began
+// (its daemon's: a VM whose start raced the drain), and tells another
+// server's by its /dev/ublkcN, open in a daemon outside the server's
+// cgroup. Here this server's daemon is hung, on a fixed kernel, so the
+// step waits until it kills it; the other server's device comes into
+// sysfs meanwhile. Taken for the daemon's, it would have been waited for,
+// and once the daemon was gone the control fallback would have stopped
+// and deleted it under its server.
+func TestStepLeavesAnotherServersDeviceAddedLateAlone(t *testing.T) {
+	sys, dir := t.TempDir(), t.TempDir()
+	charMinor := uint32(os.Getpid()*2) % (1 << 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mine, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Mode: fakeublk.Hung, EventLog: filepath.Join(dir, "mine"),
+		Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0, CharMajor: 4092, CharMinor: charMinor}}})
+	if err != nil && os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
+	}
+	require.NoError(t, err)
+	t.Cleanup(mine.Close)
+	proc := ownProcfs(t, mine.Pid())
+	asked := make(chan struct{})
+	logger := slog.New(onMessage{"ublk: request stop", sync.OnceFunc(func() { close(asked) })})
+	td, err := ublk.New(findProcess(t, mine.Pid()), ublkhook.With(ublk.Config{NoControl: true, Reserve: 2 * time.Second, Logger: logger},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: proc, KernelRelease: "6.14.8"}))
+	require.NoError(t, err)
+	type result struct {
+		rep *ublk.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := run(t, td, 5*time.Second)
+		done <- result{rep, err}
+	}()
+	<-asked // the step is past finding its devices
+
+	// The other server, in a sysfs of its own until it is outside this
+	// server's cgroup and in the procfs the step reads: then its device
+	// comes into the step's sysfs.
+	otherSys := t.TempDir()
+	other := servingDaemon(t, otherSys, dir, "other", fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4092, CharMinor: charMinor + 1})
+	outsiderCgroup(t, other.Pid())
+	require.NoError(t, os.Symlink(fmt.Sprintf("/proc/%d", other.Pid()), filepath.Join(proc, strconv.Itoa(other.Pid()))))
+	require.NoError(t, os.Symlink(filepath.Join(otherSys, "devices/virtual/ublk-char/ublkc1"), filepath.Join(sys, "class/ublk-char/ublkc1")))
+	require.NoError(t, os.Symlink(filepath.Join(otherSys, "devices/virtual/block/ublkb1"), filepath.Join(sys, "block/ublkb1")))
+
+	res := <-done
+	t.Log(res.rep.String())
+	var inc *ublk.IncompleteError
+	require.ErrorAs(t, res.err, &inc, "the hung daemon killed on a fixed kernel")
+	require.Len(t, res.rep.Devices, 1, "the daemon's device alone")
+	assert.Equal(t, 0, res.rep.Devices[0].ID)
+	assert.Contains(t, res.rep.Note, fmt.Sprintf("ublkb1: its /dev/ublkc1 is open in pid %d (", other.Pid()))
+	assert.Equal(t, "start\n", events(t, filepath.Join(dir, "other")), "the other daemon was never asked")
+	assert.True(t, (&fakeublk.Tree{Root: otherSys}).HasDisk(1), "its device stays live")
+
+	other.Close() // the processes leave their cgroups before those are removed
+	<-other.Done()
+}
+
+// onMessage is a slog.Handler that calls f for each record whose message
+// is msg, and drops every record.
+type onMessage struct {
+	msg string
+	f   func()
+}
+
+func (h onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h onMessage) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.f()
+	}
+	return nil
+}
+func (h onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onMessage) WithGroup(string) slog.Handler      { return h }

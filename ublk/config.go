@@ -28,7 +28,7 @@ const defaultReserve = 10 * time.Second
 type Config struct {
 	// Devices limits the step to these device IDs, as the server knows
 	// them; empty means every ublk device sysfs shows but another
-	// server's: a device whose char device /dev/ublkcN (which the driver
+	// server's, when the step starts or added while it runs: a device whose char device /dev/ublkcN (which the driver
 	// lets one process open, its server) is open in a process that is
 	// neither the daemon (nor one of its descendants) nor inside this
 	// server's cgroup (another pod's ublk server, the host's) is left

@@ -22,7 +22,8 @@
 //
 // The order (see Teardown.Stop): find the devices in sysfs, leaving
 // another server's alone (its /dev/ublkcN open in a process that is not
-// the daemon, outside this server's cgroup: Config.Devices); wait until
+// the daemon, outside this server's cgroup: Config.Devices), and while it
+// waits the devices the daemon adds after that; wait until
 // nothing holds a disk (a process's fd or memory mapping of the node, a
 // process's io_uring with the node among its registered files, a mount,
 // swap, a stacked device, a loop device backed by the disk) or may (a

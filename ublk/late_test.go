@@ -38,3 +38,33 @@ func TestListedDeviceNotYetInSysfsIsFollowed(t *testing.T) {
 		assert.Equal(t, "gone", rep.Device(1).Initial.State())
 	})
 }
+
+// 0 s: the step finds ublkb0, the one device in sysfs .. 1 s: the daemon
+// adds ublkb1 (a VM's disk whose start raced the drain) .. 95 s: the
+// daemon hung, the control fallback stops the devices .. then the daemon
+// is killed, on a vulnerable kernel only once neither is live. Before,
+// the step knew only the devices of its first read: the fallback stopped
+// ublkb0 alone and the daemon was killed with ublkb1 live, the host-crash
+// path.
+func TestDeviceAddedAfterDiscoveryIsTheSteps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		time.AfterFunc(time.Second+time.Millisecond, func() { // not as a read runs
+			require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1}))
+		})
+		ctl := &memControl{tree: f.tree, d: d, stopIn: time.Second}
+		td, err := New(d, f.config(vulnerable, ctl, Config{}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 100*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"request", "STOP_DEV 0", "STOP_DEV 1", "kill", "exit killed", "DEL_DEV 0", "DEL_DEV 1"}, d.Events(),
+			"killed only once STOP_DEV completed for both")
+		require.NotNil(t, rep.Device(1), "the Report accounts for the device found late")
+		assert.Equal(t, VerdictStoppedByControl, rep.Device(1).Verdict)
+		assert.Equal(t, "in sysfs", rep.Device(1).Steps[0].Name)
+		assert.Contains(t, rep.Device(1).Steps[0].Result, "found after the step began")
+	})
+}

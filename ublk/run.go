@@ -40,6 +40,8 @@ type run struct {
 	stoppedHeld   map[int][]Holder        // devices the last resort stopped under holders (stopUnderHolders)
 	lastHeld      map[int][]Holder        // what the last holders scan found, or kept (see notRead)
 	devNums       map[blockdev.DevNum]int // every disk and partition number scanned, to its device ID
+	others        map[int]uint64          // another server's devices left alone, to their char entry (charEntry)
+	waiting       bool                    // past discovery: refresh looks for devices added since (findNew)
 	fallbackTried bool
 	ctl           ublkctl.Controller
 	ctlErr        error // opening the control device failed
@@ -199,17 +201,68 @@ func (r *run) discover() error {
 		}
 		devs, err = r.findDevices()
 	}
-	r.rep.Devices = make([]DeviceReport, len(devs))
-	for i, d := range devs {
-		r.rep.Devices[i] = DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight}
-		r.dev = append(r.dev, &devState{rep: &r.rep.Devices[i], cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID), seen: d.Present()})
-	}
+	r.rep.Devices = make([]DeviceReport, 0, len(devs))
+	r.add(devs...)
+	r.waiting = true
 	result := fmt.Sprintf("%d device(s)", len(devs))
 	if tries > 1 {
 		result += fmt.Sprintf(", sysfs read on try %d", tries)
 	}
 	_ = r.stepEnd(s, result, nil)
 	return nil
+}
+
+// add makes devs the step's, each with its entry in the Report.
+func (r *run) add(devs ...Device) {
+	for _, d := range devs {
+		r.rep.Devices = append(r.rep.Devices, DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight})
+		r.dev = append(r.dev, &devState{cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID), seen: d.Present()})
+	}
+	for i, d := range r.dev { // the append may have moved the reports
+		d.rep = &r.rep.Devices[i]
+	}
+}
+
+// findNew makes the step's, when it finds its devices itself (no
+// Config.Devices), every device sysfs shows now that it had no device
+// for: one the daemon added after the step began (a VM whose start raced
+// the drain) is the daemon's as much as those found first, and left out
+// it was neither waited for nor stopped, and the daemon was killed with
+// it live once the others were stopped. Another server's is left alone
+// as at discovery (leaveOthers), looked at once per char device entry.
+// An ID the step has a device for is not looked at again: once that
+// device went, the ID's next device is another's (see refresh).
+func (r *run) findNew() {
+	if r.cfg.ids != nil || !r.waiting {
+		return
+	}
+	ids, err := listDevices(r.cfg.sysRoot)
+	if err != nil {
+		return // not listed this time: the next poll lists it again
+	}
+	var fresh []Device
+	for _, id := range ids {
+		if slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id }) {
+			continue
+		}
+		if e, ok := r.others[id]; ok && e != 0 && e == charEntry(r.cfg.sysRoot, id) {
+			continue
+		}
+		if d, err := readDevice(r.cfg.sysRoot, id); err == nil && d.Present() {
+			fresh = append(fresh, d)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	fresh = r.leaveOthers(fresh)
+	r.add(fresh...)
+	now := time.Now()
+	for _, d := range r.dev[len(r.dev)-len(fresh):] {
+		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "in sysfs", Start: r.start, Duration: now.Sub(r.start),
+			Result: "found after the step began, " + d.cur.State() + ": the daemon's, as those found first"})
+		r.cfg.logger.WarnContext(r.ctx, "ublk: a device added after the step began", "device", d.cur.DiskName(), "state", d.cur.State())
+	}
 }
 
 // findDevices reads the step's devices from sysfs: the configured IDs, or
@@ -239,11 +292,19 @@ const ownersWait = time.Second
 
 // leaveOthers takes out of devs, every ublk device sysfs shows, those
 // another server serves (othersDevices), and notes each in the Report and
-// the log: the step neither waits for them nor stops them.
+// the log: the step neither waits for them nor stops them. Its procfs
+// pass ends at the holder scans' end (killFloor) while that is ahead,
+// and by ctx's deadline: a device found once that passed (findNew) is
+// still told from another server's, which the fallback would otherwise
+// stop and delete once the daemon exited.
 func (r *run) leaveOthers(devs []Device) []Device {
-	end := time.Now().Add(ownersWait)
-	if f := r.killFloor(); !f.IsZero() && f.Before(end) {
+	now := time.Now()
+	end := now.Add(ownersWait)
+	if f := r.killFloor(); !f.IsZero() && f.Before(end) && now.Before(f) {
 		end = f
+	}
+	if dl, ok := r.ctx.Deadline(); ok && dl.Before(end) {
+		end = dl
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.ctx), end)
 	defer cancel()
@@ -251,6 +312,10 @@ func (r *run) leaveOthers(devs []Device) []Device {
 	return slices.DeleteFunc(devs, func(d Device) bool {
 		why, ok := others[d.ID]
 		if ok {
+			if r.others == nil {
+				r.others = map[int]uint64{}
+			}
+			r.others[d.ID] = charEntry(r.cfg.sysRoot, d.ID)
 			r.rep.Note = joinNote(r.rep.Note, d.DiskName()+": "+why)
 			r.cfg.logger.InfoContext(r.ctx, "ublk: another server's device left alone", "device", d.DiskName(), "why", why)
 		}
@@ -259,8 +324,10 @@ func (r *run) leaveOthers(devs []Device) []Device {
 }
 
 // refresh re-reads every device and records disappearances, and the
-// appearance of a listed device not in sysfs before.
+// appearance of a listed device not in sysfs before; it makes the step's
+// a device added since the step began (findNew).
 func (r *run) refresh() {
+	r.findNew()
 	now := time.Now()
 	since := r.requestedAt
 	if since.IsZero() {
@@ -909,6 +976,7 @@ func (r *run) within(until time.Time, f func(context.Context) error) error {
 // finish records the final state and verdicts and builds the error.
 func (r *run) finish() error {
 	r.close()
+	r.waiting = false // no time left to tell a device found now from another server's
 	if r.waitErr != nil {
 		err := fmt.Errorf("the daemon's exit could not be watched: %w", r.waitErr)
 		r.causes = append(r.causes, err)

@@ -80,6 +80,24 @@ func (d Device) DiskName() string { return "ublkb" + strconv.Itoa(d.ID) }
 // sorted by ID. A sysfs without the ublk-char class (no ublk module) has
 // no devices, which is not an error.
 func scanDevices(sysRoot string) ([]Device, error) {
+	ids, err := listDevices(sysRoot)
+	if err != nil {
+		return nil, err
+	}
+	devs := make([]Device, 0, len(ids))
+	for _, id := range ids {
+		d, err := readDevice(sysRoot, id)
+		if err != nil {
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// listDevices returns the ID of every ublk device under sysRoot, sorted,
+// without reading the devices.
+func listDevices(sysRoot string) ([]int, error) {
 	ids := map[int]bool{}
 	for dir, prefix := range map[string]string{charClassDir: "ublkc", blockDir: "ublkb"} {
 		ents, err := os.ReadDir(filepath.Join(sysRoot, dir))
@@ -95,15 +113,7 @@ func scanDevices(sysRoot string) ([]Device, error) {
 			}
 		}
 	}
-	devs := make([]Device, 0, len(ids))
-	for _, id := range slices.Sorted(maps.Keys(ids)) {
-		d, err := readDevice(sysRoot, id)
-		if err != nil {
-			return nil, err
-		}
-		devs = append(devs, d)
-	}
-	return devs, nil
+	return slices.Sorted(maps.Keys(ids)), nil
 }
 
 func deviceID(name, prefix string) (int, bool) {
