@@ -1,9 +1,12 @@
 package httpsource
 
 import (
+	"context"
+	"errors"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -72,4 +75,70 @@ func TestStatusErrorOfASaturatedRetryAfterSaysWhatTheServerSent(t *testing.T) {
 	assert.Equal(t, time.Duration(math.MaxInt64), se.RetryAfter)
 	assert.Contains(t, err.Error(), "(retry after Fri, 31 Dec 9999 23:59:59 GMT)")
 	assert.ErrorIs(t, err, errNoFit)
+}
+
+// Fault: a pause the server answered 429 while another was out waits for
+// a request slot, and one still waiting at the deadline said only
+// "waiting for a request slot: context deadline exceeded": the Report's
+// entry did not say that the server's overload answer held it back, nor
+// what the answer was. Through the Preserver, as a drain runs it: a
+// server that pauses one sandbox at a time, a pause longer than the phase.
+func TestPauseWaitingForASlotAtTheDeadlineNamesTheOverloadAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeServer(2, func(f *fakeServer) {
+			f.serial = reject
+			f.retryAfter = "1"
+			f.pauseDelay = 2 * time.Minute
+		})
+		p, err := pause.New(inProcess(t, f.handler(), Config{}), pause.Config{Limit: 2})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+		var waited []pause.Entry
+		for _, e := range rep.Entries {
+			if strings.Contains(e.Error, "request slot") {
+				waited = append(waited, e)
+			}
+		}
+		require.Len(t, waited, 1, "%+v", rep.Entries)
+		e := waited[0]
+		assert.Equal(t, pause.TimedOut, e.Outcome)
+		assert.Contains(t, e.Error, "429 Too Many Requests (retry after 1s)", "the answer that held it back")
+		assert.Contains(t, e.Error, "1 other pause", "why the answer held it back")
+		assert.Contains(t, e.Error, "deadline exceeded")
+		time.Sleep(2 * time.Minute) // the server's pause ends
+	})
+}
+
+// A pause that waits for a slot with no overload answer of its own, the
+// Source's limit lowered by another sandbox's: its error says the Source
+// sends one at a time and which answer made it so.
+func TestPauseWaitingForALoweredLimitNamesTheAnswerThatLoweredIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeServer(3, func(f *fakeServer) {
+			f.serial = reject
+			f.pauseDelay = 2 * time.Minute
+		})
+		src := inProcess(t, f.handler(), Config{})
+		ctx := ctxWithDeadline(t, time.Minute)
+		out, held := make(chan error, 1), make(chan error, 1)
+		go func() { out <- src.Sandbox(sandboxID(0)).Preserve(ctx) }() // on the server past the deadline
+		synctest.Wait()
+		go func() { held <- src.Sandbox(sandboxID(1)).Preserve(ctx) }() // 429, then waits
+		synctest.Wait()
+		require.Equal(t, 1, src.Limit())
+		err := src.Sandbox(sandboxID(2)).Preserve(ctx)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, "waiting for a request slot")
+		assert.ErrorContains(t, err, "1 at once", "why it waited")
+		assert.ErrorContains(t, err, "/sandboxes/"+sandboxID(1)+"/pause: 429 Too Many Requests", "the answer that lowered the limit")
+		assert.False(t, errors.As(err, new(*StatusError)), "another sandbox's answer is named, not its own")
+
+		err = <-held
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		var se *StatusError
+		require.ErrorAs(t, err, &se, "its own answer")
+		assert.Equal(t, http.StatusTooManyRequests, se.StatusCode)
+		assert.ErrorIs(t, <-out, context.DeadlineExceeded)
+		time.Sleep(2 * time.Minute) // the server's pause ends
+	})
 }

@@ -57,12 +57,14 @@ func (b *sandbox) Preserve(ctx context.Context) error {
 func (b *sandbox) preserve(ctx context.Context) error {
 	s := b.src
 	target := s.resolve(strings.ReplaceAll(s.cfg.pausePath, "{id}", url.PathEscape(b.id)))
+	var held *StatusError // the overload answer this request is sent again after
+	heldOthers := 0       // the other pauses out when it came
 	for {
 		if err := b.holdOff(ctx); err != nil {
 			return err
 		}
 		if err := s.lim.acquire(ctx); err != nil {
-			return fmt.Errorf("httpsource: pause %s: waiting for a request slot: %w", b.id, err)
+			return b.noSlot(err, held, heldOthers)
 		}
 		if err := ctx.Err(); err != nil {
 			// Ended already (acquire does not look when a slot is free):
@@ -77,6 +79,10 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		var se *StatusError
 		overloaded := errors.As(err, &se) && se.Overloaded()
 		others := s.lim.release(overloaded, err == nil)
+		if overloaded {
+			held, heldOthers = se, others
+			s.setOverload(se)
+		}
 		switch {
 		case err == nil:
 			s.clearFailedPause(b.id) // a later gone answer is a deletion again
@@ -100,6 +106,40 @@ func (b *sandbox) preserve(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", se, errNoFit)
 		}
 	}
+}
+
+// noSlot is the error of a pause whose context ended, err, while it waited
+// for a request slot, saying why it waited: held, the overload answer to
+// this request while others other pauses were out, after which it queued
+// again; or the Source's limit, lowered by an overload answer to another
+// sandbox's pause, or Config.MaxInFlight. "Waiting for a request slot"
+// alone tells the Report's reader nothing of the server's 429.
+func (b *sandbox) noSlot(err error, held *StatusError, others int) error {
+	s := b.src
+	limit := s.lim.current()
+	switch last := s.overload(); {
+	case held != nil:
+		return fmt.Errorf("httpsource: pause %s: waiting for a request slot: %w (queued again after the server answered it overloaded with %s out, sending %d at once since: %w)",
+			b.id, err, otherPauses(others), limit, held)
+	case last != nil && limit < s.lim.max:
+		return fmt.Errorf("httpsource: pause %s: waiting for a request slot: %w (sending %d at once since the server answered overloaded: %v)",
+			b.id, err, limit, last)
+	case s.cfg.maxInFlight > 0:
+		return fmt.Errorf("httpsource: pause %s: waiting for a request slot: %w (Config.MaxInFlight: %d at once)",
+			b.id, err, limit)
+	}
+	return fmt.Errorf("httpsource: pause %s: waiting for a request slot: %w", b.id, err)
+}
+
+// otherPauses says how many other pauses were out.
+func otherPauses(n int) string {
+	switch n {
+	case 0:
+		return "no other pause"
+	case 1:
+		return "1 other pause"
+	}
+	return fmt.Sprintf("%d other pauses", n)
 }
 
 // failed classifies a pause request that failed other than by overload:
@@ -238,7 +278,7 @@ func (b *sandbox) holdOff(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("httpsource: pause %s: waiting for Retry-After: %w", b.id, ctx.Err())
+		return fmt.Errorf("httpsource: pause %s: waiting for Retry-After: %w (%w)", b.id, ctx.Err(), h.answer)
 	}
 }
 
@@ -263,6 +303,21 @@ func (s *Source) failedPause(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pauseFailed[id]
+}
+
+// setOverload records se, an overload answer to a pause: the last one
+// lowered the Source's limit.
+func (s *Source) setOverload(se *StatusError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastOverload = se
+}
+
+// overload returns the last overload answer to a pause, or nil.
+func (s *Source) overload() *StatusError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastOverload
 }
 
 func (s *Source) setNotBefore(id string, h holdOff) {

@@ -331,6 +331,9 @@ func (c Config) resolve() config {
 // the wire, Retry-After is waited if it ends before the context's deadline;
 // otherwise Preserve returns the transient error at once, and a retry of the
 // same sandbox before the Retry-After time waits for it or fails at once.
+// A pause whose context ends while it waits for a slot returns the
+// context's error naming why it waited: its own overload answer (errors.As
+// finds that *StatusError), or the one that lowered the limit.
 //
 // A Source is safe for concurrent use.
 //
@@ -350,9 +353,10 @@ type Source struct {
 	onFallback  atomic.Bool // the list path answered 404: list with the fallback
 	toldUnnamed atomic.Bool // a running sandbox without an ID was logged
 
-	mu          sync.Mutex
-	notBefore   map[string]holdOff // per sandbox, from Retry-After
-	pauseFailed map[string]error   // per sandbox, its last pause that got a 5xx answer or none
+	mu           sync.Mutex
+	notBefore    map[string]holdOff // per sandbox, from Retry-After
+	pauseFailed  map[string]error   // per sandbox, its last pause that got a 5xx answer or none
+	lastOverload *StatusError       // the last overload answer to a pause: why the limit is low
 }
 
 // New returns a Source for the server whose API is at baseURL (for example
