@@ -930,3 +930,33 @@ func TestDiskWhoseNumberCannotBeReadKeepsWhatTheLastScanFound(t *testing.T) {
 		assert.Regexp(t, `^possible ublkb0's device number not read \(.*is a directory\)`, possible[0])
 	})
 }
+
+// The same with a partition: a file system on ublkb0p1 is mounted at
+// /mnt/part .. 9 s: the partition's device number can no longer be read
+// (/sys/block/ublkb0/ublkb0p1/dev, here a directory, EISDIR). The scans
+// from 10 s on list a possible holder naming the partition and why, and
+// keep the mount the scan before found: the daemon is not asked to stop
+// under it. Before, blockdev.Partitions left the partition out without a
+// word: the scans found no holder, and the daemon was asked to stop under
+// the mounted partition.
+func TestPartitionWhoseNumberCannotBeReadKeepsWhatTheLastScanFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		part := filepath.Join(f.tree.Root, "block", "ublkb0", "ublkb0p1")
+		require.NoError(t, os.MkdirAll(part, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(part, "dev"), []byte("4001:1\n"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(f.proc, "99", "mountinfo"), []byte("36 22 4001:1 / /mnt/part rw - ext4 /dev/ublkb0p1 rw\n"), 0o644))
+		time.AfterFunc(9*time.Second, func() { // not as a scan runs
+			require.NoError(t, os.Remove(filepath.Join(part, "dev")))
+			require.NoError(t, os.Mkdir(filepath.Join(part, "dev"), 0o755))
+		})
+		rep, held, d := heldToTheEnd(t, f)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the mount")
+		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
+		assert.Equal(t, Holder{PID: 99, Comm: "idle", Kind: blockdev.Mount, Detail: "/mnt/part"}, held.Holders[0][0])
+		possible := possibleHolders(rep, 0)
+		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
+		assert.Regexp(t, `^possible ublkb0's partitions not all read \(ublk: partition ublkb0p1 of ublkb0: device number not read: .*is a directory\)`, possible[0])
+	})
+}

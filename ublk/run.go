@@ -497,11 +497,18 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	var devs []blockdev.DevNum
 	named := map[string]blockdev.DevNum{} // by kernel name, for sysfs's fs/
 	unnumbered := map[int]error{}         // disks whose number sysfs did not give
+	partsUnread := map[int]error{}        // disks a partition of which sysfs did not give
 	for _, d := range r.dev {
 		if !d.cur.Disk {
 			continue
 		}
-		parts := blockdev.Partitions(r.cfg.sysRoot, d.cur.DiskName())
+		// The partitions read are scanned; one not read is not known.
+		parts, perr := blockdev.Partitions(r.cfg.sysRoot, d.cur.DiskName())
+		if perr != nil {
+			if there, serr := exists(filepath.Join(r.cfg.sysRoot, blockDir, d.cur.DiskName())); there || serr != nil {
+				partsUnread[d.cur.ID] = perr
+			}
+		}
 		if hs := blockdev.StackHolders(r.cfg.sysRoot, d.cur.DiskName(), parts); len(hs) > 0 {
 			held[d.cur.ID] = holders(hs)
 		}
@@ -523,7 +530,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		}
 	}
 	if len(devs) == 0 {
-		r.numberNotRead(held, unnumbered)
+		r.numberNotRead(held, unnumbered, partsUnread)
 		r.lastHeld = held
 		return held, nil
 	}
@@ -569,7 +576,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		}
 	}
 	r.notReadable(held)
-	r.numberNotRead(held, unnumbered)
+	r.numberNotRead(held, unnumbered, partsUnread)
 	switch {
 	case cut != nil:
 		r.notRead(held, cut)
@@ -608,24 +615,33 @@ func (r *run) notReadable(held map[int][]Holder) {
 
 // numberNotRead adds to held, for each disk still in sysfs whose device
 // number the scan could not read (unnumbered: /sys/block/ublkbN/dev
-// unreadable, EMFILE or ENOMEM in the server), what it does not know: no
-// process, mount or loop device could be matched to the disk, so the holds
-// of it the last scan found stand, and a possible holder with no PID says
-// why. A disk whose number was not read was not scanned: taken for one
-// nothing holds, it had the daemon asked to stop under a VMM or a mount an
-// earlier scan had found.
-func (r *run) numberNotRead(held map[int][]Holder, unnumbered map[int]error) {
-	for id, err := range unnumbered {
+// unreadable, EMFILE or ENOMEM in the server), or one of whose partitions'
+// (partsUnread: blockdev.Partitions), what it does not know: no process,
+// mount or loop device could be matched to that number, so the holds of
+// the disk the last scan found stand, and a possible holder with no PID
+// says why. A disk or partition whose number was not read was not
+// scanned: taken for one nothing holds, it had the daemon asked to stop
+// under a VMM or a mount an earlier scan had found.
+func (r *run) numberNotRead(held map[int][]Holder, unnumbered, partsUnread map[int]error) {
+	keep := func(id int, stacked bool) {
 		for _, h := range r.lastHeld[id] {
 			switch {
-			case h.Kind == blockdev.Stacked: // sysfs, by name: read again
+			case h.Kind == blockdev.Stacked && !stacked: // sysfs, by name: read again
 			case h.Kind == blockdev.Possible && h.PID == 0: // said again below
 			case !slices.Contains(held[id], h):
 				held[id] = append(held[id], h)
 			}
 		}
+	}
+	for id, err := range unnumbered {
+		keep(id, false)
 		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's device number not read (%v): "+
 			"what holds the disk is not known; the last scan's holders stand", id, err)})
+	}
+	for id, err := range partsUnread {
+		keep(id, true) // a partition not listed is not read by name either: its stacked devices stand too
+		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's partitions not all read (%v): "+
+			"what holds them is not known; the last scan's holders stand", id, err)})
 	}
 }
 

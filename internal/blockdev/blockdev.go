@@ -1,6 +1,7 @@
 package blockdev
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,25 +66,40 @@ type Partition struct {
 }
 
 // Partitions lists the partitions of disk under sysRoot, which a VMM may
-// hold open instead of the whole disk.
-func Partitions(sysRoot, disk string) []Partition {
+// hold open instead of the whole disk, and says which it could not read.
+// A partition whose number cannot be read (its dev file unreadable, EMFILE
+// or ENOMEM in the server, or not a device number) is left out of the
+// list, and the error names it and the cause, one error per partition
+// (errors.Join); the partitions read are listed all the same, so a caller
+// still scans those. A caller that matches holders by number does not
+// know what holds a partition left out: taken for one nothing holds, it
+// had a disk stopped under a VMM or a mount of that partition. A disk
+// directory that cannot be listed gives no partition and an error wrapping
+// the cause (fs.ErrNotExist when sysfs does not list the disk: gone).
+func Partitions(sysRoot, disk string) ([]Partition, error) {
 	dir := filepath.Join(sysRoot, blockDir, disk)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("ublk: partitions of %s: %w", disk, err)
 	}
 	var out []Partition
+	var errs []error
 	for _, e := range ents {
 		if !strings.HasPrefix(e.Name(), disk+"p") {
 			continue
 		}
-		if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "dev")); err == nil {
-			if dev, err := ParseDevNum(string(b)); err == nil {
-				out = append(out, Partition{e.Name(), dev})
-			}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "dev"))
+		var dev DevNum
+		if err == nil {
+			dev, err = ParseDevNum(string(b))
 		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ublk: partition %s of %s: device number not read: %w", e.Name(), disk, err))
+			continue
+		}
+		out = append(out, Partition{e.Name(), dev})
 	}
-	return out
+	return out, errors.Join(errs...)
 }
 
 // How a holder keeps a block device busy: Holder.Kind.
