@@ -107,7 +107,12 @@ type Config struct {
 	// one list timeout; a sandbox listed on two pages counts once, and a
 	// token the server sends twice ends the listing with a permanent error
 	// instead of a loop. Both empty, the default, means no pagination; one
-	// without the other is an error.
+	// without the other is an error. A listing whose answer ends it and yet
+	// says a next page follows, in an x-next-token header (AgentENV's, when
+	// PageTokenHeader is another) or a Link header with rel="next" (which
+	// the Source cannot follow), fails with a permanent error naming the
+	// fix: its first pages taken for all of it, the sandboxes on the
+	// others would be missed.
 	PageTokenHeader, PageTokenParam string
 
 	// ItemsField is the field of a top-level object that holds the array
@@ -463,7 +468,8 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 // entry, while it preserves the others (the first such listing is logged,
 // with the fields the server sent). Only a listing in which no element has
 // an ID, running or not, the mark of a wrong Config.IDField or not a
-// listing of sandboxes, is an error.
+// listing of sandboxes, is an error; so is an answer that says more pages
+// follow than the Source follows (see Config.PageTokenHeader).
 func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 	if !s.made() {
 		return nil, errNotMade
@@ -571,6 +577,9 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		}
 		switch {
 		case next == "":
+			if err := s.unfollowed(hdr, page, target); err != nil {
+				return nil, page, err
+			}
 			return s.named(out, page, ids, target)
 		case tokens[next]:
 			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: the server sent next token %q twice", redact(target), next))
@@ -580,6 +589,111 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		tokens[next] = true
 		token = next
 	}
+}
+
+// agentENVTokenHeader is the response header in which AgentENV's GET
+// /v2/sandboxes sends the next page's token, absent on the last page.
+const agentENVTokenHeader = "x-next-token"
+
+// unfollowed returns the permanent error of an answer that ends the
+// listing at page (it carries no Config.PageTokenHeader) and yet says a
+// next page follows: an x-next-token header, AgentENV's (when it is not the
+// configured header), or a Link header with rel="next" (RFC 8288), which
+// the Source cannot follow. Read as the whole listing, its first pages
+// would be taken for all of it: the sandboxes on the others never listed,
+// neither preserved nor in the Report. Only these say so; no guess from
+// the page's size or a body field, which a listing that fits on one page
+// could match. It fails the listing, as a wrong IDField does: readiness
+// (which lists) shows it before a drain depends on it.
+func (s *Source) unfollowed(hdr http.Header, page int, target string) error {
+	if tok := hdr.Get(agentENVTokenHeader); tok != "" && !strings.EqualFold(s.cfg.tokenHeader, agentENVTokenHeader) {
+		configured := "no pagination is configured"
+		if s.cfg.tokenHeader != "" {
+			configured = fmt.Sprintf("not %q", s.cfg.tokenHeader)
+		}
+		return backoff.Permanent(fmt.Errorf("httpsource: list %s: the answer's %s header says more pages follow, and %s: "+
+			"the sandboxes after page %d would be missed; set Config.PageTokenHeader %q and Config.PageTokenParam "+
+			"to the query parameter that sends it back (AgentENV's node API: \"nextToken\"; AgentENV() sets both)",
+			redact(target), agentENVTokenHeader, configured, page, agentENVTokenHeader))
+	}
+	if link, ok := nextLink(hdr); ok {
+		return backoff.Permanent(fmt.Errorf("httpsource: list %s: the answer's Link header has rel=\"next\" (%s): more pages follow, "+
+			"which the Source cannot follow (it follows a next-page token header, Config.PageTokenHeader), and the sandboxes after page %d "+
+			"would be missed; set a page size that holds every sandbox in Config.ListPath's query, or the server's next-page token header "+
+			"in Config.PageTokenHeader and Config.PageTokenParam",
+			redact(target), redact(link), page))
+	}
+	return nil
+}
+
+// nextLink returns the target of the first link with the relation "next"
+// in the Link headers (RFC 8288: <target>; rel="next" or a list of
+// relations holding it, links separated by commas), and whether there is
+// one. A header it cannot read says nothing: no signal is no next page.
+func nextLink(hdr http.Header) (string, bool) {
+	for _, v := range hdr.Values("Link") {
+		for {
+			v = strings.TrimLeft(v, " \t,")
+			if !strings.HasPrefix(v, "<") {
+				break
+			}
+			end := strings.IndexByte(v, '>')
+			if end < 0 {
+				break
+			}
+			link := v[1:end]
+			v = v[end+1:]
+			for {
+				v = strings.TrimLeft(v, " \t")
+				if !strings.HasPrefix(v, ";") {
+					break
+				}
+				var name, value string
+				name, value, v = linkParam(v[1:])
+				if strings.EqualFold(name, "rel") && slices.ContainsFunc(strings.Fields(value), func(r string) bool {
+					return strings.EqualFold(r, "next")
+				}) {
+					return link, true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// linkParam reads one parameter of a link, name[=value] with the value a
+// token or a quoted string, from the start of v, and returns the rest.
+func linkParam(v string) (name, value, rest string) {
+	v = strings.TrimLeft(v, " \t")
+	i := strings.IndexAny(v, "=;,")
+	if i < 0 {
+		return strings.TrimSpace(v), "", ""
+	}
+	name = strings.TrimSpace(v[:i])
+	if v[i] != '=' {
+		return name, "", v[i:]
+	}
+	v = strings.TrimLeft(v[i+1:], " \t")
+	if !strings.HasPrefix(v, `"`) {
+		j := strings.IndexAny(v, ";,")
+		if j < 0 {
+			return name, strings.TrimSpace(v), ""
+		}
+		return name, strings.TrimSpace(v[:j]), v[j:]
+	}
+	var b strings.Builder
+	for j := 1; j < len(v); j++ {
+		switch c := v[j]; {
+		case c == '\\' && j+1 < len(v):
+			j++
+			b.WriteByte(v[j])
+		case c == '"':
+			return name, b.String(), v[j+1:]
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return name, "", "" // unterminated: malformed, no value
 }
 
 // withQuery returns target with the query parameter key set to value.

@@ -1,0 +1,126 @@
+package httpsource
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Fault: with no pagination configured, the Source read the first page of
+// a paginated listing and took it for all of it: pointed at AgentENV's GET
+// /v2/sandboxes without the AgentENV preset (its path and ID field set by
+// hand), 37 of 200 sandboxes were listed, and the drain preserved those
+// and never saw the others, missing from the Report. The answer said more
+// pages follow (x-next-token); the listing now fails, naming the fix.
+func TestListOfAPaginatedAnswerWithoutPaginationIsAnError(t *testing.T) {
+	_, url, counts := agentenv(t, 200, fakeagentenv.Config{PageSize: 37})
+	src, err := New(url, Config{ListPath: "/v2/sandboxes", IDField: "sandboxID"})
+	require.NoError(t, err)
+	sbs, err := src.List(t.Context())
+	require.Error(t, err, "listed %d", len(sbs))
+	assert.True(t, isPermanent(err), "a configuration to change, not a failure to retry")
+	assert.ErrorContains(t, err, "x-next-token")
+	assert.ErrorContains(t, err, `Config.PageTokenHeader "x-next-token"`, "the fix")
+	assert.ErrorContains(t, err, "AgentENV()", "the fix")
+	assert.EqualValues(t, 1, counts.v2.Load())
+
+	// Through the Preserver: the Report says the listing failed, and why.
+	p, err := pause.New(src, pause.Config{})
+	require.NoError(t, err)
+	rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+	assert.Contains(t, rep.ListErr, "x-next-token")
+	assert.Empty(t, rep.Entries)
+}
+
+// A listing that fits on one page has no next token: the same Config
+// lists it, as it does the deprecated, unpaginated GET /sandboxes.
+func TestListOfASinglePageWithoutPaginationIsWhole(t *testing.T) {
+	_, url, _ := agentenv(t, 30, fakeagentenv.Config{PageSize: 37})
+	src, err := New(url, Config{ListPath: "/v2/sandboxes", IDField: "sandboxID"})
+	require.NoError(t, err)
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, sbs, 30)
+
+	src, err = New(url, Config{ListPath: "/sandboxes", IDField: "sandboxID"})
+	require.NoError(t, err)
+	sbs, err = src.List(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, sbs, 30)
+}
+
+// A pagination header that is not the one the server sends (a typo) ends
+// the listing at its first page too: the error names the header the
+// server sent.
+func TestListWithTheWrongPageTokenHeaderIsAnError(t *testing.T) {
+	_, url, _ := agentenv(t, 200, fakeagentenv.Config{PageSize: 37})
+	c := AgentENV()
+	c.PageTokenHeader = "x-next-page"
+	src, err := New(url, c)
+	require.NoError(t, err)
+	_, err = src.List(t.Context())
+	assert.True(t, isPermanent(err), "%v", err)
+	assert.ErrorContains(t, err, `Config.PageTokenHeader "x-next-token"`)
+	assert.ErrorContains(t, err, `not "x-next-page"`)
+}
+
+// A Link header with rel="next" (RFC 8288) says a next page follows, which
+// the Source cannot follow: an error naming it. One with other relations
+// only (prev, last, first: the last page's) is no next page.
+func TestListWhoseAnswerLinksANextPageIsAnError(t *testing.T) {
+	for _, tc := range []struct {
+		link string
+		more bool
+	}{
+		{`<http://s/sandboxes?page=2>; rel="next"`, true},
+		{`<http://s/sandboxes?page=1>; rel="prev", <http://s/sandboxes?page=3>; rel="next", <http://s/sandboxes?page=9>; rel="last"`, true},
+		{`<http://s/sandboxes?page=2&a=b,c>; title="x, y"; rel="last next"`, true},
+		{`<http://s/sandboxes?page=2>; REL=next`, true},
+		{`<http://s/sandboxes?page=1>; rel="prev", <http://s/sandboxes?page=1>; rel="first"`, false},
+		{`<http://s/next>; rel="nextish"`, false},
+		{`<http://s/x>; title="rel=next"`, false},
+		{``, false},
+	} {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+			if tc.link != "" {
+				w.Header().Set("Link", tc.link)
+			}
+			_, _ = w.Write([]byte(`[{"id": "a", "state": "running"}]`))
+		})
+		ts := httptest.NewServer(mux)
+		src, err := New(ts.URL, Config{})
+		require.NoError(t, err)
+		sbs, err := src.List(t.Context())
+		ts.Close()
+		if !tc.more {
+			assert.NoError(t, err, tc.link)
+			assert.Len(t, sbs, 1, tc.link)
+			continue
+		}
+		assert.True(t, isPermanent(err), "%s: %v", tc.link, err)
+		assert.ErrorContains(t, err, `rel="next"`, tc.link)
+		assert.ErrorContains(t, err, "Config.ListPath", "the fix")
+	}
+}
+
+// Malformed Link headers say nothing, and reading them ends.
+func TestNextLinkReadsOnlyWellFormedLinks(t *testing.T) {
+	for _, v := range []string{
+		`garbage`, `<unterminated`, `<x>; rel`, `<x>; rel="next`, `<x>; rel=`, `<x>;;;, ,;`,
+		`<x> rel="next"`, `rel="next"`, `<x>; title="\"; rel=next"`, `;;<x>; rel=next`,
+	} {
+		link, ok := nextLink(http.Header{"Link": {v}})
+		assert.False(t, ok, "%s: %s", v, link)
+	}
+	link, ok := nextLink(http.Header{"Link": {`<a>; rel=prev`, `<b>; title="a\"b"; rel=next`}})
+	assert.True(t, ok)
+	assert.Equal(t, "b", link, "a second Link header is read too")
+}
