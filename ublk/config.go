@@ -39,7 +39,8 @@ type Config struct {
 	// counts as the daemon. A listed device not in sysfs when the step
 	// starts (its daemon adds it a moment later) is read again every
 	// PollInterval and is the step's once it is there: waited for,
-	// stopped, and keeping the daemon from being killed while it is live.
+	// stopped, and keeping the daemon from being killed while it is live;
+	// one never there is VerdictAbsent, and the Report's Note names it.
 	// IDs must be >= 0, each listed once.
 	Devices []int
 

@@ -68,3 +68,24 @@ func TestDeviceAddedAfterDiscoveryIsTheSteps(t *testing.T) {
 		assert.Contains(t, rep.Device(1).Steps[0].Result, "found after the step began")
 	})
 }
+
+// ublkb5 is listed in Config.Devices and never in sysfs: the step saw
+// nothing of it, stopped nothing, and says so (VerdictAbsent, the Note and
+// the one-line summary), where it said "stopped" before, as for a device
+// its daemon stopped and deleted.
+func TestListedDeviceNeverInSysfsIsReportedAbsent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{Devices: []int{0, 5}}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, time.Minute)
+		require.NoError(t, err, "nothing was left live")
+		assert.Equal(t, VerdictStopped, rep.Device(0).Verdict)
+		assert.Equal(t, VerdictAbsent, rep.Device(5).Verdict)
+		assert.Equal(t, VerdictAbsent, rep.Verdict, "the worst device verdict")
+		assert.Contains(t, rep.Note, "ublkb5: listed in Config.Devices, not in sysfs at any read")
+		assert.Contains(t, rep.String(), "ublkb5: gone -> gone; in flight 0 -> 0; 0 holders: absent")
+	})
+}

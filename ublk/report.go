@@ -20,6 +20,11 @@ const (
 	VerdictNothingToDo Verdict = "nothing_to_do"
 	// VerdictStopped: the daemon stopped and deleted the device.
 	VerdictStopped Verdict = "stopped"
+	// VerdictAbsent: the device, listed in Config.Devices, was not in
+	// sysfs at any of the step's reads: nothing of it was seen, waited
+	// for or stopped. A listed ID that is not the daemon's (a stale or
+	// wrong list) leaves the daemon's real devices out of the step.
+	VerdictAbsent Verdict = "absent"
 	// VerdictStoppedByControl: the device was stopped (and deleted when
 	// possible) through /dev/ublk-control.
 	VerdictStoppedByControl Verdict = "stopped_by_control"
@@ -138,7 +143,8 @@ type Report struct {
 	// killed and spared, and why), nil when it did not run.
 	LastResort *LastResortReport `json:"last_resort,omitempty"`
 	// Verdict is the worst device verdict, VerdictStopped when every
-	// device went, VerdictNothingToDo when there was nothing.
+	// device went, VerdictAbsent when the worst is a listed device never
+	// seen, VerdictNothingToDo when there was nothing.
 	Verdict Verdict `json:"verdict"`
 	// Note explains VerdictNothingToDo or a degraded run (for example the
 	// control fallback being unavailable).
@@ -213,18 +219,20 @@ func severity(v Verdict) int {
 		return 0
 	case VerdictStopped:
 		return 1
-	case VerdictStoppedByControl:
+	case VerdictAbsent:
 		return 2
-	case VerdictKilled:
+	case VerdictStoppedByControl:
 		return 3
-	case VerdictNotStopped:
+	case VerdictKilled:
 		return 4
-	case VerdictOrphaned:
+	case VerdictNotStopped:
 		return 5
-	case VerdictHeld:
+	case VerdictOrphaned:
 		return 6
-	case VerdictLeftLive:
+	case VerdictHeld:
 		return 7
+	case VerdictLeftLive:
+		return 8
 	}
-	return 8
+	return 9
 }

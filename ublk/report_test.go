@@ -44,7 +44,7 @@ func TestReportJSONUsesNanosecondDurationsAndVerdictIdentifiers(t *testing.T) {
 
 func TestVerdictsAreSnakeCaseIdentifiersOrderedBySeverity(t *testing.T) {
 	ident := regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`)
-	verdicts := []Verdict{VerdictNothingToDo, VerdictStopped, VerdictStoppedByControl, VerdictKilled,
+	verdicts := []Verdict{VerdictNothingToDo, VerdictStopped, VerdictAbsent, VerdictStoppedByControl, VerdictKilled,
 		VerdictNotStopped, VerdictOrphaned, VerdictHeld, VerdictLeftLive}
 	seen := map[Verdict]bool{}
 	for i, v := range verdicts {

@@ -1029,6 +1029,13 @@ func (r *run) finish() error {
 			d.rep.InflightAfter = Inflight{} // STOP_DEV completed: every request was answered
 		}
 		d.rep.Verdict = r.verdict(d, exited)
+		if d.rep.Verdict == VerdictAbsent {
+			// Not a device that went: one the step never saw. A list
+			// that names IDs the daemon does not serve leaves its real
+			// devices out of the step.
+			r.rep.Note = joinNote(r.rep.Note, d.cur.DiskName()+": listed in Config.Devices, not in sysfs at any read: nothing of it was seen or stopped")
+			r.cfg.logger.WarnContext(r.ctx, "ublk: a listed device was never in sysfs", "device", d.cur.DiskName())
+		}
 		switch d.rep.Verdict {
 		case VerdictLeftLive:
 			unsafe = append(unsafe, d.cur.ID)
@@ -1058,6 +1065,8 @@ func (r *run) finish() error {
 
 func (r *run) verdict(d *devState, exited bool) Verdict {
 	switch {
+	case !d.seen:
+		return VerdictAbsent
 	case !d.cur.Present():
 		if d.stopped || d.deleted {
 			return VerdictStoppedByControl

@@ -90,7 +90,9 @@ func scanDevices(sysRoot string) ([]Device, error) {
 		if err != nil {
 			return nil, err
 		}
-		devs = append(devs, d)
+		if d.Present() { // not one gone since the listing
+			devs = append(devs, d)
+		}
 	}
 	return devs, nil
 }
