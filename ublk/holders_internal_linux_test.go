@@ -957,6 +957,34 @@ func TestPartitionWhoseNumberCannotBeReadKeepsWhatTheLastScanFound(t *testing.T)
 		assert.Equal(t, Holder{PID: 99, Comm: "idle", Kind: blockdev.Mount, Detail: "/mnt/part"}, held.Holders[0][0])
 		possible := possibleHolders(rep, 0)
 		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
-		assert.Regexp(t, `^possible ublkb0's partitions not all read \(ublk: partition ublkb0p1 of ublkb0: device number not read: .*is a directory\)`, possible[0])
+		assert.Regexp(t, `^possible ublkb0's sysfs not all read \(ublk: partition ublkb0p1 of ublkb0: device number not read: .*is a directory\)`, possible[0])
+	})
+}
+
+// The same with a device stacked on the disk: device-mapper's dm-0 holds
+// ublkb0 (sysfs holders/) .. 9 s: the disk's holders/ can no longer be
+// listed (here a file, ENOTDIR: EMFILE or ENOMEM in the server). The
+// scans from 10 s on keep dm-0, which the scan before found, and list a
+// possible holder naming what was not read: the daemon is not asked to
+// stop under dm-0. Before, blockdev.StackHolders dropped the error: the
+// scans found no holder, and the daemon was asked to stop under the
+// stacked device.
+func TestStackedHoldersThatCannotBeListedKeepWhatTheLastScanFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		dm := f.hold(t, 0, "dm-0")
+		time.AfterFunc(9*time.Second, func() { // not as a scan runs
+			dir := filepath.Dir(dm)
+			require.NoError(t, os.RemoveAll(dir))
+			require.NoError(t, os.WriteFile(dir, nil, 0o644))
+		})
+		rep, held, d := heldToTheEnd(t, f)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under dm-0")
+		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
+		assert.Equal(t, Holder{Kind: blockdev.Stacked, Detail: "dm-0"}, held.Holders[0][0])
+		possible := possibleHolders(rep, 0)
+		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
+		assert.Regexp(t, `^possible ublkb0's sysfs not all read \(ublk: devices stacked on ublkb0 not listed: .*not a directory\)`, possible[0])
 	})
 }

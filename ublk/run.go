@@ -497,20 +497,22 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	var devs []blockdev.DevNum
 	named := map[string]blockdev.DevNum{} // by kernel name, for sysfs's fs/
 	unnumbered := map[int]error{}         // disks whose number sysfs did not give
-	partsUnread := map[int]error{}        // disks a partition of which sysfs did not give
+	sysfsUnread := map[int]error{}        // disks a partition or stacked device of which sysfs did not give
 	for _, d := range r.dev {
 		if !d.cur.Disk {
 			continue
 		}
-		// The partitions read are scanned; one not read is not known.
+		// The partitions read are scanned, the stacked devices listed are
+		// holders; what was not read is not known.
 		parts, perr := blockdev.Partitions(r.cfg.sysRoot, d.cur.DiskName())
-		if perr != nil {
-			if there, serr := exists(filepath.Join(r.cfg.sysRoot, blockDir, d.cur.DiskName())); there || serr != nil {
-				partsUnread[d.cur.ID] = perr
-			}
-		}
-		if hs := blockdev.StackHolders(r.cfg.sysRoot, d.cur.DiskName(), parts); len(hs) > 0 {
+		hs, serr := blockdev.StackHolders(r.cfg.sysRoot, d.cur.DiskName(), parts)
+		if len(hs) > 0 {
 			held[d.cur.ID] = holders(hs)
+		}
+		if err := errors.Join(perr, serr); err != nil {
+			if there, xerr := exists(filepath.Join(r.cfg.sysRoot, blockDir, d.cur.DiskName())); there || xerr != nil {
+				sysfsUnread[d.cur.ID] = err
+			}
 		}
 		n, err := blockdev.ParseDevNum(d.cur.Dev)
 		if err != nil { // the last refresh could not read it: once more
@@ -530,7 +532,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		}
 	}
 	if len(devs) == 0 {
-		r.numberNotRead(held, unnumbered, partsUnread)
+		r.numberNotRead(held, unnumbered, sysfsUnread)
 		r.lastHeld = held
 		return held, nil
 	}
@@ -576,7 +578,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		}
 	}
 	r.notReadable(held)
-	r.numberNotRead(held, unnumbered, partsUnread)
+	r.numberNotRead(held, unnumbered, sysfsUnread)
 	switch {
 	case cut != nil:
 		r.notRead(held, cut)
@@ -616,13 +618,16 @@ func (r *run) notReadable(held map[int][]Holder) {
 // numberNotRead adds to held, for each disk still in sysfs whose device
 // number the scan could not read (unnumbered: /sys/block/ublkbN/dev
 // unreadable, EMFILE or ENOMEM in the server), or one of whose partitions'
-// (partsUnread: blockdev.Partitions), what it does not know: no process,
-// mount or loop device could be matched to that number, so the holds of
-// the disk the last scan found stand, and a possible holder with no PID
-// says why. A disk or partition whose number was not read was not
-// scanned: taken for one nothing holds, it had the daemon asked to stop
-// under a VMM or a mount an earlier scan had found.
-func (r *run) numberNotRead(held map[int][]Holder, unnumbered, partsUnread map[int]error) {
+// numbers or stacked devices (sysfsUnread: blockdev.Partitions,
+// blockdev.StackHolders), what it does not know: no process, mount or loop
+// device could be matched to that number, nor a device stacked there
+// listed, so the holds of the disk the last scan found stand, and a
+// possible holder with no PID says why. A disk or partition whose number
+// was not read was not scanned, and a holders/ not listed lists no
+// device: taken for one nothing holds, it had the daemon asked to stop
+// under a VMM, a mount or a device-mapper device an earlier scan had
+// found.
+func (r *run) numberNotRead(held map[int][]Holder, unnumbered, sysfsUnread map[int]error) {
 	keep := func(id int, stacked bool) {
 		for _, h := range r.lastHeld[id] {
 			switch {
@@ -638,10 +643,10 @@ func (r *run) numberNotRead(held map[int][]Holder, unnumbered, partsUnread map[i
 		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's device number not read (%v): "+
 			"what holds the disk is not known; the last scan's holders stand", id, err)})
 	}
-	for id, err := range partsUnread {
+	for id, err := range sysfsUnread {
 		keep(id, true) // a partition not listed is not read by name either: its stacked devices stand too
-		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's partitions not all read (%v): "+
-			"what holds them is not known; the last scan's holders stand", id, err)})
+		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's sysfs not all read (%v): "+
+			"what holds the disk is not known; the last scan's holders stand", id, err)})
 	}
 }
 

@@ -53,10 +53,29 @@ func TestSysfsNumbersPartitionsAndStackedHolders(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		return
 	}
+	stacked, err := blockdev.StackHolders(sys, "ublkb1", parts)
+	require.NoError(t, err)
 	assert.ElementsMatch(t, []blockdev.Holder{
 		{Kind: blockdev.Stacked, Detail: "dm-0"},
 		{Kind: blockdev.Stacked, Detail: "md127"},
-	}, blockdev.StackHolders(sys, "ublkb1", parts))
+	}, stacked)
+}
+
+// A holders/ directory that cannot be listed is named in the error with
+// the cause, and the devices the others list are returned: before,
+// StackHolders dropped the error, and a caller took the devices stacked
+// there for none. One that does not exist (the device gone) is no error.
+func TestStackHoldersSaysWhatItCouldNotList(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("sysfs is Linux's")
+	}
+	sys := t.TempDir()
+	write(t, sys, "block/ublkb0/holders", "")                             // a file, ENOTDIR: as EMFILE would fail it
+	write(t, sys, "block/ublkb0/ublkb0p1/holders/dm-3", "")               // listed
+	parts := []blockdev.Partition{{Name: "ublkb0p1"}, {Name: "ublkb0p2"}} // p2 gone: no holders/
+	stacked, err := blockdev.StackHolders(sys, "ublkb0", parts)
+	assert.Equal(t, []blockdev.Holder{{Kind: blockdev.Stacked, Detail: "dm-3"}}, stacked)
+	assert.Regexp(t, `^ublk: devices stacked on ublkb0 not listed: .*/ublkb0/holders: not a directory$`, err)
 }
 
 // A partition whose number cannot be read is named in the error with the

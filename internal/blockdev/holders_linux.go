@@ -796,21 +796,33 @@ func unescapeOctal(s string) string {
 }
 
 // StackHolders lists the holders/ directories (device-mapper, md) of the
-// disk name and of its partitions parts under sysRoot.
-func StackHolders(sysRoot, name string, parts []Partition) []Holder {
+// disk name and of its partitions parts under sysRoot. A directory that
+// cannot be listed (EMFILE or ENOMEM in the server) is named in the error
+// with the cause, one error per directory (errors.Join), and what the
+// others list is returned all the same: a caller that took the devices
+// stacked there for none had the disk stopped under them. A holders/
+// directory that does not exist (the device gone) lists nothing, and no
+// error.
+func StackHolders(sysRoot, name string, parts []Partition) ([]Holder, error) {
 	diskDir := filepath.Join(sysRoot, blockDir, name)
 	dirs := []string{diskDir}
+	names := []string{name}
 	for _, p := range parts {
 		dirs = append(dirs, filepath.Join(diskDir, p.Name))
+		names = append(names, p.Name)
 	}
 	var out []Holder
-	for _, dir := range dirs {
-		ents, _ := os.ReadDir(filepath.Join(dir, "holders"))
-		for _, e := range ents {
+	var errs []error
+	for i, dir := range dirs {
+		ents, err := os.ReadDir(filepath.Join(dir, "holders"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("ublk: devices stacked on %s not listed: %w", names[i], err))
+		}
+		for _, e := range ents { // those listed before a failure too
 			out = append(out, Holder{Kind: Stacked, Detail: e.Name()})
 		}
 	}
-	return out
+	return out, errors.Join(errs...)
 }
 
 // LoopHolders returns, for each of devs, the loop devices under sysRoot

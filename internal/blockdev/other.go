@@ -30,7 +30,7 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 func FDHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) {}
 
 // StackHolders finds nothing on this system.
-func StackHolders(sysRoot, name string, parts []Partition) []Holder { return nil }
+func StackHolders(sysRoot, name string, parts []Partition) ([]Holder, error) { return nil, nil }
 
 // MapsWait is the longest MapHolders waits for one process's mappings.
 const MapsWait = 250 * time.Millisecond
