@@ -894,9 +894,14 @@ func (r *run) fallback(why string) {
 		if !d.cur.Present() {
 			continue
 		}
+		until := r.killAt // keep the time to kill once every device is stopped
+		if gone {
+			until = time.Time{} // no kill to keep time for
+		}
 		start := time.Now()
-		if err := r.within(r.killAt, func(ctx context.Context) error {
-			info, err := r.ctl.DevInfo(ctx, d.cur.ID)
+		var info ublkctl.DevInfo
+		infoErr := r.within(until, func(ctx context.Context) (err error) {
+			info, err = r.ctl.DevInfo(ctx, d.cur.ID)
 			if err == nil && d.rep.Info == nil {
 				d.rep.Info = driverInfo(info) // the state before the fallback acted
 			}
@@ -904,7 +909,8 @@ func (r *run) fallback(why string) {
 				d.dead = true
 			}
 			return err
-		}); err != nil {
+		})
+		if err := infoErr; err != nil {
 			// Not fatal (STOP_DEV and DEL_DEV may still work), but what it
 			// would have told is not known: whether the device is DEAD,
 			// and its flags (UBLK_F_USER_RECOVERY: kept for the next
@@ -914,18 +920,12 @@ func (r *run) fallback(why string) {
 			d.rep.Steps = append(d.rep.Steps, st)
 			r.cfg.logger.WarnContext(r.ctx, "ublk: GET_DEV_INFO", "device", d.cur.ID, "result", st.Result, "err", err)
 		}
-		if gone && d.rep.Info != nil && d.rep.Info.Flags&ublkctl.FlagUserRecovery != 0 {
-			// A recovery-enabled device of a dead daemon waits, quiesced,
-			// for the next server to recover it: leave it.
-			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "kept for recovery", Start: time.Now(),
-				Result: "UBLK_F_USER_RECOVERY: left " + d.rep.Info.State + " for the next server"})
+		if why := awaitsRecovery(d, info, infoErr); gone && why != "" {
+			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "kept for recovery", Start: time.Now(), Result: why})
+			r.cfg.logger.WarnContext(r.ctx, "ublk: a device left for the next server", "device", d.cur.DiskName(), "why", why)
 			continue
 		}
 		if d.live() {
-			until := r.killAt // keep the time to kill once every device is stopped
-			if gone {
-				until = time.Time{}
-			}
 			d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) }, until)
 		}
 		if gone && !d.deleted {
@@ -933,6 +933,32 @@ func (r *run) fallback(why string) {
 		}
 	}
 	_ = r.stepEnd(s, why, nil)
+}
+
+// awaitsRecovery says why device d, its daemon gone, may be waiting for
+// the next server to recover it, which STOP_DEV or DEL_DEV would destroy
+// ("" when it is not): its state is QUIESCED or FAIL_IO (info, read now;
+// infoErr its error), it has UBLK_F_USER_RECOVERY (info, or an earlier
+// read), or its flags are not known (GET_DEV_INFO failed each time: the
+// driver refuses it for a device added with UBLK_F_UNPRIVILEGED_DEV) and
+// its disk is still there. A disk the kernel keeps when its daemon dies
+// is a recovery device's; one without UBLK_F_USER_RECOVERY is stopped,
+// DEAD, which no server recovers, and is deleted.
+func awaitsRecovery(d *devState, info ublkctl.DevInfo, infoErr error) string {
+	switch {
+	case infoErr == nil && (info.State == ublkctl.StateQuiesced || info.State == ublkctl.StateFailIO):
+		return "left " + info.State.String() + " for the next server to recover"
+	case d.rep.Info != nil && d.rep.Info.Flags&ublkctl.FlagUserRecovery != 0:
+		state := d.rep.Info.State
+		if infoErr == nil {
+			state = info.State.String()
+		}
+		return "UBLK_F_USER_RECOVERY: left " + state + " for the next server"
+	case d.rep.Info == nil && d.cur.Disk:
+		return "its flags not known (GET_DEV_INFO failed) and its disk still there: it may be quiesced for the next server " +
+			"to recover (UBLK_F_USER_RECOVERY), which STOP_DEV or DEL_DEV would destroy"
+	}
+	return ""
 }
 
 // openControl opens the control device once; a failure is recorded once

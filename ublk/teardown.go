@@ -228,7 +228,11 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //  6. Fall back to /dev/ublk-control (STOP_DEV, then DEL_DEV once the
 //     daemon is gone) when the request failed, when the daemon exited and
 //     left devices, or when devices are still live once only the control
-//     fallback's and the kill's parts of the reserve are left.
+//     fallback's and the kill's parts of the reserve are left. Once the
+//     daemon is gone, a device that may be waiting for the next server
+//     to recover it is left alone ("kept for recovery"): one QUIESCED or
+//     FAIL_IO, one with UBLK_F_USER_RECOVERY, or one whose flags
+//     GET_DEV_INFO did not give and whose disk is still there.
 //  7. Kill the daemon only when that is safe: once no device is live any
 //     more (after ExitWait), or, on a kernel that is not vulnerable, when
 //     only the kill's part of the reserve is left. On a vulnerable kernel a
