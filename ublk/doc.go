@@ -117,7 +117,9 @@
 //     reserve, deadline.Split's rule shares it. Without a deadline Stop
 //     waits until ctx is cancelled, and the last resort never runs.
 //   - On a vulnerable kernel the daemon is never killed while a device's
-//     disk exists and STOP_DEV has not completed for it; Stop then returns an
+//     disk exists (whatever STOP_DEV or GET_DEV_INFO said of it before),
+//     nor while a device without one is not known stopped (STOP_DEV seen
+//     complete, or the driver says DEAD); Stop then returns an
 //     *UnsafeError saying so ("devices still live ... daemon left running,
 //     unsafe to kill").
 //   - The daemon is never asked to stop while anything holds a disk (after

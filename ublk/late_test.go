@@ -1,6 +1,8 @@
 package ublk
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
 // 0 s: the step starts; ublkb1, listed in Config.Devices, is not in sysfs
@@ -87,5 +90,44 @@ func TestListedDeviceNeverInSysfsIsReportedAbsent(t *testing.T) {
 		assert.Equal(t, VerdictAbsent, rep.Verdict, "the worst device verdict")
 		assert.Contains(t, rep.Note, "ublkb5: listed in Config.Devices, not in sysfs at any read")
 		assert.Contains(t, rep.String(), "ublkb5: gone -> gone; in flight 0 -> 0; 0 holders: absent")
+	})
+}
+
+// 0 .. 1 s: the daemon adds ublkb1 (ADD_DEV: its char device, no disk
+// yet; the driver says DEAD) .. 95 s: the daemon hung, the control
+// fallback stops ublkb0, and GET_DEV_INFO says ublkb1 is DEAD .. 96.5 s:
+// the daemon starts ublkb1 (START_DEV: its disk, LIVE) .. the daemon is
+// not killed on a vulnerable kernel: a disk in sysfs is live, whatever the
+// driver said before. Before, the step held on to the DEAD it had read and
+// killed the daemon at the kill's point with ublkb1 live.
+func TestADeviceStartedAfterTheDriverSaidDeadIsLive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		time.AfterFunc(time.Second+time.Millisecond, func() { // ADD_DEV
+			d.kstate.set(1, ublkctl.StateDead)
+			require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1}))
+			require.NoError(t, f.tree.StopDevice(1))
+		})
+		time.AfterFunc(96500*time.Millisecond, func() { // START_DEV
+			disk := filepath.Join(f.tree.Root, "devices/virtual/block/ublkb1")
+			require.NoError(t, os.MkdirAll(disk, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(disk, "dev"), []byte("4000:1\n"), 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(disk, "inflight"), []byte("       1        0\n"), 0o644))
+			d.kstate.set(1, ublkctl.StateLive)
+			require.NoError(t, os.Symlink(disk, filepath.Join(f.tree.Root, "block/ublkb1")))
+		})
+		ctl := &memControl{tree: f.tree, d: d, stopIn: time.Second}
+		td, err := New(d, f.config(vulnerable, ctl, Config{}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 100*time.Second)
+		assert.NotContains(t, d.Events(), "kill", "events: %v", d.Events())
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.Equal(t, []int{1}, unsafe.Devices)
+		assert.Equal(t, VerdictLeftLive, rep.Device(1).Verdict)
+		assert.Equal(t, "dead", rep.Device(1).Info.State, "what GET_DEV_INFO said")
 	})
 }

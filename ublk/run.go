@@ -92,8 +92,11 @@ func (d *devState) pendingNow() []string {
 // removes /sys/block/ublkbN at the start of STOP_DEV, before it has waited
 // for the requests in flight. Only a device that is gone entirely (DEL_DEV
 // follows STOP_DEV), or whose STOP_DEV we saw complete, or that the driver
-// reports DEAD, is known not to be live.
-func (d *devState) live() bool { return d.cur.Present() && !d.stopped && !d.dead }
+// reports DEAD, is known not to be live, and only while sysfs shows no
+// disk: a disk is there only once START_DEV has made one, so a device
+// with one is live whatever the driver said before (DEAD before its
+// daemon started it: the daemon was killed with it live).
+func (d *devState) live() bool { return d.cur.Present() && (d.cur.Disk || !d.stopped && !d.dead) }
 
 // drained reports whether the device's in-flight I/O is known to be over.
 func (d *devState) drained() bool { return !d.live() }
@@ -905,8 +908,8 @@ func (r *run) fallback(why string) {
 			if err == nil && d.rep.Info == nil {
 				d.rep.Info = driverInfo(info) // the state before the fallback acted
 			}
-			if err == nil && info.State == ublkctl.StateDead {
-				d.dead = true
+			if err == nil {
+				d.dead = info.State == ublkctl.StateDead // the latest word: a DEAD device may be started since
 			}
 			return err
 		})
