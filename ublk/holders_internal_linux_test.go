@@ -957,7 +957,7 @@ func TestPartitionWhoseNumberCannotBeReadKeepsWhatTheLastScanFound(t *testing.T)
 		assert.Equal(t, Holder{PID: 99, Comm: "idle", Kind: blockdev.Mount, Detail: "/mnt/part"}, held.Holders[0][0])
 		possible := possibleHolders(rep, 0)
 		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
-		assert.Regexp(t, `^possible ublkb0's sysfs not all read \(ublk: partition ublkb0p1 of ublkb0: device number not read: .*is a directory\)`, possible[0])
+		assert.Regexp(t, `^possible ublkb0's partitions not all read \(ublk: partition ublkb0p1 of ublkb0: device number not read: .*is a directory\)`, possible[0])
 	})
 }
 
@@ -985,6 +985,45 @@ func TestStackedHoldersThatCannotBeListedKeepWhatTheLastScanFound(t *testing.T) 
 		assert.Equal(t, Holder{Kind: blockdev.Stacked, Detail: "dm-0"}, held.Holders[0][0])
 		possible := possibleHolders(rep, 0)
 		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
-		assert.Regexp(t, `^possible ublkb0's sysfs not all read \(ublk: devices stacked on ublkb0 not listed: .*not a directory\)`, possible[0])
+		assert.Regexp(t, `^possible ublkb0's stacked devices not all listed \(ublk: devices stacked on ublkb0 not listed: .*not a directory\)`, possible[0])
+	})
+}
+
+// A disk's holders/ cannot be listed from 3 s on (here a file, ENOTDIR),
+// and the file system mounted on it, which the first scans found, is
+// unmounted at 6 s. What holders/ would list is not known, but a mount is
+// found by the disk's number, which the scans still read: from 6 s on
+// they find no mount, and list only the possible holder naming what was
+// not listed, which the end of the holder wait (10 s) sets aside: the
+// daemon is asked to stop. Before, a holders/ not listed kept every hold
+// the last scan had found, the mount gone too: the step ended with a
+// HeldError, the daemon never asked, to die at SIGKILL with its device
+// live.
+func TestStackedHoldersNotListedKeepOnlyTheStackedDevicesFoundBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		mountinfo := filepath.Join(f.proc, "99", "mountinfo")
+		require.NoError(t, os.WriteFile(mountinfo, []byte("36 22 4000:0 / /mnt/disk rw - ext4 /dev/ublkb0 rw\n"), 0o644))
+		holders := filepath.Join(f.tree.Root, "block", "ublkb0", "holders")
+		time.AfterFunc(3*time.Second+time.Millisecond, func() { // not as a scan runs
+			require.NoError(t, os.RemoveAll(holders))
+			require.NoError(t, os.WriteFile(holders, nil, 0o644))
+		})
+		time.AfterFunc(6*time.Second+time.Millisecond, func() { require.NoError(t, os.WriteFile(mountinfo, nil, 0o644)) })
+		d := newMemDaemon(f.tree, 0)
+		d.step = 10 * time.Millisecond
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: true, PollInterval: time.Second, HolderWait: 10 * time.Second}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		req := rep.Step("request stop")
+		require.NotNil(t, req)
+		assert.GreaterOrEqual(t, req.Start.Sub(rep.Start), 10*time.Second, "not asked before the holder wait ends")
+		possible := possibleHolders(rep, 0)
+		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
+		assert.Regexp(t, `^possible ublkb0's stacked devices not all listed \(ublk: devices stacked on ublkb0 not listed: .*not a directory\)`, possible[0])
+		assert.Contains(t, rep.Device(0).Holders, Holder{PID: 99, Comm: "idle", Kind: blockdev.Mount, Detail: "/mnt/disk"}, "found before the unmount")
 	})
 }

@@ -500,7 +500,8 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	var devs []blockdev.DevNum
 	named := map[string]blockdev.DevNum{} // by kernel name, for sysfs's fs/
 	unnumbered := map[int]error{}         // disks whose number sysfs did not give
-	sysfsUnread := map[int]error{}        // disks a partition or stacked device of which sysfs did not give
+	partsUnread := map[int]error{}        // disks a partition's number of which sysfs did not give
+	stackUnread := map[int]error{}        // disks whose stacked devices sysfs did not all list
 	for _, d := range r.dev {
 		if !d.cur.Disk {
 			continue
@@ -512,9 +513,14 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		if len(hs) > 0 {
 			held[d.cur.ID] = holders(hs)
 		}
-		if err := errors.Join(perr, serr); err != nil {
+		if perr != nil || serr != nil {
 			if there, xerr := exists(filepath.Join(r.cfg.sysRoot, blockDir, d.cur.DiskName())); there || xerr != nil {
-				sysfsUnread[d.cur.ID] = err
+				if perr != nil {
+					partsUnread[d.cur.ID] = perr
+				}
+				if serr != nil {
+					stackUnread[d.cur.ID] = serr
+				}
 			}
 		}
 		n, err := blockdev.ParseDevNum(d.cur.Dev)
@@ -535,7 +541,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		}
 	}
 	if len(devs) == 0 {
-		r.numberNotRead(held, unnumbered, sysfsUnread)
+		r.numberNotRead(held, unnumbered, partsUnread, stackUnread)
 		r.lastHeld = held
 		return held, nil
 	}
@@ -581,7 +587,7 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 		}
 	}
 	r.notReadable(held)
-	r.numberNotRead(held, unnumbered, sysfsUnread)
+	r.numberNotRead(held, unnumbered, partsUnread, stackUnread)
 	switch {
 	case cut != nil:
 		r.notRead(held, cut)
@@ -618,38 +624,43 @@ func (r *run) notReadable(held map[int][]Holder) {
 	}
 }
 
-// numberNotRead adds to held, for each disk still in sysfs whose device
-// number the scan could not read (unnumbered: /sys/block/ublkbN/dev
-// unreadable, EMFILE or ENOMEM in the server), or one of whose partitions'
-// numbers or stacked devices (sysfsUnread: blockdev.Partitions,
-// blockdev.StackHolders), what it does not know: no process, mount or loop
-// device could be matched to that number, nor a device stacked there
-// listed, so the holds of the disk the last scan found stand, and a
-// possible holder with no PID says why. A disk or partition whose number
-// was not read was not scanned, and a holders/ not listed lists no
-// device: taken for one nothing holds, it had the daemon asked to stop
-// under a VMM, a mount or a device-mapper device an earlier scan had
+// numberNotRead adds to held what the scan does not know of each disk
+// still in sysfs, and a possible holder with no PID saying why: the holds
+// the last scan found through what was not read stand. A disk whose
+// device number was not read (unnumbered: /sys/block/ublkbN/dev
+// unreadable, EMFILE or ENOMEM in the server), or one of whose
+// partitions' (partsUnread: blockdev.Partitions), was not scanned: no
+// process, mount or loop device could be matched to that number, so every
+// hold of the disk the last scan found stands (a partition's stacked
+// devices too: one not listed is not read by name either). A disk whose
+// holders/ directories were not all listed (stackUnread:
+// blockdev.StackHolders) keeps the stacked devices the last scan found;
+// its numbers were scanned, so its other holds are as the scan found
+// them. Taken for one nothing holds, such a disk had the daemon asked to
+// stop under a VMM, a mount or a device-mapper device an earlier scan had
 // found.
-func (r *run) numberNotRead(held map[int][]Holder, unnumbered, sysfsUnread map[int]error) {
-	keep := func(id int, stacked bool) {
+func (r *run) numberNotRead(held map[int][]Holder, unnumbered, partsUnread, stackUnread map[int]error) {
+	keep := func(id int, kept func(Holder) bool) {
 		for _, h := range r.lastHeld[id] {
-			switch {
-			case h.Kind == blockdev.Stacked && !stacked: // sysfs, by name: read again
-			case h.Kind == blockdev.Possible && h.PID == 0: // said again below
-			case !slices.Contains(held[id], h):
+			if kept(h) && !(h.Kind == blockdev.Possible && h.PID == 0) && !slices.Contains(held[id], h) { // a possible with no PID: said again below
 				held[id] = append(held[id], h)
 			}
 		}
 	}
 	for id, err := range unnumbered {
-		keep(id, false)
+		keep(id, func(h Holder) bool { return h.Kind != blockdev.Stacked }) // sysfs, by name: read again
 		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's device number not read (%v): "+
 			"what holds the disk is not known; the last scan's holders stand", id, err)})
 	}
-	for id, err := range sysfsUnread {
-		keep(id, true) // a partition not listed is not read by name either: its stacked devices stand too
-		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's sysfs not all read (%v): "+
-			"what holds the disk is not known; the last scan's holders stand", id, err)})
+	for id, err := range partsUnread {
+		keep(id, func(Holder) bool { return true })
+		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's partitions not all read (%v): "+
+			"what holds them is not known; the last scan's holders stand", id, err)})
+	}
+	for id, err := range stackUnread {
+		keep(id, func(h Holder) bool { return h.Kind == blockdev.Stacked })
+		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's stacked devices not all listed (%v): "+
+			"the devices the last scan found stacked stand", id, err)})
 	}
 }
 
