@@ -1027,3 +1027,65 @@ func TestStackedHoldersNotListedKeepOnlyTheStackedDevicesFoundBefore(t *testing.
 		assert.Contains(t, rep.Device(0).Holders, Holder{PID: 99, Comm: "idle", Kind: blockdev.Mount, Detail: "/mnt/disk"}, "found before the unmount")
 	})
 }
+
+// A loop device backed by the disk (loop3, its backing file /dev/ublkb0,
+// matched by the disk's kernel name) holds it .. 9 s: loop3's backing
+// file can no longer be read (here a directory, EISDIR: EMFILE or ENOMEM
+// in the server). The scans from 10 s on keep loop3, which the scan
+// before found, and list a possible holder naming what was not read: the
+// daemon is not asked to stop under the loop device. Before,
+// blockdev.LoopHolders took every failed read for a device that is no
+// loop: the scans found no holder, and the daemon was asked to stop under
+// loop3, failing its I/O.
+func TestLoopDeviceWhoseBackingFileCannotBeReadKeepsWhatTheLastScanFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		require.NoError(t, os.MkdirAll(filepath.Join(f.tree.Root, "dev", "block"), 0o755))
+		require.NoError(t, os.Symlink("../../block/ublkb0", filepath.Join(f.tree.Root, "dev", "block", "4000:0")))
+		backing := filepath.Join(f.tree.Root, "block", "loop3", "loop", "backing_file")
+		require.NoError(t, os.MkdirAll(filepath.Dir(backing), 0o755))
+		require.NoError(t, os.WriteFile(backing, []byte("/dev/ublkb0\n"), 0o644))
+		time.AfterFunc(9*time.Second, func() { // not as a scan runs
+			require.NoError(t, os.Remove(backing))
+			require.NoError(t, os.Mkdir(backing, 0o755))
+		})
+		rep, held, d := heldToTheEnd(t, f)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under loop3")
+		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
+		assert.Equal(t, blockdev.Loop, held.Holders[0][0].Kind)
+		assert.Regexp(t, `^loop3 \(backing file /dev/ublkb0; matched by name`, held.Holders[0][0].Detail)
+		possible := possibleHolders(rep, 0)
+		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
+		assert.Regexp(t, `^possible loop devices not all read \(ublk: loop device loop3's backing file not read: .*is a directory\)`, possible[0])
+	})
+}
+
+// An ext4 file system alive on the disk, which sysfs shows
+// (fs/ext4/ublkb0) and no mountinfo (unmounted lazily, a file on it still
+// open) .. 9 s: sysfs's fs/ext4 can no longer be read (here a file,
+// ENOTDIR). The scans from 10 s on keep the file system, which the scan
+// before found, and list a possible holder naming what was not read: the
+// daemon is not asked to stop under it. Before,
+// blockdev.FileSystemHolders took every failed look for no file system:
+// the scans found no holder, and the daemon was asked to stop under the
+// file system, failing its I/O.
+func TestFileSystemThatCannotBeLookedForKeepsWhatTheLastScanFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		slowProcfs(t, f, 100, 0)
+		ext4 := filepath.Join(f.tree.Root, "fs", "ext4")
+		require.NoError(t, os.MkdirAll(filepath.Join(ext4, "ublkb0"), 0o755))
+		time.AfterFunc(9*time.Second, func() { // not as a scan runs
+			require.NoError(t, os.RemoveAll(ext4))
+			require.NoError(t, os.WriteFile(ext4, nil, 0o644))
+		})
+		rep, held, d := heldToTheEnd(t, f)
+		assert.Empty(t, d.Events(), "the daemon is not asked to stop under the file system")
+		require.Len(t, held.Holders[0], 1, "%v", held.Holders[0])
+		assert.Equal(t, Holder{Kind: blockdev.FileSystem, Detail: "ext4 on ublkb0 (sysfs fs/ext4/ublkb0)"}, held.Holders[0][0])
+		possible := possibleHolders(rep, 0)
+		require.Len(t, possible, 1, "the Report names what was not read: %+v", rep.Device(0).Holders)
+		assert.Regexp(t, `^possible file systems not all looked for \(ublk: file system fs/ext4/ublkb0 not looked for: .*not a directory\)`, possible[0])
+	})
+}

@@ -567,8 +567,8 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	// process: sysfs, like the stacked devices. So does a file system on
 	// it that no mountinfo read shows (unmounted lazily, in a namespace
 	// not read); a mounted one is named by its mounts.
-	loops := blockdev.LoopHolders(r.cfg.sysRoot, devs)
-	fss := blockdev.FileSystemHolders(r.cfg.sysRoot, named)
+	loops, lerr := blockdev.LoopHolders(r.cfg.sysRoot, devs)
+	fss, ferr := blockdev.FileSystemHolders(r.cfg.sysRoot, named)
 	for _, dev := range devs {
 		id := owner[dev]
 		for _, h := range holders(found[dev]) {
@@ -588,6 +588,8 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	}
 	r.notReadable(held)
 	r.numberNotRead(held, unnumbered, partsUnread, stackUnread)
+	r.kindNotRead(held, owner, blockdev.Loop, "loop devices not all read", lerr)
+	r.kindNotRead(held, owner, blockdev.FileSystem, "file systems not all looked for", ferr)
 	switch {
 	case cut != nil:
 		r.notRead(held, cut)
@@ -661,6 +663,31 @@ func (r *run) numberNotRead(held map[int][]Holder, unnumbered, partsUnread, stac
 		keep(id, func(h Holder) bool { return h.Kind == blockdev.Stacked })
 		held[id] = append(held[id], Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("ublkb%d's stacked devices not all listed (%v): "+
 			"the devices the last scan found stacked stand", id, err)})
+	}
+}
+
+// kindNotRead adds to held, when a read of sysfs for the holds of kind
+// failed (err: blockdev.LoopHolders, blockdev.FileSystemHolders), for
+// every disk scanned (a number in owner), the holds of that kind the last
+// scan found, and a possible holder saying what was not read (what) and
+// why. Such a read found none where it failed: taken for none, it had the
+// daemon asked to stop under a loop device or a file system an earlier
+// scan had found, failing its I/O.
+func (r *run) kindNotRead(held map[int][]Holder, owner map[blockdev.DevNum]int, kind, what string, err error) {
+	if err == nil {
+		return
+	}
+	p := Holder{Kind: blockdev.Possible, Detail: fmt.Sprintf("%s (%v): what holds the disks through them is not known; "+
+		"the last scan's stand", what, err)}
+	for _, id := range owner {
+		for _, h := range r.lastHeld[id] {
+			if h.Kind == kind && !slices.Contains(held[id], h) {
+				held[id] = append(held[id], h)
+			}
+		}
+		if !slices.Contains(held[id], p) {
+			held[id] = append(held[id], p)
+		}
 	}
 }
 

@@ -835,15 +835,30 @@ func StackHolders(sysRoot, name string, parts []Partition) ([]Holder, error) {
 // file system that would have to be asked, a path of another mount
 // namespace) is matched by its name against the devices' kernel names
 // (sysfs dev/block/MAJ:MIN), and Detail says so.
-func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder {
+//
+// What it could not read is named in the error with the cause (one error
+// each, errors.Join), with the loop devices it did find: sysfs's block/
+// not listed, or a loop device's backing file not read (EMFILE or ENOMEM
+// in the server; a device with no backing file, or no loop device at all,
+// has none to read, and is no error). A caller that took a loop device
+// not read for none had the disk stopped under it, failing its I/O.
+func LoopHolders(sysRoot string, devs []DevNum) (map[DevNum][]Holder, error) {
 	want := wantSet(devs)
 	var names map[string]DevNum // kernel name -> number, read when needed
 	out := map[DevNum][]Holder{}
-	ents, _ := os.ReadDir(filepath.Join(sysRoot, blockDir))
-	for _, e := range ents {
+	var errs []error
+	ents, err := os.ReadDir(filepath.Join(sysRoot, blockDir))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ublk: loop devices not listed: %w", err))
+	}
+	for _, e := range ents { // those listed before a failure too
 		b, err := os.ReadFile(filepath.Join(sysRoot, blockDir, e.Name(), "loop", "backing_file"))
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // not a loop device, or one with no backing file
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ublk: loop device %s's backing file not read: %w", e.Name(), err))
+			continue
 		}
 		backing := strings.TrimSuffix(string(b), "\n")
 		p := strings.TrimSuffix(backing, " (deleted)")
@@ -863,7 +878,7 @@ func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder {
 			out[dev] = append(out[dev], Holder{Kind: Loop, Detail: fmt.Sprintf("%s (backing file %s%s)", e.Name(), backing, how)})
 		}
 	}
-	return out
+	return out, errors.Join(errs...)
 }
 
 // fsDirs are the file systems that make a directory of sysfs's fs/TYPE
@@ -883,27 +898,41 @@ var fsDirs = []string{"ext4", "xfs", "f2fs", "erofs", "nilfs2"}
 // stopped, and one mounted only in a mount namespace the scan could not
 // read. Other file systems (vfat, exfat) are known through mountinfo
 // only.
-func FileSystemHolders(sysRoot string, devs map[string]DevNum) map[DevNum][]Holder {
+//
+// A directory it could not look for (EMFILE or ENOMEM in the server; one
+// that does not exist is no file system, and no error) is named in the
+// error with the cause (one error each, errors.Join), with the file
+// systems it did find: a caller that took one not looked for for none had
+// the disk stopped under it, failing its I/O.
+func FileSystemHolders(sysRoot string, devs map[string]DevNum) (map[DevNum][]Holder, error) {
 	names := slices.Sorted(maps.Keys(devs))
 	out := map[DevNum][]Holder{}
-	found := func(name, fs, rel string) {
-		if _, err := os.Lstat(filepath.Join(sysRoot, rel)); err == nil {
+	var errs []error
+	found := func(name, fsys, rel string) {
+		_, err := os.Lstat(filepath.Join(sysRoot, rel))
+		switch {
+		case err == nil:
 			dev := devs[name]
-			out[dev] = append(out[dev], Holder{Kind: FileSystem, Detail: fmt.Sprintf("%s on %s (sysfs %s)", fs, name, rel)})
+			out[dev] = append(out[dev], Holder{Kind: FileSystem, Detail: fmt.Sprintf("%s on %s (sysfs %s)", fsys, name, rel)})
+		case !errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, fmt.Errorf("ublk: file system %s not looked for: %w", rel, err))
 		}
 	}
-	for _, fs := range fsDirs {
+	for _, fsys := range fsDirs {
 		for _, name := range names {
-			found(name, fs, filepath.Join("fs", fs, name))
+			found(name, fsys, filepath.Join("fs", fsys, name))
 		}
 	}
-	btrfs, _ := os.ReadDir(filepath.Join(sysRoot, "fs", "btrfs"))
+	btrfs, err := os.ReadDir(filepath.Join(sysRoot, "fs", "btrfs"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) { // none: btrfs not loaded
+		errs = append(errs, fmt.Errorf("ublk: btrfs file systems not listed: %w", err))
+	}
 	for _, e := range btrfs {
 		for _, name := range names {
 			found(name, "btrfs "+e.Name(), filepath.Join("fs", "btrfs", e.Name(), "devices", name))
 		}
 	}
-	return out
+	return out, errors.Join(errs...)
 }
 
 // kernelNames maps the kernel names of devs (sysfs dev/block/MAJ:MIN is a

@@ -135,18 +135,18 @@ func TestLoopDeviceBackedByTheDeviceIsAHolder(t *testing.T) {
 	var upper string
 	t.Run("stacked", func(t *testing.T) {
 		upper, _ = loopdev.AttachFile(t, node) // detached when this subtest ends
-		hs := blockdev.LoopHolders("/sys", []blockdev.DevNum{dev})[dev]
+		hs := loopHolders(t, "/sys", []blockdev.DevNum{dev})[dev]
 		require.Len(t, hs, 1, "holders: %v", hs)
 		assert.Equal(t, blockdev.Loop, hs[0].Kind)
 		assert.Zero(t, hs[0].PID, "kernel state: no process")
 		assert.Equal(t, fmt.Sprintf("%s (backing file %s)", filepath.Base(upper), node), hs[0].Detail)
 		other := blockdev.DevNum{Major: 4095, Minor: 1048575}
-		assert.Empty(t, blockdev.LoopHolders("/sys", []blockdev.DevNum{other}))
+		assert.Empty(t, loopHolders(t, "/sys", []blockdev.DevNum{other}))
 	})
 	if upper == "" {
 		t.Skip("no second loop device here")
 	}
-	assert.Empty(t, blockdev.LoopHolders("/sys", []blockdev.DevNum{dev}), "gone once detached")
+	assert.Empty(t, loopHolders(t, "/sys", []blockdev.DevNum{dev}), "gone once detached")
 }
 
 // A backing file reached through another path than /dev (a node made
@@ -156,7 +156,7 @@ func TestLoopHolderIsMatchedByDeviceNumberNotPath(t *testing.T) {
 	other := filepath.Join(t.TempDir(), "disk")
 	require.NoError(t, unix.Mknod(other, unix.S_IFBLK|0o600, int(unix.Mkdev(dev.Major, dev.Minor))))
 	upper, _ := loopdev.AttachFile(t, other)
-	hs := blockdev.LoopHolders("/sys", []blockdev.DevNum{dev})[dev]
+	hs := loopHolders(t, "/sys", []blockdev.DevNum{dev})[dev]
 	require.Len(t, hs, 1, "holders of %s: %v", node, hs)
 	assert.Equal(t, fmt.Sprintf("%s (backing file %s)", filepath.Base(upper), other), hs[0].Detail)
 }
@@ -790,7 +790,7 @@ func TestBtrfsMountIsAHolder(t *testing.T) {
 	assert.Contains(t, mounts, dir, "holders of %s: %v", node, hs)
 
 	name := filepath.Base(node)
-	fss := blockdev.FileSystemHolders("/sys", map[string]blockdev.DevNum{name: dev})[dev]
+	fss := fileSystemHolders(t, "/sys", map[string]blockdev.DevNum{name: dev})[dev]
 	require.Len(t, fss, 1, "%v", fss)
 	assert.Equal(t, blockdev.FileSystem, fss[0].Kind)
 	assert.Regexp(t, `^btrfs [0-9a-f-]{36} on `+name+` \(sysfs fs/btrfs/[0-9a-f-]{36}/devices/`+name+`\)$`, fss[0].Detail)
@@ -805,7 +805,7 @@ func TestLazilyUnmountedFileSystemIsAHolderUntilItsLastFileCloses(t *testing.T) 
 	name := filepath.Base(node)
 	devs := map[string]blockdev.DevNum{name: dev}
 	want := []blockdev.Holder{{Kind: blockdev.FileSystem, Detail: "ext4 on " + name + " (sysfs fs/ext4/" + name + ")"}}
-	assert.Equal(t, want, blockdev.FileSystemHolders("/sys", devs)[dev], "mounted")
+	assert.Equal(t, want, fileSystemHolders(t, "/sys", devs)[dev], "mounted")
 
 	fd, err := unix.Open(filepath.Join(dir, "f"), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
 	require.NoError(t, err)
@@ -815,10 +815,10 @@ func TestLazilyUnmountedFileSystemIsAHolderUntilItsLastFileCloses(t *testing.T) 
 	for _, h := range hs {
 		assert.NotEqual(t, blockdev.Mount, h.Kind, "mounted nowhere: %v", h)
 	}
-	assert.Equal(t, want, blockdev.FileSystemHolders("/sys", devs)[dev], "unmounted lazily, a file open")
+	assert.Equal(t, want, fileSystemHolders(t, "/sys", devs)[dev], "unmounted lazily, a file open")
 
 	require.NoError(t, unix.Close(fd)) // the last reference: the kernel frees the file system on its way out
-	assert.Empty(t, blockdev.FileSystemHolders("/sys", devs), "freed")
+	assert.Empty(t, fileSystemHolders(t, "/sys", devs), "freed")
 }
 
 // A ublk server has its devices' char devices (/dev/ublkcN) open while it
@@ -849,4 +849,52 @@ func TestCharHoldersNamesTheProcessWithTheCharDeviceOpen(t *testing.T) {
 	got, err = blockdev.CharHolders(context.Background(), "/proc", []blockdev.DevNum{dev})
 	require.NoError(t, err)
 	assert.Empty(t, got, "closed")
+}
+
+// loopHolders is blockdev.LoopHolders, which must read all it looks at.
+func loopHolders(t *testing.T, sysRoot string, devs []blockdev.DevNum) map[blockdev.DevNum][]blockdev.Holder {
+	t.Helper()
+	hs, err := blockdev.LoopHolders(sysRoot, devs)
+	require.NoError(t, err)
+	return hs
+}
+
+// fileSystemHolders is blockdev.FileSystemHolders, which must read all it
+// looks at.
+func fileSystemHolders(t *testing.T, sysRoot string, devs map[string]blockdev.DevNum) map[blockdev.DevNum][]blockdev.Holder {
+	t.Helper()
+	hs, err := blockdev.FileSystemHolders(sysRoot, devs)
+	require.NoError(t, err)
+	return hs
+}
+
+// What a sysfs read could not say is an error naming it and the cause,
+// with what the other reads found: a loop device whose backing file is
+// not read (loop3, EISDIR here, as EMFILE would fail it), an fs/ directory
+// not looked in (ext4, ENOTDIR), btrfs's not listed. A device that is no
+// loop device (sda) and a file system type with no directory (f2fs) are
+// no error. Before, each was taken for nothing there, and a caller had the
+// disk stopped under the loop device or file system.
+func TestLoopAndFileSystemHoldersSayWhatTheyCouldNotRead(t *testing.T) {
+	sys := t.TempDir()
+	dev := blockdev.DevNum{Major: 259, Minor: 0}
+	require.NoError(t, os.MkdirAll(filepath.Join(sys, "dev", "block"), 0o755))
+	require.NoError(t, os.Symlink("../../block/ublkb0", filepath.Join(sys, "dev", "block", dev.String())))
+	write(t, sys, "block/ublkb0/dev", "259:0\n")
+	write(t, sys, "block/sda/dev", "8:0\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(sys, "block/loop3/loop/backing_file"), 0o755))
+	write(t, sys, "block/loop4/loop/backing_file", "/nonexistent/ublkb0\n")
+
+	loops, err := blockdev.LoopHolders(sys, []blockdev.DevNum{dev})
+	require.Len(t, loops[dev], 1, "%v", loops)
+	assert.Regexp(t, `^loop4 \(backing file /nonexistent/ublkb0; matched by name`, loops[dev][0].Detail)
+	assert.Regexp(t, `^ublk: loop device loop3's backing file not read: read .*/loop3/loop/backing_file: is a directory$`, err)
+
+	write(t, sys, "fs/ext4", "")
+	require.NoError(t, os.MkdirAll(filepath.Join(sys, "fs/xfs/ublkb0"), 0o755))
+	write(t, sys, "fs/btrfs", "")
+	fss, err := blockdev.FileSystemHolders(sys, map[string]blockdev.DevNum{"ublkb0": dev})
+	assert.Equal(t, map[blockdev.DevNum][]blockdev.Holder{dev: {{Kind: blockdev.FileSystem, Detail: "xfs on ublkb0 (sysfs fs/xfs/ublkb0)"}}}, fss)
+	assert.Regexp(t, `^ublk: file system fs/ext4/ublkb0 not looked for: lstat .*/fs/ext4/ublkb0: not a directory\n`+
+		`ublk: btrfs file systems not listed: .*/fs/btrfs: not a directory$`, err)
 }

@@ -39,10 +39,12 @@ const MapsWait = 250 * time.Millisecond
 func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) error { return nil }
 
 // LoopHolders finds nothing on this system.
-func LoopHolders(sysRoot string, devs []DevNum) map[DevNum][]Holder { return nil }
+func LoopHolders(sysRoot string, devs []DevNum) (map[DevNum][]Holder, error) { return nil, nil }
 
 // FileSystemHolders finds nothing on this system.
-func FileSystemHolders(sysRoot string, devs map[string]DevNum) map[DevNum][]Holder { return nil }
+func FileSystemHolders(sysRoot string, devs map[string]DevNum) (map[DevNum][]Holder, error) {
+	return nil, nil
+}
 
 // CharHolders finds nothing on this system.
 func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]int, error) {
