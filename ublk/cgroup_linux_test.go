@@ -721,3 +721,45 @@ func (h onMessage) Handle(_ context.Context, r slog.Record) error {
 }
 func (h onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h onMessage) WithGroup(string) slog.Handler      { return h }
+
+// A ublk server is never killed by the last resort, even when the step
+// does not know its PID (DaemonFuncs, a Socket with no Process) or it is
+// not the daemon's own process (a per-device server the daemon forked):
+// the driver lets only a device's server open its /dev/ublkcN, so a
+// holder with one of the step's devices' char devices open is that
+// server, and killing it with the device live is the host-crash path. Its
+// own holds, like the daemon's, keep no device from stopping: asking the
+// daemon to stop releases them. Here the server holds its disk open, and
+// its stderr, /dev/null, stands for its /dev/ublkc0 (the fake sysfs gives
+// ublkc0 its number). Before, it was a doomed holder in the server's
+// cgroup like a VMM, and SIGKILLed with its device live.
+func TestLastResortNeverKillsAUblkServerItDoesNotKnowByPID(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	srv, stdin := loopdev.Hold(t, node)
+	var null unix.Stat_t
+	require.NoError(t, unix.Stat(os.DevNull, &null))
+	sys := t.TempDir()
+	tree, err := fakeublk.NewTree(sys)
+	require.NoError(t, err)
+	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor,
+		CharMajor: unix.Major(null.Rdev), CharMinor: unix.Minor(null.Rdev)}))
+	p := findProcess(t, srv.Process.Pid)
+	daemon := ublk.DaemonFuncs{ // no PID
+		StopFunc: func(context.Context) error { return stdin.Close() },
+		WaitFunc: p.Wait,
+	}
+	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, srv.Process.Pid), KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, _ := run(t, td, 20*time.Second)
+	t.Log(rep.String())
+	require.NotNil(t, rep.LastResort, "the last resort ran: the server held its disk")
+	f := fateOf(rep, srv.Process.Pid)
+	require.NotNil(t, f, "the server is named: %+v", rep.LastResort.Holders)
+	assert.False(t, f.Signalled || f.Killed, "%+v", f)
+	assert.Contains(t, f.Reason, "a ublk server: it has /dev/ublkc0 open")
+	assert.True(t, rep.Daemon.Requested, "the daemon was asked to stop: its own holds keep no device from stopping")
+	_ = srv.Wait()
+	ws := srv.ProcessState.Sys().(syscall.WaitStatus)
+	assert.False(t, ws.Signaled(), "the server exited by itself: %v", ws)
+}

@@ -103,7 +103,11 @@
 // UBLK_F_USER_RECOVERY (it outlives its daemon, for the next server), or
 // whose daemon is not known to die with the pod, stays live, the daemon
 // keeps serving it and is not asked to stop, and Stop returns a
-// *HeldError. The daemon itself is never killed by it, whatever it holds. Report.LastResort names every
+// *HeldError. The daemon itself is never killed by it, whatever it holds,
+// nor is any process with one of the devices' /dev/ublkcN open (the
+// driver lets only a device's server open it: the daemon when the step
+// does not know its PID, a per-device server it forked), and their holds,
+// like the daemon's, keep no device from stopping. Report.LastResort names every
 // holder, killed or spared, its cgroup and why. Config.NoLastResort turns
 // it off; Config.StopDespiteHolders replaces it.
 //
@@ -131,7 +135,8 @@
 //     wait ends, while something may (a possible holder), unless
 //     Config.StopDespiteHolders; Stop then returns a *HeldError naming the
 //     holders. Only the last resort kills a holder,
-//     and only one in this process's cgroup, never the daemon.
+//     and only one in this process's cgroup, never the daemon nor another
+//     process with one of the devices' /dev/ublkcN open.
 //   - The Report always has one entry per device the step acts on (another
 //     server's, left alone, are named in its Note): initial and final state,
 //     in-flight I/O before and after, holders, each action with its

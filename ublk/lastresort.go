@@ -121,7 +121,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	defer cancel()
 	lr := &LastResortReport{At: s.Start}
 	r.rep.LastResort = lr
-	lr.ServerCgroup, lr.Holders = r.cfg.killHolders(ctx, r.cfg.procRoot, held, r.devNums, daemonPID(r.cfg.daemon))
+	servers, spared, killable := r.sparedServers(ctx, held)
+	lr.ServerCgroup, lr.Holders = r.cfg.killHolders(ctx, r.cfg.procRoot, killable, r.devNums, daemonPID(r.cfg.daemon))
+	lr.Holders = append(lr.Holders, spared...)
 	if lr.Holders == nil {
 		lr.Holders = []HolderFate{}
 	}
@@ -158,7 +160,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		if !isProcess(h) {
 			return false // a mount, swap, a stacked or loop device: no kill releases it
 		}
-		if h.PID == self || h.PID == daemon && daemon > 0 {
+		if h.PID == self || h.PID == daemon && daemon > 0 || servers[h.PID] != "" {
 			return true
 		}
 		f := signalledFate(lr.Holders, h.PID)
@@ -214,6 +216,48 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		return nil
 	}
 	return left
+}
+
+// sparedServers finds, of held's processes, those that are a ublk server
+// of one of the step's devices (they have its /dev/ublkcN open:
+// ublkServers), and returns them, each with its device's name, their
+// fates (spared), and held without their holds (a copy): the holders the
+// last resort may kill. The last resort
+// never kills one, whether the step knows its PID (the daemon) or not (a
+// daemon known by its functions or its socket alone, a per-device server
+// the daemon forked): killing it with a live device is the host-crash
+// path. Like the daemon's, its holds keep no device from stopping:
+// asking the daemon to stop releases them. Before, such a server holding
+// its own disk was a doomed holder in the server's cgroup like a VMM,
+// and SIGKILLed with its device live.
+func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers map[int]string, spared []HolderFate, rest map[int][]Holder) {
+	var pids []int
+	for _, hs := range held {
+		for _, h := range hs {
+			if isProcess(h) && h.PID > 0 && !slices.Contains(pids, h.PID) {
+				pids = append(pids, h.PID)
+			}
+		}
+	}
+	devs := make([]Device, 0, len(r.dev))
+	for _, d := range r.dev {
+		devs = append(devs, d.cur)
+	}
+	servers = ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, pids)
+	for id, hs := range held {
+		for _, h := range hs {
+			if name := servers[h.PID]; name != "" && isProcess(h) {
+				spared = append(spared, HolderFate{Holder: h, Device: id, Reason: "a ublk server: it has " + name + " open, which the driver " +
+					"lets only the device's server open; killing it with a live device is the host-crash path, and asking the daemon to stop releases its holds"})
+			}
+		}
+	}
+	rest = make(map[int][]Holder, len(held))
+	for id, hs := range held {
+		rest[id] = slices.Clone(hs) // dropHolders edits the slices in place, and held's are the last scan's
+	}
+	rest = dropHolders(rest, func(h Holder) bool { return servers[h.PID] != "" && isProcess(h) })
+	return servers, spared, rest
 }
 
 // stopUnderHolders STOP_DEVs, while the daemon still serves them, the

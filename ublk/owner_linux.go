@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/procstat"
 )
@@ -183,4 +185,43 @@ func readString(path string) string {
 // cannot be read.
 func readComm(procRoot string, pid int) string {
 	return cmp.Or(readString(filepath.Join(procRoot, strconv.Itoa(pid), "comm")), "?")
+}
+
+// ublkServers returns, of pids, the processes that have the char device
+// /dev/ublkcN of one of devs open, each with that device's name: the
+// driver lets only a device's server open it, so such a process is the
+// daemon, or a part of it (a per-device server it forked), whether the
+// step knows its PID or not. Only fds are read, each typed from the
+// attributes the kernel has (the node may have any name), until ctx ends:
+// a process not read by then is not found to be one.
+func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, pids []int) map[int]string {
+	chars := map[blockdev.DevNum]string{}
+	for _, d := range devs {
+		if n, err := blockdev.ParseDevNum(readString(filepath.Join(sysRoot, charClassDir, d.CharName(), "dev"))); err == nil && d.Char {
+			chars[n] = "/dev/" + d.CharName()
+		}
+	}
+	out := map[int]string{}
+	if len(chars) == 0 {
+		return out
+	}
+	for _, pid := range pids {
+		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
+		fds, _ := os.ReadDir(fdDir)
+		for i, fd := range fds {
+			if i%64 == 0 && ctx.Err() != nil {
+				return out
+			}
+			var st unix.Statx_t
+			if unix.Statx(unix.AT_FDCWD, filepath.Join(fdDir, fd.Name()), unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st) != nil ||
+				st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFCHR {
+				continue
+			}
+			if name, ok := chars[blockdev.DevNum{Major: st.Rdev_major, Minor: st.Rdev_minor}]; ok {
+				out[pid] = name
+				break
+			}
+		}
+	}
+	return out
 }

@@ -201,14 +201,19 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     the reserve: SIGKILL every holder inside this process's own cgroup
 //     (doomed by the pod's SIGKILL anyway; pinned with a pidfd and waited
 //     for), then STOP_DEV through /dev/ublk-control every device no holder
-//     is left on (the holds of this process and of the daemon, when its
-//     process is known, do not count: they are the server). A process
+//     is left on (the holds of this process, of the daemon when its
+//     process is known, and of any process with one of the devices'
+//     /dev/ublkcN open, which the driver lets only a device's server
+//     open, do not count: they are the server). A process
 //     mapping a disk, holding it through an io_uring's registered files,
 //     or a possible holder (killed when, checked again, what it holds is
 //     still not known) is a holder like one with an fd. Holders outside
 //     the cgroup (another pod, the host), mounts, swap, stacked devices and
 //     loop devices (kernel state: no kill releases them) are never killed,
-//     nor is the daemon; Report.LastResort names every holder, killed or
+//     nor is the daemon or a ublk server of the step's devices (one with
+//     its /dev/ublkcN open, its PID known to the step or not: a daemon
+//     known by its functions or socket alone, a per-device server it
+//     forked); Report.LastResort names every holder, killed or
 //     spared, and why. A possible holder no kill released (outside the
 //     cgroup, or where the last resort does not run) is set aside: not
 //     known to hold a disk, it keeps none from stopping (the Report's

@@ -33,3 +33,6 @@ func daemonDoomed(context.Context, string, int) (bool, string) {
 
 // othersDevices tells no device apart where there is no procfs to read.
 func othersDevices(context.Context, string, string, []Device, int) map[int]string { return nil }
+
+// ublkServers finds no server where there is no procfs to read.
+func ublkServers(context.Context, string, string, []Device, []int) map[int]string { return nil }
