@@ -160,7 +160,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		if !isProcess(h) {
 			return false // a mount, swap, a stacked or loop device: no kill releases it
 		}
-		if h.PID == self || h.PID == daemon && daemon > 0 || servers[h.PID] != "" {
+		if h.PID == self || h.PID == daemon && daemon > 0 || len(servers[h.PID]) > 0 {
 			return true
 		}
 		f := signalledFate(lr.Holders, h.PID)
@@ -220,7 +220,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 
 // sparedServers finds, of held's processes, those that are a ublk server
 // of one of the step's devices (they have its /dev/ublkcN open:
-// ublkServers), and returns them, each with its device's name, their
+// ublkServers), and returns them, each with the devices it serves, their
 // fates (spared), and held without their holds (a copy): the holders the
 // last resort may kill. The last resort
 // never kills one, whether the step knows its PID (the daemon) or not (a
@@ -230,7 +230,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 // asking the daemon to stop releases them. Before, such a server holding
 // its own disk was a doomed holder in the server's cgroup like a VMM,
 // and SIGKILLed with its device live.
-func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers map[int]string, spared []HolderFate, rest map[int][]Holder) {
+func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers map[int][]int, spared []HolderFate, rest map[int][]Holder) {
 	var pids []int
 	for _, hs := range held {
 		for _, h := range hs {
@@ -246,8 +246,8 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 	servers = ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, pids)
 	for id, hs := range held {
 		for _, h := range hs {
-			if name := servers[h.PID]; name != "" && isProcess(h) {
-				spared = append(spared, HolderFate{Holder: h, Device: id, Reason: "a ublk server: it has " + name + " open, which the driver " +
+			if ids := servers[h.PID]; len(ids) > 0 && isProcess(h) {
+				spared = append(spared, HolderFate{Holder: h, Device: id, Reason: "a ublk server: it has /dev/ublkc" + strconv.Itoa(ids[0]) + " open, which the driver " +
 					"lets only the device's server open; killing it with a live device is the host-crash path, and asking the daemon to stop releases its holds"})
 			}
 		}
@@ -256,7 +256,7 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 	for id, hs := range held {
 		rest[id] = slices.Clone(hs) // dropHolders edits the slices in place, and held's are the last scan's
 	}
-	rest = dropHolders(rest, func(h Holder) bool { return servers[h.PID] != "" && isProcess(h) })
+	rest = dropHolders(rest, func(h Holder) bool { return len(servers[h.PID]) > 0 && isProcess(h) })
 	return servers, spared, rest
 }
 

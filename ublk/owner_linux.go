@@ -188,20 +188,21 @@ func readComm(procRoot string, pid int) string {
 }
 
 // ublkServers returns, of pids, the processes that have the char device
-// /dev/ublkcN of one of devs open, each with that device's name: the
-// driver lets only a device's server open it, so such a process is the
-// daemon, or a part of it (a per-device server it forked), whether the
-// step knows its PID or not. Only fds are read, each typed from the
-// attributes the kernel has (the node may have any name), until ctx ends:
-// a process not read by then is not found to be one.
-func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, pids []int) map[int]string {
-	chars := map[blockdev.DevNum]string{}
+// /dev/ublkcN of one of devs open, each with the IDs of those devices, in
+// the order of its fds: the driver lets only a device's server open it,
+// so such a process is the daemon, or a part of it (a per-device server
+// it forked), whether the step knows its PID or not. Only fds are read,
+// each typed from the attributes the kernel has (the node may have any
+// name), until ctx ends: a process not read by then is not found to be
+// one.
+func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, pids []int) map[int][]int {
+	chars := map[blockdev.DevNum]int{}
 	for _, d := range devs {
 		if n, err := blockdev.ParseDevNum(readString(filepath.Join(sysRoot, charClassDir, d.CharName(), "dev"))); err == nil && d.Char {
-			chars[n] = "/dev/" + d.CharName()
+			chars[n] = d.ID
 		}
 	}
-	out := map[int]string{}
+	out := map[int][]int{}
 	if len(chars) == 0 {
 		return out
 	}
@@ -217,9 +218,8 @@ func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, p
 				st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFCHR {
 				continue
 			}
-			if name, ok := chars[blockdev.DevNum{Major: st.Rdev_major, Minor: st.Rdev_minor}]; ok {
-				out[pid] = name
-				break
+			if id, ok := chars[blockdev.DevNum{Major: st.Rdev_major, Minor: st.Rdev_minor}]; ok && !slices.Contains(out[pid], id) {
+				out[pid] = append(out[pid], id)
 			}
 		}
 	}

@@ -871,12 +871,70 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 	if r.exitWaitFrom.IsZero() {
 		r.exitWaitFrom = now
 	}
+	var why string
 	switch {
 	case !now.Before(r.exitWaitFrom.Add(r.cfg.exitWait)):
-		r.kill("no live device left and the daemon did not exit within ExitWait")
+		why = "no live device left and the daemon did not exit within ExitWait"
 	case atKill:
-		r.kill("deadline near; no live device left")
+		why = "deadline near; no live device left"
+	default:
+		return
 	}
+	if !r.t.class.MayKillWithLiveDevices() && r.servesMore() {
+		return // live now: the next look counts them
+	}
+	r.kill(why)
+}
+
+// servesMore makes the step's, right before the daemon is killed with no
+// device of the step live, every disk in sysfs that the daemon still
+// serves (it has the disk's /dev/ublkcN open, which the driver lets only
+// a device's server open) and the step had no device for: one left out
+// by Config.Devices, or taken for another server's. It reports whether
+// there was one: the daemon is then not killed, on a kernel where killing
+// it with a live disk may crash the host. Before, the step looked at its
+// own devices alone, and killed the daemon with such a disk live. It
+// needs the daemon's PID, and reads that process's fds alone.
+func (r *run) servesMore() bool {
+	pid := daemonPID(r.cfg.daemon)
+	if pid <= 0 {
+		return false
+	}
+	ids, err := listDevices(r.cfg.sysRoot)
+	if err != nil {
+		return false
+	}
+	var disks []Device
+	for _, id := range ids {
+		if slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id }) {
+			continue
+		}
+		if d, err := readDevice(r.cfg.sysRoot, id); err == nil && d.Disk {
+			disks = append(disks, d)
+		}
+	}
+	if len(disks) == 0 {
+		return false
+	}
+	end := time.Now().Add(ownersWait)
+	if dl, ok := r.ctx.Deadline(); ok && dl.Before(end) {
+		end = dl
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.ctx), end)
+	defer cancel()
+	served := ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, []int{pid})[pid]
+	disks = slices.DeleteFunc(disks, func(d Device) bool { return !slices.Contains(served, d.ID) })
+	if len(disks) == 0 {
+		return false
+	}
+	r.add(disks...)
+	now := time.Now()
+	for _, d := range r.dev[len(r.dev)-len(disks):] {
+		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "served by the daemon", Start: now,
+			Result: "/dev/" + d.cur.CharName() + " open in the daemon, " + d.cur.State() + ", not one of the step's devices: the daemon is not killed while it serves it"})
+		r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon still serves a disk the step did not have; not killing it", "device", d.cur.DiskName())
+	}
+	return true
 }
 
 func (r *run) kill(why string) {

@@ -242,7 +242,12 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     more (after ExitWait), or, on a kernel that is not vulnerable, when
 //     only the kill's part of the reserve is left. On a vulnerable kernel a
 //     daemon with a live device is never killed: Stop waits until the
-//     deadline and returns an *UnsafeError.
+//     deadline and returns an *UnsafeError. Nor is one that still serves
+//     a disk in sysfs that is not among the step's devices (it has the
+//     disk's /dev/ublkcN open: one left out by Config.Devices, or taken
+//     for another server's), when the step knows its PID: looked for
+//     right before the kill, such a disk joins the Report as one of the
+//     step's, live.
 //
 // Stop returns by ctx's deadline (plus the time of one sysfs/procfs read).
 // The Report is always non-nil and has one DeviceReport per device. The

@@ -35,4 +35,4 @@ func daemonDoomed(context.Context, string, int) (bool, string) {
 func othersDevices(context.Context, string, string, []Device, int) map[int]string { return nil }
 
 // ublkServers finds no server where there is no procfs to read.
-func ublkServers(context.Context, string, string, []Device, []int) map[int]string { return nil }
+func ublkServers(context.Context, string, string, []Device, []int) map[int][]int { return nil }

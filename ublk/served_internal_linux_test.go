@@ -1,0 +1,75 @@
+//go:build linux
+
+package ublk
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/realpart"
+	"github.com/drainkit/drainkit/internal/ublkctl"
+	"github.com/drainkit/drainkit/internal/ublkhook"
+)
+
+// The step is limited to ublkb0 (Config.Devices), and its daemon, hung on
+// a vulnerable kernel, also serves ublkb1, live: it has /dev/ublkc1 open,
+// which the driver lets only a device's server open. The control fallback
+// stops ublkb0, and then no device of the step is live; but the daemon is
+// not killed while it still serves a live disk, found by its open char
+// devices: ublkb1 joins the Report, left live, and Stop returns an
+// UnsafeError naming it. Before, the step killed the daemon with ublkb1
+// live: it looked at its own devices alone.
+func TestDaemonServingALiveDiskBeyondTheStepsIsNotKilled(t *testing.T) {
+	sys, dir := t.TempDir(), t.TempDir()
+	major, minor := uint32(4091), uint32(os.Getpid()*2)%(1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Mode: fakeublk.Hung, EventLog: filepath.Join(dir, "events"),
+		Devices: []fakeublk.DeviceSpec{
+			{ID: 0, Major: 4000, Minor: 0, CharMajor: major, CharMinor: minor},
+			{ID: 1, Major: 4000, Minor: 1, CharMajor: major, CharMinor: minor + 1},
+		}})
+	if err != nil && os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
+	}
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	daemon, err := FindProcess(srv.Pid())
+	require.NoError(t, err)
+	defer daemon.Close()
+	proc := t.TempDir()
+	require.NoError(t, os.Symlink(fmt.Sprintf("/proc/%d", srv.Pid()), filepath.Join(proc, strconv.Itoa(srv.Pid()))))
+	tree := &fakeublk.Tree{Root: sys}
+	ctl := &memControl{tree: tree, d: newMemDaemon(tree)}
+	td, err := New(daemon, Config{Devices: []int{0}, Reserve: 2 * time.Second, ExitWait: time.Nanosecond,
+		hooks: ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: proc, KernelRelease: vulnerable,
+			OpenControl: func(context.Context) (ublkctl.Controller, error) { return ctl, nil }}})
+	require.NoError(t, err)
+	sctx, scancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer scancel()
+	rep, err := td.Stop(sctx)
+	t.Log(rep.String())
+	assert.Contains(t, ctl.d.Events(), "STOP_DEV 0")
+	assert.False(t, rep.Daemon.Killed, "the daemon still served ublkb1")
+	var unsafe *UnsafeError
+	require.ErrorAs(t, err, &unsafe)
+	assert.Equal(t, []int{1}, unsafe.Devices)
+	require.NotNil(t, rep.Device(1), "the Report accounts for the daemon's other disk")
+	assert.Equal(t, VerdictLeftLive, rep.Device(1).Verdict)
+	assert.Contains(t, rep.Device(1).Steps[0].Result, "/dev/ublkc1 open in the daemon")
+	select {
+	case <-srv.Done():
+		t.Fatalf("the daemon exited: signalled %v", srv.Signaled(syscall.SIGKILL))
+	default:
+	}
+}
