@@ -131,3 +131,32 @@ func TestADeviceStartedAfterTheDriverSaidDeadIsLive(t *testing.T) {
 		assert.Equal(t, "dead", rep.Device(1).Info.State, "what GET_DEV_INFO said")
 	})
 }
+
+// 0 .. 2 s: the step finds ublkb0 .. then sysfs's ublk-char class cannot
+// be read any more (here a file in its place, ENOTDIR: EMFILE or ENOMEM in
+// the server) .. 60 s: the daemon hung on a vulnerable kernel, the step
+// ends with the device left live, as last read. The Report and the error
+// say that its final state is that of the last read, and why sysfs was
+// not read since. Before, every read's failure was dropped: the Report
+// gave a state 58 s old as the device's final one, and nothing said so.
+func TestDeviceSysfsNotReadAtTheEndIsSaid(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		class := filepath.Join(f.tree.Root, "class", "ublk-char")
+		time.AfterFunc(2*time.Second+time.Millisecond, func() { // not as a read runs
+			require.NoError(t, os.Rename(class, class+".aside"))
+			require.NoError(t, os.WriteFile(class, nil, 0o644))
+		})
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, time.Minute)
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.Contains(t, rep.Note, "ublkb0: sysfs not read since +2s (")
+		assert.Contains(t, rep.Note, "not a directory")
+		assert.ErrorContains(t, err, "ublkb0: sysfs not read since +2s (")
+	})
+}

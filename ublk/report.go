@@ -60,7 +60,9 @@ type StepResult struct {
 type DeviceReport struct {
 	ID int `json:"id"`
 	// Initial and Final are the device as sysfs showed it at the start and
-	// at the end of the step.
+	// at the end of the step; when the reads at the end failed, Final is
+	// the last one read, and Report.Note and the step's error say since
+	// when and why.
 	Initial Device `json:"initial"`
 	Final   Device `json:"final"`
 	// Info is the driver's view (GET_DEV_INFO) when the control fallback

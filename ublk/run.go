@@ -58,7 +58,12 @@ type devState struct {
 	// device not there yet (Config.Devices: its daemon adds it a moment
 	// later) is read again every poll until it is, not taken for gone:
 	// the daemon was killed with it live.
-	seen    bool
+	seen bool
+	// readAt is when sysfs was last read for the device, readErr why the
+	// reads since failed (nil when the last one did not): its state is
+	// then that of readAt, which the Report says.
+	readAt  time.Time
+	readErr error
 	entry   uint64 // its char device's sysfs entry (charEntry), 0 when not read
 	stopped bool   // STOP_DEV completed through the control device
 	dead    bool   // GET_DEV_INFO said DEAD: stopped, nothing in flight
@@ -219,7 +224,7 @@ func (r *run) discover() error {
 func (r *run) add(devs ...Device) {
 	for _, d := range devs {
 		r.rep.Devices = append(r.rep.Devices, DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight})
-		r.dev = append(r.dev, &devState{cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID), seen: d.Present()})
+		r.dev = append(r.dev, &devState{cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID), seen: d.Present(), readAt: time.Now()})
 	}
 	for i, d := range r.dev { // the append may have moved the reports
 		d.rep = &r.rep.Devices[i]
@@ -342,8 +347,10 @@ func (r *run) refresh() {
 		}
 		next, err := readDevice(r.cfg.sysRoot, d.cur.ID)
 		if err != nil {
-			continue // keep the last state; a transient read error is not a change
+			d.readErr = err // keep the last state; a transient read error is not a change
+			continue
 		}
+		d.readAt, d.readErr = now, nil
 		if e := charEntry(r.cfg.sysRoot, d.cur.ID); next.Char && d.entry != 0 && e != 0 && e != d.entry {
 			// Another device has its ID: this one was deleted and the
 			// kernel gave the ID to the next ADD_DEV (another server's,
@@ -1150,6 +1157,14 @@ func (r *run) finish() error {
 	worst, worstLeft := VerdictStopped, VerdictKilled
 	for _, d := range r.dev {
 		d.rep.Final = d.cur
+		if d.readErr != nil {
+			// Its final state is an old one: say so, and why.
+			err := fmt.Errorf("%s: sysfs not read since +%v (%w): its final state is that of then", d.cur.DiskName(),
+				d.readAt.Sub(r.start).Round(time.Millisecond), d.readErr)
+			r.causes = append(r.causes, err)
+			r.rep.Note = joinNote(r.rep.Note, err.Error())
+			r.cfg.logger.WarnContext(r.ctx, "ublk: a device's sysfs not read at the step's end", "device", d.cur.DiskName(), "err", err)
+		}
 		if d.rep.Pending = d.pendingNow(); len(d.rep.Pending) > 0 {
 			r.rep.Note = joinNote(r.rep.Note, fmt.Sprintf("%s: %s sent, not complete when the step ended: the kernel runs it on, "+
 				"so the device may stop or go after the step; its verdict is what was known then", d.cur.DiskName(), strings.Join(d.rep.Pending, ", ")))
