@@ -27,12 +27,13 @@ const defaultReserve = 10 * time.Second
 // telemetry to the global OpenTelemetry providers and logs discarded.
 type Config struct {
 	// Devices limits the step to these device IDs, as the server knows
-	// them; empty means every ublk device sysfs shows but another
-	// server's, when the step starts or added while it runs: a device whose char device /dev/ublkcN (which the driver
-	// lets one process open, its server) is open in a process that is
-	// neither the daemon (nor one of its descendants) nor inside this
-	// server's cgroup (another pod's ublk server, the host's) is left
-	// alone, and Report.Note says so.
+	// them; empty means every ublk device sysfs shows, when the step
+	// starts or added while it waits, but another server's: a device
+	// whose char device /dev/ublkcN (which the driver lets one process
+	// open, its server) is open in a process that is neither the daemon
+	// (nor one of its descendants) nor inside this server's cgroup
+	// (another pod's ublk server, the host's) is left alone, and
+	// Report.Note says so.
 	// Where the step does not know the daemon's PID (DaemonFuncs, a
 	// Socket without its Process), a process in the cgroup above this
 	// server's (its pod's: a daemon in a container beside the server's)

@@ -107,8 +107,8 @@
 // nor is any process with one of the devices' /dev/ublkcN open (the
 // driver lets only a device's server open it: the daemon when the step
 // does not know its PID, a per-device server it forked), and their holds,
-// like the daemon's, keep no device from stopping. Report.LastResort names every
-// holder, killed or spared, its cgroup and why. Config.NoLastResort turns
+// like the daemon's, keep no device from stopping. Report.LastResort
+// names every holder, killed or spared, its cgroup and why. Config.NoLastResort turns
 // it off; Config.StopDespiteHolders replaces it.
 //
 // Guarantees:

@@ -181,7 +181,7 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //  1. Find the devices (sysfs, or Config.Devices); a sysfs that cannot
 //     be read is read again every PollInterval until the holder wait's
 //     end, and only then does Stop give up (VerdictNotStopped). Each
-//     later read of sysfs (every PollInterval, until Stop returns) finds
+//     later read of sysfs while the step waits (every PollInterval) finds
 //     too a device added since (without Config.Devices: another server's
 //     left alone as at the start) or a listed one that was not there: it
 //     is the step's like the others from then on.
