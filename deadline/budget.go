@@ -201,11 +201,13 @@ func FromKillTime(kill time.Time, c Config) (*Budget, error) {
 // OnPreStop tells the budget that the kubelet started the preStop hook at
 // at. The first termination event fixes T0 = at and SIGKILL = at + grace;
 // OnPreStop reports whether it was that event. Later calls, and calls after
-// OnSIGTERM or Tighten anchored the budget, change nothing.
+// OnSIGTERM or Tighten anchored the budget, change nothing. A zero at is
+// now (time.Now(), the monotonic clock's reading included), not year 1,
+// which would have put SIGKILL long past.
 //
 // Call it at the very start of the preStop handler, with time.Now().
 func (b *Budget) OnPreStop(at time.Time) bool {
-	at = monotonic(at)
+	at = monotonic(nowIfZero(at))
 	b.mu.Lock()
 	if b.anchor != AnchorNone {
 		b.mu.Unlock()
@@ -239,7 +241,8 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 //     before SIGTERM or after it (Tighten after SIGTERM gives the same).
 //
 // Only the first call has an effect; OnSIGTERM reports whether it was it.
-// Call it first thing in the SIGTERM handler, with time.Now().
+// Call it first thing in the SIGTERM handler, with time.Now(). A zero at is
+// now (time.Now(), the monotonic clock's reading included), not year 1.
 //
 // If the pod has a preStop hook the server does not see start (an exec hook
 // that does not call the server), OnSIGTERM takes SIGTERM for T0 and
@@ -247,7 +250,7 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 // kube.Pod.Tighten, whose deletionTimestamp bounds SIGKILL either way.
 func (b *Budget) OnSIGTERM(at time.Time) bool {
 	b.mu.Lock()
-	first := b.sigtermLocked(monotonic(at))
+	first := b.sigtermLocked(monotonic(nowIfZero(at)))
 	b.mu.Unlock()
 	if first {
 		b.logChange("SIGTERM")
@@ -299,9 +302,10 @@ func (b *Budget) sigtermLocked(at time.Time) bool {
 // running: a preStop request still open when SIGTERM arrives.
 //
 // Both moves are one change: no reader (Changed, Deadline, a Plan's
-// windows, the Logger's line) sees the SIGKILL between them.
+// windows, the Logger's line) sees the SIGKILL between them. A zero at is
+// now (time.Now(), the monotonic clock's reading included), not year 1.
 func (b *Budget) OnHookAbandoned(at time.Time) bool {
-	at = monotonic(at)
+	at = monotonic(nowIfZero(at))
 	b.mu.Lock()
 	first := b.sigtermLocked(at)
 	if kill := at.Add(MinimumGracePeriod); first && kill.Before(b.kill) {
@@ -335,11 +339,14 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 // nor does one for the same run with a grace no shorter (the kubelet's
 // grace only decreases). On an unanchored budget OnRestart anchors it at
 // at, as OnPreStop does. It reports whether SIGKILL or the run changed, and
-// ignores a grace that is not positive.
+// ignores a grace that is not positive. A zero at is now (time.Now(), the
+// monotonic clock's reading included): a run starting now, not one in
+// year 1, older than any.
 func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
 	if grace <= 0 {
 		return false
 	}
+	at = nowIfZero(at)
 	grace = min(grace, b.grace)
 	b.mu.Lock()
 	run, runGrace := b.start, b.grace
@@ -469,6 +476,17 @@ func asKnown(t, known time.Time) time.Time {
 		return known
 	}
 	return monotonic(t)
+}
+
+// nowIfZero returns time.Now() for the zero time, else t. The zero value is
+// the safe path: a caller that passes an event's time it did not set means
+// the event is now, and taken as year 1 it would leave no time at all.
+// (Tighten differs: a zero SIGKILL says nothing, so it changes nothing.)
+func nowIfZero(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Now()
+	}
+	return t
 }
 
 // monotonic returns t on the monotonic clock: t itself when it carries a
