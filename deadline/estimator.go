@@ -16,8 +16,10 @@ const estimatorWindow = 64
 // a reserve that is too small costs sandboxes.
 //
 // The zero value is ready to use and estimates zero until it observes
-// something; NewEstimator gives it a prior. An Estimator is safe for
-// concurrent use.
+// something; NewEstimator gives it a prior. A nil *Estimator is an empty
+// one that learns nothing: it observes nothing and estimates zero (Work's
+// nil each), so a caller with no estimator to feed need not check. An
+// Estimator is safe for concurrent use.
 type Estimator struct {
 	mu     sync.Mutex
 	prior  time.Duration
@@ -37,8 +39,11 @@ func NewEstimator(prior time.Duration) *Estimator {
 
 // Observe records one measured duration. Negative durations count as zero.
 // The first observation replaces the prior; each later one moves the mean by
-// a fifth of its difference to it.
+// a fifth of its difference to it. On a nil Estimator Observe does nothing.
 func (e *Estimator) Observe(d time.Duration) {
+	if e == nil {
+		return
+	}
 	d = max(d, 0)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -51,7 +56,8 @@ func (e *Estimator) Observe(d time.Duration) {
 	e.count++
 }
 
-// Count returns how many durations were observed.
+// Count returns how many durations were observed; a nil Estimator
+// returns zero.
 func (e *Estimator) Count() int {
 	if e == nil {
 		return 0
