@@ -32,7 +32,11 @@ type Estimator struct {
 const ewmaWeight = 0.2
 
 // NewEstimator returns an Estimator that estimates prior until its first
-// observation.
+// observation. A negative prior counts as zero, as a negative observation
+// does (a duration is never negative): the Estimator is then the zero
+// value, which estimates zero, so a Work reserve built on it reserves
+// nothing until the first observation. Give a positive prior where the
+// first pass needs a reserve.
 func NewEstimator(prior time.Duration) *Estimator {
 	return &Estimator{prior: max(prior, 0)}
 }

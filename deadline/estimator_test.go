@@ -143,3 +143,19 @@ func TestNilEstimatorObservesNothing(t *testing.T) {
 	assert.Zero(t, e.Count())
 	assert.Zero(t, e.Estimate())
 }
+
+// NewEstimator's doc comment gave no rule for a negative prior, which it
+// silently took for zero (a review of deadline). The rule is now written:
+// a negative prior is the zero prior, the zero value's, on every method and
+// in a Work reserve, until the first observation replaces it.
+func TestNegativePriorIsTheZeroPrior(t *testing.T) {
+	neg, zero := deadline.NewEstimator(-time.Minute), deadline.NewEstimator(0)
+	assert.Equal(t, zero.Estimate(), neg.Estimate())
+	assert.Zero(t, neg.Estimate())
+	assert.Zero(t, neg.Mean())
+	assert.Zero(t, neg.Quantile(0.9))
+	assert.Zero(t, deadline.Work(func() int { return 8 }, neg, nil)(), "no reserve before an observation")
+	neg.Observe(time.Second)
+	assert.Equal(t, time.Second, neg.Estimate(), "the first observation replaces it")
+	assert.Equal(t, 8*time.Second, deadline.Work(func() int { return 8 }, neg, nil)())
+}
