@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -344,4 +345,32 @@ func TestStartRewritingTheLimitKeepsTheLevelLearned(t *testing.T) {
 		assert.Equal(t, first.Limit, again.Limit, "%s: the next start's limit", tc.name)
 		assert.Equal(t, first.Estimator.Estimate(), again.Estimator.Estimate(), "%s: the next start's estimate", tc.name)
 	}
+}
+
+// An adaptive start takes the level's estimate (LearnedEstimate), not the
+// last drain's (Estimate): when that Config does not fit, Cold's log line
+// names the estimate set aside, the one the Config used, and the file it
+// came from, so that the operator can tell which number of which file was
+// refused.
+func TestColdNamesTheEstimateItSetAsideAndItsFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, learned.File)
+	r := learned.Rates{Estimate: time.Second, LearnedLimit: 16, LearnedEstimate: 40 * time.Hour, MaxLimit: 32}
+	require.NoError(t, r.Write(path))
+	var logs bytes.Buffer
+	st := learned.Server{Dir: dir, Prior: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+	defer st.Close()
+	cfg := st.Config()
+	require.Equal(t, 40*time.Hour, cfg.Estimator.Estimate(), "the level's estimate")
+	_, ok := st.Cold(errors.New("does not fit"))
+	require.True(t, ok)
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "does not fit the grace period") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line, logs.String())
+	assert.Contains(t, line, "estimate=40h0m0s", "the estimate the Config used")
+	assert.Contains(t, line, "file="+path)
 }

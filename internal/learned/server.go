@@ -285,10 +285,7 @@ func (st *Start) Config() pause.Config {
 func (st *Start) config() pause.Config {
 	prior, level := st.srv.prior(), 0
 	if st.learned() {
-		prior = st.last.Estimate
-		if lv, est := st.last.Level(); lv > 0 && st.srv.Concurrency == 0 {
-			prior, level = est, min(lv, st.srv.ceiling())
-		}
+		prior, level = st.start()
 	}
 	st.est = deadline.NewEstimator(prior)
 	if st.srv.Concurrency > 0 {
@@ -297,14 +294,25 @@ func (st *Start) config() pause.Config {
 	return pause.Config{Limit: level, MaxLimit: st.srv.ceiling(), Estimator: st.est}
 }
 
+// start returns the estimate and the level (0: none) a Config that uses
+// what was learned starts from: the level's own estimate when the limit
+// adapts from it, else the last drain's.
+func (st *Start) start() (time.Duration, int) {
+	if lv, est := st.last.Level(); lv > 0 && st.srv.Concurrency == 0 {
+		return est, min(lv, st.srv.ceiling())
+	}
+	return st.last.Estimate, 0
+}
+
 // learned reports whether Config starts from what was learned.
 func (st *Start) learned() bool { return !st.cold && st.last != nil && st.last.Estimate > 0 }
 
 // Cold sets what was learned aside after a Config that did not fit (err,
 // logged: a learned estimate whose round no longer fits the grace period,
 // shortened since, or the last shutdown's preserves took most of its
-// window) and returns a cold Config: the Estimator from Prior, the limit
-// adaptive from 8 or fixed at Concurrency. The file is rewritten only at a
+// window; the line names the file and the estimate that Config used, the
+// level's own when it adapted from one) and returns a cold Config: the
+// Estimator from Prior, the limit adaptive from 8 or fixed at Concurrency. The file is rewritten only at a
 // shutdown, so failing the start instead would fail every start. It
 // returns false when that Config already used nothing learned: then the
 // error is the server's configuration's.
@@ -314,8 +322,12 @@ func (st *Start) Cold(err error) (pause.Config, bool) {
 	if !st.learned() {
 		return pause.Config{}, false
 	}
-	st.log.Warn("learned estimate does not fit the grace period; starting cold", "estimate", st.last.Estimate,
-		"learned_concurrency", st.last.LearnedLimit, "prior", st.srv.prior(), "error", err)
+	// The estimate the Config used (the level's, when it adapted from
+	// one), and the file it came from: the log said the last drain's
+	// Estimate, another number than the one refused, and no file.
+	est, level := st.start()
+	st.log.Warn("learned estimate does not fit the grace period; starting cold", "file", filepath.Join(st.srv.Dir, File),
+		"estimate", est, "learned_concurrency", level, "prior", st.srv.prior(), "error", err)
 	st.cold = true
 	return st.config(), true
 }
