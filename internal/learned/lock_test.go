@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -22,6 +23,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -180,4 +182,37 @@ func TestSaveWhileAnotherHoldsTheFileWritesNothing(t *testing.T) {
 	got, err := learned.Read(path)
 	require.NoError(t, err)
 	assert.Equal(t, 16, got.LearnedLimit)
+}
+
+// The server before this one exits leaving a rates file this one cannot
+// read (a build that writes what this one refuses, the file removed to
+// reset what was learned): the takeover says so, naming the file and why,
+// and leaves the file as it is. It used to drop the error in silence and
+// rewrite the file with the rates it had read before that server's drain,
+// bringing back what that server, or the operator, had replaced.
+func TestTakeOverOfAnUnreadableFileSaysSoAndLeavesIt(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, learned.File)
+	before := learned.Rates{Written: time.Now().Add(-time.Hour), Estimate: time.Second, Limit: 4}
+	require.NoError(t, before.Write(path))
+	synctest.Test(t, func(t *testing.T) {
+		holder, err := statedir.TryAcquire(dir, statedir.Config{File: learned.LockFile})
+		require.NoError(t, err)
+		var logs bytes.Buffer
+		st := learned.Server{Dir: dir, Concurrency: 8, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+		defer st.Close()
+		assert.Equal(t, time.Second, st.Config().Estimator.Estimate(), "started from the file as it was")
+
+		left := []byte(`{"written": "2026-12-05T00:00:00Z", "estimate_ns": -1}` + "\n")
+		require.NoError(t, os.WriteFile(path, left, 0o644))
+		require.NoError(t, holder.Release())
+		time.Sleep(time.Second) // the takeover polls every 100 ms
+		synctest.Wait()
+
+		got, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.Equal(t, string(left), string(got), "the file the server before left, left alone")
+		assert.Contains(t, logs.String(), "estimate_ns is negative", "the takeover says why:\n%s", logs.String())
+		assert.Contains(t, logs.String(), "file="+path)
+	})
 }

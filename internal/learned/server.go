@@ -97,7 +97,8 @@ func cmp0[T int | time.Duration](v, def T) T {
 // it is (what the drain before that one learned, still this node's), and
 // leaves the file alone; it takes the lock within 100 ms of the holder's
 // exit, then reads the file again (what the holder saved is what Save
-// keeps), and rewrites the limit then. Without the lock, the holder's Save
+// keeps), and rewrites the limit then; a file it cannot read then is
+// logged and left as it is, for Save to write anew. Without the lock, the holder's Save
 // was overwritten by the newcomer's rewrite, and the newcomer's own Save
 // kept the level of the drain before, dropping what the holder learned.
 func (s Server) Start() *Start {
@@ -163,9 +164,18 @@ func (st *Start) takeOver(path string) {
 			return
 		}
 		st.lock = lock
-		if r, err := Read(path); err == nil {
-			st.last = r
+		r, err := Read(path)
+		if err != nil {
+			// What this server read before is older than what the holder
+			// left: rewriting the file with it would bring back rates that
+			// server, or the operator removing the file, replaced. Save
+			// writes the file anew.
+			st.log.Warn("learned rates: the server before this one has exited, leaving a file this one cannot read; "+
+				"leaving it as it is until this server's shutdown writes it", "file", path, "error", err,
+				"started_from_written", st.lastWritten())
+			return
 		}
+		st.last = r
 		st.log.Info("learned rates: the server before this one has exited; the state directory's file is this server's now",
 			"file", path, "written", st.lastWritten(), "learned_concurrency", st.lastLevel())
 		st.recordServer(path)
