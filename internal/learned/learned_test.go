@@ -374,3 +374,18 @@ func TestColdNamesTheEstimateItSetAsideAndItsFile(t *testing.T) {
 	assert.Contains(t, line, "estimate=40h0m0s", "the estimate the Config used")
 	assert.Contains(t, line, "file="+path)
 }
+
+// A start with no rates file is cold, and says so, naming the file it
+// looked for (the package doc: "a missing or unreadable file is a cold
+// start ..., logged"): a state directory that does not outlive the pod (an
+// emptyDir where a hostPath was meant) makes every start cold, and the
+// log is where that shows.
+func TestStartWithNoFileSaysItIsCold(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	st := learned.Server{Dir: dir, Prior: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+	defer st.Close()
+	assert.Equal(t, 3*time.Second, st.Config().Estimator.Estimate())
+	assert.Contains(t, logs.String(), "starting cold")
+	assert.Contains(t, logs.String(), "file="+filepath.Join(dir, learned.File))
+}

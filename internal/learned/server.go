@@ -80,8 +80,9 @@ func cmp0[T int | time.Duration](v, def T) T {
 
 // Start reads what the last shutdown learned (Dir's File) and returns the
 // server's start from it. A missing file, or no Dir, is a cold start; so
-// is a file that cannot be read or is not valid rates, logged: what was
-// learned never fails a server's start. A file whose limit is not this
+// is a file that cannot be read or is not valid rates. A missing file and
+// an unreadable one are logged with the file: what was learned never fails
+// a server's start. A file whose limit is not this
 // server's (fixed at another Limit, or adaptive where this one is fixed,
 // or the other way round), or whose grace and margin are not its Budget's,
 // or whose kubelet grace is not KubeletGrace, is rewritten with this
@@ -124,6 +125,11 @@ func (s Server) Start() *Start {
 	r, err := Read(path)
 	switch {
 	case errors.Is(err, ErrNone):
+		// Said, not skipped: a state directory that does not outlive the
+		// pod (an emptyDir where a hostPath was meant) starts every server
+		// cold, and this line is where that shows.
+		st.log.Info("no learned rates yet (the state directory's first server, or it did not outlive the last pod); starting cold",
+			"file", path, "prior", s.prior())
 	case err != nil:
 		st.log.Warn("learned rates unreadable; starting cold", "error", err)
 	default:
