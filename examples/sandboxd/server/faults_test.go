@@ -681,3 +681,38 @@ func runServer(t *testing.T, cfg Config, logs *logbuf.Buffer) *running {
 	t.Cleanup(func() { r.stop() })
 	return r
 }
+
+// Fault: at the drain's end sandboxd saved its learned rates before it wrote its Report
+// and the termination message, though the Report matters more (learned.Start.Save says
+// so): a Save held up (its fsyncs behind the checkpoints' writeback on a loaded disk,
+// here a FIFO in the rates file's place that its read waits on) spent the headroom left
+// before SIGKILL, and the Report and the pod's last state were never written. The Report
+// and the termination message come first now.
+func TestReportIsWrittenBeforeTheLearnedRates(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.TerminationLog = filepath.Join(t.TempDir(), "termination-log")
+	s, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	rates := filepath.Join(cfg.StateDir, learned.File)
+	require.NoError(t, syscall.Mkfifo(rates, 0o600)) // learned.Save's read of it waits for a writer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // as a signal would
+	done := make(chan error, 1)
+	go func() { _, err := s.Run(ctx); done <- err }()
+
+	report := filepath.Join(cfg.StateDir, ReportFile)
+	written := func() bool {
+		_, rerr := os.Stat(report)
+		_, merr := os.Stat(cfg.TerminationLog)
+		return rerr == nil && merr == nil
+	}
+	wrote := assert.Eventually(t, written, 30*time.Second, 10*time.Millisecond,
+		"the Report and the termination message written while the learned rates' save waits")
+	w, err := os.OpenFile(rates, os.O_WRONLY, 0) // lets the save go on: its read ends empty
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.NoError(t, <-done)
+	require.True(t, wrote)
+	_, err = learned.Read(rates)
+	assert.NoError(t, err, "the rates saved all the same, over the FIFO")
+}

@@ -360,10 +360,13 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	_ = s.hook.Close()
 	stopped = errors.Join(stopped, <-hookErr)
 	// The Report first: Close may take seconds (with runsc it force-deletes every sandbox
-	// not preserved), and the drain left only its headroom before SIGKILL.
-	s.learned.Save(rep, s.drainer.Budget(), s.steps)
+	// not preserved), and the drain left only its headroom before SIGKILL. The learned
+	// rates after the Report and the termination message, which matter more: a Save held
+	// up (its fsyncs behind the checkpoints' writeback) spent that headroom, and neither
+	// was written (docs/faults.md row 364).
 	err := s.writeReport(rep)
 	s.writeTerminationMessage(rep, err, stopped)
+	s.learned.Save(rep, s.drainer.Budget(), s.steps)
 	s.Close()
 	if err != nil {
 		err = fmt.Errorf("writing the report: %w", err)
