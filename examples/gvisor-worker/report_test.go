@@ -4,13 +4,16 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
@@ -67,4 +70,35 @@ func TestReportIsWrittenBeforeATimeoutDeletionEnds(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "the deletion ended before the worker exited")
 	_, err = os.Stat(filepath.Join(dir, "termination-log"))
 	assert.NoError(t, err, "the termination message is written")
+}
+
+// The learned rates are saved after the Report and the termination message, as
+// sandboxd's are (docs/faults.md row 364): a Save held up (its fsyncs behind the
+// checkpoints' writeback on a loaded disk, here a FIFO in the rates file's place that its
+// read waits on) spent the headroom left before SIGKILL, and the Report and the pod's
+// last state were never written.
+func TestReportIsWrittenBeforeTheLearnedRates(t *testing.T) {
+	cfg := fakeConfig(t)
+	cfg.TerminationLog = filepath.Join(t.TempDir(), "termination-log")
+	_, _, stop := serveWorker(t, cfg)
+	rates := filepath.Join(cfg.StateDir, learned.File)
+	require.NoError(t, syscall.Mkfifo(rates, 0o600))
+	done := make(chan *drain.Report, 1)
+	go func() { done <- stop() }() // as SIGTERM would
+
+	report := filepath.Join(cfg.StateDir, "last-shutdown.json")
+	written := func() bool {
+		_, rerr := os.Stat(report)
+		_, merr := os.Stat(cfg.TerminationLog)
+		return rerr == nil && merr == nil
+	}
+	wrote := assert.Eventually(t, written, 30*time.Second, 10*time.Millisecond,
+		"the Report and the termination message written while the learned rates' save waits")
+	w, err := os.OpenFile(rates, os.O_WRONLY, 0) // lets the save go on: its read ends empty
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.NoError(t, (<-done).Err())
+	require.True(t, wrote)
+	_, err = learned.Read(rates)
+	assert.NoError(t, err, "the rates saved all the same, over the FIFO")
 }

@@ -509,8 +509,11 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 		ended = true
 	default: // a GracefulStop the step left to close's Stop
 	}
-	w.learned.Save(rep, w.drainer.Budget(), w.steps) // for the next worker and drainkit plan
+	// The Report and the termination message first, the learned rates after: they
+	// matter more, and a Save held up (its fsyncs behind the checkpoints' writeback)
+	// spent the headroom left before SIGKILL (docs/faults.md row 365).
 	err := w.writeReport(rep, stopped)
+	w.learned.Save(rep, w.drainer.Budget(), w.steps) // for the next worker and drainkit plan
 	if w.close() && !ended {
 		stopped = <-served
 	}
