@@ -61,8 +61,10 @@ type ExecHook struct {
 // drain deadline it reported passes, MaxFailures consecutive requests
 // failed, MaxWait passed, or ctx ends. It returns the last summary the
 // server sent (nil if none) and why it stopped early (nil when the server
-// said the wait is over). A hook command should exit 0 whatever Run
-// returns: a failing hook only delays SIGTERM, never prevents it.
+// said the wait is over). No exit status of a hook command holds the pod
+// (the kubelet goes on to SIGTERM whatever it returns); drainhook exits 1
+// when Run returns an error and no summary, so that the kubelet's
+// FailedPreStopHook event says the drain never started, and 0 otherwise.
 func (h ExecHook) Run(ctx context.Context) (*PreStopSummary, error) {
 	h.defaults()
 	if h.MaxWait > 0 {

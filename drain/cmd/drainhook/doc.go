@@ -1,8 +1,10 @@
 // Command drainhook is an exec preStop hook for manifests that cannot use
 // httpGet. It calls the server's drain.Drainer.PreStop handler until the
 // drain wait is over, bounded per request, by consecutive failures and by
-// the drain deadline the server reports, and always exits 0 so that a
-// failing hook never holds the pod:
+// the drain deadline the server reports. It exits 0 once the server
+// answered, and 1 when no request reached the drain (nothing answered, or
+// a refusal): the kubelet goes on to SIGTERM either way, but records the
+// hook's output, as a FailedPreStopHook event, only for one that failed:
 //
 //	lifecycle:
 //	  preStop:

@@ -18,9 +18,13 @@ func main() {
 }
 
 // run runs the hook with the command line args, logging to logw. It
-// returns the exit status: always 0, since a failing hook must only hand
-// over to SIGTERM, never hold the pod (a bad flag or argument is 2, before
-// any request).
+// returns the exit status: 0 once the server answered (the drain is then
+// the server's, its Report says the rest), 1 when no request reached the
+// drain (nothing answered, or a refusal), 2 for a bad flag or argument,
+// before any request. No status holds the pod: the kubelet goes on to
+// SIGTERM whatever an exec hook returns, but keeps the hook's output only
+// for the FailedPreStopHook event of one that failed, so a hook that
+// started no drain must fail for anyone to learn it.
 func run(args []string, logw io.Writer) int {
 	h := drain.ExecHook{Start: drain.ProcessStart()} // T0: the kubelet started this hook
 	fs := flag.NewFlagSet("drainhook", flag.ContinueOnError)
@@ -42,9 +46,15 @@ func run(args []string, logw io.Writer) int {
 	// server with a secret refuses every call without it, even from
 	// loopback.
 	h.Secret = os.Getenv(drain.EnvHookSecret)
-	if _, err := h.Run(context.Background()); err != nil {
-		h.Logger.Warn("drainhook: giving up; the kubelet proceeds to SIGTERM", "err", err)
+	sum, err := h.Run(context.Background())
+	if err == nil {
+		return 0
 	}
+	if sum == nil {
+		h.Logger.Error("drainhook: the server never answered the hook: no drain wait; the kubelet proceeds to SIGTERM", "err", err)
+		return 1
+	}
+	h.Logger.Warn("drainhook: giving up; the kubelet proceeds to SIGTERM", "err", err)
 	return 0
 }
 

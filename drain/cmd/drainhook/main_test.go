@@ -34,15 +34,49 @@ func TestExitsZeroWhenTheDrainWaitIsOver(t *testing.T) {
 	assert.Contains(t, log.String(), "drain wait over")
 }
 
-func TestExitsZeroWhenTheServerIsGone(t *testing.T) {
+// Fault (a helper's review): the hook exited 0 when no request of it ever
+// reached the server's drain (nothing listening, or a 403 for a secret
+// missing or wrong). The kubelet goes on to SIGTERM whatever an exec hook
+// returns, but it keeps the hook's output only for a FailedPreStopHook
+// event, which a hook that exits 0 does not get: the drain that never
+// started, and why, were in no event, no log and no exit status. The hook
+// now exits 1 then, so its output is the event's message; the pod is not
+// held longer for it.
+func TestExitsNonZeroWhenTheServerNeverGotTheHook(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there any more
 	var log strings.Builder
-	assert.Equal(t, 0, run([]string{"-url", "http://" + addr + "/drain", "-failures", "2", "-retry", "1ms"}, &log))
+	assert.Equal(t, 1, run([]string{"-url", "http://" + addr + "/drain", "-failures", "2", "-retry", "1ms"}, &log))
 	assert.Contains(t, log.String(), "2 consecutive failures")
-	assert.Contains(t, log.String(), "giving up")
+	assert.Contains(t, log.String(), "no drain wait")
+
+	t.Setenv(drain.EnvHookSecret, "wrong")
+	srv := httptest.NewServer((&drain.HookGuard{Secret: "s3cret"}).Wrap(http.NotFoundHandler()))
+	defer srv.Close()
+	log.Reset()
+	assert.Equal(t, 1, run([]string{"-url", srv.URL + "/drain"}, &log))
+	assert.Contains(t, log.String(), "403 Forbidden")
+	assert.NotContains(t, log.String(), "wrong\"", "the secret is not in the output")
+}
+
+// Once the server answered, the drain is its: a hook that loses it after
+// (the server gone mid-wait) exits 0, the server's Report saying the rest,
+// and the kubelet records no failure of a drain that ran.
+func TestExitsZeroWhenTheServerAnsweredThenWentAway(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) > 1 {
+			http.Error(w, "gone", http.StatusServiceUnavailable)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(drain.PreStopSummary{Reason: "waiting", Running: 1})
+	}))
+	defer srv.Close()
+	var log strings.Builder
+	assert.Equal(t, 0, run([]string{"-url", srv.URL + "/drain", "-failures", "2", "-retry", "1ms"}, &log))
+	assert.Contains(t, log.String(), "2 consecutive failures")
 }
 
 func TestBadFlagIsAUsageError(t *testing.T) {
