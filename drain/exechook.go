@@ -139,8 +139,16 @@ func (h *ExecHook) defaults() {
 }
 
 // call makes one request, bounded by the request timeout and drainDL (when
-// set), asking the server to answer within 90% of the request timeout.
+// set), asking the server to answer within 90% of the request timeout and
+// of the time left before drainDL: the server's deadline moves later as
+// its sandboxes end, and an answer before drainDL tells the hook the new
+// one, where a request cut at drainDL ended the hook while the server's
+// wait went on, and the kubelet's SIGTERM cut it short.
 func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary, error) {
+	wait := h.RequestTimeout * 9 / 10
+	if !drainDL.IsZero() {
+		wait = max(0, min(wait, time.Until(drainDL)*9/10))
+	}
 	ctx, cancel := context.WithTimeout(ctx, h.RequestTimeout)
 	defer cancel()
 	if !drainDL.IsZero() {
@@ -153,7 +161,7 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 		return nil, err
 	}
 	q := u.Query()
-	q.Set("wait", (h.RequestTimeout * 9 / 10).String())
+	q.Set("wait", wait.String())
 	if !h.Start.IsZero() {
 		q.Set("start", h.Start.Format(time.RFC3339Nano))
 	}

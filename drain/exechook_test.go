@@ -124,3 +124,64 @@ func TestExecHookGivesUpAtOnceWhenRefused(t *testing.T) {
 		}
 	}
 }
+
+// Fault (a helper's review): the drain deadline the server reports moves
+// later as its running sandboxes end (the preserve reserve shrinks), but
+// the hook bounded its next request by the deadline of the last answer and
+// stopped there: a request open across that deadline was cut, and the hook
+// ended "the drain deadline passed" while the server's wait went on to the
+// new one; the kubelet then sent SIGTERM, cutting the drain wait short,
+// and sandboxes that would have ended by themselves were preserved. The
+// hook now asks the server (?wait=) to answer before the deadline it knows,
+// so it learns the new one. The double answers as PreStop does: after
+// ?wait=, with the deadline as it is then, or Done 300 ms before it.
+func TestExecHookFollowsADrainDeadlineThatMovedLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		moved := make(chan struct{})
+		moveAt := time.AfterFunc(28*time.Second, func() { close(moved) })
+		defer moveAt.Stop()
+		deadlineNow := func() time.Time {
+			select {
+			case <-moved:
+				return start.Add(60 * time.Second)
+			default:
+				return start.Add(30 * time.Second)
+			}
+		}
+		server := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			wait, err := time.ParseDuration(r.URL.Query().Get("wait"))
+			require.NoError(t, err)
+			bound := time.NewTimer(wait)
+			defer bound.Stop()
+			for {
+				dl := deadlineNow()
+				end := time.NewTimer(time.Until(dl) - sigtermLag)
+				movedC := moved
+				if !dl.Equal(start.Add(30 * time.Second)) {
+					movedC = nil
+				}
+				select {
+				case <-bound.C:
+					end.Stop()
+					_ = json.NewEncoder(w).Encode(PreStopSummary{Reason: reasonWaiting, DrainDeadline: dl})
+					return
+				case <-end.C:
+					_ = json.NewEncoder(w).Encode(PreStopSummary{Done: true, Reason: reasonDeadline, DrainDeadline: dl})
+					return
+				case <-movedC:
+					end.Stop()
+				case <-r.Context().Done():
+					end.Stop()
+					return
+				}
+			}
+		})
+		sum, err := ExecHook{URL: "http://server.test/drain", RequestTimeout: 10 * time.Second,
+			Client: &http.Client{Transport: handlerTransport{server}}}.Run(context.Background())
+		require.NoError(t, err)
+		require.NotNil(t, sum)
+		assert.True(t, sum.Done)
+		assert.Equal(t, start.Add(60*time.Second-sigtermLag), time.Now(), "the hook ran until the server's wait ended")
+	})
+}
