@@ -26,9 +26,10 @@ const (
 // has RequestTimeout (the server is asked to answer within it with
 // ?wait=), it gives up after MaxFailures consecutive failed requests, or at
 // the first refusal (a 4xx but 408 and 429: a wrong path, a secret missing
-// or wrong), which asking again cannot change, and it never runs past the
-// drain deadline the server reported (nor past MaxWait when set). The zero
-// value, with URL set, is ready to use.
+// or wrong; or a 200 that is not a PreStop summary), which asking again
+// cannot change, and it never runs past the drain deadline the server
+// reported (nor past MaxWait when set). The zero value, with URL set, is
+// ready to use.
 type ExecHook struct {
 	// URL of the PreStop handler, e.g. http://127.0.0.1:8082/drain (drain.Server's
 	// default hook address).
@@ -188,6 +189,13 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 	var sum PreStopSummary
 	if err := json.NewDecoder(resp.Body).Decode(&sum); err != nil {
 		return nil, fmt.Errorf("%s: decoding the summary: %w", u.Redacted(), err)
+	}
+	if sum.Reason == "" {
+		// Every PreStop answer has a reason. Another handler's JSON
+		// object decodes as a wait not over with no deadline: asked
+		// again at once, without a pause, until the kubelet's grace ran
+		// out, and the drain never started.
+		return nil, refusedError{fmt.Errorf("%s: the answer is not a drain.PreStop summary (no reason): the URL names another handler", u.Redacted())}
 	}
 	return &sum, nil
 }

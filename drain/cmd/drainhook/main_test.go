@@ -198,3 +198,23 @@ func TestHookNeverGoesThroughAProxy(t *testing.T) {
 		})
 	}
 }
+
+// Fault (a helper's review): a -url that names another handler answering
+// 200 with a JSON object (a /version, a status page) decoded as a summary
+// of a wait not over, with no drain deadline: the hook asked again at once,
+// without a pause, until the kubelet killed it at the grace period's end,
+// leaving SIGTERM its 2 s floor, and the server's drain never started. A
+// 200 whose body is not a PreStop summary (every one has a reason) is now
+// a refusal: the hook stops at once, exit status 1, naming it.
+func TestAnswerThatIsNotAPreStopSummaryEndsTheHook(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		_, _ = w.Write([]byte(`{"version":"1.2.3"}`))
+	}))
+	defer srv.Close()
+	var log strings.Builder
+	assert.Equal(t, 1, run([]string{"-url", srv.URL + "/version", "-max-wait", "1s"}, &log))
+	assert.Equal(t, int32(1), calls.Load(), "asked once")
+	assert.Contains(t, log.String(), "not a drain.PreStop summary")
+}
