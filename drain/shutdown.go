@@ -507,7 +507,8 @@ var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the ph
 // wait for operations in flight ends there; no preserve starts after it,
 // and a Preserver that can (pause.Preserver.Tighten) ends the running ones
 // by the new hard deadline, the next critical phase's start, when the hard
-// deadline they had (hard) is past the budget's deadline.
+// deadline they had (hard) is past the budget's deadline. A step ends
+// there too, so that a critical step after it keeps its reserve.
 func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, hard time.Time) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
@@ -609,7 +610,10 @@ func classCounts(m map[Class]int) string {
 	return strings.Join(parts, ", ")
 }
 
+// stepPhase runs step s in its window w, following the budget, and fills
+// its PhaseReport p.
 func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *PhaseReport) {
+	outlived := false
 	if now, kill := time.Now(), d.budget.Kill(); !now.Before(kill) && w.Reserve > 0 {
 		// Alive past the SIGKILL the budget expected: the budget was
 		// wrong (the kubelet's grace was longer than it knew), and an
@@ -617,11 +621,23 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 		// live devices, to the process's exit. The step gets its reserve,
 		// as under Force.
 		w.Deadline, p.Deadline = now.Add(w.Reserve), now.Add(w.Reserve)
+		outlived = true
 		d.log.Warn("drain: the process outlived the SIGKILL the budget expected: the step gets its reserve",
 			"step", s.Phase().Name, "past_kill", now.Sub(kill), "reserve", w.Reserve)
 	}
 	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
+	if !outlived {
+		// A step follows the budget as the gate and preserve phases do: a
+		// deletion read that lands while it runs (with no sandboxes the
+		// first step starts right after SIGTERM) ends it at its new
+		// deadline, and the critical step after it keeps its reserve.
+		// Past the expected SIGKILL the budget is known wrong, and the
+		// reserve stands.
+		var unfollow context.CancelFunc
+		ctx, unfollow = d.followBudget(ctx, s.Phase().Name, p, w.Deadline)
+		defer unfollow()
+	}
 	ctx, unforce := d.forceReserve(ctx, w.Reserve)
 	defer unforce()
 	detail, err := bounded.Call(ctx, returnSlack, s.Run)
