@@ -220,8 +220,9 @@ func (r *run) discover() error {
 	return nil
 }
 
-// add makes devs the step's, each with its entry in the Report.
-func (r *run) add(devs ...Device) {
+// add makes devs the step's, each with its entry in the Report, and
+// returns their states.
+func (r *run) add(devs ...Device) []*devState {
 	for _, d := range devs {
 		r.rep.Devices = append(r.rep.Devices, DeviceReport{ID: d.ID, Initial: d, Final: d, InflightBefore: d.Inflight, InflightAfter: d.Inflight})
 		r.dev = append(r.dev, &devState{cur: d, inflight: d.Inflight, entry: charEntry(r.cfg.sysRoot, d.ID), seen: d.Present(), readAt: time.Now()})
@@ -229,6 +230,27 @@ func (r *run) add(devs ...Device) {
 	for i, d := range r.dev { // the append may have moved the reports
 		d.rep = &r.rep.Devices[i]
 	}
+	return r.dev[len(r.dev)-len(devs):]
+}
+
+// untracked lists the IDs of the ublk devices sysfs shows that the step
+// has no device for.
+func (r *run) untracked() ([]int, error) {
+	ids, err := listDevices(r.cfg.sysRoot)
+	return slices.DeleteFunc(ids, func(id int) bool {
+		return slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id })
+	}), err
+}
+
+// procfsPass returns the context of a procfs pass that tells whose a
+// device is: until end, or r.ctx's deadline if that is first, and not
+// cancelled with r.ctx, whose end (a force) must not leave a device
+// untold.
+func (r *run) procfsPass(end time.Time) (context.Context, context.CancelFunc) {
+	if dl, ok := r.ctx.Deadline(); ok && dl.Before(end) {
+		end = dl
+	}
+	return context.WithDeadline(context.WithoutCancel(r.ctx), end)
 }
 
 // findNew makes the step's, when it finds its devices itself (no
@@ -244,15 +266,12 @@ func (r *run) findNew() {
 	if r.cfg.ids != nil || !r.waiting {
 		return
 	}
-	ids, err := listDevices(r.cfg.sysRoot)
+	ids, err := r.untracked()
 	if err != nil {
 		return // not listed this time: the next poll lists it again
 	}
 	var fresh []Device
 	for _, id := range ids {
-		if slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id }) {
-			continue
-		}
 		if e, ok := r.others[id]; ok && e != 0 && e == charEntry(r.cfg.sysRoot, id) {
 			continue
 		}
@@ -263,10 +282,9 @@ func (r *run) findNew() {
 	if len(fresh) == 0 {
 		return
 	}
-	fresh = r.leaveOthers(fresh)
-	r.add(fresh...)
+	added := r.add(r.leaveOthers(fresh)...)
 	now := time.Now()
-	for _, d := range r.dev[len(r.dev)-len(fresh):] {
+	for _, d := range added {
 		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "in sysfs", Start: r.start, Duration: now.Sub(r.start),
 			Result: "found after the step began, " + d.cur.State() + ": the daemon's, as those found first"})
 		r.cfg.logger.WarnContext(r.ctx, "ublk: a device added after the step began", "device", d.cur.DiskName(), "state", d.cur.State())
@@ -311,10 +329,7 @@ func (r *run) leaveOthers(devs []Device) []Device {
 	if f := r.killFloor(); !f.IsZero() && f.Before(end) && now.Before(f) {
 		end = f
 	}
-	if dl, ok := r.ctx.Deadline(); ok && dl.Before(end) {
-		end = dl
-	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.ctx), end)
+	ctx, cancel := r.procfsPass(end)
 	defer cancel()
 	others := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon))
 	return slices.DeleteFunc(devs, func(d Device) bool {
@@ -907,15 +922,12 @@ func (r *run) servesMore() bool {
 	if pid <= 0 {
 		return false
 	}
-	ids, err := listDevices(r.cfg.sysRoot)
+	ids, err := r.untracked()
 	if err != nil {
 		return false
 	}
 	var disks []Device
 	for _, id := range ids {
-		if slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id }) {
-			continue
-		}
 		if d, err := readDevice(r.cfg.sysRoot, id); err == nil && d.Disk {
 			disks = append(disks, d)
 		}
@@ -923,20 +935,16 @@ func (r *run) servesMore() bool {
 	if len(disks) == 0 {
 		return false
 	}
-	end := time.Now().Add(ownersWait)
-	if dl, ok := r.ctx.Deadline(); ok && dl.Before(end) {
-		end = dl
-	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.ctx), end)
+	ctx, cancel := r.procfsPass(time.Now().Add(ownersWait))
 	defer cancel()
 	served := ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, []int{pid})[pid]
 	disks = slices.DeleteFunc(disks, func(d Device) bool { return !slices.Contains(served, d.ID) })
 	if len(disks) == 0 {
 		return false
 	}
-	r.add(disks...)
+	added := r.add(disks...)
 	now := time.Now()
-	for _, d := range r.dev[len(r.dev)-len(disks):] {
+	for _, d := range added {
 		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "served by the daemon", Start: now,
 			Result: "/dev/" + d.cur.CharName() + " open in the daemon, " + d.cur.State() + ", not one of the step's devices: the daemon is not killed while it serves it"})
 		r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon still serves a disk the step did not have; not killing it", "device", d.cur.DiskName())
