@@ -6,13 +6,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/procstat"
@@ -39,19 +38,11 @@ import (
 // procfs shows has it open (its server gone, or unseen), or a holder's
 // cgroup cannot be read. It reads procfs until ctx ends.
 func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device, daemon int) map[int]string {
-	chars := map[blockdev.DevNum]int{}
-	var nums []blockdev.DevNum
-	for _, d := range devs {
-		n, err := blockdev.ParseDevNum(readString(filepath.Join(sysRoot, charClassDir, d.CharName(), "dev")))
-		if err == nil && d.Char {
-			chars[n] = d.ID
-			nums = append(nums, n)
-		}
-	}
-	if len(nums) == 0 {
+	chars := charNums(sysRoot, devs)
+	if len(chars) == 0 {
 		return nil
 	}
-	held, _ := blockdev.CharHolders(ctx, procRoot, nums) // cut short: what it did not read is not known
+	held, _ := blockdev.CharHolders(ctx, procRoot, slices.Collect(maps.Keys(chars))) // cut short: what it did not read is not known
 	if len(held) == 0 {
 		return nil
 	}
@@ -187,40 +178,39 @@ func readComm(procRoot string, pid int) string {
 	return cmp.Or(readString(filepath.Join(procRoot, strconv.Itoa(pid), "comm")), "?")
 }
 
-// ublkServers returns, of pids, the processes that have the char device
-// /dev/ublkcN of one of devs open, each with the IDs of those devices, in
-// the order of its fds: the driver lets only a device's server open it,
-// so such a process is the daemon, or a part of it (a per-device server
-// it forked), whether the step knows its PID or not. Only fds are read,
-// each typed from the attributes the kernel has (the node may have any
-// name), until ctx ends: a process not read by then is not found to be
-// one.
-func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, pids []int) map[int][]int {
+// charNums maps the char device number sysfs shows for each of devs
+// (those with a char device) to its ID.
+func charNums(sysRoot string, devs []Device) map[blockdev.DevNum]int {
 	chars := map[blockdev.DevNum]int{}
 	for _, d := range devs {
 		if n, err := blockdev.ParseDevNum(readString(filepath.Join(sysRoot, charClassDir, d.CharName(), "dev"))); err == nil && d.Char {
 			chars[n] = d.ID
 		}
 	}
+	return chars
+}
+
+// ublkServers returns, of pids, the processes that have the char device
+// /dev/ublkcN of one of devs open, each with the IDs of those devices, in
+// the order of its fds: the driver lets only a device's server open it,
+// so such a process is the daemon, or a part of it (a per-device server
+// it forked), whether the step knows its PID or not. Only fds are read
+// (blockdev.CharsOpen), until ctx ends: a process not read by then is not
+// found to be one.
+func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, pids []int) map[int][]int {
+	chars := charNums(sysRoot, devs)
 	out := map[int][]int{}
 	if len(chars) == 0 {
 		return out
 	}
+	want := wantSet(chars)
 	for _, pid := range pids {
-		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
-		fds, _ := os.ReadDir(fdDir)
-		for i, fd := range fds {
-			if i%64 == 0 && ctx.Err() != nil {
-				return out
-			}
-			var st unix.Statx_t
-			if unix.Statx(unix.AT_FDCWD, filepath.Join(fdDir, fd.Name()), unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st) != nil ||
-				st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFCHR {
-				continue
-			}
-			if id, ok := chars[blockdev.DevNum{Major: st.Rdev_major, Minor: st.Rdev_minor}]; ok && !slices.Contains(out[pid], id) {
-				out[pid] = append(out[pid], id)
-			}
+		open, complete := blockdev.CharsOpen(ctx, filepath.Join(procRoot, strconv.Itoa(pid), "fd"), want)
+		for _, n := range open {
+			out[pid] = append(out[pid], chars[n])
+		}
+		if !complete {
+			return out
 		}
 	}
 	return out

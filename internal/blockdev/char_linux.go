@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -39,25 +40,40 @@ func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNu
 		if err := ctx.Err(); err != nil {
 			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
 		}
-		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
-		fds, _ := os.ReadDir(fdDir)
-		seen := map[DevNum]bool{}
-		for _, fd := range fds {
-			link := filepath.Join(fdDir, fd.Name())
-			if target, err := os.Readlink(link); err != nil || isAnon(target) {
-				continue
-			}
-			var st unix.Statx_t
-			if unix.Statx(unix.AT_FDCWD, link, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st) != nil ||
-				st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFCHR {
-				continue
-			}
-			dev := DevNum{st.Rdev_major, st.Rdev_minor}
-			if want[dev] && !seen[dev] {
-				seen[dev] = true
-				out[dev] = append(out[dev], pid)
-			}
+		open, complete := CharsOpen(ctx, filepath.Join(procRoot, strconv.Itoa(pid), "fd"), want)
+		if !complete {
+			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: ctx.Err()}
+		}
+		for _, dev := range open {
+			out[dev] = append(out[dev], pid)
 		}
 	}
 	return out, nil
+}
+
+// CharsOpen returns the character devices of want that the process whose
+// fd directory is fdDir (/proc/PID/fd) has open, each once, in the order
+// of its fds, each typed from the attributes the kernel has, and whether
+// it read every fd: it stops when ctx ends, looked at every 64 fds. A
+// directory that cannot be read (the process exited, EACCES) has none.
+func CharsOpen(ctx context.Context, fdDir string, want map[DevNum]bool) (open []DevNum, complete bool) {
+	fds, _ := os.ReadDir(fdDir)
+	for i, fd := range fds {
+		if i%64 == 0 && ctx.Err() != nil {
+			return open, false
+		}
+		link := filepath.Join(fdDir, fd.Name())
+		if target, err := os.Readlink(link); err != nil || isAnon(target) {
+			continue
+		}
+		var st unix.Statx_t
+		if unix.Statx(unix.AT_FDCWD, link, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st) != nil ||
+			st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFCHR {
+			continue
+		}
+		if dev := (DevNum{st.Rdev_major, st.Rdev_minor}); want[dev] && !slices.Contains(open, dev) {
+			open = append(open, dev)
+		}
+	}
+	return open, true
 }
