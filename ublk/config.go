@@ -34,7 +34,7 @@ type Config struct {
 	// (nor one of its descendants) nor inside this server's cgroup
 	// (another pod's ublk server, the host's) is left alone, and
 	// Report.Note says so.
-	// Where the step does not know the daemon's PID (DaemonFuncs, a
+	// Where the step does not know the daemon's PID (DaemonFuncs with no PidFunc, a
 	// Socket without its Process), a process in the cgroup above this
 	// server's (its pod's: a daemon in a container beside the server's)
 	// counts as the daemon. A listed device not in sysfs when the step

@@ -36,10 +36,28 @@ var ErrCannotKill = errors.New("ublk: daemon cannot be killed from here")
 // DaemonFuncs adapts functions to Daemon. A nil StopFunc is a no-op (the
 // daemon is stopped by other means), a nil WaitFunc reports the daemon
 // exited at once, a nil KillFunc returns ErrCannotKill.
+//
+// PidFunc, when set, returns the daemon's process ID, or 0 once it has
+// exited (its PID may be another process's then) or when it is not known.
+// The step uses it as it uses a *Process's: the daemon's processes are not
+// taken for another server's nor killed as holders, and before a kill on
+// a kernel where killing with a live device is unsafe the step reads that
+// process's open /dev/ublkcN for a disk it still serves. A nil PidFunc is
+// a daemon whose PID is not known: those guards fall back to the cgroup
+// rule of Config.Devices, and the kill guard is off.
 type DaemonFuncs struct {
 	StopFunc func(ctx context.Context) error
 	WaitFunc func(ctx context.Context) error
 	KillFunc func(ctx context.Context) error
+	PidFunc  func() int
+}
+
+// Pid calls PidFunc; 0 when it is nil.
+func (d DaemonFuncs) Pid() int {
+	if d.PidFunc == nil {
+		return 0
+	}
+	return d.PidFunc()
 }
 
 // RequestStop calls StopFunc.

@@ -403,9 +403,16 @@ func isProcess(h Holder) bool {
 }
 
 // daemonPID is the daemon's process ID when the step knows its process (a
-// *Process, or a *Socket paired with one), 0 otherwise.
+// *Process, a *Socket paired with one, DaemonFuncs with a PidFunc), 0
+// otherwise.
 func daemonPID(d Daemon) int {
 	switch d := d.(type) {
+	case DaemonFuncs:
+		return max(d.Pid(), 0)
+	case *DaemonFuncs:
+		if d != nil {
+			return max(d.Pid(), 0)
+		}
 	case *Process:
 		if d != nil {
 			return d.Pid()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -72,4 +73,57 @@ func TestDaemonServingALiveDiskBeyondTheStepsIsNotKilled(t *testing.T) {
 		t.Fatalf("the daemon exited: signalled %v", srv.Signaled(syscall.SIGKILL))
 	default:
 	}
+}
+
+// TestDaemonFuncsWithItsPidServingALiveDiskIsNotKilled is the same
+// timeline with the daemon behind DaemonFuncs, as a supervisor that reaps
+// its own children wires it: it kills through its own handle, and gives
+// the step the PID with PidFunc. The step reads that PID's fds as a
+// *Process's and does not kill a daemon that still serves a live disk.
+func TestDaemonFuncsWithItsPidServingALiveDiskIsNotKilled(t *testing.T) {
+	sys, dir := t.TempDir(), t.TempDir()
+	major, minor := uint32(4091), uint32(os.Getpid()*2+7)%(1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Mode: fakeublk.Hung, EventLog: filepath.Join(dir, "events"),
+		Devices: []fakeublk.DeviceSpec{
+			{ID: 0, Major: 4000, Minor: 0, CharMajor: major, CharMinor: minor},
+			{ID: 1, Major: 4000, Minor: 1, CharMajor: major, CharMinor: minor + 1},
+		}})
+	if err != nil && os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
+	}
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	var killed atomic.Bool
+	daemon := DaemonFuncs{
+		WaitFunc: func(ctx context.Context) error {
+			select {
+			case <-srv.Done():
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		KillFunc: func(context.Context) error { killed.Store(true); return syscall.Kill(srv.Pid(), syscall.SIGKILL) },
+		PidFunc:  srv.Pid,
+	}
+	proc := t.TempDir()
+	require.NoError(t, os.Symlink(fmt.Sprintf("/proc/%d", srv.Pid()), filepath.Join(proc, strconv.Itoa(srv.Pid()))))
+	tree := &fakeublk.Tree{Root: sys}
+	ctl := &memControl{tree: tree, d: newMemDaemon(tree)}
+	td, err := New(daemon, Config{Devices: []int{0}, Reserve: 2 * time.Second, ExitWait: time.Nanosecond,
+		hooks: ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: proc, KernelRelease: vulnerable,
+			OpenControl: func(context.Context) (ublkctl.Controller, error) { return ctl, nil }}})
+	require.NoError(t, err)
+	sctx, scancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer scancel()
+	rep, err := td.Stop(sctx)
+	t.Log(rep.String())
+	assert.False(t, killed.Load(), "the daemon still served ublkb1")
+	var unsafe *UnsafeError
+	require.ErrorAs(t, err, &unsafe)
+	assert.Equal(t, []int{1}, unsafe.Devices)
+	require.NotNil(t, rep.Device(1), "the Report accounts for the daemon's other disk")
+	assert.Equal(t, VerdictLeftLive, rep.Device(1).Verdict)
 }

@@ -45,7 +45,10 @@ type child struct {
 	name string
 	argv []string
 	proc *os.Process
-	done chan struct{} // closed once reaped
+	// pidNum is proc.Pid as started: Release, at the reap, overwrites
+	// proc.Pid while others may read the child's PID.
+	pidNum int
+	done   chan struct{} // closed once reaped
 
 	mu     sync.Mutex
 	status unix.WaitStatus
@@ -77,7 +80,7 @@ func (t *procTable) start(name string, argv []string) (*child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	c := &child{name: name, argv: argv, proc: p, done: make(chan struct{})}
+	c := &child{name: name, argv: argv, proc: p, pidNum: p.Pid, done: make(chan struct{})}
 	t.children[p.Pid] = c
 	t.log.Info("supervisor: started child", "child", name, "pid", p.Pid, "argv", argv)
 	return c, nil
@@ -138,6 +141,17 @@ func (t *procTable) orphanCount() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.orphans
+}
+
+// pid is the child's PID until the reaper has reaped it, 0 after: the
+// PID may be another process's then.
+func (c *child) pid() int {
+	select {
+	case <-c.done:
+		return 0
+	default:
+		return c.pidNum
+	}
 }
 
 // signal sends sig to the child unless it has been reaped (its pid may

@@ -37,6 +37,7 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 		StopFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGTERM) },
 		WaitFunc: func(ctx context.Context) error { return s.daemon.wait(ctx) }, // s.daemon is set at run
 		KillFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGKILL) },
+		PidFunc:  func() int { return s.daemon.pid() }, // the kill guard reads its /dev/ublkcN
 	}
 	if s.owned != nil {
 		d = s.owned
