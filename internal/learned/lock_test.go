@@ -5,6 +5,7 @@ package learned_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -214,5 +215,36 @@ func TestTakeOverOfAnUnreadableFileSaysSoAndLeavesIt(t *testing.T) {
 		assert.Equal(t, string(left), string(got), "the file the server before left, left alone")
 		assert.Contains(t, logs.String(), "estimate_ns is negative", "the takeover says why:\n%s", logs.String())
 		assert.Contains(t, logs.String(), "file="+path)
+	})
+}
+
+// A server starts cold beside the one still draining (no file yet), its
+// Config does not fit (its own flags), and meanwhile the holder saved a
+// learned estimate and exited, which the takeover read. Cold answers for
+// the Config that was refused: it used nothing learned, so the error is
+// the server's configuration's. It used to answer for the file the
+// takeover read since: it said a learned estimate the start never used
+// did not fit, and handed back the same Config as a cold one.
+func TestColdAnswersForTheConfigRefusedNotTheFileTakenOverSince(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, learned.File)
+	synctest.Test(t, func(t *testing.T) {
+		holder, err := statedir.TryAcquire(dir, statedir.Config{File: learned.LockFile})
+		require.NoError(t, err)
+		var logs bytes.Buffer
+		st := learned.Server{Dir: dir, Prior: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+		defer st.Close()
+		assert.Equal(t, 2*time.Second, st.Config().Estimator.Estimate(), "cold: nothing learned yet")
+
+		saved := learned.Rates{Written: time.Now(), Estimate: 9 * time.Second, Limit: 8, LearnedLimit: 16, LearnedEstimate: 9 * time.Second, MaxLimit: 32}
+		require.NoError(t, saved.Write(path))
+		require.NoError(t, holder.Release())
+		time.Sleep(time.Second) // the takeover polls every 100 ms
+		synctest.Wait()
+		require.Contains(t, logs.String(), "the state directory's file is this server's now")
+
+		_, ok := st.Cold(errors.New("the flags do not fit"))
+		assert.False(t, ok, "the refused Config used nothing learned: the error is the configuration's")
+		assert.NotContains(t, logs.String(), "learned estimate does not fit", logs.String())
 	})
 }

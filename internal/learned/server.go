@@ -274,6 +274,13 @@ type Start struct {
 	log  *slog.Logger
 	cold bool                // Cold set it aside
 	est  *deadline.Estimator // the last Config's, which Save reads
+	// from is what the last Config started from, which Cold answers for:
+	// the takeover may replace last after it.
+	from struct {
+		learned bool
+		est     time.Duration
+		level   int
+	}
 
 	stop chan struct{} // closed by Close: takeOver ends
 	done chan struct{} // closed when takeOver has ended
@@ -300,9 +307,10 @@ func (st *Start) Config() pause.Config {
 
 func (st *Start) config() pause.Config {
 	prior, level := st.srv.prior(), 0
-	if st.learned() {
+	if st.from.learned = st.learned(); st.from.learned {
 		prior, level = st.start()
 	}
+	st.from.est, st.from.level = prior, level
 	st.est = deadline.NewEstimator(prior)
 	if st.srv.Concurrency > 0 {
 		return pause.Config{Limit: st.srv.Concurrency, Estimator: st.est}
@@ -335,13 +343,14 @@ func (st *Start) learned() bool { return !st.cold && st.last != nil && st.last.E
 func (st *Start) Cold(err error) (pause.Config, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !st.learned() {
+	if !st.from.learned {
 		return pause.Config{}, false
 	}
 	// The estimate the Config used (the level's, when it adapted from
 	// one), and the file it came from: the log said the last drain's
-	// Estimate, another number than the one refused, and no file.
-	est, level := st.start()
+	// Estimate, another number than the one refused, and no file. Not
+	// the file's now: the takeover may have read another since.
+	est, level := st.from.est, st.from.level
 	st.log.Warn("learned estimate does not fit the grace period; starting cold", "file", filepath.Join(st.srv.Dir, File),
 		"estimate", est, "learned_concurrency", level, "prior", st.srv.prior(), "error", err)
 	st.cold = true
