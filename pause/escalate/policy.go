@@ -103,7 +103,11 @@ type Policy struct {
 // (a child reaper collected the `runsc wait` first): Stop then asks the
 // target's Prober every 100 ms instead of waiting, and a target without
 // one, or whose Prober cannot tell, is treated as still running, so it
-// gets SIGKILL when the wait after the signal ends. A Signal error matching ECHILD (the
+// gets SIGKILL when the wait after the signal ends. A first signal that
+// fails to go out is sent again every 100 ms until the wait after the
+// signal ends, unless the failure is for good (EPERM, EINVAL,
+// errors.ErrUnsupported): before, a target that never got it was SIGKILLed
+// at once. A Signal error matching ECHILD (the
 // signalling command's status was stolen the same way) may have been
 // delivered: the wait after the signal is kept. The error is nil unless the exit is
 // ExitUnknown, and never nil then: it wraps ErrExitUnknown, joined with every failure
@@ -124,10 +128,10 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	termEnd := e.termEnd(ctx, killWait)
 
 	var failures []error
-	if err := t.Signal(ctx, sig); isGone(err) {
+	if err := signalUntil(ctx, t, sig, termEnd); isGone(err) {
 		return Gone, nil
 	} else if err != nil {
-		failures = append(failures, fmt.Errorf("escalate: sending %v: %w", sig, err))
+		failures = append(failures, err)
 		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
 			termEnd = time.Now() // it will not exit on a signal it did not get
 		}
@@ -159,6 +163,43 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 		failures = append(failures, err)
 	}
 	return ExitUnknown, errors.Join(append([]error{notSeen}, failures...)...)
+}
+
+// signalUntil sends sig to t, and again every retryPause while the send
+// fails for a passing reason (a runtime's `runsc kill` that could not
+// fork, a busy API) and until is retryPause away: a target that never got
+// the signal that saves it would otherwise be SIGKILLed at once. A send
+// the target refuses for good (EPERM, EINVAL, a Target that cannot
+// signal) is not tried again; nor is one that was delivered with its
+// status stolen (ECHILD), nor one that found the target gone. The error
+// names the signal and, when it was sent more than once, how often.
+func signalUntil(ctx context.Context, t Target, sig syscall.Signal, until time.Time) error {
+	err := t.Signal(ctx, sig)
+	tries := 1
+	for ; err != nil && sendAgain(err) && time.Until(until) > retryPause; tries++ {
+		if !sleepCtx(ctx, retryPause) {
+			break
+		}
+		err = t.Signal(ctx, sig)
+	}
+	switch {
+	case err == nil || isGone(err):
+		return err
+	case tries > 1:
+		return fmt.Errorf("escalate: sending %v (%d times): %w", sig, tries, err)
+	}
+	return fmt.Errorf("escalate: sending %v: %w", sig, err)
+}
+
+// sendAgain reports whether a failed send may succeed if tried again.
+func sendAgain(err error) bool {
+	for _, final := range []error{os.ErrProcessDone, syscall.ESRCH, syscall.ECHILD, syscall.EPERM, syscall.EINVAL,
+		errors.ErrUnsupported, errNotStarted} {
+		if errors.Is(err, final) {
+			return false
+		}
+	}
+	return true
 }
 
 // termEnd is when the wait after SIGTERM ends: TermWait after now (by

@@ -576,3 +576,50 @@ type nilTarget struct{ exited bool }
 func (n *nilTarget) Signal(context.Context, syscall.Signal) error { n.exited = true; return nil }
 func (n *nilTarget) Wait(context.Context) error                   { n.exited = true; return nil }
 func (n *nilTarget) Exited(context.Context) (bool, error)         { return n.exited, nil }
+
+// A first signal that failed to go out for a passing reason (the runtime's
+// `runsc kill` could not fork under load) is sent again until the wait
+// after the signal ends: the target then saves itself on it. Before, the
+// failed send ended that wait at once, and SIGKILL went out at +0 to a
+// target with 20 s to save its state.
+func TestEscalationFailedFirstSignalIsSentAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(map[syscall.Signal]time.Duration{syscall.SIGTERM: 500 * time.Millisecond})
+		failed := 0
+		target := escalate.Funcs{
+			SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
+				if sig == syscall.SIGTERM && failed < 2 {
+					failed++
+					return fmt.Errorf("runsc kill: fork/exec /usr/bin/runsc: %w", syscall.EAGAIN)
+				}
+				return f.Signal(ctx, sig)
+			},
+			WaitFunc: f.Wait,
+		}
+		start := time.Now()
+		exit, err := escalate.Policy{TermWait: 20 * time.Second}.Stop(t.Context(), target)
+		require.NoError(t, err)
+		assert.Equal(t, escalate.Exited, exit)
+		assert.Equal(t, []string{"terminated@00.200"}, f.sent(), "sent again every 100 ms, never SIGKILL")
+		assert.Equal(t, 700*time.Millisecond, time.Since(start))
+	})
+}
+
+// A first signal that cannot go out (EPERM: not this process's to signal;
+// a Funcs without SignalFunc) is not sent again: the escalation goes on at
+// once, and the end is unknown, with the reason.
+func TestEscalationFirstSignalRefusedIsNotSentAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sends := 0
+		target := escalate.Funcs{
+			SignalFunc: func(context.Context, syscall.Signal) error { sends++; return syscall.EPERM },
+			WaitFunc:   func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+		}
+		start := time.Now()
+		exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: time.Second}.Stop(t.Context(), target)
+		assert.Equal(t, escalate.ExitUnknown, exit)
+		assert.ErrorIs(t, err, syscall.EPERM)
+		assert.Equal(t, 2, sends, "SIGTERM once, SIGKILL once")
+		assert.Equal(t, time.Second, time.Since(start), "only the kill wait")
+	})
+}
