@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -48,7 +49,9 @@ type ExecHook struct {
 	// ProcessStart(). Zero means the server's time of the first request.
 	Start time.Time
 	// Secret, when set, is sent in the X-Drain-Secret header, where a
-	// HookGuard with the same Secret (and the default Header) looks for it.
+	// HookGuard with the same Secret (and the default Header) looks for it;
+	// white space at either end (a Secret file's last newline) is not
+	// sent, as HookGuard does not count it.
 	Secret string
 	// Client makes the requests; nil means a new http.Client that never
 	// uses a proxy: the hook speaks to its own pod, as the kubelet's
@@ -171,8 +174,8 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 	if err != nil {
 		return nil, err
 	}
-	if h.Secret != "" {
-		req.Header.Set(defaultHookHeader, h.Secret)
+	if secret := strings.TrimSpace(h.Secret); secret != "" {
+		req.Header.Set(defaultHookHeader, secret)
 	}
 	resp, err := h.Client.Do(req)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/drainkit/drainkit/kube"
@@ -30,6 +31,10 @@ const defaultHookHeader = "X-Drain-Secret"
 type HookGuard struct {
 	// Secret is the shared secret a request must carry in Header. Empty
 	// means none: only requests from a loopback peer are let through.
+	// White space at either end (the newline a Secret's file often ends
+	// in) is not part of it: an HTTP header value cannot carry it, so no
+	// hook could send it. A Secret of white space alone lets nothing
+	// through.
 	Secret string
 	// Header is the header carrying the secret; empty means
 	// "X-Drain-Secret". The manifest's preStop httpGet sends it with
@@ -72,11 +77,15 @@ func (g *HookGuard) allow(r *http.Request, header string) error {
 			return errors.New("no secret configured, and the request is not from loopback")
 		}
 	} else {
+		secret := strings.TrimSpace(g.Secret)
+		if secret == "" {
+			return errors.New("the configured secret is white space alone: nothing can match it")
+		}
 		got := r.Header.Get(header)
 		if got == "" {
 			return fmt.Errorf("no %s header", header)
 		}
-		if subtle.ConstantTimeCompare([]byte(got), []byte(g.Secret)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(secret)) != 1 {
 			return fmt.Errorf("wrong %s", header)
 		}
 	}

@@ -77,3 +77,43 @@ func TestHookGuardRefusesEveryoneButTheSecretsHolder(t *testing.T) {
 	assert.Equal(t, 5, reached)
 	assert.False(t, strings.Contains(logs.String(), "s3cret"), "the secret is never logged")
 }
+
+// A secret read from a Kubernetes Secret often ends in a newline (a file
+// made with `openssl rand -hex 32 > f`, then --from-file): both the server
+// and drainhook read it from the same variable, newline and all. HTTP
+// carries no white space at either end of a header value, so it is no part
+// of the secret on either side: the kubelet's httpGet hook (its
+// httpHeaders hold the secret without it) and drainhook are let through.
+// Before, the guard refused the one with "wrong X-Drain-Secret", and
+// drainhook could not send the other at all ("invalid header field
+// value"): the drain never started. A secret of white space alone lets
+// nothing through.
+func TestHookSecretEndingInANewlineIsTheSecret(t *testing.T) {
+	const secret = "0f3c9d2a5b\n"
+	guard := &drain.HookGuard{Secret: secret}
+	srv := httptest.NewServer(guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"done": true, "reason": "no sandbox running"}`))
+	})))
+	defer srv.Close()
+
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/drain", nil)
+	req.Header.Set("X-Drain-Secret", "0f3c9d2a5b") // the kubelet's httpGet hook
+	resp, err := http.DefaultClient.Do(req)
+	if assert.NoError(t, err) {
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "the httpGet hook is let through")
+	}
+
+	sum, err := drain.ExecHook{URL: srv.URL + "/drain", Secret: secret, MaxFailures: 1}.Run(t.Context())
+	if assert.NoError(t, err, "drainhook sends the secret") {
+		assert.True(t, sum.Done)
+	}
+
+	blank := httptest.NewServer((&drain.HookGuard{Secret: " \n"}).Wrap(http.NotFoundHandler()))
+	defer blank.Close()
+	resp, err = http.Get(blank.URL) // loopback, no header
+	if assert.NoError(t, err) {
+		resp.Body.Close()
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode, "a blank secret is no secret, and no loopback pass either")
+	}
+}

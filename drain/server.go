@@ -41,7 +41,8 @@ const (
 	// EnvHookSecret is the shared secret the hook's httpHeaders carry in
 	// the header X-Drain-Secret. Required when EnvHookListen is not
 	// loopback. The manifests' placeholder ("replace-me-...", "the same
-	// secret") is refused: it is public.
+	// secret") is refused: it is public. White space at either end (a
+	// Secret file's last newline) is not part of it.
 	EnvHookSecret = "DRAINKIT_HOOK_SECRET"
 	// EnvPodName is the pod's name, from the Downward API (fieldRef
 	// metadata.name). With it and the pod's mounted service account the
@@ -243,7 +244,7 @@ func (s *Server) checkHook() error {
 	if _, _, err := net.SplitHostPort(s.hook); err != nil {
 		return fmt.Errorf("drain: %s=%q: %w", EnvHookListen, s.hook, err)
 	}
-	if s.secret == "" && !listenaddr.Loopback(s.hook) {
+	if strings.TrimSpace(s.secret) == "" && !listenaddr.Loopback(s.hook) { // white space alone is no secret (HookGuard.Secret)
 		return fmt.Errorf("drain: %s=%q is not loopback: set %s too, or anyone who can reach it can drain the node",
 			EnvHookListen, s.hook, EnvHookSecret)
 	}

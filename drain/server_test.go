@@ -41,6 +41,7 @@ func TestNewServerNamesWhatIsWrong(t *testing.T) {
 		"grace negative":            {map[string]string{EnvGrace: "-1h"}, "positive Go duration"},
 		"hook address":              {map[string]string{EnvGrace: "30", EnvHookListen: "nonsense"}, EnvHookListen},
 		"hook open, no secret":      {map[string]string{EnvGrace: "30", EnvHookListen: "0.0.0.0:8082"}, EnvHookSecret},
+		"hook open, blank secret":   {map[string]string{EnvGrace: "30", EnvHookListen: "0.0.0.0:8082", EnvHookSecret: " \n"}, "anyone who can reach it"},
 		"hook on pod IP, no secret": {map[string]string{EnvGrace: "30", EnvHookListen: "10.0.0.7:8082"}, "anyone who can reach it"},
 		// Fault: the README's and the examples' manifests ship a placeholder
 		// secret, public: a hook guarded by it was open to every sandbox.
