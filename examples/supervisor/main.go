@@ -143,7 +143,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	c.hookSecret = os.Getenv(EnvHookSecret)
-	if c.hookSecret == "" && !listenaddr.Loopback(c.hookListen) {
+	if strings.TrimSpace(c.hookSecret) == "" && !listenaddr.Loopback(c.hookListen) { // white space alone is no secret (drain.HookGuard)
 		return c, fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends in X-Drain-Secret",
 			c.hookListen, EnvHookSecret)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/drainkit/drainkit/drain"
@@ -145,7 +146,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	switch {
-	case c.HookSecret == "" && !listenaddr.Loopback(c.HookListen):
+	case strings.TrimSpace(c.HookSecret) == "" && !listenaddr.Loopback(c.HookListen): // white space alone is no secret (drain.HookGuard)
 		return fmt.Errorf("-hook-listen %s is not a loopback address: set %s, the secret the preStop hook sends", c.HookListen, HookSecretEnv)
 	case c.StateDir == "":
 		return errors.New("-state-dir is required")

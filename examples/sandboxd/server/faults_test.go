@@ -386,6 +386,9 @@ func TestOnlyTheHookSecretStartsADrain(t *testing.T) {
 	_, err = New(context.Background(), bad, nil)
 	require.ErrorContains(t, err, "-hook-listen")
 	assert.ErrorContains(t, err, HookSecretEnv)
+	bad.HookSecret = "\n" // a Secret file's newline alone: drain.HookGuard would let nothing through
+	_, err = New(context.Background(), bad, nil)
+	assert.ErrorContains(t, err, HookSecretEnv, "white space alone is no secret")
 }
 
 // An IPv6 address without brackets in -listen or -hook-listen (a manifest's
