@@ -67,8 +67,9 @@ type ExecHook struct {
 // server sent (nil if none) and why it stopped early (nil when the server
 // said the wait is over). No exit status of a hook command holds the pod
 // (the kubelet goes on to SIGTERM whatever it returns); drainhook exits 1
-// when Run returns an error and no summary, so that the kubelet's
-// FailedPreStopHook event says the drain never started, and 0 otherwise.
+// when Run returns an error and no summary, so that the kubelet records a
+// FailedPreStopHook event and logs the hook's output (at -v=1), and 0
+// otherwise.
 func (h ExecHook) Run(ctx context.Context) (*PreStopSummary, error) {
 	h.defaults()
 	if h.MaxWait > 0 {

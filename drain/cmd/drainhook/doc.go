@@ -3,8 +3,11 @@
 // drain wait is over, bounded per request, by consecutive failures and by
 // the drain deadline the server reports. It exits 0 once the server
 // answered, and 1 when no request reached the drain (nothing answered, or
-// a refusal): the kubelet goes on to SIGTERM either way, but records the
-// hook's output, as a FailedPreStopHook event, only for one that failed:
+// a refusal): the kubelet goes on to SIGTERM either way, but records a
+// FailedPreStopHook event only for one that failed. The event says only
+// "PreStopHook failed" (the kubelet keeps a hook's output out of events so
+// that no secret leaks); why is in the kubelet's log, whose "Exec lifecycle
+// hook for Container in Pod failed" line at -v=1 carries the hook's output:
 //
 //	lifecycle:
 //	  preStop:

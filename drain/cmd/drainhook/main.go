@@ -22,9 +22,9 @@ func main() {
 // the server's, its Report says the rest), 1 when no request reached the
 // drain (nothing answered, or a refusal), 2 for a bad flag or argument,
 // before any request. No status holds the pod: the kubelet goes on to
-// SIGTERM whatever an exec hook returns, but keeps the hook's output only
-// for the FailedPreStopHook event of one that failed, so a hook that
-// started no drain must fail for anyone to learn it.
+// SIGTERM whatever an exec hook returns, but only one that failed gets a
+// FailedPreStopHook event and its output in the kubelet's log (at -v=1),
+// so a hook that started no drain must fail for anyone to learn it.
 func run(args []string, logw io.Writer) int {
 	h := drain.ExecHook{Start: drain.ProcessStart()} // T0: the kubelet started this hook
 	fs := flag.NewFlagSet("drainhook", flag.ContinueOnError)

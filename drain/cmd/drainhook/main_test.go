@@ -37,11 +37,11 @@ func TestExitsZeroWhenTheDrainWaitIsOver(t *testing.T) {
 // Fault (a helper's review): the hook exited 0 when no request of it ever
 // reached the server's drain (nothing listening, or a 403 for a secret
 // missing or wrong). The kubelet goes on to SIGTERM whatever an exec hook
-// returns, but it keeps the hook's output only for a FailedPreStopHook
-// event, which a hook that exits 0 does not get: the drain that never
-// started, and why, were in no event, no log and no exit status. The hook
-// now exits 1 then, so its output is the event's message; the pod is not
-// held longer for it.
+// returns, but only one that failed gets a FailedPreStopHook event and its
+// output in the kubelet's log: the drain that never started, and why, were
+// in no event, no log and no exit status. The hook now exits 1 then, so the
+// event says the hook failed and the kubelet's log (at -v=1) says why; the
+// pod is not held longer for it.
 func TestExitsNonZeroWhenTheServerNeverGotTheHook(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
