@@ -14,6 +14,15 @@
 //	    exec:
 //	      command: ["/drainhook", "-url", "http://127.0.0.1:8082/drain"]
 //
+// A hook that ended without its drain wait also writes its last line, the
+// reason, to the container's log: to -container-log, by default
+// /proc/1/fd/2, the stderr of the container's PID 1 (the server), which
+// the container runtime keeps and `kubectl logs` and a node's log shipper
+// show. The write never waits (a pipe no one reads loses the line, not the
+// hook's time). In a pod with shareProcessNamespace, PID 1 is the pod's
+// pause process: give -container-log "" there, or the server's
+// /proc/PID/fd/2.
+//
 // It runs in the server's container, with its environment: when
 // DRAINKIT_HOOK_SECRET is set there (drain.EnvHookSecret), it sends it in
 // the X-Drain-Secret header, as the server's HookGuard requires. A refusal

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/drainkit/drainkit/drain"
@@ -34,6 +36,8 @@ func run(args []string, logw io.Writer) int {
 	fs.IntVar(&h.MaxFailures, "failures", 0, "consecutive failed requests before giving up (0: ExecHook's default, 5)")
 	fs.DurationVar(&h.RetryInterval, "retry", 0, "pause after a failed request (0: ExecHook's default, 1s)")
 	fs.DurationVar(&h.MaxWait, "max-wait", 0, "bound on the whole hook (0: the drain deadline the server reports)")
+	var containerLogPath string
+	fs.StringVar(&containerLogPath, "container-log", containerLog, "where the hook's last line also goes when it ended without its drain wait: PID 1's stderr, the container's log that kubectl logs shows (\"\": nowhere)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -51,11 +55,51 @@ func run(args []string, logw io.Writer) int {
 		return 0
 	}
 	if sum == nil {
-		h.Logger.Error("drainhook: the server never answered the hook: no drain wait; the kubelet proceeds to SIGTERM", "err", err)
+		last(h.Logger, logw, containerLogPath, slog.LevelError, "drainhook: the server never answered the hook: no drain wait; the kubelet proceeds to SIGTERM", err)
 		return 1
 	}
-	h.Logger.Warn("drainhook: giving up; the kubelet proceeds to SIGTERM", "err", err)
+	last(h.Logger, logw, containerLogPath, slog.LevelWarn, "drainhook: giving up; the kubelet proceeds to SIGTERM", err)
 	return 0
+}
+
+// containerLog is -container-log's default: the stderr of the
+// container's PID 1, the server, whose output the container runtime keeps
+// as the container's log. Tests make it "": they must not write to the
+// stderr of their machine's PID 1.
+var containerLog = "/proc/1/fd/2"
+
+// last logs the hook's last line, for a hook that ended without the
+// server saying its drain wait was over, and writes it to path too
+// (-container-log). The kubelet keeps an exec hook's output only in its
+// own log, at -v=1, and its FailedPreStopHook event says only
+// "PreStopHook failed": in the container's log the line is where `kubectl
+// logs` and the node's log shipper find it, beside the server's own.
+// Writing never waits: a pipe no one reads, or a full one, loses the line,
+// not the hook's time; a failure is logged to logw.
+func last(l *slog.Logger, logw io.Writer, path string, level slog.Level, msg string, err error) {
+	l.Log(context.Background(), level, msg, "err", err)
+	if path == "" {
+		return
+	}
+	var line bytes.Buffer
+	slog.New(slog.NewTextHandler(&line, nil)).Log(context.Background(), level, msg, "err", err)
+	if werr := writeNow(path, line.Bytes()); werr != nil {
+		fmt.Fprintf(logw, "drainhook: -container-log: %v\n", werr)
+	}
+}
+
+// writeNow appends b to the file at path, which must exist, in one write
+// that does not wait on a pipe: a FIFO with no reader fails to open
+// (ENXIO) and a full pipe fails the write, within a second at most.
+func writeNow(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_ = f.SetWriteDeadline(time.Now().Add(time.Second)) // a regular file has none, and needs none
+	_, err = f.Write(b)
+	return err
 }
 
 // check refuses what the flag package lets through: arguments after the

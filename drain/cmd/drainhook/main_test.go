@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +27,10 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	containerLog = "" // never this machine's PID 1; the tests below give it
+	goleak.VerifyTestMain(m)
+}
 
 func TestExitsZeroWhenTheDrainWaitIsOver(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -217,4 +225,73 @@ func TestAnswerThatIsNotAPreStopSummaryEndsTheHook(t *testing.T) {
 	assert.Equal(t, 1, run([]string{"-url", srv.URL + "/version", "-max-wait", "1s"}, &log))
 	assert.Equal(t, int32(1), calls.Load(), "asked once")
 	assert.Contains(t, log.String(), "not a drain.PreStop summary")
+}
+
+// A hook that got no drain wait says why in the container's log too: the
+// kubelet's FailedPreStopHook event says only "PreStopHook failed", and
+// the hook's own output reaches only the kubelet's log, at -v=1. The
+// line goes to the stderr of the container's PID 1, here a child process
+// whose stderr is this test's pipe, opened through /proc as in a pod.
+func TestNoDrainWaitIsSaidInTheContainersLog(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	pid1 := exec.Command("sleep", "60")
+	pid1.Stderr = w
+	require.NoError(t, pid1.Start())
+	w.Close() // the child holds the write end
+	defer func() { _ = pid1.Process.Kill(); _ = pid1.Wait() }()
+
+	var log strings.Builder
+	assert.Equal(t, 1, run([]string{"-url", closedURL(t), "-failures", "1", "-container-log", fmt.Sprintf("/proc/%d/fd/2", pid1.Process.Pid)}, &log))
+	require.NoError(t, r.SetReadDeadline(time.Now().Add(10*time.Second)))
+	line, err := bufio.NewReader(r).ReadString('\n')
+	require.NoError(t, err, "hook's own log:\n%s", log.String())
+	assert.Contains(t, line, "level=ERROR")
+	assert.Contains(t, line, "the server never answered the hook: no drain wait")
+	assert.Contains(t, line, "connection refused", "and why")
+}
+
+// The container's log gets the hook's last line only when the hook ended
+// without its drain wait: once the server said the wait is over, the
+// server's own log says the rest.
+func TestContainersLogGetsOnlyAHookWithoutItsDrainWait(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "container.log")
+	require.NoError(t, os.WriteFile(file, []byte("the server's line\n"), 0o600))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(drain.PreStopSummary{Done: true, Reason: "drained"})
+	}))
+	defer srv.Close()
+	assert.Equal(t, 0, run([]string{"-url", srv.URL, "-container-log", file}, io.Discard))
+	got, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.Equal(t, "the server's line\n", string(got))
+
+	assert.Equal(t, 1, run([]string{"-url", closedURL(t), "-failures", "1", "-container-log", file}, io.Discard))
+	got, err = os.ReadFile(file)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(got), "the server's line\n"), "appended, never truncated: %q", got)
+	assert.Contains(t, string(got), "no drain wait")
+}
+
+// Writing to the container's log never holds the hook: a FIFO that no one
+// reads (a runtime's log reader gone) fails at once, and so does a path
+// that is not there (no /proc); each is said in the hook's own log.
+func TestContainersLogThatCannotTakeTheLineDoesNotHoldTheHook(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	for _, path := range []string{fifo, filepath.Join(t.TempDir(), "missing")} {
+		var log strings.Builder
+		assert.Equal(t, 1, run([]string{"-url", closedURL(t), "-failures", "1", "-container-log", path}, &log))
+		assert.Contains(t, log.String(), "drainhook: -container-log: open "+path)
+	}
+}
+
+// closedURL is a drain URL on a loopback port nothing listens on.
+func closedURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr + "/drain"
 }
