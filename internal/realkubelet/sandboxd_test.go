@@ -138,6 +138,31 @@ func TestRealKubeletSandboxd(t *testing.T) {
 				sigterm, rep.Phase(drain.PhaseDrain).Deadline.Sub(rep.Budget.Start))
 			assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
 		})
+		// drainhook pointed where nothing listens (a manifest's wrong port):
+		// the hook gets no drain wait and exits 1; the kubelet logs "PreStop
+		// hook failed", records FailedPreStopHook with no reason in it, and
+		// goes on to SIGTERM, on which sandboxd drains. Why the hook failed
+		// is in the container's log, beside sandboxd's own lines: drainhook
+		// wrote it to /proc/1/fd/2, sandboxd's stderr, which containerd
+		// keeps and kubectl logs shows.
+		t.Run("exec hook drainhook at a wrong port: why is in the container's log", func(t *testing.T) {
+			t.Parallel()
+			const name = "sandboxd-wrong-hook"
+			listen, hookListen, wrong := freeAddr(t), freeAddr(t), freeAddr(t) // nothing listens at wrong
+			c := sandboxdCase{grace: 10, pause: 100 * time.Millisecond, concurrency: 4}
+			node.AddPod(t, Pod(name, c.grace, filepath.Join(node.Dir, "state-"+name),
+				ExecHook("/drainhook", "-url", "http://"+wrong+"/drain", "-failures", "1"), sandboxdCommand(listen, hookListen, c)...))
+			w, err := WatchProcess(WaitProcess(t, "-listen "+listen, 2*time.Minute))
+			require.NoError(t, err)
+			waitHTTP(t, "http://"+listen+"/healthz", node, name)
+			node.DeletePod(t, name)
+			_, err = w.Wait(time.Minute)
+			log := node.PodLog(name) // at once: the kubelet removes the pod's logs soon after
+			require.NoError(t, err, "pod log:\n%s", log)
+			assert.Contains(t, log, "drainhook: the server never answered the hook: no drain wait")
+			assert.Contains(t, log, "connection refused", "and why")
+			assert.NotEmpty(t, node.KubeletLog("PreStop hook failed"), "the kubelet saw the hook fail")
+		})
 		t.Run("grace too short for the work", func(t *testing.T) {
 			t.Parallel()
 			rep := runSandboxd(t, node, "sandboxd-short", sandboxdCase{grace: 4, sandboxes: 12, pause: time.Second, concurrency: 2, squeezed: true})
