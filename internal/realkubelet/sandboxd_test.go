@@ -161,7 +161,9 @@ func TestRealKubeletSandboxd(t *testing.T) {
 			require.NoError(t, err, "pod log:\n%s", log)
 			assert.Contains(t, log, "drainhook: the server never answered the hook: no drain wait")
 			assert.Contains(t, log, "connection refused", "and why")
-			assert.NotEmpty(t, node.KubeletLog("PreStop hook failed"), "the kubelet saw the hook fail")
+			failed := node.KubeletLog("PreStop hook failed", "lifecycle hook for Container in Pod failed")
+			t.Logf("the kubelet's log:\n%s", strings.Join(failed, "\n"))
+			assert.NotEmpty(t, failed, "the kubelet saw the hook fail")
 		})
 		t.Run("grace too short for the work", func(t *testing.T) {
 			t.Parallel()
