@@ -100,6 +100,8 @@ func (h ExecHook) Run(ctx context.Context) (*PreStopSummary, error) {
 			return last, fmt.Errorf("drainhook: stopped: %w", context.Cause(ctx))
 		case !drainDL.IsZero() && !time.Now().Before(drainDL):
 			return last, fmt.Errorf("drainhook: the drain deadline %s passed", drainDL.Format(time.RFC3339Nano))
+		case failures >= h.MaxFailures && failures == 1:
+			return last, fmt.Errorf("drainhook: the request failed: %w", err)
 		case failures >= h.MaxFailures:
 			return last, fmt.Errorf("drainhook: %d consecutive failures, last: %w", failures, err)
 		}

@@ -249,6 +249,7 @@ func TestNoDrainWaitIsSaidInTheContainersLog(t *testing.T) {
 	require.NoError(t, err, "hook's own log:\n%s", log.String())
 	assert.Contains(t, line, "level=ERROR")
 	assert.Contains(t, line, "the server never answered the hook: no drain wait")
+	assert.Contains(t, line, "the request failed", "-failures 1")
 	assert.Contains(t, line, "connection refused", "and why")
 }
 
