@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
+	"github.com/drainkit/drainkit/internal/durflag"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 )
 
@@ -63,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.N, "n", 0, "running sandboxes on the node (default 20; 6 with -runtime runsc)")
 	fs.DurationVar(&o.Pause, "pause", 0, "mean time of one pause (default 500ms); with runsc, the servers' first estimate of a checkpoint (default 3s)")
 	fs.Float64Var(&o.Jitter, "jitter", 0.5, "pause times spread uniformly over pause x [1-jitter, 1+jitter]")
-	fs.DurationVar(&o.Grace, "grace", 0, "the pod's termination grace period (default 8s; 15s with -runtime runsc)")
+	durflag.GraceVar(fs, &o.Grace, "grace", 0, "the pod's termination grace period (default 8s; 15s with -runtime runsc)")
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "pauses drainkit runs at once; 0: pause's adaptive limit (from 8, between 1 and 32)")
 	fs.StringVar(&o.Runtime, "runtime", "fake", "sandbox runtime: fake, or runsc for real gVisor sandboxes (root)")
 	fs.DurationVar(&o.SeedPoll, "seed-poll", 3*time.Second, "how often the seed's preStop loop polls (AgentENV: 3s)")

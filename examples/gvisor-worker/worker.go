@@ -26,6 +26,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/durable"
+	"github.com/drainkit/drainkit/internal/durflag"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/startsig"
@@ -86,13 +87,13 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs.StringVar(&c.Socket, "socket", "", "Unix socket to serve gRPC on (default STATE_DIR/worker.sock)")
 	fs.StringVar(&c.Listen, "listen", "", "TCP address to serve gRPC on instead of -socket, e.g. 127.0.0.1:7070")
 	fs.StringVar(&c.StateDir, "state-dir", "", "directory for sandboxes, checkpoints and records (required)")
-	fs.DurationVar(&c.Grace, "grace", 30*time.Second, "the pod's termination grace period")
+	durflag.GraceVar(fs, &c.Grace, "grace", 30*time.Second, "the pod's termination grace period")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "checkpoints run at once at shutdown: n > 0 fixes it; 0 (the default) adapts, between 1 and 32, from what the last shutdown learned ("+learned.File+" in -state-dir)")
 	fs.StringVar(&c.Runtime, "runtime", "runsc", "runsc, or fake for in-process sandboxes")
 	fs.DurationVar(&c.PauseLatency, "pause-latency", 2*time.Second, "how long a fake checkpoint takes; with runsc, the first estimate")
 	fs.StringVar(&c.Pod, "pod", os.Getenv(drain.EnvPodName), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs get on pods and create on events.k8s.io events); empty: no API access")
 	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv(drain.EnvPodUID), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
-	fs.DurationVar(&c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp); needs -pod; 0: not known")
+	durflag.GraceVar(fs, &c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp), in `seconds` or as a duration (25s); needs -pod; not given: not known")
 	fs.StringVar(&c.KubeletConfig, "kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, mounted from the host): -kubelet-grace computed from it for this pod's priority; needs -pod")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	if err := fs.Parse(args); err != nil {

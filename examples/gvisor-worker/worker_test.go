@@ -127,6 +127,10 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 	cfg, err := parseFlags([]string{"-state-dir", "/w"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "/w/worker.sock", cfg.Socket)
+	// The manifest's terminationGracePeriodSeconds as it is (row 376).
+	cfg, err = parseFlags([]string{"-state-dir", "/w", "-grace", "3600"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, cfg.Grace)
 }
 
 // The ateom bug: a `runsc wait` that failed looked like a clean exit, so SIGKILL was never

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/apiflags"
+	"github.com/drainkit/drainkit/internal/durflag"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/listenaddr"
 	"github.com/drainkit/drainkit/internal/termmsg"
@@ -101,7 +102,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.listen, "listen", ":8081", "address for /readyz and /healthz")
 	fs.StringVar(&c.hookListen, "hook-listen", "127.0.0.1:8082", "address for GET /drain, the preStop hook; not loopback: needs "+EnvHookSecret)
 	fs.StringVar(&c.serverURL, "server-url", "", "the server's API base URL (default http://127.0.0.1:8080; with -api agentenv http://127.0.0.1:8000)")
-	fs.DurationVar(&c.grace, "grace", 30*time.Second, "the pod's terminationGracePeriodSeconds")
+	durflag.GraceVar(fs, &c.grace, "grace", 30*time.Second, "the pod's terminationGracePeriodSeconds")
 	fs.IntVar(&c.concurrency, "concurrency", 0, "pause requests sent at once: n > 0 fixes it; 0 (the default) adapts, between 1 and 32, from what the last drain learned (-state-dir)")
 	fs.StringVar(&c.stateDir, "state-dir", "", "directory (a hostPath) where what a drain learned is kept for the next one, "+learned.File+"; empty: nothing is kept")
 	daemon := fs.String("daemon", "", `device daemon command, "COMMAND ARGS" (split on spaces)`)
@@ -111,7 +112,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.termLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.StringVar(&c.pod, "pod", os.Getenv(drain.EnvPodName), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs the overlay's RBAC); empty: no API access")
 	fs.StringVar(&c.podUID, "pod-uid", os.Getenv(drain.EnvPodUID), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
-	fs.DurationVar(&c.kubelet, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp); needs -pod; 0: not known")
+	durflag.GraceVar(fs, &c.kubelet, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp), in `seconds` or as a duration (25s); needs -pod; not given: not known")
 	fs.StringVar(&c.kubeletConf, "kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, mounted from the host): -kubelet-grace computed from it for this pod's priority; needs -pod")
 	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
 	if err := fs.Parse(args); err != nil {

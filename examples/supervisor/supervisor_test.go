@@ -42,6 +42,11 @@ func TestParseArgs(t *testing.T) {
 	assert.Equal(t, []string{"ublkd", "--socket", "/run/u.sock"}, c.daemon)
 	assert.Equal(t, "/tmp/r.json", c.report)
 	assert.Equal(t, []string{"server", "-x"}, c.server)
+	// The manifest's terminationGracePeriodSeconds as it is (row 376).
+	c, err = parseArgs([]string{"-grace", "3600", "-kubelet-grace", "25", "--", "server"}, &stderr)
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, c.grace)
+	assert.Equal(t, 25*time.Second, c.kubelet)
 
 	for _, bad := range []struct {
 		args []string

@@ -21,6 +21,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/apiflags"
+	"github.com/drainkit/drainkit/internal/durflag"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
@@ -122,35 +123,6 @@ func (s *stepFlags) Set(v string) error {
 	return nil
 }
 
-// graceFlag is a grace period given as whole seconds (as in the manifest's
-// terminationGracePeriodSeconds) or as a Go duration.
-type graceFlag struct{ d time.Duration }
-
-func (g *graceFlag) String() string {
-	if g.d == 0 {
-		return ""
-	}
-	return g.d.String()
-}
-
-func (g *graceFlag) Set(v string) error {
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
-		switch maxSecs := int64(math.MaxInt64 / time.Second); { // beyond, n x 1e9 wraps round
-		case n <= 0:
-			return fmt.Errorf("must be positive, got %q", v)
-		case n > maxSecs:
-			return fmt.Errorf("want at most %d seconds, got %q", maxSecs, v)
-		}
-		g.d = time.Duration(n) * time.Second
-	} else if g.d, err = time.ParseDuration(v); err != nil {
-		return fmt.Errorf("want seconds (30) or a duration (30s), got %q", v)
-	}
-	if g.d <= 0 {
-		return fmt.Errorf("must be positive, got %q", v)
-	}
-	return nil
-}
-
 // planInput is everything a plan is made of, with where each came from.
 type planInput struct {
 	source         string  // where the sandboxes came from
@@ -202,10 +174,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	count := fs.Int("count", 0, "plan for `N` sandboxes of the estimate each")
 	stateDir := fs.String("state-dir", "", "the server's state `DIR`; its "+learned.File+" holds what it learned")
 	ratesFile := fs.String("rates", "", "the learned rates `FILE` (default: STATE_DIR/"+learned.File+")")
-	var grace graceFlag
-	fs.Var(&grace, "grace", "terminationGracePeriodSeconds, in `SECONDS` or as a duration (default: the rates', the server's at its last shutdown: give it after a change)")
-	var kubeletGrace graceFlag
-	fs.Var(&kubeletGrace, "kubelet-grace", "the grace the kubelet gives the pod when it terminates it on its own (graceful node shutdown: shutdownGracePeriod less shutdownGracePeriodCriticalPods), in `SECONDS` or as a duration, planned beside the deletion (default: the rates', the server's -kubelet-grace)")
+	var grace time.Duration
+	durflag.GraceVar(fs, &grace, "grace", 0, "terminationGracePeriodSeconds, in `SECONDS` or as a duration (default: the rates', the server's at its last shutdown: give it after a change)")
+	var kubeletGrace time.Duration
+	durflag.GraceVar(fs, &kubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives the pod when it terminates it on its own (graceful node shutdown: shutdownGracePeriod less shutdownGracePeriodCriticalPods), in `SECONDS` or as a duration, planned beside the deletion (default: the rates', the server's -kubelet-grace)")
 	kubeletConfig := fs.String("kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, e.g. /var/lib/kubelet/config.yaml): the kubelet's own grace from it, and whether the server's -kubelet-grace is it")
 	priority := fs.Int("priority", 0, "the pod's priority (its PriorityClass's value; system-node-critical is 2000001000), for -kubelet-config's node-shutdown groups")
 	margin := fs.Duration("margin", 0, "margin kept before SIGKILL (default: the library's for the grace, a tenth of it within [1.5s, 5s])")
@@ -246,7 +218,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case err != nil:
-	case *kubeletConfig != "" && kubeletGrace.d > 0:
+	case *kubeletConfig != "" && kubeletGrace > 0:
 		err = errors.New("give -kubelet-grace or -kubelet-config, not both: the node's configuration says what the kubelet gives")
 	case *priority != 0 && *kubeletConfig == "":
 		err = errors.New("-priority picks a group of -kubelet-config's node shutdown: give -kubelet-config")
@@ -263,7 +235,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	in := planInput{margin: *margin, rateMiB: *rate}
-	if err := in.loadRates(*stateDir, *ratesFile, grace.d, *estimate); err != nil {
+	if err := in.loadRates(*stateDir, *ratesFile, grace, *estimate); err != nil {
 		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
 		return exitUsage
 	}
@@ -279,10 +251,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
 		return exitUsage
 	}
-	if err := in.resolve(grace.d, *estimate, *limit, steps); err != nil {
+	if err := in.resolve(grace, *estimate, *limit, steps); err != nil {
 		return usageError(stderr, "plan", err)
 	}
-	if err := in.resolveKubelet(kubeletGrace.d, *kubeletConfig, *priority); err != nil {
+	if err := in.resolveKubelet(kubeletGrace, *kubeletConfig, *priority); err != nil {
 		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
 		return exitUsage
 	}

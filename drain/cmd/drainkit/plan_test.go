@@ -142,7 +142,7 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		{[]string{"-count", "3", "-sizes", bad}, "give exactly one of"},
 		{[]string{"-count", "3"}, "-grace is required"},
 		{[]string{"-count", "3", "-grace", "0"}, "must be positive"},
-		{[]string{"-count", "3", "-grace", "soon"}, "want seconds (30) or a duration (30s)"},
+		{[]string{"-count", "3", "-grace", "soon"}, "want whole seconds (30) or a duration (30s, 1m30s)"},
 		// 18446744074 s x 1e9 wraps round 2^64 to 0.29 s: a plan for a third of a second.
 		{[]string{"-count", "3", "-grace", "18446744074"}, `at most 9223372036 seconds, got "18446744074"`},
 		{[]string{"-count", "3", "-grace", "9999999999"}, `at most 9223372036 seconds, got "9999999999"`},

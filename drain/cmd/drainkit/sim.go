@@ -15,6 +15,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/durflag"
 )
 
 const simUsage = `usage: drainkit sim [-nodes M] [-sandboxes N|LO-HI] [-pause D] [-jitter J] [-grace SECONDS] [-max-unavailable U] [flags]
@@ -141,15 +142,13 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&c.jitter, "jitter", 0.5, "pause times are uniform in pause x [1-J, 1+J]")
 	fs.DurationVar(&c.estimate, "estimate", 0, "the estimate the servers learned (default: the p90 of the pause times)")
 	fs.IntVar(&c.concurrency, "concurrency", 8, "pauses at once on a drainkit node")
-	grace := graceFlag{3600 * time.Second}
-	fs.Var(&grace, "grace", "terminationGracePeriodSeconds, in `SECONDS` or as a duration")
+	durflag.GraceVar(fs, &c.grace, "grace", 3600*time.Second, "terminationGracePeriodSeconds, in `SECONDS` or as a duration")
 	unavailable := unavailableFlag{n: 1}
 	fs.Var(&unavailable, "max-unavailable", "the DaemonSet's rollingUpdate.maxUnavailable: `U` nodes, or a percentage of them (rounded up)")
 	fs.DurationVar(&c.startup, "startup", 30*time.Second, "from the old pod's exit until the new pod is ready")
 	fs.DurationVar(&c.teardown, "teardown", time.Second, "how long the device teardown takes")
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed of the pause times and counts")
 	pos, err := parse(fs, args)
-	c.grace = grace.d
 	c.minSB, c.maxSB = counts.lo, counts.hi
 	c.maxUnavailable, c.unavailablePct = unavailable.n, unavailable.pct
 	if err == nil && unavailable.n < 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/durflag"
 	"github.com/drainkit/drainkit/internal/listenaddr"
 	"github.com/drainkit/drainkit/internal/termmsg"
 )
@@ -106,7 +107,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&c.Listen, "listen", DefaultListen, "HTTP listen address of the API, /readyz and /healthz")
 	fs.StringVar(&c.HookListen, "hook-listen", DefaultHookListen, "listen address of the preStop hook GET /drain; not loopback: needs "+HookSecretEnv)
 	fs.StringVar(&c.StateDir, "state-dir", "", "directory for paused-sandbox records, images and last-shutdown.json (required)")
-	fs.DurationVar(&c.Grace, "grace", DefaultGrace, "the pod's termination grace period (terminationGracePeriodSeconds)")
+	durflag.GraceVar(fs, &c.Grace, "grace", DefaultGrace, "the pod's termination grace period (terminationGracePeriodSeconds)")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "sandbox runtime: fake or runsc")
 	fs.DurationVar(&c.PauseLatency, "pause-latency", DefaultPauseLatency, "how long one pause takes (fake runtime); with runsc, the first estimate of a checkpoint")
 	fs.Float64Var(&c.PauseJitter, "pause-jitter", 0, "spread of the pause latency, a fraction in [0, 1) (fake runtime)")
@@ -114,7 +115,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.StringVar(&c.Pod, "pod", os.Getenv(drain.EnvPodName), "this pod's name, for its deletionTimestamp and Events through the Kubernetes API (needs deploy/rbac.yaml); empty: no API access")
 	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv(drain.EnvPodUID), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
-	fs.DurationVar(&c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it terminates it on its own (graceful node shutdown's slice); needs -pod; 0: not known")
+	durflag.GraceVar(fs, &c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it terminates it on its own (graceful node shutdown's slice), in `seconds` or as a duration (25s); needs -pod; not given: not known")
 	fs.StringVar(&c.KubeletConfig, "kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, mounted from the host): -kubelet-grace computed from it for this pod's priority; needs -pod")
 	fs.IntVar(&c.Devices, "devices", 0, "fake ublk devices served by a fake device daemon child, 0 for none (default 2 with the fake runtime, 0 with runsc)")
 	if err := fs.Parse(args); err != nil {

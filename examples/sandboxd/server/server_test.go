@@ -208,7 +208,7 @@ func TestBadConfigurationFailsNamingTheFlag(t *testing.T) {
 		require.Error(t, err, flagName)
 		assert.Contains(t, err.Error(), flagName)
 	}
-	cfg, err := ParseFlags([]string{"-state-dir", "/s", "-grace", "1h", "-concurrency", "8"}, io.Discard)
+	cfg, err := ParseFlags([]string{"-state-dir", "/s", "-grace", "3600", "-concurrency", "8"}, io.Discard) // the manifest's seconds as they are (row 376)
 	require.NoError(t, err)
 	assert.Equal(t, Config{Listen: DefaultListen, HookListen: DefaultHookListen, StateDir: "/s", Grace: time.Hour, Runtime: "fake",
 		PauseLatency: DefaultPauseLatency, Concurrency: 8, Devices: DefaultDevices}, cfg)
