@@ -62,12 +62,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("drainsim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.N, "n", 0, "running sandboxes on the node (default 20; 6 with -runtime runsc)")
-	fs.DurationVar(&o.Pause, "pause", 0, "mean time of one pause (default 500ms); with runsc, the servers' first estimate of a checkpoint (default 3s)")
+	durflag.DurationVar(fs, &o.Pause, "pause", 0, "mean time of one pause (default 500ms); with runsc, the servers' first estimate of a checkpoint (default 3s)")
 	fs.Float64Var(&o.Jitter, "jitter", 0.5, "pause times spread uniformly over pause x [1-jitter, 1+jitter]")
 	durflag.GraceVar(fs, &o.Grace, "grace", 0, "the pod's termination grace period (default 8s; 15s with -runtime runsc)")
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "pauses drainkit runs at once; 0: pause's adaptive limit (from 8, between 1 and 32)")
 	fs.StringVar(&o.Runtime, "runtime", "fake", "sandbox runtime: fake, or runsc for real gVisor sandboxes (root)")
-	fs.DurationVar(&o.SeedPoll, "seed-poll", 3*time.Second, "how often the seed's preStop loop polls (AgentENV: 3s)")
+	durflag.DurationVar(fs, &o.SeedPoll, "seed-poll", 3*time.Second, "how often the seed's preStop loop polls (AgentENV: 3s)")
 	fs.BoolVar(&o.Verbose, "v", false, "show the servers' logs")
 	if err := fs.Parse(args); err != nil {
 		return o, err

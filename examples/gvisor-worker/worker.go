@@ -90,7 +90,7 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	durflag.GraceVar(fs, &c.Grace, "grace", 30*time.Second, "the pod's termination grace period")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "checkpoints run at once at shutdown: n > 0 fixes it; 0 (the default) adapts, between 1 and 32, from what the last shutdown learned ("+learned.File+" in -state-dir)")
 	fs.StringVar(&c.Runtime, "runtime", "runsc", "runsc, or fake for in-process sandboxes")
-	fs.DurationVar(&c.PauseLatency, "pause-latency", 2*time.Second, "how long a fake checkpoint takes; with runsc, the first estimate")
+	durflag.DurationVar(fs, &c.PauseLatency, "pause-latency", 2*time.Second, "how long a fake checkpoint takes; with runsc, the first estimate")
 	fs.StringVar(&c.Pod, "pod", os.Getenv(drain.EnvPodName), "this pod's name, for its deletionTimestamp (a grace shorter than -grace) and Events through the Kubernetes API (needs get on pods and create on events.k8s.io events); empty: no API access")
 	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv(drain.EnvPodUID), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
 	durflag.GraceVar(fs, &c.KubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp), in `seconds` or as a duration (25s); needs -pod; not given: not known")

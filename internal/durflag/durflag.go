@@ -68,3 +68,40 @@ func (g *grace) Set(v string) error {
 }
 
 func (g *grace) Get() any { return time.Duration(*g) }
+
+// DurationVar defines a flag name, with default value and usage, that sets
+// *p to a Go duration, as flag.FlagSet.DurationVar does, but whose error
+// says what is wanted where the flag package says only "parse error": a
+// bare number gets its units named. A usage without a back-quoted name
+// gets ", a `duration`": the help reads -pause duration, as for
+// flag.FlagSet.DurationVar.
+func DurationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	if !strings.Contains(usage, "`") {
+		usage += ", a `duration`"
+	}
+	fs.Var((*duration)(p), name, usage)
+}
+
+type duration time.Duration
+
+func (d *duration) String() string {
+	if d == nil {
+		return "0s"
+	}
+	return time.Duration(*d).String()
+}
+
+func (d *duration) Set(v string) error {
+	x, err := time.ParseDuration(v)
+	if err == nil {
+		*d = duration(x)
+		return nil
+	}
+	if _, nerr := strconv.ParseFloat(v, 64); nerr == nil {
+		return fmt.Errorf("want a duration with its unit (%sms, %ss, %sm), got %q", v, v, v, v)
+	}
+	return fmt.Errorf("want a duration such as 500ms, 30s or 1m30s, got %q", v)
+}
+
+func (d *duration) Get() any { return time.Duration(*d) }

@@ -64,3 +64,32 @@ func TestGraceVarInAFlagSet(t *testing.T) {
 	assert.Equal(t, `invalid value "abc" for flag -grace: want whole seconds (30) or a duration (30s, 1m30s), got "abc"`, err.Error())
 	assert.Equal(t, time.Hour, grace, "a refused value leaves the last one")
 }
+
+// DurationVar takes what flag.FlagSet.DurationVar takes, the same way, and
+// its errors say what is wanted.
+func TestDurationVarInAFlagSet(t *testing.T) {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	var pause, step time.Duration
+	durflag.DurationVar(fs, &pause, "pause", time.Second, "time one pause takes")
+	durflag.DurationVar(fs, &step, "step", 0, "pause per step")
+	fs.PrintDefaults()
+	assert.Contains(t, out.String(), "-pause duration\n")
+	assert.Contains(t, out.String(), "time one pause takes, a duration (default 1s)")
+	assert.Contains(t, out.String(), "pause per step, a duration\n", "zero: no default shown, as flag.Duration")
+
+	require.NoError(t, fs.Parse([]string{"-pause", "-2s", "-step", "0"}))
+	assert.Equal(t, -2*time.Second, pause, "as flag.Duration: the program decides what a negative one means")
+	assert.Equal(t, time.Duration(0), step, "0 needs no unit")
+	assert.Equal(t, -2*time.Second, fs.Lookup("pause").Value.(flag.Getter).Get())
+
+	for v, want := range map[string]string{
+		"1.5":  `invalid value "1.5" for flag -pause: want a duration with its unit (1.5ms, 1.5s, 1.5m), got "1.5"`,
+		"soon": `invalid value "soon" for flag -pause: want a duration such as 500ms, 30s or 1m30s, got "soon"`,
+	} {
+		err := fs.Parse([]string{"-pause", v})
+		require.Error(t, err, v)
+		assert.Equal(t, want, err.Error())
+	}
+}

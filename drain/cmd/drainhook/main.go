@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/durflag"
 )
 
 func main() {
@@ -32,10 +33,10 @@ func run(args []string, logw io.Writer) int {
 	fs := flag.NewFlagSet("drainhook", flag.ContinueOnError)
 	fs.SetOutput(logw)
 	fs.StringVar(&h.URL, "url", "http://127.0.0.1:8082/drain", "URL of the server's preStop handler (the default is where drain.Server, sandboxd and the supervisor serve it)")
-	fs.DurationVar(&h.RequestTimeout, "timeout", 0, "timeout of each request (0: ExecHook's default, 10s)")
+	durflag.DurationVar(fs, &h.RequestTimeout, "timeout", 0, "timeout of each request (0: ExecHook's default, 10s)")
 	fs.IntVar(&h.MaxFailures, "failures", 0, "consecutive failed requests before giving up (0: ExecHook's default, 5)")
-	fs.DurationVar(&h.RetryInterval, "retry", 0, "pause after a failed request (0: ExecHook's default, 1s)")
-	fs.DurationVar(&h.MaxWait, "max-wait", 0, "bound on the whole hook (0: the drain deadline the server reports)")
+	durflag.DurationVar(fs, &h.RetryInterval, "retry", 0, "pause after a failed request (0: ExecHook's default, 1s)")
+	durflag.DurationVar(fs, &h.MaxWait, "max-wait", 0, "bound on the whole hook (0: the drain deadline the server reports)")
 	var containerLogPath string
 	fs.StringVar(&containerLogPath, "container-log", containerLog, "where the hook's last line also goes when it ended without its drain wait: PID 1's stderr, the container's log that kubectl logs shows (\"\": nowhere)")
 	if err := fs.Parse(args); err != nil {

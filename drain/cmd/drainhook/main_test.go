@@ -109,6 +109,7 @@ func TestMisusedFlagsAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"-failures", "-3"}, "-failures must not be negative, got -3"},
 		{[]string{"-retry", "-1ms"}, "-retry must not be negative, got -1ms"},
 		{[]string{"-max-wait", "-1m"}, "-max-wait must not be negative, got -1m0s"},
+		{[]string{"-timeout", "5"}, `invalid value "5" for flag -timeout: want a duration with its unit (5ms, 5s, 5m)`}, // row 376
 	} {
 		var log strings.Builder
 		assert.Equal(t, 2, run(tc.args, &log), tc.args)

@@ -180,11 +180,14 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	durflag.GraceVar(fs, &kubeletGrace, "kubelet-grace", 0, "the grace the kubelet gives the pod when it terminates it on its own (graceful node shutdown: shutdownGracePeriod less shutdownGracePeriodCriticalPods), in `SECONDS` or as a duration, planned beside the deletion (default: the rates', the server's -kubelet-grace)")
 	kubeletConfig := fs.String("kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, e.g. /var/lib/kubelet/config.yaml): the kubelet's own grace from it, and whether the server's -kubelet-grace is it")
 	priority := fs.Int("priority", 0, "the pod's priority (its PriorityClass's value; system-node-critical is 2000001000), for -kubelet-config's node-shutdown groups")
-	margin := fs.Duration("margin", 0, "margin kept before SIGKILL (default: the library's for the grace, a tenth of it within [1.5s, 5s])")
-	estimate := fs.Duration("estimate", 0, "time one pause takes (default: learned, else "+defaultEstimate.String()+")")
+	margin := new(time.Duration)
+	durflag.DurationVar(fs, margin, "margin", 0, "margin kept before SIGKILL (default: the library's for the grace, a tenth of it within [1.5s, 5s])")
+	estimate := new(time.Duration)
+	durflag.DurationVar(fs, estimate, "estimate", 0, "time one pause takes (default: learned, else "+defaultEstimate.String()+")")
 	limit := fs.Int("concurrency", 0, "pauses at once (default: learned, else "+strconv.Itoa(defaultLimit)+")")
 	rate := fs.Float64("rate-mib", 0, "MiB per second one pause writes, to plan sized sandboxes by size (0: by count)")
-	timeout := fs.Duration("timeout", 10*time.Second, "bound on listing the live server")
+	timeout := new(time.Duration)
+	durflag.DurationVar(fs, timeout, "timeout", 10*time.Second, "bound on listing the live server")
 	var steps stepFlags
 	fs.Var(&steps, "step", "a teardown step after preserving, `NAME=DURATION[,critical]`; repeatable, replaces the learned steps")
 	var api apiflags.Flags

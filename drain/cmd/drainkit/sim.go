@@ -138,15 +138,15 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.nodes, "nodes", 100, "nodes in the fleet (`M`)")
 	counts := countFlag{200, 200}
 	fs.Var(&counts, "sandboxes", "running sandboxes per node, `N` or LO-HI (uniform)")
-	fs.DurationVar(&c.pause, "pause", 2*time.Second, "median time of one pause")
+	durflag.DurationVar(fs, &c.pause, "pause", 2*time.Second, "median time of one pause")
 	fs.Float64Var(&c.jitter, "jitter", 0.5, "pause times are uniform in pause x [1-J, 1+J]")
-	fs.DurationVar(&c.estimate, "estimate", 0, "the estimate the servers learned (default: the p90 of the pause times)")
+	durflag.DurationVar(fs, &c.estimate, "estimate", 0, "the estimate the servers learned (default: the p90 of the pause times)")
 	fs.IntVar(&c.concurrency, "concurrency", 8, "pauses at once on a drainkit node")
 	durflag.GraceVar(fs, &c.grace, "grace", 3600*time.Second, "terminationGracePeriodSeconds, in `SECONDS` or as a duration")
 	unavailable := unavailableFlag{n: 1}
 	fs.Var(&unavailable, "max-unavailable", "the DaemonSet's rollingUpdate.maxUnavailable: `U` nodes, or a percentage of them (rounded up)")
-	fs.DurationVar(&c.startup, "startup", 30*time.Second, "from the old pod's exit until the new pod is ready")
-	fs.DurationVar(&c.teardown, "teardown", time.Second, "how long the device teardown takes")
+	durflag.DurationVar(fs, &c.startup, "startup", 30*time.Second, "from the old pod's exit until the new pod is ready")
+	durflag.DurationVar(fs, &c.teardown, "teardown", time.Second, "how long the device teardown takes")
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed of the pause times and counts")
 	pos, err := parse(fs, args)
 	c.minSB, c.maxSB = counts.lo, counts.hi
