@@ -108,6 +108,10 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 	case err != nil:
 		return nil, fmt.Errorf("listing the paused sandboxes: %w", err)
 	}
+	shown, err := l.shown.RunningIDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the sandboxes shown paused: %w", err)
+	}
 	isPaused := make(map[string]bool, len(paused))
 	for _, id := range paused {
 		isPaused[id] = id != "" // one listed without an ID is no other sandbox
@@ -117,13 +121,39 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 		if isPaused[sb.ID()] {
 			continue
 		}
-		if sz, ok := sb.(pause.Sized); ok {
-			out = append(out, &sizedSandbox{Sandbox: l.src.Sandbox(sb.ID()), size: sz.Size()})
-		} else {
-			out = append(out, l.src.Sandbox(sb.ID()))
+		var b pause.Sandbox = l.src.Sandbox(sb.ID())
+		if slices.Contains(shown, sb.ID()) {
+			b = inTransition{b}
 		}
+		if sz, ok := sb.(pause.Sized); ok {
+			b = &sizedSandbox{Sandbox: b, size: sz.Size()}
+		}
+		out = append(out, b)
 	}
 	return out, nil
+}
+
+// An inTransition is a sandbox AgentENV showed paused but did not list
+// paused: being paused, snapshotted or forked. A pause of one being paused
+// joins that pause (someone else's: its user's, its timeout's), and
+// AgentENV answers the joined request 404 when that pause fails terminally
+// and removes the sandbox (src/orchestrator/service.rs,
+// join_concurrent_pause), the answer a deleted sandbox gets: pause.ErrGone,
+// Vanished, though the sandbox and its state are gone. Such a one answered
+// gone is lost: its error names both causes, since the answer cannot tell
+// them apart. A 409 naming the state paused is still gone (paused by
+// someone else).
+type inTransition struct{ pause.Sandbox }
+
+// Preserve implements pause.Sandbox.
+func (b inTransition) Preserve(ctx context.Context) error {
+	err := b.Sandbox.Preserve(ctx)
+	var se *httpsource.StatusError
+	if errors.Is(err, pause.ErrGone) && errors.As(err, &se) && se.StatusCode != http.StatusConflict {
+		return backoff.Permanent(fmt.Errorf("pause %s: gone after it was listed in a transition AgentENV shows as paused (being paused, snapshotted or forked), counted lost: a pause it joined failed and the server removed it, or its user deleted it meanwhile; %w",
+			b.ID(), se))
+	}
+	return err
 }
 
 // A sizedSandbox is a sandbox of src with the size the unfiltered listing

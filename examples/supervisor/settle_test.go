@@ -363,3 +363,52 @@ func TestSweepWaitForAPauseItGaveUpOnOutlastsAFailedListing(t *testing.T) {
 	assert.Equal(t, pause.TimedOut, rep.Entries[0].Outcome)
 	assert.Contains(t, logs.String(), "401", "the refusal that ended the wait")
 }
+
+// Fault: a pause someone else began, joined by the final sweep, failed
+// terminally. AgentENV removes a sandbox whose pause fails terminally and
+// answers a request that joined that pause 404, the answer of a sandbox
+// deleted by its user. The sweep lists the sandboxes AgentENV shows paused
+// that are not (being paused, snapshotted or forked) and pauses them; the
+// 404 made this one Vanished, and the Report said none lost though the
+// sandbox and its state were gone. One listed in such a transition and
+// answered gone is now lost, in virtual time:
+//
+//	0 s     a user pauses the 30 GiB sandbox (31 s; it will fail)
+//	0 s     SIGTERM (grace 100 s): the 1 GiB one paused in 2 s
+//	2 s     server step: the sweep lists the one being paused, whose
+//	        pause joins the user's
+//	31 s    that pause fails terminally: removed; the user gets 500, the
+//	        sweep 404
+func TestSandboxRemovedByAPauseTheSweepJoinedIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, ids := agentenvDouble(t, 1, fakeagentenv.Config{PauseBase: time.Second, PausePerGiB: time.Second, FailTerminal: 2})
+		big, err := srv.Create(30 * 1024)
+		require.NoError(t, err)
+		client := &http.Client{Transport: handlerTransport{srv.Handler()}}
+		userGot := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, "http://agentenv/sandboxes/"+big.SandboxID+"/pause", nil)
+			req.Header.Set("X-API-Key", "k")
+			resp, err := client.Do(req)
+			if err != nil {
+				userGot <- 0
+				return
+			}
+			resp.Body.Close()
+			userGot <- resp.StatusCode
+		}()
+		synctest.Wait()
+		require.Equal(t, fakeagentenv.Pausing, srv.States()[big.SandboxID])
+
+		rep := drainBeforeSIGTERM(t, client, hooks{}, "-grace", "100s")
+
+		assert.Equal(t, http.StatusInternalServerError, <-userGot, "the user's pause failed terminally")
+		assert.NotContains(t, srv.States(), big.SandboxID, "removed by the server")
+		require.NotNil(t, rep.Preserve)
+		byID := entries(rep.Preserve)
+		assert.Equal(t, pause.Preserved, byID[ids[0]].Outcome)
+		assert.Equal(t, pause.Failed, byID[big.SandboxID].Outcome, byID[big.SandboxID].Error)
+		assert.Contains(t, byID[big.SandboxID].Error, "404")
+		assert.Equal(t, 1, rep.Lost())
+	})
+}

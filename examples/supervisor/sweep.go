@@ -33,7 +33,8 @@ import (
 // a transition that AgentENV shows as paused (being snapshotted, forked or
 // paused: settle.go), which no listing of the preserve phase could find:
 // each gets its entry, paused once it runs again, or lost with the state
-// that kept it from being paused.
+// that kept it from being paused, or lost when it is answered gone (a pause
+// it joined failed and AgentENV removed it: inTransition).
 
 // sweep lists the server's sandboxes that need a pause one last time (the
 // running ones; in front of AgentENV every one not paused: notPaused),

@@ -219,8 +219,11 @@ type Config struct {
 // done (also for a sandbox already paused, or paused by a pause in
 // progress, which the request joins), 404 gone, and 409 a sandbox in
 // transition (creating, resuming, snapshotting, forking), retried
-// (RetryConflict). Set APIKey (sent in X-API-Key), and change any other
-// field, on the value it returns.
+// (RetryConflict). A pause that joined someone else's pause which then
+// failed terminally is answered 404 too, once AgentENV has removed the
+// sandbox: the answer cannot be told from a deletion's, and the sandbox is
+// Vanished. Set APIKey (sent in X-API-Key), and change any other field, on
+// the value it returns.
 func AgentENV() Config {
 	return Config{
 		ListPath:         "/v2/sandboxes",
