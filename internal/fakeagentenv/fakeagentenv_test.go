@@ -332,3 +332,33 @@ func TestShutdownWaitsForATransitionOnlyAMinute(t *testing.T) {
 		assert.Equal(t, fakeagentenv.Paused, states[other.SandboxID])
 	})
 }
+
+// AgentENV's pause that joins a pause in progress waits for it 60 s at
+// most (wait_for_transition's WAIT_TRANSITION_TIMEOUT), then answers 409
+// naming the state pausing; the double waited for ever. In virtual time.
+func TestJoinedPauseWaitsAMinuteAtMost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 90 * time.Second})
+		require.NoError(t, err)
+		sb, err := srv.Create(512)
+		require.NoError(t, err)
+		h := srv.Handler()
+		pause := func() *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sandboxes/"+sb.SandboxID+"/pause", nil))
+			return rec
+		}
+		first := make(chan int, 1)
+		go func() { first <- pause().Code }()
+		synctest.Wait()
+		start := time.Now()
+
+		joined := pause()
+		assert.Equal(t, http.StatusConflict, joined.Code)
+		assert.Contains(t, joined.Body.String(), "sandbox cannot be paused from pausing state")
+		assert.Equal(t, fakeagentenv.TransitionWait, time.Since(start))
+		assert.Equal(t, http.StatusNoContent, pause().Code, "joined again: the pause's end")
+		assert.Equal(t, 90*time.Second, time.Since(start))
+		assert.Equal(t, http.StatusNoContent, <-first)
+	})
+}

@@ -267,7 +267,9 @@ func (s *Server) waitWhileUntilLocked(id, state string, timeout <-chan time.Time
 
 // TransitionWait is how long Shutdown waits for a sandbox in a
 // transitional state (resuming, snapshotting, pausing) to leave it, as
-// AgentENV's run_shutdown_cleanup waits 60 s for each.
+// AgentENV's run_shutdown_cleanup waits 60 s for each, and how long a
+// pause that joined a pause in progress waits for it (wait_for_transition's
+// WAIT_TRANSITION_TIMEOUT).
 const TransitionWait = 60 * time.Second
 
 // BeginResume starts the resume of a paused sandbox, as POST
@@ -351,7 +353,8 @@ func (s *Server) Stats() Stats {
 //	GET  /sandboxes                   running sandboxes, one page (deprecated)
 //	POST /sandboxes                   {"memoryMB": N} -> 201 Sandbox; 503 while shutting down
 //	POST /sandboxes/{sandboxID}/pause 204 paused (also already, or by the pause it joined);
-//	                                  409 resuming, snapshotting, forking, or the joined pause failed;
+//	                                  409 resuming, snapshotting, forking, or the joined pause failed
+//	                                  or outlasted TransitionWait;
 //	                                  404 unknown; 500 on FailFirst, FailTerminal
 //	POST /sandboxes/{sandboxID}/resume 204; 409 not paused; 503 while shutting down
 //	DELETE /sandboxes/{sandboxID}     204; 404 unknown
@@ -571,7 +574,8 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 // pause_sandbox (src/orchestrator/service.rs) gives it: 204 when the
 // sandbox is paused already, or when a pause in progress, which this
 // request joins, ends paused; 409 when it is in another state (resuming,
-// snapshotting) or a pause it joined failed (running again); 404 when it
+// snapshotting), or a pause it joined failed (running again) or outlasted
+// TransitionWait (still pausing: wait_for_transition's 60 s); 404 when it
 // is gone; 500 for an injected failure.
 func (s *Server) beginPause(id string) (time.Duration, int, string) {
 	s.mu.Lock()
@@ -586,10 +590,16 @@ func (s *Server) beginPause(id string) (time.Duration, int, string) {
 		return 0, http.StatusConflict, "sandbox cannot be paused from " + sb.State + " state"
 	}
 	if sb.State == Pausing { // joined: its outcome is this request's
-		switch s.waitWhileLocked(id, Pausing) {
-		case "":
+		t := time.NewTimer(TransitionWait)
+		defer t.Stop()
+		st, left := s.waitWhileUntilLocked(id, Pausing, t.C)
+		switch {
+		case !left: // AgentENV's wait_for_transition gives up after 60 s
+			s.conflicts++
+			return 0, http.StatusConflict, "sandbox cannot be paused from " + Pausing + " state"
+		case st == "":
 			return 0, http.StatusNotFound, "sandbox " + id + " not found"
-		case Paused:
+		case st == Paused:
 			return 0, http.StatusNoContent, ""
 		default: // the pause failed: running again
 			s.conflicts++

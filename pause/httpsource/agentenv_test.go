@@ -420,3 +420,38 @@ func TestAgentENVConflictOfAPausedOrPausingSandboxIsNotALoss(t *testing.T) {
 	}
 	assert.Positive(t, srv.Stats().Conflicts)
 }
+
+// A pause that joins a pause in progress waits 60 s at most in AgentENV
+// (wait_for_transition), then answers 409 "sandbox cannot be paused from
+// pausing state". One that joins a pause of 150 s (a large sandbox's, begun
+// by its user after the listing) asks again after each 409 and is settled
+// by the pause's end: 409 at 60 s, at 120 s, 204 at 150 s. In virtual time.
+func TestAgentENVJoinedPauseLongerThanTheServersWaitIsSettledByItsEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 150 * time.Second})
+		require.NoError(t, err)
+		sb, err := srv.Create(64 << 10)
+		require.NoError(t, err)
+		src := inProcess(t, srv.Handler(), AgentENV())
+		sbs, err := src.List(t.Context())
+		require.NoError(t, err)
+		user := inProcess(t, srv.Handler(), AgentENV()).Sandbox(sb.SandboxID)
+		userErr := make(chan error, 1)
+		go func() { userErr <- user.Preserve(t.Context()) }()
+		synctest.Wait()
+		require.Equal(t, fakeagentenv.Pausing, srv.States()[sb.SandboxID])
+
+		p, err := pause.New(once(sbs), pause.Config{})
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(ctxWithDeadline(t, 5*time.Minute), time.Time{})
+
+		require.NoError(t, <-userErr)
+		e := entry(t, rep, sb.SandboxID)
+		assert.Equal(t, pause.Preserved, e.Outcome, e.Error)
+		assert.Equal(t, 3, e.Attempts, "409 pausing at 60 s and 120 s, then 204")
+		assert.Equal(t, 150*time.Second, e.End.Sub(start))
+		assert.Equal(t, 2, srv.Stats().Conflicts)
+		assert.Zero(t, rep.Lost())
+	})
+}
