@@ -234,16 +234,10 @@ func (s *Server) setState(id, state string) {
 	}
 }
 
-// waitWhileLocked waits until the sandbox has left state (or is gone) and
-// returns the state it is in ("" when gone). The caller holds s.mu; it is
-// released while waiting.
-func (s *Server) waitWhileLocked(id, state string) string {
-	st, _ := s.waitWhileUntilLocked(id, state, nil)
-	return st
-}
-
-// waitWhileUntilLocked is waitWhileLocked that gives up when timeout
-// fires (nil: never), returning the state then and false.
+// waitWhileUntilLocked waits until the sandbox has left state (or is gone)
+// and returns the state it is in ("" when gone) and true, or gives up when
+// timeout fires (nil: never), returning state and false. The caller holds
+// s.mu; it is released while waiting.
 func (s *Server) waitWhileUntilLocked(id, state string, timeout <-chan time.Time) (string, bool) {
 	for {
 		sb, ok := s.sbx[id]
