@@ -1,6 +1,7 @@
 package ublk
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,10 +17,13 @@ import (
 
 // Socket is a daemon stopped by a request on its Unix socket at Path, in
 // the form AgentENV's uvm-ublk-daemon uses: one request per connection, a
-// 4-byte big-endian length then JSON, {"kind":"shutdown"}. Whether that
-// daemon answers it is not known (its own tests never read an answer), so
-// an answer {"status":"ok"}, and no answer followed by the daemon's exit,
-// both count as a stop delivered. Pair it with the daemon's Process so
+// 4-byte big-endian length then JSON, {"kind":"shutdown"}. That daemon
+// answers {"status":"ok"} at once and stops its devices afterwards
+// (storage/ublk-daemon/src/server.rs), so the answer says the stop was
+// delivered, never that the devices are gone: the step waits for those and
+// for the exit. An answer {"status":"ok"}, and no answer followed by the
+// daemon's exit, both count as a stop delivered; any other status is a
+// refusal, its reason read from "message" (AgentENV's) or "error". Pair it with the daemon's Process so
 // that RequestStop and Wait see the exit through a pidfd and Kill can
 // escalate; without one, Wait treats the socket refusing connections as
 // the exit, and Kill returns ErrCannotKill. New rejects a Socket without
@@ -63,13 +67,18 @@ func (s *Socket) RequestStop(ctx context.Context) error {
 	defer func() { cancel(nil); <-watched }()
 
 	var resp struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
+		Status  string `json:"status"`
+		Message string `json:"message"` // AgentENV's daemon's reason
+		Error   string `json:"error"`   // other daemons'
 	}
 	err := s.Request(rctx, map[string]string{"kind": "shutdown"}, &resp)
 	switch {
 	case err == nil && resp.Status != "ok":
-		return fmt.Errorf("ublk: daemon refused shutdown: status %q %s", resp.Status, resp.Error)
+		err := fmt.Errorf("ublk: daemon refused shutdown: status %q", resp.Status)
+		if why := cmp.Or(resp.Message, resp.Error); why != "" {
+			err = fmt.Errorf("%w: %s", err, why)
+		}
+		return err
 	case err == nil:
 		return nil
 	case errors.Is(context.Cause(rctx), errDaemonExited):

@@ -52,7 +52,18 @@ func TestSocketRefusalIsAnError(t *testing.T) {
 	p, _ := serveOnce(t, map[string]string{"status": "error", "error": "busy"})
 	s := &Socket{Path: p}
 	err := s.RequestStop(context.Background())
-	assert.ErrorContains(t, err, `status "error" busy`)
+	assert.ErrorContains(t, err, `status "error": busy`)
+}
+
+// AgentENV's daemon puts the reason of an answer that is not ok in
+// "message" (DaemonResponse::Error, InvalidRequest and TerminalError in
+// storage/ublk-daemon/src/protocol.rs): the refusal's error named only
+// the status.
+func TestSocketRefusalNamesAgentENVsMessage(t *testing.T) {
+	p, _ := serveOnce(t, map[string]string{"status": "invalid_request", "message": "unknown device 7"})
+	s := &Socket{Path: p}
+	err := s.RequestStop(context.Background())
+	assert.ErrorContains(t, err, `status "invalid_request": unknown device 7`)
 }
 
 func TestSocketRequestHonoursDeadline(t *testing.T) {

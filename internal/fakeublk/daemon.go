@@ -55,8 +55,9 @@ type DaemonConfig struct {
 	// Mode is the behaviour on a stop request; default Cooperative.
 	Mode Mode `json:"mode,omitempty"`
 	// Silent makes the daemon act on a shutdown request without answering
-	// it: it holds the connection open until it exits, as AgentENV's
-	// daemon may (its tests never read an answer).
+	// it: it holds the connection open until it exits, as a daemon that
+	// answers only once it is done would (AgentENV's answers at once, then
+	// stops its devices).
 	Silent bool `json:"silent,omitempty"`
 	// StopWithParent makes the daemon stop its devices and exit, as on a
 	// shutdown request, once its parent process has exited (it is
@@ -296,7 +297,7 @@ func (d *daemon) handle(c net.Conn) {
 	case "status":
 		_ = frame.Write(c, map[string]any{"status": "ok", "devices": d.tree.Devices()})
 	default:
-		_ = frame.Write(c, map[string]string{"status": "error", "error": "unknown kind " + req.Kind})
+		_ = frame.Write(c, map[string]string{"status": "error", "message": "unknown kind " + req.Kind}) // AgentENV names the reason "message"
 	}
 }
 

@@ -29,7 +29,8 @@
 // 4-byte big-endian length then JSON. {"kind":"shutdown"} is answered
 // {"status":"ok"} (not answered at all by a Silent daemon, which holds the
 // connection until it exits) and starts the teardown; {"kind":"status"} returns the
-// device IDs still present; anything else gets {"status":"error"}.
+// device IDs still present; anything else gets {"status":"error"} with the
+// reason in "message", as AgentENV's daemon answers a request it failed.
 //
 // Guarantees: Start returns by ctx's deadline (killing the child if it was
 // not ready); Close kills and reaps the child; on Linux a child never
