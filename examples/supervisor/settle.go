@@ -112,17 +112,14 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the sandboxes shown paused: %w", err)
 	}
-	isPaused := make(map[string]bool, len(paused))
-	for _, id := range paused {
-		isPaused[id] = id != "" // one listed without an ID is no other sandbox
-	}
+	isPaused, isShown := idSet(paused), idSet(shown)
 	out := make([]pause.Sandbox, 0, len(listed))
 	for _, sb := range listed {
 		if isPaused[sb.ID()] {
 			continue
 		}
 		var b pause.Sandbox = l.src.Sandbox(sb.ID())
-		if slices.Contains(shown, sb.ID()) {
+		if isShown[sb.ID()] {
 			b = inTransition{b}
 		}
 		if sz, ok := sb.(pause.Sized); ok {
@@ -131,6 +128,16 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// idSet is the set of ids; one listed without an ID ("") is no other
+// sandbox, and is not in it.
+func idSet(ids []string) map[string]bool {
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = id != ""
+	}
+	return set
 }
 
 // An inTransition is a sandbox AgentENV showed paused but did not list
