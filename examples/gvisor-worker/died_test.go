@@ -92,3 +92,10 @@ func TestCheckpointOfADeadSandboxIsFailedPrecondition(t *testing.T) {
 	_, err = reply(sandbox.Info{}, errors.New("runsc checkpoint: exit status 1"))
 	assert.Equal(t, codes.Internal, status.Code(err), "a failure that may pass")
 }
+
+// A Checkpoint that lost its sandbox (its checkpoint failed and stopped it) is DataLoss:
+// its state is gone, and no retry brings it back.
+func TestCheckpointThatLostItsSandboxIsDataLoss(t *testing.T) {
+	_, err := reply(sandbox.Info{}, fmt.Errorf("pause sb-1: %w", sandbox.ErrLost))
+	assert.Equal(t, codes.DataLoss, status.Code(err))
+}

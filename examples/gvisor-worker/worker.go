@@ -668,6 +668,9 @@ func reply(info sandbox.Info, err error) (*SandboxReply, error) {
 		return &SandboxReply{ID: info.ID, State: info.State}, nil
 	case errors.Is(err, sandbox.ErrNotFound):
 		return nil, status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, sandbox.ErrLost):
+		// Its pause failed and stopped it: its state is gone, and no retry brings it back.
+		return nil, status.Error(codes.DataLoss, err.Error())
 	case errors.Is(err, sandbox.ErrConflict), errors.Is(err, sandbox.ErrDied):
 		// A dead sandbox is not running, and no retry checkpoints it: Internal told a
 		// client to retry what cannot succeed.

@@ -29,6 +29,11 @@ const (
 	// removed: it runs no more, and nothing can pause or resume it. A Delete, or its
 	// timeout, removes what it left. A dead sandbox whose remains went is forgotten.
 	Died = "died"
+	// Lost is a sandbox stopped by a pause that failed (ErrLost): its state is gone, and
+	// nothing can pause or resume it. It stays listed so that its client, and a drain,
+	// are told it was lost rather than that it never was; a Delete, or its timeout,
+	// removes it.
+	Lost = "lost"
 )
 
 var (
@@ -177,6 +182,9 @@ func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
 //     that image, with no record (one must never point at an image a crash may lose),
 //     which a Resume restores while this process lives; an ERROR line says it is lost at
 //     the process's end otherwise.
+//   - ErrLost (stopped by its failed pause, its state gone): the node removes what it left
+//     and lists it Lost, with an ERROR line, until a Delete or its timeout; the error is
+//     permanent, and a drain counts the sandbox lost, never vanished.
 func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 	e, err := n.transition(id, Running, Pausing)
 	if err != nil {
@@ -186,6 +194,8 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 	switch {
 	case errors.Is(err, ErrDied):
 		return Info{}, n.died(ctx, e, err)
+	case errors.Is(err, ErrLost):
+		return Info{}, fmt.Errorf("pause %s: %w", id, n.lost(ctx, e, err))
 	case errors.Is(err, ErrNotDurable):
 		n.setPaused(e, n.rt.Image(id))
 		n.logger.Error("sandbox stopped in an image that is not durable: listed paused, unrecorded; lost at exit unless resumed",
@@ -273,6 +283,26 @@ func (n *Node) died(ctx context.Context, e *entry, err error) error {
 	return fmt.Errorf("pause %s: %w", id, err)
 }
 
+// lost lists sandbox e Lost: its runtime's Pause stopped it and lost its state (err,
+// ErrLost). What it left is removed, within ctx, with any record of it (a resume being
+// undone leaves one, naming an image the pause removed), and an ERROR line says so;
+// removals that fail are added to the error and to that line, and a Delete retries them.
+func (n *Node) lost(ctx context.Context, e *entry, err error) error {
+	derr := n.rt.Destroy(ctx, e.ID)
+	if derr == nil {
+		derr = n.st.Delete(e.ID)
+	}
+	n.settleAs(e, Lost)
+	if derr != nil {
+		n.logger.Error("sandbox lost by a pause that failed, and removing what it left failed: listed lost until a delete removes it",
+			"id", e.ID, "error", err, "remove_error", derr)
+		return fmt.Errorf("%w; and removing what it left failed (listed %s, for a delete): %w", err, Lost, derr)
+	}
+	n.logger.Error("sandbox lost by a pause that failed: its state is gone; listed lost until a delete",
+		"id", e.ID, "error", err)
+	return err
+}
+
 // undoResume pauses again sandbox e, resumed but whose record could not be removed
 // (derr), and writes its record anew (Resume says why), and returns Resume's error.
 // A pause that finds the sandbox dead (ErrDied) removes it as Pause does (died); one that
@@ -285,6 +315,8 @@ func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
 	switch {
 	case errors.Is(perr, ErrDied): // it died since its resume: only its remains to remove
 		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again found it dead: %w", id, derr, n.died(ctx, e, perr))
+	case errors.Is(perr, ErrLost): // stopped, its state gone with the failed pause
+		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again lost it: %w", id, derr, n.lost(ctx, e, perr))
 	case errors.Is(perr, ErrNotDurable): // stopped in that image, its old record still there
 		n.setPaused(e, n.rt.Image(id))
 		n.logger.Error("resumed sandbox stopped again in an image that is not durable, its stale record still there: listed paused; lost at exit unless resumed",
@@ -315,7 +347,7 @@ func (n *Node) record(e *entry, image string) error {
 		TimeoutS: e.TimeoutS, PausedAt: time.Now()})
 }
 
-// Delete destroys a running, paused or dead (Died) sandbox and its record.
+// Delete destroys a running, paused, dead (Died) or lost sandbox and its record.
 //
 // A Destroy that fails leaves the sandbox listed as it was, its record too: it may run on
 // (runsc delete -force cut short) or keep its image, and forgotten, every retry would be
@@ -330,7 +362,7 @@ func (n *Node) Delete(ctx context.Context, id string) error {
 	case !ok:
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
-	case e.State != Running && e.State != Paused && e.State != Died:
+	case e.State != Running && e.State != Paused && e.State != Died && e.State != Lost:
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s is %s", ErrConflict, id, e.State)
 	}
@@ -341,7 +373,7 @@ func (n *Node) Delete(ctx context.Context, id string) error {
 	}
 	n.mu.Unlock()
 	if err := n.rt.Destroy(ctx, id); err != nil {
-		n.settleAs(e, prev) // running or dead, its timeout, armed again, retries the delete
+		n.settleAs(e, prev) // running, dead or lost, its timeout, armed again, retries the delete
 		return fmt.Errorf("delete %s: %w (still listed %s, for a retry)", id, err, prev)
 	}
 	if err := n.drop(id, "deleted"); err != nil {
@@ -427,11 +459,13 @@ func (p preservable) Size() int64 {
 // Preserve pauses the sandbox; one no longer running is pause.ErrGone. A sandbox in
 // transition is waited for, within ctx: a client's pause or resume that fails leaves it
 // running, and then only this pause saves it. A pause that left it paused with no record
-// (ErrUnrecorded) fails for good: a retry would find it paused and call it gone.
+// (ErrUnrecorded) fails for good: a retry would find it paused and call it gone. So does
+// one lost by a pause that failed (Lost), this one's or a client's: it is no longer
+// running, but not gone.
 func (p preservable) Preserve(ctx context.Context) error {
 	for {
 		_, err := p.n.Pause(ctx, p.id)
-		if errors.Is(err, ErrUnrecorded) {
+		if errors.Is(err, ErrUnrecorded) || errors.Is(err, ErrLost) {
 			return backoff.Permanent(err)
 		}
 		if !errors.Is(err, ErrConflict) {
@@ -446,6 +480,8 @@ func (p preservable) Preserve(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", pause.ErrGone, werr)
 		case werr != nil:
 			return werr
+		case state == Lost:
+			return backoff.Permanent(fmt.Errorf("%w: %s is listed %s: a pause of it failed and stopped it", ErrLost, p.id, state))
 		case state != Running:
 			return fmt.Errorf("%w: %w", pause.ErrGone, err)
 		}
@@ -485,20 +521,20 @@ func (n *Node) setPaused(e *entry, image string) Info {
 }
 
 // settleAs puts e in state, out of its transition, and arms its timeout when the state
-// has one: running, or dead (Died), whose timeout retries the removal.
+// has one: running, or dead (Died) or lost, whose timeout removes it.
 func (n *Node) settleAs(e *entry, state string) Info {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e.State = state
 	n.settle()
-	if (state == Running || state == Died) && !n.closed {
+	if (state == Running || state == Died || state == Lost) && !n.closed {
 		id := e.ID
 		e.timer = time.AfterFunc(time.Duration(e.TimeoutS)*time.Second, func() { n.timeout(id) })
 	}
 	return e.Info
 }
 
-// timeout deletes a sandbox whose timeout passed while it was running, or dead.
+// timeout deletes a sandbox whose timeout passed while it was running, dead or lost.
 func (n *Node) timeout(id string) {
 	n.mu.Lock()
 	if n.closed {

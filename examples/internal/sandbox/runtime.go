@@ -29,8 +29,9 @@ type Runtime interface {
 	Create(ctx context.Context, id string) error
 	// Pause stops a running sandbox and saves its state; it returns where the state is.
 	// When it fails the sandbox is still running, unless the error is ErrDied (it had
-	// died: nothing saved) or ErrNotDurable (stopped, its state in Image(id) but not
-	// durable). An error that no retry can help is permanent (backoff.Permanent).
+	// died: nothing saved), ErrLost (stopped by a pause that failed: its state lost) or
+	// ErrNotDurable (stopped, its state in Image(id) but not durable). An error that no
+	// retry can help is permanent (backoff.Permanent).
 	Pause(ctx context.Context, id string) (image string, err error)
 	// Resume starts a sandbox again from the state Pause saved in image.
 	Resume(ctx context.Context, id, image string) error
@@ -182,6 +183,9 @@ type Runsc struct {
 	Runtime *runsc.Runtime
 	// Dir holds bundles/ID, images/ID and logs/ID.log; required.
 	Dir string
+
+	mu     sync.Mutex
+	failed map[string]error // the sandboxes whose last checkpoint failed, and why
 }
 
 // NewRunsc returns the Runsc with everything under dir: bundles, images and logs, and
@@ -343,6 +347,13 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // A sandbox already stopped when its checkpoint would begin (dead: its sandbox process
 // killed, its workload exited) is ErrDied, with pause.ErrGone: no checkpoint was made.
 //
+// A checkpoint that fails (its image cannot be written: the images volume is full or
+// failing) stops the sandbox all the same, for gVisor ends the sandbox after every save.
+// Its state is then lost: the error is ErrLost, permanent, and the partial image is
+// removed. A checkpoint that failed with the sandbox still running (runsc could not reach
+// it) fails Pause as any other error, and a later Pause that finds the sandbox stopped
+// calls it lost too, not died: the failed checkpoint may be what stopped it.
+//
 // An image that cannot be made durable (its fsync fails) fails Pause with the sandbox
 // restored from it, running. When that restore fails too, the sandbox is stopped with no
 // durable image: the error is ErrNotDurable, permanent (backoff.Permanent), for a retry
@@ -357,10 +368,14 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 	}
 	if err := r.Runtime.Checkpoint(context.WithoutCancel(ctx), id, image); err != nil {
 		if errors.Is(err, runsc.ErrStopped) {
+			if earlier := r.failedCheckpoint(id); earlier != nil {
+				return "", r.lost(id, fmt.Errorf("found stopped after a checkpoint of it had failed (%w): %w", earlier, err))
+			}
 			return "", r.died(ctx, id, err)
 		}
-		return "", err
+		return "", r.checkpointFailed(ctx, id, err)
 	}
+	r.forgetFailure(id)
 	// The record that points at the image is made durable next; the image must be too.
 	if err := syncImage(image); err != nil {
 		// The checkpoint stopped the sandbox, and an image that may not survive the node
@@ -377,6 +392,65 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("runsc checkpoint %s: the image could not be made durable (the sandbox was restored from it and runs on): %w", id, err)
 	}
 	return image, nil
+}
+
+// ErrLost is wrapped by the permanent error (backoff.Permanent) of Runsc.Pause whose
+// checkpoint failed and stopped the sandbox all the same: gVisor ends the sandbox once a
+// save is over, written or not (runsc 20221219, pkg/sentry/control/state.go: "Save
+// failed: exiting..."), so a checkpoint that fails on a full or failing images volume
+// loses the sandbox's state. No retry can checkpoint it, and it did not die on its own:
+// it is lost, never pause.ErrGone, which a drain counts as no fault.
+var ErrLost = errors.New("sandbox stopped by a checkpoint that failed: its state is lost")
+
+// checkpointFailed is Pause's error for sandbox id, whose checkpoint failed (err) without
+// runsc finding it stopped first. runsc is asked what the failed checkpoint left: a
+// stopped sandbox is lost (ErrLost), its partial image removed; a running one returns err,
+// for a retry. The failure is remembered until a checkpoint of id succeeds or Destroy
+// removes it: gVisor's sandbox process may still be going when runsc answers, or runsc
+// may not say, and a retry that then finds the sandbox stopped must call it lost too,
+// never died (ErrDied).
+func (r *Runsc) checkpointFailed(ctx context.Context, id string, err error) error {
+	r.mu.Lock()
+	if r.failed == nil {
+		r.failed = make(map[string]error)
+	}
+	r.failed[id] = err
+	r.mu.Unlock()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	st, serr := r.Runtime.State(sctx, id)
+	switch {
+	case serr == nil && st.Status == "stopped":
+		return r.lost(id, err)
+	case serr != nil:
+		return fmt.Errorf("%w (and runsc state cannot say whether it stopped the sandbox: %w)", err, serr)
+	}
+	return err
+}
+
+// lost is Pause's error for sandbox id, stopped by a checkpoint that failed (err):
+// ErrLost, permanent, after removing the partial image, which no record points at and
+// nothing can restore.
+func (r *Runsc) lost(id string, err error) error {
+	err = fmt.Errorf("runsc checkpoint %s: %w: %w; log %s", id, ErrLost, err, r.log(id))
+	if rerr := os.RemoveAll(r.Image(id)); rerr != nil {
+		err = fmt.Errorf("%w; and removing its partial image failed: %w", err, rerr)
+	}
+	return backoff.Permanent(err)
+}
+
+// failedCheckpoint returns the error of sandbox id's last checkpoint, if it failed.
+func (r *Runsc) failedCheckpoint(id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed[id]
+}
+
+// forgetFailure forgets that a checkpoint of sandbox id failed.
+func (r *Runsc) forgetFailure(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.failed, id)
 }
 
 // ErrDied is wrapped, with pause.ErrGone, by the error of Runsc.Pause of a sandbox that
@@ -450,5 +524,6 @@ func (r *Runsc) Destroy(ctx context.Context, id string) error {
 	if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
 		return err
 	}
+	r.forgetFailure(id)
 	return errors.Join(os.RemoveAll(r.Bundle(id).Dir), os.RemoveAll(r.Image(id)))
 }
