@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -329,11 +330,15 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	// A resume after a restart, the host's too, restores from the image into this bundle.
+	if err := r.syncNew(b.Dir); err != nil {
+		return fmt.Errorf("bundle of %s not durable: %w", id, err)
+	}
 	return r.Runtime.Run(ctx, id, b, r.log(id))
 }
 
 // Pause checkpoints the sandbox into its image directory, which stops it, and fsyncs the
-// image so that the record written after it never points at a lost image. The stopped
+// image, and the entries naming it, so that the record written after it never points at a lost image. The stopped
 // container is deleted later, by Resume or Destroy: runsc delete of a checkpointed
 // container takes about two seconds (it waits for the sandbox process to go), which a
 // node drain should not spend before SIGKILL.
@@ -377,7 +382,7 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 	}
 	r.forgetFailure(id)
 	// The record that points at the image is made durable next; the image must be too.
-	if err := syncImage(image); err != nil {
+	if err := r.syncNew(image); err != nil {
 		// The checkpoint stopped the sandbox, and an image that may not survive the node
 		// preserves nothing. A failed Pause leaves the sandbox running (Runtime), or the
 		// node would say running of a stopped sandbox and its retry would remove the
@@ -481,26 +486,59 @@ func (r *Runsc) died(ctx context.Context, id string, err error) error {
 // may lose it), so it is lost when the process ends.
 var ErrNotDurable = errors.New("the sandbox is stopped in an image that could not be made durable")
 
-// syncImage makes a checkpoint image durable: syncTree; a test's hook fails it.
+// syncNew makes dir, just written under r.Dir, durable: everything in it (syncTree), then
+// the entries that name it, in each directory from its parent up to r.Dir. An fsync of a
+// file does not make its name durable, nor does one of a directory its own entry in its
+// parent: without them a power loss could keep a record that names an image directory,
+// or a bundle, whose entry was never written (MkdirAll and runsc create them as they go).
+func (r *Runsc) syncNew(dir string) error {
+	if err := syncImage(dir); err != nil {
+		return err
+	}
+	top := filepath.Clean(r.Dir)
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		if err := syncPath(d); err != nil {
+			return err
+		}
+		if d == top || d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+// syncImage makes a new tree durable: syncTree; a test's hook fails it.
 var syncImage = syncTree
 
-// syncTree fsyncs every regular file in dir, then dir itself.
+// syncTree fsyncs every regular file and directory in the tree at dir, each directory
+// after what it holds, dir last.
 func syncTree(dir string) error {
-	entries, err := os.ReadDir(dir)
+	var dirs []string
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case e.IsDir():
+			dirs = append(dirs, path)
+		case e.Type().IsRegular():
+			return syncPath(path)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		if e.Type().IsRegular() {
-			if err := syncPath(filepath.Join(dir, e.Name())); err != nil {
-				return err
-			}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := syncPath(dirs[i]); err != nil {
+			return err
 		}
 	}
-	return syncPath(dir)
+	return nil
 }
 
-func syncPath(path string) error {
+// syncPath fsyncs the file or directory at path; a test's hook watches it.
+var syncPath = fsync
+
+func fsync(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -120,4 +123,65 @@ func TestRunscPauseWhoseImageSyncAndRestoreFailIsPermanent(t *testing.T) {
 	counts, err := rt.Bundle(a.ID).Counts()
 	require.NoError(t, err)
 	assert.True(t, runsc.ConsecutiveFromOne(counts), "resumed where it stopped: %v", counts)
+}
+
+// watchSyncs records every path fsynced from now until the test ends, in order.
+func watchSyncs(t *testing.T) func() []string {
+	var mu sync.Mutex
+	var synced []string
+	syncPath = func(path string) error {
+		mu.Lock()
+		synced = append(synced, path)
+		mu.Unlock()
+		return fsync(path)
+	}
+	t.Cleanup(func() { syncPath = fsync })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := synced
+		synced = nil
+		return out
+	}
+}
+
+// Fault (a review against real runsc): Pause fsynced the image's files and its directory,
+// but not images/, whose new entry is what names that directory, and Create fsynced
+// nothing of the bundle a restore needs: after a power loss the durable record could name
+// an image, or need a bundle, that was never written. Both are now durable up to the
+// runtime's directory, each directory after what it holds.
+func TestImageAndBundleAreDurableUpToTheRuntimesDirectory(t *testing.T) {
+	n, rt, _ := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	synced := watchSyncs(t)
+
+	a, err := n.Create(ctx, 3600)
+	require.NoError(t, err)
+	bundle := rt.Bundle(a.ID).Dir
+	assertSyncedInOrder(t, synced(), filepath.Join(bundle, "config.json"), filepath.Join(bundle, "rootfs", "bin", "busybox"),
+		filepath.Join(bundle, "rootfs", "bin"), bundle, filepath.Dir(bundle), rt.Dir)
+
+	_, err = n.Pause(ctx, a.ID)
+	require.NoError(t, err)
+	image := rt.Image(a.ID)
+	files, err := os.ReadDir(image)
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	assertSyncedInOrder(t, synced(), filepath.Join(image, files[0].Name()), image, filepath.Dir(image), rt.Dir)
+}
+
+// assertSyncedInOrder asserts that want were synced, each after the one before it.
+func assertSyncedInOrder(t *testing.T, synced []string, want ...string) {
+	t.Helper()
+	at := -1
+	for _, w := range want {
+		i := slices.Index(synced, w)
+		if !assert.GreaterOrEqual(t, i, 0, "%s never synced: %q", w, synced) {
+			continue
+		}
+		assert.Greater(t, i, at, "%s synced before what comes before it: %q", w, synced)
+		at = i
+	}
 }
