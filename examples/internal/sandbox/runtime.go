@@ -338,10 +338,10 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 }
 
 // Pause checkpoints the sandbox into its image directory, which stops it, and fsyncs the
-// image, and the entries naming it, so that the record written after it never points at a lost image. The stopped
-// container is deleted later, by Resume or Destroy: runsc delete of a checkpointed
-// container takes about two seconds (it waits for the sandbox process to go), which a
-// node drain should not spend before SIGKILL.
+// image and the entries naming it, so that the record written after it never points at
+// a lost image. The stopped container is deleted later, by Resume or Destroy: runsc
+// delete of a checkpointed container takes about two seconds (it waits for the sandbox
+// process to go), which a node drain should not spend before SIGKILL.
 //
 // ctx keeps a checkpoint from starting, never cuts one short: once runsc checkpoint has
 // reached the sandbox, gVisor writes the image and stops the sandbox whatever happens to
