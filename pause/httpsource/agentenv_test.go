@@ -455,3 +455,42 @@ func TestAgentENVJoinedPauseLongerThanTheServersWaitIsSettledByItsEnd(t *testing
 		assert.Zero(t, rep.Lost())
 	})
 }
+
+// Fault (the twin of the supervisor's row 377): a pause that waited on
+// someone else's pause in progress, and was answered 409 "cannot be paused
+// from pausing state" when AgentENV gave up waiting for it, was Vanished
+// when that pause then failed terminally: AgentENV removed the sandbox and
+// the next attempt, joined again, got 404, the answer of a deleted sandbox,
+// and the Report said none lost. The 409 is now kept as evidence of that
+// pause, and the 404 after it is a loss, its error naming both causes.
+func TestAgentENVGoneAfterAPauseInProgressIsLostNotVanished(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 150 * time.Second, FailTerminal: 1})
+		require.NoError(t, err)
+		sb, err := srv.Create(64 << 10)
+		require.NoError(t, err)
+		src := inProcess(t, srv.Handler(), AgentENV())
+		sbs, err := src.List(t.Context())
+		require.NoError(t, err)
+		user := inProcess(t, srv.Handler(), AgentENV()).Sandbox(sb.SandboxID)
+		userErr := make(chan error, 1)
+		go func() { userErr <- user.Preserve(t.Context()) }()
+		synctest.Wait()
+		require.Equal(t, fakeagentenv.Pausing, srv.States()[sb.SandboxID])
+
+		p, err := pause.New(once(sbs), pause.Config{})
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(ctxWithDeadline(t, 5*time.Minute), time.Time{})
+
+		require.ErrorContains(t, <-userErr, "terminal", "its user's pause failed terminally")
+		e := entry(t, rep, sb.SandboxID)
+		assert.Equal(t, pause.Failed, e.Outcome, e.Error)
+		assert.Equal(t, 3, e.Attempts, "409 pausing at 60 s and 120 s, then 404 at the removal")
+		assert.Equal(t, 150*time.Second, e.End.Sub(start))
+		assert.Contains(t, e.Error, "a pause of it in progress")
+		assert.Contains(t, e.Error, "cannot be paused from pausing state")
+		assert.Equal(t, 1, rep.Lost())
+		assert.Error(t, rep.Err())
+	})
+}

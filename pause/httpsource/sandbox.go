@@ -168,6 +168,12 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 			}
 			return fmt.Errorf("%w: %w (already paused)", pause.ErrGone, se)
 		}
+		if conflictState(se.Body) == "pausing" {
+			// A pause in progress, someone else's (or one of ours that got
+			// no answer, which the record keeps): should it fail terminally,
+			// AgentENV removes the sandbox, and the next answer is 404.
+			b.src.notePauseInProgress(b.id, se)
+		}
 		return fmt.Errorf("%w (a state the server will not pause yet: retry)", se)
 	case se.StatusCode == http.StatusConflict && !slices.Contains(gone, se.StatusCode):
 		return b.resolveConflict(ctx, se)
@@ -182,15 +188,21 @@ func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error 
 }
 
 // lostAfter is the error of a gone answer se to a pause of the sandbox id
-// after an earlier pause of it failed with prev: a 5xx answer, or none.
-// AgentENV removes a sandbox whose pause failed terminally (the VM could
-// not be put back) and answers 500: the sandbox is lost, not gone. A pause
-// that got no answer (its timeout, a connection reset) may have been that
-// one, the server going on with it: the gone answer is its removal, or a
-// deletion by the sandbox's user meanwhile, and only the first is a loss
+// after an earlier pause of it failed with prev: a 5xx answer, a 409
+// naming a pause in progress, or none. AgentENV removes a sandbox whose
+// pause failed terminally (the VM could not be put back) and answers 500:
+// the sandbox is lost, not gone. A pause that got no answer (its timeout,
+// a connection reset) may have been that one, the server going on with
+// it, and so may the pause in progress a 409 named (its user's, its
+// timeout's, which this one waited on): the gone answer is its removal, or
+// a deletion by the sandbox's user meanwhile, and only the first is a loss
 // that nothing else would report.
 func lostAfter(id string, prev error, se *StatusError) error {
 	var p *StatusError
+	if errors.As(prev, &p) && p.StatusCode == http.StatusConflict {
+		return fmt.Errorf("httpsource: pause %s: gone after the server named a pause of it in progress (%d %s: %s), counted lost: that pause may have failed and the server removed the sandbox (AgentENV does), or its user deleted it meanwhile; now %w",
+			id, p.StatusCode, http.StatusText(p.StatusCode), p.Body, se)
+	}
 	if errors.As(prev, &p) {
 		return fmt.Errorf("httpsource: pause %s: removed by the server after a failed pause, lost: the earlier pause got %d %s (%s), now %w",
 			id, p.StatusCode, http.StatusText(p.StatusCode), p.Body, se)
@@ -290,6 +302,18 @@ func (s *Source) setFailedPause(id string, err error) {
 	s.pauseFailed[id] = err
 }
 
+// notePauseInProgress records se, a 409 naming a pause of the sandbox in
+// progress, unless a failure of one of ours is recorded already: that one
+// says more (a pause of ours that got no answer may be the one in
+// progress).
+func (s *Source) notePauseInProgress(id string, se *StatusError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pauseFailed[id] == nil {
+		s.pauseFailed[id] = se
+	}
+}
+
 // clearFailedPause forgets the failures of the sandbox's pauses.
 func (s *Source) clearFailedPause(id string) {
 	s.mu.Lock()
@@ -298,7 +322,7 @@ func (s *Source) clearFailedPause(id string) {
 }
 
 // failedPause returns how the last failed pause of the sandbox failed (a
-// 5xx answer, or none), or nil.
+// 5xx answer, a 409 naming a pause in progress, or none), or nil.
 func (s *Source) failedPause(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

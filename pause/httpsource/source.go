@@ -172,7 +172,9 @@ type Config struct {
 	// (pause.ErrGone: already preserved), or preserved when a pause of
 	// this sandbox sent before got no answer (its timeout: the server
 	// went on with it); one being paused ("pausing") is retried, and
-	// settled by the answer once that pause has ended.
+	// settled by the answer once that pause has ended: a gone answer then
+	// is a loss (that pause may have failed and the server removed the
+	// sandbox, as AgentENV does), never pause.ErrGone.
 	RetryConflict bool
 
 	// ListTimeout bounds each listing (and always the caller's context).
@@ -215,15 +217,19 @@ type Config struct {
 // deleted as running, and one being paused, snapshotted or forked as
 // paused; state=running would list only the ones running at that moment,
 // so a sandbox resuming through the preserve phase, which runs afterwards,
-// would be missing from the Report. Pause with POST /sandboxes/{sandboxID}/pause, where 204 is
-// done (also for a sandbox already paused, or paused by a pause in
-// progress, which the request joins), 404 gone, and 409 a sandbox in
-// transition (creating, resuming, snapshotting, forking), retried
-// (RetryConflict). A pause that joined someone else's pause which then
-// failed terminally is answered 404 too, once AgentENV has removed the
-// sandbox: the answer cannot be told from a deletion's, and the sandbox is
-// Vanished. Set APIKey (sent in X-API-Key), and change any other field, on
-// the value it returns.
+// would be missing from the Report. Pause with POST
+// /sandboxes/{sandboxID}/pause, where 204 is done (also for a sandbox
+// already paused, or paused by a pause in progress, which the request
+// joins), 404 gone, and 409 a sandbox in transition (creating, resuming,
+// snapshotting, forking), retried (RetryConflict). A pause that joined
+// someone else's pause which then failed terminally is answered 404 too,
+// once AgentENV has removed the sandbox: the answer cannot be told from a
+// deletion's. After a 409 naming that pause ("cannot be paused from
+// pausing state": AgentENV gives up waiting for it after 60 s) the
+// sandbox is Failed, counted lost, its error naming both causes; when the
+// joined pause ends within the request's wait, nothing tells the two
+// apart, and the sandbox is Vanished. Set APIKey (sent in X-API-Key), and
+// change any other field, on the value it returns.
 func AgentENV() Config {
 	return Config{
 		ListPath:         "/v2/sandboxes",
@@ -363,7 +369,7 @@ type Source struct {
 
 	mu           sync.Mutex
 	notBefore    map[string]holdOff // per sandbox, from Retry-After
-	pauseFailed  map[string]error   // per sandbox, its last pause that got a 5xx answer or none
+	pauseFailed  map[string]error   // per sandbox, its last pause that got a 5xx answer or none, or a 409 naming one in progress
 	lastOverload *StatusError       // the last overload answer to a pause: why the limit is low
 }
 
