@@ -29,6 +29,18 @@ type Daemon interface {
 	Kill(ctx context.Context) error
 }
 
+// ErrUnconfirmed is wrapped by the error of a Daemon.RequestStop whose
+// request was sent but not answered in time, the daemon still running. A
+// daemon already stopping may never read it: AgentENV's uvm-ublk-daemon,
+// asked first by its own server at SIGTERM (or stopping at its own SIGTERM,
+// or at its parent's exit), leaves its accept loop and keeps its socket
+// bound, unread, while it stops its devices one at a time. The step takes
+// such a request as delivered: it does not fall back to the control
+// device at once (STOP_DEV under a daemon stopping its devices in order),
+// and a daemon that is in fact hung is covered by the planned fallback,
+// near the deadline, and the kill rule. Report.Daemon.Unconfirmed says so.
+var ErrUnconfirmed = errors.New("ublk: stop request sent, not answered")
+
 // ErrCannotKill is returned by Daemon.Kill for daemons this process cannot
 // kill (a socket without a process, queues served in-process).
 var ErrCannotKill = errors.New("ublk: daemon cannot be killed from here")

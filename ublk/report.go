@@ -116,8 +116,17 @@ func driverInfo(i ublkctl.DevInfo) *DriverInfo {
 // DaemonReport says what happened to the daemon.
 type DaemonReport struct {
 	// Present is false when the step had no daemon to stop.
-	Present      bool   `json:"present"`
-	Requested    bool   `json:"requested"`
+	Present bool `json:"present"`
+	// Requested is true when the stop request was delivered: answered,
+	// or sent and unanswered while the daemon ran on (Unconfirmed).
+	Requested bool `json:"requested"`
+	// Unconfirmed is true when the stop request was sent but not answered
+	// in time while the daemon ran on (ErrUnconfirmed): taken as delivered,
+	// with no fallback at once, for a daemon already stopping reads none.
+	Unconfirmed bool `json:"unconfirmed,omitempty"`
+	// RequestError is why the stop request failed; for an unconfirmed
+	// one, set only when the step ended with devices left (the daemon did
+	// not stop: a hung daemon reads no request either).
 	RequestError string `json:"request_error,omitempty"`
 	Exited       bool   `json:"exited"`
 	Killed       bool   `json:"killed"`

@@ -47,6 +47,7 @@ type run struct {
 	ctlErr        error // opening the control device failed
 	killed        bool
 	causes        []error
+	unconfirmed   error // the stop request's ErrUnconfirmed, taken as delivered
 }
 
 type devState struct {
@@ -811,7 +812,16 @@ func (r *run) requestStop() {
 	r.requestedAt = time.Now()
 	r.rep.Daemon.Requested = err == nil
 	result := "delivered"
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrUnconfirmed):
+		// Sent, unread: a daemon already stopping reads no request. Waited
+		// for as one asked; the planned fallback covers a hung one.
+		r.rep.Daemon.Requested, r.rep.Daemon.Unconfirmed = true, true
+		r.unconfirmed = err
+		result = "sent, not answered (a daemon already stopping reads no request): taken as delivered"
+		r.cfg.logger.InfoContext(r.ctx, "ublk: the daemon did not answer the stop request; waiting for it as for one asked", "err", err)
+		err = nil
+	case err != nil:
 		r.rep.Daemon.RequestError = err.Error()
 		r.causes = append(r.causes, err)
 		result = ""
@@ -1204,6 +1214,12 @@ func (r *run) finish() error {
 	}
 	r.rep.Verdict = worst
 	r.rep.Duration = time.Since(r.start)
+	if r.unconfirmed != nil && len(unsafe)+len(left) > 0 {
+		// Taken as delivered, and the daemon did not stop its devices:
+		// the request's silence is part of why (a hung daemon reads none).
+		r.rep.Daemon.RequestError = r.unconfirmed.Error()
+		r.causes = append(r.causes, r.unconfirmed)
+	}
 	cause := errors.Join(r.causes...)
 	switch {
 	case r.held != nil:

@@ -22,8 +22,11 @@ import (
 // (storage/ublk-daemon/src/server.rs), so the answer says the stop was
 // delivered, never that the devices are gone: the step waits for those and
 // for the exit. An answer {"status":"ok"}, and no answer followed by the
-// daemon's exit, both count as a stop delivered; any other status is a
-// refusal, its reason read from "message" (AgentENV's) or "error". Pair it with the daemon's Process so
+// daemon's exit, both count as a stop delivered; a request sent and still
+// unanswered at the deadline is ErrUnconfirmed, which the step takes as
+// delivered (that daemon, once stopping, reads no request: its server
+// asks it first); any other status is a refusal, its reason read from
+// "message" (AgentENV's) or "error". Pair it with the daemon's Process so
 // that RequestStop and Wait see the exit through a pidfd and Kill can
 // escalate; without one, Wait treats the socket refusing connections as
 // the exit, and Kill returns ErrCannotKill. New rejects a Socket without
@@ -45,9 +48,10 @@ var errNoPath = errors.New("ublk: Socket.Path is empty")
 // RequestStop sends {"kind":"shutdown"} and returns nil once the daemon
 // answered {"status":"ok"}, or closed the connection without an answer and
 // then exited (seen through the paired Process; without one, the close
-// alone counts), or had exited before the request. Any other answer, a
-// refused connection of a daemon still running, or neither answer nor exit
-// by ctx's deadline is an error.
+// alone counts), or had exited before the request. A request sent but
+// neither answered nor followed by the exit by ctx's end is ErrUnconfirmed
+// (a daemon already stopping reads none). Any other answer, or a refused
+// connection of a daemon still running, is an error.
 func (s *Socket) RequestStop(ctx context.Context) error {
 	if s.Process != nil && s.Process.Exited() {
 		return nil // nothing left to ask
@@ -83,6 +87,10 @@ func (s *Socket) RequestStop(ctx context.Context) error {
 		return nil
 	case errors.Is(context.Cause(rctx), errDaemonExited):
 		return nil // no answer, then the exit
+	case errors.Is(err, errNotYetAnswered):
+		// Sent, and not read by ctx's end: a daemon already stopping
+		// (AgentENV's, asked by its server) reads no request.
+		return fmt.Errorf("%w: %w", ErrUnconfirmed, err)
 	case !errors.Is(err, errUnanswered):
 		return err
 	case s.Process == nil:
@@ -125,13 +133,21 @@ func (s *Socket) Request(ctx context.Context, req, resp any) error {
 		return s.ctxErr(ctx, fmt.Errorf("ublk: daemon socket: send: %w", err))
 	}
 	if err := frame.Read(c, resp); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
 			err = fmt.Errorf("%w: %w", errUnanswered, err)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			err = fmt.Errorf("%w: %w", errNotYetAnswered, err)
 		}
 		return s.ctxErr(ctx, fmt.Errorf("ublk: daemon socket: no answer: %w", err))
 	}
 	return nil
 }
+
+// errNotYetAnswered is wrapped by Request when the request was sent and
+// ctx ended (its deadline, or its cancellation) before any answer came,
+// the connection still open.
+var errNotYetAnswered = errors.New("sent, no answer yet")
 
 // ctxErr adds ctx's error to an I/O error caused by ctx ending. The
 // connection's own deadline (ctx's) may fire just before ctx reports it.

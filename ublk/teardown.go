@@ -227,7 +227,9 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     resort does not run, return a *HeldError without asking the daemon
 //     to stop (the daemon keeps serving the held device), unless
 //     Config.StopDespiteHolders.
-//  4. Ask the daemon to stop (RequestStop, bounded by RequestTimeout).
+//  4. Ask the daemon to stop (RequestStop, bounded by RequestTimeout). A
+//     request sent and not answered (ErrUnconfirmed: a daemon already
+//     stopping reads none) is taken as delivered.
 //  5. Wait until every device has left sysfs and the daemon has exited,
 //     re-reading sysfs every PollInterval.
 //  6. Fall back to /dev/ublk-control (STOP_DEV, then DEL_DEV once the

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -46,11 +47,31 @@ const (
 )
 
 func TestEndToEndAgentENVBehindTheSupervisor(t *testing.T) {
-	t.Run("server stops its daemon", func(t *testing.T) { runAgentENV(t, fakeagentenv.StopWait) })
-	t.Run("server leaves its daemon to the supervisor", func(t *testing.T) { runAgentENV(t, fakeagentenv.StopLeave) })
+	t.Run("server stops its daemon", func(t *testing.T) { runAgentENV(t, aeCase{stopDaemon: fakeagentenv.StopWait}) })
+	t.Run("server leaves its daemon to the supervisor", func(t *testing.T) { runAgentENV(t, aeCase{stopDaemon: fakeagentenv.StopLeave}) })
+	// Fault (row 383): AgentENV's server asks its daemon to stop and exits
+	// without waiting; the daemon, stopping its devices one at a time,
+	// reads no request any more (its accept loop has ended, its socket
+	// still bound). The supervisor's own request, unanswered past its 5 s
+	// RequestTimeout, was a failed request: the control fallback at once
+	// under a daemon stopping its devices in order. It is now taken as
+	// delivered (Unconfirmed) and waited for.
+	t.Run("server asks its daemon first and does not wait", func(t *testing.T) {
+		runAgentENV(t, aeCase{stopDaemon: fakeagentenv.StopSend, step: 1500 * time.Millisecond, grace: 20 * time.Second})
+	})
 }
 
-func runAgentENV(t *testing.T, stopDaemon string) {
+// aeCase is one run of the supervisor in front of AgentENV: how the server
+// treats its daemon at its shutdown, and the daemon's time per device step
+// (fakeublk's default when zero) and the grace period (aeGrace when zero).
+type aeCase struct {
+	stopDaemon string
+	step       time.Duration
+	grace      time.Duration
+}
+
+func runAgentENV(t *testing.T, c aeCase) {
+	stopDaemon, grace := c.stopDaemon, cmp.Or(c.grace, aeGrace)
 	dir := t.TempDir()
 	state, events, report, sock := filepath.Join(dir, "state"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "report.json"), filepath.Join(dir, "ublkd.sock")
 	keyFile := filepath.Join(dir, "api-key")
@@ -62,11 +83,14 @@ func runAgentENV(t *testing.T, stopDaemon string) {
 		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}, {ID: 1, Major: 4000, Minor: 1}},
 		Socket:   sock,
 		EventLog: events,
-		Silent:   true, // AgentENV's daemon may never answer
+		Step:     c.step,
+		// AgentENV's daemon answers a shutdown at once; the others never
+		// answer here, the worst a supervisor can meet.
+		Silent: stopDaemon != fakeagentenv.StopSend,
 		// With the server stopping it, it also stops when its parent goes
 		// (as AgentENV's does); left to the supervisor, only the request
 		// stops it, so the test sees who did.
-		StopWithParent: stopDaemon == fakeagentenv.StopWait,
+		StopWithParent: stopDaemon != fakeagentenv.StopLeave,
 	}
 	cfg, err := json.Marshal(daemon)
 	require.NoError(t, err)
@@ -74,7 +98,7 @@ func runAgentENV(t *testing.T, stopDaemon string) {
 
 	argv := append(helperCommand("supervisor",
 		"-api", "agentenv", "-api-key-file", keyFile,
-		"-listen", listen, "-hook-listen", hook, "-server-url", "http://"+api, "-grace", aeGrace.String(), "-concurrency", "16",
+		"-listen", listen, "-hook-listen", hook, "-server-url", "http://"+api, "-grace", grace.String(), "-concurrency", "16",
 		"-daemon-socket", sock, "-report", report, "--"),
 		helperCommand("agentenv", "-listen", api, "-state", state, "-sandboxes", "200", "-page-size", "37",
 			"-pause-base", "20ms", "-pause-per-gib", "20ms", "-fail-first", "10",
@@ -89,7 +113,7 @@ func runAgentENV(t *testing.T, stopDaemon string) {
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond,
 		"supervisor ready: the server answers its list with the key")
-	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + hook + "/drain", Client: noKeepAlive()}, aeGrace)
+	tl, err := kubeletsim.Terminate(ctx, child, kubeletsim.HTTPGet{URL: "http://" + hook + "/drain", Client: noKeepAlive()}, grace)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
 	assert.Equal(t, http.StatusOK, tl.HookStatus, "the hook reached the drain (the kubelet takes a 404 for a hook that returned)")
@@ -126,7 +150,14 @@ func runAgentENV(t *testing.T, stopDaemon string) {
 	assert.False(t, ur.Daemon.Killed)
 	log := readFile(t, events)
 	assert.Equal(t, 1, strings.Count(log, "start"), "one daemon, started by the server: the supervisor never spawned one")
-	assert.Contains(t, log, "request shutdown")
+	assert.Equal(t, 1, strings.Count(log, "request shutdown"), "one request read:\n%s", log)
+	if stopDaemon == fakeagentenv.StopSend {
+		assert.True(t, ur.Daemon.Unconfirmed, "the supervisor's request, unread by a daemon already stopping, taken as delivered")
+		assert.Contains(t, log, "connection unread: stopping")
+		for _, st := range ur.Steps {
+			assert.NotEqual(t, "control fallback", st.Name, "no STOP_DEV under a daemon stopping its devices in order")
+		}
+	}
 	assert.Contains(t, log, "delete 1")
 	assert.True(t, strings.HasSuffix(log, "exit\n"), "the daemon stopped its devices and exited:\n%s", log)
 	assert.Positive(t, rep.Drain.Headroom)

@@ -45,8 +45,9 @@ const (
 // accepting connections and at once, while the requests in flight finish,
 // runs Shutdown (pausing what is still running, one at a time), asks the
 // daemon to stop over its socket (4-byte big-endian length,
-// {"kind":"shutdown"}; the answer is not read) and waits up to 30 s for its
-// exit; then it closes the connections that never sent a request (as
+// {"kind":"shutdown"}; the answer is read, 5 s at most, and whatever it is
+// the server goes on, as AgentENV's client, storage/ublk-daemon/src/client.rs)
+// and waits up to 30 s for its exit; then it closes the connections that never sent a request (as
 // hyper's graceful shutdown does; net/http's Shutdown would wait 5 s for
 // each), waits for the requests in flight, and exits 0. The API key comes
 // from EnvAPIKey.
@@ -188,7 +189,8 @@ func waitSocket(path string, within time.Duration) error {
 }
 
 // requestShutdown sends {"kind":"shutdown"} on a connection of its own and
-// does not read an answer, as AgentENV's server does.
+// reads the answer within 5 s, as AgentENV's client does (best effort: the
+// daemon may close the connection first, and its answer changes nothing).
 func requestShutdown(path string) error {
 	c, err := net.DialTimeout("unix", path, 5*time.Second)
 	if err != nil {
@@ -196,5 +198,12 @@ func requestShutdown(path string) error {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	return frame.Write(c, map[string]string{"kind": "shutdown"})
+	if err := frame.Write(c, map[string]string{"kind": "shutdown"}); err != nil {
+		return err
+	}
+	var resp map[string]any
+	if err := frame.Read(c, &resp); err != nil {
+		return fmt.Errorf("no answer: %w", err)
+	}
+	return nil
 }

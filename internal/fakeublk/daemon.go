@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -143,6 +144,10 @@ type daemon struct {
 	stop  chan string
 	once  sync.Once
 	log   sync.Mutex
+
+	stopping atomic.Bool // its accept loop has ended
+	heldMu   sync.Mutex
+	held     []net.Conn // connected once it was stopping: never read
 }
 
 func newDaemon(cfg DaemonConfig) (*daemon, error) {
@@ -197,7 +202,10 @@ func (d *daemon) event(format string, args ...any) {
 }
 
 func (d *daemon) trigger(why string) {
-	d.once.Do(func() { d.stop <- why })
+	d.once.Do(func() {
+		d.stopping.Store(true)
+		d.stop <- why
+	})
 }
 
 func (d *daemon) run(ready io.Writer) int {
@@ -262,11 +270,23 @@ func (d *daemon) teardown() int {
 	return 0
 }
 
+// serve handles each connection until the daemon stops. From then on, as
+// AgentENV's daemon, whose accept loop ends when its shutdown begins (a
+// request, SIGTERM, its parent's exit) while its socket stays bound until
+// its devices are gone, a connection is taken and never read nor answered:
+// it waits, as in the real one's backlog, until the process exits.
 func (d *daemon) serve() {
 	for {
 		c, err := d.ln.Accept()
 		if err != nil {
 			return
+		}
+		if d.stopping.Load() {
+			d.event("connection unread: stopping")
+			d.heldMu.Lock()
+			d.held = append(d.held, c) // kept: a collected conn would be closed
+			d.heldMu.Unlock()
+			continue
 		}
 		go d.handle(c)
 	}
@@ -292,8 +312,10 @@ func (d *daemon) handle(c net.Conn) {
 	defer c.Close()
 	switch req.Kind {
 	case "shutdown":
-		_ = frame.Write(c, map[string]string{"status": "ok"})
+		// Stopping first, then the answer, as AgentENV's (notify_one, then
+		// send_message): a request sent after the answer is never read.
 		d.trigger("request")
+		_ = frame.Write(c, map[string]string{"status": "ok"})
 	case "status":
 		_ = frame.Write(c, map[string]any{"status": "ok", "devices": d.tree.Devices()})
 	default:

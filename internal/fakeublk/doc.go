@@ -31,6 +31,10 @@
 // connection until it exits) and starts the teardown; {"kind":"status"} returns the
 // device IDs still present; anything else gets {"status":"error"} with the
 // reason in "message", as AgentENV's daemon answers a request it failed.
+// Once its teardown has begun (a request, SIGTERM, its parent's exit) the
+// daemon reads no request, as AgentENV's, whose accept loop ends then while
+// its socket stays bound: a connection is taken and left unanswered until
+// the daemon exits.
 //
 // Guarantees: Start returns by ctx's deadline (killing the child if it was
 // not ready); Close kills and reaps the child; on Linux a child never

@@ -106,6 +106,34 @@ func TestShutdownRequestOnTheWire(t *testing.T) {
 	assert.Empty(t, (&Tree{Root: sys}).Devices())
 }
 
+// Once stopping, the daemon reads no request, as AgentENV's, whose accept
+// loop ends at its shutdown while its socket stays bound: a second request
+// is taken, never answered, and its connection ends with the process.
+func TestStoppingDaemonReadsNoRequest(t *testing.T) {
+	sys, sock, log := t.TempDir(), filepath.Join(t.TempDir(), "d.sock"), filepath.Join(t.TempDir(), "events")
+	d := startDaemon(t, DaemonConfig{SysRoot: sys, Devices: twoDevices(), Socket: sock, Step: 200 * time.Millisecond, EventLog: log})
+	first, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	defer first.Close()
+	require.NoError(t, frame.Write(first, map[string]string{"kind": "shutdown"}))
+	var resp map[string]string
+	require.NoError(t, frame.Read(first, &resp))
+	require.Equal(t, "ok", resp["status"])
+
+	second, err := net.Dial("unix", sock)
+	require.NoError(t, err, "the socket is still bound while the daemon stops its devices")
+	defer second.Close()
+	require.NoError(t, frame.Write(second, map[string]string{"kind": "shutdown"}))
+	err = frame.Read(second, &resp)
+	ev, _ := os.ReadFile(log) // the daemon logs its exit before it exits
+	assert.True(t, strings.HasSuffix(string(ev), "delete 1\nexit\n"), "the read ended only once the daemon had stopped its devices and exited:\n%s", ev)
+	assert.Error(t, err, "never answered: the connection ends with the process")
+	assert.Equal(t, 1, strings.Count(string(ev), "request shutdown"), "the second request was never read:\n%s", ev)
+	assert.Contains(t, string(ev), "connection unread: stopping")
+	waitDone(t, d)
+	assert.Equal(t, 0, d.ExitCode())
+}
+
 func TestUnknownRequestIsAnError(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	d := startDaemon(t, DaemonConfig{SysRoot: t.TempDir(), Socket: sock})
