@@ -13,7 +13,12 @@ import (
 )
 
 // Target returns container id as a [escalate.Target] for [escalate.Policy]: Signal is
-// `runsc kill --all`, Wait is `runsc wait`, and Exited asks `runsc state`. Only the
+// `runsc kill` of the container's init for SIGTERM, as the kubelet's runtime (containerd,
+// runc) and ateom send it, so that an init that has its children save before they stop
+// gets to; and `runsc kill --all`, every process of the container, for SIGKILL. (SIGTERM
+// to every process killed such a child before its init could ask it to save. gVisor
+// gives a container's init no PID 1 immunity: one without a handler ends at SIGTERM.)
+// Wait is `runsc wait`, and Exited asks `runsc state`. Only the
 // runtime's word, or the kernel's, ends a wait: a container runsc no longer knows, or
 // reports stopped, has exited, and so has one whose sandbox process is a zombie not yet
 // reaped; a `runsc wait` that failed, or whose exit status another reaper collected
@@ -22,7 +27,7 @@ import (
 func (r *Runtime) Target(id string) escalate.Target {
 	return escalate.Funcs{
 		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
-			err := r.Kill(ctx, id, sig, true)
+			err := r.Kill(ctx, id, sig, sig == syscall.SIGKILL)
 			if err == nil || errors.Is(err, ErrStatusLost) {
 				// A lost status: the kill ran and may have been what ended the
 				// container, so a stopped state now does not mean it was gone
