@@ -53,10 +53,13 @@ type CutError struct {
 	Err error
 }
 
+// Error says how many of the processes procfs listed were not read, and why.
 func (e *CutError) Error() string {
 	return fmt.Sprintf("ublk: holders: %d of %d processes not read: %v", len(e.Unread), e.Total, e.Err)
 }
 
+// Unwrap returns Err, so that errors.Is finds ctx's context.DeadlineExceeded
+// or context.Canceled.
 func (e *CutError) Unwrap() error { return e.Err }
 
 // Partition is one partition of a disk (sysfs block/DISK/DISKpN).

@@ -122,6 +122,8 @@ type HeldError struct {
 	Holder Holder
 }
 
+// Error names the lock file and what it says of the process holding it
+// (Holder.String).
 func (e *HeldError) Error() string { return e.Path + ": held by " + e.Holder.String() }
 
 // TryAcquire takes the lock as Acquire does, without waiting and without creating dir:
