@@ -128,15 +128,22 @@ type DaemonReport struct {
 	// one, set only when the step ended with devices left (the daemon did
 	// not stop: a hung daemon reads no request either).
 	RequestError string `json:"request_error,omitempty"`
-	Exited       bool   `json:"exited"`
-	Killed       bool   `json:"killed"`
-	KillError    string `json:"kill_error,omitempty"`
+	// Exited is true when the daemon was seen to have exited by the step's
+	// end, stopped on request or killed.
+	Exited bool `json:"exited"`
+	// Killed is true when the step killed the daemon (Daemon.Kill returned
+	// nil); KillError is Kill's error when it failed.
+	Killed    bool   `json:"killed"`
+	KillError string `json:"kill_error,omitempty"`
 	// LeftRunning is true when the step ended with the daemon alive.
 	LeftRunning bool `json:"left_running"`
 }
 
 // Report is the outcome of one Run.
 type Report struct {
+	// Kernel is the running kernel's release, KernelClass what the kernel
+	// table made of it: whether killing the daemon with a live device is
+	// safe there (KernelClass.MayKillWithLiveDevices).
 	Kernel      string      `json:"kernel"`
 	KernelClass KernelClass `json:"kernel_class"`
 	// KernelDecision says which rule of the kernel table decided
