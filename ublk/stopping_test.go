@@ -237,3 +237,35 @@ func TestStepAsksAnAgentENVDaemonFirst(t *testing.T) {
 	assert.Empty(t, md.Events())
 	assert.Equal(t, VerdictStopped, rep.Verdict)
 }
+
+// Fault (a review of row 383): ErrUnconfirmed's promise is that "a daemon
+// that is in fact hung is covered by the planned fallback, near the
+// deadline, and the kill rule". A step with no deadline (Stop runs without
+// one: "without a deadline it waits until cancelled") has no planned
+// fallback and no kill time. The daemon here was asked by its server and
+// then hung at its first device (its teardown's step an hour long); the
+// step's own request, never read, was a failed request before row 383 and
+// the control fallback stopped every device RequestTimeout after it. Now it
+// is taken as delivered and nothing covers it: the step waits, the devices
+// live, until its context is cancelled (here 3 s, fifteen RequestTimeouts).
+func TestUnconfirmedRequestToAHungDaemonWithNoDeadlineStillFallsBack(t *testing.T) {
+	f := newFixture(t, 0, 1, 2)
+	md := newMemDaemon(f.tree)
+	ctl := &memControl{tree: f.tree, d: md}
+	d := startAgentENVDaemon(t, f.tree, md.kstate, time.Hour, 0, 1, 2) // hung at its first device
+	d.askedByTheServer(t)
+
+	td, err := New(d.asDaemon(), f.config(vulnerable, ctl, Config{
+		RequestTimeout: 200 * time.Millisecond, ExitWait: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+	}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background()) // no deadline
+	defer cancel()
+	time.AfterFunc(3*time.Second, cancel) // a bound on the test, not an assertion
+	rep, err := td.Stop(ctx)
+	require.NotNil(t, rep)
+
+	assert.True(t, rep.Daemon.Unconfirmed, "sent, never read")
+	assert.NotNil(t, rep.Step("control fallback"), "a hung daemon's devices left live until the step was cancelled: %v", err)
+	assert.Contains(t, md.Events(), "STOP_DEV 0")
+}
