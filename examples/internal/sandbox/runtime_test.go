@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -184,4 +186,34 @@ func assertSyncedInOrder(t *testing.T, synced []string, want ...string) {
 		assert.Greater(t, i, at, "%s synced before what comes before it: %q", w, synced)
 		at = i
 	}
+}
+
+// Fault (a review of row 381): the runtime's directory is new too on a node's first
+// sandbox (NewRuntime gives stateDir/runsc, which Create's MkdirAll makes), and its own
+// entry, in the state directory, was never fsynced: the bundle and then the image are
+// durable up to it, the record beside it (stateDir/records) names the image, and a power
+// loss could keep the record and lose the entry "runsc" that leads to the image. The
+// chain of entries from the image to what was there before must be durable, this one
+// included.
+func TestTheRuntimesOwnNewDirectoryIsDurableByName(t *testing.T) {
+	if err := runsc.Usable(); err != nil {
+		realpart.Missing(t, "skipping real-runsc test: "+err.Error())
+	}
+	stateDir := t.TempDir()
+	rt := NewRunsc(filepath.Join(stateDir, "runsc")) // as NewRuntime: not there yet
+	t.Cleanup(func() { _ = rt.Runtime.DeleteAll(context.Background()) })
+	st, err := store.Open(filepath.Join(stateDir, "records"))
+	require.NoError(t, err)
+	n, _, err := NewNode(rt, st, nil)
+	require.NoError(t, err)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	synced := watchSyncs(t)
+
+	a, err := n.Create(ctx, 3600)
+	require.NoError(t, err)
+	_, err = n.Pause(ctx, a.ID)
+	require.NoError(t, err)
+	assert.Contains(t, synced(), stateDir, "the entry naming the runtime's new directory, %s, is never fsynced", rt.Dir)
 }
