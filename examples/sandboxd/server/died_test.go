@@ -80,3 +80,13 @@ func TestPauseOfADeadSandboxIsAConflictNotAServerError(t *testing.T) {
 	assert.Equal(t, http.StatusConflict, status(err))
 	assert.Equal(t, http.StatusInternalServerError, status(errors.New("runsc checkpoint: exit status 1")), "a failure that may pass")
 }
+
+// Fault (a review of row 380): a pause whose checkpoint failed and stopped the sandbox
+// (sandbox.ErrLost: its state gone, listed lost) answered 500, the server error that
+// clients retry, as ErrDied did before; the retry only finds it lost (409). The gVisor
+// worker answers it DataLoss since row 380, "no retry brings it back"; sandboxd, on the
+// same Node with -runtime runsc, did not follow.
+func TestPauseThatLostItsSandboxIsNotAServerErrorToRetry(t *testing.T) {
+	err := fmt.Errorf("pause sb-1: %w", sandbox.ErrLost)
+	assert.NotEqual(t, http.StatusInternalServerError, status(err), "no retry can pause a lost sandbox")
+}
