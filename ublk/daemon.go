@@ -39,6 +39,8 @@ type Daemon interface {
 // device at once (STOP_DEV under a daemon stopping its devices in order),
 // and a daemon that is in fact hung is covered by the planned fallback,
 // near the deadline, and the kill rule. Report.Daemon.Unconfirmed says so.
+// A step with no deadline has no planned fallback: there it is a failed
+// request, and the fallback follows at once.
 var ErrUnconfirmed = errors.New("ublk: stop request sent, not answered")
 
 // ErrCannotKill is returned by Daemon.Kill for daemons this process cannot

@@ -813,7 +813,7 @@ func (r *run) requestStop() {
 	r.rep.Daemon.Requested = err == nil
 	result := "delivered"
 	switch {
-	case errors.Is(err, ErrUnconfirmed):
+	case errors.Is(err, ErrUnconfirmed) && !r.fallbackAt.IsZero():
 		// Sent, unread: a daemon already stopping reads no request. Waited
 		// for as one asked; the planned fallback covers a hung one.
 		r.rep.Daemon.Requested, r.rep.Daemon.Unconfirmed = true, true

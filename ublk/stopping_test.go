@@ -246,8 +246,9 @@ func TestStepAsksAnAgentENVDaemonFirst(t *testing.T) {
 // then hung at its first device (its teardown's step an hour long); the
 // step's own request, never read, was a failed request before row 383 and
 // the control fallback stopped every device RequestTimeout after it. Now it
-// is taken as delivered and nothing covers it: the step waits, the devices
-// live, until its context is cancelled (here 3 s, fifteen RequestTimeouts).
+// was taken as delivered and nothing covered it: the step waited, the
+// devices live, until its context was cancelled (here 3 s, fifteen
+// RequestTimeouts). With no deadline it is a failed request again.
 func TestUnconfirmedRequestToAHungDaemonWithNoDeadlineStillFallsBack(t *testing.T) {
 	f := newFixture(t, 0, 1, 2)
 	md := newMemDaemon(f.tree)
@@ -265,7 +266,8 @@ func TestUnconfirmedRequestToAHungDaemonWithNoDeadlineStillFallsBack(t *testing.
 	rep, err := td.Stop(ctx)
 	require.NotNil(t, rep)
 
-	assert.True(t, rep.Daemon.Unconfirmed, "sent, never read")
+	assert.False(t, rep.Daemon.Unconfirmed, "with no planned fallback, an unread request is a failed one")
+	assert.Contains(t, rep.Daemon.RequestError, "sent, no answer yet")
 	assert.NotNil(t, rep.Step("control fallback"), "a hung daemon's devices left live until the step was cancelled: %v", err)
 	assert.Contains(t, md.Events(), "STOP_DEV 0")
 }

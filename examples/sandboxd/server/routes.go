@@ -99,6 +99,8 @@ func status(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, sandbox.ErrDied): // not running, and no retry will make it: a client's error to see, not a server's
 		return http.StatusConflict
+	case errors.Is(err, sandbox.ErrLost): // stopped by its failed pause, its state gone: no retry brings it back (the body says lost)
+		return http.StatusConflict
 	default:
 		return http.StatusInternalServerError
 	}
