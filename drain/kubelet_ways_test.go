@@ -267,3 +267,42 @@ func TestSIGTERMLagAfterTheHooksAnswerDoesNotCostTheLastRound(t *testing.T) {
 		assert.Positive(t, rep.Headroom)
 	})
 }
+
+// An exec preStop hook built on ExecHook without Start ("zero means the
+// server's time of the first request") polls the handler with ?wait= and no
+// ?start=. The handler takes every such call for an httpGet hook's, each a
+// run of its own: with Config.Pod, every poll is read as the kubelet
+// restarting, and Budget.OnRestart moves SIGKILL to the poll's arrival plus
+// the deletion's grace. The real kubelet ran the exec hook once: it gives up
+// on it at T0 + 60 s and SIGKILLs 2 s later.
+//
+//	0 s      kubectl delete (60 s): the exec hook starts, its first poll: T0
+//	~9 s     its second poll: read as a new run, SIGKILL planned at ~69 s
+//	...      every poll moves it 9 s later, and the drain deadline with it
+//	60 s     the kubelet gives up on the hook: SIGTERM; SIGKILL at 62 s
+//
+// With the wait planned for T0 + 60 s - the reserves, 8 sandboxes of 2 s at
+// 2 (8 s) are preserved before SIGTERM comes; planned for a SIGKILL that
+// keeps moving, the wait runs into the kubelet's end and they are lost.
+func TestExecHookWithoutStartIsOneRunNotARestartPerPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Delete(time.Now(), 60*time.Second)
+		pod := podOver(t, api, handlerTransport{api})
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 2 * time.Second, sandboxes: 8,
+			latency: 2 * time.Second, limit: 2, edit: func(c *Config) { c.Pod = pod }})
+		hook := kubeletsim.HookFunc(func(ctx context.Context) error {
+			_, err := ExecHook{URL: "http://server.test/drain", Client: &http.Client{Transport: handlerTransport{f.d.PreStop()}}}.Run(ctx)
+			return err
+		})
+		tl, rep := f.terminate(t, hook, 60*time.Second)
+		t.Logf("timeline:\n%s", tl)
+		assert.False(t, rep.Budget.Restart.After(rep.Budget.Start), "no kubelet restart: one exec hook, polling; the budget's run at T0+%v",
+			rep.Budget.Restart.Sub(rep.Budget.Start))
+		assert.False(t, tl.HookKept, "the wait ended before the kubelet gave up on the hook")
+		assert.False(t, rep.Budget.Kill.After(tl.KillDue), "the Report's SIGKILL is not after the kubelet's: %v after",
+			rep.Budget.Kill.Sub(tl.KillDue))
+		assert.Equal(t, 8, rep.Preserve.Counts["preserved"])
+		assert.False(t, tl.Killed, "exited before SIGKILL")
+	})
+}
