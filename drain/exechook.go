@@ -46,7 +46,10 @@ type ExecHook struct {
 	MaxWait time.Duration
 	// Start is when the kubelet started the hook (T0), sent to the server
 	// so that the hook's own start-up does not count as drain time: use
-	// ProcessStart(). Zero means the server's time of the first request.
+	// ProcessStart(). Zero means the time Run starts. Every request sends
+	// the same start: it is how the server tells this run's polls from a
+	// kubelet running the hook again (a call without one is a run of its
+	// own, as an httpGet hook's).
 	Start time.Time
 	// Secret, when set, is sent in the X-Drain-Secret header, where a
 	// HookGuard with the same Secret (and the default Header) looks for it;
@@ -72,6 +75,9 @@ type ExecHook struct {
 // otherwise.
 func (h ExecHook) Run(ctx context.Context) (*PreStopSummary, error) {
 	h.defaults()
+	if h.Start.IsZero() { // one run: every poll names it
+		h.Start = time.Now()
+	}
 	if h.MaxWait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, h.MaxWait)
