@@ -428,18 +428,7 @@ func TestAgentENVConflictOfAPausedOrPausingSandboxIsNotALoss(t *testing.T) {
 // by the pause's end: 409 at 60 s, at 120 s, 204 at 150 s. In virtual time.
 func TestAgentENVJoinedPauseLongerThanTheServersWaitIsSettledByItsEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 150 * time.Second})
-		require.NoError(t, err)
-		sb, err := srv.Create(64 << 10)
-		require.NoError(t, err)
-		src := inProcess(t, srv.Handler(), AgentENV())
-		sbs, err := src.List(t.Context())
-		require.NoError(t, err)
-		user := inProcess(t, srv.Handler(), AgentENV()).Sandbox(sb.SandboxID)
-		userErr := make(chan error, 1)
-		go func() { userErr <- user.Preserve(t.Context()) }()
-		synctest.Wait()
-		require.Equal(t, fakeagentenv.Pausing, srv.States()[sb.SandboxID])
+		srv, sb, sbs, userErr := userPauseInProgress(t, fakeagentenv.Config{PauseBase: 150 * time.Second})
 
 		p, err := pause.New(once(sbs), pause.Config{})
 		require.NoError(t, err)
@@ -456,6 +445,25 @@ func TestAgentENVJoinedPauseLongerThanTheServersWaitIsSettledByItsEnd(t *testing
 	})
 }
 
+// userPauseInProgress starts the AgentENV double with cfg and one sandbox,
+// lists it, and begins its user's pause, which is in progress when it
+// returns; its outcome comes on the channel. Run it in a synctest bubble.
+func userPauseInProgress(t *testing.T, cfg fakeagentenv.Config) (*fakeagentenv.Server, fakeagentenv.Sandbox, []pause.Sandbox, <-chan error) {
+	t.Helper()
+	srv, err := fakeagentenv.New(cfg)
+	require.NoError(t, err)
+	sb, err := srv.Create(64 << 10)
+	require.NoError(t, err)
+	sbs, err := inProcess(t, srv.Handler(), AgentENV()).List(t.Context())
+	require.NoError(t, err)
+	user := inProcess(t, srv.Handler(), AgentENV()).Sandbox(sb.SandboxID)
+	userErr := make(chan error, 1)
+	go func() { userErr <- user.Preserve(t.Context()) }()
+	synctest.Wait()
+	require.Equal(t, fakeagentenv.Pausing, srv.States()[sb.SandboxID])
+	return srv, sb, sbs, userErr
+}
+
 // Fault (the twin of the supervisor's row 377): a pause that waited on
 // someone else's pause in progress, and was answered 409 "cannot be paused
 // from pausing state" when AgentENV gave up waiting for it, was Vanished
@@ -465,18 +473,7 @@ func TestAgentENVJoinedPauseLongerThanTheServersWaitIsSettledByItsEnd(t *testing
 // pause, and the 404 after it is a loss, its error naming both causes.
 func TestAgentENVGoneAfterAPauseInProgressIsLostNotVanished(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := fakeagentenv.New(fakeagentenv.Config{PauseBase: 150 * time.Second, FailTerminal: 1})
-		require.NoError(t, err)
-		sb, err := srv.Create(64 << 10)
-		require.NoError(t, err)
-		src := inProcess(t, srv.Handler(), AgentENV())
-		sbs, err := src.List(t.Context())
-		require.NoError(t, err)
-		user := inProcess(t, srv.Handler(), AgentENV()).Sandbox(sb.SandboxID)
-		userErr := make(chan error, 1)
-		go func() { userErr <- user.Preserve(t.Context()) }()
-		synctest.Wait()
-		require.Equal(t, fakeagentenv.Pausing, srv.States()[sb.SandboxID])
+		_, sb, sbs, userErr := userPauseInProgress(t, fakeagentenv.Config{PauseBase: 150 * time.Second, FailTerminal: 1})
 
 		p, err := pause.New(once(sbs), pause.Config{})
 		require.NoError(t, err)

@@ -362,7 +362,7 @@ func (n *Node) Delete(ctx context.Context, id string) error {
 	case !ok:
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
-	case e.State != Running && e.State != Paused && e.State != Died && e.State != Lost:
+	case e.State != Paused && !timed(e.State):
 		n.mu.Unlock()
 		return fmt.Errorf("%w: %s is %s", ErrConflict, id, e.State)
 	}
@@ -527,12 +527,16 @@ func (n *Node) settleAs(e *entry, state string) Info {
 	defer n.mu.Unlock()
 	e.State = state
 	n.settle()
-	if (state == Running || state == Died || state == Lost) && !n.closed {
+	if timed(state) && !n.closed {
 		id := e.ID
 		e.timer = time.AfterFunc(time.Duration(e.TimeoutS)*time.Second, func() { n.timeout(id) })
 	}
 	return e.Info
 }
+
+// timed reports whether a sandbox in state has a timeout, which deletes it: running,
+// dead (Died) or lost.
+func timed(state string) bool { return state == Running || state == Died || state == Lost }
 
 // timeout deletes a sandbox whose timeout passed while it was running, dead or lost.
 func (n *Node) timeout(id string) {

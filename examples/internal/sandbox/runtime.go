@@ -488,10 +488,10 @@ var ErrNotDurable = errors.New("the sandbox is stopped in an image that could no
 
 // syncNew makes dir, just written under r.Dir, durable: everything in it (syncTree), then
 // the entries that name it, in each directory from its parent up to r.Dir's parent (r.Dir
-// itself is new on a node's first sandbox). An fsync of a
-// file does not make its name durable, nor does one of a directory its own entry in its
-// parent: without them a power loss could keep a record that names an image directory,
-// or a bundle, whose entry was never written (MkdirAll and runsc create them as they go).
+// itself is new on a node's first sandbox). An fsync of a file does not make its name
+// durable, nor does one of a directory its own entry in its parent: without them a power
+// loss could keep a record that names an image directory, or a bundle, whose entry was
+// never written (MkdirAll and runsc create them as they go).
 func (r *Runsc) syncNew(dir string) error {
 	if err := syncImage(dir); err != nil {
 		return err
