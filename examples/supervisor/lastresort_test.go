@@ -43,6 +43,10 @@ import (
 // load's to decide, so the test asserts the safety rule instead: a daemon
 // killed is killed only once no device is live.
 func TestSupervisorDaemonStepKillsDoomedHolderAtTheLastResort(t *testing.T) {
+	// Its last resort reads the real /proc: a possible holder of every
+	// device that another package's test runs meanwhile, in the same cgroup,
+	// would be killed too.
+	loopdev.LockPossibleHolders(t)
 	node, dev := loopdev.Attach(t)
 	dir := t.TempDir()
 	report, events := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log")

@@ -66,9 +66,12 @@ const EnvRingMapped = "DRAINKIT_LOOPDEV_RING_MAPPED"
 // on through its memory mapping alone (as when the ring's fd was passed to
 // another process, or registered with IORING_REGISTER_RING_FDS and
 // closed), and the device with it, with no fd of the process on either.
+// Its child is a possible holder of every device: RingMapped holds
+// LockPossibleHolders until the test ends.
 func RingMapped(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
 	needRing(t)
+	LockPossibleHolders(t)
 	return start(t, EnvRingMapped, node)
 }
 
@@ -96,10 +99,13 @@ type LockedRing struct {
 // RingLocked returns once the call waits on the fault. Where
 // userfaultfd cannot catch the kernel's own faults (it needs
 // CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd) the part is missing.
+// Its child is a possible holder of every device: RingLocked holds
+// LockPossibleHolders until the test ends.
 func RingLocked(t testing.TB, node string) *LockedRing {
 	t.Helper()
 	needRing(t)
 	needUserfaultfd(t)
+	LockPossibleHolders(t)
 	cmd, stdin, out := startReading(t, EnvRingLocked, node)
 	return &LockedRing{Cmd: cmd, Stdin: stdin, out: out}
 }

@@ -38,3 +38,10 @@ func needUserfaultfd(t testing.TB) {
 	t.Helper()
 	realpart.Missing(t, "userfaultfd is Linux-only")
 }
+
+// LockPossibleHolders says the part is missing: the processes it guards
+// hold Linux block devices.
+func LockPossibleHolders(t testing.TB) {
+	t.Helper()
+	realpart.Missing(t, "possible holders are Linux-only")
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 )
@@ -121,4 +122,24 @@ func TestRingLockedHidesTheRingsFilesUntilUnlocked(t *testing.T) {
 
 	require.NoError(t, l.Stdin.Close())
 	require.NoError(t, l.Cmd.Wait(), "the holder exits 0 once its stdin closes")
+}
+
+// A test holding the lock on possible holders keeps every other taker out
+// until it ends: another open of the lock file (as another test binary's)
+// cannot take it meanwhile, and can the moment the test is over.
+func TestPossibleHoldersLockLastsTheTest(t *testing.T) {
+	machine := possibleHoldersLock // other packages' tests may hold it: this test has its own
+	possibleHoldersLock = filepath.Join(t.TempDir(), "possible-holders.lock")
+	defer func() { possibleHoldersLock = machine }()
+	other, err := os.Create(possibleHoldersLock)
+	require.NoError(t, err)
+	defer other.Close()
+	try := func() error { return unix.Flock(int(other.Fd()), unix.LOCK_EX|unix.LOCK_NB) }
+
+	t.Run("holder", func(t *testing.T) {
+		LockPossibleHolders(t)
+		assert.ErrorIs(t, try(), unix.EWOULDBLOCK, "taken while the test runs")
+	})
+	require.NoError(t, try(), "free once it has ended")
+	require.NoError(t, unix.Flock(int(other.Fd()), unix.LOCK_UN))
 }
