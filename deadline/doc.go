@@ -51,7 +51,10 @@
 // (v1.34, measured) keeps the grace its termination started with. A kubelet
 // that does run the termination over (a restarted one: the hook runs again)
 // times its grace from the new run: OnRestart takes that run's start and
-// grace.
+// grace. A restart after a second deletion kills the new grace after the
+// restart, with no new signal to a container without a hook: a drain that
+// cannot see the restart plans for the earliest one (package drain,
+// Config.Pod).
 //
 // # Guarantees
 //

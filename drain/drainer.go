@@ -114,7 +114,12 @@ type Config struct {
 	// nor its SIGKILL (v1.34, measured), while the API server moves the
 	// deletionTimestamp to the first deletion's time plus the new grace; it
 	// is logged and left alone. When the hook runs again (a restarted
-	// kubelet), the budget follows that new run (Budget.OnRestart). And it
+	// kubelet), the budget follows that new run (Budget.OnRestart). A drain
+	// with no preStop call before SIGTERM has no hook to show it that run:
+	// it reads the pod every second during the shutdown and, at a shorter
+	// deletion, plans SIGKILL for a kubelet restarted right after it (the
+	// new grace from the last read that found the first): early when the
+	// kubelet does not restart, never late. And it
 	// posts Kubernetes Events on the
 	// pod: DrainStarted (T0, the expected SIGKILL, the plan), SandboxesLost
 	// (Warning: how many, which; again for what a step's final sweep lost,
@@ -199,6 +204,9 @@ type Drainer struct {
 	rerun     time.Time      // the latest run of the hook after the first (hookAgain); guarded by podMu
 	delGrace  time.Duration  // the deletion's grace the first read found: the kubelet's termination keeps it; guarded by podMu
 	shortened bool           // a later read found a shorter one, and it was logged; guarded by podMu
+	blind     bool           // no preStop call came before SIGTERM: no hook shows a kubelet's new run; guarded by podMu
+	graceSeen time.Time      // the start of the latest read that found delGrace; guarded by podMu
+	pollFails logonce.Failures
 	podCtx    context.Context
 	podStop   context.CancelFunc
 

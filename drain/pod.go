@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -23,6 +24,13 @@ const (
 const (
 	// podReadTimeout bounds each read of the pod's deletion.
 	podReadTimeout = 2 * time.Second
+	// podPoll is how often a drain that no preStop hook can tell of a
+	// kubelet's new run reads the pod's deletion during the shutdown
+	// (pollDeletion): a second, shorter deletion is seen this late at most.
+	podPoll = time.Second
+	// minKubeletGrace is the least the kubelet gives a container after it
+	// stops it (minimumGracePeriodInSeconds).
+	minKubeletGrace = 2 * time.Second
 
 	// eventsFlushMax bounds how long Shutdown waits, once the Report is
 	// made, for the events still queued; never more than half the time left
@@ -51,12 +59,13 @@ func (d *Drainer) readPod(at string) {
 	}
 	rerun := d.rerun // as of the read's start: an older read's grace is not the new run's
 	d.podReads.Go(func() {
+		started := time.Now()
 		ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
 		defer cancel()
 		del, err := d.pod.Deletion(ctx)
 		switch {
 		case err == nil:
-			d.deletionRead(at, rerun, del)
+			d.deletionRead(at, started, rerun, del)
 		case errors.Is(err, kube.ErrNotTerminating):
 			d.notDeleted(at, del.SpecGrace)
 		case errors.Is(err, context.Canceled) && d.podCtx.Err() != nil:
@@ -128,9 +137,20 @@ func (d *Drainer) hookAgain(start time.Time) {
 // most the budget's own. A read without deletionGracePeriodSeconds
 // tightens as before.
 //
+// Unless no hook can show that run: a drain that had no preStop call
+// before SIGTERM (no hook, a sleep hook, an exec hook that does not call
+// the server) is blind to a kubelet restarted after the second deletion,
+// which stops the container again with the new grace and kills it that
+// long after (containerd sends no second SIGTERM; measured under the real
+// kubelet, TestRealKubeletWithAPIServer/restart). So that drain plans for
+// the earliest such restart (shortenedBlind): the second deletion came
+// after the latest read that still found the first grace (started, at
+// graceSeen), the restart after it, and SIGKILL at least the new grace
+// later. Early when the kubelet does not restart, never late.
+//
 // A read that the hook's next run overtook is dropped: the run's own read
 // decides.
-func (d *Drainer) deletionRead(at string, rerun time.Time, del kube.Deletion) {
+func (d *Drainer) deletionRead(at string, started, rerun time.Time, del kube.Deletion) {
 	d.podMu.Lock() // no run starts while its outcome is decided
 	defer d.podMu.Unlock()
 	if !d.rerun.Equal(rerun) {
@@ -144,6 +164,8 @@ func (d *Drainer) deletionRead(at string, rerun time.Time, del kube.Deletion) {
 		changed := d.budget.OnRestart(rerun, grace)
 		d.log.Info("drain: the pod's deletion read after the kubelet ran the hook again: SIGKILL follows its new run, not the deletionTimestamp",
 			"at", at, "run", rerun, "grace", grace, "deletion_timestamp", del.Timestamp, "changed", changed, "kill", d.budget.Kill())
+	case del.Grace > 0 && d.delGrace > 0 && del.Grace < d.delGrace && d.blind:
+		d.shortenedBlind(at, del)
 	case del.Grace > 0 && d.delGrace > 0 && del.Grace < d.delGrace:
 		if !d.shortened {
 			d.shortened = true
@@ -155,9 +177,90 @@ func (d *Drainer) deletionRead(at string, rerun time.Time, del kube.Deletion) {
 		if del.Grace > 0 && d.delGrace == 0 {
 			d.delGrace = del.Grace
 		}
+		if del.Grace == d.delGrace && started.After(d.graceSeen) {
+			d.graceSeen = started
+		}
 		changed := d.budget.Tighten(del.Timestamp)
-		d.log.Info("drain: the pod's deletion read", "at", at, "deletion_timestamp", del.Timestamp,
+		level := slog.LevelInfo
+		if at == atPoll && !changed {
+			level = slog.LevelDebug // a poll that found what the last one did
+		}
+		d.log.Log(context.Background(), level, "drain: the pod's deletion read", "at", at, "deletion_timestamp", del.Timestamp,
 			"grace", del.Grace, "tightened", changed, "kill", d.budget.Kill())
+	}
+}
+
+// shortenedBlind moves SIGKILL, never later, to the earliest a kubelet
+// restarted after the shorter deletion del could kill: the start of the
+// latest read that found the first grace (or T0), plus del's grace, at
+// least the kubelet's 2 s. See deletionRead. Called with podMu held.
+func (d *Drainer) shortenedBlind(at string, del kube.Deletion) {
+	after := d.graceSeen
+	if after.IsZero() {
+		after = d.budget.Start()
+	}
+	changed := d.budget.Tighten(after.Add(max(del.Grace, minKubeletGrace)))
+	if !changed {
+		d.log.Debug("drain: a shorter deletion read again", "at", at, "grace", del.Grace, "kill", d.budget.Kill())
+		return
+	}
+	d.log.Warn("drain: a second deletion shortened the pod's grace while the kubelet terminates it, and no preStop hook tells this drain "+
+		"when the kubelet runs the termination over: a kubelet restarted now would kill the container the new grace after its restart, "+
+		"so SIGKILL is planned for the earliest such restart (early if the kubelet keeps the first grace, as it does when it does not restart)",
+		"at", at, "grace", del.Grace, "started_with", d.delGrace, "second_deletion_after", after, "kill", d.budget.Kill())
+}
+
+// atPoll is the at of pollDeletion's reads.
+const atPoll = "poll"
+
+// pollDeletion reads the pod's deletion every podPoll until stopPodReads,
+// for a drain that no preStop call can tell of the kubelet's new run (see
+// deletionRead): only a read shows it a second, shorter deletion. One read
+// at a time; a failure is logged at Warn once until a read succeeds again.
+func (d *Drainer) pollDeletion() {
+	if d.pod == nil {
+		return
+	}
+	d.podMu.Lock()
+	defer d.podMu.Unlock()
+	if d.podDone {
+		return
+	}
+	d.blind = true
+	d.podReads.Go(func() {
+		tick := time.NewTicker(podPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-d.podCtx.Done():
+				return
+			case <-tick.C:
+			}
+			d.pollOnce()
+		}
+	})
+}
+
+// pollOnce is one of pollDeletion's reads.
+func (d *Drainer) pollOnce() {
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
+	defer cancel()
+	del, err := d.pod.Deletion(ctx)
+	switch {
+	case err == nil:
+		d.pollFails.OK()
+		d.podMu.Lock()
+		rerun := d.rerun
+		d.podMu.Unlock()
+		d.deletionRead(atPoll, started, rerun, del)
+	case errors.Is(err, kube.ErrNotTerminating), d.podCtx.Err() != nil:
+		// no deletion to shorten; or the drain is over
+	default:
+		if news, n := d.pollFails.Fail(err.Error()); news {
+			d.log.Warn("drain: the pod's deletion could not be read during the shutdown: a second, shorter deletion would go unseen until a read succeeds",
+				"error", err, "failures", n)
+		}
 	}
 }
 

@@ -92,6 +92,7 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 	first := !d.started
 	d.started = true
 	abandoned := d.hookOpen && !d.interrupted.Load()
+	blind := d.prestop == nil // no hook call shows the kubelet's new run
 	d.mu.Unlock()
 	if first {
 		if abandoned { // the kubelet gave up on the hook: its grace has run out
@@ -113,6 +114,9 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 			d.tightenOwn()
 		}
 		d.readPod("SIGTERM")
+		if blind {
+			d.pollDeletion()
+		}
 		d.termStop()
 		d.finish(d.run(context.WithoutCancel(ctx)))
 	}

@@ -73,8 +73,8 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 // would stop the preserves that still fit. Instead the SIGTERM is logged
 // at Info and, with Config.Pod, the pod's deletion is read again (a later,
 // shorter deletion is logged and left alone: the kubelet keeps the grace
-// its termination started with). SIGINT (a person's second Ctrl-C) and Force
-// still force.
+// its termination started with; unless no preStop call came, see
+// Config.Pod). SIGINT (a person's second Ctrl-C) and Force still force.
 //
 // ctx ending before any signal starts the shutdown, as a first signal does
 // (a server's own reason to drain: its serving stopped). It never forces

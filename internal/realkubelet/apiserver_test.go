@@ -159,16 +159,22 @@ func restart(t *testing.T, api *apiPods) {
 	quiet := api.startProbe(t, "probe-restart-nohook", 12, nil)
 	inHook := api.startSandboxd(t, "sandboxd-restart", true, 16, 20)
 	inPreserve := api.startSandboxd(t, "sandboxd-restart-late", true, 40, 20)
+	quietShort := api.startProbe(t, "probe-restart-shorter", 12, nil)
+	blind := api.startSandboxd(t, "sandboxd-restart-shorter", false, 30, 20)
 	time.Sleep(settle) // not timing logic: see settle
-	// The four deleted at once, each with its pod's grace.
+	// The six deleted at once, each with its pod's grace; two of them again
+	// 2 s later with less.
 	d := map[string]time.Time{}
 	for _, p := range []struct {
 		name  string
 		grace int64
-	}{{hang.name, hang.grace}, {quiet.name, quiet.grace}, {inHook.name, inHook.spec}, {inPreserve.name, inPreserve.spec}} {
+	}{{hang.name, hang.grace}, {quiet.name, quiet.grace}, {inHook.name, inHook.spec}, {inPreserve.name, inPreserve.spec},
+		{quietShort.name, quietShort.grace}, {blind.name, blind.spec}} {
 		d[p.name] = api.remove(t, p.name, p.grace)
 	}
-	time.Sleep(4 * time.Second) // the scenario's spacing, not a timing assertion
+	time.Sleep(2 * time.Second) // the scenario's spacing, not a timing assertion
+	d2 := map[string]time.Time{quietShort.name: api.remove(t, quietShort.name, 4), blind.name: api.remove(t, blind.name, 8)}
+	time.Sleep(2 * time.Second)
 	stopped, healthy := api.node.RestartKubelet(t)
 
 	t.Run("probe, httpGet hook that hangs", func(t *testing.T) {
@@ -197,6 +203,26 @@ func restart(t *testing.T, api *apiPods) {
 		assert.Len(t, terms, 1, "containerd sends the stop signal once")
 		assert.True(t, died.After(d1.Add(13*time.Second)), "the first stop's SIGKILL never came: +%v", died.Sub(d1))
 		assert.WithinRange(t, died, stopped.Add(12*time.Second), healthy.Add(30*time.Second), "the new kubelet's stop + 12 s (the stop some moments after it is healthy)")
+	})
+	t.Run("probe, no hook, deleted again with less: the new kubelet kills with the new grace", func(t *testing.T) {
+		d1 := d[quietShort.name]
+		hooks, _, died := quietShort.end(t)
+		terms := probeEvent(t, quietShort.state, "term")
+		t.Logf("from the deletion: second +%v, kubelet stopped +%v, healthy +%v; SIGTERMs %v, dead +%v",
+			d2[quietShort.name].Sub(d1), stopped.Sub(d1), healthy.Sub(d1), since(d1, terms), died.Sub(d1))
+		assert.Empty(t, hooks)
+		assert.Len(t, terms, 1, "containerd sends the stop signal once: nothing tells the container")
+		assert.WithinRange(t, died, stopped.Add(4*time.Second), healthy.Add(15*time.Second), "the new kubelet's stop + 4 s")
+		assert.True(t, died.Before(d1.Add(12*time.Second)), "before the first deletion's SIGKILL: +%v", died.Sub(d1))
+	})
+	t.Run("sandboxd, no hook, deleted again with less: the budget plans for the restart", func(t *testing.T) {
+		r := blind.end(t, d[blind.name], d2[blind.name])
+		t.Logf("kubelet stopped +%v, healthy +%v", stopped.Sub(r.d1), healthy.Sub(r.d1))
+		assert.WithinRange(t, r.rep.Budget.Kill, r.d1.Add(8*time.Second), r.d2.Add(8*time.Second),
+			"SIGKILL planned at most the new grace after the second deletion")
+		assert.True(t, r.died.Before(stopped.Add(8*time.Second)), "exit before any SIGKILL of the new kubelet: +%v", r.died.Sub(r.d1))
+		assert.Positive(t, r.rep.Preserve.Counts[pause.Preserved])
+		assert.Contains(t, r.log, "no preStop hook tells this drain")
 	})
 	t.Run("sandboxd, exec hook, restarted during the hook", func(t *testing.T) {
 		restarted(t, inHook.end(t, d[inHook.name], stopped), 16, stopped, healthy)
