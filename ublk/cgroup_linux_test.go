@@ -102,27 +102,42 @@ func movedCgroup(t *testing.T, pid int, parent func(mine string) string) string 
 			if under == "" {
 				continue
 			}
-			dir := filepath.Join(fields[4], under, fmt.Sprintf("drainkit-outsider-%d", pid))
-			if err := os.Mkdir(dir, 0o755); err != nil {
+			// A name of its own: one named for the pid alone met a cgroup
+			// an earlier run left with a pid since reused (EEXIST).
+			dir, err := os.MkdirTemp(filepath.Join(fields[4], under), fmt.Sprintf("drainkit-outsider-%d-", pid))
+			if err != nil {
 				continue
 			}
-			t.Cleanup(func() {
-				// The holder is gone by then; rmdir can race its exit.
-				for range 100 {
-					if os.Remove(dir) == nil || os.IsNotExist(os.Remove(dir)) {
-						return
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			})
+			home := filepath.Join(fields[4], mine, "cgroup.procs")
+			t.Cleanup(func() { removeCgroup(t, dir, home) })
 			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 				continue
 			}
-			return path.Join(under, fmt.Sprintf("drainkit-outsider-%d", pid))
+			return path.Join(under, filepath.Base(dir))
 		}
 	}
 	realpart.Missing(t, "no writable cgroup hierarchy where this process is below the root")
 	return ""
+}
+
+// removeCgroup removes the cgroup dir that movedCgroup made. A process
+// still in it (the holder, whose own cleanup, registered before, runs
+// after this one) is moved back to home, this process's cgroup.procs,
+// first: otherwise the rmdir fails (EBUSY) and the cgroup is left behind.
+func removeCgroup(t *testing.T, dir, home string) {
+	for range 100 {
+		err := os.Remove(dir)
+		if err == nil || os.IsNotExist(err) {
+			return
+		}
+		if procs, rerr := os.ReadFile(filepath.Join(dir, "cgroup.procs")); rerr == nil {
+			for _, pid := range strings.Fields(string(procs)) {
+				_ = os.WriteFile(home, []byte(pid), 0o644) // it may have exited meanwhile
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // an exiting process leaves its cgroup a moment late
+	}
+	t.Errorf("cgroup %s not removed: %v", dir, os.Remove(dir))
 }
 
 // ownProcfs is a procfs of this process and pids alone: for each, an entry
