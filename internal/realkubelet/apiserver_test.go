@@ -312,7 +312,13 @@ type probeRun struct {
 	name  string
 	state string // its state directory, where its events are
 	grace int64
-	w     *Watch
+	// exited is closed once the process has exited (died; err if it did
+	// not). The wait starts with the probe: Watch.Wait stamps the exit
+	// when it sees it, and a probe ended after another's death was stamped
+	// then (before, "dead +19.6 s" for one that died at +10.8 s).
+	exited chan struct{}
+	died   time.Time
+	err    error
 }
 
 // startProbe creates podbin's probe (SIGTERM ignored; hook, when not nil,
@@ -330,8 +336,13 @@ func (a *apiPods) startProbe(t *testing.T, name string, grace int64, hook func(p
 	token := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
 	a.create(t, Pod(name, grace, p.state, h, "/podbin", "probe", "-listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"-events", StateMount+"/events", "-hook", "hang", "-term", "ignore", "-token", token))
-	p.w, err = WatchProcess(WaitProcess(t, token, 2*time.Minute))
+	w, err := WatchProcess(WaitProcess(t, token, 2*time.Minute))
 	require.NoError(t, err)
+	p.exited = make(chan struct{})
+	go func() {
+		defer close(p.exited)
+		p.died, p.err = w.Wait(time.Duration(grace)*time.Second + 2*time.Minute)
+	}()
 	require.Eventually(t, func() bool { _, ok := readEvents(t, p.state)["ready"]; return ok }, time.Minute, 20*time.Millisecond)
 	return p
 }
@@ -340,10 +351,10 @@ func (a *apiPods) startProbe(t *testing.T, name string, grace int64, hook func(p
 // SIGTERM and the death.
 func (p *probeRun) end(t *testing.T) (hooks []time.Time, term, died time.Time) {
 	t.Helper()
-	died, err := p.w.Wait(time.Duration(p.grace)*time.Second + time.Minute)
-	require.NoError(t, err, "pod log:\n%s", p.a.node.PodLog(p.name))
+	<-p.exited
+	require.NoError(t, p.err, "pod log:\n%s", p.a.node.PodLog(p.name))
 	hooks, term = probeEvents(t, p.state)
-	return hooks, term, died
+	return hooks, term, p.died
 }
 
 // probeEvent reads every time of event what from podbin probe's events

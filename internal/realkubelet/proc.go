@@ -93,8 +93,10 @@ func WatchProcess(pid int) (*Watch, error) {
 	return &Watch{fd: fd}, nil
 }
 
-// Wait returns the moment the process exited, or an error after within.
-// It closes the Watch.
+// Wait returns the moment it sees the process exit, or an error after
+// within. It closes the Watch. A process that exited before the call is
+// stamped with the call's moment: to time a death, wait from before it
+// (a goroutine started with the process).
 func (w *Watch) Wait(within time.Duration) (time.Time, error) {
 	defer unix.Close(w.fd)
 	deadline := time.Now().Add(within)
