@@ -100,12 +100,31 @@ func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, lo
 // Checkpoint saves container id into imageDir (created if missing) and stops the container
 // (runsc checkpoint --image-path). The stopped container must still be deleted. A
 // container already stopped is ErrStopped, with nothing written.
+//
+// A checkpoint whose exit status another reaper collected is judged by what runsc left,
+// for its status alone cannot say: runsc writes "checkpoint failed: ..." to its stderr
+// before it exits 128, and nothing when it succeeds, and a checkpoint made stops the
+// container. So no message with the container stopped (Exited) is a checkpoint made, and
+// returns nil; a message is the checkpoint's failure, with the message, wrapping
+// ErrStatusLost; no message with the container running, or a state that cannot be read,
+// is ErrStatusLost, the image not made. (Before, each was ErrStatusLost: a caller that
+// took a stopped container after a failed checkpoint for lost removed a good image.)
 func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 	if err := os.MkdirAll(imageDir, 0o700); err != nil {
 		return fmt.Errorf("runsc checkpoint %s: %w", id, err)
 	}
-	_, err := r.output(ctx, id, "checkpoint", "--image-path="+imageDir, id)
-	return err
+	_, msg, err := r.outputs(ctx, id, "checkpoint", "--image-path="+imageDir, id)
+	if !errors.Is(err, ErrStatusLost) || len(bytes.TrimSpace(msg)) > 0 {
+		return err
+	}
+	stopped, serr := r.Exited(context.WithoutCancel(ctx), id)
+	switch {
+	case serr != nil:
+		return fmt.Errorf("%w; runsc wrote no failure, and its state cannot say whether the checkpoint stopped the container: %w", err, serr)
+	case !stopped:
+		return fmt.Errorf("%w; runsc wrote no failure, but the container runs: not checkpointed", err)
+	}
+	return nil
 }
 
 // Kill sends sig to the container's init process, or to every process in it when all is
@@ -211,16 +230,22 @@ func (r *Runtime) command(ctx context.Context, id string, args ...string) (*exec
 
 // output runs a command that does not leave a sandbox behind and returns its stdout.
 func (r *Runtime) output(ctx context.Context, id string, args ...string) ([]byte, error) {
+	stdout, _, err := r.outputs(ctx, id, args...)
+	return stdout, err
+}
+
+// outputs is output that also returns the command's stderr.
+func (r *Runtime) outputs(ctx context.Context, id string, args ...string) (stdout, stderr []byte, err error) {
 	cmd, err := r.command(ctx, id, args...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var out, msg bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &msg
 	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), commandError(ctx, args, err, stderr.Bytes())
+		return out.Bytes(), msg.Bytes(), commandError(ctx, args, err, msg.Bytes())
 	}
-	return stdout.Bytes(), nil
+	return out.Bytes(), msg.Bytes(), nil
 }
 
 // detached runs run or restore: the sandbox they fork inherits their stdio, so it goes to a
@@ -247,22 +272,34 @@ func (r *Runtime) detached(ctx context.Context, id, logPath string, args ...stri
 }
 
 // commandError turns a failed run into an error naming the command, wrapping ctx.Err()
-// when the context ended it and ErrNotExist when runsc did not know the container.
+// when the context ended it, ErrNotExist when runsc did not know the container, ErrStopped
+// when it found it stopped, and ErrStatusLost when another reaper took the exit status:
+// with runsc's message, when it wrote one, for it may say what the status cannot.
 func commandError(ctx context.Context, args []string, err error, msg []byte) error {
 	text := strings.TrimSpace(string(msg))
+	name := strings.Join(args, " ")
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("runsc %s: %w (%v)", strings.Join(args, " "), cerr, err)
+		return fmt.Errorf("runsc %s: %w (%v)", name, cerr, err)
 	}
-	if errors.Is(err, syscall.ECHILD) {
-		return fmt.Errorf("runsc %s: %w: %w", strings.Join(args, " "), ErrStatusLost, err)
+	var kind error
+	switch {
+	case strings.Contains(text, "file does not exist") || strings.Contains(text, "container does not exist"):
+		kind = ErrNotExist
+	case stoppedState.MatchString(text):
+		kind = ErrStopped
 	}
-	if strings.Contains(text, "file does not exist") || strings.Contains(text, "container does not exist") {
-		return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), ErrNotExist, text)
+	lost := errors.Is(err, syscall.ECHILD)
+	switch {
+	case lost && text == "":
+		return fmt.Errorf("runsc %s: %w: %w", name, ErrStatusLost, err)
+	case lost && kind != nil:
+		return fmt.Errorf("runsc %s: %w: %w: %w: %s", name, kind, ErrStatusLost, err, text)
+	case lost:
+		return fmt.Errorf("runsc %s: %w: %w: %s", name, ErrStatusLost, err, text)
+	case kind != nil:
+		return fmt.Errorf("runsc %s: %w: %s", name, kind, text)
 	}
-	if stoppedState.MatchString(text) {
-		return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), ErrStopped, text)
-	}
-	return fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), err, text)
+	return fmt.Errorf("runsc %s: %w: %s", name, err, text)
 }
 
 // readFrom returns at most max bytes of the file from offset off, for error messages.

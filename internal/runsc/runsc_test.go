@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeEnv); mode != "" {
 		os.Exit(fakeRunsc(mode, os.Args[1:]))
 	}
+	if args := strings.Split(os.Getenv(autoReapEnv), ","); len(args) == 3 {
+		os.Exit(autoReapCheckpoint(args[0], args[1], args[2]))
+	}
 	if args := strings.Split(os.Getenv(reaperEnv), ","); len(args) == 4 {
 		os.Exit(reaperMain(args[0], args[1], args[2], args[3] == "reap"))
 	}

@@ -34,7 +34,7 @@ func (r *Runtime) Target(id string) escalate.Target {
 				// before. The Policy keeps its wait after the signal and waits.
 				return err
 			}
-			if gone, _ := r.exited(ctx, id); gone {
+			if gone, _ := r.Exited(ctx, id); gone {
 				return os.ErrProcessDone
 			}
 			return err
@@ -77,16 +77,16 @@ func (r *Runtime) Target(id string) escalate.Target {
 			if err == nil || ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if gone, _ := r.exited(ctx, id); gone {
+			if gone, _ := r.Exited(ctx, id); gone {
 				return os.ErrProcessDone
 			}
 			return err
 		},
-		ExitedFunc: func(ctx context.Context) (bool, error) { return r.exited(ctx, id) },
+		ExitedFunc: func(ctx context.Context) (bool, error) { return r.Exited(ctx, id) },
 	}
 }
 
-// exited asks runsc state whether container id has exited: it is stopped, or runsc no
+// Exited asks runsc state whether container id has exited: it is stopped, or runsc no
 // longer knows it, or its sandbox process is a zombie. runsc tells a live sandbox by
 // kill(pid, 0), which a zombie passes too, so it reports a sandbox that has exited as
 // running until the zombie's parent reaps it. That parent is not runsc (its `run -detach`
@@ -95,7 +95,7 @@ func (r *Runtime) Target(id string) escalate.Target {
 // `runsc wait` fail (the control server is gone), so without this the exit is not seen
 // before the Policy's waits run out. A zombie is the kernel's own word that the process
 // exited: only its status is still to be collected.
-func (r *Runtime) exited(ctx context.Context, id string) (bool, error) {
+func (r *Runtime) Exited(ctx context.Context, id string) (bool, error) {
 	st, err := r.State(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotExist):

@@ -409,8 +409,8 @@ var ErrLost = errors.New("sandbox stopped by a checkpoint that failed: its state
 
 // checkpointFailed is Pause's error for sandbox id, whose checkpoint failed (err) without
 // runsc finding it stopped first. runsc is asked what the failed checkpoint left: a
-// stopped sandbox is lost (ErrLost), its partial image removed; a running one returns err,
-// for a retry. The failure is remembered until a checkpoint of id succeeds or Destroy
+// stopped sandbox (runsc.Runtime.Exited: stopped, gone, or its sandbox process a zombie)
+// is lost (ErrLost), its partial image removed; a running one returns err, for a retry. The failure is remembered until a checkpoint of id succeeds or Destroy
 // removes it: gVisor's sandbox process may still be going when runsc answers, or runsc
 // may not say, and a retry that then finds the sandbox stopped must call it lost too,
 // never died (ErrDied).
@@ -423,9 +423,11 @@ func (r *Runsc) checkpointFailed(ctx context.Context, id string, err error) erro
 	r.mu.Unlock()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	st, serr := r.Runtime.State(sctx, id)
+	// Exited, not the state alone: a sandbox whose processes ended with the save but
+	// are not yet reaped is "running" to runsc (kill(pid, 0) passes on a zombie).
+	stopped, serr := r.Runtime.Exited(sctx, id)
 	switch {
-	case serr == nil && st.Status == "stopped":
+	case serr == nil && stopped:
 		return r.lost(id, err)
 	case serr != nil:
 		return fmt.Errorf("%w (and runsc state cannot say whether it stopped the sandbox: %w)", err, serr)
