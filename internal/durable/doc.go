@@ -7,5 +7,6 @@
 //
 // A file renamed into place is durable only once its directory is synced
 // too; a rename alone can be undone by the journal after a power cut, and
-// the process that wrote it never learns.
+// the process that wrote it never learns. So is a directory: MkdirAll
+// makes the directories it creates durable, their entries included.
 package durable

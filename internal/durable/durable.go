@@ -46,6 +46,45 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	return SyncDir(filepath.Clean(dir))
 }
 
+// MkdirAll creates dir and the parents it lacks, as os.MkdirAll does, and
+// makes them durable: each directory it creates is fsynced, deepest first,
+// and then the existing directory that holds the topmost one's entry. A
+// file written durably into a directory that a crash could undo is lost
+// with it: the directory's own entry must reach the disk too. Directories
+// that already existed are left as they are.
+func MkdirAll(dir string, perm os.FileMode) error {
+	dir = filepath.Clean(dir)
+	var created []string // deepest first
+	for d := dir; ; d = filepath.Dir(d) {
+		_, err := os.Lstat(d)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		created = append(created, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	for _, d := range append(created, filepath.Dir(created[len(created)-1])) {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir is SyncDir; a test's hook watches it.
+var syncDir = SyncDir
+
 // create makes a new temporary file for name in dir, one no other write
 // uses.
 func create(dir, name string, perm os.FileMode) (*os.File, error) {

@@ -2,6 +2,7 @@ package durable
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -78,4 +79,38 @@ func TestOverlappingWritesLeaveOneWhole(t *testing.T) {
 func TestSyncDirNamesAMissingDirectory(t *testing.T) {
 	err := SyncDir(filepath.Join(t.TempDir(), "gone"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// MkdirAll fsyncs every directory it creates, deepest first, then the one
+// that holds the topmost's entry, and nothing that existed before; a
+// failed fsync is its error.
+func TestMkdirAllSyncsWhatItCreatesAndTheEntryAbove(t *testing.T) {
+	root := t.TempDir()
+	var synced []string
+	syncDir = func(dir string) error { synced = append(synced, dir); return SyncDir(dir) }
+	defer func() { syncDir = SyncDir }()
+
+	dir := filepath.Join(root, "state", "records")
+	require.NoError(t, MkdirAll(dir, 0o700))
+	assert.DirExists(t, dir)
+	assert.Equal(t, []string{dir, filepath.Join(root, "state"), root}, synced)
+
+	synced = nil
+	require.NoError(t, MkdirAll(dir+"/", 0o700))
+	assert.Empty(t, synced, "nothing created, nothing synced")
+
+	synced = nil
+	require.NoError(t, MkdirAll(filepath.Join(dir, "more"), 0o700))
+	assert.Equal(t, []string{filepath.Join(dir, "more"), dir}, synced)
+
+	syncDir = func(dir string) error { return errors.New("sync " + dir + ": input/output error") }
+	err := MkdirAll(filepath.Join(root, "failing"), 0o700)
+	assert.ErrorContains(t, err, "failing: input/output error")
+}
+
+// MkdirAll over a file fails as os.MkdirAll does.
+func TestMkdirAllOverAFileFails(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	assert.Error(t, MkdirAll(filepath.Join(file, "dir"), 0o700))
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/durable"
 )
 
 // LockFile is the file in the state directory that the lock is taken on, unless
@@ -108,7 +110,7 @@ func Acquire(ctx context.Context, dir string, cfg Config) (*Lock, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := durable.MkdirAll(dir, 0o700); err != nil { // what is kept in it needs its entry kept
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	return acquire(dir, cfg, func(f *os.File) error { return wait(ctx, f, dir, cfg) })

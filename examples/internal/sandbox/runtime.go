@@ -120,7 +120,7 @@ func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	}
 	data, _ := json.Marshal(fakeImage{ID: id, Uptime: time.Since(start)})
 	image := f.Image(id)
-	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
+	if err := durable.MkdirAll(f.Dir, 0o700); err != nil {
 		return "", err
 	}
 	if err := durable.WriteFile(image, data, 0o600); err != nil {

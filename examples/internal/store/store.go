@@ -56,7 +56,9 @@ func Open(dir string) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("store: dir is required")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// Durably: a record made durable in a directory whose own entry a crash
+	// undoes is lost with it.
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	return &Store{dir: dir}, nil
