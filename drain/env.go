@@ -24,7 +24,8 @@ import (
 // a service account); KubeletGrace from EnvKubeletGrace or
 // EnvKubeletConfig; Pause's Estimator and SandboxTimeout from
 // EnvPreserveEstimate and EnvSandboxTimeout; the Budget's margin from
-// EnvMargin; and Logger to slog.Default(). The caller sets the rest
+// EnvMargin and its preStop sleep from EnvPreStopSleep or the pod's spec;
+// and Logger to slog.Default(). The caller sets the rest
 // (Sandboxes, Gate, Steps) and calls New:
 //
 //	cfg, err := drain.ConfigFromEnv()
@@ -59,10 +60,17 @@ func ConfigFromEnv() (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	budget, err := deadline.New(grace, deadline.Config{Logger: log, Margin: margin})
+	sleep, err := preStopSleep(pod, log)
 	if err != nil {
-		if margin != 0 {
+		return Config{}, err
+	}
+	budget, err := deadline.New(grace, deadline.Config{Logger: log, Margin: margin, PreStopSleep: sleep})
+	if err != nil {
+		switch {
+		case margin != 0:
 			return Config{}, fmt.Errorf("drain: %s=%q with %s=%q: %w", EnvMargin, os.Getenv(EnvMargin), EnvGrace, grace, err)
+		case sleep != 0:
+			return Config{}, fmt.Errorf("drain: a preStop sleep of %v (%s=%q, or the pod's spec) with a grace of %v: %w", sleep, EnvPreStopSleep, os.Getenv(EnvPreStopSleep), grace, err)
 		}
 		return Config{}, fmt.Errorf("drain: %s: %w", EnvGrace, err)
 	}
@@ -200,6 +208,58 @@ func checkSandboxTimeout(pc pause.Config, log *slog.Logger) {
 			"raise the timeout unless the estimate is above the usual preserve on purpose",
 			EnvSandboxTimeout, pc.SandboxTimeout, EnvPreserveEstimate, est)
 	}
+}
+
+// preStopSleep is the container's preStop sleep (EnvPreStopSleep), from
+// the pod's spec when the pod is known: see EnvPreStopSleep.
+func preStopSleep(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
+	env, set, err := sleepEnv()
+	if err != nil || pod == nil {
+		return env, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
+	defer cancel()
+	sleeps, err := pod.PreStopSleeps(ctx)
+	if err != nil {
+		log.Warn("drain: the pod's preStop sleep hooks could not be read: planning with "+EnvPreStopSleep, "sleep", env, "error", err)
+		return env, nil
+	}
+	if len(sleeps) == 1 {
+		for name, s := range sleeps {
+			if set && s != env {
+				log.Error(fmt.Sprintf("drain: %s=%v is not the container's lifecycle.preStop.sleep.seconds, %v: planning with the spec's, which the kubelet sleeps; make them equal in the manifest",
+					EnvPreStopSleep, env, s), "container", name, "sleep", s, "variable", env)
+			}
+			return s, nil
+		}
+	}
+	longest, which := time.Duration(0), ""
+	for name, s := range sleeps {
+		if s > longest || s == longest && name < which {
+			longest, which = s, name
+		}
+	}
+	switch {
+	case set:
+		return env, nil
+	case longest > 0:
+		log.Warn(fmt.Sprintf("drain: the pod's containers have preStop sleep hooks and which container this is is not known: planning with the longest, "+
+			"%v (%s's), which plans SIGKILL early, never late; set %s to this container's (0 for none)", longest, which, EnvPreStopSleep), "sleeps", sleeps)
+	}
+	return longest, nil
+}
+
+// sleepEnv reads EnvPreStopSleep: whole seconds or a Go duration, "0" for
+// none; set says whether it is set.
+func sleepEnv() (d time.Duration, set bool, err error) {
+	switch os.Getenv(EnvPreStopSleep) {
+	case "":
+		return 0, false, nil
+	case "0":
+		return 0, true, nil
+	}
+	d, err = durationEnv(EnvPreStopSleep)
+	return d, err == nil, err
 }
 
 // optionalDurationEnv reads the variable name as durationEnv does; zero

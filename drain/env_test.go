@@ -1,11 +1,16 @@
 package drain
 
 import (
+	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
 // ConfigFromEnv reads the manifest's variables as NewServer does, for a
@@ -51,4 +56,86 @@ func TestConfigFromEnvReadsWhatNewServerReads(t *testing.T) {
 		_, err := ConfigFromEnv()
 		assert.ErrorContains(t, err, EnvGrace+" is not set")
 	})
+}
+
+// sleepPlanned is the preStop sleep budget b plans with: how far before
+// SIGTERM it puts T0.
+func sleepPlanned(b interface {
+	OnSIGTERM(time.Time) bool
+	Start() time.Time
+}) time.Duration {
+	at := time.Now()
+	b.OnSIGTERM(at)
+	return at.Sub(b.Start())
+}
+
+// A preStop sleep hook calls no server: the kubelet sleeps, then sends
+// SIGTERM with the sleep spent. DRAINKIT_PRESTOP_SLEEP declares it; before,
+// the one-call path had no way to, and planned SIGKILL the sleep too late
+// (G after SIGTERM instead of G − N).
+func TestConfigFromEnvTakesThePreStopSleep(t *testing.T) {
+	t.Setenv(EnvPodName, "")
+	t.Setenv(EnvGrace, "30")
+	cfg, err := ConfigFromEnv()
+	require.NoError(t, err)
+	assert.Zero(t, sleepPlanned(cfg.Budget), "unset: none")
+
+	t.Setenv(EnvPreStopSleep, "10")
+	cfg, err = ConfigFromEnv()
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Second, sleepPlanned(cfg.Budget), "T0 the sleep before SIGTERM")
+
+	t.Setenv(EnvPreStopSleep, "0")
+	cfg, err = ConfigFromEnv()
+	require.NoError(t, err)
+	assert.Zero(t, sleepPlanned(cfg.Budget), "0 declares none")
+
+	for val, want := range map[string]string{"forever": EnvPreStopSleep + `="forever"`, "-5": EnvPreStopSleep + `="-5"`,
+		"31": "a preStop sleep of 31s"} {
+		t.Setenv(EnvPreStopSleep, val)
+		_, err = ConfigFromEnv()
+		assert.ErrorContains(t, err, want, val)
+	}
+}
+
+// With the pod's API access the spec says: a pod of one container gives
+// its sleep, over a variable that differs (logged at Error); in a pod of
+// several the variable says which is this one's, and unset the longest is
+// planned with (early, never late), logged at Warn.
+func TestConfigFromEnvReadsThePreStopSleepFromThePodsSpec(t *testing.T) {
+	api := newPodAPI(t)
+	api.SetGrace(30)
+	inClusterOf(t, api)
+	t.Setenv(EnvGrace, "")
+	sleep := func(name string, s int64) corev1.Container {
+		return corev1.Container{Name: name, Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: s}}}}
+	}
+	var logs logbuf.Buffer
+	defaultLogger := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(defaultLogger) })
+	planned := func() time.Duration {
+		t.Helper()
+		cfg, err := ConfigFromEnv()
+		require.NoError(t, err)
+		return sleepPlanned(cfg.Budget)
+	}
+
+	api.SetContainers(sleep("server", 7))
+	assert.Equal(t, 7*time.Second, planned(), "the one container's")
+	t.Setenv(EnvPreStopSleep, "3")
+	assert.Equal(t, 7*time.Second, planned(), "the spec's, which the kubelet sleeps")
+	assert.Contains(t, logs.String(), `level=ERROR msg="drain: `+EnvPreStopSleep+`=3s is not the container's lifecycle.preStop.sleep.seconds, 7s`)
+
+	api.SetContainers(sleep("server", 0), sleep("proxy", 12), sleep("agent", 4))
+	assert.Equal(t, 3*time.Second, planned(), "several: the variable says")
+	t.Setenv(EnvPreStopSleep, "")
+	assert.Equal(t, 12*time.Second, planned(), "unset: the longest")
+	assert.Contains(t, logs.String(), "planning with the longest, 12s (proxy's)")
+
+	api.Refuse(http.StatusForbidden)
+	t.Setenv(EnvGrace, "30")
+	t.Setenv(EnvPreStopSleep, "5")
+	assert.Equal(t, 5*time.Second, planned(), "unread: the variable")
+	assert.Contains(t, logs.String(), "the pod's preStop sleep hooks could not be read")
 }

@@ -99,6 +99,17 @@ const (
 	// of the grace, at least 1.5 s and at most 5 s. It must be shorter
 	// than the grace.
 	EnvMargin = "DRAINKIT_MARGIN"
+	// EnvPreStopSleep is the server's container's preStop sleep hook
+	// (lifecycle.preStop.sleep.seconds), as whole seconds or a Go
+	// duration; "0" declares none (deadline.Config.PreStopSleep). The
+	// kubelet sleeps before its SIGTERM, out of the grace, and calls no
+	// server: unset and unread, the budget would take SIGTERM for T0 and
+	// plan SIGKILL the sleep too late. With EnvPodName the pod's spec is
+	// read: a pod of one container gives its sleep (the variable, when
+	// set, must equal it); in a pod of several, which is this container is
+	// not known, so the variable decides, and unset the longest sleep of
+	// the pod's containers is planned with, early and never late (logged).
+	EnvPreStopSleep = "DRAINKIT_PRESTOP_SLEEP"
 )
 
 // defaultHookListen is where a Server serves the preStop hook when

@@ -80,7 +80,8 @@ type Config struct {
 	// TracerProvider traces every read of the pod as a client span under
 	// ScopeName, named for the method that made it: "kube.Pod.Deletion"
 	// (Deletion, DeletionTimestamp, Tighten), "kube.Pod.Grace",
-	// "kube.Pod.Priority". Nil means otel.GetTracerProvider().
+	// "kube.Pod.Priority", "kube.Pod.PreStopSleeps". Nil means
+	// otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 	// MeterProvider counts events posted and dropped
 	// (drainkit.kube.events.posted, drainkit.kube.events.dropped). Nil
@@ -405,6 +406,41 @@ func (p *Pod) Priority(ctx context.Context) (int32, error) {
 	return prio, nil
 }
 
+// PreStopSleeps reads the preStop hook of each of the pod's containers
+// (spec.containers, by name): the seconds of a sleep hook
+// (lifecycle.preStop.sleep.seconds, KEP-3960), zero for a container with
+// no hook or another kind. The kubelet runs a container's sleep before its
+// SIGTERM, out of its grace: a server planning its budget needs its own
+// container's (deadline.Config.PreStopSleep). It returns an *APIError for
+// an answer other than 200, an error for a sleep that is negative or
+// longer than a time.Duration holds, and ctx's error if ctx ends first.
+func (p *Pod) PreStopSleeps(ctx context.Context) (map[string]time.Duration, error) {
+	if !p.made() {
+		return nil, errNotMade
+	}
+	ctx, span := p.startSpan(ctx, "kube.Pod.PreStopSleeps")
+	defer span.End()
+	obj, err := p.get(ctx)
+	if err != nil {
+		endSpanError(span, err)
+		return nil, err
+	}
+	sleeps := make(map[string]time.Duration, len(obj.Spec.Containers))
+	for _, c := range obj.Spec.Containers {
+		var s int64
+		if l := c.Lifecycle; l != nil && l.PreStop != nil && l.PreStop.Sleep != nil {
+			s = l.PreStop.Sleep.Seconds
+		}
+		if s < 0 || s > maxSeconds {
+			err := fmt.Errorf("kube: pod %s/%s: container %s: lifecycle.preStop.sleep.seconds is %d: not a sleep", p.ns, p.name, c.Name, s)
+			endSpanError(span, err)
+			return nil, err
+		}
+		sleeps[c.Name] = time.Duration(s) * time.Second
+	}
+	return sleeps, nil
+}
+
 // startSpan starts the client span of one read of the pod.
 func (p *Pod) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
 	return p.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
@@ -460,6 +496,16 @@ type podObject struct {
 	Spec struct {
 		TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds"`
 		Priority                      *int32 `json:"priority"`
+		Containers                    []struct {
+			Name      string `json:"name"`
+			Lifecycle *struct {
+				PreStop *struct {
+					Sleep *struct {
+						Seconds int64 `json:"seconds"`
+					} `json:"sleep"`
+				} `json:"preStop"`
+			} `json:"lifecycle"`
+		} `json:"containers"`
 	} `json:"spec"`
 	// offset is the API server's clock less this node's, as far as the
 	// response proved it (clockOffset).

@@ -872,3 +872,31 @@ func TestGraceNamesWhatIsWrongWithTheSpec(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want)
 	}
 }
+
+func TestPreStopSleepsReadsEachContainersHook(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, func(p *corev1.Pod) {
+		p.Spec.Containers = []corev1.Container{
+			{Name: "server", Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}}},
+			{Name: "sidecar", Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}},
+			{Name: "plain"},
+		}
+	}))
+	sleeps, err := newPod(t, cfg, testPod).PreStopSleeps(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]time.Duration{"server": 5 * time.Second, "sidecar": 0, "plain": 0}, sleeps)
+
+	_, cfg = newAPIServer(t, podJSON(t, func(p *corev1.Pod) {
+		p.Spec.Containers = []corev1.Container{{Name: "server", Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: -1}}}}}
+	}))
+	_, err = newPod(t, cfg, testPod).PreStopSleeps(t.Context())
+	assert.ErrorContains(t, err, "container server: lifecycle.preStop.sleep.seconds is -1")
+
+	_, cfg = newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden")
+	})
+	_, err = newPod(t, cfg, testPod).PreStopSleeps(t.Context())
+	var apiErr *kube.APIError
+	require.ErrorAs(t, err, &apiErr)
+	_, err = (*kube.Pod)(nil).PreStopSleeps(t.Context())
+	assert.ErrorContains(t, err, "kube.New")
+}

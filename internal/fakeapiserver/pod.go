@@ -28,15 +28,16 @@ type Pod struct {
 	// gone. Zero answers every one.
 	ReadsAnswered int
 
-	mu       sync.Mutex
-	deletion time.Time // zero: none
-	delGrace int64     // deletionGracePeriodSeconds; zero: absent
-	grace    int64     // zero: none
-	priority int32     // spec.priority; zero: absent
-	status   int       // non-zero: every request is answered with it
-	hang     bool      // every request hangs until its client gives up
-	reads    int
-	events   []eventsv1.Event
+	mu         sync.Mutex
+	deletion   time.Time // zero: none
+	delGrace   int64     // deletionGracePeriodSeconds; zero: absent
+	grace      int64     // zero: none
+	priority   int32     // spec.priority; zero: absent
+	containers []corev1.Container
+	status     int  // non-zero: every request is answered with it
+	hang       bool // every request hangs until its client gives up
+	reads      int
+	events     []eventsv1.Event
 }
 
 // SetDeletion sets the pod's deletionTimestamp, as a delete does: at is
@@ -73,6 +74,9 @@ func (p *Pod) SetGrace(seconds int64) { p.set(func() { p.grace = seconds }) }
 
 // SetPriority sets the pod's spec.priority, its PriorityClass's value.
 func (p *Pod) SetPriority(priority int32) { p.set(func() { p.priority = priority }) }
+
+// SetContainers sets the pod's spec.containers.
+func (p *Pod) SetContainers(cs ...corev1.Container) { p.set(func() { p.containers = cs }) }
 
 // Refuse answers every request from now on with status and a Status
 // (403: RBAC denies the service account); zero answers again.
@@ -149,6 +153,7 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.priority != 0 {
 			pod.Spec.Priority = new(p.priority)
 		}
+		pod.Spec.Containers = p.containers
 		_ = json.NewEncoder(w).Encode(&pod)
 	case r.Method == http.MethodPost && r.URL.Path == "/apis/events.k8s.io/v1/namespaces/"+p.Namespace+"/events":
 		var ev eventsv1.Event
