@@ -104,11 +104,13 @@ func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, lo
 // A checkpoint whose exit status another reaper collected is judged by what runsc left,
 // for its status alone cannot say: runsc writes "checkpoint failed: ..." to its stderr
 // before it exits 128, and nothing when it succeeds, and a checkpoint made stops the
-// container. So no message with the container stopped (Exited) is a checkpoint made, and
-// returns nil; a message is the checkpoint's failure, with the message, wrapping
-// ErrStatusLost; no message with the container running, or a state that cannot be read,
-// is ErrStatusLost, the image not made. (Before, each was ErrStatusLost: a caller that
-// took a stopped container after a failed checkpoint for lost removed a good image.)
+// container, a moment after runsc has answered (gVisor's sandbox process exits once the
+// save is over: tens of milliseconds, longer under a CPU limit). So no message, and the
+// container stopped (Exited) within StopWait, is a checkpoint made, and returns nil; a
+// message is the checkpoint's failure, with the message, wrapping ErrStatusLost; no
+// message with the container still running after StopWait, or a state that cannot be
+// read, is ErrStatusLost, the image not made. (Before, each was ErrStatusLost: a caller
+// that took a stopped container after a failed checkpoint for lost removed a good image.)
 func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 	if err := os.MkdirAll(imageDir, 0o700); err != nil {
 		return fmt.Errorf("runsc checkpoint %s: %w", id, err)
@@ -117,14 +119,38 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 	if !errors.Is(err, ErrStatusLost) || len(bytes.TrimSpace(msg)) > 0 {
 		return err
 	}
-	stopped, serr := r.Exited(context.WithoutCancel(ctx), id)
-	switch {
-	case serr != nil:
-		return fmt.Errorf("%w; runsc wrote no failure, and its state cannot say whether the checkpoint stopped the container: %w", err, serr)
-	case !stopped:
-		return fmt.Errorf("%w; runsc wrote no failure, but the container runs: not checkpointed", err)
+	if serr := r.awaitStop(ctx, id); serr != nil {
+		return fmt.Errorf("%w; runsc wrote no failure, but %w", err, serr)
 	}
 	return nil
+}
+
+// StopWait bounds how long Checkpoint waits, after a checkpoint whose exit status was
+// lost and that wrote no failure, for the container to stop as a checkpoint made stops it.
+const StopWait = 10 * time.Second
+
+// awaitStop waits, at most StopWait (and not past ctx), for container id to have exited
+// (Exited), asking every zombiePoll; an error says why it is not known to have.
+func (r *Runtime) awaitStop(ctx context.Context, id string) error {
+	wctx, cancel := context.WithTimeout(ctx, StopWait)
+	defer cancel()
+	tick := time.NewTicker(zombiePoll)
+	defer tick.Stop()
+	for {
+		stopped, err := r.Exited(wctx, id)
+		switch {
+		case stopped:
+			return nil
+		case wctx.Err() != nil:
+			return fmt.Errorf("the container had not stopped after %v: not checkpointed (%w)", StopWait, context.Cause(wctx))
+		case err != nil && !errors.Is(err, ErrStatusLost):
+			return fmt.Errorf("its state cannot say whether the checkpoint stopped the container: %w", err)
+		}
+		select {
+		case <-wctx.Done():
+		case <-tick.C:
+		}
+	}
 }
 
 // Kill sends sig to the container's init process, or to every process in it when all is

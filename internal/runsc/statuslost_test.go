@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,4 +127,64 @@ func TestLostStatusKeepsRunscsMessage(t *testing.T) {
 	assert.Contains(t, err.Error(), "no space left on device")
 	assert.Equal(t, fmt.Sprintf("runsc checkpoint x: %v: %v", ErrStatusLost, echild),
 		commandError(context.Background(), []string{"checkpoint", "x"}, echild, nil).Error())
+}
+
+// throttle limits the cgroup of process pid to percent of one CPU (cgroup
+// v1's cpu controller, or v2's cpu.max), as a pod's CPU limit does, and
+// returns what lifts the limit.
+func throttle(t *testing.T, pid, percent int) (lift func()) {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		quota := strconv.Itoa(percent * 1000) // of cfs_period_us = 100000
+		for _, c := range strings.Split(parts[1], ",") {
+			v1 := filepath.Join("/sys/fs/cgroup/cpu", parts[2], "cpu.cfs_quota_us")
+			if c == "cpu" && os.WriteFile(v1, []byte(quota), 0o644) == nil {
+				return func() { _ = os.WriteFile(v1, []byte("-1"), 0o644) }
+			}
+		}
+		v2 := filepath.Join("/sys/fs/cgroup", parts[2], "cpu.max")
+		if parts[1] == "" && os.WriteFile(v2, []byte(quota+" 100000"), 0o644) == nil {
+			return func() { _ = os.WriteFile(v2, []byte("max 100000"), 0o644) }
+		}
+	}
+	realpart.Missing(t, "skipping: no writable cpu cgroup for the sandbox process (cgroup v1's cpu controller or v2's cpu.max)")
+	return nil
+}
+
+// Fault (a review of row 391): runsc answers a checkpoint before gVisor's sandbox
+// process has exited, and under a CPU limit it was still running when Checkpoint asked
+// once, right after: a checkpoint made, its status lost and no failure written, was "not
+// checkpointed", and Runsc.Pause then called the sandbox lost and removed its image (2 of
+// 3 under a 2 % quota; here, at 1 %, the first). Checkpoint now waits for the stop, up
+// to StopWait.
+func TestCheckpointWhoseStatusIsLostWaitsForAThrottledSandboxToStop(t *testing.T) {
+	rt := realRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	id := "slow" // without the wait, the first of each run measured failed
+	b, err := WriteBundle(filepath.Join(dir, id), CounterArgs())
+	require.NoError(t, err)
+	logPath := filepath.Join(dir, id+".log")
+	require.NoError(t, rt.Run(ctx, id, b, logPath))
+	waitCounter(t, b, 2)
+	st, err := rt.State(ctx, id)
+	require.NoError(t, err)
+	lift := throttle(t, st.Pid, 1)
+	img := filepath.Join(dir, id+"-img")
+
+	res := checkpointStatusLost(t, rt, id, img)
+	lift() // the restore need not crawl
+	require.Empty(t, res.Err, "%s: a checkpoint made", id)
+	saved, err := b.Counter()
+	require.NoError(t, err)
+	require.NoError(t, rt.Delete(ctx, id, false))
+	require.NoError(t, rt.Restore(ctx, id, b, img, logPath), "%s: its image restores", id)
+	waitCounter(t, b, saved)
 }
