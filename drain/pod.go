@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,24 +60,70 @@ func (d *Drainer) readPod(at string) {
 		return
 	}
 	rerun := d.rerun // as of the read's start: an older read's grace is not the new run's
-	d.podReads.Go(func() {
-		started := time.Now()
-		ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
-		defer cancel()
-		del, err := d.pod.Deletion(ctx)
-		switch {
-		case err == nil:
-			d.deletionRead(at, started, rerun, del)
-		case errors.Is(err, kube.ErrNotTerminating):
-			d.notDeleted(at, del.SpecGrace)
-		case errors.Is(err, context.Canceled) && d.podCtx.Err() != nil:
-			// stopPodReads ended it: the drain is over, as it should be,
-			// and nothing is wrong with the API server.
-			d.log.Debug("drain: a read of the pod's deletion was stopped: the drain ended", "at", at, "error", err)
-		default:
-			d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
+	d.podReads.Go(func() { d.readOnce(at, rerun) })
+}
+
+// readOnce reads the pod's deletion once, for the hook's run rerun (zero:
+// the first), and gives what it found to the budget.
+func (d *Drainer) readOnce(at string, rerun time.Time) {
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
+	defer cancel()
+	del, err := d.pod.Deletion(ctx)
+	var apiErr *kube.APIError
+	switch {
+	case err == nil:
+		d.pollFails.OK()
+		d.deletionRead(at, started, rerun, del)
+	case errors.Is(err, kube.ErrNotTerminating):
+		if at != atPoll || d.kubelet > 0 && !d.own.Load() {
+			d.notDeleted(at, del.SpecGrace) // a poll only for what it can change
 		}
-	})
+	case d.podCtx.Err() != nil:
+		// stopPodReads ended it: the drain is over, as it should be,
+		// and nothing is wrong with the API server.
+		d.log.Debug("drain: a read of the pod's deletion was stopped: the drain ended", "at", at, "error", err)
+	case errors.Is(err, kube.ErrPodReplaced) || errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound:
+		d.podRemoved(at, err)
+	case at == atPoll:
+		if news, n := d.pollFails.Fail(failureKind(err)); news {
+			d.log.Warn("drain: the pod's deletion could not be read during the shutdown: a second, shorter deletion would go unseen until a read succeeds",
+				"error", err, "failures", n)
+		}
+	default:
+		d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
+	}
+}
+
+// failureKind is what tells one read's failure from another's for logging
+// once: the API server's status, or that it was not reached. Not the text,
+// which names a new connection's port every time.
+func failureKind(err error) string {
+	var apiErr *kube.APIError
+	if errors.As(err, &apiErr) {
+		return strconv.Itoa(apiErr.StatusCode)
+	}
+	return "unreached"
+}
+
+// podRemoved takes a read that found the pod gone from the API server (404)
+// or another pod in its name. While this process runs, only a force
+// deletion (kubectl delete --force --grace-period=0) removes it. The
+// kubelet keeps its grace, unless it restarts: a kubelet restarted then
+// knows no such pod and stops the container as an orphan's, with a grace of
+// 1 s raised to its 2 s (its HandlePodCleanups), a preStop hook or not. So
+// once a deletion was read, SIGKILL is planned for that earliest restart,
+// as for a second deletion with no grace (plannedForRestart). Before any deletion
+// was read it is a failed read.
+func (d *Drainer) podRemoved(at string, err error) {
+	d.podMu.Lock()
+	defer d.podMu.Unlock()
+	if d.delGrace == 0 {
+		d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
+		return
+	}
+	d.plannedForRestart(at, 0, "the pod was removed from the API server while the kubelet terminates it (a force deletion: "+err.Error()+"): "+
+		"a kubelet restarted now would kill the container as an orphan's, 2 s after it stops it")
 }
 
 // notDeleted takes a read of the pod that found no deletionTimestamp: the
@@ -165,7 +213,8 @@ func (d *Drainer) deletionRead(at string, started, rerun time.Time, del kube.Del
 		d.log.Info("drain: the pod's deletion read after the kubelet ran the hook again: SIGKILL follows its new run, not the deletionTimestamp",
 			"at", at, "run", rerun, "grace", grace, "deletion_timestamp", del.Timestamp, "changed", changed, "kill", d.budget.Kill())
 	case del.Grace > 0 && d.delGrace > 0 && del.Grace < d.delGrace && d.blind:
-		d.shortenedBlind(at, del)
+		d.plannedForRestart(at, del.Grace, "a second deletion shortened the pod's grace while the kubelet terminates it, and no preStop hook tells this drain "+
+			"when the kubelet runs the termination over: a kubelet restarted now would kill the container the new grace after its restart")
 	case del.Grace > 0 && d.delGrace > 0 && del.Grace < d.delGrace:
 		if !d.shortened {
 			d.shortened = true
@@ -190,24 +239,24 @@ func (d *Drainer) deletionRead(at string, started, rerun time.Time, del kube.Del
 	}
 }
 
-// shortenedBlind moves SIGKILL, never later, to the earliest a kubelet
-// restarted after the shorter deletion del could kill: the start of the
-// latest read that found the first grace (or T0), plus del's grace, at
-// least the kubelet's 2 s. See deletionRead. Called with podMu held.
-func (d *Drainer) shortenedBlind(at string, del kube.Deletion) {
+// plannedForRestart moves SIGKILL, never later, to the earliest a kubelet
+// restarted after a change of the pod that its reads found (a shorter
+// deletion's grace, or none) could kill: the start of the latest read that
+// found the first grace (or T0), plus grace, at least the kubelet's 2 s.
+// why says what changed; it is logged at Warn when SIGKILL moves. See
+// deletionRead. Called with podMu held.
+func (d *Drainer) plannedForRestart(at string, grace time.Duration, why string) {
 	after := d.graceSeen
 	if after.IsZero() {
 		after = d.budget.Start()
 	}
-	changed := d.budget.Tighten(after.Add(max(del.Grace, minKubeletGrace)))
+	changed := d.budget.Tighten(after.Add(max(grace, minKubeletGrace)))
 	if !changed {
-		d.log.Debug("drain: a shorter deletion read again", "at", at, "grace", del.Grace, "kill", d.budget.Kill())
+		d.log.Debug("drain: a shorter deletion read again", "at", at, "grace", grace, "kill", d.budget.Kill())
 		return
 	}
-	d.log.Warn("drain: a second deletion shortened the pod's grace while the kubelet terminates it, and no preStop hook tells this drain "+
-		"when the kubelet runs the termination over: a kubelet restarted now would kill the container the new grace after its restart, "+
-		"so SIGKILL is planned for the earliest such restart (early if the kubelet keeps the first grace, as it does when it does not restart)",
-		"at", at, "grace", del.Grace, "started_with", d.delGrace, "second_deletion_after", after, "kill", d.budget.Kill())
+	d.log.Warn("drain: "+why+", so SIGKILL is planned for the earliest such restart (early if the kubelet keeps the first grace, as it does when it does not restart)",
+		"at", at, "grace", grace, "started_with", d.delGrace, "changed_after", after, "kill", d.budget.Kill())
 }
 
 // atPoll is the at of pollDeletion's reads.
@@ -236,32 +285,12 @@ func (d *Drainer) pollDeletion() {
 				return
 			case <-tick.C:
 			}
-			d.pollOnce()
+			d.podMu.Lock()
+			rerun := d.rerun
+			d.podMu.Unlock()
+			d.readOnce(atPoll, rerun)
 		}
 	})
-}
-
-// pollOnce is one of pollDeletion's reads.
-func (d *Drainer) pollOnce() {
-	started := time.Now()
-	ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
-	defer cancel()
-	del, err := d.pod.Deletion(ctx)
-	switch {
-	case err == nil:
-		d.pollFails.OK()
-		d.podMu.Lock()
-		rerun := d.rerun
-		d.podMu.Unlock()
-		d.deletionRead(atPoll, started, rerun, del)
-	case errors.Is(err, kube.ErrNotTerminating), d.podCtx.Err() != nil:
-		// no deletion to shorten; or the drain is over
-	default:
-		if news, n := d.pollFails.Fail(err.Error()); news {
-			d.log.Warn("drain: the pod's deletion could not be read during the shutdown: a second, shorter deletion would go unseen until a read succeeds",
-				"error", err, "failures", n)
-		}
-	}
 }
 
 // tightenOwn moves SIGKILL to T0 + Config.KubeletGrace, never later, once

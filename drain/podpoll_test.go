@@ -2,9 +2,13 @@ package drain
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -109,5 +113,106 @@ func TestPollFailuresAreLoggedOnce(t *testing.T) {
 		assert.Equal(t, t0.Add(20*time.Second), rep.Budget.Kill)
 		require.Equal(t, 1, strings.Count(logs.String(), "could not be read during the shutdown"), logs.String())
 		assert.Contains(t, logs.String(), "level=WARN")
+	})
+}
+
+// Fault (a review of row 389): a force deletion (kubectl delete --force
+// --grace-period=0) removes the pod from the API server while the kubelet
+// still terminates it; the reads then got 404, a failed read, and the
+// budget stood. A kubelet restarted then stops the container as an
+// orphan's, 2 s after it stops it, a hook or not. Once a deletion was read,
+// a 404 (or another pod in the name) plans SIGKILL for that restart.
+//
+//	0 s    deleted with 20 s; SIGTERM: 40 preserves of 1 s, one at a time
+//	4.5 s  force-deleted: a kubelet restarted now kills 2 s after its stop
+//	5 s    the poll's 404: SIGKILL planned at 4 s (the last read of the 20 s) + 2 s
+func TestForceDeletionPlansForARestartedKubeletsOrphanCleanup(t *testing.T) {
+	for _, hook := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no hook", true: "hook"}[hook], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				t0 := time.Now()
+				api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+				api.Delete(t0, 20*time.Second)
+				var logs logbuf.Buffer
+				f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 40, latency: time.Second, limit: 1,
+					edit: func(c *Config) {
+						c.Pod, c.Logger = podOver(t, api, handlerTransport{api}), slog.New(slog.NewTextHandler(&logs, nil))
+					}})
+				removeAt := 4500 * time.Millisecond
+				if hook {
+					f.callPreStop(t.Context(), "?wait=0s").wait(t)
+				}
+				go func() {
+					time.Sleep(removeAt)
+					api.Refuse(http.StatusNotFound) // the pod is gone
+				}()
+				if hook { // the hook's drain reads only at SIGTERM and at a SIGTERM again
+					sigs := make(chan os.Signal, 2)
+					done := make(chan *Report)
+					go func() { done <- f.d.ServeSignals(context.Background(), sigs) }()
+					sigs <- syscall.SIGTERM
+					time.Sleep(removeAt + time.Second)
+					sigs <- syscall.SIGTERM
+					rep := <-done
+					assert.Equal(t, t0.Add(2*time.Second), rep.Budget.Kill, "SIGTERM's read + 2 s: T0+%v", rep.Budget.Kill.Sub(t0))
+					return
+				}
+				rep := f.d.Shutdown(context.Background())
+				assert.Equal(t, t0.Add(6*time.Second), rep.Budget.Kill, "T0+%v", rep.Budget.Kill.Sub(t0))
+				assert.Contains(t, logs.String(), "the pod was removed from the API server")
+				assert.NotContains(t, logs.String(), "could not be read")
+			})
+		})
+	}
+}
+
+// errTransport fails every request, with a text of its own each time, as
+// a fresh connection's failure names its port.
+type errTransport struct{ n *atomic.Int64 }
+
+func (e errTransport) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, fmt.Errorf("read tcp 10.0.0.5:%d->10.96.0.1:443: connection reset by peer", 40000+e.n.Add(1))
+}
+
+// A poll failure whose text changes every time (a new connection's port)
+// is still one failure: logged at Warn once, not every second.
+func TestPollFailuresWithChangingTextAreLoggedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		var n atomic.Int64
+		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 10, latency: time.Second, limit: 1,
+			edit: func(c *Config) {
+				api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+				c.Pod, c.Logger = podOver(t, api, errTransport{&n}), slog.New(slog.NewTextHandler(&logs, nil))
+			}})
+		rep := f.d.Shutdown(context.Background())
+		assert.Equal(t, 10, rep.Preserve.Counts[pause.Preserved])
+		assert.Greater(t, n.Load(), int64(5), "polled")
+		assert.Equal(t, 1, strings.Count(logs.String(), "could not be read during the shutdown"), logs.String())
+	})
+}
+
+// Fault (a review of row 389): a poll that found no deletionTimestamp was
+// dropped, so when SIGTERM's read failed, a graceful node shutdown with
+// Config.KubeletGrace was never planned for. A poll now gives it to the
+// budget, once.
+func TestPollFindsTheKubeletsOwnTerminationAfterSIGTERMsReadFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Refuse(http.StatusServiceUnavailable)
+		var logs logbuf.Buffer
+		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 40, latency: time.Second, limit: 1,
+			edit: func(c *Config) {
+				c.Pod, c.KubeletGrace = podOver(t, api, handlerTransport{api}), 4*time.Second
+				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			}})
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			api.Refuse(0)
+		}()
+		rep := f.d.Shutdown(context.Background())
+		assert.Equal(t, t0.Add(4*time.Second), rep.Budget.Kill, "T0+%v", rep.Budget.Kill.Sub(t0))
+		assert.Equal(t, 1, strings.Count(logs.String(), "the kubelet is terminating it on its own"), logs.String())
 	})
 }

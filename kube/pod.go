@@ -66,8 +66,10 @@ type Config struct {
 	CAFile string
 	// Client sends the requests. Nil means a fresh connection per request
 	// that trusts only the certificates in CAFile, uses no proxy, follows
-	// no redirect (a 3xx is an *APIError), and is closed afterwards (a terminating pod makes a handful of requests;
-	// there is nothing to keep alive).
+	// no redirect (a 3xx is an *APIError), and is closed afterwards (a
+	// terminating pod makes a handful of requests, and one a second while
+	// a drain with no preStop call polls its deletion: nothing worth
+	// keeping alive across a second).
 	Client *http.Client
 	// EventTimeout bounds each event's POST; zero means
 	// DefaultEventTimeout. Reads of the pod are bounded by their context.
@@ -112,8 +114,9 @@ type Pod struct {
 	log                       *slog.Logger
 	events                    eventQueue
 
-	mu  sync.Mutex
-	uid string
+	mu      sync.Mutex
+	uid     string
+	skewLog time.Duration // the clock offset last logged; guarded by mu
 }
 
 // New returns the Pod called name (pass it through the Downward API: env
@@ -334,7 +337,7 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 			// 30 s grace read as 4m30s past, no budget at all).
 			d.Timestamp, d.ClockOffset = d.Timestamp.Add(-off), off
 			span.SetAttributes(attribute.Int64("drainkit.kube.clock_offset_ms", off.Milliseconds()))
-			if off >= time.Second || off <= -time.Second {
+			if (off >= time.Second || off <= -time.Second) && p.newSkew(off) {
 				p.log.Warn("kube: the API server's clock is not this node's: the pod's deletionTimestamp is read in this node's clock",
 					"offset", off, "deletion_timestamp", d.Timestamp)
 			}
@@ -346,6 +349,23 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 	}
 	return d, err
 }
+
+// newSkew reports whether a clock offset of off is news: the first, or
+// one that moved more than skewNews from the one last logged (a read
+// measures it within about a second: the Date header's whole seconds). One
+// Warn per offset, not one per read of a drain that reads every second.
+func (p *Pod) newSkew(off time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.skewLog != 0 && (off-p.skewLog).Abs() <= skewNews {
+		return false
+	}
+	p.skewLog = off
+	return true
+}
+
+// skewNews is how far the clock offset must move to be logged again.
+const skewNews = 2 * time.Second
 
 // Grace reads the pod's spec.terminationGracePeriodSeconds: the grace the
 // kubelet gives the pod unless a deletion asks for less (see Deletion). A

@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
 	"math/big"
 	"net"
@@ -899,4 +901,24 @@ func TestPreStopSleepsReadsEachContainersHook(t *testing.T) {
 	require.ErrorAs(t, err, &apiErr)
 	_, err = (*kube.Pod)(nil).PreStopSleeps(t.Context())
 	assert.ErrorContains(t, err, "kube.New")
+}
+
+// A drain with no preStop call reads the pod every second: a clock offset
+// is logged at Warn once, not at every read (a review: 13 Warn lines in a
+// 12 s drain), and again only when it moves.
+func TestClockOffsetIsLoggedOncePerOffset(t *testing.T) {
+	var logs bytes.Buffer
+	skew := 5 * time.Minute
+	_, cfg := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) { skewedPod(t, skew, 30)(w, r) })
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	p := newPod(t, cfg, testPod)
+	for range 5 {
+		_, err := p.Deletion(t.Context())
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, strings.Count(logs.String(), "the API server's clock is not this node's"), logs.String())
+	skew = 10 * time.Minute // the node's clock stepped
+	_, err := p.Deletion(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 2, strings.Count(logs.String(), "the API server's clock is not this node's"), logs.String())
 }
