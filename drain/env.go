@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -66,13 +68,17 @@ func ConfigFromEnv() (Config, error) {
 	}
 	budget, err := deadline.New(grace, deadline.Config{Logger: log, Margin: margin, PreStopSleep: sleep})
 	if err != nil {
-		switch {
-		case margin != 0:
-			return Config{}, fmt.Errorf("drain: %s=%q with %s=%q: %w", EnvMargin, os.Getenv(EnvMargin), EnvGrace, grace, err)
-		case sleep != 0:
-			return Config{}, fmt.Errorf("drain: a preStop sleep of %v (%s=%q, or the pod's spec) with a grace of %v: %w", sleep, EnvPreStopSleep, os.Getenv(EnvPreStopSleep), grace, err)
+		what := []string{fmt.Sprintf("%s=%q", EnvGrace, grace)}
+		if margin != 0 {
+			what = append(what, fmt.Sprintf("%s=%q", EnvMargin, os.Getenv(EnvMargin)))
 		}
-		return Config{}, fmt.Errorf("drain: %s: %w", EnvGrace, err)
+		if sleep != 0 {
+			what = append(what, fmt.Sprintf("a preStop sleep of %v (%s=%q, or the pod's spec)", sleep, EnvPreStopSleep, os.Getenv(EnvPreStopSleep)))
+		}
+		if len(what) == 1 {
+			return Config{}, fmt.Errorf("drain: %s: %w", EnvGrace, err)
+		}
+		return Config{}, fmt.Errorf("drain: %s with %s: %w", strings.Join(what[1:], " and "), what[0], err)
 	}
 	return Config{Budget: budget, Logger: log, Pod: pod, KubeletGrace: kubelet, Pause: pc}, nil
 }
@@ -224,14 +230,14 @@ func preStopSleep(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
 		log.Warn("drain: the pod's preStop sleep hooks could not be read: planning with "+EnvPreStopSleep, "sleep", env, "error", err)
 		return env, nil
 	}
-	if len(sleeps) == 1 {
-		for name, s := range sleeps {
-			if set && s != env {
-				log.Error(fmt.Sprintf("drain: %s=%v is not the container's lifecycle.preStop.sleep.seconds, %v: planning with the spec's, which the kubelet sleeps; make them equal in the manifest",
-					EnvPreStopSleep, env, s), "container", name, "sleep", s, "variable", env)
-			}
-			return s, nil
+	name, known := ownContainer(sleeps)
+	if known {
+		s := sleeps[name]
+		if set && s != env {
+			log.Error(fmt.Sprintf("drain: %s=%v is not the container's lifecycle.preStop.sleep.seconds, %v: planning with the spec's, which the kubelet sleeps; make them equal in the manifest",
+				EnvPreStopSleep, env, s), "container", name, "sleep", s, "variable", env)
 		}
+		return s, nil
 	}
 	longest, which := time.Duration(0), ""
 	for name, s := range sleeps {
@@ -249,13 +255,61 @@ func preStopSleep(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
 	return longest, nil
 }
 
+// ownContainer names this process's container among the pod's: the only
+// one, or the one whose directory of the kubelet this process has mounted
+// (mountedContainer). known is false when neither tells.
+func ownContainer(sleeps map[string]time.Duration) (name string, known bool) {
+	if len(sleeps) == 1 {
+		for name := range sleeps {
+			return name, true
+		}
+	}
+	mi, err := os.ReadFile(mountinfoPath)
+	if err != nil {
+		return "", false
+	}
+	name, known = mountedContainer(string(mi))
+	_, inSpec := sleeps[name]
+	return name, known && inSpec
+}
+
+// mountinfoPath is this process's mount table; tests point it elsewhere.
+var mountinfoPath = "/proc/self/mountinfo"
+
+// containerDir matches the kubelet's directory of one of a pod's
+// containers, /var/lib/kubelet/pods/UID/containers/NAME/, which holds the
+// file it bind-mounts as the container's termination message
+// (terminationMessagePath, /dev/termination-log by default).
+var containerDir = regexp.MustCompile(`/pods/[0-9a-f-]+/containers/([a-z0-9]([-a-z0-9]*[a-z0-9])?)/`)
+
+// mountedContainer finds the container name in the roots of mountinfo's
+// mounts (its fourth field): known only when they name exactly one.
+func mountedContainer(mountinfo string) (name string, known bool) {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		m := containerDir.FindStringSubmatch(f[3])
+		switch {
+		case m == nil:
+		case name == "":
+			name = m[1]
+		case name != m[1]:
+			return "", false
+		}
+	}
+	return name, name != ""
+}
+
 // sleepEnv reads EnvPreStopSleep: whole seconds or a Go duration, "0" for
 // none; set says whether it is set.
 func sleepEnv() (d time.Duration, set bool, err error) {
-	switch os.Getenv(EnvPreStopSleep) {
-	case "":
+	v := os.Getenv(EnvPreStopSleep)
+	if v == "" {
 		return 0, false, nil
-	case "0":
+	}
+	if z, err := time.ParseDuration(v); v == "0" || err == nil && z == 0 {
 		return 0, true, nil
 	}
 	d, err = durationEnv(EnvPreStopSleep)

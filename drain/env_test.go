@@ -3,6 +3,9 @@ package drain
 import (
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +141,74 @@ func TestConfigFromEnvReadsThePreStopSleepFromThePodsSpec(t *testing.T) {
 	t.Setenv(EnvPreStopSleep, "5")
 	assert.Equal(t, 5*time.Second, planned(), "unread: the variable")
 	assert.Contains(t, logs.String(), "the pod's preStop sleep hooks could not be read")
+}
+
+// mountinfoOf points mountinfoPath at a mount table for the test.
+func mountinfoOf(t *testing.T, table string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "mountinfo")
+	require.NoError(t, os.WriteFile(path, []byte(table), 0o600))
+	old := mountinfoPath
+	mountinfoPath = path
+	t.Cleanup(func() { mountinfoPath = old })
+}
+
+// A container's mount table, as the kubelet and containerd make it: its
+// termination message file is bind-mounted from the kubelet's directory of
+// this container.
+const serverMounts = `1510 1409 0:144 / / rw,relatime master:437 - overlay overlay rw,lowerdir=/var/lib/containerd/l1,upperdir=/var/lib/containerd/u,workdir=/var/lib/containerd/w
+1514 1510 8:1 /var/lib/kubelet/pods/5d1c6b0e-2f4b-4a57-9d3b-8c1f0e6a7b21/etc-hosts /etc/hosts rw,relatime - ext4 /dev/sda1 rw
+1515 1510 8:1 /var/lib/kubelet/pods/5d1c6b0e-2f4b-4a57-9d3b-8c1f0e6a7b21/containers/server/0a1b2c3d /dev/termination-log rw,relatime - ext4 /dev/sda1 rw
+1516 1510 8:1 /var/lib/kubelet/pods/5d1c6b0e-2f4b-4a57-9d3b-8c1f0e6a7b21/volumes/kubernetes.io~empty-dir/state /state rw,relatime - ext4 /dev/sda1 rw
+`
+
+// Fault (a review of row 394): in a pod of several containers the longest
+// preStop sleep was planned with, whichever was this container's: a server
+// with no hook beside a sidecar sleeping 20 s of a 30 s grace planned
+// SIGKILL 10 s after SIGTERM. This process's container is the one whose
+// kubelet directory it has mounted.
+func TestConfigFromEnvTakesItsOwnContainersSleep(t *testing.T) {
+	api := newPodAPI(t)
+	api.SetGrace(30)
+	inClusterOf(t, api)
+	t.Setenv(EnvGrace, "")
+	t.Setenv(EnvPreStopSleep, "")
+	api.SetContainers(corev1.Container{Name: "server"},
+		corev1.Container{Name: "proxy", Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 20}}}})
+	mountinfoOf(t, serverMounts)
+	cfg, err := ConfigFromEnv()
+	require.NoError(t, err)
+	assert.Zero(t, sleepPlanned(cfg.Budget), "the server's own: none")
+
+	mountinfoOf(t, strings.ReplaceAll(serverMounts, "containers/server/", "containers/elsewhere/"))
+	cfg, err = ConfigFromEnv()
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, sleepPlanned(cfg.Budget), "a container not in the spec: not known, the longest")
+}
+
+func TestMountedContainerNamesOneContainerOrNone(t *testing.T) {
+	name, known := mountedContainer(serverMounts)
+	assert.True(t, known)
+	assert.Equal(t, "server", name)
+	_, known = mountedContainer("1510 1409 0:144 / / rw - overlay overlay rw\n")
+	assert.False(t, known, "no kubelet directory: outside a pod")
+	two := serverMounts + "1517 1510 8:1 /var/lib/kubelet/pods/5d1c6b0e-2f4b-4a57-9d3b-8c1f0e6a7b21/containers/proxy/9f8e /extra rw - ext4 /dev/sda1 rw\n"
+	_, known = mountedContainer(two)
+	assert.False(t, known, "two names: not known")
+}
+
+// "0s" declares no sleep as "0" does; the error of a sleep longer than the
+// grace names the sleep, also with a margin set.
+func TestPreStopSleepZeroDurationAndErrors(t *testing.T) {
+	t.Setenv(EnvPodName, "")
+	t.Setenv(EnvGrace, "30")
+	t.Setenv(EnvPreStopSleep, "0s")
+	cfg, err := ConfigFromEnv()
+	require.NoError(t, err)
+	assert.Zero(t, sleepPlanned(cfg.Budget))
+
+	t.Setenv(EnvPreStopSleep, "31")
+	t.Setenv(EnvMargin, "2s")
+	_, err = ConfigFromEnv()
+	assert.ErrorContains(t, err, EnvMargin+`="2s" and a preStop sleep of 31s (`+EnvPreStopSleep+`="31", or the pod's spec) with `+EnvGrace+`="30s"`)
 }

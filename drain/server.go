@@ -105,10 +105,12 @@ const (
 	// kubelet sleeps before its SIGTERM, out of the grace, and calls no
 	// server: unset and unread, the budget would take SIGTERM for T0 and
 	// plan SIGKILL the sleep too late. With EnvPodName the pod's spec is
-	// read: a pod of one container gives its sleep (the variable, when
-	// set, must equal it); in a pod of several, which is this container is
-	// not known, so the variable decides, and unset the longest sleep of
-	// the pod's containers is planned with, early and never late (logged).
+	// read, and this process's container's sleep taken (the variable, when
+	// set, must equal it): the pod's only container, or the one whose
+	// directory of the kubelet (pods/UID/containers/NAME, where its
+	// termination message file is) this process has mounted. When that
+	// cannot tell, the variable decides, and unset the longest sleep of the
+	// pod's containers is planned with, early and never late (logged).
 	EnvPreStopSleep = "DRAINKIT_PRESTOP_SLEEP"
 )
 
@@ -150,8 +152,9 @@ type Server struct {
 // run after preservation and before srv's shutdown, which is always the
 // last step (a device teardown such as a *ublk.Teardown goes here). It
 // reads EnvGrace (or, unset, the pod's spec through the API server when
-// EnvPodName is set), EnvPodName, EnvKubeletGrace, EnvHookListen,
-// EnvHookSecret, EnvPreserveEstimate and EnvSandboxTimeout, and wraps
+// EnvPodName is set), EnvPodName, EnvPodUID, EnvKubeletGrace,
+// EnvKubeletConfig, EnvHookListen, EnvHookSecret, EnvPreserveEstimate,
+// EnvSandboxTimeout, EnvMargin and EnvPreStopSleep (see ConfigFromEnv), and wraps
 // srv.Handler to answer GET /readyz (503 once draining); Run wraps it again
 // when srv.Handler was set after NewServer. A GET /readyz of srv's own, on
 // an *http.ServeMux (http.DefaultServeMux when srv.Handler is nil), answers

@@ -47,14 +47,16 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 }
 
 // MkdirAll creates dir and the parents it lacks, as os.MkdirAll does, and
-// makes them durable: each directory it creates is fsynced, deepest first,
-// and then the existing directory that holds the topmost one's entry. A
-// file written durably into a directory that a crash could undo is lost
-// with it: the directory's own entry must reach the disk too. Directories
-// that already existed are left as they are.
+// makes them durable: dir and each of its parents up to the root are
+// fsynced, deepest first. A file written durably into a directory that a
+// crash could undo is lost with it: the directory's own entry must reach
+// the disk too, and one created by an earlier call whose fsync failed, or
+// by another process not yet done, is no more durable for existing. A
+// failed fsync of dir or of a directory this call created is the error;
+// one of an older parent (the root of a read-only image, say) is not.
 func MkdirAll(dir string, perm os.FileMode) error {
 	dir = filepath.Clean(dir)
-	var created []string // deepest first
+	created := map[string]bool{}
 	for d := dir; ; d = filepath.Dir(d) {
 		_, err := os.Lstat(d)
 		if err == nil {
@@ -63,7 +65,7 @@ func MkdirAll(dir string, perm os.FileMode) error {
 		if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		created = append(created, d)
+		created[d] = true
 		if d == filepath.Dir(d) {
 			break
 		}
@@ -71,15 +73,16 @@ func MkdirAll(dir string, perm os.FileMode) error {
 	if err := os.MkdirAll(dir, perm); err != nil {
 		return err
 	}
-	if len(created) == 0 {
-		return nil
-	}
-	for _, d := range append(created, filepath.Dir(created[len(created)-1])) {
-		if err := syncDir(d); err != nil {
+	childCreated := false // the directory below d on the way up: its entry is in d
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := syncDir(d); err != nil && (d == dir || created[d] || childCreated) {
 			return err
 		}
+		childCreated = created[d]
+		if d == filepath.Dir(d) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // syncDir is SyncDir; a test's hook watches it.

@@ -81,31 +81,49 @@ func TestSyncDirNamesAMissingDirectory(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
 
-// MkdirAll fsyncs every directory it creates, deepest first, then the one
-// that holds the topmost's entry, and nothing that existed before; a
-// failed fsync is its error.
-func TestMkdirAllSyncsWhatItCreatesAndTheEntryAbove(t *testing.T) {
+// MkdirAll fsyncs dir and every parent up to the root, deepest first,
+// also when they exist: one an earlier call created and failed to fsync
+// (or a crash stopped before it did) is synced by the next call, where
+// before it synced nothing. A failed fsync of dir, or of a directory it
+// created or whose child it created, is the error; of an older parent, not.
+func TestMkdirAllSyncsTheWholeChain(t *testing.T) {
 	root := t.TempDir()
 	var synced []string
 	syncDir = func(dir string) error { synced = append(synced, dir); return SyncDir(dir) }
 	defer func() { syncDir = SyncDir }()
+	chain := func(d string) []string {
+		var c []string
+		for ; ; d = filepath.Dir(d) {
+			c = append(c, d)
+			if d == filepath.Dir(d) {
+				return c
+			}
+		}
+	}
 
 	dir := filepath.Join(root, "state", "records")
 	require.NoError(t, MkdirAll(dir, 0o700))
 	assert.DirExists(t, dir)
-	assert.Equal(t, []string{dir, filepath.Join(root, "state"), root}, synced)
+	assert.Equal(t, chain(dir), synced)
 
 	synced = nil
 	require.NoError(t, MkdirAll(dir+"/", 0o700))
-	assert.Empty(t, synced, "nothing created, nothing synced")
+	assert.Equal(t, chain(dir), synced, "existing: synced again")
 
-	synced = nil
-	require.NoError(t, MkdirAll(filepath.Join(dir, "more"), 0o700))
-	assert.Equal(t, []string{filepath.Join(dir, "more"), dir}, synced)
-
-	syncDir = func(dir string) error { return errors.New("sync " + dir + ": input/output error") }
-	err := MkdirAll(filepath.Join(root, "failing"), 0o700)
-	assert.ErrorContains(t, err, "failing: input/output error")
+	failing := func(bad string) func(string) error {
+		return func(dir string) error {
+			if dir == bad {
+				return errors.New("sync " + dir + ": input/output error")
+			}
+			return nil
+		}
+	}
+	syncDir = failing(filepath.Join(root, "new"))
+	assert.ErrorContains(t, MkdirAll(filepath.Join(root, "new", "sub"), 0o700), "new: input/output error", "a directory it created")
+	syncDir = failing(root)
+	assert.ErrorContains(t, MkdirAll(filepath.Join(root, "other"), 0o700), "input/output error", "the parent of one it created")
+	syncDir = failing(filepath.Dir(root))
+	assert.NoError(t, MkdirAll(filepath.Join(root, "third"), 0o700), "an older parent's failure is not the call's")
 }
 
 // MkdirAll over a file fails as os.MkdirAll does.
