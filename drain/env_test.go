@@ -190,6 +190,11 @@ func TestMountedContainerNamesOneContainerOrNone(t *testing.T) {
 	name, known := mountedContainer(serverMounts)
 	assert.True(t, known)
 	assert.Equal(t, "server", name)
+	// As the real kubelet v1.34.4 and containerd mounted it for a static
+	// pod named mi (its directory on a tmpfs; a static pod's UID is a hash).
+	name, known = mountedContainer("117 101 0:39 /kubelet/pods/525dad15216b8a8169609eba96c794ed/containers/mi/85d2b754 /dev/termination-log rw,relatime - tmpfs tmpfs rw,mode=755\n")
+	assert.True(t, known)
+	assert.Equal(t, "mi", name)
 	_, known = mountedContainer("1510 1409 0:144 / / rw - overlay overlay rw\n")
 	assert.False(t, known, "no kubelet directory: outside a pod")
 	two := serverMounts + "1517 1510 8:1 /var/lib/kubelet/pods/5d1c6b0e-2f4b-4a57-9d3b-8c1f0e6a7b21/containers/proxy/9f8e /extra rw - ext4 /dev/sda1 rw\n"
