@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -214,5 +215,39 @@ func TestPollFindsTheKubeletsOwnTerminationAfterSIGTERMsReadFailed(t *testing.T)
 		rep := f.d.Shutdown(context.Background())
 		assert.Equal(t, t0.Add(4*time.Second), rep.Budget.Kill, "T0+%v", rep.Budget.Kill.Sub(t0))
 		assert.Equal(t, 1, strings.Count(logs.String(), "the kubelet is terminating it on its own"), logs.String())
+	})
+}
+
+// Fault: a drain whose first preStop call came after SIGTERM (its hook's
+// call at the first run never reached the server: its listener was not up,
+// say) answered it and let it go. A call of a run that began after SIGTERM
+// is a restarted kubelet's, which gives the pod's grace again from that
+// run: the budget now follows it, and a call of the first run, late, still
+// tells nothing.
+//
+//	0 s    deleted with 20 s; SIGTERM (no call came): 40 preserves of 1 s
+//	1 s    a late call of a run that began at 0 s: nothing changes
+//	5 s    the restarted kubelet calls the hook: SIGKILL at 25 s
+func TestHookCallAfterSIGTERMIsARestartedKubelet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Delete(t0, 20*time.Second)
+		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 40, latency: time.Second, limit: 1,
+			edit: func(c *Config) { c.Pod = podOver(t, api, handlerTransport{api}) }})
+		startQuery := func(at time.Time) string {
+			return "?start=" + url.QueryEscape(at.Format(time.RFC3339Nano)) + "&wait=0s"
+		}
+		go func() {
+			time.Sleep(time.Second)
+			f.callPreStop(context.Background(), startQuery(t0)).wait(t)
+			time.Sleep(4 * time.Second)
+			f.callPreStop(context.Background(), startQuery(time.Now())).wait(t)
+		}()
+		rep := f.d.Shutdown(context.Background())
+
+		assert.Equal(t, t0.Add(5*time.Second), rep.Budget.Restart, "the restarted kubelet's run")
+		assert.Equal(t, t0.Add(25*time.Second), rep.Budget.Kill, "SIGKILL at T0+%v", rep.Budget.Kill.Sub(t0))
+		assert.Greater(t, rep.Preserve.Counts[pause.Preserved], 18, "the new run's time used: %v", rep.Preserve.Counts)
 	})
 }

@@ -219,7 +219,8 @@ func (d *Drainer) preStop(ctx context.Context, at time.Time, hookRun string, bou
 // returns nil when Shutdown started before any preStop call.
 //
 // A later call that is a new run of the hook, started at at, is the
-// kubelet running the termination over (hookAgain): it restarted. hookRun
+// kubelet running the termination over (hookAgain): it restarted; so is
+// one with no call before it that started after SIGTERM. hookRun
 // tells runs apart: an exec hook sends its start with every poll, while
 // each httpGet call is a run of its own.
 func (d *Drainer) startPreStop(at time.Time, hookRun string) *preStopRun {
@@ -234,6 +235,15 @@ func (d *Drainer) startPreStop(at time.Time, hookRun string) *preStopRun {
 		return d.prestop
 	}
 	if d.started {
+		// No call came before SIGTERM, and one comes now: a run of the hook
+		// that began after SIGTERM is a restarted kubelet's, which calls the
+		// hook again and then times its grace from that run (measured: the
+		// real kubelet restarted during the preserve phase). A call of a run
+		// that began before is a late one of the first run, which tells
+		// nothing: the kubelet's grace for it is already running out.
+		if newRun && at.After(d.budget.State().SIGTERM) {
+			d.hookAgain(at)
+		}
 		return nil
 	}
 	d.budget.OnPreStop(at)
