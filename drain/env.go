@@ -309,7 +309,7 @@ func sleepEnv() (d time.Duration, set bool, err error) {
 	if v == "" {
 		return 0, false, nil
 	}
-	if z, err := time.ParseDuration(v); v == "0" || err == nil && z == 0 {
+	if z, err := time.ParseDuration(v); err == nil && z == 0 { // "0", "0s"...
 		return 0, true, nil
 	}
 	d, err = durationEnv(EnvPreStopSleep)

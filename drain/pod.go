@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -30,9 +31,6 @@ const (
 	// kubelet's new run reads the pod's deletion during the shutdown
 	// (pollDeletion): a second, shorter deletion is seen this late at most.
 	podPoll = time.Second
-	// minKubeletGrace is the least the kubelet gives a container after it
-	// stops it (minimumGracePeriodInSeconds).
-	minKubeletGrace = 2 * time.Second
 
 	// eventsFlushMax bounds how long Shutdown waits, once the Report is
 	// made, for the events still queued; never more than half the time left
@@ -113,8 +111,8 @@ func failureKind(err error) string {
 // knows no such pod and stops the container as an orphan's, with a grace of
 // 1 s raised to its 2 s (its HandlePodCleanups), a preStop hook or not. So
 // once a deletion was read, SIGKILL is planned for that earliest restart,
-// as for a second deletion with no grace (plannedForRestart). Before any deletion
-// was read it is a failed read.
+// as for a second deletion with no grace (plannedForRestart). Before any
+// deletion was read it is a failed read.
 func (d *Drainer) podRemoved(at string, err error) {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
@@ -191,7 +189,7 @@ func (d *Drainer) hookAgain(start time.Time) {
 // which stops the container again with the new grace and kills it that
 // long after (containerd sends no second SIGTERM; measured under the real
 // kubelet, TestRealKubeletWithAPIServer/restart). So that drain plans for
-// the earliest such restart (shortenedBlind): the second deletion came
+// the earliest such restart (plannedForRestart): the second deletion came
 // after the latest read that still found the first grace (started, at
 // graceSeen), the restart after it, and SIGKILL at least the new grace
 // later. Early when the kubelet does not restart, never late.
@@ -250,7 +248,7 @@ func (d *Drainer) plannedForRestart(at string, grace time.Duration, why string) 
 	if after.IsZero() {
 		after = d.budget.Start()
 	}
-	changed := d.budget.Tighten(after.Add(max(grace, minKubeletGrace)))
+	changed := d.budget.Tighten(after.Add(max(grace, deadline.MinimumGracePeriod)))
 	if !changed {
 		d.log.Debug("drain: a shorter deletion read again", "at", at, "grace", grace, "kill", d.budget.Kill())
 		return

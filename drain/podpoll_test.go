@@ -22,6 +22,30 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
+// pollPod is the pod of these tests, deleted at t0 with a 20 s grace.
+func pollPod(t0 time.Time) *fakeapiserver.Pod {
+	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+	api.Delete(t0, 20*time.Second)
+	return api
+}
+
+// pollFixture is a Drainer with a 20 s grace over sandboxes pauses of 1 s,
+// one at a time, reading api's pod through rt, its log kept in the buffer
+// it returns; o adds steps and edit sets the rest of the Config.
+func pollFixture(t *testing.T, api *fakeapiserver.Pod, rt http.RoundTripper, sandboxes int, o fixtureOpts) (*fixture, *logbuf.Buffer) {
+	var logs logbuf.Buffer
+	edit := o.edit
+	f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: sandboxes, latency: time.Second, limit: 1,
+		steps: o.steps,
+		edit: func(c *Config) {
+			c.Pod, c.Logger = podOver(t, api, rt), slog.New(slog.NewTextHandler(&logs, nil))
+			if edit != nil {
+				edit(c)
+			}
+		}})
+	return f, &logs
+}
+
 // Fault (a review; the kubelet's part measured under the real kubelet,
 // internal/realkubelet's TestRealKubeletWithAPIServer/restart): a drain
 // with no preStop hook kept the first deletion's SIGKILL after a second,
@@ -40,15 +64,9 @@ import (
 func TestShorterDeletionWithoutAHookPlansForARestartedKubelet(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-		api.Delete(t0, 20*time.Second)
-		var logs logbuf.Buffer
+		api := pollPod(t0)
 		var ran []string
-		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 40, latency: time.Second, limit: 1,
-			steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)},
-			edit: func(c *Config) {
-				c.Pod, c.Logger = podOver(t, api, handlerTransport{api}), slog.New(slog.NewTextHandler(&logs, nil))
-			}})
+		f, logs := pollFixture(t, api, handlerTransport{api}, 40, fixtureOpts{steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)}})
 		go func() {
 			time.Sleep(4500 * time.Millisecond)
 			api.Delete(time.Now(), 8*time.Second)
@@ -72,10 +90,8 @@ func TestShorterDeletionWithoutAHookPlansForARestartedKubelet(t *testing.T) {
 func TestShorterDeletionWithAHookIsNotPolled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-		api.Delete(t0, 20*time.Second)
-		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 40, latency: time.Second, limit: 1,
-			edit: func(c *Config) { c.Pod = podOver(t, api, handlerTransport{api}) }})
+		api := pollPod(t0)
+		f, _ := pollFixture(t, api, handlerTransport{api}, 40, fixtureOpts{})
 		f.callPreStop(t.Context(), "?wait=0s").wait(t)
 		synctest.Wait()
 		reads := api.Reads()
@@ -95,13 +111,8 @@ func TestShorterDeletionWithAHookIsNotPolled(t *testing.T) {
 func TestPollFailuresAreLoggedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-		api.Delete(t0, 20*time.Second)
-		var logs logbuf.Buffer
-		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 10, latency: time.Second, limit: 1,
-			edit: func(c *Config) {
-				c.Pod, c.Logger = podOver(t, api, handlerTransport{api}), slog.New(slog.NewTextHandler(&logs, nil))
-			}})
+		api := pollPod(t0)
+		f, logs := pollFixture(t, api, handlerTransport{api}, 10, fixtureOpts{})
 		go func() {
 			time.Sleep(1500 * time.Millisecond)
 			api.Refuse(http.StatusServiceUnavailable)
@@ -132,13 +143,8 @@ func TestForceDeletionPlansForARestartedKubeletsOrphanCleanup(t *testing.T) {
 		t.Run(map[bool]string{false: "no hook", true: "hook"}[hook], func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				t0 := time.Now()
-				api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-				api.Delete(t0, 20*time.Second)
-				var logs logbuf.Buffer
-				f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 40, latency: time.Second, limit: 1,
-					edit: func(c *Config) {
-						c.Pod, c.Logger = podOver(t, api, handlerTransport{api}), slog.New(slog.NewTextHandler(&logs, nil))
-					}})
+				api := pollPod(t0)
+				f, logs := pollFixture(t, api, handlerTransport{api}, 40, fixtureOpts{})
 				removeAt := 4500 * time.Millisecond
 				if hook {
 					f.callPreStop(t.Context(), "?wait=0s").wait(t)
@@ -179,13 +185,8 @@ func (e errTransport) RoundTrip(*http.Request) (*http.Response, error) {
 // is still one failure: logged at Warn once, not every second.
 func TestPollFailuresWithChangingTextAreLoggedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var logs logbuf.Buffer
 		var n atomic.Int64
-		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 10, latency: time.Second, limit: 1,
-			edit: func(c *Config) {
-				api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-				c.Pod, c.Logger = podOver(t, api, errTransport{&n}), slog.New(slog.NewTextHandler(&logs, nil))
-			}})
+		f, logs := pollFixture(t, &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}, errTransport{&n}, 10, fixtureOpts{})
 		rep := f.d.Shutdown(context.Background())
 		assert.Equal(t, 10, rep.Preserve.Counts[pause.Preserved])
 		assert.Greater(t, n.Load(), int64(5), "polled")
@@ -200,14 +201,9 @@ func TestPollFailuresWithChangingTextAreLoggedOnce(t *testing.T) {
 func TestPollFindsTheKubeletsOwnTerminationAfterSIGTERMsReadFailed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"} // not deleted
 		api.Refuse(http.StatusServiceUnavailable)
-		var logs logbuf.Buffer
-		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 40, latency: time.Second, limit: 1,
-			edit: func(c *Config) {
-				c.Pod, c.KubeletGrace = podOver(t, api, handlerTransport{api}), 4*time.Second
-				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-			}})
+		f, logs := pollFixture(t, api, handlerTransport{api}, 40, fixtureOpts{edit: func(c *Config) { c.KubeletGrace = 4 * time.Second }})
 		go func() {
 			time.Sleep(500 * time.Millisecond)
 			api.Refuse(0)
@@ -231,10 +227,8 @@ func TestPollFindsTheKubeletsOwnTerminationAfterSIGTERMsReadFailed(t *testing.T)
 func TestHookCallAfterSIGTERMIsARestartedKubelet(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-		api.Delete(t0, 20*time.Second)
-		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, margin: time.Second, sandboxes: 40, latency: time.Second, limit: 1,
-			edit: func(c *Config) { c.Pod = podOver(t, api, handlerTransport{api}) }})
+		api := pollPod(t0)
+		f, _ := pollFixture(t, api, handlerTransport{api}, 40, fixtureOpts{})
 		startQuery := func(at time.Time) string {
 			return "?start=" + url.QueryEscape(at.Format(time.RFC3339Nano)) + "&wait=0s"
 		}

@@ -410,8 +410,8 @@ var ErrLost = errors.New("sandbox stopped by a checkpoint that failed: its state
 // checkpointFailed is Pause's error for sandbox id, whose checkpoint failed (err) without
 // runsc finding it stopped first. runsc is asked what the failed checkpoint left: a
 // stopped sandbox (runsc.Runtime.Exited: stopped, gone, or its sandbox process a zombie)
-// is lost (ErrLost), its partial image removed; a running one returns err, for a retry. The failure is remembered until a checkpoint of id succeeds or Destroy
-// removes it: gVisor's sandbox process may still be going when runsc answers, or runsc
+// is lost (ErrLost), its partial image removed; a running one returns err, for a retry.
+// The failure is remembered until a checkpoint of id succeeds or Destroy removes it: gVisor's sandbox process may still be going when runsc answers, or runsc
 // may not say, and a retry that then finds the sandbox stopped must call it lost too,
 // never died (ErrDied).
 func (r *Runsc) checkpointFailed(ctx context.Context, id string, err error) error {
