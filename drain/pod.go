@@ -81,8 +81,7 @@ func (d *Drainer) readOnce(at string, rerun time.Time) {
 		// stopPodReads ended it: the drain is over, as it should be,
 		// and nothing is wrong with the API server.
 		d.log.Debug("drain: a read of the pod's deletion was stopped: the drain ended", "at", at, "error", err)
-	case errors.Is(err, kube.ErrPodReplaced) || errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound:
-		d.podRemoved(at, err)
+	case (errors.Is(err, kube.ErrPodReplaced) || errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound) && d.podRemoved(at, err):
 	case at == atPoll:
 		if news, n := d.pollFails.Fail(failureKind(err)); news {
 			d.log.Warn("drain: the pod's deletion could not be read during the shutdown: a second, shorter deletion would go unseen until a read succeeds",
@@ -111,17 +110,18 @@ func failureKind(err error) string {
 // knows no such pod and stops the container as an orphan's, with a grace of
 // 1 s raised to its 2 s (its HandlePodCleanups), a preStop hook or not. So
 // once a deletion was read, SIGKILL is planned for that earliest restart,
-// as for a second deletion with no grace (plannedForRestart). Before any
-// deletion was read it is a failed read.
-func (d *Drainer) podRemoved(at string, err error) {
+// as for a second deletion with no grace (plannedForRestart), and it
+// reports true. Before any deletion was read it is a failed read, and it
+// reports false.
+func (d *Drainer) podRemoved(at string, err error) bool {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
 	if d.delGrace == 0 {
-		d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
-		return
+		return false
 	}
 	d.plannedForRestart(at, 0, "the pod was removed from the API server while the kubelet terminates it (a force deletion: "+err.Error()+"): "+
 		"a kubelet restarted now would kill the container as an orphan's, 2 s after it stops it")
+	return true
 }
 
 // notDeleted takes a read of the pod that found no deletionTimestamp: the

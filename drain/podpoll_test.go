@@ -245,3 +245,18 @@ func TestHookCallAfterSIGTERMIsARestartedKubelet(t *testing.T) {
 		assert.Greater(t, rep.Preserve.Counts[pause.Preserved], 18, "the new run's time used: %v", rep.Preserve.Counts)
 	})
 }
+
+// A pod gone before any read found its deletion is a failed read, and a
+// poll's is logged once, as any other: before, each poll's 404 was a Warn.
+func TestPodGoneBeforeAnyDeletionReadIsLoggedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Refuse(http.StatusNotFound)
+		f, logs := pollFixture(t, api, handlerTransport{api}, 10, fixtureOpts{})
+		rep := f.d.Shutdown(context.Background())
+		assert.Equal(t, t0.Add(20*time.Second), rep.Budget.Kill, "no deletion read: the budget stands")
+		assert.Equal(t, 1, strings.Count(logs.String(), "could not be read during the shutdown"), logs.String())
+		assert.Equal(t, 2, strings.Count(logs.String(), "the pod's deletion could not be read"), "SIGTERM's read and the polls' first: %s", logs.String())
+	})
+}
