@@ -667,14 +667,19 @@ func TestPriorityReadsTheSpec(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, prio, "no priority class")
 
-	_, cfg = newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
+	refusedAndUnmade(t, func(p *kube.Pod) error { _, err := p.Priority(t.Context()); return err })
+}
+
+// refusedAndUnmade checks a read of the pod against an API server that
+// refuses it (403: an *APIError) and on a Pod not made by New.
+func refusedAndUnmade(t *testing.T, read func(*kube.Pod) error) {
+	t.Helper()
+	_, cfg := newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
 		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden")
 	})
-	_, err = newPod(t, cfg, testPod).Priority(t.Context())
 	var apiErr *kube.APIError
-	require.ErrorAs(t, err, &apiErr)
-	_, err = (*kube.Pod)(nil).Priority(t.Context())
-	assert.ErrorContains(t, err, "kube.New")
+	require.ErrorAs(t, read(newPod(t, cfg, testPod)), &apiErr)
+	assert.ErrorContains(t, read(nil), "kube.New")
 }
 
 // skewedPod serves the pod as an API server whose clock is skew ahead of
@@ -893,14 +898,7 @@ func TestPreStopSleepsReadsEachContainersHook(t *testing.T) {
 	_, err = newPod(t, cfg, testPod).PreStopSleeps(t.Context())
 	assert.ErrorContains(t, err, "container server: lifecycle.preStop.sleep.seconds is -1")
 
-	_, cfg = newAPIServer(t, func(w http.ResponseWriter, _ *http.Request) {
-		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "forbidden")
-	})
-	_, err = newPod(t, cfg, testPod).PreStopSleeps(t.Context())
-	var apiErr *kube.APIError
-	require.ErrorAs(t, err, &apiErr)
-	_, err = (*kube.Pod)(nil).PreStopSleeps(t.Context())
-	assert.ErrorContains(t, err, "kube.New")
+	refusedAndUnmade(t, func(p *kube.Pod) error { _, err := p.PreStopSleeps(t.Context()); return err })
 }
 
 // A drain with no preStop call reads the pod every second: a clock offset

@@ -75,30 +75,19 @@ func TestCheckpointWhoseStatusIsLostIsJudgedByWhatRunscLeft(t *testing.T) {
 	dir := t.TempDir()
 
 	t.Run("made", func(t *testing.T) {
-		b, err := WriteBundle(filepath.Join(dir, "ok"), CounterArgs())
-		require.NoError(t, err)
-		logPath := filepath.Join(dir, "ok.log")
-		require.NoError(t, rt.Run(ctx, "ok", b, logPath))
-		waitCounter(t, b, 2)
+		b, logPath := runCounter(ctx, t, rt, dir, "ok")
 		img := filepath.Join(dir, "ok-img")
 
 		res := checkpointStatusLost(t, rt, "ok", img)
 		require.Empty(t, res.Err, "before: ErrStatusLost for a checkpoint made")
-		saved, err := b.Counter()
-		require.NoError(t, err)
-		require.NoError(t, rt.Delete(ctx, "ok", false))
-		require.NoError(t, rt.Restore(ctx, "ok", b, img, logPath))
-		waitCounter(t, b, saved)
+		restoresFrom(ctx, t, rt, "ok", b, img, logPath)
 		counts, err := b.Counts()
 		require.NoError(t, err)
 		assert.True(t, ConsecutiveFromOne(counts), "restored from the image, the counter goes on: %v", counts)
 	})
 
 	t.Run("failed", func(t *testing.T) {
-		b, err := WriteBundle(filepath.Join(dir, "full"), CounterArgs())
-		require.NoError(t, err)
-		require.NoError(t, rt.Run(ctx, "full", b, filepath.Join(dir, "full.log")))
-		waitCounter(t, b, 2)
+		runCounter(ctx, t, rt, dir, "full")
 		img := filepath.Join(dir, "full-img")
 		require.NoError(t, os.MkdirAll(img, 0o700))
 		if err := syscall.Mount("tmpfs", img, "tmpfs", 0, "size=4k"); err != nil {
@@ -169,11 +158,7 @@ func TestCheckpointWhoseStatusIsLostWaitsForAThrottledSandboxToStop(t *testing.T
 	defer cancel()
 	dir := t.TempDir()
 	id := "slow" // without the wait, the first of each run measured failed
-	b, err := WriteBundle(filepath.Join(dir, id), CounterArgs())
-	require.NoError(t, err)
-	logPath := filepath.Join(dir, id+".log")
-	require.NoError(t, rt.Run(ctx, id, b, logPath))
-	waitCounter(t, b, 2)
+	b, logPath := runCounter(ctx, t, rt, dir, id)
 	st, err := rt.State(ctx, id)
 	require.NoError(t, err)
 	lift := throttle(t, st.Pid, 1)
@@ -182,6 +167,25 @@ func TestCheckpointWhoseStatusIsLostWaitsForAThrottledSandboxToStop(t *testing.T
 	res := checkpointStatusLost(t, rt, id, img)
 	lift() // the restore need not crawl
 	require.Empty(t, res.Err, "%s: a checkpoint made", id)
+	restoresFrom(ctx, t, rt, id, b, img, logPath)
+}
+
+// runCounter runs a counter container id from a bundle under dir and
+// returns once it has counted twice: its bundle and log.
+func runCounter(ctx context.Context, t *testing.T, rt *Runtime, dir, id string) (Bundle, string) {
+	t.Helper()
+	b, err := WriteBundle(filepath.Join(dir, id), CounterArgs())
+	require.NoError(t, err)
+	logPath := filepath.Join(dir, id+".log")
+	require.NoError(t, rt.Run(ctx, id, b, logPath))
+	waitCounter(t, b, 2)
+	return b, logPath
+}
+
+// restoresFrom deletes the checkpointed container id, restores it from img
+// and waits for its counter to go on from where the checkpoint left it.
+func restoresFrom(ctx context.Context, t *testing.T, rt *Runtime, id string, b Bundle, img, logPath string) {
+	t.Helper()
 	saved, err := b.Counter()
 	require.NoError(t, err)
 	require.NoError(t, rt.Delete(ctx, id, false))
