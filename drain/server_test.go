@@ -43,6 +43,11 @@ func TestNewServerNamesWhatIsWrong(t *testing.T) {
 		"hook open, no secret":      {map[string]string{EnvGrace: "30", EnvHookListen: "0.0.0.0:8082"}, EnvHookSecret},
 		"hook open, blank secret":   {map[string]string{EnvGrace: "30", EnvHookListen: "0.0.0.0:8082", EnvHookSecret: " \n"}, "anyone who can reach it"},
 		"hook on pod IP, no secret": {map[string]string{EnvGrace: "30", EnvHookListen: "10.0.0.7:8082"}, "anyone who can reach it"},
+		// Fault: on the loopback default a secret no hook can send passed,
+		// and the HookGuard refused every preStop call at the drain (403).
+		"hook on loopback, blank secret": {map[string]string{EnvGrace: "30", EnvHookSecret: " \n"}, EnvHookSecret + ` is white space alone`},
+		"hook secret of two lines": {map[string]string{EnvGrace: "30", EnvHookListen: "10.0.0.7:8082", EnvHookSecret: "abc\ndef\n"},
+			EnvHookSecret + ": byte 4 of 7 is 0x0a, a control character no HTTP header can carry"},
 		// Fault: the README's and the examples' manifests ship a placeholder
 		// secret, public: a hook guarded by it was open to every sandbox.
 		"hook secret the manifests' placeholder": {map[string]string{EnvGrace: "30", EnvHookListen: "10.0.0.7:8082",

@@ -39,8 +39,31 @@ func Loopback(addr string) bool {
 // they are public, so a hook guarded by one is guarded by nothing, and any
 // sandbox that can reach the pod's address can take the node out of
 // service. Its error names env and says how to make a secret.
+//
+// It also refuses a secret no hook can send, which a drain.HookGuard would
+// compare every call against and refuse, at the drain instead of at start:
+// one of white space alone (nothing is left once the white space at either
+// end, which no header value carries, is set aside: an empty Secret's file
+// of one newline), or one with a control character other than a tab inside
+// (a Secret file of two lines), which no HTTP header can carry. The empty
+// string is no secret, and passes.
 func CheckSecret(env, secret string) error {
-	s := strings.ToLower(strings.TrimSpace(secret))
+	trimmed := strings.TrimSpace(secret)
+	if secret != "" && trimmed == "" {
+		return fmt.Errorf("%s is white space alone (%q): no preStop hook can send it, and every call would be refused; "+
+			"unset it (a loopback hook needs none) or set a random secret (openssl rand -hex 32)", env, secret)
+	}
+	for i := range len(trimmed) {
+		if b := trimmed[i]; b < ' ' && b != '\t' || b == 0x7f {
+			hint := ""
+			if b == '\n' || b == '\r' {
+				hint = " (a line break: a Secret of two lines?)"
+			}
+			return fmt.Errorf("%s: byte %d of %d is %#02x, a control character no HTTP header can carry%s: no preStop hook can send it, and every call would be refused",
+				env, i+1, len(trimmed), b, hint)
+		}
+	}
+	s := strings.ToLower(trimmed)
 	if !strings.HasPrefix(s, "replace-me") && s != "the same secret" {
 		return nil
 	}

@@ -49,3 +49,25 @@ func TestPlaceholder(t *testing.T) {
 		assert.NoError(t, listenaddr.CheckSecret("HOOK_SECRET", s), "%q", s)
 	}
 }
+
+// Fault: a secret no hook can send (white space alone, a control character
+// inside: a Secret file of one newline, or of two lines) passed, and every
+// preStop call was refused by the HookGuard at the drain, not at start.
+func TestSecretNoHookCanSendIsRefused(t *testing.T) {
+	for s, want := range map[string]string{
+		" \n":            `HOOK_SECRET is white space alone (" \n")`,
+		"\n":             `HOOK_SECRET is white space alone ("\n")`,
+		"line1\nline2\n": "HOOK_SECRET: byte 6 of 11 is 0x0a, a control character no HTTP header can carry (a line break: a Secret of two lines?)",
+		"s3\x00zq9":      "HOOK_SECRET: byte 3 of 6 is 0x00, a control character",
+	} {
+		err := listenaddr.CheckSecret("HOOK_SECRET", s)
+		assert.ErrorContains(t, err, want, "%q", s)
+		if err != nil {
+			assert.NotContains(t, err.Error(), "line2", "the secret is never shown")
+			assert.NotContains(t, err.Error(), "zq9", "the secret is never shown")
+		}
+	}
+	for _, s := range []string{"", "s3cret\n", "\ts3cret ", "s3\tcret"} {
+		assert.NoError(t, listenaddr.CheckSecret("HOOK_SECRET", s), "%q", s)
+	}
+}
