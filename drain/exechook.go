@@ -48,8 +48,8 @@ type ExecHook struct {
 	// so that the hook's own start-up does not count as drain time: use
 	// ProcessStart(). Zero means the time Run starts. Every request sends
 	// the same start: it is how the server tells this run's polls from a
-	// kubelet running the hook again (a call without one is a run of its
-	// own, as an httpGet hook's).
+	// kubelet running the hook again (a poll without one is taken for one
+	// of the run under way, and a run of the hook again is not seen).
 	Start time.Time
 	// Secret, when set, is sent in the X-Drain-Secret header, where a
 	// HookGuard with the same Secret (and the default Header) looks for it;

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"os"
@@ -297,6 +298,61 @@ func TestExecHookWithoutStartIsOneRunNotARestartPerPoll(t *testing.T) {
 		})
 		tl, rep := f.terminate(t, hook, 60*time.Second)
 		t.Logf("timeline:\n%s", tl)
+		assert.False(t, rep.Budget.Restart.After(rep.Budget.Start), "no kubelet restart: one exec hook, polling; the budget's run at T0+%v",
+			rep.Budget.Restart.Sub(rep.Budget.Start))
+		assert.False(t, tl.HookKept, "the wait ended before the kubelet gave up on the hook")
+		assert.False(t, rep.Budget.Kill.After(tl.KillDue), "the Report's SIGKILL is not after the kubelet's: %v after",
+			rep.Budget.Kill.Sub(tl.KillDue))
+		assert.Equal(t, 8, rep.Preserve.Counts["preserved"])
+		assert.False(t, tl.Killed, "exited before SIGKILL")
+	})
+}
+
+// Row 388 again, for an exec hook that is not ExecHook: a shell loop around
+// curl polling the handler with ?wait= (the AgentENV proposal's bounded
+// loop, pointed at drainkit's hook) sends no ?start=, and the handler took
+// each poll for an httpGet call, a run of its own: with Config.Pod every
+// poll was read as the kubelet restarting (Budget.OnRestart), SIGKILL moved
+// a poll later each time, the wait ran into the kubelet's end of the hook
+// at T0 + 60 s, and the preserve phase had the 2 s floor. The kubelet's
+// httpGet never sends ?wait=: a call with it and without ?start= is a
+// poll of the run under way, never a new one.
+//
+//	0 s      kubectl delete (60 s): the loop's first poll: T0
+//	~9 s     its second poll: read as a new run, SIGKILL planned at ~69 s
+//	...      every poll moves it 9 s later, and the drain deadline with it
+//	60 s     the kubelet gives up on the hook: SIGTERM; SIGKILL at 62 s
+func TestPollsWithoutStartAreOneRunNotARestartEach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Delete(time.Now(), 60*time.Second)
+		pod := podOver(t, api, handlerTransport{api})
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 2 * time.Second, sandboxes: 8,
+			latency: 2 * time.Second, limit: 2, edit: func(c *Config) { c.Pod = pod }})
+		client := &http.Client{Transport: handlerTransport{f.d.PreStop()}}
+		polls := 0
+		hook := kubeletsim.HookFunc(func(ctx context.Context) error { // curl --max-time 10 '...?wait=9s' in a loop
+			for ctx.Err() == nil {
+				polls++
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://server.test/drain?wait=9s", nil)
+				require.NoError(t, err)
+				var sum PreStopSummary
+				resp, err := client.Do(req)
+				if err == nil {
+					err = json.NewDecoder(resp.Body).Decode(&sum)
+					_ = resp.Body.Close()
+				}
+				cancel()
+				if err == nil && sum.Done {
+					return nil
+				}
+			}
+			return ctx.Err()
+		})
+		tl, rep := f.terminate(t, hook, 60*time.Second)
+		t.Logf("%d polls; timeline:\n%s", polls, tl)
+		require.Greater(t, polls, 1, "the loop polled more than once")
 		assert.False(t, rep.Budget.Restart.After(rep.Budget.Start), "no kubelet restart: one exec hook, polling; the budget's run at T0+%v",
 			rep.Budget.Restart.Sub(rep.Budget.Start))
 		assert.False(t, tl.HookKept, "the wait ended before the kubelet gave up on the hook")

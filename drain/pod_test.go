@@ -318,10 +318,17 @@ func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 			before := time.Now()
 			if hook == "exec" {
 				again = f.callPreStop(t.Context(), startQuery(rerun)+"&wait=0s")
-			} else { // no ?start=: a run of its own, from its arrival
-				again = f.callPreStop(t.Context(), "?wait=0s")
+				again.wait(t)
+			} else { // no ?start=, no ?wait=: a run of its own, from its arrival
+				again = f.callPreStop(t.Context(), "")
+				// Its read: SIGKILL from ~T0+60 min to ~T0+25 min.
+				for changed := f.budget.Changed(); f.budget.Kill().After(t0.Add(30 * time.Minute)); changed = f.budget.Changed() {
+					<-changed
+				}
+				// A poll, as an operator's look: no run of its own, and the
+				// latest call answered, as the new run's is before SIGTERM.
+				f.callPreStop(t.Context(), "?wait=0s").wait(t)
 			}
-			again.wait(t)
 			f.d.podReads.Wait()
 			after := time.Now()
 			if hook == "exec" {
@@ -340,6 +347,9 @@ func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 			}
 			if !tc.firstClosed {
 				assert.Equal(t, reasonSIGTERM, call.wait(t).Reason, "the first run's call")
+			}
+			if hook == "httpGet" {
+				assert.Equal(t, reasonSIGTERM, again.wait(t).Reason, "the new run's call")
 			}
 			assert.Greater(t, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), 890*time.Second, "not the deletionTimestamp's 300 s")
 			assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved])

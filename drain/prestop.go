@@ -101,7 +101,9 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // period, so the hook's start-up latency is not mistaken for spare time.
 //
 // With Config.Pod, a later call that is a new run of the hook (each
-// httpGet call; an exec hook's call with a new ?start=), even during the
+// httpGet call without ?wait=; an exec hook's call with a new ?start=; a
+// call with ?wait= and no ?start=, a shell loop's poll or an operator's,
+// is none: the kubelet's httpGet sends no ?wait=), even during the
 // shutdown, reads the pod's deletion again: a kubelet that runs the hook
 // again (a restarted one) runs the termination over, timing the deletion's
 // grace from the new run (Budget.OnRestart); the wait then ends by the new
@@ -151,7 +153,15 @@ func (d *Drainer) PreStop() http.Handler {
 			}
 		}
 		seq := d.hookOpened()
-		sum := d.preStop(r.Context(), at, r.URL.Query().Get("start"), bound, countBound)
+		hookRun := r.URL.Query().Get("start")
+		if hookRun == "" && bound != nil {
+			// A poll (?wait=) that names no run: a shell loop around
+			// curl, an operator's look. The kubelet's httpGet never
+			// sends ?wait=, so it is no new run of the hook; taken for
+			// one, each poll would move SIGKILL later (Budget.OnRestart).
+			hookRun = pollOfTheRun
+		}
+		sum := d.preStop(r.Context(), at, hookRun, bound, countBound)
 		if bound == nil && !sum.Done && r.Context().Err() != nil {
 			// An httpGet call gone before the wait ended: the kubelet
 			// never cancels one (it stops waiting at its grace's end), so
@@ -215,6 +225,11 @@ func (d *Drainer) preStop(ctx context.Context, at time.Time, hookRun string, bou
 	return run.summary()
 }
 
+// pollOfTheRun is the hookRun of a call with ?wait= and no ?start=: a
+// poll of the run under way, never a new run (the kubelet's httpGet sends
+// no ?wait=). No ?start= value is it: a time has no spaces.
+const pollOfTheRun = "poll of the run under way"
+
 // startPreStop returns the drain wait, starting it on the first call. It
 // returns nil when Shutdown started before any preStop call.
 //
@@ -222,12 +237,17 @@ func (d *Drainer) preStop(ctx context.Context, at time.Time, hookRun string, bou
 // kubelet running the termination over (hookAgain): it restarted; so is
 // one with no call before it that started after SIGTERM. hookRun
 // tells runs apart: an exec hook sends its start with every poll, while
-// each httpGet call is a run of its own.
+// each httpGet call is a run of its own; a poll without a start
+// (pollOfTheRun) is none.
 func (d *Drainer) startPreStop(at time.Time, hookRun string) *preStopRun {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	newRun := hookRun == "" || hookRun != d.hookRun
-	d.hookRun = hookRun
+	if hookRun == pollOfTheRun {
+		newRun = false // and the run under way stays the one later calls are told from
+	} else {
+		d.hookRun = hookRun
+	}
 	if d.prestop != nil {
 		if newRun {
 			d.hookAgain(at)
