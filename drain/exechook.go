@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -193,6 +195,13 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		err := fmt.Errorf("%s: %s", u.Redacted(), resp.Status)
+		if why := answerText(resp.Body); why != "" {
+			// The server's own words: a HookGuard's 403 names what is
+			// wrong ("no X-Drain-Secret header", "wrong X-Drain-Secret",
+			// "the pod is not terminating"), which the status alone
+			// leaves the operator to guess.
+			err = fmt.Errorf("%s: %s: %s", u.Redacted(), resp.Status, why)
+		}
 		if c := resp.StatusCode; c >= 400 && c < 500 && c != http.StatusRequestTimeout && c != http.StatusTooManyRequests {
 			err = refusedError{err} // asked again, the server answers the same
 		}
@@ -211,6 +220,21 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 	}
 	return &sum, nil
 }
+
+// answerText is the start of an answer's body, on one line: at most
+// maxAnswerText bytes, white space runs made one space, control
+// characters and invalid UTF-8 quoted away.
+func answerText(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, maxAnswerText))
+	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(b), "\uFFFD")), " ")
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		return q
+	}
+	return s
+}
+
+// maxAnswerText is how much of a refusal's body answerText keeps.
+const maxAnswerText = 200
 
 // refusedError is a request the server refused (a 4xx but 408 and 429):
 // asking again cannot change the answer, and every retry spends the grace

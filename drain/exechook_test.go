@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -184,4 +185,14 @@ func TestExecHookFollowsADrainDeadlineThatMovedLater(t *testing.T) {
 		assert.True(t, sum.Done)
 		assert.Equal(t, start.Add(60*time.Second-sigtermLag), time.Now(), "the hook ran until the server's wait ended")
 	})
+}
+
+// A refusal's body goes into the hook's log line: on one line, bounded,
+// and a control character (a proxy's page, a terminal escape) quoted.
+func TestAnswerTextIsOneBoundedLine(t *testing.T) {
+	assert.Equal(t, "forbidden: wrong X-Drain-Secret", answerText(strings.NewReader("forbidden: wrong X-Drain-Secret\n")))
+	assert.Equal(t, "<html> <body>denied</body> </html>", answerText(strings.NewReader("<html>\n  <body>denied</body>\r\n</html>\n")))
+	assert.Equal(t, `"\x1b[2Jgone"`, answerText(strings.NewReader("\x1b[2Jgone")))
+	assert.Len(t, answerText(strings.NewReader(strings.Repeat("x", 5000))), maxAnswerText)
+	assert.Empty(t, answerText(strings.NewReader("")))
 }

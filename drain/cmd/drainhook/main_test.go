@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -296,4 +297,32 @@ func closedURL(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return "http://" + addr + "/drain"
+}
+
+// Fault: a refusal's log line gave the status alone, "403 Forbidden", and
+// the hook's guess ("a wrong URL, or a secret missing or wrong"), where the
+// server's answer names what is wrong: a secret not in the hook's
+// environment and a wrong one need different fixes, and a HookGuard Check
+// (RequireTerminating) refuses for neither. The line now carries the
+// answer's first words, on one line.
+func TestRefusalSaysWhatTheServerSaid(t *testing.T) {
+	guard := &drain.HookGuard{Secret: "s3cret", Check: func(r *http.Request) error {
+		if r.Header.Get("X-Drain-Secret") == "s3cret" {
+			return errors.New("the pod is not terminating (no deletionTimestamp)")
+		}
+		return nil
+	}}
+	srv := httptest.NewServer(guard.Wrap(http.NotFoundHandler()))
+	defer srv.Close()
+	for secret, want := range map[string]string{
+		"":       "403 Forbidden: forbidden: no X-Drain-Secret header",
+		"wrong":  "403 Forbidden: forbidden: wrong X-Drain-Secret",
+		"s3cret": "403 Forbidden: forbidden: the pod is not terminating (no deletionTimestamp)",
+	} {
+		t.Setenv(drain.EnvHookSecret, secret)
+		var log strings.Builder
+		assert.Equal(t, 1, run([]string{"-url", srv.URL + "/drain"}, &log))
+		assert.Contains(t, log.String(), want, "secret %q", secret)
+		assert.NotContains(t, log.String(), "wrong\"", "the secret is not in the output")
+	}
 }
