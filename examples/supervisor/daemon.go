@@ -59,6 +59,7 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 // status. The teardown's report is the step's detail.
 func (s *supervisor) stopDaemon(ctx context.Context) (*ublk.Report, error) {
 	rep, err := s.teardown.Stop(ctx)
+	s.lastUblk.Store(rep)
 	if err != nil {
 		return rep, err
 	}

@@ -262,6 +262,7 @@ func TestServerDyingAfterThePreStopStopsTheDaemonBeforeSIGKILL(t *testing.T) {
 	daemonStarted(t, events)                                  // its device made: else the teardown has nothing to wait for
 	require.NoError(t, syscall.Kill(server, syscall.SIGTERM)) // not the supervisor's doing: it dies "on its own"
 
+	killHeldDaemon(t, report) // the hung daemon with its live device holds the supervisor's exit
 	assert.Equal(t, 3, sup.exitCode(t, 2*grace), "the server's status")
 	rep := readReport(t, report)
 	require.NotNil(t, rep.Ublk)
@@ -342,6 +343,7 @@ func TestDaemonStepFailureAfterTheServerExitsOnItsOwnMakesTheSupervisorExitNonZe
 	daemonStarted(t, events)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "die"), nil, 0o644))
 
+	killHeldDaemon(t, report) // the hung daemon with its live device holds the supervisor's exit
 	code := sup.exitCode(t, 15*time.Second)
 	rep := readReport(t, report)
 	assert.Equal(t, 0, rep.Server.Code, "the server itself exited 0")
@@ -513,4 +515,52 @@ func signalNames(sigs []drain.ReceivedSignal) []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// Fault: the supervisor's own exit killed its device daemon with a live
+// device. The daemon child is started with Pdeathsig SIGKILL (and as PID 1
+// the kernel kills the whole namespace at its exit), so when the daemon
+// step ended with the daemon left running on a kernel not known fixed
+// (UnsafeError: "daemon left running, unsafe to kill"), the supervisor
+// wrote that Report, exited, and the kernel SIGKILLed the daemon with its
+// device live at once: the host-crash path, by the supervisor's own hand,
+// and with no SIGKILL due at all when the server had exited on its own.
+// Here a slow daemon (2.5 s per stop and per delete) needs 5 s where the
+// step's window is 2.5 s: before, the supervisor exited at the window's
+// end and the daemon never logged its "exit" (killed between its stop and
+// its delete); now the supervisor does not exit until the daemon has
+// exited, and says at ERROR that it waits.
+func TestSupervisorDoesNotExitWhileItsDaemonServesALiveDevice(t *testing.T) {
+	dir := t.TempDir()
+	report, events, logFile := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "supervisor.log")
+	cfg := fakeublk.DaemonConfig{
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
+		EventLog: events,
+		Mode:     fakeublk.Slow,
+		Step:     2500 * time.Millisecond,
+	}
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	logs, err := os.Create(logFile)
+	require.NoError(t, err)
+	defer logs.Close()
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisorLogging(t, logs,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "4s", "-report", report,
+			"-ublk-kernel", "vulnerable=*", "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
+		helperCommand("stubserver", "-listen", api, "-die-when", filepath.Join(dir, "die"), "-exit", "0"),
+		EnvSysfsRoot+"="+cfg.SysRoot, EnvProcfsRoot+"="+emptyProcfs(cfg.SysRoot))
+	daemonStarted(t, events)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "die"), nil, 0o644))
+
+	code := sup.exitCode(t, 20*time.Second)
+	got := readFile(t, events)
+	assert.Contains(t, got, "delete 0", "the daemon deleted its device")
+	assert.Contains(t, got, "exit", "the daemon exited on its own, not killed by the supervisor's exit")
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Ublk)
+	assert.Equal(t, ublk.VerdictLeftLive, rep.Ublk.Verdict, "the step's window ended with the device live")
+	assert.Equal(t, 1, code, "the step failed all the same")
+	assert.Contains(t, readFile(t, logFile), "not exiting while the device daemon serves")
 }

@@ -351,3 +351,16 @@ func daemonStarted(t *testing.T, events string) {
 	require.Eventually(t, func() bool { b, _ := os.ReadFile(events); return strings.Contains(string(b), "start") },
 		10*time.Second, 10*time.Millisecond, "the daemon started")
 }
+
+// killHeldDaemon stands for the pod's SIGKILL on a supervisor that holds
+// its exit for a hung daemon with a live device (holdWhileDaemonServes):
+// once the Report at report is written, it SIGKILLs the daemon child the
+// Report names, still running.
+func killHeldDaemon(t *testing.T, report string) {
+	t.Helper()
+	require.Eventually(t, func() bool { _, err := os.Stat(report); return err == nil }, 20*time.Second, 10*time.Millisecond, "the Report written")
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Daemon)
+	require.False(t, rep.Daemon.Exited, "the daemon still runs: %s", rep.Daemon)
+	require.NoError(t, syscall.Kill(rep.Daemon.Pid, syscall.SIGKILL))
+}

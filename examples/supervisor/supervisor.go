@@ -110,11 +110,12 @@ type supervisor struct {
 	server    *child
 	daemon    *child
 
-	termSent     atomic.Bool            // the server step has sent the server its SIGTERM
-	exitedDuring atomic.Bool            // the server exited on its own during a drain, before termSent
-	exitedBefore atomic.Bool            // the server exited on its own before any termination
-	sweepUnknown atomic.Pointer[string] // the final sweep could not list: the Report's note
-	keyRefused   logonce.Failures       // the listings refused 401 or 403 since one succeeded, by status
+	termSent     atomic.Bool                 // the server step has sent the server its SIGTERM
+	exitedDuring atomic.Bool                 // the server exited on its own during a drain, before termSent
+	exitedBefore atomic.Bool                 // the server exited on its own before any termination
+	sweepUnknown atomic.Pointer[string]      // the final sweep could not list: the Report's note
+	keyRefused   logonce.Failures            // the listings refused 401 or 403 since one succeeded, by status
+	lastUblk     atomic.Pointer[ublk.Report] // the daemon step's last account (holdWhileDaemonServes)
 
 	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
 	// the drain, the pauses, the API requests and the device teardown, in
@@ -379,6 +380,7 @@ func (s *supervisor) run(ctx context.Context) int {
 	if err := s.startChildren(); err != nil {
 		s.log.Error("supervisor: starting children", "err", err)
 		s.stopAfterFailure()
+		s.holdWhileDaemonServes()
 		return 1
 	}
 	if s.owned != nil {
@@ -390,7 +392,38 @@ func (s *supervisor) run(ctx context.Context) int {
 	rep := s.supervise(ctx, sigs)
 	s.finish(rep)
 	s.learned.Save(rep.Drain, s.budget, s.steps)
+	s.holdWhileDaemonServes()
 	return rep.ExitCode
+}
+
+// holdWhileDaemonServes keeps the supervisor from exiting while its daemon
+// child still serves a device the daemon step left live (left_live, held)
+// on a kernel not known fixed, where the daemon's death may crash the
+// host: the child dies with the supervisor (Pdeathsig; as PID 1 the kernel
+// kills the whole namespace), so exiting would SIGKILL it with its device
+// live, the very kill the step refused. With the Report already written,
+// it waits for the daemon's exit, unbounded: in a drain the kubelet's
+// SIGKILL ends the wait at the grace's end; after the server exited on its
+// own, the daemon's exit or the pod's SIGKILL does (signals stay caught).
+// The wait is said at ERROR, the daemon's exit at INFO.
+func (s *supervisor) holdWhileDaemonServes() {
+	rep := s.lastUblk.Load()
+	if s.daemon == nil || rep == nil || s.daemon.pid() == 0 || rep.KernelClass.MayKillWithLiveDevices() {
+		return
+	}
+	var live []int
+	for _, d := range rep.Devices {
+		if d.Verdict == ublk.VerdictLeftLive || d.Verdict == ublk.VerdictHeld {
+			live = append(live, d.ID)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	s.log.Error("supervisor: not exiting while the device daemon serves live devices: its death may crash the host on this kernel; waiting for it to exit (the pod's SIGKILL ends the wait)",
+		"daemon_pid", s.daemon.pid(), "devices", live, "kernel", rep.Kernel, "kernel_class", rep.KernelClass)
+	_ = s.daemon.wait(context.Background())
+	s.log.Info("supervisor: the device daemon exited; exiting", "daemon", s.daemon.state().String())
 }
 
 func (s *supervisor) startChildren() error {
