@@ -144,10 +144,11 @@
 // no entry for are lost with it: the Report's lost_with_server, its note,
 // the log at ERROR, the termination message's first line, and exit status
 // 1 at least (its own shutdown may have paused some; nothing can list them
-// any more). The one exit the supervisor does not take by itself: while its
-// -daemon child still serves a device the daemon step left live on a kernel
-// not known fixed, it writes the Report and then waits for the daemon's
-// exit (logged at ERROR), since its own exit would SIGKILL the daemon with
-// the device live (the child's Pdeathsig; as PID 1, the namespace's end);
-// the pod's SIGKILL ends that wait.
+// any more). The one exit the supervisor does not take by itself: while a
+// daemon that dies with it (its -daemon child, by its Pdeathsig; as PID 1,
+// the server's own -daemon-socket daemon too, with the namespace) still
+// serves a device the daemon step left live on a kernel not known fixed,
+// it writes the Report and then waits for the daemon's exit (logged at
+// ERROR), since its own exit would SIGKILL the daemon with the device
+// live; the pod's SIGKILL ends that wait.
 package main

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -563,4 +566,57 @@ func TestSupervisorDoesNotExitWhileItsDaemonServesALiveDevice(t *testing.T) {
 	assert.Equal(t, ublk.VerdictLeftLive, rep.Ublk.Verdict, "the step's window ended with the device live")
 	assert.Equal(t, 1, code, "the step failed all the same")
 	assert.Contains(t, readFile(t, logFile), "not exiting while the device daemon serves")
+}
+
+// Fault: as PID 1 of the pod's PID namespace (the AgentENV overlay runs it
+// as the container's command), the supervisor's exit ends the namespace,
+// and the kernel SIGKILLs every process in it: the server's own ublk
+// daemon (-daemon-socket) too. A daemon step that left that daemon running
+// with a live device on a kernel not known fixed was followed by the
+// supervisor's exit, which killed it with the device live. Here AgentENV
+// leaves its slow daemon (2.5 s per stop and per delete) to the
+// supervisor, whose daemon step has 2.5 s: before, the daemon was killed
+// after its stop and before its delete; now PID 1 waits for its exit.
+func TestSupervisorAsPID1DoesNotExitWhileTheServersDaemonServesALiveDevice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a PID namespace needs root")
+	}
+	dir := t.TempDir()
+	report, events, sock := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "ublkd.sock")
+	cfg := fakeublk.DaemonConfig{
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
+		Socket:   sock,
+		EventLog: events,
+		Mode:     fakeublk.Slow,
+		Step:     2500 * time.Millisecond,
+	}
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NotContains(t, string(b), " ", "-daemon is split on spaces")
+	listen, api := freeAddr(t), freeAddr(t)
+	argv := append(helperCommand("supervisor", "-api", "agentenv", "-listen", listen, "-hook-listen", freeAddr(t),
+		"-server-url", "http://"+api, "-grace", "4s", "-report", report, "-ublk-kernel", "vulnerable=*",
+		"-daemon-socket", sock, "--"),
+		helperCommand("agentenv", "-listen", api, "-state", filepath.Join(dir, "state"),
+			"-daemon", strings.Join(helperCommand("daemon", string(b)), " "), "-daemon-socket", sock, "-stop-daemon", "leave")...)
+	cmd := withSysfs(helperCmd(argv), cfg.SysRoot)
+	cmd.Env = append(cmd.Env, pid1test.ProcEnv+"=1")
+	var stderr logbuf.Buffer
+	cmd.Stderr = io.MultiWriter(os.Stderr, &stderr)
+	p := pid1test.StartPID1(t, cmd)
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "found the server's daemon by its socket") },
+		10*time.Second, 20*time.Millisecond, "the supervisor found the server's daemon")
+
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM), "the kubelet's SIGTERM, to PID 1")
+	_ = p.Wait(t, 30*time.Second, "PID 1 did not exit: %s", &stderr)
+	got := readFile(t, events)
+	assert.Contains(t, got, "delete 0", "the daemon deleted its device")
+	assert.Contains(t, got, "exit", "the daemon exited on its own, not killed with PID 1's namespace")
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Drain)
+	assert.Equal(t, 1, rep.ExitCode, "the daemon step failed all the same")
+	assert.Contains(t, stderr.String(), "not exiting while the device daemon serves")
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/freeport"
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 )
 
 // The test binary doubles as every process the tests run: re-executed as
@@ -36,6 +37,10 @@ import (
 // server, a fake device daemon, or one of the small stubs below.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "helper:") {
+		if err := pid1test.MountProc(); err != nil { // started as PID 1 (pid1test.StartPID1): its namespace's /proc
+			fmt.Fprintln(os.Stderr, "mounting /proc:", err)
+			os.Exit(2)
+		}
 		os.Exit(runHelper(strings.TrimPrefix(os.Args[1], "helper:"), os.Args[2:]))
 	}
 	goleak.VerifyTestMain(m)

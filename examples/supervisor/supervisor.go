@@ -396,19 +396,20 @@ func (s *supervisor) run(ctx context.Context) int {
 	return rep.ExitCode
 }
 
-// holdWhileDaemonServes keeps the supervisor from exiting while its daemon
-// child still serves a device the daemon step left live (left_live, held)
-// on a kernel not known fixed, where the daemon's death may crash the
-// host: the child dies with the supervisor (Pdeathsig; as PID 1 the kernel
-// kills the whole namespace), so exiting would SIGKILL it with its device
-// live, the very kill the step refused. With the Report already written,
-// it waits for the daemon's exit, unbounded: in a drain the kubelet's
-// SIGKILL ends the wait at the grace's end; after the server exited on its
-// own, the daemon's exit or the pod's SIGKILL does (signals stay caught).
-// The wait is said at ERROR, the daemon's exit at INFO.
+// holdWhileDaemonServes keeps the supervisor from exiting while a device
+// daemon that dies with it still serves a device the daemon step left live
+// (left_live, held) on a kernel not known fixed, where the daemon's death
+// may crash the host: its -daemon child (Pdeathsig), or as PID 1 the
+// server's own daemon (-daemon-socket: the kernel kills the whole PID
+// namespace when its PID 1 exits). Exiting would SIGKILL it with its
+// device live, the very kill the step refused. With the Report already
+// written, it waits for the daemon's exit, unbounded: in a drain the
+// kubelet's SIGKILL ends the wait at the grace's end; after the server
+// exited on its own, the daemon's exit or the pod's SIGKILL does (signals
+// stay caught). The wait is said at ERROR, the daemon's exit at INFO.
 func (s *supervisor) holdWhileDaemonServes() {
 	rep := s.lastUblk.Load()
-	if s.daemon == nil || rep == nil || s.daemon.pid() == 0 || rep.KernelClass.MayKillWithLiveDevices() {
+	if rep == nil || rep.KernelClass.MayKillWithLiveDevices() {
 		return
 	}
 	var live []int
@@ -420,10 +421,20 @@ func (s *supervisor) holdWhileDaemonServes() {
 	if len(live) == 0 {
 		return
 	}
-	s.log.Error("supervisor: not exiting while the device daemon serves live devices: its death may crash the host on this kernel; waiting for it to exit (the pod's SIGKILL ends the wait)",
-		"daemon_pid", s.daemon.pid(), "devices", live, "kernel", rep.Kernel, "kernel_class", rep.KernelClass)
-	_ = s.daemon.wait(context.Background())
-	s.log.Info("supervisor: the device daemon exited; exiting", "daemon", s.daemon.state().String())
+	var wait func(context.Context) error
+	var pid int
+	switch {
+	case s.daemon != nil && s.daemon.pid() != 0:
+		wait, pid = s.daemon.wait, s.daemon.pid()
+	case s.owned != nil && os.Getpid() == 1 && !s.owned.state().Exited:
+		wait, pid = s.owned.Wait, s.owned.pidOrZero()
+	default:
+		return
+	}
+	s.log.Error("supervisor: not exiting while the device daemon serves live devices: its death may crash the host on this kernel, and it dies with the supervisor; waiting for it to exit (the pod's SIGKILL ends the wait)",
+		"daemon_pid", pid, "devices", live, "kernel", rep.Kernel, "kernel_class", rep.KernelClass)
+	err := wait(context.Background())
+	s.log.Info("supervisor: the device daemon exited; exiting", "daemon_pid", pid, "err", err)
 }
 
 func (s *supervisor) startChildren() error {
