@@ -236,7 +236,7 @@ func (s ChildState) String() string {
 }
 
 func (c *child) state() ChildState {
-	st := ChildState{Name: c.name, Argv: c.argv, Pid: c.proc.Pid}
+	st := ChildState{Name: c.name, Argv: c.argv, Pid: c.pidNum} // not proc.Pid: the reap's Release sets it to -1
 	select {
 	case <-c.done:
 		st.Exited = true

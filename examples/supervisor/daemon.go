@@ -76,8 +76,8 @@ func (s *supervisor) serverPid() (int, bool) {
 	}
 	select {
 	case <-s.server.done:
-		return s.server.proc.Pid, false
+		return s.server.pidNum, false
 	default:
-		return s.server.proc.Pid, true
+		return s.server.pidNum, true
 	}
 }

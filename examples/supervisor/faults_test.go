@@ -620,3 +620,42 @@ func TestSupervisorAsPID1DoesNotExitWhileTheServersDaemonServesALiveDevice(t *te
 	assert.Equal(t, 1, rep.ExitCode, "the daemon step failed all the same")
 	assert.Contains(t, stderr.String(), "not exiting while the device daemon serves")
 }
+
+// Fault: the Report named every child that had exited by PID -1. A
+// child's state read its *os.Process's Pid, which Release (called at the
+// reap) sets to -1, and read it unsynchronised with the reaper (a data
+// race the race detector reports, as serverPid's read did). The PIDs the
+// supervisor started are now what the Report gives, read race-free.
+func TestReportNamesTheChildrenByTheirPIDsAfterTheyExit(t *testing.T) {
+	dir := t.TempDir()
+	report, events := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log")
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisor(t,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "5s", "-report", report,
+			"-daemon", strings.Join(daemonCommand(t, dir, events), " ")},
+		helperCommand("stubserver", "-listen", api, "-exit", "0"),
+		EnvSysfsRoot+"="+filepath.Join(dir, "sys"), EnvProcfsRoot+"="+emptyProcfs(filepath.Join(dir, "sys")))
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond)
+	daemonStarted(t, events)
+	var server, daemon int
+	for _, pid := range childrenOf(sup.pid()) {
+		n, _ := strconv.Atoi(pid)
+		switch cmd := readFile(t, "/proc/"+pid+"/cmdline"); {
+		case strings.Contains(cmd, "stubserver"):
+			server = n
+		case strings.Contains(cmd, "helper:daemon"):
+			daemon = n
+		}
+	}
+	require.NotZero(t, server)
+	require.NotZero(t, daemon)
+	sup.signal(t, syscall.SIGTERM)
+	assert.Equal(t, 0, sup.exitCode(t, 15*time.Second))
+	rep := readReport(t, report)
+	assert.True(t, rep.Server.Exited)
+	assert.Equal(t, server, rep.Server.Pid, "the server's PID")
+	require.NotNil(t, rep.Daemon)
+	assert.True(t, rep.Daemon.Exited)
+	assert.Equal(t, daemon, rep.Daemon.Pid, "the daemon's PID")
+}
