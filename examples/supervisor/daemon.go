@@ -33,15 +33,6 @@ const EnvProcfsRoot = "SUPERVISOR_PROCFS_ROOT"
 // ownedDaemon). Either way it kills the daemon only when the kernel rule
 // allows.
 func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
-	var d ublk.Daemon = ublk.DaemonFuncs{
-		StopFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGTERM) },
-		WaitFunc: func(ctx context.Context) error { return s.daemon.wait(ctx) }, // s.daemon is set at run
-		KillFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGKILL) },
-		PidFunc:  func() int { return s.daemon.pid() }, // the kill guard reads its /dev/ublkcN
-	}
-	if s.owned != nil {
-		d = s.owned
-	}
 	cfg := ublk.Config{
 		Kernels:       s.cfg.kernels,
 		Reserve:       stepReserve(s.cfg.grace),
@@ -52,7 +43,27 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 		cfg.NoControl = true
 		ublkhook.Set(&cfg, ublkhook.Hooks{SysfsRoot: root, ProcfsRoot: os.Getenv(EnvProcfsRoot)})
 	}
-	return ublk.New(d, cfg)
+	return ublk.New(s.teardownDaemon(), cfg)
+}
+
+// teardownDaemon is the daemon as the daemon step sees it: the -daemon
+// child, or the server's own daemon (-daemon-socket). Either comes with its
+// PID (ublk.DaemonFuncs.PidFunc), which the step's guards need: not taken
+// for another server's, not killed as a holder, the kill guard reading its
+// /dev/ublkcN, and at the last resort known to die with the pod, so that a
+// device held by kernel state is stopped under its holders before the
+// daemon is asked to stop. The server's daemon was given as its own type,
+// from which the step reads no PID: a daemon whose process is not known.
+func (s *supervisor) teardownDaemon() ublk.Daemon {
+	if s.owned != nil {
+		return ublk.DaemonFuncs{StopFunc: s.owned.RequestStop, WaitFunc: s.owned.Wait, KillFunc: s.owned.Kill, PidFunc: s.owned.Pid}
+	}
+	return ublk.DaemonFuncs{
+		StopFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGTERM) },
+		WaitFunc: func(ctx context.Context) error { return s.daemon.wait(ctx) }, // s.daemon is set at run
+		KillFunc: func(context.Context) error { return s.daemon.signal(syscall.SIGKILL) },
+		PidFunc:  func() int { return s.daemon.pid() }, // the kill guard reads its /dev/ublkcN
+	}
 }
 
 // stopDaemon is the daemon step: the ublk teardown, then the daemon's exit

@@ -3,11 +3,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkctl"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -114,4 +122,75 @@ func TestSupervisorDaemonStepKillsDoomedHolderAtTheLastResort(t *testing.T) {
 		assert.Equal(t, "exited 0", rep.Daemon.String())
 		assert.Contains(t, readFile(t, events), "exit")
 	}
+}
+
+// fakeControl is /dev/ublk-control for a fake device: every device is
+// live with no flag, and each command is recorded.
+type fakeControl struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *fakeControl) record(s string) { c.mu.Lock(); c.calls = append(c.calls, s); c.mu.Unlock() }
+func (c *fakeControl) DevInfo(_ context.Context, id int) (ublkctl.DevInfo, error) {
+	return ublkctl.DevInfo{State: ublkctl.StateLive, DevID: uint32(id), NrHWQueues: 1, QueueDepth: 1}, nil
+}
+func (c *fakeControl) StopDev(_ context.Context, id int) error {
+	c.record(fmt.Sprint("STOP_DEV ", id))
+	return nil
+}
+func (c *fakeControl) DelDev(_ context.Context, id int) error {
+	c.record(fmt.Sprint("DEL_DEV ", id))
+	return nil
+}
+func (c *fakeControl) Close() error { return nil }
+
+// Fault: the server's own daemon (-daemon-socket), found by its socket and
+// pinned by a pidfd, was given to the ublk step as the supervisor's own
+// type, from which the step cannot read a PID: to the step it was a daemon
+// whose process is not known. At the last resort, a device held by kernel
+// state (here a mount) whose daemon dies with the pod is to be stopped
+// under its holders, so the daemon exits with no live device; for the
+// server's daemon the step said "held devices left live: the daemon's
+// process is not known", left the device live, never asked the daemon to
+// stop (HeldError), and left it to die at SIGKILL with the device live.
+// The step now has the daemon's PID, as for the -daemon child.
+func TestServersDaemonHeldByKernelStateIsStoppedAtTheLastResort(t *testing.T) {
+	loopdev.LockPossibleHolders(t) // the step reads the real /proc
+	_, dev, _ := loopdev.Mounted(t, "ext4")
+	dir := t.TempDir()
+	sock, events := filepath.Join(dir, "ublkd.sock"), filepath.Join(dir, "daemon.log")
+	b, err := json.Marshal(fakeublk.DaemonConfig{SysRoot: filepath.Join(dir, "sys"), Socket: sock, EventLog: events,
+		Devices: []fakeublk.DeviceSpec{{ID: 0, Major: dev.Major, Minor: dev.Minor}}}) // the disk is the mounted loop device
+	require.NoError(t, err)
+	d := helperCmd(helperCommand("daemon", string(b)))
+	d.Stdout = nil
+	require.NoError(t, d.Start()) // the test process plays the server: the daemon is its child
+	t.Cleanup(func() { _ = d.Process.Kill(); _ = d.Wait() })
+	require.Eventually(t, func() bool { _, err := peerPid(sock); return err == nil }, 10*time.Second, 10*time.Millisecond)
+
+	cfg, err := parseArgs([]string{"-daemon-socket", sock, "-ublk-kernel", "vulnerable=*", "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	s, err := newSupervisor(cfg, &logs)
+	require.NoError(t, err)
+	defer s.learned.Close()
+	defer s.owned.close()
+	ctl := &fakeControl{}
+	tcfg := ublk.Config{Kernels: cfg.kernels, Reserve: 2 * time.Second, Logger: s.log}
+	ublkhook.Set(&tcfg, ublkhook.Hooks{SysfsRoot: filepath.Join(dir, "sys"),
+		OpenControl: func(context.Context) (ublkctl.Controller, error) { return ctl, nil }})
+	td, err := ublk.New(s.teardownDaemon(), tcfg) // the daemon as the supervisor gives it to its step
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	rep, err := td.Stop(ctx)
+	t.Log(rep.String())
+	var held *ublk.HeldError
+	require.False(t, errors.As(err, &held), "the device left live under its mount, the daemon never asked: %v", err)
+	var stopped *ublk.StoppedHeldError
+	require.ErrorAs(t, err, &stopped)
+	assert.Equal(t, []string{"STOP_DEV 0"}, ctl.calls, "STOP_DEV while the daemon serves it")
+	assert.True(t, rep.Daemon.Requested, "the daemon asked to stop")
+	assert.Contains(t, readFile(t, events), "exit", "the daemon exited with no live device")
 }

@@ -165,6 +165,21 @@ func (o *ownedDaemon) Wait(ctx context.Context) error { return o.socket().Wait(c
 // for a daemon never found.
 func (o *ownedDaemon) Kill(ctx context.Context) error { return o.socket().Kill(ctx) }
 
+// Pid is the daemon's process ID for the daemon step's guards
+// (ublk.DaemonFuncs.PidFunc): 0 when it is not found or has exited (its PID
+// may be another process's then).
+func (o *ownedDaemon) Pid() int {
+	if o.find() != nil {
+		return 0
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.proc == nil || o.proc.Exited() {
+		return 0
+	}
+	return o.pid
+}
+
 func (o *ownedDaemon) pidOrZero() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
