@@ -85,5 +85,11 @@
 //   - drainkit.drain.sandboxes.running ({sandbox}): gauge, recorded at every
 //     count of the preStop wait and the gate phase;
 //   - drainkit.drain.gate.rejections ({operation}): counter by
-//     drainkit.drain.class of the operations the Gate turned away.
+//     drainkit.drain.class of the operations the Gate turned away;
+//   - drainkit.drain.outcomes ({sandbox}): counter by drainkit.drain.outcome
+//     of the drain's final account, the Report's, each sandbox once
+//     ("unaccounted" for what the preserve phase left no account of),
+//     where pause's drainkit.pause.sandboxes counts per Run of the
+//     Preserver, so again for a sandbox a later Run of the same drain
+//     preserved (a restarted kubelet, creates in flight, a step's sweep).
 package drain

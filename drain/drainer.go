@@ -188,6 +188,7 @@ type Drainer struct {
 	phaseDur  metric.Float64Histogram
 	headroom  metric.Float64Gauge
 	runGauge  metric.Int64Gauge
+	outcomes  metric.Int64Counter
 
 	running atomic.Int64            // last count of running sandboxes
 	counted atomic.Bool             // a count has succeeded
@@ -349,6 +350,7 @@ const (
 	metricHeadroom      = "drainkit.drain.headroom"
 	metricRunning       = "drainkit.drain.sandboxes.running"
 	metricRejections    = "drainkit.drain.gate.rejections"
+	metricOutcomes      = "drainkit.drain.outcomes"
 
 	rejectionsHelp = "Operations the gate rejected because the node is draining, by class."
 )
@@ -363,6 +365,7 @@ const (
 	attrLost     = "drainkit.drain.lost"
 	attrRunning  = "drainkit.drain.running"
 	attrClass    = "drainkit.drain.class"
+	attrOutcome  = "drainkit.drain.outcome"
 )
 
 func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) error {
@@ -374,7 +377,7 @@ func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) e
 	}
 	d.tracer = tp.Tracer(scope)
 	m := mp.Meter(scope)
-	var err1, err2, err3, err4 error
+	var err1, err2, err3, err4, err5 error
 	d.phaseDur, err1 = m.Float64Histogram(metricPhaseDuration,
 		telemetry.Duration("Duration of each phase of the termination: the preStop wait, the gate wait, the preservation and every teardown step.")...)
 	d.headroom, err2 = m.Float64Gauge(metricHeadroom, metric.WithUnit("s"),
@@ -383,7 +386,9 @@ func (d *Drainer) instrument(tp trace.TracerProvider, mp metric.MeterProvider) e
 		metric.WithDescription("Running sandboxes at the last count of the preStop wait or the gate phase."))
 	rejects, err4 := m.Int64Counter(metricRejections, metric.WithUnit("{operation}"),
 		metric.WithDescription(rejectionsHelp))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	d.outcomes, err5 = m.Int64Counter(metricOutcomes, metric.WithUnit("{sandbox}"),
+		metric.WithDescription("Sandboxes of the node by their outcome in the drain's final account (the Report's), each counted once."))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return fmt.Errorf("drain: Config.MeterProvider: %w", err)
 	}
 	d.gate.setRejects(rejects)

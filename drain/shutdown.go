@@ -199,6 +199,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	d.mu.Unlock()
 	rep.Forced = !rep.ForcedAt.IsZero()
 	d.headroom.Record(ctx, rep.Headroom.Seconds())
+	d.recordOutcomes(ctx, rep)
 	span.SetAttributes(attribute.Float64(attrHeadroom, rep.Headroom.Seconds()), attribute.Int(attrLost, rep.Lost()),
 		attribute.Bool(attrForced, rep.Forced))
 	if err := rep.Err(); err != nil { // sandboxes lost, a step failed, or SIGKILL came first
@@ -209,6 +210,32 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	d.log.Log(ctx, level, "drain: shutdown finished", "report", rep)
 	return rep
 }
+
+// recordOutcomes counts every sandbox of rep once, by its outcome in the
+// drain's final account: the Preserver's own metric
+// (drainkit.pause.sandboxes) counts per Run, and a phase that runs it again
+// (a restarted kubelet, creates in flight at the gate) or a step's sweep
+// counts a sandbox the first Run left not started again when a later one
+// preserves it. Sandboxes the preserve phase left no account of are
+// "unaccounted".
+func (d *Drainer) recordOutcomes(ctx context.Context, rep *Report) {
+	add := func(o string, n int) {
+		if n > 0 {
+			d.outcomes.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrOutcome, o)))
+		}
+	}
+	if rep.Preserve == nil {
+		add(outcomeUnaccounted, rep.Unaccounted)
+		return
+	}
+	for o, n := range rep.Preserve.Counts {
+		add(string(o), n)
+	}
+}
+
+// outcomeUnaccounted is drainkit.drain.outcome for the sandboxes the drain
+// counted and the preserve phase left no account of (Report.Unaccounted).
+const outcomeUnaccounted = "unaccounted"
 
 // msgDoesNotFit is the warning that the phases' reserves do not fit in the
 // time left: at SIGTERM, or once the gate phase has counted.

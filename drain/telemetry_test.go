@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -18,8 +19,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/internal/telemetry"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // spansOf returns the ended spans of the drain scope by name.
@@ -203,7 +206,7 @@ func TestMetricsNamesUnitsBucketsGaugeAndRejections(t *testing.T) {
 			assert.NotEmpty(t, m.Description, name)
 		}
 		assert.ElementsMatch(t, []string{"drainkit.drain.phase.duration", "drainkit.drain.headroom",
-			"drainkit.drain.sandboxes.running", "drainkit.drain.gate.rejections"}, names)
+			"drainkit.drain.sandboxes.running", "drainkit.drain.gate.rejections", "drainkit.drain.outcomes"}, names)
 
 		hist := got["drainkit.drain.phase.duration"]
 		assert.Equal(t, "s", hist.Unit)
@@ -247,4 +250,69 @@ func bucketOf(dp metricdata.HistogramDataPoint[float64]) int {
 		}
 	}
 	return -1
+}
+
+// outcomesCounted returns the counter name by its attribute key.
+func outcomesCounted(t *testing.T, r *sdkmetric.ManualReader, name, key string) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.Collect(context.Background(), &rm))
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				o, _ := dp.Attributes.Value(attribute.Key(key))
+				out[o.AsString()] += dp.Value
+			}
+		}
+	}
+	return out
+}
+
+// Fault: the only metric of what became of the sandboxes,
+// drainkit.pause.sandboxes, counts per Run of the Preserver, and a preserve
+// phase that runs it again within one drain (a restarted kubelet moved
+// SIGKILL later, row 239) counted the 14 sandboxes the first Run left
+// not started as not_started, and again as preserved when the second Run
+// preserved them: a drain whose Report says 50 of 50 preserved showed 14
+// lost to an alert on not_started. drainkit.drain.outcomes counts the
+// drain's final account, the Report's, each sandbox once.
+//
+//	0 s    the hook (grace 20 s): 50 preserves of 1 s, two at a time, do not fit
+//	10 s   the kubelet restarts: SIGKILL at 30 s, the phase preserves again
+func TestDrainOutcomesMetricIsTheReportsFinalAccount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		t0 := time.Now()
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Delete(t0, 20*time.Second)
+		pod := podOver(t, api, handlerTransport{api})
+		var ran []string
+		f := newFixture(t, fixtureOpts{grace: 20 * time.Second, sandboxes: 50, latency: time.Second, limit: 2,
+			steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)},
+			edit:  func(c *Config) { c.Pod, c.MeterProvider = pod, mp }})
+		startQuery := func(at time.Time) string {
+			return "?start=" + url.QueryEscape(at.Format(time.RFC3339Nano))
+		}
+		f.callPreStop(t.Context(), startQuery(t0)).wait(t)
+		restarted := make(chan struct{})
+		go func() {
+			defer close(restarted)
+			time.Sleep(10 * time.Second)
+			f.callPreStop(context.Background(), startQuery(time.Now())+"&wait=0s").wait(t)
+		}()
+		rep := f.d.Shutdown(context.Background())
+		<-restarted
+		require.NoError(t, rep.Err())
+		require.Equal(t, 50, rep.Preserve.Counts[pause.Preserved])
+
+		perRun := outcomesCounted(t, reader, "drainkit.pause.sandboxes", "drainkit.pause.outcome")
+		require.Positive(t, perRun[string(pause.NotStarted)], "the scenario: the first Run left some not started (%v)", perRun)
+		assert.Equal(t, map[string]int64{"preserved": 50},
+			outcomesCounted(t, reader, metricOutcomes, attrOutcome), "the drain's metric is the Report's account")
+	})
 }

@@ -67,7 +67,10 @@
 // the metrics drainkit.pause.preserve.duration (histogram, s: from a
 // sandbox's first attempt to its outcome, 5 ms to 2 h buckets),
 // drainkit.pause.sandboxes (counter, {sandbox}, one per sandbox accounted
-// for, and one more each time a sandbox listed again is) and drainkit.pause.preserve.active (up-down counter, {sandbox}: the
+// for by a Run, and one more each time a sandbox listed again is; each
+// Run counts its own, so a sandbox one Run left not started and a later
+// Run preserved counts under both: drain's drainkit.drain.outcomes is a
+// drain's final account) and drainkit.pause.preserve.active (up-down counter, {sandbox}: the
 // preserves running now), by drainkit.pause.outcome where they have one.
 //
 // For runtimes that preserve by signalling (a gVisor actor saves its state

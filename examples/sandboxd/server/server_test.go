@@ -317,6 +317,7 @@ func TestMetricsInPrometheusFormat(t *testing.T) {
 		`drainkit_drain_phase_duration_seconds_count{drainkit_drain_phase="preserve",drainkit_drain_result="ok"} 1`,
 		`drainkit_drain_phase_duration_seconds_count{drainkit_drain_phase="ublk",drainkit_drain_result="ok"} 1`,
 		`drainkit_pause_sandboxes_total{drainkit_pause_outcome="preserved"} 3`,
+		`drainkit_drain_outcomes_total{drainkit_drain_outcome="preserved"} 3`,
 		`drainkit_ublk_devices_total{drainkit_ublk_verdict="stopped"} 1`,
 		`drainkit_pause_preserve_duration_seconds_count`,
 		`drainkit_ublk_teardown_duration_seconds_count`,
