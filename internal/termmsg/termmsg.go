@@ -48,6 +48,11 @@ func Summary(rep *drain.Report, extra ...string) string {
 			phases = append(phases, fmt.Sprintf("%s %s %.3fs", p.Name, p.Result, p.Duration.Seconds()))
 		}
 		head = append(head, "phases: "+strings.Join(phases, "; "))
+		for _, p := range failedSteps(rep) {
+			if why, _, _ := strings.Cut(p.Error, "\n"); why != "" { // the rest is in the full Report
+				head = append(head, fmt.Sprintf("%s %s: %s", p.Name, p.Result, clip(why, maxWhy)))
+			}
+		}
 		if pr := rep.Preserve; pr != nil {
 			var counts []string
 			for _, o := range []pause.Outcome{pause.Preserved, pause.Vanished, pause.Failed, pause.TimedOut, pause.NotStarted} {
@@ -144,12 +149,46 @@ func verdict(rep *drain.Report) string {
 			parts = append(parts, fmt.Sprintf("all %d sandboxes preserved", pr.Counts[pause.Preserved]))
 		}
 	}
+	for _, p := range failedSteps(rep) {
+		parts = append(parts, "step "+p.Name+" "+strings.ToUpper(string(p.Result)))
+	}
 	if rep.Headroom >= 0 {
 		parts = append(parts, fmt.Sprintf("exited %.3fs before SIGKILL", rep.Headroom.Seconds()))
 	} else {
 		parts = append(parts, fmt.Sprintf("ended %.3fs AFTER the expected SIGKILL", -rep.Headroom.Seconds()))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// failedSteps returns the steps that count against Report.Err: failed,
+// abandoned or timed out (the preserve phase is the sandboxes' account;
+// a drain or gate wait that timed out is the plan).
+func failedSteps(rep *drain.Report) []drain.PhaseReport {
+	var out []drain.PhaseReport
+	for _, p := range rep.Phases {
+		switch p.Name {
+		case drain.PhaseDrain, drain.PhaseGate, drain.PhasePreserve:
+			continue
+		}
+		if p.Result == drain.Failed || p.Result == drain.Abandoned || p.Result == drain.TimedOut {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// maxWhy is the most of a step's error a line carries.
+const maxWhy = 300
+
+// clip is s cut to n bytes at most, on a character boundary, "…" marking a cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // noAccount says how a preserve phase that ran ended without the

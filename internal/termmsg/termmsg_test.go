@@ -148,3 +148,28 @@ func TestWriteReplacesTheMountedFileAndCreatesNoDefault(t *testing.T) {
 	_, err = termmsg.Write(filepath.Join(dir, "no", "dir"), true, "x")
 	assert.ErrorContains(t, err, "termination message")
 }
+
+// Fault: a drain that preserved every sandbox and whose ublk step failed
+// (the exit status 1; the device daemon stopped uncleanly, the host's
+// risk) left a pod's last state whose verdict read "all 20 sandboxes
+// preserved; exited 3.000s before SIGKILL", and whose only trace of the
+// failure was "ublk failed 0.100s" in the phases line, without its error.
+// The verdict names every step that failed, and a line says why.
+func TestSummaryVerdictNamesAFailedStepAndWhy(t *testing.T) {
+	rep := report(20, 0)
+	rep.Headroom = 3 * time.Second
+	rep.Phases[1].Result = drain.OK
+	rep.Phases = append(rep.Phases,
+		drain.PhaseReport{Name: "ublk", Result: drain.Failed, Duration: 100 * time.Millisecond,
+			Error: "ublk: 2 device(s) left live: the daemon did not exit\nsecond line"},
+		drain.PhaseReport{Name: "http", Result: drain.TimedOut, Duration: 250 * time.Millisecond,
+			Error: "context deadline exceeded"})
+	require.Error(t, rep.Err(), "the exit status is 1")
+	lines := strings.Split(strings.TrimSuffix(termmsg.Summary(rep), "\n"), "\n")
+	assert.Equal(t, "drainkit: all 20 sandboxes preserved; step ublk FAILED; step http TIMED_OUT; exited 3.000s before SIGKILL", lines[0])
+	assert.Contains(t, lines, "ublk failed: ublk: 2 device(s) left live: the daemon did not exit")
+	assert.Contains(t, lines, "http timed_out: context deadline exceeded")
+
+	// A drain or gate wait that timed out is the plan, not a fault.
+	assert.Equal(t, "drainkit: all 20 sandboxes preserved; exited 30.000s before SIGKILL", strings.Split(termmsg.Summary(report(20, 0)), "\n")[0])
+}
