@@ -91,3 +91,34 @@ func TestRequestWithoutAnAnswerRecordsErrorType(t *testing.T) {
 		assert.False(t, ok)
 	}
 }
+
+// Fault: an answer with an error status (a 500 to a pause, a 403 to a
+// listing) was recorded with http.response.status_code alone, where the
+// OpenTelemetry HTTP client conventions set error.type to the status code
+// as well: a failure rate counted by error.type, as the conventions'
+// dashboards do, missed every refused pause. A 2xx has no error.type.
+func TestErrorStatusRecordsErrorTypeBesideTheStatusCode(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`[{"id":"a","state":"running"},{"id":"b","state":"running"}]`))
+	})
+	mux.HandleFunc("POST /sandboxes/a/pause", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	mux.HandleFunc("POST /sandboxes/b/pause", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
+	src := inProcess(t, mux, Config{MeterProvider: mp})
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, sbs[0].Preserve(t.Context()))
+	require.Error(t, sbs[1].Preserve(t.Context()))
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(t.Context(), &rm))
+	errType := map[int64]string{}
+	for _, dp := range rm.ScopeMetrics[0].Metrics[0].Data.(metricdata.Histogram[float64]).DataPoints {
+		code, _ := dp.Attributes.Value("http.response.status_code")
+		et, _ := dp.Attributes.Value("error.type")
+		errType[code.AsInt64()] = et.AsString()
+	}
+	assert.Equal(t, map[int64]string{200: "", 204: "", 500: "500"}, errType)
+}

@@ -201,8 +201,10 @@ type Config struct {
 	// MeterProvider makes the one instrument, the histogram
 	// drainkit.httpsource.request.duration (s) by
 	// drainkit.httpsource.operation ("list" or "pause"),
-	// http.request.method, and http.response.status_code, or error.type
-	// when no answer came ("timeout" or "_OTHER"); nil means
+	// http.request.method, and http.response.status_code (with error.type
+	// the same code, as a string, for a status of 400 or more, as the
+	// OpenTelemetry HTTP client conventions say), or error.type alone when
+	// no answer came ("timeout" or "_OTHER"); nil means
 	// otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
@@ -776,9 +778,10 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	if errors.Is(err, context.DeadlineExceeded) {
 		result = attribute.String("error.type", "timeout")
 	}
+	var errStatus []attribute.KeyValue // an error status's error.type, as the HTTP client conventions set it
 	defer func() {
-		s.latency.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(
-			attribute.String(attrOperation, op), attribute.String("http.request.method", method), result))
+		s.latency.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(append([]attribute.KeyValue{
+			attribute.String(attrOperation, op), attribute.String("http.request.method", method), result}, errStatus...)...))
 	}()
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -790,6 +793,9 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 	}
 	defer resp.Body.Close()
 	result = attribute.Int("http.response.status_code", resp.StatusCode)
+	if resp.StatusCode >= 400 {
+		errStatus = []attribute.KeyValue{attribute.String("error.type", strconv.Itoa(resp.StatusCode))}
+	}
 	if r := resp.Request; r != nil && r.Method != method {
 		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s %s %s: the server redirected it to %s %s, a different request: its %d is not an answer",
 			op, method, redact(target), r.Method, r.URL.Redacted(), resp.StatusCode))
