@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -153,6 +154,117 @@ type Worker struct {
 	learned *learned.Start
 	steps   []drain.Step
 	est     *deadline.Estimator // the Preserver's: it starts from what was learned
+	// stops are the escalations, each a sandbox's SIGTERM, wait and SIGKILL: those begun
+	// at the preserve phase's deadline (escalateEarly) and the escalate step's.
+	stops stops
+}
+
+// stops holds, per sandbox ID, whether a checkpoint of the Preserver's is in flight or the
+// sandbox is signalled: never both, so that no sandbox is signalled while it is
+// checkpointed, nor checkpointed once signalled.
+type stops struct {
+	mu            sync.Mutex
+	checkpointing map[string]bool
+	signalled     map[string]bool
+	errs          []error
+	wg            sync.WaitGroup
+}
+
+// checkpoint marks a checkpoint of sandbox id in flight, unless it is signalled.
+func (s *stops) checkpoint(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.signalled[id] {
+		return false
+	}
+	if s.checkpointing == nil {
+		s.checkpointing = map[string]bool{}
+	}
+	s.checkpointing[id] = true
+	return true
+}
+
+// checkpointed marks the checkpoint of sandbox id over.
+func (s *stops) checkpointed(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.checkpointing, id)
+}
+
+// claim marks sandbox id signalled, unless it already is or a checkpoint of it is in
+// flight.
+func (s *stops) claim(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.signalled[id] || s.checkpointing[id] {
+		return false
+	}
+	if s.signalled == nil {
+		s.signalled = map[string]bool{}
+	}
+	s.signalled[id] = true
+	return true
+}
+
+// errSignalled is the Preserve error of a sandbox signalled before its checkpoint began.
+var errSignalled = errors.New("not checkpointed: signalled at the preserve phase's deadline (the escalate step's SIGTERM, wait, SIGKILL)")
+
+// held is a sandbox of the node as the Preserver sees it: its checkpoint is marked in
+// flight in stops, and it is never checkpointed once signalled.
+type held struct {
+	pause.Sandbox
+	w *Worker
+}
+
+// Size is the node's sandbox's size (pause.Sized).
+func (h held) Size() int64 {
+	if s, ok := h.Sandbox.(pause.Sized); ok {
+		return s.Size()
+	}
+	return 0
+}
+
+// Preserve checkpoints the sandbox unless it was signalled first.
+func (h held) Preserve(ctx context.Context) error {
+	if !h.w.stops.checkpoint(h.ID()) {
+		return backoff.Permanent(fmt.Errorf("%s: %w", h.ID(), errSignalled))
+	}
+	defer h.w.stops.checkpointed(h.ID())
+	return h.Sandbox.Preserve(ctx)
+}
+
+// running is the Preserver's Lister: the node's running sandboxes, held.
+func (w *Worker) running(ctx context.Context) ([]pause.Sandbox, error) {
+	sbs, err := w.node.Running(ctx)
+	for i, sb := range sbs {
+		sbs[i] = held{Sandbox: sb, w: w}
+	}
+	return sbs, err
+}
+
+// preserver is the worker's Preserver: pause's, whose Run also begins the escalations of
+// the sandboxes it will not checkpoint when the preserve phase's deadline passes
+// (escalateEarly), not once its checkpoints still in flight then have ended.
+type preserver struct {
+	*pause.Preserver
+	w *Worker
+}
+
+// Run runs pause's Preserver; at ctx's end (the phase's deadline, a budget that moved
+// it, force) before Run returns, the escalations begin. Run returns once they have
+// begun, so that the escalate step finds them.
+func (p preserver) Run(ctx context.Context, hard time.Time) *pause.Report {
+	begun := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(begun)
+		p.w.escalateEarly()
+	})
+	defer func() {
+		if !stop() {
+			<-begun
+		}
+	}()
+	return p.Preserver.Run(ctx, hard)
 }
 
 // startingHook is a test's: it holds newWorker once its sandboxes are loaded, for a
@@ -398,11 +510,16 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 	}
 	build := func(pc pause.Config) error {
 		w.est = pc.Estimator
+		pc.Logger = w.logger
+		p, err := pause.New(pause.ListFunc(w.running), pc) // a sandbox found dead is forgotten, said at WARN, by the node
+		if err != nil {
+			return fmt.Errorf("drain: Config.Pause: %w", err)
+		}
 		w.drainer, err = drain.New(drain.Config{
 			Budget:       budget,
 			Gate:         gate,
-			Sandboxes:    pause.ListFunc(w.node.Running), // a sandbox found dead is forgotten, said at WARN, by the node
-			Pause:        pc,
+			Sandboxes:    pause.ListFunc(w.running),
+			Preserver:    preserver{Preserver: p, w: w},
 			Steps:        w.steps,
 			Logger:       w.logger,
 			Pod:          pod,
@@ -587,27 +704,63 @@ func (w *Worker) stopGRPC() bool {
 
 // escalate is the teardown step for sandboxes the preserve phase could not checkpoint:
 // each gets SIGTERM (a gVisor actor saves its own state on it), a grace that ends
-// KillWait before the step's deadline, then SIGKILL; all in parallel. It reports an
-// error naming every sandbox that needed SIGKILL or whose end could not be seen.
+// KillWait before the step's deadline, then SIGKILL; all in parallel. Those no checkpoint
+// held at the preserve phase's deadline got theirs then (escalateEarly); the step signals
+// the rest, whose checkpoints failed after it, and waits for all. It reports an error
+// naming every sandbox that needed SIGKILL or whose end could not be seen.
 func (w *Worker) escalate(ctx context.Context) error {
 	left, _ := w.node.Running(ctx)
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
 	for _, sb := range left {
-		wg.Go(func() {
-			exit, err := escalate.Policy{}.Stop(ctx, w.target(sb.ID()))
-			w.logger.Warn("not checkpointed: signalled", "id", sb.ID(), "exit", exit, "error", err)
-			// Gone (exited before the signal) is vanished, as in the preserve phase: no fault.
-			if (exit != escalate.Exited && exit != escalate.Gone) || err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("%s: %s: %w", sb.ID(), exit, err))
-				mu.Unlock()
-			}
-		})
+		w.stop(ctx, sb.ID())
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	w.stops.wg.Wait() // each returns by its context's deadline, the step's
+	w.stops.mu.Lock()
+	defer w.stops.mu.Unlock()
+	return errors.Join(w.stops.errs...)
+}
+
+// escalateEarly begins, when the preserve phase's deadline passes, the escalation of every
+// running sandbox that no checkpoint holds: the Preserver starts none after it, and a
+// checkpoint of another sandbox still in flight then (it may run to the hard deadline)
+// must not spend the escalate step's reserve, the time these sandboxes' actors have to
+// save themselves before SIGKILL. Each runs under the escalate step's window as the plan
+// gives it now.
+func (w *Worker) escalateEarly() {
+	ctx, cancel := w.drainer.Plan().Context(context.Background(), "escalate")
+	var wg sync.WaitGroup
+	for _, info := range w.node.List() {
+		if info.State == sandbox.Running {
+			wg.Add(1)
+			w.stop(ctx, info.ID, wg.Done)
+		}
+	}
+	w.stops.wg.Go(func() { wg.Wait(); cancel() })
+}
+
+// stop escalates sandbox id under ctx, in a goroutine, unless it is signalled already or
+// a checkpoint of it is in flight; then it calls each of done.
+func (w *Worker) stop(ctx context.Context, id string, done ...func()) {
+	if !w.stops.claim(id) {
+		for _, f := range done {
+			f()
+		}
+		return
+	}
+	w.stops.wg.Go(func() {
+		defer func() {
+			for _, f := range done {
+				f()
+			}
+		}()
+		exit, err := escalate.Policy{}.Stop(ctx, w.target(id))
+		w.logger.Warn("not checkpointed: signalled", "id", id, "exit", exit, "error", err)
+		// Gone (exited before the signal) is vanished, as in the preserve phase: no fault.
+		if (exit != escalate.Exited && exit != escalate.Gone) || err != nil {
+			w.stops.mu.Lock()
+			w.stops.errs = append(w.stops.errs, fmt.Errorf("%s: %s: %w", id, exit, err))
+			w.stops.mu.Unlock()
+		}
+	})
 }
 
 // target is a sandbox as escalate.Policy signals and waits for it.

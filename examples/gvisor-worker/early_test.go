@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// slowRunsc writes, in dir, a runsc that runs the real one but fails the checkpoint of a
+// container ID with a file dir/fail-ID, sleeps before the checkpoint of one with a file
+// dir/slow-ID (the seconds in it), and appends to dir/calls a line for every kill it sends
+// and every checkpoint that ended: "kill ID SIGNAL", "checkpointed ID".
+func slowRunsc(t *testing.T, dir string) string {
+	t.Helper()
+	real, err := exec.LookPath("runsc")
+	require.NoError(t, err)
+	path := filepath.Join(dir, "runsc")
+	require.NoError(t, os.WriteFile(path, []byte(`#!/bin/sh
+d=`+dir+`
+for a; do prev=$last; last=$a; done
+case " $* " in
+*" checkpoint "*)
+	[ -e $d/fail-$last ] && { echo "checkpoint failed: injected" >&2; exit 128; }
+	[ -e $d/slow-$last ] && sleep $(cat $d/slow-$last)
+	`+real+` "$@"; rc=$?
+	echo "checkpointed $last" >> $d/calls; echo "$(date +%s.%N) checkpointed $last" >> $d/times
+	exit $rc ;;
+*" kill "*)
+	echo "kill $prev $last" >> $d/calls; echo "$(date +%s.%N) kill $prev $last" >> $d/times ;;
+esac
+exec `+real+` "$@"
+`), 0o755))
+	return path
+}
+
+// Fault (a review of the escalate step against runsc): the sandboxes the preserve phase
+// could not checkpoint were signalled only once the Preserver returned, that is once every
+// checkpoint still in flight at the phase deadline had ended, though none of them was one
+// of those sandboxes. A checkpoint that ran on past the deadline (runsc slow, a large
+// sandbox started just before it) spent the escalate step's reserve: the actor got its
+// SIGTERM only after that checkpoint, with what little of the step was left before SIGKILL.
+// Now each sandbox no checkpoint holds gets its SIGTERM at the preserve phase's deadline,
+// while the others' checkpoints finish.
+func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T) {
+	cfg := runscConfig(t)
+	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
+	calls := t.TempDir()
+	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	rs := w.rt.(*sandbox.Runsc)
+	rs.Runtime.Binary = slowRunsc(t, calls)
+	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *drain.Report, 1)
+	go func() { rep, _ := w.serve(ctx); done <- rep }()
+	stop := sync.OnceValue(func() *drain.Report { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
+	c := dial(t, cfg.Socket)
+
+	failing, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	slow, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	waitCount(t, rs.Bundle(failing.ID), 2)
+	waitCount(t, rs.Bundle(slow.ID), 2)
+	require.NoError(t, os.WriteFile(filepath.Join(calls, "fail-"+failing.ID), nil, 0o600))
+	// Its checkpoint starts at once and ends about a second past the preserve deadline,
+	// before the hard deadline.
+	require.NoError(t, os.WriteFile(filepath.Join(calls, "slow-"+slow.ID), []byte("9"), 0o600))
+
+	rep := stop() // as SIGTERM would
+	data, err := os.ReadFile(filepath.Join(calls, "calls"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	t.Logf("runsc calls: %q", lines)
+	times, _ := os.ReadFile(filepath.Join(calls, "times"))
+	t.Logf("drain start %.3f; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9, times)
+	term, saved := -1, -1
+	for i, l := range lines {
+		switch l {
+		case "kill " + failing.ID + " 15":
+			if term < 0 {
+				term = i
+			}
+		case "checkpointed " + slow.ID:
+			saved = i
+		}
+	}
+	require.GreaterOrEqual(t, term, 0, "the sandbox that could not be checkpointed got no SIGTERM")
+	require.GreaterOrEqual(t, saved, 0, "the slow checkpoint never ended")
+	assert.Less(t, term, saved, "SIGTERM waited for another sandbox's checkpoint")
+	require.NotNil(t, rep.Preserve)
+	for _, e := range rep.Preserve.Entries {
+		if e.ID == slow.ID {
+			assert.Equal(t, pause.Preserved, e.Outcome, "the slow checkpoint ends before the hard deadline: %s", e.Error)
+		}
+	}
+	esc := rep.Phase("escalate")
+	require.NotNil(t, esc)
+	t.Logf("preserve deadline +%v, escalate step +%v to +%v (%v of its %v reserve), ended +%v",
+		rep.Phase(drain.PhasePreserve).Deadline.Sub(rep.Start).Round(time.Millisecond), esc.Start.Sub(rep.Start).Round(time.Millisecond),
+		esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.Deadline.Sub(esc.Start).Round(time.Millisecond), esc.Reserve, esc.End.Sub(rep.Start).Round(time.Millisecond))
+	assert.Equal(t, drain.OK, esc.Result, "SIGTERM was enough: %s", esc.Error)
+}
