@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -187,6 +189,16 @@ type Runsc struct {
 
 	mu     sync.Mutex
 	failed map[string]error // the sandboxes whose last checkpoint failed, and why
+	// full is the most free space the images volume had when a checkpoint began that
+	// failed on it for want of space, with that failure; nil before one did.
+	full *noSpace
+}
+
+// noSpace is a checkpoint that failed for want of space on the images volume: the free
+// bytes when it began, and its error.
+type noSpace struct {
+	free uint64
+	err  error
 }
 
 // NewRunsc returns the Runsc with everything under dir: bundles, images and logs, and
@@ -359,6 +371,12 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // it) fails Pause as any other error, and a later Pause that finds the sandbox stopped
 // calls it lost too, not died: the failed checkpoint may be what stopped it.
 //
+// Once a checkpoint failed for want of space on the images volume, no checkpoint starts
+// while the volume has no more free space than that one began with: it would fail the
+// same way and stop its sandbox, which then never got the drain's SIGTERM (on a full
+// volume every sandbox of a drain was lost so, one after another). Pause then fails for
+// good (backoff.Permanent) with the sandbox running, saying why.
+//
 // An image that cannot be made durable (its fsync fails) fails Pause with the sandbox
 // restored from it, running. When that restore fails too, the sandbox is stopped with no
 // durable image: the error is ErrNotDurable, permanent (backoff.Permanent), for a retry
@@ -371,7 +389,18 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 	if err := os.RemoveAll(image); err != nil {
 		return "", err
 	}
+	free, known := freeSpace(filepath.Dir(image))
+	if full := r.noSpace(); full != nil && known && free <= full.free {
+		// gVisor ends the sandbox after a save that fails (ErrLost): one that would fail
+		// for want of space is not started, and the sandbox runs on, for the drain's
+		// SIGTERM (an actor saves itself on it).
+		return "", backoff.Permanent(fmt.Errorf("runsc checkpoint %s not started: the images volume has %d bytes free, no more than when a checkpoint that failed for want of space began (%d: %w); a save that fails stops the sandbox, its state lost: it runs on",
+			id, free, full.free, full.err))
+	}
 	if err := r.Runtime.Checkpoint(context.WithoutCancel(ctx), id, image); err != nil {
+		if known && strings.Contains(err.Error(), "no space left on device") {
+			r.setNoSpace(free, err)
+		}
 		if errors.Is(err, runsc.ErrStopped) {
 			if earlier := r.failedCheckpoint(id); earlier != nil {
 				return "", r.lost(id, fmt.Errorf("found stopped after a checkpoint of it had failed (%w): %w", earlier, err))
@@ -397,6 +426,37 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("runsc checkpoint %s: the image could not be made durable (the sandbox was restored from it and runs on): %w", id, err)
 	}
 	return image, nil
+}
+
+// noSpace returns the checkpoint that failed for want of space on the images volume, if
+// one did.
+func (r *Runsc) noSpace() *noSpace {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.full
+}
+
+// setNoSpace remembers a checkpoint that failed for want of space (err), begun with free
+// bytes free: the most free space one failed with is kept.
+func (r *Runsc) setNoSpace(free uint64, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.full == nil || free >= r.full.free {
+		r.full = &noSpace{free: free, err: err}
+	}
+}
+
+// freeSpace returns the bytes free to an unprivileged writer on the volume of dir,
+// created if missing, and whether it could tell.
+func freeSpace(dir string) (uint64, bool) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, false
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return uint64(st.Bavail) * uint64(st.Bsize), true
 }
 
 // ErrLost is wrapped by the permanent error (backoff.Permanent) of Runsc.Pause whose

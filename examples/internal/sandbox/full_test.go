@@ -1,0 +1,55 @@
+package sandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+// Fault (a review of the gVisor path against runsc 20221219): on a full images volume
+// every checkpoint of a drain failed while writing its image, and gVisor ends the sandbox
+// after every save, written or not: each sandbox was lost in turn, killed by its own
+// failed save, and none got the SIGTERM the escalate step gives a sandbox that could not
+// be checkpointed (an actor saves itself on it), though the first failure said the volume
+// was full. A checkpoint now does not start while the images volume has no more free
+// space than when a checkpoint failed on it for want of space: the sandbox keeps running,
+// its Pause fails for good saying why, and the drain signals it.
+func TestFullImagesVolumeLosesOneSandboxNotEvery(t *testing.T) {
+	n, rt, _ := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for range 3 {
+		runningCounter(t, ctx, n, rt)
+	}
+	mountImages(t, rt, "4k")
+
+	p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 1})
+	require.NoError(t, err)
+	rep := p.Run(ctx, time.Now().Add(30*time.Second))
+	require.Len(t, rep.Entries, 3)
+	lost, running := 0, 0
+	for _, e := range rep.Entries {
+		assert.Equal(t, pause.Failed, e.Outcome, "%s", e.Error)
+		assert.Contains(t, e.Error, "no space left on device", "the Report names why")
+	}
+	for _, info := range n.List() {
+		switch info.State {
+		case Lost:
+			lost++
+		case Running:
+			running++
+			st, err := rt.Runtime.State(ctx, info.ID)
+			require.NoError(t, err)
+			assert.Equal(t, "running", st.Status, "not killed by a save that could not be written")
+		}
+	}
+	t.Logf("lost %d, still running (for the escalate step's SIGTERM) %d", lost, running)
+	assert.Equal(t, 1, lost, "only the checkpoint that found the volume full is lost")
+	assert.Equal(t, 2, running)
+}
