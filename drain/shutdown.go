@@ -592,9 +592,13 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport,
 // start its sandbox after the Preserver's last listing, where nothing would
 // preserve it or count it. It waits for them within the phase's deadline,
 // then runs the Preserver again (run) for what they started and merges that
-// Report into pr, as a step's final sweep is merged. It returns the ones
+// Report into pr, as a step's final sweep is merged. Ones that ended only
+// past the deadline (the Preserver waited for a sandbox it listed while
+// they created it) get no second run, which could not list: a listing says
+// whether every running sandbox has its entry in pr. It returns the ones
 // still in flight, by class, when it gave up waiting (the deadline, or
-// force), and the error of an abandoned second run.
+// force), or ended past it with a running sandbox pr does not account for,
+// and the error of an abandoned second run.
 func (d *Drainer) preserveAfterInFlight(ctx context.Context, pr *pause.Report, run func() (*pause.Report, error)) (map[Class]int, error) {
 	if err := d.gate.waitClasses(ctx, startClasses); err != nil {
 		if left := d.gate.gatedInFlight(startClasses); len(left) > 0 {
@@ -604,6 +608,18 @@ func (d *Drainer) preserveAfterInFlight(ctx context.Context, pr *pause.Report, r
 		// phase's deadline (or force) all the same, where nothing
 		// preserves what they started. Counted as the wait found them,
 		// not as none (the phase said OK of a sandbox nothing listed).
+		return d.starting, nil
+	}
+	if ctx.Err() != nil {
+		// They ended past the phase's deadline (or force): a Preserver run now
+		// could neither start a preserve nor list. The first run may have listed
+		// and preserved what they started (a server that lists a sandbox still
+		// being created): a listing says whether anything runs that the Report
+		// does not account for; if so, or if it cannot say, they count as in
+		// flight at the deadline.
+		if d.accounted(ctx, pr) {
+			return nil, nil
+		}
 		return d.starting, nil
 	}
 	more, err := run()
@@ -617,6 +633,31 @@ func (d *Drainer) preserveAfterInFlight(ctx context.Context, pr *pause.Report, r
 	}
 	mergeSweep(pr, more)
 	return nil, nil
+}
+
+// accounted reports whether every sandbox the Lister lists now has an entry in pr, the
+// listing bounded by returnSlack from now; false without a Lister or when the listing
+// fails.
+func (d *Drainer) accounted(ctx context.Context, pr *pause.Report) bool {
+	if d.lister == nil {
+		return false
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), returnSlack)
+	defer cancel()
+	sbs, err := bounded.Call(lctx, 0, d.lister.List)
+	if err != nil {
+		return false
+	}
+	known := make(map[string]bool, len(pr.Entries))
+	for _, e := range pr.Entries {
+		known[e.ID] = true
+	}
+	for _, sb := range sbs {
+		if sb == nil || !known[sb.ID()] {
+			return false
+		}
+	}
+	return true
 }
 
 // firstClass is the first class of startClasses with a count in m.
