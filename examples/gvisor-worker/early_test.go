@@ -21,8 +21,9 @@ import (
 
 // slowRunsc writes, in dir, a runsc that runs the real one but fails the checkpoint of a
 // container ID with a file dir/fail-ID, sleeps before the checkpoint of one with a file
-// dir/slow-ID (the seconds in it), and appends to dir/calls a line for every kill it sends
-// and every checkpoint that ended: "kill ID SIGNAL", "checkpointed ID".
+// dir/slow-ID (the seconds in it), then holds it while a file dir/hold-ID exists, and
+// appends to dir/calls a line for every kill it sends and every checkpoint that ended:
+// "kill ID SIGNAL", "checkpointed ID".
 func slowRunsc(t *testing.T, dir string) string {
 	t.Helper()
 	real, err := exec.LookPath("runsc")
@@ -35,6 +36,7 @@ case " $* " in
 *" checkpoint "*)
 	[ -e $d/fail-$last ] && { echo "checkpoint failed: injected" >&2; exit 128; }
 	[ -e $d/slow-$last ] && sleep $(cat $d/slow-$last)
+	while [ -e $d/hold-$last ]; do sleep 0.05; done
 	`+real+` "$@"; rc=$?
 	echo "checkpointed $last" >> $d/calls; echo "$(date +%s.%N) checkpointed $last" >> $d/times
 	exit $rc ;;
@@ -114,4 +116,84 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 		rep.Phase(drain.PhasePreserve).Deadline.Sub(rep.Start).Round(time.Millisecond), esc.Start.Sub(rep.Start).Round(time.Millisecond),
 		esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.Deadline.Sub(esc.Start).Round(time.Millisecond), esc.Reserve, esc.End.Sub(rep.Start).Round(time.Millisecond))
 	assert.Equal(t, drain.OK, esc.Result, "SIGTERM was enough: %s", esc.Error)
+}
+
+// Fault (a review of row 403a against row 239's restarted kubelet): a budget that moved
+// SIGKILL later during the preserve phase (the kubelet ran the termination over) makes the
+// phase run the Preserver again until the new deadline; the first Run's context still ends
+// at the old one. The escalations begun then SIGTERMed every sandbox not yet checkpointed,
+// and the second Run, which would have checkpointed them, found them signalled: lost.
+// Here three sandboxes are checkpointed one at a time, the first held in its checkpoint
+// past the old deadline; the kubelet's hook call comes before it.
+func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
+	cfg := runscConfig(t)
+	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, hard +10.5 s
+	cfg.Concurrency = 1
+	calls := t.TempDir()
+	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	rs := w.rt.(*sandbox.Runsc)
+	rs.Runtime.Binary = slowRunsc(t, calls)
+	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *drain.Report, 1)
+	go func() { rep, _ := w.serve(ctx); done <- rep }()
+	stop := sync.OnceValue(func() *drain.Report { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
+	c := dial(t, cfg.Socket)
+
+	var ids []string
+	for range 3 {
+		r, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+	}
+	for _, id := range ids {
+		waitCount(t, rs.Bundle(id), 2)
+		require.NoError(t, os.WriteFile(filepath.Join(calls, "hold-"+id), nil, 0o600))
+	}
+
+	ended := make(chan *drain.Report, 1)
+	go func() { ended <- stop() }() // as SIGTERM would
+	require.Eventually(t, func() bool {
+		w.stops.mu.Lock()
+		defer w.stops.mu.Unlock()
+		return len(w.stops.checkpointing) > 0
+	}, 10*time.Second, 10*time.Millisecond, "no checkpoint began")
+	first := w.drainer.Plan().Deadline(drain.PhasePreserve)
+	// The restarted kubelet's hook call, 2 s before the deadline: SIGKILL moves about
+	// 6.5 s later. Then the held checkpoint ends just past the old deadline, well before
+	// the hard deadline, and the others are free to run.
+	time.Sleep(time.Until(first.Add(-2 * time.Second)))
+	require.True(t, w.drainer.Budget().OnRestart(time.Now(), cfg.Grace), "SIGKILL did not move")
+	time.Sleep(time.Until(first.Add(300 * time.Millisecond)))
+	for _, id := range ids {
+		require.NoError(t, os.Remove(filepath.Join(calls, "hold-"+id)))
+	}
+	rep := <-ended
+
+	data, err := os.ReadFile(filepath.Join(calls, "calls"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	times, _ := os.ReadFile(filepath.Join(calls, "times"))
+	t.Logf("drain start %.3f, first preserve deadline +%v; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9,
+		first.Sub(rep.Start).Round(time.Millisecond), times)
+	pre := rep.Phase(drain.PhasePreserve)
+	require.NotNil(t, pre)
+	t.Logf("preserve phase: %s, deadline +%v; %v", pre.Result, pre.Deadline.Sub(rep.Start).Round(time.Millisecond), pre.Error)
+	assert.True(t, pre.Deadline.After(first), "the phase did not run again until the new deadline")
+	for _, l := range lines {
+		assert.False(t, strings.HasPrefix(l, "kill "), "a sandbox the second Run was to checkpoint was signalled: %s", l)
+	}
+	require.NotNil(t, rep.Preserve)
+	outcomes := map[string]pause.Outcome{}
+	for _, e := range rep.Preserve.Entries {
+		outcomes[e.ID] = e.Outcome
+		assert.Equal(t, pause.Preserved, e.Outcome, "%s: %s", e.ID, e.Error)
+	}
+	for _, id := range ids {
+		assert.Contains(t, lines, "checkpointed "+id)
+		assert.Equal(t, pause.Preserved, outcomes[id], id)
+	}
+	assert.Equal(t, drain.OK, pre.Result, pre.Error)
 }

@@ -250,14 +250,23 @@ type preserver struct {
 	w *Worker
 }
 
-// Run runs pause's Preserver; at ctx's end (the phase's deadline, a budget that moved
-// it, force) before Run returns, the escalations begin. Run returns once they have
-// begun, so that the escalate step finds them.
+// Run runs pause's Preserver; at ctx's end (the phase's deadline, or an earlier one a
+// budget that moved SIGKILL earlier gives it) before Run returns, the escalations begin.
+// Run returns once they have begun, so that the escalate step finds them. They do not
+// begin when the budget's SIGKILL is later than when Run began: the preserve phase runs
+// the Preserver again until its new deadline (a restarted kubelet's hook call,
+// Budget.OnRestart), and that run is to checkpoint these sandboxes, which a signal would
+// lose; nor at force, after which the escalate step gets its reserve from its start and
+// the early escalations would outrun it. The escalate step signals whatever is left.
 func (p preserver) Run(ctx context.Context, hard time.Time) *pause.Report {
+	budget := p.w.drainer.Budget()
+	kill := budget.Kill()
 	begun := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(begun)
-		p.w.escalateEarly()
+		if !budget.Kill().After(kill) && !errors.Is(context.Cause(ctx), drain.ErrForced) {
+			p.w.escalateEarly()
+		}
 	})
 	defer func() {
 		if !stop() {
@@ -705,9 +714,10 @@ func (w *Worker) stopGRPC() bool {
 // escalate is the teardown step for sandboxes the preserve phase could not checkpoint:
 // each gets SIGTERM (a gVisor actor saves its own state on it), a grace that ends
 // KillWait before the step's deadline, then SIGKILL; all in parallel. Those no checkpoint
-// held at the preserve phase's deadline got theirs then (escalateEarly); the step signals
-// the rest, whose checkpoints failed after it, and waits for all. It reports an error
-// naming every sandbox that needed SIGKILL or whose end could not be seen.
+// held at the preserve phase's deadline got theirs then (escalateEarly, unless the phase
+// ran again or was forced: preserver.Run); the step signals the rest and waits for all.
+// It reports an error naming every sandbox that needed SIGKILL or whose end could not be
+// seen.
 func (w *Worker) escalate(ctx context.Context) error {
 	left, _ := w.node.Running(ctx)
 	for _, sb := range left {
