@@ -43,7 +43,9 @@ var (
 	ErrConflict = errors.New("sandbox is in the wrong state")
 	// ErrUnrecorded: a pause whose record could not be written, and whose undo
 	// failed: the sandbox stays paused with no record, lost when the process
-	// ends, and no later pause can record it (it is no longer running).
+	// ends unless a drain records it (Node.Running lists it: its image is
+	// durable, only its record is missing); a client's pause cannot (it is no
+	// longer running).
 	ErrUnrecorded = errors.New("sandbox paused but neither recorded nor resumed: lost at exit")
 )
 
@@ -62,6 +64,10 @@ type entry struct {
 	Info
 	image string
 	timer *time.Timer // ends a running sandbox at its timeout
+	// unrecorded says why a sandbox listed paused has no record (ErrUnrecorded,
+	// ErrNotDurable): it is lost at exit unless a drain records it (Preserve). Nil for
+	// every other sandbox.
+	unrecorded error
 }
 
 // recordStore is what a Node needs of its records: a *store.Store, or in tests one
@@ -197,10 +203,11 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 	case errors.Is(err, ErrLost):
 		return Info{}, fmt.Errorf("pause %s: %w", id, n.lost(ctx, e, err))
 	case errors.Is(err, ErrNotDurable):
-		n.setPaused(e, n.rt.Image(id))
+		err = fmt.Errorf("pause %s: %w", id, err)
+		n.setUnrecorded(e, n.rt.Image(id), err)
 		n.logger.Error("sandbox stopped in an image that is not durable: listed paused, unrecorded; lost at exit unless resumed",
 			"id", id, "error", err)
-		return Info{}, fmt.Errorf("pause %s: %w", id, err)
+		return Info{}, err
 	case err != nil: // the runtime left it running
 		n.setRunning(e)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
@@ -210,10 +217,11 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 		// node said otherwise: undo the pause, so that it runs as the node says and a
 		// retry pauses it again. An undo that fails leaves it paused and unrecorded.
 		if uerr := n.rt.Resume(context.WithoutCancel(ctx), id, image); uerr != nil {
-			n.setPaused(e, image)
-			n.logger.Error("sandbox paused but neither recorded nor resumed: lost at exit",
-				"id", id, "record_error", err, "resume_error", uerr)
-			return Info{}, fmt.Errorf("pause %s: %w: %w (and resuming it failed: %w)", id, ErrUnrecorded, err, uerr)
+			err = fmt.Errorf("pause %s: %w: %w (and resuming it failed: %w)", id, ErrUnrecorded, err, uerr)
+			n.setUnrecorded(e, image, err)
+			n.logger.Error("sandbox paused but neither recorded nor resumed: lost at exit unless a drain records it",
+				"id", id, "error", err)
+			return Info{}, err
 		}
 		n.setRunning(e)
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
@@ -318,7 +326,7 @@ func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
 	case errors.Is(perr, ErrLost): // stopped, its state gone with the failed pause
 		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again lost it: %w", id, derr, n.lost(ctx, e, perr))
 	case errors.Is(perr, ErrNotDurable): // stopped in that image, its old record still there
-		n.setPaused(e, n.rt.Image(id))
+		n.setUnrecorded(e, n.rt.Image(id), fmt.Errorf("resume %s undone: %w", id, perr))
 		n.logger.Error("resumed sandbox stopped again in an image that is not durable, its stale record still there: listed paused; lost at exit unless resumed",
 			"id", id, "record_error", derr, "pause_error", perr)
 		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again left it stopped in an image that is not durable (listed paused): %w", id, derr, perr)
@@ -330,7 +338,10 @@ func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
 		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again failed: %w: it runs, with a stale record that a restart would bring back", id, derr, perr)
 	}
 	werr := n.record(e, image)
-	n.setPaused(e, n.rt.Image(id))
+	if werr != nil {
+		werr = fmt.Errorf("resume %s undone: %w: %w", id, ErrUnrecorded, werr)
+	}
+	n.setUnrecorded(e, n.rt.Image(id), werr)
 	if werr != nil {
 		n.logger.Error("sandbox paused again after its resume, but its record was not rewritten: a restart may not bring it back",
 			"id", id, "record_error", derr, "rewrite_error", werr)
@@ -425,13 +436,21 @@ func (n *Node) Count(state string) int {
 // pausing or resuming (which may yet end running, after the last listing of a shutdown),
 // as pause.Sandboxes whose Preserve is Pause: pause.ListFunc(node.Running) is the node's
 // pause.Lister.
+//
+// It also returns the sandboxes listed paused with no record (a pause whose record could
+// not be written, before the drain: ErrUnrecorded, ErrNotDurable), which the process's
+// end would lose: Preserve records them when it can, and the Report counts them lost
+// when it cannot.
 func (n *Node) Running(context.Context) ([]pause.Sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	var out []pause.Sandbox
-	for _, info := range n.List() {
-		if info.State == Running || inTransition(info.State) {
-			out = append(out, preservable{n: n, id: info.ID})
+	for _, e := range n.sbs {
+		if e.State == Running || inTransition(e.State) || e.State == Paused && e.unrecorded != nil {
+			out = append(out, preservable{n: n, id: e.ID})
 		}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID() < out[j].ID() })
 	return out, nil
 }
 
@@ -463,6 +482,9 @@ func (p preservable) Size() int64 {
 // one lost by a pause that failed (Lost), this one's or a client's: it is no longer
 // running, but not gone.
 func (p preservable) Preserve(ctx context.Context) error {
+	if done, err := p.n.recordUnrecorded(p.id); done {
+		return err
+	}
 	for {
 		_, err := p.n.Pause(ctx, p.id)
 		if errors.Is(err, ErrUnrecorded) || errors.Is(err, ErrLost) {
@@ -486,6 +508,33 @@ func (p preservable) Preserve(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", pause.ErrGone, err)
 		}
 	}
+}
+
+// recordUnrecorded writes the record of sandbox id when it is listed paused with none
+// (entry.unrecorded), and reports whether it was such a sandbox; the error says why it
+// stays unrecorded, permanent: its image is not durable (ErrNotDurable), which no record
+// may point at, or the record cannot be written, as when the pause failed to.
+func (n *Node) recordUnrecorded(id string) (bool, error) {
+	n.mu.Lock()
+	e, ok := n.sbs[id]
+	if !ok || e.State != Paused || e.unrecorded == nil {
+		n.mu.Unlock()
+		return false, nil
+	}
+	why := e.unrecorded
+	e.State = Pausing // no resume nor delete meanwhile: a resume removes the record
+	n.mu.Unlock()
+	if errors.Is(why, ErrNotDurable) {
+		n.setUnrecorded(e, e.image, why)
+		return true, backoff.Permanent(fmt.Errorf("%s is paused in an image that is not durable, with no record: %w", id, why))
+	}
+	if err := n.record(e, e.image); err != nil {
+		n.setUnrecorded(e, e.image, why)
+		return true, backoff.Permanent(fmt.Errorf("%s is paused with no record (%w), and writing it failed again: %w", id, why, err))
+	}
+	n.setUnrecorded(e, e.image, nil)
+	n.logger.Info("sandbox paused without a record is recorded now", "id", id, "was", why)
+	return true, nil
 }
 
 // transition moves sandbox id from state from to state to, stopping its timer.
@@ -512,10 +561,22 @@ func (n *Node) setRunning(e *entry) Info { return n.settleAs(e, Running) }
 
 // setPaused marks e paused into image, out of its transition; a paused sandbox has no
 // timeout.
+// A sandbox that was paused with no record (entry.unrecorded) stays so: a resume that
+// failed leaves it as it was.
 func (n *Node) setPaused(e *entry, image string) Info {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e.State, e.image = Paused, image
+	n.settle()
+	return e.Info
+}
+
+// setUnrecorded is setPaused of a sandbox whose record is written (why nil) or is not,
+// why.
+func (n *Node) setUnrecorded(e *entry, image string, why error) Info {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e.State, e.image, e.unrecorded = Paused, image, why
 	n.settle()
 	return e.Info
 }
@@ -526,6 +587,9 @@ func (n *Node) settleAs(e *entry, state string) Info {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e.State = state
+	if state != Paused { // Delete's failure puts a paused one back as it was
+		e.unrecorded = nil
+	}
 	n.settle()
 	if timed(state) && !n.closed {
 		id := e.ID
