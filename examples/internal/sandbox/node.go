@@ -175,9 +175,11 @@ func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
 	return n.setRunning(e), nil
 }
 
-// Pause pauses a running sandbox and persists its record. If the runtime fails (or ctx
-// ends) the sandbox stays running, but for two failures, after which the node says what
-// the runtime left:
+// Pause pauses a running sandbox and persists its record. A sandbox an earlier pause left
+// paused with no record (ErrUnrecorded) has its record written; one left in an image that
+// is not durable (ErrNotDurable) fails for good. If the runtime fails (or ctx ends) the
+// sandbox stays running, but for these failures, after which the node says what the
+// runtime left:
 //
 //   - ErrDied (the sandbox had died: its workload exited, its sandbox process was killed
 //     or crashed): the node destroys what it left, within ctx, and forgets it, with a
@@ -192,6 +194,12 @@ func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
 //     and lists it Lost, with an ERROR line, until a Delete or its timeout; the error is
 //     permanent, and a drain counts the sandbox lost, never vanished.
 func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
+	if info, done, err := n.recordUnrecorded(id); done { // paused by an earlier pause, with no record
+		if err != nil {
+			return Info{}, fmt.Errorf("pause %s: %w", id, err)
+		}
+		return info, nil
+	}
 	e, err := n.transition(id, Running, Pausing)
 	if err != nil {
 		return Info{}, err
@@ -478,13 +486,11 @@ func (p preservable) Size() int64 {
 // Preserve pauses the sandbox; one no longer running is pause.ErrGone. A sandbox in
 // transition is waited for, within ctx: a client's pause or resume that fails leaves it
 // running, and then only this pause saves it. A pause that left it paused with no record
-// (ErrUnrecorded) fails for good: a retry would find it paused and call it gone. So does
+// (ErrUnrecorded) fails for good: its retry would only write the record again, which has
+// just failed. So does
 // one lost by a pause that failed (Lost), this one's or a client's: it is no longer
 // running, but not gone.
 func (p preservable) Preserve(ctx context.Context) error {
-	if done, err := p.n.recordUnrecorded(p.id); done {
-		return err
-	}
 	for {
 		_, err := p.n.Pause(ctx, p.id)
 		if errors.Is(err, ErrUnrecorded) || errors.Is(err, ErrLost) {
@@ -511,30 +517,31 @@ func (p preservable) Preserve(ctx context.Context) error {
 }
 
 // recordUnrecorded writes the record of sandbox id when it is listed paused with none
-// (entry.unrecorded), and reports whether it was such a sandbox; the error says why it
+// (entry.unrecorded): a pause of it, a client's retry or a drain's (Running lists it).
+// It reports whether it was such a sandbox; the error says why it
 // stays unrecorded, permanent: its image is not durable (ErrNotDurable), which no record
 // may point at, or the record cannot be written, as when the pause failed to.
-func (n *Node) recordUnrecorded(id string) (bool, error) {
+func (n *Node) recordUnrecorded(id string) (Info, bool, error) {
 	n.mu.Lock()
 	e, ok := n.sbs[id]
 	if !ok || e.State != Paused || e.unrecorded == nil {
 		n.mu.Unlock()
-		return false, nil
+		return Info{}, false, nil
 	}
 	why := e.unrecorded
 	e.State = Pausing // no resume nor delete meanwhile: a resume removes the record
 	n.mu.Unlock()
 	if errors.Is(why, ErrNotDurable) {
 		n.setUnrecorded(e, e.image, why)
-		return true, backoff.Permanent(fmt.Errorf("%s is paused in an image that is not durable, with no record: %w", id, why))
+		return Info{}, true, backoff.Permanent(fmt.Errorf("%s is paused in an image that is not durable, with no record: %w", id, why))
 	}
 	if err := n.record(e, e.image); err != nil {
 		n.setUnrecorded(e, e.image, why)
-		return true, backoff.Permanent(fmt.Errorf("%s is paused with no record (%w), and writing it failed again: %w", id, why, err))
+		return Info{}, true, backoff.Permanent(fmt.Errorf("%s is paused with no record (%w), and writing it failed again: %w", id, why, err))
 	}
-	n.setUnrecorded(e, e.image, nil)
+	info := n.setUnrecorded(e, e.image, nil)
 	n.logger.Info("sandbox paused without a record is recorded now", "id", id, "was", why)
-	return true, nil
+	return info, true, nil
 }
 
 // transition moves sandbox id from state from to state to, stopping its timer.

@@ -75,3 +75,36 @@ func TestSandboxPausedUnrecordedBeforeTheDrainIsTheDrains(t *testing.T) {
 		})
 	}
 }
+
+// Fault: a client whose pause got ErrUnrecorded (a 500 from sandboxd, which a client
+// retries) was told 409 "is paused, not running" by its retry, once the disk had room
+// again: it took the sandbox for paused, and a process that then ended without a drain
+// (a crash, an OOM kill) lost it. A pause of a sandbox paused with no record now writes
+// the record.
+func TestPauseAgainOfASandboxPausedUnrecordedRecordsIt(t *testing.T) {
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	st, err := store.Open(records)
+	require.NoError(t, err)
+	rt := unresumable{&Fake{Dir: filepath.Join(dir, "images"), PauseLatency: time.Millisecond}}
+	n, _, err := NewNode(rt, st, nil)
+	require.NoError(t, err)
+	defer n.Close()
+	a, err := n.Create(t.Context(), 3600)
+	require.NoError(t, err)
+	require.NoError(t, os.RemoveAll(records))
+	_, err = n.Pause(t.Context(), a.ID)
+	require.ErrorIs(t, err, ErrUnrecorded)
+
+	require.NoError(t, os.MkdirAll(records, 0o700))
+	info, err := n.Pause(t.Context(), a.ID) // the client's retry
+	require.NoError(t, err)
+	assert.Equal(t, Paused, info.State)
+	recs, _, err := st.Load()
+	require.NoError(t, err)
+	require.Len(t, recs, 1, "recorded: a restart brings it back")
+	assert.Equal(t, a.ID, recs[0].ID)
+
+	_, err = n.Pause(t.Context(), a.ID)
+	assert.ErrorIs(t, err, ErrConflict, "recorded, it is paused as any other")
+}
