@@ -309,3 +309,32 @@ func TestTightenCutsTheRunningPreservesAtTheNewHardDeadline(t *testing.T) {
 		assert.False(t, p.Tighten(time.Now()), "the Run is over")
 	})
 }
+
+// Fault: Tighten cut the running preserves' contexts at the new hard
+// deadline, but a pass waiting for its preserves kept waiting until the
+// hard deadline Run was given: a Preserve that ignores its context held
+// Run 48 s past the deadline it was tightened to (drain tightens it to the
+// next critical phase's start, whose reserve that spent). Run now returns
+// by the new hard deadline plus ReturnSlack, the abandoned preserve
+// TimedOut. docs/faults.md row 406a.
+//
+//	0 s   hung starts (ignores its context), phase 10 s, hard 60 s
+//	5 s   Tighten(12 s)
+//	12 s  hung abandoned: TimedOut; Run returns (was: 60 s)
+func TestTightenBoundsRunWhenAPreserveIgnoresItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "hung", Faults: []fakesandbox.Fault{fakesandbox.Hang}, HangFor: time.Hour})
+		p, err := pause.New(node, pause.Config{})
+		require.NoError(t, err)
+		t0 := time.Now()
+		go func() {
+			time.Sleep(5 * time.Second)
+			assert.True(t, p.Tighten(t0.Add(12*time.Second)))
+		}()
+		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
+		assert.Equal(t, pause.TimedOut, entry(t, rep, "hung").Outcome)
+		assert.Equal(t, 12*time.Second+pause.ReturnSlack, took)
+		time.Sleep(time.Hour) // the hung Preserve returns
+	})
+}

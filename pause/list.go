@@ -74,23 +74,6 @@ func (r *run) callList() (list []Sandbox, err error) {
 	return r.p.list.List(r.ctx)
 }
 
-// receiveBy receives from ch, giving up at deadline (the zero time: never),
-// and reports whether it received.
-func receiveBy[T any](ch <-chan T, deadline time.Time) (T, bool) {
-	if deadline.IsZero() {
-		return <-ch, true
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case v := <-ch:
-		return v, true
-	case <-timer.C:
-		var zero T
-		return zero, false
-	}
-}
-
 func (r *run) permanent(err error) bool {
 	var pe *backoff.PermanentError
 	return errors.As(err, &pe) || r.cfg.isPermanent(err)

@@ -260,11 +260,29 @@ func (r *run) worker(ps *pass) {
 // await waits until the queue is closed and every started preserve of the
 // pass is settled, or until returnSlack after the hard deadline: a Preserve
 // that returns as soon as its context ends (at the hard deadline) is
-// settled with its own error, not abandoned.
+// settled with its own error, not abandoned. The hard deadline is read
+// again when Tighten moves it, so that a Preserve ignoring its context
+// holds the Run no longer than the deadline it was tightened to.
 func (r *run) await(ps *pass) {
-	until := r.hardline()
-	if !until.IsZero() {
-		until = until.Add(returnSlack)
+	for {
+		until := r.hardline()
+		if until.IsZero() {
+			select {
+			case <-ps.done:
+				return
+			case <-r.moved:
+				continue
+			}
+		}
+		timer := time.NewTimer(time.Until(until.Add(returnSlack)))
+		select {
+		case <-ps.done:
+			timer.Stop()
+			return
+		case <-timer.C:
+			return
+		case <-r.moved:
+			timer.Stop()
+		}
 	}
-	receiveBy(ps.done, until)
 }

@@ -28,7 +28,8 @@ type run struct {
 	phase    time.Time
 	hard     time.Time // guarded by hardMu once the Run started (Tighten)
 	hardMu   sync.Mutex
-	cut      *time.Timer // Tighten's: cutWork at the hard deadline it set; nil until it moved hard
+	cut      *time.Timer   // Tighten's: cutWork at the hard deadline it set; nil until it moved hard
+	moved    chan struct{} // Tighten moved hard: await re-reads it
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
@@ -79,7 +80,7 @@ type run struct {
 }
 
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
-	r := &run{p: p, cfg: &p.cfg}
+	r := &run{p: p, cfg: &p.cfg, moved: make(chan struct{}, 1)}
 	r.phase, r.hard = deadlines(ctx, hard)
 	r.slots() // before the span: it carries the limit the Run starts at
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
@@ -146,6 +147,10 @@ func (r *run) tighten(hard time.Time) bool {
 		r.cut.Stop()
 	}
 	r.cut = time.AfterFunc(time.Until(hard), r.cutWork)
+	select { // a pass waiting for its preserves waits no longer than hard
+	case r.moved <- struct{}{}:
+	default:
+	}
 	return true
 }
 
