@@ -120,7 +120,8 @@ type Config struct {
 	// default, is exponential: 200 ms initial, factor 1.5, jitter 0.5, at
 	// most 10 s between attempts and 5 min in all. Whatever the policy, no
 	// retry starts whose wait would end past the phase deadline or the
-	// sandbox's deadline: a retry is a new start of Preserve.
+	// sandbox's deadline: a retry is a new start of Preserve. New calls it
+	// once, and fails if it returns nil (or a typed nil) or panics.
 	BackOff func() backoff.BackOff
 
 	// Permanent classifies errors that must not be retried, for example a
@@ -249,6 +250,11 @@ func (c Config) resolve() (config, error) {
 	if c.Order < OrderAuto || c.Order > OrderLongestFirst {
 		errs = append(errs, fmt.Errorf("pause: Config.Order must be one of the defined orders, got %v", c.Order))
 	}
+	if c.BackOff != nil {
+		if err := checkBackOff(c.BackOff); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return config{}, errors.Join(errs...)
 	}
@@ -301,4 +307,20 @@ func (c Config) resolve() (config, error) {
 		r.progress = 0 // no line to log: no timer to arm per Run
 	}
 	return r, nil
+}
+
+// checkBackOff makes one policy with newBackOff, as a Run does at the
+// first transient error, and says what is wrong if it returns nil (or a
+// typed nil) or panics: found at New, not as a panic that would end the
+// process in the middle of a drain.
+func checkBackOff(newBackOff func() backoff.BackOff) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("pause: Config.BackOff panicked: %v", v)
+		}
+	}()
+	if isNilValue(newBackOff()) {
+		return errors.New("pause: Config.BackOff must not return nil: a Run calls it at a sandbox's first transient error, and a nil policy would panic there")
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -166,4 +167,32 @@ func TestFailuresAreLoggedAsWarnings(t *testing.T) {
 		p.Run(t.Context(), time.Time{})
 		assert.Contains(t, buf.String(), `level=WARN msg="pause: sandbox failed" sandbox=bad`)
 	})
+}
+
+// Fault: a Config.BackOff that returns nil (an unset policy variable, a
+// typed nil) passed New, and at SIGTERM the first transient error of a
+// Preserve called Reset on it in a worker goroutine: a nil dereference
+// that ended the process in the middle of the drain, every sandbox not yet
+// preserved lost. New now makes one policy and fails naming the field; a
+// BackOff that panics fails New the same way. docs/faults.md row 406b.
+func TestNewRejectsABackOffThatReturnsNil(t *testing.T) {
+	var unset *backoff.ExponentialBackOff
+	for name, tc := range map[string]struct {
+		f    func() backoff.BackOff
+		want string
+	}{
+		"nil":       {func() backoff.BackOff { return nil }, "pause: Config.BackOff must not return nil"},
+		"typed nil": {func() backoff.BackOff { return unset }, "pause: Config.BackOff must not return nil"},
+		"panics":    {func() backoff.BackOff { panic("no policy") }, "pause: Config.BackOff panicked: no policy"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := pause.New(fakesandbox.NewNode(), pause.Config{BackOff: tc.f})
+			require.Error(t, err)
+			assert.Nil(t, p)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	p, err := pause.New(fakesandbox.NewNode(), pause.Config{BackOff: func() backoff.BackOff { return &backoff.ZeroBackOff{} }})
+	require.NoError(t, err, "a policy that is no pointer at all is fine")
+	require.NotNil(t, p)
 }

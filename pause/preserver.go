@@ -80,11 +80,15 @@ func New(list Lister, cfg Config) (*Preserver, error) {
 // isNil reports whether l is nil or holds a nil pointer, func, map,
 // slice, channel or interface: a typed nil whose List would fail or panic
 // at SIGTERM time instead of at New.
-func isNil(l Lister) bool {
-	if l == nil {
+func isNil(l Lister) bool { return isNilValue(l) }
+
+// isNilValue reports whether x is nil or holds a nil pointer, func, map,
+// slice, channel or interface.
+func isNilValue(x any) bool {
+	if x == nil {
 		return true
 	}
-	switch v := reflect.ValueOf(l); v.Kind() {
+	switch v := reflect.ValueOf(x); v.Kind() {
 	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
 		return v.IsNil()
 	}
