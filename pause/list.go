@@ -22,7 +22,19 @@ var errListAbandoned = errors.New("pause: Lister had not returned by the phase d
 // A Lister that ignores its context is abandoned at the phase deadline: no
 // preserve may start after it, so a later answer is of no use, and waiting
 // for it would spend the time the later phases reserved.
+//
+// A Run with a phase deadline whose context ended before its first
+// listing (a phase the plan left no time, a Force) does not call the
+// Lister, whose call would be abandoned at once, and says so: the listing
+// error is the Run's, not a Lister's that had no time to answer.
 func (r *run) list() ([]Sandbox, error) {
+	if !r.phase.IsZero() && r.phaseOver() {
+		err := r.ctx.Err()
+		if err == nil { // the clock passed the phase deadline before its timer fired
+			err = context.DeadlineExceeded
+		}
+		return nil, fmt.Errorf("pause: Run's context had ended before the Lister was called, no time to list: %w", err)
+	}
 	var bo backoff.BackOff
 	var prev error
 	for {

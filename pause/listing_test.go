@@ -288,3 +288,46 @@ type preserveFunc struct {
 
 func (s preserveFunc) ID() string                     { return s.id }
 func (s preserveFunc) Preserve(context.Context) error { s.f(); return nil }
+
+// Fault: a Run given no time (its context's deadline already past, as
+// for a preserve window the plan left empty, or its context cancelled)
+// called the Lister in a goroutine and abandoned it at once, and its
+// Report blamed the Lister: "pause: Lister had not returned by the phase
+// deadline; abandoned", in 200 of 200 Runs over a Lister that answers at
+// once (outside a bubble; inside one, the Lister's own ctx error when its
+// goroutine ran first); drain copied it into every sandbox's entry. An
+// operator would debug a Lister that was never given a chance. The Report
+// is still Unknown (nothing was listed); its error now says why.
+// docs/faults.md row 406c.
+func TestRunWithNoTimeLeftDoesNotBlameTheLister(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ctx  func(context.Context) (context.Context, context.CancelFunc)
+		want string
+	}{
+		"deadline past": {func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithDeadline(ctx, time.Now().Add(-time.Second))
+		}, "context deadline exceeded"},
+		"cancelled": {func(ctx context.Context) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			cancel()
+			return ctx, cancel
+		}, "context canceled"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				node := fakesandbox.NewNode()
+				node.AddN("sb", 3, time.Second)
+				p, err := pause.New(node, pause.Config{})
+				require.NoError(t, err)
+				ctx, cancel := tc.ctx(t.Context())
+				defer cancel()
+				start := time.Now()
+				rep := p.Run(ctx, start.Add(time.Minute))
+				assert.Equal(t, start, rep.End, "at once")
+				assert.True(t, rep.Unknown, "nothing was listed")
+				assert.Equal(t, "pause: Run's context had ended before the Lister was called, no time to list: "+tc.want, rep.ListErr)
+				assert.NotContains(t, rep.Err().Error(), "Lister had not returned")
+			})
+		})
+	}
+}
