@@ -174,7 +174,7 @@ func TestFailuresAreLoggedAsWarnings(t *testing.T) {
 // Preserve called Reset on it in a worker goroutine: a nil dereference
 // that ended the process in the middle of the drain, every sandbox not yet
 // preserved lost. New now makes one policy and fails naming the field; a
-// BackOff that panics fails New the same way. docs/faults.md row 406b.
+// BackOff that panics fails New the same way. docs/faults.md row 420.
 func TestNewRejectsABackOffThatReturnsNil(t *testing.T) {
 	var unset *backoff.ExponentialBackOff
 	for name, tc := range map[string]struct {

@@ -316,7 +316,7 @@ func TestTightenCutsTheRunningPreservesAtTheNewHardDeadline(t *testing.T) {
 // Run 48 s past the deadline it was tightened to (drain tightens it to the
 // next critical phase's start, whose reserve that spent). Run now returns
 // by the new hard deadline plus ReturnSlack, the abandoned preserve
-// TimedOut. docs/faults.md row 406a.
+// TimedOut. docs/faults.md row 419.
 //
 //	0 s   hung starts (ignores its context), phase 10 s, hard 60 s
 //	5 s   Tighten(12 s)

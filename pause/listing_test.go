@@ -298,7 +298,7 @@ func (s preserveFunc) Preserve(context.Context) error { s.f(); return nil }
 // goroutine ran first); drain copied it into every sandbox's entry. An
 // operator would debug a Lister that was never given a chance. The Report
 // is still Unknown (nothing was listed); its error now says why.
-// docs/faults.md row 406c.
+// docs/faults.md row 421.
 func TestRunWithNoTimeLeftDoesNotBlameTheLister(t *testing.T) {
 	for name, tc := range map[string]struct {
 		ctx  func(context.Context) (context.Context, context.CancelFunc)

@@ -118,7 +118,7 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 	assert.Equal(t, drain.OK, esc.Result, "SIGTERM was enough: %s", esc.Error)
 }
 
-// Fault (a review of row 403a against row 239's restarted kubelet): a budget that moved
+// Fault (a review of row 413 against row 239's restarted kubelet): a budget that moved
 // SIGKILL later during the preserve phase (the kubelet ran the termination over) makes the
 // phase run the Preserver again until the new deadline; the first Run's context still ends
 // at the old one. The escalations begun then SIGTERMed every sandbox not yet checkpointed,
