@@ -227,7 +227,7 @@ func (h held) Size() int64 {
 // Preserve checkpoints the sandbox unless it was signalled first.
 func (h held) Preserve(ctx context.Context) error {
 	if !h.w.stops.checkpoint(h.ID()) {
-		return backoff.Permanent(fmt.Errorf("%s: %w", h.ID(), errSignalled))
+		return backoff.Permanent(errSignalled) // the Report names the sandbox
 	}
 	defer h.w.stops.checkpointed(h.ID())
 	return h.Sandbox.Preserve(ctx)
