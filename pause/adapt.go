@@ -78,7 +78,14 @@ import (
 // highest level measured may go on, since it can only help, and so may
 // the epoch at a learned level below the start, taken on the first
 // epoch's evidence that the start is past the knee (fewer at once move as
-// much there, and each preserve ends sooner).
+// much there, and each preserve ends sooner). Nor does it pin a descent
+// from a level whose next level up delivered less, beyond payFrac and the
+// noise (falls): that device thrashes past its knee, the level held may be
+// past it too, and fewer at once may move more; the descent goes on while
+// halving does not cost, as with time to spare. Pinned there instead, a
+// disk that thrashes past 2 writers kept 8 and preserved 64 where the knee
+// preserves 120 (now 84); where the knee is the level held, the descent
+// costs one epoch at half of it (4 % fewer on that disk with its knee at 8).
 //
 // What it follows. The climb is TCP's slow start (RFC 5681: double per
 // round until the path stops delivering more) and BBR's startup exit
@@ -442,6 +449,27 @@ func (c *climber) best() (int, float64) {
 	return k, x
 }
 
+// falls reports whether the level measured next above j delivered less
+// than j, by more than payFrac and beyond the noise (noiseZ standard
+// errors): j's next level up is past the knee of a device that thrashes.
+func (c *climber) falls(j int) bool {
+	up := 0
+	for _, l := range c.lv {
+		if l.k > j && (up == 0 || l.k < up) {
+			up = l.k
+		}
+	}
+	if up == 0 {
+		return false
+	}
+	sa, sb := c.at(j), c.at(up)
+	if sa.n == 0 || sb.n == 0 {
+		return false
+	}
+	diff := sa.mean()*(1-payFrac) - sb.mean()
+	return diff > 0 && diff > noiseZ*math.Hypot(sa.se(), sb.se())
+}
+
 // learned returns, once epochs were decided at two levels at least (a
 // comparison was made), the fewest preserves at once that delivered as
 // much as the level measured fastest, by the rule a doubling must pass to
@@ -478,6 +506,15 @@ func (c *climber) bind(now time.Time) int {
 		// The learned level below the start, on the first epoch's evidence that the
 		// start is past the knee: fewer at once move as much there, and each preserve
 		// ends sooner. Measured before pinning, as a climb still paying is.
+		return c.k
+	}
+	if c.move == climbDown && c.falls(c.prev) {
+		// Halving a level whose next level up delivered less: the device
+		// thrashes past its knee, so the level held may be past it too, and
+		// fewer at once may move more. Pinned there, a thrashing disk with
+		// its knee at 2 kept 8 at once and preserved 64 of the 120 the knee
+		// preserves in the window (TestBindingDeadlineStillLeavesAThrashingLevel).
+		// The descent stops where halving costs (next), as unbound.
 		return c.k
 	}
 	if k != c.k {

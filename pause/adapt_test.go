@@ -337,3 +337,35 @@ func TestRunStartingAtTheCeilingHoldsItWithLittleWorkQueued(t *testing.T) {
 		})
 	}
 }
+
+// A disk that thrashes past 2 writers (40 MiB/s, 20 a writer, each writer
+// past the knee costing a tenth), 300 preserves of 20 MiB and 60 s: the
+// deadline binds from the first epoch. The doubling to 16 moves less than
+// 8, so 8 may be past the knee too: the climber halves on, the deadline's
+// pin waiting, until halving costs (1 moves half of 2), and holds 2. Pinned
+// at 8, the level measured fastest when the deadline first bound, it
+// preserved 64 (a fixed limit of 8: 72); now 84, where the knee held from
+// the start (a fixed 2) preserves 120.
+func TestBindingDeadlineStillLeavesAThrashingLevel(t *testing.T) {
+	run := func(cfg pause.Config) (int, []string) {
+		var preserved int
+		var buf bytes.Buffer
+		synctest.Test(t, func(t *testing.T) {
+			disk := &fakesandbox.Disk{Bandwidth: 40 * mib, PerWriter: 20 * mib, Thrash: 0.1}
+			cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+			p, err := pause.New(diskNode(disk, 300, 20), cfg)
+			require.NoError(t, err)
+			rep, _ := runFor(t, p, 60*time.Second, 0)
+			preserved = rep.Counts[pause.Preserved]
+		})
+		return preserved, limitsTaken(buf.String())
+	}
+	adaptive, limits := run(pause.Config{})
+	eight, _ := run(pause.Config{Limit: 8, MaxLimit: 8})
+	knee, _ := run(pause.Config{Limit: 2, MaxLimit: 2})
+	t.Logf("preserved: adaptive %d (limits %v), fixed 8 %d, fixed 2 (the knee) %d", adaptive, limits, eight, knee)
+	assert.Contains(t, limits, "2", "down past 8 to the knee")
+	assert.Equal(t, "2", limits[len(limits)-1], "held at the knee")
+	assert.Greater(t, adaptive, eight, "more than pinned at the level measured fastest first")
+	assert.LessOrEqual(t, adaptive, knee)
+}

@@ -93,8 +93,8 @@ func drain(t *testing.T, n node, left time.Duration, from learnedDrain, fromLear
 //	learned on              drained now        learned  ample: cold / learned   preserved, binding: cold / learned
 //	store, no knee          the same           32       200 ms / 180 ms        56 120 184 248 256 / 72 136 200 256 256
 //	disk, knee at 4         the same            4       103 s / 103 s          40 56 80 96 120 / 36 60 76 100 116
-//	disk, thrashing past 4  the same            4       109 s / 105 s          8 32 48 56 72 / 36 56 76 96 116
-//	disk, no knee           thrashing past 4   32       109 s / 110 s          8 32 48 56 72 / the same
+//	disk, thrashing past 4  the same            4       109 s / 105 s          8 33 53 73 93 / 33 53 73 93 113
+//	disk, no knee           thrashing past 4   32       109 s / 110 s          8 33 53 73 93 / the same
 //	disk, thrashing past 4  no knee             4       7 s / 7 s              24 56 88 120 152 / the same
 //
 // The learned start never preserves fewer than the cold one before a
@@ -121,13 +121,17 @@ func TestLearnedStartIsNeverWorseThanTheColdStart(t *testing.T) {
 		// bytes, every round of equal preserves ends together, and a deadline cuts
 		// a round of 4 x 1 s or of 8 x 2 s at different points: the learned Run
 		// may lose the 4 it has in flight where the cold one had just ended a
-		// round (and gains 4 where it had not). Elsewhere none.
+		// round (and gains 4 where it had not). Where the learned level is
+		// refused (32 on the disk that now thrashes) both Runs climb alike,
+		// halving on past 8 with the deadline binding, and which of the
+		// preserves ending at one instant is sampled first moves a decision:
+		// up to 3 of about 90 either way, seen under -race. Elsewhere none.
 		cut int
 	}{
 		{storeNode, storeNode, 150 * time.Millisecond, 32, 0},
 		{kneeNode, kneeNode, 20 * time.Second, 4, 4},
 		{thrashNode, thrashNode, 20 * time.Second, 4, 0},
-		{fastNode, thrashNode, 20 * time.Second, 32, 0},
+		{fastNode, thrashNode, 20 * time.Second, 32, 4},
 		{thrashNode, fastNode, 2 * time.Second, 4, 0},
 	} {
 		_, _, _, learned := drain(t, tc.before, time.Hour, learnedDrain{}, false)
@@ -155,7 +159,8 @@ func TestLearnedStartIsNeverWorseThanTheColdStart(t *testing.T) {
 // 0.5 s), and its disk now thrashes past 4 writers. The next drain starts
 // at 8, as a cold one: its first 8 preserves take 2.8 s each against the
 // 0.5 s learned, so 32 is not taken and the limit climbs as a cold one's
-// would (one doubling, to 16, then down): 48 preserved in 20 s, as cold.
+// would (one doubling, to 16, then down): 51–53 preserved in 20 s, as
+// cold (48 when the deadline pinned it at 8, before it halved on).
 // A Run that starts at 32 at once (a Preserver going on from its last Run
 // at 32, on the same changed disk) shares the disk among 32 writers, 17
 // MiB/s in all: its first completions would come after 30 s, and not one
@@ -171,7 +176,7 @@ func TestLearnedLevelIsNotTakenOnADeviceThatGotSlower(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 8, p.Limit(), "the first Run starts where a cold one does")
 		rep, _ := runFor(t, p, 20*time.Second, 0)
-		assert.Equal(t, 48, rep.Counts[pause.Preserved])
+		assert.GreaterOrEqual(t, rep.Counts[pause.Preserved], 48)
 		assert.Equal(t, "16", limitsTaken(buf.String())[0], "a doubling, not the learned 32")
 		assert.Equal(t, 16, n.MaxInFlight())
 	})
@@ -237,17 +242,21 @@ func TestReportLearnedLimitIsTheKneeMeasured(t *testing.T) {
 // epoch, as it waits for a climb still paying, since fewer at once past
 // the knee move as much and each ends sooner. 76 preserved; pinned at 8
 // on the first epoch's measurement, the same Run preserved 56, and the
-// cold start, which tries 16 first, 48.
+// cold start, which tries 16 first, 51–53: 16 moved less than 8, so it
+// halves on down to 2 and back to 4 (pinned at 8 there, it preserved 48).
+// The learned Run halves on from 4 as well, 4 having moved more than 8,
+// and pays an epoch at 2 for it: 71–73 (the counts vary with the order in
+// which preserves ending at one instant are sampled).
 func TestLearnedLevelBelowTheStartIsTakenWhenTheDeadlineBinds(t *testing.T) {
 	_, _, _, learned := drain(t, thrashNode, time.Hour, learnedDrain{}, false)
 	require.Equal(t, 4, learned.limit)
 	rep, _, limits, _ := drain(t, thrashNode, 20*time.Second, learned, true)
 	require.NotEmpty(t, limits)
 	assert.Equal(t, "4", limits[0], "straight to the learned level")
-	assert.Equal(t, 76, rep.Counts[pause.Preserved])
 	cold, _, coldLimits, _ := drain(t, thrashNode, 20*time.Second, learned, false)
-	assert.Equal(t, []string{"16", "8"}, coldLimits)
-	assert.Equal(t, 48, cold.Counts[pause.Preserved])
+	assert.Equal(t, []string{"16", "4"}, coldLimits[:2])
+	assert.GreaterOrEqual(t, cold.Counts[pause.Preserved], 48, "no fewer than pinned at 8")
+	assert.Greater(t, rep.Counts[pause.Preserved], cold.Counts[pause.Preserved]+15, "the learned start saves the climb's cost")
 }
 
 // A Preserver started from a learned 32 (Limit 32, MaxLimit 32) whose first
