@@ -135,8 +135,9 @@ func stepReserve(grace time.Duration) time.Duration {
 // in use, evaluated whenever the plan reads it: kubectl delete
 // --grace-period=30 of a supervisor whose -grace is an hour gives each step
 // the 3 s of a 30 s supervisor. Sized from -grace, the daemon step,
-// critical, would keep its 30 s and take all the 25 s the margin leaves,
-// the preserve phase none: every sandbox lost.
+// critical, would keep its 30 s and take all the 27 s the margin (3 s, a
+// tenth of the grace in use) leaves, the preserve phase none: every
+// sandbox lost.
 func (s *supervisor) liveStepReserve() deadline.Reserve {
 	return func() time.Duration { return stepReserve(s.budget.GraceInUse()) }
 }

@@ -249,13 +249,14 @@ func TestInFlightPausesNeverEatTheDaemonsReserve(t *testing.T) {
 // kubectl delete --grace-period=30 (or an eviction with a shorter grace) of
 // a supervisor whose -grace is AgentENV's hour gives its steps the reserves
 // of a 30 s supervisor, 3 s each. Before, they stayed sized from -grace,
-// 30 s each: the daemon step, critical, took all the 25 s the margin left,
+// 30 s each: the daemon step, critical, took all the time the margin left,
 // the server step none, and the preserve phase none either: every sandbox
 // lost.
 //
 //	0 s     SIGTERM (grace 3600 s); the deletion's 30 s read: SIGKILL at 30 s
 //	        8 sandboxes running, paused in 1 s each
-//	19 s    the preserve deadline: 25 s minus the two steps' 3 s
+//	21 s    the preserve deadline: 27 s (the 30 s grace's 3 s margin) minus the
+//	        two steps' 3 s
 func TestTeardownReservesFollowTheGraceADeletionGave(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv, _ := agentenvDouble(t, 8, fakeagentenv.Config{PauseBase: time.Second})
