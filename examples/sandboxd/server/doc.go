@@ -14,7 +14,8 @@
 // signals to the Drainer. The code is the example: it is compiled and tested, where a copy
 // here would drift.
 //
-// Signals: SIGTERM and SIGINT start the shutdown, a second one forces it. SIGHUP is logged
+// Signals: SIGTERM and SIGINT start the shutdown; a SIGINT after the first signal forces it,
+// a SIGTERM again does not (the kubelet may send it again itself). SIGHUP is logged
 // and ignored (sandboxd has nothing to reload, and a node server must never die of a
 // closed terminal); SIGQUIT dumps every goroutine's stack into the log and sandboxd goes
 // on. Neither kills it: dying at once would lose every sandbox and, through its

@@ -314,8 +314,9 @@ func (s *Server) Drainer() *drain.Drainer { return s.drainer }
 // Run serves HTTP until the first SIGTERM or SIGINT (or ctx ending, or the API's serving
 // stopping: below), then shuts the node down with the Drainer — drain, preserve, ublk
 // teardown, HTTP shutdown, all inside the grace period — writes the Report to
-// STATE_DIR/last-shutdown.json and returns it. A second signal forces the shutdown. Run
-// never exits the process.
+// STATE_DIR/last-shutdown.json and returns it. A SIGINT after the first signal forces the
+// shutdown; a SIGTERM again does not (drain.Drainer.ServeSignals). Run never exits the
+// process.
 //
 // Serving that stops on its own (a listener's Accept failing for good) is logged at Error
 // when it stops and makes Run's error non-nil, as drain.Server.Run's exit status 1. When
