@@ -48,7 +48,8 @@ const (
 // forwarded are the signals passed on to the server as they come: each
 // is an operator's request to the server. SIGTERM and SIGINT are not: the
 // first starts the shutdown, which sends the server its SIGTERM once every
-// sandbox is preserved; a second forces. Neither are kept (below).
+// sandbox is preserved; a SIGINT after it forces, a SIGTERM again does not
+// (see supervise). Neither are kept (below).
 var forwarded = []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
 // kept are the signals the supervisor handles itself and never forwards: a
