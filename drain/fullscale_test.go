@@ -21,7 +21,8 @@ import (
 // terminates the in-process server exactly as the kubelet would.
 //
 //	drainkit: T0 preStop ... 3484 s drain deadline (3600 - 30 margin - 60 daemon - ceil(200/16) x 2 s)
-//	          SIGTERM (SIGKILL at 3600 s) -> 26 s of preserving, 16 at a time -> daemon stopped (1 s) -> exit 89 s before SIGKILL
+//	          the hook answers 300 ms early: SIGTERM at 3483.7 s (SIGKILL at 3600.7 s, the kubelet truncating)
+//	          -> 26 s of preserving, 16 at a time -> daemon stopped (1 s) -> exit 90 s before SIGKILL
 //	seed:     T0 preStop waits for 0 running ... 3600 s hook abandoned -> SIGTERM, 2 s floor
 //	          one 2 s pause at a time -> SIGKILL at 3602 s
 func TestFullScaleSeedScenario(t *testing.T) {
