@@ -68,7 +68,7 @@ func ConfigFromEnv() (Config, error) {
 	}
 	budget, err := deadline.New(grace, deadline.Config{Logger: log, Margin: margin, PreStopSleep: sleep})
 	if err != nil {
-		what := []string{fmt.Sprintf("%s=%q", EnvGrace, grace)}
+		what := []string{graceSource(grace)}
 		if margin != 0 {
 			what = append(what, fmt.Sprintf("%s=%q", EnvMargin, os.Getenv(EnvMargin)))
 		}
@@ -76,11 +76,24 @@ func ConfigFromEnv() (Config, error) {
 			what = append(what, fmt.Sprintf("a preStop sleep of %v (%s=%q, or the pod's spec)", sleep, EnvPreStopSleep, os.Getenv(EnvPreStopSleep)))
 		}
 		if len(what) == 1 {
-			return Config{}, fmt.Errorf("drain: %s: %w", EnvGrace, err)
+			return Config{}, fmt.Errorf("drain: %s: %w", what[0], err)
 		}
 		return Config{}, fmt.Errorf("drain: %s with %s: %w", strings.Join(what[1:], " and "), what[0], err)
 	}
 	return Config{Budget: budget, Logger: log, Pod: pod, KubeletGrace: kubelet, Pause: pc}, nil
+}
+
+// graceSource names where ConfigFromEnv's grace came from, for an error:
+// EnvGrace as it is set, when that is the grace planned with; else the
+// pod's spec, which graceOf prefers (and which a set EnvGrace that differs
+// does not override).
+func graceSource(grace time.Duration) string {
+	if v := os.Getenv(EnvGrace); v != "" {
+		if env, err := durationEnv(EnvGrace); err == nil && env == grace {
+			return fmt.Sprintf("%s=%q", EnvGrace, v)
+		}
+	}
+	return fmt.Sprintf("a grace of %v (the pod's spec.terminationGracePeriodSeconds)", grace)
 }
 
 // inCluster returns the pod this process runs in, or nil, logged, when
@@ -313,7 +326,10 @@ func sleepEnv() (d time.Duration, set bool, err error) {
 		return 0, true, nil
 	}
 	d, err = durationEnv(EnvPreStopSleep)
-	return d, err == nil, err
+	if err != nil {
+		return 0, false, fmt.Errorf("%w, or 0 for no preStop sleep", err)
+	}
+	return d, true, nil
 }
 
 // optionalDurationEnv reads the variable name as durationEnv does; zero
