@@ -218,7 +218,7 @@ func TestPreStopSleepZeroDurationAndErrors(t *testing.T) {
 	t.Setenv(EnvPreStopSleep, "31")
 	t.Setenv(EnvMargin, "2s")
 	_, err = ConfigFromEnv()
-	assert.ErrorContains(t, err, EnvMargin+`="2s" and a preStop sleep of 31s (`+EnvPreStopSleep+`="31", or the pod's spec) with `+EnvGrace+`="30s"`)
+	assert.ErrorContains(t, err, EnvMargin+`="2s" and a preStop sleep of 31s (`+EnvPreStopSleep+`="31", or the pod's spec) with `+EnvGrace+`="30"`)
 }
 
 // Fault (a docs review): a budget that the grace could not hold named
