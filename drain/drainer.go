@@ -222,6 +222,7 @@ type Drainer struct {
 	rootCtx  context.Context // carries root
 	hooks    int             // preStop requests started so far
 	hookOpen bool            // the latest preStop request has not answered yet
+	hookPoll bool            // the latest preStop request is a poll without ?start= (pollOfTheRun)
 	// interrupted: ServeSignals's first signal was not SIGTERM (a person's
 	// SIGINT), so a preStop request still open does not mean the kubelet
 	// gave up on it.

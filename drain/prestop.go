@@ -115,7 +115,9 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // (Budget.OnHookAbandoned) that SIGKILL comes 2 s after SIGTERM, whatever
 // grace the budget was built with. A request without ?wait= (an httpGet
 // hook's) that its client closed before the wait ended counts as still
-// open: the kubelet never cancels one.
+// open: the kubelet never cancels one. A poll with ?wait= and no ?start=
+// made while such a call is open (an operator's look) is not the latest
+// request: its answer leaves that call open.
 //
 // On a Drainer not made by New the handler answers every call 500 with
 // "drain: Drainer not made by drain.New", logged at Error through
@@ -152,7 +154,6 @@ func (d *Drainer) PreStop() http.Handler {
 				at = start
 			}
 		}
-		seq := d.hookOpened()
 		hookRun := r.URL.Query().Get("start")
 		if hookRun == "" && bound != nil {
 			// A poll (?wait=) that names no run: a shell loop around
@@ -161,6 +162,7 @@ func (d *Drainer) PreStop() http.Handler {
 			// one, each poll would move SIGKILL later (Budget.OnRestart).
 			hookRun = pollOfTheRun
 		}
+		seq := d.hookOpened(hookRun == pollOfTheRun)
 		sum := d.preStop(r.Context(), at, hookRun, bound, countBound)
 		if bound == nil && !sum.Done && r.Context().Err() != nil {
 			// An httpGet call gone before the wait ended: the kubelet
@@ -181,11 +183,19 @@ func (d *Drainer) PreStop() http.Handler {
 }
 
 // hookOpened records a preStop request as open and returns its number.
-func (d *Drainer) hookOpened() int {
+// A poll without ?start= (poll) made while the latest request, one that is
+// not such a poll (the kubelet's httpGet call), is still open is an
+// operator's look beside that call: it does not become the latest request,
+// whose answer would take the kubelet's call for answered (and a SIGTERM
+// at the kubelet's grace's end for no abandonment), and it returns 0.
+func (d *Drainer) hookOpened(poll bool) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if poll && d.hookOpen && !d.hookPoll {
+		return 0
+	}
 	d.hooks++
-	d.hookOpen = true
+	d.hookOpen, d.hookPoll = true, poll
 	return d.hooks
 }
 
