@@ -121,7 +121,8 @@ type Config struct {
 	// most 10 s between attempts and 5 min in all. Whatever the policy, no
 	// retry starts whose wait would end past the phase deadline or the
 	// sandbox's deadline: a retry is a new start of Preserve. New calls it
-	// once, and fails if it returns nil (or a typed nil) or panics.
+	// once and uses that policy (Reset, NextBackOff), and fails if it
+	// returns nil (or a typed nil) or panics.
 	BackOff func() backoff.BackOff
 
 	// Permanent classifies errors that must not be retried, for example a
@@ -309,18 +310,22 @@ func (c Config) resolve() (config, error) {
 	return r, nil
 }
 
-// checkBackOff makes one policy with newBackOff, as a Run does at the
-// first transient error, and says what is wrong if it returns nil (or a
-// typed nil) or panics: found at New, not as a panic that would end the
-// process in the middle of a drain.
+// checkBackOff makes one policy with newBackOff and uses it, as a Run does
+// at the first transient error (Reset, then NextBackOff), and says what is
+// wrong if it returns nil (or a typed nil) or panics, making or using it (a
+// wrapper around a nil policy, backoff.WithMaxRetries(nil, n)): found at
+// New, not as a panic that would end the process in the middle of a drain.
 func checkBackOff(newBackOff func() backoff.BackOff) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("pause: Config.BackOff panicked: %v", v)
 		}
 	}()
-	if isNilValue(newBackOff()) {
+	b := newBackOff()
+	if isNilValue(b) {
 		return errors.New("pause: Config.BackOff must not return nil: a Run calls it at a sandbox's first transient error, and a nil policy would panic there")
 	}
+	b.Reset()
+	b.NextBackOff()
 	return nil
 }

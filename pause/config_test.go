@@ -196,3 +196,31 @@ func TestNewRejectsABackOffThatReturnsNil(t *testing.T) {
 	require.NoError(t, err, "a policy that is no pointer at all is fine")
 	require.NotNil(t, p)
 }
+
+// Fault: row 420's check made one policy and looked only at whether it was
+// nil. A policy that is not nil but panics when a Run uses it, a wrapper
+// around a nil policy (backoff.WithMaxRetries or WithContext of an unset
+// *backoff.ExponentialBackOff), passed New, and at SIGTERM a Preserve's
+// first transient error called its Reset in a worker goroutine: the same
+// nil dereference, the process ended mid-drain. New now uses the policy it
+// makes as a Run does (Reset, then NextBackOff) and fails naming the
+// field. docs/faults.md row 422b.
+func TestNewRejectsABackOffThatPanicsWhenUsed(t *testing.T) {
+	var unset *backoff.ExponentialBackOff
+	for name, f := range map[string]func() backoff.BackOff{
+		"WithMaxRetries of nil": func() backoff.BackOff { return backoff.WithMaxRetries(unset, 3) },
+		"WithContext of nil":    func() backoff.BackOff { return backoff.WithContext(unset, context.Background()) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := pause.New(fakesandbox.NewNode(), pause.Config{BackOff: f})
+			require.Error(t, err, "New passed a policy whose Reset panics")
+			assert.Nil(t, p)
+			assert.Contains(t, err.Error(), "pause: Config.BackOff panicked")
+		})
+	}
+	p, err := pause.New(fakesandbox.NewNode(), pause.Config{BackOff: func() backoff.BackOff {
+		return backoff.WithMaxRetries(backoff.NewExponentialBackOff(), 3)
+	}})
+	require.NoError(t, err, "a wrapped policy that works is fine")
+	require.NotNil(t, p)
+}
