@@ -145,12 +145,20 @@ func verdict(rep *drain.Report) string {
 			parts = append(parts, "sandboxes UNKNOWN (no listing succeeded)")
 		case lost > 0:
 			parts = append(parts, fmt.Sprintf("%d of %d sandboxes LOST", lost, len(pr.Entries)))
+		case preserveFault(rep):
+			// The phase failed with none of what it listed lost: something it
+			// never listed (a create in flight at its deadline) is.
+			parts = append(parts, fmt.Sprintf("all %d listed sandboxes preserved", pr.Counts[pause.Preserved]))
 		default:
 			parts = append(parts, fmt.Sprintf("all %d sandboxes preserved", pr.Counts[pause.Preserved]))
 		}
 	}
 	for _, p := range failedSteps(rep) {
-		parts = append(parts, "step "+p.Name+" "+strings.ToUpper(string(p.Result)))
+		kind := "step "
+		if p.Name == drain.PhasePreserve {
+			kind = "phase "
+		}
+		parts = append(parts, kind+p.Name+" "+strings.ToUpper(string(p.Result)))
 	}
 	if rep.Headroom >= 0 {
 		parts = append(parts, fmt.Sprintf("exited %.3fs before SIGKILL", rep.Headroom.Seconds()))
@@ -161,20 +169,38 @@ func verdict(rep *drain.Report) string {
 }
 
 // failedSteps returns the steps that count against Report.Err: failed,
-// abandoned or timed out (the preserve phase is the sandboxes' account;
-// a drain or gate wait that timed out is the plan).
+// abandoned or timed out (a drain or gate wait that timed out is the
+// plan), and the preserve phase when it failed with no sandbox of its
+// account lost (preserveFault): otherwise the sandboxes' account says why.
 func failedSteps(rep *drain.Report) []drain.PhaseReport {
 	var out []drain.PhaseReport
 	for _, p := range rep.Phases {
 		switch p.Name {
-		case drain.PhaseDrain, drain.PhaseGate, drain.PhasePreserve:
+		case drain.PhaseDrain, drain.PhaseGate:
 			continue
+		case drain.PhasePreserve:
+			if !preserveFault(rep) {
+				continue
+			}
 		}
 		if p.Result == drain.Failed || p.Result == drain.Abandoned || p.Result == drain.TimedOut {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// preserveFault reports whether the preserve phase counts against
+// Report.Err while its account (Report.Preserve) lost none of the
+// sandboxes it lists: gated operations still in flight at its deadline,
+// whose sandboxes nothing listed, or a second run after them that failed.
+func preserveFault(rep *drain.Report) bool {
+	p := rep.Phase(drain.PhasePreserve)
+	pr := rep.Preserve
+	if p == nil || pr == nil || pr.Unknown || pr.Lost() > 0 {
+		return false
+	}
+	return p.Result == drain.Failed || p.Result == drain.Abandoned || p.Result == drain.TimedOut
 }
 
 // maxWhy is the most of a step's error a line carries.

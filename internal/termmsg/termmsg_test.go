@@ -36,11 +36,15 @@ func report(n, lost int) *drain.Report {
 		pr.Entries = append(pr.Entries, e)
 		pr.Counts[e.Outcome]++
 	}
+	preserve := drain.Failed // as drain reports it: lost sandboxes fail the phase
+	if lost == 0 {
+		preserve = drain.OK
+	}
 	return &drain.Report{
 		Budget: deadline.State{Anchor: deadline.AnchorPreStop, Start: t0, SIGTERM: t0.Add(3555 * time.Second),
 			Kill: t0.Add(3600 * time.Second), Grace: time.Hour},
 		Phases: []drain.PhaseReport{{Name: "drain", Result: drain.TimedOut, Duration: 3555 * time.Second},
-			{Name: "preserve", Result: drain.Failed, Duration: 10 * time.Second}},
+			{Name: "preserve", Result: preserve, Duration: 10 * time.Second}},
 		Preserve: pr, Headroom: 30 * time.Second,
 	}
 }
@@ -172,4 +176,29 @@ func TestSummaryVerdictNamesAFailedStepAndWhy(t *testing.T) {
 
 	// A drain or gate wait that timed out is the plan, not a fault.
 	assert.Equal(t, "drainkit: all 20 sandboxes preserved; exited 30.000s before SIGKILL", strings.Split(termmsg.Summary(report(20, 0)), "\n")[0])
+}
+
+// Fault: row 411 named a failed step in the verdict but left the preserve
+// phase out ("the sandboxes' account"), and the preserve phase can fail
+// with every sandbox of its account preserved: a create admitted before
+// the gate closed still in flight at the preserve deadline, whose sandbox
+// no listing found (drain's TestCreateEndingPastThePreserveDeadline...,
+// "another sandbox unaccounted"). The pod's last state then read "all 1
+// sandboxes preserved; exited ... before SIGKILL", exit status 1, the
+// create's sandbox lost, its only trace "preserve failed" in the phases
+// line. The verdict now names the phase, and a line says why.
+// docs/faults.md row 422c.
+func TestSummaryVerdictNamesAFailedPreservePhaseThatLostNoListedSandbox(t *testing.T) {
+	rep := report(1, 0)
+	rep.Phases[1].Result = drain.Failed
+	rep.Phases[1].Error = "gated operations admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): create: 1: " +
+		"a sandbox they start is not preserved (a call that streams for as long as its client keeps it open is a drain.Stream, not a create)"
+	require.Error(t, rep.Err(), "the exit status is 1")
+	lines := strings.Split(strings.TrimSuffix(termmsg.Summary(rep), "\n"), "\n")
+	assert.Equal(t, "drainkit: all 1 listed sandboxes preserved; phase preserve FAILED; exited 30.000s before SIGKILL", lines[0])
+	assert.Contains(t, lines, "preserve failed: gated operations admitted before the gate closed still in flight when the preserve phase ended (its deadline, or force): create: 1: "+
+		"a sandbox they start is not preserved (a call that streams for as long as its client keeps it open is a drain.Stream, not a create)")
+
+	// Sandboxes lost: the verdict says so, as before, and no more.
+	assert.Equal(t, "drainkit: 3 of 20 sandboxes LOST; exited 30.000s before SIGKILL", strings.Split(termmsg.Summary(report(20, 3)), "\n")[0])
 }
