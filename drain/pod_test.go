@@ -329,7 +329,7 @@ func TestShorterDeletionMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 				f.callPreStop(t.Context(), "?wait=0s").wait(t)
 				// The new run's call answered before SIGTERM, as the kubelet's is
 				// when the wait ends (here near an hour away): the look's answer
-				// is not the call's (row 422a), and a call open at SIGTERM is the
+				// is not the call's (row 422), and a call open at SIGTERM is the
 				// kubelet giving up on the hook.
 				f.d.mu.Lock()
 				latest := f.d.hooks

@@ -204,7 +204,7 @@ func TestNewRejectsABackOffThatReturnsNil(t *testing.T) {
 // first transient error called its Reset in a worker goroutine: the same
 // nil dereference, the process ended mid-drain. New now uses the policy it
 // makes as a Run does (Reset, then NextBackOff) and fails naming the
-// field. docs/faults.md row 422b.
+// field. docs/faults.md row 423.
 func TestNewRejectsABackOffThatPanicsWhenUsed(t *testing.T) {
 	var unset *backoff.ExponentialBackOff
 	for name, f := range map[string]func() backoff.BackOff{

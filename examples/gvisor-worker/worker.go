@@ -259,6 +259,11 @@ type preserver struct {
 // lose; nor at force, after which the escalate step gets its reserve from its start and
 // the early escalations would outrun it. The escalate step signals whatever is left.
 func (p preserver) Run(ctx context.Context, hard time.Time) *pause.Report {
+	if rs, ok := p.w.rt.(*sandbox.Runsc); ok {
+		// The drain signals what it could not checkpoint: a checkpoint that would
+		// fail for want of space, and stop its sandbox, is not started (row 414).
+		rs.SpareOnFullVolume()
+	}
 	budget := p.w.drainer.Budget()
 	kill := budget.Kill()
 	begun := make(chan struct{})

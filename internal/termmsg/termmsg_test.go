@@ -187,7 +187,7 @@ func TestSummaryVerdictNamesAFailedStepAndWhy(t *testing.T) {
 // sandboxes preserved; exited ... before SIGKILL", exit status 1, the
 // create's sandbox lost, its only trace "preserve failed" in the phases
 // line. The verdict now names the phase, and a line says why.
-// docs/faults.md row 422c.
+// docs/faults.md row 424.
 func TestSummaryVerdictNamesAFailedPreservePhaseThatLostNoListedSandbox(t *testing.T) {
 	rep := report(1, 0)
 	rep.Phases[1].Result = drain.Failed

@@ -18,7 +18,12 @@ import (
 // be checkpointed (an actor saves itself on it), though the first failure said the volume
 // was full. A checkpoint now does not start while the images volume has no more free
 // space than when a checkpoint failed on it for want of space: the sandbox keeps running,
-// its Pause fails for good saying why, and the drain signals it.
+// its Pause fails for good saying why, and the drain signals it. The rule is
+// the drain's that signals (SpareOnFullVolume, gvisor-worker): it refuses a small
+// sandbox that would fit after a large one did not (a later review, with real runsc
+// on a 4 MiB volume: a 220 KB image refused after a 16 MB one failed), and sandboxd,
+// which signals nothing, lost such a sandbox at exit
+// (TestFullImagesVolumeTriesEveryCheckpointByDefault).
 func TestFullImagesVolumeLosesOneSandboxNotEvery(t *testing.T) {
 	n, rt, _ := newRunscNode(t)
 	defer n.Close()
@@ -28,6 +33,7 @@ func TestFullImagesVolumeLosesOneSandboxNotEvery(t *testing.T) {
 		runningCounter(t, ctx, n, rt)
 	}
 	mountImages(t, rt, "4k")
+	rt.SpareOnFullVolume()
 
 	p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 1})
 	require.NoError(t, err)
@@ -52,4 +58,27 @@ func TestFullImagesVolumeLosesOneSandboxNotEvery(t *testing.T) {
 	t.Logf("lost %d, still running (for the escalate step's SIGTERM) %d", lost, running)
 	assert.Equal(t, 1, lost, "only the checkpoint that found the volume full is lost")
 	assert.Equal(t, 2, running)
+}
+
+// Without SpareOnFullVolume every checkpoint is tried: one that failed for want of
+// space says nothing of a smaller one (none is refused "not started").
+func TestFullImagesVolumeTriesEveryCheckpointByDefault(t *testing.T) {
+	n, rt, _ := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for range 2 {
+		runningCounter(t, ctx, n, rt)
+	}
+	mountImages(t, rt, "4k")
+
+	p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 1})
+	require.NoError(t, err)
+	rep := p.Run(ctx, time.Now().Add(30*time.Second))
+	require.Len(t, rep.Entries, 2)
+	for _, e := range rep.Entries {
+		assert.Equal(t, pause.Failed, e.Outcome)
+		assert.Contains(t, e.Error, "no space left on device", "its own checkpoint failed")
+		assert.NotContains(t, e.Error, "not started", "tried, not refused")
+	}
 }

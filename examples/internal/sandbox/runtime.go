@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -192,7 +193,20 @@ type Runsc struct {
 	// full is the most free space the images volume had when a checkpoint began that
 	// failed on it for want of space, with that failure; nil before one did.
 	full *noSpace
+	// spare says that a checkpoint that full says would fail is not started
+	// (SpareOnFullVolume).
+	spare atomic.Bool
 }
+
+// SpareOnFullVolume makes every later Pause refuse to start a checkpoint while the
+// images volume has no more free space than one that failed for want of space began
+// with (Pause): for a drain that signals the sandboxes it could not checkpoint
+// (gvisor-worker's escalate step), where a save that fails stops its sandbox with its
+// state lost and one not started leaves it running for the SIGTERM that lets its actor
+// save itself. Without it (sandboxd, and every Pause outside a drain) each checkpoint is
+// tried: the rule refuses a small sandbox that would fit after a large one did not, and
+// a server with no signal step loses a refused sandbox at exit all the same.
+func (r *Runsc) SpareOnFullVolume() { r.spare.Store(true) }
 
 // noSpace is a checkpoint that failed for want of space on the images volume: the free
 // bytes when it began, and its error.
@@ -371,11 +385,12 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // it) fails Pause as any other error, and a later Pause that finds the sandbox stopped
 // calls it lost too, not died: the failed checkpoint may be what stopped it.
 //
-// Once a checkpoint failed for want of space on the images volume, no checkpoint starts
-// while the volume has no more free space than that one began with: it would fail the
-// same way and stop its sandbox, which then never got the drain's SIGTERM (on a full
-// volume every sandbox of a drain was lost so, one after another). Pause then fails for
-// good (backoff.Permanent) with the sandbox running, saying why.
+// After SpareOnFullVolume, once a checkpoint failed for want of space on the images
+// volume, no checkpoint starts while the volume has no more free space than that one
+// began with: it would likely fail the same way and stop its sandbox, which then never
+// got the drain's SIGTERM (on a full volume every sandbox of a drain was lost so, one
+// after another). Pause then fails for good (backoff.Permanent) with the sandbox
+// running, saying why.
 //
 // An image that cannot be made durable (its fsync fails) fails Pause with the sandbox
 // restored from it, running. When that restore fails too, the sandbox is stopped with no
@@ -390,7 +405,7 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	free, known := freeSpace(filepath.Dir(image))
-	if full := r.noSpace(); full != nil && known && free <= full.free {
+	if full := r.noSpace(); full != nil && known && free <= full.free && r.spare.Load() {
 		// gVisor ends the sandbox after a save that fails (ErrLost): one that would fail
 		// for want of space is not started, and the sandbox runs on, for the drain's
 		// SIGTERM (an actor saves itself on it).
