@@ -21,6 +21,7 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
+	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -579,7 +580,7 @@ func TestSupervisorDoesNotExitWhileItsDaemonServesALiveDevice(t *testing.T) {
 // after its stop and before its delete; now PID 1 waits for its exit.
 func TestSupervisorAsPID1DoesNotExitWhileTheServersDaemonServesALiveDevice(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("a PID namespace needs root")
+		realpart.Missing(t, "a new PID namespace needs root (run the tests as root)")
 	}
 	dir := t.TempDir()
 	report, events, sock := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "ublkd.sock")
