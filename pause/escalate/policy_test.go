@@ -293,8 +293,9 @@ func TestEscalationStolenSignalStatusKeepsTheTermWait(t *testing.T) {
 			return fmt.Errorf("runsc kill: waitid: %w", syscall.ECHILD)
 		},
 		WaitFunc: stolenWait(t), ExitedFunc: exitedProbe(t, cmd.Process)}
-	exit, _ := escalate.Policy{TermWait: 20 * time.Second}.Stop(t.Context(), target)
+	exit, err := escalate.Policy{TermWait: 20 * time.Second}.Stop(t.Context(), target)
 	assert.Equal(t, escalate.Exited, exit)
+	assert.NoError(t, err, "the error is nil unless the exit is ExitUnknown")
 	assert.FileExists(t, state)
 }
 
