@@ -58,14 +58,17 @@ func TestCheckpointWhoseClientIsGoneStillEndsPaused(t *testing.T) {
 		require.Equal(t, codes.Canceled, status.Code(err), "the client gave up: %v", err)
 	}
 
-	var state string
+	// The condition runs in a goroutine of its own, where require's FailNow must not be
+	// called: a failed List or a wrong count ends the wait, checked here after it.
+	var list *ListReply
+	var listErr error
 	require.Eventually(t, func() bool {
-		list, err := c.List(context.Background())
-		require.NoError(t, err)
-		require.Len(t, list.Sandboxes, 1)
-		state = list.Sandboxes[0].State
-		return state != sandbox.Pausing
+		list, listErr = c.List(context.Background())
+		return listErr != nil || len(list.Sandboxes) != 1 || list.Sandboxes[0].State != sandbox.Pausing
 	}, time.Minute, 10*time.Millisecond)
+	require.NoError(t, listErr)
+	require.Len(t, list.Sandboxes, 1)
+	state := list.Sandboxes[0].State
 	require.Equal(t, sandbox.Paused, state, "the worker says what runsc says: checkpointed, not running")
 	st, err := rs.Runtime.State(context.Background(), r.ID)
 	require.NoError(t, err)
