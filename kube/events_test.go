@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -191,11 +192,22 @@ func TestRecordDropsAnEventWithoutAReason(t *testing.T) {
 	assert.Contains(t, stats.LastError, "Reason")
 }
 
+// A Flush with nothing recorded does not wait for its context: in virtual
+// time, an hour's context, and no time passes. (With a context already
+// ended, as before, a Flush that waited for it returned at once too.)
 func TestFlushWithNothingRecordedReturnsAtOnce(t *testing.T) {
 	_, cfg := newAPIServer(t, podJSON(t, nil))
+	pod := newPod(t, cfg, testPod)
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		assert.Equal(t, kube.EventStats{}, pod.Flush(ctx))
+		assert.Zero(t, time.Since(start), "returned at once, not when its context ended")
+	})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	assert.Equal(t, kube.EventStats{}, newPod(t, cfg, testPod).Flush(ctx))
+	assert.Equal(t, kube.EventStats{}, pod.Flush(ctx), "an ended context")
 }
 
 // A server whose New failed (no API access) keeps one code path: a nil
