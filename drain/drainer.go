@@ -216,13 +216,13 @@ type Drainer struct {
 	force    context.Context // cancelled by Force
 	forceIt  context.CancelFunc
 
-	mu       sync.Mutex
-	prestop  *preStopRun
-	root     trace.Span      // the termination's span, from the first preStop call or Shutdown
-	rootCtx  context.Context // carries root
-	hooks    int             // preStop requests started so far
-	hookOpen bool            // the latest preStop request has not answered yet
-	hookPoll bool            // the latest preStop request is a poll without ?start= (pollOfTheRun)
+	mu        sync.Mutex
+	prestop   *preStopRun
+	root      trace.Span      // the termination's span, from the first preStop call or Shutdown
+	rootCtx   context.Context // carries root
+	hooks     int             // preStop requests started so far
+	hookOpen  bool            // the latest preStop request has not answered yet
+	pollsOpen int             // polls without ?start= (pollOfTheRun) not answered yet
 	// interrupted: ServeSignals's first signal was not SIGTERM (a person's
 	// SIGINT), so a preStop request still open does not mean the kubelet
 	// gave up on it.

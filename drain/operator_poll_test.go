@@ -33,3 +33,25 @@ func TestOperatorsPollDoesNotHideTheKubeletAbandoningTheHook(t *testing.T) {
 			"SIGKILL %v after SIGTERM", rep.Budget.Kill.Sub(rep.Budget.SIGTERM))
 	})
 }
+
+// The same look beside a shell loop's poll (an exec hook polling
+// ?wait= without ?start=, row 403), open when the kubelet's grace runs out:
+// SIGTERM is the hook abandoned, SIGKILL 2 s later, as without the look.
+//
+//	0 ...... the loop's poll: GET /drain?wait=20s (the budget plans for 30 s)
+//	2 s .... an operator: GET /drain?wait=0s, answered at once
+//	4 s .... SIGTERM, the loop's poll still open: SIGKILL at 6 s
+func TestOperatorsPollDoesNotHideAShellLoopsAbandonedHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 2})
+		loop := f.callPreStop(t.Context(), "?wait=20s")
+		time.Sleep(2 * time.Second)
+		look := f.callPreStop(t.Context(), "?wait=0s").wait(t)
+		assert.False(t, look.Done, "the wait goes on")
+		time.Sleep(2 * time.Second)
+		rep := f.d.Shutdown(t.Context())
+		<-loop.done
+		assert.Equal(t, rep.Budget.SIGTERM.Add(deadline.MinimumGracePeriod), rep.Budget.Kill,
+			"SIGKILL %v after SIGTERM", rep.Budget.Kill.Sub(rep.Budget.SIGTERM))
+	})
+}

@@ -116,8 +116,9 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // grace the budget was built with. A request without ?wait= (an httpGet
 // hook's) that its client closed before the wait ended counts as still
 // open: the kubelet never cancels one. A poll with ?wait= and no ?start=
-// made while such a call is open (an operator's look) is not the latest
-// request: its answer leaves that call open.
+// (a shell loop's, or an operator's look) is never the latest request: its
+// answer leaves the kubelet's call, or another poll, open; and a poll
+// still open at SIGTERM is the hook still running, abandoned too.
 //
 // On a Drainer not made by New the handler answers every call 500 with
 // "drain: Drainer not made by drain.New", logged at Error through
@@ -183,28 +184,34 @@ func (d *Drainer) PreStop() http.Handler {
 }
 
 // hookOpened records a preStop request as open and returns its number.
-// A poll without ?start= (poll) made while the latest request, one that is
-// not such a poll (the kubelet's httpGet call), is still open is an
-// operator's look beside that call: it does not become the latest request,
-// whose answer would take the kubelet's call for answered (and a SIGTERM
-// at the kubelet's grace's end for no abandonment), and it returns 0.
+// A poll without ?start= (poll: a shell loop's, or an operator's look) is
+// counted apart and returns 0: made beside the kubelet's httpGet call or
+// beside a shell loop's poll, its answer must not take that one for
+// answered (and a SIGTERM at the kubelet's grace's end for no
+// abandonment). A poll open at SIGTERM is itself the hook still running:
+// a poll answers as soon as the wait ends, and the hook returns after.
 func (d *Drainer) hookOpened(poll bool) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if poll && d.hookOpen && !d.hookPoll {
+	if poll {
+		d.pollsOpen++
 		return 0
 	}
 	d.hooks++
-	d.hookOpen, d.hookPoll = true, poll
+	d.hookOpen = true
 	return d.hooks
 }
 
-// hookClosed records that preStop request seq has answered. Only the
-// latest request counts: a kubelet that runs the hook again (restarted)
-// may leave the first request open.
+// hookClosed records that preStop request seq (0: a poll) has answered.
+// Only the latest request that is no poll counts: a kubelet that runs the
+// hook again (restarted) may leave the first request open.
 func (d *Drainer) hookClosed(seq int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if seq == 0 {
+		d.pollsOpen--
+		return
+	}
 	if seq == d.hooks {
 		d.hookOpen = false
 	}

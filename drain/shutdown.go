@@ -91,7 +91,7 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 	d.mu.Lock()
 	first := !d.started
 	d.started = true
-	abandoned := d.hookOpen && !d.interrupted.Load()
+	abandoned := (d.hookOpen || d.pollsOpen > 0) && !d.interrupted.Load()
 	blind := d.prestop == nil // no hook call shows the kubelet's new run
 	d.mu.Unlock()
 	if first {
