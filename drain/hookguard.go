@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drainkit/drainkit/kube"
@@ -26,7 +27,12 @@ const defaultHookHeader = "X-Drain-Secret"
 // the hook's httpHeaders.
 //
 // Every refused request is answered 403 and logged at Warn with the peer's
-// address and the reason; the secret a request carried is never logged.
+// address and the reason, at most one line a second for each reason: the
+// refusals within a second of a line are counted and logged together a
+// second after it, with the last one's address, so that a flood from the
+// pod network costs the node's logs a line a second, and a refusal of
+// another reason (the kubelet's own call, its secret missing) still shows
+// at once. The secret a request carried is never logged.
 // The zero HookGuard lets through only the requests of a loopback peer.
 type HookGuard struct {
 	// Secret is the shared secret a request must carry in Header. Empty
@@ -60,15 +66,78 @@ func (g *HookGuard) Wrap(next http.Handler) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	refusals := &refusalLog{log: log}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := g.allow(r, header); err != nil {
-			log.Warn("drain: preStop request refused", "remote", r.RemoteAddr, "method", r.Method,
-				"path", r.URL.Path, "reason", err.Error())
+			refusals.refused(r, err.Error())
 			http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// refusalEvery is the most often a HookGuard logs a refusal of one reason.
+const refusalEvery = time.Second
+
+// maxRefusalReasons bounds the reasons a refusalLog keeps apart (a Check's
+// reasons may carry error text); the rest share one account.
+const maxRefusalReasons = 16
+
+// A refusalLog logs a HookGuard's refusals, for each reason at most one
+// line every refusalEvery: the ones that come sooner are counted, and a
+// timer logs them together when the time is up. A reason not seen in the
+// last second is logged at once.
+type refusalLog struct {
+	log *slog.Logger
+
+	mu      sync.Mutex
+	reasons map[string]*refusals
+}
+
+// refusals is the account of one reason's refusals.
+type refusals struct {
+	last   time.Time // when a line was last logged
+	held   int       // refusals since then, not yet logged
+	sample []any     // the last of them, as log attributes
+}
+
+func (l *refusalLog) refused(r *http.Request, reason string) {
+	attrs := []any{"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", reason}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reasons == nil {
+		l.reasons = make(map[string]*refusals)
+	}
+	key := reason
+	if _, ok := l.reasons[key]; !ok && len(l.reasons) >= maxRefusalReasons {
+		key = ""
+	}
+	a := l.reasons[key]
+	if a == nil {
+		a = new(refusals)
+		l.reasons[key] = a
+	}
+	if a.last.IsZero() || now.Sub(a.last) >= refusalEvery {
+		a.last = now
+		l.log.Warn("drain: preStop request refused", attrs...)
+		return
+	}
+	a.held++
+	a.sample = attrs
+	if a.held == 1 {
+		time.AfterFunc(a.last.Add(refusalEvery).Sub(now), func() { l.flush(a) })
+	}
+}
+
+// flush logs the refusals a held since its last line.
+func (l *refusalLog) flush(a *refusals) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a.last = time.Now()
+	l.log.Warn("drain: preStop requests refused", "refused", a.held, "within", refusalEvery, slog.Group("last", a.sample...))
+	a.held, a.sample = 0, nil
 }
 
 func (g *HookGuard) allow(r *http.Request, header string) error {

@@ -9,11 +9,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/kube"
 )
 
@@ -116,4 +119,49 @@ func TestHookSecretEndingInANewlineIsTheSecret(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusForbidden, resp.StatusCode, "a blank secret is no secret, and no loopback pass either")
 	}
+}
+
+// Fault (a review of the hook's surfaces): every refused request was
+// logged, so a flood from the pod network, where untrusted sandboxes run,
+// cost the node's logs a line a request. Now a line a second for each
+// reason: the first refusal at once, the rest of its second counted in one
+// line when the second is up, nothing refused uncounted, and a refusal of
+// another reason (the kubelet's call with a wrong secret) logged at once.
+//
+//	0 s      a refusal: logged
+//	0–0.9 s  999 more: held
+//	1 s      one line: refused=999
+//	5 s      a refusal: logged at once
+func TestHookGuardLogsAFloodOfRefusalsOnceASecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		h := (&drain.HookGuard{Secret: "s3cret", Logger: slog.New(slog.NewTextHandler(&logs, nil))}).Wrap(http.NotFoundHandler())
+		refuse := func() {
+			r := httptest.NewRequest("GET", "/drain", nil)
+			r.RemoteAddr = "10.0.0.9:5"
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			require.Equal(t, http.StatusForbidden, w.Code)
+		}
+		refuse()
+		for range 999 {
+			time.Sleep(900 * time.Microsecond)
+			refuse()
+		}
+		assert.Equal(t, 1, strings.Count(logs.String(), "\n"), "one line in the first second")
+		r := httptest.NewRequest("GET", "/drain", nil)
+		r.RemoteAddr = "10.0.0.1:5"
+		r.Header.Set("X-Drain-Secret", "stale")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		assert.Contains(t, logs.String(), "wrong X-Drain-Secret", "another reason: at once")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		require.Len(t, lines, 3)
+		assert.Contains(t, lines[2], "refused=999")
+		assert.Contains(t, lines[2], "last.reason=\"no X-Drain-Secret header\"")
+		time.Sleep(4 * time.Second)
+		refuse()
+		assert.Len(t, strings.Split(strings.TrimSpace(logs.String()), "\n"), 4, "a refusal after a quiet second is logged at once")
+	})
 }
