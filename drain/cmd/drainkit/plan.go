@@ -88,6 +88,13 @@ DIR/learned-rates.json at every shutdown and starts from it) or -rates FILE;
 no rates file exists (a server that does not write one, or a node that has
 not drained yet: with -grace and -estimate the plan is made from the flags).
 
+A pod whose preStop hook is a sleep (lifecycle.preStop.sleep; the server's
+DRAINKIT_PRESTOP_SLEEP) is planned with -prestop-sleep SECONDS: the kubelet
+sleeps out of the grace before SIGTERM, which is when the drain's work
+starts, and SIGKILL comes max(grace - sleep, 2 s) after SIGTERM. The rates
+file does not record it: without the flag, the plan counts the sleep as
+time the drain has.
+
 Exit status: 0 when every sandbox fits (in the node's shutdown too, when its
 grace is known), 1 when not (so it can gate a rollout in CI/CD), 2 for bad
 flags, a server that cannot be read or a bad file.
@@ -144,6 +151,7 @@ type planInput struct {
 	kubeletOff     string        // why the node's configuration gives none to plan (graceful node shutdown off), or ""
 	kubeletWrong   string        // why the server's drain would not keep to the node's grace, or ""
 	margin         time.Duration // 0: the default for the grace
+	sleep          time.Duration // the pod's preStop sleep (deadline.Config.PreStopSleep), 0: none
 	rateMiB        float64       // MiB/s of one pause, 0: none
 	steps          []learned.Step
 	stepsSrc       string
@@ -182,6 +190,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	priority := fs.Int("priority", 0, "the pod's priority (its PriorityClass's value; system-node-critical is 2000001000), for -kubelet-config's node-shutdown groups")
 	margin := new(time.Duration)
 	durflag.DurationVar(fs, margin, "margin", 0, "margin kept before SIGKILL (default: the library's for the grace, a tenth of it within [1.5s, 5s])")
+	var sleep time.Duration
+	durflag.GraceVar(fs, &sleep, "prestop-sleep", 0, "the pod's preStop sleep hook (lifecycle.preStop.sleep.seconds; the server's DRAINKIT_PRESTOP_SLEEP), in `SECONDS` or as a duration: the kubelet sleeps it out of the grace before SIGTERM, where the drain's work starts (default: none)")
 	estimate := new(time.Duration)
 	durflag.DurationVar(fs, estimate, "estimate", 0, "time one pause takes (default: learned, else "+defaultEstimate.String()+")")
 	limit := fs.Int("concurrency", 0, "pauses at once (default: learned, else "+strconv.Itoa(defaultLimit)+")")
@@ -237,7 +247,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "plan", err)
 	}
 
-	in := planInput{margin: *margin, rateMiB: *rate}
+	in := planInput{margin: *margin, sleep: sleep, rateMiB: *rate}
 	if err := in.loadRates(*stateDir, *ratesFile, grace, *estimate); err != nil {
 		fmt.Fprintf(stderr, "drainkit plan: %v\n", err)
 		return exitUsage
@@ -782,11 +792,18 @@ func (in *planInput) phasesFor(reserve deadline.Reserve) []deadline.Phase {
 	return append(phases, r.Phases()...)
 }
 
+// budget is the server's budget at SIGTERM, now: T0 a preStop sleep
+// earlier (the kubelet's sleep, which the server never sees), SIGKILL at
+// SIGTERM + max(grace - sleep, 2 s), the kubelet's arithmetic. The drain's
+// work starts at SIGTERM, so what the plan lays out from now is what the
+// sleep leaves.
 func (in *planInput) budget(grace time.Duration) (*deadline.Budget, error) {
-	if in.margin > 0 {
-		return deadline.New(grace, deadline.Config{Margin: in.margin})
+	b, err := deadline.New(grace, deadline.Config{Margin: in.margin, PreStopSleep: in.sleep})
+	if err != nil {
+		return nil, err
 	}
-	return deadline.New(grace, deadline.Config{})
+	b.OnSIGTERM(time.Now())
+	return b, nil
 }
 
 func (in *planInput) plan() (*planResult, error) {
@@ -813,7 +830,7 @@ func (in *planInput) plan() (*planResult, error) {
 	phases := in.phasesFor(reserve)
 	b, err := in.budget(in.grace)
 	if err != nil {
-		return nil, fmt.Errorf("-grace %v, -margin %v: %w", in.grace, in.margin, err)
+		return nil, fmt.Errorf("-grace %v, -margin %v, -prestop-sleep %v: %w", in.grace, in.margin, in.sleep, err)
 	}
 	p, err := deadline.NewPlan(b, phases...)
 	if err != nil {
@@ -821,7 +838,7 @@ func (in *planInput) plan() (*planResult, error) {
 	}
 	res.budget = b.State()
 	res.windows = p.Windows("")
-	res.shortfall = p.Shortfall()
+	res.shortfall = p.ShortfallFrom(drain.PhaseDrain) // from SIGTERM: a preStop sleep is spent
 	res.fits = res.shortfall == 0
 	res.spare = res.windows[0].Deadline.Sub(res.windows[0].Start) // the drain window: what is not reserved
 	res.minGrace = in.smallestGrace(phases)
@@ -842,12 +859,12 @@ func (in *planInput) planNode(phases []deadline.Phase) (*nodePlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.Tighten(time.Now().Add(in.kubeletGrace)) // anchors T0 now, as the plan's own windows start now
+	b.Tighten(b.Start().Add(in.kubeletGrace)) // T0 is SIGTERM less the sleep, as the plan's own
 	p, err := deadline.NewPlan(b, phases...)
 	if err != nil {
 		return nil, err
 	}
-	node := &nodePlan{windows: p.Windows(""), shortfall: p.Shortfall()}
+	node := &nodePlan{windows: p.Windows(""), shortfall: p.ShortfallFrom(drain.PhaseDrain)}
 	node.fits = node.shortfall == 0 && in.kubeletWrong == ""
 	return node, nil
 }
@@ -860,7 +877,7 @@ func (in *planInput) fitsIn(grace time.Duration, phases []deadline.Phase) bool {
 		return false
 	}
 	p, err := deadline.NewPlan(b, phases...)
-	return err == nil && p.Shortfall() == 0
+	return err == nil && p.ShortfallFrom(drain.PhaseDrain) == 0
 }
 
 // smallestGrace is the smallest whole number of seconds that fits, by
@@ -949,7 +966,11 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 		fmt.Fprintf(tw, "  the drain reserves\t%s\tby size, longest first over %d slots (what the server's plan counts on at SIGTERM)\n", secs(res.reserve), in.reserved)
 	}
 	st := res.budget
-	fmt.Fprintf(tw, "  budget\t%s\tgrace %s less a margin of %s before SIGKILL\n", secs(st.Deadline.Sub(st.Start)), in.grace, secs(st.Kill.Sub(st.Deadline)))
+	slept := ""
+	if in.sleep > 0 {
+		slept = fmt.Sprintf(", of which the preStop sleep takes %s before SIGTERM: %s left for the drain", secs(in.sleep), secs(st.Deadline.Sub(st.SIGTERM)))
+	}
+	fmt.Fprintf(tw, "  budget\t%s\tgrace %s less a margin of %s before SIGKILL%s\n", secs(st.Deadline.Sub(st.Start)), in.grace, secs(st.Kill.Sub(st.Deadline)), slept)
 	tw.Flush()
 
 	fmt.Fprintf(w, "\n  The plan from T0 (deadline.Plan; steps: %s):\n", in.stepsSrc)
@@ -959,12 +980,15 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "    phase\tfrom\tto\treserve\tshort\t")
-	t0 := res.windows[0].Start
+	t0 := res.windows[0].Start.Add(-in.sleep) // the windows start at SIGTERM
 	for _, win := range res.windows {
 		note := ""
 		switch win.Name {
 		case drain.PhaseDrain:
 			note = "spare: the preStop wait may use it"
+			if in.sleep > 0 {
+				note = "spare, after the preStop sleep from +0.000s"
+			}
 		case drain.PhasePreserve:
 			note = "pausing"
 		}

@@ -570,3 +570,30 @@ func TestPlanReadsTheKubeletsConfiguration(t *testing.T) {
 		assert.Contains(t, errw, want, args)
 	}
 }
+
+// A pod whose preStop hook is a sleep (lifecycle.preStop.sleep, which the
+// server never sees: DRAINKIT_PRESTOP_SLEEP) gives the drain only what the
+// sleep leaves: the server's budget starts its work at SIGTERM, the sleep
+// after T0, with SIGKILL at SIGTERM + max(grace - sleep, 2 s). Ten rounds of
+// 1 s in a 30 s grace fit with 27 s before the deadline, and not after a
+// 20 s sleep (7 s left); after a 29 s sleep the kubelet's 2 s floor leaves
+// 1 s, which half a second's pause fits.
+func TestPlanCountsThePreStopSleepOutOfTheGrace(t *testing.T) {
+	args := []string{"plan", "-count", "10", "-concurrency", "1", "-estimate", "1s", "-grace", "30"}
+	code, _, errw := drainkit(t, args...)
+	require.Equal(t, exitOK, code, errw)
+
+	code, out, errw := drainkit(t, append(args, "-prestop-sleep", "20")...)
+	assert.Equal(t, exitNoFit, code, errw)
+	assert.Contains(t, out, "DOES NOT FIT")
+	assert.Regexp(t, `shortfall +3\.000s`, out)
+	assert.Contains(t, out, "terminationGracePeriodSeconds: 34") // 14 s after the sleep, less 3.4 s
+
+	code, out, errw = drainkit(t, "plan", "-count", "1", "-concurrency", "1", "-estimate", "500ms", "-grace", "30", "-prestop-sleep", "29s")
+	assert.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "FITS")
+
+	code, _, errw = drainkit(t, "plan", "-count", "1", "-grace", "10", "-prestop-sleep", "11")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errw, "-prestop-sleep")
+}
