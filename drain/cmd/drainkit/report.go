@@ -138,6 +138,12 @@ func parseReport(name string, data []byte) (*drain.Report, error) {
 	if rep.Budget.Start.IsZero() {
 		return nil, fmt.Errorf("%s: the report has no budget start (T0)", name)
 	}
+	if len(rep.Phases) == 0 {
+		// Every drain's Report has the preserve phase at least, an unmade
+		// Drainer's too: an empty list was cut or edited, and read as it
+		// is it passed for a drain that went as planned.
+		return nil, fmt.Errorf("%s: the report has no phase, where every drain's has the preserve phase at least: the file was cut or edited", name)
+	}
 	if err := checkPreserve(rep.Preserve); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

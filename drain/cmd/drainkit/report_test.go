@@ -98,6 +98,9 @@ func TestReportBadInputNamesTheProblem(t *testing.T) {
 		{`{"start": "2026-01-01T00:00:00Z"}`, `neither a drain Report (no "phases") nor a supervisor report`},
 		{`{"server": {"pid": 1}, "exit_code": 0}`, "a supervisor report without a drain"},
 		{`{"phases": []}`, "no budget start (T0)"},
+		// Fault (a review of the CLI): a Report with a T0 and no phase
+		// printed a blank summary and exited 0, "went as planned".
+		{`{"phases": [], "budget": {"start": "2026-01-01T00:00:00Z"}}`, "no phase"},
 		{`{"phases": 3}`, "cannot unmarshal"},
 	} {
 		f := filepath.Join(dir, "r.json")
