@@ -229,6 +229,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = checkPlanFlags(pos, *server, *sizesFile, *count, *margin, *estimate, *limit, *rate)
 	}
+	if err == nil {
+		err = checkZeroGiven(fs)
+	}
 	switch {
 	case err != nil:
 	case *kubeletConfig != "" && kubeletGrace > 0:
@@ -317,6 +320,23 @@ func checkPlanFlags(pos []string, server, sizes string, count int, margin, estim
 		return fmt.Errorf("-rate-mib must be a finite number >= 0, got %v", rate)
 	}
 	return nil
+}
+
+// checkZeroGiven refuses -estimate and -concurrency given as zero: zero
+// is how an unset one reads, so a plan took the learned value (or the
+// library's default) and said "no -estimate" of a flag the operator typed.
+func checkZeroGiven(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch v := f.Value.String(); {
+		case err != nil:
+		case f.Name == "estimate" && (v == "0s" || v == "0"):
+			err = errors.New("-estimate must be positive, got 0: leave it out to plan with the learned estimate (else " + defaultEstimate.String() + ")")
+		case f.Name == "concurrency" && v == "0":
+			err = errors.New("-concurrency must be at least 1, got 0: leave it out to plan with the learned limit (else " + strconv.Itoa(defaultLimit) + ")")
+		}
+	})
+	return err
 }
 
 // loadRates reads the learned rates from file, else STATE_DIR's; a missing

@@ -150,6 +150,11 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 		{[]string{"-count", "3", "-grace", "30", "-step", "ublk=1s,fast"}, `the only flag after the duration is "critical"`},
 		{[]string{"-count", "3", "-grace", "30", "-step", "preserve=1s"}, "-step preserve: the name is taken"},
 		{[]string{"-count", "3", "-grace", "30", "-concurrency", "-1"}, "-concurrency must be at least 1"},
+		// Fault (a review of the CLI): zero, how an unset flag reads, was
+		// taken for unset: the plan used the learned value and said "no
+		// -estimate" of a flag the operator typed.
+		{[]string{"-count", "3", "-grace", "30", "-concurrency", "0"}, "-concurrency must be at least 1, got 0: leave it out"},
+		{[]string{"-count", "3", "-grace", "30", "-estimate", "0s"}, "-estimate must be positive, got 0: leave it out"},
 		{[]string{"-count", "3", "-grace", "30", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"-sizes", "testdata/sizes.json", "-grace", "600", "-rate-mib", "Inf"}, "-rate-mib must be a finite number >= 0, got +Inf"},
 		{[]string{"-sizes", "testdata/sizes.json", "-grace", "600", "-rate-mib", "NaN"}, "-rate-mib must be a finite number >= 0, got NaN"},
