@@ -138,6 +138,15 @@ func parseReport(name string, data []byte) (*drain.Report, error) {
 	if rep.Budget.Start.IsZero() {
 		return nil, fmt.Errorf("%s: the report has no budget start (T0)", name)
 	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(data, &fields) // an object: rep was decoded from it
+	if _, ok := fields["headroom_ns"]; !ok && !rep.End.IsZero() && !rep.Budget.Kill.IsZero() {
+		// A Report without its headroom (written by hand, or cut) read as
+		// ending 0 s before SIGKILL, "finished - before SIGKILL", and a
+		// drain that ended after it passed: it is the expected SIGKILL
+		// less the end, as drain computes it.
+		rep.Headroom = rep.Budget.Kill.Sub(rep.End)
+	}
 	if len(rep.Phases) == 0 {
 		// Every drain's Report has the preserve phase at least, an unmade
 		// Drainer's too: an empty list was cut or edited, and read as it

@@ -449,3 +449,29 @@ func TestReportThatContradictsItselfIsRefused(t *testing.T) {
 		assert.Contains(t, errw, f+": "+tc.want, tc.name)
 	}
 }
+
+// Fault (a review of the CLI): a Report without headroom_ns (written by
+// hand, or cut) read as ending 0 s before SIGKILL: "finished - before
+// SIGKILL", and one that ended after SIGKILL exited 0. The headroom is the
+// expected SIGKILL less the end, as drain computes it.
+func TestReportWithoutHeadroomComputesIt(t *testing.T) {
+	for name, tc := range map[string]struct {
+		end  string
+		want string
+		code int
+	}{
+		"ended before SIGKILL": {"2026-01-01T00:00:27Z", "finished 3.000s before SIGKILL", 0},
+		"ended after SIGKILL":  {"2026-01-01T00:00:31Z", "finished 1.000s AFTER the expected SIGKILL", 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "r.json")
+			require.NoError(t, os.WriteFile(f, []byte(`{"start": "2026-01-01T00:00:00Z", "end": "`+tc.end+`",
+				"budget": {"start": "2026-01-01T00:00:00Z", "kill": "2026-01-01T00:00:30Z"},
+				"phases": [{"name": "preserve", "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:00:01Z", "result": "ok"}]}`), 0o600))
+			var stdout, stderr bytes.Buffer
+			code := runReport(context.Background(), []string{f}, &stdout, &stderr)
+			assert.Contains(t, stdout.String(), tc.want, stderr.String())
+			assert.Equal(t, tc.code, code)
+		})
+	}
+}
