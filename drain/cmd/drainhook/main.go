@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,10 +25,11 @@ func main() {
 // returns the exit status: 0 once the server answered (the drain is then
 // the server's, its Report says the rest), 1 when no request reached the
 // drain (nothing answered, or a refusal), 2 for a bad flag or argument,
-// before any request. No status holds the pod: the kubelet goes on to
-// SIGTERM whatever an exec hook returns, but only one that failed gets a
-// FailedPreStopHook event and its output in the kubelet's log (at -v=1),
-// so a hook that started no drain must fail for anyone to learn it.
+// before any request (-h prints the usage, 0). No status holds the pod:
+// the kubelet goes on to SIGTERM whatever an exec hook returns, but only
+// one that failed gets a FailedPreStopHook event and its output in the
+// kubelet's log (at -v=1), so a hook that started no drain must fail for
+// anyone to learn it.
 func run(args []string, logw io.Writer) int {
 	h := drain.ExecHook{Start: drain.ProcessStart()} // T0: the kubelet started this hook
 	fs := flag.NewFlagSet("drainhook", flag.ContinueOnError)
@@ -40,6 +42,9 @@ func run(args []string, logw io.Writer) int {
 	var containerLogPath string
 	fs.StringVar(&containerLogPath, "container-log", containerLog, "where the hook's last line also goes when it ended without its drain wait: PID 1's stderr, the container's log that kubectl logs shows (\"\": nowhere)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // the usage asked for, printed: no error, as drainkit's -h
+		}
 		return 2
 	}
 	if err := check(fs.Args(), h); err != nil {

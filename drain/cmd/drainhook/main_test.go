@@ -91,6 +91,11 @@ func TestExitsZeroWhenTheServerAnsweredThenWentAway(t *testing.T) {
 func TestBadFlagIsAUsageError(t *testing.T) {
 	var log strings.Builder
 	assert.Equal(t, 2, run([]string{"-nope"}, &log))
+	// -h asks for the usage: printed, exit 0, as drainkit's commands (it
+	// exited 2, the standard flag package's status for a bad flag).
+	log.Reset()
+	assert.Equal(t, 0, run([]string{"-h"}, &log))
+	assert.Contains(t, log.String(), "-url")
 }
 
 // Fault (a fresh-eyes review): a manifest's slip was taken silently. The URL
