@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/runsc"
@@ -35,16 +33,8 @@ import (
 func TestSandboxKilledBeforeTheDrainIsDeadNotLost(t *testing.T) {
 	cfg := runscConfig(t)
 	var logs logbuf.Buffer
-	w, err := newWorker(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-	require.NoError(t, err)
+	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	rs := w.rt.(*sandbox.Runsc)
-	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan *drain.Report, 1)
-	go func() { rep, _ := w.serve(ctx); done <- rep }()
-	stop := sync.OnceValue(func() *drain.Report { cancel(); return <-done })
-	t.Cleanup(func() { stop() })
-	c := dial(t, cfg.Socket)
 
 	dead, err := c.Run(context.Background(), &RunRequest{})
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,17 +59,10 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
 	calls := t.TempDir()
-	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
+	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
+		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
+	})
 	rs := w.rt.(*sandbox.Runsc)
-	rs.Runtime.Binary = slowRunsc(t, calls)
-	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan *drain.Report, 1)
-	go func() { rep, _ := w.serve(ctx); done <- rep }()
-	stop := sync.OnceValue(func() *drain.Report { cancel(); return <-done })
-	t.Cleanup(func() { stop() })
-	c := dial(t, cfg.Socket)
 
 	failing, err := c.Run(context.Background(), &RunRequest{})
 	require.NoError(t, err)
@@ -130,17 +122,10 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, hard +10.5 s
 	cfg.Concurrency = 1
 	calls := t.TempDir()
-	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
+	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
+		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
+	})
 	rs := w.rt.(*sandbox.Runsc)
-	rs.Runtime.Binary = slowRunsc(t, calls)
-	t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan *drain.Report, 1)
-	go func() { rep, _ := w.serve(ctx); done <- rep }()
-	stop := sync.OnceValue(func() *drain.Report { cancel(); return <-done })
-	t.Cleanup(func() { stop() })
-	c := dial(t, cfg.Socket)
 
 	var ids []string
 	for range 3 {

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"github.com/drainkit/drainkit/internal/logbuf"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/logbuf"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -54,8 +54,18 @@ func runscConfig(t *testing.T) config {
 // test's cleanup calls it too, then, on runsc, deletes every sandbox the worker left.
 func serveWorker(t *testing.T, cfg config) (w *Worker, c *Client, stop func() *drain.Report) {
 	t.Helper()
-	w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+	return serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), nil)
+}
+
+// serveWorkerWith is serveWorker with the worker logging to log, and setup, when not nil,
+// called on the worker before it serves (a runsc binary of the test's, say).
+func serveWorkerWith(t *testing.T, cfg config, log *slog.Logger, setup func(*Worker)) (w *Worker, c *Client, stop func() *drain.Report) {
+	t.Helper()
+	w, err := newWorker(cfg, log)
 	require.NoError(t, err)
+	if setup != nil {
+		setup(w)
+	}
 	if rs, ok := w.rt.(*sandbox.Runsc); ok {
 		t.Cleanup(func() { _ = rs.Runtime.DeleteAll(context.Background()) })
 	}
