@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainkit/drainkit/internal/logbuf"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
 // A worker SIGKILLed while `runsc checkpoint` wrote an image (its drain ran out of grace)
