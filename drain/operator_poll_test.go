@@ -20,18 +20,7 @@ import (
 //	2 s .... an operator: GET /drain?wait=0s, answered at once
 //	4 s .... SIGTERM, the kubelet's call still open: SIGKILL at 6 s
 func TestOperatorsPollDoesNotHideTheKubeletAbandoningTheHook(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 2})
-		hook := f.callPreStop(t.Context(), "")
-		time.Sleep(2 * time.Second)
-		look := f.callPreStop(t.Context(), "?wait=0s").wait(t)
-		assert.False(t, look.Done, "the wait goes on")
-		time.Sleep(2 * time.Second)
-		rep := f.d.Shutdown(t.Context())
-		<-hook.done
-		assert.Equal(t, rep.Budget.SIGTERM.Add(deadline.MinimumGracePeriod), rep.Budget.Kill,
-			"SIGKILL %v after SIGTERM", rep.Budget.Kill.Sub(rep.Budget.SIGTERM))
-	})
+	lookBesideAnOpenHook(t, "")
 }
 
 // The same look beside a shell loop's poll (an exec hook polling
@@ -42,15 +31,23 @@ func TestOperatorsPollDoesNotHideTheKubeletAbandoningTheHook(t *testing.T) {
 //	2 s .... an operator: GET /drain?wait=0s, answered at once
 //	4 s .... SIGTERM, the loop's poll still open: SIGKILL at 6 s
 func TestOperatorsPollDoesNotHideAShellLoopsAbandonedHook(t *testing.T) {
+	lookBesideAnOpenHook(t, "?wait=20s")
+}
+
+// lookBesideAnOpenHook is the timeline of the two tests above, the hook's
+// open call made with query: at 2 s an operator's ?wait=0s, answered with
+// the wait going on; at 4 s SIGTERM, the hook's call still open: SIGKILL
+// 2 s after SIGTERM.
+func lookBesideAnOpenHook(t *testing.T, query string) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: time.Second, sandboxes: 2, latency: 100 * time.Millisecond, limit: 2})
-		loop := f.callPreStop(t.Context(), "?wait=20s")
+		hook := f.callPreStop(t.Context(), query)
 		time.Sleep(2 * time.Second)
 		look := f.callPreStop(t.Context(), "?wait=0s").wait(t)
 		assert.False(t, look.Done, "the wait goes on")
 		time.Sleep(2 * time.Second)
 		rep := f.d.Shutdown(t.Context())
-		<-loop.done
+		<-hook.done
 		assert.Equal(t, rep.Budget.SIGTERM.Add(deadline.MinimumGracePeriod), rep.Budget.Kill,
 			"SIGKILL %v after SIGTERM", rep.Budget.Kill.Sub(rep.Budget.SIGTERM))
 	})
