@@ -25,19 +25,7 @@ import (
 // which signals nothing, lost such a sandbox at exit
 // (TestFullImagesVolumeTriesEveryCheckpointByDefault).
 func TestFullImagesVolumeLosesOneSandboxNotEvery(t *testing.T) {
-	n, rt, _ := newRunscNode(t)
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for range 3 {
-		runningCounter(t, ctx, n, rt)
-	}
-	mountImages(t, rt, "4k")
-	rt.SpareOnFullVolume()
-
-	p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 1})
-	require.NoError(t, err)
-	rep := p.Run(ctx, time.Now().Add(30*time.Second))
+	ctx, n, rt, rep := drainOnAFullVolume(t, 3, true)
 	require.Len(t, rep.Entries, 3)
 	lost, running := 0, 0
 	for _, e := range rep.Entries {
@@ -63,22 +51,32 @@ func TestFullImagesVolumeLosesOneSandboxNotEvery(t *testing.T) {
 // Without SpareOnFullVolume every checkpoint is tried: one that failed for want of
 // space says nothing of a smaller one (none is refused "not started").
 func TestFullImagesVolumeTriesEveryCheckpointByDefault(t *testing.T) {
-	n, rt, _ := newRunscNode(t)
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for range 2 {
-		runningCounter(t, ctx, n, rt)
-	}
-	mountImages(t, rt, "4k")
-
-	p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 1})
-	require.NoError(t, err)
-	rep := p.Run(ctx, time.Now().Add(30*time.Second))
+	_, _, _, rep := drainOnAFullVolume(t, 2, false)
 	require.Len(t, rep.Entries, 2)
 	for _, e := range rep.Entries {
 		assert.Equal(t, pause.Failed, e.Outcome)
 		assert.Contains(t, e.Error, "no space left on device", "its own checkpoint failed")
 		assert.NotContains(t, e.Error, "not started", "tried, not refused")
 	}
+}
+
+// drainOnAFullVolume starts sandboxes counters on a real runsc node, puts a 4 KiB
+// images volume under them (SpareOnFullVolume when spare), and preserves them one at a
+// time; it returns the test's context, the node, its runtime and the Report.
+func drainOnAFullVolume(t *testing.T, sandboxes int, spare bool) (context.Context, *Node, *Runsc, *pause.Report) {
+	t.Helper()
+	n, rt, _ := newRunscNode(t)
+	t.Cleanup(n.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	for range sandboxes {
+		runningCounter(t, ctx, n, rt)
+	}
+	mountImages(t, rt, "4k")
+	if spare {
+		rt.SpareOnFullVolume()
+	}
+	p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: 1})
+	require.NoError(t, err)
+	return ctx, n, rt, p.Run(ctx, time.Now().Add(30*time.Second))
 }
