@@ -529,7 +529,9 @@ func (b *Budget) notifyLocked() {
 // anchor or SIGKILL time changes (OnPreStop, OnSIGTERM, OnHookAbandoned,
 // OnRestart or Tighten taking effect). Waiters that computed a deadline
 // from the budget select on it to recompute; call Changed again
-// afterwards for the next change.
+// afterwards for the next change. Call it before reading the budget, not
+// after: a change between the read and the call would close a channel
+// the waiter never held, and it would wait on the next change's.
 func (b *Budget) Changed() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -329,6 +329,11 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 		if reason := d.stopReason(); reason != "" {
 			return reason
 		}
+		// Taken before the deadline is read: a change that lands between
+		// the read and the wait below closes this channel, where one asked
+		// for after it would be the next change's, and the wait would
+		// sleep a PollInterval past a deadline already moved.
+		changed := d.budget.Changed()
 		n := d.count(d.term, d.plan.Deadline(PhaseDrain))
 		dl := d.plan.Deadline(PhaseDrain) // read again: the count moved the preserve reserve
 		run.update(func(s *PreStopSummary) {
@@ -352,7 +357,7 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 		t := time.NewTimer(min(d.poll, left-sigtermLag))
 		select {
 		case <-t.C:
-		case <-d.budget.Changed():
+		case <-changed:
 		case <-d.term.Done():
 		case <-d.force.Done():
 		}
