@@ -39,9 +39,11 @@ const (
 	// Exited: the target exited on the first signal within the wait after
 	// the signal (it had the chance to save its state).
 	Exited Exit = "exited"
-	// Gone: the target had already exited when the first signal was sent
-	// (Signal said so: os.ErrProcessDone or ESRCH): it never got the
-	// signal, so whether it saved its state is not known.
+	// Gone: the target exited without getting the first signal: it had
+	// already exited when the signal was sent (Signal said so:
+	// os.ErrProcessDone or ESRCH), or the signal failed to go out and the
+	// target was then seen to have exited before SIGKILL. It never got
+	// the signal, so whether it saved its state is not known.
 	Gone Exit = "gone"
 	// ExitedAfterKill: the target needed SIGKILL.
 	ExitedAfterKill Exit = "exited_after_kill"
@@ -95,7 +97,9 @@ type Policy struct {
 // the wait after the signal, and reports how it ended. It returns by ctx's deadline, or
 // after TermWait + KillWait without one.
 //
-// A target that is already gone when first signalled is Gone. A wait
+// A target that is already gone when first signalled is Gone, and so is
+// one whose first signal failed to go out and that is then seen to have
+// exited before SIGKILL: it never got the signal, so it is never Exited. A wait
 // that fails does not: it is retried until the wait after the signal ends and the target
 // is then killed; this is the bug where a failed `runsc wait` looked like a
 // clean exit and SIGKILL was never sent. Neither does a wait that fails
@@ -128,23 +132,28 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	termEnd := e.termEnd(ctx, killWait)
 
 	var failures []error
+	// ended is how a target that exits before SIGKILL ended: Exited when
+	// it got the signal, Gone when the signal never went out (it exited on
+	// its own, nothing saved its state on a signal).
+	ended := Exited
 	if err := signalUntil(ctx, t, sig, termEnd); isGone(err) {
 		return Gone, nil
 	} else if err != nil {
 		failures = append(failures, err)
 		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
 			termEnd = time.Now() // it will not exit on a signal it did not get
+			ended = Gone
 		}
 	}
 	exited, err := waitUntil(ctx, t, termEnd)
 	if exited {
-		return Exited, nil
+		return ended, nil
 	}
 	if err != nil {
 		failures = append(failures, err)
 	}
 	if err := t.Signal(ctx, syscall.SIGKILL); isGone(err) {
-		return Exited, nil // it exited on its own between the wait and the kill
+		return ended, nil // it exited on its own between the wait and the kill
 	} else if err != nil {
 		failures = append(failures, fmt.Errorf("escalate: sending SIGKILL: %w", err))
 	}
@@ -490,8 +499,9 @@ func (t *cmdTarget) result() error {
 // Target with its Policy. The target is expected to save its state on
 // the first signal and exit (a gVisor actor on SIGTERM). Preserve returns
 // nil when it exited within the wait after the signal; an error wrapping
-// pause.ErrGone when it had exited before the signal (Gone: the Report
-// counts it vanished, not preserved, for nothing says it saved its state);
+// pause.ErrGone when it exited without getting the signal (Gone: the
+// Report counts it vanished, not preserved, for nothing says it saved its
+// state);
 // and a permanent error wrapping ErrKilled when it needed SIGKILL or
 // ErrExitUnknown when its end could not be observed: signalling again
 // cannot help. The zero Sandbox, with no Target, signals nothing: its
@@ -537,7 +547,7 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	case Exited:
 		return nil
 	case Gone:
-		return fmt.Errorf("escalate: %s had exited before the signal: %w", s.Name, pause.ErrGone)
+		return fmt.Errorf("escalate: %s exited without getting the signal: %w", s.Name, pause.ErrGone)
 	case ExitedAfterKill:
 		return backoff.Permanent(ErrKilled)
 	}

@@ -624,3 +624,53 @@ func TestEscalationFirstSignalRefusedIsNotSentAgain(t *testing.T) {
 		assert.Equal(t, time.Second, time.Since(start), "only the kill wait")
 	})
 }
+
+// A target whose first signal never went out is never Exited, even when it
+// is then seen to have exited: it never got the signal that saves its
+// state. Here `runsc kill` fails (EAGAIN: it could not fork) at every try
+// of the wait after the signal, and the sandbox crashes on its own 1 s in.
+// The wait at the end of the wait after the signal, or the SIGKILL that
+// finds it gone, sees the exit: Stop said Exited, and escalate.Sandbox's
+// Preserve nil, so the Report counted preserved a sandbox whose state was
+// never saved. It is Gone (Vanished in the Report), as a target that had
+// exited before the signal.
+//
+//	+0      SIGTERM: EAGAIN, sent again every 100 ms: EAGAIN
+//	+1 s    the sandbox crashes
+//	+3 s    the wait after the signal ends: the exit is seen   -> Gone
+func TestEscalationTargetThatNeverGotTheSignalIsNotExited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		crashed := make(chan struct{})
+		time.AfterFunc(time.Second, func() { close(crashed) })
+		sends := 0
+		target := escalate.Funcs{
+			SignalFunc: func(_ context.Context, sig syscall.Signal) error {
+				sends++
+				select {
+				case <-crashed:
+					if sig == syscall.SIGKILL {
+						return syscall.ESRCH
+					}
+				default:
+				}
+				return fmt.Errorf("runsc kill: fork/exec /usr/bin/runsc: %w", syscall.EAGAIN)
+			},
+			WaitFunc: func(ctx context.Context) error {
+				select {
+				case <-crashed:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			},
+		}
+		policy := escalate.Policy{TermWait: 3 * time.Second, KillWait: time.Second}
+		exit, err := policy.Stop(t.Context(), target)
+		require.NoError(t, err)
+		assert.Equal(t, escalate.Gone, exit, "it never got the signal")
+		assert.Greater(t, sends, 2, "the signal was sent again")
+
+		sb := &escalate.Sandbox{Name: "crashed", Target: target, Policy: policy}
+		assert.ErrorIs(t, sb.Preserve(t.Context()), pause.ErrGone, "vanished, not preserved")
+	})
+}
