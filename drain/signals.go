@@ -53,7 +53,9 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 // ServeSignals is HandleSignals over a channel of signals the caller
 // relays (for example from its own signal.Notify, or a test): the first
 // value received starts Shutdown, every later one calls Force except
-// SIGTERM. A first signal other than SIGTERM (a person's SIGINT) while a
+// SIGTERM. A ch the caller closes gives no signal more: closed before the
+// first, it starts nothing (ctx, or a Shutdown started elsewhere, does);
+// closed during the shutdown, it forces nothing. A first signal other than SIGTERM (a person's SIGINT) while a
 // preStop request is still open is not taken for the kubelet giving up on
 // the hook (which Shutdown infers from SIGTERM then, and expects SIGKILL 2 s
 // later): the kubelet never sends SIGINT. It is how a server waits for its signals when it registered
@@ -85,22 +87,37 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 	if !d.made() {
 		return notMadeReport()
 	}
-	select {
-	case sig := <-ch:
-		// The kubelet sends SIGTERM, never SIGINT: a person's Ctrl-C during
-		// the preStop wait is not the kubelet giving up on the hook.
-		d.interrupted.Store(sig != syscall.SIGTERM)
-		d.received(sig, true)
-	case <-ctx.Done():
-		d.began(context.Cause(ctx).Error())
-	case <-d.term.Done():
+	// A closed ch has no signal to give (a relay that is done): its zero
+	// value is no signal, and reading it again would spin. It is read no
+	// more (a nil channel), so it neither starts nor forces the shutdown.
+wait:
+	for {
+		select {
+		case sig, ok := <-ch:
+			if !ok {
+				ch = nil
+				continue
+			}
+			// The kubelet sends SIGTERM, never SIGINT: a person's Ctrl-C during
+			// the preStop wait is not the kubelet giving up on the hook.
+			d.interrupted.Store(sig != syscall.SIGTERM)
+			d.received(sig, true)
+		case <-ctx.Done():
+			d.began(context.Cause(ctx).Error())
+		case <-d.term.Done():
+		}
+		break wait
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
 			select {
-			case sig := <-ch:
+			case sig, ok := <-ch:
+				if !ok { // closed: no signal more
+					ch = nil
+					continue
+				}
 				d.received(sig, false)
 				if sig == syscall.SIGTERM {
 					d.log.Info("drain: SIGTERM during the shutdown: not forcing: the kubelet sends it again when the pod's grace is shortened "+

@@ -206,3 +206,62 @@ func TestServeSignalsCtxStartsTheShutdownAndNeverForcesIt(t *testing.T) {
 		assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
 	})
 }
+
+// A relay that closes its channel when it is done (a goroutine that
+// forwards signal.Notify's signals until its context ends, the context
+// signal.NotifyContext cancels at the very SIGTERM it relays) has no
+// signal more to give: the shutdown the SIGTERM started runs on, its step
+// to its deadline, not forced, and a channel closed before any signal
+// starts nothing (ctx does). Before, the closed channel's zero value was
+// taken for a signal: naming it (nil) panicked, in ServeSignals' own
+// goroutine during the shutdown, which ended the process mid-drain, its
+// sandboxes, and its ublk daemon's devices, left as they were at that
+// moment.
+//
+//	+0      SIGTERM relayed: the shutdown starts
+//	        the step runs; the relay closes its channel
+//	+55 s   the step's deadline (grace 60 s, margin 5 s): TimedOut, not forced
+func TestServeSignalsOverAClosedChannelForcesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stepStarted := make(chan struct{})
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 2, latency: time.Millisecond,
+			steps: []Step{step("hang", 10*time.Millisecond, func(ctx context.Context) error {
+				close(stepStarted)
+				<-ctx.Done() // only its deadline, or force, ends it
+				return context.Cause(ctx)
+			})}})
+		relay := make(chan os.Signal)
+		done := make(chan *Report, 1)
+		start := time.Now()
+		go func() { done <- f.d.ServeSignals(context.Background(), relay) }()
+		relay <- syscall.SIGTERM
+		<-stepStarted
+		close(relay)
+		rep := <-done
+		assert.False(t, rep.Forced, "a closed channel is no signal")
+		assert.Equal(t, TimedOut, rep.Phase("hang").Result, "the step ran to its deadline")
+		assert.Equal(t, 55*time.Second, time.Since(start).Round(time.Second))
+		require.Len(t, rep.Signals, 1)
+		assert.Equal(t, "SIGTERM", rep.Signals[0].Name)
+		assert.Equal(t, 2, rep.Preserve.Counts["preserved"])
+	})
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 1, latency: time.Millisecond})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		sigs := make(chan os.Signal)
+		close(sigs)
+		done := make(chan *Report, 1)
+		go func() { done <- f.d.ServeSignals(ctx, sigs) }()
+		synctest.Wait()
+		select {
+		case <-f.d.Terminating():
+			t.Fatal("a closed channel started the shutdown")
+		default:
+		}
+		cancel(errors.New("the server stopped serving"))
+		rep := <-done
+		assert.Equal(t, "the server stopped serving", rep.Cause)
+		assert.Empty(t, rep.Signals)
+		assert.False(t, rep.Forced)
+	})
+}
