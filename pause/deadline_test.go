@@ -338,3 +338,33 @@ func TestTightenBoundsRunWhenAPreserveIgnoresItsContext(t *testing.T) {
 		time.Sleep(time.Hour) // the hung Preserve returns
 	})
 }
+
+// Tighten with the zero time changes nothing, as deadline.Budget.Tighten
+// does: the zero time says nothing of a deadline. Before, it was taken for
+// the earliest of deadlines: the running preserves' contexts ended at
+// once, and the Run kept the zero time as its hard deadline, which reads
+// as none: a Preserve that ignores its context then held Run until it
+// returned, an hour here, past the hard deadline Run was given and every
+// phase planned after it.
+//
+//	0 s   hung starts (ignores its context), phase 10 s, hard 60 s
+//	5 s   Tighten(zero time): false, nothing changes
+//	60 s  hung abandoned: TimedOut; Run returns (was: 1 h, when hung returned)
+func TestTightenWithTheZeroTimeChangesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "hung", Faults: []fakesandbox.Fault{fakesandbox.Hang}, HangFor: time.Hour})
+		p, err := pause.New(node, pause.Config{})
+		require.NoError(t, err)
+		t0 := time.Now()
+		go func() {
+			time.Sleep(5 * time.Second)
+			assert.False(t, p.Tighten(time.Time{}), "the zero time is no deadline")
+		}()
+		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
+		assert.Equal(t, pause.TimedOut, entry(t, rep, "hung").Outcome)
+		assert.Equal(t, 60*time.Second+pause.ReturnSlack, took)
+		assert.True(t, rep.Hard.Equal(t0.Add(60*time.Second)), "the hard deadline Run was given")
+		time.Sleep(time.Hour) // the hung Preserve returns
+	})
+}

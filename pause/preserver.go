@@ -222,12 +222,16 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 // the preserves still running then have their contexts ended, as at the
 // hard deadline Run was given, and Run returns by it. It never moves the
 // deadline later, and reports whether it moved it; with no Run in
-// progress it does nothing. Cancel Run's context for the phase deadline:
-// no preserve starts after that. drain calls it when its budget moves
-// SIGKILL earlier during the preserve phase (a read of the pod's deletion
-// that lands after the phase began).
+// progress it does nothing, nor with the zero time, which says nothing of
+// a deadline (as for deadline.Budget.Tighten). Cancel Run's context for
+// the phase deadline: no preserve starts after that. drain calls it when
+// its budget moves SIGKILL earlier during the preserve phase (a read of
+// the pod's deletion that lands after the phase began).
 func (p *Preserver) Tighten(hard time.Time) bool {
-	if !p.made() {
+	// The zero time is no deadline: taken for the earliest, it cut every
+	// preserve at once, and as the Run's hard deadline it read as none, so
+	// a Preserve ignoring its context held Run unbounded.
+	if !p.made() || hard.IsZero() {
 		return false
 	}
 	r := p.cur.Load()
