@@ -17,7 +17,8 @@
 // pins it with the pidfd os/exec started it with and reaps it.
 //
 // Guarantees: Policy.Stop returns by its context's deadline (or after
-// TermWait + KillWait without one); the wait after the signal always ends
+// TermWait + KillWait without one); the wait after the signal ends
 // KillWait before the deadline, laid out by deadline.Split, so SIGKILL and
-// its wait fit.
+// its wait fit, or, in a window shorter than 2 x KillWait, halfway: the
+// two waits then share it, the kill wait with less than KillWait.
 package escalate

@@ -78,15 +78,19 @@ type Target interface {
 // Policy stops a target that saves its state on a signal (a gVisor
 // actor on SIGTERM): it sends Signal, waits up to TermWait for the target to
 // exit, sends SIGKILL, and waits up to KillWait more. The zero value sends
-// SIGTERM and waits until KillWait before the context's deadline.
+// SIGTERM and waits until KillWait before the context's deadline (half of
+// a window shorter than 2 x KillWait).
 type Policy struct {
 	// Signal is the first signal; zero means SIGTERM.
 	Signal syscall.Signal
 	// TermWait is the longest wait after Signal. Zero (or negative) means
 	// until KillWait before ctx's deadline (half of a window shorter than
 	// 2 x KillWait), or 30 s (the kubelet's default grace period) without
-	// one. The wait always ends KillWait before ctx's deadline at the
-	// latest.
+	// one. Whatever TermWait, the wait ends at the latest KillWait before
+	// ctx's deadline, so that SIGKILL and its wait fit, or, in a window
+	// shorter than 2 x KillWait, which the two waits share, halfway
+	// through it: the kill wait then gets the other half, less than
+	// KillWait.
 	TermWait time.Duration
 	// KillWait is the longest wait after SIGKILL; zero (or negative) means
 	// 5 s.

@@ -674,3 +674,24 @@ func TestEscalationTargetThatNeverGotTheSignalIsNotExited(t *testing.T) {
 		assert.ErrorIs(t, sb.Preserve(t.Context()), pause.ErrGone, "vanished, not preserved")
 	})
 }
+
+// In a window shorter than twice KillWait the two waits share it, halves
+// each, whatever TermWait: SIGKILL goes out halfway, not KillWait before
+// the deadline. The docs (Policy.TermWait, the package's guarantees) said
+// the wait after the signal always ends KillWait before the deadline, so
+// that SIGKILL and its wait fit: here that would have been SIGKILL at 1 s,
+// with 5 s for the kill wait; each wait gets 3 s.
+//
+//	0 s SIGTERM   3 s SIGKILL   6 s the deadline: exit unknown
+func TestAWindowShorterThanTwoKillWaitsIsSharedWhateverTermWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
+		defer cancel()
+		start := time.Now()
+		exit, _ := escalate.Policy{TermWait: 10 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, f)
+		assert.Equal(t, escalate.ExitUnknown, exit)
+		assert.Equal(t, []string{"terminated@00.000", "killed@03.000"}, f.sent(), "each wait gets half")
+		assert.Equal(t, 6*time.Second, time.Since(start))
+	})
+}
