@@ -117,8 +117,12 @@ func (g *Gate) Readiness(check http.Handler) http.Handler {
 
 // ShutdownHTTP shuts srv down within ctx: it calls srv.Shutdown(ctx), which
 // closes the listeners and waits for active requests to finish, and when ctx
-// ends first it calls srv.Close, which closes every remaining connection
-// (including hijacked ones Shutdown leaves alone). It returns the error of
+// ends first it calls srv.Close, which closes every remaining connection.
+// Neither closes, nor waits for, a hijacked connection (a WebSocket, an
+// attach's raw stream), as net/http says: its handler must end it, when
+// the function it gave srv.RegisterOnShutdown is called, or, admitted as a
+// Stream by the gate's Admit or Middleware, when its request's context
+// ends with the preserve phase (see Stream). It returns the error of
 // Shutdown, or nil if srv was already closed, and an error saying so when
 // srv is nil.
 func ShutdownHTTP(ctx context.Context, srv *http.Server) error {
@@ -143,7 +147,8 @@ func shutdownHTTP(ctx context.Context, srv *http.Server, failed func(error) erro
 }
 
 // HTTPServerStep returns a teardown Step that runs ShutdownHTTP on srv with
-// the step's context: Shutdown, then Close at the step's deadline. When the
+// the step's context: Shutdown, then Close at the step's deadline (a
+// hijacked connection is its handler's to end: see ShutdownHTTP). When the
 // deadline comes first, its error says how many connections were still in
 // a request: it counts them through srv.ConnState, which it wraps (a
 // ConnState set on srv before HTTPServerStep is still called; one set after
