@@ -179,12 +179,22 @@ func loopbackPeer(r *http.Request) bool {
 // being deleted has no reason to drain. A read that fails for another
 // reason (the API server unreachable, no permission) lets the request
 // through: the secret already vouched for it, and a drain refused by
-// mistake loses sandboxes. The read is bounded by timeout.
+// mistake loses sandboxes. The read is bounded by timeout. A nil pod, or a
+// timeout that is not positive, panics here, when the guard is built: a
+// read with no time fails, and a failed read lets every request through,
+// so that check would refuse nothing.
 //
 // Do not use it where a pod drains without being deleted: under the
 // kubelet's graceful node shutdown the preStop hook runs with no
 // deletionTimestamp.
 func RequireTerminating(pod kube.DeletionReader, timeout time.Duration) func(*http.Request) error {
+	switch {
+	case pod == nil:
+		panic("drain: RequireTerminating: nil DeletionReader (a *kube.Pod from kube.New)")
+	case timeout <= 0:
+		panic("drain: RequireTerminating: timeout must be positive, got " + timeout.String() +
+			": a read with no time fails, and a failed read lets every request through")
+	}
 	return func(r *http.Request) error {
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()

@@ -165,3 +165,33 @@ func TestHookGuardLogsAFloodOfRefusalsOnceASecond(t *testing.T) {
 		assert.Len(t, strings.Split(strings.TrimSpace(logs.String()), "\n"), 4, "a refusal after a quiet second is logged at once")
 	})
 }
+
+// notTerminatingPod is a pod with no deletionTimestamp whose read, as
+// kube.Pod's, fails once its context has ended.
+type notTerminatingPod struct{}
+
+func (notTerminatingPod) DeletionTimestamp(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	return time.Time{}, kube.ErrNotTerminating
+}
+
+// RequireTerminating with a timeout that is not positive gave its read no
+// time: the read failed at once, and a read that fails lets the request
+// through, so the check refused nothing, a pod that was not terminating
+// included, where its doc says it refuses a drain then; with a nil
+// DeletionReader it panicked at the hook's first call, the drain's start.
+// Both now panic when the guard is built, as Gate.Middleware does for a
+// nil classify.
+func TestRequireTerminatingRefusesANoOpCheckWhenBuilt(t *testing.T) {
+	check := drain.RequireTerminating(notTerminatingPod{}, time.Second)
+	require.Error(t, check(httptest.NewRequest("GET", "/drain", nil)), "a pod not terminating is refused")
+	for _, timeout := range []time.Duration{0, -time.Second} {
+		assert.PanicsWithValue(t,
+			"drain: RequireTerminating: timeout must be positive, got "+timeout.String()+": a read with no time fails, and a failed read lets every request through",
+			func() { drain.RequireTerminating(notTerminatingPod{}, timeout) }, "timeout %v", timeout)
+	}
+	assert.PanicsWithValue(t, "drain: RequireTerminating: nil DeletionReader (a *kube.Pod from kube.New)",
+		func() { drain.RequireTerminating(nil, time.Second) })
+}
