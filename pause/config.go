@@ -128,7 +128,11 @@ type Config struct {
 	// Permanent classifies errors that must not be retried, for example a
 	// sandbox whose memory file is corrupt. Errors wrapped with
 	// backoff.Permanent, and ErrGone, are never retried whatever it says.
-	// Nil, the default, retries every other error.
+	// Nil, the default, retries every other error. New calls it once with
+	// a plain error (errors.New) and fails if it panics there (a type
+	// assertion on the error that does not hold); an error it panics on
+	// during a Run is retried, as with no classifier, and the Run's first
+	// such panic is logged at Error with its stack.
 	Permanent func(error) bool
 
 	// Estimator is fed with the duration of every successful preserve and
@@ -256,6 +260,11 @@ func (c Config) resolve() (config, error) {
 			errs = append(errs, err)
 		}
 	}
+	if c.Permanent != nil {
+		if err := checkPermanent(c.Permanent); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return config{}, errors.Join(errs...)
 	}
@@ -327,5 +336,19 @@ func checkBackOff(newBackOff func() backoff.BackOff) (err error) {
 	}
 	b.Reset()
 	b.NextBackOff()
+	return nil
+}
+
+// checkPermanent calls isPermanent with a plain error, the kind most
+// Preserves return at some point, and says what is wrong if it panics (a
+// classifier written as err.(*MyError).Code == 400): found at New, not as
+// a panic on a worker in the middle of a drain.
+func checkPermanent(isPermanent func(error) bool) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("pause: Config.Permanent panicked on a plain error (errors.New): %v; it is called with every error a Preserve or the Lister returns", v)
+		}
+	}()
+	isPermanent(errors.New("pause: New's check of Config.Permanent"))
 	return nil
 }

@@ -3,7 +3,9 @@ package pause_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -223,4 +226,51 @@ func TestNewRejectsABackOffThatPanicsWhenUsed(t *testing.T) {
 	}})
 	require.NoError(t, err, "a wrapped policy that works is fine")
 	require.NotNil(t, p)
+}
+
+// codeError is the error a Preserve returns with an answer's status, the
+// one a Permanent classifier is usually written for.
+type codeError struct{ code int }
+
+func (e *codeError) Error() string { return "status " + strconv.Itoa(e.code) }
+
+// Fault: a Config.Permanent that panics, called on a worker goroutine
+// with a Preserve's error, ended the process in the middle of a drain,
+// every sandbox not yet preserved lost with no Report: a classifier
+// written for the errors its author thought of (a type assertion), or
+// reading a field that is nil for others. New now calls it with a plain
+// error and fails naming the field when it panics there; one that panics
+// only on some errors during a Run has them retried, as with no
+// classifier, and the panic is logged at Error. docs/faults.md row 472.
+func TestPermanentThatPanicsIsFoundAtNewOrRetried(t *testing.T) {
+	p, err := pause.New(fakesandbox.NewNode(), pause.Config{Permanent: func(err error) bool {
+		return err.(*codeError).code == 400 // holds for the errors of its author's server only
+	}})
+	require.Error(t, err, "New passed a classifier that panics on a plain error")
+	assert.Nil(t, p)
+	assert.Contains(t, err.Error(), "pause: Config.Permanent panicked on a plain error")
+
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "flaky", Latency: time.Second, Faults: []fakesandbox.Fault{fakesandbox.Transient}},
+			&fakesandbox.Sandbox{Name: "steady", Latency: time.Second})
+		var answer map[error]*codeError // the answers seen, by error: none for a transient one
+		p, err := pause.New(node, pause.Config{BackOff: constant(time.Second), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			Permanent: func(err error) bool {
+				if errors.Is(err, fakesandbox.ErrTransient) {
+					return answer[err].code == 400 // no answer: a nil dereference
+				}
+				return false
+			}})
+		require.NoError(t, err, "it does not panic on a plain error")
+		rep, took := runFor(t, p, time.Minute, 0)
+		flaky := entry(t, rep, "flaky")
+		assert.Equal(t, pause.Preserved, flaky.Outcome, "retried, as with no classifier")
+		assert.Equal(t, 2, flaky.Attempts)
+		assert.Equal(t, pause.Preserved, entry(t, rep, "steady").Outcome)
+		assert.Equal(t, 3*time.Second, took, "1 s, a 1 s wait, 1 s")
+		assert.Contains(t, logs.String(), `level=ERROR msg="pause: Config.Permanent panicked`)
+		assert.Contains(t, logs.String(), "invalid memory address or nil pointer dereference")
+	})
 }

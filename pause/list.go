@@ -86,9 +86,27 @@ func (r *run) callList() (list []Sandbox, err error) {
 	return r.p.list.List(r.ctx)
 }
 
-func (r *run) permanent(err error) bool {
+// permanent reports whether err must not be retried. A Config.Permanent
+// that panics (a type assertion that holds for the errors its author
+// thought of, a field of a wrapped error that is nil) runs on a worker
+// goroutine, where the panic would end the process mid-drain with every
+// sandbox not yet preserved: err is retried, as with no classifier, and
+// the Run's first such panic is logged at Error with its stack.
+func (r *run) permanent(err error) (perm bool) {
 	var pe *backoff.PermanentError
-	return errors.As(err, &pe) || r.cfg.isPermanent(err)
+	if errors.As(err, &pe) {
+		return true
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			perm = false
+			if r.classifierPanicked.CompareAndSwap(false, true) {
+				r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: Config.Permanent panicked: the errors it panics on are retried as transient ones (logged once per Run)",
+					slog.String("error", err.Error()), slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
+			}
+		}
+	}()
+	return r.cfg.isPermanent(err)
 }
 
 // backoffWait sleeps d before a retry and reports whether to retry: not when

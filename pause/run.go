@@ -77,6 +77,8 @@ type run struct {
 
 	progress   *time.Timer // logs progress; nil when off
 	progressMu sync.Mutex  // held while a progress line is logged
+
+	classifierPanicked atomic.Bool // Config.Permanent panicked, and that was logged
 }
 
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
