@@ -87,7 +87,9 @@ type Config struct {
 	// the last key and is logged at Warn. Set APIKey or APIKeyFile, not
 	// both.
 	APIKeyFile string
-	// APIKeyHeader names the API key's header; empty means "X-API-Key".
+	// APIKeyHeader names the API key's header; empty means "X-API-Key". It
+	// must be a header's name alone (no colon, no space): New fails
+	// otherwise.
 	APIKeyHeader string
 
 	// ListPath is the path, relative to the base URL, that lists the
@@ -146,7 +148,7 @@ type Config struct {
 	SizeUnit int64
 
 	// PauseMethod is the HTTP method of the pause request; empty means
-	// POST.
+	// POST. It must be an HTTP token (no space): New fails otherwise.
 	PauseMethod string
 	// PausePath is the path template that pauses one sandbox; "{id}" in it
 	// is replaced by the path-escaped sandbox ID. Empty means
@@ -379,9 +381,10 @@ type Source struct {
 // "http://127.0.0.1:8080"), configured by c (its zero value is the generic
 // shape). It fails, naming the field, when baseURL is not an absolute
 // http(s) URL, a path does not start with "/", the pause path has no
-// "{id}", a running state list is empty, pagination has only one of its
-// two fields, a gone status is not a 4xx code, a number is negative, or
-// the API key (or its file) holds a byte no HTTP header can carry.
+// "{id}", the pause method or the API key's header name is no HTTP token,
+// a running state list is empty, pagination has only one of its two
+// fields, a gone status is not a 4xx code, a number is negative, or the
+// API key (or its file) holds a byte no HTTP header can carry.
 func New(baseURL string, c Config) (*Source, error) {
 	base, err := validate(baseURL, c)
 	if err != nil {
@@ -432,6 +435,15 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 		return nil
 	}
 	errs := []error{path("ListPath", c.ListPath), path("FallbackListPath", c.FallbackListPath), path("PausePath", c.PausePath)}
+	// A method or a header name no request can carry is refused by
+	// http.NewRequest or Go's transport before anything is sent, at every
+	// listing and every pause: found here, not when the drain starts.
+	if c.PauseMethod != "" && !isToken(c.PauseMethod) {
+		errs = append(errs, fmt.Errorf("httpsource: Config.PauseMethod must be an HTTP method (a token: letters, digits, !#$%%&'*+-.^_`|~), got %q", c.PauseMethod))
+	}
+	if c.APIKeyHeader != "" && !isToken(c.APIKeyHeader) {
+		errs = append(errs, fmt.Errorf("httpsource: Config.APIKeyHeader must be a header name (a token: letters, digits, !#$%%&'*+-.^_`|~; no colon, no space), got %q", c.APIKeyHeader))
+	}
 	if c.PausePath != "" && !strings.Contains(c.PausePath, "{id}") {
 		errs = append(errs, fmt.Errorf("httpsource: Config.PausePath must contain \"{id}\", got %q", c.PausePath))
 	}
@@ -465,6 +477,21 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 		return nil, err
 	}
 	return base, nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2),
+// as a method and a header's name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		b := s[i]
+		if !('0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // List returns the sandboxes the server reports in a running state, in the

@@ -649,3 +649,41 @@ func TestConflictWhoseListingFailsTakesTheListingsClass(t *testing.T) {
 	assert.True(t, isPermanent(err), "a refused listing does not get better: %v", err)
 	assert.ErrorContains(t, err, "401")
 }
+
+// Fault: a pause method or an API key header name that no HTTP request can
+// carry (a header name copied from curl's -H "X-API-Key: ...", a method
+// with a trailing space from a config file) passed New, and http.NewRequest
+// or Go's transport refused every request before sending it: the drain's
+// first listing failed, every sandbox unknown, or every pause failed,
+// found at SIGTERM. New now fails naming the field and the value.
+// docs/faults.md row 473.
+func TestWhatNoRequestCanCarryIsRefusedAtNew(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"header with its colon", Config{APIKey: "k", APIKeyHeader: "X-API-Key:"}, `httpsource: Config.APIKeyHeader must be a header name`},
+		{"header with a space", Config{APIKey: "k", APIKeyHeader: "X API Key"}, `got "X API Key"`},
+		{"method with a space", Config{PauseMethod: "POST "}, `httpsource: Config.PauseMethod must be an HTTP method`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := New(newFakeServer(1).start(t), c.cfg)
+			if err == nil {
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+				defer cancel()
+				var sendErr error
+				if sbs, err := s.List(ctx); err != nil {
+					sendErr = err
+				} else if len(sbs) > 0 {
+					sendErr = sbs[0].Preserve(ctx)
+				}
+				t.Fatalf("New passed it; at the drain, the first request said: %v", sendErr)
+			}
+			assert.Nil(t, s)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+	_, err := New("http://127.0.0.1:1", Config{APIKey: "k", APIKeyHeader: "Authorization", PauseMethod: "PUT"})
+	assert.NoError(t, err, "a header name and a method")
+}
