@@ -117,8 +117,11 @@ type Policy struct {
 // errors.ErrUnsupported): before, a target that never got it was SIGKILLed
 // at once. A Signal error matching ECHILD (the
 // signalling command's status was stolen the same way) may have been
-// delivered: the wait after the signal is kept. The error is nil unless the exit is
-// ExitUnknown, and never nil then: it wraps ErrExitUnknown, joined with every failure
+// delivered: the wait after the signal is kept. The error is nil for Exited and
+// Gone. For ExitedAfterKill it says why the target was not given the first
+// signal, when it was not (the send failed), and is nil
+// when the target only did not exit within the wait after the signal. For
+// ExitUnknown it is never nil: it wraps ErrExitUnknown, joined with every failure
 // seen on the way. A nil t (or a nil pointer in it) is
 // not signalled: Stop returns ExitUnknown and an error saying so.
 func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
@@ -140,10 +143,12 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	// it got the signal, Gone when the signal never went out (it exited on
 	// its own, nothing saved its state on a signal).
 	ended := Exited
+	var unsent error // why the target had no chance to save itself: said with ExitedAfterKill
 	if err := signalUntil(ctx, t, sig, termEnd); isGone(err) {
 		return Gone, nil
 	} else if err != nil {
 		failures = append(failures, err)
+		unsent = err
 		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
 			termEnd = time.Now() // it will not exit on a signal it did not get
 			ended = Gone
@@ -167,7 +172,10 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	}
 	killed := time.Now()
 	if exited, err = waitUntil(ctx, t, killEnd); exited {
-		return ExitedAfterKill, nil
+		// Why it needed SIGKILL, when the first signal never went out (an
+		// invalid Policy.Signal, EPERM): it reads otherwise as a target too
+		// slow to save itself.
+		return ExitedAfterKill, unsent
 	}
 	// First, and never left out: with every signal delivered and the waits
 	// merely over, failures is empty, and a nil error read as success.
@@ -506,7 +514,8 @@ func (t *cmdTarget) result() error {
 // pause.ErrGone when it exited without getting the signal (Gone: the
 // Report counts it vanished, not preserved, for nothing says it saved its
 // state);
-// and a permanent error wrapping ErrKilled when it needed SIGKILL or
+// and a permanent error wrapping ErrKilled when it needed SIGKILL (with
+// why it never got the first signal, when it did not) or
 // ErrExitUnknown when its end could not be observed: signalling again
 // cannot help. The zero Sandbox, with no Target, signals nothing: its
 // Preserve returns a permanent error saying that Sandbox.Target is nil.
@@ -553,6 +562,9 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	case Gone:
 		return fmt.Errorf("escalate: %s exited without getting the signal: %w", s.Name, pause.ErrGone)
 	case ExitedAfterKill:
+		if err != nil { // why: the first signal never went out
+			return backoff.Permanent(fmt.Errorf("%w: %w", ErrKilled, err))
+		}
 		return backoff.Permanent(ErrKilled)
 	}
 	if !errors.Is(err, ErrExitUnknown) { // Stop's own says it

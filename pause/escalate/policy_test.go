@@ -695,3 +695,25 @@ func TestAWindowShorterThanTwoKillWaitsIsSharedWhateverTermWait(t *testing.T) {
 		assert.Equal(t, 6*time.Second, time.Since(start))
 	})
 }
+
+// Fault: a first signal the target was never sent (a Policy.Signal no
+// kernel knows, refused EINVAL; a runtime that refused EPERM) ended in
+// SIGKILL, and when SIGKILL worked Stop returned ExitedAfterKill with a
+// nil error: the refusal was dropped, and the Sandbox's error, the Report's
+// and the log's, said only "needed SIGKILL", the account of a sandbox too
+// slow to save itself, whose fix is a longer wait, not the one that is
+// wrong. The error now says what failed on the way. docs/faults.md row 474.
+func TestKillAfterARefusedFirstSignalSaysWhy(t *testing.T) {
+	cmd, state := child(t, "trap")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sb := &escalate.Sandbox{Name: "actor", Target: escalate.Cmd(cmd),
+		Policy: escalate.Policy{Signal: syscall.Signal(99), TermWait: 20 * time.Second}} // no such signal
+	err := sb.Preserve(ctx)
+	require.ErrorIs(t, err, escalate.ErrKilled)
+	assert.ErrorIs(t, err, syscall.EINVAL, "why it needed SIGKILL")
+	assert.Contains(t, err.Error(), "escalate: sending signal 99: ")
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	assert.Equal(t, syscall.SIGKILL, ws.Signal())
+	assert.NoFileExists(t, state)
+}
