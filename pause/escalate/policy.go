@@ -81,7 +81,9 @@ type Target interface {
 // SIGTERM and waits until KillWait before the context's deadline (half of
 // a window shorter than 2 x KillWait).
 type Policy struct {
-	// Signal is the first signal; zero means SIGTERM.
+	// Signal is the first signal; zero means SIGTERM. SIGKILL gives the
+	// target no chance to save its state: an exit on it is
+	// ExitedAfterKill, with an error saying so, never Exited.
 	Signal syscall.Signal
 	// TermWait is the longest wait after Signal. Zero (or negative) means
 	// until KillWait before ctx's deadline (half of a window shorter than
@@ -119,7 +121,7 @@ type Policy struct {
 // signalling command's status was stolen the same way) may have been
 // delivered: the wait after the signal is kept. The error is nil for Exited and
 // Gone. For ExitedAfterKill it says why the target was not given the first
-// signal, when it was not (the send failed), and is nil
+// signal, when it was not (the send failed, or Signal is SIGKILL), and is nil
 // when the target only did not exit within the wait after the signal. For
 // ExitUnknown it is never nil: it wraps ErrExitUnknown, joined with every failure
 // seen on the way. A nil t (or a nil pointer in it) is
@@ -144,17 +146,28 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	// its own, nothing saved its state on a signal).
 	ended := Exited
 	var unsent error // why the target had no chance to save itself: said with ExitedAfterKill
+	if sig == syscall.SIGKILL {
+		// Nothing saves its state on SIGKILL: an exit on it is a kill,
+		// never Exited (which a Sandbox reports preserved).
+		unsent = errSignalIsKill
+		failures = append(failures, errSignalIsKill)
+	}
 	if err := signalUntil(ctx, t, sig, termEnd); isGone(err) {
 		return Gone, nil
 	} else if err != nil {
 		failures = append(failures, err)
-		unsent = err
+		if unsent == nil {
+			unsent = err
+		}
 		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
 			termEnd = time.Now() // it will not exit on a signal it did not get
 			ended = Gone
 		}
 	}
 	exited, err := waitUntil(ctx, t, termEnd)
+	if exited && sig == syscall.SIGKILL {
+		return ExitedAfterKill, unsent
+	}
 	if exited {
 		return ended, nil
 	}
@@ -530,6 +543,9 @@ var (
 	ErrKilled      = errors.New("escalate: target needed SIGKILL; its state may not be saved")
 	ErrExitUnknown = errors.New("escalate: target not seen to exit, even after SIGKILL")
 )
+
+// errSignalIsKill is in Stop's error when Policy.Signal is SIGKILL.
+var errSignalIsKill = errors.New("escalate: Policy.Signal is SIGKILL, on which no target saves its state (zero means SIGTERM)")
 
 // errNoTarget is Stop's error for a nil Target.
 var errNoTarget = errors.New("escalate: the Target is nil: nothing to signal")

@@ -717,3 +717,22 @@ func TestKillAfterARefusedFirstSignalSaysWhy(t *testing.T) {
 	assert.Equal(t, syscall.SIGKILL, ws.Signal())
 	assert.NoFileExists(t, state)
 }
+
+// Fault: a Policy whose first signal is SIGKILL (the signal that "stops"
+// a process, set by someone who took Signal for that) reported a target
+// that died on it Exited, which a Sandbox's Preserve turns into nil: the
+// Report said preserved, and the drain exited 0, of an actor killed with
+// its state unsaved. It is now ExitedAfterKill, its error naming the
+// field. docs/faults.md row 475.
+func TestFirstSignalSIGKILLIsAKillNotAPreserve(t *testing.T) {
+	cmd, state := child(t, "trap")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sb := &escalate.Sandbox{Name: "actor", Target: escalate.Cmd(cmd),
+		Policy: escalate.Policy{Signal: syscall.SIGKILL, TermWait: 20 * time.Second}}
+	err := sb.Preserve(ctx)
+	require.Error(t, err, "a sandbox killed with its state unsaved was preserved")
+	assert.ErrorIs(t, err, escalate.ErrKilled)
+	assert.Contains(t, err.Error(), "Policy.Signal is SIGKILL")
+	assert.NoFileExists(t, state)
+}
