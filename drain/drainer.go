@@ -80,7 +80,8 @@ type Config struct {
 	// MeterProvider taken from this Config where Pause leaves them nil.
 	Preserver Preserver
 	// Pause configures the default Preserver; its zero value is pause's
-	// defaults. It is not used when Preserver is set.
+	// defaults. With Preserver set it must be zero: New fails naming the
+	// fields set, which no one would use.
 	Pause pause.Config
 	// Gate admits operations; nil means a new Gate that gates every class.
 	Gate *Gate
@@ -332,7 +333,27 @@ func (cfg *Config) validate() error {
 	if cfg.Preserver != nil && isNilValue(cfg.Preserver) {
 		return fmt.Errorf("drain: Config.Preserver is a nil %T", cfg.Preserver)
 	}
+	if set := setFields(cfg.Pause); cfg.Preserver != nil && len(set) > 0 {
+		// Pause configures only the default Preserver: left to be ignored,
+		// a SandboxTimeout or an Estimator (ConfigFromEnv's, from the
+		// manifest's variables) would be planned with by no one.
+		return fmt.Errorf("drain: Config.Pause (%s) is set, but so is Config.Preserver, which does not use it: "+
+			"give it to the Preserver's pause.New and leave Config.Pause zero (ConfigFromEnv sets its SandboxTimeout from %s and its Estimator from %s)",
+			strings.Join(set, ", "), EnvSandboxTimeout, EnvPreserveEstimate)
+	}
 	return nil
+}
+
+// setFields names the fields of c that are not zero.
+func setFields(c pause.Config) []string {
+	var set []string
+	v := reflect.ValueOf(c)
+	for i := range v.NumField() {
+		if !v.Field(i).IsZero() {
+			set = append(set, v.Type().Field(i).Name)
+		}
+	}
+	return set
 }
 
 // stepPhases reads every step's phase once.

@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // ConfigFromEnv reads the manifest's variables as NewServer does, for a
@@ -238,4 +240,36 @@ func TestConfigFromEnvNamesTheGraceWhereItCameFrom(t *testing.T) {
 	t.Setenv(EnvGrace, "30")
 	_, err = ConfigFromEnv()
 	assert.ErrorContains(t, err, EnvMargin+`="40" with `+EnvGrace+`="30"`, "the variable as set, the spec agreeing")
+}
+
+// Fault: a server that read the manifest with ConfigFromEnv and brought a
+// Preserver of its own (made with pause.New, wrapped) had
+// DRAINKIT_SANDBOX_TIMEOUT and DRAINKIT_PRESERVE_ESTIMATE silently
+// ignored: Config.Pause configures only the default Preserver, and New
+// took it beside a Preserver without a word, so the plan reserved the
+// Preserver's own 1 s estimate for preserves the manifest said take 3 s,
+// and no preserve was bounded. New now refuses the two together, naming
+// the fields set and the variables. docs/faults.md row 476.
+func TestPauseConfigBesideAPreserverOfItsOwnIsRefused(t *testing.T) {
+	t.Setenv(EnvPodName, "")
+	t.Setenv(EnvGrace, "90")
+	t.Setenv(EnvPreserveEstimate, "3s")
+	t.Setenv(EnvSandboxTimeout, "20s")
+	cfg, err := ConfigFromEnv()
+	require.NoError(t, err)
+	node := fakesandbox.NewNode()
+	own, err := pause.New(node, pause.Config{})
+	require.NoError(t, err)
+	cfg.Sandboxes, cfg.Preserver = node, own
+	d, err := New(cfg)
+	if err == nil {
+		t.Fatalf("New took Config.Pause beside Config.Preserver: the plan's estimate is %v, not the manifest's 3s; no preserve is bounded by its 20s",
+			d.preserver.Estimator().Estimate())
+	}
+	assert.ErrorContains(t, err, "drain: Config.Pause (SandboxTimeout, Estimator) is set, but so is Config.Preserver")
+	assert.ErrorContains(t, err, EnvSandboxTimeout)
+
+	cfg.Pause = pause.Config{}
+	_, err = New(cfg)
+	assert.NoError(t, err, "a Preserver with a zero Config.Pause")
 }

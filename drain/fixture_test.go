@@ -53,6 +53,9 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	if o.edit != nil {
 		o.edit(&cfg)
 	}
+	if cfg.Preserver != nil {
+		cfg.Pause = pause.Config{} // the default Preserver's, which New refuses beside another
+	}
 	d, err := New(cfg)
 	require.NoError(t, err)
 	return &fixture{node: node, budget: b, d: d}
