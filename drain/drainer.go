@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,8 @@ type Config struct {
 	// fields set, which no one would use.
 	Pause pause.Config
 	// Gate admits operations; nil means a new Gate that gates every class.
+	// Its Exempt must not hold a class that starts a sandbox (Create,
+	// Resume, Fork): New fails naming it.
 	Gate *Gate
 	// Steps run in order after the preserve phase, each within its
 	// reserve.
@@ -329,6 +332,16 @@ func (cfg *Config) validate() error {
 	}
 	if cfg.KubeletGrace > 0 && cfg.Pod == nil {
 		return fmt.Errorf("drain: Config.KubeletGrace (%v) needs Config.Pod: %s", cfg.KubeletGrace, kubeletGraceNeedsPod)
+	}
+	if cfg.Gate != nil {
+		for _, c := range cfg.Gate.Exempt {
+			if slices.Contains(startClasses, c) {
+				// Admitted while draining, it starts a sandbox after the
+				// Preserver's last listing: in no Report, lost at SIGKILL.
+				return fmt.Errorf("drain: Config.Gate.Exempt holds %q, a class that starts a sandbox (%s, %s, %s): one it starts while the node drains, after the Preserver's last listing, is in no Report and lost at SIGKILL; leave it gated, so that its client goes to another node",
+					c, Create, Resume, Fork)
+			}
+		}
 	}
 	if cfg.Preserver != nil && isNilValue(cfg.Preserver) {
 		return fmt.Errorf("drain: Config.Preserver is a nil %T", cfg.Preserver)

@@ -69,7 +69,8 @@ var ErrDraining = errors.New("drain: node is draining, not accepting new work")
 // first use.
 type Gate struct {
 	// Exempt lists the classes admitted even after Close, for example
-	// []Class{Pause, Checkpoint, Delete}.
+	// []Class{Pause, Checkpoint, Delete}. New refuses a Gate that
+	// exempts a class that starts a sandbox (Create, Resume, Fork).
 	Exempt []Class
 	// RetryAfter is the Retry-After the HTTP middleware sends with its 503.
 	// Zero means 5 s.

@@ -225,3 +225,40 @@ func TestAStreamEnteredByItsHolderEndsWhenTheGateSaysStreamsEnd(t *testing.T) {
 		assert.ErrorIs(t, err, ErrDraining, "an exempt Stream once streams ended")
 	})
 }
+
+// Fault: a Gate that exempted a class that starts a sandbox (Resume, so
+// that a user's resume is never refused) passed New, and admitted such an
+// operation after the preserve phase's last listing: the sandbox it
+// started ran until SIGKILL, in no entry of the Report, which said none
+// lost (exit 0). New now refuses it, naming the class.
+//
+//	0 s    SIGTERM, no preStop: sb-0 preserved
+//	later  the http step runs; a user's resume is admitted, "resumed" starts
+//	end    the Report: 1 preserved, 0 lost; "resumed" runs
+//
+// docs/faults.md row 477.
+func TestGateExemptingAClassThatStartsASandboxIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := deadline.New(30*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 1, 100*time.Millisecond)
+		gate := &Gate{Exempt: []Class{Pause, Resume}}
+		resume := step("http", time.Second, func(context.Context) error {
+			leave, err := gate.Enter(Resume) // a user's resume reaches the server
+			if err != nil {
+				return nil // refused: its client goes to another node
+			}
+			defer leave()
+			node.Add(&fakesandbox.Sandbox{Name: "resumed"})
+			return nil
+		})
+		d, err := New(Config{Budget: b, Sandboxes: node, Gate: gate, Steps: []Step{resume}})
+		if err == nil {
+			rep := d.Shutdown(t.Context())
+			running, _ := node.List(t.Context())
+			t.Fatalf("New took the Gate: the Report says %d lost, err %v, with %d sandbox(es) still running", rep.Lost(), rep.Err(), len(running))
+		}
+		assert.ErrorContains(t, err, `drain: Config.Gate.Exempt holds "resume", a class that starts a sandbox`)
+	})
+}

@@ -143,13 +143,13 @@ func (c *signalConn) Read(b []byte) (int, error) {
 }
 
 // serve starts a server on network ("tcp" on loopback, or "unix") with
-// EmptyCall gated as Create, FullDuplexCall as Resume, and
+// EmptyCall gated as Create, FullDuplexCall as Checkpoint, and
 // StreamingOutputCall and UnaryCall (a long-poll) as Stream.
 func serve(t *testing.T, g *drain.Gate, network string) *server {
 	t.Helper()
 	classify := Methods(map[string]drain.Class{
 		testgrpc.TestService_EmptyCall_FullMethodName:           drain.Create,
-		testgrpc.TestService_FullDuplexCall_FullMethodName:      drain.Resume,
+		testgrpc.TestService_FullDuplexCall_FullMethodName:      drain.Checkpoint,
 		testgrpc.TestService_StreamingOutputCall_FullMethodName: drain.Stream,
 		testgrpc.TestService_UnaryCall_FullMethodName:           drain.Stream,
 	}, drain.Create)
@@ -197,7 +197,7 @@ func openStream(t *testing.T, ctx context.Context, c testgrpc.TestServiceClient)
 }
 
 func TestInterceptorsAnswerUnavailableOnceDraining(t *testing.T) {
-	g := &drain.Gate{Exempt: []drain.Class{drain.Resume}}
+	g := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}}
 	s := serve(t, g, "tcp")
 	ctx := t.Context()
 
@@ -228,9 +228,9 @@ func TestAdmittedStreamCountsAsInFlightUntilItEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	_, err := openStream(t, ctx, s.worker)
 	require.NoError(t, err)
-	assert.Equal(t, 1, g.InFlight(drain.Resume))
+	assert.Equal(t, 1, g.InFlight(drain.Checkpoint))
 	cancel()
-	require.Eventually(t, func() bool { return g.InFlight(drain.Resume) == 0 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return g.InFlight(drain.Checkpoint) == 0 }, 10*time.Second, time.Millisecond)
 }
 
 // The default gated class gates everything, yet health is never gated: it

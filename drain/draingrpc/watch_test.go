@@ -40,7 +40,7 @@ func requireStopping(t *testing.T, err error) {
 // used to wait for the Watch until its deadline, then cut the work RPC and
 // report "RPCs still running at the deadline; stopped them".
 func TestDrainWaitsForTheWorkRPCNotForAHealthWatch(t *testing.T) {
-	g := &drain.Gate{Exempt: []drain.Class{drain.Resume}} // FullDuplexCall is a Resume
+	g := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}} // FullDuplexCall is a Checkpoint
 	s := serve(t, g, "tcp")
 	budget, err := deadline.New(60*time.Second, deadline.Config{})
 	require.NoError(t, err)
