@@ -636,8 +636,8 @@ func (d *Drainer) preserveAfterInFlight(ctx context.Context, pr *pause.Report, r
 }
 
 // accounted reports whether every sandbox the Lister lists now has an entry in pr, the
-// listing bounded by returnSlack from now; false without a Lister or when the listing
-// fails.
+// listing bounded by returnSlack from now; false without a Lister, when the listing
+// fails, or when it lists an element with no ID (nil, empty, or an ID that panics).
 func (d *Drainer) accounted(ctx context.Context, pr *pause.Report) bool {
 	if d.lister == nil {
 		return false
@@ -653,7 +653,10 @@ func (d *Drainer) accounted(ctx context.Context, pr *pause.Report) bool {
 		known[e.ID] = true
 	}
 	for _, sb := range sbs {
-		if sb == nil || !known[sb.ID()] {
+		// safeID: an element whose ID panics (or is empty, or nil) is a
+		// sandbox pr cannot be said to account for, not a crash of the
+		// drain before its steps.
+		if id := safeID(sb); id == "" || !known[id] {
 			return false
 		}
 	}
