@@ -33,7 +33,10 @@ type memDaemon struct {
 	// hangAfterStop stops (removes the disks of) every device, then hangs
 	// before deleting them: sysfs shows no disk, the driver says DEAD.
 	hangAfterStop bool
-	kstate        *kernelState
+	// servesMore daemons serve a device beyond ids: they do not exit
+	// once ids are deleted.
+	servesMore bool
+	kstate     *kernelState
 	// retaken are the devices another server adds again the moment this
 	// daemon deletes them, with the same ID (the kernel gives a freed ID
 	// to the next ADD_DEV): the step never sees the ID free.
@@ -134,7 +137,7 @@ func (d *memDaemon) RequestStop(ctx context.Context) error {
 			}
 			d.event("delete %d", id)
 		}
-		if !d.hangAfterStop {
+		if !d.hangAfterStop && !d.servesMore {
 			d.exit("done")
 		}
 	}()

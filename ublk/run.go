@@ -48,6 +48,11 @@ type run struct {
 	killed        bool
 	causes        []error
 	unconfirmed   error // the stop request's ErrUnconfirmed, taken as delivered
+	// blind is why the last look for disks the daemon serves beyond the
+	// step's could not read sysfs (nil once one did), blindSince when the
+	// first such look was (see cannotTell).
+	blind      error
+	blindSince time.Time
 }
 
 type devState struct {
@@ -927,21 +932,34 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 // it with a live disk may crash the host. Before, the step looked at its
 // own devices alone, and killed the daemon with such a disk live. It
 // needs the daemon's PID, and reads that process's fds alone.
+//
+// When sysfs cannot be listed or a device in it read (EMFILE or ENOMEM in
+// the server for a moment), the step cannot tell, and servesMore reports
+// true too (see cannotTell): the daemon is not killed on a guess. Killing
+// it is no safer than the pod's SIGKILL, which ends it at the deadline
+// anyway, and a daemon that serves a live disk may still stop it in the
+// time left; the next poll looks again.
 func (r *run) servesMore() bool {
 	pid := daemonPID(r.cfg.daemon)
 	if pid <= 0 {
 		return false
 	}
 	ids, err := r.untracked()
-	if err != nil {
-		return false
-	}
 	var disks []Device
 	for _, id := range ids {
-		if d, err := readDevice(r.cfg.sysRoot, id); err == nil && d.Disk {
+		d, rerr := readDevice(r.cfg.sysRoot, id)
+		switch {
+		case rerr != nil:
+			err = errors.Join(err, rerr)
+		case d.Disk:
 			disks = append(disks, d)
 		}
 	}
+	if err != nil {
+		r.cannotTell(err)
+		return true
+	}
+	r.blind = nil
 	if len(disks) == 0 {
 		return false
 	}
@@ -960,6 +978,22 @@ func (r *run) servesMore() bool {
 		r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon still serves a disk the step did not have; not killing it", "device", d.cur.DiskName())
 	}
 	return true
+}
+
+// cannotTell records that servesMore could not read sysfs (err), so the
+// daemon was not killed: the first time as the Report's "served by the
+// daemon" step and a warning; the latest failure stays in r.blind until a
+// look reads sysfs again, and one still there at the step's end is in
+// Report.Note beside the daemon left running.
+func (r *run) cannotTell(err error) {
+	if r.blindSince.IsZero() {
+		r.blindSince = time.Now()
+		s := r.stepStart("served by the daemon")
+		_ = r.stepEnd(s, "not known whether the daemon still serves a disk the step does not have (sysfs not read): "+
+			"not killed while the step cannot tell; looked at again every poll", err)
+		r.cfg.logger.WarnContext(r.ctx, "ublk: not killing the daemon: whether it still serves another disk cannot be read", "err", err)
+	}
+	r.blind = err
 }
 
 func (r *run) kill(why string) {
@@ -1167,6 +1201,10 @@ func (r *run) finish() error {
 	if r.cfg.daemon != nil {
 		r.rep.Daemon.Exited = exited
 		r.rep.Daemon.LeftRunning = !exited
+		if !exited && r.blind != nil {
+			r.rep.Note = joinNote(r.rep.Note, fmt.Sprintf("the daemon was left running: whether it still serves a disk the step "+
+				"does not have could not be read at its last look (sysfs first not read at +%v): %v", r.blindSince.Sub(r.start).Round(time.Millisecond), r.blind))
+		}
 	}
 	if err := r.ctx.Err(); err != nil && !errors.Is(errors.Join(r.causes...), err) {
 		r.causes = append(r.causes, err)

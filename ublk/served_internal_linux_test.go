@@ -11,10 +11,12 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/realpart"
@@ -121,4 +123,86 @@ func assertDisk1LeftLive(t *testing.T, rep *Report, err error) {
 	assert.Equal(t, []int{1}, unsafe.Devices)
 	require.NotNil(t, rep.Device(1), "the Report accounts for the daemon's other disk")
 	assert.Equal(t, VerdictLeftLive, rep.Device(1).Verdict)
+}
+
+//	0 s      the step, limited to ublkb0 (Config.Devices), asks the daemon to stop
+//	1 .. 2 s the daemon stops and deletes ublkb0; it still serves ublkb1, live
+//	3 s      sysfs's block/ cannot be listed (EMFILE or ENOMEM in the server)
+//	4 s      ExitWait is up: no device of the step is live
+//	6 s      block/ can be listed again (or never, below)
+//	60 s     the deadline
+//
+// On a vulnerable kernel the step does not kill the daemon while it cannot
+// tell whether the daemon still serves a disk it does not have: killing it
+// is no safer than the pod's SIGKILL, which ends it at the deadline anyway,
+// and a daemon serving a live disk may still stop it in the time left. The
+// Report says why it was not killed; once sysfs reads again the step finds
+// ublkb1, served, and accounts for it, left live. Before, a failed listing
+// read as "serves nothing more": the daemon was killed at 4 s with ublkb1
+// live, the host-crash path.
+func TestDaemonNotKilledWhileTheStepCannotTellWhatElseItServes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node the daemon holds")
+	}
+	t.Run("sysfs readable again", func(t *testing.T) {
+		rep, events, err := cannotTell(t, 6*time.Second)
+		assert.Equal(t, []string{"request", "stop 0", "delete 0"}, events, "the daemon is not killed")
+		assert.Equal(t, VerdictStopped, rep.Device(0).Verdict)
+		assertDisk1LeftLive(t, rep, err)
+		served := rep.Step("served by the daemon")
+		require.NotNil(t, served, "the Report says why the daemon was not killed")
+		assert.Contains(t, served.Err, "not a directory")
+		assert.Contains(t, served.Result, "not killed while the step cannot tell")
+		assert.NotContains(t, rep.Note, "left running", "the last look could tell")
+	})
+	t.Run("never readable again", func(t *testing.T) {
+		rep, events, err := cannotTell(t, 0)
+		assert.Equal(t, []string{"request", "stop 0", "delete 0"}, events, "the daemon is not killed")
+		require.NoError(t, err, "every device of the step stopped")
+		assert.True(t, rep.Daemon.LeftRunning)
+		assert.Nil(t, rep.Device(1), "never seen")
+		assert.Contains(t, rep.Note, "the daemon was left running: whether it still serves a disk the step does not have could not be read at its last look (sysfs first not read at +4")
+	})
+}
+
+// cannotTell runs the timeline above, sysfs's block/ readable again at
+// back (never when zero), and returns the step's Report, the daemon's
+// events when Stop returned, and Stop's error.
+func cannotTell(t *testing.T, back time.Duration) (rep *Report, events []string, err error) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		minor := uint32(os.Getpid()*2+13) % (1 << 20)
+		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4091, CharMinor: minor}))
+		// The test process stands for the daemon's process: it has
+		// /dev/ublkc1 open, as the driver lets only its server.
+		node := filepath.Join(t.TempDir(), "ublkc1")
+		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4091, minor))))
+		fd, oerr := unix.Open(node, unix.O_PATH|unix.O_CLOEXEC, 0)
+		require.NoError(t, oerr)
+		defer unix.Close(fd)
+		pid := os.Getpid()
+		require.NoError(t, os.Symlink(fmt.Sprintf("/proc/%d", pid), filepath.Join(f.proc, strconv.Itoa(pid))))
+
+		d := newMemDaemon(f.tree, 0)
+		d.servesMore = true
+		defer d.close()
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return pid }}
+		block := filepath.Join(f.tree.Root, "block")
+		time.AfterFunc(3*time.Second+time.Millisecond, func() { // not as a read runs
+			require.NoError(t, os.Rename(block, block+".aside"))
+			require.NoError(t, os.WriteFile(block, nil, 0o644))
+		})
+		if back > 0 {
+			time.AfterFunc(back+time.Millisecond, func() {
+				require.NoError(t, os.Remove(block))
+				require.NoError(t, os.Rename(block+".aside", block))
+			})
+		}
+		td, nerr := New(daemon, f.config(vulnerable, nil, Config{Devices: []int{0}, ExitWait: 2 * time.Second, NoControl: true}))
+		require.NoError(t, nerr)
+		rep, _, err = runFor(t, td, time.Minute)
+		events = d.Events()
+		t.Log(rep.String())
+	})
+	return rep, events, err
 }

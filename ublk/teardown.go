@@ -249,7 +249,12 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     disk's /dev/ublkcN open: one left out by Config.Devices, or taken
 //     for another server's), when the step knows its PID: looked for
 //     right before the kill, such a disk joins the Report as one of the
-//     step's, live.
+//     step's, live. When sysfs cannot be read to look (EMFILE or ENOMEM
+//     in the server), the daemon is not killed either while the step
+//     cannot tell: the pod's SIGKILL ends it at the deadline anyway, and
+//     killing it sooner is no safer. The step looks again at every poll;
+//     the Report's "served by the daemon" step says why, and its Note
+//     when the daemon was left running so.
 //
 // Stop returns by ctx's deadline (plus the time of one sysfs/procfs read).
 // The Report is always non-nil and has one DeviceReport per device. The
