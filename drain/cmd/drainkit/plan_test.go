@@ -78,6 +78,21 @@ func TestPlanTooSlowToPauseDoesNotFit(t *testing.T) {
 	assert.Contains(t, out, "not even 24h0m0s fits")
 }
 
+// Fault (a review): a time too long to count saturates at the largest
+// Duration (TestPlanTooSlowToPauseDoesNotFit's plan), and the plan printed
+// it as 9223372036.855s, a number an operator reads as a typo, in the
+// predicted preserve time and the preserve phase's reserve, and what was
+// taken from it as 9223371441.855s, in the phase's shortfall and the
+// verdict's. Each says what it is now.
+func TestPlanSaysATimeTooLongToCountIsOne(t *testing.T) {
+	code, out, _ := drainkit(t, "plan", "-sizes", "testdata/sizes.json", "-rate-mib", "1e-12", "-grace", "600", "-concurrency", "2")
+	assert.Equal(t, exitNoFit, code, out)
+	assert.NotContains(t, out, "922337")
+	assert.Regexp(t, `predicted preserve time\s+over 100 years\s+by size`, out)
+	assert.Regexp(t, `preserve\s+\+0.000s\s+\+595.000s\s+over 100 years\s+over 100 years\s+pausing`, out)
+	assert.Regexp(t, `shortfall\s+over 100 years\s+the work`, out)
+}
+
 // Fault (a fresh-eyes review): -concurrency beyond the sandboxes made a
 // slot per unit (-concurrency 9223372036854775807 with -rate-mib panicked:
 // makeslice) and its rounds wrapped round ("0 round(s)" for 8 sandboxes).

@@ -233,12 +233,24 @@ func rel(t, t0 time.Time) string {
 }
 
 // secs formats d in seconds with millisecond precision, or "-" for zero.
+// Beyond a century it says so: such a time is a sum that saturated at
+// the largest Duration (the deadline package's reserves, a pause time at
+// an absurd rate), or one taken from it (a shortfall), and printed in
+// seconds it read as a typo (9223372036.855s).
 func secs(d time.Duration) string {
-	if d == 0 {
+	switch {
+	case d == 0:
 		return "-"
+	case d >= century:
+		return "over 100 years"
+	case d <= -century:
+		return "below -100 years"
 	}
 	return fmt.Sprintf("%.3fs", d.Seconds())
 }
+
+// century is where secs stops counting seconds.
+const century = 100 * 365 * 24 * time.Hour
 
 // writeSummary writes the text summary of rep, listing at most lostMax
 // lost sandboxes (0: all).
