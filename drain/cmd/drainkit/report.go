@@ -131,16 +131,23 @@ func parseReport(name string, data []byte) (*drain.Report, error) {
 		}
 		data = inner
 	}
-	var rep drain.Report
-	if err := json.Unmarshal(data, &rep); err != nil {
+	// One decode also tells whether headroom_ns is there: the outer
+	// field, shallower, takes the key from the embedded Report's.
+	var in struct {
+		drain.Report
+		Headroom *time.Duration `json:"headroom_ns"`
+	}
+	if err := json.Unmarshal(data, &in); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	rep := in.Report
 	if rep.Budget.Start.IsZero() {
 		return nil, fmt.Errorf("%s: the report has no budget start (T0)", name)
 	}
-	var fields map[string]json.RawMessage
-	_ = json.Unmarshal(data, &fields) // an object: rep was decoded from it
-	if _, ok := fields["headroom_ns"]; !ok && !rep.End.IsZero() && !rep.Budget.Kill.IsZero() {
+	switch {
+	case in.Headroom != nil:
+		rep.Headroom = *in.Headroom
+	case !rep.End.IsZero() && !rep.Budget.Kill.IsZero():
 		// A Report without its headroom (written by hand, or cut) read as
 		// ending 0 s before SIGKILL, "finished - before SIGKILL", and a
 		// drain that ended after it passed: it is the expected SIGKILL

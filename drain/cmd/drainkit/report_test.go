@@ -453,21 +453,30 @@ func TestReportThatContradictsItselfIsRefused(t *testing.T) {
 // Fault (a review of the CLI): a Report without headroom_ns (written by
 // hand, or cut) read as ending 0 s before SIGKILL: "finished - before
 // SIGKILL", and one that ended after SIGKILL exited 0. The headroom is the
-// expected SIGKILL less the end, as drain computes it.
+// expected SIGKILL less the end, as drain computes it; one the Report gives
+// is kept, and so is the rule inside a supervisor's report.
 func TestReportWithoutHeadroomComputesIt(t *testing.T) {
 	for name, tc := range map[string]struct {
-		end  string
-		want string
-		code int
+		end, extra string
+		supervisor bool
+		want       string
+		code       int
 	}{
-		"ended before SIGKILL": {"2026-01-01T00:00:27Z", "finished 3.000s before SIGKILL", 0},
-		"ended after SIGKILL":  {"2026-01-01T00:00:31Z", "finished 1.000s AFTER the expected SIGKILL", 1},
+		"ended before SIGKILL":         {end: "2026-01-01T00:00:27Z", want: "finished 3.000s before SIGKILL"},
+		"ended after SIGKILL":          {end: "2026-01-01T00:00:31Z", want: "finished 1.000s AFTER the expected SIGKILL", code: 1},
+		"in a supervisor's report":     {end: "2026-01-01T00:00:31Z", supervisor: true, want: "finished 1.000s AFTER the expected SIGKILL", code: 1},
+		"headroom given is kept":       {end: "2026-01-01T00:00:27Z", extra: `"headroom_ns": 5000000000,`, want: "finished 5.000s before SIGKILL"},
+		"headroom given after SIGKILL": {end: "2026-01-01T00:00:27Z", extra: `"headroom_ns": -2000000000,`, want: "finished 2.000s AFTER the expected SIGKILL", code: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := filepath.Join(t.TempDir(), "r.json")
-			require.NoError(t, os.WriteFile(f, []byte(`{"start": "2026-01-01T00:00:00Z", "end": "`+tc.end+`",
+			rep := `{"start": "2026-01-01T00:00:00Z", "end": "` + tc.end + `", ` + tc.extra + `
 				"budget": {"start": "2026-01-01T00:00:00Z", "kill": "2026-01-01T00:00:30Z"},
-				"phases": [{"name": "preserve", "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:00:01Z", "result": "ok"}]}`), 0o600))
+				"phases": [{"name": "preserve", "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:00:01Z", "result": "ok"}]}`
+			if tc.supervisor {
+				rep = `{"server": {"pid": 7}, "drain": ` + rep + `}`
+			}
+			f := filepath.Join(t.TempDir(), "r.json")
+			require.NoError(t, os.WriteFile(f, []byte(rep), 0o600))
 			var stdout, stderr bytes.Buffer
 			code := runReport(context.Background(), []string{f}, &stdout, &stderr)
 			assert.Contains(t, stdout.String(), tc.want, stderr.String())
