@@ -45,11 +45,12 @@ import (
 func ConfigFromEnv() (Config, error) {
 	log := slog.Default()
 	pod := inCluster(log)
-	grace, err := graceOf(pod, log)
+	spec := readSpec(pod)
+	grace, err := graceOf(spec, log)
 	if err != nil {
 		return Config{}, err
 	}
-	kubelet, err := kubeletGrace(pod, log)
+	kubelet, err := kubeletGrace(pod, spec, log)
 	if err != nil {
 		return Config{}, err
 	}
@@ -62,7 +63,7 @@ func ConfigFromEnv() (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	sleep, err := preStopSleep(pod, log)
+	sleep, err := preStopSleep(spec, log)
 	if err != nil {
 		return Config{}, err
 	}
@@ -121,11 +122,50 @@ var inClusterConfig = func(log *slog.Logger) kube.Config { return kube.Config{Lo
 // podGraceTimeout bounds ConfigFromEnv's read of the pod's spec.
 const podGraceTimeout = 5 * time.Second
 
-// graceOf is the pod's spec.terminationGracePeriodSeconds, read through
-// the API server when the pod is known, else EnvGrace. With EnvGrace set
-// as well, see checkedGrace.
-func graceOf(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
+// podSpec is the pod's spec as ConfigFromEnv's one read of it found it,
+// or why that read failed. The grace, the priority and the preStop sleeps
+// all come from it: read apart, they took three requests, and three
+// timeouts of podGraceTimeout (15 s at start) when the API server did not
+// answer. The fields read do not change in a pod's life.
+type podSpec struct {
+	spec kube.Spec
+	err  error
+}
+
+// readSpec reads pod's spec within podGraceTimeout; nil when pod is.
+func readSpec(pod *kube.Pod) *podSpec {
 	if pod == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
+	defer cancel()
+	s, err := pod.Spec(ctx)
+	return &podSpec{spec: s, err: err}
+}
+
+// grace is the spec's terminationGracePeriodSeconds (kube.Spec.Grace), or
+// the read's error.
+func (p *podSpec) grace() (time.Duration, error) {
+	if p.err != nil {
+		return 0, p.err
+	}
+	return p.spec.Grace()
+}
+
+// sleeps is the spec's containers' preStop sleeps
+// (kube.Spec.PreStopSleeps), or the read's error.
+func (p *podSpec) sleeps() (map[string]time.Duration, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	return p.spec.PreStopSleeps()
+}
+
+// graceOf is the pod's spec.terminationGracePeriodSeconds, as read
+// through the API server when the pod is known (spec not nil), else
+// EnvGrace. With EnvGrace set as well, see checkedGrace.
+func graceOf(spec *podSpec, log *slog.Logger) (time.Duration, error) {
+	if spec == nil {
 		return graceFromEnv()
 	}
 	if os.Getenv(EnvGrace) != "" {
@@ -133,9 +173,9 @@ func graceOf(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
 		if err != nil {
 			return 0, err
 		}
-		return checkedGrace(pod, env, log), nil
+		return checkedGrace(spec, env, log), nil
 	}
-	g, err := specGrace(pod)
+	g, err := spec.grace()
 	if err != nil {
 		_, envErr := graceFromEnv()
 		return 0, fmt.Errorf("%w, and the pod's spec could not be read: %w", envErr, err)
@@ -151,8 +191,8 @@ func graceOf(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
 // makes on its own sets no deletionTimestamp that would correct a longer
 // one: its preStop wait would run to the spec's end, SIGTERM 2 s before
 // SIGKILL.
-func checkedGrace(pod *kube.Pod, env time.Duration, log *slog.Logger) time.Duration {
-	g, err := specGrace(pod)
+func checkedGrace(spec *podSpec, env time.Duration, log *slog.Logger) time.Duration {
+	g, err := spec.grace()
 	switch {
 	case err != nil:
 		log.Warn("drain: "+EnvGrace+" could not be checked against the pod's spec.terminationGracePeriodSeconds: planning with it", "grace", env, "error", err)
@@ -162,14 +202,6 @@ func checkedGrace(pod *kube.Pod, env time.Duration, log *slog.Logger) time.Durat
 			EnvGrace, env, g), "grace", g, "variable", env)
 	}
 	return g
-}
-
-// specGrace reads the pod's spec.terminationGracePeriodSeconds, within
-// podGraceTimeout.
-func specGrace(pod *kube.Pod) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
-	defer cancel()
-	return pod.Grace(ctx)
 }
 
 // graceFromEnv reads EnvGrace.
@@ -184,12 +216,15 @@ func graceFromEnv() (time.Duration, error) {
 // EnvKubeletConfig (kubeletconf.Setting.Resolve); zero when neither is
 // set, or when pod is nil (logged: without the pod's deletionTimestamp a
 // drain cannot tell the kubelet's own termination from a deletion).
-func kubeletGrace(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
+func kubeletGrace(pod *kube.Pod, spec *podSpec, log *slog.Logger) (time.Duration, error) {
 	g, err := optionalDurationEnv(EnvKubeletGrace)
 	if err != nil {
 		return 0, err
 	}
 	s := kubeletconf.Setting{GraceName: EnvKubeletGrace, ConfigName: EnvKubeletConfig, Grace: g, Config: os.Getenv(EnvKubeletConfig)}
+	if spec != nil { // the priority from the spec read once
+		s.Priority = func() (int32, error) { return spec.spec.Priority(), spec.err }
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
 	defer cancel()
 	g, err = s.Resolve(ctx, pod, log, "("+EnvPodName+" and a service account): "+kubeletGraceNeedsPod)
@@ -230,15 +265,13 @@ func checkSandboxTimeout(pc pause.Config, log *slog.Logger) {
 }
 
 // preStopSleep is the container's preStop sleep (EnvPreStopSleep), from
-// the pod's spec when the pod is known: see EnvPreStopSleep.
-func preStopSleep(pod *kube.Pod, log *slog.Logger) (time.Duration, error) {
+// the pod's spec when the pod is known (spec not nil): see EnvPreStopSleep.
+func preStopSleep(spec *podSpec, log *slog.Logger) (time.Duration, error) {
 	env, set, err := sleepEnv()
-	if err != nil || pod == nil {
+	if err != nil || spec == nil {
 		return env, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
-	defer cancel()
-	sleeps, err := pod.PreStopSleeps(ctx)
+	sleeps, err := spec.sleeps()
 	if err != nil {
 		log.Warn("drain: the pod's preStop sleep hooks could not be read: planning with "+EnvPreStopSleep, "sleep", env, "error", err)
 		return env, nil

@@ -379,27 +379,19 @@ func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
 	}
 	ctx, span := p.startSpan(ctx, "kube.Pod.Grace")
 	defer span.End()
-	obj, err := p.get(ctx)
+	spec, err := p.spec(ctx)
 	if err != nil {
 		endSpanError(span, err)
 		return 0, err
 	}
-	g := obj.Spec.TerminationGracePeriodSeconds
-	if g != nil {
+	if g := spec.s.TerminationGracePeriodSeconds; g != nil {
 		span.SetAttributes(attribute.Int64("k8s.pod.termination_grace_period_seconds", *g))
 	}
-	switch {
-	case g == nil || *g <= 0:
-		err = fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or not positive", p.ns, p.name)
-	case *g > maxSeconds: // the API server keeps any int64 >= 0
-		err = fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is %d, more than a time.Duration holds (%d s)",
-			p.ns, p.name, *g, maxSeconds)
-	}
+	g, err := spec.Grace()
 	if err != nil {
 		endSpanError(span, err)
-		return 0, err
 	}
-	return time.Duration(*g) * time.Second, nil
+	return g, err
 }
 
 // Priority reads the pod's spec.priority: its PriorityClass's value (0
@@ -413,17 +405,13 @@ func (p *Pod) Priority(ctx context.Context) (int32, error) {
 	}
 	ctx, span := p.startSpan(ctx, "kube.Pod.Priority")
 	defer span.End()
-	obj, err := p.get(ctx)
+	spec, err := p.spec(ctx)
 	if err != nil {
 		endSpanError(span, err)
 		return 0, err
 	}
-	var prio int32
-	if obj.Spec.Priority != nil {
-		prio = *obj.Spec.Priority
-	}
-	span.SetAttributes(attribute.Int64("k8s.pod.priority", int64(prio)))
-	return prio, nil
+	span.SetAttributes(attribute.Int64("k8s.pod.priority", int64(spec.Priority())))
+	return spec.Priority(), nil
 }
 
 // PreStopSleeps reads the preStop hook of each of the pod's containers
@@ -440,23 +428,91 @@ func (p *Pod) PreStopSleeps(ctx context.Context) (map[string]time.Duration, erro
 	}
 	ctx, span := p.startSpan(ctx, "kube.Pod.PreStopSleeps")
 	defer span.End()
-	obj, err := p.get(ctx)
+	spec, err := p.spec(ctx)
 	if err != nil {
 		endSpanError(span, err)
 		return nil, err
 	}
-	sleeps := make(map[string]time.Duration, len(obj.Spec.Containers))
-	for _, c := range obj.Spec.Containers {
-		var s int64
+	sleeps, err := spec.PreStopSleeps()
+	if err != nil {
+		endSpanError(span, err)
+	}
+	return sleeps, err
+}
+
+// Spec reads the pod's spec once: what Grace, Priority and PreStopSleeps
+// each read, from one answer, for a server that plans with all three at
+// start (one request, so one timeout when the API server does not answer,
+// not three). The spec's fields it reads do not change in a pod's life.
+// It returns an *APIError for an answer other than 200, and ctx's error if
+// ctx ends first; what is wrong with a field is its method's error.
+func (p *Pod) Spec(ctx context.Context) (Spec, error) {
+	if !p.made() {
+		return Spec{}, errNotMade
+	}
+	ctx, span := p.startSpan(ctx, "kube.Pod.Spec")
+	defer span.End()
+	spec, err := p.spec(ctx)
+	if err != nil {
+		endSpanError(span, err)
+	}
+	return spec, err
+}
+
+// spec reads the pod and returns its Spec.
+func (p *Pod) spec(ctx context.Context) (Spec, error) {
+	obj, err := p.get(ctx)
+	if err != nil {
+		return Spec{}, err
+	}
+	return Spec{ns: p.ns, name: p.name, s: obj.Spec}, nil
+}
+
+// Spec is a pod's spec as one read found it (Pod.Spec). The zero Spec has
+// no grace.
+type Spec struct {
+	ns, name string
+	s        podSpec
+}
+
+// Grace is the spec's terminationGracePeriodSeconds, as Pod.Grace returns
+// it: an error if it has no positive grace or one longer than a
+// time.Duration holds (292 years).
+func (s Spec) Grace() (time.Duration, error) {
+	switch g := s.s.TerminationGracePeriodSeconds; {
+	case g == nil || *g <= 0:
+		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or not positive", s.ns, s.name)
+	case *g > maxSeconds: // the API server keeps any int64 >= 0
+		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is %d, more than a time.Duration holds (%d s)",
+			s.ns, s.name, *g, maxSeconds)
+	default:
+		return time.Duration(*g) * time.Second, nil
+	}
+}
+
+// Priority is the spec's priority, as Pod.Priority returns it: 0 without
+// one.
+func (s Spec) Priority() int32 {
+	if s.s.Priority == nil {
+		return 0
+	}
+	return *s.s.Priority
+}
+
+// PreStopSleeps is each container's preStop sleep, as Pod.PreStopSleeps
+// returns it: an error for a sleep that is negative or longer than a
+// time.Duration holds.
+func (s Spec) PreStopSleeps() (map[string]time.Duration, error) {
+	sleeps := make(map[string]time.Duration, len(s.s.Containers))
+	for _, c := range s.s.Containers {
+		var sec int64
 		if l := c.Lifecycle; l != nil && l.PreStop != nil && l.PreStop.Sleep != nil {
-			s = l.PreStop.Sleep.Seconds
+			sec = l.PreStop.Sleep.Seconds
 		}
-		if s < 0 || s > maxSeconds {
-			err := fmt.Errorf("kube: pod %s/%s: container %s: lifecycle.preStop.sleep.seconds is %d: not a sleep", p.ns, p.name, c.Name, s)
-			endSpanError(span, err)
-			return nil, err
+		if sec < 0 || sec > maxSeconds {
+			return nil, fmt.Errorf("kube: pod %s/%s: container %s: lifecycle.preStop.sleep.seconds is %d: not a sleep", s.ns, s.name, c.Name, sec)
 		}
-		sleeps[c.Name] = time.Duration(s) * time.Second
+		sleeps[c.Name] = time.Duration(sec) * time.Second
 	}
 	return sleeps, nil
 }
@@ -513,23 +569,26 @@ type podObject struct {
 		DeletionTimestamp          *time.Time `json:"deletionTimestamp"`
 		DeletionGracePeriodSeconds *int64     `json:"deletionGracePeriodSeconds"`
 	} `json:"metadata"`
-	Spec struct {
-		TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds"`
-		Priority                      *int32 `json:"priority"`
-		Containers                    []struct {
-			Name      string `json:"name"`
-			Lifecycle *struct {
-				PreStop *struct {
-					Sleep *struct {
-						Seconds int64 `json:"seconds"`
-					} `json:"sleep"`
-				} `json:"preStop"`
-			} `json:"lifecycle"`
-		} `json:"containers"`
-	} `json:"spec"`
+	Spec podSpec `json:"spec"`
 	// offset is the API server's clock less this node's, as far as the
 	// response proved it (clockOffset).
 	offset time.Duration
+}
+
+// podSpec is the part of a pod's spec this package reads.
+type podSpec struct {
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds"`
+	Priority                      *int32 `json:"priority"`
+	Containers                    []struct {
+		Name      string `json:"name"`
+		Lifecycle *struct {
+			PreStop *struct {
+				Sleep *struct {
+					Seconds int64 `json:"seconds"`
+				} `json:"sleep"`
+			} `json:"preStop"`
+		} `json:"lifecycle"`
+	} `json:"containers"`
 }
 
 // maxSeconds is the most whole seconds a time.Duration holds.

@@ -191,12 +191,17 @@ type PodGrace struct {
 // priority that cannot be read gives the least any priority gets, early
 // rather than late. The error is the file's.
 func ForPod(ctx context.Context, path string, pod *kube.Pod) (PodGrace, error) {
+	return forPriority(path, func() (int32, error) { return pod.Priority(ctx) })
+}
+
+// forPriority is ForPod with the pod's priority from priority.
+func forPriority(path string, priority func() (int32, error)) (PodGrace, error) {
 	c, err := Read(path)
 	if err != nil {
 		return PodGrace{}, err
 	}
 	var pg PodGrace
-	pg.Priority, pg.PriorityErr = pod.Priority(ctx)
+	pg.Priority, pg.PriorityErr = priority()
 	if pg.PriorityErr != nil {
 		pg.Grace, _ = c.LeastOwnGrace()
 	} else {
@@ -213,6 +218,10 @@ type Setting struct {
 	GraceName, ConfigName string
 	Grace                 time.Duration
 	Config                string // the file's path; "" when not given
+	// Priority, when not nil, gives the pod's priority in place of a read
+	// of the pod (kube.Pod.Priority): a server that has read the pod's
+	// spec already (kube.Pod.Spec) reads it once.
+	Priority func() (int32, error)
 }
 
 // Resolve is the server's drain.Config.KubeletGrace from s: the node's
@@ -237,7 +246,11 @@ func (s Setting) Resolve(ctx context.Context, pod *kube.Pod, log *slog.Logger, w
 		log.Warn(s.ConfigName+" is ignored without the pod's API access "+why, "file", s.Config)
 		return 0, nil
 	}
-	pg, err := ForPod(ctx, s.Config, pod)
+	priority := s.Priority
+	if priority == nil {
+		priority = func() (int32, error) { return pod.Priority(ctx) }
+	}
+	pg, err := forPriority(s.Config, priority)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", s.ConfigName, err)
 	}
