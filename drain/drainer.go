@@ -228,8 +228,9 @@ type Drainer struct {
 	hookOpen  bool            // the latest preStop request has not answered yet
 	pollsOpen int             // polls without ?start= (pollOfTheRun) not answered yet
 	// interrupted: ServeSignals's first signal was not SIGTERM (a person's
-	// SIGINT), so a preStop request still open does not mean the kubelet
-	// gave up on it.
+	// SIGINT), or its ctx ended with no signal (the server's own reason),
+	// so a preStop request still open does not mean the kubelet gave up
+	// on it.
 	interrupted atomic.Bool
 	starting    map[Class]int // operations that start a sandbox in flight when the gate wait timed out (Shutdown's goroutine only)
 	hookRun     string        // the latest preStop request's ?start=: which run of the hook it is

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/kube"
+	"github.com/drainkit/drainkit/pause"
 )
 
 // The server's budget says 30 s; the kubelet uses 4 s (a node-shutdown
@@ -361,4 +363,69 @@ func TestPollsWithoutStartAreOneRunNotARestartEach(t *testing.T) {
 		assert.Equal(t, 8, rep.Preserve.Counts["preserved"])
 		assert.False(t, tl.Killed, "exited before SIGKILL")
 	})
+}
+
+// The server's own reason to drain during the preStop wait is not the
+// kubelet giving up on the hook: drain.Server.Run and sandboxd end
+// ServeSignals's ctx when their serving stops, and a server may end it for
+// a reason of its own; no SIGTERM came. The drain starts, its
+// wait ends and the hook answers, and the kubelet then sends SIGTERM with
+// the grace the hook left. The open call was taken for an abandoned hook,
+// the budget cut to 2 s after the ctx ended: of 8 preserves of 1 s, one
+// at a time, 1 fit.
+//
+//	0 ....... preStop GET /drain: the wait, planned for a 60 s grace
+//	10 s .... the server stops serving: ctx ends, the drain starts, the hook answers
+//	10 s .... the kubelet's SIGTERM (the hook took 10 s: 50 s left)
+//	10-18 s . 8 preserves of 1 s
+//	60 s .... SIGKILL due: not needed
+func TestServerStoppingDuringThePreStopWaitKeepsTheHooksGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 8,
+			latency: time.Second, limit: 1,
+			edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }})
+		proc := kubeletsim.NewInProcess()
+		ctx, stopped := context.WithCancelCause(context.Background())
+		time.AfterFunc(10*time.Second, func() { stopped(errStoppedServing) })
+		var rep *Report
+		go func() {
+			defer proc.Exit()
+			rep = f.d.ServeSignals(ctx, proc.Signals())
+		}()
+		tl, err := kubeletsim.Terminate(context.Background(), proc, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 60*time.Second)
+		require.NoError(t, err)
+		synctest.Wait()
+		t.Logf("timeline:\n%s", tl)
+		require.NotNil(t, rep)
+		assert.Equal(t, errStoppedServing.Error(), rep.Cause)
+		assert.False(t, tl.HookKept, "the hook answered when the drain started")
+		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "the budget expects the kubelet's SIGKILL, not one 2 s after the ctx ended")
+		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved])
+		assert.False(t, tl.Killed, "exited before SIGKILL")
+		assert.NotContains(t, logs.String(), "the kubelet's grace period ran out")
+		require.NoError(t, rep.Err())
+	})
+}
+
+// The kubelet giving up on the hook is still seen when its SIGTERM also
+// ends ServeSignals's ctx (a ctx from signal.NotifyContext): select takes
+// the ctx or the signal, and either way the SIGTERM began the shutdown.
+func TestSIGTERMThatAlsoEndsTheCtxIsStillTheKubeletGivingUp(t *testing.T) {
+	for range 20 { // select picks at random: both ways, every time
+		synctest.Test(t, func(t *testing.T) {
+			f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 2,
+				latency: 100 * time.Millisecond, limit: 2})
+			call := f.callPreStop(t.Context(), "")
+			time.Sleep(10 * time.Second)
+			ctx, cancel := context.WithCancel(context.Background())
+			sigs := make(chan os.Signal, 1)
+			sigs <- syscall.SIGTERM
+			cancel()
+			rep := f.d.ServeSignals(ctx, sigs)
+			call.wait(t)
+			assert.Equal(t, "SIGTERM", rep.Cause)
+			assert.Equal(t, deadline.MinimumGracePeriod, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the call was still open: the kubelet gave up on it")
+		})
+	}
 }

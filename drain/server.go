@@ -328,9 +328,11 @@ func (s *Server) Drainer() *Drainer {
 // SIGTERM: a server no client nor readiness probe can reach is of no use,
 // its sandboxes are preserved while the process still holds them (a Run
 // that returned at once would take them with it), and the exit status
-// lets the kubelet restart the container. When the hook's server stops,
-// Run goes on serving srv and drains at SIGTERM (the kubelet's preStop
-// call fails and it sends SIGTERM at once), then returns 1.
+// lets the kubelet restart the container; a preStop call then still open
+// keeps the hook's grace (see Drainer.ServeSignals: no SIGTERM came). When
+// the hook's server stops, Run goes on serving srv and drains at SIGTERM
+// (the kubelet's preStop call fails and it sends SIGTERM at once), then
+// returns 1.
 //
 // Call Run early: until it starts, SIGTERM has Go's default action (the
 // process exits at once, no drain, no Report) and the preStop hook is not

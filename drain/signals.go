@@ -79,10 +79,14 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 // Config.Pod). SIGINT (a person's second Ctrl-C) and Force still force.
 //
 // ctx ending before any signal starts the shutdown, as a first signal does
-// (a server's own reason to drain: its serving stopped). It never forces
-// it: Shutdown runs with ctx's values but not its cancellation, so the ctx
-// that started it cannot cut it short, and cancelling ctx once it runs
-// changes nothing. To end a running shutdown early, call Force.
+// (a server's own reason to drain: its serving stopped), unless a signal
+// is already waiting on ch (a ctx that signal.NotifyContext ends on it):
+// that signal is then the first. Like SIGINT, a ctx's end is not taken for
+// the kubelet giving up on a preStop request still open: no SIGTERM came.
+// It never forces the shutdown: Shutdown runs with ctx's values but not
+// its cancellation, so the ctx that started it cannot cut it short, and
+// cancelling ctx once it runs changes nothing. To end a running shutdown
+// early, call Force.
 func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report {
 	if !d.made() {
 		return notMadeReport()
@@ -103,6 +107,26 @@ wait:
 			d.interrupted.Store(sig != syscall.SIGTERM)
 			d.received(sig, true)
 		case <-ctx.Done():
+			var sig os.Signal
+			select {
+			case sig = <-ch: // nil if ch is closed; never ready if nil
+			default:
+			}
+			if sig != nil {
+				// A signal came with it (a ctx that signal.NotifyContext ends on
+				// that signal; select took either): the signal began the
+				// shutdown, and a SIGTERM with a preStop request open is the
+				// kubelet giving up on the hook.
+				d.interrupted.Store(sig != syscall.SIGTERM)
+				d.received(sig, true)
+				break wait
+			}
+			// The server's own reason to drain (its serving stopped): no
+			// SIGTERM came, so a preStop request still open is not the
+			// kubelet giving up on it, as for SIGINT. The shutdown ends the
+			// wait, the hook answers, and the kubelet's SIGTERM follows with
+			// the grace the hook left.
+			d.interrupted.Store(true)
 			d.began(context.Cause(ctx).Error())
 		case <-d.term.Done():
 		}
