@@ -83,9 +83,10 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // the SIGTERM shutdown the time it needs. The wait ends 300 ms before it,
 // the time the kubelet may take from the hook's answer to SIGTERM (the
 // preserve phase starts at SIGTERM, and a SIGKILL fixed by a
-// deletionTimestamp or Config.KubeletGrace does not move with it). The
-// wait also ends when Shutdown starts or on Force. Without a Lister the
-// wait ends at once.
+// deletionTimestamp or Config.KubeletGrace does not move with it), or up
+// to one count earlier: no count starts that would end inside those 300 ms
+// if it took as long as the last one. The wait also ends when Shutdown
+// starts or on Force. Without a Lister the wait ends at once.
 //
 // Every call answers 200 with a JSON PreStopSummary once the wait is over; a
 // second call joins the first's wait; a call after Shutdown started answers
@@ -334,7 +335,9 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 		// for after it would be the next change's, and the wait would
 		// sleep a PollInterval past a deadline already moved.
 		changed := d.budget.Changed()
+		began := time.Now()
 		n := d.count(d.term, d.plan.Deadline(PhaseDrain))
+		took := time.Since(began)         // the next count is taken to last as long
 		dl := d.plan.Deadline(PhaseDrain) // read again: the count moved the preserve reserve
 		run.update(func(s *PreStopSummary) {
 			if n >= 0 {
@@ -347,14 +350,20 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 			return reasonDrained
 		}
 		left := time.Until(dl)
-		if left <= sigtermLag {
+		if left <= sigtermLag+took {
+			// A count started later would end inside the lag, or be cut at
+			// the deadline (and logged as a failed listing): the lag is
+			// the kubelet's, not the count's.
+			if reason := d.stopReason(); reason != "" {
+				return reason // Shutdown or Force stopped the count
+			}
 			return reasonDeadline
 		}
 		if now := time.Now(); !now.Before(nextProgress) {
 			d.logWaitProgress(n, left)
 			nextProgress = now.Add(progressInterval)
 		}
-		t := time.NewTimer(min(d.poll, left-sigtermLag))
+		t := time.NewTimer(min(d.poll, left-sigtermLag-took))
 		select {
 		case <-t.C:
 		case <-changed:
@@ -439,7 +448,8 @@ func (d *Drainer) listWorks() {
 // rhythm of the preserve phase's (pause.Config.ProgressInterval's default).
 const progressInterval = 10 * time.Second
 
-// sigtermLag is how long before the drain deadline the preStop wait ends:
+// sigtermLag is how long before the drain deadline the preStop wait ends
+// (a count of the running sandboxes does not run into it):
 // the kubelet's time from the hook's answer to SIGTERM (20-70 ms measured,
 // 80-260 ms on a loaded node; docs/real-kubelet.md). The preserve phase
 // starts at SIGTERM, and where SIGKILL is fixed (a deletionTimestamp, the

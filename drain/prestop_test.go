@@ -345,3 +345,50 @@ func TestPreStopWaitLogsABrokenListingOnce(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(out, `level=INFO msg="drain: listing running sandboxes works again" failures=`))
 	})
 }
+
+// The wait ends sigtermLag before the drain deadline, the kubelet's time
+// from the hook's answer to SIGTERM, however long a count of the running
+// sandboxes takes (an HTTP listing, the supervisor's over AgentENV's API).
+// It woke for a last count at the deadline less the lag, so the count ate
+// the lag: a 100 ms listing ended the wait 200 ms before the deadline, and
+// one of 300 ms or more ran to the deadline itself, where it was cut and
+// logged at Warn as a failed listing ("context deadline exceeded") on
+// every such drain. A count is not started now unless the last one's time
+// still fits before the lag.
+//
+//	0 ............ preStop: counts every second, each taking the listing's time
+//	57.5 s ....... 60 s - 1 s margin - 2 × 300 ms (8 at 4) = 58.4 s drain deadline,
+//	               less the lag (300 ms) and a count: the wait ends, no count cut
+func TestPreStopWaitKeepsItsLagWhateverACountTakes(t *testing.T) {
+	for _, listing := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond} {
+		t.Run(listing.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var logs logbuf.Buffer
+				f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: time.Second, sandboxes: 8, latency: 300 * time.Millisecond, limit: 4,
+					edit: func(c *Config) {
+						c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+						c.Sandboxes = slowLister(c.Sandboxes, listing)
+					}})
+				sum := f.callPreStop(t.Context(), "").wait(t)
+				assert.Equal(t, reasonDeadline, sum.Reason)
+				assert.False(t, sum.End.After(sum.DrainDeadline.Add(-sigtermLag)),
+					"the wait ended %v before the drain deadline, less than the lag %v", sum.DrainDeadline.Sub(sum.End), sigtermLag)
+				assert.NotContains(t, logs.String(), "listing running sandboxes failed", "no count was cut")
+				require.NoError(t, f.d.Shutdown(t.Context()).Err())
+			})
+		})
+	}
+}
+
+// slowLister is l whose every listing takes d first (a listing over HTTP),
+// or until ctx ends.
+func slowLister(l pause.Lister, d time.Duration) pause.Lister {
+	return pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return l.List(ctx)
+	})
+}
