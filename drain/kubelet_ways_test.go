@@ -271,6 +271,41 @@ func TestSIGTERMLagAfterTheHooksAnswerDoesNotCostTheLastRound(t *testing.T) {
 	})
 }
 
+// The preserve phase lists the running sandboxes before its first
+// preserve, and a listing takes time (an HTTP listing: the supervisor's
+// over AgentENV's API). The plan's preserve reserve is the rounds of
+// preserves, and the preStop wait ended the kubelet's lag before the drain
+// deadline, no more, so where SIGKILL is fixed (here the kubelet's own
+// 4 s) the listing came out of the last round: row 121's timeline with
+// every listing taking 100 ms preserved 4 of 8. The wait now ends a count's
+// time earlier too.
+//
+//	0 ........ preStop: no deletionTimestamp, SIGKILL fixed at T0+4 s
+//	~1.5 s ... the wait ends: 0.3 s lag + a 100 ms listing + 2 rounds + the daemon step before T0+3 s
+//	+250 ms .. SIGTERM: the listing, 8 preserves of 300 ms at 4, the daemon step
+func TestPreStopWaitLeavesThePreservePhaseItsListing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pod := podWithoutDeletion(t, 0)
+		f := newFixture(t, fixtureOpts{grace: 15 * time.Second, margin: time.Second, sandboxes: 8, latency: 300 * time.Millisecond, limit: 4,
+			steps: []Step{stepOf("daemon", 500*time.Millisecond, true, func(ctx context.Context) error { return nil })},
+			edit: func(c *Config) {
+				c.Pod, c.KubeletGrace = pod, 4*time.Second
+				c.Sandboxes = slowLister(c.Sandboxes, 100*time.Millisecond)
+			}})
+		sum := f.callPreStop(t.Context(), "").wait(t)
+		require.Equal(t, reasonDeadline, sum.Reason)
+		time.Sleep(250 * time.Millisecond) // the kubelet's SIGTERM lag on a loaded node
+		rep := f.d.Shutdown(t.Context())
+		t.Logf("wait ended at T0+%v, drain deadline T0+%v, SIGTERM T0+%v, SIGKILL T0+%v; preserved %d, lost %d",
+			sum.End.Sub(sum.Start), sum.DrainDeadline.Sub(sum.Start), rep.Budget.SIGTERM.Sub(rep.Budget.Start), rep.Budget.Kill.Sub(rep.Budget.Start),
+			rep.Preserve.Counts[pause.Preserved], rep.Preserve.Lost())
+		assert.False(t, sum.End.After(sum.DrainDeadline.Add(-sigtermLag-100*time.Millisecond)), "the lag and the listing left")
+		assert.Equal(t, 8, rep.Preserve.Counts[pause.Preserved], "both rounds")
+		assert.Positive(t, rep.Headroom)
+		require.NoError(t, rep.Err())
+	})
+}
+
 // An exec preStop hook built on ExecHook without Start ("zero means the
 // server's time of the first request") polls the handler with ?wait= and no
 // ?start=. The handler takes every such call for an httpGet hook's, each a

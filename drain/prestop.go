@@ -83,10 +83,12 @@ func (r *preStopRun) update(f func(*PreStopSummary)) {
 // the SIGTERM shutdown the time it needs. The wait ends 300 ms before it,
 // the time the kubelet may take from the hook's answer to SIGTERM (the
 // preserve phase starts at SIGTERM, and a SIGKILL fixed by a
-// deletionTimestamp or Config.KubeletGrace does not move with it), or up
-// to one count earlier: no count starts that would end inside those 300 ms
-// if it took as long as the last one. The wait also ends when Shutdown
-// starts or on Force. Without a Lister the wait ends at once.
+// deletionTimestamp or Config.KubeletGrace does not move with it), and the
+// time a count takes more (the preserve phase lists the sandboxes before
+// its first preserve), or up to one count earlier: no count starts that
+// would end inside that time if it took as long as the last one. The wait
+// also ends when Shutdown starts or on Force. Without a Lister the wait
+// ends at once.
 //
 // Every call answers 200 with a JSON PreStopSummary once the wait is over; a
 // second call joins the first's wait; a call after Shutdown started answers
@@ -337,7 +339,7 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 		changed := d.budget.Changed()
 		began := time.Now()
 		n := d.count(d.term, d.plan.Deadline(PhaseDrain))
-		took := time.Since(began)         // the next count is taken to last as long
+		took := time.Since(began)         // the next listing takes as long, a count's or the preserve phase's
 		dl := d.plan.Deadline(PhaseDrain) // read again: the count moved the preserve reserve
 		run.update(func(s *PreStopSummary) {
 			if n >= 0 {
@@ -350,10 +352,13 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 			return reasonDrained
 		}
 		left := time.Until(dl)
-		if left <= sigtermLag+took {
+		// The wait ends lag before the drain deadline: the kubelet's time
+		// to SIGTERM, and the listing the preserve phase makes before its
+		// first preserve, which the plan's reserve does not count.
+		lag := sigtermLag + took
+		if left <= lag+took {
 			// A count started later would end inside the lag, or be cut at
-			// the deadline (and logged as a failed listing): the lag is
-			// the kubelet's, not the count's.
+			// the deadline (and logged as a failed listing).
 			if reason := d.stopReason(); reason != "" {
 				return reason // Shutdown or Force stopped the count
 			}
@@ -363,7 +368,7 @@ func (d *Drainer) drainLoop(run *preStopRun) string {
 			d.logWaitProgress(n, left)
 			nextProgress = now.Add(progressInterval)
 		}
-		t := time.NewTimer(min(d.poll, left-sigtermLag-took))
+		t := time.NewTimer(min(d.poll, left-lag-took))
 		select {
 		case <-t.C:
 		case <-changed:
