@@ -120,6 +120,13 @@
 //     (5 s) bounds the stop request. When the window is shorter than the
 //     reserve, deadline.Split's rule shares it. Without a deadline Stop
 //     waits until ctx is cancelled, and the last resort never runs.
+//   - When the deadline moves earlier while Stop runs (drain's budget
+//     moving SIGKILL earlier), Teardown.Tighten lays the stages not yet
+//     over out again from then to the new deadline, by the same rule, and
+//     ends the command or wait in progress at its stage's new end: the
+//     control fallback and the kill still come before the new deadline.
+//     A context cancelled at the new deadline alone leaves them where the
+//     first deadline put them.
 //   - On a vulnerable kernel the daemon is never killed while a device's
 //     disk exists (whatever STOP_DEV or GET_DEV_INFO said of it before),
 //     nor while a device without one is not known stopped (STOP_DEV seen

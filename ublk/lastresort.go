@@ -117,7 +117,7 @@ func (r *LastResortReport) fates(keep func(HolderFate) bool) []HolderFate {
 // stop does the STOP_DEV once it is asked.
 func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	s := r.stepStart("last resort")
-	ctx, cancel := context.WithDeadline(r.ctx, r.lastResort.Deadline)
+	ctx, cancel := r.stageCtx(r.ctx, lastResortEnd)
 	defer cancel()
 	lr := &LastResortReport{At: s.Start}
 	r.rep.LastResort = lr
@@ -186,7 +186,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 			break // the daemon's own stop does it, if it is asked
 		}
 		d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) },
-			r.lastResort.Deadline)
+			lastResortEnd)
 		switch {
 		case d.stopped:
 			stopped++
@@ -287,7 +287,7 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 			continue
 		}
 		var info ublkctl.DevInfo
-		err := r.within(r.lastResort.Deadline, func(ctx context.Context) (err error) {
+		err := r.within(lastResortEnd, func(ctx context.Context) (err error) {
 			info, err = r.ctl.DevInfo(ctx, d.cur.ID)
 			return err
 		})
@@ -307,7 +307,7 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 		r.cfg.logger.WarnContext(r.ctx, "ublk: last resort: stopping a device still held", "device", d.cur.DiskName(),
 			"holders", fmt.Sprint(hs), "why", why)
 		d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) },
-			r.lastResort.Deadline)
+			lastResortEnd)
 		if !d.stopped && !slices.Contains(d.pending, "STOP_DEV") {
 			kept = append(kept, d.cur.DiskName()+" (STOP_DEV failed)")
 			continue // the daemon keeps serving it
@@ -382,7 +382,7 @@ func startTime(ctx context.Context, procRoot string, pid int) (uint64, error) {
 // say every process was not read for want of time, where none was tried.
 func (r *run) heldAfterKill() (held map[int][]Holder, scanned bool) {
 	if time.Now().Before(r.lastResort.Deadline) {
-		held, _ = r.scanHolders(r.lastResort.Deadline) // a failure is logged; the holders step's Report has the first
+		held, _ = r.scanHolders(lastResortEnd) // a failure is logged; the holders step's Report has the first
 		r.noteHolders(held)
 		return held, true
 	}

@@ -152,7 +152,9 @@ type Report struct {
 	KernelDecision KernelDecision `json:"kernel_decision"`
 	Start          time.Time      `json:"start"`
 	Duration       time.Duration  `json:"duration_ns"`
-	// Deadline is ctx's deadline, zero if it had none.
+	// Deadline is ctx's deadline, zero if it had none, or the earlier one
+	// Teardown.Tighten moved it to (a "deadline moved" step in Steps says
+	// when, and from what).
 	Deadline time.Time      `json:"deadline,omitzero"`
 	Devices  []DeviceReport `json:"devices"`
 	Daemon   DaemonReport   `json:"daemon"`

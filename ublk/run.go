@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -25,11 +26,21 @@ type run struct {
 	rep *Report
 	dev []*devState
 
-	start                           time.Time
-	holderUntil, fallbackAt, killAt time.Time       // zero: never
-	lastResort                      deadline.Window // its Deadline is zero without a deadline: it never runs
-	requestedAt                     time.Time
-	exitWaitFrom                    time.Time // when the daemon's ExitWait started
+	start        time.Time
+	stages       // the run's own copy of the layout: adopt takes a moved one
+	requestedAt  time.Time
+	exitWaitFrom time.Time // when the daemon's ExitWait started
+
+	// mu guards what Tighten, from another goroutine, shares with the
+	// run: the latest layout (planned, laid out again by tighten), the
+	// stage the run is in, the contexts bounded by a stage's end, and the
+	// moves the run has not yet adopted. moved wakes a sleep.
+	mu      sync.Mutex
+	planned stages
+	stage   int
+	bounds  map[*bound]struct{}
+	moves   []move
+	moved   chan struct{}
 
 	exited     chan struct{} // closed when the daemon has exited
 	waiterDone chan struct{}
@@ -53,6 +64,47 @@ type run struct {
 	// first such look was (see cannotTell).
 	blind      error
 	blindSince time.Time
+}
+
+// stages are the times the run's stages end, laid out inside the step's
+// deadline by plan, and again from now by tighten when the deadline moves
+// earlier.
+type stages struct {
+	deadline                        time.Time       // zero: none
+	holderUntil, fallbackAt, killAt time.Time       // zero: never
+	lastResort                      deadline.Window // its Deadline is zero without a deadline: it never runs
+}
+
+// The run's stages, in order, as plan lays them out: the holder wait
+// (discovery too), the last resort, the daemon's own stop (the request and
+// the wait for it), the control fallback, the kill. pastKill is the run
+// once the daemon was killed: no stage is left to lay out.
+const (
+	inHolders = iota
+	inLastResort
+	inStop
+	inControl
+	inKill
+	pastKill
+)
+
+// A move is the deadline moved earlier by Tighten, adopted by the run into
+// its Report.
+type move struct {
+	at, from, to time.Time
+}
+
+// errDeadlineMoved ends a command or a wait bounded by a stage's end when
+// Tighten moved that end before the one it had.
+var errDeadlineMoved = errors.New("ublk: the step's deadline moved earlier")
+
+// A bound is a context of the run that ends at a stage's end (end), as
+// Tighten moves it: was is the end it is armed for.
+type bound struct {
+	end    func(*stages) time.Time
+	was    time.Time
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
 }
 
 type devState struct {
@@ -114,13 +166,12 @@ func (d *devState) drained() bool { return !d.live() }
 
 func newRun(ctx context.Context, t *Teardown) *run {
 	now := time.Now()
-	r := &run{t: t, cfg: &t.cfg, ctx: ctx, start: now}
+	r := &run{t: t, cfg: &t.cfg, ctx: ctx, start: now, moved: make(chan struct{}, 1)}
 	r.rep = &Report{Kernel: t.release, KernelClass: t.class, KernelDecision: t.decision, Start: now, Devices: []DeviceReport{}, Steps: []StepResult{}}
 	r.rep.Daemon.Present = t.cfg.daemon != nil
 	if t.classErr != nil {
 		r.rep.Note = "kernel release not recognised, treated as vulnerable: " + t.classErr.Error()
 	}
-	r.plan()
 	return r
 }
 
@@ -129,27 +180,179 @@ func newRun(ctx context.Context, t *Teardown) *run {
 // the last resort, the daemon's own stop, the control fallback and the
 // kill need their reserves; when the window is shorter than those
 // reserves, the four share it in proportion. The step does no time
-// arithmetic of its own on its window.
+// arithmetic of its own on its window. A deadline Tighten moved before
+// plan ran (the run is Tighten's from its start) stands when it is the
+// earlier one.
 func (r *run) plan() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	dl, ok := r.ctx.Deadline()
-	if !ok {
-		if r.cfg.holderWait > 0 {
-			r.holderUntil = r.start.Add(r.cfg.holderWait)
+	for i := range r.moves {
+		if r.moves[i].from.IsZero() {
+			r.moves[i].from = dl
 		}
+	}
+	switch {
+	case len(r.moves) > 0 && (!ok || r.planned.deadline.Before(dl)):
+	case ok:
+		r.planned = r.layout(r.start, dl, inHolders, stages{})
+		r.moves = nil
+	case r.cfg.holderWait > 0:
+		r.planned.holderUntil = r.start.Add(r.cfg.holderWait)
+	}
+	r.stages = r.planned
+	r.rep.Deadline = r.planned.deadline
+}
+
+// layout lays out, from from to the deadline dl, the stages from stage on
+// with plan's rule; the ones before it are over, and keep cur's ends,
+// none later than from. The holder wait keeps its end at start +
+// HolderWait at most: one already past it is over.
+func (r *run) layout(from, dl time.Time, stage int, cur stages) stages {
+	phases := []deadline.Phase{
+		{Name: "holders", Max: r.cfg.holderWait},
+		{Name: "last resort", Reserve: deadline.Fixed(r.cfg.lastResortReserve), Critical: true},
+		{Name: "stop", Reserve: deadline.Fixed(r.cfg.stopReserve), Critical: true},
+		{Name: "control", Reserve: deadline.Fixed(r.cfg.controlReserve), Critical: true},
+		{Name: "kill", Reserve: deadline.Fixed(r.cfg.killReserve), Critical: true},
+	}
+	if stage == inHolders && r.cfg.holderWait > 0 {
+		if left := r.start.Add(r.cfg.holderWait).Sub(from); left > 0 {
+			phases[0].Max = left
+		} else {
+			stage = inLastResort
+		}
+	}
+	out := cur
+	out.deadline = dl
+	ends := []*time.Time{&out.holderUntil, &out.lastResort.Deadline, &out.fallbackAt, &out.killAt}
+	for _, end := range ends[:min(stage, len(ends))] {
+		if end.IsZero() || end.After(from) {
+			*end = from
+		}
+	}
+	if stage >= len(ends) {
+		return out
+	}
+	for i, w := range deadline.Split(from, dl, phases[stage:]...)[:len(ends)-stage] {
+		if stage+i == inLastResort {
+			out.lastResort = w
+		} else {
+			*ends[stage+i] = w.Deadline
+		}
+	}
+	return out
+}
+
+// enter records that the run is in stage now: a deadline that moves
+// later lays out the stages from there on.
+func (r *run) enter(stage int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stage = max(r.stage, stage)
+}
+
+// tighten moves the run's deadline earlier, to dl, and lays out again
+// from now the stages not yet over (see Teardown.Tighten); it reports
+// whether it moved it.
+func (r *run) tighten(dl time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	was := r.planned.deadline
+	if !was.IsZero() && !dl.Before(was) {
+		return false
+	}
+	now := time.Now()
+	r.planned = r.layout(now, dl, r.stage, r.planned)
+	r.moves = append(r.moves, move{at: now, from: was, to: dl})
+	for b := range r.bounds {
+		b.arm(&r.planned)
+	}
+	select { // the run's sleep wakes and adopts it
+	case r.moved <- struct{}{}:
+	default:
+	}
+	r.cfg.logger.WarnContext(r.ctx, "ublk: the step's deadline moved earlier: its stages are laid out again", "deadline", dl, "was", was)
+	return true
+}
+
+// adopt takes the layout tighten made, when it made one since the last
+// adopt, and says so in the Report; it reports whether it took one. Only
+// the run's goroutine reads r.stages, so each of its stages sees a
+// layout that does not change under it.
+func (r *run) adopt() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select { // this adopt takes what the token would wake a sleep for
+	case <-r.moved:
+	default:
+	}
+	if len(r.moves) == 0 {
+		return false
+	}
+	r.stages = r.planned
+	r.rep.Deadline = r.planned.deadline
+	for _, m := range r.moves {
+		was := "none"
+		if !m.from.IsZero() {
+			was = m.from.Format(time.RFC3339Nano)
+		}
+		r.rep.Steps = append(r.rep.Steps, StepResult{Name: "deadline moved", Start: m.at,
+			Result: "from " + was + " to " + m.to.Format(time.RFC3339Nano) + ": the stages not over laid out again from then"})
+	}
+	r.moves = nil
+	return true
+}
+
+// stageCtx returns parent ending at a stage's end (end; zero: none), as
+// Tighten moves it: a stop request, a control command, a scan running
+// when the deadline moves earlier ends at the stage's new end, and the
+// stages after it keep their time.
+func (r *run) stageCtx(parent context.Context, end func(*stages) time.Time) (context.Context, context.CancelFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ctx, cancelAt := parent, context.CancelFunc(func() {})
+	was := end(&r.planned)
+	if !was.IsZero() {
+		ctx, cancelAt = context.WithDeadline(parent, was)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	b := &bound{end: end, was: was, cancel: cancel}
+	if r.bounds == nil {
+		r.bounds = map[*bound]struct{}{}
+	}
+	r.bounds[b] = struct{}{}
+	return ctx, func() {
+		r.mu.Lock()
+		delete(r.bounds, b)
+		if b.timer != nil {
+			b.timer.Stop()
+		}
+		r.mu.Unlock()
+		cancel(context.Canceled)
+		cancelAt()
+	}
+}
+
+// arm ends b's context at its stage's end in s, if that is earlier than
+// the one it has.
+func (b *bound) arm(s *stages) {
+	at := b.end(s)
+	if at.IsZero() || !b.was.IsZero() && !at.Before(b.was) {
 		return
 	}
-	r.rep.Deadline = dl
-	ws := deadline.Split(r.start, dl,
-		deadline.Phase{Name: "holders", Max: r.cfg.holderWait},
-		deadline.Phase{Name: "last resort", Reserve: deadline.Fixed(r.cfg.lastResortReserve), Critical: true},
-		deadline.Phase{Name: "stop", Reserve: deadline.Fixed(r.cfg.stopReserve), Critical: true},
-		deadline.Phase{Name: "control", Reserve: deadline.Fixed(r.cfg.controlReserve), Critical: true},
-		deadline.Phase{Name: "kill", Reserve: deadline.Fixed(r.cfg.killReserve), Critical: true},
-	)
-	r.holderUntil = ws[0].Deadline
-	r.lastResort = ws[1]
-	r.fallbackAt, r.killAt = ws[2].Deadline, ws[3].Deadline
+	b.was = at
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.timer = time.AfterFunc(time.Until(at), func() { b.cancel(errDeadlineMoved) })
 }
+
+// The stages' ends, for stageCtx.
+func holderEnd(s *stages) time.Time     { return s.killFloor() }
+func lastResortEnd(s *stages) time.Time { return s.lastResort.Deadline }
+func fallbackEnd(s *stages) time.Time   { return s.fallbackAt }
+func killEnd(s *stages) time.Time       { return s.killAt }
 
 func (r *run) do() error {
 	defer r.close()
@@ -163,7 +366,10 @@ func (r *run) do() error {
 		r.rep.Duration = time.Since(r.start)
 		return nil
 	}
-	if held := r.waitHolders(); held != nil {
+	held := r.waitHolders()
+	r.enter(inLastResort)
+	r.adopt()
+	if held != nil {
 		switch {
 		case r.cfg.stopDespite:
 			r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the daemon although devices are still open", "holders", fmt.Sprint(held))
@@ -177,6 +383,8 @@ func (r *run) do() error {
 			return r.withStoppedHeld(&HeldError{Holders: held})
 		}
 	}
+	r.enter(inStop)
+	r.adopt()
 	r.requestStop()
 	r.waitLoop()
 	return r.withStoppedHeld(r.finish())
@@ -249,11 +457,11 @@ func (r *run) untracked() ([]int, error) {
 }
 
 // procfsPass returns the context of a procfs pass that tells whose a
-// device is: until end, or r.ctx's deadline if that is first, and not
-// cancelled with r.ctx, whose end (a force) must not leave a device
-// untold.
+// device is: until end, or the step's deadline (as Tighten moved it) if
+// that is first, and not cancelled with r.ctx, whose end (a force) must
+// not leave a device untold.
 func (r *run) procfsPass(end time.Time) (context.Context, context.CancelFunc) {
-	if dl, ok := r.ctx.Deadline(); ok && dl.Before(end) {
+	if dl := r.deadline; !dl.IsZero() && dl.Before(end) {
 		end = dl
 	}
 	return context.WithDeadline(context.WithoutCancel(r.ctx), end)
@@ -417,7 +625,7 @@ func (r *run) refresh() {
 func (r *run) waitHolders() map[int][]Holder {
 	s := r.stepStart("holders")
 	for waiting := false; ; {
-		held, scanErr := r.scanHolders(r.killFloor())
+		held, scanErr := r.scanHolders(holderEnd)
 		r.noteHolders(held)
 		if len(held) == 0 {
 			_ = r.stepEnd(s, "no holders", scanErr)
@@ -508,20 +716,21 @@ func (r *run) noteHolders(held map[int][]Holder) {
 // kill of a doomed holder, its exit, the last resort's own scan and its
 // STOP_DEVs. A scan that took the whole window left the kill no time to
 // see its holder exit, and the daemon was not asked to stop under it.
-func (r *run) killFloor() time.Time {
-	if r.lastResort.Deadline.IsZero() {
+func (s *stages) killFloor() time.Time {
+	if s.lastResort.Deadline.IsZero() {
 		return time.Time{}
 	}
-	return r.holderUntil.Add(r.lastResort.Deadline.Sub(r.holderUntil) / 2)
+	return s.holderUntil.Add(s.lastResort.Deadline.Sub(s.holderUntil) / 2)
 }
 
 // scanHolders finds the holders of every disk (and its partitions) in one
 // pass over procfs and sysfs (stacked and loop devices), by device ID,
-// reading procfs until end at most (zero: no end), never past the end of
-// the last resort's part of the reserve; what it did not read by then is
-// not known (see notRead). Its error says what the scan could not read;
-// the holders are what it found.
-func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
+// reading procfs until the end of a stage at most (end; zero: no end, and
+// earlier when Tighten moves it), never past the end of the last resort's
+// part of the reserve; what it did not read by then is not known (see
+// notRead). Its error says what the scan could not read; the holders are
+// what it found.
+func (r *run) scanHolders(end func(*stages) time.Time) (map[int][]Holder, error) {
 	held := map[int][]Holder{}
 	owner := map[blockdev.DevNum]int{}
 	r.devNums = owner
@@ -580,12 +789,8 @@ func (r *run) scanHolders(end time.Time) (map[int][]Holder, error) {
 	// (a drain's force): a scan cut short finds fewer holders than there
 	// are, and what it did not read is not known (notRead), never "no
 	// holder".
-	sctx := context.WithoutCancel(r.ctx)
-	if !end.IsZero() {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithDeadline(sctx, end)
-		defer cancel()
-	}
+	sctx, cancel := r.stageCtx(context.WithoutCancel(r.ctx), end)
+	defer cancel()
 	found, err := blockdev.ScanWithHook(sctx, r.cfg.procRoot, devs, r.cfg.beforeProcess)
 	var cut *blockdev.CutError
 	if err != nil && !errors.As(err, &cut) {
@@ -807,13 +1012,11 @@ func (r *run) requestStop() {
 	}()
 	s := r.stepStart("request stop")
 	rctx, rcancel := context.WithTimeout(r.ctx, r.cfg.requestTimeout)
-	if !r.fallbackAt.IsZero() {
-		var cancelAt context.CancelFunc
-		rctx, cancelAt = context.WithDeadline(rctx, r.fallbackAt)
-		defer cancelAt()
-	}
+	rctx, cancelAt := r.stageCtx(rctx, fallbackEnd)
 	err := d.RequestStop(rctx)
+	cancelAt()
 	rcancel()
+	r.adopt() // a deadline moved during the request: ErrUnconfirmed is read against the new layout
 	r.requestedAt = time.Now()
 	r.rep.Daemon.Requested = err == nil
 	result := "delivered"
@@ -999,6 +1202,7 @@ func (r *run) cannotTell(err error) {
 func (r *run) kill(why string) {
 	s := r.stepStart("kill daemon")
 	r.killed = true
+	r.enter(pastKill)
 	err := r.cfg.daemon.Kill(r.ctx)
 	r.rep.Daemon.Killed = err == nil
 	if err != nil {
@@ -1009,9 +1213,13 @@ func (r *run) kill(why string) {
 }
 
 // sleep waits one poll interval (shorter if until comes first, and
-// shorter if the daemon exits). It returns false when until has passed or
-// ctx is done.
+// shorter if the daemon exits or Tighten moves the deadline: the caller's
+// next look reads the stages' new ends). It returns false when until has
+// passed or ctx is done.
 func (r *run) sleep(until time.Time) bool {
+	if r.adopt() {
+		return true // until may be another now
+	}
 	d := r.cfg.poll
 	if !until.IsZero() {
 		left := time.Until(until)
@@ -1030,6 +1238,9 @@ func (r *run) sleep(until time.Time) bool {
 		return false
 	case <-r.exited: // nil (blocks forever) without a daemon
 		return true
+	case <-r.moved:
+		r.adopt()
+		return true
 	case <-tm.C:
 		return true
 	}
@@ -1039,6 +1250,7 @@ func (r *run) sleep(until time.Time) bool {
 // devices the daemon no longer holds.
 func (r *run) fallback(why string) {
 	r.fallbackTried = true
+	r.enter(inControl)
 	if r.cfg.openControl == nil {
 		return
 	}
@@ -1052,9 +1264,9 @@ func (r *run) fallback(why string) {
 		if !d.cur.Present() {
 			continue
 		}
-		until := r.killAt // keep the time to kill once every device is stopped
+		until := killEnd // keep the time to kill once every device is stopped
 		if gone {
-			until = time.Time{} // no kill to keep time for
+			until = nil // no kill to keep time for
 		}
 		start := time.Now()
 		var info ublkctl.DevInfo
@@ -1087,7 +1299,7 @@ func (r *run) fallback(why string) {
 			d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) }, until)
 		}
 		if gone && !d.deleted {
-			d.deleted = r.devStep(d, "DEL_DEV", func(ctx context.Context) error { return r.ctl.DelDev(ctx, d.cur.ID) }, time.Time{})
+			d.deleted = r.devStep(d, "DEL_DEV", func(ctx context.Context) error { return r.ctl.DelDev(ctx, d.cur.ID) }, nil)
 		}
 	}
 	_ = r.stepEnd(s, why, nil)
@@ -1136,16 +1348,16 @@ func (r *run) openControl() error {
 	return nil
 }
 
-// devStep runs one control command for d, bounded by until (or ctx), and
-// records it. It returns whether the command completed; one that ended
+// devStep runs one control command for d, bounded by the end of a stage
+// (until, as Tighten moves it; nil: ctx alone), and records it. It returns whether the command completed; one that ended
 // with its window, sent and its completion not seen, is pending: the
 // driver does not cancel control commands, so it may still complete after
 // the step, and the step says so instead of calling it failed.
-func (r *run) devStep(d *devState, name string, f func(context.Context) error, until time.Time) (done bool) {
+func (r *run) devStep(d *devState, name string, f func(context.Context) error, until func(*stages) time.Time) (done bool) {
 	start := time.Now()
 	ctx, cancel := r.ctx, context.CancelFunc(func() {})
-	if !until.IsZero() {
-		ctx, cancel = context.WithDeadline(r.ctx, until)
+	if until != nil {
+		ctx, cancel = r.stageCtx(r.ctx, until)
 	}
 	err := f(ctx)
 	cancel()
@@ -1156,6 +1368,8 @@ func (r *run) devStep(d *devState, name string, f func(context.Context) error, u
 		when := fmt.Sprintf("the step was cancelled (%v)", ctx.Err())
 		if end, ok := ctx.Deadline(); ok && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			when = fmt.Sprintf("its window ended (%s, %v)", end.Format(time.RFC3339Nano), ctx.Err())
+		} else if errors.Is(context.Cause(ctx), errDeadlineMoved) {
+			when = "its window ended, moved earlier with the step's deadline (Tighten)"
 		}
 		st.Result = "sent; not complete when " + when + ": the kernel runs it on, and may complete it after the step"
 		d.pending = append(d.pending, name)
@@ -1168,12 +1382,13 @@ func (r *run) devStep(d *devState, name string, f func(context.Context) error, u
 	return err == nil
 }
 
-// within calls f with the run's context, limited to until when set.
-func (r *run) within(until time.Time, f func(context.Context) error) error {
-	if until.IsZero() {
+// within calls f with the run's context, limited to the end of a stage
+// (until, as Tighten moves it) when set.
+func (r *run) within(until func(*stages) time.Time, f func(context.Context) error) error {
+	if until == nil {
 		return f(r.ctx)
 	}
-	ctx, cancel := context.WithDeadline(r.ctx, until)
+	ctx, cancel := r.stageCtx(r.ctx, until)
 	defer cancel()
 	return f(ctx)
 }

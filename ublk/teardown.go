@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -36,8 +37,10 @@ const (
 // start (so bad configuration fails then, not at SIGTERM) and call Stop,
 // or give it to drain as a teardown step: it has the Phase and Run methods
 // of drain.Step, and its phase is critical, so no other phase may spend
-// its reserve. See the package documentation for the order it follows and
-// what it guarantees.
+// its reserve; drain calls its Tighten when the budget moves SIGKILL
+// earlier while it runs (wrapped in a Step of your own, forward Tighten).
+// See the package documentation for the order it follows and what it
+// guarantees.
 //
 // A Teardown not made by New (the zero value, or a nil *Teardown) looks at
 // no device and stops nothing, and says so: Stop (and Run) returns at once
@@ -55,6 +58,8 @@ type Teardown struct {
 	tracer   trace.Tracer
 	verdicts metric.Int64Counter
 	duration metric.Float64Histogram
+
+	cur atomic.Pointer[run] // the Stop in progress, for Tighten
 }
 
 // New builds a Teardown for the devices of daemon, the ublk server
@@ -278,7 +283,10 @@ func (t *Teardown) Stop(ctx context.Context) (*Report, error) {
 	var err error
 	if supported {
 		r := newRun(ctx, t)
+		t.cur.Store(r) // before plan: a Tighten from now on reaches the run
+		r.plan()
 		err = r.do()
+		t.cur.CompareAndSwap(r, nil)
 		rep = r.rep
 	} else {
 		rep = &Report{Kernel: t.release, KernelClass: t.class, KernelDecision: t.decision, Start: time.Now(),
@@ -286,6 +294,34 @@ func (t *Teardown) Stop(ctx context.Context) (*Report, error) {
 	}
 	t.observe(ctx, span, rep, err)
 	return rep, err
+}
+
+// Tighten moves the deadline of the Stop (or Run) in progress earlier, to
+// dl, and reports whether it moved it: the stages that are not over (the
+// holder wait, the last resort, the daemon's own stop, the control
+// fallback, the kill: see Stop) are laid out again from now to dl, by the
+// rule that laid them out in ctx's deadline, and the run's wait wakes to
+// follow them. What runs as it moves (a stop request, a control command,
+// a holders scan) ends by its stage's new end, and the stages after it
+// keep their part of the time left. The holder wait never ends later than
+// it would have. It never moves the deadline later; a Stop without a
+// deadline takes dl as its first. With no Stop in progress, on a Teardown
+// not made by New, with the zero time (no deadline), or on a system other
+// than Linux, it does nothing and returns false. It is safe to call
+// concurrently with Stop.
+//
+// Tighten does not end Stop: cancel its context at dl as well (drain does,
+// and calls Tighten first, when its budget moves SIGKILL earlier while the
+// step runs: see drain.Step). Cancelled alone at an earlier time, Stop
+// still had its stages where ctx's deadline put them, and ran none of the
+// late ones: with a hung daemon, only the stop request was sent, and the
+// pod's SIGKILL killed the daemon with its devices live.
+func (t *Teardown) Tighten(dl time.Time) bool {
+	if !t.made() || dl.IsZero() {
+		return false
+	}
+	r := t.cur.Load()
+	return r != nil && r.tighten(dl)
 }
 
 func (t *Teardown) observe(ctx context.Context, span trace.Span, rep *Report, err error) {
