@@ -514,14 +514,15 @@ func reportedHard(w deadline.Window) time.Time {
 // Force; stop releases it.
 func (d *Drainer) phaseContext(ctx context.Context, name string, p *PhaseReport, hard time.Time) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithDeadline(ctx, p.Deadline)
-	ctx, unfollow := d.followBudget(ctx, name, p, hard)
+	ctx, unfollow := d.followBudget(ctx, name, p, hard, nil)
 	ctx, unforce := d.forceCancel(ctx)
 	return ctx, func() { unforce(); unfollow(); cancel() }
 }
 
 // A tightener is a Preserver whose Run's hard deadline can move earlier,
-// as *pause.Preserver's (Tighten).
-type tightener interface{ Tighten(hard time.Time) bool }
+// as *pause.Preserver's (Tighten), or a Step whose Run's deadline can, as
+// *ublk.Teardown's.
+type tightener interface{ Tighten(deadline time.Time) bool }
 
 // errBudgetMoved ends a phase at the deadline a budget that moved earlier
 // gives it.
@@ -539,8 +540,13 @@ var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the ph
 // and a Preserver that can (pause.Preserver.Tighten) ends the running ones
 // by the new hard deadline, the next critical phase's start, when the hard
 // deadline they had (hard) is past the budget's deadline. A step ends
-// there too, so that a critical step after it keeps its reserve.
-func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, hard time.Time) (context.Context, context.CancelFunc) {
+// there too, so that a critical step after it keeps its reserve; step,
+// the running Step (nil for the gate and preserve phases), is told its
+// new deadline first when it can (a Tighten method, as
+// *ublk.Teardown's): cancelled alone, a step that planned its stages in
+// its deadline at the start (the device teardown's control fallback and
+// kill) ran none of the late ones.
+func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, hard time.Time, step Step) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -562,6 +568,9 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport,
 				if t, ok := d.preserver.(tightener); ok && name == PhasePreserve && hard.After(d.budget.Deadline()) {
 					t.Tighten(w.Hard)
 					hard = w.Hard
+				}
+				if t, ok := step.(tightener); ok {
+					t.Tighten(dl)
 				}
 				t := time.NewTimer(time.Until(dl))
 				defer t.Stop()
@@ -710,7 +719,7 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 		// Past the expected SIGKILL the budget is known wrong, and the
 		// reserve stands.
 		var unfollow context.CancelFunc
-		ctx, unfollow = d.followBudget(ctx, s.Phase().Name, p, w.Deadline)
+		ctx, unfollow = d.followBudget(ctx, s.Phase().Name, p, w.Deadline, s)
 		defer unfollow()
 	}
 	ctx, unforce := d.forceReserve(ctx, w.Reserve)

@@ -24,6 +24,17 @@ type Step interface {
 	// shortly after ctx ends is abandoned and reported Abandoned; the next
 	// step runs anyway.
 	//
+	// The window can end earlier than ctx's deadline: when the budget moves
+	// SIGKILL earlier while the step runs (a read of the pod's deletion
+	// with a shorter grace, a restarted kubelet calling the hook again),
+	// ctx is cancelled at the step's new deadline. A Step that also has the
+	// method Tighten(deadline time.Time) bool, as *ublk.Teardown, is told
+	// that deadline first, from another goroutine, while Run runs: a Run
+	// that plans its work inside ctx's deadline (a last stage kept for its
+	// end) lays it out again there. Tighten must be safe for concurrent use
+	// with Run, move the deadline only earlier, and do nothing with no Run
+	// in progress; its result is not used.
+	//
 	// A Run that preserves sandboxes itself returns its *pause.Report as
 	// the Detail: a final sweep, when the server admits resumes or creates
 	// until its own shutdown, which a step starts, so that a sandbox can

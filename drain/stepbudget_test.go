@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
 )
 
@@ -37,5 +39,80 @@ func TestStepFollowsAReadLandingDuringIt(t *testing.T) {
 		require.True(t, rep.Budget.Kill.Equal(kill), "the deletion's SIGKILL %v, not %v", kill, rep.Budget.Kill)
 		assert.True(t, ublkAt.Before(kill.Add(-500*time.Millisecond)), "ublk started at %v, SIGKILL %v", ublkAt.Sub(rep.Budget.SIGTERM), kill.Sub(rep.Budget.SIGTERM))
 		assert.Positive(t, rep.Headroom, "exit before SIGKILL")
+	})
+}
+
+// tighteningStep is a Step with a Tighten method, as *ublk.Teardown: it
+// records what it is told and when, and runs until its context ends.
+type tighteningStep struct {
+	phase   deadline.Phase
+	mu      sync.Mutex
+	told    []time.Time // the deadlines Tighten gave
+	toldAt  []time.Time // when
+	running bool
+	ended   time.Time // when Run's context ended
+}
+
+func (s *tighteningStep) Phase() deadline.Phase { return s.phase }
+
+func (s *tighteningStep) Run(ctx context.Context) (any, error) {
+	s.mu.Lock()
+	s.running = true
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running, s.ended = false, time.Now()
+	return nil, ctx.Err()
+}
+
+func (s *tighteningStep) Tighten(dl time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		return false
+	}
+	s.told, s.toldAt = append(s.told, dl), append(s.toldAt, time.Now())
+	return true
+}
+
+//	SIGTERM        the critical "ublk" step starts at once (no sandboxes),
+//	               its window the manifest's 60 s less the margin
+//	+100 ms        the pod read lands: a deletion of 3 s; the step's
+//	               window ends at the new deadline, and the step is told
+//	               that deadline (Tighten), then
+//	new deadline   its context ends there
+//
+// Before, the step's context was cancelled at the new deadline and the
+// step was told nothing: the ublk teardown, its control fallback and
+// kill planned near the end of 60 s, ran none of them before SIGKILL.
+func TestStepIsToldItsDeadlineMovedEarlier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Delete(time.Now(), 3*time.Second)
+		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(100 * time.Millisecond)
+			api.ServeHTTP(w, r)
+		})
+		pod := podOver(t, api, handlerTransport{slow})
+		ublk := &tighteningStep{phase: deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(time.Second), Critical: true}}
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, steps: []Step{ublk},
+			edit: func(c *Config) { c.Pod = pod }})
+		rep := f.d.Shutdown(context.Background())
+		sigterm := rep.Budget.SIGTERM
+		kill := sigterm.Add(3 * time.Second).Truncate(time.Second)
+		require.True(t, rep.Budget.Kill.Equal(kill), "the deletion's SIGKILL %v, not %v", kill, rep.Budget.Kill)
+		p := rep.Phase("ublk")
+		require.NotNil(t, p)
+		assert.Less(t, p.Deadline.Sub(sigterm), 3*time.Second, "the step's window ends before the deletion's SIGKILL")
+
+		ublk.mu.Lock()
+		defer ublk.mu.Unlock()
+		require.Len(t, ublk.told, 1, "told once")
+		assert.True(t, ublk.told[0].Equal(p.Deadline), "told the window's new deadline %v, not %v",
+			p.Deadline.Sub(sigterm), ublk.told[0].Sub(sigterm))
+		assert.Equal(t, 100*time.Millisecond, ublk.toldAt[0].Sub(p.Start), "told as the read landed")
+		assert.True(t, ublk.ended.Equal(p.Deadline), "its context ended at the new deadline: %v", ublk.ended.Sub(sigterm))
+		assert.Equal(t, TimedOut, p.Result)
 	})
 }
