@@ -69,7 +69,9 @@ import (
 // HandleSignals; a SIGTERM again does not force: see ServeSignals) stops
 // the remaining waits: the gate wait ends, the Preserver starts no new
 // preserve (in-flight ones end as its in-flight policy says), and each step
-// not yet finished gets only its reserve. Every phase ends by the budget's
+// not yet finished gets only its reserve (its context's deadline for a
+// step that begins forced; a running one with a Tighten method is told
+// it: see Step). Every phase ends by the budget's
 // deadline, so Shutdown returns by then unless steps are abandoned, each of
 // which costs at most a moment more.
 //
@@ -722,7 +724,7 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 		ctx, unfollow = d.followBudget(ctx, s.Phase().Name, p, w.Deadline, s)
 		defer unfollow()
 	}
-	ctx, unforce := d.forceReserve(ctx, w.Reserve)
+	ctx, unforce := d.forceReserve(ctx, w.Reserve, s)
 	defer unforce()
 	detail, err := bounded.Call(ctx, returnSlack, s.Run)
 	p.Detail = detail
@@ -741,13 +743,24 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 	}
 }
 
-// forceReserve returns ctx cancelled with ErrForced reserve after Force is
-// called (at once if it already was): in force mode a step gets only its
-// reserve.
-func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration) (context.Context, context.CancelFunc) {
+// forceReserve returns ctx ending with ErrForced reserve after Force is
+// called: in force mode a step gets only its reserve. Forced before the
+// step (s) began, that is ctx's deadline, which Run reads; forced while
+// it runs, s is told it first when it can (Tighten, as for a budget that
+// moves: see followBudget). A step that lays its work out inside its
+// deadline (the ublk teardown's control fallback and kill, kept for its
+// end) laid it out in the window it was given, and, cancelled when its
+// reserve ran out, ran none of its late stages.
+func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration, s Step) (context.Context, context.CancelFunc) {
+	if d.force.Err() != nil {
+		return context.WithDeadlineCause(ctx, time.Now().Add(reserve), ErrForced)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	timers := make(chan *time.Timer, 1)
 	stop := context.AfterFunc(d.force, func() {
+		if t, ok := s.(tightener); ok {
+			t.Tighten(time.Now().Add(reserve))
+		}
 		timers <- time.AfterFunc(reserve, func() { cancel(ErrForced) })
 	})
 	return ctx, func() {

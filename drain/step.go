@@ -27,9 +27,11 @@ type Step interface {
 	// The window can end earlier than ctx's deadline: when the budget moves
 	// SIGKILL earlier while the step runs (a read of the pod's deletion
 	// with a shorter grace, a restarted kubelet calling the hook again),
-	// ctx is cancelled at the step's new deadline. A Step that also has the
-	// method Tighten(deadline time.Time) bool, as *ublk.Teardown, is told
-	// that deadline first, from another goroutine, while Run runs: a Run
+	// ctx is cancelled at the step's new deadline, and when Force is called
+	// while it runs, its Reserve from then (a step that begins after Force
+	// has that as ctx's deadline). A Step that also has the method
+	// Tighten(deadline time.Time) bool, as *ublk.Teardown, is told that
+	// deadline first, from another goroutine, while Run runs: a Run
 	// that plans its work inside ctx's deadline (a last stage kept for its
 	// end) lays it out again there. Tighten must be safe for concurrent use
 	// with Run, move the deadline only earlier, and do nothing with no Run

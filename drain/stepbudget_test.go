@@ -50,6 +50,8 @@ type tighteningStep struct {
 	told    []time.Time // the deadlines Tighten gave
 	toldAt  []time.Time // when
 	running bool
+	began   time.Time // when Run began
+	planned time.Time // its context's deadline then
 	ended   time.Time // when Run's context ended
 }
 
@@ -57,7 +59,8 @@ func (s *tighteningStep) Phase() deadline.Phase { return s.phase }
 
 func (s *tighteningStep) Run(ctx context.Context) (any, error) {
 	s.mu.Lock()
-	s.running = true
+	s.running, s.began = true, time.Now()
+	s.planned, _ = ctx.Deadline()
 	s.mu.Unlock()
 	<-ctx.Done()
 	s.mu.Lock()
@@ -114,5 +117,61 @@ func TestStepIsToldItsDeadlineMovedEarlier(t *testing.T) {
 		assert.Equal(t, 100*time.Millisecond, ublk.toldAt[0].Sub(p.Start), "told as the read landed")
 		assert.True(t, ublk.ended.Equal(p.Deadline), "its context ended at the new deadline: %v", ublk.ended.Sub(sigterm))
 		assert.Equal(t, TimedOut, p.Result)
+	})
+}
+
+//	SIGTERM    the critical "ublk" step starts at once (no sandboxes), its
+//	           window the hour's grace less the margin
+//	+1 s       Force (a person's second Ctrl-C): the step gets only its
+//	           3 s reserve from now, and is told so (Tighten)
+//	+4 s       its context ends
+//
+// Before, the step's context was cancelled at +4 s and the step was told
+// nothing: the ublk teardown, its control fallback and kill planned at
+// the end of the hour, ran none of them.
+func TestForcedStepIsToldItsReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ublk := &tighteningStep{phase: deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(3 * time.Second), Critical: true}}
+		f := newFixture(t, fixtureOpts{grace: time.Hour, steps: []Step{ublk}})
+		done := make(chan *Report)
+		go func() { done <- f.d.Shutdown(context.Background()) }()
+		time.Sleep(time.Second)
+		f.d.Force()
+		rep := <-done
+		p := rep.Phase("ublk")
+		require.NotNil(t, p)
+
+		ublk.mu.Lock()
+		defer ublk.mu.Unlock()
+		assert.Greater(t, ublk.planned.Sub(p.Start), 50*time.Minute, "the hour's window at the start")
+		require.Len(t, ublk.told, 1, "told once, at the force")
+		assert.True(t, ublk.toldAt[0].Equal(rep.ForcedAt))
+		assert.True(t, ublk.told[0].Equal(rep.ForcedAt.Add(3*time.Second)), "told its reserve from the force: %v", ublk.told[0].Sub(rep.ForcedAt))
+		assert.True(t, ublk.ended.Equal(ublk.told[0]), "its context ended there: %v", ublk.ended.Sub(rep.ForcedAt))
+		assert.Contains(t, p.Error, ErrForced.Error())
+	})
+}
+
+// Forced before the step began (a second Ctrl-C during the preserve phase),
+// the step's reserve is its context's deadline, which Run reads and lays
+// its work out in. Before, its context had the hour's window as its
+// deadline and was cancelled 3 s in: the ublk teardown planned its control
+// fallback and kill at the end of the hour.
+func TestStepBegunForcedHasItsReserveForDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ublk := &tighteningStep{phase: deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(3 * time.Second), Critical: true}}
+		f := newFixture(t, fixtureOpts{grace: time.Hour, steps: []Step{ublk}})
+		f.d.Force()
+		rep := f.d.Shutdown(context.Background())
+		p := rep.Phase("ublk")
+		require.NotNil(t, p)
+
+		ublk.mu.Lock()
+		defer ublk.mu.Unlock()
+		assert.Equal(t, 3*time.Second, ublk.planned.Sub(ublk.began), "its reserve is its deadline")
+		assert.Empty(t, ublk.told, "nothing moved while it ran")
+		assert.True(t, ublk.ended.Equal(ublk.planned))
+		assert.Equal(t, TimedOut, p.Result)
+		assert.Contains(t, p.Error, ErrForced.Error())
 	})
 }
