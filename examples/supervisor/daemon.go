@@ -6,7 +6,9 @@ import (
 	"context"
 	"os"
 	"syscall"
+	"time"
 
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -65,6 +67,20 @@ func (s *supervisor) teardownDaemon() ublk.Daemon {
 		PidFunc:  func() int { return s.daemon.pid() }, // the kill guard reads its /dev/ublkcN
 	}
 }
+
+// daemonStep is the daemon step (Run: stopDaemon) with the teardown's
+// Tighten: when drain's budget moves SIGKILL earlier while it runs (a pod
+// read with a shorter grace), or Force leaves it its reserve, drain tells
+// the teardown the new deadline, and the teardown lays its control
+// fallback and kill out again before it. A drain.NewStep alone has no
+// Tighten: the teardown was only cancelled there, and ran neither.
+type daemonStep struct {
+	drain.Step
+	td *ublk.Teardown
+}
+
+// Tighten is the teardown's (ublk.Teardown.Tighten).
+func (d daemonStep) Tighten(dl time.Time) bool { return d.td.Tighten(dl) }
 
 // stopDaemon is the daemon step: the ublk teardown, then the daemon's exit
 // status. The teardown's report is the step's detail.

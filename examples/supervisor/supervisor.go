@@ -198,7 +198,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		// vulnerable kernel must never be killed with live devices.
 		phase := s.teardown.Phase()
 		phase.Name, phase.Reserve = StepDaemon, s.liveStepReserve() // the teardown's own: -grace's
-		steps = append(steps, drain.NewStep(phase, func(ctx context.Context) (any, error) { return s.stopDaemon(ctx) }))
+		steps = append(steps, daemonStep{drain.NewStep(phase, func(ctx context.Context) (any, error) { return s.stopDaemon(ctx) }), s.teardown})
 	}
 	s.steps = steps
 	s.pod = s.newPod()
