@@ -137,6 +137,13 @@ type DaemonReport struct {
 	KillError string `json:"kill_error,omitempty"`
 	// LeftRunning is true when the step ended with the daemon alive.
 	LeftRunning bool `json:"left_running"`
+	// CannotTell, with LeftRunning, is why the step's last look could not
+	// tell whether the daemon still serves a disk the step does not have
+	// (sysfs not read), which kept it from killing the daemon on a kernel
+	// not known fixed; empty otherwise. Such a daemon may serve a live
+	// disk: a process whose exit kills it (a parent it dies with) must not
+	// exit while it runs, as for a device left live.
+	CannotTell string `json:"cannot_tell,omitempty"`
 }
 
 // Report is the outcome of one Run.

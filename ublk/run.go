@@ -1417,6 +1417,7 @@ func (r *run) finish() error {
 		r.rep.Daemon.Exited = exited
 		r.rep.Daemon.LeftRunning = !exited
 		if !exited && r.blind != nil {
+			r.rep.Daemon.CannotTell = r.blind.Error()
 			r.rep.Note = joinNote(r.rep.Note, fmt.Sprintf("the daemon was left running: whether it still serves a disk the step "+
 				"does not have could not be read at its last look (sysfs first not read at +%v): %v", r.blindSince.Sub(r.start).Round(time.Millisecond), r.blind))
 		}

@@ -259,7 +259,8 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     cannot tell: the pod's SIGKILL ends it at the deadline anyway, and
 //     killing it sooner is no safer. The step looks again at every poll;
 //     the Report's "served by the daemon" step says why, and its Note
-//     when the daemon was left running so.
+//     and Daemon.CannotTell when the daemon was left running so (a
+//     process whose exit kills the daemon must then wait for it).
 //
 // Stop returns by ctx's deadline (plus the time of one sysfs/procfs read).
 // The Report is always non-nil and has one DeviceReport per device. The

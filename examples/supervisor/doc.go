@@ -147,8 +147,9 @@
 // any more). The one exit the supervisor does not take by itself: while a
 // daemon that dies with it (its -daemon child, by its Pdeathsig; as PID 1,
 // the server's own -daemon-socket daemon too, with the namespace) still
-// serves a device the daemon step left live on a kernel not known fixed,
-// it writes the Report and then waits for the daemon's exit (logged at
+// serves a device the daemon step left live on a kernel not known fixed
+// (or may serve one: the step could not read sysfs to tell, and so did
+// not kill it), it writes the Report and then waits for the daemon's exit (logged at
 // ERROR), since its own exit would SIGKILL the daemon with the device
 // live; the pod's SIGKILL ends that wait.
 package main

@@ -569,6 +569,67 @@ func TestSupervisorDoesNotExitWhileItsDaemonServesALiveDevice(t *testing.T) {
 	assert.Contains(t, readFile(t, logFile), "not exiting while the device daemon serves")
 }
 
+// Fault: the daemon step does not kill its daemon while it cannot read
+// sysfs to tell whether the daemon still serves a disk the step does not
+// have (row 492): the pod's SIGKILL ends it anyway, and a daemon serving
+// a live disk may still stop it in the time left. But the supervisor then
+// exited at once, its step having left no device of its own live, and its
+// exit killed the daemon (Pdeathsig) at the very moment the step had
+// refused to, the disk it might serve maybe live. Here the daemon deletes
+// its one device and stays up, as one serving another disk does, and
+// sysfs's block/ cannot be listed from then on: before, the supervisor
+// exited once the Report was written and the daemon died with it; now it
+// waits for the daemon's exit, said at ERROR, as for a device left live.
+//
+//	0 s      the server exits on its own: the drain, then the daemon step
+//	+0.6 s   the daemon has deleted ublkb0 and stays up; block/ unlistable
+//	window   the step's end: the daemon left running, cannot tell
+//	         the Report written; the supervisor waits for the daemon
+//	         the pod's SIGKILL (here the test's) ends the daemon, then the wait
+func TestSupervisorDoesNotExitWhileItsDaemonMayServeADiskTheStepCannotSee(t *testing.T) {
+	dir := t.TempDir()
+	report, events, logFile := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log"), filepath.Join(dir, "supervisor.log")
+	cfg := fakeublk.DaemonConfig{
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
+		EventLog: events,
+		Step:     300 * time.Millisecond,
+		Linger:   true,
+	}
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	logs, err := os.Create(logFile)
+	require.NoError(t, err)
+	defer logs.Close()
+	listen, api := freeAddr(t), freeAddr(t)
+	sup := startSupervisorLogging(t, logs,
+		[]string{"-listen", listen, "-server-url", "http://" + api, "-grace", "4s", "-report", report,
+			"-ublk-kernel", "vulnerable=*", "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
+		helperCommand("stubserver", "-listen", api, "-die-when", filepath.Join(dir, "die"), "-exit", "0"),
+		EnvSysfsRoot+"="+cfg.SysRoot, EnvProcfsRoot+"="+emptyProcfs(cfg.SysRoot))
+	daemonStarted(t, events)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "die"), nil, 0o644))
+
+	require.Eventually(t, func() bool { return strings.Contains(readFile(t, events), "linger") }, 20*time.Second, 10*time.Millisecond,
+		"the daemon deleted its device and stays up")
+	// The step reads sysfs every 100 ms: five of its looks see ublkb0 gone
+	// before block/ cannot be read (the Report's verdict below says so).
+	time.Sleep(500 * time.Millisecond)
+	block := filepath.Join(cfg.SysRoot, "block")
+	require.NoError(t, os.Rename(block, block+".aside")) // EMFILE or ENOMEM in the supervisor, for the rest of its life
+	require.NoError(t, os.WriteFile(block, nil, 0o644))
+
+	killHeldDaemon(t, report) // fails if the supervisor's exit killed it already
+	code := sup.exitCode(t, 20*time.Second)
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Ublk)
+	require.Equal(t, ublk.VerdictStopped, rep.Ublk.Verdict, "the step saw ublkb0 go before block/ could not be read")
+	assert.True(t, rep.Ublk.Daemon.LeftRunning, "the step did not kill the daemon")
+	assert.Contains(t, rep.Ublk.Daemon.CannotTell, "not a directory")
+	assert.Equal(t, 1, code, "the daemon was left running")
+	assert.Contains(t, readFile(t, logFile), "not exiting while the device daemon may serve")
+}
+
 // Fault: as PID 1 of the pod's PID namespace (the AgentENV overlay runs it
 // as the container's command), the supervisor's exit ends the namespace,
 // and the kernel SIGKILLs every process in it: the server's own ublk

@@ -404,7 +404,10 @@ func (s *supervisor) run(ctx context.Context) int {
 // may crash the host: its -daemon child (Pdeathsig), or as PID 1 the
 // server's own daemon (-daemon-socket: the kernel kills the whole PID
 // namespace when its PID 1 exits). Exiting would SIGKILL it with its
-// device live, the very kill the step refused. With the Report already
+// device live, the very kill the step refused. So does a daemon the step
+// left running because it could not read sysfs to tell whether the daemon
+// still serves a disk it does not have (ublk's DaemonReport.CannotTell).
+// With the Report already
 // written, it waits for the daemon's exit, unbounded: in a drain the
 // kubelet's SIGKILL ends the wait at the grace's end; after the server
 // exited on its own, the daemon's exit or the pod's SIGKILL does (signals
@@ -420,7 +423,11 @@ func (s *supervisor) holdWhileDaemonServes() {
 			live = append(live, d.ID)
 		}
 	}
-	if len(live) == 0 {
+	// A daemon the step did not kill because it could not read sysfs to
+	// tell whether it still serves a disk the step does not have may serve
+	// one live: the step left it to the pod's SIGKILL, not to this exit.
+	unsure := rep.Daemon.LeftRunning && rep.Daemon.CannotTell != ""
+	if len(live) == 0 && !unsure {
 		return
 	}
 	var wait func(context.Context) error
@@ -433,8 +440,13 @@ func (s *supervisor) holdWhileDaemonServes() {
 	default:
 		return
 	}
-	s.log.Error("supervisor: not exiting while the device daemon serves live devices: its death may crash the host on this kernel, and it dies with the supervisor; waiting for it to exit (the pod's SIGKILL ends the wait)",
-		"daemon_pid", pid, "devices", live, "kernel", rep.Kernel, "kernel_class", rep.KernelClass)
+	if len(live) == 0 {
+		s.log.Error("supervisor: not exiting while the device daemon may serve a live disk the daemon step could not see (sysfs not read): its death may crash the host on this kernel, and it dies with the supervisor; waiting for it to exit (the pod's SIGKILL ends the wait)",
+			"daemon_pid", pid, "cannot_tell", rep.Daemon.CannotTell, "kernel", rep.Kernel, "kernel_class", rep.KernelClass)
+	} else {
+		s.log.Error("supervisor: not exiting while the device daemon serves live devices: its death may crash the host on this kernel, and it dies with the supervisor; waiting for it to exit (the pod's SIGKILL ends the wait)",
+			"daemon_pid", pid, "devices", live, "kernel", rep.Kernel, "kernel_class", rep.KernelClass)
+	}
 	err := wait(context.Background())
 	s.log.Info("supervisor: the device daemon exited; exiting", "daemon_pid", pid, "err", err)
 }

@@ -68,6 +68,10 @@ type DaemonConfig struct {
 	// Step is the pause before each device is stopped and again before it
 	// is deleted; default 20 ms (1 s in Slow mode).
 	Step time.Duration `json:"step,omitempty"`
+	// Linger keeps the daemon up after it deleted its Devices, until it is
+	// killed, as a daemon that still serves a disk beyond them does (it
+	// logs "linger" then, and never "exit").
+	Linger bool `json:"linger,omitempty"`
 	// CrashAfter is how many devices a Crash-mode daemon removes before it
 	// dies; default 1.
 	CrashAfter int `json:"crash_after,omitempty"`
@@ -262,6 +266,10 @@ func (d *daemon) teardown() int {
 		}
 		_ = d.tree.DeleteDevice(spec.ID)
 		d.event("delete %d", spec.ID)
+	}
+	if d.cfg.Linger {
+		d.event("linger")
+		select {} // only a kill ends it
 	}
 	if d.ln != nil {
 		d.ln.Close()
