@@ -124,3 +124,37 @@ func TestNextLinkReadsOnlyWellFormedLinks(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, "b", link, "a second Link header is read too")
 }
+
+// Fault: Config.PageTokenHeader, a header's name as APIKeyHeader is, was
+// not checked at New (row 473 checked APIKeyHeader and PauseMethod). One
+// copied with its colon from curl -i ("X-Page-Token: p2") matches no
+// response header: the listing ended at its first page and passed for
+// the whole of it, the sandboxes on the others neither preserved nor in
+// the Report, without an error (a server whose token header is not
+// AgentENV's, which the Source would have recognised). New now fails,
+// naming the field.
+func TestPageTokenHeaderNoAnswerCanCarryIsRefusedAtNew(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("page") == "" {
+			w.Header().Set("X-Page-Token", "p2") // one more page
+			_, _ = w.Write([]byte(`[{"id":"a","state":"running"}]`))
+			return
+		}
+		_, _ = w.Write([]byte(`[{"id":"b","state":"running"}]`))
+	}))
+	defer srv.Close()
+
+	src, err := New(srv.URL, Config{PageTokenHeader: "X-Page-Token", PageTokenParam: "page"})
+	require.NoError(t, err)
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	require.Len(t, sbs, 2, "the header's name: both pages")
+
+	src, err = New(srv.URL, Config{PageTokenHeader: "X-Page-Token:", PageTokenParam: "page"})
+	if err == nil {
+		sbs, err := src.List(t.Context())
+		t.Fatalf("New passed it; at the drain the listing gave %d of 2 sandboxes (error %v)", len(sbs), err)
+	}
+	assert.ErrorContains(t, err, `httpsource: Config.PageTokenHeader must be a header name`)
+	assert.ErrorContains(t, err, `got "X-Page-Token:"`)
+}

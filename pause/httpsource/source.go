@@ -105,8 +105,10 @@ type Config struct {
 	// when an answer carries the response header PageTokenHeader, the
 	// Source asks for the next page with the header's value in the query
 	// parameter PageTokenParam, until an answer comes without it (AgentENV:
-	// "x-next-token" and "nextToken"). All the pages of one listing share
-	// one list timeout; a sandbox listed on two pages counts once, and a
+	// "x-next-token" and "nextToken"). PageTokenHeader must be a header's
+	// name alone (no colon, no space): New fails otherwise. All the pages
+	// of one listing share one list timeout; a sandbox listed on two pages
+	// counts once, and a
 	// token the server sends twice ends the listing with a permanent error
 	// instead of a loop. Both empty, the default, means no pagination; one
 	// without the other is an error. A listing whose answer ends it and yet
@@ -381,10 +383,11 @@ type Source struct {
 // "http://127.0.0.1:8080"), configured by c (its zero value is the generic
 // shape). It fails, naming the field, when baseURL is not an absolute
 // http(s) URL, a path does not start with "/", the pause path has no
-// "{id}", the pause method or the API key's header name is no HTTP token,
-// a running state list is empty, pagination has only one of its two
-// fields, a gone status is not a 4xx code, a number is negative, or the
-// API key (or its file) holds a byte no HTTP header can carry.
+// "{id}", the pause method, the API key's header name or the page token's
+// header name is no HTTP token, a running state list is empty, pagination
+// has only one of its two fields, a gone status is not a 4xx code, a
+// number is negative, or the API key (or its file) holds a byte no HTTP
+// header can carry.
 func New(baseURL string, c Config) (*Source, error) {
 	base, err := validate(baseURL, c)
 	if err != nil {
@@ -443,6 +446,11 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 	}
 	if c.APIKeyHeader != "" && !isToken(c.APIKeyHeader) {
 		errs = append(errs, fmt.Errorf("httpsource: Config.APIKeyHeader must be a header name (a token: letters, digits, !#$%%&'*+-.^_`|~; no colon, no space), got %q", c.APIKeyHeader))
+	}
+	// A token header no answer can carry matches none: the listing would
+	// end at its first page, with no error, the others' sandboxes missed.
+	if c.PageTokenHeader != "" && !isToken(c.PageTokenHeader) {
+		errs = append(errs, fmt.Errorf("httpsource: Config.PageTokenHeader must be a header name (a token: letters, digits, !#$%%&'*+-.^_`|~; no colon, no space), got %q", c.PageTokenHeader))
 	}
 	if c.PausePath != "" && !strings.Contains(c.PausePath, "{id}") {
 		errs = append(errs, fmt.Errorf("httpsource: Config.PausePath must contain \"{id}\", got %q", c.PausePath))
