@@ -175,6 +175,11 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 		failures = append(failures, err)
 	}
 	if err := t.Signal(ctx, syscall.SIGKILL); isGone(err) {
+		if sig == syscall.SIGKILL {
+			// Gone after a first SIGKILL that a failing wait did not see
+			// end it: that SIGKILL ended it, never Exited.
+			return ExitedAfterKill, unsent
+		}
 		return ended, nil // it exited on its own between the wait and the kill
 	} else if err != nil {
 		failures = append(failures, fmt.Errorf("escalate: sending SIGKILL: %w", err))

@@ -736,3 +736,42 @@ func TestFirstSignalSIGKILLIsAKillNotAPreserve(t *testing.T) {
 	assert.Contains(t, err.Error(), "Policy.Signal is SIGKILL")
 	assert.NoFileExists(t, state)
 }
+
+// Fault: row 475 made an exit on a first signal of SIGKILL a kill only
+// when the wait after the signal saw it. A wait that could not see it (a
+// `runsc wait` that fails, the bug Stop's doc names) ran to the end of
+// the wait after the signal, and the escalation's own SIGKILL then found
+// the target gone: Stop returned Exited, as for a target that exited on
+// its own between the wait and the kill, and the Sandbox's Preserve nil,
+// preserved, of an actor SIGKILLed with its state unsaved.
+//
+//	0 s    SIGKILL (Policy.Signal): the actor dies; every wait fails
+//	5 s    the wait after the signal is over: SIGKILL again, "no such process"
+//	       -> ExitedAfterKill, naming the field, never Exited
+func TestFirstSignalSIGKILLIsAKillWhenOnlyTheSecondSeesItGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var signals []syscall.Signal
+		target := escalate.Funcs{
+			SignalFunc: func(_ context.Context, sig syscall.Signal) error {
+				signals = append(signals, sig)
+				if len(signals) > 1 {
+					return os.ErrProcessDone // killed by the first
+				}
+				return nil
+			},
+			WaitFunc: func(context.Context) error { return errors.New("runsc wait: exit status 128") },
+		}
+		policy := escalate.Policy{Signal: syscall.SIGKILL, TermWait: 5 * time.Second, KillWait: time.Second}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		exit, err := policy.Stop(ctx, target)
+		assert.Equal(t, []syscall.Signal{syscall.SIGKILL, syscall.SIGKILL}, signals)
+		assert.Equal(t, escalate.ExitedAfterKill, exit, "killed by Policy.Signal, never Exited")
+		assert.ErrorContains(t, err, "Policy.Signal is SIGKILL")
+
+		signals = nil
+		err = (&escalate.Sandbox{Name: "actor", Target: target, Policy: policy}).Preserve(ctx)
+		require.Error(t, err, "a sandbox killed with its state unsaved was preserved")
+		assert.ErrorIs(t, err, escalate.ErrKilled)
+	})
+}
