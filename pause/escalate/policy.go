@@ -121,7 +121,8 @@ type Policy struct {
 // signalling command's status was stolen the same way) may have been
 // delivered: the wait after the signal is kept. The error is nil for Exited and
 // Gone. For ExitedAfterKill it says why the target was not given the first
-// signal, when it was not (the send failed, or Signal is SIGKILL), and is nil
+// signal, when it was not (the send failed, or Signal is SIGKILL; one whose
+// status was stolen, ECHILD, counts as sent), and is nil
 // when the target only did not exit within the wait after the signal. For
 // ExitUnknown it is never nil: it wraps ErrExitUnknown, joined with every failure
 // seen on the way. A nil t (or a nil pointer in it) is
@@ -156,12 +157,12 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 		return Gone, nil
 	} else if err != nil {
 		failures = append(failures, err)
-		if unsent == nil {
-			unsent = err
-		}
 		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
 			termEnd = time.Now() // it will not exit on a signal it did not get
 			ended = Gone
+			if unsent == nil {
+				unsent = err // not with ECHILD: taken as delivered, it is no reason
+			}
 		}
 	}
 	exited, err := waitUntil(ctx, t, termEnd)

@@ -775,3 +775,46 @@ func TestFirstSignalSIGKILLIsAKillWhenOnlyTheSecondSeesItGone(t *testing.T) {
 		assert.ErrorIs(t, err, escalate.ErrKilled)
 	})
 }
+
+// Fault: row 474 gave ExitedAfterKill the error of a first signal that
+// failed to go out, to say why the target had no chance to save itself,
+// but took for one every error of the send, ECHILD included: a send whose
+// status was stolen (a `runsc kill` a PID-1 reaper collected), which Stop
+// takes as delivered and whose TermWait it keeps. A target that got the
+// signal and only did not exit in time was then said never to have got
+// it: "target needed SIGKILL ...: escalate: sending SIGTERM: ... no child
+// processes", the account of a send that failed, whose fix is not the one
+// needed (a longer wait).
+//
+//	0 s   SIGTERM delivered, its status stolen (ECHILD); the target ignores it
+//	5 s   TermWait over: SIGKILL, the target exits
+//	      -> ExitedAfterKill with a nil error, as for any target too slow
+func TestKillAfterAStolenFirstSignalStatusDoesNotSayItWasNotSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exited := make(chan struct{})
+		target := escalate.Funcs{
+			SignalFunc: func(_ context.Context, sig syscall.Signal) error {
+				if sig == syscall.SIGKILL {
+					close(exited)
+					return nil
+				}
+				return fmt.Errorf("runsc kill: waitid: %w", syscall.ECHILD) // delivered
+			},
+			WaitFunc: func(ctx context.Context) error {
+				select {
+				case <-exited:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			},
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		exit, err := escalate.Policy{TermWait: 5 * time.Second, KillWait: time.Second}.Stop(ctx, target)
+		assert.Equal(t, escalate.ExitedAfterKill, exit)
+		assert.Equal(t, 5*time.Second, time.Since(start), "the TermWait kept: the signal may have been delivered")
+		assert.NoError(t, err, "it only did not exit in time")
+	})
+}
