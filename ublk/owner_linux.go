@@ -5,7 +5,9 @@ package ublk
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -188,6 +190,48 @@ func charNums(sysRoot string, devs []Device) map[blockdev.DevNum]int {
 		}
 	}
 	return chars
+}
+
+// daemonServes returns the IDs of devs whose /dev/ublkcN the process pid
+// (the daemon) has open, or why it cannot tell: a char device's number
+// not read from sysfs, pid's fd directory not read (EMFILE or ENOMEM in
+// the server, EACCES; a process that exited serves none), or ctx ending
+// before every fd was read. ublkServers, which takes a process it cannot
+// read for one with none open, would have the daemon killed on a guess.
+func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, pid int) ([]int, error) {
+	chars := map[blockdev.DevNum]int{}
+	for _, d := range devs {
+		if !d.Char {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(sysRoot, charClassDir, d.CharName(), "dev"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since: served by no one
+		}
+		n, perr := blockdev.ParseDevNum(strings.TrimSpace(string(b)))
+		if err != nil || perr != nil {
+			return nil, fmt.Errorf("ublk: %s's device number: %w", d.CharName(), cmp.Or(err, perr))
+		}
+		chars[n] = d.ID
+	}
+	if len(chars) == 0 {
+		return nil, nil
+	}
+	fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
+	open, complete, err := blockdev.ReadCharsOpen(ctx, fdDir, wantSet(chars))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil // exited
+	case err != nil:
+		return nil, fmt.Errorf("ublk: the daemon's fds: %w", err)
+	case !complete:
+		return nil, fmt.Errorf("ublk: the daemon's fds not all read by %s's deadline: %w", fdDir, ctx.Err())
+	}
+	ids := make([]int, 0, len(open))
+	for _, n := range open {
+		ids = append(ids, chars[n])
+	}
+	return ids, nil
 }
 
 // ublkServers returns, of pids, the processes that have the char device

@@ -139,7 +139,7 @@ type DaemonReport struct {
 	LeftRunning bool `json:"left_running"`
 	// CannotTell, with LeftRunning, is why the step's last look could not
 	// tell whether the daemon still serves a disk the step does not have
-	// (sysfs not read), which kept it from killing the daemon on a kernel
+	// (sysfs, or the daemon's fds, not read), which kept it from killing the daemon on a kernel
 	// not known fixed; empty otherwise. Such a daemon may serve a live
 	// disk: a process whose exit kills it (a parent it dies with) must not
 	// exit while it runs, as for a device left live.

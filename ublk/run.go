@@ -1136,8 +1136,9 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 // own devices alone, and killed the daemon with such a disk live. It
 // needs the daemon's PID, and reads that process's fds alone.
 //
-// When sysfs cannot be listed or a device in it read (EMFILE or ENOMEM in
-// the server for a moment), the step cannot tell, and servesMore reports
+// When sysfs cannot be listed or a device in it read, or the daemon's fds
+// (EMFILE or ENOMEM in the server for a moment; EACCES), the step cannot
+// tell, and servesMore reports
 // true too (see cannotTell): the daemon is not killed on a guess. Killing
 // it is no safer than the pod's SIGKILL, which ends it at the deadline
 // anyway, and a daemon that serves a live disk may still stop it in the
@@ -1168,7 +1169,12 @@ func (r *run) servesMore() bool {
 	}
 	ctx, cancel := r.procfsPass(time.Now().Add(ownersWait))
 	defer cancel()
-	served := ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, []int{pid})[pid]
+	served, err := daemonServes(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, pid)
+	if err != nil { // its fds not read: no more a "serves none" than sysfs not read
+		r.cannotTell(err)
+		return true
+	}
+	r.blind = nil
 	disks = slices.DeleteFunc(disks, func(d Device) bool { return !slices.Contains(served, d.ID) })
 	if len(disks) == 0 {
 		return false
@@ -1183,16 +1189,17 @@ func (r *run) servesMore() bool {
 	return true
 }
 
-// cannotTell records that servesMore could not read sysfs (err), so the
+// cannotTell records that servesMore could not read sysfs or the daemon's
+// fds (err), so the
 // daemon was not killed: the first time as the Report's "served by the
 // daemon" step and a warning; the latest failure stays in r.blind until a
-// look reads sysfs again, and one still there at the step's end is in
+// look reads them again, and one still there at the step's end is in
 // Report.Note beside the daemon left running.
 func (r *run) cannotTell(err error) {
 	if r.blindSince.IsZero() {
 		r.blindSince = time.Now()
 		s := r.stepStart("served by the daemon")
-		_ = r.stepEnd(s, "not known whether the daemon still serves a disk the step does not have (sysfs not read): "+
+		_ = r.stepEnd(s, "not known whether the daemon still serves a disk the step does not have (sysfs, or the daemon's fds, not read): "+
 			"not killed while the step cannot tell; looked at again every poll", err)
 		r.cfg.logger.WarnContext(r.ctx, "ublk: not killing the daemon: whether it still serves another disk cannot be read", "err", err)
 	}
@@ -1419,7 +1426,7 @@ func (r *run) finish() error {
 		if !exited && r.blind != nil {
 			r.rep.Daemon.CannotTell = r.blind.Error()
 			r.rep.Note = joinNote(r.rep.Note, fmt.Sprintf("the daemon was left running: whether it still serves a disk the step "+
-				"does not have could not be read at its last look (sysfs first not read at +%v): %v", r.blindSince.Sub(r.start).Round(time.Millisecond), r.blind))
+				"does not have could not be read at its last look (first not read at +%v): %v", r.blindSince.Sub(r.start).Round(time.Millisecond), r.blind))
 		}
 	}
 	if err := r.ctx.Err(); err != nil && !errors.Is(errors.Join(r.causes...), err) {

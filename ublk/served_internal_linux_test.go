@@ -4,6 +4,7 @@ package ublk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -163,7 +164,7 @@ func TestDaemonNotKilledWhileTheStepCannotTellWhatElseItServes(t *testing.T) {
 		assert.True(t, rep.Daemon.LeftRunning)
 		assert.Contains(t, rep.Daemon.CannotTell, "not a directory", "for a parent it dies with not to exit")
 		assert.Nil(t, rep.Device(1), "never seen")
-		assert.Contains(t, rep.Note, "the daemon was left running: whether it still serves a disk the step does not have could not be read at its last look (sysfs first not read at +4")
+		assert.Contains(t, rep.Note, "the daemon was left running: whether it still serves a disk the step does not have could not be read at its last look (first not read at +4")
 	})
 }
 
@@ -207,4 +208,44 @@ func cannotTell(t *testing.T, back time.Duration) (rep *Report, events []string,
 		t.Log(rep.String())
 	})
 	return rep, events, err
+}
+
+// Row 492 kept the daemon alive while sysfs could not be read to tell
+// whether it serves a disk beyond the step's, but not while its fds could
+// not be read: the daemon's /proc/PID/fd unreadable (EMFILE or ENOMEM in
+// the server, the failure row 492 names; EACCES) read as no char device
+// open, so the daemon serving ublkb1, live, was killed on a vulnerable
+// kernel once the control fallback had stopped ublkb0: the host-crash
+// path. The step now cannot tell then, as when sysfs cannot be read: the
+// daemon is not killed, and the Report says why (Daemon.CannotTell).
+func TestDaemonNotKilledWhileTheStepCannotReadItsFds(t *testing.T) {
+	srv, sys := twoDiskDaemon(t, uint32(os.Getpid()*2+21)%(1<<20))
+	daemon, err := FindProcess(srv.Pid())
+	require.NoError(t, err)
+	defer daemon.Close()
+	proc := t.TempDir()
+	pidDir := filepath.Join(proc, strconv.Itoa(srv.Pid()))
+	require.NoError(t, os.Mkdir(pidDir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(pidDir, "fd"), nil, 0o644)) // not a directory: its read fails
+	tree := &fakeublk.Tree{Root: sys}
+	ctl := &memControl{tree: tree, d: newMemDaemon(tree)}
+	td, err := New(daemon, Config{Devices: []int{0}, Reserve: 2 * time.Second, ExitWait: time.Nanosecond,
+		hooks: ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: proc, KernelRelease: vulnerable,
+			OpenControl: func(context.Context) (ublkctl.Controller, error) { return ctl, nil }}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	rep, err := td.Stop(ctx)
+	t.Log(rep.String())
+	assert.Contains(t, ctl.d.Events(), "STOP_DEV 0")
+	assert.False(t, rep.Daemon.Killed, "the step could not tell whether the daemon still served a disk: %s", rep.Daemon.KillError)
+	assert.True(t, rep.Daemon.LeftRunning)
+	assert.Contains(t, rep.Daemon.CannotTell, "not a directory")
+	select {
+	case <-srv.Done():
+		t.Fatalf("the daemon exited: signalled %v", srv.Signaled(syscall.SIGKILL))
+	default:
+	}
+	var unsafe *UnsafeError
+	assert.False(t, errors.As(err, &unsafe), "ublkb1 was never seen: %v", err)
 }

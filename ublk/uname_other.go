@@ -34,5 +34,8 @@ func daemonDoomed(context.Context, string, int) (bool, string) {
 // othersDevices tells no device apart where there is no procfs to read.
 func othersDevices(context.Context, string, string, []Device, int) map[int]string { return nil }
 
+// daemonServes finds no device served where there is no procfs to read.
+func daemonServes(context.Context, string, string, []Device, int) ([]int, error) { return nil, nil }
+
 // ublkServers finds no server where there is no procfs to read.
 func ublkServers(context.Context, string, string, []Device, []int) map[int][]int { return nil }

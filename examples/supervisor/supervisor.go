@@ -441,7 +441,7 @@ func (s *supervisor) holdWhileDaemonServes() {
 		return
 	}
 	if len(live) == 0 {
-		s.log.Error("supervisor: not exiting while the device daemon may serve a live disk the daemon step could not see (sysfs not read): its death may crash the host on this kernel, and it dies with the supervisor; waiting for it to exit (the pod's SIGKILL ends the wait)",
+		s.log.Error("supervisor: not exiting while the device daemon may serve a live disk the daemon step could not see (sysfs, or the daemon's fds, not read): its death may crash the host on this kernel, and it dies with the supervisor; waiting for it to exit (the pod's SIGKILL ends the wait)",
 			"daemon_pid", pid, "cannot_tell", rep.Daemon.CannotTell, "kernel", rep.Kernel, "kernel_class", rep.KernelClass)
 	} else {
 		s.log.Error("supervisor: not exiting while the device daemon serves live devices: its death may crash the host on this kernel, and it dies with the supervisor; waiting for it to exit (the pod's SIGKILL ends the wait)",

@@ -57,10 +57,22 @@ func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNu
 // it read every fd: it stops when ctx ends, looked at every 64 fds. A
 // directory that cannot be read (the process exited, EACCES) has none.
 func CharsOpen(ctx context.Context, fdDir string, want map[DevNum]bool) (open []DevNum, complete bool) {
-	fds, _ := os.ReadDir(fdDir)
+	open, complete, _ = ReadCharsOpen(ctx, fdDir, want)
+	return open, complete
+}
+
+// ReadCharsOpen is CharsOpen that also returns why fdDir could not be
+// read (EMFILE, EACCES; fs.ErrNotExist when the process exited), for a
+// caller to whom a process it cannot read is not one with none open: it
+// then has none and complete.
+func ReadCharsOpen(ctx context.Context, fdDir string, want map[DevNum]bool) (open []DevNum, complete bool, err error) {
+	fds, err := os.ReadDir(fdDir)
+	if err != nil {
+		return nil, true, err
+	}
 	for i, fd := range fds {
 		if i%64 == 0 && ctx.Err() != nil {
-			return open, false
+			return open, false, nil
 		}
 		link := filepath.Join(fdDir, fd.Name())
 		if target, err := os.Readlink(link); err != nil || isAnon(target) {
@@ -75,5 +87,5 @@ func CharsOpen(ctx context.Context, fdDir string, want map[DevNum]bool) (open []
 			open = append(open, dev)
 		}
 	}
-	return open, true
+	return open, true, nil
 }
