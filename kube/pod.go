@@ -82,7 +82,7 @@ type Config struct {
 	// TracerProvider traces every read of the pod as a client span under
 	// ScopeName, named for the method that made it: "kube.Pod.Deletion"
 	// (Deletion, DeletionTimestamp, Tighten), "kube.Pod.Grace",
-	// "kube.Pod.Priority", "kube.Pod.PreStopSleeps". Nil means
+	// "kube.Pod.Priority", "kube.Pod.PreStopSleeps", "kube.Pod.Spec". Nil means
 	// otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 	// MeterProvider counts events posted and dropped
