@@ -611,6 +611,9 @@ func (r *run) refresh() {
 			d.inflight = next.Inflight
 		}
 		d.cur = next
+		if !d.gone && d.seen && !next.Present() {
+			r.cfg.logger.InfoContext(r.ctx, "ublk: a device is gone from sysfs", "device", d.cur.ID, "by", by)
+		}
 		d.gone = d.seen && !next.Present()
 	}
 }

@@ -612,9 +612,10 @@ func TestSupervisorDoesNotExitWhileItsDaemonMayServeADiskTheStepCannotSee(t *tes
 
 	require.Eventually(t, func() bool { return strings.Contains(readFile(t, events), "linger") }, 20*time.Second, 10*time.Millisecond,
 		"the daemon deleted its device and stays up")
-	// The step reads sysfs every 100 ms: five of its looks see ublkb0 gone
-	// before block/ cannot be read (the Report's verdict below says so).
-	time.Sleep(500 * time.Millisecond)
+	// block/ cannot be read once the step has seen ublkb0 gone (the
+	// Report's verdict below says so).
+	require.Eventually(t, func() bool { return strings.Contains(readFile(t, logFile), "ublk: a device is gone from sysfs") }, 20*time.Second, 10*time.Millisecond,
+		"the step saw ublkb0 gone")
 	block := filepath.Join(cfg.SysRoot, "block")
 	require.NoError(t, os.Rename(block, block+".aside")) // EMFILE or ENOMEM in the supervisor, for the rest of its life
 	require.NoError(t, os.WriteFile(block, nil, 0o644))
