@@ -59,7 +59,9 @@
 // Report has exactly one entry for every sandbox any pass listed, and one
 // Failed entry for every flawed element of a listing (nil, an empty or
 // repeated ID, an ID that panics). A Run whose every listing failed is
-// Unknown: Report.Err says so with the last error, whatever the counts. With tracing off (the global no-op providers), a Run makes a
+// Unknown: Report.Err says so with the last error, whatever the counts;
+// the sandboxes a failed listing returned with its error are preserved,
+// and such a Run is Incomplete instead (see Lister). With tracing off (the global no-op providers), a Run makes a
 // few allocations per pass and none per sandbox.
 //
 // Telemetry, under the instrumentation scope ScopeName: a "pause.Run" span

@@ -23,6 +23,12 @@ var errListAbandoned = errors.New("pause: Lister had not returned by the phase d
 // preserve may start after it, so a later answer is of no use, and waiting
 // for it would spend the time the later phases reserved.
 //
+// A listing that failed after it listed some sandboxes (a paginated
+// listing whose later page failed) is returned at once, with its error:
+// retrying it here would keep those sandboxes waiting, to the phase
+// deadline if the failure lasts. Run preserves them and lists again after
+// the pass (see Preserver.Run).
+//
 // A Run with a phase deadline whose context ended before its first
 // listing (a phase the plan left no time, a Force) does not call the
 // Lister, whose call would be abandoned at once, and says so: the listing
@@ -43,7 +49,7 @@ func (r *run) list() ([]Sandbox, error) {
 			// The abandoned attempt says nothing of why listing fails.
 			return nil, fmt.Errorf("%w; the attempt before failed: %w", err, prev)
 		}
-		if err == nil || errors.Is(err, errListAbandoned) || r.ctx.Err() != nil || r.permanent(err) {
+		if err == nil || len(list) > 0 || errors.Is(err, errListAbandoned) || r.ctx.Err() != nil || r.permanent(err) {
 			return list, err
 		}
 		prev = err

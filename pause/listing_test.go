@@ -331,3 +331,46 @@ func TestRunWithNoTimeLeftDoesNotBlameTheLister(t *testing.T) {
 		})
 	}
 }
+
+// A paginated Lister whose first page answers and whose second fails,
+// every time, returns the sandboxes it listed with the error. They are
+// preserved like any listed ones, and the listing still counts as failed:
+//
+//	0 s   list: [sb-0 sb-1], "page 2: 503"  -> preserve sb-0, sb-1
+//	1 s   list: [sb-2],      "page 2: 503"  -> preserve sb-2
+//	2 s   list: [],          "page 2: 503"  -> retried, 1 s apart, until 10 s
+//	10 s  Report: 3 preserved, not Unknown but Incomplete, Err names the 503
+//
+// The sandboxes a Run knows of are never thrown away for an error that
+// came with them, as an io.Reader's caller processes the n > 0 bytes
+// before the error.
+func TestSandboxesListedWithAnErrorArePreserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		sbs := node.AddN("sb", 3, time.Second)
+		lists := 0
+		paged := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			lists++
+			running, err := node.List(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return running[:min(2, len(running))], errors.New("page 2: 503 Service Unavailable")
+		})
+		p, err := pause.New(paged, pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, 10*time.Second, 0)
+		for _, sb := range sbs {
+			assert.True(t, sb.Preserved(), "%s was listed, and preserved", sb.Name)
+		}
+		assert.Equal(t, 3, rep.Counts[pause.Preserved])
+		assert.Len(t, rep.Entries, 3)
+		assert.False(t, rep.Unknown, "listings gave sandboxes")
+		assert.True(t, rep.Incomplete, "no listing was complete")
+		assert.Contains(t, rep.ListErr, "page 2: 503")
+		require.Error(t, rep.Err(), "the node may have more sandboxes than listed")
+		assert.Contains(t, rep.Err().Error(), "may have sandboxes")
+		assert.Contains(t, rep.Err().Error(), "page 2: 503")
+		assert.Greater(t, lists, 4, "the failed listing was retried until the deadline")
+	})
+}

@@ -158,7 +158,9 @@ func (p *Preserver) SizeEstimate(size int64) (time.Duration, bool) {
 // the ones listed again, below), and preserves them; Run lists again
 // after each pass and stops when a pass finds nothing to preserve or the
 // phase deadline has passed. A failed listing is retried with the backoff
-// inside the time left. One that was paused before the Run and resumed
+// inside the time left; one that returned sandboxes with its error has
+// them preserved first, and is made again after their pass (see Lister).
+// One that was paused before the Run and resumed
 // during it is new to the Run, and the next pass catches it.
 //
 // A sandbox a later pass lists again after it was preserved (or vanished)
@@ -195,8 +197,8 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 	defer p.cur.CompareAndSwap(r, nil)
 	var bo backoff.BackOff // between passes that found only sandboxes listed again
 	for pass := 1; ; pass++ {
-		found, again := r.pass(pass)
-		if found+again == 0 || r.phaseOver() {
+		found, again, retry := r.pass(pass)
+		if found+again == 0 && !retry || r.phaseOver() {
 			break
 		}
 		if found > 0 {
@@ -204,9 +206,10 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 			continue
 		}
 		// Only sandboxes preserved before, listed again: resumed, or a
-		// listing that lags the pauses. Their preserves may have been
-		// instant (the server had them paused), and listing again at
-		// once would make a tight loop of lagging listings.
+		// listing that lags the pauses; or a listing that failed again
+		// after the sandboxes it lists (retried as a failed listing is).
+		// Their preserves may have been instant (the server had them
+		// paused), and listing again at once would make a tight loop.
 		if bo == nil {
 			bo = r.cfg.newBackOff()
 			bo.Reset()

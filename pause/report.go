@@ -81,11 +81,17 @@ type Report struct {
 	Limit    int             `json:"limit"`                // the concurrency limit at the end
 	Counts   map[Outcome]int `json:"counts"`               // entries by outcome
 	Entries  []Entry         `json:"entries"`              // one per sandbox, in the order first listed
-	ListErr  string          `json:"list_error,omitempty"` // the last listing error
+	ListErr  string          `json:"list_error,omitempty"` // the last listing error (also of one that returned sandboxes)
 	// Unknown is true when no listing succeeded: the Run never learned
 	// which sandboxes the node has, so no count in the Report means
 	// anything. Err says so, with ListErr.
 	Unknown bool `json:"unknown,omitempty"`
+	// Incomplete is true when no listing succeeded but failed ones gave
+	// sandboxes (a paginated listing whose later page failed; see
+	// Lister): the Report accounts for those, and the node may have more
+	// that no listing reached. Err says so, with ListErr. Unknown and
+	// Incomplete are never both set.
+	Incomplete bool `json:"incomplete,omitempty"`
 	// LearnedLimit is the limit this Run measured fastest: set when the
 	// limit adapted and the Run decided epochs at two limits at least, so
 	// that it compared them; zero for a fixed limit or a Run too short to
@@ -103,12 +109,16 @@ func (r *Report) Lost() int {
 
 // Err returns nil when a listing succeeded and every sandbox listed was
 // preserved or vanished; otherwise an error saying what went wrong: no
-// listing succeeded (the sandboxes are unknown; with the last listing
-// error), or how many sandboxes were lost.
+// listing succeeded (the sandboxes are unknown, or, when failed listings
+// gave some, the node may have more; with the last listing error), or how
+// many sandboxes were lost.
 func (r *Report) Err() error {
 	var errs []error
 	if r.Unknown {
 		errs = append(errs, fmt.Errorf("pause: no listing succeeded, the node's sandboxes are unknown: %s", r.ListErr))
+	}
+	if r.Incomplete {
+		errs = append(errs, fmt.Errorf("pause: no listing was complete, the node may have sandboxes the %d listed do not include: %s", len(r.Entries), r.ListErr))
 	}
 	if n := r.Lost(); n > 0 {
 		errs = append(errs, fmt.Errorf("pause: %d of %d sandboxes not preserved", n, len(r.Entries)))

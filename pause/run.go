@@ -47,6 +47,7 @@ type run struct {
 	// among wider fields takes eight bytes.
 	traced       bool // per-sandbox spans only when the run span records
 	listed       bool // a listing succeeded
+	partly       bool // a listing that failed gave sandboxes
 	untimed      bool // perByte ranks sizes but is not a time
 	adaptive     bool // the limit adapts (see limit.go)
 	progressDone bool // the Run returned: log no more (under progressMu)
@@ -211,23 +212,36 @@ func (r *run) phaseOverAt(now time.Time) bool {
 }
 
 // pass makes one listing pass and returns how many new sandboxes it found,
-// and how many sandboxes it found listed again after their preserve.
-func (r *run) pass(n int) (found, again int) {
+// how many sandboxes it found listed again after their preserve, and
+// whether its listing failed after it listed some sandboxes, with an error
+// worth retrying: the listing is to be made again.
+func (r *run) pass(n int) (found, again int, retry bool) {
 	if n > 1 && r.phaseOver() {
-		return 0, 0
+		return 0, 0, false
 	}
 	list, err := r.list()
 	r.rep.Passes = n
 	if err != nil {
 		r.rep.ListErr = err.Error()
-		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed",
-			slog.Int("pass", n), slog.String("error", err.Error()))
-		return 0, 0
+		if len(list) == 0 {
+			r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed",
+				slog.Int("pass", n), slog.String("error", err.Error()))
+			return 0, 0, false
+		}
+		// The sandboxes listed before the error are known to be there:
+		// preserved like any listed ones, as an io.Reader's caller
+		// processes the bytes read before its error. The node may have
+		// more, so the listing still failed.
+		r.partly = true
+		retry = !r.permanent(err)
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed after it listed some; preserving those, the node may have more",
+			slog.Int("pass", n), slog.Int("listed", len(list)), slog.String("error", err.Error()))
+	} else {
+		r.listed = true
 	}
-	r.listed = true
 	tasks := r.admit(list, n)
 	if len(tasks.all) == 0 {
-		return 0, 0
+		return 0, 0, retry
 	}
 	if tasks.again > 0 {
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: sandboxes listed again after their preserve (resumed, or the listing lags); preserving them again",
@@ -247,7 +261,7 @@ func (r *run) pass(n int) (found, again int) {
 	r.await(ps)
 	ps.close()
 	r.settle(&tasks)
-	return len(tasks.all) - tasks.again, tasks.again
+	return len(tasks.all) - tasks.again, tasks.again, retry
 }
 
 // A taskList is the tasks of a pass, the order they start in, and what
@@ -633,7 +647,8 @@ func (r *run) finish() *Report {
 		}
 	}
 	r.mu.Unlock()
-	rep.Unknown = !r.listed
+	rep.Unknown = !r.listed && !r.partly
+	rep.Incomplete = !r.listed && r.partly
 	var counts [len(outcomes)]int
 	for i := range rep.Entries {
 		counts[outcomeIndex(rep.Entries[i].Outcome)]++
@@ -655,6 +670,10 @@ func (r *run) finish() *Report {
 	if rep.Unknown {
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: no listing succeeded; the node's sandboxes are unknown",
 			slog.Int("passes", rep.Passes), slog.String("last_error", rep.ListErr))
+	}
+	if rep.Incomplete {
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: no listing was complete; the node may have sandboxes the Report does not account for",
+			slog.Int("passes", rep.Passes), slog.Int("listed", len(rep.Entries)), slog.String("last_error", rep.ListErr))
 	}
 	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run finished",
 		slog.Int("preserved", rep.Counts[Preserved]), slog.Int("lost", rep.Lost()),

@@ -63,6 +63,18 @@ var ErrGone = errors.New("pause: sandbox gone or already preserved")
 // and preserved again, by the next pass; a Lister that lists preserved
 // sandboxes has them preserved again, pass after pass (see
 // Preserver.Run). It must return by ctx's deadline.
+//
+// A List that fails after it listed some sandboxes (a paginated API whose
+// first page answered and a later one failed) returns those with its
+// error, as an io.Reader returns the bytes it read before its error. They
+// are preserved like any listed ones, and the listing still counts as
+// failed: Report.ListErr is set, the listing is made again after the pass
+// (with Config.BackOff between listings that find nothing new) as a failed
+// listing is retried, and while no listing succeeds the Report is
+// Incomplete, its Err saying the node may have more sandboxes than listed.
+// Report.Unknown is left for a Run whose failed listings gave no sandbox.
+// A List that returns an error with no sandbox, or with sandboxes it is not
+// sure of (drop them), is a failed listing, retried within the time left.
 type Lister interface {
 	List(ctx context.Context) ([]Sandbox, error)
 }
