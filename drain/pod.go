@@ -348,8 +348,8 @@ func (d *Drainer) eventStarted(how, from string) {
 }
 
 // eventLost posts SandboxesLost when the preserve phase lost sandboxes,
-// never learned which there were, or left no report of the ones the drain
-// counted.
+// never learned which there were or whether it listed them all, or left
+// no report of the ones the drain counted.
 func (d *Drainer) eventLost(rep *Report) {
 	pr := rep.Preserve
 	if d.pod == nil {
@@ -367,10 +367,16 @@ func (d *Drainer) eventLost(rep *Report) {
 		d.event(kube.Warning, eventSandboxesLost, "Preserve", "sandboxes unknown: no listing succeeded: "+pr.ListErr)
 		return
 	}
-	if pr.Lost() == 0 {
-		return
+	var notes []string
+	if pr.Lost() > 0 {
+		notes = append(notes, lostNote(pr))
 	}
-	d.event(kube.Warning, eventSandboxesLost, "Preserve", lostNote(pr))
+	if pr.Incomplete { // said even with none lost: the listing may have missed some
+		notes = append(notes, "no listing was complete, the node may have sandboxes not listed: "+pr.ListErr)
+	}
+	if len(notes) > 0 {
+		d.event(kube.Warning, eventSandboxesLost, "Preserve", strings.Join(notes, "; "))
+	}
 }
 
 // lostNote says how many of pr's sandboxes were not preserved, and which

@@ -588,3 +588,40 @@ func TestKubeletRestartDuringThePreservePhaseGivesItTheNewTime(t *testing.T) {
 		require.NoError(t, rep.Err())
 	})
 }
+
+// A preserve phase whose listing failed after the page that listed every
+// sandbox it preserved lost none that it knows of, and cannot say there
+// were no others: SandboxesLost says the listing was incomplete.
+func TestIncompleteListingPostsSandboxesLost(t *testing.T) {
+	api := newPodAPI(t)
+	pod, err := kube.New("sandboxd-0", api.cfg)
+	require.NoError(t, err)
+	var node *draintest.Node
+	paged := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		running, err := node.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return running, errors.New("page 2: 503 Service Unavailable")
+	})
+	f := newFixture(t, fixtureOpts{grace: time.Hour, margin: time.Second, sandboxes: 3, latency: time.Millisecond,
+		edit: func(c *Config) {
+			c.Pod, c.Sandboxes = pod, paged
+			c.Pause.Permanent = func(error) bool { return true } // no retry: a real-time test
+		}})
+	node = f.node
+	rep := f.d.Shutdown(t.Context())
+	require.NotNil(t, rep.Preserve)
+	assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved])
+	assert.Zero(t, rep.Lost())
+	assert.True(t, rep.Preserve.Incomplete)
+	var notes []string
+	for _, ev := range api.Events() {
+		if ev.Reason == "SandboxesLost" {
+			assert.Equal(t, kube.Warning, ev.Type)
+			notes = append(notes, ev.Note)
+		}
+	}
+	require.Len(t, notes, 1)
+	assert.Equal(t, "no listing was complete, the node may have sandboxes not listed: page 2: 503 Service Unavailable", notes[0])
+}

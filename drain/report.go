@@ -198,6 +198,9 @@ func (r *Report) LogValue() slog.Value {
 		if r.Preserve.Unknown {
 			attrs = append(attrs, slog.String("unknown", "no listing succeeded: "+r.Preserve.ListErr))
 		}
+		if r.Preserve.Incomplete {
+			attrs = append(attrs, slog.String("incomplete", "no listing was complete: "+r.Preserve.ListErr))
+		}
 	} else if r.Unaccounted > 0 {
 		attrs = append(attrs, slog.Int("lost", r.Unaccounted), slog.Int("unaccounted", r.Unaccounted))
 	}
@@ -287,6 +290,9 @@ func mergeSweep(into, sweep *pause.Report) {
 		*prior = e
 	}
 	into.Passes += sweep.Passes
+	if !sweep.Unknown && !sweep.Incomplete {
+		into.Incomplete = false // a listing of the node succeeded
+	}
 	counts := make(map[pause.Outcome]int, len(into.Counts))
 	for _, e := range into.Entries {
 		counts[e.Outcome]++

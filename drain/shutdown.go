@@ -407,7 +407,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 			mergeSweep(pr, more)
 		}
 	}
-	if pr != nil && pr.Unknown {
+	if pr != nil && (pr.Unknown || pr.Incomplete) {
 		accountFromCount(pr, d.listed.Load())
 	}
 	rep.Preserve = pr
@@ -778,7 +778,11 @@ func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration, s Ste
 // accountFromCount fills a Report whose Run never listed (the preserve
 // window was empty, or every listing failed) with the sandboxes the drain's
 // last count saw, each not started: they are what SIGKILL takes, and the
-// Report says so by name instead of "unknown". It leaves pr alone when no
+// Report says so by name instead of "unknown". A Report whose listings
+// all failed after listing some (Incomplete: a paginated listing whose
+// later page failed) gets those of the count it has no entry for, each
+// once: the Run accounted for the others. pr stays Incomplete: sandboxes
+// started since the count may be missing still. It leaves pr alone when no
 // count succeeded either.
 func accountFromCount(pr *pause.Report, l *listing) {
 	if l == nil {
@@ -792,7 +796,15 @@ func accountFromCount(pr *pause.Report, l *listing) {
 	if pr.ListErr != "" {
 		why += "; the preserve listing failed: " + pr.ListErr
 	}
+	known := make(map[string]bool, len(pr.Entries))
+	for _, e := range pr.Entries {
+		known[e.ID] = true
+	}
 	for _, id := range l.ids {
+		if known[id] {
+			continue
+		}
+		known[id] = true // one entry for an ID a flawed count listed twice
 		pr.Entries = append(pr.Entries, pause.Entry{ID: id, Outcome: pause.NotStarted, Error: why})
 		pr.Counts[pause.NotStarted]++
 	}

@@ -155,3 +155,26 @@ func TestSweepListingAnIDTwiceKeepsTheSandboxsAccount(t *testing.T) {
 	}, phase.Entries)
 	assert.Equal(t, map[pause.Outcome]int{pause.Preserved: 2, pause.Failed: 2}, phase.Counts)
 }
+
+// An Incomplete account (every preserve listing failed after its first
+// page) stays so when merged with a run or sweep that could not list
+// completely either, and is no longer once one listed the node whole:
+// what was running then is in the merged account.
+func TestCompleteSweepEndsAnIncompleteAccount(t *testing.T) {
+	for _, tc := range []struct {
+		sweep      pause.Report
+		incomplete bool
+	}{
+		{pause.Report{Incomplete: true, ListErr: "page 2: 503"}, true},
+		{pause.Report{}, false},
+	} {
+		phase := &pause.Report{Passes: 1, Incomplete: true, ListErr: "page 2: 503", Entries: []pause.Entry{
+			{ID: "a", Outcome: pause.Preserved, Pass: 1, Attempts: 1},
+		}}
+		sweep := tc.sweep
+		sweep.Passes, sweep.Entries = 1, []pause.Entry{{ID: "b", Outcome: pause.Preserved, Pass: 1, Attempts: 1}}
+		mergeSweep(phase, &sweep)
+		assert.Equal(t, tc.incomplete, phase.Incomplete, "sweep incomplete: %v", sweep.Incomplete)
+		assert.Len(t, phase.Entries, 2)
+	}
+}

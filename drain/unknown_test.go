@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -126,4 +127,59 @@ func TestPreserverWithoutAReportLeavesTheCountedSandboxesLost(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Fault: the runtime's API lists sandboxes a page at a time, and from
+// the preserve phase on its page 2 fails (503) at every listing. The
+// drain's count before the preserve phase listed all four:
+//
+//	count (gate phase)  [sb-0 sb-1 sb-2 sb-3]          complete
+//	preserve, pass 1    [sb-0 sb-1], "page 2: 503"     both preserved
+//	preserve, later     [], "page 2: 503"              retried to the deadline
+//
+// sb-2 and sb-3 run on, and SIGKILL takes them: the Report names them,
+// not started, from the count, next to the two the Run preserved, each
+// sandbox once, and the preserve phase fails saying the listing was
+// incomplete.
+func TestIncompleteListingIsCompletedFromTheCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var node *fakesandbox.Node
+		lists := 0
+		paged := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			running, err := node.List(ctx)
+			if lists++; lists == 1 || err != nil {
+				return running, err
+			}
+			var page1 []pause.Sandbox
+			for _, sb := range running {
+				if id := sb.ID(); id == "sb-0" || id == "sb-1" {
+					page1 = append(page1, sb)
+				}
+			}
+			return page1, errors.New("page 2: 503 Service Unavailable")
+		})
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: 2 * time.Second,
+			sandboxes: 4, latency: time.Second, limit: 4,
+			edit: func(c *Config) { c.Sandboxes = paged }})
+		node = f.node
+		rep := f.d.Shutdown(context.Background())
+		require.NotNil(t, rep.Preserve)
+		outcomes := map[string]pause.Outcome{}
+		for _, e := range rep.Preserve.Entries {
+			_, twice := outcomes[e.ID]
+			assert.False(t, twice, "%s has one entry", e.ID)
+			outcomes[e.ID] = e.Outcome
+		}
+		assert.Equal(t, map[string]pause.Outcome{
+			"sb-0": pause.Preserved, "sb-1": pause.Preserved,
+			"sb-2": pause.NotStarted, "sb-3": pause.NotStarted,
+		}, outcomes)
+		assert.Equal(t, 2, rep.Lost(), "SIGKILL takes the two page 2 held")
+		assert.True(t, rep.Preserve.Incomplete)
+		pres := rep.Phase(PhasePreserve)
+		require.NotNil(t, pres)
+		assert.Equal(t, Failed, pres.Result)
+		assert.Contains(t, pres.Error, "no listing was complete")
+		assert.Contains(t, pres.Error, "page 2: 503")
+	})
 }
