@@ -393,7 +393,13 @@ func (d *Drainer) stopReason() string {
 // count lists the running sandboxes within dl (and until parent ends or Force)
 // and records the count for the preserve reserve. Without a Lister it is 0;
 // on a listing error it returns -1 (unknown: keep waiting) and the preserve
-// reserve keeps the last count.
+// reserve keeps the last count. A listing that failed after it listed some
+// sandboxes (pause.Lister: a paginated listing whose later page failed)
+// says that at least those run, and of the last count's others only that
+// it did not reach them: the count recorded is both, the sandboxes it
+// listed and the last count's it did not, so that the reserve plans for
+// every sandbox known to run and the Report can name them (the safe side:
+// a larger reserve ends the wait earlier).
 func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	if d.lister == nil {
 		d.running.Store(0)
@@ -419,15 +425,39 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 		return -1
 	case err != nil:
 		d.listFailed(err)
+		if len(sbs) > 0 {
+			d.record(parent, sbs, d.listed.Load())
+		}
 		return -1
 	}
 	d.listWorks()
-	size, _ := d.preserver.(sizeEstimator)
-	d.listed.Store(newListing(sbs, time.Now(), size))
-	d.running.Store(int64(len(sbs)))
-	d.counted.Store(true)
-	d.runGauge.Record(context.WithoutCancel(parent), int64(len(sbs)))
+	d.record(parent, sbs, nil)
 	return len(sbs)
+}
+
+// record records a count of the running sandboxes sbs; with last, the
+// count before, a partial listing's (see count): last's sandboxes sbs does
+// not list are counted too.
+func (d *Drainer) record(parent context.Context, sbs []pause.Sandbox, last *listing) {
+	size, _ := d.preserver.(sizeEstimator)
+	l := newListing(sbs, time.Now(), size)
+	n := len(sbs) // an element without an ID is a sandbox all the same
+	if last != nil {
+		listed := make(map[string]bool, len(l.ids))
+		for _, id := range l.ids {
+			listed[id] = true
+		}
+		for _, id := range last.ids {
+			if !listed[id] {
+				l.ids = append(l.ids, id)
+				n++
+			}
+		}
+	}
+	d.listed.Store(l)
+	d.running.Store(int64(n))
+	d.counted.Store(true)
+	d.runGauge.Record(context.WithoutCancel(parent), int64(n))
 }
 
 // listFailed logs a failed count: at Warn when its error is news (the

@@ -392,3 +392,71 @@ func slowLister(l pause.Lister, d time.Duration) pause.Lister {
 		return l.List(ctx)
 	})
 }
+
+// pageOne lists those of *node's first n sandboxes that run, and fails on
+// the page after with a 503: a paginated API whose page 2, with the
+// others, fails at every listing after the first complete ones.
+func pageOne(node **fakesandbox.Node, n, complete int) pause.Lister {
+	lists := 0
+	return pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		running, err := (*node).List(ctx)
+		if lists++; lists <= complete || err != nil {
+			return running, err
+		}
+		first := map[pause.Sandbox]bool{}
+		for _, sb := range (*node).Sandboxes()[:n] {
+			first[sb] = true
+		}
+		var page []pause.Sandbox
+		for _, sb := range running {
+			if first[sb] {
+				page = append(page, sb)
+			}
+		}
+		return page, errors.New("page 2: 503 Service Unavailable")
+	})
+}
+
+// A count of the running sandboxes whose listing failed after its first
+// page (16 sandboxes, preserves of 2 s at 4 at a time) knows that those
+// 16 run: the preserve reserve plans for them, 4 rounds, not for the one
+// round it plans for a node never counted, and the preserve phase that
+// lists the same page preserves them all.
+//
+//	T0 ................................. 587 s ......... 595 s | 600 s
+//	preStop wait: every count 16 + 503    drain deadline  budget  SIGKILL
+//	                                      (SIGTERM)       deadline
+//
+// After a complete count of the 20, a partial one does not forget the 4
+// it could not reach: the reserve plans for 20, 5 rounds, and the Report
+// names those 4, not started, beside the 16 preserved.
+func TestPreStopCountOfAPartialListingPlansForWhatItListed(t *testing.T) {
+	for _, tc := range []struct {
+		complete, counted, preserved, lost int
+		waited                             time.Duration
+	}{
+		{complete: 0, counted: 16, preserved: 16, lost: 0, waited: 587 * time.Second}, // 600 - 5 (margin) - 4 rounds x 2 s
+		{complete: 1, counted: 20, preserved: 16, lost: 4, waited: 585 * time.Second}, // 5 rounds
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			var node *fakesandbox.Node
+			f := newFixture(t, fixtureOpts{grace: 600 * time.Second, margin: 5 * time.Second,
+				sandboxes: 20, latency: 2 * time.Second, limit: 4,
+				edit: func(c *Config) { c.Sandboxes = pageOne(&node, 16, tc.complete) }})
+			node = f.node
+			t0 := time.Now()
+
+			call := f.callPreStop(t.Context(), "")
+			call.wait(t)
+			assert.Equal(t, tc.waited-sigtermLag, call.at.Sub(t0), "complete counts: %d", tc.complete)
+			assert.Equal(t, tc.counted, f.d.Running())
+
+			rep := f.d.Shutdown(context.Background())
+			require.NotNil(t, rep.Preserve)
+			assert.Equal(t, tc.preserved, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
+			assert.Equal(t, tc.lost, rep.Lost())
+			assert.Len(t, rep.Preserve.Entries, tc.counted)
+			assert.True(t, rep.Preserve.Incomplete)
+		})
+	}
+}
