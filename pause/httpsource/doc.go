@@ -22,7 +22,10 @@
 // fields of Config. AgentENV returns the Config for AgentENV's real node API: GET
 // /v2/sandboxes across x-next-token pages, the running ones (the deprecated GET
 // /sandboxes when v2 answers 404), sandboxes keyed by sandboxID and sized by
-// memoryMB, POST /sandboxes/{sandboxID}/pause.
+// memoryMB, POST /sandboxes/{sandboxID}/pause. A page after the first that
+// fails fails the listing, and List returns the sandboxes of the pages
+// before it with the error, which a Preserver preserves (see
+// pause.Lister).
 //
 // Sizes: with a size field, the listed sandboxes are pause.Sized, so the
 // Preserver orders them by size and estimates their pauses from it until

@@ -158,3 +158,53 @@ func TestPageTokenHeaderNoAnswerCanCarryIsRefusedAtNew(t *testing.T) {
 	assert.ErrorContains(t, err, `httpsource: Config.PageTokenHeader must be a header name`)
 	assert.ErrorContains(t, err, `got "X-Page-Token:"`)
 }
+
+// Fault: AgentENV's GET /v2/sandboxes answered its first page and failed
+// every next one (503): the Source dropped the first page with the error,
+// and the Preserver, knowing no sandbox, paused none of the 100, its
+// Report unknown. List now returns the pages that answered with the
+// error (a pause.Lister's partial listing): the Preserver pauses page 1's
+// 37, and lists again; page 1 (AgentENV's listing has no state filter)
+// then holds the same 37, paused, and page 2 still fails, so the other 63
+// are out of reach, and the Report says the listing was incomplete.
+func TestListReturnsThePagesThatAnsweredWithTheError(t *testing.T) {
+	srv, err := fakeagentenv.New(fakeagentenv.Config{APIKey: "k", PageSize: 37, PauseBase: time.Millisecond})
+	require.NoError(t, err)
+	for range 100 {
+		_, err := srv.Create(512)
+		require.NoError(t, err)
+	}
+	h := srv.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/sandboxes" && r.URL.Query().Has("nextToken") {
+			http.Error(w, "page store unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	src, err := New(ts.URL, agentENVWithKey("k"))
+	require.NoError(t, err)
+
+	sbs, err := src.List(t.Context())
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "503")
+	assert.False(t, isPermanent(err), "a failed page is retried")
+	assert.Len(t, sbs, 37, "page 1's sandboxes, with the error")
+
+	p, err := pause.New(src, pause.Config{Limit: 16})
+	require.NoError(t, err)
+	rep := p.Run(ctxWithDeadline(t, 5*time.Second), time.Time{})
+	assert.Equal(t, 37, rep.Counts[pause.Preserved])
+	paused := 0
+	for _, st := range srv.States() {
+		if st == fakeagentenv.Paused {
+			paused++
+		}
+	}
+	assert.Equal(t, 37, paused)
+	assert.False(t, rep.Unknown)
+	assert.True(t, rep.Incomplete)
+	require.Error(t, rep.Err())
+	assert.Contains(t, rep.Err().Error(), "503")
+}

@@ -516,12 +516,18 @@ func isToken(s string) bool {
 // an ID, running or not, the mark of a wrong Config.IDField or not a
 // listing of sandboxes, is an error; so is an answer that says more pages
 // follow than the Source follows (see Config.PageTokenHeader).
+//
+// A page after the first that fails (its request, or an answer that is no
+// listing: AgentENV's GET /v2/sandboxes answering page 2 with a 503)
+// fails the listing, and List returns the sandboxes of the pages before
+// it with the error, as a pause.Lister does: a Preserver preserves them
+// and lists again, the error retried or not as it is classified.
 func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 	if !s.made() {
 		return nil, errNotMade
 	}
 	items, err := s.list(ctx)
-	if err != nil {
+	if len(items) == 0 {
 		return nil, err
 	}
 	out := make([]pause.Sandbox, len(items))
@@ -532,11 +538,13 @@ func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 			out[i] = &sandbox{src: s, id: it.id}
 		}
 	}
-	return out, nil
+	return out, err
 }
 
 // RunningIDs returns the IDs of the sandboxes the server reports in a
-// running state: what a preStop wait polls. Same bounds and errors as List.
+// running state: what a preStop wait polls. Same bounds and errors as
+// List, but no IDs with an error: its callers ask which sandboxes run, and
+// a listing that failed past its first page cannot say which do not.
 func (s *Source) RunningIDs(ctx context.Context) ([]string, error) {
 	if !s.made() {
 		return nil, errNotMade
@@ -569,12 +577,11 @@ func (s *Source) list(ctx context.Context) ([]item, error) {
 	ctx, cancel := withTimeout(ctx, s.cfg.listTimeout)
 	defer cancel()
 	items, pages, err := s.pages(ctx)
+	span.SetAttributes(attribute.Int(attrSandboxes, len(items)), attribute.Int(attrPages, pages))
 	if err != nil {
 		spanError(span, err)
-		return nil, err
 	}
-	span.SetAttributes(attribute.Int(attrSandboxes, len(items)), attribute.Int(attrPages, pages))
-	return items, nil
+	return items, err // with an error, the pages that answered (see partial)
 }
 
 func (s *Source) pages(ctx context.Context) ([]item, int, error) {
@@ -605,11 +612,11 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 			err = classify(se, nil) // a 404 here is a wrong path, not a gone sandbox
 		}
 		if err != nil {
-			return nil, page, err
+			return s.partial(out, page, ids, target, err)
 		}
 		items, err := s.parse(body, page, &ids)
 		if err != nil {
-			return nil, page, backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", redact(u), err))
+			return s.partial(out, page, ids, target, backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", redact(u), err)))
 		}
 		for _, it := range items {
 			if it.id == "" || !seen[it.id] { // each sandbox without an ID is one
@@ -635,6 +642,24 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		tokens[next] = true
 		token = next
 	}
+}
+
+// partial returns, with err, the running sandboxes of the pages before
+// page, the one that failed (its request, or an answer that is no
+// listing): a pause.Lister returns what it listed with its error, and the
+// Preserver preserves those and lists again. None when page 1 failed, or
+// when the pages before named no sandbox (named's error: not a listing of
+// sandboxes). A listing the Source cannot follow past its last page (see
+// unfollowed) and a server that repeats a token or sends too many pages
+// give none: those are errors of the configuration or the server to fix,
+// found at readiness.
+func (s *Source) partial(out []item, page int, ids listingIDs, target string, err error) ([]item, int, error) {
+	if page > 1 && len(out) > 0 {
+		if got, _, nerr := s.named(out, page-1, ids, target); nerr == nil {
+			return got, page, err
+		}
+	}
+	return nil, page, err
 }
 
 // agentENVTokenHeader is the response header in which AgentENV's GET
