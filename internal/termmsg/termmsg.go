@@ -63,6 +63,9 @@ func Summary(rep *drain.Report, extra ...string) string {
 			if pr.Unknown {
 				counts = append(counts, "UNKNOWN: no listing succeeded: "+pr.ListErr)
 			}
+			if pr.Incomplete {
+				counts = append(counts, "INCOMPLETE: no listing was complete: "+pr.ListErr)
+			}
 			head = append(head, fmt.Sprintf("sandboxes: %d: %s", len(pr.Entries), strings.Join(counts, ", ")))
 		} else if noAccount(rep) != "" {
 			p := rep.Phase(drain.PhasePreserve)

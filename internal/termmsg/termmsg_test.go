@@ -202,3 +202,13 @@ func TestSummaryVerdictNamesAFailedPreservePhaseThatLostNoListedSandbox(t *testi
 	// Sandboxes lost: the verdict says so, as before, and no more.
 	assert.Equal(t, "drainkit: 3 of 20 sandboxes LOST; exited 30.000s before SIGKILL", strings.Split(termmsg.Summary(report(20, 3)), "\n")[0])
 }
+
+// An account whose listings all failed after their first page says so on
+// its sandboxes line, where it read as a complete one.
+func TestSummaryOfAnIncompleteListingSaysSo(t *testing.T) {
+	rep := report(20, 0)
+	rep.Preserve.Incomplete, rep.Preserve.ListErr = true, "page 2: 503 Service Unavailable"
+	rep.Phases[1].Result, rep.Phases[1].Error = drain.Failed, rep.Preserve.Err().Error() // as drain reports it
+	assert.Contains(t, strings.Split(termmsg.Summary(rep), "\n"),
+		"sandboxes: 20: preserved 20, INCOMPLETE: no listing was complete: page 2: 503 Service Unavailable")
+}

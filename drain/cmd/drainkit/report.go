@@ -329,6 +329,9 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 	if pr.Unknown {
 		fmt.Fprintf(w, "             UNKNOWN: no listing succeeded, nothing here means anything: %s\n", printable(pr.ListErr))
 	}
+	if pr.Incomplete {
+		fmt.Fprintf(w, "             INCOMPLETE: no listing was complete, sandboxes not listed may have run: %s\n", printable(pr.ListErr))
+	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  outcome\tcount\tp50\tp90\tmax")
 	for _, o := range []pause.Outcome{pause.Preserved, pause.Vanished, pause.Failed, pause.TimedOut, pause.NotStarted} {
@@ -346,7 +349,7 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 		fmt.Fprintf(tw, "  %s\t%5d\t%s\t%s\t%s\n", o, n, secs(p50), secs(p90), secs(mx))
 	}
 	tw.Flush()
-	if pr.ListErr != "" && !pr.Unknown {
+	if pr.ListErr != "" && !pr.Unknown && !pr.Incomplete {
 		fmt.Fprintf(w, "             last listing error: %s\n", printable(pr.ListErr))
 	}
 
@@ -433,8 +436,13 @@ func verdict(rep *drain.Report) string {
 				v += fmt.Sprintf(" (%d ran again after their preserve)", again)
 			}
 			parts = append(parts, v)
+		case pr.Incomplete:
+			parts = append(parts, fmt.Sprintf("all %d listed sandboxes preserved", pr.Counts[pause.Preserved]))
 		default:
 			parts = append(parts, fmt.Sprintf("all %d sandboxes preserved", pr.Counts[pause.Preserved]))
+		}
+		if pr.Incomplete {
+			parts = append(parts, "listing INCOMPLETE (sandboxes not listed may have run)")
 		}
 	}
 	if rep.Headroom >= 0 {

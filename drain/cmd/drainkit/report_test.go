@@ -484,3 +484,18 @@ func TestReportWithoutHeadroomComputesIt(t *testing.T) {
 		})
 	}
 }
+
+// A preserve account whose listings all failed after their first page
+// (pause.Report.Incomplete) says so in the verdict and by the counts: the
+// verdict read "all N sandboxes preserved", and the error only as the
+// "last listing error", for a node whose page 2 was never listed.
+func TestReportOfAnIncompleteListingSaysSo(t *testing.T) {
+	path := edited(t, "sandboxd-clean.json", func(rep *drain.Report) {
+		rep.Preserve.Incomplete, rep.Preserve.ListErr = true, "page 2: 503 Service Unavailable"
+	})
+	_, out, errw := drainkit(t, "report", path)
+	require.Empty(t, errw)
+	assert.Contains(t, out, "\nVerdict      all 12 listed sandboxes preserved; listing INCOMPLETE (sandboxes not listed may have run); finished")
+	assert.Contains(t, out, "INCOMPLETE: no listing was complete, sandboxes not listed may have run: page 2: 503 Service Unavailable")
+	assert.NotContains(t, out, "last listing error")
+}
