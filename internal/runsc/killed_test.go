@@ -2,7 +2,6 @@ package runsc
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,18 +16,30 @@ import (
 )
 
 // killedClient returns a Runtime over rt's containers whose runsc
-// checkpoint is SIGKILLed after, as the kernel's OOM killer or a person
-// kills it: a script that execs the real runsc, its PID then runsc's.
-func killedClient(t *testing.T, rt *Runtime, after time.Duration) *Runtime {
+// checkpoint is SIGKILLed, as the kernel's OOM killer or a person kills
+// it, once the save has reached the sandbox: when a file under the image
+// path first holds bytes, which only the sandbox's save writes. A script
+// that execs the real runsc, its PID then runsc's. Not after a fixed time:
+// on a loaded machine the save reached the sandbox after 400 ms, and the
+// kill then found nothing saved. killed reports whether the kill found
+// the client still running.
+func killedClient(t *testing.T, rt *Runtime) (_ *Runtime, killed func() bool) {
 	t.Helper()
 	runscPath, err := exec.LookPath("runsc")
 	require.NoError(t, err)
-	script := filepath.Join(t.TempDir(), "runsc-killed")
-	require.NoError(t, os.WriteFile(script, []byte(fmt.Sprintf("#!/bin/sh\ncase \" $* \" in *\" checkpoint \"*) ( sleep %.3f; kill -KILL $$ ) & ;; esac\nexec %s \"$@\"\n",
-		after.Seconds(), runscPath)), 0o755))
-	killed := *rt
-	killed.Binary = script
-	return &killed
+	tmp := t.TempDir()
+	script, marker := filepath.Join(tmp, "runsc-killed"), filepath.Join(tmp, "killed")
+	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
+img=
+for a in "$@"; do case $a in --image-path=*) img=${a#--image-path=} ;; esac; done
+case " $* " in *" checkpoint "*)
+	( until find "$img" -type f -size +0c 2>/dev/null | grep -q .; do sleep 0.01; done; kill -KILL $$ && touch `+marker+` ) & ;;
+esac
+exec `+runscPath+` "$@"
+`), 0o755))
+	c := *rt
+	c.Binary = script
+	return &c, func() bool { _, err := os.Stat(marker); return err == nil }
 }
 
 // Fault (a review of the checkpoint's double faults): a runsc checkpoint
@@ -42,7 +53,7 @@ func killedClient(t *testing.T, rt *Runtime, after time.Duration) *Runtime {
 // runsc left, the container stopped within StopWait.
 //
 //	0       runsc checkpoint starts; the sandbox saves at 5 % of a CPU
-//	0.4 s   the client is SIGKILLed
+//	~0.4 s  the save's first bytes: the client is SIGKILLed
 //	~2 s    the save ends and the sandbox stops: the image is whole
 func TestCheckpointWhoseClientIsKilledIsJudgedByWhatRunscLeft(t *testing.T) {
 	rt := realRuntime(t)
@@ -56,8 +67,10 @@ func TestCheckpointWhoseClientIsKilledIsJudgedByWhatRunscLeft(t *testing.T) {
 	lift := throttle(t, st.Pid, 5)
 	img := filepath.Join(dir, id+"-img")
 
-	err = killedClient(t, rt, 400*time.Millisecond).Checkpoint(ctx, id, img)
+	client, killed := killedClient(t, rt)
+	err = client.Checkpoint(ctx, id, img)
 	lift()
+	require.True(t, killed(), "the client was killed during the save")
 	require.NoError(t, err, "the save went on without its client")
 	restoresFrom(ctx, t, rt, id, b, img, logPath)
 	counts, err := b.Counts()
@@ -86,7 +99,9 @@ func TestCheckpointWhoseClientIsKilledOnAFullVolumeIsNotMade(t *testing.T) {
 	}
 	defer func() { _ = syscall.Unmount(img, syscall.MNT_DETACH) }()
 
-	err = killedClient(t, rt, 400*time.Millisecond).Checkpoint(ctx, id, img)
+	client, killed := killedClient(t, rt)
+	err = client.Checkpoint(ctx, id, img)
+	require.True(t, killed(), "the client was killed during the save")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "signal: killed")
 	assert.Contains(t, err.Error(), "no space left")
