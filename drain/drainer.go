@@ -86,7 +86,7 @@ type Config struct {
 	Pause pause.Config
 	// Gate admits operations; nil means a new Gate that gates every class.
 	// Its Exempt must not hold a class that starts a sandbox (Create,
-	// Resume, Fork): New fails naming it.
+	// Resume, Fork), nor its RetryAfter be negative: New fails naming it.
 	Gate *Gate
 	// Steps run in order after the preserve phase, each within its
 	// reserve.
@@ -335,6 +335,9 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("drain: Config.KubeletGrace (%v) needs Config.Pod: %s", cfg.KubeletGrace, kubeletGraceNeedsPod)
 	}
 	if cfg.Gate != nil {
+		if cfg.Gate.RetryAfter < 0 {
+			return fmt.Errorf("drain: Config.Gate.RetryAfter must not be negative (zero means %v), got %v", defaultRetryAfter, cfg.Gate.RetryAfter)
+		}
 		for _, c := range cfg.Gate.Exempt {
 			if slices.Contains(startClasses, c) {
 				// Admitted while draining, it starts a sandbox after the

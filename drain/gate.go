@@ -73,7 +73,7 @@ type Gate struct {
 	// exempts a class that starts a sandbox (Create, Resume, Fork).
 	Exempt []Class
 	// RetryAfter is the Retry-After the HTTP middleware sends with its 503.
-	// Zero means 5 s.
+	// Zero means 5 s; New refuses a negative one.
 	RetryAfter time.Duration
 
 	mu       sync.Mutex

@@ -262,3 +262,15 @@ func TestGateExemptingAClassThatStartsASandboxIsRefused(t *testing.T) {
 		assert.ErrorContains(t, err, `drain: Config.Gate.Exempt holds "resume", a class that starts a sandbox`)
 	})
 }
+
+// Fault: a Gate whose RetryAfter is negative (written to mean "send no
+// Retry-After", or a sign slip) passed New, and the middleware sent
+// clients its default of 5 s without a word. New now refuses it, naming
+// the field and the value; zero still means 5 s.
+func TestGateWithANegativeRetryAfterIsRefused(t *testing.T) {
+	b, err := deadline.New(30*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	_, err = New(Config{Budget: b, Sandboxes: fakesandbox.NewNode(), Gate: &Gate{RetryAfter: -time.Second}})
+	require.Error(t, err, "New took a Gate with RetryAfter -1s")
+	assert.ErrorContains(t, err, "drain: Config.Gate.RetryAfter must not be negative (zero means 5s), got -1s")
+}
