@@ -30,8 +30,9 @@ import (
 // that RequestStop and Wait see the exit through a pidfd and Kill can
 // escalate; without one, Wait treats the socket refusing connections as
 // the exit, and Kill returns ErrCannotKill. New rejects a Socket without
-// a Path, and the methods of one (the zero Socket) return an error saying
-// Socket.Path is empty.
+// a Path; RequestStop and Wait of one (the zero Socket) return an error
+// saying Socket.Path is empty, and its Kill, with no Process, returns
+// ErrCannotKill.
 type Socket struct {
 	// Path is the daemon's socket.
 	Path string

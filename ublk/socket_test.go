@@ -93,6 +93,7 @@ func TestSocketToNothingFailsAndWaitSeesItGone(t *testing.T) {
 	empty := &Socket{}
 	assert.ErrorContains(t, empty.RequestStop(context.Background()), "Socket.Path is empty")
 	assert.ErrorContains(t, empty.Wait(context.Background()), "Socket.Path is empty")
+	assert.ErrorIs(t, empty.Kill(context.Background()), ErrCannotKill, "no Process to kill")
 	_, err := New(empty, Config{hooks: ublkhook.Hooks{KernelRelease: vulnerable}})
 	assert.ErrorContains(t, err, "ublk: New: the daemon's ublk: Socket.Path is empty")
 }
