@@ -56,10 +56,12 @@ func (e *StatusError) Error() string {
 }
 
 // Overloaded reports whether the server asked the client to slow down:
-// 429, or 503 with a Retry-After header.
+// 429, or 503 with a Retry-After header, whatever wait it asks for (0, or
+// a date already past on this node's clock, is still the server's word
+// that it is overloaded).
 func (e *StatusError) Overloaded() bool {
 	return e.StatusCode == http.StatusTooManyRequests ||
-		(e.StatusCode == http.StatusServiceUnavailable && e.RetryAfter > 0)
+		(e.StatusCode == http.StatusServiceUnavailable && strings.TrimSpace(e.retryAfter) != "")
 }
 
 // transient reports whether the status is worth retrying.

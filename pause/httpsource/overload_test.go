@@ -142,3 +142,29 @@ func TestPauseWaitingForALoweredLimitNamesTheAnswerThatLoweredIt(t *testing.T) {
 		time.Sleep(2 * time.Minute) // the server's pause ends
 	})
 }
+
+// Fault: a 503 whose Retry-After asks for no wait (0, or a date already
+// past: a server whose clock is behind this node's) was not taken for an
+// overload, though the package says a 503 with Retry-After is one: the
+// limiter kept sending as many pauses at once as before. The header's
+// presence is the server's word that it is overloaded; its value only
+// says how long to wait.
+func TestA503WithRetryAfterOfNoWaitIsAnOverload(t *testing.T) {
+	for _, v := range []string{"0", "Mon, 01 Jan 2001 00:00:00 GMT"} {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", v)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		})
+		ts := httptest.NewServer(mux)
+		src, err := New(ts.URL, Config{})
+		require.NoError(t, err)
+		err = src.Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute))
+		ts.Close()
+		var se *StatusError
+		require.ErrorAs(t, err, &se)
+		assert.Zero(t, se.RetryAfter, "Retry-After: %s asks for no wait", v)
+		assert.True(t, se.Overloaded(), "a 503 with Retry-After: %s", v)
+	}
+	assert.False(t, (&StatusError{StatusCode: http.StatusServiceUnavailable}).Overloaded(), "a 503 without Retry-After is no overload")
+}
