@@ -164,12 +164,14 @@ func (p *Pod) Record(e Event) {
 	}
 }
 
-// Flush waits until every event recorded so far was posted or dropped, or
-// until ctx ends; then it drops the events still waiting, cancels the one
-// being posted, and returns once nothing is left running. It returns the
-// counts since New. Call it before the process exits, with the time the
-// process can spare: it is what bounds how long events may take. On a nil
-// *Pod (or a zero one) it returns zero counts at once.
+// Flush waits until every event recorded so far was posted or dropped (and
+// the ones recorded while it waits: it waits for the queue to empty, so
+// events recorded without pause keep it waiting), or until ctx ends; then
+// it drops the events still waiting, cancels the one being posted, and
+// returns once nothing is left running. It returns the counts since New.
+// Call it before the process exits, with the time the process can spare:
+// it is what bounds how long events may take. On a nil *Pod (or a zero
+// one) it returns zero counts at once.
 func (p *Pod) Flush(ctx context.Context) EventStats {
 	if !p.made() {
 		return EventStats{}
