@@ -27,6 +27,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/daemonhold"
 	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
@@ -411,23 +412,12 @@ func (s *supervisor) run(ctx context.Context) int {
 // written, it waits for the daemon's exit, unbounded: in a drain the
 // kubelet's SIGKILL ends the wait at the grace's end; after the server
 // exited on its own, the daemon's exit or the pod's SIGKILL does (signals
-// stay caught). The wait is said at ERROR, the daemon's exit at INFO.
+// stay caught). The wait is said at ERROR, the daemon's exit at INFO. The
+// decision and the wait are examples/internal/daemonhold's, which sandboxd
+// uses too.
 func (s *supervisor) holdWhileDaemonServes() {
 	rep := s.lastUblk.Load()
-	if rep == nil || rep.KernelClass.MayKillWithLiveDevices() {
-		return
-	}
-	var live []int
-	for _, d := range rep.Devices {
-		if d.Verdict == ublk.VerdictLeftLive || d.Verdict == ublk.VerdictHeld {
-			live = append(live, d.ID)
-		}
-	}
-	// A daemon the step did not kill because it could not read sysfs to
-	// tell whether it still serves a disk the step does not have may serve
-	// one live: the step left it to the pod's SIGKILL, not to this exit.
-	unsure := rep.Daemon.LeftRunning && rep.Daemon.CannotTell != ""
-	if len(live) == 0 && !unsure {
+	if !daemonhold.Needed(rep) {
 		return
 	}
 	var wait func(context.Context) error
@@ -440,15 +430,7 @@ func (s *supervisor) holdWhileDaemonServes() {
 	default:
 		return
 	}
-	if len(live) == 0 {
-		s.log.Error("supervisor: not exiting while the device daemon may serve a live disk the daemon step could not see (sysfs, or the daemon's fds, not read): its death may crash the host on this kernel, and it dies with the supervisor; waiting for it to exit (the pod's SIGKILL ends the wait)",
-			"daemon_pid", pid, "cannot_tell", rep.Daemon.CannotTell, "kernel", rep.Kernel, "kernel_class", rep.KernelClass)
-	} else {
-		s.log.Error("supervisor: not exiting while the device daemon serves live devices: its death may crash the host on this kernel, and it dies with the supervisor; waiting for it to exit (the pod's SIGKILL ends the wait)",
-			"daemon_pid", pid, "devices", live, "kernel", rep.Kernel, "kernel_class", rep.KernelClass)
-	}
-	err := wait(context.Background())
-	s.log.Info("supervisor: the device daemon exited; exiting", "daemon_pid", pid, "err", err)
+	daemonhold.Wait(s.log, "supervisor", "the daemon step", rep, pid, wait)
 }
 
 func (s *supervisor) startChildren() error {

@@ -32,8 +32,13 @@ func daemonConfig(stateDir string, devices int) fakeublk.DaemonConfig {
 	for i := range devices {
 		cfg.Devices = append(cfg.Devices, fakeublk.DeviceSpec{ID: i, Major: 259, Minor: uint32(4000 + i)})
 	}
+	daemonHook(&cfg)
 	return cfg
 }
+
+// daemonHook is a test's: it changes the fake device daemon's configuration (a daemon
+// slower than the ublk step's window).
+var daemonHook = func(*fakeublk.DaemonConfig) {}
 
 // StartDeviceDaemon starts the fake device daemon as a child process with devices fake
 // ublk devices in stateDir (sysfs tree sys/, socket ublkd.sock, event log EventLogFile),

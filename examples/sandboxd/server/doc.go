@@ -32,5 +32,9 @@
 // drain deadline, every pause starts before the preserve deadline and ends by the budget's
 // deadline, the ublk step and the HTTP shutdown each end by theirs; the Report is written to
 // STATE_DIR/last-shutdown.json before Run returns, and every sandbox not preserved is
-// logged, one line each, whether or not that file could be written.
+// logged, one line each, whether or not that file could be written. sandboxd never kills
+// its device daemon, nor exits (which kills it: Pdeathsig), while the ublk step left it
+// serving a device, or could not tell, on a kernel where that kill may crash the host: it
+// waits for the daemon's exit, said at ERROR, and the pod's SIGKILL ends the wait
+// (Server.Close).
 package server

@@ -33,6 +33,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // Fault: timeout_s of 9223372037 overflows time.Duration and the sandbox was deleted at
@@ -718,4 +719,63 @@ func TestReportIsWrittenBeforeTheLearnedRates(t *testing.T) {
 	require.True(t, wrote)
 	_, err = learned.Read(rates)
 	assert.NoError(t, err, "the rates saved all the same, over the FIFO")
+}
+
+// Fault: sandboxd's exit killed its device daemon with a live device, the kill the ublk
+// step had just refused on a kernel where it may crash the host. The daemon is sandboxd's
+// child, started with Pdeathsig SIGKILL (and as PID 1 its exit ends the namespace), and
+// Close killed it outright when the step had not stopped it: the supervisor holds its exit
+// for such a daemon (docs/faults.md rows 405, 406, 436), sandboxd did not. Here a slow
+// daemon (4 s before its stop and 4 s before its delete) on a vulnerable kernel:
+//
+//	0 s      SIGTERM: the drain, no sandbox to pause; the ublk step asks the daemon to stop
+//	~5 s     the step's window ends, ublkb0 left live: the Report written, exit status 1
+//	         sandboxd says at ERROR that it waits for the daemon, and does not kill it
+//	~8 s     the daemon deletes ublkb0 and exits on its own; then sandboxd exits
+//
+// Before, sandboxd exited at the window's end and its daemon never logged "delete 0" nor
+// "exit". In a pod the kubelet's SIGKILL would end the wait at the grace's end.
+func TestSandboxdDoesNotExitWhileItsDaemonServesALiveDevice(t *testing.T) {
+	dir := t.TempDir()
+	p, stderr := startWithADevice(t, dir, freeAddr(t), slowDaemonEnv+"=4s", kernelEnv+"=6.8.0-45-generic")
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "sandboxd serving") },
+		20*time.Second, 10*time.Millisecond, "sandboxd did not start: %s", stderr)
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM), "the kubelet's SIGTERM")
+
+	const waits = "sandboxd: not exiting while the device daemon serves live devices"
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), waits) || p.Exited() },
+		20*time.Second, 10*time.Millisecond)
+	assert.Contains(t, stderr.String(), waits, "the wait said at ERROR")
+	_, err := os.Stat(filepath.Join(dir, ReportFile))
+	assert.NoError(t, err, "the Report is written before the wait")
+	assert.False(t, p.Exited(), "sandboxd waits for its daemon")
+
+	err = p.Wait(t, 30*time.Second, "sandboxd did not exit: %s", stderr)
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", stderr)
+	assert.Equal(t, 1, exit.ExitCode(), "the ublk step failed all the same: %s", stderr)
+	events, err := os.ReadFile(filepath.Join(dir, EventLogFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(events), "delete 0", "the daemon deleted its device")
+	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the daemon exited on its own, not killed by sandboxd's exit: %s", events)
+
+	data, err := os.ReadFile(filepath.Join(dir, ReportFile))
+	require.NoError(t, err)
+	var rep struct {
+		Phases []struct {
+			Name   string
+			Detail *ublk.Report
+		}
+	}
+	require.NoError(t, json.Unmarshal(data, &rep))
+	var ur *ublk.Report
+	for _, ph := range rep.Phases {
+		if ph.Name == "ublk" {
+			ur = ph.Detail
+		}
+	}
+	require.NotNil(t, ur, "the ublk step's account: %s", data)
+	assert.Equal(t, ublk.KernelVulnerable, ur.KernelClass)
+	assert.Equal(t, ublk.VerdictLeftLive, ur.Verdict, "the step's window ended with the device live")
+	assert.Contains(t, stderr.String(), "sandboxd: the device daemon exited; exiting")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/drainkit/drainkit/internal/pid1"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 	"github.com/drainkit/drainkit/internal/startsig/startsigtest"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 )
 
 // roleEnv makes the test binary run sandboxd's Main with its arguments.
@@ -20,6 +22,14 @@ const roleEnv = "SANDBOXD_TEST_MAIN"
 // holdStartEnv names a file: sandboxd's New, once its device daemon runs, says so in
 // FILE.held and waits until FILE exists.
 const holdStartEnv = "SANDBOXD_TEST_HOLD_START"
+
+// slowDaemonEnv is a duration: sandboxd's fake device daemon is Slow, that long before it
+// stops each device and again before it deletes it.
+const slowDaemonEnv = "SANDBOXD_TEST_SLOW_DAEMON"
+
+// kernelEnv is the kernel release sandboxd's ublk step classifies instead of the running
+// kernel's.
+const kernelEnv = "SANDBOXD_TEST_KERNEL"
 
 func TestMain(m *testing.M) {
 	fakeublk.MainIfDaemon()
@@ -31,6 +41,12 @@ func TestMain(m *testing.M) {
 		pid1.Init() // as sandboxd's main does
 		if gate := os.Getenv(holdStartEnv); gate != "" {
 			startingHook = func() { startsigtest.Hold(gate) }
+		}
+		if step, err := time.ParseDuration(os.Getenv(slowDaemonEnv)); err == nil {
+			daemonHook = func(c *fakeublk.DaemonConfig) { c.Mode, c.Step = fakeublk.Slow, step }
+		}
+		if release := os.Getenv(kernelEnv); release != "" {
+			ublkHook = func(h *ublkhook.Hooks) { h.KernelRelease = release }
 		}
 		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/daemonhold"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/durable"
@@ -66,6 +67,9 @@ type Server struct {
 	meters  *sdkmetric.MeterProvider
 	metrics http.Handler
 	ublk    *ublk.Teardown // nil without devices
+	// ublkRep is the ublk step's account of the last drain (Run), nil before one: Close
+	// does not exit while the daemon may serve a device it left live (holdWhileDaemonServes).
+	ublkRep *ublk.Report
 	// Problems are the records found damaged at start and not loaded.
 	Problems []store.Problem
 }
@@ -175,7 +179,9 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	// it asks the daemon to stop, costs what everything else running there costs (0.1 s
 	// on an idle machine, past a second on a loaded one), more than the reserve a short
 	// grace period gives the step.
-	ublkhook.Set(&cfg, ublkhook.Hooks{SysfsRoot: sysRoot(s.cfg.StateDir), ProcfsRoot: procfs})
+	hooks := ublkhook.Hooks{SysfsRoot: sysRoot(s.cfg.StateDir), ProcfsRoot: procfs}
+	ublkHook(&hooks)
+	ublkhook.Set(&cfg, hooks)
 	td, err := ublk.New(sock, cfg)
 	if err != nil {
 		return nil, err
@@ -295,6 +301,9 @@ func (s *Server) pod() *kube.Pod {
 // startingHook is a test's: it holds New once the device daemon runs, for a SIGTERM then.
 var startingHook = func() {}
 
+// ublkHook is a test's: it changes the ublk step's hooks (a pretended kernel release).
+var ublkHook = func(*ublkhook.Hooks) {}
+
 // inCluster is the kube.Config of the pod sandboxd runs in (the zero one:
 // the service account's); tests point it at an API server of their own.
 var inCluster = func() kube.Config { return kube.Config{} }
@@ -368,6 +377,11 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	err := s.writeReport(rep)
 	s.writeTerminationMessage(rep, err, stopped)
 	s.learned.Save(rep, s.drainer.Budget(), s.steps)
+	if s.ublk != nil && rep != nil {
+		if p := rep.Phase(s.ublk.Phase().Name); p != nil {
+			s.ublkRep, _ = p.Detail.(*ublk.Report)
+		}
+	}
 	s.Close()
 	if err != nil {
 		err = fmt.Errorf("writing the report: %w", err)
@@ -402,12 +416,18 @@ func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr, stopped e
 	}
 }
 
-// Close releases what New started: the timeout timers, the listener, the device daemon
-// (killed if the ublk step did not stop it), in runsc mode the sandboxes that were not
-// preserved (they are lost either way; in a pod the container's SIGKILL takes them; one
-// whose delete fails is an ERROR line naming it), the
-// state directory's lock, which lets a sandboxd waiting for the directory in, and last the
-// signals New began to hold.
+// Close releases what New started: the timeout timers, the listener, in runsc mode the
+// sandboxes that were not preserved (they are lost either way; in a pod the container's
+// SIGKILL takes them; one whose delete fails is an ERROR line naming it), the device
+// daemon (killed if the ublk step did not stop it), the state directory's lock, which lets
+// a sandboxd waiting for the directory in, and last the signals New began to hold.
+//
+// After Run, when the ublk step left the daemon possibly serving a live device (a device
+// left live or held, or what else it serves not known: ublk.DaemonReport.CannotTell) on a
+// kernel where killing it then may crash the host, Close does not kill it: it says so at
+// ERROR and waits for the daemon's exit, unbounded, still holding the lock and the
+// signals; the pod's SIGKILL (the kubelet's at the grace's end) ends the wait with the
+// process (examples/internal/daemonhold).
 func (s *Server) Close() {
 	defer s.signals.Stop() // last: until the process exits, a SIGTERM must not end it half-way
 	defer s.lock.Release()
@@ -423,9 +443,6 @@ func (s *Server) Close() {
 	}
 	if s.hookLn != nil {
 		s.hookLn.Close()
-	}
-	if s.daemon != nil {
-		s.daemon.Close()
 	}
 	if r, ok := s.rt.(*sandbox.Runsc); ok {
 		var left []string
@@ -446,6 +463,31 @@ func (s *Server) Close() {
 			}
 		}
 	}
+	if s.daemon != nil {
+		s.holdWhileDaemonServes()
+		s.daemon.Close()
+	}
+}
+
+// holdWhileDaemonServes waits for the device daemon's exit when the ublk step's last
+// account (ublkRep) left it possibly serving a live device on a kernel not known fixed:
+// killing it then is the kill the step refused, which may crash the host, and the daemon
+// dies with sandboxd anyway (Pdeathsig; as PID 1, with the namespace), so neither Close's
+// kill nor sandboxd's exit may come first. The Report and the termination message are
+// written by then (Run); the pod's SIGKILL ends the wait.
+func (s *Server) holdWhileDaemonServes() {
+	if !daemonhold.Needed(s.ublkRep) {
+		return
+	}
+	d := s.daemon
+	daemonhold.Wait(s.logger, "sandboxd", "the ublk step", s.ublkRep, d.Pid(), func(ctx context.Context) error {
+		select {
+		case <-d.Done():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
 }
 
 // writeReport writes rep into the state directory, atomically and durably.
