@@ -40,7 +40,7 @@ import (
 // procfs shows has it open (its server gone, or unseen), or a holder's
 // cgroup cannot be read. It reads procfs until ctx ends.
 func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device, daemon int) map[int]string {
-	chars := charNums(sysRoot, devs)
+	chars, _ := charNums(sysRoot, devs) // a number not read: no holder found, the device the step's
 	if len(chars) == 0 {
 		return nil
 	}
@@ -181,25 +181,13 @@ func readComm(procRoot string, pid int) string {
 }
 
 // charNums maps the char device number sysfs shows for each of devs
-// (those with a char device) to its ID.
-func charNums(sysRoot string, devs []Device) map[blockdev.DevNum]int {
+// (those with a char device) to its ID, and says which numbers it could
+// not read: a device whose char device is gone from sysfs (deleted since)
+// is left out with no error, one whose number cannot be read or parsed is
+// left out with one.
+func charNums(sysRoot string, devs []Device) (map[blockdev.DevNum]int, error) {
 	chars := map[blockdev.DevNum]int{}
-	for _, d := range devs {
-		if n, err := blockdev.ParseDevNum(readString(filepath.Join(sysRoot, charClassDir, d.CharName(), "dev"))); err == nil && d.Char {
-			chars[n] = d.ID
-		}
-	}
-	return chars
-}
-
-// daemonServes returns the IDs of devs whose /dev/ublkcN the process pid
-// (the daemon) has open, or why it cannot tell: a char device's number
-// not read from sysfs, pid's fd directory not read (EMFILE or ENOMEM in
-// the server, EACCES; a process that exited serves none), or ctx ending
-// before every fd was read. ublkServers, which takes a process it cannot
-// read for one with none open, would have the daemon killed on a guess.
-func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, pid int) ([]int, error) {
-	chars := map[blockdev.DevNum]int{}
+	var errs []error
 	for _, d := range devs {
 		if !d.Char {
 			continue
@@ -210,9 +198,24 @@ func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, 
 		}
 		n, perr := blockdev.ParseDevNum(strings.TrimSpace(string(b)))
 		if err != nil || perr != nil {
-			return nil, fmt.Errorf("ublk: %s's device number: %w", d.CharName(), cmp.Or(err, perr))
+			errs = append(errs, fmt.Errorf("ublk: %s's device number: %w", d.CharName(), cmp.Or(err, perr)))
+			continue
 		}
 		chars[n] = d.ID
+	}
+	return chars, errors.Join(errs...)
+}
+
+// daemonServes returns the IDs of devs whose /dev/ublkcN the process pid
+// (the daemon) has open, or why it cannot tell: a char device's number
+// not read from sysfs, pid's fd directory not read (EMFILE or ENOMEM in
+// the server, EACCES; a process that exited serves none), or ctx ending
+// before every fd was read. ublkServers, which takes a process it cannot
+// read for one with none open, would have the daemon killed on a guess.
+func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, pid int) ([]int, error) {
+	chars, err := charNums(sysRoot, devs)
+	if err != nil {
+		return nil, err
 	}
 	if len(chars) == 0 {
 		return nil, nil
@@ -242,7 +245,7 @@ func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, 
 // (blockdev.CharsOpen), until ctx ends: a process not read by then is not
 // found to be one.
 func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, pids []int) map[int][]int {
-	chars := charNums(sysRoot, devs)
+	chars, _ := charNums(sysRoot, devs) // a number not read: its server not found
 	out := map[int][]int{}
 	if len(chars) == 0 {
 		return out
