@@ -91,46 +91,20 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 	if !d.made() {
 		return notMadeReport()
 	}
-	// A closed ch has no signal to give (a relay that is done): its zero
-	// value is no signal, and reading it again would spin. It is read no
-	// more (a nil channel), so it neither starts nor forces the shutdown.
-wait:
-	for {
-		select {
-		case sig, ok := <-ch:
-			if !ok {
-				ch = nil
-				continue
-			}
-			// The kubelet sends SIGTERM, never SIGINT: a person's Ctrl-C during
-			// the preStop wait is not the kubelet giving up on the hook.
-			d.interrupted.Store(sig != syscall.SIGTERM)
-			d.received(sig, true)
-		case <-ctx.Done():
-			var sig os.Signal
-			select {
-			case sig = <-ch: // nil if ch is closed; never ready if nil
-			default:
-			}
-			if sig != nil {
-				// A signal came with it (a ctx that signal.NotifyContext ends on
-				// that signal; select took either): the signal began the
-				// shutdown, and a SIGTERM with a preStop request open is the
-				// kubelet giving up on the hook.
-				d.interrupted.Store(sig != syscall.SIGTERM)
-				d.received(sig, true)
-				break wait
-			}
-			// The server's own reason to drain (its serving stopped): no
-			// SIGTERM came, so a preStop request still open is not the
-			// kubelet giving up on it, as for SIGINT. The shutdown ends the
-			// wait, the hook answers, and the kubelet's SIGTERM follows with
-			// the grace the hook left.
-			d.interrupted.Store(true)
-			d.began(context.Cause(ctx).Error())
-		case <-d.term.Done():
-		}
-		break wait
+	switch sig, cause := firstSignal(ctx, ch, d.term.Done()); {
+	case sig != nil:
+		// The kubelet sends SIGTERM, never SIGINT: a person's Ctrl-C during
+		// the preStop wait is not the kubelet giving up on the hook.
+		d.interrupted.Store(sig != syscall.SIGTERM)
+		d.received(sig, true)
+	case cause != nil:
+		// The server's own reason to drain (its serving stopped): no
+		// SIGTERM came, so a preStop request still open is not the
+		// kubelet giving up on it, as for SIGINT. The shutdown ends the
+		// wait, the hook answers, and the kubelet's SIGTERM follows with
+		// the grace the hook left.
+		d.interrupted.Store(true)
+		d.began(cause.Error())
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -160,6 +134,36 @@ wait:
 	close(stop)
 	wg.Wait()
 	return rep
+}
+
+// firstSignal waits for what begins ServeSignals' shutdown: the first
+// signal on ch; else ctx's end (its cause), unless a signal is already
+// waiting with it (a ctx that signal.NotifyContext ends on that signal:
+// select took either, and the signal is the first); else term, a
+// Shutdown started elsewhere (both nil). A closed ch has no signal to give
+// (a relay that is done): its zero value is no signal, and reading it
+// again would spin, so it is read no more (a nil channel).
+func firstSignal(ctx context.Context, ch <-chan os.Signal, term <-chan struct{}) (os.Signal, error) {
+	for {
+		select {
+		case sig, ok := <-ch:
+			if ok {
+				return sig, nil
+			}
+			ch = nil
+		case <-ctx.Done():
+			select {
+			case sig, ok := <-ch: // never ready if nil
+				if ok {
+					return sig, nil
+				}
+			default:
+			}
+			return nil, context.Cause(ctx)
+		case <-term:
+			return nil, nil
+		}
+	}
 }
 
 // maxSignals is how many received signals a Report keeps: a process
