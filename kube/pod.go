@@ -374,24 +374,12 @@ const skewNews = 2 * time.Second
 // than 200, an error if the spec has no positive grace or one longer than a
 // time.Duration holds (292 years), and ctx's error if ctx ends first.
 func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
-	if !p.made() {
-		return 0, errNotMade
-	}
-	ctx, span := p.startSpan(ctx, "kube.Pod.Grace")
-	defer span.End()
-	spec, err := p.spec(ctx)
-	if err != nil {
-		endSpanError(span, err)
-		return 0, err
-	}
-	if g := spec.s.TerminationGracePeriodSeconds; g != nil {
-		span.SetAttributes(attribute.Int64("k8s.pod.termination_grace_period_seconds", *g))
-	}
-	g, err := spec.Grace()
-	if err != nil {
-		endSpanError(span, err)
-	}
-	return g, err
+	return readSpec(p, ctx, "kube.Pod.Grace", func(spec Spec, span trace.Span) (time.Duration, error) {
+		if g := spec.s.TerminationGracePeriodSeconds; g != nil {
+			span.SetAttributes(attribute.Int64("k8s.pod.termination_grace_period_seconds", *g))
+		}
+		return spec.Grace()
+	})
 }
 
 // Priority reads the pod's spec.priority: its PriorityClass's value (0
@@ -400,18 +388,10 @@ func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
 // 2000000000). It returns an *APIError for an answer other than 200, and
 // ctx's error if ctx ends first.
 func (p *Pod) Priority(ctx context.Context) (int32, error) {
-	if !p.made() {
-		return 0, errNotMade
-	}
-	ctx, span := p.startSpan(ctx, "kube.Pod.Priority")
-	defer span.End()
-	spec, err := p.spec(ctx)
-	if err != nil {
-		endSpanError(span, err)
-		return 0, err
-	}
-	span.SetAttributes(attribute.Int64("k8s.pod.priority", int64(spec.Priority())))
-	return spec.Priority(), nil
+	return readSpec(p, ctx, "kube.Pod.Priority", func(spec Spec, span trace.Span) (int32, error) {
+		span.SetAttributes(attribute.Int64("k8s.pod.priority", int64(spec.Priority())))
+		return spec.Priority(), nil
+	})
 }
 
 // PreStopSleeps reads the preStop hook of each of the pod's containers
@@ -423,21 +403,9 @@ func (p *Pod) Priority(ctx context.Context) (int32, error) {
 // an answer other than 200, an error for a sleep that is negative or
 // longer than a time.Duration holds, and ctx's error if ctx ends first.
 func (p *Pod) PreStopSleeps(ctx context.Context) (map[string]time.Duration, error) {
-	if !p.made() {
-		return nil, errNotMade
-	}
-	ctx, span := p.startSpan(ctx, "kube.Pod.PreStopSleeps")
-	defer span.End()
-	spec, err := p.spec(ctx)
-	if err != nil {
-		endSpanError(span, err)
-		return nil, err
-	}
-	sleeps, err := spec.PreStopSleeps()
-	if err != nil {
-		endSpanError(span, err)
-	}
-	return sleeps, err
+	return readSpec(p, ctx, "kube.Pod.PreStopSleeps", func(spec Spec, _ trace.Span) (map[string]time.Duration, error) {
+		return spec.PreStopSleeps()
+	})
 }
 
 // Spec reads the pod's spec once: what Grace, Priority and PreStopSleeps
@@ -447,25 +415,30 @@ func (p *Pod) PreStopSleeps(ctx context.Context) (map[string]time.Duration, erro
 // It returns an *APIError for an answer other than 200, and ctx's error if
 // ctx ends first; what is wrong with a field is its method's error.
 func (p *Pod) Spec(ctx context.Context) (Spec, error) {
+	return readSpec(p, ctx, "kube.Pod.Spec", func(spec Spec, _ trace.Span) (Spec, error) { return spec, nil })
+}
+
+// readSpec reads the pod's spec under a client span named name and
+// returns what field makes of it (field may set the span's attributes):
+// the one body of Grace, Priority, PreStopSleeps and Spec. A failed read,
+// or field's error, ends the span in error.
+func readSpec[T any](p *Pod, ctx context.Context, name string, field func(Spec, trace.Span) (T, error)) (T, error) {
+	var zero T
 	if !p.made() {
-		return Spec{}, errNotMade
+		return zero, errNotMade
 	}
-	ctx, span := p.startSpan(ctx, "kube.Pod.Spec")
+	ctx, span := p.startSpan(ctx, name)
 	defer span.End()
-	spec, err := p.spec(ctx)
+	obj, err := p.get(ctx)
+	if err != nil {
+		endSpanError(span, err)
+		return zero, err
+	}
+	v, err := field(Spec{ns: p.ns, name: p.name, s: obj.Spec}, span)
 	if err != nil {
 		endSpanError(span, err)
 	}
-	return spec, err
-}
-
-// spec reads the pod and returns its Spec.
-func (p *Pod) spec(ctx context.Context) (Spec, error) {
-	obj, err := p.get(ctx)
-	if err != nil {
-		return Spec{}, err
-	}
-	return Spec{ns: p.ns, name: p.name, s: obj.Spec}, nil
+	return v, err
 }
 
 // Spec is a pod's spec as one read found it (Pod.Spec). The zero Spec has
