@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cenkalti/backoff/v4"
+	"golang.org/x/net/http/httpguts"
 
 	otelx "github.com/drainkit/drainkit/internal/telemetry"
 	"github.com/drainkit/drainkit/pause"
@@ -440,16 +441,18 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 	errs := []error{path("ListPath", c.ListPath), path("FallbackListPath", c.FallbackListPath), path("PausePath", c.PausePath)}
 	// A method or a header name no request can carry is refused by
 	// http.NewRequest or Go's transport before anything is sent, at every
-	// listing and every pause: found here, not when the drain starts.
-	if c.PauseMethod != "" && !isToken(c.PauseMethod) {
+	// listing and every pause: found here, not when the drain starts, by
+	// the check the transport makes (a token, RFC 9110 section 5.6.2, as a
+	// method is too).
+	if c.PauseMethod != "" && !httpguts.ValidHeaderFieldName(c.PauseMethod) {
 		errs = append(errs, fmt.Errorf("httpsource: Config.PauseMethod must be an HTTP method (a token: letters, digits, !#$%%&'*+-.^_`|~), got %q", c.PauseMethod))
 	}
-	if c.APIKeyHeader != "" && !isToken(c.APIKeyHeader) {
+	if c.APIKeyHeader != "" && !httpguts.ValidHeaderFieldName(c.APIKeyHeader) {
 		errs = append(errs, fmt.Errorf("httpsource: Config.APIKeyHeader must be a header name (a token: letters, digits, !#$%%&'*+-.^_`|~; no colon, no space), got %q", c.APIKeyHeader))
 	}
 	// A token header no answer can carry matches none: the listing would
 	// end at its first page, with no error, the others' sandboxes missed.
-	if c.PageTokenHeader != "" && !isToken(c.PageTokenHeader) {
+	if c.PageTokenHeader != "" && !httpguts.ValidHeaderFieldName(c.PageTokenHeader) {
 		errs = append(errs, fmt.Errorf("httpsource: Config.PageTokenHeader must be a header name (a token: letters, digits, !#$%%&'*+-.^_`|~; no colon, no space), got %q", c.PageTokenHeader))
 	}
 	if c.PausePath != "" && !strings.Contains(c.PausePath, "{id}") {
@@ -485,21 +488,6 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 		return nil, err
 	}
 	return base, nil
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2),
-// as a method and a header's name must be.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := range len(s) {
-		b := s[i]
-		if !('0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // List returns the sandboxes the server reports in a running state, in the
