@@ -243,6 +243,16 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 	for _, d := range r.dev {
 		devs = append(devs, d.cur)
 	}
+	if ctx.Err() != nil {
+		// The window was over before the look began (the holder wait's
+		// last scan ran past it on a slow procfs). The look gets the slack
+		// the last resort's reads have (readWithin): cut short at once, it
+		// read no process's fds, found no server, and a ublk server holding
+		// its disk was SIGKILLed as a doomed holder, its device live.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), readSlack)
+		defer cancel()
+	}
 	servers = ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, pids)
 	for id, hs := range held {
 		for _, h := range hs {
