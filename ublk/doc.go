@@ -107,7 +107,9 @@
 // nor is any process with one of the devices' /dev/ublkcN open (the
 // driver lets only a device's server open it: the daemon when the step
 // does not know its PID, a per-device server it forked), and their holds,
-// like the daemon's, keep no device from stopping. Report.LastResort
+// like the daemon's, keep no device from stopping; nor is one it cannot
+// tell has none open (its fds, or a char device's number in sysfs, not
+// read), whose holds stand like a spared holder's. Report.LastResort
 // names every holder, killed or spared, its cgroup and why. Config.NoLastResort turns
 // it off; Config.StopDespiteHolders replaces it.
 //
@@ -145,7 +147,8 @@
 //     Config.StopDespiteHolders; Stop then returns a *HeldError naming the
 //     holders. Only the last resort kills a holder,
 //     and only one in this process's cgroup, never the daemon nor another
-//     process with one of the devices' /dev/ublkcN open.
+//     process with one of the devices' /dev/ublkcN open, nor one it
+//     cannot tell has none open.
 //   - The Report always has one entry per device the step acts on (another
 //     server's, left alone, are named in its Note): initial and final state,
 //     in-flight I/O before and after, holders, each action with its

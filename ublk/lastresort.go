@@ -121,7 +121,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	defer cancel()
 	lr := &LastResortReport{At: s.Start}
 	r.rep.LastResort = lr
-	servers, spared, killable := r.sparedServers(ctx, held)
+	servers, spared, killable, untold := r.sparedServers(ctx, held)
 	lr.ServerCgroup, lr.Holders = r.cfg.killHolders(ctx, r.cfg.procRoot, killable, r.devNums, daemonPID(r.cfg.daemon))
 	lr.Holders = append(lr.Holders, spared...)
 	if lr.Holders == nil {
@@ -199,6 +199,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	left, under := r.stopUnderHolders(ctx, left)
 	result := fmt.Sprintf("%d holder(s) killed, %d spared; STOP_DEV done for %d device(s), sent and not complete for %d, failed for %d; %d device(s) still held",
 		len(lr.Killed()), len(lr.Spared()), stopped, pending, failed, len(left))
+	if untold > 0 {
+		result += fmt.Sprintf("; %d process(es) not known whether a ublk server (what tells one not read), not killed", untold)
+	}
 	if under != "" {
 		result += "; " + under
 	}
@@ -230,7 +233,15 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 // asking the daemon to stop releases them. Before, such a server holding
 // its own disk was a doomed holder in the server's cgroup like a VMM,
 // and SIGKILLed with its device live.
-func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers map[int][]int, spared []HolderFate, rest map[int][]Holder) {
+//
+// A process it cannot tell is not a server (its fds, or a char device's
+// number, not read: ublkServers) is spared too, its fate saying why, and
+// counted in untold: "cannot tell" means do not kill, as for the daemon
+// (Daemon.CannotTell). Not known to be a server, its holds stand like a
+// spared holder's: the device stays held, or is stopped under it
+// (stopUnderHolders). Before, it was taken for a process with no
+// /dev/ublkcN open, and SIGKILLed when doomed.
+func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers map[int][]int, spared []HolderFate, rest map[int][]Holder, untold int) {
 	var pids []int
 	for _, hs := range held {
 		for _, h := range hs {
@@ -253,12 +264,19 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), readSlack)
 		defer cancel()
 	}
-	servers = ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, pids)
+	servers, unknown := ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, pids)
 	for id, hs := range held {
 		for _, h := range hs {
-			if ids := servers[h.PID]; len(ids) > 0 && isProcess(h) {
+			if !isProcess(h) {
+				continue
+			}
+			if ids := servers[h.PID]; len(ids) > 0 {
 				spared = append(spared, HolderFate{Holder: h, Device: id, Reason: "a ublk server: it has /dev/ublkc" + strconv.Itoa(ids[0]) + " open, which the driver " +
 					"lets only the device's server open; killing it with a live device is the host-crash path, and asking the daemon to stop releases its holds"})
+			} else if err := unknown[h.PID]; err != nil {
+				spared = append(spared, HolderFate{Holder: h, Device: id, Err: err.Error(), Reason: "not known whether it is a ublk server " +
+					"(whether it has a /dev/ublkcN of the step's devices open could not be read): not killed, since killing a server with a live device " +
+					"is the host-crash path; what it holds stands"})
 			}
 		}
 	}
@@ -266,8 +284,8 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 	for id, hs := range held {
 		rest[id] = slices.Clone(hs) // dropHolders edits the slices in place, and held's are the last scan's
 	}
-	rest = dropHolders(rest, func(h Holder) bool { return len(servers[h.PID]) > 0 && isProcess(h) })
-	return servers, spared, rest
+	rest = dropHolders(rest, func(h Holder) bool { return isProcess(h) && (len(servers[h.PID]) > 0 || unknown[h.PID] != nil) })
+	return servers, spared, rest, len(unknown)
 }
 
 // stopUnderHolders STOP_DEVs, while the daemon still serves them, the

@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"testing/synctest"
@@ -20,6 +22,77 @@ import (
 	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 )
+
+// A ublk server, pid 99 (a per-device server the daemon forked, whose PID
+// the step does not know), in the server's cgroup, serves ublkb0: it has
+// /dev/ublkc0 open (fd 4), and holds the disk open too (fd 3). 60 s
+// window, sandboxd's 500 ms reserve, a vulnerable kernel:
+//
+//	0 s      the scans find pid 99 holding ublkb0 (fd 3)
+//	9 s      what tells a server can no longer be read: its fd directory
+//	         (EACCES, EMFILE in the server; here not a directory), or
+//	         ublkc0's device number in sysfs (here a directory, EISDIR)
+//	59.5 s   the last-resort point: pid 99 is doomed, in the server's cgroup
+//	         like the daemon
+//
+// The last resort does not kill a holder it cannot tell is not a ublk
+// server: killing a server with its device live is the host-crash path.
+// Its fate says it was spared and why, with the error, and so does the
+// log's WARN. Not known to be the server either, its hold stands as a
+// spared holder's: the daemon dies with the pod and the device has no
+// UBLK_F_USER_RECOVERY, so the device is stopped under it while the
+// daemon serves it, and the daemon, asked to stop, exits with no live
+// device. Before, a holder whose fds (or the char device's number) could
+// not be read was taken for one with no /dev/ublkcN open, and SIGKILLed.
+func TestLastResortDoesNotKillAHolderItCannotTellIsNotAUblkServer(t *testing.T) {
+	for name, tc := range map[string]struct {
+		blind func(t *testing.T, f *fixture)
+		err   string
+	}{
+		"its fds not read": {func(t *testing.T, f *fixture) {
+			fd := filepath.Join(f.proc, "99", "fd")
+			require.NoError(t, os.RemoveAll(fd))
+			require.NoError(t, os.WriteFile(fd, nil, 0o644))
+		}, "not a directory"},
+		"the char device's number not read": {func(t *testing.T, f *fixture) {
+			dev := filepath.Join(f.tree.Root, "class", "ublk-char", "ublkc0", "dev")
+			require.NoError(t, os.Remove(dev))
+			require.NoError(t, os.Mkdir(dev, 0o755))
+		}, "ublkc0's device number"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f, d, srv, _, td, logs := ublkServerHolder(t)
+				time.AfterFunc(9*time.Second, func() { tc.blind(t, f) }) // not as a scan runs
+
+				rep, _, err := runFor(t, td, 60*time.Second)
+				t.Log(rep.String())
+				assert.Empty(t, srv.sent, "pid 99 may be ublkb0's server: not SIGKILLed")
+				require.NotNil(t, rep.LastResort, "the last resort ran")
+				var fates []HolderFate
+				for _, h := range rep.LastResort.Holders {
+					if h.Holder.PID == 99 {
+						fates = append(fates, h)
+					}
+				}
+				require.NotEmpty(t, fates, "the Report names pid 99's fate: %+v", rep.LastResort.Holders)
+				for _, h := range fates {
+					assert.False(t, h.Signalled || h.Killed, "%+v", h)
+					assert.Contains(t, h.Reason, "not known whether it is a ublk server")
+					assert.Contains(t, h.Err, tc.err)
+				}
+				assert.Contains(t, rep.Step("last resort").Result, "not known whether a ublk server")
+				assert.Contains(t, logs.String(), "not known whether it is a ublk server")
+				var stopped *StoppedHeldError
+				require.ErrorAs(t, err, &stopped, "what it holds stands: ublkb0 stopped under it")
+				assert.Equal(t, []int{0}, slices.Collect(maps.Keys(stopped.Holders)))
+				assert.Equal(t, []string{"STOP_DEV 0", "request", "stop 0", "delete 0", "exit done"}, d.Events(),
+					"stopped while the daemon serves it, then the daemon asked to stop")
+				assert.True(t, rep.Daemon.Exited && !rep.Daemon.Killed, "%+v", rep.Daemon)
+			})
+		})
+	}
+}
 
 // ublkServerHolder is device 0 of a fake sysfs, its char device numbered
 // 4091:m, a cooperative daemon of it (10 ms a step) in the server's

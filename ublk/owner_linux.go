@@ -242,23 +242,45 @@ func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, 
 // the order of its fds: the driver lets only a device's server open it,
 // so such a process is the daemon, or a part of it (a per-device server
 // it forked), whether the step knows its PID or not. Only fds are read
-// (blockdev.CharsOpen), until ctx ends: a process not read by then is not
-// found to be one.
-func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, pids []int) map[int][]int {
-	chars, _ := charNums(sysRoot, devs) // a number not read: its server not found
-	out := map[int][]int{}
-	if len(chars) == 0 {
-		return out
-	}
+// (blockdev.ReadCharsOpen), until ctx ends. It also returns, with why,
+// the processes it cannot tell are not servers: one whose fd directory it
+// could not read (EACCES, EMFILE or ENOMEM in the server; a process that
+// exited serves none), one it did not read by ctx's end, and, when a char
+// device's number could not be read from sysfs, every process not found
+// to be a server (it may serve that device). Taken for one with none
+// open, such a process was a holder the last resort could SIGKILL, a ublk
+// server with a live device among them: the host-crash path.
+func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, pids []int) (servers map[int][]int, unknown map[int]error) {
+	chars, numErr := charNums(sysRoot, devs)
+	servers, unknown = map[int][]int{}, map[int]error{}
 	want := wantSet(chars)
-	for _, pid := range pids {
-		open, complete := blockdev.CharsOpen(ctx, filepath.Join(procRoot, strconv.Itoa(pid), "fd"), want)
-		for _, n := range open {
-			out[pid] = append(out[pid], chars[n])
+	for i, pid := range pids {
+		if len(chars) == 0 {
+			if numErr != nil {
+				unknown[pid] = numErr
+			}
+			continue
 		}
-		if !complete {
-			return out
+		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
+		open, complete, err := blockdev.ReadCharsOpen(ctx, fdDir, want)
+		for _, n := range open {
+			servers[pid] = append(servers[pid], chars[n])
+		}
+		switch {
+		case len(servers[pid]) > 0: // a server, whatever else was not read
+		case exited(err): // exited: serves none
+		case err != nil:
+			unknown[pid] = fmt.Errorf("its fds not read: %w", err)
+		case !complete:
+			for _, p := range pids[i:] {
+				if len(servers[p]) == 0 {
+					unknown[p] = fmt.Errorf("its fds not read by the end of the last resort's part of the reserve: %w", context.Cause(ctx))
+				}
+			}
+			return servers, unknown
+		case numErr != nil:
+			unknown[pid] = numErr
 		}
 	}
-	return out
+	return servers, unknown
 }

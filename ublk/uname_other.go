@@ -38,4 +38,6 @@ func othersDevices(context.Context, string, string, []Device, int) map[int]strin
 func daemonServes(context.Context, string, string, []Device, int) ([]int, error) { return nil, nil }
 
 // ublkServers finds no server where there is no procfs to read.
-func ublkServers(context.Context, string, string, []Device, []int) map[int][]int { return nil }
+func ublkServers(context.Context, string, string, []Device, []int) (map[int][]int, map[int]error) {
+	return nil, nil
+}
