@@ -209,9 +209,11 @@ func charNums(sysRoot string, devs []Device) (map[blockdev.DevNum]int, error) {
 // daemonServes returns the IDs of devs whose /dev/ublkcN the process pid
 // (the daemon) has open, or why it cannot tell: a char device's number
 // not read from sysfs, pid's fd directory not read (EMFILE or ENOMEM in
-// the server, EACCES; a process that exited serves none), or ctx ending
-// before every fd was read. ublkServers, which takes a process it cannot
-// read for one with none open, would have the daemon killed on a guess.
+// the server, EACCES), or ctx ending before every fd was read. A fd
+// directory that does not exist is an error wrapping fs.ErrNotExist: the
+// process exited, or procfs does not show it (mounted with
+// hidepid=invisible, or another PID namespace's), which the caller tells
+// apart by the daemon's own exit.
 func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, pid int) ([]int, error) {
 	chars, err := charNums(sysRoot, devs)
 	if err != nil {
@@ -223,8 +225,6 @@ func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, 
 	fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
 	open, complete, err := blockdev.ReadCharsOpen(ctx, fdDir, wantSet(chars))
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil // exited
 	case err != nil:
 		return nil, fmt.Errorf("ublk: the daemon's fds: %w", err)
 	case !complete:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -1140,9 +1141,9 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 // needs the daemon's PID, and reads that process's fds alone.
 //
 // When sysfs cannot be listed or a device in it read, or the daemon's fds
-// (EMFILE or ENOMEM in the server for a moment; EACCES), the step cannot
-// tell, and servesMore reports
-// true too (see cannotTell): the daemon is not killed on a guess. Killing
+// (EMFILE or ENOMEM in the server for a moment; EACCES; procfs not showing
+// a daemon that has not exited), the step cannot tell, and servesMore
+// reports true too (see cannotTell): the daemon is not killed on a guess. Killing
 // it is no safer than the pod's SIGKILL, which ends it at the deadline
 // anyway, and a daemon that serves a live disk may still stop it in the
 // time left; the next poll looks again.
@@ -1173,7 +1174,10 @@ func (r *run) servesMore() bool {
 	ctx, cancel := r.procfsPass(time.Now().Add(ownersWait))
 	defer cancel()
 	served, err := daemonServes(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, pid)
-	if err != nil { // its fds not read: no more a "serves none" than sysfs not read
+	if errors.Is(err, fs.ErrNotExist) && r.daemonGone() {
+		return false // exited: it serves none
+	}
+	if err != nil { // its fds not read, or not shown by a daemon that runs: no more a "serves none" than sysfs not read
 		r.cannotTell(err)
 		return true
 	}
@@ -1190,6 +1194,21 @@ func (r *run) servesMore() bool {
 		r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon still serves a disk the step did not have; not killing it", "device", d.cur.DiskName())
 	}
 	return true
+}
+
+// daemonGone reports whether the daemon has exited, as its exit watcher
+// saw it or one look now (Daemon.Wait with a context already ended): the
+// process, not procfs, which may not show a process that runs (mounted
+// with hidepid=invisible, or another PID namespace's). Before, a daemon
+// whose procfs entry was not there was taken for one that exited, and
+// killed with a disk it served live.
+func (r *run) daemonGone() bool {
+	if r.daemonExited() {
+		return true
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.ctx))
+	cancel()
+	return r.cfg.daemon.Wait(ctx) == nil
 }
 
 // cannotTell records that servesMore could not read sysfs or the daemon's

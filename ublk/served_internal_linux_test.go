@@ -97,11 +97,13 @@ func twoDiskDaemon(t *testing.T, minor uint32) (*fakeublk.Child, string) {
 
 // stopDisk0 runs the step limited to ublkb0 (Config.Devices) on a
 // vulnerable kernel, with the control fallback in memory over sys and a
-// procfs that shows the daemon pid alone, and returns its Report, the
-// control it used and its error.
+// procfs that shows the daemon pid alone (none when pid is 0), and
+// returns its Report, the control it used and its error.
 func stopDisk0(t *testing.T, daemon Daemon, sys string, pid int) (*Report, *memControl, error) {
 	proc := t.TempDir()
-	require.NoError(t, os.Symlink(fmt.Sprintf("/proc/%d", pid), filepath.Join(proc, strconv.Itoa(pid))))
+	if pid > 0 {
+		require.NoError(t, os.Symlink(fmt.Sprintf("/proc/%d", pid), filepath.Join(proc, strconv.Itoa(pid))))
+	}
 	tree := &fakeublk.Tree{Root: sys}
 	ctl := &memControl{tree: tree, d: newMemDaemon(tree)}
 	td, err := New(daemon, Config{Devices: []int{0}, Reserve: 2 * time.Second, ExitWait: time.Nanosecond,
@@ -248,4 +250,31 @@ func TestDaemonNotKilledWhileTheStepCannotReadItsFds(t *testing.T) {
 	}
 	var unsafe *UnsafeError
 	assert.False(t, errors.As(err, &unsafe), "ublkb1 was never seen: %v", err)
+}
+
+// The daemon serves ublkb0 and ublkb1, live; the step is limited to
+// ublkb0 on a vulnerable kernel, and procfs does not show the daemon
+// (mounted with hidepid=invisible, where a server without CAP_SYS_PTRACE
+// sees no process of another user; or a procfs of another PID namespace):
+// its /proc/PID/fd reads ENOENT while its pidfd says it runs. Once the
+// control fallback has stopped ublkb0, the step cannot tell whether the
+// daemon still serves ublkb1, and does not kill it: a daemon that exited
+// needs no kill, and its exit, seen through its pidfd, ends the wait.
+// Before, ENOENT read as "exited, serves none", and the daemon was
+// SIGKILLed with ublkb1 live, the host-crash path.
+func TestDaemonNotKilledWhileProcfsDoesNotShowIt(t *testing.T) {
+	srv, sys := twoDiskDaemon(t, uint32(os.Getpid()*2+35)%(1<<20))
+	daemon, err := FindProcess(srv.Pid())
+	require.NoError(t, err)
+	defer daemon.Close()
+	rep, ctl, _ := stopDisk0(t, daemon, sys, 0) // a procfs without the daemon
+	assert.Contains(t, ctl.d.Events(), "STOP_DEV 0")
+	assert.False(t, rep.Daemon.Killed, "procfs did not show whether the daemon still served a disk")
+	assert.True(t, rep.Daemon.LeftRunning)
+	assert.Contains(t, rep.Daemon.CannotTell, "no such file or directory")
+	select {
+	case <-srv.Done():
+		t.Fatalf("the daemon exited: signalled %v", srv.Signaled(syscall.SIGKILL))
+	default:
+	}
 }
