@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"log/slog"
@@ -543,12 +544,11 @@ var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the ph
 // by the new hard deadline, the next critical phase's start, when the hard
 // deadline they had (hard) is past the budget's deadline. A step ends
 // there too, so that a critical step after it keeps its reserve; step,
-// the running Step (nil for the gate and preserve phases), is told its
-// new deadline first when it can (a Tighten method, as
-// *ublk.Teardown's): cancelled alone, a step that planned its stages in
-// its deadline at the start (the device teardown's control fallback and
-// kill) ran none of the late ones.
-func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, hard time.Time, step Step) (context.Context, context.CancelFunc) {
+// the running Step's deadline (nil for the gate and preserve phases), is
+// told its new deadline first (see stepDeadline): cancelled alone, a step
+// that planned its stages in its deadline at the start (the device
+// teardown's control fallback and kill) ran none of the late ones.
+func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, hard time.Time, step *stepDeadline) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -571,8 +571,8 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport,
 					t.Tighten(w.Hard)
 					hard = w.Hard
 				}
-				if t, ok := step.(tightener); ok {
-					t.Tighten(dl)
+				if step != nil {
+					step.tell(dl)
 				}
 				t := time.NewTimer(time.Until(dl))
 				defer t.Stop()
@@ -713,6 +713,7 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 	}
 	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
+	sd := &stepDeadline{step: s}
 	if !outlived {
 		// A step follows the budget as the gate and preserve phases do: a
 		// deletion read that lands while it runs (with no sandboxes the
@@ -721,12 +722,12 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 		// Past the expected SIGKILL the budget is known wrong, and the
 		// reserve stands.
 		var unfollow context.CancelFunc
-		ctx, unfollow = d.followBudget(ctx, s.Phase().Name, p, w.Deadline, s)
+		ctx, unfollow = d.followBudget(ctx, s.Phase().Name, p, w.Deadline, sd)
 		defer unfollow()
 	}
-	ctx, unforce := d.forceReserve(ctx, w.Reserve, s)
+	ctx, unforce := d.forceReserve(ctx, w.Reserve, sd)
 	defer unforce()
-	detail, err := bounded.Call(ctx, returnSlack, s.Run)
+	detail, err := bounded.Call(sd.context(ctx), returnSlack, s.Run)
 	p.Detail = detail
 	switch {
 	case err == nil:
@@ -746,21 +747,19 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 // forceReserve returns ctx ending with ErrForced reserve after Force is
 // called: in force mode a step gets only its reserve. Forced before the
 // step (s) began, that is ctx's deadline, which Run reads; forced while
-// it runs, s is told it first when it can (Tighten, as for a budget that
+// it runs, s is told it first (see stepDeadline, as for a budget that
 // moves: see followBudget). A step that lays its work out inside its
 // deadline (the ublk teardown's control fallback and kill, kept for its
 // end) laid it out in the window it was given, and, cancelled when its
 // reserve ran out, ran none of its late stages.
-func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration, s Step) (context.Context, context.CancelFunc) {
+func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration, s *stepDeadline) (context.Context, context.CancelFunc) {
 	if d.force.Err() != nil {
 		return context.WithDeadlineCause(ctx, time.Now().Add(reserve), ErrForced)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	timers := make(chan *time.Timer, 1)
 	stop := context.AfterFunc(d.force, func() {
-		if t, ok := s.(tightener); ok {
-			t.Tighten(time.Now().Add(reserve))
-		}
+		s.tell(time.Now().Add(reserve))
 		timers <- time.AfterFunc(reserve, func() { cancel(ErrForced) })
 	})
 	return ctx, func() {
@@ -773,6 +772,54 @@ func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration, s Ste
 		}
 		cancel(context.Canceled)
 	}
+}
+
+// A stepDeadline is how a running step learns that its deadline moved
+// earlier (followBudget, forceReserve): the context its Run gets
+// (context) reports the latest as its Deadline, and a step with a Tighten
+// method is told it. Tighten alone missed a move in the moment between
+// Run's call and the step's registering as running, when Tighten does
+// nothing (see Step): the step then planned in the deadline it was
+// given, and was cancelled at the new one with its late stages unrun.
+// tell moves the deadline before it calls Tighten, and a Run registers
+// before it reads ctx's deadline: one of the two sees the move.
+type stepDeadline struct {
+	step  Step
+	moved atomic.Pointer[time.Time] // nil: not moved
+}
+
+// tell moves the step's deadline to dl if that is earlier, then tells
+// the step (Tighten) when it can.
+func (s *stepDeadline) tell(dl time.Time) {
+	for {
+		was := s.moved.Load()
+		if was != nil && !dl.Before(*was) || s.moved.CompareAndSwap(was, &dl) {
+			break
+		}
+	}
+	if t, ok := s.step.(tightener); ok {
+		t.Tighten(dl)
+	}
+}
+
+// context returns ctx whose Deadline is the step's latest: ctx's own, or
+// the earlier one tell moved it to (ctx is cancelled there by whoever
+// moved it).
+func (s *stepDeadline) context(ctx context.Context) context.Context {
+	return stepContext{ctx, s}
+}
+
+type stepContext struct {
+	context.Context
+	s *stepDeadline
+}
+
+func (c stepContext) Deadline() (time.Time, bool) {
+	dl, ok := c.Context.Deadline()
+	if m := c.s.moved.Load(); m != nil && (!ok || m.Before(dl)) {
+		return *m, true
+	}
+	return dl, ok
 }
 
 // accountFromCount fills a Report whose Run never listed (the preserve

@@ -35,7 +35,11 @@ type Step interface {
 	// that plans its work inside ctx's deadline (a last stage kept for its
 	// end) lays it out again there. Tighten must be safe for concurrent use
 	// with Run, move the deadline only earlier, and do nothing with no Run
-	// in progress; its result is not used.
+	// in progress; its result is not used. ctx's Deadline reports the
+	// moved deadline from the moment before Tighten is called: a Run that
+	// makes itself reachable by Tighten before it reads ctx's deadline (as
+	// *ublk.Teardown's does) misses no move, one landing as Run begins
+	// included.
 	//
 	// A Run that preserves sandboxes itself returns its *pause.Report as
 	// the Detail: a final sweep, when the server admits resumes or creates

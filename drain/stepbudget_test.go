@@ -53,11 +53,18 @@ type tighteningStep struct {
 	began   time.Time // when Run began
 	planned time.Time // its context's deadline then
 	ended   time.Time // when Run's context ended
+	// entering, when set, is called as Run begins, before the step can be
+	// told anything (before it registers as running, as *ublk.Teardown's
+	// Stop does before it plans).
+	entering func()
 }
 
 func (s *tighteningStep) Phase() deadline.Phase { return s.phase }
 
 func (s *tighteningStep) Run(ctx context.Context) (any, error) {
+	if s.entering != nil {
+		s.entering()
+	}
 	s.mu.Lock()
 	s.running, s.began = true, time.Now()
 	s.planned, _ = ctx.Deadline()
@@ -172,6 +179,77 @@ func TestStepBegunForcedHasItsReserveForDeadline(t *testing.T) {
 		assert.Empty(t, ublk.told, "nothing moved while it ran")
 		assert.True(t, ublk.ended.Equal(ublk.planned))
 		assert.Equal(t, TimedOut, p.Result)
+		assert.Contains(t, p.Error, ErrForced.Error())
+	})
+}
+
+//	SIGTERM        the critical "ublk" step starts at once (no sandboxes),
+//	               its window the manifest's 60 s less the margin; its Run
+//	               is called, and has not yet registered as running (the
+//	               span, the run's state: ublk's Stop before cur.Store)
+//	+100 ms        a deletion read lands there: SIGKILL at +3 s; the step
+//	               is told its new deadline (Tighten), which a step not yet
+//	               running drops, as its contract says
+//	               the step registers and reads ctx's deadline to plan
+//
+// Before, ctx's deadline was still the 60 s window's: the step planned its
+// late stages (ublk's control fallback and kill) near the end of 60 s, was
+// told nothing more, and its context was cancelled at +3 s with none of
+// them run. ctx's deadline is now the step's latest, so a Run that reads
+// it after it can be told misses no move.
+func TestStepMovedBeforeItRegistersReadsItsNewDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ublk := &tighteningStep{phase: deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(time.Second), Critical: true}}
+		var f *fixture
+		ublk.entering = func() {
+			time.Sleep(100 * time.Millisecond)
+			f.budget.Tighten(f.budget.State().SIGTERM.Add(3 * time.Second)) // the deletion read, from its own goroutine
+			synctest.Wait()                                                 // followBudget has seen it, and told the step
+		}
+		f = newFixture(t, fixtureOpts{grace: 60 * time.Second, steps: []Step{ublk}})
+		rep := f.d.Shutdown(context.Background())
+		sigterm := rep.Budget.SIGTERM
+		require.True(t, rep.Budget.Kill.Equal(sigterm.Add(3*time.Second)), "SIGKILL at +3 s, not %v", rep.Budget.Kill.Sub(sigterm))
+		p := rep.Phase("ublk")
+		require.NotNil(t, p)
+		require.Less(t, p.Deadline.Sub(sigterm), 3*time.Second, "the step's window ends before the new SIGKILL")
+
+		ublk.mu.Lock()
+		defer ublk.mu.Unlock()
+		assert.True(t, ublk.planned.Equal(p.Deadline), "the step planned in its new deadline %v, not %v",
+			p.Deadline.Sub(sigterm), ublk.planned.Sub(sigterm))
+		assert.True(t, ublk.ended.Equal(p.Deadline), "its context ended there: %v", ublk.ended.Sub(sigterm))
+	})
+}
+
+//	SIGTERM    the critical "ublk" step starts at once (no sandboxes), its
+//	           window the hour's grace less the margin; its Run is called,
+//	           and has not yet registered as running
+//	+1 s       Force there: the step gets its 3 s reserve from now, and is
+//	           told so (Tighten), which a step not yet running drops
+//	           the step registers and reads ctx's deadline to plan
+//
+// Before, ctx's deadline was the hour's: the step planned at the end of the
+// hour, and its context was cancelled at +4 s.
+func TestStepForcedBeforeItRegistersReadsItsReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ublk := &tighteningStep{phase: deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(3 * time.Second), Critical: true}}
+		var f *fixture
+		ublk.entering = func() {
+			time.Sleep(time.Second)
+			f.d.Force()
+			synctest.Wait()
+		}
+		f = newFixture(t, fixtureOpts{grace: time.Hour, steps: []Step{ublk}})
+		rep := f.d.Shutdown(context.Background())
+		p := rep.Phase("ublk")
+		require.NotNil(t, p)
+
+		ublk.mu.Lock()
+		defer ublk.mu.Unlock()
+		assert.True(t, ublk.planned.Equal(rep.ForcedAt.Add(3*time.Second)), "the step planned in its reserve from the force, not %v after it",
+			ublk.planned.Sub(rep.ForcedAt))
+		assert.True(t, ublk.ended.Equal(ublk.planned), "its context ended there: %v", ublk.ended.Sub(rep.ForcedAt))
 		assert.Contains(t, p.Error, ErrForced.Error())
 	})
 }
