@@ -120,7 +120,10 @@ type Config struct {
 	// default, is exponential: 200 ms initial, factor 1.5, jitter 0.5, at
 	// most 10 s between attempts and 5 min in all. Whatever the policy, no
 	// retry starts whose wait would end past the phase deadline or the
-	// sandbox's deadline: a retry is a new start of Preserve. New calls it
+	// sandbox's deadline: a retry is a new start of Preserve. The waits
+	// between listings (a failed one retried, a pass that found only
+	// sandboxes listed again) use it too, and are at least 100 ms whatever
+	// it asks: a policy of no wait listed in a tight loop. New calls it
 	// once and uses that policy (Reset, NextBackOff), and fails if it
 	// returns nil (or a typed nil) or panics.
 	BackOff func() backoff.BackOff
