@@ -3,9 +3,11 @@ package drain
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -463,4 +465,61 @@ func TestSIGTERMThatAlsoEndsTheCtxIsStillTheKubeletGivingUp(t *testing.T) {
 			assert.Equal(t, deadline.MinimumGracePeriod, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the call was still open: the kubelet gave up on it")
 		})
 	}
+}
+
+// notifyCause is the cause signal.NotifyContext gives the context it ends
+// on a signal (os/signal's: "terminated signal received", which is
+// context.Canceled too).
+type notifyCause string
+
+func (c notifyCause) Error() string        { return string(c) }
+func (c notifyCause) Is(target error) bool { return target == context.Canceled }
+
+// The SIGTERM that ends ServeSignals' ctx (a ctx from signal.NotifyContext)
+// may reach ServeSignals' channel a moment after the ctx ended: os/signal
+// sends a signal to its channels one after the other, in no set order,
+// and NotifyContext's goroutine may cancel the ctx before the send to the
+// server's channel.
+//
+//	0 ......... preStop: the call stays open (the kubelet's grace, 60 s)
+//	10 s ...... SIGTERM: the kubelet gave up on the hook; the ctx ends
+//	10 s + 1 ns the SIGTERM reaches the channel
+//
+// Before, ServeSignals took the ctx's end, found no signal waiting, and
+// took it for the server's own reason to drain: not the kubelet giving up
+// on the hook, so the budget kept SIGKILL at +60 s where the kubelet's
+// came at +12 s, and the drain planned its preserves and steps past it.
+// A ctx ended by a signal now waits a moment for that signal.
+func TestSIGTERMThatEndsTheCtxFirstIsStillTheKubeletGivingUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second, sandboxes: 2,
+			latency: 100 * time.Millisecond, limit: 2})
+		call := f.callPreStop(t.Context(), "")
+		time.Sleep(10 * time.Second)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(notifyCause(syscall.SIGTERM.String() + " signal received"))
+		sigs := make(chan os.Signal, 1)
+		go func() {
+			time.Sleep(time.Nanosecond)
+			sigs <- syscall.SIGTERM
+		}()
+		rep := f.d.ServeSignals(ctx, sigs)
+		call.wait(t)
+		assert.Equal(t, "SIGTERM", rep.Cause)
+		assert.Equal(t, deadline.MinimumGracePeriod, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the call was still open: the kubelet gave up on it")
+	})
+}
+
+// signalCause knows the cause signal.NotifyContext gives, not only the
+// test's copy of it, and none of a ctx's other ends.
+func TestSignalCauseIsNotifyContexts(t *testing.T) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGUSR1)
+	defer stop()
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGUSR1))
+	<-ctx.Done()
+	assert.True(t, signalCause(context.Cause(ctx)), "%q", context.Cause(ctx))
+	assert.True(t, signalCause(notifyCause("terminated signal received")))
+	assert.False(t, signalCause(context.Canceled))
+	assert.False(t, signalCause(errors.New("the server stopped serving")))
+	assert.False(t, signalCause(nil))
 }

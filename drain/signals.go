@@ -2,8 +2,10 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -80,8 +82,9 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 //
 // ctx ending before any signal starts the shutdown, as a first signal does
 // (a server's own reason to drain: its serving stopped), unless a signal
-// is already waiting on ch (a ctx that signal.NotifyContext ends on it):
-// that signal is then the first. Like SIGINT, a ctx's end is not taken for
+// is already waiting on ch, or, for a ctx that signal.NotifyContext ended
+// on a signal, comes within 100 ms (os/signal may end the ctx before it
+// sends ch the same signal): that signal is then the first. Like SIGINT, a ctx's end is not taken for
 // the kubelet giving up on a preStop request still open: no SIGTERM came.
 // It never forces the shutdown: Shutdown runs with ctx's values but not
 // its cancellation, so the ctx that started it cannot cut it short, and
@@ -139,7 +142,8 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 // firstSignal waits for what begins ServeSignals' shutdown: the first
 // signal on ch; else ctx's end (its cause), unless a signal is already
 // waiting with it (a ctx that signal.NotifyContext ends on that signal:
-// select took either, and the signal is the first); else term, a
+// select took either, and the signal is the first), or comes within
+// signalLag when ctx's cause is a signal's (signalCause); else term, a
 // Shutdown started elsewhere (both nil). A closed ch has no signal to give
 // (a relay that is done): its zero value is no signal, and reading it
 // again would spin, so it is read no more (a nil channel).
@@ -152,18 +156,54 @@ func firstSignal(ctx context.Context, ch <-chan os.Signal, term <-chan struct{})
 			}
 			ch = nil
 		case <-ctx.Done():
+			cause := context.Cause(ctx)
+			if !signalCause(cause) {
+				select {
+				case sig, ok := <-ch: // never ready if nil
+					if ok {
+						return sig, nil
+					}
+				default:
+				}
+				return nil, cause
+			}
+			// os/signal sends a signal to its channels one after the
+			// other, in no set order: NotifyContext's goroutine may end
+			// ctx before the same signal reaches ch. Taken for the
+			// server's own reason to drain, a SIGTERM that came while a
+			// preStop request was open was not the kubelet giving up on
+			// the hook, and the budget kept a SIGKILL the kubelet's 2 s
+			// came long before.
+			t := time.NewTimer(signalLag)
+			defer t.Stop()
 			select {
-			case sig, ok := <-ch: // never ready if nil
+			case sig, ok := <-ch:
 				if ok {
 					return sig, nil
 				}
-			default:
+			case <-t.C:
 			}
-			return nil, context.Cause(ctx)
+			return nil, cause
 		case <-term:
 			return nil, nil
 		}
 	}
+}
+
+// signalLag is how long firstSignal waits for the signal that ended ctx
+// (signal.NotifyContext's) to reach ch: os/signal sends it to ch in the
+// same loop, so it is there at once unless that goroutine was preempted;
+// a ch that never gets it (not notified of that signal) costs the
+// shutdown this much of its start.
+const signalLag = 100 * time.Millisecond
+
+// signalCause reports whether cause is the one signal.NotifyContext gives
+// the context it ends on a signal: "terminated signal received", which is
+// context.Canceled too (os/signal's type is unexported: its text is what
+// tells it).
+func signalCause(cause error) bool {
+	return cause != nil && cause != context.Canceled && errors.Is(cause, context.Canceled) &&
+		strings.HasSuffix(cause.Error(), " signal received")
 }
 
 // maxSignals is how many received signals a Report keeps: a process
