@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -115,5 +116,29 @@ func TestAPreserverThatIgnoresItsDeadlineIsAbandonedAtTheHardDeadline(t *testing
 		assert.Nil(t, rep.Preserve)
 		assert.True(t, ublkRan, "the steps still ran")
 		assert.Less(t, rep.End.Sub(t0), 60*time.Second, "before SIGKILL")
+	})
+}
+
+// phaseCounting is a Step that counts the calls of its Phase.
+type phaseCounting struct {
+	Step
+	calls atomic.Int32
+}
+
+func (s *phaseCounting) Phase() deadline.Phase { s.calls.Add(1); return s.Step.Phase() }
+
+// Step.Phase's doc says New calls it once: a step may build its phase
+// then, and answer later calls as it likes (or not at all). Before, each
+// step's phase ran it again for its name: a step whose Phase named it
+// otherwise the second time had the budget's follower look up a phase
+// the plan does not have, and panic in its goroutine, mid-drain.
+func TestStepPhaseIsReadOnceByNew(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &phaseCounting{Step: step("http", time.Second, func(context.Context) error { return nil })}
+		f := newFixture(t, fixtureOpts{grace: 10 * time.Second, sandboxes: 1, latency: 100 * time.Millisecond, steps: []Step{s}})
+		rep := f.d.Shutdown(context.Background())
+		require.NotNil(t, rep.Phase("http"))
+		assert.Equal(t, OK, rep.Phase("http").Result)
+		assert.Equal(t, int32(1), s.calls.Load(), "Phase called once, by New")
 	})
 }

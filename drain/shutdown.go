@@ -697,7 +697,8 @@ func classCounts(m map[Class]int) string {
 }
 
 // stepPhase runs step s in its window w, following the budget, and fills
-// its PhaseReport p.
+// its PhaseReport p. The step's name is p's: s.Phase is New's to call, once
+// (see Step).
 func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *PhaseReport) {
 	outlived := false
 	if now, kill := time.Now(), d.budget.Kill(); !now.Before(kill) && w.Reserve > 0 {
@@ -709,7 +710,7 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 		w.Deadline, p.Deadline = now.Add(w.Reserve), now.Add(w.Reserve)
 		outlived = true
 		d.log.Warn("drain: the process outlived the SIGKILL the budget expected: the step gets its reserve",
-			"step", s.Phase().Name, "past_kill", now.Sub(kill), "reserve", w.Reserve)
+			"step", p.Name, "past_kill", now.Sub(kill), "reserve", w.Reserve)
 	}
 	ctx, cancel := context.WithDeadline(ctx, w.Deadline)
 	defer cancel()
@@ -722,7 +723,7 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 		// Past the expected SIGKILL the budget is known wrong, and the
 		// reserve stands.
 		var unfollow context.CancelFunc
-		ctx, unfollow = d.followBudget(ctx, s.Phase().Name, p, w.Deadline, sd)
+		ctx, unfollow = d.followBudget(ctx, p.Name, p, w.Deadline, sd)
 		defer unfollow()
 	}
 	ctx, unforce := d.forceReserve(ctx, w.Reserve, sd)
