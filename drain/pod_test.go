@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -624,4 +625,35 @@ func TestIncompleteListingPostsSandboxesLost(t *testing.T) {
 	}
 	require.Len(t, notes, 1)
 	assert.Equal(t, "no listing was complete, the node may have sandboxes not listed: page 2: 503 Service Unavailable", notes[0])
+}
+
+// Shutdown's doc said it returns by the budget's deadline unless steps are
+// abandoned; with Config.Pod it then waits for the events still queued, at
+// most 1 s and half the time left before SIGKILL, which the margin holds:
+//
+//	SIGTERM ... the step runs to its deadline, the budget's: +55 s
+//	+55 s ..... the Report is made; DrainFinished is queued behind the
+//	            events an API server that hangs has not taken
+//	+56 s ..... Shutdown returns: 1 s past the budget's deadline, 4 s
+//	            before SIGKILL
+func TestShutdownWithAPodWaitsForItsEventsPastTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Hang()
+		token := filepath.Join(t.TempDir(), "token")
+		require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
+		pod, err := kube.New(api.Name, kube.Config{Host: "https://api.test", Namespace: api.Namespace, UID: api.UID, TokenFile: token,
+			EventTimeout: time.Hour, Client: &http.Client{Transport: handlerTransport{api}}})
+		require.NoError(t, err)
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: 5 * time.Second,
+			steps: []Step{step("http", time.Second, func(ctx context.Context) error { <-ctx.Done(); return nil })},
+			edit:  func(c *Config) { c.Pod = pod }})
+		rep := f.d.Shutdown(context.Background())
+		returned := time.Now()
+		require.NotNil(t, rep.Events)
+		assert.Positive(t, rep.Events.Dropped)
+		assert.True(t, rep.End.Equal(rep.Budget.Deadline), "the Report is made at the budget's deadline: %v", rep.End.Sub(rep.Budget.Deadline))
+		assert.Equal(t, time.Second, returned.Sub(rep.Budget.Deadline), "Shutdown returns after the events' wait")
+		assert.Equal(t, 4*time.Second, rep.Budget.Kill.Sub(returned))
+	})
 }

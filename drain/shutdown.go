@@ -74,7 +74,10 @@ import (
 // step that begins forced; a running one with a Tighten method is told
 // it: see Step). Every phase ends by the budget's
 // deadline, so Shutdown returns by then unless steps are abandoned, each of
-// which costs at most a moment more.
+// which costs at most a moment more, or, with Config.Pod, events are still
+// queued once the Report is made: it waits for them at most 1 s more, and
+// never more than half the time left before SIGKILL (which the budget's
+// margin holds).
 //
 // The Report is logged once through the Logger, and DrainFinished posted,
 // after the last step: what they say is the Report returned, every step's
