@@ -63,7 +63,10 @@ type Preserver interface {
 	// one is, at the Estimator's estimate for the average size).
 	Limit() int
 	// Estimator estimates one preserve of a sandbox with no estimate of its
-	// own; Run feeds it what it measures. Nil reserves no time for those.
+	// own; Run feeds it what it measures. Nil reserves no time for those;
+	// one that has observed nothing and estimates zero (the zero value,
+	// deadline.NewEstimator(0)) counts as 1 s, pause's default prior,
+	// until it observes a preserve: its zero is no measurement.
 	Estimator() *deadline.Estimator
 }
 
@@ -476,7 +479,7 @@ func (d *Drainer) makePlan(ownPreserver bool) error {
 // in the grace period.
 func (d *Drainer) shortfall(short time.Duration, ownPreserver bool) shortfallError {
 	e := shortfallError{short: short, grace: d.budget.Grace(),
-		estimate: d.preserver.Estimator().Estimate(), estField: "Config.Pause.Estimator"}
+		estimate: d.estimator().Estimate(), estField: "Config.Pause.Estimator"}
 	if ownPreserver {
 		e.estField = "Config.Preserver's Estimator"
 	}
@@ -555,10 +558,10 @@ func (e shortfallError) detail(fields bool) string {
 // Run's prior has the sandbox of the average size take it, and the largest
 // of them is the longest at that prior.
 func (d *Drainer) preserveReserve() time.Duration {
-	est := d.preserver.Estimator().Estimate()
+	est := d.estimator().Estimate()
 	l := d.listed.Load()
 	if l == nil || l.ownN+l.sizedN == 0 || len(l.ids) == 0 {
-		return deadline.Work(d.toPreserve, d.preserver.Estimator(), d.preserver.Limit)()
+		return deadline.Work(d.toPreserve, d.estimator(), d.preserver.Limit)()
 	}
 	others := max(len(l.ids)-l.ownN, 0)
 	mean := (l.ownSum + time.Duration(others)*est) / time.Duration(l.ownN+others)
@@ -571,6 +574,27 @@ func (d *Drainer) preserveReserve() time.Duration {
 		return math.MaxInt64
 	}
 	return max(time.Duration(rounds)*mean, l.ownLong, l.priorLong(est))
+}
+
+// unknownPreserve is the estimate of one preserve the plan counts while the
+// Preserver's Estimator has observed nothing and estimates zero: pause's
+// default Estimator's prior.
+var unknownPreserve = deadline.NewEstimator(time.Second) // never observes
+
+// estimator is the Preserver's Estimator as the plan counts it: one that
+// has observed nothing and estimates zero (the zero value, NewEstimator(0))
+// knows nothing of a preserve's time, as an unknown count says nothing of
+// how many run (toPreserve), and counts as unknownPreserve. Taken for
+// instant preserves, it reserved the preserve phase no time: the preStop
+// wait ran a round of pause's default estimate longer than with no
+// Estimator given, and SIGTERM came with no time to preserve in. A nil
+// one is the Preserver's word that it has none (see Preserver).
+func (d *Drainer) estimator() *deadline.Estimator {
+	e := d.preserver.Estimator()
+	if e != nil && e.Count() == 0 && e.Estimate() == 0 {
+		return unknownPreserve
+	}
+	return e
 }
 
 // toPreserve is the number of sandboxes the preserve reserve plans for: the

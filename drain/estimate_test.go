@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/pause"
@@ -98,4 +99,33 @@ func TestPreserveReserveCountsTheLargestSizedSandboxAtTheEstimatorsPrior(t *test
 		}
 		terminateAllPreserved(t, f, 4)
 	})
+}
+
+// An Estimator that has observed nothing and estimates zero (the zero
+// value, deadline.NewEstimator(0)) knows nothing of a preserve's time,
+// as an unknown count says nothing of how many run. Before, the plan took
+// its zero for instant preserves and reserved none: the preStop wait ran
+// 1 s longer than with no Estimator given (pause's default starts at 1 s),
+// and SIGTERM came with no time reserved to preserve.
+//
+//	0 s     preStop; 4 running, 1.2 s each, 4 at a time; grace 10 s
+//	7.2 s   the wait ends (8.5 s budget deadline - 1 round at 1 s - 0.3 s):
+//	        SIGTERM (was 8.2 s: SIGKILL at 10.2 s, the preserves cut at
+//	        the budget's deadline, 9.2 s, all 4 lost)
+//	8.4 s   the 4 preserved
+func TestEstimatorThatHasSeenNothingPlansTheDefaultEstimate(t *testing.T) {
+	for _, est := range []*deadline.Estimator{{}, deadline.NewEstimator(0)} {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFixture(t, fixtureOpts{grace: 10 * time.Second, sandboxes: 0, limit: 4,
+				edit: func(c *Config) { c.Pause.Estimator = est }})
+			for i := range 4 {
+				f.node.Add(&fakesandbox.Sandbox{Name: fmt.Sprintf("sb-%d", i), Latency: 1200 * time.Millisecond})
+			}
+			tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, 10*time.Second)
+			t.Logf("timeline:\n%s", tl)
+			assert.Equal(t, 7200*time.Millisecond, tl.SIGTERM.Sub(tl.Start), "the wait kept a round at the default estimate")
+			require.NotNil(t, rep.Preserve)
+			assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved], "lost: %d", rep.Lost())
+		})
+	}
 }

@@ -391,7 +391,7 @@ var startClasses = []Class{Create, Resume, Fork}
 // run's Report is merged into the first's.
 func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
 	kill := d.budget.Kill()
-	planned := d.preserver.Estimator().Estimate() // what the plan counted before this phase measured any
+	planned := d.estimator().Estimate() // what the plan counted before this phase measured any
 	pr, inflight, err := d.preserveIn(ctx, w, p)
 	for err == nil && pr != nil && !pr.Unknown && pr.Err() != nil && d.force.Err() == nil {
 		// Only a budget that moved SIGKILL later gives more time; the
