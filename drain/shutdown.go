@@ -562,6 +562,9 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport,
 			if w := d.plan.Window(name); w.Deadline.Before(p.Deadline) {
 				dl := w.Deadline
 				p.Deadline = dl
+				// The phase had that much less than its reserve: the
+				// budget squeezed it (PhaseReport.Short).
+				p.Short = max(p.Short, p.Reserve-dl.Sub(p.Start))
 				d.log.Warn("drain: the budget moved SIGKILL earlier during a phase: it ends at its new deadline",
 					"phase", name, "deadline", dl, "hard", w.Hard, "kill", d.budget.Kill())
 				// The preserves still running end by the next critical

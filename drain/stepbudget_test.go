@@ -253,3 +253,30 @@ func TestStepForcedBeforeItRegistersReadsItsReserve(t *testing.T) {
 		assert.Contains(t, p.Error, ErrForced.Error())
 	})
 }
+
+// A phase's PhaseReport.Short is what the budget left it less than its
+// reserve, as its doc says: a step whose deadline a deletion read moved
+// (SIGTERM, a 5 s critical step, a 3 s deletion landing at +100 ms: 1.5 s
+// to its new deadline) is 3.5 s short. Before, its Deadline moved and its
+// Short stayed 0.
+func TestStepSqueezedByTheBudgetReportsItsShortfall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api.Delete(time.Now(), 3*time.Second)
+		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(100 * time.Millisecond)
+			api.ServeHTTP(w, r)
+		})
+		ublk := &tighteningStep{phase: deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(5 * time.Second), Critical: true}}
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, steps: []Step{ublk},
+			edit: func(c *Config) { c.Pod = podOver(t, api, handlerTransport{slow}) }})
+		rep := f.d.Shutdown(context.Background())
+		p := rep.Phase("ublk")
+		require.NotNil(t, p)
+		ublk.mu.Lock()
+		defer ublk.mu.Unlock()
+		require.Len(t, ublk.told, 1)
+		assert.True(t, p.Deadline.Equal(ublk.told[0]), "the deadline it was cut to")
+		assert.Equal(t, 5*time.Second-p.Deadline.Sub(p.Start), p.Short, "its 5 s reserve, less what it had: %v", p.Deadline.Sub(p.Start))
+	})
+}
