@@ -126,7 +126,10 @@ type Config struct {
 	// it reads the pod every second during the shutdown and, at a shorter
 	// deletion, plans SIGKILL for a kubelet restarted right after it (the
 	// new grace from the last read that found the first): early when the
-	// kubelet does not restart, never late. And it
+	// kubelet does not restart, never late. A read that finds the pod gone
+	// (a force deletion, which the kubelet ends 2 s after SIGTERM) plans
+	// that when the pod's UID is known (kube.Config.UID, or an earlier
+	// read); unknown, it is a failed read. And it
 	// posts Kubernetes Events on the
 	// pod: DrainStarted (T0, the expected SIGKILL, the plan), SandboxesLost
 	// (Warning: how many, which; again for what a step's final sweep lost,

@@ -105,19 +105,39 @@ func failureKind(err error) string {
 
 // podRemoved takes a read that found the pod gone from the API server (404)
 // or another pod in its name. While this process runs, only a force
-// deletion (kubectl delete --force --grace-period=0) removes it. The
-// kubelet keeps its grace, unless it restarts: a kubelet restarted then
-// knows no such pod and stops the container as an orphan's, with a grace of
-// 1 s raised to its 2 s (its HandlePodCleanups), a preStop hook or not. So
-// once a deletion was read, SIGKILL is planned for that earliest restart,
-// as for a second deletion with no grace (plannedForRestart), and it
-// reports true. Before any deletion was read it is a failed read, and it
-// reports false.
+// deletion (kubectl delete --force --grace-period=0, the pod GC's for a
+// node gone) removes it, and it reports true:
+//
+//   - before any deletion was read, the force deletion began the
+//     termination: the API server writes the pod with a grace of 0 before
+//     it removes it, and the kubelet, seeing that, raises it to 1 s (a
+//     preStop hook's wait) and stops the container with its 2 s: SIGKILL 2 s
+//     after SIGTERM, hook or not (measured under the real kubelet and API
+//     server, internal/realkubelet's TestRealKubeletWithAPIServer/
+//     force_deletion). SIGKILL is planned for T0 + 2 s, which the budget's
+//     floor moves to SIGTERM + 2 s once SIGTERM comes. Only when the pod's
+//     UID is known (kube.Config.UID, or an earlier read): a name the API
+//     server never had reads the same 404, and that is a failed read, the
+//     budget standing, and it reports false;
+//   - once a deletion was read, the kubelet keeps its grace, unless it
+//     restarts: a kubelet restarted then knows no such pod and stops the
+//     container as an orphan's, with a grace of 1 s raised to its 2 s (its
+//     HandlePodCleanups), a preStop hook or not. So SIGKILL is planned for
+//     that earliest restart, as for a second deletion with no grace
+//     (plannedForRestart).
 func (d *Drainer) podRemoved(at string, err error) bool {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
 	if d.delGrace == 0 {
-		return false
+		if d.pod.UID() == "" {
+			return false
+		}
+		if changed := d.budget.Tighten(d.budget.Start().Add(deadline.MinimumGracePeriod)); changed {
+			d.log.Warn("drain: the pod was removed from the API server before any read found its deletion (a force deletion: "+err.Error()+"): "+
+				"the kubelet stops the container with its 2 s, so SIGKILL is planned 2 s after SIGTERM",
+				"at", at, "kill", d.budget.Kill())
+		}
+		return true
 	}
 	d.plannedForRestart(at, 0, "the pod was removed from the API server while the kubelet terminates it (a force deletion: "+err.Error()+"): "+
 		"a kubelet restarted now would kill the container as an orphan's, 2 s after it stops it")

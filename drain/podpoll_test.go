@@ -246,12 +246,15 @@ func TestHookCallAfterSIGTERMIsARestartedKubelet(t *testing.T) {
 	})
 }
 
-// A pod gone before any read found its deletion is a failed read, and a
-// poll's is logged once, as any other: before, each poll's 404 was a Warn.
+// A pod gone before any read found its deletion, its UID never known (a
+// name the API server may never have had), is a failed read, and a poll's
+// is logged once, as any other: before, each poll's 404 was a Warn. (With
+// its UID known it is a force deletion:
+// TestForceDeletionBeforeAnyReadPlansTheKubeletsTwoSeconds.)
 func TestPodGoneBeforeAnyDeletionReadIsLoggedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv"} // no UID: kube.Config.UID empty
 		api.Refuse(http.StatusNotFound)
 		f, logs := pollFixture(t, api, handlerTransport{api}, 10, fixtureOpts{})
 		rep := f.d.Shutdown(context.Background())

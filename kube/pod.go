@@ -216,6 +216,19 @@ func (p *Pod) Namespace() string {
 	return p.ns
 }
 
+// UID returns the pod's metadata.uid: Config.UID, else what the first
+// successful read found; empty until then, and for a Pod not made by New.
+// A UID known means the API server had this pod: a later 404 is its
+// removal, not a name it never had.
+func (p *Pod) UID() string {
+	if !p.made() {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.uid
+}
+
 // errNotMade is the error of the reads of a Pod not made by New.
 var errNotMade = errors.New("kube: Pod not made by kube.New")
 

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/realapiserver"
 	"github.com/drainkit/drainkit/pause"
@@ -25,14 +26,16 @@ import (
 
 // The real kubelet with the real kube-apiserver (internal/realapiserver):
 // its pods are created and deleted through the API, as in a cluster, which
-// shows what no static pod can: a second, shorter deletion, and a kubelet
-// restarted while it terminates a pod (last: it restarts the Node's kubelet).
+// shows what no static pod can: a second, shorter deletion, a force
+// deletion, and a kubelet restarted while it terminates a pod (last: it
+// restarts the Node's kubelet).
 //
 // The API server's build comes after the kubelet's in .ci/run, so this
 // test runs after the suite, with the real API server's tests.
 func TestRealKubeletWithAPIServer(t *testing.T) {
 	api := startAPINode(t)
 	t.Run("shorter deletion", func(t *testing.T) { shorterDeletion(t, api) })
+	t.Run("force deletion", func(t *testing.T) { forceDeletion(t, api) })
 	t.Run("restart", func(t *testing.T) { restart(t, api) })
 }
 
@@ -112,6 +115,129 @@ func shorterDeletion(t *testing.T, api *apiPods) {
 			t.Logf("the runtime sent SIGTERM again")
 		}
 	})
+}
+
+// A force deletion (`kubectl delete --force --grace-period=0`: DELETE with
+// gracePeriodSeconds 0) of a running pod. The API server writes the pod
+// with a deletionTimestamp and deletionGracePeriodSeconds 0, then removes
+// it at once: every read of the pod from then on is a 404. The kubelet
+// sees the update before the removal ("SyncLoop DELETE", then "SyncLoop
+// REMOVE") and terminates the pod with a grace of 1 s (its pod worker
+// raises 0 to 1): a preStop hook gets 1 s, and the stop after it is raised
+// to the kubelet's 2 s, so SIGKILL comes 2 s after SIGTERM, hook or not.
+// sandboxd knows its pod's UID (POD_UID from the Downward API, as its
+// DaemonSet sets it), so its drain takes the 404 for the removal and plans
+// that (docs/faults.md row 580). Measured, from each deletion:
+//
+//   - the probe, no hook, SIGTERM ignored, 12 s: SIGTERM +0.14 s, dead
+//     +2.23 s, the kubelet's stop gracePeriod=2;
+//   - sandboxd with the exec hook drainhook, 16 sandboxes of 1 s two at a
+//     time, 20 s: the hook at +0.37 s, whose read found no pod and planned
+//     SIGKILL at T0 + 2 s; the wait ended, the hook returned, SIGTERM
+//     +0.78 s, SIGKILL planned +2.78 s, the kubelet's; none preserved in
+//     2 s (14 not started, 2 cut), all reported, the device daemon
+//     stopped, exit +1.5 s. Before row 580 the read was a failed one, and
+//     only the hook's call still open when the kubelet's 1 s ran out
+//     (SIGTERM +1.15 s, taken as the hook abandoned) gave SIGTERM + 2 s;
+//   - sandboxd without a hook, 16 sandboxes one at a time, 20 s: SIGTERM
+//     +0.16 s, its read found no pod, SIGKILL planned +2.16 s; 15 not
+//     started, 1 cut, all reported, the device daemon stopped, exit
+//     +0.87 s. Before row 580 the 404 was a failed read, the budget stood
+//     at SIGTERM + 20 s, and sandboxd was SIGKILLed 2 s after SIGTERM in
+//     the middle of its preserves, with no Report.
+//
+// The three pods are deleted at once, as a drain deletes a node's pods.
+func forceDeletion(t *testing.T, api *apiPods) {
+	probe := api.startProbe(t, "probe-force", 12, nil)
+	exec := api.startSandboxd(t, "sandboxd-force-exec", true, 16, 20)
+	blind := api.startSandboxd(t, "sandboxd-force-nohook", false, 16, 20)
+	time.Sleep(settle) // not timing logic: see settle
+	d := map[string]time.Time{}
+	for _, name := range []string{probe.name, exec.name, blind.name} {
+		d[name] = api.remove(t, name, 0)
+	}
+
+	t.Run("probe, no hook: SIGKILL 2 s after SIGTERM", func(t *testing.T) {
+		hooks, term, died := probe.end(t)
+		grace := api.kubeletGrace(t, probe.name)
+		d := d[probe.name]
+		t.Logf("from the force deletion: SIGTERM +%v, dead +%v; hooks %v; the kubelet's stop: gracePeriod=%d",
+			rel(term, d), rel(died, d), hooks, grace)
+		assert.Empty(t, hooks)
+		assert.EqualValues(t, 2, grace, "the kubelet stops the container with its 2 s minimum")
+		assert.InDelta(t, 2, died.Sub(term).Seconds(), 1, "dead 2 s after SIGTERM, not the spec's 12 s")
+	})
+	t.Run("sandboxd, exec hook: the budget plans the kubelet's SIGKILL", func(t *testing.T) {
+		api.forced(t, exec, d[exec.name], true)
+	})
+	t.Run("sandboxd, no hook: the budget plans the kubelet's SIGKILL", func(t *testing.T) {
+		r := api.forced(t, blind, d[blind.name], false)
+		assert.Contains(t, r.log, "the pod was removed from the API server before any read found its deletion")
+	})
+}
+
+// forced checks what sandboxd's run sd, force-deleted at d, left against
+// what the kubelet did: the kubelet's SIGKILL is the stop's grace (its
+// log) after the SIGTERM sandboxd saw, and the budget must plan it no
+// later; every sandbox is accounted for and the device daemon stopped
+// before the exit (sandboxdRun.end).
+func (a *apiPods) forced(t *testing.T, sd *sandboxdRun, d time.Time, exec bool) shorterRun {
+	t.Helper()
+	r := sd.end(t, d, time.Time{})
+	grace := a.kubeletGrace(t, sd.name)
+	b := r.rep.Budget
+	kill := b.SIGTERM.Add(time.Duration(grace) * time.Second)
+	t.Logf("from the force deletion: budget %s at +%v, SIGTERM +%v, the kubelet's stop gracePeriod=%d so SIGKILL by +%v, planned +%v, exit +%v; %v",
+		b.Anchor, rel(b.Start, d), rel(b.SIGTERM, d), grace, rel(kill, d), rel(b.Kill, d), rel(r.died, d), r.rep.Preserve.Counts)
+	if exec {
+		assert.Equal(t, deadline.AnchorPreStop, b.Anchor, "the hook ran and called the drain")
+	}
+	assert.EqualValues(t, 2, grace, "the kubelet stops the container with its 2 s minimum")
+	assert.False(t, b.Kill.After(kill), "SIGKILL planned +%v, after the kubelet's +%v", rel(b.Kill, d), rel(kill, d))
+	assert.True(t, r.died.Before(kill), "exit before the kubelet's SIGKILL: +%v", rel(r.died, d))
+	if msg := terminationMessageIfAny(a.node, sd.name); msg != "" {
+		t.Logf("termination message:\n%s", msg)
+	}
+	return r
+}
+
+// kubeletGrace returns the grace period of the kubelet's stop of pod
+// name's container, from its log ("Killing container with a grace
+// period", at --v 2), and logs the kubelet's lines of the deletion (the
+// update, "SyncLoop DELETE", and the removal, "SyncLoop REMOVE") and the
+// stop.
+func (a *apiPods) kubeletGrace(t *testing.T, name string) int64 {
+	t.Helper()
+	grace := int64(-1)
+	for _, line := range a.node.KubeletLog("SyncLoop DELETE", "SyncLoop REMOVE", "Killing container with a grace period") {
+		if !strings.Contains(line, `"default/`+name+`"`) {
+			continue
+		}
+		t.Logf("kubelet: %s", line)
+		if _, v, ok := strings.Cut(line, "gracePeriod="); ok && grace < 0 {
+			g, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			require.NoError(t, err, "%s", line)
+			grace = g
+		}
+	}
+	require.GreaterOrEqual(t, grace, int64(0), "no stop of %s in the kubelet's log", name)
+	return grace
+}
+
+// rel is t - t0 rounded to the millisecond.
+func rel(t, t0 time.Time) time.Duration { return t.Sub(t0).Round(time.Millisecond) }
+
+// terminationMessageIfAny is terminationMessage, "" when the kubelet has
+// removed the pod's directory already (a force-deleted pod's, once its
+// container is gone).
+func terminationMessageIfAny(node *Node, name string) string {
+	files, _ := filepath.Glob(filepath.Join(node.Dir, "kubelet", "pods", "*", "containers", name, "*"))
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
+			return string(b)
+		}
+	}
+	return ""
 }
 
 // startAPINode starts the real API server and the real kubelet registered
@@ -443,6 +569,9 @@ func (a *apiPods) startSandboxd(t *testing.T, name string, exec bool, n int, spe
 		hook, c.concurrency = ExecHook("/drainhook", "-url", "http://"+hookListen+"/drain"), 2
 	}
 	pod := Pod(name, spec, sd.state, hook, append(sandboxdCommand(listen, hookListen, c), "-pod", name)...)
+	// Its UID from the Downward API, as sandboxd's DaemonSet gives it.
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: drain.EnvPodUID,
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}}
 	a.serviceAccount(t, pod)
 	a.create(t, pod)
 	w, err := WatchProcess(WaitProcess(t, "-listen "+listen, 2*time.Minute))
