@@ -95,24 +95,41 @@ func withQuery(path, kv string) string {
 // GET /sandboxes) cannot tell a paused sandbox from one in transition: the
 // running ones are listed, as in the preserve phase. Each has the size
 // the listing gave it (pause.Sized); its pause goes through src.
+//
+// A listing that fails after its first page (AgentENV answering a
+// nextToken page 503) gives the pages that answered with its error, as
+// httpsource's List does, and List returns what they list with that
+// error, as a pause.Lister does: the sweep pauses them, and its account
+// says the listing was incomplete. When the listing of the paused ones is
+// the incomplete one, a sandbox it did not reach that the unfiltered
+// listing shows paused is taken for one in transition: a pause of one
+// already paused answers 204 (or 409 "paused", gone), costing a request,
+// where leaving out one that runs again would lose it.
 func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
-	listed, err := l.all.List(ctx)
-	if err != nil {
-		return nil, err
+	listed, listErr := l.all.List(ctx)
+	if len(listed) == 0 {
+		return nil, listErr
 	}
-	paused, err := l.paused.RunningIDs(ctx)
+	pausedSbs, err := l.paused.List(ctx)
 	var se *httpsource.StatusError
 	switch {
-	case errors.As(err, &se) && se.StatusCode == http.StatusNotFound:
+	case len(pausedSbs) == 0 && errors.As(err, &se) && se.StatusCode == http.StatusNotFound:
 		return l.src.List(ctx)
-	case err != nil:
+	case len(pausedSbs) == 0 && err != nil:
 		return nil, fmt.Errorf("listing the paused sandboxes: %w", err)
+	case err != nil:
+		listErr = alsoFailed(listErr, fmt.Errorf("listing the paused sandboxes: %w", err))
 	}
-	shown, err := l.shown.RunningIDs(ctx)
+	// The listing of the ones shown paused filters on this side: one
+	// whose later page failed gives no sandbox when the pages that
+	// answered showed none paused, which cannot be told from one that
+	// answered nothing. Either way it says only which are in a transition
+	// (inTransition); the error goes with the listing.
+	shownSbs, err := l.shown.List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing the sandboxes shown paused: %w", err)
+		listErr = alsoFailed(listErr, fmt.Errorf("listing the sandboxes shown paused: %w", err))
 	}
-	isPaused, isShown := idSet(paused), idSet(shown)
+	isPaused, isShown := idSet(sandboxIDs(pausedSbs)), idSet(sandboxIDs(shownSbs))
 	out := make([]pause.Sandbox, 0, len(listed))
 	for _, sb := range listed {
 		if isPaused[sb.ID()] {
@@ -127,7 +144,25 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 		}
 		out = append(out, b)
 	}
-	return out, nil
+	return out, listErr
+}
+
+// alsoFailed is err, a listing's failure, after first's (nil: none), on
+// one line: a Report's ListErr and the note carry it.
+func alsoFailed(first, err error) error {
+	if first == nil {
+		return err
+	}
+	return fmt.Errorf("%w; %w", first, err)
+}
+
+// sandboxIDs returns the IDs of sbs.
+func sandboxIDs(sbs []pause.Sandbox) []string {
+	out := make([]string, len(sbs))
+	for i, sb := range sbs {
+		out[i] = sb.ID()
+	}
+	return out
 }
 
 // idSet is the set of ids; one listed without an ID ("") is no other

@@ -169,6 +169,7 @@ func drainInProcess(t *testing.T, srv *fakeagentenv.Server, grace string) *drain
 
 // hooks are what drainBeforeSIGTERM does besides the drain.
 type hooks struct {
+	beforeStep func()        // called as the server step begins, before the final sweep
 	atSIGTERM  func()        // called where the server step would send the SIGTERM
 	forceAfter time.Duration // a second SIGTERM this long after the first; 0: none
 	// preStop, when set, makes the kubelet's preStop call first (T0), and
@@ -188,6 +189,9 @@ func drainBeforeSIGTERM(t *testing.T, client *http.Client, h hooks, args ...stri
 	require.NoError(t, err)
 	sup.server = &child{name: StepServer, done: make(chan struct{})} // never exits
 	step := drain.NewStep(sup.steps[0].Phase(), func(ctx context.Context) (any, error) {
+		if h.beforeStep != nil {
+			h.beforeStep()
+		}
 		swept, err := sup.beforeSIGTERM(ctx)
 		if h.atSIGTERM != nil {
 			h.atSIGTERM()

@@ -115,7 +115,7 @@ type supervisor struct {
 	termSent     atomic.Bool                 // the server step has sent the server its SIGTERM
 	exitedDuring atomic.Bool                 // the server exited on its own during a drain, before termSent
 	exitedBefore atomic.Bool                 // the server exited on its own before any termination
-	sweepUnknown atomic.Pointer[string]      // the final sweep could not list: the Report's note
+	sweepUnknown atomic.Pointer[string]      // the final sweep could not list, or not completely: the Report's note
 	keyRefused   logonce.Failures            // the listings refused 401 or 403 since one succeeded, by status
 	lastUblk     atomic.Pointer[ublk.Report] // the daemon step's last account (holdWhileDaemonServes)
 

@@ -46,7 +46,9 @@ import (
 // account (nil when it listed nothing), and an error naming the ones it
 // could not pause. A listing that fails is logged and becomes the Report's
 // note (and so the termination message's): a sandbox resumed since the
-// preserve phase is not known. In force mode it sends no pause (no new
+// preserve phase is not known; one that fails after its first page (a
+// page 2's 503) has what it listed paused, and the note says it was
+// INCOMPLETE. In force mode it sends no pause (no new
 // pause is sent then) but still lists, within a quarter of the step's
 // time, and what it would have paused is in its account, not started:
 // lost. It does nothing once the server has exited, or when no listing of
@@ -163,6 +165,13 @@ func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*paus
 	case len(rep.Entries) == 0:
 		s.log.Info("supervisor: final sweep: nothing running again after the preserve phase")
 		return nil, nil
+	case rep.Incomplete:
+		// Its listings failed after their first page: what they listed
+		// is in the account, and the rest is not known, as above.
+		s.log.Error("supervisor: final sweep: the listing of the server's sandboxes after the preserve phase was INCOMPLETE; a sandbox resumed since that it did not reach is not known",
+			"listed", len(rep.Entries), "error", rep.ListErr)
+		note := "final sweep: the listing after the preserve phase was INCOMPLETE, a sandbox resumed since that it did not reach is not known: " + rep.ListErr
+		s.sweepUnknown.Store(&note)
 	}
 	level := slog.LevelWarn
 	if rep.Lost() > 0 {

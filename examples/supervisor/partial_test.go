@@ -1,0 +1,92 @@
+//go:build linux
+
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// pagesFailWhen serves the AgentENV double srv on loopback, every page
+// after the first of GET /v2/sandboxes (a request with a nextToken)
+// answering 503 while fail is true: a listing whose page 2 fails, which
+// httpsource returns with the pages that answered (a pause.Lister's
+// partial listing).
+func pagesFailWhen(t *testing.T, srv *fakeagentenv.Server, fail *atomic.Bool) *httptest.Server {
+	t.Helper()
+	h := srv.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() && r.URL.Path == "/v2/sandboxes" && r.URL.Query().Has("nextToken") {
+			http.Error(w, `{"message":"page store unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// drainOnLoopback runs the supervisor's drain (-api agentenv, -grace 10 s,
+// 4 pauses at once) in front of ts, up to the server's SIGTERM, with h;
+// made, when set, gets the supervisor.
+func drainOnLoopback(t *testing.T, ts *httptest.Server, h hooks) *pause.Report {
+	t.Helper()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	rep := drainBeforeSIGTERM(t, &http.Client{Transport: tr}, h, "-server-url", ts.URL, "-grace", "10s", "-concurrency", "4")
+	require.NotNil(t, rep.Preserve)
+	return rep.Preserve
+}
+
+// Fault: the final sweep's listing (notPaused, in front of AgentENV) threw
+// away the pages that answered when a later one failed, where httpsource
+// returns them with the error: the sweep knew no sandbox, paused none of
+// the ones users resumed on page 1, and said only that it could not list.
+// On loopback, 20 sandboxes in pages of 8:
+//
+//	preserve phase   every page answers: all 20 paused
+//	server step      users resume 2 sandboxes of page 1 and 1 of page 3;
+//	                 from now on every page after the first answers 503
+//	final sweep      lists page 1 (the 2 resumed) and the 503: pauses the
+//	                 2, and the Report says its listing was INCOMPLETE (the
+//	                 one on page 3 is not known)
+func TestFinalSweepPausesWhatItsPartialListingListed(t *testing.T) {
+	srv, ids := agentenvDouble(t, 20, fakeagentenv.Config{PauseBase: 10 * time.Millisecond, PageSize: 8})
+	var fail atomic.Bool
+	ts := pagesFailWhen(t, srv, &fail)
+	page1, page3 := ids[18:], ids[0] // newest first: ids[19] to ids[12] on page 1
+	var sup *supervisor
+	rep := drainOnLoopback(t, ts, hooks{
+		made: func(s *supervisor) { sup = s },
+		beforeStep: func() {
+			for _, id := range append(slices.Clone(page1), page3) {
+				done, err := srv.BeginResume(id)
+				require.NoError(t, err)
+				done()
+			}
+			fail.Store(true)
+		},
+	})
+
+	states := srv.States()
+	for _, id := range page1 {
+		assert.Equal(t, fakeagentenv.Paused, states[id], "resumed on page 1: the sweep listed it")
+		assert.Equal(t, 1, entries(rep)[id].Relisted, "its entry says the sweep found it running again")
+	}
+	assert.Equal(t, fakeagentenv.Running, states[page3], "behind the 503: no listing reached it")
+	assert.Equal(t, 20, rep.Counts[pause.Preserved])
+	note := sup.sweepUnknown.Load()
+	require.NotNil(t, note, "the Report's note says what the sweep could not list")
+	assert.Contains(t, *note, "INCOMPLETE")
+	assert.Contains(t, *note, "503")
+}
