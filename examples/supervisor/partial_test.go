@@ -90,3 +90,46 @@ func TestFinalSweepPausesWhatItsPartialListingListed(t *testing.T) {
 	assert.Contains(t, *note, "INCOMPLETE")
 	assert.Contains(t, *note, "503")
 }
+
+// Fault: the final sweep in force mode (listForced) took a listing that
+// failed after its first page for one that listed nothing: an Unknown
+// account, no entry for the sandboxes page 1 showed running again, so the
+// preserve phase's entries still said them preserved and the Report 0
+// lost while they ran. It now accounts for what the pages that answered
+// list, not started, as for a complete listing, and its account is
+// Incomplete. On loopback, as above, the second SIGTERM as the server step
+// begins:
+//
+//	server step   forced; 2 of page 1 and 1 of page 3 resumed; pages
+//	              after the first answer 503
+//	final sweep   lists page 1: the 2 not started, lost; INCOMPLETE
+func TestForcedSweepAccountsForWhatItsPartialListingListed(t *testing.T) {
+	srv, ids := agentenvDouble(t, 20, fakeagentenv.Config{PauseBase: 10 * time.Millisecond, PageSize: 8})
+	var fail atomic.Bool
+	ts := pagesFailWhen(t, srv, &fail)
+	page1, page3 := ids[18:], ids[0]
+	var sup *supervisor
+	rep := drainOnLoopback(t, ts, hooks{
+		made: func(s *supervisor) { sup = s },
+		beforeStep: func() {
+			sup.drainer.Force()
+			for _, id := range append(slices.Clone(page1), page3) {
+				done, err := srv.BeginResume(id)
+				require.NoError(t, err)
+				done()
+			}
+			fail.Store(true)
+		},
+	})
+
+	for _, id := range page1 {
+		e := entries(rep)[id]
+		assert.Equal(t, pause.NotStarted, e.Outcome, "%s: running again, listed on page 1: %s", id, e.Error)
+		assert.Contains(t, e.Error, "force mode")
+	}
+	assert.Equal(t, 2, rep.Lost(), "the 2 of page 1 run: lost")
+	note := sup.sweepUnknown.Load()
+	require.NotNil(t, note, "the Report's note says what the sweep could not list")
+	assert.Contains(t, *note, "INCOMPLETE")
+	assert.Contains(t, *note, "503")
+}

@@ -113,7 +113,9 @@ func (s *supervisor) sweepRun(ctx context.Context, dl time.Time) (*pause.Report,
 // accounts for every sandbox listed as not started (no pause is sent in
 // force mode), as a Run's not_started entries are: End when the listing
 // answered, no Start (never started), the size the listing gave it. A
-// listing that fails is an Unknown account.
+// listing that fails is an Unknown account; one that fails after listing
+// some (a page 2's 503: pause.Lister) accounts for those and is
+// Incomplete, as a Run's would be.
 func (s *supervisor) listForced(ctx context.Context, by time.Time) *pause.Report {
 	lctx, cancel := context.WithDeadline(ctx, by)
 	defer cancel()
@@ -122,8 +124,12 @@ func (s *supervisor) listForced(ctx context.Context, by time.Time) *pause.Report
 	sbs, err := named(s.sweepList).List(lctx)
 	rep.End = time.Now()
 	if err != nil {
-		rep.Unknown, rep.ListErr = true, err.Error()
-		return rep
+		rep.ListErr = err.Error()
+		if len(sbs) == 0 {
+			rep.Unknown = true
+			return rep
+		}
+		rep.Incomplete = true
 	}
 	for _, sb := range sbs {
 		e := pause.Entry{ID: sb.ID(), Outcome: pause.NotStarted, Pass: 1, End: rep.End,
