@@ -118,7 +118,9 @@
 //     server's status (1 when the server exited 0 but sandboxes were lost,
 //     the final sweep's included, which the Report's note names, or no
 //     listing of the sandboxes ever succeeded: they are unknown, and the
-//     Report says so with the last error, or the daemon step failed: a
+//     Report says so with the last error, or none was complete: every one
+//     failed after its first page, the note saying the listing was
+//     INCOMPLETE, or the daemon step failed: a
 //     device left, the daemon killed or crashed, which the note names, or
 //     the Report could not be written, which the termination message says
 //     instead of naming the file). SIGTERM and SIGINT go to the drain's

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -54,6 +56,8 @@ func runHelper(role string, args []string) int {
 		return naiveserver.Main(args, os.Stderr)
 	case "agentenv":
 		return fakeagentenv.Main(args, os.Stderr)
+	case "agentenv-pages-503": // args[0] the address; the rest, fakeagentenv's flags
+		return agentenvPages503(args[0], args[1:])
 	case "daemon": // args[0]: the DaemonConfig as JSON
 		var cfg fakeublk.DaemonConfig
 		if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
@@ -159,6 +163,34 @@ func stubServer(args []string) int {
 			}
 		}
 	}
+}
+
+// agentenvPages503 runs the AgentENV double (fakeagentenv.Main with args)
+// behind a proxy on addr that answers every page of GET /v2/sandboxes
+// after the first (a request with a nextToken) 503: a listing whose page
+// 2 fails, every time. Its SIGTERM is the double's.
+func agentenvPages503(addr string, args []string) int {
+	inner, err := freeport.Addr()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: inner})
+	go func() {
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v2/sandboxes" && r.URL.Query().Has("nextToken") {
+				http.Error(w, `{"message":"page store unavailable"}`, http.StatusServiceUnavailable)
+				return
+			}
+			proxy.ServeHTTP(w, r)
+		}))
+	}()
+	return fakeagentenv.Main(append(args, "-listen", inner), os.Stderr)
 }
 
 // freeAddr returns a loopback address nothing listens on.

@@ -5,8 +5,10 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -132,4 +135,41 @@ func TestForcedSweepAccountsForWhatItsPartialListingListed(t *testing.T) {
 	require.NotNil(t, note, "the Report's note says what the sweep could not list")
 	assert.Contains(t, *note, "INCOMPLETE")
 	assert.Contains(t, *note, "503")
+}
+
+// Fault: the supervisor read an Incomplete preserve account (every listing
+// failed after its first page: the sandboxes of page 1 preserved, the node
+// may have more) as a complete one: its exit status was the server's, 0,
+// and the Report's note said nothing, where an Unknown one exits 1 and
+// says so. It now exits 1, and the note and the log say the listing was
+// INCOMPLETE, as the termination message does. Real processes: the
+// supervisor in front of the AgentENV double with 20 sandboxes in pages of
+// 8, behind a proxy that answers every page after the first 503, SIGTERM.
+func TestIncompletePreserveListingMakesTheSupervisorExitNonZero(t *testing.T) {
+	dir := t.TempDir()
+	report, termLog := filepath.Join(dir, "report.json"), filepath.Join(dir, "termination-log")
+	api, listen := freeAddr(t), freeAddr(t)
+	var log logbuf.Buffer
+	sup := startSupervisorLogging(t, &log,
+		[]string{"-api", "agentenv", "-listen", listen, "-server-url", "http://" + api, "-grace", "10s",
+			"-concurrency", "8", "-report", report, "-termination-log", termLog},
+		helperCommand("agentenv-pages-503", api, "-sandboxes", "20", "-page-size", "8", "-pause-base", "1ms", "-pause-per-gib", "0"))
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/healthz") == 200 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/health") == http.StatusNoContent }, 20*time.Second, 20*time.Millisecond)
+	sup.signal(t, syscall.SIGTERM)
+	code := sup.exitCode(t, 30*time.Second)
+
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Drain)
+	require.NotNil(t, rep.Drain.Preserve)
+	assert.True(t, rep.Drain.Preserve.Incomplete, "no listing was complete")
+	assert.Equal(t, 8, rep.Drain.Preserve.Counts[pause.Preserved], "page 1's")
+	assert.Equal(t, "exited 0", rep.Server.String(), "the server itself exited 0")
+	assert.Equal(t, 1, code, "%s", log.String())
+	assert.Equal(t, code, rep.ExitCode)
+	assert.Contains(t, rep.Note, "INCOMPLETE")
+	assert.Contains(t, rep.Note, "503")
+	assert.Contains(t, log.String(), `level=ERROR msg="supervisor: listing INCOMPLETE`)
+	assert.Contains(t, readFile(t, termLog), "INCOMPLETE", "the termination message says it")
 }

@@ -640,6 +640,15 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		s.log.Error("supervisor: "+rep.Note, "passes", d.Preserve.Passes)
 		rep.ExitCode = max(rep.ExitCode, 1)
 	}
+	if d != nil && d.Preserve != nil && d.Preserve.Incomplete {
+		// Every listing failed after its first page (a page 2's 503): the
+		// ones listed are accounted for, and the sandboxes of the pages
+		// not reached may have run to SIGKILL. No clean exit either.
+		msg := "listing INCOMPLETE: no listing of the preserve phase was complete, sandboxes not listed may have run: " + d.Preserve.ListErr
+		rep.addNote(msg)
+		s.log.Error("supervisor: "+msg, "listed", len(d.Preserve.Entries), "passes", d.Preserve.Passes)
+		rep.ExitCode = max(rep.ExitCode, 1)
+	}
 	if d != nil {
 		// The daemon step's failure (a teardown that left devices, a daemon
 		// killed or crashed) is no clean exit whatever the server says, as
