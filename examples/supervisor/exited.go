@@ -19,7 +19,9 @@ import (
 // else sent), takes with it every sandbox it had not paused: only paused
 // records persist. Nothing can list them any more, so what the supervisor
 // knows is the last listing that succeeded (before any termination, a
-// readiness probe's): the sandboxes it showed that the drain's account
+// readiness probe's; one that failed after its first page counts with
+// what it listed, and the note says it was INCOMPLETE: recorder): the
+// sandboxes it showed that the drain's account
 // does not already hold (no drain, or no entry: the preserve phase had not
 // listed, or never could) are counted lost, in the Report
 // (LostWithServer), its note, the log, the termination message's first
@@ -32,67 +34,82 @@ import (
 // and a sandbox not known preserved is counted lost.
 
 // recorder is a lister of the server's sandboxes that keeps the IDs of its
-// last listing that succeeded, in last, which recorders of other listings
-// of the same server may share.
+// last listing, in last, which recorders of other listings of the same
+// server may share. A listing that failed after its first page (a page
+// 2's 503: a pause.Lister's partial listing) is kept too, with the last
+// one's IDs it did not list, as drain's count keeps one: the sandboxes it
+// listed run, and of the others it says only that it did not reach them.
 type recorder struct {
 	list pause.Lister
-	ids  func(context.Context) ([]string, error) // the same listing, IDs only; nil: List's
-	last *lastListing                            // nil: kept nowhere
+	last *lastListing // nil: kept nowhere
 }
 
-// lastListing is the IDs of the last listing that succeeded.
+// lastListing is the IDs of the last listing that listed any, and its
+// error when it was incomplete ("": complete).
 type lastListing struct {
-	mu  sync.Mutex
-	ids []string
+	mu         sync.Mutex
+	ids        []string
+	incomplete string
 }
 
 // List implements pause.Lister and records the IDs listed.
 func (r *recorder) List(ctx context.Context) ([]pause.Sandbox, error) {
 	sbs, err := r.list.List(ctx)
-	if err == nil {
+	if err == nil || len(sbs) > 0 {
 		ids := make([]string, len(sbs))
 		for i, sb := range sbs {
 			ids[i] = sb.ID()
 		}
-		r.record(ids)
+		r.record(ids, err)
 	}
 	return sbs, err
 }
 
-// RunningIDs lists the IDs only (a readiness probe) and records them.
+// RunningIDs lists as List does, recording what it lists, and returns the
+// IDs (a readiness probe). A listing that failed after its first page is a
+// failure here (readiness fails), recorded as List records it.
 func (r *recorder) RunningIDs(ctx context.Context) ([]string, error) {
-	if r.ids == nil {
-		sbs, err := r.List(ctx)
-		if err != nil {
-			return nil, err
-		}
-		ids := make([]string, len(sbs))
-		for i, sb := range sbs {
-			ids[i] = sb.ID()
-		}
-		return ids, nil
+	sbs, err := r.List(ctx)
+	if err != nil {
+		return nil, err
 	}
-	ids, err := r.ids(ctx)
-	if err == nil {
-		r.record(slices.Clone(ids))
+	ids := make([]string, len(sbs))
+	for i, sb := range sbs {
+		ids[i] = sb.ID()
 	}
-	return ids, err
+	return ids, nil
 }
 
-func (r *recorder) record(ids []string) {
+// record records ids, the IDs of a listing whose error is err: an
+// incomplete one's keeps the last listing's IDs it does not have.
+func (r *recorder) record(ids []string, err error) {
 	if r.last == nil {
 		return
 	}
 	r.last.mu.Lock()
 	defer r.last.mu.Unlock()
-	r.last.ids = ids
+	if err == nil {
+		r.last.ids, r.last.incomplete = ids, ""
+		return
+	}
+	listed := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		listed[id] = true
+	}
+	for _, id := range r.last.ids {
+		if !listed[id] {
+			ids = append(ids, id)
+		}
+	}
+	r.last.ids, r.last.incomplete = ids, err.Error()
 }
 
-// lastListed returns the IDs of the last listing that succeeded.
-func (r *recorder) lastListed() []string {
+// lastListed returns the IDs of the last listing, and its error when it
+// was incomplete ("": complete); see recorder.
+func (r *recorder) lastListed() ([]string, string) {
 	r.last.mu.Lock()
 	defer r.last.mu.Unlock()
-	return slices.Clone(r.last.ids)
+	return slices.Clone(r.last.ids), r.last.incomplete
 }
 
 // lostWithServer returns the sandboxes the last listing showed for which
@@ -133,7 +150,8 @@ func (s *supervisor) lostBeforeSIGTERM(swept *pause.Report) (*pause.Report, erro
 	}
 	s.exitedDuring.Store(true) // before supervise's loop may see it
 	var lost []string
-	for _, id := range lostWithServer(s.counted.lastListed(), swept) {
+	last, incomplete := s.counted.lastListed()
+	for _, id := range lostWithServer(last, swept) {
 		if !s.preserver.hasEntry(id) {
 			lost = append(lost, id)
 		}
@@ -153,7 +171,7 @@ func (s *supervisor) lostBeforeSIGTERM(swept *pause.Report) (*pause.Report, erro
 		counts[e.Outcome]++
 	}
 	swept.Counts = counts
-	return swept, errors.New(serverExitNote(duringTheDrain, s.server.state().String(), lost))
+	return swept, errors.New(serverExitNote(duringTheDrain, s.server.state().String(), lost, incomplete))
 }
 
 // lostByServerStep returns the sandboxes of the account rep (nil: none)
@@ -227,14 +245,19 @@ func (s *supervisor) exitedWhen() string {
 }
 
 // serverExitNote is the Report's note for sandboxes lost with a server that
-// exited on its own when (duringTheDrain or beforeTermination).
-func serverExitNote(when, status string, lost []string) string {
+// exited on its own when (duringTheDrain or beforeTermination), its last
+// listing incomplete with that error ("": complete).
+func serverExitNote(when, status string, lost []string, incomplete string) string {
 	const most = 10
 	shown := lost[:min(len(lost), most)]
 	more := ""
 	if len(lost) > most {
 		more = fmt.Sprintf(" and %d more", len(lost)-most)
 	}
-	return fmt.Sprintf("the server exited on its own %s (%s): %d sandbox(es) its last listing showed not paused, not known preserved: %v%s",
+	msg := fmt.Sprintf("the server exited on its own %s (%s): %d sandbox(es) its last listing showed not paused, not known preserved: %v%s",
 		when, status, len(lost), shown, more)
+	if incomplete != "" {
+		msg += "; that listing was INCOMPLETE, sandboxes it did not reach may have been lost too: " + incomplete
+	}
+	return msg
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -172,4 +173,42 @@ func TestIncompletePreserveListingMakesTheSupervisorExitNonZero(t *testing.T) {
 	assert.Contains(t, rep.Note, "503")
 	assert.Contains(t, log.String(), `level=ERROR msg="supervisor: listing INCOMPLETE`)
 	assert.Contains(t, readFile(t, termLog), "INCOMPLETE", "the termination message says it")
+}
+
+// Fault: the supervisor kept, for a server that exits on its own, only
+// the last listing that succeeded (recorder): a listing that failed after
+// its first page was not kept, so with every listing failing at page 2
+// the server's death lost no sandbox in the Report, whose note said only
+// that it exited, though readiness had listed 8 running. The listing's
+// sandboxes are now kept with the last one's it did not reach, and the
+// note says the last listing was INCOMPLETE. Real processes, as above:
+//
+//	start       20 running sandboxes, pages of 8, every later page 503
+//	readiness   a probe: 503, page 1's 8 listed
+//	the server  dies (SIGKILL) before any termination: the 8 lost with it
+func TestServerDeathAfterAPartialListingLosesWhatItListed(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.json")
+	api, listen := freeAddr(t), freeAddr(t)
+	var log logbuf.Buffer
+	sup := startSupervisorLogging(t, &log,
+		[]string{"-api", "agentenv", "-listen", listen, "-server-url", "http://" + api, "-grace", "10s", "-report", report},
+		helperCommand("agentenv-pages-503", api, "-sandboxes", "20", "-page-size", "8", "-pause-base", "1ms", "-pause-per-gib", "0"))
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/health") == http.StatusNoContent }, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, http.StatusServiceUnavailable, get(ctx, "http://"+listen+"/readyz"), "readiness: page 2 answers 503")
+	servers := childrenOf(sup.pid())
+	require.Len(t, servers, 1)
+	pid, err := strconv.Atoi(servers[0])
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL), "the server dies on its own")
+	code := sup.exitCode(t, 30*time.Second)
+
+	rep := readReport(t, report)
+	assert.NotZero(t, code, "%s", log.String())
+	assert.Equal(t, code, rep.ExitCode)
+	assert.Len(t, rep.LostWithServer, 8, "page 1's running sandboxes: %s", rep.Note)
+	assert.Equal(t, 8, rep.Lost())
+	assert.Contains(t, rep.Note, "INCOMPLETE")
+	assert.Contains(t, rep.Note, "503")
 }

@@ -79,7 +79,8 @@ type Report struct {
 	// LostWithServer lists the sandboxes lost with a server that exited on
 	// its own before any termination, or during a drain (after T0, before
 	// the supervisor's SIGTERM): the ones its last listing that succeeded
-	// showed not paused and that no preserve accounted for (exited.go). Its own shutdown may have
+	// (or failed after its first page: recorder) showed not paused and
+	// that no preserve accounted for (exited.go). Its own shutdown may have
 	// paused some; nothing can list them any more, and a sandbox not known
 	// preserved is counted lost. When the drain's server step ran after
 	// the exit, they are in Drain's account too, not started (counted once
@@ -167,7 +168,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	if s.src, err = httpsource.New(cfg.serverURL, api); err != nil { // reads -api-key-file: parseArgs leaves it to httpsource
 		return nil, badAPI(err)
 	}
-	s.listed = &recorder{list: s.src, ids: s.src.RunningIDs, last: &lastListing{}}
+	s.listed = &recorder{list: s.src, last: &lastListing{}}
 	s.sweepList, s.counted = s.src, s.listed
 	if cfg.api.API == APIAgentENV {
 		np, err := newNotPaused(s.src, cfg.serverURL, api)
@@ -182,7 +183,7 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		// along, so the last listing kept is this one, which the preserve
 		// phase's of the running ones must not overwrite.
 		s.sweepList, s.counted = np, &recorder{list: np, last: s.listed.last}
-		s.listed = &recorder{list: s.src, ids: s.src.RunningIDs}
+		s.listed = &recorder{list: s.src}
 	}
 	steps := []drain.Step{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: s.liveStepReserve()},
 		s.stopServer)}
@@ -706,12 +707,13 @@ func (s *supervisor) lostWithServer(rep *Report) {
 	if d != nil {
 		acc = d.Preserve
 	}
-	lost := append(lostByServerStep(acc), lostWithServer(s.counted.lastListed(), acc)...)
+	last, incomplete := s.counted.lastListed()
+	lost := append(lostByServerStep(acc), lostWithServer(last, acc)...)
 	if len(lost) == 0 {
 		return
 	}
 	rep.LostWithServer = lost
-	msg := serverExitNote(s.exitedWhen(), rep.Server.String(), lost)
+	msg := serverExitNote(s.exitedWhen(), rep.Server.String(), lost, incomplete)
 	rep.addNote(msg)
 	s.log.Error("supervisor: " + msg)
 	rep.ExitCode = max(rep.ExitCode, 1)
