@@ -419,12 +419,15 @@ func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr, stopped e
 // Close releases what New started: the timeout timers, the listener, in runsc mode the
 // sandboxes that were not preserved (they are lost either way; in a pod the container's
 // SIGKILL takes them; one whose delete fails is an ERROR line naming it), the device
-// daemon (killed if the ublk step did not stop it), the state directory's lock, which lets
-// a sandboxd waiting for the directory in, and last the signals New began to hold.
+// daemon (asked to stop by the ublk step's Teardown, within the step's reserve, when no
+// drain ran that step, as when New fails after starting it; killed if it still runs then,
+// unless the rule below keeps it), the state directory's lock, which lets a sandboxd
+// waiting for the directory in, and last the signals New began to hold.
 //
-// After Run, when the ublk step left the daemon possibly serving a live device (a device
-// left live or held, or what else it serves not known: ublk.DaemonReport.CannotTell) on a
-// kernel where killing it then may crash the host, Close does not kill it: it says so at
+// After Run, or that stop, when the ublk step left the daemon possibly serving a live
+// device (a device left live or held, or what else it serves not known:
+// ublk.DaemonReport.CannotTell) on a kernel where killing it then may crash the host,
+// Close does not kill it: it says so at
 // ERROR and waits for the daemon's exit, unbounded, still holding the lock and the
 // signals; the pod's SIGKILL (the kubelet's at the grace's end) ends the wait with the
 // process (examples/internal/daemonhold).
@@ -464,8 +467,34 @@ func (s *Server) Close() {
 		}
 	}
 	if s.daemon != nil {
+		s.stopDaemon()
 		s.holdWhileDaemonServes()
 		s.daemon.Close()
+	}
+}
+
+// stopDaemon asks the device daemon to stop, as the drain's ublk step does, when no drain
+// ran that step (New failed after the daemon started: a plan that does not fit -grace, a
+// -hook-listen that cannot listen; or Run was never called): Close's kill of a daemon
+// with its devices live is the kill the step refuses on a kernel not known fixed. The
+// step's Teardown runs within its reserve (UblkReserve), and its account is ublkRep, so
+// that holdWhileDaemonServes keeps to the same rule as after a drain.
+func (s *Server) stopDaemon() {
+	if s.ublkRep != nil || s.ublk == nil {
+		return
+	}
+	select {
+	case <-s.daemon.Done():
+		return
+	default:
+	}
+	s.logger.Info("stopping the device daemon: no drain ran the ublk step", "daemon_pid", s.daemon.Pid())
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.UblkReserve())
+	defer cancel()
+	rep, err := s.ublk.Stop(ctx)
+	s.ublkRep = rep
+	if err != nil {
+		s.logger.Error("the device daemon did not stop cleanly", "error", err)
 	}
 }
 

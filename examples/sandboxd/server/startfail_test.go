@@ -1,0 +1,74 @@
+package server
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/pid1/pid1test"
+)
+
+// Fault: New failing after the device daemon started (here a -hook-listen
+// another process holds; a plan that does not fit -grace fails there too)
+// called Close, which killed the daemon with its device live: it never
+// asked the daemon to stop, as the drain's ublk step does, nor kept to
+// examples/internal/daemonhold's rule, the kill that may crash the host on
+// a kernel not known fixed. A real sandboxd process with one fake device:
+//
+//	sandboxd: lock, device daemon (ublkb0 live), the API listens
+//	-hook-listen: address in use      -> New fails
+//	before: Close SIGKILLs the daemon: its log ends at "start"
+//	now:    the ublk step's stop: the daemon stops and deletes ublkb0 and
+//	        exits on its own; sandboxd exits 1
+//
+// A daemon slower than the step's reserve (500 ms of a 6 s grace) on a
+// kernel not known fixed leaves ublkb0 live when the reserve ends: sandboxd
+// then says at ERROR that it waits for the daemon, and exits once the
+// daemon has deleted its device and exited (daemonhold).
+func TestStartThatFailsAfterTheDaemonStartedStopsItCleanly(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		env  []string
+		held bool
+	}{
+		{"a daemon that stops in time", nil, false},
+		{"a daemon slower than the reserve on a kernel not known fixed", []string{slowDaemonEnv + "=2s", kernelEnv + "=6.8.0-45-generic"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			taken, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer taken.Close()
+			cmd := exec.Command(os.Args[0], "-listen", freeAddr(t), "-hook-listen", taken.Addr().String(), "-state-dir", dir,
+				"-grace", "6s", "-pause-latency", "50ms", "-devices", "1")
+			cmd.Env = append(append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0"), c.env...)
+			var stderr logbuf.Buffer
+			cmd.Stderr = &stderr
+			p := pid1test.Start(t, cmd)
+
+			err = p.Wait(t, 30*time.Second, "sandboxd did not exit: %s", &stderr)
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "%s", &stderr)
+			assert.Equal(t, 1, exit.ExitCode(), "%s", &stderr)
+			assert.Contains(t, stderr.String(), "-hook-listen")
+			events, err := os.ReadFile(filepath.Join(dir, EventLogFile))
+			require.NoError(t, err)
+			assert.Contains(t, string(events), "delete 0", "the daemon deleted its device: %s", events)
+			assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the daemon exited on its own, not killed: %s", events)
+			const waits = "sandboxd: not exiting while the device daemon serves live devices"
+			if c.held {
+				assert.Contains(t, stderr.String(), waits)
+			} else {
+				assert.NotContains(t, stderr.String(), waits)
+			}
+		})
+	}
+}
