@@ -3,6 +3,9 @@
 package main
 
 import (
+	"bytes"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,6 +22,7 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/httpsource"
 )
 
 // pagesFailWhen serves the AgentENV double srv on loopback, every page
@@ -211,4 +215,43 @@ func TestServerDeathAfterAPartialListingLosesWhatItListed(t *testing.T) {
 	assert.Equal(t, 8, rep.Lost())
 	assert.Contains(t, rep.Note, "INCOMPLETE")
 	assert.Contains(t, rep.Note, "503")
+}
+
+// Fault: the final sweep's wait for the pauses it gave up on (settle)
+// took a listing that failed after its first page for one that said
+// nothing: with every page 2 answering 503, a sandbox page 1 listed paused
+// stayed timed out, lost in the Report and the exit status, until the
+// wait's end. A sandbox a listing lists paused is paused whatever its
+// later pages answer: it is now preserved, finished late, at the first
+// such listing; only the end of the wait for one no longer shown paused
+// needs a complete listing. On loopback: page 1 lists sb-late paused,
+// every page after it answers 503.
+func TestSweepWaitCreditsAPauseItsPartialListingShowsFinished(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("nextToken") {
+			http.Error(w, `{"message":"page store unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("x-next-token", "page-2")
+		_, _ = io.WriteString(w, `[{"sandboxID":"sb-late","state":"paused","memoryMB":1024}]`)
+	}))
+	defer ts.Close()
+	var logs bytes.Buffer
+	sup := &supervisor{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	src, err := httpsource.New(ts.URL, httpsource.AgentENV())
+	require.NoError(t, err)
+	np, err := newNotPaused(src, ts.URL, httpsource.AgentENV())
+	require.NoError(t, err)
+	sup.sweepList = np
+	rep := &pause.Report{Entries: []pause.Entry{{ID: "sb-late", Outcome: pause.TimedOut, Error: "context deadline exceeded"}},
+		Counts: map[pause.Outcome]int{pause.TimedOut: 1}}
+
+	start := time.Now()
+	sup.finishedLate(t.Context(), rep, start.Add(3*time.Second))
+	e := rep.Entries[0]
+	assert.Equal(t, pause.Preserved, e.Outcome, "listed paused on page 1: %s", e.Error)
+	assert.Contains(t, e.Error, "finished late")
+	assert.Equal(t, 1, rep.Counts[pause.Preserved])
+	assert.Less(t, time.Since(start), 2*time.Second, "at the first listing, not the wait's end")
 }

@@ -226,8 +226,10 @@ const settleInterval = 250 * time.Millisecond
 // when each was first listed paused. A listing that fails is tried again
 // at the next interval: the server, not sent its SIGTERM yet, is finishing
 // those pauses, and a 503 or a reset connection now says nothing of them.
-// One that fails permanently (a refused key) ends the wait. The error
-// returned is the last listing's when it failed, nil when it answered.
+// One that fails permanently (a refused key) ends the wait. One that
+// fails after its first page (a page 2's 503) settles the ones it listed
+// paused all the same. The error returned is the last listing's when it
+// failed, nil when it answered.
 func (l *notPaused) settle(ctx context.Context, ids []string, by time.Time) (map[string]time.Time, error) {
 	ctx, cancel := context.WithDeadline(ctx, by)
 	defer cancel()
@@ -239,6 +241,14 @@ func (l *notPaused) settle(ctx context.Context, ids []string, by time.Time) (map
 	var failed error // the last listing's error
 	for len(waiting) > 0 {
 		paused, shown, err := l.settleListing(ctx)
+		// One listed paused is paused, whatever the listing's later pages
+		// answered (a page 2's 503).
+		for _, id := range paused {
+			if waiting[id] {
+				settled[id] = time.Now()
+				delete(waiting, id)
+			}
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return settled, failed // the wait's end, not the listing's fault
@@ -248,12 +258,6 @@ func (l *notPaused) settle(ctx context.Context, ids []string, by time.Time) (map
 			failed = err
 		default:
 			failed = nil
-			for _, id := range paused {
-				if waiting[id] {
-					settled[id] = time.Now()
-					delete(waiting, id)
-				}
-			}
 			for id := range waiting {
 				if !slices.Contains(shown, id) {
 					delete(waiting, id)
@@ -268,14 +272,18 @@ func (l *notPaused) settle(ctx context.Context, ids []string, by time.Time) (map
 }
 
 // settleListing lists the IDs listed paused, then the ones shown paused.
+// A listing that failed after its first page gives what it listed paused
+// with its error, and no ones shown paused: only a complete listing says
+// which are not.
 func (l *notPaused) settleListing(ctx context.Context) (paused, shown []string, err error) {
-	if paused, err = l.paused.RunningIDs(ctx); err != nil {
-		return nil, nil, err
+	sbs, err := l.paused.List(ctx)
+	if paused = sandboxIDs(sbs); err != nil {
+		return paused, nil, err
 	}
-	if shown, err = l.shown.RunningIDs(ctx); err != nil {
-		return nil, nil, err
+	if sbs, err = l.shown.List(ctx); err != nil {
+		return paused, nil, err
 	}
-	return paused, shown, nil
+	return paused, sandboxIDs(sbs), nil
 }
 
 // sleepCtx sleeps for d and reports whether ctx was still live then.
