@@ -120,10 +120,12 @@ func TestSupervisorPlansForTheKubeletsOwnGraceWhenItsPodHasNoDeletion(t *testing
 // After kubectl delete --force a StatefulSet's new pod of the same name
 // exists (uid-1 here), and its deletion, when it comes, is not this
 // pod's. With -pod-uid (default $POD_UID, the downward API's metadata.uid)
-// the supervisor knows its own pod: the other one's 5 s deletion does not
-// cut this pod's 30 s, and the Events name this pod. Before, the UID was
-// the one its first read found, the new pod's: SIGKILL planned 5 s out,
-// the Events on the new pod.
+// the supervisor knows its own pod: the other one's 5 s deletion is not
+// taken, and the Events name this pod. Before, the UID was the one its
+// first read found, the new pod's: SIGKILL planned 5 s out, the Events on
+// the new pod. This pod, gone from the API server, was force deleted: the
+// kubelet kills it 2 s after SIGTERM (row 580, measured under the real
+// kubelet), and the budget plans that, not the spec's 30 s.
 func TestSupervisorDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	api, child, _, report := startWithPod(t, "-pod-uid", "uid-old")
 	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
@@ -134,7 +136,9 @@ func TestSupervisorDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 
 	rep := readReport(t, report)
 	require.NotNil(t, rep.Drain)
-	assert.Equal(t, 30*time.Second, rep.Drain.Budget.Kill.Sub(rep.Drain.Budget.Start), "the other pod's deletion is not this one's")
+	// The pod read that finds the force deletion runs beside the drain; a drain
+	// of a few sandboxes may finish before it lands, the budget then as it began.
+	assert.Contains(t, []time.Duration{2 * time.Second, 30 * time.Second}, rep.Drain.Budget.Kill.Sub(rep.Drain.Budget.Start), "this pod's force deletion or the grace it began with, never the other pod's 5 s")
 	require.NotEmpty(t, api.Events())
 	for _, ev := range api.Events() {
 		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)

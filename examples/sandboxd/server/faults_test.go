@@ -545,7 +545,9 @@ func TestShutdownThatLostSandboxesExits1(t *testing.T) {
 // (uid-new), and sandboxd, given no UID, took the UID its first read of the pod found (at
 // the drain) for its own: the new pod's 5 s deletion cut this pod's 30 s, and the Events
 // went on the new pod. With -pod-uid (default $POD_UID, the Downward API's metadata.uid)
-// the other pod is not this one's: the grace stands, the Events name this pod.
+// the other pod is not this one's: its deletion is not taken, the Events name this pod,
+// and this pod, gone from the API server, is a force deletion's: the kubelet kills it 2 s
+// after SIGTERM (row 580, measured under the real kubelet), not after the new pod's 5 s.
 func TestSandboxdDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "sandboxes", UID: "uid-new"}
 	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
@@ -559,7 +561,9 @@ func TestSandboxdDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
 	rep := st.shutdown(t)
 	require.NoError(t, rep.Err())
-	assert.Equal(t, cfg.Grace, rep.Budget.Kill.Sub(rep.Budget.Start), "the other pod's deletion is not this one's")
+	// The pod read that finds the force deletion runs beside the drain; a drain
+	// of a few sandboxes may finish before it lands, the budget then as it began.
+	assert.Contains(t, []time.Duration{2 * time.Second, cfg.Grace}, rep.Budget.Kill.Sub(rep.Budget.Start), "this pod's force deletion or the grace it began with, never the other pod's 5 s")
 	require.NotEmpty(t, api.Events())
 	for _, ev := range api.Events() {
 		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
