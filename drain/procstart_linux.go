@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"cmp"
 	"math"
 	"os"
 	"time"
@@ -17,16 +18,48 @@ import (
 // started the hook (T0) just before, and the hook's own start-up must not
 // count as drain time.
 func ProcessStart() time.Time {
-	now := time.Now()
 	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return time.Now()
+	}
+	up, now, err := upAt(bootTime, time.Now)
 	if err != nil {
 		return now
 	}
+	return processStart(string(stat), up, now)
+}
+
+// bootTime is the time since boot, CLOCK_BOOTTIME.
+func bootTime() (time.Duration, error) {
 	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		return now
+	err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+	return time.Duration(ts.Nano()), err
+}
+
+// upAt reads the time since boot (boot) and the time (now) as one moment:
+// a thread preempted between two clock readings (a loaded node, where
+// preStop hooks run) puts tens of milliseconds between them, which the
+// start's age would gain. It reads boot on both sides of now and keeps, of
+// three tries, the pair whose two boot readings are closest, with the
+// later one: what gap is left puts the start early, never late (a start
+// late would give the drain time the hook's start-up already spent).
+func upAt(boot func() (time.Duration, error), now func() time.Time) (up time.Duration, at time.Time, err error) {
+	gap := time.Duration(math.MaxInt64)
+	for range 3 {
+		before, err := boot()
+		t := now()
+		after, err2 := boot()
+		if err != nil || err2 != nil {
+			return 0, t, cmp.Or(err, err2)
+		}
+		if after-before < gap {
+			gap, up, at = after-before, after, t
+		}
+		if gap < time.Millisecond {
+			break
+		}
 	}
-	return processStart(string(stat), time.Duration(ts.Nano()), now)
+	return up, at, nil
 }
 
 // processStart is ProcessStart over the contents of /proc/self/stat, up

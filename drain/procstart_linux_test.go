@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -68,4 +69,33 @@ func childCmd(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Env = append(os.Environ(), procStartEnv+"=1")
 	return cmd
+}
+
+// A thread preempted between the reading of the time and of the time since
+// boot (a loaded node) put the gap into the start's age: the start came out
+// 39.7 ms early in a race run. The two are read as one moment: of three
+// tries, the one with the least between its boot readings.
+func TestUptimeAndTimeAreReadAsOneMoment(t *testing.T) {
+	base := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	var boot time.Duration = time.Hour
+	reads := []time.Duration{
+		0, 30 * time.Millisecond, // first try: preempted 30 ms after the time was read
+		0, 50 * time.Microsecond, // second: one moment
+	}
+	clock := func() (time.Duration, error) {
+		boot += reads[0]
+		reads = reads[1:]
+		return boot, nil
+	}
+	var nows int
+	now := func() time.Time { nows++; return base.Add(boot - time.Hour) }
+	up, at, err := upAt(clock, now)
+	require.NoError(t, err)
+	assert.Equal(t, 2, nows, "a second try, then no more: its gap is under a millisecond")
+	assert.Equal(t, base.Add(30*time.Millisecond), at, "the second try's time")
+	assert.Equal(t, time.Hour+30*time.Millisecond+50*time.Microsecond, up, "with its later boot reading: the start 50 µs early, not 30 ms")
+
+	failing := func() (time.Duration, error) { return 0, errors.New("no CLOCK_BOOTTIME") }
+	_, _, err = upAt(failing, time.Now)
+	assert.ErrorContains(t, err, "CLOCK_BOOTTIME")
 }
