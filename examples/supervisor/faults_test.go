@@ -620,6 +620,12 @@ func TestSupervisorDoesNotExitWhileItsDaemonMayServeADiskTheStepCannotSee(t *tes
 	require.NoError(t, os.Rename(block, block+".aside")) // EMFILE or ENOMEM in the supervisor, for the rest of its life
 	require.NoError(t, os.WriteFile(block, nil, 0o644))
 
+	// The supervisor writes the Report, then says it holds its exit: the
+	// daemon is killed (as the pod's SIGKILL would) only once it has said
+	// so, or the kill could land between the two and the line never come.
+	require.Eventually(t, func() bool {
+		return strings.Contains(readFile(t, logFile), "not exiting while the device daemon may serve")
+	}, 20*time.Second, 10*time.Millisecond, "the supervisor holds its exit for the daemon")
 	killHeldDaemon(t, report) // fails if the supervisor's exit killed it already
 	code := sup.exitCode(t, 20*time.Second)
 	rep := readReport(t, report)
@@ -628,7 +634,6 @@ func TestSupervisorDoesNotExitWhileItsDaemonMayServeADiskTheStepCannotSee(t *tes
 	assert.True(t, rep.Ublk.Daemon.LeftRunning, "the step did not kill the daemon")
 	assert.Contains(t, rep.Ublk.Daemon.CannotTell, "not a directory")
 	assert.Equal(t, 1, code, "the daemon was left running")
-	assert.Contains(t, readFile(t, logFile), "not exiting while the device daemon may serve")
 }
 
 // Fault: as PID 1 of the pod's PID namespace (the AgentENV overlay runs it
