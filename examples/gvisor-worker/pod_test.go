@@ -65,7 +65,9 @@ func TestWorkerWithoutAPIAccessGoesOnWithGrace(t *testing.T) {
 // the worker took that pod for its own: its deletion (when the new one is deleted in its
 // turn) set the budget, and the drain's Events went on the new pod, a pod just started
 // described as drained. With -pod-uid (default $POD_UID) the other pod is not this one:
-// -grace stands, the Events name this pod.
+// its deletion is not taken, the Events name this pod. This pod, gone from the API
+// server, was force deleted: the kubelet kills it 2 s after SIGTERM (row 580, measured
+// under the real kubelet), and the budget plans that once its read lands.
 func TestWorkerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	api := &fakeapiserver.Pod{Name: "gvisor-worker-0", Namespace: "sandboxes", UID: "uid-new"}
 	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
@@ -77,8 +79,13 @@ func TestWorkerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	require.NoError(t, err)
 	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
 	rep := stop()
-	require.NoError(t, rep.Err())
-	assert.Equal(t, cfg.Grace, rep.Budget.Kill.Sub(rep.Budget.Start), "the other pod's deletion is not this one's")
+	// The read runs beside the drain; a drain of one sandbox may finish before it lands,
+	// the budget then as it began. Once it has landed, the 2 s leave the checkpoint no
+	// room, and the Report says so.
+	if kill := rep.Budget.Kill.Sub(rep.Budget.Start); kill != 2*time.Second {
+		assert.Equal(t, cfg.Grace, kill, "-grace, or this pod's force deletion; never the other pod's 5 s")
+		require.NoError(t, rep.Err())
+	}
 	require.NotEmpty(t, api.Events())
 	for _, ev := range api.Events() {
 		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)

@@ -132,13 +132,17 @@ func TestSupervisorDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	tl, err := kubeletsim.Terminate(t.Context(), child, nil, 30*time.Second)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
-	assert.NoError(t, child.Err())
 
 	rep := readReport(t, report)
 	require.NotNil(t, rep.Drain)
 	// The pod read that finds the force deletion runs beside the drain; a drain
 	// of a few sandboxes may finish before it lands, the budget then as it began.
-	assert.Contains(t, []time.Duration{2 * time.Second, 30 * time.Second}, rep.Drain.Budget.Kill.Sub(rep.Drain.Budget.Start), "this pod's force deletion or the grace it began with, never the other pod's 5 s")
+	// Once it has landed, what did not fit the 2 s is in the Report and the exit
+	// status.
+	if kill := rep.Drain.Budget.Kill.Sub(rep.Drain.Budget.Start); kill != 2*time.Second {
+		assert.Equal(t, 30*time.Second, kill, "the grace it began with, or this pod's force deletion; never the other pod's 5 s")
+		assert.NoError(t, child.Err())
+	}
 	require.NotEmpty(t, api.Events())
 	for _, ev := range api.Events() {
 		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)

@@ -560,10 +560,13 @@ func TestSandboxdDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	createSandbox(t, st.base)
 	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
 	rep := st.shutdown(t)
-	require.NoError(t, rep.Err())
 	// The pod read that finds the force deletion runs beside the drain; a drain
 	// of a few sandboxes may finish before it lands, the budget then as it began.
-	assert.Contains(t, []time.Duration{2 * time.Second, cfg.Grace}, rep.Budget.Kill.Sub(rep.Budget.Start), "this pod's force deletion or the grace it began with, never the other pod's 5 s")
+	// Once it has landed, what did not fit the 2 s is in the Report.
+	if kill := rep.Budget.Kill.Sub(rep.Budget.Start); kill != 2*time.Second {
+		assert.Equal(t, cfg.Grace, kill, "the grace it began with, or this pod's force deletion; never the other pod's 5 s")
+		require.NoError(t, rep.Err())
+	}
 	require.NotEmpty(t, api.Events())
 	for _, ev := range api.Events() {
 		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
