@@ -180,6 +180,20 @@ func podOver(t *testing.T, api *fakeapiserver.Pod, rt http.RoundTripper) *kube.P
 	return pod
 }
 
+// deletedPodReadLate is the pod sandboxd-0, deleted now with grace, whose
+// API server answers each read after wait: a read started at SIGTERM lands
+// once the phases' windows are laid out by the manifest's grace.
+func deletedPodReadLate(t *testing.T, grace, wait time.Duration) *kube.Pod {
+	t.Helper()
+	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+	api.Delete(time.Now(), grace)
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(wait) // the API server's answer, after the windows
+		api.ServeHTTP(w, r)
+	})
+	return podOver(t, api, handlerTransport{slow})
+}
+
 // The kubelet giving up on the hook is logged at Warn with what the server
 // can tell of it: the grace the kubelet used (about the time from T0 to
 // SIGTERM) against the budget's, and the likely causes. Before, only the

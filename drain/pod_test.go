@@ -506,13 +506,7 @@ func TestPreserveFollowsAReadLandingAfterItsWindow(t *testing.T) {
 // budget too.
 func preserveFollowsALateRead(t *testing.T, inFlight bool, pauseTakes time.Duration) {
 	synctest.Test(t, func(t *testing.T) {
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-		api.Delete(time.Now(), 3*time.Second)
-		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(100 * time.Millisecond) // the API server's answer, after the window
-			api.ServeHTTP(w, r)
-		})
-		pod := podOver(t, api, handlerTransport{slow})
+		pod := deletedPodReadLate(t, 3*time.Second, 100*time.Millisecond)
 		var ran []string
 		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 8, latency: pauseTakes, limit: 1,
 			steps: []Step{recordStep("ublk", 500*time.Millisecond, &ran)},

@@ -2,7 +2,6 @@ package drain
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -12,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/deadline"
-	"github.com/drainkit/drainkit/internal/fakeapiserver"
 )
 
 // A step follows the budget as the gate and preserve phases do (row 235; row 369):
@@ -22,13 +20,7 @@ import (
 // reserve before SIGKILL.
 func TestStepFollowsAReadLandingDuringIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-		api.Delete(time.Now(), 3*time.Second)
-		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(100 * time.Millisecond)
-			api.ServeHTTP(w, r)
-		})
-		pod := podOver(t, api, handlerTransport{slow})
+		pod := deletedPodReadLate(t, 3*time.Second, 100*time.Millisecond)
 		var ublkAt time.Time
 		server := step("http", 500*time.Millisecond, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
 		ublk := stepOf("ublk", 500*time.Millisecond, true, func(ctx context.Context) error { ublkAt = time.Now(); return nil })
@@ -98,13 +90,7 @@ func (s *tighteningStep) Tighten(dl time.Time) bool {
 // kill planned near the end of 60 s, ran none of them before SIGKILL.
 func TestStepIsToldItsDeadlineMovedEarlier(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-		api.Delete(time.Now(), 3*time.Second)
-		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(100 * time.Millisecond)
-			api.ServeHTTP(w, r)
-		})
-		pod := podOver(t, api, handlerTransport{slow})
+		pod := deletedPodReadLate(t, 3*time.Second, 100*time.Millisecond)
 		ublk := &tighteningStep{phase: deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(time.Second), Critical: true}}
 		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, steps: []Step{ublk},
 			edit: func(c *Config) { c.Pod = pod }})
@@ -261,15 +247,10 @@ func TestStepForcedBeforeItRegistersReadsItsReserve(t *testing.T) {
 // Short stayed 0.
 func TestStepSqueezedByTheBudgetReportsItsShortfall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
-		api.Delete(time.Now(), 3*time.Second)
-		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(100 * time.Millisecond)
-			api.ServeHTTP(w, r)
-		})
+		pod := deletedPodReadLate(t, 3*time.Second, 100*time.Millisecond)
 		ublk := &tighteningStep{phase: deadline.Phase{Name: "ublk", Reserve: deadline.Fixed(5 * time.Second), Critical: true}}
 		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, steps: []Step{ublk},
-			edit: func(c *Config) { c.Pod = podOver(t, api, handlerTransport{slow}) }})
+			edit: func(c *Config) { c.Pod = pod }})
 		rep := f.d.Shutdown(context.Background())
 		p := rep.Phase("ublk")
 		require.NotNil(t, p)
