@@ -157,36 +157,40 @@ func firstSignal(ctx context.Context, ch <-chan os.Signal, term <-chan struct{})
 			ch = nil
 		case <-ctx.Done():
 			cause := context.Cause(ctx)
-			if !signalCause(cause) {
-				select {
-				case sig, ok := <-ch: // never ready if nil
-					if ok {
-						return sig, nil
-					}
-				default:
-				}
-				return nil, cause
-			}
-			// os/signal sends a signal to its channels one after the
-			// other, in no set order: NotifyContext's goroutine may end
-			// ctx before the same signal reaches ch. Taken for the
-			// server's own reason to drain, a SIGTERM that came while a
-			// preStop request was open was not the kubelet giving up on
-			// the hook, and the budget kept a SIGKILL the kubelet's 2 s
-			// came long before.
-			t := time.NewTimer(signalLag)
-			defer t.Stop()
-			select {
-			case sig, ok := <-ch:
-				if ok {
-					return sig, nil
-				}
-			case <-t.C:
+			if sig := signalWith(ch, signalCause(cause)); sig != nil {
+				return sig, nil
 			}
 			return nil, cause
 		case <-term:
 			return nil, nil
 		}
+	}
+}
+
+// signalWith returns the signal that came with ctx's end: one already
+// waiting on ch (select took either), or, when ctx's cause is a signal's
+// (lag), one that comes within signalLag. os/signal sends a signal to its
+// channels one after the other, in no set order: NotifyContext's goroutine
+// may end ctx before the same signal reaches ch. Taken for the server's own
+// reason to drain, a SIGTERM that came while a preStop request was open was
+// not the kubelet giving up on the hook, and the budget kept a SIGKILL the
+// kubelet's 2 s came long before. Nil when none came, or ch is closed.
+func signalWith(ch <-chan os.Signal, lag bool) os.Signal {
+	if !lag {
+		select {
+		case sig := <-ch: // never ready if nil
+			return sig
+		default:
+			return nil
+		}
+	}
+	t := time.NewTimer(signalLag)
+	defer t.Stop()
+	select {
+	case sig := <-ch:
+		return sig
+	case <-t.C:
+		return nil
 	}
 }
 
