@@ -253,14 +253,16 @@ func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, 
 func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, pids []int) (servers map[int][]int, unknown map[int]error) {
 	chars, numErr := charNums(sysRoot, devs)
 	servers, unknown = map[int][]int{}, map[int]error{}
-	want := wantSet(chars)
-	for i, pid := range pids {
-		if len(chars) == 0 {
-			if numErr != nil {
+	if len(chars) == 0 {
+		if numErr != nil { // each may serve a device whose number was not read
+			for _, pid := range pids {
 				unknown[pid] = numErr
 			}
-			continue
 		}
+		return servers, unknown
+	}
+	want := wantSet(chars)
+	for i, pid := range pids {
 		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
 		open, complete, err := blockdev.ReadCharsOpen(ctx, fdDir, want)
 		for _, n := range open {
