@@ -56,11 +56,7 @@ type lastListing struct {
 func (r *recorder) List(ctx context.Context) ([]pause.Sandbox, error) {
 	sbs, err := r.list.List(ctx)
 	if err == nil || len(sbs) > 0 {
-		ids := make([]string, len(sbs))
-		for i, sb := range sbs {
-			ids[i] = sb.ID()
-		}
-		r.record(ids, err)
+		r.record(sandboxIDs(sbs), err)
 	}
 	return sbs, err
 }
@@ -73,11 +69,7 @@ func (r *recorder) RunningIDs(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(sbs))
-	for i, sb := range sbs {
-		ids[i] = sb.ID()
-	}
-	return ids, nil
+	return sandboxIDs(sbs), nil
 }
 
 // record records ids, the IDs of a listing whose error is err: an
