@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -128,4 +129,13 @@ func TestEstimatorThatHasSeenNothingPlansTheDefaultEstimate(t *testing.T) {
 			assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved], "lost: %d", rep.Lost())
 		})
 	}
+}
+
+// The estimate the plan counts for an Estimator that has seen nothing is
+// pause's default Estimator's prior, which pause does not export: kept
+// apart, the two would drift.
+func TestUnknownPreserveIsPausesDefaultEstimate(t *testing.T) {
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }), pause.Config{})
+	require.NoError(t, err)
+	assert.Equal(t, p.Estimator().Estimate(), unknownPreserve.Estimate())
 }
