@@ -58,7 +58,9 @@ var ErrCannotKill = errors.New("ublk: daemon cannot be killed from here")
 // a kernel where killing with a live device is unsafe the step reads that
 // process's open /dev/ublkcN for a disk it still serves. A nil PidFunc is
 // a daemon whose PID is not known: those guards fall back to the cgroup
-// rule of Config.Devices, and the kill guard is off.
+// rule of Config.Devices, and the kill guard, with no fds to read, takes
+// every live disk in sysfs that is not the step's nor known to be another
+// server's for one the daemon may serve: it is not killed while one is.
 type DaemonFuncs struct {
 	StopFunc func(ctx context.Context) error
 	WaitFunc func(ctx context.Context) error

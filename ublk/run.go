@@ -1137,8 +1137,8 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 // by Config.Devices, or taken for another server's. It reports whether
 // there was one: the daemon is then not killed, on a kernel where killing
 // it with a live disk may crash the host. Before, the step looked at its
-// own devices alone, and killed the daemon with such a disk live. It
-// needs the daemon's PID, and reads that process's fds alone.
+// own devices alone, and killed the daemon with such a disk live. With
+// the daemon's PID it reads that process's fds alone.
 //
 // When sysfs cannot be listed or a device in it read, or the daemon's fds
 // (EMFILE or ENOMEM in the server for a moment; EACCES; procfs not showing
@@ -1147,14 +1147,21 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 // it is no safer than the pod's SIGKILL, which ends it at the deadline
 // anyway, and a daemon that serves a live disk may still stop it in the
 // time left; the next poll looks again.
+//
+// Without the daemon's PID (DaemonFuncs with no PidFunc) there are no fds
+// to read: a live disk the step does not have may be the daemon's unless
+// it is another server's (its /dev/ublkcN open outside the cgroup above
+// the server's, as at discovery: othersDevices), and while one is, the
+// step cannot tell either. Before, the look was skipped for such a daemon,
+// and it was killed serving a live disk the step had no device for.
 func (r *run) servesMore() bool {
 	pid := daemonPID(r.cfg.daemon)
-	if pid <= 0 {
-		return false
-	}
 	ids, err := r.untracked()
 	var disks []Device
 	for _, id := range ids {
+		if e, ok := r.others[id]; ok && e != 0 && e == charEntry(r.cfg.sysRoot, id) {
+			continue // another server's, told at discovery
+		}
 		d, rerr := readDevice(r.cfg.sysRoot, id)
 		switch {
 		case rerr != nil:
@@ -1173,6 +1180,9 @@ func (r *run) servesMore() bool {
 	}
 	ctx, cancel := r.procfsPass(time.Now().Add(ownersWait))
 	defer cancel()
+	if pid <= 0 {
+		return r.mayServe(ctx, disks)
+	}
 	served, err := daemonServes(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, pid)
 	if errors.Is(err, fs.ErrNotExist) && r.daemonGone() {
 		return false // exited: it serves none
@@ -1193,6 +1203,26 @@ func (r *run) servesMore() bool {
 			Result: "/dev/" + d.cur.CharName() + " open in the daemon, " + d.cur.State() + ", not one of the step's devices: the daemon is not killed while it serves it"})
 		r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon still serves a disk the step did not have; not killing it", "device", d.cur.DiskName())
 	}
+	return true
+}
+
+// mayServe is servesMore for a daemon whose PID the step does not know:
+// it reports whether a disk of disks (live, not the step's) may be the
+// daemon's, not known to be another server's (othersDevices), and if so
+// records that the step cannot tell (cannotTell), naming the disks.
+func (r *run) mayServe(ctx context.Context, disks []Device) bool {
+	others := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, 0)
+	var names []string
+	for _, d := range disks {
+		if _, ok := others[d.ID]; !ok {
+			names = append(names, d.DiskName())
+		}
+	}
+	if len(names) == 0 {
+		return false
+	}
+	r.cannotTell(fmt.Errorf("ublk: the daemon's PID is not known (DaemonFuncs with no PidFunc), so its fds cannot be read: "+
+		"%s, live and not the step's, not known to be another server's, may be its", strings.Join(names, ", ")))
 	return true
 }
 

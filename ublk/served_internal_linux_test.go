@@ -278,3 +278,84 @@ func TestDaemonNotKilledWhileProcfsDoesNotShowIt(t *testing.T) {
 	default:
 	}
 }
+
+//	0 s      the step, limited to ublkb0 (Config.Devices), asks the daemon to stop
+//	1 .. 2 s the daemon stops and deletes ublkb0; it still serves ublkb1, live
+//	4 s      ExitWait is up: no device of the step is live
+//	60 s     the deadline
+//
+// The daemon is known by its functions alone (DaemonFuncs with no
+// PidFunc): the step has no fds to read for what else it serves. A live
+// disk the step does not have is then the daemon's as far as the step can
+// tell, unless it is another server's (its /dev/ublkcN open outside the
+// cgroup above the server's): on a vulnerable kernel the daemon is not
+// killed while one is, and the Report says why (Daemon.CannotTell, the
+// "served by the daemon" step). Before, the look was skipped without a
+// PID, and the daemon was killed at 4 s with ublkb1 live, the host-crash
+// path. Another server's disk keeps no daemon alive: the kill comes at 4 s.
+func TestDaemonWithoutItsPIDIsNotKilledWhileALiveDiskMayBeItsOwn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	t.Run("a disk no process is seen serving", func(t *testing.T) {
+		rep, events, err := withoutPID(t, false)
+		assert.Equal(t, []string{"request", "stop 0", "delete 0"}, events, "the daemon is not killed")
+		require.NoError(t, err, "every device of the step stopped")
+		assert.False(t, rep.Daemon.Killed)
+		assert.True(t, rep.Daemon.LeftRunning)
+		assert.Contains(t, rep.Daemon.CannotTell, "the daemon's PID is not known")
+		assert.Contains(t, rep.Daemon.CannotTell, "ublkb1, live and not the step's")
+		served := rep.Step("served by the daemon")
+		require.NotNil(t, served, "the Report says why the daemon was not killed")
+		assert.Contains(t, served.Result, "not killed while the step cannot tell")
+		assert.Contains(t, rep.Note, "the daemon was left running")
+	})
+	t.Run("another server's disk", func(t *testing.T) {
+		rep, events, err := withoutPID(t, true)
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "kill", "exit killed"}, events)
+		require.NoError(t, err)
+		assert.True(t, rep.Daemon.Killed)
+		assert.Empty(t, rep.Daemon.CannotTell)
+		assert.Nil(t, rep.Step("served by the daemon"))
+	})
+}
+
+// withoutPID runs the timeline above with a daemon known by its functions
+// alone; with another, ublkb1's /dev/ublkc1 is open in pid 77, in another
+// pod's cgroup (a fake procfs). It returns the step's Report, the daemon's
+// events when Stop returned, and Stop's error.
+func withoutPID(t *testing.T, another bool) (rep *Report, events []string, err error) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		minor := uint32(os.Getpid()*2+41) % (1 << 20)
+		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4091, CharMinor: minor}))
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		if another {
+			node := filepath.Join(t.TempDir(), "ublkc1")
+			require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4091, minor))))
+			fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+		}
+		d := newMemDaemon(f.tree, 0)
+		d.servesMore = true
+		defer d.close()
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill} // no PidFunc
+		td, nerr := New(daemon, f.config(vulnerable, nil, Config{Devices: []int{0}, ExitWait: 2 * time.Second, NoControl: true}))
+		require.NoError(t, nerr)
+		rep, _, err = runFor(t, td, time.Minute)
+		events = d.Events()
+		t.Log(rep.String())
+	})
+	return rep, events, err
+}
+
+// fakeProcess makes process pid of a fake procfs: its cgroup file holds
+// cgroup, and, when open is not empty, fd 3 links to the node open.
+func fakeProcess(t *testing.T, proc, pid, cgroup, open string) {
+	t.Helper()
+	dir := filepath.Join(proc, pid)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "fd"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644))
+	if open != "" {
+		require.NoError(t, os.Symlink(open, filepath.Join(dir, "fd", "3")))
+	}
+}

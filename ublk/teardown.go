@@ -254,8 +254,12 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     disk's /dev/ublkcN open: one left out by Config.Devices, or taken
 //     for another server's), when the step knows its PID: looked for
 //     right before the kill, such a disk joins the Report as one of the
-//     step's, live. When sysfs, or the daemon's fds, cannot be read to
-//     look (EMFILE or ENOMEM in the server), the daemon is not killed
+//     step's, live. Without its PID (DaemonFuncs with no PidFunc) there are
+//     no fds to read: a live disk not the step's is then the daemon's
+//     unless it is another server's (its /dev/ublkcN open outside the
+//     cgroup above the server's), and while one is the step cannot tell.
+//     When sysfs, or the daemon's fds, cannot be read to look (EMFILE or
+//     ENOMEM in the server), the daemon is not killed
 //     either while the step cannot tell: the pod's SIGKILL ends it at the
 //     deadline anyway, and killing it sooner is no safer. The step looks again at every poll;
 //     the Report's "served by the daemon" step says why, and its Note
