@@ -33,7 +33,11 @@ type Config struct {
 	// open, its server) is open in a process that is neither the daemon
 	// (nor one of its descendants) nor inside this server's cgroup
 	// (another pod's ublk server, the host's) is left alone, and
-	// Report.Note says so.
+	// Report.Note says so. So is a live device whose /dev/ublkcN no process
+	// procfs shows has open, when the step knows the daemon's PID and read
+	// its fds, and every process it could not read is outside the cgroup
+	// (its server is another pod's, in a PID namespace this procfs does not
+	// show); where the step cannot tell, the device is its own.
 	// Where the step does not know the daemon's PID (DaemonFuncs with no PidFunc, a
 	// Socket without its Process), a process in the cgroup above this
 	// server's (its pod's: a daemon in a container beside the server's)

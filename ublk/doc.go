@@ -22,7 +22,8 @@
 //
 // The order (see Teardown.Stop): find the devices in sysfs, leaving
 // another server's alone (its /dev/ublkcN open in a process that is not
-// the daemon, outside this server's cgroup: Config.Devices), and while it
+// the daemon, outside this server's cgroup, or, live, open in none that
+// procfs shows while the daemon's fds were read: Config.Devices), and while it
 // waits the devices the daemon adds after that; wait until
 // nothing holds a disk (a process's fd or memory mapping of the node, a
 // process's io_uring with the node among its registered files, a mount,

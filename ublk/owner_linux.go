@@ -33,21 +33,33 @@ import (
 // descendants (a daemon that forks a process for each device, as
 // ublksrv does) and this server's cgroup; not known, the cgroup above this server's
 // too, its pod's in Kubernetes, since a daemon in a container of its own
-// beside the server is the server's. A device left out that was the
-// daemon's own would be worse than one kept that was not (the step could
-// kill the daemon with it live), so a device is the step's wherever the
-// scan cannot tell: sysfs shows no number for its char device, no process
-// procfs shows has it open (its server gone, or unseen), or a holder's
-// cgroup cannot be read. It reads procfs until ctx ends.
+// beside the server is the server's.
+//
+// With the daemon's PID known, a live device (its disk in sysfs) whose
+// /dev/ublkcN no process procfs shows has open is another server's too
+// when the daemon's own fds were read and it has not, and every process
+// whose fds could not be read (blockdev.CharHolders) is outside the
+// bounds: its server is one this procfs does not show (another pod's PID
+// namespace: the DaemonSets run with hostPID false) or cannot read (another
+// user's), never the daemon. Before, such a device was the step's, and
+// once the daemon had stopped its own and exited, the control fallback
+// stopped and deleted the other server's live disk under its VMMs.
+//
+// A device left out that was the daemon's own would be worse than one kept that
+// was not (its holders not waited for, and a hung daemon left to die with
+// it live), so a device is the step's wherever the scan cannot tell: sysfs
+// shows no number for its char device, no process procfs shows has it open
+// and the daemon's PID is not known (a daemon beside the server in a PID
+// namespace of its own is not seen) or its fds not read, a process that may
+// be the daemon's (inside the bounds, or whose cgroup is not read) could not
+// be read, a holder's cgroup cannot be read, or the pass was cut short. It
+// reads procfs until ctx ends.
 func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device, daemon int) map[int]string {
 	chars, _ := charNums(sysRoot, devs) // a number not read: no holder found, the device the step's
 	if len(chars) == 0 {
 		return nil
 	}
-	held, _ := blockdev.CharHolders(ctx, procRoot, slices.Collect(maps.Keys(chars))) // cut short: what it did not read is not known
-	if len(held) == 0 {
-		return nil
-	}
+	held, unread, scanErr := blockdev.CharHolders(ctx, procRoot, slices.Collect(maps.Keys(chars))) // cut short: what it did not read is not known
 	bounds, err := readCgroups(ctx, procRoot, "self")
 	if err != nil {
 		return nil
@@ -57,7 +69,15 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 		bounds, what = bounds.parent(), "the cgroup above the server's"
 	}
 	out := map[int]string{}
-	for n, pids := range held {
+	var unseen []Device // live, their char device open in no process read
+	for n, id := range chars {
+		pids := held[n]
+		if len(pids) == 0 {
+			if i := slices.IndexFunc(devs, func(d Device) bool { return d.ID == id }); scanErr == nil && devs[i].Disk {
+				unseen = append(unseen, devs[i])
+			}
+			continue
+		}
 		var why []string
 		for _, pid := range pids {
 			h, err := readCgroups(ctx, procRoot, strconv.Itoa(pid))
@@ -68,8 +88,46 @@ func othersDevices(ctx context.Context, sysRoot, procRoot string, devs []Device,
 			why = append(why, fmt.Sprintf("pid %d (%s) in %s", pid, readComm(procRoot, pid), h))
 		}
 		if len(why) > 0 {
-			out[chars[n]] = "its /dev/ublkc" + strconv.Itoa(chars[n]) + " is open in " + strings.Join(why, ", ") +
+			out[id] = "its /dev/ublkc" + strconv.Itoa(id) + " is open in " + strings.Join(why, ", ") +
 				", outside " + what + " " + bounds.String() + ": another server's device, left alone"
+		}
+	}
+	if len(unseen) > 0 {
+		maps.Copy(out, servedUnseen(ctx, sysRoot, procRoot, unseen, unread, bounds, daemon))
+	}
+	return out
+}
+
+// servedUnseen returns, of unseen (live devices whose /dev/ublkcN no
+// process a complete procfs pass read has open), those the daemon (its
+// PID) is known not to serve, each with why: its fds were read and it has
+// none of them open, and no process whose fds were not read (unread) may
+// be it or its part (inside bounds, a descendant of it, or its cgroup not
+// read). None without the daemon's PID.
+func servedUnseen(ctx context.Context, sysRoot, procRoot string, unseen []Device, unread map[int]error, bounds cgroups, daemon int) map[int]string {
+	if daemon <= 0 {
+		return nil
+	}
+	for pid := range unread {
+		h, err := readCgroups(ctx, procRoot, strconv.Itoa(pid))
+		if err != nil || bounds.holds(h) || descends(ctx, procRoot, pid, daemon) {
+			return nil
+		}
+	}
+	served, err := daemonServes(ctx, sysRoot, procRoot, unseen, daemon)
+	if err != nil {
+		return nil
+	}
+	also := ""
+	if len(unread) > 0 {
+		also = fmt.Sprintf(", nor, as far as it can tell, in the %d process(es) whose fds could not be read, all outside the server's cgroup", len(unread))
+	}
+	out := map[int]string{}
+	for _, d := range unseen {
+		if !slices.Contains(served, d.ID) {
+			out[d.ID] = fmt.Sprintf("live, its /dev/ublkc%d open in no process procfs shows: not in the daemon (pid %d, its fds read) "+
+				"nor in the server's cgroup %s%s; its server is one this procfs does not show (another pod's PID namespace) or cannot read: "+
+				"another server's device, left alone", d.ID, daemon, bounds, also)
 		}
 	}
 	return out

@@ -19,14 +19,17 @@ import (
 // driver lets only one process open each. Only fds are read (a character
 // device cannot be mounted, and a ublk server's mapping of its char device
 // comes with its fd), each typed from the attributes the kernel has, as
-// Holders does. A process whose fds cannot be read (EACCES) is left out:
-// the caller takes a device with no holder for one whose server is not
-// known. When ctx ends before every process was read it returns what it
-// found and a *CutError.
-func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]int, error) {
+// Holders does. It also returns, with why, the processes whose fds it
+// could not read though they had not exited (EACCES: another user's
+// process, or a non-dumpable one, to a reader without CAP_SYS_PTRACE;
+// EMFILE in the reader): any of them may have a device open, so a device
+// with no holder listed is not one no process has open. A process that
+// exited has none. When ctx ends before every process was read it returns
+// what it found and a *CutError.
+func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (held map[DevNum][]int, unread map[int]error, err error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
-		return nil, fmt.Errorf("ublk: char device holders: %w", err)
+		return nil, nil, fmt.Errorf("ublk: char device holders: %w", err)
 	}
 	want := wantSet(devs)
 	var pids []int
@@ -35,20 +38,23 @@ func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNu
 			pids = append(pids, pid)
 		}
 	}
-	out := map[DevNum][]int{}
+	held, unread = map[DevNum][]int{}, map[int]error{}
 	for i, pid := range pids {
 		if err := ctx.Err(); err != nil {
-			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
+			return held, unread, &CutError{Unread: pids[i:], Total: len(pids), Err: err}
 		}
-		open, complete := CharsOpen(ctx, filepath.Join(procRoot, strconv.Itoa(pid), "fd"), want)
+		open, complete, err := ReadCharsOpen(ctx, filepath.Join(procRoot, strconv.Itoa(pid), "fd"), want)
 		if !complete {
-			return out, &CutError{Unread: pids[i:], Total: len(pids), Err: ctx.Err()}
+			return held, unread, &CutError{Unread: pids[i:], Total: len(pids), Err: ctx.Err()}
+		}
+		if err != nil && !exited(err) {
+			unread[pid] = err
 		}
 		for _, dev := range open {
-			out[dev] = append(out[dev], pid)
+			held[dev] = append(held[dev], pid)
 		}
 	}
-	return out, nil
+	return held, unread, nil
 }
 
 // CharsOpen returns the character devices of want that the process whose

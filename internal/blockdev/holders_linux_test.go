@@ -839,16 +839,35 @@ func TestCharHoldersNamesTheProcessWithTheCharDeviceOpen(t *testing.T) {
 		fds = append(fds, fd)
 	}
 	other := blockdev.DevNum{Major: 4095, Minor: 8}
-	got, err := blockdev.CharHolders(context.Background(), "/proc", []blockdev.DevNum{dev, other})
+	got, _, err := blockdev.CharHolders(context.Background(), "/proc", []blockdev.DevNum{dev, other})
 	require.NoError(t, err)
 	assert.Equal(t, map[blockdev.DevNum][]int{dev: {os.Getpid()}}, got)
 
 	for _, fd := range fds {
 		require.NoError(t, unix.Close(fd))
 	}
-	got, err = blockdev.CharHolders(context.Background(), "/proc", []blockdev.DevNum{dev})
+	got, _, err = blockdev.CharHolders(context.Background(), "/proc", []blockdev.DevNum{dev})
 	require.NoError(t, err)
 	assert.Empty(t, got, "closed")
+}
+
+// A process whose fds cannot be read (EACCES to a reader without
+// CAP_SYS_PTRACE, EMFILE in the reader; here its fd entry is not a
+// directory) may have a char device open: CharHolders names it with why,
+// where before it was left out, and the ublk step took a device served by
+// such a process for one no process serves. A process that exited (no fd
+// directory) has none, and is not named.
+func TestCharHoldersNamesTheProcessesItCannotRead(t *testing.T) {
+	proc := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "10", "fd"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(proc, "11"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(proc, "11", "fd"), nil, 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(proc, "12"), 0o755)) // exited: no fd directory
+	held, unread, err := blockdev.CharHolders(context.Background(), proc, []blockdev.DevNum{{Major: 4095, Minor: 9}})
+	require.NoError(t, err)
+	assert.Empty(t, held)
+	require.Len(t, unread, 1, "%v", unread)
+	assert.ErrorIs(t, unread[11], unix.ENOTDIR)
 }
 
 // loopHolders is blockdev.LoopHolders, which must read all it looks at.

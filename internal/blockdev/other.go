@@ -47,6 +47,6 @@ func FileSystemHolders(sysRoot string, devs map[string]DevNum) (map[DevNum][]Hol
 }
 
 // CharHolders finds nothing on this system.
-func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]int, error) {
-	return nil, nil
+func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]int, map[int]error, error) {
+	return nil, nil, nil
 }
