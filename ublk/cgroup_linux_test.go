@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -774,6 +775,49 @@ func TestLastResortNeverKillsAUblkServerItDoesNotKnowByPID(t *testing.T) {
 	assert.False(t, f.Signalled || f.Killed, "%+v", f)
 	assert.Contains(t, f.Reason, "a ublk server: it has /dev/ublkc0 open")
 	assert.True(t, rep.Daemon.Requested, "the daemon was asked to stop: its own holds keep no device from stopping")
+	_ = srv.Wait()
+	ws := srv.ProcessState.Sys().(syscall.WaitStatus)
+	assert.False(t, ws.Signaled(), "the server exited by itself: %v", ws)
+}
+
+// A ublk server of a device that is not the step's (Config.Devices leaves
+// it out: a second server in the pod, a device stacked on the step's disk
+// whose server uses the disk as its backing store) holds the step's disk,
+// in the server's cgroup. It is a ublk server all the same: the driver
+// lets only a device's server open its /dev/ublkcN, and killing it with
+// that device live is the host-crash path. The last resort spares it and
+// says why; not the daemon's, its holds stand, and the step returns a
+// HeldError with the daemon never asked to stop. Here its stderr,
+// /dev/null, stands for /dev/ublkc1 (the fake sysfs gives ublkc1 its
+// number). Before, the look for servers read the step's devices' char
+// devices alone, and the process was SIGKILLed as a doomed VMM.
+func TestLastResortNeverKillsAUblkServerOfADeviceNotTheSteps(t *testing.T) {
+	node, dev := loopdev.Attach(t)
+	srv, stdin := loopdev.Hold(t, node)
+	var null unix.Stat_t
+	require.NoError(t, unix.Stat(os.DevNull, &null))
+	sys := t.TempDir()
+	tree, err := fakeublk.NewTree(sys)
+	require.NoError(t, err)
+	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor}))
+	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1,
+		CharMajor: unix.Major(null.Rdev), CharMinor: unix.Minor(null.Rdev)}))
+	var asked atomic.Bool
+	daemon := ublk.DaemonFuncs{StopFunc: func(context.Context) error { asked.Store(true); return nil }} // no PID
+	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{Devices: []int{0}, HolderWait: time.Second, NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, srv.Process.Pid), KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 20*time.Second)
+	t.Log(rep.String())
+	require.NotNil(t, rep.LastResort, "the last resort ran: the server held the disk")
+	f := fateOf(rep, srv.Process.Pid)
+	require.NotNil(t, f, "the server is named: %+v", rep.LastResort.Holders)
+	assert.False(t, f.Signalled || f.Killed, "%+v", f)
+	assert.Contains(t, f.Reason, "a ublk server of a device that is not the step's: it has /dev/ublkc1 open")
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held, "its hold stands")
+	assert.False(t, asked.Load(), "the daemon is not asked to stop under it")
+	require.NoError(t, stdin.Close())
 	_ = srv.Wait()
 	ws := srv.ProcessState.Sys().(syscall.WaitStatus)
 	assert.False(t, ws.Signaled(), "the server exited by itself: %v", ws)

@@ -121,7 +121,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	defer cancel()
 	lr := &LastResortReport{At: s.Start}
 	r.rep.LastResort = lr
-	servers, spared, killable, untold := r.sparedServers(ctx, held)
+	servers, spared, killable, untold, foreign := r.sparedServers(ctx, held)
 	lr.ServerCgroup, lr.Holders = r.cfg.killHolders(ctx, r.cfg.procRoot, killable, r.devNums, daemonPID(r.cfg.daemon))
 	lr.Holders = append(lr.Holders, spared...)
 	if lr.Holders == nil {
@@ -202,6 +202,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	if untold > 0 {
 		result += fmt.Sprintf("; %d process(es) not known whether a ublk server (what tells one not read), not killed", untold)
 	}
+	if foreign > 0 {
+		result += fmt.Sprintf("; %d ublk server(s) of a device not the step's, not killed", foreign)
+	}
 	if under != "" {
 		result += "; " + under
 	}
@@ -241,7 +244,17 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 // spared holder's: the device stays held, or is stopped under it
 // (stopUnderHolders). Before, it was taken for a process with no
 // /dev/ublkcN open, and SIGKILLed when doomed.
-func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers map[int][]int, spared []HolderFate, rest map[int][]Holder, untold int) {
+//
+// So is the server of a ublk device in sysfs that is not the step's (one
+// Config.Devices leaves out, another server's), counted in others: it is
+// a ublk server all the same, and killing it with that device live is
+// the host-crash path; not the daemon, asking the daemon to stop does not
+// release what it holds, so its holds stand as a spared holder's. When
+// sysfs's devices cannot all be read, a process not found a server may
+// serve one not read, and is not known either. Before, only the step's
+// devices' char devices were looked for, and such a server holding the
+// step's disk was SIGKILLed as a doomed VMM.
+func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers map[int][]int, spared []HolderFate, rest map[int][]Holder, untold, others int) {
 	var pids []int
 	for _, hs := range held {
 		for _, h := range hs {
@@ -254,6 +267,7 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 	for _, d := range r.dev {
 		devs = append(devs, d.cur)
 	}
+	devs, listErr := r.withUntracked(devs)
 	if ctx.Err() != nil {
 		// The window was over before the look began (the holder wait's
 		// last scan ran past it on a slow procfs). The look gets the slack
@@ -265,12 +279,30 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 		defer cancel()
 	}
 	servers, unknown := ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, pids)
+	foreign := map[int]int{} // servers of a device not the step's, to that device
+	for pid, ids := range servers {
+		if !slices.ContainsFunc(ids, func(id int) bool { return slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id }) }) {
+			foreign[pid] = ids[0]
+			delete(servers, pid)
+		}
+	}
+	if listErr != nil {
+		for _, pid := range pids {
+			if len(servers[pid]) == 0 && unknown[pid] == nil && !hasKey(foreign, pid) {
+				unknown[pid] = fmt.Errorf("the ublk devices in sysfs not all read, it may serve one: %w", listErr)
+			}
+		}
+	}
 	for id, hs := range held {
 		for _, h := range hs {
 			if !isProcess(h) {
 				continue
 			}
-			if ids := servers[h.PID]; len(ids) > 0 {
+			if sid, ok := foreign[h.PID]; ok {
+				spared = append(spared, HolderFate{Holder: h, Device: id, Reason: "a ublk server of a device that is not the step's: it has /dev/ublkc" +
+					strconv.Itoa(sid) + " open, which the driver lets only the device's server open; killing it with that device live is the " +
+					"host-crash path, and not the daemon, it does not stop when the daemon is asked to: what it holds stands"})
+			} else if ids := servers[h.PID]; len(ids) > 0 {
 				spared = append(spared, HolderFate{Holder: h, Device: id, Reason: "a ublk server: it has /dev/ublkc" + strconv.Itoa(ids[0]) + " open, which the driver " +
 					"lets only the device's server open; killing it with a live device is the host-crash path, and asking the daemon to stop releases its holds"})
 			} else if err := unknown[h.PID]; err != nil {
@@ -284,8 +316,30 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 	for id, hs := range held {
 		rest[id] = slices.Clone(hs) // dropHolders edits the slices in place, and held's are the last scan's
 	}
-	rest = dropHolders(rest, func(h Holder) bool { return isProcess(h) && (len(servers[h.PID]) > 0 || unknown[h.PID] != nil) })
-	return servers, spared, rest, len(unknown)
+	rest = dropHolders(rest, func(h Holder) bool {
+		return isProcess(h) && (len(servers[h.PID]) > 0 || unknown[h.PID] != nil || hasKey(foreign, h.PID))
+	})
+	return servers, spared, rest, len(unknown), len(foreign)
+}
+
+// withUntracked returns devs with every ublk device sysfs shows that the
+// step has no device for and that has a char device (one left out by
+// Config.Devices, another server's): a process with its /dev/ublkcN open
+// is its server, which the last resort must not kill either. The error
+// says what of sysfs was not read.
+func (r *run) withUntracked(devs []Device) ([]Device, error) {
+	more, err := r.untrackedDevices()
+	for _, d := range more {
+		if d.Char {
+			devs = append(devs, d)
+		}
+	}
+	return devs, err
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // stopUnderHolders STOP_DEVs, while the daemon still serves them, the

@@ -448,6 +448,22 @@ func (r *run) add(devs ...Device) []*devState {
 	return r.dev[len(r.dev)-len(devs):]
 }
 
+// untrackedDevices reads the ublk devices sysfs shows that the step has
+// no device for; the error says what of sysfs was not read.
+func (r *run) untrackedDevices() ([]Device, error) {
+	ids, err := r.untracked()
+	var devs []Device
+	for _, id := range ids {
+		d, rerr := readDevice(r.cfg.sysRoot, id)
+		if rerr != nil {
+			err = errors.Join(err, rerr)
+			continue
+		}
+		devs = append(devs, d)
+	}
+	return devs, err
+}
+
 // untracked lists the IDs of the ublk devices sysfs shows that the step
 // has no device for.
 func (r *run) untracked() ([]int, error) {
@@ -1156,20 +1172,11 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 // and it was killed serving a live disk the step had no device for.
 func (r *run) servesMore() bool {
 	pid := daemonPID(r.cfg.daemon)
-	ids, err := r.untracked()
-	var disks []Device
-	for _, id := range ids {
-		if e, ok := r.others[id]; ok && e != 0 && e == charEntry(r.cfg.sysRoot, id) {
-			continue // another server's, told at discovery
-		}
-		d, rerr := readDevice(r.cfg.sysRoot, id)
-		switch {
-		case rerr != nil:
-			err = errors.Join(err, rerr)
-		case d.Disk:
-			disks = append(disks, d)
-		}
-	}
+	disks, err := r.untrackedDevices()
+	disks = slices.DeleteFunc(disks, func(d Device) bool {
+		e, ok := r.others[d.ID] // another server's, told at discovery
+		return !d.Disk || ok && e != 0 && e == charEntry(r.cfg.sysRoot, d.ID)
+	})
 	if err != nil {
 		r.cannotTell(err)
 		return true
