@@ -1174,8 +1174,10 @@ func (r *run) servesMore() bool {
 	pid := daemonPID(r.cfg.daemon)
 	disks, err := r.untrackedDevices()
 	disks = slices.DeleteFunc(disks, func(d Device) bool {
-		e, ok := r.others[d.ID] // another server's, told at discovery
-		return !d.Disk || ok && e != 0 && e == charEntry(r.cfg.sysRoot, d.ID)
+		// Without the PID, one discovery told was another server's is not
+		// looked at again; with it, the daemon's fds are read for every one.
+		e, ok := r.others[d.ID]
+		return !d.Disk || pid <= 0 && ok && e != 0 && e == charEntry(r.cfg.sysRoot, d.ID)
 	})
 	if err != nil {
 		r.cannotTell(err)
