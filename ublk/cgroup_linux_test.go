@@ -548,7 +548,7 @@ func TestStepLeavesAnotherServersDevicesAlone(t *testing.T) {
 	sys, dir := t.TempDir(), t.TempDir()
 	charMinor := uint32(os.Getpid()*2) % (1 << 20) // numbers no other test's daemon holds
 	start := func(name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
-		return servingDaemon(t, sys, dir, name, spec)
+		return ublk.ServingDaemon(t, sys, dir, name, spec)
 	}
 	mine := start("mine", fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4094, CharMinor: charMinor})
 	other := start("other", fakeublk.DeviceSpec{ID: 1, Major: dev.Major, Minor: dev.Minor, CharMajor: 4094, CharMinor: charMinor + 1})
@@ -589,7 +589,7 @@ func TestStepWithoutTheDaemonsPIDKeepsTheDevicesOfADaemonBesideIt(t *testing.T) 
 	sys, dir := t.TempDir(), t.TempDir()
 	charMinor := uint32(os.Getpid()*2+1) % (1 << 20)
 	start := func(name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
-		return servingDaemon(t, sys, dir, name, spec)
+		return ublk.ServingDaemon(t, sys, dir, name, spec)
 	}
 	mine := start("mine", fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4093, CharMinor: charMinor})
 	other := start("other", fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4093, CharMinor: charMinor + 1})
@@ -622,23 +622,6 @@ func TestStepWithoutTheDaemonsPIDKeepsTheDevicesOfADaemonBesideIt(t *testing.T) 
 
 	other.Close() // the processes leave their cgroups before those are removed
 	<-other.Done()
-}
-
-// servingDaemon starts a fake daemon serving spec on the fake sysfs sys,
-// its events logged to dir/name, holding the device's char device node
-// open as a real server holds /dev/ublkcN (root only: the node is made
-// with mknod).
-func servingDaemon(t *testing.T, sys, dir, name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Devices: []fakeublk.DeviceSpec{spec}, EventLog: filepath.Join(dir, name)})
-	if err != nil && os.Geteuid() != 0 {
-		realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
-	}
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	return d
 }
 
 // heldByKernelState runs the step over daemon d and the fake sysfs sys,
@@ -701,7 +684,7 @@ func TestStepLeavesAnotherServersDeviceAddedLateAlone(t *testing.T) {
 	// server's cgroup and in the procfs the step reads: then its device
 	// comes into the step's sysfs.
 	otherSys := t.TempDir()
-	other := servingDaemon(t, otherSys, dir, "other", fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4092, CharMinor: charMinor + 1})
+	other := ublk.ServingDaemon(t, otherSys, dir, "other", fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4092, CharMinor: charMinor + 1})
 	outsiderCgroup(t, other.Pid())
 	require.NoError(t, os.Symlink(fmt.Sprintf("/proc/%d", other.Pid()), filepath.Join(proc, strconv.Itoa(other.Pid()))))
 	require.NoError(t, os.Symlink(filepath.Join(otherSys, "devices/virtual/ublk-char/ublkc1"), filepath.Join(sys, "class/ublk-char/ublkc1")))
@@ -750,15 +733,7 @@ func (h onMessage) WithGroup(string) slog.Handler      { return h }
 // ublkc0 its number). Before, it was a doomed holder in the server's
 // cgroup like a VMM, and SIGKILLed with its device live.
 func TestLastResortNeverKillsAUblkServerItDoesNotKnowByPID(t *testing.T) {
-	node, dev := loopdev.Attach(t)
-	srv, stdin := loopdev.Hold(t, node)
-	var null unix.Stat_t
-	require.NoError(t, unix.Stat(os.DevNull, &null))
-	sys := t.TempDir()
-	tree, err := fakeublk.NewTree(sys)
-	require.NoError(t, err)
-	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor,
-		CharMajor: unix.Major(null.Rdev), CharMinor: unix.Minor(null.Rdev)}))
+	srv, stdin, sys := serverHoldingUblkb0(t, 0)
 	p := findProcess(t, srv.Process.Pid)
 	daemon := ublk.DaemonFuncs{ // no PID
 		StopFunc: func(context.Context) error { return stdin.Close() },
@@ -768,16 +743,9 @@ func TestLastResortNeverKillsAUblkServerItDoesNotKnowByPID(t *testing.T) {
 		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, srv.Process.Pid), KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	rep, _ := run(t, td, 20*time.Second)
-	t.Log(rep.String())
-	require.NotNil(t, rep.LastResort, "the last resort ran: the server held its disk")
-	f := fateOf(rep, srv.Process.Pid)
-	require.NotNil(t, f, "the server is named: %+v", rep.LastResort.Holders)
-	assert.False(t, f.Signalled || f.Killed, "%+v", f)
-	assert.Contains(t, f.Reason, "a ublk server: it has /dev/ublkc0 open")
+	assertSpared(t, rep, srv.Process.Pid, "a ublk server: it has /dev/ublkc0 open")
 	assert.True(t, rep.Daemon.Requested, "the daemon was asked to stop: its own holds keep no device from stopping")
-	_ = srv.Wait()
-	ws := srv.ProcessState.Sys().(syscall.WaitStatus)
-	assert.False(t, ws.Signaled(), "the server exited by itself: %v", ws)
+	assertExitedByItself(t, srv)
 }
 
 // A ublk server of a device that is not the step's (Config.Devices leaves
@@ -792,6 +760,28 @@ func TestLastResortNeverKillsAUblkServerItDoesNotKnowByPID(t *testing.T) {
 // number). Before, the look for servers read the step's devices' char
 // devices alone, and the process was SIGKILLed as a doomed VMM.
 func TestLastResortNeverKillsAUblkServerOfADeviceNotTheSteps(t *testing.T) {
+	srv, stdin, sys := serverHoldingUblkb0(t, 1)
+	var asked atomic.Bool
+	daemon := ublk.DaemonFuncs{StopFunc: func(context.Context) error { asked.Store(true); return nil }} // no PID
+	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{Devices: []int{0}, HolderWait: time.Second, NoControl: true},
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, srv.Process.Pid), KernelRelease: vulnerable}))
+	require.NoError(t, err)
+	rep, err := run(t, td, 20*time.Second)
+	assertSpared(t, rep, srv.Process.Pid, "a ublk server of a device that is not the step's: it has /dev/ublkc1 open")
+	var held *ublk.HeldError
+	require.ErrorAs(t, err, &held, "its hold stands")
+	assert.False(t, asked.Load(), "the daemon is not asked to stop under it")
+	require.NoError(t, stdin.Close())
+	assertExitedByItself(t, srv)
+}
+
+// serverHoldingUblkb0 starts a process that holds a loop device open, and
+// makes a fake sysfs whose ublkb0 is that loop device and in which the
+// process's stderr, /dev/null, is device charID's /dev/ublkcN (ublkb0's
+// own when charID is 0; otherwise that of a device the fake sysfs adds).
+// It returns the process, its stdin (closed, it exits) and the sysfs.
+func serverHoldingUblkb0(t *testing.T, charID int) (*exec.Cmd, io.WriteCloser, string) {
+	t.Helper()
 	node, dev := loopdev.Attach(t)
 	srv, stdin := loopdev.Hold(t, node)
 	var null unix.Stat_t
@@ -799,25 +789,33 @@ func TestLastResortNeverKillsAUblkServerOfADeviceNotTheSteps(t *testing.T) {
 	sys := t.TempDir()
 	tree, err := fakeublk.NewTree(sys)
 	require.NoError(t, err)
-	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor}))
-	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1,
-		CharMajor: unix.Major(null.Rdev), CharMinor: unix.Minor(null.Rdev)}))
-	var asked atomic.Bool
-	daemon := ublk.DaemonFuncs{StopFunc: func(context.Context) error { asked.Store(true); return nil }} // no PID
-	td, err := ublk.New(daemon, ublkhook.With(ublk.Config{Devices: []int{0}, HolderWait: time.Second, NoControl: true},
-		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, srv.Process.Pid), KernelRelease: vulnerable}))
-	require.NoError(t, err)
-	rep, err := run(t, td, 20*time.Second)
+	disk := fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor}
+	char := fakeublk.DeviceSpec{ID: charID, Major: 4000, Minor: uint32(charID), CharMajor: unix.Major(null.Rdev), CharMinor: unix.Minor(null.Rdev)}
+	if charID == 0 {
+		disk.CharMajor, disk.CharMinor = char.CharMajor, char.CharMinor
+	}
+	require.NoError(t, tree.AddDevice(disk))
+	if charID != 0 {
+		require.NoError(t, tree.AddDevice(char))
+	}
+	return srv, stdin, sys
+}
+
+// assertSpared asserts that the last resort ran and left the process pid
+// alive, for reason.
+func assertSpared(t *testing.T, rep *ublk.Report, pid int, reason string) {
+	t.Helper()
 	t.Log(rep.String())
-	require.NotNil(t, rep.LastResort, "the last resort ran: the server held the disk")
-	f := fateOf(rep, srv.Process.Pid)
+	require.NotNil(t, rep.LastResort, "the last resort ran: the server held a disk")
+	f := fateOf(rep, pid)
 	require.NotNil(t, f, "the server is named: %+v", rep.LastResort.Holders)
 	assert.False(t, f.Signalled || f.Killed, "%+v", f)
-	assert.Contains(t, f.Reason, "a ublk server of a device that is not the step's: it has /dev/ublkc1 open")
-	var held *ublk.HeldError
-	require.ErrorAs(t, err, &held, "its hold stands")
-	assert.False(t, asked.Load(), "the daemon is not asked to stop under it")
-	require.NoError(t, stdin.Close())
+	assert.Contains(t, f.Reason, reason)
+}
+
+// assertExitedByItself waits for srv and asserts no signal ended it.
+func assertExitedByItself(t *testing.T, srv *exec.Cmd) {
+	t.Helper()
 	_ = srv.Wait()
 	ws := srv.ProcessState.Sys().(syscall.WaitStatus)
 	assert.False(t, ws.Signaled(), "the server exited by itself: %v", ws)

@@ -162,17 +162,8 @@ func TestStepLeavesTheLiveDeviceOfAServerProcfsDoesNotShow(t *testing.T) {
 	minor := uint32(os.Getpid()*2+3) % (1 << 20)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	start := func(name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
-		d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Devices: []fakeublk.DeviceSpec{spec}, EventLog: filepath.Join(dir, name)})
-		if err != nil && os.Geteuid() != 0 {
-			realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
-		}
-		require.NoError(t, err)
-		t.Cleanup(d.Close)
-		return d
-	}
-	mine := start("mine", fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4088, CharMinor: minor})
-	other := start("other", fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4088, CharMinor: minor + 1})
+	mine := ServingDaemon(t, sys, dir, "mine", fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4088, CharMinor: minor})
+	other := ServingDaemon(t, sys, dir, "other", fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4088, CharMinor: minor + 1})
 	daemon, err := FindProcess(mine.Pid())
 	require.NoError(t, err)
 	defer daemon.Close()
@@ -208,4 +199,21 @@ func TestStepLeavesTheLiveDeviceOfAServerProcfsDoesNotShow(t *testing.T) {
 		t.Fatal("the other server exited")
 	default:
 	}
+}
+
+// ServingDaemon starts a fake daemon serving spec on the fake sysfs sys,
+// its events logged to dir/name, holding the device's char device node
+// open as a real server holds /dev/ublkcN (root only: the node is made
+// with mknod). The external tests use it too.
+func ServingDaemon(t *testing.T, sys, dir, name string, spec fakeublk.DeviceSpec) *fakeublk.Child {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := fakeublk.Start(ctx, fakeublk.DaemonConfig{SysRoot: sys, Devices: []fakeublk.DeviceSpec{spec}, EventLog: filepath.Join(dir, name)})
+	if err != nil && os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device nodes: "+err.Error())
+	}
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	return d
 }

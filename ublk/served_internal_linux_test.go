@@ -203,11 +203,7 @@ func cannotTell(t *testing.T, back time.Duration) (rep *Report, events []string,
 				require.NoError(t, os.Rename(block+".aside", block))
 			})
 		}
-		td, nerr := New(daemon, f.config(vulnerable, nil, Config{Devices: []int{0}, ExitWait: 2 * time.Second, NoControl: true}))
-		require.NoError(t, nerr)
-		rep, _, err = runFor(t, td, time.Minute)
-		events = d.Events()
-		t.Log(rep.String())
+		rep, events, err = stopUblkb0(t, f, d, daemon)
 	})
 	return rep, events, err
 }
@@ -339,11 +335,7 @@ func withoutPID(t *testing.T, another bool) (rep *Report, events []string, err e
 		d.servesMore = true
 		defer d.close()
 		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill} // no PidFunc
-		td, nerr := New(daemon, f.config(vulnerable, nil, Config{Devices: []int{0}, ExitWait: 2 * time.Second, NoControl: true}))
-		require.NoError(t, nerr)
-		rep, _, err = runFor(t, td, time.Minute)
-		events = d.Events()
-		t.Log(rep.String())
+		rep, events, err = stopUblkb0(t, f, d, daemon)
 	})
 	return rep, events, err
 }
@@ -358,4 +350,17 @@ func fakeProcess(t *testing.T, proc, pid, cgroup, open string) {
 	if open != "" {
 		require.NoError(t, os.Symlink(open, filepath.Join(dir, "fd", "3")))
 	}
+}
+
+// stopUblkb0 runs the step over daemon (d behind it) and f, limited to
+// ublkb0 on a vulnerable kernel, ExitWait 2 s and no control fallback, in
+// a minute's window, and returns its Report, d's events when Stop
+// returned, and Stop's error.
+func stopUblkb0(t *testing.T, f *fixture, d *memDaemon, daemon Daemon) (*Report, []string, error) {
+	t.Helper()
+	td, err := New(daemon, f.config(vulnerable, nil, Config{Devices: []int{0}, ExitWait: 2 * time.Second, NoControl: true}))
+	require.NoError(t, err)
+	rep, _, err := runFor(t, td, time.Minute)
+	t.Log(rep.String())
+	return rep, d.Events(), err
 }
