@@ -120,7 +120,9 @@
 //     listing of the sandboxes ever succeeded: they are unknown, and the
 //     Report says so with the last error, or none was complete: every one
 //     failed after its first page, the note saying the listing was
-//     INCOMPLETE, or the daemon step failed: a
+//     INCOMPLETE, or the final sweep could not list, or not completely: a
+//     sandbox resumed since that it did not reach is not known preserved,
+//     which the note says, or the daemon step failed: a
 //     device left, the daemon killed or crashed, which the note names, or
 //     the Report could not be written, which the termination message says
 //     instead of naming the file). SIGTERM and SIGINT go to the drain's

@@ -67,8 +67,9 @@ func TestFailedListingMakesTheSupervisorExitNonZero(t *testing.T) {
 // after the preserve phase). The log said, at ERROR, that a sandbox resumed
 // since the preserve phase is not known, and the Report and the
 // termination message said nothing: they read as a clean drain. They now
-// say it too; the exit status stays the server's, since every sandbox
-// listed was preserved (nothing is known to be lost).
+// say it too, and the exit status is 1 at least (row 660: it stayed the
+// server's, every sandbox listed being preserved, though one resumed since
+// is not known preserved).
 func TestFinalSweepThatCannotListIsInTheReport(t *testing.T) {
 	// Two listings answer: drain's count at SIGTERM and the preserve
 	// phase's; the final sweep's gets 500s.
@@ -79,11 +80,12 @@ func TestFinalSweepThatCannotListIsInTheReport(t *testing.T) {
 	n.sup.signal(t, syscall.SIGTERM)
 	code := n.sup.exitCode(t, 15*time.Second)
 	rep := readReport(t, n.report)
-	assert.Equal(t, 0, code, "nothing known to be lost: the server's status")
+	assert.Equal(t, 1, code, "a sandbox resumed since the preserve phase is not known: no clean exit")
 	assert.Equal(t, code, rep.ExitCode)
 	require.NotNil(t, rep.Drain)
 	require.NotNil(t, rep.Drain.Preserve)
 	assert.False(t, rep.Drain.Preserve.Unknown, "the preserve phase listed")
+	assert.Equal(t, "exited 0", rep.Server.String(), "the server itself exited 0")
 	assert.Contains(t, rep.Note, "final sweep")
 	assert.Contains(t, rep.Note, "500")
 	assert.Contains(t, readFile(t, n.termLog), "final sweep", "the termination message says it")

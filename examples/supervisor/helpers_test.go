@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -19,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -57,7 +59,13 @@ func runHelper(role string, args []string) int {
 	case "agentenv":
 		return fakeagentenv.Main(args, os.Stderr)
 	case "agentenv-pages-503": // args[0] the address; the rest, fakeagentenv's flags
-		return agentenvPages503(args[0], args[1:])
+		return agentenvPages503(args[0], args[1:], laterPage)
+	case "agentenv-pages-503-once-none-run": // as agentenv-pages-503, once a listing found none running
+		var none noneRunning
+		return agentenvPages503(args[0], args[1:], none.fails, none.seen)
+	case "agentenv-503-once-none-run": // every listing's every page, once a listing found none running
+		none := noneRunning{every: true}
+		return agentenvPages503(args[0], args[1:], none.fails, none.seen)
 	case "daemon": // args[0]: the DaemonConfig as JSON
 		var cfg fakeublk.DaemonConfig
 		if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
@@ -166,10 +174,11 @@ func stubServer(args []string) int {
 }
 
 // agentenvPages503 runs the AgentENV double (fakeagentenv.Main with args)
-// behind a proxy on addr that answers every page of GET /v2/sandboxes
-// after the first (a request with a nextToken) 503: a listing whose page
-// 2 fails, every time. Its SIGTERM is the double's.
-func agentenvPages503(addr string, args []string) int {
+// behind a proxy on addr that answers 503 the requests fails names (every
+// page of GET /v2/sandboxes after the first, a request with a nextToken:
+// laterPage), a listing whose page 2 fails; seen, when given, reads each
+// answer the double gives. Its SIGTERM is the double's.
+func agentenvPages503(addr string, args []string, fails func(*http.Request) bool, seen ...func(*http.Response) error) int {
 	inner, err := freeport.Addr()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -181,9 +190,12 @@ func agentenvPages503(addr string, args []string) int {
 		return 1
 	}
 	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: inner})
+	if len(seen) > 0 {
+		proxy.ModifyResponse = seen[0]
+	}
 	go func() {
 		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/v2/sandboxes" && r.URL.Query().Has("nextToken") {
+			if fails(r) {
 				http.Error(w, `{"message":"page store unavailable"}`, http.StatusServiceUnavailable)
 				return
 			}
@@ -191,6 +203,56 @@ func agentenvPages503(addr string, args []string) int {
 		}))
 	}()
 	return fakeagentenv.Main(append(args, "-listen", inner), os.Stderr)
+}
+
+// laterPage reports whether r asks for a page of GET /v2/sandboxes after
+// the first (it has a nextToken).
+func laterPage(r *http.Request) bool {
+	return r.URL.Path == "/v2/sandboxes" && r.URL.Query().Has("nextToken")
+}
+
+// noneRunning fails every later page (laterPage), or with every every
+// page of GET /v2/sandboxes, once a whole unfiltered listing (no state
+// query: the preserve phase's) found no sandbox running: the preserve
+// phase's last one, after which only the final sweep lists.
+type noneRunning struct {
+	every   bool
+	on      atomic.Bool
+	mu      sync.Mutex
+	running bool // the listing under way listed a sandbox running
+}
+
+func (n *noneRunning) fails(r *http.Request) bool {
+	return n.on.Load() && (laterPage(r) || n.every && r.URL.Path == "/v2/sandboxes")
+}
+
+// seen reads an answer of an unfiltered listing's page, and turns on the
+// failures at the last page of a listing that found none running.
+func (n *noneRunning) seen(resp *http.Response) error {
+	q := resp.Request.URL.Query()
+	if resp.Request.URL.Path != "/v2/sandboxes" || q.Has("state") || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	var sbs []fakeagentenv.Sandbox
+	if err := json.Unmarshal(b, &sbs); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !q.Has("nextToken") { // a new listing
+		n.running = false
+	}
+	n.running = n.running || slices.ContainsFunc(sbs, func(sb fakeagentenv.Sandbox) bool { return sb.State == fakeagentenv.Running })
+	if resp.Header.Get("x-next-token") == "" && !n.running {
+		n.on.Store(true)
+	}
+	return nil
 }
 
 // freeAddr returns a loopback address nothing listens on.

@@ -662,7 +662,13 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		}
 	}
 	if n := s.sweepUnknown.Load(); n != nil && d != nil {
+		// The final sweep could not list after the preserve phase, or not
+		// completely (sweepAccount logged it at ERROR): a sandbox resumed
+		// since that it did not reach runs into the server's SIGTERM, and
+		// whatever the server says, it is not known preserved. No clean
+		// exit, as for an incomplete preserve phase.
 		rep.addNote(*n)
+		rep.ExitCode = max(rep.ExitCode, 1)
 	}
 	if d != nil { // drain merged the final sweep into d.Preserve: the account is of the end
 		if n := d.Lost(); n > 0 && (d.Preserve == nil || !d.Preserve.Unknown) {

@@ -44,14 +44,14 @@ import (
 // until seven eighths while the server shows them being paused, and each
 // listed paused is preserved, finished late (finishedLate). It returns its
 // account (nil when it listed nothing), and an error naming the ones it
-// could not pause. A listing that fails is logged and becomes the Report's
-// note (and so the termination message's): a sandbox resumed since the
-// preserve phase is not known; one that fails after its first page (a
-// page 2's 503) has what it listed paused, and the note says it was
-// INCOMPLETE. In force mode it sends no pause (no new
-// pause is sent then) but still lists, within a quarter of the step's
-// time, and what it would have paused is in its account, not started:
-// lost. It does nothing once the server has exited, or when no listing of
+// could not pause. A listing that fails is logged at ERROR and becomes the
+// Report's note (and so the termination message's), and makes the exit
+// status 1 at least: a sandbox resumed since the preserve phase is not
+// known preserved; one that fails after its first page (a page 2's 503)
+// has what it listed paused, and the note says it was INCOMPLETE. In
+// force mode it sends no pause (no new pause is sent then) but still
+// lists, within a quarter of the step's time, and what it would have
+// paused is in its account, not started: lost. It does nothing once the server has exited, or when no listing of
 // the preserve phase succeeded (the Report says the sandboxes are unknown;
 // another failing listing would only take the server's time).
 func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
@@ -156,8 +156,10 @@ func named(l pause.Lister) pause.Lister {
 }
 
 // sweepAccount logs the sweep's account rep and returns it (nil when it
-// listed nothing, or could not list: the Report's note says so), with an
-// error naming the sandboxes it did not pause.
+// listed nothing, or could not list), with an error naming the sandboxes
+// it did not pause. A listing that failed, or failed after its first page
+// (INCOMPLETE), is logged at ERROR and kept for the Report's note, and
+// makes the exit status 1 at least (report).
 func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*pause.Report, error) {
 	switch {
 	case rep.Unknown:
@@ -168,16 +170,20 @@ func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*paus
 		note := "final sweep: the sandboxes could not be listed after the preserve phase, a sandbox resumed since is not known: " + rep.ListErr
 		s.sweepUnknown.Store(&note)
 		return nil, nil
-	case len(rep.Entries) == 0:
-		s.log.Info("supervisor: final sweep: nothing running again after the preserve phase")
-		return nil, nil
 	case rep.Incomplete:
 		// Its listings failed after their first page: what they listed
-		// is in the account, and the rest is not known, as above.
+		// is in the account, and the rest is not known, as above. Said
+		// even when they listed none to account for.
 		s.log.Error("supervisor: final sweep: the listing of the server's sandboxes after the preserve phase was INCOMPLETE; a sandbox resumed since that it did not reach is not known",
 			"listed", len(rep.Entries), "error", rep.ListErr)
 		note := "final sweep: the listing after the preserve phase was INCOMPLETE, a sandbox resumed since that it did not reach is not known: " + rep.ListErr
 		s.sweepUnknown.Store(&note)
+		if len(rep.Entries) == 0 {
+			return nil, nil
+		}
+	case len(rep.Entries) == 0:
+		s.log.Info("supervisor: final sweep: nothing running again after the preserve phase")
+		return nil, nil
 	}
 	level := slog.LevelWarn
 	if rep.Lost() > 0 {
