@@ -131,7 +131,10 @@
 //     new pause is sent, and each step gets only its reserve; pauses already
 //     sent are still awaited until the server step's deadline at most (the
 //     server runs them anyway); the final sweep still lists, and what it
-//     would have paused is in the Report, not started: lost.
+//     would have paused is in the Report, not started: lost (with -api
+//     agentenv, only the ones known not paused: one shown paused that an
+//     incomplete listing of the paused ones did not reach is not known to
+//     run, and the note says the listing was INCOMPLETE).
 //
 // Guarantees: with T0 the preStop call (or SIGTERM without one) and G the
 // grace, everything ends by T0 + G minus the margin (G/10, between 1.5 s

@@ -60,6 +60,10 @@ func runHelper(role string, args []string) int {
 		return fakeagentenv.Main(args, os.Stderr)
 	case "agentenv-pages-503": // args[0] the address; the rest, fakeagentenv's flags
 		return agentenvPages503(args[0], args[1:], laterPage)
+	case "agentenv-paused-pages-503": // as agentenv-pages-503, the listing of the paused ones alone
+		return agentenvPages503(args[0], args[1:], func(r *http.Request) bool {
+			return laterPage(r) && r.URL.Query().Get("state") == "paused"
+		})
 	case "agentenv-pages-503-once-none-run": // as agentenv-pages-503, once a listing found none running
 		var none noneRunning
 		return agentenvPages503(args[0], args[1:], none.fails, none.seen)

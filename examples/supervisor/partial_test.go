@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -306,6 +307,85 @@ func TestFinalSweepThatCannotListEverythingMakesTheSupervisorExitNonZero(t *test
 			assert.Contains(t, term, c.note, "the termination message says it")
 		})
 	}
+}
+
+// Fault: the final sweep in force mode, whose listing in front of AgentENV
+// takes a sandbox the unfiltered listing shows paused and that an
+// incomplete listing of the paused ones did not reach for one in a
+// transition (row 560: paused again, it answers 204), counted every such
+// sandbox not started, lost, though it was paused: a false loss, in the
+// Report, the note and the exit status. It now counts only the ones known
+// not paused; the others are not known to run, and the note says the
+// listing was INCOMPLETE. Real processes: the AgentENV double with 20
+// sandboxes in pages of 8, behind a proxy that answers every later page of
+// the paused ones' listing (state=paused) 503; the unfiltered listing
+// answers whole.
+//
+//	before      users pause the 12 newest
+//	SIGTERM     the preserve phase pauses the 8 running, one at a time,
+//	            400 ms each; SIGINT as the first runs: force mode, the
+//	            other 7 not started
+//	final sweep lists the 20 and the 8 newest paused, then the 503: the
+//	            paused ones past those (the users' 4, the one the drain
+//	            paused) were counted lost, not started
+func TestForcedSweepCountsNoPausedSandboxItsPausedListingMissedLost(t *testing.T) {
+	n := startAgentENVNode(t, []string{"-grace", "20s", "-concurrency", "1"}, "agentenv-paused-pages-503",
+		"-sandboxes", "20", "-page-size", "8", "-pause-base", "400ms", "-pause-per-gib", "0")
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+n.listen+"/healthz") == 200 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return get(ctx, "http://"+n.api+"/health") == http.StatusNoContent }, 20*time.Second, 20*time.Millisecond)
+	userPaused := pauseNewest(t, "http://"+n.api, 12)
+
+	n.sup.signal(t, syscall.SIGTERM)
+	require.Eventually(t, func() bool { return strings.Contains(n.log.String(), "pause: pass started") }, 10*time.Second, 20*time.Millisecond)
+	n.sup.signal(t, syscall.SIGINT)
+	code := n.sup.exitCode(t, 30*time.Second)
+
+	rep := readReport(t, n.report)
+	require.NotNil(t, rep.Drain)
+	require.True(t, rep.Drain.Forced)
+	pr := rep.Drain.Preserve
+	require.NotNil(t, pr)
+	lost := 0
+	for _, e := range pr.Entries {
+		assert.Zero(t, e.Relisted, "%s: nobody resumes a sandbox here, found running again: %s", e.ID, e.Error)
+		if !e.Outcome.Lost() {
+			continue
+		}
+		lost++
+		assert.False(t, userPaused[e.ID], "%s: paused by its user before the drain, counted lost: %s", e.ID, e.Error)
+	}
+	t.Logf("%d lost of %d entries, %v; exit %d", lost, len(pr.Entries), pr.Counts, code)
+	assert.Positive(t, lost, "the running ones force sent no pause: lost")
+	assert.Equal(t, lost, rep.Lost())
+	assert.NotZero(t, code)
+	assert.Equal(t, code, rep.ExitCode)
+	assert.Contains(t, rep.Note, "INCOMPLETE", "the paused listing failed at its page 2")
+	assert.Contains(t, rep.Note, "503")
+}
+
+// pauseNewest pauses, as their users would, the n newest sandboxes of the
+// AgentENV double at base (its listing, newest first, answering whole),
+// and returns their IDs.
+func pauseNewest(t *testing.T, base string, n int) map[string]bool {
+	t.Helper()
+	cfg := httpsource.AgentENV()
+	cfg.NoStateField = true // every sandbox listed
+	src, err := httpsource.New(base, cfg)
+	require.NoError(t, err)
+	sbs, err := src.List(t.Context())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(sbs), n)
+	errs := make(chan error, n)
+	out := map[string]bool{}
+	for _, sb := range sbs[:n] {
+		out[sb.ID()] = true
+		go func() { errs <- src.Sandbox(sb.ID()).Preserve(t.Context()) }()
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	return out
 }
 
 // An agentenvNode is the supervisor in front of the AgentENV double (one

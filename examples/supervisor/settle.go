@@ -104,21 +104,43 @@ func withQuery(path, kv string) string {
 // the incomplete one, a sandbox it did not reach that the unfiltered
 // listing shows paused is taken for one in transition: a pause of one
 // already paused answers 204 (or 409 "paused", gone), costing a request,
-// where leaving out one that runs again would lose it.
+// where leaving out one that runs again would lose it (an account that
+// sends no pause lists known instead).
 func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
+	sbs, _, err := l.list(ctx)
+	return sbs, err
+}
+
+// known lists as List does, less the sandboxes whose state it does not
+// know: the ones the unfiltered listing shows paused that an incomplete
+// listing of the paused ones did not reach (paused, most of them, or in a
+// transition). The final sweep in force mode, which sends no pause,
+// counts what it lists lost, not started: such a sandbox, paused, would be
+// counted lost with it. Its error says the listing was incomplete, and so
+// does the account.
+func (l *notPaused) known(ctx context.Context) ([]pause.Sandbox, error) {
+	sbs, unreached, err := l.list(ctx)
+	return slices.DeleteFunc(sbs, func(sb pause.Sandbox) bool { return unreached[sb.ID()] }), err
+}
+
+// list is List's listing, with the IDs of the sandboxes the unfiltered
+// listing shows paused that an incomplete listing of the paused ones did
+// not reach (see known).
+func (l *notPaused) list(ctx context.Context) (sbs []pause.Sandbox, unreached map[string]bool, listErr error) {
 	listed, listErr := l.all.List(ctx)
 	if len(listed) == 0 {
-		return nil, listErr
+		return nil, nil, listErr
 	}
-	pausedSbs, err := l.paused.List(ctx)
+	pausedSbs, pausedErr := l.paused.List(ctx)
 	var se *httpsource.StatusError
 	switch {
-	case len(pausedSbs) == 0 && errors.As(err, &se) && se.StatusCode == http.StatusNotFound:
-		return l.src.List(ctx)
-	case len(pausedSbs) == 0 && err != nil:
-		return nil, fmt.Errorf("listing the paused sandboxes: %w", err)
-	case err != nil:
-		listErr = alsoFailed(listErr, fmt.Errorf("listing the paused sandboxes: %w", err))
+	case len(pausedSbs) == 0 && errors.As(pausedErr, &se) && se.StatusCode == http.StatusNotFound:
+		sbs, err := l.src.List(ctx)
+		return sbs, nil, err
+	case len(pausedSbs) == 0 && pausedErr != nil:
+		return nil, nil, fmt.Errorf("listing the paused sandboxes: %w", pausedErr)
+	case pausedErr != nil:
+		listErr = alsoFailed(listErr, fmt.Errorf("listing the paused sandboxes: %w", pausedErr))
 	}
 	// The listing of the ones shown paused filters on this side: one
 	// whose later page failed gives no sandbox when the pages that
@@ -131,6 +153,7 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 	}
 	isPaused, isShown := idSet(sandboxIDs(pausedSbs)), idSet(sandboxIDs(shownSbs))
 	out := make([]pause.Sandbox, 0, len(listed))
+	unreached = map[string]bool{}
 	for _, sb := range listed {
 		if isPaused[sb.ID()] {
 			continue
@@ -138,13 +161,16 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 		var b pause.Sandbox = l.src.Sandbox(sb.ID())
 		if isShown[sb.ID()] {
 			b = inTransition{b}
+			if pausedErr != nil {
+				unreached[sb.ID()] = true
+			}
 		}
 		if sz, ok := sb.(pause.Sized); ok {
 			b = &sizedSandbox{Sandbox: b, size: sz.Size()}
 		}
 		out = append(out, b)
 	}
-	return out, listErr
+	return out, unreached, listErr
 }
 
 // alsoFailed is err, a listing's failure, after first's (nil: none), on

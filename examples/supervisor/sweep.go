@@ -115,13 +115,19 @@ func (s *supervisor) sweepRun(ctx context.Context, dl time.Time) (*pause.Report,
 // answered, no Start (never started), the size the listing gave it. A
 // listing that fails is an Unknown account; one that fails after listing
 // some (a page 2's 503: pause.Lister) accounts for those and is
-// Incomplete, as a Run's would be.
+// Incomplete, as a Run's would be. In front of AgentENV it lists only the
+// sandboxes known not paused (notPaused.known): one its listing of the
+// paused ones did not reach is paused, most likely, and not known to run.
 func (s *supervisor) listForced(ctx context.Context, by time.Time) *pause.Report {
 	lctx, cancel := context.WithDeadline(ctx, by)
 	defer cancel()
 	start := time.Now()
 	rep := &pause.Report{Start: start, Deadline: start, Passes: 1, Counts: map[pause.Outcome]int{}}
-	sbs, err := named(s.sweepList).List(lctx)
+	l := s.sweepList
+	if np, ok := l.(*notPaused); ok {
+		l = pause.ListFunc(np.known)
+	}
+	sbs, err := named(l).List(lctx)
 	rep.End = time.Now()
 	if err != nil {
 		rep.ListErr = err.Error()
