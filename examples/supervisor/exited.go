@@ -52,11 +52,24 @@ type lastListing struct {
 	incomplete string
 }
 
-// List implements pause.Lister and records the IDs listed.
+// List implements pause.Lister and records the IDs listed. In front of
+// AgentENV (notPaused), a sandbox the unfiltered listing shows paused that
+// an incomplete listing of the paused ones did not reach is listed, as
+// notPaused lists it (drain's count is never fewer than it knows run), and
+// recorded as not reached: it is paused, most likely, and what the last
+// listing said of it stands.
 func (r *recorder) List(ctx context.Context) ([]pause.Sandbox, error) {
-	sbs, err := r.list.List(ctx)
+	var sbs []pause.Sandbox
+	var unreached map[string]bool
+	var err error
+	if np, ok := r.list.(*notPaused); ok {
+		sbs, unreached, err = np.list(ctx)
+	} else {
+		sbs, err = r.list.List(ctx)
+	}
 	if err == nil || len(sbs) > 0 {
-		r.record(sandboxIDs(sbs), err)
+		ids := slices.DeleteFunc(sandboxIDs(sbs), func(id string) bool { return unreached[id] })
+		r.record(ids, err)
 	}
 	return sbs, err
 }
