@@ -93,7 +93,7 @@ func TestSandboxesLostWithTheServerAreInTheDrainsAccount(t *testing.T) {
 // ran" above a note naming them.
 func TestTerminationMessageCountsSandboxesLostWithTheServer(t *testing.T) {
 	out := &Report{LostWithServer: []string{"a", "b"}, ExitCode: 1, Note: "the server exited on its own during the drain"}
-	first, _, _ := strings.Cut(summary(out, false, nil), "\n")
+	first, _, _ := strings.Cut(summary(out, false, "", nil), "\n")
 	assert.Equal(t, "drainkit: 2 sandboxes LOST with the server, which exited on its own during the drain before SIGTERM (no drain report)", first)
 }
 

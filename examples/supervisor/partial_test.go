@@ -94,10 +94,10 @@ func TestFinalSweepPausesWhatItsPartialListingListed(t *testing.T) {
 	}
 	assert.Equal(t, fakeagentenv.Running, states[page3], "behind the 503: no listing reached it")
 	assert.Equal(t, 20, rep.Counts[pause.Preserved])
-	note := sup.sweepUnknown.Load()
-	require.NotNil(t, note, "the Report's note says what the sweep could not list")
-	assert.Contains(t, *note, "INCOMPLETE")
-	assert.Contains(t, *note, "503")
+	f := sup.sweepUnknown.Load()
+	require.NotNil(t, f, "the Report's note says what the sweep could not list")
+	assert.Contains(t, f.note, "INCOMPLETE")
+	assert.Contains(t, f.note, "503")
 }
 
 // Fault: the final sweep in force mode (listForced) took a listing that
@@ -137,10 +137,10 @@ func TestForcedSweepAccountsForWhatItsPartialListingListed(t *testing.T) {
 		assert.Contains(t, e.Error, "force mode")
 	}
 	assert.Equal(t, 2, rep.Lost(), "the 2 of page 1 run: lost")
-	note := sup.sweepUnknown.Load()
-	require.NotNil(t, note, "the Report's note says what the sweep could not list")
-	assert.Contains(t, *note, "INCOMPLETE")
-	assert.Contains(t, *note, "503")
+	f := sup.sweepUnknown.Load()
+	require.NotNil(t, f, "the Report's note says what the sweep could not list")
+	assert.Contains(t, f.note, "INCOMPLETE")
+	assert.Contains(t, f.note, "503")
 }
 
 // Fault: the supervisor read an Incomplete preserve account (every listing
@@ -312,16 +312,18 @@ func TestSweepWaitCreditsAPauseItsPartialListingShowsFinished(t *testing.T) {
 //	exit          the server's 0, the note INCOMPLETE; now 1
 func TestFinalSweepThatCannotListEverythingMakesTheSupervisorExitNonZero(t *testing.T) {
 	for _, c := range []struct {
-		name, helper string
-		relisted     int // the sandboxes the sweep found running again
-		note, log    string
+		name, helper       string
+		relisted           int // the sandboxes the sweep found running again
+		note, log, verdict string
 	}{
 		{"page 2 fails", "agentenv-pages-503-once-none-run", 2,
 			"final sweep: the listing after the preserve phase was INCOMPLETE",
-			`level=ERROR msg="supervisor: final sweep: the listing of the server's sandboxes after the preserve phase was INCOMPLETE`},
+			`level=ERROR msg="supervisor: final sweep: the listing of the server's sandboxes after the preserve phase was INCOMPLETE`,
+			"drainkit: all 20 sandboxes preserved; final sweep INCOMPLETE: sandboxes resumed since not known; exited "},
 		{"every page fails", "agentenv-503-once-none-run", 0,
 			"final sweep: the sandboxes could not be listed after the preserve phase",
-			`level=ERROR msg="supervisor: final sweep: the server's sandboxes could not be listed after the preserve phase`},
+			`level=ERROR msg="supervisor: final sweep: the server's sandboxes could not be listed after the preserve phase`,
+			"drainkit: all 20 sandboxes preserved; final sweep UNKNOWN: sandboxes resumed since not known; exited "},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := startAgentENVNode(t, nil, c.helper, "-sandboxes", "20", "-page-size", "8",
@@ -347,6 +349,8 @@ func TestFinalSweepThatCannotListEverythingMakesTheSupervisorExitNonZero(t *test
 			assert.Contains(t, rep.Note, "503")
 			assert.Contains(t, n.log.String(), c.log)
 			term := readFile(t, n.termLog)
+			first, _, _ := strings.Cut(term, "\n")
+			assert.True(t, strings.HasPrefix(first, c.verdict), "the verdict says it: %s", first)
 			assert.Contains(t, term, "supervisor exit code 1")
 			assert.Contains(t, term, c.note, "the termination message says it")
 		})

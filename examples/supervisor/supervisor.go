@@ -116,7 +116,7 @@ type supervisor struct {
 	termSent     atomic.Bool                 // the server step has sent the server its SIGTERM
 	exitedDuring atomic.Bool                 // the server exited on its own during a drain, before termSent
 	exitedBefore atomic.Bool                 // the server exited on its own before any termination
-	sweepUnknown atomic.Pointer[string]      // the final sweep could not list, or not completely: the Report's note
+	sweepUnknown atomic.Pointer[sweepFault]  // the final sweep could not list, or not completely
 	keyRefused   logonce.Failures            // the listings refused 401 or 403 since one succeeded, by status
 	lastUblk     atomic.Pointer[ublk.Report] // the daemon step's last account (holdWhileDaemonServes)
 
@@ -661,13 +661,13 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 			}
 		}
 	}
-	if n := s.sweepUnknown.Load(); n != nil && d != nil {
+	if f := s.sweepUnknown.Load(); f != nil && d != nil {
 		// The final sweep could not list after the preserve phase, or not
 		// completely (sweepAccount logged it at ERROR): a sandbox resumed
 		// since that it did not reach runs into the server's SIGTERM, and
 		// whatever the server says, it is not known preserved. No clean
 		// exit, as for an incomplete preserve phase.
-		rep.addNote(*n)
+		rep.addNote(f.note)
 		rep.ExitCode = max(rep.ExitCode, 1)
 	}
 	if d != nil { // drain merged the final sweep into d.Preserve: the account is of the end
@@ -872,7 +872,11 @@ func (s *supervisor) writeTerminationMessage(rep *Report, reportErr error) {
 		extra = append(extra, termmsg.ReportLine(s.cfg.report, reportErr))
 	}
 	path, explicit := termmsg.Path(s.cfg.termLog)
-	wrote, err := termmsg.Write(path, explicit, summary(rep, s.exitedBefore.Load(), extra))
+	var sweep string
+	if f := s.sweepUnknown.Load(); f != nil && rep.Drain != nil {
+		sweep = f.verdict
+	}
+	wrote, err := termmsg.Write(path, explicit, summary(rep, s.exitedBefore.Load(), sweep, extra))
 	switch {
 	case err != nil:
 		s.log.Warn("supervisor: termination message not written", "err", err)
@@ -884,14 +888,25 @@ func (s *supervisor) writeTerminationMessage(rep *Report, reportErr error) {
 // summary is the termination message of rep: termmsg's summary of the
 // drain, its first line (the verdict) counting too the sandboxes lost with
 // a server that exited on its own (before any termination when before)
-// that the drain's account has no entry for, as the exit status does.
-func summary(rep *Report, before bool, extra []string) string {
+// that the drain's account has no entry for, as the exit status does, and
+// saying, after the drain's account, what the final sweep could not list
+// (sweep: its verdict, "" when it listed all), which drain's account does
+// not: "all 20 sandboxes preserved" alone would read as a clean drain.
+func summary(rep *Report, before bool, sweep string, extra []string) string {
 	msg := termmsg.Summary(rep.Drain, extra...)
+	first, rest, _ := strings.Cut(msg, "\n")
+	if sweep != "" {
+		if account, after, ok := strings.Cut(first, "; "); ok {
+			first = account + "; " + sweep + "; " + after
+		} else {
+			first += "; " + sweep
+		}
+		msg = first + "\n" + rest
+	}
 	n := rep.lostOutsideDrain()
 	if n == 0 {
 		return msg
 	}
-	first, rest, _ := strings.Cut(msg, "\n")
 	line := fmt.Sprintf("drainkit: %d sandboxes LOST with the server, which exited on its own", n)
 	switch {
 	case before:

@@ -173,8 +173,9 @@ func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*paus
 			"error", rep.ListErr)
 		// The preserve phase's account stands; the log, the Report's note
 		// and the termination message say what is not known.
-		note := "final sweep: the sandboxes could not be listed after the preserve phase, a sandbox resumed since is not known: " + rep.ListErr
-		s.sweepUnknown.Store(&note)
+		s.sweepUnknown.Store(&sweepFault{
+			note:    "final sweep: the sandboxes could not be listed after the preserve phase, a sandbox resumed since is not known: " + rep.ListErr,
+			verdict: "final sweep UNKNOWN: sandboxes resumed since not known"})
 		return nil, nil
 	case rep.Incomplete:
 		// Its listings failed after their first page: what they listed
@@ -182,8 +183,9 @@ func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*paus
 		// even when they listed none to account for.
 		s.log.Error("supervisor: final sweep: the listing of the server's sandboxes after the preserve phase was INCOMPLETE; a sandbox resumed since that it did not reach is not known",
 			"listed", len(rep.Entries), "error", rep.ListErr)
-		note := "final sweep: the listing after the preserve phase was INCOMPLETE, a sandbox resumed since that it did not reach is not known: " + rep.ListErr
-		s.sweepUnknown.Store(&note)
+		s.sweepUnknown.Store(&sweepFault{
+			note:    "final sweep: the listing after the preserve phase was INCOMPLETE, a sandbox resumed since that it did not reach is not known: " + rep.ListErr,
+			verdict: "final sweep INCOMPLETE: sandboxes resumed since not known"})
 		if len(rep.Entries) == 0 {
 			return nil, nil
 		}
@@ -246,6 +248,11 @@ func (s *supervisor) finishedLate(ctx context.Context, rep *pause.Report, by tim
 	}
 	rep.Counts = counts
 }
+
+// A sweepFault is what the final sweep could not list: the Report's note,
+// with the error, and the few words the termination message's verdict
+// adds.
+type sweepFault struct{ note, verdict string }
 
 // ids lists the entries' IDs with their outcomes, those for which keep is
 // true (every one when keep is nil), at most ten.
