@@ -65,10 +65,15 @@ func runHelper(role string, args []string) int {
 			return laterPage(r) && r.URL.Query().Get("state") == "paused"
 		})
 	case "agentenv-pages-503-once-none-run": // as agentenv-pages-503, once a listing found none running
-		var none noneRunning
+		none := noneRunning{failing: laterPage}
 		return agentenvPages503(args[0], args[1:], none.fails, none.seen)
 	case "agentenv-503-once-none-run": // every listing's every page, once a listing found none running
-		none := noneRunning{every: true}
+		none := noneRunning{failing: func(r *http.Request) bool { return r.URL.Path == "/v2/sandboxes" }}
+		return agentenvPages503(args[0], args[1:], none.fails, none.seen)
+	case "agentenv-paused-503-once-none-run": // every page of the paused ones' listing, once a listing found none running
+		none := noneRunning{failing: func(r *http.Request) bool {
+			return r.URL.Path == "/v2/sandboxes" && r.URL.Query().Get("state") == "paused"
+		}}
 		return agentenvPages503(args[0], args[1:], none.fails, none.seen)
 	case "daemon": // args[0]: the DaemonConfig as JSON
 		var cfg fakeublk.DaemonConfig
@@ -215,20 +220,18 @@ func laterPage(r *http.Request) bool {
 	return r.URL.Path == "/v2/sandboxes" && r.URL.Query().Has("nextToken")
 }
 
-// noneRunning fails every later page (laterPage), or with every every
-// page of GET /v2/sandboxes, once a whole unfiltered listing (no state
-// query: the preserve phase's) found no sandbox running: the preserve
-// phase's last one, after which only the final sweep lists.
+// noneRunning fails the requests failing names (every later page:
+// laterPage) once a whole unfiltered listing (no state query: the
+// preserve phase's) found no sandbox running: the preserve phase's last
+// one, after which only the final sweep lists.
 type noneRunning struct {
-	every   bool
+	failing func(*http.Request) bool
 	on      atomic.Bool
 	mu      sync.Mutex
 	running bool // the listing under way listed a sandbox running
 }
 
-func (n *noneRunning) fails(r *http.Request) bool {
-	return n.on.Load() && (laterPage(r) || n.every && r.URL.Path == "/v2/sandboxes")
-}
+func (n *noneRunning) fails(r *http.Request) bool { return n.on.Load() && n.failing(r) }
 
 // seen reads an answer of an unfiltered listing's page, and turns on the
 // failures at the last page of a listing that found none running.

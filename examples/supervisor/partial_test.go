@@ -357,6 +357,41 @@ func TestFinalSweepThatCannotListEverythingMakesTheSupervisorExitNonZero(t *test
 	}
 }
 
+// Fault: the final sweep's listing in front of AgentENV (notPaused) whose
+// listing of the paused ones (state=paused) failed at its first page threw
+// away what the unfiltered listing answered, where it keeps what a
+// failure at page 2 leaves (row 560): the sweep knew no sandbox, and
+// paused none of the ones users resumed after the preserve phase, though
+// the unfiltered listing showed them running; it left them to the
+// server's own shutdown, one at a time (what that has not reached at the
+// step's SIGKILL is lost). Such a listing now reached no paused one: the
+// ones shown running are paused, the ones shown paused taken for ones in a
+// transition (204 for a paused one), and the note says INCOMPLETE. Real
+// processes, the AgentENV double with 20 sandboxes in pages of 8, behind a
+// proxy answering every request of the paused ones' listing 503 once a
+// whole listing found none running; its users resume 2 then.
+func TestFinalSweepPausesWhatRunsWhenThePausedListingFails(t *testing.T) {
+	n := startAgentENVNode(t, nil, "agentenv-paused-503-once-none-run", "-sandboxes", "20", "-page-size", "8",
+		"-pause-base", "10ms", "-pause-per-gib", "0", "-resume-when-none-running", "2")
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+n.listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond,
+		"every listing answers while sandboxes run")
+	n.sup.signal(t, syscall.SIGTERM)
+	code := n.sup.exitCode(t, 30*time.Second)
+
+	rep := readReport(t, n.report)
+	require.NotNil(t, rep.Drain)
+	pr := rep.Drain.Preserve
+	require.NotNil(t, pr)
+	assert.Equal(t, 20, pr.Counts[pause.Preserved])
+	assert.Equal(t, 2, relisted(pr), "the 2 resumed, shown running: the sweep paused them again")
+	assert.Contains(t, n.log.String(), "shutdown paused 0 sandboxes", "none left to the server's own shutdown")
+	assert.Zero(t, rep.Lost())
+	assert.Equal(t, 1, code, "the listing INCOMPLETE: %s", n.log.String())
+	assert.Contains(t, rep.Note, "final sweep: the listing after the preserve phase was INCOMPLETE")
+	assert.Contains(t, rep.Note, "listing the paused sandboxes")
+}
+
 // Fault: the final sweep in force mode, whose listing in front of AgentENV
 // takes a sandbox the unfiltered listing shows paused and that an
 // incomplete listing of the paused ones did not reach for one in a

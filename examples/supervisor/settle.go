@@ -105,7 +105,10 @@ func withQuery(path, kv string) string {
 // listing shows paused is taken for one in transition: a pause of one
 // already paused answers 204 (or 409 "paused", gone), costing a request,
 // where leaving out one that runs again would lose it (an account that
-// sends no pause lists known instead).
+// sends no pause lists known instead). When the listing of the paused
+// ones fails at its first page, the ones the unfiltered listing shows
+// running are listed, with the error, and none shown paused: a pause for
+// every paused sandbox of the node is no request's cost.
 func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 	sbs, _, err := l.list(ctx)
 	return sbs, err
@@ -133,12 +136,16 @@ func (l *notPaused) list(ctx context.Context) (sbs []pause.Sandbox, unreached ma
 	}
 	pausedSbs, pausedErr := l.paused.List(ctx)
 	var se *httpsource.StatusError
+	// none: the listing of the paused ones reached none (its first page
+	// failed); the ones the unfiltered listing shows running are known not
+	// paused all the same, and only they are listed: taking every one it
+	// shows paused for one in a transition would send a pause for every
+	// paused sandbox of the node.
+	none := len(pausedSbs) == 0 && pausedErr != nil
 	switch {
-	case len(pausedSbs) == 0 && errors.As(pausedErr, &se) && se.StatusCode == http.StatusNotFound:
+	case none && errors.As(pausedErr, &se) && se.StatusCode == http.StatusNotFound:
 		sbs, err := l.src.List(ctx)
 		return sbs, nil, err
-	case len(pausedSbs) == 0 && pausedErr != nil:
-		return nil, nil, fmt.Errorf("listing the paused sandboxes: %w", pausedErr)
 	case pausedErr != nil:
 		listErr = alsoFailed(listErr, fmt.Errorf("listing the paused sandboxes: %w", pausedErr))
 	}
@@ -146,16 +153,20 @@ func (l *notPaused) list(ctx context.Context) (sbs []pause.Sandbox, unreached ma
 	// whose later page failed gives no sandbox when the pages that
 	// answered showed none paused, which cannot be told from one that
 	// answered nothing. Either way it says only which are in a transition
-	// (inTransition); the error goes with the listing.
+	// (inTransition); the error goes with the listing. With none, it is
+	// what tells a running one: a failed one tells none.
 	shownSbs, err := l.shown.List(ctx)
 	if err != nil {
 		listErr = alsoFailed(listErr, fmt.Errorf("listing the sandboxes shown paused: %w", err))
+		if none {
+			return nil, nil, listErr
+		}
 	}
 	isPaused, isShown := idSet(sandboxIDs(pausedSbs)), idSet(sandboxIDs(shownSbs))
 	out := make([]pause.Sandbox, 0, len(listed))
 	unreached = map[string]bool{}
 	for _, sb := range listed {
-		if isPaused[sb.ID()] {
+		if isPaused[sb.ID()] || none && isShown[sb.ID()] {
 			continue
 		}
 		var b pause.Sandbox = l.src.Sandbox(sb.ID())
