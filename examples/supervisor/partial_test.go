@@ -326,18 +326,8 @@ func TestFinalSweepThatCannotListEverythingMakesTheSupervisorExitNonZero(t *test
 			"drainkit: all 20 sandboxes preserved; final sweep UNKNOWN: sandboxes resumed since not known; exited "},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			n := startAgentENVNode(t, nil, c.helper, "-sandboxes", "20", "-page-size", "8",
-				"-pause-base", "10ms", "-pause-per-gib", "0", "-resume-when-none-running", "2")
-			ctx := t.Context()
-			require.Eventually(t, func() bool { return get(ctx, "http://"+n.listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond,
-				"every page answers while sandboxes run")
-			n.sup.signal(t, syscall.SIGTERM)
-			code := n.sup.exitCode(t, 30*time.Second)
-
-			rep := readReport(t, n.report)
-			require.NotNil(t, rep.Drain)
+			n, rep, code := drainAfterResumes(t, c.helper)
 			pr := rep.Drain.Preserve
-			require.NotNil(t, pr)
 			assert.False(t, pr.Incomplete || pr.Unknown, "the preserve phase's listings were complete: %s", pr.ListErr)
 			assert.Equal(t, 20, pr.Counts[pause.Preserved])
 			assert.Equal(t, c.relisted, relisted(pr), "the 2 resumed are on page 1")
@@ -371,18 +361,8 @@ func TestFinalSweepThatCannotListEverythingMakesTheSupervisorExitNonZero(t *test
 // proxy answering every request of the paused ones' listing 503 once a
 // whole listing found none running; its users resume 2 then.
 func TestFinalSweepPausesWhatRunsWhenThePausedListingFails(t *testing.T) {
-	n := startAgentENVNode(t, nil, "agentenv-paused-503-once-none-run", "-sandboxes", "20", "-page-size", "8",
-		"-pause-base", "10ms", "-pause-per-gib", "0", "-resume-when-none-running", "2")
-	ctx := t.Context()
-	require.Eventually(t, func() bool { return get(ctx, "http://"+n.listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond,
-		"every listing answers while sandboxes run")
-	n.sup.signal(t, syscall.SIGTERM)
-	code := n.sup.exitCode(t, 30*time.Second)
-
-	rep := readReport(t, n.report)
-	require.NotNil(t, rep.Drain)
+	n, rep, code := drainAfterResumes(t, "agentenv-paused-503-once-none-run")
 	pr := rep.Drain.Preserve
-	require.NotNil(t, pr)
 	assert.Equal(t, 20, pr.Counts[pause.Preserved])
 	assert.Equal(t, 2, relisted(pr), "the 2 resumed, shown running: the sweep paused them again")
 	assert.Contains(t, n.log.String(), "shutdown paused 0 sandboxes", "none left to the server's own shutdown")
@@ -469,6 +449,27 @@ func pauseNewest(t *testing.T, base string, n int) map[string]bool {
 		require.NoError(t, <-errs)
 	}
 	return out
+}
+
+// drainAfterResumes starts an agentenvNode in front of the helper role (a
+// proxy whose failures begin once a whole listing found none running)
+// with 20 sandboxes in pages of 8, 2 of which users resume after the
+// preserve phase's last listing, terminates it with SIGTERM once it is
+// ready, and returns it, its Report (with a drain's account) and its exit
+// status.
+func drainAfterResumes(t *testing.T, role string) (*agentenvNode, *Report, int) {
+	t.Helper()
+	n := startAgentENVNode(t, nil, role, "-sandboxes", "20", "-page-size", "8",
+		"-pause-base", "10ms", "-pause-per-gib", "0", "-resume-when-none-running", "2")
+	ctx := t.Context()
+	require.Eventually(t, func() bool { return get(ctx, "http://"+n.listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond,
+		"every listing answers while sandboxes run")
+	n.sup.signal(t, syscall.SIGTERM)
+	code := n.sup.exitCode(t, 30*time.Second)
+	rep := readReport(t, n.report)
+	require.NotNil(t, rep.Drain)
+	require.NotNil(t, rep.Drain.Preserve)
+	return n, rep, code
 }
 
 // An agentenvNode is the supervisor in front of the AgentENV double (one
