@@ -368,3 +368,54 @@ func TestTightenWithTheZeroTimeChangesNothing(t *testing.T) {
 		time.Sleep(time.Hour) // the hung Preserve returns
 	})
 }
+
+// stallOn is a log sink that takes stall to write the line msg and none
+// for the others: a sink slow at one moment of a Run.
+type stallOn struct {
+	msg   string
+	stall time.Duration
+}
+
+func (h stallOn) Enabled(context.Context, slog.Level) bool { return true }
+func (h stallOn) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		time.Sleep(h.stall)
+	}
+	return nil
+}
+func (h stallOn) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h stallOn) WithGroup(string) slog.Handler      { return h }
+
+// Fault: a Tighten between Run's call and its registering as the Run in
+// progress was dropped as if no Run were in progress: Run made its
+// semaphore, span, contexts and Report and wrote its "run started" line
+// first, and drain's budget moving SIGKILL earlier then (a deletion read
+// landing as the preserve phase begins) left the preserves running to the
+// hard deadline Run was given, past the new SIGKILL. Run now registers
+// before anything else, so a Tighten from the moment it is called takes
+// effect. docs/faults.md row 620.
+//
+//	0 s    Run is called: phase 10 s, hard 60 s; its "run started"
+//	       line takes 1 s to write (a slow log sink)
+//	0.5 s  Tighten(12 s), from the drain's goroutine
+//	1 s    A starts (30 s)
+//	12 s   A's context ends: TimedOut; Run returns (was: 30 s, A preserved
+//	       past the new hard deadline, Tighten false, Report.Hard 60 s)
+func TestTightenAsRunStartsTakesEffect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("A", 1, 30*time.Second)
+		p, err := pause.New(node, pause.Config{Logger: slog.New(stallOn{"pause: run started", time.Second})})
+		require.NoError(t, err)
+		t0 := time.Now()
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			assert.True(t, p.Tighten(t0.Add(12*time.Second)), "Run was called: it is in progress")
+		}()
+		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
+		require.Len(t, rep.Entries, 1)
+		assert.Equal(t, pause.TimedOut, rep.Entries[0].Outcome)
+		assert.Equal(t, 12*time.Second, took)
+		assert.True(t, rep.Hard.Equal(t0.Add(12*time.Second)), "the Report's hard deadline is the tightened one, not %v", rep.Hard.Sub(t0))
+	})
+}

@@ -191,9 +191,8 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 	if !p.made() {
 		return notMadeReport(ctx, hard)
 	}
-	r := p.newRun(ctx, hard)
+	r := p.newRun(ctx, hard) // the Run in progress, for Tighten
 	defer r.close()
-	p.cur.Store(r)
 	defer p.cur.CompareAndSwap(r, nil)
 	var bo backoff.BackOff // between passes that found only sandboxes listed again
 	for pass := 1; ; pass++ {
@@ -223,10 +222,14 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 
 // Tighten moves the hard deadline of the Run in progress earlier, to hard:
 // the preserves still running then have their contexts ended, as at the
-// hard deadline Run was given, and Run returns by it. It never moves the
-// deadline later, and reports whether it moved it; with no Run in
-// progress it does nothing, nor with the zero time, which says nothing of
-// a deadline (as for deadline.Budget.Tighten). Cancel Run's context for
+// hard deadline Run was given, and Run returns by it; the Report's Hard
+// is the new deadline. It never moves the deadline later, and reports
+// whether it moved it; with no Run in progress it does nothing, nor with
+// the zero time, which says nothing of a deadline (as for
+// deadline.Budget.Tighten). A Run is in progress from the moment it is
+// called until it returns: a Tighten that lands while Run is still
+// setting up (its span, its first log line through a slow sink) moves
+// the deadline its preserves start with. Cancel Run's context for
 // the phase deadline: no preserve starts after that. drain calls it when
 // its budget moves SIGKILL earlier during the preserve phase (a read of
 // the pod's deletion that lands after the phase began).

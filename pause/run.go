@@ -26,10 +26,13 @@ type run struct {
 	cutWork  context.CancelFunc // ends work alone: Tighten's hard deadline
 	span     trace.Span
 	phase    time.Time
-	hard     time.Time // guarded by hardMu once the Run started (Tighten)
-	hardMu   sync.Mutex
-	cut      *time.Timer   // Tighten's: cutWork at the hard deadline it set; nil until it moved hard
-	moved    chan struct{} // Tighten moved hard: await re-reads it
+	// hard, tightened, cut and cutWork are guarded by hardMu: Tighten
+	// reaches the run from its first instruction (see Preserver.Run).
+	hard      time.Time
+	hardMu    sync.Mutex
+	tightened bool          // Tighten moved hard: the Report says the new one
+	cut       *time.Timer   // Tighten's: cutWork at the hard deadline it set; nil until it moved hard after contexts
+	moved     chan struct{} // Tighten moved hard: await re-reads it
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
@@ -82,15 +85,21 @@ type run struct {
 	classifierPanicked atomic.Bool // Config.Permanent panicked, and that was logged
 }
 
+// newRun makes the state of a Run called with ctx and hard and registers
+// it as the Run in progress (p.cur) before anything else: a Tighten from
+// the moment Run is called moves its hard deadline, however long what
+// follows takes (a slow log sink, a slow span exporter).
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r := &run{p: p, cfg: &p.cfg, moved: make(chan struct{}, 1)}
 	r.phase, r.hard = deadlines(ctx, hard)
+	given := r.hard
+	p.cur.Store(r)
 	r.slots() // before the span: it carries the limit the Run starts at
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
 	if r.traced = r.span.IsRecording(); r.traced { // a span that records nothing would drop them
 		r.span.SetAttributes(
 			attribute.String("drainkit.pause.deadline", fmtTime(r.phase)),
-			attribute.String("drainkit.pause.hard", fmtTime(r.hard)),
+			attribute.String("drainkit.pause.hard", fmtTime(given)),
 			attribute.Int("drainkit.pause.limit", r.limit),
 			attribute.Int("drainkit.pause.max_limit", p.cfg.maxLimit),
 			attribute.Bool("drainkit.pause.cancel_at_deadline", p.cfg.cancelAtDeadline),
@@ -98,8 +107,8 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	}
 	r.contexts()
 	r.rep = &Report{Start: time.Now(), Deadline: r.phase, Counts: make(map[Outcome]int)}
-	if !r.hard.Equal(r.phase) {
-		r.rep.Hard = r.hard
+	if !given.Equal(r.phase) {
+		r.rep.Hard = given // finish puts there the one Tighten moved it to
 	}
 	r.startProgress()
 	if p.cfg.log.Enabled(r.ctx, slog.LevelInfo) { // time_left formats a string: only for a line written
@@ -112,8 +121,12 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 
 // contexts bounds Run's context by the phase deadline and derives the
 // parent of every Preserve's context: Run's own with CancelAtDeadline; by
-// default one that ignores the phase and ends at the hard deadline.
+// default one that ignores the phase and ends at the hard deadline, as a
+// Tighten since Run's call left it. It holds hardMu: a Tighten from now
+// finds cutWork to cut at its deadline.
 func (r *run) contexts() {
+	r.hardMu.Lock()
+	defer r.hardMu.Unlock()
 	if !r.phase.IsZero() {
 		r.ctx, r.stopWork = context.WithDeadline(r.ctx, r.phase)
 	}
@@ -139,17 +152,21 @@ func (r *run) hardline() time.Time {
 
 // tighten moves the hard deadline to hard if that is earlier: the running
 // preserves' contexts end then, as at the hard deadline Run was given.
+// Before contexts made them, the move is all: contexts makes them end at
+// the moved deadline.
 func (r *run) tighten(hard time.Time) bool {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
 	if !r.hard.IsZero() && !hard.Before(r.hard) {
 		return false
 	}
-	r.hard = hard
+	r.hard, r.tightened = hard, true
 	if r.cut != nil {
 		r.cut.Stop()
 	}
-	r.cut = time.AfterFunc(time.Until(hard), r.cutWork)
+	if r.cutWork != nil {
+		r.cut = time.AfterFunc(time.Until(hard), r.cutWork)
+	}
 	select { // a pass waiting for its preserves waits no longer than hard
 	case r.moved <- struct{}{}:
 	default:
@@ -632,7 +649,7 @@ func (r *run) finish() *Report {
 	rep := r.rep
 	rep.End = time.Now()
 	r.hardMu.Lock()
-	if r.cut != nil { // Tighten moved it
+	if r.tightened {
 		rep.Hard = r.hard
 	}
 	r.hardMu.Unlock()
