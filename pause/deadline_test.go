@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -417,5 +418,67 @@ func TestTightenAsRunStartsTakesEffect(t *testing.T) {
 		assert.Equal(t, pause.TimedOut, rep.Entries[0].Outcome)
 		assert.Equal(t, 12*time.Second, took)
 		assert.True(t, rep.Hard.Equal(t0.Add(12*time.Second)), "the Report's hard deadline is the tightened one, not %v", rep.Hard.Sub(t0))
+	})
+}
+
+// Fault: a Tighten to before the phase deadline ended the running
+// preserves' contexts there but not the phase: the Run went on starting
+// preserves, each called with its context already over (a Preserve that
+// signals before it looks at its context, as escalate's SIGTERM then
+// SIGKILL, acts on its sandbox after the deadline everything must be
+// over by), and a Lister that ignores its context held Run to the phase
+// deadline, where Tighten's doc says Run returns by the new hard deadline.
+// The tightened hard deadline now ends the phase too. docs/faults.md row
+// 621.
+//
+//	0 s    phase 60 s, hard 60 s
+//	5 s    Tighten(12 s)
+//	12 s   the phase ends: no preserve starts, no listing is waited for;
+//	       Run returns
+func TestTightenBeforeThePhaseDeadlineEndsThePhase(t *testing.T) {
+	// limit 1: A (30 s) runs, B waits for the slot; A is cut at 12 s and B
+	// never starts (was: B's Preserve called at 12 s, TimedOut). The
+	// progress line at 10 s counts to the new end of the phase (was: 50 s).
+	t.Run("preserves", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			node := fakesandbox.NewNode()
+			node.Add(&fakesandbox.Sandbox{Name: "A", Latency: 30 * time.Second})
+			b := node.Add(&fakesandbox.Sandbox{Name: "B", Latency: time.Second})[0]
+			var logs logbuf.Buffer
+			p, err := pause.New(node, pause.Config{Limit: 1, ProgressInterval: 10 * time.Second,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err)
+			t0 := time.Now()
+			go func() {
+				time.Sleep(5 * time.Second)
+				assert.True(t, p.Tighten(t0.Add(12*time.Second)))
+			}()
+			rep, took := runFor(t, p, 60*time.Second, 60*time.Second)
+			assert.Equal(t, pause.TimedOut, entry(t, rep, "A").Outcome)
+			assert.Equal(t, pause.NotStarted, entry(t, rep, "B").Outcome)
+			assert.Empty(t, b.Starts(), "B's Preserve is never called after the hard deadline")
+			assert.Equal(t, 12*time.Second, took)
+			assert.Contains(t, logs.String(), `msg="pause: progress: preserved 0/2, 0 failed, 2s to the preserve deadline"`)
+		})
+	})
+	// The first listing hangs, ignoring its context: it is abandoned at
+	// 12 s (was: at the phase deadline, 60 s).
+	t.Run("listing", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+				time.Sleep(time.Hour)
+				return nil, nil
+			}), pause.Config{})
+			require.NoError(t, err)
+			t0 := time.Now()
+			go func() {
+				time.Sleep(5 * time.Second)
+				assert.True(t, p.Tighten(t0.Add(12*time.Second)))
+			}()
+			rep, took := runFor(t, p, 60*time.Second, 60*time.Second)
+			assert.True(t, rep.Unknown)
+			assert.Equal(t, 12*time.Second, took)
+			time.Sleep(time.Hour) // the hung Lister returns
+		})
 	})
 }

@@ -229,8 +229,11 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 // deadline.Budget.Tighten). A Run is in progress from the moment it is
 // called until it returns: a Tighten that lands while Run is still
 // setting up (its span, its first log line through a slow sink) moves
-// the deadline its preserves start with. Cancel Run's context for
-// the phase deadline: no preserve starts after that. drain calls it when
+// the deadline its preserves start with. A hard deadline moved before
+// the phase deadline ends the phase there too: no preserve starts, and
+// no listing is waited for, after it. To end the phase earlier than the
+// hard deadline, cancel Run's context: no preserve starts after that.
+// drain calls it when
 // its budget moves SIGKILL earlier during the preserve phase (a read of
 // the pod's deletion that lands after the phase began).
 func (p *Preserver) Tighten(hard time.Time) bool {

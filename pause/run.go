@@ -23,15 +23,15 @@ type run struct {
 	ctx      context.Context // Run's context, carrying the run span
 	work     context.Context // parent of every Preserve's context
 	stopWork context.CancelFunc
-	cutWork  context.CancelFunc // ends work alone: Tighten's hard deadline
+	cut      context.CancelFunc // ends the phase and work: Tighten's hard deadline
 	span     trace.Span
 	phase    time.Time
-	// hard, tightened, cut and cutWork are guarded by hardMu: Tighten
+	// hard, tightened, cut and cutAt are guarded by hardMu: Tighten
 	// reaches the run from its first instruction (see Preserver.Run).
 	hard      time.Time
 	hardMu    sync.Mutex
 	tightened bool          // Tighten moved hard: the Report says the new one
-	cut       *time.Timer   // Tighten's: cutWork at the hard deadline it set; nil until it moved hard after contexts
+	cutAt     *time.Timer   // calls cut at the hard deadline Tighten set; nil until contexts made cut
 	moved     chan struct{} // Tighten moved hard: await re-reads it
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
@@ -122,14 +122,19 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 // contexts bounds Run's context by the phase deadline and derives the
 // parent of every Preserve's context: Run's own with CancelAtDeadline; by
 // default one that ignores the phase and ends at the hard deadline, as a
-// Tighten since Run's call left it. It holds hardMu: a Tighten from now
-// finds cutWork to cut at its deadline.
+// Tighten since Run's call left it. cut ends both, for a Tighten: a hard
+// deadline moved before the phase deadline ends the phase too. It holds
+// hardMu: a Tighten from now finds cut, and one before has it armed here.
 func (r *run) contexts() {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
+	var endPhase context.CancelFunc
 	if !r.phase.IsZero() {
-		r.ctx, r.stopWork = context.WithDeadline(r.ctx, r.phase)
+		r.ctx, endPhase = context.WithDeadline(r.ctx, r.phase)
+	} else {
+		r.ctx, endPhase = context.WithCancel(r.ctx) // no deadline: ended by cut alone
 	}
+	r.stopWork = endPhase
 	r.work = r.ctx
 	if !r.cfg.cancelAtDeadline {
 		base := context.WithoutCancel(r.ctx)
@@ -139,8 +144,13 @@ func (r *run) contexts() {
 			r.work, r.stopWork = withDeadline(base, r.hard, r.stopWork)
 		}
 	}
-	r.work, r.cutWork = context.WithCancel(r.work)
-	r.stopWork = chain(r.stopWork, r.cutWork)
+	var cutWork context.CancelFunc
+	r.work, cutWork = context.WithCancel(r.work)
+	r.stopWork = chain(r.stopWork, cutWork)
+	r.cut = chain(endPhase, cutWork)
+	if r.tightened {
+		r.cutAt = time.AfterFunc(time.Until(r.hard), r.cut)
+	}
 }
 
 // hardline returns the hard deadline, as Tighten may have moved it.
@@ -151,9 +161,10 @@ func (r *run) hardline() time.Time {
 }
 
 // tighten moves the hard deadline to hard if that is earlier: the running
-// preserves' contexts end then, as at the hard deadline Run was given.
-// Before contexts made them, the move is all: contexts makes them end at
-// the moved deadline.
+// preserves' contexts end then, as at the hard deadline Run was given, and
+// so does the phase, if it has not ended before: no preserve starts, and
+// no listing is waited for, past the deadline everything must be over by.
+// Before contexts made them, the move is all: contexts arms the cut.
 func (r *run) tighten(hard time.Time) bool {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
@@ -161,11 +172,11 @@ func (r *run) tighten(hard time.Time) bool {
 		return false
 	}
 	r.hard, r.tightened = hard, true
-	if r.cut != nil {
-		r.cut.Stop()
+	if r.cutAt != nil {
+		r.cutAt.Stop()
 	}
-	if r.cutWork != nil {
-		r.cut = time.AfterFunc(time.Until(hard), r.cutWork)
+	if r.cut != nil {
+		r.cutAt = time.AfterFunc(time.Until(hard), r.cut)
 	}
 	select { // a pass waiting for its preserves waits no longer than hard
 	case r.moved <- struct{}{}:
@@ -707,8 +718,8 @@ func (r *run) close() {
 		r.progressMu.Unlock()
 	}
 	r.hardMu.Lock()
-	if r.cut != nil {
-		r.cut.Stop()
+	if r.cutAt != nil {
+		r.cutAt.Stop()
 	}
 	r.hardMu.Unlock()
 	if r.stopWork != nil {
@@ -754,16 +765,22 @@ func (r *run) logProgress(now time.Time) {
 		slog.String("time_left", fmtLeft(r.phase)), slog.Int64("limit", r.p.limit.Load()))
 }
 
-// untilDeadline says how far the phase deadline is, or, once it passed, the
+// untilDeadline says how far the phase deadline is (a hard deadline
+// Tighten moved before it ends the phase there), or, once it passed, the
 // hard deadline in-flight preserves run to.
 func (r *run) untilDeadline(now time.Time) string {
-	switch {
-	case r.phase.IsZero():
-		return "no deadline"
-	case now.Before(r.phase):
-		return roughly(r.phase.Sub(now)) + " to the preserve deadline"
+	hard := r.hardline()
+	phase := r.phase
+	if !hard.IsZero() && (phase.IsZero() || hard.Before(phase)) {
+		phase = hard
 	}
-	if hard := r.hardline(); now.Before(hard) {
+	switch {
+	case phase.IsZero():
+		return "no deadline"
+	case now.Before(phase):
+		return roughly(phase.Sub(now)) + " to the preserve deadline"
+	}
+	if now.Before(hard) {
 		return "preserve deadline passed, in-flight preserves have " + roughly(hard.Sub(now)) + " to the hard deadline"
 	}
 	return "deadline passed"
