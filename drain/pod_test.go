@@ -536,6 +536,63 @@ func preserveFollowsALateRead(t *testing.T, inFlight bool, pauseTakes time.Durat
 	})
 }
 
+// Fault: the preserve phase's second Run, for the sandboxes the creates
+// in flight at the gate started (preserveAfterInFlight), was given the
+// deadlines of the phase's window as laid out at its start, though the
+// budget had moved SIGKILL earlier during the first Run (a read of the
+// pod's deletion) and the phase's new deadlines were told to that Run
+// alone (its context cancelled, pause.Preserver.Tighten): the preserve the
+// second Run started ran past the new SIGKILL, and the critical step after
+// it began after SIGKILL. The phase now gives every Run its deadlines as
+// they stand when it is called. docs/faults.md row 622.
+//
+//	0 s    SIGTERM (no preStop hook, grace 60 s, margin 1 s); a create
+//	       admitted before it boots its VM; the gate waits for it 1 s
+//	1 s    the preserve phase lays out its window by 60 s; sb-0 (2 s) starts
+//	2 s    the budget moves SIGKILL to 10 s: the Run is told the phase's
+//	       new hard deadline, the ublk step's start, 8.5 s
+//	3 s    sb-0 preserved; the Run ends; the phase waits for the create
+//	4 s    the VM runs booted (30 s): the second Run starts its preserve
+//	8.5 s  booted's preserve is cut; the ublk step (was: booted preserved
+//	       at 34 s, the ublk step after it, 24 s past SIGKILL)
+func TestSecondPreserveRunKeepsTheHardDeadlineTheBudgetMoved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ran []string
+		f := newFixture(t, fixtureOpts{grace: 60 * time.Second, margin: time.Second, sandboxes: 1, latency: 2 * time.Second, limit: 1,
+			steps: []Step{stepOf("ublk", 500*time.Millisecond, true, func(context.Context) error { ran = append(ran, "ublk"); return nil })},
+			edit:  func(c *Config) { c.InFlightWait = time.Second }})
+		leave, err := f.d.Gate().Enter(Create)
+		require.NoError(t, err)
+		go func() {
+			time.Sleep(2 * time.Second) // the read of the pod's deletion, from its own goroutine
+			f.budget.Tighten(f.budget.State().SIGTERM.Add(10 * time.Second))
+			time.Sleep(2 * time.Second) // the VM boots
+			f.node.Add(&draintest.Sandbox{Name: "booted", Latency: 30 * time.Second})
+			leave()
+		}()
+		rep := f.d.Shutdown(context.Background())
+		sigterm := rep.Budget.SIGTERM
+
+		require.True(t, rep.Budget.Kill.Equal(sigterm.Add(10*time.Second)), "SIGKILL %v after SIGTERM", rep.Budget.Kill.Sub(sigterm))
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, 8500*time.Millisecond, rep.Phase(PhasePreserve).Deadline.Sub(sigterm), "the phase's deadline as it moved")
+		var booted *pause.Entry
+		for i := range rep.Preserve.Entries {
+			if rep.Preserve.Entries[i].ID == "booted" {
+				booted = &rep.Preserve.Entries[i]
+			}
+		}
+		require.NotNil(t, booted, "the second Run preserved the create's sandbox: %v", rep.Preserve.Entries)
+		assert.Equal(t, pause.TimedOut, booted.Outcome)
+		assert.Equal(t, 8500*time.Millisecond, booted.End.Sub(sigterm), "booted cut at the ublk step's planned start")
+		ublk := rep.Phase("ublk")
+		require.NotNil(t, ublk)
+		assert.Equal(t, 8500*time.Millisecond, ublk.Start.Sub(sigterm), "the ublk step starts as planned, before SIGKILL")
+		assert.Equal(t, []string{"ublk"}, ran)
+		assert.Equal(t, OK, ublk.Result, ublk.Error)
+	})
+}
+
 // Fault (docs/faults.md row 239): the kubelet restarted during the
 // preserve phase. The new kubelet runs the hook again and gives the pod's
 // whole grace from that call (measured under the real kubelet:

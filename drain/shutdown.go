@@ -358,7 +358,7 @@ func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseRepo
 			p.Deadline = dl // the count moved the preserve reserve
 		}
 	}
-	ctx, stop := d.phaseContext(ctx, PhaseGate, p, p.Deadline)
+	ctx, stop := d.phaseContext(ctx, PhaseGate, p, nil)
 	defer stop()
 	if err := d.gate.Wait(ctx); err != nil {
 		p.Result, p.Error = TimedOut, joinNote(fmt.Sprintf("gated operations still in flight: %v", context.Cause(ctx)), uncounted)
@@ -486,15 +486,20 @@ func (d *Drainer) underestimated(ctx context.Context, pr *pause.Report, planned 
 // operations in flight as the gate closed started (preserveAfterInFlight);
 // the window follows a budget that moves SIGKILL earlier (followBudget).
 func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseReport) (*pause.Report, map[Class]int, error) {
-	ctx, stop := d.phaseContext(ctx, PhasePreserve, p, w.Hard) // p.Deadline is w's
+	ends := new(preserveEnds)
+	ends.set(w.Deadline, w.Hard)
+	ctx, stop := d.phaseContext(ctx, PhasePreserve, p, ends) // p.Deadline is w's
 	defer stop()
-	// bounded.Call waits for the Preserver until the hard deadline, not the
-	// phase deadline: in-flight preserves may finish until then.
-	hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), w.Hard)
-	defer hcancel()
 	run := func() (*pause.Report, error) {
+		// bounded.Call waits for the Preserver until the hard deadline, not
+		// the phase deadline: in-flight preserves may finish until then.
+		hctx, hcancel := context.WithDeadline(context.WithoutCancel(ctx), ends.get().hard)
+		defer hcancel()
 		return bounded.Call(hctx, returnSlack, func(context.Context) (*pause.Report, error) {
-			return d.preserver.Run(ctx, w.Hard), nil
+			e := ends.get()
+			ctx, cancel := context.WithDeadline(ctx, e.deadline)
+			defer cancel()
+			return d.preserver.Run(ctx, e.hard), nil
 		})
 	}
 	pr, err := run()
@@ -516,11 +521,11 @@ func reportedHard(w deadline.Window) time.Time {
 
 // phaseContext returns ctx ending at phase name's deadline p.Deadline, at
 // the earlier one a budget that moves SIGKILL earlier gives it
-// (followBudget; hard is the deadline the phase's work runs to), and at
-// Force; stop releases it.
-func (d *Drainer) phaseContext(ctx context.Context, name string, p *PhaseReport, hard time.Time) (_ context.Context, stop func()) {
+// (followBudget; ends is the preserve phase's, nil for another phase), and
+// at Force; stop releases it.
+func (d *Drainer) phaseContext(ctx context.Context, name string, p *PhaseReport, ends *preserveEnds) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithDeadline(ctx, p.Deadline)
-	ctx, unfollow := d.followBudget(ctx, name, p, hard, nil)
+	ctx, unfollow := d.followBudget(ctx, name, p, ends, nil)
 	ctx, unforce := d.forceCancel(ctx)
 	return ctx, func() { unforce(); unfollow(); cancel() }
 }
@@ -529,6 +534,23 @@ func (d *Drainer) phaseContext(ctx context.Context, name string, p *PhaseReport,
 // as *pause.Preserver's (Tighten), or a Step whose Run's deadline can, as
 // *ublk.Teardown's.
 type tightener interface{ Tighten(deadline time.Time) bool }
+
+// preserveEnds are the deadlines the preserve phase's Runs are given, its
+// context's and the hard one: the window's, or the earlier ones a budget
+// that moved SIGKILL earlier gave it (followBudget). Each Run of the phase
+// reads them as it is called: the Run in progress is told a move (its
+// context is cancelled, and Tighten), and one called after it, for the
+// sandboxes the creates in flight at the gate started
+// (preserveAfterInFlight), had the window's as laid out at the phase's
+// start, its preserves running past the new SIGKILL (row 622).
+// followBudget sets them before it calls Tighten, and preserveIn reads
+// them in the goroutine that calls Run, just before the call.
+type preserveEnds struct{ at atomic.Pointer[phaseEnds] }
+
+type phaseEnds struct{ deadline, hard time.Time }
+
+func (e *preserveEnds) get() phaseEnds               { return *e.at.Load() }
+func (e *preserveEnds) set(deadline, hard time.Time) { e.at.Store(&phaseEnds{deadline, hard}) }
 
 // errBudgetMoved ends a phase at the deadline a budget that moved earlier
 // gives it.
@@ -545,13 +567,15 @@ var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the ph
 // wait for operations in flight ends there; no preserve starts after it,
 // and a Preserver that can (pause.Preserver.Tighten) ends the running ones
 // by the new hard deadline, the next critical phase's start, when the hard
-// deadline they had (hard) is past the budget's deadline. A step ends
+// deadline they had (ends, the preserve phase's; nil for another phase)
+// is past the budget's deadline; a Run called after is given both (see
+// preserveEnds). A step ends
 // there too, so that a critical step after it keeps its reserve; step,
 // the running Step's deadline (nil for the gate and preserve phases), is
 // told its new deadline first (see stepDeadline): cancelled alone, a step
 // that planned its stages in its deadline at the start (the device
 // teardown's control fallback and kill) ran none of the late ones.
-func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, hard time.Time, step *stepDeadline) (context.Context, context.CancelFunc) {
+func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, ends *preserveEnds, step *stepDeadline) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -573,9 +597,16 @@ func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport,
 				// budget by the deletionTimestamp's truncation to whole
 				// seconds, the common case, leaves them alone (they end in
 				// the margin), where cutting one would lose its sandbox.
-				if t, ok := d.preserver.(tightener); ok && name == PhasePreserve && hard.After(d.budget.Deadline()) {
-					t.Tighten(w.Hard)
-					hard = w.Hard
+				if ends != nil {
+					// First: a Run called from now is given them.
+					if hard := ends.get().hard; hard.After(d.budget.Deadline()) {
+						ends.set(dl, w.Hard)
+						if t, ok := d.preserver.(tightener); ok {
+							t.Tighten(w.Hard)
+						}
+					} else {
+						ends.set(dl, hard)
+					}
 				}
 				if step != nil {
 					step.tell(dl)
@@ -729,7 +760,7 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 		// Past the expected SIGKILL the budget is known wrong, and the
 		// reserve stands.
 		var unfollow context.CancelFunc
-		ctx, unfollow = d.followBudget(ctx, p.Name, p, w.Deadline, sd)
+		ctx, unfollow = d.followBudget(ctx, p.Name, p, nil, sd)
 		defer unfollow()
 	}
 	ctx, unforce := d.forceReserve(ctx, w.Reserve, sd)
