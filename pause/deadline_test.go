@@ -328,11 +328,7 @@ func TestTightenBoundsRunWhenAPreserveIgnoresItsContext(t *testing.T) {
 		node.Add(&fakesandbox.Sandbox{Name: "hung", Faults: []fakesandbox.Fault{fakesandbox.Hang}, HangFor: time.Hour})
 		p, err := pause.New(node, pause.Config{})
 		require.NoError(t, err)
-		t0 := time.Now()
-		go func() {
-			time.Sleep(5 * time.Second)
-			assert.True(t, p.Tighten(t0.Add(12*time.Second)))
-		}()
+		tightenAt(t, p, 5*time.Second, 12*time.Second)
 		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
 		assert.Equal(t, pause.TimedOut, entry(t, rep, "hung").Outcome)
 		assert.Equal(t, 12*time.Second+pause.ReturnSlack, took)
@@ -448,11 +444,7 @@ func TestTightenBeforeThePhaseDeadlineEndsThePhase(t *testing.T) {
 			p, err := pause.New(node, pause.Config{Limit: 1, ProgressInterval: 10 * time.Second,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			require.NoError(t, err)
-			t0 := time.Now()
-			go func() {
-				time.Sleep(5 * time.Second)
-				assert.True(t, p.Tighten(t0.Add(12*time.Second)))
-			}()
+			tightenAt(t, p, 5*time.Second, 12*time.Second)
 			rep, took := runFor(t, p, 60*time.Second, 60*time.Second)
 			assert.Equal(t, pause.TimedOut, entry(t, rep, "A").Outcome)
 			assert.Equal(t, pause.NotStarted, entry(t, rep, "B").Outcome)
@@ -465,20 +457,25 @@ func TestTightenBeforeThePhaseDeadlineEndsThePhase(t *testing.T) {
 	// 12 s (was: at the phase deadline, 60 s).
 	t.Run("listing", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-				time.Sleep(time.Hour)
-				return nil, nil
-			}), pause.Config{})
+			p, err := pause.New(hungLister(), pause.Config{})
 			require.NoError(t, err)
-			t0 := time.Now()
-			go func() {
-				time.Sleep(5 * time.Second)
-				assert.True(t, p.Tighten(t0.Add(12*time.Second)))
-			}()
+			tightenAt(t, p, 5*time.Second, 12*time.Second)
 			rep, took := runFor(t, p, 60*time.Second, 60*time.Second)
 			assert.True(t, rep.Unknown)
 			assert.Equal(t, 12*time.Second, took)
 			time.Sleep(time.Hour) // the hung Lister returns
 		})
 	})
+}
+
+// tightenAt calls p.Tighten(t0 + to) at t0 + at, from its own goroutine,
+// as drain's follower of the budget does, asserting it moved the Run's hard
+// deadline; it returns t0, now.
+func tightenAt(t *testing.T, p *pause.Preserver, at, to time.Duration) time.Time {
+	t0 := time.Now()
+	go func() {
+		time.Sleep(at)
+		assert.True(t, p.Tighten(t0.Add(to)))
+	}()
+	return t0
 }

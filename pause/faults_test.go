@@ -262,13 +262,19 @@ func TestPermanentListErrorIsNotRetried(t *testing.T) {
 	})
 }
 
+// hungLister is a Lister that ignores its context and answers after an
+// hour, with nothing.
+func hungLister() pause.Lister {
+	return pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		time.Sleep(time.Hour)
+		return nil, nil
+	})
+}
+
 // A Lister that ignores its context cannot hold Run past the hard deadline.
 func TestListerIgnoringContextIsAbandoned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-			time.Sleep(time.Hour)
-			return nil, nil
-		}), pause.Config{})
+		p, err := pause.New(hungLister(), pause.Config{})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 10*time.Second, 20*time.Second)
 		assert.Equal(t, 10*time.Second, took, "abandoned at the phase deadline: no preserve could start after it, and the later phases keep their time")
