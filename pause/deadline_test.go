@@ -479,3 +479,33 @@ func tightenAt(t *testing.T, p *pause.Preserver, at, to time.Duration) time.Time
 	}()
 	return t0
 }
+
+// Fault: Run made its Report, then stopped being the Run in progress: a
+// Tighten in between (here while a slow log sink holds the "run
+// finished" line) reported that it moved the hard deadline, and the
+// Report, already made, gave the old one. Tighten's doc says the Report's
+// Hard is the deadline it moved to; a Run whose account is made moves
+// nothing now, and Tighten says so. docs/faults.md row 623.
+//
+//	0 s    A (1 s) starts: phase 10 s, hard 60 s
+//	1 s    A preserved; the listing finds nothing; the Report is made;
+//	       "run finished" takes 1 s to write
+//	1.5 s  Tighten(30 s): false (was: true, the Report's Hard 60 s)
+func TestTightenAfterTheReportIsMadeMovesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("A", 1, time.Second)
+		p, err := pause.New(node, pause.Config{Logger: slog.New(stallOn{"pause: run finished", time.Second})})
+		require.NoError(t, err)
+		t0 := time.Now()
+		moved := make(chan bool, 1)
+		go func() {
+			time.Sleep(1500 * time.Millisecond)
+			moved <- p.Tighten(t0.Add(30 * time.Second))
+		}()
+		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
+		assert.Equal(t, 2*time.Second, took)
+		assert.False(t, <-moved, "the Run's account was made: Tighten moved nothing")
+		assert.True(t, rep.Hard.Equal(t0.Add(60*time.Second)), "the hard deadline the Run had, not %v", rep.Hard.Sub(t0))
+	})
+}

@@ -193,7 +193,6 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 	}
 	r := p.newRun(ctx, hard) // the Run in progress, for Tighten
 	defer r.close()
-	defer p.cur.CompareAndSwap(r, nil)
 	var bo backoff.BackOff // between passes that found only sandboxes listed again
 	for pass := 1; ; pass++ {
 		found, again, retry := r.pass(pass)
@@ -217,6 +216,9 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 			break
 		}
 	}
+	// The Report is made from here: a Tighten now would move nothing it
+	// says, and must say so.
+	p.cur.CompareAndSwap(r, nil)
 	return r.finish()
 }
 
@@ -227,9 +229,10 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 // whether it moved it; with no Run in progress it does nothing, nor with
 // the zero time, which says nothing of a deadline (as for
 // deadline.Budget.Tighten). A Run is in progress from the moment it is
-// called until it returns: a Tighten that lands while Run is still
-// setting up (its span, its first log line through a slow sink) moves
-// the deadline its preserves start with. A hard deadline moved before
+// called until it makes its Report: a Tighten that lands while Run is
+// still setting up (its span, its first log line through a slow sink)
+// moves the deadline its preserves start with, and one that lands as Run
+// writes its last line returns false. A hard deadline moved before
 // the phase deadline ends the phase there too: no preserve starts, and
 // no listing is waited for, after it. To end the phase earlier than the
 // hard deadline, cancel Run's context: no preserve starts after that.
