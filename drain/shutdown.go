@@ -332,6 +332,12 @@ func phaseFailed(p PhaseReport) bool {
 func (d *Drainer) forceCancel(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(d.force, func() { cancel(ErrForced) })
+	if d.force.Err() != nil {
+		// AfterFunc calls its func in a goroutine of its own, even for a
+		// force already made: the phase's work, called at once, would
+		// start before it ran (row 624).
+		cancel(ErrForced)
+	}
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 

@@ -35,7 +35,8 @@ var errListAbandoned = errors.New("pause: Lister had not returned by the phase d
 // error is the Run's, not a Lister's that had no time to answer.
 func (r *run) list() ([]Sandbox, error) {
 	if !r.phase.IsZero() && r.phaseOver() {
-		err := r.ctx.Err()
+		// Why it ended: a drain's force says "drain: forced".
+		err := context.Cause(r.ctx)
 		if err == nil { // the clock passed the phase deadline before its timer fired
 			err = context.DeadlineExceeded
 		}
