@@ -51,6 +51,9 @@ type Preserver interface {
 	// that also has the method Tighten(hard time.Time) bool, as
 	// *pause.Preserver, is told a hard deadline the budget moved earlier
 	// during the phase; ctx is then cancelled at the phase's new deadline.
+	// A Run the phase calls after such a move (again, for the sandboxes the
+	// creates in flight at the gate started) is given the moved deadlines,
+	// as ctx's Deadline and hard.
 	Run(ctx context.Context, hard time.Time) *pause.Report
 	// Limit is how many sandboxes the Preserver preserves at once, now.
 	// With Estimator and the running count it makes the preserve phase's
