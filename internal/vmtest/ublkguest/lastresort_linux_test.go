@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/internal/ublkserver"
 	"github.com/drainkit/drainkit/internal/vmtest"
 	"github.com/drainkit/drainkit/ublk"
@@ -241,6 +242,42 @@ func TestGuestStepLeavesAnotherServersDeviceAlone(t *testing.T) {
 	require.Len(t, rep.Devices, len(r.daemon.Devices), "the daemon's devices alone")
 	assert.Nil(t, rep.Device(theirs))
 	assert.Contains(t, rep.Note, fmt.Sprintf("ublkb%d: its /dev/ublkc%d is open in pid %d", theirs, theirs, other.daemon.Pid()))
+	assert.NoError(t, r.daemon.Wait(r.ctx(10*time.Second)), "the daemon exited with status 0")
+	r.devicesGone()
+	assert.True(t, other.alive(), "the other server's daemon was not touched")
+	assert.Equal(t, ublkserver.StateLive, other.state(theirs))
+	noKernelProblemsSince(t, r.logFrom)
+}
+
+// TestGuestStepLeavesTheDeviceOfAServerProcfsDoesNotShow: two ublk servers
+// on one node, the other one in a PID namespace of its own that the
+// step's procfs does not show (another pod's: the DaemonSets run with
+// hostPID false), here a procfs of links to this process and its daemon
+// alone. The other server's device is live, its /dev/ublkcN open in no
+// process the step sees; the step's daemon, whose fds it reads, does not
+// have it open either: another server's, left alone. Before, it was the
+// step's, and once the daemon had stopped its own and exited, the control
+// fallback ran STOP_DEV and DEL_DEV on it under its server (docs/faults.md
+// row 681).
+func TestGuestStepLeavesTheDeviceOfAServerProcfsDoesNotShow(t *testing.T) {
+	vmtest.GuestOnly(t)
+	other := newRig(t, ublkserver.DaemonConfig{})
+	r := newRig(t, ublkserver.DaemonConfig{})
+	theirs := other.daemon.Devices[0]
+	proc := t.TempDir()
+	for _, pid := range []int{os.Getpid(), r.daemon.Pid()} {
+		require.NoError(t, os.Symlink(fmt.Sprintf("/proc/%d", pid), filepath.Join(proc, strconv.Itoa(pid))))
+	}
+	require.NoError(t, os.Symlink(strconv.Itoa(os.Getpid()), filepath.Join(proc, "self")))
+
+	rep, err := r.step(ublkhook.With(ublk.Config{}, ublkhook.Hooks{ProcfsRoot: proc})).Stop(r.ctx(30 * time.Second))
+	t.Log(rep.String())
+	require.NoError(t, err)
+	assert.Equal(t, ublk.VerdictStopped, rep.Verdict)
+	require.Len(t, rep.Devices, len(r.daemon.Devices), "the daemon's devices alone")
+	assert.Nil(t, rep.Device(theirs))
+	assert.Contains(t, rep.Note, fmt.Sprintf("ublkb%d: live, its /dev/ublkc%d open in no process procfs shows: not in the daemon (pid %d, its fds read)",
+		theirs, theirs, r.daemon.Pid()))
 	assert.NoError(t, r.daemon.Wait(r.ctx(10*time.Second)), "the daemon exited with status 0")
 	r.devicesGone()
 	assert.True(t, other.alive(), "the other server's daemon was not touched")
