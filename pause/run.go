@@ -90,11 +90,12 @@ type run struct {
 // the moment Run is called moves its hard deadline, however long what
 // follows takes (a slow log sink, a slow span exporter).
 func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
+	start := time.Now() // the Report's Start and the in-flight integral's: one clock reading
 	r := &run{p: p, cfg: &p.cfg, moved: make(chan struct{}, 1)}
 	r.phase, r.hard = deadlines(ctx, hard)
 	given := r.hard
 	p.cur.Store(r)
-	r.slots() // before the span: it carries the limit the Run starts at
+	r.slots(start) // before the span: it carries the limit the Run starts at
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
 	if r.traced = r.span.IsRecording(); r.traced { // a span that records nothing would drop them
 		r.span.SetAttributes(
@@ -106,7 +107,7 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 		)
 	}
 	r.contexts()
-	r.rep = &Report{Start: time.Now(), Deadline: r.phase, Counts: make(map[Outcome]int)}
+	r.rep = &Report{Start: start, Deadline: r.phase, Counts: make(map[Outcome]int)}
 	if !given.Equal(r.phase) {
 		r.rep.Hard = given // finish puts there the one Tighten moved it to
 	}
@@ -190,14 +191,14 @@ func (r *run) tighten(hard time.Time) bool {
 // adaptive Run starts at the limit the Preserver ended its last Run with;
 // the first one, given a Config.Limit to adapt from, starts at the default
 // start and may jump to Config.Limit after its first epoch (adapt.go, "A
-// start from what was learned").
-func (r *run) slots() {
+// start from what was learned"); now is the Run's start.
+func (r *run) slots(now time.Time) {
 	r.limit = r.cfg.limit
 	r.adaptive = r.cfg.adaptive
 	r.room = make(chan struct{}, 1)
 	if r.adaptive {
 		r.limit = min(max(int(r.p.limit.Load()), 1), r.cfg.maxLimit) // the start, not a learned level Limit reports
-		r.areaAt = time.Now()
+		r.areaAt = now
 		r.climb.init(r.limit, r.cfg.maxLimit, r.areaAt)
 		if t := int(r.p.target.Swap(0)); t > 0 && t != r.limit {
 			r.climb.target = t
@@ -603,11 +604,11 @@ func growEntries(e []Entry, n int) []Entry {
 // the ones that returned, TimedOut for the ones abandoned still running,
 // NotStarted for the ones whose turn never came.
 func (r *run) settle(tasks *taskList) {
-	now := time.Now()
+	var now time.Time // read at the first task not settled: usually none is
 	for i := range tasks.all {
 		t := &tasks.all[i]
 		e := tasks.entry(t)
-		res, changed := t.final(e, now)
+		res, changed := t.final(e, &now)
 		if !changed {
 			continue
 		}

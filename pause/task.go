@@ -235,16 +235,20 @@ func (t *task) settle(ps *pass, res result, worker bool, area0 float64) (bool, *
 
 // final settles a task at the end of its pass: one never started is
 // NotStarted, one still running (the hard deadline came) is abandoned as
-// TimedOut. It returns the outcome it gave, and false if the task had
-// already settled.
-func (t *task) final(e *Entry, now time.Time) (res result, changed bool) {
+// TimedOut, both ending at *now, which final reads from the clock if it
+// is zero (the pass's first such task). It returns the outcome it gave,
+// and false if the task had already settled.
+func (t *task) final(e *Entry, now *time.Time) (res result, changed bool) {
 	for {
 		s := t.state.Load()
+		if (s == stateQueued || s == stateRunning) && now.IsZero() {
+			*now = time.Now()
+		}
 		switch s {
 		case stateQueued:
-			res = result{outcome: NotStarted, end: now}
+			res = result{outcome: NotStarted, end: *now}
 		case stateRunning:
-			res = result{outcome: TimedOut, end: now, err: errAbandoned}
+			res = result{outcome: TimedOut, end: *now, err: errAbandoned}
 		case stateStarting, stateSettling:
 			runtime.Gosched() // a worker is midway; it takes no time
 			continue
