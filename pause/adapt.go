@@ -188,9 +188,8 @@ type climber struct {
 // doubled at every epoch so far.
 func (c *climber) climbing() bool { return c.move == climbUp && !c.held1 }
 
-// moves is the part of the climber's state that next changes: sample
-// restores it when next found the epoch undecided (kept small: sample runs
-// on a worker's stack).
+// moves is the part of the climber's state that next changes: decide
+// restores it when next found the epoch undecided.
 type moves struct {
 	move   int
 	prev   int // the level measured before k (up and down moves)
@@ -219,19 +218,28 @@ func (c *climber) init(start, ceil int, now time.Time) {
 	c.lv = c.lvBuf[:0] // a Run measures a few levels: no allocation on a worker
 }
 
-// at returns what level k measured, this epoch's samples included.
+// at returns what level k measured, this epoch's samples included. Not
+// inlined: pays calls it twice, and two copies of its frame in pays's
+// would hold a worker's stack past its first 2 KiB (see decide).
+//
+//go:noinline
 func (c *climber) at(k int) stat {
+	s := c.level(k)
 	if k == c.k {
-		return c.level(k).plus(c.epoch)
+		s.n += c.epoch.n
+		s.w += c.epoch.w
+		s.wx += c.epoch.wx
+		s.wxx += c.epoch.wxx
+		s.wsq += c.epoch.wsq
 	}
-	return c.level(k)
+	return s
 }
 
 // level returns the samples of the epochs decided at level k.
 func (c *climber) level(k int) stat {
-	for _, l := range c.lv {
-		if l.k == k {
-			return l.s
+	for i := range c.lv { // by index: a copy of each level would be in the frame
+		if c.lv[i].k == k {
+			return c.lv[i].s
 		}
 	}
 	return stat{}
@@ -260,33 +268,61 @@ func (c *climber) sample(start time.Time, d time.Duration, b, kbar, est float64,
 		c.paceEst += est
 	}
 	c.epoch.add(float64(d), kbar*b/float64(d))
-	width := max(minEpochWidth, c.k/4)
-	if c.epoch.n < width {
-		return c.k
+	if c.epoch.n >= max(minEpochWidth, c.k/4) {
+		c.decide(now)
 	}
+	return c.k
+}
+
+// decide ends the epoch at now unless next finds it within the noise and
+// it may still grow. It is apart from sample, and the epoch's end apart
+// from it, so that the frames a worker's stack holds while next compares
+// levels stay small: a worker's first 2 KiB of stack then hold a no-op
+// preserve's settle, where growing them took a tenth of a Run of ten.
+//
+//go:noinline
+func (c *climber) decide(now time.Time) {
 	saved := c.moves
 	c.undecided = false
-	k := c.next(c.epoch.n < maxStretch*width)
+	k := c.next(c.epoch.n < maxStretch*max(minEpochWidth, c.k/4))
 	if c.undecided { // within the noise: measure on
 		c.moves = saved
-		return c.k
+		return
 	}
+	c.endEpoch(k, now)
+}
+
+// endEpoch records the epoch's samples at its level and starts the next
+// epoch at level k.
+//
+//go:noinline
+func (c *climber) endEpoch(k int, now time.Time) {
 	c.record(c.k, c.epoch)
 	c.set(k, now)
-	return c.k
 }
 
 // pays reports whether level b delivered enough more than level a < b to
 // be worth its extra preserves. While the epoch may still grow, a
 // difference within the noise is no answer: it marks the epoch undecided.
 func (c *climber) pays(a, b int) bool {
-	sa, sb := c.at(a), c.at(b)
-	need := sa.mean() * (1 + payFrac*math.Log2(float64(b)/float64(a)))
-	diff := sb.mean() - need
-	if c.stretch && math.Abs(diff) <= noiseZ*math.Hypot(sa.se(), sb.se()) {
+	ma, sea := c.measured(a)
+	mb, seb := c.measured(b)
+	need := ma * (1 + payFrac*math.Log2(float64(b)/float64(a)))
+	diff := mb - need
+	if c.stretch && math.Abs(diff) <= noiseZ*math.Hypot(sea, seb) {
 		c.undecided = true
 	}
 	return diff > 0
+}
+
+// measured returns the mean throughput at level k and its standard error,
+// this epoch's samples included. pays calls it where two stats of its own
+// would hold a worker's stack past its first 2 KiB (see decide).
+//
+//go:noinline
+func (c *climber) measured(k int) (mean, se float64) {
+	s := c.at(k)
+	return s.mean(), s.se()
 }
 
 // room reports whether a move to level j has shortRounds rounds of work

@@ -163,11 +163,12 @@ func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, fl
 		ps.settled()
 		return now, next, area0, true
 	}
-	res := t.preserve(ps, sb)
+	var res result
+	t.preserve(ps, sb, &res) // into res: a result returned is copied, and the frame held it twice
 	if x := ps.tasks.extra(t); x != nil && x.watch != nil {
 		x.watch.Stop()
 	}
-	ok, next, area0 := t.settle(ps, res, true, area0)
+	ok, next, area0 := t.settle(ps, &res, true, area0)
 	return res.end, next, area0, ok
 }
 
@@ -175,18 +176,19 @@ func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, fl
 // abandonAfter and gives its worker's slot to a new worker.
 func (t *task) abandon(ps *pass) {
 	r := ps.r
-	if ok, _, _ := t.settle(ps, result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, false, 0); ok {
+	if ok, _, _ := t.settle(ps, &result{outcome: TimedOut, end: time.Now(), err: errAbandoned}, false, 0); ok {
 		r.workerGone()
 		r.sem.Release(1)
 	}
 }
 
-// settle moves a running task of ps to done with res and accounts for
-// it; area0 is the in-flight integral when t started (0 when not worker).
+// settle moves a running task of ps to done with *res and accounts for
+// it (res by pointer: a result is 72 bytes the worker's frame would hold
+// twice); area0 is the in-flight integral when t started (0 when not worker).
 // It reports whether it made the move and, when it did and the caller is
 // the worker that ran t (worker), returns that worker's next task, with
 // its area0.
-func (t *task) settle(ps *pass, res result, worker bool, area0 float64) (bool, *task, float64) {
+func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, *task, float64) {
 	if !t.state.CompareAndSwap(stateRunning, stateSettling) {
 		return false, nil, 0
 	}
@@ -196,7 +198,7 @@ func (t *task) settle(ps *pass, res result, worker bool, area0 float64) (bool, *
 	if again && res.outcome == Vanished && e.Outcome == Preserved {
 		res.outcome, res.err = Preserved, nil // "already preserved": the first preserve stands
 	}
-	e.fill(t, &res)
+	e.fill(t, res)
 	t.state.Store(stateDone)
 	x := ps.tasks.extra(t)
 	if x != nil && x.cancel != nil {
@@ -217,7 +219,7 @@ func (t *task) settle(ps *pass, res result, worker bool, area0 float64) (bool, *
 	switch {
 	case r.adaptive:
 		r.mu.Lock()
-		r.endedLocked(t, e, &res, area0)
+		r.endedLocked(t, e, res, area0)
 		if worker {
 			next, nextArea0 = ps.popLocked(res.end)
 		}
@@ -226,9 +228,9 @@ func (t *task) settle(ps *pass, res result, worker bool, area0 float64) (bool, *
 		next = ps.take(res.end)
 	}
 	r.p.tel.inflight.Add(r.ctx, -1)
-	endSpan(x, t, &res)
-	r.record(e, &res)
-	t.log(r, e, &res)
+	endSpan(x, t, res)
+	r.record(e, res)
+	t.log(r, e, res)
 	ps.settled() // last: the pass may end, and Run return, right after
 	return true, next, nextArea0
 }
@@ -262,10 +264,21 @@ func (t *task) final(e *Entry, now *time.Time) (res result, changed bool) {
 	}
 }
 
-// preserve calls Preserve of sb, the sandbox of t, a task of ps, until it
+// preserve writes to res how the preserve of sb, the sandbox of t, a task
+// of ps, ended (try). Its caller's frame holds one result where a result
+// returned to it was stored twice, and that frame is on the worker's
+// stack under the settle that follows: with both, settling a no-op
+// preserve grew a worker's stack past its first 2 KiB.
+//
+//go:noinline
+func (t *task) preserve(ps *pass, sb Sandbox, res *result) {
+	*res = t.try(ps, sb)
+}
+
+// try calls Preserve of sb, the sandbox of t, a task of ps, until it
 // succeeds, fails permanently, or no retry fits before the task's
 // deadline.
-func (t *task) preserve(ps *pass, sb Sandbox) result {
+func (t *task) try(ps *pass, sb Sandbox) result {
 	var bo backoff.BackOff
 	r := ps.r
 	ctx := t.ctx(ps)
