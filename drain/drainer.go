@@ -209,20 +209,21 @@ type Drainer struct {
 
 	listFails logonce.Failures // the counts failed in a row, and the failure last logged at Warn
 
-	pod       *kube.Pod
-	kubelet   time.Duration  // Config.KubeletGrace
-	own       atomic.Bool    // a read found no deletionTimestamp, with kubelet set: the kubelet's own termination
-	podReads  sync.WaitGroup // readPod's reads
-	podMu     sync.Mutex     // orders readPod's Go with stopPodReads
-	podDone   bool           // stopPodReads was called: no read starts
-	rerun     time.Time      // the latest run of the hook after the first (hookAgain); guarded by podMu
-	delGrace  time.Duration  // the deletion's grace the first read found: the kubelet's termination keeps it; guarded by podMu
-	shortened bool           // a later read found a shorter one, and it was logged; guarded by podMu
-	blind     bool           // no preStop call came before SIGTERM: no hook shows a kubelet's new run; guarded by podMu
-	graceSeen time.Time      // the start of the latest read that found delGrace; guarded by podMu
-	pollFails logonce.Failures
-	podCtx    context.Context
-	podStop   context.CancelFunc
+	pod          *kube.Pod
+	kubelet      time.Duration  // Config.KubeletGrace
+	own          atomic.Bool    // a read found no deletionTimestamp, with kubelet set: the kubelet's own termination
+	podReads     sync.WaitGroup // readPod's reads
+	podMu        sync.Mutex     // orders readPod's Go with stopPodReads
+	podDone      bool           // stopPodReads was called: no read starts
+	rerun        time.Time      // the latest run of the hook after the first (hookAgain); guarded by podMu
+	delGrace     time.Duration  // the deletion's grace the first read found: the kubelet's termination keeps it; guarded by podMu
+	shortened    bool           // a later read found a shorter one, and it was logged; guarded by podMu
+	blind        bool           // no preStop call came before SIGTERM: no hook shows a kubelet's new run; guarded by podMu
+	graceSeen    time.Time      // the start of the latest read that found delGrace; guarded by podMu
+	misnamedSaid bool           // podRemoved logged a read that misnamed's says nothing of; guarded by podMu
+	pollFails    logonce.Failures
+	podCtx       context.Context
+	podStop      context.CancelFunc
 
 	term     context.Context // cancelled when Shutdown starts
 	termStop context.CancelFunc
@@ -300,6 +301,9 @@ func New(cfg Config) (*Drainer, error) {
 	}
 	if err := d.makePlan(cfg.Preserver != nil); err != nil {
 		return nil, err
+	}
+	if d.pod != nil {
+		d.sayPodIdentity()
 	}
 	d.term, d.termStop = context.WithCancel(context.Background())
 	d.podCtx, d.podStop = context.WithCancel(context.Background())

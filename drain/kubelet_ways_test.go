@@ -172,9 +172,17 @@ func podWithoutDeletion(t *testing.T, answered int, spec ...int64) *kube.Pod {
 // so that it works under synctest).
 func podOver(t *testing.T, api *fakeapiserver.Pod, rt http.RoundTripper) *kube.Pod {
 	t.Helper()
+	return podAs(t, api, api.UID, rt)
+}
+
+// podAs is the pod reader of api's pod with kube.Config.UID uid, its
+// requests made by rt: a uid other than api's is a POD_NAME that names
+// another pod, or a POD_UID that is not the pod's.
+func podAs(t *testing.T, api *fakeapiserver.Pod, uid string, rt http.RoundTripper) *kube.Pod {
+	t.Helper()
 	token := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
-	pod, err := kube.New(api.Name, kube.Config{Host: "https://api.test", Namespace: api.Namespace, UID: api.UID, TokenFile: token,
+	pod, err := kube.New(api.Name, kube.Config{Host: "https://api.test", Namespace: api.Namespace, UID: uid, TokenFile: token,
 		Client: &http.Client{Transport: rt}})
 	require.NoError(t, err)
 	return pod

@@ -125,9 +125,22 @@ func failureKind(err error) string {
 //     HandlePodCleanups), a preStop hook or not. So SIGKILL is planned for
 //     that earliest restart, as for a second deletion with no grace
 //     (plannedForRestart).
+//
+// Neither when a read before the termination began found the name not
+// naming this pod (misnamed): the name or the UID is wrong, and the read
+// at the drain says no more than that one did. It reports true, the budget
+// standing, logged at Error once.
 func (d *Drainer) podRemoved(at string, err error) bool {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
+	if start := d.misnamed(); start != nil {
+		if !d.misnamedSaid {
+			d.misnamedSaid = true
+			d.log.Error("drain: the pod's name does not name this pod, as a read before the termination found: "+msgMisnamed+
+				"; this read is no force deletion, and the budget stands", "at", at, "error", err, "found_before", start, "kill", d.budget.Kill())
+		}
+		return true
+	}
 	if d.delGrace == 0 {
 		if d.pod.UID() == "" {
 			return false
@@ -142,6 +155,42 @@ func (d *Drainer) podRemoved(at string, err error) bool {
 	d.plannedForRestart(at, 0, "the pod was removed from the API server while the kubelet terminates it (a force deletion: "+err.Error()+"): "+
 		"a kubelet restarted now would kill the container as an orphan's, 2 s after it stops it")
 	return true
+}
+
+// msgMisnamed says what a read before the termination that found the
+// pod's name not naming this pod means, and what to do.
+const msgMisnamed = EnvPodName + " (kube.New's name) or " + EnvPodUID + " (kube.Config.UID) is not this pod's, so no deletion of this pod can be read; " +
+	"set both from the Downward API (fieldRef metadata.name and metadata.uid)"
+
+// misnamed returns the error of a read of the pod, sent before the
+// termination began (T0) while no read had found the pod under its name
+// with its UID, that found the name naming another pod or none
+// (kube.Identity.Mismatch), or nil. Sent while the pod ran, that read
+// shows the name or the UID is wrong: a running pod's name names it. Sent
+// at the drain, it may be a force deletion (podRemoved).
+func (d *Drainer) misnamed() error {
+	id := d.pod.Identity()
+	if id.Mismatch == nil || id.Confirmed || !id.MismatchAt.Before(d.budget.Start()) {
+		return nil
+	}
+	return id.Mismatch
+}
+
+// sayPodIdentity logs, at New, what the reads of the pod before it
+// showed that will limit the drain's: a name not naming this pod (Error),
+// or a UID not known (Warn), with which a read that finds the pod gone
+// cannot tell a force deletion from a name the API server never had.
+func (d *Drainer) sayPodIdentity() {
+	id := d.pod.Identity()
+	switch {
+	case id.Mismatch != nil && !id.Confirmed:
+		d.log.Error("drain: a read of the pod found its name not naming this pod: "+msgMisnamed+
+			"; a read at the drain that finds the pod gone, or another in its name, will not be taken for a force deletion", "error", id.Mismatch)
+	case id.UID == "":
+		d.log.Warn("drain: the pod's UID is not known (no "+EnvPodUID+", kube.Config.UID, and no read found the pod yet): if the drain's first read finds the pod gone, "+
+			"a force deletion cannot be told from a name the API server never had: the drain plans with its grace, though the kubelet kills 2 s after SIGTERM; "+
+			"set "+EnvPodUID+" from the Downward API (fieldRef metadata.uid)", "pod", d.pod.Name())
+	}
 }
 
 // notDeleted takes a read of the pod that found no deletionTimestamp: the

@@ -111,6 +111,20 @@ type Report struct {
 	// Events counts the Kubernetes Events posted on the pod and dropped
 	// (Config.Pod); nil without a Pod.
 	Events *kube.EventStats `json:"events,omitempty"`
+	// PodMismatch is, when a read of the pod before the termination began
+	// (at start, the pod running) found its name naming another pod or
+	// none (kube.Identity.Mismatch: POD_NAME, or POD_UID, is not this
+	// pod's), that read's error. The drain then took no read that found
+	// the pod gone, or another in its name, for a force deletion: the
+	// budget stood. Err includes it: the drain could read no deletion of
+	// its own pod.
+	PodMismatch string `json:"pod_mismatch,omitempty"`
+	// PodUIDUnknown is true when Config.Pod's UID was never known (no
+	// kube.Config.UID, POD_UID, and no read found the pod): a read that
+	// found the pod gone could not tell a force deletion, whose kubelet
+	// kills 2 s after SIGTERM, from a name the API server never had, and
+	// left the budget as it was.
+	PodUIDUnknown bool `json:"pod_uid_unknown,omitempty"`
 }
 
 // A ReceivedSignal is a signal ServeSignals received, and when.
@@ -140,8 +154,9 @@ func (r *Report) Lost() int {
 }
 
 // Err returns nil when every sandbox was preserved or vanished, the
-// preserve phase and every step returned in time without error, and the
-// shutdown ended before the expected SIGKILL; otherwise an error joining
+// preserve phase and every step returned in time without error, the
+// shutdown ended before the expected SIGKILL and the pod's name named this
+// pod (PodMismatch empty); otherwise an error joining
 // what went wrong, for a caller choosing its exit code. A drain or gate
 // phase that timed out is not an error: its deadline ending it is the plan.
 func (r *Report) Err() error {
@@ -159,6 +174,9 @@ func (r *Report) Err() error {
 	}
 	if r.Headroom < 0 {
 		errs = append(errs, fmt.Errorf("finished %v after the expected SIGKILL", -r.Headroom))
+	}
+	if r.PodMismatch != "" {
+		errs = append(errs, fmt.Errorf("the pod's name does not name this pod (%s or %s is wrong): no deletion of it could be read: %s", EnvPodName, EnvPodUID, r.PodMismatch))
 	}
 	return errors.Join(errs...)
 }
@@ -203,6 +221,12 @@ func (r *Report) LogValue() slog.Value {
 		}
 	} else if r.Unaccounted > 0 {
 		attrs = append(attrs, slog.Int("lost", r.Unaccounted), slog.Int("unaccounted", r.Unaccounted))
+	}
+	if r.PodMismatch != "" {
+		attrs = append(attrs, slog.String("pod_mismatch", clip(r.PodMismatch, maxLoggedError)))
+	}
+	if r.PodUIDUnknown {
+		attrs = append(attrs, slog.Bool("pod_uid_unknown", true))
 	}
 	if r.Events != nil {
 		attrs = append(attrs, slog.Int("events_posted", r.Events.Posted), slog.Int("events_dropped", r.Events.Dropped))

@@ -199,6 +199,12 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	rep.End = time.Now()
 	rep.Budget = d.budget.State()
 	rep.Headroom = rep.Budget.Kill.Sub(rep.End)
+	if d.pod != nil {
+		if err := d.misnamed(); err != nil {
+			rep.PodMismatch = err.Error()
+		}
+		rep.PodUIDUnknown = d.pod.UID() == ""
+	}
 	d.mu.Lock()
 	rep.ForcedAt = d.forcedAt
 	rep.Cause, rep.Signals = d.cause, slices.Clone(d.signals)
@@ -259,6 +265,11 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 	}
 	st := d.budget.State()
 	attrs = append(attrs, "kill", st.Kill, "deadline", st.Deadline, "running", d.Running())
+	if d.pod != nil {
+		if err := d.misnamed(); err != nil { // the plan stands on the budget alone
+			attrs = append(attrs, "pod_mismatch", err)
+		}
+	}
 	d.mu.Lock()
 	if d.cause != "" && d.cause != "SIGTERM" { // the plan is laid out as at SIGTERM: say what began it
 		attrs = append(attrs, "cause", d.cause)

@@ -54,7 +54,10 @@ type Config struct {
 	Namespace string
 	// UID is the pod's metadata.uid (Downward API: fieldRef metadata.uid).
 	// Events name it so that `kubectl describe pod` lists them. Empty means
-	// it is learned from the first read of the pod.
+	// it is learned from the first read of the pod. A read that finds the
+	// name naming another UID or no pod before any read found this UID
+	// there is kept as Identity's Mismatch: read at start, the name or
+	// UID is wrong.
 	UID string
 	// TokenFile holds the bearer token. It is read on every request,
 	// because the kubelet rotates projected service account tokens. Empty
@@ -114,9 +117,13 @@ type Pod struct {
 	log                       *slog.Logger
 	events                    eventQueue
 
-	mu      sync.Mutex
-	uid     string
-	skewLog time.Duration // the clock offset last logged; guarded by mu
+	mu         sync.Mutex
+	uid        string
+	configured bool          // uid is Config.UID's, not learned
+	confirmed  bool          // a read found this name with uid; guarded by mu
+	mismatch   error         // the first read, none confirmed, that found the name not uid's; guarded by mu
+	mismatchAt time.Time     // when that read was sent; guarded by mu
+	skewLog    time.Duration // the clock offset last logged; guarded by mu
 }
 
 // New returns the Pod called name (pass it through the Downward API: env
@@ -183,7 +190,7 @@ func newPod(name string, cfg Config, getenv func(string) string, dir string) (*P
 		return nil, fmt.Errorf("kube: New: %w", errors.Join(errs...))
 	}
 	p := &Pod{
-		host: strings.TrimSuffix(cfg.Host, "/"), ns: cfg.Namespace, name: name, uid: cfg.UID,
+		host: strings.TrimSuffix(cfg.Host, "/"), ns: cfg.Namespace, name: name, uid: cfg.UID, configured: cfg.UID != "",
 		token: cfg.TokenFile, ca: cfg.CAFile, client: cfg.Client, log: cfg.Logger,
 	}
 	if p.log == nil {
@@ -218,8 +225,10 @@ func (p *Pod) Namespace() string {
 
 // UID returns the pod's metadata.uid: Config.UID, else what the first
 // successful read found; empty until then, and for a Pod not made by New.
-// A UID known means the API server had this pod: a later 404 is its
-// removal, not a name it never had.
+// A UID learned means the API server had this pod under its name; one
+// configured, only once a read found it there (Identity.Confirmed): a
+// Config.UID or a name that is wrong reads, at every read, as the pod
+// removed or replaced (Identity.Mismatch).
 func (p *Pod) UID() string {
 	if !p.made() {
 		return ""
@@ -227,6 +236,50 @@ func (p *Pod) UID() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.uid
+}
+
+// Identity is what the reads of the pod so far showed of whether the pod
+// the API server has under this name is this one (Pod.Identity).
+type Identity struct {
+	// UID is Pod.UID's: Config.UID, else what the first read found.
+	UID string
+	// Configured is whether UID is Config.UID's, not learned from a read.
+	Configured bool
+	// Confirmed is whether a read found the pod of this name with UID:
+	// the API server had this pod under this name, so a later 404 is its
+	// removal (a force deletion) and another UID its replacement.
+	Confirmed bool
+	// Mismatch is the error of the first read that found the name not
+	// naming the pod of UID while no read had confirmed it:
+	// ErrPodReplaced (another UID under the name) or an *APIError with
+	// StatusCode 404 (no pod of the name). Found while this process
+	// starts, its pod running, it means the name or Config.UID is not this
+	// pod's (a misconfigured POD_NAME or POD_UID), not a deletion: a
+	// running pod's name names it. Nil when no read found one.
+	Mismatch error
+	// MismatchAt is when the read that found Mismatch was sent; zero
+	// without one.
+	MismatchAt time.Time
+}
+
+// Identity returns what the reads so far showed of this pod's identity;
+// the zero Identity for a Pod not made by New.
+func (p *Pod) Identity() Identity {
+	if !p.made() {
+		return Identity{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Identity{UID: p.uid, Configured: p.configured, Confirmed: p.confirmed, Mismatch: p.mismatch, MismatchAt: p.mismatchAt}
+}
+
+// mismatched records err, of a read sent at sent, as the Identity's
+// Mismatch when it is the first and no read confirmed the UID. Called
+// with mu held.
+func (p *Pod) mismatched(err error, sent time.Time) {
+	if !p.confirmed && p.mismatch == nil {
+		p.mismatch, p.mismatchAt = err, sent
+	}
 }
 
 // errNotMade is the error of the reads of a Pod not made by New.
@@ -599,12 +652,20 @@ func (o *podObject) deletion() (Deletion, error) {
 	return d, nil
 }
 
-// get reads the pod object, and remembers its UID for events.
+// get reads the pod object, and remembers its UID for events and what the
+// read showed of the pod's identity (Identity).
 func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	u := p.host + "/api/v1/namespaces/" + url.PathEscape(p.ns) + "/pods/" + url.PathEscape(p.name)
+	sent := time.Now()
 	body, offset, err := p.do(ctx, http.MethodGet, u, nil, http.StatusOK, `"get" on "pods"`)
 	if err != nil {
-		return nil, fmt.Errorf("kube: GET pod %s/%s: %w", p.ns, p.name, err)
+		err = fmt.Errorf("kube: GET pod %s/%s: %w", p.ns, p.name, err)
+		if apiErr := (*APIError)(nil); errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound {
+			p.mu.Lock()
+			p.mismatched(fmt.Errorf("kube: pod %s/%s: no pod of this name, Config.UID %q: %w", p.ns, p.name, p.uid, err), sent)
+			p.mu.Unlock()
+		}
+		return nil, err
 	}
 	pod := podObject{offset: offset}
 	if err := json.Unmarshal(body, &pod); err != nil {
@@ -619,17 +680,27 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	if m := pod.Metadata; m.Name != p.name || (m.Namespace != "" && m.Namespace != p.ns) {
 		return nil, fmt.Errorf("kube: pod %s/%s: response describes %q in %q, not this pod", p.ns, p.name, m.Name, m.Namespace)
 	}
-	if uid := pod.Metadata.UID; uid != "" {
-		p.mu.Lock()
-		known := p.uid
-		if known == "" {
-			p.uid = uid
-		}
-		p.mu.Unlock()
-		if known != "" && uid != known {
-			return nil, fmt.Errorf("kube: pod %s/%s: %w: the API server's has UID %s, this one %s",
-				p.ns, p.name, ErrPodReplaced, uid, known)
-		}
+	uid := pod.Metadata.UID
+	if uid == "" {
+		return &pod, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.uid == "":
+		p.uid, p.confirmed = uid, true
+	case uid == p.uid:
+		p.confirmed = true
+	case p.confirmed:
+		return nil, fmt.Errorf("kube: pod %s/%s: %w: the API server's has UID %s, this one %s",
+			p.ns, p.name, ErrPodReplaced, uid, p.uid)
+	default:
+		// No read ever found this pod under the name: the name, or the UID
+		// configured, may be another pod's.
+		err := fmt.Errorf("kube: pod %s/%s: %w, or the name or Config.UID is not this pod's: the API server's has UID %s, Config.UID is %s, which no read found under this name",
+			p.ns, p.name, ErrPodReplaced, uid, p.uid)
+		p.mismatched(err, sent)
+		return nil, err
 	}
 	return &pod, nil
 }
