@@ -132,7 +132,9 @@ type Config struct {
 	// kubelet does not restart, never late. A read that finds the pod gone
 	// (a force deletion, which the kubelet ends 2 s after SIGTERM) plans
 	// that when the pod's UID is known (kube.Config.UID, or an earlier
-	// read); unknown, it is a failed read. And it
+	// read); unknown, it is a failed read, and so is one after a read
+	// before the termination found the name not naming this pod
+	// (kube.Pod.Identity: Report.PodMismatch). And it
 	// posts Kubernetes Events on the
 	// pod: DrainStarted (T0, the expected SIGKILL, the plan), SandboxesLost
 	// (Warning: how many, which; again for what a step's final sweep lost,
@@ -140,7 +142,8 @@ type Config struct {
 	// step's verdicts), DrainFinished (the Report's counts, every sweep
 	// merged in). Neither holds up the
 	// drain: reads run in the background, a failed one leaves the budget as
-	// it is; events are dropped when the API server is slow or refuses
+	// it is and is read again every second until a read says something of
+	// the deletion; events are dropped when the API server is slow or refuses
 	// them (RBAC), and Report.Events counts them. Once the Report is made,
 	// Shutdown waits for the events still queued at most 1 s, and never
 	// more than half the time left before SIGKILL.
@@ -219,6 +222,7 @@ type Drainer struct {
 	delGrace     time.Duration  // the deletion's grace the first read found: the kubelet's termination keeps it; guarded by podMu
 	shortened    bool           // a later read found a shorter one, and it was logged; guarded by podMu
 	blind        bool           // no preStop call came before SIGTERM: no hook shows a kubelet's new run; guarded by podMu
+	retrying     bool           // retryRead's reads run; guarded by podMu
 	graceSeen    time.Time      // the start of the latest read that found delGrace; guarded by podMu
 	misnamedSaid bool           // podRemoved logged a read that misnamed's says nothing of; guarded by podMu
 	pollFails    logonce.Failures

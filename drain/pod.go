@@ -62,8 +62,10 @@ func (d *Drainer) readPod(at string) {
 }
 
 // readOnce reads the pod's deletion once, for the hook's run rerun (zero:
-// the first), and gives what it found to the budget.
-func (d *Drainer) readOnce(at string, rerun time.Time) {
+// the first), and gives what it found to the budget. It reports whether
+// the read failed, saying nothing of the deletion; a failed read that is
+// neither a poll's nor a retry's is read again (retryRead).
+func (d *Drainer) readOnce(at string, rerun time.Time) (failed bool) {
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
 	defer cancel()
@@ -87,9 +89,61 @@ func (d *Drainer) readOnce(at string, rerun time.Time) {
 			d.log.Warn("drain: the pod's deletion could not be read during the shutdown: a second, shorter deletion would go unseen until a read succeeds",
 				"error", err, "failures", n)
 		}
+		return true
+	case at == atRetry:
+		if news, n := d.pollFails.Fail(failureKind(err)); news {
+			d.log.Warn("drain: the pod's deletion could not be read again: the budget stands until a read succeeds", "error", err, "failures", n)
+		}
+		return true
 	default:
-		d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err)
+		d.log.Warn("drain: the pod's deletion could not be read: the budget stands", "at", at, "error", err, "read_again_every", podPoll)
+		d.retryRead()
+		return true
 	}
+	return false
+}
+
+// atRetry is the at of retryRead's reads.
+const atRetry = "retry"
+
+// retryRead reads the pod's deletion again every podPoll, after a read at a
+// preStop call or at SIGTERM that failed (an API server restarting, a read
+// timed out), until one says something of it or stopPodReads. Read once,
+// a deletion's shorter grace (kubectl delete --grace-period, an eviction)
+// missed at the call stayed out of the plan for the whole preStop wait: it
+// ran on past that grace, the kubelet gave up on the hook, and SIGTERM
+// left the preserves its 2 s. One retry at a time, and none while
+// pollDeletion reads every second already; its failures are logged as the
+// poll's, once until a read succeeds.
+func (d *Drainer) retryRead() {
+	d.podMu.Lock()
+	defer d.podMu.Unlock()
+	if d.podDone || d.retrying || d.blind {
+		return
+	}
+	d.retrying = true
+	d.podReads.Go(func() {
+		defer func() {
+			d.podMu.Lock()
+			d.retrying = false
+			d.podMu.Unlock()
+		}()
+		tick := time.NewTicker(podPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-d.podCtx.Done():
+				return
+			case <-tick.C:
+			}
+			d.podMu.Lock()
+			rerun, polled := d.rerun, d.blind
+			d.podMu.Unlock()
+			if polled || !d.readOnce(atRetry, rerun) {
+				return
+			}
+		}
+	})
 }
 
 // failureKind is what tells one read's failure from another's for logging
