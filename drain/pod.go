@@ -57,8 +57,19 @@ func (d *Drainer) readPod(at string) {
 		d.log.Debug("drain: the pod's deletion is not read: the drain has ended", "at", at)
 		return
 	}
+	d.keepStartIdentity()
 	rerun := d.rerun // as of the read's start: an older read's grace is not the new run's
 	d.podReads.Go(func() { d.readOnce(at, rerun) })
+}
+
+// keepStartIdentity keeps, before the drain's first read of the pod, what
+// the reads before the termination showed of its identity (misnamed).
+// Called with podMu held.
+func (d *Drainer) keepStartIdentity() {
+	if d.startID == nil {
+		id := d.pod.Identity()
+		d.startID = &id
+	}
 }
 
 // readOnce reads the pod's deletion once, for the hook's run rerun (zero:
@@ -216,18 +227,32 @@ func (d *Drainer) podRemoved(at string, err error) bool {
 const msgMisnamed = EnvPodName + " (kube.New's name) or " + EnvPodUID + " (kube.Config.UID) is not this pod's, so no deletion of this pod can be read; " +
 	"set both from the Downward API (fieldRef metadata.name and metadata.uid)"
 
-// misnamed returns the error of a read of the pod, sent before the
-// termination began (T0) while no read had found the pod under its name
+// misnamed returns the error of a read of the pod made before the drain's
+// own (keepStartIdentity), while no read had found the pod under its name
 // with its UID, that found the name naming another pod or none
-// (kube.Identity.Mismatch), or nil. Sent while the pod ran, that read
-// shows the name or the UID is wrong: a running pod's name names it. Sent
-// at the drain, it may be a force deletion (podRemoved).
+// (kube.Identity.Mismatch), or nil; nil too once a read found the pod.
+// Made while the pod ran, that read shows the name or the UID is wrong: a
+// running pod's name names it. Made at the drain, it may be a force
+// deletion (podRemoved). The drain's first read, not a time, divides the
+// two: a clock stepped between start and drain moves no read across.
+// Called with podMu held.
 func (d *Drainer) misnamed() error {
-	id := d.pod.Identity()
-	if id.Mismatch == nil || id.Confirmed || !id.MismatchAt.Before(d.budget.Start()) {
+	now := d.pod.Identity()
+	id := now
+	if d.startID != nil {
+		id = *d.startID
+	}
+	if id.Mismatch == nil || now.Confirmed {
 		return nil
 	}
 	return id.Mismatch
+}
+
+// misnamedNow is misnamed, taking podMu.
+func (d *Drainer) misnamedNow() error {
+	d.podMu.Lock()
+	defer d.podMu.Unlock()
+	return d.misnamed()
 }
 
 // sayPodIdentity logs, at New, what the reads of the pod before it
@@ -396,6 +421,7 @@ func (d *Drainer) pollDeletion() {
 	if d.podDone {
 		return
 	}
+	d.keepStartIdentity()
 	d.blind = true
 	d.podReads.Go(func() {
 		tick := time.NewTicker(podPoll)

@@ -122,7 +122,6 @@ type Pod struct {
 	configured bool          // uid is Config.UID's, not learned
 	confirmed  bool          // a read found this name with uid; guarded by mu
 	mismatch   error         // the first read, none confirmed, that found the name not uid's; guarded by mu
-	mismatchAt time.Time     // when that read was sent; guarded by mu
 	skewLog    time.Duration // the clock offset last logged; guarded by mu
 }
 
@@ -257,9 +256,6 @@ type Identity struct {
 	// pod's (a misconfigured POD_NAME or POD_UID), not a deletion: a
 	// running pod's name names it. Nil when no read found one.
 	Mismatch error
-	// MismatchAt is when the read that found Mismatch was sent; zero
-	// without one.
-	MismatchAt time.Time
 }
 
 // Identity returns what the reads so far showed of this pod's identity;
@@ -270,15 +266,15 @@ func (p *Pod) Identity() Identity {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Identity{UID: p.uid, Configured: p.configured, Confirmed: p.confirmed, Mismatch: p.mismatch, MismatchAt: p.mismatchAt}
+	return Identity{UID: p.uid, Configured: p.configured, Confirmed: p.confirmed, Mismatch: p.mismatch}
 }
 
 // mismatched records err, of a read sent at sent, as the Identity's
 // Mismatch when it is the first and no read confirmed the UID. Called
 // with mu held.
-func (p *Pod) mismatched(err error, sent time.Time) {
+func (p *Pod) mismatched(err error) {
 	if !p.confirmed && p.mismatch == nil {
-		p.mismatch, p.mismatchAt = err, sent
+		p.mismatch = err
 	}
 }
 
@@ -656,13 +652,12 @@ func (o *podObject) deletion() (Deletion, error) {
 // read showed of the pod's identity (Identity).
 func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	u := p.host + "/api/v1/namespaces/" + url.PathEscape(p.ns) + "/pods/" + url.PathEscape(p.name)
-	sent := time.Now()
 	body, offset, err := p.do(ctx, http.MethodGet, u, nil, http.StatusOK, `"get" on "pods"`)
 	if err != nil {
 		err = fmt.Errorf("kube: GET pod %s/%s: %w", p.ns, p.name, err)
 		if apiErr := (*APIError)(nil); errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound {
 			p.mu.Lock()
-			p.mismatched(fmt.Errorf("kube: pod %s/%s: no pod of this name, Config.UID %q: %w", p.ns, p.name, p.uid, err), sent)
+			p.mismatched(fmt.Errorf("kube: pod %s/%s: no pod of this name, Config.UID %q: %w", p.ns, p.name, p.uid, err))
 			p.mu.Unlock()
 		}
 		return nil, err
@@ -699,7 +694,7 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 		// configured, may be another pod's.
 		err := fmt.Errorf("kube: pod %s/%s: %w, or the name or Config.UID is not this pod's: the API server's has UID %s, Config.UID is %s, which no read found under this name",
 			p.ns, p.name, ErrPodReplaced, uid, p.uid)
-		p.mismatched(err, sent)
+		p.mismatched(err)
 		return nil, err
 	}
 	return &pod, nil
