@@ -49,6 +49,13 @@
 //     followed. A pod of this name whose UID is not this pod's (Config.UID,
 //     else the first read's: this pod force-deleted and a new one created in
 //     its name) is ErrPodReplaced, never read as this pod's deletion.
+//   - Identity says whether a read found the pod under its name with its
+//     UID (Confirmed), and keeps the first read that, none confirmed, found
+//     another UID under the name or no pod (Mismatch). Read once at start,
+//     while the pod runs, a Mismatch is a name or Config.UID that is not
+//     this pod's (POD_NAME or POD_UID misconfigured), which drain reports
+//     and never takes for a force deletion: read the pod once at start
+//     (Spec, as drain.ConfigFromEnv does) to find it before the drain.
 //   - A request the API server sheds (429 Too Many Requests: API Priority
 //     and Fairness under a mass deletion, an API server shutting down; or a
 //     GET's 5xx with a Retry-After) is sent again after its Retry-After
