@@ -383,6 +383,33 @@ func TestNewServerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 	assert.Equal(t, 30*time.Second, b.GraceInUse(), "the other pod's deletion is not this one's")
 }
 
+// A POD_UID that is not the pod's (or a POD_NAME naming another pod) is
+// found by NewServer's read of the spec at start, the pod running: an error
+// in the log naming both variables, and in the Report; the drain's read
+// that finds the same is not taken for a force deletion (row 700): the
+// grace stands. Before, nothing was said, and every drain planned SIGKILL
+// 2 s after SIGTERM.
+func TestNewServerSaysAPodUIDThatIsNotThePods(t *testing.T) {
+	api := newPodAPI(t) // uid-0
+	inClusterOf(t, api)
+	prev := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	var logs logbuf.Buffer
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Setenv(EnvGrace, "30")
+	t.Setenv(EnvPodUID, "uid-typo")
+	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.Contains(t, logs.String(), `level=ERROR msg="drain: a read of the pod found its name not naming this pod: `+EnvPodName)
+	assert.Contains(t, logs.String(), "Config.UID is uid-typo")
+
+	rep := s.Drainer().Shutdown(t.Context())
+	assert.Equal(t, 30*time.Second, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the grace stands")
+	assert.Contains(t, rep.PodMismatch, "uid-typo")
+	require.Error(t, rep.Err())
+	assert.Contains(t, rep.Err().Error(), EnvPodUID+" is wrong")
+}
+
 // Run serves where srv.ListenAndServe would: an empty srv.Addr is ":http",
 // not a random port (net.Listen's reading of ""), which Run took before,
 // logging at Info an address nothing points at.
