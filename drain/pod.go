@@ -139,22 +139,29 @@ func (d *Drainer) retryRead() {
 			d.retrying = false
 			d.podMu.Unlock()
 		}()
-		tick := time.NewTicker(podPoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-d.podCtx.Done():
-				return
-			case <-tick.C:
-			}
-			d.podMu.Lock()
-			rerun, polled := d.rerun, d.blind
-			d.podMu.Unlock()
-			if polled || !d.readOnce(atRetry, rerun) {
-				return
-			}
-		}
+		d.everySecond(func(rerun time.Time, polled bool) bool { return !polled && d.readOnce(atRetry, rerun) })
 	})
+}
+
+// everySecond calls read every podPoll, with the hook's run then (rerun)
+// and whether pollDeletion runs (blind), until stopPodReads or read
+// returns false: the loop of pollDeletion's and retryRead's reads.
+func (d *Drainer) everySecond(read func(rerun time.Time, blind bool) bool) {
+	tick := time.NewTicker(podPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-d.podCtx.Done():
+			return
+		case <-tick.C:
+		}
+		d.podMu.Lock()
+		rerun, blind := d.rerun, d.blind
+		d.podMu.Unlock()
+		if !read(rerun, blind) {
+			return
+		}
+	}
 }
 
 // failureKind is what tells one read's failure from another's for logging
@@ -424,19 +431,10 @@ func (d *Drainer) pollDeletion() {
 	d.keepStartIdentity()
 	d.blind = true
 	d.podReads.Go(func() {
-		tick := time.NewTicker(podPoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-d.podCtx.Done():
-				return
-			case <-tick.C:
-			}
-			d.podMu.Lock()
-			rerun := d.rerun
-			d.podMu.Unlock()
+		d.everySecond(func(rerun time.Time, _ bool) bool {
 			d.readOnce(atPoll, rerun)
-		}
+			return true
+		})
 	})
 }
 
