@@ -57,19 +57,8 @@ func (d *Drainer) readPod(at string) {
 		d.log.Debug("drain: the pod's deletion is not read: the drain has ended", "at", at)
 		return
 	}
-	d.keepStartIdentity()
 	rerun := d.rerun // as of the read's start: an older read's grace is not the new run's
 	d.podReads.Go(func() { d.readOnce(at, rerun) })
-}
-
-// keepStartIdentity keeps, before the drain's first read of the pod, what
-// the reads before the termination showed of its identity (misnamed).
-// Called with podMu held.
-func (d *Drainer) keepStartIdentity() {
-	if d.startID == nil {
-		id := d.pod.Identity()
-		d.startID = &id
-	}
 }
 
 // readOnce reads the pod's deletion once, for the hook's run rerun (zero:
@@ -234,40 +223,31 @@ func (d *Drainer) podRemoved(at string, err error) bool {
 const msgMisnamed = EnvPodName + " (kube.New's name) or " + EnvPodUID + " (kube.Config.UID) is not this pod's, so no deletion of this pod can be read; " +
 	"set both from the Downward API (fieldRef metadata.name and metadata.uid)"
 
-// misnamed returns the error of a read of the pod made before the drain's
-// own (keepStartIdentity), while no read had found the pod under its name
-// with its UID, that found the name naming another pod or none
-// (kube.Identity.Mismatch), or nil; nil too once a read found the pod.
-// Made while the pod ran, that read shows the name or the UID is wrong: a
-// running pod's name names it. Made at the drain, it may be a force
-// deletion (podRemoved). The drain's first read, not a time, divides the
-// two: a clock stepped between start and drain moves no read across.
-// Called with podMu held.
+// misnamed returns the error of a read of the pod made before New (at
+// start: ConfigFromEnv's of the spec), while no read had found the pod
+// under its name with its UID, that found the name naming another pod or
+// none (kube.Identity.Mismatch, kept by New in startID), or nil; nil too
+// once a read found the pod. Made while the pod ran, that read shows the
+// name or the UID is wrong: a running pod's name names it. Made later, at
+// the drain, it may be a force deletion (podRemoved): the drain's own, or
+// a HookGuard's RequireTerminating at the hook's call. New, not a time,
+// divides the two: a clock stepped between start and drain moves no read
+// across.
 func (d *Drainer) misnamed() error {
-	now := d.pod.Identity()
-	id := now
-	if d.startID != nil {
-		id = *d.startID
-	}
-	if id.Mismatch == nil || now.Confirmed {
+	if d.startID.Mismatch == nil || d.pod.Identity().Confirmed {
 		return nil
 	}
-	return id.Mismatch
+	return d.startID.Mismatch
 }
 
-// misnamedNow is misnamed, taking podMu.
-func (d *Drainer) misnamedNow() error {
-	d.podMu.Lock()
-	defer d.podMu.Unlock()
-	return d.misnamed()
-}
-
-// sayPodIdentity logs, at New, what the reads of the pod before it
-// showed that will limit the drain's: a name not naming this pod (Error),
-// or a UID not known (Warn), with which a read that finds the pod gone
-// cannot tell a force deletion from a name the API server never had.
+// sayPodIdentity keeps, at New, what the reads of the pod before it
+// showed (misnamed), and logs what will limit the drain's: a name not
+// naming this pod (Error), or a UID not known (Warn), with which a read
+// that finds the pod gone cannot tell a force deletion from a name the API
+// server never had.
 func (d *Drainer) sayPodIdentity() {
 	id := d.pod.Identity()
+	d.startID = id
 	switch {
 	case id.Mismatch != nil && !id.Confirmed:
 		d.log.Error("drain: a read of the pod found its name not naming this pod: "+msgMisnamed+
@@ -428,7 +408,6 @@ func (d *Drainer) pollDeletion() {
 	if d.podDone {
 		return
 	}
-	d.keepStartIdentity()
 	d.blind = true
 	d.podReads.Go(func() {
 		d.everySecond(func(rerun time.Time, _ bool) bool {

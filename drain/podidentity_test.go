@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -89,6 +90,26 @@ func TestForceDeletionAfterAReadAtStartPlansTheKubeletsTwoSeconds(t *testing.T) 
 			})
 		})
 	}
+}
+
+// A read after New, at the hook's call (a HookGuard's RequireTerminating,
+// before the drain reads), that finds the pod gone is the force deletion's
+// too, not a misconfiguration found at start: only reads before New are
+// start's. (Kept at the drain's first read instead, the guard's 404 was
+// taken for a wrong name: SIGKILL planned at SIGTERM + 20 s.)
+func TestForceDeletionReadFirstByTheHookGuardPlansTheKubeletsTwoSeconds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "uid-0"}
+		f, logs := pollFixture(t, api, handlerTransport{api}, 10, fixtureOpts{})
+		api.Refuse(http.StatusNotFound) // force-deleted
+		check := RequireTerminating(f.d.pod, time.Second)
+		assert.NoError(t, check(httptest.NewRequest(http.MethodGet, "/drain", nil)), "a failed read lets the call through")
+		sigterm := time.Now()
+		rep := f.d.Shutdown(context.Background())
+		assert.Equal(t, sigterm.Add(2*time.Second), rep.Budget.Kill, "SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
+		assert.Empty(t, rep.PodMismatch)
+		assert.Contains(t, logs.String(), "before any read found its deletion")
+	})
 }
 
 // Without the pod's UID (no POD_UID, and no read found the pod) a force

@@ -200,7 +200,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	rep.Budget = d.budget.State()
 	rep.Headroom = rep.Budget.Kill.Sub(rep.End)
 	if d.pod != nil {
-		if err := d.misnamedNow(); err != nil {
+		if err := d.misnamed(); err != nil {
 			rep.PodMismatch = err.Error()
 		}
 		rep.PodUIDUnknown = d.pod.UID() == ""
@@ -266,7 +266,7 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 	st := d.budget.State()
 	attrs = append(attrs, "kill", st.Kill, "deadline", st.Deadline, "running", d.Running())
 	if d.pod != nil {
-		if err := d.misnamedNow(); err != nil { // the plan stands on the budget alone
+		if err := d.misnamed(); err != nil { // the plan stands on the budget alone
 			attrs = append(attrs, "pod_mismatch", err)
 		}
 	}

@@ -55,7 +55,8 @@
 //     while the pod runs, a Mismatch is a name or Config.UID that is not
 //     this pod's (POD_NAME or POD_UID misconfigured), which drain reports
 //     and never takes for a force deletion: read the pod once at start
-//     (Spec, as drain.ConfigFromEnv does) to find it before the drain.
+//     (Spec, as drain.ConfigFromEnv does), before drain.New, to find it
+//     before the drain.
 //   - A request the API server sheds (429 Too Many Requests: API Priority
 //     and Fairness under a mass deletion, an API server shutting down; or a
 //     GET's 5xx with a Retry-After) is sent again after its Retry-After
