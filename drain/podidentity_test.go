@@ -61,6 +61,7 @@ func TestMisconfiguredPodNameOrUIDIsNotAForceDeletion(t *testing.T) {
 				require.Error(t, rep.Err())
 				assert.Contains(t, rep.Err().Error(), c.uid)
 				assert.NotContains(t, logs.String(), "before any read found its deletion", "not taken for a force deletion")
+				assert.Regexp(t, `msg="drain: SIGTERM: plan" .*pod_mismatch=`, logs.String(), "the plan says it")
 			})
 		})
 	}
