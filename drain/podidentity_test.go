@@ -25,10 +25,11 @@ import (
 // says so at New (Error) and in the Report (PodMismatch, in Err), and a
 // later 404 or another UID is a failed read, the budget standing:
 //
-//	0 s   start: the pod read once (as ConfigFromEnv reads its spec): the name is not uid-0's
-//	      SIGTERM, no hook, at the same instant (the drain's first read, not a
-//	      clock, divides start from drain): the read finds the same;
-//	      SIGKILL stays at SIGTERM + 20 s (before: + 2 s)
+//	0 s   start: the pod read once before New (as ConfigFromEnv reads its spec):
+//	      the name does not name the pod of POD_UID
+//	      SIGTERM, no hook, at the same instant (New, not a clock, divides start
+//	      from drain): the read finds the same; SIGKILL stays at SIGTERM + 20 s
+//	      (before: + 2 s)
 func TestMisconfiguredPodNameOrUIDIsNotAForceDeletion(t *testing.T) {
 	for _, c := range []struct {
 		name string
