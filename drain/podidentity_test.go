@@ -4,12 +4,14 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/kube"
@@ -140,4 +142,80 @@ func TestUnknownUIDIsSaidAtStartAndInTheReport(t *testing.T) {
 		rep := f.d.Shutdown(context.Background())
 		assert.False(t, rep.PodUIDUnknown)
 	})
+}
+
+// Fault (row 710): a static pod's POD_UID, from the Downward API, is the
+// kubelet's UID for it, its config hash; the API server holds a mirror pod
+// of the same name under a UID of its own, the hash in its
+// kubernetes.io/config.mirror annotation (measured under the real kubelet
+// v1.34.4, docs/real-kubelet.md). Every read found "another UID under the
+// name": read at start, the drain said pod_mismatch at Error, in the
+// Report and its Err (a non-zero exit) on every drain; read first at the
+// drain, row 580 took it for a force deletion and planned SIGKILL 2 s
+// after SIGTERM (1 of 10 preserved). The mirror pod whose annotation is
+// POD_UID is the pod:
+//
+//	0 s   start: the mirror pod read once (or not), POD_UID its annotation
+//	      SIGTERM, no hook, the pod not deleted (the kubelet stops a static
+//	      pod on its own): SIGKILL stays at SIGTERM + 20 s, 10 preserved
+func TestStaticPodsMirrorPodIsThePod(t *testing.T) {
+	for _, readAtStart := range []bool{true, false} {
+		t.Run(map[bool]string{true: "read at start", false: "read first at the drain"}[readAtStart], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				api := mirrorPod(staticHash)
+				f, logs := pollFixture(t, api, handlerTransport{api}, 10, fixtureOpts{edit: func(cfg *Config) {
+					cfg.Pod = podAs(t, api, staticHash, handlerTransport{api})
+					if readAtStart {
+						_, err := cfg.Pod.Spec(t.Context())
+						require.NoError(t, err)
+					}
+				}})
+				sigterm := time.Now()
+				rep := f.d.Shutdown(context.Background())
+				assert.Equal(t, sigterm.Add(20*time.Second), rep.Budget.Kill, "SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
+				assert.Equal(t, 10, rep.Preserve.Counts["preserved"], "%v", rep.Preserve.Counts)
+				assert.Empty(t, rep.PodMismatch)
+				assert.NoError(t, rep.Err())
+				assert.NotContains(t, logs.String(), "level=ERROR")
+				assert.NotContains(t, logs.String(), "before any read found its deletion", "no force deletion")
+			})
+		})
+	}
+}
+
+// A mirror pod of another static pod in the name (another hash: the
+// static pod's manifest replaced, its mirror made again) is another pod,
+// as any other UID: after a read that found this pod's mirror, row 580's
+// force deletion, SIGKILL 2 s after SIGTERM.
+func TestAnotherStaticPodsMirrorPodIsAnotherPod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		this, other := mirrorPod(staticHash), mirrorPod("0a1b2c3d4e5f60718293a4b5c6d7e8f9")
+		var api atomic.Pointer[fakeapiserver.Pod]
+		api.Store(this)
+		rt := handlerTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { api.Load().ServeHTTP(w, r) })}
+		f, logs := pollFixture(t, this, rt, 10, fixtureOpts{edit: func(cfg *Config) {
+			cfg.Pod = podAs(t, this, staticHash, rt)
+			_, err := cfg.Pod.Spec(t.Context())
+			require.NoError(t, err)
+		}})
+		api.Store(other)
+		sigterm := time.Now()
+		rep := f.d.Shutdown(context.Background())
+		assert.Equal(t, sigterm.Add(2*time.Second), rep.Budget.Kill, "SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
+		assert.Empty(t, rep.PodMismatch)
+		assert.Contains(t, logs.String(), "before any read found its deletion")
+		assert.Contains(t, logs.String(), "a mirror pod of the static pod 0a1b2c3d4e5f60718293a4b5c6d7e8f9")
+	})
+}
+
+// staticHash is a static pod's UID as the kubelet makes it (its config
+// hash): the POD_UID its Downward API gives.
+const staticHash = "6f1e2b9a8c7d4e3f2a1b0c9d8e7f6a5b"
+
+// mirrorPod is the API server's mirror pod sandboxd-0 of the static pod
+// whose UID is hash, with the UID the API server gave it and the
+// annotations the kubelet's CreateMirrorPod copies and adds.
+func mirrorPod(hash string) *fakeapiserver.Pod {
+	return &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "3c1a5e7b-0000-4000-8000-0000000000" + hash[:2],
+		Annotations: map[string]string{corev1.MirrorPodAnnotationKey: hash, "kubernetes.io/config.hash": hash, "kubernetes.io/config.source": "file"}}
 }

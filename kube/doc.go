@@ -48,7 +48,11 @@
 //     to Config.CAFile (the service account's ca.crt): no redirect is
 //     followed. A pod of this name whose UID is not this pod's (Config.UID,
 //     else the first read's: this pod force-deleted and a new one created in
-//     its name) is ErrPodReplaced, never read as this pod's deletion.
+//     its name) is ErrPodReplaced, never read as this pod's deletion. A
+//     static pod's mirror pod whose kubernetes.io/config.mirror annotation
+//     is Config.UID is this pod: the Downward API gives a static pod the
+//     kubelet's UID (its config hash), which the mirror carries there under
+//     a UID of the API server's (measured under the real kubelet v1.34.4).
 //   - Identity says whether a read found the pod under its name with its
 //     UID (Confirmed), and keeps the first read that, none confirmed, found
 //     another UID under the name or no pod (Mismatch). Read once at start,

@@ -57,7 +57,11 @@ type Config struct {
 	// it is learned from the first read of the pod. A read that finds the
 	// name naming another UID or no pod before any read found this UID
 	// there is kept as Identity's Mismatch: read at start, the name or
-	// UID is wrong.
+	// UID is wrong. A static pod's metadata.uid, which the kubelet gives
+	// the Downward API, is its own (the manifest's config hash), not the
+	// UID the API server gave the kubelet's mirror pod of it; the mirror
+	// pod carries it in its kubernetes.io/config.mirror annotation, so a
+	// pod of this name whose UID or whose annotation is UID is this pod.
 	UID string
 	// TokenFile holds the bearer token. It is read on every request,
 	// because the kubelet rotates projected service account tokens. Empty
@@ -244,9 +248,11 @@ type Identity struct {
 	UID string
 	// Configured is whether UID is Config.UID's, not learned from a read.
 	Configured bool
-	// Confirmed is whether a read found the pod of this name with UID:
-	// the API server had this pod under this name, so a later 404 is its
-	// removal (a force deletion) and another UID its replacement.
+	// Confirmed is whether a read found the pod of this name with UID (its
+	// metadata.uid, or its kubernetes.io/config.mirror annotation: a static
+	// pod's mirror pod, Config.UID): the API server had this pod under this
+	// name, so a later 404 is its removal (a force deletion) and another
+	// UID its replacement.
 	Confirmed bool
 	// Mismatch is the error of the first read that found the name not
 	// naming the pod of UID while no read had confirmed it:
@@ -323,12 +329,18 @@ type Deletion struct {
 
 // ErrNotTerminating is returned by Pod.Deletion (and Tighten) when the pod
 // has no deletionTimestamp yet: nobody deleted it, or it is being stopped
-// by graceful node shutdown, which does not set one.
+// by graceful node shutdown, which does not set one, or it is a static pod
+// whose manifest was removed: the kubelet stops it with its grace and
+// deletes its mirror pod only once it stopped terminating (its
+// HandlePodCleanups), so a read at SIGTERM finds the mirror pod with none
+// (measured under the real kubelet v1.34.4).
 var ErrNotTerminating = errors.New("kube: pod has no deletionTimestamp (not terminating)")
 
 // ErrPodReplaced is returned by Pod.Deletion (and Tighten, Grace) when the
-// pod the API server has under this pod's name is another one: its UID is
-// not the one in Config.UID or the one the first read found. This pod was
+// pod the API server has under this pod's name is another one: neither its
+// UID nor, a static pod's mirror pod, its kubernetes.io/config.mirror
+// annotation is the one in Config.UID or the one the first read found.
+// This pod was
 // deleted (kubectl delete --force, which does not wait for the kubelet) and
 // a new one created in its name (a StatefulSet's): what it says of its
 // deletion is not this pod's. Events keep naming this pod's UID.
@@ -603,6 +615,11 @@ type podObject struct {
 		UID                        string     `json:"uid"`
 		DeletionTimestamp          *time.Time `json:"deletionTimestamp"`
 		DeletionGracePeriodSeconds *int64     `json:"deletionGracePeriodSeconds"`
+		Annotations                struct {
+			// Mirror is the kubernetes.io/config.mirror annotation of a
+			// static pod's mirror pod: the static pod's UID (mirrorOf).
+			Mirror string `json:"kubernetes.io/config.mirror"`
+		} `json:"annotations"`
 	} `json:"metadata"`
 	Spec podSpec `json:"spec"`
 	// offset is the API server's clock less this node's, as far as the
@@ -675,7 +692,7 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	if m := pod.Metadata; m.Name != p.name || (m.Namespace != "" && m.Namespace != p.ns) {
 		return nil, fmt.Errorf("kube: pod %s/%s: response describes %q in %q, not this pod", p.ns, p.name, m.Name, m.Namespace)
 	}
-	uid := pod.Metadata.UID
+	uid, mirror := pod.Metadata.UID, pod.Metadata.Annotations.Mirror
 	if uid == "" {
 		return &pod, nil
 	}
@@ -684,20 +701,34 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	switch {
 	case p.uid == "":
 		p.uid, p.confirmed = uid, true
-	case uid == p.uid:
+	case uid == p.uid || mirror == p.uid:
 		p.confirmed = true
 	case p.confirmed:
-		return nil, fmt.Errorf("kube: pod %s/%s: %w: the API server's has UID %s, this one %s",
-			p.ns, p.name, ErrPodReplaced, uid, p.uid)
+		return nil, fmt.Errorf("kube: pod %s/%s: %w: the API server's has UID %s%s, this one %s",
+			p.ns, p.name, ErrPodReplaced, uid, mirrorOf(mirror), p.uid)
 	default:
 		// No read ever found this pod under the name: the name, or the UID
 		// configured, may be another pod's.
-		err := fmt.Errorf("kube: pod %s/%s: %w, or the name or Config.UID is not this pod's: the API server's has UID %s, Config.UID is %s, which no read found under this name",
-			p.ns, p.name, ErrPodReplaced, uid, p.uid)
+		err := fmt.Errorf("kube: pod %s/%s: %w, or the name or Config.UID is not this pod's: the API server's has UID %s%s, Config.UID is %s, which no read found under this name",
+			p.ns, p.name, ErrPodReplaced, uid, mirrorOf(mirror), p.uid)
 		p.mismatched(err)
 		return nil, err
 	}
 	return &pod, nil
+}
+
+// mirrorOf names, for an error, the static pod whose mirror pod the API
+// server's is, from its kubernetes.io/config.mirror annotation: empty for
+// a pod that is no mirror. A static pod's metadata.uid, which the kubelet
+// gives the Downward API, is its config hash, not the UID the API server
+// gave its mirror pod; the annotation carries it (the kubelet's
+// CreateMirrorPod), so a mirror pod whose annotation is Config.UID is this
+// pod.
+func mirrorOf(hash string) string {
+	if hash == "" {
+		return ""
+	}
+	return " (a mirror pod of the static pod " + hash + ")"
 }
 
 // maxAttempts bounds how many times one call sends its request: the first

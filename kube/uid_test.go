@@ -116,3 +116,52 @@ func TestIdentitySaysWhetherTheNameNamesThisPod(t *testing.T) {
 		assert.Equal(t, kube.Identity{}, p.Identity())
 	})
 }
+
+// A static pod's metadata.uid, through the Downward API, is the kubelet's:
+// its config hash, which the API server's mirror pod of the same name
+// carries in its kubernetes.io/config.mirror annotation under a UID of its
+// own (measured under the real kubelet v1.34.4, docs/real-kubelet.md).
+// That mirror pod is this pod: before, every read was ErrPodReplaced and
+// Identity a Mismatch, which drain reports as a misconfigured POD_UID
+// (row 710). A mirror pod of another static pod in the name (another
+// hash) is still another pod.
+func TestMirrorPodOfAStaticPodIsThePod(t *testing.T) {
+	const (
+		hash      = "6f1e2b9a8c7d4e3f2a1b0c9d8e7f6a5b" // the static pod's UID, POD_UID
+		mirrorUID = "8d3c2f1e-0000-4000-8000-000000000001"
+	)
+	mirror := func(of string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.UID = mirrorUID
+			p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: of, "kubernetes.io/config.hash": of, "kubernetes.io/config.source": "file"}
+		}
+	}
+	t.Run("this static pod's mirror", func(t *testing.T) {
+		_, cfg := newAPIServer(t, podJSON(t, mirror(hash)))
+		cfg.UID = hash
+		p := newPod(t, cfg, testPod)
+		_, err := p.Spec(t.Context())
+		require.NoError(t, err)
+		_, err = p.Deletion(t.Context())
+		require.ErrorIs(t, err, kube.ErrNotTerminating, "read as this pod's")
+		assert.Equal(t, kube.Identity{UID: hash, Configured: true, Confirmed: true}, p.Identity())
+	})
+	t.Run("another static pod's mirror", func(t *testing.T) {
+		_, cfg := newAPIServer(t, podJSON(t, mirror("0a1b2c3d4e5f60718293a4b5c6d7e8f9")))
+		cfg.UID = hash
+		p := newPod(t, cfg, testPod)
+		_, err := p.Deletion(t.Context())
+		require.ErrorIs(t, err, kube.ErrPodReplaced)
+		assert.Contains(t, err.Error(), "mirror pod of the static pod 0a1b2c3d4e5f60718293a4b5c6d7e8f9")
+		assert.ErrorIs(t, p.Identity().Mismatch, kube.ErrPodReplaced)
+	})
+	t.Run("the annotation is no UID of a pod that is not a mirror", func(t *testing.T) {
+		_, cfg := newAPIServer(t, podJSON(t, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"kubernetes.io/config.hash": hash}
+		}))
+		cfg.UID = hash
+		p := newPod(t, cfg, testPod)
+		_, err := p.Deletion(t.Context())
+		require.ErrorIs(t, err, kube.ErrPodReplaced)
+	})
+}

@@ -23,6 +23,9 @@ import (
 type Pod struct {
 	// Name, Namespace and UID are the pod's.
 	Name, Namespace, UID string
+	// Annotations are the pod's metadata.annotations: a static pod's
+	// mirror pod has kubernetes.io/config.mirror, its static pod's UID.
+	Annotations map[string]string
 	// ReadsAnswered, when positive, is how many reads of the pod are
 	// answered: the later ones get 503 Service Unavailable, an API server
 	// gone. Zero answers every one.
@@ -140,7 +143,7 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		pod := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: types.UID(p.UID)}}
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: types.UID(p.UID), Annotations: p.Annotations}}
 		if !p.deletion.IsZero() {
 			pod.DeletionTimestamp = &metav1.Time{Time: p.deletion}
 		}
