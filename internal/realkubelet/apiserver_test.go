@@ -3,6 +3,7 @@
 package realkubelet
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -28,7 +29,8 @@ import (
 // its pods are created and deleted through the API, as in a cluster, which
 // shows what no static pod can: a second, shorter deletion, a force
 // deletion, and a kubelet restarted while it terminates a pod (last: it
-// restarts the Node's kubelet).
+// restarts the Node's kubelet); and what a static pod's mirror pod in the
+// API server shows of the static pod.
 //
 // The API server's build comes after the kubelet's in .ci/run, so this
 // test runs after the suite, with the real API server's tests.
@@ -36,6 +38,7 @@ func TestRealKubeletWithAPIServer(t *testing.T) {
 	api := startAPINode(t)
 	t.Run("shorter deletion", func(t *testing.T) { shorterDeletion(t, api) })
 	t.Run("force deletion", func(t *testing.T) { forceDeletion(t, api) })
+	t.Run("static pod", func(t *testing.T) { staticPod(t, api) })
 	t.Run("restart", func(t *testing.T) { restart(t, api) })
 }
 
@@ -174,6 +177,84 @@ func forceDeletion(t *testing.T, api *apiPods) {
 		r := api.forced(t, blind, d[blind.name], false)
 		assert.Contains(t, r.log, "the pod was removed from the API server before any read found its deletion")
 	})
+}
+
+// A static pod under a kubelet registered with the API server
+// (docs/faults.md row 710): sandboxd, its manifest in the kubelet's
+// staticPodPath, POD_UID from the Downward API's metadata.uid, reading the
+// API server's pod of its name, the kubelet's mirror pod (the static pod's
+// name, a dash, the node's). The kubelet gives the Downward API its own
+// pod's UID, the static pod's config hash, not the UID the API server gave
+// the mirror pod, which carries the hash in its kubernetes.io/config.mirror
+// annotation. The manifest's removal terminates the pod with its grace; the
+// mirror pod stays, with no deletionTimestamp, until the container is gone.
+// Measured, from the manifest's removal (4 sandboxes of 1 s one at a
+// time, no hook, 10 s): POD_UID the hash (32 hex digits, also in the
+// mirror pod's kubernetes.io/config.hash), the mirror pod a UID of the API
+// server's; SIGTERM +0.06 s. Before row 710 sandboxd's read at SIGTERM
+// found "another pod in the name", took it for a force deletion (row 580)
+// and planned SIGKILL at +2.05 s: the preserve phase ended at its new
+// deadline, 0 of 4 preserved (4 timed out), exit +0.73 s and status 1,
+// though the kubelet gave the manifest's 10 s. After: the read finds the
+// pod not deleted, SIGKILL planned at +10.06 s, 4 of 4 preserved, exit
+// +4.38 s. The subtest takes about 9 s.
+func staticPod(t *testing.T, api *apiPods) {
+	const name, grace, n = "sandboxd-static", 10, 4
+	state := filepath.Join(api.node.Dir, "state-"+name)
+	mirror := name + "-" + NodeName // the kubelet's name of a static pod
+	listen, hookListen := freeAddr(t), freeAddr(t)
+	pod := Pod(name, grace, state, nil, append(sandboxdCommand(listen, hookListen,
+		sandboxdCase{grace: grace, sandboxes: n, pause: time.Second, concurrency: 1}), "-pod", mirror)...)
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: drain.EnvPodUID,
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}}
+	api.serviceAccount(t, pod)
+	api.node.AddPod(t, pod)
+	pid := WaitProcess(t, "-listen "+listen, 2*time.Minute)
+	w, err := WatchProcess(pid)
+	require.NoError(t, err)
+	started := time.Now()
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	require.NoError(t, err)
+	var podUID string
+	for _, kv := range strings.Split(string(environ), "\x00") {
+		if v, ok := strings.CutPrefix(kv, drain.EnvPodUID+"="); ok {
+			podUID = v
+		}
+	}
+	waitHTTP(t, "http://"+listen+"/healthz", api.node, name)
+	for range n {
+		createSandbox(t, "http://"+listen, `{"timeout_s": 86400}`)
+	}
+	var m corev1.Pod
+	require.Eventually(t, func() bool {
+		code, body, err := api.cluster.Do(realapiserver.AdminToken, http.MethodGet, "/api/v1/namespaces/default/pods/"+mirror, nil)
+		return err == nil && code == http.StatusOK && json.Unmarshal(body, &m) == nil
+	}, time.Minute, 100*time.Millisecond, "the kubelet made no mirror pod")
+	t.Logf("POD_UID in the container: %s; the mirror pod %s: UID %s, annotations %v", podUID, mirror, m.UID, m.Annotations)
+	require.NotEmpty(t, podUID)
+	assert.NotEqual(t, podUID, string(m.UID), "the Downward API gives the static pod's UID, not the mirror pod's")
+	assert.Equal(t, podUID, m.Annotations[corev1.MirrorPodAnnotationKey], "the mirror pod's annotation is the static pod's UID")
+
+	time.Sleep(time.Until(started.Add(settle))) // not timing logic: see settle
+	deleted := api.node.DeletePod(t, name)
+	died, err := w.Wait(grace*time.Second + time.Minute)
+	require.NoError(t, err)
+	log := api.node.PodLog(name)
+	rep := readJSON[drain.Report](t, filepath.Join(state, "last-shutdown.json"), api.node, name)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pod log:\n%s", log)
+		}
+	})
+	b := rep.Budget
+	t.Logf("from the manifest's removal: SIGTERM +%v, SIGKILL planned +%v, exit +%v; %v; pod_mismatch %q",
+		rel(b.SIGTERM, deleted), rel(b.Kill, deleted), rel(died, deleted), rep.Preserve.Counts, rep.PodMismatch)
+	assert.Empty(t, rep.PodMismatch)
+	assert.NoError(t, rep.Err())
+	assert.InDelta(t, grace, b.Kill.Sub(b.SIGTERM).Seconds(), 0.5, "the manifest's grace, not a force deletion's 2 s")
+	assert.Equal(t, n, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
+	assert.Contains(t, log, "the pod has no deletionTimestamp", "the read at SIGTERM found the mirror pod, not deleted")
+	assert.NotContains(t, log, "before any read found its deletion", "no force deletion")
 }
 
 // forced checks what sandboxd's run sd, force-deleted at d, left against
