@@ -275,9 +275,9 @@ func (p *Pod) Identity() Identity {
 	return Identity{UID: p.uid, Configured: p.configured, Confirmed: p.confirmed, Mismatch: p.mismatch}
 }
 
-// mismatched records err, of a read sent at sent, as the Identity's
-// Mismatch when it is the first and no read confirmed the UID. Called
-// with mu held.
+// mismatched records err, of a read that found the name not naming the
+// pod of UID, as the Identity's Mismatch when it is the first and no read
+// confirmed the UID. Called with mu held.
 func (p *Pod) mismatched(err error) {
 	if !p.confirmed && p.mismatch == nil {
 		p.mismatch = err
