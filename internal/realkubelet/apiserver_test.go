@@ -69,8 +69,9 @@ func TestRealKubeletWithAPIServer(t *testing.T) {
 //     device daemon stopped, what did not fit reported.
 //
 // The five run at once, each its own pod, as a drain deletes a node's pods
-// together: one after another they took 84 s of the 20-minute CI, together
-// about 20 s.
+// together: one after another they took 84 s of the 20-minute CI, two at a
+// time (go test's default -parallel on 2 cores) 47 s, at once 24 s
+// (main_test.go raises the package's -parallel).
 func shorterDeletion(t *testing.T, api *apiPods) {
 
 	t.Run("probe, no hook: the kubelet keeps the first grace", func(t *testing.T) {

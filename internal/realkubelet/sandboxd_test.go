@@ -85,10 +85,11 @@ func TestRealKubeletSandboxd(t *testing.T) {
 	kubelet := Require(t)
 	node := StartConfig(t, kubelet, WithNodeShutdown(sandboxdNodeShutdownSlice), BuildImage(t, allBinaries...))
 
-	// The four deletions run at once, each its own static pod, as a drain
+	// The five deletions run at once, each its own static pod, as a drain
 	// deletes a node's pods together (one after another they took 40 s of
-	// the 20-minute CI); the node shutdowns below, which end every pod on the
-	// node, after them.
+	// the 20-minute CI; two at a time, go test's default -parallel on 2
+	// cores, 29 s; at once 17-20 s: main_test.go); the node shutdowns below,
+	// which end every pod on the node, after them.
 	t.Run("deletions", func(t *testing.T) {
 		// 0 ... preStop GET /drain: waits while sandboxes run, until the drain
 		//       deadline (T0 + 10 s - 1.5 s margin - the reserves) ... SIGTERM:
