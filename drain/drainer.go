@@ -225,6 +225,7 @@ type Drainer struct {
 	retrying     bool           // retryRead's reads run; guarded by podMu
 	graceSeen    time.Time      // the start of the latest read that found delGrace; guarded by podMu
 	misnamedSaid bool           // podRemoved logged a read that misnamed's says nothing of; guarded by podMu
+	staticSaid   bool           // the plan line or a read said the pod is a static pod (sayStatic); guarded by podMu
 	startID      kube.Identity  // what the reads before New showed (sayPodIdentity); set once, by New
 	pollFails    logonce.Failures
 	podCtx       context.Context

@@ -76,6 +76,9 @@ func (d *Drainer) readOnce(at string, rerun time.Time) (failed bool) {
 		d.pollFails.OK()
 		d.deletionRead(at, started, rerun, del)
 	case errors.Is(err, kube.ErrNotTerminating):
+		if errors.Is(err, kube.ErrStaticPod) {
+			d.sayStatic(at, err)
+		}
 		if at != atPoll || d.kubelet > 0 && !d.own.Load() {
 			d.notDeleted(at, del.SpecGrace) // a poll only for what it can change
 		}
@@ -218,6 +221,22 @@ func (d *Drainer) podRemoved(at string, err error) bool {
 	return true
 }
 
+// msgStatic says what a static pod's drain plans with, and why.
+const msgStatic = "a static pod, whose deletion the API server does not show: the kubelet stops it when its manifest is removed, with its grace from SIGTERM; " +
+	"its mirror pod's deletion (kubectl delete --grace-period, --force) does not stop it, and the drain does not take it for this pod's"
+
+// sayStatic logs, once a read found the pod a static pod (kube.ErrStaticPod,
+// err), what the drain plans with, unless the plan line at SIGTERM said it.
+func (d *Drainer) sayStatic(at string, err error) {
+	d.podMu.Lock()
+	defer d.podMu.Unlock()
+	if d.staticSaid {
+		return
+	}
+	d.staticSaid = true
+	d.log.Info("drain: the pod is "+msgStatic, "at", at, "read", err, "kill", d.budget.Kill())
+}
+
 // msgMisnamed says what a read before the termination that found the
 // pod's name not naming this pod means, and what to do.
 const msgMisnamed = EnvPodName + " (kube.New's name) or " + EnvPodUID + " (kube.Config.UID) is not this pod's, so no deletion of this pod can be read; " +
@@ -281,7 +300,7 @@ func (d *Drainer) notDeleted(at string, spec time.Duration) {
 			"at", at, "spec_grace", spec, "budget_grace", d.budget.Grace(), "tightened", changed, "kill", d.budget.Kill())
 		return
 	}
-	if d.kubelet == 0 {
+	if d.kubelet == 0 && !d.pod.Identity().Static { // a static pod's never has one: sayStatic said so
 		d.log.Info("drain: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands; Config.KubeletGrace would give the kubelet's own grace", "at", at)
 	}
 }

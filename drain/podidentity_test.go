@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -178,6 +179,8 @@ func TestStaticPodsMirrorPodIsThePod(t *testing.T) {
 				assert.NoError(t, rep.Err())
 				assert.NotContains(t, logs.String(), "level=ERROR")
 				assert.NotContains(t, logs.String(), "before any read found its deletion", "no force deletion")
+				assert.Equal(t, 1, strings.Count(logs.String(), "the kubelet stops it when its manifest is removed"), "said once: %s", logs.String())
+				assert.True(t, rep.StaticPod)
 			})
 		})
 	}
@@ -218,4 +221,68 @@ const staticHash = "6f1e2b9a8c7d4e3f2a1b0c9d8e7f6a5b"
 func mirrorPod(hash string) *fakeapiserver.Pod {
 	return &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "agentenv", UID: "3c1a5e7b-0000-4000-8000-0000000000" + hash[:2],
 		Annotations: map[string]string{corev1.MirrorPodAnnotationKey: hash, "kubernetes.io/config.hash": hash, "kubernetes.io/config.source": "file"}}
+}
+
+// Fault (row 720): deleting a static pod's mirror pod does not stop the
+// static pod: the kubelet deletes the mirror and makes a new one (a mirror
+// pod "cannot be controlled" from the API server; the kubelet v1.34's
+// syncPod). The kubelet stops a static pod only when its manifest is
+// removed, with the manifest's grace from SIGTERM, and no deletion of it
+// shows in the API server. Yet a drain took the mirror's deletion for the
+// pod's: a `kubectl delete pod --grace-period=1` of the mirror planned
+// SIGKILL at its deletionTimestamp, a `--force` of it (a 404) row 580's 2 s
+// after SIGTERM, though the kubelet gives the 20 s:
+//
+//	0 s    start: the mirror pod read, POD_UID its annotation (a static pod)
+//	       SIGTERM (the manifest removed), no hook: 10 preserves of 1 s
+//	1.5 s  the mirror pod deleted with a grace of 1 s, or force-deleted
+//	       (404; made again by the kubelet at 3.5 s, another API UID)
+//	       SIGKILL stays at SIGTERM + 20 s, 10 preserved (before: planned at
+//	       + 2 s by the poll at 2 s, 2 of 10 preserved, each way)
+func TestStaticPodsMirrorDeletionIsNotThePods(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		delete func(mirror *fakeapiserver.Pod, api *atomic.Pointer[fakeapiserver.Pod])
+	}{
+		{"mirror deleted with --grace-period=1", func(mirror *fakeapiserver.Pod, _ *atomic.Pointer[fakeapiserver.Pod]) {
+			mirror.Delete(time.Now(), time.Second)
+		}},
+		{"mirror force-deleted", func(mirror *fakeapiserver.Pod, _ *atomic.Pointer[fakeapiserver.Pod]) {
+			mirror.Refuse(http.StatusNotFound)
+		}},
+		{"mirror force-deleted and made again", func(mirror *fakeapiserver.Pod, api *atomic.Pointer[fakeapiserver.Pod]) {
+			mirror.Refuse(http.StatusNotFound)
+			time.Sleep(2 * time.Second)
+			again := mirrorPod(staticHash)
+			again.UID = "3c1a5e7b-0000-4000-8000-0000000000ff" // a new API UID, the same annotation
+			api.Store(again)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mirror := mirrorPod(staticHash)
+				var api atomic.Pointer[fakeapiserver.Pod]
+				api.Store(mirror)
+				rt := handlerTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { api.Load().ServeHTTP(w, r) })}
+				f, logs := pollFixture(t, mirror, rt, 10, fixtureOpts{edit: func(cfg *Config) {
+					cfg.Pod = podAs(t, mirror, staticHash, rt)
+					_, err := cfg.Pod.Spec(t.Context())
+					require.NoError(t, err)
+				}})
+				go func() {
+					time.Sleep(1500 * time.Millisecond)
+					c.delete(mirror, &api)
+				}()
+				sigterm := time.Now()
+				rep := f.d.Shutdown(context.Background())
+				assert.Equal(t, sigterm.Add(20*time.Second), rep.Budget.Kill, "SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
+				assert.Equal(t, 10, rep.Preserve.Counts["preserved"], "%v", rep.Preserve.Counts)
+				assert.True(t, rep.StaticPod, "the Report says the pod is a static pod")
+				assert.NoError(t, rep.Err())
+				assert.NotContains(t, logs.String(), "before any read found its deletion", "no force deletion")
+				assert.Regexp(t, `msg="drain: SIGTERM: plan" .*static_pod=`, logs.String(), "the plan says it")
+				assert.Equal(t, 1, strings.Count(logs.String(), "the kubelet stops it when its manifest is removed"), "said once: %s", logs.String())
+			})
+		})
+	}
 }

@@ -125,6 +125,13 @@ type Report struct {
 	// kills 2 s after SIGTERM, from a name the API server never had, and
 	// left the budget as it was.
 	PodUIDUnknown bool `json:"pod_uid_unknown,omitempty"`
+	// StaticPod is true when a read found the pod through its mirror pod
+	// (kube.Identity.Static): the kubelet stops a static pod only when its
+	// manifest is removed, with the manifest's grace from SIGTERM, and the
+	// API server shows no deletion of it. The drain took no deletion of
+	// the mirror pod (a deletionTimestamp, a 404 after a force deletion)
+	// for the pod's: the budget stood on the grace.
+	StaticPod bool `json:"static_pod,omitempty"`
 }
 
 // A ReceivedSignal is a signal ServeSignals received, and when.
@@ -227,6 +234,9 @@ func (r *Report) LogValue() slog.Value {
 	}
 	if r.PodUIDUnknown {
 		attrs = append(attrs, slog.Bool("pod_uid_unknown", true))
+	}
+	if r.StaticPod {
+		attrs = append(attrs, slog.Bool("static_pod", true))
 	}
 	if r.Events != nil {
 		attrs = append(attrs, slog.Int("events_posted", r.Events.Posted), slog.Int("events_dropped", r.Events.Dropped))

@@ -204,6 +204,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 			rep.PodMismatch = err.Error()
 		}
 		rep.PodUIDUnknown = d.pod.UID() == ""
+		rep.StaticPod = d.pod.Identity().Static
 	}
 	d.mu.Lock()
 	rep.ForcedAt = d.forcedAt
@@ -268,6 +269,12 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 	if d.pod != nil {
 		if err := d.misnamed(); err != nil { // the plan stands on the budget alone
 			attrs = append(attrs, "pod_mismatch", err)
+		}
+		if d.pod.Identity().Static {
+			d.podMu.Lock()
+			d.staticSaid = true
+			d.podMu.Unlock()
+			attrs = append(attrs, "static_pod", msgStatic)
 		}
 	}
 	d.mu.Lock()

@@ -53,6 +53,11 @@
 //     is Config.UID is this pod: the Downward API gives a static pod the
 //     kubelet's UID (its config hash), which the mirror carries there under
 //     a UID of the API server's (measured under the real kubelet v1.34.4).
+//     A pod found through its mirror is a static pod (Identity.Static),
+//     which the kubelet stops only when its manifest is removed, with its
+//     grace: its Deletion is ErrStaticPod (ErrNotTerminating), never the
+//     mirror pod's deletionTimestamp, a 404 after the mirror's force
+//     deletion, or a new mirror's: deleting a mirror pod stops nothing.
 //   - Identity says whether a read found the pod under its name with its
 //     UID (Confirmed), and keeps the first read that, none confirmed, found
 //     another UID under the name or no pod (Mismatch). Read once at start,

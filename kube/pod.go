@@ -54,7 +54,8 @@ type Config struct {
 	Namespace string
 	// UID is the pod's metadata.uid (Downward API: fieldRef metadata.uid).
 	// Events name it so that `kubectl describe pod` lists them. Empty means
-	// it is learned from the first read of the pod. A read that finds the
+	// it is learned from the first read of the pod (a mirror pod's
+	// kubernetes.io/config.mirror annotation, for a static pod). A read that finds the
 	// name naming another UID or no pod before any read found this UID
 	// there is kept as Identity's Mismatch: read at start, the name or
 	// UID is wrong. A static pod's metadata.uid, which the kubelet gives
@@ -125,6 +126,7 @@ type Pod struct {
 	uid        string
 	configured bool          // uid is Config.UID's, not learned
 	confirmed  bool          // a read found this name with uid; guarded by mu
+	static     bool          // a read found this pod through its mirror pod; guarded by mu
 	mismatch   error         // the first read, none confirmed, that found the name not uid's; guarded by mu
 	skewLog    time.Duration // the clock offset last logged; guarded by mu
 }
@@ -262,6 +264,13 @@ type Identity struct {
 	// pod's (a misconfigured POD_NAME or POD_UID), not a deletion: a
 	// running pod's name names it. Nil when no read found one.
 	Mismatch error
+	// Static is whether a read found this pod through a mirror pod (one
+	// with a kubernetes.io/config.mirror annotation, UID's when UID is
+	// configured): this pod is a static pod, which the kubelet runs from
+	// a manifest and stops only when the manifest is removed, with its
+	// grace and no deletion the API server shows. Deletion then returns
+	// ErrStaticPod.
+	Static bool
 }
 
 // Identity returns what the reads so far showed of this pod's identity;
@@ -272,7 +281,7 @@ func (p *Pod) Identity() Identity {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Identity{UID: p.uid, Configured: p.configured, Confirmed: p.confirmed, Mismatch: p.mismatch}
+	return Identity{UID: p.uid, Configured: p.configured, Confirmed: p.confirmed, Mismatch: p.mismatch, Static: p.static}
 }
 
 // mismatched records err, of a read that found the name not naming the
@@ -336,6 +345,19 @@ type Deletion struct {
 // (measured under the real kubelet v1.34.4).
 var ErrNotTerminating = errors.New("kube: pod has no deletionTimestamp (not terminating)")
 
+// ErrStaticPod is returned by Pod.Deletion (and Tighten, DeletionTimestamp)
+// for a static pod (Identity.Static), whatever its mirror pod shows. It
+// wraps ErrNotTerminating, which it is as far as any read can tell, and
+// comes with the Deletion's SpecGrace when the mirror pod was read.
+// Deleting a mirror pod does not stop the static pod: the kubelet deletes
+// the mirror and makes a new one (its syncPod; a mirror pod "cannot be
+// controlled" from the API server), and stops the static pod only when its
+// manifest is removed, with the manifest's grace from SIGTERM. So a mirror
+// pod's deletionTimestamp (kubectl delete --grace-period), its 404 after a
+// force deletion, and a new mirror pod with another API UID and the same
+// annotation say nothing of when the kubelet kills this pod.
+var ErrStaticPod = fmt.Errorf("%w: a static pod, whose deletion the API server does not show (its mirror pod's deletion is not its)", ErrNotTerminating)
+
 // ErrPodReplaced is returned by Pod.Deletion (and Tighten, Grace) when the
 // pod the API server has under this pod's name is another one: neither its
 // UID nor, a static pod's mirror pod, its kubernetes.io/config.mirror
@@ -386,6 +408,8 @@ func (p *Pod) DeletionTimestamp(ctx context.Context) (time.Time, error) {
 // ErrNotTerminating, with the Deletion's SpecGrace, if the pod has no
 // deletionTimestamp yet (it is not being deleted, or the kubelet stops it
 // on its own, as graceful node shutdown does, which sets none),
+// ErrStaticPod (which is ErrNotTerminating) for a static pod, whatever
+// its mirror pod's deletion or a 404 after it,
 // ErrPodReplaced if the pod of its name is another one (another UID), an
 // *APIError for an answer other than 200, and ctx's error if ctx ends
 // first. It returns by ctx's deadline.
@@ -399,6 +423,10 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 	var d Deletion
 	if err == nil {
 		d, err = obj.deletion()
+	}
+	if p.Identity().Static && (err == nil || errors.Is(err, ErrNotTerminating) || isNotFound(err)) {
+		// The mirror pod's deletion, or its removal, is not this pod's.
+		d, err = Deletion{SpecGrace: d.SpecGrace}, fmt.Errorf("kube: pod %s/%s: %w (read: %s)", p.ns, p.name, ErrStaticPod, staticRead(obj, err))
 	}
 	switch {
 	case err == nil:
@@ -672,7 +700,7 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	body, offset, err := p.do(ctx, http.MethodGet, u, nil, http.StatusOK, `"get" on "pods"`)
 	if err != nil {
 		err = fmt.Errorf("kube: GET pod %s/%s: %w", p.ns, p.name, err)
-		if apiErr := (*APIError)(nil); errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound {
+		if isNotFound(err) {
 			p.mu.Lock()
 			p.mismatched(fmt.Errorf("kube: pod %s/%s: no pod of this name, Config.UID %q: %w", p.ns, p.name, p.uid, err))
 			p.mu.Unlock()
@@ -699,10 +727,15 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
+	case p.uid == "" && mirror != "":
+		// A mirror pod: this process runs in its static pod, whose UID
+		// (the Downward API's) is the annotation, not the mirror's own.
+		p.uid, p.confirmed, p.static = mirror, true, true
 	case p.uid == "":
 		p.uid, p.confirmed = uid, true
 	case uid == p.uid || mirror == p.uid:
 		p.confirmed = true
+		p.static = p.static || mirror != ""
 	case p.confirmed:
 		return nil, fmt.Errorf("kube: pod %s/%s: %w: the API server's has UID %s%s, this one %s",
 			p.ns, p.name, ErrPodReplaced, uid, mirrorOf(mirror), p.uid)
@@ -715,6 +748,26 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 		return nil, err
 	}
 	return &pod, nil
+}
+
+// isNotFound reports whether err is the API server's 404.
+func isNotFound(err error) bool {
+	var apiErr *APIError
+	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound
+}
+
+// staticRead says, for ErrStaticPod's error, what a read of a static
+// pod's mirror pod found: its deletionTimestamp, none, or the read's
+// error (a 404: the mirror pod removed).
+func staticRead(obj *podObject, err error) string {
+	switch {
+	case obj == nil:
+		return err.Error()
+	case obj.Metadata.DeletionTimestamp != nil:
+		return fmt.Sprintf("its mirror pod %s has the deletionTimestamp %s, not this pod's", obj.Metadata.UID,
+			obj.Metadata.DeletionTimestamp.UTC().Format(time.RFC3339))
+	}
+	return "its mirror pod " + obj.Metadata.UID + " has no deletionTimestamp"
 }
 
 // mirrorOf names, for an error, the static pod whose mirror pod the API

@@ -4,11 +4,13 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drainkit/drainkit/kube"
 )
@@ -144,7 +146,7 @@ func TestMirrorPodOfAStaticPodIsThePod(t *testing.T) {
 		require.NoError(t, err)
 		_, err = p.Deletion(t.Context())
 		require.ErrorIs(t, err, kube.ErrNotTerminating, "read as this pod's")
-		assert.Equal(t, kube.Identity{UID: hash, Configured: true, Confirmed: true}, p.Identity())
+		assert.Equal(t, kube.Identity{UID: hash, Configured: true, Confirmed: true, Static: true}, p.Identity())
 	})
 	t.Run("another static pod's mirror", func(t *testing.T) {
 		_, cfg := newAPIServer(t, podJSON(t, mirror("0a1b2c3d4e5f60718293a4b5c6d7e8f9")))
@@ -164,4 +166,59 @@ func TestMirrorPodOfAStaticPodIsThePod(t *testing.T) {
 		_, err := p.Deletion(t.Context())
 		require.ErrorIs(t, err, kube.ErrPodReplaced)
 	})
+}
+
+// Deleting a static pod's mirror pod does not stop the static pod: the
+// kubelet deletes the mirror and makes a new one; it stops the static pod
+// only when its manifest is removed, with the manifest's grace. Before, a
+// read of the mirror pod deleted with --grace-period=1 returned its
+// deletionTimestamp as this pod's SIGKILL, and the 404 after a force
+// deletion of it read as this pod's removal (row 720). Now each, and a new
+// mirror pod of another API UID with the same annotation, is ErrStaticPod
+// (ErrNotTerminating), with the spec's grace when the mirror was read;
+// with no Config.UID, the first read learns the annotation's UID.
+func TestMirrorPodsDeletionIsNotTheStaticPods(t *testing.T) {
+	const hash = "6f1e2b9a8c7d4e3f2a1b0c9d8e7f6a5b"
+	var state atomic.Int32 // 0 the mirror; 1 deleted with 1 s; 2 gone (404); 3 made again
+	mirror := func(uid string, deleted bool) http.HandlerFunc {
+		return podJSON(t, func(p *corev1.Pod) {
+			p.UID = types.UID("8d3c2f1e-0000-4000-8000-0000000000" + uid)
+			p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: hash}
+			if deleted {
+				p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &metav1.Time{Time: time.Now().Add(time.Second)}, new(int64(1))
+			}
+		})
+	}
+	first, deleted, again := mirror("01", false), mirror("01", true), mirror("02", false)
+	for _, uid := range []string{hash, ""} {
+		t.Run("Config.UID "+map[bool]string{true: "the hash", false: "empty"}[uid != ""], func(t *testing.T) {
+			state.Store(0)
+			_, cfg := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+				switch state.Load() {
+				case 0:
+					first(w, r)
+				case 1:
+					deleted(w, r)
+				case 2:
+					writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "pods \"sandboxd-0\" not found")
+				default:
+					again(w, r)
+				}
+			})
+			cfg.UID = uid
+			p := newPod(t, cfg, testPod)
+			for s, found := range []string{"no deletionTimestamp", "the deletionTimestamp", "404 Not Found", "no deletionTimestamp"} {
+				state.Store(int32(s))
+				d, err := p.Deletion(t.Context())
+				require.ErrorIs(t, err, kube.ErrStaticPod, "state %d", s)
+				require.ErrorIs(t, err, kube.ErrNotTerminating)
+				assert.Contains(t, err.Error(), found)
+				assert.Zero(t, d.Timestamp, "no SIGKILL read from the mirror pod")
+				if s != 2 {
+					assert.Equal(t, time.Hour, d.SpecGrace, "the manifest's grace, read from its mirror")
+				}
+			}
+			assert.Equal(t, kube.Identity{UID: hash, Configured: uid != "", Confirmed: true, Static: true}, p.Identity())
+		})
+	}
 }
