@@ -198,7 +198,13 @@ func forceDeletion(t *testing.T, api *apiPods) {
 // deadline, 0 of 4 preserved (4 timed out), exit +0.73 s and status 1,
 // though the kubelet gave the manifest's 10 s. After: the read finds the
 // pod not deleted, SIGKILL planned at +10.06 s, 4 of 4 preserved, exit
-// +4.38 s. The subtest takes about 9 s.
+// +4.38 s. Mid-drain, 1 s after the manifest's removal, the mirror pod is
+// deleted with a grace of 1 s (row 720): the kubelet logs the API's
+// "SyncLoop DELETE" and keeps its one stop, gracePeriod=10. Before row
+// 720 sandboxd's poll took the mirror's deletionTimestamp for the pod's:
+// SIGKILL planned at +2.05 s, 1 of 4 preserved, while the kubelet killed
+// at +10.13 s; after, +10.07 s, 4 of 4, exit +4.22 s. The subtest takes
+// about 9 s.
 func staticPod(t *testing.T, api *apiPods) {
 	const name, grace, n = "sandboxd-static", 10, 4
 	state := filepath.Join(api.node.Dir, "state-"+name)
@@ -238,6 +244,15 @@ func staticPod(t *testing.T, api *apiPods) {
 
 	time.Sleep(time.Until(started.Add(settle))) // not timing logic: see settle
 	deleted := api.node.DeletePod(t, name)
+	// Mid-drain, the mirror pod deleted with a grace of 1 s (row 720): it
+	// stops no static pod, so neither the kubelet nor the drain may take it
+	// for the pod's. The second only puts it after SIGTERM; nothing is timed by it.
+	time.Sleep(time.Second)
+	code, body, err := api.cluster.Do(realapiserver.AdminToken, http.MethodDelete, "/api/v1/namespaces/default/pods/"+mirror,
+		metav1.DeleteOptions{GracePeriodSeconds: new(int64(1))})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, "the mirror pod's deletion: %s", body)
+	mirrorDeleted := time.Now()
 	died, err := w.Wait(grace*time.Second + time.Minute)
 	require.NoError(t, err)
 	log := api.node.PodLog(name)
@@ -248,13 +263,15 @@ func staticPod(t *testing.T, api *apiPods) {
 		}
 	})
 	b := rep.Budget
-	t.Logf("from the manifest's removal: SIGTERM +%v, SIGKILL planned +%v, exit +%v; %v; pod_mismatch %q",
-		rel(b.SIGTERM, deleted), rel(b.Kill, deleted), rel(died, deleted), rep.Preserve.Counts, rep.PodMismatch)
+	t.Logf("from the manifest's removal: SIGTERM +%v, the mirror pod deleted with 1 s +%v, SIGKILL planned +%v, exit +%v; %v; pod_mismatch %q",
+		rel(b.SIGTERM, deleted), rel(mirrorDeleted, deleted), rel(b.Kill, deleted), rel(died, deleted), rep.Preserve.Counts, rep.PodMismatch)
+	assert.EqualValues(t, grace, api.kubeletGrace(t, mirror), "the kubelet stops the static pod with the manifest's grace, not the mirror's deletion's")
+	assert.True(t, rep.StaticPod, "the Report says the pod is a static pod")
 	assert.Empty(t, rep.PodMismatch)
 	assert.NoError(t, rep.Err())
 	assert.InDelta(t, grace, b.Kill.Sub(b.SIGTERM).Seconds(), 0.5, "the manifest's grace, not a force deletion's 2 s")
 	assert.Equal(t, n, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
-	assert.Contains(t, log, "the pod has no deletionTimestamp", "the read at SIGTERM found the mirror pod, not deleted")
+	assert.Contains(t, log, "a static pod, whose deletion the API server does not show", "the read found the pod through its mirror pod")
 	assert.NotContains(t, log, "before any read found its deletion", "no force deletion")
 }
 
