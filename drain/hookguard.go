@@ -186,7 +186,9 @@ func loopbackPeer(r *http.Request) bool {
 //
 // Do not use it where a pod drains without being deleted: under the
 // kubelet's graceful node shutdown the preStop hook runs with no
-// deletionTimestamp.
+// deletionTimestamp, and a static pod never has one (kube.ErrStaticPod:
+// the kubelet stops it when its manifest is removed, and its mirror pod's
+// deletion is not its), so the check refuses every drain of one.
 func RequireTerminating(pod kube.DeletionReader, timeout time.Duration) func(*http.Request) error {
 	switch {
 	case pod == nil:
