@@ -226,15 +226,33 @@ const msgStatic = "a static pod, whose deletion the API server does not show: th
 	"its mirror pod's deletion (kubectl delete --grace-period, --force) does not stop it, and the drain does not take it for this pod's"
 
 // sayStatic logs, once a read found the pod a static pod (kube.ErrStaticPod,
-// err), what the drain plans with, unless the plan line at SIGTERM said it.
+// err), what the drain plans with, unless the plan line at SIGTERM says it:
+// a read before New found it (startID), or the plan line came first.
 func (d *Drainer) sayStatic(at string, err error) {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
-	if d.staticSaid {
+	if d.startID.Static || d.staticSaid {
 		return
 	}
 	d.staticSaid = true
 	d.log.Info("drain: the pod is "+msgStatic, "at", at, "read", err, "kill", d.budget.Kill())
+}
+
+// saysStatic reports whether the plan line at SIGTERM says the pod is a
+// static pod: a read before New found it, or one since, which sayStatic
+// has not logged yet (the read at SIGTERM runs beside the plan line). The
+// drain says it once.
+func (d *Drainer) saysStatic() bool {
+	d.podMu.Lock()
+	defer d.podMu.Unlock()
+	if d.startID.Static {
+		return true
+	}
+	if d.staticSaid || !d.pod.Identity().Static {
+		return false
+	}
+	d.staticSaid = true
+	return true
 }
 
 // msgMisnamed says what a read before the termination that found the

@@ -270,10 +270,7 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 		if err := d.misnamed(); err != nil { // the plan stands on the budget alone
 			attrs = append(attrs, "pod_mismatch", err)
 		}
-		if d.pod.Identity().Static {
-			d.podMu.Lock()
-			d.staticSaid = true
-			d.podMu.Unlock()
+		if d.saysStatic() {
 			attrs = append(attrs, "static_pod", msgStatic)
 		}
 	}
