@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/kube"
 )
 
@@ -193,14 +194,7 @@ func TestStaticPodsMirrorPodIsThePod(t *testing.T) {
 func TestAnotherStaticPodsMirrorPodIsAnotherPod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		this, other := mirrorPod(staticHash), mirrorPod("0a1b2c3d4e5f60718293a4b5c6d7e8f9")
-		var api atomic.Pointer[fakeapiserver.Pod]
-		api.Store(this)
-		rt := handlerTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { api.Load().ServeHTTP(w, r) })}
-		f, logs := pollFixture(t, this, rt, 10, fixtureOpts{edit: func(cfg *Config) {
-			cfg.Pod = podAs(t, this, staticHash, rt)
-			_, err := cfg.Pod.Spec(t.Context())
-			require.NoError(t, err)
-		}})
+		f, logs, api := staticFixture(t, this)
 		api.Store(other)
 		sigterm := time.Now()
 		rep := f.d.Shutdown(context.Background())
@@ -209,6 +203,23 @@ func TestAnotherStaticPodsMirrorPodIsAnotherPod(t *testing.T) {
 		assert.Contains(t, logs.String(), "before any read found its deletion")
 		assert.Contains(t, logs.String(), "a mirror pod of the static pod 0a1b2c3d4e5f60718293a4b5c6d7e8f9")
 	})
+}
+
+// staticFixture is pollFixture's drain of 10 sandboxes in the static pod
+// staticHash, read at start through its mirror pod mirror, whose API
+// server serves the pod that api holds (mirror, until a test stores
+// another: the kubelet's new mirror pod, another static pod's).
+func staticFixture(t *testing.T, mirror *fakeapiserver.Pod) (*fixture, *logbuf.Buffer, *atomic.Pointer[fakeapiserver.Pod]) {
+	t.Helper()
+	var api atomic.Pointer[fakeapiserver.Pod]
+	api.Store(mirror)
+	rt := handlerTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { api.Load().ServeHTTP(w, r) })}
+	f, logs := pollFixture(t, mirror, rt, 10, fixtureOpts{edit: func(cfg *Config) {
+		cfg.Pod = podAs(t, mirror, staticHash, rt)
+		_, err := cfg.Pod.Spec(t.Context())
+		require.NoError(t, err)
+	}})
+	return f, logs, &api
 }
 
 // staticHash is a static pod's UID as the kubelet makes it (its config
@@ -261,17 +272,10 @@ func TestStaticPodsMirrorDeletionIsNotThePods(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				mirror := mirrorPod(staticHash)
-				var api atomic.Pointer[fakeapiserver.Pod]
-				api.Store(mirror)
-				rt := handlerTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { api.Load().ServeHTTP(w, r) })}
-				f, logs := pollFixture(t, mirror, rt, 10, fixtureOpts{edit: func(cfg *Config) {
-					cfg.Pod = podAs(t, mirror, staticHash, rt)
-					_, err := cfg.Pod.Spec(t.Context())
-					require.NoError(t, err)
-				}})
+				f, logs, api := staticFixture(t, mirror)
 				go func() {
 					time.Sleep(1500 * time.Millisecond)
-					c.delete(mirror, &api)
+					c.delete(mirror, api)
 				}()
 				sigterm := time.Now()
 				rep := f.d.Shutdown(context.Background())
