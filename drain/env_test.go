@@ -1,7 +1,6 @@
 package drain
 
 import (
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/drainkit/drainkit/internal/fakesandbox"
-	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -118,10 +116,7 @@ func TestConfigFromEnvReadsThePreStopSleepFromThePodsSpec(t *testing.T) {
 	sleep := func(name string, s int64) corev1.Container {
 		return corev1.Container{Name: name, Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: s}}}}
 	}
-	var logs logbuf.Buffer
-	defaultLogger := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(defaultLogger) })
+	logs := logToDefault(t)
 	planned := func() time.Duration {
 		t.Helper()
 		cfg, err := ConfigFromEnv()

@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -125,4 +127,16 @@ func (f *fixture) terminate(t *testing.T, hook kubeletsim.Hook, grace time.Durat
 	synctest.Wait()
 	require.NotNil(t, rep)
 	return tl, rep
+}
+
+// logToDefault makes slog's default logger write text into the Buffer it
+// returns until the test ends: for what New and NewServer log before a
+// Config's Log is theirs.
+func logToDefault(t *testing.T) *logbuf.Buffer {
+	t.Helper()
+	var logs logbuf.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	return &logs
 }

@@ -208,10 +208,7 @@ func TestNewServerWithoutAPIAccessLogsWhyAndGoesOn(t *testing.T) {
 	t.Setenv(EnvGrace, "30")
 	t.Setenv(EnvHookListen, "")
 	t.Setenv(EnvHookSecret, "")
-	var logs strings.Builder
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := logToDefault(t)
 
 	t.Setenv(EnvPodName, "")
 	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
@@ -337,10 +334,7 @@ func TestNewServerTakesThePodsSpecOverAGraceThatDisagrees(t *testing.T) {
 	api := newPodAPI(t)
 	api.SetGrace(600)
 	inClusterOf(t, api)
-	prev := slog.Default()
-	t.Cleanup(func() { slog.SetDefault(prev) })
-	var logs logbuf.Buffer
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	logs := logToDefault(t)
 	t.Setenv(EnvGrace, "3600")
 
 	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
@@ -392,10 +386,7 @@ func TestNewServerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 func TestNewServerSaysAPodUIDThatIsNotThePods(t *testing.T) {
 	api := newPodAPI(t) // uid-0
 	inClusterOf(t, api)
-	prev := slog.Default()
-	t.Cleanup(func() { slog.SetDefault(prev) })
-	var logs logbuf.Buffer
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	logs := logToDefault(t)
 	t.Setenv(EnvGrace, "30")
 	t.Setenv(EnvPodUID, "uid-typo")
 	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
@@ -666,10 +657,7 @@ func TestNewServerWarnsOfASandboxTimeoutBelowThePreserveEstimate(t *testing.T) {
 		EnvKubeletGrace: "", EnvPreserveEstimate: "8s", EnvSandboxTimeout: "3"} {
 		t.Setenv(k, v)
 	}
-	var logs logbuf.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := logToDefault(t)
 
 	_, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
 	require.NoError(t, err)
@@ -710,10 +698,7 @@ func TestSecondServerRunReturnsAtOnce(t *testing.T) {
 		"http/1": {Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second, TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var logs logbuf.Buffer
-			old := slog.Default()
-			slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-			t.Cleanup(func() { slog.SetDefault(old) })
+			logs := logToDefault(t)
 			oldListen := listenTCP
 			t.Cleanup(func() { listenTCP = oldListen })
 			listenTCP = func(string, string) (net.Listener, error) { return nil, errors.New("the port is taken") }
@@ -845,10 +830,7 @@ func TestServerNotMadeByNewServerExitsTwoSayingSo(t *testing.T) {
 	const want = "drain: Server not made by drain.NewServer"
 	for name, s := range map[string]*Server{"zero": {}, "nil": nil} {
 		t.Run(name, func(t *testing.T) {
-			var logs logbuf.Buffer
-			old := slog.Default()
-			slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-			t.Cleanup(func() { slog.SetDefault(old) })
+			logs := logToDefault(t)
 
 			assert.Equal(t, 2, s.Run(t.Context()))
 			assert.Contains(t, logs.String(), `level=ERROR msg="`+want)
