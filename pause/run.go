@@ -26,13 +26,18 @@ type run struct {
 	cut      context.CancelFunc // ends the phase and work: Tighten's hard deadline
 	span     trace.Span
 	phase    time.Time
-	// hard, tightened, cut and cutAt are guarded by hardMu: Tighten
-	// reaches the run from its first instruction (see Preserver.Run).
+	// hard, tightened, reported, cut and cutAt are guarded by hardMu:
+	// Tighten reaches the run from its first instruction (see
+	// Preserver.Run).
 	hard      time.Time
 	hardMu    sync.Mutex
-	tightened bool          // Tighten moved hard: the Report says the new one
-	cutAt     *time.Timer   // calls cut at the hard deadline Tighten set; nil until contexts made cut
-	moved     chan struct{} // Tighten moved hard: await re-reads it
+	tightened bool // Tighten moved hard: the Report says the new one
+	// reported: finish read hard for the Report, which a move would now
+	// contradict. A Tighten that loaded the run just before Run stopped
+	// being the one in progress takes hardMu after that.
+	reported bool
+	cutAt    *time.Timer   // calls cut at the hard deadline Tighten set; nil until contexts made cut
+	moved    chan struct{} // Tighten moved hard: await re-reads it
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
@@ -169,7 +174,7 @@ func (r *run) hardline() time.Time {
 func (r *run) tighten(hard time.Time) bool {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
-	if !r.hard.IsZero() && !hard.Before(r.hard) {
+	if r.reported || !r.hard.IsZero() && !hard.Before(r.hard) {
 		return false
 	}
 	r.hard, r.tightened = hard, true
@@ -654,6 +659,7 @@ func (r *run) finish() *Report {
 	if r.tightened {
 		rep.Hard = r.hard
 	}
+	r.reported = true
 	r.hardMu.Unlock()
 	r.mu.Lock() // a worker settling as await gave up at the hard deadline may still move it
 	rep.Limit = r.limit
