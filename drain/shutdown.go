@@ -518,6 +518,18 @@ func (d *Drainer) preserveIn(ctx context.Context, w deadline.Window, p *PhaseRep
 		defer hcancel()
 		return bounded.Call(hctx, returnSlack, func(context.Context) (*pause.Report, error) {
 			e := ends.get()
+			if t, ok := d.preserver.(tightener); ok {
+				// A move between the read above and the Run registering
+				// as the one in progress found no Run to tell: told again
+				// when the phase's context ends (at the moved deadline, at
+				// the latest), the Run cuts its preserves by the new hard
+				// deadline.
+				defer context.AfterFunc(ctx, func() {
+					if now := ends.get().hard; now.Before(e.hard) {
+						t.Tighten(now)
+					}
+				})()
+			}
 			ctx, cancel := context.WithDeadline(ctx, e.deadline)
 			defer cancel()
 			return d.preserver.Run(ctx, e.hard), nil
