@@ -546,20 +546,23 @@ func TestShutdownThatLostSandboxesExits1(t *testing.T) {
 // the drain) for its own: the new pod's 5 s deletion cut this pod's 30 s, and the Events
 // went on the new pod. With -pod-uid (default $POD_UID, the Downward API's metadata.uid)
 // the other pod is not this one's: its deletion is not taken, the Events name this pod,
-// and this pod, gone from the API server, is a force deletion's: the kubelet kills it 2 s
-// after SIGTERM (row 580, measured under the real kubelet), not after the new pod's 5 s.
+// and this pod, read at start (uid-old) and gone from the API server since, is a force
+// deletion's: the kubelet kills it 2 s after SIGTERM (row 580, measured under the real
+// kubelet), not after the new pod's 5 s.
 func TestSandboxdDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
-	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "sandboxes", UID: "uid-new"}
-	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
+	served := fakeapiserver.NewServed(&fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "sandboxes", UID: "uid-old"})
+	this := served.Pod()
+	_, kcfg := fakeapiserver.Start(t, served, this.Namespace, "token-1")
 	old := inCluster
 	inCluster = func() kube.Config { return kcfg }
 	t.Cleanup(func() { inCluster = old })
 	cfg := testConfig(t)
-	cfg.Grace, cfg.Pod, cfg.PodUID = 30*time.Second, api.Name, "uid-old"
+	cfg.Grace, cfg.Pod, cfg.PodUID = 30*time.Second, this.Name, this.UID
 	st := start(t, cfg)
 	createSandbox(t, st.base)
-	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
+	served.Replace("uid-new").SetDeletion(time.Now().Add(5 * time.Second)) // after the force deletion, the new pod, deleted in its turn
 	rep := st.shutdown(t)
+	assert.Empty(t, rep.PodMismatch, "read at start, the pod was this one")
 	// The pod read that finds the force deletion runs beside the drain; a drain
 	// of a few sandboxes may finish before it lands, the budget then as it began.
 	// Once it has landed, what did not fit the 2 s is in the Report.
@@ -567,10 +570,35 @@ func TestSandboxdDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 		assert.Equal(t, cfg.Grace, kill, "the grace it began with, or this pod's force deletion; never the other pod's 5 s")
 		require.NoError(t, rep.Err())
 	}
-	require.NotEmpty(t, api.Events())
-	for _, ev := range api.Events() {
-		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
+	require.NotEmpty(t, served.Events())
+	for _, ev := range served.Events() {
+		assert.Equal(t, this.UID, string(ev.Regarding.UID), "%s names this pod", ev.Reason)
 	}
+}
+
+// Fault (row 730): a -pod-uid (POD_UID) that is not the pod's was found by no read before
+// drain.New, sandboxd reading its pod first at the drain (without -kubelet-config): there
+// the other UID under the name was taken for this pod's force deletion, SIGKILL planned
+// 2 s after SIGTERM on every drain, nothing said at start. sandboxd now reads its pod at
+// start (examples/internal/podstart): the Error line at New, pod_mismatch in the Report
+// (Main's exit 1), the grace kept.
+func TestSandboxdSaysAPodUIDThatIsNotThePodsAtStart(t *testing.T) {
+	api := &fakeapiserver.Pod{Name: "sandboxd-0", Namespace: "sandboxes", UID: "uid-0"}
+	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
+	old := inCluster
+	inCluster = func() kube.Config { return kcfg }
+	t.Cleanup(func() { inCluster = old })
+	cfg := testConfig(t)
+	cfg.Grace, cfg.Pod, cfg.PodUID = 30*time.Second, api.Name, "uid-typo"
+	var logs logbuf.Buffer
+	st := startLogged(t, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	assert.Contains(t, logs.String(), `level=ERROR msg="drain: a read of the pod found its name not naming this pod`, "said at start")
+	assert.Contains(t, logs.String(), "uid-typo")
+	createSandbox(t, st.base)
+	rep := st.shutdown(t)
+	assert.Equal(t, cfg.Grace, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the grace kept: no force deletion planned")
+	assert.Contains(t, rep.PodMismatch, "uid-typo")
+	assert.Error(t, rep.Err())
 }
 
 // -kubelet-config reads the node's KubeletConfiguration (the kubelet's --config file,

@@ -18,6 +18,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/daemonhold"
+	"github.com/drainkit/drainkit/examples/internal/podstart"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/durable"
@@ -295,6 +296,7 @@ func (s *Server) pod() *kube.Pod {
 		s.logger.Warn("no Kubernetes API access: -grace stands, no Events", "error", err)
 		return nil
 	}
+	podstart.Read(pod, s.logger) // before drain.New: a POD_NAME or POD_UID not naming the pod is said at start
 	return pod
 }
 
