@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
 // kubectl delete --grace-period=8 on a worker whose -grace is the manifest's hour: the
@@ -60,25 +62,28 @@ func TestWorkerWithoutAPIAccessGoesOnWithGrace(t *testing.T) {
 	assert.Equal(t, cfg.Grace, rep.Budget.Kill.Sub(rep.Budget.Start), "-grace stands")
 }
 
-// The worker reads its pod only at SIGTERM (it has no preStop hook): after kubectl delete
-// --force the StatefulSet's new pod of the same name exists by then, and without its UID
-// the worker took that pod for its own: its deletion (when the new one is deleted in its
-// turn) set the budget, and the drain's Events went on the new pod, a pod just started
-// described as drained. With -pod-uid (default $POD_UID) the other pod is not this one:
-// its deletion is not taken, the Events name this pod. This pod, gone from the API
-// server, was force deleted: the kubelet kills it 2 s after SIGTERM (row 580, measured
-// under the real kubelet), and the budget plans that once its read lands.
+// The worker reads its pod at start (examples/internal/podstart) and at SIGTERM (it has no
+// preStop hook): after kubectl delete --force the StatefulSet's new pod of the same name
+// exists by then, and without its UID the worker took that pod for its own: its deletion
+// (when the new one is deleted in its turn) set the budget, and the drain's Events went on
+// the new pod, a pod just started described as drained. With -pod-uid (default $POD_UID)
+// the other pod is not this one: its deletion is not taken, the Events name this pod. This
+// pod, read at start (uid-old) and gone from the API server since, was force deleted: the
+// kubelet kills it 2 s after SIGTERM (row 580, measured under the real kubelet), and the
+// budget plans that once its read lands.
 func TestWorkerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
-	api := &fakeapiserver.Pod{Name: "gvisor-worker-0", Namespace: "sandboxes", UID: "uid-new"}
-	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
+	served := fakeapiserver.NewServed(&fakeapiserver.Pod{Name: "gvisor-worker-0", Namespace: "sandboxes", UID: "uid-old"})
+	this := served.Pod()
+	_, kcfg := fakeapiserver.Start(t, served, this.Namespace, "token-1")
 	cfg := fakeConfig(t)
 	cfg.Grace = time.Minute
-	cfg.Pod, cfg.PodUID, cfg.Kube = api.Name, "uid-old", kcfg
+	cfg.Pod, cfg.PodUID, cfg.Kube = this.Name, this.UID, kcfg
 	_, c, stop := serveWorker(t, cfg)
 	_, err := c.Run(context.Background(), &RunRequest{})
 	require.NoError(t, err)
-	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
+	served.Replace("uid-new").SetDeletion(time.Now().Add(5 * time.Second)) // after the force deletion, the new pod, deleted in its turn
 	rep := stop()
+	assert.Empty(t, rep.PodMismatch, "read at start, the pod was this one")
 	// The read runs beside the drain; a drain of one sandbox may finish before it lands,
 	// the budget then as it began. Once it has landed, the 2 s leave the checkpoint no
 	// room, and the Report says so.
@@ -86,9 +91,9 @@ func TestWorkerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 		assert.Equal(t, cfg.Grace, kill, "-grace, or this pod's force deletion; never the other pod's 5 s")
 		require.NoError(t, rep.Err())
 	}
-	require.NotEmpty(t, api.Events())
-	for _, ev := range api.Events() {
-		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
+	require.NotEmpty(t, served.Events())
+	for _, ev := range served.Events() {
+		assert.Equal(t, this.UID, string(ev.Regarding.UID), "%s names this pod", ev.Reason)
 	}
 }
 
@@ -114,4 +119,28 @@ func TestWorkerStoppedByTheKubeletItselfPlansWithKubeletGrace(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 20*time.Second, r.KubeletGrace, "recorded for drainkit plan, which plans the node's shutdown with it")
 	assert.Equal(t, time.Hour, r.Grace)
+}
+
+// Fault (row 731): a -pod-uid (POD_UID) that is not the pod's was found by no read before
+// drain.New, the worker reading its pod first at SIGTERM: there the other UID under the
+// name was taken for this pod's force deletion, SIGKILL planned 2 s after SIGTERM on every
+// drain (the checkpoints cut), nothing said at start. The worker now reads its pod at
+// start (examples/internal/podstart): the Error line at start, pod_mismatch in the Report
+// (exit 1), -grace kept.
+func TestWorkerSaysAPodUIDThatIsNotThePodsAtStart(t *testing.T) {
+	api := &fakeapiserver.Pod{Name: "gvisor-worker-0", Namespace: "sandboxes", UID: "uid-0"}
+	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
+	cfg := fakeConfig(t)
+	cfg.Grace = time.Minute
+	cfg.Pod, cfg.PodUID, cfg.Kube = api.Name, "uid-typo", kcfg
+	var logs logbuf.Buffer
+	_, c, stop := serveWorkerWith(t, cfg, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	assert.Contains(t, logs.String(), `level=ERROR msg="drain: a read of the pod found its name not naming this pod`, "said at start")
+	assert.Contains(t, logs.String(), "uid-typo")
+	_, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	rep := stop()
+	assert.Equal(t, cfg.Grace, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "-grace kept: no force deletion planned")
+	assert.Contains(t, rep.PodMismatch, "uid-typo")
+	assert.Error(t, rep.Err())
 }

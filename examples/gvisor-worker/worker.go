@@ -24,6 +24,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/drain/draingrpc"
+	"github.com/drainkit/drainkit/examples/internal/podstart"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/durable"
@@ -576,6 +577,7 @@ func (w *Worker) pod() *kube.Pod {
 		w.logger.Warn("no Kubernetes API access: -grace stands, no Events", "error", err)
 		return nil
 	}
+	podstart.Read(pod, w.logger) // before drain.New: a POD_NAME or POD_UID not naming the pod is said at start
 	return pod
 }
 
