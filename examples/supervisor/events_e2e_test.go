@@ -3,6 +3,7 @@
 package main
 
 import (
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -63,7 +65,15 @@ func TestSupervisorReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
 // supervisor, its hook's address and its report file.
 func startWithPod(t *testing.T, args ...string) (api *fakeapiserver.Pod, child *kubeletsim.Child, hook, report string) {
 	t.Helper()
-	api, env := podAPI(t)
+	served, env := podAPI(t)
+	child, hook, report = startServedBy(t, env, os.Stderr, args...)
+	return served.Pod(), child, hook, report
+}
+
+// startServedBy is startWithPod's start of the supervisor, given its
+// service account's environment env, its stderr also written to logs.
+func startServedBy(t *testing.T, env []string, logs io.Writer, args ...string) (child *kubeletsim.Child, hook, report string) {
+	t.Helper()
 	report = filepath.Join(t.TempDir(), "report.json")
 	apiAddr, listen := freeAddr(t), freeAddr(t)
 	hook = freeAddr(t)
@@ -72,28 +82,32 @@ func startWithPod(t *testing.T, args ...string) (api *fakeapiserver.Pod, child *
 		"-grace", "30s", "-report", report}, append(args, "--")...)...),
 		helperCommand("agentenv", "-listen", apiAddr, "-sandboxes", "3", "-pause-base", "10ms", "-pause-per-gib", "0s")...)
 	cmd := helperCmd(argv)
+	if logs != os.Stderr {
+		cmd.Stderr = io.MultiWriter(os.Stderr, logs)
+	}
 	cmd.Env = append(append(cmd.Env, "POD_NAME=agentenv-node-x7k2p"), env...)
 	child, err := kubeletsim.Start(cmd)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
 	require.Eventually(t, func() bool { return get(t.Context(), "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond)
-	return api, child, hook, report
+	return child, hook, report
 }
 
-// podAPI starts a fake API server with the pod agentenv-node-x7k2p and
-// returns it and the environment (KEY=value) that gives the supervisor its
-// service account there.
-func podAPI(t *testing.T) (*fakeapiserver.Pod, []string) {
+// podAPI starts a fake API server that serves the pod it holds (at first
+// agentenv-node-x7k2p, uid-1; a test may Replace it: the pod of the name
+// after a force deletion) and returns it and the environment (KEY=value)
+// that gives the supervisor its service account there.
+func podAPI(t *testing.T) (*fakeapiserver.Served, []string) {
 	t.Helper()
-	api := &fakeapiserver.Pod{Name: "agentenv-node-x7k2p", Namespace: "agentenv-system", UID: "uid-1"}
-	srv, kcfg := fakeapiserver.Start(t, api, "agentenv-system", "token-1")
+	served := fakeapiserver.NewServed(&fakeapiserver.Pod{Name: "agentenv-node-x7k2p", Namespace: "agentenv-system", UID: "uid-1"})
+	srv, kcfg := fakeapiserver.Start(t, served, "agentenv-system", "token-1")
 	saDir := filepath.Dir(kcfg.TokenFile)
 	require.NoError(t, os.WriteFile(filepath.Join(saDir, "namespace"), []byte("agentenv-system\n"), 0o600))
 	u, err := url.Parse(srv.URL)
 	require.NoError(t, err)
 	host, port, err := net.SplitHostPort(u.Host)
 	require.NoError(t, err)
-	return api, []string{EnvServiceAccountDir + "=" + saDir, "KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port}
+	return served, []string{EnvServiceAccountDir + "=" + saDir, "KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port}
 }
 
 // Graceful node shutdown stops the pod with the node's slice (4 s here,
@@ -118,23 +132,27 @@ func TestSupervisorPlansForTheKubeletsOwnGraceWhenItsPodHasNoDeletion(t *testing
 }
 
 // After kubectl delete --force a StatefulSet's new pod of the same name
-// exists (uid-1 here), and its deletion, when it comes, is not this
+// exists (uid-new here), and its deletion, when it comes, is not this
 // pod's. With -pod-uid (default $POD_UID, the downward API's metadata.uid)
 // the supervisor knows its own pod: the other one's 5 s deletion is not
 // taken, and the Events name this pod. Before, the UID was the one its
 // first read found, the new pod's: SIGKILL planned 5 s out, the Events on
-// the new pod. This pod, gone from the API server, was force deleted: the
-// kubelet kills it 2 s after SIGTERM (row 580, measured under the real
-// kubelet), and the budget plans that, not the spec's 30 s.
+// the new pod. This pod, read at start (uid-1) and gone from the API server
+// since, was force deleted: the kubelet kills it 2 s after SIGTERM (row 580,
+// measured under the real kubelet), and the budget plans that, not the
+// spec's 30 s.
 func TestSupervisorDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
-	api, child, _, report := startWithPod(t, "-pod-uid", "uid-old")
-	api.SetDeletion(time.Now().Add(5 * time.Second)) // the new pod, deleted in its turn
+	served, env := podAPI(t)
+	this := served.Pod()
+	child, _, report := startServedBy(t, env, os.Stderr, "-pod-uid", this.UID)
+	served.Replace("uid-new").SetDeletion(time.Now().Add(5 * time.Second)) // after the force deletion, the new pod, deleted in its turn
 	tl, err := kubeletsim.Terminate(t.Context(), child, nil, 30*time.Second)
 	require.NoError(t, err)
 	t.Logf("timeline:\n%s", tl)
 
 	rep := readReport(t, report)
 	require.NotNil(t, rep.Drain)
+	assert.Empty(t, rep.Drain.PodMismatch, "read at start, the pod was this one")
 	// The pod read that finds the force deletion runs beside the drain; a drain
 	// of a few sandboxes may finish before it lands, the budget then as it began.
 	// Once it has landed, what did not fit the 2 s is in the Report and the exit
@@ -143,8 +161,39 @@ func TestSupervisorDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 		assert.Equal(t, 30*time.Second, kill, "the grace it began with, or this pod's force deletion; never the other pod's 5 s")
 		assert.NoError(t, child.Err())
 	}
-	require.NotEmpty(t, api.Events())
-	for _, ev := range api.Events() {
-		assert.Equal(t, "uid-old", string(ev.Regarding.UID), "%s names this pod", ev.Reason)
+	require.NotEmpty(t, served.Events())
+	for _, ev := range served.Events() {
+		assert.Equal(t, this.UID, string(ev.Regarding.UID), "%s names this pod", ev.Reason)
 	}
+}
+
+// Fault (rows 732, 733): a -pod-uid (POD_UID) that is not the pod's was found by
+// no read before drain.New, the supervisor reading its pod first at the
+// drain: there the other UID under the name was taken for this pod's force
+// deletion, SIGKILL planned 2 s after SIGTERM, on every drain, and nothing
+// said the misconfiguration at start (row 732). The supervisor now reads
+// its pod at start (examples/internal/podstart): an Error line naming the
+// UID before it is ready, pod_mismatch in the Report, and the grace
+// (-grace's 30 s) kept at SIGTERM. Its exit status took no account of
+// drain's pod_mismatch: 0 with the Report's error (row 733); now 1.
+func TestSupervisorSaysAPodUIDThatIsNotThePodsAtStart(t *testing.T) {
+	_, env := podAPI(t) // uid-1
+	var logs logbuf.Buffer
+	child, _, report := startServedBy(t, env, &logs, "-pod-uid", "uid-typo")
+	atStart := logs.String()
+	assert.Contains(t, atStart, "a read of the pod found its name not naming this pod", "said before the supervisor was ready")
+	assert.Contains(t, atStart, "uid-typo")
+
+	tl, err := kubeletsim.Terminate(t.Context(), child, nil, 30*time.Second)
+	require.NoError(t, err)
+	t.Logf("timeline:\n%s", tl)
+	assert.False(t, tl.Killed)
+	assert.Error(t, child.Err(), "the Report's error exits non-zero")
+
+	rep := readReport(t, report)
+	require.NotNil(t, rep.Drain)
+	assert.Contains(t, rep.Drain.PodMismatch, "uid-typo")
+	assert.Equal(t, 30*time.Second, rep.Drain.Budget.Kill.Sub(rep.Drain.Budget.SIGTERM), "the grace kept: no force deletion planned")
+	require.NotNil(t, rep.Drain.Preserve)
+	assert.Equal(t, 3, rep.Drain.Preserve.Counts[pause.Preserved])
 }

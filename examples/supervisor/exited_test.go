@@ -103,7 +103,8 @@ func TestTerminationMessageCountsSandboxesLostWithTheServer(t *testing.T) {
 // supervisor now posts DrainFinished, a Warning counting the sandboxes
 // lost with the server.
 func TestServerExitBeforeSIGTERMPostsDrainFinishedWithTheLost(t *testing.T) {
-	api, env := podAPI(t)
+	served, env := podAPI(t)
+	api := served.Pod()
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)

@@ -448,7 +448,8 @@ func TestSandboxesOfAServerThatExitsBeforeTerminationAreLost(t *testing.T) {
 // drain that never started posts none, and `kubectl describe pod` said
 // nothing of the two sandboxes.
 func TestServerThatExitsBeforeTerminationPostsSandboxesLost(t *testing.T) {
-	api, env := podAPI(t)
+	served, env := podAPI(t)
+	api := served.Pod()
 	die := filepath.Join(t.TempDir(), "die")
 	listen, server := freeAddr(t), freeAddr(t)
 	sup := startSupervisor(t,

@@ -28,6 +28,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/daemonhold"
+	"github.com/drainkit/drainkit/examples/internal/podstart"
 	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
@@ -291,6 +292,7 @@ func (s *supervisor) newPod() *kube.Pod {
 		s.log.Warn("supervisor: no Kubernetes API access: -grace stands, no Events", "error", err)
 		return nil
 	}
+	podstart.Read(pod, s.log) // before drain.New: a POD_NAME or POD_UID not naming the pod is said at start
 	return pod
 }
 
@@ -681,6 +683,13 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 			s.log.Error("supervisor: " + lost)
 			rep.ExitCode = max(rep.ExitCode, 1)
 		}
+	}
+	if d != nil && d.PodMismatch != "" {
+		// -pod or -pod-uid does not name this pod (drain.New said so at
+		// start): no deletion of it could be read, whatever the server
+		// says. No clean exit, as drain.Report.Err has it for sandboxd.
+		rep.addNote("the pod's name does not name this pod (-pod or -pod-uid is wrong): " + d.PodMismatch)
+		rep.ExitCode = max(rep.ExitCode, 1)
 	}
 	s.lostWithServer(rep)
 	return rep
