@@ -18,14 +18,13 @@ import (
 // A run is the state of one Run call. Only the Run goroutine touches its
 // plain fields; preserve goroutines touch their own task and the atomics.
 type run struct {
-	p        *Preserver
-	cfg      *config
-	ctx      context.Context // Run's context, carrying the run span
-	work     context.Context // parent of every Preserve's context
-	stopWork context.CancelFunc
-	cut      context.CancelFunc // ends the phase and work: Tighten's hard deadline
-	span     trace.Span
-	phase    time.Time
+	p     *Preserver
+	cfg   *config
+	ctx   context.Context    // Run's context, carrying the run span
+	work  context.Context    // parent of every Preserve's context
+	cut   context.CancelFunc // ends the phase and work: at Tighten's hard deadline, and at close
+	span  trace.Span
+	phase time.Time
 	// hard, tightened, reported, cut and cutAt are guarded by hardMu:
 	// Tighten reaches the run from its first instruction (see
 	// Preserver.Run).
@@ -153,7 +152,6 @@ func (r *run) contexts() {
 		r.work, cutWork = context.WithDeadline(context.WithoutCancel(r.ctx), r.hard)
 	}
 	r.cut = chain(endPhase, cutWork)
-	r.stopWork = r.cut
 	if r.tightened {
 		r.cutAt = time.AfterFunc(time.Until(r.hard), r.cut)
 	}
@@ -718,9 +716,10 @@ func (r *run) close() {
 	if r.cutAt != nil {
 		r.cutAt.Stop()
 	}
+	cut := r.cut
 	r.hardMu.Unlock()
-	if r.stopWork != nil {
-		r.stopWork()
+	if cut != nil {
+		cut()
 	}
 	r.span.End()
 }
