@@ -583,12 +583,7 @@ func TestSecondPreserveRunKeepsTheHardDeadlineTheBudgetMoved(t *testing.T) {
 			}
 		}
 		require.NotNil(t, booted, "the second Run preserved the create's sandbox: %v", rep.Preserve.Entries)
-		assert.Equal(t, pause.TimedOut, booted.Outcome)
-		assert.Equal(t, 8500*time.Millisecond, booted.End.Sub(sigterm), "booted cut at the ublk step's planned start")
-		ublk := rep.Phase("ublk")
-		require.NotNil(t, ublk)
-		assert.Equal(t, 8500*time.Millisecond, ublk.Start.Sub(sigterm), "the ublk step starts as planned, before SIGKILL")
-		assert.Equal(t, []string{"ublk"}, ran)
+		ublk := assertCutForTheUblkStep(t, rep, *booted, ran)
 		assert.Equal(t, OK, ublk.Result, ublk.Error)
 	})
 }
@@ -707,4 +702,21 @@ func TestShutdownWithAPodWaitsForItsEventsPastTheDeadline(t *testing.T) {
 		assert.Equal(t, time.Second, returned.Sub(rep.Budget.Deadline), "Shutdown returns after the events' wait")
 		assert.Equal(t, 4*time.Second, rep.Budget.Kill.Sub(returned))
 	})
+}
+
+// assertCutForTheUblkStep asserts what a budget that moved SIGKILL to 10 s
+// after SIGTERM leaves a 30 s preserve and a critical ublk step of 500 ms
+// (margin 1 s): e cut (TimedOut) at the step's planned start, 8.5 s after
+// SIGTERM, and the step run from there, before SIGKILL. It returns the
+// step's phase.
+func assertCutForTheUblkStep(t *testing.T, rep *Report, e pause.Entry, ran []string) *PhaseReport {
+	t.Helper()
+	sigterm := rep.Budget.SIGTERM
+	assert.Equal(t, pause.TimedOut, e.Outcome)
+	assert.Equal(t, 8500*time.Millisecond, e.End.Sub(sigterm), "%s cut at the ublk step's planned start", e.ID)
+	ublk := rep.Phase("ublk")
+	require.NotNil(t, ublk)
+	assert.Equal(t, 8500*time.Millisecond, ublk.Start.Sub(sigterm), "the ublk step starts as planned, before SIGKILL")
+	assert.Equal(t, []string{"ublk"}, ran)
+	return ublk
 }
