@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +19,9 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// slowRunsc writes, in dir, a runsc that runs the real one but fails the checkpoint of a
-// container ID with a file dir/fail-ID, sleeps before the checkpoint of one with a file
-// dir/slow-ID (the seconds in it), then holds it while a file dir/hold-ID exists, and
+// slowRunsc writes, in dir, a runsc that runs the real one but sleeps before the
+// checkpoint of a container ID with a file dir/slow-ID (the seconds in it), then fails it
+// if a file dir/fail-ID exists, else holds it while a file dir/hold-ID exists, and
 // appends to dir/calls a line for every kill it sends and every checkpoint that ended:
 // "kill ID SIGNAL", "checkpointed ID".
 func slowRunsc(t *testing.T, dir string) string {
@@ -33,8 +34,8 @@ d=`+dir+`
 for a; do prev=$last; last=$a; done
 case " $* " in
 *" checkpoint "*)
-	[ -e $d/fail-$last ] && { echo "checkpoint failed: injected" >&2; exit 128; }
 	[ -e $d/slow-$last ] && sleep $(cat $d/slow-$last)
+	[ -e $d/fail-$last ] && { echo "checkpoint failed: injected" >&2; exit 128; }
 	while [ -e $d/hold-$last ]; do sleep 0.05; done
 	`+real+` "$@"; rc=$?
 	echo "checkpointed $last" >> $d/calls; echo "$(date +%s.%N) checkpointed $last" >> $d/times
@@ -55,25 +56,40 @@ exec `+real+` "$@"
 // SIGTERM only after that checkpoint, with what little of the step was left before SIGKILL.
 // Now each sandbox no checkpoint holds gets its SIGTERM at the preserve phase's deadline,
 // while the others' checkpoints finish.
+//
+// Fault (row 760, CI at dede49a): a sandbox whose checkpoint was in flight at the preserve
+// phase's deadline (a retry of a failed one, begun just before) was passed over then, and
+// when that checkpoint failed, nothing signalled it until the escalate step, after the
+// other sandbox's slow checkpoint. Now the end of a checkpoint that failed after the
+// deadline signals its sandbox at once. Here the late one's checkpoint fails 0.1 s past
+// the deadline, 0.7 s before the slow one's ends.
 func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T) {
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
+	cfg.Concurrency = 3
 	calls := t.TempDir()
 	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
 		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
 	})
 	rs := w.rt.(*sandbox.Runsc)
 
-	failing, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	slow, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	waitCount(t, rs.Bundle(failing.ID), 2)
-	waitCount(t, rs.Bundle(slow.ID), 2)
-	require.NoError(t, os.WriteFile(filepath.Join(calls, "fail-"+failing.ID), nil, 0o600))
+	var ids []string
+	for range 3 {
+		r, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+		waitCount(t, rs.Bundle(r.ID), 2)
+		ids = append(ids, r.ID)
+	}
+	failing, late, slow := ids[0], ids[1], ids[2]
+	mark := func(name, id, content string) {
+		require.NoError(t, os.WriteFile(filepath.Join(calls, name+"-"+id), []byte(content), 0o600))
+	}
+	mark("fail", failing, "") // fails at once, each time the Preserver tries it
+	mark("fail", late, "")    // in flight at the deadline, then fails
+	mark("slow", late, "8.6")
 	// Its checkpoint starts at once and ends about a second past the preserve deadline,
 	// before the hard deadline.
-	require.NoError(t, os.WriteFile(filepath.Join(calls, "slow-"+slow.ID), []byte("9"), 0o600))
+	mark("slow", slow, "9.3")
 
 	rep := stop() // as SIGTERM would
 	data, err := os.ReadFile(filepath.Join(calls, "calls"))
@@ -82,23 +98,17 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 	t.Logf("runsc calls: %q", lines)
 	times, _ := os.ReadFile(filepath.Join(calls, "times"))
 	t.Logf("drain start %.3f; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9, times)
-	term, saved := -1, -1
-	for i, l := range lines {
-		switch l {
-		case "kill " + failing.ID + " 15":
-			if term < 0 {
-				term = i
-			}
-		case "checkpointed " + slow.ID:
-			saved = i
-		}
+	index := func(line string) int {
+		i := slices.Index(lines, line)
+		require.GreaterOrEqual(t, i, 0, "no runsc call %q", line)
+		return i
 	}
-	require.GreaterOrEqual(t, term, 0, "the sandbox that could not be checkpointed got no SIGTERM")
-	require.GreaterOrEqual(t, saved, 0, "the slow checkpoint never ended")
-	assert.Less(t, term, saved, "SIGTERM waited for another sandbox's checkpoint")
+	saved := index("checkpointed " + slow)
+	assert.Less(t, index("kill "+failing+" 15"), saved, "SIGTERM waited for another sandbox's checkpoint")
+	assert.Less(t, index("kill "+late+" 15"), saved, "the sandbox whose checkpoint failed past the deadline waited for another's")
 	require.NotNil(t, rep.Preserve)
 	for _, e := range rep.Preserve.Entries {
-		if e.ID == slow.ID {
+		if e.ID == slow {
 			assert.Equal(t, pause.Preserved, e.Outcome, "the slow checkpoint ends before the hard deadline: %s", e.Error)
 		}
 	}
@@ -181,4 +191,36 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 		assert.Equal(t, pause.Preserved, outcomes[id], id)
 	}
 	assert.Equal(t, drain.OK, pre.Result, pre.Error)
+}
+
+// Fault (row 761, a review of row 760): the escalate step passed over a sandbox whose
+// checkpoint was in flight, and when that checkpoint outlived the step (runsc hung past
+// the Preserver's hard deadline, abandoned), the step said OK: the sandbox was left
+// unsignalled and the step's result did not say so. The step now waits for that
+// checkpoint's end, to signal the sandbox if it failed, but never past its deadline,
+// where it gives up with an error naming the sandbox.
+func TestCheckpointThatOutlivesTheEscalateStepIsNamedNotWaitedFor(t *testing.T) {
+	cfg := runscConfig(t)
+	cfg.Grace = 12 * time.Second
+	calls := t.TempDir()
+	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
+		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
+	})
+	rs := w.rt.(*sandbox.Runsc)
+	r, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	waitCount(t, rs.Bundle(r.ID), 2)
+	hold := filepath.Join(calls, "hold-"+r.ID)
+	require.NoError(t, os.WriteFile(hold, nil, 0o600))
+	t.Cleanup(func() { os.Remove(hold) })
+
+	rep := stop() // as SIGTERM would
+	times, _ := os.ReadFile(filepath.Join(calls, "times"))
+	t.Logf("runsc calls:\n%s", times)
+	esc := rep.Phase("escalate")
+	require.NotNil(t, esc)
+	t.Logf("escalate step +%v to +%v, ended +%v: %s %v", esc.Start.Sub(rep.Start).Round(time.Millisecond),
+		esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.End.Sub(rep.Start).Round(time.Millisecond), esc.Result, esc.Error)
+	assert.Equal(t, drain.TimedOut, esc.Result)
+	assert.Contains(t, esc.Error, r.ID+": "+errCheckpointOutlived.Error())
 }

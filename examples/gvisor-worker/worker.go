@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -167,8 +169,13 @@ type stops struct {
 	mu            sync.Mutex
 	checkpointing map[string]bool
 	signalled     map[string]bool
-	errs          []error
-	wg            sync.WaitGroup
+	// after holds, per sandbox an escalation found in its checkpoint, what is to be done
+	// when that checkpoint ends: escalate the sandbox if the checkpoint failed.
+	after map[string][]func(failed bool)
+	// errs holds each escalation's error, one a sandbox: the escalations at the preserve
+	// phase's deadline and the escalate step's may both give up on the same checkpoint.
+	errs map[string]error
+	wg   sync.WaitGroup
 }
 
 // checkpoint marks a checkpoint of sandbox id in flight, unless it is signalled.
@@ -185,27 +192,98 @@ func (s *stops) checkpoint(id string) bool {
 	return true
 }
 
-// checkpointed marks the checkpoint of sandbox id over.
-func (s *stops) checkpointed(id string) {
+// checkpointed marks the checkpoint of sandbox id over, failed or not, and calls what the
+// escalations that found it in flight left for its end.
+func (s *stops) checkpointed(id string, failed bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(s.checkpointing, id)
+	after := s.after[id]
+	delete(s.after, id)
+	s.mu.Unlock()
+	for _, f := range after {
+		f(failed)
+	}
 }
 
-// claim marks sandbox id signalled, unless it already is or a checkpoint of it is in
-// flight.
-func (s *stops) claim(id string) bool {
+// claim is an escalation's claim on sandbox id. It marks the sandbox signalled and
+// returns claimed, unless it is signalled already; while a checkpoint of it is in flight,
+// it returns checkpointing and keeps what await makes, to be called when that checkpoint
+// ends.
+func (s *stops) claim(id string, await func() func(failed bool)) claim {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.signalled[id] || s.checkpointing[id] {
-		return false
+	switch {
+	case s.signalled[id]:
+		return signalled
+	case s.checkpointing[id]:
+		s.awaitLocked(id, await())
+		return checkpointing
 	}
 	if s.signalled == nil {
 		s.signalled = map[string]bool{}
 	}
 	s.signalled[id] = true
+	return claimed
+}
+
+// inFlight returns the sandboxes a checkpoint of the Preserver's holds now.
+func (s *stops) inFlight() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.checkpointing))
+}
+
+// await keeps then to be called when the checkpoint of sandbox id in flight ends, and
+// reports whether one was in flight.
+func (s *stops) await(id string, then func(failed bool)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.checkpointing[id] {
+		return false
+	}
+	s.awaitLocked(id, then)
 	return true
 }
+
+// fail keeps the error of an escalation of sandbox id for the escalate step's, unless it
+// has one for that sandbox already.
+func (s *stops) fail(id string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.errs == nil {
+		s.errs = map[string]error{}
+	}
+	if s.errs[id] == nil {
+		s.errs[id] = fmt.Errorf("%s: %w", id, err)
+	}
+}
+
+// err joins the escalations' errors, in the order of their sandboxes' IDs.
+func (s *stops) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, id := range slices.Sorted(maps.Keys(s.errs)) {
+		errs = append(errs, s.errs[id])
+	}
+	return errors.Join(errs...)
+}
+
+func (s *stops) awaitLocked(id string, then func(failed bool)) {
+	if s.after == nil {
+		s.after = map[string][]func(bool){}
+	}
+	s.after[id] = append(s.after[id], then)
+}
+
+// claim is what stops.claim found.
+type claim int
+
+const (
+	claimed       claim = iota // the escalation is to signal the sandbox
+	signalled                  // another escalation has
+	checkpointing              // a checkpoint is in flight: its end decides
+)
 
 // errSignalled is the Preserve error of a sandbox signalled before its checkpoint began.
 var errSignalled = errors.New("not checkpointed: signalled at the preserve phase's deadline (the escalate step's SIGTERM, wait, SIGKILL)")
@@ -230,8 +308,9 @@ func (h held) Preserve(ctx context.Context) error {
 	if !h.w.stops.checkpoint(h.ID()) {
 		return backoff.Permanent(errSignalled) // the Report names the sandbox
 	}
-	defer h.w.stops.checkpointed(h.ID())
-	return h.Sandbox.Preserve(ctx)
+	err := h.Sandbox.Preserve(ctx)
+	h.w.stops.checkpointed(h.ID(), err != nil)
+	return err
 }
 
 // running is the Preserver's Lister: the node's running sandboxes, held.
@@ -722,29 +801,38 @@ func (w *Worker) stopGRPC() bool {
 // each gets SIGTERM (a gVisor actor saves its own state on it), a grace that ends
 // KillWait before the step's deadline, then SIGKILL; all in parallel. Those no checkpoint
 // held at the preserve phase's deadline got theirs then (escalateEarly, unless the phase
-// ran again or was forced: preserver.Run); the step signals the rest and waits for all.
-// It reports an error naming every sandbox that needed SIGKILL or whose end could not be
-// seen.
+// ran again or was forced: preserver.Run); the step signals the rest and waits for all,
+// and for each checkpoint still in flight, to signal its sandbox if it fails. It reports
+// an error naming every sandbox that needed SIGKILL, whose end could not be seen, or whose
+// checkpoint outlived the step, unsignalled.
 func (w *Worker) escalate(ctx context.Context) error {
 	left, _ := w.node.Running(ctx)
 	for _, sb := range left {
 		w.stop(ctx, sb.ID())
 	}
 	w.stops.wg.Wait() // each returns by its context's deadline, the step's
-	w.stops.mu.Lock()
-	defer w.stops.mu.Unlock()
-	return errors.Join(w.stops.errs...)
+	return w.stops.err()
 }
 
 // escalateEarly begins, when the preserve phase's deadline passes, the escalation of every
 // running sandbox that no checkpoint holds: the Preserver starts none after it, and a
 // checkpoint of another sandbox still in flight then (it may run to the hard deadline)
 // must not spend the escalate step's reserve, the time these sandboxes' actors have to
-// save themselves before SIGKILL. Each runs under the escalate step's window as the plan
-// gives it now.
+// save themselves before SIGKILL. A sandbox whose checkpoint is in flight then (the node
+// shows it pausing) is escalated when that checkpoint ends, if it failed (row 760). Each
+// runs under the escalate step's window as the plan gives it now.
 func (w *Worker) escalateEarly() {
 	ctx, cancel := w.drainer.Plan().Context(context.Background(), "escalate")
 	var wg sync.WaitGroup
+	// In flight first: a checkpoint that fails before the node is listed below leaves its
+	// sandbox running there; one that succeeds leaves it paused, and nothing to signal.
+	for _, id := range w.stops.inFlight() {
+		wg.Add(1)
+		then := w.afterCheckpoint(ctx, id, wg.Done)
+		if !w.stops.await(id, then) {
+			then(false) // it ended since: as above
+		}
+	}
 	for _, info := range w.node.List() {
 		if info.State == sandbox.Running {
 			wg.Add(1)
@@ -754,30 +842,75 @@ func (w *Worker) escalateEarly() {
 	w.stops.wg.Go(func() { wg.Wait(); cancel() })
 }
 
-// stop escalates sandbox id under ctx, in a goroutine, unless it is signalled already or
-// a checkpoint of it is in flight; then it calls each of done.
+// stop escalates sandbox id under ctx, in a goroutine, unless it is signalled already; then
+// it calls each of done. While a checkpoint of the sandbox is in flight, the escalation
+// waits for its end and happens only if it failed: a checkpoint begun before the preserve
+// phase's deadline that fails after it leaves its sandbox running, to be signalled then,
+// not at the escalate step (row 760).
 func (w *Worker) stop(ctx context.Context, id string, done ...func()) {
-	if !w.stops.claim(id) {
-		for _, f := range done {
-			f()
-		}
-		return
+	switch w.stops.claim(id, func() func(bool) { return w.afterCheckpoint(ctx, id, done...) }) {
+	case signalled:
+		finish(done)
+	case claimed:
+		w.stops.wg.Go(func() {
+			defer finish(done)
+			w.escalate1(ctx, id)
+		})
 	}
-	w.stops.wg.Go(func() {
-		defer func() {
-			for _, f := range done {
-				f()
-			}
-		}()
-		exit, err := escalate.Policy{}.Stop(ctx, w.target(id))
-		w.logger.Warn("not checkpointed: signalled", "id", id, "exit", exit, "error", err)
-		// Gone (exited before the signal) is vanished, as in the preserve phase: no fault.
-		if (exit != escalate.Exited && exit != escalate.Gone) || err != nil {
-			w.stops.mu.Lock()
-			w.stops.errs = append(w.stops.errs, fmt.Errorf("%s: %s: %w", id, exit, err))
-			w.stops.mu.Unlock()
-		}
+}
+
+// errCheckpointOutlived is the escalate step's error for a sandbox whose checkpoint was
+// still in flight at the step's deadline: it was not signalled.
+var errCheckpointOutlived = errors.New("its checkpoint was still in flight at the escalate step's deadline: not signalled")
+
+// afterCheckpoint is what an escalation of sandbox id under ctx does at the end of a
+// checkpoint of it that it found in flight: escalate the sandbox if the checkpoint failed,
+// else call each of done. If ctx ends first, it gives up with errCheckpointOutlived and
+// calls done, so that the escalate step, which waits for it (stops.wg), ends by its
+// deadline.
+func (w *Worker) afterCheckpoint(ctx context.Context, id string, done ...func()) func(failed bool) {
+	w.stops.wg.Add(1)
+	var once sync.Once
+	settle := func(f func()) {
+		once.Do(func() {
+			defer w.stops.wg.Done()
+			f()
+		})
+	}
+	disarm := context.AfterFunc(ctx, func() {
+		settle(func() {
+			w.stops.fail(id, errCheckpointOutlived)
+			finish(done)
+		})
 	})
+	return func(failed bool) {
+		disarm()
+		settle(func() {
+			if failed {
+				w.stop(ctx, id, done...)
+			} else {
+				finish(done)
+			}
+		})
+	}
+}
+
+// finish calls each of done.
+func finish(done []func()) {
+	for _, f := range done {
+		f()
+	}
+}
+
+// escalate1 signals sandbox id, waits and SIGKILLs it as escalate.Policy does, and keeps
+// the error of an escalation that needed SIGKILL or could not see the sandbox's end.
+func (w *Worker) escalate1(ctx context.Context, id string) {
+	exit, err := escalate.Policy{}.Stop(ctx, w.target(id))
+	w.logger.Warn("not checkpointed: signalled", "id", id, "exit", exit, "error", err)
+	// Gone (exited before the signal) is vanished, as in the preserve phase: no fault.
+	if (exit != escalate.Exited && exit != escalate.Gone) || err != nil {
+		w.stops.fail(id, fmt.Errorf("%s: %w", exit, err))
+	}
 }
 
 // target is a sandbox as escalate.Policy signals and waits for it.
