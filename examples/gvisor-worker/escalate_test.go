@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,4 +42,45 @@ func TestSandboxThatCannotBeCheckpointedIsSignalled(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "stopped", st.Status, "the signalled container exited")
 	assert.Positive(t, rep.Headroom)
+}
+
+// panicking is a sandbox whose checkpoint panics, as a bug in a runtime's would.
+type panicking struct{ pause.Sandbox }
+
+func (panicking) Preserve(context.Context) error { panic("checkpoint: injected") }
+
+// Fault (row 780, a review of row 760): held.Preserve marked its sandbox's checkpoint over
+// only once Preserve returned, so a checkpoint that panicked (pause recovers it: a failed
+// entry in the Report) left it marked in flight for good. The escalate step took the
+// sandbox for one still checkpointing, waited for that checkpoint's end to its deadline,
+// and said it outlived the step, unsignalled: the actor never got its SIGTERM. Now a
+// panicking checkpoint ends as one that failed.
+func TestSandboxWhoseCheckpointPanickedIsSignalled(t *testing.T) {
+	cfg := runscConfig(t)
+	calls := t.TempDir()
+	w, c, _ := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
+		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
+	})
+	r, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	waitCount(t, w.rt.(*sandbox.Runsc).Bundle(r.ID), 2)
+	sbs, err := w.running(context.Background())
+	require.NoError(t, err)
+	require.Len(t, sbs, 1)
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		return []pause.Sandbox{held{Sandbox: panicking{sbs[0].(held).Sandbox}, w: w}}, nil
+	}), pause.Config{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	pr := p.Run(ctx, time.Now().Add(time.Second))
+	require.Len(t, pr.Entries, 1)
+	require.Contains(t, pr.Entries[0].Error, "panicked")
+
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	assert.NoError(t, w.escalate(ctx), "the step took the checkpoint that panicked for one in flight")
+	data, err := os.ReadFile(filepath.Join(calls, "calls"))
+	require.NoError(t, err)
+	assert.Contains(t, strings.Split(strings.TrimSpace(string(data)), "\n"), "kill "+r.ID+" 15", "the sandbox got no SIGTERM")
 }

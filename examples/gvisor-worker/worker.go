@@ -303,13 +303,18 @@ func (h held) Size() int64 {
 	return 0
 }
 
-// Preserve checkpoints the sandbox unless it was signalled first.
+// Preserve checkpoints the sandbox unless it was signalled first. A checkpoint that
+// panics (pause recovers it, an error in the Report) ends as one that failed: left marked
+// in flight, its sandbox was never signalled, the escalate step waiting to its deadline for
+// an end that had passed (row 780).
 func (h held) Preserve(ctx context.Context) error {
 	if !h.w.stops.checkpoint(h.ID()) {
 		return backoff.Permanent(errSignalled) // the Report names the sandbox
 	}
+	failed := true // unless Preserve returns nil
+	defer func() { h.w.stops.checkpointed(h.ID(), failed) }()
 	err := h.Sandbox.Preserve(ctx)
-	h.w.stops.checkpointed(h.ID(), err != nil)
+	failed = err != nil
 	return err
 }
 
