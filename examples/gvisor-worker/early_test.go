@@ -21,7 +21,8 @@ import (
 
 // slowRunsc writes, in dir, a runsc that runs the real one but sleeps before the
 // checkpoint of a container ID with a file dir/slow-ID (the seconds in it), then fails it
-// if a file dir/fail-ID exists, else holds it while a file dir/hold-ID exists, and
+// if a file dir/fail-ID exists, or once, removing it and dir/slow-ID, if a file
+// dir/once-ID does, else holds it while a file dir/hold-ID exists, and
 // appends to dir/calls a line for every kill it sends and every checkpoint that ended:
 // "kill ID SIGNAL", "checkpointed ID".
 func slowRunsc(t *testing.T, dir string) string {
@@ -36,6 +37,7 @@ case " $* " in
 *" checkpoint "*)
 	[ -e $d/slow-$last ] && sleep $(cat $d/slow-$last)
 	[ -e $d/fail-$last ] && { echo "checkpoint failed: injected" >&2; exit 128; }
+	[ -e $d/once-$last ] && { rm -f $d/once-$last $d/slow-$last; echo "checkpoint failed: injected once" >&2; exit 128; }
 	while [ -e $d/hold-$last ]; do sleep 0.05; done
 	`+real+` "$@"; rc=$?
 	echo "checkpointed $last" >> $d/calls; echo "$(date +%s.%N) checkpointed $last" >> $d/times
@@ -223,4 +225,57 @@ func TestCheckpointThatOutlivesTheEscalateStepIsNamedNotWaitedFor(t *testing.T) 
 		esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.End.Sub(rep.Start).Round(time.Millisecond), esc.Result, esc.Error)
 	assert.Equal(t, drain.TimedOut, esc.Result)
 	assert.Contains(t, esc.Error, r.ID+": "+errCheckpointOutlived.Error())
+}
+
+// Fault (row 781, a review of row 760): a checkpoint in flight at the preserve phase's
+// deadline left, at its end, the escalation of its sandbox to a callback, which signalled
+// the sandbox if the checkpoint had failed, whatever the budget had done since. A budget
+// that moved SIGKILL later in between (the kubelet ran the termination over) makes the
+// phase run the Preserver again, to checkpoint that sandbox; the callback's SIGTERM lost
+// it. The escalations are not begun at the deadline when the budget has moved SIGKILL
+// later (TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater); the callback now
+// looks again when it runs. Here the one sandbox's checkpoint fails once, 1 s past the
+// deadline, 0.7 s after the kubelet's hook call; its retry would succeed.
+func TestCheckpointThatFailsAfterTheBudgetMovedSIGKILLLaterIsRetriedNotSignalled(t *testing.T) {
+	cfg := runscConfig(t)
+	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, hard +10.5 s
+	cfg.Concurrency = 1
+	calls := t.TempDir()
+	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
+		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
+	})
+	rs := w.rt.(*sandbox.Runsc)
+	r, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	waitCount(t, rs.Bundle(r.ID), 2)
+	require.NoError(t, os.WriteFile(filepath.Join(calls, "slow-"+r.ID), []byte("9.5"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(calls, "once-"+r.ID), nil, 0o600))
+
+	ended := make(chan *drain.Report, 1)
+	go func() { ended <- stop() }() // as SIGTERM would
+	require.Eventually(t, func() bool { return len(w.stops.inFlight()) > 0 }, 10*time.Second, 10*time.Millisecond, "no checkpoint began")
+	first := w.drainer.Plan().Deadline(drain.PhasePreserve)
+	// Past the deadline, where the escalations began, before the checkpoint fails.
+	time.Sleep(time.Until(first.Add(300 * time.Millisecond)))
+	require.True(t, w.drainer.Budget().OnRestart(time.Now(), cfg.Grace), "SIGKILL did not move")
+	rep := <-ended
+
+	data, err := os.ReadFile(filepath.Join(calls, "calls"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	times, _ := os.ReadFile(filepath.Join(calls, "times"))
+	t.Logf("drain start %.3f, first preserve deadline +%v; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9,
+		first.Sub(rep.Start).Round(time.Millisecond), times)
+	pre := rep.Phase(drain.PhasePreserve)
+	require.NotNil(t, pre)
+	t.Logf("preserve phase: %s, deadline +%v; %v", pre.Result, pre.Deadline.Sub(rep.Start).Round(time.Millisecond), pre.Error)
+	assert.NotContains(t, lines, "kill "+r.ID+" 15", "the sandbox the second Run was to checkpoint was signalled")
+	assert.Contains(t, lines, "checkpointed "+r.ID)
+	require.NotNil(t, rep.Preserve)
+	require.Len(t, rep.Preserve.Entries, 1)
+	assert.Equal(t, pause.Preserved, rep.Preserve.Entries[0].Outcome, rep.Preserve.Entries[0].Error)
+	assert.Equal(t, drain.OK, pre.Result, pre.Error)
+	esc := rep.Phase("escalate")
+	require.NotNil(t, esc)
+	assert.Equal(t, drain.OK, esc.Result, esc.Error)
 }

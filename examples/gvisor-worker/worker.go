@@ -355,7 +355,7 @@ func (p preserver) Run(ctx context.Context, hard time.Time) *pause.Report {
 	stop := context.AfterFunc(ctx, func() {
 		defer close(begun)
 		if !budget.Kill().After(kill) && !errors.Is(context.Cause(ctx), drain.ErrForced) {
-			p.w.escalateEarly()
+			p.w.escalateEarly(kill)
 		}
 	})
 	defer func() {
@@ -813,7 +813,7 @@ func (w *Worker) stopGRPC() bool {
 func (w *Worker) escalate(ctx context.Context) error {
 	left, _ := w.node.Running(ctx)
 	for _, sb := range left {
-		w.stop(ctx, sb.ID())
+		w.stop(escalation{ctx: ctx}, sb.ID())
 	}
 	w.stops.wg.Wait() // each returns by its context's deadline, the step's
 	return w.stops.err()
@@ -824,16 +824,21 @@ func (w *Worker) escalate(ctx context.Context) error {
 // checkpoint of another sandbox still in flight then (it may run to the hard deadline)
 // must not spend the escalate step's reserve, the time these sandboxes' actors have to
 // save themselves before SIGKILL. A sandbox whose checkpoint is in flight then (the node
-// shows it pausing) is escalated when that checkpoint ends, if it failed (row 760). Each
-// runs under the escalate step's window as the plan gives it now.
-func (w *Worker) escalateEarly() {
+// shows it pausing) is escalated when that checkpoint ends, if it failed (row 760), and
+// if the budget's SIGKILL is still kill, the one the Run that reached its deadline began
+// with: moved later since, the preserve phase runs the Preserver again, to checkpoint that
+// sandbox, which a signal would lose (row 781). Each runs under the escalate step's window
+// as the plan gives it now.
+func (w *Worker) escalateEarly(kill time.Time) {
 	ctx, cancel := w.drainer.Plan().Context(context.Background(), "escalate")
+	budget := w.drainer.Budget()
+	e := escalation{ctx: ctx, stands: func() bool { return !budget.Kill().After(kill) }}
 	var wg sync.WaitGroup
 	// In flight first: a checkpoint that fails before the node is listed below leaves its
 	// sandbox running there; one that succeeds leaves it paused, and nothing to signal.
 	for _, id := range w.stops.inFlight() {
 		wg.Add(1)
-		then := w.afterCheckpoint(ctx, id, wg.Done)
+		then := w.afterCheckpoint(e, id, wg.Done)
 		if !w.stops.await(id, then) {
 			then(false) // it ended since: as above
 		}
@@ -841,25 +846,36 @@ func (w *Worker) escalateEarly() {
 	for _, info := range w.node.List() {
 		if info.State == sandbox.Running {
 			wg.Add(1)
-			w.stop(ctx, info.ID, wg.Done)
+			w.stop(e, info.ID, wg.Done)
 		}
 	}
 	w.stops.wg.Go(func() { wg.Wait(); cancel() })
 }
 
-// stop escalates sandbox id under ctx, in a goroutine, unless it is signalled already; then
+// An escalation is what escalations begun together run under: ctx, whose deadline is the
+// escalate step's, and stands, which reports whether the decision to escalate still holds
+// when a checkpoint they waited for ends; nil, it always does.
+type escalation struct {
+	ctx    context.Context
+	stands func() bool
+}
+
+// holds reports whether e's decision to escalate still holds.
+func (e escalation) holds() bool { return e.stands == nil || e.stands() }
+
+// stop escalates sandbox id under e, in a goroutine, unless it is signalled already; then
 // it calls each of done. While a checkpoint of the sandbox is in flight, the escalation
 // waits for its end and happens only if it failed: a checkpoint begun before the preserve
 // phase's deadline that fails after it leaves its sandbox running, to be signalled then,
 // not at the escalate step (row 760).
-func (w *Worker) stop(ctx context.Context, id string, done ...func()) {
-	switch w.stops.claim(id, func() func(bool) { return w.afterCheckpoint(ctx, id, done...) }) {
+func (w *Worker) stop(e escalation, id string, done ...func()) {
+	switch w.stops.claim(id, func() func(bool) { return w.afterCheckpoint(e, id, done...) }) {
 	case signalled:
 		finish(done)
 	case claimed:
 		w.stops.wg.Go(func() {
 			defer finish(done)
-			w.escalate1(ctx, id)
+			w.escalate1(e.ctx, id)
 		})
 	}
 }
@@ -868,12 +884,14 @@ func (w *Worker) stop(ctx context.Context, id string, done ...func()) {
 // still in flight at the step's deadline: it was not signalled.
 var errCheckpointOutlived = errors.New("its checkpoint was still in flight at the escalate step's deadline: not signalled")
 
-// afterCheckpoint is what an escalation of sandbox id under ctx does at the end of a
+// afterCheckpoint is what an escalation of sandbox id under e does at the end of a
 // checkpoint of it that it found in flight: escalate the sandbox if the checkpoint failed,
-// else call each of done. If ctx ends first, it gives up with errCheckpointOutlived and
+// else call each of done. If e.ctx ends first, it gives up with errCheckpointOutlived and
 // calls done, so that the escalate step, which waits for it (stops.wg), ends by its
-// deadline.
-func (w *Worker) afterCheckpoint(ctx context.Context, id string, done ...func()) func(failed bool) {
+// deadline. An escalation that no longer holds (e.holds) does neither: it calls done and
+// leaves the sandbox to what comes next, the preserve phase's next Run or the escalate
+// step.
+func (w *Worker) afterCheckpoint(e escalation, id string, done ...func()) func(failed bool) {
 	w.stops.wg.Add(1)
 	var once sync.Once
 	settle := func(f func()) {
@@ -882,17 +900,19 @@ func (w *Worker) afterCheckpoint(ctx context.Context, id string, done ...func())
 			f()
 		})
 	}
-	disarm := context.AfterFunc(ctx, func() {
+	disarm := context.AfterFunc(e.ctx, func() {
 		settle(func() {
-			w.stops.fail(id, errCheckpointOutlived)
+			if e.holds() {
+				w.stops.fail(id, errCheckpointOutlived)
+			}
 			finish(done)
 		})
 	})
 	return func(failed bool) {
 		disarm()
 		settle(func() {
-			if failed {
-				w.stop(ctx, id, done...)
+			if failed && e.holds() {
+				w.stop(e, id, done...)
 			} else {
 				finish(done)
 			}
