@@ -279,3 +279,58 @@ func TestCheckpointThatFailsAfterTheBudgetMovedSIGKILLLaterIsRetriedNotSignalled
 	require.NotNil(t, esc)
 	assert.Equal(t, drain.OK, esc.Result, esc.Error)
 }
+
+// Fault (row 782, a review of row 760): a client's checkpoint (the Checkpoint RPC, which
+// the gate admits during the drain) in flight at the preserve phase's deadline, of a
+// sandbox the Preserver had not reached, showed it pausing, and the escalations begun then
+// passed it over as not running; when that checkpoint failed, nothing signalled the
+// sandbox until the escalate step, after another sandbox's slow checkpoint. Now the end of
+// a transition in flight at the deadline signals its sandbox if it ends running. Here one
+// checkpoint at a time: the Preserver's of the first sandbox ends 1.1 s past the deadline,
+// the client's of the second fails 0.4 s past it.
+func TestSandboxWhoseClientCheckpointFailsAfterThePreserveDeadlineIsSignalledThen(t *testing.T) {
+	cfg := runscConfig(t)
+	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
+	cfg.Concurrency = 1
+	calls := t.TempDir()
+	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
+		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
+	})
+	rs := w.rt.(*sandbox.Runsc)
+	var ids []string
+	for range 2 {
+		r, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+		waitCount(t, rs.Bundle(r.ID), 2)
+		ids = append(ids, r.ID)
+	}
+	slices.Sort(ids) // the Preserver takes them in the node's order, by ID
+	slow, client := ids[0], ids[1]
+	mark := func(name, id, content string) {
+		require.NoError(t, os.WriteFile(filepath.Join(calls, name+"-"+id), []byte(content), 0o600))
+	}
+	mark("slow", slow, "9.6")
+	mark("slow", client, "8.9")
+	mark("fail", client, "")
+	go func() { _, _ = c.Checkpoint(context.Background(), client) }() // it fails
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(w.node.List(), func(i sandbox.Info) bool { return i.ID == client && i.State == sandbox.Pausing })
+	}, 10*time.Second, 5*time.Millisecond, "the client's checkpoint did not begin")
+
+	rep := stop() // as SIGTERM would
+	data, err := os.ReadFile(filepath.Join(calls, "calls"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	times, _ := os.ReadFile(filepath.Join(calls, "times"))
+	t.Logf("drain start %.3f; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9, times)
+	index := func(line string) int {
+		i := slices.Index(lines, line)
+		require.GreaterOrEqual(t, i, 0, "no runsc call %q", line)
+		return i
+	}
+	assert.Less(t, index("kill "+client+" 15"), index("checkpointed "+slow),
+		"the sandbox whose client's checkpoint failed past the deadline waited for another's")
+	esc := rep.Phase("escalate")
+	require.NotNil(t, esc)
+	assert.Equal(t, drain.OK, esc.Result, "SIGTERM was enough: %s", esc.Error)
+}

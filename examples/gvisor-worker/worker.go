@@ -807,14 +807,12 @@ func (w *Worker) stopGRPC() bool {
 // KillWait before the step's deadline, then SIGKILL; all in parallel. Those no checkpoint
 // held at the preserve phase's deadline got theirs then (escalateEarly, unless the phase
 // ran again or was forced: preserver.Run); the step signals the rest and waits for all,
-// and for each checkpoint still in flight, to signal its sandbox if it fails. It reports
-// an error naming every sandbox that needed SIGKILL, whose end could not be seen, or whose
-// checkpoint outlived the step, unsignalled.
+// and for each checkpoint or other transition still in flight (escalateListed), to signal
+// its sandbox if it ends running. It reports an error naming every sandbox that needed
+// SIGKILL, whose end could not be seen, or whose checkpoint or transition outlived the
+// step, unsignalled.
 func (w *Worker) escalate(ctx context.Context) error {
-	left, _ := w.node.Running(ctx)
-	for _, sb := range left {
-		w.stop(escalation{ctx: ctx}, sb.ID())
-	}
+	w.escalateListed(escalation{ctx: ctx}, new(sync.WaitGroup))
 	w.stops.wg.Wait() // each returns by its context's deadline, the step's
 	return w.stops.err()
 }
@@ -834,9 +832,22 @@ func (w *Worker) escalateEarly(kill time.Time) {
 	budget := w.drainer.Budget()
 	e := escalation{ctx: ctx, stands: func() bool { return !budget.Kill().After(kill) }}
 	var wg sync.WaitGroup
+	w.escalateListed(e, &wg)
+	w.stops.wg.Go(func() { wg.Wait(); cancel() })
+}
+
+// escalateListed escalates under e every sandbox of the node not checkpointed, adding one
+// to wg for each, which the end of its escalation takes away: a running one at once; one
+// a checkpoint of the Preserver's holds when that checkpoint ends, if it failed (row 760);
+// one a request in flight holds in a transition (a client's checkpoint, which the gate
+// admits during the drain, a create or a restore) when it ends, if it ends running, where
+// it was passed over, and signalled late, by the escalate step after other checkpoints, or
+// never, or signalled in the middle of the client's checkpoint (row 782).
+func (w *Worker) escalateListed(e escalation, wg *sync.WaitGroup) {
 	// In flight first: a checkpoint that fails before the node is listed below leaves its
 	// sandbox running there; one that succeeds leaves it paused, and nothing to signal.
-	for _, id := range w.stops.inFlight() {
+	inFlight := w.stops.inFlight()
+	for _, id := range inFlight {
 		wg.Add(1)
 		then := w.afterCheckpoint(e, id, wg.Done)
 		if !w.stops.await(id, then) {
@@ -844,12 +855,39 @@ func (w *Worker) escalateEarly(kill time.Time) {
 		}
 	}
 	for _, info := range w.node.List() {
-		if info.State == sandbox.Running {
+		switch {
+		case info.State == sandbox.Running:
 			wg.Add(1)
 			w.stop(e, info.ID, wg.Done)
+		case sandbox.InTransition(info.State) && !slices.Contains(inFlight, info.ID):
+			wg.Add(1)
+			w.afterTransition(e, info.ID, wg.Done)
 		}
 	}
-	w.stops.wg.Go(func() { wg.Wait(); cancel() })
+}
+
+// errTransitionOutlived is the escalate step's error for a sandbox a request in flight
+// still held in a transition at the step's deadline: it was not signalled.
+var errTransitionOutlived = errors.New("a request in flight (a client's checkpoint, a create or a restore) still held it at the escalate step's deadline: not signalled")
+
+// afterTransition escalates sandbox id under e, in a goroutine, once the transition a
+// request in flight holds it in has ended, if the sandbox is running then; then it calls
+// each of done. If e.ctx ends first, it gives up with errTransitionOutlived. An escalation
+// that no longer holds (e.holds) leaves the sandbox to what comes next, as afterCheckpoint
+// does.
+func (w *Worker) afterTransition(e escalation, id string, done ...func()) {
+	w.stops.wg.Go(func() {
+		state, err := w.node.AwaitSettled(e.ctx, id)
+		switch {
+		case !e.holds():
+		case err == nil && state == sandbox.Running:
+			w.stop(e, id, done...)
+			return
+		case err != nil && !errors.Is(err, sandbox.ErrNotFound):
+			w.stops.fail(id, fmt.Errorf("%w (%w)", errTransitionOutlived, err))
+		}
+		finish(done)
+	})
 }
 
 // An escalation is what escalations begun together run under: ctx, whose deadline is the

@@ -454,7 +454,7 @@ func (n *Node) Running(context.Context) ([]pause.Sandbox, error) {
 	defer n.mu.Unlock()
 	var out []pause.Sandbox
 	for _, e := range n.sbs {
-		if e.State == Running || inTransition(e.State) || e.State == Paused && e.unrecorded != nil {
+		if e.State == Running || InTransition(e.State) || e.State == Paused && e.unrecorded != nil {
 			out = append(out, preservable{n: n, id: e.ID})
 		}
 	}
@@ -502,7 +502,7 @@ func (p preservable) Preserve(ctx context.Context) error {
 			}
 			return err
 		}
-		state, werr := p.n.awaitSettled(ctx, p.id)
+		state, werr := p.n.AwaitSettled(ctx, p.id)
 		switch {
 		case errors.Is(werr, ErrNotFound):
 			return fmt.Errorf("%w: %w", pause.ErrGone, werr)
@@ -639,15 +639,18 @@ func (n *Node) settle() {
 	n.settled = make(chan struct{})
 }
 
-// inTransition reports whether a sandbox in state may yet end running: being created,
+// InTransition reports whether a sandbox in state may yet end running: being created,
 // paused or resumed by a request in flight.
-func inTransition(state string) bool {
+func InTransition(state string) bool {
 	return state == Creating || state == Pausing || state == Resuming
 }
 
-// awaitSettled waits until sandbox id is no longer in transition and returns its state,
-// ErrNotFound once it is gone, or ctx's error.
-func (n *Node) awaitSettled(ctx context.Context, id string) (string, error) {
+// AwaitSettled waits until sandbox id is no longer in transition (InTransition: a request
+// in flight creates, pauses or resumes it) and returns its state; it returns an error
+// wrapping ErrNotFound once the sandbox is gone, or, when ctx ends first, one saying the
+// state it was still in, wrapping ctx's cause. What acts on the sandboxes at a deadline (a
+// drain's escalation) waits here for the end of a transition rather than pass it over.
+func (n *Node) AwaitSettled(ctx context.Context, id string) (string, error) {
 	for {
 		n.mu.Lock()
 		e, ok := n.sbs[id]
@@ -660,7 +663,7 @@ func (n *Node) awaitSettled(ctx context.Context, id string) (string, error) {
 		switch {
 		case !ok:
 			return "", fmt.Errorf("%w: %s", ErrNotFound, id)
-		case !inTransition(state):
+		case !InTransition(state):
 			return state, nil
 		}
 		select {
