@@ -22,7 +22,8 @@ import (
 // slowRunsc writes, in dir, a runsc that runs the real one but sleeps before the
 // checkpoint of a container ID with a file dir/slow-ID (the seconds in it), then fails it
 // if a file dir/fail-ID exists, or once, removing it and dir/slow-ID, if a file
-// dir/once-ID does, else holds it while a file dir/hold-ID exists, and
+// dir/once-ID does, else holds it while a file dir/hold-ID exists; it sends no signal to a
+// container with a file dir/deaf-ID (a kill that does not reach it); and it
 // appends to dir/calls a line for every kill it sends and every checkpoint that ended:
 // "kill ID SIGNAL", "checkpointed ID".
 func slowRunsc(t *testing.T, dir string) string {
@@ -43,7 +44,8 @@ case " $* " in
 	echo "checkpointed $last" >> $d/calls; echo "$(date +%s.%N) checkpointed $last" >> $d/times
 	exit $rc ;;
 *" kill "*)
-	echo "kill $prev $last" >> $d/calls; echo "$(date +%s.%N) kill $prev $last" >> $d/times ;;
+	echo "kill $prev $last" >> $d/calls; echo "$(date +%s.%N) kill $prev $last" >> $d/times
+	[ -e $d/deaf-$prev ] && exit 0 ;;
 esac
 exec `+real+` "$@"
 `), 0o755))
@@ -333,4 +335,52 @@ func TestSandboxWhoseClientCheckpointFailsAfterThePreserveDeadlineIsSignalledThe
 	esc := rep.Phase("escalate")
 	require.NotNil(t, esc)
 	assert.Equal(t, drain.OK, esc.Result, "SIGTERM was enough: %s", esc.Error)
+}
+
+// Fault (row 783, a review of row 760): the escalations begun at the preserve phase's
+// deadline run under the escalate step's window as the plan gave it then, which does not
+// follow the budget (deadline.Plan.Context), and the step waited for them all. A budget
+// that moved SIGKILL earlier after the deadline (a shorter deletion the drain's poll
+// read: kubectl delete --grace-period) ended the step's window, not theirs: the step ran
+// on, and the drain abandoned it 0.1 s past its new deadline, its Report saying only that
+// it did not return, not which sandbox it could not see end, while the escalation went on
+// past the step. Now they end with the step's context. Here the one sandbox's checkpoint
+// fails 0.2 s past the deadline, which signals it then, and no kill reaches it; SIGKILL
+// moves 1.2 s earlier 0.4 s past the deadline.
+func TestEscalateStepEndsWithItsEarlyEscalationsWhenTheBudgetMovesSIGKILLEarlier(t *testing.T) {
+	cfg := runscConfig(t)
+	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s
+	cfg.Concurrency = 1
+	calls := t.TempDir()
+	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
+		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
+	})
+	r, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	waitCount(t, w.rt.(*sandbox.Runsc).Bundle(r.ID), 2)
+	for _, name := range []string{"slow", "fail", "deaf"} {
+		require.NoError(t, os.WriteFile(filepath.Join(calls, name+"-"+r.ID), []byte("8.7"), 0o600))
+	}
+
+	ended := make(chan *drain.Report, 1)
+	go func() { ended <- stop() }() // as SIGTERM would
+	require.Eventually(t, w.drainer.Budget().Anchored, 10*time.Second, 10*time.Millisecond, "no drain began")
+	first := w.drainer.Plan().Deadline(drain.PhasePreserve)
+	time.Sleep(time.Until(first.Add(400 * time.Millisecond)))
+	budget := w.drainer.Budget()
+	require.True(t, budget.Tighten(budget.Kill().Add(-1200*time.Millisecond)), "SIGKILL did not move")
+	rep := <-ended
+
+	times, _ := os.ReadFile(filepath.Join(calls, "times"))
+	t.Logf("drain start %.3f, preserve deadline +%v; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9,
+		first.Sub(rep.Start).Round(time.Millisecond), times)
+	esc := rep.Phase("escalate")
+	require.NotNil(t, esc)
+	t.Logf("escalate step +%v to +%v, ended +%v: %s %v", esc.Start.Sub(rep.Start).Round(time.Millisecond),
+		esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.End.Sub(rep.Start).Round(time.Millisecond), esc.Result, esc.Error)
+	data, err := os.ReadFile(filepath.Join(calls, "calls"))
+	require.NoError(t, err)
+	require.Contains(t, strings.Split(strings.TrimSpace(string(data)), "\n"), "kill "+r.ID+" 15", "no SIGTERM")
+	assert.Equal(t, drain.TimedOut, esc.Result, "the step did not return with its deadline: %s", esc.Error)
+	assert.Contains(t, esc.Error, r.ID, "the step's error does not name the sandbox whose end it did not see")
 }

@@ -176,6 +176,29 @@ type stops struct {
 	// phase's deadline and the escalate step's may both give up on the same checkpoint.
 	errs map[string]error
 	wg   sync.WaitGroup
+	// early is the parent of the contexts of the escalations begun at the preserve phase's
+	// deadline (escalateEarly), and cut ends it: the escalate step ends them with its own
+	// (cutEarly).
+	early context.Context
+	cut   context.CancelFunc
+}
+
+// earlyParent returns the context the escalations begun at the preserve phase's deadline
+// derive theirs from, which cutEarly ends.
+func (s *stops) earlyParent() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.early == nil {
+		s.early, s.cut = context.WithCancel(context.Background())
+	}
+	return s.early
+}
+
+// cutEarly ends the escalations begun at the preserve phase's deadline: their signals and
+// waits, and their waits for checkpoints and transitions in flight.
+func (s *stops) cutEarly() {
+	s.earlyParent() // sets cut, under mu, once
+	s.cut()
 }
 
 // checkpoint marks a checkpoint of sandbox id in flight, unless it is signalled.
@@ -812,6 +835,12 @@ func (w *Worker) stopGRPC() bool {
 // SIGKILL, whose end could not be seen, or whose checkpoint or transition outlived the
 // step, unsignalled.
 func (w *Worker) escalate(ctx context.Context) error {
+	// The escalations begun at the preserve phase's deadline run under the step's window
+	// as the plan gave it then, which does not follow the budget: one that moved SIGKILL
+	// earlier since ends the step first, which waited for them past its deadline, until the
+	// drain abandoned it, its error naming no sandbox (row 783). They end with the step's
+	// context.
+	defer context.AfterFunc(ctx, w.stops.cutEarly)()
 	w.escalateListed(escalation{ctx: ctx}, new(sync.WaitGroup))
 	w.stops.wg.Wait() // each returns by its context's deadline, the step's
 	return w.stops.err()
@@ -826,9 +855,9 @@ func (w *Worker) escalate(ctx context.Context) error {
 // if the budget's SIGKILL is still kill, the one the Run that reached its deadline began
 // with: moved later since, the preserve phase runs the Preserver again, to checkpoint that
 // sandbox, which a signal would lose (row 781). Each runs under the escalate step's window
-// as the plan gives it now.
+// as the plan gives it now, and ends with the escalate step at the latest (row 783).
 func (w *Worker) escalateEarly(kill time.Time) {
-	ctx, cancel := w.drainer.Plan().Context(context.Background(), "escalate")
+	ctx, cancel := w.drainer.Plan().Context(w.stops.earlyParent(), "escalate")
 	budget := w.drainer.Budget()
 	e := escalation{ctx: ctx, stands: func() bool { return !budget.Kill().After(kill) }}
 	var wg sync.WaitGroup
