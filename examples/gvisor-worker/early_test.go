@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -52,6 +53,73 @@ exec `+real+` "$@"
 	return path
 }
 
+// runscDir is the directory of a slowRunsc: the files that make its calls slow, fail,
+// hold or not reach a container, and its logs of them.
+type runscDir struct {
+	t   *testing.T
+	dir string
+}
+
+// slowWorker serves a worker of cfg on real runsc through a slowRunsc, as serveWorkerWith
+// does, with n sandboxes running; it returns their IDs sorted, the order in which the
+// Preserver takes them, and the slowRunsc's directory.
+func slowWorker(t *testing.T, cfg config, n int) (w *Worker, c *Client, stop func() *drain.Report, d runscDir, ids []string) {
+	t.Helper()
+	d = runscDir{t: t, dir: t.TempDir()}
+	w, c, stop = serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
+		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, d.dir)
+	})
+	for range n {
+		r, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+		waitCount(t, w.rt.(*sandbox.Runsc).Bundle(r.ID), 2)
+		ids = append(ids, r.ID)
+	}
+	slices.Sort(ids)
+	return w, c, stop, d, ids
+}
+
+// callIndex returns where in lines, slowRunsc's calls, call is; the test fails when it
+// is not there.
+func callIndex(t *testing.T, lines []string, call string) int {
+	t.Helper()
+	i := slices.Index(lines, call)
+	require.GreaterOrEqual(t, i, 0, "no runsc call %q", call)
+	return i
+}
+
+// preservePhase logs the preserve phase of rep, whose first deadline was first, and
+// returns it.
+func preservePhase(t *testing.T, rep *drain.Report, first time.Time) *drain.PhaseReport {
+	t.Helper()
+	pre := rep.Phase(drain.PhasePreserve)
+	require.NotNil(t, pre)
+	t.Logf("preserve phase: %s, first deadline +%v, last +%v; %v", pre.Result, first.Sub(rep.Start).Round(time.Millisecond),
+		pre.Deadline.Sub(rep.Start).Round(time.Millisecond), pre.Error)
+	return pre
+}
+
+// mark writes the file name-id holding content, which makes slowRunsc's calls on
+// sandbox id slow ("slow"), fail ("fail", "once"), hold ("hold") or not reach it ("deaf").
+func (d runscDir) mark(name, id, content string) {
+	d.t.Helper()
+	require.NoError(d.t, os.WriteFile(filepath.Join(d.dir, name+"-"+id), []byte(content), 0o600))
+}
+
+// calls logs the calls slowRunsc made, with their times and start's, and returns them,
+// one a line: "kill ID SIGNAL", "checkpointed ID"; none when it made none.
+func (d runscDir) calls(start time.Time) []string {
+	d.t.Helper()
+	times, _ := os.ReadFile(filepath.Join(d.dir, "times"))
+	d.t.Logf("start %.3f; runsc calls:\n%s", float64(start.UnixNano())/1e9, times)
+	data, err := os.ReadFile(filepath.Join(d.dir, "calls"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	require.NoError(d.t, err)
+	return strings.Split(strings.TrimSpace(string(data)), "\n")
+}
+
 // Fault (a review of the escalate step against runsc): the sandboxes the preserve phase
 // could not checkpoint were signalled only once the Preserver returned, that is once every
 // checkpoint still in flight at the phase deadline had ended, though none of them was one
@@ -71,42 +139,18 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
 	cfg.Concurrency = 3
-	calls := t.TempDir()
-	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
-		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
-	})
-	rs := w.rt.(*sandbox.Runsc)
-
-	var ids []string
-	for range 3 {
-		r, err := c.Run(context.Background(), &RunRequest{})
-		require.NoError(t, err)
-		waitCount(t, rs.Bundle(r.ID), 2)
-		ids = append(ids, r.ID)
-	}
+	_, _, stop, d, ids := slowWorker(t, cfg, 3)
 	failing, late, slow := ids[0], ids[1], ids[2]
-	mark := func(name, id, content string) {
-		require.NoError(t, os.WriteFile(filepath.Join(calls, name+"-"+id), []byte(content), 0o600))
-	}
-	mark("fail", failing, "") // fails at once, each time the Preserver tries it
-	mark("fail", late, "")    // in flight at the deadline, then fails
-	mark("slow", late, "8.6")
+	d.mark("fail", failing, "") // fails at once, each time the Preserver tries it
+	d.mark("fail", late, "")    // in flight at the deadline, then fails
+	d.mark("slow", late, "8.6")
 	// Its checkpoint starts at once and ends about a second past the preserve deadline,
 	// before the hard deadline.
-	mark("slow", slow, "9.3")
+	d.mark("slow", slow, "9.3")
 
 	rep := stop() // as SIGTERM would
-	data, err := os.ReadFile(filepath.Join(calls, "calls"))
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	t.Logf("runsc calls: %q", lines)
-	times, _ := os.ReadFile(filepath.Join(calls, "times"))
-	t.Logf("drain start %.3f; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9, times)
-	index := func(line string) int {
-		i := slices.Index(lines, line)
-		require.GreaterOrEqual(t, i, 0, "no runsc call %q", line)
-		return i
-	}
+	lines := d.calls(rep.Start)
+	index := func(line string) int { return callIndex(t, lines, line) }
 	saved := index("checkpointed " + slow)
 	assert.Less(t, index("kill "+failing+" 15"), saved, "SIGTERM waited for another sandbox's checkpoint")
 	assert.Less(t, index("kill "+late+" 15"), saved, "the sandbox whose checkpoint failed past the deadline waited for another's")
@@ -135,21 +179,9 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, hard +10.5 s
 	cfg.Concurrency = 1
-	calls := t.TempDir()
-	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
-		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
-	})
-	rs := w.rt.(*sandbox.Runsc)
-
-	var ids []string
-	for range 3 {
-		r, err := c.Run(context.Background(), &RunRequest{})
-		require.NoError(t, err)
-		ids = append(ids, r.ID)
-	}
+	w, _, stop, d, ids := slowWorker(t, cfg, 3)
 	for _, id := range ids {
-		waitCount(t, rs.Bundle(id), 2)
-		require.NoError(t, os.WriteFile(filepath.Join(calls, "hold-"+id), nil, 0o600))
+		d.mark("hold", id, "")
 	}
 
 	ended := make(chan *drain.Report, 1)
@@ -167,19 +199,12 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 	require.True(t, w.drainer.Budget().OnRestart(time.Now(), cfg.Grace), "SIGKILL did not move")
 	time.Sleep(time.Until(first.Add(300 * time.Millisecond)))
 	for _, id := range ids {
-		require.NoError(t, os.Remove(filepath.Join(calls, "hold-"+id)))
+		require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
 	}
 	rep := <-ended
 
-	data, err := os.ReadFile(filepath.Join(calls, "calls"))
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	times, _ := os.ReadFile(filepath.Join(calls, "times"))
-	t.Logf("drain start %.3f, first preserve deadline +%v; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9,
-		first.Sub(rep.Start).Round(time.Millisecond), times)
-	pre := rep.Phase(drain.PhasePreserve)
-	require.NotNil(t, pre)
-	t.Logf("preserve phase: %s, deadline +%v; %v", pre.Result, pre.Deadline.Sub(rep.Start).Round(time.Millisecond), pre.Error)
+	lines := d.calls(rep.Start)
+	pre := preservePhase(t, rep, first)
 	assert.True(t, pre.Deadline.After(first), "the phase did not run again until the new deadline")
 	for _, l := range lines {
 		assert.False(t, strings.HasPrefix(l, "kill "), "a sandbox the second Run was to checkpoint was signalled: %s", l)
@@ -206,27 +231,19 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 func TestCheckpointThatOutlivesTheEscalateStepIsNamedNotWaitedFor(t *testing.T) {
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second
-	calls := t.TempDir()
-	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
-		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
-	})
-	rs := w.rt.(*sandbox.Runsc)
-	r, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	waitCount(t, rs.Bundle(r.ID), 2)
-	hold := filepath.Join(calls, "hold-"+r.ID)
-	require.NoError(t, os.WriteFile(hold, nil, 0o600))
-	t.Cleanup(func() { os.Remove(hold) })
+	_, _, stop, d, ids := slowWorker(t, cfg, 1)
+	id := ids[0]
+	d.mark("hold", id, "")
+	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
 
 	rep := stop() // as SIGTERM would
-	times, _ := os.ReadFile(filepath.Join(calls, "times"))
-	t.Logf("runsc calls:\n%s", times)
+	d.calls(rep.Start)
 	esc := rep.Phase("escalate")
 	require.NotNil(t, esc)
 	t.Logf("escalate step +%v to +%v, ended +%v: %s %v", esc.Start.Sub(rep.Start).Round(time.Millisecond),
 		esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.End.Sub(rep.Start).Round(time.Millisecond), esc.Result, esc.Error)
 	assert.Equal(t, drain.TimedOut, esc.Result)
-	assert.Contains(t, esc.Error, r.ID+": "+errCheckpointOutlived.Error())
+	assert.Contains(t, esc.Error, id+": "+errCheckpointOutlived.Error())
 }
 
 // Fault (row 781, a review of row 760): a checkpoint in flight at the preserve phase's
@@ -242,16 +259,10 @@ func TestCheckpointThatFailsAfterTheBudgetMovedSIGKILLLaterIsRetriedNotSignalled
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, hard +10.5 s
 	cfg.Concurrency = 1
-	calls := t.TempDir()
-	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
-		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
-	})
-	rs := w.rt.(*sandbox.Runsc)
-	r, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	waitCount(t, rs.Bundle(r.ID), 2)
-	require.NoError(t, os.WriteFile(filepath.Join(calls, "slow-"+r.ID), []byte("9.5"), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(calls, "once-"+r.ID), nil, 0o600))
+	w, _, stop, d, ids := slowWorker(t, cfg, 1)
+	id := ids[0]
+	d.mark("slow", id, "9.5")
+	d.mark("once", id, "")
 
 	ended := make(chan *drain.Report, 1)
 	go func() { ended <- stop() }() // as SIGTERM would
@@ -262,17 +273,10 @@ func TestCheckpointThatFailsAfterTheBudgetMovedSIGKILLLaterIsRetriedNotSignalled
 	require.True(t, w.drainer.Budget().OnRestart(time.Now(), cfg.Grace), "SIGKILL did not move")
 	rep := <-ended
 
-	data, err := os.ReadFile(filepath.Join(calls, "calls"))
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	times, _ := os.ReadFile(filepath.Join(calls, "times"))
-	t.Logf("drain start %.3f, first preserve deadline +%v; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9,
-		first.Sub(rep.Start).Round(time.Millisecond), times)
-	pre := rep.Phase(drain.PhasePreserve)
-	require.NotNil(t, pre)
-	t.Logf("preserve phase: %s, deadline +%v; %v", pre.Result, pre.Deadline.Sub(rep.Start).Round(time.Millisecond), pre.Error)
-	assert.NotContains(t, lines, "kill "+r.ID+" 15", "the sandbox the second Run was to checkpoint was signalled")
-	assert.Contains(t, lines, "checkpointed "+r.ID)
+	lines := d.calls(rep.Start)
+	pre := preservePhase(t, rep, first)
+	assert.NotContains(t, lines, "kill "+id+" 15", "the sandbox the second Run was to checkpoint was signalled")
+	assert.Contains(t, lines, "checkpointed "+id)
 	require.NotNil(t, rep.Preserve)
 	require.Len(t, rep.Preserve.Entries, 1)
 	assert.Equal(t, pause.Preserved, rep.Preserve.Entries[0].Outcome, rep.Preserve.Entries[0].Error)
@@ -294,42 +298,19 @@ func TestSandboxWhoseClientCheckpointFailsAfterThePreserveDeadlineIsSignalledThe
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
 	cfg.Concurrency = 1
-	calls := t.TempDir()
-	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
-		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
-	})
-	rs := w.rt.(*sandbox.Runsc)
-	var ids []string
-	for range 2 {
-		r, err := c.Run(context.Background(), &RunRequest{})
-		require.NoError(t, err)
-		waitCount(t, rs.Bundle(r.ID), 2)
-		ids = append(ids, r.ID)
-	}
-	slices.Sort(ids) // the Preserver takes them in the node's order, by ID
-	slow, client := ids[0], ids[1]
-	mark := func(name, id, content string) {
-		require.NoError(t, os.WriteFile(filepath.Join(calls, name+"-"+id), []byte(content), 0o600))
-	}
-	mark("slow", slow, "9.6")
-	mark("slow", client, "8.9")
-	mark("fail", client, "")
+	w, c, stop, d, ids := slowWorker(t, cfg, 2)
+	slow, client := ids[0], ids[1] // the Preserver takes slow first
+	d.mark("slow", slow, "9.6")
+	d.mark("slow", client, "8.9")
+	d.mark("fail", client, "")
 	go func() { _, _ = c.Checkpoint(context.Background(), client) }() // it fails
 	require.Eventually(t, func() bool {
 		return slices.ContainsFunc(w.node.List(), func(i sandbox.Info) bool { return i.ID == client && i.State == sandbox.Pausing })
 	}, 10*time.Second, 5*time.Millisecond, "the client's checkpoint did not begin")
 
 	rep := stop() // as SIGTERM would
-	data, err := os.ReadFile(filepath.Join(calls, "calls"))
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	times, _ := os.ReadFile(filepath.Join(calls, "times"))
-	t.Logf("drain start %.3f; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9, times)
-	index := func(line string) int {
-		i := slices.Index(lines, line)
-		require.GreaterOrEqual(t, i, 0, "no runsc call %q", line)
-		return i
-	}
+	lines := d.calls(rep.Start)
+	index := func(line string) int { return callIndex(t, lines, line) }
 	assert.Less(t, index("kill "+client+" 15"), index("checkpointed "+slow),
 		"the sandbox whose client's checkpoint failed past the deadline waited for another's")
 	esc := rep.Phase("escalate")
@@ -351,16 +332,11 @@ func TestEscalateStepEndsWithItsEarlyEscalationsWhenTheBudgetMovesSIGKILLEarlier
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s
 	cfg.Concurrency = 1
-	calls := t.TempDir()
-	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
-		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
-	})
-	r, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	waitCount(t, w.rt.(*sandbox.Runsc).Bundle(r.ID), 2)
-	for _, name := range []string{"slow", "fail", "deaf"} {
-		require.NoError(t, os.WriteFile(filepath.Join(calls, name+"-"+r.ID), []byte("8.7"), 0o600))
-	}
+	w, _, stop, d, ids := slowWorker(t, cfg, 1)
+	id := ids[0]
+	d.mark("slow", id, "8.7")
+	d.mark("fail", id, "")
+	d.mark("deaf", id, "")
 
 	ended := make(chan *drain.Report, 1)
 	go func() { ended <- stop() }() // as SIGTERM would
@@ -371,16 +347,12 @@ func TestEscalateStepEndsWithItsEarlyEscalationsWhenTheBudgetMovesSIGKILLEarlier
 	require.True(t, budget.Tighten(budget.Kill().Add(-1200*time.Millisecond)), "SIGKILL did not move")
 	rep := <-ended
 
-	times, _ := os.ReadFile(filepath.Join(calls, "times"))
-	t.Logf("drain start %.3f, preserve deadline +%v; runsc calls:\n%s", float64(rep.Start.UnixNano())/1e9,
-		first.Sub(rep.Start).Round(time.Millisecond), times)
+	lines := d.calls(rep.Start)
 	esc := rep.Phase("escalate")
 	require.NotNil(t, esc)
 	t.Logf("escalate step +%v to +%v, ended +%v: %s %v", esc.Start.Sub(rep.Start).Round(time.Millisecond),
 		esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.End.Sub(rep.Start).Round(time.Millisecond), esc.Result, esc.Error)
-	data, err := os.ReadFile(filepath.Join(calls, "calls"))
-	require.NoError(t, err)
-	require.Contains(t, strings.Split(strings.TrimSpace(string(data)), "\n"), "kill "+r.ID+" 15", "no SIGTERM")
+	require.Contains(t, lines, "kill "+id+" 15", "no SIGTERM")
 	assert.Equal(t, drain.TimedOut, esc.Result, "the step did not return with its deadline: %s", esc.Error)
-	assert.Contains(t, esc.Error, r.ID, "the step's error does not name the sandbox whose end it did not see")
+	assert.Contains(t, esc.Error, id, "the step's error does not name the sandbox whose end it did not see")
 }

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,14 +54,7 @@ func (panicking) Preserve(context.Context) error { panic("checkpoint: injected")
 // and said it outlived the step, unsignalled: the actor never got its SIGTERM. Now a
 // panicking checkpoint ends as one that failed.
 func TestSandboxWhoseCheckpointPanickedIsSignalled(t *testing.T) {
-	cfg := runscConfig(t)
-	calls := t.TempDir()
-	w, c, _ := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), func(w *Worker) {
-		w.rt.(*sandbox.Runsc).Runtime.Binary = slowRunsc(t, calls)
-	})
-	r, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	waitCount(t, w.rt.(*sandbox.Runsc).Bundle(r.ID), 2)
+	w, _, _, d, ids := slowWorker(t, runscConfig(t), 1)
 	sbs, err := w.running(context.Background())
 	require.NoError(t, err)
 	require.Len(t, sbs, 1)
@@ -79,8 +70,7 @@ func TestSandboxWhoseCheckpointPanickedIsSignalled(t *testing.T) {
 
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	start := time.Now()
 	assert.NoError(t, w.escalate(ctx), "the step took the checkpoint that panicked for one in flight")
-	data, err := os.ReadFile(filepath.Join(calls, "calls"))
-	require.NoError(t, err)
-	assert.Contains(t, strings.Split(strings.TrimSpace(string(data)), "\n"), "kill "+r.ID+" 15", "the sandbox got no SIGTERM")
+	assert.Contains(t, d.calls(start), "kill "+ids[0]+" 15", "the sandbox got no SIGTERM")
 }
