@@ -292,16 +292,18 @@ func TestCheckpointThatFailsAfterTheBudgetMovedSIGKILLLaterIsRetriedNotSignalled
 // passed it over as not running; when that checkpoint failed, nothing signalled the
 // sandbox until the escalate step, after another sandbox's slow checkpoint. Now the end of
 // a transition in flight at the deadline signals its sandbox if it ends running. Here one
-// checkpoint at a time: the Preserver's of the first sandbox ends 1.1 s past the deadline,
-// the client's of the second fails 0.4 s past it.
+// checkpoint at a time: the Preserver's of the first sandbox ends about 1.2 s past the
+// deadline (its sleep, then runsc's own time), the client's of the second fails about
+// 0.2 s past it. Whether the first one's ends by the escalate step's deadline is not this
+// test's matter: on a loaded machine it may not, and the step's error names it then.
 func TestSandboxWhoseClientCheckpointFailsAfterThePreserveDeadlineIsSignalledThen(t *testing.T) {
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
 	cfg.Concurrency = 1
 	w, c, stop, d, ids := slowWorker(t, cfg, 2)
 	slow, client := ids[0], ids[1] // the Preserver takes slow first
-	d.mark("slow", slow, "9.6")
-	d.mark("slow", client, "8.9")
+	d.mark("slow", slow, "9.4")
+	d.mark("slow", client, "8.7")
 	d.mark("fail", client, "")
 	go func() { _, _ = c.Checkpoint(context.Background(), client) }() // it fails
 	require.Eventually(t, func() bool {
@@ -315,7 +317,7 @@ func TestSandboxWhoseClientCheckpointFailsAfterThePreserveDeadlineIsSignalledThe
 		"the sandbox whose client's checkpoint failed past the deadline waited for another's")
 	esc := rep.Phase("escalate")
 	require.NotNil(t, esc)
-	assert.Equal(t, drain.OK, esc.Result, "SIGTERM was enough: %s", esc.Error)
+	assert.NotContains(t, esc.Error, client, "SIGTERM was enough")
 }
 
 // Fault (row 783, a review of row 760): the escalations begun at the preserve phase's
