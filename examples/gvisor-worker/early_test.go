@@ -21,7 +21,8 @@ import (
 )
 
 // slowRunsc writes, in dir, a runsc that runs the real one but sleeps before the
-// checkpoint of a container ID with a file dir/slow-ID (the seconds in it), then fails it
+// checkpoint of a container ID with a file dir/slow-ID (the seconds in it), and, with a file
+// dir/afterkill-ID, waits until it has sent a kill to any container; then it fails it
 // if a file dir/fail-ID exists, or once, removing it and dir/slow-ID, if a file
 // dir/once-ID does, else holds it while a file dir/hold-ID exists; it sends no signal to a
 // container with a file dir/deaf-ID (a kill that does not reach it); and it
@@ -38,6 +39,7 @@ for a; do prev=$last; last=$a; done
 case " $* " in
 *" checkpoint "*)
 	[ -e $d/slow-$last ] && sleep $(cat $d/slow-$last)
+	[ -e $d/afterkill-$last ] && while ! grep -q "^kill " $d/calls 2>/dev/null; do sleep 0.02; done
 	[ -e $d/fail-$last ] && { echo "checkpoint failed: injected" >&2; exit 128; }
 	[ -e $d/once-$last ] && { rm -f $d/once-$last $d/slow-$last; echo "checkpoint failed: injected once" >&2; exit 128; }
 	while [ -e $d/hold-$last ]; do sleep 0.05; done
@@ -100,7 +102,8 @@ func preservePhase(t *testing.T, rep *drain.Report, first time.Time) *drain.Phas
 }
 
 // mark writes the file name-id holding content, which makes slowRunsc's calls on
-// sandbox id slow ("slow"), fail ("fail", "once"), hold ("hold") or not reach it ("deaf").
+// sandbox id slow ("slow", "afterkill"), fail ("fail", "once"), hold ("hold") or not reach
+// it ("deaf").
 func (d runscDir) mark(name, id, content string) {
 	d.t.Helper()
 	require.NoError(d.t, os.WriteFile(filepath.Join(d.dir, name+"-"+id), []byte(content), 0o600))
@@ -133,17 +136,19 @@ func (d runscDir) calls(start time.Time) []string {
 // phase's deadline (a retry of a failed one, begun just before) was passed over then, and
 // when that checkpoint failed, nothing signalled it until the escalate step, after the
 // other sandbox's slow checkpoint. Now the end of a checkpoint that failed after the
-// deadline signals its sandbox at once. Here the late one's checkpoint fails 0.1 s past
-// the deadline, 0.7 s before the slow one's ends.
+// deadline signals its sandbox at once. Here the late one's checkpoint fails once the
+// first SIGTERM at the deadline is sent (where a sleep of 0.1 s past it, under CI's load,
+// ended 0.5–0.7 s past it and left its escalation too little of the step, row 800), about
+// 0.7 s before the slow one's ends.
 func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T) {
 	cfg := runscConfig(t)
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
 	cfg.Concurrency = 3
 	_, _, stop, d, ids := slowWorker(t, cfg, 3)
 	failing, late, slow := ids[0], ids[1], ids[2]
-	d.mark("fail", failing, "") // fails at once, each time the Preserver tries it
-	d.mark("fail", late, "")    // in flight at the deadline, then fails
-	d.mark("slow", late, "8.6")
+	d.mark("fail", failing, "")   // fails at once, each time the Preserver tries it
+	d.mark("fail", late, "")      // in flight at the deadline, then fails
+	d.mark("afterkill", late, "") // once the first SIGTERM is sent, at the deadline
 	// Its checkpoint starts at once and ends about a second past the preserve deadline,
 	// before the hard deadline.
 	d.mark("slow", slow, "9.3")
@@ -357,4 +362,34 @@ func TestEscalateStepEndsWithItsEarlyEscalationsWhenTheBudgetMovesSIGKILLEarlier
 	require.Contains(t, lines, "kill "+id+" 15", "no SIGTERM")
 	assert.Equal(t, drain.TimedOut, esc.Result, "the step did not return with its deadline: %s", esc.Error)
 	assert.Contains(t, esc.Error, id, "the step's error does not name the sandbox whose end it did not see")
+}
+
+// Fault (row 800, a load test of row 761): the escalations begun at the preserve phase's
+// deadline wait for a checkpoint in flight under the escalate step's window as the plan
+// gave it then, whose end (+10 s at grace 12 s) comes before the Preserver's hard deadline
+// (+10.5 s), to which a checkpoint may run. When they gave up on one that then ended
+// preserved, they named it in the step's error, "still in flight at the escalate step's
+// deadline: not signalled": the step failed with nothing to signal, and under CI's load a
+// slow real checkpoint crossed that line in 4 runs of 11. Now only the step, which begins
+// once the Preserver has returned, names what outlives it. Here a fake checkpoint of 10.2 s
+// ends between the two.
+func TestCheckpointPreservedPastThePlannedEscalateDeadlineIsNotNamed(t *testing.T) {
+	cfg := fakeConfig(t)
+	cfg.Grace = 12 * time.Second
+	cfg.Concurrency = 1
+	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), nil)
+	_, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	w.rt.(*sandbox.Fake).PauseLatency = 10200 * time.Millisecond // after the plan fitted one round of the configured 1 s
+
+	rep := stop() // as SIGTERM would
+	require.NotNil(t, rep.Preserve)
+	require.Len(t, rep.Preserve.Entries, 1)
+	e := rep.Preserve.Entries[0]
+	esc := rep.Phase("escalate")
+	require.NotNil(t, esc)
+	t.Logf("preserved %s at +%v; escalate step +%v to +%v: %s %s", e.Outcome, e.End.Sub(rep.Start).Round(time.Millisecond),
+		esc.Start.Sub(rep.Start).Round(time.Millisecond), esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.Result, esc.Error)
+	require.Equal(t, pause.Preserved, e.Outcome, "the checkpoint ends before the hard deadline: %s", e.Error)
+	assert.Equal(t, drain.OK, esc.Result, "nothing was left to signal: %s", esc.Error)
 }

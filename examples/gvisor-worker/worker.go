@@ -841,7 +841,7 @@ func (w *Worker) escalate(ctx context.Context) error {
 	// drain abandoned it, its error naming no sandbox (row 783). They end with the step's
 	// context.
 	defer context.AfterFunc(ctx, w.stops.cutEarly)()
-	w.escalateListed(escalation{ctx: ctx}, new(sync.WaitGroup))
+	w.escalateListed(escalation{ctx: ctx, step: true}, new(sync.WaitGroup))
 	w.stops.wg.Wait() // each returns by its context's deadline, the step's
 	return w.stops.err()
 }
@@ -901,7 +901,8 @@ var errTransitionOutlived = errors.New("a request in flight (a client's checkpoi
 
 // afterTransition escalates sandbox id under e, in a goroutine, once the transition a
 // request in flight holds it in has ended, if the sandbox is running then; then it calls
-// each of done. If e.ctx ends first, it gives up with errTransitionOutlived. An escalation
+// each of done. If e.ctx ends first, it gives up, with errTransitionOutlived when it is the
+// step's (escalation.step). An escalation
 // that no longer holds (e.holds) leaves the sandbox to what comes next, as afterCheckpoint
 // does.
 func (w *Worker) afterTransition(e escalation, id string, done ...func()) {
@@ -912,7 +913,7 @@ func (w *Worker) afterTransition(e escalation, id string, done ...func()) {
 		case err == nil && state == sandbox.Running:
 			w.stop(e, id, done...)
 			return
-		case err != nil && !errors.Is(err, sandbox.ErrNotFound):
+		case err != nil && e.step && !errors.Is(err, sandbox.ErrNotFound):
 			w.stops.fail(id, fmt.Errorf("%w (%w)", errTransitionOutlived, err))
 		}
 		finish(done)
@@ -922,9 +923,18 @@ func (w *Worker) afterTransition(e escalation, id string, done ...func()) {
 // An escalation is what escalations begun together run under: ctx, whose deadline is the
 // escalate step's, and stands, which reports whether the decision to escalate still holds
 // when a checkpoint they waited for ends; nil, it always does.
+//
+// step is whether they are the escalate step's own, which name, in the step's error, a
+// checkpoint or transition still in flight at their context's end, its sandbox not
+// signalled. Those begun at the preserve phase's deadline give up on one in silence: their
+// deadline is the step's as the plan gave it then, which can come before the Preserver's
+// hard deadline, to which a checkpoint may run and end preserved, and before the step's
+// own; the step, which begins once the Preserver has returned, waits for what is still in
+// flight then and names what outlives it (row 800).
 type escalation struct {
 	ctx    context.Context
 	stands func() bool
+	step   bool
 }
 
 // holds reports whether e's decision to escalate still holds.
@@ -953,8 +963,8 @@ var errCheckpointOutlived = errors.New("its checkpoint was still in flight at th
 
 // afterCheckpoint is what an escalation of sandbox id under e does at the end of a
 // checkpoint of it that it found in flight: escalate the sandbox if the checkpoint failed,
-// else call each of done. If e.ctx ends first, it gives up with errCheckpointOutlived and
-// calls done, so that the escalate step, which waits for it (stops.wg), ends by its
+// else call each of done. If e.ctx ends first, it gives up, with errCheckpointOutlived
+// when it is the step's (escalation.step), and calls done, so that the escalate step, which waits for it (stops.wg), ends by its
 // deadline. An escalation that no longer holds (e.holds) does neither: it calls done and
 // leaves the sandbox to what comes next, the preserve phase's next Run or the escalate
 // step.
@@ -969,7 +979,7 @@ func (w *Worker) afterCheckpoint(e escalation, id string, done ...func()) func(f
 	}
 	disarm := context.AfterFunc(e.ctx, func() {
 		settle(func() {
-			if e.holds() {
+			if e.step && e.holds() {
 				w.stops.fail(id, errCheckpointOutlived)
 			}
 			finish(done)
