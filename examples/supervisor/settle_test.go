@@ -188,7 +188,7 @@ func drainBeforeSIGTERM(t *testing.T, client *http.Client, h hooks, args ...stri
 	sup, err := newSupervisor(cfg, io.Discard)
 	require.NoError(t, err)
 	sup.server = &child{name: StepServer, done: make(chan struct{})} // never exits
-	step := drain.NewStep(sup.steps[0].Phase(), func(ctx context.Context) (any, error) {
+	step := serverStep{drain.NewStep(sup.steps[0].Phase(), func(ctx context.Context) (any, error) {
 		if h.beforeStep != nil {
 			h.beforeStep()
 		}
@@ -200,7 +200,7 @@ func drainBeforeSIGTERM(t *testing.T, client *http.Client, h hooks, args ...stri
 			return nil, err
 		}
 		return swept, err
-	})
+	}), &sup.sweepWin} // the server step's Tighten
 	d, err := drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.counted, Preserver: sup.preserver, Steps: []drain.Step{step}})
 	require.NoError(t, err)
 	sup.drainer = d
@@ -248,25 +248,34 @@ func entries(rep *pause.Report) map[string]pause.Entry {
 //	83.75 s  seven eighths: the latest the sweep would have waited
 func TestPauseTheSweepGaveUpOnThatTheServerFinishedIsPreserved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, ids := agentenvDouble(t, 2, fakeagentenv.Config{PauseBase: time.Second, PausePerGiB: time.Second})
-		big, err := srv.Create(74 * 1024)
-		require.NoError(t, err)
-		endSnapshot, err := srv.Snapshot(big.SandboxID)
-		require.NoError(t, err)
-		go func() { time.Sleep(3 * time.Second); endSnapshot() }()
+		srv, big := sweptLate(t)
 
 		rep := drainInProcess(t, srv, "100s")
 
 		require.NotNil(t, rep.Preserve)
-		e := entries(rep.Preserve)[big.SandboxID]
+		e := entries(rep.Preserve)[big]
 		assert.Equal(t, pause.Preserved, e.Outcome, "the server finished its pause: %s", e.Error)
 		assert.Contains(t, e.Error, "finished late")
 		assert.Zero(t, rep.Lost())
-		assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved], ids)
-		assert.Equal(t, fakeagentenv.Paused, srv.States()[big.SandboxID])
+		assert.Equal(t, 3, rep.Preserve.Counts[pause.Preserved], srv.States())
+		assert.Equal(t, fakeagentenv.Paused, srv.States()[big])
 		require.NotNil(t, rep.Phase(StepServer))
 		assert.Equal(t, drain.OK, rep.Phase(StepServer).Result, rep.Phase(StepServer).Error)
 	})
+}
+
+// sweptLate returns the AgentENV double with 2 running sandboxes of 1 GiB, paused in 2 s,
+// and a third of 74 GiB (its pause 75 s) being snapshotted until 3 s, which no listing of
+// the preserve phase finds and the final sweep does, in virtual time; and the third's ID.
+func sweptLate(t *testing.T) (*fakeagentenv.Server, string) {
+	t.Helper()
+	srv, _ := agentenvDouble(t, 2, fakeagentenv.Config{PauseBase: time.Second, PausePerGiB: time.Second})
+	big, err := srv.Create(74 * 1024)
+	require.NoError(t, err)
+	endSnapshot, err := srv.Snapshot(big.SandboxID)
+	require.NoError(t, err)
+	go func() { time.Sleep(3 * time.Second); endSnapshot() }()
+	return srv, big.SandboxID
 }
 
 // Fault: the supervisor's API client kept its connections to the server

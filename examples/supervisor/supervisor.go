@@ -118,6 +118,7 @@ type supervisor struct {
 	exitedDuring atomic.Bool                 // the server exited on its own during a drain, before termSent
 	exitedBefore atomic.Bool                 // the server exited on its own before any termination
 	sweepUnknown atomic.Pointer[sweepFault]  // the final sweep could not list, or not completely
+	sweepWin     sweepWindow                 // the final sweep's layout in the server step (serverStep.Tighten)
 	keyRefused   logonce.Failures            // the listings refused 401 or 403 since one succeeded, by status
 	lastUblk     atomic.Pointer[ublk.Report] // the daemon step's last account (holdWhileDaemonServes)
 
@@ -186,8 +187,8 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		s.sweepList, s.counted = np, &recorder{list: np, last: s.listed.last}
 		s.listed = &recorder{list: s.src}
 	}
-	steps := []drain.Step{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: s.liveStepReserve()},
-		s.stopServer)}
+	steps := []drain.Step{serverStep{drain.NewStep(deadline.Phase{Name: StepServer, Reserve: s.liveStepReserve()},
+		s.stopServer), &s.sweepWin}}
 	if cfg.daemonSock != "" {
 		s.owned = newOwnedDaemon(cfg.daemonSock, s.log, s.serverPid)
 	}

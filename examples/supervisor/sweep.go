@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -73,25 +75,17 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 		rep = s.listForced(ctx, time.Now().Add(time.Until(dl)/4))
 	default:
 		var err error
-		if rep, err = s.sweepRun(ctx, dl); err != nil {
+		if rep, err = s.sweepRun(ctx); err != nil {
 			return nil, err
 		}
 	}
 	return s.sweepAccount(ctx, rep)
 }
 
-// sweepRun pauses what the sweep lists, by step deadline dl (see sweep).
-func (s *supervisor) sweepRun(ctx context.Context, dl time.Time) (*pause.Report, error) {
-	// No pause starts after half the step's time, and the ones in flight
-	// are waited for until three quarters (the server would finish them
-	// before it exits anyway), and the ones given up on then are listed
-	// until seven eighths, while the server is still pausing them (it
-	// would wait for them at its SIGTERM anyway): the rest is the server's,
-	// to exit by itself.
-	left := time.Until(dl)
-	start, end, settleBy := time.Now().Add(left/2), time.Now().Add(left*3/4), time.Now().Add(left*7/8)
-	sctx, cancel := context.WithDeadline(ctx, start)
-	defer cancel()
+// sweepRun pauses what the sweep lists, by the step's deadline (see sweep),
+// laid out again wherever the step's deadline moves earlier while it runs
+// (sweepWindow).
+func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
 	p, err := pause.New(named(s.sweepList), pause.Config{
 		// A Preserver of its own: what the sweep pauses (resumed sandboxes,
 		// a few) says nothing of the node's knee or of a pause's time, which
@@ -104,10 +98,130 @@ func (s *supervisor) sweepRun(ctx context.Context, dl time.Time) (*pause.Report,
 	if err != nil {
 		return nil, fmt.Errorf("final sweep: %w", err)
 	}
-	rep := p.Run(sctx, end)
-	s.finishedLate(ctx, rep, settleBy)
+	starts, settling, end := s.sweepWin.begin(ctx, p)
+	defer end()
+	rep := p.Run(starts, s.sweepWin.hard())
+	s.finishedLate(settling, rep, s.sweepWin.settled())
 	return rep, nil
 }
+
+// A sweepWindow is the final sweep's layout in the server step's time, from
+// the sweep's start to the step's deadline: no pause starts after half of
+// it, the ones in flight are waited for until three quarters (the server
+// would finish them before it exits anyway), and the ones given up on then
+// are listed until seven eighths, while the server is still pausing them
+// (it would wait for them at its SIGTERM anyway): the rest is the
+// server's, to exit by itself after its SIGTERM.
+//
+// The step's deadline can move earlier while the sweep runs: a budget
+// that moves SIGKILL earlier (a deletion read with a shorter grace), or
+// Force, which leaves the step its reserve. drain tells the step first
+// (serverStep.Tighten), then cancels its context there. The sweep is laid
+// out again in what is left, its Preserver told its new hard deadline
+// (pause.Preserver.Tighten). Laid out once, its pauses in flight ran to
+// the hard deadline of the old layout, which pause leaves them when its
+// context ends, past the step's new deadline: the step did not return,
+// drain abandoned it with the sweep's account, the server got its SIGTERM
+// only when the sweep returned, in the daemon step's time, and a sandbox
+// the sweep had found running again was in no account. Should a move land
+// before the Preserver's Run is in progress (Tighten does nothing then),
+// the step's context ending still ends the pauses in flight there.
+type sweepWindow struct {
+	mu   sync.Mutex
+	p    *pause.Preserver // the sweep's, while it runs; nil otherwise
+	from time.Time        // the sweep's start
+	dl   time.Time        // the step's deadline the layout is for
+
+	end, settleBy          time.Time
+	startTimer, settleTime *time.Timer
+	stopStarts, stopSettle context.CancelFunc
+}
+
+// begin registers the sweep's Preserver p and lays the sweep out in the
+// step's ctx, whose deadline it reads after registering, so that a move
+// from then on reaches tighten. It returns the context in which pauses
+// start, the one in which the pauses given up on are listed, and the
+// sweep's end, which unregisters it.
+func (w *sweepWindow) begin(ctx context.Context, p *pause.Preserver) (starts, settling context.Context, end func()) {
+	w.mu.Lock()
+	w.p, w.from = p, time.Now()
+	w.dl, _ = ctx.Deadline() // a step always has one (sweep)
+	// Each context has the deadline of this layout, which pause reads
+	// (its phase deadline) and the listing too; a layout again cancels
+	// them at its own.
+	starts, stopStarts := context.WithDeadline(ctx, w.from.Add(w.dl.Sub(w.from)/2))
+	settling, stopSettle := context.WithCancel(ctx)
+	w.stopStarts, w.stopSettle = stopStarts, stopSettle
+	w.layout()
+	w.mu.Unlock()
+	cut := context.AfterFunc(ctx, func() { p.Tighten(time.Now()) })
+	return starts, settling, func() {
+		cut()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.p = nil
+		w.startTimer.Stop()
+		w.settleTime.Stop()
+		stopStarts()
+		stopSettle()
+	}
+}
+
+// layout lays the sweep out from its start to w.dl (see sweepWindow).
+func (w *sweepWindow) layout() {
+	left := w.dl.Sub(w.from)
+	start := w.from.Add(left / 2)
+	w.end, w.settleBy = w.from.Add(left*3/4), w.from.Add(left*7/8)
+	if w.startTimer != nil {
+		w.startTimer.Stop()
+		w.settleTime.Stop()
+	}
+	w.startTimer = time.AfterFunc(time.Until(start), w.stopStarts)
+	w.settleTime = time.AfterFunc(time.Until(w.settleBy), w.stopSettle)
+}
+
+// tighten lays the sweep in progress out again for the step's deadline dl,
+// if that is earlier, and tells its Preserver its new hard deadline. It
+// reports whether it moved anything.
+func (w *sweepWindow) tighten(dl time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.p == nil || !dl.Before(w.dl) {
+		return false
+	}
+	w.dl = dl
+	w.layout()
+	w.p.Tighten(w.end)
+	return true
+}
+
+// hard is the hard deadline of the sweep's pauses, as laid out now.
+func (w *sweepWindow) hard() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.end
+}
+
+// settled is when the listing of the pauses the sweep gave up on ends, as
+// laid out now.
+func (w *sweepWindow) settled() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.settleBy
+}
+
+// A serverStep is the server step (Run: stopServer) with the final sweep's
+// Tighten: drain calls it when its budget moves SIGKILL earlier while the
+// step runs, or Force leaves it its reserve, and the sweep in progress is
+// laid out again before the new deadline (sweepWindow). A drain.NewStep
+// alone has no Tighten.
+type serverStep struct {
+	drain.Step
+	sweep *sweepWindow
+}
+
+// Tighten is the final sweep's (sweepWindow.tighten).
+func (st serverStep) Tighten(dl time.Time) bool { return st.sweep.tighten(dl) }
 
 // listForced is the sweep in force mode: it lists, by deadline by, and
 // accounts for every sandbox listed as not started (no pause is sent in
