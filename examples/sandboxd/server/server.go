@@ -277,6 +277,18 @@ func (r reserveFollowsGrace) Phase() deadline.Phase {
 	return ph
 }
 
+// Tighten is the Step's own, when it has one (the ublk teardown's): drain calls it when its
+// budget moves SIGKILL earlier while the step runs, or Force leaves the step its reserve,
+// and the teardown lays its stages (the kill of a hung daemon, the last resort) out again
+// before the new deadline. The embedded drain.Step gives only Phase and Run: without this
+// method the wrapper hid the teardown's Tighten, which was cancelled at the new deadline
+// with those stages still laid out in the old window, never run (docs/faults.md row 791).
+// It reports whether the Step moved anything; false for a Step without one.
+func (r reserveFollowsGrace) Tighten(dl time.Time) bool {
+	t, ok := r.Step.(interface{ Tighten(time.Time) bool })
+	return ok && t.Tighten(dl)
+}
+
 // usageError is New's error when the flags, valid one by one, make no plan that fits:
 // Main exits 2, as for bad usage.
 type usageError struct{ error }
