@@ -541,8 +541,8 @@ func (s *supervisor) relay(relay chan<- os.Signal, sig os.Signal) {
 // the daemon left running, killed or crashed) makes it 1 at least and is
 // in the note, as in a drain (daemonStepFailed). The budget is, before any
 // termination, the grace period less the margin; once the preStop hook
-// fixed T0, the budget's deadline, before the kubelet's SIGKILL. Either
-// way the sandboxes its last listing showed are lost with it (exited.go),
+// fixed T0, the budget's deadline, before the kubelet's SIGKILL, followed
+// when it moves earlier (followBudget). Either way the sandboxes its last listing showed are lost with it (exited.go),
 // and the exit status is 1 at least.
 func (s *supervisor) serverExited() *Report {
 	s.log.Error("supervisor: the server exited on its own", "status", s.server.state().String())
@@ -555,7 +555,7 @@ func (s *supervisor) serverExited() *Report {
 	}
 	var teardown *ublk.Report
 	var stopErr error
-	ctx, cancel := s.budget.Context(context.Background())
+	ctx, cancel := s.followBudget()
 	defer cancel()
 	if s.teardown != nil {
 		teardown, stopErr = s.stopDaemon(ctx)
@@ -579,6 +579,68 @@ func (s *supervisor) serverExited() *Report {
 	s.eventServerExited(out)
 	return out
 }
+
+// errBudgetMoved ends the daemon's teardown after the server exited on its own at the
+// deadline a budget that moved SIGKILL earlier gives it.
+var errBudgetMoved = errors.New("the budget moved SIGKILL earlier: the teardown ends at its new deadline")
+
+// followBudget returns the context of the daemon's teardown after the server exited on its
+// own (serverExited): it ends at the budget's deadline and follows it when it moves earlier
+// (the preStop wait's read of a deletion with a shorter grace), its Deadline reporting the
+// latest, and tells the teardown each move first (ublk.Teardown.Tighten), which lays its
+// stages out again before it, as drain does for the daemon step. Budget.Context takes the
+// deadline once: the teardown's stages, the kill of a daemon that does not stop among them,
+// stayed laid out for the old deadline, past the new SIGKILL, which would take the daemon
+// with its devices live (docs/faults.md row 792). A move later is not followed: the
+// teardown never moves its deadline later.
+func (s *supervisor) followBudget() (context.Context, context.CancelFunc) {
+	dl := s.budget.Deadline()
+	parent, cancelDL := context.WithDeadline(context.Background(), dl)
+	ctx, cancel := context.WithCancelCause(parent)
+	bc := &budgetContext{Context: ctx}
+	bc.dl.Store(&dl)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var timer <-chan time.Time
+		for {
+			changed := s.budget.Changed() // before the read: see Budget.Changed
+			if moved := s.budget.Deadline(); moved.Before(*bc.dl.Load()) {
+				bc.dl.Store(&moved) // first: a Stop that reads it now misses no move
+				if s.teardown != nil {
+					s.teardown.Tighten(moved)
+				}
+				t := time.NewTimer(time.Until(moved))
+				defer t.Stop()
+				timer = t.C
+			}
+			select {
+			case <-changed:
+			case <-timer:
+				cancel(errBudgetMoved)
+				return
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			}
+		}
+	})
+	return bc, func() {
+		close(done)
+		wg.Wait()
+		cancel(context.Canceled)
+		cancelDL()
+	}
+}
+
+// A budgetContext is followBudget's context: its Deadline is the budget's latest.
+type budgetContext struct {
+	context.Context
+	dl atomic.Pointer[time.Time]
+}
+
+func (c *budgetContext) Deadline() (time.Time, bool) { return *c.dl.Load(), true }
 
 // stopServer is the server step: the final sweep (sweep.go: what runs
 // again since the preserve phase is paused, within half the step's time),

@@ -3,8 +3,13 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -91,4 +98,62 @@ func TestFinalSweepEndsByTheServerStepsDeadlineWhenTheBudgetMovesSIGKILLEarlier(
 		assert.Equal(t, 1, rep.Lost())
 		time.Sleep(time.Minute) // the double goes on with that pause, as AgentENV would, until 78 s
 	})
+}
+
+// Fault: when the server exits on its own during a drain (after the preStop hook fixed
+// T0, before SIGTERM), the supervisor stops the daemon within the budget's deadline
+// (serverExited), through a context that took that deadline once (Budget.Context does
+// not follow the budget) and a teardown never told of a move: a budget that moved SIGKILL
+// earlier while it ran (the preStop wait's read of a deletion with a shorter grace) left
+// the teardown's stages, the kill of a daemon that does not stop among them, laid out
+// for the old deadline, past the new SIGKILL, which would take the daemon with its
+// devices live. A real fake device daemon, hung, on a kernel declared fixed (the kill
+// allowed), grace 60 s, SIGKILL moved to 6 s once the teardown has asked the daemon to stop.
+func TestDaemonTeardownAfterTheServerExitedFollowsABudgetThatMovesSIGKILLEarlier(t *testing.T) {
+	dir := t.TempDir()
+	sys, events := filepath.Join(dir, "sys"), filepath.Join(dir, "daemon.log")
+	b, err := json.Marshal(fakeublk.DaemonConfig{SysRoot: sys, Devices: []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
+		Mode: fakeublk.Hung, EventLog: events})
+	require.NoError(t, err)
+	t.Setenv(EnvSysfsRoot, sys)
+	t.Setenv(EnvProcfsRoot, emptyProcfs(sys))
+	cfg, err := parseArgs([]string{"-grace", "60s", "-ublk-kernel", "fixed=*",
+		"-daemon", strings.Join(helperCommand("daemon", string(b)), " "), "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	asked := logbuf.NewSignal("ublk: request stop")
+	sup, err := newSupervisor(cfg, asked)
+	require.NoError(t, err)
+	defer sup.learned.Close()
+	sup.daemon, err = sup.procs.start(StepDaemon, cfg.daemon)
+	require.NoError(t, err)
+	reapCtx, stopReaping := context.WithCancel(context.Background())
+	reaped := make(chan struct{})
+	go func() { defer close(reaped); sup.procs.reapLoop(reapCtx) }()
+	defer func() {
+		_ = sup.daemon.signal(syscall.SIGKILL) // a daemon still running: this test's own
+		_ = sup.daemon.wait(context.Background())
+		stopReaping()
+		<-reaped
+	}()
+	exited := make(chan struct{})
+	close(exited)
+	sup.server = &child{name: StepServer, done: exited} // exited on its own
+	daemonStarted(t, events)
+
+	t0 := time.Now()
+	require.True(t, sup.budget.OnPreStop(t0))
+	kill := t0.Add(6 * time.Second)
+	go func() {
+		<-asked.Seen() // the teardown has laid its stages out and asked the daemon to stop
+		assert.True(t, sup.budget.Tighten(kill), "the deletion's 6 s")
+	}()
+	rep := sup.serverExited()
+	assert.True(t, time.Now().Before(kill), "the teardown over before the new SIGKILL")
+
+	require.NotNil(t, rep.Ublk)
+	t.Logf("the teardown's deadline: T0 + %v: %s", rep.Ublk.Deadline.Sub(t0), rep.Ublk.String())
+	assert.True(t, rep.Ublk.Deadline.Before(kill), "the teardown ends before the new SIGKILL")
+	assert.True(t, rep.Ublk.Daemon.Killed, "the hung daemon killed before the new SIGKILL")
+	assert.False(t, rep.Ublk.Daemon.LeftRunning)
+	assert.True(t, sup.daemon.state().Exited, "the daemon gone by the teardown's end")
 }
