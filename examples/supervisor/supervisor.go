@@ -662,12 +662,22 @@ func (s *supervisor) stopServer(ctx context.Context) (any, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		s.log.Info("supervisor: SIGTERM to the server", "time_left", time.Until(dl).Round(time.Millisecond))
 	}
-	err = errors.Join(err, s.server.stop(ctx, time.Second))
+	err = errors.Join(err, s.server.stop(ctx, killWait))
 	if swept == nil {
 		return nil, err // no Detail, not a nil *pause.Report in it
 	}
 	return swept, err
 }
+
+// killWait is how long the server step waits for the server's reap after the SIGKILL it
+// sends at its deadline: less than drain's 100 ms between a step's context ending and its
+// abandonment, which drops the step's Detail, the final sweep's account, from the Report.
+// Waited 1 s, a server whose exit outlasted 100 ms (a VMM with much memory to free, a
+// thread blocked on a device) made drain abandon the step, the sandboxes the sweep paused
+// in no account (docs/faults.md row 793). One not reaped by then is the step's error; the
+// daemon step's holder wait sees what it still holds, and the Report's state of it is read
+// at the end.
+const killWait = 50 * time.Millisecond
 
 // beforeSIGTERM is what the server step does before the server's SIGTERM:
 // the final sweep, then closing the idle connections of the API client.

@@ -5,10 +5,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -156,4 +159,92 @@ func TestDaemonTeardownAfterTheServerExitedFollowsABudgetThatMovesSIGKILLEarlier
 	assert.True(t, rep.Ublk.Daemon.Killed, "the hung daemon killed before the new SIGKILL")
 	assert.False(t, rep.Ublk.Daemon.LeftRunning)
 	assert.True(t, sup.daemon.state().Exited, "the daemon gone by the teardown's end")
+}
+
+// Fault: the server step sent a server still running at its deadline SIGKILL and then
+// waited up to 1 s for its reap, past the step's context, where drain abandons a step
+// that has not returned 100 ms after it: a server whose exit outlasts that (a VMM with
+// much memory to free, a thread blocked on a device) made drain abandon the step with
+// "did not return by its deadline; abandoned", the final sweep's account, the step's
+// Detail, dropped from the Report with the sandbox it paused. A real server process that
+// ignores SIGTERM, its reap after the SIGKILL 300 ms late; a sandbox the final sweep
+// alone finds running.
+func TestServerSlowToDieAfterItsSIGKILLKeepsTheSweepsAccount(t *testing.T) {
+	// "late" runs again once a listing found nothing running: the preserve phase's last.
+	var quiet atomic.Bool
+	var pausedMu sync.Mutex
+	paused := map[string]bool{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		pausedMu.Lock()
+		defer pausedMu.Unlock()
+		ids := []string{"first"}
+		if quiet.Load() {
+			ids = append(ids, "late")
+		}
+		var items []string
+		running := false
+		for _, id := range ids {
+			state := "running"
+			if paused[id] {
+				state = "paused"
+			}
+			running = running || !paused[id]
+			items = append(items, fmt.Sprintf(`{"id":%q,"state":%q}`, id, state))
+		}
+		quiet.Store(quiet.Load() || !running)
+		fmt.Fprintf(w, "[%s]", strings.Join(items, ","))
+	})
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		pausedMu.Lock()
+		defer pausedMu.Unlock()
+		paused[r.PathValue("id")] = true
+		w.WriteHeader(http.StatusNoContent)
+	})
+	cfg, err := parseArgs([]string{"-grace", "5s", "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	cfg.client = &http.Client{Transport: handlerTransport{mux}}
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	defer sup.learned.Close()
+	sup.drainer, err = drain.New(drain.Config{Budget: sup.budget, Sandboxes: sup.counted, Preserver: sup.preserver, Steps: sup.steps})
+	require.NoError(t, err)
+	sup.server, err = sup.procs.start(StepServer, []string{"sh", "-c", "trap '' TERM; exec sleep 60"})
+	require.NoError(t, err)
+	reapCtx, stopReaping := context.WithCancel(context.Background())
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		for !sup.server.sentKill() && reapCtx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond) // its exit, slow
+		sup.procs.reapLoop(reapCtx)
+	}()
+	defer func() {
+		_ = sup.server.signal(syscall.SIGKILL)
+		_ = sup.server.wait(t.Context())
+		stopReaping()
+		<-reaped
+	}()
+
+	sup.budget.OnSIGTERM(time.Now())
+	rep := sup.drainer.Shutdown(context.Background())
+
+	step := rep.Phase(StepServer)
+	require.NotNil(t, step)
+	t.Logf("server step %s by %v past its deadline: %s", step.Result, step.End.Sub(step.Deadline), step.Error)
+	assert.NotEqual(t, drain.Abandoned, step.Result, step.Error)
+	assert.Contains(t, step.Error, "SIGKILL")
+	require.NotNil(t, rep.Preserve)
+	e, ok := entries(rep.Preserve)["late"]
+	require.True(t, ok, "the sandbox the final sweep paused is in the account")
+	assert.Equal(t, pause.Preserved, e.Outcome)
+}
+
+// sentKill reports whether the supervisor sent the child SIGKILL, reaped or not.
+func (c *child) sentKill() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.killed
 }
