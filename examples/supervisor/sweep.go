@@ -100,6 +100,21 @@ func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
 	}
 	starts, settling, end := s.sweepWin.begin(ctx, p)
 	defer end()
+	// No pause starts after Force either, as no preserve does (see
+	// drain.Drainer.Force); one landing before the sweep sends none
+	// (listForced). Laid out again in the reserve Force leaves the step
+	// (serverStep.Tighten) alone, the sweep went on starting pauses until
+	// that layout's half, taking the reserve's time from the server's
+	// SIGTERM and the daemon step after it (docs/faults.md row 820).
+	starts, stopStarting := context.WithCancelCause(starts)
+	defer stopStarting(nil)
+	go func() {
+		select {
+		case <-s.drainer.Forced():
+			stopStarting(drain.ErrForced)
+		case <-starts.Done():
+		}
+	}()
 	rep := p.Run(starts, s.sweepWin.hard())
 	s.finishedLate(settling, rep, s.sweepWin.settled())
 	return rep, nil

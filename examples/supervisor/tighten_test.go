@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
@@ -247,4 +248,71 @@ func (c *child) sentKill() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.killed
+}
+
+// Fault: a Force (a second SIGTERM) while the final sweep ran laid the
+// sweep out again in the step's reserve (serverStep.Tighten), but its
+// pauses went on starting until the half of that layout, where a Force
+// landing before the sweep makes it send none (listForced) and the
+// preserve phase starts none after one: the sweep's pauses took the
+// reserve's time from the server's SIGTERM and the daemon after it. In
+// virtual time, 6 sandboxes paused by the preserve phase, resumed as the
+// server step begins, the sweep pausing them one at a time (1 s each):
+//
+//	0 s    the server step: the sweep's first pause
+//	1.5 s  Force: the second pause in flight
+//	2 s    the second pause done: no other starts (before: the rest did)
+func TestForceDuringTheFinalSweepStartsNoOtherPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, ids := agentenvDouble(t, 6, fakeagentenv.Config{PauseBase: time.Second})
+		var mu sync.Mutex
+		var starts []time.Time
+		handler := srv.Handler()
+		client := &http.Client{Transport: handlerTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pause") {
+				mu.Lock()
+				starts = append(starts, time.Now())
+				mu.Unlock()
+			}
+			handler.ServeHTTP(w, r)
+		})}}
+		var sup *supervisor
+		var forcedAt time.Time
+		h := hooks{
+			made: func(s *supervisor) { sup = s },
+			beforeStep: func() {
+				mu.Lock()
+				starts = nil // the preserve phase's
+				mu.Unlock()
+				for _, id := range ids {
+					done, err := srv.BeginResume(id)
+					require.NoError(t, err)
+					done()
+				}
+				go func() {
+					time.Sleep(1500 * time.Millisecond)
+					forcedAt = time.Now()
+					sup.drainer.Force()
+				}()
+			},
+		}
+		rep := drainBeforeSIGTERM(t, client, h, "-grace", "100s", "-concurrency", "1")
+
+		mu.Lock()
+		defer mu.Unlock()
+		require.False(t, forcedAt.IsZero(), "forced during the sweep")
+		var after []time.Duration
+		for _, s := range starts {
+			if s.After(forcedAt) {
+				after = append(after, s.Sub(forcedAt))
+			}
+		}
+		assert.Empty(t, after, "pauses the sweep started after the Force, by how long after it")
+		assert.Len(t, starts, 2, "the sweep's pauses: the first, and the one in flight at the Force")
+		require.NotNil(t, rep.Preserve)
+		assert.Equal(t, 4, rep.Lost(), "the sandboxes the sweep did not pause are lost, in the Report")
+		step := rep.Phase(StepServer)
+		require.NotNil(t, step)
+		assert.NotEqual(t, drain.OK, step.Result, "the step says the sweep could not pause them")
+	})
 }
