@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/bounded"
+	"github.com/drainkit/drainkit/internal/follow"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -609,62 +609,40 @@ var errBudgetMoved = errors.New("drain: the budget moved SIGKILL earlier: the ph
 // that planned its stages in its deadline at the start (the device
 // teardown's control fallback and kill) ran none of the late ones.
 func (d *Drainer) followBudget(ctx context.Context, name string, p *PhaseReport, ends *preserveEnds, step *stepDeadline) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var timer <-chan time.Time
-		for {
-			changed := d.budget.Changed()
-			if w := d.plan.Window(name); w.Deadline.Before(p.Deadline) {
-				dl := w.Deadline
-				p.Deadline = dl
-				// The phase had that much less than its reserve: the
-				// budget squeezed it (PhaseReport.Short).
-				p.Short = max(p.Short, p.Reserve-dl.Sub(p.Start))
-				d.log.Warn("drain: the budget moved SIGKILL earlier during a phase: it ends at its new deadline",
-					"phase", name, "deadline", dl, "hard", w.Hard, "kill", d.budget.Kill())
-				// The preserves still running end by the next critical
-				// phase's start, if the hard deadline they run to would
-				// take them past the budget's deadline: a shift of the
-				// budget by the deletionTimestamp's truncation to whole
-				// seconds, the common case, leaves them alone (they end in
-				// the margin), where cutting one would lose its sandbox.
-				if ends != nil {
-					// First: a Run called from now is given them.
-					if hard := ends.get().hard; hard.After(d.budget.Deadline()) {
-						ends.set(dl, w.Hard)
-						if t, ok := d.preserver.(tightener); ok {
-							t.Tighten(w.Hard)
-						}
-					} else {
-						ends.set(dl, hard)
-					}
+	return follow.Earlier(ctx, d.budget.Changed, func() (time.Time, bool) {
+		w := d.plan.Window(name)
+		if !w.Deadline.Before(p.Deadline) {
+			return time.Time{}, false
+		}
+		dl := w.Deadline
+		p.Deadline = dl
+		// The phase had that much less than its reserve: the
+		// budget squeezed it (PhaseReport.Short).
+		p.Short = max(p.Short, p.Reserve-dl.Sub(p.Start))
+		d.log.Warn("drain: the budget moved SIGKILL earlier during a phase: it ends at its new deadline",
+			"phase", name, "deadline", dl, "hard", w.Hard, "kill", d.budget.Kill())
+		// The preserves still running end by the next critical
+		// phase's start, if the hard deadline they run to would
+		// take them past the budget's deadline: a shift of the
+		// budget by the deletionTimestamp's truncation to whole
+		// seconds, the common case, leaves them alone (they end in
+		// the margin), where cutting one would lose its sandbox.
+		if ends != nil {
+			// First: a Run called from now is given them.
+			if hard := ends.get().hard; hard.After(d.budget.Deadline()) {
+				ends.set(dl, w.Hard)
+				if t, ok := d.preserver.(tightener); ok {
+					t.Tighten(w.Hard)
 				}
-				if step != nil {
-					step.tell(dl)
-				}
-				t := time.NewTimer(time.Until(dl))
-				defer t.Stop()
-				timer = t.C
-			}
-			select {
-			case <-changed:
-			case <-timer:
-				cancel(errBudgetMoved)
-				return
-			case <-ctx.Done():
-				return
-			case <-done:
-				return
+			} else {
+				ends.set(dl, hard)
 			}
 		}
-	})
-	return ctx, func() {
-		close(done)
-		wg.Wait()
-		cancel(context.Canceled)
-	}
+		if step != nil {
+			step.tell(dl)
+		}
+		return dl, true
+	}, errBudgetMoved)
 }
 
 // preserveAfterInFlight is the end of a preserve phase that began with

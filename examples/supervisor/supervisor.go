@@ -30,6 +30,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/daemonhold"
 	"github.com/drainkit/drainkit/examples/internal/podstart"
 	"github.com/drainkit/drainkit/internal/durable"
+	"github.com/drainkit/drainkit/internal/follow"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logonce"
@@ -596,40 +597,22 @@ var errBudgetMoved = errors.New("the budget moved SIGKILL earlier: the teardown 
 func (s *supervisor) followBudget() (context.Context, context.CancelFunc) {
 	dl := s.budget.Deadline()
 	parent, cancelDL := context.WithDeadline(context.Background(), dl)
-	ctx, cancel := context.WithCancelCause(parent)
-	bc := &budgetContext{Context: ctx}
+	bc := &budgetContext{}
 	bc.dl.Store(&dl)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var timer <-chan time.Time
-		for {
-			changed := s.budget.Changed() // before the read: see Budget.Changed
-			if moved := s.budget.Deadline(); moved.Before(*bc.dl.Load()) {
-				bc.dl.Store(&moved) // first: a Stop that reads it now misses no move
-				if s.teardown != nil {
-					s.teardown.Tighten(moved)
-				}
-				t := time.NewTimer(time.Until(moved))
-				defer t.Stop()
-				timer = t.C
-			}
-			select {
-			case <-changed:
-			case <-timer:
-				cancel(errBudgetMoved)
-				return
-			case <-ctx.Done():
-				return
-			case <-done:
-				return
-			}
+	ctx, stop := follow.Earlier(parent, s.budget.Changed, func() (time.Time, bool) {
+		moved := s.budget.Deadline()
+		if !moved.Before(*bc.dl.Load()) {
+			return time.Time{}, false
 		}
-	})
+		bc.dl.Store(&moved) // first: a Stop that reads it now misses no move
+		if s.teardown != nil {
+			s.teardown.Tighten(moved)
+		}
+		return moved, true
+	}, errBudgetMoved)
+	bc.Context = ctx // next reads only bc.dl
 	return bc, func() {
-		close(done)
-		wg.Wait()
-		cancel(context.Canceled)
+		stop()
 		cancelDL()
 	}
 }
