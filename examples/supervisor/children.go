@@ -222,10 +222,12 @@ type ChildState struct {
 	Killed bool     `json:"killed,omitempty"` // the supervisor sent SIGKILL
 }
 
-// String says "exited 0", "killed by signal killed" (the signal's name), or
-// "still running".
+// String says "exited 0", "killed by signal killed" (the signal's name),
+// "sent SIGKILL, not reaped", or "still running".
 func (s ChildState) String() string {
 	switch {
+	case !s.Exited && s.Killed:
+		return "sent SIGKILL, not reaped"
 	case !s.Exited:
 		return "still running"
 	case s.Signal != "":
@@ -237,15 +239,19 @@ func (s ChildState) String() string {
 
 func (c *child) state() ChildState {
 	st := ChildState{Name: c.name, Argv: c.argv, Pid: c.pidNum} // not proc.Pid: the reap's Release sets it to -1
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Killed whether reaped or not: a child sent SIGKILL whose exit is
+	// still freeing its memory (the server step waits 50 ms for its reap)
+	// read "still running", killed false, as if never killed
+	// (docs/faults.md row 821).
+	st.Killed = c.killed
 	select {
 	case <-c.done:
 		st.Exited = true
 	default:
 		return st
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st.Killed = c.killed
 	switch {
 	case c.status.Exited():
 		st.Code = c.status.ExitStatus()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -315,4 +316,26 @@ func TestForceDuringTheFinalSweepStartsNoOtherPause(t *testing.T) {
 		require.NotNil(t, step)
 		assert.NotEqual(t, drain.OK, step.Result, "the step says the sweep could not pause them")
 	})
+}
+
+// Fault: a child the supervisor sent SIGKILL and that was not reaped yet
+// (its exit still freeing its memory: the server step waits 50 ms for the
+// reap since row 793, where it waited 1 s) was in the Report as "still
+// running", killed false, its exit status 1: the Report read as if the
+// supervisor had never killed it, where ChildState.Killed says the
+// supervisor sent SIGKILL. Real process, no reaper running.
+func TestChildSIGKILLedButNotReapedYetIsReportedKilled(t *testing.T) {
+	procs := newProcTable(slog.New(slog.DiscardHandler))
+	c, err := procs.start(StepServer, []string{"sleep", "60"})
+	require.NoError(t, err)
+	defer func() {
+		require.Eventually(t, func() bool { procs.reap(); return c.state().Exited }, 10*time.Second, 5*time.Millisecond)
+	}()
+
+	require.NoError(t, c.signal(syscall.SIGKILL))
+	st := c.state()
+
+	assert.False(t, st.Exited, "not reaped: no reaper ran")
+	assert.True(t, st.Killed, "the supervisor sent SIGKILL")
+	assert.Equal(t, "sent SIGKILL, not reaped", st.String())
 }
