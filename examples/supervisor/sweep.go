@@ -140,16 +140,17 @@ func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
 // only when the sweep returned, in the daemon step's time, and a sandbox
 // the sweep had found running again was in no account. Should a move land
 // before the Preserver's Run is in progress (Tighten does nothing then),
-// the step's context ending still ends the pauses in flight there.
+// the Preserver is told again at the layout's three quarters, and the
+// step's context ending ends the pauses in flight at the latest.
 type sweepWindow struct {
 	mu   sync.Mutex
 	p    *pause.Preserver // the sweep's, while it runs; nil otherwise
 	from time.Time        // the sweep's start
 	dl   time.Time        // the step's deadline the layout is for
 
-	end, settleBy          time.Time
-	startTimer, settleTime *time.Timer
-	stopStarts, stopSettle context.CancelFunc
+	end, settleBy                    time.Time
+	startTimer, settleTime, endTimer *time.Timer
+	stopStarts, stopSettle           context.CancelFunc
 }
 
 // begin registers the sweep's Preserver p and lays the sweep out in the
@@ -177,6 +178,7 @@ func (w *sweepWindow) begin(ctx context.Context, p *pause.Preserver) (starts, se
 		w.p = nil
 		w.startTimer.Stop()
 		w.settleTime.Stop()
+		w.endTimer.Stop()
 		stopStarts()
 		stopSettle()
 	}
@@ -190,9 +192,18 @@ func (w *sweepWindow) layout() {
 	if w.startTimer != nil {
 		w.startTimer.Stop()
 		w.settleTime.Stop()
+		w.endTimer.Stop()
 	}
 	w.startTimer = time.AfterFunc(time.Until(start), w.stopStarts)
 	w.settleTime = time.AfterFunc(time.Until(w.settleBy), w.stopSettle)
+	// The Preserver is told the hard deadline again when it comes: a
+	// layout that landed after the sweep read hard and before its Run was
+	// in progress told it nothing (pause.Preserver.Tighten does nothing
+	// then), and its pauses in flight ran past this end to the step's
+	// context's, leaving the server no time between its SIGTERM and its
+	// SIGKILL (docs/faults.md row 822).
+	p, end := w.p, w.end
+	w.endTimer = time.AfterFunc(time.Until(end), func() { p.Tighten(end) })
 }
 
 // tighten lays the sweep in progress out again for the step's deadline dl,

@@ -339,3 +339,46 @@ func TestChildSIGKILLedButNotReapedYetIsReportedKilled(t *testing.T) {
 	assert.True(t, st.Killed, "the supervisor sent SIGKILL")
 	assert.Equal(t, "sent SIGKILL, not reaped", st.String())
 }
+
+// A sandbox whose pause returns only when its context ends.
+type pausedUntilCut struct{ id string }
+
+func (s pausedUntilCut) ID() string { return s.id }
+func (s pausedUntilCut) Preserve(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Fault: a move of the server step's deadline that landed after the sweep
+// read its hard deadline (sweepWindow.hard) and before its Preserver's Run
+// was in progress laid the sweep out again, but the Preserver, with no Run
+// to tell, did nothing (pause.Preserver.Tighten): its pauses in flight ran
+// to the old three quarters, and were ended only at the step's new
+// deadline, when its context ended, leaving the server no time between
+// its SIGTERM and its SIGKILL. The interleaving, made in order, in
+// virtual time: a step until 100 s, moved to 20 s.
+func TestSweepLaidOutAgainBeforeItsPreserverRunsEndsItsPausesByTheNewThreeQuarters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			return []pause.Sandbox{pausedUntilCut{"late"}}, nil
+		}), pause.Config{Limit: 1, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		t0 := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), t0.Add(100*time.Second))
+		defer cancel()
+		var w sweepWindow
+		starts, _, end := w.begin(ctx, p)
+		defer end()
+
+		hard := w.hard() // 75 s
+		require.True(t, w.tighten(t0.Add(20*time.Second)), "laid out again")
+		cut := time.AfterFunc(20*time.Second, cancel) // drain ends the step's context at its new deadline
+		defer cut.Stop()
+		rep := p.Run(starts, hard)
+
+		e, ok := entries(rep)["late"]
+		require.True(t, ok)
+		assert.Equal(t, pause.TimedOut, e.Outcome)
+		assert.Equal(t, t0.Add(15*time.Second), e.End, "given up on at three quarters of the step as laid out again")
+	})
+}
