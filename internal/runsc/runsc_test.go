@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(autoReapCheckpoint(args[0], args[1], args[2]))
 	}
 	if args := strings.Split(os.Getenv(reaperEnv), ","); len(args) == 4 {
-		os.Exit(reaperMain(args[0], args[1], args[2], args[3] == "reap"))
+		os.Exit(reaperMain(args[0], args[1], args[2], args[3] == "reap", args[3] == "noreap-window"))
 	}
 	goleak.VerifyTestMain(m)
 }

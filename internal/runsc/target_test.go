@@ -26,6 +26,9 @@ import (
 // child subreaper and reaps every child the moment it exits.
 const reaperEnv = "DRAINKIT_RUNSC_REAPER"
 
+// reaperBinaryEnv, when set, is the runsc executable reaperMain's Runtime runs.
+const reaperBinaryEnv = "DRAINKIT_RUNSC_REAPER_BINARY"
+
 // The grace and kill wait the reaper gives the container.
 const (
 	reaperGrace    = 2 * time.Second
@@ -50,14 +53,14 @@ type reaperResult struct {
 // stolen from the code that ran them, and stops the container with escalate.Policy.
 // Without reap it never reaps an orphan, as a busy or careless PID 1: the sandbox's
 // processes stay zombies until it exits.
-func reaperMain(root, id, bundle string, reap bool) int {
+func reaperMain(root, id, bundle string, reap, window bool) int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "prctl:", err)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt := &Runtime{Root: root}
+	rt := &Runtime{Root: root, Binary: os.Getenv(reaperBinaryEnv)}
 	if err := rt.Run(ctx, id, Bundle{Dir: bundle}, filepath.Join(root, id+".log")); err != nil {
 		fmt.Fprintln(os.Stderr, "run:", err)
 		return 1
@@ -95,8 +98,17 @@ func reaperMain(root, id, bundle string, reap bool) int {
 	if !reap {
 		grace = unreapedGrace
 	}
+	policy := escalate.Policy{TermWait: grace, KillWait: reaperKillWait}
+	if window {
+		// The default Policy in a short window, as gvisor-worker's escalations have
+		// at the preserve phase's deadline: the two waits share it.
+		policy = escalate.Policy{}
+		var cancelWindow context.CancelFunc
+		ctx, cancelWindow = context.WithTimeout(ctx, slowWindow)
+		defer cancelWindow()
+	}
 	start := time.Now()
-	exit, err := escalate.Policy{TermWait: grace, KillWait: reaperKillWait}.Stop(ctx, rt.Target(id))
+	exit, err := policy.Stop(ctx, rt.Target(id))
 	res := reaperResult{Exit: exit, Elapsed: time.Since(start), Reaped: reaped.Load()}
 	if err != nil {
 		res.Err = err.Error()
@@ -123,7 +135,7 @@ func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 	b, err := WriteBundle(filepath.Join(dir, "b"), ignoreTermArgs())
 	require.NoError(t, err)
 
-	res := runReaper(t, rt, "stubborn", b, true)
+	res := runReaper(t, rt, "stubborn", b, "reap")
 
 	assert.Positive(t, res.Reaped, "the reaper collected runsc's children")
 	assert.Equal(t, escalate.ExitedAfterKill, res.Exit, "SIGKILL was sent and its effect seen: %s", res.Err)
@@ -135,14 +147,12 @@ func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 }
 
 // runReaper runs reaperMain in a child of the test and returns what it reports.
-func runReaper(t *testing.T, rt *Runtime, id string, b Bundle, reap bool) reaperResult {
+// mode is "reap", "noreap", or "noreap-window" (never reaps, and stops the container
+// with the default Policy in slowWindow); the child runs rt.Binary.
+func runReaper(t *testing.T, rt *Runtime, id string, b Bundle, mode string) reaperResult {
 	t.Helper()
-	mode := "reap"
-	if !reap {
-		mode = "noreap"
-	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), reaperEnv+"="+rt.Root+","+id+","+b.Dir+","+mode)
+	cmd.Env = append(os.Environ(), reaperEnv+"="+rt.Root+","+id+","+b.Dir+","+mode, reaperBinaryEnv+"="+rt.Binary)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -170,7 +180,7 @@ func TestUnreapedSandboxThatExitedOnSIGTERMHasExited(t *testing.T) {
 	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), CounterArgs())
 	require.NoError(t, err)
 
-	res := runReaper(t, rt, "unreaped", b, false)
+	res := runReaper(t, rt, "unreaped", b, "noreap")
 	assert.Zero(t, res.Reaped)
 	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and its zombie says so: %s", res.Err)
 	assert.Empty(t, res.Err)
