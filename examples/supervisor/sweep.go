@@ -148,9 +148,9 @@ type sweepWindow struct {
 	from time.Time        // the sweep's start
 	dl   time.Time        // the step's deadline the layout is for
 
-	end, settleBy                    time.Time
-	startTimer, settleTime, endTimer *time.Timer
-	stopStarts, stopSettle           context.CancelFunc
+	end, settleBy                     time.Time
+	startTimer, settleTimer, endTimer *time.Timer
+	stopStarts, stopSettle            context.CancelFunc
 }
 
 // begin registers the sweep's Preserver p and lays the sweep out in the
@@ -176,9 +176,7 @@ func (w *sweepWindow) begin(ctx context.Context, p *pause.Preserver) (starts, se
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.p = nil
-		w.startTimer.Stop()
-		w.settleTime.Stop()
-		w.endTimer.Stop()
+		w.stopTimers()
 		stopStarts()
 		stopSettle()
 	}
@@ -190,12 +188,10 @@ func (w *sweepWindow) layout() {
 	start := w.from.Add(left / 2)
 	w.end, w.settleBy = w.from.Add(left*3/4), w.from.Add(left*7/8)
 	if w.startTimer != nil {
-		w.startTimer.Stop()
-		w.settleTime.Stop()
-		w.endTimer.Stop()
+		w.stopTimers()
 	}
 	w.startTimer = time.AfterFunc(time.Until(start), w.stopStarts)
-	w.settleTime = time.AfterFunc(time.Until(w.settleBy), w.stopSettle)
+	w.settleTimer = time.AfterFunc(time.Until(w.settleBy), w.stopSettle)
 	// The Preserver is told the hard deadline again when it comes: a
 	// layout that landed after the sweep read hard and before its Run was
 	// in progress told it nothing (pause.Preserver.Tighten does nothing
@@ -204,6 +200,13 @@ func (w *sweepWindow) layout() {
 	// SIGKILL (docs/faults.md row 822).
 	p, end := w.p, w.end
 	w.endTimer = time.AfterFunc(time.Until(end), func() { p.Tighten(end) })
+}
+
+// stopTimers stops the layout's timers. Called with mu held.
+func (w *sweepWindow) stopTimers() {
+	w.startTimer.Stop()
+	w.settleTimer.Stop()
+	w.endTimer.Stop()
 }
 
 // tighten lays the sweep in progress out again for the step's deadline dl,
