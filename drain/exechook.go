@@ -43,6 +43,7 @@ type ExecHook struct {
 	// 5xx, 408 or 429) end the hook; zero means 5. A refusal ends it at once.
 	MaxFailures int
 	// RetryInterval is the pause after a failed request; zero means 1 s.
+	// It ends at the drain deadline the server reported, and Run with it.
 	RetryInterval time.Duration
 	// MaxWait, when positive, bounds the whole hook.
 	MaxWait time.Duration
@@ -106,22 +107,41 @@ func (h ExecHook) Run(ctx context.Context) (*PreStopSummary, error) {
 			return last, fmt.Errorf("drainhook: refused (a wrong URL, or a secret missing or wrong), not asked again: %w", err)
 		case ctx.Err() != nil:
 			return last, fmt.Errorf("drainhook: stopped: %w", context.Cause(ctx))
-		case !drainDL.IsZero() && !time.Now().Before(drainDL):
-			return last, fmt.Errorf("drainhook: the drain deadline %s passed", drainDL.Format(time.RFC3339Nano))
+		case passed(drainDL):
+			return last, deadlinePassed(drainDL)
 		case failures >= h.MaxFailures && failures == 1:
 			return last, fmt.Errorf("drainhook: the request failed: %w", err)
 		case failures >= h.MaxFailures:
 			return last, fmt.Errorf("drainhook: %d consecutive failures, last: %w", failures, err)
 		}
 		if err != nil {
-			t := time.NewTimer(h.RetryInterval)
+			// The pause ends at the drain deadline: past it, the hook
+			// only holds the kubelet's SIGTERM, and the preserve phase,
+			// which starts there, loses that time.
+			pause := h.RetryInterval
+			if !drainDL.IsZero() {
+				pause = min(pause, time.Until(drainDL))
+			}
+			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
 			}
+			if passed(drainDL) {
+				return last, deadlinePassed(drainDL)
+			}
 		}
 	}
+}
+
+// passed reports whether the drain deadline dl, when the server reported
+// one, has come.
+func passed(dl time.Time) bool { return !dl.IsZero() && !time.Now().Before(dl) }
+
+// deadlinePassed is Run's error when it stopped at the drain deadline dl.
+func deadlinePassed(dl time.Time) error {
+	return fmt.Errorf("drainhook: the drain deadline %s passed", dl.Format(time.RFC3339Nano))
 }
 
 // noProxy returns a new http.Transport with the settings of

@@ -196,3 +196,32 @@ func TestAnswerTextIsOneBoundedLine(t *testing.T) {
 	assert.Len(t, answerText(strings.NewReader(strings.Repeat("x", 5000))), maxAnswerText)
 	assert.Empty(t, answerText(strings.NewReader("")))
 }
+
+// Fault: the pause after a failed request ran its whole RetryInterval
+// whatever time was left before the drain deadline the server reported,
+// then asked again with that deadline passed: a server that answered
+// once and then hung (default -timeout 10 s, -retry 1 s) left the hook
+// running until 0.5 s past a drain deadline 10.5 s out, and the kubelet's
+// SIGTERM came as late, out of the preserve phase's reserve, with one
+// request more in the hook's log that no server could answer. The pause
+// now ends at the drain deadline, and the hook with it.
+func TestExecHookRetryPauseEndsAtTheDrainDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dl := time.Now().Add(10*time.Second + 500*time.Millisecond)
+		var calls atomic.Int32
+		hang := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) > 1 {
+				<-r.Context().Done() // hung: the request times out
+				return
+			}
+			_ = json.NewEncoder(w).Encode(PreStopSummary{Reason: reasonWaiting, DrainDeadline: dl})
+		})
+		start := time.Now()
+		sum, err := ExecHook{URL: "http://server.test/drain",
+			Client: &http.Client{Transport: handlerTransport{hang}}}.Run(context.Background())
+		require.ErrorContains(t, err, "drain deadline")
+		require.NotNil(t, sum)
+		assert.Equal(t, 10*time.Second+500*time.Millisecond, time.Since(start), "the hook ended at the drain deadline")
+		assert.Equal(t, int32(2), calls.Load(), "no request made past the deadline")
+	})
+}
