@@ -14,8 +14,9 @@
 //	    exec:
 //	      command: ["/drainhook", "-url", "http://127.0.0.1:8082/drain"]
 //
-// A hook that ended without its drain wait also writes its last line, the
-// reason, to the container's log: to -container-log, by default
+// A hook that ended without its drain wait (a bad flag or argument
+// included: a manifest's slip starts no drain either) also writes its last
+// line, the reason, to the container's log: to -container-log, by default
 // /proc/1/fd/2, the stderr of the container's PID 1 (the server), which
 // the container runtime keeps and `kubectl logs` and a node's log shipper
 // show. The write never waits (a pipe no one reads loses the line, not the

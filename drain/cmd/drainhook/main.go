@@ -25,7 +25,8 @@ func main() {
 // returns the exit status: 0 once the server answered (the drain is then
 // the server's, its Report says the rest), 1 when no request reached the
 // drain (nothing answered, or a refusal), 2 for a bad flag or argument,
-// before any request (-h prints the usage, 0). No status holds the pod:
+// before any request (-h prints the usage, 0). Both 1 and 2 also say why
+// in the container's log (-container-log). No status holds the pod:
 // the kubelet goes on to SIGTERM whatever an exec hook returns, but only
 // one that failed gets a FailedPreStopHook event and its output in the
 // kubelet's log (at -v=1), so a hook that started no drain must fail for
@@ -45,10 +46,15 @@ func run(args []string, logw io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // the usage asked for, printed: no error, as drainkit's -h
 		}
+		// The flag package printed err and the usage to logw. The
+		// -container-log is the one given before the bad flag, or the
+		// default: the flags after it are not parsed.
+		toContainerLog(logw, containerLogPath, slog.LevelError, usageError, err)
 		return 2
 	}
 	if err := check(fs.Args(), h); err != nil {
 		fmt.Fprintf(logw, "drainhook: %v\n", err)
+		toContainerLog(logw, containerLogPath, slog.LevelError, usageError, err)
 		return 2
 	}
 	h.Logger = slog.New(slog.NewTextHandler(logw, nil))
@@ -74,16 +80,28 @@ func run(args []string, logw io.Writer) int {
 // stderr of their machine's PID 1.
 var containerLog = "/proc/1/fd/2"
 
+// usageError is the container log's line for a bad flag or argument: a
+// manifest's slip, which starts no drain as surely as a server that never
+// answers.
+const usageError = "drainhook: bad flag or argument: no drain wait; the kubelet proceeds to SIGTERM"
+
 // last logs the hook's last line, for a hook that ended without the
 // server saying its drain wait was over, and writes it to path too
-// (-container-log). The kubelet keeps an exec hook's output only in its
+// (toContainerLog).
+func last(l *slog.Logger, logw io.Writer, path string, level slog.Level, msg string, err error) {
+	l.Log(context.Background(), level, msg, "err", err)
+	toContainerLog(logw, path, level, msg, err)
+}
+
+// toContainerLog writes msg and err, one line as slog's text handler
+// writes it, to path (-container-log; "" writes nothing), for a hook that
+// got no drain wait. The kubelet keeps an exec hook's output only in its
 // own log, at -v=1, and its FailedPreStopHook event says only
 // "PreStopHook failed": in the container's log the line is where `kubectl
 // logs` and the node's log shipper find it, beside the server's own.
 // Writing never waits: a pipe no one reads, or a full one, loses the line,
 // not the hook's time; a failure is logged to logw.
-func last(l *slog.Logger, logw io.Writer, path string, level slog.Level, msg string, err error) {
-	l.Log(context.Background(), level, msg, "err", err)
+func toContainerLog(logw io.Writer, path string, level slog.Level, msg string, err error) {
 	if path == "" {
 		return
 	}

@@ -331,3 +331,43 @@ func TestRefusalSaysWhatTheServerSaid(t *testing.T) {
 		assert.NotContains(t, log.String(), "wrong\"", "the secret is not in the output")
 	}
 }
+
+// Fault: a manifest's slip (the URL given without -url, a -url without its
+// scheme, -timeout 5 with no unit, a flag misspelt) ended the hook with
+// exit status 2 before any request, the drain never started, and why was
+// written only to the hook's own output: the kubelet's FailedPreStopHook
+// event says "PreStopHook failed" and its log has the output only at -v=1,
+// so nobody with kubectl learned why, where a hook that got no drain wait
+// for any other reason says it in the container's log (row 375). A usage
+// error now says it there too.
+func TestUsageErrorIsSaidInTheContainersLog(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-container-log", "LOG", "http://127.0.0.1:8082/drain"}, `unexpected argument \"http://127.0.0.1:8082/drain\" (the URL goes in -url)`},
+		{[]string{"-container-log", "LOG", "-url", "127.0.0.1:8082/drain"}, `-url \"127.0.0.1:8082/drain\": want an http:// or https:// URL`},
+		{[]string{"-container-log", "LOG", "-timeout", "5"}, `invalid value \"5\" for flag -timeout`},
+		{[]string{"-container-log", "LOG", "-ulr", "http://127.0.0.1:8082/drain"}, "flag provided but not defined: -ulr"},
+	} {
+		file := filepath.Join(t.TempDir(), "container.log")
+		require.NoError(t, os.WriteFile(file, nil, 0o600))
+		args := append([]string(nil), tc.args...)
+		args[1] = file
+		var log strings.Builder
+		assert.Equal(t, 2, run(args, &log), tc.args)
+		got, err := os.ReadFile(file)
+		require.NoError(t, err)
+		assert.Contains(t, string(got), "level=ERROR", tc.args)
+		assert.Contains(t, string(got), "drainhook: bad flag or argument: no drain wait", tc.args)
+		assert.Contains(t, string(got), tc.says, tc.args)
+		assert.Equal(t, 1, strings.Count(string(got), "\n"), "one line: %q", got)
+	}
+	// -h asks for the usage: no fault, nothing in the container's log.
+	file := filepath.Join(t.TempDir(), "container.log")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	assert.Equal(t, 0, run([]string{"-container-log", file, "-h"}, io.Discard))
+	got, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.Empty(t, string(got))
+}
