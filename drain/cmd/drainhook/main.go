@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -127,15 +128,27 @@ func writeNow(path string, b []byte) error {
 }
 
 // check refuses what the flag package lets through: arguments after the
-// flags (a URL without -url would be ignored), a URL that is not http(s),
-// and negative bounds (zero is the default; a negative one would silently
+// flags (a URL without -url would be ignored), a URL that is not http(s)
+// or whose port is no TCP port, and negative bounds (zero is the default; a negative one would silently
 // be the default too, or no bound).
 func check(args []string, h drain.ExecHook) error {
 	if len(args) > 0 {
 		return fmt.Errorf("unexpected argument %q (the URL goes in -url)", args[0])
 	}
-	if u, err := url.Parse(h.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("-url %q: want an http:// or https:// URL such as http://127.0.0.1:8082/drain", h.URL)
+	const want = "want an http:// or https:// URL such as http://127.0.0.1:8082/drain"
+	u, err := url.Parse(h.URL)
+	switch {
+	case err != nil:
+		return fmt.Errorf("-url %q: %s (%w)", h.URL, want, errors.Unwrap(err)) // url.Error repeats the URL
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("-url %q: %s", h.URL, want)
+	}
+	// url.Parse takes any digits for a port: one no dial can use would
+	// fail every request, -failures times, as if nothing listened there.
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("-url %q: port %s is no TCP port (1-65535)", h.URL, p)
+		}
 	}
 	for _, d := range []struct {
 		flag string

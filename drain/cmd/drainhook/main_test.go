@@ -371,3 +371,30 @@ func TestUsageErrorIsSaidInTheContainersLog(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, string(got))
 }
+
+// Fault: a -url whose port is no TCP port (a typo: 80820; or 0) passed the
+// check: every request failed at the dial ("invalid port", or "connection
+// refused" for port 0, which reads as nothing listening), five times a
+// second apart, 4 s of the grace period, and the hook exited 1 as if the
+// server had never answered. A -url that does not parse was refused with a
+// message that hid why (http://127.0.0.1:-1/drain: "want an http:// or
+// https:// URL"). Both are usage errors now, before any request, naming
+// what is wrong.
+func TestURLWithNoTCPPortIsAUsageErrorNamingIt(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		says string
+	}{
+		{"http://127.0.0.1:80820/drain", `-url "http://127.0.0.1:80820/drain": port 80820 is no TCP port (1-65535)`},
+		{"http://127.0.0.1:0/drain", `-url "http://127.0.0.1:0/drain": port 0 is no TCP port (1-65535)`},
+		{"http://127.0.0.1:-1/drain", `invalid port ":-1" after host`},
+		{"http://127.0.0.1 /drain", `invalid character " " in host name`},
+	} {
+		var log strings.Builder
+		assert.Equal(t, 2, run([]string{"-url", tc.url}, &log), "a usage error, before any request: %s", tc.url)
+		assert.Contains(t, log.String(), tc.says, tc.url)
+	}
+	// A port in range, and none (the scheme's), pass.
+	assert.NoError(t, check(nil, drain.ExecHook{URL: "http://127.0.0.1:65535/drain"}))
+	assert.NoError(t, check(nil, drain.ExecHook{URL: "https://node.example/drain"}))
+}
