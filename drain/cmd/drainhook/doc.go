@@ -26,7 +26,12 @@
 //
 // It runs in the server's container, with its environment: when
 // DRAINKIT_HOOK_SECRET is set there (drain.EnvHookSecret), it sends it in
-// the X-Drain-Secret header, as the server's HookGuard requires. A refusal
+// the X-Drain-Secret header, as the server's HookGuard requires, and with
+// no -url it calls the hook where DRAINKIT_HOOK_LISTEN
+// (drain.EnvHookListen) says drain.Server serves it, 127.0.0.1:8082 when
+// unset. A hook on the pod's address ([$(POD_IP)]:8082) is found only so:
+// the kubelet does not expand $(POD_IP) in a lifecycle hook's command. A
+// refusal
 // (a 403 for a secret missing or wrong, a 404 for a wrong path) ends it at
 // once: asking again would only spend the grace period.
 package main

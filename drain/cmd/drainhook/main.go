@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/durflag"
+	"github.com/drainkit/drainkit/internal/listenaddr"
 )
 
 func main() {
@@ -36,7 +38,9 @@ func run(args []string, logw io.Writer) int {
 	h := drain.ExecHook{Start: drain.ProcessStart()} // T0: the kubelet started this hook
 	fs := flag.NewFlagSet("drainhook", flag.ContinueOnError)
 	fs.SetOutput(logw)
-	fs.StringVar(&h.URL, "url", "http://127.0.0.1:8082/drain", "URL of the server's preStop handler (the default is where drain.Server, sandboxd and the supervisor serve it)")
+	defURL, listenErr := hookURL(os.Getenv(drain.EnvHookListen))
+	fs.StringVar(&h.URL, "url", defURL, "URL of the server's preStop handler (the default is where drain.Server serves it: "+
+		drain.EnvHookListen+" from the container's environment, or, unset, 127.0.0.1:8082, where sandboxd and the supervisor serve it too)")
 	durflag.DurationVar(fs, &h.RequestTimeout, "timeout", 0, "timeout of each request (0: ExecHook's default, 10s)")
 	fs.IntVar(&h.MaxFailures, "failures", 0, "consecutive failed requests before giving up (0: ExecHook's default, 5)")
 	durflag.DurationVar(fs, &h.RetryInterval, "retry", 0, "pause after a failed request (0: ExecHook's default, 1s)")
@@ -51,6 +55,13 @@ func run(args []string, logw io.Writer) int {
 		// -container-log is the one given before the bad flag, or the
 		// default: the flags after it are not parsed.
 		toContainerLog(logw, containerLogPath, slog.LevelError, usageError, err)
+		return 2
+	}
+	urlGiven := false
+	fs.Visit(func(f *flag.Flag) { urlGiven = urlGiven || f.Name == "url" })
+	if listenErr != nil && !urlGiven {
+		fmt.Fprintf(logw, "drainhook: %v\n", listenErr)
+		toContainerLog(logw, containerLogPath, slog.LevelError, usageError, listenErr)
 		return 2
 	}
 	if err := check(fs.Args(), h); err != nil {
@@ -73,6 +84,31 @@ func run(args []string, logw io.Writer) int {
 	}
 	last(h.Logger, logw, containerLogPath, slog.LevelWarn, "drainhook: giving up; the kubelet proceeds to SIGTERM", err)
 	return 0
+}
+
+// hookURL is -url's default for the server's hook address listen
+// (drain.EnvHookListen, read from the container's environment, which the
+// hook shares with the server): http://listen/drain, an unspecified host
+// (":8082", "0.0.0.0:8082", "[::]:8082") called on 127.0.0.1, which a
+// listener on all addresses takes whatever its family. Unset, it is
+// drain.Server's default, 127.0.0.1:8082. An exec hook's command cannot
+// name the pod's address itself: the kubelet does not expand $(POD_IP) in
+// lifecycle hooks, and the images this hook is for have no shell. The
+// error, for a listen that is no host:port, names the variable (the
+// server refuses it at start too).
+func hookURL(listen string) (string, error) {
+	const def = "http://127.0.0.1:8082/drain"
+	if listen == "" {
+		return def, nil
+	}
+	if err := listenaddr.Check(listen); err != nil {
+		return def, fmt.Errorf("%s=%q %w; or give -url", drain.EnvHookListen, listen, err)
+	}
+	host, port, _ := net.SplitHostPort(listen)
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/drain", nil
 }
 
 // containerLog is -container-log's default: the stderr of the

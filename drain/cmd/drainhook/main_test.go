@@ -398,3 +398,47 @@ func TestURLWithNoTCPPortIsAUsageErrorNamingIt(t *testing.T) {
 	assert.NoError(t, check(nil, drain.ExecHook{URL: "http://127.0.0.1:65535/drain"}))
 	assert.NoError(t, check(nil, drain.ExecHook{URL: "https://node.example/drain"}))
 }
+
+// Fault: the hook's default -url was drain.Server's default hook address,
+// 127.0.0.1:8082, whatever DRAINKIT_HOOK_LISTEN said in the container's
+// environment, which the hook shares with the server (it reads
+// DRAINKIT_HOOK_SECRET there). A server whose hook listens elsewhere (the
+// README's manifest puts it on [$(POD_IP)]:8082; another port) got no call:
+// five connections refused, exit 1, no drain wait. An exec hook's command
+// cannot name the pod's address either: the kubelet does not expand
+// $(POD_IP) in lifecycle hooks (kubernetes/kubernetes#129502), and the
+// images drainhook is for have no shell. The default is now where the
+// variable says the server serves the hook; a -url given still wins.
+func TestDefaultURLFollowsTheServersHookListen(t *testing.T) {
+	b, err := deadline.New(time.Minute, deadline.Config{})
+	require.NoError(t, err)
+	d, err := drain.New(drain.Config{Budget: b,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
+	require.NoError(t, err)
+	srv := httptest.NewServer((&drain.HookGuard{Secret: "s3cret"}).Wrap(d.PreStop()))
+	defer srv.Close()
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+
+	t.Setenv(drain.EnvHookSecret, "s3cret")
+	for _, listen := range []string{"[127.0.0.1]:" + port, "0.0.0.0:" + port, ":" + port} {
+		t.Setenv(drain.EnvHookListen, listen) // as the manifest sets it for the server
+		var log strings.Builder
+		assert.Equal(t, 0, run([]string{"-failures", "1"}, &log), "%s: %s", listen, log.String())
+		assert.Contains(t, log.String(), "drain wait over", listen)
+	}
+	assert.True(t, d.Gate().Closed(), "the calls reached the Drainer: the drain started")
+	require.NoError(t, d.Shutdown(context.Background()).Err())
+
+	// A -url given wins; a variable that is no listen address, with none
+	// given, is a usage error naming it, as the server refuses it at start.
+	t.Setenv(drain.EnvHookListen, "127.0.0.1:1")
+	var log strings.Builder
+	assert.Equal(t, 0, run([]string{"-url", srv.URL + "/drain", "-failures", "1"}, &log), log.String())
+	t.Setenv(drain.EnvHookListen, "fd00::5:8082")
+	log.Reset()
+	assert.Equal(t, 2, run(nil, &log))
+	assert.Contains(t, log.String(), `DRAINKIT_HOOK_LISTEN="fd00::5:8082" is not host:port: an IPv6 address goes in brackets`)
+	log.Reset()
+	assert.Equal(t, 0, run([]string{"-url", srv.URL + "/drain", "-failures", "1"}, &log), log.String())
+}
