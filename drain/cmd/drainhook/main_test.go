@@ -130,15 +130,12 @@ func TestMisusedFlagsAreUsageErrorsNamingTheFlag(t *testing.T) {
 // default. A manifest that relied on the default got five 404s or refusals
 // and no drain wait at all. The default is where the hook is.
 func TestDefaultURLReachesTheHookWhereDrainkitServesIt(t *testing.T) {
+	t.Setenv(drain.EnvHookListen, "")              // unset: drain.Server's default
 	ln, err := net.Listen("tcp", "127.0.0.1:8082") // drain.EnvHookListen's default
 	if err != nil {
 		t.Skipf("127.0.0.1:8082, drainkit's default hook address, is taken here: %v", err)
 	}
-	b, err := deadline.New(time.Minute, deadline.Config{})
-	require.NoError(t, err)
-	d, err := drain.New(drain.Config{Budget: b,
-		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
-	require.NoError(t, err)
+	d := emptyDrainer(t)
 	hooks := http.NewServeMux()
 	hooks.Handle("GET /drain", (&drain.HookGuard{}).Wrap(d.PreStop()))
 	srv := &http.Server{Handler: hooks}
@@ -159,11 +156,7 @@ func TestDefaultURLReachesTheHookWhereDrainkitServesIt(t *testing.T) {
 // the end of the grace period, leaving SIGTERM its 2 s floor.
 func TestSecretFromTheContainersEnvironmentIsSent(t *testing.T) {
 	t.Setenv(drain.EnvHookSecret, "s3cret")
-	b, err := deadline.New(time.Minute, deadline.Config{})
-	require.NoError(t, err)
-	d, err := drain.New(drain.Config{Budget: b,
-		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
-	require.NoError(t, err)
+	d := emptyDrainer(t)
 	srv := httptest.NewServer((&drain.HookGuard{Secret: "s3cret"}).Wrap(d.PreStop()))
 	defer srv.Close()
 
@@ -410,11 +403,7 @@ func TestURLWithNoTCPPortIsAUsageErrorNamingIt(t *testing.T) {
 // images drainhook is for have no shell. The default is now where the
 // variable says the server serves the hook; a -url given still wins.
 func TestDefaultURLFollowsTheServersHookListen(t *testing.T) {
-	b, err := deadline.New(time.Minute, deadline.Config{})
-	require.NoError(t, err)
-	d, err := drain.New(drain.Config{Budget: b,
-		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
-	require.NoError(t, err)
+	d := emptyDrainer(t)
 	srv := httptest.NewServer((&drain.HookGuard{Secret: "s3cret"}).Wrap(d.PreStop()))
 	defer srv.Close()
 	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
@@ -441,4 +430,15 @@ func TestDefaultURLFollowsTheServersHookListen(t *testing.T) {
 	assert.Contains(t, log.String(), `DRAINKIT_HOOK_LISTEN="fd00::5:8082" is not host:port: an IPv6 address goes in brackets`)
 	log.Reset()
 	assert.Equal(t, 0, run([]string{"-url", srv.URL + "/drain", "-failures", "1"}, &log), log.String())
+}
+
+// emptyDrainer is a Drainer with a minute's grace and no sandboxes: its
+// preStop wait is over at the first count.
+func emptyDrainer(t *testing.T) *drain.Drainer {
+	b, err := deadline.New(time.Minute, deadline.Config{})
+	require.NoError(t, err)
+	d, err := drain.New(drain.Config{Budget: b,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
+	require.NoError(t, err)
+	return d
 }
