@@ -117,7 +117,11 @@ type Policy struct {
 // fails to go out is sent again every 100 ms until the wait after the
 // signal ends, unless the failure is for good (EPERM, EINVAL,
 // errors.ErrUnsupported): before, a target that never got it was SIGKILLed
-// at once. A Signal error matching ECHILD (the
+// at once. SIGKILL is sent again the same way until the kill wait ends:
+// sent once, a `runsc kill --all` that could not fork left the target
+// running, ExitUnknown; a target such a resend finds gone is
+// ExitedAfterKill (the failed send may have reached it). A Signal error
+// matching ECHILD (the
 // signalling command's status was stolen the same way) may have been
 // delivered: the wait after the signal is kept. The error is nil for Exited and
 // Gone. For ExitedAfterKill it says why the target was not given the first
@@ -175,21 +179,28 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	if err != nil {
 		failures = append(failures, err)
 	}
-	if err := t.Signal(ctx, syscall.SIGKILL); isGone(err) {
+	err = t.Signal(ctx, syscall.SIGKILL)
+	if isGone(err) {
 		if sig == syscall.SIGKILL {
 			// Gone after a first SIGKILL that a failing wait did not see
 			// end it: that SIGKILL ended it, never Exited.
 			return ExitedAfterKill, unsent
 		}
 		return ended, nil // it exited on its own between the wait and the kill
-	} else if err != nil {
-		failures = append(failures, fmt.Errorf("escalate: sending SIGKILL: %w", err))
 	}
-	killEnd := time.Now().Add(killWait)
+	killed := time.Now()
+	killEnd := killed.Add(killWait)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(killEnd) {
 		killEnd = dl
 	}
-	killed := time.Now()
+	// A SIGKILL that failed for a passing reason (`runsc kill --all` that
+	// could not fork) is sent again within the kill wait, as the first
+	// signal is within its own: sent once, it left the target running.
+	if tries, err := resend(ctx, t, syscall.SIGKILL, err, killEnd); isGone(err) {
+		return ExitedAfterKill, unsent // gone once a SIGKILL was tried: never Exited
+	} else if err != nil {
+		failures = append(failures, sendError("SIGKILL", tries, err))
+	}
 	if exited, err = waitUntil(ctx, t, killEnd); exited {
 		// Why it needed SIGKILL, when the first signal never went out (an
 		// invalid Policy.Signal, EPERM): it reads otherwise as a target too
@@ -214,7 +225,17 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 // status stolen (ECHILD), nor one that found the target gone. The error
 // names the signal and, when it was sent more than once, how often.
 func signalUntil(ctx context.Context, t Target, sig syscall.Signal, until time.Time) error {
-	err := t.Signal(ctx, sig)
+	tries, err := resend(ctx, t, sig, t.Signal(ctx, sig), until)
+	if err == nil || isGone(err) {
+		return err
+	}
+	return sendError(sig.String(), tries, err)
+}
+
+// resend sends sig to t again, as signalUntil describes, after a first send
+// that returned err. It returns how many sends there were, the first
+// included, and the last one's error, unwrapped.
+func resend(ctx context.Context, t Target, sig syscall.Signal, err error, until time.Time) (int, error) {
 	tries := 1
 	for ; err != nil && sendAgain(err) && time.Until(until) > retryPause; tries++ {
 		if !sleepCtx(ctx, retryPause) {
@@ -222,13 +243,16 @@ func signalUntil(ctx context.Context, t Target, sig syscall.Signal, until time.T
 		}
 		err = t.Signal(ctx, sig)
 	}
-	switch {
-	case err == nil || isGone(err):
-		return err
-	case tries > 1:
-		return fmt.Errorf("escalate: sending %v (%d times): %w", sig, tries, err)
+	return tries, err
+}
+
+// sendError is the error of a send of the signal named sig that failed
+// with err after tries sends.
+func sendError(sig string, tries int, err error) error {
+	if tries > 1 {
+		return fmt.Errorf("escalate: sending %s (%d times): %w", sig, tries, err)
 	}
-	return fmt.Errorf("escalate: sending %v: %w", sig, err)
+	return fmt.Errorf("escalate: sending %s: %w", sig, err)
 }
 
 // sendAgain reports whether a failed send may succeed if tried again.

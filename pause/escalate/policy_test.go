@@ -578,6 +578,22 @@ func (n *nilTarget) Signal(context.Context, syscall.Signal) error { n.exited = t
 func (n *nilTarget) Wait(context.Context) error                   { n.exited = true; return nil }
 func (n *nilTarget) Exited(context.Context) (bool, error)         { return n.exited, nil }
 
+// failingSends is f behind a runtime whose first n sends of sig fail for
+// a passing reason: its `runsc kill` could not fork (EAGAIN).
+func failingSends(f *fakeTarget, sig syscall.Signal, n int) escalate.Target {
+	failed := 0
+	return escalate.Funcs{
+		SignalFunc: func(ctx context.Context, s syscall.Signal) error {
+			if s == sig && failed < n {
+				failed++
+				return fmt.Errorf("runsc kill %v: fork/exec /usr/bin/runsc: %w", s, syscall.EAGAIN)
+			}
+			return f.Signal(ctx, s)
+		},
+		WaitFunc: f.Wait,
+	}
+}
+
 // A first signal that failed to go out for a passing reason (the runtime's
 // `runsc kill` could not fork under load) is sent again until the wait
 // after the signal ends: the target then saves itself on it. Before, the
@@ -586,17 +602,7 @@ func (n *nilTarget) Exited(context.Context) (bool, error)         { return n.exi
 func TestEscalationFailedFirstSignalIsSentAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake(map[syscall.Signal]time.Duration{syscall.SIGTERM: 500 * time.Millisecond})
-		failed := 0
-		target := escalate.Funcs{
-			SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
-				if sig == syscall.SIGTERM && failed < 2 {
-					failed++
-					return fmt.Errorf("runsc kill: fork/exec /usr/bin/runsc: %w", syscall.EAGAIN)
-				}
-				return f.Signal(ctx, sig)
-			},
-			WaitFunc: f.Wait,
-		}
+		target := failingSends(f, syscall.SIGTERM, 2)
 		start := time.Now()
 		exit, err := escalate.Policy{TermWait: 20 * time.Second}.Stop(t.Context(), target)
 		require.NoError(t, err)
@@ -817,4 +823,108 @@ func TestKillAfterAStolenFirstSignalStatusDoesNotSayItWasNotSent(t *testing.T) {
 		assert.Equal(t, 5*time.Second, time.Since(start), "the TermWait kept: the signal may have been delivered")
 		assert.NoError(t, err, "it only did not exit in time")
 	})
+}
+
+// Fault: SIGKILL was sent once. A `runsc kill --all SIGKILL` that failed
+// for a passing reason (it could not fork on a loaded node: EAGAIN) left
+// the target running: the kill wait ran out and Stop said ExitUnknown, a
+// sandbox that may still run, where the first signal is sent again every
+// 100 ms (row 372) and a second try would have killed it. SIGKILL is now
+// sent again the same way, within the kill wait.
+//
+//	0 s      SIGTERM: ignored
+//	5 s      SIGKILL: EAGAIN; 5.1 s: EAGAIN; 5.2 s: delivered
+//	5.3 s    the target exits                 -> ExitedAfterKill, nil
+func TestEscalationFailedSIGKILLIsSentAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(map[syscall.Signal]time.Duration{syscall.SIGKILL: 100 * time.Millisecond})
+		target := failingSends(f, syscall.SIGKILL, 2)
+		start := time.Now()
+		exit, err := escalate.Policy{TermWait: 5 * time.Second, KillWait: 2 * time.Second}.Stop(t.Context(), target)
+		assert.Equal(t, escalate.ExitedAfterKill, exit, "a SIGKILL that failed once was never sent again: %v", err)
+		assert.NoError(t, err, "SIGKILL went out, and the target only did not exit on the signal")
+		assert.Equal(t, []string{"terminated@00.000", "killed@05.200"}, f.sent(), "sent again every 100 ms")
+		assert.Equal(t, 5300*time.Millisecond, time.Since(start))
+	})
+}
+
+// A target that a resent SIGKILL finds gone needed SIGKILL: the send that
+// failed may have reached it (`runsc kill --all` that killed some of the
+// container's processes and then failed). Never Exited, which a Sandbox
+// reports preserved.
+func TestEscalationTargetGoneAtAResentSIGKILLIsAKill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kills := 0
+		target := escalate.Funcs{
+			SignalFunc: func(_ context.Context, sig syscall.Signal) error {
+				if sig != syscall.SIGKILL {
+					return nil
+				}
+				if kills++; kills == 1 {
+					return fmt.Errorf("runsc kill --all: %w", syscall.EAGAIN)
+				}
+				return os.ErrProcessDone
+			},
+			WaitFunc: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+		}
+		exit, err := escalate.Policy{TermWait: time.Second, KillWait: time.Second}.Stop(t.Context(), target)
+		assert.Equal(t, escalate.ExitedAfterKill, exit)
+		assert.NoError(t, err)
+		assert.Equal(t, 2, kills)
+	})
+}
+
+// A SIGKILL that keeps failing is sent again until the kill wait ends, and
+// the error says how often; the end is unknown.
+func TestEscalationSIGKILLThatKeepsFailingEndsTheKillWaitUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kills := 0
+		target := escalate.Funcs{
+			SignalFunc: func(_ context.Context, sig syscall.Signal) error {
+				if sig == syscall.SIGKILL {
+					kills++
+					return fmt.Errorf("runsc kill --all: %w", syscall.EAGAIN)
+				}
+				return nil
+			},
+			WaitFunc: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+		}
+		start := time.Now()
+		exit, err := escalate.Policy{TermWait: time.Second, KillWait: time.Second}.Stop(t.Context(), target)
+		assert.Equal(t, escalate.ExitUnknown, exit)
+		assert.ErrorIs(t, err, escalate.ErrExitUnknown)
+		assert.ErrorIs(t, err, syscall.EAGAIN)
+		assert.ErrorContains(t, err, fmt.Sprintf("escalate: sending SIGKILL (%d times): ", kills))
+		assert.Equal(t, 10, kills, "every 100 ms of the kill wait")
+		assert.Equal(t, 2*time.Second, time.Since(start), "Stop still ends with the kill wait")
+	})
+}
+
+// The same with a real child that ignores SIGTERM, reached through a
+// runtime whose first SIGKILL fails (EAGAIN): before, the child was left
+// running and Stop said ExitUnknown; it is killed, and reaped.
+func TestEscalationKillsAChildWhoseFirstSIGKILLFailed(t *testing.T) {
+	cmd, state := child(t, "ignore")
+	real := escalate.Cmd(cmd)
+	failed := false
+	target := escalate.Funcs{
+		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
+			if sig == syscall.SIGKILL && !failed {
+				failed = true
+				return fmt.Errorf("runsc kill --all: fork/exec /usr/bin/runsc: %w", syscall.EAGAIN)
+			}
+			return real.Signal(ctx, sig)
+		},
+		WaitFunc:   real.Wait,
+		ExitedFunc: real.Exited,
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	exit, err := escalate.Policy{TermWait: 200 * time.Millisecond, KillWait: 10 * time.Second}.Stop(ctx, target)
+	require.NoError(t, err)
+	assert.Equal(t, escalate.ExitedAfterKill, exit)
+	require.NotNil(t, cmd.ProcessState, "the child was reaped")
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "%v", ws)
+	assert.NoFileExists(t, state)
 }
