@@ -87,8 +87,8 @@ type Config struct {
 	PreStopSleep time.Duration
 
 	// Logger receives every change of the budget that takes effect (the
-	// event, T0, SIGTERM, SIGKILL and deadline), at Info level; nil
-	// discards them.
+	// event, its number, T0, SIGTERM, SIGKILL and deadline, as that change
+	// left them), at Info level; nil discards them.
 	Logger *slog.Logger
 }
 
@@ -123,6 +123,7 @@ type Budget struct {
 	restart time.Time     // OnRestart: when the kubelet last ran the termination over; zero if never
 	regrace time.Duration // OnRestart: the grace of that run
 	changed chan struct{}
+	changes uint64 // how many changes took effect: the latest one's number
 }
 
 // New returns a Budget for a pod whose termination grace period is grace
@@ -215,8 +216,9 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 	}
 	b.anchor, b.start, b.kill = AnchorPreStop, at, at.Add(b.grace)
 	b.notifyLocked()
+	line := b.lineLocked(true)
 	b.mu.Unlock()
-	b.logChange("preStop")
+	line.write("preStop")
 	return true
 }
 
@@ -251,10 +253,9 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 func (b *Budget) OnSIGTERM(at time.Time) bool {
 	b.mu.Lock()
 	first := b.sigtermLocked(monotonic(nowIfZero(at)))
+	line := b.lineLocked(first)
 	b.mu.Unlock()
-	if first {
-		b.logChange("SIGTERM")
-	}
+	line.write("SIGTERM")
 	return first
 }
 
@@ -311,10 +312,9 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 	if kill := at.Add(MinimumGracePeriod); first && kill.Before(b.kill) {
 		b.kill = laterOf(kill, b.start)
 	}
+	line := b.lineLocked(first)
 	b.mu.Unlock()
-	if first {
-		b.logChange("SIGTERM with the preStop hook abandoned by the kubelet")
-	}
+	line.write("SIGTERM with the preStop hook abandoned by the kubelet")
 	return first
 }
 
@@ -374,8 +374,9 @@ func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
 	}
 	b.kill = laterOf(kill, b.start)
 	b.notifyLocked()
+	line := b.lineLocked(true)
 	b.mu.Unlock()
-	b.logChange("restart")
+	line.write("restart")
 	return true
 }
 
@@ -417,10 +418,9 @@ func (b *Budget) Tighten(kill time.Time) bool {
 	}
 	b.mu.Lock()
 	changed := b.tightenLocked(kill)
+	line := b.lineLocked(changed)
 	b.mu.Unlock()
-	if changed {
-		b.logChange("tighten")
-	}
+	line.write("tighten")
 	return changed
 }
 
@@ -452,18 +452,41 @@ func (b *Budget) tightenLocked(kill time.Time) bool {
 	return true
 }
 
-// logChange reports the budget's state after event took effect.
-func (b *Budget) logChange(event string) {
-	if b.log == nil {
+// A logLine is a change's line for Config.Logger: the state the change
+// left and its number, both read under the lock the change was made
+// under. Read after the lock was released, a change made meanwhile by
+// another goroutine (SIGTERM in its handler, a Tighten from a read of
+// the pod) showed in this change's line, and two lines showed one state.
+type logLine struct {
+	log    *slog.Logger
+	st     State
+	change uint64
+}
+
+// lineLocked returns the line of the change just made, or nil when took is
+// false (nothing changed) or there is no Logger. The caller holds b.mu.
+func (b *Budget) lineLocked(took bool) *logLine {
+	if !took || b.log == nil {
+		return nil
+	}
+	return &logLine{log: b.log, st: b.stateLocked(), change: b.changes}
+}
+
+// write logs the line for event, outside the budget's lock: a slow
+// handler holds no reader of the budget. Lines of concurrent changes may
+// be written in either order; their change numbers give the order the
+// changes took effect. A nil line writes nothing.
+func (l *logLine) write(event string) {
+	if l == nil {
 		return
 	}
-	st := b.State()
-	attrs := []any{"event", event, "anchor", string(st.Anchor), "t0", st.Start, "kill", st.Kill,
+	st := l.st
+	attrs := []any{"event", event, "change", l.change, "anchor", string(st.Anchor), "t0", st.Start, "kill", st.Kill,
 		"deadline", st.Deadline, "grace", st.Grace, "remaining", max(time.Until(st.Deadline), 0)}
 	if !st.SIGTERM.IsZero() {
 		attrs = append(attrs, "sigterm", st.SIGTERM)
 	}
-	b.log.Info("deadline: budget changed", attrs...)
+	l.log.Info("deadline: budget changed", attrs...)
 }
 
 // asKnown returns known when t is it as given (Equal), else t on the
@@ -523,6 +546,7 @@ func (b *Budget) notifyLocked() {
 		close(b.changed)
 	}
 	b.changed = make(chan struct{})
+	b.changes++
 }
 
 // Changed returns a channel that is closed the next time the budget's
@@ -618,9 +642,14 @@ type State struct {
 // Start is now and Kill is now + grace.
 func (b *Budget) State() State {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stateLocked()
+}
+
+// stateLocked is State; the caller holds b.mu.
+func (b *Budget) stateLocked() State {
 	s := State{Anchor: b.anchor, Start: b.start, SIGTERM: b.sigterm, Kill: b.kill, Grace: b.grace, Margin: b.margin,
 		Restart: b.restart, RestartGrace: b.regrace}
-	b.mu.Unlock()
 	if s.Anchor == AnchorNone {
 		s.Start = time.Now()
 		s.Kill = s.Start.Add(b.grace)

@@ -2,8 +2,12 @@ package deadline_test
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -29,6 +33,7 @@ func TestBudgetLogsEveryChangeThatTakesEffect(t *testing.T) {
 
 		type record struct {
 			Msg, Event, Anchor string
+			Change             uint64
 			T0, Kill, Deadline time.Time
 			SIGTERM            *time.Time
 		}
@@ -42,6 +47,7 @@ func TestBudgetLogsEveryChangeThatTakesEffect(t *testing.T) {
 		require.Len(t, got, 3)
 		assert.Equal(t, []string{"preStop", "tighten", "SIGTERM"}, []string{got[0].Event, got[1].Event, got[2].Event})
 		assert.Equal(t, "deadline: budget changed", got[0].Msg)
+		assert.Equal(t, []uint64{1, 2, 3}, []uint64{got[0].Change, got[1].Change, got[2].Change}, "the changes that took effect, numbered")
 		assert.Equal(t, "preStop", got[2].Anchor)
 		assert.True(t, t0.Equal(got[0].T0))
 		assert.True(t, t0.Add(3600*time.Second).Equal(got[0].Kill))
@@ -52,4 +58,76 @@ func TestBudgetLogsEveryChangeThatTakesEffect(t *testing.T) {
 		require.NotNil(t, got[2].SIGTERM)
 		assert.True(t, t0.Add(30*time.Second).Equal(*got[2].SIGTERM))
 	})
+}
+
+// lines is a slog.Handler that keeps each record's attributes.
+type lines struct {
+	mu  sync.Mutex
+	got []map[string]any
+}
+
+func (h *lines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lines) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *lines) WithGroup(string) slog.Handler            { return h }
+func (h *lines) Handle(_ context.Context, r slog.Record) error {
+	m := map[string]any{}
+	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.Any(); return true })
+	h.mu.Lock()
+	h.got = append(h.got, m)
+	h.mu.Unlock()
+	return nil
+}
+
+// Fault: each change's line read the budget again after the change had
+// released the lock, so a change made concurrently (SIGTERM in its
+// handler, a Tighten from the drain's read of the pod) landed in the line
+// of the other: "event=SIGTERM kill=T0+20s", the tightened SIGKILL, where
+// SIGTERM had set T0+30s, or a tighten line with the SIGTERM that came
+// after it, and the two lines then showed the same state (174 of 20000
+// runs of a bare loop; this test failed within its first 62 runs, 3 of 3
+// times). Each line now shows the state its change left, read
+// under the same lock, and numbers the change, so lines written in the
+// other order still tell which came first.
+//
+//	T0 preStop (grace 30 s); then at once, concurrently:
+//	SIGTERM at T0+10 s: SIGKILL T0+30 s (the kubelet's 30 - 10 after SIGTERM), or kept at T0+20 s
+//	Tighten(T0+20 s):   SIGKILL T0+20 s whatever came first
+func TestBudgetLogLineShowsTheStateItsChangeLeft(t *testing.T) {
+	for i := range 5000 {
+		h := &lines{}
+		b, err := deadline.New(30*time.Second, deadline.Config{Logger: slog.New(h)})
+		require.NoError(t, err)
+		t0 := time.Now()
+		b.OnPreStop(t0)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Go(func() { <-start; b.OnSIGTERM(t0.Add(10 * time.Second)) })
+		wg.Go(func() { <-start; b.Tighten(t0.Add(20 * time.Second)) })
+		close(start)
+		wg.Wait()
+
+		require.Len(t, h.got, 3)
+		changes := h.got[1:]
+		kill := func(l map[string]any) time.Duration { return l["kill"].(time.Time).Sub(t0) }
+		_, sig0 := changes[0]["sigterm"]
+		_, sig1 := changes[1]["sigterm"]
+		if kill(changes[0]) == kill(changes[1]) && sig0 == sig1 {
+			t.Fatalf("run %d: two changes, two lines with the same state: %v", i, changes)
+		}
+		slices.SortFunc(changes, func(a, b map[string]any) int { return cmp.Compare(a["change"].(uint64), b["change"].(uint64)) })
+		require.Equal(t, []uint64{2, 3}, []uint64{changes[0]["change"].(uint64), changes[1]["change"].(uint64)})
+		first, second := changes[0], changes[1]
+		if first["event"] == "SIGTERM" {
+			assert.Equal(t, 30*time.Second, kill(first), "run %d: SIGTERM first: the kubelet's SIGKILL", i)
+		} else {
+			_, sigterm := first["sigterm"]
+			assert.False(t, sigterm, "run %d: tighten first: no SIGTERM yet", i)
+			assert.Equal(t, 20*time.Second, kill(first), "run %d", i)
+		}
+		assert.Equal(t, 20*time.Second, kill(second), "run %d", i)
+		assert.Contains(t, second, "sigterm", "run %d", i)
+		if t.Failed() {
+			t.Fatalf("run %d: %v", i, changes)
+		}
+	}
 }
