@@ -117,13 +117,13 @@ type Policy struct {
 // fails to go out is sent again every 100 ms until the wait after the
 // signal ends, unless the failure is for good (EPERM, EINVAL,
 // errors.ErrUnsupported): before, a target that never got it was SIGKILLed
-// at once. SIGKILL is sent again the same way until the kill wait ends:
+// at once. A Signal error matching ECHILD (the
+// signalling command's status was stolen the same way) may have been
+// delivered: the wait after the signal is kept. A SIGKILL that fails for a
+// passing reason is sent again every 100 ms until the kill wait ends:
 // sent once, a `runsc kill --all` that could not fork left the target
 // running, ExitUnknown; a target such a resend finds gone is
-// ExitedAfterKill (the failed send may have reached it). A Signal error
-// matching ECHILD (the
-// signalling command's status was stolen the same way) may have been
-// delivered: the wait after the signal is kept. The error is nil for Exited and
+// ExitedAfterKill (the failed send may have reached it). The error is nil for Exited and
 // Gone. For ExitedAfterKill it says why the target was not given the first
 // signal, when it was not (the send failed, or Signal is SIGKILL; one whose
 // status was stolen, ECHILD, counts as sent), and is nil
