@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -70,7 +69,6 @@ func (d *Drainer) readOnce(at string, rerun time.Time) (failed bool) {
 	ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
 	defer cancel()
 	del, err := d.pod.Deletion(ctx)
-	var apiErr *kube.APIError
 	switch {
 	case err == nil:
 		d.pollFails.OK()
@@ -86,7 +84,7 @@ func (d *Drainer) readOnce(at string, rerun time.Time) (failed bool) {
 		// stopPodReads ended it: the drain is over, as it should be,
 		// and nothing is wrong with the API server.
 		d.log.Debug("drain: a read of the pod's deletion was stopped: the drain ended", "at", at, "error", err)
-	case (errors.Is(err, kube.ErrPodReplaced) || errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound) && d.podRemoved(at, err):
+	case (errors.Is(err, kube.ErrPodReplaced) || kube.IsNotFound(err)) && d.podRemoved(at, err):
 	case at == atPoll:
 		if news, n := d.pollFails.Fail(failureKind(err)); news {
 			d.log.Warn("drain: the pod's deletion could not be read during the shutdown: a second, shorter deletion would go unseen until a read succeeds",

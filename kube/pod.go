@@ -424,7 +424,7 @@ func (p *Pod) Deletion(ctx context.Context) (Deletion, error) {
 	if err == nil {
 		d, err = obj.deletion()
 	}
-	if p.Identity().Static && (err == nil || errors.Is(err, ErrNotTerminating) || isNotFound(err)) {
+	if p.Identity().Static && (err == nil || errors.Is(err, ErrNotTerminating) || IsNotFound(err)) {
 		// The mirror pod's deletion, or its removal, is not this pod's.
 		d, err = Deletion{SpecGrace: d.SpecGrace}, fmt.Errorf("kube: pod %s/%s: %w (read: %s)", p.ns, p.name, ErrStaticPod, staticRead(obj, err))
 	}
@@ -700,7 +700,7 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	body, offset, err := p.do(ctx, http.MethodGet, u, nil, http.StatusOK, `"get" on "pods"`)
 	if err != nil {
 		err = fmt.Errorf("kube: GET pod %s/%s: %w", p.ns, p.name, err)
-		if isNotFound(err) {
+		if IsNotFound(err) {
 			p.mu.Lock()
 			p.mismatched(fmt.Errorf("kube: pod %s/%s: no pod of this name, Config.UID %q: %w", p.ns, p.name, p.uid, err))
 			p.mu.Unlock()
@@ -750,8 +750,13 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	return &pod, nil
 }
 
-// isNotFound reports whether err is the API server's 404.
-func isNotFound(err error) bool {
+// IsNotFound reports whether err is, or wraps, the API server's 404 Not
+// Found (an *APIError with StatusCode 404): to a read of the pod, no pod of
+// this name in its namespace. It is the one test for it, the package's and
+// its callers': Deletion, Identity's Mismatch and drain's reads tell by it a
+// pod removed (a force deletion) or a name that is not the pod's. A request
+// that got no answer (a timeout, a refused connection) is not one.
+func IsNotFound(err error) bool {
 	var apiErr *APIError
 	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound
 }
