@@ -134,9 +134,11 @@ type Config struct {
 	// that when the pod's UID is known (kube.Config.UID, or an earlier
 	// read); unknown, it is a failed read, and so is one after a read
 	// before the termination found the name not naming this pod
-	// (kube.Pod.Identity: Report.PodMismatch). And it
-	// posts Kubernetes Events on the
-	// pod: DrainStarted (T0, the expected SIGKILL, the plan), SandboxesLost
+	// (kube.Pod.Identity: Report.PodMismatch; a static pod's read before
+	// the kubelet made its mirror pod is said at Info, and is an error only
+	// if the drain's read still finds no pod: kube.Identity.MirrorPending).
+	// And it posts Kubernetes Events on the pod: DrainStarted (T0, the
+	// expected SIGKILL, the plan), SandboxesLost
 	// (Warning: how many, which; again for what a step's final sweep lost,
 	// see Step), StepFinished or StepFailed for each step (with the ublk
 	// step's verdicts), DrainFinished (the Report's counts, every sweep

@@ -196,11 +196,16 @@ func (d *Drainer) podRemoved(at string, err error) bool {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
 	if start := d.misnamed(); start != nil {
-		if !d.misnamedSaid {
-			d.misnamedSaid = true
+		switch {
+		case d.misnamedSaid:
+		case d.startID.MirrorPending():
+			d.log.Error("drain: the pod is still not in the API server at the drain, as at start: "+msgNoMirror+
+				"; this read is no force deletion, and the budget stands", "at", at, "error", err, "kill", d.budget.Kill())
+		default:
 			d.log.Error("drain: the pod's name does not name this pod, as a read before the termination found: "+msgMisnamed+
 				"; this read is no force deletion, and the budget stands", "at", at, "error", err, "found_before", start, "kill", d.budget.Kill())
 		}
+		d.misnamedSaid = true
 		return true
 	}
 	if d.delGrace == 0 {
@@ -275,15 +280,29 @@ func (d *Drainer) misnamed() error {
 	return d.startID.Mismatch
 }
 
+// msgNoMirror says what a static pod's name that names no pod in the API
+// server means once the kubelet should have made its mirror pod, and what
+// to do.
+const msgNoMirror = "no mirror pod of this static pod (" + EnvPodUID + " is its config hash) under " + EnvPodName +
+	": the kubelet has not made one (it cannot reach the API server) or " + EnvPodName + " is not its name (the manifest's, a dash, the node's: fieldRef metadata.name), " +
+	"so no read can find this pod"
+
 // sayPodIdentity keeps, at New, what the reads of the pod before it
 // showed (misnamed), and logs what will limit the drain's: a name not
 // naming this pod (Error), or a UID not known (Warn), with which a read
 // that finds the pod gone cannot tell a force deletion from a name the API
-// server never had.
+// server never had. A static pod's name that names no pod yet is said at
+// Info: the kubelet starts a static pod before it made its mirror pod, so
+// a read at start can find none though nothing is wrong
+// (kube.Identity.MirrorPending); the drain, which needs it, says it at
+// Error if its read still finds none, and the Report has it (misnamed).
 func (d *Drainer) sayPodIdentity() {
 	id := d.pod.Identity()
 	d.startID = id
 	switch {
+	case id.MirrorPending():
+		d.log.Info("drain: the pod is not in the API server yet: "+EnvPodUID+" is a static pod's (its config hash), whose mirror pod the kubelet makes once it reaches "+
+			"the API server; a read at the drain finds the pod through it, and one that still finds no pod is an error", "pod", d.pod.Name(), "read", id.Mismatch)
 	case id.Mismatch != nil && !id.Confirmed:
 		d.log.Error("drain: a read of the pod found its name not naming this pod: "+msgMisnamed+
 			"; a read at the drain that finds the pod gone, or another in its name, will not be taken for a force deletion", "error", id.Mismatch)

@@ -187,6 +187,62 @@ func TestStaticPodsMirrorPodIsThePod(t *testing.T) {
 	}
 }
 
+// Fault (row 840): a static pod's process can start before the kubelet
+// made its mirror pod in the API server (the kubelet starts a static pod's
+// containers whether it could make the mirror pod or not: at the node's
+// boot, before it reached the API server or registered its node), so the
+// read at start finds no pod of the name, a 404. Row 700 took that for a
+// POD_NAME or POD_UID that is not the pod's and said so at Error at New,
+// though the read at the drain found the pod through its mirror: a false
+// Error line at every such start. A 404 at start for a POD_UID that is a
+// static pod's (the kubelet's config hash) is now said once at Info; a pod
+// still not found at the drain is the error it was:
+//
+//	0 s   start: the read finds no pod of the name (404), POD_UID staticHash
+//	1 s   the kubelet makes the mirror pod, or not
+//	      SIGTERM, no hook: the mirror pod read, SIGKILL stays at SIGTERM +
+//	      20 s, no Error (before: the Error at New); no mirror pod: the
+//	      Error at the drain's read, pod_mismatch in the Report and its Err
+func TestStaticPodReadBeforeItsMirrorPodIsMadeIsNoError(t *testing.T) {
+	for _, made := range []bool{true, false} {
+		t.Run(map[bool]string{true: "the mirror pod made after the read", false: "no mirror pod by the drain"}[made], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				api := mirrorPod(staticHash)
+				api.Refuse(http.StatusNotFound) // not made yet
+				f, logs := pollFixture(t, api, handlerTransport{api}, 10, fixtureOpts{edit: func(cfg *Config) {
+					cfg.Pod = podAs(t, api, staticHash, handlerTransport{api})
+					_, err := cfg.Pod.Spec(t.Context()) // the read at start
+					require.True(t, kube.IsNotFound(err), "%v", err)
+				}})
+				assert.NotContains(t, logs.String(), "level=ERROR", "start: %s", logs.String())
+				assert.Equal(t, 1, strings.Count(logs.String(), `level=INFO msg="drain: the pod is not in the API server yet`), "said once: %s", logs.String())
+
+				time.Sleep(time.Second)
+				if made {
+					api.Refuse(0)
+				}
+				sigterm := time.Now()
+				rep := f.d.Shutdown(context.Background())
+				assert.Equal(t, sigterm.Add(20*time.Second), rep.Budget.Kill, "the grace stands: SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
+				assert.Equal(t, 10, rep.Preserve.Counts["preserved"], "%v", rep.Preserve.Counts)
+				assert.NotContains(t, logs.String(), "before any read found its deletion", "no force deletion")
+				assert.NotRegexp(t, `msg="drain: SIGTERM: plan" .*pod_mismatch=`, logs.String(), "the read at SIGTERM decides")
+				if made {
+					assert.NotContains(t, logs.String(), "level=ERROR")
+					assert.Empty(t, rep.PodMismatch)
+					assert.NoError(t, rep.Err())
+					assert.True(t, rep.StaticPod)
+					return
+				}
+				assert.Equal(t, 1, strings.Count(logs.String(), `level=ERROR msg="drain: the pod is still not in the API server at the drain`), "said once: %s", logs.String())
+				assert.Contains(t, rep.PodMismatch, staticHash)
+				require.Error(t, rep.Err())
+				assert.Contains(t, rep.Err().Error(), EnvPodName)
+			})
+		})
+	}
+}
+
 // A mirror pod of another static pod in the name (another hash: the
 // static pod's manifest replaced, its mirror made again) is another pod,
 // as any other UID: after a read that found this pod's mirror, row 580's

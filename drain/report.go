@@ -114,7 +114,9 @@ type Report struct {
 	// PodMismatch is, when a read of the pod before the termination began
 	// (at start, the pod running) found its name naming another pod or
 	// none (kube.Identity.Mismatch: POD_NAME, or POD_UID, is not this
-	// pod's), that read's error. The drain then took no read that found
+	// pod's), that read's error, unless a read since found the pod (a
+	// static pod's mirror pod the kubelet made after the pod started:
+	// kube.Identity.MirrorPending). The drain then took no read that found
 	// the pod gone, or another in its name, for a force deletion: the
 	// budget stood. Err includes it: the drain could read no deletion of
 	// its own pod.

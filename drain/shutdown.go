@@ -267,7 +267,10 @@ func (d *Drainer) logPlan(ctx context.Context) (warned bool) {
 	st := d.budget.State()
 	attrs = append(attrs, "kill", st.Kill, "deadline", st.Deadline, "running", d.Running())
 	if d.pod != nil {
-		if err := d.misnamed(); err != nil { // the plan stands on the budget alone
+		// The plan stands on the budget alone. A static pod's mirror pod
+		// not made at start is the read at SIGTERM's to find (sayPodIdentity
+		// said it once): an error only if that read finds no pod either.
+		if err := d.misnamed(); err != nil && !d.startID.MirrorPending() {
 			attrs = append(attrs, "pod_mismatch", err)
 		}
 		if d.saysStatic() {

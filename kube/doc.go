@@ -65,7 +65,9 @@
 //     this pod's (POD_NAME or POD_UID misconfigured), which drain reports
 //     and never takes for a force deletion: read the pod once at start
 //     (Spec, as drain.ConfigFromEnv does), before drain.New, to find it
-//     before the drain.
+//     before the drain. Not a static pod's 404 before the kubelet made its
+//     mirror pod (Identity.MirrorPending: Config.UID its config hash),
+//     which a later read confirms through the mirror pod.
 //   - A request the API server sheds (429 Too Many Requests: API Priority
 //     and Fairness under a mass deletion, an API server shutting down; or a
 //     GET's 5xx with a Retry-After) is sent again after its Retry-After

@@ -262,7 +262,9 @@ type Identity struct {
 	// StatusCode 404 (no pod of the name). Found while this process
 	// starts, its pod running, it means the name or Config.UID is not this
 	// pod's (a misconfigured POD_NAME or POD_UID), not a deletion: a
-	// running pod's name names it. Nil when no read found one.
+	// running pod's name names it. Not yet for a static pod, whose mirror
+	// pod the kubelet may make after it started the pod: see
+	// MirrorPending. Nil when no read found one.
 	Mismatch error
 	// Static is whether a read found this pod through a mirror pod (one
 	// with a kubernetes.io/config.mirror annotation, UID's when UID is
@@ -271,6 +273,42 @@ type Identity struct {
 	// grace and no deletion the API server shows. Deletion then returns
 	// ErrStaticPod.
 	Static bool
+}
+
+// MirrorPending reports whether the reads so far are a static pod's before
+// the kubelet made its mirror pod in the API server: none confirmed the
+// pod, Mismatch is a 404 (no pod of the name), and UID, configured, is a
+// static pod's, the kubelet's config hash (32 hex digits, where the API
+// server's UIDs are UUIDs). The kubelet starts a static pod whether it
+// could make the mirror pod or not (at the node's boot, before it reached
+// the API server or registered the node) and makes it later, so a read at
+// start can come first: that Mismatch says nothing wrong yet, and a later
+// read finds the pod through the mirror (Confirmed, Static). A read that
+// still finds no pod once the mirror pod should be there (at the drain) is
+// the misconfiguration Mismatch says: a POD_NAME that is not the mirror
+// pod's name (the manifest's, a dash, the node's), or a kubelet that cannot
+// reach the API server.
+func (id Identity) MirrorPending() bool {
+	return id.Mismatch != nil && !id.Confirmed && id.Configured && IsNotFound(id.Mismatch) && configHash(id.UID)
+}
+
+// configHash reports whether uid has the form of the UID the kubelet gives
+// a static pod read from a manifest file or URL: its config hash, the MD5
+// of the pod and its source in 32 lowercase hex digits (the kubelet's
+// applyDefaults; measured under v1.34.4: 8fb7d682d2b909879f09896abd5a5797),
+// which no UID the API server gives has (a UUID: 36 characters with
+// dashes, 92037df5-5a1e-4de2-a506-d02a38986a89). A static pod whose
+// manifest sets its own metadata.uid keeps that one and is not told by it.
+func configHash(uid string) bool {
+	if len(uid) != 32 {
+		return false
+	}
+	for _, c := range uid {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Identity returns what the reads so far showed of this pod's identity;

@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,6 +167,71 @@ func TestMirrorPodOfAStaticPodIsThePod(t *testing.T) {
 		_, err := p.Deletion(t.Context())
 		require.ErrorIs(t, err, kube.ErrPodReplaced)
 	})
+}
+
+// The kubelet starts a static pod whether it could make its mirror pod in
+// the API server or not, and makes it later: a read at start can find no
+// pod of the name though POD_NAME and POD_UID are right. With Config.UID a
+// static pod's (its config hash), such a 404 is MirrorPending, which drain
+// says at Info, not as a misconfigured pod (row 840); the mirror pod read
+// later confirms the pod. A 404 for a UID of the API server's, or another
+// pod under the name, is a Mismatch as before.
+func TestMirrorPendingIsAStaticPodsReadBeforeItsMirrorPod(t *testing.T) {
+	const (
+		hash      = "6f1e2b9a8c7d4e3f2a1b0c9d8e7f6a5b" // the static pod's UID, POD_UID
+		mirrorUID = "8d3c2f1e-0000-4000-8000-000000000001"
+	)
+	notFound := func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, `pods "`+testPod+`" not found`)
+	}
+	t.Run("a static pod's, then its mirror pod made", func(t *testing.T) {
+		var made atomic.Bool
+		mirror := podJSON(t, func(p *corev1.Pod) {
+			p.UID, p.Annotations = mirrorUID, map[string]string{corev1.MirrorPodAnnotationKey: hash}
+		})
+		_, cfg := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if made.Load() {
+				mirror(w, r)
+				return
+			}
+			notFound(w, r)
+		})
+		cfg.UID = hash
+		p := newPod(t, cfg, testPod)
+		_, err := p.Spec(t.Context())
+		require.True(t, kube.IsNotFound(err), "%v", err)
+		id := p.Identity()
+		assert.True(t, kube.IsNotFound(id.Mismatch), "%v", id.Mismatch)
+		assert.True(t, id.MirrorPending())
+
+		made.Store(true)
+		_, err = p.Deletion(t.Context())
+		require.ErrorIs(t, err, kube.ErrStaticPod)
+		id = p.Identity()
+		assert.True(t, id.Confirmed && id.Static, "%+v", id)
+		assert.False(t, id.MirrorPending(), "the mirror pod read")
+	})
+	for _, c := range []struct {
+		name  string
+		uid   string
+		serve http.HandlerFunc
+	}{
+		{"a 404 for a UID of the API server's", mirrorUID, notFound},
+		{"a 404 for a static pod's UID in capitals", strings.ToUpper(hash), notFound},
+		{"another pod under the name", hash, podJSON(t, nil)},
+		{"no Config.UID", "", notFound},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, cfg := newAPIServer(t, c.serve)
+			cfg.UID = c.uid
+			p := newPod(t, cfg, testPod)
+			_, err := p.Spec(t.Context())
+			require.Error(t, err)
+			assert.Error(t, p.Identity().Mismatch)
+			assert.False(t, p.Identity().MirrorPending())
+		})
+	}
+	assert.False(t, kube.Identity{}.MirrorPending(), "nothing read")
 }
 
 // Deleting a static pod's mirror pod does not stop the static pod: the

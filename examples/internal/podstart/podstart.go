@@ -16,7 +16,9 @@ const Timeout = 2 * time.Second
 // Read reads pod's spec once, bounded by Timeout. What the read shows of the
 // pod's identity (kube.Pod.Identity) is then start's, which drain.New says:
 // a name or UID not naming the pod at Error, in the plan and the Report,
-// never a force deletion. A read that fails otherwise is logged at Warn and
+// never a force deletion; a static pod's before the kubelet made its mirror
+// pod (kube.Identity.MirrorPending) at Info, an error only if the drain's
+// read still finds no pod. A read that fails otherwise is logged at Warn and
 // changes nothing. A nil pod (no -pod, no API access) is not read.
 func Read(pod *kube.Pod, log *slog.Logger) {
 	if pod == nil {
