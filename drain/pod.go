@@ -65,6 +65,7 @@ func (d *Drainer) readPod(at string) {
 // the read failed, saying nothing of the deletion; a failed read that is
 // neither a poll's nor a retry's is read again (retryRead).
 func (d *Drainer) readOnce(at string, rerun time.Time) (failed bool) {
+	defer d.mirrorAnswered()
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(d.podCtx, podReadTimeout)
 	defer cancel()
@@ -301,6 +302,7 @@ func (d *Drainer) sayPodIdentity() {
 	d.startID = id
 	switch {
 	case id.MirrorPending():
+		d.mirrorRead = make(chan struct{})
 		d.log.Info("drain: the pod is not in the API server yet: "+EnvPodUID+" is a static pod's (its config hash), whose mirror pod the kubelet makes once it reaches "+
 			"the API server; a read at the drain finds the pod through it, and one that still finds no pod is an error", "pod", d.pod.Name(), "read", id.Mismatch)
 	case id.Mismatch != nil && !id.Confirmed:
@@ -485,16 +487,47 @@ func (d *Drainer) tightenOwn() bool {
 
 // stopPodReads ends the reads still running and waits for them: once it
 // returns, no read tightens the budget again (Shutdown has started, so no
-// preStop call starts another).
+// preStop call starts another). It first gives a static pod's first read at
+// the drain its answer (awaitMirrorRead).
 func (d *Drainer) stopPodReads() {
 	if d.pod == nil {
 		return
 	}
+	d.awaitMirrorRead()
 	d.podMu.Lock()
 	d.podDone = true
 	d.podMu.Unlock()
 	d.podStop()
 	d.podReads.Wait()
+}
+
+// awaitMirrorRead waits, when the reads at start found a static pod's mirror
+// pod not made yet (kube.Identity.MirrorPending) and none since found the
+// pod, for a read at the drain to run to its end (mirrorAnswered), at most
+// podReadTimeout and half the time left before SIGKILL, and no longer once
+// Force was called. The Report says pod_mismatch, an error, by what the reads
+// found: a drain over before its read at SIGTERM answered (no sandboxes, a
+// few milliseconds) reported the mirror pod the kubelet had made since as
+// missing, and exited 1.
+func (d *Drainer) awaitMirrorRead() {
+	if d.mirrorRead == nil || d.pod.Identity().Confirmed {
+		return
+	}
+	t := time.NewTimer(max(min(podReadTimeout, time.Until(d.budget.Kill())/2), 0))
+	defer t.Stop()
+	select {
+	case <-d.mirrorRead:
+	case <-t.C:
+	case <-d.force.Done():
+	}
+}
+
+// mirrorAnswered tells awaitMirrorRead that a read of the pod ran to its
+// end, whatever it found.
+func (d *Drainer) mirrorAnswered() {
+	if d.mirrorRead != nil {
+		d.mirrorOnce.Do(func() { close(d.mirrorRead) })
+	}
 }
 
 // event records an Event on the pod, if there is one. It never blocks.

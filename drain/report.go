@@ -116,10 +116,10 @@ type Report struct {
 	// none (kube.Identity.Mismatch: POD_NAME, or POD_UID, is not this
 	// pod's), that read's error, unless a read since found the pod (a
 	// static pod's mirror pod the kubelet made after the pod started:
-	// kube.Identity.MirrorPending). The drain then took no read that found
-	// the pod gone, or another in its name, for a force deletion: the
-	// budget stood. Err includes it: the drain could read no deletion of
-	// its own pod.
+	// kube.Identity.MirrorPending; the Report waits for the drain's read
+	// then). The drain then took no read that found the pod gone, or
+	// another in its name, for a force deletion: the budget stood. Err
+	// includes it: the drain could read no deletion of its own pod.
 	PodMismatch string `json:"pod_mismatch,omitempty"`
 	// PodUIDUnknown is true when Config.Pod's UID was never known (no
 	// kube.Config.UID, POD_UID, and no read found the pod): a read that

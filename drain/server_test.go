@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/kube"
@@ -399,6 +400,34 @@ func TestNewServerSaysAPodUIDThatIsNotThePods(t *testing.T) {
 	assert.Contains(t, rep.PodMismatch, "uid-typo")
 	require.Error(t, rep.Err())
 	assert.Contains(t, rep.Err().Error(), EnvPodUID+" is wrong")
+}
+
+// A static pod started before the kubelet made its mirror pod: NewServer's
+// read of the spec at start finds no pod of the name (404), which is said
+// once at Info, not at Error as a misconfigured POD_NAME or POD_UID (row
+// 840; before, the ERROR line of row 700 at every such start); the drain's
+// read finds the pod through the mirror pod made since, and the Report is
+// clean. Loopback TLS API server, POD_UID the static pod's config hash.
+func TestNewServerSaysAStaticPodNotInTheAPIServerYetAtInfo(t *testing.T) {
+	api := &podAPI{Pod: mirrorPod(staticHash)}
+	_, api.cfg = fakeapiserver.Start(t, api.Pod, api.Namespace, "t")
+	api.Refuse(http.StatusNotFound) // the mirror pod not made yet
+	inClusterOf(t, api)
+	logs := logToDefault(t)
+	t.Setenv(EnvGrace, "30")
+	t.Setenv(EnvPodUID, staticHash)
+	s, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.NoError(t, err)
+	assert.NotContains(t, logs.String(), "level=ERROR", "start: %s", logs.String())
+	assert.Equal(t, 1, strings.Count(logs.String(), `level=INFO msg="drain: the pod is not in the API server yet`), "said once: %s", logs.String())
+
+	api.Refuse(0) // the kubelet made it
+	rep := s.Drainer().Shutdown(t.Context())
+	assert.Equal(t, 30*time.Second, rep.Budget.Kill.Sub(rep.Budget.SIGTERM), "the grace stands")
+	assert.Empty(t, rep.PodMismatch)
+	assert.NoError(t, rep.Err())
+	assert.True(t, rep.StaticPod)
+	assert.NotContains(t, logs.String(), "level=ERROR")
 }
 
 // Run serves where srv.ListenAndServe would: an empty srv.Addr is ":http",
