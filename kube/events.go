@@ -22,12 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Defaults for the Config fields about events.
+// Defaults for the Config fields about events, said in their docs.
 const (
-	// DefaultEventTimeout bounds one event's POST.
-	DefaultEventTimeout = 2 * time.Second
-	// DefaultEventQueue is how many events may wait to be posted.
-	DefaultEventQueue = 16
+	defaultEventTimeout = 2 * time.Second // bounds one event's POST
+	defaultEventQueue   = 16              // events that may wait to be posted
 )
 
 // The two event types Kubernetes knows.
@@ -106,10 +104,10 @@ type queued struct {
 func (q *eventQueue) init(p *Pod, cfg Config) error {
 	q.p, q.timeout, q.size = p, cfg.EventTimeout, cfg.EventQueue
 	if q.timeout == 0 {
-		q.timeout = DefaultEventTimeout
+		q.timeout = defaultEventTimeout
 	}
 	if q.size == 0 {
-		q.size = DefaultEventQueue
+		q.size = defaultEventQueue
 	}
 	mp := cfg.MeterProvider
 	if mp == nil {

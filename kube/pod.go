@@ -79,11 +79,10 @@ type Config struct {
 	// a drain with no preStop call polls its deletion: nothing worth
 	// keeping alive across a second).
 	Client *http.Client
-	// EventTimeout bounds each event's POST; zero means
-	// DefaultEventTimeout. Reads of the pod are bounded by their context.
+	// EventTimeout bounds each event's POST; zero means 2 s. Reads of the pod are bounded by their context.
 	EventTimeout time.Duration
 	// EventQueue is how many events may wait to be posted; one more is
-	// dropped. Zero means DefaultEventQueue.
+	// dropped. Zero means 16.
 	EventQueue int
 	// Logger receives a line for every event dropped. Nil discards.
 	Logger *slog.Logger
