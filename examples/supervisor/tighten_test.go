@@ -382,3 +382,48 @@ func TestSweepLaidOutAgainBeforeItsPreserverRunsEndsItsPausesByTheNewThreeQuarte
 		assert.Equal(t, t0.Add(15*time.Second), e.End, "given up on at three quarters of the step as laid out again")
 	})
 }
+
+// Fault: the context in which the final sweep's pauses start was made once,
+// with the first layout's half as its deadline, and a layout again (a
+// budget that moved SIGKILL earlier, a Force) cancelled it at its own half
+// but left its Deadline at the old one: the sweep's Preserver, called
+// after the move (row 822's interleaving), took that half for its phase
+// deadline, in its Report, its log's time_left and its listing's context,
+// 42 s later than the pauses really stopped starting. In virtual time, a
+// step until 100 s moved to 20 s, then to 16 s.
+func TestSweepLaidOutAgainSaysItsNewHalfAsItsPausesDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var listedBy time.Time
+		p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			listedBy, _ = ctx.Deadline()
+			return []pause.Sandbox{pausedUntilCut{"late"}}, nil
+		}), pause.Config{Limit: 1, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		t0 := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), t0.Add(100*time.Second))
+		defer cancel()
+		var w sweepWindow
+		starts, _, end := w.begin(ctx, p)
+		defer end()
+		starts, stop := context.WithCancelCause(starts) // as sweepRun's
+		defer stop(nil)
+		ended := make(chan time.Time, 1)
+		context.AfterFunc(starts, func() { ended <- time.Now() })
+		dl, ok := starts.Deadline()
+		require.True(t, ok)
+		assert.Equal(t, t0.Add(50*time.Second), dl, "the first layout's half")
+
+		require.True(t, w.tighten(t0.Add(20*time.Second)))
+		dl, _ = starts.Deadline()
+		assert.Equal(t, t0.Add(10*time.Second), dl, "the half as laid out again")
+		require.False(t, w.tighten(t0.Add(30*time.Second)), "never later")
+		require.True(t, w.tighten(t0.Add(16*time.Second)))
+		dl, _ = starts.Deadline()
+		assert.Equal(t, t0.Add(8*time.Second), dl, "the half of the newest layout")
+
+		rep := p.Run(starts, w.hard())
+		assert.Equal(t, t0.Add(8*time.Second), rep.Deadline, "the sweep's Run took the newest half for its phase deadline")
+		assert.Equal(t, t0.Add(8*time.Second), listedBy, "its listing's context")
+		assert.Equal(t, t0.Add(8*time.Second), <-ended, "the context ended at the half it says")
+	})
+}
