@@ -349,6 +349,28 @@ func (s pausedUntilCut) Preserve(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// beginSweep begins a final sweep (sweepWindow.begin) in a step whose
+// deadline is 100 s away, with its Preserver, which lists one sandbox whose
+// pause returns only when its context ends, listed (when not nil) called
+// with each listing's context. It returns the Preserver, the sweep's
+// window, the context in which its pauses start, and cancel, which ends
+// the step's context. The sweep ends with the test.
+func beginSweep(t *testing.T, listed func(context.Context)) (*pause.Preserver, *sweepWindow, context.Context, context.CancelFunc) {
+	p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+		if listed != nil {
+			listed(ctx)
+		}
+		return []pause.Sandbox{pausedUntilCut{"late"}}, nil
+	}), pause.Config{Limit: 1, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(100*time.Second))
+	t.Cleanup(cancel)
+	w := &sweepWindow{}
+	starts, _, end := w.begin(ctx, p)
+	t.Cleanup(end)
+	return p, w, starts, cancel
+}
+
 // Fault: a move of the server step's deadline that landed after the sweep
 // read its hard deadline (sweepWindow.hard) and before its Preserver's Run
 // was in progress laid the sweep out again, but the Preserver, with no Run
@@ -359,16 +381,8 @@ func (s pausedUntilCut) Preserve(ctx context.Context) error {
 // virtual time: a step until 100 s, moved to 20 s.
 func TestSweepLaidOutAgainBeforeItsPreserverRunsEndsItsPausesByTheNewThreeQuarters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-			return []pause.Sandbox{pausedUntilCut{"late"}}, nil
-		}), pause.Config{Limit: 1, Logger: slog.New(slog.DiscardHandler)})
-		require.NoError(t, err)
 		t0 := time.Now()
-		ctx, cancel := context.WithDeadline(context.Background(), t0.Add(100*time.Second))
-		defer cancel()
-		var w sweepWindow
-		starts, _, end := w.begin(ctx, p)
-		defer end()
+		p, w, starts, cancel := beginSweep(t, nil)
 
 		hard := w.hard() // 75 s
 		require.True(t, w.tighten(t0.Add(20*time.Second)), "laid out again")
@@ -394,17 +408,8 @@ func TestSweepLaidOutAgainBeforeItsPreserverRunsEndsItsPausesByTheNewThreeQuarte
 func TestSweepLaidOutAgainSaysItsNewHalfAsItsPausesDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var listedBy time.Time
-		p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
-			listedBy, _ = ctx.Deadline()
-			return []pause.Sandbox{pausedUntilCut{"late"}}, nil
-		}), pause.Config{Limit: 1, Logger: slog.New(slog.DiscardHandler)})
-		require.NoError(t, err)
 		t0 := time.Now()
-		ctx, cancel := context.WithDeadline(context.Background(), t0.Add(100*time.Second))
-		defer cancel()
-		var w sweepWindow
-		starts, _, end := w.begin(ctx, p)
-		defer end()
+		p, w, starts, _ := beginSweep(t, func(ctx context.Context) { listedBy, _ = ctx.Deadline() })
 		starts, stop := context.WithCancelCause(starts) // as sweepRun's
 		defer stop(nil)
 		ended := make(chan time.Time, 1)
