@@ -141,14 +141,15 @@
 // and 5 s): the preStop wait by the drain deadline, no pause starts after
 // the preserve deadline, the server step by the deadline minus the daemon's
 // reserve (G/10, 0.5 s to 30 s each). If the server exits on its own before
-// termination, the daemon is stopped and the supervisor exits with the
-// server's status, 1 at least when the daemon step failed (a device left
-// live, the daemon left running, killed or crashed: the note names it, as
-// in a drain). Whether it exits on its own before termination or during
-// the drain (after the preStop hook fixed T0, or after SIGTERM but before
-// the supervisor's own SIGTERM to it), the sandboxes its last listing that
-// succeeded showed not paused and that the drain's account (if any) has
-// no entry for are lost with it: the Report's lost_with_server, its note,
+// termination, the daemon is stopped (a SIGINT meanwhile forces: the
+// teardown gets the daemon step's reserve from it, as in a drain) and the
+// supervisor exits with the server's status, 1 at least when the daemon
+// step failed (a device left live, the daemon left running, killed or
+// crashed: the note names it, as in a drain). Whether it exits on its own
+// before termination or during the drain (after the preStop hook fixed T0,
+// or after SIGTERM but before the supervisor's own SIGTERM to it), the
+// sandboxes its last listing that succeeded showed not paused and that
+// the drain's account (if any) has no entry for are lost with it: the Report's lost_with_server, its note,
 // the log at ERROR, the termination message's first line, and exit status
 // 1 at least (its own shutdown may have paused some; nothing can list them
 // any more). The one exit the supervisor does not take by itself: while a

@@ -126,7 +126,7 @@ func TestServerExitBeforeSIGTERMPostsDrainFinishedWithTheLost(t *testing.T) {
 	close(done)
 	sup.server = &child{name: StepServer, proc: &os.Process{Pid: 1 << 22}, done: done, status: unix.WaitStatus(unix.SIGKILL)}
 
-	rep := sup.serverExited()
+	rep := sup.serverExited(nil)
 
 	assert.Equal(t, 2, rep.Lost())
 	var finished []string

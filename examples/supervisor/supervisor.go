@@ -486,14 +486,7 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 		select {
 		case sig := <-sigs:
 			switch {
-			case sig == syscall.SIGHUP:
-				s.log.Warn("supervisor: SIGHUP ignored (not forwarded: it would kill a server that does not handle it)")
-			case sig == syscall.SIGQUIT:
-				s.log.Warn("supervisor: SIGQUIT: goroutine dump follows; the supervisor goes on (not forwarded)")
-				_ = pprof.Lookup("goroutine").WriteTo(s.stderr, 2)
-			case sig != syscall.SIGTERM && sig != syscall.SIGINT:
-				s.log.Info("supervisor: forwarding signal", "signal", sig)
-				_ = s.server.signal(sig.(syscall.Signal))
+			case s.otherSignal(sig):
 			case shutdown == nil:
 				s.log.Info("supervisor: termination starts", "signal", sig)
 				start(sig)
@@ -508,7 +501,7 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 		case <-serverDone:
 			serverDone = nil
 			if shutdown == nil {
-				return s.serverExited()
+				return s.serverExited(sigs)
 			}
 			if !s.termSent.Load() {
 				s.exitedDuring.Store(true)
@@ -519,6 +512,26 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 			return s.report(rep, "")
 		}
 	}
+}
+
+// otherSignal handles sig if it is neither SIGTERM nor SIGINT, which
+// are the termination's, and reports whether it did: SIGHUP is ignored,
+// SIGQUIT dumps the goroutines, the others are forwarded to the server
+// (see forwarded and kept).
+func (s *supervisor) otherSignal(sig os.Signal) bool {
+	switch sig {
+	case syscall.SIGTERM, syscall.SIGINT:
+		return false
+	case syscall.SIGHUP:
+		s.log.Warn("supervisor: SIGHUP ignored (not forwarded: it would kill a server that does not handle it)")
+	case syscall.SIGQUIT:
+		s.log.Warn("supervisor: SIGQUIT: goroutine dump follows; the supervisor goes on (not forwarded)")
+		_ = pprof.Lookup("goroutine").WriteTo(s.stderr, 2)
+	default:
+		s.log.Info("supervisor: forwarding signal", "signal", sig)
+		_ = s.server.signal(sig.(syscall.Signal))
+	}
+	return true
 }
 
 // relay hands sig, a SIGTERM or SIGINT during the termination, to the
@@ -543,9 +556,12 @@ func (s *supervisor) relay(relay chan<- os.Signal, sig os.Signal) {
 // in the note, as in a drain (daemonStepFailed). The budget is, before any
 // termination, the grace period less the margin; once the preStop hook
 // fixed T0, the budget's deadline, before the kubelet's SIGKILL, followed
-// when it moves earlier (followBudget). Either way the sandboxes its last listing showed are lost with it (exited.go),
-// and the exit status is 1 at least.
-func (s *supervisor) serverExited() *Report {
+// when it moves earlier (followBudget). A SIGINT from sigs while the
+// daemon's teardown runs forces, as during a drain, and the teardown gets
+// its reserve from then (forceDuringTeardown). Either way the sandboxes its
+// last listing showed are lost with it (exited.go), and the exit status is
+// 1 at least.
+func (s *supervisor) serverExited(sigs <-chan os.Signal) *Report {
 	s.log.Error("supervisor: the server exited on its own", "status", s.server.state().String())
 	note := "the server exited on its own before termination"
 	if s.budget.Anchored() {
@@ -559,7 +575,9 @@ func (s *supervisor) serverExited() *Report {
 	ctx, cancel := s.followBudget()
 	defer cancel()
 	if s.teardown != nil {
+		stopSignals := s.forceDuringTeardown(sigs)
 		teardown, stopErr = s.stopDaemon(ctx)
+		stopSignals()
 	}
 	out := s.report(nil, "")
 	if len(out.LostWithServer) == 0 { // else the lost sandboxes' note says it, with more
@@ -594,36 +612,109 @@ var errBudgetMoved = errors.New("the budget moved SIGKILL earlier: the teardown 
 // stayed laid out for the old deadline, past the new SIGKILL, which would take the daemon
 // with its devices live (docs/faults.md row 792). A move later is not followed: the
 // teardown never moves its deadline later.
+//
+// It follows Force too (drain.Drainer.Force: a SIGINT, forceDuringTeardown) as drain
+// does for the daemon step (forceReserve): from the Force the teardown gets the step's
+// reserve, if that ends earlier, told first and ended there with drain.ErrForced. The
+// teardown lays its stages out again in it by its own rules: no kill while a device may
+// be live on a kernel not known fixed. Not followed, the Force left the teardown to the
+// budget's deadline, up to the whole grace period (docs/faults.md row 851).
 func (s *supervisor) followBudget() (context.Context, context.CancelFunc) {
 	dl := s.budget.Deadline()
 	parent, cancelDL := context.WithDeadline(context.Background(), dl)
-	bc := &budgetContext{}
-	bc.dl.Store(&dl)
-	ctx, stop := follow.Earlier(parent, s.budget.Changed, func() (time.Time, bool) {
+	tc := &teardownContext{td: s.teardown}
+	tc.dl.Store(&dl)
+	ctx, unfollow := follow.Earlier(parent, s.budget.Changed, func() (time.Time, bool) {
 		moved := s.budget.Deadline()
-		if !moved.Before(*bc.dl.Load()) {
+		return moved, tc.tell(moved)
+	}, errBudgetMoved)
+	forced := false // read and set in the follower's goroutine alone
+	ctx, unforce := follow.Earlier(ctx, func() <-chan struct{} {
+		if forced {
+			return nil // followed once: a Force moves the deadline once
+		}
+		return s.drainer.Forced()
+	}, func() (time.Time, bool) {
+		select {
+		case <-s.drainer.Forced():
+		default:
 			return time.Time{}, false
 		}
-		bc.dl.Store(&moved) // first: a Stop that reads it now misses no move
-		if s.teardown != nil {
-			s.teardown.Tighten(moved)
-		}
-		return moved, true
-	}, errBudgetMoved)
-	bc.Context = ctx // next reads only bc.dl
-	return bc, func() {
-		stop()
+		forced = true
+		dl := time.Now().Add(s.liveStepReserve()())
+		return dl, tc.tell(dl)
+	}, drain.ErrForced)
+	tc.Context = ctx // tell reads only tc.dl
+	return tc, func() {
+		unforce()
+		unfollow()
 		cancelDL()
 	}
 }
 
-// A budgetContext is followBudget's context: its Deadline is the budget's latest.
-type budgetContext struct {
+// A teardownContext is followBudget's context: its Deadline is the latest the budget
+// or a Force gave it.
+type teardownContext struct {
 	context.Context
+	td *ublk.Teardown // nil: none to tell
 	dl atomic.Pointer[time.Time]
 }
 
-func (c *budgetContext) Deadline() (time.Time, bool) { return *c.dl.Load(), true }
+func (c *teardownContext) Deadline() (time.Time, bool) { return *c.dl.Load(), true }
+
+// tell moves the deadline to dl if that is earlier, then tells the teardown, and
+// reports whether it moved it. The budget's follower and the Force's call it each
+// from its own goroutine: the deadline moves first, so that a Stop reading it now
+// misses no move.
+func (c *teardownContext) tell(dl time.Time) bool {
+	for {
+		was := c.dl.Load()
+		if !dl.Before(*was) {
+			return false
+		}
+		if c.dl.CompareAndSwap(was, &dl) {
+			break
+		}
+	}
+	if c.td != nil {
+		c.td.Tighten(dl)
+	}
+	return true
+}
+
+// forceDuringTeardown reads sigs while the daemon's teardown after the server exited on
+// its own runs, as supervise reads them during a termination: a SIGINT forces
+// (drain.Drainer.Force, which followBudget follows), a SIGTERM forces nothing (the
+// kubelet's, or the runtime's sent again), and the others are handled as ever
+// (otherSignal). Unread there, a SIGINT, an operator's request to end now, did nothing:
+// the teardown ran to the budget's deadline. stop ends the reading and waits for it; nil
+// sigs reads nothing.
+func (s *supervisor) forceDuringTeardown(sigs <-chan os.Signal) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case sig := <-sigs:
+				switch {
+				case s.otherSignal(sig):
+				case sig == syscall.SIGINT:
+					s.log.Warn("supervisor: SIGINT during the daemon's teardown after the server exited: forced, the teardown gets its reserve",
+						"reserve", s.liveStepReserve()())
+					s.drainer.Force()
+				default:
+					s.log.Info("supervisor: SIGTERM during the daemon's teardown after the server exited: it forces nothing (a SIGINT does)")
+				}
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
 
 // stopServer is the server step: the final sweep (sweep.go: what runs
 // again since the preserve phase is paused, within half the step's time),

@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,7 +27,10 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/ublkctl"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // The daemon step has the ublk teardown's Tighten, which drain calls when
@@ -152,7 +157,7 @@ func TestDaemonTeardownAfterTheServerExitedFollowsABudgetThatMovesSIGKILLEarlier
 		<-asked.Seen() // the teardown has laid its stages out and asked the daemon to stop
 		assert.True(t, sup.budget.Tighten(kill), "the deletion's 6 s")
 	}()
-	rep := sup.serverExited()
+	rep := sup.serverExited(nil)
 	assert.True(t, time.Now().Before(kill), "the teardown over before the new SIGKILL")
 
 	require.NotNil(t, rep.Ublk)
@@ -432,3 +437,159 @@ func TestSweepLaidOutAgainSaysItsNewHalfAsItsPausesDeadline(t *testing.T) {
 		assert.Equal(t, t0.Add(8*time.Second), <-ended, "the context ended at the half it says")
 	})
 }
+
+// Fault: when the server exits on its own, the supervisor tears the device
+// daemon down outside drain (serverExited) and read no signal while it did:
+// an operator's SIGINT, which forces during a termination (the daemon step
+// then gets its reserve from the Force, its stages laid out again in it),
+// did nothing, and a Force reaching the drainer was not followed either:
+// the teardown of a daemon that does not stop ran to the budget's deadline,
+// up to the whole grace period. A SIGINT now forces, and the teardown gets
+// the daemon step's reserve from it, its stages laid out again there by
+// ublk's rules: on this kernel, not known fixed, the daemon is killed only
+// once STOP_DEV has completed. A SIGTERM, the kubelet's, forces nothing.
+// In virtual time, grace 100 s (the budget's deadline T0 + 95 s, the
+// step's reserve 10 s), the in-process daemon hung:
+//
+//	0 s    the server has exited; the teardown asks the daemon to stop
+//	1 s    SIGINT: the teardown's deadline is now 11 s
+//	       STOP_DEV through the control device, then the kill, by 11 s
+//	       (before: at 90 s and 93 s, the SIGINT never read)
+func TestSIGINTDuringTheDaemonTeardownAfterTheServerExitedForcesIt(t *testing.T) {
+	for _, tc := range []struct {
+		sig    syscall.Signal
+		forced bool
+	}{{syscall.SIGINT, true}, {syscall.SIGTERM, false}} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg, err := parseArgs([]string{"-grace", "100s", "-daemon", "ublkd", "--", "server"}, io.Discard)
+				require.NoError(t, err)
+				var log logbuf.Buffer
+				sup, err := newSupervisor(cfg, &log)
+				require.NoError(t, err)
+				defer sup.learned.Close()
+				d := newHungDaemon(t)
+				sup.teardown, err = ublk.New(d, ublkhook.With(ublk.Config{Reserve: stepReserve(cfg.grace), Logger: sup.log},
+					ublkhook.Hooks{SysfsRoot: d.tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic", // vulnerable
+						OpenControl: func(context.Context) (ublkctl.Controller, error) { return d, nil }}))
+				require.NoError(t, err)
+				exited := make(chan struct{})
+				close(exited)
+				sup.server = &child{name: StepServer, done: exited} // exited on its own
+
+				t0 := time.Now()
+				require.True(t, sup.budget.OnPreStop(t0))
+				sigs := make(chan os.Signal, 1)
+				time.AfterFunc(time.Second, func() { sigs <- tc.sig })
+				rep := sup.serverExited(sigs)
+
+				require.NotNil(t, rep.Ublk)
+				t.Logf("%v: the teardown's deadline T0 + %v, over at T0 + %v: %s; the daemon: %v",
+					tc.sig, rep.Ublk.Deadline.Sub(t0), time.Since(t0), rep.Ublk.String(), d.timeline(t0))
+				assert.Equal(t, []string{"request", "STOP_DEV 0", "done 0", "kill"}, d.events(),
+					"the daemon killed only once STOP_DEV completed")
+				assert.True(t, rep.Ublk.Daemon.Killed)
+				if !tc.forced {
+					assert.Equal(t, t0.Add(95*time.Second), rep.Ublk.Deadline, "the budget's deadline: a SIGTERM forces nothing")
+					assert.Contains(t, log.String(), "it forces nothing")
+					return
+				}
+				assert.Equal(t, t0.Add(11*time.Second), rep.Ublk.Deadline, "the step's reserve from the SIGINT")
+				assert.Less(t, time.Since(t0), 11*time.Second, "the teardown over within its reserve")
+				assert.Contains(t, log.String(), "drain: forced")
+			})
+		})
+	}
+}
+
+// hungDaemon is an in-process ublk daemon, for virtual time, over a fake
+// sysfs with one live device: it takes the stop request and does nothing,
+// and is the control device too, whose STOP_DEV removes the disk and
+// completes 200 ms later (the device DEAD then), DEL_DEV its char device.
+type hungDaemon struct {
+	tree   *fakeublk.Tree
+	exited chan struct{}
+
+	mu    sync.Mutex
+	log   []string
+	at    []time.Time
+	state ublkctl.DevState
+}
+
+func newHungDaemon(t *testing.T) *hungDaemon {
+	tree, err := fakeublk.NewTree(t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0})) // no real disk has these numbers
+	return &hungDaemon{tree: tree, exited: make(chan struct{}), state: ublkctl.StateLive}
+}
+
+func (d *hungDaemon) event(e string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.log, d.at = append(d.log, e), append(d.at, time.Now())
+}
+
+func (d *hungDaemon) events() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(d.log), func(e string) bool { return strings.HasPrefix(e, "DEL_DEV") })
+}
+
+// timeline is every event with its time after t0.
+func (d *hungDaemon) timeline(t0 time.Time) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for i, e := range d.log {
+		out = append(out, fmt.Sprintf("%s at %v", e, d.at[i].Sub(t0)))
+	}
+	return strings.Join(out, ", ")
+}
+
+func (d *hungDaemon) RequestStop(context.Context) error { d.event("request"); return nil }
+
+func (d *hungDaemon) Wait(ctx context.Context) error {
+	select {
+	case <-d.exited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *hungDaemon) Kill(context.Context) error {
+	d.event("kill")
+	close(d.exited)
+	return nil
+}
+
+func (d *hungDaemon) DevInfo(_ context.Context, id int) (ublkctl.DevInfo, error) {
+	if !d.tree.HasChar(id) {
+		return ublkctl.DevInfo{}, fmt.Errorf("dev %d: no such device", id)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return ublkctl.DevInfo{DevID: uint32(id), State: d.state, NrHWQueues: 1, QueueDepth: 128}, nil
+}
+
+func (d *hungDaemon) StopDev(ctx context.Context, id int) error {
+	d.event(fmt.Sprintf("STOP_DEV %d", id))
+	_ = d.tree.StopDevice(id)
+	select {
+	case <-time.After(200 * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	d.mu.Lock()
+	d.state = ublkctl.StateDead
+	d.mu.Unlock()
+	d.event(fmt.Sprintf("done %d", id))
+	return nil
+}
+
+func (d *hungDaemon) DelDev(_ context.Context, id int) error {
+	d.event(fmt.Sprintf("DEL_DEV %d", id))
+	return d.tree.DeleteDevice(id)
+}
+
+func (d *hungDaemon) Close() error { return nil }
