@@ -22,9 +22,9 @@ import (
 
 // slowRunsc writes, in dir, a runsc that runs the real one but sleeps before the
 // checkpoint of a container ID with a file dir/slow-ID (the seconds in it), and, with a file
-// dir/afterkill-ID, waits until it has sent a kill to any container; then it fails it
-// if a file dir/fail-ID exists, or once, removing it and dir/slow-ID, if a file
-// dir/once-ID does, else holds it while a file dir/hold-ID exists; it sends no signal to a
+// dir/afterkill-ID, waits until it has sent a kill to any container; then it holds it
+// while a file dir/hold-ID exists; then it fails it if a file dir/fail-ID exists, or
+// once, removing it and dir/slow-ID, if a file dir/once-ID does; it sends no signal to a
 // container with a file dir/deaf-ID (a kill that does not reach it); and it
 // appends to dir/calls a line for every kill it sends and every checkpoint that ended:
 // "kill ID SIGNAL", "checkpointed ID".
@@ -40,9 +40,9 @@ case " $* " in
 *" checkpoint "*)
 	[ -e $d/slow-$last ] && sleep $(cat $d/slow-$last)
 	[ -e $d/afterkill-$last ] && while ! grep -q "^kill " $d/calls 2>/dev/null; do sleep 0.02; done
+	while [ -e $d/hold-$last ]; do sleep 0.05; done
 	[ -e $d/fail-$last ] && { echo "checkpoint failed: injected" >&2; exit 128; }
 	[ -e $d/once-$last ] && { rm -f $d/once-$last $d/slow-$last; echo "checkpoint failed: injected once" >&2; exit 128; }
-	while [ -e $d/hold-$last ]; do sleep 0.05; done
 	`+real+` "$@"; rc=$?
 	echo "checkpointed $last" >> $d/calls; echo "$(date +%s.%N) checkpointed $last" >> $d/times
 	exit $rc ;;
@@ -81,6 +81,27 @@ func slowWorker(t *testing.T, cfg config, n int) (w *Worker, c *Client, stop fun
 	return w, c, stop, d, ids
 }
 
+// drainingOne starts, as SIGTERM would, the drain of a worker on real runsc with grace
+// 12 s (preserve deadline at +8.5 s, hard +10.5 s), one checkpoint at a time, and one
+// sandbox, id, whose checkpoints marks makes slow, hold or fail (runscDir.mark: a name,
+// its content). It returns once the first checkpoint began, with the preserve phase's
+// deadline then, first; ended gives the drain's Report.
+func drainingOne(t *testing.T, marks map[string]string) (w *Worker, d runscDir, id string, first time.Time, ended <-chan *drain.Report) {
+	t.Helper()
+	cfg := runscConfig(t)
+	cfg.Grace = 12 * time.Second
+	cfg.Concurrency = 1
+	w, _, stop, d, ids := slowWorker(t, cfg, 1)
+	id = ids[0]
+	for name, content := range marks {
+		d.mark(name, id, content)
+	}
+	rep := make(chan *drain.Report, 1)
+	go func() { rep <- stop() }()
+	require.Eventually(t, func() bool { return len(w.stops.inFlight()) > 0 }, 10*time.Second, 10*time.Millisecond, "no checkpoint began")
+	return w, d, id, w.drainer.Plan().Deadline(drain.PhasePreserve), rep
+}
+
 // callIndex returns where in lines, slowRunsc's calls, call is; the test fails when it
 // is not there.
 func callIndex(t *testing.T, lines []string, call string) int {
@@ -101,9 +122,25 @@ func preservePhase(t *testing.T, rep *drain.Report, first time.Time) *drain.Phas
 	return pre
 }
 
+// preservedUnsignalled asserts that rep, a drain of the one sandbox id whose preserve
+// phase's first deadline was first, checkpointed it and sent it no SIGTERM (signalled
+// says what such a one means), and that the phase ended OK with it preserved.
+func (d runscDir) preservedUnsignalled(rep *drain.Report, id string, first time.Time, signalled string) {
+	t := d.t
+	t.Helper()
+	lines := d.calls(rep.Start)
+	pre := preservePhase(t, rep, first)
+	assert.NotContains(t, lines, "kill "+id+" 15", signalled)
+	assert.Contains(t, lines, "checkpointed "+id)
+	require.NotNil(t, rep.Preserve)
+	require.Len(t, rep.Preserve.Entries, 1)
+	assert.Equal(t, pause.Preserved, rep.Preserve.Entries[0].Outcome, rep.Preserve.Entries[0].Error)
+	assert.Equal(t, drain.OK, pre.Result, pre.Error)
+}
+
 // mark writes the file name-id holding content, which makes slowRunsc's calls on
-// sandbox id slow ("slow", "afterkill"), fail ("fail", "once"), hold ("hold") or not reach
-// it ("deaf").
+// sandbox id slow ("slow", "afterkill"), hold ("hold"), fail ("fail", "once"; after a
+// hold, once it is removed) or not reach it ("deaf").
 func (d runscDir) mark(name, id, content string) {
 	d.t.Helper()
 	require.NoError(d.t, os.WriteFile(filepath.Join(d.dir, name+"-"+id), []byte(content), 0o600))
@@ -261,34 +298,81 @@ func TestCheckpointThatOutlivesTheEscalateStepIsNamedNotWaitedFor(t *testing.T) 
 // looks again when it runs. Here the one sandbox's checkpoint fails once, 1 s past the
 // deadline, 0.7 s after the kubelet's hook call; its retry would succeed.
 func TestCheckpointThatFailsAfterTheBudgetMovedSIGKILLLaterIsRetriedNotSignalled(t *testing.T) {
-	cfg := runscConfig(t)
-	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, hard +10.5 s
-	cfg.Concurrency = 1
-	w, _, stop, d, ids := slowWorker(t, cfg, 1)
-	id := ids[0]
-	d.mark("slow", id, "9.5")
-	d.mark("once", id, "")
-
-	ended := make(chan *drain.Report, 1)
-	go func() { ended <- stop() }() // as SIGTERM would
-	require.Eventually(t, func() bool { return len(w.stops.inFlight()) > 0 }, 10*time.Second, 10*time.Millisecond, "no checkpoint began")
-	first := w.drainer.Plan().Deadline(drain.PhasePreserve)
+	w, d, id, first, ended := drainingOne(t, map[string]string{"slow": "9.5", "once": ""})
 	// Past the deadline, where the escalations began, before the checkpoint fails.
 	time.Sleep(time.Until(first.Add(300 * time.Millisecond)))
-	require.True(t, w.drainer.Budget().OnRestart(time.Now(), cfg.Grace), "SIGKILL did not move")
+	require.True(t, w.drainer.Budget().OnRestart(time.Now(), w.cfg.Grace), "SIGKILL did not move")
 	rep := <-ended
 
-	lines := d.calls(rep.Start)
-	pre := preservePhase(t, rep, first)
-	assert.NotContains(t, lines, "kill "+id+" 15", "the sandbox the second Run was to checkpoint was signalled")
-	assert.Contains(t, lines, "checkpointed "+id)
-	require.NotNil(t, rep.Preserve)
-	require.Len(t, rep.Preserve.Entries, 1)
-	assert.Equal(t, pause.Preserved, rep.Preserve.Entries[0].Outcome, rep.Preserve.Entries[0].Error)
-	assert.Equal(t, drain.OK, pre.Result, pre.Error)
+	d.preservedUnsignalled(rep, id, first, "the sandbox the second Run was to checkpoint was signalled")
 	esc := rep.Phase("escalate")
 	require.NotNil(t, esc)
 	assert.Equal(t, drain.OK, esc.Result, esc.Error)
+}
+
+// Fault (row 830, a review of row 781): stops marked a sandbox's checkpoint in flight
+// with a yes/no flag, which the end of any checkpoint of it cleared. A checkpoint the
+// Preserver abandoned at its hard deadline (runsc's checkpoint runs on whatever its
+// context: sandbox.Runsc.Pause) is still in flight when the preserve phase runs the
+// Preserver again (a budget that moved SIGKILL later), whose Run checkpoints the sandbox
+// again once the first has ended. When the first one failed after the second Run's
+// deadline, its end cleared the flag and called the escalation begun at that deadline,
+// which signalled the sandbox as the second Run's checkpoint of it began: SIGTERM in the
+// middle of a checkpoint. Now each checkpoint is counted, and what waits for their end is
+// called when the last one ends. Here the first checkpoint is held past the first Run's
+// hard deadline, the kubelet's hook call comes before its deadline, and the held one
+// fails once the escalation at the second Run's deadline waits for it; the second Run's
+// checkpoint then succeeds.
+func TestCheckpointOfTheNextRunIsNotSignalledWhenTheAbandonedOneFails(t *testing.T) {
+	w, d, id, first, ended := drainingOne(t, map[string]string{"hold": "", "once": ""})
+	t.Cleanup(func() { os.Remove(filepath.Join(d.dir, "hold-"+id)) })
+	// Before the deadline: no escalation begins at it, and the phase runs the
+	// Preserver again once the first Run has abandoned the held checkpoint.
+	time.Sleep(time.Until(first.Add(-time.Second)))
+	require.True(t, w.drainer.Budget().OnRestart(time.Now(), w.cfg.Grace), "SIGKILL did not move")
+	awaited := func() bool {
+		w.stops.mu.Lock()
+		defer w.stops.mu.Unlock()
+		return len(w.stops.after[id]) > 0
+	}
+	require.Eventually(t, awaited, 20*time.Second, 10*time.Millisecond, "no escalation waited for the checkpoint in flight")
+	t.Logf("the escalation at the second Run's deadline waits for the checkpoint; it fails at +%v",
+		time.Since(w.drainer.Budget().Start()).Round(time.Millisecond))
+	require.NoError(t, os.Remove(filepath.Join(d.dir, "hold-"+id)))
+	rep := <-ended
+
+	d.preservedUnsignalled(rep, id, first, "the sandbox was signalled while the second Run checkpointed it")
+}
+
+// The same, in stops alone: an escalation that finds a sandbox checkpointed twice (a
+// checkpoint abandoned by the Preserver, and the next Run's) is called once both have
+// ended, and signals it only if neither preserved it, whichever ends first.
+func TestEscalationWaitsForTheLastCheckpointInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		firstFailed, lastFailed bool
+		wantFailed              bool
+	}{
+		{"the abandoned one fails, the next preserves", true, false, false},
+		{"the abandoned one preserves, the next finds it paused", false, true, false},
+		{"both fail", true, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s stops
+			require.True(t, s.checkpoint("sb"))
+			require.True(t, s.checkpoint("sb"))
+			var ends []bool
+			then := func() func(bool) { return func(failed bool) { ends = append(ends, failed) } }
+			require.Equal(t, checkpointing, s.claim("sb", then))
+			s.checkpointed("sb", tc.firstFailed)
+			assert.Empty(t, ends, "called while a checkpoint of the sandbox was still in flight")
+			assert.Equal(t, []string{"sb"}, s.inFlight())
+			s.checkpointed("sb", tc.lastFailed)
+			assert.Equal(t, []bool{tc.wantFailed}, ends)
+			assert.Empty(t, s.inFlight())
+			assert.Equal(t, claimed, s.claim("sb", then), "no checkpoint in flight: the escalation signals it")
+		})
+	}
 }
 
 // Fault (row 782, a review of row 760): a client's checkpoint (the Checkpoint RPC, which

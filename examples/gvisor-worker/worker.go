@@ -162,15 +162,21 @@ type Worker struct {
 	stops stops
 }
 
-// stops holds, per sandbox ID, whether a checkpoint of the Preserver's is in flight or the
+// stops holds, per sandbox ID, whether checkpoints of the Preserver's are in flight or the
 // sandbox is signalled: never both, so that no sandbox is signalled while it is
 // checkpointed, nor checkpointed once signalled.
 type stops struct {
-	mu            sync.Mutex
-	checkpointing map[string]bool
+	mu sync.Mutex
+	// checkpointing counts, per sandbox, the checkpoints of it in flight. More than one:
+	// the Preserver abandons a checkpoint that outlives its hard deadline (runsc's runs on
+	// whatever its context), and its next Run (the budget moved SIGKILL later) checkpoints
+	// the sandbox again once that one has ended. A yes/no flag, cleared by the first end,
+	// let an escalation signal the sandbox as the next checkpoint of it began (row 830).
+	checkpointing map[string]*checkpoints
 	signalled     map[string]bool
 	// after holds, per sandbox an escalation found in its checkpoint, what is to be done
-	// when that checkpoint ends: escalate the sandbox if the checkpoint failed.
+	// when the checkpoints of it in flight have all ended: escalate the sandbox if none
+	// of them preserved it.
 	after map[string][]func(failed bool)
 	// errs holds each escalation's error, one a sandbox: the escalations at the preserve
 	// phase's deadline and the escalate step's may both give up on the same checkpoint.
@@ -201,6 +207,13 @@ func (s *stops) cutEarly() {
 	s.cut()
 }
 
+// checkpoints is what stops knows of the checkpoints of one sandbox in flight: how many,
+// and whether one of those that ended since the first began preserved it.
+type checkpoints struct {
+	n         int
+	preserved bool
+}
+
 // checkpoint marks a checkpoint of sandbox id in flight, unless it is signalled.
 func (s *stops) checkpoint(id string) bool {
 	s.mu.Lock()
@@ -209,36 +222,50 @@ func (s *stops) checkpoint(id string) bool {
 		return false
 	}
 	if s.checkpointing == nil {
-		s.checkpointing = map[string]bool{}
+		s.checkpointing = map[string]*checkpoints{}
 	}
-	s.checkpointing[id] = true
+	c := s.checkpointing[id]
+	if c == nil {
+		c = new(checkpoints)
+		s.checkpointing[id] = c
+	}
+	c.n++
 	return true
 }
 
-// checkpointed marks the checkpoint of sandbox id over, failed or not, and calls what the
-// escalations that found it in flight left for its end.
+// checkpointed marks a checkpoint of sandbox id over, failed or not. Once it was the last
+// in flight, it calls what the escalations that found the sandbox checkpointing left for
+// that end, with failed unless one of them preserved it: one that ended preserved leaves
+// the sandbox paused, and a later one that finds it so fails with nothing to signal.
 func (s *stops) checkpointed(id string, failed bool) {
 	s.mu.Lock()
+	c := s.checkpointing[id]
+	c.n--
+	c.preserved = c.preserved || !failed
+	if c.n > 0 {
+		s.mu.Unlock()
+		return
+	}
 	delete(s.checkpointing, id)
 	after := s.after[id]
 	delete(s.after, id)
 	s.mu.Unlock()
-	for _, f := range after {
-		f(failed)
+	for _, then := range after {
+		then(!c.preserved)
 	}
 }
 
 // claim is an escalation's claim on sandbox id. It marks the sandbox signalled and
 // returns claimed, unless it is signalled already; while a checkpoint of it is in flight,
-// it returns checkpointing and keeps what await makes, to be called when that checkpoint
-// ends.
+// it returns checkpointing and keeps what await makes, to be called when the checkpoints
+// of it in flight have ended.
 func (s *stops) claim(id string, await func() func(failed bool)) claim {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.signalled[id]:
 		return signalled
-	case s.checkpointing[id]:
+	case s.checkpointing[id] != nil:
 		s.awaitLocked(id, await())
 		return checkpointing
 	}
@@ -256,12 +283,12 @@ func (s *stops) inFlight() []string {
 	return slices.Collect(maps.Keys(s.checkpointing))
 }
 
-// await keeps then to be called when the checkpoint of sandbox id in flight ends, and
-// reports whether one was in flight.
+// await keeps then to be called when the checkpoints of sandbox id in flight have ended,
+// and reports whether one was in flight.
 func (s *stops) await(id string, then func(failed bool)) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.checkpointing[id] {
+	if s.checkpointing[id] == nil {
 		return false
 	}
 	s.awaitLocked(id, then)
@@ -305,7 +332,7 @@ type claim int
 const (
 	claimed       claim = iota // the escalation is to signal the sandbox
 	signalled                  // another escalation has
-	checkpointing              // a checkpoint is in flight: its end decides
+	checkpointing              // a checkpoint is in flight: the end of the last in flight decides
 )
 
 // errSignalled is the Preserve error of a sandbox signalled before its checkpoint began.
