@@ -31,13 +31,16 @@ func TestMain(m *testing.M) {
 		os.Exit(autoReapCheckpoint(args[0], args[1], args[2]))
 	}
 	if args := strings.Split(os.Getenv(reaperEnv), ","); len(args) == 4 {
-		os.Exit(reaperMain(args[0], args[1], args[2], args[3] == "reap", args[3] == "noreap-window"))
+		os.Exit(reaperMain(args[0], args[1], args[2], args[3]))
 	}
 	goleak.VerifyTestMain(m)
 }
 
 // fakeRunsc stands in for runsc in the tests that check the wrapper's own behaviour:
-// "hang" blocks forever; "script" answers per subcommand like the real runsc does.
+// "hang" blocks forever; "script" answers per subcommand like the real runsc does;
+// "exited:PID" and "waitgone:PID" are runsc for a container whose sandbox has exited
+// (fakeExited), whose wait blocks, or, with waitgone, fails as runsc's does once the
+// sandbox process is gone.
 func fakeRunsc(mode string, args []string) int {
 	var sub, id string
 	if len(args) > 0 {
@@ -50,6 +53,13 @@ func fakeRunsc(mode string, args []string) int {
 		}
 	}
 	if pid, ok := strings.CutPrefix(mode, "exited:"); ok {
+		return fakeExited(pid, sub, id)
+	}
+	if pid, ok := strings.CutPrefix(mode, "waitgone:"); ok {
+		if sub == "wait" { // runsc 0.0~20221219's words, measured
+			fmt.Fprintf(os.Stderr, "waiting on container %q: sandbox no longer running and its exit status is unavailable\n", id)
+			return 128
+		}
 		return fakeExited(pid, sub, id)
 	}
 	switch {

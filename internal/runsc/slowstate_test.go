@@ -79,3 +79,78 @@ func TestSandboxGoneAtSIGKILLIsSeenWithoutRunscState(t *testing.T) {
 	assert.Equal(t, escalate.Exited, exit, "SIGTERM ended it, and runsc says so")
 	assert.NoError(t, ctx.Err(), "seen within the window, not at its end")
 }
+
+// lateWaitRuntime returns a Runtime over rt's containers whose runsc wait begins only
+// once the sandbox's process is gone (the script reads its PID from runsc state, waits
+// until /proc has it no more, then execs runsc wait), as a runsc wait that a loaded
+// machine ran late, and whose runsc state, once such a wait has begun, never answers
+// within the window (slowState): what a loaded machine did to the runsc state a Target
+// asked after a wait that failed. Every other command is runsc's own; each kill's signal
+// is appended to dir/kills, and dir/waited marks the wait's start.
+func lateWaitRuntime(t *testing.T, rt *Runtime, dir string) *Runtime {
+	t.Helper()
+	runscPath, err := exec.LookPath("runsc")
+	require.NoError(t, err)
+	script := filepath.Join(t.TempDir(), "runsc-late-wait")
+	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
+d=`+dir+`
+for a; do last=$a; done
+case " $* " in
+*" wait "*)
+	pid=$(`+runscPath+` $(echo " $* " | sed 's/ wait / state /') 2>/dev/null | sed -n 's/^ *"pid": *\([0-9]*\),*$/\1/p')
+	i=0
+	while [ "${pid:-0}" -gt 0 ] && [ -e /proc/$pid ] && [ $i -lt 600 ]; do i=$((i+1)); sleep 0.05; done
+	touch $d/waited ;;
+*" state "*)
+	[ -e $d/waited ] && sleep `+slowState.String()+` >/dev/null 2>&1 </dev/null ;;
+*" kill "*)
+	echo $last >> $d/kills ;;
+esac
+exec `+runscPath+` "$@"
+`), 0o755))
+	c := *rt
+	c.Binary = script
+	return &c
+}
+
+// saveOnTermArgs runs the counter, and ends a second after SIGTERM, as an actor that
+// saves its state on it: still running when runsc kill returns.
+func saveOnTermArgs() []string {
+	return []string{"/bin/sh", "-c", "trap 'sleep 1; exit 0' TERM; " + CounterArgs()[2]}
+}
+
+// Fault (row 831, a review of row 810): a sandbox that exited on its SIGTERM, and that
+// its reaper collected at once (the workers' built-in PID 1, tini), was seen to exit only
+// through a SIGKILL it did not need, or not at all. The wait after SIGTERM (runsc state,
+// then runsc wait) found it running; its runsc wait, begun once the sandbox was gone
+// (under load each runsc process took 0.2-0.6 s), failed, "sandbox no longer running and
+// its exit status is unavailable", runsc's own word that the sandbox's process is gone;
+// and the Target asked runsc state whether it had exited, which the end of the wait cut.
+// The Policy then sent SIGKILL, whose refusal ("sandbox is not running", row 810) said
+// the sandbox had exited, the wait's whole time later; and when a reaper that takes the
+// runsc commands' exit statuses too (tini, this test's) took that kill's, "unknown". The
+// failed wait's own words now end it, as a failed kill's do, with no runsc process after
+// it. Here the reaper is a subreaper that reaps every child at once (reaperMain).
+func TestSandboxGoneBeforeItsFailedWaitIsSeenWithoutRunscState(t *testing.T) {
+	rt := realRuntime(t)
+	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), saveOnTermArgs())
+	require.NoError(t, err)
+	dir := t.TempDir()
+
+	res := runReaper(t, lateWaitRuntime(t, rt, dir), "late", b, "reap-window")
+	// The wait after SIGTERM also watches the sandbox's process for a zombie, which
+	// ends it before its runsc wait fails when it sees one (1 run of 11 on a 2-core VM):
+	// the exit is seen then, as the assertions below require all the same.
+	_, werr := os.Stat(filepath.Join(dir, "waited"))
+	t.Logf("runsc wait began once the sandbox was gone: %v", werr == nil)
+	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and the failed wait says so: %s", res.Err)
+	assert.Empty(t, res.Err)
+	kills, err := os.ReadFile(filepath.Join(dir, "kills"))
+	require.NoError(t, err)
+	assert.Equal(t, "15\n", string(kills), "SIGTERM alone: the failed wait said the sandbox had exited")
+}
+
+// lateWaitWindow is the window in which TestSandboxGoneBeforeItsFailedWaitIsSeenWithoutRunscState
+// stops its sandbox: the default Policy's wait after SIGTERM ends KillWait (5 s) before
+// its end, room for the actor's second and for runsc's processes.
+const lateWaitWindow = 12 * time.Second

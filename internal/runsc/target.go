@@ -22,15 +22,15 @@ import (
 // gets to; and `runsc kill --all`, every process of the container, for SIGKILL. (SIGTERM
 // to every process killed such a child before its init could ask it to save. gVisor
 // gives a container's init no PID 1 immunity: one without a handler ends at SIGTERM.)
-// Wait is `runsc wait`, and Exited asks `runsc state`. A kill that fails says the
-// container is gone, with no `runsc state` after it, when runsc found the sandbox
+// Wait is `runsc wait`, and Exited asks `runsc state`. A kill or a wait that fails says
+// the container is gone, with no `runsc state` after it, when runsc found the sandbox
 // process gone, or when the PID of the control server it could not reach is a zombie or
 // gone (sandboxGone). Only the runtime's word, or the kernel's, ends a wait: a
 // container runsc no longer knows, or reports stopped, has exited, and so has one whose
-// sandbox process is a zombie not yet reaped; a `runsc wait` that failed, or whose exit
-// status another reaper collected (ECHILD), says nothing by itself, so the state is
-// asked and, when it cannot answer, the error goes to the escalate.Policy, which treats
-// the container as running.
+// sandbox process is a zombie not yet reaped; a `runsc wait` that failed otherwise, or
+// whose exit status another reaper collected (ECHILD) with no such word, says nothing by
+// itself, so the state is asked and, when it cannot answer, the error goes to the
+// escalate.Policy, which treats the container as running.
 func (r *Runtime) Target(id string) escalate.Target {
 	return escalate.Funcs{
 		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
@@ -87,6 +87,9 @@ func (r *Runtime) Target(id string) escalate.Target {
 			if err == nil || ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if sandboxGone(err) {
+				return os.ErrProcessDone
+			}
 			if gone, _ := r.Exited(ctx, id); gone {
 				return os.ErrProcessDone
 			}
@@ -116,28 +119,37 @@ func (r *Runtime) Exited(ctx context.Context, id string) (bool, error) {
 	return st.Status == "stopped" || st.Pid > 0 && zombie(st.Pid), nil
 }
 
-// notRunning is runsc's refusal to signal a container whose sandbox process its own
-// kill(pid, 0) found gone: exited and reaped.
-const notRunning = "sandbox is not running"
+// runsc's words for a container whose sandbox process its own kill(pid, 0) found gone,
+// exited and reaped: notRunning is runsc kill's refusal to signal it; noLongerRunning is
+// runsc wait's failure once it could not reach the control server and found the process
+// gone ("sandbox no longer running and its exit status is unavailable": the status went
+// to the process's reaper, not to runsc).
+const (
+	notRunning      = "sandbox is not running"
+	noLongerRunning = "sandbox no longer running"
+)
 
 // controlServerPID finds the sandbox's PID in runsc's failure to reach its control
 // server ("connecting to control server at PID 16573: connection refused"; older runsc
 // wrote "error connecting to control server at pid").
 var controlServerPID = regexp.MustCompile(`(?i)control server at pid (\d+)`)
 
-// sandboxGone reports whether err, a `runsc kill` that failed, says the container's
-// sandbox has exited, by runsc's word or, for the PID it names, the kernel's: runsc
-// found the process gone, or the process it could not reach is a zombie or gone. Both
-// without starting a process: under load 8-9 on 2 cores a runsc process took 0.2-0.6 s,
-// and the runsc state that Exited runs after a SIGKILL that failed so was cut by the
-// deadline, the sandbox, a zombie since its SIGTERM, ending "unknown". A PID that now
-// names another process (reused once reaped) is not a zombie: the answer is no, and
-// Exited is asked as before.
+// sandboxGone reports whether err, a `runsc kill` or `runsc wait` that failed, says the
+// container's sandbox has exited, by runsc's word or, for the PID it names, the
+// kernel's: runsc found the process gone, or the process it could not reach is a zombie
+// or gone. Both without starting a process: under load 8-9 on 2 cores a runsc process
+// took 0.2-0.6 s, and the runsc state that Exited runs after a SIGKILL that failed so
+// was cut by the deadline, the sandbox, a zombie since its SIGTERM, ending "unknown"
+// (row 810); so was the one after a wait that failed so, the wait after SIGTERM then
+// ending without the exit it had been told of (row 831). A PID that now names another
+// process (reused once reaped) is not a zombie: the answer is no, and Exited is asked as
+// before.
 func sandboxGone(err error) bool {
-	if strings.Contains(err.Error(), notRunning) {
+	msg := err.Error()
+	if strings.Contains(msg, notRunning) || strings.Contains(msg, noLongerRunning) {
 		return true
 	}
-	m := controlServerPID.FindStringSubmatch(err.Error())
+	m := controlServerPID.FindStringSubmatch(msg)
 	if m == nil {
 		return false
 	}

@@ -52,8 +52,9 @@ type reaperResult struct {
 // supervisor does), so the statuses of runsc wait, runsc kill and runsc state are
 // stolen from the code that ran them, and stops the container with escalate.Policy.
 // Without reap it never reaps an orphan, as a busy or careless PID 1: the sandbox's
-// processes stay zombies until it exits.
-func reaperMain(root, id, bundle string, reap, window bool) int {
+// processes stay zombies until it exits. mode is runReaper's.
+func reaperMain(root, id, bundle, mode string) int {
+	reap := mode == "reap" || mode == "reap-window"
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "prctl:", err)
 		return 1
@@ -99,12 +100,13 @@ func reaperMain(root, id, bundle string, reap, window bool) int {
 		grace = unreapedGrace
 	}
 	policy := escalate.Policy{TermWait: grace, KillWait: reaperKillWait}
-	if window {
-		// The default Policy in a short window, as gvisor-worker's escalations have
-		// at the preserve phase's deadline: the two waits share it.
+	if window := reaperWindows[mode]; window > 0 {
+		// The default Policy in a window, as gvisor-worker's escalations have: its
+		// wait after SIGTERM ends KillWait before the window's end, or halfway
+		// through a short one.
 		policy = escalate.Policy{}
 		var cancelWindow context.CancelFunc
-		ctx, cancelWindow = context.WithTimeout(ctx, slowWindow)
+		ctx, cancelWindow = context.WithTimeout(ctx, window)
 		defer cancelWindow()
 	}
 	start := time.Now()
@@ -146,9 +148,14 @@ func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 	assert.Equal(t, "stopped", st.Status)
 }
 
+// reaperWindows are the windows in which reaperMain stops the container with the
+// default Policy, by mode: slowWindow without reaping, lateWaitWindow reaping.
+var reaperWindows = map[string]time.Duration{"noreap-window": slowWindow, "reap-window": lateWaitWindow}
+
 // runReaper runs reaperMain in a child of the test and returns what it reports.
-// mode is "reap", "noreap", or "noreap-window" (never reaps, and stops the container
-// with the default Policy in slowWindow); the child runs rt.Binary.
+// mode is "reap", "noreap", or one of reaperWindows: "noreap-window" (never reaps, and
+// stops the container with the default Policy in slowWindow) or "reap-window" (reaps,
+// in lateWaitWindow); the child runs rt.Binary.
 func runReaper(t *testing.T, rt *Runtime, id string, b Bundle, mode string) reaperResult {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -220,6 +227,19 @@ func TestZombieSandboxHasExited(t *testing.T) {
 	exit, err := escalate.Policy{}.Stop(ctx, tg)
 	assert.Equal(t, escalate.Gone, exit, "it had exited before Stop's signal")
 	assert.NoError(t, err)
+}
+
+// A runsc wait that fails saying the sandbox is no longer running (it could not reach
+// the control server, and its own kill(pid, 0) found the process gone: reaped) is the
+// exit, as a runsc kill that fails so is (row 831): the wait returns done, with no runsc
+// state asked after it, which under load was cut by the deadline. Here runsc state still
+// says running, as it did when the wait began, so only the failed wait can tell.
+func TestWaitThatFailsSayingTheSandboxIsGoneHasExited(t *testing.T) {
+	rt := fakeRuntime(t, "waitgone:"+fmt.Sprint(1<<30)) // a PID no process has
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	assert.ErrorIs(t, rt.Target("sb").Wait(ctx), os.ErrProcessDone)
+	assert.NoError(t, ctx.Err(), "nothing waited for the context")
 }
 
 // A wait that starts after the container stopped returns at once: runsc wait itself
