@@ -32,7 +32,8 @@
 // it has measured some (see pause.Sized).
 //
 // Guarantees: every request returns by its context's deadline, and by the
-// per-request timeout when one is set. An overloaded server (429, or 503
+// per-request timeout when one is set; over HTTP/2, a connection gone dead
+// silently fails its requests within 5 s (see Config.Client). An overloaded server (429, or 503
 // with Retry-After) answering while other pauses were on the wire gets the
 // request again in the next free slot, no more at once than it handled;
 // answering the only one, its Retry-After is waited when it ends before

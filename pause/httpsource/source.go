@@ -50,6 +50,22 @@ const (
 	defaultListTimeout = 10 * time.Second
 )
 
+// The health check of the Source's own client on an HTTP/2 connection: a
+// PING after h2PingAfter with nothing read from it, and the connection
+// closed when the PING is not answered within h2PingTimeout. Over HTTP/2
+// every request goes on one connection, and one that went dead silently (a
+// NAT or load balancer that dropped its state, a path cut with no FIN or
+// RST) took every pause sent on it, each waiting to its context's end,
+// the phase deadline; a cancelled request does not retire it. Closed, its
+// requests fail as having had no answer and the next request dials. The
+// server's HTTP/2 layer answers a PING whatever its handlers do, so a slow
+// pause keeps its connection; client-go checks the same way (30 s and
+// 15 s, for watches that last hours, too long for a drain's seconds).
+const (
+	h2PingAfter   = 2 * time.Second
+	h2PingTimeout = 3 * time.Second
+)
+
 // maxBody bounds how much of a response body is read: a 2xx answer longer
 // than this is a permanent error that says so.
 const maxBody = 32 << 20
@@ -67,7 +83,14 @@ type Config struct {
 	// permanent *StatusError, so the API key never leaves the server's
 	// host. Whatever the client, an answer to a request that a redirect
 	// changed into another method (a 302 turns POST into GET) is a
-	// permanent error, never a pause.
+	// permanent error, never a pause. Over HTTP/2 (an https server that
+	// offers it), the Source's own client sends a PING on a connection
+	// it has read nothing from for 2 s and closes it when the PING is not
+	// answered within 3 s: the requests on a connection that went dead
+	// silently fail then, as having had no answer (transient), and the
+	// next request dials, where they waited to their contexts' end. A
+	// Client of your own that speaks HTTP/2 should set its Transport's
+	// HTTP2.SendPingTimeout.
 	Client *http.Client
 
 	// APIKey, when not empty, is sent in the header APIKeyHeader on every
@@ -401,7 +424,9 @@ func New(baseURL string, c Config) (*Source, error) {
 		}
 	}
 	if cfg.client == nil {
-		cfg.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: sameRequest}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2PingAfter, PingTimeout: h2PingTimeout}
+		cfg.client = &http.Client{Transport: tr, CheckRedirect: sameRequest}
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
