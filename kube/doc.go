@@ -44,9 +44,10 @@
 // # Guarantees
 //
 //   - Deletion, DeletionTimestamp and Tighten return by their context's
-//     deadline, and send the token only to a server whose certificate chains
-//     to Config.CAFile (the service account's ca.crt): no redirect is
-//     followed. A pod of this name whose UID is not this pod's (Config.UID,
+//     deadline, and send the token only to Config.Host, whose certificate
+//     must chain to Config.CAFile (the service account's ca.crt) unless
+//     Config.Client is set: no redirect is followed, with Config.Client
+//     too. A pod of this name whose UID is not this pod's (Config.UID,
 //     else the first read's: this pod force-deleted and a new one created in
 //     its name) is ErrPodReplaced, never read as this pod's deletion. A
 //     static pod's mirror pod whose kubernetes.io/config.mirror annotation

@@ -73,11 +73,13 @@ type Config struct {
 	// in ServiceAccountDir. It is not used when Client is set.
 	CAFile string
 	// Client sends the requests. Nil means a fresh connection per request
-	// that trusts only the certificates in CAFile, uses no proxy, follows
-	// no redirect (a 3xx is an *APIError), and is closed afterwards (a
-	// terminating pod makes a handful of requests, and one a second while
-	// a drain with no preStop call polls its deletion: nothing worth
-	// keeping alive across a second).
+	// that trusts only the certificates in CAFile, uses no proxy, and is
+	// closed afterwards (a terminating pod makes a handful of requests,
+	// and one a second while a drain with no preStop call polls its
+	// deletion: nothing worth keeping alive across a second). Whichever
+	// client, no redirect is followed (a 3xx is an *APIError): a Client
+	// set here is used through a copy whose CheckRedirect says so, the
+	// Client itself unchanged.
 	Client *http.Client
 	// EventTimeout bounds each event's POST; zero means 2 s. Reads of the pod are bounded by their context.
 	EventTimeout time.Duration
@@ -195,7 +197,14 @@ func newPod(name string, cfg Config, getenv func(string) string, dir string) (*P
 	}
 	p := &Pod{
 		host: strings.TrimSuffix(cfg.Host, "/"), ns: cfg.Namespace, name: name, uid: cfg.UID, configured: cfg.UID != "",
-		token: cfg.TokenFile, ca: cfg.CAFile, client: cfg.Client, log: cfg.Logger,
+		token: cfg.TokenFile, ca: cfg.CAFile, log: cfg.Logger,
+	}
+	if cfg.Client != nil {
+		// A copy that follows no redirect, as the Pod's own client: the
+		// caller's follows them as net/http does, the token with it.
+		c := *cfg.Client
+		c.CheckRedirect = noRedirect
+		p.client = &c
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -876,10 +885,7 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 		}
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 		defer tr.CloseIdleConnections()
-		// No redirect is followed: net/http would send the token on to a
-		// redirect's http:// URL of the same host, in clear, and the API
-		// server answers these requests without one. A 3xx is an *APIError.
-		client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		client = &http.Client{Transport: tr, CheckRedirect: noRedirect}
 	}
 	var rd io.Reader
 	if body != nil {
@@ -915,6 +921,12 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	}
 	return got, offset, wait, err
 }
+
+// noRedirect is the CheckRedirect of every client a Pod sends with, its
+// own and Config.Client's copy: net/http would send the token on to a
+// redirect's http:// URL of the same host, in clear, and the API server
+// answers these requests without one. A 3xx is an *APIError.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // retryAfter is how long resp asks the client to wait before it sends its
 // request again, or zero when it is not to be sent again: a 429 Too Many

@@ -808,27 +808,43 @@ func TestDeletionOfAPodReplacedUnderItsNameIsNotThisPods(t *testing.T) {
 // net/http follows a redirect to an http:// URL of the same host with the
 // request's Authorization header: a 3xx from whatever answered with a
 // certificate of the cluster's CA sent the service account's token in
-// clear. The reader follows no redirect: the 3xx is an *APIError.
+// clear. The reader follows no redirect: the 3xx is an *APIError. So with
+// a Config.Client of the caller's, which follows redirects as net/http's
+// does (the package's guarantee is that no redirect is followed; before,
+// only the Pod's own client kept it, and this one's sent the token to the
+// plain server, the pod it served taken).
 func TestRedirectIsNotFollowedWithTheToken(t *testing.T) {
-	var mu sync.Mutex
-	var leaked []string
-	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		leaked = append(leaked, r.Header.Get("Authorization"))
-		mu.Unlock()
-		podJSON(t, deleted(time.Now().Add(30*time.Second), 30))(w, r)
-	}))
-	defer plain.Close()
-	_, cfg := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, plain.URL+r.URL.Path, http.StatusFound)
-	})
-	_, err := newPod(t, cfg, testPod).Deletion(t.Context())
-	var apiErr *kube.APIError
-	require.ErrorAs(t, err, &apiErr)
-	assert.Equal(t, http.StatusFound, apiErr.StatusCode)
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Empty(t, leaked, "the token went to %s in clear", plain.URL)
+	for _, own := range []bool{true, false} {
+		t.Run(map[bool]string{true: "the Pod's own client", false: "Config.Client"}[own], func(t *testing.T) {
+			var mu sync.Mutex
+			var leaked []string
+			plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				leaked = append(leaked, r.Header.Get("Authorization"))
+				mu.Unlock()
+				podJSON(t, deleted(time.Now().Add(30*time.Second), 30))(w, r)
+			}))
+			defer plain.Close()
+			a, cfg := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, plain.URL+r.URL.Path, http.StatusFound)
+			})
+			var client *http.Client
+			if !own {
+				client = a.Client()
+				cfg.CAFile, cfg.Client = "", client
+			}
+			_, err := newPod(t, cfg, testPod).Deletion(t.Context())
+			var apiErr *kube.APIError
+			require.ErrorAs(t, err, &apiErr)
+			assert.Equal(t, http.StatusFound, apiErr.StatusCode)
+			mu.Lock()
+			defer mu.Unlock()
+			assert.Empty(t, leaked, "the token went to %s in clear", plain.URL)
+			if client != nil {
+				assert.Nil(t, client.CheckRedirect, "the caller's client is not changed")
+			}
+		})
+	}
 }
 
 // Fault: a zero kube.Pod (not made by New) panicked with a nil dereference
