@@ -78,10 +78,11 @@ const maxBody = 32 << 20
 type Config struct {
 	// Client sends the requests. Nil means a client of the Source's own
 	// with no overall timeout (requests are bounded by their contexts)
-	// that follows a redirect only on the same host and with the same
-	// method (a list path's canonical URL); any other 3xx answer is a
-	// permanent *StatusError, so the API key never leaves the server's
-	// host. Whatever the client, an answer to a request that a redirect
+	// that follows a redirect only on the same host, with the same method,
+	// and from https only to https (a list path's canonical URL); any
+	// other 3xx answer is a permanent *StatusError, so the API key never
+	// leaves the server's host, nor goes over plain HTTP from an https
+	// base URL. Whatever the client, an answer to a request that a redirect
 	// changed into another method (a 302 turns POST into GET) is a
 	// permanent error, never a pause. Over HTTP/2 (an https server that
 	// offers it), the Source's own client sends a PING on a connection
@@ -904,12 +905,16 @@ func redact(target string) string {
 
 // sameRequest is the CheckRedirect of the Source's own client: it follows
 // a redirect (at most 10) that stays on the same host with the same method,
-// and hands any other 3xx back as the answer. A 302 would turn the pause
-// into a GET (of a proxy's sign-in page, answering 200), and the API key
-// would follow a redirect to another host.
+// and over https if the request was, and hands any other 3xx back as the
+// answer. A 302 would turn the pause into a GET (of a proxy's sign-in
+// page, answering 200), the API key would follow a redirect to another
+// host, and to http:// the same host it would go in clear (a server
+// behind a load balancer that ends TLS writes its canonical URL with the
+// http:// it sees: nginx's trailing-slash redirect does).
 func sameRequest(req *http.Request, via []*http.Request) error {
 	switch first := via[0]; {
-	case req.Method != first.Method || req.URL.Host != first.URL.Host:
+	case req.Method != first.Method || req.URL.Host != first.URL.Host ||
+		first.URL.Scheme == "https" && req.URL.Scheme != "https":
 		return http.ErrUseLastResponse
 	case len(via) >= 10:
 		return errors.New("stopped after 10 redirects")
