@@ -136,7 +136,10 @@ type Config struct {
 	// before the termination found the name not naming this pod
 	// (kube.Pod.Identity: Report.PodMismatch; a static pod's read before
 	// the kubelet made its mirror pod is said at Info, and is an error only
-	// if the drain's read still finds no pod: kube.Identity.MirrorPending).
+	// if the drain's read still finds no pod: kube.Identity.MirrorPending),
+	// and so is a static pod's 404 at the drain when no read found the pod
+	// (its UID the kubelet's config hash: the API server cannot
+	// force-delete a static pod; Report.StaticPod).
 	// And it posts Kubernetes Events on the pod: DrainStarted (T0, the
 	// expected SIGKILL, the plan), SandboxesLost
 	// (Warning: how many, which; again for what a step's final sweep lost,
@@ -227,6 +230,7 @@ type Drainer struct {
 	retrying     bool           // retryRead's reads run; guarded by podMu
 	graceSeen    time.Time      // the start of the latest read that found delGrace; guarded by podMu
 	misnamedSaid bool           // podRemoved logged a read that misnamed's says nothing of; guarded by podMu
+	unfoundSaid  bool           // podRemoved logged a static pod's 404, no read having found the pod; guarded by podMu
 	staticSaid   bool           // the plan line or a read said the pod is a static pod (sayStatic); guarded by podMu
 	startID      kube.Identity  // what the reads before New showed (sayPodIdentity); set once, by New
 	mirrorRead   chan struct{}  // closed once a read ran to its end, when startID was MirrorPending (awaitMirrorRead); else nil

@@ -192,7 +192,12 @@ func failureKind(err error) string {
 // Neither when a read before the termination began found the name not
 // naming this pod (misnamed): the name or the UID is wrong, and the read
 // at the drain says no more than that one did. It reports true, the budget
-// standing, logged at Error once.
+// standing, logged at Error once. Nor for a static pod that no read found
+// (kube.Identity.MirrorPending: a 404, POD_UID its config hash): the API
+// server cannot force-delete a static pod, whose mirror pod the kubelet has
+// not made yet or made again after a deletion (row 720), so the read could
+// not find the pod and no more; it reports true, the budget standing (the
+// grace from SIGTERM, which the kubelet gives), logged at Warn once.
 func (d *Drainer) podRemoved(at string, err error) bool {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
@@ -207,6 +212,14 @@ func (d *Drainer) podRemoved(at string, err error) bool {
 				"; this read is no force deletion, and the budget stands", "at", at, "error", err, "found_before", start, "kill", d.budget.Kill())
 		}
 		d.misnamedSaid = true
+		return true
+	}
+	if d.pod.Identity().MirrorPending() {
+		if !d.unfoundSaid {
+			d.unfoundSaid = true
+			d.log.Warn("drain: the pod could not be found in the API server, and no read found it before: "+msgUnfound+
+				"; the API server cannot force-delete a static pod, so this read is no force deletion, and the budget stands", "at", at, "error", err, "kill", d.budget.Kill())
+		}
 		return true
 	}
 	if d.delGrace == 0 {
@@ -229,13 +242,24 @@ func (d *Drainer) podRemoved(at string, err error) bool {
 const msgStatic = "a static pod, whose deletion the API server does not show: the kubelet stops it when its manifest is removed, with its grace from SIGTERM; " +
 	"its mirror pod's deletion (kubectl delete --grace-period, --force) does not stop it, and the drain does not take it for this pod's"
 
+// msgUnfound says what a static pod's name that names no pod in the API
+// server, no read having found the pod, means at the drain.
+const msgUnfound = EnvPodUID + " is a static pod's (its config hash), whose mirror pod the kubelet has not made (it has not reached the API server yet) " +
+	"or not made again after a deletion, or " + EnvPodName + " is not its name"
+
+// staticPod reports whether id, what the reads found, tells a static pod,
+// whose deletion the API server does not show: a read found it through its
+// mirror pod (Static), or none found any pod of the name while its UID,
+// POD_UID, is a static pod's config hash (MirrorPending).
+func staticPod(id kube.Identity) bool { return id.Static || id.MirrorPending() }
+
 // sayStatic logs, once a read found the pod a static pod (kube.ErrStaticPod,
 // err), what the drain plans with, unless the plan line at SIGTERM says it:
 // a read before New found it (startID), or the plan line came first.
 func (d *Drainer) sayStatic(at string, err error) {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
-	if d.startID.Static || d.staticSaid {
+	if staticPod(d.startID) || d.staticSaid {
 		return
 	}
 	d.staticSaid = true
@@ -243,16 +267,16 @@ func (d *Drainer) sayStatic(at string, err error) {
 }
 
 // saysStatic reports whether the plan line at SIGTERM says the pod is a
-// static pod: a read before New found it, or one since, which sayStatic
-// has not logged yet (the read at SIGTERM runs beside the plan line). The
-// drain says it once.
+// static pod (staticPod): the reads before New told it, or one since,
+// which sayStatic has not logged yet (the read at SIGTERM runs beside the
+// plan line). The drain says it once.
 func (d *Drainer) saysStatic() bool {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
-	if d.startID.Static {
+	if staticPod(d.startID) {
 		return true
 	}
-	if d.staticSaid || !d.pod.Identity().Static {
+	if d.staticSaid || !staticPod(d.pod.Identity()) {
 		return false
 	}
 	d.staticSaid = true

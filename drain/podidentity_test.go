@@ -58,18 +58,28 @@ func TestMisconfiguredPodNameOrUIDIsNotAForceDeletion(t *testing.T) {
 				require.Error(t, startErr)
 				assert.Contains(t, logs.String(), "level=ERROR", "said at start: %s", logs.String())
 
-				sigterm := time.Now()
-				rep := f.d.Shutdown(context.Background())
-				assert.Equal(t, sigterm.Add(20*time.Second), rep.Budget.Kill, "the budget stands: SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
-				assert.Equal(t, 10, rep.Preserve.Counts["preserved"], "%v", rep.Preserve.Counts)
+				rep := shutdownKeepsTheGrace(t, f, logs)
 				assert.Contains(t, rep.PodMismatch, c.uid)
 				require.Error(t, rep.Err())
 				assert.Contains(t, rep.Err().Error(), c.uid)
-				assert.NotContains(t, logs.String(), "before any read found its deletion", "not taken for a force deletion")
 				assert.Regexp(t, `msg="drain: SIGTERM: plan" .*pod_mismatch=`, logs.String(), "the plan says it")
 			})
 		})
 	}
+}
+
+// shutdownKeepsTheGrace drains pollFixture's 10 sandboxes of 1 s from a
+// SIGTERM now, with no hook, and checks that nothing was taken for a force
+// deletion: SIGKILL stays at SIGTERM + the fixture's 20 s and all 10 are
+// preserved. It returns the Report.
+func shutdownKeepsTheGrace(t *testing.T, f *fixture, logs *logbuf.Buffer) *Report {
+	t.Helper()
+	sigterm := time.Now()
+	rep := f.d.Shutdown(context.Background())
+	assert.Equal(t, sigterm.Add(20*time.Second), rep.Budget.Kill, "the grace stands: SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
+	assert.Equal(t, 10, rep.Preserve.Counts["preserved"], "%v", rep.Preserve.Counts)
+	assert.NotContains(t, logs.String(), "before any read found its deletion", "no force deletion")
+	return rep
 }
 
 // A force deletion is still one (row 580) when the read at start found the
@@ -172,14 +182,10 @@ func TestStaticPodsMirrorPodIsThePod(t *testing.T) {
 						require.NoError(t, err)
 					}
 				}})
-				sigterm := time.Now()
-				rep := f.d.Shutdown(context.Background())
-				assert.Equal(t, sigterm.Add(20*time.Second), rep.Budget.Kill, "SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
-				assert.Equal(t, 10, rep.Preserve.Counts["preserved"], "%v", rep.Preserve.Counts)
+				rep := shutdownKeepsTheGrace(t, f, logs)
 				assert.Empty(t, rep.PodMismatch)
 				assert.NoError(t, rep.Err())
 				assert.NotContains(t, logs.String(), "level=ERROR")
-				assert.NotContains(t, logs.String(), "before any read found its deletion", "no force deletion")
 				assert.Equal(t, 1, strings.Count(logs.String(), "the kubelet stops it when its manifest is removed"), "said once: %s", logs.String())
 				assert.True(t, rep.StaticPod)
 			})
@@ -221,11 +227,7 @@ func TestStaticPodReadBeforeItsMirrorPodIsMadeIsNoError(t *testing.T) {
 				if made {
 					api.Refuse(0)
 				}
-				sigterm := time.Now()
-				rep := f.d.Shutdown(context.Background())
-				assert.Equal(t, sigterm.Add(20*time.Second), rep.Budget.Kill, "the grace stands: SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
-				assert.Equal(t, 10, rep.Preserve.Counts["preserved"], "%v", rep.Preserve.Counts)
-				assert.NotContains(t, logs.String(), "before any read found its deletion", "no force deletion")
+				rep := shutdownKeepsTheGrace(t, f, logs)
 				assert.NotRegexp(t, `msg="drain: SIGTERM: plan" .*pod_mismatch=`, logs.String(), "the read at SIGTERM decides")
 				if made {
 					assert.NotContains(t, logs.String(), "level=ERROR")
@@ -238,6 +240,64 @@ func TestStaticPodReadBeforeItsMirrorPodIsMadeIsNoError(t *testing.T) {
 				assert.Contains(t, rep.PodMismatch, staticHash)
 				require.Error(t, rep.Err())
 				assert.Contains(t, rep.Err().Error(), EnvPodName)
+			})
+		})
+	}
+}
+
+// Fault (row 845): a static pod whose FIRST read of the pod is the
+// drain's (a library user who reads nothing at start, or whose read at start
+// failed) and finds no pod of the name (its mirror pod not made yet, or
+// deleted and not made again) had SIGKILL planned 2 s after SIGTERM: row
+// 580 took the 404 for a force deletion, which the API server cannot do to
+// a static pod (row 720: the kubelet stops it when its manifest is removed,
+// with the manifest's grace from SIGTERM). With POD_UID a config hash, such
+// a 404 is now a read that could not find the pod, the budget standing:
+//
+//	0 s   start: no read, or one the API server failed (503)
+//	      SIGTERM (the manifest removed), no hook: the read finds no pod of
+//	      the name (404) while the drain preserves 10 sandboxes of 1 s;
+//	      SIGKILL stays at SIGTERM + 20 s, 10 preserved (before: planned at
+//	      + 2 s, 1 of 10 preserved), one Warn line, static_pod in the
+//	      Report, no error; the mirror pod made at 3 s (the poll reads it:
+//	      one Info line, the static pod's), or never
+func TestStaticPodsFirstReadAtTheDrainFindingNoPodIsNoForceDeletion(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		start int  // the read at start: 0 none, else the API server's status
+		made  bool // the kubelet makes the mirror pod during the drain
+	}{
+		{"no read at start, no mirror pod", 0, false},
+		{"no read at start, the mirror pod made during the drain", 0, true},
+		{"the read at start failed, no mirror pod", http.StatusServiceUnavailable, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				api := mirrorPod(staticHash)
+				f, logs := pollFixture(t, api, handlerTransport{api}, 10, fixtureOpts{edit: func(cfg *Config) {
+					cfg.Pod = podAs(t, api, staticHash, handlerTransport{api})
+					if c.start != 0 {
+						api.Refuse(c.start)
+						_, err := cfg.Pod.Spec(t.Context())
+						require.Error(t, err)
+					}
+				}})
+				api.Refuse(http.StatusNotFound) // no mirror pod
+				if c.made {
+					go func() {
+						time.Sleep(3 * time.Second)
+						api.Refuse(0)
+					}()
+				}
+				rep := shutdownKeepsTheGrace(t, f, logs)
+				assert.True(t, rep.StaticPod, "the Report says the pod is a static pod")
+				assert.Empty(t, rep.PodMismatch, "no read before the termination found the name naming no pod")
+				assert.NoError(t, rep.Err())
+				assert.NotContains(t, logs.String(), "level=ERROR")
+				assert.Equal(t, 1, strings.Count(logs.String(), `level=WARN msg="drain: the pod could not be found in the API server`), "said once: %s", logs.String())
+				if c.made {
+					assert.Equal(t, 1, strings.Count(logs.String(), "the kubelet stops it when its manifest is removed"), "the mirror pod read: %s", logs.String())
+				}
 			})
 		})
 	}
@@ -333,13 +393,9 @@ func TestStaticPodsMirrorDeletionIsNotThePods(t *testing.T) {
 					time.Sleep(1500 * time.Millisecond)
 					c.delete(mirror, api)
 				}()
-				sigterm := time.Now()
-				rep := f.d.Shutdown(context.Background())
-				assert.Equal(t, sigterm.Add(20*time.Second), rep.Budget.Kill, "SIGTERM+%v", rep.Budget.Kill.Sub(sigterm))
-				assert.Equal(t, 10, rep.Preserve.Counts["preserved"], "%v", rep.Preserve.Counts)
+				rep := shutdownKeepsTheGrace(t, f, logs)
 				assert.True(t, rep.StaticPod, "the Report says the pod is a static pod")
 				assert.NoError(t, rep.Err())
-				assert.NotContains(t, logs.String(), "before any read found its deletion", "no force deletion")
 				assert.Regexp(t, `msg="drain: SIGTERM: plan" .*static_pod=`, logs.String(), "the plan says it")
 				assert.Equal(t, 1, strings.Count(logs.String(), "the kubelet stops it when its manifest is removed"), "said once: %s", logs.String())
 			})

@@ -128,11 +128,14 @@ type Report struct {
 	// left the budget as it was.
 	PodUIDUnknown bool `json:"pod_uid_unknown,omitempty"`
 	// StaticPod is true when a read found the pod through its mirror pod
-	// (kube.Identity.Static): the kubelet stops a static pod only when its
+	// (kube.Identity.Static), or when none found any pod of its name while
+	// its UID (POD_UID) is a static pod's, the kubelet's config hash
+	// (kube.Identity.MirrorPending: the mirror pod not made yet, or deleted
+	// and not made again): the kubelet stops a static pod only when its
 	// manifest is removed, with the manifest's grace from SIGTERM, and the
 	// API server shows no deletion of it. The drain took no deletion of
-	// the mirror pod (a deletionTimestamp, a 404 after a force deletion)
-	// for the pod's: the budget stood on the grace.
+	// the mirror pod (a deletionTimestamp, a 404 after a force deletion),
+	// and no 404 at all, for the pod's: the budget stood on the grace.
 	StaticPod bool `json:"static_pod,omitempty"`
 }
 

@@ -204,7 +204,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 			rep.PodMismatch = err.Error()
 		}
 		rep.PodUIDUnknown = d.pod.UID() == ""
-		rep.StaticPod = d.pod.Identity().Static
+		rep.StaticPod = staticPod(d.pod.Identity())
 	}
 	d.mu.Lock()
 	rep.ForcedAt = d.forcedAt
