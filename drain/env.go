@@ -27,7 +27,9 @@ import (
 // EnvKubeletConfig; Pause's Estimator and SandboxTimeout from
 // EnvPreserveEstimate and EnvSandboxTimeout; the Budget's margin from
 // EnvMargin and its preStop sleep from EnvPreStopSleep or the pod's spec;
-// and Logger to slog.Default(). The caller sets the rest
+// and Logger to slog.Default(). Its one read of the spec is bounded by
+// 5 s, within which a static pod's mirror pod not made yet is read again
+// when the grace must come from it (see EnvGrace). The caller sets the rest
 // (Sandboxes, Gate, Steps) and calls New:
 //
 //	cfg, err := drain.ConfigFromEnv()
@@ -45,7 +47,7 @@ import (
 func ConfigFromEnv() (Config, error) {
 	log := slog.Default()
 	pod := inCluster(log)
-	spec := readSpec(pod)
+	spec := readSpec(pod, os.Getenv(EnvGrace) == "", log)
 	grace, err := graceOf(spec, log)
 	if err != nil {
 		return Config{}, err
@@ -130,17 +132,43 @@ const podGraceTimeout = 5 * time.Second
 type podSpec struct {
 	spec kube.Spec
 	err  error
+	// id is what the reads showed of the pod: a static pod found through
+	// its mirror pod (Static), or one whose mirror pod the kubelet had not
+	// made (MirrorPending).
+	id kube.Identity
 }
 
-// readSpec reads pod's spec within podGraceTimeout; nil when pod is.
-func readSpec(pod *kube.Pod) *podSpec {
+// readSpec reads pod's spec within podGraceTimeout; nil when pod is. When
+// the grace must come from it (needGrace: EnvGrace unset) and the read
+// finds a static pod's mirror pod not made yet (kube.Identity.MirrorPending:
+// a 404, POD_UID its config hash), it reads again every podPoll within the
+// same bound, while a read can still start a podPoll before its end: the
+// kubelet starts a static pod before it made the mirror pod when it has
+// not registered the node yet (the node's boot), and makes it at its next
+// sync of the pod, a second or so later when the node is registered by
+// then. Failing at once on that 404, the server exited, for the kubelet to
+// start it again after a back-off that grows to 5 minutes. The start takes
+// no longer than one read that the API server does not answer already
+// does.
+func readSpec(pod *kube.Pod, needGrace bool, log *slog.Logger) *podSpec {
 	if pod == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), podGraceTimeout)
 	defer cancel()
 	s, err := pod.Spec(ctx)
-	return &podSpec{spec: s, err: err}
+	if err != nil && needGrace && pod.Identity().MirrorPending() {
+		log.Info("drain: the pod is not in the API server yet: "+EnvPodUID+" is a static pod's (its config hash), whose mirror pod the kubelet makes once it reaches "+
+			"the API server; its spec, for the grace ("+EnvGrace+" is not set), is read again", "every", podPoll, "for", podGraceTimeout, "read", err)
+		for kube.IsNotFound(err) && pod.Identity().MirrorPending() {
+			if dl, _ := ctx.Deadline(); time.Until(dl) <= podPoll {
+				break
+			}
+			time.Sleep(podPoll)
+			s, err = pod.Spec(ctx)
+		}
+	}
+	return &podSpec{spec: s, err: err, id: pod.Identity()}
 }
 
 // grace is the spec's terminationGracePeriodSeconds (kube.Spec.Grace), or
@@ -176,11 +204,21 @@ func graceOf(spec *podSpec, log *slog.Logger) (time.Duration, error) {
 		return checkedGrace(spec, env, log), nil
 	}
 	g, err := spec.grace()
-	if err != nil {
+	switch {
+	case err != nil && spec.id.MirrorPending():
+		return 0, fmt.Errorf("drain: %s is not set, and the pod's spec, which gives the grace then, could not be read: %s is a static pod's (its config hash), "+
+			"whose mirror pod the kubelet had not made in the API server in the %v the start reads it for (it has not reached the API server or registered the node yet), "+
+			"and a static pod runs without it: set %s to the manifest's terminationGracePeriodSeconds (or %s is not the mirror pod's name, "+
+			"the manifest's, a dash, the node's: fieldRef metadata.name): %w", EnvGrace, EnvPodUID, podGraceTimeout, EnvGrace, EnvPodName, err)
+	case err != nil:
 		_, envErr := graceFromEnv()
 		return 0, fmt.Errorf("%w, and the pod's spec could not be read: %w", envErr, err)
+	case spec.id.Static:
+		log.Warn("drain: grace from a static pod's spec.terminationGracePeriodSeconds, read through its mirror pod: a start before the kubelet makes the mirror pod "+
+			"(at the node's boot, before it reaches the API server) cannot read it, and fails; set "+EnvGrace+" to it", "grace", g)
+	default:
+		log.Info("drain: grace from the pod's spec.terminationGracePeriodSeconds", "grace", g)
 	}
-	log.Info("drain: grace from the pod's spec.terminationGracePeriodSeconds", "grace", g)
 	return g, nil
 }
 

@@ -180,12 +180,20 @@ func podOver(t *testing.T, api *fakeapiserver.Pod, rt http.RoundTripper) *kube.P
 // another pod, or a POD_UID that is not the pod's.
 func podAs(t *testing.T, api *fakeapiserver.Pod, uid string, rt http.RoundTripper) *kube.Pod {
 	t.Helper()
-	token := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
-	pod, err := kube.New(api.Name, kube.Config{Host: "https://api.test", Namespace: api.Namespace, UID: uid, TokenFile: token,
-		Client: &http.Client{Transport: rt}})
+	cfg := configOver(t, api, rt)
+	cfg.UID = uid
+	pod, err := kube.New(api.Name, cfg)
 	require.NoError(t, err)
 	return pod
+}
+
+// configOver is the kube.Config of api's pod whose requests rt makes, with
+// no UID.
+func configOver(t *testing.T, api *fakeapiserver.Pod, rt http.RoundTripper) kube.Config {
+	t.Helper()
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
+	return kube.Config{Host: "https://api.test", Namespace: api.Namespace, TokenFile: token, Client: &http.Client{Transport: rt}}
 }
 
 // deletedPodReadLate is the pod sandboxd-0, deleted now with grace, whose

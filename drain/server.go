@@ -31,7 +31,11 @@ const (
 	// through the API server (EnvPodName and RBAC "get" on "pods"). Set
 	// with that access too, it is checked against the spec at start: the
 	// spec's is taken when they differ, with an error in the log naming
-	// both, and the variable stands in when the spec cannot be read.
+	// both, and the variable stands in when the spec cannot be read. A
+	// static pod sets it: the kubelet may start one before it made its
+	// mirror pod in the API server (at the node's boot), through which its
+	// spec is read; unset, a 404 for a POD_UID that is a static pod's is
+	// read again every second for 5 s, and then NewServer fails, naming it.
 	EnvGrace = "DRAINKIT_GRACE"
 	// EnvHookListen is the address the preStop hook is served on; unset,
 	// it is 127.0.0.1:8082: loopback, reachable by an exec hook
