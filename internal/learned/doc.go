@@ -51,5 +51,7 @@
 // maxSurge, still draining into the same hostPath) starts at once from
 // the file as it is, logs whose lock it is, leaves the file alone, and
 // takes it over within 100 ms of the holder's exit, reading what the
-// holder saved; its own Save keeps the freshest level.
+// holder saved; its own Save keeps the freshest level, and none from
+// before the holder's drain when the holder left no file it can read
+// (removed to reset what was learned, or one it refuses).
 package learned

@@ -248,3 +248,52 @@ func TestColdAnswersForTheConfigRefusedNotTheFileTakenOverSince(t *testing.T) {
 		assert.NotContains(t, logs.String(), "learned estimate does not fit", logs.String())
 	})
 }
+
+// The server before this one exits leaving no rates file this one can
+// read: the operator removed it to reset what was learned (the fix Read's
+// error gives), or it left one this build refuses. The takeover leaves
+// it alone (row 371's test), and this server's Save, after a drain that
+// learned no level (a fixed -concurrency), writes the file anew with no
+// level: the level it read at its start, from before that server's
+// drain, is what the removal or that server replaced. It used to keep
+// that level, bringing back the level 4 the reset had removed.
+func TestSaveAfterATakeOverOfNoReadableFileKeepsNoStaleLevel(t *testing.T) {
+	for name, leave := range map[string]func(t *testing.T, path string){
+		"removed": func(t *testing.T, path string) { require.NoError(t, os.Remove(path)) },
+		"unreadable": func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, []byte(`{"written": "2026-12-05T00:00:00Z", "estimate_ns": -1}`+"\n"), 0o644))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, learned.File)
+			before := learned.Rates{Written: time.Now().Add(-time.Hour), Estimate: time.Second, Limit: 4,
+				LearnedLimit: 4, LearnedEstimate: time.Second, MaxLimit: 32}
+			require.NoError(t, before.Write(path))
+			synctest.Test(t, func(t *testing.T) {
+				holder, err := statedir.TryAcquire(dir, statedir.Config{File: learned.LockFile})
+				require.NoError(t, err)
+				var logs bytes.Buffer
+				st := learned.Server{Dir: dir, Concurrency: 8, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+				st.Config().Estimator.Observe(2 * time.Second)
+
+				leave(t, path)
+				require.NoError(t, holder.Release())
+				time.Sleep(time.Second) // the takeover polls every 100 ms
+				synctest.Wait()
+				require.Contains(t, logs.String(), "leaving it as it is until this server's shutdown writes it")
+
+				budget, err := deadline.New(30*time.Second, deadline.Config{})
+				require.NoError(t, err)
+				st.Save(&drain.Report{Preserve: &pause.Report{Limit: 8}}, budget, nil)
+				got, err := learned.Read(path)
+				require.NoError(t, err, "Save wrote the file anew:\n%s", logs.String())
+				level, est := got.Level()
+				assert.Zero(t, level, "no level brought back from before the server that exited")
+				assert.Zero(t, est)
+				assert.Equal(t, 8, got.Limit)
+				assert.Equal(t, 2*time.Second, got.Estimate, "this drain's estimate")
+			})
+		})
+	}
+}

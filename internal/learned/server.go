@@ -98,8 +98,9 @@ func cmp0[T int | time.Duration](v, def T) T {
 // it is (what the drain before that one learned, still this node's), and
 // leaves the file alone; it takes the lock within 100 ms of the holder's
 // exit, then reads the file again (what the holder saved is what Save
-// keeps), and rewrites the limit then; a file it cannot read then is
-// logged and left as it is, for Save to write anew. Without the lock, the holder's Save
+// keeps), and rewrites the limit then; a file it cannot read then (or
+// none) is logged and left as it is, for Save to write anew with no level
+// from the file this server read before the holder's drain. Without the lock, the holder's Save
 // was overwritten by the newcomer's rewrite, and the newcomer's own Save
 // kept the level of the drain before, dropping what the holder learned.
 func (s Server) Start() *Start {
@@ -175,7 +176,8 @@ func (st *Start) takeOver(path string) {
 			// What this server read before is older than what the holder
 			// left: rewriting the file with it would bring back rates that
 			// server, or the operator removing the file, replaced. Save
-			// writes the file anew.
+			// writes the file anew, keeping nothing of it (replaced).
+			st.replaced = true
 			st.log.Warn("learned rates: the server before this one has exited, leaving a file this one cannot read; "+
 				"leaving it as it is until this server's shutdown writes it", "file", path, "error", err,
 				"started_from_written", st.lastWritten())
@@ -285,9 +287,14 @@ type Start struct {
 	stop chan struct{} // closed by Close: takeOver ends
 	done chan struct{} // closed when takeOver has ended
 
-	mu   sync.Mutex     // takeOver sets last and lock
+	mu   sync.Mutex     // takeOver sets last, replaced and lock
 	last *Rates         // what the last shutdown wrote; nil: nothing readable
 	lock *statedir.Lock // LockFile's: the file is this server's; nil: not (yet)
+	// replaced is set by a takeover that found no file it could read: last
+	// is from before the drain of the server that held the file, and what
+	// that server or an operator left in its place (a removal to reset what
+	// was learned) replaced it. Save keeps no level from it.
+	replaced bool
 }
 
 // Config returns the Preserver's Limit, MaxLimit and Estimator (the
@@ -369,7 +376,9 @@ func (st *Start) Cold(err error) (pause.Config, bool) {
 // holds it, this one's drain ran beside that one's, which writes its own,
 // and Save writes nothing, logged. The level kept when this shutdown
 // learned none is the file's as it is now, when a server wrote it after
-// this one read it. Save releases the lock (Close).
+// this one read it; none when the takeover found no file it could read
+// (removed, or one this build refuses), for what this server read at its
+// start is what that file replaced. Save releases the lock (Close).
 func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.Step) {
 	if st.srv.Dir == "" {
 		return
@@ -400,6 +409,9 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 		}
 	}
 	prev := st.last
+	if st.replaced {
+		prev = nil
+	}
 	if now, err := Read(path); err == nil && (prev == nil || now.Written.After(prev.Written)) {
 		st.log.Info("learned rates: the file was saved by another server since this one read it; keeping its level", "file", path, "written", now.Written)
 		prev = now
