@@ -9,4 +9,8 @@
 // too; a rename alone can be undone by the journal after a power cut, and
 // the process that wrote it never learns. So is a directory: MkdirAll
 // makes the directories it creates durable, their entries included.
+//
+// A crash between a write's create and its rename leaves its temporary
+// file, which no later write reuses; RemoveTemps removes them, called by a
+// process that holds the lock every writer of the file takes.
 package durable

@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // TempSuffix ends the name of WriteFile's temporary file, .NAME.RANDOM.tmp
 // beside NAME. One found in a directory is a write that a crash
-// interrupted.
+// interrupted, or one in progress: RemoveTemps removes them where no write
+// can be.
 const TempSuffix = ".tmp"
 
 // WriteFile writes data to path atomically and durably: it writes a
@@ -83,6 +85,56 @@ func MkdirAll(dir string, perm os.FileMode) error {
 			return nil
 		}
 	}
+}
+
+// RemoveTemps removes the temporary files that WriteFiles of path cut
+// short by a crash left beside it (.NAME.RANDOM.tmp), which no later write
+// reuses: each crash between a write's create and its rename (a SIGKILL
+// during its fsync) leaves one more, for ever on a directory that outlives
+// the process. It returns the paths it removed, and syncs the directory
+// when it removed any. Call it only where no WriteFile of path can be in
+// progress, as under a lock every writer of path takes: a write in flight
+// would have its temporary file removed and fail. Other files, and the
+// temporary files of other names, are left alone.
+func RemoveTemps(path string) ([]string, error) {
+	dir, name := filepath.Split(path)
+	dir = filepath.Clean(dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !isTemp(e.Name(), name) || e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, p)
+	}
+	if len(removed) > 0 {
+		errs = append(errs, syncDir(dir))
+	}
+	return removed, errors.Join(errs...)
+}
+
+// isTemp reports whether entry is the name of a temporary file create
+// made for name: "." + name + "." + base 36 digits + TempSuffix.
+func isTemp(entry, name string) bool {
+	rest, ok := strings.CutPrefix(entry, "."+name+".")
+	if !ok {
+		return false
+	}
+	random, ok := strings.CutSuffix(rest, TempSuffix)
+	if !ok || random == "" {
+		return false
+	}
+	_, err := strconv.ParseUint(random, 36, 32)
+	return err == nil && strings.ToLower(random) == random
 }
 
 // syncDir is SyncDir; a test's hook watches it.

@@ -4,16 +4,33 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// writerEnv makes the test binary a process that writes the file the
+// variable names with WriteFile, over and over, until it is killed.
+const writerEnv = "DURABLE_TEST_WRITER"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(writerEnv); path != "" {
+		big := bytes.Repeat([]byte("x"), 4<<20) // a long write: a kill is likely to land in it
+		for {
+			if err := WriteFile(path, big, 0o600); err != nil {
+				os.Exit(1)
+			}
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // WriteFile replaces the file whole, with the mode asked for (before the
 // umask), and leaves no temporary file behind; a write into a missing
@@ -131,4 +148,58 @@ func TestMkdirAllOverAFileFails(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o600))
 	assert.Error(t, MkdirAll(filepath.Join(file, "dir"), 0o700))
+}
+
+// A writer SIGKILLed in the middle of its WriteFiles leaves the file whole
+// and, most times, the temporary file of the write it was in, which no
+// later write reuses; RemoveTemps removes it (and only files so named),
+// syncing the directory, and leaves the file itself whole.
+func TestRemoveTempsRemovesWhatAKilledWriterLeft(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "last-shutdown.json")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), writerEnv+"="+path)
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { // one write whole, and the next begun
+		entries, _ := os.ReadDir(dir)
+		return len(entries) == 2
+	}, 30*time.Second, time.Millisecond, "a hung writer, not a timing")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+
+	keep := []string{".last-shutdown.json.ABC.tmp", ".last-shutdown.json..tmp", ".other.json.abc.tmp",
+		"last-shutdown.json.abc.tmp", ".last-shutdown.json.abc"}
+	for _, name := range keep {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), nil, 0o600))
+	}
+	require.NoError(t, os.Mkdir(filepath.Join(dir, ".last-shutdown.json.dir1.tmp"), 0o700))
+	left := filepath.Join(dir, ".last-shutdown.json.zz9"+TempSuffix) // another crash's
+	require.NoError(t, os.WriteFile(left, []byte("half"), 0o600))
+
+	var synced []string
+	syncDir = func(dir string) error { synced = append(synced, dir); return SyncDir(dir) }
+	defer func() { syncDir = SyncDir }()
+	removed, err := RemoveTemps(path)
+	require.NoError(t, err)
+	assert.Contains(t, removed, left)
+	assert.LessOrEqual(t, len(removed), 2, "the killed write's and the other crash's: %v", removed)
+	assert.Equal(t, []string{dir}, synced, "the removals made durable")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.ElementsMatch(t, append(keep, ".last-shutdown.json.dir1.tmp", "last-shutdown.json"), names)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Len(t, data, 4<<20, "the file whole")
+
+	synced = nil
+	removed, err = RemoveTemps(path)
+	require.NoError(t, err)
+	assert.Empty(t, removed)
+	assert.Empty(t, synced, "nothing removed, nothing to sync")
+	_, err = RemoveTemps(filepath.Join(dir, "gone", "x"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
 }

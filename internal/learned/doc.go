@@ -53,5 +53,7 @@
 // takes it over within 100 ms of the holder's exit, reading what the
 // holder saved; its own Save keeps the freshest level, and none from
 // before the holder's drain when the holder left no file it can read
-// (removed to reset what was learned, or one it refuses).
+// (removed to reset what was learned, or one it refuses). The server that
+// takes the lock removes the temporary files of writes of the file that a
+// SIGKILL cut short (durable.RemoveTemps), logged.
 package learned

@@ -23,6 +23,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/pause"
@@ -296,4 +297,54 @@ func TestSaveAfterATakeOverOfNoReadableFileKeepsNoStaleLevel(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A Save cut by the kubelet's SIGKILL between its write's create and
+// rename (durable.WriteFile) leaves its temporary file beside the rates
+// file, which nothing wrote again: one more for every drain cut there, on
+// a hostPath that outlives every pod. The server that takes the file's
+// lock (at its start, or taking it over from the server before it)
+// removes them, and says so; it used to leave them for ever. A file that
+// is not such a write's is left alone.
+func TestTheServerTakingTheFileRemovesWhatACutSaveLeft(t *testing.T) {
+	cut := func(t *testing.T, dir string) string {
+		t.Helper()
+		// As a SIGKILL between create and rename leaves it.
+		tmp := filepath.Join(dir, "."+learned.File+".1x2y3z"+durable.TempSuffix)
+		require.NoError(t, os.WriteFile(tmp, []byte(`{"written": "2026-12-05T00:00:00Z", "esti`), 0o644))
+		return tmp
+	}
+	other := func(t *testing.T, dir string) string {
+		t.Helper()
+		p := filepath.Join(dir, ".notes"+durable.TempSuffix)
+		require.NoError(t, os.WriteFile(p, nil, 0o644))
+		return p
+	}
+	t.Run("at its start", func(t *testing.T) {
+		dir := t.TempDir()
+		tmp, keep := cut(t, dir), other(t, dir)
+		var logs bytes.Buffer
+		st := learned.Server{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+		defer st.Close()
+		assert.NoFileExists(t, tmp, "what the cut Save left is removed")
+		assert.FileExists(t, keep)
+		assert.Contains(t, logs.String(), "removed what a write cut short left", logs.String())
+		assert.Contains(t, logs.String(), tmp)
+	})
+	t.Run("taking it over", func(t *testing.T) {
+		dir := t.TempDir()
+		synctest.Test(t, func(t *testing.T) {
+			holder, err := statedir.TryAcquire(dir, statedir.Config{File: learned.LockFile})
+			require.NoError(t, err)
+			var logs bytes.Buffer
+			st := learned.Server{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+			defer st.Close()
+			tmp := cut(t, dir) // the holder's Save, cut by its SIGKILL
+			assert.FileExists(t, tmp, "the holder's: left alone while it holds the file")
+			require.NoError(t, holder.Release())
+			time.Sleep(time.Second) // the takeover polls every 100 ms
+			synctest.Wait()
+			assert.NoFileExists(t, tmp, "removed once this server holds the file:\n%s", logs.String())
+		})
+	})
 }
