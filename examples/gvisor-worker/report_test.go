@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -101,4 +102,26 @@ func TestReportIsWrittenBeforeTheLearnedRates(t *testing.T) {
 	require.True(t, wrote)
 	_, err = learned.Read(rates)
 	assert.NoError(t, err, "the rates saved all the same, over the FIFO")
+}
+
+// A Report write (durable.WriteFile) that the kubelet's SIGKILL cut between its create and
+// its rename left its temporary file on the state directory, a hostPath, and no worker
+// ever removed it: one more for every drain cut there. The worker that takes the
+// directory removes them, logged; a record's, which it reports and keeps for a person,
+// stays.
+func TestStartRemovesWhatACutReportWriteLeft(t *testing.T) {
+	cfg := fakeConfig(t)
+	cut := filepath.Join(cfg.StateDir, "."+reportFile+".k2j9x1.tmp") // as a SIGKILL in its fsync leaves it
+	require.NoError(t, os.WriteFile(cut, []byte(`{"start": "2026-12-05T00:00:00Z", "phases": [{"na`), 0o600))
+	require.NoError(t, os.MkdirAll(filepath.Join(cfg.StateDir, "records"), 0o700))
+	record := filepath.Join(cfg.StateDir, "records", ".sb-1.rec.k2j9x1.tmp")
+	require.NoError(t, os.WriteFile(record, []byte("drainkit-record/1 "), 0o600))
+
+	var logs logbuf.Buffer
+	w, err := newWorker(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	defer w.close()
+	assert.NoFileExists(t, cut, "removed at start:\n%s", &logs)
+	assert.Contains(t, logs.String(), `msg="removed what a write cut short left`)
+	assert.FileExists(t, record, "a record's: reported, left for a person")
 }

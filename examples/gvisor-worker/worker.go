@@ -423,6 +423,9 @@ var startingHook = func() {}
 // serveHook is a test's: it holds serve's goroutine before it calls Serve.
 var serveHook = func(*Worker) {}
 
+// reportFile is the file in the state directory that the shutdown Report is written to.
+const reportFile = "last-shutdown.json"
+
 // maxConcurrency is the ceiling of the adaptive limit (-concurrency 0): pause's own.
 const maxConcurrency = 32
 
@@ -449,6 +452,9 @@ func (w *Worker) open() (err error) {
 	if err != nil {
 		return err
 	}
+	// A Report write an earlier worker's SIGKILL cut short left its temporary file, which
+	// no later write reuses; under the lock no other worker writes the Report.
+	w.lock.RemoveTemps(reportFile, w.logger)
 	st, err := store.Open(filepath.Join(w.cfg.StateDir, "records"))
 	if err != nil {
 		return err
@@ -793,7 +799,7 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 // state says what happened; a failure to write the summary is logged and does not change
 // the exit. It returns the error of writing the Report.
 func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
-	reportPath := filepath.Join(w.cfg.StateDir, "last-shutdown.json")
+	reportPath := filepath.Join(w.cfg.StateDir, reportFile)
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err == nil { // an empty file is not a Report: a Report that does not encode is an error
 		err = durable.WriteFile(reportPath, data, 0o600)

@@ -55,5 +55,5 @@
 // before the holder's drain when the holder left no file it can read
 // (removed to reset what was learned, or one it refuses). The server that
 // takes the lock removes the temporary files of writes of the file that a
-// SIGKILL cut short (durable.RemoveTemps), logged.
+// SIGKILL cut short (statedir.Lock.RemoveTemps), logged.
 package learned

@@ -9,7 +9,6 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
-	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -94,7 +93,7 @@ func cmp0[T int | time.Duration](v, def T) T {
 // LockFile without waiting, and holds it until Save or Close (the kernel
 // releases it when the process ends, SIGKILL included, so a dead server
 // never holds it); holding it, it removes the temporary files of writes
-// of the file a SIGKILL cut short (durable.RemoveTemps). A server that
+// of the file a SIGKILL cut short (statedir.Lock.RemoveTemps). A server that
 // finds it held (the pod before it still
 // draining: a DaemonSet update with maxSurge, a restart whose new pod
 // starts first) does not wait: it logs for whom, starts from the file as
@@ -124,7 +123,7 @@ func (s Server) Start() *Start {
 	case lerr != nil:
 		st.log.Warn("learned rates: no lock on the state directory; going on without it", "error", lerr)
 	default:
-		st.hold(lock, path)
+		st.hold(lock)
 	}
 	r, err := Read(path)
 	switch {
@@ -173,7 +172,7 @@ func (st *Start) takeOver(path string) {
 			st.log.Warn("learned rates: no lock on the state directory; going on without it", "error", err)
 			return
 		}
-		st.hold(lock, path)
+		st.hold(lock)
 		r, err := Read(path)
 		if err != nil {
 			// What this server read before is older than what the holder
@@ -194,23 +193,16 @@ func (st *Start) takeOver(path string) {
 	}
 }
 
-// hold makes lock, LockFile's, this server's hold on the file at path,
-// and removes what writes of it cut short left (durable.RemoveTemps): a
+// hold makes lock, LockFile's, this server's hold on the file, and
+// removes what writes of it cut short left (statedir.Lock.RemoveTemps): a
 // Save or a start's rewrite that the kubelet's SIGKILL ended between its
 // create and its rename (during its fsync, behind the checkpoints'
 // writeback) leaves a temporary file that no later write reuses, one more
 // for each on a hostPath that outlives every pod. Under the lock no other
 // server writes the file.
-func (st *Start) hold(lock *statedir.Lock, path string) {
+func (st *Start) hold(lock *statedir.Lock) {
 	st.lock = lock
-	removed, err := durable.RemoveTemps(path)
-	if len(removed) > 0 {
-		st.log.Info("learned rates: removed what a write cut short left (a server's save ended by its SIGKILL)",
-			"file", path, "removed", removed)
-	}
-	if err != nil {
-		st.log.Warn("learned rates: what a write cut short left could not all be removed", "file", path, "error", err)
-	}
+	lock.RemoveTemps(File, st.log)
 }
 
 func (st *Start) lastWritten() time.Time {
@@ -427,7 +419,7 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 		case err != nil:
 			st.log.Warn("learned rates: no lock on the state directory; saving without it", "error", err)
 		default:
-			st.hold(lock, path)
+			st.hold(lock)
 		}
 	}
 	prev := st.last

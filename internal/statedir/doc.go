@@ -29,6 +29,9 @@
 //     the kubelet ends a pod that waited for its whole grace), with an error that names
 //     the holder and why it gave up (context.Cause: "SIGTERM received"); it has then created the directory and the
 //     lock file, and touched nothing else.
+//   - Lock.RemoveTemps removes what writes of a file the lock's holders alone write
+//     (durable.WriteFile) left when a crash cut them short, which no later write reuses:
+//     the servers' Report, internal/learned's rates file.
 //   - TryAcquire does not wait: it takes the lock or returns a *HeldError naming the
 //     holder, and makes nothing but the lock file. internal/learned holds its rates file
 //     so, on its own lock file (Config.File: learned-rates.lock), and starts at once

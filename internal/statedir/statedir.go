@@ -78,6 +78,29 @@ type Lock struct {
 // Dir returns the state directory the lock is held on.
 func (l *Lock) Dir() string { return l.dir }
 
+// RemoveTemps removes the temporary files that writes of the file name in
+// the directory (durable.WriteFile) left when a crash cut them short: a
+// SIGKILL between a write's create and its rename leaves one that no later
+// write reuses, one more for every such crash on a directory that outlives
+// the process. It logs what it removed (INFO) and what it could not
+// (WARN) on logger, nil: nowhere. Call it only for a file that holders of
+// this lock alone write: a write in flight would have its file removed
+// and fail.
+func (l *Lock) RemoveTemps(name string, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	path := filepath.Join(l.dir, name)
+	removed, err := durable.RemoveTemps(path)
+	if len(removed) > 0 {
+		logger.Info("removed what a write cut short left (a crash, a SIGKILL between its create and its rename)",
+			"file", path, "removed", removed)
+	}
+	if err != nil {
+		logger.Warn("what a write cut short left could not all be removed", "file", path, "error", err)
+	}
+}
+
 // Release releases the lock: the next server waiting for the directory takes it. Call it
 // once the server has stopped touching the directory; a server that exits without it
 // releases the lock all the same (the kernel does). Release is idempotent.

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
@@ -247,4 +248,30 @@ func TestTryAcquireNamesTheHolderWithoutWaiting(t *testing.T) {
 	require.NoError(t, next.Release())
 	_, err = TryAcquire(filepath.Join(dir, "none"), Config{})
 	assert.ErrorIs(t, err, fs.ErrNotExist, "no directory made")
+}
+
+// Lock.RemoveTemps removes, in the locked directory, the temporary files that writes of
+// one file cut short left (durable.WriteFile's names), and says which; another file's,
+// and the file itself, stay. A nil logger logs nowhere.
+func TestLockRemovesWhatCutWritesOfAFileLeft(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Acquire(context.Background(), dir, Config{})
+	require.NoError(t, err)
+	defer l.Release()
+	write := func(name string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte("x"), 0o600))
+		return p
+	}
+	cut, other, file := write(".report.json.abc1"+durable.TempSuffix), write(".other.json.abc1"+durable.TempSuffix), write("report.json")
+	var logs logbuf.Buffer
+	l.RemoveTemps("report.json", slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: noTime})))
+	assert.NoFileExists(t, cut)
+	assert.FileExists(t, other)
+	assert.FileExists(t, file)
+	assert.Contains(t, logs.String(), `level=INFO msg="removed what a write cut short left (a crash, a SIGKILL between its create and its rename)" file=`+file+" removed=["+cut+"]")
+
+	cut = write(".report.json.abc2" + durable.TempSuffix)
+	l.RemoveTemps("report.json", nil)
+	assert.NoFileExists(t, cut)
 }

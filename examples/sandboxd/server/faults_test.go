@@ -814,3 +814,31 @@ func TestSandboxdDoesNotExitWhileItsDaemonServesALiveDevice(t *testing.T) {
 	assert.Equal(t, ublk.VerdictLeftLive, ur.Verdict, "the step's window ended with the device live")
 	assert.Contains(t, stderr.String(), "sandboxd: the device daemon exited; exiting")
 }
+
+// Fault: a Report write (durable.WriteFile) that the kubelet's SIGKILL cut between its
+// create and its rename (during its fsync: a drain that ran to the end of its grace, a
+// force deletion's 2 s) left its temporary file in the state directory, a hostPath, and
+// no server ever removed it: one more, as large as the Report, for every drain cut there.
+// The server that takes the directory removes them, logged; a record's, which Load
+// reports for a person to look at, and other files stay.
+func TestStartRemovesWhatACutReportWriteLeft(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Devices = 0
+	cut := filepath.Join(cfg.StateDir, "."+ReportFile+".k2j9x1.tmp") // as a SIGKILL in its fsync leaves it
+	require.NoError(t, os.WriteFile(cut, []byte(`{"start": "2026-12-05T00:00:00Z", "phases": [{"na`), 0o600))
+	require.NoError(t, os.MkdirAll(filepath.Join(cfg.StateDir, "records"), 0o700))
+	record := filepath.Join(cfg.StateDir, "records", ".sb-1.rec.k2j9x1.tmp")
+	require.NoError(t, os.WriteFile(record, []byte("drainkit-record/1 "), 0o600))
+	other := filepath.Join(cfg.StateDir, ".notes.tmp")
+	require.NoError(t, os.WriteFile(other, nil, 0o600))
+
+	var logs logbuf.Buffer
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	defer s.Close()
+	assert.NoFileExists(t, cut, "removed at start:\n%s", &logs)
+	assert.Contains(t, logs.String(), `msg="removed what a write cut short left`)
+	assert.Contains(t, logs.String(), cut)
+	assert.FileExists(t, record, "a record's: reported, left for a person")
+	assert.FileExists(t, other)
+}

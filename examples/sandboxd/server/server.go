@@ -117,6 +117,9 @@ func (s *Server) open(ctx context.Context) (err error) {
 	if err := os.Chmod(s.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("-state-dir: %w", err)
 	}
+	// A Report write an earlier server's SIGKILL cut short left its temporary file, which
+	// no later write reuses; under the lock no other server writes the Report.
+	s.lock.RemoveTemps(ReportFile, s.logger)
 	st, err := store.Open(filepath.Join(s.cfg.StateDir, "records"))
 	if err != nil {
 		return err
