@@ -165,6 +165,20 @@ func TestANewServerLeavesTheLearnedRatesToTheOneStillDraining(t *testing.T) {
 	assert.True(t, strings.Contains(neu.logs(), "the state directory's file is this server's now"), neu.logs())
 }
 
+// besideAHolder starts a server on dir (fixed at concurrency; 0: adaptive) while this
+// process holds the rates file's lock as another server would: the holder, for the test
+// to release. The server's log is the buffer; it is closed when the test ends. Called in
+// synctest's bubble, its takeover polls on the bubble's clock.
+func besideAHolder(t *testing.T, dir string, concurrency int) (*statedir.Lock, *learned.Start, *bytes.Buffer) {
+	t.Helper()
+	holder, err := statedir.TryAcquire(dir, statedir.Config{File: learned.LockFile})
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	st := learned.Server{Dir: dir, Concurrency: concurrency, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+	t.Cleanup(st.Close)
+	return holder, st, &logs
+}
+
 // A server that never gets the file (the holder still drains when it
 // saves) writes nothing, logged, and does not wait.
 func TestSaveWhileAnotherHoldsTheFileWritesNothing(t *testing.T) {
@@ -198,11 +212,7 @@ func TestTakeOverOfAnUnreadableFileSaysSoAndLeavesIt(t *testing.T) {
 	before := learned.Rates{Written: time.Now().Add(-time.Hour), Estimate: time.Second, Limit: 4}
 	require.NoError(t, before.Write(path))
 	synctest.Test(t, func(t *testing.T) {
-		holder, err := statedir.TryAcquire(dir, statedir.Config{File: learned.LockFile})
-		require.NoError(t, err)
-		var logs bytes.Buffer
-		st := learned.Server{Dir: dir, Concurrency: 8, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
-		defer st.Close()
+		holder, st, logs := besideAHolder(t, dir, 8)
 		assert.Equal(t, time.Second, st.Config().Estimator.Estimate(), "started from the file as it was")
 
 		left := []byte(`{"written": "2026-12-05T00:00:00Z", "estimate_ns": -1}` + "\n")
@@ -272,10 +282,7 @@ func TestSaveAfterATakeOverOfNoReadableFileKeepsNoStaleLevel(t *testing.T) {
 				LearnedLimit: 4, LearnedEstimate: time.Second, MaxLimit: 32}
 			require.NoError(t, before.Write(path))
 			synctest.Test(t, func(t *testing.T) {
-				holder, err := statedir.TryAcquire(dir, statedir.Config{File: learned.LockFile})
-				require.NoError(t, err)
-				var logs bytes.Buffer
-				st := learned.Server{Dir: dir, Concurrency: 8, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+				holder, st, logs := besideAHolder(t, dir, 8)
 				st.Config().Estimator.Observe(2 * time.Second)
 
 				leave(t, path)
@@ -334,11 +341,7 @@ func TestTheServerTakingTheFileRemovesWhatACutSaveLeft(t *testing.T) {
 	t.Run("taking it over", func(t *testing.T) {
 		dir := t.TempDir()
 		synctest.Test(t, func(t *testing.T) {
-			holder, err := statedir.TryAcquire(dir, statedir.Config{File: learned.LockFile})
-			require.NoError(t, err)
-			var logs bytes.Buffer
-			st := learned.Server{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
-			defer st.Close()
+			holder, _, logs := besideAHolder(t, dir, 0)
 			tmp := cut(t, dir) // the holder's Save, cut by its SIGKILL
 			assert.FileExists(t, tmp, "the holder's: left alone while it holds the file")
 			require.NoError(t, holder.Release())
