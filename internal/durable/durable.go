@@ -21,9 +21,10 @@ const TempSuffix = ".tmp"
 // the umask, like os.WriteFile), fsyncs it, renames it over path and fsyncs
 // the directory. After it returns nil, path holds data across a crash or
 // power loss; a crash before that leaves path as it was, and perhaps the
-// temporary file. On an error it removes the temporary file. WriteFiles of
-// the same path may overlap (two processes sharing a directory): each
-// temporary file is its own, and path holds one of the writes whole.
+// temporary file. On an error it removes the temporary file; a path that
+// is a directory is an error that says so. WriteFiles of the same path
+// may overlap (two processes sharing a directory): each temporary file is
+// its own, and path holds one of the writes whole.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir, name := filepath.Split(path)
 	f, err := create(dir, name, perm)
@@ -39,13 +40,27 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = renameOver(tmp, path)
 	}
 	if err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	return SyncDir(filepath.Clean(dir))
+}
+
+// renameOver renames tmp over path; its error says so when path is a
+// directory, which rename(2) says only as "file exists" (EEXIST, or
+// EISDIR), naming tmp first: a Report path made a directory by mistake,
+// a hostPath mounted where a file was meant.
+func renameOver(tmp, path string) error {
+	err := os.Rename(tmp, path)
+	if err != nil {
+		if fi, serr := os.Lstat(path); serr == nil && fi.IsDir() {
+			return fmt.Errorf("%s is a directory, which a file cannot replace: %w", path, err)
+		}
+	}
+	return err
 }
 
 // MkdirAll creates dir and the parents it lacks, as os.MkdirAll does, and

@@ -54,13 +54,21 @@ func TestWriteFileReplacesAndLeavesNoTemporary(t *testing.T) {
 }
 
 // A write that fails leaves the old file as it was and no temporary: here
-// the rename fails, for path is a directory.
+// the rename fails, for path is a directory. The error says so, naming
+// path: the rename's own said only "file exists", beside the name of a
+// temporary file the write had just made.
 func TestFailedWriteLeavesTheOldFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state")
 	require.NoError(t, os.Mkdir(path, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(path, "keep"), []byte("x"), 0o600))
-	require.Error(t, WriteFile(path, []byte("new"), 0o600))
+	err := WriteFile(path, []byte("new"), 0o600)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, path+" is a directory")
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.Mkdir(empty, 0o755))
+	assert.ErrorContains(t, WriteFile(empty, []byte("new"), 0o600), empty+" is a directory")
+	require.NoError(t, os.Remove(empty))
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.True(t, fi.IsDir(), "the old entry stays")
