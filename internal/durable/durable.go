@@ -20,9 +20,12 @@ const TempSuffix = ".tmp"
 // temporary file .NAME.RANDOM.tmp beside path (created with perm before
 // the umask, like os.WriteFile), fsyncs it, renames it over path and fsyncs
 // the directory. After it returns nil, path holds data across a crash or
-// power loss; a crash before that leaves path as it was, and perhaps the
-// temporary file. On an error it removes the temporary file; a path that
-// is a directory is an error that says so. WriteFiles of the same path
+// power loss; a crash before that leaves path as it was (or, past the
+// rename, holding data whole), and perhaps the temporary file. On an error it removes the temporary file; a path that
+// is a directory is an error that says so. An error of the directory's
+// fsync ("sync DIR: ...") comes after the rename: path then holds data,
+// but a crash may still undo it, so a caller that undoes what the write
+// was for must not take path for unchanged. WriteFiles of the same path
 // may overlap (two processes sharing a directory): each temporary file is
 // its own, and path holds one of the writes whole.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
