@@ -273,7 +273,20 @@ func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 	if err := n.st.Delete(id); err != nil {
 		return Info{}, n.undoResume(ctx, e, err)
 	}
+	if d, ok := n.rt.(imageDropper); ok { // no record names the image any more
+		if err := d.DropImage(id); err != nil {
+			n.logger.Warn("resumed sandbox's image not removed: it stays on disk until the sandbox is paused again or deleted",
+				"id", id, "error", err)
+		}
+	}
 	return n.setRunning(e), nil
+}
+
+// An imageDropper is a Runtime whose Resume leaves the image (the fake's), to be removed
+// once the resumed sandbox's record is: removed by Resume, a process killed before the
+// record went came back with the sandbox paused and no image to resume it from.
+type imageDropper interface {
+	DropImage(id string) error
 }
 
 // died removes sandbox e, which its runtime's Pause found dead (err, ErrDied), and

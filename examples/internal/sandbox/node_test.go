@@ -31,6 +31,9 @@ import (
 const roleEnv = "SANDBOX_TEST_ROLE"
 
 func TestMain(m *testing.M) {
+	if dir, ok := strings.CutPrefix(os.Getenv(roleEnv), "resume-killed:"); ok {
+		resumeUntilKilled(dir)
+	}
 	if os.Getenv(roleEnv) == "state-name" {
 		if err := pid1test.MountProc(); err != nil {
 			fmt.Println(err)

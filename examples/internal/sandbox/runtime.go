@@ -141,9 +141,11 @@ func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	return image, nil
 }
 
-// Resume checks the image and starts the sandbox again. The image is removed only once
-// nothing can fail any more: a Resume that fails (its ctx already ended) leaves the
-// sandbox paused with its image, to be resumed later.
+// Resume checks the image and starts the sandbox again. It leaves the image, for
+// DropImage: the Node removes the sandbox's record after the resume, and a process
+// killed in between (the kubelet's SIGKILL) comes back with the sandbox paused by that
+// record, which must find its image to resume. A Resume that fails (its ctx already
+// ended) leaves the sandbox paused.
 func (f *Fake) Resume(ctx context.Context, id, image string) error {
 	data, err := os.ReadFile(image)
 	if err != nil {
@@ -156,10 +158,16 @@ func (f *Fake) Resume(ctx context.Context, id, image string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("fake: resume %s: %w", id, err)
 	}
-	if err := os.Remove(image); err != nil {
+	return f.Create(context.WithoutCancel(ctx), id)
+}
+
+// DropImage removes the image a Resume left, once nothing names it any more: the Node
+// calls it after it removed the resumed sandbox's record. A missing image is no error.
+func (f *Fake) DropImage(id string) error {
+	if err := os.Remove(f.Image(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return f.Create(context.WithoutCancel(ctx), id)
+	return nil
 }
 
 // Destroy forgets the sandbox and removes its image. An ended ctx keeps it from starting;
