@@ -85,8 +85,11 @@ func (l *Lock) Dir() string { return l.dir }
 // the process. It logs what it removed (INFO) and what it could not
 // (WARN) on logger, nil: nowhere. Call it only for a file that holders of
 // this lock alone write: a write in flight would have its file removed
-// and fail.
+// and fail. A released Lock (or nil) removes nothing: it holds nothing.
 func (l *Lock) RemoveTemps(name string, logger *slog.Logger) {
+	if l == nil || l.f == nil {
+		return
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -274,4 +274,10 @@ func TestLockRemovesWhatCutWritesOfAFileLeft(t *testing.T) {
 	cut = write(".report.json.abc2" + durable.TempSuffix)
 	l.RemoveTemps("report.json", nil)
 	assert.NoFileExists(t, cut)
+
+	cut = write(".report.json.abc3" + durable.TempSuffix)
+	require.NoError(t, l.Release())
+	l.RemoveTemps("report.json", nil)
+	assert.FileExists(t, cut, "released, the lock holds nothing: another server's write may be in flight")
+	(*Lock)(nil).RemoveTemps("report.json", nil)
 }
