@@ -93,18 +93,18 @@ func cmp0[T int | time.Duration](v, def T) T {
 // LockFile without waiting, and holds it until Save or Close (the kernel
 // releases it when the process ends, SIGKILL included, so a dead server
 // never holds it); holding it, it removes the temporary files of writes
-// of the file a SIGKILL cut short (statedir.Lock.RemoveTemps). A server that
-// finds it held (the pod before it still
-// draining: a DaemonSet update with maxSurge, a restart whose new pod
-// starts first) does not wait: it logs for whom, starts from the file as
+// of the file a SIGKILL cut short (statedir.Lock.RemoveTemps). A server
+// that finds it held (the pod before it still draining: a DaemonSet update
+// with maxSurge, a restart whose new pod starts first) does not wait: it logs for whom, starts from the file as
 // it is (what the drain before that one learned, still this node's), and
 // leaves the file alone; it takes the lock within 100 ms of the holder's
 // exit, then reads the file again (what the holder saved is what Save
 // keeps), and rewrites the limit then; a file it cannot read then (or
 // none) is logged and left as it is, for Save to write anew with no level
-// from the file this server read before the holder's drain. Without the lock, the holder's Save
-// was overwritten by the newcomer's rewrite, and the newcomer's own Save
-// kept the level of the drain before, dropping what the holder learned.
+// from the file this server read before the holder's drain. Without the
+// lock, the holder's Save was overwritten by the newcomer's rewrite, and
+// the newcomer's own Save kept the level of the drain before, dropping
+// what the holder learned.
 func (s Server) Start() *Start {
 	st := &Start{srv: s, log: s.Logger}
 	if st.log == nil {
