@@ -160,3 +160,48 @@ func TestDeviceSysfsNotReadAtTheEndIsSaid(t *testing.T) {
 		assert.ErrorContains(t, err, "ublkb0: sysfs not read since +2s (")
 	})
 }
+
+// 0 s: the step finds ublkb0; its daemon, hung on a vulnerable kernel,
+// takes the stop request and does nothing .. 95 s: the control fallback
+// stops ublkb0 .. 95.5 s: the daemon adds ublkb1 (a VM's disk whose start
+// raced the drain), found at the next read .. ublkb1 gets STOP_DEV of its
+// own, and the daemon is killed once neither is live. Before, the
+// fallback ran once for the step: ublkb1, found after it, was never
+// stopped, the daemon never killed, and the step ended with ublkb1
+// left live for the pod's SIGKILL to kill the daemon with, the host-crash
+// path (UnsafeError at 100 s).
+func TestDeviceFoundAfterTheControlFallbackIsStoppedToo(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		hung  bool // else the request fails: the fallback runs at once
+		at    time.Duration
+		cfg   Config
+		first string
+	}{
+		{"hung daemon, device added after the planned fallback", true, 95500 * time.Millisecond, Config{}, "devices still live near the deadline"},
+		{"listed device seen after the planned fallback", true, 95500 * time.Millisecond, Config{Devices: []int{0, 1}}, "devices still live near the deadline"},
+		{"failed request, device added after the fallback", false, time.Second + time.Millisecond, Config{ExitWait: 2 * time.Second}, "the stop request failed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, 0)
+				d := newMemDaemon(f.tree, 0)
+				d.hung, d.failRequest = c.hung, !c.hung
+				defer d.close()
+				time.AfterFunc(c.at, func() {
+					require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1}))
+				})
+				ctl := &memControl{tree: f.tree, d: d, stopIn: time.Second}
+				td, err := New(d, f.config(vulnerable, ctl, c.cfg))
+				require.NoError(t, err)
+				rep, _, err := runFor(t, td, 100*time.Second)
+				require.NoError(t, err)
+				assert.Equal(t, []string{"request", "STOP_DEV 0", "STOP_DEV 1", "kill", "exit killed", "DEL_DEV 0", "DEL_DEV 1"}, d.Events(),
+					"killed only once STOP_DEV completed for both")
+				require.NotNil(t, rep.Device(1))
+				assert.Equal(t, VerdictStoppedByControl, rep.Device(1).Verdict)
+				assert.Equal(t, c.first, rep.Step("control fallback").Result)
+			})
+		})
+	}
+}

@@ -48,18 +48,17 @@ type run struct {
 	stopWaiter context.CancelFunc
 	waitErr    error // the exit watcher's failure, not ctx's end: read once waiterDone is closed
 
-	held          map[int][]Holder
-	stoppedHeld   map[int][]Holder        // devices the last resort stopped under holders (stopUnderHolders)
-	lastHeld      map[int][]Holder        // what the last holders scan found, or kept (see notRead)
-	devNums       map[blockdev.DevNum]int // every disk and partition number scanned, to its device ID
-	others        map[int]uint64          // another server's devices left alone, to their char entry (charEntry)
-	waiting       bool                    // past discovery: refresh looks for devices added since (findNew)
-	fallbackTried bool
-	ctl           ublkctl.Controller
-	ctlErr        error // opening the control device failed
-	killed        bool
-	causes        []error
-	unconfirmed   error // the stop request's ErrUnconfirmed, taken as delivered
+	held        map[int][]Holder
+	stoppedHeld map[int][]Holder        // devices the last resort stopped under holders (stopUnderHolders)
+	lastHeld    map[int][]Holder        // what the last holders scan found, or kept (see notRead)
+	devNums     map[blockdev.DevNum]int // every disk and partition number scanned, to its device ID
+	others      map[int]uint64          // another server's devices left alone, to their char entry (charEntry)
+	waiting     bool                    // past discovery: refresh looks for devices added since (findNew)
+	ctl         ublkctl.Controller
+	ctlErr      error // opening the control device failed
+	killed      bool
+	causes      []error
+	unconfirmed error // the stop request's ErrUnconfirmed, taken as delivered
 	// blind is why the last look for disks the daemon serves beyond the
 	// step's could not read sysfs (nil once one did), blindSince when the
 	// first such look was (see cannotTell).
@@ -125,8 +124,15 @@ type devState struct {
 	readErr error
 	entry   uint64 // its char device's sysfs entry (charEntry), 0 when not read
 	stopped bool   // STOP_DEV completed through the control device
-	dead    bool   // GET_DEV_INFO said DEAD: stopped, nothing in flight
-	deleted bool   // DEL_DEV completed through the control device
+	// fellBack is true once a control fallback with the daemon running
+	// has looked at the device: a device found live after one (added
+	// since, or a listed one seen late) is looked at by one of its own.
+	// A disk servesMore found the daemon serving beyond the step's is
+	// not the fallback's to stop while the daemon runs: true from the
+	// start.
+	fellBack bool
+	dead     bool // GET_DEV_INFO said DEAD: stopped, nothing in flight
+	deleted  bool // DEL_DEV completed through the control device
 	// pending are the control commands sent for the device whose
 	// completion was not seen before their window ended: the driver runs
 	// them on (see pendingNow).
@@ -1086,10 +1092,10 @@ func (r *run) waitLoop() {
 			r.fallback("the daemon exited and left devices")
 			r.refresh()
 			return
-		case r.rep.Daemon.RequestError != "" && !r.fallbackTried && live > 0:
+		case r.rep.Daemon.RequestError != "" && r.fallbackDue():
 			r.fallback("the stop request failed")
 			continue
-		case !r.fallbackAt.IsZero() && !now.Before(r.fallbackAt) && !r.fallbackTried && live > 0:
+		case !r.fallbackAt.IsZero() && !now.Before(r.fallbackAt) && r.fallbackDue():
 			r.fallback("devices still live near the deadline")
 			continue
 		}
@@ -1098,6 +1104,16 @@ func (r *run) waitLoop() {
 			return
 		}
 	}
+}
+
+// fallbackDue reports whether a device is live that no control fallback
+// with the daemon running has looked at: the fallback's reasons (the
+// request failed, the deadline is near) hold for a device found live
+// after it ran as for those it stopped. Run once for the step, it left
+// such a device live, the daemon not killed on a vulnerable kernel, for
+// the pod's SIGKILL to kill it with.
+func (r *run) fallbackDue() bool {
+	return slices.ContainsFunc(r.dev, func(d *devState) bool { return d.live() && !d.fellBack })
 }
 
 func (r *run) count() (live, present int) {
@@ -1208,6 +1224,7 @@ func (r *run) servesMore() bool {
 	added := r.add(disks...)
 	now := time.Now()
 	for _, d := range added {
+		d.fellBack = true // left out of the step (Config.Devices, another server's): kept live, the daemon with it
 		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "served by the daemon", Start: now,
 			Result: "/dev/" + d.cur.CharName() + " open in the daemon, " + d.cur.State() + ", not one of the step's devices: the daemon is not killed while it serves it"})
 		r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon still serves a disk the step did not have; not killing it", "device", d.cur.DiskName())
@@ -1315,9 +1332,18 @@ func (r *run) sleep(until time.Time) bool {
 }
 
 // fallback stops live devices through the control device, and deletes
-// devices the daemon no longer holds.
+// devices the daemon no longer holds. With the daemon running, it looks
+// at the devices no fallback has looked at (fallbackDue); once the
+// daemon is gone, at every device left.
 func (r *run) fallback(why string) {
-	r.fallbackTried = true
+	gone := r.cfg.daemon == nil || r.daemonExited()
+	var devs []*devState
+	for _, d := range r.dev {
+		if d.cur.Present() && (gone || !d.fellBack) {
+			devs = append(devs, d)
+		}
+		d.fellBack = d.fellBack || d.cur.Present()
+	}
 	r.enter(inControl)
 	if r.cfg.openControl == nil {
 		return
@@ -1327,11 +1353,7 @@ func (r *run) fallback(why string) {
 		_ = r.stepEnd(s, why, err)
 		return
 	}
-	gone := r.cfg.daemon == nil || r.daemonExited()
-	for _, d := range r.dev {
-		if !d.cur.Present() {
-			continue
-		}
+	for _, d := range devs {
 		until := killEnd // keep the time to kill once every device is stopped
 		if gone {
 			until = nil // no kill to keep time for

@@ -240,7 +240,9 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //  6. Fall back to /dev/ublk-control (STOP_DEV, then DEL_DEV once the
 //     daemon is gone) when the request failed, when the daemon exited and
 //     left devices, or when devices are still live once only the control
-//     fallback's and the kill's parts of the reserve are left. Once the
+//     fallback's and the kill's parts of the reserve are left; a device
+//     found live after the fallback ran (added since, a listed one seen
+//     late) gets a fallback of its own, for the same reasons. Once the
 //     daemon is gone, a device that may be waiting for the next server
 //     to recover it is left alone ("kept for recovery"): one QUIESCED or
 //     FAIL_IO, one with UBLK_F_USER_RECOVERY, or one whose flags
