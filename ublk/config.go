@@ -46,7 +46,8 @@ type Config struct {
 	// PollInterval and is the step's once it is there: waited for,
 	// stopped, and keeping the daemon from being killed while it is live;
 	// one never there is VerdictAbsent, and the Report's Note names it.
-	// IDs must be >= 0, each listed once.
+	// IDs must be >= 0 and below 1<<20 (the driver's UBLK_MAX_UBLKS: no
+	// device has a larger one), each listed once.
 	Devices []int
 
 	// Kernels are the operator's declarations of which kernels are fixed,
@@ -194,6 +195,9 @@ func (c Config) check() (config, error) {
 	for _, id := range c.Devices {
 		if id < 0 {
 			return config{}, fieldErr("Devices", "must hold IDs >= 0, got %d", id)
+		}
+		if id >= ublkctl.MaxDevices {
+			return config{}, fieldErr("Devices", "must hold IDs below %d (the ublk driver's UBLK_MAX_UBLKS: no device has a larger one), got %d", ublkctl.MaxDevices, id)
 		}
 		if seen[id] {
 			return config{}, fieldErr("Devices", "must not repeat an ID, got %d twice", id)

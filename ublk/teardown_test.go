@@ -454,6 +454,21 @@ func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 	}
 }
 
+// A device ID no ublk device can have (the driver's IDs are below
+// UBLK_MAX_UBLKS, 1<<20) is refused at New, naming it. Before, New took
+// it, and Stop at SIGTERM followed a device never in sysfs: VerdictAbsent,
+// a Note, and no error, the misconfiguration (a typo for a real ID, whose
+// device the step then left out) said nowhere at start.
+func TestNewRejectsADeviceIDTheDriverCannotHave(t *testing.T) {
+	for _, id := range []int{1 << 20, 1 << 32} {
+		_, err := New(nil, Config{Devices: []int{0, id}, hooks: ublkhook.Hooks{KernelRelease: vulnerable}})
+		assert.EqualError(t, err, fmt.Sprintf("ublk: Config.Devices must hold IDs below 1048576 "+
+			"(the ublk driver's UBLK_MAX_UBLKS: no device has a larger one), got %d", id))
+	}
+	_, err := New(nil, Config{Devices: []int{1<<20 - 1}, hooks: ublkhook.Hooks{KernelRelease: vulnerable}})
+	assert.NoError(t, err, "the last ID a device can have")
+}
+
 // A device listed twice in Config.Devices was torn down twice and had two
 // DeviceReports (and two counts in drainkit.ublk.devices), where the
 // Report promises one per device. New names the repeat.

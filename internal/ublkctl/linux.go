@@ -21,7 +21,8 @@ import (
 // are sent one at a time. A command whose ctx ends before the kernel
 // answers keeps running in the kernel (the ublk driver does not cancel
 // control commands); its buffer stays referenced until its completion
-// arrives or Close.
+// arrives or Close. A device ID outside [0, MaxDevices) is an error, the
+// command not sent.
 type Control struct {
 	f    *os.File
 	ring *uring.Ring
@@ -87,8 +88,12 @@ func (c *Control) DelDev(ctx context.Context, id int) error {
 	}
 }
 
-// do sends one command and waits for its completion until ctx ends.
+// do sends one command and waits for its completion until ctx ends. An
+// ID no device can have is not sent (see MaxDevices).
 func (c *Control) do(ctx context.Context, op uint32, id int, buf []byte) error {
+	if id < 0 || id >= MaxDevices {
+		return fmt.Errorf("ublk: %s: device ID %d out of range [0, %d): not sent", cmdName(op), id, MaxDevices)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.f == nil {

@@ -65,3 +65,33 @@ func TestControlCommandsReachTheKernel(t *testing.T) {
 	require.NoError(t, c.Close())
 	assert.Error(t, c.StopDev(ctx, 3), "closed")
 }
+
+// A device ID no ublk device can have (negative, or from UBLK_MAX_UBLKS
+// up) is refused before anything is sent. Before, it was cut to the
+// command's 32 bits: 1<<32 went to the driver as device 0, another
+// device, and -1 as 0xffffffff, which no device has, so STOP_DEV and
+// DEL_DEV got ENODEV and said done. Here the "control device" is a
+// regular file, which answers every command sent EOPNOTSUPP: an error
+// without it is one nothing was sent for.
+func TestCommandsRefuseADeviceIDOutOfRange(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "ublk-control")
+	require.NoError(t, os.WriteFile(p, nil, 0o600))
+	c, err := Open(p)
+	if err != nil && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)) {
+		realpart.Missing(t, fmt.Sprintf("io_uring unavailable on this kernel (%v); see /proc/sys/kernel/io_uring_disabled", err))
+	}
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, id := range []int{-1, MaxDevices, 1 << 32} {
+		_, err := c.DevInfo(ctx, id)
+		assert.ErrorContains(t, err, fmt.Sprintf("GET_DEV_INFO: device ID %d out of range [0, 1048576): not sent", id))
+		for _, err := range []error{err, c.StopDev(ctx, id), c.DelDev(ctx, id)} {
+			require.Error(t, err, "id %d", id)
+			assert.NotErrorIs(t, err, unix.EOPNOTSUPP, "id %d: sent to the driver", id)
+		}
+	}
+	_, err = c.DevInfo(ctx, MaxDevices-1)
+	assert.ErrorIs(t, err, unix.EOPNOTSUPP, "the last ID a device can have is sent")
+}

@@ -10,6 +10,12 @@ import (
 // DefaultPath is the ublk control device.
 const DefaultPath = "/dev/ublk-control"
 
+// MaxDevices is the ublk driver's UBLK_MAX_UBLKS (UBLK_MINORS, 1<<20):
+// every device ID is below it, and ADD_DEV refuses one that is not. The
+// commands refuse an ID outside [0, MaxDevices) without sending it: the
+// command's dev_id has 32 bits, so 1<<32 would reach device 0.
+const MaxDevices = 1 << 20
+
 // ublk control commands (include/uapi/linux/ublk_cmd.h), ioctl-encoded
 // with type 'u' and a 32-byte struct ublksrv_ctrl_cmd.
 const (
