@@ -205,6 +205,10 @@ type memControl struct {
 	drainBlocks bool
 	flags       uint64 // reported by DevInfo
 	infoErr     error  // DevInfo's error, when set
+	// runsOn makes a STOP_DEV whose context ends first complete all the
+	// same at stopIn, as the driver runs a control command on: the
+	// device is DEAD from then on.
+	runsOn bool
 }
 
 func (c *memControl) DevInfo(ctx context.Context, id int) (ublkctl.DevInfo, error) {
@@ -224,9 +228,18 @@ func (c *memControl) StopDev(ctx context.Context, id int) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
+	done := time.After(c.stopIn)
 	select {
-	case <-time.After(c.stopIn):
+	case <-done:
 	case <-ctx.Done():
+		if c.runsOn {
+			c.d.wg.Add(1)
+			go func() {
+				defer c.d.wg.Done()
+				<-done
+				c.d.kstate.set(id, ublkctl.StateDead)
+			}()
+		}
 		return ctx.Err()
 	}
 	c.d.kstate.set(id, ublkctl.StateDead)

@@ -1083,6 +1083,7 @@ func (r *run) waitLoop() {
 	for {
 		exited := r.daemonExited() // before refresh: a daemon deletes its devices before it exits
 		r.refresh()
+		r.stopSeen()
 		live, present := r.count()
 		now := time.Now()
 		switch {
@@ -1103,6 +1104,35 @@ func (r *run) waitLoop() {
 		if !r.sleep(time.Time{}) {
 			return
 		}
+	}
+}
+
+// stopSeen asks the driver (GET_DEV_INFO), once per poll, about each
+// device whose STOP_DEV was sent and not seen complete in its window
+// (pending) and whose disk is gone: the driver runs the command on, and
+// the device is DEAD once it completed, its I/O in flight answered, so
+// killing the daemon is safe. Seen complete only by the command's own
+// answer, it was counted live to the step's end: the daemon was left
+// running and the device undeleted, and Stop returned an UnsafeError
+// naming a device that was safe.
+func (r *run) stopSeen() {
+	if r.ctl == nil {
+		return
+	}
+	for _, d := range r.dev {
+		if !slices.Contains(d.pending, "STOP_DEV") || !d.live() || d.cur.Disk {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.poll)
+		info, err := r.ctl.DevInfo(ctx, d.cur.ID)
+		cancel()
+		if err != nil || info.State != ublkctl.StateDead {
+			continue // still pending, as it was
+		}
+		d.dead = true
+		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "STOP_DEV complete", Start: time.Now(),
+			Result: "sent and not seen complete in its window; GET_DEV_INFO says dead now: the kernel completed it"})
+		r.cfg.logger.InfoContext(r.ctx, "ublk: a STOP_DEV not seen complete in its window has completed", "device", d.cur.DiskName())
 	}
 }
 

@@ -242,7 +242,10 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     left devices, or when devices are still live once only the control
 //     fallback's and the kill's parts of the reserve are left; a device
 //     found live after the fallback ran (added since, a listed one seen
-//     late) gets a fallback of its own, for the same reasons. Once the
+//     late) gets a fallback of its own, for the same reasons. A
+//     STOP_DEV not answered in its window runs on in the driver: the
+//     step asks GET_DEV_INFO every PollInterval whether the device is
+//     DEAD, that is, whether it completed. Once the
 //     daemon is gone, a device that may be waiting for the next server
 //     to recover it is left alone ("kept for recovery"): one QUIESCED or
 //     FAIL_IO, one with UBLK_F_USER_RECOVERY, or one whose flags

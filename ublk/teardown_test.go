@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -630,6 +631,42 @@ func TestStopDevNotCompleteByItsWindowsEndIsReportedPending(t *testing.T) {
 		assert.Equal(t, "after STOP_DEV (sent, not seen complete)", steps["disk removed"].Result, "not by the hung daemon")
 		assert.Contains(t, rep.Note, "ublkb0: STOP_DEV sent, not complete when the step ended")
 		assert.Contains(t, rep.String(), "ublkb0: live -> dead, STOP_DEV pending;")
+	})
+}
+
+// A hung daemon on a vulnerable kernel, its I/O slow to drain: 55 s, the
+// control fallback sends STOP_DEV .. 58 s, the kill's part of the
+// reserve: its completion not seen, the command runs on in the kernel ..
+// 58.5 s: the kernel completes it, the device DEAD .. the step asks the
+// driver (GET_DEV_INFO) at its next poll, kills the daemon, no device
+// live, and deletes the device: stopped_by_control, no error. Before, a
+// STOP_DEV sent was seen complete only by the command's own answer: the
+// step counted the device live to its end, left the daemon running and
+// the device undeleted, and returned an UnsafeError naming a device that
+// was safe (left_live, "STOP_DEV pending").
+func TestStopDevCompletedAfterItsWindowIsSeen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, stopIn: 3500 * time.Millisecond, runsOn: true}
+		td, err := New(d, f.config(vulnerable, ctl, Config{}))
+		require.NoError(t, err)
+		start := time.Now()
+		rep, took, err := runFor(t, td, 60*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"request", "STOP_DEV 0", "kill", "exit killed", "DEL_DEV 0"}, d.Events())
+		assert.Less(t, took, 59*time.Second, "killed once the driver said DEAD, not left to the deadline")
+		dr := rep.Device(0)
+		assert.Equal(t, VerdictStoppedByControl, dr.Verdict)
+		assert.Empty(t, dr.Pending)
+		seen := rep.Device(0).Steps
+		i := slices.IndexFunc(seen, func(s StepResult) bool { return s.Name == "STOP_DEV complete" })
+		require.GreaterOrEqual(t, i, 0, "steps: %v", seen)
+		assert.GreaterOrEqual(t, seen[i].Start.Sub(start), 58500*time.Millisecond)
+		assert.Contains(t, seen[i].Result, "GET_DEV_INFO says dead")
+		assert.True(t, rep.Daemon.Killed)
 	})
 }
 
