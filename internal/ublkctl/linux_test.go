@@ -47,17 +47,8 @@ func TestOpenOnThisHost(t *testing.T) {
 // to end on any kernel: the ring takes the URING_CMD, and the file's
 // missing ->uring_cmd answers EOPNOTSUPP.
 func TestControlCommandsReachTheKernel(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "ublk-control")
-	require.NoError(t, os.WriteFile(p, nil, 0o600))
-	c, err := Open(p)
-	if err != nil && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)) {
-		realpart.Missing(t, fmt.Sprintf("io_uring unavailable on this kernel (%v); see /proc/sys/kernel/io_uring_disabled", err))
-	}
-	require.NoError(t, err)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err = c.DevInfo(ctx, 0)
+	c, ctx := fileControl(t)
+	_, err := c.DevInfo(ctx, 0)
 	assert.ErrorIs(t, err, unix.EOPNOTSUPP)
 	assert.ErrorContains(t, err, "GET_DEV_INFO dev 0")
 	assert.ErrorIs(t, c.StopDev(ctx, 3), unix.EOPNOTSUPP)
@@ -74,16 +65,7 @@ func TestControlCommandsReachTheKernel(t *testing.T) {
 // regular file, which answers every command sent EOPNOTSUPP: an error
 // without it is one nothing was sent for.
 func TestCommandsRefuseADeviceIDOutOfRange(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "ublk-control")
-	require.NoError(t, os.WriteFile(p, nil, 0o600))
-	c, err := Open(p)
-	if err != nil && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)) {
-		realpart.Missing(t, fmt.Sprintf("io_uring unavailable on this kernel (%v); see /proc/sys/kernel/io_uring_disabled", err))
-	}
-	require.NoError(t, err)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	c, ctx := fileControl(t)
 	for _, id := range []int{-1, MaxDevices, 1 << 32} {
 		_, err := c.DevInfo(ctx, id)
 		assert.ErrorContains(t, err, fmt.Sprintf("GET_DEV_INFO: device ID %d out of range [0, 1048576): not sent", id))
@@ -92,6 +74,25 @@ func TestCommandsRefuseADeviceIDOutOfRange(t *testing.T) {
 			assert.NotErrorIs(t, err, unix.EOPNOTSUPP, "id %d: sent to the driver", id)
 		}
 	}
-	_, err = c.DevInfo(ctx, MaxDevices-1)
+	_, err := c.DevInfo(ctx, MaxDevices-1)
 	assert.ErrorIs(t, err, unix.EOPNOTSUPP, "the last ID a device can have is sent")
+}
+
+// fileControl opens a regular file as the control device, which takes
+// every command on the ring and answers it EOPNOTSUPP (it has no
+// ->uring_cmd), and returns it with a context for its commands; both end
+// with the test.
+func fileControl(t *testing.T) (*Control, context.Context) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ublk-control")
+	require.NoError(t, os.WriteFile(p, nil, 0o600))
+	c, err := Open(p)
+	if err != nil && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)) {
+		realpart.Missing(t, fmt.Sprintf("io_uring unavailable on this kernel (%v); see /proc/sys/kernel/io_uring_disabled", err))
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return c, ctx
 }
