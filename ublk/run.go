@@ -471,12 +471,21 @@ func (r *run) untrackedDevices() ([]Device, error) {
 }
 
 // untracked lists the IDs of the ublk devices sysfs shows that the step
-// has no device for.
+// has no device for, or only one it saw go: the kernel gives a freed ID
+// to the next ADD_DEV, so a device there now with a gone one's ID is
+// another device (see refresh). Left out, one the daemon added again
+// after deleting the step's (the lowest free ID: a VM whose start raced
+// the drain) was passed over by the look before the kill (servesMore),
+// and the daemon was killed serving it live.
 func (r *run) untracked() ([]int, error) {
 	ids, err := listDevices(r.cfg.sysRoot)
-	return slices.DeleteFunc(ids, func(id int) bool {
-		return slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id })
-	}), err
+	return slices.DeleteFunc(ids, func(id int) bool { return r.tracks(id, false) }), err
+}
+
+// tracks reports whether the step has a device with ID id that is not
+// gone, or, with gone, any device with that ID.
+func (r *run) tracks(id int, gone bool) bool {
+	return slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id && (gone || !d.gone) })
 }
 
 // procfsPass returns the context of a procfs pass that tells whose a
@@ -509,6 +518,9 @@ func (r *run) findNew() {
 	}
 	var fresh []Device
 	for _, id := range ids {
+		if r.tracks(id, true) {
+			continue // the ID of a device of the step's that went: another's now, as refresh has it
+		}
 		if e, ok := r.others[id]; ok && e != 0 && e == charEntry(r.cfg.sysRoot, id) {
 			continue
 		}

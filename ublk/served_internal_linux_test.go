@@ -364,3 +364,50 @@ func stopUblkb0(t *testing.T, f *fixture, d *memDaemon, daemon Daemon) (*Report,
 	t.Log(rep.String())
 	return rep, d.Events(), err
 }
+
+//	0 s      the step finds ublkb0 and asks the daemon to stop
+//	1 .. 2 s the daemon stops and deletes ublkb0
+//	2.5 s    the daemon adds a device for a VM whose start raced the drain:
+//	         the kernel gives it the lowest free ID, 0 again; live
+//	4.5 s    ExitWait is up: no device of the step is live
+//	60 s     the deadline
+//
+// The daemon's PID is known, and it has /dev/ublkc0 open: the new ublkb0
+// is its own, whatever the step made of the ID. On a vulnerable kernel the
+// daemon is not killed while it serves it: the disk joins the Report,
+// live, and Stop returns an UnsafeError naming it. Before, the look
+// before the kill passed over every ID the step had a device for, a gone
+// one included, and the daemon was killed at 4.5 s with the new ublkb0
+// live, the host-crash path.
+func TestDaemonServingANewDeviceWithAGoneOnesIDIsNotKilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node the daemon holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		minor := uint32(os.Getpid()*2+53) % (1 << 20)
+		spec := fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4091, CharMinor: minor}
+		f := newFixture(t)
+		require.NoError(t, f.tree.AddDevice(spec))
+		node := filepath.Join(t.TempDir(), "ublkc0")
+		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4091, minor))))
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", node) // the daemon: /dev/ublkc0 open
+		d := newMemDaemon(f.tree, 0)
+		d.servesMore = true
+		defer d.close()
+		time.AfterFunc(2500*time.Millisecond, func() { require.NoError(t, f.tree.AddDevice(spec)) })
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
+		td, err := New(daemon, f.config(vulnerable, nil, Config{ExitWait: 2 * time.Second, NoControl: true}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		assert.Equal(t, []string{"request", "stop 0", "delete 0"}, d.Events(), "the daemon is not killed")
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.Equal(t, []int{0}, unsafe.Devices)
+		require.Len(t, rep.Devices, 2, "the ublkb0 that went, and the one the daemon serves now")
+		assert.Equal(t, VerdictStopped, rep.Devices[0].Verdict)
+		assert.Equal(t, VerdictLeftLive, rep.Devices[1].Verdict)
+		assert.Contains(t, rep.Devices[1].Steps[0].Result, "/dev/ublkc0 open in the daemon")
+	})
+}

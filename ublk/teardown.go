@@ -256,8 +256,10 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     daemon with a live device is never killed: Stop waits until the
 //     deadline and returns an *UnsafeError. Nor is one that still serves
 //     a disk in sysfs that is not among the step's devices (it has the
-//     disk's /dev/ublkcN open: one left out by Config.Devices, or taken
-//     for another server's), when the step knows its PID: looked for
+//     disk's /dev/ublkcN open: one left out by Config.Devices, taken
+//     for another server's, or one with the ID of a device of the step's
+//     that went, which the kernel gives to the next ADD_DEV), when the
+//     step knows its PID: looked for
 //     right before the kill, such a disk joins the Report as one of the
 //     step's, live. Without its PID (DaemonFuncs with no PidFunc) there are
 //     no fds to read: a live disk not the step's is then the daemon's
