@@ -1135,7 +1135,10 @@ func (r *run) stopSeen() {
 		if !slices.Contains(d.pending, "STOP_DEV") || !d.live() || d.cur.Disk {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.poll)
+		// A poll's time, not less than 100 ms: GET_DEV_INFO answers in
+		// microseconds, and one abandoned at a tiny PollInterval would
+		// never be read.
+		ctx, cancel := context.WithTimeout(r.ctx, max(r.cfg.poll, 100*time.Millisecond))
 		info, err := r.ctl.DevInfo(ctx, d.cur.ID)
 		cancel()
 		if err != nil || info.State != ublkctl.StateDead {
