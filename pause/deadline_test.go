@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -508,4 +509,107 @@ func TestTightenAfterTheReportIsMadeMovesNothing(t *testing.T) {
 		assert.False(t, <-moved, "the Run's account was made: Tighten moved nothing")
 		assert.True(t, rep.Hard.Equal(t0.Add(60*time.Second)), "the hard deadline the Run had, not %v", rep.Hard.Sub(t0))
 	})
+}
+
+// deadlineProbe is a sandbox whose Preserve reads ctx.Deadline() as it
+// starts, as one that sizes its work by it does (an HTTP client's request
+// timeout, a cheaper checkpoint when time is short), makes a child
+// context as such a client does, and then either returns after hold,
+// reading the deadline again first, or waits for its context to end.
+// Times are since t0; it runs on one worker at a time (limit 1).
+type deadlineProbe struct {
+	id   string
+	t0   time.Time
+	hold time.Duration // 0: wait for the context to end
+
+	atStart, atReturn time.Duration // ctx.Deadline(), as read then
+	child             time.Duration // the deadline of a child WithTimeout(ctx, 1 min)
+	childGoroutines   int           // goroutines the child's making started
+	ended             time.Duration // when ctx ended, for hold 0
+}
+
+func (p *deadlineProbe) ID() string { return p.id }
+func (p *deadlineProbe) Preserve(ctx context.Context) error {
+	p.atStart = p.deadline(ctx)
+	n := runtime.NumGoroutine()
+	child, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	p.childGoroutines = runtime.NumGoroutine() - n
+	p.child = p.deadline(child)
+	if p.hold > 0 {
+		time.Sleep(p.hold)
+		p.atReturn = p.deadline(ctx)
+		return nil
+	}
+	<-ctx.Done()
+	p.ended = time.Since(p.t0)
+	return ctx.Err()
+}
+
+func (p *deadlineProbe) deadline(ctx context.Context) time.Duration {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return -1
+	}
+	return d.Sub(p.t0)
+}
+
+// Fault: after Tighten moved the hard deadline earlier, the context of a
+// Preserve running then, and of one started after it, still said the
+// hard deadline Run was given from ctx.Deadline() (75 s), while it ended
+// at the new one (15 s): a Preserve that sizes its work by its deadline
+// planned for a minute it did not have and was cut mid-work, where a
+// cheaper preserve would have kept the sandbox. Its deadline is now the
+// current hard deadline (with CancelAtDeadline, the phase deadline if
+// earlier; with a SandboxTimeout, its bound if earlier), at its start and
+// after each Tighten, and it ends when it did. docs/faults.md row 855.
+//
+//	0 s    A starts (6 s): phase 60 s, hard 75 s, limit 1
+//	5 s    Tighten(15 s)
+//	6 s    A reads its deadline again (was: 75 s) and returns; B starts and
+//	       reads 15 s (was: 75 s)
+//	15 s   B's context ends; Run returns
+func TestPreserveContextDeadlineFollowsTighten(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		cfg        pause.Config
+		aStart     time.Duration // A's deadline at its start, before the Tighten
+		aAfter     time.Duration // after it
+		childStart time.Duration // A's child's (WithTimeout 1 min at 0 s)
+	}{
+		{"hard deadline", pause.Config{Limit: 1}, 75 * time.Second, 15 * time.Second, 60 * time.Second},
+		{"CancelAtDeadline", pause.Config{Limit: 1, CancelAtDeadline: true}, 60 * time.Second, 15 * time.Second, 60 * time.Second},
+		// A's bound (10 s) is before the new hard deadline and stays; B's
+		// (16 s) is after it.
+		{"SandboxTimeout", pause.Config{Limit: 1, SandboxTimeout: 10 * time.Second}, 10 * time.Second, 10 * time.Second, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				t0 := time.Now()
+				a := &deadlineProbe{id: "A", t0: t0, hold: 6 * time.Second}
+				b := &deadlineProbe{id: "B", t0: t0}
+				listed := false
+				p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+					if listed {
+						return nil, nil
+					}
+					listed = true
+					return []pause.Sandbox{a, b}, nil
+				}), tc.cfg)
+				require.NoError(t, err)
+				tightenAt(t, p, 5*time.Second, 15*time.Second)
+				rep, took := runFor(t, p, 60*time.Second, 75*time.Second)
+				assert.Equal(t, tc.aStart, a.atStart, "A's deadline as it started")
+				assert.Equal(t, tc.childStart, a.child, "A's child's deadline as it started")
+				assert.Equal(t, tc.aAfter, a.atReturn, "A's deadline after the Tighten")
+				assert.Equal(t, 15*time.Second, b.atStart, "B's deadline, started after the Tighten")
+				assert.Equal(t, 15*time.Second, b.child, "B's child's deadline (its own minute is later)")
+				assert.Equal(t, 15*time.Second, b.ended, "B's context ends at the new hard deadline")
+				assert.Zero(t, a.childGoroutines+b.childGoroutines, "a child of a Preserve's context starts no goroutine")
+				assert.Equal(t, pause.Preserved, entry(t, rep, "A").Outcome)
+				assert.Equal(t, pause.TimedOut, entry(t, rep, "B").Outcome)
+				assert.Equal(t, 15*time.Second, took)
+			})
+		})
+	}
 }

@@ -225,7 +225,9 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 // Tighten moves the hard deadline of the Run in progress earlier, to hard:
 // the preserves still running then have their contexts ended, as at the
 // hard deadline Run was given, and Run returns by it; the Report's Hard
-// is the new deadline. It never moves the deadline later, and reports
+// is the new deadline. From then the Deadline of every Preserve's
+// context, running or started later, is the new one (or its
+// SandboxTimeout, if earlier: see Sandbox). It never moves the deadline later, and reports
 // whether it moved it; with no Run in progress it does nothing, nor with
 // the zero time, which says nothing of a deadline (as for
 // deadline.Budget.Tighten). A Run is in progress from the moment it is

@@ -21,7 +21,7 @@ type run struct {
 	p     *Preserver
 	cfg   *config
 	ctx   context.Context    // Run's context, carrying the run span
-	work  context.Context    // parent of every Preserve's context
+	work  context.Context    // parent of every Preserve's context: &workCtx
 	cut   context.CancelFunc // ends the phase and work: at Tighten's hard deadline, and at close
 	span  trace.Span
 	phase time.Time
@@ -37,6 +37,11 @@ type run struct {
 	reported bool
 	cutAt    *time.Timer   // calls cut at the hard deadline Tighten set; nil until contexts made cut
 	moved    chan struct{} // Tighten moved hard: await re-reads it
+	// tight is the hard deadline Tighten moved the Run to, nil until one
+	// did; stored under hardMu, read without it by the Deadline of the
+	// Preserves' contexts (workCtx, and a task's with a bound).
+	tight   atomic.Pointer[time.Time]
+	workCtx tightCtx // the Preserves' context, in the run: no allocation of its own
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
@@ -133,7 +138,8 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 // The work context is one context with its own cancel, which cut and close
 // both call: a cancel of its own under another of Tighten's cost a Run six
 // allocations (two cancelCtx, their closures, the children map and done
-// channel of the one in the middle) and their time.
+// channel of the one in the middle) and their time. It is wrapped, in the
+// run, so that its Deadline follows Tighten (tightCtx).
 func (r *run) contexts() {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
@@ -143,18 +149,49 @@ func (r *run) contexts() {
 	} else {
 		r.ctx, endPhase = context.WithCancel(r.ctx) // no deadline: ended by cut alone
 	}
+	var work context.Context
 	switch {
 	case r.cfg.cancelAtDeadline:
-		r.work, cutWork = context.WithCancel(r.ctx)
+		work, cutWork = context.WithCancel(r.ctx)
 	case r.hard.IsZero():
-		r.work, cutWork = context.WithCancel(context.WithoutCancel(r.ctx))
+		work, cutWork = context.WithCancel(context.WithoutCancel(r.ctx))
 	default:
-		r.work, cutWork = context.WithDeadline(context.WithoutCancel(r.ctx), r.hard)
+		work, cutWork = context.WithDeadline(context.WithoutCancel(r.ctx), r.hard)
 	}
+	r.workCtx = tightCtx{Context: work, tight: &r.tight}
+	r.work = &r.workCtx
 	r.cut = chain(endPhase, cutWork)
 	if r.tightened {
 		r.cutAt = time.AfterFunc(time.Until(r.hard), r.cut)
 	}
+}
+
+// A tightCtx is a context whose deadline follows Tighten: Deadline returns
+// the earlier of the wrapped context's deadline and the hard deadline
+// Tighten moved the Run to (tight), read at each call. A Preserve that
+// sizes its work by ctx.Deadline() (a request timeout, a cheaper
+// checkpoint when time is short) then plans for the time it has: the
+// wrapped context's deadline is fixed when it is made, and a Tighten ends
+// the context earlier with a cancel, which no deadline says.
+//
+// It embeds the context it wraps, whose Done, Err and Value are its own:
+// a child made from it finds the wrapped cancelCtx through Value, with
+// the same Done, and registers with it, as with the context itself,
+// where a context that is not a cancelCtx has its children watched by a
+// goroutine each. Its cancellation is the wrapped context's, unchanged.
+type tightCtx struct {
+	context.Context
+	tight *atomic.Pointer[time.Time]
+}
+
+// Deadline returns the earlier of the wrapped context's deadline and the
+// hard deadline Tighten moved the Run to, if any.
+func (c *tightCtx) Deadline() (time.Time, bool) {
+	d, ok := c.Context.Deadline()
+	if t := c.tight.Load(); t != nil && (!ok || t.Before(d)) {
+		return *t, true
+	}
+	return d, ok
 }
 
 // hardline returns the hard deadline, as Tighten may have moved it.
@@ -176,6 +213,7 @@ func (r *run) tighten(hard time.Time) bool {
 		return false
 	}
 	r.hard, r.tightened = hard, true
+	r.tight.Store(&hard) // the Preserves' contexts say it from now (tightCtx)
 	if r.cutAt != nil {
 		r.cutAt.Stop()
 	}

@@ -17,6 +17,19 @@ type Sandbox interface {
 	// abandoned at the hard deadline and reported TimedOut. It returns
 	// ErrGone (possibly wrapped) when the sandbox no longer exists or is
 	// already preserved.
+	//
+	// ctx.Deadline() is when ctx ends at the latest, so a Preserve can
+	// size its work by it (a request's timeout, a cheaper checkpoint when
+	// time is short): the hard deadline, or with Config.CancelAtDeadline
+	// the phase deadline if earlier, or the end of the sandbox's
+	// Config.SandboxTimeout if earlier still; none when Run has no
+	// deadline and the sandbox no bound. It is the current one at each
+	// call: a Preserver.Tighten during the Preserve moves it earlier (ctx
+	// then ends there), so a long Preserve reads it again before each
+	// costly step; a context made from ctx (context.WithTimeout) keeps the
+	// deadline it was made with, and still ends with ctx. ctx ends before
+	// its deadline only when Run's context is cancelled with
+	// Config.CancelAtDeadline.
 	Preserve(ctx context.Context) error
 }
 

@@ -70,6 +70,7 @@ type task struct {
 // taskExtra is the part of a task that only a bound or a span needs.
 type taskExtra struct {
 	ctx    context.Context // Preserve's context
+	bound  tightCtx        // with a bound, the bound's context, whose Deadline follows Tighten: ctx is &bound
 	cancel context.CancelFunc
 	watch  *time.Timer // abandons the task at its bound plus abandonAfter
 	span   trace.Span  // nil unless the run is traced
@@ -142,7 +143,12 @@ func (t *task) startExtra(ps *pass) {
 			trace.WithAttributes(attribute.String("drainkit.pause.sandbox", ps.tasks.entry(t).ID)))
 	}
 	if r.cfg.timeout > 0 {
-		x.ctx, x.cancel = context.WithTimeout(x.ctx, r.cfg.timeout)
+		// Its deadline, the earlier of the bound and the hard deadline,
+		// is fixed here; a Tighten after must still move it.
+		var bound context.Context
+		bound, x.cancel = context.WithTimeout(x.ctx, r.cfg.timeout)
+		x.bound = tightCtx{Context: bound, tight: &r.tight}
+		x.ctx = &x.bound
 	}
 	ps.tasks.x[t.k] = x // before the timer: abandon reads it
 	if r.cfg.timeout > 0 {
