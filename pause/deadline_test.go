@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
+	nooptrace "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/internal/logbuf"
@@ -612,4 +614,71 @@ func TestPreserveContextDeadlineFollowsTighten(t *testing.T) {
 			})
 		})
 	}
+}
+
+// slowTracer takes stall to start the Run's span: a span processor slow
+// at one moment of a Run, as a slow log sink is (stallOn).
+type slowTracer struct {
+	nooptrace.Tracer
+	stall time.Duration
+}
+
+func (s slowTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if name == "pause.Run" {
+		time.Sleep(s.stall)
+	}
+	return s.Tracer.Start(ctx, name, opts...)
+}
+
+type slowTracerProvider struct {
+	nooptrace.TracerProvider
+	stall time.Duration
+}
+
+func (p slowTracerProvider) Tracer(string, ...trace.TracerOption) trace.Tracer {
+	return slowTracer{stall: p.stall}
+}
+
+// Fault: a Tighten to before the phase deadline ends the phase there (row
+// 621), but what the Run read of its phase deadline did not move: its
+// schedule ordered the pass for the time left to the phase deadline Run
+// was given, the Lister's context said that deadline, the lines' time_left
+// counted to it and the Report's Deadline was it. A Tighten landing as the
+// Run starts (a read of the pod's deletion as the preserve phase begins)
+// left a pass ordered longest first for 59 s it did not have: 4 sandboxes
+// preserved where shortest first keeps 20. The phase deadline every part
+// of the Run reads is now the earlier of the two. docs/faults.md row 856.
+//
+//	0 s     Run is called: phase 60 s, hard 60 s, limit 4, 20 x 9 s and
+//	        20 x 1 s; its span takes 1 s to start (a slow tracer)
+//	0.5 s   Tighten(11.5 s)
+//	1 s     "run started", time_left 10.5s (was: 59s); the Lister's
+//	        deadline 11.5 s (was: 60 s); the pass orders shortest first
+//	        (was: longest first)
+//	6 s     the 20 short ones preserved (was: 4 long ones by 10 s)
+//	11.5 s  the phase ends: the long ones running are cut; Run returns,
+//	        Report.Deadline 11.5 s (was: 60 s)
+func TestPhaseDeadlineAsTightenMovedItIsTheOneTheRunReads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := mixedNode()
+		var listedDeadline time.Time
+		lister := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			if listedDeadline.IsZero() {
+				listedDeadline, _ = ctx.Deadline()
+			}
+			return node.List(ctx)
+		})
+		var logs logbuf.Buffer
+		p, err := pause.New(lister, pause.Config{Limit: 4, TracerProvider: slowTracerProvider{stall: time.Second},
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		t0 := tightenAt(t, p, 500*time.Millisecond, 11500*time.Millisecond)
+		rep, took := runFor(t, p, 60*time.Second, 60*time.Second)
+		assert.Equal(t, 11500*time.Millisecond, took)
+		assert.Equal(t, 20, rep.Counts[pause.Preserved], "shortest first, for the 10.5 s left when the pass ordered")
+		assert.Equal(t, 11500*time.Millisecond, rep.Deadline.Sub(t0), "the Report's phase deadline")
+		assert.Equal(t, 11500*time.Millisecond, listedDeadline.Sub(t0), "the Lister's context's deadline")
+		assert.Contains(t, logs.String(), `msg="pause: run started" time_left=10.5s`)
+		assert.Contains(t, logs.String(), `order=shortest_first limit=4 time_left=10.5s`)
+	})
 }

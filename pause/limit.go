@@ -92,7 +92,8 @@ func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
 // deadline: then exploring would cost sandboxes. Half of the work in
 // flight counts as left.
 func (r *run) bindsLocked(now time.Time) bool {
-	if r.phase.IsZero() {
+	end := r.phaseEnd()
+	if end.IsZero() {
 		return false
 	}
 	_, x := r.climb.best()
@@ -100,7 +101,7 @@ func (r *run) bindsLocked(now time.Time) bool {
 		return false
 	}
 	need := (r.queue.units + r.inflightUnits/2) / x
-	return need > bindFrac*float64(r.phase.Sub(now))
+	return need > bindFrac*float64(end.Sub(now))
 }
 
 func (r *run) setLimitLocked(k int) {
@@ -125,7 +126,7 @@ func (r *run) logLimit(from, k int) {
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: concurrency changed",
 			slog.Int("from", from), slog.Int("to", k), slog.Int("max_limit", r.cfg.maxLimit),
 			r.bestThroughput(), slog.Int("queued", r.queue.n),
-			slog.String("time_left", fmtLeft(r.phase)))
+			slog.String("time_left", fmtLeft(r.phaseEnd())))
 	}
 }
 

@@ -34,7 +34,7 @@ var errListAbandoned = errors.New("pause: Lister had not returned by the phase d
 // Lister, whose call would be abandoned at once, and says so: the listing
 // error is the Run's, not a Lister's that had no time to answer.
 func (r *run) list() ([]Sandbox, error) {
-	if !r.phase.IsZero() && r.phaseOver() {
+	if !r.phaseEnd().IsZero() && r.phaseOver() {
 		// Why it ended: a drain's force says "drain: forced".
 		err := context.Cause(r.ctx)
 		if err == nil { // the clock passed the phase deadline before its timer fired
@@ -66,10 +66,11 @@ func (r *run) list() ([]Sandbox, error) {
 }
 
 func (r *run) listOnce() ([]Sandbox, error) {
-	if r.phase.IsZero() {
+	end := r.phaseEnd()
+	if end.IsZero() {
 		return r.callList()
 	}
-	ctx, cancel := context.WithDeadline(r.ctx, r.phase)
+	ctx, cancel := context.WithDeadline(r.ctx, end)
 	defer cancel()
 	// The Lister gets the run's context: a listing may finish after the
 	// phase deadline for the pass in progress, but none is waited for.

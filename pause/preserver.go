@@ -236,7 +236,9 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 // moves the deadline its preserves start with, and one that lands as Run
 // writes its last line returns false. A hard deadline moved before
 // the phase deadline ends the phase there too: no preserve starts, and
-// no listing is waited for, after it. To end the phase earlier than the
+// no listing is waited for, after it; it is the phase deadline the Run
+// reads from then (the order of a pass, the Lister's ctx.Deadline(), the
+// lines' time_left, the Report's Deadline). To end the phase earlier than the
 // hard deadline, cancel Run's context: no preserve starts after that.
 // drain calls it when
 // its budget moves SIGKILL earlier during the preserve phase (a read of

@@ -75,7 +75,7 @@ func (e Entry) Abandoned() bool { return e.Outcome == TimedOut && e.Error == err
 type Report struct {
 	Start    time.Time       `json:"start"`                // when Run started
 	End      time.Time       `json:"end"`                  // when Run returned
-	Deadline time.Time       `json:"deadline"`             // the phase deadline: no preserve started after it
+	Deadline time.Time       `json:"deadline"`             // the phase deadline (as a Tighten before it moved it): no preserve started after it
 	Hard     time.Time       `json:"hard,omitzero"`        // in-flight preserves were abandoned at it
 	Passes   int             `json:"passes"`               // listing passes made
 	Limit    int             `json:"limit"`                // the concurrency limit at the end

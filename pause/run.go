@@ -25,23 +25,20 @@ type run struct {
 	cut   context.CancelFunc // ends the phase and work: at Tighten's hard deadline, and at close
 	span  trace.Span
 	phase time.Time
-	// hard, tightened, reported, cut and cutAt are guarded by hardMu:
-	// Tighten reaches the run from its first instruction (see
+	// hard, reported (with the flags below), cut and cutAt are guarded
+	// by hardMu: Tighten reaches the run from its first instruction (see
 	// Preserver.Run).
-	hard      time.Time
-	hardMu    sync.Mutex
-	tightened bool // Tighten moved hard: the Report says the new one
-	// reported: finish read hard for the Report, which a move would now
-	// contradict. A Tighten that loaded the run just before Run stopped
-	// being the one in progress takes hardMu after that.
-	reported bool
-	cutAt    *time.Timer   // calls cut at the hard deadline Tighten set; nil until contexts made cut
-	moved    chan struct{} // Tighten moved hard: await re-reads it
+	hard   time.Time
+	hardMu sync.Mutex
+	cutAt  *time.Timer   // calls cut at the hard deadline Tighten set; nil until contexts made cut
+	moved  chan struct{} // Tighten moved hard: await re-reads it
 	// tight is the hard deadline Tighten moved the Run to, nil until one
-	// did; stored under hardMu, read without it by the Deadline of the
-	// Preserves' contexts (workCtx, and a task's with a bound).
-	tight   atomic.Pointer[time.Time]
-	workCtx tightCtx // the Preserves' context, in the run: no allocation of its own
+	// did (then the Report says it); stored under hardMu, read without it
+	// by the Deadline of the Run's contexts (tightCtx) and by phaseEnd.
+	tight atomic.Pointer[time.Time]
+	// The phase's context (ctx, the Lister's) and the Preserves' (work),
+	// in the run: no allocation of their own.
+	phaseCtx, workCtx tightCtx
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
@@ -56,13 +53,19 @@ type run struct {
 	perByte float64       // the pass's time per byte of a Sized sandbox, ns
 
 	// Flags, side by side: a run is allocated per Run, and each bool
-	// among wider fields takes eight bytes.
+	// among wider fields takes eight bytes. Past 1016 bytes the run takes
+	// the next size class (1,152 B: the allocation's 8-byte header), a
+	// Run of 10 no-ops 128 B more.
 	traced       bool // per-sandbox spans only when the run span records
 	listed       bool // a listing succeeded
 	partly       bool // a listing that failed gave sandboxes
 	untimed      bool // perByte ranks sizes but is not a time
 	adaptive     bool // the limit adapts (see limit.go)
 	progressDone bool // the Run returned: log no more (under progressMu)
+	// reported (under hardMu): finish read hard for the Report, which a
+	// move would now contradict. A Tighten that loaded the run just
+	// before Run stopped being the one in progress takes hardMu after that.
+	reported bool
 
 	// The adaptive limit (see limit.go); mu guards what follows it while
 	// workers run.
@@ -108,7 +111,7 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r.ctx, r.span = p.tel.tracer.Start(ctx, "pause.Run")
 	if r.traced = r.span.IsRecording(); r.traced { // a span that records nothing would drop them
 		r.span.SetAttributes(
-			attribute.String("drainkit.pause.deadline", fmtTime(r.phase)),
+			attribute.String("drainkit.pause.deadline", fmtTime(r.phaseEnd())),
 			attribute.String("drainkit.pause.hard", fmtTime(given)),
 			attribute.Int("drainkit.pause.limit", r.limit),
 			attribute.Int("drainkit.pause.max_limit", p.cfg.maxLimit),
@@ -123,7 +126,7 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 	r.startProgress()
 	if p.cfg.log.Enabled(r.ctx, slog.LevelInfo) { // time_left formats a string: only for a line written
 		p.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: run started",
-			slog.String("time_left", fmtLeft(r.phase)), slog.Int("limit", r.limit),
+			slog.String("time_left", fmtLeft(r.phaseEnd())), slog.Int("limit", r.limit),
 			slog.Int("max_limit", p.cfg.maxLimit), slog.Bool("cancel_at_deadline", p.cfg.cancelAtDeadline))
 	}
 	return r
@@ -138,8 +141,8 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 // The work context is one context with its own cancel, which cut and close
 // both call: a cancel of its own under another of Tighten's cost a Run six
 // allocations (two cancelCtx, their closures, the children map and done
-// channel of the one in the middle) and their time. It is wrapped, in the
-// run, so that its Deadline follows Tighten (tightCtx).
+// channel of the one in the middle) and their time. Both are wrapped, in
+// the run, so that their Deadline follows Tighten (tightCtx).
 func (r *run) contexts() {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
@@ -149,6 +152,8 @@ func (r *run) contexts() {
 	} else {
 		r.ctx, endPhase = context.WithCancel(r.ctx) // no deadline: ended by cut alone
 	}
+	r.phaseCtx = tightCtx{Context: r.ctx, tight: &r.tight}
+	r.ctx = &r.phaseCtx
 	var work context.Context
 	switch {
 	case r.cfg.cancelAtDeadline:
@@ -161,7 +166,7 @@ func (r *run) contexts() {
 	r.workCtx = tightCtx{Context: work, tight: &r.tight}
 	r.work = &r.workCtx
 	r.cut = chain(endPhase, cutWork)
-	if r.tightened {
+	if r.tight.Load() != nil {
 		r.cutAt = time.AfterFunc(time.Until(r.hard), r.cut)
 	}
 }
@@ -194,6 +199,17 @@ func (c *tightCtx) Deadline() (time.Time, bool) {
 	return d, ok
 }
 
+// phaseEnd returns the phase deadline as Tighten may have moved it: a
+// hard deadline moved before it ends the phase there (tighten). The
+// schedule, the log lines' time_left and the Report read it, so that a
+// pass after a Tighten is ordered for the time it has.
+func (r *run) phaseEnd() time.Time {
+	if t := r.tight.Load(); t != nil && (r.phase.IsZero() || t.Before(r.phase)) {
+		return *t
+	}
+	return r.phase
+}
+
 // hardline returns the hard deadline, as Tighten may have moved it.
 func (r *run) hardline() time.Time {
 	r.hardMu.Lock()
@@ -212,8 +228,8 @@ func (r *run) tighten(hard time.Time) bool {
 	if r.reported || !r.hard.IsZero() && !hard.Before(r.hard) {
 		return false
 	}
-	r.hard, r.tightened = hard, true
-	r.tight.Store(&hard) // the Preserves' contexts say it from now (tightCtx)
+	r.hard = hard
+	r.tight.Store(&hard) // the Run's contexts say it from now (tightCtx)
 	if r.cutAt != nil {
 		r.cutAt.Stop()
 	}
@@ -258,7 +274,7 @@ func chain(a, b context.CancelFunc) context.CancelFunc {
 
 // phaseOver reports whether no preserve may start any more.
 func (r *run) phaseOver() bool {
-	if r.phase.IsZero() {
+	if r.phaseEnd().IsZero() {
 		return r.ctx.Err() != nil // no clock to read
 	}
 	return r.phaseOverAt(time.Now())
@@ -268,7 +284,8 @@ func (r *run) phaseOverAt(now time.Time) bool {
 	if r.ctx.Err() != nil {
 		return true
 	}
-	return !r.phase.IsZero() && !now.Before(r.phase)
+	end := r.phaseEnd()
+	return !end.IsZero() && !now.Before(end)
 }
 
 // pass makes one listing pass and returns how many new sandboxes it found,
@@ -311,7 +328,7 @@ func (r *run) pass(n int) (found, again int, retry bool) {
 	if r.cfg.log.Enabled(r.ctx, slog.LevelInfo) {
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: pass started",
 			slog.Int("pass", n), slog.Int("new", len(tasks.all)-tasks.again), slog.Int("again", tasks.again), slog.String("order", order.String()),
-			slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phase)))
+			slog.Int("limit", r.limit), slog.String("time_left", fmtLeft(r.phaseEnd())))
 	}
 	ps := r.newPass(tasks)
 	if r.adaptive && r.cfg.order == OrderAuto && order == OrderLongestFirst && st.samePriority {
@@ -692,8 +709,9 @@ func (r *run) finish() *Report {
 	rep := r.rep
 	rep.End = time.Now()
 	r.hardMu.Lock()
-	if r.tightened {
+	if r.tight.Load() != nil {
 		rep.Hard = r.hard
+		rep.Deadline = r.phaseEnd() // the phase ended there
 	}
 	r.reported = true
 	r.hardMu.Unlock()
@@ -796,7 +814,7 @@ func (r *run) logProgress(now time.Time) {
 	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, msg,
 		slog.Int64("preserved", preserved), slog.Int64("failed", failed),
 		slog.Int64("done", done), slog.Int64("left", left),
-		slog.String("time_left", fmtLeft(r.phase)), slog.Int64("limit", r.p.limit.Load()))
+		slog.String("time_left", fmtLeft(r.phaseEnd())), slog.Int64("limit", r.p.limit.Load()))
 }
 
 // untilDeadline says how far the phase deadline is (a hard deadline

@@ -75,7 +75,8 @@ var ErrGone = errors.New("pause: sandbox gone or already preserved")
 // racing the shutdown, even of a sandbox this Run preserved) is caught,
 // and preserved again, by the next pass; a Lister that lists preserved
 // sandboxes has them preserved again, pass after pass (see
-// Preserver.Run). It must return by ctx's deadline.
+// Preserver.Run). It must return by ctx's deadline, which a
+// Preserver.Tighten during the call may move earlier (ctx then ends there).
 //
 // A List that fails after it listed some sandboxes (a paginated API whose
 // first page answered and a later one failed) returns those with its

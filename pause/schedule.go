@@ -157,10 +157,11 @@ func (r *run) sortTasks(tasks *taskList, o Order) {
 // (BenchmarkScheduleQualityNoisy). With exact estimates packing gains one
 // sandbox in 400.
 func (r *run) pack(tasks *taskList) {
-	if r.phase.IsZero() || r.untimed {
+	end := r.phaseEnd()
+	if end.IsZero() || r.untimed {
 		return
 	}
-	capacity := time.Until(r.phase) * time.Duration(r.limit)
+	capacity := time.Until(end) * time.Duration(r.limit)
 	var sum time.Duration
 	k := 0
 	for i := range tasks.all {
@@ -183,16 +184,17 @@ func (r *run) pack(tasks *taskList) {
 // pass soonest, within 4/3 of the optimal makespan and usually within a
 // few percent.
 func (r *run) choose(st passStats) Order {
+	end := r.phaseEnd()
 	switch {
 	case st.work == 0:
 		return OrderFIFO
-	case r.phase.IsZero():
+	case end.IsZero():
 		return OrderLongestFirst
 	case r.untimed: // sizes without a time: the safe guess is that it binds
 		return OrderShortestFirst
 	}
 	makespan := max(st.longest, st.work/time.Duration(r.limit))
-	if makespan > time.Until(r.phase) {
+	if makespan > time.Until(end) {
 		return OrderShortestFirst
 	}
 	return OrderLongestFirst

@@ -328,8 +328,8 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration) bool {
 	if d == backoff.Stop || r.phaseOver() {
 		return false
 	}
-	end := time.Now().Add(d)
-	if dl, ok := ctx.Deadline(); ok && end.After(dl) || !r.phase.IsZero() && end.After(r.phase) {
+	end, phase := time.Now().Add(d), r.phaseEnd()
+	if dl, ok := ctx.Deadline(); ok && end.After(dl) || !phase.IsZero() && end.After(phase) {
 		return false
 	}
 	timer := time.NewTimer(d)
