@@ -27,8 +27,8 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeEnv); mode != "" {
 		os.Exit(fakeRunsc(mode, os.Args[1:]))
 	}
-	if args := strings.Split(os.Getenv(autoReapEnv), ","); len(args) == 3 {
-		os.Exit(autoReapCheckpoint(args[0], args[1], args[2]))
+	if args := os.Getenv(autoReapEnv); args != "" {
+		os.Exit(autoReapMain(strings.Split(args, ",")))
 	}
 	if args := strings.Split(os.Getenv(reaperEnv), ","); len(args) == 4 {
 		os.Exit(reaperMain(args[0], args[1], args[2], args[3]))
@@ -40,7 +40,8 @@ func TestMain(m *testing.M) {
 // "hang" blocks forever; "script" answers per subcommand like the real runsc does;
 // "exited:PID" and "waitgone:PID" are runsc for a container whose sandbox has exited
 // (fakeExited), whose wait blocks, or, with waitgone, fails as runsc's does once the
-// sandbox process is gone.
+// sandbox process is gone; "refused" is runsc whose kill refuses to signal a sandbox whose
+// process is gone.
 func fakeRunsc(mode string, args []string) int {
 	var sub, id string
 	if len(args) > 0 {
@@ -63,6 +64,9 @@ func fakeRunsc(mode string, args []string) int {
 		return fakeExited(pid, sub, id)
 	}
 	switch {
+	case mode == "refused" && sub == "kill": // runsc 0.0~20221219's words, measured
+		fmt.Fprintln(os.Stderr, notRunning)
+		return 128
 	case mode == "hang":
 		time.Sleep(time.Hour)
 	case mode == "sandbox":

@@ -64,6 +64,28 @@ func TestUnreapedSandboxGoneAtSIGKILLIsSeenWithoutRunscState(t *testing.T) {
 	assert.Less(t, res.Elapsed, slowWindow, "seen within the window, not cut at its end")
 }
 
+// Fault (row 835, found reviewing row 831): a sandbox that exited on its SIGTERM, where
+// a reaper takes the exit statuses of the runsc commands too (a PID-1 reaper in the
+// worker's own process, this test's), ended "unknown". The wait after SIGTERM did not see
+// the exit (its runsc state, slowed as a loaded machine slows it, was cut at the wait's
+// end); `runsc kill --all 9` then refused, "sandbox is not running", runsc's word that it
+// sent no signal and found the process gone, but its status was lost (ECHILD), and the
+// Target returned the lost status before it read runsc's words: the Policy took the kill
+// for one that may have been delivered and waited for an exit that its runsc state could
+// not show within the window: "target not seen to exit, even after SIGKILL". The refusal
+// now says the sandbox had exited, lost status or not: Stop returns Exited, within the
+// window.
+func TestSandboxGoneAtASIGKILLWhoseStatusIsLostIsSeen(t *testing.T) {
+	rt := realRuntime(t)
+	b, err := WriteBundle(filepath.Join(t.TempDir(), "b"), CounterArgs()) // ends at SIGTERM
+	require.NoError(t, err)
+
+	res := runReaper(t, slowStateRuntime(t, rt), "lost", b, "lost-window")
+	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and SIGKILL's refusal says so: %s", res.Err)
+	assert.Empty(t, res.Err)
+	assert.Less(t, res.Elapsed, slowWindow, "seen within the window, not cut at its end")
+}
+
 // The same sandbox left to whoever adopts orphans here (PID 1), which may reap it at
 // once: runsc's kill then finds its process gone and says "sandbox is not running",
 // runsc's own word that it exited, which the Target took no more for an answer than

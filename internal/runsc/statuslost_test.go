@@ -1,6 +1,7 @@
 package runsc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,44 +22,79 @@ import (
 	"github.com/drainkit/drainkit/internal/realpart"
 )
 
-// autoReapEnv makes the test binary run autoReapCheckpoint: a process whose children's
-// exit statuses the kernel discards (SIGCHLD ignored), so every wait for one fails with
+// autoReapEnv makes the test binary run autoReapMain: a process whose children's exit
+// statuses the kernel discards (SIGCHLD ignored), so every wait for one fails with
 // ECHILD, as when a PID-1 reaper collects them first; here every time, not by a race.
 const autoReapEnv = "DRAINKIT_RUNSC_AUTOREAP"
 
-// autoReapResult is what autoReapCheckpoint reports on its stdout.
+// autoReapResult is what autoReapMain reports on its stdout, one per call.
 type autoReapResult struct {
 	Err  string `json:"error,omitempty"`
 	Lost bool   `json:"lost"` // the error wraps ErrStatusLost
+	Gone bool   `json:"gone"` // the error says the target had exited: os.ErrProcessDone
 }
 
-// autoReapCheckpoint checkpoints container id of the runtime at root into image with
-// SIGCHLD ignored, and reports the outcome.
-func autoReapCheckpoint(root, id, image string) int {
+// autoReapMain runs what args say with SIGCHLD ignored, and reports each call:
+// "checkpoint ROOT ID IMAGE" checkpoints container ID into IMAGE with the runsc on PATH;
+// "signal ROOT ID MODE..." sends SIGTERM, then SIGKILL, to container ID through Target,
+// with this binary as runsc in each fakeRunsc MODE in turn.
+func autoReapMain(args []string) int {
 	signal.Ignore(syscall.SIGCHLD)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err := (&Runtime{Root: root}).Checkpoint(ctx, id, image)
-	var res autoReapResult
-	if err != nil {
-		res = autoReapResult{Err: err.Error(), Lost: errors.Is(err, ErrStatusLost)}
+	var errs []error
+	switch {
+	case args[0] == "checkpoint" && len(args) == 4:
+		errs = append(errs, (&Runtime{Root: args[1]}).Checkpoint(ctx, args[2], args[3]))
+	case args[0] == "signal" && len(args) > 3:
+		tg := (&Runtime{Root: args[1], Binary: os.Args[0]}).Target(args[2])
+		for _, mode := range args[3:] {
+			if err := os.Setenv(fakeEnv, mode); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			errs = append(errs, tg.Signal(ctx, syscall.SIGTERM), tg.Signal(ctx, syscall.SIGKILL))
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "%s: want checkpoint ROOT ID IMAGE or signal ROOT ID MODE...; got %q\n", autoReapEnv, args)
+		return 2
 	}
-	_ = json.NewEncoder(os.Stdout).Encode(res)
+	enc := json.NewEncoder(os.Stdout)
+	for _, err := range errs {
+		var res autoReapResult
+		if err != nil {
+			res = autoReapResult{Err: err.Error(), Lost: errors.Is(err, ErrStatusLost), Gone: errors.Is(err, os.ErrProcessDone)}
+		}
+		_ = enc.Encode(res)
+	}
 	return 0
+}
+
+// autoReap runs autoReapMain with args in a child of the test and returns what it
+// reports.
+func autoReap(t *testing.T, args ...string) []autoReapResult {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), autoReapEnv+"="+strings.Join(args, ","))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	var res []autoReapResult
+	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
+		var r autoReapResult
+		require.NoError(t, dec.Decode(&r), "%s", out)
+		res = append(res, r)
+	}
+	return res
 }
 
 // checkpointStatusLost runs Checkpoint of container id into image in a child whose
 // children's statuses are lost.
 func checkpointStatusLost(t *testing.T, rt *Runtime, id, image string) autoReapResult {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), autoReapEnv+"="+strings.Join([]string{rt.Root, id, image}, ","))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	require.NoError(t, err)
-	var res autoReapResult
-	require.NoError(t, json.Unmarshal(out, &res), "%s", out)
-	return res
+	res := autoReap(t, "checkpoint", rt.Root, id, image)
+	require.Len(t, res, 1)
+	return res[0]
 }
 
 // Fault (a review): a checkpoint whose exit status another reaper collected was
@@ -191,4 +227,39 @@ func restoresFrom(ctx context.Context, t *testing.T, rt *Runtime, id string, b B
 	require.NoError(t, rt.Delete(ctx, id, false))
 	require.NoError(t, rt.Restore(ctx, id, b, img, logPath), "%s: its image restores", id)
 	waitCounter(t, b, saved)
+}
+
+// Fault (row 835): a `runsc kill` whose exit status another reaper took returned the lost
+// status before Target read runsc's words, so a kill that refused, "sandbox is not
+// running" (runsc sent no signal: its kill(pid, 0) found the sandbox process gone), or
+// that could not reach a control server whose process is gone, was taken for one that may
+// have been delivered: a SIGKILL so refused left the exit unknown, and a SIGTERM so refused
+// to a sandbox gone before it was taken as delivered, the Policy's wait then finding the
+// sandbox stopped, Exited (saved on the signal) for one that never got it, where it is
+// Gone. Those words now end it, lost status or not; a kill whose status is lost with no
+// such words (it ran, and may have delivered its signal) stays lost, and so does one
+// refused by a control server whose process still runs.
+func TestKillWhoseStatusIsLostIsGoneOnlyWhereRunscSentNoSignal(t *testing.T) {
+	modes := []struct {
+		mode string
+		gone bool
+	}{
+		{"refused", true},                            // "sandbox is not running"
+		{"exited:" + fmt.Sprint(1<<30), true},        // a control server whose process is gone
+		{"exited:" + fmt.Sprint(os.Getpid()), false}, // ... whose process runs
+		{"script", false},                            // the kill ran, nothing said
+	}
+	args := []string{"signal", t.TempDir(), "sb"}
+	for _, m := range modes {
+		args = append(args, m.mode)
+	}
+	res := autoReap(t, args...)
+	require.Len(t, res, 2*len(modes), "SIGTERM and SIGKILL in each mode")
+	for i, m := range modes {
+		for j, sig := range []string{"SIGTERM", "SIGKILL"} {
+			r := res[2*i+j]
+			assert.Equal(t, m.gone, r.Gone, "%s, %s: gone: %s", m.mode, sig, r.Err)
+			assert.Equal(t, !m.gone, r.Lost, "%s, %s: lost: %s", m.mode, sig, r.Err)
+		}
+	}
 }

@@ -25,24 +25,36 @@ import (
 // Wait is `runsc wait`, and Exited asks `runsc state`. A kill or a wait that fails says
 // the container is gone, with no `runsc state` after it, when runsc found the sandbox
 // process gone, or when the PID of the control server it could not reach is a zombie or
-// gone (sandboxGone). Only the runtime's word, or the kernel's, ends a wait: a
-// container runsc no longer knows, or reports stopped, has exited, and so has one whose
-// sandbox process is a zombie not yet reaped; a `runsc wait` that failed otherwise, or
-// whose exit status another reaper collected (ECHILD) with no such word, says nothing by
-// itself, so the state is asked and, when it cannot answer, the error goes to the
-// escalate.Policy, which treats the container as running.
+// gone (sandboxGone), whether or not another reaper took its exit status: such a kill
+// sent no signal. A kill whose status was lost with no such words may have delivered its
+// signal, and returns ErrStatusLost, which the Policy takes for sent. Only the runtime's
+// word, or the kernel's, ends a wait: a container runsc no longer knows, or reports
+// stopped, has exited, and so has one whose sandbox process is a zombie not yet reaped;
+// a `runsc wait` that failed otherwise, or whose exit status another reaper collected
+// (ECHILD) with no such word, says nothing by itself, so the state is asked and, when it
+// cannot answer, the error goes to the escalate.Policy, which treats the container as
+// running.
 func (r *Runtime) Target(id string) escalate.Target {
 	return escalate.Funcs{
 		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
 			err := r.Kill(ctx, id, sig, sig == syscall.SIGKILL)
-			if err == nil || errors.Is(err, ErrStatusLost) {
-				// A lost status: the kill ran and may have been what ended the
-				// container, so a stopped state now does not mean it was gone
-				// before. The Policy keeps its wait after the signal and waits.
-				return err
+			if err == nil {
+				return nil
 			}
 			if sandboxGone(err) {
+				// runsc's words (or the kernel's, for the PID it named) say it
+				// sent no signal and the sandbox is gone, whether its status was
+				// lost or not: read first, where a lost status was returned before
+				// them and a sandbox that exited on its SIGTERM, its SIGKILL so
+				// refused, ended unknown (row 835).
 				return os.ErrProcessDone
+			}
+			if errors.Is(err, ErrStatusLost) {
+				// A lost status with no such words: the kill ran and may have
+				// been what ended the container, so a stopped state now does not
+				// mean it was gone before. The Policy keeps its wait after the
+				// signal and waits.
+				return err
 			}
 			if gone, _ := r.Exited(ctx, id); gone {
 				return os.ErrProcessDone
@@ -141,9 +153,10 @@ var controlServerPID = regexp.MustCompile(`(?i)control server at pid (\d+)`)
 // took 0.2-0.6 s, and the runsc state that Exited runs after a SIGKILL that failed so
 // was cut by the deadline, the sandbox, a zombie since its SIGTERM, ending "unknown"
 // (row 810); so was the one after a wait that failed so, the wait after SIGTERM then
-// ending without the exit it had been told of (row 831). A PID that now names another
-// process (reused once reaped) is not a zombie: the answer is no, and Exited is asked as
-// before.
+// ending without the exit it had been told of (row 831). The words are runsc's stderr,
+// read whether or not another reaper took the command's exit status (row 835). A PID
+// that now names another process (reused once reaped) is not a zombie: the answer is
+// no, and Exited is asked as before.
 func sandboxGone(err error) bool {
 	msg := err.Error()
 	if strings.Contains(msg, notRunning) || strings.Contains(msg, noLongerRunning) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -55,6 +56,7 @@ type reaperResult struct {
 // processes stay zombies until it exits. mode is runReaper's.
 func reaperMain(root, id, bundle, mode string) int {
 	reap := mode == "reap" || mode == "reap-window"
+	lost := mode == "lost-window"
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "prctl:", err)
 		return 1
@@ -79,6 +81,12 @@ func reaperMain(root, id, bundle, mode string) int {
 			return 1
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+	if lost {
+		// Every child's exit status from now on is the kernel's to discard: each
+		// runsc command's wait fails with ECHILD, as when a reaper wins the race for
+		// it, here every time; the sandbox's process, an orphan, goes at its exit.
+		signal.Ignore(syscall.SIGCHLD)
 	}
 	var reaped atomic.Int64
 	go func() {
@@ -149,13 +157,15 @@ func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 }
 
 // reaperWindows are the windows in which reaperMain stops the container with the
-// default Policy, by mode: slowWindow without reaping, lateWaitWindow reaping.
-var reaperWindows = map[string]time.Duration{"noreap-window": slowWindow, "reap-window": lateWaitWindow}
+// default Policy, by mode: slowWindow without reaping or with every status lost,
+// lateWaitWindow reaping.
+var reaperWindows = map[string]time.Duration{"noreap-window": slowWindow, "reap-window": lateWaitWindow, "lost-window": slowWindow}
 
 // runReaper runs reaperMain in a child of the test and returns what it reports.
 // mode is "reap", "noreap", or one of reaperWindows: "noreap-window" (never reaps, and
-// stops the container with the default Policy in slowWindow) or "reap-window" (reaps,
-// in lateWaitWindow); the child runs rt.Binary.
+// stops the container with the default Policy in slowWindow), "reap-window" (reaps, in
+// lateWaitWindow) or "lost-window" (ignores SIGCHLD once the container runs, so that the
+// kernel discards every exit status, in slowWindow); the child runs rt.Binary.
 func runReaper(t *testing.T, rt *Runtime, id string, b Bundle, mode string) reaperResult {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
