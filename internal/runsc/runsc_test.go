@@ -33,6 +33,13 @@ func TestMain(m *testing.M) {
 	if args := strings.Split(os.Getenv(reaperEnv), ","); len(args) == 4 {
 		os.Exit(reaperMain(args[0], args[1], args[2], args[3]))
 	}
+	// This binary's helpers (fake runsc, the reapers) are built with -race when the
+	// tests are, and the race detector sleeps a second at every clean exit
+	// (atexit_sleep_ms): a second per fake runsc command that succeeds. Races in them
+	// are still reported; only that wait for late reports goes.
+	if err := os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")); err != nil {
+		panic(err)
+	}
 	goleak.VerifyTestMain(m)
 }
 
