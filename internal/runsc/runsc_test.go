@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 // "exited:PID" and "waitgone:PID" are runsc for a container whose sandbox has exited
 // (fakeExited), whose wait blocks, or, with waitgone, fails as runsc's does once the
 // sandbox process is gone; "refused" is runsc whose kill refuses to signal a sandbox whose
-// process is gone.
+// process is gone, and "unknown" runsc whose kill does not know the container.
 func fakeRunsc(mode string, args []string) int {
 	var sub, id string
 	if len(args) > 0 {
@@ -73,6 +73,9 @@ func fakeRunsc(mode string, args []string) int {
 	switch {
 	case mode == "refused" && sub == "kill": // runsc 0.0~20221219's words, measured
 		fmt.Fprintln(os.Stderr, notRunning)
+		return 128
+	case mode == "unknown" && sub == "kill": // the same runsc's, measured
+		fmt.Fprintln(os.Stderr, "loading container: file does not exist")
 		return 128
 	case mode == "hang":
 		time.Sleep(time.Hour)

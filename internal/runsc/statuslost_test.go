@@ -229,22 +229,26 @@ func restoresFrom(ctx context.Context, t *testing.T, rt *Runtime, id string, b B
 	waitCounter(t, b, saved)
 }
 
-// Fault (row 835): a `runsc kill` whose exit status another reaper took returned the lost
-// status before Target read runsc's words, so a kill that refused, "sandbox is not
-// running" (runsc sent no signal: its kill(pid, 0) found the sandbox process gone), or
+// Fault (rows 835 and 836): a `runsc kill` whose exit status another reaper took
+// returned the lost status before Target read runsc's words, so a kill that refused,
+// "sandbox is not running" (runsc sent no signal: its kill(pid, 0) found the sandbox
+// process gone), or
 // that could not reach a control server whose process is gone, was taken for one that may
 // have been delivered: a SIGKILL so refused left the exit unknown, and a SIGTERM so refused
 // to a sandbox gone before it was taken as delivered, the Policy's wait then finding the
 // sandbox stopped, Exited (saved on the signal) for one that never got it, where it is
-// Gone. Those words now end it, lost status or not; a kill whose status is lost with no
-// such words (it ran, and may have delivered its signal) stays lost, and so does one
-// refused by a control server whose process still runs.
+// Gone. So was a SIGTERM to a container runsc no longer knew (deleted before it: "loading
+// container: file does not exist", row 836). Those words now end it, lost status or not;
+// a kill whose status is lost with no such words (it ran, and may have delivered its
+// signal) stays lost, and so does one refused by a control server whose process still
+// runs.
 func TestKillWhoseStatusIsLostIsGoneOnlyWhereRunscSentNoSignal(t *testing.T) {
 	modes := []struct {
 		mode string
 		gone bool
 	}{
 		{"refused", true},                            // "sandbox is not running"
+		{"unknown", true},                            // runsc does not know the container
 		{"exited:" + fmt.Sprint(1<<30), true},        // a control server whose process is gone
 		{"exited:" + fmt.Sprint(os.Getpid()), false}, // ... whose process runs
 		{"script", false},                            // the kill ran, nothing said

@@ -25,10 +25,11 @@ import (
 // Wait is `runsc wait`, and Exited asks `runsc state`. A kill or a wait that fails says
 // the container is gone, with no `runsc state` after it, when runsc found the sandbox
 // process gone, or when the PID of the control server it could not reach is a zombie or
-// gone (sandboxGone), whether or not another reaper took its exit status: such a kill
-// sent no signal. A kill whose status was lost with no such words may have delivered its
-// signal, and returns ErrStatusLost, which the Policy takes for sent. Only the runtime's
-// word, or the kernel's, ends a wait: a container runsc no longer knows, or reports
+// gone (sandboxGone), and a kill when runsc does not know the container (ErrNotExist),
+// whether or not another reaper took its exit status: such a kill sent no signal. A
+// kill whose status was lost with no such words may have delivered its signal, and
+// returns ErrStatusLost, which the Policy takes for sent. Only the runtime's word, or
+// the kernel's, ends a wait: a container runsc no longer knows, or reports
 // stopped, has exited, and so has one whose sandbox process is a zombie not yet reaped;
 // a `runsc wait` that failed otherwise, or whose exit status another reaper collected
 // (ECHILD) with no such word, says nothing by itself, so the state is asked and, when it
@@ -41,12 +42,14 @@ func (r *Runtime) Target(id string) escalate.Target {
 			if err == nil {
 				return nil
 			}
-			if sandboxGone(err) {
+			if sandboxGone(err) || errors.Is(err, ErrNotExist) {
 				// runsc's words (or the kernel's, for the PID it named) say it
-				// sent no signal and the sandbox is gone, whether its status was
-				// lost or not: read first, where a lost status was returned before
-				// them and a sandbox that exited on its SIGTERM, its SIGKILL so
-				// refused, ended unknown (row 835).
+				// sent no signal and the sandbox is gone, or runsc no longer knows
+				// the container, whether its status was lost or not: read first,
+				// where a lost status was returned before them and a sandbox that
+				// exited on its SIGTERM, its SIGKILL so refused, ended unknown (row
+				// 835), and a container deleted before its SIGTERM was Exited, not
+				// Gone (row 836).
 				return os.ErrProcessDone
 			}
 			if errors.Is(err, ErrStatusLost) {
