@@ -32,7 +32,8 @@ func main() {
 
 // Main runs the simulation and returns the exit status: 0 when drainkit preserved every
 // sandbox, stopped the daemon cleanly and its server exited 0 before SIGKILL, 1 when it
-// did not or the simulation failed, 2 for bad usage.
+// did not or the simulation failed, 2 for bad usage, flags drainkit's server refuses
+// included (checked before the seed runs).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -45,6 +46,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	results, err := run(ctx, opts, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "drainsim:", err)
+		if errors.As(err, new(usageError)) {
+			return 2
+		}
 		return 1
 	}
 	dk := results[1]
@@ -110,8 +114,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// run terminates the node twice, seed then drainkit, printing as it goes.
+// run terminates the node twice, seed then drainkit, printing as it goes, once
+// drainkit's server has shown it takes opts (preflight).
 func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result, error) {
+	if err := preflight(ctx, opts, stderr); err != nil {
+		return nil, err
+	}
 	pause := fmt.Sprintf("%v ±%.0f%%", opts.Pause, opts.Jitter*100)
 	if opts.Runtime == "runsc" {
 		pause = "a real runsc checkpoint"

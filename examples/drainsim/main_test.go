@@ -130,3 +130,30 @@ func TestServerExitStatusIsPartOfTheVerdict(t *testing.T) {
 	assert.Contains(t, out.String(), "exit status 1", "the table says how the server exited")
 	assert.Contains(t, errOut.String(), "drainkit's server exited: exit status 1")
 }
+
+// Fault: a server that refused its flags and exited at start was reported as
+// "server exited at start: exit status 2 (run with -v)", its reason (in its
+// log, which drainsim discards without -v) nowhere. drainkit's server refuses
+// a -pause whose one round does not fit -grace; the error says so, naming the
+// flags, without -v.
+func TestServerExitingAtStartSaysWhy(t *testing.T) {
+	opts := options{N: 1, Pause: 6 * time.Second, Grace: 8 * time.Second, Runtime: "fake", SeedPoll: time.Second}
+	_, err := simulate(context.Background(), opts, modeDrainkit, io.Discard)
+	require.Error(t, err)
+	t.Log(err)
+	assert.Contains(t, err.Error(), "exit status 2")
+	assert.Contains(t, err.Error(), "-grace 8s is too short for one round of pauses of -pause-latency 6s")
+}
+
+// Fault: flags drainkit's server refuses (a -pause whose one round does not
+// fit -grace) failed drainsim only after the seed's whole termination (10 s
+// at -grace 8s), with exit status 1. They fail at once, before the seed runs,
+// with the server's reason and exit status 2.
+func TestFlagsDrainkitRefusesFailBeforeTheSeedRuns(t *testing.T) {
+	var out, errOut strings.Builder
+	code := Main(context.Background(), []string{"-n", "1", "-pause", "6s", "-grace", "8s"}, &out, &errOut)
+	t.Log("\n" + out.String() + errOut.String())
+	assert.Equal(t, 2, code)
+	assert.NotContains(t, out.String(), "== seed", "the seed's termination did not run")
+	assert.Contains(t, errOut.String(), "-grace 8s is too short for one round of pauses of -pause-latency 6s")
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drainkit/drainkit/drain"
@@ -62,31 +63,94 @@ type result struct {
 // simulate starts a server of the given mode as a real child process, creates opts.N
 // sandboxes, and has the kubelet simulator terminate it.
 func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) (*result, error) {
-	dir, err := os.MkdirTemp("", "drainsim-"+mode+"-")
+	nd, err := startNode(ctx, opts, mode, opts.N, stderr)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer nd.close()
+	var hook kubeletsim.Hook = kubeletsim.HTTPGet{URL: "http://" + nd.hookAddr + "/drain"}
+	if mode == modeSeed {
+		hook = seedHook(nd.base, opts.SeedPoll)
+	}
+	tl, err := kubeletsim.Terminate(ctx, nd.child, hook, opts.Grace)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	res, err := collect(mode, opts.N, nd.dir, tl)
+	if err == nil && !tl.Killed {
+		res.ExitErr = nd.child.Err()
+	}
+	return res, err
+}
+
+// preflight starts drainkit's server with opts and stops it once it serves, so that
+// flags it refuses (a -pause whose one round does not fit -grace) fail drainsim at once
+// with the server's reason, not after the seed's whole termination. The error of a
+// server that refused its flags (exit status 2) is a usageError.
+func preflight(ctx context.Context, opts options, stderr io.Writer) error {
+	nd, err := startNode(ctx, opts, modeDrainkit, 0, stderr)
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == 2 {
+			return usageError{err}
+		}
+		return err
+	}
+	nd.close()
+	return nil
+}
+
+// usageError is a flag drainkit's server refused: drainsim exits 2 for it.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// A node is one server process with its sandboxes, in a state directory of its own.
+type node struct {
+	dir, base, hookAddr string
+	child               *kubeletsim.Child
+	cleanup             []func() // in the order close runs them
+}
+
+// startNode starts a server of mode in a new state directory, waits until it serves and
+// creates n sandboxes. The caller closes the node.
+func startNode(ctx context.Context, opts options, mode string, n int, stderr io.Writer) (_ *node, err error) {
+	nd := &node{}
+	defer func() {
+		if err != nil {
+			nd.close()
+		}
+	}()
+	if nd.dir, err = os.MkdirTemp("", "drainsim-"+mode+"-"); err != nil {
+		return nil, err
+	}
+	dir := nd.dir
+	nd.cleanup = append(nd.cleanup, func() { os.RemoveAll(dir) })
 	if opts.Runtime == "runsc" {
-		defer func() {
+		nd.cleanup = append([]func(){func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			_ = sandbox.NewRunsc(filepath.Join(dir, "runsc")).Runtime.DeleteAll(cctx) // sandboxes whose server was SIGKILLed
-		}()
+		}}, nd.cleanup...)
 	}
 	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
-	hookAddr, err := freeport.Addr() // drainkit's preStop hook has a listener of its own
+	nd.base = "http://" + addr
+	if nd.hookAddr, err = freeport.Addr(); err != nil { // drainkit's preStop hook has a listener of its own
+		return nil, err
+	}
+	tail := new(serverLog)
+	child, err := startServer(opts, mode, dir, addr, nd.hookAddr, stderr, tail)
 	if err != nil {
 		return nil, err
 	}
-	child, err := startServer(opts, mode, dir, addr, hookAddr, stderr)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = child.Kill(); <-child.Exited() }()
+	nd.child = child
+	nd.cleanup = append([]func(){func() { _ = child.Kill(); <-child.Exited() }}, nd.cleanup...)
 	go func() { // an interrupted drainsim takes its server down at once
 		select {
 		case <-ctx.Done():
@@ -94,31 +158,22 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 		case <-child.Exited():
 		}
 	}()
-	base := "http://" + addr
-	if err := populate(ctx, base, opts.N, child); err != nil {
+	if err := populate(ctx, nd.base, n, child, tail); err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
-
-	var hook kubeletsim.Hook = kubeletsim.HTTPGet{URL: "http://" + hookAddr + "/drain"}
-	if mode == modeSeed {
-		hook = seedHook(base, opts.SeedPoll)
-	}
-	tl, err := kubeletsim.Terminate(ctx, child, hook, opts.Grace)
-	if err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		return nil, err
-	}
-	res, err := collect(mode, opts.N, dir, tl)
-	if err == nil && !tl.Killed {
-		res.ExitErr = child.Err()
-	}
-	return res, err
+	return nd, nil
 }
 
-// startServer runs this binary as the server of mode.
-func startServer(opts options, mode, dir, addr, hookAddr string, stderr io.Writer) (*kubeletsim.Child, error) {
+// close kills the server, removes what its sandboxes left (runsc) and its state directory.
+func (nd *node) close() {
+	for _, f := range nd.cleanup {
+		f()
+	}
+}
+
+// startServer runs this binary as the server of mode. What the server writes goes to
+// tail, and with -v to stderr too.
+func startServer(opts options, mode, dir, addr, hookAddr string, stderr io.Writer, tail *serverLog) (*kubeletsim.Child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -131,16 +186,17 @@ func startServer(opts options, mode, dir, addr, hookAddr string, stderr io.Write
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Env = append(os.Environ(), roleEnv+"="+mode, "GORACE=atexit_sleep_ms=0")
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	cmd.Stdout, cmd.Stderr = io.Discard, tail
 	if opts.Verbose {
-		cmd.Stdout, cmd.Stderr = stderr, stderr
+		cmd.Stdout, cmd.Stderr = stderr, io.MultiWriter(stderr, tail)
 	}
 	dieWithParent(cmd)
 	return kubeletsim.Start(cmd)
 }
 
-// populate waits for the server and creates n sandboxes that would run for a day.
-func populate(ctx context.Context, base string, n int, child *kubeletsim.Child) error {
+// populate waits for the server and creates n sandboxes that would run for a day. A
+// server that exits first is reported with the last line of its log: why it exited.
+func populate(ctx context.Context, base string, n int, child *kubeletsim.Child, tail *serverLog) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(n)*time.Second)
 	defer cancel()
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -154,7 +210,10 @@ func populate(ctx context.Context, base string, n int, child *kubeletsim.Child) 
 		case <-ctx.Done():
 			return fmt.Errorf("server did not start: %w", err)
 		case <-child.Exited():
-			return fmt.Errorf("server exited at start: %v (run with -v)", child.Err())
+			if why := tail.last(); why != "" {
+				return fmt.Errorf("server exited at start: %w: %s", child.Err(), why)
+			}
+			return fmt.Errorf("server exited at start: %w, saying nothing (run with -v)", child.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -243,4 +302,35 @@ func collect(mode string, n int, dir string, tl *kubeletsim.Timeline) (*result, 
 		}
 	}
 	return res, nil
+}
+
+// serverLogKeep is how much of the end of a server's log serverLog keeps.
+const serverLogKeep = 4 << 10
+
+// serverLog keeps the end of what a server wrote to stderr. Without -v its log is
+// otherwise discarded, and a server that exits at start says why in its last line (a
+// flag it refused: sandboxd's "-grace 8s is too short for one round of pauses ..."),
+// which drainsim's error must repeat for the user to act on it.
+type serverLog struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+// Write keeps the last serverLogKeep bytes written.
+func (l *serverLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if over := len(l.buf) - serverLogKeep; over > 0 {
+		l.buf = append(l.buf[:0], l.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+// last returns the last line written that is not blank, or "".
+func (l *serverLog) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(string(l.buf)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
