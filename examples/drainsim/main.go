@@ -68,7 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.N, "n", 0, "running sandboxes on the node (default 20; 6 with -runtime runsc)")
 	durflag.DurationVar(fs, &o.Pause, "pause", 0, "mean time of one pause (default 500ms); with runsc, the servers' first estimate of a checkpoint (default 3s)")
 	fs.Float64Var(&o.Jitter, "jitter", 0.5, "pause times spread uniformly over pause x [1-jitter, 1+jitter]")
-	durflag.GraceVar(fs, &o.Grace, "grace", 0, "the pod's termination grace period (default 8s; 15s with -runtime runsc)")
+	durflag.GraceVar(fs, &o.Grace, "grace", 0, "the pod's termination grace period, whole seconds (default 8s; 15s with -runtime runsc)")
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "pauses drainkit runs at once; 0: pause's adaptive limit (from 8, between 1 and 32)")
 	fs.StringVar(&o.Runtime, "runtime", "fake", "sandbox runtime: fake, or runsc for real gVisor sandboxes (root)")
 	durflag.DurationVar(fs, &o.SeedPoll, "seed-poll", 3*time.Second, "how often the seed's preStop loop polls (AgentENV: 3s)")
@@ -100,6 +100,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-n %d is below 1", o.N)
 	case o.Grace < 3*time.Second || o.Grace > 60*time.Second:
 		return o, fmt.Errorf("-grace %v: use 3s to 60s (it is real time)", o.Grace)
+	case o.Grace%time.Second != 0: // the simulated kubelet would wait fractions no kubelet waits
+		return o, fmt.Errorf("-grace %v is not whole seconds, which a pod's grace period is (terminationGracePeriodSeconds)", o.Grace)
 	case o.Pause <= 0:
 		return o, fmt.Errorf("-pause %v is not positive", o.Pause)
 	case !(o.Jitter >= 0 && o.Jitter < 1): // NaN fails both

@@ -157,3 +157,20 @@ func TestFlagsDrainkitRefusesFailBeforeTheSeedRuns(t *testing.T) {
 	assert.NotContains(t, out.String(), "== seed", "the seed's termination did not run")
 	assert.Contains(t, errOut.String(), "-grace 8s is too short for one round of pauses of -pause-latency 6s")
 }
+
+// Fault: -grace 4500ms was taken, and the kubelet simulator then bounded the
+// preStop hook by 4.5 s and left SIGTERM a grace of fractional seconds, a
+// termination no kubelet gives: a pod's grace is whole seconds
+// (terminationGracePeriodSeconds), and so are the kubelet's waits.
+func TestGraceOfFractionalSecondsIsRefused(t *testing.T) {
+	for _, v := range []string{"4500ms", "8.5s", "3.001s"} {
+		_, err := parseFlags([]string{"-grace", v}, io.Discard)
+		require.Error(t, err, v)
+		assert.Contains(t, err.Error(), "-grace", v)
+		assert.Contains(t, err.Error(), "whole seconds", v)
+	}
+	for _, v := range []string{"4", "4s", "1m"} {
+		_, err := parseFlags([]string{"-grace", v}, io.Discard)
+		assert.NoError(t, err, v)
+	}
+}
