@@ -34,7 +34,9 @@
 // request); wait until every device has left sysfs and the daemon has
 // exited; if the daemon does not answer, crashed, or time runs short, stop
 // the devices from outside with STOP_DEV/DEL_DEV on /dev/ublk-control
-// (io_uring URING_CMD on an SQE128 ring, pure Go); kill the daemon only once
+// (io_uring URING_CMD on an SQE128 ring, pure Go; the ioctl-encoded
+// command numbers of Linux 6.4 on, and the plain ones of 6.0-6.3 once the
+// kernel refused an encoded one); kill the daemon only once
 // no device is live, or near the deadline on a kernel that is not
 // vulnerable.
 //

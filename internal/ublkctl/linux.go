@@ -23,13 +23,42 @@ import (
 // control commands); its buffer stays referenced until its completion
 // arrives or Close. A device ID outside [0, MaxDevices) is an error, the
 // command not sent.
+//
+// A command goes with its ioctl-encoded number (UBLK_U_CMD_*, Linux 6.4
+// on) first. A kernel before 6.4 (or a vendor's backport of that age)
+// knows only the plain numbers (UBLK_CMD_*, which 6.4 on still takes
+// unless built without CONFIG_BLKDEV_UBLK_LEGACY_OPCODES), and answers
+// the encoded one as an unknown command: ENOTSUPP (errno 524: 6.1.43 on,
+// 6.2, 6.3), EOPNOTSUPP (such a kernel carrying 34c1227035b3, 6.13's fix),
+// or ENODEV (6.0 and 6.1 to 6.1.42, the answer those give a device that
+// does not exist too).
+// The same command then goes once more with its plain number. The
+// Control keeps to one encoding for the rest of its life once the kernel
+// has shown which it takes: the encoded one when one got an answer of the
+// command's own (success, or an error other than ENODEV, EPERM and an
+// unknown command's), or when a plain number was refused after the
+// encoded one's ENODEV (6.4 on without legacy opcodes: the ENODEV was the
+// device's); the plain one when an encoded number was refused as unknown
+// and the plain one was not, or got an answer of its own after the
+// encoded one's ENODEV. So an older kernel costs one refusal per Control,
+// not one per command, and a command the kernel took and did not answer
+// (STOP_DEV under a hung daemon) is never sent again. EPERM and a
+// command's own errors are not retried, nor ENODEV once the encoded
+// numbers are known. Errors name the plain number when that answered,
+// and both numbers and answers when both were refused.
 type Control struct {
 	f    *os.File
 	ring *uring.Ring
+	// send sends a command with number op and returns the kernel's
+	// answer (the completion's result); err is a command not answered
+	// (not submitted, or ctx ended). Open sets the ring's; nil once
+	// closed.
+	send func(ctx context.Context, op uint32, id int, buf []byte) (res int32, err error)
 
 	mu      sync.Mutex
 	seq     uint64
 	pending map[uint64][]byte // buffers the kernel may still write
+	enc     encoding          // the numbers the kernel was seen to take
 }
 
 // Open opens the ublk control device at path (DefaultPath
@@ -51,7 +80,19 @@ func Open(path string) (*Control, error) {
 		f.Close()
 		return nil, fmt.Errorf("ublk: control ring: %w", err)
 	}
-	return &Control{f: f, ring: ring, pending: map[uint64][]byte{}}, nil
+	c := &Control{f: f, ring: ring, pending: map[uint64][]byte{}}
+	c.send = c.submit
+	return c, nil
+}
+
+// UsePlainNumbers makes c send the plain command numbers alone from now
+// on, as it does once the kernel refused an ioctl-encoded one: for a
+// caller that knows its kernel, and for the tests, which check on a kernel
+// taking both that the plain numbers reach the driver.
+func (c *Control) UsePlainNumbers() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.enc = encPlain
 }
 
 // DevInfo sends GET_DEV_INFO for device id.
@@ -88,17 +129,67 @@ func (c *Control) DelDev(ctx context.Context, id int) error {
 	}
 }
 
-// do sends one command and waits for its completion until ctx ends. An
-// ID no device can have is not sent (see MaxDevices).
+// do sends one command and waits for its completion until ctx ends, in
+// the encoding the kernel takes (see Control). An ID no device can have
+// is not sent (see MaxDevices).
 func (c *Control) do(ctx context.Context, op uint32, id int, buf []byte) error {
 	if id < 0 || id >= MaxDevices {
 		return fmt.Errorf("ublk: %s: device ID %d out of range [0, %d): not sent", cmdName(op), id, MaxDevices)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.f == nil {
+	if c.send == nil {
 		return errors.New("ublk: control closed")
 	}
+	if c.enc == encPlain {
+		_, err := c.try(ctx, plainOp(op), op, id, buf)
+		return err
+	}
+	answer, err := c.try(ctx, op, op, id, buf)
+	if ownAnswer(answer) {
+		c.enc = encIoctl
+	}
+	if c.enc == encIoctl || !refusedEncoded(answer) {
+		return err
+	}
+	plainAnswer, plainErr := c.try(ctx, plainOp(op), op, id, buf)
+	switch {
+	case unknownCommand(plainAnswer) && errors.Is(answer, unix.ENODEV):
+		// The plain number is refused (6.4 on without legacy opcodes):
+		// the encoded one was taken, and no device has the ID.
+		c.enc = encIoctl
+		return err
+	case unknownCommand(plainAnswer):
+		return fmt.Errorf("ublk: %s dev %d: refused as an unknown command in both encodings: ioctl %#x: %w; plain 0x%02x: %w",
+			cmdName(op), id, op, answer, plainOp(op), plainAnswer)
+	case unknownCommand(answer) || ownAnswer(plainAnswer):
+		c.enc = encPlain
+	}
+	return plainErr
+}
+
+// try sends op (the command cmd, in one of its encodings) and returns
+// the kernel's answer, nil for success (absent when err is not: the
+// command was not answered), and the error the caller returns, naming
+// the command and, for a plain number, that number.
+func (c *Control) try(ctx context.Context, op, cmd uint32, id int, buf []byte) (answer, err error) {
+	what := fmt.Sprintf("ublk: %s dev %d", cmdName(cmd), id)
+	if op != cmd {
+		what += fmt.Sprintf(" (plain 0x%02x)", op)
+	}
+	res, err := c.send(ctx, op, id, buf)
+	if err != nil {
+		return errNoAnswer, fmt.Errorf("%s: %w", what, err)
+	}
+	if res >= 0 {
+		return nil, nil
+	}
+	return unix.Errno(-res), fmt.Errorf("%s: %w", what, unix.Errno(-res))
+}
+
+// submit sends one command on the ring and waits for its completion
+// until ctx ends.
+func (c *Control) submit(ctx context.Context, op uint32, id int, buf []byte) (int32, error) {
 	c.seq++
 	tag := c.seq
 	var addr uint64
@@ -109,19 +200,16 @@ func (c *Control) do(ctx context.Context, op uint32, id int, buf []byte) error {
 	cmd := encodeCtrlCmd(uint32(id), addr, uint16(len(buf)), 0)
 	if _, err := c.ring.Submit(uring.URingCmd(int(c.f.Fd()), op, cmd, tag)); err != nil {
 		delete(c.pending, tag)
-		return fmt.Errorf("ublk: %s dev %d: %w", cmdName(op), id, err)
+		return 0, err
 	}
 	for {
 		cqe, err := c.ring.WaitCQE(ctx)
 		if err != nil {
-			return fmt.Errorf("ublk: %s dev %d: %w", cmdName(op), id, err)
+			return 0, err
 		}
 		delete(c.pending, cqe.UserData) // an earlier, abandoned command may complete first
 		if cqe.UserData == tag {
-			if err := cqe.Err(); err != nil {
-				return fmt.Errorf("ublk: %s dev %d: %w", cmdName(op), id, err)
-			}
-			return nil
+			return cqe.Res, nil
 		}
 	}
 }
@@ -130,11 +218,14 @@ func (c *Control) do(ctx context.Context, op uint32, id int, buf []byte) error {
 func (c *Control) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.f == nil {
+	if c.send == nil {
 		return nil
 	}
-	err := errors.Join(c.ring.Close(), c.f.Close())
-	c.f, c.pending = nil, nil
+	var err error
+	if c.ring != nil {
+		err = errors.Join(c.ring.Close(), c.f.Close())
+	}
+	c.f, c.ring, c.pending, c.send = nil, nil, nil, nil
 	return err
 }
 
@@ -148,4 +239,45 @@ func cmdName(op uint32) string {
 		return "DEL_DEV"
 	}
 	return fmt.Sprintf("cmd %#x", op)
+}
+
+// encoding is the command numbers a Control sends.
+type encoding uint8
+
+const (
+	encUnknown encoding = iota // ioctl-encoded first, plain when refused
+	encIoctl                   // UBLK_U_CMD_*: the kernel took one (6.4 on)
+	encPlain                   // UBLK_CMD_*: the kernel refused the encoded ones
+)
+
+// errNoAnswer is try's answer when the kernel gave none.
+var errNoAnswer = errors.New("no answer")
+
+// errnoENOTSUPP is the kernel's ENOTSUPP, meant for the kernel alone,
+// which ublk answered an unknown control command with from 6.2 (and
+// 6.1.43) until 34c1227035b3 (6.13, stable 6.6.y and 6.12.y of December
+// 2024) made it EOPNOTSUPP.
+const errnoENOTSUPP = unix.Errno(524)
+
+// unknownCommand reports whether answer is the ublk driver's answer to a
+// command number it does not know.
+func unknownCommand(answer error) bool {
+	return errors.Is(answer, unix.EOPNOTSUPP) || errors.Is(answer, errnoENOTSUPP)
+}
+
+// refusedEncoded reports whether answer to an ioctl-encoded number may be
+// a kernel's that knows only the plain ones: an unknown command, or
+// ENODEV, which 6.0 and 6.1 to 6.1.42 give every command they do not
+// know before looking for the device.
+func refusedEncoded(answer error) bool {
+	return unknownCommand(answer) || errors.Is(answer, unix.ENODEV)
+}
+
+// ownAnswer reports whether answer is the command's own: success or an
+// error its handler gives, not one every number gets before the driver
+// looks at it (EPERM), nor an unknown command's, nor ENODEV (which a
+// device that does not exist gets whatever the number), nor none.
+func ownAnswer(answer error) bool {
+	return answer == nil || answer != errNoAnswer && !unknownCommand(answer) &&
+		!errors.Is(answer, unix.ENODEV) && !errors.Is(answer, unix.EPERM)
 }

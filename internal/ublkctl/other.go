@@ -18,6 +18,9 @@ func Open(path string) (*Control, error) {
 	return nil, fmt.Errorf("%w: %s: %w", ErrNoControl, path, errUnsupported)
 }
 
+// UsePlainNumbers does nothing on this system.
+func (c *Control) UsePlainNumbers() {}
+
 // DevInfo is not supported on this system.
 func (c *Control) DevInfo(context.Context, int) (DevInfo, error) { return DevInfo{}, errUnsupported }
 

@@ -34,6 +34,11 @@ const (
 	cmdTryStopDev        uint32 = 0xc0207517 // 7.0
 )
 
+// plainOp is a command's plain number (UBLK_CMD_*, the ioctl number's
+// nr byte), all kernels before 6.4 take, and 6.4 on unless built without
+// CONFIG_BLKDEV_UBLK_LEGACY_OPCODES.
+func plainOp(op uint32) uint32 { return op & 0xff }
+
 // Device feature flags (ublksrv_ctrl_dev_info.flags).
 const (
 	FlagUserRecovery        uint64 = 1 << 3

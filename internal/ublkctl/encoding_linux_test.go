@@ -1,0 +1,162 @@
+//go:build linux
+
+package ublkctl
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// fakeKernel answers control commands as the ublk driver of one kernel
+// does (drivers/block/ublk_drv.c, ublk_ctrl_uring_cmd): it knows the
+// plain numbers, the ioctl-encoded ones, or both, and has one device.
+type fakeKernel struct {
+	plain, encoded bool // the numbers it takes
+	// unknown is its answer to a number it does not take: ENODEV for
+	// 6.0 and 6.1 to 6.1.42 (whatever the device), ENOTSUPP (524) or
+	// EOPNOTSUPP after its look for the device (6.1.43 to 6.3, 6.4 on).
+	unknown    unix.Errno
+	lookFirst  bool       // ENODEV for an absent device before the number is read (6.1.43 on)
+	dev        int        // its one device's ID
+	stopped    bool       // STOP_DEV reached that device
+	hangStop   bool       // STOP_DEV never answers (a hung daemon holds I/O)
+	allAnswers unix.Errno // when set, the answer to every command (EPERM: not CAP_SYS_ADMIN)
+	sent       []uint32
+}
+
+// control returns a Control whose commands go to k.
+func (k *fakeKernel) control() *Control {
+	c := &Control{pending: map[uint64][]byte{}}
+	c.send = func(ctx context.Context, op uint32, id int, _ []byte) (int32, error) {
+		k.sent = append(k.sent, op)
+		if k.allAnswers != 0 {
+			return -int32(k.allAnswers), nil
+		}
+		if k.lookFirst && id != k.dev {
+			return -int32(unix.ENODEV), nil
+		}
+		if op > 0xff && !k.encoded || op <= 0xff && !k.plain {
+			return -int32(k.unknown), nil
+		}
+		if id != k.dev { // 6.0's handlers: EINVAL, DEL_DEV's ENODEV
+			if plainOp(op) == plainOp(cmdDelDev) {
+				return -int32(unix.ENODEV), nil
+			}
+			return -int32(unix.EINVAL), nil
+		}
+		if plainOp(op) == plainOp(cmdStopDev) {
+			k.stopped = true
+			if k.hangStop {
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}
+		}
+		return 0, nil
+	}
+	return c
+}
+
+// A kernel before 6.4 refuses the ioctl-encoded numbers, each kernel in
+// its own way; the Control sends the plain number after the first
+// refusal and the plain ones alone from then on. Before, every command
+// failed there, and on 6.0 and 6.1 to 6.1.42, whose refusal is ENODEV,
+// STOP_DEV and DEL_DEV took it for "no such device": done, the device
+// live.
+func TestControlSpeaksThePlainNumbersToAKernelBefore64(t *testing.T) {
+	for name, k := range map[string]*fakeKernel{
+		"6.0 to 6.1.42: ENODEV":                         {plain: true, unknown: unix.ENODEV, dev: 3},
+		"6.1.43 to 6.3: ENOTSUPP":                       {plain: true, unknown: errnoENOTSUPP, lookFirst: true, dev: 3},
+		"6.1.43 to 6.3 with the stable fix: EOPNOTSUPP": {plain: true, unknown: unix.EOPNOTSUPP, lookFirst: true, dev: 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, ctx := k.control(), t.Context()
+			_, err := c.DevInfo(ctx, 3)
+			require.NoError(t, err)
+			require.NoError(t, c.StopDev(ctx, 3))
+			assert.True(t, k.stopped, "STOP_DEV reached the device")
+			require.NoError(t, c.DelDev(ctx, 3))
+			assert.Equal(t, []uint32{cmdGetDevInfo, 0x02, 0x07, 0x05}, k.sent, "one refusal, then the plain numbers alone")
+		})
+	}
+}
+
+// A STOP_DEV the kernel took and did not answer (a hung daemon holding
+// I/O) is sent once; a kernel that refused the encoded number is sent
+// the plain ones alone after it, so a teardown pays one refusal.
+func TestControlSendsAHungStopOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := &fakeKernel{plain: true, unknown: errnoENOTSUPP, lookFirst: true, dev: 3, hangStop: true}
+		c := k.control()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err := c.StopDev(ctx, 3)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, "STOP_DEV dev 3 (plain 0x07)")
+		_, err = c.DevInfo(t.Context(), 3)
+		require.NoError(t, err)
+		assert.Equal(t, []uint32{cmdStopDev, 0x07, 0x02}, k.sent)
+	})
+}
+
+// Only an unknown command's answer sends the plain number: EPERM (every
+// number gets it without CAP_SYS_ADMIN) and a command's own error are
+// not retried, and once the kernel took an encoded number ENODEV is a
+// device that does not exist.
+func TestControlRetriesOnlyARefusedNumber(t *testing.T) {
+	k := &fakeKernel{allAnswers: unix.EPERM}
+	_, err := k.control().DevInfo(t.Context(), 3)
+	require.ErrorIs(t, err, unix.EPERM)
+	assert.Equal(t, []uint32{cmdGetDevInfo}, k.sent)
+
+	k = &fakeKernel{plain: true, encoded: true, lookFirst: true, dev: 3, unknown: unix.EOPNOTSUPP} // 6.4 on
+	c := k.control()
+	_, err = c.DevInfo(t.Context(), 3)
+	require.NoError(t, err)
+	require.NoError(t, c.StopDev(t.Context(), 9), "no device 9: ENODEV is done")
+	assert.Equal(t, []uint32{cmdGetDevInfo, cmdStopDev}, k.sent)
+
+	k.allAnswers, k.sent = unix.EBUSY, nil
+	require.ErrorIs(t, c.DelDev(t.Context(), 3), unix.EBUSY)
+	assert.Equal(t, []uint32{cmdDelDev}, k.sent)
+}
+
+// ENODEV to the first encoded number may be 6.0's refusal or a device
+// that does not exist: the plain number tells. Refused too (6.4 on
+// built without legacy opcodes), it was the device's, and the encoded
+// numbers are the kernel's.
+func TestControlTellsAnAbsentDeviceFromARefusal(t *testing.T) {
+	k := &fakeKernel{encoded: true, unknown: unix.EOPNOTSUPP, lookFirst: true, dev: 3}
+	c := k.control()
+	require.NoError(t, c.StopDev(t.Context(), 9), "no device 9")
+	require.NoError(t, c.StopDev(t.Context(), 3))
+	assert.True(t, k.stopped)
+	assert.Equal(t, []uint32{cmdStopDev, 0x07, cmdStopDev}, k.sent)
+}
+
+// A kernel that refuses both encodings (no ublk driver behind the file)
+// gets an error naming the command, both numbers and both answers.
+func TestControlErrorNamesBothEncodingsRefused(t *testing.T) {
+	for _, refusal := range []unix.Errno{unix.EOPNOTSUPP, errnoENOTSUPP} {
+		k := &fakeKernel{unknown: refusal, lookFirst: true, dev: 3}
+		_, err := k.control().DevInfo(t.Context(), 3)
+		require.ErrorIs(t, err, refusal)
+		assert.ErrorContains(t, err, "ublk: GET_DEV_INFO dev 3: refused as an unknown command in both encodings: ioctl 0x80207502: "+
+			refusal.Error()+"; plain 0x02: "+refusal.Error())
+	}
+}
+
+// UsePlainNumbers sends the plain numbers alone, first command included,
+// on a kernel that takes both.
+func TestUsePlainNumbersSendsThemAlone(t *testing.T) {
+	k := &fakeKernel{plain: true, encoded: true, lookFirst: true, dev: 3}
+	c := k.control()
+	c.UsePlainNumbers()
+	require.NoError(t, c.StopDev(t.Context(), 3))
+	assert.Equal(t, []uint32{0x07}, k.sent)
+}
