@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/ublkctl"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/internal/ublkserver"
 	"github.com/drainkit/drainkit/internal/vmtest"
 	"github.com/drainkit/drainkit/ublk"
@@ -288,16 +290,46 @@ func holderPIDs(rep *ublk.Report, id int) []int {
 // (STOP_DEV), after which killing is safe, and DEL_DEV once it is gone.
 func TestGuestStepStopsHungDaemonThroughControl(t *testing.T) {
 	vmtest.GuestOnly(t)
+	stopsHungDaemonThroughControl(t, ublk.Config{})
+}
+
+// TestGuestStepStopsHungDaemonWithThePlainNumbers is the same teardown
+// with the control commands' plain numbers (GET_DEV_INFO 0x02, STOP_DEV
+// 0x07, DEL_DEV 0x05), the only ones a kernel before 6.4 takes and the
+// ones ublkctl sends once the kernel refused an ioctl-encoded one: this
+// 6.12 takes them too (CONFIG_BLKDEV_UBLK_LEGACY_OPCODES), and they reach
+// the real driver.
+func TestGuestStepStopsHungDaemonWithThePlainNumbers(t *testing.T) {
+	vmtest.GuestOnly(t)
+	stopsHungDaemonThroughControl(t, ublkhook.With(ublk.Config{}, ublkhook.Hooks{
+		OpenControl: func(context.Context) (ublkctl.Controller, error) {
+			c, err := ublkctl.Open("")
+			if err == nil {
+				c.UsePlainNumbers()
+			}
+			return c, err
+		},
+	}))
+}
+
+// stopsHungDaemonThroughControl runs a teardown of a hung daemon with
+// cfg, which it reaches through the control fallback, and checks it.
+func stopsHungDaemonThroughControl(t *testing.T, cfg ublk.Config) {
 	r := newRig(t, ublkserver.DaemonConfig{Mode: ublkserver.Hung})
 	id := r.daemon.Devices[0]
 	watch, err := WatchExit(r.daemon.Pid(), r.daemon.Devices)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
 	defer cancel()
-	rep, err := r.step(ublk.Config{RequestTimeout: time.Second, ExitWait: 500 * time.Millisecond, Reserve: 3 * time.Second}).Stop(ctx)
+	cfg.RequestTimeout, cfg.ExitWait, cfg.Reserve = time.Second, 500*time.Millisecond, 3*time.Second
+	rep, err := r.step(cfg).Stop(ctx)
 	t.Log(rep.String())
 	require.NoError(t, err)
 	assert.Equal(t, ublk.VerdictStoppedByControl, rep.Verdict)
+	info := rep.Device(id).Info
+	require.NotNil(t, info, "GET_DEV_INFO through the control device")
+	assert.Equal(t, "live", info.State)
+	assert.Equal(t, r.daemon.Pid(), info.ServerPID)
 	stop := stepNamed(rep, id, "STOP_DEV")
 	require.NotNil(t, stop, "STOP_DEV through the control device")
 	assert.Equal(t, "done", stop.Result, "completed: %s", stop.Err)
