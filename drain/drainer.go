@@ -232,6 +232,7 @@ type Drainer struct {
 	misnamedSaid bool           // podRemoved logged a read that misnamed's says nothing of; guarded by podMu
 	unfoundSaid  bool           // podRemoved logged a static pod's 404, no read having found the pod; guarded by podMu
 	staticSaid   bool           // the plan line or a read said the pod is a static pod (sayStatic); guarded by podMu
+	orphanSaid   bool           // orphaned logged another static pod's mirror pod under the pod's name; guarded by podMu
 	startID      kube.Identity  // what the reads before New showed (sayPodIdentity); set once, by New
 	mirrorRead   chan struct{}  // closed once a read ran to its end, when startID was MirrorPending (awaitMirrorRead); else nil
 	mirrorOnce   sync.Once      // closes mirrorRead

@@ -197,7 +197,11 @@ func failureKind(err error) string {
 // server cannot force-delete a static pod, whose mirror pod the kubelet has
 // not made yet or made again after a deletion (row 720), so the read could
 // not find the pod and no more; it reports true, the budget standing (the
-// grace from SIGTERM, which the kubelet gives), logged at Warn once.
+// grace from SIGTERM, which the kubelet gives), logged at Warn once. Nor
+// for a static pod found through its mirror pod whose read finds another
+// static pod's mirror pod in its name (another config hash): its manifest
+// replaced under a kubelet that restarted, which stops it as an orphan's
+// (orphaned); it reports true.
 func (d *Drainer) podRemoved(at string, err error) bool {
 	d.podMu.Lock()
 	defer d.podMu.Unlock()
@@ -222,6 +226,10 @@ func (d *Drainer) podRemoved(at string, err error) bool {
 		}
 		return true
 	}
+	if d.pod.Identity().Static && errors.Is(err, kube.ErrPodReplaced) {
+		d.orphaned(at, err)
+		return true
+	}
 	if d.delGrace == 0 {
 		if d.pod.UID() == "" {
 			return false
@@ -236,6 +244,38 @@ func (d *Drainer) podRemoved(at string, err error) bool {
 	d.plannedForRestart(at, 0, "the pod was removed from the API server while the kubelet terminates it (a force deletion: "+err.Error()+"): "+
 		"a kubelet restarted now would kill the container as an orphan's, 2 s after it stops it")
 	return true
+}
+
+// orphaned plans for a static pod whose read, after one found it through
+// its own mirror pod, found another static pod's mirror pod under its name
+// (another config hash: kube.ErrPodReplaced, err). The API server cannot
+// force-delete a static pod, so that is no force deletion: its manifest was
+// replaced (a new config hash, a new UID). A kubelet that runs through the
+// replacement stops the old pod with its own spec's grace and keeps the old
+// mirror pod until the old pod is terminated (the kubelet v1.34.4's
+// HandlePodRemoves, allowStaticPodStart; measured once under the real
+// kubelet and API server: TestAnotherStaticPodsMirrorPodIsAnotherPod), so no read of
+// this pod finds the new mirror; a kubelet restarted since knows no such
+// pod and stops it as an orphan's (HandlePodCleanups, a grace of 1 s raised
+// to its 2 s, no preStop hook: its pod is the one the runtime lists, and
+// containerd sends no second SIGTERM), while the new pod's SyncPod makes
+// the new mirror. The two are not ordered (housekeeping and the pod worker
+// run apart, and SyncPod returns before the mirror while the network is
+// not ready), so no read tells when the kubelet stopped this pod: a read
+// that still found this pod's own mirror can come after it. SIGKILL is
+// planned for the earliest, 2 s after T0 (the budget's floor moves it to
+// SIGTERM + 2 s once SIGTERM comes). Logged at Warn once. Called with podMu
+// held.
+func (d *Drainer) orphaned(at string, err error) {
+	changed := d.budget.Tighten(d.budget.Start().Add(deadline.MinimumGracePeriod))
+	if d.orphanSaid {
+		return
+	}
+	d.orphanSaid = true
+	d.log.Warn("drain: another static pod's mirror pod is under this pod's name (another config hash): this pod's manifest was replaced under a kubelet that restarted, "+
+		"which stops this pod as an orphan's, SIGKILL 2 s after it stops it (the API server cannot force-delete a static pod, and a kubelet that did not restart "+
+		"keeps this pod's mirror until this pod ends); no read shows when it restarted, so SIGKILL is planned 2 s after T0, the earliest",
+		"at", at, "read", err, "tightened", changed, "kill", d.budget.Kill())
 }
 
 // msgStatic says what a static pod's drain plans with, and why.

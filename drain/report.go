@@ -135,7 +135,10 @@ type Report struct {
 	// manifest is removed, with the manifest's grace from SIGTERM, and the
 	// API server shows no deletion of it. The drain took no deletion of
 	// the mirror pod (a deletionTimestamp, a 404 after a force deletion),
-	// and no 404 at all, for the pod's: the budget stood on the grace.
+	// and no 404 at all, for the pod's: the budget stood on the grace,
+	// unless a read found another static pod's mirror pod in the name (its
+	// manifest replaced under a kubelet that restarted, which stops it as
+	// an orphan's: SIGKILL planned 2 s after T0, said at Warn).
 	StaticPod bool `json:"static_pod,omitempty"`
 }
 

@@ -410,9 +410,13 @@ var ErrStaticPod = fmt.Errorf("%w: a static pod, whose deletion the API server d
 // annotation is the one in Config.UID or the one the first read found.
 // This pod was
 // deleted (kubectl delete --force, which does not wait for the kubelet) and
-// a new one created in its name (a StatefulSet's): what it says of its
-// deletion is not this pod's. Events keep naming this pod's UID.
-var ErrPodReplaced = errors.New("kube: the pod of this name is another pod (deleted and created again)")
+// a new one created in its name (a StatefulSet's), or, for a static pod
+// found through its mirror pod (Identity.Static), another static pod's
+// mirror pod is under its name: its manifest was replaced (a new config
+// hash), which no deletion in the API server does; the error says which.
+// What that pod says of its deletion is not this pod's. Events keep naming
+// this pod's UID.
+var ErrPodReplaced = errors.New("kube: the pod of this name is another pod")
 
 // APIError is a response from the API server other than success. Message
 // and Reason come from the metav1.Status body when there is one.
@@ -782,13 +786,18 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	case uid == p.uid || mirror == p.uid:
 		p.confirmed = true
 		p.static = p.static || mirror != ""
+	case p.confirmed && p.static && mirror != "":
+		// No deletion: the API server cannot delete a static pod, and a
+		// new pod of the name is another manifest's (a new config hash).
+		return nil, fmt.Errorf("kube: pod %s/%s: %w: the API server's has UID %s%s, this one is the static pod %s: another static pod of this name (its manifest replaced)",
+			p.ns, p.name, ErrPodReplaced, uid, mirrorOf(mirror), p.uid)
 	case p.confirmed:
-		return nil, fmt.Errorf("kube: pod %s/%s: %w: the API server's has UID %s%s, this one %s",
+		return nil, fmt.Errorf("kube: pod %s/%s: %w (deleted and created again): the API server's has UID %s%s, this one %s",
 			p.ns, p.name, ErrPodReplaced, uid, mirrorOf(mirror), p.uid)
 	default:
 		// No read ever found this pod under the name: the name, or the UID
 		// configured, may be another pod's.
-		err := fmt.Errorf("kube: pod %s/%s: %w, or the name or Config.UID is not this pod's: the API server's has UID %s%s, Config.UID is %s, which no read found under this name",
+		err := fmt.Errorf("kube: pod %s/%s: %w (deleted and created again), or the name or Config.UID is not this pod's: the API server's has UID %s%s, Config.UID is %s, which no read found under this name",
 			p.ns, p.name, ErrPodReplaced, uid, mirrorOf(mirror), p.uid)
 		p.mismatched(err)
 		return nil, err
