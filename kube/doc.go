@@ -59,6 +59,9 @@
 //     grace: its Deletion is ErrStaticPod (ErrNotTerminating), never the
 //     mirror pod's deletionTimestamp, a 404 after the mirror's force
 //     deletion, or a new mirror's: deleting a mirror pod stops nothing.
+//     Another static pod's mirror pod in its name (another config hash: its
+//     manifest replaced, which no deletion does) is ErrPodReplaced, the
+//     error saying so.
 //   - Identity says whether a read found the pod under its name with its
 //     UID (Confirmed), and keeps the first read that, none confirmed, found
 //     another UID under the name or no pod (Mismatch). Read once at start,
