@@ -15,7 +15,7 @@
 //
 //	func main() {
 //		pid1.Init() // as PID 1: runs this program as its child, reaps, exits with its status
-//		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr))
+//		os.Exit(Main(context.Background(), os.Args[1:], os.Stderr)) // Main: startsig.Catch, which calls pid1.Ready
 //	}
 //
 // As PID 1 of its PID namespace, Init does not return: it runs the same binary again
@@ -24,7 +24,9 @@
 // can catch to it, reaps every process that exits (the child and every orphan re-parented
 // to it), and exits with the child's status once the child has exited. The child is the
 // program: it writes the termination message and the Report files as it would as PID 1,
-// and it gets SIGTERM about 0.1 ms after PID 1 does.
+// and it gets SIGTERM about 0.1 ms after PID 1 does, once it is ready for it: the program
+// calls Ready once it handles SIGTERM (internal/startsig's Catch does), and until then the
+// init holds every signal, then forwards the held ones in the order they came.
 //
 // Anywhere else (a child of a supervisor, a process started by hand or by a test, a pod
 // that has an init or shares its PID namespace) Init returns at once and does nothing.
@@ -33,6 +35,15 @@
 //   - Forwarded: every signal a process can catch (SIGTERM above all: the kubelet sends it
 //     to PID 1; SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, ...), as it arrives,
 //     except SIGCHLD (the init's own) and SIGURG (the Go runtime's preemption signal).
+//   - Held until Ready: a signal that comes while the program starts (the Go runtime and
+//     every package's init run before main: tens of milliseconds for a server on a loaded
+//     node) would have its default action there, and SIGTERM's ends the program with no
+//     drain and no Report. The init holds it until the program calls Ready or exits (64
+//     at most). A program that never calls Ready gets no signal but SIGKILL: call it.
+//     Not covered: a SIGTERM to PID 1 before its own Go runtime handles signals (its first
+//     milliseconds) is discarded by the kernel, which delivers to a namespace's init no
+//     signal it does not handle; and one between that and Init's start ends PID 1 with
+//     status 2.
 //     SIGKILL and SIGSTOP cannot be caught: a SIGKILL to PID 1 ends the whole namespace, as
 //     it did before, and the child, started with Pdeathsig SIGKILL, never outlives the init.
 //     Forwarding adds about 0.1 ms to a signal's way from kill(2) to the program
@@ -48,7 +59,8 @@
 //     reaps), nothing is logged unless the init cannot start the child (then the program
 //     runs as PID 1 without it, as before, and says so on stderr).
 //
-// The environment variable DRAINKIT_PID1_CHILD marks the child; Init removes it, so no
-// process the program starts inherits it. Never set it: a PID 1 that finds it takes itself
+// The environment variable DRAINKIT_PID1_CHILD marks the child and names its end of the
+// ready pipe (fd 3, close-on-exec from Init on); Init removes it, so no process the
+// program starts inherits it. Never set it: a PID 1 that finds it takes itself
 // for the child and runs without the init.
 package pid1

@@ -18,6 +18,19 @@ import (
 // main calls Init and then runs.
 const programEnv = "PID1_TEST_PROGRAM"
 
+// holdEnv names a FIFO that the init's child opens in its package initialisation, before
+// main, and is held on until the test opens it too: a program whose start before main (the
+// Go runtime, every package's init) takes long, as a big server's does on a loaded node.
+const holdEnv = "PID1_TEST_HOLD_START"
+
+func init() {
+	if fifo := os.Getenv(holdEnv); fifo != "" && os.Getenv(ChildEnv) != "" {
+		if f, err := os.Open(fifo); err == nil { // blocks until the test opens it for writing
+			_ = f.Close()
+		}
+	}
+}
+
 func TestMain(m *testing.M) {
 	if prog := os.Getenv(programEnv); prog != "" {
 		Init()
@@ -31,7 +44,7 @@ var forwarded = []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT
 	syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGTERM}
 
 // program runs the test program prog and returns its exit status:
-//   - serve: makes an orphan (starts "parent", which starts "orphan" and exits at once),
+//   - serve: handles the signals of forwarded and says so (Ready), makes an orphan (starts "parent", which starts "orphan" and exits at once),
 //     prints "ready env=" and ChildEnv's value, then "got SIGNAL" for each signal of forwarded it receives, and
 //     exits 42 on SIGTERM;
 //   - parent: starts "orphan", whose stdin is a pipe it holds, and exits without waiting;
@@ -51,6 +64,7 @@ func program(prog string) int {
 		for _, s := range forwarded {
 			signal.Notify(sigs, s)
 		}
+		Ready()
 		if err := self("parent").Run(); err != nil { // reaps the parent, never the orphan
 			fmt.Println("parent:", err)
 			return 1
@@ -75,6 +89,7 @@ func program(prog string) int {
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 		return 0
 	case "default":
+		Ready() // Go's default handling is the program's
 		fmt.Println("ready")
 		time.Sleep(time.Hour) // until a signal ends it: not a timing assertion
 		return 0

@@ -7,11 +7,25 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"sync"
 	"syscall"
 )
 
-// ChildEnv is the environment variable that marks the child the init started.
+// ChildEnv is the environment variable that marks the child the init started. Its value
+// is the descriptor of the pipe through which the child says it is ready (Ready).
 const ChildEnv = "DRAINKIT_PID1_CHILD"
+
+// readyFD is the child's descriptor of the ready pipe (the child's fd 3), or -1; Ready
+// closes it once.
+var (
+	readyFD   = -1
+	readyOnce sync.Once
+)
+
+// heldMax is the most signals the init holds for a program not ready yet; more are
+// dropped (a signal pending twice in the kernel is delivered once anyway).
+const heldMax = 64
 
 // Init, called first thing in main, makes a process that is PID 1 of its PID namespace
 // an init for its own program and does not return: it starts the program again as its
@@ -21,9 +35,10 @@ const ChildEnv = "DRAINKIT_PID1_CHILD"
 // cannot be started it says so on stderr and returns, and the program runs as PID 1
 // without an init.
 func Init() {
-	_, child := os.LookupEnv(ChildEnv)
+	v, child := os.LookupEnv(ChildEnv)
 	_ = os.Unsetenv(ChildEnv) // a process the program starts is not the child
 	if child {
+		takeReadyPipe(v)
 		nameAfterArgv0()
 		return
 	}
@@ -37,6 +52,38 @@ func Init() {
 		return
 	}
 	os.Exit(code)
+}
+
+// Ready, called by the program once it handles SIGTERM (internal/startsig's Catch calls
+// it, after signal.Notify), lets the init forward the signals it held since it started
+// the program, in the order they came, and every later one as it comes. Until then, or
+// until the program exits, the init holds every signal: one forwarded before the program
+// handles it (while the Go runtime and every package's init run, tens of milliseconds for
+// a server on a loaded node) has its default action and ends the program, with no drain
+// and no Report. A second call, or one in a process that is not the init's child, does
+// nothing.
+func Ready() {
+	readyOnce.Do(func() {
+		if readyFD >= 0 {
+			_ = syscall.Close(readyFD) // the init reads the end of the pipe
+		}
+	})
+}
+
+// takeReadyPipe keeps the ready pipe ChildEnv's value v names for Ready, close-on-exec so
+// that no process the program starts holds it open. A value that names no pipe (a
+// ChildEnv set by hand) is left alone: the program runs, its signals held by no init.
+func takeReadyPipe(v string) {
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd <= 2 {
+		return
+	}
+	var st syscall.Stat_t
+	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return
+	}
+	syscall.CloseOnExec(fd)
+	readyFD = fd
 }
 
 // nameAfterArgv0 gives the child the command name the init has (ps, top and pgrep show
@@ -54,15 +101,33 @@ func run(argv, env []string) (int, error) {
 	// holds a burst while the loop forwards.
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs)
-	pid, err := startChild(argv, env)
+	pid, ready, err := startChild(argv, env)
 	if err != nil {
 		signal.Reset()
 		return 0, fmt.Errorf("starting /proc/self/exe: %w", err)
 	}
-	for sig := range sigs {
-		if s := sig.(syscall.Signal); s != syscall.SIGCHLD && s != syscall.SIGURG {
-			// Until the child is reaped below its pid is its own (a zombie's included).
-			_ = syscall.Kill(pid, s)
+	// Held until the child is ready for them (Ready, or its exit): see Ready.
+	var held []syscall.Signal
+	for {
+		select {
+		case <-ready:
+			ready = nil
+			for _, s := range held {
+				_ = syscall.Kill(pid, s) // not reaped yet: the pid is the child's
+			}
+			held = nil
+			continue
+		case sig := <-sigs:
+			switch s := sig.(syscall.Signal); {
+			case s == syscall.SIGCHLD || s == syscall.SIGURG:
+			case ready != nil:
+				if len(held) < heldMax {
+					held = append(held, s)
+				}
+			default:
+				// Until the child is reaped below its pid is its own (a zombie's included).
+				_ = syscall.Kill(pid, s)
+			}
 		}
 		// Reap after every signal, not only SIGCHLD: a SIGCHLD dropped while the buffer
 		// was full left a signal in it, whose turn comes after the exit it missed.
@@ -73,7 +138,6 @@ func run(argv, env []string) (int, error) {
 			return ws.ExitStatus(), nil
 		}
 	}
-	panic("unreachable: the signal channel is never closed")
 }
 
 // startChild starts the child from a goroutine locked to its thread, which then holds the
@@ -81,7 +145,13 @@ func run(argv, env []string) (int, error) {
 // exits, not the process. The loop that forwards signals runs elsewhere, unlocked: a
 // goroutine locked to a thread is woken through that thread, and forwarding from it added
 // 0.15-0.19 ms to a signal's way, against 0.06-0.12 ms unlocked (BenchmarkSignalForwarding).
-func startChild(argv, env []string) (int, error) {
+// ready is closed once the child has closed its end of the ready pipe, its fd 3 (Ready),
+// or exited.
+func startChild(argv, env []string) (pid int, ready <-chan struct{}, err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, nil, fmt.Errorf("the ready pipe: %w", err)
+	}
 	type started struct {
 		pid int
 		err error
@@ -90,8 +160,8 @@ func startChild(argv, env []string) (int, error) {
 	go func() {
 		runtime.LockOSThread()
 		pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
-			Env:   append(env, ChildEnv+"=1"),
-			Files: []uintptr{0, 1, 2},
+			Env:   append(env, ChildEnv+"=3"),
+			Files: []uintptr{0, 1, 2, w.Fd()},
 			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
 		})
 		done <- started{pid, err}
@@ -102,7 +172,23 @@ func startChild(argv, env []string) (int, error) {
 		select {} // never unlocked, so the thread never exits
 	}()
 	s := <-done
-	return s.pid, s.err
+	_ = w.Close() // the child's is the only write end left
+	if s.err != nil {
+		_ = r.Close()
+		return 0, nil, s.err
+	}
+	closed := make(chan struct{})
+	go func() {
+		var b [1]byte
+		for {
+			if _, err := r.Read(b[:]); err != nil { // EOF: Ready, or the child's exit
+				break
+			}
+		}
+		_ = r.Close()
+		close(closed)
+	}()
+	return s.pid, closed, nil
 }
 
 // reap collects every process that has exited, without blocking, and reports the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -55,6 +56,31 @@ func TestSignalsReachTheProgramAndItsStatusIsPID1s(t *testing.T) {
 	assert.False(t, signalled, "PID 1 exited, it was not killed")
 }
 
+// The kubelet may send SIGTERM right after the container started, while the program the
+// init started is still on its way to main (the Go runtime, every package's init: tens of
+// milliseconds for a server on a loaded node) and handles no signal: the init holds it
+// until the program is ready for it, then forwards it, where it forwarded it at once and
+// its default action ended the program: no drain, no Report, PID 1's status 143.
+func TestSIGTERMBeforeTheProgramIsReadyWaitsForIt(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "hold")
+	require.NoError(t, unix.Mkfifo(fifo, 0o600))
+	p := startPID1(t, "serve", holdEnv+"="+fifo)
+	// The child exists (the init handles signals before it starts it) and is held before main.
+	require.Eventually(t, func() bool { return len(pid1test.Processes(t, p.Cmd.Process.Pid)) == 2 },
+		10*time.Second, time.Millisecond)
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
+	require.Never(t, p.Exited, time.Second, 5*time.Millisecond,
+		"the SIGTERM, forwarded before the program could handle it, ended it")
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // the program goes on to main
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	p.waitLine(t, "ready env=")
+	p.waitLine(t, "got SIGTERM")
+	code, signalled := p.wait(t)
+	assert.Equal(t, 42, code, "the program's exit status, after its handling of the SIGTERM")
+	assert.False(t, signalled)
+}
+
 // A program ended by a signal (a Go program without a SIGTERM handler gets SIGTERM) gives
 // PID 1 the exit status 128+n, as shells and tini report it.
 func TestProgramKilledBySignalGives128PlusN(t *testing.T) {
@@ -90,13 +116,13 @@ type pid1 struct {
 
 // startPID1 starts the test program prog as PID 1 of a new PID namespace. It needs root
 // (CAP_SYS_ADMIN): without it the test is skipped, and fails under CI=true.
-func startPID1(t testing.TB, prog string) *pid1 {
+func startPID1(t testing.TB, prog string, env ...string) *pid1 {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		realpart.Missing(t, "a new PID namespace needs root (run the tests as root)")
 	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), programEnv+"="+prog)
+	cmd.Env = append(append(os.Environ(), programEnv+"="+prog), env...)
 	return startWith(t, cmd, pid1test.StartPID1)
 }
 
