@@ -96,7 +96,13 @@ func Summary(rep *drain.Report, extra ...string) string {
 			more = fmt.Sprintf(" ... and %d more", left)
 		}
 		if used+len(id)+1+len(more) > room {
-			ids = append(ids, fmt.Sprintf("... and %d more", len(lost)-i))
+			rest := fmt.Sprintf("... and %d more", len(lost)-i)
+			if i == 0 && len(rest) > room {
+				// Not even the count fits: the verdict says how many were lost, and a
+				// line past MaxBytes would be cut inside its number.
+				return out
+			}
+			ids = append(ids, rest)
 			break
 		}
 		ids = append(ids, id)

@@ -212,3 +212,32 @@ func TestSummaryOfAnIncompleteListingSaysSo(t *testing.T) {
 	assert.Contains(t, strings.Split(termmsg.Summary(rep), "\n"),
 		"sandboxes: 20: preserved 20, INCOMPLETE: no listing was complete: page 2: 503 Service Unavailable")
 }
+
+// Fault: when the lines before it left less room than "lost: ... and N more"
+// takes (a long extra line: a serving error, a Report path's error), Summary
+// added that line anyway and went past MaxBytes, against its doc, and the cut
+// that Write then made ended the message inside the count: "lost: ... and 31..."
+// for 3127 lost. A lost line that does not fit is left out; the verdict says
+// how many were lost.
+func TestSummaryLeavesOutALostLineThatDoesNotFit(t *testing.T) {
+	rep := report(4000, 3127)
+	head := termmsg.Summary(rep)
+	head = head[:strings.Index(head, "lost: ")]
+	for _, room := range []int{0, 1, 5, 10, 20} {
+		extra := strings.Repeat("x", termmsg.MaxBytes-len(head)-room-1) // its line and newline
+		msg := termmsg.Summary(rep, extra)
+		assert.LessOrEqual(t, len(msg), termmsg.MaxBytes, "room %d", room)
+		written := filepath.Join(t.TempDir(), "termination-log")
+		_, err := termmsg.Write(written, true, msg)
+		require.NoError(t, err)
+		got, err := os.ReadFile(written)
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(string(got), "drainkit: 3127 of 4000 sandboxes LOST"))
+		tail := string(got)[strings.LastIndex(strings.TrimSuffix(string(got), "\n"), "\n")+1:]
+		assert.Equal(t, extra+"\n", tail, "room %d: the extra line last and whole, the message not cut", room)
+	}
+	// Room for the count alone, to the byte: it is said.
+	msg := termmsg.Summary(rep, strings.Repeat("x", termmsg.MaxBytes-len(head)-len("lost: ... and 3127 more\n")-1))
+	assert.Len(t, msg, termmsg.MaxBytes)
+	assert.True(t, strings.HasSuffix(msg, "x\nlost: ... and 3127 more\n"))
+}
