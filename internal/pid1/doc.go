@@ -25,8 +25,9 @@
 // to it), and exits with the child's status once the child has exited. The child is the
 // program: it writes the termination message and the Report files as it would as PID 1,
 // and it gets SIGTERM about 0.1 ms after PID 1 does, once it is ready for it: the program
-// calls Ready once it handles SIGTERM (internal/startsig's Catch does), and until then the
-// init holds every signal, then forwards the held ones in the order they came.
+// calls Ready once it handles SIGTERM (internal/startsig's Catch does, through package
+// ready), and until then the init holds every signal, then forwards the held ones in the
+// order they came.
 //
 // Anywhere else (a child of a supervisor, a process started by hand or by a test, a pod
 // that has an init or shares its PID namespace) Init returns at once and does nothing.
@@ -40,10 +41,13 @@
 //     node) would have its default action there, and SIGTERM's ends the program with no
 //     drain and no Report. The init holds it until the program calls Ready or exits (64
 //     at most). A program that never calls Ready gets no signal but SIGKILL: call it.
-//     Not covered: a SIGTERM to PID 1 before its own Go runtime handles signals (its first
-//     milliseconds) is discarded by the kernel, which delivers to a namespace's init no
-//     signal it does not handle; and one between that and Init's start ends PID 1 with
-//     status 2.
+//     PID 1 itself catches every signal from the initialisation of package early on,
+//     among the first packages of the program, not from Init, which main reaches tens of
+//     milliseconds later. Not covered: a SIGTERM to PID 1 before its Go runtime handles
+//     signals (its first milliseconds) is discarded by the kernel, which delivers to a
+//     namespace's init no signal it does not handle; one between that and package early's
+//     initialisation ends PID 1 with status 2. A program that imports this package must
+//     call Init first thing in main: as PID 1 it gets no signal otherwise.
 //     SIGKILL and SIGSTOP cannot be caught: a SIGKILL to PID 1 ends the whole namespace, as
 //     it did before, and the child, started with Pdeathsig SIGKILL, never outlives the init.
 //     Forwarding adds about 0.1 ms to a signal's way from kill(2) to the program

@@ -23,6 +23,9 @@ const programEnv = "PID1_TEST_PROGRAM"
 // Go runtime, every package's init) takes long, as a big server's does on a loaded node.
 const holdEnv = "PID1_TEST_HOLD_START"
 
+// holdPID1Env is hold_test.go's HoldPID1Env (package pid1_test, initialised after pid1).
+const holdPID1Env = "PID1_TEST_HOLD_PID1"
+
 func init() {
 	if fifo := os.Getenv(holdEnv); fifo != "" && os.Getenv(ChildEnv) != "" {
 		if f, err := os.Open(fifo); err == nil { // blocks until the test opens it for writing

@@ -7,21 +7,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"sync"
 	"syscall"
+
+	"github.com/drainkit/drainkit/internal/pid1/early"
+	"github.com/drainkit/drainkit/internal/pid1/ready"
 )
 
 // ChildEnv is the environment variable that marks the child the init started. Its value
 // is the descriptor of the pipe through which the child says it is ready (Ready).
-const ChildEnv = "DRAINKIT_PID1_CHILD"
-
-// readyFD is the child's descriptor of the ready pipe (the child's fd 3), or -1; Ready
-// closes it once.
-var (
-	readyFD   = -1
-	readyOnce sync.Once
-)
+const ChildEnv = early.ChildEnv
 
 // heldMax is the most signals the init holds for a program not ready yet; more are
 // dropped (a signal pending twice in the kernel is delivered once anyway).
@@ -38,7 +32,7 @@ func Init() {
 	v, child := os.LookupEnv(ChildEnv)
 	_ = os.Unsetenv(ChildEnv) // a process the program starts is not the child
 	if child {
-		takeReadyPipe(v)
+		ready.Take(v)
 		nameAfterArgv0()
 		return
 	}
@@ -54,37 +48,10 @@ func Init() {
 	os.Exit(code)
 }
 
-// Ready, called by the program once it handles SIGTERM (internal/startsig's Catch calls
-// it, after signal.Notify), lets the init forward the signals it held since it started
-// the program, in the order they came, and every later one as it comes. Until then, or
-// until the program exits, the init holds every signal: one forwarded before the program
-// handles it (while the Go runtime and every package's init run, tens of milliseconds for
-// a server on a loaded node) has its default action and ends the program, with no drain
-// and no Report. A second call, or one in a process that is not the init's child, does
-// nothing.
-func Ready() {
-	readyOnce.Do(func() {
-		if readyFD >= 0 {
-			_ = syscall.Close(readyFD) // the init reads the end of the pipe
-		}
-	})
-}
-
-// takeReadyPipe keeps the ready pipe ChildEnv's value v names for Ready, close-on-exec so
-// that no process the program starts holds it open. A value that names no pipe (a
-// ChildEnv set by hand) is left alone: the program runs, its signals held by no init.
-func takeReadyPipe(v string) {
-	fd, err := strconv.Atoi(v)
-	if err != nil || fd <= 2 {
-		return
-	}
-	var st syscall.Stat_t
-	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
-		return
-	}
-	syscall.CloseOnExec(fd)
-	readyFD = fd
-}
+// Ready, called by the program once it handles SIGTERM, lets the init forward the
+// signals it held since it started the program (see package ready, which internal/startsig
+// calls instead, so as not to import this package).
+func Ready() { ready.Ready() }
 
 // nameAfterArgv0 gives the child the command name the init has (ps, top and pgrep show
 // it), the base name of argv[0] cut to the kernel's 15 bytes, instead of "exe", the name
@@ -97,10 +64,13 @@ func nameAfterArgv0() {
 // run starts /proc/self/exe with argv and env as the child, and forwards and reaps until
 // the child has exited; it returns the child's exit status.
 func run(argv, env []string) (int, error) {
-	// Notified before the child exists, so no signal and no SIGCHLD is missed; the buffer
-	// holds a burst while the loop forwards.
-	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs)
+	// Notified before the child exists (from package early's initialisation on), so no
+	// signal and no SIGCHLD is missed; the buffer holds a burst while the loop forwards.
+	sigs := early.Signals()
+	if sigs == nil {
+		sigs = make(chan os.Signal, 64)
+		signal.Notify(sigs)
+	}
 	pid, ready, err := startChild(argv, env)
 	if err != nil {
 		signal.Reset()

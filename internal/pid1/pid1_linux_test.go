@@ -81,6 +81,40 @@ func TestSIGTERMBeforeTheProgramIsReadyWaitsForIt(t *testing.T) {
 	assert.False(t, signalled)
 }
 
+// A SIGTERM that reaches PID 1 while its packages are still being initialised (main not
+// reached, Init not called: tens of milliseconds for sandboxd's on a loaded node) is held
+// from pid1's own initialisation on and reaches the program, where the Go runtime, which
+// handled it for nobody, ended PID 1 with status 2: no drain, no Report, nothing said.
+func TestSIGTERMBeforeInitIsHeldFromPackageInitialisation(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "hold")
+	require.NoError(t, unix.Mkfifo(fifo, 0o600))
+	p := startPID1(t, "serve", holdPID1Env+"="+fifo)
+	opened := make(chan *os.File, 1)
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // returns once PID 1 is held
+		if err != nil {
+			f = nil
+		}
+		opened <- f
+	}()
+	var held *os.File
+	select {
+	case held = <-opened:
+		require.NotNil(t, held, "opening the FIFO")
+	case <-time.After(30 * time.Second):
+		t.Fatal("PID 1 never reached its hold")
+	}
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
+	require.Never(t, p.Exited, time.Second, 5*time.Millisecond,
+		"the SIGTERM before Init ended PID 1")
+	require.NoError(t, held.Close()) // PID 1 goes on to main, Init and the program
+	p.waitLine(t, "ready env=")
+	p.waitLine(t, "got SIGTERM")
+	code, signalled := p.wait(t)
+	assert.Equal(t, 42, code, "the program's exit status, after its handling of the SIGTERM")
+	assert.False(t, signalled)
+}
+
 // A program ended by a signal (a Go program without a SIGTERM handler gets SIGTERM) gives
 // PID 1 the exit status 128+n, as shells and tini report it.
 func TestProgramKilledBySignalGives128PlusN(t *testing.T) {

@@ -2,7 +2,11 @@
 
 package pid1
 
-import "os"
+import (
+	"os"
+
+	"github.com/drainkit/drainkit/internal/pid1/ready"
+)
 
 // ChildEnv is the environment variable that marks the child the init started.
 const ChildEnv = "DRAINKIT_PID1_CHILD"
@@ -12,4 +16,4 @@ const ChildEnv = "DRAINKIT_PID1_CHILD"
 func Init() { _ = os.Unsetenv(ChildEnv) }
 
 // Ready does nothing outside Linux: no init holds the program's signals.
-func Ready() {}
+func Ready() { ready.Ready() }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/hupquit"
-	"github.com/drainkit/drainkit/internal/pid1"
+	"github.com/drainkit/drainkit/internal/pid1/ready"
 	"github.com/drainkit/drainkit/internal/signame"
 )
 
@@ -38,7 +38,7 @@ type Catcher struct {
 
 // Catch starts catching SIGTERM and SIGINT, and handling SIGHUP and SIGQUIT, at once.
 // Under the built-in init (internal/pid1) it then lets the init forward the signals it
-// held while the program started (pid1.Ready). name is the server as its log lines call
+// held while the program started (internal/pid1/ready). name is the server as its log lines call
 // it; logger nil logs nothing.
 func Catch(logger *slog.Logger, name string) *Catcher {
 	if logger == nil {
@@ -49,7 +49,7 @@ func Catch(logger *slog.Logger, name string) *Catcher {
 	signal.Notify(c.in, syscall.SIGTERM, syscall.SIGINT)
 	c.stopOther = hupquit.Handle(logger, name)
 	c.wg.Go(c.relay)
-	pid1.Ready() // the built-in init held the signals until now: they are handled
+	ready.Ready() // the built-in init held the signals until now: they are handled
 	return c
 }
 

@@ -1,0 +1,40 @@
+// Package early catches every signal a namespace's PID 1 gets from the first moments of
+// its Go program on, for the built-in init (internal/pid1) to forward once main calls
+// pid1.Init.
+//
+// The Go runtime handles signals from its own start, and a signal that comes before a
+// signal.Notify has its default action there, which for SIGTERM to a namespace's init is
+// exit status 2, nothing said. Packages are initialised in the order of their import
+// paths, each once the packages it imports are: this one imports only os and os/signal,
+// so it is initialised right after them, in sandboxd the 23rd of 174 packages, where
+// pid1 (which needs path/filepath) was the 108th, 5-11 ms later on a loaded 2-core node,
+// and main another 10-50 ms after that (GODEBUG=inittrace=1). Nothing can catch a signal
+// before the Go runtime handles signals: the kernel discards one that a namespace's init
+// does not handle.
+//
+// Only pid1 imports it: a program that is PID 1 and imports it must call pid1.Init, or
+// no signal reaches it.
+package early
+
+import (
+	"os"
+	"os/signal"
+)
+
+// ChildEnv is the environment variable that marks the child of the built-in init
+// (pid1.ChildEnv): the child is not PID 1 and catches nothing here.
+const ChildEnv = "DRAINKIT_PID1_CHILD"
+
+var caught chan os.Signal
+
+func init() {
+	if os.Getpid() == 1 && os.Getenv(ChildEnv) == "" {
+		caught = make(chan os.Signal, 64) // a burst until pid1's loop forwards
+		signal.Notify(caught)
+	}
+}
+
+// Signals returns the channel on which every signal has been caught since this package
+// was initialised, in PID 1 of a PID namespace that is not the built-in init's child,
+// and nil in any other process.
+func Signals() chan os.Signal { return caught }
