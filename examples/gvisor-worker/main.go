@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/drainkit/drainkit/internal/pid1"
+	"github.com/drainkit/drainkit/internal/termmsg"
 )
 
 func main() {
@@ -34,6 +35,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	w, err := newWorker(cfg, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "gvisor-worker:", err)
+		path, explicit := termmsg.Path(cfg.TerminationLog)
+		if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("gvisor-worker", err)); werr != nil {
+			logger.Warn("termination message not written", "error", werr)
+		}
 		if errors.As(err, new(usageError)) {
 			return 2
 		}

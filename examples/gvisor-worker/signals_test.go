@@ -112,3 +112,33 @@ func startFakeWorker(t *testing.T, dir string, env ...string) (*pid1test.Process
 	cmd.Stderr = &stderr
 	return pid1test.Start(t, cmd), &stderr
 }
+
+// Fault: a worker that could not start (here a -socket in a directory that does not
+// exist; a SIGTERM while it waits for the state directory's lock, a runsc it cannot run,
+// a plan that does not fit -grace end there too) exited 1 and wrote no termination
+// message: the pod's last state showed exit code 1 and nothing else (the kubelet's
+// default terminationMessagePolicy, File, does not fall back to the log). It now says
+// that no drain ran and why.
+func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
+	dir := t.TempDir()
+	termLog := filepath.Join(dir, "termination-log")
+	sock := filepath.Join(dir, "missing", "worker.sock")
+	cmd := exec.Command(os.Args[0], "-state-dir", dir, "-socket", sock, "-runtime", "fake", "-grace", "10s",
+		"-termination-log", termLog)
+	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	var stderr logbuf.Buffer
+	cmd.Stderr = &stderr
+	p := pid1test.Start(t, cmd)
+	err := p.Wait(t, 30*time.Second, "the worker did not exit: %s", &stderr)
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", &stderr)
+	require.Equal(t, 1, exit.ExitCode(), "%s", &stderr)
+	msg, err := os.ReadFile(termLog)
+	require.NoError(t, err, "the termination message is written: %s", &stderr)
+	lines := strings.Split(strings.TrimSuffix(string(msg), "\n"), "\n")
+	require.Len(t, lines, 2, "%s", msg)
+	assert.Equal(t, "drainkit: no drain ran", lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], "gvisor-worker: could not start: "), lines[1])
+	assert.Contains(t, lines[1], "-socket: ")
+	assert.Contains(t, lines[1], filepath.Dir(sock))
+}

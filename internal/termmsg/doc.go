@@ -3,7 +3,8 @@
 // (kubectl describe pod, .status.containerStatuses[].lastState.terminated.message)
 // after the process is gone: the verdict, T0 and SIGKILL, every phase, the
 // sandboxes by outcome and as many lost sandbox IDs as fit in the kubelet's
-// 4 KiB.
+// 4 KiB. A server that could not start writes StartFailed instead: no drain
+// ran, and why.
 //
 //	path, explicit := termmsg.Path(*flagTerminationLog) // flag, else DRAINKIT_TERMINATION_LOG, else /dev/termination-log
 //	msg := termmsg.Summary(rep, "full report: "+reportPath)

@@ -264,6 +264,14 @@ func ServerLines(server string, stopped error, reportPath string, reportErr erro
 	return []string{server + ": " + strings.ReplaceAll(stopped.Error(), "\n", "; "), where}
 }
 
+// StartFailed is the message of a server that could not start with err, so no drain
+// ran: Summary's "no drain ran" and a line named after server, err on one line
+// ("sandboxd: could not start: -hook-listen: ..."), cut to MaxBytes. A server whose New
+// fails writes it, so the pod's last state says why it exited 1.
+func StartFailed(server string, err error) string {
+	return Summary(nil, server+": could not start: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+}
+
 // Path resolves where the message goes: the flag's value if given, else
 // EnvPath's, else DefaultPath. explicit says whether a flag or the
 // environment chose it.

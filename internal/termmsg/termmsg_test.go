@@ -1,6 +1,7 @@
 package termmsg_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -240,4 +241,14 @@ func TestSummaryLeavesOutALostLineThatDoesNotFit(t *testing.T) {
 	msg := termmsg.Summary(rep, strings.Repeat("x", termmsg.MaxBytes-len(head)-len("lost: ... and 3127 more\n")-1))
 	assert.Len(t, msg, termmsg.MaxBytes)
 	assert.True(t, strings.HasSuffix(msg, "x\nlost: ... and 3127 more\n"))
+}
+
+// A server that could not start says so, and why, on one line: a multi-line error (a
+// joined one) is one line, and a long one is cut to the kubelet's limit.
+func TestStartFailedSaysNoDrainRanAndWhyOnOneLine(t *testing.T) {
+	msg := termmsg.StartFailed("sandboxd", fmt.Errorf("-hook-listen: %w", errors.Join(errors.New("a"), errors.New("b"))))
+	assert.Equal(t, "drainkit: no drain ran\nsandboxd: could not start: -hook-listen: a; b\n", msg)
+	long := termmsg.StartFailed("gvisor-worker", errors.New(strings.Repeat("x", 5000)))
+	assert.Len(t, long, termmsg.MaxBytes)
+	assert.True(t, strings.HasPrefix(long, "drainkit: no drain ran\ngvisor-worker: could not start: xxx"))
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+
+	"github.com/drainkit/drainkit/internal/termmsg"
 )
 
 // Main runs sandboxd with the command-line args (without the program name), logging to
@@ -29,6 +31,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	s, err := New(ctx, cfg, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd:", err)
+		path, explicit := termmsg.Path(cfg.TerminationLog)
+		if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("sandboxd", err)); werr != nil {
+			logger.Warn("termination message not written", "error", werr)
+		}
 		if errors.As(err, new(usageError)) {
 			return 2
 		}

@@ -72,3 +72,35 @@ func TestStartThatFailsAfterTheDaemonStartedStopsItCleanly(t *testing.T) {
 		})
 	}
 }
+
+// Fault: a sandboxd that could not start (here a -hook-listen another process holds; a
+// SIGTERM while it waits for the state directory's lock, a device daemon that does not
+// start, a plan that does not fit -grace end there too) exited 1 and wrote no termination
+// message, where operator.md says it writes one at exit: the pod's last state showed exit
+// code 1 and nothing else (the kubelet's default terminationMessagePolicy, File, does not
+// fall back to the log). It now says that no drain ran and why.
+func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
+	dir := t.TempDir()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	termLog := filepath.Join(dir, "termination-log")
+	cmd := exec.Command(os.Args[0], "-listen", freeAddr(t), "-hook-listen", taken.Addr().String(), "-state-dir", dir,
+		"-grace", "6s", "-devices", "0", "-termination-log", termLog)
+	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	var stderr logbuf.Buffer
+	cmd.Stderr = &stderr
+	p := pid1test.Start(t, cmd)
+	err = p.Wait(t, 30*time.Second, "sandboxd did not exit: %s", &stderr)
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", &stderr)
+	require.Equal(t, 1, exit.ExitCode(), "%s", &stderr)
+	msg, err := os.ReadFile(termLog)
+	require.NoError(t, err, "the termination message is written: %s", &stderr)
+	lines := strings.Split(strings.TrimSuffix(string(msg), "\n"), "\n")
+	require.Len(t, lines, 2, "%s", msg)
+	assert.Equal(t, "drainkit: no drain ran", lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], "sandboxd: could not start: "), lines[1])
+	assert.Contains(t, lines[1], "-hook-listen")
+	assert.Contains(t, lines[1], taken.Addr().String())
+}
