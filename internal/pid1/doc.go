@@ -41,6 +41,9 @@
 //     node) would have its default action there, and SIGTERM's ends the program with no
 //     drain and no Report. The init holds it until the program calls Ready or exits (64
 //     at most). A program that never calls Ready gets no signal but SIGKILL: call it.
+//     The program sees a held signal arrive when it is forwarded, so internal/startsig
+//     counts the kubelet's SIGKILL from then: later than the kubelet does by the hold,
+//     the program's start (tens of milliseconds, against a grace of seconds).
 //     PID 1 itself catches every signal from the initialisation of package early on,
 //     among the first packages of the program, not from Init, which main reaches tens of
 //     milliseconds later. Not covered: a SIGTERM to PID 1 before its Go runtime handles
