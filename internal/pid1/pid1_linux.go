@@ -71,6 +71,7 @@ func run(argv, env []string) (int, error) {
 		sigs = make(chan os.Signal, 64)
 		signal.Notify(sigs)
 	}
+	signal.Notify(sigs, syscall.SIGCHLD) // what early leaves out: the reaps
 	pid, ready, err := startChild(argv, env)
 	if err != nil {
 		signal.Reset()
