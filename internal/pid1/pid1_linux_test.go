@@ -71,14 +71,9 @@ func TestSIGTERMBeforeTheProgramIsReadyWaitsForIt(t *testing.T) {
 	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
 	require.Never(t, p.Exited, time.Second, 5*time.Millisecond,
 		"the SIGTERM, forwarded before the program could handle it, ended it")
-	f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // the program goes on to main
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
-	p.waitLine(t, "ready env=")
-	p.waitLine(t, "got SIGTERM")
-	code, signalled := p.wait(t)
-	assert.Equal(t, 42, code, "the program's exit status, after its handling of the SIGTERM")
-	assert.False(t, signalled)
+	release := openFIFO(t, fifo)
+	require.NoError(t, release.Close()) // the program goes on to main
+	p.handledSIGTERM(t)
 }
 
 // A SIGTERM that reaches PID 1 while its packages are still being initialised (main not
@@ -89,25 +84,40 @@ func TestSIGTERMBeforeInitIsHeldFromPackageInitialisation(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "hold")
 	require.NoError(t, unix.Mkfifo(fifo, 0o600))
 	p := startPID1(t, "serve", holdPID1Env+"="+fifo)
+	held := openFIFO(t, fifo) // returns once PID 1 is held
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
+	require.Never(t, p.Exited, time.Second, 5*time.Millisecond,
+		"the SIGTERM before Init ended PID 1")
+	require.NoError(t, held.Close()) // PID 1 goes on to main, Init and the program
+	p.handledSIGTERM(t)
+}
+
+// openFIFO opens fifo for writing, which returns once the process held on it has opened
+// it for reading.
+func openFIFO(t *testing.T, fifo string) *os.File {
+	t.Helper()
 	opened := make(chan *os.File, 1)
 	go func() {
-		f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // returns once PID 1 is held
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
 		if err != nil {
 			f = nil
 		}
 		opened <- f
 	}()
-	var held *os.File
 	select {
-	case held = <-opened:
-		require.NotNil(t, held, "opening the FIFO")
+	case f := <-opened:
+		require.NotNil(t, f, "opening the FIFO")
+		return f
 	case <-time.After(30 * time.Second):
-		t.Fatal("PID 1 never reached its hold")
+		t.Fatal("the process never reached its hold")
+		return nil
 	}
-	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
-	require.Never(t, p.Exited, time.Second, 5*time.Millisecond,
-		"the SIGTERM before Init ended PID 1")
-	require.NoError(t, held.Close()) // PID 1 goes on to main, Init and the program
+}
+
+// handledSIGTERM waits for the "serve" program to start, handle the SIGTERM sent to PID 1
+// and exit, and for PID 1 to exit with the program's status 42.
+func (p *pid1) handledSIGTERM(t *testing.T) {
+	t.Helper()
 	p.waitLine(t, "ready env=")
 	p.waitLine(t, "got SIGTERM")
 	code, signalled := p.wait(t)

@@ -44,20 +44,7 @@ func TestStartThatFailsAfterTheDaemonStartedStopsItCleanly(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			taken, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			defer taken.Close()
-			cmd := exec.Command(os.Args[0], "-listen", freeAddr(t), "-hook-listen", taken.Addr().String(), "-state-dir", dir,
-				"-grace", "6s", "-pause-latency", "50ms", "-devices", "1")
-			cmd.Env = append(append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0"), c.env...)
-			var stderr logbuf.Buffer
-			cmd.Stderr = &stderr
-			p := pid1test.Start(t, cmd)
-
-			err = p.Wait(t, 30*time.Second, "sandboxd did not exit: %s", &stderr)
-			var exit *exec.ExitError
-			require.ErrorAs(t, err, &exit, "%s", &stderr)
-			assert.Equal(t, 1, exit.ExitCode(), "%s", &stderr)
+			stderr, _ := failToStart(t, dir, c.env, "-pause-latency", "50ms", "-devices", "1")
 			assert.Contains(t, stderr.String(), "-hook-listen")
 			events, err := os.ReadFile(filepath.Join(dir, EventLogFile))
 			require.NoError(t, err)
@@ -81,13 +68,29 @@ func TestStartThatFailsAfterTheDaemonStartedStopsItCleanly(t *testing.T) {
 // fall back to the log). It now says that no drain ran and why.
 func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 	dir := t.TempDir()
+	termLog := filepath.Join(dir, "termination-log")
+	stderr, taken := failToStart(t, dir, nil, "-devices", "0", "-termination-log", termLog)
+	msg, err := os.ReadFile(termLog)
+	require.NoError(t, err, "the termination message is written: %s", stderr)
+	lines := strings.Split(strings.TrimSuffix(string(msg), "\n"), "\n")
+	require.Len(t, lines, 2, "%s", msg)
+	assert.Equal(t, "drainkit: no drain ran", lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], "sandboxd: could not start: "), lines[1])
+	assert.Contains(t, lines[1], "-hook-listen")
+	assert.Contains(t, lines[1], taken)
+}
+
+// failToStart runs sandboxd on the state directory dir with env and args, and a
+// -hook-listen address another socket holds, so that its New fails once its device
+// daemon runs; it checks that sandboxd exits 1 and returns its stderr and that address.
+func failToStart(t *testing.T, dir string, env []string, args ...string) (*logbuf.Buffer, string) {
+	t.Helper()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
-	termLog := filepath.Join(dir, "termination-log")
-	cmd := exec.Command(os.Args[0], "-listen", freeAddr(t), "-hook-listen", taken.Addr().String(), "-state-dir", dir,
-		"-grace", "6s", "-devices", "0", "-termination-log", termLog)
-	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	cmd := exec.Command(os.Args[0], append([]string{"-listen", freeAddr(t), "-hook-listen", taken.Addr().String(),
+		"-state-dir", dir, "-grace", "6s"}, args...)...)
+	cmd.Env = append(append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0"), env...)
 	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	p := pid1test.Start(t, cmd)
@@ -95,12 +98,5 @@ func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "%s", &stderr)
 	require.Equal(t, 1, exit.ExitCode(), "%s", &stderr)
-	msg, err := os.ReadFile(termLog)
-	require.NoError(t, err, "the termination message is written: %s", &stderr)
-	lines := strings.Split(strings.TrimSuffix(string(msg), "\n"), "\n")
-	require.Len(t, lines, 2, "%s", msg)
-	assert.Equal(t, "drainkit: no drain ran", lines[0])
-	assert.True(t, strings.HasPrefix(lines[1], "sandboxd: could not start: "), lines[1])
-	assert.Contains(t, lines[1], "-hook-listen")
-	assert.Contains(t, lines[1], taken.Addr().String())
+	return &stderr, taken.Addr().String()
 }
