@@ -74,7 +74,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 			return fmt.Errorf("httpsource: pause %s: not sent: %w", b.id, err)
 		}
 		rctx, cancel := withTimeout(ctx, s.cfg.pauseTimeout)
-		_, _, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
+		_, _, status, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
 		cancel()
 		var se *StatusError
 		overloaded := errors.As(err, &se) && se.Overloaded()
@@ -84,6 +84,9 @@ func (b *sandbox) preserve(ctx context.Context) error {
 			s.setOverload(se)
 		}
 		switch {
+		case err == nil && status == http.StatusAccepted:
+			s.clearFailedPause(b.id) // a later gone answer is a deletion again
+			return b.confirm(ctx)
 		case err == nil:
 			s.clearFailedPause(b.id) // a later gone answer is a deletion again
 			return nil
@@ -105,6 +108,53 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
 			return fmt.Errorf("%w: %w", se, errNoFit)
 		}
+	}
+}
+
+// The listing's polls after a 202 Accepted to a pause (confirm): the first
+// after acceptedPollFirst, each wait twice the one before, up to
+// acceptedPollMax. A pause takes from milliseconds to minutes: the first
+// polls find a quick one soon, the later ones cost a listing a second.
+const (
+	acceptedPollFirst = 50 * time.Millisecond
+	acceptedPollMax   = time.Second
+)
+
+// confirm settles a pause the server answered 202 Accepted: the request
+// "accepted for processing, but the processing has not been completed"
+// (RFC 9110, section 15.3.3). The sandbox is preserved once a listing no
+// longer shows it in a running state (paused, or gone from the listing),
+// polled until ctx ends; then it is not preserved, and the error names the
+// 202 and the last listing (its error, if it failed). Taken for done at
+// the 202, the sandbox was counted preserved while the server still ran
+// it, and the server's SIGTERM then ended it unpaused. No pause is sent
+// again: the server has this one.
+func (b *sandbox) confirm(ctx context.Context) error {
+	wait := acceptedPollFirst
+	var listErr error
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			why := "still listed running"
+			if listErr != nil {
+				why = fmt.Sprintf("not confirmed: the last listing failed: %v", listErr)
+			}
+			return fmt.Errorf("httpsource: pause %s: answered %d %s, %s when its context ended: %w",
+				b.id, http.StatusAccepted, http.StatusText(http.StatusAccepted), why, ctx.Err())
+		case <-t.C:
+		}
+		ids, err := b.src.RunningIDs(ctx)
+		switch {
+		case err != nil:
+			listErr = err
+		case !slices.Contains(ids, b.id):
+			return nil
+		default:
+			listErr = nil
+		}
+		wait = min(2*wait, acceptedPollMax)
 	}
 }
 

@@ -368,6 +368,12 @@ func (c Config) resolve() config {
 // transition) it is transient at once. errors.As finds the *StatusError in
 // each.
 //
+// A 2xx answer to a pause is the sandbox preserved, except 202 Accepted,
+// which says the pause has begun, not that it is done: the sandbox is
+// preserved once a listing no longer shows it in a running state (polled
+// from 50 ms, each wait twice the last, up to 1 s apart), and if one still
+// does when the context ends, Preserve returns an error that names the 202.
+//
 // Overload: when the server answers 429 (or 503 with Retry-After) while other
 // pause requests of this Source were on the wire, the Source lowers the
 // number it sends at once to what the server handled and queues the request
@@ -613,7 +619,7 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 		if token != "" {
 			u = withQuery(target, s.cfg.tokenParam, token)
 		}
-		body, hdr, err := s.do(ctx, "list", http.MethodGet, u)
+		body, hdr, _, err := s.do(ctx, "list", http.MethodGet, u)
 		if se := (*StatusError)(nil); errors.As(err, &se) {
 			if se.StatusCode == http.StatusNotFound && page == 1 && target == s.listURL && s.fallbackURL != "" {
 				s.cfg.logger.Info("httpsource: list path answered 404; listing with the fallback from now on",
@@ -831,13 +837,14 @@ func (s *Source) resolve(path string) string {
 	return strings.TrimSuffix(s.base.String(), "/") + path
 }
 
-// do sends one request and returns the body of a 2xx answer, or a
-// classified error.
-func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, http.Header, error) {
+// do sends one request and returns the body, header and status of a 2xx
+// answer, or a classified error (with the status of the answer, 0 when
+// none came).
+func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, http.Header, int, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, method, target, nil)
 	if err != nil {
-		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
+		return nil, nil, 0, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
 	}
 	req.Header.Set("Accept", "application/json")
 	key := s.cfg.apiKey
@@ -861,9 +868,9 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// Cut short, not failed: the server may have the request and
 			// go on with it; the error says it never answered.
-			return nil, nil, fmt.Errorf("httpsource: %s: no answer before its context ended: %w", op, err)
+			return nil, nil, 0, fmt.Errorf("httpsource: %s: no answer before its context ended: %w", op, err)
 		}
-		return nil, nil, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
+		return nil, nil, 0, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
 	}
 	defer resp.Body.Close()
 	result = attribute.Int("http.response.status_code", resp.StatusCode)
@@ -871,22 +878,22 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		errStatus = []attribute.KeyValue{attribute.String("error.type", strconv.Itoa(resp.StatusCode))}
 	}
 	if r := resp.Request; r != nil && r.Method != method {
-		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s %s %s: the server redirected it to %s %s, a different request: its %d is not an answer",
+		return nil, nil, 0, backoff.Permanent(fmt.Errorf("httpsource: %s %s %s: the server redirected it to %s %s, a different request: its %d is not an answer",
 			op, method, redact(target), r.Method, r.URL.Redacted(), resp.StatusCode))
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
+		return nil, nil, 0, fmt.Errorf("httpsource: %s %s: reading body: %w", op, redact(target), err)
 	}
 	if len(body) > maxBody && resp.StatusCode/100 == 2 {
-		return nil, nil, backoff.Permanent(fmt.Errorf("httpsource: %s %s: %d answer longer than %d MiB, not read further",
+		return nil, nil, 0, backoff.Permanent(fmt.Errorf("httpsource: %s %s: %d answer longer than %d MiB, not read further",
 			op, redact(target), resp.StatusCode, maxBody>>20))
 	}
 	if resp.StatusCode/100 == 2 {
-		return body, resp.Header, nil
+		return body, resp.Header, resp.StatusCode, nil
 	}
 	retryAfter := resp.Header.Get("Retry-After")
-	return nil, resp.Header, &StatusError{
+	return nil, resp.Header, resp.StatusCode, &StatusError{
 		Op: op, URL: redact(target), StatusCode: resp.StatusCode,
 		RetryAfter: parseRetryAfter(retryAfter, time.Now()), retryAfter: retryAfter,
 		Body: snippet(body),
