@@ -24,6 +24,13 @@ const roleEnv = "GVISOR_WORKER_TEST_MAIN"
 // in FILE.held and waits until FILE exists.
 const holdStartEnv = "GVISOR_WORKER_TEST_HOLD_START"
 
+// The tests that call t.Parallel run the fake runtime and spend their time waiting on its
+// timers (a fake checkpoint's latency in a drain), not the CPU: they run after the others,
+// -parallel (GOMAXPROCS) at a time. Those on real runsc stay serial: their drains' windows
+// past the preserve deadline are a second or two, and a sandbox another test started
+// (runsc run is CPU-bound) in one of them, at load 12, left the escalation of
+// TestSandboxWhoseClientCheckpointFailsAfterThePreserveDeadlineIsSignalledThen 0.9 s where
+// it has 1.3 s: SIGKILL, not SIGTERM, ended the sandbox.
 func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) != "" {
 		if err := pid1test.MountProc(); err != nil {

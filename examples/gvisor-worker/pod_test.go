@@ -23,6 +23,7 @@ import (
 // what SIGKILL cut. With -pod (default $POD_NAME) the drain reads the deletionTimestamp
 // and plans for it, and `kubectl describe pod` shows the drain.
 func TestWorkerReadsItsPodsDeletionAndPostsEvents(t *testing.T) {
+	t.Parallel()
 	api := &fakeapiserver.Pod{Name: "gvisor-worker-x7k2p", Namespace: "sandboxes", UID: "uid-1"}
 	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
 	cfg := fakeConfig(t)
@@ -72,6 +73,7 @@ func TestWorkerWithoutAPIAccessGoesOnWithGrace(t *testing.T) {
 // kubelet kills it 2 s after SIGTERM (row 580, measured under the real kubelet), and the
 // budget plans that once its read lands.
 func TestWorkerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
+	t.Parallel()
 	served := fakeapiserver.NewServed(&fakeapiserver.Pod{Name: "gvisor-worker-0", Namespace: "sandboxes", UID: "uid-old"})
 	this := served.Pod()
 	_, kcfg := fakeapiserver.Start(t, served, this.Namespace, "token-1")
@@ -104,6 +106,7 @@ func TestWorkerDoesNotTakeANewPodOfItsNameForItself(t *testing.T) {
 // checkpoints, the Report and the termination message cut. -kubelet-grace (with -pod)
 // is that slice: a SIGTERM read that finds no deletionTimestamp moves SIGKILL to it.
 func TestWorkerStoppedByTheKubeletItselfPlansWithKubeletGrace(t *testing.T) {
+	t.Parallel()
 	api := &fakeapiserver.Pod{Name: "gvisor-worker-x7k2p", Namespace: "sandboxes", UID: "uid-1"}
 	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
 	cfg := fakeConfig(t)
@@ -128,6 +131,7 @@ func TestWorkerStoppedByTheKubeletItselfPlansWithKubeletGrace(t *testing.T) {
 // start (examples/internal/podstart): the Error line at start, pod_mismatch in the Report
 // (exit 1), -grace kept.
 func TestWorkerSaysAPodUIDThatIsNotThePodsAtStart(t *testing.T) {
+	t.Parallel()
 	api := &fakeapiserver.Pod{Name: "gvisor-worker-0", Namespace: "sandboxes", UID: "uid-0"}
 	_, kcfg := fakeapiserver.Start(t, api, api.Namespace, "token-1")
 	cfg := fakeConfig(t)

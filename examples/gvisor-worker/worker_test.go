@@ -84,6 +84,7 @@ func serveWorkerWith(t *testing.T, cfg config, log *slog.Logger, setup func(*Wor
 // listens (after SIGTERM alone they raced the shutdown, which closes the socket once
 // the 1 s pauses end: under load the four calls took longer).
 func TestShutdownGatesRunAndRestoreButNotCheckpoint(t *testing.T) {
+	t.Parallel()
 	w, c, stop := serveWorker(t, fakeConfig(t))
 	var ids []string
 	for range 3 {
@@ -177,6 +178,7 @@ func TestRunscTargetTellsFailedWaitFromExit(t *testing.T) {
 // hostPath the host cannot reach), and Main writes the drain's summary to
 // -termination-log beside last-shutdown.json.
 func TestListenOnTCPAndTerminationLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -213,6 +215,7 @@ func TestListenOnTCPAndTerminationLog(t *testing.T) {
 // starts nothing: a negative one ran the sandbox for a day, one past ten years answered
 // FailedPrecondition "sandbox is in the wrong state".
 func TestRunWithATimeoutOutOfRangeIsInvalidArgument(t *testing.T) {
+	t.Parallel()
 	_, c, _ := serveWorker(t, fakeConfig(t))
 	for _, timeout := range []int{-1, sandbox.MaxTimeoutS + 1} {
 		_, err := c.Run(context.Background(), &RunRequest{TimeoutS: timeout})
@@ -232,6 +235,7 @@ func TestRunWithATimeoutOutOfRangeIsInvalidArgument(t *testing.T) {
 // worker that knew none of the first one's sandboxes); and a -socket that names
 // something other than a socket is refused and left alone, not deleted.
 func TestSocketInUseOrNotASocketIsRefusedNotRemoved(t *testing.T) {
+	t.Parallel()
 	cfg := fakeConfig(t)
 	_, c, _ := serveWorker(t, cfg)
 	r, err := c.Run(context.Background(), &RunRequest{})
@@ -326,6 +330,7 @@ func TestWorkerAdaptsAndStartsFromWhatItLearned(t *testing.T) {
 // at the deadline; stopped them", with none running, and the worker
 // exited 1.
 func TestAQuietConnectionAtShutdownIsNoFault(t *testing.T) {
+	t.Parallel()
 	cfg := fakeConfig(t)
 	cfg.Grace, cfg.PauseLatency = 5*time.Second, 500*time.Millisecond // the grpc step ends by 3.5 s: below grpc's 5 s wait for the ping
 	_, _, stop := serveWorker(t, cfg)
