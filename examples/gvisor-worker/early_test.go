@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,15 +82,32 @@ func slowWorker(t *testing.T, cfg config, n int) (w *Worker, c *Client, stop fun
 	return w, c, stop, d, ids
 }
 
+// earlyGrace is the grace of the drains here. The budget's margin (1.5 s), the escalate
+// step's reserve (1.5 s) and the grpc step's (0.5 s) are at their floors at any grace up to
+// 15 s: past the preserve phase's deadline, at earlyLead, the escalate step ends 1.5 s on
+// and the Preserver's hard deadline is 2 s on at any such grace. The grace sets only the
+// wait before it, which these tests spend waiting (at 12 s, 8.5 s of each).
+const earlyGrace = 8 * time.Second
+
+// earlyLead is the preserve phase's deadline of a drain at earlyGrace, from its start.
+const earlyLead = earlyGrace - 3500*time.Millisecond
+
+// sleepPast is slowRunsc's sleep ("slow": its seconds) that makes a checkpoint begun as
+// the drain at earlyGrace starts go on to d past the preserve phase's deadline (then
+// runsc's own time).
+func sleepPast(d time.Duration) string {
+	return strconv.FormatFloat((earlyLead + d).Seconds(), 'f', 3, 64)
+}
+
 // drainingOne starts, as SIGTERM would, the drain of a worker on real runsc with grace
-// 12 s (preserve deadline at +8.5 s, hard +10.5 s), one checkpoint at a time, and one
-// sandbox, id, whose checkpoints marks makes slow, hold or fail (runscDir.mark: a name,
-// its content). It returns once the first checkpoint began, with the preserve phase's
+// earlyGrace (preserve deadline at earlyLead, +4.5 s, hard +6.5 s), one checkpoint at a
+// time, and one sandbox, id, whose checkpoints marks makes slow, hold or fail
+// (runscDir.mark: a name, its content). It returns once the first checkpoint began, with the preserve phase's
 // deadline then, first; ended gives the drain's Report.
 func drainingOne(t *testing.T, marks map[string]string) (w *Worker, d runscDir, id string, first time.Time, ended <-chan *drain.Report) {
 	t.Helper()
 	cfg := runscConfig(t)
-	cfg.Grace = 12 * time.Second
+	cfg.Grace = earlyGrace
 	cfg.Concurrency = 1
 	w, _, stop, d, ids := slowWorker(t, cfg, 1)
 	id = ids[0]
@@ -99,7 +117,9 @@ func drainingOne(t *testing.T, marks map[string]string) (w *Worker, d runscDir, 
 	rep := make(chan *drain.Report, 1)
 	go func() { rep <- stop() }()
 	require.Eventually(t, func() bool { return len(w.stops.inFlight()) > 0 }, 10*time.Second, 10*time.Millisecond, "no checkpoint began")
-	return w, d, id, w.drainer.Plan().Deadline(drain.PhasePreserve), rep
+	first = w.drainer.Plan().Deadline(drain.PhasePreserve)
+	require.Equal(t, earlyLead, first.Sub(w.drainer.Budget().Start()).Round(time.Millisecond), "the plan's preserve deadline is not earlyLead")
+	return w, d, id, first, rep
 }
 
 // callIndex returns where in lines, slowRunsc's calls, call is; the test fails when it
@@ -179,7 +199,7 @@ func (d runscDir) calls(start time.Time) []string {
 // 0.7 s before the slow one's ends.
 func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T) {
 	cfg := runscConfig(t)
-	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
+	cfg.Grace = earlyGrace // preserve deadline at +4.5 s, escalate to +6 s, hard +6.5 s
 	cfg.Concurrency = 3
 	_, _, stop, d, ids := slowWorker(t, cfg, 3)
 	failing, late, slow := ids[0], ids[1], ids[2]
@@ -188,7 +208,7 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 	d.mark("afterkill", late, "") // once the first SIGTERM is sent, at the deadline
 	// Its checkpoint starts at once and ends about a second past the preserve deadline,
 	// before the hard deadline.
-	d.mark("slow", slow, "9.3")
+	d.mark("slow", slow, sleepPast(800*time.Millisecond))
 
 	rep := stop() // as SIGTERM would
 	lines := d.calls(rep.Start)
@@ -204,6 +224,7 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 	}
 	esc := rep.Phase("escalate")
 	require.NotNil(t, esc)
+	assert.Equal(t, earlyLead, rep.Phase(drain.PhasePreserve).Deadline.Sub(rep.Start).Round(time.Millisecond), "the plan's preserve deadline is not earlyLead")
 	t.Logf("preserve deadline +%v, escalate step +%v to +%v (%v of its %v reserve), ended +%v",
 		rep.Phase(drain.PhasePreserve).Deadline.Sub(rep.Start).Round(time.Millisecond), esc.Start.Sub(rep.Start).Round(time.Millisecond),
 		esc.Deadline.Sub(rep.Start).Round(time.Millisecond), esc.Deadline.Sub(esc.Start).Round(time.Millisecond), esc.Reserve, esc.End.Sub(rep.Start).Round(time.Millisecond))
@@ -219,6 +240,8 @@ func TestSandboxesNotCheckpointedAreSignalledAtThePreserveDeadline(t *testing.T)
 // past the old deadline; the kubelet's hook call comes before it.
 func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 	cfg := runscConfig(t)
+	// Not earlyGrace: the hook call moves SIGKILL later by the time since SIGTERM, so the
+	// wait before the deadline is what the second Run gets for the three checkpoints.
 	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, hard +10.5 s
 	cfg.Concurrency = 1
 	w, _, stop, d, ids := slowWorker(t, cfg, 3)
@@ -272,7 +295,7 @@ func TestSandboxesAreNotSignalledWhenTheBudgetMovedSIGKILLLater(t *testing.T) {
 // where it gives up with an error naming the sandbox.
 func TestCheckpointThatOutlivesTheEscalateStepIsNamedNotWaitedFor(t *testing.T) {
 	cfg := runscConfig(t)
-	cfg.Grace = 12 * time.Second
+	cfg.Grace = earlyGrace
 	_, _, stop, d, ids := slowWorker(t, cfg, 1)
 	id := ids[0]
 	d.mark("hold", id, "")
@@ -298,7 +321,7 @@ func TestCheckpointThatOutlivesTheEscalateStepIsNamedNotWaitedFor(t *testing.T) 
 // looks again when it runs. Here the one sandbox's checkpoint fails once, 1 s past the
 // deadline, 0.7 s after the kubelet's hook call; its retry would succeed.
 func TestCheckpointThatFailsAfterTheBudgetMovedSIGKILLLaterIsRetriedNotSignalled(t *testing.T) {
-	w, d, id, first, ended := drainingOne(t, map[string]string{"slow": "9.5", "once": ""})
+	w, d, id, first, ended := drainingOne(t, map[string]string{"slow": sleepPast(time.Second), "once": ""})
 	// Past the deadline, where the escalations began, before the checkpoint fails.
 	time.Sleep(time.Until(first.Add(300 * time.Millisecond)))
 	require.True(t, w.drainer.Budget().OnRestart(time.Now(), w.cfg.Grace), "SIGKILL did not move")
@@ -387,12 +410,12 @@ func TestEscalationWaitsForTheLastCheckpointInFlight(t *testing.T) {
 // test's matter: on a loaded machine it may not, and the step's error names it then.
 func TestSandboxWhoseClientCheckpointFailsAfterThePreserveDeadlineIsSignalledThen(t *testing.T) {
 	cfg := runscConfig(t)
-	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s, hard +10.5 s
+	cfg.Grace = earlyGrace // preserve deadline at +4.5 s, escalate to +6 s, hard +6.5 s
 	cfg.Concurrency = 1
 	w, c, stop, d, ids := slowWorker(t, cfg, 2)
 	slow, client := ids[0], ids[1] // the Preserver takes slow first
-	d.mark("slow", slow, "9.4")
-	d.mark("slow", client, "8.7")
+	d.mark("slow", slow, sleepPast(900*time.Millisecond))
+	d.mark("slow", client, sleepPast(200*time.Millisecond))
 	d.mark("fail", client, "")
 	go func() { _, _ = c.Checkpoint(context.Background(), client) }() // it fails
 	require.Eventually(t, func() bool {
@@ -421,11 +444,11 @@ func TestSandboxWhoseClientCheckpointFailsAfterThePreserveDeadlineIsSignalledThe
 // moves 1.2 s earlier 0.4 s past the deadline.
 func TestEscalateStepEndsWithItsEarlyEscalationsWhenTheBudgetMovesSIGKILLEarlier(t *testing.T) {
 	cfg := runscConfig(t)
-	cfg.Grace = 12 * time.Second // preserve deadline at +8.5 s, escalate to +10 s
+	cfg.Grace = earlyGrace // preserve deadline at +4.5 s, escalate to +6 s
 	cfg.Concurrency = 1
 	w, _, stop, d, ids := slowWorker(t, cfg, 1)
 	id := ids[0]
-	d.mark("slow", id, "8.7")
+	d.mark("slow", id, sleepPast(200*time.Millisecond))
 	d.mark("fail", id, "")
 	d.mark("deaf", id, "")
 
@@ -455,16 +478,19 @@ func TestEscalateStepEndsWithItsEarlyEscalationsWhenTheBudgetMovesSIGKILLEarlier
 // preserved, they named it in the step's error, "still in flight at the escalate step's
 // deadline: not signalled": the step failed with nothing to signal, and under CI's load a
 // slow real checkpoint crossed that line in 4 runs of 11. Now only the step, which begins
-// once the Preserver has returned, names what outlives it. Here a fake checkpoint of 10.2 s
+// once the Preserver has returned, names what outlives it. Here a fake checkpoint
 // ends between the two.
 func TestCheckpointPreservedPastThePlannedEscalateDeadlineIsNotNamed(t *testing.T) {
+	t.Parallel()
 	cfg := fakeConfig(t)
-	cfg.Grace = 12 * time.Second
+	cfg.Grace = earlyGrace
 	cfg.Concurrency = 1
 	w, c, stop := serveWorkerWith(t, cfg, slog.New(slog.DiscardHandler), nil)
 	_, err := c.Run(context.Background(), &RunRequest{})
 	require.NoError(t, err)
-	w.rt.(*sandbox.Fake).PauseLatency = 10200 * time.Millisecond // after the plan fitted one round of the configured 1 s
+	// After the plan fitted one round of the configured 1 s: it ends 1.7 s past the preserve
+	// deadline, between the escalate step's planned end (1.5 s) and the hard deadline (2 s).
+	w.rt.(*sandbox.Fake).PauseLatency = earlyLead + 1700*time.Millisecond
 
 	rep := stop() // as SIGTERM would
 	require.NotNil(t, rep.Preserve)
