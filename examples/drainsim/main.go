@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"syscall"
@@ -72,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "pauses drainkit runs at once; 0: pause's adaptive limit (from 8, between 1 and 32)")
 	fs.StringVar(&o.Runtime, "runtime", "fake", "sandbox runtime: fake, or runsc for real gVisor sandboxes (root)")
 	durflag.DurationVar(fs, &o.SeedPoll, "seed-poll", 3*time.Second, "how often the seed's preStop loop polls (AgentENV: 3s)")
+	fs.Uint64Var(&o.IDSeed, "id-seed", 0, "seed of the sandbox IDs, and so of the fake pause times, both servers get (default: a random one, printed)")
 	fs.BoolVar(&o.Verbose, "v", false, "show the servers' logs")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -93,6 +95,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if !set["pause"] {
 		o.Pause = def.Pause
 	}
+	if !set["id-seed"] {
+		o.IDSeed = rand.Uint64() | 1 // never 0, which the servers take for random IDs
+	}
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -110,6 +115,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-concurrency %d is negative (0 adapts)", o.Concurrency)
 	case o.Runtime != "fake" && o.Runtime != "runsc":
 		return o, fmt.Errorf("-runtime %q: want fake or runsc", o.Runtime)
+	case o.IDSeed == 0:
+		return o, errors.New("-id-seed 0 would give the two servers random IDs, different pause times: give a seed > 0, or leave it out for a random one")
 	case o.SeedPoll <= 0:
 		return o, fmt.Errorf("-seed-poll %v is not positive", o.SeedPoll)
 	}
@@ -127,7 +134,8 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 		pause = "a real runsc checkpoint"
 	}
 	fmt.Fprintf(stdout, "drainsim: a node with %d running sandboxes (%s runtime, one pause takes %s) is terminated\n"+
-		"by the kubelet with a grace period of %v, twice.\n\n", opts.N, opts.Runtime, pause, opts.Grace)
+		"by the kubelet with a grace period of %v, twice, the same sandboxes each time (-id-seed %d).\n\n",
+		opts.N, opts.Runtime, pause, opts.Grace, opts.IDSeed)
 	fmt.Fprintf(stdout, "Real server processes, real signals, a real device daemon child, in real time with the\n"+
 		"grace period scaled down from AgentENV's 3600 s. The kubelet is simulated (internal/kubeletsim):\n"+
 		"preStop bounded by the grace period, its elapsed time truncated to whole seconds, a 2 s floor,\n"+

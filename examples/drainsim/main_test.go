@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 )
@@ -103,10 +107,11 @@ func TestFlagsDefaultPerRuntimeAndRejectBadValues(t *testing.T) {
 // NaN -jitter passed the [0, 1) check. Each is refused, naming the flag.
 func TestZeroAndNaNFlagsAreRefusedNotDefaulted(t *testing.T) {
 	for name, args := range map[string][]string{
-		"-grace":  {"-grace", "0"},
-		"-n":      {"-n", "0"},
-		"-pause":  {"-pause", "0s"},
-		"-jitter": {"-jitter", "NaN"},
+		"-grace":   {"-grace", "0"},
+		"-n":       {"-n", "0"},
+		"-pause":   {"-pause", "0s"},
+		"-jitter":  {"-jitter", "NaN"},
+		"-id-seed": {"-id-seed", "0"}, // random IDs in each server: not like for like
 	} {
 		_, err := parseFlags(args, io.Discard)
 		require.Error(t, err, name)
@@ -173,4 +178,47 @@ func TestGraceOfFractionalSecondsIsRefused(t *testing.T) {
 		_, err := parseFlags([]string{"-grace", v}, io.Discard)
 		assert.NoError(t, err, v)
 	}
+}
+
+// Fault: the seed and drainkit paused different sandboxes: each server made random IDs,
+// and a fake pause's latency follows from its sandbox's ID, so the two runs drew
+// different latencies and the comparison was not like for like. With drainsim's
+// default flags, both servers (real processes) now create the same IDs, in the same
+// order, and so the same latency for each sandbox.
+func TestSeedAndDrainkitPauseTheSameSandboxes(t *testing.T) {
+	opts, err := parseFlags([]string{"-n", "6"}, io.Discard)
+	require.NoError(t, err)
+	var ids [2][]string
+	for i, mode := range []string{modeSeed, modeDrainkit} {
+		nd, err := startNode(context.Background(), opts, mode, opts.N, io.Discard)
+		require.NoError(t, err, mode)
+		ids[i] = listIDs(t, nd.base)
+		nd.close()
+	}
+	fake := &sandbox.Fake{PauseLatency: opts.Pause, Jitter: opts.Jitter}
+	for i := range ids {
+		var lat []time.Duration
+		for _, id := range ids[i] {
+			lat = append(lat, fake.Latency(id))
+		}
+		t.Logf("%s: %v, latencies %v", []string{modeSeed, modeDrainkit}[i], ids[i], lat)
+	}
+	require.Len(t, ids[0], opts.N)
+	assert.Equal(t, ids[0], ids[1], "the seed's sandboxes and drainkit's")
+}
+
+// listIDs returns the IDs GET /sandboxes lists, sorted: the order both servers pause in
+// when they pause one at a time.
+func listIDs(t *testing.T, base string) []string {
+	resp, err := http.Get(base + "/sandboxes")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var list []struct{ ID string }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+	var ids []string
+	for _, sb := range list {
+		ids = append(ids, sb.ID)
+	}
+	sort.Strings(ids)
+	return ids
 }

@@ -33,6 +33,7 @@ func seedMain(args []string, stderr io.Writer) int {
 	rtName := fs.String("runtime", "fake", "")
 	latency := fs.Duration("pause-latency", 500*time.Millisecond, "")
 	jitter := fs.Float64("pause-jitter", 0, "")
+	idSeed := fs.Uint64("id-seed", 0, "")
 	fs.Duration("grace", 0, "ignored: the seed does not know its grace period")
 	fs.Int("concurrency", 1, "ignored: the seed pauses one at a time")
 	devices := fs.Int("devices", 2, "")
@@ -40,14 +41,14 @@ func seedMain(args []string, stderr io.Writer) int {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	if err := runSeed(*listen, *dir, *rtName, *latency, *jitter, *devices, logger); err != nil {
+	if err := runSeed(*listen, *dir, *rtName, *latency, *jitter, *idSeed, *devices, logger); err != nil {
 		logger.Error("seed", "error", err)
 		return 1
 	}
 	return 0
 }
 
-func runSeed(listen, dir, rtName string, latency time.Duration, jitter float64, devices int, logger *slog.Logger) error {
+func runSeed(listen, dir, rtName string, latency time.Duration, jitter float64, idSeed uint64, devices int, logger *slog.Logger) error {
 	st, err := store.Open(filepath.Join(dir, "records"))
 	if err != nil {
 		return err
@@ -61,6 +62,9 @@ func runSeed(listen, dir, rtName string, latency time.Duration, jitter float64, 
 		return err
 	}
 	defer node.Close()
+	if idSeed != 0 {
+		node.SeedIDs(idSeed) // as sandboxd does: the same sandboxes, the same pause latencies
+	}
 	daemon, sock, err := server.StartDeviceDaemon(context.Background(), dir, devices)
 	if err != nil {
 		return err

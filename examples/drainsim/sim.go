@@ -41,7 +41,11 @@ type options struct {
 	Concurrency int
 	Runtime     string
 	SeedPoll    time.Duration // the seed's preStop loop polls this often (AgentENV: 3 s)
-	Verbose     bool          // servers' logs to stderr
+	// IDSeed is passed to both servers (-id-seed): the two runs create the same sandbox IDs,
+	// and so, the fake runtime's latency following from the ID, pause the same sandboxes in
+	// the same times. Random per drainsim run unless -id-seed is given.
+	IDSeed  uint64
+	Verbose bool // servers' logs to stderr
 }
 
 // result is one termination.
@@ -180,7 +184,7 @@ func startServer(opts options, mode, dir, addr, hookAddr string, stderr io.Write
 	}
 	args := []string{"-listen", addr, "-state-dir", dir, "-grace", opts.Grace.String(),
 		"-runtime", opts.Runtime, "-pause-latency", opts.Pause.String(),
-		"-pause-jitter", fmt.Sprint(opts.Jitter), "-concurrency", fmt.Sprint(opts.Concurrency), "-devices", "2"}
+		"-pause-jitter", fmt.Sprint(opts.Jitter), "-id-seed", fmt.Sprint(opts.IDSeed), "-concurrency", fmt.Sprint(opts.Concurrency), "-devices", "2"}
 	if mode != modeSeed {
 		args = append(args, "-hook-listen", hookAddr) // loopback: no secret needed
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -92,6 +93,7 @@ type Node struct {
 	// (creating, pausing, resuming, deleting): Preserve waits on it.
 	settled chan struct{}
 	wg      sync.WaitGroup // timeouts in progress
+	ids     *mrand.Rand    // SeedIDs's generator; nil: crypto/rand
 }
 
 // NewNode returns a Node over rt whose paused sandboxes are the good records in st, and the
@@ -155,8 +157,8 @@ func (n *Node) Create(ctx context.Context, timeoutS int) (Info, error) {
 	if timeoutS <= 0 || timeoutS > MaxTimeoutS {
 		return Info{}, fmt.Errorf("%w: timeout_s must be in [1, %d]", ErrConflict, MaxTimeoutS)
 	}
-	id := newID()
 	n.mu.Lock()
+	id := n.newID()
 	e := &entry{Info: Info{ID: id, State: Creating, TimeoutS: timeoutS}}
 	n.sbs[id] = e
 	n.mu.Unlock()
@@ -687,8 +689,35 @@ func (n *Node) AwaitSettled(ctx context.Context, id string) (string, error) {
 	}
 }
 
-func newID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
+// SeedIDs makes the IDs of the sandboxes Create makes from now on a sequence drawn from
+// seed, the same for the same seed on every Node, where they are random otherwise: two
+// servers seeded alike have the same sandboxes, and a fake sandbox's pause latency and size
+// follow from its ID (Fake.Latency), so a comparison of two drains (drainsim's seed and
+// drainkit) pauses the same set with the same latencies. An ID the Node already has (a
+// paused sandbox's record from an earlier server with the seed) is passed over for the
+// next one. Call it before the first Create.
+func (n *Node) SeedIDs(seed uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.ids = mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// newID returns an ID no sandbox of the node has: random, or SeedIDs's next. The caller
+// holds n.mu.
+func (n *Node) newID() string {
+	for {
+		var b [6]byte
+		if n.ids == nil {
+			_, _ = rand.Read(b[:])
+		} else {
+			v := n.ids.Uint64()
+			for i := range b {
+				b[i] = byte(v >> (8 * i))
+			}
+		}
+		id := "sb-" + hex.EncodeToString(b[:])
+		if _, taken := n.sbs[id]; !taken {
+			return id
+		}
+	}
 }

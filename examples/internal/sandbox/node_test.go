@@ -761,3 +761,36 @@ func TestDeletedSandboxWhoseRecordStaysIsSaidLoudly(t *testing.T) {
 	assert.Empty(t, n.List(), "destroyed")
 	assert.Contains(t, logs.String(), `level=ERROR msg="deleted sandbox keeps its record`)
 }
+
+// Two Nodes seeded alike create the same IDs in the same order, and so (Fake.Latency)
+// the same pause latencies: drainsim's two servers pause the same sandboxes. A Node
+// restarted with the seed over the records of paused sandboxes passes over their IDs.
+func TestSeededNodesCreateTheSameSandboxes(t *testing.T) {
+	create := func(n *Node, k int) []string {
+		var ids []string
+		for range k {
+			info, err := n.Create(t.Context(), 60)
+			require.NoError(t, err)
+			ids = append(ids, info.ID)
+		}
+		return ids
+	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a, _ := newFakeNode(t, dirA, time.Millisecond)
+	b, _ := newFakeNode(t, dirB, time.Millisecond)
+	a.SeedIDs(42)
+	b.SeedIDs(42)
+	idsA, idsB := create(a, 5), create(b, 5)
+	assert.Equal(t, idsA, idsB)
+	c, _ := newFakeNode(t, t.TempDir(), time.Millisecond)
+	c.SeedIDs(43)
+	assert.NotEqual(t, idsA, create(c, 5), "another seed, other sandboxes")
+
+	_, err := a.Pause(t.Context(), idsA[0])
+	require.NoError(t, err)
+	a.Close()
+	again, _ := newFakeNode(t, dirA, time.Millisecond)
+	again.SeedIDs(42)
+	next := create(again, 2)
+	assert.Equal(t, idsA[1:3], next, "the paused sandbox's ID is taken: the next ones follow")
+}

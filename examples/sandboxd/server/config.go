@@ -42,6 +42,11 @@ type Config struct {
 	// PauseJitter spreads the fake latency over PauseLatency x [1-j, 1+j] (-pause-jitter).
 	PauseLatency time.Duration
 	PauseJitter  float64
+	// IDSeed, when not 0, draws the IDs of new sandboxes from a sequence seeded with it
+	// (-id-seed; sandbox.Node.SeedIDs): with the fake runtime, whose pause latencies follow
+	// from the IDs, two servers of one seed pause the same sandboxes in the same times, as
+	// drainsim's comparison needs. 0: random IDs.
+	IDSeed uint64
 	// Concurrency is how many pauses run at once at shutdown (-concurrency): n > 0 fixes
 	// it; 0 lets pause's adaptive limit find it (between 1 and MaxConcurrency), starting
 	// from the concurrency the last shutdown learned best (learned-rates.json), which its
@@ -111,6 +116,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&c.Runtime, "runtime", "fake", "sandbox runtime: fake or runsc")
 	durflag.DurationVar(fs, &c.PauseLatency, "pause-latency", DefaultPauseLatency, "how long one pause takes (fake runtime); with runsc, the first estimate of a checkpoint")
 	fs.Float64Var(&c.PauseJitter, "pause-jitter", 0, "spread of the pause latency, a fraction in [0, 1) (fake runtime)")
+	fs.Uint64Var(&c.IDSeed, "id-seed", 0, "draw new sandboxes' IDs (and so the fake runtime's pause latencies) from this seed; 0: random")
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown; 0: adaptive, from what the last shutdown learned")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
 	fs.StringVar(&c.Pod, "pod", os.Getenv(drain.EnvPodName), "this pod's name, for its deletionTimestamp and Events through the Kubernetes API (needs deploy/rbac.yaml); empty: no API access")

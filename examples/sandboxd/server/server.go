@@ -130,6 +130,9 @@ func (s *Server) open(ctx context.Context) (err error) {
 	if s.node, s.Problems, err = sandbox.NewNode(s.rt, st, s.logger); err != nil {
 		return err
 	}
+	if s.cfg.IDSeed != 0 {
+		s.node.SeedIDs(s.cfg.IDSeed)
+	}
 	if s.meters, s.metrics, err = promexport.New(); err != nil {
 		return err
 	}
