@@ -132,7 +132,7 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 		return err
 	}
 	if s.Disk != nil && fault == OK {
-		if err := s.Disk.write(ctx, s.Bytes); err != nil {
+		if err := s.Disk.Write(ctx, s.Bytes); err != nil {
 			return err
 		}
 	}
@@ -266,7 +266,12 @@ func seconds(s float64) time.Duration {
 	return time.Duration(ns)
 }
 
-func (d *Disk) write(ctx context.Context, n int64) error {
+// Write writes n bytes to the Disk, sharing it with the writes in flight: it returns
+// once they are written, or ctx's error when ctx ends first. A Sandbox with a Disk calls
+// it; a fake runtime of its own calls it to make its pauses share a device (the examples'
+// sandbox.Fake does). A Disk whose fields no device has, or a negative n, fails at once
+// with a permanent error (backoff.Permanent) naming the field.
+func (d *Disk) Write(ctx context.Context, n int64) error {
 	if err := d.check(n); err != nil {
 		return backoff.Permanent(err) // no retry mends a test's configuration
 	}

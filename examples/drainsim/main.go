@@ -62,6 +62,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// defaultPauseShare is drainsim's -pause-share: a node's disk writes 4 fake pauses at
+// full speed at once. A fake pause stands for writing its sandbox's memory at 1 GiB/s
+// (sandbox.FakeBytesPerSecond: 0.25-0.75 GiB at the default -pause), one snapshot's
+// stream, and a node's local NVMe drive writes about 4 GiB/s; past 4 in flight the node
+// writes no faster, each pause slower (examples/drainsim/README.md).
+const defaultPauseShare = 4
+
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("drainsim", flag.ContinueOnError)
@@ -73,12 +80,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "pauses drainkit runs at once; 0: pause's adaptive limit (from 8, between 1 and 32)")
 	fs.StringVar(&o.Runtime, "runtime", "fake", "sandbox runtime: fake, or runsc for real gVisor sandboxes (root)")
 	durflag.DurationVar(fs, &o.SeedPoll, "seed-poll", 3*time.Second, "how often the seed's preStop loop polls (AgentENV: 3s)")
+	fs.IntVar(&o.PauseShare, "pause-share", 0, "fake pauses the node runs at full speed at once; more share that speed, as snapshots share a disk (default 4; 0: no sharing)")
 	fs.Uint64Var(&o.IDSeed, "id-seed", 0, "seed of the sandbox IDs, and so of the fake pause times, both servers get (default: a random one, printed)")
 	fs.BoolVar(&o.Verbose, "v", false, "show the servers' logs")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	def := options{N: 20, Grace: 8 * time.Second, Pause: 500 * time.Millisecond} // the flags' defaults
+	def := options{N: 20, Grace: 8 * time.Second, Pause: 500 * time.Millisecond, PauseShare: defaultPauseShare} // the flags' defaults
 	if o.Runtime == "runsc" {
 		def = options{N: 6, Grace: 15 * time.Second, Pause: 3 * time.Second}
 	}
@@ -94,6 +102,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if !set["pause"] {
 		o.Pause = def.Pause
+	}
+	if !set["pause-share"] {
+		o.PauseShare = def.PauseShare
 	}
 	if !set["id-seed"] {
 		o.IDSeed = rand.Uint64() | 1 // never 0, which the servers take for random IDs
@@ -115,6 +126,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-concurrency %d is negative (0 adapts)", o.Concurrency)
 	case o.Runtime != "fake" && o.Runtime != "runsc":
 		return o, fmt.Errorf("-runtime %q: want fake or runsc", o.Runtime)
+	case o.PauseShare < 0:
+		return o, fmt.Errorf("-pause-share %d is negative (0: no sharing)", o.PauseShare)
+	case o.PauseShare > 0 && o.Runtime != "fake":
+		return o, fmt.Errorf("-pause-share %d is the fake runtime's: real %s checkpoints share the node as they do", o.PauseShare, o.Runtime)
 	case o.IDSeed == 0:
 		return o, errors.New("-id-seed 0 would give the two servers random IDs, different pause times: give a seed > 0, or leave it out for a random one")
 	case o.SeedPoll <= 0:
@@ -130,6 +145,9 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 		return nil, err
 	}
 	pause := fmt.Sprintf("%v ±%.0f%%", opts.Pause, opts.Jitter*100)
+	if opts.PauseShare > 0 {
+		pause += fmt.Sprintf(" alone; the node runs %d at full speed, more share its disk", opts.PauseShare)
+	}
 	if opts.Runtime == "runsc" {
 		pause = "a real runsc checkpoint"
 	}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,17 +86,21 @@ func TestFlagsDefaultPerRuntimeAndRejectBadValues(t *testing.T) {
 	assert.Equal(t, 20, o.N)
 	assert.Equal(t, 8*time.Second, o.Grace)
 	assert.Equal(t, 500*time.Millisecond, o.Pause)
+	assert.Equal(t, 4, o.PauseShare, "fake pauses share a disk that writes 4 at full speed")
 	o, err = parseFlags([]string{"-runtime", "runsc"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, 6, o.N)
 	assert.Equal(t, 15*time.Second, o.Grace)
 	assert.Equal(t, 3*time.Second, o.Pause)
+	assert.Zero(t, o.PauseShare, "real checkpoints share the node as they do")
 	for name, args := range map[string][]string{
-		"-grace":       {"-grace", "1h"},
-		"-jitter":      {"-jitter", "1"},
-		"-concurrency": {"-concurrency", "-1"},
-		"-runtime":     {"-runtime", "kvm"},
-		"-n":           {"-n", "-3"},
+		"-grace":        {"-grace", "1h"},
+		"-jitter":       {"-jitter", "1"},
+		"-concurrency":  {"-concurrency", "-1"},
+		"-runtime":      {"-runtime", "kvm"},
+		"-n":            {"-n", "-3"},
+		"-pause-share":  {"-pause-share", "-1"},
+		"-pause-share ": {"-runtime", "runsc", "-pause-share", "2"},
 	} {
 		_, err := parseFlags(args, io.Discard)
 		require.Error(t, err, name)
@@ -221,4 +226,37 @@ func listIDs(t *testing.T, base string) []string {
 	}
 	sort.Strings(ids)
 	return ids
+}
+
+// Fault: parallel fake pauses were free. A fake pause was a timer, so 8 at once each
+// ended as soon as one alone would, where real pauses in flight share the node's disk (a
+// snapshot writes the VM's memory) or CPU (a checkpoint), and the adaptive limit had no
+// knee to find. With drainsim's defaults the node writes 4 pauses at full speed
+// (-pause-share 4): 8 pauses of 400 ms asked of drainkit's server (a real process) at once
+// each take 800 ms.
+func TestParallelPausesShareTheNode(t *testing.T) {
+	opts, err := parseFlags([]string{"-n", "8", "-pause", "400ms", "-jitter", "0"}, io.Discard)
+	require.NoError(t, err)
+	nd, err := startNode(context.Background(), opts, modeDrainkit, opts.N, io.Discard)
+	require.NoError(t, err)
+	defer nd.close()
+	ids := listIDs(t, nd.base)
+	took := make([]time.Duration, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			start := time.Now()
+			resp, err := http.Post(nd.base+"/sandboxes/"+id+"/pause", "", nil)
+			if assert.NoError(t, err) {
+				resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode, id)
+			}
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	t.Logf("8 pauses of 400 ms at once took %v", took)
+	for i, d := range took {
+		assert.GreaterOrEqual(t, d, 800*time.Millisecond, "%s: 8 at once, 4 at full speed", ids[i])
+	}
 }

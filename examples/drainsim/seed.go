@@ -26,46 +26,62 @@ import (
 // one at a time with no deadline, then asks the device daemon to stop and waits for it.
 // It takes sandboxd's flags.
 func seedMain(args []string, stderr io.Writer) int {
+	var c seedConfig
 	fs := flag.NewFlagSet("seed", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8080", "")
-	dir := fs.String("state-dir", "", "")
-	rtName := fs.String("runtime", "fake", "")
-	latency := fs.Duration("pause-latency", 500*time.Millisecond, "")
-	jitter := fs.Float64("pause-jitter", 0, "")
-	idSeed := fs.Uint64("id-seed", 0, "")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "")
+	fs.StringVar(&c.dir, "state-dir", "", "")
+	fs.StringVar(&c.runtime, "runtime", "fake", "")
+	fs.DurationVar(&c.latency, "pause-latency", 500*time.Millisecond, "")
+	fs.Float64Var(&c.jitter, "pause-jitter", 0, "")
+	fs.IntVar(&c.share, "pause-share", 0, "")
+	fs.Uint64Var(&c.idSeed, "id-seed", 0, "")
 	fs.Duration("grace", 0, "ignored: the seed does not know its grace period")
 	fs.Int("concurrency", 1, "ignored: the seed pauses one at a time")
-	devices := fs.Int("devices", 2, "")
+	fs.IntVar(&c.devices, "devices", 2, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	if err := runSeed(*listen, *dir, *rtName, *latency, *jitter, *idSeed, *devices, logger); err != nil {
+	if err := runSeed(c, logger); err != nil {
 		logger.Error("seed", "error", err)
 		return 1
 	}
 	return 0
 }
 
-func runSeed(listen, dir, rtName string, latency time.Duration, jitter float64, idSeed uint64, devices int, logger *slog.Logger) error {
+// seedConfig is the seed's flags: sandboxd's that it uses.
+type seedConfig struct {
+	listen, dir, runtime string
+	latency              time.Duration
+	jitter               float64
+	share                int    // -pause-share: fake pauses at full speed at once
+	idSeed               uint64 // -id-seed: 0, random IDs
+	devices              int
+}
+
+func runSeed(c seedConfig, logger *slog.Logger) error {
+	listen, dir := c.listen, c.dir
 	st, err := store.Open(filepath.Join(dir, "records"))
 	if err != nil {
 		return err
 	}
-	rt, err := sandbox.NewRuntime(rtName, dir, latency, jitter)
+	rt, err := sandbox.NewRuntime(c.runtime, dir, c.latency, c.jitter)
 	if err != nil {
 		return err
+	}
+	if f, ok := rt.(*sandbox.Fake); ok {
+		f.SharePauses(c.share) // as sandboxd does: pauses cost the same in both runs
 	}
 	node, _, err := sandbox.NewNode(rt, st, logger)
 	if err != nil {
 		return err
 	}
 	defer node.Close()
-	if idSeed != 0 {
-		node.SeedIDs(idSeed) // as sandboxd does: the same sandboxes, the same pause latencies
+	if c.idSeed != 0 {
+		node.SeedIDs(c.idSeed) // as sandboxd does: the same sandboxes, the same pause latencies
 	}
-	daemon, sock, err := server.StartDeviceDaemon(context.Background(), dir, devices)
+	daemon, sock, err := server.StartDeviceDaemon(context.Background(), dir, c.devices)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,10 @@ type options struct {
 	Concurrency int
 	Runtime     string
 	SeedPoll    time.Duration // the seed's preStop loop polls this often (AgentENV: 3 s)
+	// PauseShare is how many fake pauses run at full speed at once on the node, in both
+	// servers (-pause-share): more in flight share that speed, as real pauses share the
+	// node's disk. 0: each fake pause takes its own time however many run.
+	PauseShare int
 	// IDSeed is passed to both servers (-id-seed): the two runs create the same sandbox IDs,
 	// and so, the fake runtime's latency following from the ID, pause the same sandboxes in
 	// the same times. Random per drainsim run unless -id-seed is given.
@@ -184,7 +188,8 @@ func startServer(opts options, mode, dir, addr, hookAddr string, stderr io.Write
 	}
 	args := []string{"-listen", addr, "-state-dir", dir, "-grace", opts.Grace.String(),
 		"-runtime", opts.Runtime, "-pause-latency", opts.Pause.String(),
-		"-pause-jitter", fmt.Sprint(opts.Jitter), "-id-seed", fmt.Sprint(opts.IDSeed), "-concurrency", fmt.Sprint(opts.Concurrency), "-devices", "2"}
+		"-pause-jitter", fmt.Sprint(opts.Jitter), "-id-seed", fmt.Sprint(opts.IDSeed),
+		"-pause-share", fmt.Sprint(opts.PauseShare), "-concurrency", fmt.Sprint(opts.Concurrency), "-devices", "2"}
 	if mode != modeSeed {
 		args = append(args, "-hook-listen", hookAddr) // loopback: no secret needed
 	}

@@ -1,6 +1,7 @@
 // Package sandbox is the sandbox-server core shared by the examples: a Node that keeps the
 // node's sandboxes and their states (running, pausing, paused, resuming, deleting, died), over a
-// Runtime that does the work — in-process fakes whose pause takes a configurable time, or
+// Runtime that does the work — in-process fakes whose pause takes a configurable time (and, with
+// Fake.SharePauses, shares the node's capacity with the pauses in flight, as real ones do), or
 // real gVisor sandboxes driven through runsc — and a store of paused-sandbox records.
 // NewRuntime picks the Runtime by name and lays its files out in a server's state directory.
 //

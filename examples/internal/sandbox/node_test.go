@@ -192,6 +192,39 @@ func TestPreserverPausesRunningSandboxesInParallel(t *testing.T) {
 	})
 }
 
+// Fake pauses that share the node's capacity (SharePauses(4), a disk that writes four
+// pauses at full speed) cost what a real snapshot's would: up to 4 at once run at full
+// speed, 8 at once each at half speed, so 8 one-second pauses take 2 s however many run
+// at once from 4 up, and 4 s 2 at a time. Before, a fake pause was a timer, and 8 at once
+// ended in 1 s: parallel pauses were free.
+func TestSharedPausesRunAtFullSpeedUpToTheirCapacityOnly(t *testing.T) {
+	for _, tc := range []struct {
+		limit int
+		want  time.Duration
+	}{{2, 4 * time.Second}, {4, 2 * time.Second}, {8, 2 * time.Second}} {
+		t.Run(fmt.Sprint(tc.limit), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n, _ := newFakeNode(t, t.TempDir(), time.Second)
+				n.rt.(*Fake).SharePauses(4)
+				for range 8 {
+					_, err := n.Create(t.Context(), 24*3600)
+					require.NoError(t, err)
+				}
+				p, err := pause.New(pause.ListFunc(n.Running), pause.Config{Limit: tc.limit})
+				require.NoError(t, err)
+				start := time.Now()
+				rep := p.Run(t.Context(), time.Now().Add(time.Minute))
+				assert.Equal(t, 8, rep.Counts[pause.Preserved])
+				assert.Equal(t, tc.want, time.Since(start).Round(time.Millisecond), "8 one-second pauses, %d at a time", tc.limit)
+				n.Close()
+			})
+		})
+	}
+	f := &Fake{}
+	f.SharePauses(0)
+	assert.Nil(t, f.Disk, "0: pauses share nothing")
+}
+
 func TestFakeLatencyIsSpreadAndStablePerID(t *testing.T) {
 	f := &Fake{PauseLatency: time.Second, Jitter: 0.5}
 	seen := map[time.Duration]bool{}

@@ -19,6 +19,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/drainkit/drainkit/internal/durable"
+	"github.com/drainkit/drainkit/internal/fakesandbox"
 	"github.com/drainkit/drainkit/internal/procstat"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
@@ -56,6 +57,11 @@ type Fake struct {
 	// PauseLatency x [1-Jitter, 1+Jitter], the same for the same ID every time.
 	PauseLatency time.Duration
 	Jitter       float64
+	// Disk, if set, is the capacity the pauses share: a pause writes its Size to it, at
+	// most FakeBytesPerSecond (its Latency when alone), where without one a pause is a
+	// timer of its Latency and any number of them in parallel cost nothing more than one
+	// (SharePauses).
+	Disk *fakesandbox.Disk
 
 	mu      sync.Mutex
 	started map[string]time.Time
@@ -103,18 +109,35 @@ func (f *Fake) Size(id string) int64 {
 	return int64(f.Latency(id).Seconds() * FakeBytesPerSecond)
 }
 
+// SharePauses makes the pauses share a capacity of k pauses at full speed (Disk): up to k
+// at once each take their Latency, and n > k at once each run at k/n of their speed (k/n
+// of FakeBytesPerSecond), as real pauses in flight share the node's disk (a Firecracker
+// snapshot writes the VM's memory) or CPU (a gVisor checkpoint). The node's throughput
+// grows with the pauses in flight up to k and is flat beyond: a concurrency limit has a
+// knee to find. k 0 shares nothing, each pause its own timer. Call it before the pauses.
+func (f *Fake) SharePauses(k int) {
+	f.Disk = nil
+	if k > 0 {
+		f.Disk = &fakesandbox.Disk{Bandwidth: float64(k) * FakeBytesPerSecond, PerWriter: FakeBytesPerSecond}
+	}
+}
+
 // Image returns Dir/ID.img.
 func (f *Fake) Image(id string) string { return filepath.Join(f.Dir, id+".img") }
 
-// Pause takes Latency(id), or returns ctx's error if ctx ends first, and writes the
+// Pause takes Latency(id) (with a Disk, as long as writing Size(id) to it takes while
+// the other pauses in flight write theirs), or returns ctx's error if ctx ends first, and writes the
 // sandbox's image file durably within that time: the latency is the whole pause, the
 // image included, so that an estimate of Latency is right (a disk slower than the
 // latency makes the pause as long as its write). The sandbox stops running only once
 // its image is written: on any error it keeps running, so a retry pauses it again and
 // fails, if it does, with the real error.
 func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
-	t := time.NewTimer(f.Latency(id))
-	defer t.Stop()
+	var t *time.Timer
+	if f.Disk == nil {
+		t = time.NewTimer(f.Latency(id))
+		defer t.Stop()
+	}
 	f.mu.Lock()
 	start, ok := f.started[id]
 	f.mu.Unlock()
@@ -129,16 +152,28 @@ func (f *Fake) Pause(ctx context.Context, id string) (string, error) {
 	if err := durable.WriteFile(image, data, 0o600); err != nil {
 		return "", err
 	}
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+	if err := f.wait(ctx, id, t); err != nil {
 		_ = os.Remove(image) // not paused: it keeps running
-		return "", ctx.Err()
+		return "", err
 	}
 	f.mu.Lock()
 	delete(f.started, id)
 	f.mu.Unlock()
 	return image, nil
+}
+
+// wait is the rest of sandbox id's pause: the timer t of its latency, or its Size written
+// to the shared Disk; ctx's error if ctx ends first.
+func (f *Fake) wait(ctx context.Context, id string, t *time.Timer) error {
+	if t == nil {
+		return f.Disk.Write(ctx, f.Size(id))
+	}
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Resume checks the image and starts the sandbox again. It leaves the image, for

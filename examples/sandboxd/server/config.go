@@ -42,6 +42,11 @@ type Config struct {
 	// PauseJitter spreads the fake latency over PauseLatency x [1-j, 1+j] (-pause-jitter).
 	PauseLatency time.Duration
 	PauseJitter  float64
+	// PauseShare is how many fake pauses run at full speed at once (-pause-share): n > k
+	// in flight each run at k/n of their speed, as real pauses share the node's disk or
+	// CPU (sandbox.Fake.SharePauses). 0, the default: each fake pause takes its latency
+	// however many run. The fake runtime's only.
+	PauseShare int
 	// IDSeed, when not 0, draws the IDs of new sandboxes from a sequence seeded with it
 	// (-id-seed; sandbox.Node.SeedIDs): with the fake runtime, whose pause latencies follow
 	// from the IDs, two servers of one seed pause the same sandboxes in the same times, as
@@ -116,6 +121,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&c.Runtime, "runtime", "fake", "sandbox runtime: fake or runsc")
 	durflag.DurationVar(fs, &c.PauseLatency, "pause-latency", DefaultPauseLatency, "how long one pause takes (fake runtime); with runsc, the first estimate of a checkpoint")
 	fs.Float64Var(&c.PauseJitter, "pause-jitter", 0, "spread of the pause latency, a fraction in [0, 1) (fake runtime)")
+	fs.IntVar(&c.PauseShare, "pause-share", 0, "fake pauses at full speed at once; more share that speed, as pauses share a disk (fake runtime); 0: no sharing")
 	fs.Uint64Var(&c.IDSeed, "id-seed", 0, "draw new sandboxes' IDs (and so the fake runtime's pause latencies) from this seed; 0: random")
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "pauses run at once at shutdown; 0: adaptive, from what the last shutdown learned")
 	fs.StringVar(&c.TerminationLog, "termination-log", "", "file for the drain's summary at exit, the pod's terminationMessagePath (default: $"+termmsg.EnvPath+", else "+termmsg.DefaultPath+" if it exists)")
@@ -165,6 +171,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-pause-latency %v is negative", c.PauseLatency)
 	case !(c.PauseJitter >= 0 && c.PauseJitter < 1): // NaN fails both
 		return fmt.Errorf("-pause-jitter %v is outside [0, 1)", c.PauseJitter)
+	case c.PauseShare < 0:
+		return fmt.Errorf("-pause-share %d is negative (0: no sharing)", c.PauseShare)
+	case c.PauseShare > 0 && c.Runtime != "fake":
+		return fmt.Errorf("-pause-share %d is the fake runtime's: real %s pauses share the node as they do", c.PauseShare, c.Runtime)
 	case c.Concurrency < 0:
 		return fmt.Errorf("-concurrency %d is negative (0 adapts)", c.Concurrency)
 	case c.Devices < 0:

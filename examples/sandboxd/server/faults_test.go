@@ -174,6 +174,18 @@ func TestNaNJitterIsRejected(t *testing.T) {
 	require.ErrorContains(t, err, "-pause-jitter")
 }
 
+// -pause-share is the fake runtime's, and a count: a negative one, or one given with
+// runsc (whose checkpoints share the node as they do), is refused naming the flag.
+func TestPauseShareIsTheFakeRuntimesCount(t *testing.T) {
+	for _, args := range [][]string{{"-pause-share", "-1"}, {"-runtime", "runsc", "-pause-share", "4"}} {
+		_, err := ParseFlags(append([]string{"-state-dir", "x"}, args...), io.Discard)
+		require.ErrorContains(t, err, "-pause-share", "%v", args)
+	}
+	c, err := ParseFlags([]string{"-state-dir", "x", "-pause-share", "4"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 4, c.PauseShare)
+}
+
 // Fault: when last-shutdown.json cannot be written the per-sandbox account was lost with
 // it. Each sandbox not preserved is logged, one line each, whatever happens to the file.
 func TestEachLostSandboxIsLoggedEvenIfTheReportCannotBeWritten(t *testing.T) {

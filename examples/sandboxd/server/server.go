@@ -127,6 +127,9 @@ func (s *Server) open(ctx context.Context) (err error) {
 	if s.rt, err = sandbox.NewRuntime(s.cfg.Runtime, s.cfg.StateDir, s.cfg.PauseLatency, s.cfg.PauseJitter); err != nil {
 		return fmt.Errorf("-runtime %s: %w", s.cfg.Runtime, err)
 	}
+	if f, ok := s.rt.(*sandbox.Fake); ok {
+		f.SharePauses(s.cfg.PauseShare)
+	}
 	if s.node, s.Problems, err = sandbox.NewNode(s.rt, st, s.logger); err != nil {
 		return err
 	}
