@@ -821,11 +821,7 @@ func (r *run) logProgress(now time.Time) {
 // Tighten moved before it ends the phase there), or, once it passed, the
 // hard deadline in-flight preserves run to.
 func (r *run) untilDeadline(now time.Time) string {
-	hard := r.hardline()
-	phase := r.phase
-	if !hard.IsZero() && (phase.IsZero() || hard.Before(phase)) {
-		phase = hard
-	}
+	hard, phase := r.hardline(), r.phaseEnd()
 	switch {
 	case phase.IsZero():
 		return "no deadline"
