@@ -281,7 +281,7 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 	servers, unknown := ublkServers(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, pids)
 	foreign := map[int]int{} // servers of a device not the step's, to that device
 	for pid, ids := range servers {
-		if !slices.ContainsFunc(ids, func(id int) bool { return slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id }) }) {
+		if !slices.ContainsFunc(ids, func(id int) bool { return r.tracks(id, true) }) {
 			foreign[pid] = ids[0]
 			delete(servers, pid)
 		}
