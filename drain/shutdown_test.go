@@ -382,7 +382,7 @@ func (*nilStep) Run(context.Context) (any, error) { return nil, nil }
 func TestSlowListerCannotSpendTheStepsReserve(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := fakesandbox.NewNode()
-		node.AddN("sb", 3, time.Second)
+		node.AddN("sb", 1, time.Second) // the preserve reserve: 1 s
 		slow := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
 			time.Sleep(5 * time.Second) // ignores ctx
 			return node.List(ctx)

@@ -67,7 +67,9 @@ type Config struct {
 	// tested it, a Limit below 8 is what Preserver.Limit reports, and so
 	// what a deadline.Work reserve counts on: the node was measured past
 	// its knee at 8, and a reserve of rounds of 8 there would leave the
-	// preserve phase too little time.
+	// preserve phase too little time. With no Limit, nothing was
+	// measured: Preserver.Limit reports 1 until a Run has measured a
+	// preserve, though the Run starts at 8.
 	//
 	// The adaptive limit measures the node's throughput (bytes per second
 	// of preserves completed, when sandboxes are Sized; sandboxes per
@@ -82,7 +84,8 @@ type Config struct {
 	// [1, MaxLimit], and when the work left at the best throughput
 	// measured needs most of the time left, it stops exploring and keeps
 	// the limit measured fastest.
-	// Preserver.Limit reports it as it moves, and each move is logged at
+	// Preserver.Limit reports it as it moves (once a preserve was
+	// measured), and each move is logged at
 	// Info ("pause: concurrency changed") with the best throughput
 	// measured, best_throughput_bytes_per_s or, when the sandboxes are not
 	// Sized, best_throughput_sandboxes_per_s.

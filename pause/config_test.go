@@ -48,20 +48,21 @@ func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 // Every field's zero value is its default: the limit adapts from 8 between
 // 1 and 32, a Limit alone fixes it, a MaxLimit alone caps the start, and a
 // Limit with a MaxLimit is a learned level the first Run takes after an
-// epoch at the default start (so Limit reports 8 until then, or the
-// level when it is below 8: what a reserve may count on).
+// epoch at the default start. Limit is what a reserve may count on: 1
+// while nothing was measured or learned, a learned level while it is
+// below 8, 8 otherwise, until a Run measures one.
 func TestZeroConfigIsTheDefault(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		cfg   pause.Config
 		limit int
 	}{
-		{"zero", pause.Config{}, pause.DefaultLimit},
+		{"zero", pause.Config{}, 1},
 		{"limit and max", pause.Config{Limit: 3, MaxLimit: 12}, 3},
 		{"limit at the default start and max", pause.Config{Limit: 8, MaxLimit: 12}, 8},
 		{"limit equal to max", pause.Config{Limit: 32, MaxLimit: 32}, pause.DefaultLimit},
 		{"limit alone", pause.Config{Limit: 5}, 5},
-		{"max below the default start", pause.Config{MaxLimit: 2}, 2},
+		{"max below the default start", pause.Config{MaxLimit: 2}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := pause.New(fakesandbox.NewNode(), tc.cfg)
@@ -272,5 +273,33 @@ func TestPermanentThatPanicsIsFoundAtNewOrRetried(t *testing.T) {
 		assert.Equal(t, 3*time.Second, took, "1 s, a 1 s wait, 1 s")
 		assert.Contains(t, logs.String(), `level=ERROR msg="pause: Config.Permanent panicked`)
 		assert.Contains(t, logs.String(), "invalid memory address or nil pointer dereference")
+	})
+}
+
+// A cold Preserver's Limit says what a reserve may count on, not where its
+// Run starts: 1 until a Run has measured a level, though the Run starts at
+// 8; a Run that preserved nothing measured nothing; after one that did,
+// the level it moved to. A fixed Limit is reported as set from the start.
+func TestLimitCountsNoUnmeasuredParallelism(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		p, err := pause.New(node, pause.Config{})
+		require.NoError(t, err)
+		assert.Equal(t, 1, p.Limit(), "nothing measured")
+
+		rep := p.Run(t.Context(), time.Time{})
+		require.Empty(t, rep.Entries)
+		assert.Equal(t, 1, p.Limit(), "a Run of no sandboxes measured nothing")
+
+		node.AddN("sb", 8, time.Second)
+		rep = p.Run(t.Context(), time.Time{})
+		require.Equal(t, 8, rep.Counts[pause.Preserved])
+		assert.Equal(t, pause.DefaultLimit, node.MaxInFlight(), "the Run started at the climb's start")
+		assert.Equal(t, rep.Limit, p.Limit(), "a level measured: the one the Run moved to")
+		assert.Greater(t, p.Limit(), 1)
+
+		fixed, err := pause.New(node, pause.Config{Limit: 5})
+		require.NoError(t, err)
+		assert.Equal(t, 5, fixed.Limit(), "the operator's word")
 	})
 }

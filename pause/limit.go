@@ -80,6 +80,9 @@ func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
 	if est == 0 {
 		est = r.unitUnknown // the Estimator's, fixed at the first pass: r.unknown is the Run goroutine's
 	}
+	if r.p.cold.Load() {
+		r.p.cold.Store(false) // a preserve measured at the limit: Limit reports it
+	}
 	k := r.climb.sample(e.Start, d, u, kbar, est, r.queue.n, res.end)
 	if r.bindsLocked(res.end) {
 		k = r.climb.bind(res.end)

@@ -48,8 +48,11 @@ type Preserver struct {
 	// jump to it (Config.Limit); 0 once a Run's first epoch decided it (a
 	// Run that decided no epoch gives it back to the next).
 	target atomic.Int64
-	rate   byteRate            // measured time per byte of a Sized sandbox's preserve
-	cur    atomic.Pointer[run] // the Run in progress, for Tighten
+	// cold is set while the limit adapts from the default start and no
+	// Run has measured a preserve: Limit reports 1 then (see Limit).
+	cold atomic.Bool
+	rate byteRate            // measured time per byte of a Sized sandbox's preserve
+	cur  atomic.Pointer[run] // the Run in progress, for Tighten
 }
 
 // New returns a Preserver over list, configured by cfg (its zero value is
@@ -70,6 +73,7 @@ func New(list Lister, cfg Config) (*Preserver, error) {
 	}
 	p := &Preserver{list: list, cfg: c, tel: tel}
 	p.limit.Store(int64(c.limit))
+	p.cold.Store(c.adaptive && cfg.Limit == 0)
 	if start := min(defaultLimit, c.maxLimit); c.adaptive && c.limit != start && cfg.Limit > 0 {
 		p.limit.Store(int64(start))
 		p.target.Store(int64(c.limit))
@@ -95,18 +99,30 @@ func isNilValue(x any) bool {
 	return false
 }
 
-// Limit returns the current concurrency limit: before the first Run, the
-// limit it starts at (a fixed Config.Limit; when the limit adapts, 8, or
-// MaxLimit when lower, even from a Config.Limit: see Config.Limit); when
-// the limit adapts, the one it has moved to, kept after the Run (the next
-// Run starts from it). Use it for deadline.Work reserves: so that a
-// reserve never counts on more preserves at once than the node was
-// measured to sustain, a learned Config.Limit below the start that no Run
-// has tested yet is reported instead of the start (the Run still starts at
-// the start, and tests it).
+// Limit returns the concurrency a deadline.Work reserve may count on: how
+// many preserves at once the Preserver runs, as far as that is known to
+// pay. A fixed Config.Limit is the operator's word and is reported as it
+// is. When the limit adapts, the level it has moved to (kept after the
+// Run; the next Run starts from it), except before a Run has measured
+// one: a climb's start is a guess, and preserves at once may share a disk
+// that writes no faster than one (a plan that counted 8 at once as 8 times
+// faster ended its preStop wait with one round of time for 8 pauses that
+// then took 4 times as long, and preserved none). So a Preserver whose
+// limit adapts from the default start (no Config.Limit) reports 1 until a
+// Run has measured a preserve, though that Run starts at 8; one that adapts
+// from a learned Config.Limit, a level an earlier drain measured, reports
+// it while it is below the start, and the start otherwise (the level
+// itself is tested by the first Run). The Estimator's estimate is then
+// the time of one preserve on its own, or at the level learned, and a
+// reserve of rounds at the reported limit never counts on more preserves
+// at once than the node was measured to sustain. Report.Limit is the
+// level a Run ran at.
 func (p *Preserver) Limit() int {
 	if !p.made() {
 		return 0
+	}
+	if p.cold.Load() {
+		return 1
 	}
 	l := p.limit.Load()
 	if t := p.target.Load(); t > 0 && t < l {

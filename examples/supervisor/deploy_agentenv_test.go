@@ -222,9 +222,10 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 
 	// The budget at 3600 s with 200 running sandboxes (AgentENV's double
 	// behind the supervisor's own list, in virtual time): margin 5 s, 30 s
-	// for each step, ceil(200 / 8) rounds (the adaptive limit's start) x
-	// 1 s (the first pause estimate) = 25 s of preserving; the preStop wait
-	// may last until T0 + 3510 s.
+	// for each step, 200 x 1 s (the first pause estimate) = 200 s of
+	// preserving, one at a time (nothing measured yet: the limit adapts
+	// from 8, but the plan counts on no parallelism it has not measured);
+	// the preStop wait may last until T0 + 3335 s.
 	synctest.Test(t, func(t *testing.T) {
 		srv, err := fakeagentenv.New(fakeagentenv.Config{APIKey: "k", PageSize: 37})
 		require.NoError(t, err)
@@ -255,9 +256,9 @@ func TestAgentENVOverlayIsValidAndItsBudgetAddsUp(t *testing.T) {
 		assert.Equal(t, 30*time.Second, windows[3].Reserve, "server step")
 		assert.Equal(t, 30*time.Second, windows[4].Reserve, "daemon step")
 		preserve := windows[2].Reserve
-		assert.Equal(t, 25*time.Second, preserve, "ceil(200/8) rounds of 1 s")
+		assert.Equal(t, 200*time.Second, preserve, "200 preserves of 1 s, one at a time")
 		assert.Equal(t, grace-margin-60*time.Second-preserve, sum.DrainDeadline.Sub(t0),
-			"the preStop wait may last until T0+3510s")
+			"the preStop wait may last until T0+3335s")
 		t.Logf("grace %v: preStop wait until T0+%v, preserve reserve %v, steps 2x30s, margin %v",
 			grace, sum.DrainDeadline.Sub(t0), preserve, st.Margin)
 		sup.drainer.Force() // ends the wait

@@ -161,7 +161,9 @@ type planInput struct {
 }
 
 // defaultLimit and defaultEstimate are what a Preserver with pause's
-// defaults starts from: its limit and its Estimator's estimate.
+// defaults starts from: the limit its first Run starts at (a Run of no
+// sandboxes reports it; its Limit says what a reserve counts on, 1 until a
+// Run measured a level) and its Estimator's estimate.
 var defaultLimit, defaultEstimate = pauseDefaults()
 
 // noSandboxes lists none: the plan builds Preservers only to read them.
@@ -172,7 +174,8 @@ func pauseDefaults() (int, time.Duration) {
 	if err != nil {
 		panic(err) // the zero Config is valid
 	}
-	return p.Limit(), p.Estimator().Estimate()
+	est := p.Estimator().Estimate()
+	return p.Run(context.Background(), time.Time{}).Limit, est
 }
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -478,7 +481,8 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 	case r != nil && r.Limit > 0:
 		in.limit, in.limitSrc = r.Limit, "learned"
 	default:
-		in.limit, in.limitSrc = defaultLimit, "the library's default: nothing learned, no -concurrency"
+		in.limit, in.reserved = defaultLimit, 1
+		in.limitSrc = fmt.Sprintf("the library's default, nothing learned, no -concurrency: adaptive, starts at %d and climbs; planned at 1 (nothing measured: the drain counts on one at a time)", in.limit)
 	}
 	if in.level == 0 {
 		in.level = in.limit
@@ -610,11 +614,11 @@ func (in *planInput) adaptiveStart(r *learned.Rates) error {
 		in.limitSrc = fmt.Sprintf("a ceiling of %d: fixed at %d", in.ceiling, in.limit)
 	case cfg.Limit == 0 && r.LearnedLimit > 0:
 		// As the servers start: a level without the estimate its first epoch checks it against is set aside.
-		in.limitSrc = fmt.Sprintf("adaptive up to %d, learned %d, not taken without a learned estimate to check it against: starts at %d and climbs; planned at %d (what the climb gains is not predicted)",
-			in.ceiling, r.LearnedLimit, in.limit, in.limit)
+		in.limitSrc = fmt.Sprintf("adaptive up to %d, learned %d, not taken without a learned estimate to check it against: starts at %d and climbs; planned at %d (nothing measured: the drain counts on one at a time)",
+			in.ceiling, r.LearnedLimit, in.limit, in.reserved)
 	case cfg.Limit == 0:
-		in.limitSrc = fmt.Sprintf("adaptive up to %d, nothing learned: starts at %d and climbs; planned at %d (what the climb gains is not predicted)",
-			in.ceiling, in.limit, in.limit)
+		in.limitSrc = fmt.Sprintf("adaptive up to %d, nothing learned: starts at %d and climbs; planned at %d (nothing measured: the drain counts on one at a time)",
+			in.ceiling, in.limit, in.reserved)
 	case in.level == in.limit:
 		in.limitSrc = fmt.Sprintf("adaptive up to %d: starts at %d, the level learned", in.ceiling, in.limit)
 	case in.level < in.limit:

@@ -204,7 +204,8 @@ func TestPlanBadInputIsNamed(t *testing.T) {
 // Preserver does, built from the rates: at 8 whatever it learned, then at
 // the learned level after the first round; its live plan reserves at
 // SIGTERM rounds of 8, or of a learned level below 8, which a reserve
-// counts on until a drain has tested it. Before, the plan reserved rounds of the
+// counts on until a drain has tested it, and with nothing learned one at
+// a time (no parallelism measured). Before, the plan reserved rounds of the
 // limit at the end of the last drain (32: 0.904 s where the server
 // reserves 3.616 s, its preStop wait 2.7 s longer than the server's). A
 // fixed limit, an old file and -concurrency plan as before.
@@ -238,7 +239,7 @@ func TestPlanOfAnAdaptiveServerReservesWithTheLimitItStartsAt(t *testing.T) {
 		{"learned the start", `"limit": 16, "learned_limit": 8, "max_limit": 32`, nil,
 			"8", 8 * mean, live, "starts at 8, the level learned"},
 		{"learned none", `"limit": 16, "max_limit": 32`, nil,
-			"8", 8 * mean, live, "nothing learned: starts at 8 and climbs"},
+			"8", 8 * mean, n * est, "nothing learned: starts at 8 and climbs; planned at 1 (nothing measured"},
 		{"a fixed limit", `"limit": 32`, nil,
 			"32", 2 * mean, 2 * est, "learned"},
 		{"-concurrency overrides", `"limit": 32, "learned_limit": 32, "max_limit": 32`, []string{"-concurrency", "16"},
