@@ -21,4 +21,12 @@
 // The goroutine that follows the deadline ends with stop, or once the
 // context ended; stop waits for it, so that nothing is told a move after
 // stop returns.
+//
+// A Deadline is that deadline as the work reads it: it only moves earlier
+// (Move says whether it did), and the Context over it reports the earlier
+// of its parent's deadline and the Deadline's as its own, so that work
+// that plans by ctx.Deadline() (a teardown's stages, a Preserve's
+// request timeout) plans for the time it has. drain's steps, pause's Runs
+// and the supervisor's teardown and final sweep each hold one: a move
+// comes first, the telling (Tighten) and the cancel after.
 package follow

@@ -43,3 +43,30 @@ func ExampleEarlier() {
 	fmt.Println(context.Cause(ctx))
 	// Output: SIGKILL moved earlier
 }
+
+// A step's deadline moves earlier while it runs: the context it was given
+// says so, where a context's own deadline is the one it was made with.
+func ExampleDeadline() {
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(time.Minute))
+	defer cancel()
+
+	var d follow.Deadline
+	step := d.Context(ctx)
+	dl, _ := step.Deadline()
+	fmt.Println("given:", dl.Sub(t0))
+
+	fmt.Println("moved:", d.Move(t0.Add(10*time.Second)))
+	dl, _ = step.Deadline()
+	fmt.Println("now:", dl.Sub(t0))
+
+	fmt.Println("moved later:", d.Move(t0.Add(30*time.Second)))
+	dl, _ = step.Deadline()
+	fmt.Println("still:", dl.Sub(t0))
+	// Output:
+	// given: 1m0s
+	// moved: true
+	// now: 10s
+	// moved later: false
+	// still: 10s
+}
