@@ -837,18 +837,13 @@ func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration, s *st
 // before it reads ctx's deadline: one of the two sees the move.
 type stepDeadline struct {
 	step  Step
-	moved atomic.Pointer[time.Time] // nil: not moved
+	moved follow.Deadline // none: not moved
 }
 
 // tell moves the step's deadline to dl if that is earlier, then tells
 // the step (Tighten) when it can.
 func (s *stepDeadline) tell(dl time.Time) {
-	for {
-		was := s.moved.Load()
-		if was != nil && !dl.Before(*was) || s.moved.CompareAndSwap(was, &dl) {
-			break
-		}
-	}
+	s.moved.Move(dl)
 	if t, ok := s.step.(tightener); ok {
 		t.Tighten(dl)
 	}
@@ -858,20 +853,7 @@ func (s *stepDeadline) tell(dl time.Time) {
 // the earlier one tell moved it to (ctx is cancelled there by whoever
 // moved it).
 func (s *stepDeadline) context(ctx context.Context) context.Context {
-	return stepContext{ctx, s}
-}
-
-type stepContext struct {
-	context.Context
-	s *stepDeadline
-}
-
-func (c stepContext) Deadline() (time.Time, bool) {
-	dl, ok := c.Context.Deadline()
-	if m := c.s.moved.Load(); m != nil && (!ok || m.Before(dl)) {
-		return *m, true
-	}
-	return dl, ok
+	return s.moved.Context(ctx)
 }
 
 // accountFromCount fills a Report whose Run never listed (the preserve
