@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/drainkit/drainkit/internal/follow"
 )
 
 // A run is the state of one Run call. Only the Run goroutine touches its
@@ -32,13 +34,15 @@ type run struct {
 	hardMu sync.Mutex
 	cutAt  *time.Timer   // calls cut at the hard deadline Tighten set; nil until contexts made cut
 	moved  chan struct{} // Tighten moved hard: await re-reads it
-	// tight is the hard deadline Tighten moved the Run to, nil until one
-	// did (then the Report says it); stored under hardMu, read without it
-	// by the Deadline of the Run's contexts (tightCtx) and by phaseEnd.
-	tight atomic.Pointer[time.Time]
+	// tight is the hard deadline Tighten moved the Run to, none until one
+	// did (then the Report says it); moved under hardMu, read without it
+	// by the Deadline of the Run's contexts (follow.Context) and by
+	// phaseEnd.
+	tight follow.Deadline
 	// The phase's context (ctx, the Lister's) and the Preserves' (work),
-	// in the run: no allocation of their own.
-	phaseCtx, workCtx tightCtx
+	// in the run: no allocation of their own. Their Deadline follows
+	// Tighten: see contexts.
+	phaseCtx, workCtx follow.Context
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
@@ -142,7 +146,13 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 // both call: a cancel of its own under another of Tighten's cost a Run six
 // allocations (two cancelCtx, their closures, the children map and done
 // channel of the one in the middle) and their time. Both are wrapped, in
-// the run, so that their Deadline follows Tighten (tightCtx).
+// the run, so that their Deadline follows Tighten (follow.Context over
+// tight): a Preserve that sizes its work by ctx.Deadline() (a request
+// timeout, a cheaper checkpoint when time is short) then plans for the
+// time it has, where a Tighten ends the wrapped context earlier by a
+// cancel, which no deadline says. The wrapper embeds the context, so a
+// child still registers with its cancelCtx and starts no goroutine; its
+// cancellation is the wrapped context's, unchanged.
 func (r *run) contexts() {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
@@ -152,7 +162,7 @@ func (r *run) contexts() {
 	} else {
 		r.ctx, endPhase = context.WithCancel(r.ctx) // no deadline: ended by cut alone
 	}
-	r.phaseCtx = tightCtx{Context: r.ctx, tight: &r.tight}
+	r.phaseCtx = r.tight.Context(r.ctx)
 	r.ctx = &r.phaseCtx
 	var work context.Context
 	switch {
@@ -163,40 +173,12 @@ func (r *run) contexts() {
 	default:
 		work, cutWork = context.WithDeadline(context.WithoutCancel(r.ctx), r.hard)
 	}
-	r.workCtx = tightCtx{Context: work, tight: &r.tight}
+	r.workCtx = r.tight.Context(work)
 	r.work = &r.workCtx
 	r.cut = chain(endPhase, cutWork)
-	if r.tight.Load() != nil {
+	if _, moved := r.tight.Get(); moved {
 		r.cutAt = time.AfterFunc(time.Until(r.hard), r.cut)
 	}
-}
-
-// A tightCtx is a context whose deadline follows Tighten: Deadline returns
-// the earlier of the wrapped context's deadline and the hard deadline
-// Tighten moved the Run to (tight), read at each call. A Preserve that
-// sizes its work by ctx.Deadline() (a request timeout, a cheaper
-// checkpoint when time is short) then plans for the time it has: the
-// wrapped context's deadline is fixed when it is made, and a Tighten ends
-// the context earlier with a cancel, which no deadline says.
-//
-// It embeds the context it wraps, whose Done, Err and Value are its own:
-// a child made from it finds the wrapped cancelCtx through Value, with
-// the same Done, and registers with it, as with the context itself,
-// where a context that is not a cancelCtx has its children watched by a
-// goroutine each. Its cancellation is the wrapped context's, unchanged.
-type tightCtx struct {
-	context.Context
-	tight *atomic.Pointer[time.Time]
-}
-
-// Deadline returns the earlier of the wrapped context's deadline and the
-// hard deadline Tighten moved the Run to, if any.
-func (c *tightCtx) Deadline() (time.Time, bool) {
-	d, ok := c.Context.Deadline()
-	if t := c.tight.Load(); t != nil && (!ok || t.Before(d)) {
-		return *t, true
-	}
-	return d, ok
 }
 
 // phaseEnd returns the phase deadline as Tighten may have moved it: a
@@ -204,10 +186,8 @@ func (c *tightCtx) Deadline() (time.Time, bool) {
 // schedule, the log lines' time_left and the Report read it, so that a
 // pass after a Tighten is ordered for the time it has.
 func (r *run) phaseEnd() time.Time {
-	if t := r.tight.Load(); t != nil && (r.phase.IsZero() || t.Before(r.phase)) {
-		return *t
-	}
-	return r.phase
+	end, _ := r.tight.Cap(r.phase, !r.phase.IsZero())
+	return end
 }
 
 // hardline returns the hard deadline, as Tighten may have moved it.
@@ -229,7 +209,7 @@ func (r *run) tighten(hard time.Time) bool {
 		return false
 	}
 	r.hard = hard
-	r.tight.Store(&hard) // the Run's contexts say it from now (tightCtx)
+	r.tight.Move(hard) // the Run's contexts say it from now (follow.Context)
 	if r.cutAt != nil {
 		r.cutAt.Stop()
 	}
@@ -709,7 +689,7 @@ func (r *run) finish() *Report {
 	rep := r.rep
 	rep.End = time.Now()
 	r.hardMu.Lock()
-	if r.tight.Load() != nil {
+	if _, moved := r.tight.Get(); moved {
 		rep.Hard = r.hard
 		rep.Deadline = r.phaseEnd() // the phase ended there
 	}

@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/drainkit/drainkit/internal/follow"
 )
 
 // The states of a task. A worker moves it queued -> starting -> running,
@@ -70,7 +72,7 @@ type task struct {
 // taskExtra is the part of a task that only a bound or a span needs.
 type taskExtra struct {
 	ctx    context.Context // Preserve's context
-	bound  tightCtx        // with a bound, the bound's context, whose Deadline follows Tighten: ctx is &bound
+	bound  follow.Context  // with a bound, the bound's context, whose Deadline follows Tighten: ctx is &bound
 	cancel context.CancelFunc
 	watch  *time.Timer // abandons the task at its bound plus abandonAfter
 	span   trace.Span  // nil unless the run is traced
@@ -147,7 +149,7 @@ func (t *task) startExtra(ps *pass) {
 		// is fixed here; a Tighten after must still move it.
 		var bound context.Context
 		bound, x.cancel = context.WithTimeout(x.ctx, r.cfg.timeout)
-		x.bound = tightCtx{Context: bound, tight: &r.tight}
+		x.bound = r.tight.Context(bound)
 		x.ctx = &x.bound
 	}
 	ps.tasks.x[t.k] = x // before the timer: abandon reads it

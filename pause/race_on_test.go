@@ -1,0 +1,5 @@
+//go:build race
+
+package pause
+
+const raceEnabled = true
