@@ -622,11 +622,26 @@ var errBudgetMoved = errors.New("the budget moved SIGKILL earlier: the teardown 
 func (s *supervisor) followBudget() (context.Context, context.CancelFunc) {
 	dl := s.budget.Deadline()
 	parent, cancelDL := context.WithDeadline(context.Background(), dl)
-	tc := &teardownContext{td: s.teardown}
-	tc.dl.Store(&dl)
+	// The teardown's deadline, the latest the budget or a Force gave it:
+	// its context (moved.Context) reports it as its Deadline.
+	var moved follow.Deadline
+	moved.Move(dl)
+	// tell moves the deadline to dl if that is earlier, then tells the teardown, and
+	// reports whether it moved it. The budget's follower and the Force's call it each
+	// from its own goroutine: the deadline moves first, so that a Stop reading it now
+	// misses no move.
+	tell := func(dl time.Time) bool {
+		if !moved.Move(dl) {
+			return false
+		}
+		if s.teardown != nil {
+			s.teardown.Tighten(dl)
+		}
+		return true
+	}
 	ctx, unfollow := follow.Earlier(parent, s.budget.Changed, func() (time.Time, bool) {
-		moved := s.budget.Deadline()
-		return moved, tc.tell(moved)
+		dl := s.budget.Deadline()
+		return dl, tell(dl)
 	}, errBudgetMoved)
 	forced := false // read and set in the follower's goroutine alone
 	ctx, unforce := follow.Earlier(ctx, func() <-chan struct{} {
@@ -642,44 +657,13 @@ func (s *supervisor) followBudget() (context.Context, context.CancelFunc) {
 		}
 		forced = true
 		dl := time.Now().Add(s.liveStepReserve()())
-		return dl, tc.tell(dl)
+		return dl, tell(dl)
 	}, drain.ErrForced)
-	tc.Context = ctx // tell reads only tc.dl
-	return tc, func() {
+	return moved.Context(ctx), func() {
 		unforce()
 		unfollow()
 		cancelDL()
 	}
-}
-
-// A teardownContext is followBudget's context: its Deadline is the latest the budget
-// or a Force gave it.
-type teardownContext struct {
-	context.Context
-	td *ublk.Teardown // nil: none to tell
-	dl atomic.Pointer[time.Time]
-}
-
-func (c *teardownContext) Deadline() (time.Time, bool) { return *c.dl.Load(), true }
-
-// tell moves the deadline to dl if that is earlier, then tells the teardown, and
-// reports whether it moved it. The budget's follower and the Force's call it each
-// from its own goroutine: the deadline moves first, so that a Stop reading it now
-// misses no move.
-func (c *teardownContext) tell(dl time.Time) bool {
-	for {
-		was := c.dl.Load()
-		if !dl.Before(*was) {
-			return false
-		}
-		if c.dl.CompareAndSwap(was, &dl) {
-			break
-		}
-	}
-	if c.td != nil {
-		c.td.Tighten(dl)
-	}
-	return true
 }
 
 // forceDuringTeardown reads sigs while the daemon's teardown after the server exited on

@@ -13,6 +13,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/follow"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -148,7 +149,11 @@ type sweepWindow struct {
 	from time.Time        // the sweep's start
 	dl   time.Time        // the step's deadline the layout is for
 
-	startBy, end, settleBy            time.Time
+	// startBy is the half of the layout as it stands, which only moves
+	// earlier: the Deadline of the context in which pauses start (begin).
+	// One per sweep: a sweep's layout is not a later one's.
+	startBy                           *follow.Deadline
+	end, settleBy                     time.Time
 	startTimer, settleTimer, endTimer *time.Timer
 	stopStarts, stopSettle            context.CancelFunc
 }
@@ -163,7 +168,8 @@ func (w *sweepWindow) begin(ctx context.Context, p *pause.Preserver) (starts, se
 	w.p, w.from = p, time.Now()
 	w.dl, _ = ctx.Deadline() // a step always has one (sweep)
 	// The context in which pauses start ends at the half of the layout
-	// as it stands (startTimer), and says so (startsContext): pause reads
+	// as it stands (startTimer), and says so (its Deadline is startBy's,
+	// read at each call, the earlier of it and the step's): pause reads
 	// its Deadline as the phase deadline, the listing's context has it,
 	// and so do the logs. Made once with the first layout's half, it
 	// reported that half after a layout again had cancelled it earlier
@@ -171,9 +177,10 @@ func (w *sweepWindow) begin(ctx context.Context, p *pause.Preserver) (starts, se
 	started, stopStarts := context.WithCancel(ctx)
 	settling, stopSettle := context.WithCancel(ctx)
 	w.stopStarts, w.stopSettle = stopStarts, stopSettle
+	w.startBy = new(follow.Deadline)
 	w.layout()
+	starts = w.startBy.Context(started)
 	w.mu.Unlock()
-	starts = startsContext{started, w}
 	cut := context.AfterFunc(ctx, func() { p.Tighten(time.Now()) })
 	return starts, settling, func() {
 		cut()
@@ -189,11 +196,13 @@ func (w *sweepWindow) begin(ctx context.Context, p *pause.Preserver) (starts, se
 // layout lays the sweep out from its start to w.dl (see sweepWindow).
 func (w *sweepWindow) layout() {
 	left := w.dl.Sub(w.from)
-	w.startBy, w.end, w.settleBy = w.from.Add(left/2), w.from.Add(left*3/4), w.from.Add(left*7/8)
+	startBy := w.from.Add(left / 2)
+	w.startBy.Move(startBy) // only ever earlier: dl moves only earlier (tighten)
+	w.end, w.settleBy = w.from.Add(left*3/4), w.from.Add(left*7/8)
 	if w.startTimer != nil {
 		w.stopTimers()
 	}
-	w.startTimer = time.AfterFunc(time.Until(w.startBy), w.stopStarts)
+	w.startTimer = time.AfterFunc(time.Until(startBy), w.stopStarts)
 	w.settleTimer = time.AfterFunc(time.Until(w.settleBy), w.stopSettle)
 	// The Preserver is told the hard deadline again when it comes: a
 	// layout that landed after the sweep read hard and before its Run was
@@ -225,21 +234,6 @@ func (w *sweepWindow) tighten(dl time.Time) bool {
 	w.layout()
 	w.p.Tighten(w.end)
 	return true
-}
-
-// A startsContext is the context in which the sweep's pauses start
-// (sweepWindow.begin): its Deadline is the half of the sweep as laid out
-// now, where the layout's timer ends it.
-type startsContext struct {
-	context.Context
-	w *sweepWindow
-}
-
-// Deadline is the half of the sweep as laid out now (sweepWindow.layout).
-func (c startsContext) Deadline() (time.Time, bool) {
-	c.w.mu.Lock()
-	defer c.w.mu.Unlock()
-	return c.w.startBy, true
 }
 
 // hard is the hard deadline of the sweep's pauses, as laid out now.
