@@ -29,4 +29,9 @@
 // request timeout) plans for the time it has. drain's steps, pause's Runs
 // and the supervisor's teardown and final sweep each hold one: a move
 // comes first, the telling (Tighten) and the cancel after.
+//
+// Reserve is the deadline a Force gives (drain.Drainer.Force: each step
+// left keeps its reserve): a drain's step and the supervisor's teardown
+// after the server exited on its own follow it the same way, the work
+// told its new deadline first, then ended there.
 package follow

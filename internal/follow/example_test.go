@@ -70,3 +70,27 @@ func ExampleDeadline() {
 	// moved later: false
 	// still: 10s
 }
+
+// A Force while a step runs leaves it its reserve from then: the step is
+// told its new deadline, then its context ends there.
+func ExampleReserve() {
+	forced := make(chan struct{})
+	var moved follow.Deadline
+	ctx, stop := follow.Reserve(context.Background(), forced, func() time.Duration { return 10 * time.Millisecond },
+		func(dl time.Time) bool {
+			fmt.Println("told; moved:", moved.Move(dl))
+			return true
+		}, errors.New("forced: the step keeps its reserve"))
+	defer stop()
+	step := moved.Context(ctx)
+
+	close(forced)
+	<-step.Done()
+	_, ok := step.Deadline()
+	fmt.Println("has a deadline:", ok)
+	fmt.Println(context.Cause(step))
+	// Output:
+	// told; moved: true
+	// has a deadline: true
+	// forced: the step keeps its reserve
+}
