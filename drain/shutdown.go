@@ -805,25 +805,10 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 // end) laid it out in the window it was given, and, cancelled when its
 // reserve ran out, ran none of its late stages.
 func (d *Drainer) forceReserve(ctx context.Context, reserve time.Duration, s *stepDeadline) (context.Context, context.CancelFunc) {
-	if d.force.Err() != nil {
-		return context.WithDeadlineCause(ctx, time.Now().Add(reserve), ErrForced)
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	timers := make(chan *time.Timer, 1)
-	stop := context.AfterFunc(d.force, func() {
-		s.tell(time.Now().Add(reserve))
-		timers <- time.AfterFunc(reserve, func() { cancel(ErrForced) })
-	})
-	return ctx, func() {
-		if !stop() {
-			select {
-			case t := <-timers:
-				t.Stop()
-			default: // the AfterFunc is running; its timer fires into a dead ctx
-			}
-		}
-		cancel(context.Canceled)
-	}
+	return follow.Reserve(ctx, d.force.Done(), func() time.Duration { return reserve }, func(dl time.Time) bool {
+		s.tell(dl)
+		return true // ends there: a deadline a budget moved earlier ended it first, with its cause
+	}, ErrForced)
 }
 
 // A stepDeadline is how a running step learns that its deadline moved
