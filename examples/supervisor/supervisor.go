@@ -614,8 +614,10 @@ var errBudgetMoved = errors.New("the budget moved SIGKILL earlier: the teardown 
 // teardown never moves its deadline later.
 //
 // It follows Force too (drain.Drainer.Force: a SIGINT, forceDuringTeardown) as drain
-// does for the daemon step (forceReserve): from the Force the teardown gets the step's
-// reserve, if that ends earlier, told first and ended there with drain.ErrForced. The
+// does for the daemon step (forceReserve), by the same follow.Reserve: from the Force
+// the teardown gets the step's reserve, if that ends earlier, told first and ended there
+// with drain.ErrForced (forced before the teardown began, that reserve is its context's
+// deadline, as a step's that begins forced). The
 // teardown lays its stages out again in it by its own rules: no kill while a device may
 // be live on a kernel not known fixed. Not followed, the Force left the teardown to the
 // budget's deadline, up to the whole grace period (docs/faults.md row 851).
@@ -643,22 +645,7 @@ func (s *supervisor) followBudget() (context.Context, context.CancelFunc) {
 		dl := s.budget.Deadline()
 		return dl, tell(dl)
 	}, errBudgetMoved)
-	forced := false // read and set in the follower's goroutine alone
-	ctx, unforce := follow.Earlier(ctx, func() <-chan struct{} {
-		if forced {
-			return nil // followed once: a Force moves the deadline once
-		}
-		return s.drainer.Forced()
-	}, func() (time.Time, bool) {
-		select {
-		case <-s.drainer.Forced():
-		default:
-			return time.Time{}, false
-		}
-		forced = true
-		dl := time.Now().Add(s.liveStepReserve()())
-		return dl, tell(dl)
-	}, drain.ErrForced)
+	ctx, unforce := follow.Reserve(ctx, s.drainer.Forced(), s.liveStepReserve(), tell, drain.ErrForced)
 	return moved.Context(ctx), func() {
 		unforce()
 		unfollow()
