@@ -64,7 +64,9 @@
 //   - Not done: no signal is sent to the child's process group or to orphans, no
 //     subreaper is set up when the process is not PID 1 (under a supervisor, its parent
 //     reaps), nothing is logged unless the init cannot start the child (then the program
-//     runs as PID 1 without it, as before, and says so on stderr).
+//     runs as PID 1 without it, and says so on stderr; the signals caught so far, a
+//     SIGTERM while the packages were initialised, and those until the program calls
+//     Ready are still held, then sent to the program itself, where they were dropped).
 //
 // The environment variable DRAINKIT_PID1_CHILD marks the child and names its end of the
 // ready pipe (fd 3, close-on-exec from Init on); Init removes it, so no process the

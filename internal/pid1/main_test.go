@@ -26,6 +26,11 @@ const holdEnv = "PID1_TEST_HOLD_START"
 // holdPID1Env is hold_test.go's HoldPID1Env (package pid1_test, initialised after pid1).
 const holdPID1Env = "PID1_TEST_HOLD_PID1"
 
+// noChildEnv makes PID 1 hide /proc before Init (a tmpfs over it, in the mount namespace
+// of its own that pid1test.StartPID1 gives it), so that starting the child from
+// /proc/self/exe fails and the program runs as PID 1 without the init.
+const noChildEnv = "PID1_TEST_NO_CHILD"
+
 func init() {
 	if fifo := os.Getenv(holdEnv); fifo != "" && os.Getenv(ChildEnv) != "" {
 		if f, err := os.Open(fifo); err == nil { // blocks until the test opens it for writing
@@ -36,6 +41,12 @@ func init() {
 
 func TestMain(m *testing.M) {
 	if prog := os.Getenv(programEnv); prog != "" {
+		if os.Getenv(noChildEnv) != "" && os.Getpid() == 1 {
+			if err := unix.Mount("tmpfs", "/proc", "tmpfs", 0, ""); err != nil {
+				fmt.Fprintln(os.Stderr, "hiding /proc:", err)
+				os.Exit(3)
+			}
+		}
 		Init()
 		os.Exit(program(prog))
 	}

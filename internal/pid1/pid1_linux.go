@@ -27,7 +27,8 @@ const heldMax = 64
 // child's status (see the package doc). In the child, and in any process that is not
 // PID 1, it removes ChildEnv from the environment and returns at once. When the child
 // cannot be started it says so on stderr and returns, and the program runs as PID 1
-// without an init.
+// without an init; the signals caught so far, and those until the program calls Ready,
+// are held and then sent to it (holdForSelf).
 func Init() {
 	v, child := os.LookupEnv(ChildEnv)
 	_ = os.Unsetenv(ChildEnv) // a process the program starts is not the child
@@ -72,17 +73,17 @@ func run(argv, env []string) (int, error) {
 		signal.Notify(sigs)
 	}
 	signal.Notify(sigs, syscall.SIGCHLD) // what early leaves out: the reaps
-	pid, ready, err := startChild(argv, env)
+	pid, readyc, err := startChild(argv, env)
 	if err != nil {
-		signal.Reset()
+		go holdForSelf(sigs)
 		return 0, fmt.Errorf("starting /proc/self/exe: %w", err)
 	}
 	// Held until the child is ready for them (Ready, or its exit): see Ready.
 	var held []syscall.Signal
 	for {
 		select {
-		case <-ready:
-			ready = nil
+		case <-readyc:
+			readyc = nil
 			for _, s := range held {
 				_ = syscall.Kill(pid, s) // not reaped yet: the pid is the child's
 			}
@@ -91,7 +92,7 @@ func run(argv, env []string) (int, error) {
 		case sig := <-sigs:
 			switch s := sig.(syscall.Signal); {
 			case s == syscall.SIGCHLD || s == syscall.SIGURG:
-			case ready != nil:
+			case readyc != nil:
 				if len(held) < heldMax {
 					held = append(held, s)
 				}
@@ -108,6 +109,40 @@ func run(argv, env []string) (int, error) {
 			}
 			return ws.ExitStatus(), nil
 		}
+	}
+}
+
+// holdForSelf holds the signals of sigs for the program that runs as PID 1 itself, the
+// init having failed to start it as its child (its fork refused at the pod's pids limit,
+// no /proc/self/exe): those caught from package early's initialisation on (a SIGTERM
+// while the packages were initialised) and those until the program calls Ready, which it
+// does once it handles SIGTERM; then it stops catching and sends them to this process in
+// the order they came, where the program's handlers get them, as the init would have
+// forwarded them to its child. Dropped, as they were, a SIGTERM that came before Ready
+// never reached the program: it ran on with no drain until the kubelet's SIGKILL. One
+// that comes between the program's signal.Notify and its Ready reaches it twice (its
+// handler and the hold), a window of microseconds in startsig.Catch.
+func holdForSelf(sigs chan os.Signal) {
+	var held []syscall.Signal
+	keep := func(sig os.Signal) {
+		if s := sig.(syscall.Signal); s != syscall.SIGCHLD && s != syscall.SIGURG && len(held) < heldMax {
+			held = append(held, s)
+		}
+	}
+	for waiting := true; waiting; {
+		select {
+		case sig := <-sigs:
+			keep(sig)
+		case <-ready.Done():
+			waiting = false
+		}
+	}
+	signal.Stop(sigs) // every later signal is the program's, or has its default action
+	for len(sigs) > 0 {
+		keep(<-sigs)
+	}
+	for _, s := range held {
+		_ = syscall.Kill(os.Getpid(), s)
 	}
 }
 

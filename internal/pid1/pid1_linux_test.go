@@ -92,6 +92,21 @@ func TestSIGTERMBeforeInitIsHeldFromPackageInitialisation(t *testing.T) {
 	p.handledSIGTERM(t)
 }
 
+// When the init cannot start the child (its fork refused at the pod's pids limit, no
+// /proc/self/exe), the program runs as PID 1 itself: a SIGTERM that came while its
+// packages were initialised, caught from package early's initialisation on, is held until
+// the program handles it and then reaches it, where it was dropped with the failed start:
+// the program ran on with no drain until the kubelet's SIGKILL.
+func TestFailedChildStartKeepsTheSignalsHeldSoFar(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "hold")
+	require.NoError(t, unix.Mkfifo(fifo, 0o600))
+	p := startPID1(t, "serve", holdPID1Env+"="+fifo, noChildEnv+"=1")
+	held := openFIFO(t, fifo) // returns once PID 1 is held, before Init
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, held.Close()) // PID 1 goes on to Init, which fails to start the child
+	p.handledSIGTERM(t)
+}
+
 // openFIFO opens fifo for writing, which returns once the process held on it has opened
 // it for reading.
 func openFIFO(t *testing.T, fifo string) *os.File {

@@ -6,10 +6,12 @@ import (
 	"syscall"
 )
 
-// fd is the program's descriptor of the ready pipe, or -1; Ready closes it once.
+// fd is the program's descriptor of the ready pipe, or -1; Ready closes it once, and
+// closes done.
 var (
 	fd   = -1
 	once sync.Once
+	done = make(chan struct{})
 )
 
 // Take keeps the ready pipe that v (the value of pid1.ChildEnv, a descriptor number)
@@ -41,5 +43,11 @@ func Ready() {
 		if fd >= 0 {
 			_ = syscall.Close(fd) // the init reads the end of the pipe
 		}
+		close(done)
 	})
 }
+
+// Done is closed once Ready has been called: for the built-in init that could not start
+// its child, whose program runs as PID 1 itself and gets there the signals the init held
+// (pid1.Init).
+func Done() <-chan struct{} { return done }
