@@ -12,6 +12,8 @@
 // The servers are real processes with a real device daemon child; the kubelet is simulated
 // (internal/kubeletsim) with its exact arithmetic, in real time with a scaled-down grace
 // period. Both servers create the same sandboxes (one -id-seed), whose fake pauses share a
-// disk that writes 4 at full speed (-pause-share), as real snapshots share a node's. The same scenario at full scale (3600 s, 200 sandboxes) runs in virtual time
-// under testing/synctest in this package's TestFullScaleInVirtualTime.
+// disk that writes 4 at full speed (-pause-share), as real snapshots share a node's. The
+// same scenario at full scale (3600 s, 200 sandboxes, the same disk, drainkit's limit
+// adaptive) runs in virtual time under testing/synctest in this package's
+// TestFullScaleInVirtualTime.
 package main
