@@ -75,7 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.N, "n", 0, "running sandboxes on the node (default 20; 6 with -runtime runsc)")
 	durflag.DurationVar(fs, &o.Pause, "pause", 0, "mean time of one pause (default 500ms); with runsc, the servers' first estimate of a checkpoint (default 3s)")
-	fs.Float64Var(&o.Jitter, "jitter", 0.5, "pause times spread uniformly over pause x [1-jitter, 1+jitter]")
+	fs.Float64Var(&o.Jitter, "jitter", 0.5, "pause times spread uniformly over pause x [1-jitter, 1+jitter] (fake runtime)")
 	durflag.GraceVar(fs, &o.Grace, "grace", 0, "the pod's termination grace period, whole seconds (default 8s; 15s with -runtime runsc)")
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "pauses drainkit runs at once; 0: pause's adaptive limit (from 8, between 1 and 32)")
 	fs.StringVar(&o.Runtime, "runtime", "fake", "sandbox runtime: fake, or runsc for real gVisor sandboxes (root)")
@@ -130,6 +130,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-pause-share %d is negative (0: no sharing)", o.PauseShare)
 	case o.PauseShare > 0 && o.Runtime != "fake":
 		return o, fmt.Errorf("-pause-share %d is the fake runtime's: real %s checkpoints share the node as they do", o.PauseShare, o.Runtime)
+	case set["jitter"] && o.Runtime != "fake": // taken and ignored, the run said nothing of it
+		return o, fmt.Errorf("-jitter %v is the fake runtime's: a real %s checkpoint takes what it takes", o.Jitter, o.Runtime)
 	case o.IDSeed == 0:
 		return o, errors.New("-id-seed 0 would give the two servers random IDs, different pause times: give a seed > 0, or leave it out for a random one")
 	case o.SeedPoll <= 0:

@@ -124,6 +124,18 @@ func TestZeroAndNaNFlagsAreRefusedNotDefaulted(t *testing.T) {
 	}
 }
 
+// Fault: -jitter with -runtime runsc was taken and did nothing: a real checkpoint takes
+// what it takes, and the run's first line says so, while the flag's help promises pause
+// times spread over pause x [1-jitter, 1+jitter]. It is refused, naming it, as -pause-share
+// is; the default (left out) is no refusal.
+func TestJitterWithRealCheckpointsIsRefused(t *testing.T) {
+	_, err := parseFlags([]string{"-runtime", "runsc", "-jitter", "0.2"}, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "-jitter 0.2 is the fake runtime's")
+	_, err = parseFlags([]string{"-runtime", "runsc"}, io.Discard)
+	assert.NoError(t, err)
+}
+
 // A drainkit server that did everything it could see and then failed (exit 1:
 // its Report could not be written, the termination message was lost) is a
 // failed simulation: the table says how the server exited and drainsim
