@@ -65,13 +65,13 @@ func TestOrphanSweepThatCannotReadTheRecordsRemovesNothing(t *testing.T) {
 	w, _, stop := serveWorker(t, cfg)
 	defer stop()
 	var logs logbuf.Buffer
-	sweeper := &Worker{node: w.node, logger: slog.New(slog.NewTextHandler(&logs, nil))} // the serving worker's logger is its own
+	logger := slog.New(slog.NewTextHandler(&logs, nil)) // the serving worker's logger is its own
 	img := filepath.Join(cfg.StateDir, "runsc", "images", "sb-torn", "checkpoint.img")
 	require.NoError(t, os.MkdirAll(filepath.Dir(img), 0o700))
 	require.NoError(t, os.WriteFile(img, make([]byte, 1<<10), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(cfg.StateDir, "records", "sb-torn.rec"), []byte("tor"), 0o600))
 
-	sweeper.sweepOrphans(w.rt.(*sandbox.Runsc), filepath.Join(cfg.StateDir, "records-unreadable"))
+	w.node.SweepOrphans(filepath.Join(cfg.StateDir, "records-unreadable"), logger)
 	_, err := os.Stat(img)
 	assert.NoError(t, err, "the damaged record's image is kept")
 	assert.Contains(t, logs.String(), "records-unreadable")

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -465,9 +464,9 @@ func (w *Worker) open() (err error) {
 	if w.node, _, err = sandbox.NewNode(w.rt, st, w.logger); err != nil {
 		return err
 	}
-	if rs, ok := w.rt.(*sandbox.Runsc); ok {
-		w.sweepOrphans(rs, filepath.Join(w.cfg.StateDir, "records"))
-	}
+	// What a checkpoint cut by the last worker's SIGKILL half wrote, and the bundles of
+	// the sandboxes it lost running (row 174): under the lock, before any create.
+	w.node.SweepOrphans(filepath.Join(w.cfg.StateDir, "records"), w.logger)
 	startingHook()
 	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint, classList}}
 	classify := draingrpc.Methods(map[string]drain.Class{
@@ -506,55 +505,6 @@ func (w *Worker) open() (err error) {
 		return fmt.Errorf("-socket: %w", err)
 	}
 	return nil
-}
-
-// sweepOrphans destroys what the state directory holds of sandboxes no record names: the
-// checkpoint image a `runsc checkpoint` cut by SIGKILL half wrote (its record is written
-// only once the image is complete), the bundles of sandboxes lost running with their
-// worker, and any container of theirs still in runsc's state of this PID namespace. No
-// worker knows them: they stayed on the hostPath for ever, an image as large as its
-// sandbox's memory for every checkpoint a SIGKILL cut. A sandbox with a record file of any
-// kind (a damaged or unfinished one, which NewNode reported and skipped) is kept for a
-// person to look at. The caller holds the state directory's lock.
-func (w *Worker) sweepOrphans(rs *sandbox.Runsc, recordsDir string) {
-	keep := map[string]bool{}
-	for _, info := range w.node.List() {
-		keep[info.ID] = true
-	}
-	records, err := os.ReadDir(recordsDir)
-	if err != nil {
-		// Read as no records, every image of a damaged record NewNode kept
-		// would be taken for an orphan.
-		w.logger.Warn("the records could not be listed: no sweep of what sandboxes without a record left, nothing removed",
-			"dir", recordsDir, "error", err)
-		return
-	}
-	hasRecordFile := func(id string) bool {
-		for _, r := range records {
-			if n := r.Name(); strings.HasPrefix(n, id+".") || strings.HasPrefix(n, "."+id+".") {
-				return true
-			}
-		}
-		return false
-	}
-	orphans := map[string]bool{}
-	for _, dir := range []string{filepath.Dir(rs.Image("x")), filepath.Dir(rs.Bundle("x").Dir)} {
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if id := e.Name(); !keep[id] && !strings.HasPrefix(id, ".") && !hasRecordFile(id) {
-				orphans[id] = true
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for id := range orphans {
-		if err := rs.Destroy(ctx, id); err != nil {
-			w.logger.Warn("what a sandbox without a record left could not be removed", "id", id, "error", err)
-			continue
-		}
-		w.logger.Info("removed what a sandbox without a record left (a checkpoint cut short, or lost running)", "id", id)
-	}
 }
 
 // maxSocketPath is the longest path a Unix socket can be bound at on Linux: sun_path's

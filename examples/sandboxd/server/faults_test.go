@@ -854,3 +854,52 @@ func TestStartRemovesWhatACutReportWriteLeft(t *testing.T) {
 	assert.FileExists(t, record, "a record's: reported, left for a person")
 	assert.FileExists(t, other)
 }
+
+// Fault: a pause the kubelet's SIGKILL cut (a drain that ran out of grace with pauses in
+// flight) left the sandbox's image, which no record names: the record is written only
+// once the pause is done. The fake runtime writes its image first; runsc's checkpoint
+// leaves a half-written image as large as the sandbox's memory, and the bundles of the
+// sandboxes lost running. No sandboxd ever removed them, one more for each on a hostPath
+// that outlives every pod (the gVisor worker has swept them at start since row 174).
+// sandboxd now removes them at start, logged; a sandbox with a record, or with
+// a damaged one NewNode skipped, keeps its image. A real server SIGKILLed in a pause.
+func TestStartRemovesWhatAPauseCutBySIGKILLLeft(t *testing.T) {
+	dir, addr := t.TempDir(), freeAddr(t)
+	cmd := exec.Command(os.Args[0], "-listen", addr, "-hook-listen", freeAddr(t), "-state-dir", dir, "-grace", "30s",
+		"-pause-latency", "10s", "-devices", "0")
+	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	var stderr logbuf.Buffer
+	cmd.Stderr = &stderr
+	p := pid1test.Start(t, cmd)
+	base := "http://" + addr
+	waitStarted(t, base, &stderr)
+	id := createSandbox(t, base)
+	go func() { // answered never: the server is killed in the pause
+		if resp, err := http.Post(base+"/sandboxes/"+id+"/pause", "", nil); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	cut := filepath.Join(dir, "images", id+".img")
+	require.Eventually(t, func() bool { _, err := os.Stat(cut); return err == nil }, 20*time.Second, 5*time.Millisecond,
+		"the pause did not write its image: %s", &stderr)
+	require.NoError(t, cmd.Process.Kill()) // the kubelet's SIGKILL, in the pause
+	_ = p.Wait(t, 30*time.Second, "sandboxd SIGKILLed did not exit")
+
+	kept, torn := filepath.Join(dir, "images", "sb-kept.img"), filepath.Join(dir, "images", "sb-torn.img")
+	writeRecord(t, dir, store.Record{ID: "sb-kept", State: "paused", Runtime: "fake", Image: kept, TimeoutS: 60, PausedAt: time.Now()})
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "records", "sb-torn.rec"), []byte("dra"), 0o600))
+	for _, img := range []string{kept, torn} {
+		require.NoError(t, os.WriteFile(img, []byte(`{}`), 0o600))
+	}
+
+	cfg := testConfig(t)
+	cfg.StateDir, cfg.Devices = dir, 0
+	var logs logbuf.Buffer
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	defer s.Close()
+	assert.NoFileExists(t, cut, "removed at start:\n%s", &logs)
+	assert.Contains(t, logs.String(), "removed what a sandbox without a record left")
+	assert.FileExists(t, kept, "a paused sandbox's")
+	assert.FileExists(t, torn, "a damaged record's: reported, left for a person")
+}

@@ -133,6 +133,9 @@ func (s *Server) open(ctx context.Context) (err error) {
 	if s.node, s.Problems, err = sandbox.NewNode(s.rt, st, s.logger); err != nil {
 		return err
 	}
+	// What a pause cut by the last server's SIGKILL left (its image, which no record
+	// names), and the bundles of sandboxes lost running: under the lock, before any create.
+	s.node.SweepOrphans(filepath.Join(s.cfg.StateDir, "records"), s.logger)
 	if s.cfg.IDSeed != 0 {
 		s.node.SeedIDs(s.cfg.IDSeed)
 	}
