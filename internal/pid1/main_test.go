@@ -42,7 +42,7 @@ func init() {
 func TestMain(m *testing.M) {
 	if prog := os.Getenv(programEnv); prog != "" {
 		if os.Getenv(noChildEnv) != "" && os.Getpid() == 1 {
-			if err := unix.Mount("tmpfs", "/proc", "tmpfs", 0, ""); err != nil {
+			if err := hideProc(); err != nil {
 				fmt.Fprintln(os.Stderr, "hiding /proc:", err)
 				os.Exit(3)
 			}

@@ -107,6 +107,10 @@ func TestFailedChildStartKeepsTheSignalsHeldSoFar(t *testing.T) {
 	p.handledSIGTERM(t)
 }
 
+// hideProc mounts an empty tmpfs over /proc, in the process's own mount namespace
+// (pid1test.StartPID1's, made private): /proc/self/exe is gone (noChildEnv).
+func hideProc() error { return unix.Mount("tmpfs", "/proc", "tmpfs", 0, "") }
+
 // openFIFO opens fifo for writing, which returns once the process held on it has opened
 // it for reading.
 func openFIFO(t *testing.T, fifo string) *os.File {
