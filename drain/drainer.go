@@ -55,17 +55,17 @@ type Preserver interface {
 	// creates in flight at the gate started) is given the moved deadlines,
 	// as ctx's Deadline and hard.
 	Run(ctx context.Context, hard time.Time) *pause.Report
-	// Limit is how many preserves at once the plan may count on: the
-	// limit where it is fixed or was measured, and no more than the node
-	// is known to sustain where it adapts (*pause.Preserver reports 1
-	// until a Run or a learned level has measured one). With Estimator and the running count it makes the preserve phase's
-	// live reserve: ceil(running / Limit) x the mean estimate of one
-	// preserve, and at least the longest, where a listed sandbox that
-	// estimates its own (pause.Estimated) counts with its estimate, and,
-	// with a Preserver that also has the method
+	// Limit is how many preserves at once the plan may count on: the limit
+	// where it is fixed or was measured, and no more than the node is known
+	// to sustain where it adapts (*pause.Preserver reports 1 until a Run or a
+	// learned level has measured one). With Estimator and the running count
+	// it makes the preserve phase's live reserve: ceil(running / Limit) x the
+	// mean estimate of one preserve, and at least the longest, where a listed
+	// sandbox that estimates its own (pause.Estimated) counts with its
+	// estimate, and, with a Preserver that also has the method
 	// SizeEstimate(size int64) (time.Duration, bool) as *pause.Preserver
-	// does, a pause.Sized one with its size at the rate measured (before
-	// one is, at the Estimator's estimate for the average size).
+	// does, a pause.Sized one with its size at the rate measured (before one
+	// is, at the Estimator's estimate for the average size).
 	Limit() int
 	// Estimator estimates one preserve of a sandbox with no estimate of its
 	// own; Run feeds it what it measures. Nil reserves no time for those;
@@ -576,9 +576,9 @@ func (e shortfallError) detail(fields bool) string {
 
 // preserveReserve is the preserve phase's live reserve: rounds of the
 // running sandboxes at the Preserver's Limit (the parallelism measured or
-// set: a cold adaptive Preserver counts one at a time), each round as long as the
-// mean estimate of one preserve (deadline.Work's rule), and never less than
-// the longest one. A sandbox that estimates its own preserve
+// set: a cold adaptive Preserver counts one at a time), each round as long
+// as the mean estimate of one preserve (deadline.Work's rule), and never
+// less than the longest one. A sandbox that estimates its own preserve
 // (pause.Estimated) counts with its estimate, as the Preserver orders and
 // paces it, and a Sized one with its size at the Preserver's measured rate
 // (sizeEstimator); the others with the Estimator's. Before the Preserver
