@@ -249,6 +249,7 @@ func (s *supervisor) build(pc pause.Config) error {
 		return fmt.Errorf("-concurrency: %w", err)
 	}
 	s.preserver = &limited{Preserver: p, src: s.src}
+	s.preserver.cold.Store(pc.Limit == 0) // adaptive from the default start: nothing learned, no -concurrency
 	s.drainer, err = drain.New(drain.Config{
 		Budget:        s.budget,
 		Sandboxes:     s.counted,
@@ -319,6 +320,11 @@ type limited struct {
 	*pause.Preserver
 	src    *httpsource.Source
 	listed atomic.Bool // a Run's listing succeeded: the final sweep may list too
+	// cold is set while the limit adapts from the default start (no level
+	// learned, no -concurrency) and no Run has measured a preserve: the
+	// Preserver's Limit is then 1, what the plan may count on, not a level
+	// the node was measured at (sweepConfig).
+	cold atomic.Bool
 
 	mu        sync.Mutex
 	accounted map[string]bool // the sandboxes its Runs have an entry for (exited.go)
@@ -338,8 +344,35 @@ func (l *limited) Run(ctx context.Context, hard time.Time) *pause.Report {
 	}
 	for _, e := range rep.Entries {
 		l.accounted[e.ID] = true
+		if measured(e) {
+			l.cold.Store(false)
+		}
 	}
 	return rep
+}
+
+// measured reports whether e is a preserve pause measures the limit by (and
+// so the Preserver's Limit reports its level from then): preserved at its
+// first attempt, not a preserve again of a sandbox listed again.
+func measured(e pause.Entry) bool {
+	return e.Outcome == pause.Preserved && e.Attempts == 1 && e.Relisted == 0 && e.Duration > 0
+}
+
+// sweepConfig is the limit of the final sweep's Preserver: the level the
+// drain's measured (or learned, or -concurrency's), fixed; or, while the
+// drain's Preserver is cold (it measured nothing: its Limit of 1 is what
+// the plan may count on, row 940), the adaptive limit from its start, as
+// the drain's own Run starts. Fixed at that 1, the sweep paused what runs
+// again one at a time, in half the server step's time: after a preserve
+// phase that found nothing running (AgentENV's sandboxes snapshotted
+// through it), 9 of 12 sandboxes paused where the adaptive limit pauses
+// all 12 (docs/faults.md row 960). The Source's limit (after 429s) caps
+// the requests in flight either way.
+func (l *limited) sweepConfig() pause.Config {
+	if l.cold.Load() {
+		return pause.Config{MaxLimit: maxConcurrency}
+	}
+	return pause.Config{Limit: max(l.Limit(), 1)}
 }
 
 // hasEntry reports whether a Run's account has an entry for the sandbox id.

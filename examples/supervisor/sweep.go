@@ -87,15 +87,14 @@ func (s *supervisor) sweep(ctx context.Context) (*pause.Report, error) {
 // laid out again wherever the step's deadline moves earlier while it runs
 // (sweepWindow).
 func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
-	p, err := pause.New(named(s.sweepList), pause.Config{
-		// A Preserver of its own: what the sweep pauses (resumed sandboxes,
-		// a few) says nothing of the node's knee or of a pause's time, which
-		// the drain keeps for the next one.
-		Limit:         max(s.preserver.Limit(), 1),
-		Estimator:     deadline.NewEstimator(max(s.preserver.Estimator().Estimate(), time.Millisecond)),
-		Logger:        s.log.With("run", "final sweep"),
-		MeterProvider: s.meters,
-	})
+	// A Preserver of its own: what the sweep pauses (resumed sandboxes, a
+	// few) says nothing of the node's knee or of a pause's time, which the
+	// drain keeps for the next one. Its limit is the drain's level, or the
+	// adaptive limit while the drain measured none (sweepConfig).
+	pc := s.preserver.sweepConfig()
+	pc.Estimator = deadline.NewEstimator(max(s.preserver.Estimator().Estimate(), time.Millisecond))
+	pc.Logger, pc.MeterProvider = s.log.With("run", "final sweep"), s.meters
+	p, err := pause.New(named(s.sweepList), pc)
 	if err != nil {
 		return nil, fmt.Errorf("final sweep: %w", err)
 	}
