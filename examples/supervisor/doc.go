@@ -142,7 +142,9 @@
 // the preserve deadline, the server step by the deadline minus the daemon's
 // reserve (G/10, 0.5 s to 30 s each). If the server exits on its own before
 // termination, the daemon is stopped (a SIGINT meanwhile forces: the
-// teardown gets the daemon step's reserve from it, as in a drain) and the
+// teardown gets the daemon step's reserve from it, as in a drain; a
+// SIGTERM with the preStop hook still open, the kubelet's grace run out,
+// ends it by 2 s after, less the margin, as in a drain) and the
 // supervisor exits with the server's status, 1 at least when the daemon
 // step failed (a device left live, the daemon left running, killed or
 // crashed: the note names it, as in a drain). Whether it exits on its own

@@ -258,13 +258,7 @@ func TestServerDyingAfterThePreStopStopsTheDaemonBeforeSIGKILL(t *testing.T) {
 
 	require.Equal(t, 200, get(ctx, "http://"+hook+"/drain"), "the preStop hook: no sandbox runs, it returns at once")
 	t0 := time.Now() // T0 is before this: SIGKILL is due by t0 + grace
-	var server int
-	for _, pid := range childrenOf(sup.pid()) {
-		if n, _ := strconv.Atoi(pid); n != 0 && strings.Contains(readFile(t, "/proc/"+pid+"/cmdline"), "stubserver") {
-			server = n
-		}
-	}
-	require.NotZero(t, server, "the server among the supervisor's children")
+	server := serverOf(t, sup, "stubserver")
 	daemonStarted(t, events)                                  // its device made: else the teardown has nothing to wait for
 	require.NoError(t, syscall.Kill(server, syscall.SIGTERM)) // not the supervisor's doing: it dies "on its own"
 
@@ -389,14 +383,7 @@ func TestSandboxesOfAServerThatExitsDuringTheDrainAreLost(t *testing.T) {
 	hooked := make(chan int, 1)
 	go func() { hooked <- get(ctx, "http://"+hook+"/drain") }() // waits: 4 sandboxes run
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 503 }, 5*time.Second, 20*time.Millisecond, "draining")
-	server := 0
-	for _, pid := range childrenOf(sup.pid()) {
-		if n, _ := strconv.Atoi(pid); n != 0 && strings.Contains(readFile(t, "/proc/"+pid+"/cmdline"), "helper:agentenv") {
-			server = n
-		}
-	}
-	require.NotZero(t, server, "the server among the supervisor's children")
-	require.NoError(t, syscall.Kill(server, syscall.SIGKILL)) // a crash
+	require.NoError(t, syscall.Kill(serverOf(t, sup, "helper:agentenv"), syscall.SIGKILL)) // a crash
 
 	code := sup.exitCode(t, 10*time.Second)
 	<-hooked

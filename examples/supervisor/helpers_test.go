@@ -470,3 +470,16 @@ func killHeldDaemon(t *testing.T, report string) {
 	require.False(t, rep.Daemon.Exited, "the daemon still runs: %s", rep.Daemon)
 	require.NoError(t, syscall.Kill(rep.Daemon.Pid, syscall.SIGKILL))
 }
+
+// serverOf returns the PID of the server among the children of the
+// supervisor sup: the one whose command line contains name.
+func serverOf(t *testing.T, sup *supProc, name string) int {
+	t.Helper()
+	for _, pid := range childrenOf(sup.pid()) {
+		if n, _ := strconv.Atoi(pid); n != 0 && strings.Contains(readFile(t, "/proc/"+pid+"/cmdline"), name) {
+			return n
+		}
+	}
+	require.Fail(t, "no server among the supervisor's children")
+	return 0
+}

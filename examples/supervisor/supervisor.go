@@ -122,6 +122,7 @@ type supervisor struct {
 	sweepWin     sweepWindow                 // the final sweep's layout in the server step (serverStep.Tighten)
 	keyRefused   logonce.Failures            // the listings refused 401 or 403 since one succeeded, by status
 	lastUblk     atomic.Pointer[ublk.Report] // the daemon step's last account (holdWhileDaemonServes)
+	hooksOpen    atomic.Int32                // preStop requests the drainer has not answered yet (hookRoutes)
 
 	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
 	// the drain, the pauses, the API requests and the device teardown, in
@@ -707,7 +708,7 @@ func (s *supervisor) forceDuringTeardown(sigs <-chan os.Signal) (stop func()) {
 						"reserve", s.liveStepReserve()())
 					s.drainer.Force()
 				default:
-					s.log.Info("supervisor: SIGTERM during the daemon's teardown after the server exited: it forces nothing (a SIGINT does)")
+					s.sigtermDuringTeardown()
 				}
 			case <-done:
 				return
@@ -718,6 +719,33 @@ func (s *supervisor) forceDuringTeardown(sigs <-chan os.Signal) (stop func()) {
 		close(done)
 		wg.Wait()
 	}
+}
+
+// sigtermDuringTeardown takes a SIGTERM during the daemon's teardown after
+// the server exited on its own into the budget, as drain's Shutdown takes
+// the SIGTERM of a drain: with a preStop request still open, the kubelet
+// gave up on the hook (its grace, shorter than -grace: a node shutdown's
+// slice, an eviction, a deletion not read, ran out) and SIGKILL comes 2 s
+// after it (deadline.Budget.OnHookAbandoned); with none, the kubelet's
+// arithmetic (OnSIGTERM), which moves SIGKILL no earlier than the hook's
+// T0 put it. followBudget follows a deadline moved earlier, the teardown
+// laid out again before it. The preStop wait goes on when the server dies
+// (a listing that fails is no count), so the hook stays open while the
+// teardown runs: left out of the budget, that SIGTERM left the teardown
+// laid out for T0 + grace, its stages and the daemon's kill past the
+// SIGKILL that took the daemon with its device live (docs/faults.md row
+// 961). It forces nothing: a SIGINT does.
+func (s *supervisor) sigtermDuringTeardown() {
+	now := time.Now()
+	if s.hooksOpen.Load() > 0 {
+		s.budget.OnHookAbandoned(now)
+		s.log.Warn("supervisor: SIGTERM during the daemon's teardown after the server exited, with the preStop hook still open: the kubelet gave up on it, SIGKILL comes 2 s after SIGTERM; the teardown follows (a SIGINT forces)",
+			"deadline", s.budget.Deadline().Format(time.RFC3339Nano))
+		return
+	}
+	s.budget.OnSIGTERM(now)
+	s.log.Info("supervisor: SIGTERM during the daemon's teardown after the server exited: the budget takes the kubelet's arithmetic; it forces nothing (a SIGINT does)",
+		"deadline", s.budget.Deadline().Format(time.RFC3339Nano))
 }
 
 // stopServer is the server step: the final sweep (sweep.go: what runs
@@ -964,8 +992,19 @@ func (s *supervisor) writeReport(rep *Report) error {
 func (s *supervisor) hookRoutes() http.Handler {
 	guard := &drain.HookGuard{Secret: s.cfg.hookSecret, Logger: s.log}
 	mux := http.NewServeMux()
-	mux.Handle("GET /drain", guard.Wrap(s.drainer.PreStop()))
+	mux.Handle("GET /drain", guard.Wrap(s.openHook(s.drainer.PreStop())))
 	return mux
+}
+
+// openHook counts the preStop requests h serves while it serves them
+// (hooksOpen): a SIGTERM that comes with one open tells that the kubelet
+// gave up on the hook (sigtermDuringTeardown).
+func (s *supervisor) openHook(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hooksOpen.Add(1)
+		defer s.hooksOpen.Add(-1)
+		h.ServeHTTP(w, r)
+	})
 }
 
 // routes serves readiness and liveness.

@@ -447,7 +447,9 @@ func TestSweepLaidOutAgainSaysItsNewHalfAsItsPausesDeadline(t *testing.T) {
 // up to the whole grace period. A SIGINT now forces, and the teardown gets
 // the daemon step's reserve from it, its stages laid out again there by
 // ublk's rules: on this kernel, not known fixed, the daemon is killed only
-// once STOP_DEV has completed. A SIGTERM, the kubelet's, forces nothing.
+// once STOP_DEV has completed. A SIGTERM, the kubelet's, forces nothing;
+// with the preStop request still open it says the kubelet gave up on the
+// hook, and the budget's SIGKILL 2 s after it ends the teardown (row 961).
 // In virtual time, grace 100 s (the budget's deadline T0 + 95 s, the
 // step's reserve 10 s), the in-process daemon hung:
 //
@@ -455,12 +457,17 @@ func TestSweepLaidOutAgainSaysItsNewHalfAsItsPausesDeadline(t *testing.T) {
 //	1 s    SIGINT: the teardown's deadline is now 11 s
 //	       STOP_DEV through the control device, then the kill, by 11 s
 //	       (before: at 90 s and 93 s, the SIGINT never read)
+//	1 s    or SIGTERM with the hook open: the deadline is now 2 s (SIGKILL
+//	       at 3 s, less the margin); STOP_DEV at 1.3 s, the kill at 1.8 s
+//	       (before: at 90 s and 93 s, long past SIGKILL)
 func TestSIGINTDuringTheDaemonTeardownAfterTheServerExitedForcesIt(t *testing.T) {
 	for _, tc := range []struct {
-		sig    syscall.Signal
-		forced bool
-	}{{syscall.SIGINT, true}, {syscall.SIGTERM, false}} {
-		t.Run(tc.sig.String(), func(t *testing.T) {
+		name     string
+		sig      syscall.Signal
+		forced   bool
+		hookOpen bool // the preStop request still open: the kubelet gave up on it
+	}{{"SIGINT", syscall.SIGINT, true, false}, {"SIGTERM", syscall.SIGTERM, false, false}, {"SIGTERM with the hook open", syscall.SIGTERM, false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg, err := parseArgs([]string{"-grace", "100s", "-daemon", "ublkd", "--", "server"}, io.Discard)
 				require.NoError(t, err)
@@ -479,6 +486,9 @@ func TestSIGINTDuringTheDaemonTeardownAfterTheServerExitedForcesIt(t *testing.T)
 
 				t0 := time.Now()
 				require.True(t, sup.budget.OnPreStop(t0))
+				if tc.hookOpen {
+					sup.hooksOpen.Add(1)
+				}
 				sigs := make(chan os.Signal, 1)
 				time.AfterFunc(time.Second, func() { sigs <- tc.sig })
 				rep := sup.serverExited(sigs)
@@ -489,6 +499,11 @@ func TestSIGINTDuringTheDaemonTeardownAfterTheServerExitedForcesIt(t *testing.T)
 				assert.Equal(t, []string{"request", "STOP_DEV 0", "done 0", "kill"}, d.events(),
 					"the daemon killed only once STOP_DEV completed")
 				assert.True(t, rep.Ublk.Daemon.Killed)
+				if tc.hookOpen {
+					assert.Equal(t, t0.Add(2*time.Second), rep.Ublk.Deadline, "SIGKILL 2 s after the SIGTERM, less the margin (row 961)")
+					assert.Contains(t, log.String(), "the kubelet gave up on it")
+					return
+				}
 				if !tc.forced {
 					assert.Equal(t, t0.Add(95*time.Second), rep.Ublk.Deadline, "the budget's deadline: a SIGTERM forces nothing")
 					assert.Contains(t, log.String(), "it forces nothing")
