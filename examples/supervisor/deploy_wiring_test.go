@@ -35,18 +35,7 @@ import (
 // (or, on 8000, find no "id": nothing preserved) and a second daemon would
 // run beside the server's.
 func TestManifestsThatRunAgentENVSpeakItsAPI(t *testing.T) {
-	specs := map[string]corev1.PodSpec{
-		"deploy/daemonset.yaml": manifest.DaemonSet(t, "deploy/daemonset.yaml", "terminationGracePeriodSeconds:", "terminationGracePeriod:").Spec.Template.Spec,
-	}
-	_, overlay := buildOverlay(t)
-	specs["deploy/agentenv/overlay"] = overlay.Spec.Template.Spec
-	for _, md := range []string{"README.md", "../../docs/other-languages.md"} {
-		for where, spec := range yamlPodSpecs(t, md) {
-			specs[where] = spec
-		}
-	}
-	require.Len(t, specs, 5, "two deploy manifests, the README's and two in docs/other-languages.md")
-
+	specs := userManifests(t)
 	var agentenv []string
 	for where, spec := range specs {
 		c := supervisorContainer(t, spec.Containers)
@@ -70,6 +59,25 @@ func TestManifestsThatRunAgentENVSpeakItsAPI(t *testing.T) {
 	}
 	slices.Sort(agentenv)
 	assert.Contains(t, agentenv, "deploy/agentenv/overlay", "the overlay is checked as AgentENV's")
+}
+
+// userManifests returns the pod spec of every manifest a user may copy:
+// the deploy files and the YAML of the README and docs/other-languages.md,
+// keyed by where it is.
+func userManifests(t *testing.T) map[string]corev1.PodSpec {
+	t.Helper()
+	specs := map[string]corev1.PodSpec{
+		"deploy/daemonset.yaml": manifest.DaemonSet(t, "deploy/daemonset.yaml", "terminationGracePeriodSeconds:", "terminationGracePeriod:").Spec.Template.Spec,
+	}
+	_, overlay := buildOverlay(t)
+	specs["deploy/agentenv/overlay"] = overlay.Spec.Template.Spec
+	for _, md := range []string{"README.md", "../../docs/other-languages.md"} {
+		for where, spec := range yamlPodSpecs(t, md) {
+			specs[where] = spec
+		}
+	}
+	require.Len(t, specs, 5, "two deploy manifests, the README's and two in docs/other-languages.md")
+	return specs
 }
 
 // yamlPodSpecs returns the pod spec of each ```yaml block of the Markdown

@@ -1018,9 +1018,18 @@ func (s *supervisor) routes() http.Handler {
 	return mux
 }
 
-// ready answers 200 when the server answers its list, 503 otherwise.
+// readyTimeout is how long /readyz waits for the server's listing before it
+// answers 503 with the listing's error. A readiness probe must wait longer
+// (the manifests' timeoutSeconds: 3): at Kubernetes' default of 1 s the
+// kubelet cut a listing between the two, the pod NotReady for a reason
+// neither the probe's record nor the supervisor's log gave (docs/faults.md
+// row 962).
+const readyTimeout = 2 * time.Second
+
+// ready answers 200 when the server answers its list within readyTimeout,
+// 503 otherwise.
 func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	if _, err := s.counted.RunningIDs(ctx); err != nil {
 		s.logKeyRefused(err)

@@ -1,0 +1,76 @@
+//go:build linux
+
+package main
+
+import (
+	"io"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Fault: every manifest's readiness probe kept Kubernetes' timeout of 1 s
+// (timeoutSeconds unset), while /readyz lists the server's sandboxes for up
+// to readyTimeout (2 s) before it answers 503 with the listing's error. A
+// listing between the two (a server paging through many sandboxes, a disk
+// busy with snapshots; with -api agentenv two listings, the unfiltered one
+// and state=paused) was a probe failure the supervisor never saw: the
+// kubelet cut the request at 1 s, and at failureThreshold 1 (the
+// manifests') the pod went NotReady while /readyz, a moment later, said
+// 200 to a closed connection, no line in its log. The probes now wait
+// longer than /readyz does, so what the kubelet records is /readyz's own
+// answer. In virtual time, a generic server whose listing takes 1.5 s,
+// probed as the kubelet does with each manifest's timeout:
+//
+//	before: the probe cut at 1 s, no answer (5 manifests)
+//	now:    200 at 1.5 s
+func TestReadinessProbesWaitForTheListingReadyzWaitsFor(t *testing.T) {
+	for where, spec := range userManifests(t) {
+		t.Run(where, func(t *testing.T) {
+			c := supervisorContainer(t, spec.Containers)
+			require.NotNil(t, c.ReadinessProbe)
+			timeout := probeTimeout(c.ReadinessProbe)
+			assert.Greater(t, timeout, readyTimeout, "the readiness probe's timeoutSeconds is more than /readyz's listing may take")
+			synctest.Test(t, func(t *testing.T) {
+				code, err := probeReadyz(t, timeout, 1500*time.Millisecond)
+				require.NoError(t, err, "the probe (timeout %v) got /readyz's answer", timeout)
+				assert.Equal(t, http.StatusOK, code)
+			})
+		})
+	}
+}
+
+// probeTimeout is the timeout the kubelet gives probe: its timeoutSeconds,
+// 1 s when unset.
+func probeTimeout(probe *corev1.Probe) time.Duration {
+	return time.Duration(max(probe.TimeoutSeconds, 1)) * time.Second
+}
+
+// probeReadyz asks the supervisor's /readyz, in front of a generic server
+// whose listing takes listing, as the kubelet's probe does with timeout,
+// and returns the status it got.
+func probeReadyz(t *testing.T, timeout, listing time.Duration) (int, error) {
+	t.Helper()
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(listing)
+		_, _ = io.WriteString(w, `[{"id":"s1","state":"running"}]`)
+	})
+	cfg, err := parseArgs([]string{"-server-url", "http://server.test", "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	cfg.client = &http.Client{Transport: handlerTransport{slow}}
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	defer sup.learned.Close()
+	probe := &http.Client{Timeout: timeout, Transport: handlerTransport{sup.routes()}}
+	resp, err := probe.Get("http://supervisor.test/readyz")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, nil
+}
