@@ -161,5 +161,7 @@
 // (or may serve one: the step could not read sysfs to tell, and so did
 // not kill it), it writes the Report and then waits for the daemon's exit (logged at
 // ERROR), since its own exit would SIGKILL the daemon with the device
-// live; the pod's SIGKILL ends that wait.
+// live; the pod's SIGKILL ends that wait. A supervisor that could not start
+// (a child's command not found, a listener held, a -grace the plan does not
+// fit in) writes the termination message "drainkit: no drain ran" and why.
 package main

@@ -58,9 +58,26 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	sup, err := newSupervisor(cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "supervisor:", err)
+		writeStartFailed(cfg.termLog, err, stderr)
 		return 2
 	}
 	return sup.run(ctx)
+}
+
+// writeStartFailed writes the termination message of a supervisor that
+// could not start with err, so no drain ran (termmsg.StartFailed: "drainkit:
+// no drain ran" and "supervisor: could not start: ..." on one line), to
+// -termination-log or its default, as sandboxd and gvisor-worker do: the
+// pod's last state then says why the container exited, where it said exit
+// code 1 (or 2) and nothing else, the kubelet's default
+// terminationMessagePolicy not falling back to the log (docs/faults.md row
+// 963). A failure to write it goes to stderr. A command line that does not
+// parse writes none: there is no -termination-log to trust.
+func writeStartFailed(termLog string, err error, stderr io.Writer) {
+	path, explicit := termmsg.Path(termLog)
+	if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("supervisor", err)); werr != nil {
+		fmt.Fprintln(stderr, "supervisor: termination message not written:", werr)
+	}
 }
 
 // config is the parsed command line.

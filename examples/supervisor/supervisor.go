@@ -405,6 +405,7 @@ func (s *supervisor) run(ctx context.Context) int {
 	ln, err := net.Listen("tcp", s.cfg.listen)
 	if err != nil {
 		s.log.Error("supervisor: -listen", "err", err)
+		writeStartFailed(s.cfg.termLog, fmt.Errorf("-listen: %w", err), s.stderr)
 		return 1
 	}
 	web := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 5 * time.Second}
@@ -413,6 +414,7 @@ func (s *supervisor) run(ctx context.Context) int {
 	hookLn, err := net.Listen("tcp", s.cfg.hookListen)
 	if err != nil {
 		s.log.Error("supervisor: -hook-listen", "err", err)
+		writeStartFailed(s.cfg.termLog, fmt.Errorf("-hook-listen: %w", err), s.stderr)
 		return 1
 	}
 	hook := &http.Server{Handler: s.hookRoutes(), ReadHeaderTimeout: 5 * time.Second}
@@ -421,7 +423,8 @@ func (s *supervisor) run(ctx context.Context) int {
 
 	if err := s.startChildren(); err != nil {
 		s.log.Error("supervisor: starting children", "err", err)
-		s.stopAfterFailure()
+		err = errors.Join(fmt.Errorf("starting children: %w", err), s.stopAfterFailure())
+		writeStartFailed(s.cfg.termLog, err, s.stderr)
 		s.holdWhileDaemonServes()
 		return 1
 	}
@@ -484,17 +487,20 @@ func (s *supervisor) startChildren() error {
 }
 
 // stopAfterFailure stops a daemon that was started when the server could
-// not be.
-func (s *supervisor) stopAfterFailure() {
-	if s.daemon != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), stepReserve(s.cfg.grace))
-		defer cancel()
-		// The exit is 1 already (the server did not start); a daemon left
-		// running, or a device left live, is said.
-		if _, err := s.stopDaemon(ctx); err != nil {
-			s.log.Error("supervisor: stopping the daemon after the server failed to start", "err", err)
-		}
+// not be, and returns the error of that stop: a daemon left running, or a
+// device left live, which the termination message says too.
+func (s *supervisor) stopAfterFailure() error {
+	if s.daemon == nil {
+		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), stepReserve(s.cfg.grace))
+	defer cancel()
+	// The exit is 1 already (the server did not start).
+	if _, err := s.stopDaemon(ctx); err != nil {
+		s.log.Error("supervisor: stopping the daemon after the server failed to start", "err", err)
+		return fmt.Errorf("stopping the daemon after the server failed to start: %w", err)
+	}
+	return nil
 }
 
 // supervise forwards signals and waits for the termination to finish, or
