@@ -85,6 +85,7 @@ func (d daemonStep) Tighten(dl time.Time) bool { return d.td.Tighten(dl) }
 // stopDaemon is the daemon step: the ublk teardown, then the daemon's exit
 // status. The teardown's report is the step's detail.
 func (s *supervisor) stopDaemon(ctx context.Context) (*ublk.Report, error) {
+	s.daemonStopping.Store(true) // its exit is asked for from now (daemonExited)
 	rep, err := s.teardown.Stop(ctx)
 	s.lastUblk.Store(rep)
 	if err != nil {

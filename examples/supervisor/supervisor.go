@@ -123,6 +123,12 @@ type supervisor struct {
 	keyRefused   logonce.Failures            // the listings refused 401 or 403 since one succeeded, by status
 	lastUblk     atomic.Pointer[ublk.Report] // the daemon step's last account (holdWhileDaemonServes)
 	hooksOpen    atomic.Int32                // preStop requests the drainer has not answered yet (hookRoutes)
+	// daemonStopping is set once a teardown of the daemon began (stopDaemon):
+	// its exit is asked for from then. daemonLost says why the -daemon child
+	// serves no more when it exited before (supervise): readiness, the
+	// Report's note and the exit status say it.
+	daemonStopping atomic.Bool
+	daemonLost     atomic.Pointer[string]
 
 	// meters feeds GET /metrics on -listen: the OpenTelemetry metrics of
 	// the drain, the pauses, the API requests and the device teardown, in
@@ -513,6 +519,10 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 	var shutdown chan *drain.Report
 	var relay chan os.Signal // to ServeSignals, once the termination started
 	serverDone := s.server.done
+	var daemonDone <-chan struct{}
+	if s.daemon != nil {
+		daemonDone = s.daemon.done
+	}
 	start := func(sig os.Signal) {
 		shutdown = make(chan *drain.Report, 1)
 		relay = make(chan os.Signal, 8)
@@ -548,10 +558,35 @@ func (s *supervisor) supervise(ctx context.Context, sigs <-chan os.Signal) *Repo
 				s.log.Error("supervisor: the server exited during the shutdown; nothing left to preserve through it")
 				s.drainer.Force()
 			}
+		case <-daemonDone:
+			daemonDone = nil
+			s.daemonExited()
 		case rep := <-shutdown:
 			return s.report(rep, "")
 		}
 	}
+}
+
+// daemonExited handles the exit of the -daemon child, which supervise sees
+// when the reaper reaps it. Asked for by a teardown (stopDaemon), it is the
+// teardown's to judge. Before one, the device daemon crashed, was killed
+// (the OOM killer) or exited on its own (a daemon that forks into the
+// background and exits 0 is not one the supervisor can stop): the server's
+// devices are not served, and the supervisor had logged it at Info alone,
+// kept /readyz 200 and, for a daemon that exited 0, ended a drain with
+// exit status 0 and no word of it (docs/faults.md row 964). It is now an
+// ERROR line, /readyz answers 503 naming it (no new sandbox for a node
+// whose disks are not served), and the Report's note and an exit status of
+// 1 at least say it. The server and its sandboxes run on: stopping them
+// would lose every sandbox, and the termination preserves them.
+func (s *supervisor) daemonExited() {
+	if s.daemonStopping.Load() {
+		return
+	}
+	msg := fmt.Sprintf("the device daemon (-daemon) %s on its own, before any teardown: its devices are not served", s.daemon.state())
+	s.daemonLost.Store(&msg)
+	s.log.Error("supervisor: "+msg+"; not ready from now (/readyz 503); the server and its sandboxes run on until the termination",
+		"daemon_pid", s.daemon.pidNum)
 }
 
 // otherSignal handles sig if it is neither SIGTERM nor SIGINT, which
@@ -876,6 +911,12 @@ func (s *supervisor) report(d *drain.Report, note string) *Report {
 		rep.addNote("the pod's name does not name this pod (-pod or -pod-uid is wrong): " + d.PodMismatch)
 		rep.ExitCode = max(rep.ExitCode, 1)
 	}
+	if msg := s.daemonLost.Load(); msg != nil {
+		// The daemon exited before its teardown (daemonExited): whatever
+		// the daemon step made of a daemon already gone, no clean exit.
+		rep.addNote(*msg)
+		rep.ExitCode = max(rep.ExitCode, 1)
+	}
 	s.lostWithServer(rep)
 	return rep
 }
@@ -1035,6 +1076,10 @@ const readyTimeout = 2 * time.Second
 // ready answers 200 when the server answers its list within readyTimeout,
 // 503 otherwise.
 func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
+	if msg := s.daemonLost.Load(); msg != nil {
+		http.Error(w, *msg, http.StatusServiceUnavailable)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	if _, err := s.counted.RunningIDs(ctx); err != nil {
