@@ -20,5 +20,9 @@
 // TermWait + KillWait without one); the wait after the signal ends
 // KillWait before the deadline, laid out by deadline.Split, so SIGKILL and
 // its wait fit, or, in a window shorter than 2 x KillWait, halfway: the
-// two waits then share it, the kill wait with less than KillWait.
+// two waits then share it, the kill wait with less than KillWait. A
+// SIGKILL is sent even when the context ended first (cancelled, or a
+// budget that moved SIGKILL earlier): its send runs under a context of
+// its own, given at least KillSendWait (1 s) past the context's end, the
+// one time Stop may return after it.
 package escalate

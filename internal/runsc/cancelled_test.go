@@ -1,0 +1,57 @@
+package runsc
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause/escalate"
+)
+
+// Fault (row 970): a Stop whose context ended after its SIGTERM (the drain's budget moved
+// SIGKILL earlier while the escalate step waited: a deletion with a shorter grace read
+// then) sent no SIGKILL to a sandbox that ignored the SIGTERM: `runsc kill --all 9` ran
+// under that context, which exec refused to start, so the sandbox ran on until the pod's
+// SIGKILL, and Stop said "not seen to exit, even after SIGKILL (0s after it)" of a
+// SIGKILL never sent. The kill is now sent under a short context of its own: the sandbox
+// stops, and the error says that SIGKILL went out as the context ended, not waited for.
+func TestSIGKILLGoesOutWhenTheContextEndsAfterSIGTERM(t *testing.T) {
+	rt := realRuntime(t)
+	b := startActor(t, rt, "tight", ignoreTermArgs(), false)
+	waitCounter(t, b, 0) // the trap is set before the first count
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	real := rt.Target("tight")
+	target := escalate.Funcs{
+		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
+			err := real.Signal(ctx, sig)
+			if sig == syscall.SIGTERM {
+				cancel() // the deadline moved to now: the wait after SIGTERM ends here
+			}
+			return err
+		},
+		WaitFunc:   real.Wait,
+		ExitedFunc: real.Exited,
+	}
+	start := time.Now()
+	exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, target)
+	elapsed := time.Since(start)
+	t.Logf("Stop: %s after %v: %v", exit, elapsed, err)
+
+	assert.Equal(t, escalate.ExitUnknown, exit, "its end was not waited for: the context had ended")
+	require.ErrorIs(t, err, escalate.ErrExitUnknown)
+	assert.Contains(t, err.Error(), "SIGKILL sent as the context ended")
+	assert.NotContains(t, err.Error(), "even after SIGKILL")
+	assert.Less(t, elapsed, 20*time.Second, "neither wait ran on: the context had ended")
+	// The sandbox, which ignores SIGTERM, ends only by that SIGKILL: before, it ran on.
+	stopped := func() bool { gone, _ := rt.Exited(context.Background(), "tight"); return gone }
+	returned := time.Now()
+	if assert.Eventually(t, stopped, 20*time.Second, 50*time.Millisecond, "the SIGKILL reached the sandbox") {
+		t.Logf("stopped %v after Stop returned", time.Since(returned))
+	}
+}

@@ -1,0 +1,139 @@
+package escalate_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause/escalate"
+)
+
+// commandSends is f behind a runtime driven by commands bound to their context (`runsc
+// kill` run with exec.CommandContext): a send under a context that has ended never
+// starts, and fails with the context's error; with hang, a SIGKILL's command does not
+// return until its context ends (a runsc kill stuck on the sandbox's control server).
+func commandSends(f *fakeTarget, hang bool) escalate.Target {
+	return escalate.Funcs{
+		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("runsc kill %d: %w", sig, err)
+			}
+			if hang && sig == syscall.SIGKILL {
+				<-ctx.Done()
+				return fmt.Errorf("runsc kill %d: signal: killed (%w)", sig, ctx.Err())
+			}
+			return f.Signal(ctx, sig)
+		},
+		WaitFunc: f.Wait,
+	}
+}
+
+// Fault (row 970): a Stop whose context ended during the wait after the signal (the
+// drain's budget moved SIGKILL earlier: a deletion with a shorter grace, read then) sent
+// its SIGKILL under that context, which a runtime driven by commands refuses: the target,
+// which did not exit on SIGTERM, ran on to the pod's SIGKILL, and the error said "not
+// seen to exit, even after SIGKILL (0s after it)". The SIGKILL is now sent under a
+// context of its own, and the error says it went out as the context ended.
+//
+//	0 s   SIGTERM: ignored
+//	1 s   the context is cancelled: SIGKILL at once, its end not waited for
+func TestSIGKILLGoesOutWhenTheContextEndsAfterTheFirstSignal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		time.AfterFunc(time.Second, cancel)
+		start := time.Now()
+		exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, commandSends(f, false))
+		assert.Equal(t, []string{"terminated@00.000", "killed@01.000"}, f.sent(), "SIGKILL went out as the context ended")
+		assert.Equal(t, escalate.ExitUnknown, exit)
+		require.ErrorIs(t, err, escalate.ErrExitUnknown)
+		assert.EqualError(t, err, "escalate: target not seen to exit: SIGKILL sent as the context ended (context canceled), its effect not waited for")
+		assert.Equal(t, time.Second, time.Since(start), "nothing waited for past the context's end")
+	})
+}
+
+// The SIGKILL sent past the context's end is bounded: a send that hangs is given
+// KillSendWait, and Stop returns then, saying that SIGKILL could not be sent.
+func TestSIGKILLSentPastTheContextsEndIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		time.AfterFunc(time.Second, cancel)
+		start := time.Now()
+		exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, commandSends(f, true))
+		assert.Equal(t, escalate.ExitUnknown, exit)
+		require.ErrorIs(t, err, escalate.ErrExitUnknown)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the send's own bound, not the cancelled context")
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		assert.Equal(t, "escalate: target not seen to exit: SIGKILL could not be sent", first)
+		assert.Equal(t, time.Second+escalate.KillSendWait, time.Since(start))
+	})
+}
+
+// The words of an unknown end say what happened to SIGKILL: one that went out and was
+// waited for names the wait; one that could not be sent says so, where both said "even
+// after SIGKILL".
+func TestUnknownEndSaysWhetherSIGKILLWentOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exit, err := escalate.Policy{TermWait: time.Second, KillWait: 2 * time.Second}.Stop(t.Context(), newFake(nil))
+		assert.Equal(t, escalate.ExitUnknown, exit)
+		assert.EqualError(t, err, "escalate: target not seen to exit (2s after SIGKILL)")
+
+		refused := escalate.Funcs{
+			SignalFunc: func(_ context.Context, sig syscall.Signal) error {
+				if sig == syscall.SIGKILL {
+					return fmt.Errorf("runsc kill --all: %w", syscall.EPERM)
+				}
+				return nil
+			},
+			WaitFunc: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+		}
+		exit, err = escalate.Policy{TermWait: time.Second, KillWait: 2 * time.Second}.Stop(t.Context(), refused)
+		assert.Equal(t, escalate.ExitUnknown, exit)
+		assert.ErrorIs(t, err, syscall.EPERM)
+		assert.EqualError(t, err, "escalate: target not seen to exit: SIGKILL could not be sent\n"+
+			"escalate: sending SIGKILL: runsc kill --all: operation not permitted")
+	})
+}
+
+// The same with a real child that ignores SIGTERM, signalled by a command bound to the
+// context (kill(1), as runsc kill is run): the context cancelled after the SIGTERM, the
+// SIGKILL still reaches the child. Before, the child ran on.
+func TestSIGKILLByACommandReachesTheChildAfterTheContextEnded(t *testing.T) {
+	cmd, _ := child(t, "ignore")
+	real := escalate.Cmd(cmd)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	target := escalate.Funcs{
+		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
+			err := exec.CommandContext(ctx, "kill", fmt.Sprintf("-%d", sig), fmt.Sprint(cmd.Process.Pid)).Run()
+			if sig == syscall.SIGTERM {
+				cancel() // the deadline moved to now
+			}
+			return err
+		},
+		WaitFunc:   real.Wait,
+		ExitedFunc: real.Exited,
+	}
+	exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, target)
+	t.Logf("Stop: %s: %v", exit, err)
+	if exit != escalate.ExitedAfterKill { // unless Cmd's reaping had already seen the kill
+		assert.Equal(t, escalate.ExitUnknown, exit)
+		assert.ErrorContains(t, err, "SIGKILL sent as the context ended")
+	}
+	waitCtx, done := context.WithTimeout(t.Context(), 10*time.Second)
+	defer done()
+	require.NoError(t, real.Wait(waitCtx), "the SIGKILL ended the child")
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "%v", ws)
+}
