@@ -26,7 +26,8 @@ import (
 // dir/afterkill-ID, waits until it has sent a kill to any container; then it holds it
 // while a file dir/hold-ID exists; then it fails it if a file dir/fail-ID exists, or
 // once, removing it and dir/slow-ID, if a file dir/once-ID does; it sends no signal to a
-// container with a file dir/deaf-ID (a kill that does not reach it); and it
+// container with a file dir/deaf-ID (a kill that does not reach it), and no SIGTERM to one
+// with a file dir/deafterm-ID (an actor that does not exit on it); and it
 // appends to dir/calls a line for every kill it sends and every checkpoint that ended:
 // "kill ID SIGNAL", "checkpointed ID".
 func slowRunsc(t *testing.T, dir string) string {
@@ -49,7 +50,8 @@ case " $* " in
 	exit $rc ;;
 *" kill "*)
 	echo "kill $prev $last" >> $d/calls; echo "$(date +%s.%N) kill $prev $last" >> $d/times
-	[ -e $d/deaf-$prev ] && exit 0 ;;
+	[ -e $d/deaf-$prev ] && exit 0
+	[ -e $d/deafterm-$prev ] && [ "$last" = 15 ] && exit 0 ;;
 esac
 exec `+real+` "$@"
 `), 0o755))

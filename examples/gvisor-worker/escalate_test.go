@@ -13,6 +13,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/escalate"
 )
 
 // A sandbox that cannot be checkpointed (here: its image directory cannot be created) is
@@ -73,4 +74,23 @@ func TestSandboxWhoseCheckpointPanickedIsSignalled(t *testing.T) {
 	start := time.Now()
 	assert.NoError(t, w.escalate(ctx), "the step took the checkpoint that panicked for one in flight")
 	assert.Contains(t, d.calls(start), "kill "+ids[0]+" 15", "the sandbox got no SIGTERM")
+}
+
+// Fault (row 972): the escalate step's error for a sandbox that did not exit on its
+// SIGTERM and needed SIGKILL read "ID: exited_after_kill: %!w(<nil>)", for Stop returns
+// no error with ExitedAfterKill when the sandbox only did not exit in time: the Report,
+// the termination message and the log said nothing of what happened. It now says that
+// the sandbox needed SIGKILL and that its state may not be saved (escalate.ErrKilled).
+func TestSandboxThatNeededSIGKILLIsNamedSayingSo(t *testing.T) {
+	w, _, _, d, ids := slowWorker(t, runscConfig(t), 1)
+	d.mark("deafterm", ids[0], "") // its SIGTERM never reaches it: only SIGKILL ends it
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // 1 s each wait
+	defer cancel()
+	start := time.Now()
+	err := w.escalate(ctx)
+	assert.Equal(t, []string{"kill " + ids[0] + " 15", "kill " + ids[0] + " 9"}, d.calls(start))
+	require.Error(t, err, "the sandbox needed SIGKILL")
+	assert.Equal(t, ids[0]+": exited_after_kill: "+escalate.ErrKilled.Error(), err.Error())
+	assert.ErrorIs(t, err, escalate.ErrKilled)
 }

@@ -991,6 +991,15 @@ func finish(done []func()) {
 // the error of an escalation that needed SIGKILL or could not see the sandbox's end.
 func (w *Worker) escalate1(ctx context.Context, id string) {
 	exit, err := escalate.Policy{}.Stop(ctx, w.target(id))
+	switch {
+	case exit == escalate.ExitedAfterKill && err == nil:
+		// Stop says nothing more of a sandbox that only did not exit on SIGTERM in
+		// time: formatted as it was, the step's error read "exited_after_kill:
+		// %!w(<nil>)" (row 972).
+		err = escalate.ErrKilled
+	case exit == escalate.ExitedAfterKill: // why it never got the SIGTERM
+		err = fmt.Errorf("%w: %w", escalate.ErrKilled, err)
+	}
 	w.logger.Warn("not checkpointed: signalled", "id", id, "exit", exit, "error", err)
 	// Gone (exited before the signal) is vanished, as in the preserve phase: no fault.
 	if (exit != escalate.Exited && exit != escalate.Gone) || err != nil {
