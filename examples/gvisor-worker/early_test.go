@@ -27,7 +27,9 @@ import (
 // while a file dir/hold-ID exists; then it fails it if a file dir/fail-ID exists, or
 // once, removing it and dir/slow-ID, if a file dir/once-ID does; it sends no signal to a
 // container with a file dir/deaf-ID (a kill that does not reach it), and no SIGTERM to one
-// with a file dir/deafterm-ID (an actor that does not exit on it); and it
+// with a file dir/deafterm-ID (an actor that does not exit on it); it holds a SIGKILL to a
+// container while a file dir/holdkill-ID exists (a kill slow on a loaded node), its PID in
+// dir/killing-ID; and it
 // appends to dir/calls a line for every kill it sends and every checkpoint that ended:
 // "kill ID SIGNAL", "checkpointed ID".
 func slowRunsc(t *testing.T, dir string) string {
@@ -51,7 +53,8 @@ case " $* " in
 *" kill "*)
 	echo "kill $prev $last" >> $d/calls; echo "$(date +%s.%N) kill $prev $last" >> $d/times
 	[ -e $d/deaf-$prev ] && exit 0
-	[ -e $d/deafterm-$prev ] && [ "$last" = 15 ] && exit 0 ;;
+	[ -e $d/deafterm-$prev ] && [ "$last" = 15 ] && exit 0
+	[ "$last" = 9 ] && echo $$ > $d/killing-$prev && while [ -e $d/holdkill-$prev ]; do sleep 0.02; done ;;
 esac
 exec `+real+` "$@"
 `), 0o755))

@@ -4,6 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,4 +97,49 @@ func TestSandboxThatNeededSIGKILLIsNamedSayingSo(t *testing.T) {
 	require.Error(t, err, "the sandbox needed SIGKILL")
 	assert.Equal(t, ids[0]+": exited_after_kill: "+escalate.ErrKilled.Error(), err.Error())
 	assert.ErrorIs(t, err, escalate.ErrKilled)
+}
+
+// Fault (row 970, the worker's part): once escalate.Policy sent a SIGKILL due as its
+// context ended under a context of its own, given KillSendWait (1 s) past that end, the
+// escalate step waited for that send: a step whose context a budget that moved SIGKILL
+// earlier ended during the wait after SIGTERM outlived its deadline by the send's time
+// (a runsc process, 0.2-0.6 s under load), and the drain abandons a step 100 ms past its
+// deadline, its error naming no sandbox. The step now returns at its context's end,
+// naming the sandbox whose SIGKILL is being sent, and the send goes on.
+func TestEscalateStepEndsAtItsContextWhileALateSIGKILLIsSent(t *testing.T) {
+	w, _, _, d, ids := slowWorker(t, runscConfig(t), 1)
+	id := ids[0]
+	d.mark("deafterm", id, "") // only SIGKILL ends it
+	d.mark("holdkill", id, "") // its SIGKILL's runsc kill waits until the test lets it go
+	hold := filepath.Join(d.dir, "holdkill-"+id)
+	t.Cleanup(func() { _ = os.Remove(hold) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var cancelled atomic.Int64
+	go func() { // the budget moves SIGKILL to now once the SIGTERM went out
+		defer func() { cancelled.Store(time.Now().UnixNano()); cancel() }()
+		for ctx.Err() == nil {
+			if calls, _ := os.ReadFile(filepath.Join(d.dir, "calls")); strings.Contains(string(calls), "kill "+id+" 15") {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	err := w.escalate(ctx)
+	t.Logf("the step returned %v after its context's end", time.Since(time.Unix(0, cancelled.Load())))
+	var pid []byte
+	require.Eventually(t, func() bool {
+		pid, _ = os.ReadFile(filepath.Join(d.dir, "killing-"+id))
+		return len(pid) > 0
+	}, 10*time.Second, 10*time.Millisecond, "no SIGKILL was sent")
+	n, perr := strconv.Atoi(strings.TrimSpace(string(pid)))
+	require.NoError(t, perr)
+	assert.NoError(t, syscall.Kill(n, 0), "the step waited for the SIGKILL's send, until its context cut it")
+	require.Error(t, err)
+	assert.Equal(t, id+": unknown: "+errKillAtStepEnd.Error()+" (context canceled)", err.Error())
+
+	require.NoError(t, os.Remove(hold))
+	stopped := func() bool { gone, _ := w.rt.(*sandbox.Runsc).Runtime.Exited(context.Background(), id); return gone }
+	assert.Eventually(t, stopped, 20*time.Second, 50*time.Millisecond, "the SIGKILL sent after the step reached the sandbox")
 }

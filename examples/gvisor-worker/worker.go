@@ -987,23 +987,64 @@ func finish(done []func()) {
 	}
 }
 
+// errKillAtStepEnd is the escalate step's error for a sandbox whose SIGKILL was being sent
+// when its escalation's context ended: the step does not wait for the send.
+var errKillAtStepEnd = errors.New("SIGKILL being sent as the escalation's context ended (the send goes on, for up to escalate.KillSendWait): its end not seen")
+
 // escalate1 signals sandbox id, waits and SIGKILLs it as escalate.Policy does, and keeps
-// the error of an escalation that needed SIGKILL or could not see the sandbox's end.
+// the error of an escalation that needed SIGKILL or could not see the sandbox's end. It
+// returns when Stop does, or once ctx ended while a SIGKILL was being sent: Stop gives
+// that send escalate.KillSendWait past ctx's end (a SIGKILL must not be cancelled by
+// the end it enforces), and the escalate step, which waits for escalate1, would outlive
+// its deadline by the send's time, and the drain abandon it, its error naming no sandbox.
+// The sandbox is then named with errKillAtStepEnd, and Stop's outcome is logged when it
+// returns.
 func (w *Worker) escalate1(ctx context.Context, id string) {
-	exit, err := escalate.Policy{}.Stop(ctx, w.target(id))
-	switch {
-	case exit == escalate.ExitedAfterKill && err == nil:
-		// Stop says nothing more of a sandbox that only did not exit on SIGTERM in
-		// time: formatted as it was, the step's error read "exited_after_kill:
-		// %!w(<nil>)" (row 972).
-		err = escalate.ErrKilled
-	case exit == escalate.ExitedAfterKill: // why it never got the SIGTERM
-		err = fmt.Errorf("%w: %w", escalate.ErrKilled, err)
+	late := make(chan struct{})
+	var once sync.Once
+	target := lateKill(ctx, w.target(id), func() { once.Do(func() { close(late) }) })
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		exit, err := escalate.Policy{}.Stop(ctx, target)
+		switch {
+		case exit == escalate.ExitedAfterKill && err == nil:
+			// Stop says nothing more of a sandbox that only did not exit on SIGTERM in
+			// time: formatted as it was, the step's error read "exited_after_kill:
+			// %!w(<nil>)" (row 972).
+			err = escalate.ErrKilled
+		case exit == escalate.ExitedAfterKill: // why it never got the SIGTERM
+			err = fmt.Errorf("%w: %w", escalate.ErrKilled, err)
+		}
+		w.logger.Warn("not checkpointed: signalled", "id", id, "exit", exit, "error", err)
+		// Gone (exited before the signal) is vanished, as in the preserve phase: no fault.
+		if (exit != escalate.Exited && exit != escalate.Gone) || err != nil {
+			w.stops.fail(id, fmt.Errorf("%s: %w", exit, err))
+		}
+	}()
+	select {
+	case <-stopped:
+	case <-late:
+		select {
+		case <-stopped: // Stop's own words, when it has them already
+		default:
+			w.stops.fail(id, fmt.Errorf("%s: %w (%w)", escalate.ExitUnknown, errKillAtStepEnd, context.Cause(ctx)))
+		}
 	}
-	w.logger.Warn("not checkpointed: signalled", "id", id, "exit", exit, "error", err)
-	// Gone (exited before the signal) is vanished, as in the preserve phase: no fault.
-	if (exit != escalate.Exited && exit != escalate.Gone) || err != nil {
-		w.stops.fail(id, fmt.Errorf("%s: %w", exit, err))
+}
+
+// lateKill is t, whose SIGKILL calls late once ctx has ended during the send, or had
+// ended before it.
+func lateKill(ctx context.Context, t escalate.Target, late func()) escalate.Target {
+	return escalate.Funcs{
+		SignalFunc: func(sctx context.Context, sig syscall.Signal) error {
+			if sig == syscall.SIGKILL {
+				defer context.AfterFunc(ctx, late)()
+			}
+			return t.Signal(sctx, sig)
+		},
+		WaitFunc:   t.Wait,
+		ExitedFunc: t.Exited,
 	}
 }
 

@@ -45,39 +45,42 @@ func commandSends(f *fakeTarget, hang bool) escalate.Target {
 //
 //	0 s   SIGTERM: ignored
 //	1 s   the context is cancelled: SIGKILL at once, its end not waited for
+//
+// The send is bounded: one that hangs is given KillSendWait, and Stop returns then,
+// saying that SIGKILL could not be sent.
 func TestSIGKILLGoesOutWhenTheContextEndsAfterTheFirstSignal(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFake(nil)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		time.AfterFunc(time.Second, cancel)
-		start := time.Now()
-		exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, commandSends(f, false))
-		assert.Equal(t, []string{"terminated@00.000", "killed@01.000"}, f.sent(), "SIGKILL went out as the context ended")
-		assert.Equal(t, escalate.ExitUnknown, exit)
-		require.ErrorIs(t, err, escalate.ErrExitUnknown)
-		assert.EqualError(t, err, "escalate: target not seen to exit: SIGKILL sent as the context ended (context canceled), its effect not waited for")
-		assert.Equal(t, time.Second, time.Since(start), "nothing waited for past the context's end")
-	})
-}
-
-// The SIGKILL sent past the context's end is bounded: a send that hangs is given
-// KillSendWait, and Stop returns then, saying that SIGKILL could not be sent.
-func TestSIGKILLSentPastTheContextsEndIsBounded(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFake(nil)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		time.AfterFunc(time.Second, cancel)
-		start := time.Now()
-		exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, commandSends(f, true))
-		assert.Equal(t, escalate.ExitUnknown, exit)
-		require.ErrorIs(t, err, escalate.ErrExitUnknown)
-		require.ErrorIs(t, err, context.DeadlineExceeded, "the send's own bound, not the cancelled context")
-		first, _, _ := strings.Cut(err.Error(), "\n")
-		assert.Equal(t, "escalate: target not seen to exit: SIGKILL could not be sent", first)
-		assert.Equal(t, time.Second+escalate.KillSendWait, time.Since(start))
-	})
+	for _, tc := range []struct {
+		name  string
+		hang  bool
+		sent  []string
+		first string
+		took  time.Duration
+	}{
+		{"sent", false, []string{"terminated@00.000", "killed@01.000"},
+			"escalate: target not seen to exit: SIGKILL sent as the context ended (context canceled), its effect not waited for", time.Second},
+		{"send hangs", true, []string{"terminated@00.000"},
+			"escalate: target not seen to exit: SIGKILL could not be sent", time.Second + escalate.KillSendWait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFake(nil)
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				time.AfterFunc(time.Second, cancel)
+				start := time.Now()
+				exit, err := escalate.Policy{TermWait: 20 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, commandSends(f, tc.hang))
+				assert.Equal(t, tc.sent, f.sent())
+				assert.Equal(t, escalate.ExitUnknown, exit)
+				require.ErrorIs(t, err, escalate.ErrExitUnknown)
+				first, _, _ := strings.Cut(err.Error(), "\n")
+				assert.Equal(t, tc.first, first)
+				if tc.hang {
+					assert.ErrorIs(t, err, context.DeadlineExceeded, "the send's own bound, not the cancelled context")
+				}
+				assert.Equal(t, tc.took, time.Since(start), "nothing waited for past the context's end but the send")
+			})
+		})
+	}
 }
 
 // The words of an unknown end say what happened to SIGKILL: one that went out and was
