@@ -100,7 +100,7 @@ func TestSandboxThatNeededSIGKILLIsNamedSayingSo(t *testing.T) {
 }
 
 // Fault (row 970, the worker's part): once escalate.Policy sent a SIGKILL due as its
-// context ended under a context of its own, given KillSendWait (1 s) past that end, the
+// context ended under a context of its own, given a second past that end, the
 // escalate step waited for that send: a step whose context a budget that moved SIGKILL
 // earlier ended during the wait after SIGTERM outlived its deadline by the send's time
 // (a runsc process, 0.2-0.6 s under load), and the drain abandons a step 100 ms past its

@@ -989,12 +989,12 @@ func finish(done []func()) {
 
 // errKillAtStepEnd is the escalate step's error for a sandbox whose SIGKILL was being sent
 // when its escalation's context ended: the step does not wait for the send.
-var errKillAtStepEnd = errors.New("SIGKILL being sent as the escalation's context ended (the send goes on, for up to escalate.KillSendWait): its end not seen")
+var errKillAtStepEnd = errors.New("SIGKILL being sent as the escalation's context ended (the send goes on, for up to a second): its end not seen")
 
 // escalate1 signals sandbox id, waits and SIGKILLs it as escalate.Policy does, and keeps
 // the error of an escalation that needed SIGKILL or could not see the sandbox's end. It
 // returns when Stop does, or once ctx ended while a SIGKILL was being sent: Stop gives
-// that send escalate.KillSendWait past ctx's end (a SIGKILL must not be cancelled by
+// that send a second past ctx's end (a SIGKILL must not be cancelled by
 // the end it enforces), and the escalate step, which waits for escalate1, would outlive
 // its deadline by the send's time, and the drain abandon it, its error naming no sandbox.
 // The sandbox is then named with errKillAtStepEnd, and Stop's outcome is logged when it

@@ -35,7 +35,7 @@ import (
 // (ECHILD) with no such word, says nothing by itself, so the state is asked and, when it
 // cannot answer, the error goes to the escalate.Policy, which treats the container as
 // running. Each runs its runsc command under the context it is given, which the Policy
-// makes its own for SIGKILL (escalate.KillSendWait): under the Policy's context, a
+// makes its own for SIGKILL (at least a second past its end): under the Policy's context, a
 // context cancelled after SIGTERM had exec refuse to start `runsc kill --all`, and a
 // sandbox that ignored SIGTERM ran on (row 970).
 func (r *Runtime) Target(id string) escalate.Target {

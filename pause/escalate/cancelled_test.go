@@ -46,7 +46,7 @@ func commandSends(f *fakeTarget, hang bool) escalate.Target {
 //	0 s   SIGTERM: ignored
 //	1 s   the context is cancelled: SIGKILL at once, its end not waited for
 //
-// The send is bounded: one that hangs is given KillSendWait, and Stop returns then,
+// The send is bounded: one that hangs is given a second, and Stop returns then,
 // saying that SIGKILL could not be sent.
 func TestSIGKILLGoesOutWhenTheContextEndsAfterTheFirstSignal(t *testing.T) {
 	for _, tc := range []struct {
@@ -59,7 +59,7 @@ func TestSIGKILLGoesOutWhenTheContextEndsAfterTheFirstSignal(t *testing.T) {
 		{"sent", false, []string{"terminated@00.000", "killed@01.000"},
 			"escalate: target not seen to exit: SIGKILL sent as the context ended (context canceled), its effect not waited for", time.Second},
 		{"send hangs", true, []string{"terminated@00.000"},
-			"escalate: target not seen to exit: SIGKILL could not be sent", time.Second + escalate.KillSendWait},
+			"escalate: target not seen to exit: SIGKILL could not be sent", 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -23,6 +23,6 @@
 // two waits then share it, the kill wait with less than KillWait. A
 // SIGKILL is sent even when the context ended first (cancelled, or a
 // budget that moved SIGKILL earlier): its send runs under a context of
-// its own, given at least KillSendWait (1 s) past the context's end, the
+// its own, given at least a second past the context's end, the
 // one time Stop may return after it.
 package escalate

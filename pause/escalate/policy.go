@@ -104,8 +104,8 @@ type Policy struct {
 // Stop signals t, escalates to SIGKILL if it has not exited by the end of
 // the wait after the signal, and reports how it ended. It returns by ctx's deadline, or
 // after TermWait + KillWait without one, but for the SIGKILL's send, which ctx's end
-// does not cut: it is given the kill wait as planned, and at least KillSendWait (1 s),
-// so Stop can return up to KillSendWait after ctx's end.
+// does not cut: it is given the kill wait as planned, and at least a second
+// (killSendWait), so Stop can return up to a second after ctx's end.
 //
 // A ctx that ends before the wait after the signal does (cancelled: a drain ends a
 // step's context at the new deadline of a budget that moved SIGKILL earlier) ends that
@@ -230,14 +230,14 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	return ExitUnknown, errors.Join(append([]error{notSeen}, failures...)...)
 }
 
-// KillSendWait is the least time Policy gives a SIGKILL's send (Target.Signal), even
+// killSendWait is the least time Policy gives a SIGKILL's send (Target.Signal), even
 // past the end of Stop's context: a SIGKILL enforces that end, and must not be
 // cancelled by it. A `runsc kill --all` took 0.2-0.6 s under load 8-9 on 2 cores.
-const KillSendWait = time.Second
+const killSendWait = time.Second
 
 // sendKill sends SIGKILL to t under a context of its own, which ctx's end does not
 // cut: it ends at until, the end of the kill wait as planned (now, once ctx has
-// ended), or KillSendWait from now if that is later. Under ctx, a context cancelled
+// ended), or killSendWait from now if that is later. Under ctx, a context cancelled
 // during the wait after the signal (a budget that moved SIGKILL earlier,
 // pause.Preserver.Tighten) had `runsc kill` refuse to start, and the target, which had
 // not exited on the signal, ran on.
@@ -246,7 +246,7 @@ func sendKill(ctx context.Context, t Target, until time.Time) error {
 	if ctx.Err() != nil {
 		until = now
 	}
-	kctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(until, now.Add(KillSendWait)))
+	kctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(until, now.Add(killSendWait)))
 	defer cancel()
 	return t.Signal(kctx, syscall.SIGKILL)
 }
