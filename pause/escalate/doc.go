@@ -13,6 +13,12 @@
 //	sb := &escalate.Sandbox{Name: id, Target: target, Policy: escalate.Policy{KillWait: 2 * time.Second}}
 //	// sb is a pause.Sandbox: list it from the server's pause.Lister
 //
+// where each function reads runsc's answer as Funcs says (Example_runsc has
+// them whole): a kill refused with "sandbox is not running" is
+// os.ErrProcessDone, and state is the status runsc prints ("stopped"), never
+// whether `runsc state` failed, which it does not for a stopped container and
+// does when its context's deadline cuts it;
+//
 // or, for a child process the server started, escalate.Cmd(cmd), which
 // pins it with the pidfd os/exec started it with and reaps it.
 //
