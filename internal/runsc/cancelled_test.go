@@ -2,6 +2,9 @@ package runsc
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -54,4 +57,33 @@ func TestSIGKILLGoesOutWhenTheContextEndsAfterSIGTERM(t *testing.T) {
 	if assert.Eventually(t, stopped, 20*time.Second, 50*time.Millisecond, "the SIGKILL reached the sandbox") {
 		t.Logf("stopped %v after Stop returned", time.Since(returned))
 	}
+}
+
+// Fault (row 975): a `runsc kill 15` that hung (the sandbox's control server took the
+// connection and never answered: a wedged sentry, as a sandbox its checkpoint could not
+// reach may be) held the escalation to its context's deadline: the SIGKILL planned
+// KillWait before it went out only then, with no kill wait, and the end was unknown. The
+// SIGTERM's send now ends with the wait after it. Here a wrapper of runsc hangs every kill
+// with signal 15; the rest is runsc's own.
+func TestHungSIGTERMSendLeavesTheKillWait(t *testing.T) {
+	rt := realRuntime(t)
+	b := startActor(t, rt, "hung", CounterArgs(), false)
+	waitCounter(t, b, 0)
+	runscPath, err := exec.LookPath("runsc")
+	require.NoError(t, err)
+	script := filepath.Join(t.TempDir(), "runsc-hung-term")
+	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
+case " $* " in *" kill "*" 15 "*) exec sleep 3600 ;; esac
+exec `+runscPath+` "$@"
+`), 0o755))
+	hung := *rt
+	hung.Binary = script
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // SIGKILL at 2 s
+	defer cancel()
+	exit, err := escalate.Policy{KillWait: time.Second}.Stop(ctx, hung.Target("hung"))
+	t.Logf("Stop: %s: %v", exit, err)
+	assert.Equal(t, escalate.ExitedAfterKill, exit, "SIGKILL went out on time and its end was seen")
+	assert.ErrorContains(t, err, "sending terminated", "why it never got the SIGTERM")
+	assert.NoError(t, ctx.Err(), "seen within the window")
 }

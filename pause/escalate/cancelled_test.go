@@ -140,3 +140,39 @@ func TestSIGKILLByACommandReachesTheChildAfterTheContextEnded(t *testing.T) {
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "%v", ws)
 }
+
+// Fault (row 975): the first signal's send ran under Stop's context alone, so a send that
+// hung (a `runsc kill 15` whose sandbox's control server took the connection and never
+// answered: a wedged sentry, the very sandbox a checkpoint could not reach) held Stop
+// past the end of the wait after the signal, to the context's deadline: the SIGKILL
+// planned KillWait before it went out only then, with no kill wait left, and the end was
+// unknown. The send now ends with the wait after the signal (or a second after it began,
+// if that is later), and SIGKILL goes out on time.
+//
+//	0 s   SIGTERM: its send hangs
+//	8 s   the wait after the signal ends: the send is cut, SIGKILL
+//	8.1 s the target exits                      -> ExitedAfterKill
+func TestHungFirstSignalDoesNotSpendTheKillWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(map[syscall.Signal]time.Duration{syscall.SIGKILL: 100 * time.Millisecond})
+		target := escalate.Funcs{
+			SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
+				if sig == syscall.SIGTERM {
+					<-ctx.Done()
+					return fmt.Errorf("runsc kill 15: signal: killed (%w)", ctx.Err())
+				}
+				return f.Signal(ctx, sig)
+			},
+			WaitFunc: f.Wait,
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		exit, err := escalate.Policy{KillWait: 2 * time.Second}.Stop(ctx, target)
+		assert.Equal(t, []string{"killed@08.000"}, f.sent(), "SIGKILL KillWait before the deadline")
+		assert.Equal(t, escalate.ExitedAfterKill, exit, "%v", err)
+		assert.ErrorContains(t, err, "escalate: sending terminated: runsc kill 15: signal: killed (context deadline exceeded)",
+			"why it never got the first signal")
+		assert.Equal(t, 8100*time.Millisecond, time.Since(start))
+	})
+}

@@ -112,7 +112,10 @@ type Policy struct {
 // wait, and SIGKILL is sent at once, under a context of its own: the SIGKILL enforces ctx's end,
 // and a runtime driven by commands bound to their context (`runsc kill`) refused a
 // SIGKILL sent under it, leaving the target running. Its effect is not waited for: the
-// end is ExitUnknown, unless the wait, asked once, already sees the exit.
+// end is ExitUnknown, unless the wait, asked once, already sees the exit. The first
+// signal's send, under ctx, ends with the wait after the signal (or a second after it
+// began, if that is later): a send that hung (a `runsc kill` whose sandbox never
+// answered) held Stop to ctx's deadline, and the SIGKILL went out with no kill wait left.
 //
 // A target that is already gone when first signalled is Gone, and so is
 // one whose first signal failed to go out and that is then seen to have
@@ -291,13 +294,22 @@ func later(a, b time.Time) time.Time {
 // signalUntil sends sig to t, and again every retryPause while the send
 // fails for a passing reason (a runtime's `runsc kill` that could not
 // fork, a busy API) and until is retryPause away: a target that never got
-// the signal that saves it would otherwise be SIGKILLed at once. A send
+// the signal that saves it would otherwise be SIGKILLed at once. Each send
+// ends by until (or killSendWait after it began, if that is later). A send
 // the target refuses for good (EPERM, EINVAL, a Target that cannot
 // signal) is not tried again; nor is one that was delivered with its
 // status stolen (ECHILD), nor one that found the target gone. The error
 // names the signal and, when it was sent more than once, how often.
 func signalUntil(ctx context.Context, t Target, sig syscall.Signal, until time.Time) error {
-	send := func() error { return t.Signal(ctx, sig) }
+	send := func() error {
+		// A send that hangs (a `runsc kill` whose sandbox's control server never
+		// answers) ends with the wait after the signal, or killSendWait after it began
+		// if that is later: under ctx alone it ran to ctx's deadline, and the SIGKILL
+		// planned KillWait before it went out with no kill wait left.
+		sctx, cancel := context.WithDeadline(ctx, later(until, time.Now().Add(killSendWait)))
+		defer cancel()
+		return t.Signal(sctx, sig)
+	}
 	tries, err := resend(ctx, send, send(), until)
 	if err == nil || isGone(err) {
 		return err
