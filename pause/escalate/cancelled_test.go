@@ -2,6 +2,7 @@ package escalate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -174,5 +175,36 @@ func TestHungFirstSignalDoesNotSpendTheKillWait(t *testing.T) {
 		assert.ErrorContains(t, err, "escalate: sending terminated: runsc kill 15: signal: killed (context deadline exceeded)",
 			"why it never got the first signal")
 		assert.Equal(t, 8100*time.Millisecond, time.Since(start))
+	})
+}
+
+// Fault (row 976): a Policy.Signal that is no signal went to the target's runtime, and a
+// runtime driven by commands refuses it with a failure that reads as passing (`runsc kill
+// ID 99`: exit status 128, `unknown signal "99"`): it was sent again every 100 ms through
+// the whole wait after the signal, 20 s here, and only then SIGKILL, where escalate.Cmd's
+// EINVAL had SIGKILL at once. It is not sent: SIGKILL goes out at once, and the error
+// names the field.
+func TestSignalThatIsNoSignalIsNotSentAndSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(map[syscall.Signal]time.Duration{syscall.SIGKILL: 100 * time.Millisecond})
+		sends := 0
+		target := escalate.Funcs{
+			SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
+				if sig == 99 {
+					sends++
+					return errors.New(`runsc kill sb 99: exit status 128: unknown signal "99"`) // runsc 0.0~20221219's words
+				}
+				return f.Signal(ctx, sig)
+			},
+			WaitFunc: f.Wait,
+		}
+		start := time.Now()
+		exit, err := escalate.Policy{Signal: 99, TermWait: 20 * time.Second}.Stop(t.Context(), target)
+		assert.Zero(t, sends, "a number that is no signal was sent")
+		assert.Equal(t, []string{"killed@00.000"}, f.sent())
+		assert.Equal(t, escalate.ExitedAfterKill, exit)
+		require.ErrorIs(t, err, syscall.EINVAL)
+		assert.EqualError(t, err, "escalate: Policy.Signal 99 is no signal (1-64; zero means SIGTERM): invalid argument")
+		assert.Equal(t, 100*time.Millisecond, time.Since(start))
 	})
 }

@@ -85,7 +85,9 @@ type Target interface {
 type Policy struct {
 	// Signal is the first signal; zero means SIGTERM. SIGKILL gives the
 	// target no chance to save its state: an exit on it is
-	// ExitedAfterKill, with an error saying so, never Exited.
+	// ExitedAfterKill, with an error saying so, never Exited. One that is no
+	// signal (negative, above 64) is not sent: SIGKILL goes out at once, and
+	// the error names the field (with syscall.EINVAL).
 	Signal syscall.Signal
 	// TermWait is the longest wait after Signal. Zero (or negative) means
 	// until KillWait before ctx's deadline (half of a window shorter than
@@ -172,7 +174,16 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 		unsent = errSignalIsKill
 		failures = append(failures, errSignalIsKill)
 	}
-	if err := signalUntil(ctx, t, sig, termEnd); isGone(err) {
+	send := signalUntil
+	if sig < 1 || sig > maxSignal {
+		// No target can get it: not sent. Sent, a `runsc kill` refused it with a
+		// failure that reads as passing (exit status 128), and it was sent again every
+		// 100 ms through the whole wait after the signal before SIGKILL (row 976).
+		send = func(context.Context, Target, syscall.Signal, time.Time) error {
+			return fmt.Errorf("escalate: Policy.Signal %d is no signal (1-%d; zero means SIGTERM): %w", int(sig), maxSignal, syscall.EINVAL)
+		}
+	}
+	if err := send(ctx, t, sig, termEnd); isGone(err) {
 		return Gone, nil
 	} else if err != nil {
 		failures = append(failures, err)
@@ -658,6 +669,9 @@ var (
 	ErrKilled      = errors.New("escalate: target needed SIGKILL; its state may not be saved")
 	ErrExitUnknown = errors.New("escalate: target not seen to exit")
 )
+
+// maxSignal is the highest signal number Linux has (SIGRTMAX).
+const maxSignal = 64
 
 // errSignalIsKill is in Stop's error when Policy.Signal is SIGKILL.
 var errSignalIsKill = errors.New("escalate: Policy.Signal is SIGKILL, on which no target saves its state (zero means SIGTERM)")

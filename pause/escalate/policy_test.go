@@ -718,7 +718,7 @@ func TestKillAfterARefusedFirstSignalSaysWhy(t *testing.T) {
 	err := sb.Preserve(ctx)
 	require.ErrorIs(t, err, escalate.ErrKilled)
 	assert.ErrorIs(t, err, syscall.EINVAL, "why it needed SIGKILL")
-	assert.Contains(t, err.Error(), "escalate: sending signal 99: ")
+	assert.Contains(t, err.Error(), "escalate: Policy.Signal 99 is no signal (1-64; zero means SIGTERM)")
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	assert.Equal(t, syscall.SIGKILL, ws.Signal())
 	assert.NoFileExists(t, state)
