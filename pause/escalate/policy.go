@@ -105,9 +105,11 @@ type Policy struct {
 
 // Stop signals t, escalates to SIGKILL if it has not exited by the end of
 // the wait after the signal, and reports how it ended. It returns by ctx's deadline, or
-// after TermWait + KillWait without one, but for the SIGKILL's send, which ctx's end
-// does not cut: it is given the kill wait as planned, and at least a second
-// (killSendWait), so Stop can return up to a second after ctx's end.
+// after TermWait + KillWait without one, but for two sends, each given at least a second
+// (killSendWait): the first signal's, which ctx's deadline still ends (without one, Stop
+// can return up to a second after TermWait + KillWait), and the SIGKILL's, which ctx's
+// end does not cut: it is given the kill wait as planned, and Stop can return up to a
+// second after ctx's end.
 //
 // A ctx that ends before the wait after the signal does (cancelled: a drain ends a
 // step's context at the new deadline of a budget that moved SIGKILL earlier) ends that
