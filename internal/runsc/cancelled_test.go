@@ -2,9 +2,6 @@ package runsc
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -69,15 +66,7 @@ func TestHungSIGTERMSendLeavesTheKillWait(t *testing.T) {
 	rt := realRuntime(t)
 	b := startActor(t, rt, "hung", CounterArgs(), false)
 	waitCounter(t, b, 0)
-	runscPath, err := exec.LookPath("runsc")
-	require.NoError(t, err)
-	script := filepath.Join(t.TempDir(), "runsc-hung-term")
-	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
-case " $* " in *" kill "*" 15 "*) exec sleep 3600 ;; esac
-exec `+runscPath+` "$@"
-`), 0o755))
-	hung := *rt
-	hung.Binary = script
+	hung := wrappedRuntime(t, rt, `case " $* " in *" kill "*" 15 "*) exec sleep 3600 ;; esac`)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // SIGKILL at 2 s
 	defer cancel()

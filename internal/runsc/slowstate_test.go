@@ -29,13 +29,17 @@ const slowWindow = 4 * time.Second
 // Target ran after a SIGKILL that failed.
 func slowStateRuntime(t *testing.T, rt *Runtime) *Runtime {
 	t.Helper()
+	return wrappedRuntime(t, rt, `case " $* " in *" state "*) sleep `+slowState.String()+` >/dev/null 2>&1 </dev/null ;; esac`)
+}
+
+// wrappedRuntime returns a Runtime over rt's containers whose runsc is a shell script that
+// runs before, then execs the real runsc with its arguments.
+func wrappedRuntime(t *testing.T, rt *Runtime, before string) *Runtime {
+	t.Helper()
 	runscPath, err := exec.LookPath("runsc")
 	require.NoError(t, err)
-	script := filepath.Join(t.TempDir(), "runsc-slow-state")
-	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
-case " $* " in *" state "*) sleep `+slowState.String()+` >/dev/null 2>&1 </dev/null ;; esac
-exec `+runscPath+` "$@"
-`), 0o755))
+	script := filepath.Join(t.TempDir(), "runsc-wrapped")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"+before+"\nexec "+runscPath+` "$@"`+"\n"), 0o755))
 	c := *rt
 	c.Binary = script
 	return &c
