@@ -39,8 +39,13 @@
 // answering the only one, its Retry-After is waited when it ends before
 // that deadline, and the sandbox is not asked again before that time
 // (see Source). Errors come classified for the Preserver (gone,
-// permanent, transient; see Source); a 202 Accepted to a pause counts
-// only once the listing no longer shows the sandbox running. Against a server that pauses one
+// permanent, transient; see Source): a refusal of the key (401, 403) is
+// permanent with Config.APIKey and transient with Config.APIKeyFile,
+// whose rotated key reaches the file a minute or more after the server
+// has it, so a drain in that window preserves its sandboxes once it
+// arrives, in the phase's time (see Config.APIKeyFile). A 202 Accepted
+// to a pause counts only once the listing no longer shows the sandbox
+// running. Against a server that pauses one
 // sandbox at a time, the Source's concurrency never exceeds what the server
 // showed it handles, so a high Preserver limit costs no throughput there.
 package httpsource

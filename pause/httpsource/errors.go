@@ -20,8 +20,9 @@ import (
 // see Source; a 404 from the list path is a wrong path, so List reports it
 // permanent), in backoff.Permanent for any other 4xx except 408 and 429, and
 // bare (transient) for 408, 429 and 5xx. A 409 from Preserve is settled by
-// listing again, or retried with Config.RetryConflict, as Source describes.
-// errors.As finds it in every case.
+// listing again, or retried with Config.RetryConflict, as Source describes;
+// a 401 or 403 to the key of Config.APIKeyFile is transient (see
+// Config.APIKeyFile). errors.As finds it in every case.
 type StatusError struct {
 	Op         string // "list" or "pause"
 	URL        string // the request URL, its password (base URL's user information) redacted
@@ -34,6 +35,7 @@ type StatusError struct {
 	Body       string // the start of the response body, for the report
 
 	retryAfter string // the Retry-After header as sent, for Error
+	key        keyUse // the request's use of Config.APIKeyFile's key (zero without one)
 }
 
 // Error implements error.

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -14,14 +16,27 @@ import (
 )
 
 // keyFile is Config.APIKeyFile: the key it held when last read, read again
-// when the file changed.
+// when the file changed, and what the server answered to it.
 type keyFile struct {
 	path string
+	sent atomic.Uint64 // requests sent with a key of the file: the seq of the last
 
-	mu     sync.Mutex
-	key    string
-	stamp  fileStamp
-	failed logonce.Failures // the reads failed since the last that did not, so that a failure is logged once
+	mu        sync.Mutex
+	key       string
+	gen       uint64    // the key's version: 1 at New, one more at each change
+	since     time.Time // when this key was read first
+	stamp     fileStamp
+	failed    logonce.Failures // the reads failed since the last that did not, so that a failure is logged once
+	accepted  keyUse           // the last request with a 2xx answer (zero: none)
+	refused   uint64           // the gen refused (and logged), until a later one is accepted
+	refusedAt uint64           // the requests sent when its first refusal came back
+}
+
+// A keyUse is one request's use of the file's key: which version it sent,
+// its place among the requests sent (seq), and how many had been sent when
+// its answer came (answered).
+type keyUse struct {
+	gen, seq, answered uint64
 }
 
 // fileStamp tells a file's versions apart: a Kubernetes Secret volume
@@ -52,7 +67,7 @@ func readKeyFile(path string) (*keyFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("httpsource: Config.APIKeyFile: %w", err)
 	}
-	k.key, k.stamp = key, stamp
+	k.key, k.stamp, k.gen, k.since = key, stamp, 1, time.Now()
 	return k, nil
 }
 
@@ -81,28 +96,87 @@ func (k *keyFile) read() (string, fileStamp, error) {
 	return key, stampOf(fi), nil
 }
 
-// get returns the key, read again if the file changed since; a read that
-// fails keeps the last key.
-func (k *keyFile) get(log *slog.Logger) string {
+// send returns the key for a request about to be sent, read again if the
+// file changed since (a read that fails keeps the last key), and the
+// request's use of it.
+func (k *keyFile) send(log *slog.Logger) (string, keyUse) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.reread(log)
+	return k.key, keyUse{gen: k.gen, seq: k.sent.Add(1)}
+}
+
+// answered returns u with the requests sent so far: its answer has come.
+func (k *keyFile) answered(u keyUse) keyUse {
+	u.answered = k.sent.Load()
+	return u
+}
+
+// reread reads the file again if it changed since it was last read.
+func (k *keyFile) reread(log *slog.Logger) {
 	fi, err := os.Stat(k.path)
 	if err == nil && stampOf(fi).same(k.stamp) {
-		return k.key
+		return
 	}
 	key, stamp, err := k.read()
 	if err != nil {
 		if news, _ := k.failed.Fail(err.Error()); news {
 			log.Warn("httpsource: the API key file could not be read again: the last key is sent", "file", k.path, "error", err)
 		}
-		return k.key
+		return
 	}
 	if key != k.key {
 		log.Info("httpsource: the API key file changed: the new key is sent", "file", k.path)
+		k.key, k.gen, k.since = key, k.gen+1, time.Now()
 	}
-	k.key, k.stamp = key, stamp
+	k.stamp = stamp
 	k.failed.OK() // a read that works again is not logged as such: a new key is, above
-	return k.key
+}
+
+// accept records that the server answered u with a 2xx: its key is
+// accepted. The first acceptance after a logged refusal is logged.
+func (k *keyFile) accept(u keyUse, log *slog.Logger) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if u.seq > k.accepted.seq {
+		k.accepted = u
+	}
+	if k.refused != 0 && u.gen > k.refused {
+		log.Info("httpsource: the server accepts the API key from Config.APIKeyFile", "file", k.path)
+		k.refused = 0
+	}
+}
+
+// refusal returns the error of se, an answer to a request that sent the
+// file's key (u), when it is a refusal of that key: 401 or 403, unless the
+// server accepted the same key for a request sent after the key's first
+// refusal came back, which shows the key good and the refusal this
+// request's own (a 403 for one sandbox). That error is transient: a key
+// rotated in a mounted Secret reaches the file up to a minute or more
+// after the server has it (the kubelet's sync period and its cache), and
+// the retry sends what the file holds then. The first refusal of each
+// version of the key is logged. Nil for any other answer.
+func (k *keyFile) refusal(se *StatusError, u keyUse, log *slog.Logger) error {
+	if se.StatusCode != http.StatusUnauthorized && se.StatusCode != http.StatusForbidden {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	state := fmt.Sprintf("unchanged for %v", time.Since(k.since).Round(time.Millisecond))
+	switch {
+	case u.gen != k.gen:
+		state = "changed since: the retry sends the new key"
+	case k.refused != u.gen:
+		log.Info("httpsource: the server refused the API key from Config.APIKeyFile: requests are retried while time is left, "+
+			"the file read again before each, until it holds a key the server accepts "+
+			"(a key rotated in a mounted Secret reaches the file up to a minute or more after the server has it)",
+			"file", k.path, "status", se.StatusCode, "key_unchanged_for", time.Since(k.since).Round(time.Millisecond))
+		k.refused, k.refusedAt = u.gen, u.answered
+	case k.accepted.gen == u.gen && k.accepted.seq > k.refusedAt:
+		return nil
+	}
+	return fmt.Errorf("%w: the key from Config.APIKeyFile %s (%s) was refused; retried while time is left, "+
+		"for a key rotated in a mounted Secret reaches the file up to a minute or more after the server has it", se, k.path, state)
 }
 
 // headerFlaw describes the first byte of key that no HTTP header can

@@ -196,6 +196,11 @@ func otherPauses(n int) string {
 // err, and se when it is a non-2xx answer.
 func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error {
 	gone := b.src.cfg.gone
+	if se != nil && !slices.Contains(gone, se.StatusCode) {
+		if kerr := b.src.keyRefusal(se); kerr != nil {
+			return kerr // transient: the file may hold a key the server accepts by the retry
+		}
+	}
 	switch {
 	case se == nil:
 		// No answer: a connection failure, the pause timeout, or ctx

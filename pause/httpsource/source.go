@@ -99,7 +99,9 @@ type Config struct {
 	// header value, so it is never part of the key a server checks (a
 	// Secret made from a file ends in a newline). It must hold no other
 	// control character but a tab, which no header can carry: New fails
-	// naming where it is.
+	// naming where it is. A refusal of it (401, 403) is permanent: the
+	// key is never read again, so no retry before a restart sends another
+	// (APIKeyFile is).
 	APIKey string
 	// APIKeyFile, when not empty, names a file holding the API key
 	// (surrounding white space trimmed), sent as APIKey is. It is read
@@ -111,6 +113,26 @@ type Config struct {
 	// what APIKey must not; a later read that fails, or finds it so, keeps
 	// the last key and is logged at Warn. Set APIKey or APIKeyFile, not
 	// both.
+	//
+	// A key rotated in a Secret reaches the server before the file: the
+	// kubelet writes a mounted Secret at its next sync, its sync period
+	// plus its cache's TTL later, a minute or more. A drain in that window
+	// has its requests refused. So with APIKeyFile a refusal, 401 or 403,
+	// is transient, for the listing and for a pause alike: the Preserver
+	// retries it with its backoff while the phase has time, each request
+	// reading the file again if it changed, and the sandboxes are
+	// preserved once the new key is there: the default backoff's waits
+	// grow to 10 s (jitter 0.5: up to 15 s), so the last pause of a
+	// 70 s window goes out up to 15 s after the key, and it gives up
+	// after 5 min in all (pause.Config.BackOff).
+	// The error says which key file was refused and for how long its key
+	// had not changed; the first refusal of each key is logged at Info,
+	// and so is the first acceptance of a later one. A sandbox whose time
+	// ends first is Failed with that error. One exception keeps a refusal
+	// that is not the key's (a 403 for one sandbox) from being retried
+	// until the phase ends: once the server accepted the key for a request
+	// sent after the key's first refusal came back, a refusal of that key
+	// is permanent again.
 	APIKeyFile string
 	// APIKeyHeader names the API key's header; empty means "X-API-Key". It
 	// must be a header's name alone (no colon, no space): New fails
@@ -365,8 +387,10 @@ func (c Config) resolve() config {
 // server will not pause yet), a listing that fails leaves it in the
 // listing's class (transient or permanent), naming the listing's error;
 // with Config.RetryConflict (AgentENV, whose 409 means a sandbox in
-// transition) it is transient at once. errors.As finds the *StatusError in
-// each.
+// transition) it is transient at once. A 401 or 403, permanent as any
+// other 4xx with Config.APIKey, is transient with Config.APIKeyFile, the
+// listing's and a pause's, while the file may yet get the server's new
+// key (see Config.APIKeyFile). errors.As finds the *StatusError in each.
 //
 // A 2xx answer to a pause is the sandbox preserved, except 202 Accepted,
 // which says the pause has begun, not that it is done: the sandbox is
@@ -629,7 +653,9 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 				page = 0
 				continue
 			}
-			err = classify(se, nil) // a 404 here is a wrong path, not a gone sandbox
+			if err = s.keyRefusal(se); err == nil {
+				err = classify(se, nil) // a 404 here is a wrong path, not a gone sandbox
+			}
 		}
 		if err != nil {
 			return s.partial(out, page, ids, target, err)
@@ -847,14 +873,17 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		return nil, nil, 0, backoff.Permanent(fmt.Errorf("httpsource: %s: %w", op, err))
 	}
 	req.Header.Set("Accept", "application/json")
-	key := s.cfg.apiKey
+	key, use := s.cfg.apiKey, keyUse{}
 	if s.cfg.keyFile != nil {
-		key = s.cfg.keyFile.get(s.cfg.logger)
+		key, use = s.cfg.keyFile.send(s.cfg.logger)
 	}
 	if key != "" {
 		req.Header.Set(s.cfg.apiHeader, key)
 	}
 	resp, err := s.cfg.client.Do(req)
+	if s.cfg.keyFile != nil {
+		use = s.cfg.keyFile.answered(use)
+	}
 	result := attribute.String("error.type", "_OTHER") // no answer
 	if errors.Is(err, context.DeadlineExceeded) {
 		result = attribute.String("error.type", "timeout")
@@ -890,14 +919,28 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 			op, redact(target), resp.StatusCode, maxBody>>20))
 	}
 	if resp.StatusCode/100 == 2 {
+		if s.cfg.keyFile != nil {
+			s.cfg.keyFile.accept(use, s.cfg.logger)
+		}
 		return body, resp.Header, resp.StatusCode, nil
 	}
 	retryAfter := resp.Header.Get("Retry-After")
 	return nil, resp.Header, resp.StatusCode, &StatusError{
 		Op: op, URL: redact(target), StatusCode: resp.StatusCode,
 		RetryAfter: parseRetryAfter(retryAfter, time.Now()), retryAfter: retryAfter,
-		Body: snippet(body),
+		Body: snippet(body), key: use,
 	}
+}
+
+// keyRefusal returns the transient error of se when it refuses the key
+// from Config.APIKeyFile (see keyFile.refusal), nil otherwise: always nil
+// with a static Config.APIKey, which no rotation changes before a
+// restart, so its refusal stays permanent.
+func (s *Source) keyRefusal(se *StatusError) error {
+	if s.cfg.keyFile == nil {
+		return nil
+	}
+	return s.cfg.keyFile.refusal(se, se.key, s.cfg.logger)
 }
 
 // redact returns target with the password of its user information, if it
