@@ -21,15 +21,14 @@ type keyFile struct {
 	path string
 	sent atomic.Uint64 // requests sent with a key of the file: the seq of the last
 
-	mu        sync.Mutex
-	key       string
-	gen       uint64    // the key's version: 1 at New, one more at each change
-	since     time.Time // when this key was read first
-	stamp     fileStamp
-	failed    logonce.Failures // the reads failed since the last that did not, so that a failure is logged once
-	accepted  keyUse           // the last request with a 2xx answer (zero: none)
-	refused   uint64           // the gen refused (and logged), until a later one is accepted
-	refusedAt uint64           // the requests sent when its first refusal came back
+	mu       sync.Mutex
+	key      string
+	gen      uint64    // the key's version: 1 at New, one more at each change
+	since    time.Time // when this key was read first
+	stamp    fileStamp
+	failed   logonce.Failures // the reads failed since the last that did not, so that a failure is logged once
+	accepted keyUse           // the last request with a 2xx answer (zero: none)
+	refused  uint64           // the gen whose refusal was logged, until a later one is accepted
 }
 
 // A keyUse is one request's use of the file's key: which version it sent,
@@ -149,20 +148,27 @@ func (k *keyFile) accept(u keyUse, log *slog.Logger) {
 
 // refusal returns the error of se, an answer to a request that sent the
 // file's key (u), when it is a refusal of that key: 401 or 403, unless the
-// server accepted the same key for a request sent after the key's first
-// refusal came back, which shows the key good and the refusal this
-// request's own (a 403 for one sandbox). That error is transient: a key
-// rotated in a mounted Secret reaches the file up to a minute or more
+// server accepted the same key for a request sent after prev came back,
+// the answer count (keyUse.answered) of the refusal the same requests got
+// before (a sandbox's last pause; 0: none), which shows the key good after
+// it and the refusal these requests' own (a 403 for one sandbox). Only the
+// same requests' refusal counts: the key accepted after another sandbox's
+// own refusal says nothing of a rotation since. That error is transient: a
+// key rotated in a mounted Secret reaches the file up to a minute or more
 // after the server has it (the kubelet's sync period and its cache), and
 // the retry sends what the file holds then. The first refusal of each
 // version of the key is logged. Nil for any other answer.
-func (k *keyFile) refusal(se *StatusError, u keyUse, log *slog.Logger) error {
+func (k *keyFile) refusal(se *StatusError, u keyUse, prev uint64, log *slog.Logger) error {
 	if se.StatusCode != http.StatusUnauthorized && se.StatusCode != http.StatusForbidden {
 		return nil
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	state := fmt.Sprintf("unchanged for %v", time.Since(k.since).Round(time.Millisecond))
+	if prev != 0 && k.accepted.gen == u.gen && k.accepted.seq > prev {
+		return nil
+	}
+	unchanged := time.Since(k.since).Round(time.Millisecond)
+	state := fmt.Sprintf("unchanged for %v", unchanged)
 	switch {
 	case u.gen != k.gen:
 		state = "changed since: the retry sends the new key"
@@ -170,10 +176,8 @@ func (k *keyFile) refusal(se *StatusError, u keyUse, log *slog.Logger) error {
 		log.Info("httpsource: the server refused the API key from Config.APIKeyFile: requests are retried while time is left, "+
 			"the file read again before each, until it holds a key the server accepts "+
 			"(a key rotated in a mounted Secret reaches the file up to a minute or more after the server has it)",
-			"file", k.path, "status", se.StatusCode, "key_unchanged_for", time.Since(k.since).Round(time.Millisecond))
-		k.refused, k.refusedAt = u.gen, u.answered
-	case k.accepted.gen == u.gen && k.accepted.seq > k.refusedAt:
-		return nil
+			"file", k.path, "status", se.StatusCode, "key_unchanged_for", unchanged)
+		k.refused = u.gen
 	}
 	return fmt.Errorf("%w: the key from Config.APIKeyFile %s (%s) was refused; retried while time is left, "+
 		"for a key rotated in a mounted Secret reaches the file up to a minute or more after the server has it", se, k.path, state)

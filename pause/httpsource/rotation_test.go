@@ -282,3 +282,47 @@ func TestKeyRotationWindowOfAKubeletSyncIsWaitedOut(t *testing.T) {
 		assert.LessOrEqual(t, attempts, n*int(window/time.Second), "no flood while refused")
 	})
 }
+
+// A refusal that was one sandbox's own must not make a later rotation's
+// refusals permanent: the key's acceptance after that sandbox's 403 proves
+// the key good then, not after the server took a new one. The Source of a
+// first Run whose one sandbox was refused 403 (its own) drains again while
+// the server is on a new key and the file not yet: every pause waits for
+// the key, where each was Failed at once.
+func TestRotationAfterOneSandboxsOwnRefusalIsWaitedOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 6
+		srv := double(t, n, 100*time.Millisecond)
+		vol, cfg := keyVolume(t)
+		h := srv.Handler()
+		var forbidden atomic.Pointer[string]
+		src := inProcess(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if id := forbidden.Load(); id != nil && r.URL.Path == "/sandboxes/"+*id+"/pause" {
+				http.Error(w, `{"message":"not your sandbox"}`, http.StatusForbidden)
+				return
+			}
+			h.ServeHTTP(w, r)
+		}), cfg)
+		sbs, err := src.List(t.Context())
+		require.NoError(t, err)
+		forbidden.Store(new(sbs[0].ID()))
+		p, err := pause.New(once(sbs[:3]), pause.Config{Limit: 2, Order: pause.OrderFIFO})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+		require.Equal(t, pause.Failed, entry(t, rep, sbs[0].ID()).Outcome, "the 403, its own")
+		require.Equal(t, 2, rep.Counts[pause.Preserved])
+
+		srv.SetAPIKey("k2")
+		written := make(chan struct{})
+		go func() {
+			defer close(written)
+			time.Sleep(20 * time.Second)
+			vol.write("k2")
+		}()
+		p, err = pause.New(once(sbs[3:]), pause.Config{})
+		require.NoError(t, err)
+		rep = p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+		<-written
+		assert.Equal(t, n-3, rep.Counts[pause.Preserved], "%v", rep.Err())
+	})
+}

@@ -197,7 +197,7 @@ func otherPauses(n int) string {
 func (b *sandbox) failed(ctx context.Context, se *StatusError, err error) error {
 	gone := b.src.cfg.gone
 	if se != nil && !slices.Contains(gone, se.StatusCode) {
-		if kerr := b.src.keyRefusal(se); kerr != nil {
+		if kerr := b.src.keyRefusal(se, "pause "+b.id); kerr != nil {
 			return kerr // transient: the file may hold a key the server accepts by the retry
 		}
 	}
@@ -369,8 +369,10 @@ func (s *Source) notePauseInProgress(id string, se *StatusError) {
 	}
 }
 
-// clearFailedPause forgets the failures of the sandbox's pauses.
+// clearFailedPause forgets the failures of the sandbox's pauses, its
+// refusals of the key included.
 func (s *Source) clearFailedPause(id string) {
+	s.keyAccepted("pause " + id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pauseFailed, id)

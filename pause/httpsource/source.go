@@ -130,9 +130,11 @@ type Config struct {
 	// and so is the first acceptance of a later one. A sandbox whose time
 	// ends first is Failed with that error. One exception keeps a refusal
 	// that is not the key's (a 403 for one sandbox) from being retried
-	// until the phase ends: once the server accepted the key for a request
-	// sent after the key's first refusal came back, a refusal of that key
-	// is permanent again.
+	// until the phase ends: a refusal of a sandbox's pause (or of the
+	// listing) is permanent again when the server accepted the same key
+	// for a request sent after that sandbox's last refusal (the listing's)
+	// came back; another sandbox's refusal proves nothing, so a rotation
+	// after one sandbox's own 403 is still waited out.
 	APIKeyFile string
 	// APIKeyHeader names the API key's header; empty means "X-API-Key". It
 	// must be a header's name alone (no colon, no space): New fails
@@ -432,6 +434,7 @@ type Source struct {
 	notBefore    map[string]holdOff // per sandbox, from Retry-After
 	pauseFailed  map[string]error   // per sandbox, its last pause that got a 5xx answer or none, or a 409 naming one in progress
 	lastOverload *StatusError       // the last overload answer to a pause: why the limit is low
+	keyRefused   map[string]uint64  // per chain of requests, its last refusal of Config.APIKeyFile's key (see keyRefusal)
 }
 
 // New returns a Source for the server whose API is at baseURL (for example
@@ -468,7 +471,8 @@ func New(baseURL string, c Config) (*Source, error) {
 	if cfg.mp == nil {
 		cfg.mp = otel.GetMeterProvider()
 	}
-	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]holdOff{}, pauseFailed: map[string]error{}}
+	s := &Source{cfg: cfg, base: base, lim: newLimiter(cfg.maxInFlight), notBefore: map[string]holdOff{}, pauseFailed: map[string]error{},
+		keyRefused: map[string]uint64{}}
 	s.listURL = s.resolve(cfg.listPath)
 	if cfg.fallbackList != "" {
 		s.fallbackURL = s.resolve(cfg.fallbackList)
@@ -653,13 +657,14 @@ func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 				page = 0
 				continue
 			}
-			if err = s.keyRefusal(se); err == nil {
+			if err = s.keyRefusal(se, listChain); err == nil {
 				err = classify(se, nil) // a 404 here is a wrong path, not a gone sandbox
 			}
 		}
 		if err != nil {
 			return s.partial(out, page, ids, target, err)
 		}
+		s.keyAccepted(listChain)
 		items, err := s.parse(body, page, &ids)
 		if err != nil {
 			return s.partial(out, page, ids, target, backoff.Permanent(fmt.Errorf("httpsource: list %s: %w", redact(u), err)))
@@ -935,13 +940,39 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 // keyRefusal returns the transient error of se when it refuses the key
 // from Config.APIKeyFile (see keyFile.refusal), nil otherwise: always nil
 // with a static Config.APIKey, which no rotation changes before a
-// restart, so its refusal stays permanent.
-func (s *Source) keyRefusal(se *StatusError) error {
+// restart, so its refusal stays permanent. chain names the requests se
+// answered one of, whose last refusal it follows: "list", or "pause " and
+// a sandbox's ID.
+func (s *Source) keyRefusal(se *StatusError, chain string) error {
 	if s.cfg.keyFile == nil {
 		return nil
 	}
-	return s.cfg.keyFile.refusal(se, se.key, s.cfg.logger)
+	s.mu.Lock()
+	prev := s.keyRefused[chain]
+	s.mu.Unlock()
+	err := s.cfg.keyFile.refusal(se, se.key, prev, s.cfg.logger)
+	if err != nil {
+		s.mu.Lock()
+		s.keyRefused[chain] = se.key.answered
+		s.mu.Unlock()
+	}
+	return err
 }
+
+// keyAccepted forgets the refusals of chain's key (see keyRefusal): one of
+// its requests was answered.
+func (s *Source) keyAccepted(chain string) {
+	if s.cfg.keyFile == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.keyRefused, chain)
+}
+
+// listChain is keyRefusal's chain of the listings; a sandbox's pauses are
+// "pause " and its ID.
+const listChain = "list"
 
 // redact returns target with the password of its user information, if it
 // has one, replaced by "xxxxx": what errors and log lines show of a URL.
