@@ -9,12 +9,13 @@
 //
 // Typical wiring, for a runtime that preserves by signalling:
 //
-//	target := escalate.Funcs{SignalFunc: kill, WaitFunc: wait, ExitedFunc: state} // runsc kill / wait / state
+//	target := runscTarget("/run/runsc", id)
 //	sb := &escalate.Sandbox{Name: id, Target: target, Policy: escalate.Policy{KillWait: 2 * time.Second}}
 //	// sb is a pause.Sandbox: list it from the server's pause.Lister
 //
-// where each function reads runsc's answer as Funcs says (Example_runsc has
-// them whole): a kill refused with "sandbox is not running" is
+// where runscTarget (Example_runsc has it whole) returns
+// escalate.Funcs{SignalFunc: kill, WaitFunc: wait, ExitedFunc: state} over
+// runsc kill, wait and state, each reading runsc's answer as Funcs says: a kill refused with "sandbox is not running" is
 // os.ErrProcessDone, and state is the status runsc prints ("stopped"), never
 // whether `runsc state` failed, which it does not for a stopped container and
 // does when its context's deadline cuts it;
