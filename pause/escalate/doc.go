@@ -15,10 +15,11 @@
 //
 // where runscTarget (Example_runsc has it whole) returns
 // escalate.Funcs{SignalFunc: kill, WaitFunc: wait, ExitedFunc: state} over
-// runsc kill, wait and state, each reading runsc's answer as Funcs says: a kill refused with "sandbox is not running" is
-// os.ErrProcessDone, and state is the status runsc prints ("stopped"), never
-// whether `runsc state` failed, which it does not for a stopped container and
-// does when its context's deadline cuts it;
+// runsc kill, wait and state, each reading runsc's answer as Funcs says:
+// a kill refused with "sandbox is not running" is os.ErrProcessDone, and
+// state is the status runsc prints ("stopped"), never whether `runsc
+// state` failed, which it does not for a stopped container and does when
+// its context's deadline cuts it;
 //
 // or, for a child process the server started, escalate.Cmd(cmd), which
 // pins it with the pidfd os/exec started it with and reaps it.
