@@ -273,11 +273,13 @@ func (c Comparison) Report(b *testing.B, mix string) {
 	}
 }
 
-// defaultLimit returns where pause's adaptive limit starts by default.
+// defaultLimit returns where pause's adaptive limit starts by default: the
+// limit a Run of no sandboxes reports. Not Preserver.Limit, which says what
+// a reserve may count on (1 until a Run has measured a preserve).
 func defaultLimit() int {
 	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }), pause.Config{})
 	if err != nil {
 		panic(err)
 	}
-	return p.Limit()
+	return p.Run(context.Background(), time.Time{}).Limit
 }
