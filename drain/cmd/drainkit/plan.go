@@ -160,22 +160,22 @@ type planInput struct {
 	noRates        bool // ratesPath does not exist yet: the flags stand in for it
 }
 
-// defaultLimit and defaultEstimate are what a Preserver with pause's
-// defaults starts from: the limit its first Run starts at (a Run of no
-// sandboxes reports it; its Limit says what a reserve counts on, 1 until a
-// Run measured a level) and its Estimator's estimate.
-var defaultLimit, defaultEstimate = pauseDefaults()
+// defaultLimit, defaultReserved and defaultEstimate are what a Preserver
+// with pause's defaults starts from: the limit its first Run starts at (a
+// Run of no sandboxes reports it), the limit its Limit reports for a
+// reserve before a Run has measured one (1), and its Estimator's estimate.
+var defaultLimit, defaultReserved, defaultEstimate = pauseDefaults()
 
 // noSandboxes lists none: the plan builds Preservers only to read them.
 var noSandboxes = pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })
 
-func pauseDefaults() (int, time.Duration) {
+func pauseDefaults() (start, reserved int, estimate time.Duration) {
 	p, err := pause.New(noSandboxes, pause.Config{})
 	if err != nil {
 		panic(err) // the zero Config is valid
 	}
-	est := p.Estimator().Estimate()
-	return p.Run(context.Background(), time.Time{}).Limit, est
+	reserved, estimate = p.Limit(), p.Estimator().Estimate()
+	return p.Run(context.Background(), time.Time{}).Limit, reserved, estimate
 }
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -481,8 +481,8 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 	case r != nil && r.Limit > 0:
 		in.limit, in.limitSrc = r.Limit, "learned"
 	default:
-		in.limit, in.reserved = defaultLimit, 1
-		in.limitSrc = fmt.Sprintf("the library's default, nothing learned, no -concurrency: adaptive, starts at %d and climbs; planned at 1 (nothing measured: the drain counts on one at a time)", in.limit)
+		in.limit, in.reserved = defaultLimit, defaultReserved
+		in.limitSrc = fmt.Sprintf("the library's default, nothing learned, no -concurrency: adaptive, starts at %d and climbs; planned at %d (nothing measured: the drain counts on one at a time)", in.limit, in.reserved)
 	}
 	if in.level == 0 {
 		in.level = in.limit
