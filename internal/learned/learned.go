@@ -1,6 +1,7 @@
 package learned
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -215,4 +216,18 @@ func Read(path string) (*Rates, error) {
 		}
 	}
 	return &r, nil
+}
+
+// StartLimit returns the limit a Preserver built with cfg starts its first
+// Run at: the limit a Run of no sandboxes reports. pause exports no name
+// for it, and Preserver.Limit says something else: what a reserve may
+// count on, 1 for an adaptive limit until a Run has measured a preserve.
+// drainkit plan prints the start, and the mix benchmarks compare the
+// adaptive limit with a fixed limit at it.
+func StartLimit(cfg pause.Config) (int, error) {
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }), cfg)
+	if err != nil {
+		return 0, err
+	}
+	return p.Run(context.Background(), time.Time{}).Limit, nil
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -388,4 +391,70 @@ func TestStartWithNoFileSaysItIsCold(t *testing.T) {
 	assert.Equal(t, 3*time.Second, st.Config().Estimator.Estimate())
 	assert.Contains(t, logs.String(), "starting cold")
 	assert.Contains(t, logs.String(), "file="+filepath.Join(dir, learned.File))
+}
+
+// TestStartLimitIsWhereTheFirstRoundRuns checks StartLimit against what a
+// Run does: as many preserves in flight at once, in its first round, as
+// StartLimit says, for the default start, a ceiling below it and a fixed
+// limit; and a Config pause refuses is refused here too.
+func TestStartLimitIsWhereTheFirstRoundRuns(t *testing.T) {
+	for _, cfg := range []pause.Config{{}, {MaxLimit: 3}, {Limit: 5, MaxLimit: 5}} {
+		start, err := learned.StartLimit(cfg)
+		require.NoError(t, err)
+		assert.Equal(t, firstRound(t, cfg), start, "%+v", cfg)
+	}
+	_, err := learned.StartLimit(pause.Config{Limit: -1})
+	assert.ErrorContains(t, err, "Limit")
+}
+
+// firstRound returns how many of 40 preserves a Preserver built with cfg
+// has in flight at once when its Run starts: each preserve blocks until
+// the first round is counted.
+func firstRound(t *testing.T, cfg pause.Config) int {
+	var n int
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			inFlight atomic.Int64
+			release  = make(chan struct{})
+			listed   atomic.Bool
+		)
+		sbs := make([]pause.Sandbox, 40)
+		for i := range sbs {
+			sbs[i] = blocked{id: fmt.Sprint("sb-", i), inFlight: &inFlight, release: release}
+		}
+		list := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			if listed.Swap(true) {
+				return nil, nil // preserved: a node lists them no more
+			}
+			return sbs, nil
+		})
+		p, err := pause.New(list, cfg)
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() { defer close(done); p.Run(context.Background(), time.Now().Add(time.Hour)) }()
+		synctest.Wait() // every preserve the first round started is blocked
+		n = int(inFlight.Load())
+		close(release)
+		<-done
+	})
+	return n
+}
+
+// blocked is a sandbox whose preserve waits for release.
+type blocked struct {
+	id       string
+	inFlight *atomic.Int64
+	release  chan struct{}
+}
+
+func (b blocked) ID() string { return b.id }
+
+func (b blocked) Preserve(ctx context.Context) error {
+	b.inFlight.Add(1)
+	select {
+	case <-b.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

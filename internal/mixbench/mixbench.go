@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -273,13 +274,13 @@ func (c Comparison) Report(b *testing.B, mix string) {
 	}
 }
 
-// defaultLimit returns where pause's adaptive limit starts by default: the
-// limit a Run of no sandboxes reports. Not Preserver.Limit, which says what
-// a reserve may count on (1 until a Run has measured a preserve).
+// defaultLimit returns where pause's adaptive limit starts by default
+// (learned.StartLimit). Not Preserver.Limit, which says what a reserve may
+// count on (1 until a Run has measured a preserve).
 func defaultLimit() int {
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }), pause.Config{})
+	start, err := learned.StartLimit(pause.Config{})
 	if err != nil {
-		panic(err)
+		panic(err) // the zero Config is valid
 	}
-	return p.Run(context.Background(), time.Time{}).Limit
+	return start
 }

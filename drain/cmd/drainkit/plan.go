@@ -174,8 +174,11 @@ func pauseDefaults() (start, reserved int, estimate time.Duration) {
 	if err != nil {
 		panic(err) // the zero Config is valid
 	}
-	reserved, estimate = p.Limit(), p.Estimator().Estimate()
-	return p.Run(context.Background(), time.Time{}).Limit, reserved, estimate
+	start, err = learned.StartLimit(pause.Config{})
+	if err != nil {
+		panic(err)
+	}
+	return start, p.Limit(), p.Estimator().Estimate()
 }
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
