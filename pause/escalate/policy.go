@@ -13,7 +13,6 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
-	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/proc"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -96,7 +95,8 @@ type Policy struct {
 	// ctx's deadline, so that SIGKILL and its wait fit, or, in a window
 	// shorter than 2 x KillWait, which the two waits share, halfway
 	// through it: the kill wait then gets the other half, less than
-	// KillWait.
+	// KillWait. ctx's deadline is the one its Deadline reports as the wait
+	// runs: one that moves earlier moves the wait's end (see Stop).
 	TermWait time.Duration
 	// KillWait is the longest wait after SIGKILL; zero (or negative) means
 	// 5 s.
@@ -110,6 +110,16 @@ type Policy struct {
 // can return up to a second after TermWait + KillWait), and the SIGKILL's, which ctx's
 // end does not cut: it is given the kill wait as planned, and Stop can return up to a
 // second after ctx's end.
+//
+// The wait after the signal follows ctx's Deadline as it moves earlier: a drain's budget
+// that moves SIGKILL earlier (a deletion with a shorter grace, read during the wait) moves
+// the Deadline its steps' and Preserves' contexts report (pause.Preserver.Tighten), and
+// ends them there. The wait's end is laid out again, from the wait's start, for the new
+// deadline, so that SIGKILL and its wait fit before it; Stop reads the Deadline again
+// whenever a wait is retried and, while one blocks, every tenth of KillWait (at least
+// 10 ms, at most a second), for no context says when its Deadline moved. Laid out once,
+// the wait ran on to the context's end and the SIGKILL's effect was not waited for: a
+// target that was killed ended ExitUnknown.
 //
 // A ctx that ends before the wait after the signal does (cancelled: a drain ends a
 // step's context at the new deadline of a budget that moved SIGKILL earlier) ends that
@@ -181,7 +191,7 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 		// No target can get it: not sent. Sent, a `runsc kill` refused it with a
 		// failure that reads as passing (exit status 128), and it was sent again every
 		// 100 ms through the whole wait after the signal before SIGKILL (row 976).
-		send = func(context.Context, Target, syscall.Signal, time.Time) error {
+		send = func(context.Context, Target, syscall.Signal, *end) error {
 			return fmt.Errorf("escalate: Policy.Signal %d is no signal (1-%d; zero means SIGTERM): %w", int(sig), maxSignal, syscall.EINVAL)
 		}
 	}
@@ -190,7 +200,7 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	} else if err != nil {
 		failures = append(failures, err)
 		if !errors.Is(err, syscall.ECHILD) { // ECHILD: sent, but its status was stolen
-			termEnd = time.Now() // it will not exit on a signal it did not get
+			termEnd.cut(time.Now()) // it will not exit on a signal it did not get
 			ended = Gone
 			if unsent == nil {
 				unsent = err // not with ECHILD: taken as delivered, it is no reason
@@ -224,14 +234,14 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	// A SIGKILL that failed for a passing reason (`runsc kill --all` that
 	// could not fork) is sent again within the kill wait, as the first
 	// signal is within its own: sent once, it left the target running.
-	tries, err := resend(ctx, func() error { return sendKill(ctx, t, killEnd) }, err, killEnd)
+	tries, err := resend(ctx, func() error { return sendKill(ctx, t, killEnd) }, err, fixedEnd(killEnd).when)
 	if isGone(err) {
 		return ExitedAfterKill, unsent // gone once a SIGKILL was tried: never Exited
 	} else if err != nil {
 		failures = append(failures, sendError("SIGKILL", tries, err))
 	}
 	killErr, late := err, ctx.Err() != nil // late: sent as ctx ended, or after
-	if exited, err = waitUntil(ctx, t, killEnd); exited {
+	if exited, err = waitUntil(ctx, t, fixedEnd(killEnd)); exited {
 		// Why it needed SIGKILL, when the first signal never went out (an
 		// invalid Policy.Signal, EPERM): it reads otherwise as a target too
 		// slow to save itself.
@@ -313,17 +323,18 @@ func later(a, b time.Time) time.Time {
 // signal) is not tried again; nor is one that was delivered with its
 // status stolen (ECHILD), nor one that found the target gone. The error
 // names the signal and, when it was sent more than once, how often.
-func signalUntil(ctx context.Context, t Target, sig syscall.Signal, until time.Time) error {
+func signalUntil(ctx context.Context, t Target, sig syscall.Signal, until *end) error {
 	send := func() error {
 		// A send that hangs (a `runsc kill` whose sandbox's control server never
 		// answers) ends with the wait after the signal, or killSendWait after it began
 		// if that is later: under ctx alone it ran to ctx's deadline, and the SIGKILL
 		// planned KillWait before it went out with no kill wait left.
-		sctx, cancel := context.WithDeadline(ctx, later(until, time.Now().Add(killSendWait)))
+		began := time.Now()
+		sctx, cancel := until.context(ctx, func() time.Time { return later(until.when(), began.Add(killSendWait)) })
 		defer cancel()
 		return t.Signal(sctx, sig)
 	}
-	tries, err := resend(ctx, send, send(), until)
+	tries, err := resend(ctx, send, send(), until.when)
 	if err == nil || isGone(err) {
 		return err
 	}
@@ -333,9 +344,9 @@ func signalUntil(ctx context.Context, t Target, sig syscall.Signal, until time.T
 // resend sends again (send), as signalUntil describes, after a first send
 // that returned err. It returns how many sends there were, the first
 // included, and the last one's error, unwrapped.
-func resend(ctx context.Context, send func() error, err error, until time.Time) (int, error) {
+func resend(ctx context.Context, send func() error, err error, until func() time.Time) (int, error) {
 	tries := 1
-	for ; err != nil && sendAgain(err) && time.Until(until) > retryPause; tries++ {
+	for ; err != nil && sendAgain(err) && time.Until(until()) > retryPause; tries++ {
 		if !sleepCtx(ctx, retryPause) {
 			break
 		}
@@ -364,36 +375,14 @@ func sendAgain(err error) bool {
 	return true
 }
 
-// termEnd is when the wait after SIGTERM ends: TermWait after now (by
-// default the rest of ctx's window, or defaultTermWait without a deadline),
-// but never into the killWait the SIGKILL and its wait need before ctx's
-// deadline, laid out by the plan's rule (deadline.Split). Both waits
-// reserve killWait, so a window shorter than twice that is shared equally:
-// a target that would save itself on the signal still gets its chance.
-func (e Policy) termEnd(ctx context.Context, killWait time.Duration) time.Time {
-	now := time.Now()
-	dl, ok := ctx.Deadline()
-	if !ok {
-		wait := e.TermWait
-		if wait <= 0 {
-			wait = defaultTermWait
-		}
-		return now.Add(wait)
-	}
-	ws := deadline.Split(now, dl,
-		deadline.Phase{Name: "term", Reserve: deadline.Fixed(killWait), Critical: true, Max: max(e.TermWait, 0)},
-		deadline.Phase{Name: "kill", Reserve: deadline.Fixed(killWait), Critical: true})
-	return ws[0].Deadline
-}
-
-// waitUntil waits for t to exit until the time until, retrying a wait
+// waitUntil waits for t to exit until the end until, retrying a wait
 // that fails. Once a wait was stolen (ECHILD) it asks t.Exited instead.
 // It reports whether t exited, and the last failure.
-func waitUntil(ctx context.Context, t Target, until time.Time) (bool, error) {
+func waitUntil(ctx context.Context, t Target, until *end) (bool, error) {
 	var failed error
 	stolen := false
 	for {
-		wctx, cancel := context.WithDeadline(ctx, until)
+		wctx, cancel := until.context(ctx, until.when)
 		var err error
 		if stolen {
 			err = probe(wctx, t)
@@ -411,7 +400,7 @@ func waitUntil(ctx context.Context, t Target, until time.Time) (bool, error) {
 		if !timedOut && !errors.Is(err, errRunning) { // the wait failed, not by running out of time
 			failed = fmt.Errorf("escalate: waiting for exit: %w", err)
 		}
-		left := time.Until(until)
+		left := time.Until(until.when())
 		if left <= 0 || ctx.Err() != nil {
 			return false, failed
 		}

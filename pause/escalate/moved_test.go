@@ -1,0 +1,120 @@
+package escalate_test
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/escalate"
+)
+
+// Fault (row 1040): Stop fixed the end of its wait after the signal when it began, KillWait
+// before the deadline its context had then. A drain's budget that moves SIGKILL earlier
+// mid-wait (a deletion with a shorter grace read then) moves the Deadline its Preserves'
+// contexts report (pause.Preserver.Tighten) and cuts them there: the wait ran on to the
+// cut, SIGKILL went out as the context ended, with no time left to see its effect, and
+// every sandbox that ignored SIGTERM ended "not seen to exit", though each was killed. The
+// wait now follows the context's Deadline as it moves: SIGKILL KillWait before the new
+// deadline, and its wait sees the exit.
+//
+//	0 s    8 sandboxes SIGTERMed (they ignore it); hard deadline 60 s: SIGKILL due at 55 s
+//	10.2 s Tighten: the hard deadline moves to 30 s
+//	25 s   SIGKILL (before: 30 s, as the contexts were cut)
+//	25.01s each exits                       -> needed SIGKILL, none unknown
+func TestWaitAfterTheSignalFollowsADeadlineMovedEarlier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 8
+		var fakes []*fakeTarget
+		var sbs []pause.Sandbox
+		for i := range n {
+			f := newFake(map[syscall.Signal]time.Duration{syscall.SIGKILL: 10 * time.Millisecond})
+			fakes = append(fakes, f)
+			sbs = append(sbs, &escalate.Sandbox{Name: "sb-" + string(rune('a'+i)), Target: f})
+		}
+		listed := false
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			if listed {
+				return nil, nil
+			}
+			listed = true
+			return sbs, nil
+		}), pause.Config{Limit: n})
+		require.NoError(t, err)
+		start := time.Now()
+		ctx, cancel := context.WithDeadline(t.Context(), start.Add(time.Minute))
+		defer cancel()
+		time.AfterFunc(10200*time.Millisecond, func() { p.Tighten(start.Add(30 * time.Second)) })
+		rep := p.Run(ctx, start.Add(time.Minute))
+
+		unknown, killed := 0, 0
+		for _, e := range rep.Entries {
+			switch {
+			case strings.Contains(e.Error, "not seen to exit"):
+				unknown++
+			case strings.Contains(e.Error, "needed SIGKILL"):
+				killed++
+			}
+			assert.Equal(t, pause.Failed, e.Outcome, "%s: %s", e.ID, e.Error)
+		}
+		t.Logf("%d killed, %d unknown; SIGKILL at %v", killed, unknown, fakes[0].sent())
+		assert.Equal(t, 0, unknown, "killed sandboxes reported not seen to exit")
+		assert.Equal(t, n, killed)
+		for _, f := range fakes {
+			assert.Equal(t, []string{"terminated@00.000", "killed@25.000"}, f.sent(), "SIGKILL KillWait before the moved deadline")
+		}
+		assert.Equal(t, 25010*time.Millisecond, time.Since(start), "the Run ends when the kill waits see the exits")
+	})
+}
+
+// The same with a real child that ignores SIGTERM, preserved by a real Preserver whose
+// hard deadline a Tighten moves to 2 s just after the SIGTERM went out, with KillWait 1 s:
+// SIGKILL goes out a second before the new deadline, the child is killed and reaped, and
+// the Report says it needed SIGKILL. Before, SIGKILL went out at 2 s, as the Preserve's
+// context was cut, and the Report said timed_out, "not seen to exit", of a child killed.
+func TestKilledChildIsSeenKilledWhenTheDeadlineMovedEarlier(t *testing.T) {
+	cmd, state := child(t, "ignore")
+	real := escalate.Cmd(cmd)
+	var p *pause.Preserver
+	start := time.Now()
+	target := escalate.Funcs{
+		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
+			err := real.Signal(ctx, sig)
+			if sig == syscall.SIGTERM {
+				p.Tighten(start.Add(2 * time.Second)) // a deletion with a shorter grace, read now
+			}
+			return err
+		},
+		WaitFunc:   real.Wait,
+		ExitedFunc: real.Exited,
+	}
+	sb := &escalate.Sandbox{Name: "ignores", Target: target, Policy: escalate.Policy{KillWait: time.Second}}
+	listed := false
+	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		if listed {
+			return nil, nil
+		}
+		listed = true
+		return []pause.Sandbox{sb}, nil
+	}), pause.Config{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithDeadline(t.Context(), start.Add(30*time.Second))
+	defer cancel()
+	rep := p.Run(ctx, start.Add(30*time.Second))
+	require.Len(t, rep.Entries, 1)
+	e := rep.Entries[0]
+	t.Logf("after %v: %s: %s", time.Since(start), e.Outcome, e.Error)
+	assert.Equal(t, pause.Failed, e.Outcome, "killed, and seen killed: not timed out")
+	assert.Contains(t, e.Error, "needed SIGKILL")
+	assert.NotContains(t, e.Error, "not seen to exit")
+	require.NotNil(t, cmd.ProcessState, "the child was reaped within the kill wait")
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "%v", ws)
+	assert.NoFileExists(t, state)
+}
