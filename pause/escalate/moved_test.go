@@ -38,14 +38,7 @@ func TestWaitAfterTheSignalFollowsADeadlineMovedEarlier(t *testing.T) {
 			fakes = append(fakes, f)
 			sbs = append(sbs, &escalate.Sandbox{Name: "sb-" + string(rune('a'+i)), Target: f})
 		}
-		listed := false
-		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-			if listed {
-				return nil, nil
-			}
-			listed = true
-			return sbs, nil
-		}), pause.Config{Limit: n})
+		p, err := pause.New(listOnce(sbs...), pause.Config{Limit: n})
 		require.NoError(t, err)
 		start := time.Now()
 		ctx, cancel := context.WithDeadline(t.Context(), start.Add(time.Minute))
@@ -95,14 +88,7 @@ func TestKilledChildIsSeenKilledWhenTheDeadlineMovedEarlier(t *testing.T) {
 		ExitedFunc: real.Exited,
 	}
 	sb := &escalate.Sandbox{Name: "ignores", Target: target, Policy: escalate.Policy{KillWait: time.Second}}
-	listed := false
-	p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-		if listed {
-			return nil, nil
-		}
-		listed = true
-		return []pause.Sandbox{sb}, nil
-	}), pause.Config{})
+	p, err := pause.New(listOnce(sb), pause.Config{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithDeadline(t.Context(), start.Add(30*time.Second))
 	defer cancel()
@@ -117,4 +103,16 @@ func TestKilledChildIsSeenKilledWhenTheDeadlineMovedEarlier(t *testing.T) {
 	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "%v", ws)
 	assert.NoFileExists(t, state)
+}
+
+// listOnce lists sbs, then nothing: a node whose sandboxes are all there at the drain.
+func listOnce(sbs ...pause.Sandbox) pause.Lister {
+	listed := false
+	return pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		if listed {
+			return nil, nil
+		}
+		listed = true
+		return sbs, nil
+	})
 }

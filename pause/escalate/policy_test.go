@@ -451,14 +451,7 @@ func TestSignalSandboxesInAPreserver(t *testing.T) {
 			&escalate.Sandbox{Name: "unknown", Policy: esc, Target: newFake(nil)},
 			&escalate.Sandbox{Name: "gone", Policy: esc, Target: gone},
 		}
-		listed := false
-		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-			if listed {
-				return nil, nil
-			}
-			listed = true
-			return sbs, nil
-		}), pause.Config{})
+		p, err := pause.New(listOnce(sbs...), pause.Config{})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
