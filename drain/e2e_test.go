@@ -233,6 +233,8 @@ func runE2ERole(role string) int {
 		err = defaultsServer(os.Getenv("E2E_DIR"))
 	case "onecall":
 		return oneCallServer()
+	case "handlesignals":
+		return handleSignalsProcess()
 	case "hook": // the exec preStop hook, as drain/cmd/drainhook runs it
 		_, err = ExecHook{URL: os.Getenv("E2E_URL"), RequestTimeout: time.Second, Start: ProcessStart()}.Run(context.Background())
 		if err != nil {

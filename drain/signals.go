@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/signame"
 )
 
@@ -20,6 +22,14 @@ import (
 // (Force), except SIGTERM: the operator's second Ctrl-C is never swallowed,
 // but a SIGTERM again may be the kubelet's own, which asks for no force
 // (see ServeSignals). It stops relaying signals before it returns.
+//
+// While it runs, SIGHUP and SIGQUIT are handled as Server.Run handles them,
+// unless sigs names either: SIGHUP is logged and ignored, SIGQUIT logs every
+// goroutine's stack and the drain goes on. Their default action ends a Go
+// program at once: a person's terminal that closed, or the SIGQUIT an
+// operator sends for the stacks of a drain that looks stuck, ended it
+// mid-drain, with no Report and every sandbox not yet preserved lost. After
+// HandleSignals returns they have their default action again.
 //
 // HandleSignals never exits the process; the caller chooses the exit code:
 //
@@ -49,6 +59,12 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 	ch := make(chan os.Signal, 4)
 	signal.Notify(ch, sigs...)
 	defer signal.Stop(ch)
+	// Their default action ends the process at once, mid-drain: no Report, every
+	// sandbox not yet preserved lost (row 1041). Those in sigs are the caller's.
+	if !slices.Contains(sigs, os.Signal(syscall.SIGHUP)) && !slices.Contains(sigs, os.Signal(syscall.SIGQUIT)) {
+		stop := hupquit.Handle(d.log, "the process")
+		defer stop()
+	}
 	return d.ServeSignals(ctx, ch)
 }
 
@@ -68,6 +84,14 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 //	defer signal.Stop(sigs)
 //	go srv.Serve(ln)
 //	rep := d.ServeSignals(ctx, sigs)
+//
+// Only the signals ch is given are ServeSignals': SIGHUP and SIGQUIT, which
+// a server should not die of (their default action ends a Go program at
+// once, with no drain: a closed terminal, the SIGQUIT an operator sends for
+// a stack dump), are the caller's to handle or to ignore
+// (signal.Ignore(syscall.SIGHUP, syscall.SIGQUIT)), before serving; one
+// given on ch is a signal like any other (it starts the shutdown, or
+// forces it). HandleSignals and Server.Run handle them.
 //
 // A SIGTERM after the first never forces. The kubelet can send it again
 // itself: a restarted kubelet runs the termination again, and a container
