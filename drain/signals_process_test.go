@@ -127,3 +127,28 @@ func handleSignalsProcess() int {
 	}
 	return 0
 }
+
+// A caller that names SIGHUP among HandleSignals' signals has chosen what it does: it
+// begins the drain, as any first signal does, and is not logged as ignored.
+func TestHandleSignalsLeavesAHangupItIsGivenToItsCaller(t *testing.T) {
+	guard := make(chan os.Signal, 64) // keeps SIGHUP from killing the test binary before HandleSignals registers
+	signal.Notify(guard, syscall.SIGHUP)
+	defer signal.Stop(guard)
+	var logs logbuf.Buffer
+	f := newFixture(t, fixtureOpts{grace: 60 * time.Second, sandboxes: 1, latency: time.Millisecond,
+		edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }})
+	done := make(chan *Report, 1)
+	go func() { done <- f.d.HandleSignals(context.Background(), syscall.SIGHUP) }()
+	for started := false; !started; { // HandleSignals registers asynchronously: one at a time
+		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+		<-guard
+		select {
+		case <-f.d.Terminating():
+			started = true
+		case <-time.After(time.Second):
+		}
+	}
+	rep := <-done
+	assert.Equal(t, "SIGHUP", rep.Cause)
+	assert.NotContains(t, logs.String(), "SIGHUP ignored")
+}
