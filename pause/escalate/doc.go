@@ -29,13 +29,13 @@
 // KillWait before the deadline, laid out by deadline.Split, so SIGKILL and
 // its wait fit, or, in a window shorter than 2 x KillWait, halfway: the
 // two waits then share it, the kill wait with less than KillWait. A
-// deadline that moves earlier during the wait after the signal (a drain's
-// step or a Preserve whose context's Deadline a budget that moved SIGKILL
-// earlier moved) moves that wait's end as if the context had had it from
-// the start, read again every tenth of KillWait (10 ms to 1 s): SIGKILL and
-// its wait still fit. A
-// SIGKILL is sent even when the context ended first (cancelled, or a
-// budget that moved SIGKILL earlier): its send runs under a context of
-// its own, given at least a second past the context's end, the
-// one time Stop may return after it.
+// deadline that moves earlier during the wait after the signal (the
+// Deadline a drain step's or a Preserve's context reports, which a budget
+// that moves SIGKILL earlier moves) ends that wait as if the context had
+// had it from the start: Stop reads it again every tenth of KillWait
+// (10 ms to 1 s), so SIGKILL and its wait still fit. A SIGKILL is sent
+// even when the context ended first (cancelled, or a budget that moved
+// SIGKILL earlier): its send runs under a context of its own, given at
+// least a second past the context's end, the one time Stop may return
+// after it.
 package escalate
