@@ -32,9 +32,10 @@ func main() {
 }
 
 // Main runs the simulation and returns the exit status: 0 when drainkit preserved every
-// sandbox, stopped the daemon cleanly and its server exited 0 before SIGKILL, 1 when it
-// did not or the simulation failed, 2 for bad usage, flags drainkit's server refuses
-// included (checked before the seed runs).
+// sandbox, stopped the daemon cleanly and its server exited 0 before SIGKILL (with -warm,
+// in both of its node's drains: the one that learned and the one shown), 1 when it did
+// not or the simulation failed, 2 for bad usage, flags drainkit's server refuses included
+// (checked before the seed runs).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -52,14 +53,25 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	dk := results[1]
-	if dk.ExitErr != nil {
-		fmt.Fprintf(stderr, "drainsim: drainkit's server exited: %v (run with -v for its log)\n", dk.ExitErr)
+	code := 0
+	for _, dk := range drainkitRuns(results[1]) {
+		if dk.ExitErr != nil {
+			fmt.Fprintf(stderr, "drainsim: drainkit's server exited: %v (run with -v for its log)\n", dk.ExitErr)
+		}
+		if dk.Preserved != dk.N || !dk.DaemonClean || dk.Timeline.Killed || dk.ExitErr != nil {
+			code = 1
+		}
 	}
-	if dk.Preserved != dk.N || !dk.DaemonClean || dk.Timeline.Killed || dk.ExitErr != nil {
-		return 1
+	return code
+}
+
+// drainkitRuns are drainkit's terminations: the shown one, and with -warm the node's
+// first drain before it, whose losses fail the run as the shown one's do.
+func drainkitRuns(dk *result) []*result {
+	if dk.Warm == nil {
+		return []*result{dk}
 	}
-	return 0
+	return []*result{dk.Warm.Before, dk}
 }
 
 // defaultPauseShare is drainsim's -pause-share: a node's disk writes 4 fake pauses at
@@ -82,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	durflag.DurationVar(fs, &o.SeedPoll, "seed-poll", 3*time.Second, "how often the seed's preStop loop polls (AgentENV: 3s)")
 	fs.IntVar(&o.PauseShare, "pause-share", 0, "fake pauses the node runs at full speed at once; more share that speed, as snapshots share a disk (default 4; 0: no sharing)")
 	fs.Uint64Var(&o.IDSeed, "id-seed", 0, "seed of the sandbox IDs, and so of the fake pause times, both servers get (default: a random one, printed)")
+	fs.BoolVar(&o.Warm, "warm", false, "show drainkit's node draining a second time: a first sandboxd drains and learns the node's level into its state directory, and a new one on that directory is terminated as the table's (the seed's as before)")
 	fs.BoolVar(&o.Verbose, "v", false, "show the servers' logs")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -163,14 +176,28 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 		"scenario at full scale (3600 s, 200 sandboxes x 1-3 s) runs in virtual time under testing/synctest:\n"+
 		"go test -v -run FullScale ./examples/drainsim\n\n")
 	var results []*result
+	dkTitle := "drainkit: preStop waits until the drain deadline; then " + pausesAtOnce(opts.Concurrency)
+	if opts.Warm {
+		dkTitle = "drainkit, a node that drained before (-warm): the same state directory, a new sandboxd;\n" +
+			"preStop waits until the drain deadline, planned with the level the node learned; then " + pausesAtOnce(opts.Concurrency)
+	}
 	for _, m := range []struct{ mode, title string }{
 		{modeSeed, "seed: preStop waits for zero running sandboxes, no bound; then one pause at a time"},
-		{modeDrainkit, "drainkit: preStop waits until the drain deadline; then " + pausesAtOnce(opts.Concurrency)},
+		{modeDrainkit, dkTitle},
 	} {
 		fmt.Fprintf(stdout, "== %s\n", m.title)
-		r, err := simulate(ctx, opts, m.mode, stderr)
+		var r *result
+		var err error
+		if m.mode == modeDrainkit && opts.Warm {
+			r, err = simulateWarm(ctx, opts, stderr)
+		} else {
+			r, err = simulate(ctx, opts, m.mode, stderr)
+		}
 		if err != nil {
 			return nil, err
+		}
+		if r.Warm != nil {
+			printWarm(stdout, r.Warm)
 		}
 		printTimeline(stdout, r)
 		fmt.Fprintln(stdout)

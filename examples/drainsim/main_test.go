@@ -207,7 +207,7 @@ func TestSeedAndDrainkitPauseTheSameSandboxes(t *testing.T) {
 	require.NoError(t, err)
 	var ids [2][]string
 	for i, mode := range []string{modeSeed, modeDrainkit} {
-		nd, err := startNode(context.Background(), opts, mode, opts.N, io.Discard)
+		nd, err := startNode(context.Background(), opts, mode, "", opts.N, io.Discard)
 		require.NoError(t, err, mode)
 		ids[i] = listIDs(t, nd.base)
 		nd.close()
@@ -249,7 +249,7 @@ func listIDs(t *testing.T, base string) []string {
 func TestParallelPausesShareTheNode(t *testing.T) {
 	opts, err := parseFlags([]string{"-n", "8", "-pause", "400ms", "-jitter", "0"}, io.Discard)
 	require.NoError(t, err)
-	nd, err := startNode(context.Background(), opts, modeDrainkit, opts.N, io.Discard)
+	nd, err := startNode(context.Background(), opts, modeDrainkit, "", opts.N, io.Discard)
 	require.NoError(t, err)
 	defer nd.close()
 	ids := listIDs(t, nd.base)

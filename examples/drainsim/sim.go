@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,7 +49,13 @@ type options struct {
 	// IDSeed is passed to both servers (-id-seed): the two runs create the same sandbox IDs,
 	// and so, the fake runtime's latency following from the ID, pause the same sandboxes in
 	// the same times. Random per drainsim run unless -id-seed is given.
-	IDSeed  uint64
+	IDSeed uint64
+	// Warm has drainkit's node drain once before the termination the table shows
+	// (-warm): a first sandboxd drains its own sandboxes and learns the node's level
+	// into its state directory, and a new sandboxd on that directory (a DaemonSet's
+	// next pod on the node) gets opts.N running sandboxes, the seed's, and is
+	// terminated as the seed is.
+	Warm    bool
 	Verbose bool // servers' logs to stderr
 }
 
@@ -66,16 +73,25 @@ type result struct {
 	// its work and then failed, e.g. to write its Report).
 	ExitErr error
 	Report  *drain.Report // drainkit only
+	// Warm is, with -warm, the drain before this one on the node's state directory
+	// and what its plan counted on from it; nil for a node's first drain.
+	Warm *warmStart
 }
 
 // simulate starts a server of the given mode as a real child process, creates opts.N
 // sandboxes, and has the kubelet simulator terminate it.
 func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) (*result, error) {
-	nd, err := startNode(ctx, opts, mode, opts.N, stderr)
+	nd, err := startNode(ctx, opts, mode, "", opts.N, stderr)
 	if err != nil {
 		return nil, err
 	}
 	defer nd.close()
+	return terminate(ctx, opts, mode, nd)
+}
+
+// terminate has the kubelet simulator terminate nd's server and collects what its
+// sandboxes, the ones nd created, came to.
+func terminate(ctx context.Context, opts options, mode string, nd *node) (*result, error) {
 	var hook kubeletsim.Hook = kubeletsim.HTTPGet{URL: "http://" + nd.hookAddr + "/drain"}
 	if mode == modeSeed {
 		hook = seedHook(nd.base, opts.SeedPoll)
@@ -87,7 +103,7 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	res, err := collect(mode, opts.N, nd.dir, tl)
+	res, err := collect(mode, nd, tl)
 	if err == nil && !tl.Killed {
 		res.ExitErr = nd.child.Err()
 	}
@@ -99,7 +115,7 @@ func simulate(ctx context.Context, opts options, mode string, stderr io.Writer) 
 // with the server's reason, not after the seed's whole termination. The error of a
 // server that refused its flags (exit status 2) is a usageError.
 func preflight(ctx context.Context, opts options, stderr io.Writer) error {
-	nd, err := startNode(ctx, opts, modeDrainkit, 0, stderr)
+	nd, err := startNode(ctx, opts, modeDrainkit, "", 0, stderr)
 	if err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) && exit.ExitCode() == 2 {
@@ -116,27 +132,41 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// A node is one server process with its sandboxes, in a state directory of its own.
+// A node is one server process with the sandboxes it created, in a state directory.
 type node struct {
 	dir, base, hookAddr string
 	child               *kubeletsim.Child
-	cleanup             []func() // in the order close runs them
+	// created are the IDs of the sandboxes this server created: a state directory an
+	// earlier server drained into holds that server's paused sandboxes too, which this
+	// one loads as paused and which are not this termination's.
+	created map[string]bool
+	// eventsFrom is the size of the device daemon's event log when this server started:
+	// what is past it is this server's daemon's (an earlier server's appended before).
+	eventsFrom int64
+	tail       *serverLog
+	cleanup    []func() // in the order close runs them
 }
 
-// startNode starts a server of mode in a new state directory, waits until it serves and
-// creates n sandboxes. The caller closes the node.
-func startNode(ctx context.Context, opts options, mode string, n int, stderr io.Writer) (_ *node, err error) {
-	nd := &node{}
+// startNode starts a server of mode in dir, waits until it serves and creates n
+// sandboxes. An empty dir is a new state directory, which close removes; a given one
+// (a node that drained before) is the caller's. The caller closes the node.
+func startNode(ctx context.Context, opts options, mode, dir string, n int, stderr io.Writer) (_ *node, err error) {
+	nd := &node{dir: dir}
 	defer func() {
 		if err != nil {
 			nd.close()
 		}
 	}()
-	if nd.dir, err = os.MkdirTemp("", "drainsim-"+mode+"-"); err != nil {
-		return nil, err
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "drainsim-"+mode+"-"); err != nil {
+			return nil, err
+		}
+		nd.dir = dir
+		nd.cleanup = append(nd.cleanup, func() { os.RemoveAll(dir) })
 	}
-	dir := nd.dir
-	nd.cleanup = append(nd.cleanup, func() { os.RemoveAll(dir) })
+	if fi, err := os.Stat(filepath.Join(dir, server.EventLogFile)); err == nil {
+		nd.eventsFrom = fi.Size()
+	}
 	if opts.Runtime == "runsc" {
 		nd.cleanup = append([]func(){func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -152,7 +182,8 @@ func startNode(ctx context.Context, opts options, mode string, n int, stderr io.
 	if nd.hookAddr, err = freeport.Addr(); err != nil { // drainkit's preStop hook has a listener of its own
 		return nil, err
 	}
-	tail := new(serverLog)
+	nd.tail = new(serverLog)
+	tail := nd.tail
 	child, err := startServer(opts, mode, dir, addr, nd.hookAddr, stderr, tail)
 	if err != nil {
 		return nil, err
@@ -166,7 +197,7 @@ func startNode(ctx context.Context, opts options, mode string, n int, stderr io.
 		case <-child.Exited():
 		}
 	}()
-	if err := populate(ctx, nd.base, n, child, tail); err != nil {
+	if nd.created, err = populate(ctx, nd.base, n, child, tail); err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
 	return nd, nil
@@ -203,9 +234,10 @@ func startServer(opts options, mode, dir, addr, hookAddr string, stderr io.Write
 	return kubeletsim.Start(cmd)
 }
 
-// populate waits for the server and creates n sandboxes that would run for a day. A
-// server that exits first is reported with the last line of its log: why it exited.
-func populate(ctx context.Context, base string, n int, child *kubeletsim.Child, tail *serverLog) error {
+// populate waits for the server and creates n sandboxes that would run for a day, and
+// returns their IDs. A server that exits first is reported with the last line of its
+// log: why it exited.
+func populate(ctx context.Context, base string, n int, child *kubeletsim.Child, tail *serverLog) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(n)*time.Second)
 	defer cancel()
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -217,26 +249,41 @@ func populate(ctx context.Context, base string, n int, child *kubeletsim.Child, 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("server did not start: %w", err)
+			return nil, fmt.Errorf("server did not start: %w", err)
 		case <-child.Exited():
 			if why := tail.last(); why != "" {
-				return fmt.Errorf("server exited at start: %w: %s", child.Err(), why)
+				return nil, fmt.Errorf("server exited at start: %w: %s", child.Err(), why)
 			}
-			return fmt.Errorf("server exited at start: %w, saying nothing (run with -v)", child.Err())
+			return nil, fmt.Errorf("server exited at start: %w, saying nothing (run with -v)", child.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	created := make(map[string]bool, n)
 	for range n {
-		resp, err := client.Post(base+"/sandboxes", "application/json", strings.NewReader(`{"timeout_s": 86400}`))
+		id, err := create(client, base)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			return fmt.Errorf("create sandbox: %s", resp.Status)
-		}
+		created[id] = true
 	}
-	return nil
+	return created, nil
+}
+
+// create creates one sandbox that would run for a day and returns its ID.
+func create(client *http.Client, base string) (string, error) {
+	resp, err := client.Post(base+"/sandboxes", "application/json", strings.NewReader(`{"timeout_s": 86400}`))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return "", fmt.Errorf("create sandbox: %s", resp.Status)
+	}
+	var sb struct{ ID string }
+	if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil || sb.ID == "" {
+		return "", fmt.Errorf("create sandbox: %s with no ID (%v)", resp.Status, err)
+	}
+	return sb.ID, nil
 }
 
 // seedHook is AgentENV's preStop exec loop: until GET /sandboxes lists nothing running,
@@ -245,7 +292,7 @@ func seedHook(base string, every time.Duration) kubeletsim.Hook {
 	return kubeletsim.HookFunc(func(ctx context.Context) error {
 		client := &http.Client{Timeout: 5 * time.Second}
 		for {
-			if running, err := countRunning(ctx, client, base); err == nil && running == 0 {
+			if _, running, err := countStates(ctx, client, base); err == nil && running == 0 {
 				return nil
 			}
 			select {
@@ -257,34 +304,38 @@ func seedHook(base string, every time.Duration) kubeletsim.Hook {
 	})
 }
 
-func countRunning(ctx context.Context, client *http.Client, base string) (int, error) {
+// countStates lists the server's sandboxes and counts the paused and the running.
+func countStates(ctx context.Context, client *http.Client, base string) (paused, running int, err error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", base+"/sandboxes", nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	var list []struct{ State string }
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return 0, err
+		return 0, 0, fmt.Errorf("GET /sandboxes: %w", err)
 	}
-	n := 0
 	for _, sb := range list {
-		if sb.State == "running" {
-			n++
+		switch sb.State {
+		case sandbox.Paused:
+			paused++
+		case sandbox.Running:
+			running++
 		}
 	}
-	return n, nil
+	return paused, running, nil
 }
 
-// collect reads what survived the process: paused records, the device daemon's event log
-// and, for drainkit, the Report.
-func collect(mode string, n int, dir string, tl *kubeletsim.Timeline) (*result, error) {
-	res := &result{Mode: mode, N: n, Timeline: tl}
-	st, err := store.Open(filepath.Join(dir, "records"))
+// collect reads what survived the process: the paused records of the sandboxes nd
+// created, the device daemon's event log since nd started and, for drainkit, the Report
+// of this termination.
+func collect(mode string, nd *node, tl *kubeletsim.Timeline) (*result, error) {
+	res := &result{Mode: mode, N: len(nd.created), Timeline: tl}
+	st, err := store.Open(filepath.Join(nd.dir, "records"))
 	if err != nil {
 		return nil, err
 	}
@@ -293,21 +344,24 @@ func collect(mode string, n int, dir string, tl *kubeletsim.Timeline) (*result, 
 		return nil, err
 	}
 	for _, r := range recs {
-		if r.PausedAt.Before(tl.KillDue) || !tl.Killed {
+		if nd.created[r.ID] && (r.PausedAt.Before(tl.KillDue) || !tl.Killed) {
 			res.Preserved++
 			res.PausedAt = append(res.PausedAt, r.PausedAt)
 		}
 	}
 	sort.Slice(res.PausedAt, func(i, j int) bool { return res.PausedAt[i].Before(res.PausedAt[j]) })
-	events, err := os.ReadFile(filepath.Join(dir, server.EventLogFile))
+	events, err := os.ReadFile(filepath.Join(nd.dir, server.EventLogFile))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	res.DaemonClean = strings.HasSuffix(string(events), "exit\n")
-	if data, err := os.ReadFile(filepath.Join(dir, server.ReportFile)); err == nil {
-		res.Report = new(drain.Report)
-		if err := json.Unmarshal(data, res.Report); err != nil {
+	res.DaemonClean = int64(len(events)) > nd.eventsFrom && strings.HasSuffix(string(events[nd.eventsFrom:]), "exit\n")
+	if data, err := os.ReadFile(filepath.Join(nd.dir, server.ReportFile)); err == nil {
+		rep := new(drain.Report)
+		if err := json.Unmarshal(data, rep); err != nil {
 			return nil, err
+		}
+		if !rep.Start.Before(tl.Start) { // not the one an earlier server on the directory wrote
+			res.Report = rep
 		}
 	}
 	return res, nil
@@ -320,20 +374,58 @@ const serverLogKeep = 4 << 10
 // otherwise discarded, and a server that exits at start says why in its last line (a
 // flag it refused: sandboxd's "-grace 8s is too short for one round of pauses ..."),
 // which drainsim's error must repeat for the user to act on it.
+//
+// It keeps, too, the lines where a sandboxd says what it started from (learned rates
+// loaded, none yet, or set aside), which the drain's own lines push out of the tail:
+// -warm prints what the next server's plan counted on from its own word.
 type serverLog struct {
-	mu  sync.Mutex
-	buf []byte
+	mu      sync.Mutex
+	buf     []byte
+	partial []byte   // the last line written, until its newline
+	starts  []string // lines saying what was learned, at most startLinesKeep
 }
 
-// Write keeps the last serverLogKeep bytes written.
+// startLineMarks are what a sandboxd's learned-rates lines at its start contain
+// (internal/learned.Server.Start and Start.Cold).
+var startLineMarks = []string{`msg="learned rates loaded"`, `msg="no learned rates yet`,
+	`msg="learned rates unreadable`, `msg="learned estimate does not fit`}
+
+// startLinesKeep bounds the start lines kept: a server says them once.
+const startLinesKeep = 8
+
+// Write keeps the last serverLogKeep bytes written, and the start lines.
 func (l *serverLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.partial = append(l.partial, p...)
+	for {
+		line, rest, ok := bytes.Cut(l.partial, []byte("\n"))
+		if !ok {
+			break
+		}
+		for _, m := range startLineMarks {
+			if bytes.Contains(line, []byte(m)) && len(l.starts) < startLinesKeep {
+				l.starts = append(l.starts, string(line))
+				break
+			}
+		}
+		l.partial = append(l.partial[:0], rest...)
+	}
+	if len(l.partial) > serverLogKeep { // a line that long is no start line
+		l.partial = l.partial[:0]
+	}
 	l.buf = append(l.buf, p...)
 	if over := len(l.buf) - serverLogKeep; over > 0 {
 		l.buf = append(l.buf[:0], l.buf[over:]...)
 	}
 	return len(p), nil
+}
+
+// startLines returns the lines in which the server said what it started from.
+func (l *serverLog) startLines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.starts...)
 }
 
 // last returns the last line written that is not blank, or "".

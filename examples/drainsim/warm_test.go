@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/drain"
+)
+
+// -warm: drainkit's node drains once (a real sandboxd, its first drain: nothing measured,
+// the plan counts one pause at a time), and a new sandboxd on the same state directory,
+// with the first drain's paused sandboxes loaded and as many new ones running, is
+// terminated the same way. The second server's plan starts from the level the first
+// learned (its own log says what it loaded): more than one pause at once, so its preStop
+// wait runs longer, and both drains preserve every sandbox, the first drain's paused ones
+// neither counted nor preserved again.
+//
+// 20 pauses of 250 ms on a disk that writes 4 at full speed, grace 8 s: one at a time the
+// cold plan reserves 20 x 250 ms; the warm one rounds of the learned level at the
+// estimate it was learned with (about 3 x 0.8 s here), less unless pauses measured over
+// three times slower than the disk makes them.
+func TestWarmNodePlansWithTheLevelItLearned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two real terminations with an 8 s grace period")
+	}
+	opts, err := parseFlags([]string{"-n", "20", "-pause", "250ms", "-jitter", "0", "-warm"}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, opts.Warm)
+	warm, err := simulateWarm(context.Background(), opts, io.Discard)
+	require.NoError(t, err)
+	ws := warm.Warm
+	require.NotNil(t, ws)
+	cold := ws.Before
+	var out strings.Builder
+	printWarm(&out, ws)
+	printTimeline(&out, warm)
+	t.Log("\n" + out.String())
+
+	for name, r := range map[string]*result{"first drain": cold, "second drain": warm} {
+		assert.Equal(t, opts.N, r.N, name)
+		assert.Equal(t, opts.N, r.Preserved, name)
+		assert.True(t, r.DaemonClean, name)
+		assert.False(t, r.Timeline.Killed, name)
+		assert.NoError(t, r.ExitErr, name)
+		if assert.NotNil(t, r.Report, name) && assert.NotNil(t, r.Report.Preserve, name) {
+			assert.Len(t, r.Report.Preserve.Entries, opts.N, "%s: the running sandboxes alone", name)
+			assert.Zero(t, r.Report.Lost(), name)
+		}
+	}
+	assert.Equal(t, opts.N, ws.Paused, "the first drain's sandboxes are loaded paused")
+	assert.Equal(t, opts.N, ws.Running)
+	assert.NotEqual(t, opts.IDSeed, ws.IDSeed, "the first drain's sandboxes are not the shown ones")
+
+	assert.Greater(t, ws.Level, 1, "the first drain learned a level")
+	assert.False(t, ws.startedCold(), "the second server started from it: %q", ws.Loaded)
+	assert.Equal(t, ws.Level, ws.loadedLevel(), "the level the second server's log says it loaded")
+	assert.Greater(t, ws.Counted, 1, "the second drain's plan counts more than one pause at once")
+
+	coldWait := cold.Timeline.HookEnd.Sub(cold.Timeline.Start)
+	warmWait := warm.Timeline.HookEnd.Sub(warm.Timeline.Start)
+	assert.Greater(t, warmWait, coldWait, "the warm plan leaves the preStop wait more")
+	for _, r := range []*result{cold, warm} {
+		if assert.NotNil(t, r.Report.Phase(drain.PhaseDrain)) {
+			assert.Equal(t, drain.TimedOut, r.Report.Phase(drain.PhaseDrain).Result, "the wait ends at the plan's deadline")
+		}
+	}
+	for _, want := range []string{"first drain of the node", "learned level", "20 paused sandboxes loaded from the first drain",
+		"20 new running", "learned_concurrency=", "the second drain, which the table shows"} {
+		assert.Contains(t, out.String(), want)
+	}
+}
+
+// The start lines a sandboxd logs (what it learned, or that it starts cold) are kept
+// whole however its writes cut them, and past the tail the rest of its log pushes out.
+func TestServerLogKeepsTheStartLines(t *testing.T) {
+	l := new(serverLog)
+	for _, chunk := range []string{`time=x level=INFO msg="learned rates lo`, `aded" estimate=1s learned_concurrency=4` + "\n" +
+		`time=x level=WARN msg="learned estimate does not fit the grace period; starting cold" estimate=1s` + "\nnext"} {
+		_, _ = l.Write([]byte(chunk))
+	}
+	_, _ = l.Write([]byte(strings.Repeat("pause: a line of the drain\n", 2*serverLogKeep/20)))
+	ws := &warmStart{Loaded: l.startLines()}
+	require.Len(t, ws.Loaded, 2)
+	assert.Equal(t, 4, ws.loadedLevel())
+	assert.True(t, ws.startedCold(), "set aside: the plan counted on no level")
+	assert.Equal(t, "pause: a line of the drain", l.last())
+}
