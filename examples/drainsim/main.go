@@ -56,7 +56,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	code := 0
 	for _, dk := range drainkitRuns(results[1]) {
 		if dk.ExitErr != nil {
-			fmt.Fprintf(stderr, "drainsim: drainkit's server exited: %v (run with -v for its log)\n", dk.ExitErr)
+			which := "drainkit's server"
+			if dk != results[1] {
+				which = "drainkit's first server (-warm)"
+			}
+			fmt.Fprintf(stderr, "drainsim: %s exited: %v (run with -v for its log)\n", which, dk.ExitErr)
 		}
 		if dk.Preserved != dk.N || !dk.DaemonClean || dk.Timeline.Killed || dk.ExitErr != nil {
 			code = 1

@@ -90,3 +90,20 @@ func TestServerLogKeepsTheStartLines(t *testing.T) {
 	assert.True(t, ws.startedCold(), "set aside: the plan counted on no level")
 	assert.Equal(t, "pause: a line of the drain", l.last())
 }
+
+// With -warm the node's first drain is part of the verdict too: a first server that
+// failed at its end (exit 1) is named, and drainsim exits 1.
+func TestWarmFirstDrainIsPartOfTheVerdict(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three real terminations with a 4 s grace period")
+	}
+	t.Setenv(testServerExitEnv, "1")
+	var out, errOut strings.Builder
+	code := Main(context.Background(), []string{"-warm", "-n", "4", "-pause", "300ms", "-grace", "4s", "-seed-poll", "1s"}, &out, &errOut)
+	t.Log("\n" + out.String() + errOut.String())
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out.String(), "first drain of the node")
+	assert.Contains(t, out.String(), "exited by itself, exit status 1", "the first drain's line says how its server exited")
+	assert.Contains(t, errOut.String(), "drainkit's first server (-warm) exited: exit status 1")
+	assert.Contains(t, errOut.String(), "drainkit's server exited: exit status 1")
+}
