@@ -75,13 +75,17 @@
 //     deadline is in [its start, Budget.Deadline] while the budget's
 //     deadline has not passed; phase deadlines never decrease along the
 //     plan; a phase's deadline is the budget's Deadline minus the reserves
-//     of all later phases whenever those fit in the time left, so time a
-//     phase leaves unused flows to the next. Otherwise one rule shares the
-//     time left: critical phases get their reserves first, the others share
-//     the rest in proportion to their reserves, and the last phase ends at
-//     the budget's Deadline. A window's Hard deadline is where the next
-//     critical phase's window begins. Split applies the same rule to any
-//     window, for a step's own stages.
+//     of all later phases whenever its own reserve and theirs all fit in
+//     the time left, so time a phase leaves unused flows to the next.
+//     Otherwise one rule shares the time left among the phase and the later
+//     ones: critical phases get their reserves first, the others share the
+//     rest in proportion to their reserves, and the last phase ends at the
+//     budget's Deadline. So a later reserve that would fit on its own is
+//     cut with the others when the phase's own does not (10 s left for 8 s
+//     of preserve and 5 s of exit: exit gets 3.85 s), and a critical phase
+//     keeps its reserve before a later phase's. A window's Hard deadline
+//     is where the next critical phase's window begins. Split applies the
+//     same rule to any window, for a step's own stages.
 //   - Reserves are evaluated live, at every Window, Deadline, Context,
 //     Windows and Shortfall call; contexts carry the deadline of the moment
 //     they were made.

@@ -206,9 +206,11 @@ func TestPlanShortBudgetRuleAtEveryPhase(t *testing.T) {
 }
 
 // TestSplit pins the rule on its own: later reserves are honoured while
-// they fit; otherwise critical phases get theirs first and the rest is
-// shared in proportion to the reserves, rounding down, with what rounding
-// leaves to the first phase.
+// they fit with the first phase's own; otherwise critical phases get
+// theirs first and the rest is shared in proportion to the reserves,
+// rounding down, with what rounding leaves to the first phase. A later
+// reserve that fits on its own is shared too when the first phase's does
+// not (the package doc said it was honoured: docs/faults.md row 1020).
 func TestSplit(t *testing.T) {
 	s := func(n float64) time.Duration { return time.Duration(n * float64(time.Second)) }
 	fixed := func(name string, r time.Duration) deadline.Phase {
@@ -230,6 +232,12 @@ func TestSplit(t *testing.T) {
 		{"reserves fit exactly", s(10),
 			[]deadline.Phase{fixed("a", s(4)), fixed("b", s(6))},
 			[]want{{0, s(4), s(10), 0}, {s(4), s(10), s(10), 0}}},
+		{"a later reserve that fits alone is shared when the phase's own does not", s(10),
+			[]deadline.Phase{fixed("preserve", s(8)), fixed("exit", s(5))},
+			[]want{{0, 6153846154, s(10), 1846153846}, {6153846154, s(10), s(10), 1153846154}}},
+		{"a critical phase keeps its reserve before a later one that fits alone", s(8),
+			[]deadline.Phase{critical("teardown", s(6)), fixed("exit", s(4))},
+			[]want{{0, s(6), s(8), 0}, {s(6), s(8), s(8), s(2)}}},
 		{"critical first, the rest in proportion, no reserve no time", s(10),
 			[]deadline.Phase{{Name: "z"}, fixed("a", s(1)), fixed("b", s(3)), critical("c", s(6)), fixed("d", s(4))},
 			[]want{{0, 0, s(2), 0}, {0, s(0.5), s(2), s(0.5)}, {s(0.5), s(2), s(2), s(1.5)}, {s(2), s(8), s(10), 0}, {s(8), s(10), s(10), s(2)}}},
