@@ -87,8 +87,9 @@ type Config struct {
 	PreStopSleep time.Duration
 
 	// Logger receives every change of the budget that takes effect (the
-	// event, its number, T0, SIGTERM, SIGKILL and deadline, as that change
-	// left them), at Info level; nil discards them.
+	// event, its number, T0, SIGTERM, SIGKILL and deadline, and once the
+	// kubelet ran the termination over (OnRestart) that run's start and
+	// grace, as that change left them), at Info level; nil discards them.
 	Logger *slog.Logger
 }
 
@@ -485,6 +486,12 @@ func (l *logLine) write(event string) {
 		"deadline", st.Deadline, "grace", st.Grace, "remaining", max(time.Until(st.Deadline), 0)}
 	if !st.SIGTERM.IsZero() {
 		attrs = append(attrs, "sigterm", st.SIGTERM)
+	}
+	// The run SIGKILL follows after OnRestart, the one change that can
+	// move it later: without it, a line showed the new SIGKILL beside the
+	// manifest's grace and nothing it was computed from.
+	if !st.Restart.IsZero() {
+		attrs = append(attrs, "restart", st.Restart, "restart_grace", st.RestartGrace)
 	}
 	l.log.Info("deadline: budget changed", attrs...)
 }

@@ -131,3 +131,41 @@ func TestBudgetLogLineShowsTheStateItsChangeLeft(t *testing.T) {
 		}
 	}
 }
+
+// Fault (docs/faults.md row 1021): the line of OnRestart, the one change
+// that can move SIGKILL later, showed the new SIGKILL and the budget's own
+// grace (the manifest's hour) but neither the run it was computed from nor
+// that run's grace: a reader checking a SIGKILL that moved from T0+30 s to
+// T0+40 s had nothing in the line to check it against. Each line now shows
+// the latest run and its grace once there is one, as it shows SIGTERM.
+//
+//	T0 preStop (grace 1 h), Tighten to T0+30 s (a deletion's 30 s)
+//	T0+10 s the kubelet runs the hook again with 30 s: SIGKILL T0+40 s
+//	T0+15 s SIGTERM: 30 - 5 whole seconds: SIGKILL T0+40 s
+func TestBudgetLogLineOfARestartNamesTheRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &lines{}
+		b, err := deadline.New(time.Hour, deadline.Config{Logger: slog.New(h)})
+		require.NoError(t, err)
+		t0 := time.Now()
+		b.OnPreStop(t0)
+		b.Tighten(t0.Add(30 * time.Second))
+		time.Sleep(10 * time.Second)
+		require.True(t, b.OnRestart(time.Now(), 30*time.Second))
+		time.Sleep(5 * time.Second)
+		require.True(t, b.OnSIGTERM(time.Now()))
+
+		require.Len(t, h.got, 4)
+		for _, l := range h.got[:2] {
+			assert.NotContains(t, l, "restart", "%s: no run yet", l["event"])
+			assert.NotContains(t, l, "restart_grace", "%s: no run yet", l["event"])
+		}
+		for _, l := range h.got[2:] {
+			require.Contains(t, l, "restart", "%s: the run SIGKILL follows", l["event"])
+			assert.Equal(t, 10*time.Second, l["restart"].(time.Time).Sub(t0), l["event"])
+			assert.Equal(t, 30*time.Second, l["restart_grace"], l["event"])
+			assert.Equal(t, 40*time.Second, l["kill"].(time.Time).Sub(t0), l["event"])
+		}
+		assert.Equal(t, "restart", h.got[2]["event"])
+	})
+}
