@@ -14,6 +14,9 @@
 // At server start, from the pod's terminationGracePeriodSeconds:
 //
 //	budget, err := deadline.New(3600*time.Second, deadline.Config{Logger: logger})
+//	if err != nil {
+//		log.Fatal(err) // names the field; NewPlan would only say the budget is nil
+//	}
 //	pauses := deadline.NewEstimator(20 * time.Second) // fed with observed pause times
 //	plan, err := deadline.NewPlan(budget,
 //		deadline.Phase{Name: "drain"}, // the preStop wait
@@ -21,6 +24,9 @@
 //		deadline.Phase{Name: "teardown", Reserve: deadline.Fixed(30 * time.Second)},
 //		deadline.Phase{Name: "exit", Reserve: deadline.Fixed(5 * time.Second)},
 //	)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
 //
 // In the preStop handler:
 //

@@ -3,6 +3,7 @@ package deadline_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"log/slog"
 	"time"
 
@@ -19,6 +20,9 @@ func Example_wiring() {
 	ctx := context.Background()
 
 	budget, err := deadline.New(3600*time.Second, deadline.Config{Logger: logger})
+	if err != nil {
+		log.Fatal(err) // names the field; NewPlan would only say the budget is nil
+	}
 	pauses := deadline.NewEstimator(20 * time.Second) // fed with observed pause times
 	plan, err := deadline.NewPlan(budget,
 		deadline.Phase{Name: "drain"}, // the preStop wait
@@ -27,8 +31,7 @@ func Example_wiring() {
 		deadline.Phase{Name: "exit", Reserve: deadline.Fixed(5 * time.Second)},
 	)
 	if err != nil {
-		fmt.Println(err)
-		return
+		log.Fatal(err)
 	}
 
 	t0 := time.Now()
