@@ -108,10 +108,11 @@
 // Config.Logger makes a Budget log every change that takes effect (preStop,
 // SIGTERM, SIGTERM with the hook abandoned, restart, tighten) with T0,
 // SIGKILL and the deadline, and after a restart the run and its grace that
-// SIGKILL follows: the numbers to check when a pod was killed early. Each line shows the state its own change
-// left, and the change's number ("change": 1 for the first): lines of
-// changes made at once by two goroutines (SIGTERM, a read of the pod) may
-// be written in either order, and the number says which took effect first.
+// SIGKILL follows: the numbers to check when a pod was killed early. Each
+// line shows the state its own change left, and the change's number
+// ("change": 1 for the first): lines of changes made at once by two
+// goroutines (SIGTERM, a read of the pod) may be written in either order,
+// and the number says which took effect first.
 //
 // Budget, Plan and Estimator are safe for concurrent use.
 // Nothing in the package keeps global state or starts goroutines.
