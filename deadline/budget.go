@@ -327,7 +327,10 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 // grace it started with, and no hook runs again; measured, see
 // docs/budget.md). Pass the deletion's deletionGracePeriodSeconds
 // (kube.Deletion.Grace); one longer than the budget's Grace counts as
-// Grace, the most the kubelet gives the pod.
+// Grace. The kubelet would give such a deletion's grace in full (a
+// deletion may ask for more than the manifest's, and the kubelet's
+// effective grace is the deletion's), but the budget never plans past the
+// grace it was built with: SIGKILL early, never late.
 //
 // SIGKILL becomes the new run's: at + grace, or, when SIGTERM arrived after
 // at, SIGTERM + KubeletRemaining(grace, SIGTERM - at). That can be later
