@@ -634,11 +634,13 @@ func TestRestartMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 	})
 }
 
-// A restart's grace longer than the pod's (a deletion asked for more, or
-// a caller passed the deletion's as read) is the pod's: the kubelet gives
-// at most its own. It was taken as given, and put SIGKILL past the
-// kubelet's by the difference. And a zero time tightens nothing: it was
-// taken for a SIGKILL at T0.
+// A restart's grace longer than the budget's (a deletion asked for more,
+// or a caller passed a grace as read) counts as the budget's: the budget
+// never plans past the grace it was built with. It was taken as given, and
+// put SIGKILL past the kubelet's where the grace was not the deletion's.
+// (A deletion's longer grace the kubelet does give in full, row 1023: the
+// budget is then early, never late.) And a zero time tightens nothing: it
+// was taken for a SIGKILL at T0.
 func TestRestartAndTightenTakeNoMoreThanTheKubeletGives(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
