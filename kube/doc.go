@@ -86,7 +86,14 @@
 //     drainkit.kube.events.dropped).
 //   - Flush returns by its context's deadline with nothing left running.
 //   - The token file is read on every request (the kubelet rotates
-//     projected tokens).
+//     projected tokens). A read with the pod's own token (the kubelet's
+//     projected one, bound to the pod) after the pod was removed (a force
+//     deletion) or another pod was created in its name is a 401, not a 404:
+//     the API server takes a pod-bound token only while its pod is there
+//     with its UID. IsNotFound takes that 401 for the pod's removal, as
+//     drain does, when the token is bound to this pod's name (and UID, when
+//     known) and far from its expiry; every 401 says in its error why the
+//     token was refused as far as its claims show.
 //   - Deletion's Timestamp is in this node's clock, which the kubelet times
 //     the grace in: the API server's deletionTimestamp less the offset
 //     between the two clocks that the response's Date header proves (a

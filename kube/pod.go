@@ -419,7 +419,11 @@ var ErrStaticPod = fmt.Errorf("%w: a static pod, whose deletion the API server d
 var ErrPodReplaced = errors.New("kube: the pod of this name is another pod")
 
 // APIError is a response from the API server other than success. Message
-// and Reason come from the metav1.Status body when there is one.
+// and Reason come from the metav1.Status body when there is one. For a 401
+// Unauthorized, which says nothing more, Error says why the token was
+// refused as far as its claims show: expired, bound to another pod, or the
+// pod's own token, which the API server refuses once the pod is gone
+// (IsNotFound).
 type APIError struct {
 	StatusCode int    // HTTP status, e.g. 403 or 404
 	Reason     string // Status.reason, e.g. "Forbidden", "NotFound"
@@ -427,6 +431,12 @@ type APIError struct {
 	// Need is the RBAC rule the request needed, named in Error for a 403:
 	// `"get" on "pods"` or `"create" on "events"`.
 	Need string
+
+	// refused says, for a 401, why the token was refused as far as its
+	// claims show (Pod.refused); gone, that it is the pod's own and the
+	// refusal the pod's removal, which IsNotFound reports.
+	refused string
+	gone    bool
 }
 
 // Error says which status the API server answered and why.
@@ -437,6 +447,9 @@ func (e *APIError) Error() string {
 	}
 	if e.StatusCode == http.StatusForbidden && e.Need != "" {
 		msg += " (the pod's service account needs RBAC " + e.Need + ")"
+	}
+	if e.refused != "" {
+		msg += " (" + e.refused + ")"
 	}
 	return msg
 }
@@ -805,15 +818,21 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 	return &pod, nil
 }
 
-// IsNotFound reports whether err is, or wraps, the API server's 404 Not
-// Found (an *APIError with StatusCode 404): to a read of the pod, no pod of
-// this name in its namespace. It is the one test for it, the package's and
-// its callers': Deletion, Identity's Mismatch and drain's reads tell by it a
-// pod removed (a force deletion) or a name that is not the pod's. A request
-// that got no answer (a timeout, a refused connection) is not one.
+// IsNotFound reports whether err is, or wraps, the API server's answer that
+// it has no pod of this name in its namespace (an *APIError): its 404 Not
+// Found, or its 401 Unauthorized to the pod's own service account token
+// (bound to this pod's name, and UID when known, and not about to expire),
+// which the API server refuses once the pod it is bound to is gone (a
+// force deletion) or has another UID (a pod created again in its name), so
+// that in a pod every read after a force deletion is a 401, not a 404. It
+// is the one test for it, the package's and its callers': Deletion,
+// Identity's Mismatch and drain's reads tell by it a pod removed (a force
+// deletion) or a name that is not the pod's. A request that got no answer
+// (a timeout, a refused connection) is not one, nor a 401 to any other
+// token.
 func IsNotFound(err error) bool {
 	var apiErr *APIError
-	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound
+	return errors.As(err, &apiErr) && (apiErr.StatusCode == http.StatusNotFound || apiErr.gone)
 }
 
 // staticRead says, for ErrStaticPod's error, what a read of a static
@@ -919,8 +938,11 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	got, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
 	var wait time.Duration
 	if err == nil && resp.StatusCode != want {
-		err = apiError(resp.StatusCode, got, need)
-		wait = retryAfter(resp, method)
+		e := apiError(resp.StatusCode, got, need)
+		if resp.StatusCode == http.StatusUnauthorized {
+			e.refused, e.gone = p.refused(token, time.Now(), offset)
+		}
+		err, wait = e, retryAfter(resp, method)
 	}
 	if err != nil && ctx.Err() != nil {
 		// The context ended while the answer came in. The transport may

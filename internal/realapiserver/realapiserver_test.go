@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,21 +46,63 @@ func grantTheExamplesRole(t *testing.T, c *realapiserver.Cluster) {
 	require.NoError(t, err)
 	var role *rbacv1.Role
 	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var r rbacv1.Role
-		require.NoError(t, yaml.Unmarshal([]byte(doc), &r))
-		if r.Kind == "Role" {
-			role = &r
+		var meta metav1.TypeMeta
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
+		switch meta.Kind {
+		case "ServiceAccount":
+			var sa corev1.ServiceAccount
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &sa))
+			sa.Namespace = ns
+			c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/serviceaccounts", &sa, http.StatusCreated, nil)
+		case "Role":
+			role = new(rbacv1.Role)
+			require.NoError(t, yaml.Unmarshal([]byte(doc), role))
+			role.Namespace = ns
+			c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/roles", role, http.StatusCreated, nil)
+		case "RoleBinding":
+			var rb rbacv1.RoleBinding
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &rb))
+			rb.Namespace = ns
+			for i := range rb.Subjects {
+				rb.Subjects[i].Namespace = ns
+			}
+			c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", &rb, http.StatusCreated, nil)
 		}
 	}
 	require.NotNil(t, role, "no Role in %s", rbacManifest)
-	role.Namespace = ns
-	c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/roles", role, http.StatusCreated, nil)
+	// The static token's user stands in for the service account too.
 	c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-drainkit", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-drainkit-user", Namespace: ns},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: realapiserver.PodUser}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 	}, http.StatusCreated, nil)
+}
+
+// serviceAccount is the service account the example's manifest gives
+// sandboxd (rbacManifest), which createPod's pods run as.
+const serviceAccount = "sandboxd"
+
+// boundToken returns a token of serviceAccount bound to pod, as the kubelet's projected kube-api-access volume holds one (a
+// TokenRequest with the pod as its bound object, an hour asked: the API
+// server makes it a year, as in a cluster). Each call is a new token, as
+// the kubelet's rotation writes one.
+func boundToken(t *testing.T, c *realapiserver.Cluster, pod *corev1.Pod) string {
+	t.Helper()
+	var tr authenticationv1.TokenRequest
+	c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/serviceaccounts/"+serviceAccount+"/token", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3607)),
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, http.StatusCreated, &tr)
+	return tr.Status.Token
+}
+
+// writeToken writes token to path, as the kubelet writes a projected
+// token, and returns path.
+func writeToken(t *testing.T, path, token string) string {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, []byte(token), 0o600))
+	return path
 }
 
 // createPod creates a pod bound to a node that does not exist: no kubelet
@@ -73,6 +117,7 @@ func createPod(t *testing.T, c *realapiserver.Cluster, name string) *corev1.Pod 
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			NodeName:                      "node-that-does-not-exist",
+			ServiceAccountName:            serviceAccount,
 			TerminationGracePeriodSeconds: new(int64(3600)),
 			Containers:                    []corev1.Container{{Name: "sandboxd", Image: "sandboxd"}},
 		},
@@ -173,6 +218,75 @@ func TestRealAPIServer(t *testing.T) {
 		assert.True(t, b.Kill().After(d2.Timestamp), "later than the deletionTimestamp")
 		rep := d.Shutdown(t.Context())
 		require.NoError(t, rep.Err())
+	})
+
+	// docs/faults.md row 1030: in a pod, reads are made with the pod's own
+	// token, bound to it, which the API server takes only while the pod is
+	// there with its UID: after a force deletion (kubectl delete --force
+	// --grace-period=0) every read is a 401, never the 404 that plans the
+	// kubelet's SIGKILL 2 s after SIGTERM (row 580), and the drain kept the
+	// manifest's hour. (The other cases read with a static token, which no
+	// deletion touches.)
+	t.Run("ForceDeletionIsSeenThroughThePodsOwnToken", func(t *testing.T) {
+		created := createPod(t, c, "bound-0")
+		started, rotated := boundToken(t, c, created), boundToken(t, c, created)
+		cfg := kube.Config{Host: c.URL, Namespace: ns, CAFile: c.CAFile,
+			TokenFile: writeToken(t, filepath.Join(t.TempDir(), "token"), started)}
+		pod, err := kube.New("bound-0", cfg)
+		require.NoError(t, err)
+		_, err = pod.Deletion(t.Context())
+		require.ErrorIs(t, err, kube.ErrNotTerminating, "read at start with the pod's own token")
+		require.True(t, pod.Identity().Confirmed)
+
+		deletePod(t, c, "bound-0", 0)
+		// A token the API server has not cached: the kubelet's rotation
+		// writes one; the one read at start is refused the same once the
+		// API server's 10 s cache of its last success has passed.
+		writeToken(t, cfg.TokenFile, rotated)
+		_, err = pod.Deletion(t.Context())
+		var apiErr *kube.APIError
+		require.ErrorAs(t, err, &apiErr)
+		assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode, "what the API server answers the pod's token")
+		assert.True(t, kube.IsNotFound(err), "the pod's removal: %v", err)
+		assert.Contains(t, err.Error(), "the API server no longer has this pod")
+		assert.Contains(t, err.Error(), string(created.UID))
+
+		// A StatefulSet's new pod in its name: the same 401.
+		createPod(t, c, "bound-0")
+		_, err = pod.Deletion(t.Context())
+		require.ErrorAs(t, err, &apiErr)
+		assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+		assert.True(t, kube.IsNotFound(err), "another pod in its name: %v", err)
+
+		// The drain of a pod force-deleted, POD_UID set: its first read,
+		// the preStop call's, plans the kubelet's SIGKILL 2 s after the
+		// call (the budget's floor makes it SIGTERM + 2 s), where a failed
+		// read left the hour.
+		gone := createPod(t, c, "bound-1")
+		cfg.UID, cfg.TokenFile = string(gone.UID), writeToken(t, filepath.Join(t.TempDir(), "token"), boundToken(t, c, gone))
+		deletePod(t, c, "bound-1", 0)
+		var logs logbuf.Buffer
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		pod, err = kube.New("bound-1", cfg)
+		require.NoError(t, err)
+		b, err := deadline.New(3600*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
+		timeout := time.After(10 * time.Second) // a hang guard, not a timing assertion
+		for b.Kill().Sub(b.Start()) != 2*time.Second {
+			select {
+			case <-b.Changed():
+			case <-timeout:
+				require.Fail(t, "the read at the preStop call did not plan the force deletion's 2 s",
+					"SIGKILL at T0 + %v; log:\n%s", b.Kill().Sub(b.Start()), logs.String())
+			}
+		}
+		d.Shutdown(t.Context())
+		assert.Contains(t, logs.String(), "a force deletion")
+		t.Logf("SIGKILL planned at T0 + %v; log:\n%s", b.Kill().Sub(b.Start()), logs.String())
 	})
 
 	t.Run("DrainPostsItsEventsOnThePod", func(t *testing.T) {

@@ -1,0 +1,83 @@
+package kube
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// tokenClaims is the part of a service account token's JWT claims that
+// says what the token is bound to. The kubelet's projected token (the
+// kube-api-access volume every pod mounts) is bound to the pod: its
+// kubernetes.io.pod claim names the pod and its UID.
+type tokenClaims struct {
+	Exp        int64 `json:"exp"`
+	Kubernetes struct {
+		Namespace string `json:"namespace"`
+		Pod       *struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"pod"`
+	} `json:"kubernetes.io"`
+}
+
+// parseClaims reads the claims of token, a JWT, without checking its
+// signature: they only explain an answer of the API server, which did.
+func parseClaims(token string) (tokenClaims, bool) {
+	var c tokenClaims
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return c, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil || json.Unmarshal(payload, &c) != nil {
+		return c, false
+	}
+	return c, true
+}
+
+// expiryMargin is how long before its exp, in the API server's clock as
+// the answer's Date shows it, a token's refusal may be its expiry: the API
+// server takes a token up to a minute past its exp (its JWT leeway), and
+// the Date header is whole seconds.
+const expiryMargin = 2 * time.Minute
+
+// refused says why the API server answered 401 Unauthorized to token, as
+// far as its claims show, at now (this node's clock) with the API server's
+// clock offset ahead of it, and whether that answer is the pod's removal:
+// gone when the token is bound to this pod (its name, and its UID when it
+// is known) and far from its expiry.
+//
+// The API server takes a pod-bound token only while the pod it names is
+// there with that UID (k8s.io/kubernetes pkg/serviceaccount's validator),
+// and not a minute past its deletionTimestamp, and answers a bare 401
+// otherwise: after a force deletion (the pod removed) or once another pod
+// has its name (deleted and created again), every read with this pod's own
+// token is a 401, never the 404 or the other UID that says so (measured on the real kube-apiserver v1.34.4, once
+// its 10 s cache of the token's last success has passed).
+func (p *Pod) refused(token string, now time.Time, offset time.Duration) (why string, gone bool) {
+	c, ok := parseClaims(token)
+	if !ok {
+		return "the token in " + p.token + " was refused: not a token this API server takes", false
+	}
+	exp := time.Unix(c.Exp, 0)
+	if c.Exp != 0 && exp.Sub(now.Add(offset)) < expiryMargin {
+		return fmt.Sprintf("the token in %s was refused: it expires at %s (the kubelet rewrites a projected token long before)",
+			p.token, exp.UTC().Format(time.RFC3339)), false
+	}
+	bound := c.Kubernetes.Pod
+	if bound == nil {
+		return "the token in " + p.token + " was refused: a token bound to no pod, whose service account or Secret may be gone", false
+	}
+	p.mu.Lock()
+	uid := p.uid
+	p.mu.Unlock()
+	if bound.Name != p.name || c.Kubernetes.Namespace != p.ns || uid != "" && bound.UID != uid {
+		return fmt.Sprintf("the token in %s was refused: it is bound to the pod %s/%s (UID %s), not this pod %s/%s (UID %q)",
+			p.token, c.Kubernetes.Namespace, bound.Name, bound.UID, p.ns, p.name, uid), false
+	}
+	return fmt.Sprintf("the pod's own service account token, bound to its UID %s, was refused: the API server no longer has this pod: "+
+		"a force deletion removed it, another pod was created in its name, or its deletionTimestamp is a minute past", bound.UID), true
+}

@@ -1,0 +1,98 @@
+package kube_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/kube"
+)
+
+// jwt is a token shaped as the kubelet's projected service account token,
+// with claims as the API server writes them (the signature is not read).
+func jwt(t *testing.T, claims map[string]any) string {
+	t.Helper()
+	body, err := json.Marshal(claims)
+	require.NoError(t, err)
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"ES256","kid":"k"}`)) + "." + enc(body) + ".c2ln"
+}
+
+// boundTo is the claims of a token of the service account sandboxd bound
+// to the pod name (UID uid), expiring at exp.
+func boundTo(name, uid string, exp time.Time) map[string]any {
+	return map[string]any{
+		"aud": []string{"https://kubernetes.default.svc"}, "exp": exp.Unix(), "iat": time.Now().Unix(),
+		"sub": "system:serviceaccount:" + testNamespace + ":sandboxd",
+		"kubernetes.io": map[string]any{
+			"namespace":      testNamespace,
+			"pod":            map[string]any{"name": name, "uid": uid},
+			"serviceaccount": map[string]any{"name": "sandboxd", "uid": "sa-uid"},
+		},
+	}
+}
+
+// In a pod, the reads are made with the pod's own token, bound to it, which
+// the API server takes only while the pod is there with its UID: after a
+// force deletion, or once another pod has its name, every read is a bare
+// 401 (measured on the real kube-apiserver: internal/realapiserver's
+// ForceDeletionIsSeenThroughThePodsOwnToken), which IsNotFound took for a
+// failed read, so drain never planned the kubelet's 2 s (row 1030). Only
+// the pod's own token, far from its expiry, says that; every 401 says why
+// the token was refused as far as it shows.
+func TestRefusedTokenSaysWhyAndOnlyThePodsOwnIsItsRemoval(t *testing.T) {
+	const uid = "8d3c2f1e-0000-4000-8000-000000000001"
+	year := time.Now().Add(365 * 24 * time.Hour)
+	noPod := boundTo(testPod, uid, year)
+	delete(noPod["kubernetes.io"].(map[string]any), "pod")
+	tests := []struct {
+		name      string
+		token     string
+		configUID string
+		gone      bool
+		says      string
+	}{
+		{"the pod's own", jwt(t, boundTo(testPod, uid, year)), uid, true,
+			"the pod's own service account token, bound to its UID " + uid + ", was refused: the API server no longer has this pod"},
+		{"the pod's own, its UID not known yet", jwt(t, boundTo(testPod, uid, year)), "", true, "no longer has this pod"},
+		{"bound to another UID", jwt(t, boundTo(testPod, "uid-of-another", year)), uid, false,
+			"it is bound to the pod agentenv/" + testPod + " (UID uid-of-another), not this pod"},
+		{"bound to another pod", jwt(t, boundTo("someone-else", uid, year)), uid, false, "bound to the pod agentenv/someone-else"},
+		{"expired", jwt(t, boundTo(testPod, uid, time.Now().Add(-time.Hour))), uid, false, "it expires at"},
+		{"about to expire", jwt(t, boundTo(testPod, uid, time.Now().Add(30*time.Second))), uid, false, "it expires at"},
+		{"bound to no pod", jwt(t, noPod), uid, false, "a token bound to no pod"},
+		{"not a JWT", "token-2", uid, false, "not a token this API server takes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, cfg := newAPIServer(t, podJSON(t, nil)) // takes only token-1
+			require.NoError(t, os.WriteFile(cfg.TokenFile, []byte(tc.token+"\n"), 0o600))
+			cfg.UID = tc.configUID
+			p := newPod(t, cfg, testPod)
+			_, err := p.Deletion(t.Context())
+			var apiErr *kube.APIError
+			require.ErrorAs(t, err, &apiErr)
+			assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+			assert.Equal(t, tc.gone, kube.IsNotFound(err), "%v", err)
+			assert.Contains(t, err.Error(), tc.says)
+			assert.Contains(t, err.Error(), "401 Unauthorized: Unauthorized")
+			if tc.gone {
+				assert.ErrorIs(t, p.Identity().Mismatch, err, "a first read that finds the pod gone, as a 404")
+			} else {
+				assert.Contains(t, err.Error(), cfg.TokenFile, "names the file")
+			}
+
+			// An event refused the same says it too.
+			p.Record(kube.Event{Reason: "DrainStarted"})
+			assert.Contains(t, p.Flush(t.Context()).LastError, tc.says)
+		})
+	}
+	var apiErr error = &kube.APIError{StatusCode: http.StatusUnauthorized}
+	assert.False(t, kube.IsNotFound(apiErr), "a 401 made by hand is not the pod's removal")
+}
