@@ -39,7 +39,10 @@
 //	  verbs: ["create"]         # Record
 //
 // Without them every request fails with an *APIError whose StatusCode is
-// 403 and whose message names the missing rule.
+// 403 and whose message names the missing rule. A 403 of the API server's
+// admission, which no rule changes, says so instead: in a namespace being
+// deleted (`kubectl delete namespace`, which ends its pods with their
+// grace) no Event is created any more, and a quota may refuse one.
 //
 // # Guarantees
 //

@@ -145,6 +145,45 @@ func TestRecordDropsWhatRBACRefusesWithALogLineAndACount(t *testing.T) {
 	assert.Equal(t, int64(0), count("drainkit.kube.events.posted", "DrainStarted"))
 }
 
+// The API server's admission answers 403 too, for what no RBAC rule would
+// let through: every create in a namespace being deleted (`kubectl delete
+// namespace`, which is how the pod is being ended), one past a quota. The
+// drop said the service account needed RBAC "create" on "events", sending
+// the operator after a rule that is there (row 1031; the real
+// kube-apiserver's answer to an admin: internal/realapiserver's
+// EventsInANamespaceBeingDeletedAreNotBlamedOnRBAC).
+func TestEventRefusedByAdmissionIsNotBlamedOnRBAC(t *testing.T) {
+	tests := []struct {
+		name   string
+		status string
+		says   string
+	}{
+		{"namespace being deleted",
+			`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"events.events.k8s.io \"x\" is forbidden: unable to create new content in namespace agentenv because it is being terminated","reason":"Forbidden","details":{"name":"x","group":"events.k8s.io","kind":"events","causes":[{"reason":"NamespaceTerminating","message":"namespace agentenv is being terminated","field":"metadata.namespace"}]},"code":403}`,
+			"the namespace is being deleted: the API server creates nothing more in it, Events included; not RBAC"},
+		{"quota",
+			`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"events.events.k8s.io \"x\" is forbidden: exceeded quota: events, requested: count/events.events.k8s.io=1, used: count/events.events.k8s.io=100, limited: count/events.events.k8s.io=100","reason":"Forbidden","details":{"name":"x","group":"events.k8s.io","kind":"events"},"code":403}`,
+			"exceeded quota: events, requested: count/events.events.k8s.io=1, used: count/events.events.k8s.io=100, limited: count/events.events.k8s.io=100 (refused by the API server's admission, not by RBAC)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, cfg := newAPIServer(t, podJSON(t, nil))
+			a.postEvent = func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusForbidden)
+				_, _ = io.WriteString(w, tc.status)
+			}
+			p := newPod(t, cfg, testPod)
+			p.Record(kube.Event{Reason: "DrainStarted"})
+			stats := p.Flush(t.Context())
+			assert.Equal(t, 1, stats.Dropped)
+			assert.Contains(t, stats.LastError, "403 Forbidden")
+			assert.Contains(t, stats.LastError, tc.says)
+			assert.NotContains(t, stats.LastError, "needs RBAC")
+		})
+	}
+}
+
 func TestRecordNeverBlocksOnASlowAPIServerAndFlushEndsByItsContext(t *testing.T) {
 	a, cfg := newAPIServer(t, podJSON(t, nil))
 	arrived := make(chan struct{}, 8)

@@ -428,13 +428,16 @@ type APIError struct {
 	StatusCode int    // HTTP status, e.g. 403 or 404
 	Reason     string // Status.reason, e.g. "Forbidden", "NotFound"
 	Message    string // Status.message, or the start of the body
-	// Need is the RBAC rule the request needed, named in Error for a 403:
-	// `"get" on "pods"` or `"create" on "events"`.
+	// Need is the RBAC rule the request needed, named in Error for a 403
+	// of the API server's authorization: `"get" on "pods"` or `"create"
+	// on "events"`. Not for a 403 of its admission (a namespace being
+	// deleted, a quota), which no rule would change.
 	Need string
 
 	// refused says, for a 401, why the token was refused as far as its
-	// claims show (Pod.refused); gone, that it is the pod's own and the
-	// refusal the pod's removal, which IsNotFound reports.
+	// claims show (Pod.refused), and for a 403 of admission what refused
+	// the request, in place of Need; gone, that the 401 is to the pod's
+	// own token and the pod's removal, which IsNotFound reports.
 	refused string
 	gone    bool
 }
@@ -445,7 +448,7 @@ func (e *APIError) Error() string {
 	if e.Message != "" {
 		msg += ": " + e.Message
 	}
-	if e.StatusCode == http.StatusForbidden && e.Need != "" {
+	if e.StatusCode == http.StatusForbidden && e.Need != "" && e.refused == "" {
 		msg += " (the pod's service account needs RBAC " + e.Need + ")"
 	}
 	if e.refused != "" {
@@ -1009,15 +1012,38 @@ func clockOffset(date string, sent, got time.Time) time.Duration {
 	return 0
 }
 
+// apiError is the *APIError of an answer with status code and body, to a
+// request that needed the RBAC rule need.
+//
+// A 403 is the API server's authorization (RBAC) only when its Status says
+// so: the authorizer's message is always `... is forbidden: User "name"
+// cannot ...` (k8s.io/apiserver's ForbiddenStatusError). Its admission
+// answers 403 too, for a request that no RBAC rule would let through: the
+// NamespaceLifecycle plugin to every create in a namespace being deleted
+// (a cause NamespaceTerminating), which is how `kubectl delete namespace`
+// ends its pods, and ResourceQuota to one past a quota.
 func apiError(code int, body []byte, need string) *APIError {
 	e := &APIError{StatusCode: code, Need: need}
 	var status struct {
 		Kind    string `json:"kind"`
 		Reason  string `json:"reason"`
 		Message string `json:"message"`
+		Details struct {
+			Causes []struct {
+				Reason string `json:"reason"`
+			} `json:"causes"`
+		} `json:"details"`
 	}
 	if json.Unmarshal(body, &status) == nil && status.Kind == "Status" {
 		e.Reason, e.Message = status.Reason, status.Message
+		if code == http.StatusForbidden && !strings.Contains(status.Message, `forbidden: User "`) {
+			e.refused = "refused by the API server's admission, not by RBAC"
+			for _, c := range status.Details.Causes {
+				if c.Reason == "NamespaceTerminating" {
+					e.refused = "the namespace is being deleted: the API server creates nothing more in it, Events included; not RBAC"
+				}
+			}
+		}
 		return e
 	}
 	const maxMessage = 256

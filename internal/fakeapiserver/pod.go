@@ -82,7 +82,8 @@ func (p *Pod) SetPriority(priority int32) { p.set(func() { p.priority = priority
 func (p *Pod) SetContainers(cs ...corev1.Container) { p.set(func() { p.containers = cs }) }
 
 // Refuse answers every request from now on with status and a Status
-// (403: RBAC denies the service account); zero answers again.
+// (403: RBAC denies the service account, in the authorizer's words); zero
+// answers again.
 func (p *Pod) Refuse(status int) { p.set(func() { p.status = status }) }
 
 // Hang makes every request from now on hang until its client gives up.
@@ -129,8 +130,19 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if status != 0 {
+		msg := "refused"
+		if status == http.StatusForbidden {
+			// As the API server's authorizer words a refusal (kube tells
+			// RBAC's 403 from admission's by it).
+			what, rule := `pods "`+p.Name+`"`, `get resource "pods" in API group ""`
+			if r.Method == http.MethodPost {
+				what, rule = "events.events.k8s.io", `create resource "events" in API group "events.k8s.io"`
+			}
+			msg = what + ` is forbidden: User "system:serviceaccount:` + p.Namespace + `:default" cannot ` + rule +
+				` in the namespace "` + p.Namespace + `"`
+		}
 		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status"}, Message: "refused"})
+		_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status"}, Message: msg})
 		return
 	}
 	p.mu.Lock()

@@ -326,6 +326,40 @@ func TestRealAPIServer(t *testing.T) {
 		assert.Contains(t, reasons["DrainFinished"].Message, "2 of 3 sandboxes preserved, 1 lost")
 	})
 
+	// docs/faults.md row 1031: `kubectl delete namespace` ends its pods with
+	// their grace, and the API server's admission refuses every create in
+	// the namespace from then on, the drain's Events too, with a 403 that
+	// no RBAC rule would change (even an admin's): the drop said the
+	// service account needed RBAC "create" on "events".
+	t.Run("EventsInANamespaceBeingDeletedAreNotBlamedOnRBAC", func(t *testing.T) {
+		const doomed = "doomed"
+		c.MustDo(t, http.MethodPost, "/api/v1/namespaces", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: doomed}}, http.StatusCreated, nil)
+		c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+doomed+"/serviceaccounts",
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, http.StatusCreated, nil)
+		c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+doomed+"/pods", &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-0"},
+			Spec: corev1.PodSpec{NodeName: "node-that-does-not-exist", TerminationGracePeriodSeconds: new(int64(30)),
+				Containers: []corev1.Container{{Name: "sandboxd", Image: "sandboxd"}}},
+		}, http.StatusCreated, nil)
+		pod, err := kube.New("sandboxd-0", kube.Config{Host: c.URL, Namespace: doomed, CAFile: c.CAFile,
+			TokenFile: c.TokenFile(t, realapiserver.AdminToken)})
+		require.NoError(t, err)
+		pod.Record(kube.Event{Reason: "DrainStarted"})
+		require.Equal(t, kube.EventStats{Posted: 1}, pod.Flush(t.Context()), "before the namespace's deletion")
+
+		// No namespace controller runs here: the namespace stays
+		// Terminating, as it does while its pods drain.
+		c.MustDo(t, http.MethodDelete, "/api/v1/namespaces/"+doomed, nil, http.StatusOK, nil)
+		pod.Record(kube.Event{Reason: "DrainFinished"})
+		stats := pod.Flush(t.Context())
+		assert.Equal(t, 1, stats.Dropped)
+		assert.Contains(t, stats.LastError, "403 Forbidden")
+		assert.Contains(t, stats.LastError, "because it is being terminated")
+		assert.Contains(t, stats.LastError, "the namespace is being deleted")
+		assert.NotContains(t, stats.LastError, "needs RBAC")
+		t.Logf("dropped: %s", stats.LastError)
+	})
+
 	t.Run("RBACDeniedIsReportedAndDoesNotHoldUpTheDrain", func(t *testing.T) {
 		createPod(t, c, "denied-0")
 		deletePod(t, c, "denied-0", 20)
