@@ -55,7 +55,9 @@ type Config struct {
 	// UID is the pod's metadata.uid (Downward API: fieldRef metadata.uid).
 	// Events name it so that `kubectl describe pod` lists them. Empty means
 	// it is learned from the first read of the pod (a mirror pod's
-	// kubernetes.io/config.mirror annotation, for a static pod). A read that finds the
+	// kubernetes.io/config.mirror annotation, for a static pod), or from
+	// the pod's own token, bound to its UID, when the API server refuses
+	// that token because the pod is gone (IsNotFound). A read that finds the
 	// name naming another UID or no pod before any read found this UID
 	// there is kept as Identity's Mismatch: read at start, the name or
 	// UID is wrong. A static pod's metadata.uid, which the kubelet gives
@@ -237,7 +239,9 @@ func (p *Pod) Namespace() string {
 }
 
 // UID returns the pod's metadata.uid: Config.UID, else what the first
-// successful read found; empty until then, and for a Pod not made by New.
+// successful read found, or the pod's own token (bound to the pod's UID)
+// once the API server refused it as the pod's removal (IsNotFound); empty
+// until then, and for a Pod not made by New.
 // A UID learned means the API server had this pod under its name; one
 // configured, only once a read found it there (Identity.Confirmed): a
 // Config.UID or a name that is wrong reads, at every read, as the pod
@@ -266,8 +270,8 @@ type Identity struct {
 	Confirmed bool
 	// Mismatch is the error of the first read that found the name not
 	// naming the pod of UID while no read had confirmed it:
-	// ErrPodReplaced (another UID under the name) or an *APIError with
-	// StatusCode 404 (no pod of the name). Found while this process
+	// ErrPodReplaced (another UID under the name) or an *APIError that
+	// IsNotFound reports (no pod of the name). Found while this process
 	// starts, its pod running, it means the name or Config.UID is not this
 	// pod's (a misconfigured POD_NAME or POD_UID), not a deletion: a
 	// running pod's name names it. Not yet for a static pod, whose mirror

@@ -48,7 +48,8 @@ const expiryMargin = 2 * time.Minute
 // far as its claims show, at now (this node's clock) with the API server's
 // clock offset ahead of it, and whether that answer is the pod's removal:
 // gone when the token is bound to this pod (its name, and its UID when it
-// is known) and far from its expiry.
+// is known) and far from its expiry. Gone, an unknown UID is learned from
+// the token (UID).
 //
 // The API server takes a pod-bound token only while the pod it names is
 // there with that UID (k8s.io/kubernetes pkg/serviceaccount's validator),
@@ -72,11 +73,17 @@ func (p *Pod) refused(token string, now time.Time, offset time.Duration) (why st
 		return "the token in " + p.token + " was refused: a token bound to no pod, whose service account or Secret may be gone", false
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	uid := p.uid
-	p.mu.Unlock()
 	if bound.Name != p.name || c.Kubernetes.Namespace != p.ns || uid != "" && bound.UID != uid {
 		return fmt.Sprintf("the token in %s was refused: it is bound to the pod %s/%s (UID %s), not this pod %s/%s (UID %q)",
 			p.token, c.Kubernetes.Namespace, bound.Name, bound.UID, p.ns, p.name, uid), false
+	}
+	if uid == "" {
+		// The kubelet bound the token to this pod: its UID is the pod's,
+		// which no read could learn now, and tells this removal from a
+		// name the API server never had (drain's force deletion).
+		p.uid = bound.UID
 	}
 	return fmt.Sprintf("the pod's own service account token, bound to its UID %s, was refused: the API server no longer has this pod: "+
 		"a force deletion removed it, another pod was created in its name, or its deletionTimestamp is a minute past", bound.UID), true

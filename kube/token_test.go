@@ -43,7 +43,8 @@ func boundTo(name, uid string, exp time.Time) map[string]any {
 // force deletion, or once another pod has its name, every read is a bare
 // 401 (measured on the real kube-apiserver: internal/realapiserver's
 // ForceDeletionIsSeenThroughThePodsOwnToken), which IsNotFound took for a
-// failed read, so drain never planned the kubelet's 2 s (row 1030). Only
+// failed read, so drain never planned the kubelet's 2 s (row 1030), nor
+// could it without POD_UID, with the UID in the token (row 1032). Only
 // the pod's own token, far from its expiry, says that; every 401 says why
 // the token was refused as far as it shows.
 func TestRefusedTokenSaysWhyAndOnlyThePodsOwnIsItsRemoval(t *testing.T) {
@@ -84,6 +85,7 @@ func TestRefusedTokenSaysWhyAndOnlyThePodsOwnIsItsRemoval(t *testing.T) {
 			assert.Contains(t, err.Error(), "401 Unauthorized: Unauthorized")
 			if tc.gone {
 				assert.ErrorIs(t, p.Identity().Mismatch, err, "a first read that finds the pod gone, as a 404")
+				assert.Equal(t, uid, p.UID(), "the token's, which the kubelet bound to this pod")
 			} else {
 				assert.Contains(t, err.Error(), cfg.TokenFile, "names the file")
 			}

@@ -3,6 +3,7 @@ package realapiserver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -258,35 +259,45 @@ func TestRealAPIServer(t *testing.T) {
 		assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
 		assert.True(t, kube.IsNotFound(err), "another pod in its name: %v", err)
 
-		// The drain of a pod force-deleted, POD_UID set: its first read,
-		// the preStop call's, plans the kubelet's SIGKILL 2 s after the
-		// call (the budget's floor makes it SIGTERM + 2 s), where a failed
-		// read left the hour.
-		gone := createPod(t, c, "bound-1")
-		cfg.UID, cfg.TokenFile = string(gone.UID), writeToken(t, filepath.Join(t.TempDir(), "token"), boundToken(t, c, gone))
-		deletePod(t, c, "bound-1", 0)
-		var logs logbuf.Buffer
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		pod, err = kube.New("bound-1", cfg)
-		require.NoError(t, err)
-		b, err := deadline.New(3600*time.Second, deadline.Config{})
-		require.NoError(t, err)
-		d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod,
-			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-		require.NoError(t, err)
-		d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
-		timeout := time.After(10 * time.Second) // a hang guard, not a timing assertion
-		for b.Kill().Sub(b.Start()) != 2*time.Second {
-			select {
-			case <-b.Changed():
-			case <-timeout:
-				require.Fail(t, "the read at the preStop call did not plan the force deletion's 2 s",
-					"SIGKILL at T0 + %v; log:\n%s", b.Kill().Sub(b.Start()), logs.String())
-			}
+		// The drain of a pod force-deleted: its first read, the preStop
+		// call's, plans the kubelet's SIGKILL 2 s after the call (the
+		// budget's floor makes it SIGTERM + 2 s), where a failed read left
+		// the hour: with POD_UID set, and with the package doc's
+		// kube.Config{}, the UID then the token's (row 1032).
+		for _, podUID := range []bool{true, false} {
+			t.Run(fmt.Sprintf("drain, POD_UID set %v", podUID), func(t *testing.T) {
+				name := fmt.Sprintf("bound-uid-%v", podUID)
+				gone := createPod(t, c, name)
+				cfg := kube.Config{Host: c.URL, Namespace: ns, CAFile: c.CAFile,
+					TokenFile: writeToken(t, filepath.Join(t.TempDir(), "token"), boundToken(t, c, gone))}
+				if podUID {
+					cfg.UID = string(gone.UID)
+				}
+				deletePod(t, c, name, 0)
+				var logs logbuf.Buffer
+				pod, err := kube.New(name, cfg)
+				require.NoError(t, err)
+				b, err := deadline.New(3600*time.Second, deadline.Config{})
+				require.NoError(t, err)
+				d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod,
+					Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+				require.NoError(t, err)
+				d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
+				timeout := time.After(10 * time.Second) // a hang guard, not a timing assertion
+				for b.Kill().Sub(b.Start()) != 2*time.Second {
+					select {
+					case <-b.Changed():
+					case <-timeout:
+						require.Fail(t, "the read at the preStop call did not plan the force deletion's 2 s",
+							"SIGKILL at T0 + %v; log:\n%s", b.Kill().Sub(b.Start()), logs.String())
+					}
+				}
+				rep := d.Shutdown(t.Context())
+				assert.Contains(t, logs.String(), "a force deletion")
+				assert.Equal(t, string(gone.UID), pod.UID())
+				t.Logf("SIGKILL planned at T0 + 2s, then SIGTERM + %v; log:\n%s", rep.Budget.Kill.Sub(rep.Budget.SIGTERM), logs.String())
+			})
 		}
-		d.Shutdown(t.Context())
-		assert.Contains(t, logs.String(), "a force deletion")
-		t.Logf("SIGKILL planned at T0 + %v; log:\n%s", b.Kill().Sub(b.Start()), logs.String())
 	})
 
 	t.Run("DrainPostsItsEventsOnThePod", func(t *testing.T) {
