@@ -132,6 +132,7 @@ type Pod struct {
 	static     bool          // a read found this pod through its mirror pod; guarded by mu
 	mismatch   error         // the first read, none confirmed, that found the name not uid's; guarded by mu
 	skewLog    time.Duration // the clock offset last logged; guarded by mu
+	deleted    time.Time     // the deletionTimestamp a read of this pod last found, the API server's clock; guarded by mu
 }
 
 // New returns the Pod called name (pass it through the Downward API: env
@@ -791,12 +792,10 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 		return nil, fmt.Errorf("kube: pod %s/%s: response describes %q in %q, not this pod", p.ns, p.name, m.Name, m.Namespace)
 	}
 	uid, mirror := pod.Metadata.UID, pod.Metadata.Annotations.Mirror
-	if uid == "" {
-		return &pod, nil
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
+	case uid == "":
 	case p.uid == "" && mirror != "":
 		// A mirror pod: this process runs in its static pod, whose UID
 		// (the Downward API's) is the annotation, not the mirror's own.
@@ -822,6 +821,9 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 		p.mismatched(err)
 		return nil, err
 	}
+	if ts := pod.Metadata.DeletionTimestamp; ts != nil {
+		p.deleted = *ts // for refused: a token a minute past it is refused
+	}
 	return &pod, nil
 }
 
@@ -831,7 +833,10 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 // (bound to this pod's name, and UID when known, and not about to expire),
 // which the API server refuses once the pod it is bound to is gone (a
 // force deletion) or has another UID (a pod created again in its name), so
-// that in a pod every read after a force deletion is a 401, not a 404. It
+// that in a pod every read after a force deletion is a 401, not a 404; not
+// once a read found the pod's deletionTimestamp a minute past, when the API
+// server refuses the token too though the kubelet may still give the pod
+// time (a second, shorter deletion; a kubelet restarted). It
 // is the one test for it, the package's and its callers': Deletion,
 // Identity's Mismatch and drain's reads tell by it a pod removed (a force
 // deletion) or a name that is not the pod's. A request that got no answer

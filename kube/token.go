@@ -38,6 +38,15 @@ func parseClaims(token string) (tokenClaims, bool) {
 	return c, true
 }
 
+// deletedLeeway is how long past a pod's deletionTimestamp the API server
+// still takes a token bound to it (jwt.DefaultLeeway in its validator),
+// and deletedMargin how much sooner than that a refusal is taken for it:
+// the clocks' offset is known to about a second.
+const (
+	deletedLeeway = time.Minute
+	deletedMargin = 5 * time.Second
+)
+
 // expiryMargin is how long before its exp, in the API server's clock as
 // the answer's Date shows it, a token's refusal may be its expiry: the API
 // server takes a token up to a minute past its exp (its JWT leeway), and
@@ -48,16 +57,27 @@ const expiryMargin = 2 * time.Minute
 // far as its claims show, at now (this node's clock) with the API server's
 // clock offset ahead of it, and whether that answer is the pod's removal:
 // gone when the token is bound to this pod (its name, and its UID when it
-// is known) and far from its expiry. Gone, an unknown UID is learned from
-// the token (UID).
+// is known) and far from its expiry, and no read found the pod's
+// deletionTimestamp a minute past (the API server's clock). Gone, an
+// unknown UID is learned from the token (UID).
 //
 // The API server takes a pod-bound token only while the pod it names is
-// there with that UID (k8s.io/kubernetes pkg/serviceaccount's validator),
-// and not a minute past its deletionTimestamp, and answers a bare 401
-// otherwise: after a force deletion (the pod removed) or once another pod
-// has its name (deleted and created again), every read with this pod's own
-// token is a 401, never the 404 or the other UID that says so (measured on the real kube-apiserver v1.34.4, once
-// its 10 s cache of the token's last success has passed).
+// there with that UID and not a minute past its deletionTimestamp
+// (k8s.io/kubernetes pkg/serviceaccount's validator), and answers a bare
+// 401 otherwise: after a force deletion (the pod removed) or once another
+// pod has its name (deleted and created again), every read with this pod's
+// own token is a 401, never the 404 or the other UID that says so
+// (measured on the real kube-apiserver v1.34.4, once its 10 s cache of the
+// token's last success has passed).
+//
+// The kubelet may give a pod more than a minute past its deletionTimestamp:
+// a second, shorter deletion moves the timestamp but not the kubelet's
+// grace, a kubelet restarted gives the grace again from its own start, and
+// one that learns of the deletion late (after a partition) gives it from
+// then. So a 401 once a read found the deletionTimestamp a minute past is
+// not taken for the removal. One that no read can tell so (the kubelet's
+// first termination starting a minute past the deletionTimestamp, its
+// first read the 401) is.
 func (p *Pod) refused(token string, now time.Time, offset time.Duration) (why string, gone bool) {
 	c, ok := parseClaims(token)
 	if !ok {
@@ -78,6 +98,11 @@ func (p *Pod) refused(token string, now time.Time, offset time.Duration) (why st
 	if bound.Name != p.name || c.Kubernetes.Namespace != p.ns || uid != "" && bound.UID != uid {
 		return fmt.Sprintf("the token in %s was refused: it is bound to the pod %s/%s (UID %s), not this pod %s/%s (UID %q)",
 			p.token, c.Kubernetes.Namespace, bound.Name, bound.UID, p.ns, p.name, uid), false
+	}
+	if !p.deleted.IsZero() && now.Add(offset).After(p.deleted.Add(deletedLeeway-deletedMargin)) {
+		return fmt.Sprintf("the pod's own service account token, bound to its UID %s, was refused: the pod's deletionTimestamp %s is a minute past, "+
+			"and the API server takes no token of a pod that long deleted, though the kubelet may still give it time (it keeps the grace of the "+
+			"deletion it started with, and a kubelet restarted gives the grace again)", bound.UID, p.deleted.UTC().Format(time.RFC3339)), false
 	}
 	if uid == "" {
 		// The kubelet bound the token to this pod: its UID is the pod's,

@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"os"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drainkit/drainkit/kube"
 )
@@ -97,4 +99,50 @@ func TestRefusedTokenSaysWhyAndOnlyThePodsOwnIsItsRemoval(t *testing.T) {
 	}
 	var apiErr error = &kube.APIError{StatusCode: http.StatusUnauthorized}
 	assert.False(t, kube.IsNotFound(apiErr), "a 401 made by hand is not the pod's removal")
+}
+
+// The API server refuses a pod's token a minute past its deletionTimestamp
+// too, while the kubelet may give the pod longer: a second, shorter
+// deletion moves the timestamp but not the kubelet's grace, and a kubelet
+// restarted gives the grace again. A 401 once a read found the timestamp a
+// minute past is not the pod's removal, which drain would plan 2 s for;
+// one a read found still ahead is (a force deletion after a graceful one).
+func TestRefusalAMinutePastTheDeletionIsNotTheRemoval(t *testing.T) {
+	const uid = "8d3c2f1e-0000-4000-8000-000000000001" // podJSON's
+	refuse := func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+	}
+	for _, tc := range []struct {
+		name string
+		past time.Duration // how long ago the deletionTimestamp read was, at the refusal
+		gone bool
+	}{
+		{"a minute past", 61 * time.Second, false},
+		{"well past", time.Hour, false},
+		{"just past", 10 * time.Second, true},
+		{"ahead", -30 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				deletion := time.Now().Add(time.Minute).Truncate(time.Second) // read a minute before it
+				cfg := inMemory(t, &inOrder{handlers: []http.HandlerFunc{podJSON(t, deleted(deletion, 600)), refuse}})
+				require.NoError(t, os.WriteFile(cfg.TokenFile, []byte(jwt(t, boundTo(testPod, uid, time.Now().Add(24*time.Hour)))), 0o600))
+				cfg.UID = uid
+				p := newPod(t, cfg, testPod)
+				d, err := p.Deletion(t.Context())
+				require.NoError(t, err)
+				require.True(t, d.Timestamp.Equal(deletion))
+
+				time.Sleep(time.Until(deletion.Add(tc.past))) // virtual time
+				_, err = p.Deletion(t.Context())
+				var apiErr *kube.APIError
+				require.ErrorAs(t, err, &apiErr)
+				assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+				assert.Equal(t, tc.gone, kube.IsNotFound(err), "%v", err)
+				if !tc.gone {
+					assert.Contains(t, err.Error(), "deletionTimestamp "+deletion.UTC().Format(time.RFC3339)+" is a minute past")
+				}
+			})
+		})
+	}
 }
