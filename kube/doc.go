@@ -97,7 +97,8 @@
 //     drain does, when the token is bound to this pod's name (and UID, when
 //     known) and far from its expiry, unless a read found the pod's
 //     deletionTimestamp a minute past (the API server refuses the token
-//     then too, while the kubelet may give the pod longer); every 401 says
+//     then too, while the kubelet may give the pod longer), and a UID not
+//     known yet is then the token's (Pod.UID); every 401 says
 //     in its error why the token was refused as far as its claims show.
 //   - Deletion's Timestamp is in this node's clock, which the kubelet times
 //     the grace in: the API server's deletionTimestamp less the offset
