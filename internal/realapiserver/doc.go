@@ -3,8 +3,10 @@
 // loopback, everything in a test's temporary directory, to prove package
 // kube and drain.Config.Pod against the API server they talk to in a
 // cluster: the pod's deletionTimestamp and grace after a real
-// `delete --grace-period`, the Events a drain posts, listed back, and a 403
-// from RBAC reported without holding up the drain.
+// `delete --grace-period`, the Events a drain posts, listed back, a 403
+// from RBAC reported without holding up the drain, and what a pod's own
+// token, bound to it (a TokenRequest, as the kubelet's), reads after a
+// force deletion: a 401, not a 404.
 //
 //	cluster := realapiserver.Start(t) // skips (fails under CI=true), naming what is missing
 //	cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/pods", pod, http.StatusCreated, nil)
