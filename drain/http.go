@@ -19,7 +19,11 @@ const defaultRetryAfter = 5 * time.Second
 
 // Admit returns a handler that admits each request to h as one operation of
 // class c. While the gate is closed and c is gated, it answers
-// 503 Service Unavailable with a Retry-After header instead of calling h.
+// 503 Service Unavailable with a Retry-After header instead of calling h,
+// and closes the connection after it (Connection: close; a GOAWAY over
+// HTTP/2, once the connection's other requests are done): a client behind
+// a Service keeps its connection with the node it was sent to, and only a
+// new one goes to a node still ready.
 // An admitted request counts as in flight until h returns: a handler that
 // starts its sandbox in the background and returns first (202 Accepted)
 // must have the Lister list that sandbox from then on, booting or not, or
@@ -76,6 +80,12 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 			}
 			if err != nil {
 				w.Header().Set("Retry-After", retryAfterSeconds(g.RetryAfter))
+				// Its retry must open a new connection: one kept open
+				// (keep-alive, HTTP/2) stays with this node, which a
+				// Service no longer sends new ones to, and would be
+				// refused again until the server shuts down. Go's HTTP/2
+				// server sends a GOAWAY for it.
+				w.Header().Set("Connection", "close")
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}

@@ -273,8 +273,9 @@ func (s *Server) checkHook() error {
 }
 
 // Admit returns h gated as a create: served until the drain starts, then
-// answered 503 with Retry-After, so no new sandbox lands on a node that is
-// going away. Gate operations on existing sandboxes through Drainer().Gate(),
+// answered 503 with Retry-After on a connection it then closes (see
+// Gate.Admit), so no new sandbox lands on a node that is going away and
+// the client's retry goes to another. Gate operations on existing sandboxes through Drainer().Gate(),
 // whose Pause, Checkpoint and Delete are exempt (they take work off the
 // node, and are admitted while it drains), and so are Stream (a follow of a
 // sandbox still running here has nowhere else to go) and KeepAlive (refused
