@@ -3,15 +3,15 @@ package drain
 import (
 	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/kubeproxy"
 )
 
 // Fault (a review of the gate): a request the gate refused was answered
@@ -34,12 +34,12 @@ func TestARefusedCreateIsRetriedOnAnotherNode(t *testing.T) {
 			h2 := proto == "HTTP/2.0"
 			draining := &Gate{}
 			a, b := sandboxNode(t, "A", draining, h2), sandboxNode(t, "B", &Gate{}, h2)
-			svc := newService(t, a, b)
+			svc := kubeproxy.Start(t, readyEndpoint(a), readyEndpoint(b))
 			client := &http.Client{Transport: &http.Transport{}}
-			url := "http://" + svc.Addr().String() + "/sandboxes"
+			url := "http://" + svc + "/sandboxes"
 			if h2 {
 				client.Transport = &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
-				url = "https://" + svc.Addr().String() + "/sandboxes"
+				url = "https://" + svc + "/sandboxes"
 			}
 			defer client.CloseIdleConnections()
 			create := func() (*http.Response, string) {
@@ -87,78 +87,15 @@ func sandboxNode(t *testing.T, name string, g *Gate, h2 bool) *httptest.Server {
 	return srv
 }
 
-// service is a Service on loopback in front of nodes, as kube-proxy makes
-// one: each new connection goes to the first node whose readiness answers
-// 200 (the endpoints a readiness probe keeps), and stays with that node
-// for as long as it is open.
-type service struct {
-	net.Listener
-	nodes []*httptest.Server
-
-	mu    sync.Mutex
-	open  map[net.Conn]bool // the clients' connections, closed at the test's end
-	conns sync.WaitGroup
-}
-
-func newService(t *testing.T, nodes ...*httptest.Server) *service {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	s := &service{Listener: ln, nodes: nodes, open: map[net.Conn]bool{}}
-	s.conns.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.open[c] = true
-			s.mu.Unlock()
-			s.conns.Go(func() { s.forward(c) })
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		s.mu.Lock()
-		for c := range s.open {
-			_ = c.Close()
-		}
-		s.mu.Unlock()
-		s.conns.Wait()
-	})
-	return s
-}
-
-// forward relays c to the first ready node until either end closes.
-func (s *service) forward(c net.Conn) {
-	defer func() {
-		s.mu.Lock()
-		delete(s.open, c)
-		s.mu.Unlock()
-		_ = c.Close()
-	}()
-	var node *httptest.Server
-	for _, n := range s.nodes {
+// readyEndpoint is n behind a Service, ready while its GET /readyz answers
+// 200.
+func readyEndpoint(n *httptest.Server) kubeproxy.Endpoint {
+	return kubeproxy.Endpoint{Addr: n.Listener.Addr().String(), Ready: func() bool {
 		resp, err := n.Client().Get(n.URL + "/readyz")
 		if err != nil {
-			continue
+			return false
 		}
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			node = n
-			break
-		}
-	}
-	if node == nil {
-		return // no endpoint: the connection is refused
-	}
-	b, err := net.Dial("tcp", node.Listener.Addr().String())
-	if err != nil {
-		return
-	}
-	var relay sync.WaitGroup
-	relay.Go(func() { _, _ = io.Copy(b, c); _ = b.Close() })
-	_, _ = io.Copy(c, b)
-	_ = c.Close()
-	relay.Wait()
+		return resp.StatusCode == http.StatusOK
+	}}
 }
