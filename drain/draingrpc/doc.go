@@ -48,6 +48,26 @@
 // ends its Watch when the server's GOAWAY arrives; a plain Watch stream,
 // or another client's, may not.)
 //
+// A refused RPC's connection stays open: grpc-go has no way for an
+// interceptor to close one connection, as an HTTP refusal's Connection:
+// close does (drain.Gate.Admit). A client keeps one connection, and behind
+// a Service's virtual IP it stays with the node it was first sent to:
+// NOT_SERVING takes the node out of the endpoints for new connections
+// only, so every retry comes back here and is refused until the grpc
+// step's GracefulStop, at the drain's end. A server behind a Service gives
+// itself a keepalive MaxConnectionAge, whose GOAWAY has each client
+// connect again (through the Service, to a node still ready) about that
+// long after it connected (grpc varies it by a tenth), while the RPCs it
+// admitted on the old
+// connection run to their end; leave MaxConnectionAgeGrace unset
+// (infinite): one shorter than the longest RPC cuts a checkpoint still
+// running on an old connection:
+//
+//	grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 30 * time.Second})
+//
+// A server on a Unix socket, or one whose clients dial its pod's own
+// address, needs none.
+//
 // Server reflection (google.golang.org/grpc/reflection) needs no wiring
 // either: like health it is never gated nor counted, whatever the
 // Classifier says, so that grpcurl resolves an exempt method during the

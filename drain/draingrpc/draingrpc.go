@@ -55,8 +55,12 @@ func fullMethod(m string) bool {
 // UnaryServerInterceptor admits every unary RPC through g as one operation
 // of the class classify gives its method. While the gate is closed and the
 // class is gated it answers codes.Unavailable ("node draining: ...") without
-// calling the handler, so clients retry on another node; an admitted RPC
-// counts as in flight until its handler returns.
+// calling the handler; an admitted RPC counts as in flight until its
+// handler returns. The refusal leaves the connection open (grpc-go lets no
+// handler or interceptor close one): a client retries on another node only
+// over a new connection, which a client behind a Service's virtual IP makes
+// only once its connection ends. Give such a server a keepalive
+// MaxConnectionAge (see the package doc).
 //
 // The health service (grpc.health.v1.Health: Check, List) is never gated,
 // whatever classify says, and once the gate is closed every SERVING it

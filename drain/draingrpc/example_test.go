@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -171,4 +173,37 @@ func Example_configFromEnv() {
 	}
 	fmt.Println("grace", d.Budget().Grace(), "estimate", cfg.Pause.Estimator.Estimate(), "pod", cfg.Pod != nil)
 	// Output: grace 1h0m0s estimate 4s pod false
+}
+
+// A server that clients reach through a Service's virtual IP: a refused
+// RPC leaves its connection open (grpc-go lets no interceptor close one),
+// and the client's retries would come back to the draining node until the
+// grpc step. MaxConnectionAge's GOAWAY has each client connect again,
+// through the Service, to a node still ready, and lets the RPCs admitted on
+// the old connection (a checkpoint) run to their end: its
+// MaxConnectionAgeGrace is left unset. (Compiled, not run: it serves until
+// SIGTERM.)
+func Example_behindAService() {
+	budget, _ := deadline.New(3600*time.Second, deadline.Config{})
+	lister := pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })
+	gate := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}}
+	classify := draingrpc.Methods(map[string]drain.Class{"/worker.Worker/Checkpoint": drain.Checkpoint}, drain.Create)
+	srv := grpc.NewServer(
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 30 * time.Second}), // behind a Service
+		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)),
+		grpc.ChainStreamInterceptor(draingrpc.StreamServerInterceptor(gate, classify)),
+	)
+	d, err := drain.New(drain.Config{Budget: budget, Gate: gate, Sandboxes: lister,
+		Steps: []drain.Step{draingrpc.Step("grpc", srv, gate, 5*time.Second)}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt) // before serving
+	ln, err := net.Listen("tcp", ":9090")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }() // keep Serve's error: see Example_servingStopsOnItsOwn
+	d.ServeSignals(context.Background(), sigs)
 }
