@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -33,8 +34,9 @@ const defaultRetryAfter = 5 * time.Second
 // ends (see Stream): a handler that streams until its client leaves must
 // return when r.Context() ends. A read of its body waiting for the client
 // (an attach's input) then fails too (its read deadline is set, where the
-// ResponseWriter supports it), so a handler that returns when Body.Read
-// fails ends as it should. A Stream that comes once the preserve phase
+// ResponseWriter supports it), and so does every later one, so a handler
+// that returns when Body.Read fails ends as it should; the connection of
+// one that read nothing then (a log follow) serves its next request. A Stream that comes once the preserve phase
 // ended, exempt or not, is answered the 503 of a refusal: what it would
 // follow is preserved and the server is about to stop, so its client
 // should go to another node rather than reopen it here. A nil h panics
@@ -60,20 +62,18 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 			if err == nil && c == Stream {
 				ctx, cancel := context.WithCancelCause(r.Context())
 				defer cancel(nil)
-				// A Body.Read does not watch the request's context: a
-				// handler waiting for its client's next input (an attach)
-				// would hold the server's Shutdown to its deadline. The
-				// read deadline wakes it (not where w does not support
-				// it: a wrapper without Unwrap).
-				rc := http.NewResponseController(w)
+				body := &streamBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
 				end := func(cause error) {
 					cancel(cause)
-					_ = rc.SetReadDeadline(time.Now())
+					body.end()
 				}
 				var remove func()
 				if remove, err = g.addStream(end); err == nil {
 					defer remove()
 					r = r.WithContext(ctx)
+					if r.Body != nil && r.Body != http.NoBody {
+						r.Body = body
+					}
 				} else {
 					leave()
 				}
@@ -92,6 +92,55 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 			defer leave()
 			h.ServeHTTP(w, r)
 		})
+	}
+}
+
+// streamBody is the request body of a Stream the middleware admitted,
+// whose Reads its end wakes. A Body.Read does not watch the request's
+// context: a handler waiting in one for its client's next input (an
+// attach) would hold the server's Shutdown to its deadline. The read
+// deadline wakes it (not where the ResponseWriter does not support it: a
+// wrapper without Unwrap), but only while a Read waits: set on an HTTP/1.1
+// connection with none (a log follow, whose GET has no body, or a body
+// read to its end), it woke the server's own background read of the
+// connection, which net/http takes for the client gone, and the connection,
+// kept alive, served every later request with its context already
+// cancelled (row 1012).
+type streamBody struct {
+	io.ReadCloser
+	rc *http.ResponseController
+
+	mu      sync.Mutex
+	reading int  // Reads in flight
+	ended   bool // end ran: every Read fails
+}
+
+// Read is the body's Read, or errStreamEnded once the stream ended.
+func (b *streamBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.ended {
+		b.mu.Unlock()
+		return 0, errStreamEnded
+	}
+	b.reading++
+	b.mu.Unlock()
+	n, err := b.ReadCloser.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reading--
+	if err != nil && b.ended {
+		err = errStreamEnded // the deadline end set, not the client
+	}
+	return n, err
+}
+
+// end fails every Read from now on, and wakes those waiting.
+func (b *streamBody) end() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ended = true
+	if b.reading > 0 {
+		_ = b.rc.SetReadDeadline(time.Now())
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
 	"testing"
 	"time"
 
@@ -78,4 +80,67 @@ func TestAnHTTPAttachReadingItsBodyEndsWithThePreservePhase(t *testing.T) {
 		t.Error("the attach's handler had not returned")
 	}
 	assert.Zero(t, g.InFlight(Stream))
+}
+
+// Fault (a review of the gate): row 273's fix set the read deadline of
+// every Stream's connection when the preserve phase ended it, to wake a
+// handler waiting in Body.Read. A log follow waits in no Body.Read (a GET
+// has no body): the deadline woke the server's own background read of the
+// HTTP/1.1 connection instead, which net/http takes for the client gone
+// and cancels the connection's context with, and the connection, kept
+// alive, gave every later request on it a context cancelled before its
+// handler began. On loopback, a follow ended by the drain, then a pause of
+// the client's sandbox (exempt) on the same connection while the steps
+// ran: 3 of 3 failed "context canceled". The deadline is now set only
+// while the handler is in a Read of the body, and a Read after the end
+// fails at once.
+func TestAStreamEndedByTheDrainLeavesItsConnectionServingTheNextRequest(t *testing.T) {
+	g := &Gate{Exempt: []Class{Pause, Stream}} // as the one-call path
+	following := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.Handle("GET /sandboxes/{id}/logs", g.Admit(Stream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "a log line\n")
+		http.NewResponseController(w).Flush()
+		close(following)
+		<-r.Context().Done()
+	})))
+	mux.Handle("POST /sandboxes/{id}/pause", g.Admit(Pause, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := r.Context().Err(); err != nil {
+			http.Error(w, "pause: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, "paused")
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	budget, err := deadline.New(4*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	d, err := New(Config{Budget: budget, Gate: g,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil })})
+	require.NoError(t, err)
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}} // one connection: the follow's
+	defer client.CloseIdleConnections()
+
+	resp, err := client.Get(srv.URL + "/sandboxes/sb-0/logs?follow=1")
+	require.NoError(t, err)
+	<-following
+	rep := d.Shutdown(t.Context()) // the preserve phase ends the follow; the server's steps are still to come
+	require.NoError(t, rep.Err())
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err, "the follow ended")
+	resp.Body.Close()
+
+	for range 3 {
+		var reused bool
+		trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) { reused = c.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodPost, srv.URL+"/sandboxes/sb-0/pause", nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.True(t, reused, "the follow's connection")
+		assert.Equal(t, "paused", string(body))
+	}
 }
