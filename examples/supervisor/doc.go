@@ -144,7 +144,9 @@
 // termination, the daemon is stopped (a SIGINT meanwhile forces: the
 // teardown gets the daemon step's reserve from it, as in a drain; a
 // SIGTERM with the preStop hook still open, the kubelet's grace run out,
-// ends it by 2 s after, less the margin, as in a drain) and the
+// ends it by 2 s after, less the margin, as in a drain; with -pod, a
+// SIGTERM no preStop call came before has the pod's deletion read, and the
+// teardown ends before its SIGKILL, or with none -kubelet-grace's) and the
 // supervisor exits with the server's status, 1 at least when the daemon
 // step failed (a device left live, the daemon left running, killed or
 // crashed: the note names it, as in a drain). Whether it exits on its own

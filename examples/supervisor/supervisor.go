@@ -731,14 +731,17 @@ func (s *supervisor) followBudget() (context.Context, context.CancelFunc) {
 // forceDuringTeardown reads sigs while the daemon's teardown after the server exited on
 // its own runs, as supervise reads them during a termination: a SIGINT forces
 // (drain.Drainer.Force, which followBudget follows), a SIGTERM forces nothing (the
-// kubelet's, or the runtime's sent again), and the others are handled as ever
-// (otherSignal). Unread there, a SIGINT, an operator's request to end now, did nothing:
-// the teardown ran to the budget's deadline. stop ends the reading and waits for it; nil
-// sigs reads nothing.
+// kubelet's, or the runtime's sent again) but reaches the budget (sigtermDuringTeardown),
+// and the others are handled as ever (otherSignal). Unread there, a SIGINT, an
+// operator's request to end now, did nothing: the teardown ran to the budget's deadline.
+// stop ends the reading and the pod's reads it started, and waits for them; nil sigs
+// reads nothing.
 func (s *supervisor) forceDuringTeardown(sigs <-chan os.Signal) (stop func()) {
 	done := make(chan struct{})
+	reads, endReads := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		reading := false
 		for {
 			select {
 			case sig := <-sigs:
@@ -749,7 +752,10 @@ func (s *supervisor) forceDuringTeardown(sigs <-chan os.Signal) (stop func()) {
 						"reserve", s.liveStepReserve()())
 					s.drainer.Force()
 				default:
-					s.sigtermDuringTeardown()
+					if s.sigtermDuringTeardown() && !reading {
+						reading = true // the first SIGTERM's read goes on until one answers: a SIGTERM again adds none
+						wg.Go(func() { s.deletionAtSIGTERM(reads) })
+					}
 				}
 			case <-done:
 				return
@@ -758,6 +764,7 @@ func (s *supervisor) forceDuringTeardown(sigs <-chan os.Signal) (stop func()) {
 	})
 	return func() {
 		close(done)
+		endReads()
 		wg.Wait()
 	}
 }
@@ -776,18 +783,82 @@ func (s *supervisor) forceDuringTeardown(sigs <-chan os.Signal) (stop func()) {
 // laid out for T0 + grace, its stages and the daemon's kill past the
 // SIGKILL that took the daemon with its device live (docs/faults.md row
 // 961). It forces nothing: a SIGINT does.
-func (s *supervisor) sigtermDuringTeardown() {
+//
+// It reports whether the pod's deletion is to be read now
+// (deletionAtSIGTERM): with -pod, when no preStop call came before (the
+// drain's read at the call has it otherwise), and no hook is open (SIGKILL
+// 2 s after the SIGTERM then, whatever the deletion says). OnSIGTERM alone
+// counts -grace from the SIGTERM, where a deletion's grace (kubectl delete
+// --grace-period, an eviction) or the kubelet's own (-kubelet-grace) may be
+// shorter (docs/faults.md row 1050).
+func (s *supervisor) sigtermDuringTeardown() (readPod bool) {
 	now := time.Now()
 	if s.hooksOpen.Load() > 0 {
 		s.budget.OnHookAbandoned(now)
 		s.log.Warn("supervisor: SIGTERM during the daemon's teardown after the server exited, with the preStop hook still open: the kubelet gave up on it, SIGKILL comes 2 s after SIGTERM; the teardown follows (a SIGINT forces)",
 			"deadline", s.budget.Deadline().Format(time.RFC3339Nano))
-		return
+		return false
 	}
+	preStop := s.budget.State().Anchor == deadline.AnchorPreStop
 	s.budget.OnSIGTERM(now)
 	s.log.Info("supervisor: SIGTERM during the daemon's teardown after the server exited: the budget takes the kubelet's arithmetic; it forces nothing (a SIGINT does)",
-		"deadline", s.budget.Deadline().Format(time.RFC3339Nano))
+		"deadline", s.budget.Deadline().Format(time.RFC3339Nano), "pod_read", s.pod != nil && !preStop)
+	return s.pod != nil && !preStop
 }
+
+// deletionAtSIGTERM reads the pod's deletion after a SIGTERM during the
+// daemon's teardown that no preStop call came before (sigtermDuringTeardown),
+// as drain reads it at a drain's SIGTERM, and gives it to the budget, which
+// followBudget follows: the deletionTimestamp (Budget.Tighten: a deletion's
+// grace shorter than -grace), or, with no deletion (graceful node shutdown),
+// the kubelet's own grace from T0 (-kubelet-grace). Without the read the
+// budget counted -grace from the SIGTERM: a deletion with a shorter grace
+// SIGKILLed the daemon mid-teardown, its devices live, before the Report
+// was written. A read that fails leaves the budget as it is, is logged at
+// Warn once, and is tried again every podPoll until ctx ends (the teardown's
+// end).
+func (s *supervisor) deletionAtSIGTERM(ctx context.Context) {
+	warned := false
+	for {
+		rctx, cancel := context.WithTimeout(ctx, podReadTimeout)
+		del, err := s.pod.Deletion(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			changed := s.budget.Tighten(del.Timestamp)
+			s.log.Info("supervisor: the pod's deletion read at the SIGTERM during the daemon's teardown: the teardown follows it",
+				"deletion_timestamp", del.Timestamp, "grace", del.Grace, "tightened", changed, "deadline", s.budget.Deadline().Format(time.RFC3339Nano))
+			return
+		case errors.Is(err, kube.ErrNotTerminating):
+			if s.kubelet > 0 {
+				changed := s.budget.Tighten(s.budget.Start().Add(s.kubelet))
+				s.log.Warn("supervisor: the pod has no deletionTimestamp: the kubelet is terminating it on its own, with its grace (-kubelet-grace); the teardown follows it",
+					"kubelet_grace", s.kubelet, "tightened", changed, "deadline", s.budget.Deadline().Format(time.RFC3339Nano))
+				return
+			}
+			s.log.Info("supervisor: the pod has no deletionTimestamp (graceful node shutdown?): the budget stands; -kubelet-grace would give the kubelet's own grace")
+			return
+		case ctx.Err() != nil:
+			return
+		case !warned:
+			warned = true
+			s.log.Warn("supervisor: the pod's deletion could not be read at the SIGTERM during the daemon's teardown: the budget stands until a read succeeds",
+				"error", err, "read_again_every", podPoll)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(podPoll):
+		}
+	}
+}
+
+// podReadTimeout bounds each read of the pod's deletion (deletionAtSIGTERM),
+// and podPoll is how often one that failed is tried again: drain's own.
+const (
+	podReadTimeout = 2 * time.Second
+	podPoll        = time.Second
+)
 
 // stopServer is the server step: the final sweep (sweep.go: what runs
 // again since the preserve phase is paused, within half the step's time),

@@ -25,10 +25,12 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
+	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/ublkctl"
 	"github.com/drainkit/drainkit/internal/ublkhook"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -469,21 +471,8 @@ func TestSIGINTDuringTheDaemonTeardownAfterTheServerExitedForcesIt(t *testing.T)
 	}{{"SIGINT", syscall.SIGINT, true, false}, {"SIGTERM", syscall.SIGTERM, false, false}, {"SIGTERM with the hook open", syscall.SIGTERM, false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg, err := parseArgs([]string{"-grace", "100s", "-daemon", "ublkd", "--", "server"}, io.Discard)
-				require.NoError(t, err)
 				var log logbuf.Buffer
-				sup, err := newSupervisor(cfg, &log)
-				require.NoError(t, err)
-				defer sup.learned.Close()
-				d := newHungDaemon(t)
-				sup.teardown, err = ublk.New(d, ublkhook.With(ublk.Config{Reserve: stepReserve(cfg.grace), Logger: sup.log},
-					ublkhook.Hooks{SysfsRoot: d.tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic", // vulnerable
-						OpenControl: func(context.Context) (ublkctl.Controller, error) { return d, nil }}))
-				require.NoError(t, err)
-				exited := make(chan struct{})
-				close(exited)
-				sup.server = &child{name: StepServer, done: exited} // exited on its own
-
+				sup, d := hungTeardown(t, &log)
 				t0 := time.Now()
 				require.True(t, sup.budget.OnPreStop(t0))
 				if tc.hookOpen {
@@ -512,6 +501,93 @@ func TestSIGINTDuringTheDaemonTeardownAfterTheServerExitedForcesIt(t *testing.T)
 				assert.Equal(t, t0.Add(11*time.Second), rep.Ublk.Deadline, "the step's reserve from the SIGINT")
 				assert.Less(t, time.Since(t0), 11*time.Second, "the teardown over within its reserve")
 				assert.Contains(t, log.String(), "drain: forced")
+			})
+		})
+	}
+}
+
+// hungTeardown returns a supervisor with -grace 100s, logging to log, whose
+// server has exited on its own and whose daemon is a hungDaemon on a kernel
+// not known fixed (vulnerable: no kill before STOP_DEV completed), for
+// serverExited in virtual time.
+func hungTeardown(t *testing.T, log io.Writer) (*supervisor, *hungDaemon) {
+	t.Helper()
+	cfg, err := parseArgs([]string{"-grace", "100s", "-daemon", "ublkd", "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	sup, err := newSupervisor(cfg, log)
+	require.NoError(t, err)
+	t.Cleanup(sup.learned.Close)
+	d := newHungDaemon(t)
+	sup.teardown, err = ublk.New(d, ublkhook.With(ublk.Config{Reserve: stepReserve(cfg.grace), Logger: sup.log},
+		ublkhook.Hooks{SysfsRoot: d.tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic", // vulnerable
+			OpenControl: func(context.Context) (ublkctl.Controller, error) { return d, nil }}))
+	require.NoError(t, err)
+	exited := make(chan struct{})
+	close(exited)
+	sup.server = &child{name: StepServer, done: exited} // exited on its own
+	return sup, d
+}
+
+// Fault: a SIGTERM during the daemon's teardown after the server exited on
+// its own, with no preStop call before it, set the budget from -grace
+// counted from the SIGTERM: the pod's deletion, which the supervisor reads
+// with -pod as the rest of its termination does, was not read, and a
+// deletion with a shorter grace (kubectl delete --grace-period, an
+// eviction) SIGKILLed the daemon mid-teardown, its device live. The
+// deletion is now read then, and the teardown follows it; with no deletion
+// (graceful node shutdown) -kubelet-grace's grace from the SIGTERM. In
+// virtual time, grace 100 s (the teardown's deadline 95 s), the in-process
+// daemon hung on a vulnerable kernel:
+//
+//	0 s    the server has exited before any termination; the teardown asks
+//	       the daemon to stop
+//	1 s    the pod deleted with a grace of 10 s (SIGKILL at 11 s), SIGTERM:
+//	       the deadline 9.5 s (the margin 1.5 s); STOP_DEV, then the kill,
+//	       by then (before: the deadline 95 s, STOP_DEV at 90 s, the kill
+//	       at 93 s, long past SIGKILL)
+//	1 s    or no deletion, -kubelet-grace 8s: the deadline 7.5 s
+func TestSIGTERMDuringTheDaemonTeardownWithNoPreStopTakesThePodsDeletion(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		grace   time.Duration // the deletion's; zero: no deletion
+		kubelet time.Duration // -kubelet-grace
+		want    time.Duration // the teardown's deadline after t0
+		said    string
+	}{
+		{"deletion", 10 * time.Second, 0, 9500 * time.Millisecond, "the pod's deletion read at the SIGTERM"},
+		{"kubelet's own grace", 0, 8 * time.Second, 7500 * time.Millisecond, "the kubelet is terminating it on its own"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var log logbuf.Buffer
+				sup, d := hungTeardown(t, &log)
+				api := &fakeapiserver.Pod{Name: "node-x7k2p", Namespace: "sandboxes", UID: "uid-1"}
+				token := filepath.Join(t.TempDir(), "token")
+				require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
+				var err error
+				sup.pod, err = kube.New(api.Name, kube.Config{Host: "https://api.test", Namespace: api.Namespace, UID: api.UID,
+					TokenFile: token, Client: &http.Client{Transport: handlerTransport{api}}})
+				require.NoError(t, err)
+				sup.kubelet = tc.kubelet
+
+				t0 := time.Now()
+				sigs := make(chan os.Signal, 1)
+				time.AfterFunc(time.Second, func() {
+					if tc.grace > 0 {
+						api.Delete(time.Now(), tc.grace)
+					}
+					sigs <- syscall.SIGTERM
+				})
+				rep := sup.serverExited(sigs)
+
+				require.NotNil(t, rep.Ublk)
+				t.Logf("the teardown's deadline T0 + %v, over at T0 + %v: %s; the daemon: %v",
+					rep.Ublk.Deadline.Sub(t0), time.Since(t0), rep.Ublk.String(), d.timeline(t0))
+				assert.Equal(t, t0.Add(tc.want), rep.Ublk.Deadline, "the teardown follows the pod's grace, not -grace's")
+				assert.Equal(t, []string{"request", "STOP_DEV 0", "done 0", "kill"}, d.events(),
+					"the daemon killed only once STOP_DEV completed")
+				assert.Less(t, time.Since(t0), tc.want, "the teardown over by its deadline")
+				assert.Contains(t, log.String(), tc.said)
 			})
 		})
 	}
