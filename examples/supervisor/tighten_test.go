@@ -593,6 +593,63 @@ func TestSIGTERMDuringTheDaemonTeardownWithNoPreStopTakesThePodsDeletion(t *test
 	}
 }
 
+// The context of the daemon's teardown after the server exited on its own
+// (followBudget) says, from its Deadline, the deadline it ends at as the
+// budget moves it: the teardown's stages, and whatever the teardown starts
+// under it, read their time from there. A context that took the budget's
+// deadline once (Budget.Context, as before row 792) would say 95 s while it
+// ended at 27 s. In virtual time, grace 100 s, the preStop call at 0 s:
+//
+//	0 s   the teardown begins: the deadline 95 s
+//	1 s   a deletion read: SIGKILL at 30 s, the deadline 27 s
+//	2 s   the kubelet runs the termination over (a restarted kubelet, the
+//	      hook called again) with the deletion's 30 s: SIGKILL later, at
+//	      32 s; not followed, still 27 s
+//	3 s   Force (or none): the daemon step's reserve from then, 3 s of the
+//	      30 s in use: 6 s; ended then, or at 27 s, with the cause
+func TestTeardownContextSaysTheDeadlineOfABudgetMovedEarlier(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		force bool
+		ends  time.Duration
+		cause error
+	}{{"moved", false, 27 * time.Second, errBudgetMoved}, {"forced", true, 6 * time.Second, drain.ErrForced}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sup, _ := hungTeardown(t, io.Discard)
+				t0 := time.Now()
+				require.True(t, sup.budget.OnPreStop(t0))
+				ctx, stop := sup.followBudget()
+				defer stop()
+				deadlineIs := func(want time.Duration, why string) {
+					t.Helper()
+					synctest.Wait() // the follower has taken the move
+					dl, ok := ctx.Deadline()
+					require.True(t, ok)
+					assert.Equal(t, want, dl.Sub(t0), why)
+					assert.NoError(t, ctx.Err(), "not ended before its deadline")
+				}
+				deadlineIs(95*time.Second, "the budget's deadline")
+				time.Sleep(time.Second)
+				require.True(t, sup.budget.Tighten(t0.Add(30*time.Second)))
+				deadlineIs(27*time.Second, "the deletion's SIGKILL less its margin")
+				time.Sleep(time.Second)
+				require.True(t, sup.budget.OnRestart(time.Now(), 30*time.Second))
+				require.True(t, sup.budget.Deadline().After(t0.Add(27*time.Second)), "the budget moved later")
+				deadlineIs(27*time.Second, "a move later is not followed")
+				time.Sleep(time.Second)
+				if tc.force {
+					sup.drainer.Force()
+					deadlineIs(6*time.Second, "the step's reserve from the Force")
+				}
+				<-ctx.Done()
+				assert.Equal(t, tc.ends, time.Since(t0), "ended at the deadline it said")
+				assert.ErrorIs(t, context.Cause(ctx), tc.cause)
+			})
+		})
+	}
+}
+
 // hungDaemon is an in-process ublk daemon, for virtual time, over a fake
 // sysfs with one live device: it takes the stop request and does nothing,
 // and is the control device too, whose STOP_DEV removes the disk and
