@@ -76,6 +76,12 @@
 // service account (token, ca.crt, namespace).
 //
 // What it does:
+//   - catches its signals first thing, as PID 1 from the initialisation of
+//     internal/pid1/early on, as sandboxd and gvisor-worker do: a SIGTERM
+//     while it starts (its read of the pod, its listeners) is logged, and
+//     the termination begins once its children have started, SIGKILL
+//     counted from the SIGTERM (before, it ended the supervisor: exit 2 as
+//     PID 1, no drain, no Report);
 //   - starts the daemon (if any) and the server as children; reaps every
 //     child and orphan (wait4 on SIGCHLD; it makes itself a subreaper when it
 //     is not PID 1) while keeping its own children's exit statuses, and at

@@ -5,6 +5,7 @@ package main
 import (
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -99,8 +100,15 @@ func startServedBy(t *testing.T, env []string, logs io.Writer, args ...string) (
 // that gives the supervisor its service account there.
 func podAPI(t *testing.T) (*fakeapiserver.Served, []string) {
 	t.Helper()
+	return podAPIThrough(t, func(h http.Handler) http.Handler { return h })
+}
+
+// podAPIThrough is podAPI whose API server answers through the handler
+// wrap makes of the one serving the pod.
+func podAPIThrough(t *testing.T, wrap func(http.Handler) http.Handler) (*fakeapiserver.Served, []string) {
+	t.Helper()
 	served := fakeapiserver.NewServed(&fakeapiserver.Pod{Name: "agentenv-node-x7k2p", Namespace: "agentenv-system", UID: "uid-1"})
-	srv, kcfg := fakeapiserver.Start(t, served, "agentenv-system", "token-1")
+	srv, kcfg := fakeapiserver.Start(t, wrap(served), "agentenv-system", "token-1")
 	saDir := filepath.Dir(kcfg.TokenFile)
 	require.NoError(t, os.WriteFile(filepath.Join(saDir, "namespace"), []byte("agentenv-system\n"), 0o600))
 	u, err := url.Parse(srv.URL)

@@ -53,6 +53,7 @@ func TestMain(m *testing.M) {
 func runHelper(role string, args []string) int {
 	switch role {
 	case "supervisor":
+		holdBeforeMain()
 		return Main(context.Background(), args, os.Stderr)
 	case "naiveserver":
 		return naiveserver.Main(args, os.Stderr)
@@ -100,6 +101,24 @@ func runHelper(role string, args []string) int {
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper role", role)
 	return 2
+}
+
+// envHoldBeforeMain, in the supervisor helper's environment, names a FIFO
+// it reads to its end before it calls Main: a test holds it there, its
+// packages initialised and Main not begun, and signals it.
+const envHoldBeforeMain = "SUPERVISOR_TEST_HOLD_BEFORE_MAIN"
+
+// holdBeforeMain holds the supervisor helper on the FIFO envHoldBeforeMain
+// names, if any, until its writer closes it.
+func holdBeforeMain() {
+	fifo := os.Getenv(envHoldBeforeMain)
+	if fifo == "" {
+		return
+	}
+	if f, err := os.Open(fifo); err == nil {
+		_, _ = io.Copy(io.Discard, f)
+		f.Close()
+	}
 }
 
 // stubServer is a server with an empty sandbox list (-list) that records the

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,6 +32,8 @@ func main() {
 // name) and returns the exit status: the server's, 2 for bad usage, 1 when
 // the supervisor could not start.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	sigs := catchSignals(slog.New(slog.NewTextHandler(stderr, nil))) // first: a SIGTERM from now on is the drain's
+	defer sigs.Close()
 	cfg, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -61,7 +64,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		writeStartFailed(cfg.termLog, err, stderr)
 		return 2
 	}
-	return sup.run(ctx)
+	return sup.run(ctx, sigs)
 }
 
 // writeStartFailed writes the termination message of a supervisor that

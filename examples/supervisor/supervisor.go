@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
@@ -35,6 +34,7 @@ import (
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logonce"
 	"github.com/drainkit/drainkit/internal/promexport"
+	"github.com/drainkit/drainkit/internal/signame"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
@@ -393,14 +393,12 @@ func (l *limited) hasEntry(id string) bool {
 func (l *limited) Limit() int { return min(l.Preserver.Limit(), l.src.Limit()) }
 
 // run starts the children and supervises them until the termination is
-// over, and returns the exit status.
-func (s *supervisor) run(ctx context.Context) int {
+// over, and returns the exit status. sigs holds the signals caught since
+// Main began (catchSignals).
+func (s *supervisor) run(ctx context.Context, sigs *caught) int {
 	if err := becomeSubreaper(); err != nil {
 		s.log.Warn("supervisor: cannot become a subreaper; orphans go to PID 1", "err", err)
 	}
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, slices.Concat([]os.Signal{syscall.SIGTERM, syscall.SIGINT}, forwarded, kept)...)
-	defer signal.Stop(sigs)
 	defer s.learned.Close() // an early return: no Save, which closes it otherwise
 
 	reapCtx, stopReaping := context.WithCancel(context.WithoutCancel(ctx))
@@ -440,7 +438,15 @@ func (s *supervisor) run(ctx context.Context) int {
 		go func() { defer close(watched); s.owned.watch(watchCtx) }()
 		defer func() { stopWatching(); <-watched; s.owned.close() }()
 	}
-	rep := s.supervise(ctx, sigs)
+	if sig, at := sigs.begin(); sig != nil && !s.budget.Anchored() {
+		// The SIGTERM came while the supervisor started: the kubelet counts
+		// its grace from when it sent it, not from now (no preStop call
+		// fixed T0 since).
+		s.budget.OnSIGTERM(at)
+		s.log.Info("supervisor: the termination begins after the "+signame.Name(sig)+" that came while it started",
+			"arrived", at, "started_after", time.Since(at).Round(time.Millisecond))
+	}
+	rep := s.supervise(ctx, sigs.C)
 	s.finish(rep)
 	s.learned.Save(rep.Drain, s.budget, s.steps)
 	s.holdWhileDaemonServes()

@@ -12,8 +12,10 @@
 // before the Go runtime handles signals: the kernel discards one that a namespace's init
 // does not handle.
 //
-// Only pid1 imports it: a program that is PID 1 and imports it must call pid1.Init, or
-// no signal reaches it.
+// pid1 imports it, and so does examples/supervisor, an init itself, which takes Signals
+// over first thing in its Main for the signals it handles and gives every other back to
+// the Go runtime (signal.Reset). A program that is PID 1 and imports it must call
+// pid1.Init or take Signals over so, or no signal reaches it.
 package early
 
 import (
