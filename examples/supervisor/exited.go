@@ -203,19 +203,29 @@ func lostByServerStep(rep *pause.Report) []string {
 // Events were the one place `kubectl describe` would not say it. The note
 // counts the sandboxes lost with the server and gives the exit status, as
 // the Report does. The wait for the event is bounded as drain bounds its
-// own: 1 s, and never more than half the time left before SIGKILL.
+// own: 1 s, and once a termination began never more than half the time
+// left before SIGKILL.
+//
+// Which the exit was is the Report's (exitedWhen), not whether the budget
+// is anchored when the Event is posted: a SIGTERM during the daemon's
+// teardown after a server that exited before any termination anchors it,
+// and the Event said "during the drain, before SIGTERM", a DrainFinished of
+// a drain that never began, where the Report's note said "before
+// termination" (docs/faults.md row 1052).
 func (s *supervisor) eventServerExited(rep *Report) {
 	if s.pod == nil || rep.Drain != nil {
 		return
 	}
 	wait := time.Second
+	if s.budget.Anchored() { // a termination began: SIGKILL comes
+		wait = max(min(wait, time.Until(s.budget.Kill())/2), 0)
+	}
 	var ev kube.Event
 	switch {
-	case s.budget.Anchored():
+	case s.exitedWhen() == duringTheDrain:
 		ev = kube.Event{Type: kube.Warning, Reason: "DrainFinished", Action: "Drain", Note: fmt.Sprintf(
 			"the server exited on its own during the drain, before SIGTERM (%s): %d sandboxes lost with it; supervisor exit code %d",
 			rep.Server.String(), rep.Lost(), rep.ExitCode)}
-		wait = max(min(wait, time.Until(s.budget.Kill())/2), 0)
 	case rep.Lost() > 0:
 		ev = kube.Event{Type: kube.Warning, Reason: "SandboxesLost", Action: "Drain", Note: fmt.Sprintf(
 			"the server exited on its own before termination (%s), no drain ran: %d sandboxes lost with it; supervisor exit code %d",

@@ -546,6 +546,12 @@ func hungTeardown(t *testing.T, log io.Writer) (*supervisor, *hungDaemon) {
 //	       by then (before: the deadline 95 s, STOP_DEV at 90 s, the kill
 //	       at 93 s, long past SIGKILL)
 //	1 s    or no deletion, -kubelet-grace 8s: the deadline 7.5 s
+//
+// Fault (row 1052): the Event the supervisor posts for a server that
+// exited on its own took the budget's anchor for a drain begun: after that
+// SIGTERM it was a DrainFinished, "the server exited on its own during the
+// drain, before SIGTERM", for a server that exited before any termination,
+// which the Report's note said. Nothing was lost here: no Event.
 func TestSIGTERMDuringTheDaemonTeardownWithNoPreStopTakesThePodsDeletion(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -588,6 +594,7 @@ func TestSIGTERMDuringTheDaemonTeardownWithNoPreStopTakesThePodsDeletion(t *test
 					"the daemon killed only once STOP_DEV completed")
 				assert.Less(t, time.Since(t0), tc.want, "the teardown over by its deadline")
 				assert.Contains(t, log.String(), tc.said)
+				assert.Empty(t, api.Events(), "the server exited before termination, nothing lost: no drain to finish (row 1052)")
 			})
 		})
 	}
