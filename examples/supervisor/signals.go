@@ -88,7 +88,8 @@ func unhandled() []os.Signal {
 }
 
 // relay passes every handled signal on to C, and notes the first SIGTERM
-// or SIGINT of the start.
+// or SIGINT of the start; one to forward to the server that came while the
+// supervisor started it drops.
 func (c *caught) relay() {
 	for {
 		select {
@@ -97,7 +98,14 @@ func (c *caught) relay() {
 				c.log.Warn("supervisor: a signal it does not handle came while it started: dropped", "signal", signame.Name(sig))
 				continue
 			}
-			if (sig == syscall.SIGTERM || sig == syscall.SIGINT) && !c.begun.Load() {
+			switch start := !c.begun.Load(); {
+			case start && slices.Contains(forwarded, sig):
+				// Forwarded once the server runs, the operator's request to a
+				// server that did not exist when it came would reach one that
+				// has just started, which its default action ends.
+				c.log.Warn("supervisor: "+signame.Name(sig)+" while the supervisor starts: not forwarded, the server has not started", "signal", signame.Name(sig))
+				continue
+			case start && (sig == syscall.SIGTERM || sig == syscall.SIGINT):
 				c.startSignal(sig)
 			}
 			select {

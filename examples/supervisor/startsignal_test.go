@@ -39,6 +39,8 @@ import (
 //	0 s     the supervisor starts, held: in its read of the pod at start
 //	        (its API server slow), or as PID 1 before Main
 //	        SIGTERM (before: killed by it, or exit 2 as PID 1)
+//	        (a SIGUSR1 then is not forwarded to the server once it starts:
+//	        its default action would end a server just started)
 //	then    the hold ends: the server starts, the drain runs at once,
 //	        SIGKILL counted from the SIGTERM; the server gets its SIGTERM,
 //	        the Report is written, exit 0
@@ -66,10 +68,13 @@ func TestSIGTERMWhileTheSupervisorStartsBeginsItsTermination(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("the supervisor never read its pod")
 		}
+		require.NoError(t, n.Cmd.Process.Signal(syscall.SIGUSR1), "an operator's, for a server not started yet")
 		sent := time.Now()
 		require.NoError(t, n.Cmd.Process.Signal(syscall.SIGTERM), "the kubelet's SIGTERM, the pod deleted while the supervisor starts")
 		slow.Store(false)
 		n.drainedFrom(t, sent, sent, sigfile)
+		assert.NotContains(t, readFile(t, sigfile), "user defined signal 1",
+			"a signal to forward that came before the server started is not sent to the server just started")
 	})
 	t.Run("as PID 1 before main", func(t *testing.T) {
 		if os.Geteuid() != 0 {
