@@ -81,7 +81,8 @@
 //     while it starts (its read of the pod, its listeners) is logged, and
 //     the termination begins once its children have started, SIGKILL
 //     counted from the SIGTERM (before, it ended the supervisor: exit 2 as
-//     PID 1, no drain, no Report);
+//     PID 1, no drain, no Report); a signal to forward then is logged and
+//     not forwarded, the server not started;
 //   - starts the daemon (if any) and the server as children; reaps every
 //     child and orphan (wait4 on SIGCHLD; it makes itself a subreaper when it
 //     is not PID 1) while keeping its own children's exit statuses, and at
@@ -152,7 +153,8 @@
 // SIGTERM with the preStop hook still open, the kubelet's grace run out,
 // ends it by 2 s after, less the margin, as in a drain; with -pod, a
 // SIGTERM no preStop call came before has the pod's deletion read, and the
-// teardown ends before its SIGKILL, or with none -kubelet-grace's) and the
+// teardown ends before its SIGKILL (a force deletion's 2 s after it), or
+// with none -kubelet-grace's) and the
 // supervisor exits with the server's status, 1 at least when the daemon
 // step failed (a device left live, the daemon left running, killed or
 // crashed: the note names it, as in a drain). Whether it exits on its own

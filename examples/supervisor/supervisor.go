@@ -817,7 +817,8 @@ func (s *supervisor) sigtermDuringTeardown() (readPod bool) {
 // as drain reads it at a drain's SIGTERM, and gives it to the budget, which
 // followBudget follows: the deletionTimestamp (Budget.Tighten: a deletion's
 // grace shorter than -grace), or, with no deletion (graceful node shutdown),
-// the kubelet's own grace from T0 (-kubelet-grace). Without the read the
+// the kubelet's own grace from T0 (-kubelet-grace), or after a force
+// deletion the kubelet's 2 s (forceDeleted). Without the read the
 // budget counted -grace from the SIGTERM: a deletion with a shorter grace
 // SIGKILLed the daemon mid-teardown, its devices live, before the Report
 // was written. A read that fails leaves the budget as it is, is logged at
@@ -846,6 +847,11 @@ func (s *supervisor) deletionAtSIGTERM(ctx context.Context) {
 			return
 		case ctx.Err() != nil:
 			return
+		case forceDeleted(s.pod, err):
+			changed := s.budget.Tighten(s.budget.Start().Add(deadline.MinimumGracePeriod))
+			s.log.Warn("supervisor: the pod was removed from the API server at the SIGTERM during the daemon's teardown (a force deletion): the kubelet stops the container with its 2 s; the teardown follows",
+				"error", err, "tightened", changed, "deadline", s.budget.Deadline().Format(time.RFC3339Nano))
+			return
 		case !warned:
 			warned = true
 			s.log.Warn("supervisor: the pod's deletion could not be read at the SIGTERM during the daemon's teardown: the budget stands until a read succeeds",
@@ -857,6 +863,19 @@ func (s *supervisor) deletionAtSIGTERM(ctx context.Context) {
 		case <-time.After(podPoll):
 		}
 	}
+}
+
+// forceDeleted reports whether err, a read of pod's deletion, says the pod
+// was force-deleted (kubectl delete --force --grace-period=0): the API
+// server has no pod of its name (404), or another pod (ErrPodReplaced),
+// where a read found this one before (kube.Identity.Confirmed: a wrong -pod
+// or -pod-uid reads so at every read). The kubelet then stops the
+// container with its 2 s, as drain has it for a force deletion read before
+// any deletion. Not for a static pod, whose mirror pod no deletion in the
+// API server stops it through (kube.ErrStaticPod).
+func forceDeleted(pod *kube.Pod, err error) bool {
+	id := pod.Identity()
+	return (kube.IsNotFound(err) || errors.Is(err, kube.ErrPodReplaced)) && id.Confirmed && !id.Static
 }
 
 // podReadTimeout bounds each read of the pod's deletion (deletionAtSIGTERM),

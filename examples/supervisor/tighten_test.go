@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/examples/internal/podstart"
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/fakeublk"
@@ -546,6 +547,8 @@ func hungTeardown(t *testing.T, log io.Writer) (*supervisor, *hungDaemon) {
 //	       by then (before: the deadline 95 s, STOP_DEV at 90 s, the kill
 //	       at 93 s, long past SIGKILL)
 //	1 s    or no deletion, -kubelet-grace 8s: the deadline 7.5 s
+//	1 s    or a force deletion (the pod's name another pod's): SIGKILL at
+//	       3 s, the deadline 2 s
 //
 // Fault (row 1052): the Event the supervisor posts for a server that
 // exited on its own took the budget's anchor for a drain begun: after that
@@ -555,33 +558,36 @@ func hungTeardown(t *testing.T, log io.Writer) (*supervisor, *hungDaemon) {
 func TestSIGTERMDuringTheDaemonTeardownWithNoPreStopTakesThePodsDeletion(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		grace   time.Duration // the deletion's; zero: no deletion
-		kubelet time.Duration // -kubelet-grace
-		want    time.Duration // the teardown's deadline after t0
+		deleted func(*fakeapiserver.Served) // what the API server shows from the SIGTERM on
+		kubelet time.Duration               // -kubelet-grace
+		want    time.Duration               // the teardown's deadline after t0
 		said    string
 	}{
-		{"deletion", 10 * time.Second, 0, 9500 * time.Millisecond, "the pod's deletion read at the SIGTERM"},
-		{"kubelet's own grace", 0, 8 * time.Second, 7500 * time.Millisecond, "the kubelet is terminating it on its own"},
+		{"deletion", func(api *fakeapiserver.Served) { api.Pod().Delete(time.Now(), 10*time.Second) }, 0,
+			9500 * time.Millisecond, "the pod's deletion read at the SIGTERM"},
+		{"kubelet's own grace", func(*fakeapiserver.Served) {}, 8 * time.Second,
+			7500 * time.Millisecond, "the kubelet is terminating it on its own"},
+		{"force deletion", func(api *fakeapiserver.Served) { api.Replace("uid-2") }, 0,
+			2 * time.Second, "a force deletion"}, // SIGKILL 2 s after the SIGTERM, less a 1 s margin
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var log logbuf.Buffer
 				sup, d := hungTeardown(t, &log)
-				api := &fakeapiserver.Pod{Name: "node-x7k2p", Namespace: "sandboxes", UID: "uid-1"}
+				api := fakeapiserver.NewServed(&fakeapiserver.Pod{Name: "node-x7k2p", Namespace: "sandboxes", UID: "uid-1"})
 				token := filepath.Join(t.TempDir(), "token")
 				require.NoError(t, os.WriteFile(token, []byte("t"), 0o600))
 				var err error
-				sup.pod, err = kube.New(api.Name, kube.Config{Host: "https://api.test", Namespace: api.Namespace, UID: api.UID,
+				sup.pod, err = kube.New(api.Pod().Name, kube.Config{Host: "https://api.test", Namespace: api.Pod().Namespace, UID: api.Pod().UID,
 					TokenFile: token, Client: &http.Client{Transport: handlerTransport{api}}})
 				require.NoError(t, err)
+				podstart.Read(sup.pod, sup.log) // as newSupervisor reads it: the pod found
 				sup.kubelet = tc.kubelet
 
 				t0 := time.Now()
 				sigs := make(chan os.Signal, 1)
 				time.AfterFunc(time.Second, func() {
-					if tc.grace > 0 {
-						api.Delete(time.Now(), tc.grace)
-					}
+					tc.deleted(api)
 					sigs <- syscall.SIGTERM
 				})
 				rep := sup.serverExited(sigs)
