@@ -36,29 +36,8 @@ import (
 //	        SIGKILL, the Report not written by then
 //	now:    SIGTERM + 1 s (2 s less the margin), before SIGKILL
 func TestSIGTERMWithThePreStopOpenDuringTheTeardownMovesItsDeadline(t *testing.T) {
-	dir := t.TempDir()
-	report, events := filepath.Join(dir, "report.json"), filepath.Join(dir, "daemon.log")
-	b, err := json.Marshal(fakeublk.DaemonConfig{
-		SysRoot:  filepath.Join(dir, "sys"),
-		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
-		Mode:     fakeublk.Hung,
-		EventLog: events,
-	})
-	require.NoError(t, err)
-	listen, hook, api := freeAddr(t), freeAddr(t), freeAddr(t)
-	logFile := filepath.Join(dir, "supervisor.log")
-	logs, err := os.Create(logFile)
-	require.NoError(t, err)
-	defer logs.Close()
-	sup := startSupervisorLogging(t, logs,
-		[]string{"-listen", listen, "-hook-listen", hook, "-server-url", "http://" + api, "-grace", "12s",
-			"-report", report, "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
-		helperCommand("stubserver", "-listen", api, "-list", "running", "-exit", "3"),
-		EnvSysfsRoot+"="+filepath.Join(dir, "sys"), EnvProcfsRoot+"="+emptyProcfs(filepath.Join(dir, "sys")))
-	ctx := t.Context()
-	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond, "readyz 200")
-	daemonStarted(t, events)
-
+	n := startHungDaemonNode(t)
+	sup, logFile, listen, hook, ctx := n.sup, n.logFile, n.listen, n.hook, t.Context()
 	t0 := time.Now()
 	hookDone := make(chan int, 1)
 	go func() { hookDone <- get(ctx, "http://"+hook+"/drain") }() // waits: 2 sandboxes run
@@ -76,13 +55,88 @@ func TestSIGTERMWithThePreStopOpenDuringTheTeardownMovesItsDeadline(t *testing.T
 	sigterm := time.Now()
 	sup.signal(t, syscall.SIGTERM) // the kubelet gave up on the hook: SIGKILL due at sigterm + 2 s
 
-	killHeldDaemon(t, report) // the hung daemon with its live device holds the supervisor's exit
-	sup.exitCode(t, 20*time.Second)
-	rep := readReport(t, report)
-	require.NotNil(t, rep.Ublk)
-	require.False(t, rep.Ublk.Deadline.IsZero())
+	rep := n.teardownOver(t)
 	t.Logf("the teardown's deadline: T0 + %v, SIGTERM + %v", rep.Ublk.Deadline.Sub(t0), rep.Ublk.Deadline.Sub(sigterm))
 	assert.True(t, rep.Ublk.Deadline.Before(sigterm.Add(2*time.Second)),
 		"the teardown ends before the SIGKILL due 2 s after the SIGTERM that came with the hook open: its deadline is SIGTERM + %v",
 		rep.Ublk.Deadline.Sub(sigterm))
+}
+
+// Fault (row 1050, real processes): with -pod, a SIGTERM during the
+// daemon's teardown after the server exited on its own before any
+// termination (no preStop call) counted -grace from the SIGTERM, the pod's
+// deletion unread: a deletion with a shorter grace left the teardown laid
+// out past its SIGKILL. -grace 12 s, the pod deleted with a grace of 4 s
+// and SIGTERM 1 s into the teardown of a daemon that ignores its SIGTERM:
+//
+//	before: the teardown's deadline SIGTERM + 9.5 s, 5.5 s past SIGKILL
+//	now:    SIGTERM + 2.1 s (the deletionTimestamp's whole second, less
+//	        the margin), before SIGKILL
+func TestSIGTERMDuringTheTeardownWithNoPreStopFollowsThePodsDeletion(t *testing.T) {
+	served, env := podAPI(t)
+	n := startHungDaemonNode(t, append(env, "POD_NAME=agentenv-node-x7k2p")...)
+	require.NoError(t, syscall.Kill(serverOf(t, n.sup, "stubserver"), syscall.SIGKILL), "the server dies on its own, before any termination")
+	require.Eventually(t, func() bool { return strings.Contains(readFile(t, n.logFile), "ublk: request stop") }, 10*time.Second, 10*time.Millisecond,
+		"the teardown asked the daemon to stop")
+	time.Sleep(time.Second)
+	sigterm := time.Now()
+	served.Pod().Delete(sigterm, 4*time.Second) // kubectl delete --grace-period=4
+	n.sup.signal(t, syscall.SIGTERM)            // the kubelet's: SIGKILL due 4 s after the deletion
+
+	rep := n.teardownOver(t)
+	t.Logf("the teardown's deadline: SIGTERM + %v", rep.Ublk.Deadline.Sub(sigterm))
+	assert.True(t, rep.Ublk.Deadline.Before(sigterm.Add(4*time.Second)),
+		"the teardown ends before the deletion's SIGKILL: its deadline is SIGTERM + %v", rep.Ublk.Deadline.Sub(sigterm))
+	assert.Contains(t, readFile(t, n.logFile), "the pod's deletion read at the SIGTERM")
+}
+
+// A hungDaemonNode is the supervisor in front of a stub server listing two
+// sandboxes it cannot pause (exit status 3), with a -daemon that ignores
+// its SIGTERM with a live device; its log in logFile.
+type hungDaemonNode struct {
+	sup                           *supProc
+	report, logFile, listen, hook string
+}
+
+// startHungDaemonNode starts a hungDaemonNode with -grace 12s, env added to
+// the supervisor's environment, and returns once it is ready and its
+// daemon has started.
+func startHungDaemonNode(t *testing.T, env ...string) *hungDaemonNode {
+	t.Helper()
+	dir := t.TempDir()
+	n := &hungDaemonNode{report: filepath.Join(dir, "report.json"), logFile: filepath.Join(dir, "supervisor.log"),
+		listen: freeAddr(t), hook: freeAddr(t)}
+	events := filepath.Join(dir, "daemon.log")
+	b, err := json.Marshal(fakeublk.DaemonConfig{
+		SysRoot:  filepath.Join(dir, "sys"),
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
+		Mode:     fakeublk.Hung,
+		EventLog: events,
+	})
+	require.NoError(t, err)
+	api := freeAddr(t)
+	logs, err := os.Create(n.logFile)
+	require.NoError(t, err)
+	t.Cleanup(func() { logs.Close() })
+	n.sup = startSupervisorLogging(t, logs,
+		[]string{"-listen", n.listen, "-hook-listen", n.hook, "-server-url", "http://" + api, "-grace", "12s",
+			"-report", n.report, "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
+		helperCommand("stubserver", "-listen", api, "-list", "running", "-exit", "3"),
+		append([]string{EnvSysfsRoot + "=" + filepath.Join(dir, "sys"), EnvProcfsRoot + "=" + emptyProcfs(filepath.Join(dir, "sys"))}, env...)...)
+	require.Eventually(t, func() bool { return get(t.Context(), "http://"+n.listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond, "readyz 200")
+	daemonStarted(t, events)
+	return n
+}
+
+// teardownOver waits for the supervisor's exit, SIGKILLing the hung daemon
+// whose live device holds it once the Report is written (the pod's SIGKILL
+// would), and returns the Report, which has the teardown's.
+func (n *hungDaemonNode) teardownOver(t *testing.T) *Report {
+	t.Helper()
+	killHeldDaemon(t, n.report)
+	n.sup.exitCode(t, 20*time.Second)
+	rep := readReport(t, n.report)
+	require.NotNil(t, rep.Ublk)
+	require.False(t, rep.Ublk.Deadline.IsZero())
+	return rep
 }
