@@ -33,9 +33,15 @@
 // A file written before LearnedLimit existed (only limit) still reads: its
 // LearnedLimit is zero, and the server starts its limit cold, since the
 // limit at the end of a shutdown may be a probe or a start that measured
-// nothing. A level is kept with the estimate it was learned with
-// (LearnedEstimate): a later drain at a fixed limit measures its preserves
-// at that limit and must not hand the level on with its own estimate. The
+// nothing. A level is kept with the estimate of one preserve measured at
+// it (LearnedEstimate): the preserves of the drain that learned it that
+// ran beside about that many (from three quarters of it up), each scaled
+// to the level so that none counts shorter than it would have taken
+// there, with the Estimator's rule; the drain's whole estimate when fewer
+// than a round of the level (and than 4) did, no shorter where the drain
+// climbed past the level. A later drain at a fixed
+// limit measures its preserves at that limit and must not hand the level
+// on with its own estimate. The
 // file says the running server's limit: Start rewrites Limit and MaxLimit
 // when the server's -concurrency says otherwise (a file from a build
 // before MaxLimit, planned as a fixed limit, or a changed flag), and

@@ -48,12 +48,18 @@ type Rates struct {
 	// limit from it with the Estimate beside it (pause.Config.Limit with a
 	// MaxLimit): the first epoch checks it against that estimate.
 	LearnedLimit int `json:"learned_limit,omitempty"`
-	// LearnedEstimate is the Estimate of the shutdown that learned
-	// LearnedLimit, kept with it: what the next adaptive start's first
-	// epoch checks the level against. A later shutdown at a fixed limit
-	// measures its preserves at that limit, not at the level, and writes
-	// its own Estimate beside it. Zero in a file written before the field
-	// existed: see Level.
+	// LearnedEstimate is the estimate of one preserve at LearnedLimit,
+	// measured by the shutdown that learned it (FromReport: its preserves
+	// that ran beside about that many, else its whole Estimate), kept with
+	// it: what the next adaptive start's Estimator starts from, which its
+	// first epoch checks the level against and its plan reserves rounds
+	// at. A later shutdown at a fixed limit measures its
+	// preserves at that limit, not at the level, and writes its own
+	// Estimate beside it. Zero in a file written before the field existed:
+	// see Level. A file written before the estimate was measured at the
+	// level holds the whole drain's, longer where it climbed past the
+	// level: it reads as it is, and the next drain that learns a level
+	// replaces it.
 	LearnedEstimate time.Duration `json:"learned_estimate_ns,omitempty"`
 	// MaxLimit is the ceiling of the server's adaptive limit
 	// (pause.Config.MaxLimit): set, the server adapts, and its next drain
@@ -90,11 +96,22 @@ type Step struct {
 }
 
 // FromReport sets LearnedLimit from the Report of the shutdown's
-// Preserver (nil: none ran), with r.Estimate as its LearnedEstimate (call
-// FromEstimator first), keeping the level learned before and its estimate
-// (prev's Level; prev is the file read at start, nil: none) when this
-// shutdown learned none, and Limit from the Report's limit at the end when
-// there is one.
+// Preserver (nil: none ran), with the estimate of one preserve at that
+// level as its LearnedEstimate, keeping the level learned before and its
+// estimate (prev's Level; prev is the file read at start, nil: none) when
+// this shutdown learned none, and Limit from the Report's limit at the
+// end when there is one.
+//
+// The estimate at the level is made of the Report's preserves that ran
+// beside about as many in flight as the level (from three quarters of it
+// up), each scaled to the level, so that none counts shorter than it would
+// have taken there (see level.go); with fewer of them than a round of the
+// level (and than 4) it is r.Estimate, the whole drain's (call
+// FromEstimator first), which is no shorter where the drain climbed past
+// the level. The whole drain's mixes preserves that ran beside more than
+// the level (a climb past it) and the tail's that ran nearly alone: in
+// drainsim -warm it was 1.80 s at level 8, where a pause at 8 takes at
+// most about 1.5 s, and the next drain's plan reserved 3 rounds at it.
 func (r *Rates) FromReport(rep *pause.Report, prev *Rates) {
 	if prev != nil {
 		r.LearnedLimit, r.LearnedEstimate = prev.Level()
@@ -102,8 +119,11 @@ func (r *Rates) FromReport(rep *pause.Report, prev *Rates) {
 	if rep == nil {
 		return
 	}
-	if rep.LearnedLimit > 0 {
-		r.LearnedLimit, r.LearnedEstimate = rep.LearnedLimit, r.Estimate
+	if k := rep.LearnedLimit; k > 0 {
+		r.LearnedLimit, r.LearnedEstimate = k, r.Estimate
+		if est, n := atLevel(rep, k); n >= minAtLevel(k) {
+			r.LearnedEstimate = est
+		}
 	}
 	if rep.Limit > 0 {
 		r.Limit = rep.Limit

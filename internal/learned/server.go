@@ -450,5 +450,5 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 		return
 	}
 	st.log.Info("learned rates saved", "file", path, "estimate", r.Estimate, "observations", r.Observations,
-		"limit", r.Limit, "learned_concurrency", r.LearnedLimit)
+		"limit", r.Limit, "learned_concurrency", r.LearnedLimit, "learned_estimate", r.LearnedEstimate)
 }
