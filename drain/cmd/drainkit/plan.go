@@ -476,10 +476,12 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 			return err
 		}
 		if level, est := r.Level(); level > 0 && estimate == 0 && est != r.Estimate {
-			// The server's Estimator starts from the estimate the level was learned with
-			// (a drain at a fixed limit since measured its own): the live reserve's.
+			// The server's Estimator starts from the estimate measured at the level (the
+			// pauses of the drain that learned it that ran beside about that many, not the
+			// drain's mix; or a drain at a fixed limit since measured its own): the live
+			// reserve's.
 			in.estimate, in.mean = est, est
-			in.estimateSrc, in.meanSrc = fmt.Sprintf("the estimate the level %d was learned with", level), "the estimate"
+			in.estimateSrc, in.meanSrc = fmt.Sprintf("the estimate measured at the level %d, learned with it", level), "the estimate"
 		}
 	case r != nil && r.Limit > 0:
 		in.limit, in.limitSrc = r.Limit, "learned"

@@ -313,8 +313,8 @@ func TestPlanSaysOnWhatTheLearnedLevelIsTaken(t *testing.T) {
 	}
 }
 
-// An adaptive server's Estimator starts from the estimate its learned level
-// was learned with (learned_estimate_ns), not from the one a drain at a
+// An adaptive server's Estimator starts from the estimate measured at its
+// learned level (learned_estimate_ns), not from the one a drain at a
 // fixed limit measured since (estimate_ns): the plan reserves rounds of
 // that one, as the live plan does at SIGTERM.
 func TestPlanOfAnAdaptiveServerUsesTheEstimateTheLevelWasLearnedWith(t *testing.T) {
@@ -326,7 +326,7 @@ func TestPlanOfAnAdaptiveServerUsesTheEstimateTheLevelWasLearnedWith(t *testing.
 	code, out, errw := drainkit(t, "plan", "-count", "60", "-state-dir", dir)
 	require.Equal(t, exitOK, code, errw)
 	assert.Regexp(t, `the drain reserves\s+`+regexp.QuoteMeta(secs(8*est))+`\s`, out, "8 rounds of 8 at the level's estimate")
-	assert.Contains(t, out, "the estimate the level 32 was learned with")
+	assert.Contains(t, out, "the estimate measured at the level 32, learned with it")
 }
 
 // Fault (a fresh-eyes review): sandboxes with sizes planned without
