@@ -102,7 +102,8 @@ type Config struct {
 // (OnPreStop or OnSIGTERM). OnSIGTERM refines the SIGKILL time with the
 // kubelet's own arithmetic; Tighten (fed by kube.Pod.Tighten) moves it earlier when
 // the pod's deletion shortened the grace period; OnRestart follows the
-// kubelet when it runs the termination over (the hook runs again).
+// kubelet when it runs the termination over (the hook runs again), and
+// when the deletion that began it gave a grace longer than the budget's.
 //
 // Once anchored, the budget never moves T0, and it keeps these invariants:
 // T0 <= Deadline <= Kill, and once SIGTERM is known, Kill >= SIGTERM +
@@ -123,8 +124,15 @@ type Budget struct {
 	sigterm time.Time     // when SIGTERM arrived; zero until then
 	restart time.Time     // OnRestart: when the kubelet last ran the termination over; zero if never
 	regrace time.Duration // OnRestart: the grace of that run
-	changed chan struct{}
-	changes uint64 // how many changes took effect: the latest one's number
+	// first is the first run's grace when a deletion gave it more than
+	// grace (OnRestart at or before T0); zero: grace. A run over is given
+	// at most it.
+	first time.Duration
+	// abandoned: OnHookAbandoned took effect, the kubelet's grace ran out
+	// at SIGTERM, so no longer grace is the first run's.
+	abandoned bool
+	changed   chan struct{}
+	changes   uint64 // how many changes took effect: the latest one's number
 }
 
 // New returns a Budget for a pod whose termination grace period is grace
@@ -313,6 +321,7 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 	if kill := at.Add(MinimumGracePeriod); first && kill.Before(b.kill) {
 		b.kill = laterOf(kill, b.start)
 	}
+	b.abandoned = b.abandoned || first
 	line := b.lineLocked(first)
 	b.mu.Unlock()
 	line.write("SIGTERM with the preStop hook abandoned by the kubelet")
@@ -326,11 +335,10 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 // shorter deletion (the kubelet v1.34 does not: its termination keeps the
 // grace it started with, and no hook runs again; measured, see
 // docs/budget.md). Pass the deletion's deletionGracePeriodSeconds
-// (kube.Deletion.Grace); one longer than the budget's Grace counts as
-// Grace. The kubelet would give such a deletion's grace in full (a
-// deletion may ask for more than the manifest's, and the kubelet's
-// effective grace is the deletion's), but the budget never plans past the
-// grace it was built with: SIGKILL early, never late.
+// (kube.Deletion.Grace); one longer than the first run's grace (Grace, or
+// a deletion's longer one, below) counts as that: the API server lets a
+// second deletion only shorten the first's, and a restarted kubelet reads
+// no more than it.
 //
 // SIGKILL becomes the new run's: at + grace, or, when SIGTERM arrived after
 // at, SIGTERM + KubeletRemaining(grace, SIGTERM - at). That can be later
@@ -346,14 +354,42 @@ func (b *Budget) OnHookAbandoned(at time.Time) bool {
 // ignores a grace that is not positive. A zero at is now (time.Now(), the
 // monotonic clock's reading included): a run starting now, not one in
 // year 1, older than any.
+//
+// The first run's longer grace. Before any run over, a call with at at or
+// before T0 and a grace longer than Grace is no new run: it is the
+// deletion that began the termination, made at at (its deletionTimestamp
+// less its deletionGracePeriodSeconds), asking for more than the
+// manifest's. The kubelet gives it in full (v1.34.4: calculateEffectiveGracePeriod
+// takes deletionGracePeriodSeconds for a pod that is not terminating yet,
+// whatever the spec says, and the API server does not cap it), so SIGKILL
+// moves later to at + grace, the deletionTimestamp: never after the
+// kubelet's, which it times from its own T0, after the deletion. SIGKILL
+// keeps its floors (T0, SIGTERM + 2 s), and OnSIGTERM keeps that time as
+// it keeps a deletionTimestamp. Such a call never moves SIGKILL earlier
+// (Tighten does), and changes nothing once OnHookAbandoned took effect:
+// SIGTERM with the hook open is the kubelet's grace run out. Pass it only
+// the pod's own first deletion, and only when it began the termination: a
+// termination the kubelet began on its own (graceful node shutdown, an
+// eviction) keeps that grace, which a later deletion can only shorten.
+// GraceInUse and the default margin stay Grace's.
 func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
 	if grace <= 0 {
 		return false
 	}
 	at = nowIfZero(at)
-	grace = min(grace, b.grace)
 	b.mu.Lock()
-	run, runGrace := b.start, b.grace
+	if b.anchor != AnchorNone && b.restart.IsZero() && grace > b.grace {
+		if first := asKnown(at, b.start); !first.After(b.start) {
+			changed := b.longerLocked(first, grace)
+			line := b.lineLocked(changed)
+			b.mu.Unlock()
+			line.write("the deletion's grace, longer than the budget's")
+			return changed
+		}
+	}
+	firstGrace := max(b.grace, b.first)
+	grace = min(grace, firstGrace)
+	run, runGrace := b.start, firstGrace
 	if !b.restart.IsZero() {
 		run, runGrace = b.restart, b.regrace
 	}
@@ -381,6 +417,25 @@ func (b *Budget) OnRestart(at time.Time, grace time.Duration) bool {
 	line := b.lineLocked(true)
 	b.mu.Unlock()
 	line.write("restart")
+	return true
+}
+
+// longerLocked is OnRestart for the first run's longer grace: the
+// deletion made at at gave grace, longer than b.grace. It moves SIGKILL
+// only later, and reports whether it did. The caller holds b.mu, and logs.
+func (b *Budget) longerLocked(at time.Time, grace time.Duration) bool {
+	if b.abandoned {
+		return false
+	}
+	kill := laterOf(at.Add(grace), b.start)
+	if !b.sigterm.IsZero() {
+		kill = laterOf(kill, b.sigterm.Add(MinimumGracePeriod))
+	}
+	if !kill.After(b.kill) {
+		return false
+	}
+	b.kill, b.first = kill, max(b.first, grace)
+	b.notifyLocked()
 	return true
 }
 
@@ -465,6 +520,7 @@ type logLine struct {
 	log    *slog.Logger
 	st     State
 	change uint64
+	first  time.Duration // the first run's longer grace, a deletion's (OnRestart); zero if none
 }
 
 // lineLocked returns the line of the change just made, or nil when took is
@@ -473,7 +529,7 @@ func (b *Budget) lineLocked(took bool) *logLine {
 	if !took || b.log == nil {
 		return nil
 	}
-	return &logLine{log: b.log, st: b.stateLocked(), change: b.changes}
+	return &logLine{log: b.log, st: b.stateLocked(), change: b.changes, first: b.first}
 }
 
 // write logs the line for event, outside the budget's lock: a slow
@@ -490,11 +546,16 @@ func (l *logLine) write(event string) {
 	if !st.SIGTERM.IsZero() {
 		attrs = append(attrs, "sigterm", st.SIGTERM)
 	}
-	// The run SIGKILL follows after OnRestart, the one change that can
-	// move it later: without it, a line showed the new SIGKILL beside the
-	// manifest's grace and nothing it was computed from.
+	// What SIGKILL follows after OnRestart, the one change that can move
+	// it later: the run over and its grace, or the deletion's grace longer
+	// than the budget's that the first run has. Without them, a line
+	// showed the new SIGKILL beside the manifest's grace and nothing it
+	// was computed from.
 	if !st.Restart.IsZero() {
 		attrs = append(attrs, "restart", st.Restart, "restart_grace", st.RestartGrace)
+	}
+	if l.first > 0 {
+		attrs = append(attrs, "deletion_grace", l.first)
 	}
 	l.log.Info("deadline: budget changed", attrs...)
 }
@@ -610,8 +671,9 @@ func (b *Budget) Grace() time.Duration { return b.grace }
 // GraceInUse returns the grace period the kubelet uses, as the budget knows
 // it: Grace, or Kill - Start once a deletion's shorter grace (Tighten) or
 // the kubelet's own put SIGKILL earlier, or after OnRestart the new run's
-// grace; never more than Grace, never negative. A step's reserve that
-// follows the grace is a share of it, and so is the default margin.
+// grace; never more than Grace, never negative (a deletion's longer grace,
+// OnRestart, moves SIGKILL, not the shares). A step's reserve that follows
+// the grace is a share of it, and so is the default margin.
 func (b *Budget) GraceInUse() time.Duration { return b.State().graceInUse() }
 
 func (s State) graceInUse() time.Duration {

@@ -3,6 +3,7 @@ package deadline_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"testing"
 	"testing/synctest"
@@ -635,12 +636,13 @@ func TestRestartMovesSIGKILLToTheKubeletsNewRun(t *testing.T) {
 }
 
 // A restart's grace longer than the budget's (a deletion asked for more,
-// or a caller passed a grace as read) counts as the budget's: the budget
-// never plans past the grace it was built with. It was taken as given, and
+// or a caller passed a grace as read) counts as the budget's: a run over
+// gets no more than the first run's grace. It was taken as given, and
 // put SIGKILL past the kubelet's where the grace was not the deletion's.
-// (A deletion's longer grace the kubelet does give in full, row 1023: the
-// budget is then early, never late.) And a zero time tightens nothing: it
-// was taken for a SIGKILL at T0.
+// (A first deletion's longer grace, which the kubelet gives in full, the
+// budget takes only when told it at the deletion's time, before any run
+// over: row 1025, TestDeletionsLongerGraceMovesSIGKILLLater.) And a zero
+// time tightens nothing: it was taken for a SIGKILL at T0.
 func TestRestartAndTightenTakeNoMoreThanTheKubeletGives(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
@@ -714,6 +716,98 @@ func TestRestartAroundSIGTERM(t *testing.T) {
 				}
 				tc.events(b, t0)
 				assert.Equal(t, tc.kill, b.Kill().Sub(t0))
+				st := b.State()
+				assert.False(t, st.Deadline.Before(st.Start), "T0 <= Deadline")
+				assert.False(t, st.Kill.Before(st.Deadline), "Deadline <= Kill")
+			})
+		})
+	}
+}
+
+// Fault (docs/faults.md row 1025): `kubectl delete --grace-period=600` on a
+// pod whose manifest says 30 s. The kubelet v1.34.4 gives the deletion's
+// grace in full (calculateEffectiveGracePeriod takes
+// deletionGracePeriodSeconds for a pod not terminating yet), and the
+// budget had no way to take it: OnRestart capped it at 30 s, and a call
+// for the deletion, made before T0, was an older run and changed nothing.
+// SIGKILL was planned at T0+30 s, 570 s early. OnRestart at the deletion's
+// time now moves SIGKILL to its deletionTimestamp, which OnSIGTERM keeps;
+// a run over takes at most that grace; the shares stay the budget's.
+//
+//	-0.2 s  the deletion (600 s): deletionTimestamp T0+599.8 s
+//	0 s     preStop, T0: SIGKILL T0+30 s, then T0+599.8 s
+//	100 s   SIGTERM: SIGKILL stays (the kubelet's is after it)
+func TestDeletionsLongerGraceMovesSIGKILLLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &lines{}
+		b, err := deadline.New(30*time.Second, deadline.Config{Logger: slog.New(h)})
+		require.NoError(t, err)
+		t0 := time.Now()
+		made := t0.Add(-200 * time.Millisecond)
+		b.OnPreStop(t0)
+		require.True(t, b.OnRestart(made, 600*time.Second))
+		assert.Equal(t, s(599.8), b.Kill().Sub(t0), "the deletionTimestamp")
+		st := b.State()
+		assert.True(t, st.Restart.IsZero(), "no run over")
+		assert.Equal(t, 30*time.Second, b.GraceInUse(), "the shares stay the budget's")
+		assert.Equal(t, 3*time.Second, b.Margin())
+		assert.Equal(t, s(596.8), st.Deadline.Sub(t0))
+		require.Len(t, h.got, 2)
+		assert.Equal(t, 600*time.Second, h.got[1]["deletion_grace"], "the line names the grace SIGKILL follows")
+
+		assert.False(t, b.OnRestart(made, 600*time.Second), "read again")
+		assert.False(t, b.Tighten(made.Add(600*time.Second)), "its deletionTimestamp read again")
+		time.Sleep(100 * time.Second)
+		require.True(t, b.OnSIGTERM(time.Now()))
+		assert.Equal(t, s(599.8), b.Kill().Sub(t0), "SIGTERM keeps it")
+
+		time.Sleep(100 * time.Second)
+		assert.True(t, b.OnRestart(time.Now(), 900*time.Second), "a kubelet restarted")
+		assert.Equal(t, s(800), b.Kill().Sub(t0), "the run over at T0+200 s with the first run's 600 s, not 900 s, nor the manifest's 30 s")
+	})
+}
+
+// The first run's longer grace moves SIGKILL only later, only for a
+// deletion made by T0, and not once the kubelet gave up on the hook.
+func TestDeletionsLongerGraceIsNoMoreThanTheKubeletGives(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		events  func(b *deadline.Budget, t0 time.Time) bool // OnRestart's answer
+		kill    time.Duration                               // from T0
+		changed bool
+	}{
+		{"no hook: T0 is SIGTERM", func(b *deadline.Budget, t0 time.Time) bool {
+			b.OnSIGTERM(t0)
+			return b.OnRestart(t0.Add(-100*time.Millisecond), 600*time.Second)
+		}, s(599.9), true},
+		{"a deletion long before T0: its timestamp is earlier (Tighten's)", func(b *deadline.Budget, t0 time.Time) bool {
+			b.OnPreStop(t0)
+			return b.OnRestart(t0.Add(-590*time.Second), 600*time.Second)
+		}, s(30), false},
+		{"the kubelet gave up on the hook", func(b *deadline.Budget, t0 time.Time) bool {
+			b.OnPreStop(t0)
+			time.Sleep(30 * time.Second)
+			b.OnHookAbandoned(time.Now())
+			return b.OnRestart(t0.Add(-100*time.Millisecond), 600*time.Second)
+		}, s(32), false},
+		{"a call after T0 is a run over, at most the budget's grace", func(b *deadline.Budget, t0 time.Time) bool {
+			b.OnPreStop(t0)
+			time.Sleep(5 * time.Second)
+			return b.OnRestart(time.Now(), 600*time.Second)
+		}, s(35), true},
+		{"not longer than the budget's: an older run", func(b *deadline.Budget, t0 time.Time) bool {
+			b.OnPreStop(t0)
+			return b.OnRestart(t0.Add(-100*time.Millisecond), 20*time.Second)
+		}, s(30), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, err := deadline.New(30*time.Second, deadline.Config{})
+				require.NoError(t, err)
+				t0 := time.Now()
+				changed := tc.events(b, t0)
+				assert.Equal(t, tc.kill, b.Kill().Sub(t0))
+				assert.Equal(t, tc.changed, changed)
 				st := b.State()
 				assert.False(t, st.Deadline.Before(st.Start), "T0 <= Deadline")
 				assert.False(t, st.Kill.Before(st.Deadline), "Deadline <= Kill")

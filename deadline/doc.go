@@ -51,9 +51,12 @@
 // with no elapsed time). G is the deletion's grace period, which can be
 // shorter than the manifest's: the pod's metadata.deletionTimestamp
 // (deletion time + G, read from the API server by package kube) is the
-// absolute SIGKILL time. (G can be longer too: the kubelet then waits the
-// deletion's G, while the budget keeps the grace it was built with, its
-// SIGKILL early, never late.) Only the deletion the kubelet's termination
+// absolute SIGKILL time. G can be longer too (kubectl drain
+// --grace-period=600 on a pod whose manifest says 30): the kubelet waits
+// the deletion's G in full, and OnRestart, given the deletion's time and G
+// before any run over, moves SIGKILL later to its deletionTimestamp (only
+// for the deletion that began the termination: the kubelet's grace only
+// decreases once it runs). Only the deletion the kubelet's termination
 // started with: a second, shorter deletion makes the API server set the
 // deletionTimestamp to the first deletion's time + G', while the kubelet
 // (v1.34, measured) keeps the grace its termination started with. A kubelet
