@@ -228,6 +228,9 @@ type Drainer struct {
 	rerun        time.Time      // the latest run of the hook after the first (hookAgain); guarded by podMu
 	delGrace     time.Duration  // the deletion's grace the first read found: the kubelet's termination keeps it; guarded by podMu
 	shortened    bool           // a later read found a shorter one, and it was logged; guarded by podMu
+	longer       bool           // the budget took delGrace, longer than its own (longerRead); guarded by podMu
+	longerSaid   bool           // longerRead logged why the budget does not take it; guarded by podMu
+	undeleted    bool           // a read found the pod with no deletionTimestamp: the kubelet began on its own; guarded by podMu
 	blind        bool           // no preStop call came before SIGTERM: no hook shows a kubelet's new run; guarded by podMu
 	retrying     bool           // retryRead's reads run; guarded by podMu
 	graceSeen    time.Time      // the start of the latest read that found delGrace; guarded by podMu

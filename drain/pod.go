@@ -77,6 +77,10 @@ func (d *Drainer) readOnce(at string, rerun time.Time) (failed bool) {
 	case errors.Is(err, kube.ErrNotTerminating):
 		if errors.Is(err, kube.ErrStaticPod) {
 			d.sayStatic(at, err)
+		} else {
+			d.podMu.Lock()
+			d.undeleted = true // a deletion after this one can only shorten the kubelet's grace
+			d.podMu.Unlock()
 		}
 		if at != atPoll || d.kubelet > 0 && !d.own.Load() {
 			d.notDeleted(at, del.SpecGrace) // a poll only for what it can change
@@ -430,13 +434,15 @@ func (d *Drainer) hookAgain(start time.Time) {
 // internal/realkubelet's TestRealKubeletWithAPIServer/shorter_deletion). The
 // API server still moves the deletionTimestamp to the first deletion's
 // time plus the new grace, which is then no SIGKILL at all. So the first
-// read's deletion is the one the budget takes (Tighten), and a later read
+// read's deletion is the one the budget takes (Tighten; or, when its grace
+// is longer than the budget's, longerRead moves SIGKILL later to it, as
+// the kubelet gives it), and a later read
 // that finds a shorter grace is logged and left alone, unless the hook
 // ran again: then the kubelet did run the termination over (a restarted
 // kubelet does, with the grace it reads), timed from the new run, and the
 // budget follows that run (Budget.OnRestart) with the deletion's grace, at
-// most the budget's own. A read without deletionGracePeriodSeconds
-// tightens as before.
+// most the budget's own, or the first deletion's longer one the budget
+// took. A read without deletionGracePeriodSeconds tightens as before.
 //
 // Unless no hook can show that run: a drain that had no preStop call
 // before SIGTERM (no hook, a sleep hook, an exec hook that does not call
@@ -460,6 +466,9 @@ func (d *Drainer) deletionRead(at string, started, rerun time.Time, del kube.Del
 		return
 	}
 	grace := min(del.Grace, d.budget.Grace())
+	if d.longer { // the first run's grace: a run over reads no more
+		grace = del.Grace
+	}
 	switch {
 	case del.Grace > 0 && !rerun.IsZero():
 		changed := d.budget.OnRestart(rerun, grace)
@@ -483,6 +492,9 @@ func (d *Drainer) deletionRead(at string, started, rerun time.Time, del kube.Del
 			d.graceSeen = started
 		}
 		changed := d.budget.Tighten(del.Timestamp)
+		if !changed && del.Grace > d.budget.Grace() && del.Grace == d.delGrace && d.longerRead(at, del) {
+			return
+		}
 		level := slog.LevelInfo
 		if at == atPoll && !changed {
 			level = slog.LevelDebug // a poll that found what the last one did
@@ -490,6 +502,66 @@ func (d *Drainer) deletionRead(at string, started, rerun time.Time, del kube.Del
 		d.log.Log(context.Background(), level, "drain: the pod's deletion read", "at", at, "deletion_timestamp", del.Timestamp,
 			"grace", del.Grace, "tightened", changed, "kill", d.budget.Kill())
 	}
+}
+
+// longerRead takes a read of the pod's first deletion, del, whose grace is
+// longer than the budget's (kubectl delete or kubectl drain
+// --grace-period=600 on a pod whose manifest says 30). The kubelet gives
+// it in full when that deletion began the termination: the kubelet
+// v1.34.4's calculateEffectiveGracePeriod takes deletionGracePeriodSeconds
+// for a pod not terminating yet, whatever the spec says, and the API
+// server does not cap it by the spec; its hook waits that long, and
+// SIGKILL comes that long after its T0, which the deletion preceded. So
+// the budget moves SIGKILL later to the deletionTimestamp
+// (Budget.OnRestart at the deletion's time, the timestamp less its grace,
+// in this node's clock as the read corrects it), where planning with the
+// manifest's put it 570 s early and lost every sandbox the first 30 s
+// could not preserve. A later, shorter deletion changes nothing (the
+// kubelet keeps the grace its termination started with), and a run over
+// reads no more than this one (the API server only shortens it).
+//
+// Unless that is not sure (notLonger): then the budget keeps its own,
+// early, and that is logged at Warn once. longerRead reports whether the
+// budget moved (it logged that at Info); false leaves the caller's line
+// to say the read. Called with podMu held.
+func (d *Drainer) longerRead(at string, del kube.Deletion) bool {
+	if why := d.notLonger(del); why != "" {
+		if !d.longerSaid {
+			d.longerSaid = true
+			d.log.Warn("drain: the pod's deletion gives a grace longer than the budget's, which the kubelet gives in full when the deletion began the termination, but "+
+				why+": the budget keeps its own (SIGKILL early, never late)",
+				"at", at, "grace", del.Grace, "budget_grace", d.budget.Grace(), "deletion_timestamp", del.Timestamp, "kill", d.budget.Kill())
+		}
+		return false
+	}
+	if !d.budget.OnRestart(del.Timestamp.Add(-del.Grace), del.Grace) {
+		return false // read again, or the kubelet gave up on the hook: its grace ran out
+	}
+	d.longer = true
+	d.log.Info("drain: the pod's deletion gives a grace longer than the budget's, which the kubelet gives in full: SIGKILL follows its deletionTimestamp",
+		"at", at, "grace", del.Grace, "budget_grace", d.budget.Grace(), "deletion_timestamp", del.Timestamp, "kill", d.budget.Kill())
+	return true
+}
+
+// notLonger says why the budget must not take del's longer grace, or
+// returns "": the read must be of this pod (its UID known before the
+// drain: POD_UID, or a read at start), and its deletion must be what
+// began the termination. A termination the kubelet began on its own
+// (graceful node shutdown, an eviction: no deletionTimestamp) keeps its
+// grace, which a deletion after it can only shorten: a read found the pod
+// not deleted, or the deletion was made after T0. Called with podMu held.
+func (d *Drainer) notLonger(del kube.Deletion) string {
+	id := d.pod.Identity()
+	switch made := del.Timestamp.Add(-del.Grace); {
+	case !id.Confirmed || !id.Configured && d.startID.UID == "":
+		return "the pod's UID was not known before the drain (set " + EnvPodUID + " from the Downward API, fieldRef metadata.uid), so the deletion read may be another pod's of its name"
+	case d.undeleted:
+		return "a read found the pod with no deletionTimestamp first: the kubelet began the termination on its own (graceful node shutdown, an eviction), and a deletion after that can only shorten its grace"
+	case made.After(d.budget.Start()):
+		return fmt.Sprintf("the deletion was made %v after T0: the kubelet began the termination before it (graceful node shutdown, an eviction), and a deletion after that can only shorten its grace",
+			made.Sub(d.budget.Start()).Round(time.Millisecond))
+	}
+	return ""
 }
 
 // plannedForRestart moves SIGKILL, never later, to the earliest a kubelet

@@ -410,7 +410,9 @@ var startClasses = []Class{Create, Resume, Fork}
 // preservePhase runs the Preserver in the phase's window, and again for
 // as long as the budget moves the window later while sandboxes are left:
 // a restarted kubelet runs the termination over and gives the pod's whole
-// grace again from its new hook call (Budget.OnRestart), and the window
+// grace again from its new hook call (Budget.OnRestart), or SIGTERM's read
+// of a pod with no hook finds a deletion's grace longer than the budget's
+// (longerRead), and the window
 // the phase began with would stop preserving with that time unspent. Each
 // run's Report is merged into the first's.
 func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Window, p *PhaseReport) {
@@ -426,7 +428,7 @@ func (d *Drainer) preservePhase(ctx context.Context, rep *Report, w deadline.Win
 			break
 		}
 		kill = moved
-		d.log.Info("drain: the budget moved SIGKILL later during the preserve phase (the kubelet ran the termination over): preserving what is left until the new deadline",
+		d.log.Info("drain: the budget moved SIGKILL later during the preserve phase (the kubelet ran the termination over, or a read found the deletion's longer grace): preserving what is left until the new deadline",
 			"was", p.Deadline, "deadline", later.Deadline, "hard", later.Hard, "kill", d.budget.Kill(), "not_preserved", pr.Err().Error())
 		p.Deadline, p.Hard = later.Deadline, reportedHard(later)
 		var more *pause.Report
