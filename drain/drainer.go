@@ -121,8 +121,14 @@ type Config struct {
 	// Drainer reads the pod's deletion when termination starts, again at
 	// each later run of the preStop hook and at SIGTERM, and tightens the
 	// budget with the deletion's grace (kubectl delete --grace-period, an
-	// eviction). Only the deletion the kubelet's termination started with
-	// counts: a later, shorter one changes neither the kubelet's hook wait
+	// eviction). A grace longer than the budget's (kubectl drain
+	// --grace-period=600 of a pod whose manifest says 30 s), which the
+	// kubelet gives in full, moves SIGKILL later to the deletionTimestamp
+	// when that deletion is this pod's and began the termination: the UID
+	// known before the drain (POD_UID), no read that found the pod not
+	// deleted, the deletion made by T0; otherwise the budget keeps its
+	// own, said at Warn. Only the deletion the kubelet's termination
+	// started with counts: a later, shorter one changes neither the kubelet's hook wait
 	// nor its SIGKILL (v1.34, measured), while the API server moves the
 	// deletionTimestamp to the first deletion's time plus the new grace; it
 	// is logged and left alone. When the hook runs again (a restarted
