@@ -27,8 +27,9 @@ import (
 
 // The real kubelet with the real kube-apiserver (internal/realapiserver):
 // its pods are created and deleted through the API, as in a cluster, which
-// shows what no static pod can: a second, shorter deletion, a force
-// deletion, and a kubelet restarted while it terminates a pod (last: it
+// shows what no static pod can: a second, shorter deletion, a first one
+// longer than the manifest's, a force deletion, and a kubelet restarted
+// while it terminates a pod (last: it
 // restarts the Node's kubelet); and what a static pod's mirror pod in the
 // API server shows of the static pod.
 //
@@ -37,6 +38,7 @@ import (
 func TestRealKubeletWithAPIServer(t *testing.T) {
 	api := startAPINode(t)
 	t.Run("shorter deletion", func(t *testing.T) { shorterDeletion(t, api) })
+	t.Run("longer deletion", func(t *testing.T) { longerDeletion(t, api) })
 	t.Run("force deletion", func(t *testing.T) { forceDeletion(t, api) })
 	t.Run("static pod", func(t *testing.T) { staticPod(t, api) })
 	t.Run("restart", func(t *testing.T) { restart(t, api) })
@@ -118,6 +120,25 @@ func shorterDeletion(t *testing.T, api *apiPods) {
 		if strings.Contains(r.log, "SIGTERM during the shutdown") {
 			t.Logf("the runtime sent SIGTERM again")
 		}
+	})
+}
+
+// A first deletion with a grace longer than the manifest's (docs/faults.md
+// row 1026): `kubectl drain --grace-period=12` of sandboxd whose manifest
+// says 4 s, no hook. The kubelet v1.34.4 stops the container with the
+// deletion's 12 s (calculateEffectiveGracePeriod takes
+// deletionGracePeriodSeconds for a pod not terminating yet), and sandboxd's
+// drain, which read the deletion at SIGTERM, planned SIGKILL at its
+// deletionTimestamp: its 6 sandboxes of 1 s, one at a time, all preserved
+// before the kubelet's SIGKILL, where the manifest's 4 s leaves too little.
+func longerDeletion(t *testing.T, api *apiPods) {
+	t.Run("sandboxd, no hook, deleted with more than the spec's grace", func(t *testing.T) {
+		r := api.sandboxd(t, "sandboxd-long", false, 6, 4, 12, 0, nil)
+		assert.EqualValues(t, 12, api.kubeletGrace(t, "sandboxd-long"), "the kubelet stops the container with the deletion's grace, not the manifest's 4 s")
+		assert.WithinRange(t, r.rep.Budget.Kill, r.d1.Add(11*time.Second), r.d1.Add(12*time.Second), "the drain planned the deletion's SIGKILL")
+		assert.True(t, r.died.Before(r.d1.Add(12*time.Second)), "exit before the kubelet's SIGKILL, the deletion + 12 s: +%v", r.died.Sub(r.d1))
+		assert.Equal(t, 6, r.rep.Preserve.Counts[pause.Preserved], "%v", r.rep.Preserve.Counts)
+		assert.Contains(t, r.log, "which the kubelet gives in full")
 	})
 }
 
