@@ -37,6 +37,15 @@ func newLongerDeletion(t *testing.T, uid string) *longerDeletion {
 	return &longerDeletion{api: api, f: f, logs: &logs}
 }
 
+// deletedAtThePreStopCall deletes the pod with 600 s and calls the preStop
+// handler, as the kubelet does then, and waits for the call's read.
+func (n *longerDeletion) deletedAtThePreStopCall(t *testing.T) {
+	t.Helper()
+	n.api.Delete(time.Now(), 600*time.Second)
+	n.f.callPreStop(t.Context(), "?wait=0s").wait(t)
+	n.f.d.podReads.Wait()
+}
+
 // Fault (docs/faults.md row 1026): `kubectl drain --grace-period=600` (or
 // kubectl delete) on a pod whose manifest says 30 s. The kubelet v1.34.4
 // gives the deletion's grace in full (calculateEffectiveGracePeriod takes
@@ -120,15 +129,11 @@ func TestDeletionsLongerGraceOnlyWhenItBeganTheTermination(t *testing.T) {
 			return 30 * time.Second
 		}, "the deletion was made 5s after T0"},
 		{"the UID not known before the drain", "", func(t *testing.T, n *longerDeletion) time.Duration {
-			n.api.Delete(time.Now(), 600*time.Second)
-			n.f.callPreStop(t.Context(), "?wait=0s").wait(t)
-			n.f.d.podReads.Wait()
+			n.deletedAtThePreStopCall(t)
 			return 30 * time.Second
 		}, "the pod's UID was not known before the drain"},
 		{"a second, shorter deletion", "uid-0", func(t *testing.T, n *longerDeletion) time.Duration {
-			n.api.Delete(time.Now(), 600*time.Second)
-			n.f.callPreStop(t.Context(), "?wait=0s").wait(t)
-			n.f.d.podReads.Wait()
+			n.deletedAtThePreStopCall(t)
 			time.Sleep(10 * time.Second)
 			n.api.Delete(time.Now(), 100*time.Second) // deletionTimestamp T0+100 s
 			n.f.d.readPod("test")
