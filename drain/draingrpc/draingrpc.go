@@ -79,7 +79,7 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 	mustHave(g, classify, "UnaryServerInterceptor")
 	st := intercepting(g, false)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		defer st.rpc()()
+		defer st.rpc(ctx)()
 		if isHealth(info.FullMethod) {
 			resp, err := h(ctx, req)
 			if err == nil && g.Closed() {
@@ -143,7 +143,7 @@ func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServ
 	mustHave(g, classify, "StreamServerInterceptor")
 	st := intercepting(g, true)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		defer st.rpc()()
+		defer st.rpc(ss.Context())()
 		if isHealth(info.FullMethod) {
 			return watchHealth(g, srv, ss, h)
 		}
@@ -282,11 +282,15 @@ type Server interface {
 // calls Stop, which closes every connection and cancels the RPCs still
 // running. It returns nil once GracefulStop returned, or ctx's error once
 // Stop returned when Stop had to be called, unless that Stop cut no RPC:
-// when no RPC was in the handlers of g's interceptors as ctx ended, nor
-// reached them until Stop returned, GracefulStop was waiting for
+// when no RPC in the handlers of g's interceptors as ctx ended, or
+// reaching them until Stop returned, had its context cancelled by that
+// Stop (or by its client meanwhile: Stop cannot tell) (another server's RPC on the same gate is not s's: servers that
+// share g do not share this count), GracefulStop was waiting for
 // connections alone (a client's that never acknowledged the GOAWAY, for
 // which grpc waits 5 s: its node gone without closing it, its process
-// frozen), and Stop returns nil. It can tell only when interceptors of
+// frozen), and Stop returns nil. When grpc's Stop was left running (below)
+// it has closed no connection yet, and every RPC still running counts,
+// whichever server it is on. It can tell only when interceptors of
 // both kinds, unary and stream, were made with g (an RPC of the other kind
 // would run uncounted), and it counts an RPC from the moment it reaches
 // g's interceptor, so put them first in their chains. (GracefulStop alone
@@ -371,7 +375,7 @@ func stop(ctx context.Context, s Server, g *drain.Gate) (held bool, err error) {
 	case <-t.C:
 		held = true
 	}
-	if idle() {
+	if idle(held) {
 		return held, nil // GracefulStop waited for connections only: Stop cut no RPC
 	}
 	return held, ctx.Err()

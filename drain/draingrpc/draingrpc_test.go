@@ -774,3 +774,28 @@ func TestMethodsRefusesAnEntryThatIsNoFullMethodName(t *testing.T) {
 }
 
 func strconvQuote(s string) string { return fmt.Sprintf("%q", s) }
+
+// Fault: two servers sharing one gate (a TCP one for the cluster, a unix
+// socket one for the node's agent) shared Stop's count of RPCs: the step
+// of a server with no RPC, held to its deadline by a quiet connection,
+// failed with "RPCs still running at the deadline; stopped them" because
+// of an RPC running on the other server, which its Stop never touched. Stop
+// now counts as cut only the RPCs its Stop ended: the ones whose context
+// that Stop cancelled.
+// Before: the step's error after its 0.5 s; after: nil, and the other
+// server's stream still answers.
+func TestStopIsNotBlamedForAnotherServersRPCOnTheSameGate(t *testing.T) {
+	g := &drain.Gate{}
+	busy, quiet := serve(t, g, "tcp"), serve(t, g, "unix")
+	stream, err := openStream(t, t.Context(), busy.worker) // runs on busy until its client closes it
+	require.NoError(t, err)
+	quietClient(t, quiet.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond) // below grpc's 5 s wait for the ping
+	defer cancel()
+	_, err = Step("grpc-local", quiet.srv, g, time.Second).Run(ctx)
+	require.NoError(t, err, "the stopped server ran no RPC: closing its quiet connection cut nothing")
+	require.NoError(t, stream.Send(&testgrpc.StreamingOutputCallRequest{}))
+	_, err = stream.Recv()
+	require.NoError(t, err, "the other server's stream runs on")
+	require.NoError(t, stream.CloseSend())
+}

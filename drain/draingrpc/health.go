@@ -163,18 +163,30 @@ func (s *healthStream) send(r *healthpb.HealthCheckResponse) error {
 var states sync.Map // weak.Pointer[drain.Gate] -> *gateState
 
 // A gateState is, for one gate, the signal closed while at least one Stop
-// with it runs, and the count of the RPCs in its interceptors' handlers.
+// with it runs, and the RPCs in its interceptors' handlers.
 type gateState struct {
 	mu      sync.Mutex
 	running int           // Stops running
 	ch      chan struct{} // closed while running > 0; made lazily
 
-	// RPCs that reached, and that left, the handlers of the gate's
-	// interceptors; ended is read first, so that no RPC it counts is
-	// missing from started.
-	started, ended atomic.Uint64
-	unary, stream  atomic.Bool // an interceptor of that kind was made with the gate
+	// The RPCs in the handlers of the gate's interceptors, on every server
+	// made with them, and the cut checks of the Stops past their deadline,
+	// which every RPC that reaches a handler joins.
+	calls         map[*call]struct{}
+	checks        map[*cutCheck]struct{}
+	unary, stream atomic.Bool // an interceptor of that kind was made with the gate
 }
+
+// A call is one RPC in an interceptor's handler.
+type call struct {
+	ctx  context.Context // the RPC's own, which its server's Stop cancels
+	done bool            // its handler returned; guarded by gateState.mu
+	cut  bool            // ctx was done when it returned; guarded by gateState.mu
+}
+
+// A cutCheck is the RPCs one Stop may have cut: in a handler as its
+// deadline came, or reaching one since.
+type cutCheck struct{ calls []*call }
 
 func stateOf(g *drain.Gate) *gateState {
 	k := weak.Make(g)
@@ -204,27 +216,66 @@ func intercepting(g *drain.Gate, stream bool) *gateState {
 	return s
 }
 
-// rpc counts one RPC in an interceptor's handler until done is called.
-func (s *gateState) rpc() (done func()) {
+// rpc counts one RPC in an interceptor's handler, ctx its own context,
+// until done is called.
+func (s *gateState) rpc(ctx context.Context) (done func()) {
 	if s == nil {
 		return func() {}
 	}
-	s.started.Add(1)
-	return func() { s.ended.Add(1) }
+	c := &call{ctx: ctx}
+	s.mu.Lock()
+	if s.calls == nil {
+		s.calls = make(map[*call]struct{})
+	}
+	s.calls[c] = struct{}{}
+	for chk := range s.checks {
+		chk.calls = append(chk.calls, c)
+	}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c.done, c.cut = true, ctx.Err() != nil
+		delete(s.calls, c)
+	}
 }
 
-// idle returns a function that reports whether no RPC was in the handlers
-// of the gate's interceptors when idle was called, nor has reached them
-// since: whether closing the connections in between cut none. It reports
+// idle returns a function that reports whether a Stop, called after idle,
+// cut no RPC in the handlers of the gate's interceptors: none that was in
+// one when idle was called, or reached one since, had its context
+// cancelled (grpc's Stop cancels those of its server's RPCs as it closes
+// their connections) before its handler returned, nor is still running
+// with its context cancelled. An RPC of another server made with the same
+// gate is not cut by this one's Stop, and is not counted (row 1016). When
+// grpc's Stop was held (see Stop), it has not closed the connections yet:
+// an RPC still running then counts, whichever server it is on. It reports
 // false when the gate's interceptors are not of both kinds (an RPC of the
 // other kind would run uncounted), and for a nil s.
-func (s *gateState) idle() (still func() bool) {
+func (s *gateState) idle() (still func(held bool) bool) {
 	if s == nil || !s.unary.Load() || !s.stream.Load() {
-		return func() bool { return false }
+		return func(bool) bool { return false }
 	}
-	ended := s.ended.Load()
-	started := s.started.Load()
-	return func() bool { return started == ended && s.started.Load() == started }
+	chk := &cutCheck{}
+	s.mu.Lock()
+	for c := range s.calls {
+		chk.calls = append(chk.calls, c)
+	}
+	if s.checks == nil {
+		s.checks = make(map[*cutCheck]struct{})
+	}
+	s.checks[chk] = struct{}{}
+	s.mu.Unlock()
+	return func(held bool) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.checks, chk)
+		for _, c := range chk.calls {
+			if c.cut || !c.done && (held || c.ctx.Err() != nil) {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 // watchStops returns a channel closed when a Stop with g runs: at once if
