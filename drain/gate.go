@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/drainkit/drainkit/internal/gatevia"
 )
 
 // A Class names a kind of operation the Gate admits, such as creating or
@@ -61,7 +64,9 @@ var ErrDraining = errors.New("drain: node is draining, not accepting new work")
 // It counts admitted operations in flight, so a shutdown can wait for the
 // gated ones to finish, and counts every rejection in the metric
 // drainkit.drain.gate.rejections (by class, through the MeterProvider of the
-// Drainer it is given to, or the global one).
+// Drainer it is given to, or the global one) and in the Report of the drain
+// it is given to (the gate phase's Detail: by way in and class, with the
+// first and the last).
 //
 // The zero value is an open gate that gates every class. Exempt and
 // RetryAfter must be set before the gate is first used and not changed
@@ -87,6 +92,80 @@ type Gate struct {
 	streams  map[*int]context.CancelCauseFunc // the Middleware's streams in flight, ended by endStreams
 	ended    bool                             // endStreams ran: a stream is refused now
 	streamsC chan struct{}                    // closed by endStreams; made lazily
+	refused  refusedOps                       // the operations refused, for the Report
+}
+
+// A way is how an operation came to the gate, for the account of the
+// ones it refused.
+type way string
+
+const (
+	byEnter way = "enter" // Enter, called by the server's own code
+	byHTTP  way = "http"  // Admit, Middleware (Server.Admit)
+	byGRPC  way = "grpc"  // draingrpc's interceptors
+)
+
+func init() {
+	gatevia.EnterGRPC = func(g any, c string) (func(), error) { return g.(*Gate).enter(Class(c), byGRPC) }
+}
+
+// maxRefusedKinds bounds the kinds (way and class) the account of refusals
+// keeps apart: a classify that makes a class of each path would otherwise
+// grow it with every request. Refusals of kinds past it are counted under
+// the class refusedOther.
+const maxRefusedKinds = 32
+
+// refusedOther is the class that counts the refusals of kinds past
+// maxRefusedKinds.
+const refusedOther Class = "other"
+
+// refusedOps is the gate's account of the operations it refused: how many
+// of each kind, and when the first and the last were refused.
+type refusedOps struct {
+	n           int
+	kinds       int
+	by          map[way]map[Class]int
+	first, last time.Time
+}
+
+// refusals returns a copy of the gate's account of the operations it
+// refused.
+func (g *Gate) refusals() refusedOps {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.refused
+	r.by = make(map[way]map[Class]int, len(g.refused.by))
+	for w, m := range g.refused.by {
+		r.by[w] = maps.Clone(m)
+	}
+	return r
+}
+
+// add counts one refusal of class c that came by w, now.
+func (r *refusedOps) add(w way, c Class) {
+	now := time.Now()
+	if r.n == 0 {
+		r.first = now
+	}
+	r.n++
+	r.last = now
+	if r.by == nil {
+		r.by = make(map[way]map[Class]int)
+	}
+	m := r.by[w]
+	if m == nil {
+		m = make(map[Class]int)
+		r.by[w] = m
+	}
+	if _, ok := m[c]; !ok {
+		if r.kinds >= maxRefusedKinds {
+			c = refusedOther
+		}
+		if _, ok := m[c]; !ok {
+			r.kinds++
+		}
+	}
+	m[c]++
 }
 
 // setRejects makes the gate count its rejections in c.
@@ -96,8 +175,9 @@ func (g *Gate) setRejects(c metric.Int64Counter) {
 	g.rejects = c
 }
 
-// rejectedLocked counts one rejection of class c.
-func (g *Gate) rejectedLocked(c Class) {
+// rejectedLocked counts one rejection of class c, which came by w.
+func (g *Gate) rejectedLocked(c Class, w way) {
+	g.refused.add(w, c)
 	if g.rejects == nil {
 		r, err := otel.GetMeterProvider().Meter(scope).Int64Counter(metricRejections, metric.WithUnit("{operation}"),
 			metric.WithDescription(rejectionsHelp))
@@ -118,16 +198,21 @@ func (g *Gate) rejectedLocked(c Class) {
 // but never waited for, and the gate cannot end it: its holder must end it
 // (and call leave) when StreamsEnded's channel closes (see Stream).
 func (g *Gate) Enter(c Class) (leave func(), err error) {
+	return g.enter(c, byEnter)
+}
+
+// enter is Enter of an operation that came by w.
+func (g *Gate) enter(c Class, w way) (leave func(), err error) {
 	exempt := slices.Contains(g.Exempt, c)
 	waited := !exempt && c != Stream
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c == Stream && g.ended {
-		g.rejectedLocked(c)
+		g.rejectedLocked(c, w)
 		return nil, errStreamRefused
 	}
 	if g.closed && !exempt {
-		g.rejectedLocked(c)
+		g.rejectedLocked(c, w)
 		return nil, fmt.Errorf("%w (%s)", ErrDraining, c)
 	}
 	if g.inflight == nil {
@@ -291,7 +376,7 @@ func (g *Gate) addStream(cancel context.CancelCauseFunc) (remove func(), err err
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.ended {
-		g.rejectedLocked(Stream)
+		g.rejectedLocked(Stream, byHTTP)
 		return nil, errStreamRefused
 	}
 	if g.streams == nil {

@@ -58,7 +58,7 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			c := classify(r)
-			leave, err := g.Enter(c)
+			leave, err := g.enter(c, byHTTP)
 			if err == nil && c == Stream {
 				ctx, cancel := context.WithCancelCause(r.Context())
 				defer cancel(nil)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -55,7 +57,16 @@ type PhaseReport struct {
 	Error  string        `json:"error,omitempty"`  // the error, or why the wait ended
 	Forced bool          `json:"forced,omitempty"` // force mode was on when it ended
 	// Detail is what a step's Run returned about what it did (the ublk
-	// step's per-device report), or nil.
+	// step's per-device report), or nil. The gate phase's is the account of
+	// the operations the gate refused from its close until the Report was
+	// made, whichever phase they came in: "refused", how many; "by", how
+	// many by way in ("http": Admit, Middleware, Server.Admit; "grpc":
+	// draingrpc's interceptors; "enter": Gate.Enter called by the server)
+	// and class (the first 32 kinds, later ones under the class "other");
+	// "first" and "last", when the first and the last were refused, and
+	// "first_phase" and "last_phase", the phase that was running then
+	// ("drain", "gate", "preserve" or a step's name). The drain's log line
+	// says the same.
 	Detail any `json:"detail,omitempty"`
 }
 
@@ -246,6 +257,11 @@ func (r *Report) LogValue() slog.Value {
 	if r.StaticPod {
 		attrs = append(attrs, slog.Bool("static_pod", true))
 	}
+	if p := r.Phase(PhaseGate); p != nil {
+		if gd, ok := p.Detail.(*gateDetail); ok {
+			attrs = append(attrs, gd.logAttrs()...)
+		}
+	}
 	if r.Events != nil {
 		attrs = append(attrs, slog.Int("events_posted", r.Events.Posted), slog.Int("events_dropped", r.Events.Dropped))
 	}
@@ -257,6 +273,65 @@ func (r *Report) LogValue() slog.Value {
 		attrs = append(attrs, slog.String(p.Name, v))
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// gateDetail is the gate phase's Detail: the operations the gate refused
+// during the drain (see PhaseReport.Detail). Counts alone, however many
+// requests were refused.
+type gateDetail struct {
+	Refused    int                   `json:"refused"`
+	By         map[way]map[Class]int `json:"by,omitempty"`
+	First      time.Time             `json:"first,omitzero"`
+	FirstPhase string                `json:"first_phase,omitempty"`
+	Last       time.Time             `json:"last,omitzero"`
+	LastPhase  string                `json:"last_phase,omitempty"`
+}
+
+// newGateDetail is the account r of the gate's refusals, each moment with
+// the phase of phases that was running then.
+func newGateDetail(r refusedOps, phases []PhaseReport) *gateDetail {
+	gd := &gateDetail{Refused: r.n, By: r.by}
+	if r.n > 0 {
+		gd.First, gd.FirstPhase = r.first, phaseAt(phases, r.first)
+		gd.Last, gd.LastPhase = r.last, phaseAt(phases, r.last)
+	}
+	return gd
+}
+
+// phaseAt is the name of the last of phases to have started by t, or ""
+// when none had.
+func phaseAt(phases []PhaseReport, t time.Time) string {
+	name := ""
+	for _, p := range phases {
+		if p.Start.After(t) {
+			break
+		}
+		name = p.Name
+	}
+	return name
+}
+
+// kinds is gd's counts by way and class, in that order: "http create 3,
+// grpc create 1".
+func (gd *gateDetail) kinds() string {
+	var out []string
+	for _, w := range slices.Sorted(maps.Keys(gd.By)) {
+		for _, c := range slices.Sorted(maps.Keys(gd.By[w])) {
+			out = append(out, fmt.Sprintf("%s %s %d", w, c, gd.By[w][c]))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// logAttrs are gd's attributes of the Report's log line.
+func (gd *gateDetail) logAttrs() []slog.Attr {
+	attrs := []slog.Attr{slog.Int("refused", gd.Refused)}
+	if gd.Refused > 0 {
+		attrs = append(attrs, slog.String("refused_by", gd.kinds()),
+			slog.String("first_refused", fmt.Sprintf("%s (%s)", gd.First.Format(time.RFC3339Nano), gd.FirstPhase)),
+			slog.String("last_refused", fmt.Sprintf("%s (%s)", gd.Last.Format(time.RFC3339Nano), gd.LastPhase)))
+	}
+	return attrs
 }
 
 // maxLoggedError is the most of a phase's error the Report's log line

@@ -196,6 +196,9 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	// DrainFinished, the span, a termination message) are the budget the
 	// drain ended with.
 	d.stopPodReads()
+	if p := rep.Phase(PhaseGate); p != nil { // every refusal, whichever phase it came in: the gate's is where it began
+		p.Detail = newGateDetail(d.gate.refusals(), rep.Phases)
+	}
 	rep.End = time.Now()
 	rep.Budget = d.budget.State()
 	rep.Headroom = rep.Budget.Kill.Sub(rep.End)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/gatevia"
 )
 
 // A Classifier maps a gRPC full method name ("/pkg.Service/Method") to the
@@ -175,7 +176,7 @@ func mustHave(g *drain.Gate, classify Classifier, name string) {
 }
 
 func enter(g *drain.Gate, c drain.Class, method string) (func(), error) {
-	leave, err := g.Enter(c)
+	leave, err := gatevia.EnterGRPC(g, string(c))
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "node draining: not accepting new work (%s): retry on another node", method)
 	}
