@@ -16,25 +16,27 @@ import (
 // Report has an error (sandboxes lost, a step failed, SIGKILL's time passed: see
 // drain.Report.Err), the server could not start, its API or preStop hook stopped serving on
 // its own (Server.Run) or the Report could not be written, 2 for
-// bad usage (a -grace too short for the plan included), as drain.Server.Run does. The calling binary's main must call
+// bad usage (a -grace too short for the plan included), as drain.Server.Run does. When it
+// could not start (bad usage included) the termination message says why. The calling binary's main must call
 // fakeublk.MainIfDaemon first.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg, err := ParseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd:", err)
+		// The pod's last state says why, as for a New that fails: a bad flag in the
+		// manifest (a SANDBOXD_HOOK_SECRET its Secret no longer gives, a mistyped flag)
+		// is a crash loop whose reason was in the log alone (docs/faults.md row 1017).
+		// The flags after an unknown one are not parsed: the path is then the
+		// environment's or the default.
+		startFailed(cfg, err, stderr, logger)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	s, err := New(ctx, cfg, logger)
 	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd:", err)
-		path, explicit := termmsg.Path(cfg.TerminationLog)
-		if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("sandboxd", err)); werr != nil {
-			logger.Warn("termination message not written", "error", werr)
-		}
+		startFailed(cfg, err, stderr, logger)
 		if errors.As(err, new(usageError)) {
 			return 2
 		}
@@ -51,4 +53,15 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	logger.Info("sandboxd exiting", "preserved", preserved(rep.Preserve), "lost", rep.Lost(), "headroom", rep.Headroom)
 	return 0
+}
+
+// startFailed says why sandboxd could not start with cfg, on stderr and in the termination
+// message (termmsg.StartFailed): the kubelet's default terminationMessagePolicy, File, does
+// not fall back to the log.
+func startFailed(cfg Config, err error, stderr io.Writer, logger *slog.Logger) {
+	fmt.Fprintln(stderr, "sandboxd:", err)
+	path, explicit := termmsg.Path(cfg.TerminationLog)
+	if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("sandboxd", err)); werr != nil {
+		logger.Warn("termination message not written", "error", werr)
+	}
 }

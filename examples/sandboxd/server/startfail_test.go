@@ -14,6 +14,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
+	"github.com/drainkit/drainkit/internal/termmsg"
 )
 
 // Fault: New failing after the device daemon started (here a -hook-listen
@@ -99,4 +100,39 @@ func failToStart(t *testing.T, dir string, env []string, args ...string) (*logbu
 	require.ErrorAs(t, err, &exit, "%s", &stderr)
 	require.Equal(t, 1, exit.ExitCode(), "%s", &stderr)
 	return &stderr, taken.Addr().String()
+}
+
+// Fault: a sandboxd whose flags were refused (ParseFlags: a flag its manifest mistyped, a
+// -hook-listen on the pod's address whose SANDBOXD_HOOK_SECRET the Secret no longer
+// gives) exited 2 and wrote no termination message, where a New that fails writes one
+// (row 913): a DaemonSet's crash loop whose pods' last state said exit code 2 and nothing
+// else. It now says that no drain ran and why, at the -termination-log given before the
+// bad flag, else DRAINKIT_TERMINATION_LOG's or the kubelet's default path.
+// Before: no file in either case; after: the two lines, exit 2 still.
+func TestRefusedFlagsSayWhyInTheTerminationMessage(t *testing.T) {
+	t.Setenv(HookSecretEnv, "")
+	for name, c := range map[string]struct {
+		args []string
+		env  bool // the path from DRAINKIT_TERMINATION_LOG: an unknown flag ends the parse before -termination-log
+		why  string
+	}{
+		"a hook on the pod's address with no secret": {args: []string{"-hook-listen", "[fd00::5]:8082"}, why: "-hook-listen [fd00::5]:8082 is not a loopback address: set " + HookSecretEnv + ", the secret the preStop hook sends"},
+		"an unknown flag": {args: []string{"-grace-period", "30"}, env: true, why: "flag provided but not defined: -grace-period"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			termLog := filepath.Join(dir, "termination-log")
+			args := []string{"-state-dir", dir}
+			if c.env {
+				t.Setenv(termmsg.EnvPath, termLog)
+			} else {
+				args = append(args, "-termination-log", termLog)
+			}
+			var stderr logbuf.Buffer
+			require.Equal(t, 2, Main(t.Context(), append(args, c.args...), &stderr), "%s", &stderr)
+			msg, err := os.ReadFile(termLog)
+			require.NoError(t, err, "the termination message is written: %s", &stderr)
+			assert.Equal(t, "drainkit: no drain ran\nsandboxd: could not start: "+c.why+"\n", string(msg))
+		})
+	}
 }
