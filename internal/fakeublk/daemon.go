@@ -405,6 +405,17 @@ func (c *Child) ExitCode() int {
 	}
 }
 
+// State says how the daemon exited, as os.ProcessState does ("exit status 0",
+// "signal: killed"); "running" while it runs.
+func (c *Child) State() string {
+	select {
+	case <-c.done:
+		return c.cmd.ProcessState.String()
+	default:
+		return "running"
+	}
+}
+
 // Signaled reports whether the daemon exited because of signal s.
 func (c *Child) Signaled(s syscall.Signal) bool {
 	select {

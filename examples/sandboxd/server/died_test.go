@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -89,4 +90,56 @@ func TestPauseOfADeadSandboxIsAConflictNotAServerError(t *testing.T) {
 func TestPauseThatLostItsSandboxIsNotAServerErrorToRetry(t *testing.T) {
 	err := fmt.Errorf("pause sb-1: %w", sandbox.ErrLost)
 	assert.NotEqual(t, http.StatusInternalServerError, status(err), "no retry can pause a lost sandbox")
+}
+
+// Fault: sandboxd's device daemon that died while the server ran, before any teardown
+// asked it to stop (a crash, the OOM killer's SIGKILL), went unnoticed until the drain:
+// no line in the log, /readyz 200, creates admitted onto a node whose devices no daemon
+// served, and only the drain's ublk step, minutes or hours later, said "orphaned". The
+// supervisor watches its daemon for this (row 964); sandboxd, the reference server, did
+// not. It now says so at ERROR the moment the daemon is reaped, /readyz answers 503
+// naming it, and Run's error and the termination message say it; the sandboxes run on
+// until the drain preserves them.
+// Before: /readyz 200 ("ok") after the daemon's death, no ERROR line before the drain;
+// after: 503 naming the daemon, the line, and exit status 1 with the reason.
+func TestADeviceDaemonThatDiesBeforeTheDrainIsNotReadyAndSaid(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.TerminationLog = filepath.Join(t.TempDir(), "termination-log")
+	var logs logbuf.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := New(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	type ran struct {
+		rep *drain.Report
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		rep, err := s.Run(ctx)
+		done <- ran{rep, err}
+	}()
+	base := "http://" + s.Addr()
+	id := createSandbox(t, base)
+	require.NoError(t, syscall.Kill(s.daemon.Pid(), syscall.SIGKILL)) // as the OOM killer does
+	<-s.daemon.Done()
+	var code int
+	var body string
+	assert.Eventually(t, func() bool { // a bound on the failure: the watcher's goroutine, not a timing assertion
+		code, _, body = call(t, "GET", base+"/readyz", "")
+		return code == http.StatusServiceUnavailable
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, http.StatusServiceUnavailable, code, "/readyz after the device daemon died: %s", body)
+	assert.Contains(t, body, "the device daemon ended (signal: killed) on its own, before any teardown")
+	assert.Contains(t, logs.String(), `level=ERROR msg="sandboxd: the device daemon ended (signal: killed)`)
+	assert.Contains(t, logs.String(), "sandboxd serving", "the server runs on")
+
+	cancel() // the drain
+	r := <-done
+	require.Error(t, r.err)
+	assert.Contains(t, r.err.Error(), "the device daemon ended (signal: killed)")
+	assert.Equal(t, pause.Preserved, r.rep.Preserve.Entries[0].Outcome, "%s preserved all the same", id)
+	msg, err := os.ReadFile(cfg.TerminationLog)
+	require.NoError(t, err)
+	assert.Contains(t, string(msg), "sandboxd: the device daemon ended (signal: killed)")
 }

@@ -28,7 +28,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /sandboxes/{id}/resume", gate.Admit(drain.Resume, http.HandlerFunc(s.resume)))
 	mux.Handle("DELETE /sandboxes/{id}", gate.Admit(drain.Delete, http.HandlerFunc(s.delete)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, "ok") })
-	mux.Handle("GET /readyz", gate.Readiness(nil))
+	mux.Handle("GET /readyz", gate.Readiness(http.HandlerFunc(s.ready)))
 	mux.Handle("GET /metrics", s.metrics)
 	return mux
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,6 +73,11 @@ type Server struct {
 	// ublkRep is the ublk step's account of the last drain (Run), nil before one: Close
 	// does not exit while the daemon may serve a device it left live (holdWhileDaemonServes).
 	ublkRep *ublk.Report
+	// daemonAsked is set once the ublk step runs: the daemon's exit from then on is the
+	// teardown's to judge. daemonLost is why the daemon is gone when it exited before
+	// (watchDaemon): /readyz answers 503 with it.
+	daemonAsked atomic.Bool
+	daemonLost  atomic.Pointer[string]
 	// Problems are the records found damaged at start and not loaded.
 	Problems []store.Problem
 }
@@ -268,10 +275,12 @@ func (s *Server) sizedByGrace(steps []drain.Step) []drain.Step {
 	out := make([]drain.Step, len(steps))
 	for i, step := range steps {
 		size := httpReserve
+		var starting func()
 		if _, ok := step.(*ublk.Teardown); ok {
 			size = ublkReserve
+			starting = func() { s.daemonAsked.Store(true) } // it asks the daemon to stop
 		}
-		out[i] = reserveFollowsGrace{Step: step, reserve: func() time.Duration { return size(s.budget.GraceInUse()) }}
+		out[i] = reserveFollowsGrace{Step: step, reserve: func() time.Duration { return size(s.budget.GraceInUse()) }, starting: starting}
 	}
 	return out
 }
@@ -280,7 +289,16 @@ func (s *Server) sizedByGrace(steps []drain.Step) []drain.Step {
 // phase (its name, Critical) the Step's own.
 type reserveFollowsGrace struct {
 	drain.Step
-	reserve deadline.Reserve
+	reserve  deadline.Reserve
+	starting func() // called as Run begins, when not nil
+}
+
+// Run is the Step's own, after starting.
+func (r reserveFollowsGrace) Run(ctx context.Context) (any, error) {
+	if r.starting != nil {
+		r.starting()
+	}
+	return r.Step.Run(ctx)
 }
 
 func (r reserveFollowsGrace) Phase() deadline.Phase {
@@ -360,7 +378,8 @@ func (s *Server) Drainer() *drain.Drainer { return s.drainer }
 // them. When the preStop hook stops, Run goes on serving the API and drains at SIGTERM
 // (the kubelet's preStop call fails and it sends SIGTERM at once). Once the drain is done
 // the hook stops, before the termination message is written: a failure of either's
-// serving is in the message, as in Run's error. Run's error also says when the Report
+// serving is in the message, as in Run's error. So is a device daemon that ended on its
+// own before the drain's ublk step asked it to stop (watchDaemon). Run's error also says when the Report
 // could not be written.
 func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	// The signals have been held since New began (s.signals): requests waiting in the
@@ -384,9 +403,11 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	}()
 	s.logger.Info("sandboxd serving", "addr", s.Addr(), "runtime", s.rt.Name(),
 		"paused", s.node.Count(sandbox.Paused), "grace", s.cfg.Grace)
+	lost := s.watchDaemon()
 	rep := s.signals.Drain(ctx, s.drainer)
+	stopped := lost() // the daemon's exit before the ublk step, if it did exit
 	s.logLost(rep)
-	stopped := <-apiErr // the HTTP step shut the API down
+	stopped = errors.Join(stopped, <-apiErr) // the HTTP step shut the API down
 	// The hook stops here, before the termination message, which must say every reason
 	// the exit status is 1: left serving until Close, a failure of its serving after the
 	// message was written made sandboxd exit 1 with a pod's last state that said nothing
@@ -413,6 +434,55 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 		err = fmt.Errorf("writing the report: %w", err)
 	}
 	return rep, errors.Join(stopped, err)
+}
+
+// watchDaemon watches the device daemon (none without devices) until the function it
+// returns is called, which returns an error saying how the daemon exited if it did before
+// the ublk step asked it to stop. Such an exit (a crash, the OOM killer's SIGKILL) left
+// the devices served by no one: it went unnoticed until the drain's ublk step said
+// "orphaned", /readyz 200 and creates admitted meanwhile (docs/faults.md row 1018; the
+// supervisor's row 964). It is an ERROR line the moment the daemon is reaped, and /readyz
+// answers 503 naming it from then on; the server and its sandboxes run on until the
+// drain preserves them.
+func (s *Server) watchDaemon() (stop func() error) {
+	if s.daemon == nil {
+		return func() error { return nil }
+	}
+	halt := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-s.daemon.Done():
+		case <-halt:
+			return
+		}
+		if s.daemonAsked.Load() {
+			return
+		}
+		why := "the device daemon ended (" + s.daemon.State() + ") on its own, before any teardown: its devices are not served"
+		s.daemonLost.Store(&why)
+		s.logger.Error("sandboxd: "+why+"; not ready from now (/readyz 503); the sandboxes run on until the drain",
+			"daemon_pid", s.daemon.Pid())
+	})
+	return func() error {
+		close(halt)
+		wg.Wait()
+		if why := s.daemonLost.Load(); why != nil {
+			return errors.New(*why)
+		}
+		return nil
+	}
+}
+
+// ready is /readyz's answer before the drain: 503 naming the device daemon once it is
+// gone (watchDaemon), else 200 "ok".
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	if why := s.daemonLost.Load(); why != nil {
+		http.Error(w, *why, http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = fmt.Fprintln(w, "ok")
 }
 
 // serve serves srv, what (the API or the preStop hook), on ln until srv shuts down or
