@@ -172,12 +172,12 @@ func (f *flakyPriority) Priority() int {
 }
 
 // Listings that reorder, grow and repeat themselves between passes are
-// admitted by ID, not by position: a new ID listed twice is a flaw; a
+// admitted by ID, not by position: an ID listed twice is a flaw; a
 // sandbox an earlier pass preserved and a later listing has again (b,
 // resumed between the passes) is preserved again, once, even when that
-// listing has it twice and at another index; and an element whose entry
-// panicked is admitted by the next listing that can read it, even at the
-// same index.
+// listing has it twice (the second a flaw) and at another index; and an
+// element whose entry panicked is admitted by the next listing that can
+// read it, even at the same index.
 func TestListingsThatChangeBetweenPassesAreAdmittedByID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sb := map[string]*fakesandbox.Sandbox{}
@@ -190,12 +190,7 @@ func TestListingsThatChangeBetweenPassesAreAdmittedByID(t *testing.T) {
 			{sb["e"], sb["b"], sb["b"], sb["e"], x},
 			{},
 		}
-		var n int
-		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-			l := listings[min(n, len(listings)-1)]
-			n++
-			return l, nil
-		}), pause.Config{})
+		p, err := pause.New(&scripted{listings: listings}, pause.Config{})
 		require.NoError(t, err)
 		rep, _ := runFor(t, p, time.Minute, 0)
 		assert.Equal(t, 3, rep.Passes, "the third listing finds nothing")
@@ -217,11 +212,25 @@ func TestListingsThatChangeBetweenPassesAreAdmittedByID(t *testing.T) {
 				flaws = append(flaws, e.Error)
 			}
 		}
-		require.Len(t, flaws, 2, "%+v", rep.Entries)
+		require.Len(t, flaws, 3, "%+v", rep.Entries)
 		assert.Contains(t, flaws[0], "listing 1, element 4: panicked: priority not ready")
-		assert.Contains(t, flaws[1], `listing 2, element 3: ID "e" more than once`)
-		assert.Len(t, rep.Entries, 8)
+		assert.Contains(t, flaws[1], `listing 2, element 2: ID "b" more than once`)
+		assert.Contains(t, flaws[2], `listing 2, element 3: ID "e" more than once`)
+		assert.Len(t, rep.Entries, 9)
 	})
+}
+
+// scripted is a Lister that returns its listings one per call, and the
+// last one again once they are used up.
+type scripted struct {
+	listings [][]pause.Sandbox
+	n        int
+}
+
+func (s *scripted) List(context.Context) ([]pause.Sandbox, error) {
+	l := s.listings[min(s.n, len(s.listings)-1)]
+	s.n++
+	return l, nil
 }
 
 // recorder is a sandbox whose Preserve records its ID.
@@ -426,4 +435,38 @@ func TestListingsFailingAfterSomeWaitBetweenThemWhateverThePolicy(t *testing.T) 
 			})
 		})
 	}
+}
+
+// An ID a listing has twice is a flaw whichever pass first listed it: the
+// second element may be another sandbox under the same ID, which no
+// preserve reaches, so it gets a Failed entry (and Err says so), as a new
+// ID listed twice does. A sandbox preserved in pass 1 (a), and one lost
+// there (f), each listed twice by pass 2, were merged silently: a's Run
+// reported everything preserved, Err nil. The listing after with the same
+// repeats adds no entry (the flaw was reported).
+func TestIDListedTwiceAfterAnEarlierPassIsAFlaw(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := &fakesandbox.Sandbox{Name: "a", Latency: time.Second}
+		f := &fakesandbox.Sandbox{Name: "f", Latency: time.Second, Faults: []fakesandbox.Fault{fakesandbox.Permanent}}
+		lister := &scripted{listings: [][]pause.Sandbox{{a}, {a, a}, {a, a}, {}}}
+		p, err := pause.New(lister, pause.Config{})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		require.Len(t, rep.Entries, 2, "%+v", rep.Entries)
+		assert.Equal(t, pause.Preserved, rep.Entries[0].Outcome)
+		assert.Equal(t, 2, rep.Entries[0].Relisted, "preserved again by passes 2 and 3, once each")
+		assert.Equal(t, pause.Failed, rep.Entries[1].Outcome)
+		assert.Contains(t, rep.Entries[1].Error, `listing 2, element 1: ID "a" more than once`)
+		assert.Equal(t, 0, rep.Entries[1].Attempts)
+		assert.Error(t, rep.Err(), "an element no preserve reached")
+		assert.Equal(t, 3, a.Attempts())
+
+		*lister = scripted{listings: [][]pause.Sandbox{{f}, {f, f}, {}}}
+		rep, _ = runFor(t, p, time.Minute, 0)
+		require.Len(t, rep.Entries, 2, "%+v", rep.Entries)
+		assert.Equal(t, pause.Failed, rep.Entries[0].Outcome)
+		assert.Equal(t, 1, rep.Entries[0].Attempts, "lost already: not preserved again")
+		assert.Contains(t, rep.Entries[1].Error, `listing 2, element 1: ID "f" more than once`)
+		assert.Equal(t, 2, rep.Counts[pause.Failed])
+	})
 }

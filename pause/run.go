@@ -425,6 +425,8 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 	var sbs []Sandbox
 	var flaws map[string]int // this listing's flaws by kind
 	var again map[int32]bool // entries listed again, to preserve again (rare: a resume)
+	var met entryMarks       // entries of earlier passes this listing has had
+	old := len(r.rep.Entries)
 	var ids [identChunk]identity
 	for i, sb := range list {
 		k := i % identChunk
@@ -436,27 +438,35 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 		if flaw != "" {
 			e = Entry{Pass: pass, Stack: ids[k].stack}
 		}
+		j := int32(-1) // the entry of id, when an earlier pass listed it
+		dup := false   // an element before this one in the listing has id, new to the Run
 		if flaw == "" && prev[i] > 0 && r.rep.Entries[prev[i]-1].ID == id {
-			// At the same index in the listing before: seen, and
-			// preserved again if it is listed again after its preserve.
-			if j := prev[i] - 1; r.listedAgain(j, pass, &again) {
-				backing, sbs = appendTask(backing, sbs, j, sb, len(list)-i)
-			}
-			continue
-		}
-		prev[i] = 0 // set again below once id is in seen
-		dup := false
-		if flaw == "" && !first {
-			if j, ok := r.seen.find(id, r.rep.Entries); ok {
-				prev[i] = int32(j + 1)
-				if r.rep.Entries[j].Pass != pass { // listed by an earlier pass
-					if r.listedAgain(int32(j), pass, &again) {
-						backing, sbs = appendTask(backing, sbs, int32(j), sb, len(list)-i)
+			j = prev[i] - 1 // at the same index in the listing before: seen
+		} else {
+			prev[i] = 0 // set again below once id is in seen
+			if flaw == "" && !first {
+				if found, ok := r.seen.find(id, r.rep.Entries); ok {
+					prev[i] = int32(found + 1)
+					if r.rep.Entries[found].Pass != pass {
+						j = int32(found)
+					} else {
+						dup = true
 					}
-					continue
 				}
-				dup = true
 			}
+		}
+		if j >= 0 {
+			if met.mark(j, old) {
+				// Preserved again if it is listed again after its preserve.
+				if r.listedAgain(j, pass, &again) {
+					backing, sbs = appendTask(backing, sbs, j, sb, len(list)-i)
+				}
+				continue
+			}
+			// Its second element in this listing: a flaw, as a new ID's
+			// second is (below). It may be another sandbox under the same
+			// ID, which no preserve reaches.
+			flaw, e = repeated(id), Entry{ID: id, Pass: pass}
 		}
 		slot := -1 // the index of the entry filled in place
 		if flaw == "" {
@@ -471,7 +481,7 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 			prev[i] = int32(j + 1)
 		}
 		if dup && flaw == "" {
-			flaw = fmt.Sprintf("ID %q more than once in the listing", id)
+			flaw = repeated(id)
 			e = r.rep.Entries[slot]
 		}
 		if flaw != "" && slot >= 0 {
@@ -511,6 +521,31 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 	return tl
 }
 
+// repeated is the flaw of a listing element whose ID an element before it
+// in the listing has.
+func repeated(id string) string { return fmt.Sprintf("ID %q more than once in the listing", id) }
+
+// entryMarks marks entries of the Report, by index: the entries of earlier
+// passes a listing has had so far, so that a second element with one of
+// their IDs is a flaw. It is made at its first mark, for the n entries
+// before the listing: a listing of only new sandboxes, the usual one,
+// costs nothing, and a large node's listing of the same sandboxes again
+// one bit per entry.
+type entryMarks []uint64
+
+// mark marks entry j, one of n, and reports whether it was not marked.
+func (m *entryMarks) mark(j int32, n int) bool {
+	if *m == nil {
+		*m = make(entryMarks, (n+63)/64)
+	}
+	w, bit := &(*m)[j/64], uint64(1)<<(j%64)
+	if *w&bit != 0 {
+		return false
+	}
+	*w |= bit
+	return true
+}
+
 // appendTask appends a task for the entry at index ei and its sandbox sb,
 // allocating room for left more at the first.
 func appendTask(backing []task, sbs []Sandbox, ei int32, sb Sandbox, left int) ([]task, []Sandbox) {
@@ -527,8 +562,8 @@ func appendTask(backing []task, sbs []Sandbox, ei int32, sb Sandbox, left int) (
 // the listing lags the pause. A Lister lists only what still needs
 // preserving; an entry with another outcome (failed, timed out) is
 // already counted lost, and one listed twice in a listing is preserved
-// once. It records the entry in again, and counts the relisting in the
-// entry.
+// once (admit makes its second element a flaw and does not ask). It
+// records the entry in again, and counts the relisting in the entry.
 func (r *run) listedAgain(j int32, pass int, again *map[int32]bool) bool {
 	e := &r.rep.Entries[j]
 	if e.Outcome != Preserved && e.Outcome != Vanished || (*again)[j] {
