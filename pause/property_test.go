@@ -45,7 +45,7 @@ const propertySeeds = 1000
 //     from a learned Limit), CancelAtDeadline, every Order, a
 //     SandboxTimeout, a logger with progress lines.
 //   - A Tighten of the hard deadline and a cancel of Run's context, each
-//     at a random time.
+//     at a random time; a second Run of the Preserver after the first.
 //
 // The invariants (doc.go's Guarantees, Run's, Report's and Entry's docs):
 //
@@ -78,10 +78,13 @@ const propertySeeds = 1000
 //     context still run, and each is reported TimedOut; every other
 //     goroutine of the Run ends (synctest would report it blocked).
 //  8. No more preserves at once than the limit fixed, or than MaxLimit
-//     when it adapts; Preserver.Limit, read by every Preserve, and
-//     Report.Limit stay in [1, MaxLimit], Report.Limit is a fixed Limit,
-//     and LearnedLimit is zero for a fixed limit and otherwise zero or
-//     in [1, MaxLimit].
+//     when it adapts, apart from ones abandoned a second past their
+//     SandboxTimeout; Preserver.Limit, read by every Preserve, and
+//     Report.Limit stay in [1, MaxLimit], Report.Limit is a fixed Limit;
+//     after the Run Preserver.Limit is the fixed limit, Report.Limit, 1
+//     while no preserve was measured (no Config.Limit), or a learned
+//     Config.Limit below Report.Limit not yet tested; LearnedLimit is
+//     zero for a fixed limit and otherwise zero or in [1, MaxLimit].
 //  9. Report.Deadline is the phase deadline (the tightened hard deadline
 //     when that is earlier), Report.Hard the tightened one after a
 //     Tighten that moved it; Relisted never exceeds the passes after the
@@ -107,13 +110,14 @@ type scenario struct {
 	tightenAt time.Duration // 0: no Tighten
 	tightenTo time.Duration
 	cancelAt  time.Duration // 0: no cancel
+	runs      int           // Runs of one Preserver, one after the other (a preStop sweep, then SIGTERM's)
 	noPhase   bool          // Run's context has no deadline: hard is both
 }
 
 func (s *scenario) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: no phase deadline %v, limit %d max %d cancelAtDeadline %v order %v timeout %v; phase %v hard %v tighten %v->%v cancel %v\n",
-		s.seed, s.noPhase, s.cfg.Limit, s.cfg.MaxLimit, s.cfg.CancelAtDeadline, s.cfg.Order, s.cfg.SandboxTimeout,
+	fmt.Fprintf(&b, "seed %d: %d runs, no phase deadline %v, limit %d max %d cancelAtDeadline %v order %v timeout %v; phase %v hard %v tighten %v->%v cancel %v\n",
+		s.seed, s.runs, s.noPhase, s.cfg.Limit, s.cfg.MaxLimit, s.cfg.CancelAtDeadline, s.cfg.Order, s.cfg.SandboxTimeout,
 		s.phase, s.hard, s.tightenAt, s.tightenTo, s.cancelAt)
 	for i, l := range s.listings {
 		fmt.Fprintf(&b, "  listing %d: %v err=%v delay=%v ignoresCtx=%v\n", i+1, l.ids, l.kind, l.delay, l.ignoreCtx)
@@ -224,6 +228,7 @@ type call struct {
 	afterRun   bool // started after Run returned
 	limit      int  // Preserver.Limit when it started
 	deadline   time.Time
+	ctx        context.Context // one per task when it has a SandboxTimeout
 }
 
 // A listCall is one List call as the Lister saw it.
@@ -235,15 +240,17 @@ type listCall struct {
 
 // The harness records what the Preserver did to the scenario's sandboxes.
 type harness struct {
-	p        *pause.Preserver
-	mu       sync.Mutex
-	calls    map[string][]*call
-	lists    []*listCall
-	cur, max atomic.Int32
-	ran      atomic.Bool // Run returned
-	release  chan struct{}
-	s        *scenario
-	objs     map[string]pause.Sandbox
+	p     *pause.Preserver
+	mu    sync.Mutex
+	calls map[string][]*call
+	lists []*listCall
+	ran   atomic.Bool // Run returned
+	// A Run of the Preserver measured a preserve (preserved at its first
+	// attempt), surely (before the phase ended: settled, not abandoned).
+	measured, surelyMeasured bool
+	release                  chan struct{}
+	s                        *scenario
+	objs                     map[string]pause.Sandbox
 }
 
 func (h *harness) preserve(ctx context.Context, s *propSandbox) error {
@@ -252,12 +259,9 @@ func (h *harness) preserve(ctx context.Context, s *propSandbox) error {
 	a := s.acts[min(n, len(s.acts)-1)]
 	c := &call{start: time.Now(), act: a, afterRun: h.ran.Load(), limit: h.p.Limit()}
 	c.deadline, _ = ctx.Deadline()
+	c.ctx = ctx
 	h.calls[s.id] = append(h.calls[s.id], c)
 	h.mu.Unlock()
-	if k := h.cur.Add(1); k > h.max.Load() {
-		h.max.Store(k) // a Preserve runs on its own goroutine; max is read after Run
-	}
-	defer h.cur.Add(-1)
 	finish := func(err error) error {
 		h.mu.Lock()
 		c.end, c.returned, c.err = time.Now(), true, err
@@ -354,6 +358,9 @@ func newScenario(seed uint64) *scenario {
 	// preserves are short enough for many passes before the deadline.
 	scale := [...]time.Duration{4 * time.Second, 4 * time.Second, 200 * time.Millisecond, 20 * time.Millisecond}[rng.IntN(4)]
 	n := rng.IntN(25)
+	if rng.IntN(8) == 0 { // enough for the adaptive limit to move
+		n = 25 + rng.IntN(100)
+	}
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("sb-%02d", i)
@@ -428,6 +435,7 @@ func newScenario(seed uint64) *scenario {
 	if rng.IntN(5) == 0 {
 		s.cancelAt = dur(s.phase)
 	}
+	s.runs = 1 + rng.IntN(3)/2 // one in three Preservers runs twice
 	return s
 }
 
@@ -467,6 +475,16 @@ func checkScenario(t *testing.T, s *scenario) {
 		t.Fatalf("%v\nNew: %v", s, err)
 	}
 	h.p = p
+	for run := 1; run <= s.runs; run++ {
+		h.calls, h.lists, h.release = make(map[string][]*call), nil, make(chan struct{})
+		h.ran.Store(false)
+		checkRun(t, s, h, run)
+	}
+}
+
+// checkRun makes the Run number run of s, over h, and checks it.
+func checkRun(t *testing.T, s *scenario, h *harness, run int) {
+	p := h.p
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(t.Context(), start.Add(s.phase))
 	defer cancel()
@@ -528,7 +546,7 @@ func checkScenario(t *testing.T, s *scenario) {
 
 	fail := func(format string, args ...any) {
 		t.Helper()
-		t.Errorf("%s\n%v", fmt.Sprintf(format, args...), s)
+		t.Errorf("run %d: %s\n%v", run, fmt.Sprintf(format, args...), s)
 	}
 
 	// The deadlines as the Run had them.
@@ -622,14 +640,71 @@ func checkScenario(t *testing.T, s *scenario) {
 	if fixed(s.cfg) && s.cfg.Limit > 0 {
 		maxAtOnce = s.cfg.Limit
 	}
-	if got := int(h.max.Load()); s.cfg.SandboxTimeout == 0 && got > maxAtOnce {
-		fail("%d preserves at once, above %d", got, maxAtOnce)
+	// A task's bound runs from its first call; its Preserve is abandoned,
+	// its slot given to the next, a second after the bound.
+	boundStart := map[context.Context]time.Time{}
+	for _, cs := range calls {
+		for _, c := range cs {
+			if b, ok := boundStart[c.ctx]; !ok || c.start.Before(b) {
+				boundStart[c.ctx] = c.start
+			}
+		}
+	}
+	runningAt := func(at time.Time) int {
+		n := 0
+		for _, cs := range calls {
+			for _, c := range cs {
+				switch {
+				case c.start.After(at), c.returned && !c.end.After(at):
+				case s.cfg.SandboxTimeout > 0 && !boundStart[c.ctx].Add(s.cfg.SandboxTimeout+pause.AbandonAfter).After(at):
+				default:
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for id, cs := range calls {
+		for _, c := range cs {
+			if n := runningAt(c.start); n > maxAtOnce {
+				fail("%s: started at %v with %d preserves running (not abandoned), above %d", id, c.start.Sub(start), n, maxAtOnce)
+			}
+		}
 	}
 	if rep.Limit < 1 || rep.Limit > maxLimitOf(s.cfg) {
 		fail("Report.Limit %d outside [1, %d]", rep.Limit, maxLimitOf(s.cfg))
 	}
 	if fixed(s.cfg) && (rep.Limit != maxAtOnce || rep.LearnedLimit != 0) {
 		fail("a fixed limit %d reported Limit %d LearnedLimit %d", maxAtOnce, rep.Limit, rep.LearnedLimit)
+	}
+	// Preserver.Limit after the Run: the fixed limit; the level the Run
+	// ended at, or with no Config.Limit 1 until a preserve was measured
+	// (preserved at its first attempt), or a learned Config.Limit below it
+	// not yet tested.
+	for _, cs := range calls {
+		if c := cs[0]; c.returned && c.err == nil && !c.panicked && c.end.After(c.start) {
+			h.measured = true
+			h.surelyMeasured = h.surelyMeasured || c.end.Before(phaseEnd)
+		}
+	}
+	measured, surelyMeasured := h.measured, h.surelyMeasured
+	switch after := p.Limit(); {
+	case fixed(s.cfg):
+		if after != maxAtOnce {
+			fail("Preserver.Limit %d after the Run, the fixed limit %d", after, maxAtOnce)
+		}
+	case s.cfg.Limit == 0 && !measured:
+		if after != 1 {
+			fail("Preserver.Limit %d after a Run that measured no preserve, want 1", after)
+		}
+	case s.cfg.Limit == 0 && surelyMeasured:
+		if after != rep.Limit {
+			fail("Preserver.Limit %d after the Run, Report.Limit %d", after, rep.Limit)
+		}
+	case s.cfg.Limit > 0:
+		if after != rep.Limit && (after != s.cfg.Limit || s.cfg.Limit > rep.Limit) {
+			fail("Preserver.Limit %d after the Run, Report.Limit %d, Config.Limit %d", after, rep.Limit, s.cfg.Limit)
+		}
 	}
 	if rep.LearnedLimit < 0 || rep.LearnedLimit > maxLimitOf(s.cfg) {
 		fail("LearnedLimit %d outside [0, %d]", rep.LearnedLimit, maxLimitOf(s.cfg))
@@ -738,6 +813,40 @@ func checkScenario(t *testing.T, s *scenario) {
 	}
 	if wantNil := !rep.Unknown && !rep.Incomplete && rep.Lost() == 0; (rep.Err() == nil) != wantNil {
 		fail("Err %v, want nil: %v", rep.Err(), wantNil)
+	}
+
+	// 10. The order a pass starts its new sandboxes in: priority first;
+	// with a fixed limit, FIFO in listing order, longest first by estimate.
+	type started struct {
+		e     pause.Entry
+		at    time.Time
+		index int // in its first listing
+	}
+	byPass := map[int][]started{}
+	for i, e := range rep.Entries {
+		if cs := calls[e.ID]; len(cs) > 0 && flawOf(e) == "" {
+			byPass[e.Pass] = append(byPass[e.Pass], started{e, cs[0].start, i})
+		}
+	}
+	for pass, ss := range byPass {
+		for _, x := range ss {
+			for _, y := range ss {
+				if x.e.Priority > y.e.Priority && x.at.After(y.at) {
+					fail("pass %d: %s (priority %d) started at %v, after %s (priority %d) at %v", pass,
+						x.e.ID, x.e.Priority, x.at.Sub(start), y.e.ID, y.e.Priority, y.at.Sub(start))
+				}
+				if x.e.Priority != y.e.Priority || !fixed(s.cfg) {
+					continue
+				}
+				if s.cfg.Order == pause.OrderFIFO && x.index < y.index && x.at.After(y.at) {
+					fail("pass %d, FIFO: %s started at %v, after %s listed after it at %v", pass, x.e.ID, x.at.Sub(start), y.e.ID, y.at.Sub(start))
+				}
+				if s.cfg.Order == pause.OrderLongestFirst && x.e.Estimate > y.e.Estimate && y.e.Estimate > 0 && x.at.After(y.at) {
+					fail("pass %d, longest first: %s (%v) started at %v, after %s (%v) at %v", pass,
+						x.e.ID, x.e.Estimate, x.at.Sub(start), y.e.ID, y.e.Estimate, y.at.Sub(start))
+				}
+			}
+		}
 	}
 
 	// 4, 5. Each entry as its sandbox saw it.
