@@ -86,8 +86,9 @@ const propertySeeds = 1000
 //     Config.Limit below Report.Limit not yet tested; LearnedLimit is
 //     zero for a fixed limit and otherwise zero or in [1, MaxLimit].
 //  9. Report.Deadline is the phase deadline (the tightened hard deadline
-//     when that is earlier), Report.Hard the tightened one after a
-//     Tighten that moved it; Relisted never exceeds the passes after the
+//     when that is earlier), Report.Hard the hard deadline when later
+//     than it (a hard deadline given before it counts as none), the
+//     tightened one after a Tighten that moved it; Relisted never exceeds the passes after the
 //     first, and Passes the listings made.
 func TestRunAccountsForEverySandboxWhateverHappens(t *testing.T) {
 	for seed := range uint64(propertySeeds) {
@@ -426,6 +427,9 @@ func newScenario(seed uint64) *scenario {
 	s.noPhase = rng.IntN(10) == 0 // the hard deadline is the phase's too
 	if rng.IntN(3) > 0 {
 		s.hard = s.phase + dur(10*time.Second)
+		if rng.IntN(10) == 0 { // before the phase deadline: the later of the two counts
+			s.hard = time.Millisecond + dur(s.phase)
+		}
 	}
 	hard := max(s.phase, s.hard)
 	if rng.IntN(3) == 0 {
@@ -551,10 +555,7 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 
 	// The deadlines as the Run had them.
 	phaseEnd := start.Add(s.phase)
-	hardEnd := phaseEnd
-	if s.hard > 0 {
-		hardEnd = start.Add(s.hard)
-	}
+	hardEnd := start.Add(max(s.phase, s.hard))
 	if s.noPhase {
 		phaseEnd = hardEnd
 	}
@@ -595,6 +596,9 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 	}
 	if tightened.Load() && !rep.Hard.Equal(hardEnd) {
 		fail("Report.Hard %v, want the tightened %v", rep.Hard.Sub(start), hardEnd.Sub(start))
+	}
+	if !tightened.Load() && (hardEnd.Equal(phaseEnd) != rep.Hard.IsZero() || !rep.Hard.IsZero() && !rep.Hard.Equal(hardEnd)) {
+		fail("Report.Hard %v, the hard deadline %v, the phase's %v", rep.Hard, hardEnd.Sub(start), phaseEnd.Sub(start))
 	}
 	if rep.Passes > len(lists) {
 		fail("Passes %d, but %d listings made", rep.Passes, len(lists))
