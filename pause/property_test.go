@@ -17,6 +17,10 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/drainkit/drainkit/pause"
 )
@@ -43,7 +47,8 @@ const propertySeeds = 1000
 //     slow answer that honours its context or ignores it.
 //   - Config: a fixed limit, the adaptive one (default, with a ceiling,
 //     from a learned Limit), CancelAtDeadline, every Order, a
-//     SandboxTimeout, a logger with progress lines.
+//     SandboxTimeout, a logger with progress lines, recording tracer and
+//     meter providers.
 //   - A Tighten of the hard deadline and a cancel of Run's context, each
 //     at a random time; a second Run of the Preserver after the first.
 //
@@ -90,6 +95,12 @@ const propertySeeds = 1000
 //     than it (a hard deadline given before it counts as none), the
 //     tightened one after a Tighten that moved it; Relisted never exceeds the passes after the
 //     first, and Passes the listings made.
+//  10. A pass starts its new sandboxes by priority, and with a fixed limit
+//     FIFO in listing order or longest first by estimate, as Order says.
+//  11. Telemetry, when it records: an ended pause.Preserve span per
+//     preserve started, the Run span's counts as the Report's,
+//     drainkit.pause.sandboxes counting each sandbox and each relisting,
+//     drainkit.pause.preserve.active back to 0 when Run returns.
 func TestRunAccountsForEverySandboxWhateverHappens(t *testing.T) {
 	for seed := range uint64(propertySeeds) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -112,6 +123,7 @@ type scenario struct {
 	tightenTo time.Duration
 	cancelAt  time.Duration // 0: no cancel
 	runs      int           // Runs of one Preserver, one after the other (a preStop sweep, then SIGTERM's)
+	traced    bool          // with a recording TracerProvider and a MeterProvider
 	noPhase   bool          // Run's context has no deadline: hard is both
 }
 
@@ -246,6 +258,9 @@ type harness struct {
 	calls map[string][]*call
 	lists []*listCall
 	ran   atomic.Bool // Run returned
+	// With s.traced, the spans and metrics the Runs recorded.
+	spans   *tracetest.SpanRecorder
+	metrics *sdkmetric.ManualReader
 	// A Run of the Preserver measured a preserve (preserved at its first
 	// attempt), surely (before the phase ended: settled, not abandoned).
 	measured, surelyMeasured bool
@@ -440,7 +455,34 @@ func newScenario(seed uint64) *scenario {
 		s.cancelAt = dur(s.phase)
 	}
 	s.runs = 1 + rng.IntN(3)/2 // one in three Preservers runs twice
+	s.traced = rng.IntN(4) == 0
 	return s
+}
+
+// collect returns what the Runs recorded in drainkit.pause.sandboxes,
+// over every outcome, and drainkit.pause.preserve.active.
+func collect(t *testing.T, reader *sdkmetric.ManualReader) (sandboxes, active int64) {
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				switch m.Name {
+				case pause.MetricOutcomes:
+					sandboxes += dp.Value
+				case pause.MetricInFlight:
+					active += dp.Value
+				}
+			}
+		}
+	}
+	return sandboxes, active
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -474,7 +516,19 @@ func checkScenario(t *testing.T, s *scenario) {
 		h.objs[id] = sb.sandbox(kind)
 		kind++
 	}
-	p, err := pause.New(h, s.cfg)
+	cfg := s.cfg
+	if s.traced {
+		h.spans, h.metrics = tracetest.NewSpanRecorder(), sdkmetric.NewManualReader()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.spans))
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.metrics))
+		cfg.TracerProvider, cfg.MeterProvider = tp, mp
+		defer func() {
+			if err := errors.Join(tp.Shutdown(context.Background()), mp.Shutdown(context.Background())); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	p, err := pause.New(h, cfg)
 	if err != nil {
 		t.Fatalf("%v\nNew: %v", s, err)
 	}
@@ -489,6 +543,11 @@ func checkScenario(t *testing.T, s *scenario) {
 // checkRun makes the Run number run of s, over h, and checks it.
 func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 	p := h.p
+	spansBefore, sandboxesBefore := 0, int64(0)
+	if s.traced {
+		spansBefore = len(h.spans.Ended())
+		sandboxesBefore, _ = collect(t, h.metrics)
+	}
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(t.Context(), start.Add(s.phase))
 	defer cancel()
@@ -850,6 +909,58 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 						x.e.ID, x.e.Estimate, x.at.Sub(start), y.e.ID, y.e.Estimate, y.at.Sub(start))
 				}
 			}
+		}
+	}
+
+	// 11. Telemetry: a pause.Preserve span, ended, per preserve started
+	// (each with a context of its own); the Run span's counts; one
+	// drainkit.pause.sandboxes per sandbox and per relisting; no preserve
+	// active once Run returned.
+	if s.traced {
+		ended := h.spans.Ended()[spansBefore:]
+		if len(h.spans.Started()) != len(h.spans.Ended()) {
+			fail("%d spans started, %d ended", len(h.spans.Started()), len(h.spans.Ended()))
+		}
+		perID := map[string]int{}
+		var runSpan sdktrace.ReadOnlySpan
+		for _, sp := range ended {
+			switch sp.Name() {
+			case "pause.Run":
+				runSpan = sp
+			case "pause.Preserve":
+				perID[attr(sp.Attributes(), "drainkit.pause.sandbox").AsString()]++
+			}
+		}
+		for id, cs := range calls {
+			tasks := map[context.Context]bool{}
+			for _, c := range cs {
+				tasks[c.ctx] = true
+			}
+			if perID[id] != len(tasks) {
+				fail("%s: %d pause.Preserve spans, %d preserves started", id, perID[id], len(tasks))
+			}
+		}
+		if runSpan == nil {
+			fail("no pause.Run span")
+		} else {
+			for o, n := range rep.Counts {
+				if got := attr(runSpan.Attributes(), "drainkit.pause."+string(o)).AsInt64(); got != int64(n) {
+					fail("pause.Run span: %s %d, Counts %d", o, got, n)
+				}
+			}
+		}
+		sandboxes, active := collect(t, h.metrics)
+		want := int64(0)
+		for _, e := range rep.Entries {
+			if flawOf(e) == "" {
+				want += 1 + int64(e.Relisted)
+			}
+		}
+		if sandboxes-sandboxesBefore != want {
+			fail("drainkit.pause.sandboxes counted %d, want %d (an entry per sandbox, one per relisting)", sandboxes-sandboxesBefore, want)
+		}
+		if active != 0 {
+			fail("drainkit.pause.preserve.active %d after Run returned", active)
 		}
 	}
 
