@@ -470,3 +470,38 @@ func TestIDListedTwiceAfterAnEarlierPassIsAFlaw(t *testing.T) {
 		assert.Equal(t, 2, rep.Counts[pause.Failed])
 	})
 }
+
+// alwaysPanics is a sandbox whose Priority panics whenever it is asked,
+// with the same value as every other one's.
+type alwaysPanics struct{ *fakesandbox.Sandbox }
+
+func (alwaysPanics) Priority() int { panic("priority not ready") }
+
+// A sandbox whose Priority (or Estimate, or Size) panics is a flawed
+// element with an ID, and the Report has an entry for it whatever other
+// sandbox panicked the same way in an earlier listing: a flaw is told from
+// an earlier listing's by the ID it carries. x panicking in listing 1 and
+// y the same way in listing 2 gave one entry, x's: y was in no entry, and
+// Err counted 1 sandbox not preserved of 2, where 2 of 3 were not.
+func TestSandboxPanickingAsAnotherDidInAnEarlierListingHasAnEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakesandbox.Sandbox{Name: "g", Latency: time.Second}
+		x := alwaysPanics{&fakesandbox.Sandbox{Name: "x", Latency: time.Second}}
+		y := alwaysPanics{&fakesandbox.Sandbox{Name: "y", Latency: time.Second}}
+		p, err := pause.New(&scripted{listings: [][]pause.Sandbox{{g, x}, {y, x}, {y, x}, {}}}, pause.Config{})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		require.Len(t, rep.Entries, 3, "%+v", rep.Entries)
+		assert.Equal(t, "g", rep.Entries[0].ID)
+		for i, id := range []string{"x", "y"} {
+			e := rep.Entries[i+1]
+			assert.Equal(t, id, e.ID)
+			assert.Equal(t, pause.Failed, e.Outcome)
+			assert.Contains(t, e.Error, "panicked: priority not ready")
+			assert.NotEmpty(t, e.Stack)
+		}
+		assert.Equal(t, 2, rep.Lost())
+		assert.EqualError(t, rep.Err(), "pause: 2 of 3 sandboxes not preserved")
+		assert.Equal(t, 1, g.Attempts())
+	})
+}

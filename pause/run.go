@@ -49,7 +49,7 @@ type run struct {
 
 	rep     *Report
 	seen    idSet          // every ID listed, with the index of its entry
-	flaws   map[string]int // flawed listing elements reported, by kind
+	flaws   map[string]int // flawed listing elements reported, by kind and ID
 	lastIDs []int32        // by index in the last listing, 1 + the index of the entry of its ID; 0 where not in seen
 	cur     *pass          // the pass running now; set before its workers start
 
@@ -397,8 +397,9 @@ func (l *taskList) ordered() []int32 {
 // Sandbox, an empty ID, an ID listed twice, an ID, Priority or
 // EstimatedPreserve that panics) gets a Failed entry saying why and no
 // task: the Report accounts for every element, and the flaw is the
-// Lister's to fix. A later listing with the same flaws adds entries only
-// for flaws more numerous than in any listing before.
+// Lister's to fix. A later listing with the same flaws (of the same kind,
+// and of the same ID where the element has one) adds entries only for
+// flaws more numerous than in any listing before.
 //
 // The cost per element is what a large node pays twice (the first listing
 // and the one that finds nothing new), so the common cases take no more
@@ -491,13 +492,20 @@ func (r *run) admit(list []Sandbox, pass int) taskList {
 			if flaws == nil {
 				flaws = make(map[string]int)
 			}
-			if flaws[flaw]++; flaws[flaw] <= r.flaws[flaw] {
+			// A flaw is told from an earlier listing's by its kind and the
+			// ID of its element, when it has one: a panic's value alone is
+			// the same for every sandbox whose Priority panics the same way.
+			key := flaw
+			if e.ID != "" {
+				key = e.ID + "\x00" + flaw
+			}
+			if flaws[key]++; flaws[key] <= r.flaws[key] {
 				continue // an earlier listing reported it
 			}
 			if r.flaws == nil {
 				r.flaws = make(map[string]int)
 			}
-			r.flaws[flaw] = flaws[flaw]
+			r.flaws[key] = flaws[key]
 			e.Outcome, e.End = Failed, time.Now()
 			e.Error = fmt.Sprintf("pause: listing %d, element %d: %s; not preserved", pass, i, flaw)
 			r.rep.Entries = append(r.rep.Entries, e)
