@@ -40,7 +40,7 @@ const propertySeeds = 1000
 //     after the hard deadline, each after a random virtual time; one that
 //     behaves differently from one call to the next (a sandbox preserved
 //     again after a relisting). Plain, Estimated, Sized and Prioritized
-//     sandboxes mixed.
+//     sandboxes mixed, and ones whose Priority panics.
 //   - A Lister scripted per call: sandboxes new, or listed again after
 //     their preserve, the same ID twice in one listing, a transient,
 //     permanent or partial failure (sandboxes with an error), a panic, a
@@ -58,8 +58,9 @@ const propertySeeds = 1000
 //     listing returned before the phase ended surely, ones returned as
 //     it ended possibly), and none other, in the order first listed;
 //     flawed elements (nil, an empty ID, an ID repeated in one listing,
-//     whichever pass first listed it) have Failed entries of their own,
-//     as many of each flaw as the most one listing had.
+//     whichever pass first listed it, a Priority that panics) have Failed
+//     entries of their own, as many of each flaw (of each ID) as the most
+//     one listing had.
 //  2. Counts holds the number of entries of each outcome, and sums to
 //     the entries; Lost is Failed + TimedOut + NotStarted.
 //  3. Err is nil iff a listing succeeded and nothing was lost; Unknown
@@ -160,6 +161,7 @@ func (k listKind) String() string {
 const (
 	nilElement = "<nil>"
 	emptyID    = "<empty>"
+	panicking  = "<panicking>" // and the ID
 )
 
 type propListing struct {
@@ -199,6 +201,8 @@ type propSandbox struct {
 	est  time.Duration
 	size int64
 	prio int
+	// panics: its Priority panics, so every element of it is a flaw.
+	panics bool
 }
 
 type plainSB struct{ *propSandbox }
@@ -206,6 +210,7 @@ type estSB struct{ *propSandbox }
 type sizedSB struct{ *propSandbox }
 type prioSB struct{ *propSandbox }
 type allSB struct{ *propSandbox }
+type panicSB struct{ *propSandbox }
 
 func (s *propSandbox) ID() string                         { return s.id }
 func (s estSB) EstimatedPreserve() time.Duration          { return s.est }
@@ -214,10 +219,14 @@ func (s prioSB) Priority() int                            { return s.prio }
 func (s allSB) EstimatedPreserve() time.Duration          { return s.est }
 func (s allSB) Size() int64                               { return s.size }
 func (s allSB) Priority() int                             { return s.prio }
+func (panicSB) Priority() int                             { panic("priority not ready") }
 func (s *propSandbox) Preserve(ctx context.Context) error { return s.h.preserve(ctx, s) }
 
 // sandbox returns s as a Sandbox of the kind its index picks.
 func (s *propSandbox) sandbox(kind int) pause.Sandbox {
+	if s.panics {
+		return panicSB{s}
+	}
 	switch kind % 5 {
 	case 1:
 		return estSB{s}
@@ -380,7 +389,7 @@ func newScenario(seed uint64) *scenario {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("sb-%02d", i)
-		sb := &propSandbox{id: ids[i], est: dur(scale), size: rng.Int64N(1 << 30), prio: rng.IntN(3)}
+		sb := &propSandbox{id: ids[i], est: dur(scale), size: rng.Int64N(1 << 30), prio: rng.IntN(3), panics: rng.IntN(16) == 0}
 		for range 1 + rng.IntN(3) {
 			a := act{delay: dur(scale)}
 			a.kind = actKind(pick(rng, 55, 15, 8, 8, 7, 7)) // ok, transient, permanent, gone, panic, hang
@@ -787,9 +796,13 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 		if k == listOK || k == listPartial {
 			count := map[string]int{}
 			for _, id := range l.listing.ids {
-				if id == nilElement || id == emptyID {
-					count[id]++
-					maxRepeats[id] = max(maxRepeats[id], count[id])
+				if id == nilElement || id == emptyID || s.sbs[id].panics {
+					key := id
+					if id != nilElement && id != emptyID {
+						key = panicking + id
+					}
+					count[key]++
+					maxRepeats[key] = max(maxRepeats[key], count[key])
 					continue
 				}
 				maybe[id] = true
@@ -1022,7 +1035,8 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 }
 
 // flawOf returns what entry e reports as a flawed listing element: the ID
-// it repeats, nilElement or emptyID; "" when it is a sandbox's entry.
+// it repeats, nilElement, emptyID, or panicking and the ID of a sandbox
+// whose Priority panicked; "" when it is a sandbox's entry.
 func flawOf(e pause.Entry) string {
 	switch {
 	case strings.Contains(e.Error, "more than once in the listing"):
@@ -1031,6 +1045,8 @@ func flawOf(e pause.Entry) string {
 		return nilElement
 	case strings.Contains(e.Error, "empty ID"):
 		return emptyID
+	case strings.Contains(e.Error, "panicked: priority not ready"):
+		return panicking + e.ID
 	}
 	return ""
 }
