@@ -72,7 +72,9 @@ const propertySeeds = 1000
 //     TimedOut (running at its deadline, or ended by its context),
 //     NotStarted (never called); Attempts is the number of calls made.
 //  5. Start, End within the Run, Duration = End - Start, no Start iff
-//     NotStarted.
+//     NotStarted; Start the first call (of a sandbox not listed again),
+//     End the last call's return (or later, for a transient error whose
+//     retry did not fit).
 //  6. No Preserve starts after the phase deadline (as a Tighten moved
 //     it), after Run's context is cancelled, after Run returned, or past
 //     its context's Deadline, which is the hard deadline (as a Tighten
@@ -1003,6 +1005,15 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 		}
 		last := cs[len(cs)-1]
 		gone := last.returned && errors.Is(last.err, pause.ErrGone)
+		if e.Relisted == 0 && e.Outcome != pause.NotStarted && !e.Start.Equal(cs[0].start) {
+			fail("%s: Start %v, its first Preserve called at %v", id, e.Start.Sub(start), cs[0].start.Sub(start))
+		}
+		// A transient error is Failed when no retry fits: at the end of
+		// the wait that found it so, or the cancel that cut it.
+		atReturn := e.Outcome == pause.Preserved || e.Outcome == pause.Vanished || last.act.kind == actPermanent || last.act.kind == actPanic
+		if last.returned && (atReturn && !e.End.Equal(last.end) || e.End.Before(last.end)) {
+			fail("%s: %s at %v, its last Preserve returned at %v", id, e.Outcome, e.End.Sub(start), last.end.Sub(start))
+		}
 		switch e.Outcome {
 		case pause.Preserved:
 			if !last.returned || !(last.err == nil && !last.panicked || gone && e.Relisted > 0) {
