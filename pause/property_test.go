@@ -104,6 +104,8 @@ const propertySeeds = 1000
 //     preserve started, the Run span's counts as the Report's,
 //     drainkit.pause.sandboxes counting each sandbox and each relisting,
 //     drainkit.pause.preserve.active back to 0 when Run returns.
+//  12. The Estimator is fed each sandbox's first preserve that succeeded,
+//     and no preserve again.
 func TestRunAccountsForEverySandboxWhateverHappens(t *testing.T) {
 	for seed := range uint64(propertySeeds) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -559,6 +561,7 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 		spansBefore = len(h.spans.Ended())
 		sandboxesBefore, _ = collect(t, h.metrics)
 	}
+	observed := p.Estimator().Count()
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(t.Context(), start.Add(s.phase))
 	defer cancel()
@@ -977,6 +980,21 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 		if active != 0 {
 			fail("drainkit.pause.preserve.active %d after Run returned", active)
 		}
+	}
+
+	// 12. The Estimator is fed every sandbox's first preserve that
+	// succeeded, not a preserve again.
+	fed, relisted := 0, 0
+	for _, e := range entries {
+		switch {
+		case e.Relisted > 0:
+			relisted++
+		case e.Outcome == pause.Preserved:
+			fed++
+		}
+	}
+	if n := p.Estimator().Count() - observed; n < fed || n > fed+relisted {
+		fail("the Estimator was fed %d preserves, want %d (and up to %d relisted)", n, fed, relisted)
 	}
 
 	// 4, 5. Each entry as its sandbox saw it.
