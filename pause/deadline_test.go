@@ -682,3 +682,36 @@ func TestPhaseDeadlineAsTightenMovedItIsTheOneTheRunReads(t *testing.T) {
 		assert.Contains(t, logs.String(), `order=shortest_first limit=4 time_left=10.5s`)
 	})
 }
+
+// A Tighten to a hard deadline already past (drain's budget reading a
+// deletion whose grace has run out) ends the running preserves' contexts
+// when it is called, and Run gives them ReturnSlack from then, as from a
+// hard deadline: one that returns at once is TimedOut with its own error,
+// not abandoned as a Preserve that ignored its context (the slack was
+// counted from the deadline in the past, already over: both were
+// abandoned, Run returning before their goroutines did).
+//
+//	0 s  two 30 s preserves start (they return when their context ends)
+//	5 s  Tighten(2 s): their contexts end, they return; Run returns
+func TestTightenToAPastDeadlineLetsPreservesReturnWithTheirOwnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 2, 30*time.Second)
+		p, err := pause.New(node, pause.Config{Limit: 2})
+		require.NoError(t, err)
+		t0 := time.Now()
+		go func() {
+			time.Sleep(5 * time.Second)
+			assert.True(t, p.Tighten(t0.Add(2*time.Second)))
+		}()
+		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
+		assert.Equal(t, 5*time.Second, took, "at the Tighten: the contexts ended then")
+		require.Len(t, rep.Entries, 2)
+		for _, e := range rep.Entries {
+			assert.Equal(t, pause.TimedOut, e.Outcome, e.ID)
+			assert.False(t, e.Abandoned(), "%s returned as its context ended: %s", e.ID, e.Error)
+			assert.Equal(t, context.Canceled.Error(), e.Error, e.ID)
+		}
+		assert.True(t, rep.Hard.Equal(t0.Add(2*time.Second)), "the Report's hard deadline is the one Tighten set")
+	})
+}

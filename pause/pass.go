@@ -262,7 +262,10 @@ func (r *run) worker(ps *pass) {
 // that returns as soon as its context ends (at the hard deadline) is
 // settled with its own error, not abandoned. The hard deadline is read
 // again when Tighten moves it, so that a Preserve ignoring its context
-// holds the Run no longer than the deadline it was tightened to.
+// holds the Run no longer than the deadline it was tightened to. One
+// tightened to a time already past ended the contexts when it was read
+// (Tighten's cut fires at once): the slack runs from then, not from a
+// deadline whose slack was over before the contexts ended.
 func (r *run) await(ps *pass) {
 	for {
 		until := r.hardline()
@@ -274,7 +277,7 @@ func (r *run) await(ps *pass) {
 				continue
 			}
 		}
-		timer := time.NewTimer(time.Until(until.Add(returnSlack)))
+		timer := time.NewTimer(max(time.Until(until), 0) + returnSlack)
 		select {
 		case <-ps.done:
 			timer.Stop()

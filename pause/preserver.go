@@ -254,7 +254,9 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 // the phase deadline ends the phase there too: no preserve starts, and
 // no listing is waited for, after it; it is the phase deadline the Run
 // reads from then (the order of a pass, the Lister's ctx.Deadline(), the
-// lines' time_left, the Report's Deadline). To end the phase earlier than the
+// lines' time_left, the Report's Deadline). A hard deadline already past
+// ends the preserves' contexts, and the phase, at once, and Run waits for
+// them 20 ms from then, as it does after its hard deadline. To end the phase earlier than the
 // hard deadline, cancel Run's context: no preserve starts after that.
 // drain calls it when
 // its budget moves SIGKILL earlier during the preserve phase (a read of
