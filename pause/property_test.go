@@ -47,8 +47,9 @@ const propertySeeds = 1000
 //     slow answer that honours its context or ignores it.
 //   - Config: a fixed limit, the adaptive one (default, with a ceiling,
 //     from a learned Limit), CancelAtDeadline, every Order, a
-//     SandboxTimeout, a logger with progress lines, recording tracer and
-//     meter providers.
+//     SandboxTimeout, a Permanent classifier that panics on transient
+//     errors, a logger with progress lines, recording tracer and meter
+//     providers.
 //   - A Tighten of the hard deadline (to a time ahead, or already past)
 //     and a cancel of Run's context, each at a random time; a second Run of the Preserver after the first.
 //
@@ -134,8 +135,8 @@ type scenario struct {
 
 func (s *scenario) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d runs, no phase deadline %v, limit %d max %d cancelAtDeadline %v order %v timeout %v; phase %v hard %v tighten %v->%v cancel %v\n",
-		s.seed, s.runs, s.noPhase, s.cfg.Limit, s.cfg.MaxLimit, s.cfg.CancelAtDeadline, s.cfg.Order, s.cfg.SandboxTimeout,
+	fmt.Fprintf(&b, "seed %d: %d runs, no phase deadline %v, limit %d max %d cancelAtDeadline %v order %v timeout %v classifier %v traced %v; phase %v hard %v tighten %v->%v cancel %v\n",
+		s.seed, s.runs, s.noPhase, s.cfg.Limit, s.cfg.MaxLimit, s.cfg.CancelAtDeadline, s.cfg.Order, s.cfg.SandboxTimeout, s.cfg.Permanent != nil, s.traced,
 		s.phase, s.hard, s.tightenAt, s.tightenTo, s.cancelAt)
 	for i, l := range s.listings {
 		fmt.Fprintf(&b, "  listing %d: %v err=%v delay=%v ignoresCtx=%v\n", i+1, l.ids, l.kind, l.delay, l.ignoreCtx)
@@ -472,6 +473,14 @@ func newScenario(seed uint64) *scenario {
 	}
 	s.runs = 1 + rng.IntN(3)/2 // one in three Preservers runs twice
 	s.traced = rng.IntN(4) == 0
+	if rng.IntN(6) == 0 { // a classifier that panics on the errors it was not written for
+		s.cfg.Permanent = func(err error) bool {
+			if strings.Contains(err.Error(), "transient") {
+				panic("classifier: not a *StatusError")
+			}
+			return false
+		}
+	}
 	return s
 }
 
