@@ -252,10 +252,10 @@ type call struct {
 	returned   bool
 	err        error
 	panicked   bool
-	afterRun   bool // started after Run returned
-	limit      int  // Preserver.Limit when it started
-	deadline   time.Time
-	ctx        context.Context // one per task when it has a SandboxTimeout
+	afterRun   bool            // started after Run returned
+	limit      int             // Preserver.Limit when it started
+	deadline   time.Time       // its context's Deadline when it started
+	ctx        context.Context // one per task when it has a SandboxTimeout or a span
 }
 
 // A listCall is one List call as the Lister saw it.
