@@ -23,6 +23,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/drainkit/drainkit/internal/freeport"
 )
 
@@ -206,6 +211,68 @@ func (c *Cluster) MustDo(t *testing.T, method, path string, body any, want int, 
 			t.Fatalf("%s %s: decoding %s: %v", method, path, got, err)
 		}
 	}
+}
+
+// ApplyRBAC creates, in namespace ns, the ServiceAccount, Role and
+// RoleBinding of manifest, a file of YAML documents separated by "---"
+// lines such as examples/sandboxd/deploy/rbac.yaml, their namespace (and
+// that of the binding's subjects) changed to ns and nothing else, so that
+// a test proves the example's rules are enough. It returns the Role's
+// name, and fails the test when manifest holds no Role or the API server
+// refuses a document.
+func (c *Cluster) ApplyRBAC(t *testing.T, manifest, ns string) (role string) {
+	t.Helper()
+	data, err := os.ReadFile(manifest)
+	must(t, err)
+	decode := func(doc string, kind string, into any) {
+		t.Helper()
+		if err := yaml.Unmarshal([]byte(doc), into); err != nil {
+			t.Fatalf("realapiserver: %s: a %s: %v", manifest, kind, err)
+		}
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var meta metav1.TypeMeta
+		decode(doc, "document", &meta)
+		switch meta.Kind {
+		case "ServiceAccount":
+			var sa corev1.ServiceAccount
+			decode(doc, meta.Kind, &sa)
+			sa.Namespace = ns
+			c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/serviceaccounts", &sa, http.StatusCreated, nil)
+		case "Role":
+			var r rbacv1.Role
+			decode(doc, meta.Kind, &r)
+			r.Namespace, role = ns, r.Name
+			c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/roles", &r, http.StatusCreated, nil)
+		case "RoleBinding":
+			var rb rbacv1.RoleBinding
+			decode(doc, meta.Kind, &rb)
+			rb.Namespace = ns
+			for i := range rb.Subjects {
+				rb.Subjects[i].Namespace = ns
+			}
+			c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", &rb, http.StatusCreated, nil)
+		}
+	}
+	if role == "" {
+		t.Fatalf("realapiserver: no Role in %s", manifest)
+	}
+	return role
+}
+
+// PublishRootCA creates the ConfigMap kube-root-ca.crt in namespace ns,
+// its ca.crt the cluster's CA, as the kube-controller-manager's root CA
+// publisher does in every namespace (no controller-manager runs here):
+// the kubelet fills a pod's kube-api-access volume's ca.crt from it, and
+// a pod that mounts its service account does not start without it.
+func (c *Cluster) PublishRootCA(t *testing.T, ns string) {
+	t.Helper()
+	ca, err := os.ReadFile(c.CAFile)
+	must(t, err)
+	c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/configmaps", &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: ns},
+		Data:       map[string]string{"ca.crt": string(ca)},
+	}, http.StatusCreated, nil)
 }
 
 // TokenFile writes token to a file in the cluster's directory, as the

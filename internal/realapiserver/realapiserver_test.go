@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
@@ -43,40 +41,13 @@ const rbacManifest = "../../examples/sandboxd/deploy/rbac.yaml"
 
 func grantTheExamplesRole(t *testing.T, c *realapiserver.Cluster) {
 	t.Helper()
-	data, err := os.ReadFile(rbacManifest)
-	require.NoError(t, err)
-	var role *rbacv1.Role
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var meta metav1.TypeMeta
-		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
-		switch meta.Kind {
-		case "ServiceAccount":
-			var sa corev1.ServiceAccount
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &sa))
-			sa.Namespace = ns
-			c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/serviceaccounts", &sa, http.StatusCreated, nil)
-		case "Role":
-			role = new(rbacv1.Role)
-			require.NoError(t, yaml.Unmarshal([]byte(doc), role))
-			role.Namespace = ns
-			c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/roles", role, http.StatusCreated, nil)
-		case "RoleBinding":
-			var rb rbacv1.RoleBinding
-			require.NoError(t, yaml.Unmarshal([]byte(doc), &rb))
-			rb.Namespace = ns
-			for i := range rb.Subjects {
-				rb.Subjects[i].Namespace = ns
-			}
-			c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", &rb, http.StatusCreated, nil)
-		}
-	}
-	require.NotNil(t, role, "no Role in %s", rbacManifest)
+	role := c.ApplyRBAC(t, rbacManifest, ns)
 	// The static token's user stands in for the service account too.
 	c.MustDo(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
 		ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-drainkit-user", Namespace: ns},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: realapiserver.PodUser}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role},
 	}, http.StatusCreated, nil)
 }
 
