@@ -3,6 +3,7 @@
 package realkubelet
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/realapiserver"
+	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -37,9 +39,15 @@ import (
 // test runs after the suite, with the real API server's tests.
 func TestRealKubeletWithAPIServer(t *testing.T) {
 	api := startAPINode(t)
+	// The force deletion's pods start first and are deleted after the
+	// shorter and longer deletions: sandboxd reads its pod at start, and
+	// the API server takes a token from its cache for 10 s after a success
+	// (forceDeletion). Not beside the shorter deletions: the kubelet busy
+	// starting them began a hook there 1.3 s late once, at load 11.
+	forced := startForced(t, api)
 	t.Run("shorter deletion", func(t *testing.T) { shorterDeletion(t, api) })
 	t.Run("longer deletion", func(t *testing.T) { longerDeletion(t, api) })
-	t.Run("force deletion", func(t *testing.T) { forceDeletion(t, api) })
+	t.Run("force deletion", func(t *testing.T) { forceDeletion(t, api, forced) })
 	t.Run("static pod", func(t *testing.T) { staticPod(t, api) })
 	t.Run("restart", func(t *testing.T) { restart(t, api) })
 }
@@ -145,38 +153,47 @@ func longerDeletion(t *testing.T, api *apiPods) {
 // A force deletion (`kubectl delete --force --grace-period=0`: DELETE with
 // gracePeriodSeconds 0) of a running pod. The API server writes the pod
 // with a deletionTimestamp and deletionGracePeriodSeconds 0, then removes
-// it at once: every read of the pod from then on is a 404. The kubelet
-// sees the update before the removal ("SyncLoop DELETE", then "SyncLoop
-// REMOVE") and terminates the pod with a grace of 1 s (its pod worker
-// raises 0 to 1): a preStop hook gets 1 s, and the stop after it is raised
-// to the kubelet's 2 s, so SIGKILL comes 2 s after SIGTERM, hook or not.
-// sandboxd knows its pod's UID (POD_UID from the Downward API, as its
-// DaemonSet sets it), so its drain takes the 404 for the removal and plans
-// that (docs/faults.md row 580). Measured, from each deletion:
+// it at once. The kubelet sees the update before the removal ("SyncLoop
+// DELETE", then "SyncLoop REMOVE") and terminates the pod with a grace of
+// 1 s (its pod worker raises 0 to 1): a preStop hook gets 1 s, and the
+// stop after it is raised to the kubelet's 2 s, so SIGKILL comes 2 s
+// after SIGTERM, hook or not. The three pods are deleted at once, as a
+// drain deletes a node's pods.
 //
-//   - the probe, no hook, SIGTERM ignored, 12 s: SIGTERM +0.14 s, dead
-//     +2.23 s, the kubelet's stop gracePeriod=2;
-//   - sandboxd with the exec hook drainhook, 16 sandboxes of 1 s two at a
-//     time, 20 s: the hook at +0.37 s, whose read found no pod and planned
-//     SIGKILL at T0 + 2 s; the wait ended, the hook returned, SIGTERM
-//     +0.78 s, SIGKILL planned +2.78 s, the kubelet's; none preserved in
-//     2 s (14 not started, 2 cut), all reported, the device daemon
-//     stopped, exit +1.5 s. Before row 580 the read was a failed one, and
-//     only the hook's call still open when the kubelet's 1 s ran out
-//     (SIGTERM +1.15 s, taken as the hook abandoned) gave SIGTERM + 2 s;
-//   - sandboxd without a hook, 16 sandboxes one at a time, 20 s: SIGTERM
-//     +0.16 s, its read found no pod, SIGKILL planned +2.16 s; 15 not
-//     started, 1 cut, all reported, the device daemon stopped, exit
-//     +0.87 s. Before row 580 the 404 was a failed read, the budget stood
-//     at SIGTERM + 20 s, and sandboxd was SIGKILLed 2 s after SIGTERM in
-//     the middle of its preserves, with no Report.
+// sandboxd reads with its own token, the kubelet's projected one bound to
+// the pod (boundServiceAccount), and knows its pod's UID (POD_UID from the
+// Downward API, as its DaemonSet sets it). The API server refuses that
+// token once its own informer of pods has seen the pod go (0.13-0.26 s
+// after the DELETE, measured with tokens each used once) unless a success
+// of the token is in its cache (tokenCacheTTL): a read is then a 401,
+// which kube.IsNotFound takes for the removal (docs/faults.md row 1030);
+// sooner, the token passes and the read is a 404, the removal too (row
+// 580), and the token's success is cached. sandboxd reads its pod at
+// start: with its pods started 3 s before the deletion, every read after
+// it was a 404 (three runs), hence startForced, before the other cases. Measured, from each
+// deletion (16 sandboxes of 1 s, 20 s):
 //
-// The three pods are deleted at once, as a drain deletes a node's pods.
-func forceDeletion(t *testing.T, api *apiPods) {
-	probe := api.startProbe(t, "probe-force", 12, nil)
-	exec := api.startSandboxd(t, "sandboxd-force-exec", true, 16, 20)
-	blind := api.startSandboxd(t, "sandboxd-force-nohook", false, 16, 20)
-	time.Sleep(settle) // not timing logic: see settle
+//   - the probe, no hook, SIGTERM ignored, 12 s: SIGTERM +0.10 s, dead
+//     +2.15 s, the kubelet's stop gracePeriod=2;
+//   - sandboxd with the exec hook drainhook, two at a time: the hook's
+//     read at +0.26 s, a 401, planned SIGKILL at T0 + 2 s; SIGTERM
+//     +0.44 s, SIGKILL planned +2.44 s, the kubelet's; 14 not started, 2
+//     cut, all reported, the device daemon stopped, exit +1.23 s. Before
+//     row 1030 the 401s were failed reads, and only the hook's call still
+//     open when the kubelet's 1 s ran out (SIGTERM +1.09 s, taken as the
+//     hook abandoned) gave SIGTERM + 2 s;
+//   - sandboxd without a hook, one at a time: SIGTERM +0.09 s, its read a
+//     404 (inside the informer's window), SIGKILL planned +2.09 s; 15 not
+//     started, 1 cut, all reported, exit +0.72 s. Before row 1030, in a
+//     run whose read was a 401, the budget stood at SIGTERM + 20 s and
+//     sandboxd was SIGKILLed 2 s after SIGTERM in the middle of its
+//     preserves, with no Report.
+func forceDeletion(t *testing.T, api *apiPods, pods forcedPods) {
+	probe, exec, blind := pods.probe, pods.exec, pods.blind
+	require.True(t, probe != nil && exec != nil && blind != nil, "its pods did not all start: see the_force_deletion's_pods_start")
+	// Not timing logic: past the API server's cache of the tokens' reads at
+	// start (10 s), which the shorter deletions' group alone outlasts.
+	time.Sleep(time.Until(pods.started.Add(tokenCacheTTL + time.Second)))
 	d := map[string]time.Time{}
 	for _, name := range []string{probe.name, exec.name, blind.name} {
 		d[name] = api.remove(t, name, 0)
@@ -199,6 +216,42 @@ func forceDeletion(t *testing.T, api *apiPods) {
 		r := api.forced(t, blind, d[blind.name], false)
 		assert.Contains(t, r.log, "the pod was removed from the API server before any read found its deletion")
 	})
+}
+
+// tokenCacheTTL is how long the kube-apiserver v1.34 takes a token it
+// took once without validating it again (its authenticator's cache of
+// successes, TokenSuccessCacheTTL, no flag): a pod's own token keeps
+// reading 404s, not 401s, that long after a read that succeeded.
+const tokenCacheTTL = 10 * time.Second
+
+// forcedPods are forceDeletion's pods, started before the test's other
+// cases (startForced); started is when the last one was running.
+type forcedPods struct {
+	probe       *probeRun
+	exec, blind *sandboxdRun
+	started     time.Time
+}
+
+// startForced starts forceDeletion's pods at once, each in a subtest of
+// its own: the probe, and sandboxd with and without the exec hook
+// drainhook. A pod that did not start is nil.
+func startForced(t *testing.T, api *apiPods) forcedPods {
+	var p forcedPods
+	began := time.Now()
+	t.Run("the force deletion's pods start", func(t *testing.T) {
+		t.Run("probe", func(t *testing.T) { t.Parallel(); p.probe = api.startProbe(t, "probe-force", 12, nil) })
+		t.Run("sandboxd, exec hook", func(t *testing.T) {
+			t.Parallel()
+			p.exec = api.startSandboxd(t, "sandboxd-force-exec", true, 16, 20)
+		})
+		t.Run("sandboxd, no hook", func(t *testing.T) {
+			t.Parallel()
+			p.blind = api.startSandboxd(t, "sandboxd-force-nohook", false, 16, 20)
+		})
+	})
+	p.started = time.Now()
+	t.Logf("the force deletion's pods started in %v", p.started.Sub(began).Round(time.Millisecond))
+	return p
 }
 
 // A static pod under a kubelet registered with the API server
@@ -235,7 +288,7 @@ func staticPod(t *testing.T, api *apiPods) {
 		sandboxdCase{grace: grace, sandboxes: n, pause: time.Second, concurrency: 1}), "-pod", mirror)...)
 	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: drain.EnvPodUID,
 		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}}
-	api.serviceAccount(t, pod)
+	api.adminServiceAccount(t, pod)
 	api.node.AddPod(t, pod)
 	pid := WaitProcess(t, "-listen "+listen, 2*time.Minute)
 	w, err := WatchProcess(pid)
@@ -309,6 +362,13 @@ func (a *apiPods) forced(t *testing.T, sd *sandboxdRun, d time.Time, exec bool) 
 	kill := b.SIGTERM.Add(time.Duration(grace) * time.Second)
 	t.Logf("from the force deletion: budget %s at +%v, SIGTERM +%v, the kubelet's stop gracePeriod=%d so SIGKILL by +%v, planned +%v, exit +%v; %v",
 		b.Anchor, rel(b.Start, d), rel(b.SIGTERM, d), grace, rel(kill, d), rel(b.Kill, d), rel(r.died, d), r.rep.Preserve.Counts)
+	// What the API server answered the pod's own token: a 401 or a 404
+	// (forceDeletion), the same plan since row 1030.
+	for _, line := range strings.Split(r.log, "\n") {
+		if _, msg, ok := strings.Cut(line, "msg="); ok && strings.Contains(msg, "kube: API server: ") {
+			t.Logf("sandboxd: msg=%.600s", msg)
+		}
+	}
 	if exec {
 		assert.Equal(t, deadline.AnchorPreStop, b.Anchor, "the hook ran and called the drain")
 	}
@@ -360,13 +420,22 @@ func terminationMessageIfAny(node *Node, name string) string {
 	return ""
 }
 
+// sandboxdRBAC is the example's service account and Role (get on its pod,
+// create on events), which the API pods of sandboxd run with, applied as
+// is but for the namespace.
+const sandboxdRBAC = "../../examples/sandboxd/deploy/rbac.yaml"
+
 // startAPINode starts the real API server and the real kubelet registered
-// with it.
+// with it, and gives the namespace default what a cluster's controllers
+// would: its default service account, the kube-root-ca.crt ConfigMap, and
+// the example's service account and Role for sandboxd (sandboxdRBAC).
 func startAPINode(t *testing.T) *apiPods {
 	kubelet := Require(t)
 	cluster := realapiserver.Start(t)
 	cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/serviceaccounts",
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, http.StatusCreated, nil)
+	cluster.PublishRootCA(t, "default")
+	cluster.ApplyRBAC(t, sandboxdRBAC, "default")
 	kc := filepath.Join(cluster.Dir, "kubelet.kubeconfig")
 	require.NoError(t, WriteKubeconfig(kc, cluster.URL, cluster.CAFile, realapiserver.AdminToken))
 	node := StartConfig(t, kubelet, Config{Kubeconfig: kc}, BuildImage(t, allBinaries...))
@@ -518,11 +587,14 @@ type apiPods struct {
 	node    *Node
 }
 
-// create binds pod to the Node and creates it through the API.
+// create binds pod to the Node and creates it through the API. A pod
+// with no service account (the probes) mounts no token.
 func (a *apiPods) create(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
 	pod.Spec.NodeName = NodeName
-	pod.Spec.AutomountServiceAccountToken = new(false)
+	if pod.Spec.ServiceAccountName == "" {
+		pod.Spec.AutomountServiceAccountToken = new(false)
+	}
 	a.cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/pods", pod, http.StatusCreated, nil)
 }
 
@@ -642,7 +714,7 @@ type shorterRun struct {
 }
 
 // sandboxd runs examples/sandboxd as an API pod reading its own pod
-// (-pod, as admin: internal/realapiserver proves the Role elsewhere) with
+// (-pod, with its own token: boundServiceAccount) with
 // n sandboxes of 1 s pauses, two at a time (one without a hook), the
 // exec hook drainhook when exec, deletes it with grace1, after gap does
 // then unless it is nil (a second deletion, a kubelet restart), and
@@ -692,10 +764,12 @@ func (a *apiPods) startSandboxd(t *testing.T, name string, exec bool, n int, spe
 	// Its UID from the Downward API, as sandboxd's DaemonSet gives it.
 	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: drain.EnvPodUID,
 		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}}
-	a.serviceAccount(t, pod)
+	a.boundServiceAccount(t, pod)
 	a.create(t, pod)
-	w, err := WatchProcess(WaitProcess(t, "-listen "+listen, 2*time.Minute))
+	pid := WaitProcess(t, "-listen "+listen, 2*time.Minute)
+	w, err := WatchProcess(pid)
 	require.NoError(t, err)
+	requireBoundToken(t, pid, name)
 	base := "http://" + listen
 	waitHTTP(t, base+"/healthz", a.node, name)
 	for range n {
@@ -718,6 +792,8 @@ func (sd *sandboxdRun) end(t *testing.T, d1, d2 time.Time) shorterRun {
 	<-sd.exited
 	require.NoError(t, sd.err)
 	r := shorterRun{d1: d1, d2: d2, died: sd.died, log: sd.log}
+	_, err := os.Stat(filepath.Join(sd.state, "last-shutdown.json"))
+	require.NoError(t, err, "no Report; exit +%v; the pod's log, read at its exit:\n%s", rel(r.died, d1), r.log)
 	r.rep = readJSON[drain.Report](t, filepath.Join(sd.state, "last-shutdown.json"), sd.a.node, sd.name)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -745,9 +821,55 @@ func (sd *sandboxdRun) end(t *testing.T, d1, d2 time.Time) shorterRun {
 	return r
 }
 
-// serviceAccount gives pod the admin's token and the API server's CA
-// (mountServiceAccount).
-func (a *apiPods) serviceAccount(t *testing.T, pod *corev1.Pod) {
+// boundServiceAccount runs pod as a pod of sandboxd's DaemonSet runs: as
+// the example's service account (sandboxdRBAC), whose token the kubelet
+// mounts at kube.ServiceAccountDir in the kube-api-access volume the API
+// server's ServiceAccount admission adds: a projected token its token
+// manager asks the API server for (a TokenRequest bound to the pod's name
+// and UID), beside kube-root-ca.crt's ca.crt and the namespace. Only
+// KUBERNETES_SERVICE_HOST/PORT are the test's: the kubelet would name the
+// kubernetes Service's cluster IP, which nothing routes here (no
+// kube-proxy), so they name the API server's loopback address (the pod
+// has the host's network); a container's own env wins over the kubelet's.
+func (a *apiPods) boundServiceAccount(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	pod.Spec.ServiceAccountName = "sandboxd"
+	u, err := url.Parse(a.cluster.URL)
+	require.NoError(t, err)
+	serviceEnv(pod, u)
+}
+
+// requireBoundToken fails the test unless the token the process pid reads
+// at kube.ServiceAccountDir is the kubelet's projected one, bound to the
+// API server's pod name (its kubernetes.io claims: the pod's name and UID,
+// the service account sandboxd), not a token the test wrote.
+func requireBoundToken(t *testing.T, pid int, name string) {
+	t.Helper()
+	token, err := os.ReadFile(fmt.Sprintf("/proc/%d/root%s/token", pid, kube.ServiceAccountDir))
+	require.NoError(t, err, "the container's service account token")
+	parts := strings.Split(string(token), ".")
+	require.Len(t, parts, 3, "the container's token is no JWT: %.20q", token)
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	require.NoError(t, err)
+	var claims struct {
+		Exp int64 `json:"exp"`
+		K8s struct {
+			Pod            struct{ Name, UID string } `json:"pod"`
+			ServiceAccount struct{ Name string }      `json:"serviceaccount"`
+		} `json:"kubernetes.io"`
+	}
+	require.NoError(t, json.Unmarshal(payload, &claims), "%s", payload)
+	require.Equal(t, name, claims.K8s.Pod.Name, "the token is bound to the pod: %s", payload)
+	require.NotEmpty(t, claims.K8s.Pod.UID, "the token is bound to the pod's UID: %s", payload)
+	require.Equal(t, "sandboxd", claims.K8s.ServiceAccount.Name, "%s", payload)
+}
+
+// adminServiceAccount gives pod the admin's token and the API server's CA
+// on a hostPath (mountServiceAccount), for a static pod: the kubelet
+// mounts no service account token into one (the API server refuses a
+// mirror pod that names a service account, and a token bound to the
+// static pod's UID, which the API server never had).
+func (a *apiPods) adminServiceAccount(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
 	dir := filepath.Join(a.node.Dir, "sa-"+pod.Name)
 	require.NoError(t, os.MkdirAll(dir, 0o755))

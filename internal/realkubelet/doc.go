@@ -39,7 +39,10 @@
 // With an API server: StartConfig with Config.Kubeconfig (WriteKubeconfig,
 // for internal/realapiserver's Cluster) registers the kubelet's Node there;
 // pods bound to it are created and deleted through the API, a deletion's
-// gracePeriodSeconds and a second, shorter deletion included.
+// gracePeriodSeconds and a second, shorter deletion included. A pod with a
+// serviceAccountName gets the kubelet's projected token, bound to it (its
+// token manager's TokenRequest), once the namespace has the
+// kube-root-ca.crt ConfigMap (realapiserver.Cluster.PublishRootCA).
 //
 // Guarantees: Start registers its cleanup with t.Cleanup before it starts
 // anything, so a failing test still ends the kubelet, every container, the

@@ -68,6 +68,15 @@ func mountServiceAccount(pod *corev1.Pod, dir string, api *url.URL) {
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &dirType}}})
 	c := &pod.Spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "serviceaccount", MountPath: kube.ServiceAccountDir, ReadOnly: true})
+	serviceEnv(pod, api)
+}
+
+// serviceEnv names api's host and port in KUBERNETES_SERVICE_HOST/PORT of
+// pod's container, where kube.New looks for the API server: its own env,
+// which wins over the kubelet's (the pods here have the host's network,
+// and nothing routes the kubernetes Service's cluster IP).
+func serviceEnv(pod *corev1.Pod, api *url.URL) {
+	c := &pod.Spec.Containers[0]
 	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: api.Hostname()},
 		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: api.Port()})
 }
