@@ -64,7 +64,10 @@
 //
 // Guarantees: every fake uses the real clock and no global state, so it
 // runs as well outside a bubble (the package Example does) as inside one.
-// A Preserve honours its context except in a Hang attempt, which blocks for
+// A Preserve honours its context except in a Hang attempt: work (Latency,
+// a Disk's write) that its context's deadline comes before is cut, with
+// the context's error, however late a busy machine wakes the goroutine,
+// never reported done. A Hang attempt blocks for
 // HangFor whatever happens (a runtime call that ignores its context); its
 // goroutine outlives the Run that abandoned it, so a bubble with a Hang
 // must sleep HangFor before it ends.

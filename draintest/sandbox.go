@@ -171,25 +171,37 @@ func (s *Sandbox) Starts() []time.Time {
 	return append([]time.Time(nil), s.started...)
 }
 
+// sleep does work that takes d: it returns nil once d has passed, or ctx's error when
+// ctx ends first. Work of no length still needs ctx alive.
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	end := time.Now().Add(d)
-	t := time.NewTimer(d)
+	return until(ctx, time.Now().Add(d))
+}
+
+// until waits for work begun earlier that ends at end: it returns nil at end, or ctx's
+// error when ctx ended first. Under synctest the work's timer and ctx's deadline can
+// fire at the same instant, and select picks either: work that ended at that very
+// moment is done, whichever was picked. In real time both are noticed late on a busy
+// machine (the goroutine waits for a CPU; ctx's own timer runs in a goroutine of its
+// own, so ctx.Done() may not even be closed yet), and select picks either: so a ctx
+// whose deadline came before end cut the work, whichever was picked, as it cuts a real
+// runtime's.
+func until(ctx context.Context, end time.Time) error {
+	t := time.NewTimer(time.Until(end))
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
 	case <-ctx.Done():
-		// Under synctest the work's timer and ctx's deadline can fire at
-		// the same instant, and select picks either: work that ended at
-		// that very moment is done, whichever was picked.
-		if !time.Now().Before(end) {
-			return nil
+		if time.Now().Before(end) {
+			return ctx.Err()
 		}
-		return ctx.Err()
 	}
+	if dl, ok := ctx.Deadline(); ok && dl.Before(end) {
+		return cmp.Or(ctx.Err(), context.DeadlineExceeded)
+	}
+	return nil
 }
 
 // A Disk is a fake device that preserves share: each writer gets
