@@ -16,7 +16,9 @@
 // were added, the sandboxes neither preserved nor removed; it can fail or
 // slow its listings (ListErr, OnList), and it counts the preserves running
 // at once. A Disk makes preserves share one device's bandwidth, for
-// testing concurrency limits.
+// testing concurrency limits. A field no sandbox or device has (a negative
+// Latency, a Disk with no Bytes to write, a Disk with no Bandwidth) fails
+// the preserve with an error naming it, never passes for one.
 //
 // # The synctest recipe
 //

@@ -331,3 +331,56 @@ func TestSandboxAddedAgainAfterItsIDWasRemovedIsListed(t *testing.T) {
 		assert.NoError(t, old[1].Preserve(t.Context()))
 	})
 }
+
+// A user's concurrency test over a Disk, its sandboxes made by AddN and given the Disk,
+// Bytes forgotten: each preserve fails at once with an error naming Sandbox.Bytes, and
+// the Report says so. Fault: a preserve wrote its Bytes, none, to the Disk in no time,
+// so 16 preserves of 1 s at once on a disk that writes 4 at full speed took 1 s, as
+// with no Disk, all preserved: the test passed measuring nothing. So did a Sandbox with
+// a negative Latency (preserved at once), a negative HangFor (a Hang that returned at
+// once) or a Fault outside the constants (taken for OK).
+func TestSandboxFieldsNoSandboxHasAreNamedNotPassed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const mib = 1 << 20
+		disk := &draintest.Disk{Bandwidth: 4 * mib, PerWriter: mib}
+		node := draintest.NewNode()
+		for _, sb := range node.AddN("sb", 16, time.Second) {
+			sb.Disk = disk
+		}
+		p, err := pause.New(node, pause.Config{Limit: 16})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		rep := p.Run(ctx, time.Time{})
+		assert.Zero(t, time.Since(start), "failed at once")
+		assert.Equal(t, 16, rep.Counts[pause.Failed], "%v", rep.Counts)
+		require.NotEmpty(t, rep.Entries)
+		assert.Contains(t, rep.Entries[0].Error, "Sandbox.Bytes")
+		assert.Contains(t, rep.Entries[0].Error, `"sb-0"`)
+
+		for field, sb := range map[string]*draintest.Sandbox{
+			"Sandbox.Latency":   {Name: "x", Latency: -time.Second},
+			"Sandbox.HangFor":   {Name: "x", HangFor: -time.Second, Faults: []draintest.Fault{draintest.Hang}},
+			"Sandbox.Faults[1]": {Name: "x", Faults: []draintest.Fault{draintest.OK, draintest.Vanish + 1}},
+			"Sandbox.Bytes":     {Name: "x", Bytes: 0, Disk: disk},
+		} {
+			start := time.Now()
+			err := sb.Preserve(t.Context())
+			require.Error(t, err, field)
+			assert.Contains(t, err.Error(), field)
+			var perm *backoff.PermanentError
+			assert.ErrorAs(t, err, &perm, "%s: no retry mends it", field)
+			assert.Zero(t, time.Since(start), field)
+			assert.False(t, sb.Preserved(), field)
+			assert.Equal(t, 1, sb.Attempts(), field)
+		}
+
+		assert.PanicsWithValue(t, `draintest: Node.AddN("sb"): count must not be negative, got -1`, func() { node.AddN("sb", -1, 0) })
+		before := len(node.Sandboxes())
+		assert.PanicsWithValue(t, "draintest: Node.Add: sandbox 1 of 2 is nil", func() {
+			node.Add(&draintest.Sandbox{Name: "ok"}, nil)
+		})
+		assert.Len(t, node.Sandboxes(), before, "none added")
+	})
+}

@@ -35,8 +35,14 @@ func NewNode() *Node { return &Node{} }
 // Add puts sandboxes on the node and returns them. One that Remove took
 // off this node is put back (listed once, as before); a new one whose ID a
 // removed one had is a sandbox of its own, listed: Remove took the
-// sandboxes then on the node, not their ID.
+// sandboxes then on the node, not their ID. A nil sandbox panics, naming
+// its index, before any is added.
 func (n *Node) Add(sbs ...*Sandbox) []*Sandbox {
+	for i, s := range sbs {
+		if s == nil {
+			panic(fmt.Sprintf("draintest: Node.Add: sandbox %d of %d is nil", i, len(sbs)))
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, s := range sbs {
@@ -51,8 +57,12 @@ func (n *Node) Add(sbs ...*Sandbox) []*Sandbox {
 }
 
 // AddN adds count sandboxes named prefix-0, prefix-1, ... whose preserve
-// takes latency and which estimate it exactly, and returns them.
+// takes latency and which estimate it exactly, and returns them. A
+// negative count panics, naming it.
 func (n *Node) AddN(prefix string, count int, latency time.Duration) []*Sandbox {
+	if count < 0 {
+		panic(fmt.Sprintf("draintest: Node.AddN(%q): count must not be negative, got %d", prefix, count))
+	}
 	sbs := make([]*Sandbox, count)
 	for i := range sbs {
 		sbs[i] = &Sandbox{Name: fmt.Sprintf("%s-%d", prefix, i), Latency: latency, Estimate: latency}

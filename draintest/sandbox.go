@@ -69,7 +69,7 @@ type Sandbox struct {
 	// is gone, whatever the script says.
 	Faults  []Fault
 	HangFor time.Duration // how long a Hang lasts; zero: DefaultHang
-	// Disk, if set, is where a successful attempt writes Bytes after its
+	// Disk, if set, is where a successful attempt writes Bytes (> 0) after its
 	// Latency: the attempt then takes as long as the shared Disk makes it.
 	Disk *Disk
 
@@ -96,7 +96,10 @@ func (s *Sandbox) Priority() int { return s.Prio }
 
 // Preserve runs the next scripted attempt; once the sandbox was removed
 // from its Node (Node.Remove, a Vanish) and not added again, it returns
-// pause.ErrGone instead.
+// pause.ErrGone instead. A Sandbox with a field no sandbox can have (a
+// negative Latency or HangFor, a Fault outside the constants, a Disk with
+// Bytes <= 0) fails every attempt at once with a permanent error
+// (backoff.Permanent) naming the field.
 func (s *Sandbox) Preserve(ctx context.Context) error {
 	s.mu.Lock()
 	fault := OK
@@ -107,6 +110,9 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	s.started = append(s.started, time.Now())
 	s.mu.Unlock()
 
+	if err := s.check(); err != nil {
+		return backoff.Permanent(err) // no retry mends a test's configuration
+	}
 	if s.node != nil && s.node.isRemoved(s) {
 		// Deleted after a listing took it: the runtime has nothing to
 		// preserve, whatever the script says.
@@ -147,6 +153,28 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	s.mu.Lock()
 	s.preserved = true
 	s.mu.Unlock()
+	return nil
+}
+
+// check returns an error naming the first field of s that no sandbox can have. Each
+// was taken for something that passes: a negative Latency or HangFor for none (an
+// instant preserve, a Hang that does not hang), a Fault outside the constants for OK,
+// and a Disk with no Bytes to write for a device that never slows the preserve, so a
+// test over them passed measuring nothing.
+func (s *Sandbox) check() error {
+	switch {
+	case s.Latency < 0:
+		return fmt.Errorf("draintest: sandbox %q: Sandbox.Latency must not be negative, got %v", s.Name, s.Latency)
+	case s.HangFor < 0:
+		return fmt.Errorf("draintest: sandbox %q: Sandbox.HangFor must not be negative (0: DefaultHang), got %v", s.Name, s.HangFor)
+	case s.Disk != nil && s.Bytes <= 0:
+		return fmt.Errorf("draintest: sandbox %q: Sandbox.Bytes must be > 0 with a Disk: it is what the preserve writes there, and with none the Disk never slows it; got %d", s.Name, s.Bytes)
+	}
+	for i, f := range s.Faults {
+		if f < OK || f > Vanish {
+			return fmt.Errorf("draintest: sandbox %q: Sandbox.Faults[%d] is %d, not a Fault (OK to Vanish)", s.Name, i, f)
+		}
+	}
 	return nil
 }
 
