@@ -384,3 +384,36 @@ func TestSandboxFieldsNoSandboxHasAreNamedNotPassed(t *testing.T) {
 		assert.Len(t, node.Sandboxes(), before, "none added")
 	})
 }
+
+// A sandbox that vanished stays gone when a Lister of the test's own (a fixed list of
+// the server's sandboxes, on no Node) lists it again: the Report counts it vanished, as
+// the doc of Vanish says. Fault: on no Node, nothing remembered the Vanish, so the next
+// pass's attempt ran the script on (OK) and preserved a sandbox that no longer existed:
+// the Report said 2 preserved, where a real runtime's ErrGone leaves it vanished.
+//
+//	0 s  pass 1: a preserved (1 s), g vanishes; 1 s pass 2 lists both again ...
+func TestVanishedSandboxListedAgainStaysGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := &draintest.Sandbox{Name: "a", Latency: time.Second}
+		g := &draintest.Sandbox{Name: "g", Latency: time.Second, Faults: []draintest.Fault{draintest.Vanish}}
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			return []pause.Sandbox{a, g}, nil
+		}), pause.Config{})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		rep := p.Run(ctx, time.Time{})
+		require.Len(t, rep.Entries, 2)
+		assert.Equal(t, pause.Preserved, rep.Entries[0].Outcome, "a")
+		assert.Equal(t, pause.Vanished, rep.Entries[1].Outcome, "g: %+v", rep.Entries[1])
+		assert.Positive(t, rep.Entries[1].Relisted, "listed again, and still gone")
+		assert.False(t, g.Preserved())
+		assert.ErrorIs(t, g.Preserve(t.Context()), pause.ErrGone, "called by hand too")
+
+		// Put on a Node, it is back, as a removed one put back is.
+		node := draintest.NewNode()
+		node.Add(g)
+		require.NoError(t, g.Preserve(t.Context()))
+		assert.True(t, g.Preserved())
+	})
+}

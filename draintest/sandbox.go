@@ -38,8 +38,9 @@ const (
 	Hang
 	// Panic: the attempt panics with "draintest: injected panic".
 	Panic
-	// Vanish: the sandbox disappears: the attempt returns pause.ErrGone and
-	// the Node no longer lists it.
+	// Vanish: the sandbox disappears: the attempt returns pause.ErrGone,
+	// the Node no longer lists it, and every later attempt returns
+	// pause.ErrGone too (until Node.Add puts it back).
 	Vanish
 )
 
@@ -79,6 +80,7 @@ type Sandbox struct {
 	mu        sync.Mutex
 	attempts  int
 	preserved bool
+	vanished  bool // a Vanish attempt ran while on no Node
 	started   []time.Time
 }
 
@@ -95,8 +97,9 @@ func (s *Sandbox) Size() int64 { return s.Bytes }
 func (s *Sandbox) Priority() int { return s.Prio }
 
 // Preserve runs the next scripted attempt; once the sandbox was removed
-// from its Node (Node.Remove, a Vanish) and not added again, it returns
-// pause.ErrGone instead. A Sandbox with a field no sandbox can have (a
+// from its Node (Node.Remove, a Vanish) and not added again, or, on no
+// Node, once an attempt vanished (a Lister of the test's own listing it
+// again), it returns pause.ErrGone instead. A Sandbox with a field no sandbox can have (a
 // negative Latency or HangFor, a Fault outside the constants, a Disk with
 // Bytes <= 0) fails every attempt at once with a permanent error
 // (backoff.Permanent) naming the field.
@@ -108,6 +111,7 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	}
 	s.attempts++
 	s.started = append(s.started, time.Now())
+	vanished := s.vanished && s.node == nil
 	s.mu.Unlock()
 
 	if err := s.check(); err != nil {
@@ -117,6 +121,11 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 		// Deleted after a listing took it: the runtime has nothing to
 		// preserve, whatever the script says.
 		return fmt.Errorf("draintest: %s: removed from the node: %w", s.Name, pause.ErrGone)
+	}
+	if vanished {
+		// Listed again by a Lister of the test's own: what vanished stays
+		// gone, as it does on a Node.
+		return fmt.Errorf("draintest: %s: vanished by an earlier attempt: %w", s.Name, pause.ErrGone)
 	}
 	if s.node != nil {
 		s.node.enter()
@@ -131,6 +140,10 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	case Vanish:
 		if s.node != nil {
 			s.node.removeSandbox(s)
+		} else {
+			s.mu.Lock()
+			s.vanished = true
+			s.mu.Unlock()
 		}
 		return fmt.Errorf("draintest: %s: %w", s.Name, pause.ErrGone)
 	}
