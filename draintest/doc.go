@@ -65,7 +65,9 @@
 // SIGKILL 2 s later.
 //
 // Guarantees: every fake uses the real clock and no global state, so it
-// runs as well outside a bubble (the package Example does) as inside one.
+// runs as well outside a bubble (the package Example does) as inside one:
+// on a busy machine too, a Disk's write ends when its rates say, as late as
+// the goroutine's last wake at most.
 // A Preserve honours its context except in a Hang attempt: work (Latency,
 // a Disk's write) that its context's deadline comes before is cut, with
 // the context's error, however late a busy machine wakes the goroutine,
