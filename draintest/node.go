@@ -12,14 +12,18 @@ import (
 // A Node is a fake sandbox server: a pause.Lister over its sandboxes that
 // lists, in the order they were added, those neither preserved nor removed.
 // It counts the preserves running at once. The zero value is an empty
-// Node, ready to use, as is the one NewNode returns. A Node is safe for
-// concurrent use.
+// Node, ready to use, as is the one NewNode returns. Its methods are safe
+// for concurrent use; its fields are not: set OnList and ListErr before
+// the Run (a write during it is a data race that -race reports), and make
+// them change what a listing does by its number.
 type Node struct {
 	// OnList, if set, is called at the start of every List with the
 	// 1-based listing number, before the listing is taken; a test uses it
 	// to add sandboxes between passes (a resume racing the shutdown).
 	OnList func(n int)
-	// ListErr, if set, is returned by the listings it returns non-nil for.
+	// ListErr, if set, is returned by the listings it returns non-nil for:
+	// one that returns an error for n >= 3 is an API that went down during
+	// the drain.
 	ListErr func(n int) error
 
 	mu        sync.Mutex

@@ -59,6 +59,12 @@ var (
 // its results through its methods, which are safe for concurrent use.
 // It implements pause.Estimated, pause.Prioritized and pause.Sized; an
 // Estimate or Bytes of zero means unknown.
+//
+// It has no Resume: a preserve of a sandbox already preserved runs the
+// next attempt again, as of one resumed since (a Lister that lists it
+// again stands for the resume, as pause's tests do), where a real server
+// answers pause.ErrGone ("already preserved") to a listing that lags, in
+// no time; a Node lists only the sandboxes not preserved.
 type Sandbox struct {
 	Name     string        // its ID
 	Latency  time.Duration // how long an attempt takes
