@@ -385,19 +385,25 @@ func TestSandboxFieldsNoSandboxHasAreNamedNotPassed(t *testing.T) {
 	})
 }
 
-// A sandbox that vanished stays gone when a Lister of the test's own (a fixed list of
-// the server's sandboxes, on no Node) lists it again: the Report counts it vanished, as
+// A sandbox that vanished stays gone when a Lister of the test's own (the server's
+// sandboxes not preserved, on no Node) lists it again: the Report counts it vanished, as
 // the doc of Vanish says. Fault: on no Node, nothing remembered the Vanish, so the next
 // pass's attempt ran the script on (OK) and preserved a sandbox that no longer existed:
 // the Report said 2 preserved, where a real runtime's ErrGone leaves it vanished.
 //
-//	0 s  pass 1: a preserved (1 s), g vanishes; 1 s pass 2 lists both again ...
+//	0 s  pass 1: a preserved (1 s), g vanishes; 1 s pass 2 lists g again: gone ...
 func TestVanishedSandboxListedAgainStaysGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := &draintest.Sandbox{Name: "a", Latency: time.Second}
 		g := &draintest.Sandbox{Name: "g", Latency: time.Second, Faults: []draintest.Fault{draintest.Vanish}}
 		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
-			return []pause.Sandbox{a, g}, nil
+			var out []pause.Sandbox
+			for _, sb := range []*draintest.Sandbox{a, g} {
+				if !sb.Preserved() {
+					out = append(out, sb)
+				}
+			}
+			return out, nil
 		}), pause.Config{})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
