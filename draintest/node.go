@@ -39,8 +39,12 @@ func NewNode() *Node { return &Node{} }
 // Add puts sandboxes on the node and returns them. One that Remove took
 // off this node is put back (listed once, as before); a new one whose ID a
 // removed one had is a sandbox of its own, listed: Remove took the
-// sandboxes then on the node, not their ID. A nil sandbox panics, naming
-// its index, before any is added.
+// sandboxes then on the node, not their ID. A new one whose ID a sandbox
+// preserved on the node has stands for that sandbox resumed: the Preserver
+// preserves it again under the same Report entry (Relisted), not as a
+// sandbox of its own, so AddN with a prefix in use resumes, it does not
+// create; two not preserved with one ID are a listing's flaw the Report
+// names. A nil sandbox panics, naming its index, before any is added.
 func (n *Node) Add(sbs ...*Sandbox) []*Sandbox {
 	for i, s := range sbs {
 		if s == nil {
