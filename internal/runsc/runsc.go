@@ -18,7 +18,8 @@ import (
 // ErrStatusLost is wrapped, with syscall.ECHILD, by the errors of commands whose exit
 // status another reaper collected first (a PID-1 reaper, tini, a subreaper reaping every
 // child): the command ran, but whether it succeeded is unknown. [Runtime.State] still
-// answers when the command's output is a complete state.
+// answers when the command's output is a complete state, and [Runtime.Checkpoint],
+// [Runtime.Run] and [Runtime.Restore] judge theirs by what runsc left.
 var ErrStatusLost = errors.New("runsc: exit status collected by another reaper")
 
 // ErrNotExist is wrapped by the errors of [Runtime.State], [Runtime.Kill],
@@ -85,14 +86,18 @@ func (r *Runtime) GlobalFlags() []string {
 
 // Run creates and starts container id from bundle b and returns once runsc has detached
 // (runsc run -detach). The container's stdout and stderr, and runsc's own messages, are
-// appended to the file logPath; on failure the error carries the log's new lines.
+// appended to the file logPath; on failure the error carries the log's new lines. A run
+// whose exit status another reaper collected is judged by what runsc left: the container
+// running is a run made (nil); anything else is ErrStatusLost, with the log's new lines.
 func (r *Runtime) Run(ctx context.Context, id string, b Bundle, logPath string) error {
 	return r.detached(ctx, id, logPath, "run", "-detach", "--bundle="+b.Dir, id)
 }
 
 // Restore creates container id from bundle b and the checkpoint in imageDir and starts it
 // detached (runsc restore -detach). An ID is free again once its previous container was
-// deleted. Output goes to logPath as for [Runtime.Run].
+// deleted. Output goes to logPath as for [Runtime.Run], and a restore whose exit status
+// another reaper collected is judged as a run is: the container running is a restore
+// made.
 func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, logPath string) error {
 	return r.detached(ctx, id, logPath, "restore", "-detach", "--bundle="+b.Dir, "--image-path="+imageDir, id)
 }
@@ -324,9 +329,25 @@ func (r *Runtime) detached(ctx context.Context, id, logPath string, args ...stri
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Run(); err != nil {
-		return commandError(ctx, args, err, readFrom(logPath, start, 2048))
+		err = commandError(ctx, args, err, readFrom(logPath, start, 2048))
+		if errors.Is(err, ErrStatusLost) && r.runs(ctx, id) {
+			return nil // it ran, and left the container running: made
+		}
+		return err
 	}
 	return nil
+}
+
+// runs reports whether container id runs, by runsc's state and, for its PID, the
+// kernel's: what a run or restore whose exit status another reaper collected left when
+// it succeeded. Its message cannot say, in a log the container's output shares, and a
+// failed one leaves no container (runsc destroys what it began) or one not running.
+// Taken for a failure, a restore that had succeeded was a sandbox its caller said was
+// paused while it ran: a retry force-deleted it and restored the old image again, and a
+// drain checkpointed none of it (row 1070).
+func (r *Runtime) runs(ctx context.Context, id string) bool {
+	st, err := r.State(ctx, id)
+	return err == nil && st.Status == "running" && !(st.Pid > 0 && zombie(st.Pid))
 }
 
 // commandError turns a failed run into an error naming the command, wrapping ctx.Err()

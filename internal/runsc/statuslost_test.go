@@ -36,6 +36,8 @@ type autoReapResult struct {
 
 // autoReapMain runs what args say with SIGCHLD ignored, and reports each call:
 // "checkpoint ROOT ID IMAGE" checkpoints container ID into IMAGE with the runsc on PATH;
+// "run ROOT ID BUNDLE LOG" runs container ID from BUNDLE, and "restore ROOT ID BUNDLE
+// IMAGE LOG" restores it from IMAGE, its output to LOG;
 // "signal ROOT ID MODE..." sends SIGTERM, then SIGKILL, to container ID through Target,
 // with this binary as runsc in each fakeRunsc MODE in turn.
 func autoReapMain(args []string) int {
@@ -46,6 +48,10 @@ func autoReapMain(args []string) int {
 	switch {
 	case args[0] == "checkpoint" && len(args) == 4:
 		errs = append(errs, (&Runtime{Root: args[1]}).Checkpoint(ctx, args[2], args[3]))
+	case args[0] == "run" && len(args) == 5:
+		errs = append(errs, (&Runtime{Root: args[1]}).Run(ctx, args[2], Bundle{Dir: args[3]}, args[4]))
+	case args[0] == "restore" && len(args) == 6:
+		errs = append(errs, (&Runtime{Root: args[1]}).Restore(ctx, args[2], Bundle{Dir: args[3]}, args[4], args[5]))
 	case args[0] == "signal" && len(args) > 3:
 		tg := (&Runtime{Root: args[1], Binary: os.Args[0]}).Target(args[2])
 		for _, mode := range args[3:] {
@@ -56,7 +62,7 @@ func autoReapMain(args []string) int {
 			errs = append(errs, tg.Signal(ctx, syscall.SIGTERM), tg.Signal(ctx, syscall.SIGKILL))
 		}
 	default:
-		fmt.Fprintf(os.Stderr, "%s: want checkpoint ROOT ID IMAGE or signal ROOT ID MODE...; got %q\n", autoReapEnv, args)
+		fmt.Fprintf(os.Stderr, "%s: want checkpoint ROOT ID IMAGE, run ROOT ID BUNDLE LOG, restore ROOT ID BUNDLE IMAGE LOG or signal ROOT ID MODE...; got %q\n", autoReapEnv, args)
 		return 2
 	}
 	enc := json.NewEncoder(os.Stdout)
@@ -266,4 +272,50 @@ func TestKillWhoseStatusIsLostIsGoneOnlyWhereRunscSentNoSignal(t *testing.T) {
 			assert.Equal(t, !m.gone, r.Lost, "%s, %s: lost: %s", m.mode, sig, r.Err)
 		}
 	}
+}
+
+// Fault (row 1070): a run or restore whose exit status another reaper collected was
+// ErrStatusLost whatever it did, as a checkpoint's was before row 380's review. `runsc run
+// -detach` and `runsc restore -detach` that succeeded leave the container running, and a
+// caller that takes their error for a failure says "paused" of a sandbox that runs: the
+// examples' Node kept the sandbox paused with its record, a retried restore force-deleted
+// the running one and restored it again from the old image (what it did since, lost), and
+// a drain checkpointed none of it. A run or restore is now judged by what runsc left: the
+// container running is the command's success; anything else stays ErrStatusLost, with
+// runsc's message when it wrote one.
+func TestRunAndRestoreWhoseStatusIsLostAreJudgedByWhatRunscLeft(t *testing.T) {
+	rt := realRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	b, err := WriteBundle(filepath.Join(dir, "lost"), CounterArgs())
+	require.NoError(t, err)
+	logPath := filepath.Join(dir, "lost.log")
+
+	res := autoReap(t, "run", rt.Root, "lost", b.Dir, logPath)
+	require.Len(t, res, 1)
+	require.Empty(t, res[0].Err, "before: ErrStatusLost for a container that runs")
+	saved := waitCounter(t, b, 2)
+	img := filepath.Join(dir, "lost-img")
+	require.NoError(t, rt.Checkpoint(ctx, "lost", img))
+	require.NoError(t, rt.Delete(ctx, "lost", false))
+
+	res = autoReap(t, "restore", rt.Root, "lost", b.Dir, img, logPath)
+	require.Len(t, res, 1)
+	require.Empty(t, res[0].Err, "before: ErrStatusLost for a restore that runs")
+	st, err := rt.State(ctx, "lost")
+	require.NoError(t, err)
+	assert.Equal(t, "running", st.Status)
+	waitCounter(t, b, saved+1)
+	counts, err := b.Counts()
+	require.NoError(t, err)
+	assert.True(t, ConsecutiveFromOne(counts), "restored from the image, the counter goes on: %v", counts)
+
+	// A restore that fails leaves no container: still ErrStatusLost, runsc's words kept.
+	require.NoError(t, rt.Delete(ctx, "lost", true))
+	require.NoError(t, os.Truncate(filepath.Join(img, "checkpoint.img"), 0))
+	res = autoReap(t, "restore", rt.Root, "lost", b.Dir, img, logPath)
+	require.Len(t, res, 1)
+	assert.True(t, res[0].Lost, "%+v", res[0])
+	assert.Contains(t, res[0].Err, "file cannot be empty", "runsc's message kept")
 }
