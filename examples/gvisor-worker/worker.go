@@ -1083,11 +1083,21 @@ func (w *Worker) Checkpoint(ctx context.Context, req *IDRequest) (*SandboxReply,
 // Restore implements the Restore RPC. Its context keeps a restore from starting, never
 // cuts one short (sandbox.Node.Resume: killing `runsc restore` once gVisor's sandbox
 // process had started left that process running with no container in runsc's state).
+//
+// A restore that fails in the runtime (runsc cannot restore the image: damaged, made by
+// another runsc, or runsc failing) leaves the sandbox paused, its checkpoint and record
+// kept for a retry or a person; it is logged at ERROR with runsc's words, for the
+// worker's log said nothing of it: a drain's Report counted the sandbox preserved, and
+// only the client was told it never came back (row 1071).
 func (w *Worker) Restore(ctx context.Context, req *IDRequest) (*SandboxReply, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
 	info, err := w.node.Resume(ctx, req.ID)
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrConflict) {
+		w.logger.Error("restore failed: the sandbox stays paused, its checkpoint kept; a Restore may be retried",
+			"id", req.ID, "error", err)
+	}
 	return reply(info, err)
 }
 
