@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"syscall"
@@ -356,15 +357,83 @@ func (h held) Size() int64 {
 // panics (pause recovers it, an error in the Report) ends as one that failed: left marked
 // in flight, its sandbox was never signalled, the escalate step waiting to its deadline for
 // an end that had passed (row 780).
+//
+// A started checkpoint is never cut (sandbox.Runsc.Pause: gVisor finishes the save
+// whatever happens to its client), so Preserve returns at ctx's end, the Preserver's hard
+// deadline, with the checkpoint still running, and leaves it to run on in a goroutine,
+// marked in flight until it ends (stops). Its error says so and wraps ctx's, so that the
+// Report has a checkpoint that was slow, not one that ignored its context: the Preserver
+// abandoned it, and the drain called it "a hang, not a slow preserve", to be bounded with
+// Config.Pause.SandboxTimeout, which only gives up sooner on what cannot be cut. How long
+// it had run then, when longer than the estimate, is a time a checkpoint takes at least,
+// observed by the Preserver's Estimator, which learned nothing from it: on a node where
+// checkpoints outlast the phase, every shutdown planned with the estimate the last one
+// had and lost the same sandboxes (row 1072).
 func (h held) Preserve(ctx context.Context) error {
 	if !h.w.stops.checkpoint(h.ID()) {
 		return backoff.Permanent(errSignalled) // the Report names the sandbox
 	}
-	failed := true // unless Preserve returns nil
-	defer func() { h.w.stops.checkpointed(h.ID(), failed) }()
-	err := h.Sandbox.Preserve(ctx)
-	failed = err != nil
-	return err
+	start := time.Now()
+	ended := make(chan checkpointEnd, 1)
+	go func() {
+		end := checkpointEnd{err: errors.New("checkpoint: did not return")}
+		defer func() {
+			if v := recover(); v != nil {
+				end = checkpointEnd{err: fmt.Errorf("checkpoint panicked: %v", v), panicked: v, stack: debug.Stack()}
+			}
+			h.w.stops.checkpointed(h.ID(), end.err != nil)
+			ended <- end
+		}()
+		end.err = h.Sandbox.Preserve(ctx)
+	}()
+	select {
+	case end := <-ended:
+		return end.result()
+	case <-ctx.Done():
+	}
+	select {
+	case end := <-ended: // it ended as ctx did
+		return end.result()
+	default:
+	}
+	ran := time.Since(start)
+	if ran > h.w.est.Estimate() {
+		// It takes at least ran, longer than the estimate: the Estimator's only word of
+		// it. A shorter run (begun late, or a budget that moved SIGKILL earlier cut it)
+		// says nothing of how long one takes, and would pull the estimate down.
+		h.w.est.Observe(ran)
+	}
+	go func() {
+		end := <-ended
+		attrs := []any{"id", h.ID(), "after", time.Since(start).Round(time.Millisecond)}
+		switch {
+		case end.panicked != nil:
+			h.w.logger.Error("checkpoint the drain no longer waited for panicked", append(attrs, "error", end.err, "stack", string(end.stack))...)
+		case end.err != nil:
+			h.w.logger.Warn("checkpoint the drain no longer waited for failed", append(attrs, "error", end.err)...)
+		default:
+			h.w.logger.Info("checkpoint the drain no longer waited for ended: the sandbox is paused and recorded", attrs...)
+		}
+	}()
+	return fmt.Errorf("%w after %v: its checkpoint still runs (a started checkpoint is never cut), not waited for",
+		context.Cause(ctx), ran.Round(time.Millisecond))
+}
+
+// checkpointEnd is how the checkpoint of a held sandbox ended: err, and the value and
+// stack of a panic.
+type checkpointEnd struct {
+	err      error
+	panicked any
+	stack    []byte
+}
+
+// result is Preserve's return for a checkpoint that ended while Preserve waited: err, or
+// the panic again, for pause to recover and report.
+func (e checkpointEnd) result() error {
+	if e.panicked != nil {
+		panic(fmt.Sprintf("%v\n\ncheckpoint goroutine's stack:\n%s", e.panicked, e.stack))
+	}
+	return e.err
 }
 
 // running is the Preserver's Lister: the node's running sandboxes, held.
