@@ -25,11 +25,7 @@ import (
 func TestRestoreWhoseClientIsGoneLeavesNoSandboxBehind(t *testing.T) {
 	w, c, stop := serveWorker(t, runscConfig(t))
 	rs := w.rt.(*sandbox.Runsc)
-	r, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	waitCount(t, rs.Bundle(r.ID), 2)
-	_, err = c.Checkpoint(context.Background(), r.ID)
-	require.NoError(t, err)
+	r := runCheckpointed(t, c, rs)
 	bundle := rs.Bundle(r.ID).Dir
 	require.Eventually(t, func() bool { return len(runsc.SandboxProcesses(bundle)) == 0 }, time.Minute, 10*time.Millisecond,
 		"the checkpointed sandbox's processes exit")
@@ -61,7 +57,7 @@ func TestRestoreWhoseClientIsGoneLeavesNoSandboxBehind(t *testing.T) {
 			}
 		}
 	}()
-	_, err = c.Restore(cctx, r.ID)
+	_, err := c.Restore(cctx, r.ID)
 	<-restoring
 	if err == nil {
 		t.Skip("the restore ended before its client gave up: nothing to check this run")

@@ -30,11 +30,7 @@ func TestRestoreThatRunscCannotDoIsLoggedAndKept(t *testing.T) {
 	var logs logbuf.Buffer
 	w, c, _ := serveWorkerWith(t, cfg, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	rs := w.rt.(*sandbox.Runsc)
-	r, err := c.Run(context.Background(), &RunRequest{})
-	require.NoError(t, err)
-	waitCount(t, rs.Bundle(r.ID), 2)
-	_, err = c.Checkpoint(context.Background(), r.ID)
-	require.NoError(t, err)
+	r := runCheckpointed(t, c, rs)
 	img := rs.Image(r.ID)
 	whole := filepath.Join(t.TempDir(), "whole")
 	require.NoError(t, exec.Command("cp", "-a", img, whole).Run())
@@ -64,4 +60,16 @@ func TestRestoreThatRunscCannotDoIsLoggedAndKept(t *testing.T) {
 	counts, err := rs.Bundle(r.ID).Counts()
 	require.NoError(t, err)
 	assert.True(t, runsc.ConsecutiveFromOne(counts), "the counter went on where it was: %v", counts)
+}
+
+// runCheckpointed runs a counter sandbox through c on the worker whose runtime is rs, and
+// checkpoints it once it has counted past 2.
+func runCheckpointed(t *testing.T, c *Client, rs *sandbox.Runsc) *SandboxReply {
+	t.Helper()
+	r, err := c.Run(context.Background(), &RunRequest{})
+	require.NoError(t, err)
+	waitCount(t, rs.Bundle(r.ID), 2)
+	_, err = c.Checkpoint(context.Background(), r.ID)
+	require.NoError(t, err)
+	return r
 }
