@@ -30,7 +30,8 @@ func main() {
 
 // Main runs the supervisor with the command-line args (without the program
 // name) and returns the exit status: the server's, 2 for bad usage, 1 when
-// the supervisor could not start.
+// the supervisor could not start. When it could not start (bad usage
+// included) the termination message says why.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	sigs := catchSignals(slog.New(slog.NewTextHandler(stderr, nil))) // first: a SIGTERM from now on is the drain's
 	defer sigs.Close()
@@ -38,28 +39,17 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	var sup *supervisor
+	if err == nil {
+		err = checkOutputs(cfg)
+	}
+	if err == nil {
+		sup, err = newSupervisor(cfg, stderr)
+	}
 	if err != nil {
-		fmt.Fprintln(stderr, "supervisor:", err)
-		return 2
-	}
-	if cfg.report != "" {
-		if fi, err := os.Stat(cfg.report); strings.HasSuffix(cfg.report, "/") || (err == nil && fi.IsDir()) {
-			fmt.Fprintf(stderr, "supervisor: -report %s is a directory: name a file (the Report is written to a file of its own)\n", cfg.report)
-			return 2
-		}
-		if err := writableDir(filepath.Dir(cfg.report)); err != nil {
-			fmt.Fprintf(stderr, "supervisor: -report %s: %v\n", cfg.report, err)
-			return 2
-		}
-	}
-	if cfg.stateDir != "" {
-		if err := writableDir(cfg.stateDir); err != nil {
-			fmt.Fprintf(stderr, "supervisor: -state-dir %s: %v\n", cfg.stateDir, err)
-			return 2
-		}
-	}
-	sup, err := newSupervisor(cfg, stderr)
-	if err != nil {
+		// The pod's last state says why: a mistyped flag in the manifest, or a
+		// SUPERVISOR_HOOK_SECRET its Secret no longer gives, was a crash loop whose
+		// reason was in the log alone (docs/faults.md row 1019).
 		fmt.Fprintln(stderr, "supervisor:", err)
 		writeStartFailed(cfg.termLog, err, stderr)
 		return 2
@@ -67,15 +57,36 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	return sup.run(ctx, sigs)
 }
 
-// writeStartFailed writes the termination message of a supervisor that
-// could not start with err, so no drain ran (termmsg.StartFailed: "drainkit:
-// no drain ran" and "supervisor: could not start: ..." on one line), to
-// -termination-log or its default, as sandboxd and gvisor-worker do: the
-// pod's last state then says why the container exited, where it said exit
-// code 1 (or 2) and nothing else, the kubelet's default
-// terminationMessagePolicy not falling back to the log (docs/faults.md row
-// 963). A failure to write it goes to stderr. A command line that does not
-// parse writes none: there is no -termination-log to trust.
+// checkOutputs checks, at start, that the files the supervisor writes at exit can be
+// written: a Report that cannot be is a fault found before the drain, not after it.
+func checkOutputs(cfg config) error {
+	if cfg.report != "" {
+		if fi, err := os.Stat(cfg.report); strings.HasSuffix(cfg.report, "/") || (err == nil && fi.IsDir()) {
+			return fmt.Errorf("-report %s is a directory: name a file (the Report is written to a file of its own)", cfg.report)
+		}
+		if err := writableDir(filepath.Dir(cfg.report)); err != nil {
+			return fmt.Errorf("-report %s: %w", cfg.report, err)
+		}
+	}
+	if cfg.stateDir != "" {
+		if err := writableDir(cfg.stateDir); err != nil {
+			return fmt.Errorf("-state-dir %s: %w", cfg.stateDir, err)
+		}
+	}
+	return nil
+}
+
+// writeStartFailed says why the supervisor could not start with err, so no
+// drain ran, in the termination message (termmsg.StartFailed:
+// "drainkit: no drain ran" and "supervisor: could not start: ..." on one
+// line), at -termination-log or its default, as sandboxd and gvisor-worker
+// do: the pod's last state then says why the container exited, where it
+// said exit code 1 (or 2) and nothing else, the kubelet's default
+// terminationMessagePolicy not falling back to the log (docs/faults.md rows
+// 963, 1019). A command line that does not parse gives the -termination-log
+// given before the flag it refused (the flag package stops there), else
+// the environment's or the default path. A failure to write it goes to
+// stderr.
 func writeStartFailed(termLog string, err error, stderr io.Writer) {
 	path, explicit := termmsg.Path(termLog)
 	if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("supervisor", err)); werr != nil {
@@ -140,7 +151,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	c.server = fs.Args()
 	if len(args) > 0 && len(c.server) > 0 && !dashDashBefore(args, c.server) {
-		return c, fmt.Errorf("the server command must follow \"--\": %s", usage)
+		return c, fmt.Errorf("the server command must follow \"--\": %s", strings.TrimSpace(usage))
 	}
 	switch {
 	case len(c.server) == 0:

@@ -3,14 +3,19 @@
 package main
 
 import (
+	"bytes"
 	"net"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/termmsg"
 )
 
 // Fault: a supervisor that could not start (a server command that does not
@@ -52,6 +57,56 @@ func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 			for _, why := range tc.why {
 				assert.Contains(t, lines[1], why)
 			}
+		})
+	}
+}
+
+// Fault: a supervisor whose flags it refused (parseArgs: a flag the manifest mistyped, a
+// -hook-listen on the pod's address whose SUPERVISOR_HOOK_SECRET the Secret no longer
+// gives) or whose outputs it cannot write (-report a directory, -state-dir missing)
+// exited 2 and wrote no termination message, where a start that fails writes one (row
+// 963): a DaemonSet's crash loop whose pods' last state said exit code 2 and nothing
+// else. It now says that no drain ran and why, at the -termination-log given before the
+// flag refused, else DRAINKIT_TERMINATION_LOG's. Before: no file in any case; after:
+// the two lines, exit 2 still.
+func TestRefusedFlagsSayWhyInTheTerminationMessage(t *testing.T) {
+	t.Setenv(EnvHookSecret, "")
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name string
+		args []string
+		env  bool // the path from DRAINKIT_TERMINATION_LOG: an unknown flag ends the parse before -termination-log
+		why  string
+	}{
+		{"a hook on the pod's address with no secret", []string{"-hook-listen", "[fd00::5]:8082"}, false,
+			"-hook-listen [fd00::5]:8082 is not a loopback address: set " + EnvHookSecret + ", the secret the preStop hook sends in X-Drain-Secret"},
+		{"an unknown flag", []string{"-grace-period", "30"}, true, "flag provided but not defined: -grace-period"},
+		{"no -- before the server", []string{"-grace", "30s", "true"}, false,
+			`the server command must follow "--": usage: supervisor [flags] -- SERVER_COMMAND [ARGS...]`},
+		{"a -report that is a directory", []string{"-report", dir}, false,
+			"-report " + dir + " is a directory: name a file (the Report is written to a file of its own)"},
+		{"a missing -state-dir", []string{"-state-dir", dir + "/missing"}, false, "-state-dir " + dir + "/missing: open " + dir + "/missing/"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			termLog := filepath.Join(t.TempDir(), "termination-log")
+			var args []string
+			if c.env {
+				t.Setenv(termmsg.EnvPath, termLog)
+			} else {
+				args = []string{"-termination-log", termLog}
+			}
+			args = append(args, c.args...)
+			if !slices.Contains(args, "true") {
+				args = append(args, "--", "true")
+			}
+			var stderr bytes.Buffer
+			require.Equal(t, 2, Main(t.Context(), args, &stderr), "%s", &stderr)
+			msg, err := os.ReadFile(termLog)
+			require.NoError(t, err, "the termination message is written: %s", &stderr)
+			lines := strings.Split(strings.TrimSuffix(string(msg), "\n"), "\n")
+			require.Len(t, lines, 2, "%s", msg)
+			assert.Equal(t, "drainkit: no drain ran", lines[0])
+			assert.True(t, strings.HasPrefix(lines[1], "supervisor: could not start: "+c.why), lines[1])
 		})
 	}
 }
