@@ -66,6 +66,9 @@ func Summary(rep *drain.Report, extra ...string) string {
 			if pr.Incomplete {
 				counts = append(counts, "INCOMPLETE: no listing was complete: "+pr.ListErr)
 			}
+			if len(counts) == 0 { // no sandbox listed: the line said "sandboxes: 0: " and stopped
+				counts = append(counts, "none listed")
+			}
 			head = append(head, fmt.Sprintf("sandboxes: %d: %s", len(pr.Entries), strings.Join(counts, ", ")))
 		} else if noAccount(rep) != "" {
 			p := rep.Phase(drain.PhasePreserve)
@@ -154,6 +157,8 @@ func verdict(rep *drain.Report) string {
 			parts = append(parts, "sandboxes UNKNOWN (no listing succeeded)")
 		case lost > 0:
 			parts = append(parts, fmt.Sprintf("%d of %d sandboxes LOST", lost, len(pr.Entries)))
+		case len(pr.Entries) == 0:
+			parts = append(parts, "no sandboxes listed") // not "all 0 sandboxes preserved"
 		case preserveFault(rep):
 			// The phase failed with none of what it listed lost: something it
 			// never listed (a create in flight at its deadline) is.

@@ -252,3 +252,20 @@ func TestStartFailedSaysNoDrainRanAndWhyOnOneLine(t *testing.T) {
 	assert.Len(t, long, termmsg.MaxBytes)
 	assert.True(t, strings.HasPrefix(long, "drainkit: no drain ran\ngvisor-worker: could not start: xxx"))
 }
+
+// Fault: a drain whose Preserver listed no sandbox (a node with none running, the
+// common case of a drain) left the line "sandboxes: 0: ", nothing after its colon, and
+// the verdict "all 0 sandboxes preserved". Both now say none was listed; an incomplete
+// listing still says so.
+func TestSummaryOfADrainWithNoSandboxesSaysNoneWasListed(t *testing.T) {
+	lines := strings.Split(termmsg.Summary(report(0, 0)), "\n")
+	assert.Equal(t, "drainkit: no sandboxes listed; exited 30.000s before SIGKILL", lines[0])
+	assert.Equal(t, "sandboxes: 0: none listed", lines[3])
+
+	rep := report(0, 0)
+	rep.Preserve.Incomplete, rep.Preserve.ListErr = true, "page 2: 503 Service Unavailable"
+	rep.Phases[1].Result, rep.Phases[1].Error = drain.Failed, rep.Preserve.Err().Error() // as drain reports it
+	lines = strings.Split(termmsg.Summary(rep), "\n")
+	assert.Equal(t, "drainkit: no sandboxes listed; phase preserve FAILED; exited 30.000s before SIGKILL", lines[0])
+	assert.Contains(t, lines, "sandboxes: 0: INCOMPLETE: no listing was complete: page 2: 503 Service Unavailable")
+}
