@@ -1,8 +1,10 @@
 package termmsg
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -79,6 +81,9 @@ func Summary(rep *drain.Report, extra ...string) string {
 			why, _, _ := strings.Cut(p.Error, "\n") // a panic's stack is in the full Report
 			head = append(head, fmt.Sprintf("sandboxes: %s: the preserve phase %s: %s", n, p.Result, why))
 		}
+		if line := refusedLine(rep); line != "" {
+			head = append(head, line)
+		}
 	}
 	head = append(head, extra...)
 	out := strings.Join(head, "\n") + "\n"
@@ -112,6 +117,55 @@ func Summary(rep *drain.Report, extra ...string) string {
 		used += len(id) + 1
 	}
 	return out + prefix + strings.Join(ids, " ") + "\n"
+}
+
+// refusedLine says how much work the gate refused during the drain, from the gate
+// phase's Detail (drain's account of the refusals, see drain.PhaseReport.Detail): "gate
+// refused 3 (first during drain, last during probe): grpc create 1, http create 1, http
+// stream 1", by way in and class, as many whole kinds as fit in maxWhy bytes and then
+// how many more; "" when it refused none or the Detail has no count. Refusals are the
+// gate's plan, not a fault: the verdict does not name them. The Detail is read through its JSON, the form the Report file gives it too, so
+// that a drain type need not be exported for it.
+func refusedLine(rep *drain.Report) string {
+	p := rep.Phase(drain.PhaseGate)
+	if p == nil || p.Detail == nil {
+		return ""
+	}
+	var gd struct {
+		Refused    int                       `json:"refused"`
+		By         map[string]map[string]int `json:"by"`
+		FirstPhase string                    `json:"first_phase"`
+		LastPhase  string                    `json:"last_phase"`
+	}
+	b, err := json.Marshal(p.Detail)
+	if err != nil || json.Unmarshal(b, &gd) != nil || gd.Refused <= 0 {
+		return ""
+	}
+	line := fmt.Sprintf("gate refused %d", gd.Refused)
+	if gd.FirstPhase != "" {
+		line += fmt.Sprintf(" (first during %s, last during %s)", gd.FirstPhase, gd.LastPhase)
+	}
+	var kinds []string
+	for _, w := range slices.Sorted(maps.Keys(gd.By)) {
+		for _, c := range slices.Sorted(maps.Keys(gd.By[w])) {
+			kinds = append(kinds, fmt.Sprintf("%s %s %d", w, c, gd.By[w][c]))
+		}
+	}
+	// Whole kinds only, then how many more: a cut inside a count would misstate it.
+	// drain keeps at most 33 kinds a way, so "more" is two digits at most.
+	const more = ", ... and 99 more"
+	for i, k := range kinds {
+		sep := ", "
+		if i == 0 {
+			sep = ": "
+		}
+		if len(line)+len(sep)+len(k) > maxWhy-len(more) {
+			line += fmt.Sprintf("%s... and %d more", sep, len(kinds)-i)
+			break
+		}
+		line += sep + k
+	}
+	return clip(line, maxWhy)
 }
 
 // lostIDs lists the sandboxes not preserved, failures first, each with its

@@ -1,12 +1,15 @@
 package termmsg_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode/utf8"
 
@@ -16,6 +19,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/draintest"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -268,4 +272,70 @@ func TestSummaryOfADrainWithNoSandboxesSaysNoneWasListed(t *testing.T) {
 	lines = strings.Split(termmsg.Summary(rep), "\n")
 	assert.Equal(t, "drainkit: no sandboxes listed; phase preserve FAILED; exited 30.000s before SIGKILL", lines[0])
 	assert.Contains(t, lines, "sandboxes: 0: INCOMPLETE: no listing was complete: page 2: 503 Service Unavailable")
+}
+
+// Fault: the work the gate refused during a drain (row 1015: creates turned away with a
+// 503, streams refused, gRPC calls answered Unavailable) was in the Report's gate phase
+// Detail and the drain's log line, not in the termination message, the one account that
+// outlives the pod's log: its last state said nothing of users refused work. A line now
+// counts them, by way in and class, with the phases of the first and the last. A real
+// drain (draintest's node, a step that asks the closed gate for two creates); the same
+// line from the Report read back from its JSON.
+func TestSummaryCountsTheWorkTheGateRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := draintest.NewNode()
+		node.AddN("sb", 2, time.Second)
+		budget, err := deadline.New(time.Minute, deadline.Config{})
+		require.NoError(t, err)
+		g := &drain.Gate{}
+		refuse := drain.NewStep(deadline.Phase{Name: "late", Reserve: deadline.Fixed(time.Second)}, func(context.Context) (any, error) {
+			for range 2 {
+				if _, err := g.Enter(drain.Create); err == nil {
+					return nil, errors.New("a create admitted in a step")
+				}
+			}
+			return nil, nil
+		})
+		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node, Gate: g, Steps: []drain.Step{refuse}})
+		require.NoError(t, err)
+		done := make(chan *drain.Report)
+		go func() { done <- d.Shutdown(context.Background()) }()
+		synctest.Wait() // the preserve phase runs: the gate is closed
+		_, err = g.Enter(drain.Fork)
+		require.ErrorIs(t, err, drain.ErrDraining)
+		rep := <-done
+		require.NoError(t, rep.Err())
+
+		const want = "gate refused 3 (first during preserve, last during late): enter create 2, enter fork 1"
+		assert.Contains(t, strings.Split(termmsg.Summary(rep), "\n"), want)
+		b, err := json.Marshal(rep)
+		require.NoError(t, err)
+		var back drain.Report
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Contains(t, strings.Split(termmsg.Summary(&back), "\n"), want, "the Report read back from its file")
+		assert.NotContains(t, strings.Split(termmsg.Summary(&back), "\n")[0], "refused", "the plan, not a fault: the verdict leaves it out")
+	})
+}
+
+// A drain that refused nothing has no such line; one that refused many kinds names whole
+// kinds only, as many as fit, then how many more, never a count cut short.
+func TestSummaryOfRefusalsIsOneBoundedLine(t *testing.T) {
+	rep := report(3, 0)
+	rep.Phases = append(rep.Phases, drain.PhaseReport{Name: "gate", Result: drain.OK, Detail: map[string]any{"refused": 0}})
+	assert.NotContains(t, termmsg.Summary(rep), "gate refused")
+
+	by := map[string]int{}
+	for i := range 33 {
+		by[fmt.Sprintf("create-%02d", i)] = 1000 + i
+	}
+	rep.Phases[2].Detail = map[string]any{"refused": 34000, "by": map[string]any{"http": by}, "first_phase": "drain", "last_phase": "preserve"}
+	var line string
+	for _, l := range strings.Split(termmsg.Summary(rep), "\n") {
+		if strings.HasPrefix(l, "gate refused ") {
+			line = l
+		}
+	}
+	assert.LessOrEqual(t, len(line), 300)
+	assert.True(t, strings.HasPrefix(line, "gate refused 34000 (first during drain, last during preserve): http create-00 1000, http create-01 1001, "), line)
+	assert.True(t, strings.HasSuffix(line, ", http create-09 1009, ... and 23 more"), "10 whole kinds, then the 23 left: %s", line)
 }
