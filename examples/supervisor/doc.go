@@ -173,7 +173,8 @@
 // ERROR), since its own exit would SIGKILL the daemon with the device
 // live; the pod's SIGKILL ends that wait. A supervisor that could not start
 // (a child's command not found, a listener held, a -grace the plan does not
-// fit in) writes the termination message "drainkit: no drain ran" and why.
+// fit in, a flag it refuses, a -report or -state-dir it cannot write) writes
+// the termination message "drainkit: no drain ran" and why.
 // A -daemon child that exits on its own before its teardown (crashed,
 // killed, forked into the background) is said at ERROR, turns /readyz 503,
 // and is in the Report's note and an exit status of 1 at least; the server
