@@ -67,6 +67,17 @@ type Config struct {
 	// last resort's part is kept even when it does not run (it is then the
 	// daemon's stop's), so the holder wait ends at the same point on every
 	// kernel. It must be >= 0.
+	//
+	// It is taken once, at New, and Stop cannot tell a window shorter than
+	// it because time ran short (a Force, which leaves the step its
+	// reserve; a budget short for the reserves), where the stages need all
+	// of it, from one where the plan reserved less: a step whose reserve in
+	// the drain plan follows the grace in use (Budget.GraceInUse, a tenth of
+	// it: 3 s after kubectl delete --grace-period=30 of a pod whose
+	// manifest says an hour) must give Stop the same value, building the
+	// Teardown when the step runs, or its stages keep the hour's 30 s in a
+	// window of a few seconds and the holder wait gets none: the last
+	// resort at once (docs/faults.md row 1055).
 	Reserve time.Duration
 
 	// HolderWait bounds how long the step waits for processes to close the
