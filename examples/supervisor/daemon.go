@@ -10,6 +10,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/ublkhook"
+	"github.com/drainkit/drainkit/internal/ublkstep"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -34,10 +35,15 @@ const EnvProcfsRoot = "SUPERVISOR_PROCFS_ROOT"
 // it asks over the daemon's socket and sees the exit through a pidfd (see
 // ownedDaemon). Either way it kills the daemon only when the kernel rule
 // allows.
-func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
+//
+// Its reserve is the grace in use's (liveStepReserve), in the plan and in
+// the stages the teardown lays out inside the step (ublkstep): built from
+// -grace's, the teardown kept an hour's 30 s for its stages in the few
+// seconds a 30 s deletion's plan gave the step, and gave up on the holders
+// at once.
+func (s *supervisor) newTeardown() (*ublkstep.Teardown, error) {
 	cfg := ublk.Config{
 		Kernels:       s.cfg.kernels,
-		Reserve:       stepReserve(s.cfg.grace),
 		Logger:        s.log,
 		MeterProvider: s.meters,
 	}
@@ -45,7 +51,7 @@ func (s *supervisor) newTeardown() (*ublk.Teardown, error) {
 		cfg.NoControl = true
 		ublkhook.Set(&cfg, ublkhook.Hooks{SysfsRoot: root, ProcfsRoot: os.Getenv(EnvProcfsRoot)})
 	}
-	return ublk.New(s.teardownDaemon(), cfg)
+	return ublkstep.New(s.teardownDaemon(), cfg, s.liveStepReserve())
 }
 
 // teardownDaemon is the daemon as the daemon step sees it: the -daemon
@@ -76,10 +82,10 @@ func (s *supervisor) teardownDaemon() ublk.Daemon {
 // Tighten: the teardown was only cancelled there, and ran neither.
 type daemonStep struct {
 	drain.Step
-	td *ublk.Teardown
+	td *ublkstep.Teardown
 }
 
-// Tighten is the teardown's (ublk.Teardown.Tighten).
+// Tighten is the teardown's (ublk.Teardown.Tighten of its Stop in progress).
 func (d daemonStep) Tighten(dl time.Time) bool { return d.td.Tighten(dl) }
 
 // stopDaemon is the daemon step: the ublk teardown, then the daemon's exit

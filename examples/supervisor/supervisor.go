@@ -36,6 +36,7 @@ import (
 	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/signame"
 	"github.com/drainkit/drainkit/internal/termmsg"
+	"github.com/drainkit/drainkit/internal/ublkstep"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
@@ -105,12 +106,12 @@ type supervisor struct {
 	sweepList pause.Lister // what the final sweep lists: src's running ones, or notPaused's (settle.go)
 	drainer   *drain.Drainer
 	preserver *limited
-	learned   *learned.Start // from what the last drain learned (-state-dir); saves this one's
-	pod       *kube.Pod      // this pod in the Kubernetes API (-pod); nil: none
-	kubelet   time.Duration  // drain.Config.KubeletGrace: -kubelet-grace, or zero without the pod (kubeletGrace)
-	steps     []drain.Step   // the teardown steps, in order
-	teardown  *ublk.Teardown // nil without -daemon or -daemon-socket
-	owned     *ownedDaemon   // the server's daemon, with -daemon-socket
+	learned   *learned.Start     // from what the last drain learned (-state-dir); saves this one's
+	pod       *kube.Pod          // this pod in the Kubernetes API (-pod); nil: none
+	kubelet   time.Duration      // drain.Config.KubeletGrace: -kubelet-grace, or zero without the pod (kubeletGrace)
+	steps     []drain.Step       // the teardown steps, in order
+	teardown  *ublkstep.Teardown // nil without -daemon or -daemon-socket
+	owned     *ownedDaemon       // the server's daemon, with -daemon-socket
 	procs     *procTable
 	server    *child
 	daemon    *child
@@ -208,8 +209,8 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		// the server step's time (the server must finish them anyway) but
 		// never the daemon's: it must stop before SIGKILL, and on a
 		// vulnerable kernel must never be killed with live devices.
-		phase := s.teardown.Phase()
-		phase.Name, phase.Reserve = StepDaemon, s.liveStepReserve() // the teardown's own: -grace's
+		phase := s.teardown.Phase() // its reserve the grace in use's (liveStepReserve)
+		phase.Name = StepDaemon
 		steps = append(steps, daemonStep{drain.NewStep(phase, func(ctx context.Context) (any, error) { return s.stopDaemon(ctx) }), s.teardown})
 	}
 	s.steps = steps

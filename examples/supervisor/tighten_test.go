@@ -31,6 +31,7 @@ import (
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/ublkctl"
 	"github.com/drainkit/drainkit/internal/ublkhook"
+	"github.com/drainkit/drainkit/internal/ublkstep"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
@@ -519,9 +520,9 @@ func hungTeardown(t *testing.T, log io.Writer) (*supervisor, *hungDaemon) {
 	require.NoError(t, err)
 	t.Cleanup(sup.learned.Close)
 	d := newHungDaemon(t)
-	sup.teardown, err = ublk.New(d, ublkhook.With(ublk.Config{Reserve: stepReserve(cfg.grace), Logger: sup.log},
+	sup.teardown, err = ublkstep.New(d, ublkhook.With(ublk.Config{Logger: sup.log},
 		ublkhook.Hooks{SysfsRoot: d.tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic", // vulnerable
-			OpenControl: func(context.Context) (ublkctl.Controller, error) { return d, nil }}))
+			OpenControl: func(context.Context) (ublkctl.Controller, error) { return d, nil }}), sup.liveStepReserve())
 	require.NoError(t, err)
 	exited := make(chan struct{})
 	close(exited)
