@@ -33,6 +33,7 @@ import (
 	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/internal/ublkhook"
+	"github.com/drainkit/drainkit/internal/ublkstep"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
@@ -69,7 +70,7 @@ type Server struct {
 	// meters feeds GET /metrics: the OpenTelemetry metrics in Prometheus's format.
 	meters  *sdkmetric.MeterProvider
 	metrics http.Handler
-	ublk    *ublk.Teardown // nil without devices
+	ublk    *ublkstep.Teardown // nil without devices
 	// ublkRep is the ublk step's account of the last drain (Run), nil before one: Close
 	// does not exit while the daemon may serve a device it left live (holdWhileDaemonServes).
 	ublkRep *ublk.Report
@@ -193,7 +194,7 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	// The last resort is on (ublk's default): on a kernel not known fixed, a VMM of this
 	// pod still holding a disk when only the step's reserve is left is killed (the pod's
 	// SIGKILL would end it anyway) so the daemon can stop its devices and exit first.
-	cfg := ublk.Config{NoControl: true, Reserve: s.cfg.UblkReserve(), Logger: s.logger, MeterProvider: s.meters}
+	cfg := ublk.Config{NoControl: true, Logger: s.logger, MeterProvider: s.meters}
 	// The fake devices' sysfs, and an empty procfs for the holders scan: no process can
 	// hold a fake device, and a scan of the machine's /proc, which the step makes before
 	// it asks the daemon to stop, costs what everything else running there costs (0.1 s
@@ -202,7 +203,9 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	hooks := ublkhook.Hooks{SysfsRoot: sysRoot(s.cfg.StateDir), ProcfsRoot: procfs}
 	ublkHook(&hooks)
 	ublkhook.Set(&cfg, hooks)
-	td, err := ublk.New(sock, cfg)
+	// The step's reserve follows the grace in use, in the plan and inside the step, where
+	// the teardown lays its stages out from it: see ublkstep.
+	td, err := ublkstep.New(sock, cfg, func() time.Duration { return ublkReserve(s.budget.GraceInUse()) })
 	if err != nil {
 		return nil, err
 	}
@@ -270,13 +273,14 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 // --grace-period=30 of a sandboxd whose -grace is an hour gives them the reserves of a
 // 30 s sandboxd. Sized from -grace, the ublk step, critical, would keep its 30 s and take
 // all the 25 s the margin leaves, the preserve phase none. steps is what teardownSteps
-// returned: the ublk step (if any), then the HTTP step.
+// returned: the ublk step (if any), whose stages inside its window follow the same reserve
+// (ublkstep), then the HTTP step.
 func (s *Server) sizedByGrace(steps []drain.Step) []drain.Step {
 	out := make([]drain.Step, len(steps))
 	for i, step := range steps {
 		size := httpReserve
 		var starting func()
-		if _, ok := step.(*ublk.Teardown); ok {
+		if _, ok := step.(*ublkstep.Teardown); ok {
 			size = ublkReserve
 			starting = func() { s.daemonAsked.Store(true) } // it asks the daemon to stop
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
@@ -76,4 +77,52 @@ func TestUblkStepIsLaidOutAgainWhenTheBudgetMovesSIGKILLEarlier(t *testing.T) {
 func readEvents(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
+}
+
+// Fault: sandboxd's ublk step had its reserve follow the grace in use in the drain plan
+// (sizedByGrace) while the teardown laid its own stages out from -grace's (UblkReserve,
+// given to ublk.New at start). -grace 10m and a deletion with a 20 s grace: the plan gave
+// the step its 1 s reserve and, with no sandbox, a window of about 17.5 s; inside it the
+// teardown kept 30 s for its stages, more than the window, so the holder wait got
+// nothing, and a disk held by a stacked device that lets go 1 s in was given up on at
+// once (the last resort at 0 s) where the step's 1 s reserve leaves it 16.5 s. The real
+// fake device daemon, a child process, on a kernel not known fixed:
+//
+//	0 s      SIGTERM (-grace 10m); the pod's deletion read: SIGKILL at 20 s. No sandbox:
+//	         the ublk step starts, ublkb0 held by dm-0
+//	before:  the holder wait over at once, the last resort at 0 s, the daemon never asked
+//	         to stop (*HeldError), left to the pod's SIGKILL with its device live
+//	1 s      dm-0 lets go: the daemon is asked to stop, and exits with no device live
+func TestUblkStepWaitsForHoldersWithTheReserveOfTheGraceInUse(t *testing.T) {
+	ublkHook = func(h *ublkhook.Hooks) { h.KernelRelease = "6.8.0-45-generic" } // vulnerable
+	defer func() { ublkHook = func(*ublkhook.Hooks) {} }()
+	cfg := testConfig(t)
+	cfg.Grace = 10 * time.Minute
+	s, err := New(context.Background(), cfg, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	holders := filepath.Join(sysRoot(cfg.StateDir), "block", "ublkb0", "holders")
+	require.NoError(t, os.MkdirAll(holders, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(holders, "dm-0"), nil, 0o644))
+	b := s.Drainer().Budget()
+	b.OnSIGTERM(time.Now())
+	b.Tighten(b.Start().Add(20 * time.Second)) // the deletion's grace, read at SIGTERM
+	let := time.AfterFunc(time.Second, func() { _ = os.Remove(filepath.Join(holders, "dm-0")) })
+	defer let.Stop()
+	rep := s.Drainer().Shutdown(context.Background())
+
+	step := rep.Phase("ublk")
+	require.NotNil(t, step)
+	td, ok := step.Detail.(*ublk.Report)
+	require.True(t, ok, "the teardown's account is the step's Detail: %T", step.Detail)
+	t.Logf("step %s by %v (deadline %v): %s\n%s", step.Result, step.End.Sub(b.Start()), step.Deadline.Sub(b.Start()), step.Error, td.String())
+	assert.Equal(t, drain.OK, step.Result, step.Error)
+	assert.Nil(t, td.LastResort, "no last resort: the holder let go within the holder wait")
+	h := td.Step("holders")
+	require.NotNil(t, h)
+	assert.GreaterOrEqual(t, h.Duration, time.Second, "the holder wait ran until dm-0 let go")
+	assert.True(t, td.Daemon.Exited, td.String())
+	if !assert.False(t, td.Daemon.LeftRunning, td.String()) {
+		s.daemon.Close() // Close would wait for it (holdWhileDaemonServes) until the test's timeout
+	}
 }
