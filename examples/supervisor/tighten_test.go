@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -755,3 +756,65 @@ func (d *hungDaemon) DelDev(_ context.Context, id int) error {
 }
 
 func (d *hungDaemon) Close() error { return nil }
+
+// Fault (row 1055): the daemon step's reserve in the plan followed the grace
+// in use (liveStepReserve), but its ublk teardown was built at start with
+// -grace's and laid its stages out from it: with -grace 1h (30 s) and a
+// 30 s deletion (3 s) every window the step got was shorter than its
+// stages, the holder wait got nothing, and a disk whose holder lets go a
+// second later was given up on at once. The daemon step as drain runs it,
+// its fake device held by dm-0 for 1 s, a 25 s window:
+//
+//	0 s     the pod's deletion read at SIGTERM: the grace in use 30 s
+//	before: the holder wait over at once, "devices still open, daemon
+//	        not asked to stop" (*HeldError): the device live for SIGKILL
+//	1 s     dm-0 lets go: the daemon is asked to stop
+func TestDaemonStepWaitsForHoldersWithTheReserveOfTheGraceInUse(t *testing.T) {
+	tree, err := fakeublk.NewTree(filepath.Join(t.TempDir(), "sys"))
+	require.NoError(t, err)
+	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0})) // no real disk has these numbers
+	holders := filepath.Join(tree.Root, "block", "ublkb0", "holders")
+	require.NoError(t, os.MkdirAll(holders, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(holders, "dm-0"), nil, 0o644))
+	t.Setenv(EnvSysfsRoot, tree.Root)
+	t.Setenv(EnvProcfsRoot, emptyProcfs(tree.Root))
+	cfg, err := parseArgs([]string{"-grace", "1h", "-daemon", "ublkd", "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	t.Cleanup(sup.learned.Close)
+	gone := make(chan struct{})
+	close(gone)
+	// A daemon already reaped: asked to stop, it is seen gone at once, and its device,
+	// which nothing removes, orphaned; what this test looks at is when it is asked.
+	sup.daemon = &child{name: StepDaemon, done: gone}
+	var step drain.Step
+	for _, st := range sup.steps {
+		if st.Phase().Name == StepDaemon {
+			step = st
+		}
+	}
+	require.NotNil(t, step)
+
+	now := time.Now()
+	sup.budget.OnSIGTERM(now)
+	sup.budget.Tighten(now.Add(30 * time.Second)) // the deletion's grace, read at SIGTERM
+	require.Equal(t, 3*time.Second, step.Phase().Reserve(), "the plan's reserve: the grace in use's")
+	let := time.AfterFunc(time.Second, func() { _ = os.Remove(filepath.Join(holders, "dm-0")) })
+	defer let.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	detail, err := step.Run(ctx)
+	rep, ok := detail.(*ublk.Report)
+	require.True(t, ok, "%T", detail)
+	t.Log(rep.String())
+	var held *ublk.HeldError
+	assert.False(t, errors.As(err, &held), "not given up on under its holder: %v", err)
+	assert.Nil(t, rep.LastResort, "no last resort: the holder let go within the holder wait")
+	h := rep.Step("holders")
+	require.NotNil(t, h)
+	assert.GreaterOrEqual(t, h.Duration, time.Second, "the holder wait ran until dm-0 let go")
+	req := rep.Step("request stop")
+	require.NotNil(t, req, "the daemon asked to stop")
+	assert.GreaterOrEqual(t, req.Start.Sub(now), time.Second)
+}
