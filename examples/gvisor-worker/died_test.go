@@ -64,7 +64,7 @@ func TestSandboxKilledBeforeTheDrainIsDeadNotLost(t *testing.T) {
 		if e.ID == dead.ID {
 			assert.Equal(t, pause.Vanished, e.Outcome)
 			assert.Contains(t, e.Error, "died before its checkpoint")
-			assert.Contains(t, e.Error, "exit status unavailable", "what runsc knows of why")
+			assert.Contains(t, e.Error, "runsc does not have its exit status", "what runsc knows of why")
 		}
 	}
 	assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN msg=\"sandbox died before its checkpoint"), "said once: %s", &logs)

@@ -72,7 +72,7 @@ func TestSandboxFoundDeadIsRemovedNotListedRunning(t *testing.T) {
 	assert.FileExists(t, rt.log(dead.ID), "its log stays, for whoever asks why it died")
 	assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN msg=\"sandbox died before its checkpoint"), "%s", &logs)
 	assert.Contains(t, logs.String(), dead.ID)
-	assert.Contains(t, logs.String(), "exit status unavailable", "why, as far as runsc knows")
+	assert.Contains(t, logs.String(), "runsc does not have its exit status", "why, as far as runsc knows")
 }
 
 // diesAtPause is a Fake whose sandboxes are all found dead by Pause, and whose Destroy
@@ -126,4 +126,33 @@ func TestDeadSandboxWhoseRemovalFailsIsListedDiedForADelete(t *testing.T) {
 		synctest.Wait()
 		assert.Empty(t, n.List())
 	})
+}
+
+// Fault (row 1073): a sandbox whose workload exited on its own, status 3, was explained as
+// "its sandbox process is gone, exit status unavailable (killed: the kernel's OOM killer,
+// a person; or crashed)": runsc wait never has the status once gVisor's sandbox process
+// has exited, whatever ended it, so every dead sandbox was called killed. The error now
+// says what runsc knows: the process exited, its status with its reaper, a normal exit
+// as likely as a kill.
+func TestSandboxWhoseWorkloadExitedIsNotExplainedAsKilled(t *testing.T) {
+	_, rt, _ := newRunscNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const id = "exits"
+	require.NoError(t, os.MkdirAll(filepath.Join(rt.Dir, "logs"), 0o700))
+	b, err := runsc.WriteBundle(rt.Bundle(id).Dir, []string{"/bin/sh", "-c", "exit 3"})
+	require.NoError(t, err)
+	require.NoError(t, rt.Runtime.Run(ctx, id, b, rt.log(id)))
+	require.Eventually(t, func() bool {
+		st, err := rt.Runtime.State(ctx, id)
+		return err == nil && st.Status == "stopped"
+	}, 30*time.Second, 20*time.Millisecond, "the workload did not exit")
+
+	_, err = rt.Pause(ctx, id)
+	require.ErrorIs(t, err, ErrDied)
+	require.ErrorIs(t, err, pause.ErrGone)
+	t.Log(err)
+	assert.NotContains(t, err.Error(), "(killed:", "a workload that exited is explained as killed")
+	assert.Contains(t, err.Error(), "its workload exited", "a normal exit is not among the causes")
+	assert.Contains(t, err.Error(), "runsc does not have its exit status")
 }

@@ -579,20 +579,24 @@ func (r *Runsc) forgetFailure(id string) {
 }
 
 // ErrDied is wrapped, with pause.ErrGone, by the error of Runsc.Pause of a sandbox that
-// had stopped before its checkpoint began: its workload exited, or its sandbox process is
-// gone (the kernel's OOM killer or a person killed it, or it crashed). No checkpoint can
-// save it, and none lost it: the Preserver reports it Vanished, the error its account.
+// had stopped before its checkpoint began: its workload exited, or its sandbox process
+// was killed (the kernel's OOM killer, a person) or crashed. No checkpoint can save it,
+// and none lost it: the Preserver reports it Vanished, the error its account.
 var ErrDied = errors.New("sandbox died before its checkpoint")
 
 // died is Pause's error for sandbox id, which runsc found stopped (err): ErrDied and
-// pause.ErrGone, with why as far as runsc knows: its workload's exit status, or that its
-// sandbox process is gone with no exit status (whoever reaped that process has it, not
-// runsc: it was killed, by the OOM killer as often as not, or crashed). Its log may say
-// more.
+// pause.ErrGone, with why as far as runsc knows: its workload's exit status when runsc
+// has it, which it never has once the sandbox process has exited (gVisor's sandbox
+// process exits with its workload, and the status goes to whoever reaps that process,
+// PID 1 or a subreaper, not to runsc: `runsc wait` says "sandbox no longer running and
+// its exit status is unavailable" after a workload's exit 3 as after a SIGKILL). So the
+// error names every cause, a normal exit first, where it called every dead sandbox
+// killed or crashed (row 1073). Its log may say more.
 func (r *Runsc) died(ctx context.Context, id string, err error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	why := "its sandbox process is gone, exit status unavailable (killed: the kernel's OOM killer, a person; or crashed)"
+	why := "its sandbox process has exited and runsc does not have its exit status (its reaper does): " +
+		"its workload exited, or the process was killed (the kernel's OOM killer, a person) or crashed"
 	if status, werr := r.Runtime.Wait(ctx, id); werr == nil {
 		why = fmt.Sprintf("its workload exited, status %d", status)
 	}
