@@ -21,24 +21,25 @@ func main() {
 // Main runs the worker and returns its exit status: 0 after a clean shutdown, 1 when the
 // shutdown lost sandboxes, the worker could not start, its serving stopped on its own (it
 // then drained at once: serve) or the Report could not be written, 2 for bad usage (a
-// -grace too short for the plan included).
+// -grace too short for the plan included). When it could not start (bad usage included)
+// the termination message says why.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "gvisor-worker:", err)
+		// The pod's last state says why, as for a newWorker that fails: a refused flag
+		// was a crash loop with exit 2 and nothing else (docs/faults.md rows 1017, 1074).
+		// The flags after an unknown one are not parsed: the path is then the
+		// environment's or the default.
+		startFailed(cfg, err, stderr, logger)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	w, err := newWorker(cfg, logger)
 	if err != nil {
-		fmt.Fprintln(stderr, "gvisor-worker:", err)
-		path, explicit := termmsg.Path(cfg.TerminationLog)
-		if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("gvisor-worker", err)); werr != nil {
-			logger.Warn("termination message not written", "error", werr)
-		}
+		startFailed(cfg, err, stderr, logger)
 		if errors.As(err, new(usageError)) {
 			return 2
 		}
@@ -53,4 +54,15 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startFailed says why the worker could not start with cfg, on stderr and in the
+// termination message (termmsg.StartFailed): the kubelet's default
+// terminationMessagePolicy, File, does not fall back to the log.
+func startFailed(cfg config, err error, stderr io.Writer, logger *slog.Logger) {
+	fmt.Fprintln(stderr, "gvisor-worker:", err)
+	path, explicit := termmsg.Path(cfg.TerminationLog)
+	if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("gvisor-worker", err)); werr != nil {
+		logger.Warn("termination message not written", "error", werr)
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
+	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/escalate"
 )
@@ -142,6 +143,38 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 	cfg, err = parseFlags([]string{"-state-dir", "/w", "-grace", "3600"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, time.Hour, cfg.Grace)
+}
+
+// Fault (row 1074, row 1017's in the worker): a worker whose flags it refused (a -grace
+// below the kubelet's 2 s, a mistyped flag) exited 2 and wrote no termination message,
+// where a newWorker that fails writes one: a crash loop whose pods' last state said exit
+// code 2 and nothing else. It now says that no drain ran and why, at the
+// -termination-log given before the bad flag, else DRAINKIT_TERMINATION_LOG's.
+func TestRefusedFlagsSayWhyInTheTerminationMessage(t *testing.T) {
+	for name, c := range map[string]struct {
+		args []string
+		env  bool // the path from DRAINKIT_TERMINATION_LOG: an unknown flag ends the parse before -termination-log
+		why  string
+	}{
+		"a grace below 2 s": {args: []string{"-grace", "1s"}, why: "-grace 1s is below the kubelet's 2 s minimum"},
+		"an unknown flag":   {args: []string{"-grace-period", "30"}, env: true, why: "flag provided but not defined: -grace-period"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			termLog := filepath.Join(dir, "termination-log")
+			args := []string{"-state-dir", dir, "-runtime", "fake"}
+			if c.env {
+				t.Setenv(termmsg.EnvPath, termLog)
+			} else {
+				args = append(args, "-termination-log", termLog)
+			}
+			var stderr logbuf.Buffer
+			require.Equal(t, 2, Main(t.Context(), append(args, c.args...), &stderr), "%s", &stderr)
+			msg, err := os.ReadFile(termLog)
+			require.NoError(t, err, "the termination message is written: %s", &stderr)
+			assert.Equal(t, "drainkit: no drain ran\ngvisor-worker: could not start: "+c.why+"\n", string(msg))
+		})
+	}
 }
 
 // The ateom bug: a `runsc wait` that failed looked like a clean exit, so SIGKILL was never
