@@ -1,28 +1,3 @@
-// Package ublkstep is the device-daemon step of drainkit's example servers
-// (sandboxd, the supervisor): a ublk teardown whose reserve follows the
-// grace the kubelet uses, in the drain plan and inside the step alike.
-//
-// The servers size the step's reserve from the grace in use (a tenth or a
-// twentieth of it, Budget.GraceInUse), read whenever the plan reads it, so
-// kubectl delete --grace-period=30 of a server whose -grace is an hour gives
-// the step the reserve of a 30 s server. A ublk.Teardown takes its reserve
-// once, at ublk.New (Config.Reserve), and lays its own stages (the last
-// resort, the daemon's stop, the control fallback, the kill) out from it
-// inside the step's window, the holder wait getting only what the window
-// has beyond it. Built at start from -grace, its 30 s took every window the
-// 30 s deletion's plan gave the step (3 s reserved, up to about 27 s when
-// the preserve phase ended early): no holder wait at all, the last resort
-// at once, a VMM that was closing its disk SIGKILLed, and a disk held by a
-// mount or a stacked device stopped under it, or left held with the daemon
-// never asked to stop (docs/faults.md row 1055).
-//
-// Teardown builds the ublk.Teardown each Stop runs with the reserve's value
-// then, which the plan has just read to lay the step's window out:
-//
-//	td, err := ublkstep.New(daemon, ublk.Config{Logger: logger}, func() time.Duration {
-//		return stepReserve(budget.GraceInUse())
-//	})
-//	steps := []drain.Step{td} // drain.Config.Steps
 package ublkstep
 
 import (
