@@ -1,9 +1,3 @@
-// Package kubeproxy is a Kubernetes Service on loopback, for tests of what
-// a client behind one sees when a node drains. As kube-proxy does, it sends
-// each new connection to an endpoint that is ready and leaves it there for
-// as long as it is open: a node whose readiness turns leaves the endpoints
-// for new connections only, and a client's open connection (HTTP
-// keep-alive, an HTTP/2 or gRPC connection) stays with it.
 package kubeproxy
 
 import (
