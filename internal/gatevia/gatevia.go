@@ -1,12 +1,16 @@
-// Package gatevia lets drain/draingrpc admit an operation through a
-// drain.Gate as a gRPC call, so that the gate's account of the operations
-// it refused (the gate phase's Detail in the drain's Report, and its log
-// line) says which way in each came by, without an exported name in
-// drain. Package drain installs EnterGRPC when it is initialised, as
-// package ublk installs ublkhook.Set; a server never uses it.
 package gatevia
 
 // EnterGRPC is Gate.Enter of gate, a *drain.Gate, for one operation of
 // class (a drain.Class) that came as a gRPC call: a refusal is counted as
-// gRPC's. It panics on any other type of gate.
-var EnterGRPC func(gate any, class string) (leave func(), err error)
+// gRPC's. It panics on any other type of gate. Package drain sets it when
+// it is initialised; until then (in a program that does not link drain) it
+// panics saying so.
+var EnterGRPC func(gate any, class string) (leave func(), err error) = notInstalled
+
+// notInstalled is EnterGRPC in a program that does not link drain: a call
+// is a bug of its caller, which a nil function's call would report as a
+// nil pointer dereference naming neither package.
+func notInstalled(any, string) (func(), error) {
+	panic("gatevia: EnterGRPC in a program without package drain, which installs it when it is initialised: " +
+		"drain/draingrpc imports drain; a program that imports gatevia alone has no gate to enter")
+}
