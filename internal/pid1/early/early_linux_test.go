@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -181,26 +182,26 @@ func (c *process) next(t *testing.T) string {
 }
 
 // waitHeld waits until n signals wait on the consumer's channel: the last
-// one sent has been caught, and the next can come after it.
+// one sent has been caught, and the next can come after it. It asks in the
+// test's goroutine, which alone may end the test.
 func (c *process) waitHeld(t *testing.T, n int) {
 	t.Helper()
-	last := -1
-	ok := assert.Eventually(t, func() bool {
+	for give := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
 		c.command(t, "len")
 		line := c.next(t)
-		got, err := strconv.Atoi(line[min(len("len "), len(line)):])
+		got, err := strconv.Atoi(strings.TrimPrefix(line, "len "))
 		require.NoError(t, err, "line %q", line)
-		last = got
-		return got == n
-	}, 30*time.Second, time.Millisecond)
-	if !ok {
-		t.Fatalf("%d signal(s) on the channel, not %d", last, n)
+		if got == n {
+			return
+		}
+		if time.Now().After(give) {
+			t.Fatalf("%d signal(s) on the channel, not %d", got, n)
+		}
 	}
 }
 
-// wait closes the consumer's stdin (it exits 0 then) if it has not exited,
-// waits for its exit and returns its exit code and whether a signal ended
-// it.
+// wait waits for the consumer's stdout to close and the process to exit,
+// and returns its exit code and whether a signal ended it.
 func (c *process) wait(t *testing.T) (code int, signalled bool) {
 	t.Helper()
 	for range c.lines {
