@@ -12,9 +12,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -223,11 +225,15 @@ func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mappe
 	}
 	ringMapped, err := boundedMapHolders(ctx, dir, want, mapped, func(dev DevNum, m string) { found(dev, Mapped, m) })
 	var unread *mapsError
+	var late *mapsLate
 	switch {
 	case errors.As(err, &unread):
 		unknown = append(unknown, fmt.Sprintf("%s (%v): its mappings are not known", MapsNotRead, unread.err))
+	case errors.As(err, &late):
+		unknown = append(unknown, fmt.Sprintf("mappings not read within %v%s", MapsWait, late.late.says(
+			"/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it")))
 	case err != nil:
-		unknown = append(unknown, fmt.Sprintf("mappings not read within %v (/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it)", MapsWait))
+		unknown = append(unknown, fmt.Sprintf("mappings not read: %v", err))
 	}
 	if ringMapped && len(rings) == 0 {
 		unknown = append(unknown, RingsNotKnown+" mapped with no io_uring fd (the ring's fd closed, passed to another process, or registered with IORING_REGISTER_RING_FDS): the kernel lists a ring's registered files only in a ring fd's fdinfo")
@@ -457,7 +463,8 @@ const MapsWait = 250 * time.Millisecond
 // device: a mapping keeps the device in use, and its pages fail once the
 // device is stopped. Adjacent mappings of the same file are reported as
 // one. When the mappings are not read within MapsWait it returns an error
-// and calls found for none: the read goes on in a goroutine of its own
+// and calls found for none (Scan's Detail says whether the kernel held the
+// read or the machine was too busy to run it): the read goes on in a goroutine of its own
 // until the kernel answers, then ends. When they cannot be read (an error
 // other than the process having exited) it returns the error, having
 // called found for what it read before it. A mapping whose file it could
@@ -479,13 +486,13 @@ func boundedMapHolders(ctx context.Context, dir string, want map[DevNum]bool, ca
 		ringMapped bool
 		err        error
 	}
-	r, ok := within(ctx, MapsWait, func() (r result) {
+	r, ok, late := within(ctx, MapsWait, func() (r result) {
 		r.ringMapped, r.err = mapHolders(dir, want, c, func(dev DevNum, m string) { r.hits = append(r.hits, holding{dev, m}) })
 		return r
 	})
 	if !ok {
 		*cache = newMapCache()
-		return false, fmt.Errorf("ublk: holders: %s not read within %v", filepath.Join(dir, "maps"), MapsWait)
+		return false, &mapsLate{fmt.Sprintf("ublk: holders: %s not read within %v", filepath.Join(dir, "maps"), MapsWait), late}
 	}
 	for _, h := range r.hits {
 		found(h.dev, h.detail)
@@ -495,6 +502,14 @@ func boundedMapHolders(ctx context.Context, dir string, want map[DevNum]bool, ca
 	}
 	return r.ringMapped, nil
 }
+
+// mapsLate is a process's maps not read within MapsWait, and why.
+type mapsLate struct {
+	msg  string
+	late lateCause
+}
+
+func (e *mapsLate) Error() string { return e.msg }
 
 // mapsError is a process's maps that could not be read (not in time: an
 // error of the read itself, EACCES or EMFILE, the process not gone).
@@ -509,26 +524,100 @@ type holding struct {
 	detail string
 }
 
-// within runs f in a goroutine of its own and returns its result when it
-// ends within d and before ctx ends; otherwise ok is false, and f goes on
-// until it ends by itself (a read of procfs waiting in the kernel), its
-// result dropped. When ctx has ended already, f does not start.
-func within[T any](ctx context.Context, d time.Duration, f func() T) (result T, ok bool) {
+// within runs f in a goroutine of its own, on a thread of its own, and
+// returns its result when it ends within d and before ctx ends; otherwise
+// ok is false, f goes on until it ends by itself (a read of procfs waiting
+// in the kernel), its result dropped, and late says why it was not done:
+// what f's thread was doing when the bound passed. A bound in real time
+// passes on a busy machine too (a load of 10 on 2 cores: reads that each
+// take microseconds not all run within 100 ms), and only the thread's
+// state tells a read the kernel holds from one that was slow to be run.
+// When ctx has ended already, f does not start.
+func within[T any](ctx context.Context, d time.Duration, f func() T) (result T, ok bool, late lateCause) {
 	if ctx.Err() != nil {
-		return result, false // not started: its reads would be dropped
+		return result, false, notRun // not started: its reads would be dropped
 	}
 	done := make(chan T, 1)
-	go func() { done <- f() }()
+	var tid atomic.Int32
+	go func() {
+		// Locked, f's goroutine is the thread's alone: the thread asleep
+		// in a system call is f's read waiting in the kernel.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid.Store(int32(unix.Gettid()))
+		done <- f()
+	}()
 	wait := time.NewTimer(d)
 	defer wait.Stop()
 	select {
 	case r := <-done:
-		return r, true
+		return r, true, 0
 	case <-wait.C:
-		return result, false
 	case <-ctx.Done():
-		return result, false
 	}
+	late = threadLate(int(tid.Load()))
+	select {
+	case r := <-done: // done as the bound passed
+		return r, true, 0
+	default:
+		return result, false, late
+	}
+}
+
+// lateCause is why a bounded read was not done in time, as its thread's
+// state said when the bound passed.
+type lateCause int
+
+const (
+	// lateUnknown: the thread's state could not be read (a kernel
+	// without /proc/PID/task/TID/syscall).
+	lateUnknown lateCause = iota + 1
+	// kernelWaited: the thread was asleep in a system call (or a page
+	// fault): the kernel held the read, for a lock or a file system.
+	kernelWaited
+	// notRun: the thread was running, waiting for a CPU, or its
+	// goroutine waiting for the Go scheduler, or not started: the reads
+	// were slow to be run on a busy machine, the kernel did not hold them.
+	notRun
+)
+
+// says is the cause of a read not done in time, in parentheses, for a
+// Detail: waited, what the kernel waits for when it holds the read.
+func (c lateCause) says(waited string) string {
+	switch c {
+	case kernelWaited:
+		return " (" + waited + ")"
+	case notRun:
+		return " (not waiting in the kernel: the machine was too busy to run the reads in time)"
+	}
+	return ""
+}
+
+// threadLate reads what thread tid of this process is doing:
+// /proc/self/task/TID/syscall is "running" for a task running or
+// runnable, "-1 ..." for one asleep outside a system call, and the
+// system call's number for one asleep in it; futex is the Go runtime's
+// own sleep (a goroutine parked, in time.Sleep or waiting for a P).
+func threadLate(tid int) lateCause {
+	if tid == 0 {
+		return notRun // its goroutine not yet run
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/syscall", tid))
+	if err != nil {
+		return lateUnknown
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	if first == "running" {
+		return notRun
+	}
+	n, err := strconv.Atoi(first)
+	switch {
+	case err != nil:
+		return lateUnknown
+	case n == unix.SYS_FUTEX:
+		return notRun
+	}
+	return kernelWaited
 }
 
 // mapHolders is MapHolders unbounded, reading with cache; it also says

@@ -40,7 +40,10 @@ const ringReads = 4
 // kernel has not listed a ring's files after ringReads reads (see
 // RingWait), it returns an error and calls found for what the other rings
 // hold; when the reads take longer than RingWait, it returns an error and
-// calls found for none; when a ring's fdinfo cannot be read (an error
+// calls found for none, saying why: the kernel waited for the ring's lock
+// (the reading thread asleep in the read then), or the machine was too
+// busy to run the reads in time (it was running, or waiting to run: a
+// bound in real time passes on a loaded node too); when a ring's fdinfo cannot be read (an error
 // other than the fd's close or the process's exit: EACCES, EMFILE), it
 // returns an error naming it. The error says what is not known: the
 // process may hold a wanted device through that ring (a Possible holder,
@@ -72,7 +75,7 @@ func ringHolders(ctx context.Context, dir string, rings []string, want map[DevNu
 		unlisted   []string
 		unreadable []string // "N (error)"
 	}
-	r, ok := within(ctx, RingWait, func() (r result) {
+	r, ok, late := within(ctx, RingWait, func() (r result) {
 		for _, fd := range rings {
 			files, known, err := readRing(filepath.Join(dir, "fdinfo", fd))
 			switch {
@@ -90,7 +93,8 @@ func ringHolders(ctx context.Context, dir string, rings []string, want map[DevNu
 		return r
 	})
 	if !ok {
-		return fmt.Sprintf("io_uring fd %s: fdinfo not read within %v (the kernel waited for the ring's lock); its registered files are not known", strings.Join(rings, ", "), RingWait)
+		return fmt.Sprintf("io_uring fd %s: fdinfo not read within %v%s; its registered files are not known",
+			strings.Join(rings, ", "), RingWait, late.says("the kernel waited for the ring's lock"))
 	}
 	for _, h := range r.hits {
 		found(h.dev, h.detail)
