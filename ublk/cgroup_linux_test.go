@@ -425,7 +425,9 @@ func lockedRing(t testing.TB, node string) (*exec.Cmd, io.WriteCloser) {
 func TestStepLastResortKillsDoomedPossibleHolderThenStopsTheDaemon(t *testing.T) {
 	rep, vmm := lastResortKillsDoomed(t, lockedRing, blockdev.Possible)
 	f := fateOf(rep, vmm.Process.Pid)
-	assert.Contains(t, f.Holder.Detail, "registered files not listed by the kernel")
+	// never "the kernel waited for the ring's lock": its reads end at once
+	// (too busy a machine to make them within blockdev.RingWait says so)
+	assert.Regexp(t, `^io_uring fd \d+: (the registered files not listed by the kernel|fdinfo not read within 100ms \(not waiting in the kernel: the machine was too busy)`, f.Holder.Detail)
 	assert.Contains(t, f.Reason, "it may hold the disk")
 }
 
