@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -120,7 +121,7 @@ func startConsumer(t *testing.T, start func(testing.TB, *exec.Cmd) *pid1test.Pro
 	require.NoError(t, err)
 	cmd.Stdout, cmd.Stderr = w, os.Stderr
 	c := &process{stdin: stdin, lines: make(chan string, 16)}
-	c.Process = start(t, cmd)
+	c.Process = startWithDefaults(t, start, cmd)
 	_ = w.Close()
 	read := make(chan struct{})
 	go func() {
@@ -139,6 +140,22 @@ func startConsumer(t *testing.T, start func(testing.TB, *exec.Cmd) *pid1test.Pro
 		<-read
 	})
 	return c
+}
+
+// startWithDefaults starts cmd with start, its signals at their default
+// actions whatever the test's own are. A signal ignored by the process that
+// runs the tests (nohup ignores SIGHUP; a shell's background job, SIGINT)
+// stays ignored across exec, and the consumer then survives the SIGHUP the
+// first test expects to end it: in a cold CI run under nohup that test
+// waited for its exit until the package's 10-minute timeout. A signal
+// caught when the process forks is reset to its default by exec: the test
+// catches them while it starts the consumer, then stops.
+func startWithDefaults(t *testing.T, start func(testing.TB, *exec.Cmd) *pid1test.Process, cmd *exec.Cmd) *pid1test.Process {
+	t.Helper()
+	caught := make(chan os.Signal, 1)
+	signal.Notify(caught, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(caught)
+	return start(t, cmd)
 }
 
 // signal sends sig to the process from the test's namespace, as the kubelet
@@ -204,7 +221,16 @@ func (c *process) waitHeld(t *testing.T, n int) {
 // and returns its exit code and whether a signal ended it.
 func (c *process) wait(t *testing.T) (code int, signalled bool) {
 	t.Helper()
-	for range c.lines {
+	for closed := time.After(30 * time.Second); ; {
+		select {
+		case _, ok := <-c.lines:
+			if ok {
+				continue
+			}
+		case <-closed:
+			t.Fatal("the consumer's stdout still open after 30 s: it did not exit")
+		}
+		break
 	}
 	err := c.Wait(t, 30*time.Second, "the consumer did not exit")
 	var ee *exec.ExitError
