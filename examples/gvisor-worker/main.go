@@ -61,8 +61,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 // terminationMessagePolicy, File, does not fall back to the log.
 func startFailed(cfg config, err error, stderr io.Writer, logger *slog.Logger) {
 	fmt.Fprintln(stderr, "gvisor-worker:", err)
-	path, explicit := termmsg.Path(cfg.TerminationLog)
-	if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("gvisor-worker", err)); werr != nil {
+	if werr := termmsg.WriteStartFailed("gvisor-worker", cfg.TerminationLog, err); werr != nil {
 		logger.Warn("termination message not written", "error", werr)
 	}
 }

@@ -88,8 +88,7 @@ func checkOutputs(cfg config) error {
 // the environment's or the default path. A failure to write it goes to
 // stderr.
 func writeStartFailed(termLog string, err error, stderr io.Writer) {
-	path, explicit := termmsg.Path(termLog)
-	if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("supervisor", err)); werr != nil {
+	if werr := termmsg.WriteStartFailed("supervisor", termLog, err); werr != nil {
 		fmt.Fprintln(stderr, "supervisor: termination message not written:", werr)
 	}
 }

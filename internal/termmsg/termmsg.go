@@ -374,3 +374,14 @@ func Write(path string, explicit bool, msg string) (bool, error) {
 	}
 	return true, nil
 }
+
+// WriteStartFailed writes StartFailed(server, err) where Path(flagValue)
+// says, for a server that could not start: the kubelet's default
+// terminationMessagePolicy, File, does not fall back to the log, so without
+// it the pod's last state says nothing. It returns Write's error, for the
+// caller to say where it can (stderr, its log).
+func WriteStartFailed(server, flagValue string, err error) error {
+	path, explicit := Path(flagValue)
+	_, werr := Write(path, explicit, StartFailed(server, err))
+	return werr
+}

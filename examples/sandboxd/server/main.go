@@ -60,8 +60,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 // not fall back to the log.
 func startFailed(cfg Config, err error, stderr io.Writer, logger *slog.Logger) {
 	fmt.Fprintln(stderr, "sandboxd:", err)
-	path, explicit := termmsg.Path(cfg.TerminationLog)
-	if _, werr := termmsg.Write(path, explicit, termmsg.StartFailed("sandboxd", err)); werr != nil {
+	if werr := termmsg.WriteStartFailed("sandboxd", cfg.TerminationLog, err); werr != nil {
 		logger.Warn("termination message not written", "error", werr)
 	}
 }
