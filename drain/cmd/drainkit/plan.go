@@ -861,13 +861,11 @@ func (in *planInput) plan() (*planResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-grace %v, -margin %v, -prestop-sleep %v: %w", in.grace, in.margin, in.sleep, err)
 	}
-	p, err := deadline.NewPlan(b, phases...)
-	if err != nil {
+	if _, err := deadline.NewPlan(b, phases...); err != nil {
 		return nil, err
 	}
 	res.budget = b.State()
-	res.windows = p.Windows("")
-	res.shortfall = p.ShortfallFrom(drain.PhaseDrain) // from SIGTERM: a preStop sleep is spent
+	res.windows, res.shortfall = atSIGTERM(b, phases)
 	res.fits = res.shortfall == 0
 	res.spare = res.windows[0].Deadline.Sub(res.windows[0].Start) // the drain window: what is not reserved
 	res.minGrace = in.smallestGrace(phases)
@@ -889,11 +887,11 @@ func (in *planInput) planNode(phases []deadline.Phase) (*nodePlan, error) {
 		return nil, err
 	}
 	b.Tighten(b.Start().Add(in.kubeletGrace)) // T0 is SIGTERM less the sleep, as the plan's own
-	p, err := deadline.NewPlan(b, phases...)
-	if err != nil {
+	if _, err := deadline.NewPlan(b, phases...); err != nil {
 		return nil, err
 	}
-	node := &nodePlan{windows: p.Windows(""), shortfall: p.ShortfallFrom(drain.PhaseDrain)}
+	node := &nodePlan{}
+	node.windows, node.shortfall = atSIGTERM(b, phases)
 	node.fits = node.shortfall == 0 && in.kubeletWrong == ""
 	return node, nil
 }
@@ -905,8 +903,27 @@ func (in *planInput) fitsIn(grace time.Duration, phases []deadline.Phase) bool {
 	if err != nil {
 		return false
 	}
-	p, err := deadline.NewPlan(b, phases...)
-	return err == nil && p.ShortfallFrom(drain.PhaseDrain) == 0
+	if _, err := deadline.NewPlan(b, phases...); err != nil {
+		return false
+	}
+	_, short := atSIGTERM(b, phases)
+	return short == 0
+}
+
+// atSIGTERM returns the plan's windows and its shortfall as they are at the
+// budget's SIGTERM, where the drain's work starts (a preStop sleep is
+// spent): what Plan.Windows and Plan.ShortfallFrom return at that instant.
+// Laid out at a fixed instant, not at time.Now as a running drain does, so
+// the same input prints the same plan however long the computing took
+// (a millisecond of a busy machine moved a window's end by one).
+func atSIGTERM(b *deadline.Budget, phases []deadline.Phase) ([]deadline.Window, time.Duration) {
+	st := b.State()
+	windows := deadline.Split(st.SIGTERM, st.Deadline, phases...)
+	var sum time.Duration
+	for _, w := range windows {
+		sum = satAdd(sum, w.Reserve)
+	}
+	return windows, max(sum-max(st.Deadline.Sub(st.SIGTERM), 0), 0)
 }
 
 // smallestGrace is the smallest whole number of seconds that fits, by

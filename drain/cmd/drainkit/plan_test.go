@@ -618,3 +618,38 @@ func TestPlanCountsThePreStopSleepOutOfTheGrace(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errw, "-prestop-sleep")
 }
+
+// Fault (cold CI at c091e3d): the plan was laid out at time.Now, a moment
+// after the budget's SIGTERM, so a millisecond of a busy machine between
+// the two moved the preserve window's end from +5.787 s to +5.786 s and
+// the golden plan differed. It is laid out at SIGTERM: a reserve that
+// takes a whole second to evaluate changes nothing.
+func TestPlanIsLaidOutAtSIGTERMHoweverLongItTakes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := func(d time.Duration) deadline.Reserve {
+			return func() time.Duration { time.Sleep(time.Second); return d }
+		}
+		phases := []deadline.Phase{
+			{Name: drain.PhaseDrain},
+			{Name: drain.PhasePreserve, Reserve: slow(6780 * time.Millisecond)},
+			{Name: "ublk", Reserve: slow(500 * time.Millisecond), Critical: true},
+			{Name: "http", Reserve: slow(250 * time.Millisecond)},
+		}
+		b, err := deadline.New(8*time.Second, deadline.Config{Margin: 1500 * time.Millisecond})
+		require.NoError(t, err)
+		sigterm := time.Now()
+		b.OnSIGTERM(sigterm)
+
+		windows, short := atSIGTERM(b, phases)
+		assert.Equal(t, 1030*time.Millisecond, short, "6.78 + 0.5 + 0.25 s of reserves in a 6.5 s budget")
+		require.Len(t, windows, 4)
+		assert.Equal(t, sigterm, windows[0].Start, "the plan is laid out from SIGTERM")
+		assert.Equal(t, windows[0].Deadline, windows[1].Start, "preserve starts where the drain phase ends")
+		assert.WithinDuration(t, sigterm.Add(5787*time.Millisecond), windows[1].Deadline, time.Millisecond,
+			"the critical ublk keeps its 0.5 s; preserve gets 6.78/7.03 of the 6 s left")
+		assert.Equal(t, sigterm.Add(6500*time.Millisecond), windows[3].Deadline, "http ends at the budget's deadline")
+		assert.Equal(t, windows[1].Deadline, windows[2].Start, "ublk starts where preserve ends")
+		again, _ := atSIGTERM(b, phases) // four seconds later
+		assert.Equal(t, windows, again)
+	})
+}
