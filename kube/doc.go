@@ -95,11 +95,16 @@
 //     the API server takes a pod-bound token only while its pod is there
 //     with its UID. IsNotFound takes that 401 for the pod's removal, as
 //     drain does, when the token is bound to this pod's name (and UID, when
-//     known) and far from its expiry, unless a read found the pod's
-//     deletionTimestamp a minute past (the API server refuses the token
-//     then too, while the kubelet may give the pod longer), and a UID not
-//     known yet is then the token's (Pod.UID); every 401 says
-//     in its error why the token was refused as far as its claims show.
+//     known), far from its expiry and of an audience the API server takes
+//     (the API server made it for its own, as the kubelet's token says, or
+//     an earlier answer took a token of its binding: read the pod at
+//     start), unless a read found the pod's deletionTimestamp a minute
+//     past (the API server refuses the token then too, while the kubelet
+//     may give the pod longer), and a UID not known yet is then the
+//     token's (Pod.UID). A token of another audience (a serviceAccountToken
+//     volume's) is refused the same bare 401 at every read, and is not
+//     taken for the removal. Every 401 says in its error why the token was
+//     refused as far as its claims show.
 //   - Deletion's Timestamp is in this node's clock, which the kubelet times
 //     the grace in: the API server's deletionTimestamp less the offset
 //     between the two clocks that the response's Date header proves (a

@@ -133,6 +133,7 @@ type Pod struct {
 	mismatch   error         // the first read, none confirmed, that found the name not uid's; guarded by mu
 	skewLog    time.Duration // the clock offset last logged; guarded by mu
 	deleted    time.Time     // the deletionTimestamp a read of this pod last found, the API server's clock; guarded by mu
+	took       string        // the binding of the last pod-bound token the API server took (tokenClaims.binding); guarded by mu
 }
 
 // New returns the Pod called name (pass it through the Downward API: env
@@ -426,9 +427,9 @@ var ErrPodReplaced = errors.New("kube: the pod of this name is another pod")
 // APIError is a response from the API server other than success. Message
 // and Reason come from the metav1.Status body when there is one. For a 401
 // Unauthorized, which says nothing more, Error says why the token was
-// refused as far as its claims show: expired, bound to another pod, or the
-// pod's own token, which the API server refuses once the pod is gone
-// (IsNotFound).
+// refused as far as its claims show: expired, bound to another pod, of an
+// audience the API server was not seen to take, or the pod's own token,
+// which the API server refuses once the pod is gone (IsNotFound).
 type APIError struct {
 	StatusCode int    // HTTP status, e.g. 403 or 404
 	Reason     string // Status.reason, e.g. "Forbidden", "NotFound"
@@ -830,13 +831,17 @@ func (p *Pod) get(ctx context.Context) (*podObject, error) {
 // IsNotFound reports whether err is, or wraps, the API server's answer that
 // it has no pod of this name in its namespace (an *APIError): its 404 Not
 // Found, or its 401 Unauthorized to the pod's own service account token
-// (bound to this pod's name, and UID when known, and not about to expire),
-// which the API server refuses once the pod it is bound to is gone (a
-// force deletion) or has another UID (a pod created again in its name), so
+// (bound to this pod's name, and UID when known, not about to expire, and
+// of an audience the API server takes: made for its own, as the kubelet's
+// says, or of the binding of a token an earlier answer took), which the
+// API server refuses once the pod it is bound to is gone (a force
+// deletion) or has another UID (a pod created again in its name), so
 // that in a pod every read after a force deletion is a 401, not a 404; not
 // once a read found the pod's deletionTimestamp a minute past, when the API
 // server refuses the token too though the kubelet may still give the pod
-// time (a second, shorter deletion; a kubelet restarted). It
+// time (a second, shorter deletion; a kubelet restarted), nor for a token
+// of an audience no answer showed the API server takes, which it refuses
+// the same at every read (a serviceAccountToken volume's). It
 // is the one test for it, the package's and its callers': Deletion,
 // Identity's Mismatch and drain's reads tell by it a pod removed (a force
 // deletion) or a name that is not the pod's. A request that got no answer
@@ -949,6 +954,9 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	defer resp.Body.Close()
 	got, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
 	var wait time.Duration
+	if err == nil && authenticated(resp.StatusCode, got) {
+		p.accepted(token)
+	}
 	if err == nil && resp.StatusCode != want {
 		e := apiError(resp.StatusCode, got, need)
 		if resp.StatusCode == http.StatusUnauthorized {
@@ -963,6 +971,25 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 		return nil, 0, 0, fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
 	return got, offset, wait, err
+}
+
+// authenticated reports whether an answer of the API server with status
+// code and body shows that it took the request's token: a success, or the
+// Status of a refusal made once it knew the user (RBAC's or admission's
+// 403, a 404). Not a 429 or 5xx, which an API server shutting down (its
+// WithWaitGroup), its request timeout or a proxy in front of it answer
+// before any authentication.
+func authenticated(code int, body []byte) bool {
+	if code >= 200 && code < 300 {
+		return true
+	}
+	if code != http.StatusForbidden && code != http.StatusNotFound {
+		return false
+	}
+	var status struct {
+		Kind string `json:"kind"`
+	}
+	return json.Unmarshal(body, &status) == nil && status.Kind == "Status"
 }
 
 // noRedirect is the CheckRedirect of every client a Pod sends with, its

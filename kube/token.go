@@ -13,15 +13,41 @@ import (
 // kube-api-access volume every pod mounts) is bound to the pod: its
 // kubernetes.io.pod claim names the pod and its UID.
 type tokenClaims struct {
-	Exp        int64 `json:"exp"`
+	Exp        int64           `json:"exp"`
+	Iss        string          `json:"iss"`
+	Sub        string          `json:"sub"`
+	Aud        json.RawMessage `json:"aud"`
 	Kubernetes struct {
 		Namespace string `json:"namespace"`
 		Pod       *struct {
 			Name string `json:"name"`
 			UID  string `json:"uid"`
 		} `json:"pod"`
+		// WarnAfter is set only in a token the API server made for its
+		// own audiences: see ownAudience.
+		WarnAfter int64 `json:"warnafter"`
 	} `json:"kubernetes.io"`
 }
+
+// binding is what a token is, apart from its times: who issued it, for
+// whom (its audiences), to which service account and pod. The kubelet's
+// rotation writes a new token of the same binding, which the API server
+// takes as it took the old one.
+func (c tokenClaims) binding() string {
+	b, _ := json.Marshal([]any{c.Iss, c.Aud, c.Sub, c.Kubernetes.Namespace, c.Kubernetes.Pod})
+	return string(b)
+}
+
+// ownAudience reports whether the API server said, in the token itself,
+// that it made it for its own audiences: it writes kubernetes.io's
+// warnafter only into a pod-bound token of 3607 s (the kubelet's
+// kube-api-access volume) whose audiences are all its own, which it then
+// makes last a year (the TokenRequest's isKubeAudiences, k8s.io/kubernetes
+// pkg/registry/core/serviceaccount/storage/token.go; measured on the real
+// kube-apiserver v1.34.4: the kubelet's token has it, one for the audience
+// "vault" or of 3600 s has not). Not with
+// --service-account-extend-token-expiration=false.
+func (c tokenClaims) ownAudience() bool { return c.Kubernetes.WarnAfter != 0 }
 
 // parseClaims reads the claims of token, a JWT, without checking its
 // signature: they only explain an answer of the API server, which did.
@@ -53,13 +79,26 @@ const (
 // the Date header is whole seconds.
 const expiryMargin = 2 * time.Minute
 
+// accepted records that the API server took token (it answered the
+// request as its user), so that a later 401 to a token of its binding is
+// not its audience's (refused).
+func (p *Pod) accepted(token string) {
+	c, ok := parseClaims(token)
+	if !ok || c.Kubernetes.Pod == nil {
+		return
+	}
+	p.mu.Lock()
+	p.took = c.binding()
+	p.mu.Unlock()
+}
+
 // refused says why the API server answered 401 Unauthorized to token, as
 // far as its claims show, at now (this node's clock) with the API server's
 // clock offset ahead of it, and whether that answer is the pod's removal:
 // gone when the token is bound to this pod (its name, and its UID when it
-// is known) and far from its expiry, and no read found the pod's
-// deletionTimestamp a minute past (the API server's clock). Gone, an
-// unknown UID is learned from the token (UID).
+// is known), far from its expiry, of an audience the API server takes, and
+// no read found the pod's deletionTimestamp a minute past (the API
+// server's clock). Gone, an unknown UID is learned from the token (UID).
 //
 // The API server takes a pod-bound token only while the pod it names is
 // there with that UID and not a minute past its deletionTimestamp
@@ -70,6 +109,18 @@ const expiryMargin = 2 * time.Minute
 // (measured on the real kube-apiserver v1.34.4, once its 10 s cache of the
 // token's last success has passed).
 //
+// The API server answers the same bare 401 ("Unauthorized", no details) to
+// a token of an audience it does not take, on every read, before the drain
+// too: a serviceAccountToken volume whose audience is another service's
+// (measured on the real kube-apiserver v1.34.4; only a TokenReview, which
+// the pod cannot make with a token refused, tells "token audiences
+// [\"vault\"] is invalid for the target audiences" from "service account
+// token has been invalidated"). So a 401 is the pod's removal only for a
+// token whose audience the API server is known to take: one of its
+// binding was taken by an earlier read or Event of this Pod (the read at
+// start, drain.ConfigFromEnv's and the examples'), or the API server made
+// it for its own audiences (ownAudience, the kubelet's token).
+//
 // The kubelet may give a pod more than a minute past its deletionTimestamp:
 // a second, shorter deletion moves the timestamp but not the kubelet's
 // grace, a kubelet restarted gives the grace again from its own start, and
@@ -77,7 +128,12 @@ const expiryMargin = 2 * time.Minute
 // then. So a 401 once a read found the deletionTimestamp a minute past is
 // not taken for the removal. One that no read can tell so (the kubelet's
 // first termination starting a minute past the deletionTimestamp, its
-// first read the 401) is.
+// first read the 401) is: nothing the API server returns tells it from a
+// force deletion (measured on the real kube-apiserver v1.34.4: the same
+// bare 401 to a token of a pod still there a minute past its
+// deletionTimestamp and to one of a pod removed, and the same TokenReview
+// error, "service account token has been invalidated"; an anonymous read
+// is a 403 that says nothing of the pod).
 func (p *Pod) refused(token string, now time.Time, offset time.Duration) (why string, gone bool) {
 	c, ok := parseClaims(token)
 	if !ok {
@@ -103,6 +159,11 @@ func (p *Pod) refused(token string, now time.Time, offset time.Duration) (why st
 		return fmt.Sprintf("the pod's own service account token, bound to its UID %s, was refused: the pod's deletionTimestamp %s is a minute past, "+
 			"and the API server takes no token of a pod that long deleted, though the kubelet may still give it time (it keeps the grace of the "+
 			"deletion it started with, and a kubelet restarted gives the grace again)", bound.UID, p.deleted.UTC().Format(time.RFC3339)), false
+	}
+	if !c.ownAudience() && p.took != c.binding() {
+		return fmt.Sprintf("the token in %s, bound to this pod, was refused, and the API server has not taken a token of its audience %s "+
+			"from this process: a token of an audience it does not take (a serviceAccountToken volume's) is refused the same as the token of "+
+			"a pod removed, so this is not taken for the pod's removal", p.token, c.Aud), false
 	}
 	if uid == "" {
 		// The kubelet bound the token to this pod: its UID is the pod's,

@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -26,18 +27,32 @@ func jwt(t *testing.T, claims map[string]any) string {
 	return enc([]byte(`{"alg":"ES256","kid":"k"}`)) + "." + enc(body) + ".c2ln"
 }
 
-// boundTo is the claims of a token of the service account sandboxd bound
-// to the pod name (UID uid), expiring at exp.
+// boundTo is the claims of the kubelet's token of the service account
+// sandboxd bound to the pod name (UID uid), expiring at exp: its
+// kube-api-access volume's, which the API server made for its own audience
+// and marked so (warnafter, the 3607 s asked).
 func boundTo(name, uid string, exp time.Time) map[string]any {
 	return map[string]any{
 		"aud": []string{"https://kubernetes.default.svc"}, "exp": exp.Unix(), "iat": time.Now().Unix(),
+		"iss": "https://kubernetes.default.svc", "jti": rand.Text(),
 		"sub": "system:serviceaccount:" + testNamespace + ":sandboxd",
 		"kubernetes.io": map[string]any{
 			"namespace":      testNamespace,
 			"pod":            map[string]any{"name": name, "uid": uid},
 			"serviceaccount": map[string]any{"name": "sandboxd", "uid": "sa-uid"},
+			"warnafter":      time.Now().Add(3607 * time.Second).Unix(),
 		},
 	}
+}
+
+// ofAudience is the claims of a token bound to the pod name (UID uid) as
+// a serviceAccountToken volume of its own holds one: of the audiences aud
+// and not the kubelet's 3607 s, so without warnafter.
+func ofAudience(name, uid string, aud ...string) map[string]any {
+	c := boundTo(name, uid, time.Now().Add(time.Hour))
+	c["aud"] = aud
+	delete(c["kubernetes.io"].(map[string]any), "warnafter")
+	return c
 }
 
 // In a pod, the reads are made with the pod's own token, bound to it, which
@@ -143,6 +158,69 @@ func TestRefusalAMinutePastTheDeletionIsNotTheRemoval(t *testing.T) {
 					assert.Contains(t, err.Error(), "deletionTimestamp "+deletion.UTC().Format(time.RFC3339)+" is a minute past")
 				}
 			})
+		})
+	}
+}
+
+// The API server answers a token of an audience it does not take (a
+// serviceAccountToken volume of another service's audience mounted where
+// the reads take their token) with the same bare 401 as the token of a pod
+// removed, at every read, the one at start too (measured on the real
+// kube-apiserver v1.34.4: internal/realapiserver's
+// TokenOfAnotherAudienceIsNotThePodsRemoval), and every 401 to the pod's
+// own token was its removal: drain planned SIGKILL 2 s after SIGTERM for
+// a pod the kubelet gives its whole grace (row 1110). A 401 is the
+// removal only for a token whose audience the API server took: one of
+// the same binding an earlier answer took (a read, an Event), or one the
+// API server marked as made for its own audiences (the kubelet's).
+func TestRefusalOfATokenNoReadTookIsNotTheRemoval(t *testing.T) {
+	const uid = "8d3c2f1e-0000-4000-8000-000000000001" // podJSON's
+	refuse := func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+	}
+	unavailable := func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "apiserver is shutting down")
+	}
+	api := "https://kubernetes.default.svc"
+	tests := []struct {
+		name    string
+		first   http.HandlerFunc // the answer to the read at start
+		start   map[string]any   // the token then
+		refused map[string]any   // the token the 401 after it refuses
+		gone    bool
+		says    string
+	}{
+		{"another audience, refused at start too", refuse, ofAudience(testPod, uid, "vault"), ofAudience(testPod, uid, "vault"), false,
+			`audience ["vault"] from this process`},
+		{"another audience, no answer at start", unavailable, ofAudience(testPod, uid, api), ofAudience(testPod, uid, api), false,
+			"is refused the same as the token of a pod removed"},
+		{"the API server's audience, taken at start", podJSON(t, nil), ofAudience(testPod, uid, api), ofAudience(testPod, uid, api), true,
+			"no longer has this pod"},
+		{"taken at start, then another audience", podJSON(t, nil), ofAudience(testPod, uid, api), ofAudience(testPod, uid, "vault"), false,
+			`audience ["vault"] from this process`},
+		{"the kubelet's, refused at start", refuse, boundTo(testPod, uid, time.Now().Add(time.Hour)),
+			boundTo(testPod, uid, time.Now().Add(time.Hour)), true, "no longer has this pod"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := inMemory(t, &inOrder{handlers: []http.HandlerFunc{tc.first, refuse}})
+			require.NoError(t, os.WriteFile(cfg.TokenFile, []byte(jwt(t, tc.start)), 0o600))
+			cfg.UID = uid
+			p := newPod(t, cfg, testPod)
+			_, err := p.Spec(t.Context()) // at start, as drain.ConfigFromEnv
+			if err != nil {
+				// Refused as the later read is, or not answered.
+				assert.Equal(t, tc.gone, kube.IsNotFound(err), "the read at start: %v", err)
+			}
+
+			// A new token, as the kubelet's rotation writes one.
+			require.NoError(t, os.WriteFile(cfg.TokenFile, []byte(jwt(t, tc.refused)), 0o600))
+			_, err = p.Deletion(t.Context())
+			var apiErr *kube.APIError
+			require.ErrorAs(t, err, &apiErr)
+			assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+			assert.Equal(t, tc.gone, kube.IsNotFound(err), "%v", err)
+			assert.Contains(t, err.Error(), tc.says)
 		})
 	}
 }

@@ -61,12 +61,31 @@ const serviceAccount = "sandboxd"
 // the kubelet's rotation writes one.
 func boundToken(t *testing.T, c *realapiserver.Cluster, pod *corev1.Pod) string {
 	t.Helper()
+	return tokenOfAudience(t, c, pod)
+}
+
+// tokenOfAudience returns a token of serviceAccount bound to pod, as a
+// serviceAccountToken volume of the audiences aud holds one (none: the API
+// server's, the kubelet's kube-api-access volume), 3607 s asked, as the
+// kubelet's.
+func tokenOfAudience(t *testing.T, c *realapiserver.Cluster, pod *corev1.Pod, aud ...string) string {
+	t.Helper()
 	var tr authenticationv1.TokenRequest
 	c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/serviceaccounts/"+serviceAccount+"/token", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3607)),
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3607)), Audiences: aud,
 			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
 	}, http.StatusCreated, &tr)
 	return tr.Status.Token
+}
+
+// tokenReview is the API server's TokenReview of token, made as the
+// admin: why it refuses it (Status.Error), empty when it takes it.
+func tokenReview(t *testing.T, c *realapiserver.Cluster, token string) string {
+	t.Helper()
+	var tr authenticationv1.TokenReview
+	c.MustDo(t, http.MethodPost, "/apis/authentication.k8s.io/v1/tokenreviews",
+		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, http.StatusCreated, &tr)
+	return tr.Status.Error
 }
 
 // writeToken writes token to path, as the kubelet writes a projected
@@ -267,6 +286,71 @@ func TestRealAPIServer(t *testing.T) {
 				assert.Contains(t, logs.String(), "a force deletion")
 				assert.Equal(t, string(gone.UID), pod.UID())
 				t.Logf("SIGKILL planned at T0 + 2s, then SIGTERM + %v; log:\n%s", rep.Budget.Kill.Sub(rep.Budget.SIGTERM), logs.String())
+			})
+		}
+	})
+
+	// docs/faults.md row 1110: the API server answers a token of an
+	// audience it does not take (a serviceAccountToken volume of another
+	// service's audience) with the bare 401 it answers the token of a pod
+	// removed, at every read, so every 401 to a token bound to the pod was
+	// its removal: a drain with no read at start planned SIGKILL 2 s after
+	// SIGTERM where the kubelet gives the deletion's hour, and one with a
+	// read at start said POD_NAME or POD_UID did not name the pod.
+	t.Run("TokenOfAnotherAudienceIsNotThePodsRemoval", func(t *testing.T) {
+		removed := createPod(t, c, "removed-0")
+		removedToken := boundToken(t, c, removed)
+		deletePod(t, c, "removed-0", 0)
+		other := createPod(t, c, "audience-0")
+		otherToken := tokenOfAudience(t, c, other, "vault")
+		codeR, bodyR, err := c.Do(removedToken, http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/removed-0", nil)
+		require.NoError(t, err)
+		codeA, bodyA, err := c.Do(otherToken, http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/audience-0", nil)
+		require.NoError(t, err)
+		assert.Equal(t, []int{http.StatusUnauthorized, http.StatusUnauthorized}, []int{codeR, codeA})
+		assert.JSONEq(t, string(bodyR), string(bodyA), "the answer tells nothing apart")
+		// Only a TokenReview does, which a pod cannot make with its token
+		// refused.
+		assert.Contains(t, tokenReview(t, c, otherToken), `token audiences ["vault"] is invalid for the target audiences`)
+		assert.Contains(t, tokenReview(t, c, removedToken), "service account token has been invalidated")
+
+		for _, readAtStart := range []bool{false, true} {
+			t.Run(fmt.Sprintf("read at start %v", readAtStart), func(t *testing.T) {
+				name := fmt.Sprintf("audience-start-%v", readAtStart)
+				created := createPod(t, c, name)
+				var logs logbuf.Buffer
+				stands := logbuf.NewSignal("the budget stands")
+				pod, err := kube.New(name, kube.Config{Host: c.URL, Namespace: ns, CAFile: c.CAFile, UID: string(created.UID),
+					TokenFile: writeToken(t, filepath.Join(t.TempDir(), "token"), tokenOfAudience(t, c, created, "vault"))})
+				require.NoError(t, err)
+				if readAtStart { // as drain.ConfigFromEnv and the examples
+					_, err := pod.Spec(t.Context())
+					var apiErr *kube.APIError
+					require.ErrorAs(t, err, &apiErr)
+					assert.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
+					assert.False(t, kube.IsNotFound(err), "%v", err)
+					assert.Contains(t, err.Error(), `its audience ["vault"]`)
+					assert.Nil(t, pod.Identity().Mismatch, "not a name that is not the pod's")
+				}
+				deletePod(t, c, name, 3600) // the kubelet gives the deletion's hour
+				b, err := deadline.New(3600*time.Second, deadline.Config{})
+				require.NoError(t, err)
+				d, err := drain.New(drain.Config{Budget: b, Sandboxes: draintest.NewNode(), Pod: pod,
+					Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, stands), nil))})
+				require.NoError(t, err)
+				d.PreStop().ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/drain?wait=0s", nil))
+				select {
+				case <-stands.Seen():
+				case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+				}
+				kill := b.Kill().Sub(b.Start())
+				rep := d.Shutdown(t.Context())
+				assert.Equal(t, time.Hour, kill, "SIGKILL at T0 + the hour; log:\n%s", logs.String())
+				assert.Empty(t, rep.PodMismatch)
+				assert.NotContains(t, logs.String(), "force deletion")
+				assert.NotContains(t, logs.String(), "does not name this pod")
+				assert.Contains(t, logs.String(), "is refused the same as the token of a pod removed")
+				t.Logf("SIGKILL at T0 + %v; log:\n%s", kill, logs.String())
 			})
 		}
 	})
