@@ -133,7 +133,14 @@ func (p *Pod) accepted(token string) {
 // bare 401 to a token of a pod still there a minute past its
 // deletionTimestamp and to one of a pod removed, and the same TokenReview
 // error, "service account token has been invalidated"; an anonymous read
-// is a 403 that says nothing of the pod).
+// is a 403 that says nothing of the pod). Nor from a service account
+// deleted while its pods run (the validator's first check): `kubectl
+// delete -f` of a manifest holding it and the DaemonSet, whose pods the
+// garbage collector deletes with their grace (a namespace's deletion,
+// ordered since v1.33, deletes the service account only once its pods are
+// gone). Measured: a read 2 s after the service account's deletion, the
+// pod deleted with 30 s and still there, is the same bare 401, its
+// TokenReview `serviceaccounts "sandboxd" not found`.
 func (p *Pod) refused(token string, now time.Time, offset time.Duration) (why string, gone bool) {
 	c, ok := parseClaims(token)
 	if !ok {
@@ -172,5 +179,7 @@ func (p *Pod) refused(token string, now time.Time, offset time.Duration) (why st
 		p.uid = bound.UID
 	}
 	return fmt.Sprintf("the pod's own service account token, bound to its UID %s, was refused: the API server no longer has this pod: "+
-		"a force deletion removed it, another pod was created in its name, or its deletionTimestamp is a minute past", bound.UID), true
+		"a force deletion removed it, another pod was created in its name, or its deletionTimestamp is a minute past "+
+		"(a service account deleted while the pod runs, as `kubectl delete -f` of a manifest holding it and the pod's DaemonSet does, "+
+		"is refused the same)", bound.UID), true
 }
