@@ -62,4 +62,13 @@
 // (removed to reset what was learned, or one it refuses). The server that
 // takes the lock removes the temporary files of writes of the file that a
 // SIGKILL cut short (statedir.Lock.RemoveTemps), logged.
+//
+// The file is the node's memory of its disk, and an operator may reset or
+// correct it while a server runs: since only the server holding the lock
+// writes it, Save keeps what it finds in it at the shutdown, not what it
+// read at its start. Removed (the reset Read's error advises), the next
+// file holds only what that shutdown learned, its estimate the server's
+// Prior when it measured no preserve; edited, the edit's level is kept
+// when the shutdown learned none; unreadable, it is written anew with no
+// level. Each case is logged with the file.
 package learned

@@ -351,3 +351,65 @@ func TestTheServerTakingTheFileRemovesWhatACutSaveLeft(t *testing.T) {
 		})
 	})
 }
+
+// The file removed, edited or broken by hand while the server that holds
+// it runs: only that server writes the file (its lock), so a change since
+// its start is an operator's, and its Save keeps it. A removal resets what
+// was learned (the fix Read's error gives, and what a takeover already
+// does with a removed file, row 870): a drain that learned no level (a
+// fixed -concurrency) writes none, and one that measured no preserve
+// writes the server's prior as its estimate, not the removed file's. An
+// edit of the level (16 to 4, its "written" left as it was) is kept, and a
+// file broken by an edit is written anew with no level. Save used to keep
+// the rates the server read at its start whenever the file now was not
+// newer by its "written": the removed level 16, with its 8 s estimate,
+// came back, and so did the 16 the operator edited down to 4.
+func TestSaveKeepsWhatAnOperatorDidToTheFileWhileTheServerRan(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		do       func(t *testing.T, path string)
+		observe  bool // the drain measured a preserve
+		level    int
+		est      time.Duration // the level's estimate kept
+		estimate time.Duration // the file's estimate
+	}{
+		{"removed", func(t *testing.T, path string) { require.NoError(t, os.Remove(path)) }, true, 0, 0, 2 * time.Second},
+		{"removed, nothing measured", func(t *testing.T, path string) { require.NoError(t, os.Remove(path)) }, false, 0, 0, 3 * time.Second},
+		{"level edited", func(t *testing.T, path string) {
+			r, err := learned.Read(path)
+			require.NoError(t, err)
+			r.LearnedLimit, r.LearnedEstimate = 4, 5*time.Second
+			require.NoError(t, r.Write(path))
+		}, true, 4, 5 * time.Second, 2 * time.Second},
+		{"broken by an edit", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, []byte(`{"written": "2026-12-05T00:00:00Z", "estimate_ns": -1}`+"\n"), 0o644))
+		}, true, 0, 0, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, learned.File)
+			before := learned.Rates{Written: time.Now().Add(-time.Hour), Estimate: 8 * time.Second, Observations: 20, Limit: 8,
+				LearnedLimit: 16, LearnedEstimate: 8 * time.Second, MaxLimit: 32}
+			require.NoError(t, before.Write(path))
+			var logs bytes.Buffer
+			st := learned.Server{Dir: dir, Concurrency: 8, Prior: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+			cfg := st.Config()
+			require.Equal(t, 8*time.Second, cfg.Estimator.Estimate(), "started from the file")
+			if tc.observe {
+				cfg.Estimator.Observe(2 * time.Second)
+			}
+
+			tc.do(t, path)
+			budget, err := deadline.New(30*time.Second, deadline.Config{})
+			require.NoError(t, err)
+			st.Save(&drain.Report{Preserve: &pause.Report{Limit: 8}}, budget, nil) // a fixed limit: no level learned
+			got, err := learned.Read(path)
+			require.NoError(t, err, "Save wrote the file:\n%s", logs.String())
+			level, est := got.Level()
+			assert.Equal(t, tc.level, level, "the level:\n%s", logs.String())
+			assert.Equal(t, tc.est, est, "its estimate")
+			assert.Equal(t, tc.estimate, got.Estimate, "the estimate of one preserve")
+			assert.Contains(t, logs.String(), "file="+path)
+		})
+	}
+}

@@ -149,6 +149,44 @@ func (s Server) Start() *Start {
 	return st
 }
 
+// previous returns the rates Save keeps what this shutdown did not learn
+// from: the file at path as it is now. Only the server that holds the
+// lock writes the file, so what changed in it since this server read it is
+// another's word, and the freshest: the server that held the file before
+// this one took it over, or an operator, who removes the file to reset what
+// was learned (Read's error says to) or edits it. A file removed or not
+// readable now keeps nothing, though this server read one at its start
+// (that is what the removal or the edit replaced); each case is logged.
+func (st *Start) previous(path string) *Rates {
+	now, err := Read(path)
+	switch {
+	case err == nil && (st.last == nil || !now.Written.Equal(st.last.Written)):
+		st.log.Info("learned rates: the file was written by another since this server read it; keeping its level",
+			"file", path, "written", now.Written, "learned_concurrency", now.LearnedLimit)
+	case err == nil && st.last != nil && !sameLevel(now, st.last):
+		st.log.Info("learned rates: the file's level was edited since this server read it; keeping the edit",
+			"file", path, "learned_concurrency", now.LearnedLimit, "was", st.last.LearnedLimit)
+	case errors.Is(err, ErrNone) && st.last != nil:
+		st.log.Warn("learned rates: the file this server read at its start was removed since (a reset of what was learned); "+
+			"saving what this shutdown learned alone", "file", path, "started_from_written", st.last.Written)
+	case err != nil && !errors.Is(err, ErrNone):
+		st.log.Warn("learned rates: the file is not readable now; saving what this shutdown learned alone, in its place",
+			"file", path, "error", err)
+	}
+	if err != nil {
+		return nil
+	}
+	return now
+}
+
+// sameLevel reports whether a and b hold the same level, with the same
+// estimate.
+func sameLevel(a, b *Rates) bool {
+	al, ae := a.Level()
+	bl, be := b.Level()
+	return al == bl && ae == be
+}
+
 // takeOver tries the lock every lockPoll until it is taken or Save or
 // Close stops it; once taken, it reads the file the holder left and
 // records this server's limit in it.
@@ -178,8 +216,7 @@ func (st *Start) takeOver(path string) {
 			// What this server read before is older than what the holder
 			// left: rewriting the file with it would bring back rates that
 			// server, or the operator removing the file, replaced. Save
-			// writes the file anew, keeping nothing of it (replaced).
-			st.replaced = true
+			// writes the file anew, keeping nothing of it (previous).
 			st.log.Warn("learned rates: the server before this one has exited, leaving a file this one cannot read; "+
 				"leaving it as it is until this server's shutdown writes it", "file", path, "error", err,
 				"started_from_written", st.lastWritten())
@@ -301,14 +338,9 @@ type Start struct {
 	stop chan struct{} // closed by Close: takeOver ends
 	done chan struct{} // closed when takeOver has ended
 
-	mu   sync.Mutex     // takeOver sets last, replaced and lock
-	last *Rates         // what the last shutdown wrote; nil: nothing readable
+	mu   sync.Mutex     // takeOver sets last and lock
+	last *Rates         // what the last shutdown wrote, as this server read it; nil: nothing readable
 	lock *statedir.Lock // LockFile's: the file is this server's; nil: not (yet)
-	// replaced is set by a takeover that found no file it could read: last
-	// is from before the drain of the server that held the file, and what
-	// that server or an operator left in its place (a removal to reset what
-	// was learned) replaced it. Save keeps no level from it.
-	replaced bool
 }
 
 // Config returns the Preserver's Limit, MaxLimit and Estimator (the
@@ -389,10 +421,13 @@ func (st *Start) Cold(err error) (pause.Config, bool) {
 // Save writes only under the lock (see Start): if another server still
 // holds it, this one's drain ran beside that one's, which writes its own,
 // and Save writes nothing, logged. The level kept when this shutdown
-// learned none is the file's as it is now, when a server wrote it after
-// this one read it; none when the takeover found no file it could read
-// (removed, or one this build refuses), for what this server read at its
-// start is what that file replaced. Save releases the lock (Close).
+// learned none is the file's as it is now, whoever changed it since this
+// server read it (the server it took the file over from; an operator who
+// edited it); none when no file can be read now (removed to reset what was
+// learned, or one this build refuses), for what this server read at its
+// start is what the removal replaced, and then a shutdown that measured no
+// preserve writes Prior as its estimate, not the estimate of the file
+// removed. Save releases the lock (Close).
 func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.Step) {
 	if st.srv.Dir == "" {
 		return
@@ -422,14 +457,7 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 			st.hold(lock)
 		}
 	}
-	prev := st.last
-	if st.replaced {
-		prev = nil
-	}
-	if now, err := Read(path); err == nil && (prev == nil || now.Written.After(prev.Written)) {
-		st.log.Info("learned rates: the file was saved by another server since this one read it; keeping its level", "file", path, "written", now.Written)
-		prev = now
-	}
+	prev := st.previous(path)
 	r := Rates{Written: time.Now(), Limit: st.srv.Concurrency, Grace: budget.Grace(), Margin: budget.Margin(), KubeletGrace: st.srv.KubeletGrace}
 	if st.srv.Concurrency == 0 {
 		r.MaxLimit = st.srv.ceiling() // adaptive: drainkit plan predicts the Preserver's start from it
@@ -438,7 +466,12 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 	if rep != nil {
 		preserved = rep.Preserve
 	}
-	if st.est != nil {
+	switch {
+	case prev == nil && st.from.learned && st.est.Count() == 0:
+		// Nothing measured, and the file the Estimator started from is gone
+		// (reset): its estimate is no more this node's than its level.
+		r.FromEstimator(deadline.NewEstimator(st.srv.prior()))
+	case st.est != nil:
 		r.FromEstimator(st.est)
 	}
 	r.FromReport(preserved, prev) // a shutdown that learned no concurrency keeps the last one's, with its estimate
