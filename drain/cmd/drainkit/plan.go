@@ -80,7 +80,12 @@ the rates as the server builds it: 8 whatever it learned), which decides when
 the preStop wait ends; the predicted time is a round at that start, then
 rounds at the level it learned (learned_limit), and, beside it, the time of a
 climb doubling from the start, should the first round not keep to its
-estimates. -concurrency N plans a fixed limit of N instead.
+estimates. One that learned nothing (a node's first drain) reserves one
+pause at a time, and its Run starts at 8 at a speed nothing measured: the
+predicted time is "not known", with the time were 8 at once as fast as one
+and were they no faster than one at a time, and how many sandboxes would
+not be preserved is counted one at a time, as the drain reserves.
+-concurrency N plans a fixed limit of N instead.
 
 What the server learned comes from -state-dir DIR (sandboxd writes
 DIR/learned-rates.json at every shutdown and starts from it) or -rates FILE;
@@ -138,10 +143,11 @@ type planInput struct {
 	estimateSrc    string
 	mean           time.Duration // the learned mean of one pause; the estimate when nothing was learned
 	meanSrc        string
-	limit          int // at the start: the preserve phase's first round
-	reserved       int // what the drain's reserve counts rounds of: limit, or an adaptive server's learned level below it, untested yet
-	level          int // what the preserve phase runs at after its first round: limit unless it adapts
-	ceiling        int // the adaptive limit's ceiling (the rates' max_limit); 0: a fixed limit
+	limit          int  // at the start: the preserve phase's first round
+	reserved       int  // what the drain's reserve counts rounds of: limit, or an adaptive server's learned level below it, untested yet
+	unmeasured     bool // adaptive with nothing measured: the drain reserves one at a time, its Run starts at limit at a speed no one knows
+	level          int  // what the preserve phase runs at after its first round: limit unless it adapts
+	ceiling        int  // the adaptive limit's ceiling (the rates' max_limit); 0: a fixed limit
 	limitSrc       string
 	grace          time.Duration
 	graceSrc       string
@@ -486,7 +492,7 @@ func (in *planInput) resolve(grace, estimate time.Duration, limit int, steps []l
 	case r != nil && r.Limit > 0:
 		in.limit, in.limitSrc = r.Limit, "learned"
 	default:
-		in.limit, in.reserved = defaultLimit, defaultReserved
+		in.limit, in.reserved, in.unmeasured = defaultLimit, defaultReserved, defaultReserved < defaultLimit
 		in.limitSrc = fmt.Sprintf("the library's default, nothing learned, no -concurrency: adaptive, starts at %d and climbs; planned at %d (nothing measured: the drain counts on one at a time)", in.limit, in.reserved)
 	}
 	if in.level == 0 {
@@ -613,6 +619,7 @@ func (in *planInput) adaptiveStart(r *learned.Rates) error {
 		in.limit = in.reserved
 	}
 	in.level = cmp.Or(cfg.Limit, in.limit)
+	in.unmeasured = cfg.Limit == 0 && in.reserved < in.limit
 	switch {
 	case in.ceiling <= 1:
 		// pause fixes a limit whose ceiling is 1: nothing to adapt.
@@ -639,7 +646,8 @@ func (in *planInput) adaptiveStart(r *learned.Rates) error {
 
 // planResult is what the plan says.
 type planResult struct {
-	predicted time.Duration // the preserve time expected: ceil(n/limit) x mean, or by size
+	predicted time.Duration // the preserve time expected: ceil(n/limit) x mean, or by size; unmeasured: were limit at once as fast as one
+	serial    time.Duration // unmeasured: the preserve time were pauses at once no faster than one at a time (0: measured)
 	climb     time.Duration // an adaptive limit's preserve time if its first round does not confirm the level: 0, none
 	climbFrom []int         // the levels of that climb's rounds below the learned level
 	climbLeft int           // the pauses that climb leaves to rounds at the learned level
@@ -841,9 +849,15 @@ func (in *planInput) plan() (*planResult, error) {
 	n := len(in.sizes)
 	switch {
 	case !byRounds:
-		if in.level != in.limit {
+		if in.level != in.limit || in.unmeasured {
 			res.predicted = makespan(in.pauseTimes(), in.limit, in.level)
 		}
+		if in.unmeasured {
+			res.serial = makespan(in.pauseTimes(), 1, 1)
+		}
+	case in.unmeasured: // the start's round at the mean, and one at a time: the two it can count
+		res.predicted = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return in.limit })()
+		res.serial = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return 1 })()
 	case in.level == in.limit || n <= in.limit: // the same rule at the mean: what the pauses will most likely take
 		res.predicted = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return in.limit })()
 	default: // a first round at the start, then the rest at the level
@@ -855,6 +869,9 @@ func (in *planInput) plan() (*planResult, error) {
 	}
 	if byRounds && in.largestAtPrior(in.estimate) > in.roundsReserve() { // the largest sandbox outlasts the rounds
 		res.largest, res.predicted = true, max(res.predicted, in.largestAtPrior(in.mean))
+		if res.serial > 0 {
+			res.serial = max(res.serial, in.largestAtPrior(in.mean))
+		}
 	}
 	phases := in.phasesFor(reserve)
 	b, err := in.budget(in.grace)
@@ -960,6 +977,12 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 		longer = "; the largest sandbox takes longer (below)"
 	}
 	switch {
+	case in.unmeasured && res.byRounds:
+		fmt.Fprintf(tw, "  predicted preserve time\tnot known\tnothing measured on this node yet: %s where %d at once run as fast as one (%d round(s) of %d at %s, %s), %s where they run no faster than one at a time (%d at %s, as the drain reserves)%s; its first drain measures it\n",
+			secs(res.predicted), in.limit, rounds(n, in.limit), in.limit, secs(in.mean), in.meanSrc, secs(res.serial), n, secs(in.mean), longer)
+	case in.unmeasured:
+		fmt.Fprintf(tw, "  predicted preserve time\tnot known\tnothing measured on this node yet: %s where %d at once run as fast as one (by size at %g MiB/s per pause, longest first over %d slots), %s where they run no faster than one at a time (one slot, as the drain reserves); its first drain measures it\n",
+			secs(res.predicted), in.limit, in.rateMiB, in.limit, secs(res.serial))
 	case res.byRounds && adapts:
 		how := ""
 		if in.level < in.limit {
@@ -993,6 +1016,8 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 	case res.byRounds:
 		rule := "ceil(sandboxes / concurrency) x estimate"
 		switch {
+		case in.unmeasured:
+			rule = "sandboxes x estimate: nothing measured, no parallelism counted on, as the server's plan at SIGTERM"
 		case in.ceiling > 0 && in.reserved < in.limit:
 			rule = "ceil(sandboxes / the learned level, below the start and not yet tested) x estimate, as the server's plan at SIGTERM"
 		case in.ceiling > 0:
@@ -1008,7 +1033,7 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 			fmt.Fprintf(tw, "  the largest sandbox\t%s\tits size at the estimate for the average size, as the server's Preserver takes it before it has measured a rate: longer than the rounds, and the drain never reserves less (at the mean: %s)\n",
 				secs(in.largestAtPrior(in.estimate)), secs(in.largestAtPrior(in.mean)))
 		}
-	case adapts:
+	case adapts || in.unmeasured:
 		fmt.Fprintf(tw, "  the drain reserves\t%s\tby size, longest first over %d slots (what the server's plan counts on at SIGTERM)\n", secs(res.reserve), in.reserved)
 	}
 	st := res.budget
@@ -1058,7 +1083,7 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 		fmt.Fprintf(tw, "  verdict\tFITS\tevery sandbox would be preserved%s\n", atGrace)
 	} else {
 		fmt.Fprintf(tw, "  shortfall\t%s\tthe work is this much longer than the budget\n", secs(res.shortfall))
-		fmt.Fprintf(tw, "  verdict\tDOES NOT FIT\tabout %d of %d sandboxes would not be preserved%s\n", in.lostEstimate(res, res.windows), n, atGrace)
+		fmt.Fprintf(tw, "  verdict\tDOES NOT FIT\t%s%s\n", in.lost(res, res.windows), atGrace)
 	}
 	if res.minGrace > 0 {
 		fmt.Fprintf(tw, "  smallest grace that fits\t%ds\tterminationGracePeriodSeconds: %d (with the step reserves as given)\n",
@@ -1092,12 +1117,27 @@ func (res *planResult) printNode(tw io.Writer, in *planInput) {
 	case node.fits:
 		fmt.Fprintf(tw, "  node shutdown\tFITS\tin %s: every sandbox would be preserved\n", grace)
 	case res.minGrace > 0:
-		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: about %d of %d sandboxes would not be preserved; it needs %ds (%s)\n",
-			grace, in.lostEstimate(res, node.windows), len(in.sizes), int64(res.minGrace/time.Second), slice)
+		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: %s; it needs %ds (%s)\n",
+			grace, in.lost(res, node.windows), int64(res.minGrace/time.Second), slice)
 	default:
-		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: about %d of %d sandboxes would not be preserved\n",
-			grace, in.lostEstimate(res, node.windows), len(in.sizes))
+		fmt.Fprintf(tw, "  node shutdown\tDOES NOT FIT\tin %s: %s\n", grace, in.lost(res, node.windows))
 	}
+}
+
+// lost says how many sandboxes would not be preserved in windows
+// (lostEstimate), and, on a node that measured nothing, at what speed: the
+// count is at the drain's reserve, one at a time, where its Run starts
+// limit at once at a speed no one measured, which keeps all on a disk that
+// writes them as fast as one (drainsim: 20 of 20 where one at a time
+// loses 13) and none on one that writes no more than one at full speed
+// (each at a limit-th of its speed, all cut together).
+func (in *planInput) lost(res *planResult, windows []deadline.Window) string {
+	s := fmt.Sprintf("about %d of %d sandboxes would not be preserved", in.lostEstimate(res, windows), len(in.sizes))
+	if in.unmeasured {
+		s += fmt.Sprintf(" one at a time, as the drain reserves (nothing measured yet: its Run starts %d at once, which keep more where %d at once run faster than one, fewer where they do not)",
+			in.limit, in.limit)
+	}
+	return s
 }
 
 // lostEstimate is how many sandboxes would not fit in the plan's windows:

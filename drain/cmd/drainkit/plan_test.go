@@ -239,7 +239,7 @@ func TestPlanOfAnAdaptiveServerReservesWithTheLimitItStartsAt(t *testing.T) {
 		{"learned the start", `"limit": 16, "learned_limit": 8, "max_limit": 32`, nil,
 			"8", 8 * mean, live, "starts at 8, the level learned"},
 		{"learned none", `"limit": 16, "max_limit": 32`, nil,
-			"8", 8 * mean, n * est, "nothing learned: starts at 8 and climbs; planned at 1 (nothing measured"},
+			"8", 0, n * est, "nothing learned: starts at 8 and climbs; planned at 1 (nothing measured"},
 		{"a fixed limit", `"limit": 32`, nil,
 			"32", 2 * mean, 2 * est, "learned"},
 		{"-concurrency overrides", `"limit": 32, "learned_limit": 32, "max_limit": 32`, []string{"-concurrency", "16"},
@@ -253,7 +253,13 @@ func TestPlanOfAnAdaptiveServerReservesWithTheLimitItStartsAt(t *testing.T) {
 		require.Equal(t, exitOK, code, "%s: %s", tc.name, errw)
 		assert.Regexp(t, `concurrency\s+`+regexp.QuoteMeta(tc.conc)+`  `, out, tc.name)
 		assert.Contains(t, out, tc.says, tc.name)
-		assert.Regexp(t, `predicted preserve time\s+`+regexp.QuoteMeta(secs(tc.pred))+`\s`, out, tc.name)
+		if tc.pred == 0 { // nothing measured: the start's rounds and one at a time, no one figure
+			assert.Regexp(t, `predicted preserve time\s+not known\s+nothing measured on this node yet: `+regexp.QuoteMeta(secs(8*mean))+
+				` where 8 at once run as fast as one \(8 round\(s\) of 8 at 0\.358s, the learned mean pause\), `+regexp.QuoteMeta(secs(n*mean))+
+				` where they run no faster than one at a time`, out, tc.name)
+		} else {
+			assert.Regexp(t, `predicted preserve time\s+`+regexp.QuoteMeta(secs(tc.pred))+`\s`, out, tc.name)
+		}
 		assert.Regexp(t, `the drain reserves\s+`+regexp.QuoteMeta(secs(tc.rsv))+`\s`, out, tc.name)
 		if tc.conc == "8, then 32" {
 			assert.Regexp(t, `if it climbs instead\s+`+regexp.QuoteMeta(secs(4*mean))+`\s+rounds of 8, 16, then 2 round\(s\) of 32`, out, tc.name)
@@ -652,4 +658,87 @@ func TestPlanIsLaidOutAtSIGTERMHoweverLongItTakes(t *testing.T) {
 		again, _ := atSIGTERM(b, phases) // four seconds later
 		assert.Equal(t, windows, again)
 	})
+}
+
+// plainSandbox hides a sandbox's size: the plan and the drain count it at
+// the estimate, as they count drainsim's.
+type plainSandbox struct{ sb pause.Sandbox }
+
+func (p plainSandbox) ID() string                         { return p.sb.ID() }
+func (p plainSandbox) Preserve(ctx context.Context) error { return p.sb.Preserve(ctx) }
+
+// coldDrain drains, under testing/synctest, a node that never drained: n
+// sandboxes of a GiB each, which pause alone in 1 s to a disk that writes
+// knee of them at full speed at once (draintest.Disk), by a Drainer with
+// pause's adaptive default and an estimate of 1 s, in grace, SIGTERM at
+// T0. It returns the preserve phase's time and how many were preserved.
+func coldDrain(t *testing.T, n, knee int, grace time.Duration) (took time.Duration, preserved int) {
+	t.Helper()
+	const gib = 1 << 30
+	synctest.Test(t, func(t *testing.T) {
+		disk := &draintest.Disk{Bandwidth: float64(knee) * gib, PerWriter: gib}
+		node := draintest.NewNode()
+		for i := range n {
+			node.Add(&draintest.Sandbox{Name: fmt.Sprintf("sb-%d", i), Bytes: gib, Disk: disk})
+		}
+		lister := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			sbs, err := node.List(ctx)
+			for i, s := range sbs {
+				sbs[i] = plainSandbox{s}
+			}
+			return sbs, err
+		})
+		b, err := deadline.New(grace, deadline.Config{})
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: b, Sandboxes: lister, Pause: pause.Config{Estimator: deadline.NewEstimator(time.Second)}})
+		require.NoError(t, err)
+		rep := d.Shutdown(context.Background())
+		took, preserved = rep.Phase(drain.PhasePreserve).Duration, rep.Preserve.Counts[pause.Preserved]
+	})
+	return took, preserved
+}
+
+// A node that never drained has measured no parallelism: its drain
+// reserves one preserve at a time (row 940), and its Run starts 8 at once
+// and climbs, at whatever speed 8 at once run on that node. The same plan
+// input, 20 sandboxes whose pause alone takes the 1 s estimate, is a
+// preserve phase of 20 s on a disk that writes one at full speed, 5 s on
+// one that writes 4 and 2 s on one that writes 16 (cold drains in virtual
+// time), and in a grace of 8 s loses all 20 on the first (8 at once at an
+// eighth of the speed each, all cut) and none on the second. The plan
+// predicted 3 s (3 rounds of 8, as if 8 at once ran as fast as one) and
+// "about 14 of 20 sandboxes would not be preserved" (one at a time) for
+// all of them, as what the drain would do, and called its one-at-a-time
+// reserve rounds of "the learned level"; go run ./examples/drainsim
+// measured 2.44 s and 20 of 20 against 2.25 s and 13 lost. It now says
+// the time is not known, with the two figures it can count (8 at once as
+// fast as one; one at a time, what the drain reserves, which the first
+// disk's drain took), whose loss its count is, and what its reserve is.
+func TestPlanOfANodeThatNeverDrainedPredictsNoParallelismItHasNotMeasured(t *testing.T) {
+	const n = 20
+	serial, _ := coldDrain(t, n, 1, 60*time.Second)
+	four, _ := coldDrain(t, n, 4, 60*time.Second)
+	sixteen, _ := coldDrain(t, n, 16, 60*time.Second)
+	t.Logf("cold preserve phases: %v one at full speed, %v four, %v sixteen", serial, four, sixteen)
+	require.GreaterOrEqual(t, serial, 5*sixteen, "one plan input, drains 10 times apart: no one figure predicts them")
+	require.InEpsilon(t, (n * time.Second).Seconds(), serial.Seconds(), 0.05, "one at a time's figure is a disk that writes one")
+
+	code, out, errw := drainkit(t, "plan", "-count", strconv.Itoa(n), "-estimate", "1s", "-grace", "60")
+	require.Equal(t, exitOK, code, errw)
+	row := regexp.MustCompile(`(?m)^\s*predicted preserve time\s.*$`).FindString(out)
+	assert.Regexp(t, `predicted preserve time\s+not known\s`, row, "no figure for what was never measured")
+	assert.Contains(t, row, "3.000s where 8 at once run as fast as one")
+	assert.Contains(t, row, "20.000s where they run no faster than one at a time")
+	assert.Contains(t, out, "20 round(s) of 1 at the estimate 1.000s (sandboxes x estimate: nothing measured, no parallelism counted on")
+
+	_, keptOnOne := coldDrain(t, n, 1, 8*time.Second)
+	_, keptOnFour := coldDrain(t, n, 4, 8*time.Second)
+	t.Logf("cold drains in 8 s: %d of %d preserved on a disk that writes one at full speed, %d on one that writes 4", keptOnOne, n, keptOnFour)
+	require.Equal(t, n, keptOnFour)
+	require.Less(t, keptOnOne, n-14)
+	code, out, errw = drainkit(t, "plan", "-count", strconv.Itoa(n), "-estimate", "1s", "-grace", "8")
+	require.Equal(t, exitNoFit, code, errw)
+	verdict := regexp.MustCompile(`(?m)^\s*verdict\s.*$`).FindString(out)
+	assert.Contains(t, verdict, "about 14 of 20 sandboxes would not be preserved one at a time, as the drain reserves")
+	assert.Contains(t, verdict, "nothing measured")
 }
