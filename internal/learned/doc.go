@@ -70,5 +70,12 @@
 // file holds only what that shutdown learned, its estimate the server's
 // Prior when it measured no preserve; edited, the edit's level is kept
 // when the shutdown learned none; unreadable, it is written anew with no
-// level. Each case is logged with the file.
+// level. Each case is logged with the file. The lock file is not to be
+// removed: the kernel releases the lock when its server exits, so it is
+// never stale, and flock(2) binds the open file, not its name: with the
+// file removed, the next server makes another and takes its lock beside
+// the first. The first then says so at its Save (Warn, naming who holds
+// the new one) and saves: the two saves each keep the file as they find
+// it, so the next start reads the later drain's level, or the earlier's
+// when the later learned none.
 package learned

@@ -413,3 +413,54 @@ func TestSaveKeepsWhatAnOperatorDidToTheFileWhileTheServerRan(t *testing.T) {
 		})
 	}
 }
+
+// The lock file removed by hand while its server holds it (a clean-up of
+// "stale" lock files; a glob that meant the rates file): the kernel's lock
+// stays on the removed file, and the next server creates another and
+// takes it, beside the first. Nothing keeps two servers apart then, so
+// the first says so at its Save: the file it holds is gone from the state
+// directory, or another server's now, naming it. The two servers' saves
+// still keep the freshest level: the first's drain learned 16 and saves
+// it (the file is its drain's to write), and the second's drain, which
+// learned none, keeps it. The first used to save in silence.
+func TestALockFileRemovedByHandIsSaid(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, learned.File)
+	before := learned.Rates{Written: time.Now().Add(-time.Hour), Estimate: time.Second, Limit: 8, LearnedLimit: 4, LearnedEstimate: time.Second, MaxLimit: 32}
+	require.NoError(t, before.Write(path))
+	budget, err := deadline.New(30*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	var oldLogs, newLogs bytes.Buffer
+	old := learned.Server{Dir: dir, Logger: slog.New(slog.NewTextHandler(&oldLogs, nil))}.Start()
+	old.Config().Estimator.Observe(2 * time.Second)
+
+	require.NoError(t, os.Remove(filepath.Join(dir, learned.LockFile)))
+	neu := learned.Server{Dir: dir, Concurrency: 8, Logger: slog.New(slog.NewTextHandler(&newLogs, nil))}.Start()
+	defer neu.Close()
+	require.NotContains(t, newLogs.String(), "another server holds", "the removed file let the second server in")
+
+	old.Save(&drain.Report{Preserve: &pause.Report{Limit: 16, LearnedLimit: 16}}, budget, nil)
+	assert.Contains(t, oldLogs.String(), "the lock file this server held was removed", oldLogs.String())
+	assert.Contains(t, oldLogs.String(), "lock="+filepath.Join(dir, learned.LockFile))
+	assert.Regexp(t, `now="pid \d+`, oldLogs.String(), "it names the server holding the new one")
+	got, err := learned.Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, 16, got.LearnedLimit, "what the first drain learned is saved")
+
+	neu.Config()
+	neu.Save(&drain.Report{Preserve: &pause.Report{Limit: 8}}, budget, nil)
+	got, err = learned.Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, 16, got.LearnedLimit, "the second drain learned none: the first's level stays")
+	assert.Equal(t, 8, got.Limit)
+	assert.NotContains(t, newLogs.String(), "the lock file this server held was removed")
+
+	// Removed and not taken again: gone, said so too.
+	alone := learned.Server{Dir: dir, Logger: slog.New(slog.NewTextHandler(&oldLogs, nil))}.Start()
+	require.NoError(t, os.Remove(filepath.Join(dir, learned.LockFile)))
+	oldLogs.Reset()
+	alone.Config()
+	alone.Save(nil, budget, nil)
+	assert.Contains(t, oldLogs.String(), "the lock file this server held was removed", oldLogs.String())
+	assert.Contains(t, oldLogs.String(), `now="no lock file"`)
+}

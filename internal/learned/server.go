@@ -1,8 +1,10 @@
 package learned
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -236,10 +238,40 @@ func (st *Start) takeOver(path string) {
 // create and its rename (during its fsync, behind the checkpoints'
 // writeback) leaves a temporary file that no later write reuses, one more
 // for each on a hostPath that outlives every pod. Under the lock no other
-// server writes the file.
+// server writes the file. It reads back the holder record the lock wrote
+// (lockMoved compares it).
 func (st *Start) hold(lock *statedir.Lock) {
 	st.lock = lock
+	st.holder, _ = readHolder(st.srv.Dir)
 	lock.RemoveTemps(File, st.log)
+}
+
+// readHolder reads the holder record in dir's LockFile (statedir writes it
+// there when it takes the lock); false when there is no such file.
+func readHolder(dir string) (statedir.Holder, bool) {
+	var h statedir.Holder
+	data, err := os.ReadFile(filepath.Join(dir, LockFile))
+	if err != nil {
+		return h, false
+	}
+	_ = json.Unmarshal(data, &h)
+	return h, true
+}
+
+// lockMoved says whether LockFile is no longer the file this server
+// locked (removed by hand, or removed and made again by the server that
+// took its lock then), and what is there now. flock(2) binds the open
+// file, not its name: the kernel's lock stays on the removed file, and the
+// next server to start creates another and takes it beside this one.
+func (st *Start) lockMoved() (string, bool) {
+	now, ok := readHolder(st.srv.Dir)
+	switch {
+	case !ok:
+		return "no lock file", true
+	case now.PID != st.holder.PID || now.Owner != st.holder.Owner || !now.Since.Equal(st.holder.Since):
+		return now.String(), true
+	}
+	return "", false
 }
 
 func (st *Start) lastWritten() time.Time {
@@ -338,9 +370,10 @@ type Start struct {
 	stop chan struct{} // closed by Close: takeOver ends
 	done chan struct{} // closed when takeOver has ended
 
-	mu   sync.Mutex     // takeOver sets last and lock
-	last *Rates         // what the last shutdown wrote, as this server read it; nil: nothing readable
-	lock *statedir.Lock // LockFile's: the file is this server's; nil: not (yet)
+	mu     sync.Mutex      // takeOver sets last and lock
+	last   *Rates          // what the last shutdown wrote, as this server read it; nil: nothing readable
+	lock   *statedir.Lock  // LockFile's: the file is this server's; nil: not (yet)
+	holder statedir.Holder // the record lock wrote in LockFile, which lockMoved compares
 }
 
 // Config returns the Preserver's Limit, MaxLimit and Estimator (the
@@ -456,6 +489,13 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 		default:
 			st.hold(lock)
 		}
+	}
+	if now, moved := st.lockMoved(); moved && st.lock != nil {
+		// Said, not refused: this drain's rates are the freshest, and the
+		// other server's Save keeps the file as it finds it (previous).
+		st.log.Warn("learned rates: the lock file this server held was removed while it ran (it is never stale: the kernel "+
+			"releases it when its server exits); another server may have started beside this one and written the file too; saving",
+			"lock", filepath.Join(st.srv.Dir, LockFile), "held_by", st.holder.String(), "now", now)
 	}
 	prev := st.previous(path)
 	r := Rates{Written: time.Now(), Limit: st.srv.Concurrency, Grace: budget.Grace(), Margin: budget.Margin(), KubeletGrace: st.srv.KubeletGrace}
