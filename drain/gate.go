@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/drainkit/drainkit/internal/gaterefusals"
 	"github.com/drainkit/drainkit/internal/gatevia"
 )
 
@@ -109,14 +110,9 @@ func init() {
 	gatevia.EnterGRPC = func(g any, c string) (func(), error) { return g.(*Gate).enter(Class(c), byGRPC) }
 }
 
-// maxRefusedKinds bounds the kinds (way and class) the account of refusals
-// keeps apart: a classify that makes a class of each path would otherwise
-// grow it with every request. Refusals of kinds past it are counted under
-// the class refusedOther.
-const maxRefusedKinds = 32
-
 // refusedOther is the class that counts the refusals of kinds past
-// maxRefusedKinds.
+// gaterefusals.MaxKinds, which bounds the kinds (way and class) the
+// account of refusals keeps apart.
 const refusedOther Class = "other"
 
 // refusedOps is the gate's account of the operations it refused: how many
@@ -124,7 +120,7 @@ const refusedOther Class = "other"
 type refusedOps struct {
 	n           int
 	kinds       int
-	by          map[way]map[Class]int
+	by          map[string]map[string]int // by way, then class: gaterefusals.Detail's By
 	first, last time.Time
 }
 
@@ -134,7 +130,7 @@ func (g *Gate) refusals() refusedOps {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r := g.refused
-	r.by = make(map[way]map[Class]int, len(g.refused.by))
+	r.by = make(map[string]map[string]int, len(g.refused.by))
 	for w, m := range g.refused.by {
 		r.by[w] = maps.Clone(m)
 	}
@@ -150,22 +146,22 @@ func (r *refusedOps) add(w way, c Class) {
 	r.n++
 	r.last = now
 	if r.by == nil {
-		r.by = make(map[way]map[Class]int)
+		r.by = make(map[string]map[string]int)
 	}
-	m := r.by[w]
+	m := r.by[string(w)]
 	if m == nil {
-		m = make(map[Class]int)
-		r.by[w] = m
+		m = make(map[string]int)
+		r.by[string(w)] = m
 	}
-	if _, ok := m[c]; !ok {
-		if r.kinds >= maxRefusedKinds {
+	if _, ok := m[string(c)]; !ok {
+		if r.kinds >= gaterefusals.MaxKinds {
 			c = refusedOther
 		}
-		if _, ok := m[c]; !ok {
+		if _, ok := m[string(c)]; !ok {
 			r.kinds++
 		}
 	}
-	m[c]++
+	m[string(c)]++
 }
 
 // setRejects makes the gate count its rejections in c.

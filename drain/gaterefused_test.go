@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/gaterefusals"
 	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
@@ -42,10 +43,10 @@ func TestTheGateDetailDatesTheFirstAndLastRefusalByPhase(t *testing.T) {
 		rep := <-done
 		require.NoError(t, rep.Err())
 
-		gd, ok := rep.Phase(PhaseGate).Detail.(*gateDetail)
+		gd, ok := rep.Phase(PhaseGate).Detail.(*gaterefusals.Detail)
 		require.True(t, ok, "%T", rep.Phase(PhaseGate).Detail)
 		assert.Equal(t, 3, gd.Refused)
-		assert.Equal(t, map[way]map[Class]int{byEnter: {Fork: 1, Create: 2}}, gd.By)
+		assert.Equal(t, map[string]map[string]int{string(byEnter): {string(Fork): 1, string(Create): 2}}, gd.By)
 		assert.Equal(t, start.Add(time.Second), gd.First)
 		assert.Equal(t, PhasePreserve, gd.FirstPhase)
 		assert.Equal(t, late, gd.Last)
@@ -60,9 +61,9 @@ func TestTheGateDetailSaysNothingWasRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, fixtureOpts{grace: time.Minute, margin: 5 * time.Second})
 		rep := f.d.Shutdown(context.Background())
-		gd, ok := rep.Phase(PhaseGate).Detail.(*gateDetail)
+		gd, ok := rep.Phase(PhaseGate).Detail.(*gaterefusals.Detail)
 		require.True(t, ok)
-		assert.Equal(t, &gateDetail{By: map[way]map[Class]int{}}, gd)
+		assert.Equal(t, &gaterefusals.Detail{By: map[string]map[string]int{}}, gd)
 		var line logbuf.Buffer
 		slog.New(slog.NewTextHandler(&line, nil)).Info("drain: shutdown finished", "report", rep)
 		assert.Contains(t, line.String(), "report.refused=0 ")
@@ -82,6 +83,6 @@ func TestTheAccountOfRefusalsIsBounded(t *testing.T) {
 	}
 	r := g.refusals()
 	assert.Equal(t, 1000, r.n)
-	assert.Len(t, r.by[byEnter], maxRefusedKinds+1)
-	assert.Equal(t, 1000-maxRefusedKinds, r.by[byEnter][refusedOther])
+	assert.Len(t, r.by[string(byEnter)], gaterefusals.MaxKinds+1)
+	assert.Equal(t, 1000-gaterefusals.MaxKinds, r.by[string(byEnter)][string(refusedOther)])
 }

@@ -4,13 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/gaterefusals"
 	"github.com/drainkit/drainkit/kube"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -258,8 +257,8 @@ func (r *Report) LogValue() slog.Value {
 		attrs = append(attrs, slog.Bool("static_pod", true))
 	}
 	if p := r.Phase(PhaseGate); p != nil {
-		if gd, ok := p.Detail.(*gateDetail); ok {
-			attrs = append(attrs, gd.logAttrs()...)
+		if gd, ok := p.Detail.(*gaterefusals.Detail); ok {
+			attrs = append(attrs, gateLogAttrs(gd)...)
 		}
 	}
 	if r.Events != nil {
@@ -275,22 +274,13 @@ func (r *Report) LogValue() slog.Value {
 	return slog.GroupValue(attrs...)
 }
 
-// gateDetail is the gate phase's Detail: the operations the gate refused
-// during the drain (see PhaseReport.Detail). Counts alone, however many
-// requests were refused.
-type gateDetail struct {
-	Refused    int                   `json:"refused"`
-	By         map[way]map[Class]int `json:"by,omitempty"`
-	First      time.Time             `json:"first,omitzero"`
-	FirstPhase string                `json:"first_phase,omitempty"`
-	Last       time.Time             `json:"last,omitzero"`
-	LastPhase  string                `json:"last_phase,omitempty"`
-}
-
-// newGateDetail is the account r of the gate's refusals, each moment with
-// the phase of phases that was running then.
-func newGateDetail(r refusedOps, phases []PhaseReport) *gateDetail {
-	gd := &gateDetail{Refused: r.n, By: r.by}
+// newGateDetail is the account r of the gate's refusals (the gate phase's
+// Detail, see PhaseReport.Detail), each moment with the phase of phases
+// that was running then. Its type is internal/gaterefusals', which
+// internal/termmsg reads too, so that the termination message says the
+// refusals as the log line does.
+func newGateDetail(r refusedOps, phases []PhaseReport) *gaterefusals.Detail {
+	gd := &gaterefusals.Detail{Refused: r.n, By: r.by}
 	if r.n > 0 {
 		gd.First, gd.FirstPhase = r.first, phaseAt(phases, r.first)
 		gd.Last, gd.LastPhase = r.last, phaseAt(phases, r.last)
@@ -311,23 +301,12 @@ func phaseAt(phases []PhaseReport, t time.Time) string {
 	return name
 }
 
-// kinds is gd's counts by way and class, in that order: "http create 3,
-// grpc create 1".
-func (gd *gateDetail) kinds() string {
-	var out []string
-	for _, w := range slices.Sorted(maps.Keys(gd.By)) {
-		for _, c := range slices.Sorted(maps.Keys(gd.By[w])) {
-			out = append(out, fmt.Sprintf("%s %s %d", w, c, gd.By[w][c]))
-		}
-	}
-	return strings.Join(out, ", ")
-}
-
-// logAttrs are gd's attributes of the Report's log line.
-func (gd *gateDetail) logAttrs() []slog.Attr {
+// gateLogAttrs are the attributes of the Report's log line that say what
+// the gate refused, gd.
+func gateLogAttrs(gd *gaterefusals.Detail) []slog.Attr {
 	attrs := []slog.Attr{slog.Int("refused", gd.Refused)}
 	if gd.Refused > 0 {
-		attrs = append(attrs, slog.String("refused_by", gd.kinds()),
+		attrs = append(attrs, slog.String("refused_by", strings.Join(gd.Kinds(), ", ")),
 			slog.String("first_refused", fmt.Sprintf("%s (%s)", gd.First.Format(time.RFC3339Nano), gd.FirstPhase)),
 			slog.String("last_refused", fmt.Sprintf("%s (%s)", gd.Last.Format(time.RFC3339Nano), gd.LastPhase)))
 	}

@@ -1,10 +1,8 @@
 package termmsg
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/gaterefusals"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -124,36 +123,27 @@ func Summary(rep *drain.Report, extra ...string) string {
 // refused 3 (first during drain, last during probe): grpc create 1, http create 1, http
 // stream 1", by way in and class, as many whole kinds as fit in maxWhy bytes and then
 // how many more; "" when it refused none or the Detail has no count. Refusals are the
-// gate's plan, not a fault: the verdict does not name them. The Detail is read through its JSON, the form the Report file gives it too, so
-// that a drain type need not be exported for it.
+// gate's plan, not a fault: the verdict does not name them. The Detail and the words of
+// its kinds are internal/gaterefusals', which drain's log line uses too, and it is read
+// from the Report file's JSON as from the Report itself.
 func refusedLine(rep *drain.Report) string {
 	p := rep.Phase(drain.PhaseGate)
-	if p == nil || p.Detail == nil {
+	if p == nil {
 		return ""
 	}
-	var gd struct {
-		Refused    int                       `json:"refused"`
-		By         map[string]map[string]int `json:"by"`
-		FirstPhase string                    `json:"first_phase"`
-		LastPhase  string                    `json:"last_phase"`
-	}
-	b, err := json.Marshal(p.Detail)
-	if err != nil || json.Unmarshal(b, &gd) != nil || gd.Refused <= 0 {
+	gd, ok := gaterefusals.Read(p.Detail)
+	if !ok || gd.Refused <= 0 {
 		return ""
 	}
 	line := fmt.Sprintf("gate refused %d", gd.Refused)
 	if gd.FirstPhase != "" {
 		line += fmt.Sprintf(" (first during %s, last during %s)", gd.FirstPhase, gd.LastPhase)
 	}
-	var kinds []string
-	for _, w := range slices.Sorted(maps.Keys(gd.By)) {
-		for _, c := range slices.Sorted(maps.Keys(gd.By[w])) {
-			kinds = append(kinds, fmt.Sprintf("%s %s %d", w, c, gd.By[w][c]))
-		}
-	}
 	// Whole kinds only, then how many more: a cut inside a count would misstate it.
-	// drain keeps at most 33 kinds a way, so "more" is two digits at most.
+	// drain keeps at most gaterefusals.MaxKinds kinds and an "other" a way, so "more" is
+	// two digits at most.
 	const more = ", ... and 99 more"
+	kinds := gd.Kinds()
 	for i, k := range kinds {
 		sep := ", "
 		if i == 0 {

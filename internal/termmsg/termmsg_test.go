@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/draintest"
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -308,6 +310,9 @@ func TestSummaryCountsTheWorkTheGateRefused(t *testing.T) {
 
 		const want = "gate refused 3 (first during preserve, last during late): enter create 2, enter fork 1"
 		assert.Contains(t, strings.Split(termmsg.Summary(rep), "\n"), want)
+		var line logbuf.Buffer // the drain's last log line says the kinds in the same words: one source
+		slog.New(slog.NewTextHandler(&line, nil)).Info("drain: shutdown finished", "report", rep)
+		assert.Contains(t, line.String(), `report.refused_by="enter create 2, enter fork 1"`)
 		b, err := json.Marshal(rep)
 		require.NoError(t, err)
 		var back drain.Report
