@@ -66,7 +66,9 @@
 //     reaps), nothing is logged unless the init cannot start the child (then the program
 //     runs as PID 1 without it, and says so on stderr; the signals caught so far, a
 //     SIGTERM while the packages were initialised, and those until the program calls
-//     Ready are still held, then sent to the program itself, where they were dropped).
+//     Ready are still held, then sent to the program itself, where they were dropped; the
+//     hold is over when Ready returns, so a later signal comes once, but one between the
+//     program's signal.Notify and its Ready comes twice: its handler's and the hold's).
 //
 // The environment variable DRAINKIT_PID1_CHILD marks the child and names its end of the
 // ready pipe (fd 3, close-on-exec from Init on); Init removes it, so no process the

@@ -61,6 +61,9 @@ var forwarded = []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT
 //   - serve: handles the signals of forwarded and says so (Ready), makes an orphan (starts "parent", which starts "orphan" and exits at once),
 //     prints "ready env=" and ChildEnv's value, then "got SIGNAL" for each signal of forwarded it receives, and
 //     exits 42 on SIGTERM;
+//   - twice: handles SIGTERM and SIGWINCH (Ready), sends itself a SIGTERM at once (the
+//     kubelet's, as the program starts serving) and, once it has it, a SIGWINCH, and prints
+//     "SIGTERMs N", the SIGTERMs it got before the SIGWINCH, and exits 42;
 //   - parent: starts "orphan", whose stdin is a pipe it holds, and exits without waiting;
 //   - orphan: reads its stdin until its parent's end closes, then exits;
 //   - default: prints "ready" and waits for a signal, with Go's default handling of
@@ -102,6 +105,23 @@ func program(prog string) int {
 	case "orphan":
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 		return 0
+	case "twice":
+		sigs := make(chan os.Signal, 8)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGWINCH)
+		Ready()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		n := 0
+		for sig := range sigs {
+			if sig == syscall.SIGWINCH {
+				fmt.Println("SIGTERMs", n)
+				return 42
+			}
+			if n++; n == 1 {
+				// Sent once the SIGTERM is here: a second SIGTERM sent before it (the
+				// hold's) is counted.
+				_ = syscall.Kill(os.Getpid(), syscall.SIGWINCH)
+			}
+		}
 	case "default":
 		Ready() // Go's default handling is the program's
 		fmt.Println("ready")

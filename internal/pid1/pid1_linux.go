@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"syscall"
 
 	"github.com/drainkit/drainkit/internal/pid1/early"
@@ -75,7 +76,7 @@ func run(argv, env []string) (int, error) {
 	signal.Notify(sigs, syscall.SIGCHLD) // what early leaves out: the reaps
 	pid, readyc, err := startChild(argv, env)
 	if err != nil {
-		go holdForSelf(sigs)
+		holdForSelf(sigs)
 		return 0, fmt.Errorf("starting /proc/self/exe: %w", err)
 	}
 	// Held until the child is ready for them (Ready, or its exit): see Ready.
@@ -116,12 +117,15 @@ func run(argv, env []string) (int, error) {
 // init having failed to start it as its child (its fork refused at the pod's pids limit,
 // no /proc/self/exe): those caught from package early's initialisation on (a SIGTERM
 // while the packages were initialised) and those until the program calls Ready, which it
-// does once it handles SIGTERM; then it stops catching and sends them to this process in
-// the order they came, where the program's handlers get them, as the init would have
-// forwarded them to its child. Dropped, as they were, a SIGTERM that came before Ready
-// never reached the program: it ran on with no drain until the kubelet's SIGKILL. One
-// that comes between the program's signal.Notify and its Ready reaches it twice (its
-// handler and the hold), a window of microseconds in startsig.Catch.
+// does once it handles SIGTERM; then, in Ready's caller (ready.Hold), it stops catching
+// and sends them to this process in the order they came, where the program's handlers get
+// them, as the init would have forwarded them to its child. Dropped, as they were, a
+// SIGTERM that came before Ready never reached the program: it ran on with no drain until
+// the kubelet's SIGKILL. Stopped in a goroutine Ready woke, the hold went on catching for
+// 1 to 10 ms after Ready on a loaded node, and a SIGTERM then reached the program twice,
+// its handler's and the hold's (row 1150). One that comes between the program's
+// signal.Notify and its Ready still does: the hold cannot tell it from one that came
+// before, which the program never got; in startsig.Catch that is a few calls, no wait.
 func holdForSelf(sigs chan os.Signal) {
 	var held []syscall.Signal
 	keep := func(sig os.Signal) {
@@ -129,21 +133,29 @@ func holdForSelf(sigs chan os.Signal) {
 			held = append(held, s)
 		}
 	}
-	for waiting := true; waiting; {
-		select {
-		case sig := <-sigs:
-			keep(sig)
-		case <-ready.Done():
-			waiting = false
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case sig := <-sigs:
+				keep(sig)
+			case <-stop:
+				return
+			}
 		}
-	}
-	signal.Stop(sigs) // every later signal is the program's, or has its default action
-	for len(sigs) > 0 {
-		keep(<-sigs)
-	}
-	for _, s := range held {
-		_ = syscall.Kill(os.Getpid(), s)
-	}
+	})
+	ready.Hold(func() {
+		signal.Stop(sigs) // first: every later signal is the program's, or has its default action
+		close(stop)
+		wg.Wait() // held is this goroutine's now
+		for len(sigs) > 0 {
+			keep(<-sigs)
+		}
+		for _, s := range held {
+			_ = syscall.Kill(os.Getpid(), s)
+		}
+	})
 }
 
 // startChild starts the child from a goroutine locked to its thread, which then holds the
