@@ -156,3 +156,89 @@ func TestContextChildNeedsNoGoroutine(t *testing.T) {
 		c()
 	}
 }
+
+// Changed is closed by the next move, not by a Move that does not move d,
+// and a move between asking for it and reading d is not missed.
+func TestDeadlineChangedIsClosedByTheNextMove(t *testing.T) {
+	t0 := time.Now()
+	var d Deadline
+	ch := d.Changed()
+	_, ok := d.Get()
+	require.False(t, ok, "asking for the channel sets no deadline")
+	require.True(t, d.Move(t0.Add(time.Minute)))
+	assertClosed(t, ch, "the first move")
+
+	ch = d.Changed()
+	assert.Equal(t, ch, d.Changed(), "one channel until the next move")
+	require.False(t, d.Move(t0.Add(2*time.Minute)))
+	assertOpen(t, ch, "a later deadline is no move")
+	dl, _ := d.Get()
+	assert.Equal(t, time.Minute, dl.Sub(t0), "asking for the channel keeps the deadline")
+
+	ch = d.Changed()
+	d.Move(t0.Add(time.Second)) // between Changed and the read
+	assertClosed(t, ch, "a move after Changed")
+	dl, _ = d.Get()
+	assert.Equal(t, time.Second, dl.Sub(t0))
+}
+
+// Of moves racing Changed from many goroutines, each channel is closed by
+// a move made after it was handed out: none twice (a panic), none missed.
+func TestDeadlineChangedRacingMoves(t *testing.T) {
+	t0 := time.Now()
+	var d Deadline
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() { d.Move(t0.Add(time.Duration(64-i) * time.Second)) })
+		wg.Go(func() {
+			ch := d.Changed()
+			before, _ := d.Get()
+			if d.Move(before.Add(-time.Millisecond)) { // a move of its own, after it asked
+				assertClosed(t, ch, "the move after Changed")
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Changed(ctx) finds the Deadline a Context follows through the contexts
+// made from it, and Contexts over the same Deadline as one; it says
+// nothing for a context that follows none or two.
+func TestChangedFindsTheDeadlineAContextFollows(t *testing.T) {
+	t0 := time.Now()
+	var d, other Deadline
+	work := d.Context(context.WithoutCancel(d.Context(context.Background()))) // a pause Run's work over its phase
+	child, cancel := context.WithCancel(context.WithValue(work, testKey{}, 1))
+	defer cancel()
+	ch, ok := Changed(child)
+	require.True(t, ok)
+	d.Move(t0.Add(time.Second))
+	assertClosed(t, ch, "the Deadline its Deadline follows moved")
+
+	_, ok = Changed(context.Background())
+	assert.False(t, ok, "a context's own deadline does not move")
+	_, ok = Changed(other.Context(work))
+	assert.False(t, ok, "two Deadlines: no one channel")
+	assert.Equal(t, 1, child.Value(testKey{}), "other values pass through")
+}
+
+// testKey is a key of the tests' own values.
+type testKey struct{}
+
+func assertClosed(t *testing.T, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+	default:
+		t.Errorf("not closed: %s", msg)
+	}
+}
+
+func assertOpen(t *testing.T, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Errorf("closed: %s", msg)
+	default:
+	}
+}

@@ -28,7 +28,10 @@
 // that plans by ctx.Deadline() (a teardown's stages, a Preserve's
 // request timeout) plans for the time it has. drain's steps, pause's Runs
 // and the supervisor's teardown and final sweep each hold one: a move
-// comes first, the telling (Tighten) and the cancel after.
+// comes first, the telling (Tighten) and the cancel after. Work that waits
+// for the Deadline (escalate's wait after the signal, which must send
+// SIGKILL KillWait before it) learns a move at once: Changed(ctx) is
+// closed by the next move of the Deadline ctx follows.
 //
 // Reserve is the deadline a Force gives (drain.Drainer.Force: each step
 // left keeps its reserve): a drain's step and the supervisor's teardown

@@ -32,8 +32,10 @@
 // deadline that moves earlier during the wait after the signal (the
 // Deadline a drain step's or a Preserve's context reports, which a budget
 // that moves SIGKILL earlier moves) ends that wait as if the context had
-// had it from the start: Stop reads it again every tenth of KillWait
-// (10 ms to 1 s), so SIGKILL and its wait still fit. A SIGKILL is sent
+// had it from the start: Stop reads it again as it moves (the Deadline
+// of a Preserver's or a drain step's context says when), or, for a
+// context that does not say, every tenth of KillWait (10 ms to 1 s), so
+// SIGKILL and its wait still fit. A SIGKILL is sent
 // even when the context ended first (cancelled, or a budget that moved
 // SIGKILL earlier): its send runs under a context of its own, given at
 // least a second past the context's end, the one time Stop may return

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/follow"
 )
 
 // An end is when one of Stop's waits ends. The kill wait's is fixed. The wait after
@@ -15,10 +16,11 @@ import (
 // pause.Preserver.Tighten) and cancels them there, at the new deadline. Laid out once,
 // from the deadline Stop began with, the wait ran on to that cancel: SIGKILL went out as
 // the context ended, with no time left to see it work, and a target that ignored the
-// signal and was killed ended ExitUnknown (row 1040). No context says when its Deadline
-// moved (follow.Context only answers when asked), so the end is laid out again each time
-// the wait reads it: when the wait fails and is retried, and every recheck while it
-// blocks.
+// signal and was killed ended ExitUnknown (row 1040). The end is laid out again each time
+// the wait reads the Deadline: when the wait fails and is retried, and, while it blocks,
+// when the Deadline moves (follow.Changed: the Deadline of a Preserver's and a drain
+// step's context says so), or, for a context whose Deadline says nothing of its moves,
+// every recheck.
 type end struct {
 	mu sync.Mutex
 	at time.Time
@@ -27,16 +29,19 @@ type end struct {
 	lay   func(dl time.Time) time.Time // the end for a deadline dl
 	dl    time.Time                    // ctx's deadline as last read
 	hasDl bool
-	every time.Duration // how often a wait that blocks reads ctx's Deadline again
+	every time.Duration // how often a wait that blocks reads ctx's Deadline again, if no channel says it moved
 }
 
 // fixedEnd is an end at at.
 func fixedEnd(at time.Time) *end { return &end{at: at} }
 
 // recheckEvery is how often a wait after the signal reads its context's Deadline again
-// while it blocks: a tenth of killWait, within [10 ms, 1 s]. A move is followed at most
-// that late, so a deadline moved to where SIGKILL is already due leaves the kill wait at
-// least nine tenths of KillWait; rereading costs a timer per recheck, no more.
+// while it blocks, when the context does not say when its Deadline moves (one drainkit
+// did not make: follow.Changed): a tenth of killWait, within [10 ms, 1 s]. A move is
+// followed at most that late, so a deadline moved to where SIGKILL is already due leaves
+// the kill wait at least nine tenths of KillWait. A Preserver's and a drain step's
+// context say when it moves: their waits read it then, and SIGKILL goes out at the move
+// (row 1151: 0.3 s after it, at the next recheck, before).
 func recheckEvery(killWait time.Duration) time.Duration {
 	return min(max(killWait/10, 10*time.Millisecond), time.Second)
 }
@@ -97,10 +102,11 @@ func (w *end) cut(at time.Time) {
 
 // context returns parent ended at until(), an end derived from w's (the wait's, or a
 // send's bounded by it). For a fixed end that is a deadline. Otherwise it is the
-// deadline until() gave now, and a goroutine reads until() again every w.every and
-// cancels the context once the end it gives has come, if that is earlier: the wait then
-// ends at a deadline that moved while it blocked, at most w.every late. cancel stops
-// that goroutine and waits for it.
+// deadline until() gave now, and a goroutine reads until() again whenever w.ctx's
+// Deadline moves (follow.Changed), or every w.every for a context that does not say,
+// and cancels the context once the end it gives has come, if that is earlier: the wait
+// then ends at a deadline that moved while it blocked, at once (at most w.every late
+// without the channel). cancel stops that goroutine and waits for it.
 func (w *end) context(parent context.Context, until func() time.Time) (context.Context, context.CancelFunc) {
 	first := until()
 	ctx, cancelDl := context.WithDeadline(parent, first)
@@ -118,6 +124,7 @@ func (w *end) context(parent context.Context, until func() time.Time) (context.C
 			}
 		}()
 		for {
+			moved, says := follow.Changed(w.ctx) // before until(): a move between the two is not missed
 			at := until()
 			left := time.Until(at)
 			if left <= 0 {
@@ -126,13 +133,17 @@ func (w *end) context(parent context.Context, until func() time.Time) (context.C
 				}
 				return // else its own deadline ends it
 			}
+			if !says {
+				left = min(left, w.every)
+			}
 			if timer == nil {
-				timer = time.NewTimer(min(left, w.every))
+				timer = time.NewTimer(left)
 			} else {
-				timer.Reset(min(left, w.every))
+				timer.Reset(left)
 			}
 			select {
 			case <-timer.C:
+			case <-moved:
 			case <-ctx.Done():
 				return
 			case <-stop:

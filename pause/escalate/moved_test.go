@@ -3,6 +3,7 @@ package escalate_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -115,4 +116,56 @@ func listOnce(sbs ...pause.Sandbox) pause.Lister {
 		listed = true
 		return sbs, nil
 	})
+}
+
+// Fault (row 1151): the wait after the signal learned that its context's Deadline moved by
+// reading it again every tenth of KillWait, so it followed a move up to that late: a
+// Deadline moved to where SIGKILL was due already got its SIGKILL at the next reread, not
+// at the move, and the kill wait lost as much; and a wait that nothing moved read its
+// Deadline all the same: here 52 times in 20.5 s. The Deadline a Preserver's (and a drain
+// step's) context follows now says when it moves, and the wait rereads it then.
+//
+//	0 s     SIGTERM (ignored); hard deadline 60 s, KillWait 5 s: SIGKILL due at 55 s
+//	20.2 s  Tighten to 25 s: SIGKILL due at 20 s, so at once
+//	20.2 s  SIGKILL (before: 20.5 s, the wait's next reread)
+//	20.21 s it exits: needed SIGKILL
+func TestSIGKILLGoesOutAsTheDeadlineMovesNotAtTheNextReread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(map[syscall.Signal]time.Duration{syscall.SIGKILL: 10 * time.Millisecond})
+		var reads atomic.Int64
+		sb := counting{Sandbox: &escalate.Sandbox{Name: "sb", Target: f}, reads: &reads}
+		p, err := pause.New(listOnce(sb), pause.Config{})
+		require.NoError(t, err)
+		start := time.Now()
+		ctx, cancel := context.WithDeadline(t.Context(), start.Add(time.Minute))
+		defer cancel()
+		time.AfterFunc(20200*time.Millisecond, func() { p.Tighten(start.Add(25 * time.Second)) })
+		rep := p.Run(ctx, start.Add(time.Minute))
+		require.Len(t, rep.Entries, 1)
+		assert.Contains(t, rep.Entries[0].Error, "needed SIGKILL")
+		assert.Equal(t, []string{"terminated@00.000", "killed@20.200"}, f.sent(), "SIGKILL as the deadline moved")
+		t.Logf("the Deadline read %d times in %v", reads.Load(), time.Since(start))
+		assert.Less(t, reads.Load(), int64(20), "read when laid out, sent, waited for and moved, not every tenth of KillWait (52 before)")
+	})
+}
+
+// counting is a Sandbox whose Preserve's context counts the reads of its Deadline.
+type counting struct {
+	pause.Sandbox
+	reads *atomic.Int64
+}
+
+func (c counting) Preserve(ctx context.Context) error {
+	return c.Sandbox.Preserve(countingCtx{ctx, c.reads})
+}
+
+// countingCtx is a context that counts the reads of its Deadline.
+type countingCtx struct {
+	context.Context
+	reads *atomic.Int64
+}
+
+func (c countingCtx) Deadline() (time.Time, bool) {
+	c.reads.Add(1)
+	return c.Context.Deadline()
 }

@@ -116,8 +116,11 @@ type Policy struct {
 // the Deadline its steps' and Preserves' contexts report (pause.Preserver.Tighten), and
 // ends them there. The wait's end is laid out again, from the wait's start, for the new
 // deadline, so that SIGKILL and its wait fit before it; Stop reads the Deadline again
-// whenever a wait is retried and, while one blocks, every tenth of KillWait (at least
-// 10 ms, at most a second), for no context says when its Deadline moved. Laid out once,
+// whenever a wait is retried and, while one blocks, when it moves: the Deadline of a
+// Preserver's context and of a drain step's says so, and a SIGKILL due at once goes out
+// at the move. A context that does not say when its Deadline moves has it read every
+// tenth of KillWait (at least 10 ms, at most a second), a move followed up to that late.
+// Laid out once,
 // the wait ran on to the context's end and the SIGKILL's effect was not waited for: a
 // target that was killed ended ExitUnknown.
 //
