@@ -40,7 +40,9 @@ const EnvProcfsRoot = "SUPERVISOR_PROCFS_ROOT"
 // the stages the teardown lays out inside the step (ublkstep): built from
 // -grace's, the teardown kept an hour's 30 s for its stages in the few
 // seconds a 30 s deletion's plan gave the step, and gave up on the holders
-// at once.
+// at once. The teardown after the server exited on its own begins with
+// the reserve of the grace then (-grace's); ublkstep's Tighten follows a
+// shorter one read later (followBudget tells it each move).
 func (s *supervisor) newTeardown() (*ublkstep.Teardown, error) {
 	cfg := ublk.Config{
 		Kernels:       s.cfg.kernels,

@@ -154,7 +154,9 @@
 // ends it by 2 s after, less the margin, as in a drain; with -pod, a
 // SIGTERM no preStop call came before has the pod's deletion read, and the
 // teardown ends before its SIGKILL (a force deletion's 2 s after it), or
-// with none -kubelet-grace's) and the
+// with none -kubelet-grace's; begun with -grace's reserve, its stages take
+// the shorter grace's once only that is left, the holder wait going on
+// until then) and the
 // supervisor exits with the server's status, 1 at least when the daemon
 // step failed (a device left live, the daemon left running, killed or
 // crashed: the note names it, as in a drain). Whether it exits on its own

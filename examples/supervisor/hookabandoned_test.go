@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/ublk"
 )
 
 // Fault: a SIGTERM during the daemon's teardown after the server exited on
@@ -90,27 +91,86 @@ func TestSIGTERMDuringTheTeardownWithNoPreStopFollowsThePodsDeletion(t *testing.
 	assert.Contains(t, readFile(t, n.logFile), "the pod's deletion read at the SIGTERM")
 }
 
-// A hungDaemonNode is the supervisor in front of a stub server listing two
-// sandboxes it cannot pause (exit status 3), with a -daemon that ignores
-// its SIGTERM with a live device; its log in logFile.
-type hungDaemonNode struct {
-	sup                           *supProc
-	report, logFile, listen, hook string
+// Fault (docs/faults.md row 1120): the daemon's teardown after the server
+// exited on its own before any termination takes its reserve when it
+// starts: -grace's, an hour's 30 s. A SIGTERM then, with the pod deleted
+// with a grace of 30 s, moves its deadline to SIGTERM + 27 s (row 1050)
+// but not its stages, laid out from 30 s in a 27 s window: the holder wait
+// ends at once, and a disk held by kernel state is given up on. Real
+// processes, -grace 1h, ublkb0 held by dm-0 (a stacked device: no kill
+// releases it) until 1 s after the SIGTERM, on a kernel not known fixed:
+//
+//	0 s     the server dies; the teardown waits for dm-0 (until the hour's
+//	        last-resort point)
+//	SIGTERM the pod deleted with 30 s: the deadline SIGTERM + 27 s, the
+//	        reserve in use 3 s
+//	before: the last resort at once, dm-0 spared, the daemon not asked to
+//	        stop: a *HeldError, the device live for the pod's SIGKILL
+//	+1 s    dm-0 lets go: the daemon is asked to stop, its device goes
+func TestTeardownAfterTheServerExitedTakesTheReserveOfAShorterDeletion(t *testing.T) {
+	served, env := podAPI(t)
+	n := startDaemonNode(t, fakeublk.Cooperative, []string{"-grace", "1h", "-ublk-kernel", "vulnerable=*"},
+		append(env, "POD_NAME=agentenv-node-x7k2p")...)
+	dm0 := filepath.Join(n.sys, "block", "ublkb0", "holders", "dm-0")
+	require.NoError(t, os.MkdirAll(filepath.Dir(dm0), 0o755))
+	require.NoError(t, os.WriteFile(dm0, nil, 0o644))
+	require.NoError(t, syscall.Kill(serverOf(t, n.sup, "stubserver"), syscall.SIGKILL), "the server dies on its own, before any termination")
+	require.Eventually(t, func() bool { return strings.Contains(readFile(t, n.logFile), "waiting for the devices' holders") }, 10*time.Second, 10*time.Millisecond,
+		"the teardown waits for dm-0")
+	sigterm := time.Now()
+	served.Pod().Delete(sigterm, 30*time.Second) // kubectl delete --grace-period=30
+	n.sup.signal(t, syscall.SIGTERM)
+	letGo := make(chan time.Time, 1)
+	let := time.AfterFunc(time.Second, func() { letGo <- time.Now(); _ = os.Remove(dm0) })
+	defer let.Stop()
+
+	require.Eventually(t, func() bool { _, err := os.Stat(n.report); return err == nil }, 20*time.Second, 10*time.Millisecond, "the Report written")
+	rep := readReport(t, n.report)
+	require.NotNil(t, rep.Ublk)
+	require.NotNil(t, rep.Daemon)
+	if !rep.Daemon.Exited {
+		_ = syscall.Kill(rep.Daemon.Pid, syscall.SIGKILL) // the pod's SIGKILL: the supervisor waits for the daemon with its device live
+	}
+	n.sup.exitCode(t, 20*time.Second)
+	t.Logf("the teardown's deadline SIGTERM + %v: %s", rep.Ublk.Deadline.Sub(sigterm), rep.Ublk.String())
+	assert.Nil(t, rep.Ublk.LastResort, "no last resort: dm-0 let go within the holder wait")
+	req := rep.Ublk.Step("request stop")
+	require.NotNil(t, req, "the daemon asked to stop")
+	assert.False(t, req.Start.Before(<-letGo), "asked once dm-0 let go, at SIGTERM + %v", req.Start.Sub(sigterm))
+	assert.Equal(t, ublk.VerdictStopped, rep.Ublk.Verdict)
+	assert.True(t, rep.Ublk.Daemon.Exited, "the daemon exited on its own")
+	assert.True(t, rep.Ublk.Deadline.Before(sigterm.Add(30*time.Second)), "the teardown ends before the deletion's SIGKILL")
 }
 
-// startHungDaemonNode starts a hungDaemonNode with -grace 12s, env added to
-// the supervisor's environment, and returns once it is ready and its
-// daemon has started.
-func startHungDaemonNode(t *testing.T, env ...string) *hungDaemonNode {
+// A daemonNode is the supervisor in front of a stub server listing two
+// sandboxes it cannot pause (exit status 3), with a -daemon serving one
+// fake device, ublkb0, in the sysfs tree sys; its log in logFile.
+type daemonNode struct {
+	sup                                *supProc
+	report, logFile, listen, hook, sys string
+}
+
+// startHungDaemonNode starts a daemonNode with -grace 12s whose daemon
+// ignores its SIGTERM with its device live, env added to the supervisor's
+// environment, and returns once it is ready and its daemon has started.
+func startHungDaemonNode(t *testing.T, env ...string) *daemonNode {
+	t.Helper()
+	return startDaemonNode(t, fakeublk.Hung, []string{"-grace", "12s"}, env...)
+}
+
+// startDaemonNode starts a daemonNode whose daemon acts in mode, with
+// flags and env added to the supervisor's, and returns once it is ready
+// and its daemon has started.
+func startDaemonNode(t *testing.T, mode fakeublk.Mode, flags []string, env ...string) *daemonNode {
 	t.Helper()
 	dir := t.TempDir()
-	n := &hungDaemonNode{report: filepath.Join(dir, "report.json"), logFile: filepath.Join(dir, "supervisor.log"),
-		listen: freeAddr(t), hook: freeAddr(t)}
+	n := &daemonNode{report: filepath.Join(dir, "report.json"), logFile: filepath.Join(dir, "supervisor.log"),
+		listen: freeAddr(t), hook: freeAddr(t), sys: filepath.Join(dir, "sys")}
 	events := filepath.Join(dir, "daemon.log")
 	b, err := json.Marshal(fakeublk.DaemonConfig{
-		SysRoot:  filepath.Join(dir, "sys"),
+		SysRoot:  n.sys,
 		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}},
-		Mode:     fakeublk.Hung,
+		Mode:     mode,
 		EventLog: events,
 	})
 	require.NoError(t, err)
@@ -119,10 +179,10 @@ func startHungDaemonNode(t *testing.T, env ...string) *hungDaemonNode {
 	require.NoError(t, err)
 	t.Cleanup(func() { logs.Close() })
 	n.sup = startSupervisorLogging(t, logs,
-		[]string{"-listen", n.listen, "-hook-listen", n.hook, "-server-url", "http://" + api, "-grace", "12s",
-			"-report", n.report, "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")},
+		append([]string{"-listen", n.listen, "-hook-listen", n.hook, "-server-url", "http://" + api,
+			"-report", n.report, "-daemon", strings.Join(helperCommand("daemon", string(b)), " ")}, flags...),
 		helperCommand("stubserver", "-listen", api, "-list", "running", "-exit", "3"),
-		append([]string{EnvSysfsRoot + "=" + filepath.Join(dir, "sys"), EnvProcfsRoot + "=" + emptyProcfs(filepath.Join(dir, "sys"))}, env...)...)
+		append([]string{EnvSysfsRoot + "=" + n.sys, EnvProcfsRoot + "=" + emptyProcfs(n.sys)}, env...)...)
 	require.Eventually(t, func() bool { return get(t.Context(), "http://"+n.listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond, "readyz 200")
 	daemonStarted(t, events)
 	return n
@@ -131,7 +191,7 @@ func startHungDaemonNode(t *testing.T, env ...string) *hungDaemonNode {
 // teardownOver waits for the supervisor's exit, SIGKILLing the hung daemon
 // whose live device holds it once the Report is written (the pod's SIGKILL
 // would), and returns the Report, which has the teardown's.
-func (n *hungDaemonNode) teardownOver(t *testing.T) *Report {
+func (n *daemonNode) teardownOver(t *testing.T) *Report {
 	t.Helper()
 	killHeldDaemon(t, n.report)
 	n.sup.exitCode(t, 20*time.Second)

@@ -30,8 +30,24 @@
 //     the Phase's Reserve, and once at the start of each Stop: the stages
 //     of a Stop keep the shares of the reserve the plan has just laid the
 //     step's window out with, the holder wait the rest of the window.
-//   - A reserve that changes while a Stop runs does not change its stages;
-//     a deadline moved earlier reaches it (Tighten, which drain calls).
+//   - A deadline moved earlier reaches the Stop in progress (Tighten,
+//     which drain and the supervisor's teardown after its server exited
+//     call). With the reserve in use shorter then than the one the Stop
+//     began with (a shorter deletion read at a SIGTERM after it began) and
+//     the daemon not asked to stop yet, the deadline is told to the stages
+//     when only the reserve in use is left before it (or when the daemon
+//     is asked, if sooner), and the holder wait goes on until then: the
+//     stages share that window 3:2:3:2, as a Teardown built with the
+//     reserve in use lays them out. Told at once, the reserve the Stop
+//     began with (an hour's grace's 30 s) took the whole window of a 30 s
+//     deletion (27 s): the last resort at once, the daemon not asked to
+//     stop with a disk held (docs/faults.md row 1120). Once the daemon was
+//     asked, a move is told at once: the stages left share all the time
+//     left. The stop request is seen for a daemon given as a
+//     ublk.DaemonFuncs (the supervisor's); any other (sandboxd's
+//     *ublk.Socket) is told every move at once, as before. A "reserve in
+//     use" step in the Report says when a move was put off, and its
+//     Deadline is the moved one, told or not.
 //   - A Teardown that ublk.New cannot build again at a Stop (it reads the
 //     kernel's release again) leaves the one built at New, whose stages
 //     follow the reserve at start, and says so in the ublk Report's Note:

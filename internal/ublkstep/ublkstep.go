@@ -3,10 +3,14 @@ package ublkstep
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/internal/follow"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -17,26 +21,66 @@ type Teardown struct {
 	daemon  ublk.Daemon
 	cfg     ublk.Config
 	reserve deadline.Reserve
+	// watched is whether the daemon's stop request is seen (watch): only
+	// then is a deadline told to the stages later (Tighten).
+	watched bool
 	// base is the ublk.Teardown New built, with the reserve's value at
 	// start: what Phase, LastResort and Kernel describe, and what a Stop
 	// whose reserve has that value runs.
 	base *ublk.Teardown
-	cur  atomic.Pointer[ublk.Teardown] // the Stop in progress, for Tighten
+	cur  atomic.Pointer[stop] // the Stop in progress, for Tighten
 }
 
 // New checks c (ublk.New's errors, naming the field) with c.Reserve set to
 // reserve's value now, and returns the step. reserve must not be nil; the
-// Config's own Reserve is not used.
+// Config's own Reserve is not used. A daemon given as a ublk.DaemonFuncs
+// has its stop request seen by the step (see Tighten), its functions
+// otherwise called as they are.
 func New(daemon ublk.Daemon, c ublk.Config, reserve deadline.Reserve) (*Teardown, error) {
 	if reserve == nil {
 		return nil, errors.New("ublkstep: New: the reserve is nil")
 	}
 	c.Reserve = reserve()
-	base, err := ublk.New(daemon, c)
+	t := &Teardown{cfg: c, reserve: reserve}
+	t.daemon, t.watched = t.watch(daemon)
+	base, err := ublk.New(t.daemon, c)
 	if err != nil {
 		return nil, err
 	}
-	return &Teardown{daemon: daemon, cfg: c, reserve: reserve, base: base}, nil
+	t.base = base
+	return t, nil
+}
+
+// watch returns daemon with its stop request seen by the Stop in progress
+// (stop.asked), and true, for a ublk.DaemonFuncs (the supervisor's
+// daemons), which stays one, its PidFunc and the rest as they are, so the
+// step reads the daemon's PID as it did. Any other daemon it returns as it
+// is, and false: wrapped, ublk would no longer know a *ublk.Process's or a
+// *ublk.Socket's process.
+func (t *Teardown) watch(daemon ublk.Daemon) (ublk.Daemon, bool) {
+	var f ublk.DaemonFuncs
+	switch d := daemon.(type) {
+	case ublk.DaemonFuncs:
+		f = d
+	case *ublk.DaemonFuncs:
+		if d == nil {
+			return daemon, false
+		}
+		f = *d
+	default:
+		return daemon, false
+	}
+	stop := f.StopFunc
+	f.StopFunc = func(ctx context.Context) error {
+		if s := t.cur.Load(); s != nil {
+			s.asked()
+		}
+		if stop == nil {
+			return nil // DaemonFuncs' own: a no-op
+		}
+		return stop(ctx)
+	}
+	return f, true
 }
 
 // Phase is the ublk teardown's phase (named "ublk", critical) with the live
@@ -53,26 +97,41 @@ func (t *Teardown) Run(ctx context.Context) (any, error) { return t.Stop(ctx) }
 
 // Stop runs ublk.Teardown.Stop with Config.Reserve the reserve's value now,
 // so that the stages inside ctx's window keep the shares of the reserve the
-// plan gave the step, and the holder wait the rest. The value of a Stop is
-// taken when it starts: a grace in use that shortens while it runs (a
-// second, shorter deletion read then) moves its deadline earlier (Tighten)
-// but not its reserve. A Teardown ublk.New cannot build then (it reads the
-// kernel's release again) leaves the one built at start, whose reserve is
-// the start's; its error is in the Report's Note.
+// plan gave the step, and the holder wait the rest. A reserve in use that
+// shortens while it runs (a shorter deletion read at a later SIGTERM, a
+// second one) is followed with the deadline Tighten moves earlier: see
+// Tighten. A Teardown ublk.New cannot build then (it reads the kernel's
+// release again) leaves the one built at start, whose reserve is the
+// start's; its error is in the Report's Note.
 func (t *Teardown) Stop(ctx context.Context) (*ublk.Report, error) {
+	s := &stop{log: t.cfg.Logger, watched: t.watched}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	// s is Tighten's from before the reserve and ctx's deadline are read:
+	// a move before is in both, one after waits for them on s.mu.
+	s.mu.Lock()
+	t.cur.Store(s)
+	defer t.cur.CompareAndSwap(s, nil)
 	td, buildErr := t.base, error(nil)
-	if r := t.reserve(); r != t.cfg.Reserve {
+	r := t.reserve()
+	if r != t.cfg.Reserve {
 		c := t.cfg
 		c.Reserve = r
 		if built, err := ublk.New(t.daemon, c); err != nil {
-			buildErr = err
+			buildErr, r = err, t.cfg.Reserve
 		} else {
 			td = built
 		}
 	}
-	t.cur.Store(td) // a Tighten before td's Stop runs is in ctx's Deadline (drain's, followBudget's)
-	defer t.cur.CompareAndSwap(td, nil)
-	rep, err := td.Stop(ctx)
+	s.td, s.reserve = td, r
+	if dl, ok := ctx.Deadline(); ok {
+		s.told.Move(dl)
+	}
+	s.mu.Unlock()
+
+	rep, err := td.Stop(toldContext{ctx, &s.told})
+	s.finish(rep)
 	if buildErr != nil {
 		note := "the teardown's stages laid out from the reserve at start, not the grace in use: " + buildErr.Error()
 		if rep.Note != "" {
@@ -83,11 +142,36 @@ func (t *Teardown) Stop(ctx context.Context) (*ublk.Report, error) {
 	return rep, err
 }
 
-// Tighten is ublk.Teardown.Tighten of the Stop in progress; false with
-// none.
+// Tighten moves the deadline of the Stop in progress earlier, to dl, and
+// reports whether it moved it; false with none, or with dl no earlier than
+// the deadline it has.
+//
+// The stages of a Stop are laid out from the reserve it took when it
+// began. When the reserve in use is shorter now (the grace in use
+// shortened with the budget that moved dl: a deletion with a shorter grace
+// read after the Stop began) and the daemon has not been asked to stop,
+// dl is told to the stages when only that reserve is left before it, or
+// when the daemon is asked to stop if that is sooner, and the holder wait
+// goes on until then: a window no longer than the stages' reserve is
+// shared among them in their 3:2:3:2 proportion (deadline.Split), the
+// layout a Teardown built with the reserve in use makes of it. Told at
+// once, the reserve taken at the start (an hour's grace's 30 s) filled the
+// new window (the 27 s of a 30 s deletion): the holder wait ended at once,
+// the last resort ran, and a disk held by kernel state was left with the
+// daemon never asked to stop (docs/faults.md row 1120). Otherwise dl is
+// told at once (ublk.Teardown.Tighten): once the daemon was asked, the
+// holder wait is over, and the daemon's own stop, the control fallback and
+// the kill share what is left in the proportion of the larger reserve,
+// which gives the fallback more of it than the reserve in use would. So
+// it is too for a daemon whose stop request the step cannot see (one not
+// given as a ublk.DaemonFuncs: see New). Either way the Report's Deadline
+// is dl, and a "reserve in use" step says when a move was told later.
 func (t *Teardown) Tighten(dl time.Time) bool {
-	td := t.cur.Load()
-	return td != nil && td.Tighten(dl)
+	s := t.cur.Load()
+	if s == nil || dl.IsZero() {
+		return false
+	}
+	return s.tighten(dl, t.reserve())
 }
 
 // LastResort is the ublk teardown's (ublk.Teardown.LastResort).
@@ -95,3 +179,135 @@ func (t *Teardown) LastResort() bool { return t.base.LastResort() }
 
 // KernelDecision is the ublk teardown's (ublk.Teardown.KernelDecision).
 func (t *Teardown) KernelDecision() ublk.KernelDecision { return t.base.KernelDecision() }
+
+// stop is a Stop in progress: the ublk.Teardown it runs, the reserve that
+// one lays its stages out from, and the deadlines Tighten gave it.
+type stop struct {
+	log     *slog.Logger
+	watched bool // the daemon's stop request is seen (asked)
+
+	// told is the deadline td has: ctx's at the start, or the earliest
+	// told since (toldContext's Deadline); none: no deadline.
+	told follow.Deadline
+
+	mu        sync.Mutex // guards what follows; never held while td is called (td takes locks of its own)
+	td        *ublk.Teardown
+	reserve   time.Duration
+	pending   time.Time   // a deadline earlier than told, that timer tells; zero: none
+	timer     *time.Timer // tells pending
+	over      bool        // td.Stop returned
+	requested bool        // td asked the daemon to stop
+	steps     []ublk.StepResult
+}
+
+// tighten moves the Stop's deadline earlier to dl, with r the reserve in
+// use (see Teardown.Tighten), and reports whether it moved it.
+func (s *stop) tighten(dl time.Time, r time.Duration) bool {
+	s.mu.Lock()
+	if s.over || !earlier(dl, s.deadline()) {
+		s.mu.Unlock()
+		return false
+	}
+	now := time.Now()
+	if tellAt := dl.Add(-r); s.watched && !s.requested && r < s.reserve && now.Before(tellAt) {
+		s.pending = dl
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		s.timer = time.AfterFunc(tellAt.Sub(now), s.tellPending)
+		s.steps = append(s.steps, ublk.StepResult{Name: "reserve in use", Start: now, Result: fmt.Sprintf(
+			"%v, the stages laid out from %v: the deadline %s told to them at %s, when only %v is left; the holder wait goes on until then",
+			r, s.reserve, dl.Format(time.RFC3339Nano), tellAt.Format(time.RFC3339Nano), r)})
+		laidOut := s.reserve
+		s.mu.Unlock()
+		s.log.Warn("ublk: the step's deadline moves earlier, with a reserve in use shorter than the one its stages were laid out from: told to them when only that reserve is left, the holder wait going on until then",
+			"deadline", dl, "reserve", r, "laid_out_from", laidOut, "told_at", tellAt)
+		return true
+	}
+	s.told.Move(dl)
+	s.pending = time.Time{}
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	td := s.td
+	s.mu.Unlock()
+	td.Tighten(dl) // before td's Stop registers, it reads dl as its ctx's deadline (toldContext)
+	return true
+}
+
+// tellPending tells td the deadline tighten put off.
+func (s *stop) tellPending() {
+	s.mu.Lock()
+	dl, td := s.takePending()
+	s.mu.Unlock()
+	if !dl.IsZero() {
+		td.Tighten(dl)
+	}
+}
+
+// asked notes that td asked the daemon to stop: its holder wait and last
+// resort are over, and a deadline put off is told now, so that the stages
+// left share all the time left (see Teardown.Tighten).
+func (s *stop) asked() {
+	s.mu.Lock()
+	s.requested = true
+	dl, td := s.takePending()
+	s.mu.Unlock()
+	if !dl.IsZero() {
+		td.Tighten(dl) // from td's run, outside its lock: the request then is made in the new layout
+	}
+}
+
+// takePending returns the deadline put off (zero: none) as told, and td to
+// tell it. The caller holds s.mu, and tells it once it no longer does.
+func (s *stop) takePending() (time.Time, *ublk.Teardown) {
+	dl := s.pending
+	if s.over || dl.IsZero() {
+		return time.Time{}, nil
+	}
+	s.told.Move(dl)
+	s.pending = time.Time{}
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	return dl, s.td
+}
+
+// deadline is the Stop's deadline, told or not; zero: none. The caller
+// holds s.mu.
+func (s *stop) deadline() time.Time {
+	if !s.pending.IsZero() {
+		return s.pending
+	}
+	dl, _ := s.told.Get()
+	return dl
+}
+
+// finish ends the Stop: a deadline not told yet (td's Stop ended first) is
+// the Report's Deadline, and the "reserve in use" steps join its Steps.
+func (s *stop) finish(rep *ublk.Report) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.over = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if dl := s.deadline(); !dl.IsZero() && earlier(dl, rep.Deadline) {
+		rep.Deadline = dl
+	}
+	rep.Steps = append(rep.Steps, s.steps...)
+}
+
+// earlier reports whether a is earlier than b, a zero b being no deadline.
+func earlier(a, b time.Time) bool { return b.IsZero() || a.Before(b) }
+
+// toldContext is the context a Stop runs ublk.Teardown.Stop with: its
+// Deadline is the one told to the stages (from which ublk lays them out
+// when its Stop begins), not a deadline tighten put off, which the
+// caller's context reports; it ends when the caller's does.
+type toldContext struct {
+	context.Context
+	told *follow.Deadline
+}
+
+func (c toldContext) Deadline() (time.Time, bool) { return c.told.Get() }

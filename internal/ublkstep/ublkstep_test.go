@@ -122,3 +122,135 @@ func TestTightenReachesTheStopInProgress(t *testing.T) {
 		assert.Zero(t, asked.Load(), "never asked to stop under its holder")
 	})
 }
+
+// Fault (docs/faults.md row 1120): a Stop takes its reserve when it
+// begins, and a reserve in use that shortened after (the supervisor's
+// teardown after its server exited, begun with -grace's 30 s, then a
+// SIGTERM with a 30 s deletion: 3 s) was not followed: Tighten told the
+// new deadline at once, and the stages, laid out from 30 s in the 27 s
+// left, took all of it. The new deadline is now told when only the reserve
+// in use is left, the holder wait going on until then. Virtual time,
+// dm-0 on the disk (kernel state: no kill releases it):
+//
+//	0 s    the Stop begins, its deadline 100 s, its reserve 30 s
+//	1 s    the reserve in use 3 s, the deadline 28 s
+//	before: the holder wait over, the last resort at 1 s
+//	25 s   the last-resort point of 3 s before 28 s: dm-0 never lets go
+//	       (or, released at 9.95 s, the daemon is asked to stop at 10 s)
+func TestTightenWithAShorterReserveInUseWaitsForHoldersUntilOnlyItIsLeft(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		release time.Duration
+	}{{"held", time.Hour}, {"let go at 9.95 s", 9950 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var reserve atomic.Int64
+				reserve.Store(int64(30 * time.Second))
+				td, asked := rig(t, tc.release, &reserve)
+				start, rep, err := stopShortenedAt1s(t, td, &reserve)
+				t.Log(rep.String())
+				assert.Equal(t, start.Add(28*time.Second), rep.Deadline, "the deadline moved earlier")
+				if step := rep.Step("reserve in use"); assert.NotNil(t, step, "the Report says the move was told later: %+v", rep.Steps) {
+					assert.Contains(t, step.Result, "3s, the stages laid out from 30s")
+				}
+				if tc.release > time.Minute {
+					var held *ublk.HeldError
+					require.ErrorAs(t, err, &held)
+					require.NotNil(t, rep.LastResort)
+					assert.Equal(t, 25*time.Second, rep.LastResort.At.Sub(start), "the last-resort point of the reserve in use")
+					assert.Zero(t, asked.Load(), "never asked to stop under its holder")
+					return
+				}
+				require.NoError(t, err)
+				assert.Nil(t, rep.LastResort)
+				assert.Equal(t, 10*time.Second, time.Duration(asked.Load()), "asked to stop at the first poll (100 ms) after dm-0 let go")
+				assert.Equal(t, ublk.VerdictStopped, rep.Device(0).Verdict)
+				if moved := rep.Step("deadline moved"); assert.NotNil(t, moved, "%+v", rep.Steps) {
+					assert.Equal(t, 10*time.Second, moved.Start.Sub(start), "told to the stages as the daemon was asked to stop")
+				}
+			})
+		})
+	}
+}
+
+// Told later, the deadline lays the stages out as a Teardown built with
+// the reserve in use lays them out: the last resort of a Stop begun with
+// 30 s, its reserve in use 3 s from 1 s on, runs where that of a Stop
+// begun with 3 s does, and its window ends where that one's does.
+func TestAShorterReserveToldLaterLaysTheStagesOutAsItsOwnTeardown(t *testing.T) {
+	lastResort := func(t *testing.T, from time.Duration) (at, end time.Duration) {
+		var rep *ublk.Report
+		synctest.Test(t, func(t *testing.T) {
+			var reserve atomic.Int64
+			reserve.Store(int64(from))
+			td, _ := rig(t, time.Hour, &reserve)
+			var start time.Time
+			start, rep, _ = stopShortenedAt1s(t, td, &reserve)
+			require.NotNil(t, rep.LastResort)
+			at = rep.LastResort.At.Sub(start)
+			s := rep.Step("last resort")
+			require.NotNil(t, s)
+			end = s.Start.Add(s.Duration).Sub(start)
+		})
+		return at, end
+	}
+	at3, end3 := lastResort(t, 3*time.Second)
+	at30, end30 := lastResort(t, 30*time.Second)
+	assert.Equal(t, at3, at30, "the last-resort point")
+	assert.Equal(t, end3, end30, "the last resort's end")
+}
+
+// Once the daemon was asked to stop, the holder wait is over: a deadline
+// moved earlier with a shorter reserve in use is told to the stages at
+// once, so that the daemon's own stop, the control fallback and the kill
+// share all the time left, not only the reserve in use at its end (which
+// left a STOP_DEV of 200 ms no time to complete after a force deletion).
+// Virtual time, a daemon that never stops its device:
+//
+//	0 s  the Stop begins, its reserve 30 s; nothing holds the disk: the
+//	     daemon asked to stop at once
+//	1 s  the reserve in use 3 s, the deadline 28 s: told then
+func TestTightenAfterTheDaemonWasAskedIsToldAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tree, err := fakeublk.NewTree(t.TempDir())
+		require.NoError(t, err)
+		require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 0, Major: 259, Minor: 0}))
+		var asked atomic.Bool
+		daemon := ublk.DaemonFuncs{
+			StopFunc: func(context.Context) error { asked.Store(true); return nil }, // and never stops its device
+			WaitFunc: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+		}
+		var reserve atomic.Int64
+		reserve.Store(int64(30 * time.Second))
+		cfg := ublkhook.With(ublk.Config{NoControl: true}, ublkhook.Hooks{SysfsRoot: tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic"})
+		td, err := New(daemon, cfg, func() time.Duration { return time.Duration(reserve.Load()) })
+		require.NoError(t, err)
+		time.AfterFunc(time.Second-time.Nanosecond, func() { assert.True(t, asked.Load(), "asked before the move") })
+		start, rep, _ := stopShortenedAt1s(t, td, &reserve)
+		t.Log(rep.String())
+		assert.Equal(t, start.Add(28*time.Second), rep.Deadline)
+		assert.Nil(t, rep.Step("reserve in use"), "not put off")
+		if moved := rep.Step("deadline moved"); assert.NotNil(t, moved, "%+v", rep.Steps) {
+			assert.Equal(t, time.Second, moved.Start.Sub(start), "told at once")
+		}
+	})
+}
+
+// stopShortenedAt1s runs td's Stop, its deadline 100 s away; at 1 s the
+// reserve in use becomes 3 s and the deadline 28 s (a 30 s deletion read
+// at a SIGTERM), where the Stop's context ends, as drain ends it. It
+// returns when the Stop began, and what it returned.
+func stopShortenedAt1s(t *testing.T, td *Teardown, reserve *atomic.Int64) (time.Time, *ublk.Report, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+	ctx, cut := context.WithCancel(ctx)
+	defer cut()
+	time.AfterFunc(time.Second, func() {
+		reserve.Store(int64(3 * time.Second))
+		assert.True(t, td.Tighten(start.Add(28*time.Second)), "the deadline moved earlier")
+		time.AfterFunc(27*time.Second, cut)
+	})
+	rep, err := td.Stop(ctx)
+	return start, rep, err
+}
