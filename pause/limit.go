@@ -3,6 +3,8 @@ package pause
 import (
 	"log/slog"
 	"time"
+
+	"github.com/drainkit/drainkit/internal/measured"
 )
 
 // The run's side of the adaptive limit. Workers and the dispatcher meet
@@ -71,8 +73,10 @@ func (r *run) endedLocked(t *task, e *Entry, res *result, area0 float64) {
 	d := res.end.Sub(e.Start)
 	// A preserve again (e.Relisted) is no sample of the level: a round
 	// trip when the listing lagged the pause, or what changed since a
-	// resume; as it feeds no Estimator, it moves no limit.
-	if res.outcome != Preserved || t.attempts.Load() != 1 || d <= 0 || e.Relisted > 0 {
+	// resume; as it feeds no Estimator, it moves no limit. The rule is
+	// internal/measured's, which the supervisor reads a Report's entries
+	// by to tell whether the Run measured a level (and Limit reports it).
+	if !measured.Sample(measured.Preserve{Preserved: res.outcome == Preserved, Attempts: int(t.attempts.Load()), Relisted: e.Relisted, Took: d}) {
 		return
 	}
 	kbar := (r.area - area0) / float64(d)

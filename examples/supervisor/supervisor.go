@@ -33,6 +33,7 @@ import (
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logonce"
+	"github.com/drainkit/drainkit/internal/measured"
 	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/signame"
 	"github.com/drainkit/drainkit/internal/termmsg"
@@ -352,18 +353,11 @@ func (l *limited) Run(ctx context.Context, hard time.Time) *pause.Report {
 	}
 	for _, e := range rep.Entries {
 		l.accounted[e.ID] = true
-		if measured(e) {
-			l.cold.Store(false)
+		if measured.Sample(measured.Preserve{Preserved: e.Outcome == pause.Preserved, Attempts: e.Attempts, Relisted: e.Relisted, Took: e.Duration}) {
+			l.cold.Store(false) // the Preserver measured a preserve at its limit: Limit reports it
 		}
 	}
 	return rep
-}
-
-// measured reports whether e is a preserve pause measures the limit by (and
-// so the Preserver's Limit reports its level from then): preserved at its
-// first attempt, not a preserve again of a sandbox listed again.
-func measured(e pause.Entry) bool {
-	return e.Outcome == pause.Preserved && e.Attempts == 1 && e.Relisted == 0 && e.Duration > 0
 }
 
 // sweepConfig is the limit of the final sweep's Preserver: the level the
