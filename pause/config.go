@@ -128,7 +128,8 @@ type Config struct {
 	// sandboxes listed again) use it too, and are at least 100 ms whatever
 	// it asks: a policy of no wait listed in a tight loop. New calls it
 	// once and uses that policy (Reset, NextBackOff), and fails if it
-	// returns nil (or a typed nil) or panics.
+	// returns nil (or a typed nil) or panics. A listing error that names
+	// the time to list again (RetryAt) sets that wait (see Lister).
 	BackOff func() backoff.BackOff
 
 	// Permanent classifies errors that must not be retried, for example a

@@ -59,7 +59,10 @@ func (r *run) list() ([]Sandbox, error) {
 			bo.Reset()
 		}
 		// A wait that ended with the phase leaves no time to list in.
-		if !backoffWait(r.ctx, bo.NextBackOff()) || r.phaseOver() {
+		if again, late := r.listWait(err, bo.NextBackOff()); !again || r.phaseOver() {
+			if late != nil {
+				return nil, late
+			}
 			return nil, err
 		}
 	}
@@ -124,23 +127,83 @@ func (r *run) permanent(err error) (perm bool) {
 // phase deadline, a flood of the server's list calls, each logged at Error
 // (435,625 in 3 s measured over an instant Lister: a CPU spin). It is the
 // default policy's shortest first wait (200 ms, jitter 0.5), which it
-// never shortens.
+// never shortens. A listing's Retry-After does not shorten it either: a
+// server answering "Retry-After: 0" to every listing would make the same
+// loop.
 const minListWait = 100 * time.Millisecond
 
-// backoffWait sleeps d, at least minListWait, before listing again and
-// reports whether to list: not when the policy says Stop, when the wait
-// would end past ctx's deadline, or when ctx ends during the wait.
-// backoff v4 itself would neither shorten a wait nor skip one whose
-// context is over, hence this.
-func backoffWait(ctx context.Context, d time.Duration) bool {
-	if d == backoff.Stop || ctx.Err() != nil {
-		return false
+// maxUnboundedRetryAt bounds the wait for a listing error's RetryAt in a
+// Run with no phase deadline, which still ends (the default policy's 5
+// minutes): a server's Retry-After of a year held it for that year.
+const maxUnboundedRetryAt = defaultMaxRetryTime
+
+// listWait waits before the listing that failed with err is made again,
+// and reports whether to make it; when not for err's Retry-After, which
+// ends past the phase deadline, late is err saying so. The
+// wait is d, the policy's next (at least minListWait); not when the
+// policy says Stop, when the wait would end past the phase deadline, or
+// when the Run's context ends during it. An err that carries the time the
+// server asked not to be listed before (RetryAt, see Lister) waits until
+// that time instead, whether it is sooner or later than d: listed before
+// it, the server refuses again and its capacity is spent on the
+// refusals; after it, the phase's time is. A RetryAt past the phase
+// deadline is never waited for: no listing is made again, for the server
+// asked for none before the phase ends, and the error says so.
+func (r *run) listWait(err error, d time.Duration) (again bool, late error) {
+	if d == backoff.Stop || r.ctx.Err() != nil {
+		return false, nil
+	}
+	if at, ok := r.retryAt(err); ok {
+		end := r.phaseEnd()
+		if !end.IsZero() && at.After(end) {
+			return false, fmt.Errorf("%w (not listed again: the answer asks for no listing before %s, past the phase deadline %s)",
+				err, at.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano))
+		}
+		d = time.Until(at)
+		if end.IsZero() {
+			d = min(d, maxUnboundedRetryAt)
+		}
 	}
 	d = max(d, minListWait)
-	if dl, ok := ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
-		return false
+	if dl, ok := r.ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
+		return false, nil
 	}
-	return sleepCtx(ctx, d)
+	return sleepCtx(r.ctx, d), nil
+}
+
+// A retryTimer is an error that carries the time its server asked not to
+// be asked again before: an HTTP answer's Retry-After (see Lister).
+type retryTimer interface{ RetryAt() time.Time }
+
+// retryAt returns the time err asks its retry to wait for (see
+// retryTimer), and whether it asks for one. A RetryAt that panics (a
+// field of a wrapped error that is nil) asks for none: err is retried
+// with the backoff, and the Run's first such panic is logged at Error.
+func (r *run) retryAt(err error) (at time.Time, ok bool) {
+	if err == nil { // As's target escapes: no allocation for a listing that succeeded
+		return time.Time{}, false
+	}
+	var rt retryTimer
+	if !errors.As(err, &rt) {
+		return time.Time{}, false
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			at, ok = time.Time{}, false
+			r.hintPanicked("RetryAt", err, v)
+		}
+	}()
+	at = rt.RetryAt()
+	return at, !at.IsZero()
+}
+
+// hintPanicked logs, once per Run, that the method of an error that says
+// when to retry panicked: the retry keeps to the backoff.
+func (r *run) hintPanicked(method string, err error, v any) {
+	if r.hintPanic.CompareAndSwap(false, true) {
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: the "+method+" of an error panicked: its retry keeps to Config.BackOff (logged once per Run)",
+			slog.String("error", err.Error()), slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
+	}
 }
 
 // sleepCtx waits d, and reports false if ctx ended first.

@@ -212,11 +212,17 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 	var bo backoff.BackOff // between passes that found only sandboxes listed again
 	for pass := 1; ; pass++ {
 		found, again, retry := r.pass(pass)
-		if found+again == 0 && !retry || r.phaseOver() {
+		if found+again == 0 && retry == nil || r.phaseOver() {
 			break
 		}
 		if found > 0 {
 			bo = nil
+			// A listing that failed after new sandboxes is made again
+			// once their pass ended, at once, unless its error asks for
+			// a later time (a Retry-After, see Lister).
+			if _, later := r.retryAt(retry); later && !r.relist(retry, 0) {
+				break
+			}
 			continue
 		}
 		// Only sandboxes preserved before, listed again: resumed, or a
@@ -228,7 +234,7 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 			bo = r.cfg.newBackOff()
 			bo.Reset()
 		}
-		if !backoffWait(r.ctx, bo.NextBackOff()) {
+		if !r.relist(retry, bo.NextBackOff()) {
 			break
 		}
 	}
@@ -236,6 +242,20 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 	// says, and must say so.
 	p.cur.CompareAndSwap(r, nil)
 	return r.finish()
+}
+
+// relist waits d before the next pass's listing (listWait), err the
+// last listing's error (nil: it succeeded), and reports whether to make
+// it. One not made because err's Retry-After ends past the phase deadline
+// says so in the Report's ListErr and a log line.
+func (r *run) relist(err error, d time.Duration) bool {
+	again, late := r.listWait(err, d)
+	if late != nil {
+		r.rep.ListErr = late.Error()
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: not listing again: the last listing's answer asks for none before the phase deadline",
+			slog.String("error", late.Error()))
+	}
+	return again
 }
 
 // Tighten moves the hard deadline of the Run in progress earlier, to hard:

@@ -99,6 +99,7 @@ type run struct {
 	progressMu sync.Mutex  // held while a progress line is logged
 
 	classifierPanicked atomic.Bool // Config.Permanent panicked, and that was logged
+	hintPanic          atomic.Bool // an error's RetryAt or WaitRetry panicked, and that was logged
 }
 
 // newRun makes the state of a Run called with ctx and hard and registers
@@ -269,12 +270,12 @@ func (r *run) phaseOverAt(now time.Time) bool {
 }
 
 // pass makes one listing pass and returns how many new sandboxes it found,
-// how many sandboxes it found listed again after their preserve, and
-// whether its listing failed after it listed some sandboxes, with an error
-// worth retrying: the listing is to be made again.
-func (r *run) pass(n int) (found, again int, retry bool) {
+// how many sandboxes it found listed again after their preserve, and,
+// when its listing failed after it listed some sandboxes with an error
+// worth retrying, that error: the listing is to be made again.
+func (r *run) pass(n int) (found, again int, retry error) {
 	if n > 1 && r.phaseOver() {
-		return 0, 0, false
+		return 0, 0, nil
 	}
 	list, err := r.list()
 	r.rep.Passes = n
@@ -283,14 +284,16 @@ func (r *run) pass(n int) (found, again int, retry bool) {
 		if len(list) == 0 {
 			r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed",
 				slog.Int("pass", n), slog.String("error", err.Error()))
-			return 0, 0, false
+			return 0, 0, nil
 		}
 		// The sandboxes listed before the error are known to be there:
 		// preserved like any listed ones, as an io.Reader's caller
 		// processes the bytes read before its error. The node may have
 		// more, so the listing still failed.
 		r.partly = true
-		retry = !r.permanent(err)
+		if !r.permanent(err) {
+			retry = err
+		}
 		r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed after it listed some; preserving those, the node may have more",
 			slog.Int("pass", n), slog.Int("listed", len(list)), slog.String("error", err.Error()))
 	} else {

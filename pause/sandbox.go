@@ -89,6 +89,16 @@ var ErrGone = errors.New("pause: sandbox gone or already preserved")
 // Report.Unknown is left for a Run whose failed listings gave no sandbox.
 // A List that returns an error with no sandbox, or with sandboxes it is not
 // sure of (drop them), is a failed listing, retried within the time left.
+//
+// A listing error may say when to list again: one with a method RetryAt()
+// time.Time in its chain (errors.As) that returns a time (an HTTP
+// answer's Retry-After: pause/httpsource's overloaded listings have it)
+// is listed again at that time, not when Config.BackOff says (its policy
+// still says whether to list again, and a wait is 100 ms at least); a time
+// past the phase deadline is not waited for, and no listing is made again:
+// Report.ListErr says so. Without a phase deadline, at most 5 minutes are
+// waited. A RetryAt that panics is ignored, the panic logged once per
+// Run.
 type Lister interface {
 	List(ctx context.Context) ([]Sandbox, error)
 }

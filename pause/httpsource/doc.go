@@ -38,7 +38,9 @@
 // request again in the next free slot, no more at once than it handled;
 // answering the only one, its Retry-After is waited when it ends before
 // that deadline, and the sandbox is not asked again before that time
-// (see Source). Errors come classified for the Preserver (gone,
+// (see Source); a listing so answered is made again by the Preserver at
+// the time it names, never past the phase deadline (see pause.Lister).
+// Errors come classified for the Preserver (gone,
 // permanent, transient; see Source): a refusal of the key (401, 403) is
 // permanent with Config.APIKey and transient with Config.APIKeyFile,
 // whose rotated key reaches the file a minute or more after the server

@@ -34,8 +34,9 @@ type StatusError struct {
 	RetryAfter time.Duration
 	Body       string // the start of the response body, for the report
 
-	retryAfter string // the Retry-After header as sent, for Error
-	key        keyUse // the request's use of Config.APIKeyFile's key (zero without one)
+	retryAfter string    // the Retry-After header as sent, for Error
+	retryAt    time.Time // when the answer came plus RetryAfter; zero without a Retry-After read
+	key        keyUse    // the request's use of Config.APIKeyFile's key (zero without one)
 }
 
 // Error implements error.
@@ -50,6 +51,8 @@ func (e *StatusError) Error() string {
 		msg += fmt.Sprintf(" (retry after %s)", v)
 	case e.RetryAfter > 0:
 		msg += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
+	case v != "" && e.retryAt.IsZero():
+		msg += fmt.Sprintf(" (Retry-After %q ignored: %s)", v, badRetryAfter)
 	}
 	if e.Body != "" {
 		msg += ": " + e.Body
@@ -88,31 +91,31 @@ func classify(e *StatusError, gone []int) error {
 // maxRetryAfter is the RetryAfter of a wait longer than a Duration holds.
 const maxRetryAfter = time.Duration(math.MaxInt64)
 
-// parseRetryAfter reads a Retry-After header: delta-seconds or an HTTP date.
-// It returns zero when the header is absent, malformed or in the past, and
-// saturates at maxRetryAfter: seconds multiplied into a Duration past its
-// range wrapped, to a negative wait read as none or to any wait at all (2^64
-// ns plus 0.29 s is 584 years), and a number past int64 was no number.
-func parseRetryAfter(v string, now time.Time) time.Duration {
+// badRetryAfter says why a Retry-After header was ignored.
+const badRetryAfter = "neither a number of seconds nor an HTTP date"
+
+// parseRetryAfter reads a Retry-After header: delta-seconds or an HTTP
+// date (RFC 9110, section 10.2.3), and reports whether it read one. It
+// returns zero when the header is absent, malformed (ok false: a negative
+// or fractional number, a word) or in the past, and saturates at
+// maxRetryAfter: seconds multiplied into a Duration past its range
+// wrapped, to a negative wait read as none or to any wait at all (2^64 ns
+// plus 0.29 s is 584 years), and a number past int64 was no number.
+func parseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return 0
+		return 0, false
 	}
-	switch secs, err := strconv.ParseInt(v, 10, 64); {
-	case err == nil && secs > int64(maxRetryAfter/time.Second):
-		return maxRetryAfter
+	switch secs, err := strconv.ParseUint(v, 10, 64); { // digits alone: no sign
+	case err == nil && secs > uint64(maxRetryAfter/time.Second), errors.Is(err, strconv.ErrRange):
+		return maxRetryAfter, true
 	case err == nil:
-		return max(time.Duration(secs)*time.Second, 0)
-	case errors.Is(err, strconv.ErrRange):
-		if secs > 0 {
-			return maxRetryAfter
-		}
-		return 0
+		return time.Duration(secs) * time.Second, true
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0) // Sub saturates
+		return max(t.Sub(now), 0), true // Sub saturates
 	}
-	return 0
+	return 0, false
 }
 
 // errNoFit is wrapped when a Retry-After wait would end past the context's

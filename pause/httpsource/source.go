@@ -29,6 +29,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/drainkit/drainkit/internal/logonce"
 	otelx "github.com/drainkit/drainkit/internal/telemetry"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -410,7 +411,14 @@ func (c Config) resolve() config {
 // same sandbox before the Retry-After time waits for it or fails at once.
 // A pause whose context ends while it waits for a slot returns the
 // context's error naming why it waited: its own overload answer (errors.As
-// finds that *StatusError), or the one that lowered the limit.
+// finds that *StatusError), or the one that lowered the limit. A listing
+// answered overloaded with a Retry-After fails with an error whose RetryAt
+// is the time the server named: a Preserver lists again then, not when its
+// backoff says, and not at all when that time is past the phase deadline
+// (see pause.Lister). A Retry-After that is neither a number of seconds
+// nor an HTTP date is ignored, the backoff left to space the retry: the
+// error says so, and so does a line at Warn for each value that comes
+// after another.
 //
 // A Source is safe for concurrent use.
 //
@@ -435,6 +443,8 @@ type Source struct {
 	pauseFailed  map[string]error   // per sandbox, its last pause that got a 5xx answer or none, or a 409 naming one in progress
 	lastOverload *StatusError       // the last overload answer to a pause: why the limit is low
 	keyRefused   map[string]uint64  // per chain of requests, its last refusal of Config.APIKeyFile's key (see keyRefusal)
+
+	badRetryAfter logonce.Failures // Retry-After values ignored, so that one a server repeats is logged once
 }
 
 // New returns a Source for the server whose API is at baseURL (for example
@@ -628,9 +638,29 @@ func (s *Source) list(ctx context.Context) ([]item, error) {
 	span.SetAttributes(attribute.Int(attrSandboxes, len(items)), attribute.Int(attrPages, pages))
 	if err != nil {
 		spanError(span, err)
+		if se := (*StatusError)(nil); errors.As(err, &se) && se.Overloaded() && !se.retryAt.IsZero() {
+			err = &listRetry{err: err, at: se.retryAt}
+		}
 	}
 	return items, err // with an error, the pages that answered (see partial)
 }
+
+// A listRetry is the error of a listing the server answered overloaded
+// with a Retry-After: its RetryAt is when the server asked to be listed
+// again, which a pause.Preserver waits for before it lists again (see
+// pause.Lister), where its backoff listed sooner (the server's capacity
+// spent on refusals) or later (the phase's time spent waiting).
+type listRetry struct {
+	err error
+	at  time.Time
+}
+
+func (e *listRetry) Error() string { return e.err.Error() }
+func (e *listRetry) Unwrap() error { return e.err }
+
+// RetryAt returns the time the answer's Retry-After names: when it came
+// plus the wait it asked for.
+func (e *listRetry) RetryAt() time.Time { return e.at }
 
 func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 	target := s.listURL
@@ -929,11 +959,30 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 		}
 		return body, resp.Header, resp.StatusCode, nil
 	}
-	retryAfter := resp.Header.Get("Retry-After")
-	return nil, resp.Header, resp.StatusCode, &StatusError{
-		Op: op, URL: redact(target), StatusCode: resp.StatusCode,
-		RetryAfter: parseRetryAfter(retryAfter, time.Now()), retryAfter: retryAfter,
-		Body: snippet(body), key: use,
+	se := &StatusError{Op: op, URL: redact(target), StatusCode: resp.StatusCode, Body: snippet(body), key: use}
+	s.readRetryAfter(se, resp.Header.Get("Retry-After"))
+	return nil, resp.Header, resp.StatusCode, se
+}
+
+// readRetryAfter reads the Retry-After header v of se's answer into se. A
+// value that is neither seconds nor an HTTP date is ignored, the retry
+// left to the backoff, and said: in se's Error, and in a log line at Warn
+// for each value that comes after another (a server that sends it on
+// every answer is not logged at every answer).
+func (s *Source) readRetryAfter(se *StatusError, v string) {
+	if v == "" {
+		return
+	}
+	now := time.Now()
+	wait, ok := parseRetryAfter(v, now)
+	se.retryAfter, se.RetryAfter = v, wait
+	if ok {
+		se.retryAt = now.Add(wait) // Add saturates too
+		return
+	}
+	if news, _ := s.badRetryAfter.Fail(v); news {
+		s.cfg.logger.Warn("httpsource: the server's Retry-After is "+badRetryAfter+": ignored, the retry keeps to the backoff",
+			"retry_after", v, "op", se.Op, "url", se.URL, "status", se.StatusCode)
 	}
 }
 

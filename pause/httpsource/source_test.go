@@ -372,12 +372,25 @@ func TestOverloadWithoutRetryAfterIsLeftToTheCaller(t *testing.T) {
 
 func TestParseRetryAfter(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	assert.Equal(t, 3*time.Second, parseRetryAfter(" 3 ", now))
-	assert.Equal(t, 90*time.Second, parseRetryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now))
-	assert.Zero(t, parseRetryAfter(now.Add(-time.Minute).Format(http.TimeFormat), now))
-	assert.Zero(t, parseRetryAfter("-4", now))
-	assert.Zero(t, parseRetryAfter("soon", now))
-	assert.Zero(t, parseRetryAfter("", now))
+	for _, c := range []struct {
+		v    string
+		want time.Duration
+		ok   bool
+	}{
+		{" 3 ", 3 * time.Second, true},
+		{"0", 0, true},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0, true}, // past: no wait, and read
+		{"-4", 0, false},
+		{"+4", 0, false},
+		{"1.5", 0, false},
+		{"soon", 0, false},
+		{"", 0, false},
+	} {
+		d, ok := parseRetryAfter(c.v, now)
+		assert.Equal(t, c.want, d, "%q", c.v)
+		assert.Equal(t, c.ok, ok, "%q read", c.v)
+	}
 }
 
 func TestStatusErrorMessageNamesTheRequest(t *testing.T) {

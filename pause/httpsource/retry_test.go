@@ -1,0 +1,231 @@
+package httpsource
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+// A loopWire is a real loopback server for a test in a synctest bubble: the
+// server is started outside the bubble (its goroutines read the network,
+// which no bubble can wait on), and the Source's client, inside it, opens
+// a connection per request (an idle keep-alive connection's reader would
+// keep the bubble's clock from moving) and records when, in the bubble's
+// time, each request was sent.
+type loopWire struct {
+	url  string
+	mu   sync.Mutex
+	sent []sentRequest
+}
+
+type sentRequest struct {
+	method, path string
+	at           time.Time
+}
+
+// newLoopWire serves h on loopback until the test ends. Call it outside the
+// bubble.
+func newLoopWire(t *testing.T, h http.Handler) *loopWire {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &loopWire{url: srv.URL}
+}
+
+// source returns a Source over the wire, configured by c. Call it inside
+// the bubble.
+func (w *loopWire) source(t *testing.T, c Config) *Source {
+	c.Client = &http.Client{Transport: w}
+	s, err := New(w.url, c)
+	require.NoError(t, err)
+	return s
+}
+
+var bubbleTransport = &http.Transport{DisableKeepAlives: true}
+
+func (w *loopWire) RoundTrip(r *http.Request) (*http.Response, error) {
+	w.mu.Lock()
+	w.sent = append(w.sent, sentRequest{r.Method, r.URL.Path, time.Now()})
+	w.mu.Unlock()
+	return bubbleTransport.RoundTrip(r)
+}
+
+// times returns when the requests of method to path were sent.
+func (w *loopWire) times(method, path string) []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var at []time.Time
+	for _, s := range w.sent {
+		if s.method == method && s.path == path {
+			at = append(at, s.at)
+		}
+	}
+	return at
+}
+
+// overloadedList answers the first n listings 429 with the Retry-After
+// retryAfter, and later ones with one running sandbox, "a", whose pause
+// answers 204 and which is listed paused after it.
+func overloadedList(n int, retryAfter string) http.Handler {
+	var listings atomic.Int64
+	var paused atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		if listings.Add(1) <= int64(n) {
+			w.Header().Set("Retry-After", retryAfter)
+			http.Error(w, `{"message":"rate limited"}`, http.StatusTooManyRequests)
+			return
+		}
+		state := "running"
+		if paused.Load() {
+			state = "paused"
+		}
+		fmt.Fprintf(w, `[{"id": "a", "state": %q}]`, state)
+	})
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		paused.Store(true)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+// Fault: a listing the server answered 429 with Retry-After was listed
+// again when the Preserver's backoff said, whatever the server asked:
+// sooner (the default policy's first wait, 0.1 to 0.3 s, against a
+// Retry-After of 3 s: the server's capacity spent on listings it had
+// said it would refuse) or later (a policy's 20 s against the server's
+// 1 s: the phase's time spent waiting). The listing is now made again at
+// the time the server named.
+func TestListingAnsweredWithRetryAfterIsListedAgainWhenTheServerAsked(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		retryAfter time.Duration
+		backOff    func() backoff.BackOff // nil: the default
+	}{
+		{"sooner than the backoff", 3 * time.Second, nil},
+		{"later than the backoff", time.Second, constantBackOff(20 * time.Second)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newLoopWire(t, overloadedList(1, fmt.Sprint(int(c.retryAfter.Seconds()))))
+			synctest.Test(t, func(t *testing.T) {
+				p, err := pause.New(w.source(t, Config{}), pause.Config{BackOff: c.backOff})
+				require.NoError(t, err)
+				rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+				assert.Equal(t, 1, rep.Counts[pause.Preserved], "%v", rep.Err())
+
+				lists := w.times(http.MethodGet, "/sandboxes")
+				require.GreaterOrEqual(t, len(lists), 2)
+				assert.Equal(t, c.retryAfter, lists[1].Sub(lists[0]), "listed again when the server asked")
+			})
+		})
+	}
+}
+
+// A Retry-After that ends past the phase deadline is not waited for, and
+// the server is not listed again before it: the Run ends at once, the
+// Report unknown, its listing error saying why no listing followed, where
+// the backoff listed it again and again until the phase deadline.
+func TestListingRetryAfterPastThePhaseDeadlineIsNotWaitedFor(t *testing.T) {
+	w := newLoopWire(t, overloadedList(1000, "120"))
+	synctest.Test(t, func(t *testing.T) {
+		p, err := pause.New(w.source(t, Config{}), pause.Config{})
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+		assert.Zero(t, time.Since(start), "no wait for a listing the server refuses until past the phase")
+		assert.Len(t, w.times(http.MethodGet, "/sandboxes"), 1)
+		assert.True(t, rep.Unknown)
+		assert.Contains(t, rep.ListErr, "429 Too Many Requests (retry after 2m0s)")
+		assert.Contains(t, rep.ListErr, "not listed again: the answer asks for no listing before")
+		assert.Contains(t, rep.ListErr, "past the phase deadline")
+	})
+}
+
+// A later page answered 429 with Retry-After: the Preserver preserves the
+// pages before it and lists again at the time the server named, where it
+// listed again as soon as their pass ended.
+func TestPageAnsweredWithRetryAfterIsListedAgainWhenTheServerAsked(t *testing.T) {
+	var page2 atomic.Int64
+	var paused sync.Map
+	state := func(id string) string {
+		if _, ok := paused.Load(id); ok {
+			return "paused"
+		}
+		return "running"
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("next") == "" {
+			w.Header().Set("x-next-token", "p2")
+			fmt.Fprintf(w, `[{"id": "a", "state": %q}]`, state("a"))
+			return
+		}
+		if page2.Add(1) == 1 {
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, `{"message":"rate limited"}`, http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintf(w, `[{"id": "b", "state": %q}]`, state("b"))
+	})
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		paused.Store(r.PathValue("id"), true)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	wr := newLoopWire(t, mux)
+	synctest.Test(t, func(t *testing.T) {
+		src := wr.source(t, Config{PageTokenHeader: "x-next-token", PageTokenParam: "next"})
+		p, err := pause.New(src, pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+		assert.Equal(t, 2, rep.Counts[pause.Preserved], "%v", rep.Err())
+
+		lists := wr.times(http.MethodGet, "/sandboxes")
+		require.Len(t, lists, 6, "page 1, page 2 refused; page 1, page 2; page 1, page 2, nothing left")
+		assert.Equal(t, 5*time.Second, lists[2].Sub(lists[1]), "listed again when the server asked")
+	})
+}
+
+// Fault: a Retry-After that is neither seconds nor an HTTP date ("soon",
+// "-3", "1.5") was read as no Retry-After without a word. It is still
+// ignored (the backoff spaces the retry), and now said: in the error, and
+// once in the log for each value the server sends.
+func TestMalformedRetryAfterIsIgnoredAndLogged(t *testing.T) {
+	for _, v := range []string{"soon", "-3", "1.5"} {
+		t.Run(v, func(t *testing.T) {
+			w := newLoopWire(t, overloadedList(2, v))
+			synctest.Test(t, func(t *testing.T) {
+				var logs bytes.Buffer
+				src := w.source(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+				p, err := pause.New(src, pause.Config{BackOff: constantBackOff(2 * time.Second)})
+				require.NoError(t, err)
+				rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+				assert.Equal(t, 1, rep.Counts[pause.Preserved], "%v", rep.Err())
+
+				lists := w.times(http.MethodGet, "/sandboxes")
+				require.GreaterOrEqual(t, len(lists), 3)
+				assert.Equal(t, 2*time.Second, lists[1].Sub(lists[0]), "the backoff's wait")
+				assert.Equal(t, 1, strings.Count(logs.String(), "Retry-After is neither a number of seconds nor an HTTP date: ignored"),
+					"once for a value repeated:\n%s", logs.String())
+				assert.Contains(t, logs.String(), "retry_after="+v)
+				assert.Contains(t, logs.String(), "status=429")
+				assert.Contains(t, logs.String(), "url="+w.url+"/sandboxes")
+			})
+		})
+	}
+	se := &StatusError{Op: "list", URL: "http://h/sandboxes", StatusCode: 429, retryAfter: "soon"}
+	assert.Equal(t, `httpsource: list http://h/sandboxes: 429 Too Many Requests (Retry-After "soon" ignored: neither a number of seconds nor an HTTP date)`,
+		se.Error())
+}

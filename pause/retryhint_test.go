@@ -1,0 +1,107 @@
+package pause_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+// serverSaysLater is a listing error whose server asked not to be listed
+// again before at (an HTTP Retry-After), as the Lister contract says.
+type serverSaysLater struct{ at time.Time }
+
+func (e *serverSaysLater) Error() string      { return "list: 429 Too Many Requests" }
+func (e *serverSaysLater) RetryAt() time.Time { return e.at }
+
+// panicsLater is a listing error whose RetryAt panics.
+type panicsLater struct{}
+
+func (panicsLater) Error() string      { return "list: 429 Too Many Requests" }
+func (panicsLater) RetryAt() time.Time { panic("no header") }
+
+// listAfter returns a Lister that fails with err n times, then lists one
+// sandbox that preserves at once, and the times of its calls.
+func listAfter(n int, err func() error) (pause.Lister, *[]time.Time) {
+	var at []time.Time
+	return pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		at = append(at, time.Now())
+		switch {
+		case len(at) <= n:
+			return nil, err()
+		case len(at) == n+1:
+			return []pause.Sandbox{instant("sb-1")}, nil
+		}
+		return nil, nil
+	}), &at
+}
+
+type instant string
+
+func (s instant) ID() string                       { return string(s) }
+func (instant) Preserve(ctx context.Context) error { return nil }
+
+// A listing error that says when its server will answer (RetryAt) is
+// listed again then, whatever the backoff says; one that says a time past
+// the phase deadline is not listed again, and the Report says why.
+func TestListingErrorsRetryAtIsWhenTheListingIsMadeAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, c := range []struct {
+			after   time.Duration
+			backOff time.Duration
+		}{{3 * time.Second, 200 * time.Millisecond}, {time.Second, 20 * time.Second}} {
+			l, at := listAfter(1, func() error { return &serverSaysLater{time.Now().Add(c.after)} })
+			p, err := pause.New(l, pause.Config{BackOff: constant(c.backOff)})
+			require.NoError(t, err)
+			rep, _ := runFor(t, p, time.Minute, 0)
+			assert.Equal(t, 1, rep.Counts[pause.Preserved], "%v", rep.Err())
+			require.GreaterOrEqual(t, len(*at), 2)
+			assert.Equal(t, c.after, (*at)[1].Sub((*at)[0]), "backoff %v", c.backOff)
+		}
+
+		l, at := listAfter(100, func() error { return &serverSaysLater{time.Now().Add(2 * time.Minute)} })
+		p, err := pause.New(l, pause.Config{})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Minute, 0)
+		assert.Zero(t, took)
+		assert.Len(t, *at, 1)
+		assert.True(t, rep.Unknown)
+		assert.Contains(t, rep.ListErr, "429 Too Many Requests (not listed again: the answer asks for no listing before 2000-01-01T00:")
+		assert.Contains(t, rep.ListErr, "past the phase deadline")
+	})
+}
+
+// Without a phase deadline a RetryAt is waited for, at most 5 minutes (the
+// default policy's whole time): a server asking for a year does not hold
+// the Run for it.
+func TestRetryAtWithoutADeadlineIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, at := listAfter(1, func() error { return &serverSaysLater{time.Now().Add(365 * 24 * time.Hour)} })
+		p, err := pause.New(l, pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		rep := p.Run(context.Background(), time.Time{})
+		assert.Equal(t, 1, rep.Counts[pause.Preserved], "%v", rep.Err())
+		assert.Equal(t, 5*time.Minute, (*at)[1].Sub((*at)[0]))
+	})
+}
+
+// A RetryAt that panics is ignored, the backoff used, and said once.
+func TestRetryAtThatPanicsKeepsToTheBackOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		l, at := listAfter(2, func() error { return panicsLater{} })
+		p, err := pause.New(l, pause.Config{BackOff: constant(time.Second), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, 1, rep.Counts[pause.Preserved], "%v", rep.Err())
+		assert.Equal(t, time.Second, (*at)[1].Sub((*at)[0]))
+		assert.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("pause: the RetryAt of an error panicked")), logs.String())
+	})
+}
