@@ -129,7 +129,8 @@ type Config struct {
 	// it asks: a policy of no wait listed in a tight loop. New calls it
 	// once and uses that policy (Reset, NextBackOff), and fails if it
 	// returns nil (or a typed nil) or panics. A listing error that names
-	// the time to list again (RetryAt) sets that wait (see Lister).
+	// the time to list again (RetryAt), and an error whose WaitRetry
+	// returns, shape the wait (see Lister and Sandbox).
 	BackOff func() backoff.BackOff
 
 	// Permanent classifies errors that must not be retried, for example a

@@ -148,7 +148,9 @@ const maxUnboundedRetryAt = defaultMaxRetryTime
 // it, the server refuses again and its capacity is spent on the
 // refusals; after it, the phase's time is. A RetryAt past the phase
 // deadline is never waited for: no listing is made again, for the server
-// asked for none before the phase ends, and the error says so.
+// asked for none before the phase ends, and the error says so. An err
+// whose WaitRetry returns (see Lister: a key the server refused has
+// changed) ends the wait early.
 func (r *run) listWait(err error, d time.Duration) (again bool, late error) {
 	if d == backoff.Stop || r.ctx.Err() != nil {
 		return false, nil
@@ -168,12 +170,17 @@ func (r *run) listWait(err error, d time.Duration) (again bool, late error) {
 	if dl, ok := r.ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
 		return false, nil
 	}
-	return sleepCtx(r.ctx, d), nil
+	return r.sleepOrWake(r.ctx, d, err), nil
 }
 
 // A retryTimer is an error that carries the time its server asked not to
 // be asked again before: an HTTP answer's Retry-After (see Lister).
 type retryTimer interface{ RetryAt() time.Time }
+
+// A retryWaker is an error whose cause may go away before a backoff's
+// wait ends: WaitRetry returns when a retry may succeed where the attempt
+// that failed could not, or when its context ends (see Lister).
+type retryWaker interface{ WaitRetry(ctx context.Context) }
 
 // retryAt returns the time err asks its retry to wait for (see
 // retryTimer), and whether it asks for one. A RetryAt that panics (a
@@ -195,6 +202,29 @@ func (r *run) retryAt(err error) (at time.Time, ok bool) {
 	}()
 	at = rt.RetryAt()
 	return at, !at.IsZero()
+}
+
+// sleepOrWake waits d on ctx, and reports false if ctx ended first. When
+// err has a WaitRetry (see retryWaker), the wait ends when it returns,
+// too: it is called with a context that ends with ctx and after d, and is
+// abandoned then if it does not return (or panics: logged once per Run).
+func (r *run) sleepOrWake(ctx context.Context, d time.Duration, err error) bool {
+	if err == nil {
+		return sleepCtx(ctx, d)
+	}
+	var w retryWaker
+	if !errors.As(err, &w) {
+		return sleepCtx(ctx, d)
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if werr := bounded.Run(wctx, 0, func(ctx context.Context) error {
+		w.WaitRetry(ctx)
+		return nil
+	}); werr != nil && !errors.Is(werr, bounded.ErrAbandoned) {
+		r.hintPanicked("WaitRetry", err, werr)
+	}
+	return ctx.Err() == nil
 }
 
 // hintPanicked logs, once per Run, that the method of an error that says

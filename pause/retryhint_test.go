@@ -27,6 +27,25 @@ type panicsLater struct{}
 func (panicsLater) Error() string      { return "list: 429 Too Many Requests" }
 func (panicsLater) RetryAt() time.Time { panic("no header") }
 
+// wakes is an error whose WaitRetry returns when ready is closed; one
+// with ignore set never returns.
+type wakes struct {
+	ready  chan struct{}
+	ignore bool
+}
+
+func (e *wakes) Error() string { return "refused: the key is being rotated" }
+func (e *wakes) WaitRetry(ctx context.Context) {
+	if e.ignore {
+		time.Sleep(time.Hour) // ctx ignored
+		return
+	}
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+	}
+}
+
 // listAfter returns a Lister that fails with err n times, then lists one
 // sandbox that preserves at once, and the times of its calls.
 func listAfter(n int, err func() error) (pause.Lister, *[]time.Time) {
@@ -41,6 +60,18 @@ func listAfter(n int, err func() error) (pause.Lister, *[]time.Time) {
 		}
 		return nil, nil
 	}), &at
+}
+
+// listOnce lists sb, then nothing.
+func listOnce(sb pause.Sandbox) pause.Lister {
+	listed := false
+	return pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+		if listed {
+			return nil, nil
+		}
+		listed = true
+		return []pause.Sandbox{sb}, nil
+	})
 }
 
 type instant string
@@ -103,5 +134,75 @@ func TestRetryAtThatPanicsKeepsToTheBackOff(t *testing.T) {
 		assert.Equal(t, 1, rep.Counts[pause.Preserved], "%v", rep.Err())
 		assert.Equal(t, time.Second, (*at)[1].Sub((*at)[0]))
 		assert.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("pause: the RetryAt of an error panicked")), logs.String())
+	})
+}
+
+// A listing error's WaitRetry ends the backoff's wait when it returns, and
+// one that ignores its context is abandoned when the wait ends: the
+// listing is made again then.
+func TestListingErrorsWaitRetryEndsTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ready := make(chan struct{})
+		time.AfterFunc(2*time.Second, func() { close(ready) })
+		l, at := listAfter(1, func() error { return &wakes{ready: ready} })
+		p, err := pause.New(l, pause.Config{BackOff: constant(time.Minute)})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, 5*time.Minute, 0)
+		assert.Equal(t, 1, rep.Counts[pause.Preserved], "%v", rep.Err())
+		assert.Equal(t, 2*time.Second, (*at)[1].Sub((*at)[0]), "woken")
+
+		l, at = listAfter(1, func() error { return &wakes{ignore: true} })
+		p, err = pause.New(l, pause.Config{BackOff: constant(3 * time.Second)})
+		require.NoError(t, err)
+		rep, _ = runFor(t, p, 5*time.Minute, 0)
+		assert.Equal(t, 1, rep.Counts[pause.Preserved], "%v", rep.Err())
+		assert.Equal(t, 3*time.Second, (*at)[1].Sub((*at)[0]), "abandoned at the backoff's wait")
+		time.Sleep(time.Hour) // the abandoned WaitRetry returns
+	})
+}
+
+// refusedUntil is a sandbox whose Preserve fails with err until ready
+// is closed.
+type refusedUntil struct {
+	ready chan struct{}
+	err   error
+	tries []time.Time
+}
+
+func (s *refusedUntil) ID() string { return "sb-1" }
+func (s *refusedUntil) Preserve(ctx context.Context) error {
+	s.tries = append(s.tries, time.Now())
+	select {
+	case <-s.ready:
+		return nil
+	default:
+		return s.err
+	}
+}
+
+// A Preserve's error whose WaitRetry returns ends the backoff's wait: the
+// sandbox is tried again then, not when the backoff's wait would end; one
+// that does not still never starts a retry past the phase deadline.
+func TestPreserveErrorsWaitRetryEndsTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ready := make(chan struct{})
+		sb := &refusedUntil{ready: ready, err: &wakes{ready: ready}}
+		time.AfterFunc(2500*time.Millisecond, func() { close(ready) })
+		p, err := pause.New(listOnce(sb), pause.Config{BackOff: constant(time.Minute)})
+		require.NoError(t, err)
+		start := time.Now()
+		rep, _ := runFor(t, p, 5*time.Minute, 0)
+		assert.Equal(t, 1, rep.Counts[pause.Preserved], "%v", rep.Err())
+		require.Len(t, sb.tries, 2)
+		assert.Equal(t, 2500*time.Millisecond, sb.tries[1].Sub(start))
+
+		never := &refusedUntil{ready: make(chan struct{}), err: &wakes{ignore: true}}
+		p, err = pause.New(listOnce(never), pause.Config{BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 0)
+		assert.Equal(t, 1, rep.Counts[pause.Failed], "%v", rep.Entries)
+		assert.LessOrEqual(t, took, 10*time.Second)
+		assert.Len(t, never.tries, 10, "a try a second, none past the phase")
+		time.Sleep(time.Hour) // the abandoned WaitRetrys return
 	})
 }

@@ -30,6 +30,15 @@ type Sandbox interface {
 	// deadline it was made with, and still ends with ctx. ctx ends before
 	// its deadline only when Run's context is cancelled with
 	// Config.CancelAtDeadline.
+	//
+	// An error whose cause may go away before the backoff's wait ends (a
+	// refused API key that is being rotated) can end that wait: one with
+	// a method WaitRetry(ctx context.Context) in its chain (errors.As) is
+	// called for the wait, with a context that ends when the wait would,
+	// and the retry starts when it returns (it returns at once only when
+	// a retry may be answered otherwise, or retries follow at once; one
+	// that does not return when its context ends is abandoned then). The
+	// retry still starts only before the phase deadline.
 	Preserve(ctx context.Context) error
 }
 
@@ -97,8 +106,9 @@ var ErrGone = errors.New("pause: sandbox gone or already preserved")
 // still says whether to list again, and a wait is 100 ms at least); a time
 // past the phase deadline is not waited for, and no listing is made again:
 // Report.ListErr says so. Without a phase deadline, at most 5 minutes are
-// waited. A RetryAt that panics is ignored, the panic logged once per
-// Run.
+// waited. One with a method WaitRetry, as a Preserve's error (see
+// Sandbox), ends the wait between listings when it returns. Either method
+// that panics is ignored, the panic logged once per Run.
 type Lister interface {
 	List(ctx context.Context) ([]Sandbox, error)
 }

@@ -310,7 +310,7 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 			bo = r.cfg.newBackOff()
 			bo.Reset()
 		}
-		if !t.retryWait(r, ctx, bo.NextBackOff()) {
+		if !t.retryWait(r, ctx, bo.NextBackOff(), err) {
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 	}
@@ -326,13 +326,22 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 // deadline, starts nothing either. Only an attempt already running may
 // run on to the hard deadline: a retry that started after the phase
 // deadline would take the reserves of the steps after the preserve phase.
-func (t *task) retryWait(r *run, ctx context.Context, d time.Duration) bool {
+// An err whose WaitRetry returns (see Sandbox: a key the server refused
+// has changed) ends the wait early.
+func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error) bool {
 	if d == backoff.Stop || r.phaseOver() {
 		return false
 	}
 	end, phase := time.Now().Add(d), r.phaseEnd()
 	if dl, ok := ctx.Deadline(); ok && end.After(dl) || !phase.IsZero() && end.After(phase) {
 		return false
+	}
+	if errors.As(err, new(retryWaker)) {
+		// Ends with ctx, and with Run's context (drain's Force).
+		wctx, cancel := context.WithCancel(ctx)
+		defer context.AfterFunc(r.ctx, cancel)()
+		defer cancel()
+		return r.sleepOrWake(wctx, d, err) && r.ctx.Err() == nil && !r.phaseOver()
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()

@@ -45,7 +45,8 @@
 // permanent with Config.APIKey and transient with Config.APIKeyFile,
 // whose rotated key reaches the file a minute or more after the server
 // has it, so a drain in that window preserves its sandboxes once it
-// arrives, in the phase's time (see Config.APIKeyFile). A 202 Accepted
+// arrives, within 100 ms of it and in the phase's time (see
+// Config.APIKeyFile). A 202 Accepted
 // to a pause counts only once the listing no longer shows the sandbox
 // running. Against a server that pauses one
 // sandbox at a time, the Source's concurrency never exceeds what the server

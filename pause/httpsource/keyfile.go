@@ -1,6 +1,7 @@
 package httpsource
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -179,8 +180,65 @@ func (k *keyFile) refusal(se *StatusError, u keyUse, prev uint64, log *slog.Logg
 			"file", k.path, "status", se.StatusCode, "key_unchanged_for", unchanged)
 		k.refused = u.gen
 	}
-	return fmt.Errorf("%w: the key from Config.APIKeyFile %s (%s) was refused; retried while time is left, "+
-		"for a key rotated in a mounted Secret reaches the file up to a minute or more after the server has it", se, k.path, state)
+	return &keyRefusedError{
+		err: fmt.Errorf("%w: the key from Config.APIKeyFile %s (%s) was refused; retried while time is left, "+
+			"for a key rotated in a mounted Secret reaches the file up to a minute or more after the server has it", se, k.path, state),
+		k: k, use: u, log: log,
+	}
+}
+
+// keyPoll is how often a wait for the key file to change reads it (its
+// stat; the key only when that changed): the key reaches
+// the retries this long after the file at most, where it reached them
+// after the Preserver's backoff (its waits grow to 10 s, jitter 0.5: up
+// to 15 s).
+const keyPoll = 100 * time.Millisecond
+
+// A keyRefusedError is the transient error of a refusal of the key from
+// Config.APIKeyFile (see keyFile.refusal): its WaitRetry ends the
+// Preserver's backoff wait when the key changes (see pause.Sandbox).
+type keyRefusedError struct {
+	err error // the message, wrapping the *StatusError
+	k   *keyFile
+	use keyUse // the refused request's
+	log *slog.Logger
+}
+
+func (e *keyRefusedError) Error() string { return e.err.Error() }
+func (e *keyRefusedError) Unwrap() error { return e.err }
+
+// WaitRetry returns when a retry may be answered otherwise than the
+// refused request: the file holds another key than the one it sent (read
+// again every keyPoll), or the server accepted that key for a request
+// sent after the refusal came back (the refusal was then the request's
+// own, and a refusal of the retry is permanent); or when ctx ends.
+func (e *keyRefusedError) WaitRetry(ctx context.Context) {
+	if e.k.moved(e.use, e.log) {
+		return
+	}
+	t := time.NewTicker(keyPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if e.k.moved(e.use, e.log) {
+				return
+			}
+		}
+	}
+}
+
+// moved reports whether a retry of u's refused request may be answered
+// otherwise (see keyRefusedError.WaitRetry), the file read again if it
+// changed: a stat, as before every request. The waits are as many as the
+// Preserver's limit at most, each a stat every keyPoll.
+func (k *keyFile) moved(u keyUse, log *slog.Logger) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.reread(log)
+	return k.gen != u.gen || k.accepted.gen == u.gen && k.accepted.seq > u.answered
 }
 
 // headerFlaw describes the first byte of key that no HTTP header can

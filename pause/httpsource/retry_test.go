@@ -229,3 +229,83 @@ func TestMalformedRetryAfterIsIgnoredAndLogged(t *testing.T) {
 	assert.Equal(t, `httpsource: list http://h/sandboxes: 429 Too Many Requests (Retry-After "soon" ignored: neither a number of seconds nor an HTTP date)`,
 		se.Error())
 }
+
+// keyedServer lists n running sandboxes and pauses them, each request
+// answered only with the X-API-Key key (401 otherwise).
+func keyedServer(n int, key string) http.Handler {
+	f := newFakeServer(n)
+	f.apiKey = key
+	return f.handler()
+}
+
+// Fault: with Config.APIKeyFile, a pause refused during a key rotation
+// waited out the Preserver's backoff wait in progress when the new key
+// reached the file: 30 s into the refusals the default policy waits 5 to
+// 15 s, and the last sandbox was preserved that long after the key came.
+// The wait now ends when the file changes (read every 100 ms): each
+// sandbox is sent again with the new key within 100 ms of it.
+func TestPausesRefusedForAnOldKeyAreSentAgainWhenTheFileChanges(t *testing.T) {
+	const n, window = 8, 30 * time.Second
+	w := newLoopWire(t, keyedServer(n, "k2"))
+	synctest.Test(t, func(t *testing.T) {
+		vol, cfg := keyVolume(t)
+		cfg = Config{APIKeyFile: cfg.APIKeyFile}
+		src := w.source(t, cfg)
+		sbs := make([]pause.Sandbox, n)
+		for i := range sbs {
+			sbs[i] = src.Sandbox(sandboxID(i))
+		}
+		start := time.Now()
+		go func() {
+			time.Sleep(window)
+			vol.write("k2")
+		}()
+		p, err := pause.New(once(sbs), pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, 5*time.Minute), time.Time{})
+		require.Equal(t, n, rep.Counts[pause.Preserved], "%v", rep.Err())
+
+		var last time.Time
+		for _, e := range rep.Entries {
+			assert.Greater(t, e.Attempts, 1, "%s: refused with the old key first", e.ID)
+			if e.End.After(last) {
+				last = e.End
+			}
+		}
+		after := last.Sub(start) - window
+		t.Logf("the last sandbox preserved %v after the key reached the file", after)
+		assert.LessOrEqual(t, after, keyPoll, "sent again as the key came")
+	})
+}
+
+// The listing refused the same way: listed again within 100 ms of the
+// key's arrival, where it waited out the backoff too.
+func TestListingRefusedForAnOldKeyIsMadeAgainWhenTheFileChanges(t *testing.T) {
+	const window = 30 * time.Second
+	w := newLoopWire(t, keyedServer(4, "k2"))
+	synctest.Test(t, func(t *testing.T) {
+		vol, cfg := keyVolume(t)
+		src := w.source(t, Config{APIKeyFile: cfg.APIKeyFile})
+		start := time.Now()
+		go func() {
+			time.Sleep(window)
+			vol.write("k2")
+		}()
+		p, err := pause.New(src, pause.Config{})
+		require.NoError(t, err)
+		rep := p.Run(ctxWithDeadline(t, 5*time.Minute), time.Time{})
+		require.Equal(t, 4, rep.Counts[pause.Preserved], "%v", rep.Err())
+
+		lists := w.times(http.MethodGet, "/sandboxes")
+		var first time.Time // the first listing after the key came
+		for _, at := range lists {
+			if at.Sub(start) >= window {
+				first = at
+				break
+			}
+		}
+		require.False(t, first.IsZero())
+		t.Logf("listed %v after the key reached the file (%d listings)", first.Sub(start)-window, len(lists))
+		assert.LessOrEqual(t, first.Sub(start)-window, keyPoll, "listed again as the key came")
+	})
+}

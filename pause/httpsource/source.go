@@ -122,10 +122,12 @@ type Config struct {
 	// is transient, for the listing and for a pause alike: the Preserver
 	// retries it with its backoff while the phase has time, each request
 	// reading the file again if it changed, and the sandboxes are
-	// preserved once the new key is there: the default backoff's waits
-	// grow to 10 s (jitter 0.5: up to 15 s), so the last pause of a
-	// 70 s window goes out up to 15 s after the key, and it gives up
-	// after 5 min in all (pause.Config.BackOff).
+	// preserved once the new key is there: a refused request's wait for
+	// its retry ends when the file changes (read every 100 ms while
+	// refusals wait: the error's WaitRetry, see pause.Sandbox), so the
+	// pauses of a 70 s window go out within 100 ms of the key, where the
+	// backoff's wait in progress (up to 10 s, jitter 0.5: 15 s) was
+	// waited out; it gives up after 5 min in all (pause.Config.BackOff).
 	// The error says which key file was refused and for how long its key
 	// had not changed; the first refusal of each key is logged at Info,
 	// and so is the first acceptance of a later one. A sandbox whose time
