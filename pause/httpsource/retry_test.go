@@ -2,6 +2,8 @@ package httpsource
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -308,4 +310,47 @@ func TestListingRefusedForAnOldKeyIsMadeAgainWhenTheFileChanges(t *testing.T) {
 		t.Logf("listed %v after the key reached the file (%d listings)", first.Sub(start)-window, len(lists))
 		assert.LessOrEqual(t, first.Sub(start)-window, keyPoll, "listed again as the key came")
 	})
+}
+
+// Fault: a request a timeout of the Source's cut (Config.ListTimeout,
+// 10 s by default; Config.PauseTimeout) failed with "no answer before its
+// context ended: ... context deadline exceeded", the words of one the
+// drain's deadline cut: an operator whose server lists in 12 s read an
+// unknown Report and could not tell that the list timeout, which they can
+// raise, ended every listing. The error now names the timeout, or the
+// cause the caller's context was given (a drain's Force); it is still
+// context.DeadlineExceeded (errors.Is) and transient.
+func TestRequestCutByATimeoutNamesIt(t *testing.T) {
+	hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", hang)
+	mux.HandleFunc("POST /sandboxes/{id}/pause", hang)
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	src, err := New(ts.URL, Config{ListTimeout: 50 * time.Millisecond, PauseTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+
+	_, err = src.List(t.Context())
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "httpsource: list: no answer before the list timeout (Config.ListTimeout, 50ms) ended it: Get ")
+	assert.False(t, isPermanent(err))
+
+	err = src.Sandbox("a").Preserve(t.Context())
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "httpsource: pause: no answer before the pause timeout (Config.PauseTimeout, 50ms) ended it: Post ")
+
+	p, err := pause.New(src, pause.Config{BackOff: constantBackOff(100 * time.Millisecond)})
+	require.NoError(t, err)
+	rep := p.Run(ctxWithDeadline(t, 300*time.Millisecond), time.Time{})
+	assert.True(t, rep.Unknown)
+	assert.Contains(t, rep.ListErr, "the list timeout (Config.ListTimeout, 50ms) ended it")
+
+	src, err = New(ts.URL, Config{ListTimeout: -1})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancelCause(t.Context())
+	forced := errors.New("drain: forced")
+	time.AfterFunc(50*time.Millisecond, func() { cancel(forced) })
+	_, err = src.List(ctx)
+	assert.ErrorIs(t, err, forced)
+	assert.ErrorContains(t, err, "httpsource: list: no answer before its context ended (drain: forced): Get ")
 }

@@ -73,7 +73,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 			s.lim.release(false, false)
 			return fmt.Errorf("httpsource: pause %s: not sent: %w", b.id, err)
 		}
-		rctx, cancel := withTimeout(ctx, s.cfg.pauseTimeout)
+		rctx, cancel := withTimeout(ctx, s.cfg.pauseTimeout, "pause", "Config.PauseTimeout")
 		_, _, status, err := s.do(rctx, "pause", s.cfg.pauseMethod, target)
 		cancel()
 		var se *StatusError

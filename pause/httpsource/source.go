@@ -234,7 +234,10 @@ type Config struct {
 	RetryConflict bool
 
 	// ListTimeout bounds each listing (and always the caller's context).
-	// Zero means 10 s; a negative timeout means the context alone.
+	// Zero means 10 s; a negative timeout means the context alone. A
+	// listing it cuts fails naming it ("no answer before the list timeout
+	// (Config.ListTimeout, 10s) ended it"), as a pause PauseTimeout cuts
+	// does, and one its context cut names the context's cause, if any.
 	ListTimeout time.Duration
 	// PauseTimeout bounds each pause request, counted from when it is
 	// sent. Zero, the default, leaves the bound to the caller's context
@@ -634,7 +637,7 @@ const maxPages = 10000
 func (s *Source) list(ctx context.Context) ([]item, error) {
 	ctx, span := s.tracer.Start(ctx, "httpsource.List")
 	defer span.End()
-	ctx, cancel := withTimeout(ctx, s.cfg.listTimeout)
+	ctx, cancel := withTimeout(ctx, s.cfg.listTimeout, "list", "Config.ListTimeout")
 	defer cancel()
 	items, pages, err := s.pages(ctx)
 	span.SetAttributes(attribute.Int(attrSandboxes, len(items)), attribute.Int(attrPages, pages))
@@ -931,10 +934,12 @@ func (s *Source) do(ctx context.Context, op, method, target string) ([]byte, htt
 			attribute.String(attrOperation, op), attribute.String("http.request.method", method), result}, errStatus...)...))
 	}()
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		if ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx))) {
 			// Cut short, not failed: the server may have the request and
-			// go on with it; the error says it never answered.
-			return nil, nil, 0, fmt.Errorf("httpsource: %s: no answer before its context ended: %w", op, err)
+			// go on with it; the error says it never answered, and what
+			// ended it (a timeout of the Source's, the caller's cause,
+			// which the client returns in place of ctx.Err()).
+			return nil, nil, 0, fmt.Errorf("httpsource: %s: no answer before %s: %w", op, endedBy(ctx), err)
 		}
 		return nil, nil, 0, fmt.Errorf("httpsource: %s: %w", op, err) // transient: connection, timeout
 	}
@@ -1199,11 +1204,43 @@ func snippet(b []byte) string {
 	return s
 }
 
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+// withTimeout bounds ctx by the timeout d of op's requests, the Config
+// field that sets it, none when d <= 0. A request it ends says
+// so (endedBy): "context deadline exceeded" alone did not tell an
+// operator whether the drain's deadline or the timeout, which a slow
+// server's listing outgrows, cut it.
+func withTimeout(ctx context.Context, d time.Duration, op, field string) (context.Context, context.CancelFunc) {
 	if d <= 0 {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, d)
+	return context.WithTimeoutCause(ctx, d, &timeoutCause{op: op, field: field, d: d})
+}
+
+// A timeoutCause is the cause of a context a timeout of the Source's
+// ended. It wraps context.DeadlineExceeded, as the deadline it is.
+type timeoutCause struct {
+	op, field string
+	d         time.Duration
+}
+
+func (c *timeoutCause) Error() string {
+	return fmt.Sprintf("the %s timeout (%s, %v) ended it", c.op, c.field, c.d)
+}
+func (c *timeoutCause) Unwrap() error { return context.DeadlineExceeded }
+
+// endedBy says what ended ctx, for a request it cut: a timeout of the
+// Source's, its context, or its context with the cause it was given (a
+// drain's Force: "drain: forced").
+func endedBy(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	var tc *timeoutCause
+	switch {
+	case errors.As(cause, &tc):
+		return tc.Error()
+	case cause != nil && cause != ctx.Err():
+		return fmt.Sprintf("its context ended (%v)", cause)
+	}
+	return "its context ended"
 }
 
 // Telemetry names, in the OpenTelemetry semantic-convention style: the
