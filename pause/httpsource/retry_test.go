@@ -354,3 +354,54 @@ func TestRequestCutByATimeoutNamesIt(t *testing.T) {
 	assert.ErrorIs(t, err, forced)
 	assert.ErrorContains(t, err, "httpsource: list: no answer before its context ended (drain: forced): Get ")
 }
+
+// acceptedThenOverloaded answers a pause 202 Accepted and the first n
+// listings after it 429 with the Retry-After retryAfter; later ones list
+// the sandbox paused.
+func acceptedThenOverloaded(n int, retryAfter string) http.Handler {
+	var lists atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		if lists.Add(1) <= int64(n) {
+			w.Header().Set("Retry-After", retryAfter)
+			http.Error(w, `{"message":"rate limited"}`, http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprint(w, `[{"id": "a", "state": "paused"}]`)
+	})
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+	})
+	return mux
+}
+
+// Fault: after a 202 Accepted to a pause, the listings that confirm it
+// were polled every 50 ms to 1 s whatever the server answered: a listing
+// answered 429 with "Retry-After: 3" was listed again 0.1 s later. It is
+// now listed again when the server asked, and a Retry-After past the
+// pause's deadline ends the confirmation at once, saying so, where it was
+// polled to the deadline, the server answering 429 each time.
+func TestAcceptedPauseIsConfirmedWhenTheOverloadedListingAsks(t *testing.T) {
+	w := newLoopWire(t, acceptedThenOverloaded(1, "3"))
+	synctest.Test(t, func(t *testing.T) {
+		src := w.source(t, Config{})
+		require.NoError(t, src.Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute)))
+		lists := w.times(http.MethodGet, "/sandboxes")
+		require.Len(t, lists, 2)
+		assert.Equal(t, 3*time.Second, lists[1].Sub(lists[0]), "listed again when the server asked")
+	})
+}
+
+func TestAcceptedPauseWhoseListingAsksPastTheDeadlineIsNotPolledToIt(t *testing.T) {
+	w := newLoopWire(t, acceptedThenOverloaded(1000, "120"))
+	synctest.Test(t, func(t *testing.T) {
+		src := w.source(t, Config{})
+		start := time.Now()
+		err := src.Sandbox("a").Preserve(ctxWithDeadline(t, time.Minute))
+		assert.ErrorContains(t, err, "answered 202 Accepted, not confirmed: the last listing failed, and asks for none before")
+		assert.ErrorContains(t, err, "past the deadline")
+		assert.ErrorContains(t, err, "429 Too Many Requests (retry after 2m0s)")
+		assert.Len(t, w.times(http.MethodGet, "/sandboxes"), 1)
+		assert.Equal(t, acceptedPollFirst, time.Since(start), "the first poll, then none")
+	})
+}

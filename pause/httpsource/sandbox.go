@@ -128,11 +128,21 @@ const (
 // 202 and the last listing (its error, if it failed). Taken for done at
 // the 202, the sandbox was counted preserved while the server still ran
 // it, and the server's SIGTERM then ended it unpaused. No pause is sent
-// again: the server has this one.
+// again: the server has this one. A listing answered overloaded with a
+// Retry-After is polled again at the time it names, not sooner, and not
+// at all when that time is past ctx's deadline: the error says so.
 func (b *sandbox) confirm(ctx context.Context) error {
 	wait := acceptedPollFirst
 	var listErr error
 	for {
+		var lr *listRetry
+		if errors.As(listErr, &lr) {
+			if dl, ok := ctx.Deadline(); ok && lr.at.After(dl) {
+				return fmt.Errorf("httpsource: pause %s: answered %d %s, not confirmed: the last listing failed, and asks for none before %s, past the deadline: %w",
+					b.id, http.StatusAccepted, http.StatusText(http.StatusAccepted), lr.at.UTC().Format(time.RFC3339Nano), listErr)
+			}
+			wait = max(wait, time.Until(lr.at))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -154,7 +164,7 @@ func (b *sandbox) confirm(ctx context.Context) error {
 		default:
 			listErr = nil
 		}
-		wait = min(2*wait, acceptedPollMax)
+		wait = min(2*min(wait, acceptedPollMax), acceptedPollMax)
 	}
 }
 

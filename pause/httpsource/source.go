@@ -403,8 +403,10 @@ func (c Config) resolve() config {
 // A 2xx answer to a pause is the sandbox preserved, except 202 Accepted,
 // which says the pause has begun, not that it is done: the sandbox is
 // preserved once a listing no longer shows it in a running state (polled
-// from 50 ms, each wait twice the last, up to 1 s apart), and if one still
-// does when the context ends, Preserve returns an error that names the 202.
+// from 50 ms, each wait twice the last, up to 1 s apart, and a listing
+// answered overloaded with a Retry-After at the time it names, none when
+// that is past the context's deadline), and if one still does when the
+// context ends, Preserve returns an error that names the 202.
 //
 // Overload: when the server answers 429 (or 503 with Retry-After) while other
 // pause requests of this Source were on the wire, the Source lowers the
