@@ -35,10 +35,11 @@ type Sandbox interface {
 	// refused API key that is being rotated) can end that wait: one with
 	// a method WaitRetry(ctx context.Context) in its chain (errors.As) is
 	// called for the wait, with a context that ends when the wait would,
-	// and the retry starts when it returns (it returns at once only when
-	// a retry may be answered otherwise, or retries follow at once; one
-	// that does not return when its context ends is abandoned then). The
-	// retry still starts only before the phase deadline.
+	// and the retry starts when it returns. It should return before its
+	// context ends only when a retry may be answered otherwise: one that
+	// always returns at once makes the retries follow each other with no
+	// wait. One that does not return when its context ends is abandoned
+	// then. The retry still starts only before the phase deadline.
 	Preserve(ctx context.Context) error
 }
 
