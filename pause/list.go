@@ -150,7 +150,8 @@ const maxUnboundedRetryAt = defaultMaxRetryTime
 // deadline is never waited for: no listing is made again, for the server
 // asked for none before the phase ends, and the error says so. An err
 // whose WaitRetry returns (see Lister: a key the server refused has
-// changed) ends the wait early.
+// changed) ends the wait early, and one that would end past the phase
+// deadline is made to the deadline instead of not at all.
 func (r *run) listWait(err error, d time.Duration) (again bool, late error) {
 	if d == backoff.Stop || r.ctx.Err() != nil {
 		return false, nil
@@ -168,7 +169,13 @@ func (r *run) listWait(err error, d time.Duration) (again bool, late error) {
 	}
 	d = max(d, minListWait)
 	if dl, ok := r.ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
-		return false, nil
+		if err == nil || !errors.As(err, new(retryWaker)) {
+			return false, nil
+		}
+		// Its WaitRetry may end the wait before the deadline: waited to
+		// it, the listing is made only if it did (its caller finds the
+		// phase over otherwise).
+		d = time.Until(dl)
 	}
 	return r.sleepOrWake(r.ctx, d, err), nil
 }

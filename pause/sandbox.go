@@ -39,7 +39,9 @@ type Sandbox interface {
 	// context ends only when a retry may be answered otherwise: one that
 	// always returns at once makes the retries follow each other with no
 	// wait. One that does not return when its context ends is abandoned
-	// then. The retry still starts only before the phase deadline.
+	// then. The retry still starts only before the phase deadline (and
+	// the sandbox's): a wait the policy would end past it is made to it,
+	// and the retry follows only if WaitRetry returned before.
 	Preserve(ctx context.Context) error
 }
 
@@ -108,7 +110,8 @@ var ErrGone = errors.New("pause: sandbox gone or already preserved")
 // past the phase deadline is not waited for, and no listing is made again:
 // Report.ListErr says so. Without a phase deadline, at most 5 minutes are
 // waited. One with a method WaitRetry, as a Preserve's error (see
-// Sandbox), ends the wait between listings when it returns. Either method
+// Sandbox), ends the wait between listings when it returns (a wait past
+// the phase deadline made to it, as a Preserve's). Either method
 // that panics is ignored, the panic logged once per Run.
 type Lister interface {
 	List(ctx context.Context) ([]Sandbox, error)

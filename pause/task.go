@@ -327,21 +327,36 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 // run on to the hard deadline: a retry that started after the phase
 // deadline would take the reserves of the steps after the preserve phase.
 // An err whose WaitRetry returns (see Sandbox: a key the server refused
-// has changed) ends the wait early.
+// has changed) ends the wait early; with one, a wait that would end past
+// a deadline is made to that deadline, and a retry follows only if
+// WaitRetry returned before it: a key that comes in the last seconds of
+// the phase still gets the sandbox preserved.
 func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error) bool {
 	if d == backoff.Stop || r.phaseOver() {
 		return false
 	}
-	end, phase := time.Now().Add(d), r.phaseEnd()
-	if dl, ok := ctx.Deadline(); ok && end.After(dl) || !phase.IsZero() && end.After(phase) {
+	waker := errors.As(err, new(retryWaker))
+	now, phase := time.Now(), r.phaseEnd()
+	end := now.Add(d)
+	if dl, ok := ctx.Deadline(); ok && end.After(dl) {
+		end = dl
+	}
+	if !phase.IsZero() && end.After(phase) {
+		end = phase
+	}
+	if !waker && end.Before(now.Add(d)) {
 		return false
 	}
-	if errors.As(err, new(retryWaker)) {
+	if waker {
 		// Ends with ctx, and with Run's context (drain's Force).
 		wctx, cancel := context.WithCancel(ctx)
 		defer context.AfterFunc(r.ctx, cancel)()
 		defer cancel()
-		return r.sleepOrWake(wctx, d, err) && r.ctx.Err() == nil && !r.phaseOver()
+		whole := end.Equal(now.Add(d)) // the policy's wait fits: no deadline cuts it
+		if !r.sleepOrWake(wctx, end.Sub(now), err) || r.ctx.Err() != nil || r.phaseOver() {
+			return false
+		}
+		return whole || time.Now().Before(end) // cut at a deadline: only if woken before it
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()

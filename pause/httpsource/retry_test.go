@@ -405,3 +405,35 @@ func TestAcceptedPauseWhoseListingAsksPastTheDeadlineIsNotPolledToIt(t *testing.
 		assert.Equal(t, acceptedPollFirst, time.Since(start), "the first poll, then none")
 	})
 }
+
+// Fault: a refusal during a key rotation whose next backoff wait ended
+// past the phase deadline was not retried: the sandbox Failed there, 8 s
+// before the phase's end with a 10 s policy, and a key that reached the
+// file in those last seconds preserved nothing; the listing the same, the
+// Report unknown. The wait is now made to the deadline, and the retry
+// follows if the file changed before it.
+func TestKeyInTheLastSecondsOfThePhaseIsUsed(t *testing.T) {
+	const phase, keyAt = 38 * time.Second, 35 * time.Second
+	for _, listing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("listing refused %v", listing), func(t *testing.T) {
+			w := newLoopWire(t, keyedServer(2, "k2"))
+			synctest.Test(t, func(t *testing.T) {
+				vol, cfg := keyVolume(t)
+				src := w.source(t, Config{APIKeyFile: cfg.APIKeyFile})
+				var l pause.Lister = once([]pause.Sandbox{src.Sandbox(sandboxID(0)), src.Sandbox(sandboxID(1))})
+				if listing {
+					l = src
+				}
+				start := time.Now()
+				time.AfterFunc(keyAt, func() { vol.write("k2") })
+				p, err := pause.New(l, pause.Config{BackOff: constantBackOff(10 * time.Second)})
+				require.NoError(t, err)
+				rep := p.Run(ctxWithDeadline(t, phase), time.Time{})
+				require.Equal(t, 2, rep.Counts[pause.Preserved], "%v", rep.Err())
+				for _, e := range rep.Entries {
+					assert.LessOrEqual(t, e.End.Sub(start), keyAt+keyPoll, e.ID)
+				}
+			})
+		})
+	}
+}
