@@ -986,7 +986,7 @@ func (s *Source) readRetryAfter(se *StatusError, v string) {
 	wait, ok := parseRetryAfter(v, now)
 	se.retryAfter, se.RetryAfter = v, wait
 	if ok {
-		se.retryAt = now.Add(wait) // Add saturates too
+		se.retryAt = now.Add(wait) // a saturated wait is still a time, 292 years on
 		return
 	}
 	if news, _ := s.badRetryAfter.Fail(v); news {
