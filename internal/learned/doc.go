@@ -39,7 +39,9 @@
 // to the level so that none counts shorter than it would have taken
 // there, with the Estimator's rule; the drain's whole estimate when fewer
 // than a round of the level (and than 4) did, no shorter where the drain
-// climbed past the level. A later drain at a fixed
+// climbed past the level. The plain mean of the same preserves is kept
+// beside it (LearnedMean, LevelMean): drainkit plan predicts with it and
+// reserves with the estimate, as the drain does. A later drain at a fixed
 // limit measures its preserves at that limit and must not hand the level
 // on with its own estimate. The
 // file says the running server's limit: Start rewrites Limit and MaxLimit

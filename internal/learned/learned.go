@@ -61,6 +61,15 @@ type Rates struct {
 	// level: it reads as it is, and the next drain that learns a level
 	// replaces it.
 	LearnedEstimate time.Duration `json:"learned_estimate_ns,omitempty"`
+	// LearnedMean is the plain mean of the same preserves at LearnedLimit
+	// (or the whole drain's Mean where LearnedEstimate is the whole
+	// drain's), kept with the level and its estimate: what one preserve
+	// takes there on average, which drainkit plan predicts the preserve
+	// phase with, where LearnedEstimate (max of mean and p90) is what the
+	// drain reserves. Zero in a file written before the field existed:
+	// the plan then predicts with the estimate, longer (drainsim -warm:
+	// 4.05 s predicted at 1.35 s a round, 2.44 s measured).
+	LearnedMean time.Duration `json:"learned_mean_ns,omitempty"`
 	// MaxLimit is the ceiling of the server's adaptive limit
 	// (pause.Config.MaxLimit): set, the server adapts, and its next drain
 	// starts as pause.Config{Limit: LearnedLimit, MaxLimit: MaxLimit}
@@ -96,33 +105,35 @@ type Step struct {
 }
 
 // FromReport sets LearnedLimit from the Report of the shutdown's
-// Preserver (nil: none ran), with the estimate of one preserve at that
-// level as its LearnedEstimate, keeping the level learned before and its
-// estimate (prev's Level; prev is the file read at start, nil: none) when
-// this shutdown learned none, and Limit from the Report's limit at the
-// end when there is one.
+// Preserver (nil: none ran), with the estimate and the mean of one
+// preserve at that level as its LearnedEstimate and LearnedMean, keeping
+// the level learned before with its estimate and mean (prev's Level and
+// LevelMean; prev is the file read at start, nil: none) when this
+// shutdown learned none, and Limit from the Report's limit at the end
+// when there is one.
 //
-// The estimate at the level is made of the Report's preserves that ran
-// beside about as many in flight as the level (from three quarters of it
-// up), each scaled to the level, so that none counts shorter than it would
-// have taken there (see level.go); with fewer of them than a round of the
-// level (and than 4) it is r.Estimate, the whole drain's (call
-// FromEstimator first), which is no shorter where the drain climbed past
-// the level. The whole drain's mixes preserves that ran beside more than
+// The estimate and the mean at the level are made of the Report's
+// preserves that ran beside about as many in flight as the level (from
+// three quarters of it up), each scaled to the level, so that none counts
+// shorter than it would have taken there (see level.go); with fewer of
+// them than a round of the level (and than 4) they are r.Estimate and
+// r.Mean, the whole drain's (call FromEstimator first), no shorter where
+// the drain climbed past the level. The whole drain's mixes preserves that ran beside more than
 // the level (a climb past it) and the tail's that ran nearly alone: in
 // drainsim -warm it was 1.80 s at level 8, where a pause at 8 takes at
 // most about 1.5 s, and the next drain's plan reserved 3 rounds at it.
 func (r *Rates) FromReport(rep *pause.Report, prev *Rates) {
 	if prev != nil {
 		r.LearnedLimit, r.LearnedEstimate = prev.Level()
+		r.LearnedMean = prev.LevelMean()
 	}
 	if rep == nil {
 		return
 	}
 	if k := rep.LearnedLimit; k > 0 {
-		r.LearnedLimit, r.LearnedEstimate = k, r.Estimate
-		if est, n := atLevel(rep, k); n >= minAtLevel(k) {
-			r.LearnedEstimate = est
+		r.LearnedLimit, r.LearnedEstimate, r.LearnedMean = k, r.Estimate, r.Mean
+		if est, mean, n := atLevel(rep, k); n >= minAtLevel(k) {
+			r.LearnedEstimate, r.LearnedMean = est, mean
 		}
 	}
 	if rep.Limit > 0 {
@@ -146,6 +157,19 @@ func (r *Rates) Level() (int, time.Duration) {
 		return r.LearnedLimit, r.Estimate
 	}
 	return 0, 0
+}
+
+// LevelMean returns the mean time of one preserve at the level Level
+// returns, measured with its estimate (LearnedMean), never above that
+// estimate; 0 when Level returns none, or the file keeps no mean at the
+// level (written before LearnedMean existed, or its level read from
+// MaxLimit): drainkit plan then predicts with the estimate.
+func (r *Rates) LevelMean() time.Duration {
+	level, est := r.Level()
+	if level == 0 || r.LearnedMean <= 0 || r.LearnedEstimate <= 0 {
+		return 0
+	}
+	return min(r.LearnedMean, est)
 }
 
 // FromEstimator fills the estimate fields from e.
@@ -219,6 +243,8 @@ func Read(path string) (*Rates, error) {
 		return nil, fmt.Errorf("%s: learned_limit is negative", path)
 	case r.LearnedEstimate < 0:
 		return nil, fmt.Errorf("%s: learned_estimate_ns is negative", path)
+	case r.LearnedMean < 0:
+		return nil, fmt.Errorf("%s: learned_mean_ns is negative", path)
 	case r.MaxLimit < 0:
 		return nil, fmt.Errorf("%s: max_limit is negative (0: a fixed limit)", path)
 	case r.Grace < 0 || r.Margin < 0 || r.KubeletGrace < 0:

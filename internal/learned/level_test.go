@@ -276,3 +276,69 @@ func TestEstimateAtTheLevelFromTheReportsEntries(t *testing.T) {
 		assert.InDelta(t, tc.want.Seconds(), r.LearnedEstimate.Seconds(), 1e-6, tc.name)
 	}
 }
+
+// The mean of one pause at the learned level is saved with the level and
+// its estimate, by the same rule (the pauses that ran beside about as
+// many, scaled to it): drainkit plan predicts the next drain at it, where
+// the file kept none and the plan predicted at the estimate, max of mean
+// and p90, the reserve's rule (drainsim -warm: 4.05 s predicted, 2.44 s
+// measured). On a noise-free disk it is the disk's time at the level,
+// within the estimate's tenth; on a noisy one below the estimate. A drain
+// that learns no level keeps it with the level, a drain with fewer pauses
+// at the level than a round keeps the whole drain's mean with the whole
+// drain's estimate, and a file written before the field reads with none.
+func TestTheMeanAtTheLevelIsSavedAndKeptWithIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const knee, n = 4, 40
+		r, _ := learnOn(t, t.TempDir(), newDiskNode(knee, n))
+		at := newDiskNode(knee, 0).alone(r.LearnedLimit)
+		t.Logf("noise-free: level %d, mean %v, estimate %v at it; the disk's time %v", r.LearnedLimit, r.LearnedMean, r.LearnedEstimate, at)
+		assert.GreaterOrEqual(t, r.LearnedMean, at, "never shorter than a pause at the level")
+		assert.LessOrEqual(t, r.LearnedMean, r.LearnedEstimate)
+		assert.Equal(t, r.LearnedMean, r.LevelMean())
+
+		noisy, _ := learnOn(t, t.TempDir(), newNoisyNode(knee, n, 0.3, 4))
+		t.Logf("noisy: level %d, mean %v, estimate %v at it", noisy.LearnedLimit, noisy.LearnedMean, noisy.LearnedEstimate)
+		assert.Positive(t, noisy.LevelMean())
+		assert.Less(t, noisy.LevelMean(), noisy.LearnedEstimate, "a noisy disk's mean is below its p90")
+
+		fixed := learned.Rates{Estimate: 9 * time.Second, Mean: 7 * time.Second}
+		fixed.FromReport(&pause.Report{Limit: 4}, noisy)
+		assert.Equal(t, noisy.LearnedMean, fixed.LearnedMean, "a drain that learned no level keeps its mean with it")
+	})
+
+	t0 := time.Date(2026, 12, 6, 17, 0, 0, 0, time.UTC)
+	round := func(from, d time.Duration, k int) []pause.Entry {
+		var es []pause.Entry
+		for i := range k {
+			es = append(es, pause.Entry{ID: fmt.Sprint("sb-", from, "-", i), Outcome: pause.Preserved, Attempts: 1,
+				Start: t0.Add(from), End: t0.Add(from + d), Duration: d})
+		}
+		return es
+	}
+	// The plain mean, not the Estimator's weighted one: a round of 4 that
+	// took 1 s, then one that took 3 s, is 2 s a preserve at 4; weighted in
+	// the order they ended it is 2.18 s, the longer ending last, as a Run's
+	// longest preserves do.
+	two := learned.Rates{Estimate: 5 * time.Second, Mean: 4 * time.Second}
+	two.FromReport(&pause.Report{LearnedLimit: 4, Limit: 4, Entries: append(round(0, time.Second, 4), round(time.Second, 3*time.Second, 4)...)}, nil)
+	assert.Equal(t, 3*time.Second, two.LearnedEstimate, "the estimate is the Estimator's rule: its p90")
+	assert.Equal(t, 2*time.Second, two.LearnedMean, "the mean is the sample's")
+
+	few := learned.Rates{Estimate: 5 * time.Second, Mean: 4 * time.Second}
+	few.FromReport(&pause.Report{LearnedLimit: 4, Limit: 4, Entries: round(0, 2*time.Second, 3)}, nil)
+	assert.Equal(t, 5*time.Second, few.LearnedEstimate, "fewer than a round: the whole drain's estimate")
+	assert.Equal(t, 4*time.Second, few.LearnedMean, "and the whole drain's mean")
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, learned.File)
+	require.NoError(t, os.WriteFile(path, []byte(`{"written": "2026-12-06T19:00:00Z", "estimate_ns": 1800000000, "mean_ns": 1600000000,
+		"observations": 20, "limit": 16, "learned_limit": 8, "learned_estimate_ns": 1350000000, "max_limit": 32, "grace_ns": 8000000000}`), 0o600))
+	old, err := learned.Read(path)
+	require.NoError(t, err)
+	assert.Zero(t, old.LevelMean(), "a file written before learned_mean_ns keeps no mean at the level")
+	require.NoError(t, os.WriteFile(path, []byte(`{"estimate_ns": 1, "learned_limit": 8, "learned_estimate_ns": 1, "learned_mean_ns": -1}`), 0o600))
+	_, err = learned.Read(path)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "learned_mean_ns is negative")
+}

@@ -182,11 +182,11 @@ func (st *Start) previous(path string) *Rates {
 }
 
 // sameLevel reports whether a and b hold the same level, with the same
-// estimate.
+// estimate and mean.
 func sameLevel(a, b *Rates) bool {
 	al, ae := a.Level()
 	bl, be := b.Level()
-	return al == bl && ae == be
+	return al == bl && ae == be && a.LevelMean() == b.LevelMean()
 }
 
 // takeOver tries the lock every lockPoll until it is taken or Save or
@@ -342,6 +342,7 @@ func (st *Start) recordServer(path string) {
 	// (a level of an adaptive writer would read as none, one a fixed
 	// writer kept would read as learned with the fixed drain's estimate).
 	r.LearnedLimit, r.LearnedEstimate = st.last.Level()
+	r.LearnedMean = st.last.LevelMean()
 	if err := r.Write(path); err != nil {
 		st.log.Warn("learned rates: this server's limit not recorded", "file", path, "error", err)
 		return
@@ -523,5 +524,5 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 		return
 	}
 	st.log.Info("learned rates saved", "file", path, "estimate", r.Estimate, "observations", r.Observations,
-		"limit", r.Limit, "learned_concurrency", r.LearnedLimit, "learned_estimate", r.LearnedEstimate)
+		"limit", r.Limit, "learned_concurrency", r.LearnedLimit, "learned_estimate", r.LearnedEstimate, "learned_mean", r.LearnedMean)
 }
