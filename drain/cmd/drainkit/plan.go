@@ -817,6 +817,17 @@ func satAdd(a, b time.Duration) time.Duration {
 	return a + b
 }
 
+// count is n with the noun in its number: "1 slot", "8 slots". The plan
+// is read about one sandbox and one slot too (a -count 1, a fixed
+// -concurrency 1, the drain's one-at-a-time reserve), where "1 slots"
+// and "1 sandboxes" were printed.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
 // rounds is ceil(n / k), without n + k - 1 wrapping round.
 func rounds(n, k int) int { return n/k + min(n%k, 1) }
 
@@ -970,7 +981,7 @@ func (in *planInput) smallestGrace(phases []deadline.Phase) time.Duration {
 
 func (res *planResult) print(w io.Writer, in *planInput) {
 	n := len(in.sizes)
-	fmt.Fprintf(w, "Plan for %d sandboxes from %s, grace %s (%s)\n\n", n, in.source, in.grace, in.graceSrc)
+	fmt.Fprintf(w, "Plan for %s from %s, grace %s (%s)\n\n", count(n, "sandbox", "sandboxes"), in.source, in.grace, in.graceSrc)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  estimate of one pause\t%s\t%s\n", secs(in.estimate), in.estimateSrc)
 	concurrency := strconv.Itoa(in.limit)
@@ -988,8 +999,8 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 		fmt.Fprintf(tw, "  predicted preserve time\tnot known\tnothing measured on this node yet: %s where %d at once run as fast as one (%d round(s) of %d at %s, %s), %s where they run no faster than one at a time (%d at %s, as the drain reserves)%s; its first drain measures it\n",
 			secs(res.predicted), in.limit, rounds(n, in.limit), in.limit, secs(in.mean), in.meanSrc, secs(res.serial), n, secs(in.mean), longer)
 	case in.unmeasured:
-		fmt.Fprintf(tw, "  predicted preserve time\tnot known\tnothing measured on this node yet: %s where %d at once run as fast as one (by size at %g MiB/s per pause, longest first over %d slots), %s where they run no faster than one at a time (one slot, as the drain reserves); its first drain measures it\n",
-			secs(res.predicted), in.limit, in.rateMiB, in.limit, secs(res.serial))
+		fmt.Fprintf(tw, "  predicted preserve time\tnot known\tnothing measured on this node yet: %s where %d at once run as fast as one (by size at %g MiB/s per pause, longest first over %s), %s where they run no faster than one at a time (one slot, as the drain reserves); its first drain measures it\n",
+			secs(res.predicted), in.limit, in.rateMiB, count(in.limit, "slot", "slots"), secs(res.serial))
 	case res.byRounds && adapts:
 		how := ""
 		if in.level < in.limit {
@@ -1006,18 +1017,22 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 			if res.climbLeft > 0 {
 				then = fmt.Sprintf(", then %d round(s) of %d", rounds(res.climbLeft, in.level), in.level)
 			}
-			fmt.Fprintf(tw, "  if it climbs instead\t%s\trounds of %s%s at %s: when the first round is slower than its estimates\n",
-				secs(res.climb), strings.Join(from, ", "), then, secs(in.mean))
+			climb := "rounds of " + strings.Join(from, ", ")
+			if len(from) == 1 { // a level of 16 from 8: one round below it
+				climb = "1 round of " + from[0]
+			}
+			fmt.Fprintf(tw, "  if it climbs instead\t%s\t%s%s at %s: when the first round is slower than its estimates\n",
+				secs(res.climb), climb, then, secs(in.mean))
 		}
 	case res.byRounds:
 		fmt.Fprintf(tw, "  predicted preserve time\t%s\t%d round(s) of %d at %s, %s%s\n",
 			secs(res.predicted), rounds(n, in.limit), in.limit, secs(in.mean), in.meanSrc, longer)
 	case adapts:
-		fmt.Fprintf(tw, "  predicted preserve time\t%s\tby size at %g MiB/s per pause, longest first over %d slots, %d once %d have ended\n",
-			secs(res.predicted), in.rateMiB, in.limit, in.level, in.limit)
+		fmt.Fprintf(tw, "  predicted preserve time\t%s\tby size at %g MiB/s per pause, longest first over %s, %d once %d have ended\n",
+			secs(res.predicted), in.rateMiB, count(in.limit, "slot", "slots"), in.level, in.limit)
 	default:
-		fmt.Fprintf(tw, "  predicted preserve time\t%s\tby size at %g MiB/s per pause, longest first over %d slots\n",
-			secs(res.predicted), in.rateMiB, in.limit)
+		fmt.Fprintf(tw, "  predicted preserve time\t%s\tby size at %g MiB/s per pause, longest first over %s\n",
+			secs(res.predicted), in.rateMiB, count(in.limit, "slot", "slots"))
 	}
 	switch {
 	case res.byRounds:
@@ -1041,7 +1056,7 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 				secs(in.largestAtPrior(in.estimate)), secs(in.largestAtPrior(in.mean)))
 		}
 	case adapts || in.unmeasured:
-		fmt.Fprintf(tw, "  the drain reserves\t%s\tby size, longest first over %d slots (what the server's plan counts on at SIGTERM)\n", secs(res.reserve), in.reserved)
+		fmt.Fprintf(tw, "  the drain reserves\t%s\tby size, longest first over %s (what the server's plan counts on at SIGTERM)\n", secs(res.reserve), count(in.reserved, "slot", "slots"))
 	}
 	st := res.budget
 	slept := ""
@@ -1139,7 +1154,7 @@ func (res *planResult) printNode(tw io.Writer, in *planInput) {
 // loses 13) and none on one that writes no more than one at full speed
 // (each at a limit-th of its speed, all cut together).
 func (in *planInput) lost(res *planResult, windows []deadline.Window) string {
-	s := fmt.Sprintf("about %d of %d sandboxes would not be preserved", in.lostEstimate(res, windows), len(in.sizes))
+	s := fmt.Sprintf("about %d of %s would not be preserved", in.lostEstimate(res, windows), count(len(in.sizes), "sandbox", "sandboxes"))
 	if in.unmeasured {
 		s += fmt.Sprintf(" one at a time, as the drain reserves (nothing measured yet: its Run starts %d at once, which keep more where %d at once run faster than one, fewer where they do not)",
 			in.limit, in.limit)

@@ -176,7 +176,7 @@ var (
 	reservesRE          = regexp.MustCompile(`the drain reserves\s+([0-9.]+)s\s+(\d+) round\(s\) of (\d+)`)
 	drainWindowRE       = regexp.MustCompile(`\n\s+drain\s+\+0\.000s\s+\+([0-9.]+)s`)
 	jumpRE              = regexp.MustCompile(`concurrency changed.*from=(\d+) to=(\d+)`)
-	climbRE             = regexp.MustCompile(`if it climbs instead\s+([0-9.]+)s\s+rounds of ([0-9, ]+), then (\d+) round\(s\) of \d+`)
+	climbRE             = regexp.MustCompile(`if it climbs instead\s+([0-9.]+)s\s+(?:rounds|1 round) of ([0-9, ]+), then (\d+) round\(s\) of \d+`)
 )
 
 // The same with sandboxd's default, the adaptive limit: the first drain

@@ -821,3 +821,45 @@ func TestPlanOfANodeThatDrainedPredictsAtTheMeanMeasuredAtTheLevel(t *testing.T)
 		assert.Less(t, predicted, reserved, "seed %d: predicted at the mean, reserved at the estimate", seed)
 	}
 }
+
+// The plan is read about one sandbox, one slot and one round too: a
+// -count 1, a fixed -concurrency 1, the one-at-a-time reserve of a node
+// that never drained, a climb from the start of 8 to a learned 16. It
+// printed "Plan for 1 sandboxes", "over 1 slots", "about 1 of 1 sandboxes
+// would not be preserved" and "rounds of 8" for the one round below the
+// level; each is in the singular now, and more than one in the plural.
+func TestPlanSaysOneOfAnythingInTheSingular(t *testing.T) {
+	dir := t.TempDir()
+	one, two := filepath.Join(dir, "one.json"), filepath.Join(dir, "two.json")
+	require.NoError(t, os.WriteFile(one, []byte(`[1073741824]`), 0o600))
+	require.NoError(t, os.WriteFile(two, []byte(`[1073741824, 2147483648]`), 0o600))
+	level16 := filepath.Join(dir, "level16")
+	require.NoError(t, os.Mkdir(level16, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(level16, learned.File), []byte(`{"written": "2026-12-06T19:00:00Z", "estimate_ns": 1000000000,
+		"mean_ns": 900000000, "p90_ns": 1000000000, "observations": 20, "limit": 16, "learned_limit": 16, "learned_estimate_ns": 1000000000,
+		"learned_mean_ns": 900000000, "max_limit": 32, "grace_ns": 8000000000}`), 0o600))
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"one sandbox, reserved one at a time by size", []string{"-sizes", one, "-rate-mib", "100", "-grace", "8"}, exitNoFit,
+			[]string{"Plan for 1 sandbox from", "by size, longest first over 1 slot (what", "about 1 of 1 sandbox would not be preserved"}},
+		{"one sandbox at a fixed 1", []string{"-sizes", one, "-rate-mib", "100", "-grace", "8", "-concurrency", "1"}, exitNoFit,
+			[]string{"Plan for 1 sandbox from", "by size at 100 MiB/s per pause, longest first over 1 slot\n", "about 1 of 1 sandbox would not be preserved"}},
+		{"one sandbox by count", []string{"-count", "1", "-estimate", "5s", "-grace", "3", "-concurrency", "1"}, exitNoFit,
+			[]string{"Plan for 1 sandbox from", "about 1 of 1 sandbox would not be preserved"}},
+		{"two sandboxes at a fixed 2", []string{"-sizes", two, "-rate-mib", "100", "-grace", "8", "-concurrency", "2"}, exitNoFit,
+			[]string{"Plan for 2 sandboxes from", "longest first over 2 slots\n", "about 2 of 2 sandboxes would not be preserved"}},
+		{"a climb of one round below the level", []string{"-count", "20", "-state-dir", level16}, exitOK,
+			[]string{"Plan for 20 sandboxes from", "1 round of 8, then 1 round(s) of 16 at 0.900s: when the first round is slower"}},
+	} {
+		code, out, errw := drainkit(t, append([]string{"plan"}, tc.args...)...)
+		require.Equal(t, tc.code, code, "%s: %s", tc.name, errw)
+		for _, w := range tc.want {
+			assert.Contains(t, out, w, tc.name)
+		}
+		assert.NotRegexp(t, `\b1 (slots|sandboxes)\b|rounds of \d+, then`, out, tc.name)
+	}
+}
