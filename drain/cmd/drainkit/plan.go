@@ -78,13 +78,16 @@ supervisor's default, -concurrency 0) is planned as its next drain runs: the
 drain reserves rounds of the limit its Preserver starts at (built here from
 the rates as the server builds it: 8 whatever it learned), which decides when
 the preStop wait ends; the predicted time is a round at that start, then
-rounds at the level it learned (learned_limit), and, beside it, the time of a
+rounds at the level it learned (learned_limit), at the mean pause measured at
+that level (learned_mean_ns; the drain reserves at its estimate,
+learned_estimate_ns), and, beside it, the time of a
 climb doubling from the start, should the first round not keep to its
 estimates. One that learned nothing (a node's first drain) reserves one
 pause at a time, and its Run starts at 8 at a speed nothing measured: the
 predicted time is "not known", with the time were 8 at once as fast as one
 and were they no faster than one at a time, and how many sandboxes would
-not be preserved is counted one at a time, as the drain reserves.
+not be preserved is counted one at a time, as the drain reserves. One
+sandbox is one pause whatever runs at once: its time is predicted.
 -concurrency N plans a fixed limit of N instead.
 
 What the server learned comes from -state-dir DIR (sandboxd writes
@@ -873,7 +876,7 @@ func (in *planInput) plan() (*planResult, error) {
 		if in.unmeasured {
 			res.serial = makespan(in.pauseTimes(), 1, 1)
 		}
-	case in.unmeasured: // the start's round at the mean, and one at a time: the two it can count
+	case in.guessed(): // the start's round at the mean, and one at a time: the two it can count
 		res.predicted = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return in.limit })()
 		res.serial = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return 1 })()
 	case in.level == in.limit || n <= in.limit: // the same rule at the mean: what the pauses will most likely take
@@ -995,10 +998,10 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 		longer = "; the largest sandbox takes longer (below)"
 	}
 	switch {
-	case in.unmeasured && res.byRounds:
+	case in.guessed() && res.byRounds:
 		fmt.Fprintf(tw, "  predicted preserve time\tnot known\tnothing measured on this node yet: %s where %d at once run as fast as one (%d round(s) of %d at %s, %s), %s where they run no faster than one at a time (%d at %s, as the drain reserves)%s; its first drain measures it\n",
 			secs(res.predicted), in.limit, rounds(n, in.limit), in.limit, secs(in.mean), in.meanSrc, secs(res.serial), n, secs(in.mean), longer)
-	case in.unmeasured:
+	case in.guessed():
 		fmt.Fprintf(tw, "  predicted preserve time\tnot known\tnothing measured on this node yet: %s where %d at once run as fast as one (by size at %g MiB/s per pause, longest first over %s), %s where they run no faster than one at a time (one slot, as the drain reserves); its first drain measures it\n",
 			secs(res.predicted), in.limit, in.rateMiB, count(in.limit, "slot", "slots"), secs(res.serial))
 	case res.byRounds && adapts:
@@ -1146,6 +1149,15 @@ func (res *planResult) printNode(tw io.Writer, in *planInput) {
 	}
 }
 
+// guessed reports whether what the drain's preserve phase takes turns on
+// a parallelism nothing measured: a node that never drained, whose Run
+// starts limit at once at a speed no one knows (unmeasured), with more
+// than one sandbox. One sandbox is one pause, however many may run at
+// once: the plan predicts it, where it said "not known" beside two equal
+// figures, and that a Run of 8 at once keeps more or fewer than one at a
+// time.
+func (in *planInput) guessed() bool { return in.unmeasured && len(in.sizes) > 1 }
+
 // lost says how many sandboxes would not be preserved in windows
 // (lostEstimate), and, on a node that measured nothing, at what speed: the
 // count is at the drain's reserve, one at a time, where its Run starts
@@ -1155,7 +1167,7 @@ func (res *planResult) printNode(tw io.Writer, in *planInput) {
 // (each at a limit-th of its speed, all cut together).
 func (in *planInput) lost(res *planResult, windows []deadline.Window) string {
 	s := fmt.Sprintf("about %d of %s would not be preserved", in.lostEstimate(res, windows), count(len(in.sizes), "sandbox", "sandboxes"))
-	if in.unmeasured {
+	if in.guessed() {
 		s += fmt.Sprintf(" one at a time, as the drain reserves (nothing measured yet: its Run starts %d at once, which keep more where %d at once run faster than one, fewer where they do not)",
 			in.limit, in.limit)
 	}

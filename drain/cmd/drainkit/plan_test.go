@@ -863,3 +863,33 @@ func TestPlanSaysOneOfAnythingInTheSingular(t *testing.T) {
 		assert.NotRegexp(t, `\b1 (slots|sandboxes)\b|rounds of \d+, then`, out, tc.name)
 	}
 }
+
+// One sandbox is one pause, however many a Run may start at once: on a
+// node that never drained, its cold drain takes the pause's time on a
+// disk that writes one at full speed as on one that writes 16. The plan
+// of one sandbox there said the time was "not known", beside its two
+// figures (8 at once as fast as one; one at a time), both the pause's,
+// and that a Run of 8 at once keeps more or fewer than its one-at-a-time
+// count. It predicts the pause now, and its verdict is the count alone;
+// two sandboxes are still "not known".
+func TestPlanOfOneSandboxOnANodeThatNeverDrainedPredictsItsPause(t *testing.T) {
+	alone, _ := coldDrain(t, 1, 1, 60*time.Second)
+	sixteen, _ := coldDrain(t, 1, 16, 60*time.Second)
+	t.Logf("one sandbox's cold preserve phase: %v on a disk that writes one at full speed, %v on one that writes 16", alone, sixteen)
+	require.InEpsilon(t, time.Second.Seconds(), alone.Seconds(), 0.05)
+	require.InEpsilon(t, alone.Seconds(), sixteen.Seconds(), 0.05, "no parallelism to measure")
+
+	code, out, errw := drainkit(t, "plan", "-count", "1", "-estimate", "1s", "-grace", "60")
+	require.Equal(t, exitOK, code, errw)
+	assert.Regexp(t, `predicted preserve time\s+1\.000s\s`, out, "the pause, known as well as the estimate is")
+
+	code, out, errw = drainkit(t, "plan", "-count", "1", "-estimate", "5s", "-grace", "3")
+	require.Equal(t, exitNoFit, code, errw)
+	verdict := regexp.MustCompile(`(?m)^\s*verdict\s.*$`).FindString(out)
+	assert.Regexp(t, `about 1 of 1 sandbox would not be preserved$`, verdict, "no Run of 8 at once to keep more")
+
+	code, out, errw = drainkit(t, "plan", "-count", "2", "-estimate", "5s", "-grace", "3")
+	require.Equal(t, exitNoFit, code, errw)
+	assert.Regexp(t, `predicted preserve time\s+not known\s`, out, "two sandboxes: a parallelism nobody measured")
+	assert.Contains(t, out, "its Run starts 8 at once")
+}
