@@ -235,6 +235,8 @@ func runE2ERole(role string) int {
 		return oneCallServer()
 	case "handlesignals":
 		return handleSignalsProcess()
+	case "reportafter":
+		return reportAfterDrainProcess(os.Getenv("E2E_MODE"))
 	case "hook": // the exec preStop hook, as drain/cmd/drainhook runs it
 		_, err = ExecHook{URL: os.Getenv("E2E_URL"), RequestTimeout: time.Second, Start: ProcessStart()}.Run(context.Background())
 		if err != nil {

@@ -321,6 +321,10 @@ func (s *Server) Drainer() *Drainer {
 // os.Exit. After a Run that returned 0 or 1, s.Drainer().Shutdown returns
 // that Report at once (Shutdown is single-flight), for a server that keeps
 // it in a file; after 2 nothing drained, and Shutdown would start a drain.
+// After 0 or 1 SIGTERM stays caught until the process exits, as after
+// Drainer.HandleSignals: the kubelet's SIGTERM again while the server
+// writes that file is dropped, where it ended the process with status 143,
+// the file cut short; after 2 it has its default action again.
 //
 // Run serves and drains once. A second call, while the first runs or
 // after it returned, serves nothing: it logs "drain: Server.Run called
@@ -356,7 +360,11 @@ func (s *Server) Run(ctx context.Context) int {
 	// Report, every sandbox lost.
 	stop := hupquit.Handle(s.log, "the server")
 	defer stop()
-	return s.serve(ctx, sigs)
+	code := s.serve(ctx, sigs)
+	if code != 2 { // drained: SIGTERM stays caught until the exit (row 1111)
+		keepCaught(syscall.SIGTERM)
+	}
+	return code
 }
 
 // serve is Run with the signals from sigs.

@@ -23,6 +23,19 @@ import (
 // but a SIGTERM again may be the kubelet's own, which asks for no force
 // (see ServeSignals). It stops relaying signals before it returns.
 //
+// SIGTERM (every signal of sigs but SIGINT) stays caught once it returns,
+// until the process exits: a SIGTERM again then is dropped. The kubelet or
+// the container runtime sends it again on its own (a restarted kubelet
+// runs the termination over; a runtime that sends the stop signal with
+// every stop request, see ServeSignals), and with its default action back
+// it ended the process with status 143 while the caller wrote its Report:
+// the Report cut short and a pod whose last state says Error for a drain
+// that went well (docs/faults.md row 1111). No goroutine keeps it: a
+// channel nobody reads, which os/signal drops what does not fit into;
+// signal.Reset(syscall.SIGTERM) gives it its default action back. SIGINT
+// has its default action again: a person's Ctrl-C ends the process, as
+// they asked.
+//
 // While it runs, SIGHUP and SIGQUIT are handled as Server.Run handles them,
 // unless sigs names either: SIGHUP is logged and ignored, SIGQUIT logs every
 // goroutine's stack and the drain goes on. Their default action ends a Go
@@ -58,7 +71,8 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 	}
 	ch := make(chan os.Signal, 4)
 	signal.Notify(ch, sigs...)
-	defer signal.Stop(ch)
+	defer signal.Stop(ch) // after keepCaught: between the two SIGTERM would end the process
+	defer keepCaught(sigs...)
 	// Their default action ends the process at once, mid-drain: no Report, every
 	// sandbox not yet preserved lost (row 1041). Those in sigs are the caller's.
 	if !slices.Contains(sigs, os.Signal(syscall.SIGHUP)) && !slices.Contains(sigs, os.Signal(syscall.SIGQUIT)) {
@@ -80,10 +94,16 @@ func (d *Drainer) HandleSignals(ctx context.Context, sigs ...os.Signal) *Report 
 // them before it began to serve, as every server should:
 //
 //	sigs := make(chan os.Signal, 4)
-//	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt) // before serving
-//	defer signal.Stop(sigs)
+//	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt) // before serving; never stopped
 //	go srv.Serve(ln)
 //	rep := d.ServeSignals(ctx, sigs)
+//
+// Leave ch registered until the process exits (do not signal.Stop it): a
+// SIGTERM again once ServeSignals returned (the kubelet's own, below) then
+// fills its buffer and is dropped, where with no channel registered it
+// has its default action and ends the process with status 143 while it
+// writes its Report (HandleSignals keeps it caught for its caller: row
+// 1111).
 //
 // Only the signals ch is given are ServeSignals': SIGHUP and SIGQUIT, which
 // a server should not die of (their default action ends a Go program at
@@ -161,6 +181,23 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 	close(stop)
 	wg.Wait()
 	return rep
+}
+
+// untilExit is the channel that keeps the stop signal caught once
+// HandleSignals or Server.Run has drained (keepCaught). Nobody reads it:
+// os/signal sends without blocking and drops a signal that does not fit.
+var untilExit = make(chan os.Signal, 1)
+
+// keepCaught keeps every signal of sigs but SIGINT caught until the
+// process exits, on untilExit, for a caller that has drained and now
+// writes its Report: the kubelet's SIGTERM again must not end it with
+// status 143 (see HandleSignals). Register it before the caller's own
+// channel stops, or the signal has its default action in between.
+func keepCaught(sigs ...os.Signal) {
+	keep := slices.DeleteFunc(slices.Clone(sigs), func(s os.Signal) bool { return s == os.Interrupt })
+	if len(keep) > 0 {
+		signal.Notify(untilExit, keep...)
+	}
 }
 
 // firstSignal waits for what begins ServeSignals' shutdown: the first
