@@ -17,8 +17,11 @@ import (
 // drain.Report.Err), the server could not start, its API or preStop hook stopped serving on
 // its own (Server.Run) or the Report could not be written, 2 for
 // bad usage (a -grace too short for the plan included), as drain.Server.Run does. When it
-// could not start (bad usage included) the termination message says why. The calling binary's main must call
-// fakeublk.MainIfDaemon first.
+// could not start (bad usage included) the termination message says why. Once New holds
+// the signals (its configuration valid) and until the process exits, a SIGTERM ends
+// nothing: it drains, or, once the drain is over or the start failed, it is dropped. The
+// calling binary's main must call fakeublk.MainIfDaemon first and exit with the status Main
+// returns.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg, err := ParseFlags(args, stderr)
@@ -34,7 +37,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		startFailed(cfg, err, stderr, logger)
 		return 2
 	}
-	s, err := New(ctx, cfg, logger)
+	s, err := newServer(ctx, cfg, logger, true) // SIGTERM caught until the exit
 	if err != nil {
 		startFailed(cfg, err, stderr, logger)
 		if errors.As(err, new(usageError)) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -94,6 +95,18 @@ type Server struct {
 // (the device daemon starting, the sandboxes loading) lets New finish; Run then drains
 // at once, the kubelet's SIGKILL counted from the signal.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error) {
+	return newServer(ctx, cfg, logger, false)
+}
+
+// newServer is New; with exits (Main's, whose process exits once Run or New returns)
+// SIGTERM stays caught from the Catcher's start until the process exits, on untilExit:
+// Close stops the Catcher, and a SIGTERM between that and the exit (the kubelet's again:
+// a restarted kubelet, a runtime that sends the stop signal with every stop request) had
+// its default action, status 143 where the drain went well, and after a New that failed,
+// while Main wrote the termination message, no message (docs/faults.md row 1112). Not
+// before the Catcher: a SIGTERM then must end the process, not be dropped, as no drain
+// would follow it.
+func newServer(ctx context.Context, cfg Config, logger *slog.Logger, exits bool) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -101,6 +114,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error) 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, logger: logger, signals: startsig.Catch(logger, "sandboxd")}
+	if exits {
+		signal.Notify(untilExit, syscall.SIGTERM)
+	}
 	if err := s.open(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -346,6 +362,10 @@ func (s *Server) pod() *kube.Pod {
 	return pod
 }
 
+// untilExit keeps SIGTERM caught until the process exits (newServer with exits). Nobody
+// reads it: os/signal drops a signal that does not fit, and no goroutine is left running.
+var untilExit = make(chan os.Signal, 1)
+
 // startingHook is a test's: it holds New once the device daemon runs, for a SIGTERM then.
 var startingHook = func() {}
 
@@ -522,7 +542,8 @@ func (s *Server) writeTerminationMessage(rep *drain.Report, reportErr, stopped e
 // daemon (asked to stop by the ublk step's Teardown, within the step's reserve, when no
 // drain ran that step, as when New fails after starting it; killed if it still runs then,
 // unless the rule below keeps it), the state directory's lock, which lets a sandboxd
-// waiting for the directory in, and last the signals New began to hold.
+// waiting for the directory in, and last the signals New began to hold (Main's server
+// keeps SIGTERM caught after that, until the process exits: newServer).
 //
 // After Run, or that stop, when the ublk step left the daemon possibly serving a live
 // device (a device left live or held, or what else it serves not known:
