@@ -58,22 +58,12 @@ func TestSIGTERMAfterAFailedStartDoesNotCutTheTerminationMessage(t *testing.T) {
 	require.NoError(t, err)
 	msg := filepath.Join(t.TempDir(), "termination-log")
 	require.NoError(t, syscall.Mkfifo(msg, 0o600))
-	cmd := exec.Command(os.Args[0], "-listen", busy.Addr().String(), "-hook-listen", hook, "-state-dir", t.TempDir(),
-		"-grace", "6s", "-devices", "0", "-termination-log", msg)
-	cmd.Env = append(os.Environ(), mainEnv+"=1", "GORACE=atexit_sleep_ms=0")
-	var stderr logbuf.Buffer
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	p := startSandboxd(t, "-listen", busy.Addr().String(), "-hook-listen", hook, "-state-dir", t.TempDir(),
+		"-termination-log", msg)
+	cmd, stderr, exited := p.cmd, &p.stderr, p.exited
 	const failed = "sandboxd: -listen: " // said before the message is written
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), failed) }, 30*time.Second, 10*time.Millisecond,
-		"sandboxd did not fail at -listen: %s", &stderr)
+		"sandboxd did not fail at -listen: %s", stderr)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM), "the kubelet's, as the message is written")
 	require.Eventually(t, func() bool { return !sigtermPending(cmd.Process.Pid) }, 10*time.Second, time.Millisecond,
@@ -84,15 +74,40 @@ func TestSIGTERMAfterAFailedStartDoesNotCutTheTerminationMessage(t *testing.T) {
 	select {
 	case <-exited:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("sandboxd did not exit: %s", &stderr)
+		t.Fatalf("sandboxd did not exit: %s", stderr)
 	}
 	data, err := io.ReadAll(r)
 	require.NoError(t, err)
 	var exit *exec.ExitError
-	require.ErrorAs(t, waitErr, &exit)
-	require.False(t, exit.Sys().(syscall.WaitStatus).Signaled(), "sandboxd ended by the SIGTERM: no message\n%s", &stderr)
-	assert.Equal(t, 1, exit.ExitCode(), "%s", &stderr)
+	require.ErrorAs(t, p.waitErr, &exit)
+	require.False(t, exit.Sys().(syscall.WaitStatus).Signaled(), "sandboxd ended by the SIGTERM: no message\n%s", stderr)
+	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
 	assert.Contains(t, string(data), "sandboxd: could not start: -listen: ", "the termination message")
+}
+
+// sandboxd is sandboxd running as a real process: this test binary, re-executed.
+type sandboxd struct {
+	cmd     *exec.Cmd
+	stderr  logbuf.Buffer
+	exited  chan struct{} // closed once it has exited; waitErr is then its Wait's
+	waitErr error
+}
+
+// startSandboxd starts sandboxd with args after "-grace 6s -devices 0", killed at the
+// test's end if it still runs.
+func startSandboxd(t *testing.T, args ...string) *sandboxd {
+	t.Helper()
+	p := &sandboxd{exited: make(chan struct{})}
+	p.cmd = exec.Command(os.Args[0], append([]string{"-grace", "6s", "-devices", "0"}, args...)...)
+	p.cmd.Env = append(os.Environ(), mainEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	p.cmd.Stderr = &p.stderr
+	require.NoError(t, p.cmd.Start())
+	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
 }
 
 // sigtermPending reports whether a SIGTERM sent to process pid waits to be delivered (its
@@ -109,4 +124,72 @@ func sigtermPending(pid int) bool {
 		}
 	}
 	return false
+}
+
+// Faults (rows 1113, 1114): when the state directory's file system was full (or read-only) at the
+// drain's end, the Report could not be written, and the one an earlier shutdown left there
+// stayed: read after the drain (drainkit report, a person once the pod and its last state
+// are gone), it was taken for this one's. It is removed now, said at ERROR; the
+// termination message, the log and the exit status say the Report was not written. And
+// the log said it only in a bare line with no level ("sandboxd: writing the report: ..."),
+// with no "sandboxd exiting" line counting the sandboxes: it is at ERROR now.
+//
+//	an earlier drain's Report in a 256 KiB tmpfs: "preserved 2"
+//	sandboxd serving, the tmpfs filled up
+//	SIGTERM: the drain; the Report's write fails, ENOSPC: exit 1, the message says so
+//	         before: the earlier Report still there, after: none
+//
+// Real process and a real full file system: this test binary, re-executed as sandboxd.
+func TestReportThatCannotBeWrittenLeavesNoEarlierOneInItsPlace(t *testing.T) {
+	state := t.TempDir()
+	if err := syscall.Mount("tmpfs", state, "tmpfs", 0, "size=256k"); err != nil {
+		t.Skipf("a tmpfs of its own needs root: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(state, syscall.MNT_DETACH) })
+	report := filepath.Join(state, server.ReportFile)
+	earlier := `{"start": "2026-12-05T10:00:00Z", "preserve": {"counts": {"preserved": 2}}}`
+	require.NoError(t, os.WriteFile(report, []byte(earlier), 0o600))
+	addr, err := freeport.Addr()
+	require.NoError(t, err)
+	hook, err := freeport.Addr()
+	require.NoError(t, err)
+	msg := filepath.Join(t.TempDir(), "termination-log")
+	p := startSandboxd(t, "-listen", addr, "-hook-listen", hook, "-state-dir", state, "-termination-log", msg)
+	cmd, stderr, exited := p.cmd, &p.stderr, p.exited
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "sandboxd serving") }, 30*time.Second,
+		10*time.Millisecond, "sandboxd did not start: %s", stderr)
+	fill(t, filepath.Join(state, "filler"))
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sandboxd did not exit: %s", stderr)
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, p.waitErr, &exit, "%s", stderr)
+	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
+	assert.NoFileExists(t, report, "an earlier shutdown's Report, taken for this one's")
+	data, err := os.ReadFile(msg)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), "the full report could not be written: ")
+	assert.Contains(t, string(data), "no space left on device")
+	assert.Contains(t, stderr.String(), "sandboxd: writing the report: ")
+	assert.Contains(t, stderr.String(), `level=ERROR msg="sandboxd exiting" preserved=0 lost=0`, "row 1114")
+	assert.Contains(t, stderr.String(), `err="writing the report: `, "row 1114")
+}
+
+// fill writes path until its file system has no space left.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	block := make([]byte, 4096)
+	for {
+		if _, err := f.Write(block); err != nil {
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			return
+		}
+	}
 }

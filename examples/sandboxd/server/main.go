@@ -45,16 +45,19 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		return 1
 	}
-	rep, err := s.Run(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd:", err)
+	rep, runErr := s.Run(ctx)
+	if runErr != nil {
+		fmt.Fprintln(stderr, "sandboxd:", runErr)
+	}
+	// The last line says every reason for exit status 1 at ERROR: a Report that could not
+	// be written (a full state directory) was a bare line with no level, and no
+	// "sandboxd exiting" line counted the sandboxes (docs/faults.md row 1114).
+	attrs := []any{"preserved", preserved(rep.Preserve), "lost", rep.Lost(), "headroom", rep.Headroom}
+	if err := errors.Join(runErr, rep.Err()); err != nil {
+		logger.Error("sandboxd exiting", append(attrs, "err", err)...)
 		return 1
 	}
-	if err := rep.Err(); err != nil {
-		logger.Error("sandboxd exiting", "preserved", preserved(rep.Preserve), "lost", rep.Lost(), "headroom", rep.Headroom, "err", err)
-		return 1
-	}
-	logger.Info("sandboxd exiting", "preserved", preserved(rep.Preserve), "lost", rep.Lost(), "headroom", rep.Headroom)
+	logger.Info("sandboxd exiting", attrs...)
 	return 0
 }
 

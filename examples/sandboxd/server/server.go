@@ -640,13 +640,32 @@ func (s *Server) holdWhileDaemonServes() {
 	})
 }
 
-// writeReport writes rep into the state directory, atomically and durably.
+// writeReport writes rep into the state directory, atomically and durably. When it
+// cannot (the state directory's file system full, or read-only), the Report an earlier
+// shutdown left there is removed: left, it was read as this shutdown's (by drainkit
+// report, by a person once the pod and its last state are gone), "preserved 2" of a drain
+// that lost both (docs/faults.md row 1113). Removing needs no space; when it fails too,
+// the error says the file there is an earlier shutdown's.
 func (s *Server) writeReport(rep *drain.Report) error {
+	path := filepath.Join(s.cfg.StateDir, ReportFile)
 	data, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
+	if err == nil {
+		err = durable.WriteFile(path, data, 0o600)
 	}
-	return durable.WriteFile(filepath.Join(s.cfg.StateDir, ReportFile), data, 0o600)
+	if err == nil {
+		return nil
+	}
+	if fi, lerr := os.Lstat(path); lerr != nil || !fi.Mode().IsRegular() {
+		return err // none, or not a Report (a directory mounted there)
+	}
+	if rerr := os.Remove(path); rerr != nil {
+		return fmt.Errorf("%w; %s is an earlier shutdown's Report, not this one's, and removing it failed too: %v", err, path, rerr)
+	}
+	if serr := durable.SyncDir(s.cfg.StateDir); serr != nil {
+		s.logger.Warn("an earlier shutdown's Report removed, but not durably: a crash may bring it back", "file", path, "error", serr)
+	}
+	s.logger.Error("the Report could not be written: an earlier shutdown's removed, so it is not taken for this one's", "file", path, "error", err)
+	return err
 }
 
 // preserved counts the preserved sandboxes of a Preserver report (nil: none).
