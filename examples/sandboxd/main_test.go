@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,29 +129,39 @@ func sigtermPending(pid int) bool {
 	return false
 }
 
-// Faults (rows 1113, 1114): when the state directory's file system was full (or read-only) at the
-// drain's end, the Report could not be written, and the one an earlier shutdown left there
-// stayed: read after the drain (drainkit report, a person once the pod and its last state
-// are gone), it was taken for this one's. It is removed now, said at ERROR; the
-// termination message, the log and the exit status say the Report was not written. And
-// the log said it only in a bare line with no level ("sandboxd: writing the report: ..."),
-// with no "sandboxd exiting" line counting the sandboxes: it is at ERROR now.
+// Faults (rows 1113, 1114, 1115): when the state directory's file system was full (or
+// read-only) at the drain's end, the Report could not be written, and the one an earlier
+// shutdown left stayed: read after the drain (drainkit report, a person once the pod and
+// its last state are gone), it was taken for this one's. It is removed now, said at ERROR,
+// and on a full file system this Report is written in the space it freed (row 1115); when
+// it does not fit there either, the termination message, the log and the exit status say
+// it was not written. The log said it only in a bare line with no level ("sandboxd:
+// writing the report: ..."), with no "sandboxd exiting" line: that line is at ERROR now.
 //
-//	an earlier drain's Report in a 256 KiB tmpfs: "preserved 2"
-//	sandboxd serving, the tmpfs filled up
-//	SIGTERM: the drain; the Report's write fails, ENOSPC: exit 1, the message says so
-//	         before: the earlier Report still there, after: none
+//	an earlier drain's Report in a 256 KiB tmpfs: one page
+//	sandboxd serving (no sandboxes, or 24 whose pauses will fail), the tmpfs filled up
+//	SIGTERM: the drain; the Report's write fails, ENOSPC
+//	  no sandboxes: this Report (a page) written where the earlier one was: exit 0
+//	  24 lost: this Report, larger than the page freed, does not fit: none there, exit 1
+//	  before: the earlier Report still there, exit 1
 //
 // Real process and a real full file system: this test binary, re-executed as sandboxd.
 func TestReportThatCannotBeWrittenLeavesNoEarlierOneInItsPlace(t *testing.T) {
+	for _, n := range []int{0, 24} {
+		t.Run(fmt.Sprintf("%d sandboxes", n), func(t *testing.T) { reportOnAFullFileSystem(t, n) })
+	}
+}
+
+// reportOnAFullFileSystem drains n sandboxes with the state directory's file system full.
+func reportOnAFullFileSystem(t *testing.T, n int) {
 	state := t.TempDir()
 	if err := syscall.Mount("tmpfs", state, "tmpfs", 0, "size=256k"); err != nil {
 		t.Skipf("a tmpfs of its own needs root: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(state, syscall.MNT_DETACH) })
 	report := filepath.Join(state, server.ReportFile)
-	earlier := `{"start": "2026-12-05T10:00:00Z", "preserve": {"counts": {"preserved": 2}}}`
-	require.NoError(t, os.WriteFile(report, []byte(earlier), 0o600))
+	const earlier = "2026-12-05T10:00:00Z"
+	require.NoError(t, os.WriteFile(report, []byte(`{"start": "`+earlier+`", "preserve": {"counts": {"preserved": 2}}}`), 0o600))
 	addr, err := freeport.Addr()
 	require.NoError(t, err)
 	hook, err := freeport.Addr()
@@ -158,6 +171,12 @@ func TestReportThatCannotBeWrittenLeavesNoEarlierOneInItsPlace(t *testing.T) {
 	cmd, stderr, exited := p.cmd, &p.stderr, p.exited
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "sandboxd serving") }, 30*time.Second,
 		10*time.Millisecond, "sandboxd did not start: %s", stderr)
+	for range n {
+		resp, err := http.Post("http://"+addr+"/sandboxes", "application/json", strings.NewReader(`{"timeout_s": 86400}`))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+	}
 	fill(t, filepath.Join(state, "filler"))
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
@@ -166,16 +185,27 @@ func TestReportThatCannotBeWrittenLeavesNoEarlierOneInItsPlace(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("sandboxd did not exit: %s", stderr)
 	}
+	data, err := os.ReadFile(msg)
+	require.NoError(t, err)
+	if n == 0 {
+		require.NoError(t, p.waitErr, "%s", stderr)
+		var rep struct{ Start time.Time }
+		written, err := os.ReadFile(report)
+		require.NoError(t, err, "this drain's Report, where the earlier one was (row 1115)")
+		require.NoError(t, json.Unmarshal(written, &rep))
+		assert.NotEqual(t, earlier, rep.Start.Format(time.RFC3339), "this drain's, not the earlier one")
+		assert.Contains(t, string(data), "full report: "+report)
+		assert.Contains(t, stderr.String(), "the Report written in the space of an earlier shutdown's")
+		return
+	}
 	var exit *exec.ExitError
 	require.ErrorAs(t, p.waitErr, &exit, "%s", stderr)
 	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
 	assert.NoFileExists(t, report, "an earlier shutdown's Report, taken for this one's")
-	data, err := os.ReadFile(msg)
-	require.NoError(t, err)
 	assert.Contains(t, string(data), "the full report could not be written: ")
 	assert.Contains(t, string(data), "no space left on device")
 	assert.Contains(t, stderr.String(), "sandboxd: writing the report: ")
-	assert.Contains(t, stderr.String(), `level=ERROR msg="sandboxd exiting" preserved=0 lost=0`, "row 1114")
+	assert.Contains(t, stderr.String(), fmt.Sprintf(`level=ERROR msg="sandboxd exiting" preserved=0 lost=%d`, n), "row 1114")
 	assert.Contains(t, stderr.String(), `err="writing the report: `, "row 1114")
 }
 

@@ -645,7 +645,8 @@ func (s *Server) holdWhileDaemonServes() {
 // shutdown left there is removed: left, it was read as this shutdown's (by drainkit
 // report, by a person once the pod and its last state are gone), "preserved 2" of a drain
 // that lost both (docs/faults.md row 1113). Removing needs no space; when it fails too,
-// the error says the file there is an earlier shutdown's.
+// the error says the file there is an earlier shutdown's. On a full file system
+// (ENOSPC) this Report is written once more in the space the earlier one freed.
 func (s *Server) writeReport(rep *drain.Report) error {
 	path := filepath.Join(s.cfg.StateDir, ReportFile)
 	data, err := json.MarshalIndent(rep, "", "  ")
@@ -660,6 +661,13 @@ func (s *Server) writeReport(rep *drain.Report) error {
 	}
 	if rerr := os.Remove(path); rerr != nil {
 		return fmt.Errorf("%w; %s is an earlier shutdown's Report, not this one's, and removing it failed too: %v", err, path, rerr)
+	}
+	// On a full file system the space the earlier Report held is what this one needs, as
+	// large or nearly: it goes there.
+	if errors.Is(err, syscall.ENOSPC) && durable.WriteFile(path, data, 0o600) == nil {
+		s.logger.Warn("the Report written in the space of an earlier shutdown's, removed first: the state directory's file system is full",
+			"file", path, "error", err)
+		return nil
 	}
 	if serr := durable.SyncDir(s.cfg.StateDir); serr != nil {
 		s.logger.Warn("an earlier shutdown's Report removed, but not durably: a crash may bring it back", "file", path, "error", serr)
