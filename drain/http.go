@@ -35,8 +35,10 @@ const defaultRetryAfter = 5 * time.Second
 // return when r.Context() ends. A read of its body waiting for the client
 // (an attach's input) then fails too (its read deadline is set, where the
 // ResponseWriter supports it), and so does every later one, so a handler
-// that returns when Body.Read fails ends as it should; the connection of
-// one that read nothing then (a log follow) serves its next request. A Stream that comes once the preserve phase
+// that returns when Body.Read fails ends as it should; once it returned,
+// what is left of its body is not waited for either, whether a Read was
+// waiting when the stream ended or not; the connection of one that read
+// nothing then (a log follow) serves its next request. A Stream that comes once the preserve phase
 // ended, exempt or not, is answered the 503 of a refusal: what it would
 // follow is preserved and the server is about to stop, so its client
 // should go to another node rather than reopen it here. A nil h panics
@@ -72,8 +74,10 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 					defer remove()
 					r = r.WithContext(ctx)
 					if r.Body != nil && r.Body != http.NoBody {
+						body.live = true
 						r.Body = body
 					}
+					defer body.finish()
 				} else {
 					leave()
 				}
@@ -100,19 +104,25 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 // context: a handler waiting in one for its client's next input (an
 // attach) would hold the server's Shutdown to its deadline. The read
 // deadline wakes it (not where the ResponseWriter does not support it: a
-// wrapper without Unwrap), but only while a Read waits: set on an HTTP/1.1
-// connection with none (a log follow, whose GET has no body, or a body
-// read to its end), it woke the server's own background read of the
-// connection, which net/http takes for the client gone, and the connection,
-// kept alive, served every later request with its context already
-// cancelled (row 1012).
+// wrapper without Unwrap), but only while the body is not read to its end:
+// set on an HTTP/1.1 connection whose body is (a log follow, whose GET has
+// none, or a body read to its end), it woke the server's own background
+// read of the connection, which net/http takes for the client gone, and
+// the connection, kept alive, served every later request with its context
+// already cancelled (row 1012). It is set while a Read waits, and once the
+// handler of an ended stream returned: net/http then reads what is left of
+// the body (up to 256 KiB) to reuse the connection, and an attached client
+// sends nothing more, so a handler that was between two Reads when its
+// stream ended held the Shutdown as one in a Read did (row 1152).
 type streamBody struct {
 	io.ReadCloser
 	rc *http.ResponseController
 
-	mu      sync.Mutex
-	reading int  // Reads in flight
-	ended   bool // end ran: every Read fails
+	mu       sync.Mutex
+	live     bool // the request's body, not read to its end: no background read runs
+	reading  int  // Reads in flight
+	ended    bool // end ran: every Read fails
+	finished bool // the handler returned: net/http reads the rest of the body next
 }
 
 // Read is the body's Read, or errStreamEnded once the stream ended.
@@ -128,6 +138,9 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reading--
+	if err == io.EOF {
+		b.live = false // net/http's background read starts now
+	}
 	if err != nil && b.ended {
 		err = errStreamEnded // the deadline end set, not the client
 	}
@@ -139,7 +152,23 @@ func (b *streamBody) end() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.ended = true
-	if b.reading > 0 {
+	b.cutLocked()
+}
+
+// finish is called as the handler returns: the rest of the body of an
+// ended stream is not waited for.
+func (b *streamBody) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.finished = true
+	b.cutLocked()
+}
+
+// cutLocked sets the read deadline when the stream ended and something
+// reads the live body: a Read of the handler, or, once the handler
+// returned, net/http's read of what is left.
+func (b *streamBody) cutLocked() {
+	if b.ended && b.live && (b.reading > 0 || b.finished) {
 		_ = b.rc.SetReadDeadline(time.Now())
 	}
 }

@@ -43,29 +43,7 @@ func TestAnHTTPAttachReadingItsBodyEndsWithThePreservePhase(t *testing.T) {
 			}
 		}
 	})))
-	srv := &http.Server{Handler: mux}
-	budget, err := deadline.New(4*time.Second, deadline.Config{}) // the http step ends by 2.5 s
-	require.NoError(t, err)
-	d, err := New(Config{Budget: budget, Gate: g,
-		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
-		Steps:     []Step{HTTPServerStep("http", srv, time.Second)}})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-
-	input, typing := io.Pipe()
-	defer typing.Close()
-	req, err := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/sandboxes/sb-0/attach", input)
-	require.NoError(t, err)
-	client := &http.Client{Transport: &http.Transport{}}
-	defer client.CloseIdleConnections()
-	go func() { _, _ = typing.Write([]byte("ls\n")) }()
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	d := attach(t, g, mux)
 	require.Eventually(t, func() bool { return g.InFlight(Stream) == 1 }, 5*time.Second, time.Millisecond)
 
 	rep := d.Shutdown(context.Background())
@@ -143,4 +121,97 @@ func TestAStreamEndedByTheDrainLeavesItsConnectionServingTheNextRequest(t *testi
 		require.True(t, reused, "the follow's connection")
 		assert.Equal(t, "paused", string(body))
 	}
+}
+
+// Fault: an attach whose handler was not in a Read of its body when the
+// preserve phase ended it (between two Reads, writing the last input to
+// its sandbox, or not yet at its first) returned as it should, its next
+// Read failing at once or its context done, but net/http, to reuse the
+// connection, then read what was left of the body (up to 256 KiB) before
+// the request could end, and the client, attached, sent nothing more: the
+// server's Shutdown waited for it to the http step's deadline and the
+// step failed, every sandbox preserved. The read deadline was set only for
+// a Read that waited. TestAnHTTPAttachReadingItsBodyEndsWithThePreservePhase
+// met it on a loaded machine (4 of 40 runs at a load of 15, the handler not
+// yet in its Read when the drain ended it); here the handler is between
+// Reads by construction.
+func TestAnHTTPAttachBetweenTwoReadsEndsWithThePreservePhase(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		readMore bool // the handler reads again once ended, or returns at its context's end
+	}{
+		{"reads again", true},
+		{"returns at its context's end", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &Gate{Exempt: []Class{Stream}}
+			got := make(chan struct{})
+			returned := make(chan error, 1)
+			mux := http.NewServeMux()
+			mux.Handle("POST /sandboxes/{id}/attach", g.Admit(Stream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				rc := http.NewResponseController(w)
+				_ = rc.EnableFullDuplex()
+				w.WriteHeader(http.StatusOK)
+				_ = rc.Flush()
+				buf := make([]byte, 512)
+				if _, err := r.Body.Read(buf); err != nil {
+					returned <- err
+					return
+				}
+				close(got)
+				<-r.Context().Done() // the input given to the sandbox, no Read waits
+				var err error = context.Cause(r.Context())
+				if tc.readMore {
+					_, err = r.Body.Read(buf)
+				}
+				returned <- err
+			})))
+			d := attach(t, g, mux)
+			<-got
+
+			rep := d.Shutdown(context.Background())
+
+			h := rep.Phase("http")
+			assert.Equal(t, OK, h.Result, "the attach held the server's Shutdown: %s", h.Error)
+			select {
+			case err := <-returned:
+				assert.ErrorIs(t, err, ErrDraining, "the drain ended it")
+			default:
+				t.Error("the attach's handler had not returned")
+			}
+			assert.Zero(t, g.InFlight(Stream))
+		})
+	}
+}
+
+// attach serves mux on loopback to a Drainer with gate g and a 4 s
+// budget (its http step ends by 2.5 s), and returns it once an attach to
+// sandbox sb-0, its client's input "ls\n" and the body kept open, has its
+// answer's 200.
+func attach(t *testing.T, g *Gate, mux *http.ServeMux) *Drainer {
+	t.Helper()
+	srv := &http.Server{Handler: mux}
+	budget, err := deadline.New(4*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	d, err := New(Config{Budget: budget, Gate: g,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
+		Steps:     []Step{HTTPServerStep("http", srv, time.Second)}})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	input, typing := io.Pipe()
+	t.Cleanup(func() { _ = typing.Close() })
+	req, err := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/sandboxes/sb-0/attach", input)
+	require.NoError(t, err)
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	go func() { _, _ = typing.Write([]byte("ls\n")) }()
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return d
 }
