@@ -86,3 +86,39 @@ func TestTheAccountOfRefusalsIsBounded(t *testing.T) {
 	assert.Len(t, r.by[string(byEnter)], gaterefusals.MaxKinds+1)
 	assert.Equal(t, 1000-gaterefusals.MaxKinds, r.by[string(byEnter)][string(refusedOther)])
 }
+
+// Fault: a refusal by a gate the server's own code closed before the drain
+// began (it stops taking work at its own signal, then calls Shutdown) came
+// in no phase of the drain, and the log line dated it "TIME ()". It is
+// counted, and named "before the drain"; a later one its phase.
+func TestARefusalBeforeTheDrainIsNamedSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &Gate{}
+		f := newFixture(t, fixtureOpts{grace: time.Minute, margin: 5 * time.Second, sandboxes: 1, latency: 2 * time.Second,
+			edit: func(c *Config) { c.Gate = g }})
+		g.Close()
+		before := time.Now()
+		_, err := g.Enter(Create)
+		require.ErrorIs(t, err, ErrDraining)
+		time.Sleep(time.Second)
+		done := make(chan *Report)
+		go func() { done <- f.d.Shutdown(context.Background()) }()
+		time.Sleep(time.Second) // in the preserve phase: its pause takes 2 s
+		during := time.Now()
+		_, err = g.Enter(Fork)
+		require.ErrorIs(t, err, ErrDraining)
+		rep := <-done
+		require.NoError(t, rep.Err())
+
+		gd, ok := rep.Phase(PhaseGate).Detail.(*gaterefusals.Detail)
+		require.True(t, ok, "%T", rep.Phase(PhaseGate).Detail)
+		assert.Equal(t, 2, gd.Refused)
+		assert.Equal(t, before, gd.First)
+		assert.Empty(t, gd.FirstPhase, "no phase ran")
+		assert.Equal(t, PhasePreserve, gd.LastPhase)
+		var line logbuf.Buffer
+		slog.New(slog.NewTextHandler(&line, nil)).Info("drain: shutdown finished", "report", rep)
+		assert.Contains(t, line.String(), fmt.Sprintf(`report.first_refused="%s (before the drain)"`, before.Format(time.RFC3339Nano)))
+		assert.Contains(t, line.String(), fmt.Sprintf(`report.last_refused="%s (preserve)"`, during.Format(time.RFC3339Nano)))
+	})
+}

@@ -64,8 +64,10 @@ type PhaseReport struct {
 	// and class (the first 32 kinds, later ones under the class "other");
 	// "first" and "last", when the first and the last were refused, and
 	// "first_phase" and "last_phase", the phase that was running then
-	// ("drain", "gate", "preserve" or a step's name). The drain's log line
-	// says the same.
+	// ("drain", "gate", "preserve" or a step's name; none, the field left
+	// out, for a refusal before the drain began, by a gate the server
+	// closed itself before Shutdown: "before the drain" in the log line).
+	// The drain's log line says the same.
 	Detail any `json:"detail,omitempty"`
 }
 
@@ -307,8 +309,8 @@ func gateLogAttrs(gd *gaterefusals.Detail) []slog.Attr {
 	attrs := []slog.Attr{slog.Int("refused", gd.Refused)}
 	if gd.Refused > 0 {
 		attrs = append(attrs, slog.String("refused_by", strings.Join(gd.Kinds(), ", ")),
-			slog.String("first_refused", fmt.Sprintf("%s (%s)", gd.First.Format(time.RFC3339Nano), gd.FirstPhase)),
-			slog.String("last_refused", fmt.Sprintf("%s (%s)", gd.Last.Format(time.RFC3339Nano), gd.LastPhase)))
+			slog.String("first_refused", fmt.Sprintf("%s (%s)", gd.First.Format(time.RFC3339Nano), gaterefusals.PhaseName(gd.FirstPhase))),
+			slog.String("last_refused", fmt.Sprintf("%s (%s)", gd.Last.Format(time.RFC3339Nano), gaterefusals.PhaseName(gd.LastPhase))))
 	}
 	return attrs
 }

@@ -12,6 +12,11 @@
 //		fmt.Println(strings.Join(d.Kinds(), ", "))
 //	}
 //
+// A refusal no phase of the drain ran at (a gate the server's own code
+// closed before Shutdown) has no phase in the Detail, and PhaseName and
+// During name it "before the drain" for the log line and the termination
+// message alike (row 1153).
+//
 // Guarantees: Read gives the same Detail for the value drain made and for
 // that value read back from its JSON (a Report file); Kinds is in the
 // order of way, then class, whichever map order the counts came in.

@@ -49,3 +49,23 @@ func TestKindsAreSortedByWayThenClass(t *testing.T) {
 		assert.Equal(t, []string{"enter fork 2", "grpc create 1", "http create 3", "http stream 1"}, d.Kinds())
 	}
 }
+
+// A refusal no phase ran at (a gate the server closed itself before the
+// drain) is named "before the drain", in the log line's words and in
+// termmsg's, and so read back from the Report's file, where its phase is
+// left out; a phase is named as it is.
+func TestARefusalInNoPhaseIsBeforeTheDrain(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 19, 0, 0, 0, time.UTC)
+	b, err := json.Marshal(&Detail{Refused: 2, By: map[string]map[string]int{"enter": {"create": 2}},
+		First: t0, Last: t0.Add(time.Second), LastPhase: "preserve"})
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "first_phase")
+	var file any
+	require.NoError(t, json.Unmarshal(b, &file))
+	d, ok := Read(file)
+	require.True(t, ok)
+	assert.Equal(t, "before the drain", PhaseName(d.FirstPhase))
+	assert.Equal(t, "before the drain", During(d.FirstPhase))
+	assert.Equal(t, "preserve", PhaseName(d.LastPhase))
+	assert.Equal(t, "during preserve", During(d.LastPhase))
+}

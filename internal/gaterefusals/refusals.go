@@ -22,9 +22,33 @@ type Detail struct {
 	Refused    int                       `json:"refused"`
 	By         map[string]map[string]int `json:"by,omitempty"` // by way in, then class
 	First      time.Time                 `json:"first,omitzero"`
-	FirstPhase string                    `json:"first_phase,omitempty"`
+	FirstPhase string                    `json:"first_phase,omitempty"` // "" for a refusal before the drain began (see PhaseName)
 	Last       time.Time                 `json:"last,omitzero"`
 	LastPhase  string                    `json:"last_phase,omitempty"`
+}
+
+// beforeDrain is how the account names the moment of a refusal no phase
+// of the drain was running at.
+const beforeDrain = "before the drain"
+
+// PhaseName is phase, a Detail's FirstPhase or LastPhase, as drain's log
+// line names it: itself, or "before the drain" for "", a refusal no phase
+// ran at (a gate the server's own code closed before Shutdown began: it
+// stops taking work at its own signal, then drains).
+func PhaseName(phase string) string {
+	if phase == "" {
+		return beforeDrain
+	}
+	return phase
+}
+
+// During is when a refusal in phase came, as termmsg's line says it:
+// "during preserve", or "before the drain" (see PhaseName).
+func During(phase string) string {
+	if phase == "" {
+		return beforeDrain
+	}
+	return "during " + phase
 }
 
 // Kinds is d's counts by way in and class, sorted by way and then class:

@@ -122,7 +122,8 @@ func Summary(rep *drain.Report, extra ...string) string {
 // phase's Detail (drain's account of the refusals, see drain.PhaseReport.Detail): "gate
 // refused 3 (first during drain, last during probe): grpc create 1, http create 1, http
 // stream 1", by way in and class, as many whole kinds as fit in maxWhy bytes and then
-// how many more; "" when it refused none or the Detail has no count. Refusals are the
+// how many more; "" when it refused none or the Detail has no count. A refusal by a
+// gate the server closed itself before the drain began is "before the drain". Refusals are the
 // gate's plan, not a fault: the verdict does not name them. The Detail and the words of
 // its kinds are internal/gaterefusals', which drain's log line uses too, and it is read
 // from the Report file's JSON as from the Report itself.
@@ -136,8 +137,8 @@ func refusedLine(rep *drain.Report) string {
 		return ""
 	}
 	line := fmt.Sprintf("gate refused %d", gd.Refused)
-	if gd.FirstPhase != "" {
-		line += fmt.Sprintf(" (first during %s, last during %s)", gd.FirstPhase, gd.LastPhase)
+	if !gd.First.IsZero() || gd.FirstPhase != "" || gd.LastPhase != "" { // dated; no phase: before the drain
+		line += fmt.Sprintf(" (first %s, last %s)", gaterefusals.During(gd.FirstPhase), gaterefusals.During(gd.LastPhase))
 	}
 	// Whole kinds only, then how many more: a cut inside a count would misstate it.
 	// drain keeps at most gaterefusals.MaxKinds kinds and an "other" a way, so "more" is

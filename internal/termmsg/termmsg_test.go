@@ -344,3 +344,37 @@ func TestSummaryOfRefusalsIsOneBoundedLine(t *testing.T) {
 	assert.True(t, strings.HasPrefix(line, "gate refused 34000 (first during drain, last during preserve): http create-00 1000, http create-01 1001, "), line)
 	assert.True(t, strings.HasSuffix(line, ", http create-09 1009, ... and 23 more"), "10 whole kinds, then the 23 left: %s", line)
 }
+
+// Fault: a refusal by a gate the server's own code closed before the drain began came in
+// no phase, and the line dropped both phases, the last's too: "gate refused 2: ...". It
+// now names it "before the drain", from the Report and from its JSON.
+func TestSummaryNamesARefusalBeforeTheDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := draintest.NewNode()
+		node.AddN("sb", 1, 2*time.Second)
+		budget, err := deadline.New(time.Minute, deadline.Config{})
+		require.NoError(t, err)
+		g := &drain.Gate{}
+		d, err := drain.New(drain.Config{Budget: budget, Sandboxes: node, Gate: g})
+		require.NoError(t, err)
+		g.Close() // the server stops taking work at its own signal
+		_, err = g.Enter(drain.Create)
+		require.ErrorIs(t, err, drain.ErrDraining)
+		time.Sleep(time.Second) // then SIGTERM
+		done := make(chan *drain.Report)
+		go func() { done <- d.Shutdown(context.Background()) }()
+		time.Sleep(time.Second) // in the preserve phase: the pause takes 2 s
+		_, err = g.Enter(drain.Fork)
+		require.ErrorIs(t, err, drain.ErrDraining)
+		rep := <-done
+		require.NoError(t, rep.Err())
+
+		const want = "gate refused 2 (first before the drain, last during preserve): enter create 1, enter fork 1"
+		assert.Contains(t, strings.Split(termmsg.Summary(rep), "\n"), want)
+		b, err := json.Marshal(rep)
+		require.NoError(t, err)
+		var back drain.Report
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Contains(t, strings.Split(termmsg.Summary(&back), "\n"), want, "the Report read back from its file")
+	})
+}
