@@ -162,6 +162,7 @@ type Config struct {
 
 func init() {
 	ublkhook.Set = func(cfg any, h ublkhook.Hooks) { cfg.(*Config).hooks = h }
+	ublkhook.Get = func(cfg any) ublkhook.Hooks { return cfg.(*Config).hooks }
 }
 
 // config is a checked Config with its defaults filled in.
@@ -190,6 +191,7 @@ type config struct {
 	daemonDoomed  func(ctx context.Context, procRoot string, daemon int) (bool, string)
 	openControl   func(ctx context.Context) (ublkctl.Controller, error) // nil: no control fallback
 	beforeProcess func(dir string)                                      // the holders scan's test hook
+	beforeRequest func()                                                // called as the daemon is asked to stop (internal/ublkstep)
 	logger        *slog.Logger
 	tp            trace.TracerProvider
 	mp            metric.MeterProvider
@@ -244,6 +246,7 @@ func (c Config) check() (config, error) {
 		killHolders:    killDoomed,
 		daemonDoomed:   daemonDoomed,
 		beforeProcess:  c.hooks.BeforeProcess,
+		beforeRequest:  c.hooks.BeforeRequestStop,
 		logger:         c.Logger,
 		tp:             c.TracerProvider,
 		mp:             c.MeterProvider,

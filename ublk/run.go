@@ -1051,6 +1051,11 @@ func (r *run) requestStop() {
 	s := r.stepStart("request stop")
 	rctx, rcancel := context.WithTimeout(r.ctx, r.cfg.requestTimeout)
 	rctx, cancelAt := r.stageCtx(rctx, fallbackEnd)
+	if r.cfg.beforeRequest != nil {
+		// Outside any lock of r's: it may Tighten this Teardown, the
+		// request then made in the new layout (internal/ublkstep).
+		r.cfg.beforeRequest()
+	}
 	err := d.RequestStop(rctx)
 	cancelAt()
 	rcancel()

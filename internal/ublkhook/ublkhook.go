@@ -26,12 +26,26 @@ type Hooks struct {
 	// slow as a loaded node's with it (seconds for a few hundred
 	// processes), in virtual time.
 	BeforeProcess func(dir string)
+	// BeforeRequestStop, when not nil, is called as the teardown asks its
+	// daemon to stop, just before Daemon.RequestStop, from the Stop's own
+	// goroutine; not with no daemon, nor when the daemon is never asked.
+	// internal/ublkstep learns so that its holder wait is over, whatever
+	// the daemon's type: wrapped to be seen, a *ublk.Socket or a
+	// *ublk.Process would no longer be known by its type, and the
+	// teardown would lose its process (docs/faults.md row 1121).
+	BeforeRequestStop func()
 }
 
 // Set stores h in cfg, which must be a *ublk.Config; package ublk
 // installs it when it is initialised, so it is set wherever a ublk.Config
 // exists. It panics on any other type.
 var Set func(cfg any, h Hooks)
+
+// Get returns the hooks stored in cfg, which must be a *ublk.Config (the
+// zero Hooks when none were set), so that a caller adds one of its own and
+// keeps the rest: Set replaces them all. Package ublk installs it as it
+// does Set; it panics on any other type.
+var Get func(cfg any) Hooks
 
 // With returns cfg, a ublk.Config, with h set (see Set), for use in an
 // expression: ublk.New(d, ublkhook.With(ublk.Config{...}, ublkhook.Hooks{...})).
