@@ -43,9 +43,14 @@
 //     deletion (27 s): the last resort at once, the daemon not asked to
 //     stop with a disk held (docs/faults.md row 1120). Once the daemon was
 //     asked, a move is told at once: the stages left share all the time
-//     left. The stop request is seen for a daemon given as a
-//     ublk.DaemonFuncs (the supervisor's); any other (sandboxd's
-//     *ublk.Socket) is told every move at once, as before. A "reserve in
+//     left. The stop request is seen through a hook ublk calls as it
+//     asks the daemon (ublkhook.Hooks.BeforeRequestStop), whatever the
+//     daemon's type: the supervisor's ublk.DaemonFuncs and sandboxd's
+//     *ublk.Socket alike, which ublk reads the process of by its type, so
+//     a wrapper to see the request would hide it; told at once, sandboxd's
+//     -grace 1h left a disk held with the daemon never asked to stop
+//     (docs/faults.md row 1121). With no daemon, a move is told at once.
+//     A "reserve in
 //     use" step in the Report says when a move was put off, and its
 //     Deadline is the moved one, told or not.
 //   - A Teardown that ublk.New cannot build again at a Stop (it reads the

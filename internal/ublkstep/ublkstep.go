@@ -11,6 +11,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/follow"
+	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -21,8 +22,9 @@ type Teardown struct {
 	daemon  ublk.Daemon
 	cfg     ublk.Config
 	reserve deadline.Reserve
-	// watched is whether the daemon's stop request is seen (watch): only
-	// then is a deadline told to the stages later (Tighten).
+	// watched is whether there is a daemon, whose stop request the step
+	// sees (asked): only then is a deadline told to the stages later
+	// (Tighten).
 	watched bool
 	// base is the ublk.Teardown New built, with the reserve's value at
 	// start: what Phase, LastResort and Kernel describe, and what a Stop
@@ -33,17 +35,21 @@ type Teardown struct {
 
 // New checks c (ublk.New's errors, naming the field) with c.Reserve set to
 // reserve's value now, and returns the step. reserve must not be nil; the
-// Config's own Reserve is not used. A daemon given as a ublk.DaemonFuncs
-// has its stop request seen by the step (see Tighten), its functions
-// otherwise called as they are.
+// Config's own Reserve is not used. The daemon is given to ublk as it is
+// (ublk reads a *ublk.Process's or a *ublk.Socket's process by its type),
+// and the step learns when it is asked to stop through a hook of c's
+// (ublkhook.Hooks.BeforeRequestStop), the others c has kept: see Tighten.
 func New(daemon ublk.Daemon, c ublk.Config, reserve deadline.Reserve) (*Teardown, error) {
 	if reserve == nil {
 		return nil, errors.New("ublkstep: New: the reserve is nil")
 	}
 	c.Reserve = reserve()
-	t := &Teardown{cfg: c, reserve: reserve}
-	t.daemon, t.watched = t.watch(daemon)
-	base, err := ublk.New(t.daemon, c)
+	t := &Teardown{daemon: daemon, reserve: reserve, watched: daemon != nil}
+	h := ublkhook.Get(&c)
+	h.BeforeRequestStop = t.asked
+	ublkhook.Set(&c, h)
+	t.cfg = c
+	base, err := ublk.New(daemon, c)
 	if err != nil {
 		return nil, err
 	}
@@ -51,36 +57,17 @@ func New(daemon ublk.Daemon, c ublk.Config, reserve deadline.Reserve) (*Teardown
 	return t, nil
 }
 
-// watch returns daemon with its stop request seen by the Stop in progress
-// (stop.asked), and true, for a ublk.DaemonFuncs (the supervisor's
-// daemons), which stays one, its PidFunc and the rest as they are, so the
-// step reads the daemon's PID as it did. Any other daemon it returns as it
-// is, and false: wrapped, ublk would no longer know a *ublk.Process's or a
-// *ublk.Socket's process.
-func (t *Teardown) watch(daemon ublk.Daemon) (ublk.Daemon, bool) {
-	var f ublk.DaemonFuncs
-	switch d := daemon.(type) {
-	case ublk.DaemonFuncs:
-		f = d
-	case *ublk.DaemonFuncs:
-		if d == nil {
-			return daemon, false
-		}
-		f = *d
-	default:
-		return daemon, false
+// asked tells the Stop in progress that its daemon is being asked to stop
+// (stop.asked). It is the hook ublk calls just before Daemon.RequestStop,
+// of whatever type the daemon is: a wrapper that saw the request (the
+// first version of this, for a ublk.DaemonFuncs alone) would hide a
+// *ublk.Socket's or a *ublk.Process's process from ublk, which reads it by
+// the daemon's type, so sandboxd's *ublk.Socket was told every move at
+// once (docs/faults.md row 1121).
+func (t *Teardown) asked() {
+	if s := t.cur.Load(); s != nil {
+		s.asked()
 	}
-	stop := f.StopFunc
-	f.StopFunc = func(ctx context.Context) error {
-		if s := t.cur.Load(); s != nil {
-			s.asked()
-		}
-		if stop == nil {
-			return nil // DaemonFuncs' own: a no-op
-		}
-		return stop(ctx)
-	}
-	return f, true
 }
 
 // Phase is the ublk teardown's phase (named "ublk", critical) with the live
@@ -163,8 +150,9 @@ func (t *Teardown) Stop(ctx context.Context) (*ublk.Report, error) {
 // holder wait is over, and the daemon's own stop, the control fallback and
 // the kill share what is left in the proportion of the larger reserve,
 // which gives the fallback more of it than the reserve in use would. So
-// it is too for a daemon whose stop request the step cannot see (one not
-// given as a ublk.DaemonFuncs: see New). Either way the Report's Deadline
+// it is too with no daemon (New's nil), which is never asked. The request
+// is seen whatever the daemon's type (sandboxd's *ublk.Socket as the
+// supervisor's ublk.DaemonFuncs: see New). Either way the Report's Deadline
 // is dl, and a "reserve in use" step says when a move was told later.
 func (t *Teardown) Tighten(dl time.Time) bool {
 	s := t.cur.Load()

@@ -30,7 +30,11 @@
 //
 // Guarantees: those of drain.Drainer with the budget of -grace; the preStop wait ends by the
 // drain deadline, every pause starts before the preserve deadline and ends by the budget's
-// deadline, the ublk step and the HTTP shutdown each end by theirs; the Report is written to
+// deadline, the ublk step and the HTTP shutdown each end by theirs (the ublk step's stages
+// laid out from the reserve of the grace in use: one begun with -grace's, as with no
+// sandbox it begins at SIGTERM, takes a shorter deletion's read after, its holder wait
+// going on until only that reserve is left or the daemon is asked to stop: see
+// internal/ublkstep); the Report is written to
 // STATE_DIR/last-shutdown.json before Run returns, and every sandbox not preserved is
 // logged, one line each, whether or not that file could be written. sandboxd never kills
 // its device daemon, nor exits (which kills it: Pdeathsig), while the ublk step left it

@@ -220,7 +220,11 @@ func (s *Server) teardownSteps(ctx context.Context) ([]drain.Step, error) {
 	ublkHook(&hooks)
 	ublkhook.Set(&cfg, hooks)
 	// The step's reserve follows the grace in use, in the plan and inside the step, where
-	// the teardown lays its stages out from it: see ublkstep.
+	// the teardown lays its stages out from it: see ublkstep. sock is given as it is: ublk
+	// reads the daemon's process by its type (a *ublk.Socket's Process), and ublkstep sees
+	// the stop request through ublk's hook, so that a shorter deletion read once the step
+	// runs (with no sandbox it starts at SIGTERM, before that read answers) leaves the
+	// holder wait going on (docs/faults.md row 1121).
 	td, err := ublkstep.New(sock, cfg, func() time.Duration { return ublkReserve(s.budget.GraceInUse()) })
 	if err != nil {
 		return nil, err
