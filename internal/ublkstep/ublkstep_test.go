@@ -22,6 +22,12 @@ import (
 // daemon that deletes the device when asked to stop.
 func rig(t *testing.T, release time.Duration, reserve *atomic.Int64) (*Teardown, *atomic.Int64) {
 	t.Helper()
+	return rigAs(t, release, reserve, func(d ublk.DaemonFuncs) ublk.Daemon { return d })
+}
+
+// rigAs is rig with its daemon given to New as as makes it.
+func rigAs(t *testing.T, release time.Duration, reserve *atomic.Int64, as func(ublk.DaemonFuncs) ublk.Daemon) (*Teardown, *atomic.Int64) {
+	t.Helper()
 	tree, err := fakeublk.NewTree(t.TempDir())
 	require.NoError(t, err)
 	require.NoError(t, tree.AddDevice(fakeublk.DeviceSpec{ID: 0, Major: 259, Minor: 0}))
@@ -54,7 +60,7 @@ func rig(t *testing.T, release time.Duration, reserve *atomic.Int64) (*Teardown,
 		},
 	}
 	cfg := ublkhook.With(ublk.Config{}, ublkhook.Hooks{SysfsRoot: tree.Root, ProcfsRoot: t.TempDir(), KernelRelease: "6.8.0-45-generic"})
-	td, err := New(daemon, cfg, func() time.Duration { return time.Duration(reserve.Load()) })
+	td, err := New(as(daemon), cfg, func() time.Duration { return time.Duration(reserve.Load()) })
 	require.NoError(t, err)
 	return td, &asked
 }
@@ -253,4 +259,35 @@ func stopShortenedAt1s(t *testing.T, td *Teardown, reserve *atomic.Int64) (time.
 	})
 	rep, err := td.Stop(ctx)
 	return start, rep, err
+}
+
+// otherDaemon is a daemon of a type of its own, as a *ublk.Socket or a
+// *ublk.Process is to the step: not a ublk.DaemonFuncs.
+type otherDaemon struct{ ublk.Daemon }
+
+// Fault (docs/faults.md row 1121): the step saw the daemon asked to stop
+// by wrapping a ublk.DaemonFuncs, and any other daemon (sandboxd's
+// *ublk.Socket, which ublk reads the process of by its type: a wrapper
+// would hide it) was told a deadline moved earlier at once, its stages
+// laid out from the reserve its Stop began with. The request is now seen
+// through ublk's hook, whatever the daemon's type. Virtual time, as
+// TestTightenWithAShorterReserveInUseWaitsForHoldersUntilOnlyItIsLeft:
+//
+//	0 s     the Stop begins, its deadline 100 s, its reserve 30 s
+//	1 s     the reserve in use 3 s, the deadline 28 s
+//	before: the last resort at 1 s, dm-0 left held, the daemon never asked
+//	9.95 s  dm-0 lets go: the daemon is asked to stop at 10 s
+func TestTheStopRequestIsSeenWhateverTheDaemonsType(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var reserve atomic.Int64
+		reserve.Store(int64(30 * time.Second))
+		td, asked := rigAs(t, 9950*time.Millisecond, &reserve, func(d ublk.DaemonFuncs) ublk.Daemon { return otherDaemon{d} })
+		_, rep, err := stopShortenedAt1s(t, td, &reserve)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		assert.Nil(t, rep.LastResort)
+		assert.NotNil(t, rep.Step("reserve in use"), "the move held back: %+v", rep.Steps)
+		assert.Equal(t, 10*time.Second, time.Duration(asked.Load()), "asked to stop at the first poll (100 ms) after dm-0 let go")
+		assert.Equal(t, ublk.VerdictStopped, rep.Device(0).Verdict)
+	})
 }
