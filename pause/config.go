@@ -128,9 +128,10 @@ type Config struct {
 	// sandboxes listed again) use it too, and are at least 100 ms whatever
 	// it asks: a policy of no wait listed in a tight loop. New calls it
 	// once and uses that policy (Reset, NextBackOff), and fails if it
-	// returns nil (or a typed nil) or panics. A listing error that names
-	// the time to list again (RetryAt), and an error whose WaitRetry
-	// returns, shape the wait (see Lister and Sandbox).
+	// returns nil (or a typed nil) or panics. An error that names the
+	// time to try again (RetryAt), a listing's or a Preserve's, and an
+	// error whose WaitRetry returns, shape the wait (see Lister and
+	// Sandbox).
 	BackOff func() backoff.BackOff
 
 	// Permanent classifies errors that must not be retried, for example a

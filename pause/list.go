@@ -132,40 +132,28 @@ func (r *run) permanent(err error) (perm bool) {
 // loop.
 const minListWait = 100 * time.Millisecond
 
-// maxUnboundedRetryAt bounds the wait for a listing error's RetryAt in a
-// Run with no phase deadline, which still ends (the default policy's 5
-// minutes): a server's Retry-After of a year held it for that year.
+// maxUnboundedRetryAt bounds the wait for an error's RetryAt in a Run
+// with no deadline to keep (serverWait), which still ends (the default
+// policy's 5 minutes): a server's Retry-After of a year held it for that
+// year.
 const maxUnboundedRetryAt = defaultMaxRetryTime
 
 // listWait waits before the listing that failed with err is made again,
 // and reports whether to make it; when not for err's Retry-After, which
 // ends past the phase deadline, late is err saying so. The
-// wait is d, the policy's next (at least minListWait); not when the
-// policy says Stop, when the wait would end past the phase deadline, or
-// when the Run's context ends during it. An err that carries the time the
-// server asked not to be listed before (RetryAt, see Lister) waits until
-// that time instead, whether it is sooner or later than d: listed before
-// it, the server refuses again and its capacity is spent on the
-// refusals; after it, the phase's time is. A RetryAt past the phase
-// deadline is never waited for: no listing is made again, for the server
-// asked for none before the phase ends, and the error says so. An err
-// whose WaitRetry returns (see Lister: a key the server refused has
-// changed) ends the wait early, and one that would end past the phase
-// deadline is made to the deadline instead of not at all.
+// wait is d, the policy's next (at least minListWait), or the time err's
+// RetryAt names (serverWait); not when the policy says Stop, when the
+// wait would end past the phase deadline, or when the Run's context ends
+// during it. An err whose WaitRetry returns (see Lister: a key the server
+// refused has changed) ends the wait early, and one that would end past
+// the phase deadline is made to the deadline instead of not at all.
 func (r *run) listWait(err error, d time.Duration) (again bool, late error) {
 	if d == backoff.Stop || r.ctx.Err() != nil {
 		return false, nil
 	}
-	if at, ok := r.retryAt(err); ok {
-		end := r.phaseEnd()
-		if !end.IsZero() && at.After(end) {
-			return false, fmt.Errorf("%w (not listed again: the answer asks for no listing before %s, past the phase deadline %s)",
-				err, at.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano))
-		}
-		d = time.Until(at)
-		if end.IsZero() {
-			d = min(d, maxUnboundedRetryAt)
-		}
+	d, late = r.serverWait(err, d, r.phaseEnd(), "the phase deadline", listingWords)
+	if late != nil {
+		return false, late
 	}
 	d = max(d, minListWait)
 	if dl, ok := r.ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
@@ -180,6 +168,45 @@ func (r *run) listWait(err error, d time.Duration) (again bool, late error) {
 	return r.sleepOrWake(r.ctx, d, err), nil
 }
 
+// retryWords name what serverWait's late error says is not made again.
+type retryWords struct{ made, none string }
+
+var (
+	listingWords  = retryWords{"listed again", "no listing"}
+	preserveWords = retryWords{"retried", "no retry"}
+)
+
+// serverWait is the one rule by which a retry keeps to the time the
+// server asked for (RetryAt, see Lister and Sandbox), a listing's and a
+// Preserve's alike. d is the policy's wait before the retry of what
+// failed with err; end is the time by which the retry must start (the
+// phase deadline, a sandbox's own if earlier), which deadline names, and
+// zero for none. The wait is until the time err names instead, whether
+// that is sooner or later than d: retried before it, the server refuses
+// again and its capacity is spent on the refusals; after it, the phase's
+// time is. With no end it is at most maxUnboundedRetryAt. A time at or
+// past end is not waited for: late is err saying so (in words), and no
+// retry is made, for the server asked for none before the deadline. A
+// zero time, one already past (a Retry-After of 0, one the Preserve
+// waited out itself) or a RetryAt that panics names no wait: d stands, so
+// a server that says "now" to every attempt gets the policy's waits
+// between them, not a retry loop with none.
+func (r *run) serverWait(err error, d time.Duration, end time.Time, deadline string, words retryWords) (time.Duration, error) {
+	at, ok := r.retryAt(err)
+	if !ok {
+		return d, nil
+	}
+	if !end.IsZero() && !at.Before(end) {
+		return d, fmt.Errorf("%w (not %s: the answer asks for %s before %s, past %s %s)", err, words.made, words.none,
+			at.UTC().Format(time.RFC3339Nano), deadline, end.UTC().Format(time.RFC3339Nano))
+	}
+	d = time.Until(at)
+	if end.IsZero() {
+		d = min(d, maxUnboundedRetryAt)
+	}
+	return d, nil
+}
+
 // A retryTimer is an error that carries the time its server asked not to
 // be asked again before: an HTTP answer's Retry-After (see Lister).
 type retryTimer interface{ RetryAt() time.Time }
@@ -190,7 +217,8 @@ type retryTimer interface{ RetryAt() time.Time }
 type retryWaker interface{ WaitRetry(ctx context.Context) }
 
 // retryAt returns the time err asks its retry to wait for (see
-// retryTimer), and whether it asks for one. A RetryAt that panics (a
+// retryTimer), and whether it asks for one: not with a zero time, nor one
+// already past. A RetryAt that panics (a
 // field of a wrapped error that is nil) asks for none: err is retried
 // with the backoff, and the Run's first such panic is logged at Error.
 func (r *run) retryAt(err error) (at time.Time, ok bool) {
@@ -208,7 +236,7 @@ func (r *run) retryAt(err error) (at time.Time, ok bool) {
 		}
 	}()
 	at = rt.RetryAt()
-	return at, !at.IsZero()
+	return at, !at.IsZero() && at.After(time.Now())
 }
 
 // sleepOrWake waits d on ctx, and reports false if ctx ended first. When

@@ -42,6 +42,23 @@ type Sandbox interface {
 	// then. The retry still starts only before the phase deadline (and
 	// the sandbox's): a wait the policy would end past it is made to it,
 	// and the retry follows only if WaitRetry returned before.
+	//
+	// An error may say when its server will answer (an API's 429 or 503
+	// with Retry-After to a pause, a gRPC server's pushback): one with a
+	// method RetryAt() time.Time in its chain that returns a time still
+	// to come is retried at that time, not when Config.BackOff says,
+	// whether sooner or later (its policy still says whether to retry at
+	// all), by the rule a listing's RetryAt keeps (see Lister): a time at
+	// or past the phase deadline, or the sandbox's own if earlier (its
+	// Config.SandboxTimeout, the hard deadline), is not waited for, and
+	// the sandbox ends Failed at once, its error naming that time; with
+	// no deadline at all, at most 5 minutes are waited. A zero time, or
+	// one already past (a Retry-After of 0, one the Preserve waited out
+	// itself), leaves the wait to the policy: a server that says "now" to
+	// every attempt gets its waits, not retries with none between them.
+	// A Preserve that waits for a Retry-After itself (pause/httpsource
+	// does, when it ends before ctx's deadline) returns no such error for
+	// it, and the retry is not delayed twice.
 	Preserve(ctx context.Context) error
 }
 
@@ -107,9 +124,11 @@ var ErrGone = errors.New("pause: sandbox gone or already preserved")
 // answer's Retry-After: pause/httpsource's overloaded listings have it)
 // is listed again at that time, not when Config.BackOff says (its policy
 // still says whether to list again, and a wait is 100 ms at least); a time
-// past the phase deadline is not waited for, and no listing is made again:
-// Report.ListErr says so. Without a phase deadline, at most 5 minutes are
-// waited. One with a method WaitRetry, as a Preserve's error (see
+// at or past the phase deadline is not waited for, and no listing is made
+// again: Report.ListErr says so. Without a phase deadline, at most 5
+// minutes are waited. A zero time, or one already past, names no wait:
+// the policy's stands. A Preserve's RetryAt keeps the same rule (see
+// Sandbox). One with a method WaitRetry, as a Preserve's error (see
 // Sandbox), ends the wait between listings when it returns (a wait past
 // the phase deadline made to it, as a Preserve's). Either method
 // that panics is ignored, the panic logged once per Run.

@@ -310,14 +310,18 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 			bo = r.cfg.newBackOff()
 			bo.Reset()
 		}
-		if !t.retryWait(r, ctx, bo.NextBackOff(), err) {
+		if again, late := t.retryWait(r, ctx, bo.NextBackOff(), err); !again {
+			if late != nil {
+				err = late
+			}
 			return result{outcome: Failed, end: time.Now(), err: err}
 		}
 	}
 }
 
 // retryWait waits d before the next attempt on ctx, the task's context, and
-// reports whether to make it.
+// reports whether to make it; when not for err's RetryAt, which ends past
+// a deadline, late is err saying so.
 // A retry is a new start of Preserve, so it keeps the rule every start
 // keeps: none after the phase deadline, nor once Run's context ended
 // (drain's Force). Its wait must therefore end by the phase deadline, as
@@ -326,26 +330,35 @@ func (t *task) try(ps *pass, sb Sandbox) result {
 // deadline, starts nothing either. Only an attempt already running may
 // run on to the hard deadline: a retry that started after the phase
 // deadline would take the reserves of the steps after the preserve phase.
+// An err that names the time its server asked not to be asked again
+// before (RetryAt, see Sandbox) waits until that time instead of d, by
+// the listing's rule (serverWait): a time at or past the earlier of the
+// two deadlines is not waited for, and the sandbox is not retried.
 // An err whose WaitRetry returns (see Sandbox: a key the server refused
 // has changed) ends the wait early; with one, a wait that would end past
 // a deadline is made to that deadline, and a retry follows only if
 // WaitRetry returned before it: a key that comes in the last seconds of
 // the phase still gets the sandbox preserved.
-func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error) bool {
+func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error) (again bool, late error) {
 	if d == backoff.Stop || r.phaseOver() {
-		return false
+		return false, nil
+	}
+	// The retry starts by the earlier deadline: the phase's, the sandbox's.
+	now := time.Now()
+	limit, deadline := r.phaseEnd(), "the phase deadline"
+	if dl, ok := ctx.Deadline(); ok && (limit.IsZero() || dl.Before(limit)) {
+		limit, deadline = dl, "the sandbox's deadline"
+	}
+	if d, late = r.serverWait(err, d, limit, deadline, preserveWords); late != nil {
+		return false, late
 	}
 	waker := errors.As(err, new(retryWaker))
-	now, phase := time.Now(), r.phaseEnd()
 	end := now.Add(d)
-	if dl, ok := ctx.Deadline(); ok && end.After(dl) {
-		end = dl
-	}
-	if !phase.IsZero() && end.After(phase) {
-		end = phase
+	if !limit.IsZero() && end.After(limit) {
+		end = limit
 	}
 	if !waker && end.Before(now.Add(d)) {
-		return false
+		return false, nil
 	}
 	if waker {
 		// Ends with ctx, and with Run's context (drain's Force).
@@ -354,19 +367,19 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error
 		defer cancel()
 		whole := end.Equal(now.Add(d)) // the policy's wait fits: no deadline cuts it
 		if !r.sleepOrWake(wctx, end.Sub(now), err) || r.ctx.Err() != nil || r.phaseOver() {
-			return false
+			return false, nil
 		}
-		return whole || time.Now().Before(end) // cut at a deadline: only if woken before it
+		return whole || time.Now().Before(end), nil // cut at a deadline: only if woken before it
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return !r.phaseOver()
+		return !r.phaseOver(), nil
 	case <-ctx.Done():
 	case <-r.ctx.Done():
 	}
-	return false
+	return false, nil
 }
 
 // call runs one attempt of the Preserve of sb, whose ID is id, and turns a

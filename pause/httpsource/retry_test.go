@@ -437,3 +437,29 @@ func TestKeyInTheLastSecondsOfThePhaseIsUsed(t *testing.T) {
 		})
 	}
 }
+
+// Fault: a pause answered 202 Accepted whose confirming listing asks
+// for no listing before a time past the deadline (row 1104's error) was
+// retried by the Preserver's backoff to the phase deadline: it sent the
+// pause again and again, each followed by a listing, the overloaded
+// server getting both at every retry. The Preserver now reads the
+// listing's RetryAt in the Preserve's error and ends the sandbox Failed
+// at once, naming it.
+func TestAcceptedPauseWhoseListingAsksPastTheDeadlineIsNotRetried(t *testing.T) {
+	w := newLoopWire(t, acceptedThenOverloaded(1000, "120"))
+	synctest.Test(t, func(t *testing.T) {
+		src := w.source(t, Config{})
+		p, err := pause.New(once([]pause.Sandbox{src.Sandbox("a")}), pause.Config{})
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+		a := entry(t, rep, "a")
+		assert.Equal(t, pause.Failed, a.Outcome, a.Error)
+		assert.Contains(t, a.Error, "answered 202 Accepted, not confirmed: the last listing failed, and asks for none before")
+		assert.Contains(t, a.Error, "(not retried: the answer asks for no retry before "+
+			start.Add(acceptedPollFirst+2*time.Minute).UTC().Format(time.RFC3339Nano)+", past the phase deadline")
+		assert.Len(t, w.times(http.MethodPost, "/sandboxes/a/pause"), 1)
+		assert.Len(t, w.times(http.MethodGet, "/sandboxes"), 1)
+		assert.Equal(t, acceptedPollFirst, a.End.Sub(start))
+	})
+}
