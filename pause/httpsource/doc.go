@@ -38,8 +38,10 @@
 // request again in the next free slot, no more at once than it handled;
 // answering the only one, its Retry-After is waited when it ends before
 // that deadline, and the sandbox is not asked again before that time
-// (see Source); a listing so answered is made again by the Preserver at
-// the time it names, never past the phase deadline (see pause.Lister).
+// (see Source), and when it ends past it the Preserver ends the sandbox
+// Failed at once (see pause.Sandbox); a listing so answered is made again
+// by the Preserver at the time it names, never past the phase deadline
+// (see pause.Lister).
 // Errors come classified for the Preserver (gone,
 // permanent, transient; see Source): a refusal of the key (401, 403) is
 // permanent with Config.APIKey and transient with Config.APIKeyFile,

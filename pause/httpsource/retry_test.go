@@ -438,6 +438,56 @@ func TestKeyInTheLastSecondsOfThePhaseIsUsed(t *testing.T) {
 	}
 }
 
+// Fault: a pause the server answered 429 with a Retry-After past the
+// deadline failed at once (the Source does not wait for it, nor send the
+// pause again before it), and the Preserver retried it on its backoff to
+// the phase deadline, each retry failing at once, the sandbox holding its
+// slot all the while: with one slot, the next sandbox started only when
+// it gave up, 59 s into a 60 s phase.
+// The error now carries the time the server named (RetryAt), and the
+// Preserver ends the sandbox Failed at once, naming it.
+func TestPauseRetryAfterPastTheDeadlineFreesItsSlot(t *testing.T) {
+	var bPauses atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.PathValue("id") == "a":
+			w.Header().Set("Retry-After", "120")
+		case bPauses.Add(1) == 1:
+			w.Header().Set("Retry-After", "3")
+		default:
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		http.Error(w, `{"message":"rate limited"}`, http.StatusTooManyRequests)
+	})
+	w := newLoopWire(t, mux)
+	synctest.Test(t, func(t *testing.T) {
+		src := w.source(t, Config{})
+		p, err := pause.New(once([]pause.Sandbox{src.Sandbox("a"), src.Sandbox("b")}), pause.Config{Limit: 1})
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+		a, b := entry(t, rep, "a"), entry(t, rep, "b")
+		assert.Equal(t, pause.Failed, a.Outcome, a.Error)
+		assert.Contains(t, a.Error, "429 Too Many Requests (retry after 2m0s)")
+		assert.Contains(t, a.Error, "(not retried: the answer asks for no retry before "+
+			start.Add(2*time.Minute).UTC().Format(time.RFC3339Nano)+", past the phase deadline")
+		assert.Equal(t, 1, a.Attempts)
+		assert.Zero(t, a.End.Sub(start), "a's slot freed at once")
+		assert.Len(t, w.times(http.MethodPost, "/sandboxes/a/pause"), 1)
+
+		// A Retry-After that fits is waited once, by the Source: the
+		// Preserver sees no error, and adds no wait of its own.
+		assert.Equal(t, pause.Preserved, b.Outcome, b.Error)
+		assert.Equal(t, 1, b.Attempts)
+		bs := w.times(http.MethodPost, "/sandboxes/b/pause")
+		require.Len(t, bs, 2)
+		assert.Equal(t, 3*time.Second, bs[1].Sub(bs[0]))
+		assert.Zero(t, bs[0].Sub(start))
+	})
+}
+
 // Fault: a pause answered 202 Accepted whose confirming listing asks
 // for no listing before a time past the deadline (row 1104's error) was
 // retried by the Preserver's backoff to the phase deadline: it sent the

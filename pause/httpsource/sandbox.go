@@ -106,7 +106,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		until := time.Now().Add(se.RetryAfter)
 		s.setNotBefore(b.id, holdOff{until, se})
 		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
-			return fmt.Errorf("%w: %w", se, errNoFit)
+			return &retryLater{err: fmt.Errorf("%w: %w", se, errNoFit), at: until}
 		}
 	}
 }
@@ -135,7 +135,7 @@ func (b *sandbox) confirm(ctx context.Context) error {
 	wait := acceptedPollFirst
 	var listErr error
 	for {
-		var lr *listRetry
+		var lr *retryLater
 		if errors.As(listErr, &lr) {
 			if dl, ok := ctx.Deadline(); ok && lr.at.After(dl) {
 				return fmt.Errorf("httpsource: pause %s: answered %d %s, not confirmed: the last listing failed, and asks for none before %s, past the deadline: %w",
@@ -343,11 +343,11 @@ func (b *sandbox) holdOff(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok && until.After(dl) {
 		if h.answer.RetryAfter == maxRetryAfter {
 			// Saturated: its time is no time the server named.
-			return fmt.Errorf("httpsource: pause %s: server asked to wait longer than any deadline (%w): %w",
-				b.id, h.answer, errNoFit)
+			return &retryLater{at: until, err: fmt.Errorf("httpsource: pause %s: server asked to wait longer than any deadline (%w): %w",
+				b.id, h.answer, errNoFit)}
 		}
-		return fmt.Errorf("httpsource: pause %s: server asked to wait until %s (%w): %w",
-			b.id, until.UTC().Format(time.RFC3339Nano), h.answer, errNoFit)
+		return &retryLater{at: until, err: fmt.Errorf("httpsource: pause %s: server asked to wait until %s (%w): %w",
+			b.id, until.UTC().Format(time.RFC3339Nano), h.answer, errNoFit)}
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()

@@ -416,6 +416,11 @@ func (c Config) resolve() config {
 // the wire, Retry-After is waited if it ends before the context's deadline;
 // otherwise Preserve returns the transient error at once, and a retry of the
 // same sandbox before the Retry-After time waits for it or fails at once.
+// That error, and one of a 202 Accepted pause whose confirming listing
+// asks for no listing before the deadline, carries the time the server
+// named (RetryAt): a Preserver ends the sandbox Failed at once, not
+// retrying it to the phase deadline in the slot it holds (see
+// pause.Sandbox).
 // A pause whose context ends while it waits for a slot returns the
 // context's error naming why it waited: its own overload answer (errors.As
 // finds that *StatusError), or the one that lowered the limit. A listing
@@ -646,28 +651,32 @@ func (s *Source) list(ctx context.Context) ([]item, error) {
 	if err != nil {
 		spanError(span, err)
 		if se := (*StatusError)(nil); errors.As(err, &se) && se.Overloaded() && !se.retryAt.IsZero() {
-			err = &listRetry{err: err, at: se.retryAt}
+			err = &retryLater{err: err, at: se.retryAt}
 		}
 	}
 	return items, err // with an error, the pages that answered (see partial)
 }
 
-// A listRetry is the error of a listing the server answered overloaded
-// with a Retry-After: its RetryAt is when the server asked to be listed
-// again, which a pause.Preserver waits for before it lists again (see
-// pause.Lister), where its backoff listed sooner (the server's capacity
-// spent on refusals) or later (the phase's time spent waiting).
-type listRetry struct {
+// A retryLater is the error of a request the server answered overloaded
+// with a Retry-After: its RetryAt is when the server asked to be asked
+// again. A pause.Preserver lists again then (see pause.Lister), where its
+// backoff listed sooner (the server's capacity spent on refusals) or
+// later (the phase's time spent waiting); a pause carries it only when
+// that time is past its context's deadline (the Source waits for an
+// earlier one itself), and the Preserver then ends the sandbox Failed at
+// once (see pause.Sandbox), where its backoff retried it to the phase
+// deadline, each retry failing at once, its slot held.
+type retryLater struct {
 	err error
 	at  time.Time
 }
 
-func (e *listRetry) Error() string { return e.err.Error() }
-func (e *listRetry) Unwrap() error { return e.err }
+func (e *retryLater) Error() string { return e.err.Error() }
+func (e *retryLater) Unwrap() error { return e.err }
 
 // RetryAt returns the time the answer's Retry-After names: when it came
 // plus the wait it asked for.
-func (e *listRetry) RetryAt() time.Time { return e.at }
+func (e *retryLater) RetryAt() time.Time { return e.at }
 
 func (s *Source) pages(ctx context.Context) ([]item, int, error) {
 	target := s.listURL
