@@ -23,7 +23,19 @@ import (
 // TestInVM runs every guest test below in one boot of the cached 6.12
 // kernel.
 func TestInVM(t *testing.T) {
-	vmtest.RunGuestTests(t, vmtest.Config{Run: "^TestGuest", Modules: []string{"ublk_drv"}, Timeout: 150 * time.Second})
+	vmtest.RunGuestTests(t, vmtest.Config{Run: "^TestGuest", Modules: []string{"ublk_drv"}, Timeout: 150 * time.Second, Env: raceOptions()})
+}
+
+// raceOptions passes the host's GORACE, when it is set, to the guest's tests, whose
+// environment is otherwise only what /init gives them: .ci/run sets the race runtime's
+// sleep at a program's exit to 50 ms, and in the guest, under TCG, every daemon that
+// exits on its own (each step test waits for it) and the guest test binary slept the
+// default second there.
+func raceOptions() []string {
+	if v, ok := os.LookupEnv("GORACE"); ok {
+		return []string{"GORACE=" + v}
+	}
+	return nil
 }
 
 const diskSize = 16 << 20
