@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +23,7 @@ import (
 	"github.com/drainkit/drainkit/internal/freeport"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1"
+	"github.com/drainkit/drainkit/internal/startsig/startsigtest"
 )
 
 // mainEnv makes the test binary run sandboxd's main with its arguments.
@@ -68,19 +67,7 @@ func TestSIGTERMAfterAFailedStartDoesNotCutTheTerminationMessage(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), failed) }, 30*time.Second, 10*time.Millisecond,
 		"sandboxd did not fail at -listen: %s", stderr)
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM), "the kubelet's, as the message is written")
-	require.Eventually(t, func() bool { return !sigtermPending(cmd.Process.Pid) }, 10*time.Second, time.Millisecond,
-		"the SIGTERM delivered")
-	r, err := os.OpenFile(msg, os.O_RDONLY|syscall.O_NONBLOCK, 0) // never waits for a writer that is gone
-	require.NoError(t, err)
-	defer r.Close()
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("sandboxd did not exit: %s", stderr)
-	}
-	data, err := io.ReadAll(r)
-	require.NoError(t, err)
+	data := startsigtest.SIGTERMAtFIFO(t, cmd.Process, msg, exited, stderr)
 	var exit *exec.ExitError
 	require.ErrorAs(t, p.waitErr, &exit)
 	require.False(t, exit.Sys().(syscall.WaitStatus).Signaled(), "sandboxd ended by the SIGTERM: no message\n%s", stderr)
@@ -111,22 +98,6 @@ func startSandboxd(t *testing.T, args ...string) *sandboxd {
 		<-p.exited
 	})
 	return p
-}
-
-// sigtermPending reports whether a SIGTERM sent to process pid waits to be delivered (its
-// bit in /proc/PID/status's ShdPnd); a process gone has none.
-func sigtermPending(pid int) bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return false
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "ShdPnd:"); ok {
-			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && mask&(1<<(syscall.SIGTERM-1)) != 0
-		}
-	}
-	return false
 }
 
 // Faults (rows 1113, 1114, 1115): when the state directory's file system was full (or

@@ -26,4 +26,6 @@
 //
 // Stop ends the catching: call it last, once the Report is written; a SIGTERM before
 // then (a restarted kubelet sends it again) must not end the process half-way through.
+// A server's Main, whose process exits once it returns, calls KeepUntilExit after Catch
+// as well: SIGTERM then stays caught past Stop, until the exit.
 package startsig

@@ -143,3 +143,22 @@ func (c *Catcher) Stop() {
 		c.wg.Wait()
 	})
 }
+
+// untilExit keeps SIGTERM caught until the process exits (KeepUntilExit). Nobody reads
+// it: os/signal sends without blocking and drops a signal that does not fit, and no
+// goroutine is left running.
+var untilExit = make(chan os.Signal, 1)
+
+// KeepUntilExit keeps SIGTERM caught from now until the process exits, for a server's
+// Main whose process exits once it returns (sandboxd, the supervisor, the gVisor worker).
+// Their Catcher (or the supervisor's own) stops last, once the Report, the termination
+// message and the learned rates are written, but before the process exits, and a SIGTERM
+// between the two (the kubelet's again: a restarted kubelet, a runtime that sends the
+// stop signal with every stop request) had its default action: status 143 where the
+// drain went well, or, after a start that failed, no termination message
+// (docs/faults.md rows 1112, 1116, 1117). Call it once the server catches SIGTERM itself
+// (after Catch), not before: a SIGTERM then must still end a process that no drain would
+// follow, not be dropped. Not for a caller that goes on after its server (a test that
+// serves in its own process): SIGTERM would be dropped there too. SIGINT keeps its
+// default action once the Catcher stops: a person's Ctrl-C ends the process, as asked.
+func KeepUntilExit() { signal.Notify(untilExit, syscall.SIGTERM) }

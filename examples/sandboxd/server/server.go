@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -99,8 +98,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error) 
 }
 
 // newServer is New; with exits (Main's, whose process exits once Run or New returns)
-// SIGTERM stays caught from the Catcher's start until the process exits, on untilExit:
-// Close stops the Catcher, and a SIGTERM between that and the exit (the kubelet's again:
+// SIGTERM stays caught from the Catcher's start until the process exits
+// (startsig.KeepUntilExit): Close stops the Catcher, and a SIGTERM between that and the exit (the kubelet's again:
 // a restarted kubelet, a runtime that sends the stop signal with every stop request) had
 // its default action, status 143 where the drain went well, and after a New that failed,
 // while Main wrote the termination message, no message (docs/faults.md row 1112). Not
@@ -115,7 +114,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, exits bool)
 	}
 	s := &Server{cfg: cfg, logger: logger, signals: startsig.Catch(logger, "sandboxd")}
 	if exits {
-		signal.Notify(untilExit, syscall.SIGTERM)
+		startsig.KeepUntilExit()
 	}
 	if err := s.open(ctx); err != nil {
 		s.Close()
@@ -365,10 +364,6 @@ func (s *Server) pod() *kube.Pod {
 	podstart.Read(pod, s.logger) // before drain.New: a POD_NAME or POD_UID not naming the pod is said at start
 	return pod
 }
-
-// untilExit keeps SIGTERM caught until the process exits (newServer with exits). Nobody
-// reads it: os/signal drops a signal that does not fit, and no goroutine is left running.
-var untilExit = make(chan os.Signal, 1)
 
 // startingHook is a test's: it holds New once the device daemon runs, for a SIGTERM then.
 var startingHook = func() {}

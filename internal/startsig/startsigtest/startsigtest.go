@@ -5,7 +5,9 @@ package startsigtest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,4 +68,44 @@ func CountedFromSIGTERM(t *testing.T, reportFile string, sent, released time.Tim
 	assert.True(t, rep.Budget.Start.Before(released), "the budget counts from the SIGTERM (%v), not from the start's end (%v)",
 		rep.Budget.Start, released)
 	assert.WithinDuration(t, sent, rep.Budget.Start, 5*time.Second)
+}
+
+// SIGTERMAtFIFO sends proc SIGTERM while it waits to write fifo, a FIFO nobody reads yet
+// (its termination message, or a file its exit is held at), waits until the signal is
+// delivered, then reads fifo and returns what proc wrote there by the time exited (closed
+// once proc has exited) is closed. A SIGTERM with its default action ends proc there,
+// before it writes anything; a SIGTERM it keeps caught leaves it writing and exiting as
+// it would have. It fails the test if proc does not exit within 30 s.
+func SIGTERMAtFIFO(t *testing.T, proc *os.Process, fifo string, exited <-chan struct{}, stderr fmt.Stringer) []byte {
+	t.Helper()
+	require.NoError(t, proc.Signal(syscall.SIGTERM), "the kubelet's again, as the process writes")
+	require.Eventually(t, func() bool { return !sigtermPending(proc.Pid) }, 10*time.Second, time.Millisecond,
+		"the SIGTERM delivered")
+	r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0) // never waits for a writer that is gone
+	require.NoError(t, err)
+	defer r.Close()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the process did not exit: %s", stderr)
+	}
+	data, err := io.ReadAll(r)
+	require.NoError(t, err)
+	return data
+}
+
+// sigtermPending reports whether a SIGTERM sent to process pid waits to be delivered (its
+// bit in /proc/PID/status's ShdPnd); a process gone has none.
+func sigtermPending(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for l := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "ShdPnd:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(syscall.SIGTERM-1)) != 0
+		}
+	}
+	return false
 }
