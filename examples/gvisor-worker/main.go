@@ -22,7 +22,10 @@ func main() {
 // shutdown lost sandboxes, the worker could not start, its serving stopped on its own (it
 // then drained at once: serve) or the Report could not be written, 2 for bad usage (a
 // -grace too short for the plan included). When it could not start (bad usage included)
-// the termination message says why.
+// the termination message says why. Once the worker holds its signals (its flags valid)
+// and until the process exits, a SIGTERM ends nothing: it drains, or, once the drain is
+// over or the start failed, it is dropped; the caller must exit with the status Main
+// returns.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg, err := parseFlags(args, stderr)
@@ -37,6 +40,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		startFailed(cfg, err, stderr, logger)
 		return 2
 	}
+	cfg.exits = true // SIGTERM caught until the exit
 	w, err := newWorker(cfg, logger)
 	if err != nil {
 		startFailed(cfg, err, stderr, logger)

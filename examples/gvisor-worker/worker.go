@@ -82,6 +82,9 @@ type config struct {
 	// Kube reaches the API server; its zero value is the pod's mounted service account.
 	// No flag sets it: the tests' API server on loopback.
 	Kube kube.Config
+	// exits is Main's: the process exits once Main returns, so SIGTERM stays caught from
+	// the Catcher's start until the exit (startsig.KeepUntilExit). No flag sets it.
+	exits bool
 }
 
 func parseFlags(args []string, output io.Writer) (config, error) {
@@ -500,6 +503,12 @@ const maxConcurrency = 32
 // newWorker loads the checkpointed sandboxes, builds the Drainer and listens.
 func newWorker(cfg config, logger *slog.Logger) (*Worker, error) {
 	w := &Worker{cfg: cfg, logger: logger, signals: startsig.Catch(logger, "the worker")}
+	if cfg.exits {
+		// close stops the Catcher before the exit, and a SIGTERM between the two (the
+		// kubelet's again) had its default action: status 143 where the drain went well,
+		// or, after a start that failed, no termination message (docs/faults.md row 1116).
+		startsig.KeepUntilExit()
+	}
 	if err := w.open(); err != nil {
 		w.close()
 		return nil, err
@@ -832,7 +841,8 @@ func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
 }
 
 // close stops gRPC, the sandbox node's timeouts, the learned rates, the state
-// directory's lock and the signals, and reports whether grpc's Stop returned: when it did
+// directory's lock and the signals (SIGTERM stays caught after that in Main's worker,
+// until the process exits: config.exits), and reports whether grpc's Stop returned: when it did
 // not (stopWait), Serve has not returned either and is not to be waited for.
 func (w *Worker) close() (grpcStopped bool) {
 	defer w.signals.Stop()  // last: until the process exits, a SIGTERM must not end it half-way

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/internal/logbuf"
+	"github.com/drainkit/drainkit/internal/startsig/startsigtest"
+)
+
+// Fault (row 1116): the worker stopped catching its signals at the end of close (the
+// Catcher's Stop, last), before the process exits, and a SIGTERM between the two (the
+// kubelet's again: a restarted kubelet, a runtime that sends the stop signal with every
+// stop request) had its default action. After a start that failed, that is while Main
+// writes the termination message, the one account of why: the worker ended by the
+// signal, status 143 where 1 was due, and no message. Here the start fails at the -listen
+// address another process holds, and the termination message is a FIFO that nobody reads
+// until the SIGTERM has come:
+//
+//	worker:  "-listen: ... address already in use", close: the Catcher stopped
+//	         opens the termination message to write it: waits for a reader
+//	kubelet: SIGTERM          before: the worker ends by it (143), no message
+//	test:    reads the FIFO   after: the message, exit status 1
+//
+// Real process: this test binary, re-executed as the worker.
+func TestSIGTERMAfterAFailedStartDoesNotCutTheWorkersTerminationMessage(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	dir := t.TempDir()
+	msg := filepath.Join(dir, "termination-log")
+	require.NoError(t, syscall.Mkfifo(msg, 0o600))
+	p := startWorkerMain(t, "-state-dir", dir, "-listen", busy.Addr().String(), "-termination-log", msg)
+	cmd, stderr, exited := p.cmd, &p.stderr, p.exited
+	const failed = "gvisor-worker: -listen: " // said before the message is written
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), failed) }, 30*time.Second, 10*time.Millisecond,
+		"the worker did not fail at -listen: %s", stderr)
+
+	data := startsigtest.SIGTERMAtFIFO(t, cmd.Process, msg, exited, stderr)
+	var exit *exec.ExitError
+	require.ErrorAs(t, p.waitErr, &exit)
+	require.False(t, exit.Sys().(syscall.WaitStatus).Signaled(), "the worker ended by the SIGTERM: no message\n%s", stderr)
+	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
+	assert.Contains(t, string(data), "gvisor-worker: could not start: -listen: ", "the termination message")
+}
+
+// workerMain is the worker running as a real process: this test binary, re-executed.
+type workerMain struct {
+	cmd     *exec.Cmd
+	stderr  logbuf.Buffer
+	exited  chan struct{} // closed once it has exited; waitErr is then its Wait's
+	waitErr error
+}
+
+// startWorkerMain starts the worker with args after "-runtime fake -pause-latency 10ms
+// -grace 4s", killed at the test's end if it still runs.
+func startWorkerMain(t *testing.T, args ...string) *workerMain {
+	t.Helper()
+	p := &workerMain{exited: make(chan struct{})}
+	p.cmd = exec.Command(os.Args[0], append([]string{"-runtime", "fake", "-pause-latency", "10ms", "-grace", "4s"}, args...)...)
+	p.cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	p.cmd.Stderr = &p.stderr
+	require.NoError(t, p.cmd.Start())
+	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
+}
