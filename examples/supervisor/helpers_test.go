@@ -54,7 +54,9 @@ func runHelper(role string, args []string) int {
 	switch role {
 	case "supervisor":
 		holdBeforeMain()
-		return Main(context.Background(), args, os.Stderr)
+		code := Main(context.Background(), args, os.Stderr)
+		holdAfterMain(code)
+		return code
 	case "naiveserver":
 		return naiveserver.Main(args, os.Stderr)
 	case "agentenv":

@@ -20,6 +20,7 @@ import (
 	"github.com/drainkit/drainkit/internal/durflag"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/listenaddr"
+	"github.com/drainkit/drainkit/internal/startsig"
 	"github.com/drainkit/drainkit/internal/termmsg"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -31,9 +32,15 @@ func main() {
 // Main runs the supervisor with the command-line args (without the program
 // name) and returns the exit status: the server's, 2 for bad usage, 1 when
 // the supervisor could not start. When it could not start (bad usage
-// included) the termination message says why.
+// included) the termination message says why. From its start until the
+// process exits a SIGTERM ends nothing: it drains, or, once the drain is
+// over, it is dropped; the caller must exit with the status Main returns.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	sigs := catchSignals(slog.New(slog.NewTextHandler(stderr, nil))) // first: a SIGTERM from now on is the drain's
+	// Close stops catching before the exit, and a SIGTERM between the two (the kubelet's
+	// again) had its default action: status 143 for a drain that went well
+	// (docs/faults.md row 1117). It stays caught until the process exits.
+	startsig.KeepUntilExit()
 	defer sigs.Close()
 	cfg, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {

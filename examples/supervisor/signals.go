@@ -142,10 +142,11 @@ func (c *caught) begin() (os.Signal, time.Time) {
 	return c.first, c.at
 }
 
-// Close stops catching the signals, which have their default action again,
-// and returns once the relay has ended. Call it last: a SIGTERM before then
-// (a restarted kubelet sends it again) must not end the supervisor half-way
-// through its Report.
+// Close stops catching the signals, which have their default action again
+// (but SIGTERM in Main's process: startsig.KeepUntilExit keeps it caught
+// until the exit), and returns once the relay has ended. Call it last: a
+// SIGTERM before then (a restarted kubelet sends it again) must not end the
+// supervisor half-way through its Report.
 func (c *caught) Close() {
 	c.once.Do(func() {
 		signal.Stop(c.in)
