@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Faults (rows 1118, 1119): when the state directory's file system was full (or
+// read-only) at the drain's end, the worker's Report could not be written, and the one an
+// earlier shutdown left stayed: read after the drain (drainkit report, a person once the
+// pod and its last state are gone: the state directory is a hostPath that outlives them),
+// it was taken for this one's. It is removed now, said at ERROR, and on a full file
+// system this Report is written in the space it freed (row 1119); when it does not fit
+// there either, the termination message, the log and the exit status say it was not
+// written.
+//
+//	an earlier shutdown's Report in a 256 KiB tmpfs, the state directory: one page
+//	the worker serving (no sandboxes, or 24 whose checkpoints will fail), the tmpfs filled up
+//	SIGTERM: the drain; the Report's write fails, ENOSPC
+//	  no sandboxes: this Report (a page) written where the earlier one was: exit 0
+//	  24 lost: this Report, larger than the page freed, does not fit: none there, exit 1
+//	  before: the earlier Report still there, exit 1
+//
+// Real process and a real full file system: this test binary, re-executed as the worker.
+func TestWorkersReportThatCannotBeWrittenLeavesNoEarlierOneInItsPlace(t *testing.T) {
+	for _, n := range []int{0, 24} {
+		t.Run(fmt.Sprintf("%d sandboxes", n), func(t *testing.T) { workerReportOnAFullFileSystem(t, n) })
+	}
+}
+
+// workerReportOnAFullFileSystem drains n sandboxes with the state directory's file system full.
+func workerReportOnAFullFileSystem(t *testing.T, n int) {
+	state := t.TempDir()
+	if err := syscall.Mount("tmpfs", state, "tmpfs", 0, "size=256k"); err != nil {
+		t.Skipf("a tmpfs of its own needs root: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(state, syscall.MNT_DETACH) })
+	report := filepath.Join(state, reportFile)
+	const earlier = "2026-12-05T10:00:00Z"
+	require.NoError(t, os.WriteFile(report, []byte(`{"start": "`+earlier+`", "preserve": {"counts": {"preserved": 4}}}`), 0o600))
+	sock := filepath.Join(state, "w.sock")
+	msg := filepath.Join(t.TempDir(), "termination-log")
+	p := startWorkerMain(t, "-state-dir", state, "-socket", sock, "-termination-log", msg)
+	stderr := &p.stderr
+	waitSocket(t, sock, stderr)
+	c := dial(t, sock)
+	for range n {
+		_, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+	}
+	fillUp(t, filepath.Join(state, "filler"))
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker did not exit: %s", stderr)
+	}
+	data, err := os.ReadFile(msg)
+	require.NoError(t, err)
+	if n == 0 {
+		require.NoError(t, p.waitErr, "%s", stderr)
+		var rep struct{ Start time.Time }
+		written, err := os.ReadFile(report)
+		require.NoError(t, err, "this drain's Report, where the earlier one was (row 1119)")
+		require.NoError(t, json.Unmarshal(written, &rep))
+		assert.NotEqual(t, earlier, rep.Start.Format(time.RFC3339), "this drain's, not the earlier one")
+		assert.Contains(t, string(data), "full report: "+report)
+		assert.Contains(t, stderr.String(), "the Report written in the space of an earlier shutdown's")
+		return
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, p.waitErr, &exit, "%s", stderr)
+	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
+	assert.NoFileExists(t, report, "an earlier shutdown's Report, taken for this one's")
+	assert.Contains(t, string(data), "the full report could not be written: ")
+	assert.Contains(t, string(data), "no space left on device")
+	assert.Contains(t, stderr.String(), "an earlier shutdown's removed, so it is not taken for this one's")
+	assert.True(t, strings.Contains(string(data), fmt.Sprintf("%d of %d", n, n)), "every sandbox lost: %s", data)
+}
+
+// fillUp writes path until its file system has no space left.
+func fillUp(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	block := make([]byte, 4096)
+	for {
+		if _, err := f.Write(block); err != nil {
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			return
+		}
+	}
+}
