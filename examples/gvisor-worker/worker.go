@@ -29,9 +29,9 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/podstart"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
-	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/durflag"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
+	"github.com/drainkit/drainkit/internal/lastreport"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/startsig"
 	"github.com/drainkit/drainkit/internal/statedir"
@@ -826,14 +826,14 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 // when serving stopped on its own, to the termination message path, so the pod's last
 // state says what happened; a failure to write the summary is logged and does not change
 // the exit. It returns the error of writing the Report; when it cannot be written, the
-// Report an earlier shutdown left is not left in its place (replaceEarlierReport).
+// Report an earlier shutdown left is removed, not left in its place, and on a full file
+// system this one written in the space that freed (lastreport.Write; docs/faults.md
+// rows 1118, 1119).
 func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
 	reportPath := filepath.Join(w.cfg.StateDir, reportFile)
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err == nil { // an empty file is not a Report: a Report that does not encode is an error
-		if err = durable.WriteFile(reportPath, data, 0o600); err != nil {
-			err = w.replaceEarlierReport(reportPath, data, err)
-		}
+		err = lastreport.Write(reportPath, data, 0o600, w.logger)
 	}
 	extra := termmsg.ServerLines("gvisor-worker", stopped, reportPath, err)
 	path, explicit := termmsg.Path(w.cfg.TerminationLog)
@@ -841,33 +841,6 @@ func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
 		w.logger.Warn("termination message not written", "error", werr)
 	}
 	return err
-}
-
-// replaceEarlierReport is writeReport's when the Report could not be written to path
-// (werr: the state directory's file system full, or read-only): the Report an earlier
-// shutdown left there is removed, which stayed and was read as this shutdown's (by
-// drainkit report, by a person once the pod and its last state are gone: "preserved 4"
-// of a drain that lost them; docs/faults.md row 1118). On a full file system the space it
-// freed is what this Report needs, as large or nearly: data is written there once more
-// (row 1119). It returns nil when data was written, else werr, which says so when the
-// earlier Report could not be removed either. Removing needs no space.
-func (w *Worker) replaceEarlierReport(path string, data []byte, werr error) error {
-	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
-		return werr // none, or not a Report (a directory mounted there)
-	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("%w; %s is an earlier shutdown's Report, not this one's, and removing it failed too: %v", werr, path, err)
-	}
-	if errors.Is(werr, syscall.ENOSPC) && durable.WriteFile(path, data, 0o600) == nil {
-		w.logger.Warn("the Report written in the space of an earlier shutdown's, removed first: the state directory's file system is full",
-			"file", path, "error", werr)
-		return nil
-	}
-	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
-		w.logger.Warn("an earlier shutdown's Report removed, but not durably: a crash may bring it back", "file", path, "error", err)
-	}
-	w.logger.Error("the Report could not be written: an earlier shutdown's removed, so it is not taken for this one's", "file", path, "error", werr)
-	return werr
 }
 
 // close stops gRPC, the sandbox node's timeouts, the learned rates, the state

@@ -23,9 +23,9 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/podstart"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/internal/store"
-	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
+	"github.com/drainkit/drainkit/internal/lastreport"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/promexport"
 	"github.com/drainkit/drainkit/internal/runsc"
@@ -639,40 +639,17 @@ func (s *Server) holdWhileDaemonServes() {
 	})
 }
 
-// writeReport writes rep into the state directory, atomically and durably. When it
-// cannot (the state directory's file system full, or read-only), the Report an earlier
-// shutdown left there is removed: left, it was read as this shutdown's (by drainkit
-// report, by a person once the pod and its last state are gone), "preserved 2" of a drain
-// that lost both (docs/faults.md row 1113). Removing needs no space; when it fails too,
-// the error says the file there is an earlier shutdown's. On a full file system
-// (ENOSPC) this Report is written once more in the space the earlier one freed.
+// writeReport writes rep into the state directory, atomically and durably, by
+// lastreport's rule: when it cannot (the state directory's file system full, or
+// read-only), the Report an earlier shutdown left there is removed, not read as this
+// one's (docs/faults.md row 1113), and on a full file system this one is written once
+// more in the space that freed (row 1115).
 func (s *Server) writeReport(rep *drain.Report) error {
-	path := filepath.Join(s.cfg.StateDir, ReportFile)
 	data, err := json.MarshalIndent(rep, "", "  ")
-	if err == nil {
-		err = durable.WriteFile(path, data, 0o600)
+	if err != nil {
+		return err
 	}
-	if err == nil {
-		return nil
-	}
-	if fi, lerr := os.Lstat(path); lerr != nil || !fi.Mode().IsRegular() {
-		return err // none, or not a Report (a directory mounted there)
-	}
-	if rerr := os.Remove(path); rerr != nil {
-		return fmt.Errorf("%w; %s is an earlier shutdown's Report, not this one's, and removing it failed too: %v", err, path, rerr)
-	}
-	// On a full file system the space the earlier Report held is what this one needs, as
-	// large or nearly: it goes there.
-	if errors.Is(err, syscall.ENOSPC) && durable.WriteFile(path, data, 0o600) == nil {
-		s.logger.Warn("the Report written in the space of an earlier shutdown's, removed first: the state directory's file system is full",
-			"file", path, "error", err)
-		return nil
-	}
-	if serr := durable.SyncDir(s.cfg.StateDir); serr != nil {
-		s.logger.Warn("an earlier shutdown's Report removed, but not durably: a crash may bring it back", "file", path, "error", serr)
-	}
-	s.logger.Error("the Report could not be written: an earlier shutdown's removed, so it is not taken for this one's", "file", path, "error", err)
-	return err
+	return lastreport.Write(filepath.Join(s.cfg.StateDir, ReportFile), data, 0o600, s.logger)
 }
 
 // preserved counts the preserved sandboxes of a Preserver report (nil: none).

@@ -1,0 +1,18 @@
+// Package lastreport writes the Report of a drain to the file that holds the last
+// shutdown's, by the one rule sandboxd, the supervisor and the gVisor worker keep: no file
+// there describes another drain.
+//
+// The file outlives the pod (a hostPath state directory, a -report volume) and is read
+// after it (drainkit report, a person once the pod and its last state are gone). When a
+// Report cannot be written (the file system full or read-only), the earlier shutdown's
+// left in its place was read as this one's: "preserved 2" of a drain that lost both
+// (docs/faults.md rows 1113, 1118, 1138). Write removes it instead, says so at ERROR, and
+// on a full file system writes the Report once more in the space it freed (rows 1115,
+// 1119):
+//
+//	data, err := json.MarshalIndent(rep, "", "  ")
+//	if err == nil {
+//		err = lastreport.Write(path, data, 0o600, logger)
+//	}
+//	// err != nil: no Report at path, this drain's or another's (unless the error says so)
+package lastreport
