@@ -132,7 +132,9 @@
 //     which the note says, or the daemon step failed: a
 //     device left, the daemon killed or crashed, which the note names, or
 //     the Report could not be written, which the termination message says
-//     instead of naming the file). SIGTERM and SIGINT go to the drain's
+//     instead of naming the file; the Report an earlier shutdown left there is
+//     then removed, not taken for this one's, and on a full file system this
+//     one written in the space it freed). SIGTERM and SIGINT go to the drain's
 //     ServeSignals, so the Report says which began the termination and
 //     which came during it (drain.Report.Cause, Signals). A SIGINT during the termination forces (a SIGTERM again does not: the pod's deletion is read again): the preStop wait ends, no
 //     new pause is sent, and each step gets only its reserve; pauses already

@@ -28,9 +28,9 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/daemonhold"
 	"github.com/drainkit/drainkit/examples/internal/podstart"
-	"github.com/drainkit/drainkit/internal/durable"
 	"github.com/drainkit/drainkit/internal/follow"
 	"github.com/drainkit/drainkit/internal/kubeletconf"
+	"github.com/drainkit/drainkit/internal/lastreport"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logonce"
 	"github.com/drainkit/drainkit/internal/measured"
@@ -1087,8 +1087,9 @@ func (r *Report) lostOutsideDrain() int {
 // written. A Report that could not be written (a full disk, its volume
 // gone) is no clean exit, as for sandboxd and gvisor-worker: the exit
 // status is 1 at least, and the termination message says the full report
-// could not be written, and why, where it would name the file (which holds
-// the previous shutdown's Report, or nothing).
+// could not be written, and why, where it would name the file; the file
+// then holds nothing, not the previous shutdown's Report, which was read as
+// this one's (writeReport; docs/faults.md row 1138).
 func (s *supervisor) finish(rep *Report) {
 	reportErr := s.writeReport(rep)
 	if reportErr != nil {
@@ -1112,7 +1113,11 @@ func (s *supervisor) finish(rep *Report) {
 	s.writeTerminationMessage(rep, reportErr)
 }
 
-// writeReport writes rep to -report, if set, atomically and durably.
+// writeReport writes rep to -report, if set, atomically and durably, by
+// lastreport's rule: when it cannot (its file system full, or read-only),
+// the Report an earlier shutdown left there is removed, where it stayed and
+// was taken for this one's (docs/faults.md row 1138), and on a full file
+// system this one is written once more in the space that freed.
 func (s *supervisor) writeReport(rep *Report) error {
 	if s.cfg.report == "" {
 		return nil
@@ -1121,7 +1126,7 @@ func (s *supervisor) writeReport(rep *Report) error {
 	if err != nil {
 		return err
 	}
-	return durable.WriteFile(s.cfg.report, append(b, '\n'), 0o666)
+	return lastreport.Write(s.cfg.report, append(b, '\n'), 0o666, s.log)
 }
 
 // hookRoutes serves the preStop hook on its own listener, guarded: only a
