@@ -23,7 +23,7 @@ import (
 // it was taken for this one's. It is removed now, said at ERROR, and on a full file
 // system this Report is written in the space it freed (row 1119); when it does not fit
 // there either, the termination message, the log and the exit status say it was not
-// written.
+// written, and the exit's last line says so at ERROR, counting the sandboxes (row 1139).
 //
 //	an earlier shutdown's Report in a 256 KiB tmpfs, the state directory: one page
 //	the worker serving (no sandboxes, or 24 whose checkpoints will fail), the tmpfs filled up
@@ -78,6 +78,7 @@ func workerReportOnAFullFileSystem(t *testing.T, n int) {
 		assert.NotEqual(t, earlier, rep.Start.Format(time.RFC3339), "this drain's, not the earlier one")
 		assert.Contains(t, string(data), "full report: "+report)
 		assert.Contains(t, stderr.String(), "the Report written in the space of an earlier shutdown's")
+		assert.Contains(t, stderr.String(), `level=INFO msg="gvisor-worker exiting" preserved=0 lost=0 `)
 		return
 	}
 	var exit *exec.ExitError
@@ -88,6 +89,9 @@ func workerReportOnAFullFileSystem(t *testing.T, n int) {
 	assert.Contains(t, string(data), "no space left on device")
 	assert.Contains(t, stderr.String(), "an earlier shutdown's removed, so it is not taken for this one's")
 	assert.True(t, strings.Contains(string(data), fmt.Sprintf("%d of %d", n, n)), "every sandbox lost: %s", data)
+	// The exit's reasons at ERROR, the sandboxes counted, where the Report's error was a
+	// bare line with no level (row 1139).
+	assert.Regexp(t, fmt.Sprintf(`level=ERROR msg="gvisor-worker exiting" preserved=0 lost=%d headroom=\S+ err=".*no space left on device`, n), stderr.String())
 }
 
 // fillUp writes path until its file system has no space left.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/pid1"
 	"github.com/drainkit/drainkit/internal/termmsg"
+	"github.com/drainkit/drainkit/pause"
 )
 
 func main() {
@@ -21,8 +22,9 @@ func main() {
 // Main runs the worker and returns its exit status: 0 after a clean shutdown, 1 when the
 // shutdown lost sandboxes, the worker could not start, its serving stopped on its own (it
 // then drained at once: serve) or the Report could not be written, 2 for bad usage (a
-// -grace too short for the plan included). When it could not start (bad usage included)
-// the termination message says why. Once the worker holds its signals (its flags valid)
+// -grace too short for the plan included). After a drain its last line, "gvisor-worker
+// exiting", counts the sandboxes preserved and lost, at ERROR with every reason for a 1.
+// When it could not start (bad usage included) the termination message says why. Once the worker holds its signals (its flags valid)
 // and until the process exits, a SIGTERM ends nothing: it drains, or, once the drain is
 // over or the start failed, it is dropped; the caller must exit with the status Main
 // returns.
@@ -49,14 +51,23 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		return 1
 	}
-	rep, err := w.serve(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, "gvisor-worker:", err)
+	rep, runErr := w.serve(ctx)
+	if runErr != nil {
+		fmt.Fprintln(stderr, "gvisor-worker:", runErr)
+	}
+	// The last line says every reason for exit status 1 at ERROR, counting the sandboxes,
+	// as sandboxd's does (docs/faults.md row 1114): a Report that could not be written (a
+	// full state directory) was a bare line with no level (row 1139).
+	preserved := 0
+	if rep.Preserve != nil {
+		preserved = rep.Preserve.Counts[pause.Preserved]
+	}
+	attrs := []any{"preserved", preserved, "lost", rep.Lost(), "headroom", rep.Headroom}
+	if err := errors.Join(runErr, rep.Err()); err != nil {
+		logger.Error("gvisor-worker exiting", append(attrs, "err", err)...)
 		return 1
 	}
-	if rep.Err() != nil {
-		return 1
-	}
+	logger.Info("gvisor-worker exiting", attrs...)
 	return 0
 }
 
