@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -41,11 +42,7 @@ func TestWorkersReportThatCannotBeWrittenLeavesNoEarlierOneInItsPlace(t *testing
 
 // workerReportOnAFullFileSystem drains n sandboxes with the state directory's file system full.
 func workerReportOnAFullFileSystem(t *testing.T, n int) {
-	state := t.TempDir()
-	if err := syscall.Mount("tmpfs", state, "tmpfs", 0, "size=256k"); err != nil {
-		t.Skipf("a tmpfs of its own needs root: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(state, syscall.MNT_DETACH) })
+	state := lastreporttest.Tmpfs(t, "256k")
 	report := filepath.Join(state, reportFile)
 	const earlier = "2026-12-05T10:00:00Z"
 	require.NoError(t, os.WriteFile(report, []byte(`{"start": "`+earlier+`", "preserve": {"counts": {"preserved": 4}}}`), 0o600))
@@ -59,7 +56,7 @@ func workerReportOnAFullFileSystem(t *testing.T, n int) {
 		_, err := c.Run(context.Background(), &RunRequest{})
 		require.NoError(t, err)
 	}
-	fillUp(t, filepath.Join(state, "filler"))
+	lastreporttest.FillUp(t, filepath.Join(state, "filler"))
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
@@ -92,19 +89,4 @@ func workerReportOnAFullFileSystem(t *testing.T, n int) {
 	// The exit's reasons at ERROR, the sandboxes counted, where the Report's error was a
 	// bare line with no level (row 1139).
 	assert.Regexp(t, fmt.Sprintf(`level=ERROR msg="gvisor-worker exiting" preserved=0 lost=%d headroom=\S+ err=".*no space left on device`, n), stderr.String())
-}
-
-// fillUp writes path until its file system has no space left.
-func fillUp(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	block := make([]byte, 4096)
-	for {
-		if _, err := f.Write(block); err != nil {
-			require.ErrorIs(t, err, syscall.ENOSPC)
-			return
-		}
-	}
 }

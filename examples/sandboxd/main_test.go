@@ -21,6 +21,7 @@ import (
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/freeport"
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1"
 	"github.com/drainkit/drainkit/internal/startsig/startsigtest"
@@ -125,11 +126,7 @@ func TestReportThatCannotBeWrittenLeavesNoEarlierOneInItsPlace(t *testing.T) {
 
 // reportOnAFullFileSystem drains n sandboxes with the state directory's file system full.
 func reportOnAFullFileSystem(t *testing.T, n int) {
-	state := t.TempDir()
-	if err := syscall.Mount("tmpfs", state, "tmpfs", 0, "size=256k"); err != nil {
-		t.Skipf("a tmpfs of its own needs root: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(state, syscall.MNT_DETACH) })
+	state := lastreporttest.Tmpfs(t, "256k")
 	report := filepath.Join(state, server.ReportFile)
 	const earlier = "2026-12-05T10:00:00Z"
 	require.NoError(t, os.WriteFile(report, []byte(`{"start": "`+earlier+`", "preserve": {"counts": {"preserved": 2}}}`), 0o600))
@@ -148,7 +145,7 @@ func reportOnAFullFileSystem(t *testing.T, n int) {
 		resp.Body.Close()
 		require.Equal(t, http.StatusCreated, resp.StatusCode)
 	}
-	fill(t, filepath.Join(state, "filler"))
+	lastreporttest.FillUp(t, filepath.Join(state, "filler"))
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
@@ -178,19 +175,4 @@ func reportOnAFullFileSystem(t *testing.T, n int) {
 	assert.Contains(t, stderr.String(), "sandboxd: writing the report: ")
 	assert.Contains(t, stderr.String(), fmt.Sprintf(`level=ERROR msg="sandboxd exiting" preserved=0 lost=%d`, n), "row 1114")
 	assert.Contains(t, stderr.String(), `err="writing the report: `, "row 1114")
-}
-
-// fill writes path until its file system has no space left.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	block := make([]byte, 4096)
-	for {
-		if _, err := f.Write(block); err != nil {
-			require.ErrorIs(t, err, syscall.ENOSPC)
-			return
-		}
-	}
 }

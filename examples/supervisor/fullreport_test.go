@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,12 +30,7 @@ import (
 // Real processes and a real full file system.
 func TestReportOnAFullFileSystemReplacesTheEarlierShutdowns(t *testing.T) {
 	dir := t.TempDir()
-	reports := filepath.Join(dir, "reports")
-	require.NoError(t, os.Mkdir(reports, 0o755))
-	if err := syscall.Mount("tmpfs", reports, "tmpfs", 0, "size=256k"); err != nil {
-		t.Skipf("a tmpfs of its own needs root: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(reports, syscall.MNT_DETACH) })
+	reports := lastreporttest.Tmpfs(t, "256k")
 	report, termLog := filepath.Join(reports, "report.json"), filepath.Join(dir, "termination-log")
 	const earlier = "an earlier shutdown's"
 	// Two pages: as large as this drain's Report or larger, as a Report of more sandboxes is.
@@ -48,7 +44,7 @@ func TestReportOnAFullFileSystemReplacesTheEarlierShutdowns(t *testing.T) {
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/healthz") == 200 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return get(ctx, "http://"+api+"/healthz") != 0 }, 10*time.Second, 20*time.Millisecond)
-	fillUp(t, filepath.Join(reports, "filler"))
+	lastreporttest.FillUp(t, filepath.Join(reports, "filler"))
 
 	sup.signal(t, syscall.SIGTERM)
 	code := sup.exitCode(t, 15*time.Second)
@@ -59,19 +55,4 @@ func TestReportOnAFullFileSystemReplacesTheEarlierShutdowns(t *testing.T) {
 	assert.Contains(t, log.String(), "the Report written in the space of an earlier shutdown's")
 	msg := readFile(t, termLog)
 	assert.Contains(t, msg, "full report: "+report)
-}
-
-// fillUp writes path until its file system has no space left.
-func fillUp(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	block := make([]byte, 4096)
-	for {
-		if _, err := f.Write(block); err != nil {
-			require.ErrorIs(t, err, syscall.ENOSPC)
-			return
-		}
-	}
 }

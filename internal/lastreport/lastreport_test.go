@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -20,24 +21,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // mount needs root.
 func fullDir(t *testing.T, name string, earlier []byte) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"); err != nil {
-		t.Skipf("a tmpfs of its own needs root: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	dir := lastreporttest.Tmpfs(t, "256k")
 	if earlier != nil {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), earlier, 0o600))
 	}
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	require.NoError(t, err)
-	defer f.Close()
-	block := make([]byte, 4096)
-	for {
-		if _, err := f.Write(block); err != nil {
-			require.ErrorIs(t, err, syscall.ENOSPC)
-			return dir
-		}
-	}
+	lastreporttest.FillUp(t, filepath.Join(dir, "filler"))
+	return dir
 }
 
 // On a full file system a Report as large as the earlier one, or smaller, is written in
