@@ -179,7 +179,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
 	stopped, pending, failed := 0, 0, 0
 	for _, d := range r.dev {
-		if _, ok := left[d.cur.ID]; ok || !d.live() || r.cfg.openControl == nil {
+		if _, ok := left[d.cur.ID]; ok || !d.live() || r.cfg.openControl == nil || d.untold != "" { // one not known to be the daemon's is its daemon's to stop
 			continue
 		}
 		if r.openControl() != nil {
@@ -366,6 +366,10 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 	for _, d := range r.dev {
 		hs, ok := left[d.cur.ID]
 		if !ok || !d.live() {
+			continue
+		}
+		if d.untold != "" {
+			kept = append(kept, d.cur.DiskName()+" (not known to be the daemon's: "+d.untold+")")
 			continue
 		}
 		var info ublkctl.DevInfo

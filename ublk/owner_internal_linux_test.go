@@ -121,7 +121,8 @@ func TestOthersDevicesTellsADeviceNoProcessHereServes(t *testing.T) {
 			}
 			devs, err := scanDevices(tree.Root)
 			require.NoError(t, err)
-			others := othersDevices(t.Context(), tree.Root, proc, devs, tc.daemon)
+			others, untold := othersDevices(t.Context(), tree.Root, proc, devs, tc.daemon, nil)
+			assert.Empty(t, untold, "a pass not cut short tells every device")
 			if !tc.another {
 				assert.Empty(t, others, "the step's: it cannot tell")
 				return

@@ -53,6 +53,7 @@ type run struct {
 	lastHeld    map[int][]Holder        // what the last holders scan found, or kept (see notRead)
 	devNums     map[blockdev.DevNum]int // every disk and partition number scanned, to its device ID
 	others      map[int]uint64          // another server's devices left alone, to their char entry (charEntry)
+	untold      map[int]string          // devices leaveOthers could not tell in time, to why, until add marks them
 	waiting     bool                    // past discovery: refresh looks for devices added since (findNew)
 	ctl         ublkctl.Controller
 	ctlErr      error // opening the control device failed
@@ -137,6 +138,12 @@ type devState struct {
 	// completion was not seen before their window ended: the driver runs
 	// them on (see pendingNow).
 	pending []string
+	// untold says why the device is not known to be the daemon's (the
+	// pass that tells another server's ended before it told this one);
+	// "" once it is. The step waits for it and asks its daemon, which
+	// stops its own alone, but neither the control fallback nor the last
+	// resort stops or deletes it (see retell).
+	untold string
 }
 
 // pendingNow returns the commands sent for d still not known complete: a
@@ -451,7 +458,16 @@ func (r *run) add(devs ...Device) []*devState {
 	for i, d := range r.dev { // the append may have moved the reports
 		d.rep = &r.rep.Devices[i]
 	}
-	return r.dev[len(r.dev)-len(devs):]
+	added := r.dev[len(r.dev)-len(devs):]
+	for _, d := range added {
+		if why, ok := r.untold[d.cur.ID]; ok {
+			delete(r.untold, d.cur.ID)
+			d.untold = why
+			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "whose", Start: time.Now(), Result: why})
+			r.cfg.logger.WarnContext(r.ctx, "ublk: a device not told from another server's in time", "device", d.cur.DiskName(), "why", why)
+		}
+	}
+	return added
 }
 
 // untrackedDevices reads the ublk devices sysfs shows that the step has
@@ -562,37 +578,58 @@ func (r *run) findDevices() ([]Device, error) {
 }
 
 // ownersWait bounds the procfs pass that tells another server's devices
-// from the daemon's (othersDevices): tens of milliseconds on a loaded node.
+// from the daemon's (othersDevices) where the step has no later end to
+// give it: no deadline, or a look past the kill floor, whose stages need
+// the wait loop. Tens of milliseconds on an idle node, 1.0-1.47 s at load
+// 18-21 in a QEMU guest.
 const ownersWait = time.Second
 
 // leaveOthers takes out of devs, every ublk device sysfs shows, those
 // another server serves (othersDevices), and notes each in the Report and
 // the log: the step neither waits for them nor stops them. Its procfs
-// pass ends at the holder scans' end (killFloor) while that is ahead,
-// and by ctx's deadline: a device found once that passed (findNew) is
-// still told from another server's, which the fallback would otherwise
-// stop and delete once the daemon exited.
+// pass has the time the holder wait has, to the holder scans' end
+// (killFloor) while that is ahead, ownersWait once it passed (findNew:
+// the later stages need the wait loop) or without a deadline, and never
+// past the deadline: a device found once the floor passed is still told
+// from another server's, which the fallback would otherwise stop and
+// delete once the daemon exited. Before, the pass had 1 s wherever the
+// floor was later, and on a loaded node it was cut short with another
+// server's live device taken for the daemon's. Those it did not tell in
+// time go to r.untold, each with why, for add: see retell.
 func (r *run) leaveOthers(devs []Device) []Device {
 	now := time.Now()
 	end := now.Add(ownersWait)
-	if f := r.killFloor(); !f.IsZero() && f.Before(end) && now.Before(f) {
+	if f := r.killFloor(); !f.IsZero() && now.Before(f) {
 		end = f
 	}
 	ctx, cancel := r.procfsPass(end)
 	defer cancel()
-	others := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon))
+	others, untold := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon), r.cfg.beforeProcess)
+	for _, id := range untold {
+		if r.untold == nil {
+			r.untold = map[int]string{}
+		}
+		r.untold[id] = fmt.Sprintf("not told from another server's device: the procfs pass ended (%v after it began) before it did; "+
+			"the daemon is asked to stop it, the control never stops or deletes it unless a later pass tells it the daemon's", time.Since(now).Round(time.Millisecond))
+	}
 	return slices.DeleteFunc(devs, func(d Device) bool {
 		why, ok := others[d.ID]
 		if ok {
-			if r.others == nil {
-				r.others = map[int]uint64{}
-			}
-			r.others[d.ID] = charEntry(r.cfg.sysRoot, d.ID)
-			r.rep.Note = joinNote(r.rep.Note, d.DiskName()+": "+why)
-			r.cfg.logger.InfoContext(r.ctx, "ublk: another server's device left alone", "device", d.DiskName(), "why", why)
+			r.leaveAlone(d, why)
 		}
 		return ok
 	})
+}
+
+// leaveAlone records that d is another server's (why), left alone: the
+// Report's note and the log say so, and r.others keeps its char entry.
+func (r *run) leaveAlone(d Device, why string) {
+	if r.others == nil {
+		r.others = map[int]uint64{}
+	}
+	r.others[d.ID] = charEntry(r.cfg.sysRoot, d.ID)
+	r.rep.Note = joinNote(r.rep.Note, d.DiskName()+": "+why)
+	r.cfg.logger.InfoContext(r.ctx, "ublk: another server's device left alone", "device", d.DiskName(), "why", why)
 }
 
 // refresh re-reads every device and records disappearances, and the
@@ -1287,7 +1324,7 @@ func (r *run) servesMore() bool {
 // daemon's, not known to be another server's (othersDevices), and if so
 // records that the step cannot tell (cannotTell), naming the disks.
 func (r *run) mayServe(ctx context.Context, disks []Device) bool {
-	others := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, 0)
+	others, _ := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, 0, r.cfg.beforeProcess) // one not told may be the daemon's
 	var names []string
 	for _, d := range disks {
 		if _, ok := others[d.ID]; !ok {
@@ -1387,8 +1424,20 @@ func (r *run) sleep(until time.Time) bool {
 // daemon is gone, at every device left.
 func (r *run) fallback(why string) {
 	gone := r.cfg.daemon == nil || r.daemonExited()
+	if gone {
+		r.retell(nil)
+	} else {
+		r.retell(killEnd)
+	}
 	var devs []*devState
 	for _, d := range r.dev {
+		if d.untold != "" {
+			// Not known to be the daemon's: retell said so. Looked at all
+			// the same, or fallbackDue would call for it again at once,
+			// every poll, with no sleep between.
+			d.fellBack = d.fellBack || d.cur.Present()
+			continue
+		}
 		if d.cur.Present() && (gone || !d.fellBack) {
 			devs = append(devs, d)
 		}
@@ -1443,6 +1492,86 @@ func (r *run) fallback(why string) {
 		}
 	}
 	_ = r.stepEnd(s, why, nil)
+}
+
+// retell runs the pass that tells another server's devices again, for
+// the step's devices not told yet (devState.untold) and still present,
+// before the control fallback may stop or delete them: until the end of
+// the stage it keeps time for (until; nil: the step's deadline, or
+// ownersWait without one). One told another server's leaves the step,
+// named in the Report's note and the log as at discovery; one not told
+// another's is the control's as any device of the step; one still not
+// told is left to its daemon, which stops its own alone: its Report entry
+// and the log say so, and the Report's note at the step's end. Before, a
+// device the pass at discovery had not told in its 1 s was the daemon's,
+// and the fallback stopped and deleted another server's live disk.
+func (r *run) retell(until func(*stages) time.Time) {
+	var devs []Device
+	for _, d := range r.dev {
+		if d.untold != "" && d.cur.Present() {
+			devs = append(devs, d.cur)
+		}
+	}
+	if len(devs) == 0 {
+		return
+	}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if until != nil {
+		ctx, cancel = r.stageCtx(context.WithoutCancel(r.ctx), until)
+	} else {
+		end := time.Now().Add(ownersWait)
+		if !r.deadline.IsZero() {
+			end = r.deadline
+		}
+		ctx, cancel = r.procfsPass(end)
+	}
+	defer cancel()
+	start := time.Now()
+	others, untold := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon), r.cfg.beforeProcess)
+	for _, d := range r.dev {
+		if d.untold == "" || !d.cur.Present() {
+			continue
+		}
+		st := StepResult{Name: "whose", Start: start, Duration: time.Since(start)}
+		why, other := others[d.cur.ID]
+		switch {
+		case other:
+			st.Result = why
+			d.untold = "" // another server's: dropped below
+		case slices.Contains(untold, d.cur.ID):
+			st.Result = "still not told from another server's device when the pass ended: the control fallback leaves it alone"
+			r.cfg.logger.WarnContext(r.ctx, "ublk: control fallback: a device not known to be the daemon's left alone", "device", d.cur.DiskName())
+		default:
+			d.untold = ""
+			st.Result = "told again: not another server's, the daemon's as the devices found first"
+		}
+		d.rep.Steps = append(d.rep.Steps, st)
+	}
+	r.dropOthers(others)
+}
+
+// dropOthers takes out of the step (its devices and the Report's) the
+// devices retell told another server's, others, and notes each in the
+// Report and the log as leaveOthers does (leaveAlone).
+func (r *run) dropOthers(others map[int]string) {
+	if len(others) == 0 {
+		return
+	}
+	kept := r.dev[:0]
+	reports := r.rep.Devices[:0]
+	for _, d := range r.dev {
+		if why, ok := others[d.cur.ID]; ok && !d.gone {
+			r.leaveAlone(d.cur, why)
+			continue
+		}
+		kept = append(kept, d)
+		reports = append(reports, *d.rep)
+	}
+	r.dev, r.rep.Devices = kept, reports
+	for i, d := range r.dev {
+		d.rep = &r.rep.Devices[i]
+	}
 }
 
 // awaitsRecovery says why device d, its daemon gone, may be waiting for
@@ -1586,6 +1715,10 @@ func (r *run) finish() error {
 			d.rep.InflightAfter = Inflight{} // STOP_DEV completed: every request was answered
 		}
 		d.rep.Verdict = r.verdict(d, exited)
+		if d.untold != "" && d.cur.Present() {
+			r.rep.Note = joinNote(r.rep.Note, fmt.Sprintf("%s: not known to be the daemon's (%s): the control neither stopped nor deleted it; "+
+				"its verdict, %s, is as the daemon's", d.cur.DiskName(), d.untold, d.rep.Verdict))
+		}
 		if d.rep.Verdict == VerdictAbsent {
 			// Not a device that went: one the step never saw. A list
 			// that names IDs the daemon does not serve leaves its real

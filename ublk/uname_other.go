@@ -32,7 +32,9 @@ func daemonDoomed(context.Context, string, int) (bool, string) {
 }
 
 // othersDevices tells no device apart where there is no procfs to read.
-func othersDevices(context.Context, string, string, []Device, int) map[int]string { return nil }
+func othersDevices(context.Context, string, string, []Device, int, func(string)) (map[int]string, []int) {
+	return nil, nil
+}
 
 // daemonServes finds no device served where there is no procfs to read.
 func daemonServes(context.Context, string, string, []Device, int) ([]int, error) { return nil, nil }

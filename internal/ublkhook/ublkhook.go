@@ -22,9 +22,10 @@ type Hooks struct {
 	// needed, and the Controller is closed at the end of the step.
 	OpenControl func(ctx context.Context) (ublkctl.Controller, error)
 	// BeforeProcess, when not nil, is called with each process's procfs
-	// directory before the holders scan reads it: a test makes the scan as
-	// slow as a loaded node's with it (seconds for a few hundred
-	// processes), in virtual time.
+	// directory before the holders scan reads it, and with each whose
+	// cgroup the pass that tells another server's devices reads ("self"
+	// first): a test makes the scan as slow as a loaded node's with it
+	// (seconds for a few hundred processes), in virtual time.
 	BeforeProcess func(dir string)
 	// BeforeRequestStop, when not nil, is called as the teardown asks its
 	// daemon to stop, just before Daemon.RequestStop, from the Stop's own

@@ -1,0 +1,116 @@
+//go:build linux
+
+package ublk
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/realpart"
+)
+
+// Two ublk servers on one node, on a vulnerable kernel with the control
+// fallback, in a minute's window (the holder wait's scans end at 51.5 s,
+// the deadline at 60 s): the step's daemon (pid 4242, its PID known)
+// serves ublkb0; another server, pid 77 in another pod's cgroup, has
+// /dev/ublkc1 open and serves ublkb1, live. The procfs pass that tells
+// them apart is as slow as a loaded node's (in virtual time, before it
+// reads this process's cgroup: 1.0-1.47 s in a QEMU guest at load 18-21).
+//
+// The pass at discovery has the time the holder wait has, to the kill
+// floor: at 1.5 s it tells ublkb1 another server's, left alone. Before, it
+// had 1 s, and cut short it took ublkb1 for the daemon's: the daemon
+// stopped ublkb0 and exited, and the control fallback ran STOP_DEV and
+// DEL_DEV on ublkb1 under its server (docs/faults.md row 1122).
+//
+// A pass that runs past the kill floor tells nothing: ublkb1 is then not
+// known to be the daemon's; the step waits for it, but the control
+// fallback passes again first, and leaves it alone once told another
+// server's (row 1123). Never told in the step's time, the control neither
+// stops nor deletes it, and its Report entry, the Report's note, the log
+// and the error say so (row 1124); with the daemon hung, the fallback
+// looks at it once, not again and again with no sleep between.
+func TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	for name, tc := range map[string]struct {
+		slow   []time.Duration // each pass reads this process's cgroup that long after the step's start, at the earliest; the last for every later pass
+		hung   bool            // the daemon takes the request and does nothing
+		untold bool
+	}{
+		"told in the holder wait's time":     {[]time.Duration{1500 * time.Millisecond, 0}, false, false},
+		"told by the fallback's second pass": {[]time.Duration{52 * time.Second, 0}, false, false},
+		"not told in the step's time":        {[]time.Duration{52 * time.Second, time.Minute + time.Millisecond}, false, true},
+		"not told, the daemon hung":          {[]time.Duration{52 * time.Second, 59 * time.Second}, true, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, 0) // ublkb0: no char number in sysfs, the step's
+				minor := uint32(os.Getpid()*2+43) % (1 << 20)
+				require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4087, CharMinor: minor}))
+				node := filepath.Join(t.TempDir(), "ublkc1")
+				require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4087, minor))))
+				fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+				fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
+				fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+				d := newMemDaemon(f.tree, 0)
+				d.hung = tc.hung
+				defer d.close()
+				ctl := &memControl{tree: f.tree, d: d}
+				daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
+				cfg := f.config(vulnerable, ctl, Config{})
+				start, passes := time.Now(), 0
+				cfg.hooks.BeforeProcess = func(dir string) {
+					if filepath.Base(dir) == "self" {
+						if passes == 10 {
+							t.Error("a pass again and again: the fallback, called for the device it left alone, ran with no sleep between")
+							select {} // the bubble's deadlock ends the test
+						}
+						time.Sleep(time.Until(start.Add(tc.slow[min(passes, len(tc.slow)-1)])))
+						passes++
+					}
+				}
+				td, err := New(daemon, cfg)
+				require.NoError(t, err)
+				rep, _, err := runFor(t, td, time.Minute)
+				t.Log(rep.String())
+				events := d.Events()
+				assert.NotContains(t, events, "STOP_DEV 1", "the other server's device was stopped")
+				assert.NotContains(t, events, "DEL_DEV 1", "the other server's device was deleted")
+				assert.True(t, f.tree.HasDisk(1), "the other server's device stays live")
+				if !tc.hung {
+					assert.Contains(t, events, "stop 0", "the daemon stopped its own")
+				}
+				require.NotNil(t, rep.Device(0))
+				assert.False(t, f.tree.HasDisk(0), "the daemon's device stopped") // by the last resort when the pass took the holder wait's time
+				if !tc.untold {
+					require.NoError(t, err)
+					assert.Nil(t, rep.Device(1), "another server's: not the step's")
+					assert.Contains(t, rep.Note, "ublkb1: its /dev/ublkc1 is open in pid 77 (")
+					return
+				}
+				dev := rep.Device(1)
+				require.NotNil(t, dev, "not told: the step's to account for")
+				require.NotEmpty(t, dev.Steps, "the Report says the device was not told")
+				assert.Equal(t, "whose", dev.Steps[0].Name)
+				assert.Contains(t, dev.Steps[0].Result, "not told from another server's device: the procfs pass ended")
+				assert.Contains(t, rep.Note, "ublkb1: not known to be the daemon's")
+				assert.Contains(t, rep.Note, "the control neither stopped nor deleted it")
+				assert.Error(t, err, "a device left live, not known whose, is not a clean stop")
+				if tc.hung {
+					assert.Equal(t, VerdictLeftLive, dev.Verdict, "counted live: the daemon, which may serve it, not killed")
+					assert.NotContains(t, events, "kill")
+				}
+			})
+		})
+	}
+}
