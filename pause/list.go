@@ -156,8 +156,9 @@ func (r *run) listWait(err error, d time.Duration) (again bool, late error) {
 		return false, late
 	}
 	d = max(d, minListWait)
+	w := wakerOf(err)
 	if dl, ok := r.ctx.Deadline(); ok && time.Now().Add(d).After(dl) {
-		if err == nil || !errors.As(err, new(retryWaker)) {
+		if w == nil {
 			return false, nil
 		}
 		// Its WaitRetry may end the wait before the deadline: waited to
@@ -165,7 +166,7 @@ func (r *run) listWait(err error, d time.Duration) (again bool, late error) {
 		// phase over otherwise).
 		d = time.Until(dl)
 	}
-	return r.sleepOrWake(r.ctx, d, err), nil
+	return r.sleepOrWake(r.ctx, d, err, w), nil
 }
 
 // retryWords name what serverWait's late error says is not made again.
@@ -239,16 +240,24 @@ func (r *run) retryAt(err error) (at time.Time, ok bool) {
 	return at, !at.IsZero() && at.After(time.Now())
 }
 
-// sleepOrWake waits d on ctx, and reports false if ctx ended first. When
-// err has a WaitRetry (see retryWaker), the wait ends when it returns,
-// too: it is called with a context that ends with ctx and after d, and is
-// abandoned then if it does not return (or panics: logged once per Run).
-func (r *run) sleepOrWake(ctx context.Context, d time.Duration, err error) bool {
-	if err == nil {
-		return sleepCtx(ctx, d)
+// wakerOf returns err's WaitRetry (see retryWaker), nil when it has none.
+func wakerOf(err error) retryWaker {
+	if err == nil { // As's target escapes: no allocation for no error
+		return nil
 	}
 	var w retryWaker
 	if !errors.As(err, &w) {
+		return nil
+	}
+	return w
+}
+
+// sleepOrWake waits d on ctx, and reports false if ctx ended first. When
+// err has a WaitRetry, w (wakerOf), the wait ends when it returns, too: it
+// is called with a context that ends with ctx and after d, and is
+// abandoned then if it does not return (or panics: logged once per Run).
+func (r *run) sleepOrWake(ctx context.Context, d time.Duration, err error, w retryWaker) bool {
+	if w == nil {
 		return sleepCtx(ctx, d)
 	}
 	wctx, cancel := context.WithTimeout(ctx, d)

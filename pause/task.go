@@ -352,21 +352,21 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error
 	if d, late = r.serverWait(err, d, limit, deadline, preserveWords); late != nil {
 		return false, late
 	}
-	waker := errors.As(err, new(retryWaker))
+	w := wakerOf(err)
 	end := now.Add(d)
 	if !limit.IsZero() && end.After(limit) {
 		end = limit
 	}
-	if !waker && end.Before(now.Add(d)) {
+	if w == nil && end.Before(now.Add(d)) {
 		return false, nil
 	}
-	if waker {
+	if w != nil {
 		// Ends with ctx, and with Run's context (drain's Force).
 		wctx, cancel := context.WithCancel(ctx)
 		defer context.AfterFunc(r.ctx, cancel)()
 		defer cancel()
 		whole := end.Equal(now.Add(d)) // the policy's wait fits: no deadline cuts it
-		if !r.sleepOrWake(wctx, end.Sub(now), err) || r.ctx.Err() != nil || r.phaseOver() {
+		if !r.sleepOrWake(wctx, end.Sub(now), err, w) || r.ctx.Err() != nil || r.phaseOver() {
 			return false, nil
 		}
 		return whole || time.Now().Before(end), nil // cut at a deadline: only if woken before it
