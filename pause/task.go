@@ -353,11 +353,11 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error
 		return false, late
 	}
 	w := wakerOf(err)
-	end := now.Add(d)
+	end, cut := now.Add(d), false // cut: the policy's wait does not fit, a deadline ends it
 	if !limit.IsZero() && end.After(limit) {
-		end = limit
+		end, cut = limit, true
 	}
-	if w == nil && end.Before(now.Add(d)) {
+	if w == nil && cut {
 		return false, nil
 	}
 	if w != nil {
@@ -365,11 +365,10 @@ func (t *task) retryWait(r *run, ctx context.Context, d time.Duration, err error
 		wctx, cancel := context.WithCancel(ctx)
 		defer context.AfterFunc(r.ctx, cancel)()
 		defer cancel()
-		whole := end.Equal(now.Add(d)) // the policy's wait fits: no deadline cuts it
 		if !r.sleepOrWake(wctx, end.Sub(now), err, w) || r.ctx.Err() != nil || r.phaseOver() {
 			return false, nil
 		}
-		return whole || time.Now().Before(end), nil // cut at a deadline: only if woken before it
+		return !cut || time.Now().Before(end), nil // cut at a deadline: only if woken before it
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
