@@ -703,7 +703,7 @@ func (in *planInput) preserveReserve() (deadline.Reserve, bool) {
 // roundsReserve is ceil(sandboxes / the limit reserved with) x estimate.
 func (in *planInput) roundsReserve() time.Duration {
 	n := len(in.sizes)
-	return deadline.Work(func() int { return n }, deadline.NewEstimator(in.estimate), func() int { return in.reserved })()
+	return roundsAt(n, in.reserved, in.estimate)
 }
 
 // largestAtPrior is the time the largest sandbox with a size takes when
@@ -808,7 +808,7 @@ func (in *planInput) climbTime() (time.Duration, []int, int) {
 		left -= min(k, left)
 		t = satAdd(t, in.mean)
 	}
-	rest := deadline.Work(func() int { return left }, deadline.NewEstimator(in.mean), func() int { return in.level })()
+	rest := roundsAt(left, in.level, in.mean)
 	return satAdd(t, rest), levels, left
 }
 
@@ -833,6 +833,12 @@ func count(n int, one, many string) string {
 
 // rounds is ceil(n / k), without n + k - 1 wrapping round.
 func rounds(n, k int) int { return n/k + min(n%k, 1) }
+
+// roundsAt is n pauses k at a time, each taking each: ceil(n/k) x each,
+// by the Drainer's own rule (deadline.Work), saturated.
+func roundsAt(n, k int, each time.Duration) time.Duration {
+	return deadline.Work(func() int { return n }, deadline.NewEstimator(each), func() int { return k })()
+}
 
 // gateWait bounds the gate phase as the Drainer's default does
 // (drain.Config.InFlightWait zero: 10 s).
@@ -877,12 +883,12 @@ func (in *planInput) plan() (*planResult, error) {
 			res.serial = makespan(in.pauseTimes(), 1, 1)
 		}
 	case in.guessed(): // the start's round at the mean, and one at a time: the two it can count
-		res.predicted = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return in.limit })()
-		res.serial = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return 1 })()
+		res.predicted = roundsAt(n, in.limit, in.mean)
+		res.serial = roundsAt(n, 1, in.mean)
 	case in.level == in.limit || n <= in.limit: // the same rule at the mean: what the pauses will most likely take
-		res.predicted = deadline.Work(func() int { return n }, deadline.NewEstimator(in.mean), func() int { return in.limit })()
+		res.predicted = roundsAt(n, in.limit, in.mean)
 	default: // a first round at the start, then the rest at the level
-		rest := deadline.Work(func() int { return n - in.limit }, deadline.NewEstimator(in.mean), func() int { return in.level })()
+		rest := roundsAt(n-in.limit, in.level, in.mean)
 		res.predicted = satAdd(in.mean, rest)
 		if in.level > in.limit {
 			res.climb, res.climbFrom, res.climbLeft = in.climbTime()
