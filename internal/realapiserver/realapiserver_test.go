@@ -55,20 +55,14 @@ func grantTheExamplesRole(t *testing.T, c *realapiserver.Cluster) {
 // sandboxd (rbacManifest), which createPod's pods run as.
 const serviceAccount = "sandboxd"
 
-// boundToken returns a token of serviceAccount bound to pod, as the kubelet's projected kube-api-access volume holds one (a
-// TokenRequest with the pod as its bound object, an hour asked: the API
-// server makes it a year, as in a cluster). Each call is a new token, as
-// the kubelet's rotation writes one.
-func boundToken(t *testing.T, c *realapiserver.Cluster, pod *corev1.Pod) string {
-	t.Helper()
-	return tokenOfAudience(t, c, pod)
-}
-
-// tokenOfAudience returns a token of serviceAccount bound to pod, as a
-// serviceAccountToken volume of the audiences aud holds one (none: the API
-// server's, the kubelet's kube-api-access volume), 3607 s asked, as the
-// kubelet's.
-func tokenOfAudience(t *testing.T, c *realapiserver.Cluster, pod *corev1.Pod, aud ...string) string {
+// boundToken returns a token of serviceAccount bound to pod, as the
+// kubelet's projected kube-api-access volume holds one (a TokenRequest
+// with the pod as its bound object, an hour asked: the API server makes
+// it a year, as in a cluster), or, with audiences aud, as a
+// serviceAccountToken volume of those audiences holds one (none: the API
+// server's). Each call is a new token, as the kubelet's rotation writes
+// one.
+func boundToken(t *testing.T, c *realapiserver.Cluster, pod *corev1.Pod, aud ...string) string {
 	t.Helper()
 	var tr authenticationv1.TokenRequest
 	c.MustDo(t, http.MethodPost, "/api/v1/namespaces/"+ns+"/serviceaccounts/"+serviceAccount+"/token", &authenticationv1.TokenRequest{
@@ -302,7 +296,7 @@ func TestRealAPIServer(t *testing.T) {
 		removedToken := boundToken(t, c, removed)
 		deletePod(t, c, "removed-0", 0)
 		other := createPod(t, c, "audience-0")
-		otherToken := tokenOfAudience(t, c, other, "vault")
+		otherToken := boundToken(t, c, other, "vault")
 		codeR, bodyR, err := c.Do(removedToken, http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/removed-0", nil)
 		require.NoError(t, err)
 		codeA, bodyA, err := c.Do(otherToken, http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/audience-0", nil)
@@ -321,7 +315,7 @@ func TestRealAPIServer(t *testing.T) {
 				var logs logbuf.Buffer
 				stands := logbuf.NewSignal("the budget stands")
 				pod, err := kube.New(name, kube.Config{Host: c.URL, Namespace: ns, CAFile: c.CAFile, UID: string(created.UID),
-					TokenFile: writeToken(t, filepath.Join(t.TempDir(), "token"), tokenOfAudience(t, c, created, "vault"))})
+					TokenFile: writeToken(t, filepath.Join(t.TempDir(), "token"), boundToken(t, c, created, "vault"))})
 				require.NoError(t, err)
 				if readAtStart { // as drain.ConfigFromEnv and the examples
 					_, err := pod.Spec(t.Context())
