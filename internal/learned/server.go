@@ -264,6 +264,9 @@ func readHolder(dir string) (statedir.Holder, bool) {
 // file, not its name: the kernel's lock stays on the removed file, and the
 // next server to start creates another and takes it beside this one.
 func (st *Start) lockMoved() (string, bool) {
+	if st.lock == nil { // no lock held (Save saving without one): none moved
+		return "", false
+	}
 	now, ok := readHolder(st.srv.Dir)
 	switch {
 	case !ok:
@@ -491,7 +494,7 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 			st.hold(lock)
 		}
 	}
-	if now, moved := st.lockMoved(); moved && st.lock != nil {
+	if now, moved := st.lockMoved(); moved {
 		// Said, not refused: this drain's rates are the freshest, and the
 		// other server's Save keeps the file as it finds it (previous).
 		st.log.Warn("learned rates: the lock file this server held was removed while it ran (it is never stale: the kernel "+
