@@ -905,6 +905,8 @@ func (in *planInput) plan() (*planResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-grace %v, -margin %v, -prestop-sleep %v: %w", in.grace, in.margin, in.sleep, err)
 	}
+	// NewPlan checks the phases (names, Max, reserves), which planNode and
+	// the bisection of smallestGrace lay out again unchanged: once here.
 	if _, err := deadline.NewPlan(b, phases...); err != nil {
 		return nil, err
 	}
@@ -931,23 +933,17 @@ func (in *planInput) planNode(phases []deadline.Phase) (*nodePlan, error) {
 		return nil, err
 	}
 	b.Tighten(b.Start().Add(in.kubeletGrace)) // T0 is SIGTERM less the sleep, as the plan's own
-	if _, err := deadline.NewPlan(b, phases...); err != nil {
-		return nil, err
-	}
 	node := &nodePlan{}
 	node.windows, node.shortfall = atSIGTERM(b, phases)
 	node.fits = node.shortfall == 0 && in.kubeletWrong == ""
 	return node, nil
 }
 
-// fitsIn reports whether phases fit in a budget of grace: the plan's own
-// Shortfall is zero.
+// fitsIn reports whether phases, checked by plan's NewPlan, fit in a
+// budget of grace: the plan's own Shortfall is zero.
 func (in *planInput) fitsIn(grace time.Duration, phases []deadline.Phase) bool {
 	b, err := in.budget(grace)
 	if err != nil {
-		return false
-	}
-	if _, err := deadline.NewPlan(b, phases...); err != nil {
 		return false
 	}
 	_, short := atSIGTERM(b, phases)
