@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/startsig/startsigtest"
 )
@@ -39,41 +40,30 @@ func TestSIGTERMAfterAFailedStartDoesNotCutTheWorkersTerminationMessage(t *testi
 	dir := t.TempDir()
 	msg := filepath.Join(dir, "termination-log")
 	require.NoError(t, syscall.Mkfifo(msg, 0o600))
-	p := startWorkerMain(t, "-state-dir", dir, "-listen", busy.Addr().String(), "-termination-log", msg)
-	cmd, stderr, exited := p.cmd, &p.stderr, p.exited
+	p, stderr := startWorkerMain(t, "-state-dir", dir, "-listen", busy.Addr().String(), "-termination-log", msg)
 	const failed = "gvisor-worker: -listen: " // said before the message is written
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), failed) }, 30*time.Second, 10*time.Millisecond,
 		"the worker did not fail at -listen: %s", stderr)
 
-	data := startsigtest.SIGTERMAtFIFO(t, cmd.Process, msg, exited, stderr)
+	data := startsigtest.SIGTERMAtFIFO(t, p.Cmd.Process, msg, p.Exited(), stderr)
 	var exit *exec.ExitError
-	require.ErrorAs(t, p.waitErr, &exit)
+	require.ErrorAs(t, p.Err(), &exit)
 	require.False(t, exit.Sys().(syscall.WaitStatus).Signaled(), "the worker ended by the SIGTERM: no message\n%s", stderr)
 	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
 	assert.Contains(t, string(data), "gvisor-worker: could not start: -listen: ", "the termination message")
 }
 
-// workerMain is the worker running as a real process: this test binary, re-executed.
-type workerMain struct {
-	cmd     *exec.Cmd
-	stderr  logbuf.Buffer
-	exited  chan struct{} // closed once it has exited; waitErr is then its Wait's
-	waitErr error
-}
-
-// startWorkerMain starts the worker with args after "-runtime fake -pause-latency 10ms
-// -grace 4s", killed at the test's end if it still runs.
-func startWorkerMain(t *testing.T, args ...string) *workerMain {
+// startWorkerMain starts the worker as a real process (this test binary, re-executed, in
+// its own process group) with args after "-runtime fake -pause-latency 10ms -grace 4s",
+// killed at the test's end if it still runs.
+func startWorkerMain(t *testing.T, args ...string) (*kubeletsim.Child, *logbuf.Buffer) {
 	t.Helper()
-	p := &workerMain{exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], append([]string{"-runtime", "fake", "-pause-latency", "10ms", "-grace", "4s"}, args...)...)
-	p.cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
-	p.cmd.Stderr = &p.stderr
-	require.NoError(t, p.cmd.Start())
-	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	})
-	return p
+	cmd := exec.Command(os.Args[0], append([]string{"-runtime", "fake", "-pause-latency", "10ms", "-grace", "4s"}, args...)...)
+	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	var stderr logbuf.Buffer
+	cmd.Stderr = &stderr
+	child, err := kubeletsim.Start(cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	return child, &stderr
 }

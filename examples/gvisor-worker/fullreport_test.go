@@ -48,8 +48,7 @@ func workerReportOnAFullFileSystem(t *testing.T, n int) {
 	require.NoError(t, os.WriteFile(report, []byte(`{"start": "`+earlier+`", "preserve": {"counts": {"preserved": 4}}}`), 0o600))
 	sock := filepath.Join(state, "w.sock")
 	msg := filepath.Join(t.TempDir(), "termination-log")
-	p := startWorkerMain(t, "-state-dir", state, "-socket", sock, "-termination-log", msg)
-	stderr := &p.stderr
+	p, stderr := startWorkerMain(t, "-state-dir", state, "-socket", sock, "-termination-log", msg)
 	waitSocket(t, sock, stderr)
 	c := dial(t, sock)
 	for range n {
@@ -58,16 +57,16 @@ func workerReportOnAFullFileSystem(t *testing.T, n int) {
 	}
 	lastreporttest.FillUp(t, filepath.Join(state, "filler"))
 
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.Signal(syscall.SIGTERM))
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the worker did not exit: %s", stderr)
 	}
 	data, err := os.ReadFile(msg)
 	require.NoError(t, err)
 	if n == 0 {
-		require.NoError(t, p.waitErr, "%s", stderr)
+		require.NoError(t, p.Err(), "%s", stderr)
 		var rep struct{ Start time.Time }
 		written, err := os.ReadFile(report)
 		require.NoError(t, err, "this drain's Report, where the earlier one was (row 1119)")
@@ -79,7 +78,7 @@ func workerReportOnAFullFileSystem(t *testing.T, n int) {
 		return
 	}
 	var exit *exec.ExitError
-	require.ErrorAs(t, p.waitErr, &exit, "%s", stderr)
+	require.ErrorAs(t, p.Err(), &exit, "%s", stderr)
 	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
 	assert.NoFileExists(t, report, "an earlier shutdown's Report, taken for this one's")
 	assert.Contains(t, string(data), "the full report could not be written: ")

@@ -21,6 +21,7 @@ import (
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/freeport"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1"
@@ -61,44 +62,33 @@ func TestSIGTERMAfterAFailedStartDoesNotCutTheTerminationMessage(t *testing.T) {
 	require.NoError(t, err)
 	msg := filepath.Join(t.TempDir(), "termination-log")
 	require.NoError(t, syscall.Mkfifo(msg, 0o600))
-	p := startSandboxd(t, "-listen", busy.Addr().String(), "-hook-listen", hook, "-state-dir", t.TempDir(),
+	p, stderr := startSandboxd(t, "-listen", busy.Addr().String(), "-hook-listen", hook, "-state-dir", t.TempDir(),
 		"-termination-log", msg)
-	cmd, stderr, exited := p.cmd, &p.stderr, p.exited
 	const failed = "sandboxd: -listen: " // said before the message is written
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), failed) }, 30*time.Second, 10*time.Millisecond,
 		"sandboxd did not fail at -listen: %s", stderr)
 
-	data := startsigtest.SIGTERMAtFIFO(t, cmd.Process, msg, exited, stderr)
+	data := startsigtest.SIGTERMAtFIFO(t, p.Cmd.Process, msg, p.Exited(), stderr)
 	var exit *exec.ExitError
-	require.ErrorAs(t, p.waitErr, &exit)
+	require.ErrorAs(t, p.Err(), &exit)
 	require.False(t, exit.Sys().(syscall.WaitStatus).Signaled(), "sandboxd ended by the SIGTERM: no message\n%s", stderr)
 	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
 	assert.Contains(t, string(data), "sandboxd: could not start: -listen: ", "the termination message")
 }
 
-// sandboxd is sandboxd running as a real process: this test binary, re-executed.
-type sandboxd struct {
-	cmd     *exec.Cmd
-	stderr  logbuf.Buffer
-	exited  chan struct{} // closed once it has exited; waitErr is then its Wait's
-	waitErr error
-}
-
-// startSandboxd starts sandboxd with args after "-grace 6s -devices 0", killed at the
-// test's end if it still runs.
-func startSandboxd(t *testing.T, args ...string) *sandboxd {
+// startSandboxd starts sandboxd as a real process (this test binary, re-executed, in its
+// own process group) with args after "-grace 6s -devices 0", killed at the test's end if
+// it still runs.
+func startSandboxd(t *testing.T, args ...string) (*kubeletsim.Child, *logbuf.Buffer) {
 	t.Helper()
-	p := &sandboxd{exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], append([]string{"-grace", "6s", "-devices", "0"}, args...)...)
-	p.cmd.Env = append(os.Environ(), mainEnv+"=1", "GORACE=atexit_sleep_ms=0")
-	p.cmd.Stderr = &p.stderr
-	require.NoError(t, p.cmd.Start())
-	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	})
-	return p
+	cmd := exec.Command(os.Args[0], append([]string{"-grace", "6s", "-devices", "0"}, args...)...)
+	cmd.Env = append(os.Environ(), mainEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	var stderr logbuf.Buffer
+	cmd.Stderr = &stderr
+	child, err := kubeletsim.Start(cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	return child, &stderr
 }
 
 // Faults (rows 1113, 1114, 1115): when the state directory's file system was full (or
@@ -135,8 +125,7 @@ func reportOnAFullFileSystem(t *testing.T, n int) {
 	hook, err := freeport.Addr()
 	require.NoError(t, err)
 	msg := filepath.Join(t.TempDir(), "termination-log")
-	p := startSandboxd(t, "-listen", addr, "-hook-listen", hook, "-state-dir", state, "-termination-log", msg)
-	cmd, stderr, exited := p.cmd, &p.stderr, p.exited
+	p, stderr := startSandboxd(t, "-listen", addr, "-hook-listen", hook, "-state-dir", state, "-termination-log", msg)
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "sandboxd serving") }, 30*time.Second,
 		10*time.Millisecond, "sandboxd did not start: %s", stderr)
 	for range n {
@@ -147,16 +136,16 @@ func reportOnAFullFileSystem(t *testing.T, n int) {
 	}
 	lastreporttest.FillUp(t, filepath.Join(state, "filler"))
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.Signal(syscall.SIGTERM))
 	select {
-	case <-exited:
+	case <-p.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatalf("sandboxd did not exit: %s", stderr)
 	}
 	data, err := os.ReadFile(msg)
 	require.NoError(t, err)
 	if n == 0 {
-		require.NoError(t, p.waitErr, "%s", stderr)
+		require.NoError(t, p.Err(), "%s", stderr)
 		var rep struct{ Start time.Time }
 		written, err := os.ReadFile(report)
 		require.NoError(t, err, "this drain's Report, where the earlier one was (row 1115)")
@@ -167,7 +156,7 @@ func reportOnAFullFileSystem(t *testing.T, n int) {
 		return
 	}
 	var exit *exec.ExitError
-	require.ErrorAs(t, p.waitErr, &exit, "%s", stderr)
+	require.ErrorAs(t, p.Err(), &exit, "%s", stderr)
 	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
 	assert.NoFileExists(t, report, "an earlier shutdown's Report, taken for this one's")
 	assert.Contains(t, string(data), "the full report could not be written: ")
