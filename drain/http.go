@@ -64,7 +64,8 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 			if err == nil && c == Stream {
 				ctx, cancel := context.WithCancelCause(r.Context())
 				defer cancel(nil)
-				body := &streamBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
+				live := r.Body != nil && r.Body != http.NoBody
+				body := &streamBody{ReadCloser: r.Body, rc: http.NewResponseController(w), live: live}
 				end := func(cause error) {
 					cancel(cause)
 					body.end()
@@ -73,8 +74,7 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 				if remove, err = g.addStream(end); err == nil {
 					defer remove()
 					r = r.WithContext(ctx)
-					if r.Body != nil && r.Body != http.NoBody {
-						body.live = true
+					if live {
 						r.Body = body
 					}
 					defer body.finish()
