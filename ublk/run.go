@@ -1431,14 +1431,10 @@ func (r *run) fallback(why string) {
 	}
 	var devs []*devState
 	for _, d := range r.dev {
-		if d.untold != "" {
-			// Not known to be the daemon's: retell said so. Looked at all
-			// the same, or fallbackDue would call for it again at once,
-			// every poll, with no sleep between.
-			d.fellBack = d.fellBack || d.cur.Present()
-			continue
-		}
-		if d.cur.Present() && (gone || !d.fellBack) {
+		// One not known to be the daemon's (untold: retell said so) is
+		// left out, but looked at all the same, or fallbackDue would call
+		// for it again at once, every poll, with no sleep between.
+		if d.untold == "" && d.cur.Present() && (gone || !d.fellBack) {
 			devs = append(devs, d)
 		}
 		d.fellBack = d.fellBack || d.cur.Present()
