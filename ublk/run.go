@@ -1502,9 +1502,11 @@ func (r *run) fallback(why string) {
 // device the pass at discovery had not told in its 1 s was the daemon's,
 // and the fallback stopped and deleted another server's live disk.
 func (r *run) retell(until func(*stages) time.Time) {
+	var states []*devState
 	var devs []Device
 	for _, d := range r.dev {
 		if d.untold != "" && d.cur.Present() {
+			states = append(states, d)
 			devs = append(devs, d.cur)
 		}
 	}
@@ -1525,10 +1527,7 @@ func (r *run) retell(until func(*stages) time.Time) {
 	defer cancel()
 	start := time.Now()
 	others, untold := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon), r.cfg.beforeProcess)
-	for _, d := range r.dev {
-		if d.untold == "" || !d.cur.Present() {
-			continue
-		}
+	for _, d := range states {
 		st := StepResult{Name: "whose", Start: start, Duration: time.Since(start)}
 		why, other := others[d.cur.ID]
 		switch {
