@@ -212,11 +212,7 @@ func (s *stop) tighten(dl time.Time, r time.Duration) bool {
 			"deadline", dl, "reserve", r, "laid_out_from", laidOut, "told_at", tellAt)
 		return true
 	}
-	s.told.Move(dl)
-	s.pending = time.Time{}
-	if s.timer != nil {
-		s.timer.Stop()
-	}
+	s.tell(dl)
 	td := s.td
 	s.mu.Unlock()
 	td.Tighten(dl) // before td's Stop registers, it reads dl as its ctx's deadline (toldContext)
@@ -253,12 +249,18 @@ func (s *stop) takePending() (time.Time, *ublk.Teardown) {
 	if s.over || dl.IsZero() {
 		return time.Time{}, nil
 	}
+	s.tell(dl)
+	return dl, s.td
+}
+
+// tell makes dl the deadline told to td, a deadline put off no longer
+// pending. The caller holds s.mu, and tells td once it no longer does.
+func (s *stop) tell(dl time.Time) {
 	s.told.Move(dl)
 	s.pending = time.Time{}
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	return dl, s.td
 }
 
 // deadline is the Stop's deadline, told or not; zero: none. The caller
