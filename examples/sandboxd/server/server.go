@@ -297,13 +297,14 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 func (s *Server) sizedByGrace(steps []drain.Step) []drain.Step {
 	out := make([]drain.Step, len(steps))
 	for i, step := range steps {
-		size := httpReserve
+		reserve := func() time.Duration { return httpReserve(s.budget.GraceInUse()) }
 		var starting func()
-		if _, ok := step.(*ublkstep.Teardown); ok {
-			size = ublkReserve
+		if t, ok := step.(*ublkstep.Teardown); ok {
+			// the one its stages follow: UblkReserve of the grace in use (teardownSteps)
+			reserve = t.Phase().Reserve
 			starting = func() { s.daemonAsked.Store(true) } // it asks the daemon to stop
 		}
-		out[i] = reserveFollowsGrace{Step: step, reserve: func() time.Duration { return size(s.budget.GraceInUse()) }, starting: starting}
+		out[i] = reserveFollowsGrace{Step: step, reserve: reserve, starting: starting}
 	}
 	return out
 }
