@@ -806,25 +806,33 @@ func TestSandboxdDoesNotExitWhileItsDaemonServesALiveDevice(t *testing.T) {
 	assert.Contains(t, string(events), "delete 0", "the daemon deleted its device")
 	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the daemon exited on its own, not killed by sandboxd's exit: %s", events)
 
+	ur := ublkAccount(t, dir)
+	assert.Equal(t, ublk.KernelVulnerable, ur.KernelClass)
+	assert.Equal(t, ublk.VerdictLeftLive, ur.Verdict, "the step's window ended with the device live")
+	assert.Contains(t, stderr.String(), "sandboxd: the device daemon exited; exiting")
+}
+
+// ublkAccount is the ublk step's account (its phase's detail) in the Report sandboxd
+// wrote into dir; the test fails without one.
+func ublkAccount(t *testing.T, dir string) *ublk.Report {
+	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, ReportFile))
 	require.NoError(t, err)
 	var rep struct {
 		Phases []struct {
-			Name   string
-			Detail *ublk.Report
-		}
+			Name   string          `json:"name"`
+			Detail json.RawMessage `json:"detail"`
+		} `json:"phases"`
 	}
 	require.NoError(t, json.Unmarshal(data, &rep))
 	var ur *ublk.Report
 	for _, ph := range rep.Phases {
 		if ph.Name == "ublk" {
-			ur = ph.Detail
+			require.NoError(t, json.Unmarshal(ph.Detail, &ur))
 		}
 	}
 	require.NotNil(t, ur, "the ublk step's account: %s", data)
-	assert.Equal(t, ublk.KernelVulnerable, ur.KernelClass)
-	assert.Equal(t, ublk.VerdictLeftLive, ur.Verdict, "the step's window ended with the device live")
-	assert.Contains(t, stderr.String(), "sandboxd: the device daemon exited; exiting")
+	return ur
 }
 
 // Fault: a Report write (durable.WriteFile) that the kubelet's SIGKILL cut between its

@@ -95,23 +95,7 @@ func TestSandboxdTeardownTakesTheReserveOfADeletionReadAfterItBegan(t *testing.T
 	report := filepath.Join(dir, ReportFile)
 	require.Eventually(t, func() bool { _, err := os.Stat(report); return err == nil }, 20*time.Second, 10*time.Millisecond,
 		"the Report written: %s", &stderr)
-	var rep struct {
-		Phases []struct {
-			Name   string          `json:"name"`
-			Result string          `json:"result"`
-			Detail json.RawMessage `json:"detail"`
-		} `json:"phases"`
-	}
-	data, err := os.ReadFile(report)
-	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(data, &rep))
-	var td *ublk.Report
-	for _, ph := range rep.Phases {
-		if ph.Name == "ublk" {
-			require.NoError(t, json.Unmarshal(ph.Detail, &td))
-		}
-	}
-	require.NotNil(t, td, "the ublk step's account: %s", data)
+	td := ublkAccount(t, dir)
 	if td.Verdict != ublk.VerdictStopped {
 		_ = p.Cmd.Process.Kill() // the pod's SIGKILL: sandboxd waits while its daemon serves a live device
 	}
