@@ -13,6 +13,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/signame"
+	"github.com/drainkit/drainkit/internal/untilexit"
 )
 
 // HandleSignals wires the process's signals to the Drainer and returns the
@@ -31,8 +32,9 @@ import (
 // it ended the process with status 143 while the caller wrote its Report:
 // the Report cut short and a pod whose last state says Error for a drain
 // that went well (docs/faults.md row 1111). No goroutine keeps it: a
-// channel nobody reads, which os/signal drops what does not fit into;
-// signal.Reset(syscall.SIGTERM) gives it its default action back. SIGINT
+// channel nobody reads (internal/untilexit), which os/signal drops what
+// does not fit into; signal.Reset(syscall.SIGTERM) gives it its default
+// action back. SIGINT
 // has its default action again: a person's Ctrl-C ends the process, as
 // they asked.
 //
@@ -183,22 +185,12 @@ func (d *Drainer) ServeSignals(ctx context.Context, ch <-chan os.Signal) *Report
 	return rep
 }
 
-// untilExit is the channel that keeps the stop signal caught once
-// HandleSignals or Server.Run has drained (keepCaught). Nobody reads it:
-// os/signal sends without blocking and drops a signal that does not fit.
-var untilExit = make(chan os.Signal, 1)
-
 // keepCaught keeps every signal of sigs but SIGINT caught until the
-// process exits, on untilExit, for a caller that has drained and now
-// writes its Report: the kubelet's SIGTERM again must not end it with
+// process exits (internal/untilexit), for a caller that has drained and
+// now writes its Report: the kubelet's SIGTERM again must not end it with
 // status 143 (see HandleSignals). Register it before the caller's own
 // channel stops, or the signal has its default action in between.
-func keepCaught(sigs ...os.Signal) {
-	keep := slices.DeleteFunc(slices.Clone(sigs), func(s os.Signal) bool { return s == os.Interrupt })
-	if len(keep) > 0 {
-		signal.Notify(untilExit, keep...)
-	}
-}
+func keepCaught(sigs ...os.Signal) { untilexit.Keep(sigs...) }
 
 // firstSignal waits for what begins ServeSignals' shutdown: the first
 // signal on ch; else ctx's end (its cause), unless a signal is already

@@ -15,6 +15,7 @@ import (
 	"github.com/drainkit/drainkit/internal/hupquit"
 	"github.com/drainkit/drainkit/internal/pid1/ready"
 	"github.com/drainkit/drainkit/internal/signame"
+	"github.com/drainkit/drainkit/internal/untilexit"
 )
 
 // A Catcher holds the SIGTERM and SIGINT a process receives from Catch until Stop, and
@@ -144,11 +145,6 @@ func (c *Catcher) Stop() {
 	})
 }
 
-// untilExit keeps SIGTERM caught until the process exits (KeepUntilExit). Nobody reads
-// it: os/signal sends without blocking and drops a signal that does not fit, and no
-// goroutine is left running.
-var untilExit = make(chan os.Signal, 1)
-
 // KeepUntilExit keeps SIGTERM caught from now until the process exits, for a server's
 // Main whose process exits once it returns (sandboxd, the supervisor, the gVisor worker).
 // Their Catcher (or the supervisor's own) stops last, once the Report, the termination
@@ -161,4 +157,6 @@ var untilExit = make(chan os.Signal, 1)
 // follow, not be dropped. Not for a caller that goes on after its server (a test that
 // serves in its own process): SIGTERM would be dropped there too. SIGINT keeps its
 // default action once the Catcher stops: a person's Ctrl-C ends the process, as asked.
-func KeepUntilExit() { signal.Notify(untilExit, syscall.SIGTERM) }
+// The channel is internal/untilexit's, which drain's HandleSignals and Server.Run keep
+// SIGTERM caught on too.
+func KeepUntilExit() { untilexit.Keep(syscall.SIGTERM) }
