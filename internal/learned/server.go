@@ -1,10 +1,8 @@
 package learned
 
 import (
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -242,20 +240,8 @@ func (st *Start) takeOver(path string) {
 // (lockMoved compares it).
 func (st *Start) hold(lock *statedir.Lock) {
 	st.lock = lock
-	st.holder, _ = readHolder(st.srv.Dir)
+	st.holder, _ = statedir.ReadHolder(filepath.Join(st.srv.Dir, LockFile))
 	lock.RemoveTemps(File, st.log)
-}
-
-// readHolder reads the holder record in dir's LockFile (statedir writes it
-// there when it takes the lock); false when there is no such file.
-func readHolder(dir string) (statedir.Holder, bool) {
-	var h statedir.Holder
-	data, err := os.ReadFile(filepath.Join(dir, LockFile))
-	if err != nil {
-		return h, false
-	}
-	_ = json.Unmarshal(data, &h)
-	return h, true
 }
 
 // lockMoved says whether LockFile is no longer the file this server
@@ -267,9 +253,9 @@ func (st *Start) lockMoved() (string, bool) {
 	if st.lock == nil { // no lock held (Save saving without one): none moved
 		return "", false
 	}
-	now, ok := readHolder(st.srv.Dir)
+	now, err := statedir.ReadHolder(filepath.Join(st.srv.Dir, LockFile))
 	switch {
-	case !ok:
+	case err != nil:
 		return "no lock file", true
 	case now.PID != st.holder.PID || now.Owner != st.holder.Owner || !now.Since.Equal(st.holder.Since):
 		return now.String(), true

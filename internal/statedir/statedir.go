@@ -157,7 +157,7 @@ func (e *HeldError) Error() string { return e.Path + ": held by " + e.Holder.Str
 // TryAcquire takes the lock as Acquire does, without waiting and without creating dir:
 // a *HeldError when another process holds it. Of cfg it reads File and Owner.
 func TryAcquire(dir string, cfg Config) (*Lock, error) {
-	return acquire(dir, cfg, func(f *os.File) error { return &HeldError{Path: f.Name(), Holder: readHolder(f.Name())} })
+	return acquire(dir, cfg, func(f *os.File) error { return &HeldError{Path: f.Name(), Holder: holderOf(f.Name())} })
 }
 
 // acquire opens dir's lock file and takes its lock, calling held when another process
@@ -188,7 +188,7 @@ func acquire(dir string, cfg Config, held func(*os.File) error) (*Lock, error) {
 // wait waits until tryLock takes f's lock or ctx ends.
 func wait(ctx context.Context, f *os.File, dir string, cfg Config) error {
 	start := time.Now()
-	holder := readHolder(f.Name())
+	holder := holderOf(f.Name())
 	cfg.Logger.Warn("state directory held by another server; waiting for it to exit before touching it",
 		"dir", dir, "holder", holder.String())
 	poll := time.NewTicker(cfg.Poll)
@@ -204,7 +204,7 @@ func wait(ctx context.Context, f *os.File, dir string, cfg Config) error {
 		case <-ctx.Done():
 			return gaveUp(context.Cause(ctx))
 		case <-say.C:
-			holder = readHolder(f.Name())
+			holder = holderOf(f.Name())
 			cfg.Logger.Warn("still waiting for the state directory", "dir", dir, "holder", holder.String(),
 				"waited", time.Since(start).Round(time.Second))
 		case <-poll.C:
@@ -221,13 +221,25 @@ func wait(ctx context.Context, f *os.File, dir string, cfg Config) error {
 	}
 }
 
-// readHolder reads the holder from the lock file at path: the zero Holder when the file
-// does not say (a holder that has not written yet).
-func readHolder(path string) Holder {
+// ReadHolder reads the holder record from the lock file at path, as Acquire writes it
+// there when it takes the lock. The error is the file's read alone (no such file: the
+// lock file removed); a file that does not parse, or says nothing yet (a holder that has
+// not written: Acquire truncates, then writes), gives the zero Holder and no error. The
+// waits of this package name the zero Holder "unknown"; internal/learned tells a lock
+// file gone (the error) from one another server made since.
+func ReadHolder(path string) (Holder, error) {
 	var h Holder
-	if data, err := os.ReadFile(path); err == nil {
+	data, err := os.ReadFile(path)
+	if err == nil {
 		_ = json.Unmarshal(data, &h)
 	}
+	return h, err
+}
+
+// holderOf is the holder record of the lock file at path for a wait's lines and
+// errors: the zero Holder ("unknown") when it cannot be read.
+func holderOf(path string) Holder {
+	h, _ := ReadHolder(path)
 	return h
 }
 

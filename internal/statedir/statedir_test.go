@@ -250,6 +250,30 @@ func TestTryAcquireNamesTheHolderWithoutWaiting(t *testing.T) {
 	assert.ErrorIs(t, err, fs.ErrNotExist, "no directory made")
 }
 
+// ReadHolder reads back the holder a lock wrote; its error is the file's read alone (no
+// lock file: internal/learned's "lock moved"), and a file that says nothing yet, or
+// nothing it parses, is the zero Holder with no error (a holder that has not written).
+func TestReadHolderFailsOnlyWhenTheFileCannotBeRead(t *testing.T) {
+	dir := t.TempDir()
+	lock, err := TryAcquire(dir, Config{File: "rates.lock", Owner: "this"})
+	require.NoError(t, err)
+	defer lock.Release()
+	h, err := ReadHolder(filepath.Join(dir, "rates.lock"))
+	require.NoError(t, err)
+	assert.Equal(t, "this", h.Owner)
+	assert.Equal(t, os.Getpid(), h.PID)
+
+	for _, data := range []string{"", "not json\n"} {
+		path := filepath.Join(dir, "other.lock")
+		require.NoError(t, os.WriteFile(path, []byte(data), 0o600))
+		h, err := ReadHolder(path)
+		require.NoError(t, err, "%q", data)
+		assert.Equal(t, Holder{}, h, "%q", data)
+	}
+	_, err = ReadHolder(filepath.Join(dir, "none.lock"))
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
 // Lock.RemoveTemps removes, in the locked directory, the temporary files that writes of
 // one file cut short left (durable.WriteFile's names), and says which; another file's,
 // and the file itself, stay. A nil logger logs nowhere.
