@@ -954,11 +954,16 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	defer resp.Body.Close()
 	got, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
 	var wait time.Duration
-	if err == nil && authenticated(resp.StatusCode, got) {
+	switch {
+	case err != nil:
+	case resp.StatusCode == want: // a success (want is a 2xx)
 		p.accepted(token)
-	}
-	if err == nil && resp.StatusCode != want {
-		e := apiError(resp.StatusCode, got, need)
+	default:
+		status := parseStatus(got) // once: the error's, and a 403's or 404's says the token was taken
+		if authenticated(resp.StatusCode, status) {
+			p.accepted(token)
+		}
+		e := apiError(resp.StatusCode, got, status, need)
 		if resp.StatusCode == http.StatusUnauthorized {
 			e.refused, e.gone = p.refused(token, time.Now(), offset)
 		}
@@ -974,22 +979,16 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 }
 
 // authenticated reports whether an answer of the API server with status
-// code and body shows that it took the request's token: a success, or the
-// Status of a refusal made once it knew the user (RBAC's or admission's
-// 403, a 404). Not a 429 or 5xx, which an API server shutting down (its
-// WithWaitGroup), its request timeout or a proxy in front of it answer
-// before any authentication.
-func authenticated(code int, body []byte) bool {
+// code and Status body status (nil: none) shows that it took the request's
+// token: a success, or the Status of a refusal made once it knew the user
+// (RBAC's or admission's 403, a 404). Not a 429 or 5xx, which an API
+// server shutting down (its WithWaitGroup), its request timeout or a proxy
+// in front of it answer before any authentication.
+func authenticated(code int, status *apiStatus) bool {
 	if code >= 200 && code < 300 {
 		return true
 	}
-	if code != http.StatusForbidden && code != http.StatusNotFound {
-		return false
-	}
-	var status struct {
-		Kind string `json:"kind"`
-	}
-	return json.Unmarshal(body, &status) == nil && status.Kind == "Status"
+	return (code == http.StatusForbidden || code == http.StatusNotFound) && status != nil
 }
 
 // noRedirect is the CheckRedirect of every client a Pod sends with, its
@@ -1048,8 +1047,9 @@ func clockOffset(date string, sent, got time.Time) time.Duration {
 	return 0
 }
 
-// apiError is the *APIError of an answer with status code and body, to a
-// request that needed the RBAC rule need.
+// apiError is the *APIError of an answer with status code and body, whose
+// Status is status (parseStatus; nil: the body is none), to a request that
+// needed the RBAC rule need.
 //
 // A 403 is the API server's authorization (RBAC) only when its Status says
 // so: the authorizer's message is always `... is forbidden: User "name"
@@ -1058,19 +1058,9 @@ func clockOffset(date string, sent, got time.Time) time.Duration {
 // NamespaceLifecycle plugin to every create in a namespace being deleted
 // (a cause NamespaceTerminating), which is how `kubectl delete namespace`
 // ends its pods, and ResourceQuota to one past a quota.
-func apiError(code int, body []byte, need string) *APIError {
+func apiError(code int, body []byte, status *apiStatus, need string) *APIError {
 	e := &APIError{StatusCode: code, Need: need}
-	var status struct {
-		Kind    string `json:"kind"`
-		Reason  string `json:"reason"`
-		Message string `json:"message"`
-		Details struct {
-			Causes []struct {
-				Reason string `json:"reason"`
-			} `json:"causes"`
-		} `json:"details"`
-	}
-	if json.Unmarshal(body, &status) == nil && status.Kind == "Status" {
+	if status != nil {
 		e.Reason, e.Message = status.Reason, status.Message
 		if code == http.StatusForbidden && !strings.Contains(status.Message, `forbidden: User "`) {
 			e.refused = "refused by the API server's admission, not by RBAC"
@@ -1085,6 +1075,29 @@ func apiError(code int, body []byte, need string) *APIError {
 	const maxMessage = 256
 	e.Message = strings.TrimSpace(string(body[:min(len(body), maxMessage)]))
 	return e
+}
+
+// apiStatus is the part of a metav1.Status body an APIError and
+// authenticated read.
+type apiStatus struct {
+	Kind    string `json:"kind"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Details struct {
+		Causes []struct {
+			Reason string `json:"reason"`
+		} `json:"causes"`
+	} `json:"details"`
+}
+
+// parseStatus is body's metav1.Status, or nil when body is none (not
+// JSON, or of another kind: a proxy's page, a pod).
+func parseStatus(body []byte) *apiStatus {
+	var status apiStatus
+	if json.Unmarshal(body, &status) != nil || status.Kind != "Status" {
+		return nil
+	}
+	return &status
 }
 
 func readToken(path string) (string, error) {
