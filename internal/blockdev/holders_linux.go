@@ -232,8 +232,6 @@ func processHolders(ctx context.Context, dir string, want map[DevNum]bool, mappe
 	case errors.As(err, &late):
 		unknown = append(unknown, fmt.Sprintf("mappings not read within %v%s", MapsWait, late.late.says(
 			"/proc/PID/maps waits for the process's memory-map lock: a fault on a hung file system holds it")))
-	case err != nil:
-		unknown = append(unknown, fmt.Sprintf("mappings not read: %v", err))
 	}
 	if ringMapped && len(rings) == 0 {
 		unknown = append(unknown, RingsNotKnown+" mapped with no io_uring fd (the ring's fd closed, passed to another process, or registered with IORING_REGISTER_RING_FDS): the kernel lists a ring's registered files only in a ring fd's fdinfo")
@@ -478,7 +476,10 @@ func MapHolders(dir string, want map[DevNum]bool, found func(DevNum, string)) er
 
 // boundedMapHolders is mapHolders waited for at most MapsWait, and not
 // past ctx's end. A read given up on keeps *cache (a goroutine still uses
-// it), and *cache is replaced by a new one for the rest of the scan.
+// it), and *cache is replaced by a new one for the rest of the scan. Its
+// error is a *mapsLate (not read in time) or a *mapsError (mapHolders'
+// error: not read, or a mapping not typed), never another: processHolders
+// says each of the two as a Possible holder's Detail, and no other.
 func boundedMapHolders(ctx context.Context, dir string, want map[DevNum]bool, cache **mapCache, found func(DevNum, string)) (ringMapped bool, err error) {
 	c := *cache
 	type result struct {
