@@ -92,11 +92,12 @@ func TestFinalSweepThatCannotListIsInTheReport(t *testing.T) {
 }
 
 // A -report whose directory does not exist fails at start, naming the
-// flag, instead of at exit with status 0.
+// flag, instead of at exit with status 0: exit 1, the machine's refusal,
+// not bad usage (row 1170).
 func TestReportToMissingDirectoryFailsAtStart(t *testing.T) {
 	var stderr bytes.Buffer
 	code := Main(t.Context(), []string{"-report", filepath.Join(t.TempDir(), "missing", "r.json"), "--", "true"}, &stderr)
-	assert.Equal(t, 2, code)
+	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "-report")
 }
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/drainkit/drainkit/drain"
@@ -30,11 +31,20 @@ func main() {
 }
 
 // Main runs the supervisor with the command-line args (without the program
-// name) and returns the exit status: the server's, 2 for bad usage, 1 when
-// the supervisor could not start. When it could not start (bad usage
-// included) the termination message says why. From its start until the
-// process exits a SIGTERM ends nothing: it drains, or, once the drain is
-// over, it is dropped; the caller must exit with the status Main returns.
+// name) and returns the exit status: the server's (see run), 2 for bad
+// usage, 1 when the supervisor could not start for another reason. Bad
+// usage is what the command line says, whatever the machine: a flag it
+// refuses (unknown, mistyped, out of range, one that excludes another), no
+// "--" before the server, a -hook-listen off loopback with no
+// SUPERVISOR_HOOK_SECRET, a -report that names a directory, a -grace the
+// plan does not fit in. Not starting for another reason is what the
+// machine refused (startStatus): a file it cannot read or write (an
+// -api-key-file, a -kubelet-config, a -report or -state-dir directory), an
+// address another process holds, a server or daemon command that does not
+// start. When it could not start (bad usage included) the termination
+// message says why. From its start until the process exits a SIGTERM ends
+// nothing: it drains, or, once the drain is over, it is dropped; the
+// caller must exit with the status Main returns.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	sigs := catchSignals(slog.New(slog.NewTextHandler(stderr, nil))) // first: a SIGTERM from now on is the drain's
 	// Close stops catching before the exit, and a SIGTERM between the two (the kubelet's
@@ -59,9 +69,28 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		// reason was in the log alone (docs/faults.md row 1019).
 		fmt.Fprintln(stderr, "supervisor:", err)
 		writeStartFailed(cfg.termLog, err, stderr)
-		return 2
+		return startStatus(err)
 	}
 	return sup.run(ctx, sigs)
+}
+
+// startStatus is Main's exit status for a start that failed with err: 1
+// when the machine refused it (an error of the kernel's in err's chain: a
+// file that cannot be read or created, ENOENT, EACCES, EROFS), 2 for bad
+// usage (the rest: what the flags and arguments say, refused whatever the
+// machine). Every start that failed before the children's (run's, 1)
+// exited 2 before, an unreadable -api-key-file as a mistyped flag, where
+// Main's doc said 1: a crash loop's exit code sent the operator to a
+// command line with nothing wrong in it (docs/faults.md row 1170). A file
+// that reads but holds what is refused (an -api-key-file that is empty, a
+// -kubelet-config that does not parse) carries no error of the kernel's:
+// bad usage. So is a -ublk-kernel @FILE that cannot be read: the flag
+// package keeps only the text of a flag value's error.
+func startStatus(err error) int {
+	if errors.As(err, new(syscall.Errno)) {
+		return 1
+	}
+	return 2
 }
 
 // checkOutputs checks, at start, that the files the supervisor writes at exit can be

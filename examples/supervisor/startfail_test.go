@@ -27,11 +27,20 @@ import (
 // log, and a mistyped server path in a manifest showed as a crash loop
 // with no reason. It now writes "drainkit: no drain ran" and why, on one
 // line. Real processes, -termination-log given.
+//
+// Fault (row 1170): every start that failed before the children started exited 2, the
+// status of bad usage, though Main's doc said 1 when the supervisor could not start: an
+// -api-key-file the Secret's mount does not give, a -report or -state-dir whose
+// directory (a hostPath) does not exist, a -kubelet-config it cannot read. A crash
+// loop's exit code then sent the operator to a command line with nothing wrong in it.
+// What the machine refused now exits 1 (before: 2, the rows from "api-key-file" to
+// "kubelet-config"); what the command line says, whatever the machine, exits 2 still.
 func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer held.Close()
 	missing := filepath.Join(t.TempDir(), "missing")
+	stub := helperCommand("stubserver")
 	for _, tc := range []struct {
 		name   string
 		flags  []string
@@ -40,14 +49,23 @@ func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 		why    []string // what the reason names
 	}{
 		{"server", nil, []string{missing + "/sandbox-server"}, 1, []string{"starting children: server: ", missing}},
-		{"daemon", []string{"-daemon", missing + "/ublkd --socket x"}, helperCommand("stubserver"), 1, []string{"starting children: daemon: ", missing}},
-		{"listen", []string{"-listen", held.Addr().String()}, helperCommand("stubserver"), 1, []string{"-listen: ", "address already in use"}},
-		{"grace", []string{"-grace", "1s", "-daemon", "true"}, helperCommand("stubserver"), 2, []string{"-grace 1s too short"}},
+		{"daemon", []string{"-daemon", missing + "/ublkd --socket x"}, stub, 1, []string{"starting children: daemon: ", missing}},
+		{"listen", []string{"-listen", held.Addr().String()}, stub, 1, []string{"-listen: ", "address already in use"}},
+		{"api-key-file", []string{"-api-key-file", missing + "/key"}, stub, 1,
+			[]string{"-api-key-file " + missing + "/key): httpsource: Config.APIKeyFile: open " + missing + "/key: no such file or directory"}},
+		{"report", []string{"-report", missing + "/report.json"}, stub, 1, []string{"-report " + missing + "/report.json: open " + missing + "/.supervisor-check-"}},
+		{"state-dir", []string{"-state-dir", missing}, stub, 1, []string{"-state-dir " + missing + ": open " + missing + "/"}},
+		{"kubelet-config", []string{"-pod", "", "-kubelet-config", missing + "/kubelet.yaml"}, stub, 1,
+			[]string{"-kubelet-config: open " + missing + "/kubelet.yaml: no such file or directory"}},
+
+		{"grace", []string{"-grace", "1s", "-daemon", "true"}, stub, 2, []string{"-grace 1s too short"}},
+		{"concurrency", []string{"-concurrency", "-1"}, stub, 2, []string{"-concurrency must be at least 0"}},
+		// More bad usage, in Main's process: TestRefusedFlagsSayWhyInTheTerminationMessage.
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			termLog := filepath.Join(t.TempDir(), "termination-log")
 			flags := append([]string{"-listen", freeAddr(t), "-termination-log", termLog}, tc.flags...)
-			sup := startSupervisor(t, flags, tc.server)
+			sup := startSupervisor(t, flags, tc.server, EnvHookSecret+"=", EnvAPIKey+"=")
 			assert.Equal(t, tc.code, sup.exitCode(t, 20*time.Second))
 			msg := readFile(t, termLog)
 			lines := strings.Split(strings.TrimSuffix(msg, "\n"), "\n")
@@ -68,7 +86,7 @@ func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 // 963): a DaemonSet's crash loop whose pods' last state said exit code 2 and nothing
 // else. It now says that no drain ran and why, at the -termination-log given before the
 // flag refused, else DRAINKIT_TERMINATION_LOG's. Before: no file in any case; after:
-// the two lines, exit 2 still.
+// the two lines, exit 2 still (1 for the -state-dir missing, since row 1170).
 func TestRefusedFlagsSayWhyInTheTerminationMessage(t *testing.T) {
 	t.Setenv(EnvHookSecret, "")
 	dir := t.TempDir()
@@ -77,15 +95,16 @@ func TestRefusedFlagsSayWhyInTheTerminationMessage(t *testing.T) {
 		args []string
 		env  bool // the path from DRAINKIT_TERMINATION_LOG: an unknown flag ends the parse before -termination-log
 		why  string
+		code int // 2, bad usage; 1, what the machine refused (row 1170)
 	}{
 		{"a hook on the pod's address with no secret", []string{"-hook-listen", "[fd00::5]:8082"}, false,
-			"-hook-listen [fd00::5]:8082 is not a loopback address: set " + EnvHookSecret + ", the secret the preStop hook sends in X-Drain-Secret"},
-		{"an unknown flag", []string{"-grace-period", "30"}, true, "flag provided but not defined: -grace-period"},
+			"-hook-listen [fd00::5]:8082 is not a loopback address: set " + EnvHookSecret + ", the secret the preStop hook sends in X-Drain-Secret", 2},
+		{"an unknown flag", []string{"-grace-period", "30"}, true, "flag provided but not defined: -grace-period", 2},
 		{"no -- before the server", []string{"-grace", "30s", "true"}, false,
-			`the server command must follow "--": usage: supervisor [flags] -- SERVER_COMMAND [ARGS...]`},
+			`the server command must follow "--": usage: supervisor [flags] -- SERVER_COMMAND [ARGS...]`, 2},
 		{"a -report that is a directory", []string{"-report", dir}, false,
-			"-report " + dir + " is a directory: name a file (the Report is written to a file of its own)"},
-		{"a missing -state-dir", []string{"-state-dir", dir + "/missing"}, false, "-state-dir " + dir + "/missing: open " + dir + "/missing/"},
+			"-report " + dir + " is a directory: name a file (the Report is written to a file of its own)", 2},
+		{"a missing -state-dir", []string{"-state-dir", dir + "/missing"}, false, "-state-dir " + dir + "/missing: open " + dir + "/missing/", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			termLog := filepath.Join(t.TempDir(), "termination-log")
@@ -100,7 +119,7 @@ func TestRefusedFlagsSayWhyInTheTerminationMessage(t *testing.T) {
 				args = append(args, "--", "true")
 			}
 			var stderr bytes.Buffer
-			require.Equal(t, 2, Main(t.Context(), args, &stderr), "%s", &stderr)
+			require.Equal(t, c.code, Main(t.Context(), args, &stderr), "%s", &stderr)
 			msg, err := os.ReadFile(termLog)
 			require.NoError(t, err, "the termination message is written: %s", &stderr)
 			lines := strings.Split(strings.TrimSuffix(string(msg), "\n"), "\n")

@@ -96,16 +96,21 @@ func TestUnbracketedIPv6AddressIsNamedWithTheBrackets(t *testing.T) {
 	assert.ErrorContains(t, err, "in brackets", "not called 'not a loopback address'")
 }
 
+// Bad usage exits 2; a -state-dir the machine does not have, 1 (row 1170).
 func TestBadConfigurationFailsAtStartNamingTheFlag(t *testing.T) {
-	for flagName, args := range map[string][]string{
-		"-server-url": {"-server-url", "127.0.0.1:8080", "--", "true"},
-		"-grace":      {"-grace", "100ms", "--", "true"}, // step reserves do not fit
-		"-state-dir":  {"-state-dir", filepath.Join(t.TempDir(), "missing"), "--", "true"},
+	for _, c := range []struct {
+		flag string
+		args []string
+		code int
+	}{
+		{"-server-url", []string{"-server-url", "127.0.0.1:8080", "--", "true"}, 2},
+		{"-grace", []string{"-grace", "100ms", "--", "true"}, 2}, // step reserves do not fit
+		{"-state-dir", []string{"-state-dir", filepath.Join(t.TempDir(), "missing"), "--", "true"}, 1},
 	} {
 		var stderr bytes.Buffer
-		code := Main(t.Context(), args, &stderr)
-		assert.Equal(t, 2, code)
-		assert.Contains(t, stderr.String(), flagName)
+		code := Main(t.Context(), c.args, &stderr)
+		assert.Equal(t, c.code, code, c.flag)
+		assert.Contains(t, stderr.String(), c.flag)
 	}
 }
 
@@ -354,15 +359,21 @@ func TestAPIFlags(t *testing.T) {
 	assert.Empty(t, c.api.Config().APIKey)
 
 	// A key file that cannot be read, or is empty, still stops the
-	// supervisor at start, naming it, before any child is started.
+	// supervisor at start, naming it, before any child is started: exit 1
+	// for a file the machine does not give, 2 for one whose content is
+	// refused (no error of the kernel's tells it from a refused flag: row
+	// 1170).
 	empty := filepath.Join(dir, "empty")
 	require.NoError(t, os.WriteFile(empty, []byte("\n"), 0o600))
-	for file, says := range map[string]string{keyFile: keyFile + ": no such file", empty: empty + " is empty"} {
+	for _, f := range []struct {
+		file, says string
+		code       int
+	}{{keyFile, keyFile + ": no such file", 1}, {empty, empty + " is empty", 2}} {
 		var stderr bytes.Buffer
-		code := Main(t.Context(), []string{"-api-key-file", file, "--", "/nonexistent/server"}, &stderr)
-		assert.Equal(t, 2, code, stderr.String())
+		code := Main(t.Context(), []string{"-api-key-file", f.file, "--", "/nonexistent/server"}, &stderr)
+		assert.Equal(t, f.code, code, stderr.String())
 		assert.Contains(t, stderr.String(), "-api-key-file")
-		assert.Contains(t, stderr.String(), says)
+		assert.Contains(t, stderr.String(), f.says)
 	}
 
 	// A key from DRAINKIT_API_KEY with a control character inside (a
