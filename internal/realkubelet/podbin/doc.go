@@ -10,6 +10,11 @@
 //	    preStop GET /hook arrives and when SIGTERM does; the hook answers at
 //	    once, after DURATION, or never (recording when its caller closed
 //	    the connection: a restarted kubelet); SIGTERM ends it or is ignored
+//	podbin server -report FILE [-listen ADDR] [-sandboxes N] [-pause DURATION]
+//	    a server wired with drain.NewServer, as the README's "Wire it",
+//	    configured by the DRAINKIT_* environment of its manifest, with N
+//	    fake sandboxes whose preserve takes DURATION; writes the drain's
+//	    Report to FILE and exits with Server.Run's status
 //	podbin ublkd CONFIG_JSON
 //	    a fake ublk device daemon (internal/fakeublk), for the supervisor
 package main

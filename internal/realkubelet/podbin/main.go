@@ -23,6 +23,8 @@ func main() {
 		os.Exit(pause())
 	case "probe":
 		os.Exit(probe(os.Args[2:]))
+	case "server":
+		os.Exit(server(os.Args[2:]))
 	case "ublkd":
 		if len(os.Args) != 3 {
 			fmt.Fprintln(os.Stderr, "usage: podbin ublkd CONFIG_JSON")

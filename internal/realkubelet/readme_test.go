@@ -1,0 +1,261 @@
+//go:build linux
+
+package realkubelet
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/realapiserver"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// readme is the README whose Kubernetes manifest readmeManifest runs.
+const readme = "../../README.md"
+
+// The README's Kubernetes manifest, read from the README itself and run as
+// written through the API server, so that the two cannot drift: its env
+// (DRAINKIT_GRACE, POD_NAME, POD_UID, DRAINKIT_KUBELET_GRACE,
+// DRAINKIT_PRESERVE_ESTIMATE, DRAINKIT_SANDBOX_TIMEOUT, POD_IP,
+// DRAINKIT_HOOK_LISTEN on $(POD_IP), DRAINKIT_HOOK_SECRET from the Secret
+// drainkit-hook), its service account with the Role the README names
+// (examples/sandboxd/deploy/rbac.yaml), its preStop hook (the httpGet to
+// /drain on the pod's address with the secret in its header, or the exec
+// hook drainhook the comment offers instead) and its readinessProbe, in
+// front of podbin's server, which is wired as the README's "Wire it" is
+// (drain.NewServer, configured by that environment alone).
+//
+// What the test changes, each because this node is not a cluster's: the
+// grace (3600 s here would be an hour's test) in both places the README
+// states it, equal there; the server's image and command (the README's
+// block has neither: it is the user's server); hostNetwork (no CNI here:
+// status.podIP is the node's address, on which the server then listens);
+// the header's placeholder "the same secret", which the server refuses,
+// for the Secret's value; a hostPath for the server's Report;
+// KUBERNETES_SERVICE_HOST/PORT (boundServiceAccount says why); and the
+// httpGet hook's host, the pod's address, which the runtime reports for a
+// pod on a pod network and not for one on the node's (the third case).
+//
+// The pod must become ready through the README's probe, the hook reach
+// the drain through the pod's address, the pod reader read the pod and
+// post its Events with no 403 (before the README named the service
+// account, the pod ran as "default", which the Role does not bind: the
+// reads and Events were refused, DRAINKIT_KUBELET_GRACE ignored), every
+// sandbox be preserved and the server exit 0 before SIGKILL.
+func readmeManifest(t *testing.T, api *apiPods) {
+	secret := make([]byte, 16)
+	_, err := rand.Read(secret)
+	require.NoError(t, err)
+	hookSecret := hex.EncodeToString(secret)
+	api.cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/secrets", &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "drainkit-hook"},
+		StringData: map[string]string{"secret": hookSecret},
+	}, http.StatusCreated, nil)
+
+	// On a pod network the kubelet calls an httpGet hook without host at
+	// the pod's address, which the runtime reports; here, with no CNI, the
+	// pod has the node's network, for which the runtime reports none
+	// (below), so host names that address, the one POD_IP gives the server.
+	t.Run("httpGet hook", func(t *testing.T) {
+		pod := readmePod(t, api, "readme-httpget", hookSecret)
+		pod.Spec.Containers[0].Lifecycle.PreStop.HTTPGet.Host = api.nodeAddress(t)
+		rep, _ := api.runREADMEPod(t, pod)
+		require.NotNil(t, rep.PreStop, "the kubelet's httpGet reached the drain on the pod's address, its header the Secret's value")
+	})
+	t.Run("exec hook drainhook", func(t *testing.T) {
+		pod := readmePod(t, api, "readme-exec", hookSecret)
+		pod.Spec.Containers[0].Lifecycle.PreStop = readmeExecHook(t)
+		rep, _ := api.runREADMEPod(t, pod)
+		require.NotNil(t, rep.PreStop, "drainhook reached the drain at DRAINKIT_HOOK_LISTEN with DRAINKIT_HOOK_SECRET, both from the container's environment")
+	})
+	// What the README says of a pod with hostNetwork: true. The kubelet
+	// v1.34.4 takes an httpGet hook's host, when none is given, from the
+	// runtime's pod sandbox status, which has no address for a pod on the
+	// node's network (kubernetes/kubernetes#134285): the hook fails at
+	// once ("failed to find networking container"), FailedPreStopHook, and
+	// SIGTERM comes with no preStop call. The drain then starts at SIGTERM,
+	// without the preStop wait.
+	t.Run("httpGet hook without host on the node's network: never called", func(t *testing.T) {
+		pod := readmePod(t, api, "readme-hostnet", hookSecret)
+		rep, hooks := api.runREADMEPod(t, pod)
+		assert.Nil(t, rep.PreStop, "the kubelet called the hook")
+		assert.Equal(t, rep.Budget.Start, rep.Budget.SIGTERM, "T0 is SIGTERM")
+		assert.Contains(t, strings.Join(hooks, "\n"), "failed to find networking container")
+	})
+}
+
+// nodeAddress returns the Node's InternalIP, as the API server has it: a
+// hostNetwork pod's status.podIP.
+func (a *apiPods) nodeAddress(t *testing.T) string {
+	t.Helper()
+	var n corev1.Node
+	a.cluster.MustDo(t, http.MethodGet, "/api/v1/nodes/"+NodeName, nil, http.StatusOK, &n)
+	for _, addr := range n.Status.Addresses {
+		if addr.Type == corev1.NodeInternalIP {
+			return addr.Address
+		}
+	}
+	t.Fatalf("the Node has no InternalIP: %v", n.Status.Addresses)
+	return ""
+}
+
+// readmeGrace is the grace the README's manifest runs with here, in both
+// places it states it, and readmeSandboxes the server's sandboxes: with the
+// manifest's DRAINKIT_PRESERVE_ESTIMATE of 8 s, counted one at a time on a
+// node that never drained, their reserve leaves the preStop wait about 2 s.
+const (
+	readmeGrace     = 30
+	readmeSandboxes = 3
+)
+
+// readmeDaemonSet returns the README's one yaml block, decoded strictly.
+func readmeDaemonSet(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	raw, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(raw), "\n```yaml\n")
+	require.True(t, ok, "no yaml block in %s", readme)
+	block, _, ok := strings.Cut(rest, "\n```\n")
+	require.True(t, ok, "the yaml block of %s does not end", readme)
+	require.NotContains(t, rest[len(block):], "```yaml", "%s has another yaml block: run it too", readme)
+	var ds appsv1.DaemonSet
+	require.NoError(t, yaml.UnmarshalStrict([]byte(block), &ds), "%s's manifest", readme)
+	return &ds
+}
+
+// readmePod returns the README's pod as this node runs it, named name, and
+// the changes readmeManifest lists made.
+func readmePod(t *testing.T, api *apiPods, name, hookSecret string) *corev1.Pod {
+	t.Helper()
+	spec := readmeDaemonSet(t).Spec.Template.Spec
+	require.Len(t, spec.Containers, 1)
+	require.NotNil(t, spec.TerminationGracePeriodSeconds)
+	c := &spec.Containers[0]
+	grace := strconv.FormatInt(*spec.TerminationGracePeriodSeconds, 10)
+	var stated bool
+	for i, e := range c.Env {
+		switch e.Name {
+		case drain.EnvGrace:
+			require.Equal(t, grace, e.Value, "%s states the grace twice, equal", drain.EnvGrace)
+			c.Env[i].Value, stated = strconv.Itoa(readmeGrace), true
+		}
+	}
+	require.True(t, stated, "the README's manifest sets %s", drain.EnvGrace)
+	spec.TerminationGracePeriodSeconds = new(int64(readmeGrace))
+
+	require.NotNil(t, c.Lifecycle)
+	require.NotNil(t, c.Lifecycle.PreStop)
+	if g := c.Lifecycle.PreStop.HTTPGet; g != nil {
+		for i, h := range g.HTTPHeaders {
+			require.Equal(t, "the same secret", h.Value, "the README's placeholder, which the server refuses")
+			g.HTTPHeaders[i].Value = hookSecret
+		}
+	}
+	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	state := filepath.Join(api.node.Dir, "state-"+name)
+	c.Image, c.ImagePullPolicy = ImageRef, corev1.PullNever
+	c.Command = []string{"/podbin", "server", "-listen", "[$(POD_IP)]:8080", "-sandboxes", strconv.Itoa(readmeSandboxes),
+		"-pause", "300ms", "-report", StateMount + "/report-" + name + ".json"}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: StateMount})
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "state",
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: state, Type: &dirOrCreate}}})
+	spec.HostNetwork = true
+	spec.RestartPolicy = corev1.RestartPolicyNever
+	spec.NodeName = NodeName
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: spec}
+	u, err := url.Parse(api.cluster.URL)
+	require.NoError(t, err)
+	serviceEnv(pod, u)
+	return pod
+}
+
+// readmeExecHook returns the exec hook the README's manifest offers in a
+// comment instead of its httpGet, uncommented.
+func readmeExecHook(t *testing.T) *corev1.LifecycleHandler {
+	t.Helper()
+	raw, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	const prefix = "# exec: "
+	for _, line := range strings.Split(string(raw), "\n") {
+		if _, after, ok := strings.Cut(line, prefix); ok {
+			var h struct {
+				Exec corev1.ExecAction `json:"exec"`
+			}
+			require.NoError(t, yaml.UnmarshalStrict([]byte("exec: "+after), &h), "%q", line)
+			return &corev1.LifecycleHandler{Exec: &h.Exec}
+		}
+	}
+	t.Fatalf("no %q line in %s", prefix, readme)
+	return nil
+}
+
+// runREADMEPod creates pod through the API, waits until the API shows it
+// ready, deletes it with the spec's grace, and returns the Report its
+// server wrote and the kubelet's log lines of hooks that failed, after
+// checking what every run of the README's manifest must hold.
+func (a *apiPods) runREADMEPod(t *testing.T, pod *corev1.Pod) (*drain.Report, []string) {
+	t.Helper()
+	name := pod.Name
+	a.cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/pods", pod, http.StatusCreated, nil)
+	report := "/report-" + name + ".json"
+	w, err := WatchProcess(WaitProcess(t, report, 2*time.Minute))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var p corev1.Pod
+		code, body, err := a.cluster.Do(realapiserver.AdminToken, http.MethodGet, "/api/v1/namespaces/default/pods/"+name, nil)
+		if err != nil || code != http.StatusOK || yaml.Unmarshal(body, &p) != nil {
+			return false
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	}, 2*time.Minute, 100*time.Millisecond, "the pod never became ready by the README's readinessProbe; pod log:\n%s", a.node.PodLog(name))
+	deleted := time.Now()
+	a.cluster.MustDo(t, http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, nil, http.StatusOK, nil)
+	died, err := w.Wait(readmeGrace*time.Second + time.Minute)
+	log := a.node.PodLog(name) // at once: the kubelet removes a deleted pod's logs
+	require.NoError(t, err, "pod log:\n%s", log)
+	var hooks []string
+	for _, line := range a.node.KubeletLog("PreStop hook failed", "lifecycle hook for Container in Pod failed") {
+		if strings.Contains(line, `pod="default/`+name+`"`) {
+			hooks = append(hooks, line)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pod log:\n%s\nthe kubelet's failed hooks:\n%s", log, strings.Join(hooks, "\n"))
+		}
+	})
+	rep := readJSON[drain.Report](t, filepath.Join(a.node.Dir, "state-"+name, "report-"+name+".json"), a.node, name)
+	t.Logf("from the deletion: T0 +%v, SIGTERM +%v, SIGKILL expected +%v, exit +%v; %v; events %+v",
+		rel(rep.Budget.Start, deleted), rel(rep.Budget.SIGTERM, deleted), rel(rep.Budget.Kill, deleted), rel(died, deleted),
+		rep.Preserve.Counts, rep.Events)
+	assert.Equal(t, readmeSandboxes, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
+	assert.NoError(t, rep.Err())
+	assert.True(t, died.Before(rep.Budget.Kill), "exit before SIGKILL")
+	assert.NotContains(t, log, "403", "the pod reader and its Events are allowed by the README's service account and Role")
+	if assert.NotNil(t, rep.Events, "the drain had its pod (POD_NAME) and posted Events") {
+		assert.Positive(t, rep.Events.Posted, "%+v", rep.Events)
+		assert.Zero(t, rep.Events.Dropped, "%+v", rep.Events)
+	}
+	return rep, hooks
+}
