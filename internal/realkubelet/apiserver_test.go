@@ -50,6 +50,7 @@ func TestRealKubeletWithAPIServer(t *testing.T) {
 	t.Run("force deletion", func(t *testing.T) { forceDeletion(t, api, forced) })
 	t.Run("static pod", func(t *testing.T) { staticPod(t, api) })
 	t.Run("the README's manifest", func(t *testing.T) { readmeManifest(t, api) })
+	t.Run("sandboxd's DaemonSet", func(t *testing.T) { sandboxdManifest(t, api) })
 	t.Run("restart", func(t *testing.T) { restart(t, api) })
 }
 

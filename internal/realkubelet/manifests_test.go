@@ -5,6 +5,8 @@ package realkubelet
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -59,10 +61,7 @@ const readme = "../../README.md"
 // reads and Events were refused, DRAINKIT_KUBELET_GRACE ignored), every
 // sandbox be preserved and the server exit 0 before SIGKILL.
 func readmeManifest(t *testing.T, api *apiPods) {
-	secret := make([]byte, 16)
-	_, err := rand.Read(secret)
-	require.NoError(t, err)
-	hookSecret := hex.EncodeToString(secret)
+	hookSecret := newHookSecret(t)
 	api.cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/secrets", &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "drainkit-hook"},
 		StringData: map[string]string{"secret": hookSecret},
@@ -175,14 +174,32 @@ func readmePod(t *testing.T, api *apiPods, name, hookSecret string) *corev1.Pod 
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: StateMount})
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "state",
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: state, Type: &dirOrCreate}}})
-	spec.HostNetwork = true
-	spec.RestartPolicy = corev1.RestartPolicyNever
-	spec.NodeName = NodeName
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: spec}
-	u, err := url.Parse(api.cluster.URL)
+	return api.onThisNode(t, name, nil, spec)
+}
+
+// onThisNode returns a pod named name of a user's manifest's spec (and
+// labels), with what this node lacks: the node's network (no CNI here),
+// bound to the Node, never restarted, in the namespace the RBAC is applied
+// in, and KUBERNETES_SERVICE_HOST/PORT naming the API server (see
+// boundServiceAccount).
+func (a *apiPods) onThisNode(t *testing.T, name string, labels map[string]string, spec corev1.PodSpec) *corev1.Pod {
+	t.Helper()
+	spec.HostNetwork, spec.RestartPolicy, spec.NodeName = true, corev1.RestartPolicyNever, NodeName
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels}, Spec: spec}
+	u, err := url.Parse(a.cluster.URL)
 	require.NoError(t, err)
 	serviceEnv(pod, u)
 	return pod
+}
+
+// newHookSecret returns a random secret for a manifest's hook, in place of
+// its placeholder, which the servers refuse.
+func newHookSecret(t *testing.T) string {
+	t.Helper()
+	secret := make([]byte, 16)
+	_, err := rand.Read(secret)
+	require.NoError(t, err)
+	return hex.EncodeToString(secret)
 }
 
 // readmeExecHook returns the exec hook the README's manifest offers in a
@@ -205,16 +222,39 @@ func readmeExecHook(t *testing.T) *corev1.LifecycleHandler {
 	return nil
 }
 
-// runREADMEPod creates pod through the API, waits until the API shows it
-// ready, deletes it with the spec's grace, and returns the Report its
-// server wrote and the kubelet's log lines of hooks that failed, after
-// checking what every run of the README's manifest must hold.
+// A manifestRun is what runManifestPod needs to know of the server a
+// user's manifest runs.
+type manifestRun struct {
+	process   string // a part of the server's command line
+	report    string // the Report the server writes, its path on the host
+	sandboxes int    // running at the deletion
+	// ready, when not nil, runs once the pod is ready, before its
+	// deletion: what the server needs then (its sandboxes created).
+	ready func(t *testing.T)
+}
+
+// runREADMEPod is runManifestPod for a pod of the README's manifest.
 func (a *apiPods) runREADMEPod(t *testing.T, pod *corev1.Pod) (*drain.Report, []string) {
+	t.Helper()
+	return a.runManifestPod(t, pod, manifestRun{
+		process:   "/report-" + pod.Name + ".json",
+		report:    filepath.Join(a.node.Dir, "state-"+pod.Name, "report-"+pod.Name+".json"),
+		sandboxes: readmeSandboxes,
+	})
+}
+
+// runManifestPod creates pod, a user's manifest as this node runs it,
+// through the API, waits until the API shows it ready by its own probes,
+// deletes it with the spec's grace, and returns the Report its server
+// wrote and the kubelet's log lines of its hooks that failed, after
+// checking what every run of a user's manifest must hold: every sandbox
+// preserved, exit before SIGKILL, its pod read and its Events posted with
+// no 403.
+func (a *apiPods) runManifestPod(t *testing.T, pod *corev1.Pod, m manifestRun) (*drain.Report, []string) {
 	t.Helper()
 	name := pod.Name
 	a.cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/pods", pod, http.StatusCreated, nil)
-	report := "/report-" + name + ".json"
-	w, err := WatchProcess(WaitProcess(t, report, 2*time.Minute))
+	w, err := WatchProcess(WaitProcess(t, m.process, 2*time.Minute))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		var p corev1.Pod
@@ -228,7 +268,10 @@ func (a *apiPods) runREADMEPod(t *testing.T, pod *corev1.Pod) (*drain.Report, []
 			}
 		}
 		return false
-	}, 2*time.Minute, 100*time.Millisecond, "the pod never became ready by the README's readinessProbe; pod log:\n%s", a.node.PodLog(name))
+	}, 2*time.Minute, 100*time.Millisecond, "the pod never became ready by its manifest's probes; pod log:\n%s", a.node.PodLog(name))
+	if m.ready != nil {
+		m.ready(t)
+	}
 	deleted := time.Now()
 	a.cluster.MustDo(t, http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, nil, http.StatusOK, nil)
 	died, err := w.Wait(readmeGrace*time.Second + time.Minute)
@@ -245,17 +288,115 @@ func (a *apiPods) runREADMEPod(t *testing.T, pod *corev1.Pod) (*drain.Report, []
 			t.Logf("pod log:\n%s\nthe kubelet's failed hooks:\n%s", log, strings.Join(hooks, "\n"))
 		}
 	})
-	rep := readJSON[drain.Report](t, filepath.Join(a.node.Dir, "state-"+name, "report-"+name+".json"), a.node, name)
+	rep := readJSON[drain.Report](t, m.report, a.node, name)
 	t.Logf("from the deletion: T0 +%v, SIGTERM +%v, SIGKILL expected +%v, exit +%v; %v; events %+v",
 		rel(rep.Budget.Start, deleted), rel(rep.Budget.SIGTERM, deleted), rel(rep.Budget.Kill, deleted), rel(died, deleted),
 		rep.Preserve.Counts, rep.Events)
-	assert.Equal(t, readmeSandboxes, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
+	assert.Equal(t, m.sandboxes, rep.Preserve.Counts[pause.Preserved], "%v", rep.Preserve.Counts)
 	assert.NoError(t, rep.Err())
 	assert.True(t, died.Before(rep.Budget.Kill), "exit before SIGKILL")
-	assert.NotContains(t, log, "403", "the pod reader and its Events are allowed by the README's service account and Role")
+	assert.NotContains(t, log, "403 Forbidden", "the pod reader and its Events are allowed by the manifest's service account and Role")
 	if assert.NotNil(t, rep.Events, "the drain had its pod (POD_NAME) and posted Events") {
 		assert.Positive(t, rep.Events.Posted, "%+v", rep.Events)
 		assert.Zero(t, rep.Events.Dropped, "%+v", rep.Events)
 	}
 	return rep, hooks
+}
+
+// sandboxdDaemonSet is the DaemonSet the README calls complete and tested.
+const sandboxdDaemonSet = "../../examples/sandboxd/deploy/daemonset.yaml"
+
+// sandboxdManifestSandboxes are the sandboxes sandboxd's DaemonSet runs
+// here: its -pause-latency=2s, counted one at a time on a node that never
+// drained, makes their reserve 24 s of the 30 s, and they pause 8 at once.
+const sandboxdManifestSandboxes = 12
+
+// examples/sandboxd/deploy/daemonset.yaml, the DaemonSet the README calls
+// complete and tested, run as written through the API server as the README's
+// manifest is (readmeManifest): its args, its env (POD_NAME, POD_UID,
+// POD_IP, SANDBOXD_HOOK_SECRET), its service account with rbac.yaml beside
+// it, its named ports, its startup, readiness and liveness probes, its
+// httpGet hook to the hook port with the secret in its header, privileged,
+// its state on a hostPath. The test changes the grace (3600 s to 30 s, in
+// terminationGracePeriodSeconds and -grace, which it first checks are
+// equal), -runtime=runsc to the fake runtime (this image has no runsc) and
+// so no privileged (which this API server refuses: kube-apiserver's
+// --allow-privileged is false unless set, as kubeadm does), the image and
+// its command (the image's entrypoint is podbin), the secret's
+// placeholder in both places, the hostPath's directory, the namespace
+// (rbac.yaml applied in default), and what the node lacks, a pod network:
+// hostNetwork, the hook's host the node's address, and -listen=:8080 on
+// that address, since the node's network is the machine's. The pod must
+// become ready, the hook reach the drain, every sandbox be preserved, the
+// device daemon stop on its own, the Events be posted, sandboxd exit
+// before SIGKILL.
+func sandboxdManifest(t *testing.T, api *apiPods) {
+	raw, err := os.ReadFile(sandboxdDaemonSet)
+	require.NoError(t, err)
+	var ds appsv1.DaemonSet
+	require.NoError(t, yaml.UnmarshalStrict(raw, &ds), sandboxdDaemonSet)
+	spec := ds.Spec.Template.Spec
+	require.Len(t, spec.Containers, 1)
+	require.NotNil(t, spec.TerminationGracePeriodSeconds)
+	c := &spec.Containers[0]
+	addr := api.nodeAddress(t)
+	grace := fmt.Sprintf("-grace=%ds", *spec.TerminationGracePeriodSeconds)
+	changed := map[string]bool{}
+	for i, a := range c.Args {
+		to, ok := map[string]string{
+			grace:            fmt.Sprintf("-grace=%ds", readmeGrace),
+			"-runtime=runsc": "-runtime=fake",
+			"-listen=:8080":  "-listen=[$(POD_IP)]:8080",
+		}[a]
+		if ok {
+			c.Args[i], changed[a] = to, true
+		}
+	}
+	assert.Len(t, changed, 3, "the DaemonSet's args %q: -grace equal to terminationGracePeriodSeconds (%s), -runtime=runsc, -listen=:8080", c.Args, grace)
+	spec.TerminationGracePeriodSeconds = new(int64(readmeGrace))
+
+	const placeholder = "replace-me-with-a-long-random-secret"
+	secret, secrets := newHookSecret(t), 0
+	for i, e := range c.Env {
+		if e.Value == placeholder {
+			c.Env[i].Value, secrets = secret, secrets+1
+		}
+	}
+	require.NotNil(t, c.Lifecycle)
+	require.NotNil(t, c.Lifecycle.PreStop)
+	g := c.Lifecycle.PreStop.HTTPGet
+	require.NotNil(t, g, "the DaemonSet's preStop is an httpGet")
+	for i, h := range g.HTTPHeaders {
+		if h.Value == placeholder {
+			g.HTTPHeaders[i].Value, secrets = secret, secrets+1
+		}
+	}
+	require.Equal(t, 2, secrets, "the secret's placeholder, in the env and the hook's header")
+	g.Host = addr
+
+	const name = "sandboxd-daemonset"
+	state := filepath.Join(api.node.Dir, "state-"+name)
+	for i, v := range spec.Volumes {
+		if v.HostPath != nil {
+			spec.Volumes[i].HostPath.Path = state
+		}
+	}
+	c.Image, c.ImagePullPolicy, c.Command = ImageRef, corev1.PullNever, []string{"/sandboxd"}
+	require.NotNil(t, c.SecurityContext)
+	c.SecurityContext.Privileged = nil // for runsc; this API server, as kube-apiserver by default, refuses it
+
+	rep, _ := api.runManifestPod(t, api.onThisNode(t, name, ds.Spec.Template.Labels, spec), manifestRun{
+		process:   "-runtime=fake",
+		report:    filepath.Join(state, "last-shutdown.json"),
+		sandboxes: sandboxdManifestSandboxes,
+		ready: func(t *testing.T) {
+			for range sandboxdManifestSandboxes {
+				createSandbox(t, "http://"+net.JoinHostPort(addr, "8080"), `{"timeout_s": 86400}`)
+			}
+		},
+	})
+	require.NotNil(t, rep.PreStop, "the kubelet's httpGet reached the drain at the hook port, its header the secret")
+	events, err := os.ReadFile(filepath.Join(state, "ublkd.events"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
 }
