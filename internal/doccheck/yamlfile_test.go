@@ -1,0 +1,144 @@
+package doccheck
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// A ```yaml block of the Markdown whose first line is a comment naming a
+// file of the repository ("# examples/.../supervisor-patch.yaml (...)")
+// says it is that file, for a reader to copy: it must decode to the same
+// object, comments and layout aside. docs/other-languages.md's copy of the
+// AgentENV overlay's patch had drifted from the file (no service account,
+// no POD_NAME or POD_UID, no -kubelet-grace: copied, the supervisor had no
+// pod reader and no Events), and no test compared the two.
+func TestYAMLBlocksThatNameAFileAreThatFile(t *testing.T) {
+	blocks, err := namedYAMLBlocks(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
+		file, err := os.ReadFile(filepath.Join(root, b.file))
+		if err != nil {
+			t.Errorf("%s: names %s, which cannot be read: %v", b.where, b.file, err)
+			continue
+		}
+		want, err := decodeOne(file)
+		if err != nil {
+			t.Errorf("%s: %s: %v", b.where, b.file, err)
+			continue
+		}
+		got, err := decodeOne([]byte(b.code))
+		if err != nil {
+			t.Errorf("%s: %v", b.where, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s is not %s, which it names: copy the file again\n\tthe block: %v\n\tthe file:  %v", b.where, b.file, got, want)
+		}
+	}
+	t.Logf("%d yaml blocks that name a file checked", len(blocks))
+}
+
+func TestANamedYAMLBlockIsComparedByContent(t *testing.T) {
+	a, err := decodeOne([]byte("# a comment\nspec: {args: [-x, -y], n: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := decodeOne([]byte("spec:\n  n: 1 # the same\n  args:\n    - -x\n    - -y\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("the same object in another layout differs: %v, %v", a, b)
+	}
+	c, _ := decodeOne([]byte("spec: {args: [-x], n: 1}\n"))
+	if reflect.DeepEqual(a, c) {
+		t.Error("a block without one of the file's args compared equal")
+	}
+	if _, err := decodeOne([]byte("a: 1\n---\nb: 2\n")); err == nil {
+		t.Error("two documents were taken for one")
+	}
+}
+
+// A yamlBlock is a ```yaml block of the Markdown that names a file.
+type yamlBlock struct {
+	where string // file:line
+	file  string // the file it names, relative to the root
+	code  string
+}
+
+// namedFile is a yaml block's first line naming a file of the
+// repository: "# DIR/NAME.yaml", then anything ("# values.yaml: ..." names
+// the reader's own file).
+var namedFile = regexp.MustCompile(`^#\s+(\S+/\S+\.ya?ml)\b`)
+
+// namedYAMLBlocks returns the ```yaml blocks of the Markdown under root
+// whose first line names a file.
+func namedYAMLBlocks(root string) ([]yamlBlock, error) {
+	var out []yamlBlock
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(d.Name(), ".md") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		var cur *yamlBlock
+		sc := bufio.NewScanner(bytes.NewReader(src))
+		for n := 1; sc.Scan(); n++ {
+			line := sc.Text()
+			trimmed := strings.TrimSpace(line)
+			switch {
+			case cur == nil && trimmed == "```yaml":
+				cur = &yamlBlock{where: fmt.Sprintf("%s:%d", rel, n)}
+			case cur != nil && trimmed == "```":
+				first, _, _ := strings.Cut(cur.code, "\n")
+				if m := namedFile.FindStringSubmatch(first); m != nil {
+					cur.file = m[1]
+					out = append(out, *cur)
+				}
+				cur = nil
+			case cur != nil:
+				cur.code += line + "\n"
+			}
+		}
+		return sc.Err()
+	})
+	return out, err
+}
+
+// decodeOne decodes a YAML file of one document into plain values.
+func decodeOne(data []byte) (any, error) {
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.TrimSpace(line) == "---" {
+			return nil, fmt.Errorf("more than one YAML document")
+		}
+	}
+	var v any
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
