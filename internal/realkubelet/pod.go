@@ -43,8 +43,10 @@ func Pod(name string, grace int64, stateDir string, hook *corev1.LifecycleHandle
 }
 
 // HTTPGetHook is a preStop httpGet to 127.0.0.1:port/path. The host is
-// explicit: a hostNetwork pod's IP is the node's, and the servers here
-// listen on loopback only.
+// explicit: the servers here listen on loopback only, and the kubelet
+// v1.34 finds no address for a hostNetwork pod's httpGet hook without one
+// (the runtime reports none: kubernetes/kubernetes#134285), so it never
+// calls it (the README's manifest's test measures that).
 func HTTPGetHook(port int, path string) *corev1.LifecycleHandler {
 	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
 		Host: "127.0.0.1", Port: intstr.FromInt(port), Path: path,
