@@ -51,6 +51,7 @@ func TestRealKubeletWithAPIServer(t *testing.T) {
 	t.Run("static pod", func(t *testing.T) { staticPod(t, api) })
 	t.Run("the README's manifest", func(t *testing.T) { readmeManifest(t, api) })
 	t.Run("sandboxd's DaemonSet", func(t *testing.T) { sandboxdManifest(t, api) })
+	t.Run("the supervisor's DaemonSet", func(t *testing.T) { supervisorManifest(t, api) })
 	t.Run("restart", func(t *testing.T) { restart(t, api) })
 }
 

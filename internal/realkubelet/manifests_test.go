@@ -5,6 +5,7 @@ package realkubelet
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/realapiserver"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -225,9 +227,12 @@ func readmeExecHook(t *testing.T) *corev1.LifecycleHandler {
 // A manifestRun is what runManifestPod needs to know of the server a
 // user's manifest runs.
 type manifestRun struct {
-	process   string // a part of the server's command line
-	report    string // the Report the server writes, its path on the host
-	sandboxes int    // running at the deletion
+	process string // a part of the server's command line
+	report  string // the file the server writes its Report to, its path on the host
+	// nested, when not "", is the key of the drain's Report in that file
+	// (the supervisor's: "drain").
+	nested    string
+	sandboxes int // running at the deletion
 	// ready, when not nil, runs once the pod is ready, before its
 	// deletion: what the server needs then (its sandboxes created).
 	ready func(t *testing.T)
@@ -288,7 +293,15 @@ func (a *apiPods) runManifestPod(t *testing.T, pod *corev1.Pod, m manifestRun) (
 			t.Logf("pod log:\n%s\nthe kubelet's failed hooks:\n%s", log, strings.Join(hooks, "\n"))
 		}
 	})
-	rep := readJSON[drain.Report](t, m.report, a.node, name)
+	var rep *drain.Report
+	if m.nested == "" {
+		rep = readJSON[drain.Report](t, m.report, a.node, name)
+	} else {
+		nested := *readJSON[map[string]json.RawMessage](t, m.report, a.node, name)
+		require.Contains(t, nested, m.nested, m.report)
+		rep = new(drain.Report)
+		require.NoError(t, json.Unmarshal(nested[m.nested], rep), m.report)
+	}
 	t.Logf("from the deletion: T0 +%v, SIGTERM +%v, SIGKILL expected +%v, exit +%v; %v; events %+v",
 		rel(rep.Budget.Start, deleted), rel(rep.Budget.SIGTERM, deleted), rel(rep.Budget.Kill, deleted), rel(died, deleted),
 		rep.Preserve.Counts, rep.Events)
@@ -300,6 +313,13 @@ func (a *apiPods) runManifestPod(t *testing.T, pod *corev1.Pod, m manifestRun) (
 		assert.Positive(t, rep.Events.Posted, "%+v", rep.Events)
 		assert.Zero(t, rep.Events.Dropped, "%+v", rep.Events)
 	}
+	// Gone from the API before the next pod of a manifest starts: a pod on
+	// the node's network holds its ports as host ports until then, and the
+	// kubelet refuses another that declares them (NodePorts).
+	require.Eventually(t, func() bool {
+		code, _, err := a.cluster.Do(realapiserver.AdminToken, http.MethodGet, "/api/v1/namespaces/default/pods/"+name, nil)
+		return err == nil && code == http.StatusNotFound
+	}, time.Minute, 100*time.Millisecond, "the pod is still in the API server")
 	return rep, hooks
 }
 
@@ -397,6 +417,150 @@ func sandboxdManifest(t *testing.T, api *apiPods) {
 	})
 	require.NotNil(t, rep.PreStop, "the kubelet's httpGet reached the drain at the hook port, its header the secret")
 	events, err := os.ReadFile(filepath.Join(state, "ublkd.events"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
+}
+
+// supervisorDaemonSet is examples/supervisor's DaemonSet, whose excerpt
+// docs/other-languages.md shows, and supervisorRBAC its account and Role.
+const (
+	supervisorDaemonSet = "../../examples/supervisor/deploy/daemonset.yaml"
+	supervisorRBAC      = "../../examples/supervisor/deploy/rbac.yaml"
+)
+
+// supervisorManifestSandboxes are the naive server's sandboxes at the
+// deletion, 500 ms pauses: counted one at a time at the supervisor's first
+// estimate, 1 s, on a node that never drained, their reserve leaves the
+// preStop wait almost nothing of the 30 s (10 left it 9 s).
+const supervisorManifestSandboxes = 20
+
+// examples/supervisor/deploy/daemonset.yaml run as written through the API
+// server, as sandboxdManifest runs sandboxd's: the supervisor as the
+// container's command in front of a server it starts, its args, its env
+// (POD_NAME, POD_UID, POD_IP, SUPERVISOR_HOOK_SECRET, DRAINKIT_API_KEY from
+// the Secret sandbox-api-key, which the test creates), its service account
+// with rbac.yaml beside it, its named ports and probes, its httpGet hook to
+// the hook port with the secret in its header, its hostPaths. The test
+// changes the grace (3600 s to 30 s, in the spec and -grace), the server
+// and its ublk daemon (the manifest's are an example's: podbin's naive
+// server on the manifest's -server-url, and podbin's fake daemon on the
+// manifest's socket, its sysfs in the state volume, SUPERVISOR_SYSFS_ROOT
+// naming it), the init container that copies the supervisor in with cp
+// (this image has the supervisor, and no cp: the container runs it), the
+// image, privileged and the host's /dev (for a real daemon's
+// /dev/ublk-control and KVM; this API server refuses privileged), the
+// secret's placeholder, the hostPaths' directories, the namespace, and for
+// the node's network hostNetwork, the hook's host and -listen=:8081 on the
+// node's address.
+func supervisorManifest(t *testing.T, api *apiPods) {
+	raw, err := os.ReadFile(supervisorDaemonSet)
+	require.NoError(t, err)
+	var ds appsv1.DaemonSet
+	require.NoError(t, yaml.UnmarshalStrict(raw, &ds), supervisorDaemonSet)
+	api.cluster.ApplyRBAC(t, supervisorRBAC, "default")
+	api.cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/secrets", &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "sandbox-api-key"},
+		StringData: map[string]string{"api-key": newHookSecret(t)},
+	}, http.StatusCreated, nil)
+	spec := ds.Spec.Template.Spec
+	require.Len(t, spec.Containers, 1)
+	require.Len(t, spec.InitContainers, 1)
+	require.NotNil(t, spec.TerminationGracePeriodSeconds)
+	c := &spec.Containers[0]
+	require.Equal(t, []string{"/drainkit/supervisor"}, c.Command)
+	addr := api.nodeAddress(t)
+	const stateMount = "/var/lib/sandbox" // the manifest's state volume
+	daemon, err := json.Marshal(fakeublk.DaemonConfig{
+		SysRoot:  stateMount + "/sys",
+		Devices:  []fakeublk.DeviceSpec{{ID: 0, Major: 4000, Minor: 0}, {ID: 1, Major: 4000, Minor: 1}},
+		Socket:   "/run/sandbox/ublkd.sock",
+		EventLog: stateMount + "/daemon.events",
+	})
+	require.NoError(t, err)
+	grace := fmt.Sprintf("-grace=%ds", *spec.TerminationGracePeriodSeconds)
+	var args []string
+	seen := map[string]bool{}
+	for i, a := range c.Args {
+		if a == "--" { // the server's command: podbin's naive server on -server-url's address
+			args = append(args, "--", "/naiveserver", "-listen", "127.0.0.1:8080", "-state", stateMount+"/naive", "-pause", "500ms")
+			seen["--"] = true
+			break
+		}
+		to, ok := map[string]string{
+			grace:                               fmt.Sprintf("-grace=%ds", readmeGrace),
+			"-listen=:8081":                     "-listen=[$(POD_IP)]:8081",
+			"-server-url=http://127.0.0.1:8080": "-server-url=http://127.0.0.1:8080",
+		}[a]
+		switch {
+		case ok:
+			a, seen[c.Args[i]] = to, true
+		case strings.HasPrefix(a, "-daemon="):
+			a, seen["-daemon"] = "-daemon=/podbin ublkd "+string(daemon), true
+		}
+		args = append(args, a)
+	}
+	assert.Len(t, seen, 5, "the DaemonSet's args %q: -grace equal to terminationGracePeriodSeconds (%s), -listen=:8081, -server-url on 8080, -daemon, a server after --", c.Args, grace)
+	c.Args = args
+	spec.TerminationGracePeriodSeconds = new(int64(readmeGrace))
+
+	const placeholder = "replace-me-with-a-long-random-secret"
+	secret, secrets := newHookSecret(t), 0
+	for i, e := range c.Env {
+		if e.Value == placeholder {
+			c.Env[i].Value, secrets = secret, secrets+1
+		}
+	}
+	c.Env = append(c.Env, corev1.EnvVar{Name: "SUPERVISOR_SYSFS_ROOT", Value: stateMount + "/sys"})
+	require.NotNil(t, c.Lifecycle)
+	require.NotNil(t, c.Lifecycle.PreStop)
+	g := c.Lifecycle.PreStop.HTTPGet
+	require.NotNil(t, g, "the DaemonSet's preStop is an httpGet")
+	for i, h := range g.HTTPHeaders {
+		if h.Value == placeholder {
+			g.HTTPHeaders[i].Value, secrets = secret, secrets+1
+		}
+	}
+	require.Equal(t, 2, secrets, "the secret's placeholder, in the env and the hook's header")
+	g.Host = addr
+
+	const name = "supervisor-daemonset"
+	dir := filepath.Join(api.node.Dir, "state-"+name)
+	var volumes []corev1.Volume
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == "/dev" {
+			continue // a real daemon's /dev/ublk-control, privileged
+		}
+		if v.HostPath != nil {
+			v.HostPath.Path = filepath.Join(dir, v.Name)
+		}
+		volumes = append(volumes, v)
+	}
+	spec.Volumes = volumes
+	var mounts []corev1.VolumeMount
+	for _, m := range c.VolumeMounts {
+		if m.Name != "dev" {
+			mounts = append(mounts, m)
+		}
+	}
+	c.VolumeMounts = mounts
+	spec.InitContainers = nil
+	c.Image, c.ImagePullPolicy, c.Command = ImageRef, corev1.PullNever, []string{"/supervisor"}
+	require.NotNil(t, c.SecurityContext)
+	c.SecurityContext.Privileged = nil
+
+	rep, _ := api.runManifestPod(t, api.onThisNode(t, name, ds.Spec.Template.Labels, spec), manifestRun{
+		process:   "-daemon=/podbin ublkd",
+		report:    filepath.Join(dir, "state", "drain-report.json"),
+		nested:    "drain",
+		sandboxes: supervisorManifestSandboxes,
+		ready: func(t *testing.T) {
+			for range supervisorManifestSandboxes {
+				createSandbox(t, "http://127.0.0.1:8080", "")
+			}
+		},
+	})
+	require.NotNil(t, rep.PreStop, "the kubelet's httpGet reached the drain at the hook port, its header the secret")
+	events, err := os.ReadFile(filepath.Join(dir, "state", "daemon.events"))
 	require.NoError(t, err)
 	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
 }
