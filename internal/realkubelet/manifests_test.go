@@ -60,7 +60,7 @@ const readme = "../../README.md"
 // the drain through the pod's address, the pod reader read the pod and
 // post its Events with no 403 (before the README named the service
 // account, the pod ran as "default", which the Role does not bind: the
-// reads and Events were refused, DRAINKIT_KUBELET_GRACE ignored), every
+// reads and Events were refused, the deletionTimestamp never read), every
 // sandbox be preserved and the server exit 0 before SIGKILL.
 func readmeManifest(t *testing.T, api *apiPods) {
 	hookSecret := newHookSecret(t)
@@ -116,12 +116,12 @@ func (a *apiPods) nodeAddress(t *testing.T) string {
 	return ""
 }
 
-// readmeGrace is the grace the README's manifest runs with here, in both
-// places it states it, and readmeSandboxes the server's sandboxes: with the
+// manifestGrace is the grace a user's manifest runs with here, in every
+// place it states it, and readmeSandboxes the README's server's sandboxes: with the
 // manifest's DRAINKIT_PRESERVE_ESTIMATE of 8 s, counted one at a time on a
 // node that never drained, their reserve leaves the preStop wait about 2 s.
 const (
-	readmeGrace     = 30
+	manifestGrace   = 30
 	readmeSandboxes = 3
 )
 
@@ -154,11 +154,11 @@ func readmePod(t *testing.T, api *apiPods, name, hookSecret string) *corev1.Pod 
 		switch e.Name {
 		case drain.EnvGrace:
 			require.Equal(t, grace, e.Value, "%s states the grace twice, equal", drain.EnvGrace)
-			c.Env[i].Value, stated = strconv.Itoa(readmeGrace), true
+			c.Env[i].Value, stated = strconv.Itoa(manifestGrace), true
 		}
 	}
 	require.True(t, stated, "the README's manifest sets %s", drain.EnvGrace)
-	spec.TerminationGracePeriodSeconds = new(int64(readmeGrace))
+	spec.TerminationGracePeriodSeconds = new(int64(manifestGrace))
 
 	require.NotNil(t, c.Lifecycle)
 	require.NotNil(t, c.Lifecycle.PreStop)
@@ -279,7 +279,7 @@ func (a *apiPods) runManifestPod(t *testing.T, pod *corev1.Pod, m manifestRun) (
 	}
 	deleted := time.Now()
 	a.cluster.MustDo(t, http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, nil, http.StatusOK, nil)
-	died, err := w.Wait(readmeGrace*time.Second + time.Minute)
+	died, err := w.Wait(manifestGrace*time.Second + time.Minute)
 	log := a.node.PodLog(name) // at once: the kubelet removes a deleted pod's logs
 	require.NoError(t, err, "pod log:\n%s", log)
 	var hooks []string
@@ -364,7 +364,7 @@ func sandboxdManifest(t *testing.T, api *apiPods) {
 	changed := map[string]bool{}
 	for i, a := range c.Args {
 		to, ok := map[string]string{
-			grace:            fmt.Sprintf("-grace=%ds", readmeGrace),
+			grace:            fmt.Sprintf("-grace=%ds", manifestGrace),
 			"-runtime=runsc": "-runtime=fake",
 			"-listen=:8080":  "-listen=[$(POD_IP)]:8080",
 		}[a]
@@ -373,7 +373,7 @@ func sandboxdManifest(t *testing.T, api *apiPods) {
 		}
 	}
 	assert.Len(t, changed, 3, "the DaemonSet's args %q: -grace equal to terminationGracePeriodSeconds (%s), -runtime=runsc, -listen=:8080", c.Args, grace)
-	spec.TerminationGracePeriodSeconds = new(int64(readmeGrace))
+	spec.TerminationGracePeriodSeconds = new(int64(manifestGrace))
 
 	const placeholder = "replace-me-with-a-long-random-secret"
 	secret, secrets := newHookSecret(t), 0
@@ -487,7 +487,7 @@ func supervisorManifest(t *testing.T, api *apiPods) {
 			break
 		}
 		to, ok := map[string]string{
-			grace:                               fmt.Sprintf("-grace=%ds", readmeGrace),
+			grace:                               fmt.Sprintf("-grace=%ds", manifestGrace),
 			"-listen=:8081":                     "-listen=[$(POD_IP)]:8081",
 			"-server-url=http://127.0.0.1:8080": "-server-url=http://127.0.0.1:8080",
 		}[a]
@@ -501,7 +501,7 @@ func supervisorManifest(t *testing.T, api *apiPods) {
 	}
 	assert.Len(t, seen, 5, "the DaemonSet's args %q: -grace equal to terminationGracePeriodSeconds (%s), -listen=:8081, -server-url on 8080, -daemon, a server after --", c.Args, grace)
 	c.Args = args
-	spec.TerminationGracePeriodSeconds = new(int64(readmeGrace))
+	spec.TerminationGracePeriodSeconds = new(int64(manifestGrace))
 
 	const placeholder = "replace-me-with-a-long-random-secret"
 	secret, secrets := newHookSecret(t), 0
