@@ -251,6 +251,96 @@ func TestPreserveSettlingAsRunReturnsDoesNotRaceTheReport(t *testing.T) {
 	}
 }
 
+// A Preserve that returns after Run stopped waiting for it (ReturnSlack past
+// the hard deadline: a worker held up that long on a loaded node), but
+// before Run made its Report, is accounted as it ended: the sandbox it
+// preserved is preserved, not abandoned as lost (the operator restores or
+// re-creates a sandbox the Report says was lost). One still running when
+// the Report is made stays abandoned, and Run does not wait for it. Run
+// writes each abandonment's Warn line before the Report (a log pipe that
+// takes 2 s a line), and the Preserve returns while it does: at the hard
+// deadline exactly, at the instant Run stops waiting (which goes first
+// varies, hence ten Runs), and 1 s into the lines. Before, the last (and
+// some of the second) read "abandoned" and counted the sandbox lost.
+//
+//	0 s       "late" and "hung" start; phase deadline 10 s, hard 30 s
+//	30 s + ReturnSlack: Run stops waiting: both abandoned, a 2 s line each
+//	31 s + ReturnSlack: "late" returns nil
+//	34 s + ReturnSlack: its line ("returned before the Report")
+//	36 s + ReturnSlack: the Report: "late" preserved, "hung" abandoned
+func TestPreserveReturningBeforeTheReportIsAccountedAsItEnded(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after time.Duration // past the hard deadline
+		runs  int
+	}{
+		{"at the hard deadline", 0, 1},
+		{"as Run stops waiting", pause.ReturnSlack, 10},
+		{"while Run writes its lines", pause.ReturnSlack + time.Second, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for range c.runs {
+				synctest.Test(t, func(t *testing.T) {
+					hard := time.Now().Add(30 * time.Second)
+					sbs := []pause.Sandbox{late{"late", hard.Add(c.after)}, late{"hung", hard.Add(time.Hour)}}
+					p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return sbs, nil }),
+						pause.Config{Logger: slog.New(stalling{2 * time.Second})})
+					require.NoError(t, err)
+					ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+					defer cancel()
+					start := time.Now()
+					rep := p.Run(ctx, hard)
+					e := entry(t, rep, "late")
+					assert.Equal(t, pause.Preserved, e.Outcome, "its Preserve returned nil before the Report: %s", e.Error)
+					assert.False(t, e.Abandoned())
+					assert.Empty(t, e.Error)
+					assert.Equal(t, 30*time.Second+c.after, e.Duration)
+					assert.Equal(t, 1, e.Attempts)
+					h := entry(t, rep, "hung")
+					assert.True(t, h.Abandoned(), "still running at the Report: %s", h.Outcome)
+					assert.Equal(t, 1, rep.Counts[pause.Preserved])
+					assert.Equal(t, 1, rep.Lost())
+					assert.LessOrEqual(t, time.Since(start), 30*time.Second+pause.ReturnSlack+3*2*time.Second,
+						"Run waits for no Preserve past the hard deadline; only its own three lines")
+					time.Sleep(time.Hour) // "hung" returns
+				})
+			}
+		})
+	}
+}
+
+// A Preserve abandoned past its SandboxTimeout, its slot given to the next
+// sandbox, that then returns nil while the Run goes on is preserved: the
+// Report is made after it returned. Before, its entry read "abandoned"
+// and its sandbox counted lost.
+//
+//	0 s   "stuck" starts (limit 1, SandboxTimeout 5 s), ignoring its context
+//	6 s   5 s + AbandonAfter: abandoned; "next" starts (4 s)
+//	8 s   "stuck" returns nil
+//	10 s  "next" preserved: the Report
+func TestPreserveAbandonedAtItsTimeoutThatReturnsBeforeTheReportIsPreserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "next", Latency: 4 * time.Second})
+		sbs := []pause.Sandbox{late{"stuck", start.Add(8 * time.Second)}}
+		p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			rest, err := node.List(ctx)
+			return append(sbs, rest...), err
+		}), pause.Config{Limit: 1, SandboxTimeout: 5 * time.Second})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, 10*time.Second, took)
+		e := entry(t, rep, "stuck")
+		assert.Equal(t, pause.Preserved, e.Outcome, "its Preserve returned nil before the Report: %s", e.Error)
+		assert.Equal(t, 8*time.Second, e.Duration)
+		n := entry(t, rep, "next")
+		assert.Equal(t, pause.Preserved, n.Outcome)
+		assert.Equal(t, 6*time.Second, n.Start.Sub(start), "its slot was given away at the abandonment")
+		assert.NoError(t, rep.Err())
+	})
+}
+
 // stalling is a log handler whose every Warn line takes stall to write: a
 // log pipe that a busy node's collector drains late.
 type stalling struct{ stall time.Duration }

@@ -53,7 +53,9 @@
 // cancelled at the phase deadline. Run returns by the later of the two deadlines
 // even if a Preserve or the Lister ignores its context; such a preserve is
 // reported TimedOut (and with Config.SandboxTimeout it is abandoned, and its
-// slot reused, a second after its own bound). No preserve starts while
+// slot reused, a second after its own bound). A Preserve abandoned that
+// returns before Run makes its Report is reported as it returned: the
+// Report is the sandboxes' state when Run returns. No preserve starts while
 // as many as the current limit run (abandoned ones apart); a lowered limit
 // lets the running ones finish. The limit never leaves [1, maximum]. No retry starts whose backoff wait would end past
 // the phase deadline or the sandbox's deadline. A panicking Preserve is recovered and reported

@@ -30,7 +30,10 @@ import (
 // context ended at it, so that one that returns at once is reported with
 // its own error (TimedOut), and only one that outlives its context by more
 // is abandoned; that is well under the time drain gives a Preserver to
-// return after its hard deadline.
+// return after its hard deadline. An abandoned Preserve that returns
+// before Run makes its Report (a worker held up past the slack on a loaded
+// node, while Run writes its last lines) is reported as it returned, not
+// abandoned: a sandbox it preserved is counted preserved.
 //
 // A Preserver not made by New (the zero value, or a nil *Preserver)
 // preserves nothing and says so: Run lists nothing and returns at once a

@@ -65,10 +65,11 @@ func (e Entry) String() string {
 
 // Abandoned reports whether the Preserver gave up waiting for e's last
 // Preserve: it ignored its context past the hard deadline, or past its
-// Config.SandboxTimeout and the slack after it (a hang). Its Outcome is
-// TimedOut; its Duration is how long it was waited for, which says
-// nothing of how long a preserve takes. It holds for an Entry read back
-// from a Report's JSON too.
+// Config.SandboxTimeout and the slack after it (a hang), and had not
+// returned when Run made the Report (one that returned before is reported
+// as it returned). Its Outcome is TimedOut; its Duration is how long it
+// was waited for, which says nothing of how long a preserve takes. It
+// holds for an Entry read back from a Report's JSON too.
 func (e Entry) Abandoned() bool { return e.Outcome == TimedOut && e.Error == errAbandoned.Error() }
 
 // A Report accounts for every sandbox a Run saw. It is JSON-marshalable.

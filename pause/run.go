@@ -69,14 +69,20 @@ type run struct {
 	// reported (under hardMu): finish read hard for the Report, which a
 	// move would now contradict. A Tighten that loaded the run just
 	// before Run stopped being the one in progress takes hardMu after that.
-	reported bool
+	// From then too, a Preserve abandoned that returns is past the Report
+	// (see late).
+	reported  bool
+	unitBytes bool // the first pass had Sized sandboxes: units are scaled sizes (limit.go)
+	// late (under hardMu) is the returns of preserves abandoned while
+	// running that came before the Report was made (lateReturn); nil
+	// until one does.
+	late *[]lateReturn
 
 	// The adaptive limit (see limit.go); mu guards what follows it while
 	// workers run.
 	room          chan struct{} // the dispatcher waits on it for room (waitRoom)
 	unitScale     float64       // units per byte, fixed at the first pass
 	unitUnknown   float64       // units of a task without size or estimate
-	unitBytes     bool          // the first pass had Sized sandboxes: units are scaled sizes
 	startedUnits  float64       // units of the preserves started, for bestThroughput
 	startedN      int           // preserves started
 	mu            sync.Mutex
@@ -740,7 +746,11 @@ func (r *run) finish() *Report {
 		rep.Deadline = r.phaseEnd() // the phase ended there
 	}
 	r.reported = true
+	late := r.late
 	r.hardMu.Unlock()
+	if late != nil {
+		r.settleLate(*late)
+	}
 	r.mu.Lock() // a worker settling as await gave up at the hard deadline may still move it
 	rep.Limit = r.limit
 	if r.adaptive {
@@ -785,6 +795,51 @@ func (r *run) finish() *Report {
 		slog.Int("vanished", rep.Counts[Vanished]), slog.Int("passes", rep.Passes),
 		slog.Duration("took", rep.End.Sub(rep.Start)), slog.Int("limit", rep.Limit))
 	return rep
+}
+
+// A lateReturn is how the Preserve of a task abandoned while it ran
+// ended, when it returned before the Report was made: ei is the task's
+// entry.
+type lateReturn struct {
+	ei  int32
+	res result
+}
+
+// lateReturn keeps res, how the Preserve of t ended, for the Report, if
+// the Run has not made it yet: t was abandoned while it ran (at the end
+// of its pass, or past its SandboxTimeout), and then returned. A Preserve
+// that returned before Run did is not one Run left running: what the
+// Report says of its sandbox is what it returned (a sandbox preserved, not
+// lost). Only the Report waits for it; Run does not.
+func (r *run) lateReturn(t *task, res *result) {
+	r.hardMu.Lock()
+	defer r.hardMu.Unlock()
+	if r.reported {
+		return
+	}
+	if r.late == nil {
+		r.late = new([]lateReturn)
+	}
+	*r.late = append(*r.late, lateReturn{t.ei, *res})
+}
+
+// settleLate writes the returns of preserves abandoned that came before
+// the Report (lateReturn) into their entries, each in place of the
+// abandonment, and logs each at Warn, as the abandonment was. The
+// attempts stay: a task abandoned starts no attempt (its context ended).
+// The metrics keep the abandonment, counted when it was decided.
+func (r *run) settleLate(late []lateReturn) {
+	for i := range late {
+		l := &late[i]
+		e := &r.rep.Entries[l.ei]
+		e.end(&l.res)
+		r.observe(e, &l.res)
+		attrs := []slog.Attr{slog.String("sandbox", e.ID), slog.String("outcome", string(e.Outcome)), slog.Duration("took", e.Duration)}
+		if e.Error != "" {
+			attrs = append(attrs, slog.String("error", e.Error))
+		}
+		r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: sandbox abandoned returned before the Report: "+string(e.Outcome), attrs...)
+	}
 }
 
 func (r *run) close() {

@@ -177,6 +177,9 @@ func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, fl
 		x.watch.Stop()
 	}
 	ok, next, area0 := t.settle(ps, &res, true, area0)
+	if !ok { // abandoned while it ran: its account may still be the Report's
+		ps.r.lateReturn(t, &res)
+	}
 	return res.end, next, area0, ok
 }
 
@@ -202,8 +205,7 @@ func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, 
 	}
 	r := ps.r
 	e := ps.tasks.entry(t)
-	again := e.Relisted > 0 // a preserve after an earlier one succeeded or vanished
-	if again && res.outcome == Vanished && e.Outcome == Preserved {
+	if e.Relisted > 0 && res.outcome == Vanished && e.Outcome == Preserved { // a preserve again
 		res.outcome, res.err = Preserved, nil // "already preserved": the first preserve stands
 	}
 	e.fill(t, res)
@@ -212,16 +214,7 @@ func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, 
 	if x != nil && x.cancel != nil {
 		x.cancel()
 	}
-	// A preserve again says little of how long one takes: instant when the
-	// server had the sandbox paused (a lagging listing), shorter than the
-	// first when it writes what changed since a resume.
-	if res.outcome == Preserved && !again {
-		took := res.end.Sub(e.Start)
-		if r.cfg.estimator != nil {
-			r.cfg.estimator.Observe(took)
-		}
-		r.p.rate.observe(e.Size, took)
-	}
+	r.observe(e, res)
 	var next *task // taken before t counts as settled, so the pass stays open
 	var nextArea0 float64
 	switch {
@@ -241,6 +234,22 @@ func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, 
 	t.log(r, e, res)
 	ps.settled() // last: the pass may end, and Run return, right after
 	return true, next, nextArea0
+}
+
+// observe feeds the Estimator and the rate of Sized sandboxes the time of
+// the preserve of e, settled with res, if it was preserved. A preserve
+// again says little of how long one takes: instant when the server had the
+// sandbox paused (a lagging listing), shorter than the first when it
+// writes what changed since a resume.
+func (r *run) observe(e *Entry, res *result) {
+	if res.outcome != Preserved || e.Relisted > 0 {
+		return
+	}
+	took := res.end.Sub(e.Start)
+	if r.cfg.estimator != nil {
+		r.cfg.estimator.Observe(took)
+	}
+	r.p.rate.observe(e.Size, took)
 }
 
 // final settles a task at the end of its pass: one never started is
@@ -439,8 +448,14 @@ func (t *task) logSlow(r *run, e *Entry, res *result, level slog.Level) {
 
 // fill writes the account of t ending with res.
 func (e *Entry) fill(t *task, res *result) {
-	e.Outcome = res.outcome
 	e.Attempts += int(t.attempts.Load()) // a sandbox preserved again adds its attempts
+	e.end(res)
+}
+
+// end writes how the last preserve of e ended, res: all of its account
+// but the attempts.
+func (e *Entry) end(res *result) {
+	e.Outcome = res.outcome
 	e.End = res.end
 	if res.outcome != NotStarted { // Start was set when the task started
 		e.Duration = res.end.Sub(e.Start)
