@@ -41,8 +41,10 @@ type run struct {
 	tight follow.Deadline
 	// The phase's context (ctx, the Lister's) and the Preserves' (work),
 	// in the run: no allocation of their own. Their Deadline follows
-	// Tighten: see contexts.
-	phaseCtx, workCtx follow.Context
+	// Tighten: see contexts. The phase's is a follow.Phase: a Preserve
+	// finds the phase deadline from its context (follow.StartBy).
+	phaseCtx follow.Phase
+	workCtx  follow.Context
 
 	sem   *semaphore.Weighted // the ceiling (adaptive) or the limit (fixed)
 	limit int
@@ -159,7 +161,12 @@ func (p *Preserver) newRun(ctx context.Context, hard time.Time) *run {
 // time it has, where a Tighten ends the wrapped context earlier by a
 // cancel, which no deadline says. The wrapper embeds the context, so a
 // child still registers with its cancelCtx and starts no goroutine; its
-// cancellation is the wrapped context's, unchanged.
+// cancellation is the wrapped context's, unchanged. The phase's is a
+// follow.Phase, which the Preserves' carries on (WithoutCancel passes
+// values): a Preserve that sends a request again after a server's
+// Retry-After (httpsource) finds there, with follow.StartBy, the phase
+// deadline past which it must start nothing new, as the Run starts no
+// retry, where its context's Deadline is the hard one.
 func (r *run) contexts() {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
@@ -169,7 +176,7 @@ func (r *run) contexts() {
 	} else {
 		r.ctx, endPhase = context.WithCancel(r.ctx) // no deadline: ended by cut alone
 	}
-	r.phaseCtx = r.tight.Context(r.ctx)
+	r.phaseCtx = r.tight.Phase(r.ctx)
 	r.ctx = &r.phaseCtx
 	var work context.Context
 	switch {

@@ -33,6 +33,13 @@
 // SIGKILL KillWait before it) learns a move at once: Changed(ctx) is
 // closed by the next move of the Deadline ctx follows.
 //
+// A Phase is a Context whose Deadline is also the time past which the
+// work under it starts nothing new (a pause Run's phase deadline), while
+// the work's own context may run on to a later one (a Preserve's, to the
+// hard deadline): StartBy finds it from any context made from the Phase,
+// so that a Preserve that sends a request again after a server's
+// Retry-After (pause/httpsource) keeps to the rule the Run keeps.
+//
 // Reserve is the deadline a Force gives (drain.Drainer.Force: each step
 // left keeps its reserve): a drain's step and the supervisor's teardown
 // after the server exited on its own follow it the same way, the work

@@ -488,6 +488,64 @@ func TestPauseRetryAfterPastTheDeadlineFreesItsSlot(t *testing.T) {
 	})
 }
 
+// Fault: a pause answered 429 with a Retry-After that ends past the
+// phase deadline but before the hard deadline was waited for by the
+// Source, whose only deadline is its context's, the hard one, and sent
+// again past the phase deadline: a new start the Preserver makes none of
+// (nor a retry of its own) there, which kept the Run to it and took from
+// the drain's steps after the phase the time they are laid out in when
+// they start. The Source now keeps to the phase deadline of the Run that
+// calls it (follow.StartBy): the error carries the server's time, and the
+// Preserver ends the sandbox Failed at once, naming it, and frees its
+// slot. A Retry-After that ends before the phase deadline is still waited
+// by the Source.
+//
+//	0 s   limit 1: "a" answered 429, Retry-After: 20 (before: waited for)
+//	      now: "a" failed; "b" answered 429, Retry-After: 3
+//	3 s   "b" sent again: preserved; the Run returns
+//	10 s  phase deadline (before: "b" not started, its slot held by "a")
+//	20 s  before: "a" sent again, preserved; the Run returned then
+//	60 s  hard deadline
+func TestPauseRetryAfterPastThePhaseDeadlineIsNotWaitedToTheHardDeadline(t *testing.T) {
+	var aPauses, bPauses atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.PathValue("id") == "a" && aPauses.Add(1) == 1:
+			w.Header().Set("Retry-After", "20")
+		case r.PathValue("id") == "b" && bPauses.Add(1) == 1:
+			w.Header().Set("Retry-After", "3")
+		default:
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		http.Error(w, `{"message":"rate limited"}`, http.StatusTooManyRequests)
+	})
+	w := newLoopWire(t, mux)
+	synctest.Test(t, func(t *testing.T) {
+		src := w.source(t, Config{})
+		p, err := pause.New(once([]pause.Sandbox{src.Sandbox("a"), src.Sandbox("b")}), pause.Config{Limit: 1})
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(ctxWithDeadline(t, 10*time.Second), start.Add(time.Minute))
+		took := time.Since(start)
+		a, b := entry(t, rep, "a"), entry(t, rep, "b")
+		assert.Equal(t, pause.Failed, a.Outcome, a.Error)
+		assert.Contains(t, a.Error, "429 Too Many Requests (retry after 20s)")
+		assert.Contains(t, a.Error, "(not retried: the answer asks for no retry before "+
+			start.Add(20*time.Second).UTC().Format(time.RFC3339Nano)+", past the phase deadline")
+		assert.Zero(t, a.End.Sub(start), "failed at once")
+		assert.Len(t, w.times(http.MethodPost, "/sandboxes/a/pause"), 1, "not sent again past the phase deadline")
+
+		assert.Equal(t, pause.Preserved, b.Outcome, b.Error)
+		bs := w.times(http.MethodPost, "/sandboxes/b/pause")
+		require.Len(t, bs, 2)
+		assert.Zero(t, bs[0].Sub(start), "its slot freed at once")
+		assert.Equal(t, 3*time.Second, bs[1].Sub(bs[0]), "a Retry-After within the phase: waited by the Source")
+		assert.Equal(t, 3*time.Second, took, "the Run returns as b is preserved, not when a is sent again")
+	})
+}
+
 // Fault: a pause answered 202 Accepted whose confirming listing asks
 // for no listing before a time past the deadline (row 1104's error) was
 // retried by the Preserver's backoff to the phase deadline: it sent the

@@ -14,6 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/drainkit/drainkit/internal/follow"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -105,7 +106,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		}
 		until := time.Now().Add(se.RetryAfter)
 		s.setNotBefore(b.id, holdOff{until, se})
-		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
+		if dl, ok := sendBy(ctx); ok && until.After(dl) {
 			return &retryLater{err: fmt.Errorf("%w: %w", se, errNoFit), at: until}
 		}
 	}
@@ -321,6 +322,22 @@ func (b *sandbox) resolveConflict(ctx context.Context, se *StatusError) error {
 	}
 }
 
+// sendBy returns the time past which a pause under ctx is not sent: ctx's
+// deadline, or the phase deadline of the Preserver's Run the Preserve is
+// called by (follow.StartBy), if earlier. A Preserve's context runs on to
+// the Run's hard deadline, for a pause in flight to end; a pause sent again
+// after a Retry-After is a new start, which the Preserver makes none of
+// past the phase deadline (nor a retry of its own): sent there, it kept the
+// Run, and took from the drain's steps after the phase (their windows are
+// laid out when they start) the time to the hard deadline.
+func sendBy(ctx context.Context) (time.Time, bool) {
+	dl, ok := ctx.Deadline()
+	if by, set := follow.StartBy(ctx); set && (!ok || by.Before(dl)) {
+		return by, true
+	}
+	return dl, ok
+}
+
 // A holdOff is a sandbox's Retry-After time and the answer that set it.
 type holdOff struct {
 	until  time.Time
@@ -340,7 +357,7 @@ func (b *sandbox) holdOff(ctx context.Context) error {
 	if wait <= 0 {
 		return nil
 	}
-	if dl, ok := ctx.Deadline(); ok && until.After(dl) {
+	if dl, ok := sendBy(ctx); ok && until.After(dl) {
 		if h.answer.RetryAfter == maxRetryAfter {
 			// Saturated: its time is no time the server named.
 			return &retryLater{at: until, err: fmt.Errorf("httpsource: pause %s: server asked to wait longer than any deadline (%w): %w",

@@ -413,9 +413,13 @@ func (c Config) resolve() config {
 // number it sends at once to what the server handled and queues the request
 // for the next free slot, first come first served; the server then stays as
 // busy as with one request at a time, and no worse. When nothing else was on
-// the wire, Retry-After is waited if it ends before the context's deadline;
-// otherwise Preserve returns the transient error at once, and a retry of the
-// same sandbox before the Retry-After time waits for it or fails at once.
+// the wire, Retry-After is waited if it ends before the context's deadline
+// and, for a Preserve a pause.Preserver calls, before its Run's phase
+// deadline (the pause sent again then is a new start, which the Preserver
+// makes none of past it: its context runs on to the hard deadline for the
+// pauses in flight only); otherwise Preserve returns the transient error at
+// once, and a retry of the same sandbox before the Retry-After time waits
+// for it or fails at once.
 // That error, and one of a 202 Accepted pause whose confirming listing
 // asks for no listing before the deadline, carries the time the server
 // named (RetryAt): a Preserver ends the sandbox Failed at once, not
