@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	nooptrace "go.opentelemetry.io/otel/trace/noop"
 
@@ -727,6 +728,69 @@ type slowTracerProvider struct {
 
 func (p slowTracerProvider) Tracer(string, ...trace.TracerOption) trace.Tracer {
 	return slowTracer{stall: p.stall}
+}
+
+// stuckSpanStart is a Tracer (over a recording one: per-sandbox spans are
+// made only then) whose span for the preserve of sandbox stuck takes a
+// minute to start: an exporter that starts spans synchronously, blocked.
+type stuckSpanStart struct {
+	trace.Tracer
+	stuck string
+}
+
+func (s stuckSpanStart) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	cfg := trace.NewSpanStartConfig(opts...)
+	for _, a := range cfg.Attributes() {
+		if name == "pause.Preserve" && a.Value.AsString() == s.stuck {
+			time.Sleep(time.Minute)
+		}
+	}
+	return s.Tracer.Start(ctx, name, opts...)
+}
+
+type stuckSpanProvider struct {
+	nooptrace.TracerProvider
+	tp    *sdktrace.TracerProvider
+	stuck string
+}
+
+func (p stuckSpanProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return stuckSpanStart{p.tp.Tracer(name, opts...), p.stuck}
+}
+
+// Fault: a worker that took a sandbox before the phase deadline and was
+// still starting its span at the hard deadline (the TracerProvider's
+// Start, blocked) held the Run: the end of the pass waited for every task
+// starting, spinning, until the span started, a minute past the hard
+// deadline (in virtual time it never returned: a goroutine that spins
+// keeps the bubble's clock still), and the sandbox's Preserve was then
+// called, past the hard deadline, after the Run had given it up. It is now
+// NotStarted at the hard deadline, and its Preserve is never called.
+//
+//	0 s      A starts (9.5 s; limit 1, phase deadline 10 s, hard 30 s)
+//	9.5 s    A preserved; B taken: its span takes a minute to start
+//	30 s + ReturnSlack: Run returns: B not started
+//	69.5 s   B's span started: its Preserve is not called
+func TestTaskStartingAtTheHardDeadlineDoesNotHoldTheRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		sbs := node.Add(&fakesandbox.Sandbox{Name: "A", Latency: 9500 * time.Millisecond},
+			&fakesandbox.Sandbox{Name: "B", Latency: time.Second})
+		tp := sdktrace.NewTracerProvider()
+		defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
+		p, err := pause.New(node, pause.Config{Limit: 1, TracerProvider: stuckSpanProvider{tp: tp, stuck: "B"}})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 30*time.Second)
+		assert.Equal(t, 30*time.Second+pause.ReturnSlack, took)
+		assert.Equal(t, pause.Preserved, entry(t, rep, "A").Outcome)
+		b := entry(t, rep, "B")
+		assert.Equal(t, pause.NotStarted, b.Outcome)
+		assert.True(t, b.Start.IsZero())
+		assert.Zero(t, b.Attempts)
+		time.Sleep(time.Minute) // B's span starts
+		synctest.Wait()
+		assert.Zero(t, sbs[1].Attempts(), "its Preserve is not called after the Run gave it up")
+	})
 }
 
 // Fault: a Tighten to before the phase deadline ends the phase there (row

@@ -705,7 +705,7 @@ func (r *run) settle(tasks *taskList) {
 	for i := range tasks.all {
 		t := &tasks.all[i]
 		e := tasks.entry(t)
-		res, changed := t.final(e, &now)
+		res, from, changed := t.final(e, &now)
 		if !changed {
 			continue
 		}
@@ -714,7 +714,7 @@ func (r *run) settle(tasks *taskList) {
 			endSpan(tasks.extra(t), t, &res)
 			r.p.tel.inflight.Add(r.ctx, -1)
 			t.log(r, e, &res) // at Warn, as one abandoned at its SandboxTimeout
-		case r.adaptive:
+		case r.adaptive && from == stateQueued: // one starting left the queue as its worker took it
 			r.mu.Lock() // a worker taking a task at the hard deadline may hold it
 			r.queue.remove(r.units(e))
 			r.mu.Unlock()

@@ -21,10 +21,11 @@ import (
 // The states of a task. A worker moves it queued -> starting -> running,
 // then running -> settling -> done when its Preserve returns or when its
 // bound plus abandonAfter passes first (the sandbox is then abandoned). At
-// the end of its pass the Run moves a task still queued or running to
-// abandoned (NotStarted, or TimedOut at the hard deadline). Every move is a
-// compare-and-swap, so exactly one of them decides the outcome; starting
-// and settling are short, and the Run waits them out.
+// the end of its pass the Run moves a task still queued or starting to
+// abandoned as NotStarted, and one running as TimedOut (at the hard
+// deadline). Every move is a compare-and-swap, so exactly one of them
+// decides the outcome; settling is short, and the Run waits it out, but
+// starting calls the TracerProvider, which the Run does not wait for.
 const (
 	stateQueued int32 = iota
 	stateStarting
@@ -126,14 +127,38 @@ func (t *task) start(ps *pass, now time.Time) (Sandbox, bool) {
 		return nil, false
 	}
 	r := ps.r
-	ps.tasks.entry(t).Start = now
-	sb := ps.tasks.sandbox(t)
 	if r.traced || r.cfg.timeout > 0 {
 		t.startExtra(ps)
 	}
 	r.p.tel.inflight.Add(r.ctx, 1)
-	t.state.Store(stateRunning)
-	return sb, true
+	// The span's start is the TracerProvider's, which may block (an
+	// exporter that starts spans synchronously): the Run does not wait
+	// for it at the hard deadline, but settles t NotStarted (final), and
+	// its Preserve is then not called at all.
+	if !t.state.CompareAndSwap(stateStarting, stateRunning) {
+		t.unstart(ps)
+		return nil, false
+	}
+	ps.tasks.entry(t).Start = now // t's entry is the worker's from here to its settle
+	return ps.tasks.sandbox(t), true
+}
+
+// unstart undoes what start did for t before the Run settled it
+// NotStarted: its span ends, its bound is released, and it is no longer
+// counted in flight.
+func (t *task) unstart(ps *pass) {
+	r := ps.r
+	x := ps.tasks.extra(t)
+	if x != nil {
+		if x.watch != nil {
+			x.watch.Stop()
+		}
+		if x.cancel != nil {
+			x.cancel()
+		}
+		endSpan(x, t, &result{outcome: NotStarted})
+	}
+	r.p.tel.inflight.Add(r.ctx, -1)
 }
 
 // startExtra gives t its span and its bound.
@@ -253,30 +278,36 @@ func (r *run) observe(e *Entry, res *result) {
 }
 
 // final settles a task at the end of its pass: one never started is
-// NotStarted, one still running (the hard deadline came) is abandoned as
-// TimedOut, both ending at *now, which final reads from the clock if it
-// is zero (the pass's first such task). It returns the outcome it gave,
-// and false if the task had already settled.
-func (t *task) final(e *Entry, now *time.Time) (res result, changed bool) {
+// NotStarted, and so is one whose worker is still starting it (its span's
+// start, the TracerProvider's, may block: the hard deadline came first,
+// and its Preserve is not called); one still running (the hard deadline
+// came) is abandoned as TimedOut; all end at *now, which final reads from
+// the clock if it is zero (the pass's first such task). It returns the
+// outcome it gave and the state it moved the task from, and false if the
+// task had already settled. A task
+// starting at the end of its pass is one whose pass Run gave up waiting
+// for at the hard deadline: a pass that ends otherwise has all its tasks
+// taken settled.
+func (t *task) final(e *Entry, now *time.Time) (res result, from int32, changed bool) {
 	for {
 		s := t.state.Load()
-		if (s == stateQueued || s == stateRunning) && now.IsZero() {
+		if s != stateSettling && s < stateDone && now.IsZero() {
 			*now = time.Now()
 		}
 		switch s {
-		case stateQueued:
+		case stateQueued, stateStarting:
 			res = result{outcome: NotStarted, end: *now}
 		case stateRunning:
 			res = result{outcome: TimedOut, end: *now, err: errAbandoned}
-		case stateStarting, stateSettling:
+		case stateSettling:
 			runtime.Gosched() // a worker is midway; it takes no time
 			continue
 		default:
-			return res, false
+			return res, s, false
 		}
 		if t.state.CompareAndSwap(s, stateAbandoned) {
 			e.fill(t, &res)
-			return res, true
+			return res, s, true
 		}
 	}
 }
