@@ -2,8 +2,10 @@ package httpsource
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
+	"time"
 )
 
 // probeAfter is how many consecutive successes at the current limit the
@@ -39,8 +41,10 @@ func newLimiter(max int) *limiter {
 	return &limiter{limit: max, max: max}
 }
 
-// acquire waits for a slot. On failure it returns ctx.Err() and holds none.
-func (l *limiter) acquire(ctx context.Context) error {
+// acquire waits for a slot until ctx ends or, when by is not zero, until
+// by (a pause is sent by then or not at all: see sendBy). On failure it
+// returns ctx.Err(), or errSendBy at by, and holds none.
+func (l *limiter) acquire(ctx context.Context, by time.Time) error {
 	l.mu.Lock()
 	if l.inflight < l.limit && len(l.waiters) == 0 {
 		l.inflight++
@@ -51,22 +55,35 @@ func (l *limiter) acquire(ctx context.Context) error {
 	l.waiters = append(l.waiters, ready)
 	l.mu.Unlock()
 
+	var late <-chan time.Time // a timer only for a wait that has one
+	if !by.IsZero() {
+		t := time.NewTimer(time.Until(by))
+		defer t.Stop()
+		late = t.C
+	}
+	err := errSendBy
 	select {
 	case <-ready:
 		return nil
 	case <-ctx.Done():
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		select {
-		case <-ready: // granted while we gave up: hand the slot on
-			l.inflight--
-			l.wakeLocked()
-		default:
-			l.removeLocked(ready)
-		}
-		return ctx.Err()
+		err = ctx.Err()
+	case <-late:
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-ready: // granted while we gave up: hand the slot on
+		l.inflight--
+		l.wakeLocked()
+	default:
+		l.removeLocked(ready)
+	}
+	return err
 }
+
+// errSendBy is a slot wait's error at the time past which its pause is not
+// sent (sendBy): the phase deadline of the Preserver's Run.
+var errSendBy = errors.New("the phase deadline passed: the pause is not sent after it")
 
 // release returns a slot. overloaded says the server answered "too many
 // requests"; ok says the request succeeded. It returns how many other

@@ -14,7 +14,7 @@ func TestLimiterLowersToWhatTheServerHandled(t *testing.T) {
 	l := newLimiter(0)
 	ctx := t.Context()
 	for range 4 {
-		require.NoError(t, l.acquire(ctx))
+		require.NoError(t, l.acquire(ctx, time.Time{}))
 	}
 	assert.Equal(t, 3, l.release(true, false), "three others were on the wire")
 	assert.Equal(t, 3, l.current())
@@ -28,11 +28,11 @@ func TestLimiterLowersToWhatTheServerHandled(t *testing.T) {
 func TestLimiterHandsAFreedSlotToTheOldestWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(1)
-		require.NoError(t, l.acquire(t.Context()))
+		require.NoError(t, l.acquire(t.Context(), time.Time{}))
 		var order []int
 		for i := range 3 {
 			go func() {
-				if l.acquire(t.Context()) == nil {
+				if l.acquire(t.Context(), time.Time{}) == nil {
 					order = append(order, i)
 					l.release(false, true)
 				}
@@ -48,33 +48,33 @@ func TestLimiterHandsAFreedSlotToTheOldestWaiter(t *testing.T) {
 func TestLimiterAcquireGivesUpAtTheDeadlineAndHoldsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(1)
-		require.NoError(t, l.acquire(t.Context()))
+		require.NoError(t, l.acquire(t.Context(), time.Time{}))
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		start := time.Now()
-		assert.ErrorIs(t, l.acquire(ctx), context.DeadlineExceeded)
+		assert.ErrorIs(t, l.acquire(ctx, time.Time{}), context.DeadlineExceeded)
 		assert.Equal(t, time.Second, time.Since(start))
 		l.release(false, true)
-		require.NoError(t, l.acquire(t.Context()), "the slot is free again: the waiter that gave up left the queue")
+		require.NoError(t, l.acquire(t.Context(), time.Time{}), "the slot is free again: the waiter that gave up left the queue")
 	})
 }
 
 func TestLimiterProbesUpAfterAStreakOfSuccesses(t *testing.T) {
 	l := newLimiter(3)
 	ctx := t.Context()
-	require.NoError(t, l.acquire(ctx))
-	require.NoError(t, l.acquire(ctx))
+	require.NoError(t, l.acquire(ctx, time.Time{}))
+	require.NoError(t, l.acquire(ctx, time.Time{}))
 	l.release(true, false)
 	assert.Equal(t, 1, l.current())
 	l.release(false, false) // a 500: neither overload nor success
 	for i := range probeAfter {
-		require.NoError(t, l.acquire(ctx))
+		require.NoError(t, l.acquire(ctx, time.Time{}))
 		assert.Equal(t, 1, l.current(), "success %d", i)
 		l.release(false, true)
 	}
 	assert.Equal(t, 2, l.current())
 	for range 10 * probeAfter {
-		require.NoError(t, l.acquire(ctx))
+		require.NoError(t, l.acquire(ctx, time.Time{}))
 		l.release(false, true)
 	}
 	assert.Equal(t, 3, l.current(), "never above the cap")

@@ -546,6 +546,54 @@ func TestPauseRetryAfterPastThePhaseDeadlineIsNotWaitedToTheHardDeadline(t *test
 	})
 }
 
+// slowPauses holds every pause request for hold, in the bubble's time,
+// before it goes on the wire: a server that pauses synchronously, slowly.
+type slowPauses struct {
+	w    *loopWire
+	hold time.Duration
+}
+
+func (s slowPauses) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/pause") {
+		time.Sleep(s.hold)
+	}
+	return s.w.RoundTrip(r)
+}
+
+// Fault: a pause waiting for one of the Source's request slots
+// (Config.MaxInFlight, or a limit an overload answer lowered) waited until
+// its context's end, the Run's hard deadline, and was sent when a slot
+// freed past the phase deadline: a new start the Preserver makes none of
+// there (row 1161's fault in the Source's other wait), which held the Run
+// to its end. The wait now ends at the phase deadline, and the pause is
+// not sent.
+//
+//	0 s    limit 2, MaxInFlight 1: "a" sent (each pause takes 15 s); "b" waits for the slot
+//	10 s   phase deadline: "b" failed, not sent (before: sent at 15 s)
+//	15 s   "a" preserved; the Run returns (before: at 30 s, "b" preserved)
+func TestPauseWaitingForARequestSlotIsNotSentPastThePhaseDeadline(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	w := newLoopWire(t, mux)
+	synctest.Test(t, func(t *testing.T) {
+		src, err := New(w.url, Config{MaxInFlight: 1, Client: &http.Client{Transport: slowPauses{w, 15 * time.Second}}})
+		require.NoError(t, err)
+		p, err := pause.New(once([]pause.Sandbox{src.Sandbox("a"), src.Sandbox("b")}), pause.Config{Limit: 2})
+		require.NoError(t, err)
+		start := time.Now()
+		rep := p.Run(ctxWithDeadline(t, 10*time.Second), start.Add(time.Minute))
+		assert.Equal(t, 15*time.Second, time.Since(start), "the Run returns as a is preserved")
+		assert.Equal(t, pause.Preserved, entry(t, rep, "a").Outcome)
+		b := entry(t, rep, "b")
+		assert.Equal(t, pause.Failed, b.Outcome, b.Error)
+		assert.Contains(t, b.Error, "waiting for a request slot: the phase deadline passed: the pause is not sent after it (Config.MaxInFlight: 1 at once)")
+		assert.Equal(t, 10*time.Second, b.End.Sub(start))
+		assert.Empty(t, w.times(http.MethodPost, "/sandboxes/b/pause"), "not sent")
+	})
+}
+
 // Fault: a pause answered 202 Accepted whose confirming listing asks
 // for no listing before a time past the deadline (row 1104's error) was
 // retried by the Preserver's backoff to the phase deadline: it sent the

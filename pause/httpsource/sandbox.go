@@ -64,7 +64,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		if err := b.holdOff(ctx); err != nil {
 			return err
 		}
-		if err := s.lim.acquire(ctx); err != nil {
+		if err := s.lim.acquire(ctx, startBy(ctx)); err != nil {
 			return b.noSlot(err, held, heldOthers)
 		}
 		if err := ctx.Err(); err != nil {
@@ -331,11 +331,21 @@ func (b *sandbox) resolveConflict(ctx context.Context, se *StatusError) error {
 // Run, and took from the drain's steps after the phase (their windows are
 // laid out when they start) the time to the hard deadline.
 func sendBy(ctx context.Context) (time.Time, bool) {
-	dl, ok := ctx.Deadline()
-	if by, set := follow.StartBy(ctx); set && (!ok || by.Before(dl)) {
+	if by := startBy(ctx); !by.IsZero() {
 		return by, true
 	}
-	return dl, ok
+	return ctx.Deadline()
+}
+
+// startBy returns the phase deadline of the Preserver's Run whose
+// Preserve ctx is, if it ends before ctx does (see sendBy), or the zero
+// time: a slot wait then ends with ctx alone.
+func startBy(ctx context.Context) time.Time {
+	by, ok := follow.StartBy(ctx)
+	if dl, has := ctx.Deadline(); !ok || has && !by.Before(dl) {
+		return time.Time{}
+	}
+	return by
 }
 
 // A holdOff is a sandbox's Retry-After time and the answer that set it.

@@ -427,7 +427,10 @@ func (c Config) resolve() config {
 // pause.Sandbox).
 // A pause whose context ends while it waits for a slot returns the
 // context's error naming why it waited: its own overload answer (errors.As
-// finds that *StatusError), or the one that lowered the limit. A listing
+// finds that *StatusError), or the one that lowered the limit; for a
+// Preserve a pause.Preserver calls, the wait ends at its Run's phase
+// deadline too, and the pause is not sent ("the phase deadline passed"),
+// as the Preserver starts none past it. A listing
 // answered overloaded with a Retry-After fails with an error whose RetryAt
 // is the time the server named: a Preserver lists again then, not when its
 // backoff says, and not at all when that time is past the phase deadline
