@@ -438,6 +438,43 @@ func TestKeyInTheLastSecondsOfThePhaseIsUsed(t *testing.T) {
 	}
 }
 
+// overloadedPauses answers every pause of sandbox "a" 429 with the
+// Retry-After aAfter, and the first of "b" 429 with Retry-After: 3, its
+// later ones 204.
+func overloadedPauses(aAfter string) http.Handler {
+	var bPauses atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.PathValue("id") == "a":
+			w.Header().Set("Retry-After", aAfter)
+		case bPauses.Add(1) == 1:
+			w.Header().Set("Retry-After", "3")
+		default:
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		http.Error(w, `{"message":"rate limited"}`, http.StatusTooManyRequests)
+	})
+	return mux
+}
+
+// preserveAB runs a Preserver of limit 1 over sandboxes "a" and "b" of a
+// Source over w, its phase deadline phase from now and its hard deadline
+// hard from now (0: none), and returns its Report and when it started.
+// Call it inside the bubble.
+func preserveAB(t *testing.T, w *loopWire, phase, hard time.Duration) (*pause.Report, time.Time) {
+	src := w.source(t, Config{})
+	p, err := pause.New(once([]pause.Sandbox{src.Sandbox("a"), src.Sandbox("b")}), pause.Config{Limit: 1})
+	require.NoError(t, err)
+	start := time.Now()
+	var h time.Time
+	if hard > 0 {
+		h = start.Add(hard)
+	}
+	return p.Run(ctxWithDeadline(t, phase), h), start
+}
+
 // Fault: a pause the server answered 429 with a Retry-After past the
 // deadline failed at once (the Source does not wait for it, nor send the
 // pause again before it), and the Preserver retried it on its backoff to
@@ -447,27 +484,9 @@ func TestKeyInTheLastSecondsOfThePhaseIsUsed(t *testing.T) {
 // The error now carries the time the server named (RetryAt), and the
 // Preserver ends the sandbox Failed at once, naming it.
 func TestPauseRetryAfterPastTheDeadlineFreesItsSlot(t *testing.T) {
-	var bPauses atomic.Int64
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.PathValue("id") == "a":
-			w.Header().Set("Retry-After", "120")
-		case bPauses.Add(1) == 1:
-			w.Header().Set("Retry-After", "3")
-		default:
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		http.Error(w, `{"message":"rate limited"}`, http.StatusTooManyRequests)
-	})
-	w := newLoopWire(t, mux)
+	w := newLoopWire(t, overloadedPauses("120"))
 	synctest.Test(t, func(t *testing.T) {
-		src := w.source(t, Config{})
-		p, err := pause.New(once([]pause.Sandbox{src.Sandbox("a"), src.Sandbox("b")}), pause.Config{Limit: 1})
-		require.NoError(t, err)
-		start := time.Now()
-		rep := p.Run(ctxWithDeadline(t, time.Minute), time.Time{})
+		rep, start := preserveAB(t, w, time.Minute, 0)
 		a, b := entry(t, rep, "a"), entry(t, rep, "b")
 		assert.Equal(t, pause.Failed, a.Outcome, a.Error)
 		assert.Contains(t, a.Error, "429 Too Many Requests (retry after 2m0s)")
@@ -504,30 +523,12 @@ func TestPauseRetryAfterPastTheDeadlineFreesItsSlot(t *testing.T) {
 //	      now: "a" failed; "b" answered 429, Retry-After: 3
 //	3 s   "b" sent again: preserved; the Run returns
 //	10 s  phase deadline (before: "b" not started, its slot held by "a")
-//	20 s  before: "a" sent again, preserved; the Run returned then
-//	60 s  hard deadline
+//	20 s  before: "a" sent again (and at 40 s, 60 s), timed out at the
+//	60 s  hard deadline, when the Run returned
 func TestPauseRetryAfterPastThePhaseDeadlineIsNotWaitedToTheHardDeadline(t *testing.T) {
-	var aPauses, bPauses atomic.Int64
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.PathValue("id") == "a" && aPauses.Add(1) == 1:
-			w.Header().Set("Retry-After", "20")
-		case r.PathValue("id") == "b" && bPauses.Add(1) == 1:
-			w.Header().Set("Retry-After", "3")
-		default:
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		http.Error(w, `{"message":"rate limited"}`, http.StatusTooManyRequests)
-	})
-	w := newLoopWire(t, mux)
+	w := newLoopWire(t, overloadedPauses("20"))
 	synctest.Test(t, func(t *testing.T) {
-		src := w.source(t, Config{})
-		p, err := pause.New(once([]pause.Sandbox{src.Sandbox("a"), src.Sandbox("b")}), pause.Config{Limit: 1})
-		require.NoError(t, err)
-		start := time.Now()
-		rep := p.Run(ctxWithDeadline(t, 10*time.Second), start.Add(time.Minute))
+		rep, start := preserveAB(t, w, 10*time.Second, time.Minute)
 		took := time.Since(start)
 		a, b := entry(t, rep, "a"), entry(t, rep, "b")
 		assert.Equal(t, pause.Failed, a.Outcome, a.Error)
