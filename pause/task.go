@@ -284,10 +284,9 @@ func (r *run) observe(e *Entry, res *result) {
 // came) is abandoned as TimedOut; all end at *now, which final reads from
 // the clock if it is zero (the pass's first such task). It returns the
 // outcome it gave and the state it moved the task from, and false if the
-// task had already settled. A task
-// starting at the end of its pass is one whose pass Run gave up waiting
-// for at the hard deadline: a pass that ends otherwise has all its tasks
-// taken settled.
+// task had already settled. A task starting at the end of its pass is one
+// whose pass Run gave up waiting for at the hard deadline: a pass that
+// ends otherwise has all its tasks taken settled.
 func (t *task) final(e *Entry, now *time.Time) (res result, from int32, changed bool) {
 	for {
 		s := t.state.Load()
