@@ -178,11 +178,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	})
 	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
 	stopped, pending, failed := 0, 0, 0
-	for _, d := range r.dev {
-		if _, ok := left[d.cur.ID]; ok || !d.live() || r.cfg.openControl == nil || d.untold != "" { // one not known to be the daemon's is its daemon's to stop
-			continue
-		}
-		if r.openControl() != nil {
+	free, _ := r.controlled(func(d *devState) bool { return !hasKey(left, d.cur.ID) && d.live() }) // one not known to be the daemon's is its daemon's to stop
+	for _, d := range free {
+		if r.cfg.openControl == nil || r.openControl() != nil {
 			break // the daemon's own stop does it, if it is asked
 		}
 		d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) },
@@ -363,15 +361,12 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 		return left, "held devices left live: " + why
 	}
 	var kept []string
-	for _, d := range r.dev {
-		hs, ok := left[d.cur.ID]
-		if !ok || !d.live() {
-			continue
-		}
-		if d.untold != "" {
-			kept = append(kept, d.cur.DiskName()+" (not known to be the daemon's: "+d.untold+")")
-			continue
-		}
+	heldLive, untold := r.controlled(func(d *devState) bool { return hasKey(left, d.cur.ID) && d.live() })
+	for _, d := range untold {
+		kept = append(kept, d.cur.DiskName()+" (not known to be the daemon's: "+d.untold+")")
+	}
+	for _, d := range heldLive {
+		hs := left[d.cur.ID]
 		var info ublkctl.DevInfo
 		err := r.within(lastResortEnd, func(ctx context.Context) (err error) {
 			info, err = r.ctl.DevInfo(ctx, d.cur.ID)

@@ -53,7 +53,6 @@ type run struct {
 	lastHeld    map[int][]Holder        // what the last holders scan found, or kept (see notRead)
 	devNums     map[blockdev.DevNum]int // every disk and partition number scanned, to its device ID
 	others      map[int]uint64          // another server's devices left alone, to their char entry (charEntry)
-	untold      map[int]string          // devices leaveOthers could not tell in time, to why, until add marks them
 	waiting     bool                    // past discovery: refresh looks for devices added since (findNew)
 	ctl         ublkctl.Controller
 	ctlErr      error // opening the control device failed
@@ -141,8 +140,8 @@ type devState struct {
 	// untold says why the device is not known to be the daemon's (the
 	// pass that tells another server's ended before it told this one);
 	// "" once it is. The step waits for it and asks its daemon, which
-	// stops its own alone, but neither the control fallback nor the last
-	// resort stops or deletes it (see retell).
+	// stops its own alone, but the control never stops or deletes it: its
+	// users ask controlled for their devices (see retell).
 	untold string
 }
 
@@ -438,7 +437,7 @@ func (r *run) discover() error {
 		devs, err = r.findDevices()
 	}
 	r.rep.Devices = make([]DeviceReport, 0, len(devs))
-	r.add(devs...)
+	r.take(devs)
 	r.waiting = true
 	result := fmt.Sprintf("%d device(s)", len(devs))
 	if tries > 1 {
@@ -458,16 +457,54 @@ func (r *run) add(devs ...Device) []*devState {
 	for i, d := range r.dev { // the append may have moved the reports
 		d.rep = &r.rep.Devices[i]
 	}
-	added := r.dev[len(r.dev)-len(devs):]
+	return r.dev[len(r.dev)-len(devs):]
+}
+
+// take makes the step's, of devs (found in sysfs by the step itself, or
+// listed by Config.Devices), those that are not another server's: with
+// Config.Devices, every one; otherwise devs less those the procfs pass
+// tells another's (leaveOthers), and each one it did not tell in time
+// marked not known to be the daemon's (devState.untold), said in its
+// Report entry and the log. It returns their states.
+func (r *run) take(devs []Device) []*devState {
+	if r.cfg.ids != nil {
+		return r.add(devs...)
+	}
+	start := time.Now()
+	mine, untold := r.leaveOthers(devs)
+	added := r.add(mine...)
 	for _, d := range added {
-		if why, ok := r.untold[d.cur.ID]; ok {
-			delete(r.untold, d.cur.ID)
-			d.untold = why
-			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "whose", Start: time.Now(), Result: why})
-			r.cfg.logger.WarnContext(r.ctx, "ublk: a device not told from another server's in time", "device", d.cur.DiskName(), "why", why)
+		if !slices.Contains(untold, d.cur.ID) {
+			continue
 		}
+		d.untold = fmt.Sprintf("not told from another server's device: the procfs pass ended (%v after it began) before it did; "+
+			"the daemon is asked to stop it, the control never stops or deletes it unless a later pass tells it the daemon's", time.Since(start).Round(time.Millisecond))
+		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "whose", Start: time.Now(), Result: d.untold})
+		r.cfg.logger.WarnContext(r.ctx, "ublk: a device not told from another server's in time", "device", d.cur.DiskName(), "why", d.untold)
 	}
 	return added
+}
+
+// controlled returns, of the step's devices pick picks, those the control
+// may stop or delete (the last resort's STOP_DEVs, stopUnderHolders', the
+// fallback's), and apart those it may not: the devices not known to be the
+// daemon's (devState.untold), the pass that tells another server's having
+// ended before it told them. Such a device is its daemon's to stop, which
+// stops its own alone; the control acts on it only once retell tells it
+// the daemon's. This is the one place that rule is kept: before, each
+// user checked the mark itself, the map that carried it from the pass to
+// the device handed across between them.
+func (r *run) controlled(pick func(*devState) bool) (mine, untold []*devState) {
+	for _, d := range r.dev {
+		switch {
+		case !pick(d):
+		case d.untold != "":
+			untold = append(untold, d)
+		default:
+			mine = append(mine, d)
+		}
+	}
+	return mine, untold
 }
 
 // untrackedDevices reads the ublk devices sysfs shows that the step has
@@ -547,7 +584,7 @@ func (r *run) findNew() {
 	if len(fresh) == 0 {
 		return
 	}
-	added := r.add(r.leaveOthers(fresh)...)
+	added := r.take(fresh)
 	now := time.Now()
 	for _, d := range added {
 		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "in sysfs", Start: r.start, Duration: now.Sub(r.start),
@@ -557,14 +594,10 @@ func (r *run) findNew() {
 }
 
 // findDevices reads the step's devices from sysfs: the configured IDs, or
-// every ublk device but another server's.
+// every ublk device, another server's too (take leaves those out).
 func (r *run) findDevices() ([]Device, error) {
 	if r.cfg.ids == nil {
-		devs, err := scanDevices(r.cfg.sysRoot)
-		if err != nil {
-			return nil, err
-		}
-		return r.leaveOthers(devs), nil
+		return scanDevices(r.cfg.sysRoot)
 	}
 	var devs []Device
 	for _, id := range r.cfg.ids {
@@ -594,9 +627,9 @@ const ownersWait = time.Second
 // from another server's, which the fallback would otherwise stop and
 // delete once the daemon exited. Before, the pass had 1 s wherever the
 // floor was later, and on a loaded node it was cut short with another
-// server's live device taken for the daemon's. Those it did not tell in
-// time go to r.untold, each with why, for add: see retell.
-func (r *run) leaveOthers(devs []Device) []Device {
+// server's live device taken for the daemon's. It returns the rest, and
+// the IDs of those it did not tell in time (take marks them).
+func (r *run) leaveOthers(devs []Device) (mine []Device, untold []int) {
 	now := time.Now()
 	end := now.Add(ownersWait)
 	if f := r.killFloor(); !f.IsZero() && now.Before(f) {
@@ -605,20 +638,13 @@ func (r *run) leaveOthers(devs []Device) []Device {
 	ctx, cancel := r.procfsPass(end)
 	defer cancel()
 	others, untold := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon), r.cfg.beforeProcess)
-	for _, id := range untold {
-		if r.untold == nil {
-			r.untold = map[int]string{}
-		}
-		r.untold[id] = fmt.Sprintf("not told from another server's device: the procfs pass ended (%v after it began) before it did; "+
-			"the daemon is asked to stop it, the control never stops or deletes it unless a later pass tells it the daemon's", time.Since(now).Round(time.Millisecond))
-	}
 	return slices.DeleteFunc(devs, func(d Device) bool {
 		why, ok := others[d.ID]
 		if ok {
 			r.leaveAlone(d, why)
 		}
 		return ok
-	})
+	}), untold
 }
 
 // leaveAlone records that d is another server's (why), left alone: the
@@ -1429,14 +1455,11 @@ func (r *run) fallback(why string) {
 	} else {
 		r.retell(killEnd)
 	}
-	var devs []*devState
+	devs, _ := r.controlled(func(d *devState) bool { return d.cur.Present() && (gone || !d.fellBack) })
 	for _, d := range r.dev {
-		// One not known to be the daemon's (untold: retell said so) is
-		// left out, but looked at all the same, or fallbackDue would call
-		// for it again at once, every poll, with no sleep between.
-		if d.untold == "" && d.cur.Present() && (gone || !d.fellBack) {
-			devs = append(devs, d)
-		}
+		// One not known to be the daemon's (retell said so) is left out,
+		// but looked at all the same, or fallbackDue would call for it
+		// again at once, every poll, with no sleep between.
 		d.fellBack = d.fellBack || d.cur.Present()
 	}
 	r.enter(inControl)
