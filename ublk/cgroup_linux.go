@@ -236,7 +236,7 @@ func killPinned(ctx context.Context, procRoot string, held map[int][]Holder, dev
 			f := HolderFate{Holder: h, Device: id}
 			switch {
 			case h.Kind == blockdev.Possible && h.PID == 0:
-				f.Reason = "processes the holders scan did not read (in time, or procfs at all), or the holders of a disk whose number it did not read: none known to kill; set aside, the disk stops all the same"
+				f.Reason, f.aside = "processes the holders scan did not read (in time, or procfs at all), or the holders of a disk whose number it did not read: none known to kill; set aside", true
 			case h.Kind == blockdev.Loop:
 				f.Reason = "held by a loop device backed by the disk: kernel state, no process to kill; detach it (losetup -d)"
 			case h.Kind == blockdev.FileSystem:
@@ -321,7 +321,7 @@ func decideAndSignal(ctx context.Context, procRoot string, mine cgroups, own boo
 	if !in {
 		f.Reason = "outside the server's cgroup (" + why + "): not doomed by the pod's SIGKILL, never killed"
 		if f.Holder.Kind == blockdev.Possible {
-			f.Reason += "; it may hold the disk (what it holds is not known): set aside, the disk stops all the same"
+			f.Reason, f.aside = f.Reason+"; it may hold the disk (what it holds is not known): set aside", true
 		}
 		return f, nil
 	}

@@ -67,9 +67,10 @@
 // scan reads it again,
 // so a ring busy only now and then is soon listed and the process known
 // for what it is; one never listed is waited for until the last-resort
-// point, then killed when doomed (below), and otherwise set aside: the
-// devices stop all the same, and the Report's "possible holders" step and
-// the log name it and what is not known. Sparing its disk would leave the
+// point, then killed when doomed (below), and otherwise set aside: it
+// keeps no device from stopping, and the Report's "possible holders" step,
+// the last resort's fate (ending with what became of the disk) and the log
+// name it and what is not known. Sparing its disk would leave the
 // daemon to die at the pod's SIGKILL with the disk live (the host-crash
 // path) for a process only not known to hold it; stopping the disk costs
 // that process its I/O to it, if it held it after all.

@@ -57,6 +57,11 @@ type HolderFate struct {
 	// was pinned shows it holds none. What a scan before saw it hold at
 	// its PID is gone: that process, or one gone since.
 	released bool
+	// aside is true for a possible holder the last resort does not kill
+	// and no longer waits for (set aside): its Reason then ends with what
+	// becomes of the disk (asideFate), known once the last resort has
+	// stopped what it may.
+	aside bool
 }
 
 // LastResortReport is what the last-resort sequence did: on a kernel that
@@ -195,6 +200,11 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		}
 	}
 	left, under := r.stopUnderHolders(ctx, left)
+	for i := range lr.Holders {
+		if f := &lr.Holders[i]; f.aside {
+			f.Reason += r.asideFate(f.Device, left)
+		}
+	}
 	result := fmt.Sprintf("%d holder(s) killed, %d spared; STOP_DEV done for %d device(s), sent and not complete for %d, failed for %d; %d device(s) still held",
 		len(lr.Killed()), len(lr.Spared()), stopped, pending, failed, len(left))
 	if untold > 0 {
@@ -407,6 +417,34 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 		left = nil
 	}
 	return left, result
+}
+
+// asideFate says what becomes of device id's disk, a possible holder of
+// which the last resort set aside, once it has stopped what it may (left:
+// the devices still held): it stops all the same when the last resort
+// stopped it or the daemon is asked to stop (no device is left held), and
+// is not stopped when something else still holds it, when other devices
+// still held keep the daemon from being asked (HeldError) and the last
+// resort did not stop it, or when it is not known to be the daemon's (the
+// control does not stop it: see controlled). Before, every one said "the
+// disk stops all the same", and a disk the control left live, another
+// server's among them, was said to stop.
+func (r *run) asideFate(id int, left map[int][]Holder) string {
+	i := slices.IndexFunc(r.dev, func(d *devState) bool { return d.cur.ID == id && !d.gone })
+	if i < 0 {
+		return ", the disk stops all the same" // gone already
+	}
+	d := r.dev[i]
+	switch {
+	case d.untold != "":
+		return "; but " + d.cur.DiskName() + " is not known to be the daemon's (the procfs pass did not tell it from another server's in time): " +
+			"the control does not stop it, its own server alone may"
+	case hasKey(left, id):
+		return ", but the disk is still held by what the last resort does not release: not stopped"
+	case d.live() && !d.stopped && !slices.Contains(d.pending, "STOP_DEV") && left != nil:
+		return ", but the disk is not stopped: the devices still held keep the daemon from being asked to stop, and the last resort did not stop it"
+	}
+	return ", the disk stops all the same"
 }
 
 // stepStopUnderHolders names the device step that says why the last

@@ -189,3 +189,44 @@ func TestLastResortOutOfTimeStillTellsAUblkServerFromAVMM(t *testing.T) {
 		}
 	})
 }
+
+// sandboxd's 500 ms reserve in a 600 ms window, a vulnerable kernel, no
+// control device; ublkb0 is held by dm-0 (kernel state, no kill releases
+// it), and the holders scan takes 1.5 s (250 processes, 6 ms each): what
+// it did not read is a possible holder of both disks, set aside at the
+// last resort. ublkb0 stays held, so the daemon is not asked to stop
+// (HeldError), and with no control device nothing stops ublkb1 either:
+// the fates of the processes set aside say so. Before, both said "set
+// aside, the disk stops all the same", and neither disk stopped.
+func TestLastResortSaysADiskSetAsideDoesNotStopWhenTheDaemonIsNotAsked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		f.hold(t, 0, "dm-0")
+		cfg := f.config(vulnerable, nil, Config{NoControl: true, Reserve: 500 * time.Millisecond})
+		cfg.hooks.BeforeProcess = slowProcfs(t, f, 250, 6*time.Millisecond)
+		d := newMemDaemon(f.tree, 0, 1)
+		defer d.close()
+		td, err := New(d, cfg)
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, 600*time.Millisecond)
+		t.Log(rep.String())
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Empty(t, d.Events(), "the daemon not asked")
+		require.True(t, f.tree.HasDisk(0) && f.tree.HasDisk(1), "neither disk stopped")
+		require.NotNil(t, rep.LastResort)
+		said := map[int]string{}
+		for _, h := range rep.LastResort.Holders {
+			if h.Holder.Kind == blockdev.Possible {
+				said[h.Device] = h.Reason
+			}
+		}
+		require.Len(t, said, 2, "the processes not read, set aside from each disk")
+		for id, reason := range said {
+			assert.NotContains(t, reason, "stops all the same", "ublkb%d does not stop", id)
+		}
+		assert.Contains(t, said[0], "set aside, but the disk is still held by what the last resort does not release: not stopped")
+		assert.Contains(t, said[1], "set aside, but the disk is not stopped: the devices still held keep the daemon from being asked to stop")
+	})
+}

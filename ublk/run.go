@@ -776,7 +776,7 @@ func (r *run) setAsidePossible(held map[int][]Holder) map[int][]Holder {
 		slices.Sort(aside)
 		s := r.stepStart("possible holders")
 		err := fmt.Errorf("not known to hold a disk at the end of the holder wait, so not waited for any longer: %s", strings.Join(aside, "; "))
-		r.cfg.logger.WarnContext(r.ctx, "ublk: stopping the devices although processes may hold them (the kernel did not show what they hold)", "possible", strings.Join(aside, "; "))
+		r.cfg.logger.WarnContext(r.ctx, "ublk: processes that may hold the devices set aside (the kernel did not show what they hold): they keep none from stopping", "possible", strings.Join(aside, "; "))
 		_ = r.stepEnd(s, fmt.Sprintf("%d process(es) set aside", len(aside)), err)
 	}
 	return held
@@ -1581,6 +1581,7 @@ func (r *run) dropOthers(others map[int]string) {
 	for _, d := range r.dev {
 		if why, ok := others[d.cur.ID]; ok && !d.gone {
 			r.leaveAlone(d.cur, why)
+			r.toldAside(d.cur.ID, why)
 			continue
 		}
 		kept = append(kept, d)
@@ -1589,6 +1590,22 @@ func (r *run) dropOthers(others map[int]string) {
 	r.dev, r.rep.Devices = kept, reports
 	for i, d := range r.dev {
 		d.rep = &r.rep.Devices[i]
+	}
+}
+
+// toldAside adds to the last resort's account of each possible holder it
+// set aside from device id, which a later pass told another server's
+// (why), that the device was then left alone: its fate said the control
+// would not stop it while not known whose, and it is no longer the
+// step's at all.
+func (r *run) toldAside(id int, why string) {
+	if r.rep.LastResort == nil {
+		return
+	}
+	for i := range r.rep.LastResort.Holders {
+		if f := &r.rep.LastResort.Holders[i]; f.aside && f.Device == id {
+			f.Reason += "; then told another server's device (" + why + "): not the step's, not stopped"
+		}
 	}
 }
 

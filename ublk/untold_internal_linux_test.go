@@ -54,35 +54,7 @@ func TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl(t *testing.T) 
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, 0) // ublkb0: no char number in sysfs, the step's
-				minor := uint32(os.Getpid()*2+43) % (1 << 20)
-				require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4087, CharMinor: minor}))
-				node := filepath.Join(t.TempDir(), "ublkc1")
-				require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4087, minor))))
-				fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-				fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
-				fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
-				d := newMemDaemon(f.tree, 0)
-				d.hung = tc.hung
-				defer d.close()
-				ctl := &memControl{tree: f.tree, d: d}
-				daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
-				cfg := f.config(vulnerable, ctl, Config{})
-				start, passes := time.Now(), 0
-				cfg.hooks.BeforeProcess = func(dir string) {
-					if filepath.Base(dir) == "self" {
-						if passes == 10 {
-							t.Error("a pass again and again: the fallback, called for the device it left alone, ran with no sleep between")
-							select {} // the bubble's deadlock ends the test
-						}
-						time.Sleep(time.Until(start.Add(tc.slow[min(passes, len(tc.slow)-1)])))
-						passes++
-					}
-				}
-				td, err := New(daemon, cfg)
-				require.NoError(t, err)
-				rep, _, err := runFor(t, td, time.Minute)
-				t.Log(rep.String())
+				rep, d, f, err := twoServers(t, tc.slow, tc.hung)
 				events := d.Events()
 				assert.NotContains(t, events, "STOP_DEV 1", "the other server's device was stopped")
 				assert.NotContains(t, events, "DEL_DEV 1", "the other server's device was deleted")
@@ -110,6 +82,94 @@ func TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl(t *testing.T) 
 					assert.Equal(t, VerdictLeftLive, dev.Verdict, "counted live: the daemon, which may serve it, not killed")
 					assert.NotContains(t, events, "kill")
 				}
+			})
+		})
+	}
+}
+
+// twoServers runs the step of TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl
+// (the daemon, pid 4242, serves ublkb0; pid 77, another server in another
+// pod's cgroup, serves ublkb1) in a minute's window, each procfs pass
+// reading this process's cgroup no sooner than slow's entry for it (the
+// last for every later pass) after the step began; hung makes the daemon
+// take the request and do nothing. It returns the Report, the daemon, the
+// fixture and Stop's error.
+func twoServers(t *testing.T, slow []time.Duration, hung bool) (*Report, *memDaemon, *fixture, error) {
+	t.Helper()
+	f := newFixture(t, 0) // ublkb0: no char number in sysfs, the step's
+	minor := uint32(os.Getpid()*2+43) % (1 << 20)
+	require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4087, CharMinor: minor}))
+	node := filepath.Join(t.TempDir(), "ublkc1")
+	require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4087, minor))))
+	fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+	fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
+	fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+	d := newMemDaemon(f.tree, 0)
+	d.hung = hung
+	t.Cleanup(d.close)
+	ctl := &memControl{tree: f.tree, d: d}
+	daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
+	cfg := f.config(vulnerable, ctl, Config{})
+	start, passes := time.Now(), 0
+	cfg.hooks.BeforeProcess = func(dir string) {
+		if filepath.Base(dir) == "self" {
+			if passes == 10 {
+				t.Error("a pass again and again: the fallback, called for the device it left alone, ran with no sleep between")
+				select {} // the bubble's deadlock ends the test
+			}
+			time.Sleep(time.Until(start.Add(slow[min(passes, len(slow)-1)])))
+			passes++
+		}
+	}
+	td, err := New(daemon, cfg)
+	require.NoError(t, err)
+	rep, _, err := runFor(t, td, time.Minute)
+	t.Log(rep.String())
+	return rep, d, f, err
+}
+
+// The step of TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl
+// whose pass at discovery runs past the kill floor (52 s): neither device
+// is told, the holder wait's scan reads no process, and the last resort
+// sets aside the possible holder of both disks (the processes not read).
+// It stops ublkb0, the daemon's; ublkb1, not known to be the daemon's, is
+// the control's to stop only once told: the fallback's pass tells it
+// another server's, left alone, or never tells it, left live. The holder
+// set aside from ublkb1 says so, and what the Report says of ublkb1 is
+// what happened to it. Before, its fate said "set aside, the disk stops
+// all the same", as ublkb0's, while ublkb1 stayed live.
+func TestLastResortSaysADiskNotKnownToBeTheDaemonsDoesNotStop(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	for name, tc := range map[string]struct {
+		slow []time.Duration
+		says []string // what ublkb1's fate says
+	}{
+		"told another server's later": {[]time.Duration{52 * time.Second, 0},
+			[]string{"not known to be the daemon's", "then told another server's device (its /dev/ublkc1 is open in pid 77 (", "not the step's, not stopped"}},
+		"never told": {[]time.Duration{52 * time.Second, time.Minute + time.Millisecond},
+			[]string{"not known to be the daemon's", "the control does not stop it"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rep, _, f, _ := twoServers(t, tc.slow, false)
+				require.True(t, f.tree.HasDisk(1), "ublkb1 stays live")
+				require.False(t, f.tree.HasDisk(0), "ublkb0 stopped")
+				require.NotNil(t, rep.LastResort)
+				var fates []HolderFate
+				for _, h := range rep.LastResort.Holders {
+					if h.Device == 1 {
+						fates = append(fates, h)
+						assert.NotContains(t, h.Reason, "stops all the same", "ublkb1 does not stop")
+						for _, s := range tc.says {
+							assert.Contains(t, h.Reason, s)
+						}
+					} else {
+						assert.Contains(t, h.Reason, "set aside, the disk stops all the same", "ublkb0 stops: STOP_DEV by the last resort")
+					}
+				}
+				require.NotEmpty(t, fates, "the possible holder of ublkb1 is in the last resort's account")
 			})
 		})
 	}
