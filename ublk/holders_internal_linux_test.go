@@ -205,6 +205,60 @@ func TestScanCutShortKeepsWhatTheLastScanFoundOfAProcessItDidNotRead(t *testing.
 	})
 }
 
+// sandboxd's 500 ms reserve in a 3 s window, a vulnerable kernel, no
+// control device. 0 .. pid 99, a VMM, holds ublkb1 open; the daemon
+// serves ublkb0 and ublkb1 .. 0.4 s: procfs gets slow (30 ms a process: a
+// loaded node), and the scan that begins at 0.5 s is cut at the kill
+// floor (2.65 s) before it reaches pid 99 .. 1 s: the VM ends, pid 99
+// closes the disk and the daemon deletes ublkb1 on its own .. 2.65 s: the
+// holder wait ends. What the cut scan did not read of pid 99 is what the
+// scan before found, a hold of ublkb1, which is gone: no disk to hold,
+// it keeps nothing from stopping, and the daemon is asked to stop
+// ublkb0. Before, the step returned a HeldError naming ublkb1, gone, with
+// the daemon never asked: ublkb0 was left live for the pod's SIGKILL.
+func TestHoldOfADeviceGoneDoesNotKeepTheDaemonFromBeingAsked(t *testing.T) {
+	for name, lastResort := range map[string]bool{"last resort": true, "no last resort": false} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, 0, 1)
+				slowProcfs(t, f, 100, 0)
+				node := filepath.Join(t.TempDir(), "ublkb1")
+				require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 1))))
+				fd := filepath.Join(f.proc, "99", "fd", "3")
+				require.NoError(t, os.Symlink(node, fd))
+				start := time.Now()
+				cfg := f.config(vulnerable, nil, Config{NoControl: true, NoLastResort: !lastResort, Reserve: 500 * time.Millisecond, PollInterval: 500 * time.Millisecond})
+				cfg.hooks.BeforeProcess = func(string) {
+					if time.Since(start) >= 400*time.Millisecond {
+						time.Sleep(30 * time.Millisecond)
+					}
+				}
+				d := newMemDaemon(f.tree, 0)
+				d.step = 20 * time.Millisecond
+				defer d.close()
+				go func() {
+					time.Sleep(time.Second)
+					_ = os.Remove(fd)
+					_ = f.tree.StopDevice(1)
+					_ = f.tree.DeleteDevice(1)
+				}()
+				td, err := New(d, cfg)
+				require.NoError(t, err)
+
+				rep, _, err := runFor(t, td, 3*time.Second)
+				t.Log(rep.String())
+				require.NoError(t, err)
+				h := rep.Step("holders")
+				require.NotNil(t, h)
+				assert.Contains(t, h.Err, "processes not read", "the last scan was cut short")
+				assert.Equal(t, []string{"request", "stop 0", "delete 0", "exit done"}, d.Events(), "the daemon asked, and stopped ublkb0")
+				assert.False(t, f.tree.HasDisk(0))
+				assert.Equal(t, VerdictStopped, rep.Device(1).Verdict, "gone by the daemon")
+			})
+		})
+	}
+}
+
 // 0 .. pid 99 holds device 0 open (an fd on a block node 4000:0) .. 50 s,
 // the last-resort point: it is doomed and killed, and stays listed in
 // procfs (a zombie its parent has not reaped) .. procfs gets slow, and the

@@ -159,6 +159,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		return isProcess(h) && (signalledFate(lr.Holders, h.PID) != nil || releasedAt(lr.Holders, h.PID))
 	})
 	left, scanned := r.heldAfterKill()
+	left = r.onDisks(left) // a device gone since the last scan has no disk to hold
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
 	var others []string // PIDs the SIGKILLed processes had, now another's
 	left = dropHolders(left, func(h Holder) bool {

@@ -741,6 +741,11 @@ func (r *run) waitHolders() map[int][]Holder {
 			r.cfg.logger.InfoContext(r.ctx, "ublk: waiting for the devices' holders to close", "holders", fmt.Sprint(held), "until", until)
 		}
 		if !r.sleep(r.holderUntil) {
+			r.refresh()
+			if held = r.onDisks(held); held == nil {
+				_ = r.stepEnd(s, "no holders: the disks held went during the last scan", scanErr)
+				return nil
+			}
 			_ = r.stepEnd(s, "", errors.Join(fmt.Errorf("still held open: %v", held), scanErr))
 			return held
 		}
@@ -778,6 +783,27 @@ func (r *run) setAsidePossible(held map[int][]Holder) map[int][]Holder {
 		err := fmt.Errorf("not known to hold a disk at the end of the holder wait, so not waited for any longer: %s", strings.Join(aside, "; "))
 		r.cfg.logger.WarnContext(r.ctx, "ublk: processes that may hold the devices set aside (the kernel did not show what they hold): they keep none from stopping", "possible", strings.Join(aside, "; "))
 		_ = r.stepEnd(s, fmt.Sprintf("%d process(es) set aside", len(aside)), err)
+	}
+	return held
+}
+
+// onDisks takes out of held the devices with no disk in sysfs now (as the
+// last refresh read it): gone, or stopped, they have none to hold. A scan
+// cut short keeps what the last scan that read a process found it hold
+// (notRead), and a scan runs for seconds on a loaded node: a device went
+// meanwhile (its VM ended, and the daemon deleted it) kept the holds of a
+// process the scans did not reach again. Before, those holds kept the
+// holder wait going to its end, and then the daemon from being asked to
+// stop (a HeldError naming the gone device), its other devices left live
+// for the pod's SIGKILL. It returns nil when no device is left.
+func (r *run) onDisks(held map[int][]Holder) map[int][]Holder {
+	for id := range held {
+		if !slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id && !d.gone && d.cur.Disk }) {
+			delete(held, id)
+		}
+	}
+	if len(held) == 0 {
+		return nil
 	}
 	return held
 }
@@ -930,6 +956,7 @@ func (r *run) scanHolders(end func(*stages) time.Time) (map[int][]Holder, error)
 	case err != nil: // procfs not listed: no process read
 		r.notScanned(held, err)
 	}
+	held = r.onDisks(held) // what was kept of a device gone before the scan
 	r.lastHeld = held
 	return held, err
 }
