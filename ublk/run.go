@@ -542,15 +542,30 @@ func (r *run) tracks(id int, gone bool) bool {
 }
 
 // procfsPass returns the context of a procfs pass that tells whose a
-// device is: until end, or the step's deadline (as Tighten moved it) if
-// that is first, and not cancelled with r.ctx, whose end (a force) must
-// not leave a device untold.
-func (r *run) procfsPass(end time.Time) (context.Context, context.CancelFunc) {
-	if dl := r.deadline; !dl.IsZero() && dl.Before(end) {
-		end = dl
-	}
-	return context.WithDeadline(context.WithoutCancel(r.ctx), end)
+// device is: until end (zero: the step's deadline), or the step's
+// deadline if that is first, ownersWait from now without one, each as
+// Tighten moves it (stageCtx), and not cancelled with r.ctx, whose end (a
+// force) must not leave a device untold. Before, the pass kept the end it
+// began with: a deadline moved earlier during a slow pass (a pod deleted
+// with a shorter grace) left the step in the pass past it, and the daemon
+// was asked to stop after the pod's SIGKILL was due, or never.
+func (r *run) procfsPass(end func(*stages) time.Time) (context.Context, context.CancelFunc) {
+	limit := time.Now().Add(ownersWait)
+	return r.stageCtx(context.WithoutCancel(r.ctx), func(s *stages) time.Time {
+		e := end(s)
+		switch {
+		case !s.deadline.IsZero() && (e.IsZero() || s.deadline.Before(e)):
+			return s.deadline
+		case e.IsZero():
+			return limit
+		}
+		return e
+	})
 }
+
+// endAt is a stage's end that Tighten does not move (procfsPass, which
+// ends at the deadline all the same when that comes first).
+func endAt(at time.Time) func(*stages) time.Time { return func(*stages) time.Time { return at } }
 
 // findNew makes the step's, when it finds its devices itself (no
 // Config.Devices), every device sysfs shows now that it had no device
@@ -631,9 +646,9 @@ const ownersWait = time.Second
 // the IDs of those it did not tell in time (take marks them).
 func (r *run) leaveOthers(devs []Device) (mine []Device, untold []int) {
 	now := time.Now()
-	end := now.Add(ownersWait)
+	end := endAt(now.Add(ownersWait))
 	if f := r.killFloor(); !f.IsZero() && now.Before(f) {
-		end = f
+		end = holderEnd // as Tighten moves it
 	}
 	ctx, cancel := r.procfsPass(end)
 	defer cancel()
@@ -1343,7 +1358,7 @@ func (r *run) servesMore() bool {
 	if len(disks) == 0 {
 		return false
 	}
-	ctx, cancel := r.procfsPass(time.Now().Add(ownersWait))
+	ctx, cancel := r.procfsPass(endAt(time.Now().Add(ownersWait)))
 	defer cancel()
 	if pid <= 0 {
 		return r.mayServe(ctx, disks)
@@ -1568,11 +1583,7 @@ func (r *run) retell(until func(*stages) time.Time) {
 	if until != nil {
 		ctx, cancel = r.stageCtx(context.WithoutCancel(r.ctx), until)
 	} else {
-		end := time.Now().Add(ownersWait)
-		if !r.deadline.IsZero() {
-			end = r.deadline
-		}
-		ctx, cancel = r.procfsPass(end)
+		ctx, cancel = r.procfsPass(endAt(time.Time{})) // to the deadline
 	}
 	defer cancel()
 	start := time.Now()

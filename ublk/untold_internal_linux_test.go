@@ -3,8 +3,10 @@
 package ublk
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -54,7 +56,9 @@ func TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl(t *testing.T) 
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				rep, d, f, err := twoServers(t, tc.slow, tc.hung)
+				td, d, f := twoServers(t, tc.slow, tc.hung)
+				rep, _, err := runFor(t, td, time.Minute)
+				t.Log(rep.String())
 				events := d.Events()
 				assert.NotContains(t, events, "STOP_DEV 1", "the other server's device was stopped")
 				assert.NotContains(t, events, "DEL_DEV 1", "the other server's device was deleted")
@@ -87,14 +91,13 @@ func TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl(t *testing.T) 
 	}
 }
 
-// twoServers runs the step of TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl
+// twoServers makes the step of TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl
 // (the daemon, pid 4242, serves ublkb0; pid 77, another server in another
-// pod's cgroup, serves ublkb1) in a minute's window, each procfs pass
-// reading this process's cgroup no sooner than slow's entry for it (the
-// last for every later pass) after the step began; hung makes the daemon
-// take the request and do nothing. It returns the Report, the daemon, the
-// fixture and Stop's error.
-func twoServers(t *testing.T, slow []time.Duration, hung bool) (*Report, *memDaemon, *fixture, error) {
+// pod's cgroup, serves ublkb1), each procfs pass reading this process's
+// cgroup no sooner than slow's entry for it (the last for every later
+// pass) after now; hung makes the daemon take the request and do
+// nothing. It returns the Teardown, the daemon and the fixture.
+func twoServers(t *testing.T, slow []time.Duration, hung bool) (*Teardown, *memDaemon, *fixture) {
 	t.Helper()
 	f := newFixture(t, 0) // ublkb0: no char number in sysfs, the step's
 	minor := uint32(os.Getpid()*2+43) % (1 << 20)
@@ -123,9 +126,7 @@ func twoServers(t *testing.T, slow []time.Duration, hung bool) (*Report, *memDae
 	}
 	td, err := New(daemon, cfg)
 	require.NoError(t, err)
-	rep, _, err := runFor(t, td, time.Minute)
-	t.Log(rep.String())
-	return rep, d, f, err
+	return td, d, f
 }
 
 // The step of TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl
@@ -153,7 +154,9 @@ func TestLastResortSaysADiskNotKnownToBeTheDaemonsDoesNotStop(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				rep, _, f, _ := twoServers(t, tc.slow, false)
+				td, _, f := twoServers(t, tc.slow, false)
+				rep, _, _ := runFor(t, td, time.Minute)
+				t.Log(rep.String())
 				require.True(t, f.tree.HasDisk(1), "ublkb1 stays live")
 				require.False(t, f.tree.HasDisk(0), "ublkb0 stopped")
 				require.NotNil(t, rep.LastResort)
@@ -173,4 +176,62 @@ func TestLastResortSaysADiskNotKnownToBeTheDaemonsDoesNotStop(t *testing.T) {
 			})
 		})
 	}
+}
+
+//	0 s    the step of TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl
+//	       begins with a minute's window: the pass that tells ublkb1
+//	       (another pod's server, pid 77, and 199 children it forked,
+//	       which inherit its open /dev/ublkc1) from the daemon's has until
+//	       the kill floor, 51.5 s; procfs is slow (each cgroup read of
+//	       theirs 100 ms: 20 s for the pass)
+//	1 s    the pod is deleted with a shorter grace: the deadline moves to
+//	       5 s (Tighten), and drain ends the step's context there
+//	~2.8 s the new kill floor: the pass ends, ublkb1 not told (the control
+//	       never stops it); the daemon is asked to stop, and stops ublkb0
+//
+// Before, the pass kept the end it began with, 51.5 s: at 20 s it told
+// ublkb1 another's, and only then was the daemon asked to stop, 15 s
+// after the pod's SIGKILL was due: it would have died with ublkb0 live.
+func TestDeadlineMovedEarlierEndsThePassThatTellsAnotherServersDevices(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		td, d, f := twoServers(t, []time.Duration{0}, false)
+		node, err := os.Readlink(filepath.Join(f.proc, "77", "fd", "3"))
+		require.NoError(t, err)
+		for pid := 1000; pid < 1199; pid++ {
+			fakeProcess(t, f.proc, strconv.Itoa(pid), "0::/kubepods/podB/ctr\n", node)
+		}
+		td.cfg.beforeProcess = func(dir string) {
+			if filepath.Base(dir) != "self" {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		d.step = 100 * time.Millisecond
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ctx, cut := context.WithCancelCause(ctx)
+		dl := start.Add(5 * time.Second)
+		time.AfterFunc(time.Second, func() { // as drain's followBudget does
+			assert.True(t, td.Tighten(dl))
+			time.AfterFunc(time.Until(dl), func() { cut(errBudgetMoved) })
+		})
+		rep, err := td.Stop(ctx)
+		t.Log(rep.String())
+		events := d.Events()
+		assert.NotContains(t, events, "STOP_DEV 1", "the other server's device was stopped")
+		assert.NotContains(t, events, "DEL_DEV 1", "the other server's device was deleted")
+		assert.True(t, f.tree.HasDisk(1), "the other server's device stays live")
+		req := rep.Step("request stop")
+		require.NotNil(t, req, "the daemon asked to stop")
+		assert.Less(t, req.Start.Sub(start), 5*time.Second, "asked before the deadline")
+		assert.False(t, f.tree.HasDisk(0), "ublkb0 stopped")
+		dev := rep.Device(1)
+		require.NotNil(t, dev, "not told: the step's to account for")
+		require.NotEmpty(t, dev.Steps)
+		assert.Contains(t, dev.Steps[0].Result, "not told from another server's device: the procfs pass ended")
+		assert.Error(t, err, "a device left live, not known whose, is not a clean stop")
+	})
 }
