@@ -1489,30 +1489,50 @@ func (r *run) sleep(until time.Time) bool {
 // fallback stops live devices through the control device, and deletes
 // devices the daemon no longer holds. With the daemon running, it looks
 // at the devices no fallback has looked at (fallbackDue); once the
-// daemon is gone, at every device left.
+// daemon is gone, at every device left. It acts on the devices known to
+// be the daemon's first, and only then passes again over those not known
+// (retell), acting on the ones that pass tells the daemon's: the pass
+// runs until the kill's part (the deadline once the daemon is gone), and
+// on a slow procfs, run first, it left no time for the STOP_DEVs of the
+// daemon's own devices, left live for the pod's SIGKILL with a hung
+// daemon.
 func (r *run) fallback(why string) {
 	gone := r.cfg.daemon == nil || r.daemonExited()
+	devs, untold := r.controlled(func(d *devState) bool { return d.cur.Present() && (gone || !d.fellBack) })
+	for _, d := range r.dev {
+		// One not known to be the daemon's is looked at all the same, or
+		// fallbackDue would call for it again at once, every poll, with
+		// no sleep between.
+		d.fellBack = d.fellBack || d.cur.Present()
+	}
+	r.enter(inControl)
+	control := r.cfg.openControl != nil
+	var s StepResult
+	if control {
+		s = r.stepStart("control fallback")
+		if err := r.openControl(); err != nil {
+			_ = r.stepEnd(s, why, err)
+			control = false
+		}
+	}
+	if control {
+		r.controlDevs(devs, gone)
+	}
 	if gone {
 		r.retell(nil)
 	} else {
 		r.retell(killEnd)
 	}
-	devs, _ := r.controlled(func(d *devState) bool { return d.cur.Present() && (gone || !d.fellBack) })
-	for _, d := range r.dev {
-		// One not known to be the daemon's (retell said so) is left out,
-		// but looked at all the same, or fallbackDue would call for it
-		// again at once, every poll, with no sleep between.
-		d.fellBack = d.fellBack || d.cur.Present()
+	if control {
+		r.controlDevs(slices.DeleteFunc(untold, func(d *devState) bool { return d.untold != "" || !slices.Contains(r.dev, d) }), gone) // told the daemon's
+		_ = r.stepEnd(s, why, nil)
 	}
-	r.enter(inControl)
-	if r.cfg.openControl == nil {
-		return
-	}
-	s := r.stepStart("control fallback")
-	if err := r.openControl(); err != nil {
-		_ = r.stepEnd(s, why, err)
-		return
-	}
+}
+
+// controlDevs is the control fallback's work on devs (see fallback):
+// GET_DEV_INFO, STOP_DEV while a device is live, and DEL_DEV once the
+// daemon is gone, except for a device kept for its next server.
+func (r *run) controlDevs(devs []*devState, gone bool) {
 	for _, d := range devs {
 		until := killEnd // keep the time to kill once every device is stopped
 		if gone {
@@ -1552,7 +1572,6 @@ func (r *run) fallback(why string) {
 			d.deleted = r.devStep(d, "DEL_DEV", func(ctx context.Context) error { return r.ctl.DelDev(ctx, d.cur.ID) }, nil)
 		}
 	}
-	_ = r.stepEnd(s, why, nil)
 }
 
 // retell runs the pass that tells another server's devices again, for

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"testing/synctest"
@@ -233,5 +234,40 @@ func TestDeadlineMovedEarlierEndsThePassThatTellsAnotherServersDevices(t *testin
 		require.NotEmpty(t, dev.Steps)
 		assert.Contains(t, dev.Steps[0].Result, "not told from another server's device: the procfs pass ended")
 		assert.Error(t, err, "a device left live, not known whose, is not a clean stop")
+	})
+}
+
+//	0 s    the step of TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl,
+//	       its last resort off, with a daemon that takes the request and
+//	       does nothing; the pass at discovery ends at the kill floor
+//	       (51.5 s) before it tells ublkb1: not known to be the daemon's
+//	55 s   the control fallback: STOP_DEV on ublkb0, the daemon's, then
+//	       the pass again for ublkb1, until the kill's part (58 s): procfs
+//	       is slow, it reaches this process's cgroup at 59 s
+//
+// Before, the fallback passed again first, and sent ublkb0's STOP_DEV
+// only once that pass was over, at 59 s, with no time left in its window:
+// not seen complete, ublkb0 live, for the pod's SIGKILL to kill its hung
+// daemon with.
+func TestFallbackStopsTheDaemonsDevicesBeforeItPassesAgain(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		td, d, f := twoServers(t, []time.Duration{52 * time.Second, 59 * time.Second}, true)
+		td.cfg.lastResortOff = true
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		assert.Error(t, err, "ublkb1, not known whose, left live")
+		assert.Equal(t, []string{"request", "STOP_DEV 0"}, d.Events(), "ublkb1 neither stopped nor deleted")
+		assert.True(t, f.tree.HasDisk(1))
+		dev := rep.Device(0)
+		require.NotNil(t, dev)
+		i := slices.IndexFunc(dev.Steps, func(s StepResult) bool { return s.Name == "STOP_DEV" })
+		require.GreaterOrEqual(t, i, 0)
+		assert.Equal(t, "done", dev.Steps[i].Result, "complete in its window")
+		assert.Equal(t, 55*time.Second, dev.Steps[i].Start.Sub(rep.Start), "at the fallback's point, before the pass")
+		assert.Empty(t, dev.Pending)
+		assert.NotEqual(t, VerdictLeftLive, dev.Verdict, "ublkb0 stopped")
 	})
 }
