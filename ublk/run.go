@@ -563,6 +563,34 @@ func (r *run) procfsPass(end func(*stages) time.Time) (context.Context, context.
 	})
 }
 
+// stageEnd returns the end of the stage the run is in (the last
+// resort's part, the daemon's own stop's, the control's; the deadline
+// from the kill's on), as Tighten moves it, or limit if that is first: a
+// pass for a device found once the holder wait is over ends there, and
+// the stage's work (the last resort's STOP_DEVs, the fallback, the kill)
+// comes in its time. Before, such a pass had ownersWait up to the
+// deadline: on a slow procfs it held the wait loop past the fallback's
+// point, and a hung daemon's device was left live (row 1195).
+func (r *run) stageEnd(limit time.Time) func(*stages) time.Time {
+	var end func(*stages) time.Time
+	switch r.stage {
+	case inLastResort:
+		end = lastResortEnd
+	case inStop:
+		end = fallbackEnd
+	case inControl:
+		end = killEnd
+	default:
+		return endAt(limit)
+	}
+	return func(s *stages) time.Time {
+		if e := end(s); !e.IsZero() && e.Before(limit) {
+			return e
+		}
+		return limit
+	}
+}
+
 // endAt is a stage's end that Tighten does not move (procfsPass, which
 // ends at the deadline all the same when that comes first).
 func endAt(at time.Time) func(*stages) time.Time { return func(*stages) time.Time { return at } }
@@ -636,9 +664,10 @@ const ownersWait = time.Second
 // another server serves (othersDevices), and notes each in the Report and
 // the log: the step neither waits for them nor stops them. Its procfs
 // pass has the time the holder wait has, to the holder scans' end
-// (killFloor) while that is ahead, ownersWait once it passed (findNew:
-// the later stages need the wait loop) or without a deadline, and never
-// past the deadline: a device found once the floor passed is still told
+// (killFloor) while that is ahead, once it passed the rest of the stage
+// the step is in, ownersWait at most (findNew: the later stages need the
+// wait loop; stageEnd), ownersWait without a deadline, and never past the
+// deadline: a device found once the floor passed is still told
 // from another server's, which the fallback would otherwise stop and
 // delete once the daemon exited. Before, the pass had 1 s wherever the
 // floor was later, and on a loaded node it was cut short with another
@@ -646,7 +675,7 @@ const ownersWait = time.Second
 // the IDs of those it did not tell in time (take marks them).
 func (r *run) leaveOthers(devs []Device) (mine []Device, untold []int) {
 	now := time.Now()
-	end := endAt(now.Add(ownersWait))
+	end := r.stageEnd(now.Add(ownersWait))
 	if f := r.killFloor(); !f.IsZero() && now.Before(f) {
 		end = holderEnd // as Tighten moves it
 	}

@@ -271,3 +271,69 @@ func TestFallbackStopsTheDaemonsDevicesBeforeItPassesAgain(t *testing.T) {
 		assert.NotEqual(t, VerdictLeftLive, dev.Verdict, "ublkb0 stopped")
 	})
 }
+
+// sandboxd's reserve, 500 ms, in a 600 ms window (the control fallback at
+// 350 ms, the kill's part from 500 ms), a vulnerable kernel, the daemon's
+// PID known; it takes the request at once and hangs.
+//
+//	250 ms another pod's server adds ublkb1 and forks 199 children, which
+//	       inherit its open /dev/ublkc1; procfs is slow (each cgroup read
+//	       of theirs 10 ms: a 2 s pass)
+//	300 ms the wait loop finds ublkb1: the pass that tells whose it is
+//	       ends with the stage the step is in, at the fallback's point
+//	350 ms the control fallback: STOP_DEV on ublkb0 (50 ms to drain);
+//	       ublkb1, not told, is not the control's
+//
+// Before, a device found after the kill floor got a pass of ownersWait
+// (1 s), up to the deadline: the wait loop was held in it to 610 ms, and
+// the fallback's STOP_DEV came after its window, not seen complete,
+// ublkb0 left live under its hung daemon.
+func TestAPassForADeviceFoundLateEndsWithTheStageItRunsIn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
+		minor := uint32(os.Getpid()*2+45) % (1 << 20)
+		node := filepath.Join(t.TempDir(), "ublkc1")
+		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4087, minor))))
+		go func() {
+			time.Sleep(250 * time.Millisecond) // between two polls
+			for pid := 77; pid < 277; pid++ {
+				fakeProcess(t, f.proc, strconv.Itoa(pid), "0::/kubepods/podB/ctr\n", node)
+			}
+			assert.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4087, CharMinor: minor}))
+		}()
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, stopIn: 50 * time.Millisecond}
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
+		cfg := f.config(vulnerable, ctl, Config{Reserve: 500 * time.Millisecond})
+		cfg.hooks.BeforeProcess = func(dir string) {
+			if pid, err := strconv.Atoi(filepath.Base(dir)); err == nil && pid >= 77 && pid < 277 {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		td, err := New(daemon, cfg)
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, 600*time.Millisecond)
+
+		t.Log(rep.String())
+		assert.Error(t, err, "ublkb1, not known whose, left live")
+		events := d.Events()
+		assert.Contains(t, events, "STOP_DEV 0", "the fallback stopped the daemon's device")
+		assert.NotContains(t, events, "STOP_DEV 1")
+		assert.NotContains(t, events, "DEL_DEV 1")
+		assert.True(t, f.tree.HasDisk(1))
+		dev := rep.Device(0)
+		require.NotNil(t, dev)
+		assert.NotEqual(t, VerdictLeftLive, dev.Verdict, "ublkb0 stopped")
+		late := rep.Device(1)
+		require.NotNil(t, late, "found late, not told: the step's to account for")
+		require.NotEmpty(t, late.Steps)
+		assert.Contains(t, late.Steps[0].Result, "not told from another server's device: the procfs pass ended")
+	})
+}
