@@ -179,11 +179,11 @@
 // writes the termination message "drainkit: no drain ran" and why, and
 // exits 2 for bad usage, what the command line says whatever the machine (a
 // flag it refuses: unknown, mistyped, out of range; no "--"; a -hook-listen
-// off loopback with no SUPERVISOR_HOOK_SECRET; a -report that names a
-// directory; a -grace the plan does not fit in), 1 for what the machine
-// refused (a child's command not found, a listener held, an -api-key-file
-// or -kubelet-config it cannot read, a -report or -state-dir directory it
-// cannot write in).
+// off loopback with no SUPERVISOR_HOOK_SECRET; a -report or
+// -termination-log that names a directory; a -grace the plan does not fit
+// in), 1 for what the machine refused (a child's command not found, a
+// listener held, an -api-key-file or -kubelet-config it cannot read, a
+// -report, -state-dir or -termination-log directory it cannot write in).
 // A -daemon child that exits on its own before its teardown (crashed,
 // killed, forked into the background) is said at ERROR, turns /readyz 503,
 // and is in the Report's note and an exit status of 1 at least; the server

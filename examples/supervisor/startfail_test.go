@@ -129,3 +129,46 @@ func TestRefusedFlagsSayWhyInTheTerminationMessage(t *testing.T) {
 		})
 	}
 }
+
+// Fault: a termination message path the supervisor cannot write (-termination-log, or
+// DRAINKIT_TERMINATION_LOG, in a directory that does not exist, or naming a directory: a
+// mistyped terminationMessagePath beside it in the manifest) was found only at exit,
+// after the whole drain: the drain's summary went nowhere, said by a WARN line alone,
+// and the exit status did not change (0 for a drain that went well), where a -report or
+// -state-dir it cannot write fails the start (row 1019). It now fails the start as they
+// do, the error naming the flag (or the variable) and the path; the server is not
+// started, and the status is startStatus's (1 for the directory the machine refused, 2
+// for a path naming a directory, as for -report). Before: the server started and exited,
+// Main returned 0, "termination message not written" at the end; after: 1 or 2, at once.
+func TestTerminationLogItCannotWriteFailsTheStart(t *testing.T) {
+	t.Setenv(EnvHookSecret, "")
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name string
+		flag bool // the path from -termination-log; else from DRAINKIT_TERMINATION_LOG
+		path string
+		code int
+		why  string
+	}{
+		{"a -termination-log in a missing directory", true, dir + "/missing/termination-log", 1,
+			"-termination-log " + dir + "/missing/termination-log: open " + dir + "/missing/"},
+		{"a -termination-log that is a directory", true, dir, 2,
+			"-termination-log " + dir + " is a directory: name a file (the termination message is written to a file of its own)"},
+		{"a DRAINKIT_TERMINATION_LOG in a missing directory", false, dir + "/missing/termination-log", 1,
+			"$" + termmsg.EnvPath + " " + dir + "/missing/termination-log: open " + dir + "/missing/"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := []string{"-listen", "127.0.0.1:0", "-hook-listen", "127.0.0.1:0"}
+			if c.flag {
+				args = append(args, "-termination-log", c.path)
+			} else {
+				t.Setenv(termmsg.EnvPath, c.path)
+			}
+			var stderr bytes.Buffer
+			code := Main(t.Context(), append(args, "--", "true"), &stderr)
+			assert.Equal(t, c.code, code, "%s", &stderr)
+			assert.True(t, strings.HasPrefix(stderr.String(), "supervisor: "+c.why), "%s", &stderr)
+			assert.NotContains(t, stderr.String(), "started child", "the server is not started")
+		})
+	}
+}
