@@ -52,7 +52,7 @@ func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 		{"daemon", []string{"-daemon", missing + "/ublkd --socket x"}, stub, 1, []string{"starting children: daemon: ", missing}},
 		{"listen", []string{"-listen", held.Addr().String()}, stub, 1, []string{"-listen: ", "address already in use"}},
 		{"api-key-file", []string{"-api-key-file", missing + "/key"}, stub, 1,
-			[]string{"-api-key-file " + missing + "/key): httpsource: Config.APIKeyFile: open " + missing + "/key: no such file or directory"}},
+			[]string{"supervisor: could not start: -api-key-file: open " + missing + "/key: no such file or directory"}},
 		{"report", []string{"-report", missing + "/report.json"}, stub, 1, []string{"-report " + missing + "/report.json: open " + missing + "/.supervisor-check-"}},
 		{"state-dir", []string{"-state-dir", missing}, stub, 1, []string{"-state-dir " + missing + ": open " + missing + "/"}},
 		{"kubelet-config", []string{"-pod", "", "-kubelet-config", missing + "/kubelet.yaml"}, stub, 1,
@@ -169,6 +169,45 @@ func TestTerminationLogItCannotWriteFailsTheStart(t *testing.T) {
 			assert.Equal(t, c.code, code, "%s", &stderr)
 			assert.True(t, strings.HasPrefix(stderr.String(), "supervisor: "+c.why), "%s", &stderr)
 			assert.NotContains(t, stderr.String(), "started child", "the server is not started")
+		})
+	}
+}
+
+// Fault: a bad value of an API flag (-server-url, -list-path, -fallback-list-path,
+// -pause-path, -next-token, -api-key-file) or of DRAINKIT_API_KEY was refused at start
+// with httpsource's words for it, the Config field the flag sets ("httpsource:
+// Config.PausePath must contain ...", "httpsource: baseURL must be ..."), behind a
+// prefix that named every suspect at once ("-server-url, the API flags (-api,
+// -list-path, ...) or the API key (...)"): the operator, who wrote a flag, had to map
+// the field back to it. The error now names the flag (or the variable) and the value.
+func TestBadAPIFlagIsNamedWithItsValue(t *testing.T) {
+	t.Setenv(EnvHookSecret, "")
+	empty := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	for _, c := range []struct {
+		args []string
+		env  string // DRAINKIT_API_KEY
+		why  string
+	}{
+		{[]string{"-server-url", "127.0.0.1:8000"}, "", `-server-url must be an absolute http(s) URL without query, got "127.0.0.1:8000"`},
+		{[]string{"-api", "agentenv", "-list-path", "v2/sandboxes"}, "", `-list-path must start with "/", got "v2/sandboxes"`},
+		{[]string{"-fallback-list-path", "sandboxes"}, "", `-fallback-list-path must start with "/", got "sandboxes"`},
+		{[]string{"-pause-path", "/sandboxes/pause"}, "", `-pause-path must contain "{id}", got "/sandboxes/pause"`},
+		{[]string{"-next-token", "x next token,nextToken"}, "", `-next-token's HEADER must be a header name`},
+		{[]string{"-api-key-file", empty}, "", "-api-key-file: " + empty + " is empty"},
+		{nil, "line1\nline2", "$" + EnvAPIKey + ": "},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Setenv(EnvAPIKey, c.env)
+			args := append([]string{"-listen", "127.0.0.1:0", "-hook-listen", "127.0.0.1:0"}, c.args...)
+			var stderr bytes.Buffer
+			require.Equal(t, 2, Main(t.Context(), append(args, "--", "true"), &stderr), "%s", &stderr)
+			line, _, _ := strings.Cut(stderr.String(), "\n")
+			assert.True(t, strings.HasPrefix(line, "supervisor: "+c.why), line)
+			assert.NotContains(t, stderr.String(), "Config.", "httpsource's field, not the flag")
+			if c.env != "" {
+				assert.NotContains(t, stderr.String(), "line1", "the key itself is never said")
+			}
 		})
 	}
 }

@@ -173,8 +173,12 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		api.APIKey = cfg.apiKey
 	}
 	// What New refuses is named by its Config field; the operator set a
-	// flag, or the key's variable or file.
+	// flag, or the key's variable or file, which the error names instead
+	// (apiFlagNames). One it does not name has the suspects before it.
 	badAPI := func(err error) error {
+		if named := apiFlagNames.Replace(err.Error()); named != err.Error() {
+			return renamed{named, err}
+		}
 		return fmt.Errorf("-server-url, the API flags (-api, -list-path, ...) or the API key (%s): %w", cfg.api.KeySource(), err)
 	}
 	if s.src, err = httpsource.New(cfg.serverURL, api); err != nil { // reads -api-key-file: parseArgs leaves it to httpsource
@@ -244,6 +248,34 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 	}
 	return s, nil
 }
+
+// apiFlagNames puts, in httpsource.New's errors, the flag (or variable) the
+// supervisor sets each Config field from in place of the field: "-pause-path
+// must contain "{id}", got ...", where the operator read "httpsource:
+// Config.PausePath" after every suspect flag at once (docs/faults.md row
+// 1181). A longer name comes before a name it begins with: the Replacer
+// tries them in this order at each position.
+var apiFlagNames = strings.NewReplacer(
+	"httpsource: baseURL", "-server-url",
+	"httpsource: Config.ListPath", "-list-path",
+	"httpsource: Config.FallbackListPath", "-fallback-list-path",
+	"httpsource: Config.PausePath", "-pause-path",
+	"httpsource: Config.PageTokenHeader and Config.PageTokenParam", "-next-token's HEADER and PARAM",
+	"httpsource: Config.PageTokenHeader", "-next-token's HEADER",
+	"httpsource: Config.APIKeyFile", "-api-key-file",
+	"httpsource: Config.APIKey", "$"+EnvAPIKey,
+)
+
+// renamed is err said in other words, msg (apiFlagNames'): its chain is
+// err's, so that what the machine refused in it (a key file that does not
+// exist: ENOENT) still sets Main's exit status (startStatus).
+type renamed struct {
+	msg string
+	err error
+}
+
+func (r renamed) Error() string { return r.msg }
+func (r renamed) Unwrap() error { return r.err }
 
 // defaultEstimate is the estimate of one pause before any was measured:
 // pause's own default.

@@ -384,8 +384,7 @@ func TestAPIFlags(t *testing.T) {
 	stderr.Reset()
 	code := Main(t.Context(), []string{"-listen", freeAddr(t), "-hook-listen", freeAddr(t), "--", "/nonexistent/server"}, &stderr)
 	assert.Equal(t, 2, code, stderr.String())
-	assert.Contains(t, stderr.String(), "API key ("+EnvAPIKey+")")
-	assert.Contains(t, stderr.String(), "byte 7 of 10 is 0x0a")
+	assert.Contains(t, stderr.String(), "supervisor: $"+EnvAPIKey+": byte 7 of 10 is 0x0a")
 	assert.NotContains(t, stderr.String(), "s3cret")
 	t.Setenv(EnvAPIKey, "")
 
