@@ -101,8 +101,10 @@
 //     within the preserve phase (pause.Preserver over httpsource, letting
 //     in-flight pauses finish; a sandbox a user resumed after its pause is
 //     listed again and paused again: the server admits resumes until its
-//     own shutdown), lists once more and pauses whatever runs again since
-//     (the final sweep, within half the server step's time; with -api
+//     own shutdown), lists once more and pauses whatever runs again since,
+//     and tries again the ones the preserve phase could not pause, which its
+//     log line and error name apart (the final sweep, within half the
+//     server step's time; with -api
 //     agentenv every sandbox not paused, so also one being snapshotted or
 //     forked, which AgentENV lists as paused and which runs again after:
 //     its pause is retried until it runs, and it is lost, with the state

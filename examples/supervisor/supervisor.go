@@ -368,7 +368,7 @@ type limited struct {
 	cold atomic.Bool
 
 	mu        sync.Mutex
-	accounted map[string]bool // the sandboxes its Runs have an entry for (exited.go)
+	accounted map[string]pause.Outcome // the sandboxes its Runs have an entry for (exited.go), with the last one's outcome (sweepAccount)
 }
 
 // Run runs the Preserver and notes whether its listing succeeded, and the
@@ -381,10 +381,10 @@ func (l *limited) Run(ctx context.Context, hard time.Time) *pause.Report {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.accounted == nil {
-		l.accounted = make(map[string]bool, len(rep.Entries))
+		l.accounted = make(map[string]pause.Outcome, len(rep.Entries))
 	}
 	for _, e := range rep.Entries {
-		l.accounted[e.ID] = true
+		l.accounted[e.ID] = e.Outcome
 		if measured.Sample(measured.Preserve{Preserved: e.Outcome == pause.Preserved, Attempts: e.Attempts, Relisted: e.Relisted, Took: e.Duration}) {
 			l.cold.Store(false) // the Preserver measured a preserve at its limit: Limit reports it
 		}
@@ -413,7 +413,18 @@ func (l *limited) sweepConfig() pause.Config {
 func (l *limited) hasEntry(id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.accounted[id]
+	_, ok := l.accounted[id]
+	return ok
+}
+
+// couldNotPause reports whether the last Run's entry for the sandbox id
+// counts it lost: the preserve phase could not pause it (a pause that
+// failed, timed out or was not started), so it never stopped running.
+func (l *limited) couldNotPause(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.accounted[id]
+	return ok && o.Lost()
 }
 
 // Limit is the concurrency the plan counts on.

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -347,17 +348,59 @@ func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*paus
 		s.log.Info("supervisor: final sweep: nothing running again after the preserve phase")
 		return nil, nil
 	}
-	level := slog.LevelWarn
-	if rep.Lost() > 0 {
-		level = slog.LevelError
+	// The sandboxes the preserve phase could not pause (their pause failed,
+	// timed out or was not started) never stopped running: the sweep tries
+	// them again, but they are not running again, resumed or created, which
+	// is where the log and the step's error (the termination message's)
+	// sent the operator looking, when the cause was the server's answer to
+	// the preserve phase (docs/faults.md row 1182). Each kind has its line
+	// and its part of the error.
+	var again, failed []pause.Entry
+	for _, e := range rep.Entries {
+		if s.preserver.couldNotPause(e.ID) {
+			failed = append(failed, e)
+		} else {
+			again = append(again, e)
+		}
 	}
-	s.log.Log(ctx, level, "supervisor: final sweep: sandboxes running again after the preserve phase (resumed or created: the server admits both until its own shutdown), or not paused yet (snapshotted or forked: they run again after)",
-		"found", len(rep.Entries), "paused", rep.Counts[pause.Preserved], "lost", rep.Lost(), "ids", ids(rep.Entries, nil))
-	if n := rep.Lost(); n > 0 {
-		return rep, fmt.Errorf("final sweep: %d of %d sandboxes running again after the preserve phase not paused: %s",
-			n, len(rep.Entries), ids(rep.Entries, pause.Outcome.Lost))
+	lost := slices.DeleteFunc([]string{
+		s.sweptKind(ctx, again, "sandboxes running again after the preserve phase (resumed or created: the server admits both until its own shutdown), or not paused yet (snapshotted or forked: they run again after)",
+			"running again after the preserve phase not paused"),
+		s.sweptKind(ctx, failed, "sandboxes the preserve phase could not pause, still running",
+			"the preserve phase could not pause, still running, not paused either"),
+	}, func(part string) bool { return part == "" })
+	if len(lost) > 0 {
+		return rep, errors.New("final sweep: " + strings.Join(lost, "; "))
 	}
 	return rep, nil
+}
+
+// sweptKind logs what the final sweep made of entries, the sandboxes of one
+// kind (sweepAccount), under msg: at ERROR when it lost any, else at WARN.
+// It returns the error's part for the ones it lost, "" for none: "N of M
+// sandboxes " and what, then their IDs.
+func (s *supervisor) sweptKind(ctx context.Context, entries []pause.Entry, msg, what string) string {
+	if len(entries) == 0 {
+		return ""
+	}
+	paused, lost := 0, 0
+	for _, e := range entries {
+		switch {
+		case e.Outcome == pause.Preserved:
+			paused++
+		case e.Outcome.Lost():
+			lost++
+		}
+	}
+	level := slog.LevelWarn
+	if lost > 0 {
+		level = slog.LevelError
+	}
+	s.log.Log(ctx, level, "supervisor: final sweep: "+msg, "found", len(entries), "paused", paused, "lost", lost, "ids", ids(entries, nil))
+	if lost == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d sandboxes %s: %s", lost, len(entries), what, ids(entries, pause.Outcome.Lost))
 }
 
 // finishedLate waits, until by, for the pauses of rep the sweep gave up on
