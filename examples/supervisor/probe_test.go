@@ -5,6 +5,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drainkit/drainkit/internal/fakeagentenv"
 )
 
 // Fault: every manifest's readiness probe kept Kubernetes' timeout of 1 s
@@ -73,4 +76,50 @@ func probeReadyz(t *testing.T, timeout, listing time.Duration) (int, error) {
 	}
 	defer resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// Fault: with -api agentenv, /readyz (and the preStop wait's and the plan's count,
+// through the same listing) listed the server's sandboxes three times, one after the
+// other, within readyTimeout: the unfiltered listing, state=paused, and the unfiltered
+// listing again for the ones AgentENV shows paused (being paused, snapshotted or
+// forked), whose only use there is a pause's handling of a sandbox in transition, or a
+// listing of the paused ones that failed; a count sends no pause. An AgentENV whose
+// listing takes 0.7 s (many sandboxes, a disk busy with snapshots) answers each well
+// within the 2 s /readyz promises, and /readyz answered 503 all the same, at 2 s, the
+// pod NotReady at the overlay's failureThreshold 1. The count now lists the ones shown
+// paused only when the listing of the paused ones failed. In virtual time, AgentENV's
+// double, every listing 0.7 s:
+//
+//	before: 3 listings, 503 at 2 s (the third cut)
+//	now:    2 listings, 200 at 1.4 s
+func TestReadinessInFrontOfAgentENVListsTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, _ := agentenvDouble(t, 3, fakeagentenv.Config{})
+		h := srv.Handler()
+		var lists atomic.Int32
+		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet {
+				lists.Add(1)
+				time.Sleep(700 * time.Millisecond)
+			}
+			h.ServeHTTP(w, r)
+		})
+		cfg, err := parseArgs([]string{"-api", "agentenv", "-server-url", "http://agentenv.test", "--", "server"}, io.Discard)
+		require.NoError(t, err)
+		cfg.apiKey, cfg.client = "k", &http.Client{Transport: handlerTransport{slow}}
+		sup, err := newSupervisor(cfg, io.Discard)
+		require.NoError(t, err)
+		defer sup.learned.Close()
+		probe := &http.Client{Timeout: 3 * time.Second, Transport: handlerTransport{sup.routes()}}
+		start := time.Now()
+		resp, err := probe.Get("http://supervisor.test/readyz")
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+		assert.Equal(t, int32(2), lists.Load(), "every sandbox, then the paused ones")
+		assert.Equal(t, 1400*time.Millisecond, time.Since(start))
+		ids, _ := sup.counted.lastListed()
+		assert.Len(t, ids, 3, "the listing kept for a server that exits on its own")
+	})
 }
