@@ -123,6 +123,7 @@ type supervisor struct {
 	sweepUnknown atomic.Pointer[sweepFault]  // the final sweep could not list, or not completely
 	sweepWin     sweepWindow                 // the final sweep's layout in the server step (serverStep.Tighten)
 	keyRefused   logonce.Failures            // the listings refused 401 or 403 since one succeeded, by status
+	notReady     logonce.Failures            // readiness's other failed listings since one succeeded (logNotReady)
 	lastUblk     atomic.Pointer[ublk.Report] // the daemon step's last account (holdWhileDaemonServes)
 	hooksOpen    atomic.Int32                // preStop requests the drainer has not answered yet (hookRoutes)
 	// daemonStopping is set once a teardown of the daemon began (stopDaemon):
@@ -1222,31 +1223,58 @@ func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	if _, err := s.counted.RunningIDs(ctx); err != nil {
-		s.logKeyRefused(err)
+		if !s.logKeyRefused(err) && r.Context().Err() == nil {
+			s.logNotReady(err)
+		}
 		http.Error(w, "server not answering: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	if s.keyRefused.OK() > 0 {
 		s.log.Info("supervisor: the server accepts the API key again: readiness lists its sandboxes")
 	}
+	if n := s.notReady.OK(); n > 0 {
+		s.log.Info("supervisor: the server's listing answers again: ready", "failures", n)
+	}
 	fmt.Fprintln(w, "ok")
+}
+
+// logNotReady logs at Warn a readiness listing that failed other than by a
+// refused key (logKeyRefused), once per failure until a listing succeeds:
+// the kubelet keeps no body of a failed HTTP probe ("HTTP probe failed with
+// statuscode: 503"), so a server whose listing answers 500, a -server-url
+// on the wrong port or an API shape the server does not speak showed as a
+// pod that never turned Ready, its reason in no log or Event
+// (docs/faults.md row 1184). A failure with a status is told apart by it,
+// one with none (no answer, an answer the shape cannot read) by its text.
+func (s *supervisor) logNotReady(err error) {
+	what := err.Error()
+	var se *httpsource.StatusError
+	if errors.As(err, &se) {
+		what = strconv.Itoa(se.StatusCode)
+	}
+	if news, n := s.notReady.Fail(what); news {
+		s.log.Warn("supervisor: the server's listing failed: not ready (/readyz 503) until it answers (logged once per failure)",
+			"err", err, "failures", n)
+	}
 }
 
 // logKeyRefused logs at Warn a listing the server answered 401 or 403,
 // naming the header and where the key came from, once per status until a
 // listing succeeds: the kubelet probes every few seconds, and a mistyped
 // key otherwise shows only as a pod that never turns Ready, the status in
-// a probe's body that the kubelet keeps (docs/faults.md row 230).
-func (s *supervisor) logKeyRefused(err error) {
+// a probe's body that the kubelet keeps (docs/faults.md row 230). It
+// reports whether err was such a refusal.
+func (s *supervisor) logKeyRefused(err error) bool {
 	var se *httpsource.StatusError
 	if !errors.As(err, &se) || (se.StatusCode != http.StatusUnauthorized && se.StatusCode != http.StatusForbidden) {
-		return
+		return false
 	}
 	if news, _ := s.keyRefused.Fail(strconv.Itoa(se.StatusCode)); !news {
-		return
+		return true
 	}
 	s.log.Warn("supervisor: the server refused the API key: not ready until it accepts one (logged once)",
 		"status", se.StatusCode, "header", "X-API-Key", "key_from", s.cfg.api.KeySource(), "err", err)
+	return true
 }
 
 // spared reports whether killTree must leave pid alone: the server's own

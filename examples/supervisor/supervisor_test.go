@@ -450,17 +450,8 @@ func TestWrongAPIKeyIsLoggedOnceWhileReadinessFails(t *testing.T) {
 			srv, _ := agentenvDouble(t, 1, fakeagentenv.Config{})
 			api := httptest.NewServer(srv.Handler())
 			defer api.Close()
-			cfg, err := parseArgs(append(tc.args, "-api", "agentenv", "-server-url", api.URL, "--", "server"), io.Discard)
-			require.NoError(t, err)
 			var logs logbuf.Buffer
-			sup, err := newSupervisor(cfg, &logs)
-			require.NoError(t, err)
-			defer sup.learned.Close()
-			readyz := func() (int, string) {
-				rec := httptest.NewRecorder()
-				sup.routes().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
-				return rec.Code, rec.Body.String()
-			}
+			readyz := readinessOf(t, append(tc.args, "-api", "agentenv", "-server-url", api.URL), "", &logs)
 
 			for range 3 { // the kubelet's probes
 				code, body := readyz()
@@ -468,12 +459,7 @@ func TestWrongAPIKeyIsLoggedOnceWhileReadinessFails(t *testing.T) {
 				assert.Contains(t, body, "401 Unauthorized")
 			}
 			out := logs.String()
-			var warns []string
-			for line := range strings.Lines(out) {
-				if strings.HasPrefix(line, "time=") && strings.Contains(line, " level=WARN ") {
-					warns = append(warns, line)
-				}
-			}
+			warns := linesAt(out, "WARN")
 			require.Len(t, warns, 1, "one Warn for three probes refused alike:\n%s", out)
 			assert.Contains(t, warns[0], "status=401")
 			assert.Contains(t, warns[0], "X-API-Key")
