@@ -211,3 +211,22 @@ func TestBadAPIFlagIsNamedWithItsValue(t *testing.T) {
 		})
 	}
 }
+
+// Fault: a -server-url whose port no connection can have (a typo's extra digit:
+// "http://127.0.0.1:80000", or 0) passed the start, since a URL's syntax takes any
+// digits there: the server started, every listing failed ("dial tcp: address 80000:
+// invalid port"), the pod never turned Ready, and a drain knew no sandbox, every one
+// UNKNOWN. It is now refused at start, naming the flag and the value. Before: Main ran
+// the server and returned its status, 0; after: 2, no child started.
+func TestServerURLPortOutOfRangeFailsTheStart(t *testing.T) {
+	t.Setenv(EnvHookSecret, "")
+	for _, url := range []string{"http://127.0.0.1:80000", "http://127.0.0.1:0", "http://[::1]:65536/api"} {
+		t.Run(url, func(t *testing.T) {
+			var stderr bytes.Buffer
+			code := Main(t.Context(), []string{"-listen", "127.0.0.1:0", "-hook-listen", "127.0.0.1:0", "-server-url", url, "--", "true"}, &stderr)
+			assert.Equal(t, 2, code, "%s", &stderr)
+			assert.True(t, strings.HasPrefix(stderr.String(), "supervisor: -server-url "+url+": its port must be 1 to 65535"), "%s", &stderr)
+			assert.NotContains(t, stderr.String(), "started child", "the server is not started")
+		})
+	}
+}
