@@ -181,7 +181,7 @@
 // writes the termination message "drainkit: no drain ran" and why, and
 // exits 2 for bad usage, what the command line says whatever the machine (a
 // flag it refuses: unknown, mistyped, out of range; no "--"; a -hook-listen
-// off loopback with no SUPERVISOR_HOOK_SECRET; a -report or
+// off loopback with no SUPERVISOR_HOOK_SECRET, or on -listen's port; a -report or
 // -termination-log that names a directory; a -grace the plan does not fit
 // in), 1 for what the machine refused (a child's command not found, a
 // listener held, an -api-key-file or -kubelet-config it cannot read, a

@@ -230,3 +230,48 @@ func TestServerURLPortOutOfRangeFailsTheStart(t *testing.T) {
 		})
 	}
 }
+
+// Fault: a -hook-listen on -listen's port (":8081" takes it on every address, so
+// "[$(POD_IP)]:8081" or "127.0.0.1:8081" beside it cannot have it) passed the flags,
+// and the start failed at the second listener with "address already in use", exit 1,
+// which sends the operator looking for another process on the node, where the two
+// flags of one command line collide. It is now refused with the flags, naming both and
+// their values, as bad usage (2). Real listeners are not needed to tell: before, 1 and
+// "-hook-listen: listen tcp 127.0.0.1:PORT: bind: address already in use".
+func TestHookListenOnListensPortIsRefusedNamingBoth(t *testing.T) {
+	t.Setenv(EnvHookSecret, "9c1f3e7a5b2d4086") // a hook off loopback needs one
+	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1")
+	for _, c := range []struct{ listen, hook string }{
+		{"127.0.0.1" + port, "127.0.0.1" + port},
+		{port, "127.0.0.1" + port},
+		{"127.0.0.1" + port, "[::]" + port},
+	} {
+		t.Run(c.listen+" "+c.hook, func(t *testing.T) {
+			var stderr bytes.Buffer
+			code := Main(t.Context(), []string{"-listen", c.listen, "-hook-listen", c.hook, "--", "true"}, &stderr)
+			assert.Equal(t, 2, code, "%s", &stderr)
+			assert.True(t, strings.HasPrefix(stderr.String(),
+				"supervisor: -hook-listen "+c.hook+" and -listen "+c.listen+" take the same port"), "%s", &stderr)
+		})
+	}
+}
+
+// Listeners that share a port on addresses that do not overlap are no collision.
+func TestListenersOnOneEachOfTheirAddressesDoNotCollide(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{":8081", "[fd00::5]:8081", true},
+		{"0.0.0.0:8081", "10.0.0.5:8081", true},
+		{"[::]:8081", "10.0.0.5:8081", true},
+		{"localhost:8081", "localhost:8081", true},
+		{"0.0.0.0:8081", "[::1]:8081", false},
+		{"127.0.0.1:8081", "10.0.0.5:8081", false},
+		{"127.0.0.1:8081", "127.0.0.1:8082", false},
+		{":0", ":0", false},
+	} {
+		assert.Equal(t, c.same, samePort(c.a, c.b), "%s %s", c.a, c.b)
+		assert.Equal(t, c.same, samePort(c.b, c.a), "%s %s", c.b, c.a)
+	}
+}
