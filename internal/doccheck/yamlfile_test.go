@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -87,24 +86,7 @@ var namedFile = regexp.MustCompile(`^#\s+(\S+/\S+\.ya?ml)\b`)
 // whose first line names a file.
 func namedYAMLBlocks(root string) ([]yamlBlock, error) {
 	var out []yamlBlock
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(d.Name(), ".md") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
+	err := walkFiles(root, ".md", func(rel string, src []byte) error {
 		var cur *yamlBlock
 		sc := bufio.NewScanner(bytes.NewReader(src))
 		for n := 1; sc.Scan(); n++ {

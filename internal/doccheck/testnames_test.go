@@ -1,0 +1,302 @@
+package doccheck
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// A test name in the documentation is the evidence a reader is sent to: a
+// row of docs/faults.md says "this test failed before the fix", the README
+// says "this command measured it". Tests are renamed and merged, and the
+// pages kept naming the old ones (TestNewRejectsTypedNilListerAndNilOption,
+// TestRingWhoseFilesTheKernelDoesNotListIsNamed and others): a reader found
+// nothing to run. Every name cited in README.md, docs/*.md and the
+// examples' READMEs must be a func of the repository's _test.go files, and
+// every plain alternative of a -run or -bench pattern (or the pattern, when
+// it has a group or a class) must select one.
+func TestEveryCitedTestExists(t *testing.T) {
+	funcs, err := testFuncs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(funcs) == 0 {
+		t.Fatal("found no test funcs: is the root right?")
+	}
+	pages, err := citingPages(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, page := range pages {
+		src, err := os.ReadFile(filepath.Join(root, page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range citations(string(src)) {
+			checked++
+			if !c.selects(funcs) {
+				t.Errorf("%s:%d: %s names no test func of the repository: cite the test that asserts it now, or say it was removed", page, c.line, c)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("found no cited test: are the pages right?")
+	}
+	t.Logf("%d citations in %d pages checked against %d test funcs", checked, len(pages), len(funcs))
+}
+
+func TestCitationsAreReadAsGoTestWouldRunThem(t *testing.T) {
+	funcs := map[string]bool{
+		"TestPlanPredicts": true, "TestNeverDrainedPlan": true, "BenchmarkPreserveDisk": true,
+		"TestRealKubeletWithAPIServer": true, "TestRealKubeletTimingsMatch": true,
+		"ExampleNewServer": true, "FuzzParse": true,
+	}
+	for _, tc := range []struct {
+		text string
+		want []string // citations, as String gives them
+		bad  []string // those no func satisfies
+	}{
+		{"the test `TestPlanPredicts` (drain)", []string{"TestPlanPredicts"}, nil},
+		{"`TestGone`, and `TestRealKubeletWithAPIServer/the_README's_manifest`", []string{"TestGone", "TestRealKubeletWithAPIServer"}, []string{"TestGone"}},
+		{"`go test -run 'PlanPredicts|NeverDrained' -v ./drain`", []string{"-run PlanPredicts", "-run NeverDrained"}, nil},
+		{"| `go test -run 'PlanPredicts\\|Gone' ./x` |", []string{"-run PlanPredicts", "-run Gone"}, []string{"-run Gone"}},
+		{"`go test -run '^$' -bench PreserveDisk -benchtime 2x`", []string{"-bench PreserveDisk"}, nil},
+		{"`./pause.test -test.run '^$' -test.bench 'Disk|Wait'`", []string{"-bench Disk", "-bench Wait"}, []string{"-bench Wait"}},
+		{"`-run '^TestPlanPredicts$'` and `-run '^TestPlan$'`", []string{"-run ^TestPlanPredicts$", "-run ^TestPlan$"}, []string{"-run ^TestPlan$"}},
+		{"`-run \"RealKubeletWithAPIServer$/the_README\"`", []string{"-run RealKubeletWithAPIServer$"}, nil},
+		{"`-run 'RealKubelet(Sandboxd|Timings)'`", []string{"-run RealKubelet(Sandboxd|Timings)"}, nil},
+		{"`-run 'Plan(Gone|Lost)|PlanPredicts'`", []string{"-run PlanPredicts", "-run Plan(Gone|Lost)|PlanPredicts"}, nil},
+		{"`-run 'Plan(Gone|Lost)'`", []string{"-run Plan(Gone|Lost)"}, []string{"-run Plan(Gone|Lost)"}},
+		{"`ExampleNewServer`, `FuzzParse`, `Examples`", []string{"ExampleNewServer", "FuzzParse"}, nil},
+		{"a `Testing` word, `TestMain`'s, `go test ./...`, `Test`, `TestGone (x)`", nil, nil},
+		{"```sh\ngo test -run TestGone ./x\n```\n", []string{"-run TestGone"}, []string{"-run TestGone"}},
+		{"`go test -run TestPlanPredicts\n-v ./drain`", []string{"-run TestPlanPredicts"}, nil},
+	} {
+		var got, bad []string
+		for _, c := range citations(tc.text) {
+			got = append(got, c.String())
+			if !c.selects(funcs) {
+				bad = append(bad, c.String())
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) || fmt.Sprint(bad) != fmt.Sprint(tc.bad) {
+			t.Errorf("%q: citations %q, unmatched %q; want %q, %q", tc.text, got, bad, tc.want, tc.bad)
+		}
+	}
+}
+
+// A citation is a test func's name, or one plain alternative of a -run or
+// -bench pattern (anchors kept, subtests after a / left out).
+type citation struct {
+	name    string
+	pattern string // "run" or "bench"; "" for a name
+	line    int
+}
+
+func (c citation) String() string {
+	if c.pattern == "" {
+		return c.name
+	}
+	return "-" + c.pattern + " " + c.name
+}
+
+// selects reports whether a func of funcs is the name, or is one go test
+// runs for the pattern: -run selects tests, fuzz targets and examples,
+// -bench benchmarks, by an unanchored match unless anchored.
+func (c citation) selects(funcs map[string]bool) bool {
+	if c.pattern == "" {
+		return funcs[c.name]
+	}
+	re, err := regexp.Compile(c.name)
+	if err != nil {
+		return false
+	}
+	for f := range funcs {
+		if strings.HasPrefix(f, "Benchmark") != (c.pattern == "bench") {
+			continue
+		}
+		if re.MatchString(f) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	// testName is a whole name of a func go test runs: Test, Benchmark or
+	// Fuzz and more, Example alone or with more.
+	testName = regexp.MustCompile(`^(?:(?:Test|Benchmark|Fuzz)[A-Z0-9_]\w*|Example(?:[A-Z_]\w*)?)$`)
+	// plainAlternative is a pattern alternative that is a name, anchored or
+	// not: no group, class or repetition to read.
+	plainAlternative = regexp.MustCompile(`^\^?\w+\$?$`)
+	codeSpan         = regexp.MustCompile("`([^`]+)`")
+	patternFlag      = regexp.MustCompile(`^-(?:test\.)?(run|bench)(?:=(.*))?$`)
+)
+
+// citations returns the test names a Markdown page cites: in its code
+// spans, and in the -run and -bench patterns of its fenced blocks.
+func citations(src string) []citation {
+	var out []citation
+	lineAt := func(off int) int { return 1 + strings.Count(src[:off], "\n") }
+	inFence := false
+	off := 0
+	var prose strings.Builder // the page with fenced blocks blanked, offsets kept
+	for _, l := range strings.SplitAfter(src, "\n") {
+		fence := strings.HasPrefix(strings.TrimSpace(l), "```")
+		if fence {
+			inFence = !inFence
+		}
+		if inFence && !fence {
+			for _, c := range cited(l, true) {
+				c.line = lineAt(off)
+				out = append(out, c)
+			}
+		}
+		if inFence || fence {
+			prose.WriteString(strings.Repeat(" ", len(l)-1) + l[len(l)-1:])
+		} else {
+			prose.WriteString(l)
+		}
+		off += len(l)
+	}
+	text := prose.String()
+	for _, m := range codeSpan.FindAllStringSubmatchIndex(text, -1) {
+		for _, c := range cited(text[m[2]:m[3]], false) {
+			c.line = lineAt(m[0])
+			out = append(out, c)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].line < out[j].line })
+	return out
+}
+
+// cited reads one code span, or one line of a fenced block (flagsOnly: a
+// block's words are commands, not citations).
+func cited(code string, flagsOnly bool) []citation {
+	var out []citation
+	words := strings.Fields(strings.ReplaceAll(code, `\|`, "|"))
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if m := patternFlag.FindStringSubmatch(w); m != nil {
+			arg := m[2]
+			if !strings.Contains(w, "=") {
+				if i+1 == len(words) {
+					break
+				}
+				i++
+				arg = words[i]
+			}
+			out = append(out, patternCitations(m[1], arg)...)
+			continue
+		}
+		if flagsOnly {
+			continue
+		}
+		name := strings.TrimRight(w, ",.;:)")
+		if j := strings.IndexAny(name, "/'"); j >= 0 {
+			name = name[:j]
+		}
+		if testName.MatchString(name) && name != "TestMain" && len(words) == 1 {
+			out = append(out, citation{name: name})
+		}
+	}
+	return out
+}
+
+// patternCitations returns the plain alternatives of a -run or -bench
+// pattern's top level, the part before the first / (a subtest's), and the
+// whole of that part when some alternative is not plain (a group, a
+// class), which must then select a func as go test would match it.
+func patternCitations(flag, arg string) []citation {
+	arg = strings.Trim(arg, `'"`)
+	if i := strings.Index(arg, "/"); i >= 0 {
+		arg = arg[:i]
+	}
+	var out []citation
+	other := false
+	for _, alt := range strings.Split(arg, "|") {
+		switch {
+		case alt == "^$" || alt == "":
+		case plainAlternative.MatchString(alt):
+			out = append(out, citation{name: alt, pattern: flag})
+		default:
+			other = true
+		}
+	}
+	if other {
+		out = append(out, citation{name: arg, pattern: flag})
+	}
+	return out
+}
+
+// citingPages are the pages whose citations are checked, relative to root.
+func citingPages(root string) ([]string, error) {
+	pages := []string{"README.md"}
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	examples, err := filepath.Glob(filepath.Join(root, "examples", "*", "README.md"))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range append(docs, examples...) {
+		rel, err := filepath.Rel(root, d)
+		if err != nil {
+			return nil, err
+		}
+		pages = append(pages, filepath.ToSlash(rel))
+	}
+	return pages, nil
+}
+
+var funcDecl = regexp.MustCompile(`(?m)^func\s+((?:Test|Benchmark|Fuzz|Example)\w*)\s*[\[(]`)
+
+// testFuncs returns the names of the top-level funcs of the module's
+// _test.go files that go test could run.
+func testFuncs(root string) (map[string]bool, error) {
+	funcs := map[string]bool{}
+	err := walkFiles(root, "_test.go", func(_ string, src []byte) error {
+		for _, m := range funcDecl.FindAllStringSubmatch(string(src), -1) {
+			funcs[m[1]] = true
+		}
+		return nil
+	})
+	return funcs, err
+}
+
+// walkFiles calls fn with the path relative to root and the contents of
+// each file under root whose name ends in suffix, leaving out hidden
+// directories and testdata, which hold no documentation or test of the
+// module's.
+func walkFiles(root, suffix string, fn func(rel string, src []byte) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(d.Name(), suffix) {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		return fn(filepath.ToSlash(rel), src)
+	})
+}
