@@ -18,7 +18,8 @@ import (
 // ErrStatusLost is wrapped, with syscall.ECHILD, by the errors of commands whose exit
 // status another reaper collected first (a PID-1 reaper, tini, a subreaper reaping every
 // child): the command ran, but whether it succeeded is unknown. [Runtime.State] still
-// answers when the command's output is a complete state, and [Runtime.Checkpoint],
+// answers when the command's output is a complete state, [Runtime.Wait] when it is an
+// exit status, and [Runtime.Checkpoint],
 // [Runtime.Run] and [Runtime.Restore] judge theirs by what runsc left.
 var ErrStatusLost = errors.New("runsc: exit status collected by another reaper")
 
@@ -204,18 +205,26 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 // Wait blocks until the container's init process exits and returns its exit status as
 // runsc reports it (128+n for a process killed by signal n). It returns ctx.Err() wrapped
 // when the context ends first.
+//
+// runsc writes the status, {"id":"ID","exitStatus":N}, only once the container has
+// exited, so a wait whose output is one returns it whatever became of the command's own
+// exit status: one another reaper collected (ErrStatusLost, the ateom review's stolen
+// wait) saw the exit all the same. Before, that wait was ErrStatusLost and the exit it had
+// seen was left to a runsc state after it, which a loaded machine's deadline cut: a
+// sandbox that had exited on its SIGTERM was sent SIGKILL, the wait's whole time late
+// (docs/faults.md row 1210).
 func (r *Runtime) Wait(ctx context.Context, id string) (int, error) {
 	out, err := r.output(ctx, id, "wait", id)
-	if err != nil {
-		return 0, err
-	}
 	var w struct {
 		ExitStatus *int `json:"exitStatus"`
 	}
-	if err := json.Unmarshal(out, &w); err != nil || w.ExitStatus == nil {
-		return 0, fmt.Errorf("runsc wait %s: unexpected output %q", id, out)
+	if jerr := json.Unmarshal(out, &w); jerr == nil && w.ExitStatus != nil {
+		return *w.ExitStatus, nil // runsc's word that it exited
 	}
-	return *w.ExitStatus, nil
+	if err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("runsc wait %s: unexpected output %q", id, out)
 }
 
 // State returns the container's OCI state.

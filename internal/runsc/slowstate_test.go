@@ -177,6 +177,7 @@ func TestSandboxGoneBeforeItsFailedWaitIsSeenWithoutRunscState(t *testing.T) {
 }
 
 // lateWaitWindow is the window in which TestSandboxGoneBeforeItsFailedWaitIsSeenWithoutRunscState
-// stops its sandbox: the default Policy's wait after SIGTERM ends KillWait (5 s) before
-// its end, room for the actor's second and for runsc's processes.
+// and TestWaitWhoseStatusIsLostReadsTheExitRunscWrote stop their sandbox: the default
+// Policy's wait after SIGTERM ends KillWait (5 s) before its end, room for the actor's
+// second and for runsc's processes.
 const lateWaitWindow = 12 * time.Second

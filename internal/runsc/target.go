@@ -30,9 +30,11 @@ import (
 // kill whose status was lost with no such words may have delivered its signal, and
 // returns ErrStatusLost, which the Policy takes for sent. Only the runtime's word, or
 // the kernel's, ends a wait: a container runsc no longer knows, or reports
-// stopped, has exited, and so has one whose sandbox process is a zombie not yet reaped;
-// a `runsc wait` that failed otherwise, or whose exit status another reaper collected
-// (ECHILD) with no such word, says nothing by itself, so the state is asked and, when it
+// stopped, has exited, and so has one whose sandbox process is a zombie not yet reaped,
+// and one whose `runsc wait` wrote its exit status, even when another reaper collected
+// that wait's own (ECHILD: [Runtime.Wait]); a `runsc wait` that failed otherwise, or
+// whose exit status was collected so with neither its output's status nor such a word,
+// says nothing by itself, so the state is asked and, when it
 // cannot answer, the error goes to the escalate.Policy, which treats the container as
 // running. Each runs its runsc command under the context it is given, which the Policy
 // makes its own for SIGKILL (at least a second past its end): under the Policy's context, a

@@ -56,7 +56,7 @@ type reaperResult struct {
 // processes stay zombies until it exits. mode is runReaper's.
 func reaperMain(root, id, bundle, mode string) int {
 	reap := mode == "reap" || mode == "reap-window"
-	lost := mode == "lost-window"
+	lost := mode == "lost-window" || mode == "lost-late-window"
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "prctl:", err)
 		return 1
@@ -158,14 +158,16 @@ func TestStolenWaitStillKillsASandboxIgnoringSIGTERM(t *testing.T) {
 
 // reaperWindows are the windows in which reaperMain stops the container with the
 // default Policy, by mode: slowWindow without reaping or with every status lost,
-// lateWaitWindow reaping.
-var reaperWindows = map[string]time.Duration{"noreap-window": slowWindow, "reap-window": lateWaitWindow, "lost-window": slowWindow}
+// lateWaitWindow reaping, or with every status lost and an actor that takes a second.
+var reaperWindows = map[string]time.Duration{"noreap-window": slowWindow, "reap-window": lateWaitWindow, "lost-window": slowWindow,
+	"lost-late-window": lateWaitWindow}
 
 // runReaper runs reaperMain in a child of the test and returns what it reports.
 // mode is "reap", "noreap", or one of reaperWindows: "noreap-window" (never reaps, and
 // stops the container with the default Policy in slowWindow), "reap-window" (reaps, in
 // lateWaitWindow) or "lost-window" (ignores SIGCHLD once the container runs, so that the
-// kernel discards every exit status, in slowWindow); the child runs rt.Binary.
+// kernel discards every exit status, in slowWindow) or "lost-late-window" (the same, in
+// lateWaitWindow); the child runs rt.Binary.
 func runReaper(t *testing.T, rt *Runtime, id string, b Bundle, mode string) reaperResult {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
