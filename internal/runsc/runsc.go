@@ -105,7 +105,9 @@ func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, lo
 
 // Checkpoint saves container id into imageDir (created if missing) and stops the container
 // (runsc checkpoint --image-path). The stopped container must still be deleted. A
-// container already stopped is ErrStopped, with nothing written.
+// container already stopped is ErrStopped, with nothing written: one runsc refuses as
+// stopped, and one whose control server runsc could not reach while the kernel says the
+// sandbox process named is a zombie or gone (it exited as the checkpoint began).
 //
 // A checkpoint whose exit status another reaper collected is judged by what runsc left,
 // for its status alone cannot say: runsc writes "checkpoint failed: ..." to its stderr
@@ -131,6 +133,13 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 		return fmt.Errorf("runsc checkpoint %s: %w", id, err)
 	}
 	_, msg, err := r.outputs(ctx, id, "checkpoint", "--image-path="+imageDir, id)
+	if err != nil && !errors.Is(err, ErrStopped) && controlServerGone(err.Error()) {
+		// runsc found the sandbox running, then could not reach its control server,
+		// whose process is now a zombie or gone: it exited as the checkpoint began (its
+		// workload's exit, the OOM killer), and no save began that could have stopped
+		// it. Taken for a checkpoint that failed, its sandbox was lost, not dead (row 1211).
+		return fmt.Errorf("%w: %w: its sandbox process had exited before the checkpoint reached it", err, ErrStopped)
+	}
 	killed := killedBySignal(ctx, err)
 	if !errors.Is(err, ErrStatusLost) && !killed || len(bytes.TrimSpace(msg)) > 0 {
 		return err

@@ -48,7 +48,9 @@ func TestMain(m *testing.M) {
 // "exited:PID" and "waitgone:PID" are runsc for a container whose sandbox has exited
 // (fakeExited), whose wait blocks, or, with waitgone, fails as runsc's does once the
 // sandbox process is gone; "refused" is runsc whose kill refuses to signal a sandbox whose
-// process is gone, and "unknown" runsc whose kill does not know the container.
+// process is gone, and "unknown" runsc whose kill does not know the container;
+// "ctlgone:PID" is runsc whose checkpoint found the sandbox running, then could not reach
+// its control server, at PID.
 func fakeRunsc(mode string, args []string) int {
 	var sub, id string
 	if len(args) > 0 {
@@ -59,6 +61,12 @@ func fakeRunsc(mode string, args []string) int {
 			sub = a
 			break
 		}
+	}
+	if pid, ok := strings.CutPrefix(mode, "ctlgone:"); ok && sub == "checkpoint" {
+		// runsc 0.0~20221219's words, measured: its load found the sandbox running, and
+		// its connection to the control server, a moment later, was refused.
+		fmt.Fprintf(os.Stderr, "checkpoint failed: connecting to control server at PID %s: connection refused\n", pid)
+		return 128
 	}
 	if pid, ok := strings.CutPrefix(mode, "exited:"); ok {
 		return fakeExited(pid, sub, id)

@@ -170,6 +170,13 @@ func sandboxGone(err error) bool {
 	if strings.Contains(msg, notRunning) || strings.Contains(msg, noLongerRunning) {
 		return true
 	}
+	return controlServerGone(msg)
+}
+
+// controlServerGone reports whether msg, a runsc command's failure, names the PID of a
+// control server runsc could not reach, and the kernel says that process is a zombie or
+// gone: the sandbox had exited, and the command reached nothing in it.
+func controlServerGone(msg string) bool {
 	m := controlServerPID.FindStringSubmatch(msg)
 	if m == nil {
 		return false

@@ -1,0 +1,47 @@
+package runsc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Fault (row 1211): a sandbox whose process exited just as its checkpoint began (its
+// workload's own exit, the kernel's OOM killer) was lost, not dead. runsc's checkpoint
+// found it running, then could not reach its control server, gone with the process:
+// "checkpoint failed: connecting to control server at PID N: connection refused" (real
+// runsc, 2 of 14 checkpoints timed around a workload's exit 3). No save began, so none
+// stopped the sandbox; but Checkpoint did not say ErrStopped, and the examples'
+// Runsc.Pause, finding the sandbox stopped after a checkpoint that failed, called it
+// "stopped by a checkpoint that failed: its state is lost" (ErrLost): a Report entry lost
+// where a sandbox no checkpoint could save is vanished, and exit status 1. The PID the
+// failure names, gone or a zombie, now says the container had stopped before the
+// checkpoint began (ErrStopped), as runsc's own refusal of a stopped container does. A
+// control server that refuses while its process runs says nothing of a stop.
+func TestCheckpointThatCannotReachAnExitedSandboxIsStopped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for name, c := range map[string]struct {
+		pid     int
+		stopped bool
+	}{
+		"gone":    {pid: 1 << 30, stopped: true}, // a PID no process has
+		"zombie":  {pid: zombieChild(t), stopped: true},
+		"running": {pid: os.Getpid(), stopped: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := fakeRuntime(t, fmt.Sprintf("ctlgone:%d", c.pid))
+			err := rt.Checkpoint(ctx, "sb", filepath.Join(t.TempDir(), "img"))
+			require.Error(t, err)
+			assert.Equal(t, c.stopped, errors.Is(err, ErrStopped), "%s", err)
+			assert.ErrorContains(t, err, "connection refused", "runsc's words kept")
+		})
+	}
+}
