@@ -76,8 +76,9 @@ type run struct {
 	reported  bool
 	unitBytes bool // the first pass had Sized sandboxes: units are scaled sizes (limit.go)
 	// late (under hardMu) is the returns of preserves abandoned while
-	// running that came before the Report was made (lateReturn); nil
-	// until one does.
+	// running that came before the Report was made (keepLate); nil until
+	// one does. A pointer: a slice here takes 16 bytes more, and the run
+	// the next size class (see the flags above).
 	late *[]lateReturn
 
 	// The adaptive limit (see limit.go); mu guards what follows it while
@@ -812,13 +813,13 @@ type lateReturn struct {
 	res result
 }
 
-// lateReturn keeps res, how the Preserve of t ended, for the Report, if
+// keepLate keeps res, how the Preserve of t ended, for the Report, if
 // the Run has not made it yet: t was abandoned while it ran (at the end
 // of its pass, or past its SandboxTimeout), and then returned. A Preserve
 // that returned before Run did is not one Run left running: what the
 // Report says of its sandbox is what it returned (a sandbox preserved, not
 // lost). Only the Report waits for it; Run does not.
-func (r *run) lateReturn(t *task, res *result) {
+func (r *run) keepLate(t *task, res *result) {
 	r.hardMu.Lock()
 	defer r.hardMu.Unlock()
 	if r.reported {
@@ -831,7 +832,7 @@ func (r *run) lateReturn(t *task, res *result) {
 }
 
 // settleLate writes the returns of preserves abandoned that came before
-// the Report (lateReturn) into their entries, each in place of the
+// the Report (keepLate) into their entries, each in place of the
 // abandonment, and logs each at Warn, as the abandonment was. The
 // attempts stay: a task abandoned starts no attempt (its context ended).
 // The metrics keep the abandonment, counted when it was decided.

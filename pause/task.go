@@ -203,7 +203,7 @@ func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, fl
 	}
 	ok, next, area0 := t.settle(ps, &res, true, area0)
 	if !ok { // abandoned while it ran: its account may still be the Report's
-		ps.r.lateReturn(t, &res)
+		ps.r.keepLate(t, &res)
 	}
 	return res.end, next, area0, ok
 }
