@@ -290,7 +290,7 @@ func (r *run) observe(e *Entry, res *result) {
 func (t *task) final(e *Entry, now *time.Time) (res result, from int32, changed bool) {
 	for {
 		s := t.state.Load()
-		if s != stateSettling && s < stateDone && now.IsZero() {
+		if s <= stateRunning && now.IsZero() { // queued, starting or running: final settles it now
 			*now = time.Now()
 		}
 		switch s {
