@@ -61,13 +61,14 @@ func (l *limiter) acquire(ctx context.Context, by time.Time) error {
 		defer t.Stop()
 		late = t.C
 	}
-	err := errSendBy
+	var err error
 	select {
 	case <-ready:
 		return nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-late:
+		err = errSendBy
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
