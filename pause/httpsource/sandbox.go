@@ -39,7 +39,8 @@ func (b *sizedSandbox) Size() int64 { return b.size }
 // Preserve sends the pause request and returns nil on a 2xx answer. It
 // returns by ctx's deadline. Errors are classified as described on Source;
 // an overload answer is handled inside (see Source) as long as the
-// Retry-After wait fits before ctx's deadline.
+// Retry-After wait fits before ctx's deadline and, for a Preserve a
+// pause.Preserver calls, its Run's phase deadline (sendBy).
 func (b *sandbox) Preserve(ctx context.Context) error {
 	s := b.src
 	if !s.made() {
@@ -355,8 +356,9 @@ type holdOff struct {
 }
 
 // holdOff waits until the sandbox's Retry-After time, if one is set and it
-// fits before ctx's deadline; otherwise it fails at once without a request,
-// naming the answer that asked for the wait.
+// fits before the time past which no pause is sent (sendBy: ctx's
+// deadline, or the Run's phase deadline if earlier); otherwise it fails at
+// once without a request, naming the answer that asked for the wait.
 func (b *sandbox) holdOff(ctx context.Context) error {
 	s := b.src
 	s.mu.Lock()
