@@ -342,6 +342,72 @@ func TestPreserveAbandonedAtItsTimeoutThatReturnsBeforeTheReportIsPreserved(t *t
 	})
 }
 
+// pausedLate is a sandbox whose first preserve takes a second and whose
+// preserve again, ignoring its context, returns ErrGone at once after
+// took: a server whose listing lagged the pause, holding the second
+// request before it answers "already paused".
+type pausedLate struct {
+	calls *int
+	took  time.Duration
+}
+
+func (s pausedLate) ID() string { return "lagged" }
+func (s pausedLate) Preserve(context.Context) error {
+	if *s.calls++; *s.calls == 1 {
+		time.Sleep(time.Second)
+		return nil
+	}
+	time.Sleep(s.took)
+	return pause.ErrGone
+}
+
+// Fault: a preserve again of a sandbox preserved in an earlier pass (a
+// listing that lagged the pause), abandoned past its SandboxTimeout and
+// returning "already preserved" (ErrGone) before the Report, was reported
+// as it returned, Vanished, where the same answer on time keeps the first
+// preserve, Preserved (TestPreserveAgainThatFindsItPreservedKeepsItPreserved):
+// the abandonment had written its entry over, and the rule that the first
+// preserve stands read the entry as abandoned. A sandbox whose state is
+// saved read gone, and is not restored. The rule now reads the entry as
+// the task starts, and is applied where the Preserve returns, on time or
+// late.
+//
+//	0 s  pass 1: "lagged" preserved (1 s)
+//	1 s  pass 2: "lagged" again (limit 2, SandboxTimeout 5 s), "n1" (4 s)
+//	5 s  "n2" (4 s)
+//	7 s  "lagged" abandoned (5 s + AbandonAfter)
+//	8 s  "lagged" returns ErrGone   9 s "n2" preserved: the Report
+func TestPreserveAgainAbandonedThatFindsItPreservedKeepsItPreserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls, listings int
+		lagged := pausedLate{&calls, 7 * time.Second}
+		n1 := &fakesandbox.Sandbox{Name: "n1", Latency: 4 * time.Second}
+		n2 := &fakesandbox.Sandbox{Name: "n2", Latency: 4 * time.Second}
+		p, err := pause.New(pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) {
+			switch listings++; listings {
+			case 1:
+				return []pause.Sandbox{lagged}, nil
+			case 2:
+				return []pause.Sandbox{lagged, n1, n2}, nil
+			}
+			return nil, nil
+		}), pause.Config{Limit: 2, SandboxTimeout: 5 * time.Second, BackOff: constant(time.Second)})
+		require.NoError(t, err)
+		start := time.Now()
+		rep, _ := runFor(t, p, time.Minute, 0)
+		e := entry(t, rep, "lagged")
+		require.Equal(t, 1, e.Relisted)
+		require.Equal(t, 2, calls)
+		assert.Equal(t, pause.Preserved, e.Outcome, "the first preserve stands: %s", e.Error)
+		assert.Empty(t, e.Error)
+		assert.Equal(t, 8*time.Second, e.End.Sub(start), "as its preserve again returned")
+		assert.Equal(t, 3, rep.Counts[pause.Preserved], "lagged, n1 and n2")
+		assert.Equal(t, 9*time.Second, entry(t, rep, "n2").End.Sub(start), "the Report was made after")
+		assert.Zero(t, rep.Lost())
+		time.Sleep(time.Minute) // "lagged" returns, if it had not
+	})
+}
+
 // stalling is a log handler whose every Warn line takes stall to write: a
 // log pipe that a busy node's collector drains late.
 type stalling struct{ stall time.Duration }

@@ -18,17 +18,19 @@ import (
 	"github.com/drainkit/drainkit/internal/follow"
 )
 
-// The states of a task. A worker moves it queued -> starting -> running,
-// then running -> settling -> done when its Preserve returns or when its
-// bound plus abandonAfter passes first (the sandbox is then abandoned). At
-// the end of its pass the Run moves a task still queued or starting to
-// abandoned as NotStarted, and one running as TimedOut (at the hard
-// deadline). Every move is a compare-and-swap, so exactly one of them
-// decides the outcome; settling is short, and the Run waits it out, but
-// starting calls the TracerProvider, which the Run does not wait for.
+// The states of a task. A worker moves it queued -> starting -> entering
+// -> running, then running -> settling -> done when its Preserve returns
+// or when its bound plus abandonAfter passes first (the sandbox is then
+// abandoned). At the end of its pass the Run moves a task still queued or
+// starting to abandoned as NotStarted, and one running as TimedOut (at the
+// hard deadline). Every move is a compare-and-swap, so exactly one of them
+// decides the outcome; entering and settling are short (the worker owns
+// the task's entry there), and the Run waits them out, but starting calls
+// the TracerProvider, which the Run does not wait for.
 const (
 	stateQueued int32 = iota
 	stateStarting
+	stateEntering
 	stateRunning
 	stateSettling
 	stateDone
@@ -114,17 +116,20 @@ func newEntry(e *Entry, sb Sandbox, id string, pass int) {
 // start prepares the task's context, span and bound, and returns its
 // sandbox and whether the task may run: not when the Run already settled
 // it as NotStarted, nor once Run's context ended. It runs on the worker of
-// ps that took the task, at now.
-func (t *task) start(ps *pass, now time.Time) (Sandbox, bool) {
+// ps that took the task, at now. again says the task is a preserve again
+// of a sandbox preserved (Relisted): one that says it is preserved
+// already (ErrGone: a listing that lagged the pause) leaves the first
+// preserve standing.
+func (t *task) start(ps *pass, now time.Time) (_ Sandbox, again, ok bool) {
 	// The worker took t at now, as the task before settled, and has
 	// recorded and logged that one since: a slow log sink or span
 	// exporter may have held it past the phase deadline. An atomic load,
 	// not a clock reading; the Run settles t NotStarted.
 	if ps.r.ctx.Err() != nil {
-		return nil, false
+		return nil, false, false
 	}
 	if !t.state.CompareAndSwap(stateQueued, stateStarting) {
-		return nil, false
+		return nil, false, false
 	}
 	r := ps.r
 	if r.traced || r.cfg.timeout > 0 {
@@ -135,12 +140,19 @@ func (t *task) start(ps *pass, now time.Time) (Sandbox, bool) {
 	// exporter that starts spans synchronously): the Run does not wait
 	// for it at the hard deadline, but settles t NotStarted (final), and
 	// its Preserve is then not called at all.
-	if !t.state.CompareAndSwap(stateStarting, stateRunning) {
+	if !t.state.CompareAndSwap(stateStarting, stateEntering) {
 		t.unstart(ps)
-		return nil, false
+		return nil, false, false
 	}
-	ps.tasks.entry(t).Start = now // t's entry is the worker's from here to its settle
-	return ps.tasks.sandbox(t), true
+	// Entering, t's entry is the worker's: the Run, which may settle t
+	// once it runs (final), waits. Read here, not once t runs: an
+	// abandonment writes the entry over, and a Preserve abandoned that
+	// returns before the Report (keepLate) is judged as one on time.
+	e := ps.tasks.entry(t)
+	e.Start = now
+	again = e.Relisted > 0 && e.Outcome == Preserved
+	t.state.Store(stateRunning)
+	return ps.tasks.sandbox(t), again, true
 }
 
 // unstart undoes what start did for t before the Run settled it
@@ -190,7 +202,7 @@ func (t *task) startExtra(ps *pass) {
 // task was abandoned). The next task is taken as the task settles, in the
 // same critical section when the limit adapts.
 func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, float64, bool) {
-	sb, ok := t.start(ps, now)
+	sb, again, ok := t.start(ps, now)
 	if !ok {
 		next, area0 := ps.pop(now)
 		ps.settled()
@@ -200,6 +212,9 @@ func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, fl
 	t.preserve(ps, sb, &res) // into res: a result returned is copied, and the frame held it twice
 	if x := ps.tasks.extra(t); x != nil && x.watch != nil {
 		x.watch.Stop()
+	}
+	if again && res.outcome == Vanished {
+		res.outcome, res.err = Preserved, nil // "already preserved": the first preserve stands
 	}
 	ok, next, area0 := t.settle(ps, &res, true, area0)
 	if !ok { // abandoned while it ran: its account may still be the Report's
@@ -230,9 +245,6 @@ func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, 
 	}
 	r := ps.r
 	e := ps.tasks.entry(t)
-	if e.Relisted > 0 && res.outcome == Vanished && e.Outcome == Preserved { // a preserve again
-		res.outcome, res.err = Preserved, nil // "already preserved": the first preserve stands
-	}
 	e.fill(t, res)
 	t.state.Store(stateDone)
 	x := ps.tasks.extra(t)
@@ -290,19 +302,19 @@ func (r *run) observe(e *Entry, res *result) {
 func (t *task) final(e *Entry, now *time.Time) (res result, from int32, changed bool) {
 	for {
 		s := t.state.Load()
-		if s <= stateRunning && now.IsZero() { // queued, starting or running: final settles it now
-			*now = time.Now()
-		}
 		switch s {
-		case stateQueued, stateStarting:
-			res = result{outcome: NotStarted, end: *now}
-		case stateRunning:
-			res = result{outcome: TimedOut, end: *now, err: errAbandoned}
-		case stateSettling:
+		case stateEntering, stateSettling:
 			runtime.Gosched() // a worker is midway; it takes no time
 			continue
-		default:
+		case stateDone, stateAbandoned:
 			return res, s, false
+		}
+		if now.IsZero() {
+			*now = time.Now()
+		}
+		res = result{outcome: NotStarted, end: *now} // queued, or starting
+		if s == stateRunning {
+			res = result{outcome: TimedOut, end: *now, err: errAbandoned}
 		}
 		if t.state.CompareAndSwap(s, stateAbandoned) {
 			e.fill(t, &res)
