@@ -773,55 +773,49 @@ func TestPreserveContextDeadlineFollowsTighten(t *testing.T) {
 	}
 }
 
-// slowTracer takes stall to start the Run's span: a span processor slow
-// at one moment of a Run, as a slow log sink is (stallOn).
-type slowTracer struct {
-	nooptrace.Tracer
-	stall time.Duration
+// stallingTracerProvider makes its spans with tp (the no-op provider when
+// nil), but the span named span takes stall to start, and, when sandbox is
+// set, only the one for that sandbox: a span processor slow at one moment
+// of a Run, as a slow log sink is (stallOn), or an exporter that starts
+// spans synchronously, blocked. Per-sandbox spans are made only under a
+// recording Run span: a tp of the SDK.
+type stallingTracerProvider struct {
+	nooptrace.TracerProvider
+	tp            trace.TracerProvider
+	span, sandbox string
+	stall         time.Duration
 }
 
-func (s slowTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if name == "pause.Run" {
-		time.Sleep(s.stall)
+func (p stallingTracerProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	tp := p.tp
+	if tp == nil {
+		tp = p.TracerProvider
+	}
+	return stallingTracer{tp.Tracer(name, opts...), p}
+}
+
+type stallingTracer struct {
+	trace.Tracer
+	p stallingTracerProvider
+}
+
+func (s stallingTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if name == s.p.span && (s.p.sandbox == "" || spanOfSandbox(opts, s.p.sandbox)) {
+		time.Sleep(s.p.stall)
 	}
 	return s.Tracer.Start(ctx, name, opts...)
 }
 
-type slowTracerProvider struct {
-	nooptrace.TracerProvider
-	stall time.Duration
-}
-
-func (p slowTracerProvider) Tracer(string, ...trace.TracerOption) trace.Tracer {
-	return slowTracer{stall: p.stall}
-}
-
-// stuckSpanStart is a Tracer (over a recording one: per-sandbox spans are
-// made only then) whose span for the preserve of sandbox stuck takes a
-// minute to start: an exporter that starts spans synchronously, blocked.
-type stuckSpanStart struct {
-	trace.Tracer
-	stuck string
-}
-
-func (s stuckSpanStart) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+// spanOfSandbox reports whether a span started with opts is the one for
+// the sandbox id (its drainkit.pause.sandbox attribute).
+func spanOfSandbox(opts []trace.SpanStartOption, id string) bool {
 	cfg := trace.NewSpanStartConfig(opts...)
 	for _, a := range cfg.Attributes() {
-		if name == "pause.Preserve" && a.Value.AsString() == s.stuck {
-			time.Sleep(time.Minute)
+		if a.Key == "drainkit.pause.sandbox" && a.Value.AsString() == id {
+			return true
 		}
 	}
-	return s.Tracer.Start(ctx, name, opts...)
-}
-
-type stuckSpanProvider struct {
-	nooptrace.TracerProvider
-	tp    *sdktrace.TracerProvider
-	stuck string
-}
-
-func (p stuckSpanProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	return stuckSpanStart{p.tp.Tracer(name, opts...), p.stuck}
+	return false
 }
 
 // Fault: a worker that took a sandbox before the phase deadline and was
@@ -844,7 +838,7 @@ func TestTaskStartingAtTheHardDeadlineDoesNotHoldTheRun(t *testing.T) {
 			&fakesandbox.Sandbox{Name: "B", Latency: time.Second})
 		tp := sdktrace.NewTracerProvider()
 		defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
-		p, err := pause.New(node, pause.Config{Limit: 1, TracerProvider: stuckSpanProvider{tp: tp, stuck: "B"}})
+		p, err := pause.New(node, pause.Config{Limit: 1, TracerProvider: stallingTracerProvider{tp: tp, span: "pause.Preserve", sandbox: "B", stall: time.Minute}})
 		require.NoError(t, err)
 		rep, took := runFor(t, p, 10*time.Second, 30*time.Second)
 		assert.Equal(t, 30*time.Second+pause.ReturnSlack, took)
@@ -889,7 +883,7 @@ func TestPhaseDeadlineAsTightenMovedItIsTheOneTheRunReads(t *testing.T) {
 			return node.List(ctx)
 		})
 		var logs logbuf.Buffer
-		p, err := pause.New(lister, pause.Config{Limit: 4, TracerProvider: slowTracerProvider{stall: time.Second},
+		p, err := pause.New(lister, pause.Config{Limit: 4, TracerProvider: stallingTracerProvider{span: "pause.Run", stall: time.Second},
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		require.NoError(t, err)
 		t0 := tightenAt(t, p, 500*time.Millisecond, 11500*time.Millisecond)
