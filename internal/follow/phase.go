@@ -26,7 +26,10 @@ func (d *Deadline) Phase(ctx context.Context) Phase {
 type phaseKey struct{}
 
 // Value is the Context's, but for the key by which StartBy finds the
-// Phase.
+// Phase. Its receiver is a pointer, so that the Phase is found as itself:
+// a Phase returned by value is boxed, an allocation at every StartBy, and
+// a Phase used as a Context by value (which would copy it) does not
+// compile.
 func (p *Phase) Value(key any) any {
 	if key == (phaseKey{}) {
 		return p
