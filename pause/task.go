@@ -132,16 +132,24 @@ func (t *task) start(ps *pass, now time.Time) (_ Sandbox, again, ok bool) {
 		return nil, false, false
 	}
 	r := ps.r
+	var x *taskExtra // what only a bound or a span needs
 	if r.traced || r.cfg.timeout > 0 {
-		t.startExtra(ps)
+		x = &taskExtra{ctx: r.work}
 	}
-	r.p.tel.inflight.Add(r.ctx, 1)
-	// The span's start is the TracerProvider's, which may block (an
-	// exporter that starts spans synchronously): the Run does not wait
-	// for it at the hard deadline, but settles t NotStarted (final), and
-	// its Preserve is then not called at all.
+	if r.traced {
+		// The span's start is the TracerProvider's, which may block (an
+		// exporter that starts spans synchronously): the Run does not wait
+		// for it at the hard deadline, but settles t NotStarted (final).
+		// Its Preserve is then not called at all, and only its span was
+		// begun (and the preserve counted active): its bound and its
+		// abandon timer come after the claim below.
+		x.ctx, x.span = r.p.tel.tracer.Start(x.ctx, "pause.Preserve",
+			trace.WithAttributes(attribute.String("drainkit.pause.sandbox", ps.tasks.entry(t).ID)))
+	}
+	r.p.tel.inflight.Add(r.ctx, 1) // the MeterProvider's: before the claim, as the span
 	if !t.state.CompareAndSwap(stateStarting, stateEntering) {
-		t.unstart(ps)
+		endSpan(x, t, &result{outcome: NotStarted})
+		r.p.tel.inflight.Add(r.ctx, -1)
 		return nil, false, false
 	}
 	// Entering, t's entry is the worker's: the Run, which may settle t
@@ -151,36 +159,17 @@ func (t *task) start(ps *pass, now time.Time) (_ Sandbox, again, ok bool) {
 	e := ps.tasks.entry(t)
 	e.Start = now
 	again = e.Relisted > 0 && e.Outcome == Preserved
+	if x != nil {
+		t.bind(ps, x) // the standard library's alone: it takes no time
+	}
 	t.state.Store(stateRunning)
 	return ps.tasks.sandbox(t), again, true
 }
 
-// unstart undoes what start did for t before the Run settled it
-// NotStarted: its span ends, its bound is released, and it is no longer
-// counted in flight.
-func (t *task) unstart(ps *pass) {
+// bind gives t, whose extra part is x, its bound, if the run has one, and
+// x as its extra part.
+func (t *task) bind(ps *pass, x *taskExtra) {
 	r := ps.r
-	x := ps.tasks.extra(t)
-	if x != nil {
-		if x.watch != nil {
-			x.watch.Stop()
-		}
-		if x.cancel != nil {
-			x.cancel()
-		}
-		endSpan(x, t, &result{outcome: NotStarted})
-	}
-	r.p.tel.inflight.Add(r.ctx, -1)
-}
-
-// startExtra gives t its span and its bound.
-func (t *task) startExtra(ps *pass) {
-	r := ps.r
-	x := &taskExtra{ctx: r.work}
-	if r.traced {
-		x.ctx, x.span = r.p.tel.tracer.Start(x.ctx, "pause.Preserve",
-			trace.WithAttributes(attribute.String("drainkit.pause.sandbox", ps.tasks.entry(t).ID)))
-	}
 	if r.cfg.timeout > 0 {
 		// Its deadline, the earlier of the bound and the hard deadline,
 		// is fixed here; a Tighten after must still move it.
