@@ -139,9 +139,11 @@ type devState struct {
 	pending []string
 	// untold says why the device is not known to be the daemon's (the
 	// pass that tells another server's ended before it told this one);
-	// "" once it is. The step waits for it and asks its daemon, which
-	// stops its own alone, but the control never stops or deletes it: its
-	// users ask controlled for their devices (see retell).
+	// "" once a pass tells it the daemon's, and never for one told
+	// another server's, which keeps it as it leaves the step. The step
+	// waits for it and asks its daemon, which stops its own alone, but
+	// the control never stops or deletes it: its users ask controlled for
+	// their devices (see retell).
 	untold string
 }
 
@@ -1553,7 +1555,7 @@ func (r *run) fallback(why string) {
 		r.retell(killEnd)
 	}
 	if control {
-		r.controlDevs(slices.DeleteFunc(untold, func(d *devState) bool { return d.untold != "" || !slices.Contains(r.dev, d) }), gone) // told the daemon's
+		r.controlDevs(slices.DeleteFunc(untold, func(d *devState) bool { return d.untold != "" }), gone) // those retell told the daemon's
 		_ = r.stepEnd(s, why, nil)
 	}
 }
@@ -1641,8 +1643,7 @@ func (r *run) retell(until func(*stages) time.Time) {
 		why, other := others[d.cur.ID]
 		switch {
 		case other:
-			st.Result = why
-			d.untold = "" // another server's: dropped below
+			st.Result = why // known not the daemon's: it keeps its mark, and dropOthers drops it
 		case slices.Contains(untold, d.cur.ID):
 			st.Result = "still not told from another server's device when the pass ended: the control fallback leaves it alone"
 			r.cfg.logger.WarnContext(r.ctx, "ublk: control fallback: a device not known to be the daemon's left alone", "device", d.cur.DiskName())
