@@ -159,7 +159,6 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		return isProcess(h) && (signalledFate(lr.Holders, h.PID) != nil || releasedAt(lr.Holders, h.PID))
 	})
 	left, scanned := r.heldAfterKill()
-	left = r.onDisks(left) // a device gone since the last scan has no disk to hold
 	self, daemon := os.Getpid(), daemonPID(r.cfg.daemon)
 	var others []string // PIDs the SIGKILLed processes had, now another's
 	left = dropHolders(left, func(h Holder) bool {
@@ -497,7 +496,8 @@ func startTime(ctx context.Context, procRoot string, pid int) (uint64, error) {
 // heldAfterKill is what holds the disks once the last resort has killed
 // what it could: a new scan's findings while its part of the reserve
 // lasts (scanned), and once that is over, the last scan's, less what the
-// kill released (r.lastHeld). A scan then would read no process, only list
+// kill released (r.lastHeld), less the devices gone since (onDisks, as
+// the scan does). A scan then would read no process, only list
 // procfs and sysfs, right before the daemon's stop, and its Report would
 // say every process was not read for want of time, where none was tried.
 func (r *run) heldAfterKill() (held map[int][]Holder, scanned bool) {
@@ -510,7 +510,7 @@ func (r *run) heldAfterKill() (held map[int][]Holder, scanned bool) {
 	for id, hs := range r.lastHeld {
 		held[id] = slices.Clone(hs) // dropHolders edits the slices in place
 	}
-	return held, false
+	return r.onDisks(held), false
 }
 
 // isProcess reports whether h is a process that holds the disk itself (an
