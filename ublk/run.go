@@ -786,16 +786,17 @@ func (r *run) waitHolders() map[int][]Holder {
 			}
 			r.cfg.logger.InfoContext(r.ctx, "ublk: waiting for the devices' holders to close", "holders", fmt.Sprint(held), "until", until)
 		}
-		if !r.sleep(r.holderUntil) {
-			r.refresh()
-			if held = r.onDisks(held); held == nil {
-				_ = r.stepEnd(s, "no holders: the disks held went during the last scan", scanErr)
-				return nil
-			}
-			_ = r.stepEnd(s, "", errors.Join(fmt.Errorf("still held open: %v", held), scanErr))
-			return held
-		}
+		more := r.sleep(r.holderUntil)
 		r.refresh()
+		if more {
+			continue
+		}
+		if held = r.onDisks(held); held == nil { // sysfs read again: a disk held may have gone during the last scan
+			_ = r.stepEnd(s, "no holders: the disks held went during the last scan", scanErr)
+			return nil
+		}
+		_ = r.stepEnd(s, "", errors.Join(fmt.Errorf("still held open: %v", held), scanErr))
+		return held
 	}
 }
 
