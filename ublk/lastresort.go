@@ -430,12 +430,10 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 // disk stops all the same", and a disk the control left live, another
 // server's among them, was said to stop.
 func (r *run) asideFate(id int, left map[int][]Holder) string {
-	i := slices.IndexFunc(r.dev, func(d *devState) bool { return d.cur.ID == id && !d.gone })
-	if i < 0 {
-		return ", the disk stops all the same" // gone already
-	}
-	d := r.dev[i]
+	d := r.device(id)
 	switch {
+	case d == nil:
+		return ", the disk stops all the same" // gone already
 	case d.untold != "":
 		return "; but " + d.cur.DiskName() + " is not known to be the daemon's (the procfs pass did not tell it from another server's in time): " +
 			"the control does not stop it, its own server alone may"

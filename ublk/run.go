@@ -543,6 +543,16 @@ func (r *run) tracks(id int, gone bool) bool {
 	return slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id && (gone || !d.gone) })
 }
 
+// device returns the step's device with ID id that is not gone, nil when
+// it has none: a gone one's ID is the kernel's to give to the next
+// ADD_DEV, so what has it now is not that device (see refresh).
+func (r *run) device(id int) *devState {
+	if i := slices.IndexFunc(r.dev, func(d *devState) bool { return d.cur.ID == id && !d.gone }); i >= 0 {
+		return r.dev[i]
+	}
+	return nil
+}
+
 // procfsPass returns the context of a procfs pass that tells whose a
 // device is: until end (zero: the step's deadline), or the step's
 // deadline if that is first, ownersWait from now without one, each as
@@ -845,7 +855,7 @@ func (r *run) setAsidePossible(held map[int][]Holder) map[int][]Holder {
 // for the pod's SIGKILL. It returns nil when no device is left.
 func (r *run) onDisks(held map[int][]Holder) map[int][]Holder {
 	for id := range held {
-		if !slices.ContainsFunc(r.dev, func(d *devState) bool { return d.cur.ID == id && !d.gone && d.cur.Disk }) {
+		if d := r.device(id); d == nil || !d.cur.Disk {
 			delete(held, id)
 		}
 	}
