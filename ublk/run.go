@@ -564,14 +564,10 @@ func (r *run) device(id int) *devState {
 func (r *run) procfsPass(end func(*stages) time.Time) (context.Context, context.CancelFunc) {
 	limit := time.Now().Add(ownersWait)
 	return r.stageCtx(context.WithoutCancel(r.ctx), func(s *stages) time.Time {
-		e := end(s)
-		switch {
-		case !s.deadline.IsZero() && (e.IsZero() || s.deadline.Before(e)):
-			return s.deadline
-		case e.IsZero():
-			return limit
+		if e := earlier(end(s), s.deadline); !e.IsZero() {
+			return e
 		}
-		return e
+		return limit
 	})
 }
 
@@ -595,12 +591,15 @@ func (r *run) stageEnd(limit time.Time) func(*stages) time.Time {
 	default:
 		return endAt(limit)
 	}
-	return func(s *stages) time.Time {
-		if e := end(s); !e.IsZero() && e.Before(limit) {
-			return e
-		}
-		return limit
+	return func(s *stages) time.Time { return earlier(end(s), limit) }
+}
+
+// earlier returns the earlier of a and b, a zero time being no end.
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
 	}
+	return a
 }
 
 // endAt is a stage's end that Tighten does not move (procfsPass, which
