@@ -61,9 +61,7 @@ func TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl(t *testing.T) 
 				rep, _, err := runFor(t, td, time.Minute)
 				t.Log(rep.String())
 				events := d.Events()
-				assert.NotContains(t, events, "STOP_DEV 1", "the other server's device was stopped")
-				assert.NotContains(t, events, "DEL_DEV 1", "the other server's device was deleted")
-				assert.True(t, f.tree.HasDisk(1), "the other server's device stays live")
+				assertLeftAlone(t, events, f)
 				if !tc.hung {
 					assert.Contains(t, events, "stop 0", "the daemon stopped its own")
 				}
@@ -75,11 +73,7 @@ func TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl(t *testing.T) 
 					assert.Contains(t, rep.Note, "ublkb1: its /dev/ublkc1 is open in pid 77 (")
 					return
 				}
-				dev := rep.Device(1)
-				require.NotNil(t, dev, "not told: the step's to account for")
-				require.NotEmpty(t, dev.Steps, "the Report says the device was not told")
-				assert.Equal(t, "whose", dev.Steps[0].Name)
-				assert.Contains(t, dev.Steps[0].Result, "not told from another server's device: the procfs pass ended")
+				dev := assertUntold(t, rep)
 				assert.Contains(t, rep.Note, "ublkb1: not known to be the daemon's")
 				assert.Contains(t, rep.Note, "the control neither stopped nor deleted it")
 				assert.Error(t, err, "a device left live, not known whose, is not a clean stop")
@@ -128,6 +122,28 @@ func twoServers(t *testing.T, slow []time.Duration, hung bool) (*Teardown, *memD
 	td, err := New(daemon, cfg)
 	require.NoError(t, err)
 	return td, d, f
+}
+
+// assertLeftAlone asserts that ublkb1, another server's device (told so
+// or not), is live, and that the control neither stopped nor deleted it.
+func assertLeftAlone(t *testing.T, events []string, f *fixture) {
+	t.Helper()
+	assert.NotContains(t, events, "STOP_DEV 1", "the other server's device was stopped")
+	assert.NotContains(t, events, "DEL_DEV 1", "the other server's device was deleted")
+	assert.True(t, f.tree.HasDisk(1), "the other server's device stays live")
+}
+
+// assertUntold asserts that the Report accounts for ublkb1 as a device
+// the procfs pass did not tell from another server's, and returns its
+// entry.
+func assertUntold(t *testing.T, rep *Report) *DeviceReport {
+	t.Helper()
+	dev := rep.Device(1)
+	require.NotNil(t, dev, "not told: the step's to account for")
+	require.NotEmpty(t, dev.Steps, "the Report says the device was not told")
+	assert.Equal(t, "whose", dev.Steps[0].Name)
+	assert.Contains(t, dev.Steps[0].Result, "not told from another server's device: the procfs pass ended")
+	return dev
 }
 
 // The step of TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl
@@ -221,18 +237,12 @@ func TestDeadlineMovedEarlierEndsThePassThatTellsAnotherServersDevices(t *testin
 		})
 		rep, err := td.Stop(ctx)
 		t.Log(rep.String())
-		events := d.Events()
-		assert.NotContains(t, events, "STOP_DEV 1", "the other server's device was stopped")
-		assert.NotContains(t, events, "DEL_DEV 1", "the other server's device was deleted")
-		assert.True(t, f.tree.HasDisk(1), "the other server's device stays live")
+		assertLeftAlone(t, d.Events(), f)
 		req := rep.Step("request stop")
 		require.NotNil(t, req, "the daemon asked to stop")
 		assert.Less(t, req.Start.Sub(start), 5*time.Second, "asked before the deadline")
 		assert.False(t, f.tree.HasDisk(0), "ublkb0 stopped")
-		dev := rep.Device(1)
-		require.NotNil(t, dev, "not told: the step's to account for")
-		require.NotEmpty(t, dev.Steps)
-		assert.Contains(t, dev.Steps[0].Result, "not told from another server's device: the procfs pass ended")
+		assertUntold(t, rep)
 		assert.Error(t, err, "a device left live, not known whose, is not a clean stop")
 	})
 }
@@ -325,15 +335,10 @@ func TestAPassForADeviceFoundLateEndsWithTheStageItRunsIn(t *testing.T) {
 		assert.Error(t, err, "ublkb1, not known whose, left live")
 		events := d.Events()
 		assert.Contains(t, events, "STOP_DEV 0", "the fallback stopped the daemon's device")
-		assert.NotContains(t, events, "STOP_DEV 1")
-		assert.NotContains(t, events, "DEL_DEV 1")
-		assert.True(t, f.tree.HasDisk(1))
+		assertLeftAlone(t, events, f)
 		dev := rep.Device(0)
 		require.NotNil(t, dev)
 		assert.NotEqual(t, VerdictLeftLive, dev.Verdict, "ublkb0 stopped")
-		late := rep.Device(1)
-		require.NotNil(t, late, "found late, not told: the step's to account for")
-		require.NotEmpty(t, late.Steps)
-		assert.Contains(t, late.Steps[0].Result, "not told from another server's device: the procfs pass ended")
+		assertUntold(t, rep)
 	})
 }
