@@ -579,14 +579,20 @@ func (r *run) procfsPass(end func(*stages) time.Time) (context.Context, context.
 // comes in its time. Before, such a pass had ownersWait up to the
 // deadline: on a slow procfs it held the wait loop past the fallback's
 // point, and a hung daemon's device was left live (row 1195).
+//
+// The run stays in the control's stage past the kill point when no kill
+// came (a device live on a vulnerable kernel): it is in the kill's part
+// then, which has no work to keep time for. Ended at the kill point, a
+// pass there ended before it began, and a device the daemon added then
+// was never told its own: the control never sent it STOP_DEV (row 1260).
 func (r *run) stageEnd(limit time.Time) func(*stages) time.Time {
 	var end func(*stages) time.Time
-	switch r.stage {
-	case inLastResort:
+	switch {
+	case r.stage == inLastResort:
 		end = lastResortEnd
-	case inStop:
+	case r.stage == inStop:
 		end = fallbackEnd
-	case inControl:
+	case r.stage == inControl && time.Now().Before(r.killAt):
 		end = killEnd
 	default:
 		return endAt(limit)

@@ -342,3 +342,42 @@ func TestAPassForADeviceFoundLateEndsWithTheStageItRunsIn(t *testing.T) {
 		assertUntold(t, rep)
 	})
 }
+
+// A vulnerable kernel, a minute's window (the default reserve: the
+// control fallback at 55 s, the kill's part from 58 s), the daemon's PID
+// not known; it takes the request and hangs with ublkb0's I/O, so the
+// fallback's STOP_DEV on ublkb0 never completes, the daemon is not
+// killed with ublkb0 live, and the step polls on to the deadline.
+//
+//	58.5 s the daemon adds ublkb1 (a VM start that raced the drain); the
+//	       pass that tells whose it is has the rest of the kill's part,
+//	       which no kill took (ownersWait at most): procfs is quick, and
+//	       ublkb1 is the daemon's, its STOP_DEV sent by the fallback
+//
+// Before, the pass ended with the control's stage, at 58 s, over before
+// it began: ublkb1 not told, the control never sent its STOP_DEV, and it
+// was left live for the pod's SIGKILL with the hung daemon.
+func TestAPassForADeviceFoundPastTheKillPointHasTheKillsPart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		time.AfterFunc(58500*time.Millisecond+time.Millisecond, func() { // not as a read runs
+			assert.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4087, CharMinor: 1}))
+		})
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, drainBlocks: true}
+		td, err := New(d, f.config(vulnerable, ctl, Config{}))
+		require.NoError(t, err)
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		assert.Error(t, err, "ublkb0 and ublkb1 left live under the hung daemon")
+		events := d.Events()
+		assert.NotContains(t, events, "kill", "not killed with a live device")
+		assert.Contains(t, events, "STOP_DEV 1", "the fallback sent STOP_DEV to the daemon's device found late")
+		dev := rep.Device(1)
+		require.NotNil(t, dev, "the Report accounts for the device found late")
+		assert.False(t, slices.ContainsFunc(dev.Steps, func(s StepResult) bool { return s.Name == "whose" }), "told the daemon's: %v", dev.Steps)
+	})
+}
