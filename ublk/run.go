@@ -491,11 +491,10 @@ func (r *run) take(devs []Device) []*devState {
 // may stop or delete (the last resort's STOP_DEVs, stopUnderHolders', the
 // fallback's), and apart those it may not: the devices not known to be the
 // daemon's (devState.untold), the pass that tells another server's having
-// ended before it told them. Such a device is its daemon's to stop, which
-// stops its own alone; the control acts on it only once retell tells it
-// the daemon's. This is the one place that rule is kept: before, each
-// user checked the mark itself, the map that carried it from the pass to
-// the device handed across between them.
+// ended before it told them. Such a device may be another server's, live
+// under its VMs: it is its daemon's to stop, which stops its own alone,
+// and the control's only once retell tells it the daemon's. Every user of
+// the control picks its devices here, so that none can forget the rule.
 func (r *run) controlled(pick func(*devState) bool) (mine, untold []*devState) {
 	for _, d := range r.dev {
 		switch {
