@@ -259,6 +259,54 @@ func TestHoldOfADeviceGoneDoesNotKeepTheDaemonFromBeingAsked(t *testing.T) {
 	}
 }
 
+// A minute's window, the default reserve, a vulnerable kernel, no control
+// device. 0 .. pid 99, a VMM outside the server's cgroup, holds ublkb1
+// open .. 50 s: the last resort spares it (never killed), and its cgroup
+// read takes the last resort's whole part (to 53 s), during which the VM
+// ends: pid 99 closes the disk and the daemon deletes ublkb1 .. 53 s: no
+// time is left to scan again, and the holders are the last scan's, pid
+// 99's hold of ublkb1 among them; ublkb1 is gone, so that hold keeps
+// nothing from stopping, and the daemon is asked to stop ublkb0. Kept (as
+// the last resort did before row 1192's change reached it), it was a
+// HeldError naming the gone ublkb1, the daemon never asked, ublkb0 live.
+func TestLastResortOutOfTimeDropsTheHoldOfADeviceGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		slowProcfs(t, f, 100, 0)
+		node := filepath.Join(t.TempDir(), "ublkb1")
+		require.NoError(t, unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(4000, 1))))
+		fd := filepath.Join(f.proc, "99", "fd", "3")
+		require.NoError(t, os.Symlink(node, fd))
+		d := newMemDaemon(f.tree, 0)
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true}))
+		require.NoError(t, err)
+		td.cfg.killHolders = func(ctx context.Context, _ string, held map[int][]Holder, _ map[blockdev.DevNum]int, _ int) (string, []HolderFate) {
+			_ = os.Remove(fd)
+			_ = f.tree.StopDevice(1)
+			_ = f.tree.DeleteDevice(1)
+			<-ctx.Done() // a cgroup read as slow as a loaded node's
+			var fates []HolderFate
+			for id, hs := range held {
+				for _, h := range hs {
+					fates = append(fates, HolderFate{Holder: h, Device: id, Reason: "outside the server's cgroup: never killed"})
+				}
+			}
+			return "0::/kubepods/pod1/ctr", fates
+		}
+
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		last := rep.Step("last resort")
+		require.NotNil(t, last, "the last resort ran")
+		assert.Contains(t, last.Result, "not scanned again")
+		assert.Contains(t, last.Result, "0 device(s) still held")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "exit done"}, d.Events(), "the daemon asked, and stopped ublkb0")
+		assert.False(t, f.tree.HasDisk(0))
+	})
+}
+
 // 0 .. pid 99 holds device 0 open (an fd on a block node 4000:0) .. 50 s,
 // the last-resort point: it is doomed and killed, and stays listed in
 // procfs (a zombie its parent has not reaped) .. procfs gets slow, and the
