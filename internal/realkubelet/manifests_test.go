@@ -341,7 +341,8 @@ const sandboxdManifestSandboxes = 12
 // terminationGracePeriodSeconds and -grace, which it first checks are
 // equal), -runtime=runsc to the fake runtime (this image has no runsc) and
 // so no privileged (which this API server refuses: kube-apiserver's
-// --allow-privileged is false unless set, as kubeadm does), the image and
+// --allow-privileged is false unless set, and internal/realapiserver sets
+// none, where kubeadm sets it true), the image and
 // its command (the image's entrypoint is podbin), the secret's
 // placeholder in both places, the hostPath's directory, the namespace
 // (rbac.yaml applied in default), and what the node lacks, a pod network:
