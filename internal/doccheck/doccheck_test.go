@@ -9,9 +9,7 @@ import (
 	"go/parser"
 	"go/scanner"
 	"go/token"
-	"io/fs"
-	"os"
-	"path/filepath"
+	"path"
 	"strings"
 	"testing"
 
@@ -102,48 +100,29 @@ func indent(s string) string {
 func collect(root string) ([]block, map[string][]string, error) {
 	var blocks []block
 	tests := map[string][]string{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		rel, _ := filepath.Rel(root, path)
-		dir := filepath.ToSlash(filepath.Dir(rel))
+	err := walkFiles(root, []string{".go", ".md"}, func(rel string, src []byte) error {
+		dir := path.Dir(rel)
+		var bs []block
+		var err error
 		switch {
-		case strings.HasSuffix(name, "_test.go"):
-			src, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
+		case strings.HasSuffix(rel, "_test.go"):
 			tests[dir] = append(tests[dir], tokens(string(src)))
-		case strings.HasSuffix(name, ".go") && !internal(dir):
-			bs, err := docBlocks(path, rel, dir)
-			if err != nil {
-				return err
-			}
-			blocks = append(blocks, bs...)
-		case strings.HasSuffix(name, ".md"):
-			bs, err := markdownBlocks(path, rel)
-			if err != nil {
-				return err
-			}
-			blocks = append(blocks, bs...)
+		case strings.HasSuffix(rel, ".go") && !internal(dir):
+			bs, err = docBlocks(rel, dir, src)
+		case strings.HasSuffix(rel, ".md"):
+			bs, err = fencedBlocks(rel, src, "go")
 		}
-		return nil
+		blocks = append(blocks, bs...)
+		return err
 	})
 	return blocks, tests, err
 }
 
-// docBlocks returns the Go code blocks of the package doc comment in path.
-func docBlocks(path, rel, dir string) ([]block, error) {
+// docBlocks returns the Go code blocks of the package doc comment of src,
+// the file rel.
+func docBlocks(rel, dir string, src []byte) ([]block, error) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.PackageClauseOnly)
+	f, err := parser.ParseFile(fset, rel, src, parser.ParseComments|parser.PackageClauseOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -178,12 +157,9 @@ func docText(g *ast.CommentGroup) string {
 	return b.String()
 }
 
-// markdownBlocks returns the ```go fenced blocks of a Markdown file.
-func markdownBlocks(path, rel string) ([]block, error) {
-	src, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
+// fencedBlocks returns the ```lang fenced blocks of src, the Markdown file
+// rel.
+func fencedBlocks(rel string, src []byte, lang string) ([]block, error) {
 	var out []block
 	var cur *block
 	sc := bufio.NewScanner(bytes.NewReader(src))
@@ -191,7 +167,7 @@ func markdownBlocks(path, rel string) ([]block, error) {
 		line := sc.Text()
 		trimmed := strings.TrimSpace(line)
 		switch {
-		case cur == nil && trimmed == "```go":
+		case cur == nil && trimmed == "```"+lang:
 			cur = &block{where: fmt.Sprintf("%s:%d", rel, n)}
 		case cur != nil && trimmed == "```":
 			out = append(out, *cur)
@@ -201,7 +177,7 @@ func markdownBlocks(path, rel string) ([]block, error) {
 		}
 	}
 	if cur != nil {
-		return nil, fmt.Errorf("%s: unterminated ```go block", cur.where)
+		return nil, fmt.Errorf("%s: unterminated ```%s block", cur.where, lang)
 	}
 	return out, sc.Err()
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -262,7 +263,7 @@ var funcDecl = regexp.MustCompile(`(?m)^func\s+((?:Test|Benchmark|Fuzz|Example)\
 // _test.go files that go test could run.
 func testFuncs(root string) (map[string]bool, error) {
 	funcs := map[string]bool{}
-	err := walkFiles(root, "_test.go", func(_ string, src []byte) error {
+	err := walkFiles(root, []string{"_test.go"}, func(_ string, src []byte) error {
 		for _, m := range funcDecl.FindAllStringSubmatch(string(src), -1) {
 			funcs[m[1]] = true
 		}
@@ -271,11 +272,11 @@ func testFuncs(root string) (map[string]bool, error) {
 	return funcs, err
 }
 
-// walkFiles calls fn with the path relative to root and the contents of
-// each file under root whose name ends in suffix, leaving out hidden
-// directories and testdata, which hold no documentation or test of the
-// module's.
-func walkFiles(root, suffix string, fn func(rel string, src []byte) error) error {
+// walkFiles calls fn with the path relative to root, slash-separated, and
+// the contents of each file under root whose name ends in one of
+// suffixes, leaving out hidden directories and testdata, which hold no
+// documentation or test of the module's.
+func walkFiles(root string, suffixes []string, fn func(rel string, src []byte) error) error {
 	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -286,7 +287,7 @@ func walkFiles(root, suffix string, fn func(rel string, src []byte) error) error
 			}
 			return nil
 		}
-		if !strings.HasSuffix(d.Name(), suffix) {
+		if !slices.ContainsFunc(suffixes, func(suffix string) bool { return strings.HasSuffix(d.Name(), suffix) }) {
 			return nil
 		}
 		src, err := os.ReadFile(path)

@@ -1,8 +1,6 @@
 package doccheck
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -86,27 +84,15 @@ var namedFile = regexp.MustCompile(`^#\s+(\S+/\S+\.ya?ml)\b`)
 // whose first line names a file.
 func namedYAMLBlocks(root string) ([]yamlBlock, error) {
 	var out []yamlBlock
-	err := walkFiles(root, ".md", func(rel string, src []byte) error {
-		var cur *yamlBlock
-		sc := bufio.NewScanner(bytes.NewReader(src))
-		for n := 1; sc.Scan(); n++ {
-			line := sc.Text()
-			trimmed := strings.TrimSpace(line)
-			switch {
-			case cur == nil && trimmed == "```yaml":
-				cur = &yamlBlock{where: fmt.Sprintf("%s:%d", rel, n)}
-			case cur != nil && trimmed == "```":
-				first, _, _ := strings.Cut(cur.code, "\n")
-				if m := namedFile.FindStringSubmatch(first); m != nil {
-					cur.file = m[1]
-					out = append(out, *cur)
-				}
-				cur = nil
-			case cur != nil:
-				cur.code += line + "\n"
+	err := walkFiles(root, []string{".md"}, func(rel string, src []byte) error {
+		blocks, err := fencedBlocks(rel, src, "yaml")
+		for _, b := range blocks {
+			first, _, _ := strings.Cut(b.code, "\n")
+			if m := namedFile.FindStringSubmatch(first); m != nil {
+				out = append(out, yamlBlock{where: b.where, file: m[1], code: b.code})
 			}
 		}
-		return sc.Err()
+		return err
 	})
 	return out, err
 }
