@@ -837,9 +837,15 @@ func (sd *sandboxdRun) end(t *testing.T, d1, d2 time.Time) shorterRun {
 func (a *apiPods) boundServiceAccount(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
 	pod.Spec.ServiceAccountName = "sandboxd"
+	serviceEnv(pod, a.apiURL(t))
+}
+
+// apiURL is the API server's URL, which the pods here reach on loopback.
+func (a *apiPods) apiURL(t *testing.T) *url.URL {
+	t.Helper()
 	u, err := url.Parse(a.cluster.URL)
 	require.NoError(t, err)
-	serviceEnv(pod, u)
+	return u
 }
 
 // requireBoundToken fails the test unless the token the process pid reads
@@ -881,7 +887,5 @@ func (a *apiPods) adminServiceAccount(t *testing.T, pod *corev1.Pod) {
 	for file, data := range map[string]string{"token": realapiserver.AdminToken, "ca.crt": string(ca), "namespace": "default\n"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(data), 0o644))
 	}
-	u, err := url.Parse(a.cluster.URL)
-	require.NoError(t, err)
-	mountServiceAccount(pod, dir, u)
+	mountServiceAccount(pod, dir, a.apiURL(t))
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -181,16 +180,14 @@ func readmePod(t *testing.T, api *apiPods, name, hookSecret string) *corev1.Pod 
 
 // onThisNode returns a pod named name of a user's manifest's spec (and
 // labels), with what this node lacks: the node's network (no CNI here),
-// bound to the Node, never restarted, in the namespace the RBAC is applied
-// in, and KUBERNETES_SERVICE_HOST/PORT naming the API server (see
-// boundServiceAccount).
+// never restarted, in the namespace the RBAC is applied in, and
+// KUBERNETES_SERVICE_HOST/PORT naming the API server (see
+// boundServiceAccount); create binds it to the Node.
 func (a *apiPods) onThisNode(t *testing.T, name string, labels map[string]string, spec corev1.PodSpec) *corev1.Pod {
 	t.Helper()
-	spec.HostNetwork, spec.RestartPolicy, spec.NodeName = true, corev1.RestartPolicyNever, NodeName
+	spec.HostNetwork, spec.RestartPolicy = true, corev1.RestartPolicyNever
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels}, Spec: spec}
-	u, err := url.Parse(a.cluster.URL)
-	require.NoError(t, err)
-	serviceEnv(pod, u)
+	serviceEnv(pod, a.apiURL(t))
 	return pod
 }
 
@@ -250,7 +247,7 @@ func (a *apiPods) runREADMEPod(t *testing.T, pod *corev1.Pod) (*drain.Report, []
 
 // runManifestPod creates pod, a user's manifest as this node runs it,
 // through the API, waits until the API shows it ready by its own probes,
-// deletes it with the spec's grace, and returns the Report its server
+// deletes it with the grace its spec has here (manifestGrace), and returns the Report its server
 // wrote and the kubelet's log lines of its hooks that failed, after
 // checking what every run of a user's manifest must hold: every sandbox
 // preserved, exit before SIGKILL, its pod read and its Events posted with
@@ -258,7 +255,7 @@ func (a *apiPods) runREADMEPod(t *testing.T, pod *corev1.Pod) (*drain.Report, []
 func (a *apiPods) runManifestPod(t *testing.T, pod *corev1.Pod, m manifestRun) (*drain.Report, []string) {
 	t.Helper()
 	name := pod.Name
-	a.cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/pods", pod, http.StatusCreated, nil)
+	a.create(t, pod)
 	w, err := WatchProcess(WaitProcess(t, m.process, 2*time.Minute))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -277,8 +274,7 @@ func (a *apiPods) runManifestPod(t *testing.T, pod *corev1.Pod, m manifestRun) (
 	if m.ready != nil {
 		m.ready(t)
 	}
-	deleted := time.Now()
-	a.cluster.MustDo(t, http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, nil, http.StatusOK, nil)
+	deleted := a.remove(t, name, manifestGrace)
 	died, err := w.Wait(manifestGrace*time.Second + time.Minute)
 	log := a.node.PodLog(name) // at once: the kubelet removes a deleted pod's logs
 	require.NoError(t, err, "pod log:\n%s", log)
