@@ -817,9 +817,7 @@ func (sd *sandboxdRun) end(t *testing.T, d1, d2 time.Time) shorterRun {
 		total += k
 	}
 	assert.Equal(t, sd.n, total, "every sandbox accounted for: %v", r.rep.Preserve.Counts)
-	events, err := os.ReadFile(filepath.Join(sd.state, "ublkd.events"))
-	require.NoError(t, err)
-	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
+	assertDaemonStopped(t, filepath.Join(sd.state, "ublkd.events"))
 	assert.Positive(t, r.rep.Headroom, "the Report says it ended before the expected SIGKILL")
 	return r
 }

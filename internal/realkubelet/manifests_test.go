@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,8 +135,24 @@ func readmeDaemonSet(t *testing.T) *appsv1.DaemonSet {
 	block, _, ok := strings.Cut(rest, "\n```\n")
 	require.True(t, ok, "the yaml block of %s does not end", readme)
 	require.NotContains(t, rest[len(block):], "```yaml", "%s has another yaml block: run it too", readme)
+	return decodeDaemonSet(t, []byte(block), readme+"'s manifest")
+}
+
+// readDaemonSet returns the DaemonSet of the file path, decoded strictly.
+func readDaemonSet(t *testing.T, path string) *appsv1.DaemonSet {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return decodeDaemonSet(t, raw, path)
+}
+
+// decodeDaemonSet decodes data, the DaemonSet of what, strictly: a field
+// the API does not know is the manifest's mistake, which the API server
+// would drop without a word.
+func decodeDaemonSet(t *testing.T, data []byte, what string) *appsv1.DaemonSet {
+	t.Helper()
 	var ds appsv1.DaemonSet
-	require.NoError(t, yaml.UnmarshalStrict([]byte(block), &ds), "%s's manifest", readme)
+	require.NoError(t, yaml.UnmarshalStrict(data, &ds), what)
 	return &ds
 }
 
@@ -348,48 +365,18 @@ const sandboxdManifestSandboxes = 12
 // device daemon stop on its own, the Events be posted, sandboxd exit
 // before SIGKILL.
 func sandboxdManifest(t *testing.T, api *apiPods) {
-	raw, err := os.ReadFile(sandboxdDaemonSet)
-	require.NoError(t, err)
-	var ds appsv1.DaemonSet
-	require.NoError(t, yaml.UnmarshalStrict(raw, &ds), sandboxdDaemonSet)
+	ds := readDaemonSet(t, sandboxdDaemonSet)
 	spec := ds.Spec.Template.Spec
 	require.Len(t, spec.Containers, 1)
-	require.NotNil(t, spec.TerminationGracePeriodSeconds)
 	c := &spec.Containers[0]
 	addr := api.nodeAddress(t)
-	grace := fmt.Sprintf("-grace=%ds", *spec.TerminationGracePeriodSeconds)
-	changed := map[string]bool{}
-	for i, a := range c.Args {
-		to, ok := map[string]string{
-			grace:            fmt.Sprintf("-grace=%ds", manifestGrace),
-			"-runtime=runsc": "-runtime=fake",
-			"-listen=:8080":  "-listen=[$(POD_IP)]:8080",
-		}[a]
-		if ok {
-			c.Args[i], changed[a] = to, true
-		}
-	}
-	assert.Len(t, changed, 3, "the DaemonSet's args %q: -grace equal to terminationGracePeriodSeconds (%s), -runtime=runsc, -listen=:8080", c.Args, grace)
-	spec.TerminationGracePeriodSeconds = new(int64(manifestGrace))
-
-	const placeholder = "replace-me-with-a-long-random-secret"
-	secret, secrets := newHookSecret(t), 0
-	for i, e := range c.Env {
-		if e.Value == placeholder {
-			c.Env[i].Value, secrets = secret, secrets+1
-		}
-	}
-	require.NotNil(t, c.Lifecycle)
-	require.NotNil(t, c.Lifecycle.PreStop)
-	g := c.Lifecycle.PreStop.HTTPGet
-	require.NotNil(t, g, "the DaemonSet's preStop is an httpGet")
-	for i, h := range g.HTTPHeaders {
-		if h.Value == placeholder {
-			g.HTTPHeaders[i].Value, secrets = secret, secrets+1
-		}
-	}
-	require.Equal(t, 2, secrets, "the secret's placeholder, in the env and the hook's header")
-	g.Host = addr
+	from, to := shortenGrace(t, &spec)
+	c.Args = replaceArgs(t, c.Args, map[string]string{
+		from:             to,
+		"-runtime=runsc": "-runtime=fake",
+		"-listen=:8080":  "-listen=[$(POD_IP)]:8080",
+	})
+	replaceHookSecret(t, c, addr)
 
 	const name = "sandboxd-daemonset"
 	state := filepath.Join(api.node.Dir, "state-"+name)
@@ -413,9 +400,76 @@ func sandboxdManifest(t *testing.T, api *apiPods) {
 		},
 	})
 	require.NotNil(t, rep.PreStop, "the kubelet's httpGet reached the drain at the hook port, its header the secret")
-	events, err := os.ReadFile(filepath.Join(state, "ublkd.events"))
+	assertDaemonStopped(t, filepath.Join(state, "ublkd.events"))
+}
+
+// shortenGrace makes spec's grace manifestGrace, and returns the -grace
+// argument the DaemonSet must give (its terminationGracePeriodSeconds,
+// which its server must be told) and the one it gets here.
+func shortenGrace(t *testing.T, spec *corev1.PodSpec) (from, to string) {
+	t.Helper()
+	require.NotNil(t, spec.TerminationGracePeriodSeconds)
+	from = fmt.Sprintf("-grace=%ds", *spec.TerminationGracePeriodSeconds)
+	spec.TerminationGracePeriodSeconds = new(int64(manifestGrace))
+	return from, fmt.Sprintf("-grace=%ds", manifestGrace)
+}
+
+// replaceArgs returns a copy of args with each argument that is a key of
+// to replaced by its value, and fails the test unless each key is there:
+// what the test changes must be in the manifest as it says.
+func replaceArgs(t *testing.T, args []string, to map[string]string) []string {
+	t.Helper()
+	out := make([]string, len(args))
+	changed := map[string]bool{}
+	for i, a := range args {
+		out[i] = a
+		if v, ok := to[a]; ok {
+			out[i], changed[a] = v, true
+		}
+	}
+	for a := range to {
+		require.True(t, changed[a], "the DaemonSet's args %q have no %s", args, a)
+	}
+	return out
+}
+
+// daemonSetSecret is the placeholder the DaemonSets under examples/ give
+// their hook's secret, in the env and the hook's header.
+const daemonSetSecret = "replace-me-with-a-long-random-secret"
+
+// replaceHookSecret puts a random secret in place of c's daemonSetSecret
+// in both places it must be (the server's env and its httpGet hook's
+// header), for the servers refuse the placeholder, and gives the hook host,
+// the node's address (readmeManifest says why).
+func replaceHookSecret(t *testing.T, c *corev1.Container, host string) {
+	t.Helper()
+	secret, secrets := newHookSecret(t), 0
+	for i, e := range c.Env {
+		if e.Value == daemonSetSecret {
+			c.Env[i].Value, secrets = secret, secrets+1
+		}
+	}
+	require.NotNil(t, c.Lifecycle)
+	require.NotNil(t, c.Lifecycle.PreStop)
+	g := c.Lifecycle.PreStop.HTTPGet
+	require.NotNil(t, g, "the DaemonSet's preStop is an httpGet")
+	for i, h := range g.HTTPHeaders {
+		if h.Value == daemonSetSecret {
+			g.HTTPHeaders[i].Value, secrets = secret, secrets+1
+		}
+	}
+	require.Equal(t, 2, secrets, "the secret's placeholder, in the env and the hook's header")
+	g.Host = host
+}
+
+// assertDaemonStopped checks that the device daemon whose event log is
+// events stopped on its own (its last event exit), not killed with the
+// pod: a daemon killed under its devices' I/O risks the host.
+func assertDaemonStopped(t *testing.T, events string) {
+	t.Helper()
+	data, err := os.ReadFile(events)
 	require.NoError(t, err)
-	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
+	assert.True(t, strings.HasSuffix(string(data), "exit\n"), "the device daemon stopped on its own: %q", data)
 }
 
 // supervisorDaemonSet is examples/supervisor's DaemonSet, whose excerpt
@@ -450,10 +504,7 @@ const supervisorManifestSandboxes = 20
 // the node's network hostNetwork, the hook's host and -listen=:8081 on the
 // node's address.
 func supervisorManifest(t *testing.T, api *apiPods) {
-	raw, err := os.ReadFile(supervisorDaemonSet)
-	require.NoError(t, err)
-	var ds appsv1.DaemonSet
-	require.NoError(t, yaml.UnmarshalStrict(raw, &ds), supervisorDaemonSet)
+	ds := readDaemonSet(t, supervisorDaemonSet)
 	api.cluster.ApplyRBAC(t, supervisorRBAC, "default")
 	api.cluster.MustDo(t, http.MethodPost, "/api/v1/namespaces/default/secrets", &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "sandbox-api-key"},
@@ -462,7 +513,6 @@ func supervisorManifest(t *testing.T, api *apiPods) {
 	spec := ds.Spec.Template.Spec
 	require.Len(t, spec.Containers, 1)
 	require.Len(t, spec.InitContainers, 1)
-	require.NotNil(t, spec.TerminationGracePeriodSeconds)
 	c := &spec.Containers[0]
 	require.Equal(t, []string{"/drainkit/supervisor"}, c.Command)
 	addr := api.nodeAddress(t)
@@ -474,51 +524,22 @@ func supervisorManifest(t *testing.T, api *apiPods) {
 		EventLog: stateMount + "/daemon.events",
 	})
 	require.NoError(t, err)
-	grace := fmt.Sprintf("-grace=%ds", *spec.TerminationGracePeriodSeconds)
-	var args []string
-	seen := map[string]bool{}
-	for i, a := range c.Args {
-		if a == "--" { // the server's command: podbin's naive server on -server-url's address
-			args = append(args, "--", "/naiveserver", "-listen", "127.0.0.1:8080", "-state", stateMount+"/naive", "-pause", "500ms")
-			seen["--"] = true
-			break
-		}
-		to, ok := map[string]string{
-			grace:                               fmt.Sprintf("-grace=%ds", manifestGrace),
-			"-listen=:8081":                     "-listen=[$(POD_IP)]:8081",
-			"-server-url=http://127.0.0.1:8080": "-server-url=http://127.0.0.1:8080",
-		}[a]
-		switch {
-		case ok:
-			a, seen[c.Args[i]] = to, true
-		case strings.HasPrefix(a, "-daemon="):
-			a, seen["-daemon"] = "-daemon=/podbin ublkd "+string(daemon), true
-		}
-		args = append(args, a)
-	}
-	assert.Len(t, seen, 5, "the DaemonSet's args %q: -grace equal to terminationGracePeriodSeconds (%s), -listen=:8081, -server-url on 8080, -daemon, a server after --", c.Args, grace)
-	c.Args = args
-	spec.TerminationGracePeriodSeconds = new(int64(manifestGrace))
-
-	const placeholder = "replace-me-with-a-long-random-secret"
-	secret, secrets := newHookSecret(t), 0
-	for i, e := range c.Env {
-		if e.Value == placeholder {
-			c.Env[i].Value, secrets = secret, secrets+1
-		}
-	}
+	// The supervisor's args, then -- and the server's command: podbin's
+	// naive server on -server-url's address.
+	server := slices.Index(c.Args, "--")
+	require.Positive(t, server, "the DaemonSet's args %q: a server's command after --", c.Args)
+	from, to := shortenGrace(t, &spec)
+	args := replaceArgs(t, c.Args[:server], map[string]string{
+		from:                                to,
+		"-listen=:8081":                     "-listen=[$(POD_IP)]:8081",
+		"-server-url=http://127.0.0.1:8080": "-server-url=http://127.0.0.1:8080", // where the server below listens
+	})
+	d := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "-daemon=") })
+	require.NotEqual(t, -1, d, "the DaemonSet's args %q have no -daemon", c.Args)
+	args[d] = "-daemon=/podbin ublkd " + string(daemon)
+	c.Args = append(args, "--", "/naiveserver", "-listen", "127.0.0.1:8080", "-state", stateMount+"/naive", "-pause", "500ms")
+	replaceHookSecret(t, c, addr)
 	c.Env = append(c.Env, corev1.EnvVar{Name: "SUPERVISOR_SYSFS_ROOT", Value: stateMount + "/sys"})
-	require.NotNil(t, c.Lifecycle)
-	require.NotNil(t, c.Lifecycle.PreStop)
-	g := c.Lifecycle.PreStop.HTTPGet
-	require.NotNil(t, g, "the DaemonSet's preStop is an httpGet")
-	for i, h := range g.HTTPHeaders {
-		if h.Value == placeholder {
-			g.HTTPHeaders[i].Value, secrets = secret, secrets+1
-		}
-	}
-	require.Equal(t, 2, secrets, "the secret's placeholder, in the env and the hook's header")
-	g.Host = addr
 
 	const name = "supervisor-daemonset"
 	dir := filepath.Join(api.node.Dir, "state-"+name)
@@ -557,7 +578,5 @@ func supervisorManifest(t *testing.T, api *apiPods) {
 		},
 	})
 	require.NotNil(t, rep.PreStop, "the kubelet's httpGet reached the drain at the hook port, its header the secret")
-	events, err := os.ReadFile(filepath.Join(dir, "state", "daemon.events"))
-	require.NoError(t, err)
-	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
+	assertDaemonStopped(t, filepath.Join(dir, "state", "daemon.events"))
 }

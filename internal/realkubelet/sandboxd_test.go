@@ -261,9 +261,7 @@ func runSandboxd(t *testing.T, node *Node, name string, c sandboxdCase) *drain.R
 	assert.Regexp(t, `^drainkit: (all \d+ sandboxes preserved|\d+ of \d+ sandboxes LOST); exited \d+\.\d{3}s before SIGKILL\n`, msg)
 	assert.Contains(t, msg, fmt.Sprintf("sandboxes: %d: ", c.sandboxes))
 	assert.Contains(t, msg, "full report: "+StateMount+"/last-shutdown.json")
-	events, err := os.ReadFile(filepath.Join(state, "ublkd.events"))
-	require.NoError(t, err)
-	assert.True(t, strings.HasSuffix(string(events), "exit\n"), "the device daemon stopped on its own: %q", events)
+	assertDaemonStopped(t, filepath.Join(state, "ublkd.events"))
 	if c.squeezed {
 		t.Logf("squeezed (see sandboxdCase.squeezed): pauses cut at the hard deadline: %d", rep.Preserve.Counts[pause.TimedOut])
 	} else {
