@@ -14,7 +14,8 @@
 //	    a server wired with drain.NewServer, as the README's "Wire it",
 //	    configured by the DRAINKIT_* environment of its manifest, with N
 //	    fake sandboxes whose preserve takes DURATION; writes the drain's
-//	    Report to FILE and exits with Server.Run's status
+//	    Report to FILE and exits with Server.Run's status (no Report after
+//	    a Run that returned 2: nothing served, nothing drained)
 //	podbin ublkd CONFIG_JSON
 //	    a fake ublk device daemon (internal/fakeublk), for the supervisor
 package main

@@ -20,7 +20,9 @@ import (
 // real-kubelet suite can run the README's manifest as written. Its
 // sandboxes are fakes that estimate nothing themselves: the plan counts
 // DRAINKIT_PRESERVE_ESTIMATE for them, as for a server's real ones. After
-// Run it writes the drain's Report to -report and exits with Run's status.
+// Run it writes the drain's Report to -report and exits with Run's status;
+// after a Run that returned 2 (nothing served, nothing drained) it writes
+// none.
 func server(args []string) int {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	listen := fs.String("listen", ":8080", "the server's address (http.Server.Addr)")
@@ -46,6 +48,12 @@ func server(args []string) int {
 		node.Add(&draintest.Sandbox{Name: fmt.Sprintf("sb-%d", time.Now().UnixNano()), Latency: *latency})
 	})))
 	code := s.Run(context.Background())
+	if code == 2 {
+		// Nothing served, nothing drained (Run logged why): Shutdown would
+		// start a drain now, and its Report would stand for a run that
+		// never was.
+		return code
+	}
 	rep := s.Drainer().Shutdown(context.Background()) // single-flight: the Report Run had
 	data, err := json.Marshal(rep)
 	if err == nil {
