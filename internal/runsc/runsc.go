@@ -19,8 +19,8 @@ import (
 // status another reaper collected first (a PID-1 reaper, tini, a subreaper reaping every
 // child): the command ran, but whether it succeeded is unknown. [Runtime.State] still
 // answers when the command's output is a complete state, [Runtime.Wait] when it is an
-// exit status, and [Runtime.Checkpoint],
-// [Runtime.Run] and [Runtime.Restore] judge theirs by what runsc left.
+// exit status, and [Runtime.Checkpoint], [Runtime.Run] and [Runtime.Restore] judge
+// theirs by what runsc left.
 var ErrStatusLost = errors.New("runsc: exit status collected by another reaper")
 
 // ErrNotExist is wrapped by the errors of [Runtime.State], [Runtime.Kill],
@@ -218,10 +218,8 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 // runsc writes the status, {"id":"ID","exitStatus":N}, only once the container has
 // exited, so a wait whose output is one returns it whatever became of the command's own
 // exit status: one another reaper collected (ErrStatusLost, the ateom review's stolen
-// wait) saw the exit all the same. Before, that wait was ErrStatusLost and the exit it had
-// seen was left to a runsc state after it, which a loaded machine's deadline cut: a
-// sandbox that had exited on its SIGTERM was sent SIGKILL, the wait's whole time late
-// (docs/faults.md row 1210).
+// wait) saw the exit all the same, where a runsc state asked after it is one more
+// process, which a loaded machine's deadline may cut (docs/faults.md row 1210).
 func (r *Runtime) Wait(ctx context.Context, id string) (int, error) {
 	out, err := r.output(ctx, id, "wait", id)
 	var w struct {

@@ -29,17 +29,15 @@ import (
 // whether or not another reaper took its exit status: such a kill sent no signal. A
 // kill whose status was lost with no such words may have delivered its signal, and
 // returns ErrStatusLost, which the Policy takes for sent. Only the runtime's word, or
-// the kernel's, ends a wait: a container runsc no longer knows, or reports
-// stopped, has exited, and so has one whose sandbox process is a zombie not yet reaped,
-// and one whose `runsc wait` wrote its exit status, even when another reaper collected
-// that wait's own (ECHILD: [Runtime.Wait]); a `runsc wait` that failed otherwise, or
-// whose exit status was collected so with neither its output's status nor such a word,
-// says nothing by itself, so the state is asked and, when it
-// cannot answer, the error goes to the escalate.Policy, which treats the container as
-// running. Each runs its runsc command under the context it is given, which the Policy
-// makes its own for SIGKILL (at least a second past its end): under the Policy's context, a
-// context cancelled after SIGTERM had exec refuse to start `runsc kill --all`, and a
-// sandbox that ignored SIGTERM ran on (row 970).
+// the kernel's, ends a wait: a container runsc no longer knows, or reports stopped, has
+// exited, and so has one whose sandbox process is a zombie not yet reaped, and one whose
+// `runsc wait` wrote its exit status, even when another reaper collected that wait's own
+// (ECHILD: [Runtime.Wait]); any other failed `runsc wait` says nothing by itself, so
+// the state is asked and, when it cannot answer, the error goes to the escalate.Policy,
+// which treats the container as running. Each runs its runsc command under the context
+// it is given, which the Policy makes its own for SIGKILL (at least a second past its
+// end): under the Policy's context, a context cancelled after SIGTERM had exec refuse to
+// start `runsc kill --all`, and a sandbox that ignored SIGTERM ran on (row 970).
 func (r *Runtime) Target(id string) escalate.Target {
 	return escalate.Funcs{
 		SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
