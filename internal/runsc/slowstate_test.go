@@ -117,9 +117,7 @@ func lateWaitRuntime(t *testing.T, rt *Runtime, dir string) *Runtime {
 	t.Helper()
 	runscPath, err := exec.LookPath("runsc")
 	require.NoError(t, err)
-	script := filepath.Join(t.TempDir(), "runsc-late-wait")
-	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
-d=`+dir+`
+	return wrappedRuntime(t, rt, `d=`+dir+`
 for a; do last=$a; done
 case " $* " in
 *" wait "*)
@@ -131,12 +129,7 @@ case " $* " in
 	[ -e $d/waited ] && sleep `+slowState.String()+` >/dev/null 2>&1 </dev/null ;;
 *" kill "*)
 	echo $last >> $d/kills ;;
-esac
-exec `+runscPath+` "$@"
-`), 0o755))
-	c := *rt
-	c.Binary = script
-	return &c
+esac`)
 }
 
 // saveOnTermArgs runs the counter, and ends a second after SIGTERM, as an actor that
@@ -169,11 +162,19 @@ func TestSandboxGoneBeforeItsFailedWaitIsSeenWithoutRunscState(t *testing.T) {
 	// the exit is seen then, as the assertions below require all the same.
 	_, werr := os.Stat(filepath.Join(dir, "waited"))
 	t.Logf("runsc wait began once the sandbox was gone: %v", werr == nil)
-	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and the failed wait says so: %s", res.Err)
+	assertExitedOnSIGTERMAlone(t, res, dir, "the failed wait said the sandbox had exited")
+}
+
+// assertExitedOnSIGTERMAlone checks that reaperMain's Policy saw the sandbox exit on its
+// SIGTERM and sent nothing after it, dir/kills holding the signals its runsc kills
+// sent; why is what told the Target of the exit.
+func assertExitedOnSIGTERMAlone(t *testing.T, res reaperResult, dir, why string) {
+	t.Helper()
+	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and %s: %s", why, res.Err)
 	assert.Empty(t, res.Err)
 	kills, err := os.ReadFile(filepath.Join(dir, "kills"))
 	require.NoError(t, err)
-	assert.Equal(t, "15\n", string(kills), "SIGTERM alone: the failed wait said the sandbox had exited")
+	assert.Equal(t, "15\n", string(kills), "SIGTERM alone: %s", why)
 }
 
 // lateWaitWindow is the window in which TestSandboxGoneBeforeItsFailedWaitIsSeenWithoutRunscState

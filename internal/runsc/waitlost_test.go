@@ -6,10 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/drainkit/drainkit/pause/escalate"
 )
 
 // waitLostRuntime returns a Runtime over rt's containers whose runsc state, once a runsc
@@ -53,9 +50,5 @@ func TestWaitWhoseStatusIsLostReadsTheExitRunscWrote(t *testing.T) {
 	res := runReaper(t, waitLostRuntime(t, rt, dir), "waitlost", b, "lost-late-window")
 	_, werr := os.Stat(filepath.Join(dir, "waited"))
 	require.NoError(t, werr, "no runsc wait ran")
-	assert.Equal(t, escalate.Exited, res.Exit, "SIGTERM ended it, and runsc wait said so: %s", res.Err)
-	assert.Empty(t, res.Err)
-	kills, err := os.ReadFile(filepath.Join(dir, "kills"))
-	require.NoError(t, err)
-	assert.Equal(t, "15\n", string(kills), "SIGTERM alone: runsc wait had seen the exit")
+	assertExitedOnSIGTERMAlone(t, res, dir, "runsc wait had seen the exit")
 }
