@@ -59,7 +59,10 @@ func TestANamedYAMLBlockIsComparedByContent(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Errorf("the same object in another layout differs: %v, %v", a, b)
 	}
-	c, _ := decodeOne([]byte("spec: {args: [-x], n: 1}\n"))
+	c, err := decodeOne([]byte("spec: {args: [-x], n: 1}\n"))
+	if err != nil {
+		t.Fatal(err) // a nil c would differ from a for no reason the test asks about
+	}
 	if reflect.DeepEqual(a, c) {
 		t.Error("a block without one of the file's args compared equal")
 	}
