@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -150,6 +151,81 @@ type Server struct {
 	// running is set while Run runs and stays set once it served: Run
 	// serves and drains once.
 	running atomic.Bool
+	// caught is when NewServer began catching SIGTERM (preRun): the
+	// earliest a SIGTERM found waiting when Run serves can have come; look
+	// is preRun's look at that moment; released is set once the Server no
+	// longer needs preRun.
+	caught   time.Time
+	look     uint64
+	released atomic.Bool
+}
+
+// preRun catches SIGTERM for the Servers NewServer made whose Run has not
+// begun: the reads NewServer makes may take seconds (the pod's spec, a
+// static pod's mirror pod), and so may the rest of the server's start,
+// and with its default action a SIGTERM meanwhile ended the process at
+// once (status 143): no drain, no Report, no line in the log. Run takes a
+// SIGTERM waiting there for its own. The channel is made here, not by
+// NewServer: one made in a testing/synctest bubble (a test of a server's
+// start in virtual time) may not be given to os/signal, whose goroutine
+// is outside it.
+var preRun struct {
+	sync.Mutex
+	servers int            // made by NewServer, Run not yet begun
+	c       chan os.Signal // registered while servers > 0
+	// looks counts the looks into c (every NewServer's, every Run's);
+	// term is the last one that found a SIGTERM there. A SIGTERM found
+	// by look n came after look n-1: it is for the Servers made at a
+	// look before n, not for one made at n or after (a process with
+	// several Servers: a test's).
+	looks, term uint64
+}
+
+func init() {
+	preRun.c = make(chan os.Signal, 1)
+	// os/signal starts its goroutines at the first registration: started
+	// by NewServer's in a bubble, they would belong to it, and the bubble
+	// would never end. Started here, outside any, by a signal whose
+	// default action is to be ignored, given it back at once.
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	signal.Stop(winch)
+}
+
+// lookLocked looks into preRun.c once and returns the look's number.
+func lookLocked() uint64 {
+	preRun.looks++
+	select {
+	case <-preRun.c:
+		preRun.term = preRun.looks
+	default:
+	}
+	return preRun.looks
+}
+
+// catchTerm has preRun catch SIGTERM for one more Server, and returns the
+// look that began it (Server.look).
+func catchTerm() uint64 {
+	preRun.Lock()
+	defer preRun.Unlock()
+	if preRun.servers == 0 {
+		signal.Notify(preRun.c, syscall.SIGTERM)
+	}
+	preRun.servers++
+	return lookLocked()
+}
+
+// releaseTerm is catchTerm undone for s, once: the last Server's release
+// gives SIGTERM its default action again, where no channel of Run's has it.
+func (s *Server) releaseTerm() {
+	if !s.released.CompareAndSwap(false, true) {
+		return
+	}
+	preRun.Lock()
+	defer preRun.Unlock()
+	if preRun.servers--; preRun.servers == 0 {
+		signal.Stop(preRun.c)
+	}
 }
 
 // NewServer wires srv, whose sandboxes lists lists, for termination. steps
@@ -165,7 +241,9 @@ type Server struct {
 // until the drain begins: a runtime not ready still says so. Behind another
 // Handler the wrapper cannot see one, and answers 200 "ok" itself. Errors name the
 // variable or argument that is wrong; they come now, not at SIGTERM.
-func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server, error) {
+// From its call SIGTERM is caught for Run (see Run); after an error it has
+// its default action again, unless another Server made waits for its Run.
+func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Server, err error) {
 	if srv == nil {
 		return nil, errors.New("drain: NewServer: srv must not be nil")
 	}
@@ -180,7 +258,13 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (*Server
 		}
 	}
 	s := &Server{srv: srv, hook: os.Getenv(EnvHookListen), secret: os.Getenv(EnvHookSecret),
-		log: slog.Default(), listening: make(chan [2]net.Addr, 1)}
+		log: slog.Default(), listening: make(chan [2]net.Addr, 1), caught: time.Now()}
+	s.look = catchTerm() // SIGTERM from now on, not from Run's call (preRun)
+	defer func() {
+		if err != nil { // no Server to Run
+			s.releaseTerm()
+		}
+	}()
 	if s.hook == "" {
 		s.hook = defaultHookListen
 	}
@@ -343,11 +427,16 @@ func (s *Server) Drainer() *Drainer {
 // (the kubelet's preStop call fails and it sends SIGTERM at once), then
 // returns 1.
 //
-// Call Run early: until it starts, SIGTERM has Go's default action (the
-// process exits at once, no drain, no Report) and the preStop hook is not
-// served (the kubelet records the hook as failed and sends SIGTERM). A
-// server that restores sandboxes at start restores them while Run serves
-// (in a goroutine), not before it.
+// Call Run early: until it starts, the preStop hook is not served (the
+// kubelet records the hook as failed and sends SIGTERM). SIGTERM is caught
+// from NewServer's call on: one that comes before Run (a pod deleted while
+// the server starts) is logged at Warn when Run begins, and Run drains at
+// once, the grace counted from NewServer's call, the earliest the SIGTERM
+// can have come (SIGKILL planned early, never late); before NewServer
+// SIGTERM has Go's default action. A Server made and never Run keeps
+// SIGTERM caught (dropped) until the process exits. A server that restores
+// sandboxes at start restores them while Run serves (in a goroutine), not
+// before it.
 func (s *Server) Run(ctx context.Context) int {
 	if !s.made() {
 		slog.Default().Error(notMadeServer + ": Run serves nothing, drains nothing")
@@ -355,6 +444,7 @@ func (s *Server) Run(ctx context.Context) int {
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	s.termBeforeRun(sigs) // sigs has SIGTERM now: preRun may stop
 	defer signal.Stop(sigs)
 	// Their default action would end the process at once: no drain, no
 	// Report, every sandbox lost.
@@ -426,6 +516,36 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 		return 1
 	}
 	return 0
+}
+
+// termBeforeRun hands sigs, Run's channel, a SIGTERM preRun caught for
+// s, and releases preRun. Such a SIGTERM came between NewServer's call and
+// now, while nothing answered the kubelet's preStop call: no hook ran, and
+// the kubelet counts the grace from that SIGTERM. When is not known
+// (os/signal says only that it came): the budget takes the earliest it
+// can have been, NewServer's call, and plans SIGKILL early, never late
+// (taken at the drain's start, it would be as late as the start took).
+// ServeSignals then drains at once.
+func (s *Server) termBeforeRun(sigs chan os.Signal) {
+	if s.released.Load() { // a Run again, after one that returned 2
+		return
+	}
+	preRun.Lock()
+	lookLocked()
+	came := preRun.term > s.look
+	preRun.Unlock()
+	s.releaseTerm()
+	if came {
+		s.d.Budget().OnSIGTERM(s.caught)
+		s.log.Warn("drain: SIGTERM came before Run: draining once it serves; the grace is counted from NewServer's call, the earliest it can have come",
+			"since", time.Since(s.caught).Round(time.Millisecond))
+		select {
+		case sig := <-sigs: // it came once Run's channel was registered too: there once
+			sigs <- sig
+		default:
+			sigs <- syscall.SIGTERM // Run's channel is new and empty: room for it
+		}
+	}
 }
 
 // errStoppedServing is the Report's Cause when the server's serving

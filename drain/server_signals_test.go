@@ -1,10 +1,14 @@
 package drain
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,11 +89,87 @@ func TestServerRunSurvivesHangupAndQuit(t *testing.T) {
 func oneCallServer() int {
 	node := fakesandbox.NewNode()
 	node.AddN("sb", 2, 10*time.Millisecond)
+	before := os.Getenv("E2E_BEFORE_RUN") != ""
+	if before { // the Report's t0, to the millisecond and beyond
+		slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	}
 	srv := &http.Server{Addr: os.Getenv("E2E_ADDR"), Handler: http.NewServeMux(), ReadHeaderTimeout: time.Second}
 	s, err := NewServer(srv, pause.Lister(node))
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")
 		return 2
 	}
+	if before { // the rest of the start: it ends with the parent's SIGWINCH
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		os.Stdout.WriteString("made\n")
+		<-winch // os/signal relays by signal number: a SIGTERM sent before has been relayed
+		signal.Stop(winch)
+	}
 	return s.Run(context.Background())
+}
+
+// Fault (row 1230): a SIGTERM between NewServer's call and Run's (the pod
+// deleted while the server starts: NewServer reads the pod's spec, a
+// static pod's for up to 5 s, and the server sets up its routes) had Go's
+// default action: the process ended at once with status 143, no drain, no
+// Report, no line in its log. NewServer now catches SIGTERM; Run drains
+// at once, the grace counted from NewServer's call, before the SIGTERM
+// (the kubelet's SIGKILL planned early, never late). A real process,
+// README's wiring:
+//
+//	child: NewServer, "made", its start goes on until a SIGWINCH
+//	parent: SIGTERM, then SIGWINCH
+//	child: Run: drains (2 sandboxes preserved), exits 0
+func TestSIGTERMBeforeRunIsDrainedWhenRunStarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real process")
+	}
+	addr, err := freeport.Addr()
+	require.NoError(t, err)
+	hook, err := freeport.Addr()
+	require.NoError(t, err)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = e2eEnv(e2eRoleEnv+"=onecall", "E2E_BEFORE_RUN=1", "E2E_ADDR="+addr, EnvGrace+"=10", EnvHookListen+"="+hook, EnvHookSecret+"=")
+	var stderr logbuf.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	made, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "%s", &stderr)
+	require.Equal(t, "made\n", made)
+
+	sent := time.Now()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	_ = cmd.Process.Signal(syscall.SIGWINCH) // the start ends; fails once the process is gone
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err = <-exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the server did not end:\n%s", &stderr)
+	}
+	require.NoError(t, err, "the SIGTERM before Run drained: exit 0\n%s", &stderr)
+
+	var line struct {
+		Report struct {
+			Cause     string    `json:"cause"`
+			T0        time.Time `json:"t0"`
+			Preserved int       `json:"preserved"`
+			Lost      int       `json:"lost"`
+		} `json:"report"`
+	}
+	for l := range strings.Lines(stderr.String()) {
+		if strings.Contains(l, `"drain: shutdown finished"`) {
+			require.NoError(t, json.Unmarshal([]byte(l), &line))
+		}
+	}
+	assert.Equal(t, "SIGTERM", line.Report.Cause, "%s", &stderr)
+	assert.Equal(t, 2, line.Report.Preserved)
+	assert.Zero(t, line.Report.Lost)
+	t.Logf("T0 %v before the SIGTERM was sent", sent.Sub(line.Report.T0))
+	assert.False(t, line.Report.T0.After(sent), "the grace counted from %v, after the SIGTERM sent at %v: SIGKILL planned late", line.Report.T0, sent)
+	assert.Contains(t, stderr.String(), "SIGTERM came before Run")
 }
