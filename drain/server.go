@@ -297,9 +297,16 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Serv
 	if s.d, err = New(cfg); err != nil {
 		var short shortfallError
 		if errors.As(err, &short) { // the grace, not a Config field the caller never saw
+			// The variable only when it is the grace planned with: the
+			// pod's spec, read, wins over one that disagrees, and raising
+			// the variable would change nothing.
 			src := fmt.Sprintf("the pod's spec.terminationGracePeriodSeconds (%v)", grace)
-			if v := os.Getenv(EnvGrace); v != "" || pod == nil {
-				src = fmt.Sprintf("%s=%s (%v)", EnvGrace, v, grace)
+			if v := os.Getenv(EnvGrace); v != "" {
+				if env, err := durationEnv(EnvGrace); err == nil && env == grace || pod == nil {
+					src = fmt.Sprintf("%s=%s (%v)", EnvGrace, v, grace)
+				} else {
+					src = fmt.Sprintf("the pod's spec.terminationGracePeriodSeconds (%v, which the kubelet uses; %s=%s is not it)", grace, EnvGrace, v)
+				}
 			}
 			return nil, fmt.Errorf("drain: %s is too short for one round of preserves and the steps' reserves: %s", src, short.detail(false))
 		}

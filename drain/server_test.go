@@ -353,6 +353,24 @@ func TestNewServerTakesThePodsSpecOverAGraceThatDisagrees(t *testing.T) {
 	assert.Contains(t, refused.String(), EnvGrace+" could not be checked against the pod's spec")
 }
 
+// Fault (row 1231): a pod's spec whose grace is too short for one round
+// of preserves, beside a DRAINKIT_GRACE that disagrees (the spec wins,
+// as the kubelet uses it), had NewServer's error name the variable with
+// the spec's grace: "DRAINKIT_GRACE=3600 (2s) is too short", where
+// raising the variable changes nothing. It names the spec now.
+func TestNewServerTooShortNamesTheSpecsGraceNotAVariableThatDisagrees(t *testing.T) {
+	api := newPodAPI(t)
+	api.SetGrace(2)
+	inClusterOf(t, api)
+	logToDefault(t)
+	t.Setenv(EnvGrace, "3600")
+
+	_, err := NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the pod's spec.terminationGracePeriodSeconds (2s, which the kubelet uses; "+EnvGrace+"=3600 is not it) is too short")
+	assert.NotContains(t, err.Error(), EnvGrace+"=3600 (2s)")
+}
+
 // After kubectl delete --force (the pod gone from the API, its process
 // still draining) a StatefulSet's new pod of the same name exists, and its
 // deletion, when it comes, is not this pod's. With POD_UID (the Downward
