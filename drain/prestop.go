@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -463,12 +464,16 @@ func (d *Drainer) record(parent context.Context, sbs []pause.Sandbox, last *list
 // listFailed logs a failed count: at Warn when its error is news (the
 // first, or not the last one's), else at Debug. The wait counts every
 // PollInterval, and a Lister that stays broken would log every second of
-// an hour; the progress line says "running unknown" meanwhile.
+// an hour; the progress line says "running unknown" meanwhile. An error
+// is told from the last by its first line: a Lister that panics fails with
+// its stack, which names another goroutine at every count, and was news
+// each time, its stack at Warn every second.
 func (d *Drainer) listFailed(err error) {
-	if news, n := d.listFails.Fail(err.Error()); news {
+	what, _, _ := strings.Cut(err.Error(), "\n")
+	if news, n := d.listFails.Fail(what); news {
 		d.log.Warn("drain: listing running sandboxes failed", "err", err, "failures", n)
 	} else {
-		d.log.Debug("drain: listing running sandboxes failed", "err", err, "failures", n)
+		d.log.Debug("drain: listing running sandboxes failed", "err", what, "failures", n)
 	}
 }
 

@@ -346,6 +346,33 @@ func TestPreStopWaitLogsABrokenListingOnce(t *testing.T) {
 	})
 }
 
+// Fault (row 1232): a Lister that panics (bounded.Call makes the panic an
+// error, the stack in its text) was news at every count: the stack names
+// the goroutine of that count, and row 233's once-per-error took each for
+// another error. An hour's preStop wait logged its stack at Warn every
+// second: 31 lines, 35 KB in 30 s, 3600 lines in the hour. Now once, the
+// stack with it, and the repeats at Debug on one line.
+func TestPreStopWaitLogsAPanickingListerOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		f := newFixture(t, fixtureOpts{grace: 3600 * time.Second, sandboxes: 2, latency: time.Second,
+			edit: func(c *Config) {
+				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			}})
+		f.d.lister = pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { panic("sandboxd: assignment to entry in nil map") })
+		f.callPreStop(t.Context(), "?wait=0s")
+		time.Sleep(30 * time.Second)
+		f.d.Shutdown(context.Background())
+
+		out := logs.String()
+		warn := `level=WARN msg="drain: listing running sandboxes failed" err="panic: sandboxd: assignment to entry in nil map\n`
+		assert.Equal(t, 1, strings.Count(out, warn), "once, with its stack\n%s", out)
+		assert.Equal(t, 1, strings.Count(out, `level=WARN msg="drain: listing running sandboxes failed"`), "once")
+		assert.Greater(t, strings.Count(out, `level=DEBUG msg="drain: listing running sandboxes failed" err="panic: sandboxd: assignment to entry in nil map" failures=`), 20,
+			"the repeats, at Debug, without the stack")
+	})
+}
+
 // The wait ends sigtermLag before the drain deadline, the kubelet's time
 // from the hook's answer to SIGTERM, however long a count of the running
 // sandboxes takes (an HTTP listing, the supervisor's over AgentENV's API).
