@@ -31,17 +31,7 @@ import (
 // process at once, with no drain and no Report, every sandbox lost.
 // Real process: this test binary, re-executed, runs NewServer and Run.
 func TestServerRunSurvivesHangupAndQuit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a real process")
-	}
-	addr, err := freeport.Addr()
-	require.NoError(t, err)
-	hook, err := freeport.Addr()
-	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = e2eEnv(e2eRoleEnv+"=onecall", "E2E_ADDR="+addr, EnvGrace+"=10", EnvHookListen+"="+hook, EnvHookSecret+"=")
-	var stderr logbuf.Buffer
-	cmd.Stderr = &stderr
+	cmd, addr, stderr := oneCallProcess(t)
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
 	var waitErr error
@@ -58,7 +48,7 @@ func TestServerRunSurvivesHangupAndQuit(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}
-	require.Eventually(t, ready, 20*time.Second, 10*time.Millisecond, "the server did not start: %s", &stderr)
+	require.Eventually(t, ready, 20*time.Second, 10*time.Millisecond, "the server did not start: %s", stderr)
 
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
 		require.NoError(t, cmd.Process.Signal(sig))
@@ -66,7 +56,7 @@ func TestServerRunSurvivesHangupAndQuit(t *testing.T) {
 		for logged := false; !logged; {
 			select {
 			case <-exited:
-				t.Fatalf("%s ended the server: %v\n%s", name, waitErr, &stderr)
+				t.Fatalf("%s ended the server: %v\n%s", name, waitErr, stderr)
 			case <-time.After(10 * time.Millisecond):
 				logged = strings.Contains(stderr.String(), name)
 			}
@@ -76,9 +66,9 @@ func TestServerRunSurvivesHangupAndQuit(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-exited:
-		require.NoError(t, waitErr, "SIGTERM drained: exit 0\n%s", &stderr)
+		require.NoError(t, waitErr, "SIGTERM drained: exit 0\n%s", stderr)
 	case <-time.After(20 * time.Second):
-		t.Fatalf("SIGTERM did not end the server:\n%s", &stderr)
+		t.Fatalf("SIGTERM did not end the server:\n%s", stderr)
 	}
 	assert.Contains(t, stderr.String(), "drain: shutdown finished")
 	assert.Contains(t, stderr.String(), "goroutine", "SIGQUIT logged the goroutines")
@@ -86,6 +76,25 @@ func TestServerRunSurvivesHangupAndQuit(t *testing.T) {
 
 // oneCallServer is the one-call path over two fake sandboxes, for
 // TestServerRunSurvivesHangupAndQuit.
+// oneCallProcess is this test binary as a process of the one-call
+// path's (oneCallServer) with env more, not yet started, the address it
+// serves on and its stderr; it skips a short test.
+func oneCallProcess(t *testing.T, env ...string) (cmd *exec.Cmd, addr string, stderr *logbuf.Buffer) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a real process")
+	}
+	addr, err := freeport.Addr()
+	require.NoError(t, err)
+	hook, err := freeport.Addr()
+	require.NoError(t, err)
+	cmd = exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = e2eEnv(append([]string{e2eRoleEnv + "=onecall", "E2E_ADDR=" + addr, EnvGrace + "=10", EnvHookListen + "=" + hook, EnvHookSecret + "="}, env...)...)
+	stderr = new(logbuf.Buffer)
+	cmd.Stderr = stderr
+	return cmd, addr, stderr
+}
+
 func oneCallServer() int {
 	node := fakesandbox.NewNode()
 	node.AddN("sb", 2, 10*time.Millisecond)
@@ -122,23 +131,13 @@ func oneCallServer() int {
 //	parent: SIGTERM, then SIGWINCH
 //	child: Run: drains (2 sandboxes preserved), exits 0
 func TestSIGTERMBeforeRunIsDrainedWhenRunStarts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a real process")
-	}
-	addr, err := freeport.Addr()
-	require.NoError(t, err)
-	hook, err := freeport.Addr()
-	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = e2eEnv(e2eRoleEnv+"=onecall", "E2E_BEFORE_RUN=1", "E2E_ADDR="+addr, EnvGrace+"=10", EnvHookListen+"="+hook, EnvHookSecret+"=")
-	var stderr logbuf.Buffer
-	cmd.Stderr = &stderr
+	cmd, _, stderr := oneCallProcess(t, "E2E_BEFORE_RUN=1")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	made, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err, "%s", &stderr)
+	require.NoError(t, err, "%s", stderr)
 	require.Equal(t, "made\n", made)
 
 	sent := time.Now()
@@ -149,9 +148,9 @@ func TestSIGTERMBeforeRunIsDrainedWhenRunStarts(t *testing.T) {
 	select {
 	case err = <-exited:
 	case <-time.After(20 * time.Second):
-		t.Fatalf("the server did not end:\n%s", &stderr)
+		t.Fatalf("the server did not end:\n%s", stderr)
 	}
-	require.NoError(t, err, "the SIGTERM before Run drained: exit 0\n%s", &stderr)
+	require.NoError(t, err, "the SIGTERM before Run drained: exit 0\n%s", stderr)
 
 	var line struct {
 		Report struct {
@@ -166,7 +165,7 @@ func TestSIGTERMBeforeRunIsDrainedWhenRunStarts(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(l), &line))
 		}
 	}
-	assert.Equal(t, "SIGTERM", line.Report.Cause, "%s", &stderr)
+	assert.Equal(t, "SIGTERM", line.Report.Cause, "%s", stderr)
 	assert.Equal(t, 2, line.Report.Preserved)
 	assert.Zero(t, line.Report.Lost)
 	t.Logf("T0 %v before the SIGTERM was sent", sent.Sub(line.Report.T0))
