@@ -415,7 +415,8 @@ func (s *Server) Drainer() *Drainer {
 // After 0 or 1 SIGTERM stays caught until the process exits, as after
 // Drainer.HandleSignals: the kubelet's SIGTERM again while the server
 // writes that file is dropped, where it ended the process with status 143,
-// the file cut short; after 2 it has its default action again.
+// the file cut short; after 2 it is caught as before Run (below), for a
+// Run again.
 //
 // Run serves and drains once. A second call, while the first runs or
 // after it returned, serves nothing: it logs "drain: Server.Run called
@@ -451,7 +452,6 @@ func (s *Server) Run(ctx context.Context) int {
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
-	s.termBeforeRun(sigs) // sigs has SIGTERM now: preRun may stop
 	defer signal.Stop(sigs)
 	// Their default action would end the process at once: no drain, no
 	// Report, every sandbox lost.
@@ -465,7 +465,7 @@ func (s *Server) Run(ctx context.Context) int {
 }
 
 // serve is Run with the signals from sigs.
-func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
+func (s *Server) serve(ctx context.Context, sigs chan os.Signal) int {
 	if !s.running.CompareAndSwap(false, true) {
 		s.log.Error("drain: Server.Run called twice: it serves and drains once; this call serves nothing")
 		return 2
@@ -518,6 +518,7 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 	case s.listening <- [2]net.Addr{ln.Addr(), hookLn.Addr()}:
 	default:
 	}
+	s.termBeforeRun(sigs) // sigs has SIGTERM: preRun may stop
 	rep := s.d.ServeSignals(ctx, sigs)
 	if rep.Err() != nil || failed.Load() {
 		return 1
@@ -534,9 +535,6 @@ func (s *Server) serve(ctx context.Context, sigs <-chan os.Signal) int {
 // (taken at the drain's start, it would be as late as the start took).
 // ServeSignals then drains at once.
 func (s *Server) termBeforeRun(sigs chan os.Signal) {
-	if s.released.Load() { // a Run again, after one that returned 2
-		return
-	}
 	preRun.Lock()
 	lookLocked()
 	came := preRun.term > s.look
