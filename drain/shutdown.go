@@ -66,13 +66,17 @@ import (
 // it: critical steps first, the rest in proportion to their reserves (see
 // deadline.Plan). The Report says which phases were short.
 //
-// Force (or cancelling ctx, or a SIGINT after the first signal with
-// HandleSignals; a SIGTERM again does not force: see ServeSignals) stops
-// the remaining waits: the gate wait ends, the Preserver starts no new
-// preserve (in-flight ones end as its in-flight policy says), and each step
-// not yet finished gets only its reserve (its context's deadline for a
-// step that begins forced; a running one with a Tighten method is told
-// it: see Step). Every phase ends by the budget's
+// Force (or ctx ending while Shutdown runs, or a SIGINT after the first
+// signal with HandleSignals; a SIGTERM again does not force: see
+// ServeSignals) stops the remaining waits: the gate wait ends, the
+// Preserver starts no new preserve (in-flight ones end as its in-flight
+// policy says), and each step not yet finished gets only its reserve (its
+// context's deadline for a step that begins forced; a running one with a
+// Tighten method is told it: see Step). A ctx already done when Shutdown
+// is called forces nothing, and is logged at Warn: it is the one that said
+// to drain (signal.NotifyContext's, after its SIGTERM), not a deadline for
+// the drain, and taken for force it lost every sandbox not yet preserved
+// with the whole grace left. Every phase ends by the budget's
 // deadline, so Shutdown returns by then unless steps are abandoned, each of
 // which costs at most a moment more, or, with Config.Pod, events are still
 // queued once the Report is made: it waits for them at most 1 s more, and
@@ -92,8 +96,15 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 	if !d.made() {
 		return notMadeReport()
 	}
-	stop := context.AfterFunc(ctx, d.Force)
-	defer stop()
+	// A ctx already done is the one that said to drain (signal.NotifyContext's
+	// after its SIGTERM), not a deadline for the drain: taken for force, it
+	// ended every wait at once and lost every sandbox not yet preserved,
+	// with the whole grace left.
+	ended := ctx.Err() != nil
+	if !ended {
+		stop := context.AfterFunc(ctx, d.Force)
+		defer stop()
+	}
 	d.mu.Lock()
 	first := !d.started
 	d.started = true
@@ -101,6 +112,10 @@ func (d *Drainer) Shutdown(ctx context.Context) *Report {
 	blind := d.prestop == nil // no hook call shows the kubelet's new run
 	d.mu.Unlock()
 	if first {
+		if ended {
+			d.log.Warn("drain: Shutdown's ctx had ended before the call: not taken for force; the drain runs to its deadlines "+
+				"(a ctx that ends during the drain forces it; Force forces at once)", "cause", context.Cause(ctx))
+		}
 		if abandoned { // the kubelet gave up on the hook: its grace has run out
 			now := time.Now()
 			run := d.budget.State() // the hook's latest run: T0, or the kubelet's run over

@@ -236,6 +236,35 @@ func TestCancellingShutdownsContextForces(t *testing.T) {
 	})
 }
 
+// Fault (row 1233): a ctx already done when Shutdown was called forced
+// the drain from its start, as one cancelled during it does. That is the
+// ctx of Go's usual wiring, the one signal.NotifyContext ended:
+//
+//	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+//	<-ctx.Done()
+//	rep := d.Shutdown(ctx)
+//
+// With 27 s of a 30 s grace left, no preserve started: 2 of 2 sandboxes
+// lost (not_started), the log saying only "drain: forced". It forces
+// nothing now, and says so at Warn; a ctx that ends during the drain
+// still forces it.
+func TestShutdownOfACtxThatHadEndedIsNoForce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logbuf.Buffer
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, sandboxes: 2, latency: time.Second,
+			edit: func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errors.New("terminated signal received")) // as signal.NotifyContext's, at SIGTERM
+
+		rep := f.d.Shutdown(ctx)
+		assert.NoError(t, rep.Err())
+		assert.False(t, rep.Forced)
+		assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
+		assert.Contains(t, logs.String(), `level=WARN msg="drain: Shutdown's ctx had ended before the call: not taken for force;`)
+		assert.Contains(t, logs.String(), `cause="terminated signal received"`)
+	})
+}
+
 func TestShutdownIsSingleFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var runs atomic.Int32
