@@ -412,12 +412,9 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	defer cancel()
 	ctx, unforce := d.forceCancel(ctx)
 	defer unforce()
-	var sbs []pause.Sandbox // read only when List returned
-	err := bounded.Run(ctx, returnSlack, func(ctx context.Context) error {
-		var err error
-		sbs, err = d.lister.List(ctx)
-		return err
-	})
+	// What List returned, nil when it was abandoned: a variable the call
+	// wrote was read here while an abandoned List, returning late, wrote it.
+	sbs, err := bounded.Call(ctx, returnSlack, d.lister.List)
 	switch {
 	case err != nil && (parent.Err() != nil || d.force.Err() != nil):
 		// Shutdown started, or Force: the count was stopped, the

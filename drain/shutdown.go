@@ -39,7 +39,9 @@ import (
 //
 //  1. gate: closes the gate if the preStop did not, counts the running
 //     sandboxes if no preStop counted them (so the preserve reserve is
-//     known), and waits for admitted operations of gated classes to
+//     known; a count that has not answered halfway to the preserve
+//     phase's deadline is given up, and the preserve phase lists them
+//     itself), and waits for admitted operations of gated classes to
 //     finish, at most InFlightWait;
 //  2. preserve: runs the Preserver under the preserve window: no preserve
 //     starts after its Deadline, and preserves still in flight end by its
@@ -379,20 +381,24 @@ func (d *Drainer) forceCancel(ctx context.Context) (context.Context, context.Can
 
 // gatePhase closes the gate, counts the running sandboxes when no preStop
 // did, and waits for admitted gated operations until the gate's deadline,
-// which the count may bring earlier. The count is bounded by the preserve
-// phase's deadline as it stands (planned for one round of preserves), not
-// the gate's: when time is short the gate gets none, but the count decides
-// the preserve phase's share; and a Lister that hangs cannot spend the
-// steps' reserves.
+// which the count may bring earlier. The count is bounded by half the time
+// to the preserve phase's deadline as it stands (planned for one round of
+// preserves), not by the gate's: when time is short the gate gets none,
+// but the count decides the preserve phase's share; a Lister that hangs
+// cannot spend the steps' reserves, and leaves the preserve phase, whose
+// listing is a call of its own (a new connection, where the count's hung
+// on one half open), the other half. Bounded by the preserve deadline
+// itself, one hung call took the preserve phase's whole time: no preserve
+// started.
 func (d *Drainer) gatePhase(ctx context.Context, w deadline.Window, p *PhaseReport) {
 	d.gate.Close()
 	var uncounted string
 	if !d.counted.Load() {
 		start := time.Now()
-		if d.count(ctx, d.plan.Deadline(PhasePreserve)) < 0 {
+		if d.count(ctx, start.Add(d.plan.Deadline(PhasePreserve).Sub(start)/2)) < 0 {
 			// Said in the Report, not only in the log: a Lister that hangs
-			// holds this count up to the preserve deadline, and the gate
-			// phase said "ok" of the time it took.
+			// holds this count up to its bound, and the gate phase said
+			// "ok" of the time it took.
 			uncounted = fmt.Sprintf("counting the running sandboxes failed after %v (logged); the preserve phase lists them itself",
 				time.Since(start).Round(time.Millisecond))
 		}

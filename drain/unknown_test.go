@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -40,6 +41,51 @@ func TestFailedListingIsUnknownNotSuccess(t *testing.T) {
 		assert.Equal(t, "counting the running sandboxes failed after 0s (logged); the preserve phase lists them itself",
 			rep.Phase(PhaseGate).Error)
 	})
+}
+
+// Fault (row 1234): with no preStop count, the gate phase counts the
+// running sandboxes with the preserve phase's deadline for its bound. A
+// listing that hangs once and works when called again (an HTTP Lister on
+// a connection left half open by a runtime daemon that restarted: no
+// answer until the caller gives up, and the next call connects anew) held
+// the count to that deadline, and the preserve phase began at it: no time
+// to list, 4 of 4 sandboxes unknown with 27 s of a 30 s grace spent
+// waiting. The count now gives up halfway to it:
+//
+//	0 s      SIGTERM: the gate counts; the call hangs
+//	13.5 s   the count gives up (half of 27 s); the preserve phase lists
+//	17.5 s   4 preserved, 1 s each, one at a time
+func TestACountThatHangsLeavesThePreservePhaseHalfItsTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hung *hangsOnce
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, sandboxes: 4, latency: time.Second,
+			edit: func(c *Config) {
+				hung = &hangsOnce{Lister: c.Sandboxes}
+				c.Sandboxes = hung
+			}})
+		rep := f.d.Shutdown(context.Background())
+		require.NoError(t, rep.Err())
+		assert.Equal(t, 4, rep.Preserve.Counts[pause.Preserved])
+		gate := rep.Phase(PhaseGate)
+		assert.Equal(t, 13500*time.Millisecond, gate.End.Sub(rep.Start), "the count gave up halfway to the preserve deadline")
+		assert.Equal(t, "counting the running sandboxes failed after 13.5s (logged); the preserve phase lists them itself", gate.Error)
+		assert.Equal(t, 17500*time.Millisecond, rep.Phase(PhasePreserve).End.Sub(rep.Start))
+	})
+}
+
+// hangsOnce is a Lister whose first call answers only when its context
+// ends, and the later ones as Lister does.
+type hangsOnce struct {
+	pause.Lister
+	calls atomic.Int32
+}
+
+func (h *hangsOnce) List(ctx context.Context) ([]pause.Sandbox, error) {
+	if h.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.Lister.List(ctx)
 }
 
 // Fault found under the real kubelet: the kubelet's grace ran out while
