@@ -376,3 +376,39 @@ func WriteStartFailed(server, flagValue string, err error) error {
 	_, werr := Write(path, explicit, StartFailed(server, err))
 	return werr
 }
+
+// Check checks, at a server's start, that the termination message path a flag
+// (flagValue, from -termination-log) or EnvPath gave can be written as Write writes it
+// at exit: a path found bad there, after the whole drain, lost the drain's summary with
+// one log line and left the exit status as the drain made it (docs/faults.md rows 1180,
+// 1240). The default path is not checked: Write writes it only where the kubelet mounted
+// it. Its error names the flag, or "$"+EnvPath when the variable gave the path, and the
+// path. A path naming a directory (or ending in "/") is bad usage, whatever the machine:
+// the error carries no error of the kernel's. A file the process cannot open for writing,
+// or create (its directory missing, read-only, not this process's), is what the machine
+// refused: the kernel's error (a syscall.Errno) is in the chain, so a server's exit status
+// can tell the two apart. An existing file is not truncated; one created to check is
+// removed.
+func Check(flagValue string) error {
+	path, explicit := Path(flagValue)
+	if !explicit {
+		return nil
+	}
+	name := "-termination-log"
+	if flagValue == "" {
+		name = "$" + EnvPath
+	}
+	if fi, err := os.Stat(path); strings.HasSuffix(path, "/") || (err == nil && fi.IsDir()) {
+		return fmt.Errorf("%s %s is a directory: name a file (the termination message is written to a file of its own)", name, path)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+			defer os.Remove(path)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", name, path, err)
+	}
+	return f.Close()
+}

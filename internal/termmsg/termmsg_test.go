@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -377,4 +378,30 @@ func TestSummaryNamesARefusalBeforeTheDrain(t *testing.T) {
 		require.NoError(t, json.Unmarshal(b, &back))
 		assert.Contains(t, strings.Split(termmsg.Summary(&back), "\n"), want, "the Report read back from its file")
 	})
+}
+
+// Check leaves the file it checks as it found it: an existing message is not truncated
+// (a server restarted in place keeps the last one until it writes its own), and a file
+// it created to check is removed.
+func TestCheckLeavesThePathAsItFoundIt(t *testing.T) {
+	t.Setenv(termmsg.EnvPath, "")
+	dir := t.TempDir()
+	kept := filepath.Join(dir, "kept")
+	require.NoError(t, os.WriteFile(kept, []byte("the last message\n"), 0o644))
+	require.NoError(t, termmsg.Check(kept))
+	b, err := os.ReadFile(kept)
+	require.NoError(t, err)
+	assert.Equal(t, "the last message\n", string(b))
+
+	created := filepath.Join(dir, "created")
+	require.NoError(t, termmsg.Check(created))
+	assert.NoFileExists(t, created)
+
+	assert.NoError(t, termmsg.Check(""), "the default path is written only where it is mounted: not checked")
+	var errno syscall.Errno
+	err = termmsg.Check(filepath.Join(dir, "missing", "log"))
+	assert.ErrorAs(t, err, &errno, "what the machine refused carries the kernel's error")
+	err = termmsg.Check(dir + "/")
+	assert.ErrorContains(t, err, "-termination-log "+dir+"/ is a directory")
+	assert.False(t, errors.As(err, &errno), "a directory is bad usage, whatever the machine")
 }

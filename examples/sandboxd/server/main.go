@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"syscall"
 
 	"github.com/drainkit/drainkit/internal/termmsg"
 )
@@ -14,9 +15,11 @@ import (
 // Main runs sandboxd with the command-line args (without the program name), logging to
 // stderr, and returns the exit status: 0 after a clean shutdown, 1 when the shutdown's
 // Report has an error (sandboxes lost, a step failed, SIGKILL's time passed: see
-// drain.Report.Err), the server could not start, its API or preStop hook stopped serving on
-// its own (Server.Run) or the Report could not be written, 2 for
-// bad usage (a -grace too short for the plan included), as drain.Server.Run does. When it
+// drain.Report.Err), the server could not start (a -termination-log it cannot write
+// included: checked before the server starts, not at exit), its API or preStop hook
+// stopped serving on its own (Server.Run) or the Report could not be written, 2 for bad
+// usage (a -grace too short for the plan, a -termination-log naming a directory
+// included), as drain.Server.Run does. When it
 // could not start (bad usage included) the termination message says why. Once New holds
 // the signals (its configuration valid) and until the process exits, a SIGTERM ends
 // nothing: it drains, or, once the drain is over or the start failed, it is dropped. The
@@ -35,6 +38,17 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		// The flags after an unknown one are not parsed: the path is then the
 		// environment's or the default.
 		startFailed(cfg, err, stderr, logger)
+		return 2
+	}
+	// A -termination-log (or $DRAINKIT_TERMINATION_LOG) that cannot be written was found
+	// at exit, after the whole drain: the summary lost with a WARN line, the exit status 0
+	// (docs/faults.md row 1240). A path naming a directory is bad usage (2); one the
+	// machine refuses (its directory missing or read-only) exits 1, as a New that fails.
+	if err := termmsg.Check(cfg.TerminationLog); err != nil {
+		startFailed(cfg, err, stderr, logger)
+		if errors.As(err, new(syscall.Errno)) {
+			return 1
+		}
 		return 2
 	}
 	s, err := newServer(ctx, cfg, logger, true) // SIGTERM caught until the exit

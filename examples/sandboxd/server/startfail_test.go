@@ -1,11 +1,14 @@
 package server
 
 import (
+	"errors"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -133,6 +136,70 @@ func TestRefusedFlagsSayWhyInTheTerminationMessage(t *testing.T) {
 			msg, err := os.ReadFile(termLog)
 			require.NoError(t, err, "the termination message is written: %s", &stderr)
 			assert.Equal(t, "drainkit: no drain ran\nsandboxd: could not start: "+c.why+"\n", string(msg))
+		})
+	}
+}
+
+// Fault: a termination message path sandboxd cannot write (-termination-log, or
+// DRAINKIT_TERMINATION_LOG, in a directory that does not exist, or naming a directory: a
+// terminationMessagePath mistyped beside it in the manifest) was found only at exit, after
+// the whole drain: the drain's summary went nowhere, said by one WARN line, and sandboxd
+// exited 0, as the supervisor did before row 1180. A real sandboxd with a device daemon:
+//
+//	before: it started (the daemon, the API), drained at the kubelet's SIGTERM, then
+//	        "termination message not written" at WARN, exit 0
+//	now:    it does not start: "sandboxd: -termination-log PATH: ...", exit 1 for the
+//	        directory the machine refused, 2 for a path naming a directory (bad usage)
+func TestTerminationLogItCannotWriteFailsTheStart(t *testing.T) {
+	tmp := t.TempDir()
+	missing := filepath.Join(tmp, "missing", "termination-log")
+	for _, c := range []struct {
+		name string
+		env  bool // the path from DRAINKIT_TERMINATION_LOG; else from -termination-log
+		path string
+		code int
+		why  string
+	}{
+		{"a -termination-log in a missing directory", false, missing, 1, "-termination-log " + missing + ": open " + missing + ": no such file or directory"},
+		{"a -termination-log that is a directory", false, tmp, 2, "-termination-log " + tmp + " is a directory: name a file"},
+		{"a DRAINKIT_TERMINATION_LOG in a missing directory", true, missing, 1, "$" + termmsg.EnvPath + " " + missing + ": open " + missing},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			addr := freeAddr(t)
+			args := []string{"-listen", addr, "-hook-listen", freeAddr(t), "-state-dir", dir, "-grace", "6s", "-pause-latency", "50ms", "-devices", "1"}
+			env := []string{roleEnv + "=1", "GORACE=atexit_sleep_ms=0", termmsg.EnvPath + "="}
+			if c.env {
+				env[2] += c.path
+			} else {
+				args = append(args, "-termination-log", c.path)
+			}
+			cmd := exec.Command(os.Args[0], args...)
+			cmd.Env = append(os.Environ(), env...)
+			var stderr logbuf.Buffer
+			cmd.Stderr = &stderr
+			p := pid1test.Start(t, cmd)
+			served := false
+			require.Eventually(t, func() bool {
+				if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+					resp.Body.Close()
+					served = true
+				}
+				return served || p.Exited()
+			}, 20*time.Second, 20*time.Millisecond, "sandboxd neither served nor exited: %s", &stderr)
+			if served { // the kubelet's SIGTERM, as it would end the pod
+				require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
+			}
+			err := p.Wait(t, 20*time.Second, "sandboxd did not exit: %s", &stderr)
+			assert.False(t, served, "sandboxd is not started: %s", &stderr)
+			code := 0
+			if exit := (*exec.ExitError)(nil); errors.As(err, &exit) {
+				code = exit.ExitCode()
+			}
+			assert.Equal(t, c.code, code, "%s", &stderr)
+			assert.True(t, strings.HasPrefix(stderr.String(), "sandboxd: "+c.why), "%s", &stderr)
+			_, err = os.Stat(filepath.Join(dir, EventLogFile))
+			assert.ErrorIs(t, err, os.ErrNotExist, "no device daemon started")
 		})
 	}
 }
