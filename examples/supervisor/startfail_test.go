@@ -275,3 +275,23 @@ func TestListenersOnOneEachOfTheirAddressesDoNotCollide(t *testing.T) {
 		assert.Equal(t, c.same, samePort(c.b, c.a), "%s %s", c.b, c.a)
 	}
 }
+
+// Fault: a -listen or -hook-listen whose port no listener can have (":99999", a typo's
+// extra digit) passed the flags, the supervisor failing only at net.Listen, exit 1 as if
+// the machine had refused it, the error naming the flag and the port alone ("listen
+// tcp: address 99999: invalid port"). It is refused with the flags now, naming the flag
+// and the value: exit 2, no child started.
+func TestListenPortOutOfRangeIsRefusedWithTheFlags(t *testing.T) {
+	t.Setenv(EnvHookSecret, "")
+	for _, c := range []struct{ flag, addr, port string }{{"-listen", ":99999", "99999"}, {"-hook-listen", "127.0.0.1:70000", "70000"}} {
+		t.Run(c.flag, func(t *testing.T) {
+			args := map[string]string{"-listen": "127.0.0.1:0", "-hook-listen": "127.0.0.1:0"}
+			args[c.flag] = c.addr
+			var stderr bytes.Buffer
+			code := Main(t.Context(), []string{"-listen", args["-listen"], "-hook-listen", args["-hook-listen"], "--", "true"}, &stderr)
+			assert.Equal(t, 2, code, "%s", &stderr)
+			assert.True(t, strings.HasPrefix(stderr.String(), "supervisor: "+c.flag+" "+c.addr+" has port "+c.port+": a port is 1 to 65535"), "%s", &stderr)
+			assert.NotContains(t, stderr.String(), "started child", "the server is not started")
+		})
+	}
+}

@@ -1,8 +1,10 @@
 package listenaddr
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 )
 
@@ -12,12 +14,32 @@ import (
 // "fd00::5:8082"); "[$(POD_IP)]:8082" is one on every pod, Go taking a
 // bracketed IPv4 address too. Its error reads after the flag and address
 // it was given ("-listen fd00::5:8082 is not host:port: ...").
+//
+// The port is a number from 1 to 65535, 0 (any free port: a test's, a run by hand), or
+// a service name the system knows ("http"): a port past 65535, negative or of an unknown
+// name passed, and the program failed only at net.Listen, once it had started its
+// children, with an error naming the flag and the port alone ("-listen: listen tcp:
+// address 99999: invalid port", docs/faults.md row 1241).
 func Check(addr string) error {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
 		if i := strings.LastIndex(addr, ":"); i >= 0 && net.ParseIP(addr[:i]) != nil && net.ParseIP(addr[:i]).To4() == nil {
 			return fmt.Errorf("is not host:port: an IPv6 address goes in brackets, [%s]:PORT (in a manifest, \"[$(POD_IP)]:PORT\")", addr[:i])
 		}
 		return fmt.Errorf("is not host:port: %w", err)
+	}
+	if n, err := strconv.ParseInt(port, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if n < 0 || n > 65535 || err != nil {
+			return fmt.Errorf("has port %s: a port is 1 to 65535 (0: any free one)", port)
+		}
+		return nil
+	}
+	if port == "" {
+		return errors.New("has no port: give one, 1 to 65535 (0: any free one)")
+	}
+	// A name: the services database's (net.LookupPort reads it, no DNS), as net.Listen.
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("has port %q, a service name this system does not know: give a number, 1 to 65535", port)
 	}
 	return nil
 }

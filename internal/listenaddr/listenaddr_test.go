@@ -71,3 +71,23 @@ func TestSecretNoHookCanSendIsRefused(t *testing.T) {
 		assert.NoError(t, listenaddr.CheckSecret("HOOK_SECRET", s), "%q", s)
 	}
 }
+
+// Fault: a port outside 1-65535 (a typo's extra digit, ":99999"; a negative one; a
+// service name the system does not know) passed Check, and the program failed only at
+// net.Listen, after its start had begun, with an error naming the flag and the port
+// alone. Check now refuses it, its error read after the flag and the address.
+func TestCheckRefusesAPortNoListenerCanHave(t *testing.T) {
+	for addr, want := range map[string]string{
+		":99999":                   "has port 99999: a port is 1 to 65535 (0: any free one)",
+		"127.0.0.1:65536":          "has port 65536",
+		"[::1]:-1":                 "has port -1",
+		":99999999999999999999999": "has port 99999999999999999999999",
+		"10.0.0.5:":                "has no port",
+		":no-such-service-here":    `has port "no-such-service-here", a service name this system does not know`,
+	} {
+		assert.ErrorContains(t, listenaddr.Check(addr), want, addr)
+	}
+	for _, ok := range []string{":1", ":65535", "127.0.0.1:0", "[::1]:8082"} {
+		assert.NoError(t, listenaddr.Check(ok), ok)
+	}
+}

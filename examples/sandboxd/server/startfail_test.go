@@ -203,3 +203,32 @@ func TestTerminationLogItCannotWriteFailsTheStart(t *testing.T) {
 		})
 	}
 }
+
+// Fault: a -listen or -hook-listen whose port no listener can have (a typo's extra
+// digit, ":99999") passed the flags: sandboxd took its state directory's lock, started
+// its device daemon and failed at net.Listen, exit 1 as if the machine had refused it,
+// the error naming the flag and the port alone ("-listen: listen tcp: address 99999:
+// invalid port"). It is now bad usage, refused with the flags, naming the flag and the
+// value: exit 2, no device daemon started.
+func TestListenPortOutOfRangeIsRefusedWithTheFlags(t *testing.T) {
+	for _, c := range []struct{ flag, addr string }{{"-listen", ":99999"}, {"-hook-listen", "127.0.0.1:70000"}} {
+		t.Run(c.flag, func(t *testing.T) {
+			dir := t.TempDir()
+			args := map[string]string{"-listen": freeAddr(t), "-hook-listen": freeAddr(t)}
+			args[c.flag] = c.addr
+			cmd := exec.Command(os.Args[0], "-listen", args["-listen"], "-hook-listen", args["-hook-listen"],
+				"-state-dir", dir, "-grace", "6s", "-pause-latency", "50ms", "-devices", "1")
+			cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+			var stderr logbuf.Buffer
+			cmd.Stderr = &stderr
+			err := pid1test.Start(t, cmd).Wait(t, 30*time.Second, "sandboxd did not exit: %s", &stderr)
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "%s", &stderr)
+			assert.Equal(t, 2, exit.ExitCode(), "bad usage: %s", &stderr)
+			_, port, _ := net.SplitHostPort(c.addr)
+			assert.True(t, strings.HasPrefix(stderr.String(), "sandboxd: "+c.flag+" "+c.addr+" has port "+port+": a port is 1 to 65535"), "%s", &stderr)
+			_, err = os.Stat(filepath.Join(dir, EventLogFile))
+			assert.ErrorIs(t, err, os.ErrNotExist, "no device daemon started")
+		})
+	}
+}
