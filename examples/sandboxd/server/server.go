@@ -132,6 +132,13 @@ func (s *Server) open(ctx context.Context) (err error) {
 	lockCtx, unlock := s.signals.Context(ctx)
 	s.lock, err = statedir.Acquire(lockCtx, s.cfg.StateDir, statedir.Config{Owner: s.cfg.Pod, Logger: s.logger})
 	unlock()
+	if errors.As(err, new(syscall.Errno)) {
+		// What the machine refused of the flag's path is named after the flag, as every
+		// other start failure: statedir's "state directory: lstat ...: not a directory" (a
+		// -state-dir under a file, a read-only mount) named none (docs/faults.md row
+		// 1243). A wait a SIGTERM ended names the holder, not a bad value.
+		return fmt.Errorf("-state-dir: %w", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -232,3 +232,29 @@ func TestListenPortOutOfRangeIsRefusedWithTheFlags(t *testing.T) {
 		})
 	}
 }
+
+// Fault: a -state-dir sandboxd cannot take (a file, not a directory; a read-only mount)
+// failed the start with statedir's error alone ("sandboxd: state directory: lstat
+// /x/file/state: not a directory"), in the log and the pod's termination message, where every
+// other start failure names its flag. It now reads "sandboxd: -state-dir: state
+// directory: lstat ...", exit 1 still.
+func TestStateDirItCannotTakeIsNamedWithItsFlag(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	termLog := filepath.Join(tmp, "termination-log")
+	cmd := exec.Command(os.Args[0], "-listen", freeAddr(t), "-hook-listen", freeAddr(t), "-state-dir", filepath.Join(file, "state"),
+		"-grace", "6s", "-devices", "1", "-termination-log", termLog)
+	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	var stderr logbuf.Buffer
+	cmd.Stderr = &stderr
+	err := pid1test.Start(t, cmd).Wait(t, 30*time.Second, "sandboxd did not exit: %s", &stderr)
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", &stderr)
+	assert.Equal(t, 1, exit.ExitCode(), "what the machine refused: %s", &stderr)
+	why := "-state-dir: state directory: lstat " + filepath.Join(file, "state") + ": not a directory" // os.MkdirAll's
+	assert.Contains(t, stderr.String(), "sandboxd: "+why+"\n")
+	msg, err := os.ReadFile(termLog)
+	require.NoError(t, err)
+	assert.Contains(t, string(msg), "sandboxd: could not start: "+why)
+}
