@@ -216,18 +216,11 @@ func TestListenPortOutOfRangeIsRefusedWithTheFlags(t *testing.T) {
 			dir := t.TempDir()
 			args := map[string]string{"-listen": freeAddr(t), "-hook-listen": freeAddr(t)}
 			args[c.flag] = c.addr
-			cmd := exec.Command(os.Args[0], "-listen", args["-listen"], "-hook-listen", args["-hook-listen"],
-				"-state-dir", dir, "-grace", "6s", "-pause-latency", "50ms", "-devices", "1")
-			cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
-			var stderr logbuf.Buffer
-			cmd.Stderr = &stderr
-			err := pid1test.Start(t, cmd).Wait(t, 30*time.Second, "sandboxd did not exit: %s", &stderr)
-			var exit *exec.ExitError
-			require.ErrorAs(t, err, &exit, "%s", &stderr)
-			assert.Equal(t, 2, exit.ExitCode(), "bad usage: %s", &stderr)
+			code, stderr := exitStatus(t, "-listen", args["-listen"], "-hook-listen", args["-hook-listen"], "-state-dir", dir)
+			assert.Equal(t, 2, code, "bad usage: %s", stderr)
 			_, port, _ := net.SplitHostPort(c.addr)
-			assert.True(t, strings.HasPrefix(stderr.String(), "sandboxd: "+c.flag+" "+c.addr+" has port "+port+": a port is 1 to 65535"), "%s", &stderr)
-			_, err = os.Stat(filepath.Join(dir, EventLogFile))
+			assert.True(t, strings.HasPrefix(stderr.String(), "sandboxd: "+c.flag+" "+c.addr+" has port "+port+": a port is 1 to 65535"), "%s", stderr)
+			_, err := os.Stat(filepath.Join(dir, EventLogFile))
 			assert.ErrorIs(t, err, os.ErrNotExist, "no device daemon started")
 		})
 	}
@@ -243,18 +236,26 @@ func TestStateDirItCannotTakeIsNamedWithItsFlag(t *testing.T) {
 	file := filepath.Join(tmp, "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o600))
 	termLog := filepath.Join(tmp, "termination-log")
-	cmd := exec.Command(os.Args[0], "-listen", freeAddr(t), "-hook-listen", freeAddr(t), "-state-dir", filepath.Join(file, "state"),
-		"-grace", "6s", "-devices", "1", "-termination-log", termLog)
+	code, stderr := exitStatus(t, "-listen", freeAddr(t), "-hook-listen", freeAddr(t), "-state-dir", filepath.Join(file, "state"),
+		"-termination-log", termLog)
+	assert.Equal(t, 1, code, "what the machine refused: %s", stderr)
+	why := "-state-dir: state directory: lstat " + filepath.Join(file, "state") + ": not a directory" // os.MkdirAll's
+	assert.Contains(t, stderr.String(), "sandboxd: "+why+"\n")
+	msg, err := os.ReadFile(termLog)
+	require.NoError(t, err)
+	assert.Contains(t, string(msg), "sandboxd: could not start: "+why)
+}
+
+// exitStatus runs sandboxd with args, a 6 s grace and one fake device, until it exits on
+// its own, and returns its exit status and stderr.
+func exitStatus(t *testing.T, args ...string) (int, *logbuf.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-grace", "6s", "-pause-latency", "50ms", "-devices", "1"}, args...)...)
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
 	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	err := pid1test.Start(t, cmd).Wait(t, 30*time.Second, "sandboxd did not exit: %s", &stderr)
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "%s", &stderr)
-	assert.Equal(t, 1, exit.ExitCode(), "what the machine refused: %s", &stderr)
-	why := "-state-dir: state directory: lstat " + filepath.Join(file, "state") + ": not a directory" // os.MkdirAll's
-	assert.Contains(t, stderr.String(), "sandboxd: "+why+"\n")
-	msg, err := os.ReadFile(termLog)
-	require.NoError(t, err)
-	assert.Contains(t, string(msg), "sandboxd: could not start: "+why)
+	return exit.ExitCode(), &stderr
 }
