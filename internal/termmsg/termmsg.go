@@ -388,7 +388,8 @@ func WriteStartFailed(server, flagValue string, err error) error {
 // or create (its directory missing, read-only, not this process's), is what the machine
 // refused: the kernel's error (a syscall.Errno) is in the chain, so a server's exit status
 // can tell the two apart. An existing file is not truncated; one created to check is
-// removed.
+// removed; one that is not a regular file (a FIFO) is not opened, which would wait for
+// its reader.
 func Check(flagValue string) error {
 	path, explicit := Path(flagValue)
 	if !explicit {
@@ -398,8 +399,12 @@ func Check(flagValue string) error {
 	if flagValue == "" {
 		name = "$" + EnvPath
 	}
-	if fi, err := os.Stat(path); strings.HasSuffix(path, "/") || (err == nil && fi.IsDir()) {
+	fi, err := os.Stat(path)
+	if strings.HasSuffix(path, "/") || (err == nil && fi.IsDir()) {
 		return fmt.Errorf("%s %s is a directory: name a file (the termination message is written to a file of its own)", name, path)
+	}
+	if err == nil && !fi.Mode().IsRegular() {
+		return nil // a FIFO: opened to write, it waits for a reader, which may come at exit alone
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {

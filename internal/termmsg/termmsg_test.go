@@ -405,3 +405,10 @@ func TestCheckLeavesThePathAsItFoundIt(t *testing.T) {
 	assert.ErrorContains(t, err, "-termination-log "+dir+"/ is a directory")
 	assert.False(t, errors.As(err, &errno), "a directory is bad usage, whatever the machine")
 }
+
+// Check does not open a FIFO, which would wait for a reader that comes at exit alone.
+func TestCheckDoesNotWaitForAFIFOsReader(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "termination-log")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	assert.NoError(t, termmsg.Check(fifo))
+}
