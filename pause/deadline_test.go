@@ -929,3 +929,69 @@ func TestTightenToAPastDeadlineLetsPreservesReturnWithTheirOwnError(t *testing.T
 		assert.True(t, rep.Hard.Equal(t0.Add(2*time.Second)), "the Report's hard deadline is the one Tighten set")
 	})
 }
+
+// climbLog is a log sink that takes stall to write the line of the
+// preserve of the sandbox stallID and keeps the best throughput of every
+// "concurrency changed" line: the figure an operator reads the climb by.
+type climbLog struct {
+	stallID string
+	stall   time.Duration
+	best    *[]float64
+}
+
+func (h climbLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h climbLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		switch {
+		case a.Key == "sandbox" && a.Value.String() == h.stallID && r.Message == "pause: sandbox preserved":
+			time.Sleep(h.stall)
+		case a.Key == "best_throughput_sandboxes_per_s":
+			*h.best = append(*h.best, a.Value.Float64())
+		}
+		return true
+	})
+	return nil
+}
+func (h climbLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h climbLog) WithGroup(string) slog.Handler      { return h }
+
+// A worker that took its next task as the one before settled, and found
+// the phase over when it came to start it (its line logged late), counted
+// that task in flight for the rest of the Run: the preserves still
+// running then were measured at one more at once than ran, and the climb
+// learned a throughput the node never gave. The worker now gives the
+// task's count back when it does not start it.
+//
+//	0 s    a1 (3 s) and long (20 s) start: limit 2, ceiling 4
+//	3 s    a2 (3 s); 6 s a3 (3.5 s)
+//	9.5 s  a3 preserved: x is taken; a3's line takes 1.5 s to write
+//	10 s   phase deadline
+//	11 s   a3's line written: x does not start
+//	20 s   long preserved, the epoch's fourth sample: the limit goes to 4
+//
+// long ran 11 s with a3 or x taken beside it and 9 s alone: 1.55 at once
+// on average, not 2, and the level's throughput is (2+2+2+1.55) / (3+3+
+// 3.5+20 s) = 0.2559 sandboxes a second, where the phantom made it
+// 8 / 29.5 s = 0.2712.
+func TestTaskTakenAndNotStartedIsNotMeasuredInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.Add(&fakesandbox.Sandbox{Name: "a1", Latency: 3 * time.Second})
+		for i := range 7 { // no Estimate: the pass runs in listing order
+			node.Add(&fakesandbox.Sandbox{Name: fmt.Sprint("long", i), Latency: 20 * time.Second})
+		}
+		node.Add(&fakesandbox.Sandbox{Name: "a2", Latency: 3 * time.Second},
+			&fakesandbox.Sandbox{Name: "a3", Latency: 3500 * time.Millisecond},
+			&fakesandbox.Sandbox{Name: "x", Latency: time.Second})
+		var best []float64
+		p, err := pause.New(node, pause.Config{MaxLimit: 16, Order: pause.OrderFIFO,
+			Logger: slog.New(climbLog{stallID: "a3", stall: 1500 * time.Millisecond, best: &best})})
+		require.NoError(t, err)
+		rep, took := runFor(t, p, 10*time.Second, 60*time.Second)
+		assert.Equal(t, pause.NotStarted, entry(t, rep, "x").Outcome)
+		assert.Equal(t, 20*time.Second, took)
+		require.Len(t, best, 1, "the epoch at 8 decided once")
+		assert.InDelta(t, 31.55/29.5, best[0], 1e-9, "the long ones measured at 7.55 at once, not 8")
+		assert.Equal(t, 16, rep.Limit)
+	})
+}

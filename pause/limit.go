@@ -60,6 +60,18 @@ func (r *run) startedLocked(u float64, now time.Time) (area0 float64) {
 	return r.area
 }
 
+// unstartedLocked undoes startedLocked for a task of u work units that
+// its worker took and did not start, at now: it is queued again, as its
+// state says, and no longer in flight. The caller holds r.mu.
+func (r *run) unstartedLocked(u float64, now time.Time) {
+	r.tick(now)
+	r.queue.add(u)
+	r.startedUnits -= u
+	r.startedN--
+	r.inflight--
+	r.inflightUnits -= u
+}
+
 // endedLocked accounts for t, whose entry is e, ending with res, feeds
 // the climber a sample when t was preserved at its first attempt (and is
 // no preserve again), and

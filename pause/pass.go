@@ -79,6 +79,26 @@ func (ps *pass) pop(now time.Time) (*task, float64) {
 	return ps.popLocked(now)
 }
 
+// untaken gives back what taking t, a task its worker then did not start
+// (the Run's context ended as it came to, or the Run settled it
+// NotStarted), counted (startedLocked: out of the queue, started, in
+// flight from then), and takes the next task as pop does, in the same
+// critical section. Kept in flight, t stayed there for the rest of the
+// Run, and every preserve that ended after it was measured at one more at
+// once than ran (docs/faults.md row 1280). It is in flight until now, as
+// a task being started is; the Run's settle takes it out of the queue
+// again with its outcome.
+func (ps *pass) untaken(t *task, now time.Time) (*task, float64) {
+	r := ps.r
+	if !r.adaptive {
+		return ps.take(now), 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unstartedLocked(r.units(ps.tasks.entry(t)), time.Now())
+	return ps.popLocked(now)
+}
+
 // popLocked is pop when the limit adapts; the caller holds r.mu.
 func (ps *pass) popLocked(now time.Time) (*task, float64) {
 	r := ps.r

@@ -706,7 +706,7 @@ func (r *run) settle(tasks *taskList) {
 	for i := range tasks.all {
 		t := &tasks.all[i]
 		e := tasks.entry(t)
-		res, from, changed := t.final(e, &now)
+		res, changed := t.final(e, &now)
 		if !changed {
 			continue
 		}
@@ -715,7 +715,7 @@ func (r *run) settle(tasks *taskList) {
 			endSpan(tasks.extra(t), t, &res)
 			r.p.tel.inflight.Add(r.ctx, -1)
 			t.log(r, e, &res) // at Warn, as one abandoned at its SandboxTimeout
-		case r.adaptive && from == stateQueued: // one starting left the queue as its worker took it
+		case r.adaptive: // queued: never taken, or its worker gives it back (untaken) as it does not start it
 			r.mu.Lock() // a worker taking a task at the hard deadline may hold it
 			r.queue.remove(r.units(e))
 			r.mu.Unlock()

@@ -193,7 +193,7 @@ func (t *task) bind(ps *pass, x *taskExtra) {
 func (t *task) run(ps *pass, now time.Time, area0 float64) (time.Time, *task, float64, bool) {
 	sb, again, ok := t.start(ps, now)
 	if !ok {
-		next, area0 := ps.pop(now)
+		next, area0 := ps.untaken(t, now)
 		ps.settled()
 		return now, next, area0, true
 	}
@@ -284,11 +284,10 @@ func (r *run) observe(e *Entry, res *result) {
 // and its Preserve is not called); one still running (the hard deadline
 // came) is abandoned as TimedOut; all end at *now, which final reads from
 // the clock if it is zero (the pass's first such task). It returns the
-// outcome it gave and the state it moved the task from, and false if the
-// task had already settled. A task starting at the end of its pass is one
+// outcome it gave, and false if the task had already settled. A task starting at the end of its pass is one
 // whose pass Run gave up waiting for at the hard deadline: a pass that
 // ends otherwise has all its tasks taken settled.
-func (t *task) final(e *Entry, now *time.Time) (res result, from int32, changed bool) {
+func (t *task) final(e *Entry, now *time.Time) (res result, changed bool) {
 	for {
 		s := t.state.Load()
 		switch s {
@@ -296,7 +295,7 @@ func (t *task) final(e *Entry, now *time.Time) (res result, from int32, changed 
 			runtime.Gosched() // a worker is midway; it takes no time
 			continue
 		case stateDone, stateAbandoned:
-			return res, s, false
+			return res, false
 		}
 		if now.IsZero() {
 			*now = time.Now()
@@ -307,7 +306,7 @@ func (t *task) final(e *Entry, now *time.Time) (res result, from int32, changed 
 		}
 		if t.state.CompareAndSwap(s, stateAbandoned) {
 			e.fill(t, &res)
-			return res, s, true
+			return res, true
 		}
 	}
 }
