@@ -43,8 +43,15 @@ func newLimiter(max int) *limiter {
 
 // acquire waits for a slot until ctx ends or, when by is not zero, until
 // by (a pause is sent by then or not at all: see sendBy). On failure it
-// returns ctx.Err(), or errSendBy at by, and holds none.
+// returns ctx.Err(), or errSendBy at by, and holds none. A slot free at
+// or past by, at once or granted as by passed, is not taken: a pause
+// queued again after an overload answer that came past the phase
+// deadline found one free when another request had ended meanwhile, and
+// was sent past it (docs/faults.md row 1281).
 func (l *limiter) acquire(ctx context.Context, by time.Time) error {
+	if sendByPassed(by) {
+		return errSendBy
+	}
 	l.mu.Lock()
 	if l.inflight < l.limit && len(l.waiters) == 0 {
 		l.inflight++
@@ -64,7 +71,10 @@ func (l *limiter) acquire(ctx context.Context, by time.Time) error {
 	var err error
 	select {
 	case <-ready:
-		return nil
+		if !sendByPassed(by) {
+			return nil
+		}
+		err = errSendBy // granted as by passed (both ready at once): handed on below
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-late:
@@ -81,6 +91,10 @@ func (l *limiter) acquire(ctx context.Context, by time.Time) error {
 	}
 	return err
 }
+
+// sendByPassed reports whether by, the time past which no pause is sent, is set
+// and has come.
+func sendByPassed(by time.Time) bool { return !by.IsZero() && !time.Now().Before(by) }
 
 // errSendBy is a slot wait's error at the time past which its pause is not
 // sent (sendBy): the phase deadline of the Preserver's Run.

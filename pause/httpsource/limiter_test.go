@@ -79,3 +79,26 @@ func TestLimiterProbesUpAfterAStreakOfSuccesses(t *testing.T) {
 	}
 	assert.Equal(t, 3, l.current(), "never above the cap")
 }
+
+// Fault: acquire's fast path gave a free slot at once without looking at
+// by, so a pause queued again after an overload answer that came past the
+// phase deadline was sent when another request had freed a slot between
+// its release and its acquire (row 1281). A slot free past by is no
+// reason to send: acquire fails with errSendBy and holds nothing.
+//
+//	0 s   "a" and "b" on the wire; by (the phase deadline) at 10 s
+//	11 s  "a" answered overloaded (the limit goes to 1), "b" answered:
+//	      a slot is free; "a" is queued again: not sent
+func TestLimiterGivesNoFreeSlotPastTheSendByTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLimiter(0)
+		by := time.Now().Add(10 * time.Second)
+		require.NoError(t, l.acquire(t.Context(), by))
+		require.NoError(t, l.acquire(t.Context(), by))
+		time.Sleep(11 * time.Second)
+		assert.Equal(t, 1, l.release(true, false), `"b" on the wire`)
+		l.release(false, true)
+		assert.ErrorIs(t, l.acquire(t.Context(), by), errSendBy)
+		require.NoError(t, l.acquire(t.Context(), time.Time{}), "the slot is still free: the acquire that failed holds none")
+	})
+}

@@ -430,7 +430,9 @@ func (c Config) resolve() config {
 // finds that *StatusError), or the one that lowered the limit; for a
 // Preserve a pause.Preserver calls, the wait ends at its Run's phase
 // deadline too, and the pause is not sent ("the phase deadline passed"),
-// as the Preserver starts none past it. A listing
+// as the Preserver starts none past it; nor is it when a slot is free at
+// once but the phase deadline has come (its overload answer came past
+// it). A listing
 // answered overloaded with a Retry-After fails with an error whose RetryAt
 // is the time the server named: a Preserver lists again then, not when its
 // backoff says, and not at all when that time is past the phase deadline
