@@ -595,6 +595,34 @@ func TestPauseWaitingForARequestSlotIsNotSentPastThePhaseDeadline(t *testing.T) 
 	})
 }
 
+// Fault: a pause answered 429 with a Retry-After ending at the phase
+// deadline itself was taken to fit before it: the Source waited to the
+// deadline, and its request slot then being free, sent the pause again
+// there (in real time a timer fires after its time, so past it), where
+// the Preserver starts nothing at its deadline and no wait ending there
+// is made; with limit 1, "a" held the Run's only slot all the while and
+// "b" was never started. A time at the send-by time does not fit, as the
+// Preserver's rule says (row 1282).
+//
+//	0 s   limit 1: "a" answered 429, Retry-After: 10 (the phase deadline)
+//	      now: "a" failed at once; "b" answered 429, Retry-After: 3
+//	3 s   "b" sent again: preserved; the Run returns
+//	10 s  before: "a" sent again, answered 429 again, failed; "b" not started
+func TestPauseRetryAfterEndingAtThePhaseDeadlineIsNotWaited(t *testing.T) {
+	w := newLoopWire(t, overloadedPauses("10"))
+	synctest.Test(t, func(t *testing.T) {
+		rep, start := preserveAB(t, w, 10*time.Second, time.Minute)
+		a, b := entry(t, rep, "a"), entry(t, rep, "b")
+		assert.Equal(t, pause.Failed, a.Outcome, a.Error)
+		assert.Contains(t, a.Error, "(not retried: the answer asks for no retry before "+
+			start.Add(10*time.Second).UTC().Format(time.RFC3339Nano))
+		assert.Len(t, w.times(http.MethodPost, "/sandboxes/a/pause"), 1, "not sent again at the phase deadline")
+		assert.Zero(t, a.End.Sub(start), "failed at once")
+		assert.Equal(t, pause.Preserved, b.Outcome, b.Error)
+		assert.Equal(t, 3*time.Second, time.Since(start))
+	})
+}
+
 // Fault: a pause answered 202 Accepted whose confirming listing asks
 // for no listing before a time past the deadline (row 1104's error) was
 // retried by the Preserver's backoff to the phase deadline: it sent the

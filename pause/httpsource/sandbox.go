@@ -107,7 +107,7 @@ func (b *sandbox) preserve(ctx context.Context) error {
 		}
 		until := time.Now().Add(se.RetryAfter)
 		s.setNotBefore(b.id, holdOff{until, se})
-		if dl, ok := sendBy(ctx); ok && until.After(dl) {
+		if dl, ok := sendBy(ctx); ok && !until.Before(dl) { // at dl is past it: nothing is sent there
 			return &retryLater{err: fmt.Errorf("%w: %w", se, errNoFit), at: until}
 		}
 	}
@@ -369,7 +369,7 @@ func (b *sandbox) holdOff(ctx context.Context) error {
 	if wait <= 0 {
 		return nil
 	}
-	if dl, ok := sendBy(ctx); ok && until.After(dl) {
+	if dl, ok := sendBy(ctx); ok && !until.Before(dl) { // as the Preserver's rule: a wait to the deadline sends nothing
 		if h.answer.RetryAfter == maxRetryAfter {
 			// Saturated: its time is no time the server named.
 			return &retryLater{at: until, err: fmt.Errorf("httpsource: pause %s: server asked to wait longer than any deadline (%w): %w",

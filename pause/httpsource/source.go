@@ -432,7 +432,8 @@ func (c Config) resolve() config {
 // deadline too, and the pause is not sent ("the phase deadline passed"),
 // as the Preserver starts none past it; nor is it when a slot is free at
 // once but the phase deadline has come (its overload answer came past
-// it). A listing
+// it). A Retry-After ending at the phase deadline itself does not fit
+// before it. A listing
 // answered overloaded with a Retry-After fails with an error whose RetryAt
 // is the time the server named: a Preserver lists again then, not when its
 // backoff says, and not at all when that time is past the phase deadline
