@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -142,4 +143,48 @@ func TestADeviceDaemonThatDiesBeforeTheDrainIsNotReadyAndSaid(t *testing.T) {
 	msg, err := os.ReadFile(cfg.TerminationLog)
 	require.NoError(t, err)
 	assert.Contains(t, string(msg), "sandboxd: the device daemon ended (signal: killed)")
+}
+
+// readyzAtError is a slog.Handler that, as the ERROR record of the daemon's death reaches
+// it and before it writes the record, asks /readyz what it answers: what a probe or an
+// operator sees at that moment.
+type readyzAtError struct {
+	slog.Handler
+	t    *testing.T
+	base func() string
+	code chan int
+}
+
+func (h *readyzAtError) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelError && strings.Contains(r.Message, "the device daemon ended") {
+		code, _, _ := call(h.t, "GET", h.base()+"/readyz", "")
+		select {
+		case h.code <- code:
+		default: // the first such line is the one the test reads
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// Fault: the daemon's watcher made /readyz answer 503 before it wrote the ERROR line that
+// says why, so a probe (or TestADeviceDaemonThatDiesBeforeTheDrainIsNotReadyAndSaid, 1 run
+// of 1 at load 14) could see the 503 with no reason in the log yet. The line is now
+// written first. Before: /readyz 503 while the line was being written; after: 200.
+func TestADeviceDaemonsDeathIsLoggedBeforeReadinessSaysIt(t *testing.T) {
+	cfg := testConfig(t)
+	var addr string
+	h := &readyzAtError{Handler: slog.NewTextHandler(&logbuf.Buffer{}, nil), t: t,
+		base: func() string { return "http://" + addr }, code: make(chan int, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := New(ctx, cfg, slog.New(h))
+	require.NoError(t, err)
+	addr = s.Addr()
+	done := make(chan error, 1)
+	go func() { _, err := s.Run(ctx); done <- err }()
+	createSandbox(t, "http://"+addr)
+	require.NoError(t, syscall.Kill(s.daemon.Pid(), syscall.SIGKILL))
+	assert.Equal(t, http.StatusOK, <-h.code, "/readyz while the ERROR line saying why was not yet written")
+	cancel()
+	<-done
 }

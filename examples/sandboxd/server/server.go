@@ -491,9 +491,10 @@ func (s *Server) watchDaemon() (stop func() error) {
 			return
 		}
 		why := "the device daemon ended (" + s.daemon.State() + ") on its own, before any teardown: its devices are not served"
-		s.daemonLost.Store(&why)
+		// The line first: whoever sees /readyz 503 finds its reason in the log.
 		s.logger.Error("sandboxd: "+why+"; not ready from now (/readyz 503); the sandboxes run on until the drain",
 			"daemon_pid", s.daemon.Pid())
+		s.daemonLost.Store(&why)
 	})
 	return func() error {
 		close(halt)
