@@ -34,18 +34,21 @@ func main() {
 // Main runs the supervisor with the command-line args (without the program
 // name) and returns the exit status: the server's (see run), 2 for bad
 // usage, 1 when the supervisor could not start for another reason. Bad
-// usage is what the command line says, whatever the machine: a flag it
-// refuses (unknown, mistyped, out of range, one that excludes another), no
-// "--" before the server, a -hook-listen off loopback with no
-// SUPERVISOR_HOOK_SECRET, a -report that names a directory, a -grace the
-// plan does not fit in. Not starting for another reason is what the
-// machine refused (startStatus): a file it cannot read or write (an
-// -api-key-file, a -kubelet-config, a -report or -state-dir directory), an
-// address another process holds, a server or daemon command that does not
-// start. When it could not start (bad usage included) the termination
-// message says why. From its start until the process exits a SIGTERM ends
-// nothing: it drains, or, once the drain is over, it is dropped; the
-// caller must exit with the status Main returns.
+// usage is what the command line says: a flag it refuses (unknown,
+// mistyped, out of range, one that excludes another, a -server-url port
+// outside 1-65535), no "--" before the server, a -hook-listen off loopback
+// with no SUPERVISOR_HOOK_SECRET or on -listen's port, a -report or
+// -termination-log that names a directory, a -grace the plan does not fit
+// in, a file that reads but holds what is refused (an empty -api-key-file,
+// a -kubelet-config or -ublk-kernel @FILE that does not parse). Not
+// starting for another reason is what the machine refused (startStatus): a
+// file it cannot read (an -api-key-file, a -kubelet-config, a -ublk-kernel
+// @FILE) or a directory it cannot write in (-report's, -state-dir,
+// -termination-log's), an address another process holds, a server or
+// daemon command that does not start. When it could not start (bad usage
+// included) the termination message says why. From its start until the
+// process exits a SIGTERM ends nothing: it drains, or, once the drain is
+// over, it is dropped; the caller must exit with the status Main returns.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	sigs := catchSignals(slog.New(slog.NewTextHandler(stderr, nil))) // first: a SIGTERM from now on is the drain's
 	// Close stops catching before the exit, and a SIGTERM between the two (the kubelet's
@@ -76,17 +79,15 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 }
 
 // startStatus is Main's exit status for a start that failed with err: 1
-// when the machine refused it (an error of the kernel's in err's chain: a
-// file that cannot be read or created, ENOENT, EACCES, EROFS), 2 for bad
-// usage (the rest: what the flags and arguments say, refused whatever the
-// machine). Every start that failed before the children's (run's, 1)
-// exited 2 before, an unreadable -api-key-file as a mistyped flag, where
-// Main's doc said 1: a crash loop's exit code sent the operator to a
-// command line with nothing wrong in it (docs/faults.md row 1170). A file
-// that reads but holds what is refused (an -api-key-file that is empty, a
-// -kubelet-config that does not parse) carries no error of the kernel's:
-// bad usage. So is a -ublk-kernel @FILE that cannot be read: the flag
-// package keeps only the text of a flag value's error.
+// when the machine refused it (an error of the kernel's in err's chain:
+// ENOENT, EACCES, EROFS, a file that cannot be read or created), 2 for bad
+// usage (the rest: what the flags and arguments say). The two send the
+// operator to different places: 2 to the command line, 1 to the node (a
+// Secret's or a hostPath's mount, a port held); a file the machine did not
+// give read as a flag to fix is a crash loop with nothing to fix where it
+// points (docs/faults.md rows 1170, 1290). A file that reads but holds what
+// is refused carries no error of the kernel's: its content is the
+// operator's to fix, bad usage.
 func startStatus(err error) int {
 	if errors.As(err, new(syscall.Errno)) {
 		return 1
@@ -187,8 +188,18 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.podUID, "pod-uid", os.Getenv(drain.EnvPodUID), "this pod's metadata.uid (Downward API), so that a new pod of its name is not taken for it; empty: learned from the first read")
 	durflag.GraceVar(fs, &c.kubelet, "kubelet-grace", 0, "the grace the kubelet gives this pod when it stops it on its own (graceful node shutdown's slice, with no deletionTimestamp), in `seconds` or as a duration (25s); needs -pod; not given: not known")
 	fs.StringVar(&c.kubeletConf, "kubelet-config", "", "the node's KubeletConfiguration `FILE` (the kubelet's --config, mounted from the host): -kubelet-grace computed from it for this pod's priority; needs -pod")
-	fs.Var(&c.kernels, "ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)")
+	// The flag package keeps only the text of a value's error: kept here, a
+	// -ublk-kernel @FILE the machine does not give (ENOENT) is still what the
+	// machine refused (startStatus), not a flag mistyped.
+	var kernelsErr error
+	fs.Func("ublk-kernel", "declare kernels known `fixed=PATTERN`, vulnerable=PATTERN or exit-may-hang=PATTERN, or @FILE of such lines; repeatable, first match wins (default: only kernel.org releases are judged by their version)", func(v string) error {
+		kernelsErr = c.kernels.Set(v)
+		return kernelsErr
+	})
 	if err := fs.Parse(args); err != nil {
+		if kernelsErr != nil { // Parse stops at the first value refused: this one
+			return c, renamed{err.Error(), kernelsErr}
+		}
 		return c, err
 	}
 	c.server = fs.Args()

@@ -57,6 +57,8 @@ func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 		{"state-dir", []string{"-state-dir", missing}, stub, 1, []string{"-state-dir " + missing + ": open " + missing + "/"}},
 		{"kubelet-config", []string{"-pod", "", "-kubelet-config", missing + "/kubelet.yaml"}, stub, 1,
 			[]string{"-kubelet-config: open " + missing + "/kubelet.yaml: no such file or directory"}},
+		{"ublk-kernel", []string{"-ublk-kernel", "@" + missing + "/kernels"}, stub, 1,
+			[]string{`invalid value "@` + missing + `/kernels" for flag -ublk-kernel: `, "open " + missing + "/kernels: no such file or directory"}},
 
 		{"grace", []string{"-grace", "1s", "-daemon", "true"}, stub, 2, []string{"-grace 1s too short"}},
 		{"concurrency", []string{"-concurrency", "-1"}, stub, 2, []string{"-concurrency must be at least 0"}},

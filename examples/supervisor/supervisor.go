@@ -288,9 +288,10 @@ func checkPort(serverURL string) error {
 	return nil
 }
 
-// renamed is err said in other words, msg (apiFlagNames'): its chain is
-// err's, so that what the machine refused in it (a key file that does not
-// exist: ENOENT) still sets Main's exit status (startStatus).
+// renamed is err said in other words, msg (apiFlagNames', or the flag
+// package's text of a -ublk-kernel value refused): its chain is err's, so
+// that what the machine refused in it (a key file or a declarations file
+// that does not exist: ENOENT) still sets Main's exit status (startStatus).
 type renamed struct {
 	msg string
 	err error
