@@ -227,7 +227,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 			return c, fmt.Errorf("%s %s %w", a.flag, a.addr, err)
 		}
 	}
-	if samePort(c.listen, c.hookListen) { // refused at the second listener, it read as another process's (row 1186)
+	if samePort(c.listen, c.hookListen) { // the second listener would refuse it as if another process held the port (row 1186)
 		return c, fmt.Errorf("-hook-listen %s and -listen %s take the same port: give the preStop hook a port of its own", c.hookListen, c.listen)
 	}
 	c.hookSecret = os.Getenv(EnvHookSecret)

@@ -132,9 +132,9 @@ func (l *notPaused) known(ctx context.Context) ([]pause.Sandbox, error) {
 // or for an account that sends no pause (known): the ones shown paused are
 // listed only when the listing of the paused ones failed, which is when the
 // listed IDs depend on them; otherwise they only mark the sandboxes in
-// transition, for their pauses (inTransition). Listed always, they were a
-// third listing, one after the others, within /readyz's 2 s: an AgentENV
-// whose listing takes 0.7 s was not ready (docs/faults.md row 1183).
+// transition, for their pauses (inTransition). Listed always, they would be
+// a third listing, one after the others, within /readyz's 2 s: an AgentENV
+// whose listing takes 0.7 s would not be ready (docs/faults.md row 1183).
 func (l *notPaused) list(ctx context.Context, forPause bool) (sbs []pause.Sandbox, unreached map[string]bool, listErr error) {
 	listed, listErr := l.all.List(ctx)
 	if len(listed) == 0 {

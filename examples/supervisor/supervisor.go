@@ -256,10 +256,10 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 
 // apiFlagNames puts, in httpsource.New's errors, the flag (or variable) the
 // supervisor sets each Config field from in place of the field: "-pause-path
-// must contain "{id}", got ...", where the operator read "httpsource:
-// Config.PausePath" after every suspect flag at once (docs/faults.md row
-// 1181). A longer name comes before a name it begins with: the Replacer
-// tries them in this order at each position.
+// must contain "{id}", got ...": the operator wrote a flag, not
+// httpsource's Config.PausePath, and is sent to that flag alone
+// (docs/faults.md row 1181). A longer name comes before a name it begins
+// with: the Replacer tries them in this order at each position.
 var apiFlagNames = strings.NewReplacer(
 	"httpsource: baseURL", "-server-url",
 	"httpsource: Config.ListPath", "-list-path",
@@ -273,8 +273,8 @@ var apiFlagNames = strings.NewReplacer(
 
 // checkPort refuses a server URL whose port no connection can have: a
 // URL's syntax takes any digits there, and httpsource.New takes the URL, so
-// a typo's extra digit ("http://127.0.0.1:80000") or 0 passed the start and
-// failed every listing: never ready, every sandbox of a drain unknown
+// a typo's extra digit ("http://127.0.0.1:80000") or 0 would pass the start
+// and fail every listing: never ready, every sandbox of a drain unknown
 // (docs/faults.md row 1185). A URL that does not parse is httpsource.New's
 // to refuse.
 func checkPort(serverURL string) error {
@@ -1264,8 +1264,8 @@ func (s *supervisor) ready(w http.ResponseWriter, r *http.Request) {
 // refused key (logKeyRefused), once per failure until a listing succeeds:
 // the kubelet keeps no body of a failed HTTP probe ("HTTP probe failed with
 // statuscode: 503"), so a server whose listing answers 500, a -server-url
-// on the wrong port or an API shape the server does not speak showed as a
-// pod that never turned Ready, its reason in no log or Event
+// on the wrong port or an API shape the server does not speak shows as a
+// pod that never turns Ready, its reason in no Event and no other log line
 // (docs/faults.md row 1184). A failure with a status is told apart by it,
 // one with none (no answer, an answer the shape cannot read) by its text.
 func (s *supervisor) logNotReady(err error) {

@@ -350,11 +350,11 @@ func (s *supervisor) sweepAccount(ctx context.Context, rep *pause.Report) (*paus
 	}
 	// The sandboxes the preserve phase could not pause (their pause failed,
 	// timed out or was not started) never stopped running: the sweep tries
-	// them again, but they are not running again, resumed or created, which
-	// is where the log and the step's error (the termination message's)
-	// sent the operator looking, when the cause was the server's answer to
-	// the preserve phase (docs/faults.md row 1182). Each kind has its line
-	// and its part of the error.
+	// them again, but they are not running again, resumed or created. Said
+	// so, the log and the step's error (the termination message's) would
+	// send the operator looking for users' resumes where the cause is the
+	// server's answer to the preserve phase (docs/faults.md row 1182). Each
+	// kind has its line and its part of the error.
 	var again, failed []pause.Entry
 	for _, e := range rep.Entries {
 		if s.preserver.couldNotPause(e.ID) {
