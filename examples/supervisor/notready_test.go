@@ -34,17 +34,8 @@ func TestReadinessSaysWhyTheListingFails(t *testing.T) {
 	srv, _ := agentenvDouble(t, 1, fakeagentenv.Config{})
 	var broken atomic.Bool
 	broken.Store(true)
-	h := srv.Handler()
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if broken.Load() && r.Method == http.MethodGet {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusInternalServerError)
-			fmt.Fprint(w, `{"code":500,"message":"state store: IO error: No space left on device"}`)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	defer api.Close()
+	api := agentenvFailing(t, srv, func(r *http.Request) bool { return broken.Load() && r.Method == http.MethodGet },
+		"state store: IO error: No space left on device")
 	var logs logbuf.Buffer
 	readyz := readinessOf(t, []string{"-api", "agentenv", "-server-url", api.URL}, "k", &logs)
 
@@ -68,6 +59,25 @@ func TestReadinessSaysWhyTheListingFails(t *testing.T) {
 	assert.Len(t, linesAt(out, "INFO"), 1, "its return, once:\n%s", out)
 	assert.Contains(t, linesAt(out, "INFO")[0], "failures=3")
 	assert.Len(t, linesAt(out, "WARN"), 1, "nothing more at Warn:\n%s", out)
+}
+
+// agentenvFailing serves srv, AgentENV's double, on loopback, but answers
+// every request fails picks 500 with AgentENV's error body, its message
+// msg, as AgentENV answers an error of its own.
+func agentenvFailing(t *testing.T, srv *fakeagentenv.Server, fails func(*http.Request) bool, msg string) *httptest.Server {
+	t.Helper()
+	h := srv.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fails(r) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(w, `{"code":500,"message":%q}`, msg)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	return ts
 }
 
 // readinessOf makes the supervisor of the flags args (with the API key key

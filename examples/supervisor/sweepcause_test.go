@@ -3,10 +3,8 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -38,17 +36,9 @@ import (
 func TestSweepTellsWhatThePreservePhaseCouldNotPauseFromWhatRunsAgain(t *testing.T) {
 	srv, ids := agentenvDouble(t, 3, fakeagentenv.Config{PauseBase: 10 * time.Millisecond})
 	failing, resumed := ids[0], ids[1]
-	h := srv.Handler()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/sandboxes/"+failing+"/pause" {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusInternalServerError)
-			fmt.Fprint(w, `{"code":500,"message":"rootfs restack: daemon RPC timed out"}`)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	defer ts.Close()
+	ts := agentenvFailing(t, srv, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && r.URL.Path == "/sandboxes/"+failing+"/pause"
+	}, "rootfs restack: daemon RPC timed out")
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	var log logbuf.Buffer
