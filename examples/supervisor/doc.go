@@ -181,12 +181,12 @@
 // writes the termination message "drainkit: no drain ran" and why, and
 // exits 2 for bad usage, what the command line says (a flag it refuses:
 // unknown, mistyped, out of range; no "--"; a -hook-listen off loopback
-// with no SUPERVISOR_HOOK_SECRET, or on -listen's port; a -report or
-// -termination-log that names a directory; a -grace the plan does not fit
-// in; a file that reads but holds what is refused), 1 for what the machine
-// refused (a child's command not found, a listener held, an -api-key-file,
-// -kubelet-config or -ublk-kernel @FILE it cannot read, a -report,
-// -state-dir or -termination-log directory it cannot write in).
+// with no SUPERVISOR_HOOK_SECRET, or on -listen's port; a directory named
+// where a file is read or written, a file named as -state-dir; a -grace the
+// plan does not fit in; a file that reads but holds what is refused), 1 for
+// what the machine refused (a child's command not found, a listener held,
+// an -api-key-file, -kubelet-config or -ublk-kernel @FILE it cannot read, a
+// -report, -state-dir or -termination-log directory it cannot write in).
 // A -daemon child that exits on its own before its teardown (crashed,
 // killed, forked into the background) is said at ERROR, turns /readyz 503,
 // and is in the Report's note and an exit status of 1 at least; the server

@@ -37,10 +37,12 @@ func main() {
 // usage is what the command line says: a flag it refuses (unknown,
 // mistyped, out of range, one that excludes another, a -server-url port
 // outside 1-65535), no "--" before the server, a -hook-listen off loopback
-// with no SUPERVISOR_HOOK_SECRET or on -listen's port, a -report or
-// -termination-log that names a directory, a -grace the plan does not fit
-// in, a file that reads but holds what is refused (an empty -api-key-file,
-// a -kubelet-config or -ublk-kernel @FILE that does not parse). Not
+// with no SUPERVISOR_HOOK_SECRET or on -listen's port, a path of the wrong
+// kind (a directory named where a file is read or written: a -report, a
+// -termination-log, an -api-key-file, a -kubelet-config, a -ublk-kernel
+// @FILE; a file named as -state-dir), a -grace the plan does not fit in, a
+// file that reads but holds what is refused (an empty -api-key-file, a
+// -kubelet-config or -ublk-kernel @FILE that does not parse). Not
 // starting for another reason is what the machine refused (startStatus): a
 // file it cannot read (an -api-key-file, a -kubelet-config, a -ublk-kernel
 // @FILE) or a directory it cannot write in (-report's, -state-dir,
@@ -85,10 +87,17 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 // operator to different places: 2 to the command line, 1 to the node (a
 // Secret's or a hostPath's mount, a port held); a file the machine did not
 // give read as a flag to fix is a crash loop with nothing to fix where it
-// points (docs/faults.md rows 1170, 1290). A file that reads but holds what
-// is refused carries no error of the kernel's: its content is the
+// points (docs/faults.md rows 1170, 1290). A path that names a file of the
+// wrong kind (EISDIR: a directory where a file is read, the mount of a
+// Secret named in place of its key's file; ENOTDIR: a file where a
+// directory is) is bad usage, as a -report naming a directory is: the fix
+// is the path on the command line (row 1291). A file that reads but holds
+// what is refused carries no error of the kernel's: its content is the
 // operator's to fix, bad usage.
 func startStatus(err error) int {
+	if errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.ENOTDIR) {
+		return 2
+	}
 	if errors.As(err, new(syscall.Errno)) {
 		return 1
 	}

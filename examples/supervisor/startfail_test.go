@@ -40,6 +40,8 @@ func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 	require.NoError(t, err)
 	defer held.Close()
 	missing := filepath.Join(t.TempDir(), "missing")
+	file := filepath.Join(filepath.Dir(missing), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
 	stub := helperCommand("stubserver")
 	for _, tc := range []struct {
 		name   string
@@ -62,6 +64,11 @@ func TestStartThatFailsSaysWhyInTheTerminationMessage(t *testing.T) {
 
 		{"grace", []string{"-grace", "1s", "-daemon", "true"}, stub, 2, []string{"-grace 1s too short"}},
 		{"concurrency", []string{"-concurrency", "-1"}, stub, 2, []string{"-concurrency must be at least 0"}},
+		{"api-key-file a directory", []string{"-api-key-file", filepath.Dir(missing)}, stub, 2,
+			[]string{"-api-key-file: read " + filepath.Dir(missing) + ": is a directory"}},
+		{"kubelet-config a directory", []string{"-pod", "", "-kubelet-config", filepath.Dir(missing)}, stub, 2,
+			[]string{"-kubelet-config: read " + filepath.Dir(missing) + ": is a directory"}},
+		{"state-dir a file", []string{"-state-dir", file}, stub, 2, []string{"-state-dir " + file + ": open " + file + "/", "not a directory"}},
 		// More bad usage, in Main's process: TestRefusedFlagsSayWhyInTheTerminationMessage.
 	} {
 		t.Run(tc.name, func(t *testing.T) {
