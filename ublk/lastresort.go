@@ -422,13 +422,17 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 // asideFate says what becomes of device id's disk, a possible holder of
 // which the last resort set aside, once it has stopped what it may (left:
 // the devices still held): it stops all the same when the last resort
-// stopped it or the daemon is asked to stop (no device is left held), and
-// is not stopped when something else still holds it, when other devices
-// still held keep the daemon from being asked (HeldError) and the last
-// resort did not stop it, or when it is not known to be the daemon's (the
-// control does not stop it: see controlled). Before, every one said "the
-// disk stops all the same", and a disk the control left live, another
-// server's among them, was said to stop.
+// stopped it or the daemon is asked to stop (no device is left held, and
+// a daemon is configured), and is not stopped when something else still
+// holds it, when other devices still held keep the daemon from being
+// asked (HeldError) and the last resort did not stop it, when there is no
+// daemon to ask and the last resort did not stop it (no control device,
+// or its STOP_DEV failed: the fallback alone may stop it then), or when
+// it is not known to be the daemon's (the control does not stop it: see
+// controlled). Before, every one said "the disk stops all the same", and
+// a disk the control left live, another server's among them, was said to
+// stop; so was, until row 1300, one that no daemon and no control device
+// would stop.
 func (r *run) asideFate(id int, left map[int][]Holder) string {
 	d := r.device(id)
 	switch {
@@ -439,10 +443,24 @@ func (r *run) asideFate(id int, left map[int][]Holder) string {
 			"the control does not stop it, its own server alone may"
 	case hasKey(left, id):
 		return ", but the disk is still held by what the last resort does not release: not stopped"
-	case d.live() && !d.stopped && !slices.Contains(d.pending, "STOP_DEV") && left != nil:
+	case !d.live() || d.stopped || slices.Contains(d.pending, "STOP_DEV"):
+	case left != nil:
 		return ", but the disk is not stopped: the devices still held keep the daemon from being asked to stop, and the last resort did not stop it"
+	case r.cfg.daemon == nil && r.ctl == nil:
+		return ", but the disk is not stopped: no daemon is configured to ask to stop, and no control device (" + r.noControl() + ")"
+	case r.cfg.daemon == nil:
+		return ", but the disk is not stopped: no daemon is configured to ask to stop, and the last resort's STOP_DEV failed; the control fallback may send it again at its point"
 	}
 	return ", the disk stops all the same"
+}
+
+// noControl says why the step has no control device: Config.NoControl,
+// or the error opening it.
+func (r *run) noControl() string {
+	if r.ctlErr != nil {
+		return "not opened: " + r.ctlErr.Error()
+	}
+	return "Config.NoControl"
 }
 
 // stepStopUnderHolders names the device step that says why the last

@@ -21,6 +21,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/blockdev"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
 // A ublk server, pid 99 (a per-device server the daemon forked, whose PID
@@ -229,4 +230,55 @@ func TestLastResortSaysADiskSetAsideDoesNotStopWhenTheDaemonIsNotAsked(t *testin
 		assert.Contains(t, said[0], "set aside, but the disk is still held by what the last resort does not release: not stopped")
 		assert.Contains(t, said[1], "set aside, but the disk is not stopped: the devices still held keep the daemon from being asked to stop")
 	})
+}
+
+// sandboxd's 500 ms reserve in a 600 ms window, a vulnerable kernel, no
+// daemon configured (New(nil, …): the step only waits for the disks to
+// go) and no control device (Config.NoControl, or one that cannot be
+// opened); the holders scan takes 1.5 s (250 processes, 6 ms each), and
+// what it did not read is a possible holder of ublkb0, set aside at the
+// last resort. No device is left held, but there is no daemon to ask, and
+// nothing stops ublkb0: it is live at the step's end, not_stopped. The
+// fate of the processes set aside says so, and why. Before, it said "set
+// aside, the disk stops all the same".
+func TestLastResortSaysADiskSetAsideDoesNotStopWithNoDaemonAndNoControl(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cfg func(*Config)
+		why string
+	}{
+		"Config.NoControl": {func(c *Config) { c.NoControl = true }, "no control device (Config.NoControl)"},
+		"the control device not opened": {func(c *Config) {
+			c.hooks.OpenControl = func(context.Context) (ublkctl.Controller, error) { return nil, os.ErrPermission }
+		}, "no control device (not opened: permission denied)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, 0)
+				cfg := f.config(vulnerable, nil, Config{Reserve: 500 * time.Millisecond})
+				tc.cfg(&cfg)
+				cfg.hooks.BeforeProcess = slowProcfs(t, f, 250, 6*time.Millisecond)
+				td, err := New(nil, cfg)
+				require.NoError(t, err)
+
+				rep, _, err := runFor(t, td, 600*time.Millisecond)
+				t.Log(rep.String())
+				var left *IncompleteError
+				require.ErrorAs(t, err, &left)
+				require.True(t, f.tree.HasDisk(0), "nothing stops ublkb0")
+				assert.Equal(t, VerdictNotStopped, rep.Device(0).Verdict)
+				require.NotNil(t, rep.LastResort)
+				var said []string
+				for _, h := range rep.LastResort.Holders {
+					if h.Holder.Kind == blockdev.Possible {
+						said = append(said, h.Reason)
+					}
+				}
+				require.NotEmpty(t, said, "the processes not read, set aside")
+				for _, reason := range said {
+					assert.NotContains(t, reason, "stops all the same")
+					assert.Contains(t, reason, "set aside, but the disk is not stopped: no daemon is configured to ask to stop, and "+tc.why)
+				}
+			})
+		})
+	}
 }
