@@ -36,6 +36,11 @@ type run struct {
 	// run: the latest layout (planned, laid out again by tighten), the
 	// stage the run is in, the contexts bounded by a stage's end, and the
 	// moves the run has not yet adopted. moved wakes a sleep.
+	//
+	// stage is written by the run's goroutine alone (enter), under mu,
+	// which tighten holds to read it; the run's goroutine reads it
+	// without mu (stageEnd), since no other goroutine writes it. The
+	// other fields mu guards are written by both and always under it.
 	mu      sync.Mutex
 	planned stages
 	stage   int
@@ -584,6 +589,8 @@ func (r *run) procfsPass(end func(*stages) time.Time) (context.Context, context.
 // then, which has no work to keep time for. Ended at the kill point, a
 // pass there ended before it began, and a device the daemon added then
 // was never told its own: the control never sent it STOP_DEV (row 1260).
+// It runs on the run's goroutine, the one writer of r.stage, so it reads
+// r.stage without mu (see run).
 func (r *run) stageEnd(limit time.Time) func(*stages) time.Time {
 	var end func(*stages) time.Time
 	switch {
