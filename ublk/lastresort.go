@@ -371,6 +371,7 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 		return left, "held devices left live: " + why
 	}
 	var kept []string
+	sent := 0 // STOP_DEVs sent and not seen complete
 	heldLive, untold := r.controlled(func(d *devState) bool { return hasKey(left, d.cur.ID) && d.live() })
 	for _, d := range untold {
 		kept = append(kept, d.cur.DiskName()+" (not known to be the daemon's: "+d.untold+")")
@@ -403,13 +404,23 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 			kept = append(kept, d.cur.DiskName()+" (STOP_DEV failed)")
 			continue // the daemon keeps serving it
 		}
+		if !d.stopped {
+			sent++
+		}
 		if r.stoppedHeld == nil {
 			r.stoppedHeld = map[int][]Holder{}
 		}
 		r.stoppedHeld[d.cur.ID] = hs
 		delete(left, d.cur.ID)
 	}
-	result := fmt.Sprintf("%d held device(s) stopped under their holders (%s)", len(r.stoppedHeld), why)
+	result := fmt.Sprintf("%d held device(s) stopped under their holders", len(r.stoppedHeld)-sent)
+	if sent > 0 {
+		// Sent, its completion not seen: the disk is gone from sysfs (its
+		// holders lost it), but the device stops only once the daemon has
+		// answered its I/O in flight, which a hung one never does.
+		result += fmt.Sprintf(", STOP_DEV sent and not complete for %d", sent)
+	}
+	result += " (" + why + ")"
 	if len(kept) > 0 {
 		result += "; left live: " + strings.Join(kept, ", ")
 	}
@@ -429,10 +440,13 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 // daemon to ask and the last resort did not stop it (no control device,
 // or its STOP_DEV failed: the fallback alone may stop it then), or when
 // it is not known to be the daemon's (the control does not stop it: see
-// controlled). Before, every one said "the disk stops all the same", and
-// a disk the control left live, another server's among them, was said to
-// stop; so was, until row 1300, one that no daemon and no control device
-// would stop.
+// controlled). A STOP_DEV the last resort sent and did not see complete
+// is said to be sent: the disk stops only once the daemon answers its
+// I/O in flight, which a hung daemon never does. Before, every one said
+// "the disk stops all the same", and a disk the control left live,
+// another server's among them, was said to stop; so were, until rows
+// 1300-1301, one that no daemon and no control device would stop, and
+// one whose STOP_DEV a hung daemon kept from completing.
 func (r *run) asideFate(id int, left map[int][]Holder) string {
 	d := r.device(id)
 	switch {
@@ -443,7 +457,9 @@ func (r *run) asideFate(id int, left map[int][]Holder) string {
 			"the control does not stop it, its own server alone may"
 	case hasKey(left, id):
 		return ", but the disk is still held by what the last resort does not release: not stopped"
-	case !d.live() || d.stopped || slices.Contains(d.pending, "STOP_DEV"):
+	case !d.live() || d.stopped:
+	case slices.Contains(d.pending, "STOP_DEV"):
+		return "; its STOP_DEV sent, not seen complete in the last resort's part: the kernel runs it on, and the disk stops only once the daemon has answered its I/O in flight"
 	case left != nil:
 		return ", but the disk is not stopped: the devices still held keep the daemon from being asked to stop, and the last resort did not stop it"
 	case r.cfg.daemon == nil && r.ctl == nil:

@@ -282,3 +282,56 @@ func TestLastResortSaysADiskSetAsideDoesNotStopWithNoDaemonAndNoControl(t *testi
 		})
 	}
 }
+
+// sandboxd's 500 ms reserve in a 600 ms window, a vulnerable kernel, a
+// daemon that dies with the pod (doomed) and hangs with the disks' I/O:
+// it takes the stop request and does nothing, and no STOP_DEV completes
+// (the control's drain blocks). ublkb0 is held by dm-0, and the holders
+// scan takes 1.5 s (250 processes, 6 ms each): what it did not read is a
+// possible holder of both disks, set aside at the last resort. The last
+// resort sends STOP_DEV to ublkb1 (free) and, under dm-0, to ublkb0;
+// neither completes in its part, and both disks are left live. Its line
+// the fates of what it set aside and the Report's line of ublkb0 say the
+// STOP_DEVs were sent, not that the disks stopped. Before, the line said
+// "1 held device(s) stopped under their holders", both fates "set aside,
+// the disk stops all the same" and ublkb0's line "stopped under its
+// holders by the last resort", beside both devices left_live.
+func TestLastResortSaysAStopDevNotCompleteIsSentNotStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0, 1)
+		f.hold(t, 0, "dm-0")
+		d := newMemDaemon(f.tree, 0, 1)
+		d.hung = true
+		defer d.close()
+		ctl := &memControl{tree: f.tree, d: d, drainBlocks: true}
+		cfg := f.config(vulnerable, ctl, Config{Reserve: 500 * time.Millisecond})
+		cfg.hooks.BeforeProcess = slowProcfs(t, f, 250, 6*time.Millisecond)
+		td, err := New(d, cfg)
+		require.NoError(t, err)
+		doomedDaemon(td)
+
+		rep, _, err := runFor(t, td, 600*time.Millisecond)
+		t.Log(rep.String())
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.Equal(t, VerdictLeftLive, rep.Device(0).Verdict)
+		assert.Equal(t, VerdictLeftLive, rep.Device(1).Verdict)
+		assert.Contains(t, rep.String(), "ublkb0: live -> dead, STOP_DEV pending; in flight 4 -> 4; 3 holders: left_live, "+
+			"STOP_DEV sent under its holders by the last resort, not seen complete\n")
+		line := rep.Step("last resort").Result
+		assert.NotContains(t, line, "1 held device(s) stopped")
+		assert.Contains(t, line, "0 held device(s) stopped under their holders, STOP_DEV sent and not complete for 1")
+		assert.Contains(t, line, "sent and not complete for 1, failed for 0", "ublkb1's, free")
+		said := map[int]string{}
+		for _, h := range rep.LastResort.Holders {
+			if h.Holder.Kind == blockdev.Possible {
+				said[h.Device] = h.Reason
+			}
+		}
+		require.Len(t, said, 2, "the processes not read, set aside from each disk")
+		for id, reason := range said {
+			assert.NotContains(t, reason, "stops all the same", "ublkb%d is left live", id)
+			assert.Contains(t, reason, "set aside; its STOP_DEV sent, not seen complete in the last resort's part", "ublkb%d", id)
+		}
+	})
+}

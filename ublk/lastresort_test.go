@@ -288,3 +288,43 @@ func TestLastResortLeavesAHeldDeviceLiveWhenItOutlivesItsDaemon(t *testing.T) {
 		})
 	}
 }
+
+// stopFails is a control device whose STOP_DEV of device id fails.
+type stopFails struct {
+	*memControl
+	id int
+}
+
+func (c stopFails) StopDev(ctx context.Context, id int) error {
+	if id == c.id {
+		return errors.New("STOP_DEV: device or resource busy")
+	}
+	return c.memControl.StopDev(ctx, id)
+}
+
+// As in TestLastResortStopsADeviceHeldByKernelStateWhoseDaemonDiesWithThePod,
+// ublkb0 is held by dm-0 and its daemon dies with the pod, but its
+// STOP_DEV under dm-0 fails: ublkb0 stays held and live (*HeldError), and
+// the Report's line of it says the STOP_DEV failed. Before, it said
+// "stopped under its holders by the last resort", beside held.
+func TestReportSaysAStopDevUnderHoldersThatFailedDidNotStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, d, _, td := lastResortRig(t, vulnerable, Config{})
+		doomedDaemon(td)
+		f.hold(t, 0, "dm-0")
+		open := td.cfg.openControl
+		td.cfg.openControl = func(ctx context.Context) (ublkctl.Controller, error) {
+			c, err := open(ctx)
+			return stopFails{c.(*memControl), 0}, err
+		}
+		rep, _, err := runFor(t, td, 60*time.Second)
+		t.Log(rep.String())
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Equal(t, []string{"STOP_DEV 1"}, d.Events(), "ublkb0's STOP_DEV failed: the daemon not asked")
+		assert.Equal(t, VerdictHeld, rep.Device(0).Verdict)
+		assert.Contains(t, rep.String(), "ublkb0: live -> live; in flight 4 -> 4; 1 holders: held, STOP_DEV under its holders by the last resort failed\n")
+		assert.Contains(t, rep.Step("last resort").Result, "0 held device(s) stopped under their holders")
+		assert.Contains(t, rep.Step("last resort").Result, "left live: ublkb0 (STOP_DEV failed)")
+	})
+}

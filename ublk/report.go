@@ -208,12 +208,8 @@ func (r *Report) String() string {
 		if len(d.Pending) > 0 {
 			final += ", " + strings.Join(d.Pending, ", ") + " pending"
 		}
-		under := ""
-		if slices.ContainsFunc(d.Steps, func(s StepResult) bool { return s.Name == stepStopUnderHolders }) {
-			under = ", stopped under its holders by the last resort"
-		}
 		fmt.Fprintf(&b, "  ublkb%d: %s -> %s; in flight %d -> %d; %d holders: %s%s\n", d.ID,
-			d.Initial.State(), final, d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict, under)
+			d.Initial.State(), final, d.InflightBefore.Total(), d.InflightAfter.Total(), len(d.Holders), d.Verdict, underHolders(d))
 	}
 	if lr := r.LastResort; lr != nil {
 		dying := ""
@@ -262,4 +258,23 @@ func severity(v Verdict) int {
 		return 8
 	}
 	return 9
+}
+
+// underHolders says what became of the STOP_DEV the last resort sent
+// device d under its holders ("" when it sent none): stopped, sent and
+// not seen complete (pending: the device stops only once the daemon
+// answers its I/O in flight, which a hung one never does), or failed.
+// Before, each was "stopped under its holders", beside a left_live
+// verdict (row 1301).
+func underHolders(d DeviceReport) string {
+	i := slices.IndexFunc(d.Steps, func(s StepResult) bool { return s.Name == stepStopUnderHolders })
+	switch {
+	case i < 0:
+		return ""
+	case slices.Contains(d.Pending, "STOP_DEV"):
+		return ", STOP_DEV sent under its holders by the last resort, not seen complete"
+	case i+1 < len(d.Steps) && d.Steps[i+1].Name == "STOP_DEV" && d.Steps[i+1].Err != "":
+		return ", STOP_DEV under its holders by the last resort failed"
+	}
+	return ", stopped under its holders by the last resort"
 }
