@@ -465,7 +465,7 @@ func (r *run) asideFate(id int, left map[int][]Holder) string {
 	case r.cfg.daemon == nil && r.ctl == nil:
 		return ", but the disk is not stopped: no daemon is configured to ask to stop, and no control device (" + r.noControl() + ")"
 	case r.cfg.daemon == nil:
-		return ", but the disk is not stopped: no daemon is configured to ask to stop, and the last resort's STOP_DEV failed; the control fallback may send it again at its point"
+		return ", but the last resort did not stop the disk: no daemon is configured to ask to stop, and its STOP_DEV failed; the control fallback alone may stop it, at its point"
 	}
 	return ", the disk stops all the same"
 }
