@@ -85,14 +85,39 @@ func heldText(held map[int][]Holder) string {
 // while the daemon served them, their I/O in flight completed and the
 // daemon exited with no live device. The holders saw their disk go: a
 // fault to look into, not a crash. Find it with errors.As.
+//
+// Holders has every device the last resort sent STOP_DEV under its
+// holders, their disks gone from sysfs as the command began; one whose
+// STOP_DEV was not seen complete when the step ended (a hung daemon does
+// not answer its I/O in flight) is named as sent, not stopped: it may be
+// live still, as its Report entry says.
 type StoppedHeldError struct {
 	Holders map[int][]Holder // by device ID
+
+	notComplete []int // of Holders' devices, those whose STOP_DEV was not seen complete
 }
 
-// Error names every device stopped and what held it.
+// Error names every device stopped and what held it, and apart those
+// whose STOP_DEV was sent and not seen complete.
 func (e *StoppedHeldError) Error() string {
-	return "ublk: devices still held stopped before the pod's SIGKILL, which would have stopped them with their daemon " +
-		"(no UBLK_F_USER_RECOVERY): " + heldText(e.Holders)
+	stopped, sent := map[int][]Holder{}, map[int][]Holder{}
+	for id, hs := range e.Holders {
+		if slices.Contains(e.notComplete, id) {
+			sent[id] = hs
+		} else {
+			stopped[id] = hs
+		}
+	}
+	var parts []string
+	if len(stopped) > 0 {
+		parts = append(parts, "devices still held stopped before the pod's SIGKILL, which would have stopped them with their daemon "+
+			"(no UBLK_F_USER_RECOVERY): "+heldText(stopped))
+	}
+	if len(sent) > 0 {
+		parts = append(parts, "STOP_DEV sent to devices still held before the pod's SIGKILL (no UBLK_F_USER_RECOVERY), not seen complete "+
+			"when the step ended (the daemon had not answered their I/O in flight: they may be live): "+heldText(sent))
+	}
+	return "ublk: " + strings.Join(parts, "; ")
 }
 
 // IncompleteError is Run's error when devices are left for another reason:

@@ -306,11 +306,13 @@ func TestLastResortSaysADiskSetAsideDoesNotStopWithNoDaemonAndNoControl(t *testi
 // possible holder of both disks, set aside at the last resort. The last
 // resort sends STOP_DEV to ublkb1 (free) and, under dm-0, to ublkb0;
 // neither completes in its part, and both disks are left live. Its line
-// the fates of what it set aside and the Report's line of ublkb0 say the
-// STOP_DEVs were sent, not that the disks stopped. Before, the line said
+// the fates of what it set aside, the Report's line of ublkb0 and the
+// *StoppedHeldError say the STOP_DEVs were sent, not that the disks
+// stopped. Before, the line said
 // "1 held device(s) stopped under their holders", both fates "set aside,
-// the disk stops all the same" and ublkb0's line "stopped under its
-// holders by the last resort", beside both devices left_live.
+// the disk stops all the same", ublkb0's line "stopped under its holders
+// by the last resort" and the error "devices still held stopped before
+// the pod's SIGKILL", beside both devices left_live.
 func TestLastResortSaysAStopDevNotCompleteIsSentNotStopped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0, 1)
@@ -329,6 +331,11 @@ func TestLastResortSaysAStopDevNotCompleteIsSentNotStopped(t *testing.T) {
 		t.Log(rep.String())
 		var unsafe *UnsafeError
 		require.ErrorAs(t, err, &unsafe)
+		var under *StoppedHeldError
+		require.ErrorAs(t, err, &under)
+		assert.NotContains(t, under.Error(), "stopped before the pod's SIGKILL")
+		assert.Contains(t, under.Error(), "STOP_DEV sent to devices still held before the pod's SIGKILL (no UBLK_F_USER_RECOVERY), "+
+			"not seen complete when the step ended (the daemon had not answered their I/O in flight: they may be live): ublkb0 held by stacked dm-0")
 		assert.Equal(t, VerdictLeftLive, rep.Device(0).Verdict)
 		assert.Equal(t, VerdictLeftLive, rep.Device(1).Verdict)
 		assert.Contains(t, rep.String(), "ublkb0: live -> dead, STOP_DEV pending; in flight 4 -> 4; 3 holders: left_live, "+

@@ -412,12 +412,18 @@ func (r *run) do() error {
 
 // withStoppedHeld adds to err, when the last resort stopped devices under
 // holders, the *StoppedHeldError that says so: their holders lost the
-// disk, a fault even when every device went.
+// disk, a fault even when every device went. One whose STOP_DEV is still
+// not seen complete is named as sent, not stopped (row 1303).
 func (r *run) withStoppedHeld(err error) error {
 	if r.stoppedHeld == nil {
 		return err
 	}
 	stopped := &StoppedHeldError{Holders: r.stoppedHeld}
+	for _, d := range r.dev {
+		if hasKey(r.stoppedHeld, d.cur.ID) && slices.Contains(d.pendingNow(), "STOP_DEV") {
+			stopped.notComplete = append(stopped.notComplete, d.cur.ID)
+		}
+	}
 	if err == nil {
 		return stopped
 	}
