@@ -216,13 +216,7 @@ func TestLastResortSaysADiskSetAsideDoesNotStopWhenTheDaemonIsNotAsked(t *testin
 		require.ErrorAs(t, err, &held)
 		assert.Empty(t, d.Events(), "the daemon not asked")
 		require.True(t, f.tree.HasDisk(0) && f.tree.HasDisk(1), "neither disk stopped")
-		require.NotNil(t, rep.LastResort)
-		said := map[int]string{}
-		for _, h := range rep.LastResort.Holders {
-			if h.Holder.Kind == blockdev.Possible {
-				said[h.Device] = h.Reason
-			}
-		}
+		said := setAside(t, rep)
 		require.Len(t, said, 2, "the processes not read, set aside from each disk")
 		for id, reason := range said {
 			assert.NotContains(t, reason, "stops all the same", "ublkb%d does not stop", id)
@@ -274,13 +268,7 @@ func TestLastResortSaysADiskSetAsideDoesNotStopWithNoDaemonAndNoControl(t *testi
 					require.True(t, f.tree.HasDisk(0), "nothing stops ublkb0")
 					assert.Equal(t, VerdictNotStopped, rep.Device(0).Verdict)
 				}
-				require.NotNil(t, rep.LastResort)
-				var said []string
-				for _, h := range rep.LastResort.Holders {
-					if h.Holder.Kind == blockdev.Possible {
-						said = append(said, h.Reason)
-					}
-				}
+				said := setAside(t, rep)
 				require.NotEmpty(t, said, "the processes not read, set aside")
 				for _, reason := range said {
 					assert.NotContains(t, reason, "stops all the same")
@@ -344,16 +332,25 @@ func TestLastResortSaysAStopDevNotCompleteIsSentNotStopped(t *testing.T) {
 		assert.NotContains(t, line, "1 held device(s) stopped")
 		assert.Contains(t, line, "0 held device(s) stopped under their holders, STOP_DEV sent and not complete for 1")
 		assert.Contains(t, line, "sent and not complete for 1, failed for 0", "ublkb1's, free")
-		said := map[int]string{}
-		for _, h := range rep.LastResort.Holders {
-			if h.Holder.Kind == blockdev.Possible {
-				said[h.Device] = h.Reason
-			}
-		}
+		said := setAside(t, rep)
 		require.Len(t, said, 2, "the processes not read, set aside from each disk")
 		for id, reason := range said {
 			assert.NotContains(t, reason, "stops all the same", "ublkb%d is left live", id)
 			assert.Contains(t, reason, "set aside; its STOP_DEV sent, not seen complete in the last resort's part", "ublkb%d", id)
 		}
 	})
+}
+
+// setAside returns the last resort's fates of the possible holders it set
+// aside (the processes a cut scan did not read), by device ID.
+func setAside(t *testing.T, rep *Report) map[int]string {
+	t.Helper()
+	require.NotNil(t, rep.LastResort, "the last resort ran")
+	said := map[int]string{}
+	for _, h := range rep.LastResort.Holders {
+		if h.Holder.Kind == blockdev.Possible {
+			said[h.Device] = h.Reason
+		}
+	}
+	return said
 }
