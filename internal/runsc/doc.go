@@ -22,7 +22,9 @@
 //
 // Guarantees: every method runs one runsc process bound to its context; when the context
 // ends the process is killed and the method returns within [Runtime.WaitDelay] (one second
-// by default) even if a child still holds its output. Every Runtime has its own --root
+// by default) even if a child still holds its output. Each runsc runs in a process group
+// of its own, so a terminal's Ctrl-C reaches the program that runs it, not runsc halfway
+// through a restore. Every Runtime has its own --root
 // state directory, so Runtimes in parallel tests never see each other's sandboxes.
 //
 // Flags that work on the Debian bookworm package (runsc 0.0~20221219) as root on a

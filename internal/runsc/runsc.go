@@ -300,6 +300,11 @@ func (r *Runtime) command(ctx context.Context, id string, args ...string) (*exec
 		bin = "runsc"
 	}
 	cmd := exec.CommandContext(ctx, bin, append(r.GlobalFlags(), args...)...)
+	// A process group of its own: a terminal's Ctrl-C (SIGINT to the foreground group)
+	// reaches the caller, which stops what it runs itself (ctx), and never runsc, which
+	// it killed halfway: a restore in flight ended with no container and its RPC failed,
+	// a run with no sandbox (row 1310). The caller's own SIGKILL never reached runsc.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = r.WaitDelay
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = time.Second

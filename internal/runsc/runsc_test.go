@@ -24,6 +24,9 @@ import (
 const fakeEnv = "DRAINKIT_FAKE_RUNSC"
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(terminalEnv); dir != "" {
+		os.Exit(terminalMain(dir))
+	}
 	if mode := os.Getenv(fakeEnv); mode != "" {
 		os.Exit(fakeRunsc(mode, os.Args[1:]))
 	}
@@ -50,7 +53,7 @@ func TestMain(m *testing.M) {
 // sandbox process is gone; "refused" is runsc whose kill refuses to signal a sandbox whose
 // process is gone, and "unknown" runsc whose kill does not know the container;
 // "ctlgone:PID" is runsc whose checkpoint found the sandbox running, then could not reach
-// its control server, at PID.
+// its control server, at PID; "gate:DIR" is runsc that runs until it is let go (fakeGate).
 func fakeRunsc(mode string, args []string) int {
 	var sub, id string
 	if len(args) > 0 {
@@ -67,6 +70,9 @@ func fakeRunsc(mode string, args []string) int {
 		// its connection to the control server, a moment later, was refused.
 		fmt.Fprintf(os.Stderr, "checkpoint failed: connecting to control server at PID %s: connection refused\n", pid)
 		return 128
+	}
+	if dir, ok := strings.CutPrefix(mode, "gate:"); ok {
+		return fakeGate(dir)
 	}
 	if pid, ok := strings.CutPrefix(mode, "exited:"); ok {
 		return fakeExited(pid, sub, id)
