@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"syscall"
 
 	"github.com/drainkit/drainkit/internal/pid1"
 	"github.com/drainkit/drainkit/internal/termmsg"
@@ -20,7 +21,8 @@ func main() {
 }
 
 // Main runs the worker and returns its exit status: 0 after a clean shutdown, 1 when the
-// shutdown lost sandboxes, the worker could not start, its serving stopped on its own (it
+// shutdown lost sandboxes, the worker could not start (a -termination-log it cannot
+// write in included), its serving stopped on its own (it
 // then drained at once: serve) or the Report could not be written, 2 for bad usage (a
 // -grace too short for the plan included). After a drain its last line, "gvisor-worker
 // exiting", counts the sandboxes preserved and lost, at ERROR with every reason for a 1.
@@ -40,6 +42,18 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		// The flags after an unknown one are not parsed: the path is then the
 		// environment's or the default.
 		startFailed(cfg, err, stderr, logger)
+		return 2
+	}
+	// A -termination-log (or $DRAINKIT_TERMINATION_LOG) that cannot be written was found
+	// at exit, after the whole drain: the summary lost with a WARN line, the exit status 0
+	// (docs/faults.md rows 1240, 1321). A path naming a directory is bad usage (2); one
+	// the machine refuses (its directory missing or read-only) exits 1, as a newWorker
+	// that fails.
+	if err := termmsg.Check(cfg.TerminationLog); err != nil {
+		startFailed(cfg, err, stderr, logger)
+		if errors.As(err, new(syscall.Errno)) {
+			return 1
+		}
 		return 2
 	}
 	cfg.exits = true // SIGTERM caught until the exit
