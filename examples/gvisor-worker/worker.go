@@ -33,6 +33,7 @@ import (
 	"github.com/drainkit/drainkit/internal/kubeletconf"
 	"github.com/drainkit/drainkit/internal/lastreport"
 	"github.com/drainkit/drainkit/internal/learned"
+	"github.com/drainkit/drainkit/internal/listenaddr"
 	"github.com/drainkit/drainkit/internal/startsig"
 	"github.com/drainkit/drainkit/internal/statedir"
 	"github.com/drainkit/drainkit/internal/termmsg"
@@ -124,6 +125,14 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 		return c, fmt.Errorf("-runtime %q: want runsc or fake", c.Runtime)
 	case c.PauseLatency <= 0:
 		return c, fmt.Errorf("-pause-latency %v is not positive", c.PauseLatency)
+	}
+	if c.Listen != "" {
+		// A port no listener can have (":99999") failed at net.Listen, once the state
+		// directory was locked and the runtime started, exit 1 as if the machine refused
+		// it (docs/faults.md row 1322, as row 1241 for the other programs).
+		if err := listenaddr.Check(c.Listen); err != nil {
+			return c, fmt.Errorf("-listen %s %w", c.Listen, err)
+		}
 	}
 	return c, nil
 }

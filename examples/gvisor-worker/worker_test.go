@@ -391,3 +391,19 @@ func TestAQuietConnectionAtShutdownIsNoFault(t *testing.T) {
 	require.NotNil(t, step)
 	assert.NoError(t, rep.Err(), "%+v", *step)
 }
+
+// Fault (row 1322, as row 1241 for sandboxd, the supervisor and drainhook): a -listen
+// whose port no listener can have (a typo's extra digit) passed the flags and failed at
+// net.Listen, after the worker had locked its state directory and started its runtime:
+// exit 1, the status of what the machine refused, with "address 99999: invalid port".
+// It is now refused with the flags, naming the flag and the value: bad usage, 2.
+func TestListenPortOutOfRangeIsRefusedWithTheFlags(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:99999", ":-1"} {
+		t.Run(addr, func(t *testing.T) {
+			var stderr logbuf.Buffer
+			code := Main(t.Context(), []string{"-state-dir", t.TempDir(), "-runtime", "fake", "-listen", addr}, &stderr)
+			assert.Equal(t, 2, code, "%s", &stderr)
+			assert.Contains(t, stderr.String(), "-listen "+addr+" ")
+		})
+	}
+}
