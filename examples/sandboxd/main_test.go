@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -136,31 +135,10 @@ func reportOnAFullFileSystem(t *testing.T, n int) {
 	}
 	lastreporttest.FillUp(t, filepath.Join(state, "filler"))
 
-	require.NoError(t, p.Signal(syscall.SIGTERM))
-	select {
-	case <-p.Exited():
-	case <-time.After(30 * time.Second):
-		t.Fatalf("sandboxd did not exit: %s", stderr)
-	}
-	data, err := os.ReadFile(msg)
-	require.NoError(t, err)
+	lastreporttest.DrainOnAFullFileSystem(t, p, stderr, report, msg, earlier, n)
 	if n == 0 {
-		require.NoError(t, p.Err(), "%s", stderr)
-		var rep struct{ Start time.Time }
-		written, err := os.ReadFile(report)
-		require.NoError(t, err, "this drain's Report, where the earlier one was (row 1115)")
-		require.NoError(t, json.Unmarshal(written, &rep))
-		assert.NotEqual(t, earlier, rep.Start.Format(time.RFC3339), "this drain's, not the earlier one")
-		assert.Contains(t, string(data), "full report: "+report)
-		assert.Contains(t, stderr.String(), "the Report written in the space of an earlier shutdown's")
 		return
 	}
-	var exit *exec.ExitError
-	require.ErrorAs(t, p.Err(), &exit, "%s", stderr)
-	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
-	assert.NoFileExists(t, report, "an earlier shutdown's Report, taken for this one's")
-	assert.Contains(t, string(data), "the full report could not be written: ")
-	assert.Contains(t, string(data), "no space left on device")
 	assert.Contains(t, stderr.String(), "sandboxd: writing the report: ")
 	assert.Contains(t, stderr.String(), fmt.Sprintf(`level=ERROR msg="sandboxd exiting" preserved=0 lost=%d`, n), "row 1114")
 	assert.Contains(t, stderr.String(), `err="writing the report: `, "row 1114")

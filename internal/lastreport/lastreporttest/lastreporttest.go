@@ -5,10 +5,17 @@
 package lastreporttest
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Tmpfs mounts a tmpfs of size (a tmpfs size= option: "256k") on a new temporary
@@ -42,4 +49,48 @@ func FillUp(t testing.TB, path string) {
 			return
 		}
 	}
+}
+
+// A Server is a server process under test (a kubeletsim.Child).
+type Server interface {
+	Signal(os.Signal) error
+	Exited() <-chan struct{}
+	Err() error
+}
+
+// DrainOnAFullFileSystem sends s SIGTERM, as the kubelet does, waits for its exit and
+// checks what a server that writes its Report with internal/lastreport promises when the
+// Report's file system is full (docs/faults.md rows 1115, 1119): with no sandbox lost,
+// this drain's Report is written where the earlier one (its Start at earlier) was and the
+// server exits 0; with lost sandboxes, this larger Report does not fit, no Report is
+// there for this one's to be taken, the termination message msg says why, exit 1. It
+// returns the termination message, for what each server says beside.
+func DrainOnAFullFileSystem(t testing.TB, s Server, stderr fmt.Stringer, report, msg, earlier string, lost int) string {
+	t.Helper()
+	require.NoError(t, s.Signal(syscall.SIGTERM))
+	select {
+	case <-s.Exited():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the server did not exit: %s", stderr)
+	}
+	data, err := os.ReadFile(msg)
+	require.NoError(t, err)
+	if lost == 0 {
+		require.NoError(t, s.Err(), "%s", stderr)
+		var rep struct{ Start time.Time }
+		written, err := os.ReadFile(report)
+		require.NoError(t, err, "this drain's Report, where the earlier one was")
+		require.NoError(t, json.Unmarshal(written, &rep))
+		assert.NotEqual(t, earlier, rep.Start.Format(time.RFC3339), "this drain's, not the earlier one")
+		assert.Contains(t, string(data), "full report: "+report)
+		assert.Contains(t, stderr.String(), "the Report written in the space of an earlier shutdown's")
+		return string(data)
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, s.Err(), &exit, "%s", stderr)
+	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
+	assert.NoFileExists(t, report, "an earlier shutdown's Report, taken for this one's")
+	assert.Contains(t, string(data), "the full report could not be written: ")
+	assert.Contains(t, string(data), "no space left on device")
+	return string(data)
 }
