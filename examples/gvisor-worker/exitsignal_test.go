@@ -5,10 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -41,15 +39,7 @@ func TestSIGTERMAfterAFailedStartDoesNotCutTheWorkersTerminationMessage(t *testi
 	msg := filepath.Join(dir, "termination-log")
 	require.NoError(t, syscall.Mkfifo(msg, 0o600))
 	p, stderr := startWorkerMain(t, "-state-dir", dir, "-listen", busy.Addr().String(), "-termination-log", msg)
-	const failed = "gvisor-worker: -listen: " // said before the message is written
-	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), failed) }, 30*time.Second, 10*time.Millisecond,
-		"the worker did not fail at -listen: %s", stderr)
-
-	data := startsigtest.SIGTERMAtFIFO(t, p.Cmd.Process, msg, p.Exited(), stderr)
-	var exit *exec.ExitError
-	require.ErrorAs(t, p.Err(), &exit)
-	require.False(t, exit.Sys().(syscall.WaitStatus).Signaled(), "the worker ended by the SIGTERM: no message\n%s", stderr)
-	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
+	data := startsigtest.SIGTERMAfterAFailedStart(t, p, msg, "gvisor-worker: -listen: ", stderr) // said before the message is written
 	assert.Contains(t, string(data), "gvisor-worker: could not start: -listen: ", "the termination message")
 }
 

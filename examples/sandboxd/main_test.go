@@ -63,15 +63,7 @@ func TestSIGTERMAfterAFailedStartDoesNotCutTheTerminationMessage(t *testing.T) {
 	require.NoError(t, syscall.Mkfifo(msg, 0o600))
 	p, stderr := startSandboxd(t, "-listen", busy.Addr().String(), "-hook-listen", hook, "-state-dir", t.TempDir(),
 		"-termination-log", msg)
-	const failed = "sandboxd: -listen: " // said before the message is written
-	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), failed) }, 30*time.Second, 10*time.Millisecond,
-		"sandboxd did not fail at -listen: %s", stderr)
-
-	data := startsigtest.SIGTERMAtFIFO(t, p.Cmd.Process, msg, p.Exited(), stderr)
-	var exit *exec.ExitError
-	require.ErrorAs(t, p.Err(), &exit)
-	require.False(t, exit.Sys().(syscall.WaitStatus).Signaled(), "sandboxd ended by the SIGTERM: no message\n%s", stderr)
-	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
+	data := startsigtest.SIGTERMAfterAFailedStart(t, p, msg, "sandboxd: -listen: ", stderr) // said before the message is written
 	assert.Contains(t, string(data), "sandboxd: could not start: -listen: ", "the termination message")
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 )
 
@@ -91,6 +93,23 @@ func SIGTERMAtFIFO(t *testing.T, proc *os.Process, fifo string, exited <-chan st
 	}
 	data, err := io.ReadAll(r)
 	require.NoError(t, err)
+	return data
+}
+
+// SIGTERMAfterAFailedStart waits until stderr has the line failed (a start that failed,
+// said before the server writes its termination message to fifo, a FIFO nobody reads
+// yet), sends p SIGTERM there (SIGTERMAtFIFO), and checks that the signal did not end p
+// and that p exited 1, the status of a start the machine refused (docs/faults.md rows
+// 1112, 1116). It returns the termination message p wrote.
+func SIGTERMAfterAFailedStart(t *testing.T, p *kubeletsim.Child, fifo, failed string, stderr fmt.Stringer) []byte {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), failed) }, 30*time.Second, 10*time.Millisecond,
+		"the start did not fail with %q: %s", failed, stderr)
+	data := SIGTERMAtFIFO(t, p.Cmd.Process, fifo, p.Exited(), stderr)
+	var exit *exec.ExitError
+	require.ErrorAs(t, p.Err(), &exit)
+	require.False(t, exit.Sys().(syscall.WaitStatus).Signaled(), "ended by the SIGTERM: no message\n%s", stderr)
+	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
 	return data
 }
 
