@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -183,9 +182,6 @@ func newSupervisor(cfg config, stderr io.Writer) (*supervisor, error) {
 		}
 		return fmt.Errorf("-server-url, the API flags (-api, -list-path, ...) or the API key (%s): %w", cfg.api.KeySource(), err)
 	}
-	if err := checkPort(cfg.serverURL); err != nil {
-		return nil, err
-	}
 	if s.src, err = httpsource.New(cfg.serverURL, api); err != nil { // reads -api-key-file: parseArgs leaves it to httpsource
 		return nil, badAPI(err)
 	}
@@ -270,23 +266,6 @@ var apiFlagNames = strings.NewReplacer(
 	"httpsource: Config.APIKeyFile", "-api-key-file",
 	"httpsource: Config.APIKey", "$"+EnvAPIKey,
 )
-
-// checkPort refuses a server URL whose port no connection can have: a
-// URL's syntax takes any digits there, and httpsource.New takes the URL, so
-// a typo's extra digit ("http://127.0.0.1:80000") or 0 would pass the start
-// and fail every listing: never ready, every sandbox of a drain unknown
-// (docs/faults.md row 1185). A URL that does not parse is httpsource.New's
-// to refuse.
-func checkPort(serverURL string) error {
-	u, err := url.Parse(serverURL)
-	if err != nil || u.Port() == "" {
-		return nil
-	}
-	if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("-server-url %s: its port must be 1 to 65535, got %s", serverURL, u.Port())
-	}
-	return nil
-}
 
 // renamed is err said in other words, msg (apiFlagNames', or the flag
 // package's text of a -ublk-kernel value refused): its chain is err's, so

@@ -524,6 +524,14 @@ func validate(baseURL string, c Config) (*url.URL, error) {
 		base.RawQuery != "" || base.Fragment != "" {
 		return nil, fmt.Errorf("httpsource: baseURL must be an absolute http(s) URL without query, got %q", baseURL)
 	}
+	// A URL's syntax takes any digits for its port: a typo's extra digit
+	// ("http://127.0.0.1:80000") or 0 would make a Source whose every request
+	// fails, a server never listed (docs/faults.md row 1185).
+	if p := base.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("httpsource: baseURL %s: its port must be 1 to 65535, got %s", baseURL, p)
+		}
+	}
 	path := func(field, v string) error {
 		if v != "" && !strings.HasPrefix(v, "/") {
 			return fmt.Errorf("httpsource: Config.%s must start with \"/\", got %q", field, v)

@@ -31,6 +31,8 @@ func TestNewRejectsBadConfigurationNamingTheField(t *testing.T) {
 		{"relative url", "127.0.0.1:8080", Config{}, "httpsource: baseURL must be an absolute http(s) URL"},
 		{"ftp url", "ftp://host", Config{}, "baseURL"},
 		{"query", "http://host/?a=1", Config{}, "baseURL"},
+		{"port past 65535", "http://127.0.0.1:80000", Config{}, "httpsource: baseURL http://127.0.0.1:80000: its port must be 1 to 65535, got 80000"},
+		{"port 0", "http://host:0/api", Config{}, "its port must be 1 to 65535, got 0"},
 		{"list path", "http://host", Config{ListPath: "sandboxes"}, `httpsource: Config.ListPath must start with "/", got "sandboxes"`},
 		{"fallback path", "http://host", Config{FallbackListPath: "v1"}, `Config.FallbackListPath must start with "/"`},
 		{"pause path without id", "http://host", Config{PausePath: "/pause"}, `httpsource: Config.PausePath must contain "{id}", got "/pause"`},
