@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -236,7 +235,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 			return c, fmt.Errorf("%s %s %w", a.flag, a.addr, err)
 		}
 	}
-	if samePort(c.listen, c.hookListen) { // the second listener would refuse it as if another process held the port (row 1186)
+	if listenaddr.SamePort(c.listen, c.hookListen) { // the second listener would refuse it as if another process held the port (row 1186)
 		return c, fmt.Errorf("-hook-listen %s and -listen %s take the same port: give the preStop hook a port of its own", c.hookListen, c.listen)
 	}
 	c.hookSecret = os.Getenv(EnvHookSecret)
@@ -255,26 +254,6 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		c.serverURL = apiflags.DefaultServerURL[c.api.API]
 	}
 	return c, nil
-}
-
-// samePort reports whether listeners on a and b, listen addresses
-// (listenaddr.Check), would take the same port: the same one, not 0, on the
-// same host, or where one of them takes every address of the other's kind
-// (an empty host or "::" every address, as Go listens there on both IPv4
-// and IPv6; "0.0.0.0" every IPv4 address). Hosts named otherwise are told
-// apart by name only: it never refuses listeners that do not collide.
-func samePort(a, b string) bool {
-	ha, pa, errA := net.SplitHostPort(a)
-	hb, pb, errB := net.SplitHostPort(b)
-	if errA != nil || errB != nil || pa != pb || pa == "0" {
-		return false
-	}
-	every := func(h, other string) bool {
-		ip, o := net.ParseIP(h), net.ParseIP(other)
-		return h == "" || ip != nil && ip.Equal(net.IPv6unspecified) ||
-			ip != nil && ip.Equal(net.IPv4zero) && o != nil && o.To4() != nil
-	}
-	return ha == hb || every(ha, hb) || every(hb, ha)
 }
 
 // dashDashBefore reports whether "--" precedes rest in args.

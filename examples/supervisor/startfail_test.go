@@ -265,26 +265,6 @@ func TestHookListenOnListensPortIsRefusedNamingBoth(t *testing.T) {
 	}
 }
 
-// Listeners that share a port on addresses that do not overlap are no collision.
-func TestListenersOnOneEachOfTheirAddressesDoNotCollide(t *testing.T) {
-	for _, c := range []struct {
-		a, b string
-		same bool
-	}{
-		{":8081", "[fd00::5]:8081", true},
-		{"0.0.0.0:8081", "10.0.0.5:8081", true},
-		{"[::]:8081", "10.0.0.5:8081", true},
-		{"localhost:8081", "localhost:8081", true},
-		{"0.0.0.0:8081", "[::1]:8081", false},
-		{"127.0.0.1:8081", "10.0.0.5:8081", false},
-		{"127.0.0.1:8081", "127.0.0.1:8082", false},
-		{":0", ":0", false},
-	} {
-		assert.Equal(t, c.same, samePort(c.a, c.b), "%s %s", c.a, c.b)
-		assert.Equal(t, c.same, samePort(c.b, c.a), "%s %s", c.b, c.a)
-	}
-}
-
 // Fault: a -listen or -hook-listen whose port no listener can have (":99999", a typo's
 // extra digit) passed the flags, the supervisor failing only at net.Listen, exit 1 as if
 // the machine had refused it, the error naming the flag and the port alone ("listen

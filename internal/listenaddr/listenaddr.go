@@ -44,6 +44,32 @@ func Check(addr string) error {
 	return nil
 }
 
+// SamePort reports whether listeners on a and b, listen addresses
+// (Check), would take the same port: the same one, not 0, on the
+// same host, or where one of them takes every address of the other's kind
+// (an empty host or "::" every address, as Go listens there on both IPv4
+// and IPv6; "0.0.0.0" every IPv4 address). Hosts named otherwise are told
+// apart by name only: it never refuses listeners that do not collide.
+//
+// Both programs with a -listen and a -hook-listen (the supervisor, sandboxd) refuse
+// such a pair with their flags: the second net.Listen would fail as if another process
+// held the port ("bind: address already in use", exit 1), sending the operator to look
+// for one on the node where two flags of one command line collide (docs/faults.md
+// row 1186).
+func SamePort(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	every := func(h, other string) bool {
+		ip, o := net.ParseIP(h), net.ParseIP(other)
+		return h == "" || ip != nil && ip.Equal(net.IPv6unspecified) ||
+			ip != nil && ip.Equal(net.IPv4zero) && o != nil && o.To4() != nil
+	}
+	return ha == hb || every(ha, hb) || every(hb, ha)
+}
+
 // Loopback reports whether addr's host is a loopback IP address or
 // "localhost".
 func Loopback(addr string) bool {

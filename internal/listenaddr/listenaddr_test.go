@@ -91,3 +91,23 @@ func TestCheckRefusesAPortNoListenerCanHave(t *testing.T) {
 		assert.NoError(t, listenaddr.Check(ok), ok)
 	}
 }
+
+// Listeners that share a port on addresses that do not overlap are no collision.
+func TestListenersOnOneEachOfTheirAddressesDoNotCollide(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{":8081", "[fd00::5]:8081", true},
+		{"0.0.0.0:8081", "10.0.0.5:8081", true},
+		{"[::]:8081", "10.0.0.5:8081", true},
+		{"localhost:8081", "localhost:8081", true},
+		{"0.0.0.0:8081", "[::1]:8081", false},
+		{"127.0.0.1:8081", "10.0.0.5:8081", false},
+		{"127.0.0.1:8081", "127.0.0.1:8082", false},
+		{":0", ":0", false},
+	} {
+		assert.Equal(t, c.same, listenaddr.SamePort(c.a, c.b), "%s %s", c.a, c.b)
+		assert.Equal(t, c.same, listenaddr.SamePort(c.b, c.a), "%s %s", c.b, c.a)
+	}
+}
