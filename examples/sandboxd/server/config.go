@@ -155,6 +155,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s %s %w", a.flag, a.addr, err)
 		}
 	}
+	if listenaddr.SamePort(c.Listen, c.HookListen) { // the second listener would refuse it as if another process held the port
+		return fmt.Errorf("-hook-listen %s and -listen %s take the same port: give the preStop hook a port of its own", c.HookListen, c.Listen)
+	}
 	if err := listenaddr.CheckSecret(HookSecretEnv, c.HookSecret); err != nil {
 		return err
 	}

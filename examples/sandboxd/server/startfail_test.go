@@ -259,3 +259,40 @@ func exitStatus(t *testing.T, args ...string) (int, *logbuf.Buffer) {
 	require.ErrorAs(t, err, &exit, "%s", &stderr)
 	return exit.ExitCode(), &stderr
 }
+
+// Fault: a -hook-listen on -listen's port (":P" takes P on every address, so
+// "127.0.0.1:P" or "[$(POD_IP)]:P" beside it cannot have it; or the same address twice)
+// passed the flags: sandboxd took the state directory's lock, started its device daemon
+// and its API listener, and failed at the second listener, "-hook-listen: listen tcp
+// 127.0.0.1:P: bind: address already in use", exit 1 about 160 ms in, after stopping the
+// daemon: what the machine refused, sending the operator to look for another process on
+// the node where two flags of one command line collide. It is now refused with the flags
+// (listenaddr.SamePort, as the supervisor's row 1186), naming both, exit 2, bad usage: no
+// device daemon started. A real sandboxd process, as the kubelet starts it.
+func TestHookListenOnListensPortIsRefusedWithTheFlags(t *testing.T) {
+	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1")
+	for _, c := range []struct{ listen, hook string }{
+		{port, "127.0.0.1" + port},
+		{"127.0.0.1" + port, "127.0.0.1" + port},
+	} {
+		t.Run(c.listen+" "+c.hook, func(t *testing.T) {
+			dir := t.TempDir()
+			termLog := filepath.Join(dir, "termination-log")
+			cmd := exec.Command(os.Args[0], "-listen", c.listen, "-hook-listen", c.hook,
+				"-state-dir", dir, "-grace", "6s", "-devices", "1", "-termination-log", termLog)
+			cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0", HookSecretEnv+"=")
+			var stderr logbuf.Buffer
+			cmd.Stderr = &stderr
+			err := pid1test.Start(t, cmd).Wait(t, 30*time.Second, "sandboxd did not exit: %s", &stderr)
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "%s", &stderr)
+			assert.Equal(t, 2, exit.ExitCode(), "bad usage: %s", &stderr)
+			why := "-hook-listen " + c.hook + " and -listen " + c.listen + " take the same port: give the preStop hook a port of its own"
+			assert.True(t, strings.HasPrefix(stderr.String(), "sandboxd: "+why), "%s", &stderr)
+			assert.NoFileExists(t, filepath.Join(dir, EventLogFile), "no device daemon started")
+			msg, err := os.ReadFile(termLog)
+			require.NoError(t, err, "%s", &stderr)
+			assert.Equal(t, "drainkit: no drain ran\nsandboxd: could not start: "+why+"\n", string(msg))
+		})
+	}
+}
