@@ -26,6 +26,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/kubeletsim/kubeletsimtest"
 	"github.com/drainkit/drainkit/internal/ublkhook"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
@@ -130,9 +131,7 @@ func e2eStart(t *testing.T, dir string, env ...string) (*kubeletsim.Child, strin
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	child, err := kubeletsim.Start(cmd)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	child := kubeletsimtest.Start(t, cmd)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	require.NoError(t, err, "the server did not start")
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/kubeletsim/kubeletsimtest"
 	"github.com/drainkit/drainkit/internal/realpart"
 	"github.com/drainkit/drainkit/internal/runsc"
 )
@@ -95,9 +96,7 @@ func startWorker(t *testing.T, dir string, grace time.Duration) (*kubeletsim.Chi
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0")
 	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
-	child, err := kubeletsim.Start(cmd)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	child := kubeletsimtest.Start(t, cmd)
 	waitSocket(t, filepath.Join(dir, "worker.sock"), &stderr) // the first worker's went with its clean exit
 	return child, &stderr
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/freeport"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/kubeletsim/kubeletsimtest"
 	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1"
@@ -76,9 +77,7 @@ func startSandboxd(t *testing.T, args ...string) (*kubeletsim.Child, *logbuf.Buf
 	cmd.Env = append(os.Environ(), mainEnv+"=1", "GORACE=atexit_sleep_ms=0")
 	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
-	child, err := kubeletsim.Start(cmd)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	child := kubeletsimtest.Start(t, cmd)
 	return child, &stderr
 }
 

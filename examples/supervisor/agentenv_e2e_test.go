@@ -18,6 +18,7 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/kubeletsim/kubeletsimtest"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -106,9 +107,7 @@ func runAgentENV(t *testing.T, c aeCase) {
 			"-stop-daemon", stopDaemon)...)
 	cmd := withSysfs(helperCmd(argv), daemon.SysRoot)
 	cmd.Env = append(cmd.Env, fakeagentenv.EnvAPIKey+"=s3cret")
-	child, err := kubeletsim.Start(cmd)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	child := kubeletsimtest.Start(t, cmd)
 
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond,

@@ -19,6 +19,7 @@ import (
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/supervisor/internal/naiveserver"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/kubeletsim/kubeletsimtest"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/ublk"
 )
@@ -53,9 +54,7 @@ func TestEndToEndNaiveServerLosesSandboxesWithoutTheSupervisor(t *testing.T) {
 	state, events, api := filepath.Join(dir, "state"), filepath.Join(dir, "daemon.log"), freeAddr(t)
 	server := helperCmd(helperCommand("naiveserver", "-listen", api, "-state", state,
 		"-pause", e2ePause.String(), "-daemon", strings.Join(daemonCommand(t, dir, events), " ")))
-	child, err := kubeletsim.Start(server)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	child := kubeletsimtest.Start(t, server)
 
 	created := createSandboxes(t, "http://"+api)
 	tl, err := kubeletsim.Terminate(t.Context(), child,
@@ -91,9 +90,7 @@ func runBehindSupervisor(t *testing.T, withHook bool) {
 		"-daemon", strings.Join(daemonCommand(t, dir, events), " "), "-report", report, "-termination-log", termLog, "--"),
 		// the same server, unmodified, without its own daemon
 		helperCommand("naiveserver", "-listen", api, "-state", state, "-pause", e2ePause.String())...)
-	child, err := kubeletsim.Start(withSysfs(helperCmd(argv), filepath.Join(dir, "sys")))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	child := kubeletsimtest.Start(t, withSysfs(helperCmd(argv), filepath.Join(dir, "sys")))
 
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return get(ctx, "http://"+listen+"/readyz") == 200 }, 10*time.Second, 20*time.Millisecond, "supervisor ready")

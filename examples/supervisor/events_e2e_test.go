@@ -18,6 +18,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/kubeletsim/kubeletsimtest"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -87,9 +88,7 @@ func startServedBy(t *testing.T, env []string, logs io.Writer, args ...string) (
 		cmd.Stderr = io.MultiWriter(os.Stderr, logs)
 	}
 	cmd.Env = append(append(cmd.Env, "POD_NAME=agentenv-node-x7k2p"), env...)
-	child, err := kubeletsim.Start(cmd)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	child = kubeletsimtest.Start(t, cmd)
 	require.Eventually(t, func() bool { return get(t.Context(), "http://"+listen+"/readyz") == 200 }, 20*time.Second, 20*time.Millisecond)
 	return child, hook, report
 }

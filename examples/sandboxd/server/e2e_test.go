@@ -19,6 +19,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/freeport"
 	"github.com/drainkit/drainkit/internal/kubeletsim"
+	"github.com/drainkit/drainkit/internal/kubeletsim/kubeletsimtest"
 )
 
 // sandboxd as a real process, terminated by the kubelet simulator with a 6 s grace period:
@@ -39,9 +40,7 @@ func TestKubeletTerminationOfSandboxd(t *testing.T) {
 	cmd.Env = append(os.Environ(), roleEnv+"=1", "GORACE=atexit_sleep_ms=0", HookSecretEnv+"="+secret)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	child, err := kubeletsim.Start(cmd)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = child.Kill(); <-child.Exited() })
+	child := kubeletsimtest.Start(t, cmd)
 	base := "http://" + addr
 	waitStarted(t, base, &stderr)
 	for range n {
