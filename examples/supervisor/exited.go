@@ -63,7 +63,7 @@ func (r *recorder) List(ctx context.Context) ([]pause.Sandbox, error) {
 	var unreached map[string]bool
 	var err error
 	if np, ok := r.list.(*notPaused); ok {
-		sbs, unreached, err = np.list(ctx, false) // a count: no pause is sent
+		sbs, unreached, err = np.list(ctx)
 	} else {
 		sbs, err = r.list.List(ctx)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/drainkit/drainkit/internal/listedstate"
 	"github.com/drainkit/drainkit/pause"
 	"github.com/drainkit/drainkit/pause/httpsource"
 )
@@ -110,7 +111,7 @@ func withQuery(path, kv string) string {
 // running are listed, with the error, and none shown paused: a pause for
 // every paused sandbox of the node is no request's cost.
 func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
-	sbs, _, err := l.list(ctx, true)
+	sbs, _, err := l.list(ctx)
 	return sbs, err
 }
 
@@ -122,20 +123,20 @@ func (l *notPaused) List(ctx context.Context) ([]pause.Sandbox, error) {
 // counted lost with it. Its error says the listing was incomplete, and so
 // does the account.
 func (l *notPaused) known(ctx context.Context) ([]pause.Sandbox, error) {
-	sbs, unreached, err := l.list(ctx, false)
+	sbs, unreached, err := l.list(ctx)
 	return slices.DeleteFunc(sbs, func(sb pause.Sandbox) bool { return unreached[sb.ID()] }), err
 }
 
 // list is List's listing, with the IDs of the sandboxes the unfiltered
 // listing shows paused that an incomplete listing of the paused ones did
-// not reach (see known). With forPause false the listing is for a count,
-// or for an account that sends no pause (known): the ones shown paused are
-// listed only when the listing of the paused ones failed, which is when the
-// listed IDs depend on them; otherwise they only mark the sandboxes in
-// transition, for their pauses (inTransition). Listed always, they would be
-// a third listing, one after the others, within /readyz's 2 s: an AgentENV
-// whose listing takes 0.7 s would not be ready (docs/faults.md row 1183).
-func (l *notPaused) list(ctx context.Context, forPause bool) (sbs []pause.Sandbox, unreached map[string]bool, listErr error) {
+// not reach (see known). Two listings, one after the other: the unfiltered
+// one, whose elements' states say which sandboxes it shows paused
+// (shownPaused: they mark the ones in transition, for their pauses,
+// inTransition, and tell the running ones when the listing of the paused
+// ones failed), then state=paused. A third, the unfiltered one again for
+// the ones shown paused, would not fit /readyz's 2 s with an AgentENV
+// whose listing takes 0.7 s (docs/faults.md rows 1183, 1371).
+func (l *notPaused) list(ctx context.Context) (sbs []pause.Sandbox, unreached map[string]bool, listErr error) {
 	listed, listErr := l.all.List(ctx)
 	if len(listed) == 0 {
 		return nil, nil, listErr
@@ -155,31 +156,16 @@ func (l *notPaused) list(ctx context.Context, forPause bool) (sbs []pause.Sandbo
 	case pausedErr != nil:
 		listErr = alsoFailed(listErr, fmt.Errorf("listing the paused sandboxes: %w", pausedErr))
 	}
-	// The listing of the ones shown paused filters on this side: one
-	// whose later page failed gives no sandbox when the pages that
-	// answered showed none paused, which cannot be told from one that
-	// answered nothing. Either way it says only which are in a transition
-	// (inTransition); the error goes with the listing. With none, it is
-	// what tells a running one: a failed one tells none.
-	var shownSbs []pause.Sandbox
-	if forPause || pausedErr != nil {
-		var err error
-		if shownSbs, err = l.shown.List(ctx); err != nil {
-			listErr = alsoFailed(listErr, fmt.Errorf("listing the sandboxes shown paused: %w", err))
-			if none {
-				return nil, nil, listErr
-			}
-		}
-	}
-	isPaused, isShown := idSet(sandboxIDs(pausedSbs)), idSet(sandboxIDs(shownSbs))
+	isPaused := idSet(sandboxIDs(pausedSbs))
 	out := make([]pause.Sandbox, 0, len(listed))
 	unreached = map[string]bool{}
 	for _, sb := range listed {
-		if isPaused[sb.ID()] || none && isShown[sb.ID()] {
+		shown := shownPaused(sb)
+		if isPaused[sb.ID()] || none && shown {
 			continue
 		}
 		var b pause.Sandbox = l.src.Sandbox(sb.ID())
-		if isShown[sb.ID()] {
+		if shown {
 			b = inTransition{b}
 			if pausedErr != nil {
 				unreached[sb.ID()] = true
@@ -191,6 +177,18 @@ func (l *notPaused) list(ctx context.Context, forPause bool) (sbs []pause.Sandbo
 		out = append(out, b)
 	}
 	return out, unreached, listErr
+}
+
+// shownPaused reports whether the unfiltered listing showed sb paused
+// (paused, or in a transition AgentENV shows so), by the state its element
+// gave (listedstate.Of): one with no state counts shown paused, as a
+// listing filtering on "paused" lists it. Read from the listing of every
+// sandbox, it takes no listing of its own: fetched again for it, the
+// final sweep's listing was three requests, one after the other, where
+// two say the same (docs/faults.md row 1371).
+func shownPaused(sb pause.Sandbox) bool {
+	state, ok := listedstate.Of(sb)
+	return !ok || strings.EqualFold(state, "paused")
 }
 
 // alsoFailed is err, a listing's failure, after first's (nil: none), on

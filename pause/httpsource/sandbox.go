@@ -20,8 +20,9 @@ import (
 
 // sandbox is one sandbox of a Source: Preserve sends its pause request.
 type sandbox struct {
-	src *Source
-	id  string
+	src   *Source
+	id    string
+	state listed // what the listing that gave it said of its state (listedstate.Of)
 }
 
 // ID implements pause.Sandbox.

@@ -317,6 +317,7 @@ type config struct {
 	itemsField    string
 	idField       string
 	stateField    string // "": every listed sandbox is running
+	stateName     string // the state field, NoStateField or not: what an item's state is (listedstate)
 	running       []string
 	gone          []int
 	retryConflict bool          // a 409 is transient, not settled by listing again
@@ -356,6 +357,7 @@ func (c Config) resolve() config {
 	def(&r.pausePath, defaultPausePath)
 	def(&r.idField, defaultIDField)
 	def(&r.stateField, defaultStateField)
+	r.stateName = r.stateField
 	if c.NoStateField {
 		r.stateField, r.running = "", nil
 	} else if r.running == nil {
@@ -621,9 +623,9 @@ func (s *Source) List(ctx context.Context) ([]pause.Sandbox, error) {
 	out := make([]pause.Sandbox, len(items))
 	for i, it := range items {
 		if it.size > 0 {
-			out[i] = &sizedSandbox{sandbox{src: s, id: it.id}, it.size}
+			out[i] = &sizedSandbox{sandbox{src: s, id: it.id, state: it.state}, it.size}
 		} else {
-			out[i] = &sandbox{src: s, id: it.id}
+			out[i] = &sandbox{src: s, id: it.id, state: it.state}
 		}
 	}
 	return out, err
@@ -650,8 +652,9 @@ func (s *Source) RunningIDs(ctx context.Context) ([]string, error) {
 
 // An item is one running sandbox of a listing.
 type item struct {
-	id   string // "" for a sandbox listed without one
-	size int64  // bytes; 0: unknown
+	id    string // "" for a sandbox listed without one
+	size  int64  // bytes; 0: unknown
+	state listed // the element's state field (listedstate.Of)
 }
 
 // maxPages bounds one listing, so a server that never stops sending tokens
@@ -1149,7 +1152,7 @@ func (s *Source) parse(body []byte, page int, ids *listingIDs) ([]item, error) {
 			}
 		}
 		if running {
-			items = append(items, item{id: id, size: s.size(it)})
+			items = append(items, item{id: id, size: s.size(it), state: s.listedState(it)})
 		}
 	}
 	return items, nil
