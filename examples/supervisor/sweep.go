@@ -118,6 +118,7 @@ func (s *supervisor) sweepRun(ctx context.Context) (*pause.Report, error) {
 	}()
 	rep := p.Run(starts, s.sweepWin.hard())
 	s.finishedLate(settling, rep, s.sweepWin.settled())
+	s.stillRunning(settling, rep)
 	return rep, nil
 }
 
@@ -440,6 +441,53 @@ func (s *supervisor) finishedLate(ctx context.Context, rep *pause.Report, by tim
 			e.Outcome, e.End = pause.Preserved, at
 			e.Duration = at.Sub(e.Start)
 			s.log.Warn("supervisor: final sweep: a pause it gave up on finished late: preserved", "sandbox", e.ID, "error", e.Error)
+		}
+		counts[e.Outcome]++
+	}
+	rep.Counts = counts
+}
+
+// stillRunning fails each sandbox of rep preserved that the server still
+// lists running once the sweep's Run is over, in front of AgentENV
+// (settle.go), whose pause answers 204 once the sandbox is paused and
+// whose listing says so at once: its pause was answered success without
+// pausing it (a 200 from something in front of AgentENV, a server that
+// does not pause), or it was resumed since. Either way it runs, and the
+// server's SIGTERM, which only this sweep comes before, ends it unpaused.
+// Counted preserved, the Report said 0 lost of a sandbox the next
+// listing showed running (docs/faults.md row 1372). It lists only when
+// the sweep preserved any; a listing that fails leaves rep as the pauses'
+// answers made it, and says so.
+func (s *supervisor) stillRunning(ctx context.Context, rep *pause.Report) {
+	l, ok := s.sweepList.(*notPaused)
+	if !ok || rep.Counts[pause.Preserved] == 0 {
+		return
+	}
+	sbs, _, err := l.list(ctx)
+	if err != nil {
+		s.log.Warn("supervisor: final sweep: the listing after its pauses failed; the sandboxes it preserved are not seen paused",
+			"preserved", rep.Counts[pause.Preserved], "listed", len(sbs), "error", err)
+	}
+	running := map[string]bool{}
+	for _, sb := range sbs {
+		if sz, ok := sb.(*sizedSandbox); ok {
+			sb = sz.Sandbox
+		}
+		if _, moving := sb.(inTransition); !moving {
+			running[sb.ID()] = true
+		}
+	}
+	at := time.Now()
+	counts := map[pause.Outcome]int{}
+	for i := range rep.Entries {
+		e := &rep.Entries[i]
+		if e.Outcome == pause.Preserved && running[e.ID] {
+			e.Outcome, e.End = pause.Failed, at
+			e.Error = fmt.Sprintf("not paused: AgentENV lists it running after the final sweep (at %s), whose pause of it was answered success "+
+				"(%d attempts): the answer did not pause it (AgentENV's is 204 once paused), or it was resumed since",
+				at.Format(time.RFC3339Nano), e.Attempts)
+			s.log.Error("supervisor: final sweep: a sandbox it preserved is listed running after the final sweep; counted failed",
+				"sandbox", e.ID, "attempts", e.Attempts)
 		}
 		counts[e.Outcome]++
 	}
