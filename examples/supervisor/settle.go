@@ -268,8 +268,9 @@ const settleInterval = 250 * time.Millisecond
 // is listed paused, or is no longer shown paused (running again: its pause
 // failed; or gone), or until by, listing every settleInterval. It returns
 // when each was first listed paused. A listing that fails is tried again
-// at the next interval: the server, not sent its SIGTERM yet, is finishing
-// those pauses, and a 503 or a reset connection now says nothing of them.
+// at the next interval (at the time a Retry-After names, when later: settleWait):
+// the server, not sent its SIGTERM yet, is finishing those pauses, and a 503
+// or a reset connection now says nothing of them.
 // One that fails permanently (a refused key) ends the wait. One that
 // fails after its first page (a page 2's 503) settles the ones it listed
 // paused all the same. The error returned is the last listing's when it
@@ -308,11 +309,25 @@ func (l *notPaused) settle(ctx context.Context, ids []string, by time.Time) (map
 				}
 			}
 		}
-		if len(waiting) == 0 || !sleepCtx(ctx, settleInterval) {
+		if len(waiting) == 0 || !sleepCtx(ctx, settleWait(err)) {
 			return settled, failed
 		}
 	}
 	return settled, nil
+}
+
+// settleWait is how long settle waits after a listing that ended with err:
+// settleInterval, or until the time an overload answer's Retry-After named
+// (a pause.Lister's RetryAt), when that is later. Listed again every
+// settleInterval, AgentENV answering 503 "Retry-After: 2" got 8 listings
+// more in those 2 s, while it was finishing the very pauses waited for
+// (docs/faults.md row 1373).
+func settleWait(err error) time.Duration {
+	var ra interface{ RetryAt() time.Time }
+	if errors.As(err, &ra) {
+		return max(settleInterval, time.Until(ra.RetryAt()))
+	}
+	return settleInterval
 }
 
 // settleListing lists the IDs listed paused, then the ones shown paused.

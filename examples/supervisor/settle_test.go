@@ -425,3 +425,44 @@ func TestSandboxRemovedByAPauseTheSweepJoinedIsLost(t *testing.T) {
 		assert.Equal(t, 1, rep.Lost())
 	})
 }
+
+// Fault: the final sweep's wait for the pauses it gave up on (settle) listed again
+// every 250 ms after a listing AgentENV answered 503 with a Retry-After, where the
+// server had named when to ask again: requests to a server that said it was busy,
+// while it was finishing those very pauses. It now waits for the time the answer
+// names (a pause.Lister's RetryAt), the 250 ms at the least. In virtual time, the
+// listing of the paused ones answered 503 "Retry-After: 2" for its first 2 s:
+//
+//	before: 9 listings of the paused ones (8 refused), the pause finished late credited
+//	now:    2 (the 503, then the one at 2 s), credited the same
+func TestSweepWaitForAPauseItGaveUpOnKeepsToRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var pausedLists int
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("state") == "paused" {
+				pausedLists++
+				if time.Since(start) < 2*time.Second {
+					w.Header().Set("Retry-After", "2")
+					http.Error(w, `{"code":503,"message":"busy"}`, http.StatusServiceUnavailable)
+					return
+				}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `[{"sandboxID":"sb-late","state":"paused","memoryMB":1024}]`)
+		})
+		cfg := httpsource.AgentENV()
+		cfg.Client = &http.Client{Transport: handlerTransport{h}}
+		src, err := httpsource.New("http://agentenv.test", cfg)
+		require.NoError(t, err)
+		np, err := newNotPaused(src, "http://agentenv.test", cfg)
+		require.NoError(t, err)
+		sup := &supervisor{log: slog.New(slog.NewTextHandler(io.Discard, nil)), sweepList: np}
+		rep := &pause.Report{Entries: []pause.Entry{{ID: "sb-late", Outcome: pause.TimedOut, Error: "context deadline exceeded"}},
+			Counts: map[pause.Outcome]int{pause.TimedOut: 1}}
+		sup.finishedLate(t.Context(), rep, start.Add(10*time.Second))
+		assert.Equal(t, pause.Preserved, rep.Entries[0].Outcome, rep.Entries[0].Error)
+		assert.Equal(t, 2, pausedLists, "the 503, then the listing at the time it named")
+		assert.Equal(t, 2*time.Second, time.Since(start))
+	})
+}
