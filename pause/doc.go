@@ -48,7 +48,10 @@
 // stops when a pass finds nothing to preserve.
 //
 // Guarantees. No preserve starts after the phase deadline (the deadline of
-// Run's context), and waiting for a slot gives up at it. Running preserves
+// Run's context), and waiting for a slot gives up at it. A listing call
+// not answered in half the time left to it gets a second call beside it,
+// the first answer taken (see Lister): one hung call does not hold a pass
+// to the deadline. Running preserves
 // are left to run until the hard deadline or, with Config.CancelAtDeadline,
 // cancelled at the phase deadline. Run returns by the later of the two deadlines
 // even if a Preserve or the Lister ignores its context; such a preserve is

@@ -68,20 +68,78 @@ func (r *run) list() ([]Sandbox, error) {
 	}
 }
 
+// listOnce makes one listing: a call of the Lister, and a second one
+// beside it if the first has not answered by half the time left to the
+// phase deadline (hedge). The first answer of either is the listing's.
+// Bounded by the phase deadline alone, one call hung on a half-open
+// connection held the pass to the deadline: a first listing's sandboxes,
+// or those a relisting would have found, were never preserved
+// (docs/faults.md row 1330). Abandoning the call at the share instead
+// would lose a slow listing that answers after it; beside it, a slow one
+// still answers. A second call that answers first says so in the
+// Report's ListErr. Both calls get the run's context, whose Deadline
+// follows Tighten: the one that lost ends with the phase, as an
+// abandoned call always has (a context of their own, to end it at once,
+// costs a listing allocations).
 func (r *run) listOnce() ([]Sandbox, error) {
 	end := r.phaseEnd()
 	if end.IsZero() {
 		return r.callList()
 	}
-	ctx, cancel := context.WithDeadline(r.ctx, end)
-	defer cancel()
-	// The Lister gets the run's context: a listing may finish after the
-	// phase deadline for the pass in progress, but none is waited for.
-	list, err := bounded.Call(ctx, 0, func(context.Context) ([]Sandbox, error) { return r.callList() })
-	if errors.Is(err, bounded.ErrAbandoned) {
-		return nil, errListAbandoned
+	answers := make(chan listAnswer, 2) // a call that lost never blocks
+	start := time.Now()
+	go r.listInto(answers, false)
+	hedge := time.NewTimer(end.Sub(start) / listHedgeShare)
+	defer hedge.Stop()
+	for {
+		select {
+		case a := <-answers:
+			if a.second && a.err == nil {
+				r.rep.ListErr = fmt.Sprintf("pause: a listing had not answered after %v, half the time left to the phase deadline; the one made beside it answered", hedgeAfter(start, end))
+			}
+			return a.list, a.err
+		case <-hedge.C:
+			if r.ctx.Err() != nil {
+				continue
+			}
+			r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: the Lister has not answered in half the time left to the phase deadline; listing again beside it",
+				slog.Duration("waited", time.Since(start)), slog.String("time_left", fmtLeft(end)))
+			go r.listInto(answers, true)
+		case <-r.ctx.Done():
+			select { // an answer ready as the phase ended wins over abandoning it
+			case a := <-answers:
+				return a.list, a.err
+			default:
+				return nil, errListAbandoned
+			}
+		}
 	}
-	return list, err
+}
+
+// A listAnswer is what a call of the Lister returned; second says it was
+// the call made beside another (listOnce).
+type listAnswer struct {
+	list   []Sandbox
+	err    error
+	second bool
+}
+
+// listInto calls the Lister and sends its answer to answers.
+func (r *run) listInto(answers chan<- listAnswer, second bool) {
+	list, err := r.callList()
+	answers <- listAnswer{list, err, second}
+}
+
+// listHedgeShare is the share of the time left to the phase deadline, as
+// a divisor, that a listing is waited for before a second call is made
+// beside it (listOnce): half, as drain bounds its count of the running
+// sandboxes, leaving the other half to the preserve phase's listing.
+const listHedgeShare = 2
+
+// hedgeAfter is the time a listing started at start, with the phase
+// deadline end, waits before its hedge, rounded for a person.
+func hedgeAfter(start, end time.Time) time.Duration {
+	return (end.Sub(start) / listHedgeShare).Round(time.Millisecond)
 }
 
 // callList calls the Lister once and turns a panic into an error (logged

@@ -1,11 +1,14 @@
 package pause_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -503,5 +506,78 @@ func TestSandboxPanickingAsAnotherDidInAnEarlierListingHasAnEntry(t *testing.T) 
 		assert.Equal(t, 2, rep.Lost())
 		assert.EqualError(t, rep.Err(), "pause: 2 of 3 sandboxes not preserved")
 		assert.Equal(t, 1, g.Attempts())
+	})
+}
+
+// hangingLister lists node, except that its call number hung blocks until
+// its context ends (a call hung on a half-open connection); a sandbox
+// "late" joins the node at the second call (it turned running during the
+// first pass).
+type hangingLister struct {
+	node  *fakesandbox.Node
+	hung  int32
+	calls atomic.Int32
+}
+
+func (l *hangingLister) List(ctx context.Context) ([]pause.Sandbox, error) {
+	n := l.calls.Add(1)
+	if n == 2 {
+		l.node.AddN("late", 1, time.Second)
+	}
+	if n == l.hung {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return l.node.List(ctx)
+}
+
+// A listing call hung on a half-open connection, bounded by the phase
+// deadline alone, held its pass to it: a first listing's sandboxes were
+// never preserved, and those a relisting would have found were not even
+// in the Report, whose Err said nothing. A call that has not answered in
+// half the time left gets a second one beside it; the first answer wins.
+//
+//	20 x 1 s, a minute's phase, 70 s hard
+//	first call hung:  before, Unknown at 60 s, 0 preserved; now 21 by 32 s
+//	second call hung: before, 20 preserved at 60 s, "late" unaccounted; now 21 by 32 s
+func TestAListingHungOnOneCallIsMadeAgainBesideIt(t *testing.T) {
+	for _, hung := range []int32{1, 2} {
+		synctest.Test(t, func(t *testing.T) {
+			node := fakesandbox.NewNode()
+			node.AddN("sb", 20, time.Second)
+			l := &hangingLister{node: node, hung: hung}
+			var logs bytes.Buffer
+			p, err := pause.New(l, pause.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err)
+			rep, took := runFor(t, p, time.Minute, 70*time.Second)
+			assert.Equal(t, 21, rep.Counts[pause.Preserved], "call %d hung", hung)
+			assert.Equal(t, 1, len(rep.Entries)-20, "late accounted for")
+			assert.NoError(t, rep.Err())
+			assert.Less(t, took, 33*time.Second, "the pass was not held to the phase deadline")
+			assert.Contains(t, rep.ListErr, "the one made beside it answered")
+			assert.Contains(t, logs.String(), "listing again beside it")
+		})
+	}
+}
+
+// A slow listing that answers after the second call was made beside it is
+// taken as it comes: the second call is no deadline for the first.
+func TestASlowListingAnsweringAfterItsHedgeIsTaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 20, time.Second)
+		p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			select { // each call: 40 s of a minute
+			case <-time.After(40 * time.Second):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return node.List(ctx)
+		}), pause.Config{})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 70*time.Second)
+		assert.Equal(t, 20, rep.Counts[pause.Preserved])
+		assert.False(t, rep.Unknown)
+		assert.NotContains(t, rep.ListErr, "beside it", "the first call answered")
 	})
 }

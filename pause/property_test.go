@@ -265,6 +265,35 @@ type listCall struct {
 	returned   bool
 }
 
+// hedgedOut marks the listing calls, in the order they started, whose
+// answer was not taken: the Preserver makes a second call beside one that
+// has not answered in half the time left to the phase deadline, and takes
+// the first answer of the two. A call started while the one before it had
+// not returned, that one not itself a second call, is its pair; of a
+// pair, the later answer (or none) is dropped, and two answers at the same
+// instant are a tie, either of them taken.
+func hedgedOut(lists []listCall) (dropped, tie map[int]bool) {
+	dropped, tie = map[int]bool{}, map[int]bool{}
+	second := false // the call before was a second call
+	for i := 1; i < len(lists); i++ {
+		a, b := lists[i-1], lists[i]
+		if second || a.returned && !b.start.Before(a.end) {
+			second = false
+			continue
+		}
+		second = true
+		switch {
+		case a.returned && b.returned && a.end.Equal(b.end):
+			tie[i-1], tie[i] = true, true
+		case !b.returned || a.returned && a.end.Before(b.end):
+			dropped[i] = true
+		default:
+			dropped[i-1] = true
+		}
+	}
+	return dropped, tie
+}
+
 // The harness records what the Preserver did to the scenario's sandboxes.
 type harness struct {
 	p     *pause.Preserver
@@ -811,11 +840,12 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 	surely, maybe := map[string]bool{}, map[string]bool{}
 	maxRepeats := map[string]int{} // the most times an ID is repeated in a listing that maybe was taken
 	okSurely, okMaybe, partlyMaybe, partlySurely := false, false, false, false
-	for _, l := range lists {
-		if !l.returned || l.end.After(phaseEnd) || !cancelledAt.IsZero() && l.end.After(cancelledAt) {
+	dropped, tie := hedgedOut(lists)
+	for i, l := range lists {
+		if !l.returned || l.end.After(phaseEnd) || !cancelledAt.IsZero() && l.end.After(cancelledAt) || dropped[i] {
 			continue
 		}
-		sure := l.end.Before(phaseEnd) && (cancelledAt.IsZero() || l.end.Before(cancelledAt))
+		sure := l.end.Before(phaseEnd) && (cancelledAt.IsZero() || l.end.Before(cancelledAt)) && !tie[i]
 		k := l.listing.kind
 		if k == listOK || k == listPartial {
 			count := map[string]int{}
