@@ -78,9 +78,10 @@
 // drainkit.pause.sandboxes (counter, {sandbox}, one per sandbox accounted
 // for by a Run, and one more each time a sandbox listed again is; each
 // Run counts its own, so a sandbox one Run left not started and a later
-// Run preserved counts under both, and one abandoned counts timed_out as
-// it was decided, though its Preserve may return before the Report, which
-// says how: drain's drainkit.drain.outcomes is a drain's final account)
+// Run preserved counts under both: drain's drainkit.drain.outcomes is a
+// drain's final account; a sandbox abandoned while its Preserve ran counts
+// when the Report is made, by the outcome the Report gives it, preserved
+// if that Preserve returned nil before, and its duration with it)
 // and drainkit.pause.preserve.active (up-down counter, {sandbox}: the
 // preserves running now), by drainkit.pause.outcome where they have one.
 //

@@ -142,3 +142,72 @@ func TestRunSpanCarriesTheLimitTheRunStartsAt(t *testing.T) {
 		require.NoError(t, tp.Shutdown(context.Background()))
 	})
 }
+
+// outcomeCounts returns drainkit.pause.sandboxes and the number of
+// drainkit.pause.preserve.duration samples, by outcome.
+func outcomeCounts(t *testing.T, reader *sdkmetric.ManualReader) (counted, timed map[string]int64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	counted, timed = map[string]int64{}, map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch m.Name {
+			case pause.MetricOutcomes:
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					v, _ := dp.Attributes.Value("drainkit.pause.outcome")
+					counted[v.AsString()] = dp.Value
+				}
+			case pause.MetricDuration:
+				for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+					v, _ := dp.Attributes.Value("drainkit.pause.outcome")
+					timed[v.AsString()] = int64(dp.Count)
+				}
+			}
+		}
+	}
+	return counted, timed
+}
+
+// A Preserve abandoned past its SandboxTimeout that returns before the
+// Report is counted in the metrics as the Report says it, preserved; one
+// that returns after is counted timed_out, as the Report says it too.
+// Counted as it was abandoned, the first stayed timed_out for good (a
+// counter does not go down) beside a Report that said preserved.
+//
+//	limit 1, SandboxTimeout 5 s, then 10 x 1 s
+//	"slow":  ignores its context, abandoned at 6 s, returns at 8 s (before the Report: preserved)
+//	"stuck": ignores its context, abandoned at 12 s, returns at 10 min (after: timed_out)
+//	before: preserved 10, timed_out 2; after: preserved 11, timed_out 1, as the Report
+func TestAnAbandonedPreserveIsCountedAsTheReportSaysIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		node := fakesandbox.NewNode()
+		start := time.Now()
+		first := []pause.Sandbox{late{"slow", start.Add(8 * time.Second)}, late{"stuck", start.Add(10 * time.Minute)}}
+		for _, sb := range node.AddN("sb", 10, time.Second) {
+			first = append(first, sb)
+		}
+		listed := false
+		p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			if listed {
+				return node.List(ctx)
+			}
+			listed = true
+			return first, nil
+		}), pause.Config{Limit: 1, SandboxTimeout: 5 * time.Second, MeterProvider: mp})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 0)
+		require.Equal(t, map[pause.Outcome]int{pause.Preserved: 11, pause.TimedOut: 1}, rep.Counts)
+		assert.Equal(t, pause.Preserved, entry(t, rep, "slow").Outcome)
+		counted, timed := outcomeCounts(t, reader)
+		assert.Equal(t, map[string]int64{"preserved": 11, "timed_out": 1}, counted, "drainkit.pause.sandboxes")
+		assert.Equal(t, map[string]int64{"preserved": 11, "timed_out": 1}, timed, "drainkit.pause.preserve.duration")
+		time.Sleep(10 * time.Minute) // "stuck" returns: counted once, as it was
+		synctest.Wait()
+		counted, _ = outcomeCounts(t, reader)
+		assert.Equal(t, map[string]int64{"preserved": 11, "timed_out": 1}, counted)
+		require.NoError(t, mp.Shutdown(context.Background()))
+	})
+}

@@ -514,8 +514,9 @@ func newScenario(seed uint64) *scenario {
 }
 
 // collect returns what the Runs recorded in drainkit.pause.sandboxes,
-// over every outcome, and drainkit.pause.preserve.active.
-func collect(t *testing.T, reader *sdkmetric.ManualReader) (sandboxes, active int64) {
+// over every outcome and by outcome, and drainkit.pause.preserve.active.
+func collect(t *testing.T, reader *sdkmetric.ManualReader) (sandboxes, active int64, by map[pause.Outcome]int64) {
+	by = map[pause.Outcome]int64{}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -530,13 +531,15 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) (sandboxes, active in
 				switch m.Name {
 				case pause.MetricOutcomes:
 					sandboxes += dp.Value
+					o, _ := dp.Attributes.Value("drainkit.pause.outcome")
+					by[pause.Outcome(o.AsString())] += dp.Value
 				case pause.MetricInFlight:
 					active += dp.Value
 				}
 			}
 		}
 	}
-	return sandboxes, active
+	return sandboxes, active, by
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -597,10 +600,10 @@ func checkScenario(t *testing.T, s *scenario) {
 // checkRun makes the Run number run of s, over h, and checks it.
 func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 	p := h.p
-	spansBefore, sandboxesBefore := 0, int64(0)
+	spansBefore, sandboxesBefore, byBefore := 0, int64(0), map[pause.Outcome]int64{}
 	if s.traced {
 		spansBefore = len(h.spans.Ended())
-		sandboxesBefore, _ = collect(t, h.metrics)
+		sandboxesBefore, _, byBefore = collect(t, h.metrics)
 	}
 	observed := p.Estimator().Count()
 	start := time.Now()
@@ -1016,15 +1019,24 @@ func checkRun(t *testing.T, s *scenario, h *harness, run int) {
 				}
 			}
 		}
-		sandboxes, active := collect(t, h.metrics)
-		want := int64(0)
+		sandboxes, active, by := collect(t, h.metrics)
+		want, relisted := int64(0), false
+		wantBy := map[pause.Outcome]int64{}
 		for _, e := range rep.Entries {
 			if flawOf(e) == "" {
 				want += 1 + int64(e.Relisted)
+				wantBy[e.Outcome]++
+				relisted = relisted || e.Relisted > 0
 			}
 		}
 		if sandboxes-sandboxesBefore != want {
 			fail("drainkit.pause.sandboxes counted %d, want %d (an entry per sandbox, one per relisting)", sandboxes-sandboxesBefore, want)
+		}
+		for _, o := range []pause.Outcome{pause.Preserved, pause.Failed, pause.TimedOut, pause.NotStarted, pause.Vanished} {
+			// With no relisting, one count per entry, by the Report's outcome.
+			if got := by[o] - byBefore[o]; !relisted && got != wantBy[o] {
+				fail("drainkit.pause.sandboxes{%s} counted %d, the Report %d", o, got, wantBy[o])
+			}
 		}
 		if active != 0 {
 			fail("drainkit.pause.preserve.active %d after Run returned", active)

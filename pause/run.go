@@ -75,11 +75,11 @@ type run struct {
 	// (see late).
 	reported  bool
 	unitBytes bool // the first pass had Sized sandboxes: units are scaled sizes (limit.go)
-	// late (under hardMu) is the returns of preserves abandoned while
-	// running that came before the Report was made (keepLate); nil until
-	// one does. A pointer: a slice here takes 16 bytes more, and the run
-	// the next size class (see the flags above).
-	late *[]lateReturn
+	// late (under hardMu) is what the Report makes of the preserves
+	// abandoned while running; nil until one is. A pointer: a slice here
+	// takes 16 bytes more, and the run the next size class (see the
+	// flags above).
+	late *abandonments
 
 	// The adaptive limit (see limit.go); mu guards what follows it while
 	// workers run.
@@ -715,6 +715,8 @@ func (r *run) settle(tasks *taskList) {
 			endSpan(tasks.extra(t), t, &res)
 			r.p.tel.inflight.Add(r.ctx, -1)
 			t.log(r, e, &res) // at Warn, as one abandoned at its SandboxTimeout
+			r.recordAbandoned(t.ei, e, &res)
+			continue
 		case r.adaptive: // queued: never taken, or its worker gives it back (untaken) as it does not start it
 			r.mu.Lock() // a worker taking a task at the hard deadline may hold it
 			r.queue.remove(r.units(e))
@@ -731,6 +733,39 @@ func (r *run) record(e *Entry, res *result) {
 		r.count(res.outcome)
 	}
 	r.p.tel.outcome(r.ctx, e, res)
+}
+
+// recordAbandoned accounts for the task of entry ei, abandoned while it
+// ran (res): in progress at once, in the metrics when the Report is made,
+// with the outcome the Report gives it (finish). Its Preserve may return
+// before the Report, which then says how it returned (keepLate): counted
+// timed_out as it was abandoned, a sandbox the Report says preserved was
+// timed_out in the metrics for good, a counter not going down. One
+// abandoned as the Report is made is counted at once, as the Report says.
+func (r *run) recordAbandoned(ei int32, e *Entry, res *result) {
+	if r.cfg.progress > 0 {
+		r.count(res.outcome)
+	}
+	r.hardMu.Lock()
+	if !r.reported {
+		if r.late == nil {
+			r.late = new(abandonments)
+		}
+		r.late.entries = append(r.late.entries, ei)
+		r.hardMu.Unlock()
+		return
+	}
+	r.hardMu.Unlock()
+	r.p.tel.outcome(r.ctx, e, res)
+}
+
+// countAbandoned counts in the metrics the entries of the tasks abandoned
+// while running (recordAbandoned), by the outcome the Report gives them.
+func (r *run) countAbandoned(abandoned []int32) {
+	for _, ei := range abandoned {
+		e := &r.rep.Entries[ei]
+		r.p.tel.outcome(r.ctx, e, &result{outcome: e.Outcome, end: e.End})
+	}
 }
 
 // count adds a settled sandbox to the counts of the progress line.
@@ -757,7 +792,8 @@ func (r *run) finish() *Report {
 	late := r.late
 	r.hardMu.Unlock()
 	if late != nil {
-		r.settleLate(*late)
+		r.settleLate(late.returns)
+		r.countAbandoned(late.entries)
 	}
 	r.mu.Lock() // a worker settling as await gave up at the hard deadline may still move it
 	rep.Limit = r.limit
@@ -805,6 +841,14 @@ func (r *run) finish() *Report {
 	return rep
 }
 
+// abandonments is what the Report makes of the preserves abandoned while
+// running: the returns that came before it, and the entries whose outcome
+// the metrics count when it is made.
+type abandonments struct {
+	returns []lateReturn // keepLate
+	entries []int32      // recordAbandoned
+}
+
 // A lateReturn is how the Preserve of a task abandoned while it ran
 // ended, when it returned before the Report was made: ei is the task's
 // entry.
@@ -826,16 +870,16 @@ func (r *run) keepLate(t *task, res *result) {
 		return
 	}
 	if r.late == nil {
-		r.late = new([]lateReturn)
+		r.late = new(abandonments)
 	}
-	*r.late = append(*r.late, lateReturn{t.ei, *res})
+	r.late.returns = append(r.late.returns, lateReturn{t.ei, *res})
 }
 
 // settleLate writes the returns of preserves abandoned that came before
 // the Report (keepLate) into their entries, each in place of the
 // abandonment, and logs each at Warn, as the abandonment was. The
 // attempts stay: a task abandoned starts no attempt (its context ended).
-// The metrics keep the abandonment, counted when it was decided.
+// The metrics count it as the Report now says (countAbandoned).
 func (r *run) settleLate(late []lateReturn) {
 	for i := range late {
 		l := &late[i]

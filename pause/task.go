@@ -256,7 +256,11 @@ func (t *task) settle(ps *pass, res *result, worker bool, area0 float64) (bool, 
 	}
 	r.p.tel.inflight.Add(r.ctx, -1)
 	endSpan(x, t, res)
-	r.record(e, res)
+	if worker {
+		r.record(e, res)
+	} else { // abandoned: counted by the outcome the Report gives it
+		r.recordAbandoned(t.ei, e, res)
+	}
 	t.log(r, e, res)
 	ps.settled() // last: the pass may end, and Run return, right after
 	return true, next, nextArea0
