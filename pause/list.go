@@ -89,19 +89,28 @@ func (r *run) listOnce() ([]Sandbox, error) {
 	answers := make(chan listAnswer, 2) // a call that lost never blocks
 	start := time.Now()
 	go r.listInto(answers, false)
-	hedge := time.NewTimer(end.Sub(start) / listHedgeShare)
+	hedge := time.NewTimer(hedgeAfter(start, end))
 	defer hedge.Stop()
+	hedged := false
 	for {
 		select {
 		case a := <-answers:
 			if a.second && a.err == nil {
-				r.rep.ListErr = fmt.Sprintf("pause: a listing had not answered after %v, half the time left to the phase deadline; the one made beside it answered", hedgeAfter(start, end))
+				r.rep.ListErr = fmt.Sprintf("pause: a listing had not answered after %v, half the time left to the phase deadline; the one made beside it answered", hedgeAfter(start, end).Round(time.Millisecond))
 			}
 			return a.list, a.err
+		case <-r.moved:
+			// A Tighten moved the phase deadline: the second call comes at
+			// half the time left as it stands (docs/faults.md row 1332).
+			// await, the other reader, reads the hard deadline afresh.
+			if end = r.phaseEnd(); !hedged {
+				hedge.Reset(hedgeAfter(start, end) - time.Since(start))
+			}
 		case <-hedge.C:
 			if r.ctx.Err() != nil {
 				continue
 			}
+			hedged = true
 			r.cfg.log.LogAttrs(r.ctx, slog.LevelWarn, "pause: the Lister has not answered in half the time left to the phase deadline; listing again beside it",
 				slog.Duration("waited", time.Since(start)), slog.String("time_left", fmtLeft(end)))
 			go r.listInto(answers, true)
@@ -136,10 +145,10 @@ func (r *run) listInto(answers chan<- listAnswer, second bool) {
 // sandboxes, leaving the other half to the preserve phase's listing.
 const listHedgeShare = 2
 
-// hedgeAfter is the time a listing started at start, with the phase
-// deadline end, waits before its hedge, rounded for a person.
+// hedgeAfter is how long after start, its call, a listing with the phase
+// deadline end is given a second call.
 func hedgeAfter(start, end time.Time) time.Duration {
-	return (end.Sub(start) / listHedgeShare).Round(time.Millisecond)
+	return end.Sub(start) / listHedgeShare
 }
 
 // callList calls the Lister once and turns a panic into an error (logged

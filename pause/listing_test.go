@@ -581,3 +581,29 @@ func TestASlowListingAnsweringAfterItsHedgeIsTaken(t *testing.T) {
 		assert.NotContains(t, rep.ListErr, "beside it", "the first call answered")
 	})
 }
+
+// The second call of a listing comes at half the time left to the phase
+// deadline as it stands: a Tighten that moves the deadline during the
+// call moves the second call with it. Kept at the half of the time the
+// call began with, it came past the new deadline, and the hung call held
+// the pass there.
+//
+//	20 x 1 s, a minute's phase, the first call hung; at 5 s, Tighten to 20 s
+//	before: no second call, nothing preserved, Unknown at 20 s
+//	after:  a second call at 10 s, 21 preserved by 13 s (with "late", which it lists)
+func TestASecondListingCallFollowsATighten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 20, time.Second)
+		l := &hangingLister{node: node, hung: 1}
+		p, err := pause.New(l, pause.Config{})
+		require.NoError(t, err)
+		start := time.Now()
+		time.AfterFunc(5*time.Second, func() { assert.True(t, p.Tighten(start.Add(20*time.Second))) })
+		rep, took := runFor(t, p, time.Minute, 0)
+		assert.Equal(t, 21, rep.Counts[pause.Preserved])
+		assert.False(t, rep.Unknown)
+		assert.Contains(t, rep.ListErr, "after 10s,")
+		assert.Less(t, took, 14*time.Second)
+	})
+}
