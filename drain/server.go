@@ -257,6 +257,11 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Serv
 			return nil, fmt.Errorf("drain: NewServer: steps[%d] is nil", i)
 		}
 	}
+	if srv.Addr != "" { // empty: ":http", as ListenAndServe (listenAddr)
+		if err := listenaddr.Check(srv.Addr); err != nil {
+			return nil, fmt.Errorf("drain: NewServer: srv.Addr %q %w", srv.Addr, err)
+		}
+	}
 	s := &Server{srv: srv, hook: os.Getenv(EnvHookListen), secret: os.Getenv(EnvHookSecret),
 		log: slog.Default(), listening: make(chan [2]net.Addr, 1), caught: time.Now()}
 	s.look = catchTerm() // SIGTERM from now on, not from Run's call (preRun)
@@ -347,11 +352,13 @@ func ownReadiness(h http.Handler) http.Handler {
 	return own
 }
 
-// checkHook refuses a hook address anyone on the network could reach
+// checkHook refuses a hook address no listener can have (a port past
+// 65535, none: Run would fail at its listener, or listen on a random port
+// no kubelet's hook finds), and one anyone on the network could reach
 // without a secret: one request there drains the node.
 func (s *Server) checkHook() error {
-	if _, _, err := net.SplitHostPort(s.hook); err != nil {
-		return fmt.Errorf("drain: %s=%q: %w", EnvHookListen, s.hook, err)
+	if err := listenaddr.Check(s.hook); err != nil {
+		return fmt.Errorf("drain: %s=%q %w", EnvHookListen, s.hook, err)
 	}
 	if strings.TrimSpace(s.secret) == "" && !listenaddr.Loopback(s.hook) { // white space alone is no secret (HookGuard.Secret)
 		return fmt.Errorf("drain: %s=%q is not loopback: set %s too, or anyone who can reach it can drain the node",
