@@ -67,6 +67,24 @@
 //   - nothing in the package calls os.Exit; the Report says what happened
 //     and how long before SIGKILL it ended.
 //
+// # gRPC served through ServeHTTP
+//
+// A grpc.Server served on the same http.Server (its ServeHTTP, over h2c or
+// TLS) shuts down with it, in the HTTP step. Give it draingrpc's
+// interceptors with the Drainer's gate: its work RPCs are then gated and
+// counted, and the step waits for them to its deadline, and its health
+// Watches answer NOT_SERVING once the gate closes. Such a Watch never ends
+// by itself: the step closes it, with every connection still in a request,
+// its reserve after the last operation the gate counts ended, and says so
+// in the Report (the step fails: a request was cut). Add no draingrpc.Step
+// for that server: grpc's GracefulStop does not wait for RPCs served
+// through ServeHTTP, it cancels them all at once. Nor does grpc's keepalive
+// MaxConnectionAge apply there (the connection is net/http's): a client
+// refused codes.Unavailable keeps its connection to this node, and every
+// retry comes back here, until the HTTP step closes it. Behind a Service,
+// serve gRPC on a listener of its own (grpc.Server.Serve) with
+// MaxConnectionAge and a draingrpc.Step (see package draingrpc).
+//
 // # Telemetry
 //
 // Through Config.TracerProvider and Config.MeterProvider (the global ones

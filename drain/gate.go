@@ -309,16 +309,36 @@ func (g *Gate) gatedInFlight(cs []Class) map[Class]int {
 // waitClasses blocks until no operation of the gated classes among cs is
 // in flight, or ctx is done, in which case it returns ctx.Err().
 func (g *Gate) waitClasses(ctx context.Context, cs []Class) error {
-	for {
-		g.mu.Lock()
-		busy := false
+	return g.waitWhile(ctx, func() bool {
 		for _, c := range cs {
 			if g.inflight[c] > 0 && !slices.Contains(g.Exempt, c) {
-				busy = true
-				break
+				return true
 			}
 		}
-		if !busy {
+		return false
+	})
+}
+
+// waitCounted blocks until no operation is in flight, exempt ones
+// included and Streams apart (they end with the preserve phase), or ctx
+// is done, in which case it returns ctx.Err().
+func (g *Gate) waitCounted(ctx context.Context) error {
+	return g.waitWhile(ctx, func() bool {
+		for c, n := range g.inflight {
+			if n > 0 && c != Stream {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitWhile blocks until busy, called under g.mu, is false, or ctx is
+// done, in which case it returns ctx.Err().
+func (g *Gate) waitWhile(ctx context.Context, busy func() bool) error {
+	for {
+		g.mu.Lock()
+		if !busy() {
 			g.mu.Unlock()
 			return nil
 		}

@@ -236,8 +236,14 @@ func shutdownHTTP(ctx context.Context, srv *http.Server, failed func(error) erro
 
 // HTTPServerStep returns a teardown Step that runs ShutdownHTTP on srv with
 // the step's context: Shutdown, then Close at the step's deadline (a
-// hijacked connection is its handler's to end: see ShutdownHTTP). When the
-// deadline comes first, its error says how many connections were still in
+// hijacked connection is its handler's to end: see ShutdownHTTP), or,
+// run by a Drainer, reserve after the last operation its gate counts
+// (exempt ones included, Streams apart) ended, when that is earlier: a
+// request still served then is none the gate knows of (an ungated call,
+// or a gRPC stream served through ServeHTTP, such as a load balancer's
+// health Watch, which never ends by itself), and waiting for it to the
+// deadline held the process, and the pod, up to the whole grace. When the
+// deadline or that bound comes first, its error says how many connections were still in
 // a request: it counts them through srv.ConnState, which it wraps (a
 // ConnState set on srv before HTTPServerStep is still called; one set after
 // replaces the count, and the error then says only that the deadline came).
@@ -258,15 +264,67 @@ func httpStep(name string, srv *http.Server, reserve deadline.Reserve) Step {
 	}
 	active := countActive(srv)
 	return NewStep(phase, func(ctx context.Context) (any, error) {
-		return nil, shutdownHTTP(ctx, srv, func(err error) error {
-			if n := active(); n > 0 && ctx.Err() != nil {
+		sctx, stop := boundUncounted(ctx, reserve)
+		defer stop()
+		return nil, shutdownHTTP(sctx, srv, func(err error) error {
+			n := active()
+			switch {
+			case n > 0 && ctx.Err() != nil:
 				return fmt.Errorf("%w: %d connection(s) still in a request at the step's deadline, closed now: "+
 					"a request the gate does not wait for (a log follow, a watch, an ungated call) held the shutdown; "+
 					"one that lasts as long as its client is admitted as a drain.Stream, which ends with the preserve phase", err, n)
+			case n > 0 && sctx.Err() != nil:
+				return fmt.Errorf("%d connection(s) still in a request %w, closed now: "+
+					"a request the gate does not count (a gRPC stream served through ServeHTTP, such as a health Watch; a log follow; an ungated call); "+
+					"one that lasts as long as its client is admitted as a drain.Stream, which ends with the preserve phase", n, context.Cause(sctx))
 			}
 			return err
 		})
 	})
+}
+
+// boundUncounted returns ctx cut, once no operation the Drainer's gate
+// counts is in flight (Streams apart), reserve later: what the server
+// still serves then is no operation of the drain's (a gRPC stream served
+// through ServeHTTP, such as a load balancer's health Watch, which never
+// ends by itself), and waiting for it to the step's deadline held the
+// process, and the pod, until then, however early the work was over.
+// Without the gate (a Step run by hand) or a reserve, ctx is left alone.
+func boundUncounted(ctx context.Context, reserve deadline.Reserve) (context.Context, context.CancelFunc) {
+	g := gateOf(ctx)
+	if g == nil || reserve == nil || reserve() <= 0 {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		if g.waitCounted(ctx) != nil {
+			return
+		}
+		r := reserve()
+		t := time.NewTimer(r)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel(fmt.Errorf("%v after the last operation the gate counted ended (the step's reserve)", r))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// gateKey is the context key of the Drainer's gate in a step's context.
+type gateKey struct{}
+
+// withGate returns ctx carrying g, for the steps that shut servers down
+// (boundUncounted).
+func withGate(ctx context.Context, g *Gate) context.Context {
+	return context.WithValue(ctx, gateKey{}, g)
+}
+
+// gateOf returns the gate withGate put in ctx, or nil.
+func gateOf(ctx context.Context) *Gate {
+	g, _ := ctx.Value(gateKey{}).(*Gate)
+	return g
 }
 
 // noServerStep is HTTPServerStep's step of no server: New refuses it

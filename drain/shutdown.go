@@ -805,7 +805,7 @@ func (d *Drainer) stepPhase(ctx context.Context, s Step, w deadline.Window, p *P
 	}
 	ctx, unforce := d.forceReserve(ctx, w.Reserve, sd)
 	defer unforce()
-	detail, err := bounded.Call(sd.context(ctx), returnSlack, s.Run)
+	detail, err := bounded.Call(sd.context(withGate(ctx, d.gate)), returnSlack, s.Run)
 	p.Detail = detail
 	switch {
 	case err == nil:

@@ -66,7 +66,11 @@
 //	grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 30 * time.Second})
 //
 // A server on a Unix socket, or one whose clients dial its pod's own
-// address, needs none.
+// address, needs none. A server served through an http.Server's handler
+// (grpc.Server.ServeHTTP) has no keepalive of grpc's, nor a GracefulStop
+// that waits for its RPCs (it cancels them all at once): it is shut down
+// by that http.Server's step, which waits for the RPCs the interceptors
+// count (see package drain, "gRPC served through ServeHTTP").
 //
 // Server reflection (google.golang.org/grpc/reflection) needs no wiring
 // either: like health it is never gated nor counted, whatever the

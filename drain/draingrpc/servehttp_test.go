@@ -1,0 +1,161 @@
+package draingrpc
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/pause"
+)
+
+// pipeListener is a listener of in-memory connections (net.Pipe), which a
+// testing/synctest bubble can hold: the server and its clients run in
+// virtual time.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+// dial is the client's side of a new connection.
+func (l *pipeListener) dial(ctx context.Context, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }
+
+// A gRPC server shares the node's http.Server through ServeHTTP (h2c),
+// with drainkit's interceptors, and drain's HTTPServerStep shuts that
+// server down. A load balancer's health Watch never ends by itself, and
+// the gate does not count it; an exempt work RPC (a checkpoint) runs on
+// past the start of the step. The step waits for the work RPC, then gives
+// what is left (the Watch) its reserve, and closes it. Fault: net/http's
+// Shutdown waited for the Watch to the step's deadline, 55 s of a 60 s
+// grace where the work was over at 3 s, and the pod stayed Terminating
+// that long.
+func TestHTTPStepEndsAGRPCWatchServedThroughServeHTTPAfterItsReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint}}
+		classify := Methods(map[string]drain.Class{
+			testgrpc.TestService_FullDuplexCall_FullMethodName: drain.Checkpoint,
+		}, drain.Create)
+		gs := grpc.NewServer(
+			grpc.ChainUnaryInterceptor(UnaryServerInterceptor(g, classify)),
+			grpc.ChainStreamInterceptor(StreamServerInterceptor(g, classify)),
+		)
+		testgrpc.RegisterTestServiceServer(gs, worker{})
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+				gs.ServeHTTP(w, r)
+				return
+			}
+			http.NotFound(w, r)
+		})}
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true) // gRPC's prior knowledge
+		budget, err := deadline.New(60*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: budget, Gate: g,
+			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
+			Steps:     []drain.Step{drain.HTTPServerStep("http", srv, time.Second)}})
+		require.NoError(t, err)
+		ln := newPipeListener()
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		conn, err := grpc.NewClient("passthrough:///pipe", grpc.WithContextDialer(ln.dial),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		defer conn.Close()
+		ctx := t.Context()
+
+		watch, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+		r, err := watch.Recv()
+		require.NoError(t, err)
+		require.Equal(t, healthpb.HealthCheckResponse_SERVING, r.GetStatus())
+		work, err := openStream(t, ctx, testgrpc.NewTestServiceClient(conn))
+		require.NoError(t, err, "the work RPC runs")
+
+		start := time.Now()
+		reports := make(chan *drain.Report, 1)
+		go func() { reports <- d.Shutdown(context.Background()) }()
+		r, err = watch.Recv()
+		require.NoError(t, err)
+		require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, r.GetStatus(), "the gate closed")
+		watchEnded := make(chan error, 1)
+		go func() {
+			_, err := watch.Recv()
+			watchEnded <- err
+		}()
+
+		time.Sleep(3 * time.Second) // the checkpoint's work, in virtual time
+		require.NoError(t, work.Send(&testgrpc.StreamingOutputCallRequest{}))
+		_, err = work.Recv()
+		require.NoError(t, err, "the work RPC still runs at 3 s: the step waits for it")
+		require.NoError(t, work.CloseSend())
+		_, err = work.Recv()
+		require.ErrorIs(t, err, io.EOF, "the work RPC ended by itself, with OK")
+		workEnd := time.Now()
+
+		rep := <-reports
+		p := rep.Phase("http")
+		require.NotNil(t, p)
+		assert.Equal(t, workEnd.Add(time.Second), p.End, "the Watch closed the step's reserve after the work RPC ended")
+		assert.Less(t, p.End.Sub(start), 55*time.Second, "not held to the step's deadline")
+		assert.Equal(t, drain.Failed, p.Result, "a request was cut: %s", p.Error)
+		assert.Contains(t, p.Error, "1 connection(s) still in a request 1s after the last operation the gate counted ended (the step's reserve), closed now")
+		require.Error(t, rep.Err(), "the Report says it")
+		require.Error(t, <-watchEnded, "the Watch ended with its connection")
+		assert.ErrorIs(t, <-served, http.ErrServerClosed)
+		gs.Stop()
+	})
+}
