@@ -491,9 +491,14 @@ func (s *Server) watchDaemon() (stop func() error) {
 			return
 		}
 		why := "the device daemon ended (" + s.daemon.State() + ") on its own, before any teardown: its devices are not served"
-		// The line first: whoever sees /readyz 503 finds its reason in the log.
-		s.logger.Error("sandboxd: "+why+"; not ready from now (/readyz 503); the sandboxes run on until the drain",
-			"daemon_pid", s.daemon.Pid())
+		// The line first: whoever sees /readyz 503 finds its reason in the log. Once
+		// the drain has begun (the gate closed) readiness is 503 already and no drain
+		// is to come: the line says the one under way goes on.
+		then := "not ready from now (/readyz 503); the sandboxes run on until the drain"
+		if s.drainer.Gate().Closed() {
+			then = "the drain under way goes on: the sandboxes are preserved, and its ublk step finds the daemon gone"
+		}
+		s.logger.Error("sandboxd: "+why+"; "+then, "daemon_pid", s.daemon.Pid())
 		s.daemonLost.Store(&why)
 	})
 	return func() error {
