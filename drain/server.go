@@ -549,7 +549,7 @@ func (s *Server) termBeforeRun(sigs chan os.Signal) {
 	s.releaseTerm()
 	if came {
 		s.d.Budget().OnSIGTERM(s.caught)
-		s.log.Warn("drain: SIGTERM came before Run: draining once it serves; the grace is counted from NewServer's call, the earliest it can have come",
+		s.log.Warn("drain: SIGTERM came before Run: draining now, as the server serves; the grace is counted from NewServer's call, the earliest it can have come",
 			"since", time.Since(s.caught).Round(time.Millisecond))
 		select {
 		case sig := <-sigs: // it came once Run's channel was registered too: there once

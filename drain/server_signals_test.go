@@ -171,4 +171,8 @@ func TestSIGTERMBeforeRunIsDrainedWhenRunStarts(t *testing.T) {
 	t.Logf("T0 %v before the SIGTERM was sent", sent.Sub(line.Report.T0))
 	assert.False(t, line.Report.T0.After(sent), "the grace counted from %v, after the SIGTERM sent at %v: SIGKILL planned late", line.Report.T0, sent)
 	assert.Contains(t, stderr.String(), "SIGTERM came before Run")
+	// Fault: the line said "draining once it serves", written once Run served.
+	serving, came := strings.Index(stderr.String(), `"drain: serving"`), strings.Index(stderr.String(), "SIGTERM came before Run")
+	assert.Less(t, serving, came, "Run serves, then takes the SIGTERM")
+	assert.Contains(t, stderr.String(), "SIGTERM came before Run: draining now, as the server serves;")
 }
