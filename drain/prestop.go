@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"strings"
@@ -414,7 +415,9 @@ func (d *Drainer) count(parent context.Context, dl time.Time) int {
 	defer unforce()
 	// What List returned, nil when it was abandoned: a variable the call
 	// wrote was read here while an abandoned List, returning late, wrote it.
+	unwatch := d.watchListing(time.Now(), dl)
 	sbs, err := bounded.Call(ctx, returnSlack, d.lister.List)
+	unwatch()
 	switch {
 	case err != nil && (parent.Err() != nil || d.force.Err() != nil):
 		// Shutdown started, or Force: the count was stopped, the
@@ -456,6 +459,47 @@ func (d *Drainer) record(parent context.Context, sbs []pause.Sandbox, last *list
 	d.running.Store(int64(n))
 	d.counted.Store(true)
 	d.runGauge.Record(context.WithoutCancel(parent), int64(n))
+}
+
+// watchListing logs, every progressInterval while a count's listing
+// (begun at began, given until dl) has not returned, that it has not: at
+// Warn the first time, then at Info, as the wait's progress line. A Lister
+// that hangs (an API server that never answers) held the count to dl, the
+// drain deadline in the preStop wait, and the wait's progress lines with
+// it: nothing in the log for up to the whole grace. The returned function
+// stops it.
+func (d *Drainer) watchListing(began, dl time.Time) (stop func()) {
+	var mu sync.Mutex
+	stopped, lines := false, 0
+	var t *time.Timer
+	var tick func()
+	tick = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		level := slog.LevelInfo
+		if lines++; lines == 1 {
+			level = slog.LevelWarn
+		}
+		stands := "the plan keeps one round of preserves (no count yet)"
+		if d.counted.Load() {
+			stands = fmt.Sprintf("the plan counts the last count's %d running", d.running.Load())
+		}
+		d.log.Log(context.Background(), level, "drain: listing running sandboxes has not returned: until it does, or fails at its deadline, "+stands,
+			"waited", time.Since(began).Round(time.Second), "deadline", dl)
+		t = time.AfterFunc(progressInterval, tick)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(progressInterval, tick)
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // listFailed logs a failed count: at Warn when its error is news (the
