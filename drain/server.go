@@ -514,7 +514,11 @@ func (s *Server) serve(ctx context.Context, sigs chan os.Signal) int {
 	go func() {
 		if err := hooks.Serve(hookLn); !errors.Is(err, http.ErrServerClosed) {
 			failed.Store(true)
-			s.log.Error("drain: serving the preStop hook stopped: the kubelet's preStop call fails, SIGTERM still drains; Run will return 1",
+			what := "the kubelet's preStop call fails, SIGTERM still drains"
+			if s.d.term.Err() != nil {
+				what = s.drainNow()
+			}
+			s.log.Error("drain: serving the preStop hook stopped: "+what+"; Run will return 1",
 				"addr", hookLn.Addr().String(), "err", err)
 		}
 	}()
@@ -579,8 +583,18 @@ func (s *Server) serveSrv(ln net.Listener) bool {
 	if errors.Is(err, http.ErrServerClosed) {
 		return false
 	}
-	s.log.Error("drain: serving stopped: draining now; Run will return 1", "addr", ln.Addr().String(), "err", err)
+	s.log.Error("drain: serving stopped: "+s.drainNow()+"; Run will return 1", "addr", ln.Addr().String(), "err", err)
 	return true
+}
+
+// drainNow says what a serving that stopped on its own does to the
+// drain: starts it now, or, once Shutdown has begun (a SIGTERM came
+// first), nothing: the drain under way goes on.
+func (s *Server) drainNow() string {
+	if s.d.term.Err() != nil {
+		return "the drain under way goes on"
+	}
+	return "draining now"
 }
 
 // listenAddr is where Run serves srv: srv.Addr, or when it is empty
