@@ -29,7 +29,8 @@ const (
 // has RequestTimeout (the server is asked to answer within it with
 // ?wait=), it gives up after MaxFailures consecutive failed requests, or at
 // the first refusal (a 4xx but 408 and 429: a wrong path, a secret missing
-// or wrong; or a 200 that is not a PreStop summary), which asking again
+// or wrong; a 200 that is not a PreStop summary; or a URL no request can
+// reach: not http(s), no host, a port outside 1-65535), which asking again
 // cannot change, and it never runs past the drain deadline the server
 // reported (nor past MaxWait when set). The zero value, with URL set, is
 // ready to use.
@@ -191,9 +192,9 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 		ctx, cancelDL = context.WithDeadline(ctx, drainDL)
 		defer cancelDL()
 	}
-	u, err := url.Parse(h.URL)
+	u, err := parseHookURL(h.URL)
 	if err != nil {
-		return nil, err
+		return nil, refusedError{err} // asking again cannot change it
 	}
 	q := u.Query()
 	q.Set("wait", wait.String())
@@ -260,5 +261,26 @@ const maxAnswerText = 200
 // asking again cannot change the answer, and every retry spends the grace
 // period the kubelet gives the hook.
 type refusedError struct{ error }
+
+// parseHookURL parses an ExecHook's URL, refusing one no request can
+// reach: not http(s), no host, a port no dial can use (url.Parse takes
+// any digits, and "127.0.0.1:8082/drain" is a path). Each request failed
+// as a server not answering does, and the hook asked MaxFailures times.
+func parseHookURL(raw string) (*url.URL, error) {
+	const want = "want an http:// or https:// URL with a host, such as http://127.0.0.1:8082/drain"
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("URL %q: %s (%w)", raw, want, errors.Unwrap(err)) // url.Error repeats the URL
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("URL %q: %s", raw, want)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("URL %q: port %s is no TCP port (1-65535)", raw, p)
+		}
+	}
+	return u, nil
+}
 
 func (e refusedError) Unwrap() error { return e.error }
