@@ -47,3 +47,31 @@ func TestNewServerRefusesAHookAddressNoListenerCanHave(t *testing.T) {
 		assert.ErrorContains(t, err, want, addr)
 	}
 }
+
+// srv.Addr and the hook's address on one port are refused by NewServer,
+// naming both. Fault: NewServer took them, and Run's second listener
+// failed with "bind: address already in use", exit 2, as if another
+// process held the port, where the two addresses of one manifest collide.
+func TestNewServerRefusesTheHookOnTheServersPort(t *testing.T) {
+	node := fakesandbox.NewNode()
+	t.Setenv(EnvGrace, "30")
+	t.Setenv(EnvHookSecret, "a-random-secret-0123456789abcdef")
+	for _, c := range []struct{ addr, hook string }{
+		{":8082", ""}, // the hook's default, 127.0.0.1:8082, under srv's every address
+		{"127.0.0.1:8082", "127.0.0.1:8082"},
+		{"0.0.0.0:9000", "10.0.0.7:9000"},
+	} {
+		t.Setenv(EnvHookListen, c.hook)
+		hook := c.hook
+		if hook == "" {
+			hook = defaultHookListen
+		}
+		s, err := NewServer(&http.Server{Addr: c.addr}, node)
+		assert.Nil(t, s)
+		assert.EqualError(t, err, `drain: NewServer: srv.Addr "`+c.addr+`" and DRAINKIT_HOOK_LISTEN="`+hook+`" take the same port: give the preStop hook a port of its own`)
+	}
+	t.Setenv(EnvHookListen, "127.0.0.1:8082")
+	s, err := NewServer(&http.Server{Addr: "10.0.0.7:8082"}, node) // one port, addresses apart
+	require.NoError(t, err)
+	s.releaseTerm() // never Run: SIGTERM's default action again
+}

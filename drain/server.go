@@ -276,6 +276,10 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Serv
 	if err := s.checkHook(); err != nil {
 		return nil, err
 	}
+	if addr := listenAddr(srv); listenaddr.SamePort(addr, s.hook) { // Run's second listener would fail as if another process held the port
+		return nil, fmt.Errorf("drain: NewServer: srv.Addr %q and %s=%q take the same port: give the preStop hook a port of its own",
+			addr, EnvHookListen, s.hook)
+	}
 	cfg, err := ConfigFromEnv()
 	if err != nil {
 		return nil, err
