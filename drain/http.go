@@ -238,7 +238,8 @@ func shutdownHTTP(ctx context.Context, srv *http.Server, failed func(error) erro
 // the step's context: Shutdown, then Close at the step's deadline (a
 // hijacked connection is its handler's to end: see ShutdownHTTP), or,
 // run by a Drainer, reserve after the last operation its gate counts
-// (exempt ones included, Streams apart) ended, when that is earlier: a
+// (exempt ones included, Streams apart) ended, when that is earlier (a
+// zero reserve sets no such bound): a
 // request still served then is none the gate knows of (an ungated call,
 // or a gRPC stream served through ServeHTTP, such as a load balancer's
 // health Watch, which never ends by itself), and waiting for it to the
