@@ -50,7 +50,8 @@ func TestMain(m *testing.M) {
 // "hang" blocks forever; "script" answers per subcommand like the real runsc does;
 // "exited:PID" and "waitgone:PID" are runsc for a container whose sandbox has exited
 // (fakeExited), whose wait blocks, or, with waitgone, fails as runsc's does once the
-// sandbox process is gone; "refused" is runsc whose kill refuses to signal a sandbox whose
+// sandbox process is gone; "latewait" is runsc whose wait writes the exit status and is
+// still running when its context ends (its state says running, with no PID); "refused" is runsc whose kill refuses to signal a sandbox whose
 // process is gone, and "unknown" runsc whose kill does not know the container;
 // "ctlgone:PID" is runsc whose checkpoint found the sandbox running, then could not reach
 // its control server, at PID; "gate:DIR" is runsc that runs until it is let go (fakeGate).
@@ -93,6 +94,14 @@ func fakeRunsc(mode string, args []string) int {
 		return 128
 	case mode == "hang":
 		time.Sleep(time.Hour)
+	case mode == "latewait" && sub == "wait":
+		// runsc wait that has written the exit and not yet exited when its context
+		// ends: the moment it was seen as the wait's end came.
+		fmt.Printf(`{"id":%q,"exitStatus":0}`, id)
+		_ = os.Stdout.Sync()
+		time.Sleep(time.Hour)
+	case mode == "latewait" && sub == "state":
+		fmt.Printf(`{"id":%q,"status":"running","pid":0,"bundle":"/b"}`, id)
 	case mode == "sandbox":
 		fmt.Println("sandbox says hello")
 		time.Sleep(time.Hour) // holds stdout like a forked runsc sandbox does

@@ -102,7 +102,13 @@ func (r *Runtime) Target(id string) escalate.Target {
 			if dead.Load() {
 				return os.ErrProcessDone
 			}
-			if err == nil || ctx.Err() != nil {
+			if err == nil {
+				// runsc's word that it exited, even when ctx ended as it came:
+				// asked first, ctx's end lost it, and the Policy took the
+				// sandbox for running (row 1390).
+				return nil
+			}
+			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			if sandboxGone(err) {

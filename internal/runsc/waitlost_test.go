@@ -1,12 +1,17 @@
 package runsc
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause/escalate"
 )
 
 // waitLostRuntime returns a Runtime over rt's containers whose runsc state, once a runsc
@@ -51,4 +56,25 @@ func TestWaitWhoseStatusIsLostReadsTheExitRunscWrote(t *testing.T) {
 	_, werr := os.Stat(filepath.Join(dir, "waited"))
 	require.NoError(t, werr, "no runsc wait ran")
 	assertExitedOnSIGTERMAlone(t, res, dir, "runsc wait had seen the exit")
+}
+
+// Fault (row 1390): a `runsc wait` that had written the container's exit status when its
+// context ended (the wait's end, here TermWait, came in the moment between runsc's word
+// and its own exit) returned the exit, and the Target's wait returned ctx.Err() all the
+// same, for it asked whether the context had ended before whether the wait had seen the
+// exit: the Policy took the sandbox for still running, sent SIGKILL, and ended
+// "unknown" when the kill wait ended so too, the exit runsc had written lost from the
+// Report. A fake runsc holds that moment open: its wait writes the exit and runs until its
+// context ends it.
+func TestWaitThatSawTheExitAsItsContextEndedHasExited(t *testing.T) {
+	rt := fakeRuntime(t, "latewait")
+	wctx, wcancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer wcancel()
+	assert.NoError(t, rt.Target("sb").Wait(wctx), "runsc wait wrote the exit")
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	exit, err := escalate.Policy{TermWait: 300 * time.Millisecond, KillWait: 300 * time.Millisecond}.Stop(ctx, rt.Target("sb"))
+	assert.Equal(t, escalate.Exited, exit, "the wait after SIGTERM saw it exit: %v", err)
+	assert.NoError(t, err)
 }
