@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -341,8 +342,10 @@ type Child struct {
 // current binary (os.Args[0]) with EnvDaemon set; that binary must call
 // MainIfDaemon first thing. Start returns once the daemon has created its
 // devices and handles SIGTERM and requests, or fails when ctx ends first
-// (the child is then killed). The child is killed by the kernel if this
-// process dies (Linux). Call Close when done with it.
+// (the child is then killed). The daemon's stderr goes to this process's; a
+// daemon that exits before it is ready fails Start with what it wrote there,
+// its reason. The child is killed by the kernel if this process dies (Linux).
+// Call Close when done with it.
 func Start(ctx context.Context, cfg DaemonConfig) (*Child, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -354,7 +357,8 @@ func Start(ctx context.Context, cfg DaemonConfig) (*Child, error) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), EnvDaemon+"="+string(raw))
-	cmd.Stderr = os.Stderr
+	why := &stderrTail{}
+	cmd.Stderr = why
 	setPdeathsig(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -378,14 +382,55 @@ func Start(ctx context.Context, cfg DaemonConfig) (*Child, error) {
 	select {
 	case err := <-readyc:
 		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("fakeublk: daemon not ready: %w", err)
+			c.Close() // reaped: all it wrote is in why
+			return nil, notReady(err, c.State(), why.String())
 		}
 		return c, nil
 	case <-ctx.Done():
 		c.Close()
 		return nil, ctx.Err()
 	}
+}
+
+// notReady is Start's error for a daemon that did not say ready (err) and exited so
+// (state), having written stderr: its own reason, where a daemon that could not bind its
+// socket failed its caller's start with "daemon not ready: EOF" and the reason was in the
+// log alone, never in a server's termination message (docs/faults.md row 1391).
+func notReady(err error, state, stderr string) error {
+	if stderr = strings.TrimSpace(stderr); stderr == "" {
+		return fmt.Errorf("fakeublk: daemon not ready (%s): %w", state, err)
+	}
+	return fmt.Errorf("fakeublk: daemon not ready (%s): %w: %s", state, err, stderr)
+}
+
+// stderrTail is a daemon's stderr: passed on to this process's, its last tailMax bytes
+// kept for the error of a start that fails.
+type stderrTail struct {
+	mu   sync.Mutex
+	tail []byte
+}
+
+// tailMax is how much of a daemon's stderr a stderrTail keeps: its last lines.
+const tailMax = 1024
+
+// Write passes p on to os.Stderr and keeps it; it never fails, so that a stderr this
+// process cannot write never fails the daemon's.
+func (w *stderrTail) Write(p []byte) (int, error) {
+	_, _ = os.Stderr.Write(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tail = append(w.tail, p...)
+	if len(w.tail) > tailMax {
+		w.tail = w.tail[len(w.tail)-tailMax:]
+	}
+	return len(p), nil
+}
+
+// String returns what was kept.
+func (w *stderrTail) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.tail)
 }
 
 // Pid returns the daemon's process ID.

@@ -296,3 +296,28 @@ func TestHookListenOnListensPortIsRefusedWithTheFlags(t *testing.T) {
 		})
 	}
 }
+
+// Fault (row 1391): a device daemon that did not start (here its socket's path is a
+// directory that is not empty, left on the state directory's volume, so it cannot
+// bind) failed sandboxd's start with "device daemon: fakeublk: daemon not ready: EOF",
+// in the log line and the termination message, and the daemon's own reason ("bind:
+// address already in use") only in the log, on the line the daemon wrote: the pod's
+// last state said the daemon ended, not why. The reason is now in the start's error,
+// so in both, as every other start failure's is; exit 1, what the machine refused.
+func TestDeviceDaemonThatDoesNotStartSaysWhyInTheTerminationMessage(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(daemonSocket(dir), "left"), 0o700))
+	termLog := filepath.Join(t.TempDir(), "termination-log")
+	code, stderr := exitStatus(t, "-listen", freeAddr(t), "-hook-listen", freeAddr(t), "-state-dir", dir,
+		"-termination-log", termLog)
+	assert.Equal(t, 1, code, "what the machine refused: %s", stderr)
+	const why = "bind: address already in use"
+	msg, err := os.ReadFile(termLog)
+	require.NoError(t, err, "%s", stderr)
+	lines := strings.Split(strings.TrimSuffix(string(msg), "\n"), "\n")
+	require.Len(t, lines, 2, "%s", msg)
+	assert.True(t, strings.HasPrefix(lines[1], "sandboxd: could not start: device daemon: "), lines[1])
+	assert.Contains(t, lines[1], why, "the daemon's reason")
+	assert.Contains(t, stderr.String(), "sandboxd: device daemon: ", "%s", stderr)
+	assert.Regexp(t, "sandboxd: device daemon: [^\n]*"+why, stderr.String(), "the start's own line says it too")
+}
