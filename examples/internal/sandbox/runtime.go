@@ -419,7 +419,10 @@ func (r *Runsc) Create(ctx context.Context, id string) error {
 // next Pause deleted that image. A started checkpoint takes as long as gVisor takes.
 //
 // A sandbox already stopped when its checkpoint would begin (dead: its sandbox process
-// killed, its workload exited) is ErrDied, with pause.ErrGone: no checkpoint was made.
+// killed, its workload exited) is ErrDied, with pause.ErrGone: no checkpoint was made. So
+// is one whose checkpoint caught its workload exiting (runsc.SavedRunning: the image holds
+// exiting tasks alone, which a restore ends at once); its image is removed. An image
+// SavedRunning cannot read is taken as made, as before it was read.
 //
 // A checkpoint that fails (its image cannot be written: the images volume is full or
 // failing) stops the sandbox all the same, for gVisor ends the sandbox after every save.
@@ -468,6 +471,9 @@ func (r *Runsc) Pause(ctx context.Context, id string) (string, error) {
 		return "", r.checkpointFailed(ctx, id, err)
 	}
 	r.forgetFailure(id)
+	if running, err := runsc.SavedRunning(image); err == nil && !running {
+		return "", r.exitedAtCheckpoint(ctx, id, image)
+	}
 	// The record that points at the image is made durable next; the image must be too.
 	if err := r.syncNew(image); err != nil {
 		// The checkpoint stopped the sandbox, and an image that may not survive the node
@@ -601,6 +607,20 @@ func (r *Runsc) died(ctx context.Context, id string, err error) error {
 		why = fmt.Sprintf("its workload exited, status %d", status)
 	}
 	return fmt.Errorf("%w: %w: %s; log %s (%w)", ErrDied, pause.ErrGone, why, r.log(id), err)
+}
+
+// exitedAtCheckpoint is Pause's error for sandbox id, whose checkpoint succeeded with an
+// image that holds its workload's exiting tasks alone (runsc.SavedRunning): the workload
+// exited as the checkpoint reached it, and a restore of the image stops at once. It died,
+// as one found stopped before its checkpoint did (died): counted preserved, its resume
+// "succeeded" with nothing running (row 1392). The image, which preserves nothing, is
+// removed.
+func (r *Runsc) exitedAtCheckpoint(ctx context.Context, id, image string) error {
+	err := fmt.Errorf("runsc checkpoint %s caught its workload exiting: its image held exiting tasks alone, which a restore ends at once", id)
+	if rerr := os.RemoveAll(image); rerr != nil {
+		err = fmt.Errorf("%w; and removing that image failed: %w", err, rerr)
+	}
+	return r.died(ctx, id, err)
 }
 
 // ErrNotDurable is wrapped by the (permanent) error of Runsc.Pause whose checkpoint image

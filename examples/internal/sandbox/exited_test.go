@@ -1,0 +1,66 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+)
+
+// caughtExiting is the image of a real checkpoint that caught its workload exiting
+// (internal/runsc's testdata: runsc.SavedRunning says false of it).
+var caughtExiting, _ = filepath.Abs(filepath.Join("..", "..", "..", "internal", "runsc", "testdata", "caught-exiting", "checkpoint.img"))
+
+// caughtExitingRunsc returns a runsc wrapper whose checkpoints are runsc's own, the real
+// image then replaced with caughtExiting: the moment a checkpoint reaches a sandbox whose
+// workload is exiting (a few milliseconds, about 3 in 100 checkpoints timed around a
+// SIGTERM), held open.
+func caughtExitingRunsc(t *testing.T) string {
+	t.Helper()
+	real, err := exec.LookPath("runsc")
+	require.NoError(t, err)
+	script := filepath.Join(t.TempDir(), "runsc")
+	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
+img=
+for a; do case $a in --image-path=*) img=${a#--image-path=} ;; esac; done
+`+real+` "$@" || exit $?
+case " $* " in *" checkpoint "*) cp `+caughtExiting+` "$img/checkpoint.img" ;; esac
+`), 0o755))
+	return script
+}
+
+// Fault (row 1392): a checkpoint that reached its sandbox as the workload exited
+// succeeded, with an image of the exiting tasks alone (about 11 KB) whose restore stops at
+// once, and Pause counted the sandbox paused: the drain's Report said preserved, and its
+// resume "succeeded" with nothing running (18 of 527 real checkpoints timed around a
+// workload's exit; 3 of 120 here, each a SIGTERM sent 7-8 ms after the checkpoint began).
+// Pause now reads the image (runsc.SavedRunning) and counts such a sandbox died (ErrDied,
+// pause.ErrGone: the Preserver's Vanished), removing the image and the sandbox.
+func TestCheckpointThatCaughtTheWorkloadExitingIsDiedNotPaused(t *testing.T) {
+	n, rt, _ := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := runningCounter(t, ctx, n, rt)
+	alive := runningCounter(t, ctx, n, rt)
+	rt.Runtime.Binary = caughtExitingRunsc(t)
+
+	_, err := n.Pause(ctx, a.ID)
+	require.ErrorIs(t, err, ErrDied, "before: paused, with an image that restores nothing")
+	require.ErrorIs(t, err, pause.ErrGone)
+	assert.ErrorContains(t, err, "caught its workload exiting")
+	assert.NoDirExists(t, rt.Image(a.ID), "the image preserves nothing")
+	assert.Equal(t, []Info{alive}, n.List(), "the dead sandbox is forgotten")
+
+	rt.Runtime.Binary = ""
+	info, err := n.Pause(ctx, alive.ID)
+	require.NoError(t, err, "a checkpoint of a counter that runs is made")
+	assert.Equal(t, Paused, info.State)
+}

@@ -1,0 +1,163 @@
+package runsc
+
+import (
+	"bufio"
+	"bytes"
+	"compress/flate"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+)
+
+// ImageFile is the file runsc checkpoint writes in its image directory.
+const ImageFile = "checkpoint.img"
+
+// SavedRunning reports whether the checkpoint image in imageDir holds a task of the
+// workload that had not begun to exit when gVisor saved it: a workload caught running.
+//
+// A checkpoint that reaches a sandbox whose workload is exiting (its init ended, the
+// sandbox not yet gone: a few milliseconds) succeeds, and its image (about 11 KB, where
+// a running counter's is about 220 KB) holds the exiting tasks alone, which a restore
+// ends at once: nothing was saved that runs. gVisor saves each task with its run state,
+// whose type the image names: runApp and the others for a task that runs, and runExit,
+// runExitMain, runExitNotify on the exit path (pkg/sentry/kernel/task_exit.go). So an
+// image that names a run state outside the exit path is true; one that names only exit
+// states is false. The image is read as runsc 20221219 writes it (the statefile header,
+// its JSON metadata, 32 bytes of HMAC, the chunk size, then flate-compressed chunks,
+// each after its length), a chunk at a time, and only up to the first running task: the
+// tasks come before the workload's memory. An image it cannot read so, or that names no
+// run state, is an error: whether anything ran is not known.
+func SavedRunning(imageDir string) (bool, error) {
+	f, err := os.Open(filepath.Join(imageDir, ImageFile))
+	if err != nil {
+		return false, fmt.Errorf("runsc image: %w", err)
+	}
+	defer f.Close()
+	chunks, err := imageChunks(bufio.NewReader(f))
+	if err != nil {
+		return false, fmt.Errorf("runsc image %s: %w", imageDir, err)
+	}
+	exiting, err := scanRunStates(chunks)
+	if err != nil {
+		return false, fmt.Errorf("runsc image %s: %w", imageDir, err)
+	}
+	return !exiting, nil
+}
+
+// statefileMagic begins every gVisor state file.
+var statefileMagic = []byte("gVisorSF")
+
+// hmacSize is the size of the HMAC that follows a keyed image's metadata.
+const hmacSize = 32
+
+// maxChunk bounds a chunk's size, for an image that is not what it seems.
+const maxChunk = 64 << 20
+
+// imageChunks reads an image's header and metadata from r and returns the function that
+// returns its chunks, decompressed, one a call, and io.EOF after the last.
+func imageChunks(r *bufio.Reader) (func() ([]byte, error), error) {
+	var head [16]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, fmt.Errorf("header: %w", err)
+	}
+	if !bytes.Equal(head[:8], statefileMagic) {
+		return nil, errors.New("not a gVisor state file (bad magic)")
+	}
+	n := binary.BigEndian.Uint64(head[8:])
+	if n > maxChunk {
+		return nil, fmt.Errorf("metadata of %d bytes", n)
+	}
+	meta := make([]byte, n)
+	if _, err := io.ReadFull(r, meta); err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(meta, &m); err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	if c := m["compression"]; c != "" && c != "flate-best-speed" {
+		return nil, fmt.Errorf("compression %q: only flate images are read", c)
+	}
+	hash, err := keyed(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.Discard(hash + 4); err != nil { // the HMAC, then the chunk size
+		return nil, fmt.Errorf("chunk size: %w", err)
+	}
+	return func() ([]byte, error) { return nextChunk(r) }, nil
+}
+
+// keyed returns the size of the HMAC after the metadata: hmacSize when the chunk size
+// (1 MiB in runsc) follows it, 0 when it follows the metadata at once.
+func keyed(r *bufio.Reader) (int, error) {
+	peek, err := r.Peek(hmacSize + 4)
+	if err != nil {
+		return 0, fmt.Errorf("chunk size: %w", err)
+	}
+	for _, h := range []int{hmacSize, 0} {
+		if size := binary.BigEndian.Uint32(peek[h:]); size > 0 && size <= maxChunk && size&(size-1) == 0 {
+			return h, nil
+		}
+	}
+	return 0, errors.New("no chunk size after the metadata")
+}
+
+// nextChunk reads one chunk (its length, then its flate data) and returns it
+// decompressed; io.EOF at the image's end.
+func nextChunk(r *bufio.Reader) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err // io.EOF: the last chunk was read
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > maxChunk {
+		return nil, fmt.Errorf("chunk of %d bytes", size)
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return nil, fmt.Errorf("chunk: %w", err)
+	}
+	out, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(data)), maxChunk))
+	if err != nil {
+		return nil, fmt.Errorf("chunk: %w", err)
+	}
+	return out, nil
+}
+
+// runState matches the type name of a task's run state in a saved kernel.
+var runState = regexp.MustCompile(`pkg/sentry/kernel\.run([A-Z][A-Za-z]*)`)
+
+// scanRunStates reads chunks until it finds a run state outside the exit path, and
+// returns whether it found exit states alone (true) or one outside it (false); an error
+// when it found none. A name cut by a chunk's end is read with the next chunk's start.
+func scanRunStates(next func() ([]byte, error)) (exiting bool, err error) {
+	var tail []byte
+	found := false
+	for {
+		chunk, err := next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return false, err
+		}
+		buf := append(tail, chunk...)
+		for _, m := range runState.FindAllSubmatch(buf, -1) {
+			if !bytes.HasPrefix(m[1], []byte("Exit")) {
+				return false, nil // a task that runs
+			}
+			found = true
+		}
+		tail = append([]byte(nil), buf[max(0, len(buf)-64):]...)
+	}
+	if !found {
+		return false, errors.New("no task's run state in it")
+	}
+	return true, nil
+}
