@@ -129,6 +129,11 @@ func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, lo
 // device"), never for a checkpoint made; another failure of the save (an I/O error)
 // cannot be told from a checkpoint made, and shows at the restore.
 //
+// A checkpoint whose call never reached the sandbox (its control server refused the
+// connection while its process was still ending, or the process closed it with the call
+// unread: `urpc method "containerManager.Checkpoint" failed: connection reset by peer`;
+// it ended, its workload's exit or a kill, so no save began) is ErrStopped once the
+// container is seen stopped (within StopWait); otherwise it stays a failure.
 // A checkpoint that fails with EOF (`urpc method "containerManager.Checkpoint" failed:
 // EOF`) stays a failure: the sandbox process read the call and ended without answering,
 // killed or crashed, and what it leaves is no image. A save that completes is answered
@@ -152,6 +157,17 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 		// it. Taken for a checkpoint that failed, its sandbox was lost, not dead (row 1211).
 		return fmt.Errorf("%w: %w: its sandbox process had exited before the checkpoint reached it", err, ErrStopped)
 	}
+	if err != nil && !errors.Is(err, ErrStopped) && callNeverRead(msg) {
+		// The call never reached the sandbox: its control server refused the
+		// connection, its process still ending (not yet a zombie: row 1211's check
+		// missed it), or closed it with the call unread. No save began; taken for a
+		// checkpoint that failed, a sandbox that had died was lost by it (row 1393).
+		// Only the container stopped says it ended.
+		if serr := r.awaitStop(ctx, id); serr != nil {
+			return fmt.Errorf("%w; and %w", err, serr)
+		}
+		return fmt.Errorf("%w: %w: its sandbox process ended before it read the checkpoint's call", err, ErrStopped)
+	}
 	killed := killedBySignal(ctx, err)
 	if !errors.Is(err, ErrStatusLost) && !killed || len(bytes.TrimSpace(msg)) > 0 {
 		return err
@@ -164,6 +180,19 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 			"taken for a save that failed for want of it (no space left on device)", err)
 	}
 	return nil
+}
+
+// callUnread is runsc's failure of a checkpoint whose call the sandbox process closed
+// unread (a reset: data left in the socket), where one it read and did not answer ends
+// in EOF.
+const callUnread = `urpc method "containerManager.Checkpoint" failed: connection reset by peer`
+
+// callNeverRead reports whether msg, a failed checkpoint's stderr, says its call never
+// reached the sandbox: the control server refused the connection, or the sandbox closed
+// it with the call unread.
+func callNeverRead(msg []byte) bool {
+	return controlServerPID.Match(msg) && bytes.Contains(msg, []byte("connection refused")) ||
+		bytes.Contains(msg, []byte(callUnread))
 }
 
 // killedBySignal reports whether err is that of a runsc client a signal ended while ctx

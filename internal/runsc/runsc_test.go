@@ -54,7 +54,10 @@ func TestMain(m *testing.M) {
 // still running when its context ends (its state says running, with no PID); "refused" is runsc whose kill refuses to signal a sandbox whose
 // process is gone, and "unknown" runsc whose kill does not know the container;
 // "ctlgone:PID" is runsc whose checkpoint found the sandbox running, then could not reach
-// its control server, at PID; "gate:DIR" is runsc that runs until it is let go (fakeGate).
+// its control server, at PID; "reset:PID" is runsc whose checkpoint's call the sandbox
+// closed unread (connection reset), its other commands fakeExited's for PID;
+// "ctlstopped:PID" is runsc whose checkpoint could not reach the control server at PID,
+// the container stopped; "gate:DIR" is runsc that runs until it is let go (fakeGate).
 func fakeRunsc(mode string, args []string) int {
 	var sub, id string
 	if len(args) > 0 {
@@ -71,6 +74,21 @@ func fakeRunsc(mode string, args []string) int {
 		// its connection to the control server, a moment later, was refused.
 		fmt.Fprintf(os.Stderr, "checkpoint failed: connecting to control server at PID %s: connection refused\n", pid)
 		return 128
+	}
+	if pid, ok := strings.CutPrefix(mode, "ctlstopped:"); ok {
+		if sub == "checkpoint" { // runsc's words, measured: the PID still ran
+			fmt.Fprintf(os.Stderr, "checkpoint failed: connecting to control server at PID %s: connection refused\n", pid)
+			return 128
+		}
+		return fakeExited("stopped", sub, id)
+	}
+	if pid, ok := strings.CutPrefix(mode, "reset:"); ok && sub == "checkpoint" {
+		// runsc 0.0~20221219's words, measured: the sandbox process closed the call's
+		// connection with the call unread.
+		fmt.Fprintf(os.Stderr, "checkpoint failed: checkpointing container %q: urpc method \"containerManager.Checkpoint\" failed: connection reset by peer\n", id)
+		return 128
+	} else if ok {
+		return fakeExited(pid, sub, id)
 	}
 	if dir, ok := strings.CutPrefix(mode, "gate:"); ok {
 		return fakeGate(dir)
