@@ -1185,7 +1185,8 @@ func (w *Worker) Restore(ctx context.Context, req *IDRequest) (*SandboxReply, er
 		return nil, status.FromContextError(err).Err()
 	}
 	info, err := w.node.Resume(ctx, req.ID)
-	if err != nil && !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrConflict) {
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrConflict) &&
+		!errors.Is(err, sandbox.ErrDied) { // removed, not kept: the node's WARN line says so
 		w.logger.Error("restore failed: the sandbox stays paused, its checkpoint kept; a Restore may be retried",
 			"id", req.ID, "error", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -63,4 +64,33 @@ func TestCheckpointThatCaughtTheWorkloadExitingIsDiedNotPaused(t *testing.T) {
 	info, err := n.Pause(ctx, alive.ID)
 	require.NoError(t, err, "a checkpoint of a counter that runs is made")
 	assert.Equal(t, Paused, info.State)
+}
+
+// Fault (row 1394): a paused sandbox whose image a checkpoint that caught its workload
+// exiting had saved (by a server older than row 1392's fix: records outlive an upgrade)
+// was restored, and Resume succeeded: the node listed it running while runsc said
+// stopped, its record gone. Measured with real runsc: before, Resume nil, listed running,
+// `runsc state` stopped at the first look after Resume returned. Resume now reads the image first and removes
+// the sandbox as dead (ErrDied, its record with it), restoring nothing.
+func TestResumeOfAnImageThatCaughtItsWorkloadExitingRemovesTheDeadSandbox(t *testing.T) {
+	n, rt, st := newRunscNode(t)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := runningCounter(t, ctx, n, rt)
+	_, err := n.Pause(ctx, a.ID)
+	require.NoError(t, err)
+	raw, err := os.ReadFile(caughtExiting)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(rt.Image(a.ID), "checkpoint.img"), raw, 0o600))
+
+	_, err = n.Resume(ctx, a.ID)
+	require.ErrorIs(t, err, ErrDied, "before: resumed, listed running, stopped in runsc")
+	assert.ErrorContains(t, err, "resume "+a.ID)
+	assert.Empty(t, n.List(), "the dead sandbox is forgotten")
+	recs, _, err := st.Load()
+	require.NoError(t, err)
+	assert.Empty(t, recs, "its record goes with it")
+	_, err = rt.Runtime.State(ctx, a.ID)
+	assert.ErrorIs(t, err, runsc.ErrNotExist, "nothing was restored")
 }

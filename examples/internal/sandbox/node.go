@@ -209,7 +209,7 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 	image, err := n.rt.Pause(ctx, id)
 	switch {
 	case errors.Is(err, ErrDied):
-		return Info{}, n.died(ctx, e, err)
+		return Info{}, n.died(ctx, e, "pause", err)
 	case errors.Is(err, ErrLost):
 		return Info{}, fmt.Errorf("pause %s: %w", id, n.lost(ctx, e, err))
 	case errors.Is(err, ErrNotDurable):
@@ -260,6 +260,11 @@ func (n *Node) Pause(ctx context.Context, id string) (Info, error) {
 // is paused again and recorded anew, so that its record and its image are its state now,
 // and Resume fails naming the record. An undo that fails too is logged at ERROR and
 // Resume's error names both failures, and what the sandbox is left as.
+//
+// A sandbox whose image restores nothing that runs (ErrDied: its checkpoint caught its
+// workload exiting, saved by a server older than row 1392's) is removed as Pause removes
+// a dead one, its record with it: restored, it was listed running while runsc said
+// stopped.
 func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 	if err := ctx.Err(); err != nil {
 		return Info{}, fmt.Errorf("resume %s: %w", id, err)
@@ -268,7 +273,9 @@ func (n *Node) Resume(ctx context.Context, id string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	if err := n.rt.Resume(context.WithoutCancel(ctx), id, e.image); err != nil {
+	if err := n.rt.Resume(context.WithoutCancel(ctx), id, e.image); errors.Is(err, ErrDied) {
+		return Info{}, n.died(ctx, e, "resume", err) // its image restores nothing
+	} else if err != nil {
 		n.setPaused(e, e.image) // its image, as before the resume
 		return Info{}, fmt.Errorf("resume %s: %w", id, err)
 	}
@@ -291,27 +298,27 @@ type imageDropper interface {
 	DropImage(id string) error
 }
 
-// died removes sandbox e, which its runtime's Pause found dead (err, ErrDied), and
-// returns Pause's error. Its runtime's remains go first (runsc's stopped container, its
+// died removes sandbox e, which its runtime's Pause (op "pause") or Resume ("resume")
+// found dead (err, ErrDied), and returns op's error. Its runtime's remains go first (runsc's stopped container, its
 // bundle: Destroy), then the sandbox from the node, then a record of it, as in Delete: a
 // running sandbox has none, but one whose resume could not remove it (undoResume) has, and
 // the next server would list it paused with no image. The WARN line is the one that says
 // the sandbox died: a drain's Preserver reports it Vanished (ErrDied wraps pause.ErrGone),
 // which is no fault, and lists it no more.
-func (n *Node) died(ctx context.Context, e *entry, err error) error {
+func (n *Node) died(ctx context.Context, e *entry, op string, err error) error {
 	id := e.ID
 	if derr := n.rt.Destroy(ctx, id); derr != nil {
 		n.settleAs(e, Died)
 		n.logger.Error("sandbox died before its checkpoint, and removing what it left failed: listed as died until a delete removes it",
 			"id", id, "error", err, "destroy_error", derr)
-		return fmt.Errorf("pause %s: %w; and removing what it left failed (still listed %s, for a delete): %w", id, err, Died, derr)
+		return fmt.Errorf("%s %s: %w; and removing what it left failed (still listed %s, for a delete): %w", op, id, err, Died, derr)
 	}
 	n.logger.Warn("sandbox died before its checkpoint: what it left is removed, and it is listed no more",
 		"id", id, "error", err)
 	if rerr := n.drop(id, "dead"); rerr != nil {
-		return fmt.Errorf("pause %s: %w; removed, but its record stays: %w", id, err, rerr)
+		return fmt.Errorf("%s %s: %w; removed, but its record stays: %w", op, id, err, rerr)
 	}
-	return fmt.Errorf("pause %s: %w", id, err)
+	return fmt.Errorf("%s %s: %w", op, id, err)
 }
 
 // lost lists sandbox e Lost: its runtime's Pause stopped it and lost its state (err,
@@ -345,7 +352,7 @@ func (n *Node) undoResume(ctx context.Context, e *entry, derr error) error {
 	image, perr := n.rt.Pause(ctx, id)
 	switch {
 	case errors.Is(perr, ErrDied): // it died since its resume: only its remains to remove
-		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again found it dead: %w", id, derr, n.died(ctx, e, perr))
+		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again found it dead: %w", id, derr, n.died(ctx, e, "pause", perr))
 	case errors.Is(perr, ErrLost): // stopped, its state gone with the failed pause
 		return fmt.Errorf("resume %s: its record could not be removed: %w; and pausing it again lost it: %w", id, derr, n.lost(ctx, e, perr))
 	case errors.Is(perr, ErrNotDurable): // stopped in that image, its old record still there

@@ -38,7 +38,8 @@ type Runtime interface {
 	// ErrNotDurable (stopped, its state in Image(id) but not durable). An error that no
 	// retry can help is permanent (backoff.Permanent).
 	Pause(ctx context.Context, id string) (image string, err error)
-	// Resume starts a sandbox again from the state Pause saved in image.
+	// Resume starts a sandbox again from the state Pause saved in image. An image that
+	// restores nothing that runs is ErrDied.
 	Resume(ctx context.Context, id, image string) error
 	// Destroy stops the sandbox if it runs and removes everything it left.
 	Destroy(ctx context.Context, id string) error
@@ -692,8 +693,15 @@ func fsync(path string) error {
 	return f.Sync()
 }
 
-// Resume restores the sandbox from image.
+// Resume restores the sandbox from image. An image that holds the exiting tasks alone
+// (runsc.SavedRunning: its checkpoint caught the workload exiting, saved before Pause
+// said so) is ErrDied, with pause.ErrGone, and is not restored: restored, it stopped at
+// once, and the node said running (row 1394).
 func (r *Runsc) Resume(ctx context.Context, id, image string) error {
+	if running, err := runsc.SavedRunning(image); err == nil && !running {
+		return fmt.Errorf("%w: %w: its image holds the exiting tasks alone of a workload its checkpoint caught exiting, which a restore ends at once; log %s",
+			ErrDied, pause.ErrGone, r.log(id))
+	}
 	// A container left by an earlier process of this PID namespace (killed before it
 	// deleted it) holds the ID.
 	if err := r.Runtime.Delete(ctx, id, true); err != nil && !errors.Is(err, runsc.ErrNotExist) {
