@@ -7,11 +7,15 @@
 // (a shell command, a listing) is read as text and not checked.
 //
 // It also keeps the documentation's evidence real: a ```yaml block that
-// names a repository file must be that file, and every test, benchmark,
-// fuzz target or example that README.md, docs/*.md and the examples'
-// READMEs cite, by name or in a -run or -bench pattern, must be a func of
-// the module's test files, since a renamed test leaves a fault's row
-// pointing at nothing to run.
+// names a repository file must be that file; every test, benchmark, fuzz
+// target or example that README.md, docs/*.md and the examples' READMEs
+// cite, by name (in a code span or in the prose, where a name after "was
+// named" is one a test had) or in a -run, -bench or -skip pattern, must be
+// a func of the module's test files, since a renamed test leaves a fault's
+// row pointing at nothing to run; and every relative link of the Markdown
+// must name a file of the repository, and its #anchor a heading of the
+// page, since a moved file or a reworded heading leaves the reader at
+// nothing.
 //
 // Run it with the rest of the tests:
 //

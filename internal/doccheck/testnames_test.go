@@ -18,9 +18,11 @@ import (
 // pages kept naming the old ones (TestNewRejectsTypedNilListerAndNilOption,
 // TestRingWhoseFilesTheKernelDoesNotListIsNamed and others): a reader found
 // nothing to run. Every name cited in README.md, docs/*.md and the
-// examples' READMEs must be a func of the repository's _test.go files, and
-// every plain alternative of a -run or -bench pattern (or the pattern, when
-// it has a group or a class) must select one.
+// examples' READMEs, in a code span or in the prose, must be a func of the
+// repository's _test.go files, and every plain alternative of a -run,
+// -bench or -skip pattern (or the pattern, when it has a group or a class)
+// must select one: a -skip that selects nothing runs what the reader was
+// told it leaves out.
 func TestEveryCitedTestExists(t *testing.T) {
 	funcs, err := testFuncs(root)
 	if err != nil {
@@ -78,6 +80,15 @@ func TestCitationsAreReadAsGoTestWouldRunThem(t *testing.T) {
 		{"a `Testing` word, `TestMain`'s, `go test ./...`, `Test`, `TestGone (x)`", nil, nil},
 		{"```sh\ngo test -run TestGone ./x\n```\n", []string{"-run TestGone"}, []string{"-run TestGone"}},
 		{"`go test -run TestPlanPredicts\n-v ./drain`", []string{"-run TestPlanPredicts"}, nil},
+		{"`-run Plan -skip 'NeverDrained|Gone'`", []string{"-run Plan", "-skip NeverDrained", "-skip Gone"}, []string{"-skip Gone"}},
+		{"`-skip PreserveDisk` `-skip=Predicts$`", []string{"-skip PreserveDisk", "-skip Predicts$"}, nil},
+		{"```sh\ngo test -skip 'RealKubeletGone' ./x\n```\n", []string{"-skip RealKubeletGone"}, []string{"-skip RealKubeletGone"}},
+		{"as TestPlanPredicts shows, and TestGone (x); TestRealKubeletWithAPIServer/the_README's too", []string{"TestPlanPredicts", "TestGone", "TestRealKubeletWithAPIServer"}, []string{"TestGone"}},
+		{"(FuzzParse, ExampleNewServer.) BenchmarkGone", []string{"FuzzParse", "ExampleNewServer", "BenchmarkGone"}, []string{"BenchmarkGone"}},
+		{"TestPlan* and TestGone* and TestRealKubelet*", []string{"TestPlan*", "TestGone*", "TestRealKubelet*"}, []string{"TestGone*"}},
+		{"Example: a Testing word, TestMain, Tests, a path x/TestGone, #TestGone, pkg.TestGone", nil, nil},
+		{"it was named TestGone until 9dda20a, and was\nnamed TestOld before", nil, nil},
+		{"TestGone, `TestPlanPredicts`, TestNeverDrainedPlan", []string{"TestGone", "TestPlanPredicts", "TestNeverDrainedPlan"}, []string{"TestGone"}},
 	} {
 		var got, bad []string
 		for _, c := range citations(tc.text) {
@@ -92,34 +103,49 @@ func TestCitationsAreReadAsGoTestWouldRunThem(t *testing.T) {
 	}
 }
 
-// A citation is a test func's name, or one plain alternative of a -run or
-// -bench pattern (anchors kept, subtests after a / left out).
+// A citation is a test func's name, a name's beginning (Name* in the
+// prose), or one plain alternative of a -run, -bench or -skip pattern
+// (anchors kept, subtests after a / left out).
 type citation struct {
 	name    string
-	pattern string // "run" or "bench"; "" for a name
+	pattern string // "run", "bench" or "skip"; "prefix" for Name*, "" for a name
 	line    int
+	at      int // the offset in the page, which orders a line's citations
 }
 
 func (c citation) String() string {
-	if c.pattern == "" {
+	switch c.pattern {
+	case "":
 		return c.name
+	case "prefix":
+		return c.name + "*"
 	}
 	return "-" + c.pattern + " " + c.name
 }
 
-// selects reports whether a func of funcs is the name, or is one go test
-// runs for the pattern: -run selects tests, fuzz targets and examples,
-// -bench benchmarks, by an unanchored match unless anchored.
+// selects reports whether a func of funcs is the name, begins with it, or
+// is one go test runs (or skips) for the pattern: -run selects tests, fuzz
+// targets and examples, -bench benchmarks, -skip any of them, by an
+// unanchored match unless anchored. A -skip that selects nothing skips
+// nothing: the command runs what its reader was told it leaves out.
 func (c citation) selects(funcs map[string]bool) bool {
-	if c.pattern == "" {
+	switch c.pattern {
+	case "":
 		return funcs[c.name]
+	case "prefix":
+		for f := range funcs {
+			if strings.HasPrefix(f, c.name) {
+				return true
+			}
+		}
+		return false
 	}
 	re, err := regexp.Compile(c.name)
 	if err != nil {
 		return false
 	}
 	for f := range funcs {
-		if strings.HasPrefix(f, "Benchmark") != (c.pattern == "bench") {
+		if c.pattern != "skip" && strings.HasPrefix(f, "Benchmark") != (c.pattern == "bench") {
 			continue
 		}
 		if re.MatchString(f) {
@@ -137,43 +163,100 @@ var (
 	// not: no group, class or repetition to read.
 	plainAlternative = regexp.MustCompile(`^\^?\w+\$?$`)
 	codeSpan         = regexp.MustCompile("`([^`]+)`")
-	patternFlag      = regexp.MustCompile(`^-(?:test\.)?(run|bench)(?:=(.*))?$`)
+	patternFlag      = regexp.MustCompile(`^-(?:test\.)?(run|bench|skip)(?:=(.*))?$`)
+	// plainName is a test's name in the prose, out of a code span: a
+	// whole word, not a path's or an anchor's, Example alone left out (it
+	// starts sentences); a * after it stands for every name it begins.
+	plainName = regexp.MustCompile(`(?:^|[^\w/#.])((?:Test|Benchmark|Fuzz)[A-Z0-9_]\w*|Example[A-Z_]\w*)(\*)?`)
+	// formerName ends the words before a name the test no longer has,
+	// which a row keeps for the reader of an old log: "was named X until".
+	formerName = regexp.MustCompile(`\bwas\s+named\s+$`)
 )
 
+// A pageLine is a line of a Markdown page, its line break kept, and
+// whether it is in a fenced block (its fences aside).
+type pageLine struct {
+	text string
+	in   bool // between a block's fences
+	edge bool // a fence
+}
+
+// fenced returns the lines of a Markdown page, each said in or out of a
+// fenced block.
+func fenced(src string) []pageLine {
+	var out []pageLine
+	in := false
+	for _, l := range strings.SplitAfter(src, "\n") {
+		edge := strings.HasPrefix(strings.TrimSpace(l), "```")
+		if edge {
+			in = !in
+		}
+		out = append(out, pageLine{text: l, in: in && !edge, edge: edge})
+	}
+	return out
+}
+
+// prose is a Markdown page with its fenced blocks blanked, offsets kept.
+func prose(src string) string {
+	var b strings.Builder
+	for _, l := range fenced(src) {
+		if l.in || l.edge {
+			b.WriteString(blank(l.text))
+		} else {
+			b.WriteString(l.text)
+		}
+	}
+	return b.String()
+}
+
+// blank is s with every byte but a line break made a space, so that
+// offsets, and the lines they fall on, are kept.
+func blank(s string) string {
+	b := []byte(s)
+	for i := range b {
+		if b[i] != '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
 // citations returns the test names a Markdown page cites: in its code
-// spans, and in the -run and -bench patterns of its fenced blocks.
+// spans, in its prose (a name no longer held, after "was named", left
+// out), and in the -run, -bench and -skip patterns of its fenced blocks.
 func citations(src string) []citation {
 	var out []citation
 	lineAt := func(off int) int { return 1 + strings.Count(src[:off], "\n") }
-	inFence := false
 	off := 0
-	var prose strings.Builder // the page with fenced blocks blanked, offsets kept
-	for _, l := range strings.SplitAfter(src, "\n") {
-		fence := strings.HasPrefix(strings.TrimSpace(l), "```")
-		if fence {
-			inFence = !inFence
-		}
-		if inFence && !fence {
-			for _, c := range cited(l, true) {
-				c.line = lineAt(off)
+	for _, l := range fenced(src) {
+		if l.in {
+			for _, c := range cited(l.text, true) {
+				c.line, c.at = lineAt(off), off
 				out = append(out, c)
 			}
 		}
-		if inFence || fence {
-			prose.WriteString(strings.Repeat(" ", len(l)-1) + l[len(l)-1:])
-		} else {
-			prose.WriteString(l)
-		}
-		off += len(l)
+		off += len(l.text)
 	}
-	text := prose.String()
+	text := prose(src)
 	for _, m := range codeSpan.FindAllStringSubmatchIndex(text, -1) {
 		for _, c := range cited(text[m[2]:m[3]], false) {
-			c.line = lineAt(m[0])
+			c.line, c.at = lineAt(m[0]), m[0]
 			out = append(out, c)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].line < out[j].line })
+	plain := codeSpan.ReplaceAllStringFunc(text, blank)
+	for _, m := range plainName.FindAllStringSubmatchIndex(plain, -1) {
+		name := plain[m[2]:m[3]]
+		if name == "TestMain" || formerName.MatchString(plain[max(m[2]-20, 0):m[2]]) {
+			continue
+		}
+		c := citation{name: name, line: lineAt(m[2]), at: m[2]}
+		if m[4] >= 0 {
+			c.pattern = "prefix"
+		}
+		out = append(out, c)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
 	return out
 }
 
