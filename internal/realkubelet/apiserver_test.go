@@ -477,7 +477,14 @@ func startAPINode(t *testing.T) *apiPods {
 //     +4.71 s, SIGKILL expected at +24.7 s; the phase preserves again past
 //     its first deadline (docs/faults.md row 239): 40/40 preserved, exit at
 //     +21.1 s. Before row 239, restarted at +10 s: 32 preserved, 6 not
-//     started, 2 cut, exit at +16.8 s, 13.9 s before the kubelet's SIGKILL.
+//     started, 2 cut, exit at +16.8 s, 13.9 s before the kubelet's SIGKILL;
+//   - sandboxd as a static pod, 8 sandboxes of 1 s one at a time, no hook,
+//     10 s, its manifest removed with the deletions (staticRun): the new
+//     kubelet has no manifest and no termination for it, an orphan; at
+//     its first housekeeping (+6.4–6.6 s) it deletes the mirror pod and
+//     stops the container with a grace of 1 s raised to 2 s, and 9–35 ms
+//     later sandboxd is dead of SIGKILL (137), 6 of 8 paused, no Report:
+//     its budget planned the manifest's +10 s.
 func restart(t *testing.T, api *apiPods) {
 	hang := api.startProbe(t, "probe-restart", 12, func(port int) *corev1.LifecycleHandler { return HTTPGetHook(port, "/hook") })
 	quiet := api.startProbe(t, "probe-restart-nohook", 12, nil)
@@ -485,6 +492,7 @@ func restart(t *testing.T, api *apiPods) {
 	inPreserve := api.startSandboxd(t, "sandboxd-restart-late", true, 40, 20)
 	quietShort := api.startProbe(t, "probe-restart-shorter", 12, nil)
 	blind := api.startSandboxd(t, "sandboxd-restart-shorter", false, 30, 20)
+	static := api.startStatic(t, "sandboxd-static-restart")
 	time.Sleep(settle) // not timing logic: see settle
 	// The six deleted at once, each with its pod's grace; two of them again
 	// 2 s later with less.
@@ -496,6 +504,7 @@ func restart(t *testing.T, api *apiPods) {
 		{quietShort.name, quietShort.grace}, {blind.name, blind.spec}} {
 		d[p.name] = api.remove(t, p.name, p.grace)
 	}
+	static.remove(t, api)
 	time.Sleep(2 * time.Second) // the scenario's spacing, not a timing assertion
 	d2 := map[string]time.Time{quietShort.name: api.remove(t, quietShort.name, 4), blind.name: api.remove(t, blind.name, 8)}
 	time.Sleep(2 * time.Second)
@@ -548,6 +557,7 @@ func restart(t *testing.T, api *apiPods) {
 		assert.Positive(t, r.rep.Preserve.Counts[pause.Preserved])
 		assert.Contains(t, r.log, "no preStop hook tells this drain")
 	})
+	t.Run("sandboxd, a static pod, its manifest removed", func(t *testing.T) { static.end(t, api, stopped, healthy) })
 	t.Run("sandboxd, exec hook, restarted during the hook", func(t *testing.T) {
 		restarted(t, inHook.end(t, d[inHook.name], stopped), 16, stopped, healthy)
 	})
