@@ -244,19 +244,30 @@ func citations(src string) []citation {
 			out = append(out, c)
 		}
 	}
-	plain := codeSpan.ReplaceAllStringFunc(text, blank)
+	for _, c := range plainCitations(codeSpan.ReplaceAllStringFunc(text, blank)) {
+		c.line = lineAt(c.at)
+		out = append(out, c)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
+	return out
+}
+
+// plainCitations returns the test names of plain, the prose out of code
+// spans, each at its offset: TestMain, which no command runs by name, and
+// a name after "was named", which a test no longer has, left out.
+func plainCitations(plain string) []citation {
+	var out []citation
 	for _, m := range plainName.FindAllStringSubmatchIndex(plain, -1) {
 		name := plain[m[2]:m[3]]
 		if name == "TestMain" || formerName.MatchString(plain[max(m[2]-20, 0):m[2]]) {
 			continue
 		}
-		c := citation{name: name, line: lineAt(m[2]), at: m[2]}
+		c := citation{name: name, at: m[2]}
 		if m[4] >= 0 {
 			c.pattern = "prefix"
 		}
 		out = append(out, c)
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
 	return out
 }
 
