@@ -62,6 +62,10 @@ type HolderFate struct {
 	// becomes of the disk (asideFate), known once the last resort has
 	// stopped what it may.
 	aside bool
+	// serves is true for a ublk server of the step's device spared when
+	// no daemon is configured: its Reason then ends with what becomes of
+	// the disk (asideFate), as a possible holder's set aside does.
+	serves bool
 }
 
 // LastResortReport is what the last-resort sequence did: on a kernel that
@@ -201,7 +205,7 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	}
 	left, under := r.stopUnderHolders(ctx, left)
 	for i := range lr.Holders {
-		if f := &lr.Holders[i]; f.aside {
+		if f := &lr.Holders[i]; f.aside || f.serves {
 			f.Reason += r.asideFate(f.Device, left)
 		}
 	}
@@ -311,8 +315,7 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 					strconv.Itoa(sid) + " open, which the driver lets only the device's server open; killing it with that device live is the " +
 					"host-crash path, and not the daemon, it does not stop when the daemon is asked to: what it holds stands"})
 			} else if ids := servers[h.PID]; len(ids) > 0 {
-				spared = append(spared, HolderFate{Holder: h, Device: id, Reason: "a ublk server: it has /dev/ublkc" + strconv.Itoa(ids[0]) + " open, which the driver " +
-					"lets only the device's server open; killing it with a live device is the host-crash path, and asking the daemon to stop releases its holds"})
+				spared = append(spared, r.serverFate(h, id, ids[0]))
 			} else if err := unknown[h.PID]; err != nil {
 				spared = append(spared, HolderFate{Holder: h, Device: id, Err: err.Error(), Reason: "not known whether it is a ublk server " +
 					"(whether it has a /dev/ublkcN of the step's devices open could not be read): not killed, since killing a server with a live device " +
@@ -328,6 +331,23 @@ func (r *run) sparedServers(ctx context.Context, held map[int][]Holder) (servers
 		return isProcess(h) && (len(servers[h.PID]) > 0 || unknown[h.PID] != nil || hasKey(foreign, h.PID))
 	})
 	return servers, spared, rest, len(unknown), len(foreign)
+}
+
+// serverFate is the fate of h, a ublk server of the step's device sid
+// holding device id: spared, its holds keeping no disk from stopping.
+// With a daemon, asking it to stop releases them. With none configured
+// (New's nil) nothing asks the server anything: its Reason then ends
+// with what becomes of the disk (serves), known once the last resort
+// has stopped what it may. Before, it said the daemon's stop released
+// its holds where no daemon was asked, beside a disk nothing stopped.
+func (r *run) serverFate(h Holder, id, sid int) HolderFate {
+	why := "a ublk server: it has /dev/ublkc" + strconv.Itoa(sid) + " open, which the driver lets only the device's server open; " +
+		"killing it with a live device is the host-crash path, and "
+	if r.cfg.daemon == nil {
+		return HolderFate{Holder: h, Device: id, serves: true, Reason: why + "no daemon is configured to ask to stop: nothing asks it to release its holds, " +
+			"which do not keep the disk from stopping"}
+	}
+	return HolderFate{Holder: h, Device: id, Reason: why + "asking the daemon to stop releases its holds"}
 }
 
 // withUntracked returns devs with every ublk device sysfs shows that the

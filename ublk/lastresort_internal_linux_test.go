@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -353,4 +354,62 @@ func setAside(t *testing.T, rep *Report) map[int]string {
 		}
 	}
 	return said
+}
+
+// A ublk server, pid 99 (a per-device server whose PID the step does not
+// know), holds ublkb0 open to the end; 60 s window, sandboxd's 500 ms
+// reserve, a vulnerable kernel, and no daemon configured (New(nil, …):
+// the step only waits for the disks to go). The last resort spares pid 99
+// (killing a server with its device live is the host-crash path), and
+// its fate, in the Report and the log's WARN, says that no daemon is
+// asked to stop and what became of the disk: stopped by the last
+// resort's STOP_DEV with a control device, not stopped without one.
+// Before, both said "asking the daemon to stop releases its holds",
+// where no daemon was asked, beside ublkb0 not_stopped without a control
+// device.
+func TestLastResortSaysNoDaemonReleasesASparedServersHolds(t *testing.T) {
+	for name, tc := range map[string]struct {
+		noControl bool
+		fate      string
+		stopped   bool
+	}{
+		"Config.NoControl": {true, ", but the disk is not stopped: no daemon is configured to ask to stop, and no control device (Config.NoControl)", false},
+		"a control device": {false, ", the disk stops all the same", true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f, d, srv, pins, _, _ := ublkServerHolder(t)
+				logs := &bytes.Buffer{}
+				var ctl *memControl
+				if !tc.noControl {
+					ctl = &memControl{tree: f.tree, d: d, stopIn: 10 * time.Millisecond}
+				}
+				td, err := New(nil, f.config(vulnerable, ctl, Config{NoControl: tc.noControl, Reserve: 500 * time.Millisecond,
+					PollInterval: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))}))
+				require.NoError(t, err)
+				td.cfg.killHolders = func(ctx context.Context, procRoot string, held map[int][]Holder, devs map[blockdev.DevNum]int, daemon int) (string, []HolderFate) {
+					return killPinned(ctx, procRoot, held, devs, daemon, func(pid int) (pinned, error) {
+						if p := pins[pid]; p != nil {
+							return p, nil
+						}
+						return nil, os.ErrProcessDone
+					})
+				}
+
+				rep, _, _ := runFor(t, td, 60*time.Second)
+				t.Log(rep.String())
+				assert.Empty(t, srv.sent, "pid 99 is ublkb0's server: not SIGKILLed")
+				assert.Equal(t, tc.stopped, !f.tree.HasDisk(0), "ublkb0 stopped")
+				require.NotNil(t, rep.LastResort, "the last resort ran")
+				require.Len(t, rep.LastResort.Holders, 1)
+				fate := rep.LastResort.Holders[0]
+				assert.Equal(t, 99, fate.Holder.PID)
+				assert.NotContains(t, fate.Reason, "asking the daemon to stop")
+				assert.True(t, strings.HasSuffix(fate.Reason, "no daemon is configured to ask to stop: nothing asks it to release its holds, "+
+					"which do not keep the disk from stopping"+tc.fate), "%s", fate.Reason)
+				assert.NotContains(t, logs.String(), "asking the daemon to stop")
+				assert.Contains(t, logs.String(), "no daemon is configured to ask to stop: nothing asks it to release its holds")
+			})
+		})
+	}
 }
