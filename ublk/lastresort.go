@@ -186,15 +186,17 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 		return same
 	})
 	left = r.setAsidePossible(left) // what is not known to hold a disk does not keep it from stopping
-	stopped, pending, failed := 0, 0, 0
+	stopped, pending, failed, unsent := 0, 0, 0, 0
 	free, _ := r.controlled(func(d *devState) bool { return !hasKey(left, d.cur.ID) && d.live() }) // one not known to be the daemon's is its daemon's to stop
 	for _, d := range free {
 		if r.cfg.openControl == nil || r.openControl() != nil {
 			break // the daemon's own stop does it, if it is asked
 		}
-		d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) },
-			lastResortEnd)
+		var notSent string
+		d.stopped, notSent = r.stopDev(d, lastResortEnd)
 		switch {
+		case notSent != "":
+			unsent++
 		case d.stopped:
 			stopped++
 		case slices.Contains(d.pending, "STOP_DEV"):
@@ -211,6 +213,9 @@ func (r *run) runLastResort(held map[int][]Holder) map[int][]Holder {
 	}
 	result := fmt.Sprintf("%d holder(s) killed, %d spared; STOP_DEV done for %d device(s), sent and not complete for %d, failed for %d; %d device(s) still held",
 		len(lr.Killed()), len(lr.Spared()), stopped, pending, failed, len(left))
+	if unsent > 0 {
+		result += fmt.Sprintf("; STOP_DEV not sent to %d: its ID another device's or free since it was read", unsent)
+	}
 	if untold > 0 {
 		result += fmt.Sprintf("; %d process(es) not known whether a ublk server (what tells one not read), not killed", untold)
 	}
@@ -418,8 +423,12 @@ func (r *run) stopUnderHolders(ctx context.Context, left map[int][]Holder) (map[
 			Result: heldText(map[int][]Holder{d.cur.ID: hs}) + "; no UBLK_F_USER_RECOVERY, and " + why + ": the disk goes with the daemon then, so it is stopped now, while the daemon serves it"})
 		r.cfg.logger.WarnContext(r.ctx, "ublk: last resort: stopping a device still held", "device", d.cur.DiskName(),
 			"holders", fmt.Sprint(hs), "why", why)
-		d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) },
-			lastResortEnd)
+		var notSent string
+		d.stopped, notSent = r.stopDev(d, lastResortEnd)
+		if notSent != "" {
+			kept = append(kept, d.cur.DiskName()+" (STOP_DEV not sent: "+notSent+")")
+			continue
+		}
 		if !d.stopped && !slices.Contains(d.pending, "STOP_DEV") {
 			kept = append(kept, d.cur.DiskName()+" (STOP_DEV failed)")
 			continue // the daemon keeps serving it

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -1625,9 +1626,16 @@ func (r *run) controlDevs(devs []*devState, gone bool) {
 			continue
 		}
 		if d.live() {
-			d.stopped = r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) }, until)
+			var notSent string
+			if d.stopped, notSent = r.stopDev(d, until); notSent != "" {
+				continue // not the step's device any more: no DEL_DEV either
+			}
 		}
 		if gone && !d.deleted {
+			if why := r.idMoved(d); why != "" {
+				r.notSent(d, "DEL_DEV", why)
+				continue
+			}
 			d.deleted = r.devStep(d, "DEL_DEV", func(ctx context.Context) error { return r.ctl.DelDev(ctx, d.cur.ID) }, nil)
 		}
 	}
@@ -1799,6 +1807,53 @@ func (r *run) devStep(d *devState, name string, f func(context.Context) error, u
 	d.rep.Steps = append(d.rep.Steps, st)
 	r.cfg.logger.InfoContext(r.ctx, "ublk: "+name, "device", d.cur.ID, "result", st.Result, "err", err)
 	return err == nil
+}
+
+// stopDev sends d STOP_DEV (devStep, bounded by until) unless its ID
+// has moved (idMoved), and returns whether it completed, or why it was
+// not sent.
+func (r *run) stopDev(d *devState, until func(*stages) time.Time) (done bool, notSent string) {
+	if notSent = r.idMoved(d); notSent != "" {
+		r.notSent(d, "STOP_DEV", notSent)
+		return false, notSent
+	}
+	return r.devStep(d, "STOP_DEV", func(ctx context.Context) error { return r.ctl.StopDev(ctx, d.cur.ID) }, until), ""
+}
+
+// idMoved says why d's ID no longer names the device the step read ("" when
+// it still does, or when that is not known), from a read of its char
+// device's sysfs entry just before a control command by that ID. STOP_DEV
+// and DEL_DEV take an ID alone, and the kernel gives a deleted device's
+// ID to the next ADD_DEV: a device deleted after the step last read it
+// (by its daemon as the STOP_DEV of another device ran, or by anyone once
+// its daemon is gone) may have left its ID to another server's new one,
+// which the command would stop, or stop and delete, under its server.
+// The driver has no command that acts on a device only if it is the one
+// meant, so the read narrows the window to the time between it and the
+// command. An entry not read at discovery (devState.entry 0), or not
+// read now for a reason other than its absence, tells nothing: the step
+// acts as before. Before, the fallback sent the commands of each device
+// by the ID it had read, another server's disk by then.
+func (r *run) idMoved(d *devState) string {
+	if d.entry == 0 {
+		return ""
+	}
+	e := charEntry(r.cfg.sysRoot, d.cur.ID)
+	present, err := exists(filepath.Join(r.cfg.sysRoot, charClassDir, "ublkc"+strconv.Itoa(d.cur.ID)))
+	switch {
+	case e != 0 && e != d.entry:
+		return "another device has ID " + strconv.Itoa(d.cur.ID) + " now (a new sysfs entry): the step's was deleted and the kernel gave its ID to the next ADD_DEV"
+	case e == 0 && err == nil && !present:
+		return "its char device is gone from sysfs: deleted, its ID free for the next ADD_DEV"
+	}
+	return ""
+}
+
+// notSent records in d's Report entry and the log that the control
+// command name was not sent to d, and why.
+func (r *run) notSent(d *devState, name, why string) {
+	d.rep.Steps = append(d.rep.Steps, StepResult{Name: name, Start: time.Now(), Result: "not sent: " + why})
+	r.cfg.logger.WarnContext(r.ctx, "ublk: "+name+" not sent", "device", d.cur.ID, "why", why)
 }
 
 // within calls f with the run's context, limited to the end of a stage

@@ -933,3 +933,65 @@ func TestDiscoveryRetriesASysfsThatCannotBeReadForAMoment(t *testing.T) {
 		assert.Contains(t, disc.Result, "1 device(s), sysfs read on try 32") // every 100 ms, 0 .. 3.1 s
 	})
 }
+
+// retakeOnStop is a control device over which, as STOP_DEV of device at
+// runs, the daemon deletes device id and another server's ADD_DEV takes
+// its ID at once (retake): the race between the fallback's reading of a
+// device and its STOP_DEV by that ID, made deterministic.
+type retakeOnStop struct {
+	*memControl
+	at, id int
+}
+
+func (c retakeOnStop) StopDev(ctx context.Context, id int) error {
+	if id == c.at {
+		retake(c.tree, c.id)
+	}
+	return c.memControl.StopDev(ctx, id)
+}
+
+// A daemon serves ublkb0 and ublkb1 on a vulnerable kernel, a minute's
+// window, and either takes the stop request and does nothing (hung: the
+// control fallback at 55 s) or crashes at it (the fallback at once). The
+// control fallback stops ublkb0, and as its STOP_DEV runs ublkb1 is
+// deleted (by its daemon, or by anyone once it is gone) and another
+// server's new device gets ID 1. The fallback read ublkb1 before, and
+// STOP_DEV and DEL_DEV take only an ID: sent by it, they stop (and
+// delete) the other server's live disk. The step reads the device's
+// sysfs entry again just before each command, finds another device at
+// ID 1, and sends neither. Before, "STOP_DEV 1" (and "DEL_DEV 1" once
+// the daemon was gone) removed the other server's disk.
+func TestFallbackSendsNoStopDevToADeviceThatGotTheIDSinceItsRead(t *testing.T) {
+	for name, crash := range map[string]bool{"the daemon hung": false, "the daemon crashed": true} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, 0, 1)
+				d := newMemDaemon(f.tree, 0, 1)
+				d.hung = !crash
+				if crash {
+					d.crashAfter = 0
+				}
+				defer d.close()
+				ctl := retakeOnStop{&memControl{tree: f.tree, d: d, stopIn: 10 * time.Millisecond}, 0, 1}
+				cfg := f.config(vulnerable, nil, Config{})
+				cfg.hooks.OpenControl = func(context.Context) (ublkctl.Controller, error) { return ctl, nil }
+				td, err := New(d, cfg)
+				require.NoError(t, err)
+
+				rep, _, _ := runFor(t, td, 60*time.Second)
+				t.Log(rep.String())
+				assert.NotContains(t, d.Events(), "STOP_DEV 1", "ID 1 is another server's device now")
+				assert.NotContains(t, d.Events(), "DEL_DEV 1", "ID 1 is another server's device now")
+				assert.True(t, f.tree.HasDisk(1) && f.tree.HasChar(1), "the other server's device 1 stays live")
+				assert.Contains(t, d.Events(), "STOP_DEV 0")
+				if crash {
+					assert.Contains(t, d.Events(), "DEL_DEV 0")
+				}
+				i := slices.IndexFunc(rep.Device(1).Steps, func(s StepResult) bool { return s.Name == "STOP_DEV" })
+				require.GreaterOrEqual(t, i, 0, "ublkb1's Report says why no STOP_DEV was sent: %+v", rep.Device(1).Steps)
+				assert.Equal(t, "not sent: another device has ID 1 now (a new sysfs entry): the step's was deleted and the kernel gave its ID to the next ADD_DEV",
+					rep.Device(1).Steps[i].Result)
+			})
+		})
+	}
+}
