@@ -1644,8 +1644,16 @@ func (r *run) controlDevs(devs []*devState, gone bool) {
 // retell runs the pass that tells another server's devices again, for
 // the step's devices not told yet (devState.untold) and still present,
 // before the control fallback may stop or delete them: until the end of
-// the stage it keeps time for (until; nil: the step's deadline, or
-// ownersWait without one). One told another server's leaves the step,
+// the stage it keeps time for (until; nil: the step's deadline), or the
+// step's deadline if that is first, ownersWait without either (as
+// procfsPass), and never past the step's end (its context cancelled):
+// what it has not told by then the control leaves alone. Before, its end
+// was the kill point alone, and the pass was not cancelled with the
+// step: without a deadline (no kill point) nothing ended it, and on a
+// slow procfs a step cancelled at 5 s stayed in the pass to 30 s, then
+// sent the STOP_DEV of the device it told, after the step's end, where
+// the daemon may be SIGKILLed; one cancelled before its kill point
+// stayed in the pass to there. One told another server's leaves the step,
 // named in the Report's note and the log as at discovery; one not told
 // another's is the control's as any device of the step; one still not
 // told is left to its daemon, which stops its own alone: its Report entry
@@ -1664,14 +1672,12 @@ func (r *run) retell(until func(*stages) time.Time) {
 	if len(devs) == 0 {
 		return
 	}
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if until != nil {
-		ctx, cancel = r.stageCtx(context.WithoutCancel(r.ctx), until)
-	} else {
-		ctx, cancel = r.procfsPass(endAt(time.Time{})) // to the deadline
+	if until == nil {
+		until = endAt(time.Time{}) // to the deadline
 	}
+	ctx, cancel := r.procfsPass(until)
 	defer cancel()
+	defer context.AfterFunc(r.ctx, cancel)()
 	start := time.Now()
 	others, untold := othersDevices(ctx, r.cfg.sysRoot, r.cfg.procRoot, devs, daemonPID(r.cfg.daemon), r.cfg.beforeProcess)
 	for _, d := range states {

@@ -381,3 +381,78 @@ func TestAPassForADeviceFoundPastTheKillPointHasTheKillsPart(t *testing.T) {
 		assert.False(t, slices.ContainsFunc(dev.Steps, func(s StepResult) bool { return s.Name == "whose" }), "told the daemon's: %v", dev.Steps)
 	})
 }
+
+// The daemon, pid 4242, serves ublkb0 and ublkb1 (its /dev/ublkc1 open in
+// it), and its stop request fails; a vulnerable kernel, procfs slow:
+//
+//	no deadline, cancelled at 5 s:
+//	0 .. 2 s  the pass at discovery reaches this process's cgroup at 2 s,
+//	          past its 1 s (ownersWait): ublkb1 not told the daemon's
+//	2 s       the stop request fails: the control fallback stops ublkb0,
+//	          then passes again for ublkb1, reaching the cgroup at 30 s
+//	5 s       the step is cancelled
+//
+//	a minute's deadline, cancelled at 56 s: the same, the pass at
+//	discovery cut at the kill floor (53 s), the fallback's pass reaching
+//	the cgroup at 57.5 s, before the kill point (58 s)
+//
+// The fallback's pass ends with the step: it tells ublkb1 nothing, and
+// the control leaves ublkb1 alone. Before, that pass had the kill point
+// as its only end, none without a deadline, and was not cancelled with
+// the step: it told ublkb1 the daemon's at 30 s (57.5 s), and the control
+// sent its STOP_DEV then, 25 s (1.5 s) after the step's end, where the
+// daemon may be SIGKILLed.
+func TestFallbacksSecondPassEndsWithTheStep(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node the daemon holds")
+	}
+	for name, tc := range map[string]struct {
+		deadline, cancel time.Duration // deadline 0: none
+		slow             []time.Duration
+	}{
+		"no deadline":         {0, 5 * time.Second, []time.Duration{2 * time.Second, 30 * time.Second}},
+		"a minute's deadline": {time.Minute, 56 * time.Second, []time.Duration{53 * time.Second, 57500 * time.Millisecond}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, 0)
+				minor := uint32(os.Getpid()*2+47) % (1 << 20)
+				require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4085, CharMinor: minor}))
+				node := filepath.Join(t.TempDir(), "ublkc1")
+				require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4085, minor))))
+				fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+				fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", node)
+				d := newMemDaemon(f.tree, 0, 1)
+				d.failRequest = true
+				t.Cleanup(d.close)
+				daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
+				cfg := f.config(vulnerable, &memControl{tree: f.tree, d: d}, Config{})
+				start, passes := time.Now(), 0
+				cfg.hooks.BeforeProcess = func(dir string) {
+					if filepath.Base(dir) == "self" {
+						time.Sleep(time.Until(start.Add(tc.slow[min(passes, len(tc.slow)-1)])))
+						passes++
+					}
+				}
+				td, err := New(daemon, cfg)
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(t.Context())
+				if tc.deadline > 0 {
+					ctx, cancel = context.WithTimeout(t.Context(), tc.deadline)
+				}
+				defer cancel()
+				time.AfterFunc(tc.cancel, cancel)
+
+				rep, _ := td.Stop(ctx)
+				t.Log(rep.String())
+				assert.Contains(t, d.Events(), "STOP_DEV 0", "the daemon's own, stopped by the fallback")
+				assert.NotContains(t, d.Events(), "STOP_DEV 1", "no STOP_DEV after the step's end")
+				assert.True(t, f.tree.HasDisk(1), "ublkb1 left alone")
+				dev := rep.Device(1)
+				require.NotNil(t, dev)
+				require.Len(t, dev.Steps, 2, "%+v", dev.Steps)
+				assert.Equal(t, "still not told from another server's device when the pass ended: the control fallback leaves it alone", dev.Steps[1].Result)
+			})
+		})
+	}
+}
