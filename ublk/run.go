@@ -1408,7 +1408,7 @@ func (r *run) servesMore() bool {
 		// Without the PID, one discovery told was another server's is not
 		// looked at again; with it, the daemon's fds are read for every one.
 		e, ok := r.others[d.ID]
-		return !d.Disk || pid <= 0 && ok && e != 0 && e == charEntry(r.cfg.sysRoot, d.ID)
+		return !d.Disk && (!d.Char || r.driverDead(d.ID)) || pid <= 0 && ok && e != 0 && e == charEntry(r.cfg.sysRoot, d.ID)
 	})
 	if err != nil {
 		r.cannotTell(err)
@@ -1440,11 +1440,34 @@ func (r *run) servesMore() bool {
 	now := time.Now()
 	for _, d := range added {
 		d.fellBack = true // left out of the step (Config.Devices, another server's): kept live, the daemon with it
+		state := d.cur.State()
+		if !d.cur.Disk {
+			state = "its disk gone from sysfs and the driver not saying DEAD (a STOP_DEV draining its I/O in flight, or not read)"
+		}
 		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "served by the daemon", Start: now,
-			Result: "/dev/" + d.cur.CharName() + " open in the daemon, " + d.cur.State() + ", not one of the step's devices: the daemon is not killed while it serves it"})
+			Result: "/dev/" + d.cur.CharName() + " open in the daemon, " + state + ", not one of the step's devices: the daemon is not killed while it serves it"})
 		r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon still serves a disk the step did not have; not killing it", "device", d.cur.DiskName())
 	}
 	return true
+}
+
+// driverDead reports whether the driver says device id is DEAD
+// (GET_DEV_INFO): stopped, no block I/O in flight. A disk gone from sysfs
+// does not say so: the kernel removes it as STOP_DEV begins, before the
+// I/O in flight, which only the daemon answers, has drained. Not read (no
+// control device, or the command failed): false, the device may be live.
+// Before, servesMore passed over every disk-less device as stopped, and
+// the daemon was killed while a disk it served beyond the step's drained
+// under a STOP_DEV (its own), the host-crash path on a vulnerable kernel.
+func (r *run) driverDead(id int) bool {
+	if r.cfg.openControl == nil || r.openControl() != nil {
+		return false
+	}
+	// A poll's time, not less than 100 ms, as stopSeen's.
+	ctx, cancel := context.WithTimeout(r.ctx, max(r.cfg.poll, 100*time.Millisecond))
+	defer cancel()
+	info, err := r.ctl.DevInfo(ctx, id)
+	return err == nil && info.State == ublkctl.StateDead
 }
 
 // mayServe is servesMore for a daemon whose PID the step does not know:

@@ -75,6 +75,34 @@ func TestDaemonFuncsWithItsPidServingALiveDiskIsNotKilled(t *testing.T) {
 	assertDisk1LeftLive(t, rep, err)
 }
 
+// The step is limited to ublkb0 (Config.Devices), and its daemon, hung on
+// a vulnerable kernel, also serves ublkb1, whose STOP_DEV (the daemon's
+// own) has begun: the kernel removed its disk from sysfs, but the I/O in
+// flight, which only the daemon answers, has not drained, and the driver
+// says LIVE. The control fallback stops ublkb0, and then no device of the
+// step is live; the daemon, which still serves ublkb1, is not killed:
+// ublkb1 joins the Report, left live, and Stop returns an UnsafeError
+// naming it. Before, the look before the kill passed over every device
+// with no disk as stopped, and killed the daemon with ublkb1 live, the
+// host-crash path, Stop returning no error and the Report not naming it.
+func TestDaemonServingADiskWhoseStopDrainsIsNotKilled(t *testing.T) {
+	srv, sys := twoDiskDaemon(t, uint32(os.Getpid()*2+11)%(1<<20))
+	require.NoError(t, (&fakeublk.Tree{Root: sys}).StopDevice(1)) // its disk removed as STOP_DEV begins
+	daemon, err := FindProcess(srv.Pid())
+	require.NoError(t, err)
+	defer daemon.Close()
+	rep, ctl, err := stopDisk0(t, daemon, sys, srv.Pid())
+	assert.Contains(t, ctl.d.Events(), "STOP_DEV 0")
+	assert.False(t, rep.Daemon.Killed, "the daemon still served ublkb1, live")
+	assertDisk1LeftLive(t, rep, err)
+	assert.Contains(t, rep.Device(1).Steps[0].Result, "/dev/ublkc1 open in the daemon, its disk gone from sysfs and the driver not saying DEAD")
+	select {
+	case <-srv.Done():
+		t.Fatalf("the daemon exited: signalled %v", srv.Signaled(syscall.SIGKILL))
+	default:
+	}
+}
+
 // twoDiskDaemon starts a fake daemon, hung, that serves ublkb0 and ublkb1
 // with their char devices open (minors from minor, unique to the test), and
 // returns it with its sysfs root.
