@@ -1371,8 +1371,20 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 	default:
 		return
 	}
-	if !r.t.class.MayKillWithLiveDevices() && r.servesMore() {
-		return // live now: the next look counts them
+	if !r.t.class.MayKillWithLiveDevices() {
+		if r.servesMore() {
+			return // live now: the next look counts them
+		}
+		// The look took time (the daemon's fds, a procfs pass to tell
+		// whose a disk is): a device the daemon added or started since
+		// this poll's read (a listed one seen late, a VM whose start raced
+		// the drain) is counted only by a read after it. Before, the kill
+		// followed at once, and the daemon was SIGKILLed with it live.
+		r.refresh()
+		if live, _ := r.count(); live > 0 {
+			r.exitWaitFrom = time.Time{}
+			return // the next poll decides
+		}
 	}
 	r.kill(why)
 }

@@ -439,3 +439,60 @@ func TestDaemonServingANewDeviceWithAGoneOnesIDIsNotKilled(t *testing.T) {
 		assert.Contains(t, rep.Devices[1].Steps[0].Result, "/dev/ublkc0 open in the daemon")
 	})
 }
+
+// The step is limited to ublkb0 and ublkb1 (Config.Devices), ublkb1 not
+// in sysfs yet; the daemon (its PID not known: DaemonFuncs), cooperative,
+// keeps running once ublkb0 is gone, as it serves more; ublkb2 is another
+// server's, its /dev/ublkc2 open in pid 77 in another pod's cgroup. A
+// vulnerable kernel, ExitWait 1 s, a minute's window:
+//
+//	0 .. 2 s  the daemon stops and deletes ublkb0
+//	3 s       ExitWait is up, no device of the step live: the look before
+//	          the kill tells ublkb2 another server's (a procfs pass); as it
+//	          runs, the daemon adds ublkb1 (a VM whose start raced the drain)
+//
+// The daemon is not killed with ublkb1 live: a read after the look counts
+// it, the control fallback stops it at its point (55 s), and only then is
+// the daemon killed, and ublkb1 deleted. Before, the kill followed the look
+// at once, on the read before it: the daemon SIGKILLed at 3 s with ublkb1
+// live, the host-crash path, and Stop returned no error.
+func TestDaemonNotKilledWithADeviceAddedDuringTheLookBeforeTheKill(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		minor := uint32(os.Getpid()*2+53) % (1 << 20)
+		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 2, Major: 4000, Minor: 2, CharMajor: 4083, CharMinor: minor}))
+		node := filepath.Join(t.TempDir(), "ublkc2")
+		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4083, minor))))
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+		d := newMemDaemon(f.tree, 0)
+		d.servesMore = true
+		t.Cleanup(d.close)
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill}
+		cfg := f.config(vulnerable, &memControl{tree: f.tree, d: d, stopIn: 10 * time.Millisecond}, Config{Devices: []int{0, 1}, ExitWait: time.Second})
+		added := false
+		cfg.hooks.BeforeProcess = func(dir string) {
+			if !added && filepath.Base(dir) == "self" && !f.tree.HasChar(0) {
+				added = true
+				assert.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1}))
+				d.event("add 1")
+			}
+		}
+		td, err := New(daemon, cfg)
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		require.True(t, added, "the look before the kill ran a procfs pass")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "add 1", "STOP_DEV 1", "kill", "exit killed", "DEL_DEV 1"}, d.Events(),
+			"killed only once ublkb1 was stopped")
+		kill := rep.Step("kill daemon")
+		require.NotNil(t, kill)
+		assert.Equal(t, 56010*time.Millisecond, kill.Start.Sub(rep.Start), "ExitWait after the STOP_DEV at 55 s")
+		assert.True(t, f.tree.HasDisk(2), "ublkb2, another server's, left alone")
+	})
+}
