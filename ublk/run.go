@@ -138,6 +138,11 @@ type devState struct {
 	// start.
 	fellBack bool
 	dead     bool // GET_DEV_INFO said DEAD: stopped, nothing in flight
+	// draining is true for a disk the daemon serves beyond the step's,
+	// found with its disk gone from sysfs and the driver not saying DEAD
+	// (servesMore): a STOP_DEV not the step's draining its I/O in flight.
+	// No fallback looks at it, so stopSeen asks the driver each poll.
+	draining bool
 	deleted  bool // DEL_DEV completed through the control device
 	// pending are the control commands sent for the device whose
 	// completion was not seen before their window ended: the driver runs
@@ -1291,7 +1296,8 @@ func (r *run) waitLoop() {
 
 // stopSeen asks the driver (GET_DEV_INFO), once per poll, about each
 // device whose STOP_DEV was sent and not seen complete in its window
-// (pending) and whose disk is gone: the driver runs the command on, and
+// (pending), or whose STOP_DEV, not the step's, drained when found
+// (draining), and whose disk is gone: the driver runs the command on, and
 // the device is DEAD once it completed, its I/O in flight answered, so
 // killing the daemon is safe. Seen complete only by the command's own
 // answer, it was counted live to the step's end: the daemon was left
@@ -1302,7 +1308,7 @@ func (r *run) stopSeen() {
 		return
 	}
 	for _, d := range r.dev {
-		if !slices.Contains(d.pending, "STOP_DEV") || !d.live() || d.cur.Disk {
+		if !slices.Contains(d.pending, "STOP_DEV") && !d.draining || !d.live() || d.cur.Disk {
 			continue
 		}
 		// A poll's time, not less than 100 ms: GET_DEV_INFO answers in
@@ -1315,8 +1321,12 @@ func (r *run) stopSeen() {
 			continue // still pending, as it was
 		}
 		d.dead = true
+		sent := "sent and not seen complete in its window"
+		if !slices.Contains(d.pending, "STOP_DEV") {
+			sent = "not the step's, its disk gone when the step found it"
+		}
 		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "STOP_DEV complete", Start: time.Now(),
-			Result: "sent and not seen complete in its window; GET_DEV_INFO says dead now: the kernel completed it"})
+			Result: sent + "; GET_DEV_INFO says dead now: the kernel completed it"})
 		r.cfg.logger.InfoContext(r.ctx, "ublk: a STOP_DEV not seen complete in its window has completed", "device", d.cur.DiskName())
 	}
 }
@@ -1454,6 +1464,7 @@ func (r *run) servesMore() bool {
 		d.fellBack = true // left out of the step (Config.Devices, another server's): kept live, the daemon with it
 		state := d.cur.State()
 		if !d.cur.Disk {
+			d.draining = true
 			state = "its disk gone from sysfs and the driver not saying DEAD (a STOP_DEV draining its I/O in flight, or not read)"
 		}
 		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "served by the daemon", Start: now,

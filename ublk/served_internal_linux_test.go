@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -494,5 +495,61 @@ func TestDaemonNotKilledWithADeviceAddedDuringTheLookBeforeTheKill(t *testing.T)
 		require.NotNil(t, kill)
 		assert.Equal(t, 56010*time.Millisecond, kill.Start.Sub(rep.Start), "ExitWait after the STOP_DEV at 55 s")
 		assert.True(t, f.tree.HasDisk(2), "ublkb2, another server's, left alone")
+	})
+}
+
+// The step is limited to ublkb0 (Config.Devices); its daemon, pid 4242,
+// keeps running once ublkb0 is gone, as it serves ublkb1 (its /dev/ublkc1
+// open in it), whose STOP_DEV, the daemon's own, has begun: its disk gone
+// from sysfs, the driver saying LIVE. A vulnerable kernel, ExitWait 1 s,
+// a minute's window:
+//
+//	0 .. 2 s  the daemon stops and deletes ublkb0
+//	3 s       no device of the step live: the look before the kill finds
+//	          ublkb1 served and not DEAD (row 1413): the daemon not killed
+//	10 s      ublkb1's STOP_DEV completes (the daemon answered its I/O in
+//	          flight): DEAD, its char device kept (no DEL_DEV yet)
+//
+// The step asks the driver about ublkb1 every poll, finds it DEAD at 10 s,
+// and kills the daemon once ExitWait is over, no device live; the
+// Report says ublkb1's STOP_DEV was seen complete. Before, ublkb1 was
+// never read again: the daemon was left running to the deadline and
+// ublkb1 reported left_live, Stop returning an UnsafeError for a device
+// that was stopped.
+func TestDiskServedBeyondTheStepsSeenStoppedLetsTheDaemonBeKilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node the daemon holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		minor := uint32(os.Getpid()*2+57) % (1 << 20)
+		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4081, CharMinor: minor}))
+		require.NoError(t, f.tree.StopDevice(1)) // its disk removed as STOP_DEV begins
+		node := filepath.Join(t.TempDir(), "ublkc1")
+		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4081, minor))))
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", node)
+		d := newMemDaemon(f.tree, 0)
+		d.servesMore = true
+		t.Cleanup(d.close)
+		time.AfterFunc(10*time.Second, func() { d.kstate.set(1, ublkctl.StateDead) })
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
+		td, err := New(daemon, f.config(vulnerable, &memControl{tree: f.tree, d: d}, Config{Devices: []int{0}, ExitWait: time.Second}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		assert.NoError(t, err)
+		kill := rep.Step("kill daemon")
+		require.NotNil(t, kill, "the daemon killed once ublkb1 is DEAD")
+		dev := rep.Device(1)
+		require.NotNil(t, dev)
+		assert.NotEqual(t, VerdictLeftLive, dev.Verdict)
+		i := slices.IndexFunc(dev.Steps, func(s StepResult) bool { return s.Name == "STOP_DEV complete" })
+		require.GreaterOrEqual(t, i, 0, "%+v", dev.Steps)
+		seen := dev.Steps[i]
+		assert.Equal(t, "not the step's, its disk gone when the step found it; GET_DEV_INFO says dead now: the kernel completed it", seen.Result)
+		assert.False(t, seen.Start.Before(rep.Start.Add(10*time.Second)), "seen once DEAD")
+		assert.False(t, kill.Start.Before(seen.Start.Add(time.Second)), "killed once ExitWait is over, with no device live")
 	})
 }
