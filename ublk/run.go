@@ -770,6 +770,12 @@ func (r *run) refresh() {
 			by = "after STOP_DEV"
 		case slices.Contains(d.pending, "STOP_DEV"):
 			by = "after STOP_DEV (sent, not seen complete)" // its start removes the disk
+		case d.deleted:
+			by = "by the control's DEL_DEV" // which stops a live device too
+		}
+		charBy := by // DEL_DEV removes the char device, whatever stopped the disk
+		if d.deleted {
+			charBy = "by the control's DEL_DEV"
 		}
 		if !d.seen && next.Present() {
 			d.seen = true
@@ -782,14 +788,14 @@ func (r *run) refresh() {
 			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "disk removed", Start: since, Duration: now.Sub(since), Result: by})
 		}
 		if d.cur.Char && !next.Char {
-			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "char removed", Start: since, Duration: now.Sub(since), Result: by})
+			d.rep.Steps = append(d.rep.Steps, StepResult{Name: "char removed", Start: since, Duration: now.Sub(since), Result: charBy})
 		}
 		if next.Disk {
 			d.inflight = next.Inflight
 		}
 		d.cur = next
 		if !d.gone && d.seen && !next.Present() {
-			r.cfg.logger.InfoContext(r.ctx, "ublk: a device is gone from sysfs", "device", d.cur.ID, "by", by)
+			r.cfg.logger.InfoContext(r.ctx, "ublk: a device is gone from sysfs", "device", d.cur.ID, "by", charBy)
 		}
 		d.gone = d.seen && !next.Present()
 	}

@@ -995,3 +995,32 @@ func TestFallbackSendsNoStopDevToADeviceThatGotTheIDSinceItsRead(t *testing.T) {
 		})
 	}
 }
+
+// A daemon on a vulnerable kernel stops its device (the disk removed,
+// DEAD) and hangs before deleting it; a minute's window. The control
+// fallback finds it DEAD at 55 s (no STOP_DEV), the daemon is killed at
+// the kill point (58 s) with no device live, and the control's DEL_DEV
+// removes the char device then. The Report says the disk was removed by
+// the daemon and the char device by the control's DEL_DEV. Before, both
+// said "by the daemon", the char device's once the daemon was dead.
+func TestReportSaysTheControlsDelDevRemovedTheCharDevice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hangAfterStop = true
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, &memControl{tree: f.tree, d: d}, Config{}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		assert.Equal(t, []string{"request", "stop 0", "kill", "exit killed", "DEL_DEV 0"}, d.Events())
+		said := map[string]string{}
+		for _, s := range rep.Device(0).Steps {
+			said[s.Name] = s.Result
+		}
+		assert.Equal(t, "by the daemon", said["disk removed"])
+		assert.Equal(t, "by the control's DEL_DEV", said["char removed"])
+	})
+}
