@@ -93,24 +93,25 @@ func TestListedDeviceNeverInSysfsIsReportedAbsent(t *testing.T) {
 	})
 }
 
-// 0 .. 1 s: the daemon adds ublkb1 (ADD_DEV: its char device, no disk
-// yet; the driver says DEAD) .. 95 s: the daemon hung, the control
-// fallback stops ublkb0, and GET_DEV_INFO says ublkb1 is DEAD .. 96.5 s:
-// the daemon starts ublkb1 (START_DEV: its disk, LIVE) .. the daemon is
-// not killed on a vulnerable kernel: a disk in sysfs is live, whatever the
-// driver said before. Before, the step held on to the DEAD it had read and
-// killed the daemon at the kill's point with ublkb1 live.
+// 0 s: the daemon has added ublkb1 (ADD_DEV: its char device, no disk
+// yet; the driver says DEAD) before the step begins .. 95 s: the daemon
+// hung, the control fallback stops ublkb0, and GET_DEV_INFO says ublkb1
+// is DEAD .. 96.5 s: the daemon starts ublkb1 (START_DEV: its disk, LIVE)
+// .. the daemon is not killed on a vulnerable kernel: a disk in sysfs is
+// live, whatever the driver said before. Before, the step held on to the
+// DEAD it had read and killed the daemon at the kill's point with ublkb1
+// live. (ADD_DEV came at 1 s here until row 1417: a device found after
+// the step began with no disk is taken only once it has one, and is then
+// read live.)
 func TestADeviceStartedAfterTheDriverSaidDeadIsLive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		defer d.close()
-		time.AfterFunc(time.Second+time.Millisecond, func() { // ADD_DEV
-			d.kstate.set(1, ublkctl.StateDead)
-			require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1}))
-			require.NoError(t, f.tree.StopDevice(1))
-		})
+		d.kstate.set(1, ublkctl.StateDead) // ADD_DEV
+		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1}))
+		require.NoError(t, f.tree.StopDevice(1))
 		time.AfterFunc(96500*time.Millisecond, func() { // START_DEV
 			disk := filepath.Join(f.tree.Root, "devices/virtual/block/ublkb1")
 			require.NoError(t, os.MkdirAll(disk, 0o755))

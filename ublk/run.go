@@ -638,7 +638,16 @@ func endAt(at time.Time) func(*stages) time.Time { return func(*stages) time.Tim
 // it live once the others were stopped. Another server's is left alone
 // as at discovery (leaveOthers), looked at once per char device entry.
 // An ID the step has a device for is not looked at again: once that
-// device went, the ID's next device is another's (see refresh).
+// device went, the ID's next device is another's (see refresh). A device
+// with no disk yet is looked at again every poll, and taken only once it
+// has one: its server adds it (ADD_DEV), then opens its /dev/ublkcN, and
+// only then starts it, so one found between the first two has its char
+// device open in no process, and the pass cannot tell whose it is; taken
+// then, it was the daemon's for good, and once another server (a new
+// pod's) had started it, the control fallback stopped and deleted it
+// under its server. A device with no disk has no block I/O: left out
+// until it has one, it costs the daemon's kill nothing (servesMore asks
+// the driver about a disk-less one it serves).
 func (r *run) findNew() {
 	if r.cfg.ids != nil || !r.waiting {
 		return
@@ -655,7 +664,7 @@ func (r *run) findNew() {
 		if e, ok := r.others[id]; ok && e != 0 && e == charEntry(r.cfg.sysRoot, id) {
 			continue
 		}
-		if d, err := readDevice(r.cfg.sysRoot, id); err == nil && d.Present() {
+		if d, err := readDevice(r.cfg.sysRoot, id); err == nil && d.Disk {
 			fresh = append(fresh, d)
 		}
 	}

@@ -456,3 +456,53 @@ func TestFallbacksSecondPassEndsWithTheStep(t *testing.T) {
 		})
 	}
 }
+
+// The daemon, pid 4242, hung on a vulnerable kernel, serves ublkb0; the
+// step finds its devices itself (no Config.Devices); a minute's window.
+// Another pod's server (pid 77, in another pod's cgroup) adds ublkb1
+// during the drain:
+//
+//	30 s    ADD_DEV: ublkb1's char device, no disk, open in no process yet
+//	31 s    pid 77 opens /dev/ublkc1 and starts ublkb1 (its disk appears)
+//	55 s    the control fallback stops ublkb0
+//
+// The step takes no device it cannot tell: found with no disk and its char
+// device open in no process, ublkb1 is looked at again, and once it has a
+// disk the pass tells it another server's: left alone, live, its server
+// untouched. Before, ublkb1 was taken at 30 s as the daemon's ("found after
+// the step began, dead"), and the control fallback sent it STOP_DEV at 55 s
+// and DEL_DEV once the daemon was killed: another server's live disk
+// stopped and deleted under it.
+func TestDeviceFoundBeforeItsServerOpenedItIsToldOnceStarted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		minor := uint32(os.Getpid()*2+61) % (1 << 20)
+		node := filepath.Join(t.TempDir(), "ublkc1")
+		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4079, minor))))
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		t.Cleanup(d.close)
+		spec := fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4079, CharMinor: minor}
+		time.AfterFunc(30*time.Second, func() { assert.NoError(t, f.tree.AddChar(spec)) })
+		time.AfterFunc(31*time.Second, func() {
+			fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+			assert.NoError(t, f.tree.StartDevice(spec))
+		})
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
+		td, err := New(daemon, f.config(vulnerable, &memControl{tree: f.tree, d: d, stopIn: 10 * time.Millisecond}, Config{}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		assertLeftAlone(t, d.Events(), f)
+		assert.Contains(t, d.Events(), "STOP_DEV 0")
+		assert.Nil(t, rep.Device(1), "not the step's")
+		assert.Contains(t, rep.Note, "ublkb1: its /dev/ublkc1 is open in pid 77 (")
+	})
+}

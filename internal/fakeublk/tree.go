@@ -103,6 +103,45 @@ func (t *Tree) AddDevice(d DeviceSpec) error {
 	return nil
 }
 
+// AddChar creates device d's char entry alone, as ADD_DEV does: a device
+// added and not started yet has no disk (StartDevice adds it).
+func (t *Tree) AddChar(d DeviceSpec) error {
+	if err := os.MkdirAll(t.charDir(d.ID), 0o755); err != nil {
+		return fmt.Errorf("fakeublk: %w", err)
+	}
+	if d.CharMajor != 0 {
+		dev := fmt.Sprintf("%d:%d\n", d.CharMajor, d.CharMinor)
+		if err := os.WriteFile(filepath.Join(t.charDir(d.ID), "dev"), []byte(dev), 0o644); err != nil {
+			return fmt.Errorf("fakeublk: %w", err)
+		}
+	}
+	if err := os.Symlink(t.charDir(d.ID), t.charLink(d.ID)); err != nil {
+		return fmt.Errorf("fakeublk: %w", err)
+	}
+	return nil
+}
+
+// StartDevice adds the disk of device d, added by AddChar, with its dev
+// and inflight files, as START_DEV does, its symlink last.
+func (t *Tree) StartDevice(d DeviceSpec) error {
+	if err := os.MkdirAll(t.blockDir(d.ID), 0o755); err != nil {
+		return fmt.Errorf("fakeublk: %w", err)
+	}
+	files := map[string]string{
+		"dev":      fmt.Sprintf("%d:%d\n", d.Major, d.Minor),
+		"inflight": inflightText(d.Reads, d.Writes),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(t.blockDir(d.ID), name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("fakeublk: %w", err)
+		}
+	}
+	if err := os.Symlink(t.blockDir(d.ID), t.blockLink(d.ID)); err != nil {
+		return fmt.Errorf("fakeublk: %w", err)
+	}
+	return nil
+}
+
 // SetInflight rewrites the disk's inflight file.
 func (t *Tree) SetInflight(id int, reads, writes uint64) error {
 	p := filepath.Join(t.blockDir(id), "inflight")
