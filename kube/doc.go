@@ -78,7 +78,8 @@
 //   - A request the API server sheds (429 Too Many Requests: API Priority
 //     and Fairness under a mass deletion, an API server shutting down; or a
 //     GET's 5xx with a Retry-After) is sent again after its Retry-After
-//     (1 s without one), at most 4 times in all, and only when the wait
+//     (1 s without one; a date, by the API server's clock as the answer's
+//     Date shows it), at most 4 times in all, and only when the wait
 //     ends before the context's deadline (an event's, Config.EventTimeout);
 //     otherwise its *APIError is returned at once.
 //   - Record never blocks: events wait in a queue of Config.EventQueue and

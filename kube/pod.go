@@ -950,7 +950,8 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	offset := clockOffset(resp.Header.Get("Date"), sent, time.Now())
+	answered := time.Now()
+	offset := clockOffset(resp.Header.Get("Date"), sent, answered)
 	defer resp.Body.Close()
 	got, err := io.ReadAll(io.LimitReader(resp.Body, maxPodBytes))
 	var wait time.Duration
@@ -967,7 +968,7 @@ func (p *Pod) doOnce(ctx context.Context, method, u string, body []byte, want in
 		if resp.StatusCode == http.StatusUnauthorized {
 			e.refused, e.gone = p.refused(token, time.Now(), offset)
 		}
-		err, wait = e, retryAfter(resp, method)
+		err, wait = e, retryAfter(resp, method, answered)
 	}
 	if err != nil && ctx.Err() != nil {
 		// The context ended while the answer came in. The transport may
@@ -1001,14 +1002,21 @@ func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastRe
 // request again, or zero when it is not to be sent again: a 429 Too Many
 // Requests (nothing was done) after its Retry-After, 1 s without one, as
 // client-go; a 5xx to a GET (which changes nothing) only with a
-// Retry-After. Retry-After is whole seconds or an HTTP date.
-func retryAfter(resp *http.Response, method string) time.Duration {
+// Retry-After. Retry-After is whole seconds or an HTTP date, which is a
+// time of the clock of the server that sent it: the wait is that date less
+// the answer's Date, the server's now when it answered (at answered, this
+// node's clock), less the time since; with no Date, less this node's now.
+func retryAfter(resp *http.Response, method string, answered time.Time) time.Duration {
 	h := resp.Header.Get("Retry-After")
 	var wait time.Duration
 	if secs, err := strconv.ParseInt(strings.TrimSpace(h), 10, 32); err == nil && secs >= 0 {
 		wait = time.Duration(secs) * time.Second
 	} else if at, err := http.ParseTime(h); err == nil {
-		wait = max(time.Until(at), 0)
+		wait = time.Until(at)
+		if date, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+			wait = at.Sub(date) - time.Since(answered)
+		}
+		wait = max(wait, 0)
 	} else {
 		h = ""
 	}

@@ -176,3 +176,35 @@ func TestEventShedByTheAPIServerIsPostedAfterRetryAfter(t *testing.T) {
 	require.Len(t, a.posted(), 1)
 	assert.Equal(t, "DrainStarted", a.posted()[0].Reason)
 }
+
+// A Retry-After given as an HTTP date is a time of the clock that sent it,
+// the API server's (or a proxy's in front of it), as the answer's Date is:
+// the wait is that date less the API server's now, not less this node's.
+// Fault: it was waited for by this node's clock, so with the API server
+// 10 minutes ahead a read shed once ("Retry-After: <its now + 1 s>") was
+// not retried within its 2 s (a wait of 10 min 1 s, past the deadline: the
+// 429 at once, 1 request), and with the API server 10 minutes behind it was
+// retried at once (1 ms), where it asked for one second.
+func TestRetryAfterDateIsTheAPIServersClock(t *testing.T) {
+	for _, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+		t.Run("server ahead by "+skew.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				kill := time.Now().Add(30 * time.Second)
+				shedAt := func(w http.ResponseWriter, r *http.Request) {
+					now := time.Now().Add(skew)
+					w.Header().Set("Date", now.UTC().Format(http.TimeFormat))
+					shed(now.Add(time.Second).UTC().Format(http.TimeFormat))(w, r)
+				}
+				o := &inOrder{handlers: []http.HandlerFunc{shedAt, podJSON(t, deleted(kill, 30))}}
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+				defer cancel()
+				start := time.Now()
+				d, err := newPod(t, inMemory(t, o), testPod).Deletion(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, 30*time.Second, d.Grace)
+				assert.Equal(t, time.Second, time.Since(start), "retried at the date the API server named")
+				assert.Equal(t, 2, o.count())
+			})
+		})
+	}
+}
