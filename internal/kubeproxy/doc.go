@@ -13,9 +13,10 @@
 //
 // Guarantees: each new connection asks the endpoints' Ready in order, once
 // each until one says so, and is relayed to the first that does, byte for
-// byte both ways, until either end closes; with none ready, or the node
-// not answering the dial, the client's connection is closed at once, with
-// nothing sent (a client sees EOF or a reset, as when kube-proxy has no
+// byte both ways, until both ends closed (a half-close, CloseWrite, passed
+// on: the other direction stays open, as kube-proxy's NAT leaves it); with
+// none ready, or the node not answering the dial, the client's connection
+// is closed at once, with nothing sent (a client sees EOF or a reset, as when kube-proxy has no
 // endpoint). Nothing balances: the first ready endpoint gets every new
 // connection. When the test ends the Service closes its listener and every
 // connection, and returns once its goroutines have.

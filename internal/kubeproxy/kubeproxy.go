@@ -80,8 +80,23 @@ func (s *service) forward(c net.Conn) {
 		return
 	}
 	var relay sync.WaitGroup
-	relay.Go(func() { _, _ = io.Copy(node, c); _ = node.Close() })
-	_, _ = io.Copy(c, node)
-	_ = c.Close()
+	relay.Go(func() { pass(node, c) })
+	pass(c, node)
 	relay.Wait()
+	_ = node.Close()
+}
+
+// pass relays src to dst until src's EOF, which it passes on as a
+// half-close of dst (the other direction stays open, as through
+// kube-proxy's NAT, which passes the FIN on), or until an error, which
+// closes dst: the other direction then ends too.
+func pass(dst, src net.Conn) {
+	if _, err := io.Copy(dst, src); err != nil {
+		_ = dst.Close()
+		return
+	}
+	if hc, ok := dst.(interface{ CloseWrite() error }); ok && hc.CloseWrite() == nil {
+		return
+	}
+	_ = dst.Close()
 }

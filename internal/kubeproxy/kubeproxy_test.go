@@ -2,6 +2,7 @@ package kubeproxy
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -85,4 +86,42 @@ func TestAConnectionStaysWithItsNodeAndANewOneGoesToAReadyOne(t *testing.T) {
 	defer none.Close()
 	_, err = ask(none)
 	assert.Error(t, err, "no endpoint: the connection is closed")
+}
+
+// A client that half-closes its connection (CloseWrite: "that is all I
+// send") still gets the node's whole answer, as through kube-proxy, whose
+// NAT passes the FIN on and leaves the other direction open. Fault: the
+// client's EOF closed the connection to the node both ways, so a node that
+// answers once it has read the request to its end (a request streamed to
+// EOF, `nc -N`) had its answer cut: the client read nothing.
+func TestAHalfCloseKeepsTheNodesAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		req, err := io.ReadAll(c) // to the client's EOF
+		if err == nil {
+			_, err = c.Write(append([]byte("got "), req...))
+		}
+		served <- err
+	}()
+	svc := Start(t, Endpoint{Addr: ln.Addr().String(), Ready: func() bool { return true }})
+
+	c, err := net.Dial("tcp", svc)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write([]byte("the whole request"))
+	require.NoError(t, err)
+	require.NoError(t, c.(*net.TCPConn).CloseWrite())
+	answer, err := io.ReadAll(c)
+	require.NoError(t, err)
+	assert.Equal(t, "got the whole request", string(answer))
+	assert.NoError(t, <-served)
 }
