@@ -12,7 +12,9 @@
 // or does what its Faults script says for each attempt in order: a
 // Transient error (retried by the Preserver), a Permanent one, a Hang that
 // ignores its context, a Panic, or a Vanish (the sandbox is gone, which the
-// Report counts as vanished, not lost). A Node lists, in the order they
+// Report counts as vanished, not lost); a preserve of one already preserved
+// (a listing that lags) is answered at once, pause.ErrGone, as a server
+// answers it, until Node.Add resumes it. A Node lists, in the order they
 // were added, the sandboxes neither preserved nor removed; it can fail or
 // slow its listings (ListErr, OnList), and it counts the preserves running
 // at once. A Disk makes preserves share one device's bandwidth, for

@@ -423,3 +423,68 @@ func TestVanishedSandboxListedAgainStaysGone(t *testing.T) {
 		assert.True(t, g.Preserved())
 	})
 }
+
+// A listing that lags (it still shows running a sandbox paused a moment ago, as a
+// cache of the server's state does) lists a preserved sandbox again; the preserve
+// again is answered at once, pause.ErrGone ("already preserved"), as pause.Sandbox
+// asks and a real server does, and the Report keeps it preserved. A resume is the
+// sandbox put on its Node again (Node.Add), whose next preserve runs in full. Fault:
+// the fake took every preserve again for a resume and ran a whole attempt (its
+// Latency, its script's next step, a Disk write), so a test of a lagging listing
+// measured a second preserve per sandbox that no server makes: 4 x 1 s at 4 at once,
+// listed again once, took 2 s and 8 attempts of 1 s, not 1 s.
+//
+//	0 s pass 1: sb-0..3 (1 s each)  1 s pass 2, a listing of 1 s ago: all 4 again, answered at once
+//	then a backoff (1 s), pass 3: nothing; 3 s: a resume of sb-1 (Node.Add): its preserve runs (1 s)
+func TestPreserveAgainWithNoResumeIsAnsweredAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := draintest.NewNode()
+		sbs := node.AddN("sb", 4, time.Second)
+		var last []pause.Sandbox
+		lagging := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			now, err := node.List(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out := append(now, last...) // what the listing before showed, once
+			last = nil
+			if node.Lists() == 1 {
+				last = now
+			}
+			return out, nil
+		})
+		p, err := pause.New(lagging, pause.Config{Limit: 4,
+			BackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Second) }})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		rep := p.Run(ctx, time.Time{})
+		took := time.Since(start)
+		require.NoError(t, rep.Err())
+		assert.Equal(t, 4, rep.Counts[pause.Preserved], "%v", rep.Counts)
+		for _, sb := range sbs {
+			e := rep.Entries[0]
+			for _, x := range rep.Entries {
+				if x.ID == sb.Name {
+					e = x
+				}
+			}
+			assert.Equal(t, 1, e.Relisted, sb.Name)
+			assert.Equal(t, []time.Time{start, start.Add(time.Second)}, sb.Starts(), "%s: the second at once, pass 2's", sb.Name)
+		}
+		assert.Equal(t, 2*time.Second, took, "pass 2 at 1 s, answered at once, then the backoff's second")
+
+		err = sbs[1].Preserve(t.Context())
+		assert.ErrorIs(t, err, pause.ErrGone, "called by hand too")
+		assert.ErrorContains(t, err, "already preserved")
+		node.Add(sbs[1]) // its user resumed it
+		list, err := node.List(t.Context())
+		require.NoError(t, err)
+		require.Len(t, list, 1, "the resumed one is listed")
+		begin := time.Now()
+		require.NoError(t, sbs[1].Preserve(t.Context()))
+		assert.Equal(t, time.Second, time.Since(begin), "a preserve in full")
+		assert.True(t, sbs[1].Preserved())
+	})
+}

@@ -37,7 +37,9 @@ type Node struct {
 func NewNode() *Node { return &Node{} }
 
 // Add puts sandboxes on the node and returns them. One that Remove took
-// off this node is put back (listed once, as before); a new one whose ID a
+// off this node is put back (listed once, as before); one on it, preserved
+// and not removed, is resumed (its user resumed it): listed again, its
+// next preserve runs the next attempt in full; a new one whose ID a
 // removed one had is a sandbox of its own, listed: Remove took the
 // sandboxes then on the node, not their ID. A new one whose ID a sandbox
 // preserved on the node has stands for that sandbox resumed: the Preserver
@@ -54,7 +56,10 @@ func (n *Node) Add(sbs ...*Sandbox) []*Sandbox {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, s := range sbs {
-		if s.node == n { // on the node already: back on it, not twice
+		if s.node == n { // on the node already: back on it, or resumed, not twice
+			if !s.removed {
+				s.resume()
+			}
 			s.removed = false
 			continue
 		}

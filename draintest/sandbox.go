@@ -60,11 +60,12 @@ var (
 // It implements pause.Estimated, pause.Prioritized and pause.Sized; an
 // Estimate or Bytes of zero means unknown.
 //
-// It has no Resume: a preserve of a sandbox already preserved runs the
-// next attempt again, as of one resumed since (a Lister that lists it
-// again stands for the resume, as pause's tests do), where a real server
-// answers pause.ErrGone ("already preserved") to a listing that lags, in
-// no time; a Node lists only the sandboxes not preserved.
+// A preserve of a sandbox already preserved (a listing that lags, a
+// Lister that lists it again) is answered at once with pause.ErrGone
+// ("already preserved"), as pause.Sandbox asks and a real server does: no
+// Latency, no step of Faults, no Disk write. Its resume is Node.Add of it
+// again on its Node (or a new Sandbox of its ID added there): the Node
+// lists it, and its next preserve runs the next attempt in full.
 type Sandbox struct {
 	Name     string        // its ID
 	Latency  time.Duration // how long an attempt takes
@@ -72,8 +73,9 @@ type Sandbox struct {
 	Prio     int           // what Priority reports
 	Bytes    int64         // what Size reports
 	// Faults scripts the attempts in order: attempt i does Faults[i]; the
-	// attempts after the script succeed. A sandbox removed from its Node
-	// is gone, whatever the script says.
+	// attempts after the script succeed. A preserve of the sandbox already
+	// preserved is no attempt of the script. A sandbox removed from its
+	// Node is gone, whatever the script says.
 	Faults  []Fault
 	HangFor time.Duration // how long a Hang lasts; zero: DefaultHang
 	// Disk, if set, is where a successful attempt writes Bytes (> 0) after its
@@ -85,6 +87,7 @@ type Sandbox struct {
 
 	mu        sync.Mutex
 	attempts  int
+	step      int // the next attempt's index in Faults: a preserve again, answered at once, runs none
 	preserved bool
 	vanished  bool // a Vanish attempt ran while on no Node
 	started   []time.Time
@@ -102,7 +105,9 @@ func (s *Sandbox) Size() int64 { return s.Bytes }
 // Priority returns Prio.
 func (s *Sandbox) Priority() int { return s.Prio }
 
-// Preserve runs the next scripted attempt; once the sandbox was removed
+// Preserve runs the next scripted attempt; once it was preserved, and
+// until a resume (Node.Add), it returns pause.ErrGone at once instead
+// ("already preserved"); once the sandbox was removed
 // from its Node (Node.Remove, a Vanish) and not added again, or, on no
 // Node, once an attempt vanished (a Lister of the test's own listing it
 // again), it returns pause.ErrGone instead. A Sandbox with a field no sandbox can have (a
@@ -111,9 +116,12 @@ func (s *Sandbox) Priority() int { return s.Prio }
 // (backoff.Permanent) naming the field.
 func (s *Sandbox) Preserve(ctx context.Context) error {
 	s.mu.Lock()
-	fault := OK
-	if s.attempts < len(s.Faults) {
-		fault = s.Faults[s.attempts]
+	fault, again := OK, s.preserved
+	if !again {
+		if s.step < len(s.Faults) {
+			fault = s.Faults[s.step]
+		}
+		s.step++
 	}
 	s.attempts++
 	s.started = append(s.started, time.Now())
@@ -132,6 +140,11 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 		// Listed again by a Lister of the test's own: what vanished stays
 		// gone, as it does on a Node.
 		return fmt.Errorf("draintest: %s: vanished by an earlier attempt: %w", s.Name, pause.ErrGone)
+	}
+	if again {
+		// Not resumed since (Node.Add): a server has it preserved, and
+		// says so at once.
+		return fmt.Errorf("draintest: %s: already preserved, not resumed since: %w", s.Name, pause.ErrGone)
 	}
 	if s.node != nil {
 		s.node.enter()
@@ -204,7 +217,8 @@ func (s *Sandbox) Attempts() int {
 	return s.attempts
 }
 
-// Preserved reports whether an attempt succeeded.
+// Preserved reports whether an attempt succeeded, since the last resume
+// (Node.Add) if any.
 func (s *Sandbox) Preserved() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -375,4 +389,12 @@ func (d *Disk) rate() float64 {
 		bw /= 1 + d.Thrash*(w-knee)
 	}
 	return min(per, bw/w)
+}
+
+// resume makes a preserved sandbox run again (Node.Add): it is listed, and
+// its next preserve runs the next attempt in full.
+func (s *Sandbox) resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.preserved = false
 }

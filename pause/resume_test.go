@@ -17,19 +17,18 @@ import (
 	"github.com/drainkit/drainkit/pause"
 )
 
-// resumedAt lists the node's sandboxes and, from listing n on, also the
-// sandbox sb: a user resumed it after its preserve (a server the drain's
-// gate does not close, such as AgentENV behind the supervisor), so it runs
-// and needs preserving again; until, with resumes > 0, the user stopped
-// resuming it.
+// resumedAt lists the node's sandboxes, and from listing n on resumes the
+// sandbox sb before it when it is preserved (node.Add): a user resumed it
+// after its preserve (a server the drain's gate does not close, such as
+// AgentENV behind the supervisor), so it runs and needs preserving again;
+// until, with resumes > 0, the user stopped resuming it.
 func resumedAt(node *fakesandbox.Node, sb *fakesandbox.Sandbox, n, resumes int) pause.Lister {
 	listings := 0
 	return pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
-		list, err := node.List(ctx)
 		if listings++; listings >= n && (resumes == 0 || listings < n+resumes) && sb.Preserved() {
-			list = append(list, sb)
+			node.Add(sb)
 		}
-		return list, err
+		return node.List(ctx)
 	})
 }
 
