@@ -37,7 +37,10 @@ type Config struct {
 	// eviction happens.
 	EvictionSoft map[string]string `json:"evictionSoft"`
 	// EvictionMaxPodGracePeriod is the most a soft eviction gives a pod,
-	// in seconds.
+	// in seconds. The kubelet takes any value: one below 1, negative
+	// included (its flag's help says a negative one defers to the pod's
+	// grace), gives the 1 s it always gives (calculateEffectiveGracePeriod
+	// raises the override to 1, v1.34.4).
 	EvictionMaxPodGracePeriod int32 `json:"evictionMaxPodGracePeriod"`
 }
 
@@ -81,8 +84,6 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("shutdownGracePeriodCriticalPods %v is more than shutdownGracePeriod %v", c.ShutdownGracePeriodCriticalPods.Duration, c.ShutdownGracePeriod.Duration)
 	case len(c.ShutdownGracePeriodByPodPriority) > 0 && c.ShutdownGracePeriod.Duration > 0:
 		return nil, errors.New("both shutdownGracePeriodByPodPriority and shutdownGracePeriod: the kubelet takes one")
-	case c.EvictionMaxPodGracePeriod < 0:
-		return nil, errors.New("evictionMaxPodGracePeriod must not be negative")
 	}
 	for i, g := range c.ShutdownGracePeriodByPodPriority {
 		if g.ShutdownGracePeriodSeconds < 0 {
@@ -135,7 +136,8 @@ func (c *Config) ShutdownGrace(priority int32) (time.Duration, bool) {
 
 // SoftEvictionGrace returns the grace a soft node-pressure eviction gives
 // a pod (evictionMaxPodGracePeriod, at least the 1 s the kubelet always
-// gives), and false when the node has no soft eviction thresholds.
+// gives, a negative one's too), and false when the node has no soft
+// eviction thresholds.
 func (c *Config) SoftEvictionGrace() (time.Duration, bool) {
 	if len(c.EvictionSoft) == 0 {
 		return 0, false

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainkit/drainkit/internal/kubeletconf"
+	"github.com/drainkit/drainkit/kube"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -109,7 +110,6 @@ func TestParseSaysWhatIsWrong(t *testing.T) {
 		"kind: KubeletConfiguration\nshutdownGracePeriod: -10s":                                                                                  "must not be negative",
 		"kind: KubeletConfiguration\nshutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 5}]": "the kubelet takes one",
 		"kind: KubeletConfiguration\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: -5}]":                          "shutdownGracePeriodByPodPriority[0]",
-		"kind: KubeletConfiguration\nevictionMaxPodGracePeriod: -1":                                                                              "evictionMaxPodGracePeriod",
 		"{{": "not a KubeletConfiguration",
 	} {
 		_, err := kubeletconf.Parse([]byte(doc))
@@ -197,4 +197,27 @@ func TestResolveWithoutThePod(t *testing.T) {
 	g, err := kubeletconf.Setting{}.Resolve(t.Context(), nil, log, "")
 	assert.NoError(t, err)
 	assert.Zero(t, g, "neither: not known")
+}
+
+// A negative evictionMaxPodGracePeriod is one the kubelet runs with (it does not
+// validate the field; its flag's help says "If negative, defer to pod specified
+// value"), and its soft evictions then give the 1 s it always gives: the override
+// below the pod's grace wins, and is raised to 1 s (calculateEffectiveGracePeriod,
+// v1.34.4). Fault: Parse refused it, "evictionMaxPodGracePeriod must not be
+// negative", so a server given such a node's configuration (-kubelet-config,
+// DRAINKIT_KUBELET_CONFIG) failed to start naming the file, where its kubelet ran.
+func TestNegativeEvictionMaxPodGracePeriodGivesOneSecond(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("kind: KubeletConfiguration\nevictionSoft: {memory.available: 500Mi}\nevictionMaxPodGracePeriod: -1\n"), 0o600))
+	c, err := kubeletconf.Read(path)
+	require.NoError(t, err)
+	g, ok := c.SoftEvictionGrace()
+	assert.True(t, ok)
+	assert.Equal(t, time.Second, g)
+
+	s := kubeletconf.Setting{GraceName: "-kubelet-grace", ConfigName: "-kubelet-config", Config: path,
+		Priority: func() (int32, error) { return 0, nil }}
+	g, err = s.Resolve(t.Context(), &kube.Pod{}, slog.New(slog.DiscardHandler), "")
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, g, "the kubelet's own grace")
 }
