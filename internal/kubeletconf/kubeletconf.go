@@ -80,6 +80,10 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("a %s, not a %s (the file of the kubelet's --config)", c.Kind, Kind)
 	case c.ShutdownGracePeriod.Duration < 0 || c.ShutdownGracePeriodCriticalPods.Duration < 0:
 		return nil, errors.New("shutdownGracePeriod and shutdownGracePeriodCriticalPods must not be negative")
+	case subSecond(c.ShutdownGracePeriod.Duration):
+		return nil, fmt.Errorf("shutdownGracePeriod %v must be zero or at least 1s (the kubelet refuses it)", c.ShutdownGracePeriod.Duration)
+	case subSecond(c.ShutdownGracePeriodCriticalPods.Duration):
+		return nil, fmt.Errorf("shutdownGracePeriodCriticalPods %v must be zero or at least 1s (the kubelet refuses it)", c.ShutdownGracePeriodCriticalPods.Duration)
 	case c.ShutdownGracePeriodCriticalPods.Duration > c.ShutdownGracePeriod.Duration:
 		return nil, fmt.Errorf("shutdownGracePeriodCriticalPods %v is more than shutdownGracePeriod %v", c.ShutdownGracePeriodCriticalPods.Duration, c.ShutdownGracePeriod.Duration)
 	case len(c.ShutdownGracePeriodByPodPriority) > 0 && c.ShutdownGracePeriod.Duration > 0:
@@ -92,6 +96,12 @@ func Parse(data []byte) (*Config, error) {
 	}
 	return &c, nil
 }
+
+// subSecond reports whether d is a duration between zero and one second,
+// which the kubelet's validation refuses for shutdownGracePeriod and
+// shutdownGracePeriodCriticalPods ("must be either zero or otherwise >= 1
+// sec").
+func subSecond(d time.Duration) bool { return d > 0 && d < time.Second }
 
 // groups returns the node-shutdown groups, lowest priority first, as the
 // kubelet lays them out: shutdownGracePeriodByPodPriority, or the two

@@ -221,3 +221,20 @@ func TestNegativeEvictionMaxPodGracePeriodGivesOneSecond(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, g, "the kubelet's own grace")
 }
+
+// A shutdownGracePeriod or shutdownGracePeriodCriticalPods between zero and one
+// second is a configuration the kubelet refuses to start with ("must be either zero
+// or otherwise >= 1 sec", its validation, v1.34.4), and Parse says so, as its doc
+// says of every duration the kubelet would refuse. Fault: Parse took 500ms and made
+// a group of it (1 s), a number no running kubelet's configuration gives.
+func TestSubSecondShutdownGracePeriodIsRefusedAsTheKubeletDoes(t *testing.T) {
+	for doc, want := range map[string]string{
+		"shutdownGracePeriod: 500ms":                                       "shutdownGracePeriod 500ms must be zero or at least 1s",
+		"shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 500ms": "shutdownGracePeriodCriticalPods 500ms must be zero or at least 1s",
+	} {
+		_, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\n" + doc))
+		assert.ErrorContains(t, err, want, doc)
+	}
+	_, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriod: 1500ms\nshutdownGracePeriodCriticalPods: 1s"))
+	assert.NoError(t, err, "1 s and more, whole or not, the kubelet takes")
+}
