@@ -488,3 +488,29 @@ func TestPreserveAgainWithNoResumeIsAnsweredAtOnce(t *testing.T) {
 		assert.True(t, sbs[1].Preserved())
 	})
 }
+
+// A writer that alone could go faster than the device (PerWriter above Bandwidth)
+// gets the device's whole Bandwidth when it writes alone, and Thrash slows only
+// writers past the first: the knee is one writer at least. Fault: the knee was
+// Bandwidth/PerWriter, below one, so a lone writer counted as past it, and a device
+// of 1 MiB/s with Thrash 1 wrote 1 MiB alone in 1.5 s, two thirds of its bandwidth.
+func TestALoneWriterGetsTheWholeDevice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const mib = 1 << 20
+		disk := &draintest.Disk{Bandwidth: mib, PerWriter: 2 * mib, Thrash: 1}
+		start := time.Now()
+		require.NoError(t, (&draintest.Sandbox{Name: "alone", Bytes: mib, Disk: disk}).Preserve(t.Context()))
+		assert.Equal(t, time.Second, time.Since(start).Round(time.Millisecond))
+
+		// Two writers past the knee of one: the device thrashes, 1 MiB/s / (1 + 1 x 1),
+		// shared: each of 1 MiB takes 4 s.
+		a := &draintest.Sandbox{Name: "a", Bytes: mib, Disk: disk}
+		b := &draintest.Sandbox{Name: "b", Bytes: mib, Disk: disk}
+		start = time.Now()
+		errs := make(chan error, 1)
+		go func() { errs <- a.Preserve(t.Context()) }()
+		require.NoError(t, b.Preserve(t.Context()))
+		require.NoError(t, <-errs)
+		assert.Equal(t, 4*time.Second, time.Since(start).Round(time.Millisecond))
+	})
+}

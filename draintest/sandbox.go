@@ -268,7 +268,8 @@ func until(ctx context.Context, end time.Time) error {
 // A Disk is a fake device that preserves share: each writer gets
 // min(PerWriter, Bandwidth/writers) bytes per second, so the throughput of
 // the whole node grows with the writers up to Bandwidth/PerWriter of them
-// (the knee) and is flat beyond it, or falls when Thrash is set: with w
+// (the knee, one writer at least: a lone writer has the whole device) and
+// is flat beyond it, or falls when Thrash is set: with w
 // writers past the knee the bandwidth is Bandwidth / (1 + Thrash x (w -
 // knee)). A Sandbox with a Disk writes its Bytes to it in 32 chunks, the
 // rate of each chunk set by the writers at its start. Set the fields before
@@ -385,7 +386,7 @@ func (d *Disk) rate() float64 {
 		per = d.Bandwidth
 	}
 	bw := d.Bandwidth
-	if knee := d.Bandwidth / per; w > knee {
+	if knee := max(d.Bandwidth/per, 1); w > knee { // a lone writer has the whole device
 		bw /= 1 + d.Thrash*(w-knee)
 	}
 	return min(per, bw/w)
