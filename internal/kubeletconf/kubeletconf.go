@@ -45,7 +45,9 @@ type Config struct {
 }
 
 // A PriorityGrace is one group of shutdownGracePeriodByPodPriority: the
-// pods from Priority up to the next group's get ShutdownGracePeriodSeconds.
+// pods from Priority up to the next group's get ShutdownGracePeriodSeconds,
+// or the 1 s the kubelet always gives when it is below 1 (negative too: the
+// kubelet does not validate it).
 type PriorityGrace struct {
 	Priority                   int32 `json:"priority"`
 	ShutdownGracePeriodSeconds int64 `json:"shutdownGracePeriodSeconds"`
@@ -89,11 +91,6 @@ func Parse(data []byte) (*Config, error) {
 	case len(c.ShutdownGracePeriodByPodPriority) > 0 && c.ShutdownGracePeriod.Duration > 0:
 		return nil, errors.New("both shutdownGracePeriodByPodPriority and shutdownGracePeriod: the kubelet takes one")
 	}
-	for i, g := range c.ShutdownGracePeriodByPodPriority {
-		if g.ShutdownGracePeriodSeconds < 0 {
-			return nil, fmt.Errorf("shutdownGracePeriodByPodPriority[%d].shutdownGracePeriodSeconds must not be negative", i)
-		}
-	}
 	return &c, nil
 }
 
@@ -130,8 +127,8 @@ func (c *Config) groups() []PriorityGrace {
 // kubelet takes the pod's own terminationGracePeriodSeconds when that is
 // shorter, and false when graceful node shutdown is off. A pod belongs to
 // the group of the highest priority not above its own; one below every
-// group to the lowest. A group of no time gives the 1 s the kubelet always
-// gives.
+// group to the lowest. A group of no time (or less) gives the 1 s the
+// kubelet always gives.
 func (c *Config) ShutdownGrace(priority int32) (time.Duration, bool) {
 	g := c.groups()
 	if len(g) == 0 {

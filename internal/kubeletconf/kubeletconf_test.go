@@ -109,7 +109,6 @@ func TestParseSaysWhatIsWrong(t *testing.T) {
 		"kind: KubeletConfiguration\nshutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s":                                             "shutdownGracePeriodCriticalPods 20s is more than shutdownGracePeriod 10s",
 		"kind: KubeletConfiguration\nshutdownGracePeriod: -10s":                                                                                  "must not be negative",
 		"kind: KubeletConfiguration\nshutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 5}]": "the kubelet takes one",
-		"kind: KubeletConfiguration\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: -5}]":                          "shutdownGracePeriodByPodPriority[0]",
 		"{{": "not a KubeletConfiguration",
 	} {
 		_, err := kubeletconf.Parse([]byte(doc))
@@ -237,4 +236,22 @@ func TestSubSecondShutdownGracePeriodIsRefusedAsTheKubeletDoes(t *testing.T) {
 	}
 	_, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriod: 1500ms\nshutdownGracePeriodCriticalPods: 1s"))
 	assert.NoError(t, err, "1 s and more, whole or not, the kubelet takes")
+}
+
+// A group of shutdownGracePeriodByPodPriority whose shutdownGracePeriodSeconds is
+// negative is one the kubelet runs with (its validation does not look at the
+// groups' seconds): its pods get the 1 s it always gives, as a group of no time
+// (the override below the pod's grace, raised to 1 by calculateEffectiveGracePeriod,
+// v1.34.4). Fault: Parse refused it, "shutdownGracePeriodByPodPriority[0]...must not
+// be negative", so a server given such a node's configuration failed to start.
+func TestANegativeShutdownGroupGivesOneSecond(t *testing.T) {
+	c, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: -5}, {priority: 100000, shutdownGracePeriodSeconds: 60}]"))
+	require.NoError(t, err)
+	g, ok := c.ShutdownGrace(0)
+	assert.True(t, ok)
+	assert.Equal(t, time.Second, g)
+	g, _ = c.ShutdownGrace(100000)
+	assert.Equal(t, time.Minute, g)
+	g, _ = c.LeastOwnGrace()
+	assert.Equal(t, time.Second, g)
 }
