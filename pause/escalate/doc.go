@@ -13,6 +13,11 @@
 //	sb := &escalate.Sandbox{Name: id, Target: target, Policy: escalate.Policy{KillWait: 2 * time.Second}}
 //	// sb is a pause.Sandbox: list it from the server's pause.Lister
 //
+// (a Sandbox whose Policy gives no TermWait waits at most 30 s after the
+// signal, the kubelet's default grace: each Preserve holds one of the
+// Preserver's slots while it waits, and ones that ignore the signal must
+// not hold them all to the end of the window);
+//
 // where runscTarget (Example_runsc has it whole) returns
 // escalate.Funcs{SignalFunc: kill, WaitFunc: wait, ExitedFunc: state} over
 // runsc kill, wait and state, each reading runsc's answer as Funcs says:

@@ -650,7 +650,12 @@ func (t *cmdTarget) result() error {
 // and a permanent error wrapping ErrKilled when it needed SIGKILL (with
 // why it never got the first signal, when it did not) or
 // ErrExitUnknown when its end could not be observed: signalling again
-// cannot help. The zero Sandbox, with no Target, signals nothing: its
+// cannot help. A zero (or negative) Policy.TermWait waits at most 30 s
+// after the signal (the kubelet's default grace, as it waits for a
+// container), and less in a window too short for it (see Policy.TermWait):
+// a Preserve holds one of the Preserver's slots while it waits, and
+// sandboxes that ignore the signal, waited for to the end of the window,
+// held every slot, the ones behind them never signalled. The zero Sandbox, with no Target, signals nothing: its
 // Preserve returns a permanent error saying that Sandbox.Target is nil.
 type Sandbox struct {
 	Name   string // the sandbox's ID
@@ -689,12 +694,26 @@ func isNil(t Target) bool {
 // ID returns s.Name.
 func (s *Sandbox) ID() string { return s.Name }
 
+// policy is s.Policy with a zero TermWait made the kubelet's default grace
+// (defaultTermWait): a Preserve holds one of the Preserver's slots through
+// its wait after the signal, and that wait, run to KillWait before the
+// Preserve's deadline (the hard deadline), let sandboxes that ignore the
+// signal hold every slot for the whole window, the ones behind them never
+// signalled (row 1470).
+func (s *Sandbox) policy() Policy {
+	p := s.Policy
+	if p.TermWait <= 0 {
+		p.TermWait = defaultTermWait
+	}
+	return p
+}
+
 // Preserve stops the target; see Sandbox.
 func (s *Sandbox) Preserve(ctx context.Context) error {
 	if isNil(s.Target) {
 		return backoff.Permanent(fmt.Errorf("escalate: sandbox %q: Sandbox.Target is nil: nothing to signal", s.Name))
 	}
-	exit, err := s.Policy.Stop(ctx, s.Target)
+	exit, err := s.policy().Stop(ctx, s.Target)
 	switch exit {
 	case Exited:
 		return nil

@@ -1,0 +1,62 @@
+package escalate_test
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/drainkit/drainkit/pause"
+	"github.com/drainkit/drainkit/pause/escalate"
+)
+
+// Sandboxes preserved by signalling share a Preserver's slots: one that
+// ignores SIGTERM holds its slot through its wait after the signal. With
+// the package's typical wiring (Policy{KillWait: 2 s}, TermWait zero) that
+// wait ran to KillWait before the Preserve's deadline, the hard deadline:
+// 8 sandboxes that ignore SIGTERM, listed first, held the 8 slots for the
+// whole window, and the 8 behind them, which save on SIGTERM in a second,
+// never got it (not started, unsignalled at the end). A Sandbox's zero
+// TermWait now waits at most the kubelet's default grace, 30 s, as the
+// kubelet waits for a container, so the window is shared:
+//
+//	0 s    SIGTERM to the 8 that ignore it
+//	30 s   SIGKILL to them; SIGTERM to the 8 behind
+//	31 s   the 8 saved and exited: preserved         (phase deadline 10 min)
+func TestSandboxesIgnoringTheSignalHoldTheirSlotsNoLongerThanTheKubeletsGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		policy := escalate.Policy{KillWait: 2 * time.Second} // the package doc's wiring
+		var sbs []pause.Sandbox
+		var ignore, save []*fakeTarget
+		for i := range 16 {
+			f := newFake(map[syscall.Signal]time.Duration{syscall.SIGTERM: time.Second, syscall.SIGKILL: 0})
+			if i < 8 {
+				f = newFake(map[syscall.Signal]time.Duration{syscall.SIGKILL: 0})
+				ignore = append(ignore, f)
+			} else {
+				save = append(save, f)
+			}
+			sbs = append(sbs, &escalate.Sandbox{Name: fmt.Sprint("sb-", i), Target: f, Policy: policy})
+		}
+		p, err := pause.New(listOnce(sbs...), pause.Config{Limit: 8, Order: pause.OrderFIFO})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		rep := p.Run(ctx, time.Now().Add(11*time.Minute))
+
+		assert.Equal(t, 8, rep.Counts[pause.Preserved], "the 8 that save on SIGTERM: %v", rep.Counts)
+		assert.Equal(t, 8, rep.Counts[pause.Failed], "the 8 that ignore it, SIGKILLed: %v", rep.Counts)
+		assert.Zero(t, rep.Counts[pause.NotStarted], "none left unsignalled")
+		for _, f := range ignore {
+			assert.Equal(t, []string{"terminated@00.000", "killed@30.000"}, f.sent())
+		}
+		for _, f := range save {
+			assert.Equal(t, []string{"terminated@30.000"}, f.sent())
+		}
+	})
+}
