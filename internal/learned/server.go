@@ -139,6 +139,13 @@ func (s Server) Start() *Start {
 		st.last = r
 		st.log.Info("learned rates loaded", "file", path, "estimate", r.Estimate,
 			"observations", r.Observations, "learned_concurrency", r.LearnedLimit, "written", r.Written)
+		if r.Estimate == 0 {
+			// A server writes its Estimator's estimate, never zero: a hand edit or a
+			// damaged file, which Config does not start from (learned). Said beside
+			// "loaded", which read as a drain planned at 0s and the level in the file.
+			st.log.Warn("learned rates hold no estimate of one preserve (estimate_ns 0); starting cold",
+				"file", path, "prior", s.prior())
+		}
 	}
 	if held == nil {
 		st.recordServer(path)
