@@ -109,11 +109,15 @@ func (c *countFlag) Set(v string) error {
 
 // unavailableFlag is N or P%, as the DaemonSet's
 // rollingUpdate.maxUnavailable (an IntOrString) takes it: a percentage of
-// the nodes, rounded up.
-type unavailableFlag struct{ n, pct int }
+// the nodes, rounded up. isPct says which: a negative n is a number given
+// (named by check), not a mark of a percentage, which read "-1" as "0%".
+type unavailableFlag struct {
+	n, pct int
+	isPct  bool
+}
 
 func (u *unavailableFlag) String() string {
-	if u.pct > 0 {
+	if u.isPct {
 		return strconv.Itoa(u.pct) + "%"
 	}
 	return strconv.Itoa(u.n)
@@ -125,9 +129,9 @@ func (u *unavailableFlag) Set(v string) error {
 	if err != nil || pct && (n < 0 || n > 100) {
 		return fmt.Errorf("want a number, or a whole percentage from 0%% to 100%%, got %q", v)
 	}
-	u.n, u.pct = n, 0
+	*u = unavailableFlag{n: n}
 	if pct {
-		u.n, u.pct = -1, n // -1: resolved against the nodes
+		*u = unavailableFlag{pct: n, isPct: true} // resolved against the nodes
 	}
 	return nil
 }
@@ -151,7 +155,7 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	pos, err := parse(fs, args)
 	c.minSB, c.maxSB = counts.lo, counts.hi
 	c.maxUnavailable, c.unavailablePct = unavailable.n, unavailable.pct
-	if err == nil && unavailable.n < 0 {
+	if err == nil && unavailable.isPct {
 		err = c.resolveUnavailable()
 	}
 	if err == nil {

@@ -149,7 +149,10 @@ func TestSimNodeWithNothingToDoIsNotHeld(t *testing.T) {
 // takes: a number, or a percentage of the nodes rounded up. A manifest's
 // "10%" was "parse error", with nothing saying that a percentage was the
 // trouble. 25% of 10 nodes is 3 at once, as "3" is; 0% and over 100% are
-// named.
+// named. A negative number is named as given: "-1" (a manifest's slip, a
+// sign pasted in) read "-max-unavailable 0% is 0 of 10 nodes", a
+// percentage nobody gave, since -1 was the flag's mark of a percentage
+// still to be resolved against the nodes.
 func TestSimMaxUnavailableTakesAPercentageAsTheDaemonSetDoes(t *testing.T) {
 	args := []string{"sim", "-nodes", "10", "-sandboxes", "5"}
 	code, pct, errw := drainkit(t, append(args, "-max-unavailable", "25%")...)
@@ -163,6 +166,8 @@ func TestSimMaxUnavailableTakesAPercentageAsTheDaemonSetDoes(t *testing.T) {
 		"101%": "for flag -max-unavailable: want a number, or a whole percentage from 0% to 100%, got \"101%\"",
 		"1.5":  "for flag -max-unavailable: want a number, or a whole percentage from 0% to 100%, got \"1.5\"",
 		"0":    "-max-unavailable must be at least 1, got 0",
+		"-1":   "-max-unavailable must be at least 1, got -1",
+		"-5":   "-max-unavailable must be at least 1, got -5",
 	} {
 		code, _, errw := drainkit(t, append(args, "-max-unavailable", v)...)
 		assert.Equal(t, exitUsage, code, v)
