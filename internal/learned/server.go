@@ -139,13 +139,7 @@ func (s Server) Start() *Start {
 		st.last = r
 		st.log.Info("learned rates loaded", "file", path, "estimate", r.Estimate,
 			"observations", r.Observations, "learned_concurrency", r.LearnedLimit, "written", r.Written)
-		if r.Estimate == 0 {
-			// A server writes its Estimator's estimate, never zero: a hand edit or a
-			// damaged file, which Config does not start from (learned). Said beside
-			// "loaded", which read as a drain planned at 0s and the level in the file.
-			st.log.Warn("learned rates hold no estimate of one preserve (estimate_ns 0); starting cold",
-				"file", path, "prior", s.prior())
-		}
+		st.sayUnused(r, path)
 	}
 	if held == nil {
 		st.recordServer(path)
@@ -154,6 +148,24 @@ func (s Server) Start() *Start {
 	st.stop, st.done = make(chan struct{}), make(chan struct{})
 	go st.takeOver(path)
 	return st
+}
+
+// sayUnused says what of r, read at path, the server's Config does not
+// start from, beside "learned rates loaded", which names the file's
+// estimate and level as they are: an estimate of zero (a server writes its
+// Estimator's, never zero: a hand edit or a damaged file), on which Config
+// starts cold (learned), and a level above the ceiling, capped (start).
+func (st *Start) sayUnused(r *Rates, path string) {
+	s := st.srv
+	if r.Estimate == 0 {
+		st.log.Warn("learned rates hold no estimate of one preserve (estimate_ns 0); starting cold",
+			"file", path, "prior", s.prior())
+		return
+	}
+	if lv, _ := r.Level(); s.Concurrency == 0 && lv > s.ceiling() {
+		st.log.Warn("learned level above this server's ceiling; starting at the ceiling",
+			"file", path, "learned_concurrency", lv, "ceiling", s.ceiling())
+	}
 }
 
 // previous returns the rates Save keeps what this shutdown did not learn

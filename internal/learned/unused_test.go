@@ -33,3 +33,33 @@ func TestStartFromAFileWithNoEstimateSaysItIsCold(t *testing.T) {
 	assert.Contains(t, logs.String(), "file="+filepath.Join(dir, learned.File))
 	assert.Contains(t, logs.String(), "prior=3s")
 }
+
+// A learned level above the server's ceiling (10^9: a hand edit, a damaged
+// file; or a ceiling lowered since) is capped at the ceiling, as Config's
+// doc says, and the log said only "learned rates loaded
+// learned_concurrency=1000000000", a level the drain never ran at. It now
+// says the server starts at its ceiling, with the level and the file.
+func TestStartFromALevelAboveTheCeilingSaysItStartsAtTheCeiling(t *testing.T) {
+	dir := t.TempDir()
+	r := learned.Rates{Written: time.Now(), Estimate: time.Second, Observations: 20, Limit: 8,
+		LearnedLimit: 1_000_000_000, LearnedEstimate: time.Second, MaxLimit: 32}
+	require.NoError(t, r.Write(filepath.Join(dir, learned.File)))
+	var logs bytes.Buffer
+	st := learned.Server{Dir: dir, Ceiling: 32, Prior: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.Start()
+	defer st.Close()
+	cfg := st.Config()
+	assert.Equal(t, 32, cfg.Limit, "capped at the ceiling")
+	assert.Equal(t, time.Second, cfg.Estimator.Estimate(), "with the level's estimate")
+	assert.Contains(t, logs.String(), `level=WARN msg="learned level above this server's ceiling; starting at the ceiling"`)
+	assert.Contains(t, logs.String(), "learned_concurrency=1000000000 ceiling=32")
+	assert.Contains(t, logs.String(), "file="+filepath.Join(dir, learned.File))
+
+	// A fixed -concurrency starts from no level: nothing to say of it.
+	logs.Reset()
+	fixed := learned.Server{Dir: t.TempDir(), Concurrency: 4, Ceiling: 32, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	require.NoError(t, r.Write(filepath.Join(fixed.Dir, learned.File)))
+	st2 := fixed.Start()
+	defer st2.Close()
+	assert.Equal(t, 4, st2.Config().Limit)
+	assert.NotContains(t, logs.String(), "above this server's ceiling")
+}
