@@ -388,7 +388,8 @@ type serverLog struct {
 // startLineMarks are what a sandboxd's learned-rates lines at its start contain
 // (internal/learned.Server.Start and Start.Cold).
 var startLineMarks = []string{`msg="learned rates loaded"`, `msg="no learned rates yet`,
-	`msg="learned rates unreadable`, `msg="learned estimate does not fit`, `msg="learned rates hold no estimate`}
+	`msg="learned rates unreadable`, `msg="learned estimate does not fit`, `msg="learned rates hold no estimate`,
+	`msg="learned rates hold no measured estimate`}
 
 // startLinesKeep bounds the start lines kept: a server says them once.
 const startLinesKeep = 8

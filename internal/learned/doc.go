@@ -20,7 +20,13 @@
 //	start.Save(rep, budget, steps)
 //
 // Start never fails: a missing or unreadable file is a cold start (the
-// Estimator from Prior, the limit from 8), logged. An adaptive start takes
+// Estimator from Prior, the limit from 8), logged; so is, for the
+// estimate, a file whose estimate no preserve measured (observations 0:
+// its writer's Prior, which a shutdown that measured none writes, and
+// which put an operator's earlier word in place of this server's Prior),
+// which Start rewrites with this server's Prior; a shutdown that measured
+// none after a start from what was learned keeps the file's estimate with
+// its observations. An adaptive start takes
 // the level the last shutdown learned, capped at the ceiling, with the
 // estimate its first epoch checks it against:
 // pause.Config{Limit: learned, MaxLimit: 32, Estimator: deadline.NewEstimator(estimate)}.

@@ -162,6 +162,11 @@ func (st *Start) sayUnused(r *Rates, path string) {
 			"file", path, "prior", s.prior())
 		return
 	}
+	if r.Observations == 0 && !st.adaptsFromLevel(r) {
+		st.log.Warn("learned rates hold no measured estimate (observations 0: the prior of the server that wrote them); starting cold, from this server's prior",
+			"file", path, "estimate", r.Estimate, "prior", s.prior())
+		return
+	}
 	if lv, _ := r.Level(); s.Concurrency == 0 && lv > s.ceiling() {
 		st.log.Warn("learned level above this server's ceiling; starting at the ceiling",
 			"file", path, "learned_concurrency", lv, "ceiling", s.ceiling())
@@ -322,7 +327,9 @@ func (st *Start) Close() {
 
 // recordServer rewrites the file at path when its limit (fixed at Limit, or
 // adaptive up to MaxLimit), or its grace and margin (its Budget's) or its
-// kubelet grace, is not this server's, keeping what was learned:
+// kubelet grace, or its estimate no preserve measured (observations 0:
+// its writer's Prior, where this server starts from its own), is not this
+// server's, keeping what was learned:
 // drainkit plan predicts the next drain from the file, and the next drain
 // is this server's, not the one's that wrote the file (a build before
 // max_limit, a fixed -concurrency since changed). The level learned is
@@ -341,8 +348,14 @@ func (st *Start) recordServer(path string) {
 		r.Grace, r.Margin = b.Grace(), b.Margin()
 	}
 	r.KubeletGrace = st.srv.KubeletGrace
+	if r.Observations == 0 && !st.adaptsFromLevel(st.last) {
+		// No preserve measured the file's estimate: it is its writer's Prior, and
+		// this server starts from its own (learned), which drainkit plan reads here.
+		e := deadline.NewEstimator(st.srv.prior())
+		r.Estimate, r.Mean, r.P90 = e.Estimate(), e.Mean(), e.Quantile(0.9)
+	}
 	if r.Limit == st.last.Limit && r.MaxLimit == st.last.MaxLimit && r.Grace == st.last.Grace && r.Margin == st.last.Margin &&
-		r.KubeletGrace == st.last.KubeletGrace {
+		r.KubeletGrace == st.last.KubeletGrace && r.Estimate == st.last.Estimate && r.Mean == st.last.Mean && r.P90 == st.last.P90 {
 		return
 	}
 	// The level with its estimate, explicitly: Level reads a file from
@@ -356,7 +369,7 @@ func (st *Start) recordServer(path string) {
 		return
 	}
 	st.log.Info("learned rates: this server's limit and grace recorded for the next drain", "file", path,
-		"limit", r.Limit, "max_limit", r.MaxLimit, "was_limit", st.last.Limit, "was_max_limit", st.last.MaxLimit,
+		"estimate", r.Estimate, "was_estimate", st.last.Estimate, "limit", r.Limit, "max_limit", r.MaxLimit, "was_limit", st.last.Limit, "was_max_limit", st.last.MaxLimit,
 		"grace", r.Grace, "was_grace", st.last.Grace, "kubelet_grace", r.KubeletGrace, "was_kubelet_grace", st.last.KubeletGrace)
 }
 
@@ -388,7 +401,8 @@ type Start struct {
 // Config returns the Preserver's Limit, MaxLimit and Estimator (the
 // caller sets the other fields). A fixed Concurrency is the Limit, and the
 // Estimator starts from the last shutdown's estimate of one preserve, else
-// from Prior. An adaptive one (0) starts from the level learned (Level),
+// from Prior (and from Prior when no preserve measured that estimate:
+// observations 0, its writer's Prior, not this server's). An adaptive one (0) starts from the level learned (Level),
 // capped at Ceiling, as pause.Config{Limit: level, MaxLimit: Ceiling},
 // with the Estimator from the estimate that level was learned with, which
 // its first epoch checks the level against; with no level, cold from 8,
@@ -423,8 +437,26 @@ func (st *Start) start() (time.Duration, int) {
 	return st.last.Estimate, 0
 }
 
-// learned reports whether Config starts from what was learned.
-func (st *Start) learned() bool { return !st.cold && st.last != nil && st.last.Estimate > 0 }
+// learned reports whether Config starts from what was learned: an
+// estimate some preserve measured, the file's (Observations, which a
+// shutdown that measured none keeps: Save) or its level's when the limit
+// adapts from it. An estimate no preserve measured is the Prior of the
+// server that wrote the file, not this server's: started from, it put an
+// operator's earlier word (500 ms) in place of the current one (2 s), and
+// the drain lost sandboxes a start with nothing learned kept (row 1474).
+func (st *Start) learned() bool {
+	if st.cold || st.last == nil || st.last.Estimate <= 0 {
+		return false
+	}
+	return st.last.Observations > 0 || st.adaptsFromLevel(st.last)
+}
+
+// adaptsFromLevel reports whether this server's limit adapts from r's
+// level, with the estimate measured at it (start).
+func (st *Start) adaptsFromLevel(r *Rates) bool {
+	lv, _ := r.Level()
+	return lv > 0 && st.srv.Concurrency == 0
+}
 
 // Cold sets what was learned aside after a Config that did not fit (err,
 // logged: a learned estimate whose round no longer fits the grace period,
@@ -454,7 +486,9 @@ func (st *Start) Cold(err error) (pause.Config, bool) {
 
 // Save writes what the shutdown learned to Dir's File, for the server's
 // next start and for drainkit plan: the estimate of one preserve from the
-// last Config's Estimator, the concurrency (the one the adaptive limit
+// last Config's Estimator (when it measured none and started from what was
+// learned, the file's estimate with its observations, kept as the level
+// is), the concurrency (the one the adaptive limit
 // learned best, the last shutdown's when this one learned none, and the
 // ceiling when it adapts), the budget's grace and margin, and the steps'
 // reserves, evaluated now. rep is the drain's Report (nil: none). A
@@ -520,6 +554,12 @@ func (st *Start) Save(rep *drain.Report, budget *deadline.Budget, steps []drain.
 		// Nothing measured, and the file the Estimator started from is gone
 		// (reset): its estimate is no more this node's than its level.
 		r.FromEstimator(deadline.NewEstimator(st.srv.prior()))
+	case prev != nil && st.from.learned && st.est.Count() == 0:
+		// Nothing measured: the file's estimate is kept with its observations,
+		// as its level is (FromReport). Written as this Estimator's, the
+		// estimate it started from with 0 observations, it read as a prior
+		// at the next start (learned), and an empty drain lost what was learned.
+		r.Estimate, r.Mean, r.P90, r.Observations = prev.Estimate, prev.Mean, prev.P90, prev.Observations
 	case st.est != nil:
 		r.FromEstimator(st.est)
 	}
