@@ -182,8 +182,14 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 	var results []*result
 	dkTitle := "drainkit: preStop waits until the drain deadline; then " + pausesAtOnce(opts.Concurrency)
 	if opts.Warm {
+		// A fixed -concurrency learns no level (printWarm's lines say so): its plan counts
+		// on the estimate the node learned, at the fixed limit.
+		learnedWhat := "the level the node learned"
+		if opts.Concurrency > 0 {
+			learnedWhat = fmt.Sprintf("the estimate of a pause the node learned (-concurrency %d fixes the limit: no level)", opts.Concurrency)
+		}
 		dkTitle = "drainkit, a node that drained before (-warm): the same state directory, a new sandboxd;\n" +
-			"preStop waits until the drain deadline, planned with the level the node learned; then " + pausesAtOnce(opts.Concurrency)
+			"preStop waits until the drain deadline, planned with " + learnedWhat + "; then " + pausesAtOnce(opts.Concurrency)
 	}
 	for _, m := range []struct{ mode, title string }{
 		{modeSeed, "seed: preStop waits for zero running sandboxes, no bound; then one pause at a time"},

@@ -108,3 +108,19 @@ func TestWarmFirstDrainIsPartOfTheVerdict(t *testing.T) {
 	assert.Contains(t, errOut.String(), "drainkit's first server (-warm) exited: exit status 1")
 	assert.Contains(t, errOut.String(), "drainkit's server exited: exit status 1")
 }
+
+// With -warm and a fixed -concurrency the title of drainkit's run said its plan was made
+// "with the level the node learned", where a fixed limit learns no level (the lines under
+// it said so: "no level learned (-concurrency fixes the limit)"); the plan counts on the
+// estimate of a pause the node learned, at the fixed limit. The title says that now.
+func TestWarmTitleWithAFixedConcurrencySaysNoLevel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real servers")
+	}
+	var out, errOut strings.Builder
+	code := Main(context.Background(), []string{"-warm", "-concurrency", "2", "-n", "4", "-pause", "300ms", "-grace", "4s", "-seed-poll", "1s"}, &out, &errOut)
+	require.Equal(t, 0, code, "%s", errOut.String())
+	assert.Contains(t, out.String(), "no level learned (-concurrency fixes the limit)", "the run's own lines")
+	assert.NotContains(t, out.String(), "planned with the level the node learned")
+	assert.Contains(t, out.String(), "planned with the estimate of a pause the node learned (-concurrency 2 fixes the limit: no level); then 2 pauses at a time")
+}
