@@ -57,19 +57,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch name := args[0]; name {
 	case "-h", "-help", "--help", "help":
-		if len(args) > 1 && cmds[args[1]] != nil { // "drainkit help report"
-			return cmds[args[1]](ctx, []string{"-h"}, stdout, stdout)
+		if len(args) == 1 {
+			fmt.Fprint(stdout, usage)
+			return exitOK
 		}
-		fmt.Fprint(stdout, usage)
-		return exitOK
+		// "drainkit help report"; help for a command drainkit lacks is that command
+		// unknown, not the commands on stdout with exit 0 (row 1476).
+		cmd, ok := cmds[args[1]]
+		if !ok {
+			return unknownCommand(stderr, args[1])
+		}
+		return cmd(ctx, []string{"-h"}, stdout, stdout)
 	default:
 		cmd, ok := cmds[name]
 		if !ok {
-			fmt.Fprintf(stderr, "drainkit: unknown command %q\n\n%s", name, usage)
-			return exitUsage
+			return unknownCommand(stderr, name)
 		}
 		return cmd(ctx, args[1:], stdout, stderr)
 	}
+}
+
+// unknownCommand says that drainkit has no command name, and which it has.
+func unknownCommand(stderr io.Writer, name string) int {
+	fmt.Fprintf(stderr, "drainkit: unknown command %q\n\n%s", name, usage)
+	return exitUsage
 }
 
 // newFlags returns a FlagSet for a command whose -h prints text (what the

@@ -94,6 +94,20 @@ func TestUnknownCommandNamesIt(t *testing.T) {
 	assert.Contains(t, errw, `unknown command "rollout"`)
 }
 
+// Help asked for a command drainkit does not have ("drainkit help rollout", a
+// misspelt "drainkit -h plna") printed the commands to stdout and exited 0, as
+// if help had been given: the name asked for was not named, and a script's
+// check of the exit status passed. It is an unknown command, as without help.
+func TestHelpForAnUnknownCommandNamesIt(t *testing.T) {
+	for _, h := range []string{"help", "-h", "--help"} {
+		code, out, errw := drainkit(t, h, "plna")
+		assert.Equal(t, exitUsage, code, h)
+		assert.Empty(t, out, h)
+		assert.Contains(t, errw, `unknown command "plna"`, h)
+		assert.Contains(t, errw, "Commands:", "%s: the commands there are", h)
+	}
+}
+
 func TestFlagsMayFollowArguments(t *testing.T) {
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	svg := fs.String("svg", "", "")
