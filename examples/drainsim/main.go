@@ -88,7 +88,11 @@ const defaultPauseShare = 4
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("drainsim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package prints a bad flag's error and every flag's help itself, and Main
+	// the error again: the line to act on came twice, 40 lines apart (row 1477). It says
+	// nothing here; -h lists the flags.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.IntVar(&o.N, "n", 0, "running sandboxes on the node (default 20; 6 with -runtime runsc)")
 	durflag.DurationVar(fs, &o.Pause, "pause", 0, "mean time of one pause (default 500ms); with runsc, the servers' first estimate of a checkpoint (default 3s)")
 	fs.Float64Var(&o.Jitter, "jitter", 0.5, "pause times spread uniformly over pause x [1-jitter, 1+jitter] (fake runtime)")
@@ -100,8 +104,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&o.IDSeed, "id-seed", 0, "seed of the sandbox IDs, and so of the fake pause times, both servers get (default: a random one, printed)")
 	fs.BoolVar(&o.Warm, "warm", false, "show drainkit's node draining a second time: a first sandboxd drains and learns the node's level into its state directory, and a new one on that directory is terminated as the table's (the seed's as before)")
 	fs.BoolVar(&o.Verbose, "v", false, "show the servers' logs")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(stderr, "Usage of drainsim:")
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
 		return o, err
+	} else if err != nil {
+		return o, fmt.Errorf("%w (drainsim -h lists the flags)", err)
 	}
 	def := options{N: 20, Grace: 8 * time.Second, Pause: 500 * time.Millisecond, PauseShare: defaultPauseShare} // the flags' defaults
 	if o.Runtime == "runsc" {

@@ -124,6 +124,25 @@ func TestZeroAndNaNFlagsAreRefusedNotDefaulted(t *testing.T) {
 	}
 }
 
+// A flag drainsim cannot parse ("-pause 10", no unit; a misspelt flag) is said once, on
+// stderr, with where the flags are listed, exit 2: the flag package printed the error,
+// then every flag's help (about 40 lines), then Main printed the error again, the line
+// to act on scrolled away between its two copies. -h still lists every flag, exit 0.
+func TestABadFlagIsSaidOnceWithoutTheWholeHelp(t *testing.T) {
+	for _, args := range [][]string{{"-pause", "10"}, {"-bogus"}, {"-id-seed", "-1"}} {
+		var out, errOut strings.Builder
+		code := Main(context.Background(), args, &out, &errOut)
+		assert.Equal(t, 2, code, args)
+		assert.Empty(t, out.String(), args)
+		assert.Equal(t, 1, strings.Count(errOut.String(), "\n"), "%v: one line: %s", args, errOut.String())
+		assert.True(t, strings.HasPrefix(errOut.String(), "drainsim: "), "%v: %s", args, errOut.String())
+		assert.Contains(t, errOut.String(), "drainsim -h lists the flags", args)
+	}
+	var out, errOut strings.Builder
+	assert.Equal(t, 0, Main(context.Background(), []string{"-h"}, &out, &errOut))
+	assert.Contains(t, errOut.String(), "-seed-poll", "-h lists every flag")
+}
+
 // Fault: -jitter with -runtime runsc was taken and did nothing: a real checkpoint takes
 // what it takes, and the run's first line says so, while the flag's help promises pause
 // times spread over pause x [1-jitter, 1+jitter]. It is refused, naming it, as -pause-share
