@@ -1068,7 +1068,14 @@ func (res *planResult) print(w io.Writer, in *planInput) {
 	if in.sleep > 0 {
 		slept = fmt.Sprintf(", of which the preStop sleep takes %s before SIGTERM: %s left for the drain", secs(in.sleep), secs(st.Deadline.Sub(st.SIGTERM)))
 	}
-	fmt.Fprintf(tw, "  budget\t%s\tgrace %s less a margin of %s before SIGKILL%s\n", secs(st.Deadline.Sub(st.Start)), in.grace, secs(st.Kill.Sub(st.Deadline)), slept)
+	grace := "grace " + in.grace.String()
+	if kill := st.Kill.Sub(st.Start); kill != in.grace {
+		// The kubelet's floor between SIGTERM and SIGKILL moved SIGKILL past the grace
+		// (a grace under 2 s, a preStop sleep that leaves less): said, the figures add
+		// up, where "grace 1s less a margin of 1.000s" was a budget of 1 s (row 1478).
+		grace += fmt.Sprintf(", SIGKILL at +%s (the kubelet waits at least %v after SIGTERM),", secs(kill), deadline.MinimumGracePeriod)
+	}
+	fmt.Fprintf(tw, "  budget\t%s\t%s less a margin of %s before SIGKILL%s\n", secs(st.Deadline.Sub(st.Start)), grace, secs(st.Kill.Sub(st.Deadline)), slept)
 	tw.Flush()
 
 	fmt.Fprintf(w, "\n  The plan from T0 (deadline.Plan; steps: %s):\n", in.stepsSrc)

@@ -625,6 +625,33 @@ func TestPlanCountsThePreStopSleepOutOfTheGrace(t *testing.T) {
 	assert.Contains(t, errw, "-prestop-sleep")
 }
 
+// The budget line's figures add up where the kubelet's 2 s floor between SIGTERM and
+// SIGKILL puts SIGKILL past the grace period: a grace of 1 s, or a preStop sleep that
+// leaves less than 2 s. It said "budget 1.000s  grace 1s less a margin of 1.000s before
+// SIGKILL" (1 s less 1 s), and after a 29 s sleep of a 30 s grace "budget 30.000s  grace
+// 30s less a margin of 1.000s", where SIGKILL comes at +2 s and +31 s. It names SIGKILL's
+// time and why now; a grace the floor does not touch reads as before (the golden plans).
+func TestPlanBudgetLineAddsUpPastTheKubeletsFloor(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		line string
+	}{
+		{[]string{"-grace", "1"}, "budget 1.000s grace 1s, SIGKILL at +2.000s (the kubelet waits at least 2s after SIGTERM), less a margin of 1.000s before SIGKILL"},
+		{[]string{"-grace", "30", "-prestop-sleep", "29"}, "budget 30.000s grace 30s, SIGKILL at +31.000s (the kubelet waits at least 2s after SIGTERM), less a margin of 1.000s before SIGKILL"},
+		{[]string{"-grace", "30"}, "budget 27.000s grace 30s less a margin of 3.000s before SIGKILL"},
+	} {
+		code, out, errw := drainkit(t, append([]string{"plan", "-count", "1", "-concurrency", "1", "-estimate", "100ms"}, tc.args...)...)
+		require.Equal(t, exitOK, code, errw)
+		var budget string
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == "budget" {
+				budget = strings.Join(f, " ")
+			}
+		}
+		assert.True(t, strings.HasPrefix(budget, tc.line), "%v:\n%s\nwant %s", tc.args, budget, tc.line)
+	}
+}
+
 // Fault (cold CI at c091e3d): the plan was laid out at time.Now, a moment
 // after the budget's SIGTERM, so a millisecond of a busy machine between
 // the two moved the preserve window's end from +5.787 s to +5.786 s and
