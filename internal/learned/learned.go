@@ -31,7 +31,10 @@ type Rates struct {
 	Estimate time.Duration `json:"estimate_ns"`
 	// Mean and P90 are the Estimator's exponentially weighted mean and
 	// 90th percentile, Observations how many preserves it measured in
-	// the process that wrote the file (zero: Estimate is still a prior).
+	// the process that wrote the file, or, where that process measured
+	// none and started from them, in the one that measured these (Save
+	// keeps them); zero: Estimate is still a prior, its writer's, which
+	// no server starts from (Start.Config starts from its own Prior).
 	Mean         time.Duration `json:"mean_ns"`
 	P90          time.Duration `json:"p90_ns"`
 	Observations int           `json:"observations"`
