@@ -34,7 +34,7 @@ func main() {
 // Main runs the simulation and returns the exit status: 0 when drainkit preserved every
 // sandbox, stopped the daemon cleanly and its server exited 0 before SIGKILL (with -warm,
 // in both of its node's drains: the one that learned and the one shown), 1 when it did
-// not or the simulation failed, 2 for bad usage, flags drainkit's server refuses included
+// not or the simulation failed or was interrupted (ctx ended: said so), 2 for bad usage, flags drainkit's server refuses included
 // (checked before the seed runs).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, err := parseFlags(args, stderr)
@@ -46,6 +46,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	results, err := run(ctx, opts, stdout, stderr)
+	if err != nil && ctx.Err() != nil {
+		// Interrupted: what failed then (a server killed at once, a termination cut
+		// short) is the interrupt's doing, and its words ("preStop hook still running
+		// after the process exited", "server did not start") blamed the run (row 1479).
+		fmt.Fprintln(stderr, "drainsim: interrupted: the simulation did not finish")
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "drainsim:", err)
 		if errors.As(err, new(usageError)) {

@@ -124,6 +124,46 @@ func TestZeroAndNaNFlagsAreRefusedNotDefaulted(t *testing.T) {
 	}
 }
 
+// A drainsim interrupted (Ctrl-C, SIGTERM: Main's context ended) said
+// "drainsim: kubeletsim: preStop hook still running after the process exited: context
+// canceled", a claim about the simulated termination, which the user had cut short. It
+// says it was interrupted and the simulation did not finish, exit 1 as before.
+func TestAnInterruptedRunSaysSo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real servers")
+	}
+	for _, when := range []string{"== seed", "kubelet: SIGTERM"} { // at the seed's start, in its termination
+		ctx, cancel := context.WithCancel(context.Background())
+		var out lockedBuilder
+		var errOut strings.Builder
+		done := make(chan int)
+		go func() { done <- Main(ctx, []string{"-n", "2", "-grace", "3s", "-seed-poll", "1s"}, &out, &errOut) }()
+		require.Eventually(t, func() bool { return strings.Contains(out.String(), when) }, 30*time.Second, time.Millisecond)
+		cancel()
+		code := <-done
+		assert.Equal(t, 1, code, when)
+		assert.Equal(t, "drainsim: interrupted: the simulation did not finish\n", errOut.String(), when)
+	}
+}
+
+// lockedBuilder is a strings.Builder that one goroutine writes while another reads it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // A flag drainsim cannot parse ("-pause 10", no unit; a misspelt flag) is said once, on
 // stderr, with where the flags are listed, exit 2: the flag package printed the error,
 // then every flag's help (about 40 lines), then Main printed the error again, the line
