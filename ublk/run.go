@@ -1397,7 +1397,8 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 		return
 	}
 	if !r.t.class.MayKillWithLiveDevices() {
-		if r.servesMore() {
+		more, looked := r.servesMore()
+		if more {
 			return // live now: the next look counts them
 		}
 		// The look took time (the daemon's fds, a procfs pass to tell
@@ -1409,6 +1410,9 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 		if live, _ := r.count(); live > 0 {
 			r.exitWaitFrom = time.Time{}
 			return // the next poll decides
+		}
+		if r.diskSince(looked) {
+			return // the next poll's look tells whose it is
 		}
 	}
 	r.kill(why)
@@ -1422,7 +1426,8 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 // there was one: the daemon is then not killed, on a kernel where killing
 // it with a live disk may crash the host. Before, the step looked at its
 // own devices alone, and killed the daemon with such a disk live. With
-// the daemon's PID it reads that process's fds alone.
+// the daemon's PID it reads that process's fds alone. It also returns
+// the disks its sysfs read saw (diskEntries), for diskSince.
 //
 // When sysfs cannot be listed or a device in it read, or the daemon's fds
 // (EMFILE or ENOMEM in the server for a moment; EACCES; procfs not showing
@@ -1438,9 +1443,10 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 // the server's, as at discovery: othersDevices), and while one is, the
 // step cannot tell either. Before, the look was skipped for such a daemon,
 // and it was killed serving a live disk the step had no device for.
-func (r *run) servesMore() bool {
+func (r *run) servesMore() (more bool, looked map[int]uint64) {
 	pid := daemonPID(r.cfg.daemon)
 	disks, err := r.untrackedDevices()
+	looked = diskEntries(r.cfg.sysRoot, disks)
 	disks = slices.DeleteFunc(disks, func(d Device) bool {
 		// Without the PID, one discovery told was another server's is not
 		// looked at again; with it, the daemon's fds are read for every one.
@@ -1449,29 +1455,29 @@ func (r *run) servesMore() bool {
 	})
 	if err != nil {
 		r.cannotTell(err)
-		return true
+		return true, looked
 	}
 	r.blind = nil
 	if len(disks) == 0 {
-		return false
+		return false, looked
 	}
 	ctx, cancel := r.procfsPass(endAt(time.Now().Add(ownersWait)))
 	defer cancel()
 	if pid <= 0 {
-		return r.mayServe(ctx, disks)
+		return r.mayServe(ctx, disks), looked
 	}
 	served, err := daemonServes(ctx, r.cfg.sysRoot, r.cfg.procRoot, disks, pid)
 	if errors.Is(err, fs.ErrNotExist) && r.daemonGone() {
-		return false // exited: it serves none
+		return false, looked // exited: it serves none
 	}
 	if err != nil { // its fds not read, or not shown by a daemon that runs: no more a "serves none" than sysfs not read
 		r.cannotTell(err)
-		return true
+		return true, looked
 	}
 	r.blind = nil
 	disks = slices.DeleteFunc(disks, func(d Device) bool { return !slices.Contains(served, d.ID) })
 	if len(disks) == 0 {
-		return false
+		return false, looked
 	}
 	added := r.add(disks...)
 	now := time.Now()
@@ -1486,7 +1492,38 @@ func (r *run) servesMore() bool {
 			Result: "/dev/" + d.cur.CharName() + " open in the daemon, " + state + ", not one of the step's devices: the daemon is not killed while it serves it"})
 		r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon still serves a disk the step did not have; not killing it", "device", d.cur.DiskName())
 	}
-	return true
+	return true, looked
+}
+
+// diskEntries returns, of devs, the IDs of those with a disk, each with
+// its char device's sysfs entry (charEntry): what a look at them saw.
+func diskEntries(sysRoot string, devs []Device) map[int]uint64 {
+	seen := map[int]uint64{}
+	for _, d := range devs {
+		if d.Disk {
+			seen[d.ID] = charEntry(sysRoot, d.ID)
+		}
+	}
+	return seen
+}
+
+// diskSince reports whether sysfs shows now a disk the step has no
+// device for that the look before the kill did not see (looked, from
+// servesMore: an ID not there, or there with another char entry, or
+// there with no disk yet), or cannot be listed: with Config.Devices
+// (findNew takes none) a device the daemon added or started during the
+// look is not the step's, and only a look at it tells whether the daemon
+// serves it. Before, the read after the look (row 1414) read the step's
+// devices alone, and the daemon was SIGKILLed with such a disk live.
+func (r *run) diskSince(looked map[int]uint64) bool {
+	disks, err := r.untrackedDevices()
+	if err != nil {
+		return true // servesMore says why at the next poll, as it cannot tell
+	}
+	return slices.ContainsFunc(disks, func(d Device) bool {
+		e, ok := looked[d.ID]
+		return d.Disk && (!ok || e != charEntry(r.cfg.sysRoot, d.ID))
+	})
 }
 
 // driverDead reports whether the driver says device id is DEAD

@@ -553,3 +553,61 @@ func TestDiskServedBeyondTheStepsSeenStoppedLetsTheDaemonBeKilled(t *testing.T) 
 		assert.False(t, kill.Start.Before(seen.Start.Add(time.Second)), "killed once ExitWait is over, with no device live")
 	})
 }
+
+// The step is limited to ublkb0 (Config.Devices); the daemon (its PID not
+// known: DaemonFuncs), cooperative, keeps running once ublkb0 is gone, as
+// it serves more; ublkb2 is another server's, its /dev/ublkc2 open in pid
+// 77 in another pod's cgroup. A vulnerable kernel, ExitWait 1 s, a
+// minute's window:
+//
+//	0 .. 2 s  the daemon stops and deletes ublkb0
+//	3 s       ExitWait is up, no device of the step live: the look before
+//	          the kill tells ublkb2 another server's (a procfs pass); as it
+//	          runs, the daemon adds and starts ublkb1, not in Config.Devices
+//
+// The daemon is not killed with ublkb1 live: a sysfs read after the look
+// finds a disk it did not look at, and the next poll's look cannot tell
+// ublkb1 from the daemon's own (no process seen with /dev/ublkc1 open), so
+// the daemon is left running. Before, row 1414's read after the look read
+// the step's devices alone: the daemon was SIGKILLed at 3 s with ublkb1
+// live, the host-crash path, and Stop returned no error.
+func TestDaemonNotKilledWithAnUnlistedDiskAddedDuringTheLookBeforeTheKill(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		minor := uint32(os.Getpid()*2+59) % (1 << 20)
+		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 2, Major: 4000, Minor: 2, CharMajor: 4079, CharMinor: minor}))
+		node := filepath.Join(t.TempDir(), "ublkc2")
+		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4079, minor))))
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+		d := newMemDaemon(f.tree, 0)
+		d.servesMore = true
+		t.Cleanup(d.close)
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill}
+		cfg := f.config(vulnerable, &memControl{tree: f.tree, d: d, stopIn: 10 * time.Millisecond}, Config{Devices: []int{0}, ExitWait: time.Second})
+		added := false
+		cfg.hooks.BeforeProcess = func(dir string) {
+			if !added && filepath.Base(dir) == "self" && !f.tree.HasChar(0) {
+				added = true
+				assert.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4079, CharMinor: minor + 1}))
+				d.event("add 1")
+			}
+		}
+		td, err := New(daemon, cfg)
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err, "every device of the step stopped")
+		require.True(t, added, "the look before the kill ran a procfs pass")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "add 1"}, d.Events(), "the daemon is not killed with ublkb1 live")
+		assert.False(t, rep.Daemon.Killed)
+		assert.True(t, rep.Daemon.LeftRunning)
+		assert.Contains(t, rep.Note, "the daemon was left running")
+		assert.Regexp(t, `: ublkb1(, ublkb2)?, live and not the step's, not known to be another server's, may be its$`, rep.Daemon.CannotTell)
+		assert.True(t, f.tree.HasDisk(1) && f.tree.HasDisk(2), "ublkb1 and ublkb2 live, neither the step's")
+	})
+}
