@@ -1414,6 +1414,13 @@ func (r *run) maybeKill(live int, exited bool, now time.Time) {
 		if r.diskSince(looked) {
 			return // the next poll's look tells whose it is
 		}
+		// The daemon may have exited during the look: killed then, the
+		// Report and the log said the step killed a daemon that had
+		// exited by itself (a Process's Kill answers an exited one with
+		// no error). The next poll sees the exit.
+		if r.daemonExited() {
+			return
+		}
 	}
 	r.kill(why)
 }

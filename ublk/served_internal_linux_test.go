@@ -611,3 +611,59 @@ func TestDaemonNotKilledWithAnUnlistedDiskAddedDuringTheLookBeforeTheKill(t *tes
 		assert.True(t, f.tree.HasDisk(1) && f.tree.HasDisk(2), "ublkb1 and ublkb2 live, neither the step's")
 	})
 }
+
+// The step is limited to ublkb0 (Config.Devices); the daemon (its PID not
+// known: DaemonFuncs), cooperative, keeps running once ublkb0 is gone, as
+// it serves more; ublkb2 is another server's, its /dev/ublkc2 open in pid
+// 77 in another pod's cgroup. A vulnerable kernel, ExitWait 1 s, a
+// minute's window:
+//
+//	0 .. 2 s  the daemon stops and deletes ublkb0
+//	3 s       ExitWait is up, no device of the step live: the look before
+//	          the kill tells ublkb2 another server's (a procfs pass); as it
+//	          runs, the daemon exits by itself
+//
+// The step does not kill a daemon that has exited: the Report says it
+// exited, not that the step killed it, and has no "kill daemon" step.
+// Before, the kill followed the look on the exit check made before it:
+// Kill was called on the exited daemon (which a real Process answers with
+// no error), and the Report and the log said the step killed it.
+func TestDaemonThatExitsDuringTheLookBeforeTheKillIsNotKilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		minor := uint32(os.Getpid()*2+61) % (1 << 20)
+		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 2, Major: 4000, Minor: 2, CharMajor: 4077, CharMinor: minor}))
+		node := filepath.Join(t.TempDir(), "ublkc2")
+		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4077, minor))))
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+		d := newMemDaemon(f.tree, 0)
+		d.servesMore = true
+		t.Cleanup(d.close)
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill}
+		cfg := f.config(vulnerable, nil, Config{Devices: []int{0}, ExitWait: time.Second, NoControl: true})
+		exited := false
+		cfg.hooks.BeforeProcess = func(dir string) {
+			if !exited && filepath.Base(dir) == "self" && !f.tree.HasChar(0) {
+				exited = true
+				d.exit("by itself")
+				synctest.Wait() // the step's exit watcher has seen it
+			}
+		}
+		td, err := New(daemon, cfg)
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		require.True(t, exited, "the look before the kill ran a procfs pass")
+		assert.Equal(t, []string{"request", "stop 0", "delete 0", "exit by itself"}, d.Events(), "no kill sent to the exited daemon")
+		assert.False(t, rep.Daemon.Killed, "the step did not kill it")
+		assert.True(t, rep.Daemon.Exited)
+		assert.Nil(t, rep.Step("kill daemon"))
+		assert.True(t, f.tree.HasDisk(2), "ublkb2, another server's, left alone")
+	})
+}
