@@ -456,7 +456,7 @@ func (r *run) discover() error {
 		devs, err = r.findDevices()
 	}
 	r.rep.Devices = make([]DeviceReport, 0, len(devs))
-	r.take(devs)
+	r.take(r.withDisks(devs))
 	r.waiting = true
 	result := fmt.Sprintf("%d device(s)", len(devs))
 	if tries > 1 {
@@ -464,6 +464,32 @@ func (r *run) discover() error {
 	}
 	_ = r.stepEnd(s, result, nil)
 	return nil
+}
+
+// withDisks returns devs less, when the step finds its devices itself
+// (no Config.Devices), those with no disk yet, named in the Report's note
+// and the log: findNew looks at them again every poll and takes one once
+// it has a disk, as it does a device added after the step began. Such a
+// device's server may not have opened its /dev/ublkcN yet (ADD_DEV, then
+// the open, then START_DEV), so no pass can tell whose it is; taken at
+// discovery, it was the daemon's for good, and once another server (a
+// new pod's) had started it, the control fallback stopped and deleted it
+// under its server. A device with no disk has no block I/O to lose; one
+// the daemon serves draining a STOP_DEV of its own is the kill guard's
+// (servesMore), which does not kill the daemon while it is not DEAD.
+func (r *run) withDisks(devs []Device) []Device {
+	if r.cfg.ids != nil {
+		return devs
+	}
+	return slices.DeleteFunc(devs, func(d Device) bool {
+		if d.Disk {
+			return false
+		}
+		why := "no disk yet (added and not started, or stopping or stopped): the step's only once it has one and is not another server's"
+		r.rep.Note = joinNote(r.rep.Note, d.DiskName()+": "+why)
+		r.cfg.logger.InfoContext(r.ctx, "ublk: a device with no disk left out for now", "device", d.DiskName(), "why", why)
+		return true
+	})
 }
 
 // add makes devs the step's, each with its entry in the Report, and

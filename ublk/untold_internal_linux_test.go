@@ -18,6 +18,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/realpart"
+	"github.com/drainkit/drainkit/internal/ublkctl"
 )
 
 // Two ublk servers on one node, on a vulnerable kernel with the control
@@ -503,6 +504,55 @@ func TestDeviceFoundBeforeItsServerOpenedItIsToldOnceStarted(t *testing.T) {
 		assertLeftAlone(t, d.Events(), f)
 		assert.Contains(t, d.Events(), "STOP_DEV 0")
 		assert.Nil(t, rep.Device(1), "not the step's")
+		assert.Contains(t, rep.Note, "ublkb1: its /dev/ublkc1 is open in pid 77 (")
+	})
+}
+
+// As TestDeviceFoundBeforeItsServerOpenedItIsToldOnceStarted, with
+// ublkb1's ADD_DEV before the step begins:
+//
+//	0 s     ublkb1's char device, no disk, open in no process yet
+//	1 s     pid 77 opens /dev/ublkc1 and starts ublkb1 (its disk appears)
+//	55 s    the control fallback stops ublkb0
+//
+// Discovery takes no disk-less device it cannot tell either: ublkb1 is
+// looked at again, and once it has a disk the pass tells it another
+// server's: left alone, live, its server untouched. Before, discovery took
+// it as the daemon's, and the control fallback sent it STOP_DEV at 55 s
+// and DEL_DEV once the daemon was killed.
+func TestDeviceDiscoveredBeforeItsServerOpenedItIsToldOnceStarted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node another server holds")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		minor := uint32(os.Getpid()*2+63) % (1 << 20)
+		node := filepath.Join(t.TempDir(), "ublkc1")
+		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4075, minor))))
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
+		d := newMemDaemon(f.tree, 0)
+		d.hung = true
+		t.Cleanup(d.close)
+		spec := fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4075, CharMinor: minor}
+		require.NoError(t, f.tree.AddChar(spec))
+		d.kstate.set(1, ublkctl.StateDead) // added, not started
+		time.AfterFunc(time.Second, func() {
+			fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+			assert.NoError(t, f.tree.StartDevice(spec))
+			d.kstate.set(1, ublkctl.StateLive)
+		})
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
+		td, err := New(daemon, f.config(vulnerable, &memControl{tree: f.tree, d: d, stopIn: 10 * time.Millisecond}, Config{}))
+		require.NoError(t, err)
+
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		assertLeftAlone(t, d.Events(), f)
+		assert.Contains(t, d.Events(), "STOP_DEV 0")
+		assert.Nil(t, rep.Device(1), "not the step's")
+		assert.Contains(t, rep.Note, "ublkb1: no disk yet (added and not started, or stopping or stopped): the step's only once it has one")
 		assert.Contains(t, rep.Note, "ublkb1: its /dev/ublkc1 is open in pid 77 (")
 	})
 }
