@@ -1352,12 +1352,7 @@ func (r *run) stopSeen() {
 		if !slices.Contains(d.pending, "STOP_DEV") && !d.draining || !d.live() || d.cur.Disk {
 			continue
 		}
-		// A poll's time, not less than 100 ms: GET_DEV_INFO answers in
-		// microseconds, and one abandoned at a tiny PollInterval would
-		// never be read.
-		ctx, cancel := context.WithTimeout(r.ctx, max(r.cfg.poll, 100*time.Millisecond))
-		info, err := r.ctl.DevInfo(ctx, d.cur.ID)
-		cancel()
+		info, err := r.pollInfo(d.cur.ID)
 		if err != nil || info.State != ublkctl.StateDead {
 			continue // still pending, as it was
 		}
@@ -1571,11 +1566,17 @@ func (r *run) driverDead(id int) bool {
 	if r.cfg.openControl == nil || r.openControl() != nil {
 		return false
 	}
-	// A poll's time, not less than 100 ms, as stopSeen's.
+	info, err := r.pollInfo(id)
+	return err == nil && info.State == ublkctl.StateDead
+}
+
+// pollInfo asks the driver about device id (GET_DEV_INFO) for a poll's
+// time, not less than 100 ms: GET_DEV_INFO answers in microseconds, and
+// one abandoned at a tiny PollInterval would never be read.
+func (r *run) pollInfo(id int) (ublkctl.DevInfo, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, max(r.cfg.poll, 100*time.Millisecond))
 	defer cancel()
-	info, err := r.ctl.DevInfo(ctx, id)
-	return err == nil && info.State == ublkctl.StateDead
+	return r.ctl.DevInfo(ctx, id)
 }
 
 // mayServe is servesMore for a daemon whose PID the step does not know:
