@@ -69,38 +69,15 @@ func (t *Tree) blockDir(id int) string {
 	return filepath.Join(t.Root, "devices/virtual/block", "ublkb"+strconv.Itoa(id))
 }
 
-// AddDevice creates a live device: its char entry and its disk with dev
-// and inflight files. The disk's symlink appears last, so a concurrent
-// reader never sees a disk without its files.
+// AddDevice creates a live device: its char entry (AddChar, as ADD_DEV)
+// and its disk with dev and inflight files (StartDevice, as START_DEV).
+// The disk's symlink appears last, so a concurrent reader never sees a
+// disk without its files.
 func (t *Tree) AddDevice(d DeviceSpec) error {
-	if err := os.MkdirAll(t.charDir(d.ID), 0o755); err != nil {
-		return fmt.Errorf("fakeublk: %w", err)
+	if err := t.AddChar(d); err != nil {
+		return err
 	}
-	if err := os.MkdirAll(t.blockDir(d.ID), 0o755); err != nil {
-		return fmt.Errorf("fakeublk: %w", err)
-	}
-	if d.CharMajor != 0 {
-		dev := fmt.Sprintf("%d:%d\n", d.CharMajor, d.CharMinor)
-		if err := os.WriteFile(filepath.Join(t.charDir(d.ID), "dev"), []byte(dev), 0o644); err != nil {
-			return fmt.Errorf("fakeublk: %w", err)
-		}
-	}
-	files := map[string]string{
-		"dev":      fmt.Sprintf("%d:%d\n", d.Major, d.Minor),
-		"inflight": inflightText(d.Reads, d.Writes),
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(t.blockDir(d.ID), name), []byte(content), 0o644); err != nil {
-			return fmt.Errorf("fakeublk: %w", err)
-		}
-	}
-	if err := os.Symlink(t.charDir(d.ID), t.charLink(d.ID)); err != nil {
-		return fmt.Errorf("fakeublk: %w", err)
-	}
-	if err := os.Symlink(t.blockDir(d.ID), t.blockLink(d.ID)); err != nil {
-		return fmt.Errorf("fakeublk: %w", err)
-	}
-	return nil
+	return t.StartDevice(d)
 }
 
 // AddChar creates device d's char entry alone, as ADD_DEV does: a device
