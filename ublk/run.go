@@ -809,8 +809,13 @@ func (r *run) refresh() {
 			by = "by the control's DEL_DEV" // which stops a live device too
 		}
 		charBy := by // DEL_DEV removes the char device, whatever stopped the disk
-		if d.deleted {
+		switch {
+		case d.deleted:
 			charBy = "by the control's DEL_DEV"
+		case slices.Contains(d.pending, "DEL_DEV"):
+			// Sent once the daemon is gone, and run on by the driver:
+			// before, "by the daemon", dead by then.
+			charBy = "by the control's DEL_DEV (sent, not seen complete)"
 		}
 		if !d.seen && next.Present() {
 			d.seen = true

@@ -1,9 +1,11 @@
 package ublk
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -1022,5 +1024,51 @@ func TestReportSaysTheControlsDelDevRemovedTheCharDevice(t *testing.T) {
 		}
 		assert.Equal(t, "by the daemon", said["disk removed"])
 		assert.Equal(t, "by the control's DEL_DEV", said["char removed"])
+	})
+}
+
+// delDevRunsOn is a control device whose DEL_DEV is not complete when its
+// window ends, and which the driver completes just then all the same (a
+// DEL_DEV waits for the device's last release).
+type delDevRunsOn struct{ *memControl }
+
+func (c delDevRunsOn) DelDev(ctx context.Context, id int) error {
+	c.d.event("DEL_DEV %d", id)
+	<-ctx.Done()
+	_ = c.tree.DeleteDevice(id)
+	return ctx.Err()
+}
+
+// As TestReportSaysTheControlsDelDevRemovedTheCharDevice, with the
+// control's DEL_DEV, sent once the daemon is killed (58 s), not complete
+// when the step's window ends (60 s) and completed by the driver then. The
+// Report and the log say the char device went after the control's DEL_DEV
+// (sent, not seen complete), as they say of a disk after a STOP_DEV not
+// seen complete. Before, they said "by the daemon", killed two seconds
+// before.
+func TestReportSaysACharDeviceWentAfterADelDevNotSeenComplete(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		d := newMemDaemon(f.tree, 0)
+		d.hangAfterStop = true
+		defer d.close()
+		logs := &bytes.Buffer{}
+		ctl := delDevRunsOn{&memControl{tree: f.tree, d: d}}
+		cfg := f.config(vulnerable, nil, Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		cfg.hooks.OpenControl = func(context.Context) (ublkctl.Controller, error) { return ctl, nil }
+		td, err := New(d, cfg)
+		require.NoError(t, err)
+
+		rep, _, _ := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		assert.Equal(t, []string{"request", "stop 0", "kill", "exit killed", "DEL_DEV 0"}, d.Events())
+		require.False(t, f.tree.HasChar(0), "the driver completed the DEL_DEV")
+		said := map[string]string{}
+		for _, s := range rep.Device(0).Steps {
+			said[s.Name] = s.Result
+		}
+		assert.Equal(t, "by the daemon", said["disk removed"])
+		assert.Equal(t, "by the control's DEL_DEV (sent, not seen complete)", said["char removed"])
+		assert.Contains(t, logs.String(), `msg="ublk: a device is gone from sysfs" device=0 by="by the control's DEL_DEV (sent, not seen complete)"`)
 	})
 }
