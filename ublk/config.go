@@ -37,7 +37,11 @@ type Config struct {
 	// procfs shows has open, when the step knows the daemon's PID and read
 	// its fds, and every process it could not read is outside the cgroup
 	// (its server is another pod's, in a PID namespace this procfs does not
-	// show); where the step cannot tell, the device is its own.
+	// show); where the step cannot tell, the device is its own. A device
+	// with no disk yet (added, not started: its server may not have
+	// opened its /dev/ublkcN, and none can tell whose it is) is looked at
+	// again every PollInterval and is the step's only once it has one;
+	// the Report's Note names it.
 	// Where the step does not know the daemon's PID (DaemonFuncs with no PidFunc, a
 	// Socket without its Process), a process in the cgroup above this
 	// server's (its pod's: a daemon in a container beside the server's)
