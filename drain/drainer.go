@@ -187,6 +187,10 @@ type Config struct {
 	// before SIGKILL (deadline.Budget.OnHookAbandoned). It needs Pod, and
 	// must be >= 0.
 	KubeletGrace time.Duration
+
+	// progress hears the Report as it stands at the start of the phases
+	// and at each phase's end (internal/drainprogress); nil: none.
+	progress func(rep *Report, next string)
 }
 
 // A Drainer takes a node through its termination: the preStop handler, the
@@ -224,6 +228,8 @@ type Drainer struct {
 	listed  atomic.Pointer[listing] // the last count's sandboxes
 
 	listFails logonce.Failures // the counts failed in a row, and the failure last logged at Warn
+
+	progress func(*Report, string) // Config.progress
 
 	pod          *kube.Pod
 	kubelet      time.Duration  // Config.KubeletGrace
@@ -292,6 +298,7 @@ func New(cfg Config) (*Drainer, error) {
 		budget: cfg.Budget, gate: cfg.Gate, lister: cfg.Sandboxes, preserver: cfg.Preserver,
 		steps: cfg.Steps, phases: cfg.stepPhases(), poll: cfg.PollInterval, inflight: cfg.InFlightWait,
 		log: cfg.Logger, done: make(chan struct{}), pod: cfg.Pod, kubelet: cfg.KubeletGrace,
+		progress: cfg.progress,
 	}
 	if d.gate == nil {
 		d.gate = &Gate{}

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/drainkit/drainkit/internal/drainprogress"
 	"github.com/drainkit/drainkit/internal/gaterefusals"
 	"github.com/drainkit/drainkit/internal/gatevia"
 )
@@ -108,6 +109,9 @@ const (
 
 func init() {
 	gatevia.EnterGRPC = func(g any, c string) (func(), error) { return g.(*Gate).enter(Class(c), byGRPC) }
+	drainprogress.Set = func(cfg any, fn func(rep any, next string)) {
+		cfg.(*Config).progress = func(rep *Report, next string) { fn(rep, next) }
+	}
 }
 
 // refusedOther is the class that counts the refusals of kinds past

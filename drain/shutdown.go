@@ -184,6 +184,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 			Deadline: sum.DrainDeadline, Duration: sum.Waited, Result: drainResult(sum.Reason), Error: sum.Reason})
 	}
 
+	d.tell(rep, PhaseGate)
 	d.phase(ctx, rep, PhaseGate, d.gatePhase)
 	rep.Shortfall = d.plan.ShortfallFrom(PhasePreserve) // the count is in now
 	if rep.Shortfall > 0 && !warned {
@@ -336,6 +337,31 @@ func (d *Drainer) phase(ctx context.Context, rep *Report, name string,
 	p.Forced = d.force.Err() != nil
 	d.observePhase(ctx, span, p)
 	rep.Phases = append(rep.Phases, p)
+	d.tell(rep, d.after(name))
+}
+
+// tell gives Config.progress (internal/drainprogress) rep as it stands,
+// with the budget now and next, the phase that runs next.
+func (d *Drainer) tell(rep *Report, next string) {
+	if d.progress == nil {
+		return
+	}
+	now := *rep
+	now.Phases = slices.Clone(rep.Phases)
+	now.Budget = d.budget.State()
+	d.mu.Lock()
+	now.Cause, now.Signals = d.cause, slices.Clone(d.signals)
+	d.mu.Unlock()
+	d.progress(&now, next)
+}
+
+// after returns the phase the plan runs after name, "" after the last.
+func (d *Drainer) after(name string) string {
+	names := d.plan.Phases()
+	if i := slices.Index(names, name); i >= 0 && i+1 < len(names) {
+		return names[i+1]
+	}
+	return ""
 }
 
 // The termination's span, and each phase's span "drain.<phase>" under it.

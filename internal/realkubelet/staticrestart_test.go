@@ -123,8 +123,12 @@ func (r *staticRun) end(t *testing.T, a *apiPods, stopped, healthy time.Time) {
 	if _, err := os.Stat(filepath.Join(r.state, "last-shutdown.json")); err == nil {
 		rep := readJSON[drain.Report](t, filepath.Join(r.state, "last-shutdown.json"), a.node, r.name)
 		b := rep.Budget
+		var counts any = "no preserve account (an unfinished drain's: lastreport.Progress)"
+		if rep.Preserve != nil {
+			counts = rep.Preserve.Counts
+		}
 		t.Logf("Report: SIGTERM +%v, SIGKILL planned +%v, %v, static_pod %v, err %v",
-			rel(b.SIGTERM, d), rel(b.Kill, d), rep.Preserve.Counts, rep.StaticPod, rep.Err())
+			rel(b.SIGTERM, d), rel(b.Kill, d), counts, rep.StaticPod, rep.Err())
 	} else {
 		t.Logf("no Report: sandboxd was killed before it wrote one")
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
@@ -753,9 +754,8 @@ func TestReportIsWrittenBeforeTheLearnedRates(t *testing.T) {
 
 	report := filepath.Join(cfg.StateDir, ReportFile)
 	written := func() bool {
-		_, rerr := os.Stat(report)
 		_, merr := os.Stat(cfg.TerminationLog)
-		return rerr == nil && merr == nil
+		return lastreporttest.Finished(report) && merr == nil
 	}
 	wrote := assert.Eventually(t, written, 30*time.Second, 10*time.Millisecond,
 		"the Report and the termination message written while the learned rates' save waits")
@@ -793,11 +793,10 @@ func TestSandboxdDoesNotExitWhileItsDaemonServesALiveDevice(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), waits) || p.Exited() },
 		20*time.Second, 10*time.Millisecond)
 	assert.Contains(t, stderr.String(), waits, "the wait said at ERROR")
-	_, err := os.Stat(filepath.Join(dir, ReportFile))
-	assert.NoError(t, err, "the Report is written before the wait")
+	assert.True(t, lastreporttest.Finished(filepath.Join(dir, ReportFile)), "the Report is written before the wait")
 	assert.False(t, p.Exited(), "sandboxd waits for its daemon")
 
-	err = p.Wait(t, 30*time.Second, "sandboxd did not exit: %s", stderr)
+	err := p.Wait(t, 30*time.Second, "sandboxd did not exit: %s", stderr)
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "%s", stderr)
 	assert.Equal(t, 1, exit.ExitCode(), "the ublk step failed all the same: %s", stderr)

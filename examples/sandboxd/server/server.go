@@ -44,17 +44,18 @@ const ReportFile = "last-shutdown.json"
 
 // A Server is one sandboxd process: the sandboxes, the HTTP API and the Drainer.
 type Server struct {
-	cfg     Config
-	logger  *slog.Logger
-	node    *sandbox.Node
-	rt      sandbox.Runtime
-	drainer *drain.Drainer
-	budget  *deadline.Budget
-	http    *http.Server
-	ln      net.Listener
-	hook    *http.Server // the preStop hook, on its own listener
-	hookLn  net.Listener
-	daemon  *fakeublk.Child
+	cfg      Config
+	logger   *slog.Logger
+	node     *sandbox.Node
+	rt       sandbox.Runtime
+	drainer  *drain.Drainer
+	progress *lastreport.Progress // this drain's account while it runs
+	budget   *deadline.Budget
+	http     *http.Server
+	ln       net.Listener
+	hook     *http.Server // the preStop hook, on its own listener
+	hookLn   net.Listener
+	daemon   *fakeublk.Child
 	// signals holds the SIGTERM and SIGINT from New's first moment until Close: one
 	// that comes while sandboxd starts (its lock, its device daemon) drains once it has.
 	signals *startsig.Catcher
@@ -258,7 +259,7 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 	build := func(pc pause.Config) error {
 		s.est = pc.Estimator
 		pc.Permanent = diskBroken // retrying cannot help: do not burn the window
-		s.drainer, err = drain.New(drain.Config{
+		cfg := drain.Config{
 			Budget:        budget,
 			Gate:          &drain.Gate{Exempt: []drain.Class{drain.Pause, drain.Delete}},
 			Sandboxes:     pause.ListFunc(s.node.Running),
@@ -269,7 +270,12 @@ func (s *Server) buildDrainer(steps []drain.Step) error {
 			MeterProvider: s.meters,
 			Pod:           pod,
 			KubeletGrace:  kubeletGrace,
-		})
+		}
+		// This drain's account from its start, so that a SIGKILL mid-drain leaves it,
+		// unfinished, rather than an earlier drain's Report (docs/faults.md row 1510).
+		s.progress = lastreport.Follow(&cfg, filepath.Join(s.cfg.StateDir, ReportFile), 0o600, s.logger,
+			lastreport.ByState(s.node.Count, sandbox.Running, sandbox.Pausing, sandbox.Paused, sandbox.Died, sandbox.Lost))
+		s.drainer, err = drain.New(cfg)
 		return err
 	}
 	// From what the last shutdown learned: the estimate of a pause and, adaptive, the
@@ -435,7 +441,9 @@ func (s *Server) Run(ctx context.Context) (*drain.Report, error) {
 	s.logger.Info("sandboxd serving", "addr", s.Addr(), "runtime", s.rt.Name(),
 		"paused", s.node.Count(sandbox.Paused), "grace", s.cfg.Grace)
 	lost := s.watchDaemon()
+	s.progress.Start(s.drainer)
 	rep := s.signals.Drain(ctx, s.drainer)
+	s.progress.Stop() // the Report below is the last written
 	stopped := lost() // the daemon's exit before the ublk step, if it did exit
 	s.logLost(rep)
 	stopped = errors.Join(stopped, <-apiErr) // the HTTP step shut the API down

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeapiserver"
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 	"github.com/drainkit/drainkit/kube"
@@ -93,7 +94,7 @@ func TestSandboxdTeardownTakesTheReserveOfADeletionReadAfterItBegan(t *testing.T
 	defer let.Stop()
 
 	report := filepath.Join(dir, ReportFile)
-	require.Eventually(t, func() bool { _, err := os.Stat(report); return err == nil }, 20*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return lastreporttest.Finished(report) }, 20*time.Second, 10*time.Millisecond,
 		"the Report written: %s", &stderr)
 	td := ublkAccount(t, dir)
 	if td.Verdict != ublk.VerdictStopped {

@@ -94,3 +94,18 @@ func DrainOnAFullFileSystem(t testing.TB, s Server, stderr fmt.Stringer, report,
 	assert.Contains(t, string(data), "no space left on device")
 	return string(data)
 }
+
+// Finished reports whether path holds a finished drain's Report: a file with no
+// "unfinished" member, which the account of a drain still running has
+// (lastreport.Progress). A test that waited for the file to exist, as the sign that the
+// drain had ended, waits for this.
+func Finished(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var acc struct {
+		Unfinished json.RawMessage `json:"unfinished"`
+	}
+	return json.Unmarshal(data, &acc) == nil && acc.Unfinished == nil
+}

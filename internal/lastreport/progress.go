@@ -1,0 +1,227 @@
+package lastreport
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"maps"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/drainkit/drainkit/deadline"
+	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/drainprogress"
+	"github.com/drainkit/drainkit/internal/durable"
+)
+
+// Every is how often at most a Progress rewrites its account for the node's counts
+// alone (a write and an fsync each: see docs/faults.md row 1510).
+const Every = time.Second
+
+// Unfinished is what the account of a drain still running says beside the Report as it
+// stands, as the "unfinished" member of the file: a reader that finds it knows the
+// drain did not finish (a SIGKILL before the final Report, whose file has none).
+type Unfinished struct {
+	At      time.Time         `json:"at"`              // when this account was written
+	Phase   string            `json:"phase,omitempty"` // the phase running then
+	Counted int               `json:"counted"`         // the sandboxes the drain's last count saw running
+	Node    map[string]int    `json:"node,omitempty"`  // the server's own count then: sandboxes by state
+	Plan    []deadline.Window `json:"plan,omitempty"`  // the windows of the phase running and those after, as planned then
+}
+
+// A Progress keeps a drain's account at path while the drain runs: from the drain's
+// start (the preStop call or SIGTERM) the file is this drain's Report as it stands,
+// marked Unfinished, rewritten at each phase's end and, as the node's counts change, at
+// most once every Every; the final Report, written by Write after Stop, replaces it.
+// After a SIGKILL mid-drain the file says: this drain, unfinished, what was known then.
+//
+//	p := lastreport.Follow(&cfg, path, 0o600, logger, nodeCounts)
+//	d, err := drain.New(cfg)
+//	p.Start(d)
+//	rep := d.Shutdown(ctx)
+//	p.Stop()
+//	err = lastreport.Write(path, finalData, 0o600, logger)
+type Progress struct {
+	path   string
+	perm   os.FileMode
+	logger *slog.Logger
+	node   func() map[string]int
+	write  func(path string, data []byte, perm os.FileMode) error // the rewrites' write: durable.WriteFile
+
+	mu      sync.Mutex
+	started bool            // Start was called
+	rep     json.RawMessage // the Report as the drain last told it; nil before
+	next    string          // the phase it said runs next
+
+	told chan struct{} // the drain told a new Report
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// Follow makes a Progress for the drain that cfg (before drain.New) builds: its account
+// at path (perm before the umask), its lines to logger (nil: slog.Default()), the
+// server's own count of its sandboxes by state from node (nil: none; called at most
+// once every Every, it must be cheap).
+func Follow(cfg *drain.Config, path string, perm os.FileMode, logger *slog.Logger, node func() map[string]int) *Progress {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	p := &Progress{path: path, perm: perm, logger: logger, node: node, write: durable.WriteFile,
+		told: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	drainprogress.Set(cfg, p.tell)
+	return p
+}
+
+// tell keeps the Report the drain tells as it stands (encoded here: it is valid only
+// during the call) and wakes the writer.
+func (p *Progress) tell(rep any, next string) {
+	data, err := json.Marshal(rep)
+	if err != nil {
+		p.logger.Warn("the drain's account as it stands could not be encoded", "error", err)
+		return
+	}
+	p.mu.Lock()
+	p.rep, p.next = data, next
+	p.mu.Unlock()
+	select {
+	case p.told <- struct{}{}:
+	default:
+	}
+}
+
+// Start follows d, the Drainer made from the Config given to Follow, until Stop: at
+// its termination's start it writes the account (replacing the earlier shutdown's, by
+// Write's rule), then rewrites it as the drain goes.
+func (p *Progress) Start(d *drain.Drainer) {
+	p.mu.Lock()
+	p.started = true
+	p.mu.Unlock()
+	go p.run(d)
+}
+
+// Stop ends the rewrites and waits for one in progress (none before Start), so that the final Report, which
+// the caller writes next, is the last written.
+func (p *Progress) Stop() {
+	p.once.Do(func() { close(p.stop) })
+	p.mu.Lock()
+	started := p.started
+	p.mu.Unlock()
+	if started {
+		<-p.done
+	}
+}
+
+// run writes the account at the termination's start and rewrites it whenever the drain
+// tells a new Report, or the node's counts changed at most once every Every.
+func (p *Progress) run(d *drain.Drainer) {
+	defer close(p.done)
+	if !p.begun(d) {
+		return
+	}
+	began := time.Now()
+	counts := p.counts()
+	data := p.account(d, began, counts)
+	if err := Write(p.path, data, p.perm, p.logger); err != nil {
+		p.logger.Warn("the drain's account at its start could not be written: a SIGKILL before its Report leaves none", "file", p.path, "error", err)
+	}
+	poll := time.NewTimer(Every)
+	defer poll.Stop()
+	warned := false
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.told:
+		case <-poll.C:
+			poll.Reset(Every)
+			c := p.counts()
+			if maps.Equal(c, counts) {
+				continue
+			}
+		}
+		counts = p.counts()
+		if err := p.write(p.path, p.account(d, began, counts), p.perm); err != nil && !warned {
+			warned = true // the account written before stays: this drain's, as it was then
+			p.logger.Warn("the drain's account could not be rewritten: the file holds it as it was earlier", "file", p.path, "error", err)
+		}
+		poll.Reset(Every)
+	}
+}
+
+// begun waits for d's termination to start: Shutdown (SIGTERM), or the preStop call,
+// which anchors the budget and which the drain does not tell until SIGTERM, looked for
+// once every Every. It returns false when Stop came first.
+func (p *Progress) begun(d *drain.Drainer) bool {
+	look := time.NewTicker(Every)
+	defer look.Stop()
+	for {
+		select {
+		case <-d.Terminating():
+			return true
+		case <-p.stop:
+			return false
+		case <-look.C:
+			if d.Budget().State().Anchor != deadline.AnchorNone {
+				return true
+			}
+		}
+	}
+}
+
+// counts returns the node's counts, nil without a node function.
+func (p *Progress) counts() map[string]int {
+	if p.node == nil {
+		return nil
+	}
+	return p.node()
+}
+
+// account returns the file's content now: the Report as the drain last told it (before
+// it told one: its start and budget, began at began), with Unfinished first.
+func (p *Progress) account(d *drain.Drainer, began time.Time, counts map[string]int) []byte {
+	p.mu.Lock()
+	rep, next := p.rep, p.next
+	p.mu.Unlock()
+	budget := d.Budget().State()
+	if rep == nil {
+		next = drain.PhaseGate // SIGTERM: the gate closes at once
+		if budget.Anchor == deadline.AnchorPreStop {
+			next = drain.PhaseDrain // the preStop wait
+		}
+		rep, _ = json.Marshal(&drain.Report{Start: began, Budget: budget})
+	}
+	u := Unfinished{At: time.Now(), Phase: next, Counted: d.Running(), Node: counts}
+	if next != "" {
+		u.Plan = d.Plan().Windows(next)
+	}
+	head, err := json.Marshal(struct {
+		Unfinished Unfinished `json:"unfinished"`
+	}{u})
+	if err != nil || len(rep) < 2 {
+		return rep
+	}
+	// {"unfinished":{...}} and {"start":...} make {"unfinished":{...},"start":...}.
+	out := append(head[:len(head)-1:len(head)-1], ',')
+	out = append(out, rep[1:]...)
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, out, "", "  "); err != nil {
+		return out
+	}
+	return append(buf.Bytes(), '\n')
+}
+
+// ByState returns a node function for Follow: the count of each of states by count
+// (a sandbox node's Count), those with none left out.
+func ByState(count func(state string) int, states ...string) func() map[string]int {
+	return func() map[string]int {
+		counts := map[string]int{}
+		for _, state := range states {
+			if n := count(state); n > 0 {
+				counts[state] = n
+			}
+		}
+		return counts
+	}
+}
