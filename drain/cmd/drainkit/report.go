@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/lastreport"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -41,8 +43,11 @@ expected SIGKILL.
 Exit status: 0 when the drain went as planned (drain.Report.Err is nil:
 every sandbox preserved or gone, every phase and step ended in time without
 error, before SIGKILL); 1 when not: a sandbox lost, a teardown step that
-failed (such as a device daemon killed with a device live), or the drain
-ended after SIGKILL (the summary says what went wrong); 2 when FILE cannot be
+failed (such as a device daemon killed with a device live), the drain
+ended after SIGKILL (the summary says what went wrong), or the drain did
+not finish: FILE is the account a server keeps while its drain runs
+("unfinished": a SIGKILL or a crash came before the final Report), which
+the summary says with what was known when it was last written; 2 when FILE cannot be
 read or contradicts itself (counts that are not its sandboxes by outcome, an
 outcome no drain writes: a hand-edited or damaged file), the error naming it,
 or -svg cannot be written after a drain that went as planned (after one that
@@ -69,13 +74,13 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError(stderr, "report", err)
 	}
-	rep, err := loadReport(pos[0])
+	rep, unfinished, err := loadReport(pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "drainkit report: %v\n", err)
 		return exitUsage
 	}
 	var out bytes.Buffer
-	writeSummary(&out, rep, *lostMax)
+	writeSummary(&out, rep, unfinished, *lostMax)
 	if _, err := stdout.Write(trimLines(out.Bytes())); err != nil {
 		fmt.Fprintf(stderr, "drainkit report: %v\n", err)
 		return exitUsage
@@ -87,13 +92,13 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "drainkit report: -svg: %v\n", err)
 			// The summary is printed: a drain that went wrong still
 			// exits 1, which a script reads before an unwritten picture.
-			if rep.Err() != nil {
+			if rep.Err() != nil || unfinished != nil {
 				return exitNoFit
 			}
 			return exitUsage
 		}
 	}
-	if rep.Err() != nil {
+	if rep.Err() != nil || unfinished != nil { // a drain that did not finish did not go as planned
 		return exitNoFit
 	}
 	return exitOK
@@ -101,8 +106,10 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 
 // loadReport reads a drain Report from path ("-" is stdin): a drain.Report
 // as sandboxd writes it, or the supervisor's report with the drain's in
-// its "drain" member.
-func loadReport(path string) (*drain.Report, error) {
+// its "drain" member. The account of a drain that did not finish (a
+// SIGKILL before its Report: lastreport.Progress) comes with what it says
+// of that, nil for a finished drain's.
+func loadReport(path string) (*drain.Report, *lastreport.Unfinished, error) {
 	var data []byte
 	var err error
 	if path == "-" {
@@ -111,23 +118,23 @@ func loadReport(path string) (*drain.Report, error) {
 		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return parseReport(path, data)
 }
 
-func parseReport(name string, data []byte) (*drain.Report, error) {
+func parseReport(name string, data []byte) (*drain.Report, *lastreport.Unfinished, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, fmt.Errorf("%s: not a JSON object: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: not a JSON object: %w", name, err)
 	}
 	if _, ok := top["phases"]; !ok {
 		inner, ok := top["drain"]
 		if !ok {
 			if _, sup := top["server"]; sup {
-				return nil, fmt.Errorf("%s: a supervisor report without a drain (the server exited on its own before termination)", name)
+				return nil, nil, fmt.Errorf("%s: a supervisor report without a drain (the server exited on its own before termination)", name)
 			}
-			return nil, fmt.Errorf("%s: neither a drain Report (no \"phases\") nor a supervisor report (no \"drain\")", name)
+			return nil, nil, fmt.Errorf("%s: neither a drain Report (no \"phases\") nor a supervisor report (no \"drain\")", name)
 		}
 		data = inner
 	}
@@ -135,14 +142,21 @@ func parseReport(name string, data []byte) (*drain.Report, error) {
 	// field, shallower, takes the key from the embedded Report's.
 	var in struct {
 		drain.Report
-		Headroom *time.Duration `json:"headroom_ns"`
+		Headroom   *time.Duration         `json:"headroom_ns"`
+		Unfinished *lastreport.Unfinished `json:"unfinished"`
 	}
 	if err := json.Unmarshal(data, &in); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	rep := in.Report
 	if rep.Budget.Start.IsZero() {
-		return nil, fmt.Errorf("%s: the report has no budget start (T0)", name)
+		return nil, nil, fmt.Errorf("%s: the report has no budget start (T0)", name)
+	}
+	if in.Unfinished != nil { // no end, no headroom: cut before its first phase may have ended
+		if err := checkPreserve(rep.Preserve); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return &rep, in.Unfinished, nil
 	}
 	switch {
 	case in.Headroom != nil:
@@ -158,12 +172,12 @@ func parseReport(name string, data []byte) (*drain.Report, error) {
 		// Every drain's Report has the preserve phase at least, an unmade
 		// Drainer's too: an empty list was cut or edited, and read as it
 		// is it passed for a drain that went as planned.
-		return nil, fmt.Errorf("%s: the report has no phase, where every drain's has the preserve phase at least: the file was cut or edited", name)
+		return nil, nil, fmt.Errorf("%s: the report has no phase, where every drain's has the preserve phase at least: the file was cut or edited", name)
 	}
 	if err := checkPreserve(rep.Preserve); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &rep, nil
+	return &rep, nil, nil
 }
 
 // outcomes are the outcomes a drain writes, in the order the report
@@ -261,7 +275,7 @@ const century = 100 * 365 * 24 * time.Hour
 
 // writeSummary writes the text summary of rep, listing at most lostMax
 // lost sandboxes (0: all).
-func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
+func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinished, lostMax int) {
 	b := rep.Budget
 	t0 := b.Start
 	fmt.Fprintf(w, "Termination  T0 %s (anchored by %s), grace %s\n", t0.UTC().Format("2006-01-02 15:04:05.000 MST"), anchor(string(b.Anchor)), b.Grace)
@@ -274,7 +288,11 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 	if rep.Cause != "" {
 		fmt.Fprintf(w, "Began by     %s%s\n", oneLine(rep.Cause, 100), laterSignals(rep.Signals, t0))
 	}
-	fmt.Fprintf(w, "Verdict      %s\n", verdict(rep))
+	if unfinished != nil {
+		writeUnfinished(w, unfinished, t0)
+	} else {
+		fmt.Fprintf(w, "Verdict      %s\n", verdict(rep))
+	}
 	if rep.Forced {
 		fmt.Fprintf(w, "Forced       at %s (SIGINT, Force or a cancelled context: remaining waits cut short)\n", rel(rep.ForcedAt, t0))
 	}
@@ -302,6 +320,11 @@ func writeSummary(w io.Writer, rep *drain.Report, lostMax int) {
 	tw.Flush()
 
 	pr := rep.Preserve
+	if pr == nil && unfinished != nil {
+		fmt.Fprintf(w, "\nSandboxes    NOT KNOWN: the preserve phase had not ended; the drain counted %d running%s\n",
+			unfinished.Counted, nodeCounts(unfinished.Node))
+		return
+	}
 	if pr == nil {
 		if why := noAccount(rep); why != "" {
 			if rep.Unaccounted > 0 {
@@ -475,6 +498,39 @@ func relisted(pr *pause.Report) (n, lost int) {
 		}
 	}
 	return n, lost
+}
+
+// writeUnfinished says plainly that the drain did not finish, and what its account
+// knew when it was last written: a SIGKILL (the kubelet's, the OOM killer's) or a crash
+// ended the process before the final Report.
+func writeUnfinished(w io.Writer, u *lastreport.Unfinished, t0 time.Time) {
+	running := "no phase running (the last had ended)"
+	if u.Phase != "" {
+		running = "the " + u.Phase + " phase running"
+	}
+	fmt.Fprintf(w, "Verdict      UNFINISHED: the drain did not finish: the process ended before its Report (a SIGKILL, a crash);\n")
+	fmt.Fprintf(w, "             this is its account as written at %s, %s, %d sandboxes counted running%s\n",
+		rel(u.At, t0), running, u.Counted, nodeCounts(u.Node))
+	if len(u.Plan) > 0 {
+		parts := make([]string, len(u.Plan))
+		for i, p := range u.Plan {
+			parts[i] = fmt.Sprintf("%s by %s", p.Name, rel(p.Deadline, t0))
+		}
+		fmt.Fprintf(w, "Planned      then: %s\n", strings.Join(parts, ", "))
+	}
+}
+
+// nodeCounts says the server's own count of its sandboxes by state, "" for none.
+func nodeCounts(node map[string]int) string {
+	if len(node) == 0 {
+		return ""
+	}
+	states := slices.Sorted(maps.Keys(node))
+	parts := make([]string, len(states))
+	for i, s := range states {
+		parts[i] = fmt.Sprintf("%s %d", printable(s), node[s])
+	}
+	return "; the server's count: " + strings.Join(parts, ", ")
 }
 
 // noAccount says why a preserve phase that ran left no account of the

@@ -499,3 +499,25 @@ func TestReportOfAnIncompleteListingSaysSo(t *testing.T) {
 	assert.Contains(t, out, "INCOMPLETE: no listing was complete, sandboxes not listed may have run: page 2: 503 Service Unavailable")
 	assert.NotContains(t, out, "last listing error")
 }
+
+// Fault (row 1510): a drain SIGKILLed in its middle left no account of its own; the
+// servers now keep one from its start, marked "unfinished", and report says plainly
+// that the drain did not finish, with what was known when it was last written, and
+// exits 1. testdata/sandboxd-unfinished.json is sandboxd's file after a real SIGKILL
+// in its preserve phase (examples/sandboxd's
+// TestSIGKILLMidDrainLeavesThisDrainsUnfinishedReport): 8 sandboxes, the gate ended.
+func TestReportOfAnUnfinishedDrainSaysItDidNotFinish(t *testing.T) {
+	code, out, errw := drainkit(t, "report", filepath.Join("testdata", "sandboxd-unfinished.json"))
+	require.Equal(t, 1, code, "%s%s", out, errw)
+	assert.Contains(t, out, "Verdict      UNFINISHED: the drain did not finish: the process ended before its Report")
+	assert.Contains(t, out, "the preserve phase running, 8 sandboxes counted running")
+	assert.Contains(t, out, "Planned      then: preserve by +")
+	assert.Contains(t, out, "  gate ")
+	assert.Contains(t, out, "Sandboxes    NOT KNOWN: the preserve phase had not ended; the drain counted 8 running")
+
+	// Cut before its first phase ended: no phase, which a finished Report always has.
+	path := edited(t, "sandboxd-unfinished.json", func(doc *map[string]any) { (*doc)["phases"] = nil })
+	code, out, errw = drainkit(t, "report", path)
+	require.Equal(t, 1, code, "%s%s", out, errw)
+	assert.Contains(t, out, "UNFINISHED")
+}
