@@ -14,6 +14,7 @@ import (
 
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/drainkit/drainkit/internal/learned"
 	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/realpart"
@@ -56,11 +57,10 @@ func TestReportIsWrittenBeforeATimeoutDeletionEnds(t *testing.T) {
 	report := filepath.Join(dir, "last-shutdown.json")
 	var deleting bool // the deletion still ran when the Report appeared
 	require.Eventually(t, func() bool {
-		_, err := os.Stat(report)
-		if err != nil {
+		if !lastreporttest.Finished(report) {
 			return false
 		}
-		_, err = os.Stat(rt.Bundle(r.ID).Dir) // Destroy removes it once runsc delete returned
+		_, err := os.Stat(rt.Bundle(r.ID).Dir) // Destroy removes it once runsc delete returned
 		deleting = err == nil
 		return true
 	}, time.Minute, time.Millisecond, "no Report: %s", &stderr)
@@ -89,9 +89,8 @@ func TestReportIsWrittenBeforeTheLearnedRates(t *testing.T) {
 
 	report := filepath.Join(cfg.StateDir, "last-shutdown.json")
 	written := func() bool {
-		_, rerr := os.Stat(report)
 		_, merr := os.Stat(cfg.TerminationLog)
-		return rerr == nil && merr == nil
+		return lastreporttest.Finished(report) && merr == nil
 	}
 	wrote := assert.Eventually(t, written, 30*time.Second, 10*time.Millisecond,
 		"the Report and the termination message written while the learned rates' save waits")

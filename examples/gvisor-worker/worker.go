@@ -151,13 +151,14 @@ func (w *Worker) grpcReserve() time.Duration {
 // A Worker serves gRPC on a Unix socket over its sandboxes, and takes them through the
 // pod's termination with drainkit.
 type Worker struct {
-	cfg     config
-	logger  *slog.Logger
-	node    *sandbox.Node
-	rt      sandbox.Runtime
-	grpc    *grpc.Server
-	drainer *drain.Drainer
-	ln      net.Listener
+	cfg      config
+	logger   *slog.Logger
+	node     *sandbox.Node
+	rt       sandbox.Runtime
+	grpc     *grpc.Server
+	drainer  *drain.Drainer
+	progress *lastreport.Progress // this drain's account while it runs
+	ln       net.Listener
 	// signals holds the SIGTERM and SIGINT from newWorker's first moment until close: one
 	// that comes while the worker starts (its lock, its sandboxes' records, the orphans'
 	// sweep) drains once it has.
@@ -707,7 +708,7 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 		if err != nil {
 			return fmt.Errorf("drain: Config.Pause: %w", err)
 		}
-		w.drainer, err = drain.New(drain.Config{
+		cfg := drain.Config{
 			Budget:       budget,
 			Gate:         gate,
 			Sandboxes:    pause.ListFunc(w.running),
@@ -716,7 +717,12 @@ func (w *Worker) buildDrainer(gate *drain.Gate) error {
 			Logger:       w.logger,
 			Pod:          pod,
 			KubeletGrace: kubeletGrace,
-		})
+		}
+		// This drain's account from its start, so that a SIGKILL mid-drain leaves it,
+		// unfinished, rather than an earlier drain's Report (docs/faults.md row 1512).
+		w.progress = lastreport.Follow(&cfg, filepath.Join(w.cfg.StateDir, reportFile), 0o600, w.logger,
+			lastreport.ByState(w.node.Count, sandbox.Running, sandbox.Pausing, sandbox.Paused, sandbox.Died, sandbox.Lost))
+		w.drainer, err = drain.New(cfg)
 		return err
 	}
 	// From what the last shutdown learned, as sandboxd and the supervisor start: the
@@ -812,7 +818,9 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 	}()
 	w.logger.Info("worker serving", "address", w.ln.Addr().String(), "runtime", w.rt.Name(),
 		"checkpointed", w.node.Count(sandbox.Paused))
+	w.progress.Start(w.drainer)
 	rep := w.signals.Drain(ctx, w.drainer)
+	w.progress.Stop() // the Report below is the last written
 	var stopped error
 	ended := false
 	select {

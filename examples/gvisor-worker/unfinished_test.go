@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Fault (row 1512): the worker wrote its drain's account only at the drain's end, so a
+// SIGKILL in its middle (the kubelet's orphan cleanup under a restarted kubelet, an OOM
+// kill) left the earlier drain's Report in its place, read as this one's, as sandboxd's
+// did (row 1510). Now the file is this drain's from its start, marked unfinished:
+//
+//	an earlier drain's Report in the state directory ("preserved 4", 2026-12-05)
+//	the worker serving 8 sandboxes, fake checkpoints of 1 s, 2 at a time
+//	SIGTERM: the drain; 2 checkpoint records written: SIGKILL
+//	  before: last-shutdown.json the earlier drain's, "preserved 4"
+//	  after:  this drain's (its start after the SIGTERM), unfinished, the preserve
+//	          phase running, 8 counted
+//
+// Real process: this test binary, re-executed as the worker.
+func TestSIGKILLMidDrainLeavesTheWorkersUnfinishedReport(t *testing.T) {
+	state := t.TempDir()
+	report := filepath.Join(state, reportFile)
+	const earlier = "2026-12-05T10:00:00Z"
+	require.NoError(t, os.WriteFile(report, []byte(`{"start": "`+earlier+`", "preserve": {"counts": {"preserved": 4}}}`), 0o600))
+	sock := filepath.Join(state, "w.sock")
+	p, stderr := startWorkerMain(t, "-state-dir", state, "-socket", sock, "-termination-log", filepath.Join(t.TempDir(), "termination-log"),
+		"-grace", "30s", "-pause-latency", "1s", "-concurrency", "2")
+	waitSocket(t, sock, stderr)
+	c := dial(t, sock)
+	for range 8 {
+		_, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+	}
+	sigterm := time.Now()
+	require.NoError(t, p.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool {
+		entries, _ := os.ReadDir(filepath.Join(state, "records"))
+		n := 0
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".rec") {
+				n++
+			}
+		}
+		return n >= 2
+	}, 20*time.Second, 5*time.Millisecond, "no sandbox checkpointed: %s", stderr)
+	require.NoError(t, p.Kill())
+	<-p.Exited()
+
+	data, err := os.ReadFile(report)
+	require.NoError(t, err, "this drain's account")
+	var rep struct {
+		Start      time.Time
+		Unfinished *struct {
+			Phase   string
+			Counted int
+		}
+	}
+	require.NoError(t, json.Unmarshal(data, &rep), "%s", data)
+	assert.NotEqual(t, earlier, rep.Start.Format(time.RFC3339), "the earlier drain's Report, taken for this one's: %s", data)
+	assert.False(t, rep.Start.Before(sigterm.Add(-time.Second)), "this drain's start: %s", data)
+	require.NotNil(t, rep.Unfinished, "the account says the drain did not finish: %s", data)
+	assert.Equal(t, "preserve", rep.Unfinished.Phase, "%s", data)
+	assert.Equal(t, 8, rep.Unfinished.Counted, "%s", data)
+}
