@@ -74,3 +74,50 @@ func TestProgressRewritesAtMostOnceASecondAsSandboxesSettle(t *testing.T) {
 		assert.Equal(t, 100, last.Node["paused"])
 	})
 }
+
+// A drain begun by the kubelet's preStop call, which the drain does not tell until
+// SIGTERM: within Every of the call the file is this drain's account, the preStop wait
+// ("drain") running, where an earlier drain's Report was; Stop before any drain writes
+// nothing.
+func TestProgressWritesTheAccountAtThePreStopCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "last-shutdown.json")
+		require.NoError(t, os.WriteFile(path, []byte(`{"start": "2026-12-05T10:00:00Z"}`), 0o600))
+		budget, err := deadline.New(60*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		cfg := drain.Config{Budget: budget, Sandboxes: draintest.NewNode()}
+		p := Follow(&cfg, path, 0o600, slog.New(slog.DiscardHandler), nil)
+		d, err := drain.New(cfg)
+		require.NoError(t, err)
+		p.Start(d)
+		time.Sleep(10 * Every)
+		synctest.Wait()
+		assert.True(t, lastreportFinished(t, path), "nothing written before the drain")
+
+		called := time.Now()
+		budget.OnPreStop(called)
+		time.Sleep(Every)
+		synctest.Wait()
+		p.Stop()
+		var acc struct {
+			Start      time.Time
+			Unfinished *Unfinished
+		}
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(data, &acc))
+		require.NotNil(t, acc.Unfinished, "%s", data)
+		assert.Equal(t, drain.PhaseDrain, acc.Unfinished.Phase)
+		assert.False(t, acc.Start.Before(called), "this drain's start: %s", data)
+	})
+}
+
+// lastreportFinished reports whether path holds a file with no "unfinished" member.
+func lastreportFinished(t *testing.T, path string) bool {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var acc struct{ Unfinished *Unfinished }
+	require.NoError(t, json.Unmarshal(data, &acc))
+	return acc.Unfinished == nil
+}
