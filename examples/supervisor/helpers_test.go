@@ -33,6 +33,7 @@ import (
 	"github.com/drainkit/drainkit/internal/fakeagentenv"
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/freeport"
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/drainkit/drainkit/internal/pid1/pid1test"
 )
 
@@ -485,7 +486,7 @@ func daemonStarted(t *testing.T, events string) {
 // Report names, still running.
 func killHeldDaemon(t *testing.T, report string) {
 	t.Helper()
-	require.Eventually(t, func() bool { _, err := os.Stat(report); return err == nil }, 20*time.Second, 10*time.Millisecond, "the Report written")
+	require.Eventually(t, func() bool { return lastreporttest.Finished(report) }, 20*time.Second, 10*time.Millisecond, "the Report written")
 	rep := readReport(t, report)
 	require.NotNil(t, rep.Daemon)
 	require.False(t, rep.Daemon.Exited, "the daemon still runs: %s", rep.Daemon)

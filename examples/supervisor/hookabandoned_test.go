@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/drainkit/drainkit/ublk"
 )
 
@@ -124,7 +125,7 @@ func TestTeardownAfterTheServerExitedTakesTheReserveOfAShorterDeletion(t *testin
 	let := time.AfterFunc(time.Second, func() { letGo <- time.Now(); _ = os.Remove(dm0) })
 	defer let.Stop()
 
-	require.Eventually(t, func() bool { _, err := os.Stat(n.report); return err == nil }, 20*time.Second, 10*time.Millisecond, "the Report written")
+	require.Eventually(t, func() bool { return lastreporttest.Finished(n.report) }, 20*time.Second, 10*time.Millisecond, "the Report written")
 	rep := readReport(t, n.report)
 	require.NotNil(t, rep.Ublk)
 	require.NotNil(t, rep.Daemon)

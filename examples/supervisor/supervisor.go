@@ -106,6 +106,7 @@ type supervisor struct {
 	counted   *recorder    // what readiness, the preStop wait and the plan list: listed, or notPaused's; its last IDs kept (exited.go)
 	sweepList pause.Lister // what the final sweep lists: src's running ones, or notPaused's (settle.go)
 	drainer   *drain.Drainer
+	progress  *lastreport.Progress // the drain's account in -report while it runs; nil without -report
 	preserver *limited
 	learned   *learned.Start     // from what the last drain learned (-state-dir); saves this one's
 	pod       *kube.Pod          // this pod in the Kubernetes API (-pod); nil: none
@@ -293,7 +294,7 @@ func (s *supervisor) build(pc pause.Config) error {
 	}
 	s.preserver = &limited{Preserver: p, src: s.src}
 	s.preserver.cold.Store(pc.Limit == 0) // adaptive from the default start: nothing learned, no -concurrency
-	s.drainer, err = drain.New(drain.Config{
+	cfg := drain.Config{
 		Budget:        s.budget,
 		Sandboxes:     s.counted,
 		Preserver:     s.preserver,
@@ -302,7 +303,15 @@ func (s *supervisor) build(pc pause.Config) error {
 		MeterProvider: s.meters,
 		Pod:           s.pod,
 		KubeletGrace:  s.kubelet,
-	})
+	}
+	if s.cfg.report != "" {
+		// This drain's account in -report from its start, in its "drain" member, so that a
+		// SIGKILL mid-drain leaves it, unfinished, rather than an earlier drain's Report
+		// (docs/faults.md row 1513). The server's sandboxes are listed over HTTP, not
+		// cheaply: the drain's count alone.
+		s.progress = lastreport.Follow(&cfg, s.cfg.report, 0o666, s.log, nil).In("drain")
+	}
+	s.drainer, err = drain.New(cfg)
 	if err != nil {
 		return fmt.Errorf("-grace %v too short: %w", s.cfg.grace, err)
 	}
@@ -486,7 +495,9 @@ func (s *supervisor) run(ctx context.Context, sigs *caught) int {
 		s.log.Info("supervisor: the termination begins after the "+signame.Name(sig)+" that came while it started",
 			"arrived", at, "started_after", time.Since(at).Round(time.Millisecond))
 	}
+	s.progress.Start(s.drainer)
 	rep := s.supervise(ctx, sigs.C)
+	s.progress.Stop() // the Report finish writes is the last written
 	s.finish(rep)
 	s.learned.Save(rep.Drain, s.budget, s.steps)
 	s.holdWhileDaemonServes()

@@ -15,4 +15,15 @@
 //		err = lastreport.Write(path, data, 0o600, logger)
 //	}
 //	// err != nil: no Report at path, this drain's or another's (unless the error says so)
+//
+// Written only at the drain's end, the Report was what a SIGKILL mid-drain (a restarted
+// kubelet's orphan cleanup, the OOM killer) cut: the file then held the earlier drain's
+// (docs/faults.md row 1510). A Progress keeps the drain's account there from its start,
+// marked "unfinished", rewritten at each phase's end and at most once every Every as
+// the node's counts change, until the final Report replaces it:
+//
+//	p := lastreport.Follow(&cfg, path, 0o600, logger, node) // before drain.New(cfg)
+//	p.Start(d)
+//	rep := d.Shutdown(ctx)
+//	p.Stop() // the Report, written next, is the last
 package lastreport

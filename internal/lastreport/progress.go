@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,6 +50,8 @@ type Progress struct {
 	node   func() map[string]int
 	write  func(path string, data []byte, perm os.FileMode) error // the rewrites' write: durable.WriteFile
 
+	member string // the account nests in this member of the file ("drain"), "" for none
+
 	mu      sync.Mutex
 	started bool            // Start was called
 	rep     json.RawMessage // the Report as the drain last told it; nil before
@@ -62,8 +65,8 @@ type Progress struct {
 
 // Follow makes a Progress for the drain that cfg (before drain.New) builds: its account
 // at path (perm before the umask), its lines to logger (nil: slog.Default()), the
-// server's own count of its sandboxes by state from node (nil: none; called at most
-// once every Every, it must be cheap).
+// server's own count of its sandboxes by state from node (nil: none; called once every
+// Every and at each phase's end, it must be cheap).
 func Follow(cfg *drain.Config, path string, perm os.FileMode, logger *slog.Logger, node func() map[string]int) *Progress {
 	if logger == nil {
 		logger = slog.Default()
@@ -91,10 +94,22 @@ func (p *Progress) tell(rep any, next string) {
 	}
 }
 
-// Start follows d, the Drainer made from the Config given to Follow, until Stop: at
+// In makes the account the member of a JSON object, {"member": account}, for a file
+// whose finished Report holds the drain's there (the supervisor's "drain"), where
+// drainkit report reads it. Call it before Start. It returns p.
+func (p *Progress) In(member string) *Progress {
+	p.member = member
+	return p
+}
+
+// Start follows d, the Drainer made from the Config given to Follow, until Stop (a nil
+// Progress: none): at
 // its termination's start it writes the account (replacing the earlier shutdown's, by
 // Write's rule), then rewrites it as the drain goes.
 func (p *Progress) Start(d *drain.Drainer) {
+	if p == nil { // no file to keep the account in
+		return
+	}
 	p.mu.Lock()
 	p.started = true
 	p.mu.Unlock()
@@ -104,6 +119,9 @@ func (p *Progress) Start(d *drain.Drainer) {
 // Stop ends the rewrites and waits for one in progress (none before Start), so that the final Report, which
 // the caller writes next, is the last written.
 func (p *Progress) Stop() {
+	if p == nil {
+		return
+	}
 	p.once.Do(func() { close(p.stop) })
 	p.mu.Lock()
 	started := p.started
@@ -205,6 +223,10 @@ func (p *Progress) account(d *drain.Drainer, began time.Time, counts map[string]
 	// {"unfinished":{...}} and {"start":...} make {"unfinished":{...},"start":...}.
 	out := append(head[:len(head)-1:len(head)-1], ',')
 	out = append(out, rep[1:]...)
+	if p.member != "" {
+		name, _ := json.Marshal(p.member)
+		out = slices.Concat([]byte("{"), name, []byte(":"), out, []byte("}"))
+	}
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, out, "", "  "); err != nil {
 		return out

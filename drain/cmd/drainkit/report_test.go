@@ -521,3 +521,15 @@ func TestReportOfAnUnfinishedDrainSaysItDidNotFinish(t *testing.T) {
 	require.Equal(t, 1, code, "%s%s", out, errw)
 	assert.Contains(t, out, "UNFINISHED")
 }
+
+// The supervisor keeps its drain's account in its -report's "drain" member while the
+// drain runs (row 1513): report reads it there, UNFINISHED, exit 1.
+func TestReportOfTheSupervisorsUnfinishedDrainSaysItDidNotFinish(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "sandboxd-unfinished.json"))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "report.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"drain": `+string(data)+`}`), 0o600))
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, 1, code, "%s%s", out, errw)
+	assert.Contains(t, out, "Verdict      UNFINISHED: the drain did not finish")
+}

@@ -96,16 +96,20 @@ func DrainOnAFullFileSystem(t testing.TB, s Server, stderr fmt.Stringer, report,
 }
 
 // Finished reports whether path holds a finished drain's Report: a file with no
-// "unfinished" member, which the account of a drain still running has
-// (lastreport.Progress). A test that waited for the file to exist, as the sign that the
-// drain had ended, waits for this.
+// "unfinished" member, at its top or in its "drain" (the supervisor's), which the
+// account of a drain still running has (lastreport.Progress). A test that waited for
+// the file to exist, as the sign that the drain had ended, waits for this.
 func Finished(path string) bool {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return false
 	}
-	var acc struct {
+	type account struct {
 		Unfinished json.RawMessage `json:"unfinished"`
 	}
-	return json.Unmarshal(data, &acc) == nil && acc.Unfinished == nil
+	var acc struct {
+		account
+		Drain *account `json:"drain"`
+	}
+	return json.Unmarshal(data, &acc) == nil && acc.Unfinished == nil && (acc.Drain == nil || acc.Drain.Unfinished == nil)
 }
