@@ -116,7 +116,8 @@ func (p *Progress) Start(d *drain.Drainer) {
 	go p.run(d)
 }
 
-// Stop ends the rewrites and waits for one in progress (none before Start), so that the final Report, which
+// Stop ends the rewrites, dropping one not begun (a phase's end told just before: the
+// final Report comes next), and waits for one in progress (none before Start), so that the final Report, which
 // the caller writes next, is the last written.
 func (p *Progress) Stop() {
 	if p == nil {

@@ -57,6 +57,7 @@ func TestProgressRewritesAtMostOnceASecondAsSandboxesSettle(t *testing.T) {
 		require.NoError(t, err)
 		p.Start(d)
 		rep := d.Shutdown(context.Background())
+		synctest.Wait() // the preserve phase's end written; Stop would skip it, the final Report next
 		p.Stop()
 		require.Equal(t, 100, rep.Preserve.Counts[pause.Preserved])
 
