@@ -42,6 +42,10 @@ func (r *run) list() ([]Sandbox, error) {
 		}
 		return nil, fmt.Errorf("pause: Run's context had ended before the Lister was called, no time to list: %w", err)
 	}
+	if r.cfg.progress > 0 { // for the progress line (logProgress)
+		r.listingBegan()
+		defer r.listing.Store(0)
+	}
 	var bo backoff.BackOff
 	var prev error
 	for {
@@ -54,6 +58,7 @@ func (r *run) list() ([]Sandbox, error) {
 			return list, err
 		}
 		prev = err
+		r.listingFailed()
 		if bo == nil {
 			bo = r.cfg.newBackOff()
 			bo.Reset()

@@ -99,10 +99,16 @@ type run struct {
 	// The counts a progress line reports, kept only when one can be
 	// logged (cfg.progress > 0): four atomic additions per sandbox, on
 	// words every worker writes, are a cost no one would read otherwise.
-	left       atomic.Int64 // sandboxes listed and not settled
-	finished   atomic.Int64 // sandboxes settled
-	preservedN atomic.Int64 // of them, preserved
-	failedN    atomic.Int64 // of them, failed or timed out
+	left     atomic.Int64 // sandboxes listed and not settled
+	finished atomic.Int64 // sandboxes settled
+	// Of them, preserved and failed (or timed out): 32 bits, as a
+	// listing's indices are (lastIDs), leave the word listing takes.
+	preservedN atomic.Int32
+	failedN    atomic.Int32
+	// listing is the listing in progress, for the line (see listingState);
+	// 0 when none is. Without it a line logged while the first listing
+	// hangs said "preserved 0/0", the line of a node with no sandboxes.
+	listing atomic.Int64
 
 	progress   *time.Timer // logs progress; nil when off
 	progressMu sync.Mutex  // held while a progress line is logged
@@ -939,15 +945,76 @@ func (r *run) startProgress() {
 // logProgress logs the line an operator reads during a long preserve phase:
 // "pause: progress: preserved 120/200, 3 failed, 41s to the preserve
 // deadline", with the same counts as attributes. The total is what the
-// passes listed so far.
+// passes listed so far. While a listing is in progress the line says how
+// long it has been waited for: before any sandbox was listed, in place of
+// the counts, which would read as a node with none.
 func (r *run) logProgress(now time.Time) {
 	done, left := r.finished.Load(), r.left.Load()
-	preserved, failed := r.preservedN.Load(), r.failedN.Load()
-	msg := fmt.Sprintf("pause: progress: preserved %d/%d, %d failed, %s", preserved, done+left, failed, r.untilDeadline(now))
-	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, msg,
-		slog.Int64("preserved", preserved), slog.Int64("failed", failed),
+	preserved, failed := int64(r.preservedN.Load()), int64(r.failedN.Load())
+	counts := fmt.Sprintf("preserved %d/%d, %d failed, ", preserved, done+left, failed)
+	attrs := []slog.Attr{slog.Int64("preserved", preserved), slog.Int64("failed", failed),
 		slog.Int64("done", done), slog.Int64("left", left),
-		slog.String("time_left", fmtLeft(r.phaseEnd())), slog.Int64("limit", r.p.limit.Load()))
+		slog.String("time_left", fmtLeft(r.phaseEnd())), slog.Int64("limit", r.p.limit.Load())}
+	if at, fails, ok := r.listingState(); ok {
+		waited := now.Sub(at)
+		if done+left == 0 {
+			counts = ""
+		}
+		counts += listingLine(waited, fails, done+left == 0) + ", "
+		attrs = append(attrs, slog.Duration("listing_for", waited), slog.Int("listing_failed", fails))
+	}
+	r.cfg.log.LogAttrs(r.ctx, slog.LevelInfo, "pause: progress: "+counts+r.untilDeadline(now), attrs...)
+}
+
+// listingLine says how long the listing in progress has been waited for
+// and how many of its attempts failed; first says no sandbox is listed
+// yet.
+func listingLine(waited time.Duration, fails int, first bool) string {
+	what := "listing again: no answer yet"
+	switch {
+	case first && fails > 0:
+		what = "listing: no sandboxes listed yet"
+	case first:
+		what = "listing: no answer yet"
+	}
+	if fails > 0 {
+		return fmt.Sprintf("%s after %s, %d attempts failed", what, roughly(waited), fails)
+	}
+	return what + " after " + roughly(waited)
+}
+
+// The listing word holds the listing in progress: its start, in
+// milliseconds from the Run's plus one, above listFailBits bits that count
+// its failed attempts (to listFailMax). One word: the run is at the edge
+// of its size class (size_internal_test.go).
+const (
+	listFailBits = 16
+	listFailMax  = 1<<listFailBits - 1
+)
+
+// listingBegan marks a listing begun now, with no attempt failed. Only
+// list, on Run's goroutine, writes the word.
+func (r *run) listingBegan() {
+	ms := int64(time.Since(r.rep.Start) / time.Millisecond)
+	r.listing.Store((ms + 1) << listFailBits)
+}
+
+// listingFailed counts a failed attempt of the listing in progress.
+func (r *run) listingFailed() {
+	if v := r.listing.Load(); v != 0 && v&listFailMax < listFailMax {
+		r.listing.Add(1)
+	}
+}
+
+// listingState returns when the listing in progress began and how many of
+// its attempts failed; ok is false when none is in progress.
+func (r *run) listingState() (at time.Time, fails int, ok bool) {
+	v := r.listing.Load()
+	if v == 0 {
+		return time.Time{}, 0, false
+	}
+	at = r.rep.Start.Add(time.Duration(v>>listFailBits-1) * time.Millisecond)
+	return at, int(v & listFailMax), true
 }
 
 // untilDeadline says how far the phase deadline is (a hard deadline
