@@ -216,6 +216,9 @@ func graceOf(spec *podSpec, log *slog.Logger) (time.Duration, error) {
 	case spec.id.Static:
 		log.Warn("drain: grace from a static pod's spec.terminationGracePeriodSeconds, read through its mirror pod: a start before the kubelet makes the mirror pod "+
 			"(at the node's boot, before it reaches the API server) cannot read it, and fails; set "+EnvGrace+" to it", "grace", g)
+	case g == time.Second: // what the kubelet gives a 0 too (kube.Spec.Grace)
+		log.Warn("drain: grace from the pod's spec.terminationGracePeriodSeconds: 1 s, which the kubelet gives a 0 or a 1, SIGKILL 2 s after SIGTERM: "+
+			"planning the drain in it; give the pod the time its sandboxes' preserves take", "grace", g)
 	default:
 		log.Info("drain: grace from the pod's spec.terminationGracePeriodSeconds", "grace", g)
 	}

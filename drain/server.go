@@ -310,6 +310,9 @@ func NewServer(srv *http.Server, sandboxes pause.Lister, steps ...Step) (_ *Serv
 			// pod's spec, read, wins over one that disagrees, and raising
 			// the variable would change nothing.
 			src := fmt.Sprintf("the pod's spec.terminationGracePeriodSeconds (%v)", grace)
+			if grace == time.Second { // kube.Spec.Grace
+				src = "the pod's spec.terminationGracePeriodSeconds (1s, which the kubelet gives a 0 too)"
+			}
 			if v := os.Getenv(EnvGrace); v != "" {
 				if env, err := durationEnv(EnvGrace); err == nil && env == grace || pod == nil {
 					src = fmt.Sprintf("%s=%s (%v)", EnvGrace, v, grace)

@@ -544,9 +544,10 @@ const skewNews = 2 * time.Second
 // Grace reads the pod's spec.terminationGracePeriodSeconds: the grace the
 // kubelet gives the pod unless a deletion asks for less (see Deletion). A
 // server can size its budget with it at start instead of repeating the
-// manifest's number in a flag. It returns an *APIError for an answer other
-// than 200, an error if the spec has no positive grace or one longer than a
-// time.Duration holds (292 years), and ctx's error if ctx ends first.
+// manifest's number in a flag. A grace of 0 is 1 s, which the kubelet gives
+// it. It returns an *APIError for an answer other than 200, an error if the
+// spec has no grace, a negative one or one longer than a time.Duration
+// holds (292 years), and ctx's error if ctx ends first.
 func (p *Pod) Grace(ctx context.Context) (time.Duration, error) {
 	return readSpec(p, ctx, "kube.Pod.Grace", func(spec Spec, span trace.Span) (time.Duration, error) {
 		if g := spec.s.TerminationGracePeriodSeconds; g != nil {
@@ -623,12 +624,18 @@ type Spec struct {
 }
 
 // Grace is the spec's terminationGracePeriodSeconds, as Pod.Grace returns
-// it: an error if it has no positive grace or one longer than a
-// time.Duration holds (292 years).
+// it: 1 s for 0, an error if it has no grace, a negative one or one longer
+// than a time.Duration holds (292 years). The API server keeps a 0, and the
+// kubelet then gives the pod 1 s ("no matter what, we always supply a
+// grace period of 1", its calculateEffectiveGracePeriod): its preStop hook
+// runs for 1 s at most and SIGKILL comes 2 s after SIGTERM. Refused, a
+// server sized by it could not start on such a pod.
 func (s Spec) Grace() (time.Duration, error) {
 	switch g := s.s.TerminationGracePeriodSeconds; {
-	case g == nil || *g <= 0:
-		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or not positive", s.ns, s.name)
+	case g != nil && *g == 0:
+		return time.Second, nil
+	case g == nil || *g < 0:
+		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or negative", s.ns, s.name)
 	case *g > maxSeconds: // the API server keeps any int64 >= 0
 		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is %d, more than a time.Duration holds (%d s)",
 			s.ns, s.name, *g, maxSeconds)

@@ -896,6 +896,21 @@ func TestGraceNamesWhatIsWrongWithTheSpec(t *testing.T) {
 	}
 }
 
+// The API server keeps a terminationGracePeriodSeconds of 0, and the
+// kubelet gives such a pod 1 s (calculateEffectiveGracePeriod): Grace
+// refused it, "missing or not positive", and a server sized by it could
+// not start. A negative one, which the API server refuses, still is.
+func TestAZeroGraceIsTheKubeletsOneSecond(t *testing.T) {
+	_, cfg := newAPIServer(t, podJSON(t, func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = new(int64(0)) }))
+	g, err := newPod(t, cfg, testPod).Grace(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, g)
+
+	_, cfg = newAPIServer(t, podJSON(t, func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = new(int64(-1)) }))
+	_, err = newPod(t, cfg, testPod).Grace(t.Context())
+	assert.ErrorContains(t, err, "spec.terminationGracePeriodSeconds is missing or negative")
+}
+
 func TestPreStopSleepsReadsEachContainersHook(t *testing.T) {
 	_, cfg := newAPIServer(t, podJSON(t, func(p *corev1.Pod) {
 		p.Spec.Containers = []corev1.Container{

@@ -34,7 +34,7 @@ type Pod struct {
 	mu         sync.Mutex
 	deletion   time.Time // zero: none
 	delGrace   int64     // deletionGracePeriodSeconds; zero: absent
-	grace      int64     // zero: none
+	grace      *int64    // nil: none
 	priority   int32     // spec.priority; zero: absent
 	containers []corev1.Container
 	status     int  // non-zero: every request is answered with it
@@ -73,7 +73,7 @@ func (p *Pod) Delete(at time.Time, grace time.Duration) {
 }
 
 // SetGrace sets the pod's spec.terminationGracePeriodSeconds.
-func (p *Pod) SetGrace(seconds int64) { p.set(func() { p.grace = seconds }) }
+func (p *Pod) SetGrace(seconds int64) { p.set(func() { p.grace = &seconds }) }
 
 // SetPriority sets the pod's spec.priority, its PriorityClass's value.
 func (p *Pod) SetPriority(priority int32) { p.set(func() { p.priority = priority }) }
@@ -162,8 +162,8 @@ func (p *Pod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.delGrace != 0 {
 			pod.DeletionGracePeriodSeconds = new(p.delGrace)
 		}
-		if p.grace != 0 {
-			pod.Spec.TerminationGracePeriodSeconds = new(p.grace)
+		if p.grace != nil {
+			pod.Spec.TerminationGracePeriodSeconds = new(*p.grace)
 		}
 		if p.priority != 0 {
 			pod.Spec.Priority = new(p.priority)
