@@ -574,7 +574,7 @@ func (w *Worker) open() (err error) {
 	// stalls before the step does.
 	w.grpc = grpc.NewServer(grpc.ForceServerCodec(jsonCodec{}),
 		grpc.ConnectionTimeout(w.grpcReserve()/2),
-		grpc.ChainUnaryInterceptor(draingrpc.UnaryServerInterceptor(gate, classify)),
+		grpc.ChainUnaryInterceptor(w.restoreRefused, draingrpc.UnaryServerInterceptor(gate, classify)),
 		grpc.ChainStreamInterceptor(draingrpc.StreamServerInterceptor(gate, classify)))
 	w.grpc.RegisterService(&serviceDesc, w)
 	if err := w.buildDrainer(gate); err != nil {
@@ -1199,6 +1199,34 @@ func (w *Worker) Restore(ctx context.Context, req *IDRequest) (*SandboxReply, er
 			"id", req.ID, "error", err)
 	}
 	return reply(info, err)
+}
+
+// restoreRefused is the unary interceptor in front of the gate's. The gate refuses a
+// Restore while the worker drains (codes.Unavailable, its handler not called: Restore
+// itself answers no Unavailable) with its words for new work, "retry on another node";
+// but the checkpoint of a sandbox this worker holds paused is in its state directory (a
+// hostPath), which no other node has, and a client that did as told found no such
+// sandbox there (NotFound), as if it were gone. That refusal says to restore it here once
+// the worker serves again. Any other call, and a Restore of a sandbox not paused here,
+// keep the gate's answer.
+func (w *Worker) restoreRefused(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	reply, err := handler(ctx, req)
+	r, ok := req.(*IDRequest)
+	if !ok || info.FullMethod != MethodRestore || status.Code(err) != codes.Unavailable || !w.pausedHere(r.ID) {
+		return reply, err
+	}
+	return nil, status.Errorf(codes.Unavailable, "worker draining: Restore of %s not started: its checkpoint is in this worker's state directory, "+
+		"which no other node has: restore it here once the worker serves again", r.ID)
+}
+
+// pausedHere reports whether the node holds sandbox id paused.
+func (w *Worker) pausedHere(id string) bool {
+	for _, info := range w.node.List() {
+		if info.ID == id {
+			return info.State == sandbox.Paused
+		}
+	}
+	return false
 }
 
 // List implements the List RPC.
