@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -68,7 +69,8 @@ func TestProgressCountsTheListingsFailedAttempts(t *testing.T) {
 			}
 			return node.List(ctx)
 		})
-		p, err := pause.New(flaky, pause.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil)), ProgressInterval: 5 * time.Second})
+		p, err := pause.New(flaky, pause.Config{Logger: slog.New(slog.NewTextHandler(&buf, nil)), ProgressInterval: 5500 * time.Millisecond,
+			BackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Second) }})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
@@ -76,7 +78,9 @@ func TestProgressCountsTheListingsFailedAttempts(t *testing.T) {
 		assert.Equal(t, 2, rep.Counts[pause.Preserved])
 		lines := progressLines(buf.String())
 		require.NotEmpty(t, lines)
-		assert.Regexp(t, `msg="pause: progress: listing: no sandboxes listed yet after 5s, [12] attempts failed, 55s to the preserve deadline"`, lines[0])
+		// Attempts fail at 2 and 5 s (2 s each, 1 s apart); the third runs at 5.5 s.
+		assert.Contains(t, lines[0], `msg="pause: progress: listing: no sandboxes listed yet after 5.5s, 2 attempts failed, 55s to the preserve deadline"`)
+		assert.Contains(t, lines[0], "listing_for=5.5s listing_failed=2")
 		assert.NotContains(t, buf.String(), "0/0")
 	})
 }
