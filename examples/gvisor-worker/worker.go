@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -173,6 +174,10 @@ type Worker struct {
 	// stops are the escalations, each a sandbox's SIGTERM, wait and SIGKILL: those begun
 	// at the preserve phase's deadline (escalateEarly) and the escalate step's.
 	stops stops
+	// preserveOver is the budget's SIGKILL when the preserve phase's deadline passed
+	// (preserver.Run), nil before: until the budget moves SIGKILL later, which runs the
+	// phase again, no Checkpoint RPC starts (checkpointTooLate).
+	preserveOver atomic.Pointer[time.Time]
 }
 
 // stops holds, per sandbox ID, whether checkpoints of the Preserver's are in flight or the
@@ -485,7 +490,11 @@ func (p preserver) Run(ctx context.Context, hard time.Time) *pause.Report {
 	begun := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(begun)
-		if !budget.Kill().After(kill) && !errors.Is(context.Cause(ctx), drain.ErrForced) {
+		if budget.Kill().After(kill) {
+			return
+		}
+		p.w.preserveOver.Store(&kill)
+		if !errors.Is(context.Cause(ctx), drain.ErrForced) {
 			p.w.escalateEarly(kill)
 		}
 	})
@@ -1173,10 +1182,31 @@ func (w *Worker) Run(ctx context.Context, req *RunRequest) (*SandboxReply, error
 	return reply(info, err)
 }
 
-// Checkpoint implements the Checkpoint RPC.
+// Checkpoint implements the Checkpoint RPC. Once the drain's preserve phase has reached
+// its deadline it is refused, FailedPrecondition (checkpointTooLate).
 func (w *Worker) Checkpoint(ctx context.Context, req *IDRequest) (*SandboxReply, error) {
+	if err := w.checkpointTooLate(); err != nil {
+		return nil, err
+	}
 	info, err := w.node.Pause(ctx, req.ID)
 	return reply(info, err)
+}
+
+// checkpointTooLate refuses a client's checkpoint once the drain's preserve phase has
+// reached its deadline, as the Preserver starts none after it: the time left is the
+// escalate step's (the SIGTERM that lets a sandbox's actor save itself, then SIGKILL) and
+// the exit's. The gate admits a Checkpoint during the drain, and one started then held
+// its sandbox from the escalation, which waited for it in vain and named the sandbox, and
+// ran into the grpc step, which cut the call (a runsc checkpoint, never cut, runs on into
+// the kubelet's SIGKILL). A budget that moved SIGKILL later since runs the phase again:
+// checkpoints start again.
+func (w *Worker) checkpointTooLate() error {
+	kill := w.preserveOver.Load()
+	if kill == nil || w.drainer.Budget().Kill().After(*kill) {
+		return nil
+	}
+	return status.Error(codes.FailedPrecondition, "worker draining: the drain's preserve phase ended at its deadline, and no checkpoint starts after it: "+
+		"the time left is the escalation's (SIGTERM, for the sandbox to save itself, then SIGKILL) and the exit's")
 }
 
 // Restore implements the Restore RPC. Its context keeps a restore from starting, never
