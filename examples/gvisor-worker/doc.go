@@ -4,8 +4,10 @@
 //
 //	gvisor-worker -state-dir /var/lib/worker -grace 1h -concurrency 8
 //
-// On SIGTERM: Run and Restore answer codes.Unavailable while Checkpoint stays allowed (an
-// actor may still suspend itself); every live sandbox is checkpointed in parallel inside
+// On SIGTERM: Run and Restore answer codes.Unavailable (a Restore of a sandbox checkpointed
+// here says to restore it here once the worker serves again: its checkpoint is in this
+// state directory) while Checkpoint stays allowed (an actor may still suspend itself) until
+// the preserve phase's deadline, then answers codes.FailedPrecondition; every live sandbox is checkpointed in parallel inside
 // the budget the grace period leaves (not a fixed minute: -grace, cut to the pod's
 // deletionTimestamp when -pod, default $POD_NAME, gives API access), as many at once as the node
 // takes (-concurrency 0, the default: the adaptive limit, from the level the last
