@@ -1,7 +1,3 @@
-// Package lastreporttest gives the tests of a Report that cannot be written
-// (internal/lastreport, and the servers that write theirs with it) a real full file
-// system: a tmpfs of its own, filled up. Mounting one needs root; the test is skipped
-// otherwise.
 package lastreporttest
 
 import (
