@@ -7,6 +7,7 @@
 //
 // It counts what a user can name: exported package-level constants,
 // variables, functions and types, the exported methods of exported types,
-// and the exported fields of exported struct types. Test files are left
-// out.
+// and the exported fields of exported struct types, as internal/exported
+// reads them (internal/doccheck checks each has a doc comment from the same
+// reading). Test files are left out.
 package main

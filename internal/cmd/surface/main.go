@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -11,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/drainkit/drainkit/internal/exported"
 )
 
 func main() {
@@ -88,86 +89,15 @@ func count(root string) (map[string][]string, error) {
 			return nil
 		}
 		dir := filepath.ToSlash(filepath.Dir(rel))
-		out[dir] = append(out[dir], exported(f)...)
+		for _, n := range exported.Names(f) {
+			out[dir] = append(out[dir], n.Name)
+		}
 		return nil
 	})
 	for dir, names := range out {
 		out[dir] = dedup(names)
 	}
 	return out, err
-}
-
-// exported lists the exported identifiers a file declares.
-func exported(f *ast.File) []string {
-	var names []string
-	for _, decl := range f.Decls {
-		switch d := decl.(type) {
-		case *ast.FuncDecl:
-			if !d.Name.IsExported() {
-				continue
-			}
-			if d.Recv == nil {
-				names = append(names, d.Name.Name)
-			} else if recv := recvType(d.Recv.List[0].Type); ast.IsExported(recv) {
-				names = append(names, recv+"."+d.Name.Name)
-			}
-		case *ast.GenDecl:
-			for _, spec := range d.Specs {
-				switch s := spec.(type) {
-				case *ast.ValueSpec:
-					for _, n := range s.Names {
-						if n.IsExported() {
-							names = append(names, n.Name)
-						}
-					}
-				case *ast.TypeSpec:
-					if !s.Name.IsExported() {
-						continue
-					}
-					names = append(names, s.Name.Name)
-					names = append(names, members(s.Name.Name, s.Type)...)
-				}
-			}
-		}
-	}
-	return names
-}
-
-// members lists the exported fields of a struct type and the exported
-// methods of an interface type.
-func members(typ string, expr ast.Expr) []string {
-	var list *ast.FieldList
-	switch t := expr.(type) {
-	case *ast.StructType:
-		list = t.Fields
-	case *ast.InterfaceType:
-		list = t.Methods
-	default:
-		return nil
-	}
-	var names []string
-	for _, field := range list.List {
-		for _, n := range field.Names {
-			if n.IsExported() {
-				names = append(names, typ+"."+n.Name)
-			}
-		}
-	}
-	return names
-}
-
-func recvType(expr ast.Expr) string {
-	switch t := expr.(type) {
-	case *ast.StarExpr:
-		return recvType(t.X)
-	case *ast.IndexExpr:
-		return recvType(t.X)
-	case *ast.IndexListExpr:
-		return recvType(t.X)
-	case *ast.Ident:
-		return t.Name
-	}
-	return ""
 }
 
 // topLevel keeps the package-level names: those without a "Type." prefix.
