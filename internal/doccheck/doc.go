@@ -17,6 +17,12 @@
 // page, since a moved file or a reworded heading leaves the reader at
 // nothing.
 //
+// And it keeps the project's definition of done, package by package: every
+// package of the module has a doc.go, an Example function in its test files,
+// and, where it has tests, a TestMain that runs them under
+// goleak.VerifyTestMain; every exported name (package-level, or a method of
+// an exported type, as internal/exported reads them) has a doc comment.
+//
 // Run it with the rest of the tests:
 //
 //	go test ./internal/doccheck
