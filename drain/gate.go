@@ -90,6 +90,7 @@ type Gate struct {
 	gated    int                              // in-flight operations of gated classes, streams apart
 	idle     chan struct{}                    // closed when gated drops to 0; nil while gated == 0
 	left     chan struct{}                    // closed when any operation leaves, for waitClasses; nil when none waits
+	entries  uint64                           // operations admitted, Streams apart: countedSince
 	rejects  metric.Int64Counter              // set by New, or the global provider's at the first rejection
 	streams  map[*int]context.CancelCauseFunc // the Middleware's streams in flight, ended by endStreams
 	ended    bool                             // endStreams ran: a stream is refused now
@@ -219,6 +220,9 @@ func (g *Gate) enter(c Class, w way) (leave func(), err error) {
 		g.inflight = make(map[Class]int)
 	}
 	g.inflight[c]++
+	if c != Stream {
+		g.entries++
+	}
 	if waited {
 		if g.gated == 0 {
 			g.idle = make(chan struct{})
@@ -335,6 +339,14 @@ func (g *Gate) waitCounted(ctx context.Context) error {
 		}
 		return false
 	})
+}
+
+// counted returns the number of operations admitted so far, Streams
+// apart: the same number at two times says none of them entered between.
+func (g *Gate) counted() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.entries
 }
 
 // waitWhile blocks until busy, called under g.mu, is false, or ctx is

@@ -285,7 +285,10 @@ func httpStep(name string, srv *http.Server, reserve deadline.Reserve) Step {
 }
 
 // boundUncounted returns ctx cut, once no operation the Drainer's gate
-// counts is in flight (Streams apart), reserve later: what the server
+// counts is in flight (Streams apart), reserve later, when none entered
+// the gate meanwhile; one that did (an exempt delete of a request that
+// checkpointed first) is waited for, and the reserve runs again from its
+// end (docs/faults.md row 1490): what the server
 // still serves then is no operation of the drain's (a gRPC stream served
 // through ServeHTTP, such as a load balancer's health Watch, which never
 // ends by itself), and waiting for it to the step's deadline held the
@@ -298,19 +301,34 @@ func boundUncounted(ctx context.Context, reserve deadline.Reserve) (context.Cont
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
-		if g.waitCounted(ctx) != nil {
-			return
-		}
-		r := reserve()
-		t := time.NewTimer(r)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			cancel(fmt.Errorf("%v after the last operation the gate counted ended (the step's reserve)", r))
-		case <-ctx.Done():
+		for {
+			if g.waitCounted(ctx) != nil {
+				return
+			}
+			seen := g.counted()
+			r := reserve()
+			if !sleepCtx(ctx, r) {
+				return
+			}
+			if g.counted() == seen { // none entered: idle all the reserve
+				cancel(fmt.Errorf("%v after the last operation the gate counted ended (the step's reserve)", r))
+				return
+			}
 		}
 	}()
 	return ctx, func() { cancel(nil) }
+}
+
+// sleepCtx waits d, or until ctx is done: it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // gateKey is the context key of the Drainer's gate in a step's context.

@@ -159,3 +159,82 @@ func TestHTTPStepEndsAGRPCWatchServedThroughServeHTTPAfterItsReserve(t *testing.
 		gs.Stop()
 	})
 }
+
+// A request whose handler enters the gate twice, an exempt checkpoint, work
+// the gate does not see (an upload of the image), then an exempt delete, is
+// in flight when drain's HTTPServerStep begins. Between its two operations
+// the gate counts none for a moment. Fault: the step's reserve ran from
+// that moment whatever entered the gate after it, and closed the
+// connection 1 s after the checkpoint ended, in the middle of the delete,
+// which the gate counted: the client's request failed, the step Failed.
+// The reserve runs from the last counted operation's end.
+func TestHTTPStepReserveRunsFromTheLastCountedOperationsEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &drain.Gate{Exempt: []drain.Class{drain.Checkpoint, drain.Delete}}
+		op := func(c drain.Class, d time.Duration) error {
+			leave, err := g.Enter(c)
+			if err != nil {
+				return err
+			}
+			defer leave()
+			time.Sleep(d) // the operation's work, in virtual time
+			return nil
+		}
+		entered, handled := make(chan struct{}), make(chan struct{})
+		var deleted time.Time // the delete's end, read after handled
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(entered)
+			defer close(handled)
+			if err := op(drain.Checkpoint, time.Second); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			time.Sleep(500 * time.Millisecond) // the image's upload: no operation of the gate's
+			if err := op(drain.Delete, 3*time.Second); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			deleted = time.Now()
+			io.WriteString(w, "migrated")
+		})}
+		budget, err := deadline.New(60*time.Second, deadline.Config{})
+		require.NoError(t, err)
+		d, err := drain.New(drain.Config{Budget: budget, Gate: g,
+			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
+			Steps:     []drain.Step{drain.HTTPServerStep("http", srv, time.Second)}})
+		require.NoError(t, err)
+		ln := newPipeListener()
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return ln.dial(ctx, addr) }}}
+		defer client.CloseIdleConnections()
+		type answer struct {
+			body string
+			err  error
+		}
+		answers := make(chan answer, 1)
+		go func() {
+			resp, err := client.Get("http://pipe/migrate")
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			answers <- answer{string(b), err}
+		}()
+		<-entered
+		rep := d.Shutdown(context.Background())
+		a := <-answers
+		<-handled
+		assert.NoError(t, a.err, "the delete was cut")
+		assert.Equal(t, "migrated", a.body)
+		p := rep.Phase("http")
+		require.NotNil(t, p)
+		assert.Equal(t, drain.OK, p.Result, "%s", p.Error)
+		require.False(t, deleted.IsZero(), "the delete ended")
+		assert.False(t, p.End.Before(deleted), "the step waited for the delete")
+		assert.Less(t, p.End.Sub(deleted), time.Second, "Shutdown's poll closed the idle connection, no reserve was run out")
+		assert.ErrorIs(t, <-served, http.ErrServerClosed)
+	})
+}
