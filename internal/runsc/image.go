@@ -29,8 +29,9 @@ const ImageFile = "checkpoint.img"
 // image that names a run state outside the exit path is true; one that names only exit
 // states is false. The image is read as runsc 20221219 writes it (the statefile header,
 // its JSON metadata, 32 bytes of HMAC, the chunk size, then flate-compressed chunks,
-// each after its length), a chunk at a time, and only up to the first running task: the
-// tasks come before the workload's memory. An image it cannot read so, or that names no
+// each after its length), a chunk at a time, and only up to the first running task or
+// the memory file's state, saved after the kernel's: the tasks come before the
+// workload's memory, which is not read. An image it cannot read so, or that names no
 // run state, is an error: whether anything ran is not known.
 func SavedRunning(imageDir string) (bool, error) {
 	f, err := os.Open(filepath.Join(imageDir, ImageFile))
@@ -38,15 +39,21 @@ func SavedRunning(imageDir string) (bool, error) {
 		return false, fmt.Errorf("runsc image: %w", err)
 	}
 	defer f.Close()
-	chunks, err := imageChunks(bufio.NewReader(f))
+	running, err := savedRunning(f)
 	if err != nil {
 		return false, fmt.Errorf("runsc image %s: %w", imageDir, err)
+	}
+	return running, nil
+}
+
+// savedRunning is SavedRunning of the image r reads.
+func savedRunning(r io.Reader) (bool, error) {
+	chunks, err := imageChunks(bufio.NewReader(r))
+	if err != nil {
+		return false, err
 	}
 	exiting, err := scanRunStates(chunks)
-	if err != nil {
-		return false, fmt.Errorf("runsc image %s: %w", imageDir, err)
-	}
-	return !exiting, nil
+	return !exiting && err == nil, err
 }
 
 // statefileMagic begins every gVisor state file.
@@ -130,12 +137,18 @@ func nextChunk(r *bufio.Reader) ([]byte, error) {
 	return out, nil
 }
 
-// runState matches the type name of a task's run state in a saved kernel.
-var runState = regexp.MustCompile(`pkg/sentry/kernel\.run([A-Z][A-Za-z]*)`)
+// runState matches the type name of a task's run state in a saved kernel (its
+// submatch, the state's name), or that of the memory file's state, which is saved
+// after the kernel's (no submatch): what follows it is the workload's memory.
+var runState = regexp.MustCompile(`pkg/sentry/(?:kernel\.run([A-Z][A-Za-z]*)|pgalloc\.usageSet)`)
 
-// scanRunStates reads chunks until it finds a run state outside the exit path, and
-// returns whether it found exit states alone (true) or one outside it (false); an error
-// when it found none. A name cut by a chunk's end is read with the next chunk's start.
+// scanRunStates reads chunks until it finds a run state outside the exit path, or the
+// memory file's state, and returns whether it found exit states alone (true) or one
+// outside it (false); an error when it found none. A name cut by a chunk's end is read
+// with the next chunk's start. It reads no further than the memory file's state: the
+// tasks are the kernel's, saved before it, and read to the image's end, a workload's
+// memory still mapped as it exited (runExit) was decompressed to the last page, on
+// Pause's path and Resume's (docs/faults.md row 1491).
 func scanRunStates(next func() ([]byte, error)) (exiting bool, err error) {
 	var tail []byte
 	found := false
@@ -149,13 +162,22 @@ func scanRunStates(next func() ([]byte, error)) (exiting bool, err error) {
 		}
 		buf := append(tail, chunk...)
 		for _, m := range runState.FindAllSubmatch(buf, -1) {
-			if !bytes.HasPrefix(m[1], []byte("Exit")) {
+			switch {
+			case m[1] == nil: // the memory file's state: no task after it
+				return scanned(found)
+			case !bytes.HasPrefix(m[1], []byte("Exit")):
 				return false, nil // a task that runs
 			}
 			found = true
 		}
 		tail = append([]byte(nil), buf[max(0, len(buf)-64):]...)
 	}
+	return scanned(found)
+}
+
+// scanned is scanRunStates' answer once no task is left to read: exiting when it found
+// a run state (all on the exit path), an error when it found none.
+func scanned(found bool) (exiting bool, err error) {
 	if !found {
 		return false, errors.New("no task's run state in it")
 	}
