@@ -31,7 +31,8 @@ const ImageFile = "checkpoint.img"
 // its JSON metadata, 32 bytes of HMAC, the chunk size, then flate-compressed chunks,
 // each after its length), a chunk at a time, and only up to the first running task or
 // the memory file's state, saved after the kernel's: the tasks come before the
-// workload's memory, which is not read. An image it cannot read so, or that names no
+// workload's memory, which is not read. An image that ends before the memory file's
+// state is cut short, and an error. An image it cannot read so, or that names no
 // run state, is an error: whether anything ran is not known.
 func SavedRunning(imageDir string) (bool, error) {
 	f, err := os.Open(filepath.Join(imageDir, ImageFile))
@@ -148,7 +149,8 @@ var runState = regexp.MustCompile(`pkg/sentry/(?:kernel\.run([A-Z][A-Za-z]*)|pga
 // with the next chunk's start. It reads no further than the memory file's state: the
 // tasks are the kernel's, saved before it, and read to the image's end, a workload's
 // memory still mapped as it exited (runExit) was decompressed to the last page, on
-// Pause's path and Resume's (docs/faults.md row 1491).
+// Pause's path and Resume's (docs/faults.md row 1491). An image that ends before it
+// found a running task or the memory file's state is an error: it was cut short.
 func scanRunStates(next func() ([]byte, error)) (exiting bool, err error) {
 	var tail []byte
 	found := false
@@ -171,6 +173,12 @@ func scanRunStates(next func() ([]byte, error)) (exiting bool, err error) {
 			found = true
 		}
 		tail = append([]byte(nil), buf[max(0, len(buf)-64):]...)
+	}
+	if found {
+		// Cut short at a chunk's end: the tasks cut off may run. Taken for
+		// exiting tasks alone, the sandbox was removed as dead, its image
+		// with it (docs/faults.md row 1492).
+		return false, errors.New("the image ends before the memory file's state (pkg/sentry/pgalloc.usageSet): cut short, its other tasks not known")
 	}
 	return scanned(found)
 }

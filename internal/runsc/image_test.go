@@ -1,6 +1,7 @@
 package runsc
 
 import (
+	"bufio"
 	"bytes"
 	"compress/flate"
 	"context"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,4 +106,33 @@ func TestSavedRunningStopsAtTheWorkloadsMemory(t *testing.T) {
 	}
 	small, large := read(withMemory(t, 1)), read(withMemory(t, 256))
 	assert.Equal(t, small, large, "the memory after the tasks was read")
+}
+
+// An image cut short at a chunk's end (a copy or a disk that lost its tail)
+// with exit states in what is left says nothing of the tasks that were cut
+// off: it is an error, where SavedRunning said the workload was caught
+// exiting, and Runsc.Resume removed the sandbox, its record and its image,
+// as one that died, no fault. The real image is written again in two chunks
+// (gVisor's are 1 MiB, and a kernel's state may take several), split before
+// the memory file's state, and the second dropped.
+func TestSavedRunningOfAnImageCutAtAChunksEndIsAnError(t *testing.T) {
+	img, err := os.ReadFile(filepath.Join("testdata", "caught-exiting", ImageFile))
+	require.NoError(t, err)
+	const head = 16 + 151 + hmacSize + 4 // magic and length, metadata, HMAC, chunk size
+	next, err := imageChunks(bufio.NewReader(bytes.NewReader(img)))
+	require.NoError(t, err)
+	state, err := next()
+	require.NoError(t, err)
+	cut := bytes.Index(state, []byte("pkg/sentry/pgalloc.usageSet"))
+	require.Greater(t, cut, bytes.Index(state, []byte("pkg/sentry/kernel.runExitNotify")), "the tasks come first")
+	var chunk bytes.Buffer
+	w, err := flate.NewWriter(&chunk, flate.BestSpeed)
+	require.NoError(t, err)
+	_, err = w.Write(state[:cut])
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	cutShort := binary.BigEndian.AppendUint32(slices.Clone(img[:head]), uint32(chunk.Len()))
+	cutShort = append(cutShort, chunk.Bytes()...)
+	_, err = savedRunning(bytes.NewReader(cutShort))
+	require.ErrorContains(t, err, "ends before")
 }
