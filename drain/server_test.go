@@ -618,25 +618,17 @@ func TestServingThatStopsOnItsOwnDrainsAndExitsNonZero(t *testing.T) {
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(io.MultiWriter(&logs, hookStopped), nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
-	var breaks []chan struct{} // srv's listener's, the hook's
-	oldListen := listenTCP
-	listenTCP = func(network, addr string) (net.Listener, error) {
-		ln, err := net.Listen(network, addr)
-		b := make(chan struct{})
-		breaks = append(breaks, b)
-		return breakable{ln, b}, err
-	}
-	t.Cleanup(func() { listenTCP = oldListen })
+	breaks := breakableListens(t) // srv's listener's, the hook's
 
 	t.Run("srv", func(t *testing.T) {
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 2, 10*time.Millisecond)
-		breaks = nil
+		*breaks = nil
 		s, err := NewServer(&http.Server{Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second}, pause.Lister(node))
 		require.NoError(t, err)
 		sigs, code, addrs := serveLoopback(s)
 		assert.Equal(t, http.StatusOK, status(t, "GET", "http://"+addrs[0].String()+"/readyz"))
-		close(breaks[0])
+		close((*breaks)[0])
 		select {
 		case c := <-code:
 			assert.Equal(t, 1, c)
@@ -652,11 +644,11 @@ func TestServingThatStopsOnItsOwnDrainsAndExitsNonZero(t *testing.T) {
 		assert.Contains(t, logs.String(), `level=ERROR msg="drain: serving stopped: draining now`)
 	})
 	t.Run("hook", func(t *testing.T) {
-		breaks = nil
+		*breaks = nil
 		s, err := NewServer(&http.Server{Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second}, fakesandbox.NewNode())
 		require.NoError(t, err)
 		sigs, code, addrs := serveLoopback(s)
-		close(breaks[1])
+		close((*breaks)[1])
 		select {
 		case <-hookStopped.Seen():
 		case <-time.After(10 * time.Second): // a hang guard
@@ -670,6 +662,22 @@ func TestServingThatStopsOnItsOwnDrainsAndExitsNonZero(t *testing.T) {
 
 // breakable is a listener whose Accept fails for good once broken is
 // closed, as one whose descriptor something else closed.
+// breakableListens makes listenTCP return breakable listeners for the rest
+// of t, and returns their break channels, in the order Run opened them
+// since the caller last emptied the slice.
+func breakableListens(t *testing.T) *[]chan struct{} {
+	var breaks []chan struct{}
+	oldListen := listenTCP
+	listenTCP = func(network, addr string) (net.Listener, error) {
+		ln, err := net.Listen(network, addr)
+		b := make(chan struct{})
+		breaks = append(breaks, b)
+		return breakable{ln, b}, err
+	}
+	t.Cleanup(func() { listenTCP = oldListen })
+	return &breaks
+}
+
 type breakable struct {
 	net.Listener
 	broken chan struct{}

@@ -3,7 +3,6 @@ package drain
 import (
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"syscall"
 	"testing"
@@ -27,15 +26,7 @@ func TestServingThatStopsDuringTheDrainSaysTheDrainGoesOn(t *testing.T) {
 	t.Setenv(EnvHookListen, "127.0.0.1:0")
 	t.Setenv(EnvHookSecret, "")
 	t.Setenv(EnvPodName, "")
-	var breaks []chan struct{} // srv's listener's, the hook's
-	oldListen := listenTCP
-	listenTCP = func(network, addr string) (net.Listener, error) {
-		ln, err := net.Listen(network, addr)
-		b := make(chan struct{})
-		breaks = append(breaks, b)
-		return breakable{ln, b}, err
-	}
-	t.Cleanup(func() { listenTCP = oldListen })
+	breaks := breakableListens(t) // srv's listener's, the hook's
 	for i, want := range []string{
 		`level=ERROR msg="drain: serving stopped: the drain under way goes on; Run will return 1"`,
 		`level=ERROR msg="drain: serving the preStop hook stopped: the drain under way goes on; Run will return 1"`,
@@ -45,7 +36,7 @@ func TestServingThatStopsDuringTheDrainSaysTheDrainGoesOn(t *testing.T) {
 		stopped := logbuf.NewSignal("stopped: the drain")
 		old := slog.Default()
 		slog.SetDefault(slog.New(slog.NewTextHandler(io.MultiWriter(&logs, running, stopped), nil)))
-		breaks = nil
+		*breaks = nil
 		node := fakesandbox.NewNode()
 		node.AddN("sb", 1, 2*time.Second) // the preserve phase runs while the listener breaks
 		s, err := NewServer(&http.Server{Addr: "127.0.0.1:0", ReadHeaderTimeout: time.Second}, pause.Lister(node))
@@ -53,7 +44,7 @@ func TestServingThatStopsDuringTheDrainSaysTheDrainGoesOn(t *testing.T) {
 		sigs, code, _ := serveLoopback(s)
 		sigs <- syscall.SIGTERM
 		<-running.Seen()
-		close(breaks[i])
+		close((*breaks)[i])
 		select {
 		case <-stopped.Seen():
 		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
