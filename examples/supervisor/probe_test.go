@@ -95,21 +95,8 @@ func probeReadyz(t *testing.T, timeout, listing time.Duration) (int, error) {
 func TestReadinessInFrontOfAgentENVListsTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv, _ := agentenvDouble(t, 3, fakeagentenv.Config{})
-		h := srv.Handler()
 		var lists atomic.Int32
-		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet {
-				lists.Add(1)
-				time.Sleep(700 * time.Millisecond)
-			}
-			h.ServeHTTP(w, r)
-		})
-		cfg, err := parseArgs([]string{"-api", "agentenv", "-server-url", "http://agentenv.test", "--", "server"}, io.Discard)
-		require.NoError(t, err)
-		cfg.apiKey, cfg.client = "k", &http.Client{Transport: handlerTransport{slow}}
-		sup, err := newSupervisor(cfg, io.Discard)
-		require.NoError(t, err)
-		defer sup.learned.Close()
+		sup := slowAgentENV(t, srv.Handler(), func(*http.Request) { lists.Add(1) })
 		probe := &http.Client{Timeout: 3 * time.Second, Transport: handlerTransport{sup.routes()}}
 		start := time.Now()
 		resp, err := probe.Get("http://supervisor.test/readyz")
@@ -152,19 +139,7 @@ func TestSweepInFrontOfAgentENVListsTheUnfilteredListingOnce(t *testing.T) {
 		defer done()
 
 		var lists []string
-		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet {
-				lists = append(lists, r.URL.RequestURI())
-				time.Sleep(700 * time.Millisecond)
-			}
-			h.ServeHTTP(w, r)
-		})
-		cfg, err := parseArgs([]string{"-api", "agentenv", "-server-url", "http://agentenv.test", "--", "server"}, io.Discard)
-		require.NoError(t, err)
-		cfg.apiKey, cfg.client = "k", &http.Client{Transport: handlerTransport{slow}}
-		sup, err := newSupervisor(cfg, io.Discard)
-		require.NoError(t, err)
-		defer sup.learned.Close()
+		sup := slowAgentENV(t, h, func(r *http.Request) { lists = append(lists, r.URL.RequestURI()) })
 		start := time.Now()
 		sbs, err := sup.sweepList.List(t.Context())
 		require.NoError(t, err)
@@ -179,4 +154,25 @@ func TestSweepInFrontOfAgentENVListsTheUnfilteredListingOnce(t *testing.T) {
 		}
 		assert.Equal(t, map[string]bool{running: false, snapshotting: true}, transition)
 	})
+}
+
+// slowAgentENV returns a supervisor (-api agentenv, no daemon) in front of
+// h, AgentENV's double, whose every listing (a GET) is passed to seen and
+// takes 0.7 s of virtual time.
+func slowAgentENV(t *testing.T, h http.Handler, seen func(*http.Request)) *supervisor {
+	t.Helper()
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			seen(r)
+			time.Sleep(700 * time.Millisecond)
+		}
+		h.ServeHTTP(w, r)
+	})
+	cfg, err := parseArgs([]string{"-api", "agentenv", "-server-url", "http://agentenv.test", "--", "server"}, io.Discard)
+	require.NoError(t, err)
+	cfg.apiKey, cfg.client = "k", &http.Client{Transport: handlerTransport{slow}}
+	sup, err := newSupervisor(cfg, io.Discard)
+	require.NoError(t, err)
+	t.Cleanup(func() { sup.learned.Close() })
+	return sup
 }
