@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -21,55 +20,9 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/internal/pipenet"
 	"github.com/drainkit/drainkit/pause"
 )
-
-// pipeListener is a listener of in-memory connections (net.Pipe), which a
-// testing/synctest bubble can hold: the server and its clients run in
-// virtual time.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-// dial is the client's side of a new connection.
-func (l *pipeListener) dial(ctx context.Context, _ string) (net.Conn, error) {
-	client, server := net.Pipe()
-	select {
-	case l.conns <- server:
-		return client, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
 
 // A gRPC server shares the node's http.Server through ServeHTTP (h2c),
 // with drainkit's interceptors, and drain's HTTPServerStep shuts that
@@ -108,10 +61,10 @@ func TestHTTPStepEndsAGRPCWatchServedThroughServeHTTPAfterItsReserve(t *testing.
 			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
 			Steps:     []drain.Step{drain.HTTPServerStep("http", srv, time.Second)}})
 		require.NoError(t, err)
-		ln := newPipeListener()
+		ln := pipenet.Listen("pipe")
 		served := make(chan error, 1)
 		go func() { served <- srv.Serve(ln) }()
-		conn, err := grpc.NewClient("passthrough:///pipe", grpc.WithContextDialer(ln.dial),
+		conn, err := grpc.NewClient("passthrough:///pipe", grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return ln.Dial(ctx, "tcp", addr) }),
 			grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
 		defer conn.Close()
@@ -203,10 +156,10 @@ func TestHTTPStepReserveRunsFromTheLastCountedOperationsEnd(t *testing.T) {
 			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
 			Steps:     []drain.Step{drain.HTTPServerStep("http", srv, time.Second)}})
 		require.NoError(t, err)
-		ln := newPipeListener()
+		ln := pipenet.Listen("pipe")
 		served := make(chan error, 1)
 		go func() { served <- srv.Serve(ln) }()
-		client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return ln.dial(ctx, addr) }}}
+		client := &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}
 		defer client.CloseIdleConnections()
 		type answer struct {
 			body string

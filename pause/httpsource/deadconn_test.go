@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/pipenet"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -115,7 +116,7 @@ func TestSlowPauseOnALiveHTTP2ConnectionIsWaitedFor(t *testing.T) {
 type wire struct {
 	srv  *http.Server
 	pool *x509.CertPool
-	ln   *pipeListener
+	ln   *pipenet.Listener
 
 	mu     sync.Mutex
 	links  []*link
@@ -157,7 +158,7 @@ func (l *link) relay(dst, src net.Conn) {
 
 func newWire(t *testing.T, h http.Handler) *wire {
 	cert, pool := selfSigned(t, "sandbox-server.test")
-	w := &wire{pool: pool, ln: &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}}
+	w := &wire{pool: pool, ln: pipenet.Listen("sandbox-server.test:443")}
 	w.srv = &http.Server{
 		Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 			w.mu.Lock()
@@ -202,12 +203,8 @@ func (w *wire) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	client, relayC := net.Pipe()
 	relayS, server := net.Pipe()
 	l := &link{ends: []net.Conn{relayC, relayS}}
-	select {
-	case w.ln.conns <- server:
-	case <-w.ln.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := w.ln.Hand(ctx, server); err != nil {
+		return nil, err
 	}
 	w.mu.Lock()
 	w.links = append(w.links, l)
@@ -240,34 +237,6 @@ func (w *wire) proto() string {
 	defer w.mu.Unlock()
 	return w.lastP
 }
-
-// pipeListener hands the server the server ends of wire's connections.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "sandbox-server.test:443" }
 
 // selfSigned returns a certificate for host, valid across synctest's
 // clock (it starts in 2000), and a pool that trusts it.
