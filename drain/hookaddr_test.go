@@ -70,8 +70,13 @@ func TestNewServerRefusesTheHookOnTheServersPort(t *testing.T) {
 		assert.Nil(t, s)
 		assert.EqualError(t, err, `drain: NewServer: srv.Addr "`+c.addr+`" and DRAINKIT_HOOK_LISTEN="`+hook+`" take the same port: give the preStop hook a port of its own`)
 	}
+	// srv.Addr empty is ":http", as ListenAndServe listens: port 80 by its name.
+	t.Setenv(EnvHookListen, "127.0.0.1:80")
+	s, err := NewServer(&http.Server{}, node)
+	assert.Nil(t, s)
+	assert.EqualError(t, err, `drain: NewServer: srv.Addr ":http" and DRAINKIT_HOOK_LISTEN="127.0.0.1:80" take the same port: give the preStop hook a port of its own`)
 	t.Setenv(EnvHookListen, "127.0.0.1:8082")
-	s, err := NewServer(&http.Server{Addr: "10.0.0.7:8082"}, node) // one port, addresses apart
+	s, err = NewServer(&http.Server{Addr: "10.0.0.7:8082"}, node) // one port, addresses apart
 	require.NoError(t, err)
 	s.releaseTerm() // never Run: SIGTERM's default action again
 }

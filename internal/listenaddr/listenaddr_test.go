@@ -2,11 +2,16 @@ package listenaddr_test
 
 import (
 	"fmt"
+	"net"
+	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/drainkit/drainkit/internal/freeport"
 	"github.com/drainkit/drainkit/internal/listenaddr"
 )
 
@@ -110,4 +115,31 @@ func TestListenersOnOneEachOfTheirAddressesDoNotCollide(t *testing.T) {
 		assert.Equal(t, c.same, listenaddr.SamePort(c.a, c.b), "%s %s", c.a, c.b)
 		assert.Equal(t, c.same, listenaddr.SamePort(c.b, c.a), "%s %s", c.b, c.a)
 	}
+}
+
+// A port written two ways, as Check takes it (a service name, a number with a
+// leading zero), is one port to net.Listen: the second listener fails with
+// "address already in use". Fault: SamePort compared the ports' text, and
+// took ":http" and "127.0.0.1:80", or "127.0.0.1:08082" and "127.0.0.1:8082",
+// for listeners that do not collide: the program started and failed at its
+// second listener, as if another process held the port (row 1186's fault).
+func TestAPortWrittenTwoWaysIsOnePort(t *testing.T) {
+	free, err := freeport.Addr()
+	require.NoError(t, err)
+	host, port, err := net.SplitHostPort(free)
+	require.NoError(t, err)
+	padded := net.JoinHostPort(host, "0"+port)
+	ln, err := net.Listen("tcp", free)
+	require.NoError(t, err)
+	defer ln.Close()
+	_, err = net.Listen("tcp", padded)
+	require.ErrorIs(t, err, syscall.EADDRINUSE, "net.Listen takes %s for %s", padded, free)
+	assert.True(t, listenaddr.SamePort(free, padded), "%s %s", free, padded)
+	assert.True(t, listenaddr.SamePort(padded, free), "%s %s", padded, free)
+
+	http, err := net.LookupPort("tcp", "http")
+	require.NoError(t, err)
+	assert.True(t, listenaddr.SamePort(":http", "127.0.0.1:"+strconv.Itoa(http)))
+	assert.True(t, listenaddr.SamePort("127.0.0.1:"+strconv.Itoa(http), ":http"))
+	assert.False(t, listenaddr.SamePort(":http", ":https"))
 }
