@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/internal/logbuf"
 	"github.com/drainkit/drainkit/internal/runsc"
 	"github.com/drainkit/drainkit/pause"
 )
@@ -75,6 +77,8 @@ func TestCheckpointThatCaughtTheWorkloadExitingIsDiedNotPaused(t *testing.T) {
 func TestResumeOfAnImageThatCaughtItsWorkloadExitingRemovesTheDeadSandbox(t *testing.T) {
 	n, rt, st := newRunscNode(t)
 	defer n.Close()
+	var logs logbuf.Buffer
+	n.logger = slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	a := runningCounter(t, ctx, n, rt)
@@ -93,4 +97,8 @@ func TestResumeOfAnImageThatCaughtItsWorkloadExitingRemovesTheDeadSandbox(t *tes
 	assert.Empty(t, recs, "its record goes with it")
 	_, err = rt.Runtime.State(ctx, a.ID)
 	assert.ErrorIs(t, err, runsc.ErrNotExist, "nothing was restored")
+	// The line that says it died says where it was found so: not "died before its
+	// checkpoint", which its resume's line said of a sandbox checkpointed long before.
+	assert.Contains(t, logs.String(), `level=WARN msg="sandbox found dead at its resume, its image restoring nothing that runs`)
+	assert.NotContains(t, logs.String(), `msg="sandbox died before its checkpoint`)
 }

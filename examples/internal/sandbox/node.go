@@ -309,16 +309,26 @@ func (n *Node) died(ctx context.Context, e *entry, op string, err error) error {
 	id := e.ID
 	if derr := n.rt.Destroy(ctx, id); derr != nil {
 		n.settleAs(e, Died)
-		n.logger.Error("sandbox died before its checkpoint, and removing what it left failed: listed as died until a delete removes it",
+		n.logger.Error(diedWords(op)+", and removing what it left failed: listed as died until a delete removes it",
 			"id", id, "error", err, "destroy_error", derr)
 		return fmt.Errorf("%s %s: %w; and removing what it left failed (still listed %s, for a delete): %w", op, id, err, Died, derr)
 	}
-	n.logger.Warn("sandbox died before its checkpoint: what it left is removed, and it is listed no more",
+	n.logger.Warn(diedWords(op)+": what it left is removed, and it is listed no more",
 		"id", id, "error", err)
 	if rerr := n.drop(id, "dead"); rerr != nil {
 		return fmt.Errorf("%s %s: %w; removed, but its record stays: %w", op, id, err, rerr)
 	}
 	return fmt.Errorf("%s %s: %w", op, id, err)
+}
+
+// diedWords is how died's lines say that a sandbox died, by op: a resume finds an image
+// that restores nothing that runs (row 1394), a sandbox checkpointed long before, where
+// its line said "died before its checkpoint" (docs/faults.md row 1494).
+func diedWords(op string) string {
+	if op == "resume" {
+		return "sandbox found dead at its resume, its image restoring nothing that runs (its checkpoint caught its workload exiting)"
+	}
+	return "sandbox died before its checkpoint"
 }
 
 // lost lists sandbox e Lost: its runtime's Pause stopped it and lost its state (err,
