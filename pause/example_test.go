@@ -39,13 +39,17 @@ func (v *vm) Preserve(ctx context.Context) error {
 // Preserve every running VM of a node, 8 at a time (up to 16 if the time
 // left demands it), before the preserve phase's deadline.
 func Example() {
-	running := []pause.Sandbox{&vm{id: "vm-a", memoryMB: 512}, &vm{id: "vm-b", memoryMB: 2048}, &vm{id: "vm-c", memoryMB: 1024}, &vm{id: "vm-d", memoryMB: 256}}
-	listed := false
+	vms := []*vm{{id: "vm-a", memoryMB: 512}, {id: "vm-b", memoryMB: 2048}, {id: "vm-c", memoryMB: 1024}, {id: "vm-d", memoryMB: 256}}
+	// The VMs not yet paused, as a server lists them. List may be called
+	// twice at once (a second call beside one slow to answer): it reads
+	// state that is safe for that, and writes none.
 	list := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
-		if listed { // a real server lists the sandboxes not yet paused
-			return nil, nil
+		var running []pause.Sandbox
+		for _, v := range vms {
+			if !v.paused.Load() {
+				running = append(running, v)
+			}
 		}
-		listed = true
 		return running, nil
 	})
 	pauses := deadline.NewEstimator(2 * time.Second)
