@@ -50,8 +50,8 @@
 // Guarantees. No preserve starts after the phase deadline (the deadline of
 // Run's context), and waiting for a slot gives up at it. A listing call
 // not answered in half the time left to it gets a second call beside it,
-// the first answer taken (see Lister): one hung call does not hold a pass
-// to the deadline. Running preserves
+// the first answer taken, a failure only once both failed (see Lister):
+// one hung call does not hold a pass to the deadline. Running preserves
 // are left to run until the hard deadline or, with Config.CancelAtDeadline,
 // cancelled at the phase deadline. Run returns by the later of the two deadlines
 // even if a Preserve or the Lister ignores its context; such a preserve is

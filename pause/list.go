@@ -75,7 +75,9 @@ func (r *run) list() ([]Sandbox, error) {
 
 // listOnce makes one listing: a call of the Lister, and a second one
 // beside it if the first has not answered by half the time left to the
-// phase deadline (hedge). The first answer of either is the listing's.
+// phase deadline (hedge). The first answer of either is the listing's,
+// but a failure that listed nothing while the other call still runs: it
+// waits for that one, and only both failing fail the listing.
 // Bounded by the phase deadline alone, one call hung on a half-open
 // connection held the pass to the deadline: a first listing's sandboxes,
 // or those a relisting would have found, were never preserved
@@ -97,11 +99,22 @@ func (r *run) listOnce() ([]Sandbox, error) {
 	hedge := time.NewTimer(hedgeAfter(start, end))
 	defer hedge.Stop()
 	hedged := false
+	var failed *listAnswer // a call that failed listing nothing while the other ran
 	for {
 		select {
 		case a := <-answers:
+			if a.err != nil && len(a.list) == 0 && hedged && failed == nil {
+				// The other call still runs: the hung one failing at last (the
+				// kernel giving its connection up) or the second failing says
+				// nothing of it (docs/faults.md row 1495).
+				failed = &a
+				continue
+			}
 			if a.second && a.err == nil {
 				r.rep.ListErr = fmt.Sprintf("pause: a listing had not answered after %v, half the time left to the phase deadline; the one made beside it answered", hedgeAfter(start, end).Round(time.Millisecond))
+			}
+			if failed != nil && a.err != nil && len(a.list) == 0 {
+				return nil, fmt.Errorf("%w; and the call beside it: %w", failed.err, a.err)
 			}
 			return a.list, a.err
 		case <-r.moved:
@@ -124,8 +137,11 @@ func (r *run) listOnce() ([]Sandbox, error) {
 			case a := <-answers:
 				return a.list, a.err
 			default:
-				return nil, errListAbandoned
 			}
+			if failed != nil { // the other never answered: the failure says why
+				return nil, failed.err
+			}
+			return nil, errListAbandoned
 		}
 	}
 }

@@ -607,3 +607,52 @@ func TestASecondListingCallFollowsATighten(t *testing.T) {
 		assert.Less(t, took, 14*time.Second)
 	})
 }
+
+// The call hung on a half-open connection fails once the kernel gives the
+// connection up (a reset, its user timeout), after the second call was made
+// beside it and while that one still runs. Fault: the first answer was
+// taken, the error too: the second call's listing, 5 s from answering, was
+// dropped, and a third call made after a backoff wait, taking its 15 s from
+// there. An error now waits for the call beside it; only both failing fail
+// the listing.
+//
+//	a minute's phase; every call 15 s but the first, which fails at 40 s
+//	before: the first preserve at 55.2 s (a backoff wait, then the third call's 15 s); after: at 45 s (the second call's)
+func TestAListingCallThatFailsWaitsForTheCallBesideIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 4, time.Second)
+		var calls atomic.Int32
+		start := time.Now()
+		p, err := pause.New(pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			took, err := 15*time.Second, error(nil)
+			if calls.Add(1) == 1 {
+				took, err = 40*time.Second, errors.New("read tcp: connection reset by peer")
+			}
+			select {
+			case <-time.After(took):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if err != nil {
+				return nil, err
+			}
+			return node.List(ctx)
+		}), pause.Config{})
+		require.NoError(t, err)
+		rep, _ := runFor(t, p, time.Minute, 70*time.Second)
+		assert.Equal(t, 4, rep.Counts[pause.Preserved])
+		first := rep.Entries[0].Start
+		for _, e := range rep.Entries {
+			first = earliestTime(first, e.Start)
+		}
+		assert.Equal(t, start.Add(45*time.Second), first, "the second call's listing, 45 s in")
+	})
+}
+
+func earliestTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -268,10 +268,12 @@ type listCall struct {
 // hedgedOut marks the listing calls, in the order they started, whose
 // answer was not taken: the Preserver makes a second call beside one that
 // has not answered in half the time left to the phase deadline, and takes
-// the first answer of the two. A call started while the one before it had
-// not returned, that one not itself a second call, is its pair; of a
-// pair, the later answer (or none) is dropped, and two answers at the same
-// instant are a tie, either of them taken.
+// the first answer of the two, but a failure that listed nothing while
+// the other has not answered (failsEmpty): it waits for that one. A call
+// started while the one before it had not returned, that one not itself a
+// second call, is its pair; of a pair, the later answer (or none) is
+// dropped, or the earlier when it failsEmpty and the other returned, and
+// two answers at the same instant are a tie, either of them taken.
 func hedgedOut(lists []listCall) (dropped, tie map[int]bool) {
 	dropped, tie = map[int]bool{}, map[int]bool{}
 	second := false // the call before was a second call
@@ -285,13 +287,27 @@ func hedgedOut(lists []listCall) (dropped, tie map[int]bool) {
 		switch {
 		case a.returned && b.returned && a.end.Equal(b.end):
 			tie[i-1], tie[i] = true, true
-		case !b.returned || a.returned && a.end.Before(b.end):
-			dropped[i] = true
-		default:
-			dropped[i-1] = true
+		case !b.returned || a.returned && a.end.Before(b.end): // a answered first
+			if failsEmpty(a) && b.returned {
+				dropped[i-1] = true
+			} else {
+				dropped[i] = true
+			}
+		default: // b answered first
+			if failsEmpty(b) && a.returned {
+				dropped[i] = true
+			} else {
+				dropped[i-1] = true
+			}
 		}
 	}
 	return dropped, tie
+}
+
+// failsEmpty reports whether call l's answer is a failure that listed
+// nothing: of a pair, it waits for the other call (hedgedOut).
+func failsEmpty(l listCall) bool {
+	return l.listing.kind != listOK && (l.listing.kind != listPartial || len(l.listing.ids) == 0)
 }
 
 // The harness records what the Preserver did to the scenario's sandboxes.

@@ -108,8 +108,9 @@ var ErrGone = errors.New("pause: sandbox gone or already preserved")
 // Preserver.Tighten during the call may move earlier (ctx then ends there).
 // A call that has not answered in half the time left to the phase
 // deadline gets a second call beside it, whose answer is taken if it
-// comes first: one call hung on a half-open connection does not hold the
-// pass to the deadline. So List may be called twice at once, and must be
+// comes first (a failure that listed nothing waits for the other call):
+// one call hung on a half-open connection does not hold the pass to the
+// deadline. So List may be called twice at once, and must be
 // safe for it.
 //
 // A List that fails after it listed some sandboxes (a paginated API whose
