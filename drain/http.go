@@ -307,7 +307,11 @@ func boundUncounted(ctx context.Context, reserve deadline.Reserve) (context.Cont
 			}
 			seen := g.counted()
 			r := reserve()
-			if !sleepCtx(ctx, r) {
+			t := time.NewTimer(r)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
 				return
 			}
 			if g.counted() == seen { // none entered: idle all the reserve
@@ -317,18 +321,6 @@ func boundUncounted(ctx context.Context, reserve deadline.Reserve) (context.Cont
 		}
 	}()
 	return ctx, func() { cancel(nil) }
-}
-
-// sleepCtx waits d, or until ctx is done: it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // gateKey is the context key of the Drainer's gate in a step's context.
