@@ -55,15 +55,7 @@ func TestHTTPStepEndsAGRPCWatchServedThroughServeHTTPAfterItsReserve(t *testing.
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true)
 		srv.Protocols.SetUnencryptedHTTP2(true) // gRPC's prior knowledge
-		budget, err := deadline.New(60*time.Second, deadline.Config{})
-		require.NoError(t, err)
-		d, err := drain.New(drain.Config{Budget: budget, Gate: g,
-			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
-			Steps:     []drain.Step{drain.HTTPServerStep("http", srv, time.Second)}})
-		require.NoError(t, err)
-		ln := pipenet.Listen("pipe")
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ln) }()
+		d, ln, served := serveWithHTTPStep(t, g, srv)
 		conn, err := grpc.NewClient("passthrough:///pipe", grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return ln.Dial(ctx, "tcp", addr) }),
 			grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
@@ -150,15 +142,7 @@ func TestHTTPStepReserveRunsFromTheLastCountedOperationsEnd(t *testing.T) {
 			deleted = time.Now()
 			io.WriteString(w, "migrated")
 		})}
-		budget, err := deadline.New(60*time.Second, deadline.Config{})
-		require.NoError(t, err)
-		d, err := drain.New(drain.Config{Budget: budget, Gate: g,
-			Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
-			Steps:     []drain.Step{drain.HTTPServerStep("http", srv, time.Second)}})
-		require.NoError(t, err)
-		ln := pipenet.Listen("pipe")
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ln) }()
+		d, ln, served := serveWithHTTPStep(t, g, srv)
 		client := &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}
 		defer client.CloseIdleConnections()
 		type answer struct {
@@ -190,4 +174,22 @@ func TestHTTPStepReserveRunsFromTheLastCountedOperationsEnd(t *testing.T) {
 		assert.Less(t, p.End.Sub(deleted), time.Second, "Shutdown's poll closed the idle connection, no reserve was run out")
 		assert.ErrorIs(t, <-served, http.ErrServerClosed)
 	})
+}
+
+// serveWithHTTPStep serves srv on an in-memory listener, in a synctest
+// bubble, and returns a Drainer of a 60 s grace whose gate is g, with no
+// sandboxes, and srv's HTTPServerStep of a 1 s reserve; the listener, and
+// what srv.Serve returned once it does.
+func serveWithHTTPStep(t *testing.T, g *drain.Gate, srv *http.Server) (*drain.Drainer, *pipenet.Listener, <-chan error) {
+	t.Helper()
+	budget, err := deadline.New(60*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	d, err := drain.New(drain.Config{Budget: budget, Gate: g,
+		Sandboxes: pause.ListFunc(func(context.Context) ([]pause.Sandbox, error) { return nil, nil }),
+		Steps:     []drain.Step{drain.HTTPServerStep("http", srv, time.Second)}})
+	require.NoError(t, err)
+	ln := pipenet.Listen("pipe")
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	return d, ln, served
 }
