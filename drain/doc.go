@@ -73,10 +73,12 @@
 // TLS) shuts down with it, in the HTTP step. Give it draingrpc's
 // interceptors with the Drainer's gate: its work RPCs are then gated and
 // counted, and the step waits for them to its deadline, and its health
-// Watches answer NOT_SERVING once the gate closes. Such a Watch never ends
-// by itself: the step closes it, with every connection still in a request,
-// its reserve after the last operation the gate counts ended, and says so
-// in the Report (the step fails: a request was cut). Add no draingrpc.Step
+// Watches answer NOT_SERVING once the gate closes and end, as a Stream
+// does, when the preserve phase ends. A stream the gate does not count and
+// that never ends by itself (a tool's reflection stream, an ungated call)
+// the step closes, with every connection still in a request, its reserve
+// after the last operation the gate counts ended, and says so in the
+// Report (the step fails: a request was cut). Add no draingrpc.Step
 // for that server: grpc's GracefulStop does not wait for RPCs served
 // through ServeHTTP, it cancels them all at once. Nor does grpc's keepalive
 // MaxConnectionAge apply there (the connection is net/http's): a client

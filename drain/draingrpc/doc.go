@@ -36,10 +36,13 @@
 // once. Load balancers and Kubernetes gRPC readiness probes therefore stop
 // routing to the node as soon as the preStop hook (or SIGTERM) closes the
 // gate, while the probes themselves keep getting answers. A Watch never
-// ends by itself, so the step, given the same gate, ends the Watches as
-// GracefulStop begins (codes.Unavailable, "server stopping", after a final
-// NOT_SERVING): GracefulStop waits for the work RPCs, not for a load
-// balancer's Watch. A stream the Classifier says is a drain.Stream (a log
+// ends by itself, so it is ended (codes.Unavailable, "server stopping",
+// after a final NOT_SERVING) when the drain's preserve phase ends
+// (drain.Gate.StreamsEnded), as a drain.Stream is, or as a Stop with the
+// gate (the step's GracefulStop) begins if that is first: GracefulStop
+// waits for the work RPCs, not for a load balancer's Watch, and a server
+// served through an http.Server's ServeHTTP, which has no Stop, is not
+// held by one in that server's HTTP step. A stream the Classifier says is a drain.Stream (a log
 // follow, an attach), or a unary RPC it says is one (a long-poll), ends
 // the same way (codes.Unavailable, "server stopping"), at the moment an
 // HTTP one the gate admitted ends: when the drain's preserve phase ends

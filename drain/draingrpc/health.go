@@ -45,14 +45,23 @@ func notServing(m any) any {
 // handler sends passes through notServing once the gate is closed, and
 // when the gate closes while the stream last said SERVING, the stream is
 // sent NOT_SERVING at once: Watch sends only on changes, and the health
-// server has not changed. When a Stop with g begins (or has begun), the
-// stream ends: the handler's context is cancelled, and the stream's status
-// is codes.Unavailable instead of the handler's.
+// server has not changed. When a Stop with g begins (or has begun), or the
+// drain's preserve phase ends (g's StreamsEnded, as a drain.Stream ends),
+// the stream ends: the handler's context is cancelled, and the stream's
+// status is codes.Unavailable instead of the handler's. Ended only by a
+// Stop, a Watch served through an http.Server's ServeHTTP (no Stop: that
+// server's HTTP step shuts it down) never ended: the step closed it its
+// reserve after the drain's work, and failed for the request it cut, on
+// every drain of such a server (docs/faults.md row 1496).
 func watchHealth(g *drain.Gate, srv any, ss grpc.ServerStream, h grpc.StreamHandler) error {
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	ws := &healthStream{ServerStream: ss, ctx: ctx, cancel: cancel, g: g}
 	stopping := watchStops(g)
+	var ended <-chan struct{} // nil: no gate, never
+	if g != nil {
+		ended = g.StreamsEnded()
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -63,6 +72,9 @@ func watchHealth(g *drain.Gate, srv any, ss grpc.ServerStream, h grpc.StreamHand
 				ws.drained()
 				draining = nil
 			case <-stopping:
+				ws.stop()
+				return
+			case <-ended:
 				ws.stop()
 				return
 			case <-ctx.Done():
