@@ -60,3 +60,43 @@ func TestSandboxesIgnoringTheSignalHoldTheirSlotsNoLongerThanTheKubeletsGrace(t 
 		}
 	})
 }
+
+// Fault (row 1590): a Sandbox whose Policy gives no TermWait is SIGKILLed
+// 30 s after SIGTERM (row 1470) however long its window, and the Report's
+// entry said only "target needed SIGKILL; its state may not be saved": a
+// sandbox that saves in 45 s, in a 10 min phase, reads as one too slow for
+// the window, where the 30 s cap, which a TermWait lifts, cut it. Its error
+// now names the cap and the field.
+func TestASandboxKilledAtTheDefaultTermWaitSaysSoInTheReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(map[syscall.Signal]time.Duration{syscall.SIGTERM: 45 * time.Second, syscall.SIGKILL: 0})
+		sb := &escalate.Sandbox{Name: "sb-slow", Target: f, Policy: escalate.Policy{KillWait: 2 * time.Second}}
+		p, err := pause.New(listOnce(sb), pause.Config{Limit: 1})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		rep := p.Run(ctx, time.Now().Add(11*time.Minute))
+
+		require.Len(t, rep.Entries, 1)
+		e := rep.Entries[0]
+		assert.Equal(t, pause.Failed, e.Outcome)
+		assert.Equal(t, []string{"terminated@00.000", "killed@30.000"}, f.sent())
+		assert.Contains(t, e.Error, "did not exit within 30s of SIGTERM")
+		assert.Contains(t, e.Error, "Policy.TermWait")
+	})
+}
+
+// A window shorter than the default wait ends it first: the error then
+// does not blame the cap.
+func TestASandboxKilledByItsWindowDoesNotBlameTheDefaultTermWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(map[syscall.Signal]time.Duration{syscall.SIGTERM: 45 * time.Second, syscall.SIGKILL: 0})
+		sb := &escalate.Sandbox{Name: "sb-slow", Target: f, Policy: escalate.Policy{KillWait: 2 * time.Second}}
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		err := sb.Preserve(ctx)
+		require.ErrorIs(t, err, escalate.ErrKilled)
+		assert.Equal(t, []string{"terminated@00.000", "killed@18.000"}, f.sent())
+		assert.NotContains(t, err.Error(), "TermWait")
+	})
+}

@@ -655,7 +655,9 @@ func (t *cmdTarget) result() error {
 // container), and less in a window too short for it (see Policy.TermWait):
 // a Preserve holds one of the Preserver's slots while it waits, and
 // sandboxes that ignore the signal, waited for to the end of the window,
-// held every slot, the ones behind them never signalled. The zero Sandbox, with no Target, signals nothing: its
+// held every slot, the ones behind them never signalled. A target SIGKILLed
+// at that cap, where its window would have let it run on, has its error say
+// so, naming Policy.TermWait. The zero Sandbox, with no Target, signals nothing: its
 // Preserve returns a permanent error saying that Sandbox.Target is nil.
 type Sandbox struct {
 	Name   string // the sandbox's ID
@@ -708,11 +710,42 @@ func (s *Sandbox) policy() Policy {
 	return p
 }
 
+// killed is the error of a target that did not exit within the wait after
+// the signal, begun at start: ErrKilled, saying that the cap a zero
+// TermWait sets (defaultTermWait) ended that wait when ctx's window would
+// have let it run on. Without it, a sandbox that saves in 45 s, SIGKILLed
+// at 30 s of a 10 min window, read as one too slow for the window, its
+// Report naming nothing a user could change (row 1590).
+func (s *Sandbox) killed(ctx context.Context, start time.Time) error {
+	if s.Policy.TermWait > 0 {
+		return ErrKilled
+	}
+	killWait := s.Policy.KillWait
+	if killWait <= 0 {
+		killWait = defaultKillWait
+	}
+	capped := start.Add(defaultTermWait)
+	if dl, ok := ctx.Deadline(); ok && !dl.Add(-killWait).After(capped) {
+		return ErrKilled // the window ended the wait, not the cap
+	}
+	return fmt.Errorf("%w: it did not exit within %v of %s (Policy.TermWait unset: the wait after the signal is at most %v, the kubelet's default grace; a longer save needs a longer TermWait)",
+		ErrKilled, defaultTermWait, signalName(s.Policy.Signal), defaultTermWait)
+}
+
+// signalName names a Policy's first signal: SIGTERM for zero.
+func signalName(sig syscall.Signal) string {
+	if sig == 0 || sig == syscall.SIGTERM {
+		return "SIGTERM"
+	}
+	return sig.String()
+}
+
 // Preserve stops the target; see Sandbox.
 func (s *Sandbox) Preserve(ctx context.Context) error {
 	if isNil(s.Target) {
 		return backoff.Permanent(fmt.Errorf("escalate: sandbox %q: Sandbox.Target is nil: nothing to signal", s.Name))
 	}
+	start := time.Now()
 	exit, err := s.policy().Stop(ctx, s.Target)
 	switch exit {
 	case Exited:
@@ -723,7 +756,7 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 		if err != nil { // why: the first signal never went out
 			return backoff.Permanent(fmt.Errorf("%w: %w", ErrKilled, err))
 		}
-		return backoff.Permanent(ErrKilled)
+		return backoff.Permanent(s.killed(ctx, start))
 	}
 	if !errors.Is(err, ErrExitUnknown) { // Stop's own says it
 		err = fmt.Errorf("%w: %w", ErrExitUnknown, err)
