@@ -21,6 +21,7 @@ import (
 	"github.com/drainkit/drainkit/examples/internal/sandbox"
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
 	"github.com/drainkit/drainkit/internal/fakeublk"
+	"github.com/drainkit/drainkit/internal/logbuf"
 )
 
 // testServerExitEnv, set in a test, is the exit status the drainkit server
@@ -134,7 +135,7 @@ func TestAnInterruptedRunSaysSo(t *testing.T) {
 	}
 	for _, when := range []string{"== seed", "kubelet: SIGTERM"} { // at the seed's start, in its termination
 		ctx, cancel := context.WithCancel(context.Background())
-		var out lockedBuilder
+		var out logbuf.Buffer // read while Main writes it
 		var errOut strings.Builder
 		done := make(chan int)
 		go func() { done <- Main(ctx, []string{"-n", "2", "-grace", "3s", "-seed-poll", "1s"}, &out, &errOut) }()
@@ -144,24 +145,6 @@ func TestAnInterruptedRunSaysSo(t *testing.T) {
 		assert.Equal(t, 1, code, when)
 		assert.Equal(t, "drainsim: interrupted: the simulation did not finish\n", errOut.String(), when)
 	}
-}
-
-// lockedBuilder is a strings.Builder that one goroutine writes while another reads it.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A flag drainsim cannot parse ("-pause 10", no unit; a misspelt flag) is said once, on
