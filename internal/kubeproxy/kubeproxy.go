@@ -31,15 +31,17 @@ func Start(t testing.TB, eps ...Endpoint) string {
 			if err != nil {
 				return
 			}
-			s.mu.Lock()
-			s.open[c] = true
-			s.mu.Unlock()
-			s.conns.Go(func() { s.forward(c) })
+			untrack := s.track(c)
+			s.conns.Go(func() {
+				defer untrack()
+				s.forward(c)
+			})
 		}
 	})
 	t.Cleanup(func() {
 		_ = ln.Close()
 		s.mu.Lock()
+		s.closed = true
 		for c := range s.open {
 			_ = c.Close()
 		}
@@ -52,19 +54,16 @@ func Start(t testing.TB, eps ...Endpoint) string {
 type service struct {
 	eps []Endpoint
 
-	mu    sync.Mutex
-	open  map[net.Conn]bool // the clients' connections, closed when the test ends
-	conns sync.WaitGroup
+	mu     sync.Mutex
+	open   map[net.Conn]bool // the clients' connections and the nodes', closed when the test ends
+	closed bool              // the test ended: a connection made since is closed at once
+	conns  sync.WaitGroup
 }
 
-// forward relays c to the first ready endpoint until either end closes.
+// forward relays c to the first ready endpoint until both directions have
+// ended: a half-close is passed on (pass), an error closes both.
 func (s *service) forward(c net.Conn) {
-	defer func() {
-		s.mu.Lock()
-		delete(s.open, c)
-		s.mu.Unlock()
-		_ = c.Close()
-	}()
+	defer c.Close()
 	to := ""
 	for _, ep := range s.eps {
 		if ep.Ready() {
@@ -79,11 +78,32 @@ func (s *service) forward(c net.Conn) {
 	if err != nil {
 		return
 	}
+	defer s.track(node)()
 	var relay sync.WaitGroup
 	relay.Go(func() { pass(node, c) })
 	pass(c, node)
 	relay.Wait()
 	_ = node.Close()
+}
+
+// track adds conn to the connections closed when the test ends (or closes
+// it at once, when it has ended), and returns the func that takes it out.
+// The node's side is one: a node that read the client's half-close and
+// held its side open held the relay reading it, and the test's end,
+// closing the clients' side alone, waited on it for ever (row 1591).
+func (s *service) track(conn net.Conn) (untrack func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = conn.Close()
+	} else {
+		s.open[conn] = true
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.open, conn)
+	}
 }
 
 // pass relays src to dst until src's EOF, which it passes on as a

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -124,4 +125,60 @@ func TestAHalfCloseKeepsTheNodesAnswer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "got the whole request", string(answer))
 	assert.NoError(t, <-served)
+}
+
+// cleanups is a testing.TB whose Cleanup funcs the test runs itself, to see
+// that they return.
+type cleanups struct {
+	testing.TB
+	fns []func()
+}
+
+func (c *cleanups) Cleanup(f func()) { c.fns = append(c.fns, f) }
+
+// When the test ends the Service closes every connection, the node's side
+// of one too, and returns. Fault: with the client's EOF passed on as a
+// half-close (row 1451), a node that read to that EOF and held its side
+// open (a handler that hangs, a server that waits to answer) held the
+// relay reading it, and the Service, closing the clients' connections
+// alone, waited on it for ever: the test's cleanup hung.
+func TestTheTestsEndClosesTheNodesSideOfAConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(held)
+			return
+		}
+		_, _ = io.ReadAll(c) // to the client's EOF; then its side stays open
+		held <- c
+	}()
+	tb := &cleanups{TB: t}
+	svc := Start(tb, Endpoint{Addr: ln.Addr().String(), Ready: func() bool { return true }})
+	c, err := net.Dial("tcp", svc)
+	require.NoError(t, err)
+	_, err = c.Write([]byte("bye"))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	node := <-held
+	require.NotNil(t, node)
+	defer node.Close()
+
+	ended := make(chan struct{})
+	go func() {
+		for _, f := range tb.fns {
+			f()
+		}
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second): // a guard against a hang, not a measure
+		t.Error("the Service's cleanup did not return: the node's side of the connection was left open")
+		_ = node.Close() // lets it return
+		<-ended
+	}
 }
