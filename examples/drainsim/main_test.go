@@ -127,23 +127,44 @@ func TestZeroAndNaNFlagsAreRefusedNotDefaulted(t *testing.T) {
 
 // A drainsim interrupted (Ctrl-C, SIGTERM: Main's context ended) said
 // "drainsim: kubeletsim: preStop hook still running after the process exited: context
-// canceled", a claim about the simulated termination, which the user had cut short. It
-// says it was interrupted and the simulation did not finish, exit 1 as before.
+// canceled", a claim about the simulated termination, which the user had cut short, or
+// "server did not start" of a server the interrupt killed as it started. It says it was
+// interrupted and the simulation did not finish, exit 1 as before. The moments: the
+// seed's start; the seed's timeline, printed once its termination is over, as
+// drainkit's server starts; and drainkit's termination, its server's preStop (its log,
+// with -v, on stderr: the last line is drainsim's).
 func TestAnInterruptedRunSaysSo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real servers")
 	}
-	for _, when := range []string{"== seed", "kubelet: SIGTERM"} { // at the seed's start, in its termination
+	const said = "drainsim: interrupted: the simulation did not finish\n"
+	for _, m := range []struct {
+		when    string
+		verbose bool // the servers' logs on stderr, where when is looked for
+	}{
+		{"== seed", false},
+		{"kubelet: SIGTERM", false},
+		{`msg="drain: preStop: gate closed`, true},
+	} {
 		ctx, cancel := context.WithCancel(context.Background())
-		var out logbuf.Buffer // read while Main writes it
-		var errOut strings.Builder
+		var out, errOut logbuf.Buffer // read while Main writes them
+		args := []string{"-n", "2", "-grace", "3s", "-seed-poll", "1s"}
+		watched := &out
+		if m.verbose {
+			args, watched = append(args, "-v"), &errOut
+		}
 		done := make(chan int)
-		go func() { done <- Main(ctx, []string{"-n", "2", "-grace", "3s", "-seed-poll", "1s"}, &out, &errOut) }()
-		require.Eventually(t, func() bool { return strings.Contains(out.String(), when) }, 30*time.Second, time.Millisecond)
+		go func() { done <- Main(ctx, args, &out, &errOut) }()
+		require.Eventually(t, func() bool { return strings.Contains(watched.String(), m.when) }, 30*time.Second, time.Millisecond)
 		cancel()
 		code := <-done
-		assert.Equal(t, 1, code, when)
-		assert.Equal(t, "drainsim: interrupted: the simulation did not finish\n", errOut.String(), when)
+		assert.Equal(t, 1, code, m.when)
+		if !m.verbose {
+			assert.Equal(t, said, errOut.String(), m.when)
+			continue
+		}
+		assert.True(t, strings.HasSuffix(errOut.String(), "\n"+said), "%s: the last line: %s", m.when, errOut.String())
+		assert.NotContains(t, errOut.String(), "preStop hook still running", m.when)
 	}
 }
 
