@@ -96,7 +96,10 @@ type Policy struct {
 	// shorter than 2 x KillWait, which the two waits share, halfway
 	// through it: the kill wait then gets the other half, less than
 	// KillWait. ctx's deadline is the one its Deadline reports as the wait
-	// runs: one that moves earlier moves the wait's end (see Stop).
+	// runs: one that moves earlier moves the wait's end (see Stop). A
+	// Sandbox's zero TermWait is 30 s, with a deadline too, the window
+	// still ending it earlier (see Sandbox): its wait holds one of a
+	// Preserver's slots.
 	TermWait time.Duration
 	// KillWait is the longest wait after SIGKILL; zero (or negative) means
 	// 5 s.
