@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/drainkit/drainkit/internal/fakesandbox"
+	"github.com/drainkit/drainkit/internal/kubeletsim"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -54,4 +56,25 @@ func TestAZeroGraceInThePodsSpecIsTheKubeletsOneSecond(t *testing.T) {
 	t.Setenv(EnvPreserveEstimate, "") // a round of 1 s does not fit
 	_, err = NewServer(&http.Server{Addr: "127.0.0.1:0"}, fakesandbox.NewNode())
 	assert.ErrorContains(t, err, "drain: the pod's spec.terminationGracePeriodSeconds (1s, which the kubelet gives a 0 too) is too short")
+}
+
+// The same pod under a budget built with more than the spec's grace (drain.New's
+// Budget, a server's -grace flag, DRAINKIT_GRACE not checked at start), terminated
+// by the kubelet on its own (graceful node shutdown: no deletionTimestamp to read):
+// the kubelet gives it 1 s, as for any spec grace, and the read at the preStop call
+// is to cut the budget to it. The read took the 0 for no grace (kube.Deletion's
+// SpecGrace zero) and the budget kept its 30 s: the wait ran on until the kubelet
+// gave up on the hook at 1 s, SIGTERM then and SIGKILL 2 s after it.
+func TestAZeroSpecGraceReadAtThePreStopCallCutsTheBudgetToOneSecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pod := podWithoutDeletion(t, 0, 0)
+		f := newFixture(t, fixtureOpts{grace: 30 * time.Second, margin: 100 * time.Millisecond, sandboxes: 2,
+			latency: 100 * time.Millisecond, limit: 2, edit: func(c *Config) { c.Pod = pod }})
+		tl, rep := f.terminate(t, kubeletsim.HandlerHook{Handler: f.d.PreStop(), Path: "/drain"}, time.Second)
+		t.Logf("timeline:\n%s", tl)
+		assert.False(t, tl.HookKept, "the wait planned for the kubelet's 1 s, not the budget's 30 s")
+		assert.Less(t, tl.SIGTERM.Sub(tl.Start), time.Second, "the wait ended before the kubelet gave up on it")
+		assert.Equal(t, tl.KillDue, rep.Budget.Kill, "the budget knows the kubelet's SIGKILL")
+		assert.Equal(t, 2, rep.Preserve.Counts[pause.Preserved])
+	})
 }

@@ -383,8 +383,9 @@ type Deletion struct {
 	// termination the kubelet makes on its own gives the pod (graceful
 	// node shutdown and a node-pressure eviction give at most it; a
 	// liveness probe's own terminationGracePeriodSeconds, when set, may
-	// give more). Zero if the field is absent, not positive or more than
-	// a Duration holds. Deletion returns it with ErrNotTerminating too.
+	// give more). 1 s for a 0, which the kubelet gives such a pod (see
+	// Spec.Grace); zero if the field is absent, negative or more than a
+	// Duration holds. Deletion returns it with ErrNotTerminating too.
 	SpecGrace time.Duration
 }
 
@@ -633,7 +634,7 @@ type Spec struct {
 func (s Spec) Grace() (time.Duration, error) {
 	switch g := s.s.TerminationGracePeriodSeconds; {
 	case g != nil && *g == 0:
-		return time.Second, nil
+		return leastGrace, nil
 	case g == nil || *g < 0:
 		return 0, fmt.Errorf("kube: pod %s/%s: spec.terminationGracePeriodSeconds is missing or negative", s.ns, s.name)
 	case *g > maxSeconds: // the API server keeps any int64 >= 0
@@ -750,13 +751,18 @@ type podSpec struct {
 	} `json:"containers"`
 }
 
+// leastGrace is the least grace the kubelet gives a pod, whatever its spec
+// or a deletion says ("no matter what, we always supply a grace period of
+// 1", its calculateEffectiveGracePeriod): a spec's 0 is this.
+const leastGrace = time.Second
+
 // maxSeconds is the most whole seconds a time.Duration holds.
 const maxSeconds = int64(math.MaxInt64 / time.Second)
 
 func (o *podObject) deletion() (Deletion, error) {
 	var d Deletion
-	if g := o.Spec.TerminationGracePeriodSeconds; g != nil && *g > 0 && *g <= maxSeconds {
-		d.SpecGrace = time.Duration(*g) * time.Second
+	if g := o.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 && *g <= maxSeconds {
+		d.SpecGrace = max(time.Duration(*g)*time.Second, leastGrace) // as Spec.Grace
 	}
 	if o.Metadata.DeletionTimestamp == nil {
 		return d, ErrNotTerminating

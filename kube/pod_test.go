@@ -247,7 +247,14 @@ func TestDeletionSaysTheSpecsGrace(t *testing.T) {
 	assert.Equal(t, 45*time.Second, d.SpecGrace)
 	assert.Equal(t, 30*time.Second, d.Grace)
 
-	for _, s := range []int64{0, -1, math.MaxInt64} { // none that a Duration can hold: none
+	// A 0 is the kubelet's 1 s, as Spec.Grace says it: read as none, a
+	// budget built with more kept it through the kubelet's own termination.
+	_, cfg = newAPIServer(t, podJSON(t, spec(0)))
+	d, err = newPod(t, cfg, testPod).Deletion(t.Context())
+	assert.ErrorIs(t, err, kube.ErrNotTerminating)
+	assert.Equal(t, time.Second, d.SpecGrace, "spec.terminationGracePeriodSeconds 0")
+
+	for _, s := range []int64{-1, math.MaxInt64} { // none that a Duration can hold: none
 		_, cfg = newAPIServer(t, podJSON(t, spec(s)))
 		d, err = newPod(t, cfg, testPod).Deletion(t.Context())
 		assert.ErrorIs(t, err, kube.ErrNotTerminating)
