@@ -7,7 +7,7 @@
 // On SIGTERM: Run and Restore answer codes.Unavailable (a Restore of a sandbox checkpointed
 // here says to restore it here once the worker serves again: its checkpoint is in this
 // state directory) while Checkpoint stays allowed (an actor may still suspend itself) until
-// the preserve phase's deadline, then answers codes.FailedPrecondition; every live sandbox is checkpointed in parallel inside
+// the preserve phase's deadline (or a force), then answers codes.FailedPrecondition; every live sandbox is checkpointed in parallel inside
 // the budget the grace period leaves (not a fixed minute: -grace, cut to the pod's
 // deletionTimestamp when -pod, default $POD_NAME, gives API access), as many at once as the node
 // takes (-concurrency 0, the default: the adaptive limit, from the level the last

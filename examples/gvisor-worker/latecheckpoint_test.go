@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,4 +65,50 @@ func TestCheckpointAfterThePreserveDeadlineIsRefused(t *testing.T) {
 			assert.Equal(t, pause.NotStarted, e.Outcome)
 		}
 	}
+}
+
+// A drain forced during its preserve phase (a second Ctrl-C, drainkit's force) starts no
+// preserve after it, and the escalate step gets its reserve from then: a client's
+// Checkpoint is refused as after the phase's deadline, but its words said the phase
+// "ended at its deadline", which it had not, and a budget that moved SIGKILL later then
+// let checkpoints start again, where a forced drain runs no phase again. It now says the
+// drain was forced, and holds.
+func TestCheckpointAfterAForcedPreservePhaseSaysForced(t *testing.T) {
+	t.Parallel()
+	cfg := fakeConfig(t)
+	cfg.Concurrency = 1
+	cfg.PauseLatency = 2 * time.Second // one at a time: the others wait
+	w, c, stop := serveWorker(t, cfg)
+	for range 3 {
+		_, err := c.Run(context.Background(), &RunRequest{})
+		require.NoError(t, err)
+	}
+	ended := make(chan *drain.Report, 1)
+	go func() { ended <- stop() }() // as SIGTERM would
+	require.Eventually(t, func() bool { return len(w.stops.inFlight()) > 0 },
+		30*time.Second, 5*time.Millisecond, "no checkpoint of the preserve phase began")
+	w.drainer.Force()
+	require.Eventually(t, func() bool { return w.preserveOver.Load() != nil },
+		30*time.Second, 5*time.Millisecond, "the forced preserve phase never ended")
+	var left string
+	for _, info := range w.node.List() {
+		if info.State == sandbox.Running && !slices.Contains(w.stops.inFlight(), info.ID) {
+			left = info.ID
+		}
+	}
+	require.NotEmpty(t, left, "no sandbox left running at the force")
+
+	_, err := c.Checkpoint(context.Background(), left)
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	msg := status.Convert(err).Message()
+	assert.Contains(t, msg, "the drain was forced")
+	assert.NotContains(t, msg, "at its deadline")
+
+	b := w.drainer.Budget() // a restarted kubelet's new grace: a forced drain runs no phase again
+	kill := b.Kill()
+	b.OnRestart(time.Now(), time.Hour)
+	require.True(t, b.Kill().After(kill), "SIGKILL moved later")
+	_, err = c.Checkpoint(context.Background(), left)
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	<-ended
 }

@@ -174,10 +174,18 @@ type Worker struct {
 	// stops are the escalations, each a sandbox's SIGTERM, wait and SIGKILL: those begun
 	// at the preserve phase's deadline (escalateEarly) and the escalate step's.
 	stops stops
-	// preserveOver is the budget's SIGKILL when the preserve phase's deadline passed
-	// (preserver.Run), nil before: until the budget moves SIGKILL later, which runs the
-	// phase again, no Checkpoint RPC starts (checkpointTooLate).
-	preserveOver atomic.Pointer[time.Time]
+	// preserveOver is how the last run of the preserve phase ended, at its deadline or
+	// by force (preserver.Run), nil before: from then no Checkpoint RPC starts
+	// (checkpointTooLate), unless the budget moves SIGKILL later than it was as that run
+	// began, which runs the phase again (never after force).
+	preserveOver atomic.Pointer[phaseEnd]
+}
+
+// phaseEnd is how a run of the preserve phase ended: the budget's SIGKILL as the run
+// began, and whether the drain was forced.
+type phaseEnd struct {
+	kill   time.Time
+	forced bool
 }
 
 // stops holds, per sandbox ID, whether checkpoints of the Preserver's are in flight or the
@@ -490,11 +498,12 @@ func (p preserver) Run(ctx context.Context, hard time.Time) *pause.Report {
 	begun := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(begun)
-		if budget.Kill().After(kill) {
+		forced := errors.Is(context.Cause(ctx), drain.ErrForced)
+		if !forced && budget.Kill().After(kill) {
 			return
 		}
-		p.w.preserveOver.Store(&kill)
-		if !errors.Is(context.Cause(ctx), drain.ErrForced) {
+		p.w.preserveOver.Store(&phaseEnd{kill: kill, forced: forced})
+		if !forced {
 			p.w.escalateEarly(kill)
 		}
 	})
@@ -1183,7 +1192,8 @@ func (w *Worker) Run(ctx context.Context, req *RunRequest) (*SandboxReply, error
 }
 
 // Checkpoint implements the Checkpoint RPC. Once the drain's preserve phase has reached
-// its deadline it is refused, FailedPrecondition (checkpointTooLate).
+// its deadline, or the drain was forced, it is refused, FailedPrecondition
+// (checkpointTooLate).
 func (w *Worker) Checkpoint(ctx context.Context, req *IDRequest) (*SandboxReply, error) {
 	if err := w.checkpointTooLate(); err != nil {
 		return nil, err
@@ -1193,19 +1203,24 @@ func (w *Worker) Checkpoint(ctx context.Context, req *IDRequest) (*SandboxReply,
 }
 
 // checkpointTooLate refuses a client's checkpoint once the drain's preserve phase has
-// reached its deadline, as the Preserver starts none after it: the time left is the
-// escalate step's (the SIGTERM that lets a sandbox's actor save itself, then SIGKILL) and
-// the exit's. The gate admits a Checkpoint during the drain, and one started then held
-// its sandbox from the escalation, which waited for it in vain and named the sandbox, and
-// ran into the grpc step, which cut the call (a runsc checkpoint, never cut, runs on into
-// the kubelet's SIGKILL). A budget that moved SIGKILL later since runs the phase again:
-// checkpoints start again.
+// reached its deadline, or the drain was forced during it, as the Preserver starts none
+// after that: the time left is the escalate step's (the SIGTERM that lets a sandbox's
+// actor save itself, then SIGKILL) and the exit's. The gate admits a Checkpoint during
+// the drain, and one started then held its sandbox from the escalation, which waited for
+// it in vain and named the sandbox, and ran into the grpc step, which cut the call (a
+// runsc checkpoint, never cut, runs on into the kubelet's SIGKILL). A budget that moved
+// SIGKILL later since runs the phase again, unless the drain was forced: checkpoints
+// start again.
 func (w *Worker) checkpointTooLate() error {
-	kill := w.preserveOver.Load()
-	if kill == nil || w.drainer.Budget().Kill().After(*kill) {
+	over := w.preserveOver.Load()
+	if over == nil || !over.forced && w.drainer.Budget().Kill().After(over.kill) {
 		return nil
 	}
-	return status.Error(codes.FailedPrecondition, "worker draining: the drain's preserve phase ended at its deadline, and no checkpoint starts after it: "+
+	why := "the drain's preserve phase ended at its deadline"
+	if over.forced {
+		why = "the drain was forced during its preserve phase"
+	}
+	return status.Error(codes.FailedPrecondition, "worker draining: "+why+", and no checkpoint starts after it: "+
 		"the time left is the escalation's (SIGTERM, for the sandbox to save itself, then SIGKILL) and the exit's")
 }
 
