@@ -111,3 +111,38 @@ func TestProgressNamesALaterListingThatHangs(t *testing.T) {
 		assert.Contains(t, lines[0], `msg="pause: progress: preserved 2/2, 0 failed, listing again: no answer yet after 9s, 15s to the preserve deadline"`)
 	})
 }
+
+// A later pass's listing whose attempts failed has answered, with errors: the line
+// counts them beside words that say nothing was listed yet, not "no answer yet", as
+// the first listing's line does.
+func TestProgressCountsALaterListingsFailedAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		var calls atomic.Int64
+		node := fakesandbox.NewNode()
+		node.AddN("sb", 2, time.Second)
+		lister := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+			switch calls.Add(1) {
+			case 1:
+				return node.List(ctx)
+			case 2, 3:
+				time.Sleep(2 * time.Second)
+				return nil, errors.New("apiserver: connection refused")
+			}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		p, err := pause.New(lister, pause.Config{Limit: 2, Logger: slog.New(slog.NewTextHandler(&buf, nil)), ProgressInterval: 10 * time.Second,
+			BackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Second) }})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 25*time.Second)
+		defer cancel()
+		rep := p.Run(ctx, time.Time{})
+		assert.Equal(t, 2, rep.Counts[pause.Preserved])
+		lines := progressLines(buf.String())
+		require.Len(t, lines, 2, "at 10 and 20 s")
+		// Preserved at 1 s, listed again from then: attempts fail at 3 and 6 s, the third hangs from 7 s.
+		assert.Contains(t, lines[0], `msg="pause: progress: preserved 2/2, 0 failed, listing again: nothing listed yet after 9s, 2 attempts failed, 15s to the preserve deadline"`)
+		assert.NotContains(t, buf.String(), "no answer yet")
+	})
+}

@@ -968,7 +968,8 @@ func (r *run) logProgress(now time.Time) {
 
 // listingLine says how long the listing in progress has been waited for
 // and how many of its attempts failed; first says no sandbox is listed
-// yet.
+// yet. An attempt that failed answered (with its error): with one, the
+// words say nothing is listed yet, not that no answer came.
 func listingLine(waited time.Duration, fails int, first bool) string {
 	what := "listing again: no answer yet"
 	switch {
@@ -976,6 +977,8 @@ func listingLine(waited time.Duration, fails int, first bool) string {
 		what = "listing: no sandboxes listed yet"
 	case first:
 		what = "listing: no answer yet"
+	case fails > 0:
+		what = "listing again: nothing listed yet"
 	}
 	if fails > 0 {
 		return fmt.Sprintf("%s after %s, %d attempts failed", what, roughly(waited), fails)
