@@ -104,7 +104,12 @@ func (r *Runtime) Restore(ctx context.Context, id string, b Bundle, imageDir, lo
 }
 
 // Checkpoint saves container id into imageDir (created if missing) and stops the container
-// (runsc checkpoint --image-path). The stopped container must still be deleted. A
+// (runsc checkpoint --image-path). The stopped container must still be deleted. It
+// returns nil once the container is stopped ([Runtime.Exited]), not when runsc answers:
+// runsc answers once the image is written, a moment before gVisor's sandbox process has
+// exited, so a caller asking runsc state right after was told "running" (row 1670). It
+// waits up to StopWait, and not past ctx; a container still running then is an error
+// that says the image was written. A
 // container already stopped is ErrStopped, with nothing written: one runsc refuses as
 // stopped, and one whose control server runsc could not reach while the kernel says the
 // sandbox process named is a zombie or gone (it exited as the checkpoint began).
@@ -150,7 +155,15 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 		return fmt.Errorf("runsc checkpoint %s: %w", id, err)
 	}
 	_, msg, err := r.outputs(ctx, id, "checkpoint", "--image-path="+imageDir, id)
-	if err != nil && !errors.Is(err, ErrStopped) && controlServerGone(err.Error()) {
+	if err == nil {
+		// runsc answers once the image is written, before gVisor's sandbox process has
+		// exited: returned then, the container still ran for a moment (row 1670).
+		if serr := r.awaitStop(ctx, id); serr != nil {
+			return fmt.Errorf("runsc checkpoint %s wrote its image, but %w", id, serr)
+		}
+		return nil
+	}
+	if !errors.Is(err, ErrStopped) && controlServerGone(err.Error()) {
 		// runsc found the sandbox running, then could not reach its control server,
 		// whose process is now a zombie or gone: it exited as the checkpoint began (its
 		// workload's exit, the OOM killer), and no save began that could have stopped
@@ -173,7 +186,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 		return err
 	}
 	if serr := r.awaitStop(ctx, id); serr != nil {
-		return fmt.Errorf("%w; runsc wrote no failure, but %w", err, serr)
+		return fmt.Errorf("%w; runsc wrote no failure, but %w: not checkpointed", err, serr)
 	}
 	if killed && noSpaceLeft(imageDir) {
 		return fmt.Errorf("%w; the container stopped, but the images volume has no space left: "+
@@ -213,8 +226,9 @@ func noSpaceLeft(dir string) bool {
 	return syscall.Statfs(dir, &st) == nil && st.Bavail == 0
 }
 
-// StopWait bounds how long Checkpoint waits, after a checkpoint whose exit status was
-// lost and that wrote no failure, for the container to stop as a checkpoint made stops it.
+// StopWait bounds how long Checkpoint waits for the container to stop as a checkpoint
+// made stops it: after one that succeeded, and after one whose exit status was lost and
+// that wrote no failure.
 const StopWait = 10 * time.Second
 
 // awaitStop waits, at most StopWait (and not past ctx), for container id to have exited
@@ -230,7 +244,7 @@ func (r *Runtime) awaitStop(ctx context.Context, id string) error {
 		case stopped:
 			return nil
 		case wctx.Err() != nil:
-			return fmt.Errorf("the container had not stopped after %v: not checkpointed (%w)", StopWait, context.Cause(wctx))
+			return fmt.Errorf("the container had not stopped after %v (%w)", StopWait, context.Cause(wctx))
 		case err != nil && !errors.Is(err, ErrStatusLost):
 			return fmt.Errorf("its state cannot say whether the checkpoint stopped the container: %w", err)
 		}
