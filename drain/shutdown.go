@@ -220,13 +220,7 @@ func (d *Drainer) run(ctx context.Context) *Report {
 	rep.End = time.Now()
 	rep.Budget = d.budget.State()
 	rep.Headroom = rep.Budget.Kill.Sub(rep.End)
-	if d.pod != nil {
-		if err := d.misnamed(); err != nil {
-			rep.PodMismatch = err.Error()
-		}
-		rep.PodUIDUnknown = d.pod.UID() == ""
-		rep.StaticPod = staticPod(d.pod.Identity())
-	}
+	d.podFacts(rep)
 	d.mu.Lock()
 	rep.ForcedAt = d.forcedAt
 	rep.Cause, rep.Signals = d.cause, slices.Clone(d.signals)
@@ -352,7 +346,21 @@ func (d *Drainer) tell(rep *Report, next string) {
 	d.mu.Lock()
 	now.Cause, now.Signals = d.cause, slices.Clone(d.signals)
 	d.mu.Unlock()
+	d.podFacts(&now) // a static pod's account says so before a SIGKILL (docs/faults.md row 1610)
 	d.progress(&now, next)
+}
+
+// podFacts sets in rep what the reads of the pod found so far: a name that
+// is not the pod's, a UID never known, a static pod.
+func (d *Drainer) podFacts(rep *Report) {
+	if d.pod == nil {
+		return
+	}
+	if err := d.misnamed(); err != nil {
+		rep.PodMismatch = err.Error()
+	}
+	rep.PodUIDUnknown = d.pod.UID() == ""
+	rep.StaticPod = staticPod(d.pod.Identity())
 }
 
 // after returns the phase the plan runs after name, "" after the last.
