@@ -26,7 +26,8 @@ import (
 //	the worker serving (no sandboxes, or 24 whose checkpoints will fail), the tmpfs filled up
 //	SIGTERM: the drain; the Report's write fails, ENOSPC
 //	  no sandboxes: this Report (a page) written where the earlier one was: exit 0
-//	  24 lost: this Report, larger than the page freed, does not fit: none there, exit 1
+//	  24 lost: this Report, larger than the page freed, does not fit: this drain's account
+//	    as it stood there, unfinished (row 1611), no earlier Report, exit 1
 //	  before: the earlier Report still there, exit 1
 //
 // Real process and a real full file system: this test binary, re-executed as the worker.
@@ -58,7 +59,7 @@ func workerReportOnAFullFileSystem(t *testing.T, n int) {
 		assert.Contains(t, stderr.String(), `level=INFO msg="gvisor-worker exiting" preserved=0 lost=0 `)
 		return
 	}
-	assert.Contains(t, stderr.String(), "an earlier shutdown's removed, so it is not taken for this one's")
+	assert.Contains(t, stderr.String(), "the Report could not be written: the file holds this drain's account as last written, unfinished")
 	assert.True(t, strings.Contains(data, fmt.Sprintf("%d of %d", n, n)), "every sandbox lost: %s", data)
 	// The exit's reasons at ERROR, the sandboxes counted, where the Report's error was a
 	// bare line with no level (row 1139).

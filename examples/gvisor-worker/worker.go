@@ -861,14 +861,14 @@ func (w *Worker) serve(ctx context.Context) (*drain.Report, error) {
 // when serving stopped on its own, to the termination message path, so the pod's last
 // state says what happened; a failure to write the summary is logged and does not change
 // the exit. It returns the error of writing the Report; when it cannot be written, the
-// Report an earlier shutdown left is removed, not left in its place, and on a full file
-// system this one written in the space that freed (lastreport.Write; docs/faults.md
-// rows 1118, 1119).
+// Report an earlier shutdown left is removed, not left in its place, this drain's account
+// as it stood stays, unfinished, and on a full file system this one written in the space
+// that freed (lastreport.Progress.Finish; docs/faults.md rows 1118, 1119, 1611).
 func (w *Worker) writeReport(rep *drain.Report, stopped error) error {
 	reportPath := filepath.Join(w.cfg.StateDir, reportFile)
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err == nil { // an empty file is not a Report: a Report that does not encode is an error
-		err = lastreport.Write(reportPath, data, 0o600, w.logger)
+		err = w.progress.Finish(data)
 	}
 	extra := termmsg.ServerLines("gvisor-worker", stopped, reportPath, err)
 	path, explicit := termmsg.Path(w.cfg.TerminationLog)

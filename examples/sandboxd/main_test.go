@@ -94,7 +94,8 @@ func startSandboxd(t *testing.T, args ...string) (*kubeletsim.Child, *logbuf.Buf
 //	sandboxd serving (no sandboxes, or 24 whose pauses will fail), the tmpfs filled up
 //	SIGTERM: the drain; the Report's write fails, ENOSPC
 //	  no sandboxes: this Report (a page) written where the earlier one was: exit 0
-//	  24 lost: this Report, larger than the page freed, does not fit: none there, exit 1
+//	  24 lost: this Report, larger than the page freed, does not fit: this drain's account
+//	    as it stood there, unfinished (row 1611), no earlier Report, exit 1
 //	  before: the earlier Report still there, exit 1
 //
 // Real process and a real full file system: this test binary, re-executed as sandboxd.

@@ -1172,8 +1172,9 @@ func (s *supervisor) finish(rep *Report) {
 // writeReport writes rep to -report, if set, atomically and durably, by
 // lastreport's rule: when it cannot (its file system full, or read-only),
 // the Report an earlier shutdown left there is removed, where it stayed and
-// was taken for this one's (docs/faults.md row 1138), and on a full file
-// system this one is written once more in the space that freed.
+// was taken for this one's (docs/faults.md row 1138), this drain's account
+// as it stood stays, unfinished (row 1611), and on a full file system this
+// one is written once more in the space that freed.
 func (s *supervisor) writeReport(rep *Report) error {
 	if s.cfg.report == "" {
 		return nil
@@ -1182,7 +1183,7 @@ func (s *supervisor) writeReport(rep *Report) error {
 	if err != nil {
 		return err
 	}
-	return lastreport.Write(s.cfg.report, append(b, '\n'), 0o666, s.log)
+	return s.progress.Finish(append(b, '\n'))
 }
 
 // hookRoutes serves the preStop hook on its own listener, guarded: only a

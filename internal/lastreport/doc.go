@@ -26,4 +26,8 @@
 //	p.Start(d)
 //	rep := d.Shutdown(ctx)
 //	p.Stop() // the Report, written next, is the last
+//	err = p.Finish(data) // Write's rule, but this drain's account stays when data cannot be written
+//
+// A Report that cannot be written leaves that account, not nothing: it is this drain's,
+// said unfinished, and no earlier shutdown's (docs/faults.md row 1611).
 package lastreport

@@ -3,11 +3,13 @@ package lastreport
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"maps"
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/drainkit/drainkit/deadline"
@@ -34,7 +36,7 @@ type Unfinished struct {
 // A Progress keeps a drain's account at path while the drain runs: from the drain's
 // start (the preStop call or SIGTERM) the file is this drain's Report as it stands,
 // marked Unfinished, rewritten at each phase's end and, as the node's counts change, at
-// most once every Every; the final Report, written by Write after Stop, replaces it.
+// most once every Every; the final Report, written by Finish after Stop, replaces it.
 // After a SIGKILL mid-drain the file says: this drain, unfinished, what was known then.
 //
 //	p := lastreport.Follow(&cfg, path, 0o600, logger, nodeCounts)
@@ -42,7 +44,7 @@ type Unfinished struct {
 //	p.Start(d)
 //	rep := d.Shutdown(ctx)
 //	p.Stop()
-//	err = lastreport.Write(path, finalData, 0o600, logger)
+//	err = p.Finish(finalData)
 type Progress struct {
 	path   string
 	perm   os.FileMode
@@ -56,6 +58,7 @@ type Progress struct {
 	started bool            // Start was called
 	rep     json.RawMessage // the Report as the drain last told it; nil before
 	next    string          // the phase it said runs next
+	wrote   bool            // the file at path is this drain's account: run wrote it
 
 	told chan struct{} // the drain told a new Report
 	stop chan struct{}
@@ -144,6 +147,8 @@ func (p *Progress) run(d *drain.Drainer) {
 	data := p.account(d, began, counts)
 	if err := Write(p.path, data, p.perm, p.logger); err != nil {
 		p.logger.Warn("the drain's account at its start could not be written: a SIGKILL before its Report leaves none", "file", p.path, "error", err)
+	} else {
+		p.setWrote()
 	}
 	poll := time.NewTimer(Every)
 	defer poll.Stop()
@@ -161,7 +166,10 @@ func (p *Progress) run(d *drain.Drainer) {
 			}
 		}
 		counts = p.counts()
-		if err := p.write(p.path, p.account(d, began, counts), p.perm); err != nil && !warned {
+		err := p.write(p.path, p.account(d, began, counts), p.perm)
+		if err == nil {
+			p.setWrote()
+		} else if !warned {
 			warned = true // the account written before stays: this drain's, as it was then
 			p.logger.Warn("the drain's account could not be rewritten: the file holds it as it was earlier", "file", p.path, "error", err)
 		}
@@ -247,4 +255,66 @@ func ByState(count func(state string) int, states ...string) func() map[string]i
 		}
 		return counts
 	}
+}
+
+// setWrote records that the file at path is this drain's account.
+func (p *Progress) setWrote() {
+	p.mu.Lock()
+	p.wrote = true
+	p.mu.Unlock()
+}
+
+// Finish stops p (Stop) and writes data, the drain's final Report, at its path, by
+// Write's rule, but for the file there once p wrote this drain's account: that is no
+// earlier shutdown's, and when data cannot be written it stays, as last written, said
+// unfinished (a file system full or remounted read-only mid-drain); on a full file
+// system it is removed for data to be written in its space, and written back when data
+// does not fit there either. The error is the write's, logged at ERROR. A nil Progress
+// (no file) writes nothing.
+func (p *Progress) Finish(data []byte) error {
+	if p == nil {
+		return nil
+	}
+	p.Stop()
+	p.mu.Lock()
+	wrote := p.wrote
+	p.mu.Unlock()
+	if !wrote { // the file is none, or an earlier shutdown's
+		return Write(p.path, data, p.perm, p.logger)
+	}
+	werr := durable.WriteFile(p.path, data, p.perm)
+	if werr == nil {
+		return nil
+	}
+	if errors.Is(werr, syscall.ENOSPC) {
+		written, gone := p.inItsSpace(data, werr)
+		if written {
+			return nil
+		}
+		if gone {
+			return werr
+		}
+	}
+	p.logger.Error("the Report could not be written: the file holds this drain's account as last written, unfinished", "file", p.path, "error", werr)
+	return werr
+}
+
+// inItsSpace writes data in the space this drain's account at path frees, and reports
+// whether it did, and whether the account, read before and written back when data does
+// not fit either, is gone (said at ERROR).
+func (p *Progress) inItsSpace(data []byte, werr error) (written, gone bool) {
+	account, err := os.ReadFile(p.path)
+	if err != nil || os.Remove(p.path) != nil {
+		return false, false
+	}
+	if durable.WriteFile(p.path, data, p.perm) == nil {
+		p.logger.Warn("the Report written in the space of this drain's account, removed first: the file system is full", "file", p.path, "error", werr)
+		return true, false
+	}
+	if err := durable.WriteFile(p.path, account, p.perm); err != nil {
+		p.logger.Error("the Report could not be written, nor this drain's account, removed for its space, written back: the file is gone",
+			"file", p.path, "error", werr, "account_error", err)
+		return false, true
+	}
+	return false, false
 }

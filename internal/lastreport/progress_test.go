@@ -1,12 +1,14 @@
 package lastreport
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
 	"github.com/drainkit/drainkit/draintest"
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -121,4 +124,83 @@ func lastreportFinished(t *testing.T, path string) bool {
 	var acc struct{ Unfinished *Unfinished }
 	require.NoError(t, json.Unmarshal(data, &acc))
 	return acc.Unfinished == nil
+}
+
+// Fault (row 1611): the final Report that could not be written took this drain's own
+// account with it, by Write's rule for an earlier shutdown's Report, which this one is
+// not: on a full file system the account was removed for the Report's space and, the
+// Report larger, nothing was left; on a file system remounted read-only mid-drain (ext4's
+// errors=remount-ro) the error called the account "an earlier shutdown's Report, not this
+// one's". Finish keeps the account as last written, unfinished, this drain's:
+//
+//	a 256 KiB tmpfs: the account written at SIGTERM, then the file system full
+//	  or remounted read-only
+//	the final Report (12 KiB, larger than the account's page) cannot be written:
+//	  the file is this drain's account, unfinished, the error the write's
+//	(a Report that fits in the account's space is written there:
+//	TestProgressFinishOnAFullFileSystemTakesTheAccountsSpace)
+func TestProgressFinishThatCannotWriteTheReportLeavesThisDrainsAccount(t *testing.T) {
+	for _, how := range []string{"full", "read-only"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				dir := lastreporttest.Tmpfs(t, "256k")
+				path := filepath.Join(dir, "last-shutdown.json")
+				require.NoError(t, os.WriteFile(path, []byte(`{"start": "2026-12-05T10:00:00Z"}`), 0o600))
+				var log bytes.Buffer
+				p, rep := drainFollowed(t, path, slog.New(slog.NewTextHandler(&log, nil)))
+				account, err := os.ReadFile(path)
+				require.NoError(t, err)
+				require.False(t, lastreporttest.Finished(path), "this drain's account: %s", account)
+				if how == "full" {
+					lastreporttest.FillUp(t, filepath.Join(dir, "filler"))
+				} else {
+					require.NoError(t, syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""))
+				}
+
+				final := append(bytes.Repeat([]byte(" "), 12<<10), `{"start": "`+rep.Start.Format(time.RFC3339Nano)+`"}`...)
+				err = p.Finish(final)
+				require.Error(t, err)
+				assert.NotContains(t, err.Error(), "an earlier shutdown's")
+				got, rerr := os.ReadFile(path)
+				require.NoError(t, rerr, "this drain's account, removed")
+				assert.Equal(t, string(account), string(got), "this drain's account as last written")
+				assert.Contains(t, log.String(), `level=ERROR msg="the Report could not be written: the file holds this drain's account as last written, unfinished"`)
+			})
+		})
+	}
+}
+
+// drainFollowed drains an empty node under a Progress at path, as a server does, and
+// returns the Progress, stopped, and the Report, not written; in a synctest bubble.
+func drainFollowed(t *testing.T, path string, logger *slog.Logger) (*Progress, *drain.Report) {
+	t.Helper()
+	budget, err := deadline.New(60*time.Second, deadline.Config{})
+	require.NoError(t, err)
+	cfg := drain.Config{Budget: budget, Sandboxes: draintest.NewNode()}
+	p := Follow(&cfg, path, 0o600, logger, nil)
+	d, err := drain.New(cfg)
+	require.NoError(t, err)
+	p.Start(d)
+	rep := d.Shutdown(context.Background())
+	synctest.Wait() // every phase's end written
+	p.Stop()
+	return p, rep
+}
+
+// On a full file system a final Report that fits in the space of this drain's account is
+// written there, said at WARN.
+func TestProgressFinishOnAFullFileSystemTakesTheAccountsSpace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := lastreporttest.Tmpfs(t, "256k")
+		path := filepath.Join(dir, "last-shutdown.json")
+		var log bytes.Buffer
+		p, rep := drainFollowed(t, path, slog.New(slog.NewTextHandler(&log, nil)))
+		lastreporttest.FillUp(t, filepath.Join(dir, "filler"))
+		final := []byte(`{"start": "` + rep.Start.Format(time.RFC3339Nano) + `"}`)
+		require.NoError(t, p.Finish(final))
+		got, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.Equal(t, string(final), string(got))
+		assert.Contains(t, log.String(), `level=WARN msg="the Report written in the space of this drain's account, removed first`)
+	})
 }

@@ -500,15 +500,18 @@ func relisted(pr *pause.Report) (n, lost int) {
 	return n, lost
 }
 
-// writeUnfinished says plainly that the drain did not finish, and what its account
-// knew when it was last written: a SIGKILL (the kubelet's, the OOM killer's) or a crash
-// ended the process before the final Report.
+// writeUnfinished says plainly that the file holds no final Report, and what its
+// account knew when it was last written: a SIGKILL (the kubelet's, the OOM killer's) or
+// a crash ended the process before the final Report, or the process could not write it
+// (a file system full or remounted read-only: lastreport.Progress.Finish keeps the
+// account then, docs/faults.md row 1611).
 func writeUnfinished(w io.Writer, u *lastreport.Unfinished, t0 time.Time) {
 	running := "no phase running (the last had ended)"
 	if u.Phase != "" {
 		running = "the " + u.Phase + " phase running"
 	}
-	fmt.Fprintf(w, "Verdict      UNFINISHED: the drain did not finish: the process ended before its Report (a SIGKILL, a crash);\n")
+	fmt.Fprintf(w, "Verdict      UNFINISHED: no final Report: the process ended before it (a SIGKILL, a crash) or could not write it\n")
+	fmt.Fprintf(w, "             (its file system full or read-only: its log and termination message say);\n")
 	fmt.Fprintf(w, "             this is its account as written at %s, %s, %d sandboxes counted running%s\n",
 		rel(u.At, t0), running, u.Counted, nodeCounts(u.Node))
 	if len(u.Plan) > 0 {

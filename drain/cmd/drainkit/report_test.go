@@ -509,7 +509,8 @@ func TestReportOfAnIncompleteListingSaysSo(t *testing.T) {
 func TestReportOfAnUnfinishedDrainSaysItDidNotFinish(t *testing.T) {
 	code, out, errw := drainkit(t, "report", filepath.Join("testdata", "sandboxd-unfinished.json"))
 	require.Equal(t, 1, code, "%s%s", out, errw)
-	assert.Contains(t, out, "Verdict      UNFINISHED: the drain did not finish: the process ended before its Report")
+	assert.Contains(t, out, "Verdict      UNFINISHED: no final Report: the process ended before it (a SIGKILL, a crash) or could not write it\n"+
+		"             (its file system full or read-only: its log and termination message say);\n")
 	assert.Contains(t, out, "the preserve phase running, 8 sandboxes counted running")
 	assert.Contains(t, out, "Planned      then: preserve by +")
 	assert.Contains(t, out, "  gate ")
@@ -531,5 +532,5 @@ func TestReportOfTheSupervisorsUnfinishedDrainSaysItDidNotFinish(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(`{"drain": `+string(data)+`}`), 0o600))
 	code, out, errw := drainkit(t, "report", path)
 	require.Equal(t, 1, code, "%s%s", out, errw)
-	assert.Contains(t, out, "Verdict      UNFINISHED: the drain did not finish")
+	assert.Contains(t, out, "Verdict      UNFINISHED: no final Report")
 }

@@ -664,14 +664,15 @@ func (s *Server) holdWhileDaemonServes() {
 // writeReport writes rep into the state directory, atomically and durably, by
 // lastreport's rule: when it cannot (the state directory's file system full, or
 // read-only), the Report an earlier shutdown left there is removed, not read as this
-// one's (docs/faults.md row 1113), and on a full file system this one is written once
-// more in the space that freed (row 1115).
+// one's (docs/faults.md row 1113), this drain's account as it stood stays, unfinished
+// (row 1611), and on a full file system this one is written once more in the space that
+// freed (row 1115).
 func (s *Server) writeReport(rep *drain.Report) error {
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	return lastreport.Write(filepath.Join(s.cfg.StateDir, ReportFile), data, 0o600, s.logger)
+	return s.progress.Finish(data)
 }
 
 // preserved counts the preserved sandboxes of a Preserver report (nil: none).

@@ -58,9 +58,10 @@ type Server interface {
 // checks what a server that writes its Report with internal/lastreport promises when the
 // Report's file system is full (docs/faults.md rows 1115, 1119): with no sandbox lost,
 // this drain's Report is written where the earlier one (its Start at earlier) was and the
-// server exits 0; with lost sandboxes, this larger Report does not fit, no Report is
-// there for this one's to be taken, the termination message msg says why, exit 1. It
-// returns the termination message, for what each server says beside.
+// server exits 0; with lost sandboxes, this larger Report does not fit, the file holds
+// this drain's account as it stood, unfinished (lastreport.Progress.Finish, row 1611),
+// not the earlier Report, the termination message msg says why, exit 1. It returns the
+// termination message, for what each server says beside.
 func DrainOnAFullFileSystem(t testing.TB, s Server, stderr fmt.Stringer, report, msg, earlier string, lost int) string {
 	t.Helper()
 	require.NoError(t, s.Signal(syscall.SIGTERM))
@@ -85,7 +86,12 @@ func DrainOnAFullFileSystem(t testing.TB, s Server, stderr fmt.Stringer, report,
 	var exit *exec.ExitError
 	require.ErrorAs(t, s.Err(), &exit, "%s", stderr)
 	assert.Equal(t, 1, exit.ExitCode(), "%s", stderr)
-	assert.NoFileExists(t, report, "an earlier shutdown's Report, taken for this one's")
+	written, err := os.ReadFile(report)
+	require.NoError(t, err, "this drain's account as it stood, removed")
+	var acc struct{ Start time.Time }
+	require.NoError(t, json.Unmarshal(written, &acc))
+	assert.NotEqual(t, earlier, acc.Start.Format(time.RFC3339), "an earlier shutdown's Report, taken for this one's")
+	assert.False(t, Finished(report), "this drain's account, unfinished: %s", written)
 	assert.Contains(t, string(data), "the full report could not be written: ")
 	assert.Contains(t, string(data), "no space left on device")
 	return string(data)
