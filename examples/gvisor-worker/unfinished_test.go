@@ -2,14 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/drainkit/drainkit/examples/internal/store"
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -43,32 +43,15 @@ func TestSIGKILLMidDrainLeavesTheWorkersUnfinishedReport(t *testing.T) {
 	}
 	sigterm := time.Now()
 	require.NoError(t, p.Signal(syscall.SIGTERM))
-	require.Eventually(t, func() bool {
-		entries, _ := os.ReadDir(filepath.Join(state, "records"))
-		n := 0
-		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), ".rec") {
-				n++
-			}
-		}
-		return n >= 2
-	}, 20*time.Second, 5*time.Millisecond, "no sandbox checkpointed: %s", stderr)
+	records, err := store.Open(filepath.Join(state, "records"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { recs, _, _ := records.Load(); return len(recs) >= 2 },
+		20*time.Second, 5*time.Millisecond, "no sandbox checkpointed: %s", stderr)
 	require.NoError(t, p.Kill())
 	<-p.Exited()
 
-	data, err := os.ReadFile(report)
-	require.NoError(t, err, "this drain's account")
-	var rep struct {
-		Start      time.Time
-		Unfinished *struct {
-			Phase   string
-			Counted int
-		}
-	}
-	require.NoError(t, json.Unmarshal(data, &rep), "%s", data)
-	assert.NotEqual(t, earlier, rep.Start.Format(time.RFC3339), "the earlier drain's Report, taken for this one's: %s", data)
-	assert.False(t, rep.Start.Before(sigterm.Add(-time.Second)), "this drain's start: %s", data)
-	require.NotNil(t, rep.Unfinished, "the account says the drain did not finish: %s", data)
-	assert.Equal(t, "preserve", rep.Unfinished.Phase, "%s", data)
-	assert.Equal(t, 8, rep.Unfinished.Counted, "%s", data)
+	acc := lastreporttest.ThisDrains(t, report, "", sigterm)
+	assert.NotEqual(t, earlier, acc.Start.Format(time.RFC3339), "the earlier drain's Report, taken for this one's")
+	assert.Equal(t, "preserve", acc.Unfinished.Phase)
+	assert.Equal(t, 8, acc.Unfinished.Counted)
 }

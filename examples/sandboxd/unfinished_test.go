@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,8 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/examples/sandboxd/server"
 	"github.com/drainkit/drainkit/internal/freeport"
+	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
 )
 
 // Fault (row 1510): the drain's account was written only at its end, so a SIGKILL in the
@@ -53,35 +54,15 @@ func TestSIGKILLMidDrainLeavesThisDrainsUnfinishedReport(t *testing.T) {
 	}
 	sigterm := time.Now()
 	require.NoError(t, p.Signal(syscall.SIGTERM))
-	records := filepath.Join(state, "records")
-	require.Eventually(t, func() bool {
-		entries, _ := os.ReadDir(records)
-		n := 0
-		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), ".rec") {
-				n++
-			}
-		}
-		return n >= 2
-	}, 20*time.Second, 5*time.Millisecond, "no sandbox paused: %s", stderr)
+	records, err := store.Open(filepath.Join(state, "records"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { recs, _, _ := records.Load(); return len(recs) >= 2 },
+		20*time.Second, 5*time.Millisecond, "no sandbox paused: %s", stderr)
 	require.NoError(t, p.Kill())
 	<-p.Exited()
 
-	data, err := os.ReadFile(report)
-	require.NoError(t, err, "this drain's account")
-	var rep struct {
-		Start      time.Time
-		Unfinished *struct {
-			At      time.Time
-			Phase   string
-			Counted int
-		}
-	}
-	t.Logf("%s", data)
-	require.NoError(t, json.Unmarshal(data, &rep), "%s", data)
-	assert.NotEqual(t, earlier, rep.Start.Format(time.RFC3339), "the earlier drain's Report, taken for this one's: %s", data)
-	assert.False(t, rep.Start.Before(sigterm.Add(-time.Second)), "this drain's start: %s", data)
-	require.NotNil(t, rep.Unfinished, "the account says the drain did not finish: %s", data)
-	assert.Equal(t, "preserve", rep.Unfinished.Phase, "%s", data)
-	assert.Equal(t, 8, rep.Unfinished.Counted, "%s", data)
+	acc := lastreporttest.ThisDrains(t, report, "", sigterm)
+	assert.NotEqual(t, earlier, acc.Start.Format(time.RFC3339), "the earlier drain's Report, taken for this one's")
+	assert.Equal(t, "preserve", acc.Unfinished.Phase)
+	assert.Equal(t, 8, acc.Unfinished.Counted)
 }

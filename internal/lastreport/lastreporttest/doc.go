@@ -6,7 +6,8 @@
 // its own (Tmpfs), filled up (FillUp), under a server that DrainOnAFullFileSystem
 // then terminates and checks. A test that waits for a server's drain to end waits
 // for its file to hold the finished Report (Finished), not for the file to exist:
-// the account of a drain still running is there from the drain's start.
+// the account of a drain still running is there from the drain's start. A test that
+// SIGKILLs a server mid-drain checks the account it left with ThisDrains.
 //
 //	reports := lastreporttest.Tmpfs(t, "256k") // skipped where not root
 //	lastreporttest.FillUp(t, filepath.Join(reports, "filler"))

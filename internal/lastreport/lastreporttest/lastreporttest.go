@@ -115,3 +115,37 @@ func Finished(path string) bool {
 	}
 	return json.Unmarshal(data, &acc) == nil && acc.Unfinished == nil && (acc.Drain == nil || acc.Drain.Unfinished == nil)
 }
+
+// An Account is what the account of a drain cut short says of itself: its start and
+// its "unfinished" member (lastreport.Unfinished, in part: lastreport's own tests import
+// this package).
+type Account struct {
+	Start      time.Time
+	Unfinished *struct {
+		At      time.Time
+		Phase   string // the phase running when it was last written
+		Counted int    // the sandboxes the drain's count saw running then
+	}
+}
+
+// ThisDrains reads the account that a SIGKILL mid-drain left at path, in its member
+// ("" for the file's top; the supervisor's is "drain"), checks that it is this drain's,
+// begun no earlier than a second before sigterm (an earlier drain's Report is not), and
+// unfinished, and returns it.
+func ThisDrains(t testing.TB, path, member string, sigterm time.Time) Account {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err, "this drain's account")
+	var acc Account
+	if member == "" {
+		require.NoError(t, json.Unmarshal(data, &acc), "%s", data)
+	} else {
+		var in map[string]*Account
+		require.NoError(t, json.Unmarshal(data, &in), "%s", data)
+		require.NotNil(t, in[member], "this drain's account, in %q: %s", member, data)
+		acc = *in[member]
+	}
+	assert.False(t, acc.Start.Before(sigterm.Add(-time.Second)), "this drain's start, not an earlier drain's Report: %s", data)
+	require.NotNil(t, acc.Unfinished, "the account says the drain did not finish: %s", data)
+	return acc
+}
