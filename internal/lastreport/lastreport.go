@@ -21,6 +21,17 @@ import (
 // directory mounted there) is left alone. logger takes the lines; nil is
 // slog.Default().
 func Write(path string, data []byte, perm os.FileMode, logger *slog.Logger) error {
+	return write(path, data, perm, logger, report)
+}
+
+// The nouns of write's lines: what data is.
+const (
+	report  = "the Report"
+	account = "this drain's account" // a Progress's, at the drain's start (docs/faults.md row 1612)
+)
+
+// write is Write, its lines saying what data is (report or account).
+func write(path string, data []byte, perm os.FileMode, logger *slog.Logger, what string) error {
 	werr := durable.WriteFile(path, data, perm)
 	if werr == nil {
 		return nil
@@ -36,13 +47,22 @@ func Write(path string, data []byte, perm os.FileMode, logger *slog.Logger) erro
 	}
 	// On a full file system the space the earlier Report held is what this one needs.
 	if errors.Is(werr, syscall.ENOSPC) && durable.WriteFile(path, data, perm) == nil {
-		logger.Warn("the Report written in the space of an earlier shutdown's, removed first: the file system is full",
+		logger.Warn(what+" written in the space of an earlier shutdown's"+reportOf(what)+", removed first: the file system is full",
 			"file", path, "error", werr)
 		return nil
 	}
 	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
 		logger.Warn("an earlier shutdown's Report removed, but not durably: a crash may bring it back", "file", path, "error", err)
 	}
-	logger.Error("the Report could not be written: an earlier shutdown's removed, so it is not taken for this one's", "file", path, "error", werr)
+	logger.Error(what+" could not be written: an earlier shutdown's"+reportOf(what)+" removed, so it is not taken for this one's", "file", path, "error", werr)
 	return werr
+}
+
+// reportOf names the earlier shutdown's Report in a line of what, which says "the
+// Report" itself.
+func reportOf(what string) string {
+	if what == report {
+		return ""
+	}
+	return " Report"
 }

@@ -145,7 +145,7 @@ func (p *Progress) run(d *drain.Drainer) {
 	began := time.Now()
 	counts := p.counts()
 	data := p.account(d, began, counts)
-	if err := Write(p.path, data, p.perm, p.logger); err != nil {
+	if err := write(p.path, data, p.perm, p.logger, account); err != nil {
 		p.logger.Warn("the drain's account at its start could not be written: a SIGKILL before its Report leaves none", "file", p.path, "error", err)
 	} else {
 		p.setWrote()

@@ -204,3 +204,22 @@ func TestProgressFinishOnAFullFileSystemTakesTheAccountsSpace(t *testing.T) {
 		assert.Contains(t, log.String(), `level=WARN msg="the Report written in the space of this drain's account, removed first`)
 	})
 }
+
+// Fault (row 1612): the account written at the drain's start on a full file system, in
+// the space of an earlier shutdown's Report, was said to be the Report ("the Report
+// written in the space of an earlier shutdown's"), at the drain's start, before any
+// Report: a log that said the Report was written, then that it could not be. It says
+// the account now.
+func TestProgressSaysItsAccountOnAFullFileSystemIsNoReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := lastreporttest.Tmpfs(t, "256k")
+		path := filepath.Join(dir, "last-shutdown.json")
+		require.NoError(t, os.WriteFile(path, bytes.Repeat([]byte(" "), 8<<10), 0o600))
+		lastreporttest.FillUp(t, filepath.Join(dir, "filler"))
+		var log bytes.Buffer
+		drainFollowed(t, path, slog.New(slog.NewTextHandler(&log, nil)))
+		assert.False(t, lastreporttest.Finished(path), "this drain's account, in the earlier Report's space")
+		assert.Contains(t, log.String(), `level=WARN msg="this drain's account written in the space of an earlier shutdown's Report, removed first: the file system is full"`)
+		assert.NotContains(t, log.String(), "the Report written", "no Report was")
+	})
+}
