@@ -198,9 +198,11 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) ([]*result
 	var results []*result
 	dkTitle := "drainkit: preStop waits until the drain deadline; then " + pausesAtOnce(opts.Concurrency)
 	if opts.Warm {
-		// A fixed -concurrency learns no level (printWarm's lines say so): its plan counts
-		// on the estimate the node learned, at the fixed limit.
-		learnedWhat := "the level the node learned"
+		// The title is written before the node's first drain has learned anything: one too
+		// short to compare two limits learns no level (row 1690), and a fixed -concurrency
+		// none (printWarm's lines say which), its plan counting on the estimate the node
+		// learned, at the fixed limit.
+		learnedWhat := "what the node's first drain learned (below: a level, if it compared two limits, and a pause's estimate)"
 		if opts.Concurrency > 0 {
 			learnedWhat = fmt.Sprintf("the estimate of a pause the node learned (-concurrency %d fixes the limit: no level)", opts.Concurrency)
 		}

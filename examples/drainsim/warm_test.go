@@ -124,3 +124,22 @@ func TestWarmTitleWithAFixedConcurrencySaysNoLevel(t *testing.T) {
 	assert.NotContains(t, out.String(), "planned with the level the node learned")
 	assert.Contains(t, out.String(), "planned with the estimate of a pause the node learned (-concurrency 2 fixes the limit: no level); then 2 pauses at a time")
 }
+
+// With -warm and the adaptive limit the title of drainkit's run said its plan was made
+// "with the level the node learned", before the node's first drain had learned anything:
+// a first drain too short to compare two limits learns none (here 4 sandboxes, one epoch
+// at the start's 8; 20 under load, row 1690), and the lines under the title said "no level
+// learned", the plan counting one pause at a time. The title, written before the run, says
+// the plan is made with what the first drain learned, and the lines say what.
+func TestWarmTitleClaimsNoLevelTheFirstDrainDidNotLearn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real servers")
+	}
+	var out, errOut strings.Builder
+	code := Main(context.Background(), []string{"-warm", "-n", "4", "-pause", "300ms", "-grace", "4s", "-seed-poll", "1s"}, &out, &errOut)
+	require.Equal(t, 0, code, "%s", errOut.String())
+	assert.Contains(t, out.String(), "no level learned (too few sandboxes to compare two limits)", "the run's own lines")
+	assert.Contains(t, out.String(), "its plan counts on one pause at a time")
+	assert.NotContains(t, out.String(), "level the node learned")
+	assert.Contains(t, out.String(), "planned with what the node's first drain learned (below: a level, if it compared two limits, and a pause's estimate); then pauses in parallel")
+}
