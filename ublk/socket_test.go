@@ -3,6 +3,7 @@ package ublk
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"testing/synctest"
@@ -19,7 +20,7 @@ import (
 // the request it got.
 func serveOnce(t *testing.T, resp any) (string, <-chan map[string]string) {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "d.sock")
+	p := socketPath(t, "d.sock")
 	ln, err := net.Listen("unix", p)
 	require.NoError(t, err)
 	got := make(chan map[string]string, 1)
@@ -67,7 +68,7 @@ func TestSocketRefusalNamesAgentENVsMessage(t *testing.T) {
 }
 
 func TestSocketRequestHonoursDeadline(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "d.sock")
+	p := socketPath(t, "d.sock")
 	ln, err := net.Listen("unix", p)
 	require.NoError(t, err)
 	defer ln.Close()
@@ -99,7 +100,7 @@ func TestSocketToNothingFailsAndWaitSeesItGone(t *testing.T) {
 }
 
 func TestSocketClosedWithoutAnswerIsDelivered(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "d.sock")
+	p := socketPath(t, "d.sock")
 	ln, err := net.Listen("unix", p)
 	require.NoError(t, err)
 	defer ln.Close()
@@ -164,4 +165,17 @@ func TestNewRefusesADaemonThatIsNotOne(t *testing.T) {
 		assert.EqualError(t, err, c.want, name)
 		assert.Nil(t, td, name)
 	}
+}
+
+// socketPath returns a path for a Unix socket named name in a directory of
+// its own, removed at the test's end. Not t.TempDir: its path holds the
+// test's name, and a long name under a long TMPDIR passes sun_path's 107
+// bytes (a clean clone's run with TMPDIR in its own directory: "bind:
+// invalid argument").
+func socketPath(t *testing.T, name string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ublk")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, name)
 }

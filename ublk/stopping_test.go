@@ -21,7 +21,6 @@ package ublk
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -59,7 +58,7 @@ type agentenvDaemon struct {
 }
 
 func startAgentENVDaemon(t *testing.T, tree *fakeublk.Tree, ks *kernelState, step time.Duration, ids ...int) *agentenvDaemon {
-	p := filepath.Join(t.TempDir(), "ublk-daemon.sock")
+	p := socketPath(t, "ublk-daemon.sock")
 	ln, err := net.Listen("unix", p)
 	require.NoError(t, err)
 	d := &agentenvDaemon{path: p, ln: ln, tree: tree, ks: ks, ids: ids, step: step, stop: make(chan struct{}), exit: make(chan struct{})}
