@@ -4,13 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/drainkit/drainkit/examples/internal/store"
 	"github.com/drainkit/drainkit/internal/lastreport/lastreporttest"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,17 +38,7 @@ func TestSIGKILLMidDrainLeavesTheWorkersUnfinishedReport(t *testing.T) {
 		_, err := c.Run(context.Background(), &RunRequest{})
 		require.NoError(t, err)
 	}
-	sigterm := time.Now()
-	require.NoError(t, p.Signal(syscall.SIGTERM))
 	records, err := store.Open(filepath.Join(state, "records"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { recs, _, _ := records.Load(); return len(recs) >= 2 },
-		20*time.Second, 5*time.Millisecond, "no sandbox checkpointed: %s", stderr)
-	require.NoError(t, p.Kill())
-	<-p.Exited()
-
-	acc := lastreporttest.ThisDrains(t, report, "", sigterm)
-	assert.NotEqual(t, earlier, acc.Start.Format(time.RFC3339), "the earlier drain's Report, taken for this one's")
-	assert.Equal(t, "preserve", acc.Unfinished.Phase)
-	assert.Equal(t, 8, acc.Unfinished.Counted)
+	lastreporttest.KilledMidPreserve(t, p, stderr, report, earlier, 8, func() bool { recs, _, _ := records.Load(); return len(recs) >= 2 })
 }

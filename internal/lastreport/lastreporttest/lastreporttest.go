@@ -151,3 +151,22 @@ func ThisDrains(t testing.TB, path, member string, sigterm time.Time) Account {
 	require.NotNil(t, acc.Unfinished, "the account says the drain did not finish: %s", data)
 	return acc
 }
+
+// KilledMidPreserve sends s SIGTERM, as the kubelet does, waits until preserved reports
+// that some sandboxes were preserved (the server's records), then SIGKILLs it, as the
+// kubelet's orphan cleanup or the OOM killer would, and checks the account it left at
+// report (rows 1510, 1512): this drain's (ThisDrains), not the earlier drain's Report
+// (its Start at earlier), unfinished in the preserve phase with counted sandboxes seen.
+func KilledMidPreserve(t testing.TB, s Server, stderr fmt.Stringer, report, earlier string, counted int, preserved func() bool) {
+	t.Helper()
+	sigterm := time.Now()
+	require.NoError(t, s.Signal(syscall.SIGTERM))
+	require.Eventually(t, preserved, 20*time.Second, 5*time.Millisecond, "no sandbox preserved: %s", stderr)
+	require.NoError(t, s.Signal(syscall.SIGKILL))
+	<-s.Exited()
+
+	acc := ThisDrains(t, report, "", sigterm)
+	assert.NotEqual(t, earlier, acc.Start.Format(time.RFC3339), "the earlier drain's Report, taken for this one's")
+	assert.Equal(t, "preserve", acc.Unfinished.Phase)
+	assert.Equal(t, counted, acc.Unfinished.Counted)
+}
