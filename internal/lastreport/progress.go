@@ -154,18 +154,19 @@ func (p *Progress) run(d *drain.Drainer) {
 	defer poll.Stop()
 	warned := false
 	for {
+		var now map[string]int
 		select {
 		case <-p.stop:
 			return
 		case <-p.told:
+			now = p.counts()
 		case <-poll.C:
 			poll.Reset(Every)
-			c := p.counts()
-			if maps.Equal(c, counts) {
+			if now = p.counts(); maps.Equal(now, counts) {
 				continue
 			}
 		}
-		counts = p.counts()
+		counts = now
 		err := p.write(p.path, p.account(d, began, counts), p.perm)
 		if err == nil {
 			p.setWrote()
@@ -178,21 +179,22 @@ func (p *Progress) run(d *drain.Drainer) {
 }
 
 // begun waits for d's termination to start: Shutdown (SIGTERM), or the preStop call,
-// which anchors the budget and which the drain does not tell until SIGTERM, looked for
-// once every Every. It returns false when Stop came first.
+// which anchors the budget before the drain tells anything (it tells at SIGTERM), seen
+// as the budget's change (deadline.Budget.Changed). It returns false when Stop came
+// first.
 func (p *Progress) begun(d *drain.Drainer) bool {
-	look := time.NewTicker(Every)
-	defer look.Stop()
+	b := d.Budget()
 	for {
+		changed := b.Changed() // before the read: a change between the two is not missed
+		if b.Anchored() {
+			return true
+		}
 		select {
 		case <-d.Terminating():
 			return true
 		case <-p.stop:
 			return false
-		case <-look.C:
-			if d.Budget().State().Anchor != deadline.AnchorNone {
-				return true
-			}
+		case <-changed:
 		}
 	}
 }
