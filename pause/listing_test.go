@@ -656,3 +656,58 @@ func earliestTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// A listing made again after one that failed, and cut by the phase's end
+// (the server slow to answer under load), said only that it was cut: the
+// Report's ListErr, its Err and a caller's note read "context deadline
+// exceeded" and lost the 503 that made the Run list again (a cold CI run's
+// supervisor sweep, examples/supervisor TestFinalSweepPausesWhatItsPartialListingListed).
+// It keeps the failure before the cut, in both places a listing is made
+// again:
+//
+//	again after a pass   0 s list: [sb-0 sb-1], "page 2: 503" -> preserved;
+//	                     then every call answers only at the phase's end
+//	again in a pass      0 s list: "503"; then every call as above
+//	10 s                 the phase deadline: ListErr names the 503 and the cut
+func TestAListingCutByThePhaseEndKeepsTheFailureBeforeIt(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		partial bool // the first call lists sandboxes with its error
+	}{
+		{name: "again after a pass", partial: true},
+		{name: "again in a pass"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				node := fakesandbox.NewNode()
+				node.AddN("sb", 2, time.Second)
+				var calls atomic.Int32
+				slow := pause.ListFunc(func(ctx context.Context) ([]pause.Sandbox, error) {
+					if calls.Add(1) > 1 {
+						<-ctx.Done()
+						return nil, fmt.Errorf("no answer before its context ended: %w", ctx.Err())
+					}
+					if !tc.partial {
+						return nil, errors.New("page 1: 503 Service Unavailable")
+					}
+					running, _ := node.List(ctx)
+					return running, errors.New("page 2: 503 Service Unavailable")
+				})
+				p, err := pause.New(slow, pause.Config{BackOff: constant(time.Second)})
+				require.NoError(t, err)
+				rep, _ := runFor(t, p, 10*time.Second, 0)
+				assert.Greater(t, calls.Load(), int32(1), "listed again")
+				assert.Contains(t, rep.ListErr, "503", "the failure that made the Run list again")
+				assert.Regexp(t, "context deadline exceeded|abandoned", rep.ListErr, "and the cut")
+				require.Error(t, rep.Err())
+				assert.Contains(t, rep.Err().Error(), "503")
+				if tc.partial {
+					assert.Equal(t, 2, rep.Counts[pause.Preserved])
+					assert.True(t, rep.Incomplete)
+				} else {
+					assert.True(t, rep.Unknown)
+				}
+			})
+		})
+	}
+}

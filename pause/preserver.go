@@ -213,8 +213,10 @@ func (p *Preserver) Run(ctx context.Context, hard time.Time) *Report {
 	r := p.newRun(ctx, hard) // the Run in progress, for Tighten
 	defer r.close()
 	var bo backoff.BackOff // between passes that found only sandboxes listed again
+	var retry error        // the last listing's, to be made again
 	for pass := 1; ; pass++ {
-		found, again, retry := r.pass(pass)
+		var found, again int
+		found, again, retry = r.pass(pass, retry)
 		if found+again == 0 && retry == nil || r.phaseOver() {
 			break
 		}

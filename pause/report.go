@@ -74,15 +74,18 @@ func (e Entry) Abandoned() bool { return e.Outcome == TimedOut && e.Error == err
 
 // A Report accounts for every sandbox a Run saw. It is JSON-marshalable.
 type Report struct {
-	Start    time.Time       `json:"start"`                // when Run started
-	End      time.Time       `json:"end"`                  // when Run returned
-	Deadline time.Time       `json:"deadline"`             // the phase deadline (as a Tighten before it moved it): no preserve started after it
-	Hard     time.Time       `json:"hard,omitzero"`        // in-flight preserves were abandoned at it
-	Passes   int             `json:"passes"`               // listing passes made
-	Limit    int             `json:"limit"`                // the concurrency limit at the end
-	Counts   map[Outcome]int `json:"counts"`               // entries by outcome
-	Entries  []Entry         `json:"entries"`              // one per sandbox, in the order first listed
-	ListErr  string          `json:"list_error,omitempty"` // the last listing error (also of one that returned sandboxes)
+	Start    time.Time       `json:"start"`         // when Run started
+	End      time.Time       `json:"end"`           // when Run returned
+	Deadline time.Time       `json:"deadline"`      // the phase deadline (as a Tighten before it moved it): no preserve started after it
+	Hard     time.Time       `json:"hard,omitzero"` // in-flight preserves were abandoned at it
+	Passes   int             `json:"passes"`        // listing passes made
+	Limit    int             `json:"limit"`         // the concurrency limit at the end
+	Counts   map[Outcome]int `json:"counts"`        // entries by outcome
+	Entries  []Entry         `json:"entries"`       // one per sandbox, in the order first listed
+	// ListErr is the last listing error (also of one that returned
+	// sandboxes); a listing cut by the Run's end, made again after one
+	// that failed, names that one's error too.
+	ListErr string `json:"list_error,omitempty"`
 	// Unknown is true when no listing succeeded: the Run never learned
 	// which sandboxes the node has, so no count in the Report means
 	// anything. Err says so, with ListErr.

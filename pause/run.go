@@ -2,6 +2,7 @@ package pause
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -292,14 +293,18 @@ func (r *run) phaseOverAt(now time.Time) bool {
 // pass makes one listing pass and returns how many new sandboxes it found,
 // how many sandboxes it found listed again after their preserve, and,
 // when its listing failed after it listed some sandboxes with an error
-// worth retrying, that error: the listing is to be made again.
-func (r *run) pass(n int) (found, again int, retry error) {
+// worth retrying, that error: the listing is to be made again. before is
+// the error of the pass before that made this one list again, if any.
+func (r *run) pass(n int, before error) (found, again int, retry error) {
 	if n > 1 && r.phaseOver() {
 		return 0, 0, nil
 	}
 	list, err := r.list()
 	r.rep.Passes = n
 	if err != nil {
+		if before != nil && len(list) == 0 && (errors.Is(err, errListAbandoned) || r.ctx.Err() != nil) {
+			err = cutAfter(err, before)
+		}
 		r.rep.ListErr = err.Error()
 		if len(list) == 0 {
 			r.cfg.log.LogAttrs(r.ctx, slog.LevelError, "pause: listing sandboxes failed",
