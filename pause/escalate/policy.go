@@ -501,7 +501,10 @@ func (f Funcs) Exited(ctx context.Context) (bool, error) {
 // probe never reaches another process that reused its PID, even when
 // another reaper took the child before Cmd was called. Its Wait calls
 // c.Wait once, in a goroutine, so the child is reaped and its pipes
-// closed; an exit with any status or signal counts as exited. When another
+// closed; an exit with any status or signal counts as exited, seen on the
+// pidfd: a grandchild that keeps the child's stdout or stderr open (a
+// writer os/exec copies from, with no WaitDelay) holds c.Wait, not Wait,
+// which gives c.Wait a second past the exit and returns. When another
 // reaper took the child first, Wait fails with ECHILD and Exited answers
 // instead, from the pidfd (a zombie counts as exited). A child that had
 // exited before the first signal, reaped or not (Cmd reaps only from Wait,
@@ -509,9 +512,10 @@ func (f Funcs) Exited(ctx context.Context) (bool, error) {
 // gets it: Signal returns os.ErrProcessDone and Policy.Stop says Gone.
 // Where pidfds are missing (not Linux, or an older kernel) it signals
 // through c.Process and probes with signal 0, by PID, as os/exec does, and
-// a zombie takes the signal (and is Exited). The caller must not call
-// c.Wait or c.Process.Wait itself; c.ProcessState is set once Wait returned
-// nil after a real exit.
+// a zombie takes the signal (and is Exited), and its Wait is c.Wait's. The
+// caller must not call c.Wait or c.Process.Wait itself; c.ProcessState is
+// set once Wait returned nil after a real exit, unless a grandchild still
+// holds the child's pipes: then once c.Wait returns.
 func Cmd(c *exec.Cmd) Target {
 	t := &cmdTarget{c: c, done: make(chan struct{}), waited: c.ProcessState != nil}
 	if c.Process != nil && !t.waited {
@@ -574,7 +578,8 @@ func (t *cmdTarget) reaped() bool {
 }
 
 // Wait reaps the child (c.Wait, once, in a goroutine) or returns at ctx's
-// end.
+// end. With a pidfd it returns once the child exited, even while c.Wait
+// still waits for the child's pipes: see exited.
 func (t *cmdTarget) Wait(ctx context.Context) error {
 	if t.c.Process == nil {
 		return errNotStarted
@@ -588,12 +593,61 @@ func (t *cmdTarget) Wait(ctx context.Context) error {
 		return t.result()
 	default:
 	}
+	if t.p != nil {
+		return t.exited(ctx)
+	}
 	select {
 	case <-t.done:
 		return t.result()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// pipesWait is how long Wait waits, once the pidfd says the child exited,
+// for c.Wait to return with it reaped (c.ProcessState set): at once when
+// its pipes close with it, never while a grandchild holds one and the Cmd
+// has no WaitDelay.
+const pipesWait = time.Second
+
+// exited waits for the child's exit on its pidfd, or c.Wait's return, or
+// ctx's end. c.Wait reaps the child at its exit but returns only once the
+// child's pipes are closed, and a grandchild that inherited one (a daemon
+// the child started, with stdout a writer that os/exec copies from)
+// keeps it open for as long as it lives: waited for through c.Wait alone,
+// a child that exited on the signal at once held Stop to the end of the
+// wait after the signal (20 s of a 20 s TermWait; row 1820). Once the pidfd
+// says it exited, c.Wait is given pipesWait (within ctx) to return, so
+// that c.ProcessState is set as it does; the exit counts either way.
+func (t *cmdTarget) exited(ctx context.Context) error {
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	gone := make(chan error, 1)
+	wg.Go(func() { gone <- t.p.Wait(pctx) })
+	select {
+	case <-t.done:
+		return t.result()
+	case err := <-gone:
+		if err != nil && !errors.Is(err, proc.ErrClosed) { // closed: reaped by c.Wait
+			select {
+			case <-t.done:
+				return t.result()
+			default:
+				return err // ctx's end, or a pidfd that cannot be polled
+			}
+		}
+	}
+	timer := time.NewTimer(pipesWait)
+	defer timer.Stop()
+	select {
+	case <-t.done:
+		return t.result()
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return nil // exited: c.Wait reaps it and returns once its pipes close
 }
 
 // reap calls c.Wait, once, in a goroutine: it returns when the child has

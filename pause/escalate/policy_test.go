@@ -921,3 +921,36 @@ func TestEscalationKillsAChildWhoseFirstSIGKILLFailed(t *testing.T) {
 	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "%v", ws)
 	assert.NoFileExists(t, state)
 }
+
+// Fault: a child that exits on SIGTERM while a grandchild keeps its stdout
+// pipe open, and whose Cmd sets no WaitDelay (os/exec's default), was not
+// seen to exit: Cmd's Wait waited for c.Wait, which reaps the child at once
+// but returns only once the pipe closes, never while the grandchild lives.
+// Stop held the child (and a Preserver's slot, a drain step's window) to
+// the end of the wait after the signal, and took it then for one that
+// exited between the wait and SIGKILL.
+//
+//	SIGTERM -> child saves, exits 0; grandchild keeps stdout -> Stop: Exited, at once
+func TestCmdTargetSeesTheExitWhileAGrandchildHoldsStdoutWithoutWaitDelay(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	out := &lineWriter{first: make(chan string, 1)}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=leak")
+	cmd.Stdout = out // copied by a goroutine of os/exec; no WaitDelay
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var grandchild int
+	_, err = fmt.Sscanf(<-out.first, "ready %d", &grandchild)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(grandchild, syscall.SIGKILL) })
+
+	const termWait = 20 * time.Second
+	start := time.Now()
+	exit, err := escalate.Policy{TermWait: termWait, KillWait: time.Second}.Stop(t.Context(), escalate.Cmd(cmd))
+	took := time.Since(start)
+	require.NoError(t, err)
+	assert.Equal(t, escalate.Exited, exit)
+	assert.Less(t, took, termWait/2, "seen at its exit, not at the end of the wait after the signal")
+	assert.NoError(t, syscall.Kill(grandchild, 0), "the grandchild is not the target: it runs on")
+}
