@@ -100,3 +100,45 @@ func TestASandboxKilledByItsWindowDoesNotBlameTheDefaultTermWait(t *testing.T) {
 		assert.NotContains(t, err.Error(), "TermWait")
 	})
 }
+
+// Fault: a Sandbox whose Policy gives no TermWait, SIGKILLed because its
+// Preserve's context was cancelled 5 s after SIGTERM (its server gave up
+// the drain; the deadline, 10 min off, unmoved), read in the Report as
+// killed at the 30 s cap: "it did not exit within 30s of SIGTERM
+// (Policy.TermWait unset ...)", which no TermWait would have changed. The
+// cap is named only when the SIGKILL came at it.
+//
+//	0 s   SIGTERM (ignored)
+//	5 s   the context cancelled: SIGKILL; exits       error: ErrKilled, no word of TermWait
+func TestASandboxKilledAtItsContextsCancelDoesNotBlameTheDefaultTermWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(nil)
+		// A runtime whose kill returns once SIGKILL has taken the target (a
+		// process's pidfd at once, `runsc kill --all` once the sandbox is down).
+		target := escalate.Funcs{
+			SignalFunc: func(ctx context.Context, sig syscall.Signal) error {
+				err := f.Signal(ctx, sig)
+				if sig == syscall.SIGKILL {
+					f.once.Do(func() { close(f.exited) })
+				}
+				return err
+			},
+			WaitFunc: func(ctx context.Context) error {
+				select {
+				case <-f.exited: // an exit wins over a context that also ended, as Cmd's
+					return nil
+				default:
+					return f.Wait(ctx)
+				}
+			},
+		}
+		sb := &escalate.Sandbox{Name: "sb-ignores", Target: target, Policy: escalate.Policy{KillWait: 2 * time.Second}}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		time.AfterFunc(5*time.Second, cancel)
+		err := sb.Preserve(ctx)
+		require.ErrorIs(t, err, escalate.ErrKilled)
+		assert.Equal(t, []string{"terminated@00.000", "killed@05.000"}, f.sent())
+		assert.NotContains(t, err.Error(), "TermWait", "SIGKILL came at the cancel, 25 s before the cap")
+	})
+}

@@ -167,6 +167,13 @@ type Policy struct {
 // is joined with every failure seen on the way. A nil t (or a nil pointer in it) is
 // not signalled: Stop returns ExitUnknown and an error saying so.
 func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
+	var killAt time.Time
+	return e.stop(ctx, t, &killAt)
+}
+
+// stop is Stop, which sets *killAt to when it sent SIGKILL at the end of the wait
+// after the signal, if it did.
+func (e Policy) stop(ctx context.Context, t Target, killAt *time.Time) (Exit, error) {
 	if isNil(t) {
 		return ExitUnknown, errNoTarget
 	}
@@ -226,7 +233,8 @@ func (e Policy) Stop(ctx context.Context, t Target) (Exit, error) {
 	// Not under ctx: a SIGKILL is what enforces ctx's end, and a context that ended
 	// during the wait after the signal (a budget that moved SIGKILL earlier) had a
 	// runtime driven by commands (`runsc kill`) refuse it, the target left running.
-	err = sendKill(ctx, t, killWaitEnd(ctx, time.Now(), killWait))
+	*killAt = time.Now()
+	err = sendKill(ctx, t, killWaitEnd(ctx, *killAt, killWait))
 	if isGone(err) {
 		if sig == syscall.SIGKILL {
 			// Gone after a first SIGKILL that a failing wait did not see
@@ -714,8 +722,10 @@ func (t *cmdTarget) result() error {
 // sandboxes that ignore the signal, waited for to the end of the window,
 // held every slot, the ones behind them never signalled. A target SIGKILLed
 // at that cap, where its window would have let it run on, has its error say
-// so, naming Policy.TermWait. The zero Sandbox, with no Target, signals nothing: its
-// Preserve returns a permanent error saying that Sandbox.Target is nil.
+// so, naming Policy.TermWait; one SIGKILLed earlier (its context
+// cancelled, its first signal not sent) does not. The zero Sandbox, with no
+// Target, signals nothing: its Preserve returns a permanent error saying that
+// Sandbox.Target is nil.
 type Sandbox struct {
 	Name   string // the sandbox's ID
 	Target Target // what Preserve signals and waits for
@@ -768,25 +778,43 @@ func (s *Sandbox) policy() Policy {
 }
 
 // killed is the error of a target that did not exit within the wait after
-// the signal, begun at start: ErrKilled, saying that the cap a zero
-// TermWait sets (defaultTermWait) ended that wait when ctx's window would
-// have let it run on. Without it, a sandbox that saves in 45 s, SIGKILLed
-// at 30 s of a 10 min window, read as one too slow for the window, its
-// Report naming nothing a user could change (row 1590).
-func (s *Sandbox) killed(ctx context.Context, start time.Time) error {
-	if s.Policy.TermWait > 0 {
+// the signal, begun at start, and was SIGKILLed at killAt: ErrKilled, saying
+// that the cap a zero TermWait sets (defaultTermWait) ended that wait when
+// ctx's window would have let it run on. Without it, a sandbox that saves in
+// 45 s, SIGKILLed at 30 s of a 10 min window, read as one too slow for the
+// window, its Report naming nothing a user could change (row 1590).
+func (s *Sandbox) killed(ctx context.Context, start, killAt time.Time) error {
+	if !s.capped(ctx, start, killAt) {
 		return ErrKilled
+	}
+	return fmt.Errorf("%w: %s", ErrKilled, s.capNote())
+}
+
+// capped reports whether the cap a zero TermWait sets (defaultTermWait),
+// not ctx's window, ended the wait after the signal begun at start, with
+// the SIGKILL sent at killAt: TermWait unset, the SIGKILL no earlier than
+// the cap (not at ctx's cancel, nor at once after a first signal that
+// failed), and ctx's deadline leaving the wait room past it. Read from
+// ctx's deadline alone, a SIGKILL at a cancel 5 s after SIGTERM was said to
+// be the cap's (row 1821).
+func (s *Sandbox) capped(ctx context.Context, start, killAt time.Time) bool {
+	capped := start.Add(defaultTermWait)
+	if s.Policy.TermWait > 0 || killAt.IsZero() || killAt.Before(capped) {
+		return false
 	}
 	killWait := s.Policy.KillWait
 	if killWait <= 0 {
 		killWait = defaultKillWait
 	}
-	capped := start.Add(defaultTermWait)
-	if dl, ok := ctx.Deadline(); ok && !dl.Add(-killWait).After(capped) {
-		return ErrKilled // the window ended the wait, not the cap
-	}
-	return fmt.Errorf("%w: it did not exit within %v of %s (Policy.TermWait unset: the wait after the signal is at most %v, the kubelet's default grace; a longer save needs a longer TermWait)",
-		ErrKilled, defaultTermWait, signalName(s.Policy.Signal), defaultTermWait)
+	dl, ok := ctx.Deadline()
+	return !ok || dl.Add(-killWait).After(capped) // else the window ended the wait
+}
+
+// capNote says that the cap a zero TermWait sets ended the wait after the
+// signal, for the error of a Sandbox SIGKILLed there.
+func (s *Sandbox) capNote() string {
+	return fmt.Sprintf("it did not exit within %v of %s (Policy.TermWait unset: the wait after the signal is at most %v, the kubelet's default grace; a longer save needs a longer TermWait)",
+		defaultTermWait, signalName(s.Policy.Signal), defaultTermWait)
 }
 
 // signalName names a Policy's first signal: SIGTERM for zero.
@@ -803,7 +831,8 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 		return backoff.Permanent(fmt.Errorf("escalate: sandbox %q: Sandbox.Target is nil: nothing to signal", s.Name))
 	}
 	start := time.Now()
-	exit, err := s.policy().Stop(ctx, s.Target)
+	var killAt time.Time
+	exit, err := s.policy().stop(ctx, s.Target, &killAt)
 	switch exit {
 	case Exited:
 		return nil
@@ -813,7 +842,7 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 		if err != nil { // why: the first signal never went out
 			return backoff.Permanent(fmt.Errorf("%w: %w", ErrKilled, err))
 		}
-		return backoff.Permanent(s.killed(ctx, start))
+		return backoff.Permanent(s.killed(ctx, start, killAt))
 	}
 	if !errors.Is(err, ErrExitUnknown) { // Stop's own says it
 		err = fmt.Errorf("%w: %w", ErrExitUnknown, err)
