@@ -142,3 +142,31 @@ func TestASandboxKilledAtItsContextsCancelDoesNotBlameTheDefaultTermWait(t *test
 		assert.NotContains(t, err.Error(), "TermWait", "SIGKILL came at the cancel, 25 s before the cap")
 	})
 }
+
+// Fault: a Sandbox whose Policy gives no TermWait, SIGKILLed at the 30 s
+// cap and not seen to exit in the kill wait, had a Report entry that said
+// only "target not seen to exit (2s after SIGKILL)": nothing said the cap,
+// which a TermWait lifts, not its window (10 min), had sent the SIGKILL,
+// as the entry of one seen to exit after it does (row 1590).
+//
+//	0 s   SIGTERM (ignored)
+//	30 s  SIGKILL at the cap (ignored: a process stuck in the kernel)
+//	32 s  kill wait over: unknown, naming Policy.TermWait
+func TestASandboxNotSeenToExitAfterTheDefaultTermWaitSaysSoInTheReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(nil)
+		sb := &escalate.Sandbox{Name: "sb-stuck", Target: f, Policy: escalate.Policy{KillWait: 2 * time.Second}}
+		p, err := pause.New(listOnce(sb), pause.Config{Limit: 1})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		rep := p.Run(ctx, time.Now().Add(11*time.Minute))
+
+		require.Len(t, rep.Entries, 1)
+		e := rep.Entries[0]
+		assert.Equal(t, []string{"terminated@00.000", "killed@30.000"}, f.sent())
+		assert.Contains(t, e.Error, "target not seen to exit (2s after SIGKILL)")
+		assert.Contains(t, e.Error, "did not exit within 30s of SIGTERM")
+		assert.Contains(t, e.Error, "Policy.TermWait")
+	})
+}

@@ -722,7 +722,8 @@ func (t *cmdTarget) result() error {
 // sandboxes that ignore the signal, waited for to the end of the window,
 // held every slot, the ones behind them never signalled. A target SIGKILLed
 // at that cap, where its window would have let it run on, has its error say
-// so, naming Policy.TermWait; one SIGKILLed earlier (its context
+// so, naming Policy.TermWait, whether its end was seen after the SIGKILL
+// (ErrKilled) or not (ErrExitUnknown); one SIGKILLed earlier (its context
 // cancelled, its first signal not sent) does not. The zero Sandbox, with no
 // Target, signals nothing: its Preserve returns a permanent error saying that
 // Sandbox.Target is nil.
@@ -846,6 +847,11 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	}
 	if !errors.Is(err, ErrExitUnknown) { // Stop's own says it
 		err = fmt.Errorf("%w: %w", ErrExitUnknown, err)
+	}
+	if s.capped(ctx, start, killAt) {
+		// As an exit after SIGKILL says it (row 1590): the SIGKILL whose
+		// end was not seen came at the cap, not at the window's end (row 1822).
+		err = fmt.Errorf("%w; %s", err, s.capNote())
 	}
 	return backoff.Permanent(err)
 }
