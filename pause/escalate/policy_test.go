@@ -37,6 +37,7 @@ const helperEnv = "ESCALATE_TEST_HELPER"
 //	ignore: ignore SIGTERM and sleep (only SIGKILL ends it)
 //	exit:   exit 0 at once
 //	leak:   start a grandchild that keeps stdout open, then as trap
+//	ignoreleak: start a grandchild that keeps stdout open, then as ignore
 func runHelperProcess() bool {
 	mode := os.Getenv(helperEnv)
 	switch mode {
@@ -68,6 +69,17 @@ func runHelperProcess() bool {
 	case "ignore":
 		signal.Ignore(syscall.SIGTERM)
 		fmt.Println("ready")
+		time.Sleep(time.Hour)
+	case "ignoreleak":
+		// As leak, but ignoring SIGTERM: only SIGKILL ends it, and not the
+		// grandchild, which keeps stdout.
+		signal.Ignore(syscall.SIGTERM)
+		g := exec.Command("sleep", "3600")
+		g.Stdout = os.Stdout
+		if err := g.Start(); err != nil {
+			os.Exit(4)
+		}
+		fmt.Printf("ready %d\n", g.Process.Pid)
 		time.Sleep(time.Hour)
 	}
 	os.Exit(2)
@@ -953,4 +965,29 @@ func TestCmdTargetSeesTheExitWhileAGrandchildHoldsStdoutWithoutWaitDelay(t *test
 	assert.Equal(t, escalate.Exited, exit)
 	assert.Less(t, took, termWait/2, "seen at its exit, not at the end of the wait after the signal")
 	assert.NoError(t, syscall.Kill(grandchild, 0), "the grandchild is not the target: it runs on")
+}
+
+// The same child ignoring SIGTERM: SIGKILL ends it, its grandchild keeps
+// its stdout, and c.Wait never returns. Its end was not seen within the
+// kill wait: ExitUnknown, "not seen to exit", for a child SIGKILL had ended
+// at once (row 1820).
+//
+//	SIGTERM (ignored) -> 2 s: SIGKILL, exits; grandchild keeps stdout -> ExitedAfterKill
+func TestCmdTargetSeesTheKillWhileAGrandchildHoldsStdoutWithoutWaitDelay(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	out := &lineWriter{first: make(chan string, 1)}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=ignoreleak")
+	cmd.Stdout = out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var grandchild int
+	_, err = fmt.Sscanf(<-out.first, "ready %d", &grandchild)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(grandchild, syscall.SIGKILL) })
+
+	exit, err := escalate.Policy{TermWait: 2 * time.Second, KillWait: 5 * time.Second}.Stop(t.Context(), escalate.Cmd(cmd))
+	require.NoError(t, err)
+	assert.Equal(t, escalate.ExitedAfterKill, exit)
 }
