@@ -241,7 +241,11 @@ func (b *Budget) OnPreStop(at time.Time) bool {
 //     time, truncated to whole seconds, from the grace period and raises what
 //     is left to at least MinimumGracePeriod, so SIGKILL =
 //     at + KubeletRemaining(G, at - T0). A hook that overran the grace
-//     period therefore leaves exactly 2 s after SIGTERM;
+//     period therefore leaves exactly 2 s after SIGTERM. A SIGTERM time
+//     read before T0 (a preStop call taken up after the kubelet gave up on
+//     it) counts as a hook that ran no time: SIGKILL = at + max(G, 2s),
+//     the latest the kubelet kills, since it starts the hook before
+//     SIGTERM;
 //   - anchored by a deletionTimestamp, or a preStop hook's SIGKILL cut by
 //     Tighten (kubectl delete --grace-period=N during the hook): SIGKILL
 //     stays at that time, unless the kubelet's 2 s floor after SIGTERM puts
@@ -280,7 +284,11 @@ func (b *Budget) sigtermLocked(at time.Time) bool {
 		// A sleep hook the server never sees started sleep before SIGTERM.
 		b.anchor, b.start, b.kill = AnchorSIGTERM, at.Add(-b.sleep), at.Add(KubeletRemaining(b.grace, b.sleep))
 	case b.anchor == AnchorPreStop && b.kill.Equal(b.start.Add(b.grace)) && b.restart.IsZero(): // Tighten did not cut it
-		b.kill = at.Add(KubeletRemaining(b.grace, at.Sub(b.start)))
+		// A SIGTERM read before T0 (the preStop call taken up late, read
+		// in another goroutine) is a hook that ran no time: the kubelet
+		// starts the hook before it sends SIGTERM. Taken as a negative
+		// run, its whole seconds were added to the grace.
+		b.kill = at.Add(KubeletRemaining(b.grace, max(at.Sub(b.start), 0)))
 	case !b.restart.IsZero() && b.kill.Equal(b.restart.Add(b.regrace)) && at.After(b.restart): // the kubelet's new run
 		b.kill = at.Add(KubeletRemaining(b.regrace, at.Sub(b.restart)))
 	default:
@@ -445,7 +453,7 @@ func (b *Budget) longerLocked(at time.Time, grace time.Duration) bool {
 // kubelet's int64(elapsed.Seconds())), and never less than
 // MinimumGracePeriod. With hookElapsed = 0 it is the wait when there was no
 // hook. The difference saturates at the largest Duration instead of
-// wrapping round (the largest grace and a SIGTERM given before T0).
+// wrapping round (the largest grace and a negative hookElapsed).
 func KubeletRemaining(grace, hookElapsed time.Duration) time.Duration {
 	whole := hookElapsed.Truncate(time.Second)
 	left := grace - whole

@@ -242,8 +242,9 @@ func TestKubeletRemaining(t *testing.T) {
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, deadline.KubeletRemaining(tc.grace, tc.elapsed), "grace %v, hook ran %v", tc.grace, tc.elapsed)
 	}
-	// The budget's own use: a SIGTERM time before T0 (OnSIGTERM takes it
-	// as given) with the largest grace left SIGKILL a second after T0.
+	// The budget's own use: a SIGTERM time before T0 (OnSIGTERM counts it
+	// as a hook of no time) with the largest grace left SIGKILL a second
+	// after T0.
 	synctest.Test(t, func(t *testing.T) {
 		b, err := deadline.New(math.MaxInt64, deadline.Config{})
 		require.NoError(t, err)
