@@ -232,12 +232,16 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 	if err := json.NewDecoder(resp.Body).Decode(&sum); err != nil {
 		return nil, fmt.Errorf("%s: decoding the summary: %w", u.Redacted(), err)
 	}
-	if sum.Reason == "" {
-		// Every PreStop answer has a reason. Another handler's JSON
-		// object decodes as a wait not over with no deadline: asked
-		// again at once, without a pause, until the kubelet's grace ran
-		// out, and the drain never started.
+	// Every PreStop answer has a reason, and one not over the drain
+	// deadline too. Another handler's JSON object (with a "reason" of its
+	// own, or none) decodes as a wait not over with no deadline: asked
+	// again at once, without a pause, until the kubelet's grace ran out,
+	// and the drain never started.
+	switch {
+	case sum.Reason == "":
 		return nil, refusedError{fmt.Errorf("%s: the answer is not a drain.PreStop summary (no reason): the URL names another handler", u.Redacted())}
+	case !sum.Done && sum.DrainDeadline.IsZero():
+		return nil, refusedError{fmt.Errorf("%s: the answer is not a drain.PreStop summary (a wait not over with no drain deadline): the URL names another handler", u.Redacted())}
 	}
 	return &sum, nil
 }
