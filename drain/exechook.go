@@ -181,9 +181,9 @@ func (h *ExecHook) defaults() {
 // one, where a request cut at drainDL ended the hook while the server's
 // wait went on, and the kubelet's SIGTERM cut it short.
 func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary, error) {
-	wait := h.RequestTimeout * 9 / 10
+	wait := nineTenths(h.RequestTimeout)
 	if !drainDL.IsZero() {
-		wait = max(0, min(wait, time.Until(drainDL)*9/10))
+		wait = max(0, min(wait, nineTenths(time.Until(drainDL))))
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.RequestTimeout)
 	defer cancel()
@@ -245,6 +245,12 @@ func (h *ExecHook) call(ctx context.Context, drainDL time.Time) (*PreStopSummary
 	}
 	return &sum, nil
 }
+
+// nineTenths is 90 % of d, rounded up to the nanosecond. Not d * 9 / 10,
+// which wraps round past the largest Duration: a drain deadline 32.5 to
+// 65 years away (a manifest's "never") asked for ?wait= below zero, so
+// 0s, and every poll came back at once.
+func nineTenths(d time.Duration) time.Duration { return d - d/10 }
 
 // answerText is the start of an answer's body, on one line: at most
 // maxAnswerText bytes, white space runs made one space, control

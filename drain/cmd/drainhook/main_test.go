@@ -25,6 +25,7 @@ import (
 
 	"github.com/drainkit/drainkit/deadline"
 	"github.com/drainkit/drainkit/drain"
+	"github.com/drainkit/drainkit/draintest"
 	"github.com/drainkit/drainkit/pause"
 )
 
@@ -247,6 +248,43 @@ func TestAnswerWithAReasonButNoDrainDeadlineEndsTheHook(t *testing.T) {
 	assert.Equal(t, 1, run([]string{"-url", srv.URL + "/status", "-max-wait", "1s"}, &log))
 	assert.Equal(t, int32(1), calls.Load(), "asked once")
 	assert.Contains(t, log.String(), "not a drain.PreStop summary")
+}
+
+// Fault (a review of drainhook): the hook asked the server to answer
+// within 90 % of the time left to the drain deadline as left x 9 / 10,
+// which wraps round past the largest Duration: a drain deadline 32.5 to 65
+// years away (a manifest's "never": terminationGracePeriodSeconds of 50
+// years, which the kubelet v1.34 times without overflow) made the product
+// negative and the wait asked 0s, which drain.PreStop answers as soon as it
+// has counted. Every poll came back at once, not over, and was made again
+// at once: against a real Drainer, 15,937 polls in 2.5 s with ?wait=0s,
+// the hook's loop and the server's taking the CPU from the drain. Now each
+// poll asks for 900 ms, the -timeout 1s less a tenth, as for any deadline
+// past it.
+func TestDrainDeadlineDecadesAwayIsPolledAtTheTimeout(t *testing.T) {
+	b, err := deadline.New(1576800000*time.Second, deadline.Config{}) // 50 years
+	require.NoError(t, err)
+	node := draintest.NewNode()
+	node.AddN("sb", 1, 10*time.Millisecond) // running: the drain wait goes on
+	d, err := drain.New(drain.Config{Budget: b, Sandboxes: node})
+	require.NoError(t, err)
+	var calls atomic.Int32
+	var otherWaits atomic.Int32
+	preStop := d.PreStop()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Query().Get("wait") != "900ms" {
+			otherWaits.Add(1)
+		}
+		preStop.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	var log strings.Builder
+	assert.Equal(t, 0, run([]string{"-url", srv.URL + "/drain", "-timeout", "1s", "-max-wait", "2500ms"}, &log))
+	assert.Zero(t, otherWaits.Load(), "every poll asks for ?wait=900ms")
+	assert.LessOrEqual(t, calls.Load(), int32(3), "one poll per 900 ms in 2.5 s")
+	require.NoError(t, d.Shutdown(context.Background()).Err())
 }
 
 // A hook that got no drain wait says why in the container's log too: the
