@@ -1,13 +1,14 @@
 package kubeletconf
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
+	"sort"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -108,7 +109,10 @@ func subSecond(d time.Duration) bool { return d > 0 && d < time.Second }
 func (c *Config) groups() []PriorityGrace {
 	if len(c.ShutdownGracePeriodByPodPriority) > 0 {
 		g := slices.Clone(c.ShutdownGracePeriodByPodPriority)
-		slices.SortStableFunc(g, func(a, b PriorityGrace) int { return cmp.Compare(a.Priority, b.Priority) })
+		// sort.Slice with the kubelet's less (newPodManager, v1.34.4), not a stable
+		// sort: groups of one priority, which its validation lets through, keep the
+		// order it gives them, which past 12 groups is not the file's.
+		sort.Slice(g, func(i, j int) bool { return g[i].Priority < g[j].Priority })
 		return g
 	}
 	whole, critical := c.ShutdownGracePeriod.Duration, c.ShutdownGracePeriodCriticalPods.Duration
@@ -127,18 +131,34 @@ func (c *Config) groups() []PriorityGrace {
 // kubelet takes the pod's own terminationGracePeriodSeconds when that is
 // shorter, and false when graceful node shutdown is off. A pod belongs to
 // the group of the highest priority not above its own; one below every
-// group to the lowest. A group of no time (or less) gives the 1 s the
-// kubelet always gives.
+// group to the lowest. Of two groups at one priority (the kubelet runs
+// with them), a pod at that priority belongs to the first, in the
+// kubelet's order (see groups), and one above it to the last. A group of
+// no time (or less) gives the 1 s the kubelet always gives.
 func (c *Config) ShutdownGrace(priority int32) (time.Duration, bool) {
 	g := c.groups()
 	if len(g) == 0 {
 		return 0, false
 	}
-	i := len(g) - 1
-	for i > 0 && g[i].Priority > priority {
-		i--
-	}
+	i := groupOf(g, priority)
 	return max(time.Duration(g[i].ShutdownGracePeriodSeconds)*time.Second, time.Second), true
+}
+
+// groupOf returns the index in g, sorted by groups, of the group the kubelet
+// puts a pod of priority in (groupByPriority, v1.34.4): the first whose
+// priority is not below the pod's, or the one before it when that one's is
+// above, or the last when none is. A search from the top for the last group
+// not above the pod's priority took the last of two groups at the pod's
+// priority, where the kubelet takes the first.
+func groupOf(g []PriorityGrace, priority int32) int {
+	i := sort.Search(len(g), func(i int) bool { return g[i].Priority >= priority })
+	switch {
+	case i == len(g):
+		return len(g) - 1
+	case i > 0 && g[i].Priority > priority:
+		return i - 1
+	}
+	return i
 }
 
 // SoftEvictionGrace returns the grace a soft node-pressure eviction gives
@@ -172,8 +192,8 @@ func (c *Config) OwnGrace(priority int32) (time.Duration, bool) {
 // least any priority gets, early rather than late.
 func (c *Config) LeastOwnGrace() (time.Duration, bool) {
 	least, ok := time.Duration(0), false
-	for _, g := range c.groups() {
-		if d, _ := c.OwnGrace(g.Priority); !ok || d < least {
+	for _, priority := range c.groupPriorities() {
+		if d, _ := c.OwnGrace(priority); !ok || d < least {
 			least, ok = d, true
 		}
 	}
@@ -181,6 +201,22 @@ func (c *Config) LeastOwnGrace() (time.Duration, bool) {
 		return c.SoftEvictionGrace()
 	}
 	return least, true
+}
+
+// groupPriorities returns a priority in each node-shutdown group that has
+// any pod: each group's own priority, which the first of several groups at
+// it takes, and the one above it, which the last takes when it is below the
+// next group's (groupOf). A group that is neither has no pod: its grace is
+// no pod's.
+func (c *Config) groupPriorities() []int32 {
+	var ps []int32
+	for _, g := range c.groups() {
+		ps = append(ps, g.Priority)
+		if g.Priority < math.MaxInt32 {
+			ps = append(ps, g.Priority+1)
+		}
+	}
+	return ps
 }
 
 // A PodGrace is what a node's configuration gives one pod at the

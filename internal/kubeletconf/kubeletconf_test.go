@@ -255,3 +255,62 @@ func TestANegativeShutdownGroupGivesOneSecond(t *testing.T) {
 	g, _ = c.LeastOwnGrace()
 	assert.Equal(t, time.Second, g)
 }
+
+// Two groups of shutdownGracePeriodByPodPriority at one priority are a
+// configuration the kubelet runs with (its validation does not look at the
+// groups' priorities). It sorts the groups with sort.Slice and puts a pod in the
+// first group, in that order, whose priority is not below the pod's, stepping
+// back one when that priority is above it (newPodManager, groupByPriority,
+// v1.34.4): a pod exactly at the shared priority gets the first of the two, one
+// above it the last. Fault: ShutdownGrace took the last group at or below the
+// pod's priority, so a pod at 0 with groups [0: 10 s, 0: 20 s] was given 20 s
+// where the kubelet gives it 10 s, and its drain planned 10 s it never has.
+func TestTwoShutdownGroupsAtOnePriorityGiveWhatTheKubeletGives(t *testing.T) {
+	c, err := kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 10}, {priority: 0, shutdownGracePeriodSeconds: 20}, {priority: 1000, shutdownGracePeriodSeconds: 60}]"))
+	require.NoError(t, err, "the kubelet runs with it")
+	for priority, want := range map[int32]time.Duration{
+		-1: 10 * time.Second, 0: 10 * time.Second, // below or at 0: the first group of 0
+		1: 20 * time.Second, 999: 20 * time.Second, // above 0: the last
+		1000: time.Minute,
+	} {
+		got, ok := c.ShutdownGrace(priority)
+		assert.True(t, ok)
+		assert.Equal(t, want, got, "priority %d", priority)
+	}
+	g, _ := c.LeastOwnGrace()
+	assert.Equal(t, 10*time.Second, g)
+
+	// With no priority between the two groups of 0 and the next group, no pod is
+	// in the second group of 0: the least any priority gets is the first's.
+	c, err = kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 20}, {priority: 0, shutdownGracePeriodSeconds: 10}, {priority: 1, shutdownGracePeriodSeconds: 30}]"))
+	require.NoError(t, err)
+	g, _ = c.ShutdownGrace(0)
+	assert.Equal(t, 20*time.Second, g)
+	g, _ = c.LeastOwnGrace()
+	assert.Equal(t, 20*time.Second, g, "no pod gets the group of 10 s")
+	// With one, the pods between get the second group's 10 s.
+	c, err = kubeletconf.Parse([]byte("kind: KubeletConfiguration\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 20}, {priority: 0, shutdownGracePeriodSeconds: 10}, {priority: 5, shutdownGracePeriodSeconds: 30}]"))
+	require.NoError(t, err)
+	g, _ = c.ShutdownGrace(4)
+	assert.Equal(t, 10*time.Second, g)
+	g, _ = c.LeastOwnGrace()
+	assert.Equal(t, 10*time.Second, g)
+
+	// sort.Slice is not stable: past 12 groups the kubelet's order of two groups of
+	// one priority is not the file's. Here it puts the 20 s group first (the
+	// kubelet v1.34.4, built with go1.26.8, runs this sort): pods at 0 get 20 s,
+	// the ones above it 10 s.
+	c, err = kubeletconf.Parse([]byte(`{"kind": "KubeletConfiguration", "shutdownGracePeriodByPodPriority": [
+  {"priority": 0, "shutdownGracePeriodSeconds": 10}, {"priority": 0, "shutdownGracePeriodSeconds": 20},
+  {"priority": 3000, "shutdownGracePeriodSeconds": 30}, {"priority": 7000, "shutdownGracePeriodSeconds": 40},
+  {"priority": 11000, "shutdownGracePeriodSeconds": 50}, {"priority": 5000, "shutdownGracePeriodSeconds": 60},
+  {"priority": 8000, "shutdownGracePeriodSeconds": 70}, {"priority": 6000, "shutdownGracePeriodSeconds": 80},
+  {"priority": 10000, "shutdownGracePeriodSeconds": 90}, {"priority": 4000, "shutdownGracePeriodSeconds": 100},
+  {"priority": 1000, "shutdownGracePeriodSeconds": 110}, {"priority": 2000, "shutdownGracePeriodSeconds": 120},
+  {"priority": 9000, "shutdownGracePeriodSeconds": 130}]}`))
+	require.NoError(t, err)
+	g, _ = c.ShutdownGrace(0)
+	assert.Equal(t, 20*time.Second, g)
+	g, _ = c.ShutdownGrace(1)
+	assert.Equal(t, 10*time.Second, g)
+}
