@@ -93,7 +93,8 @@ func TestSandboxThatNeededSIGKILLIsNamedSayingSo(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	err := w.escalate(ctx)
-	assert.Equal(t, []string{"kill " + ids[0] + " 15", "kill " + ids[0] + " 9"}, d.calls(start))
+	assert.Equal(t, []string{"kill " + ids[0] + " 15", "kill " + ids[0] + " 18", "kill " + ids[0] + " 9"}, d.calls(start),
+		"SIGTERM, its SIGCONT, SIGKILL")
 	require.Error(t, err, "the sandbox needed SIGKILL")
 	assert.Equal(t, ids[0]+": exited_after_kill: "+escalate.ErrKilled.Error(), err.Error())
 	assert.ErrorIs(t, err, escalate.ErrKilled)

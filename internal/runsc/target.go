@@ -19,7 +19,9 @@ import (
 // Target returns container id as a [escalate.Target] for [escalate.Policy]: Signal is
 // `runsc kill` of the container's init for SIGTERM, as the kubelet's runtime (containerd,
 // runc) and ateom send it, so that an init that has its children save before they stop
-// gets to; and `runsc kill --all`, every process of the container, for SIGKILL. (SIGTERM
+// gets to, and for the SIGCONT the Policy sends after it (one stopped by SIGSTOP acts
+// on its SIGTERM only once continued); and `runsc kill --all`, every process of the
+// container, for SIGKILL. (SIGTERM
 // to every process killed such a child before its init could ask it to save. gVisor
 // gives a container's init no PID 1 immunity: one without a handler ends at SIGTERM.)
 // Wait is `runsc wait`, and Exited asks `runsc state`. A kill or a wait that fails says

@@ -1,7 +1,8 @@
 // Package escalate stops a target that saves its state on a signal — a
 // gVisor actor that checkpoints on SIGTERM, a process that flushes and
-// exits — with a bounded escalation: the signal, a bounded wait, SIGKILL,
-// a bounded wait more. It tells apart a clean exit, an exit after SIGKILL
+// exits — with a bounded escalation: the signal, then SIGCONT (so that a
+// target stopped by SIGSTOP acts on it, as systemd does), a bounded wait,
+// SIGKILL, a bounded wait more. It tells apart a clean exit, an exit after SIGKILL
 // and an end it could not observe, and never takes a failed wait for an
 // exit: a wait that a child reaper stole (ECHILD) makes it ask the target
 // whether it exited (`runsc state`, a pidfd), and unknown means SIGKILL

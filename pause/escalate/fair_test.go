@@ -53,10 +53,10 @@ func TestSandboxesIgnoringTheSignalHoldTheirSlotsNoLongerThanTheKubeletsGrace(t 
 		assert.Equal(t, 8, rep.Counts[pause.Failed], "the 8 that ignore it, SIGKILLed: %v", rep.Counts)
 		assert.Zero(t, rep.Counts[pause.NotStarted], "none left unsignalled")
 		for _, f := range ignore {
-			assert.Equal(t, []string{"terminated@00.000", "killed@30.000"}, f.sent())
+			assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@30.000"}, f.sent())
 		}
 		for _, f := range save {
-			assert.Equal(t, []string{"terminated@30.000"}, f.sent())
+			assert.Equal(t, []string{"terminated@30.000", "continued@30.000"}, f.sent())
 		}
 	})
 }
@@ -80,7 +80,7 @@ func TestASandboxKilledAtTheDefaultTermWaitSaysSoInTheReport(t *testing.T) {
 		require.Len(t, rep.Entries, 1)
 		e := rep.Entries[0]
 		assert.Equal(t, pause.Failed, e.Outcome)
-		assert.Equal(t, []string{"terminated@00.000", "killed@30.000"}, f.sent())
+		assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@30.000"}, f.sent())
 		assert.Contains(t, e.Error, "did not exit within 30s of SIGTERM")
 		assert.Contains(t, e.Error, "Policy.TermWait")
 	})
@@ -96,7 +96,7 @@ func TestASandboxKilledByItsWindowDoesNotBlameTheDefaultTermWait(t *testing.T) {
 		defer cancel()
 		err := sb.Preserve(ctx)
 		require.ErrorIs(t, err, escalate.ErrKilled)
-		assert.Equal(t, []string{"terminated@00.000", "killed@18.000"}, f.sent())
+		assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@18.000"}, f.sent())
 		assert.NotContains(t, err.Error(), "TermWait")
 	})
 }
@@ -138,7 +138,7 @@ func TestASandboxKilledAtItsContextsCancelDoesNotBlameTheDefaultTermWait(t *test
 		time.AfterFunc(5*time.Second, cancel)
 		err := sb.Preserve(ctx)
 		require.ErrorIs(t, err, escalate.ErrKilled)
-		assert.Equal(t, []string{"terminated@00.000", "killed@05.000"}, f.sent())
+		assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@05.000"}, f.sent())
 		assert.NotContains(t, err.Error(), "TermWait", "SIGKILL came at the cancel, 25 s before the cap")
 	})
 }
@@ -164,7 +164,7 @@ func TestASandboxNotSeenToExitAfterTheDefaultTermWaitSaysSoInTheReport(t *testin
 
 		require.Len(t, rep.Entries, 1)
 		e := rep.Entries[0]
-		assert.Equal(t, []string{"terminated@00.000", "killed@30.000"}, f.sent())
+		assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@30.000"}, f.sent())
 		assert.Contains(t, e.Error, "target not seen to exit (2s after SIGKILL)")
 		assert.Contains(t, e.Error, "did not exit within 30s of SIGTERM")
 		assert.Contains(t, e.Error, "Policy.TermWait")

@@ -61,7 +61,7 @@ func TestWaitAfterTheSignalFollowsADeadlineMovedEarlier(t *testing.T) {
 		assert.Equal(t, 0, unknown, "killed sandboxes reported not seen to exit")
 		assert.Equal(t, n, killed)
 		for _, f := range fakes {
-			assert.Equal(t, []string{"terminated@00.000", "killed@25.000"}, f.sent(), "SIGKILL KillWait before the moved deadline")
+			assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@25.000"}, f.sent(), "SIGKILL KillWait before the moved deadline")
 		}
 		assert.Equal(t, 25010*time.Millisecond, time.Since(start), "the Run ends when the kill waits see the exits")
 	})
@@ -143,7 +143,7 @@ func TestSIGKILLGoesOutAsTheDeadlineMovesNotAtTheNextReread(t *testing.T) {
 		rep := p.Run(ctx, start.Add(time.Minute))
 		require.Len(t, rep.Entries, 1)
 		assert.Contains(t, rep.Entries[0].Error, "needed SIGKILL")
-		assert.Equal(t, []string{"terminated@00.000", "killed@20.200"}, f.sent(), "SIGKILL as the deadline moved")
+		assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@20.200"}, f.sent(), "SIGKILL as the deadline moved")
 		t.Logf("the Deadline read %d times in %v", reads.Load(), time.Since(start))
 		assert.Less(t, reads.Load(), int64(20), "read when laid out, sent, waited for and moved, not every tenth of KillWait (52 before)")
 	})

@@ -77,10 +77,15 @@ type Target interface {
 }
 
 // Policy stops a target that saves its state on a signal (a gVisor
-// actor on SIGTERM): it sends Signal, waits up to TermWait for the target to
-// exit, sends SIGKILL, and waits up to KillWait more. The zero value sends
-// SIGTERM and waits until KillWait before the context's deadline (half of
-// a window shorter than 2 x KillWait).
+// actor on SIGTERM): it sends Signal, then SIGCONT, waits up to TermWait for
+// the target to exit, sends SIGKILL, and waits up to KillWait more. The
+// zero value sends SIGTERM and waits until KillWait before the context's
+// deadline (half of a window shorter than 2 x KillWait). The SIGCONT, sent
+// once after a Signal that went out (but SIGKILL or SIGCONT), as systemd
+// sends one after every kill signal, continues a target stopped by SIGSTOP
+// (a debugger, a job-control stop), which keeps a signal it handles pending
+// and, before, was SIGKILLed at the end of TermWait, its state unsaved; a
+// running target ignores it. It does not thaw a frozen cgroup.
 type Policy struct {
 	// Signal is the first signal; zero means SIGTERM. SIGKILL gives the
 	// target no chance to save its state: an exit on it is
@@ -137,6 +142,13 @@ type Policy struct {
 // began, if that is later): a send that hung (a `runsc kill` whose sandbox never
 // answered) held Stop to ctx's deadline, and the SIGKILL went out with no kill wait left.
 //
+// SIGCONT follows the first signal once it went out (unless Signal is SIGKILL or SIGCONT),
+// sent once, its send bounded as the first signal's: a target stopped by SIGSTOP holds a
+// signal it handles pending until continued. One that found the target gone, or whose
+// status was stolen (ECHILD), counts as sent; one that failed is said in the error of an
+// ExitedAfterKill, as why the target may not have acted on the signal, and joined to an
+// ExitUnknown's.
+//
 // A target that is already gone when first signalled is Gone, and so is
 // one whose first signal failed to go out and that is then seen to have
 // exited before SIGKILL: it never got the signal, so it is never Exited. A wait
@@ -160,7 +172,7 @@ type Policy struct {
 // ExitedAfterKill (the failed send may have reached it). The error is nil for Exited and
 // Gone. For ExitedAfterKill it says why the target was not given the first
 // signal, when it was not (the send failed, or Signal is SIGKILL; one whose
-// status was stolen, ECHILD, counts as sent), and is nil
+// status was stolen, ECHILD, counts as sent), or that its SIGCONT failed, and is nil
 // when the target only did not exit within the wait after the signal. For
 // ExitUnknown it is never nil: it wraps ErrExitUnknown, says whether SIGKILL went out
 // (and how long it was waited for), went out as ctx ended, or could not be sent, and
@@ -220,6 +232,14 @@ func (e Policy) stop(ctx context.Context, t Target, killAt *time.Time) (Exit, er
 			}
 		}
 	}
+	if ended == Exited && sig != syscall.SIGKILL && sig != syscall.SIGCONT {
+		if err := sendCont(ctx, t, sig, termEnd); err != nil {
+			failures = append(failures, err)
+			if unsent == nil {
+				unsent = err // a stopped target never acted on the signal
+			}
+		}
+	}
 	exited, err := waitUntil(ctx, t, termEnd)
 	if exited && sig == syscall.SIGKILL {
 		return ExitedAfterKill, unsent
@@ -268,6 +288,25 @@ func (e Policy) stop(ctx context.Context, t Target, killAt *time.Time) (Exit, er
 		failures = append(failures, err)
 	}
 	return ExitUnknown, errors.Join(append([]error{notSeen}, failures...)...)
+}
+
+// sendCont sends SIGCONT to t once, right after its first signal sig went out, as
+// systemd does after every kill signal but SIGKILL: a target stopped by SIGSTOP (a
+// debugger, a job-control stop) that handles sig keeps it pending and stays stopped, so
+// it never saved its state, and was SIGKILLed at the end of the wait after the signal. A
+// running target ignores SIGCONT. The send ends as the first signal's does (signalUntil).
+// It returns nil when SIGCONT went out, or found the target gone (it exited on sig: the
+// wait sees it), or its status was stolen (ECHILD: it may have gone out); else an error
+// saying a stopped target may not have acted on sig.
+func sendCont(ctx context.Context, t Target, sig syscall.Signal, until *end) error {
+	began := time.Now()
+	sctx, cancel := until.context(ctx, func() time.Time { return later(until.when(), began.Add(killSendWait)) })
+	defer cancel()
+	err := t.Signal(sctx, syscall.SIGCONT)
+	if err == nil || isGone(err) || errors.Is(err, syscall.ECHILD) {
+		return nil
+	}
+	return fmt.Errorf("escalate: sending SIGCONT after %s (a stopped target acts on %s only once continued): %w", signalName(sig), signalName(sig), err)
 }
 
 // killSendWait is the least time Policy gives a SIGKILL's send (Target.Signal), even
@@ -713,7 +752,7 @@ func (t *cmdTarget) result() error {
 // Report counts it vanished, not preserved, for nothing says it saved its
 // state);
 // and a permanent error wrapping ErrKilled when it needed SIGKILL (with
-// why it never got the first signal, when it did not) or
+// why it never got the first signal, or its SIGCONT, when it did not) or
 // ErrExitUnknown when its end could not be observed: signalling again
 // cannot help. A zero (or negative) Policy.TermWait waits at most 30 s
 // after the signal (the kubelet's default grace, as it waits for a
@@ -840,7 +879,7 @@ func (s *Sandbox) Preserve(ctx context.Context) error {
 	case Gone:
 		return fmt.Errorf("escalate: %s exited without getting the signal: %w", s.Name, pause.ErrGone)
 	case ExitedAfterKill:
-		if err != nil { // why: the first signal never went out
+		if err != nil { // why: the first signal never went out, or its SIGCONT did not
 			return backoff.Permanent(fmt.Errorf("%w: %w", ErrKilled, err))
 		}
 		return backoff.Permanent(s.killed(ctx, start, killAt))

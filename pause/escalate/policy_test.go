@@ -378,7 +378,7 @@ func TestEscalationFailedWaitEscalates(t *testing.T) {
 		assert.Equal(t, escalate.ExitUnknown, exit)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "runsc wait: exit status 128")
-		assert.Equal(t, []string{"terminated@00.000", "killed@02.000"}, f.sent())
+		assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@02.000"}, f.sent())
 		assert.Equal(t, 3*time.Second, time.Since(start))
 		assert.Greater(t, f.waits, 2, "the wait is retried")
 	})
@@ -393,11 +393,11 @@ func TestEscalationTimeline(t *testing.T) {
 		took      time.Duration
 	}{
 		{"exits on SIGTERM", map[syscall.Signal]time.Duration{syscall.SIGTERM: 1500 * time.Millisecond},
-			escalate.Exited, []string{"terminated@00.000"}, 1500 * time.Millisecond},
+			escalate.Exited, []string{"terminated@00.000", "continued@00.000"}, 1500 * time.Millisecond},
 		{"needs SIGKILL", map[syscall.Signal]time.Duration{syscall.SIGKILL: 100 * time.Millisecond},
-			escalate.ExitedAfterKill, []string{"terminated@00.000", "killed@05.000"}, 5100 * time.Millisecond},
+			escalate.ExitedAfterKill, []string{"terminated@00.000", "continued@00.000", "killed@05.000"}, 5100 * time.Millisecond},
 		{"never exits", nil,
-			escalate.ExitUnknown, []string{"terminated@00.000", "killed@05.000"}, 7 * time.Second},
+			escalate.ExitUnknown, []string{"terminated@00.000", "continued@00.000", "killed@05.000"}, 7 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -431,7 +431,7 @@ func TestEscalationTermWaitFitsTheDeadline(t *testing.T) {
 		start := time.Now()
 		exit, _ := escalate.Policy{TermWait: time.Hour, KillWait: 2 * time.Second}.Stop(ctx, f)
 		assert.Equal(t, escalate.ExitUnknown, exit)
-		assert.Equal(t, []string{"terminated@00.000", "killed@08.000"}, f.sent())
+		assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@08.000"}, f.sent())
 		assert.Equal(t, 10*time.Second, time.Since(start))
 	})
 }
@@ -612,7 +612,7 @@ func TestEscalationFailedFirstSignalIsSentAgain(t *testing.T) {
 		exit, err := escalate.Policy{TermWait: 20 * time.Second}.Stop(t.Context(), target)
 		require.NoError(t, err)
 		assert.Equal(t, escalate.Exited, exit)
-		assert.Equal(t, []string{"terminated@00.200"}, f.sent(), "sent again every 100 ms, never SIGKILL")
+		assert.Equal(t, []string{"terminated@00.200", "continued@00.200"}, f.sent(), "sent again every 100 ms, never SIGKILL")
 		assert.Equal(t, 700*time.Millisecond, time.Since(start))
 	})
 }
@@ -702,7 +702,7 @@ func TestAWindowShorterThanTwoKillWaitsIsSharedWhateverTermWait(t *testing.T) {
 		start := time.Now()
 		exit, _ := escalate.Policy{TermWait: 10 * time.Second, KillWait: 5 * time.Second}.Stop(ctx, f)
 		assert.Equal(t, escalate.ExitUnknown, exit)
-		assert.Equal(t, []string{"terminated@00.000", "killed@03.000"}, f.sent(), "each wait gets half")
+		assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@03.000"}, f.sent(), "each wait gets half")
 		assert.Equal(t, 6*time.Second, time.Since(start))
 	})
 }
@@ -848,7 +848,7 @@ func TestEscalationFailedSIGKILLIsSentAgain(t *testing.T) {
 		exit, err := escalate.Policy{TermWait: 5 * time.Second, KillWait: 2 * time.Second}.Stop(t.Context(), target)
 		assert.Equal(t, escalate.ExitedAfterKill, exit, "a SIGKILL that failed once was never sent again: %v", err)
 		assert.NoError(t, err, "SIGKILL went out, and the target only did not exit on the signal")
-		assert.Equal(t, []string{"terminated@00.000", "killed@05.200"}, f.sent(), "sent again every 100 ms")
+		assert.Equal(t, []string{"terminated@00.000", "continued@00.000", "killed@05.200"}, f.sent(), "sent again every 100 ms")
 		assert.Equal(t, 5300*time.Millisecond, time.Since(start))
 	})
 }
