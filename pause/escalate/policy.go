@@ -556,8 +556,12 @@ func (f Funcs) Exited(ctx context.Context) (bool, error) {
 // instead, from the pidfd (a zombie counts as exited). A child that had
 // exited before the first signal, reaped or not (Cmd reaps only from Wait,
 // so a child that crashed before the drain is a zombie until then), never
-// gets it: Signal returns os.ErrProcessDone and Policy.Stop says Gone.
-// Where pidfds are missing (not Linux, or an older kernel) it signals
+// gets it: Signal returns os.ErrProcessDone and Policy.Stop says Gone. One
+// that exits on its own in the instant between that check and the send (a
+// few microseconds) takes the signal as a zombie, with success, and reads
+// as one that got it (Exited), as one that exits on its own just after
+// the send does: Linux records nothing that orders the exit against the
+// signal. Where pidfds are missing (not Linux, or an older kernel) it signals
 // through c.Process and probes with signal 0, by PID, as os/exec does, and
 // a zombie takes the signal (and is Exited), and its Wait is c.Wait's. The
 // caller must not call c.Wait or c.Process.Wait itself; c.ProcessState is
