@@ -205,12 +205,9 @@ func TestDaemonNotKilledWhileTheStepCannotTellWhatElseItServes(t *testing.T) {
 func cannotTell(t *testing.T, back time.Duration) (rep *Report, events []string, err error) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		minor := uint32(os.Getpid()*2+13) % (1 << 20)
-		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4091, CharMinor: minor}))
+		_, node := makeServed(t, f, servedChar{id: 1, charMajor: 4091, salt: 13, inSysfs: true})
 		// The test process stands for the daemon's process: it has
 		// /dev/ublkc1 open, as the driver lets only its server.
-		node := filepath.Join(t.TempDir(), "ublkc1")
-		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4091, minor))))
 		fd, oerr := unix.Open(node, unix.O_PATH|unix.O_CLOEXEC, 0)
 		require.NoError(t, oerr)
 		defer unix.Close(fd)
@@ -352,14 +349,11 @@ func TestDaemonWithoutItsPIDIsNotKilledWhileALiveDiskMayBeItsOwn(t *testing.T) {
 func withoutPID(t *testing.T, another bool) (rep *Report, events []string, err error) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		minor := uint32(os.Getpid()*2+41) % (1 << 20)
-		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4091, CharMinor: minor}))
-		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		procs := []fakeProc{{"self", "podA", false}}
 		if another {
-			node := filepath.Join(t.TempDir(), "ublkc1")
-			require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4091, minor))))
-			fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+			procs = append(procs, fakeProc{"77", "podB", true})
 		}
+		makeServed(t, f, servedChar{id: 1, charMajor: 4091, salt: 41, inSysfs: true, procs: procs})
 		d := newMemDaemon(f.tree, 0)
 		d.servesMore = true
 		defer d.close()
@@ -379,6 +373,60 @@ func fakeProcess(t *testing.T, proc, pid, cgroup, open string) {
 	if open != "" {
 		require.NoError(t, os.Symlink(open, filepath.Join(dir, "fd", "3")))
 	}
+}
+
+// servedChar is ublkbID's char device as its server has it, for a test
+// that tells one server's devices from another's by the processes that
+// hold their /dev/ublkcN open.
+type servedChar struct {
+	id        int    // ublkbID; its disk is 4000:ID
+	charMajor uint32 // the char major, one no real driver has
+	salt      int    // the char minor is this process's pid*2+salt, unique to the test and the test process
+	inSysfs   bool   // in the fake sysfs at once, its disk live; else the test adds it on its own timeline
+	procs     []fakeProc
+}
+
+// fakeProc is a process made at once in the fake procfs: its pid (a
+// number or "self"), the pod whose cgroup it is in, and whether it has
+// the device's node open.
+type fakeProc struct {
+	pid, pod string
+	holds    bool
+}
+
+// otherPodHolds is the step's process in pod A and pid 77, another
+// server in pod B, holding the device's node.
+var otherPodHolds = []fakeProc{{"self", "podA", false}, {"77", "podB", true}}
+
+// daemonHolds is the step's process and the daemon's, pid 4242, both in
+// pod A, the daemon holding the device's node: the device is its own.
+var daemonHolds = []fakeProc{{"self", "podA", false}, {"4242", "podA", true}}
+
+// stepAndDaemon is the step's process and the daemon's, pid 4242, both in
+// pod A, neither holding the device's node (another server's, made later).
+var stepAndDaemon = []fakeProc{{"self", "podA", false}, {"4242", "podA", false}}
+
+// makeServed makes c in f: a char device node named ublkcID (its
+// /dev/ublkcID) in a temporary directory, the device in f's sysfs when
+// c.inSysfs, and c.procs in f's procfs. It returns the device's spec, for
+// a test that adds it later, and the node. Making the node needs root.
+func makeServed(t *testing.T, f *fixture, c servedChar) (fakeublk.DeviceSpec, string) {
+	t.Helper()
+	minor := uint32(os.Getpid()*2+c.salt) % (1 << 20)
+	spec := fakeublk.DeviceSpec{ID: c.id, Major: 4000, Minor: uint32(c.id), CharMajor: c.charMajor, CharMinor: minor}
+	if c.inSysfs {
+		require.NoError(t, f.tree.AddDevice(spec))
+	}
+	node := filepath.Join(t.TempDir(), fmt.Sprintf("ublkc%d", c.id))
+	require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(c.charMajor, minor))))
+	for _, p := range c.procs {
+		open := ""
+		if p.holds {
+			open = node
+		}
+		fakeProcess(t, f.proc, p.pid, "0::/kubepods/"+p.pod+"/ctr\n", open)
+	}
+	return spec, node
 }
 
 // stopUblkb0 runs the step over daemon (d behind it) and f, limited to
@@ -413,14 +461,9 @@ func TestDaemonServingANewDeviceWithAGoneOnesIDIsNotKilled(t *testing.T) {
 		realpart.Missing(t, "needs root to make the char device node the daemon holds")
 	}
 	synctest.Test(t, func(t *testing.T) {
-		minor := uint32(os.Getpid()*2+53) % (1 << 20)
-		spec := fakeublk.DeviceSpec{ID: 0, Major: 4000, Minor: 0, CharMajor: 4091, CharMinor: minor}
 		f := newFixture(t)
-		require.NoError(t, f.tree.AddDevice(spec))
-		node := filepath.Join(t.TempDir(), "ublkc0")
-		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4091, minor))))
-		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", node) // the daemon: /dev/ublkc0 open
+		spec, _ := makeServed(t, f, servedChar{id: 0, charMajor: 4091, salt: 53, inSysfs: true,
+			procs: daemonHolds}) // the daemon: /dev/ublkc0 open
 		d := newMemDaemon(f.tree, 0)
 		d.servesMore = true
 		defer d.close()
@@ -463,12 +506,7 @@ func TestDaemonNotKilledWithADeviceAddedDuringTheLookBeforeTheKill(t *testing.T)
 	}
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		minor := uint32(os.Getpid()*2+53) % (1 << 20)
-		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 2, Major: 4000, Minor: 2, CharMajor: 4083, CharMinor: minor}))
-		node := filepath.Join(t.TempDir(), "ublkc2")
-		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4083, minor))))
-		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-		fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+		makeServed(t, f, servedChar{id: 2, charMajor: 4083, salt: 53, inSysfs: true, procs: otherPodHolds})
 		d := newMemDaemon(f.tree, 0)
 		d.servesMore = true
 		t.Cleanup(d.close)
@@ -522,13 +560,8 @@ func TestDiskServedBeyondTheStepsSeenStoppedLetsTheDaemonBeKilled(t *testing.T) 
 	}
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		minor := uint32(os.Getpid()*2+57) % (1 << 20)
-		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4081, CharMinor: minor}))
+		makeServed(t, f, servedChar{id: 1, charMajor: 4081, salt: 57, inSysfs: true, procs: daemonHolds})
 		require.NoError(t, f.tree.StopDevice(1)) // its disk removed as STOP_DEV begins
-		node := filepath.Join(t.TempDir(), "ublkc1")
-		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4081, minor))))
-		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", node)
 		d := newMemDaemon(f.tree, 0)
 		d.servesMore = true
 		t.Cleanup(d.close)
@@ -577,12 +610,7 @@ func TestDaemonNotKilledWithAnUnlistedDiskAddedDuringTheLookBeforeTheKill(t *tes
 	}
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		minor := uint32(os.Getpid()*2+59) % (1 << 20)
-		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 2, Major: 4000, Minor: 2, CharMajor: 4079, CharMinor: minor}))
-		node := filepath.Join(t.TempDir(), "ublkc2")
-		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4079, minor))))
-		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-		fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+		ublkb2, _ := makeServed(t, f, servedChar{id: 2, charMajor: 4079, salt: 59, inSysfs: true, procs: otherPodHolds})
 		d := newMemDaemon(f.tree, 0)
 		d.servesMore = true
 		t.Cleanup(d.close)
@@ -592,7 +620,7 @@ func TestDaemonNotKilledWithAnUnlistedDiskAddedDuringTheLookBeforeTheKill(t *tes
 		cfg.hooks.BeforeProcess = func(dir string) {
 			if !added && filepath.Base(dir) == "self" && !f.tree.HasChar(0) {
 				added = true
-				assert.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4079, CharMinor: minor + 1}))
+				assert.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4079, CharMinor: ublkb2.CharMinor + 1}))
 				d.event("add 1")
 			}
 		}
@@ -634,12 +662,7 @@ func TestDaemonThatExitsDuringTheLookBeforeTheKillIsNotKilled(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		minor := uint32(os.Getpid()*2+61) % (1 << 20)
-		require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 2, Major: 4000, Minor: 2, CharMajor: 4077, CharMinor: minor}))
-		node := filepath.Join(t.TempDir(), "ublkc2")
-		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4077, minor))))
-		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-		fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+		makeServed(t, f, servedChar{id: 2, charMajor: 4077, salt: 61, inSysfs: true, procs: otherPodHolds})
 		d := newMemDaemon(f.tree, 0)
 		d.servesMore = true
 		t.Cleanup(d.close)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/drainkit/drainkit/internal/fakeublk"
 	"github.com/drainkit/drainkit/internal/realpart"
@@ -96,13 +95,8 @@ func TestSlowProcfsPassNeverGivesAnotherServersDeviceToTheControl(t *testing.T) 
 func twoServers(t *testing.T, slow []time.Duration, hung bool) (*Teardown, *memDaemon, *fixture) {
 	t.Helper()
 	f := newFixture(t, 0) // ublkb0: no char number in sysfs, the step's
-	minor := uint32(os.Getpid()*2+43) % (1 << 20)
-	require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4087, CharMinor: minor}))
-	node := filepath.Join(t.TempDir(), "ublkc1")
-	require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4087, minor))))
-	fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-	fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
-	fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
+	makeServed(t, f, servedChar{id: 1, charMajor: 4087, salt: 43, inSysfs: true,
+		procs: []fakeProc{{"self", "podA", false}, {"4242", "podA", false}, {"77", "podB", true}}})
 	d := newMemDaemon(f.tree, 0)
 	d.hung = hung
 	t.Cleanup(d.close)
@@ -305,17 +299,13 @@ func TestAPassForADeviceFoundLateEndsWithTheStageItRunsIn(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
-		minor := uint32(os.Getpid()*2+45) % (1 << 20)
-		node := filepath.Join(t.TempDir(), "ublkc1")
-		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4087, minor))))
+		spec, node := makeServed(t, f, servedChar{id: 1, charMajor: 4087, salt: 45, procs: stepAndDaemon})
 		go func() {
 			time.Sleep(250 * time.Millisecond) // between two polls
 			for pid := 77; pid < 277; pid++ {
 				fakeProcess(t, f.proc, strconv.Itoa(pid), "0::/kubepods/podB/ctr\n", node)
 			}
-			assert.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4087, CharMinor: minor}))
+			assert.NoError(t, f.tree.AddDevice(spec))
 		}()
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
@@ -417,12 +407,7 @@ func TestFallbacksSecondPassEndsWithTheStep(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFixture(t, 0)
-				minor := uint32(os.Getpid()*2+47) % (1 << 20)
-				require.NoError(t, f.tree.AddDevice(fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4085, CharMinor: minor}))
-				node := filepath.Join(t.TempDir(), "ublkc1")
-				require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4085, minor))))
-				fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-				fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", node)
+				makeServed(t, f, servedChar{id: 1, charMajor: 4085, salt: 47, inSysfs: true, procs: daemonHolds})
 				d := newMemDaemon(f.tree, 0, 1)
 				d.failRequest = true
 				t.Cleanup(d.close)
@@ -480,15 +465,10 @@ func TestDeviceFoundBeforeItsServerOpenedItIsToldOnceStarted(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		minor := uint32(os.Getpid()*2+61) % (1 << 20)
-		node := filepath.Join(t.TempDir(), "ublkc1")
-		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4079, minor))))
-		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
+		spec, node := makeServed(t, f, servedChar{id: 1, charMajor: 4079, salt: 61, procs: stepAndDaemon})
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		t.Cleanup(d.close)
-		spec := fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4079, CharMinor: minor}
 		time.AfterFunc(30*time.Second, func() { assert.NoError(t, f.tree.AddChar(spec)) })
 		time.AfterFunc(31*time.Second, func() {
 			fakeProcess(t, f.proc, "77", "0::/kubepods/podB/ctr\n", node)
@@ -526,15 +506,10 @@ func TestDeviceDiscoveredBeforeItsServerOpenedItIsToldOnceStarted(t *testing.T) 
 	}
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, 0)
-		minor := uint32(os.Getpid()*2+63) % (1 << 20)
-		node := filepath.Join(t.TempDir(), "ublkc1")
-		require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(4075, minor))))
-		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
-		fakeProcess(t, f.proc, "4242", "0::/kubepods/podA/ctr\n", "")
+		spec, node := makeServed(t, f, servedChar{id: 1, charMajor: 4075, salt: 63, procs: stepAndDaemon})
 		d := newMemDaemon(f.tree, 0)
 		d.hung = true
 		t.Cleanup(d.close)
-		spec := fakeublk.DeviceSpec{ID: 1, Major: 4000, Minor: 1, CharMajor: 4075, CharMinor: minor}
 		require.NoError(t, f.tree.AddChar(spec))
 		d.kstate.set(1, ublkctl.StateDead) // added, not started
 		time.AfterFunc(time.Second, func() {
