@@ -353,7 +353,7 @@ func TestStepReportsALoopDeviceOnTheDiskAndKillsNothing(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(sys, "block", name, "loop"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(sys, "block", name, "loop", "backing_file"), backing, 0o644))
 
-	rep, held := heldByKernelState(t, d, sys)
+	rep, held := heldByKernelState(t, d, sys, ownProcfs(t, d.Pid()))
 	assert.Contains(t, held.Error(), "loop "+name+" (backing file "+node+")")
 	want := ublk.Holder{Kind: "loop", Detail: name + " (backing file " + node + ")"}
 	assert.Contains(t, rep.Device(0).Holders, want)
@@ -514,7 +514,7 @@ func TestStepNamesAFileSystemNoMountinfoShows(t *testing.T) {
 				require.NoError(t, os.MkdirAll(filepath.Join(sys, "fs", tc.fstype, "ublkb0"), 0o755))
 			}
 
-			rep, _ := heldByKernelState(t, d, sys)
+			rep, _ := heldByKernelState(t, d, sys, ownProcfs(t, d.Pid()))
 			want := tc.want(dir)
 			same := func(h ublk.Holder) bool { return h.Kind == want.Kind && h.Detail == want.Detail }
 			assert.True(t, slices.ContainsFunc(rep.Device(0).Holders, same), "want %v in %v", want, rep.Device(0).Holders)
@@ -532,6 +532,40 @@ func TestStepNamesAFileSystemNoMountinfoShows(t *testing.T) {
 			assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
 		})
 	}
+}
+
+// An ext4 file system whose journal is on the disk (mke2fs -J device=)
+// holds it in the kernel from its mount until the kernel frees it: no
+// mountinfo names the journal's device (the file system's own is
+// mounted), no sysfs holders/ lists it and it has no fs/ext4 directory;
+// procfs's fs/jbd2/NAME shows it. The step names it, kills nothing for it
+// and never asks the daemon to stop under it (HeldError). Before, the scan
+// found no holder and the daemon was asked to stop (the fake daemon
+// stopped, exit 0, in 0.1 s): the journal's writes then fail, and ext4
+// aborts. The file system and its journal are real; the fake procfs the
+// step reads shows the journal by the disk's name in the fake sysfs, a
+// link to the kernel's entry.
+func TestStepNamesAFileSystemsJournalOnTheDisk(t *testing.T) {
+	node, dev, _ := loopdev.MountedWithJournal(t)
+	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+	proc := ownProcfs(t, d.Pid())
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "fs", "jbd2"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join("/proc/fs/jbd2", filepath.Base(node)), filepath.Join(proc, "fs", "jbd2", "ublkb0")))
+
+	rep, held := heldByKernelState(t, d, sys, proc)
+	want := ublk.Holder{Kind: "filesystem", Detail: "jbd2 journal on ublkb0 (procfs fs/jbd2/ublkb0): an ext4 or ocfs2 file system's, on another device"}
+	assert.Contains(t, held.Error(), want.Detail)
+	assert.Contains(t, rep.Device(0).Holders, want)
+	require.NotNil(t, rep.LastResort)
+	require.Len(t, rep.LastResort.Holders, 1, "%+v", rep.LastResort.Holders)
+	f := rep.LastResort.Holders[0]
+	assert.Equal(t, want, f.Holder)
+	assert.False(t, f.Doomed || f.Killed, "%+v", f)
+	assert.Contains(t, f.Reason, "kernel state")
+	assert.Equal(t, ublk.VerdictHeld, rep.Device(0).Verdict)
+	assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the journal")
+	assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
 }
 
 // Two ublk servers on one node (a DaemonSet update that starts the new pod
@@ -631,10 +665,10 @@ func TestStepWithoutTheDaemonsPIDKeepsTheDevicesOfADaemonBesideIt(t *testing.T) 
 // with a 1 s holder wait and no control fallback, and requires it to end
 // held (a HeldError): what holds the disk is kernel state, which no kill
 // releases.
-func heldByKernelState(t *testing.T, d *fakeublk.Child, sys string) (*ublk.Report, *ublk.HeldError) {
+func heldByKernelState(t *testing.T, d *fakeublk.Child, sys, proc string) (*ublk.Report, *ublk.HeldError) {
 	t.Helper()
 	td, err := ublk.New(findProcess(t, d.Pid()), ublkhook.With(ublk.Config{HolderWait: time.Second, NoControl: true},
-		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: ownProcfs(t, d.Pid()), KernelRelease: vulnerable}))
+		ublkhook.Hooks{SysfsRoot: sys, ProcfsRoot: proc, KernelRelease: vulnerable}))
 	require.NoError(t, err)
 	rep, err := run(t, td, 10*time.Second)
 	t.Log(rep.String())

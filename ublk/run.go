@@ -1052,9 +1052,12 @@ func (r *run) scanHolders(end func(*stages) time.Time) (map[int][]Holder, error)
 	// A loop device backed by a disk holds it in the kernel, with no
 	// process: sysfs, like the stacked devices. So does a file system on
 	// it that no mountinfo read shows (unmounted lazily, in a namespace
-	// not read); a mounted one is named by its mounts.
+	// not read); a mounted one is named by its mounts. So does a file
+	// system's journal on it, the file system on another device: procfs
+	// shows it, and no mount of the disk ever does.
 	loops, lerr := blockdev.LoopHolders(r.cfg.sysRoot, devs)
 	fss, ferr := blockdev.FileSystemHolders(r.cfg.sysRoot, named)
+	journals, jerr := blockdev.JournalHolders(r.cfg.procRoot, named)
 	for _, dev := range devs {
 		id := owner[dev]
 		for _, h := range holders(found[dev]) {
@@ -1071,11 +1074,14 @@ func (r *run) scanHolders(end func(*stages) time.Time) (map[int][]Holder, error)
 		if hs := fss[dev]; len(hs) > 0 && !mounted {
 			held[id] = append(held[id], holders(hs)...)
 		}
+		if hs := journals[dev]; len(hs) > 0 {
+			held[id] = append(held[id], holders(hs)...)
+		}
 	}
 	r.notReadable(held)
 	r.numberNotRead(held, unnumbered, partsUnread, stackUnread)
 	r.kindNotRead(held, owner, blockdev.Loop, "loop devices not all read", lerr)
-	r.kindNotRead(held, owner, blockdev.FileSystem, "file systems not all looked for", ferr)
+	r.kindNotRead(held, owner, blockdev.FileSystem, "file systems not all looked for", errors.Join(ferr, jerr))
 	switch {
 	case cut != nil:
 		r.notRead(held, cut)

@@ -6,9 +6,10 @@
 // fd closed or not (the ring's /proc/PID/fdinfo), mounts of a file system on
 // them (/proc/PID/mountinfo,
 // once per mount namespace), swap on them (/proc/swaps), devices stacked on
-// them (sysfs holders/) and loop devices backed by them (sysfs
-// block/loopN/loop/backing_file). It works for any block device, loop and
-// ublk alike.
+// them (sysfs holders/), loop devices backed by them (sysfs
+// block/loopN/loop/backing_file), file systems alive on them (sysfs
+// fs/TYPE/NAME) and file systems' journals on them (procfs fs/jbd2/NAME).
+// It works for any block device, loop and ublk alike.
 //
 // No scan stats a path that could wait on a file system's server (a hung
 // FUSE daemon, an NFS server gone): open and mapped files are typed through

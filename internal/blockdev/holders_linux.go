@@ -1025,6 +1025,42 @@ func FileSystemHolders(sysRoot string, devs map[string]DevNum) (map[DevNum][]Hol
 	return out, errors.Join(errs...)
 }
 
+// JournalHolders returns, for each device of devs (by kernel name:
+// ublkb0, ublkb0p1), the jbd2 journal on it that procfs under procRoot
+// shows (Holder.Kind FileSystem): the directory fs/jbd2/NAME, which the
+// kernel makes for a journal on a device of its own (an ext4 or ocfs2
+// file system's external journal: mke2fs -J device=) from the file
+// system's mount until the kernel frees it. Such a file system holds the
+// device in the kernel though no mountinfo names it (the file system's
+// own device is mounted), no sysfs holders/ lists it and it has no fs/TYPE
+// directory of its own: stopped under it, the journal's writes fail and
+// the file system aborts. A journal inside its file system's device is
+// fs/jbd2/NAME-INODE, and that device's file system FileSystemHolders
+// finds.
+//
+// A directory it could not look for (EMFILE or ENOMEM in the server; one
+// that does not exist is no journal, and no error) is named in the error
+// with the cause (one error each, errors.Join), with the journals it did
+// find.
+func JournalHolders(procRoot string, devs map[string]DevNum) (map[DevNum][]Holder, error) {
+	out := map[DevNum][]Holder{}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(devs)) {
+		// jbd2 names a journal after its device, '/' made '!'.
+		rel := filepath.Join("fs", "jbd2", strings.ReplaceAll(name, "/", "!"))
+		_, err := os.Stat(filepath.Join(procRoot, rel))
+		switch {
+		case err == nil:
+			dev := devs[name]
+			out[dev] = append(out[dev], Holder{Kind: FileSystem,
+				Detail: fmt.Sprintf("jbd2 journal on %s (procfs %s): an ext4 or ocfs2 file system's, on another device", name, rel)})
+		case !errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, fmt.Errorf("ublk: jbd2 journal %s not looked for: %w", rel, err))
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
 // kernelNames maps the kernel names of devs (sysfs dev/block/MAJ:MIN is a
 // link to the device's directory) to their numbers.
 func kernelNames(sysRoot string, devs []DevNum) map[string]DevNum {

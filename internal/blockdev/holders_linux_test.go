@@ -855,6 +855,47 @@ func TestLazilyUnmountedFileSystemIsAHolderUntilItsLastFileCloses(t *testing.T) 
 	assert.Empty(t, fileSystemHolders(t, "/sys", devs), "freed")
 }
 
+// An ext4 file system's journal on a device of its own holds that device
+// from the mount until the kernel frees the file system: no mountinfo
+// names the journal's device and no sysfs holders/ lists it; procfs's
+// fs/jbd2/NAME shows it, and JournalHolders names it until the unmount.
+func TestExternalJournalIsAHolderUntilItsFileSystemIsUnmounted(t *testing.T) {
+	node, dev, dir := loopdev.MountedWithJournal(t)
+	name := filepath.Base(node)
+	devs := map[string]blockdev.DevNum{name: dev}
+	hs, err := blockdev.Holders(context.Background(), "/proc", dev)
+	require.NoError(t, err)
+	for _, h := range hs {
+		assert.NotEqual(t, blockdev.Mount, h.Kind, "no mountinfo names the journal's device: %v", h)
+	}
+	stacked, err := blockdev.StackHolders("/sys", name, nil)
+	require.NoError(t, err)
+	assert.Empty(t, stacked, "nor does sysfs holders/")
+	assert.Empty(t, fileSystemHolders(t, "/sys", devs), "nor fs/ext4")
+
+	journals, err := blockdev.JournalHolders("/proc", devs)
+	require.NoError(t, err)
+	want := []blockdev.Holder{{Kind: blockdev.FileSystem,
+		Detail: "jbd2 journal on " + name + " (procfs fs/jbd2/" + name + "): an ext4 or ocfs2 file system's, on another device"}}
+	assert.Equal(t, want, journals[dev], "mounted")
+
+	require.NoError(t, unix.Unmount(dir, 0))
+	journals, err = blockdev.JournalHolders("/proc", devs)
+	require.NoError(t, err)
+	assert.Empty(t, journals, "unmounted: the file system freed")
+}
+
+// A jbd2 directory JournalHolders could not look for (EMFILE or ENOMEM in
+// the server; here fs/jbd2 is a file: ENOTDIR) is an error naming it and
+// the cause, never "no journal".
+func TestJournalHoldersSaysWhatItCouldNotLookFor(t *testing.T) {
+	proc := t.TempDir()
+	write(t, proc, "fs/jbd2", "")
+	journals, err := blockdev.JournalHolders(proc, map[string]blockdev.DevNum{"ublkb0": {Major: 259, Minor: 0}})
+	assert.Empty(t, journals)
+	assert.Regexp(t, `^ublk: jbd2 journal fs/jbd2/ublkb0 not looked for: stat .*/fs/jbd2/ublkb0: not a directory$`, err)
+}
+
 // A ublk server has its devices' char devices (/dev/ublkcN) open while it
 // serves them: CharHolders names the process, once however many fds it
 // has on the device, until it closes them. The node here is made with

@@ -46,6 +46,11 @@ func FileSystemHolders(sysRoot string, devs map[string]DevNum) (map[DevNum][]Hol
 	return nil, nil
 }
 
+// JournalHolders finds nothing on this system.
+func JournalHolders(procRoot string, devs map[string]DevNum) (map[DevNum][]Holder, error) {
+	return nil, nil
+}
+
 // CharHolders finds nothing on this system.
 func CharHolders(ctx context.Context, procRoot string, devs []DevNum) (map[DevNum][]int, map[int]error, error) {
 	return nil, nil, nil

@@ -40,3 +40,38 @@ func Mounted(t testing.TB, fstype string) (node string, dev blockdev.DevNum, dir
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }) // before the device is detached
 	return node, dev, dir
 }
+
+// MountedWithJournal is Mounted for an ext4 file system whose journal is
+// on a loop device of its own (mke2fs -O journal_dev, then -J device=):
+// the journal device is held by the file system in the kernel, though no
+// mountinfo names it and no sysfs holders/ lists it. It returns the
+// journal's device node, its number and the mount point. No mke2fs, or no
+// loop device, is a missing part.
+func MountedWithJournal(t testing.TB) (journal string, dev blockdev.DevNum, dir string) {
+	t.Helper()
+	mke2fs, err := exec.LookPath("mke2fs")
+	if err != nil {
+		realpart.Missing(t, fmt.Sprintf("mke2fs not found: %v", err))
+	}
+	ctl := control(t)
+	defer ctl.Close()
+	image := func(name string) string {
+		p := filepath.Join(t.TempDir(), name)
+		require.NoError(t, os.WriteFile(p, nil, 0o600))
+		require.NoError(t, os.Truncate(p, 64<<20))
+		return p
+	}
+	journal, dev = attach(t, ctl, image("journal.img"))
+	data, _ := attach(t, ctl, image("fs.img"))
+	for _, args := range [][]string{
+		{"-q", "-F", "-O", "journal_dev", "-b", "4096", journal},
+		{"-q", "-F", "-t", "ext4", "-b", "4096", "-J", "device=" + journal, data},
+	} {
+		out, err := exec.Command(mke2fs, args...).CombinedOutput()
+		require.NoError(t, err, "mke2fs %v: %s", args, out)
+	}
+	dir = t.TempDir()
+	require.NoError(t, unix.Mount(data, dir, "ext4", 0, ""), "mount -t ext4 %s %s", data, dir)
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }) // before the devices are detached
+	return journal, dev, dir
+}
