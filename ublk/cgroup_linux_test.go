@@ -534,38 +534,60 @@ func TestStepNamesAFileSystemNoMountinfoShows(t *testing.T) {
 	}
 }
 
-// An ext4 file system whose journal is on the disk (mke2fs -J device=)
-// holds it in the kernel from its mount until the kernel frees it: no
-// mountinfo names the journal's device (the file system's own is
-// mounted), no sysfs holders/ lists it and it has no fs/ext4 directory;
-// procfs's fs/jbd2/NAME shows it. The step names it, kills nothing for it
+// A file system whose journal is on the disk, the file system on another
+// device, holds the disk in the kernel from its mount until the kernel
+// frees it; no sysfs holders/ lists it, it has no fs/TYPE directory, and
+// mountinfo names only the file system's own device as its device. An
+// ext4's external journal (mke2fs -J device=) shows in procfs's
+// fs/jbd2/NAME; an xfs's external log (mkfs.xfs -l logdev=) among its
+// mount's options, logdev=PATH. The step names each, kills nothing for it
 // and never asks the daemon to stop under it (HeldError). Before, the scan
 // found no holder and the daemon was asked to stop (the fake daemon
-// stopped, exit 0, in 0.1 s): the journal's writes then fail, and ext4
-// aborts. The file system and its journal are real; the fake procfs the
-// step reads shows the journal by the disk's name in the fake sysfs, a
-// link to the kernel's entry.
+// stopped, exit 0, in 0.1 s): the journal's writes then fail, and the file
+// system shuts down. The file systems and their journals are real; for
+// ext4 the fake procfs the step reads shows the journal by the disk's name
+// in the fake sysfs, a link to the kernel's entry.
 func TestStepNamesAFileSystemsJournalOnTheDisk(t *testing.T) {
-	node, dev, _ := loopdev.MountedWithJournal(t)
-	d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
-		fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
-	proc := ownProcfs(t, d.Pid())
-	require.NoError(t, os.MkdirAll(filepath.Join(proc, "fs", "jbd2"), 0o755))
-	require.NoError(t, os.Symlink(filepath.Join("/proc/fs/jbd2", filepath.Base(node)), filepath.Join(proc, "fs", "jbd2", "ublkb0")))
+	for _, tc := range []struct {
+		fstype string
+		want   func(node, dir string) ublk.Holder
+		spared string // why the last resort kills nothing for it
+	}{
+		{"ext4", func(string, string) ublk.Holder {
+			return ublk.Holder{Kind: "filesystem", Detail: "jbd2 journal on ublkb0 (procfs fs/jbd2/ublkb0): an ext4 or ocfs2 file system's, on another device"}
+		}, "kernel state"},
+		{"xfs", func(node, dir string) ublk.Holder {
+			return ublk.Holder{Kind: "mount", Detail: dir + " (its log: logdev=" + node + ")"}
+		}, "held by mount: killing a process does not release it"},
+	} {
+		t.Run(tc.fstype, func(t *testing.T) {
+			node, dev, dir := loopdev.MountedWithJournal(t, tc.fstype)
+			d, sys, _, log := realDaemon(t, fakeublk.Cooperative, 0,
+				fakeublk.DeviceSpec{ID: 0, Major: dev.Major, Minor: dev.Minor, Reads: 1})
+			proc := ownProcfs(t, d.Pid())
+			require.NoError(t, os.MkdirAll(filepath.Join(proc, "fs", "jbd2"), 0o755))
+			require.NoError(t, os.Symlink(filepath.Join("/proc/fs/jbd2", filepath.Base(node)), filepath.Join(proc, "fs", "jbd2", "ublkb0")))
 
-	rep, held := heldByKernelState(t, d, sys, proc)
-	want := ublk.Holder{Kind: "filesystem", Detail: "jbd2 journal on ublkb0 (procfs fs/jbd2/ublkb0): an ext4 or ocfs2 file system's, on another device"}
-	assert.Contains(t, held.Error(), want.Detail)
-	assert.Contains(t, rep.Device(0).Holders, want)
-	require.NotNil(t, rep.LastResort)
-	require.Len(t, rep.LastResort.Holders, 1, "%+v", rep.LastResort.Holders)
-	f := rep.LastResort.Holders[0]
-	assert.Equal(t, want, f.Holder)
-	assert.False(t, f.Doomed || f.Killed, "%+v", f)
-	assert.Contains(t, f.Reason, "kernel state")
-	assert.Equal(t, ublk.VerdictHeld, rep.Device(0).Verdict)
-	assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the journal")
-	assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
+			rep, held := heldByKernelState(t, d, sys, proc)
+			want := tc.want(node, dir)
+			assert.Contains(t, held.Error(), want.Detail)
+			same := func(h ublk.Holder) bool { return h.Kind == want.Kind && h.Detail == want.Detail }
+			assert.True(t, slices.ContainsFunc(rep.Device(0).Holders, same), "want %v in %v", want, rep.Device(0).Holders)
+			require.NotNil(t, rep.LastResort)
+			fates := 0
+			for _, f := range rep.LastResort.Holders {
+				if same(f.Holder) {
+					fates++
+					assert.False(t, f.Doomed || f.Killed, "%+v", f)
+					assert.Contains(t, f.Reason, tc.spared)
+				}
+			}
+			assert.Equal(t, 1, fates, "%+v", rep.LastResort.Holders)
+			assert.Equal(t, ublk.VerdictHeld, rep.Device(0).Verdict)
+			assert.Equal(t, -1, d.ExitCode(), "the daemon keeps serving the journal")
+			assert.NotContains(t, events(t, log), "sigterm", "and was never asked to stop")
+		})
+	}
 }
 
 // Two ublk servers on one node (a DaemonSet update that starts the new pod

@@ -109,8 +109,10 @@ func Partitions(sysRoot, disk string) ([]Partition, error) {
 const (
 	// FD: a process has the device node open (a VMM's disk).
 	FD = "fd"
-	// Mount: a file system on the device is mounted in a mount namespace;
-	// Holder.PID is one process in that namespace.
+	// Mount: a file system on the device is mounted in a mount namespace,
+	// or one mounted there names the device as its log or realtime device
+	// (xfs's logdev=, rtdev=: Holder.Detail says so after the mount
+	// point); Holder.PID is one process in that namespace.
 	Mount = "mount"
 	// Swap: the device is active swap.
 	Swap = "swap"

@@ -32,8 +32,9 @@ import (
 // with it among an io_uring's registered files, fd closed or not (the
 // ring's /proc/PID/fdinfo, Ring), mounts of a file system on it
 // (/proc/PID/mountinfo, one entry per mount namespace; a btrfs mount,
-// which shows an anonymous device number, by its source) and swap on it
-// (/proc/swaps). It works for any block device, loop and ublk alike.
+// which shows an anonymous device number, by its source; an xfs mount
+// whose external log or realtime device it is, by its logdev= or rtdev=
+// option) and swap on it (/proc/swaps). It works for any block device, loop and ublk alike.
 // Devices stacked on it, loop devices backed by it and file systems alive
 // on it are kernel state that sysfs shows: StackHolders, LoopHolders and
 // FileSystemHolders.
@@ -821,8 +822,54 @@ func mountHolders(mountinfo string, want map[DevNum]bool, found func(DevNum, str
 		if want[dev] {
 			found(dev, unescapeOctal(fields[4]))
 		}
+		for _, o := range otherDevices(fields) {
+			if want[o.dev] {
+				found(o.dev, fmt.Sprintf("%s (its %s: %s=%s)", unescapeOctal(fields[4]), o.what, o.key, o.path))
+			}
+		}
 	}
 	return sc.Err()
+}
+
+// deviceOptions are the super options by which a file system names a
+// device of its own beyond the one it is mounted from: xfs's external log
+// and realtime device (mkfs.xfs -l logdev=, -r rtdev=). The file system
+// holds them in the kernel while it lives, and mountinfo names them only
+// there.
+var deviceOptions = map[string]string{"logdev": "log", "rtdev": "realtime device"}
+
+// optionDevice is a device a mount's super options name.
+type optionDevice struct {
+	key, what, path string
+	dev             DevNum
+}
+
+// otherDevices returns the devices a mountinfo line's super options (the
+// field after the source) name (deviceOptions), their paths resolved from
+// the lookup cache only, as every path the kernel reports
+// (cachedBlockDev); one that does not resolve so is left out.
+func otherDevices(fields []string) []optionDevice {
+	sep := slices.Index(fields[min(6, len(fields)):], "-")
+	if sep < 0 {
+		return nil
+	}
+	i := min(6, len(fields)) + sep + 3 // "-", the type, the source, the super options
+	if i >= len(fields) || !strings.Contains(fields[i], "dev=") {
+		return nil
+	}
+	var out []optionDevice
+	for _, opt := range strings.Split(fields[i], ",") {
+		key, val, ok := strings.Cut(opt, "=")
+		what := deviceOptions[key]
+		if !ok || what == "" {
+			continue
+		}
+		p := unescapeOctal(val)
+		if dev, block, _ := cachedBlockDev(p); block {
+			out = append(out, optionDevice{key, what, p, dev})
+		}
+	}
+	return out
 }
 
 // sourceDev is the block device a mountinfo line's mount source names

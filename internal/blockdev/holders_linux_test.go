@@ -860,7 +860,7 @@ func TestLazilyUnmountedFileSystemIsAHolderUntilItsLastFileCloses(t *testing.T) 
 // names the journal's device and no sysfs holders/ lists it; procfs's
 // fs/jbd2/NAME shows it, and JournalHolders names it until the unmount.
 func TestExternalJournalIsAHolderUntilItsFileSystemIsUnmounted(t *testing.T) {
-	node, dev, dir := loopdev.MountedWithJournal(t)
+	node, dev, dir := loopdev.MountedWithJournal(t, "ext4")
 	name := filepath.Base(node)
 	devs := map[string]blockdev.DevNum{name: dev}
 	hs, err := blockdev.Holders(context.Background(), "/proc", dev)
@@ -883,6 +883,32 @@ func TestExternalJournalIsAHolderUntilItsFileSystemIsUnmounted(t *testing.T) {
 	journals, err = blockdev.JournalHolders("/proc", devs)
 	require.NoError(t, err)
 	assert.Empty(t, journals, "unmounted: the file system freed")
+}
+
+// An xfs file system's external log (mkfs.xfs -l logdev=) holds its
+// device from the mount until the kernel frees the file system: no sysfs
+// holders/ lists it, sysfs's fs/xfs names the data device alone, and
+// mountinfo names the log's device only among the mount's options
+// (logdev=PATH). Holders names the mount as the log's holder.
+func TestXfsExternalLogIsAMountHolder(t *testing.T) {
+	node, dev, dir := loopdev.MountedWithJournal(t, "xfs")
+	stacked, err := blockdev.StackHolders("/sys", filepath.Base(node), nil)
+	require.NoError(t, err)
+	assert.Empty(t, stacked, "sysfs holders/ does not list it")
+	assert.Empty(t, fileSystemHolders(t, "/sys", map[string]blockdev.DevNum{filepath.Base(node): dev}), "nor fs/xfs")
+
+	hs, err := blockdev.Holders(context.Background(), "/proc", dev)
+	require.NoError(t, err)
+	var mounts []string
+	for _, h := range hs {
+		if h.Kind == blockdev.Mount {
+			mounts = append(mounts, h.Detail)
+		}
+	}
+	require.NotEmpty(t, mounts, "holders of %s: %v", node, hs)
+	for _, m := range mounts { // one a mount namespace the mount propagated to
+		assert.Equal(t, dir+" (its log: logdev="+node+")", m)
+	}
 }
 
 // A jbd2 directory JournalHolders could not look for (EMFILE or ENOMEM in
