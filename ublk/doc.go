@@ -137,7 +137,8 @@
 //     disk exists (whatever STOP_DEV or GET_DEV_INFO said of it before),
 //     nor while a device without one is not known stopped (STOP_DEV seen
 //     complete, or the driver says DEAD), nor while it has the
-//     /dev/ublkcN of a disk in sysfs open (when the step knows its PID),
+//     /dev/ublkcN of a disk in sysfs open or mapped (when the step knows
+//     its PID),
 //     the step's device or not; Stop then returns an
 //     *UnsafeError saying so ("devices still live ... daemon left running,
 //     unsafe to kill").

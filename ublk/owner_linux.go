@@ -156,7 +156,7 @@ func servedUnseen(ctx context.Context, sysRoot, procRoot string, unseen []Device
 	}
 	out := map[int]string{}
 	for _, d := range unseen {
-		if !slices.Contains(served, d.ID) {
+		if _, ok := served[d.ID]; !ok {
 			out[d.ID] = fmt.Sprintf("live, its /dev/ublkc%d open in no process procfs shows: not in the daemon (pid %d, its fds read) "+
 				"nor in the server's cgroup %s%s; its server is one this procfs does not show (another pod's PID namespace) or cannot read: "+
 				"another server's device, left alone", d.ID, daemon, bounds, also)
@@ -297,14 +297,18 @@ func charNums(sysRoot string, devs []Device) (map[blockdev.DevNum]int, error) {
 }
 
 // daemonServes returns the IDs of devs whose /dev/ublkcN the process pid
-// (the daemon) has open, or why it cannot tell: a char device's number
-// not read from sysfs, pid's fd directory not read (EMFILE or ENOMEM in
-// the server, EACCES), or ctx ending before every fd was read. A fd
-// directory that does not exist is an error wrapping fs.ErrNotExist: the
-// process exited, or procfs does not show it (mounted with
-// hidepid=invisible, or another PID namespace's), which the caller tells
-// apart by the daemon's own exit.
-func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, pid int) ([]int, error) {
+// (the daemon) has open or mapped, each with how ("open in", "mapped by"),
+// or why it cannot tell: a char device's number not read from sysfs,
+// pid's fd directory or maps not read (EMFILE or ENOMEM in the server,
+// EACCES; the maps not within blockdev.MapsWait), a mapping not typed, or
+// ctx ending before every fd was read. The mappings count: a server maps
+// its /dev/ublkcN while it serves, and may close its fd (the driver needs
+// none for the mapping, nor for the commands of an io_uring with the
+// device among its registered files). A fd directory that does not exist
+// is an error wrapping fs.ErrNotExist: the process exited, or procfs does
+// not show it (mounted with hidepid=invisible, or another PID
+// namespace's), which the caller tells apart by the daemon's own exit.
+func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, pid int) (map[int]string, error) {
 	chars, err := charNums(sysRoot, devs)
 	if err != nil {
 		return nil, err
@@ -312,19 +316,22 @@ func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, 
 	if len(chars) == 0 {
 		return nil, nil
 	}
-	fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
-	open, complete, err := blockdev.ReadCharsOpen(ctx, fdDir, wantSet(chars))
+	dir := filepath.Join(procRoot, strconv.Itoa(pid))
+	open, mapped, complete, err := blockdev.ReadCharsHeld(ctx, dir, wantSet(chars))
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("ublk: the daemon's fds: %w", err)
+		return nil, fmt.Errorf("ublk: the daemon's fds and mappings: %w", err)
 	case !complete:
-		return nil, fmt.Errorf("ublk: the daemon's fds not all read by %s's deadline: %w", fdDir, ctx.Err())
+		return nil, fmt.Errorf("ublk: the daemon's fds not all read by %s's deadline: %w", filepath.Join(dir, "fd"), ctx.Err())
 	}
-	ids := make([]int, 0, len(open))
+	served := make(map[int]string, len(open)+len(mapped))
 	for _, n := range open {
-		ids = append(ids, chars[n])
+		served[chars[n]] = "open in"
 	}
-	return ids, nil
+	for _, n := range mapped {
+		served[chars[n]] = "mapped by"
+	}
+	return served, nil
 }
 
 // ublkServers returns, of pids, the processes that have the char device

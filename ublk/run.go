@@ -1514,7 +1514,7 @@ func (r *run) servesMore() (more bool, looked map[int]uint64) {
 		return true, looked
 	}
 	r.blind = nil
-	disks = slices.DeleteFunc(disks, func(d Device) bool { return !slices.Contains(served, d.ID) })
+	disks = slices.DeleteFunc(disks, func(d Device) bool { _, ok := served[d.ID]; return !ok })
 	if len(disks) == 0 {
 		return false, looked
 	}
@@ -1528,7 +1528,7 @@ func (r *run) servesMore() (more bool, looked map[int]uint64) {
 			state = "its disk gone from sysfs and the driver not saying DEAD (a STOP_DEV draining its I/O in flight, or not read)"
 		}
 		d.rep.Steps = append(d.rep.Steps, StepResult{Name: "served by the daemon", Start: now,
-			Result: "/dev/" + d.cur.CharName() + " open in the daemon, " + state + ", not one of the step's devices: the daemon is not killed while it serves it"})
+			Result: "/dev/" + d.cur.CharName() + " " + served[d.cur.ID] + " the daemon, " + state + ", not one of the step's devices: the daemon is not killed while it serves it"})
 		r.cfg.logger.WarnContext(r.ctx, "ublk: the daemon still serves a disk the step did not have; not killing it", "device", d.cur.DiskName())
 	}
 	return true, looked

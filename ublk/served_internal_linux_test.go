@@ -429,6 +429,18 @@ func makeServed(t *testing.T, f *fixture, c servedChar) (fakeublk.DeviceSpec, st
 	return spec, node
 }
 
+// fakeMapping gives process pid of a fake procfs a shared mapping of the
+// node mapped, as a ublk server maps its /dev/ublkcN for the I/O
+// descriptors: a line of its maps, and its map_files link to the node.
+func fakeMapping(t *testing.T, proc, pid, mapped string) {
+	t.Helper()
+	dir := filepath.Join(proc, pid)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "map_files"), 0o755))
+	line := fmt.Sprintf("7f2c4a000000-7f2c4a001000 r--s 00000000 00:05 1042                       %s\n", mapped)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "maps"), []byte(line), 0o644))
+	require.NoError(t, os.Symlink(mapped, filepath.Join(dir, "map_files", "7f2c4a000000-7f2c4a001000")))
+}
+
 // stopUblkb0 runs the step over daemon (d behind it) and f, limited to
 // ublkb0 on a vulnerable kernel, ExitWait 2 s and no control fallback, in
 // a minute's window, and returns its Report, d's events when Stop
@@ -440,6 +452,44 @@ func stopUblkb0(t *testing.T, f *fixture, d *memDaemon, daemon Daemon) (*Report,
 	rep, _, err := runFor(t, td, time.Minute)
 	t.Log(rep.String())
 	return rep, d.Events(), err
+}
+
+// The step is limited to ublkb0 (Config.Devices); its daemon, pid 4242,
+// keeps running once ublkb0 is gone, as it serves ublkb1, live, through
+// its mapping of /dev/ublkc1 (the I/O descriptors, which every ublk server
+// maps) and an io_uring with the char device among its registered files:
+// it closed its fd, which the driver needs neither for the mapping nor for
+// the ring's commands. A vulnerable kernel, ExitWait 2 s:
+//
+//	0 .. 2 s  the daemon stops and deletes ublkb0
+//	4 s       ExitWait is up: no device of the step is live
+//
+// The look before the kill reads the daemon's mappings too: ublkb1 joins
+// the Report, live, the daemon is not killed, and Stop returns an
+// UnsafeError naming it. Before, the look read its fds alone: the daemon,
+// serving ublkb1 live, was SIGKILLed at 4 s, the host-crash path, and Stop
+// returned no error.
+func TestDaemonServingALiveDiskThroughItsMappingIsNotKilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make the char device node the daemon maps")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		_, node := makeServed(t, f, servedChar{id: 1, charMajor: 4073, salt: 65, inSysfs: true, procs: stepAndDaemon})
+		fakeMapping(t, f.proc, "4242", node)
+		d := newMemDaemon(f.tree, 0)
+		d.servesMore = true
+		defer d.close()
+		daemon := DaemonFuncs{StopFunc: d.RequestStop, WaitFunc: d.Wait, KillFunc: d.Kill, PidFunc: func() int { return 4242 }}
+		rep, events, err := stopUblkb0(t, f, d, daemon)
+		assert.Equal(t, []string{"request", "stop 0", "delete 0"}, events, "the daemon is not killed")
+		var unsafe *UnsafeError
+		require.ErrorAs(t, err, &unsafe)
+		assert.Equal(t, []int{1}, unsafe.Devices)
+		require.NotNil(t, rep.Device(1), "the Report accounts for the disk the daemon serves")
+		assert.Equal(t, VerdictLeftLive, rep.Device(1).Verdict)
+		assert.Contains(t, rep.Device(1).Steps[0].Result, "/dev/ublkc1 mapped by the daemon")
+	})
 }
 
 //	0 s      the step finds ublkb0 and asks the daemon to stop

@@ -256,7 +256,7 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     daemon with a live device is never killed: Stop waits until the
 //     deadline and returns an *UnsafeError. Nor is one that still serves
 //     a disk in sysfs that is not among the step's devices (it has the
-//     disk's /dev/ublkcN open: one left out by Config.Devices, taken
+//     disk's /dev/ublkcN open or mapped: one left out by Config.Devices, taken
 //     for another server's, or one with the ID of a device of the step's
 //     that went, which the kernel gives to the next ADD_DEV), when the
 //     step knows its PID: looked for
@@ -265,8 +265,8 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     no fds to read: a live disk not the step's is then the daemon's
 //     unless it is another server's (its /dev/ublkcN open outside the
 //     cgroup above the server's), and while one is the step cannot tell.
-//     When sysfs, or the daemon's fds, cannot be read to look (EMFILE or
-//     ENOMEM in the server), the daemon is not killed
+//     When sysfs, or the daemon's fds or mappings, cannot be read to look
+//     (EMFILE or ENOMEM in the server), the daemon is not killed
 //     either while the step cannot tell: the pod's SIGKILL ends it at the
 //     deadline anyway, and killing it sooner is no safer. The step looks again at every poll;
 //     the Report's "served by the daemon" step says why, and its Note

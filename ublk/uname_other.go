@@ -37,7 +37,9 @@ func othersDevices(context.Context, string, string, []Device, int, func(string))
 }
 
 // daemonServes finds no device served where there is no procfs to read.
-func daemonServes(context.Context, string, string, []Device, int) ([]int, error) { return nil, nil }
+func daemonServes(context.Context, string, string, []Device, int) (map[int]string, error) {
+	return nil, nil
+}
 
 // ublkServers finds no server where there is no procfs to read. Its maps
 // are empty, not nil: the last resort adds to the second what it could not

@@ -3,12 +3,16 @@
 package blockdev
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -94,4 +98,154 @@ func ReadCharsOpen(ctx context.Context, fdDir string, want map[DevNum]bool) (ope
 		}
 	}
 	return open, true, nil
+}
+
+// ReadCharsHeld is ReadCharsOpen for the process whose procfs directory is
+// dir (/proc/PID) that also reads its memory mappings (/proc/PID/maps),
+// for the devices of want it did not find open: a ublk server maps its
+// /dev/ublkcN (the I/O descriptors) and may close the fd, which the driver
+// needs neither for the mapping nor for the commands of an io_uring that
+// has the device among its registered files; the mapping lasts while it
+// serves. It returns the devices open and those only mapped. The mappings
+// are typed as Holders types them (map_files, then the path from the
+// lookup cache); one typed neither way is an error, as are maps not read
+// within MapsWait or not read at all (EACCES, EMFILE; an exited process
+// maps nothing): what the process maps is then not known. Incomplete as
+// ReadCharsOpen is, it does not read the mappings.
+func ReadCharsHeld(ctx context.Context, dir string, want map[DevNum]bool) (open, mapped []DevNum, complete bool, err error) {
+	open, complete, err = ReadCharsOpen(ctx, filepath.Join(dir, "fd"), want)
+	if err != nil || !complete || len(open) == len(want) {
+		return open, nil, complete, err
+	}
+	rest := map[DevNum]bool{}
+	for dev := range want {
+		if !slices.Contains(open, dev) {
+			rest[dev] = true
+		}
+	}
+	type result struct {
+		mapped []DevNum
+		err    error
+	}
+	r, ok, late := within(ctx, MapsWait, func() (r result) {
+		r.mapped, r.err = charsMapped(dir, rest)
+		return r
+	})
+	if !ok {
+		return open, nil, true, fmt.Errorf("ublk: %s not read within %v%s", filepath.Join(dir, "maps"), MapsWait, late.says(
+			"/proc/PID/maps waits for the process's memory-map lock"))
+	}
+	return open, r.mapped, true, r.err
+}
+
+// charsMapped returns the character devices of want that the process whose
+// procfs directory is dir maps, each once, in the order of its mappings.
+func charsMapped(dir string, want map[DevNum]bool) ([]DevNum, error) {
+	f, err := os.Open(filepath.Join(dir, "maps"))
+	if exited(err) {
+		return nil, nil // gone: it maps nothing now
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	root := processRoot{dir: dir, fd: -1}
+	defer root.close()
+	var out []DevNum
+	var untyped error // the first mapping typed neither way
+	typed := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 16*1024), 1024*1024)
+	for sc.Scan() {
+		// 7f2c4a000000-7f2c4a001000 r--s 00000000 00:05 1042    /dev/ublkc0
+		line := sc.Bytes()
+		addr, rest := nextField(line)
+		_, rest = nextField(rest) // perms
+		_, rest = nextField(rest) // offset
+		keyStart := len(line) - len(bytes.TrimLeft(rest, " "))
+		_, rest = nextField(rest) // device
+		inode, rest := nextField(rest)
+		if len(inode) == 0 || string(inode) == "0" || bytes.HasSuffix(line, ringMapping) {
+			continue // anonymous memory, or a ring's queues
+		}
+		key := string(line[keyStart : len(line)-len(rest)])
+		start, end, ok := addrRange(addr)
+		if typed[key] || !ok {
+			continue
+		}
+		path := string(bytes.TrimLeft(rest, " "))
+		dev, char, err := statCharDev(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", start, end)))
+		if err != nil && !errors.Is(err, unix.ENOENT) && !kernelNamed(path) {
+			dev, char, err = charByPath(&root, strings.TrimSuffix(path, " (deleted)"))
+			if err != nil && untyped == nil {
+				untyped = fmt.Errorf("ublk: mapping of %s not typed (map_files, then its path: %w)", path, err)
+			}
+		}
+		if err == nil {
+			typed[key] = true
+		}
+		if char && want[dev] && !slices.Contains(out, dev) {
+			out = append(out, dev)
+		}
+	}
+	if err := sc.Err(); err != nil && !exited(err) {
+		return out, err
+	}
+	return out, untyped
+}
+
+// statCharDev is statBlockDev for a character device.
+func statCharDev(p string) (DevNum, bool, error) {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
+		return DevNum{}, false, err
+	}
+	dev, ok := charOf(&st)
+	return dev, ok, nil
+}
+
+// charOf returns the device number st names if it is a character
+// device's.
+func charOf(st *unix.Statx_t) (DevNum, bool) {
+	if st.Mask&unix.STATX_TYPE == 0 || uint32(st.Mode)&unix.S_IFMT != unix.S_IFCHR {
+		return DevNum{}, false
+	}
+	return DevNum{st.Rdev_major, st.Rdev_minor}, true
+}
+
+// charByPath is typedByPath for a character device: the path resolved
+// from the lookup cache only, in the process's root, then in this
+// process's.
+func charByPath(root *processRoot, p string) (DevNum, bool, error) {
+	fd, rerr := root.get()
+	if rerr == nil {
+		dev, char, err := cachedCharDevAt(fd, p, unix.RESOLVE_IN_ROOT)
+		if err == nil {
+			return dev, char, nil
+		}
+		rerr = err
+	}
+	dev, char, err := cachedCharDevAt(unix.AT_FDCWD, p, 0)
+	if err != nil {
+		return DevNum{}, false, fmt.Errorf("in its root: %w; in this process's: %w", rerr, err)
+	}
+	return dev, char, nil
+}
+
+// cachedCharDevAt is cachedBlockDevAt for a character device.
+func cachedCharDevAt(dirfd int, p string, resolve uint64) (DevNum, bool, error) {
+	fd, err := unix.Openat2(dirfd, p, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: resolveCached | unix.RESOLVE_NO_MAGICLINKS | resolve,
+	})
+	if err != nil {
+		return DevNum{}, false, err
+	}
+	defer unix.Close(fd)
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
+		return DevNum{}, false, err
+	}
+	dev, ok := charOf(&st)
+	return dev, ok, nil
 }

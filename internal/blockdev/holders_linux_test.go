@@ -971,6 +971,53 @@ func TestCharHoldersNamesTheProcessesItCannotRead(t *testing.T) {
 	assert.ErrorIs(t, unread[11], unix.ENOTDIR)
 }
 
+// A ublk server maps its /dev/ublkcN (the I/O descriptors) and may close
+// the fd: ReadCharsHeld finds the device mapped (map_files typed, here a
+// fake procfs's link to a real node), where ReadCharsOpen finds none open.
+// A mapping typed neither way, and maps that cannot be read, are errors:
+// what the process maps is not known. One that exited maps nothing.
+func TestReadCharsHeldFindsACharDeviceMappedWithItsFdClosed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		realpart.Missing(t, "needs root to make a device node")
+	}
+	dev := blockdev.DevNum{Major: 4095, Minor: 11}
+	node := filepath.Join(t.TempDir(), "ublkc11")
+	require.NoError(t, unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(dev.Major, dev.Minor))))
+	proc := t.TempDir()
+	write(t, proc, "10/maps", "7f2c4a000000-7f2c4a001000 r--s 00000000 00:05 1042    "+node+"\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "10", "fd"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "10", "map_files"), 0o755))
+	require.NoError(t, os.Symlink(node, filepath.Join(proc, "10", "map_files", "7f2c4a000000-7f2c4a001000")))
+	want := map[blockdev.DevNum]bool{dev: true}
+
+	open, complete := blockdev.CharsOpen(context.Background(), filepath.Join(proc, "10", "fd"), want)
+	assert.True(t, complete)
+	assert.Empty(t, open, "its fd closed")
+	open, mapped, complete, err := blockdev.ReadCharsHeld(context.Background(), filepath.Join(proc, "10"), want)
+	require.NoError(t, err)
+	assert.True(t, complete)
+	assert.Empty(t, open)
+	assert.Equal(t, []blockdev.DevNum{dev}, mapped)
+
+	write(t, proc, "11/maps", "7f2c4a000000-7f2c4a001000 r--s 00000000 00:05 1042    /nonexistent/ublkc11\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "11", "fd"), 0o755))
+	write(t, proc, "11/map_files", "") // not readable (ENOTDIR), as to a reader without CAP_SYS_ADMIN (EPERM)
+	_, mapped, _, err = blockdev.ReadCharsHeld(context.Background(), filepath.Join(proc, "11"), want)
+	assert.Empty(t, mapped)
+	assert.ErrorContains(t, err, "mapping of /nonexistent/ublkc11 not typed", "map_files not read, nor the path resolved")
+
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "12", "fd"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "12", "maps"), 0o755))
+	_, _, _, err = blockdev.ReadCharsHeld(context.Background(), filepath.Join(proc, "12"), want)
+	assert.Error(t, err, "maps not read")
+
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "13", "fd"), 0o755))
+	_, mapped, complete, err = blockdev.ReadCharsHeld(context.Background(), filepath.Join(proc, "13"), want)
+	assert.NoError(t, err, "exited: no maps")
+	assert.True(t, complete)
+	assert.Empty(t, mapped)
+}
+
 // loopHolders is blockdev.LoopHolders, which must read all it looks at.
 func loopHolders(t *testing.T, sysRoot string, devs []blockdev.DevNum) map[blockdev.DevNum][]blockdev.Holder {
 	t.Helper()
