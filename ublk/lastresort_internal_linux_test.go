@@ -147,6 +147,44 @@ func ublkServerHolder(t *testing.T) (f *fixture, d *memDaemon, srv *fakeVMM, pin
 }
 
 // A ublk server, pid 99 (a per-device server the daemon forked, whose PID
+// the step does not know), in the server's cgroup, serves ublkb0 through
+// its mapping of /dev/ublkc0 (the I/O descriptors), its fd on the char
+// device closed (the driver needs none for the mapping, nor for the
+// commands of an io_uring with the device among its registered files),
+// and holds the disk open (fd 3) to the end. 60 s window, sandboxd's
+// 500 ms reserve, a vulnerable kernel:
+//
+//	59.5 s   the last-resort point: pid 99 is doomed, in the server's cgroup
+//
+// The last resort reads the holders' mappings too: pid 99 is a ublk
+// server, spared, not SIGKILLed. Before, it read their fds alone, found
+// no /dev/ublkcN open in pid 99, and SIGKILLed it with ublkb0 live, the
+// host-crash path.
+func TestLastResortDoesNotKillAUblkServerThatMapsItsCharDevice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, _, srv, _, td, _ := ublkServerHolder(t)
+		char, err := os.Readlink(filepath.Join(srv.dir, "fd", "4"))
+		require.NoError(t, err)
+		require.NoError(t, os.Remove(filepath.Join(srv.dir, "fd", "4")))
+		fakeMapping(t, f.proc, "99", char)
+
+		rep, _, _ := runFor(t, td, 60*time.Second)
+		t.Log(rep.String())
+		assert.Empty(t, srv.sent, "pid 99 is ublkb0's server: not SIGKILLed")
+		require.NotNil(t, rep.LastResort, "the last resort ran")
+		fates := 0
+		for _, h := range rep.LastResort.Holders {
+			if h.Holder.PID == 99 {
+				fates++
+				assert.False(t, h.Signalled || h.Killed, "%+v", h)
+				assert.Contains(t, h.Reason, "a ublk server: it has /dev/ublkc0 open")
+			}
+		}
+		assert.NotZero(t, fates, "the Report names pid 99's fate: %+v", rep.LastResort.Holders)
+	})
+}
+
+// A ublk server, pid 99 (a per-device server the daemon forked, whose PID
 // the step does not know: /dev/ublkc0 is open in it), and a VMM of the
 // pod, pid 98, both in the server's cgroup, hold ublkb0 open to the end;
 // 60 s window, sandboxd's 500 ms reserve, a vulnerable kernel; procfs gets

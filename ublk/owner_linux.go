@@ -335,14 +335,17 @@ func daemonServes(ctx context.Context, sysRoot, procRoot string, devs []Device, 
 }
 
 // ublkServers returns, of pids, the processes that have the char device
-// /dev/ublkcN of one of devs open, each with the IDs of those devices, in
-// the order of its fds: the driver lets only a device's server open it,
-// so such a process is the daemon, or a part of it (a per-device server
-// it forked), whether the step knows its PID or not. Only fds are read
-// (blockdev.ReadCharsOpen), until ctx ends. It also returns, with why,
-// the processes it cannot tell are not servers: one whose fd directory it
-// could not read (EACCES, EMFILE or ENOMEM in the server; a process that
-// exited serves none), one it did not read by ctx's end, and, when a char
+// /dev/ublkcN of one of devs open or mapped, each with the IDs of those
+// devices, those open first, in the order of its fds: the driver lets
+// only a device's server open it, so such a process is the daemon, or a
+// part of it (a per-device server it forked), whether the step knows its
+// PID or not. Its fds and mappings are read (blockdev.ReadCharsHeld: a
+// server maps its /dev/ublkcN while it serves, and may close the fd),
+// until ctx ends. It also returns, with why, the processes it cannot tell
+// are not servers: one whose fd directory or maps it could not read
+// (EACCES, EMFILE or ENOMEM in the server; the maps not within
+// blockdev.MapsWait; a mapping not typed; a process that exited serves
+// none), one it did not read by ctx's end, and, when a char
 // device's number could not be read from sysfs, every process not found
 // to be a server (it may serve that device). Taken for one with none
 // open, such a process was a holder the last resort could SIGKILL, a ublk
@@ -360,16 +363,15 @@ func ublkServers(ctx context.Context, sysRoot, procRoot string, devs []Device, p
 	}
 	want := wantSet(chars)
 	for i, pid := range pids {
-		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
-		open, complete, err := blockdev.ReadCharsOpen(ctx, fdDir, want)
-		for _, n := range open {
+		open, mapped, complete, err := blockdev.ReadCharsHeld(ctx, filepath.Join(procRoot, strconv.Itoa(pid)), want)
+		for _, n := range slices.Concat(open, mapped) {
 			servers[pid] = append(servers[pid], chars[n])
 		}
 		switch {
 		case len(servers[pid]) > 0: // a server, whatever else was not read
 		case exited(err): // exited: serves none
 		case err != nil:
-			unknown[pid] = fmt.Errorf("its fds not read: %w", err)
+			unknown[pid] = fmt.Errorf("its fds or mappings not read: %w", err)
 		case !complete:
 			for _, p := range pids[i:] {
 				if len(servers[p]) == 0 {

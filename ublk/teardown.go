@@ -216,9 +216,9 @@ func (t *Teardown) Run(ctx context.Context) (any, error) {
 //     the cgroup (another pod, the host), mounts, swap, stacked devices and
 //     loop devices (kernel state: no kill releases them) are never killed,
 //     nor is the daemon or a ublk server of the step's devices (one with
-//     its /dev/ublkcN open, its PID known to the step or not: a daemon
-//     known by its functions or socket alone, a per-device server it
-//     forked); Report.LastResort names every holder, killed or
+//     its /dev/ublkcN open or mapped, its PID known to the step or not:
+//     a daemon known by its functions or socket alone, a per-device
+//     server it forked); Report.LastResort names every holder, killed or
 //     spared, and why. A possible holder no kill released (outside the
 //     cgroup, or where the last resort does not run) is set aside: not
 //     known to hold a disk, it keeps none from stopping (the Report's
