@@ -235,6 +235,9 @@ func killPinned(ctx context.Context, procRoot string, held map[int][]Holder, dev
 		for _, h := range held[id] {
 			f := HolderFate{Holder: h, Device: id}
 			switch {
+			case h.Kind == blockdev.Possible && h.PID == 0 && strings.HasPrefix(h.Detail, blockdev.SwapNotKnown):
+				f.Reason, f.aside = "swap on a block device whose node does not resolve, which may be the disk: kernel state, no process to kill; "+
+					"set aside (swapoff it)", true
 			case h.Kind == blockdev.Possible && h.PID == 0:
 				f.Reason, f.aside = "processes the holders scan did not read (in time, or procfs at all), or the holders of a disk whose number it did not read: none known to kill; set aside", true
 			case h.Kind == blockdev.Loop:

@@ -1191,3 +1191,36 @@ func TestFileSystemThatCannotBeLookedForKeepsWhatTheLastScanFound(t *testing.T) 
 		assert.Regexp(t, `^possible file systems not all looked for \(ublk: file system fs/ext4/ublkb0 not looked for: .*not a directory\)`, possible[0])
 	})
 }
+
+// Swap on a block device whose node was removed after swapon (a
+// container's /dev gone: "/dev/ublkb0\040(deleted)" in /proc/swaps) names
+// no path that resolves, so it may be on the disk. A vulnerable kernel, a
+// minute's window (the last-resort point at 50 s), a cooperative daemon:
+// the daemon is not asked to stop until the holder wait ends; the last
+// resort sets the swap aside, saying what it is, and the disk stops then.
+// Before, the scan dropped the swap area: the daemon was asked to stop at
+// once, 0 holders, and swap on the disk would have failed its I/O.
+func TestSwapOnANodeThatDoesNotResolveHoldsTheDiskUntilTheLastResort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, 0)
+		fakeProcess(t, f.proc, "self", "0::/kubepods/podA/ctr\n", "")
+		swaps := "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n/dev/ublkb0\\040(deleted)            partition\t32764\t\t0\t\t-2\n"
+		require.NoError(t, os.WriteFile(filepath.Join(f.proc, "swaps"), []byte(swaps), 0o644))
+		d := newMemDaemon(f.tree, 0)
+		defer d.close()
+		td, err := New(d, f.config(vulnerable, nil, Config{NoControl: true}))
+		require.NoError(t, err)
+		start := time.Now()
+		rep, _, err := runFor(t, td, time.Minute)
+		t.Log(rep.String())
+		require.NoError(t, err)
+		req := rep.Step("request stop")
+		require.NotNil(t, req)
+		assert.Equal(t, 50*time.Second, req.Start.Sub(start), "asked once the holder wait ended")
+		require.NotNil(t, rep.LastResort)
+		require.Len(t, rep.LastResort.Holders, 1, "%+v", rep.LastResort.Holders)
+		fate := rep.LastResort.Holders[0]
+		assert.Contains(t, fate.Holder.Detail, "swap on a block device not known: /dev/ublkb0 (deleted) does not resolve")
+		assert.Contains(t, fate.Reason, "swap on a block device whose node does not resolve, which may be the disk")
+	})
+}

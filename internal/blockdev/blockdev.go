@@ -190,8 +190,11 @@ type Holder struct {
 // parentheses. RingsNotKnown starts one when its rings' registered files
 // are not known: a ring's fdinfo not read, or not listing them in time (a
 // busy ring holds its lock), or a ring mapped with no fd to read it by.
+// SwapNotKnown starts that of a Possible holder with no PID: swap on a
+// block device whose path in /proc/swaps does not resolve.
 const (
 	FDsNotRead    = "fds not read"
+	SwapNotKnown  = "swap on a block device not known"
 	MapsNotRead   = "mappings not read"
 	MountsNotRead = "mounts not read"
 	RingsNotKnown = "io_uring"

@@ -101,9 +101,14 @@ func ScanWithHook(ctx context.Context, procRoot string, devs []DevNum, before fu
 	out := map[DevNum][]Holder{}
 	// Swap first: kernel state with no process, which a scan cut short
 	// would otherwise not have read at all.
-	swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
+	unresolved := swapHolders(filepath.Join(procRoot, "swaps"), want, func(dev DevNum, name string) {
 		out[dev] = append(out[dev], Holder{Kind: Swap, Detail: name})
 	})
+	for _, u := range unresolved {
+		for _, dev := range devs {
+			out[dev] = append(out[dev], Holder{Kind: Possible, Detail: SwapNotKnown + ": " + u + ": it may be this disk"})
+		}
+	}
 	var pids []int
 	for _, e := range ents {
 		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
@@ -894,11 +899,17 @@ func sourceDev(fields []string) DevNum {
 	return DevNum{}
 }
 
-// swapHolders calls found with the swap areas on a wanted device.
-func swapHolders(swaps string, want map[DevNum]bool, found func(DevNum, string)) {
+// swapHolders calls found with the swap areas on a wanted device, and
+// returns those on a block device (Type "partition") whose path does not
+// resolve from the lookup cache, each as "PATH does not resolve (ERROR)":
+// the kernel names the node swapon was given, which may have been removed
+// since (" (deleted)": a container's /dev gone) or be another mount
+// namespace's, so which device it is is not known. A swap file whose path
+// does not resolve is on a file system, which holds its own disk.
+func swapHolders(swaps string, want map[DevNum]bool, found func(DevNum, string)) (unresolved []string) {
 	b, err := os.ReadFile(swaps)
 	if err != nil { // no swap support, or not readable: nothing to report
-		return
+		return nil
 	}
 	for i, line := range strings.Split(string(b), "\n") {
 		fields := strings.Fields(line)
@@ -906,10 +917,15 @@ func swapHolders(swaps string, want map[DevNum]bool, found func(DevNum, string))
 			continue // header: Filename Type Size Used Priority
 		}
 		name := unescapeOctal(fields[0])
-		if dev, ok, _ := cachedBlockDev(name); ok && want[dev] {
+		dev, ok, err := cachedBlockDev(strings.TrimSuffix(name, " (deleted)"))
+		switch {
+		case err != nil && len(fields) > 1 && fields[1] == "partition":
+			unresolved = append(unresolved, fmt.Sprintf("%s does not resolve (%v)", name, err))
+		case ok && want[dev]:
 			found(dev, name)
 		}
 	}
+	return unresolved
 }
 
 // unescapeOctal undoes the kernel's \040-style escaping in mountinfo and

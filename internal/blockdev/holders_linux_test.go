@@ -68,6 +68,29 @@ func TestHoldersReadsMountinfoAndSwaps(t *testing.T) {
 	}, hs)
 }
 
+// Swap on a block device whose node was removed after swapon ("\040(deleted)"
+// in /proc/swaps, as the kernel writes it; a container's /dev gone) names
+// no path that resolves: which device it is is not known, and it may be
+// the disk. Holders lists a possible holder with no PID for it, naming the
+// swap area, where before it dropped it and the disk was taken for one
+// with no swap on it. A swap file whose path does not resolve is on a
+// file system, whose mount holds the disk it is on: not a possible holder.
+func TestSwapOnANodeThatDoesNotResolveIsAPossibleHolder(t *testing.T) {
+	_, dev := loopdev.Attach(t)
+	proc := t.TempDir()
+	swaps := "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n" +
+		"/tmp/h2x/swnode\\040(deleted)            partition\t32764\t\t0\t\t-2\n" +
+		"/nonexistent/swapfile                    file\t\t32764\t\t0\t\t-3\n"
+	require.NoError(t, os.WriteFile(filepath.Join(proc, "swaps"), []byte(swaps), 0o644))
+
+	hs, err := blockdev.Holders(context.Background(), proc, dev)
+	require.NoError(t, err)
+	require.Len(t, hs, 1, "%v", hs)
+	assert.Equal(t, blockdev.Possible, hs[0].Kind)
+	assert.Zero(t, hs[0].PID)
+	assert.Regexp(t, `^swap on a block device not known: /tmp/h2x/swnode \(deleted\) does not resolve \(.*\): it may be this disk$`, hs[0].Detail)
+}
+
 func TestHoldersStopsAtContextEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
