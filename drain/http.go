@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +40,12 @@ const defaultRetryAfter = 5 * time.Second
 // that returns when Body.Read fails ends as it should; once it returned,
 // what is left of its body is not waited for either, whether a Read was
 // waiting when the stream ended or not; the connection of one that read
-// nothing then (a log follow) serves its next request. A Stream that comes once the preserve phase
+// nothing then (a log follow) serves its next request. So does a Write
+// (or Flush) of its response waiting for a client that stopped reading
+// (its write deadline is set then; its connection is not reused), and
+// every later one fails at once, so that a follow's handler returns. A
+// Stream's ResponseWriter is the gate's: http.ResponseController reaches
+// the server's through its Unwrap. A Stream that comes once the preserve phase
 // ended, exempt or not, is answered the 503 of a refusal: what it would
 // follow is preserved and the server is about to stop, so its client
 // should go to another node rather than reopen it here. A nil h panics
@@ -78,6 +84,7 @@ func (g *Gate) Middleware(classify func(*http.Request) Class) func(http.Handler)
 					if live {
 						r.Body = body
 					}
+					w = &streamWriter{ResponseWriter: w, body: body}
 					defer body.finish()
 				} else {
 					leave()
@@ -122,7 +129,8 @@ type streamBody struct {
 	mu       sync.Mutex
 	live     bool // the request's body, not read to its end: no background read runs
 	reading  int  // Reads in flight
-	ended    bool // end ran: every Read fails
+	writing  int  // the response's Writes and Flushes in flight (streamWriter)
+	ended    bool // end ran: every Read and Write fails
 	finished bool // the handler returned: net/http reads the rest of the body next
 }
 
@@ -148,13 +156,93 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// end fails every Read from now on, and wakes those waiting.
+// end fails every Read and Write from now on, and wakes those waiting.
+// A Write waits for its client once the socket's buffers are full (a
+// follow whose client stopped reading: a suspended terminal, a stalled
+// proxy), and does not watch the request's context either: it held the
+// server's Shutdown until the step cut the connection and failed
+// (docs/faults.md row 1841). Its write deadline is set only while one is
+// in flight: set on a stream that ended between two Writes, it failed
+// net/http's last flush, and a client reading to the end saw the response
+// cut instead of its clean end.
 func (b *streamBody) end() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.ended = true
 	b.cutLocked()
+	if b.writing > 0 {
+		_ = b.rc.SetWriteDeadline(time.Now())
+	}
 }
+
+// write runs fn, a Write or a Flush of the response, unless the stream
+// ended, counted as in flight so that end can wake it; it reports whether
+// fn ran.
+func (b *streamBody) write(fn func()) bool {
+	b.mu.Lock()
+	if b.ended {
+		b.mu.Unlock()
+		return false
+	}
+	b.writing++
+	b.mu.Unlock()
+	fn()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.writing--
+	return true
+}
+
+// endedNow reports whether end ran.
+func (b *streamBody) endedNow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ended
+}
+
+// streamWriter is the ResponseWriter of a Stream the middleware admitted,
+// whose Writes its end wakes (streamBody.end). Writes and Flushes once the
+// stream ended fail (errStreamEnded) or do nothing: the stream's client may
+// have stopped reading, and the handler is to return. Unwrap gives
+// http.ResponseController the server's own writer; Flush and Hijack keep
+// what a handler asserts (http.Flusher, http.Hijacker) working.
+type streamWriter struct {
+	http.ResponseWriter
+	body *streamBody
+}
+
+func (w *streamWriter) Write(p []byte) (n int, err error) {
+	if !w.body.write(func() { n, err = w.ResponseWriter.Write(p) }) {
+		return 0, errStreamEnded
+	}
+	if err != nil && w.body.endedNow() {
+		err = errStreamEnded // the deadline end set, not the client
+	}
+	return n, err
+}
+
+// Flush flushes the response, unless the stream ended.
+func (w *streamWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush with its error (http.ResponseController's Flush):
+// errStreamEnded once the stream ended.
+func (w *streamWriter) FlushError() (err error) {
+	if !w.body.write(func() { err = http.NewResponseController(w.ResponseWriter).Flush() }) {
+		return errStreamEnded
+	}
+	if err != nil && w.body.endedNow() {
+		err = errStreamEnded
+	}
+	return err
+}
+
+// Hijack is the server's Hijack, where it has one (HTTP/1.x).
+func (w *streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Unwrap returns the server's ResponseWriter, for http.ResponseController.
+func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // finish is called as the handler returns: the rest of the body of an
 // ended stream is not waited for.
