@@ -337,10 +337,12 @@ func shutdownHTTP(ctx context.Context, srv *http.Server, failed func(error) erro
 // a request: it counts them through srv.ConnState, which it wraps (a
 // ConnState set on srv before HTTPServerStep is still called; one set after
 // replaces the count, and the error then says only that the deadline came).
-// When no connection was in a request, only ones that had sent none yet
-// (net/http's Shutdown waits for such a connection, a TCP check's, a
-// preconnect's, until it is 5 s old), closing them cuts nothing: the
-// step is ok, and its Detail says how many it closed.
+// When no connection was in a request then, closing cuts nothing, and the
+// step is ok: Shutdown waited for connections that had sent none yet
+// (net/http waits for such a connection, a TCP check's, a preconnect's,
+// until it is 5 s old; the step's Detail says how many it closed), or had
+// not looked again since the last request ended (it looks at a doubling
+// interval, up to every 500 ms).
 // Call it before srv serves, as the wiring in the package doc does: the
 // server reads ConnState as it accepts each connection, and a write to it
 // once serving is a data race.
@@ -364,13 +366,17 @@ func httpStep(name string, srv *http.Server, reserve deadline.Reserve) Step {
 		err := shutdownHTTP(sctx, srv, func(err error) error {
 			n, silent, known := conns()
 			switch {
-			case known && n == 0 && silent > 0:
-				// Shutdown waited for connections in no request alone
-				// (net/http waits for one that has sent nothing until it
-				// is 5 s old): Close cuts nothing (docs/faults.md row
-				// 1840), as draingrpc.Stop's does for a connection still
-				// in its handshake.
-				detail = fmt.Sprintf("closed %d connection(s) that had sent no request (a TCP check, a preconnect, a TLS handshake left unfinished): no request was cut", silent)
+			case known && n == 0:
+				// No connection is in a request: Close cuts nothing, as
+				// draingrpc.Stop's does for a connection still in its
+				// handshake. Shutdown waited for connections that have
+				// sent nothing (net/http waits for one until it is 5 s
+				// old: docs/faults.md row 1840), or had not looked since
+				// the last request ended (it looks at a doubling
+				// interval, up to every 500 ms: row 1842).
+				if silent > 0 {
+					detail = fmt.Sprintf("closed %d connection(s) that had sent no request (a TCP check, a preconnect, a TLS handshake left unfinished): no request was cut", silent)
+				}
 				return nil
 			case n > 0 && ctx.Err() != nil:
 				return fmt.Errorf("%w: %d connection(s) still in a request at the step's deadline, closed now: "+
