@@ -134,10 +134,14 @@ func UnaryServerInterceptor(g *drain.Gate, classify Classifier) grpc.UnaryServer
 // only for the work RPCs. One that arrives after the gate's streams ended
 // is refused (codes.Unavailable, its handler not called), exempt or not.
 // Its handler must return when its stream's context ends; one waiting in
-// RecvMsg for its client (an attach reading the user's input) returns
-// then too, with that same status, so a handler that returns when RecvMsg
-// fails ends as it should. It must not read the message of that failed
-// RecvMsg: the receive goes on until the stream ends.
+// RecvMsg for its client (an attach reading the user's input), or in
+// SendMsg for a client that stopped reading (a follow's suspended
+// terminal: HTTP/2's flow control), returns then too, with that same
+// status, so a handler that returns when RecvMsg or SendMsg fails ends as
+// it should. It must not read the message of that failed RecvMsg, nor
+// change the one of that failed SendMsg: the receive or the send goes on
+// until the stream ends (grpc then still holds what it queued of the
+// send, and GracefulStop its connection, until Stop).
 //
 // A nil g or classify panics here, as for UnaryServerInterceptor.
 func StreamServerInterceptor(g *drain.Gate, classify Classifier) grpc.StreamServerInterceptor {
@@ -230,16 +234,18 @@ func untilStop(g *drain.Gate, parent context.Context) (ctx context.Context, halt
 }
 
 // ctxStream is a drain.Stream's ServerStream: the context of its handler,
-// and a RecvMsg that the stream's end wakes. grpc's own RecvMsg watches
-// the stream's context, not the handler's, so a handler waiting in it for
-// its client's next message (an attach reading the user's input) would
+// and a RecvMsg and a SendMsg that the stream's end wakes. grpc's own
+// watch the stream's context, not the handler's, so a handler waiting in
+// RecvMsg for its client's next message (an attach reading the user's
+// input), or in SendMsg for a client that stopped reading (HTTP/2's flow
+// control: a follow's suspended terminal, docs/faults.md row 1843), would
 // not return when the streams end: GracefulStop would wait for it until
 // the step's deadline, and Stop then cut the work RPCs with it.
 type ctxStream struct {
 	grpc.ServerStream
 	ctx    context.Context
 	halt   <-chan struct{} // closed when the drain or a Stop ends the stream
-	halted atomic.Bool     // a RecvMsg returned for halt: no other may start
+	halted atomic.Bool     // a RecvMsg or SendMsg returned for halt: no other may start
 }
 
 func (s *ctxStream) Context() context.Context { return s.ctx }
@@ -252,6 +258,22 @@ func (s *ctxStream) Context() context.Context { return s.ctx }
 // m, and every later RecvMsg returns errStreamStopping at once, so that no
 // two receives run together.
 func (s *ctxStream) RecvMsg(m any) error {
+	return s.untilHalt(func() error { return s.ServerStream.RecvMsg(m) })
+}
+
+// SendMsg sends m, or returns errStreamStopping once the stream is ended by
+// the drain or a Stop. The stream's own SendMsg then goes on in its
+// goroutine until the stream ends, as RecvMsg's does (it may still encode
+// m: after errStreamStopping the handler must not change m), and every
+// later SendMsg returns errStreamStopping at once.
+func (s *ctxStream) SendMsg(m any) error {
+	return s.untilHalt(func() error { return s.ServerStream.SendMsg(m) })
+}
+
+// untilHalt runs op, a receive or a send of the stream, in a goroutine of
+// its own and returns its error, or errStreamStopping once halt is closed:
+// at once, without running op, when it was before.
+func (s *ctxStream) untilHalt(op func() error) error {
 	if s.halted.Load() {
 		return errStreamStopping
 	}
@@ -261,10 +283,10 @@ func (s *ctxStream) RecvMsg(m any) error {
 		return errStreamStopping
 	default:
 	}
-	received := make(chan error, 1)
-	go func() { received <- s.ServerStream.RecvMsg(m) }()
+	done := make(chan error, 1)
+	go func() { done <- op() }()
 	select {
-	case err := <-received:
+	case err := <-done:
 		return err
 	case <-s.halt:
 		s.halted.Store(true)
