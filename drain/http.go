@@ -205,7 +205,8 @@ func (b *streamBody) endedNow() bool {
 // stream ended fail (errStreamEnded) or do nothing: the stream's client may
 // have stopped reading, and the handler is to return. Unwrap gives
 // http.ResponseController the server's own writer; Flush and Hijack keep
-// what a handler asserts (http.Flusher, http.Hijacker) working.
+// what a handler asserts (http.Flusher, http.Hijacker, the deprecated
+// http.CloseNotifier) working.
 type streamWriter struct {
 	http.ResponseWriter
 	body *streamBody
@@ -239,6 +240,16 @@ func (w *streamWriter) FlushError() (err error) {
 // Hijack is the server's Hijack, where it has one (HTTP/1.x).
 func (w *streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// CloseNotify is the server's, for a handler that still asserts the
+// deprecated http.CloseNotifier (net/http's writers have it); nil, which
+// never fires, where the server's writer has none.
+func (w *streamWriter) CloseNotify() <-chan bool {
+	if cn, ok := w.ResponseWriter.(interface{ CloseNotify() <-chan bool }); ok {
+		return cn.CloseNotify()
+	}
+	return nil
 }
 
 // Unwrap returns the server's ResponseWriter, for http.ResponseController.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"syscall"
 	"testing"
 	"time"
@@ -73,4 +74,27 @@ func TestAFollowWhoseClientStoppedReadingEndsWithThePreservePhase(t *testing.T) 
 	default:
 		t.Error("the follow's handler was still in its Write when Run returned")
 	}
+}
+
+// The ResponseWriter a Stream's handler gets (row 1841's, which wakes its
+// Writes) keeps what a handler asserts of net/http's: Flusher, Hijacker,
+// the deprecated CloseNotifier, and http.ResponseController's methods
+// through Unwrap. On loopback, HTTP/1.1.
+func TestAStreamsResponseWriterKeepsWhatHandlersAssert(t *testing.T) {
+	g := &Gate{Exempt: []Class{Stream}}
+	type asserted struct{ flusher, hijacker, closeNotifier, fullDuplex bool }
+	got := make(chan asserted, 1)
+	srv := httptest.NewServer(g.Admit(Stream, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a asserted
+		_, a.flusher = w.(http.Flusher)
+		_, a.hijacker = w.(http.Hijacker)
+		_, a.closeNotifier = w.(interface{ CloseNotify() <-chan bool })
+		a.fullDuplex = http.NewResponseController(w).EnableFullDuplex() == nil
+		got <- a
+	})))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, asserted{flusher: true, hijacker: true, closeNotifier: true, fullDuplex: true}, <-got)
 }
