@@ -26,8 +26,9 @@
 // timeline: the phases, one bar per sandbox from the start of its pause to
 // its end coloured by outcome, and the deadlines and the expected SIGKILL
 // as lines. Its exit status is 1 when the drain did not go as planned
-// (drain.Report.Err: sandboxes lost, a teardown step that failed, or an end
-// after SIGKILL), so a script can act on it.
+// (drain.Report.Err: sandboxes lost, a teardown step that failed, an end
+// after SIGKILL, or a pod's name that is not the pod's), so a script can act
+// on it.
 //
 // sim plans past one machine: a DaemonSet rolling update over a fleet, in
 // virtual time, with the seed server, drainkit, and drainkit without a

@@ -44,7 +44,10 @@ Exit status: 0 when the drain went as planned (drain.Report.Err is nil:
 every sandbox preserved or gone, every phase and step ended in time without
 error, before SIGKILL); 1 when not: a sandbox lost, a teardown step that
 failed (such as a device daemon killed with a device live), the drain
-ended after SIGKILL (the summary says what went wrong), or the drain did
+ended after SIGKILL, the pod's name (POD_NAME, POD_UID) not this pod's, so
+no deletion of it could be read (the summary says what went wrong: its
+Pod line says what the reads of the pod found, a static pod too), or the
+drain did
 not finish: FILE is the account a server keeps while its drain runs
 ("unfinished": a SIGKILL or a crash came before the final Report), which
 the summary says with what was known when it was last written; 2 when FILE cannot be
@@ -293,6 +296,7 @@ func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinis
 	} else {
 		fmt.Fprintf(w, "Verdict      %s\n", verdict(rep))
 	}
+	writePod(w, rep)
 	if rep.Forced {
 		fmt.Fprintf(w, "Forced       at %s (SIGINT, Force or a cancelled context: remaining waits cut short)\n", rel(rep.ForcedAt, t0))
 	}
@@ -473,6 +477,9 @@ func verdict(rep *drain.Report) string {
 	} else {
 		parts = append(parts, fmt.Sprintf("finished %s AFTER the expected SIGKILL", secs(-rep.Headroom)))
 	}
+	if rep.PodMismatch != "" { // Err fails on it: the exit status 1 names it here
+		parts = append(parts, "POD MISNAMED (no deletion of this pod could be read)")
+	}
 	for _, p := range rep.Phases {
 		if p.Result == drain.Failed || p.Result == drain.Abandoned ||
 			(p.Result == drain.TimedOut && p.Name != drain.PhaseDrain && p.Name != drain.PhaseGate) {
@@ -482,6 +489,32 @@ func verdict(rep *drain.Report) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// writePod says what the drain's reads of the pod found (Config.Pod): a
+// name that is not the pod's, which fails Report.Err; a static pod, whose
+// deletion the API server does not show, so that the budget stood on the
+// grace; a UID never known. It writes nothing for a pod read as itself, or
+// none read.
+func writePod(w io.Writer, rep *drain.Report) {
+	var lines []string
+	if rep.PodMismatch != "" {
+		lines = append(lines, fmt.Sprintf("MISNAMED: %s or %s is not this pod's, so no deletion of it could be read: %s",
+			drain.EnvPodName, drain.EnvPodUID, oneLine(rep.PodMismatch, 200)))
+	}
+	if rep.StaticPod {
+		lines = append(lines, "a static pod: the API server shows no deletion of it (the kubelet stops it when its manifest is removed, with its grace from SIGTERM); the budget stood on the grace")
+	}
+	if rep.PodUIDUnknown {
+		lines = append(lines, fmt.Sprintf("its UID never known (no %s, no read found the pod): a pod gone from the API server could not be told from a name it never had", drain.EnvPodUID))
+	}
+	for i, l := range lines {
+		head := "Pod          "
+		if i > 0 {
+			head = "             "
+		}
+		fmt.Fprintf(w, "%s%s\n", head, l)
+	}
 }
 
 // relisted counts pr's sandboxes that a later listing found running again

@@ -534,3 +534,31 @@ func TestReportOfTheSupervisorsUnfinishedDrainSaysItDidNotFinish(t *testing.T) {
 	require.Equal(t, 1, code, "%s%s", out, errw)
 	assert.Contains(t, out, "Verdict      UNFINISHED: no final Report")
 }
+
+// Fault (row 1800): what the drain's reads of the pod found (drain.Report's
+// PodMismatch, StaticPod, PodUIDUnknown) was nowhere in the summary. A
+// POD_UID that is not the pod's fails Report.Err, so report exited 1 under a
+// verdict of "all 12 sandboxes preserved; finished 2.858s before SIGKILL",
+// naming nothing wrong; and a static pod, whose budget stood on the grace
+// because the API server shows no deletion of it, read as any pod.
+func TestReportSaysWhatTheReadsOfThePodFound(t *testing.T) {
+	const mismatch = `kube: pod sandboxd/sandboxd-0: kube: another pod under the name (uid "uid-1", want "uid-typo")`
+	path := edited(t, "sandboxd-clean.json", func(rep *drain.Report) { rep.PodMismatch = mismatch })
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, exitNoFit, code, errw)
+	assert.Contains(t, out, "\nVerdict      all 12 sandboxes preserved; finished 2.858s before SIGKILL; POD MISNAMED (no deletion of this pod could be read)\n")
+	assert.Contains(t, out, "\nPod          MISNAMED: POD_NAME or POD_UID is not this pod's, so no deletion of it could be read: "+mismatch+"\n")
+
+	path = edited(t, "sandboxd-clean.json", func(rep *drain.Report) { rep.StaticPod, rep.PodUIDUnknown = true, true })
+	code, out, errw = drainkit(t, "report", path)
+	require.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "\nVerdict      all 12 sandboxes preserved; finished 2.858s before SIGKILL\n")
+	assert.Contains(t, out, "\nPod          a static pod: the API server shows no deletion of it (the kubelet stops it when its manifest is removed, with its grace from SIGTERM); the budget stood on the grace\n")
+	assert.Contains(t, out, "\n             its UID never known (no POD_UID, no read found the pod): a pod gone from the API server could not be told from a name it never had\n")
+
+	// The account of an unfinished drain carries them too (row 1610).
+	path = edited(t, "sandboxd-unfinished.json", func(doc *map[string]any) { (*doc)["static_pod"] = true })
+	code, out, errw = drainkit(t, "report", path)
+	require.Equal(t, exitNoFit, code, errw)
+	assert.Contains(t, out, "\nPod          a static pod: ")
+}
