@@ -28,7 +28,8 @@ const EnvPath = "DRAINKIT_TERMINATION_LOG"
 
 // Summary returns the compact account of a drain for the pod's last state,
 // at most MaxBytes: the verdict first, then T0 and SIGKILL, every phase's
-// result and duration, the sandboxes by outcome, as many lost sandbox IDs
+// result and duration, why a step failed, a pod's name that is not the pod's
+// (drain.Report.PodMismatch), the sandboxes by outcome, as many lost sandbox IDs
 // as fit, and the lines of extra (for example where the full Report is).
 // A nil rep says that no drain ran. The lines an operator needs most come
 // first, so a cut loses the least.
@@ -53,6 +54,10 @@ func Summary(rep *drain.Report, extra ...string) string {
 			if why, _, _ := strings.Cut(p.Error, "\n"); why != "" { // the rest is in the full Report
 				head = append(head, fmt.Sprintf("%s %s: %s", p.Name, p.Result, clip(why, maxWhy)))
 			}
+		}
+		if why, _, _ := strings.Cut(rep.PodMismatch, "\n"); why != "" { // Err fails on it: the exit status 1
+			head = append(head, fmt.Sprintf("pod misnamed: %s or %s is not this pod's, so no deletion of it could be read: %s",
+				drain.EnvPodName, drain.EnvPodUID, clip(why, maxWhy)))
 		}
 		if pr := rep.Preserve; pr != nil {
 			var counts []string
@@ -218,6 +223,9 @@ func verdict(rep *drain.Report) string {
 			kind = "phase "
 		}
 		parts = append(parts, kind+p.Name+" "+strings.ToUpper(string(p.Result)))
+	}
+	if rep.PodMismatch != "" {
+		parts = append(parts, "POD MISNAMED")
 	}
 	if rep.Headroom >= 0 {
 		parts = append(parts, fmt.Sprintf("exited %.3fs before SIGKILL", rep.Headroom.Seconds()))

@@ -412,3 +412,18 @@ func TestCheckDoesNotWaitForAFIFOsReader(t *testing.T) {
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
 	assert.NoError(t, termmsg.Check(fifo))
 }
+
+// Fault (row 1801): a POD_NAME or POD_UID that is not the pod's
+// (drain.Report.PodMismatch) fails Report.Err, so sandboxd and the gVisor
+// worker exit 1, and the supervisor too (row 733); the pod's last state read
+// "all 20 sandboxes preserved; exited 30.000s before SIGKILL", with no word
+// of it. The verdict names it and a line says the read's error, which says
+// which name is wrong.
+func TestSummaryVerdictNamesAMisnamedPod(t *testing.T) {
+	rep := report(20, 0)
+	rep.PodMismatch = `kube: pod sandboxd/sandboxd-0: another pod under the name (uid "uid-1", want "uid-typo")` + "\nsecond line"
+	require.Error(t, rep.Err(), "the exit status is 1")
+	lines := strings.Split(strings.TrimSuffix(termmsg.Summary(rep), "\n"), "\n")
+	assert.Equal(t, "drainkit: all 20 sandboxes preserved; POD MISNAMED; exited 30.000s before SIGKILL", lines[0])
+	assert.Contains(t, lines, `pod misnamed: POD_NAME or POD_UID is not this pod's, so no deletion of it could be read: kube: pod sandboxd/sandboxd-0: another pod under the name (uid "uid-1", want "uid-typo")`)
+}
