@@ -12,5 +12,7 @@
 //
 // A crash between a write's create and its rename leaves its temporary
 // file, which no later write reuses; RemoveTemps removes them, called by a
-// process that holds the lock every writer of the file takes.
+// process that holds the lock every writer of the file takes. A write holds
+// its temporary file's flock(2) from its create past its rename, so
+// RemoveGoneTemps, needing no lock, removes only those whose writer is gone.
 package durable

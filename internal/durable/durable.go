@@ -13,7 +13,7 @@ import (
 // TempSuffix ends the name of WriteFile's temporary file, .NAME.RANDOM.tmp
 // beside NAME. One found in a directory is a write that a crash
 // interrupted, or one in progress: RemoveTemps removes them where no write
-// can be.
+// can be, RemoveGoneTemps those no write in progress holds.
 const TempSuffix = ".tmp"
 
 // WriteFile writes data to path atomically and durably: it writes a
@@ -27,13 +27,15 @@ const TempSuffix = ".tmp"
 // but a crash may still undo it, so a caller that undoes what the write
 // was for must not take path for unchanged. WriteFiles of the same path
 // may overlap (two processes sharing a directory): each temporary file is
-// its own, and path holds one of the writes whole.
+// its own, and path holds one of the writes whole. The temporary file's
+// flock(2) is held from its create past its rename (RemoveGoneTemps).
 func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir, name := filepath.Split(path)
-	f, err := create(dir, name, perm)
+	f, release, err := create(dir, name, perm)
 	if err != nil {
 		return err
 	}
+	defer release() // past the rename, or the removal: the file's name is gone
 	tmp := f.Name()
 	_, err = f.Write(data)
 	if err == nil {
@@ -140,6 +142,42 @@ func RemoveTemps(path string) ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
+// RemoveGoneTemps removes the temporary files that WriteFiles of path left
+// when their process ended between the write's create and its rename (a
+// SIGKILL during its fsync), as RemoveTemps does, but anywhere, with no lock
+// taken: a WriteFile holds its temporary file's flock from its create past its
+// rename, and a file whose flock is held, a write in progress in this process
+// or another, is left alone. It returns the paths it removed, and syncs the
+// directory when it removed any. Where flock(2) does not exist it removes
+// none.
+func RemoveGoneTemps(path string) ([]string, error) {
+	dir, name := filepath.Split(path)
+	dir = filepath.Clean(dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !isTemp(e.Name(), name) || e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		gone, err := removeIfGone(p)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if gone {
+			removed = append(removed, p)
+		}
+	}
+	if len(removed) > 0 {
+		errs = append(errs, syncDir(dir))
+	}
+	return removed, errors.Join(errs...)
+}
+
 // isTemp reports whether entry is the name of a temporary file create
 // made for name: "." + name + "." + base 36 digits + TempSuffix.
 func isTemp(entry, name string) bool {
@@ -159,15 +197,40 @@ func isTemp(entry, name string) bool {
 var syncDir = SyncDir
 
 // create makes a new temporary file for name in dir, one no other write
-// uses.
-func create(dir, name string, perm os.FileMode) (*os.File, error) {
+// uses, and holds it (holdTemp) until release.
+func create(dir, name string, perm os.FileMode) (f *os.File, release func(), err error) {
 	for {
 		tmp := filepath.Join(dir, "."+name+"."+strconv.FormatUint(uint64(rand.Uint32()), 36)+TempSuffix)
 		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-		if !errors.Is(err, os.ErrExist) {
-			return f, err
+		if errors.Is(err, os.ErrExist) {
+			continue
 		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if release, err = holdTemp(f); err != nil {
+			f.Close()
+			os.Remove(tmp)
+			return nil, nil, err
+		}
+		if ours(f, tmp) {
+			return f, release, nil
+		}
+		// A remover (RemoveGoneTemps) took it between its create and its hold,
+		// unheld, for a write cut short: a new one.
+		release()
+		f.Close()
 	}
+}
+
+// ours reports whether tmp still names f.
+func ours(f *os.File, tmp string) bool {
+	held, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	now, err := os.Lstat(tmp)
+	return err == nil && os.SameFile(held, now)
 }
 
 // SyncDir fsyncs dir, so that the entries created, renamed or removed in it

@@ -211,3 +211,44 @@ func TestRemoveTempsRemovesWhatAKilledWriterLeft(t *testing.T) {
 	_, err = RemoveTemps(filepath.Join(dir, "gone", "x"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// RemoveGoneTemps removes the temporary file of a write whose writer was
+// SIGKILLed in it, and never one a write in progress holds (this process's,
+// or another's: flock(2) conflicts between open files, not processes), nor
+// other names; once that write's hold ends unrenamed (its process ended), the
+// file goes too.
+func TestRemoveGoneTempsLeavesAWriteInProgress(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "report.json")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), writerEnv+"="+path)
+	require.NoError(t, cmd.Start())
+	var killed []string
+	require.Eventually(t, func() bool {
+		killed, _ = filepath.Glob(filepath.Join(dir, ".report.json.*"+TempSuffix))
+		return len(killed) > 0
+	}, 30*time.Second, time.Millisecond, "a hung writer, not a timing")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	killed, _ = filepath.Glob(filepath.Join(dir, ".report.json.*"+TempSuffix)) // none if the kill came past the rename
+
+	f, release, err := create(dir, "report.json", 0o600)
+	require.NoError(t, err)
+	other := filepath.Join(dir, ".other.json.abc"+TempSuffix)
+	require.NoError(t, os.WriteFile(other, nil, 0o600))
+
+	removed, err := RemoveGoneTemps(path)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, killed, removed, "the killed write's, not the one in progress")
+	assert.FileExists(t, f.Name(), "the write in progress")
+	assert.FileExists(t, other)
+
+	require.NoError(t, f.Close())
+	removed, err = RemoveGoneTemps(path)
+	require.NoError(t, err)
+	assert.Empty(t, removed, "closed, the file is still held until release: the hold outlives the Close before the rename")
+	release()
+	removed, err = RemoveGoneTemps(path)
+	require.NoError(t, err)
+	assert.Equal(t, []string{f.Name()}, removed)
+}

@@ -29,5 +29,7 @@
 //	err = p.Finish(data) // Write's rule, but this drain's account stays when data cannot be written
 //
 // A Report that cannot be written leaves that account, not nothing: it is this drain's,
-// said unfinished, and no earlier shutdown's (docs/faults.md row 1611).
+// said unfinished, and no earlier shutdown's (docs/faults.md row 1611). A SIGKILL in a
+// write leaves its temporary file beside the file; Start removes those whose writer is
+// gone, and no other server's write in progress (docs/faults.md row 1802).
 package lastreport

@@ -14,7 +14,22 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// writerEnv makes the test binary a process that writes the account to the file the
+// variable names with Write, over and over, as a Progress rewrites it, until it is
+// killed; it exits 1 when a write fails.
+const writerEnv = "LASTREPORT_TEST_WRITER"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(writerEnv); path != "" {
+		account := bytes.Repeat([]byte("x"), 4<<20) // a long write: a kill is likely to land in it
+		for {
+			if err := Write(path, account, 0o600, nil); err != nil {
+				os.Exit(1)
+			}
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // fullDir returns a directory on a 256 KiB tmpfs of its own holding earlier at name
 // (none when nil) and a filler that takes all the space left; it skips the test where a

@@ -108,7 +108,9 @@ func (p *Progress) In(member string) *Progress {
 // Start follows d, the Drainer made from the Config given to Follow, until Stop (a nil
 // Progress: none): at
 // its termination's start it writes the account (replacing the earlier shutdown's, by
-// Write's rule), then rewrites it as the drain goes.
+// Write's rule), then rewrites it as the drain goes. Call it as the server starts:
+// it first removes, logged, what writes of the file a SIGKILL cut short left
+// (durable.RemoveGoneTemps), leaving alone a write in progress (another server's).
 func (p *Progress) Start(d *drain.Drainer) {
 	if p == nil { // no file to keep the account in
 		return
@@ -116,7 +118,25 @@ func (p *Progress) Start(d *drain.Drainer) {
 	p.mu.Lock()
 	p.started = true
 	p.mu.Unlock()
+	p.removeGoneTemps()
 	go p.run(d)
+}
+
+// removeGoneTemps removes what writes of p's file left when a SIGKILL cut them
+// between their create and their rename (durable.RemoveGoneTemps: a temporary file
+// as large as the account, one more for each, for ever). No lock keeps other
+// writers off the file (the supervisor's -report has none; another server's drain
+// may write it), so only the files of writes that are over go: a write in progress
+// holds its own.
+func (p *Progress) removeGoneTemps() {
+	removed, err := durable.RemoveGoneTemps(p.path)
+	if len(removed) > 0 {
+		p.logger.Info("removed what a write cut short left (a crash, a SIGKILL between its create and its rename)",
+			"file", p.path, "removed", removed)
+	}
+	if err != nil {
+		p.logger.Warn("what a write cut short left could not all be removed", "file", p.path, "error", err)
+	}
 }
 
 // Stop ends the rewrites, dropping one not begun (a phase's end told just before: the
