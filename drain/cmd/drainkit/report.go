@@ -52,7 +52,8 @@ not finish: FILE is the account a server keeps while its drain runs
 ("unfinished": a SIGKILL or a crash came before the final Report), which
 the summary says with what was known when it was last written; 2 when FILE cannot be
 read or contradicts itself (counts that are not its sandboxes by outcome, an
-outcome no drain writes: a hand-edited or damaged file), the error naming it,
+outcome or a phase result no drain writes: a hand-edited or damaged file, or
+a later version's), the error naming it,
 or -svg cannot be written after a drain that went as planned (after one that
 did not, 1 still: the summary is printed).
 
@@ -155,6 +156,9 @@ func parseReport(name string, data []byte) (*drain.Report, *lastreport.Unfinishe
 	if rep.Budget.Start.IsZero() {
 		return nil, nil, fmt.Errorf("%s: the report has no budget start (T0)", name)
 	}
+	if err := checkResults(rep.Phases); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
 	if in.Unfinished != nil { // no end, no headroom: cut before its first phase may have ended
 		if err := checkPreserve(rep.Preserve); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", name, err)
@@ -181,6 +185,27 @@ func parseReport(name string, data []byte) (*drain.Report, *lastreport.Unfinishe
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return &rep, nil, nil
+}
+
+// results are the results a drain writes for a phase.
+var results = []drain.Result{drain.OK, drain.Failed, drain.TimedOut, drain.Abandoned, drain.Stopped}
+
+// checkResults refuses a phase whose result no drain writes (a later version's, a
+// damaged or hand-edited file): Report.Err faults only those it knows, and read as
+// the rest, such a phase passed for one that went well, exit 0.
+func checkResults(phases []drain.PhaseReport) error {
+	for _, p := range phases {
+		if slices.Contains(results, p.Result) {
+			continue
+		}
+		names := make([]string, len(results))
+		for i, r := range results {
+			names[i] = string(r)
+		}
+		return fmt.Errorf("phase %s has the result %q, which no drain writes (%s)",
+			printable(p.Name), printable(string(p.Result)), strings.Join(names, ", "))
+	}
+	return nil
 }
 
 // outcomes are the outcomes a drain writes, in the order the report

@@ -562,3 +562,25 @@ func TestReportSaysWhatTheReadsOfThePodFound(t *testing.T) {
 	require.Equal(t, exitNoFit, code, errw)
 	assert.Contains(t, out, "\nPod          a static pod: ")
 }
+
+// Fault (row 1803): a phase whose result no drain writes (a later version's, a
+// damaged or hand-edited file: "degraded", "fialed", or none) was read as one that
+// went well: drain.Report.Err faults only the results it knows, so report exited 0,
+// "all 12 sandboxes preserved", for a ublk step that said it had not. It is refused,
+// exit 2, naming the phase and the results a drain writes, as an outcome no drain
+// writes is (row 285).
+func TestReportOfAPhaseResultNoDrainWritesIsRefused(t *testing.T) {
+	for _, result := range []string{"degraded", ""} {
+		path := edited(t, "sandboxd-clean.json", func(doc *map[string]any) {
+			for _, p := range (*doc)["phases"].([]any) {
+				if ph := p.(map[string]any); ph["name"] == "ublk" {
+					ph["result"] = result
+				}
+			}
+		})
+		code, out, errw := drainkit(t, "report", path)
+		assert.Equal(t, exitUsage, code, "result %q: %s", result, out)
+		assert.Empty(t, out)
+		assert.Contains(t, errw, path+`: phase ublk has the result "`+result+`", which no drain writes (ok, failed, timed_out, abandoned, stopped)`)
+	}
+}
