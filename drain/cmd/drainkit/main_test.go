@@ -116,3 +116,14 @@ func TestFlagsMayFollowArguments(t *testing.T) {
 	assert.Equal(t, []string{"a.json", "b", "-c"}, pos)
 	assert.Equal(t, "out.svg", *svg)
 }
+
+// Fault (row 1804): the command's doc says every command's -h explains its exit
+// status, and sim's said none: a script running it in CI could not tell from the
+// help whether a simulated rollout that lost sandboxes fails it (it does not: 0).
+func TestEveryCommandsHelpSaysItsExitStatus(t *testing.T) {
+	for _, cmd := range commands {
+		code, out, _ := drainkit(t, cmd, "-h")
+		require.Equal(t, exitOK, code, cmd)
+		assert.Contains(t, out, "\nExit status: 0 ", "drainkit %s -h", cmd)
+	}
+}

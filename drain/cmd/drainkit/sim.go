@@ -60,6 +60,11 @@ period, as in the seed report): a preStop wait ends early only on a node
 with none running, at its first count; pause times are uniform in
 pause x [1-jitter, 1+jitter], drawn per sandbox from -seed.
 
+Exit status: 0 when the simulation ran, whatever it found (sandboxes lost,
+nodes SIGKILLed: a model's answer, not a verdict on a real rollout; drainkit
+plan gates one), 2 for bad flags or arguments, or output that cannot be
+written.
+
 Examples:
 
 	drainkit sim                                   # 100 nodes x 200 sandboxes, grace 3600 s
