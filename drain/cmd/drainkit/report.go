@@ -329,7 +329,7 @@ func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinis
 		fmt.Fprintf(w, "Shortfall    when preserving started, the time left was %s short of the reserves: phases shared it\n", secs(rep.Shortfall))
 	}
 	if ps := rep.PreStop; ps != nil {
-		fmt.Fprintf(w, "preStop      waited %s for %d running sandboxes; ended: %s\n", secs(ps.Waited), ps.Running, ps.Reason)
+		fmt.Fprintf(w, "preStop      waited %s for %d running sandboxes; ended: %s%s\n", secs(ps.Waited), ps.Running, ps.Reason, endedEarly(ps, t0))
 	}
 
 	fmt.Fprintf(w, "\nPhases (times from T0)\n")
@@ -436,6 +436,21 @@ func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinis
 	if len(shown) < len(lost) {
 		fmt.Fprintf(w, "  ... and %d more (-lost 0 lists all)\n", len(lost)-len(shown))
 	}
+}
+
+// endedEarly says, of a preStop wait that ended at its deadline, that it ended
+// before the drain deadline, by how much, and why (drain.Drainer.PreStop: the
+// kubelet's time to SIGTERM and the preserve phase's listing are left to that
+// phase), or "": read beside the deadline alone, the end looked like a wait cut
+// short.
+func endedEarly(ps *drain.PreStopSummary, t0 time.Time) string {
+	early := ps.DrainDeadline.Sub(ps.End)
+	if ps.Reason != "deadline" || ps.End.IsZero() || ps.DrainDeadline.IsZero() || early <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %s before the drain deadline (%s), on purpose:\n"+
+		"             the wait leaves the kubelet's time from its answer to SIGTERM and a listing's to the preserve phase",
+		secs(early), rel(ps.DrainDeadline, t0))
 }
 
 func anchor(a string) string {

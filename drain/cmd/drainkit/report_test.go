@@ -584,3 +584,23 @@ func TestReportOfAPhaseResultNoDrainWritesIsRefused(t *testing.T) {
 		assert.Contains(t, errw, path+`: phase ublk has the result "`+result+`", which no drain writes (ok, failed, timed_out, abandoned, stopped)`)
 	}
 }
+
+// Fault (row 1805): a preStop wait that ended at its deadline ends sigtermLag (0.3 s)
+// and a count's time before the drain deadline, on purpose (drain.Drainer.PreStop:
+// the kubelet's time from the hook's answer to SIGTERM, and the preserve phase's
+// listing, must not come out of the preserve reserve). The report said "ended:
+// deadline" at +2.772s beside a drain deadline of +3.071s, and a real run under the
+// kubelet was read as a wait cut 0.3 s short. The preStop line now says how long
+// before the drain deadline the wait ended, and why.
+func TestReportSaysThePreStopWaitEndsBeforeItsDeadlineOnPurpose(t *testing.T) {
+	path := edited(t, "sandboxd-clean.json", func(rep *drain.Report) {
+		t0 := rep.Budget.Start
+		p := rep.Phase(drain.PhaseDrain)
+		p.End, p.Deadline, p.Duration = t0.Add(2772*time.Millisecond), t0.Add(3071*time.Millisecond), 2772*time.Millisecond
+		rep.PreStop.End, rep.PreStop.DrainDeadline, rep.PreStop.Waited = p.End, p.Deadline, p.Duration
+	})
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "\npreStop      waited 2.772s for 12 running sandboxes; ended: deadline, 0.299s before the drain deadline (+3.071s), on purpose:\n"+
+		"             the wait leaves the kubelet's time from its answer to SIGTERM and a listing's to the preserve phase\n")
+}
