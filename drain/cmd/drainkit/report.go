@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,7 +30,11 @@ again after their preserve (relisted: resumed, and preserved again) and how
 many of those were lost, and every sandbox that was lost, with why (IDs and
 errors are the server's words: their control characters are shown escaped,
 as \x1b). FILE is sandboxd's STATE_DIR/last-shutdown.json or
-the supervisor's -report file (its "drain" member is read); "-" reads stdin.
+the supervisor's -report file (its "drain" member is read, and the sandboxes
+it counts lost with a server that exited on its own, lost_with_server: those
+the drain's account lacks are listed and lost; a report with no drain whose
+server took sandboxes with it, dead in the preStop wait, lists them alone,
+exit status 1); "-" reads stdin.
 
 With -svg OUT it also writes a timeline as SVG, which any browser opens: the
 phases as bands, one bar per sandbox from the start of its pause to its end
@@ -78,13 +83,23 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError(stderr, "report", err)
 	}
-	rep, unfinished, err := loadReport(pos[0])
+	rep, unfinished, sup, err := loadReport(pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "drainkit report: %v\n", err)
 		return exitUsage
 	}
 	var out bytes.Buffer
-	writeSummary(&out, rep, unfinished, *lostMax)
+	if rep == nil { // a supervisor's, whose server exited on its own with sandboxes: no drain ran to its end
+		sup.writeNoDrain(&out)
+		if _, err := stdout.Write(out.Bytes()); err != nil {
+			fmt.Fprintf(stderr, "drainkit report: %v\n", err)
+			return exitUsage
+		}
+		return exitNoFit
+	}
+	lostWithServer := sup.outsideDrain(rep)
+	writeSummary(&out, rep, unfinished, *lostMax, len(lostWithServer))
+	writeLostWithServer(&out, lostWithServer)
 	if _, err := stdout.Write(trimLines(out.Bytes())); err != nil {
 		fmt.Fprintf(stderr, "drainkit report: %v\n", err)
 		return exitUsage
@@ -96,16 +111,60 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "drainkit report: -svg: %v\n", err)
 			// The summary is printed: a drain that went wrong still
 			// exits 1, which a script reads before an unwritten picture.
-			if rep.Err() != nil || unfinished != nil {
+			if rep.Err() != nil || unfinished != nil || len(lostWithServer) > 0 {
 				return exitNoFit
 			}
 			return exitUsage
 		}
 	}
-	if rep.Err() != nil || unfinished != nil { // a drain that did not finish did not go as planned
+	if rep.Err() != nil || unfinished != nil || len(lostWithServer) > 0 { // a drain that did not finish did not go as planned
 		return exitNoFit
 	}
 	return exitOK
+}
+
+// supervisorFacts is what the supervisor's report (examples/supervisor's Report) says
+// beside its drain: the sandboxes lost with a server that exited on its own, which it
+// counts lost and exits 1 for, and its note. Nil for a drain Report read alone.
+type supervisorFacts struct {
+	LostWithServer []string `json:"lost_with_server"`
+	ExitCode       int      `json:"exit_code"`
+	Note           string   `json:"note"`
+}
+
+// outsideDrain returns the sandboxes lost with the server that rep's account has no
+// entry for (the server step gives it those it knows, not_started: counted once).
+func (f *supervisorFacts) outsideDrain(rep *drain.Report) []string {
+	if f == nil {
+		return nil
+	}
+	var out []string
+	for _, id := range f.LostWithServer {
+		if rep.Preserve == nil || !slices.ContainsFunc(rep.Preserve.Entries, func(e pause.Entry) bool { return e.ID == id }) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// writeNoDrain writes the summary of a supervisor's report with no drain whose
+// server took sandboxes with it (a server dead during the preStop wait: the drain's
+// Shutdown never ran).
+func (f *supervisorFacts) writeNoDrain(w io.Writer) {
+	fmt.Fprintf(w, "Supervisor   exit code %d, no drain report: %s\n", f.ExitCode, oneLine(f.Note, 300))
+	writeLostWithServer(w, f.LostWithServer)
+}
+
+// writeLostWithServer lists the sandboxes lost with the server outside the drain's
+// account, if any.
+func writeLostWithServer(w io.Writer, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nLost with the server (%d)\n", len(ids))
+	for _, id := range ids {
+		fmt.Fprintf(w, "  %s\n", shownID(id))
+	}
 }
 
 // loadReport reads a drain Report from path ("-" is stdin): a drain.Report
@@ -113,7 +172,11 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) int {
 // its "drain" member. The account of a drain that did not finish (a
 // SIGKILL before its Report: lastreport.Progress) comes with what it says
 // of that, nil for a finished drain's.
-func loadReport(path string) (*drain.Report, *lastreport.Unfinished, error) {
+//
+// A supervisor's report comes with what it says beside the drain (supervisorFacts);
+// one with no drain whose server took sandboxes with it comes with those alone, a nil
+// Report.
+func loadReport(path string) (*drain.Report, *lastreport.Unfinished, *supervisorFacts, error) {
 	var data []byte
 	var err error
 	if path == "-" {
@@ -122,26 +185,43 @@ func loadReport(path string) (*drain.Report, *lastreport.Unfinished, error) {
 		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	return parseReport(path, data)
 }
 
-func parseReport(name string, data []byte) (*drain.Report, *lastreport.Unfinished, error) {
+func parseReport(name string, data []byte) (*drain.Report, *lastreport.Unfinished, *supervisorFacts, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, nil, fmt.Errorf("%s: not a JSON object: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("%s: not a JSON object: %w", name, err)
 	}
+	var sup *supervisorFacts
 	if _, ok := top["phases"]; !ok {
 		inner, ok := top["drain"]
-		if !ok {
-			if _, sup := top["server"]; sup {
-				return nil, nil, fmt.Errorf("%s: a supervisor report without a drain (the server exited on its own before termination)", name)
+		_, server := top["server"]
+		if ok || server {
+			sup = new(supervisorFacts)
+			if err := json.Unmarshal(data, sup); err != nil {
+				return nil, nil, nil, fmt.Errorf("%s: %w", name, err)
 			}
-			return nil, nil, fmt.Errorf("%s: neither a drain Report (no \"phases\") nor a supervisor report (no \"drain\")", name)
+		}
+		if !ok {
+			if server && len(sup.LostWithServer) > 0 {
+				return nil, nil, sup, nil
+			}
+			if server {
+				return nil, nil, nil, fmt.Errorf("%s: a supervisor report without a drain (%s)", name, cmp.Or(oneLine(sup.Note, 300), "the server exited on its own before termination"))
+			}
+			return nil, nil, nil, fmt.Errorf("%s: neither a drain Report (no \"phases\") nor a supervisor report (no \"drain\")", name)
 		}
 		data = inner
 	}
+	rep, unfinished, err := parseDrain(name, data)
+	return rep, unfinished, sup, err
+}
+
+// parseDrain reads data, a drain Report or a drain's unfinished account.
+func parseDrain(name string, data []byte) (*drain.Report, *lastreport.Unfinished, error) {
 	// One decode also tells whether headroom_ns is there: the outer
 	// field, shallower, takes the key from the embedded Report's.
 	var in struct {
@@ -302,8 +382,9 @@ func secs(d time.Duration) string {
 const century = 100 * 365 * 24 * time.Hour
 
 // writeSummary writes the text summary of rep, listing at most lostMax
-// lost sandboxes (0: all).
-func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinished, lostMax int) {
+// lost sandboxes (0: all); its verdict counts lostWithServer more lost (a
+// supervisor's, in no preserve's account).
+func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinished, lostMax, lostWithServer int) {
 	b := rep.Budget
 	t0 := b.Start
 	fmt.Fprintf(w, "Termination  T0 %s (anchored by %s), grace %s\n", t0.UTC().Format("2006-01-02 15:04:05.000 MST"), anchor(string(b.Anchor)), b.Grace)
@@ -319,7 +400,11 @@ func writeSummary(w io.Writer, rep *drain.Report, unfinished *lastreport.Unfinis
 	if unfinished != nil {
 		writeUnfinished(w, unfinished, t0)
 	} else {
-		fmt.Fprintf(w, "Verdict      %s\n", verdict(rep))
+		more := ""
+		if lostWithServer > 0 {
+			more = fmt.Sprintf("; %d more LOST with the server, in no preserve's account", lostWithServer)
+		}
+		fmt.Fprintf(w, "Verdict      %s%s\n", verdict(rep), more)
 	}
 	writePod(w, rep)
 	if rep.Forced {

@@ -604,3 +604,40 @@ func TestReportSaysThePreStopWaitEndsBeforeItsDeadlineOnPurpose(t *testing.T) {
 	assert.Contains(t, out, "\npreStop      waited 2.772s for 12 running sandboxes; ended: deadline, 0.299s before the drain deadline (+3.071s), on purpose:\n"+
 		"             the wait leaves the kubelet's time from its answer to SIGTERM and a listing's to the preserve phase\n")
 }
+
+// Fault (row 1806): the supervisor counts lost the sandboxes its server took with it
+// when it exited on its own (its Report's lost_with_server, exit code 1), and report
+// read the "drain" member alone. A server that died during the preStop wait, before
+// SIGTERM, leaves a Report with no drain (the drain's Shutdown never ran): report
+// called it "a supervisor report without a drain (the server exited on its own before
+// termination)", exit 2, as a file it could not read, the 2 sandboxes lost unsaid.
+// One whose drain ran but whose lost sandboxes no preserve listed read "all 12
+// sandboxes preserved", exit 0. Both now say them, exit 1.
+func TestReportOfTheSupervisorCountsTheSandboxesLostWithTheServer(t *testing.T) {
+	const note = "the server exited on its own during the drain, before SIGTERM (killed by signal killed): 2 sandboxes lost with it"
+	path := filepath.Join(t.TempDir(), "report.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"server": {"pid": 7}, "lost_with_server": ["sb-a", "sb-b"], "orphans_reaped": 0,
+		"exit_code": 1, "note": "`+note+`"}`), 0o600))
+	code, out, errw := drainkit(t, "report", path)
+	require.Equal(t, exitNoFit, code, "%s%s", out, errw)
+	assert.Empty(t, errw)
+	assert.Equal(t, "Supervisor   exit code 1, no drain report: "+note+"\n\nLost with the server (2)\n  sb-a\n  sb-b\n", out)
+
+	path = edited(t, "supervisor-clean.json", func(doc *map[string]any) {
+		(*doc)["lost_with_server"], (*doc)["exit_code"] = []string{"sb-late"}, 1
+	})
+	code, out, errw = drainkit(t, "report", path)
+	require.Equal(t, exitNoFit, code, "%s%s", out, errw)
+	assert.Contains(t, out, "\nVerdict      all 12 sandboxes preserved; finished 2.858s before SIGKILL; 1 more LOST with the server, in no preserve's account\n")
+	assert.Contains(t, out, "\nLost with the server (1)\n  sb-late\n")
+
+	// One the drain's account has (the server step gave it: not_started) is counted once.
+	path = edited(t, "supervisor-clean.json", func(doc *map[string]any) {
+		drainRep := (*doc)["drain"].(map[string]any)
+		id := drainRep["preserve"].(map[string]any)["entries"].([]any)[0].(map[string]any)["id"]
+		(*doc)["lost_with_server"], (*doc)["exit_code"] = []any{id}, 1
+	})
+	code, out, _ = drainkit(t, "report", path)
+	assert.Equal(t, exitOK, code, "the drain's account says what became of it: %s", out)
+	assert.NotContains(t, out, "with the server")
+}

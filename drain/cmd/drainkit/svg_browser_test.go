@@ -75,7 +75,7 @@ func pixel(img image.Image, x, y int) string {
 func TestSVGTimelineInChromium(t *testing.T) {
 	for _, file := range []string{"sandboxd-lost4.json", "sandboxd-late-sigterm.json"} {
 		t.Run(file, func(t *testing.T) {
-			rep, _, err := loadReport(filepath.Join("testdata", file))
+			rep, _, _, err := loadReport(filepath.Join("testdata", file))
 			require.NoError(t, err)
 			svgPath := filepath.Join(t.TempDir(), "timeline.svg")
 			code, _, errw := drainkit(t, "report", "-svg", svgPath, filepath.Join("testdata", file))
