@@ -13,7 +13,10 @@ import (
 // and holds it until release: from its create past its rename, so that a remover
 // that takes it (removeIfGone) knows the write is over, cut short. The hold is on
 // a duplicate of f's descriptor, so that f's Close, before the rename, does not end
-// it. The kernel ends it when the process ends, SIGKILL included.
+// it. The kernel ends it when the process ends, SIGKILL included. A file system
+// that refuses flock (ENOLCK, EOPNOTSUPP: some network and FUSE ones) gets its
+// write all the same, unheld: a Report is worth more than its leftover's removal,
+// and there a remover's flock fails too and removes nothing.
 func holdTemp(f *os.File) (release func(), err error) {
 	fd, err := unix.Dup(int(f.Fd()))
 	if err != nil {
@@ -21,7 +24,7 @@ func holdTemp(f *os.File) (release func(), err error) {
 	}
 	if err := flock(fd, unix.LOCK_EX); err != nil {
 		unix.Close(fd)
-		return nil, err
+		return func() {}, nil
 	}
 	return func() { unix.Close(fd) }, nil
 }

@@ -134,7 +134,7 @@ func (p *Progress) removeGoneTemps() {
 		p.logger.Info("removed what a write cut short left (a crash, a SIGKILL between its create and its rename)",
 			"file", p.path, "removed", removed)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) { // no directory: nothing was left in it
 		p.logger.Warn("what a write cut short left could not all be removed", "file", p.path, "error", err)
 	}
 }
